@@ -1,0 +1,77 @@
+// Command mcpaudit audits MCP write traffic: it reads tool-call captures (call
+// records or OTLP), classifies every failure by its retry action, tracks what
+// became of every write and reports findings.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `usage: mcpaudit <command> [flags]
+
+commands:
+  analyze   analyze capture files (call records or OTLP JSON) and print findings
+  rules     print the Prometheus alert and recording rules
+  version   print the version
+
+Run 'mcpaudit <command> -h' for the flags of a command.
+`
+
+// exitError carries an exit status out of a command.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit status %d", e.code)
+	}
+	return e.err.Error()
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run dispatches a command and turns its error into an exit status: 0 clean,
+// 1 findings at or above the threshold, 2 unusable input or arguments.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	var err error
+	switch args[0] {
+	case "analyze":
+		err = analyzeCommand(ctx, args[1:], stdin, stdout, stderr)
+	case "version":
+		fmt.Fprintln(stdout, "mcpaudit", version)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+	default:
+		fmt.Fprintf(stderr, "mcpaudit: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	if err == nil {
+		return 0
+	}
+	if e, ok := err.(*exitError); ok {
+		if e.err != nil {
+			fmt.Fprintln(stderr, "mcpaudit:", e.err)
+		}
+		return e.code
+	}
+	fmt.Fprintln(stderr, "mcpaudit:", err)
+	return 2
+}
+
+var version = "dev"

@@ -1,0 +1,3 @@
+module github.com/mcpaudit/mcpaudit
+
+go 1.26

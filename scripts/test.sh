@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The one test command: installs what the tests need, then runs every test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$PATH:/usr/local/go/bin"
+
+need_apt=()
+command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
+if [ ${#need_apt[@]} -gt 0 ]; then
+	if [ "$(id -u)" = 0 ]; then
+		apt-get update -qq >/dev/null
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+	else
+		echo "test.sh: missing ${need_apt[*]}; install them as root (apt-get install ${need_apt[*]})" >&2
+		exit 1
+	fi
+fi
+
+test -z "$(gofmt -l $(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $(git ls-files '*.go'); exit 1; }
+go vet ./...
+CI=${CI:-} go test -count=1 ./... 2>&1 | tee /tmp/mcpaudit-test.log
