@@ -1,0 +1,282 @@
+package metrics
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+)
+
+var _ audit.Sink = (*Metrics)(nil)
+
+// Options configures Metrics. The zero value is usable.
+type Options struct {
+	// KnownCode reports whether an error code may be a label value; any other
+	// code is counted as "other". Default DefaultKnownCode. The rules alert on
+	// COMMIT_UNKNOWN and in_flight_unknown, so a replacement should accept them.
+	KnownCode func(code string) bool
+	// Servers are declared up front: their counters exist at zero before the
+	// first event, so that the first finding of a server already shows as an
+	// increase to Prometheus. Servers first seen later are initialized then.
+	Servers []string
+	// MaxToolsPerServer caps the distinct tool label values of one server;
+	// later tools are counted as "other". Default 64.
+	MaxToolsPerServer int
+}
+
+// Metrics turns the detector's output and the ingest counts into Prometheus
+// metrics. It is safe for concurrent use: the Sink methods come from the
+// detector's goroutine, the Ingest methods from any receiver.
+type Metrics struct {
+	calls        *prometheus.CounterVec
+	duration     *prometheus.HistogramVec
+	failures     *prometheus.CounterVec
+	writes       *prometheus.CounterVec
+	pending      *prometheus.GaugeVec
+	verification *prometheus.HistogramVec
+	findings     *prometheus.CounterVec
+	ingest       *prometheus.CounterVec
+	rejected     *prometheus.CounterVec
+	storeCommit  prometheus.Histogram
+
+	knownCode func(string) bool
+	maxTools  int
+
+	mu      sync.Mutex
+	servers map[string]*serverLabels
+	sources map[string]bool
+}
+
+// serverLabels remembers the label values already seen for one server.
+type serverLabels struct {
+	tools      map[string]bool // values given to the tool label
+	writeTools map[string]bool // tools whose WritesTotal series are initialized
+}
+
+// New creates the metrics and registers them with reg.
+func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
+	if reg == nil {
+		return nil, errors.New("cannot create metrics: nil registerer")
+	}
+	m := &Metrics{
+		calls:        counterVec(ToolCallsTotal),
+		duration:     histogramVec(ToolCallDurationSeconds, DurationBuckets),
+		failures:     counterVec(CallFailuresTotal),
+		writes:       counterVec(WritesTotal),
+		pending:      prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: WritesPending, Help: family(WritesPending).Help}, family(WritesPending).Labels),
+		verification: histogramVec(WriteVerificationSeconds, VerificationBuckets),
+		findings:     counterVec(FindingsTotal),
+		ingest:       counterVec(IngestRecordsTotal),
+		rejected:     counterVec(IngestRejectedTotal),
+		storeCommit: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: StoreCommitSeconds, Help: family(StoreCommitSeconds).Help, Buckets: StoreCommitBuckets,
+		}),
+		knownCode: opts.KnownCode,
+		maxTools:  opts.MaxToolsPerServer,
+		servers:   map[string]*serverLabels{},
+		sources:   map[string]bool{},
+	}
+	if m.knownCode == nil {
+		m.knownCode = DefaultKnownCode
+	}
+	if m.maxTools <= 0 {
+		m.maxTools = 64
+	}
+	for _, c := range []prometheus.Collector{
+		m.calls, m.duration, m.failures, m.writes, m.pending, m.verification,
+		m.findings, m.ingest, m.rejected, m.storeCommit,
+	} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("cannot register metrics: %w", err)
+		}
+	}
+	m.mu.Lock()
+	for _, s := range opts.Servers {
+		m.server(s)
+	}
+	m.mu.Unlock()
+	return m, nil
+}
+
+func counterVec(name string) *prometheus.CounterVec {
+	f := family(name)
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: f.Name, Help: f.Help}, f.Labels)
+}
+
+func histogramVec(name string, buckets []float64) *prometheus.HistogramVec {
+	f := family(name)
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: f.Name, Help: f.Help, Buckets: buckets}, f.Labels)
+}
+
+// server returns the labels seen for a server, initializing its findings
+// counters and pending gauge at zero the first time. m.mu must be held.
+func (m *Metrics) server(name string) *serverLabels {
+	s := m.servers[name]
+	if s != nil {
+		return s
+	}
+	s = &serverLabels{tools: map[string]bool{}, writeTools: map[string]bool{}}
+	m.servers[name] = s
+	for _, k := range audit.Kinds {
+		m.findings.WithLabelValues(name, string(k), string(k.Severity()))
+	}
+	m.pending.WithLabelValues(name)
+	return s
+}
+
+// tool bounds a tool label: empty is "other", and so is every new tool past
+// the per-server cap. m.mu must be held.
+func (m *Metrics) tool(s *serverLabels, tool string) string {
+	if tool == "" || tool == Other {
+		return Other
+	}
+	if s.tools[tool] {
+		return tool
+	}
+	if len(s.tools) >= m.maxTools {
+		return Other
+	}
+	s.tools[tool] = true
+	return tool
+}
+
+func (m *Metrics) code(code string) string {
+	if code != "" && m.knownCode(code) {
+		return code
+	}
+	return Other
+}
+
+// Call counts one call, its latency and its failures.
+func (m *Metrics) Call(r *audit.CallReport) {
+	if r == nil || r.Call == nil {
+		return
+	}
+	server := r.Call.Server
+	m.mu.Lock()
+	tool := m.tool(m.server(server), r.ToolLabel)
+	m.mu.Unlock()
+
+	m.calls.WithLabelValues(server, tool, outcomeLabel(r.Outcome)).Inc()
+	if d := r.Call.Duration; d > 0 {
+		m.duration.WithLabelValues(server, tool).Observe(d.Seconds())
+	}
+	if r.Failure != nil {
+		m.failure(server, tool, r.Failure)
+	}
+	for i := range r.OpFailures {
+		m.failure(server, tool, &r.OpFailures[i])
+	}
+}
+
+func (m *Metrics) failure(server, tool string, f *audit.Failure) {
+	m.failures.WithLabelValues(server, tool, m.code(f.Code), actionLabel(f.Action)).Inc()
+}
+
+// Write follows a write attempt through its states. Entering pending adds one
+// to WritesPending and leaving it takes one away. Reaching a terminal state
+// counts once in WritesTotal; the one terminal-to-terminal transition,
+// durable then double_applied, counts in both states, so such a write weighs
+// twice in the SLI's denominator (an over-count of one per double
+// application, accepted to keep counters monotonic). A write that leaves
+// pending as durable or resolved is observed in WriteVerificationSeconds;
+// writes durable from their own response are not, as nothing was verified.
+// Unknown states are not counted.
+func (m *Metrics) Write(w *audit.Write, prev audit.WriteState) {
+	if w == nil || w.State == prev {
+		return
+	}
+	server := w.Server
+	m.mu.Lock()
+	s := m.server(server)
+	tool := m.tool(s, w.Tool)
+	if !s.writeTools[tool] {
+		s.writeTools[tool] = true
+		for _, st := range terminalStates {
+			m.writes.WithLabelValues(server, tool, string(st))
+		}
+	}
+	m.mu.Unlock()
+
+	if prev == audit.StatePending {
+		m.pending.WithLabelValues(server).Dec()
+	}
+	if w.State == audit.StatePending {
+		m.pending.WithLabelValues(server).Inc()
+		return
+	}
+	if !slices.Contains(terminalStates, w.State) {
+		return
+	}
+	m.writes.WithLabelValues(server, tool, string(w.State)).Inc()
+	if prev == audit.StatePending && (w.State == audit.StateDurable || w.State == audit.StateResolved) {
+		if d := w.StateTime.Sub(w.Time); d >= 0 && !w.Time.IsZero() {
+			m.verification.WithLabelValues(server).Observe(d.Seconds())
+		}
+	}
+}
+
+// Finding counts one finding.
+func (m *Metrics) Finding(f *audit.Finding) {
+	if f == nil {
+		return
+	}
+	m.mu.Lock()
+	m.server(f.Server)
+	m.mu.Unlock()
+	m.findings.WithLabelValues(f.Server, kindLabel(f.Kind), severityLabel(f)).Inc()
+}
+
+// source bounds an ingest source and, the first time, initializes all its
+// result and reason series at zero so that rates over them start at once.
+func (m *Metrics) source(src Source) string {
+	s := sourceLabel(src)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.sources[s] {
+		m.sources[s] = true
+		for _, r := range Results {
+			m.ingest.WithLabelValues(s, r)
+		}
+		for _, r := range RejectReasons {
+			m.rejected.WithLabelValues(s, string(r))
+		}
+	}
+	return s
+}
+
+// IngestAccepted counts n records from source handed to the pipeline.
+func (m *Metrics) IngestAccepted(source Source, n int) {
+	if n <= 0 {
+		return
+	}
+	m.ingest.WithLabelValues(m.source(source), ResultAccepted).Add(float64(n))
+}
+
+// IngestDuplicate counts n records from source dropped as already seen.
+func (m *Metrics) IngestDuplicate(source Source, n int) {
+	if n <= 0 {
+		return
+	}
+	m.ingest.WithLabelValues(m.source(source), ResultDuplicate).Add(float64(n))
+}
+
+// IngestRejected counts n records from source refused for reason.
+func (m *Metrics) IngestRejected(source Source, reason RejectReason, n int) {
+	if n <= 0 {
+		return
+	}
+	s := m.source(source)
+	m.ingest.WithLabelValues(s, ResultRejected).Add(float64(n))
+	m.rejected.WithLabelValues(s, reasonLabel(reason)).Add(float64(n))
+}
+
+// ObserveStoreCommit records the duration of one commit to the embedded store.
+func (m *Metrics) ObserveStoreCommit(d time.Duration) {
+	m.storeCommit.Observe(d.Seconds())
+}

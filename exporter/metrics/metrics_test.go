@@ -1,0 +1,359 @@
+package metrics_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/exporter/metrics"
+)
+
+var t0 = time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+
+func newMetrics(t *testing.T, opts metrics.Options) (*metrics.Metrics, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	m, err := metrics.New(reg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, reg
+}
+
+func compare(t *testing.T, reg prometheus.Gatherer, want string, names ...string) {
+	t.Helper()
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func call(server, tool string, outcome audit.Outcome, d time.Duration, f *audit.Failure, ops ...audit.Failure) *audit.CallReport {
+	return &audit.CallReport{
+		Call:       &audit.Call{Server: server, Tool: tool, Time: t0, Duration: d},
+		Outcome:    outcome,
+		ToolLabel:  tool,
+		Failure:    f,
+		OpFailures: ops,
+	}
+}
+
+func TestMetrics_Calls(t *testing.T) {
+	m, reg := newMetrics(t, metrics.Options{})
+	m.Call(call("thegram", "gram_patch", audit.OutcomeOK, 15*time.Millisecond, nil))
+	m.Call(call("thegram", "gram_patch", audit.OutcomeOK, 0, nil)) // no duration: not observed
+	m.Call(call("thegram", "gram_patch", audit.OutcomeToolError, 300*time.Millisecond,
+		&audit.Failure{Code: "COMMIT_UNKNOWN", Action: audit.ActionReplaySameRequest}))
+	m.Call(call("thegram", "gram_create", audit.OutcomeNoResponse, 0,
+		&audit.Failure{Code: "timeout", Action: audit.ActionVerifyThenDecide}))
+	m.Call(call("thegram", "gram_read", audit.OutcomeProtocolError, 0,
+		&audit.Failure{Code: "-32603", Action: audit.ActionVerifyThenDecide}))
+	// A code nobody knows is "other"; an empty action is "unknown".
+	m.Call(call("oddlynew", "run", audit.OutcomeToolError, 0,
+		&audit.Failure{Code: "E_SOMETHING_NEW"},
+		audit.Failure{Code: "stale_live_revision", Action: audit.ActionRereadAndRebase},
+		audit.Failure{Code: "E_SOMETHING_NEW", Action: audit.ActionFixInput},
+	))
+	m.Call(&audit.CallReport{Call: &audit.Call{Server: "oddlynew"}, Outcome: audit.OutcomeOK}) // no tool label: "other"
+
+	compare(t, reg, `
+# HELP mcpaudit_tool_calls_total MCP tools/call exchanges by outcome.
+# TYPE mcpaudit_tool_calls_total counter
+mcpaudit_tool_calls_total{outcome="no_response",server="thegram",tool="gram_create"} 1
+mcpaudit_tool_calls_total{outcome="ok",server="oddlynew",tool="other"} 1
+mcpaudit_tool_calls_total{outcome="ok",server="thegram",tool="gram_patch"} 2
+mcpaudit_tool_calls_total{outcome="protocol_error",server="thegram",tool="gram_read"} 1
+mcpaudit_tool_calls_total{outcome="tool_error",server="oddlynew",tool="run"} 1
+mcpaudit_tool_calls_total{outcome="tool_error",server="thegram",tool="gram_patch"} 1
+# HELP mcpaudit_call_failures_total Failed or uncertain calls and provider calls by error code and retry action.
+# TYPE mcpaudit_call_failures_total counter
+mcpaudit_call_failures_total{code="-32603",retry_action="verify_then_decide",server="thegram",tool="gram_read"} 1
+mcpaudit_call_failures_total{code="COMMIT_UNKNOWN",retry_action="replay_same_request",server="thegram",tool="gram_patch"} 1
+mcpaudit_call_failures_total{code="other",retry_action="fix_input",server="oddlynew",tool="run"} 1
+mcpaudit_call_failures_total{code="other",retry_action="unknown",server="oddlynew",tool="run"} 1
+mcpaudit_call_failures_total{code="stale_live_revision",retry_action="reread_and_rebase",server="oddlynew",tool="run"} 1
+mcpaudit_call_failures_total{code="timeout",retry_action="verify_then_decide",server="thegram",tool="gram_create"} 1
+# HELP mcpaudit_tool_call_duration_seconds Duration of MCP tools/call exchanges.
+# TYPE mcpaudit_tool_call_duration_seconds histogram
+mcpaudit_tool_call_duration_seconds_bucket{server="thegram",tool="gram_patch",le="0.01"} 0
+mcpaudit_tool_call_duration_seconds_bucket{server="thegram",tool="gram_patch",le="0.02"} 1
+mcpaudit_tool_call_duration_seconds_bucket{server="thegram",tool="gram_patch",le="0.05"} 1
+mcpaudit_tool_call_duration_seconds_bucket{server="thegram",tool="gram_patch",le="0.1"} 1
+mcpaudit_tool_call_duration_seconds_bucket{server="thegram",tool="gram_patch",le="0.2"} 1
+mcpaudit_tool_call_duration_seconds_bucket{server="thegram",tool="gram_patch",le="0.5"} 2
+mcpaudit_tool_call_duration_seconds_bucket{server="thegram",tool="gram_patch",le="1"} 2
+mcpaudit_tool_call_duration_seconds_bucket{server="thegram",tool="gram_patch",le="2"} 2
+mcpaudit_tool_call_duration_seconds_bucket{server="thegram",tool="gram_patch",le="5"} 2
+mcpaudit_tool_call_duration_seconds_bucket{server="thegram",tool="gram_patch",le="10"} 2
+mcpaudit_tool_call_duration_seconds_bucket{server="thegram",tool="gram_patch",le="30"} 2
+mcpaudit_tool_call_duration_seconds_bucket{server="thegram",tool="gram_patch",le="60"} 2
+mcpaudit_tool_call_duration_seconds_bucket{server="thegram",tool="gram_patch",le="120"} 2
+mcpaudit_tool_call_duration_seconds_bucket{server="thegram",tool="gram_patch",le="300"} 2
+mcpaudit_tool_call_duration_seconds_bucket{server="thegram",tool="gram_patch",le="+Inf"} 2
+mcpaudit_tool_call_duration_seconds_sum{server="thegram",tool="gram_patch"} 0.315
+mcpaudit_tool_call_duration_seconds_count{server="thegram",tool="gram_patch"} 2
+`, metrics.ToolCallsTotal, metrics.CallFailuresTotal, metrics.ToolCallDurationSeconds)
+}
+
+func TestMetrics_ToolCap(t *testing.T) {
+	m, reg := newMetrics(t, metrics.Options{MaxToolsPerServer: 2})
+	for _, tool := range []string{"a", "b", "c", "a", "d"} {
+		m.Call(call("s", tool, audit.OutcomeOK, 0, nil))
+	}
+	m.Call(call("t", "c", audit.OutcomeOK, 0, nil)) // the cap is per server
+	compare(t, reg, `
+# HELP mcpaudit_tool_calls_total MCP tools/call exchanges by outcome.
+# TYPE mcpaudit_tool_calls_total counter
+mcpaudit_tool_calls_total{outcome="ok",server="s",tool="a"} 2
+mcpaudit_tool_calls_total{outcome="ok",server="s",tool="b"} 1
+mcpaudit_tool_calls_total{outcome="ok",server="s",tool="other"} 2
+mcpaudit_tool_calls_total{outcome="ok",server="t",tool="c"} 1
+`, metrics.ToolCallsTotal)
+}
+
+func TestMetrics_KnownCode(t *testing.T) {
+	m, reg := newMetrics(t, metrics.Options{KnownCode: func(c string) bool { return c == "E_MINE" }})
+	m.Call(call("s", "x", audit.OutcomeToolError, 0, &audit.Failure{Code: "E_MINE", Action: audit.ActionEscalate}))
+	m.Call(call("s", "x", audit.OutcomeToolError, 0, &audit.Failure{Code: "E_ARGUMENT", Action: audit.ActionFixInput}))
+	m.Call(call("s", "x", audit.OutcomeToolError, 0, &audit.Failure{Code: "", Action: "made_up"}))
+	compare(t, reg, `
+# HELP mcpaudit_call_failures_total Failed or uncertain calls and provider calls by error code and retry action.
+# TYPE mcpaudit_call_failures_total counter
+mcpaudit_call_failures_total{code="E_MINE",retry_action="escalate",server="s",tool="x"} 1
+mcpaudit_call_failures_total{code="other",retry_action="fix_input",server="s",tool="x"} 1
+mcpaudit_call_failures_total{code="other",retry_action="unknown",server="s",tool="x"} 1
+`, metrics.CallFailuresTotal)
+}
+
+// write emits the states of one write attempt in order, as the detector does.
+func write(m *metrics.Metrics, tool string, verify time.Duration, states ...audit.WriteState) {
+	prev := audit.WriteState("")
+	for i, st := range states {
+		w := &audit.Write{Server: "thegram", Tool: tool, Time: t0, State: st, StateTime: t0}
+		if i > 0 {
+			w.StateTime = t0.Add(verify)
+		}
+		m.Write(w, prev)
+		prev = st
+	}
+}
+
+func TestMetrics_Writes(t *testing.T) {
+	m, reg := newMetrics(t, metrics.Options{})
+	write(m, "gram_patch", 0, audit.StateDurable)
+	write(m, "gram_patch", 0, audit.StateRejected)
+	write(m, "gram_patch", 2*time.Second, audit.StatePending, audit.StateDurable)
+	write(m, "gram_patch", 4*time.Second, audit.StatePending, audit.StateResolved)
+	write(m, "gram_patch", 5*time.Minute, audit.StatePending, audit.StateUnverified)
+	write(m, "gram_patch", 0, audit.StateDurable, audit.StateDoubleApplied)
+
+	const pendingZero = `
+# HELP mcpaudit_writes_pending Write attempts inside their verification window.
+# TYPE mcpaudit_writes_pending gauge
+mcpaudit_writes_pending{server="thegram"} 0
+`
+	compare(t, reg, `
+# HELP mcpaudit_writes_total Write attempts that reached a terminal state.
+# TYPE mcpaudit_writes_total counter
+mcpaudit_writes_total{server="thegram",state="double_applied",tool="gram_patch"} 1
+mcpaudit_writes_total{server="thegram",state="durable",tool="gram_patch"} 3
+mcpaudit_writes_total{server="thegram",state="rejected",tool="gram_patch"} 1
+mcpaudit_writes_total{server="thegram",state="resolved",tool="gram_patch"} 1
+mcpaudit_writes_total{server="thegram",state="unverified",tool="gram_patch"} 1
+# HELP mcpaudit_write_verification_seconds Event time from a pending write to the proof that made it durable or resolved.
+# TYPE mcpaudit_write_verification_seconds histogram
+mcpaudit_write_verification_seconds_bucket{server="thegram",le="0.1"} 0
+mcpaudit_write_verification_seconds_bucket{server="thegram",le="0.5"} 0
+mcpaudit_write_verification_seconds_bucket{server="thegram",le="1"} 0
+mcpaudit_write_verification_seconds_bucket{server="thegram",le="2"} 1
+mcpaudit_write_verification_seconds_bucket{server="thegram",le="5"} 2
+mcpaudit_write_verification_seconds_bucket{server="thegram",le="10"} 2
+mcpaudit_write_verification_seconds_bucket{server="thegram",le="30"} 2
+mcpaudit_write_verification_seconds_bucket{server="thegram",le="60"} 2
+mcpaudit_write_verification_seconds_bucket{server="thegram",le="120"} 2
+mcpaudit_write_verification_seconds_bucket{server="thegram",le="300"} 2
+mcpaudit_write_verification_seconds_bucket{server="thegram",le="600"} 2
+mcpaudit_write_verification_seconds_bucket{server="thegram",le="1800"} 2
+mcpaudit_write_verification_seconds_bucket{server="thegram",le="3600"} 2
+mcpaudit_write_verification_seconds_bucket{server="thegram",le="+Inf"} 2
+mcpaudit_write_verification_seconds_sum{server="thegram"} 6
+mcpaudit_write_verification_seconds_count{server="thegram"} 2
+`+pendingZero, metrics.WritesTotal, metrics.WriteVerificationSeconds, metrics.WritesPending)
+
+	t.Run("pending_gauge_up_and_down", func(t *testing.T) {
+		ws := make([]*audit.Write, 3)
+		for i := range ws {
+			ws[i] = &audit.Write{Server: "thegram", Tool: "gram_create", Time: t0, State: audit.StatePending}
+			m.Write(ws[i], "")
+		}
+		m.Write(ws[0], audit.StatePending) // pending to pending is no change
+		compare(t, reg, `
+# HELP mcpaudit_writes_pending Write attempts inside their verification window.
+# TYPE mcpaudit_writes_pending gauge
+mcpaudit_writes_pending{server="thegram"} 3
+`, metrics.WritesPending)
+		for _, w := range ws {
+			w.State, w.StateTime = audit.StateUnverified, t0.Add(5*time.Minute)
+			m.Write(w, audit.StatePending)
+		}
+		compare(t, reg, pendingZero, metrics.WritesPending)
+	})
+}
+
+func TestMetrics_Findings(t *testing.T) {
+	m, reg := newMetrics(t, metrics.Options{Servers: []string{"declared"}})
+	for _, k := range []audit.Kind{
+		audit.KindDoubleAppliedWrite, audit.KindDoubleAppliedWrite, audit.KindIntegrityFailure,
+		audit.KindUnverifiedWrite, audit.KindWastedRetry, audit.KindUnsafeRetry, audit.KindPrematureRetry,
+		audit.KindDuplicateCreate, audit.KindRequestIDReuse,
+	} {
+		m.Finding(&audit.Finding{Kind: k, Severity: k.Severity(), Server: "thegram", Time: t0})
+	}
+	// A finding without severity takes its kind's; an unknown kind is "other".
+	m.Finding(&audit.Finding{Kind: audit.KindIntegrityFailure, Server: "thegram"})
+	m.Finding(&audit.Finding{Kind: "new_kind", Server: "thegram"})
+
+	compare(t, reg, `
+# HELP mcpaudit_findings_total Findings by kind and severity.
+# TYPE mcpaudit_findings_total counter
+mcpaudit_findings_total{kind="double_applied_write",server="declared",severity="critical"} 0
+mcpaudit_findings_total{kind="duplicate_create",server="declared",severity="critical"} 0
+mcpaudit_findings_total{kind="integrity_failure",server="declared",severity="critical"} 0
+mcpaudit_findings_total{kind="premature_retry",server="declared",severity="info"} 0
+mcpaudit_findings_total{kind="request_id_reuse",server="declared",severity="warning"} 0
+mcpaudit_findings_total{kind="unsafe_retry",server="declared",severity="warning"} 0
+mcpaudit_findings_total{kind="unverified_write",server="declared",severity="warning"} 0
+mcpaudit_findings_total{kind="wasted_retry",server="declared",severity="info"} 0
+mcpaudit_findings_total{kind="double_applied_write",server="thegram",severity="critical"} 2
+mcpaudit_findings_total{kind="duplicate_create",server="thegram",severity="critical"} 1
+mcpaudit_findings_total{kind="integrity_failure",server="thegram",severity="critical"} 2
+mcpaudit_findings_total{kind="other",server="thegram",severity="info"} 1
+mcpaudit_findings_total{kind="premature_retry",server="thegram",severity="info"} 1
+mcpaudit_findings_total{kind="request_id_reuse",server="thegram",severity="warning"} 1
+mcpaudit_findings_total{kind="unsafe_retry",server="thegram",severity="warning"} 1
+mcpaudit_findings_total{kind="unverified_write",server="thegram",severity="warning"} 1
+mcpaudit_findings_total{kind="wasted_retry",server="thegram",severity="info"} 1
+`, metrics.FindingsTotal)
+}
+
+func TestMetrics_Ingest(t *testing.T) {
+	m, reg := newMetrics(t, metrics.Options{})
+	m.IngestAccepted(metrics.SourceOTLPHTTP, 10)
+	m.IngestAccepted(metrics.SourceOTLPHTTP, 0) // nothing, and no panic
+	m.IngestDuplicate(metrics.SourceOTLPHTTP, 2)
+	m.IngestRejected(metrics.SourceOTLPHTTP, metrics.RejectBadSpan, 3)
+	m.IngestRejected(metrics.SourceOTLPHTTP, "made_up", 1)
+	m.IngestAccepted("made_up", 1)
+	compare(t, reg, `
+# HELP mcpaudit_ingest_records_total Ingested records (call records or spans) by source and result.
+# TYPE mcpaudit_ingest_records_total counter
+mcpaudit_ingest_records_total{result="accepted",source="otlp_http"} 10
+mcpaudit_ingest_records_total{result="duplicate",source="otlp_http"} 2
+mcpaudit_ingest_records_total{result="rejected",source="otlp_http"} 4
+mcpaudit_ingest_records_total{result="accepted",source="other"} 1
+mcpaudit_ingest_records_total{result="duplicate",source="other"} 0
+mcpaudit_ingest_records_total{result="rejected",source="other"} 0
+# HELP mcpaudit_ingest_rejected_total Rejected records by source and reason.
+# TYPE mcpaudit_ingest_rejected_total counter
+mcpaudit_ingest_rejected_total{reason="bad_span",source="otlp_http"} 3
+mcpaudit_ingest_rejected_total{reason="decode_error",source="otlp_http"} 0
+mcpaudit_ingest_rejected_total{reason="invalid_json",source="otlp_http"} 0
+mcpaudit_ingest_rejected_total{reason="missing_field",source="otlp_http"} 0
+mcpaudit_ingest_rejected_total{reason="other",source="otlp_http"} 1
+mcpaudit_ingest_rejected_total{reason="queue_full",source="otlp_http"} 0
+mcpaudit_ingest_rejected_total{reason="too_large",source="otlp_http"} 0
+mcpaudit_ingest_rejected_total{reason="bad_span",source="other"} 0
+mcpaudit_ingest_rejected_total{reason="decode_error",source="other"} 0
+mcpaudit_ingest_rejected_total{reason="invalid_json",source="other"} 0
+mcpaudit_ingest_rejected_total{reason="missing_field",source="other"} 0
+mcpaudit_ingest_rejected_total{reason="queue_full",source="other"} 0
+mcpaudit_ingest_rejected_total{reason="too_large",source="other"} 0
+`, metrics.IngestRecordsTotal, metrics.IngestRejectedTotal)
+}
+
+func TestMetrics_StoreCommit(t *testing.T) {
+	m, reg := newMetrics(t, metrics.Options{})
+	m.ObserveStoreCommit(3 * time.Millisecond)
+	if got := testutil.CollectAndCount(reg, metrics.StoreCommitSeconds); got != 1 {
+		t.Fatalf("store commit series = %d, want 1", got)
+	}
+}
+
+func TestNew_DuplicateRegistration(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	if _, err := metrics.New(reg, metrics.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := metrics.New(reg, metrics.Options{}); err == nil {
+		t.Fatal("second New on one registry: want an error")
+	}
+	if _, err := metrics.New(nil, metrics.Options{}); err == nil {
+		t.Fatal("New(nil): want an error")
+	}
+}
+
+func TestWriteFile(t *testing.T) {
+	reg := metrics.NewRegistry()
+	m, err := metrics.New(reg, metrics.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Finding(&audit.Finding{Kind: audit.KindIntegrityFailure, Severity: audit.SeverityCritical, Server: "thegram"})
+	path := filepath.Join(t.TempDir(), "metrics.prom")
+	if err := metrics.WriteFile(path, reg); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`mcpaudit_findings_total{kind="integrity_failure",server="thegram",severity="critical"} 1`,
+		"go_goroutines ",
+		"process_cpu_seconds_total ",
+	} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("metrics file lacks %q", want)
+		}
+	}
+	var sb strings.Builder
+	if err := metrics.WriteText(&sb, reg); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(sb.String(), "# TYPE mcpaudit_findings_total counter") {
+		t.Error("WriteText lacks the findings family")
+	}
+	if err := metrics.WriteFile(filepath.Join(t.TempDir(), "no", "such", "dir"), reg); err == nil {
+		t.Error("WriteFile into a missing directory: want an error")
+	}
+}
+
+func TestFamilies(t *testing.T) {
+	m, reg := newMetrics(t, metrics.Options{Servers: []string{"s"}})
+	m.Call(call("s", "t", audit.OutcomeToolError, time.Second, &audit.Failure{Code: "E_CORE", Action: audit.ActionEscalate}))
+	write(m, "t", time.Second, audit.StatePending, audit.StateDurable)
+	m.IngestRejected(metrics.SourceFile, metrics.RejectInvalidJSON, 1)
+	m.ObserveStoreCommit(time.Millisecond)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, mf := range mfs {
+		got[mf.GetName()] = strings.ToLower(mf.GetType().String())
+	}
+	for _, f := range metrics.Families {
+		if got[f.Name] != f.Type {
+			t.Errorf("family %s: type %q gathered, %q declared", f.Name, got[f.Name], f.Type)
+		}
+		delete(got, f.Name)
+	}
+	if len(got) > 0 {
+		t.Errorf("families gathered but not declared: %v", got)
+	}
+}

@@ -1,0 +1,254 @@
+package metrics
+
+import (
+	"slices"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+)
+
+// Metric names. The rules and dashboards packages build every query from
+// these, so a rename fails to compile there.
+const (
+	// ToolCallsTotal counts tools/call exchanges by server, tool and outcome.
+	ToolCallsTotal = "mcpaudit_tool_calls_total"
+	// ToolCallDurationSeconds is the latency of tools/call exchanges that have one.
+	ToolCallDurationSeconds = "mcpaudit_tool_call_duration_seconds"
+	// CallFailuresTotal counts failed or uncertain calls and provider calls by
+	// code and retry action.
+	CallFailuresTotal = "mcpaudit_call_failures_total"
+	// WritesTotal counts write attempts that reached a terminal state.
+	WritesTotal = "mcpaudit_writes_total"
+	// WritesPending is the number of write attempts inside their verification window.
+	WritesPending = "mcpaudit_writes_pending"
+	// WriteVerificationSeconds is the event time from a pending write to the
+	// proof that made it durable or resolved.
+	WriteVerificationSeconds = "mcpaudit_write_verification_seconds"
+	// FindingsTotal counts findings by server, kind and severity.
+	FindingsTotal = "mcpaudit_findings_total"
+	// IngestRecordsTotal counts received records (call records or spans) by
+	// source and result.
+	IngestRecordsTotal = "mcpaudit_ingest_records_total"
+	// IngestRejectedTotal counts rejected records by source and reason.
+	IngestRejectedTotal = "mcpaudit_ingest_rejected_total"
+	// StoreCommitSeconds is the latency of one commit to the embedded store.
+	// The serve command observes it through ObserveStoreCommit; analyze does not.
+	StoreCommitSeconds = "mcpaudit_store_commit_seconds"
+)
+
+// Label names.
+const (
+	LabelServer      = "server"
+	LabelTool        = "tool"
+	LabelOutcome     = "outcome"
+	LabelCode        = "code"
+	LabelRetryAction = "retry_action"
+	LabelState       = "state"
+	LabelKind        = "kind"
+	LabelSeverity    = "severity"
+	LabelSource      = "source"
+	LabelResult      = "result"
+	LabelReason      = "reason"
+)
+
+// Other replaces a label value outside its bounded set: an unknown tool or
+// code, or a tool past the per-server cap.
+const Other = "other"
+
+// Source says where ingested records came from.
+type Source string
+
+// Ingest sources. Any other value is counted as Other.
+const (
+	SourceCallsHTTP Source = "calls_http" // call records POSTed over HTTP
+	SourceOTLPHTTP  Source = "otlp_http"  // OTLP spans over HTTP
+	SourceOTLPGRPC  Source = "otlp_grpc"  // OTLP spans over gRPC
+	SourceFile      Source = "file"       // capture files read by analyze or replay
+)
+
+// Sources lists every ingest source.
+var Sources = []Source{SourceCallsHTTP, SourceOTLPHTTP, SourceOTLPGRPC, SourceFile}
+
+// RejectReason says why an ingested record was refused.
+type RejectReason string
+
+// Reject reasons. Any other value is counted as Other.
+const (
+	RejectInvalidJSON  RejectReason = "invalid_json"  // not JSON, or not the expected shape
+	RejectMissingField RejectReason = "missing_field" // a required field is absent
+	RejectBadSpan      RejectReason = "bad_span"      // a span that is not an MCP tool call we can use
+	RejectTooLarge     RejectReason = "too_large"     // over the size limit
+	RejectQueueFull    RejectReason = "queue_full"    // back-pressure: the pipeline is full
+	RejectDecodeError  RejectReason = "decode_error"  // protobuf or compression error
+)
+
+// RejectReasons lists every reject reason.
+var RejectReasons = []RejectReason{
+	RejectInvalidJSON, RejectMissingField, RejectBadSpan, RejectTooLarge, RejectQueueFull, RejectDecodeError,
+}
+
+// Ingest results.
+const (
+	ResultAccepted  = "accepted"  // handed to the pipeline
+	ResultRejected  = "rejected"  // refused; see IngestRejectedTotal for the reason
+	ResultDuplicate = "duplicate" // an exchange already seen (same stable id), dropped
+)
+
+// Results lists every ingest result.
+var Results = []string{ResultAccepted, ResultRejected, ResultDuplicate}
+
+// Buckets of the histograms.
+var (
+	// DurationBuckets are the buckets the MCP semantic conventions advise for
+	// mcp.server.operation.duration and mcp.client.operation.duration.
+	DurationBuckets = []float64{0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60, 120, 300}
+	// VerificationBuckets span a write's verification window (5 minutes by
+	// default) with room for longer configured windows.
+	VerificationBuckets = []float64{0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600}
+	// StoreCommitBuckets cover a local embedded-store commit.
+	StoreCommitBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}
+)
+
+// Family describes one metric family: docs/metrics.md, the rules and the
+// dashboards tests check themselves against this list.
+type Family struct {
+	Name   string
+	Type   string // counter, gauge or histogram
+	Help   string
+	Labels []string
+}
+
+// Families lists every metric this package exports.
+var Families = []Family{
+	{ToolCallsTotal, "counter", "MCP tools/call exchanges by outcome.",
+		[]string{LabelServer, LabelTool, LabelOutcome}},
+	{ToolCallDurationSeconds, "histogram", "Duration of MCP tools/call exchanges.",
+		[]string{LabelServer, LabelTool}},
+	{CallFailuresTotal, "counter", "Failed or uncertain calls and provider calls by error code and retry action.",
+		[]string{LabelServer, LabelTool, LabelCode, LabelRetryAction}},
+	{WritesTotal, "counter", "Write attempts that reached a terminal state.",
+		[]string{LabelServer, LabelTool, LabelState}},
+	{WritesPending, "gauge", "Write attempts inside their verification window.",
+		[]string{LabelServer}},
+	{WriteVerificationSeconds, "histogram", "Event time from a pending write to the proof that made it durable or resolved.",
+		[]string{LabelServer}},
+	{FindingsTotal, "counter", "Findings by kind and severity.",
+		[]string{LabelServer, LabelKind, LabelSeverity}},
+	{IngestRecordsTotal, "counter", "Ingested records (call records or spans) by source and result.",
+		[]string{LabelSource, LabelResult}},
+	{IngestRejectedTotal, "counter", "Rejected records by source and reason.",
+		[]string{LabelSource, LabelReason}},
+	{StoreCommitSeconds, "histogram", "Duration of commits to the embedded store.",
+		nil},
+}
+
+// family returns the entry of Families named name; it panics on a typo, which
+// the package tests catch.
+func family(name string) Family {
+	i := slices.IndexFunc(Families, func(f Family) bool { return f.Name == name })
+	if i < 0 {
+		panic("metrics: no family " + name)
+	}
+	return Families[i]
+}
+
+// SeriesNames returns every series name the exported families produce: the
+// counter and gauge names, and each histogram's _bucket, _sum and _count.
+func SeriesNames() []string {
+	var names []string
+	for _, f := range Families {
+		if f.Type == "histogram" {
+			names = append(names, f.Name+"_bucket", f.Name+"_sum", f.Name+"_count")
+			continue
+		}
+		names = append(names, f.Name)
+	}
+	return names
+}
+
+// KnownCodes are the error codes and situations of findings.md §1 and the
+// JSON-RPC error codes: the default set of code label values.
+var KnownCodes = []string{
+	// fix_input
+	"E_ARGUMENT", "E_PATH", "E_REQUEST_ID", "E_CAS_REQUIRED", "E_REQUEST_REUSE", "E_UNKNOWN_TOOL",
+	"E_TIME_NOT_RECORDED", "invalid_write_basis",
+	// refresh_and_retry
+	"STALE_READ", "STALE_CURSOR", "E_CURSOR",
+	// reread_and_rebase
+	"STALE_REVISION", "STORAGE_CONFLICT", "stale_live_revision",
+	// replay_same_request
+	"COMMIT_UNKNOWN",
+	// verify_then_decide
+	"E_STORAGE", "E_TIMEOUT", "in_flight_unknown",
+	// wait_then_retry
+	"E_CORE_UNAVAILABLE", "E_APP_NOT_RUNNING",
+	// reauthorize
+	"PROVIDER_AUTH_REQUIRED", "E_READ_ONLY",
+	// split_work
+	"E_CONTEXT_BUDGET", "E_TOO_MANY_DOCUMENTS", "document_size_limit",
+	// escalate
+	"E_INTEGRITY", "E_MIGRATION", "E_CORE", "E_INTERNAL", "journal_corrupt",
+	// no response
+	"timeout", "connection_reset", "canceled", "no_response",
+	// JSON-RPC
+	"-32700", "-32600", "-32601", "-32602", "-32603",
+}
+
+// DefaultKnownCode reports whether code is one of KnownCodes.
+func DefaultKnownCode(code string) bool { return slices.Contains(KnownCodes, code) }
+
+// outcomeLabel bounds an outcome to the four of audit.
+func outcomeLabel(o audit.Outcome) string {
+	switch o {
+	case audit.OutcomeOK, audit.OutcomeToolError, audit.OutcomeProtocolError, audit.OutcomeNoResponse:
+		return string(o)
+	}
+	return Other
+}
+
+// actionLabel bounds a retry action; an empty or unknown one is "unknown",
+// as findings.md §1 counts unmatched failures.
+func actionLabel(a audit.RetryAction) string {
+	if slices.Contains(audit.RetryActions, a) {
+		return string(a)
+	}
+	return string(audit.ActionUnknown)
+}
+
+// kindLabel bounds a finding kind.
+func kindLabel(k audit.Kind) string {
+	if slices.Contains(audit.Kinds, k) {
+		return string(k)
+	}
+	return Other
+}
+
+// severityLabel returns the finding's severity, or its kind's when the
+// finding carries none that is known.
+func severityLabel(f *audit.Finding) string {
+	if f.Severity.Rank() > 0 {
+		return string(f.Severity)
+	}
+	if slices.Contains(audit.Kinds, f.Kind) {
+		return string(f.Kind.Severity())
+	}
+	return string(audit.SeverityInfo)
+}
+
+// terminalStates are the states counted in WritesTotal.
+var terminalStates = []audit.WriteState{
+	audit.StateDurable, audit.StateResolved, audit.StateRejected, audit.StateUnverified, audit.StateDoubleApplied,
+}
+
+func sourceLabel(s Source) string {
+	if slices.Contains(Sources, s) {
+		return string(s)
+	}
+	return Other
+}
+
+func reasonLabel(r RejectReason) string {
+	if slices.Contains(RejectReasons, r) {
+		return string(r)
+	}
+	return Other
+}
