@@ -1,0 +1,128 @@
+// Package canon renders JSON values canonically (sorted object keys, no
+// insignificant white space) so that two encodings of one value compare
+// equal, and hashes them into short intent fingerprints.
+package canon
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"slices"
+	"strconv"
+
+	"github.com/valyala/fastjson"
+)
+
+// Append appends the canonical JSON of v to dst. A nil v appends null.
+// Object keys are sorted bytewise; a key repeated in one object keeps its
+// last value, as most decoders do. Numbers keep their text. Strings are
+// re-quoted so that equal strings get equal bytes whatever escaping the
+// source used.
+func Append(dst []byte, v *fastjson.Value) []byte {
+	if v == nil {
+		return append(dst, "null"...)
+	}
+	switch v.Type() {
+	case fastjson.TypeObject:
+		o, _ := v.Object()
+		type kv struct {
+			k string
+			v *fastjson.Value
+		}
+		kvs := make([]kv, 0, o.Len())
+		o.Visit(func(k []byte, v *fastjson.Value) {
+			for i := range kvs {
+				if kvs[i].k == string(k) {
+					kvs[i].v = v
+					return
+				}
+			}
+			kvs = append(kvs, kv{string(k), v})
+		})
+		slices.SortFunc(kvs, func(a, b kv) int {
+			switch {
+			case a.k < b.k:
+				return -1
+			case a.k > b.k:
+				return 1
+			}
+			return 0
+		})
+		dst = append(dst, '{')
+		for i, e := range kvs {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = strconv.AppendQuote(dst, e.k)
+			dst = append(dst, ':')
+			dst = Append(dst, e.v)
+		}
+		return append(dst, '}')
+	case fastjson.TypeArray:
+		a, _ := v.Array()
+		dst = append(dst, '[')
+		for i, e := range a {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = Append(dst, e)
+		}
+		return append(dst, ']')
+	case fastjson.TypeString:
+		s, _ := v.StringBytes()
+		return strconv.AppendQuote(dst, string(s))
+	default:
+		return v.MarshalTo(dst)
+	}
+}
+
+// Bytes parses raw JSON and returns its canonical form. Invalid or empty
+// input is returned unchanged, so that it still compares byte for byte.
+func Bytes(raw []byte) []byte {
+	if len(raw) == 0 {
+		return nil
+	}
+	var p fastjson.Parser
+	v, err := p.ParseBytes(raw)
+	if err != nil {
+		return raw
+	}
+	return Append(nil, v)
+}
+
+// Hash returns a short hex fingerprint of the given parts, each length-
+// prefixed so that no two part lists share a fingerprint by concatenation.
+func Hash(parts ...[]byte) string {
+	h := sha256.New()
+	var n [8]byte
+	for _, p := range parts {
+		l := len(p)
+		for i := range n {
+			n[i] = byte(l >> (8 * i))
+		}
+		h.Write(n[:])
+		h.Write(p)
+	}
+	var sum [sha256.Size]byte
+	return hex.EncodeToString(h.Sum(sum[:0])[:12])
+}
+
+// CollapseSpace replaces every run of white space (outside nothing: the
+// input is treated as plain text) by one space and trims both ends. It is
+// how Oddlynew run code is compared: formatting must not change an intent.
+func CollapseSpace(s string) string {
+	out := make([]byte, 0, len(s))
+	space := false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v' {
+			space = true
+			continue
+		}
+		if space && len(out) > 0 {
+			out = append(out, ' ')
+		}
+		space = false
+		out = append(out, c)
+	}
+	return string(out)
+}

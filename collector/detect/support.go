@@ -1,0 +1,206 @@
+package detect
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/collector/canon"
+)
+
+var sprintf = fmt.Sprintf
+
+// hhmmss renders an event time for summaries.
+func hhmmss(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000Z") }
+
+func keyPhrase(k string) string {
+	if k == "" {
+		return "no idempotency key"
+	}
+	return "key " + k
+}
+
+// bufCall is a call waiting in the reorder buffer.
+type bufCall struct {
+	c   *audit.Call
+	seq uint64
+}
+
+// callHeap orders buffered calls by event time, then by arrival.
+type callHeap []bufCall
+
+func (h callHeap) Len() int { return len(h) }
+func (h callHeap) Less(i, j int) bool {
+	if !h[i].c.Time.Equal(h[j].c.Time) {
+		return h[i].c.Time.Before(h[j].c.Time)
+	}
+	return h[i].seq < h[j].seq
+}
+func (h callHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *callHeap) Push(x any)   { *h = append(*h, x.(bufCall)) }
+func (h *callHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	old[len(old)-1] = bufCall{}
+	*h = old[:len(old)-1]
+	return x
+}
+
+// writeHeap orders pending writes by the end of their verification window.
+type writeHeap []*writeRec
+
+func (h writeHeap) Len() int           { return len(h) }
+func (h writeHeap) Less(i, j int) bool { return h[i].deadline.Before(h[j].deadline) }
+func (h writeHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *writeHeap) Push(x any) {
+	w := x.(*writeRec)
+	w.index = len(*h)
+	*h = append(*h, w)
+}
+func (h *writeHeap) Pop() any {
+	old := *h
+	w := old[len(old)-1]
+	old[len(old)-1] = nil
+	w.index = -1
+	*h = old[:len(old)-1]
+	return w
+}
+
+// dedupe recognizes a second observation of one exchange: the same
+// (server, session, JSON-RPC id, request) within one second, or the same
+// (trace_id, span_id).
+type dedupe struct {
+	byReq  map[string][]*seenCall
+	bySpan map[string]*seenCall
+}
+
+type seenCall struct {
+	c         *audit.Call
+	processed bool
+}
+
+func newDedupe() dedupe {
+	return dedupe{byReq: map[string][]*seenCall{}, bySpan: map[string]*seenCall{}}
+}
+
+func reqKey(c *audit.Call) string {
+	return c.Server + "\x00" + c.Session + "\x00" + c.RPCID + "\x00" + canon.Hash([]byte(c.Tool), canon.Bytes(c.Arguments))
+}
+
+// seen reports whether c duplicates a call already taken. When the first
+// observation saw no response and this one did, and the first is still
+// waiting in the reorder buffer, the response is taken from this one.
+func (d *dedupe) seen(c *audit.Call, _ time.Duration) bool {
+	var dup *seenCall
+	if c.TraceID != "" && c.SpanID != "" {
+		dup = d.bySpan[c.TraceID+c.SpanID]
+	}
+	rk := reqKey(c)
+	if dup == nil {
+		for _, s := range d.byReq[rk] {
+			dt := c.Time.Sub(s.c.Time)
+			if dt < 0 {
+				dt = -dt
+			}
+			if dt <= time.Second {
+				dup = s
+				break
+			}
+		}
+	}
+	if dup != nil {
+		if !dup.processed && !dup.c.Responded && c.Responded {
+			first := dup.c
+			first.Responded, first.Result, first.Error, first.TransportError = true, c.Result, c.Error, ""
+			if c.Duration > 0 {
+				first.Duration = c.Duration
+			}
+		}
+		return true
+	}
+	s := &seenCall{c: c}
+	d.byReq[rk] = append(d.byReq[rk], s)
+	if c.TraceID != "" && c.SpanID != "" {
+		d.bySpan[c.TraceID+c.SpanID] = s
+	}
+	return false
+}
+
+func (d *dedupe) processed(c *audit.Call) {
+	for _, s := range d.byReq[reqKey(c)] {
+		if s.c == c {
+			s.processed = true
+		}
+	}
+}
+
+// sweep forgets observations older than horizon.
+func (d *dedupe) sweep(horizon time.Time) {
+	for k, ss := range d.byReq {
+		kept := ss[:0]
+		for _, s := range ss {
+			if !s.c.Time.Before(horizon) {
+				kept = append(kept, s)
+			}
+		}
+		if len(kept) == 0 {
+			delete(d.byReq, k)
+		} else {
+			d.byReq[k] = kept
+		}
+	}
+	for k, s := range d.bySpan {
+		if s.c.Time.Before(horizon) {
+			delete(d.bySpan, k)
+		}
+	}
+}
+
+// Stats counts what the detector processed, for summaries.
+type Stats struct {
+	Calls      int64
+	Outcomes   map[audit.Outcome]int64
+	Writes     map[audit.WriteState]int64 // current state of every write
+	Failures   map[audit.RetryAction]map[string]int64
+	Findings   map[audit.Kind]int64
+	Duplicates int64
+	Late       int64
+}
+
+func newStats() Stats {
+	return Stats{
+		Outcomes: map[audit.Outcome]int64{},
+		Writes:   map[audit.WriteState]int64{},
+		Failures: map[audit.RetryAction]map[string]int64{},
+		Findings: map[audit.Kind]int64{},
+	}
+}
+
+func (s *Stats) call(r *audit.CallReport) {
+	s.Calls++
+	s.Outcomes[r.Outcome]++
+	add := func(f *audit.Failure) {
+		m := s.Failures[f.Action]
+		if m == nil {
+			m = map[string]int64{}
+			s.Failures[f.Action] = m
+		}
+		m[f.Code]++
+	}
+	if r.Failure != nil {
+		add(r.Failure)
+	}
+	for i := range r.OpFailures {
+		add(&r.OpFailures[i])
+	}
+}
+
+func (s *Stats) write(state, prev audit.WriteState) {
+	if prev != "" {
+		s.Writes[prev]--
+	}
+	s.Writes[state]++
+}

@@ -1,0 +1,425 @@
+package dialect
+
+import (
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/collector/canon"
+	"github.com/mcpaudit/mcpaudit/collector/classify"
+	"github.com/valyala/fastjson"
+)
+
+// Oddlynew provider calls that write. planDocumentCopy is tracked apart: it
+// writes nothing to the destination.
+const (
+	toolCreate   = "documents.createDocument"
+	toolEdit     = "documents.editDocument"
+	toolSettings = "documents.patchSettings"
+	toolEnvelope = "documents.patchDocumentEnvelope"
+	toolArchive  = "documents.archiveDocument"
+	toolRestore  = "documents.restoreDocument"
+	toolRepair   = "documents.repairDocumentJournal"
+	toolPlan     = "organizations.planDocumentCopy"
+	toolApply    = "organizations.applyDocumentCopy"
+	toolGet      = "documents.getDocument"
+	toolReceipt  = "organizations.getDocumentCopyReceipt"
+)
+
+// Ledger outcomes of a provider call.
+const (
+	outcomeSucceeded = "succeeded"
+	outcomeHandled   = "failed_but_handled"
+	outcomeInFlight  = "in_flight_unknown"
+)
+
+func oddlynewKind(tool string) audit.OpKind {
+	switch tool {
+	case toolCreate, toolEdit, toolSettings, toolEnvelope, toolArchive, toolRestore, toolRepair, toolApply:
+		return audit.OpWrite
+	case toolPlan:
+		return audit.OpCopyPlan
+	}
+	return audit.OpRead
+}
+
+// providerCall is one ledger entry before it becomes an Op.
+type providerCall struct {
+	seq     int
+	tool    string
+	outcome string
+	value   *fastjson.Value
+	code    *codeCall
+}
+
+func (r *Reader) oddlynew(c *audit.Call) Analysis {
+	a := Analysis{Dialect: Oddlynew, Known: KnownTool(Oddlynew, c.Tool)}
+	args := parse(&r.p.args, c.Arguments)
+	res := parse(&r.p.result, c.Result)
+	sc := res.Get("structuredContent")
+	isError := res.GetBool("isError")
+	a.Outcome = outcome(c, isError)
+
+	code := str(args, "code")
+	calls := extractCalls(code)
+	hasWrite := false
+	for _, cc := range calls {
+		if oddlynewKind(cc.Tool) == audit.OpWrite {
+			hasWrite = true
+		}
+	}
+
+	switch {
+	case !c.Responded:
+		action := audit.ActionWaitThenRetry
+		if hasWrite {
+			action = audit.ActionVerifyThenDecide
+		}
+		a.Failure = &audit.Failure{Code: classify.Transport(c.TransportError), Action: action, Message: c.TransportError}
+	case c.Error != nil:
+		a.Failure = r.rpcFailure(c)
+	case isError:
+		msg := runError(sc, res)
+		rc := classify.Oddlynew(msg)
+		a.Failure = &audit.Failure{Code: rc, Action: classify.Action(rc), Message: msg}
+	}
+	if c.Tool != "run" {
+		return a
+	}
+
+	pcs := ledger(sc, calls)
+	if pcs == nil {
+		// No ledger: the run never answered, was refused before it ran, or
+		// its envelope was not recorded. The code says what it would call.
+		out := outcomeSucceeded
+		if a.Failure != nil {
+			out = outcomeHandled
+			if classify.Uncertain(a.Failure.Code) {
+				out = outcomeInFlight
+			}
+		}
+		for i := range calls {
+			pcs = append(pcs, providerCall{seq: i + 1, tool: calls[i].Tool, outcome: out, code: &calls[i]})
+		}
+		if len(pcs) == 1 && a.Failure == nil {
+			pcs[0].value = sc.Get("result")
+		}
+	} else if sc.Get("outcomes") == nil {
+		assignResult(pcs, sc.Get("result"))
+	}
+
+	collapsed := canon.CollapseSpace(stripWriteBasis(code))
+	// The run's failure belongs to the call that failed last; a timeout
+	// belongs to the run and leaves each call its own outcome.
+	failedAt := -1
+	if a.Failure != nil && !classify.Uncertain(a.Failure.Code) {
+		for i := range pcs {
+			if pcs[i].outcome == outcomeHandled {
+				failedAt = i
+			}
+		}
+	}
+	for i := range pcs {
+		op := r.oddlynewOp(&pcs[i], collapsed)
+		switch pcs[i].outcome {
+		case outcomeSucceeded:
+			op.Status = audit.OpSucceeded
+			r.readValue(&op, pcs[i].value)
+		case outcomeInFlight:
+			op.Status = audit.OpUncertain
+			reason := audit.ReasonInFlightUnknown
+			fcode := classify.CodeInFlightUnknown
+			if a.Failure != nil && !c.Responded || a.Failure != nil && a.Failure.Code == classify.CodeExecutorTimedOut {
+				reason, fcode = audit.ReasonNoResponse, a.Failure.Code
+			}
+			action := audit.ActionVerifyThenDecide
+			if op.KeyProtected && op.Key != "" {
+				action = audit.ActionReplaySameRequest
+			}
+			op.Failure = &audit.Failure{Code: fcode, Action: action}
+			if op.Kind == audit.OpWrite {
+				op.Reason = reason
+			}
+		default:
+			op.Status = audit.OpFailed
+			if i == failedAt || failedAt < 0 && a.Failure != nil && len(pcs) == 1 {
+				op.Failure = a.Failure
+			} else {
+				op.Failure = &audit.Failure{Code: "failed_but_handled", Action: audit.ActionUnknown}
+			}
+		}
+		a.Ops = append(a.Ops, op)
+	}
+	return a
+}
+
+// runError returns the public error message of a failed run.
+func runError(sc, res *fastjson.Value) string {
+	if e := sc.Get("error"); e != nil {
+		if e.Type() == fastjson.TypeString {
+			return string(e.GetStringBytes())
+		}
+		if m := str(e, "message"); m != "" {
+			return m
+		}
+	}
+	for _, c := range res.GetArray("content") {
+		if t := str(c, "text"); t != "" {
+			return t
+		}
+	}
+	return ""
+}
+
+// ledger returns the provider calls a run reported: outcomes (failed runs,
+// with values, write-capable calls first, so sorted back by seq), else the
+// calls ledger. It matches each to the code call of the same tool in text
+// order. It returns nil when the run reported neither.
+func ledger(sc *fastjson.Value, calls []codeCall) []providerCall {
+	var pcs []providerCall
+	if outs := sc.GetArray("outcomes"); outs != nil {
+		for i, o := range outs {
+			seq := o.GetInt("seq")
+			if seq == 0 {
+				seq = i + 1
+			}
+			pc := providerCall{seq: seq, tool: str(o, "tool"), outcome: str(o, "outcome")}
+			if !o.GetBool("omitted") {
+				pc.value = o.Get("value")
+			}
+			pcs = append(pcs, pc)
+		}
+		sort.SliceStable(pcs, func(i, j int) bool { return pcs[i].seq < pcs[j].seq })
+	} else if rows := sc.GetArray("calls"); rows != nil {
+		for _, row := range rows {
+			n := row.GetInt("count")
+			if n < 1 {
+				n = 1
+			}
+			for k := 0; k < n; k++ {
+				pcs = append(pcs, providerCall{seq: len(pcs) + 1, tool: str(row, "tool"), outcome: str(row, "outcome")})
+			}
+		}
+	} else {
+		return nil
+	}
+	used := map[string]int{}
+	for i := range pcs {
+		var last *codeCall
+		n := used[pcs[i].tool]
+		for j, k := 0, 0; j < len(calls); j++ {
+			if calls[j].Tool != pcs[i].tool {
+				continue
+			}
+			last = &calls[j]
+			if k == n {
+				break
+			}
+			k++
+		}
+		used[pcs[i].tool]++
+		pcs[i].code = last
+	}
+	if pcs == nil {
+		pcs = []providerCall{}
+	}
+	return pcs
+}
+
+// assignResult gives the run's return value to the provider call it came
+// from: the last call whose document, operation or copy it names, else the
+// last call of the run. Arrays and objects of such values are split.
+func assignResult(pcs []providerCall, result *fastjson.Value) {
+	if result == nil || len(pcs) == 0 {
+		return
+	}
+	var cands []*fastjson.Value
+	switch result.Type() {
+	case fastjson.TypeArray:
+		for _, v := range result.GetArray() {
+			if v.Type() == fastjson.TypeObject {
+				cands = append(cands, v)
+			}
+		}
+	case fastjson.TypeObject:
+		if isProviderValue(result) {
+			cands = append(cands, result)
+		} else {
+			o, _ := result.Object()
+			o.Visit(func(_ []byte, v *fastjson.Value) {
+				if v.Type() == fastjson.TypeObject && isProviderValue(v) {
+					cands = append(cands, v)
+				}
+			})
+		}
+	}
+	taken := make([]bool, len(pcs))
+	for _, v := range cands {
+		best := -1
+		ids := []string{str(v, "documentId"), str(v, "operationId"), str(v, "copyId"), str(v, "creationId")}
+		for i := len(pcs) - 1; i >= 0 && best < 0; i-- {
+			if taken[i] || pcs[i].outcome != outcomeSucceeded || pcs[i].code == nil {
+				continue
+			}
+			lit := literals(pcs[i].code.Args)
+			for _, id := range ids {
+				if id != "" && (lit["documentId"] == id || lit["operationId"] == id || lit["copyId"] == id || lit["creationId"] == id) {
+					best = i
+					break
+				}
+			}
+		}
+		if best < 0 && len(cands) == 1 {
+			for i := len(pcs) - 1; i >= 0; i-- {
+				if !taken[i] && pcs[i].outcome == outcomeSucceeded {
+					best = i
+					break
+				}
+			}
+		}
+		if best >= 0 {
+			taken[best] = true
+			pcs[best].value = v
+		}
+	}
+}
+
+func isProviderValue(v *fastjson.Value) bool {
+	for _, k := range []string{"documentId", "writeConfirmed", "action", "state", "operationId", "copyId", "journalStatus", "saveState"} {
+		if v.Exists(k) {
+			return true
+		}
+	}
+	return false
+}
+
+// oddlynewOp builds an Op from a provider call: targets and keys come from
+// its structured value first, then from the literals of its code.
+func (r *Reader) oddlynewOp(pc *providerCall, collapsed string) Op {
+	op := Op{Seq: pc.seq, Tool: pc.tool, Kind: oddlynewKind(pc.tool)}
+	var lit map[string]string
+	argText := ""
+	if pc.code != nil {
+		lit = literals(pc.code.Args)
+		argText = pc.code.Args
+	}
+	pick := func(k string) string {
+		if s := str(pc.value, k); s != "" {
+			return s
+		}
+		return lit[k]
+	}
+	op.Target = pick("documentId")
+	switch pc.tool {
+	case toolCreate:
+		op.Key, op.KeyKind = pick("creationId"), "creationId"
+		op.KeyProtected = op.Key != ""
+		title, typ := lit["title"], lit["type"]
+		if title == "" && typ == "" {
+			title, typ = str(pc.value, "title"), str(pc.value, "type")
+		}
+		if title != "" || typ != "" {
+			op.Identity = canon.Hash([]byte(title), []byte(typ))
+		} else {
+			op.Identity = canon.Hash([]byte(canon.CollapseSpace(stripKey(argText, "creationId"))))
+		}
+		op.Binding = canon.Hash([]byte(pc.tool), []byte(canon.CollapseSpace(stripKey(argText, "creationId"))))
+		op.Intent = canon.Hash([]byte(pc.tool), []byte(op.Key), []byte(collapsed))
+	case toolPlan:
+		op.Key, op.KeyKind = pick("copyId"), "copyId"
+		op.Target = pick("sourceDocumentId")
+		op.Binding = canon.Hash([]byte(pc.tool), []byte(canon.CollapseSpace(stripKey(argText, "copyId"))))
+	case toolApply:
+		op.Key, op.KeyKind = pick("operationId"), "operationId"
+		op.KeyProtected = op.Key != ""
+		if d := str(pc.value, "destinationDocumentId"); d != "" {
+			op.Target = d
+		}
+	case toolReceipt:
+		op.Key, op.KeyKind = pick("operationId"), "operationId"
+		if op.Key == "" {
+			op.Key, op.KeyKind = pick("copyId"), "copyId"
+		}
+	case toolArchive, toolRestore:
+		op.Protected = true
+		op.Intent = canon.Hash([]byte(pc.tool), []byte(op.Target), []byte(collapsed))
+	case toolEdit, toolSettings, toolEnvelope, toolRepair:
+		op.Intent = canon.Hash([]byte(pc.tool), []byte(op.Target), []byte(collapsed))
+	}
+	return op
+}
+
+// readValue reads what a succeeded provider call returned.
+func (r *Reader) readValue(op *Op, v *fastjson.Value) {
+	if v == nil || v.Type() != fastjson.TypeObject {
+		return
+	}
+	op.Rev = v.GetInt64("revision")
+	op.SaveState = str(v, "saveState")
+	if str(v, "journalStatus") == "journal_corrupt" {
+		op.JournalCorrupt = true
+	}
+	switch op.Tool {
+	case toolCreate:
+		op.Action = str(v, "action")
+		op.DocumentID = str(v, "documentId")
+	case toolEdit, toolSettings, toolEnvelope, toolRepair:
+		if wc := v.Get("writeConfirmed"); wc == nil || wc.Type() != fastjson.TypeTrue {
+			op.Status = audit.OpUncertain
+			op.Reason = audit.ReasonNotWriteConfirmed
+			op.Failure = &audit.Failure{Code: "write_not_confirmed", Action: audit.ActionVerifyThenDecide}
+		}
+	case toolPlan, toolApply, toolReceipt:
+		r.readReceipt(op, v)
+	}
+	if op.Kind == audit.OpWrite && op.Status == audit.OpSucceeded && op.SaveState == "blocked" {
+		op.Pending, op.Reason = true, audit.ReasonSaveBlocked
+		code := classify.CodeSaveBlocked
+		if str(v, "saveBlockedReason") == "document_size_limit" {
+			code = classify.CodeDocumentSizeLimit
+		}
+		op.Failure = &audit.Failure{Code: code, Action: classify.Action(code), Message: str(v, "saveBlockedReason")}
+	}
+}
+
+// readReceipt reads a copy receipt: its state, next action and lease.
+func (r *Reader) readReceipt(op *Op, v *fastjson.Value) {
+	op.CopyState = str(v, "state")
+	op.NextAction = str(v, "nextAction")
+	if ra := str(v, "retryAfter"); ra != "" {
+		if t, err := time.Parse(time.RFC3339Nano, ra); err == nil {
+			op.RetryAfter = t.UTC()
+		}
+	}
+	var code string
+	switch {
+	case op.CopyState == "completed" || op.NextAction == "done":
+		return
+	case op.CopyState == "blocked":
+		code = classify.CodeCopyBlocked
+	case op.CopyState == "expired":
+		code = classify.CodeCopyExpired
+	case op.NextAction == "create_new_plan":
+		code = classify.CodeCopyCreateNewPlan
+	case op.NextAction == "retry_apply":
+		code = classify.CodeCopyRetryApply
+	case op.NextAction == "wait_then_retry_apply" || op.CopyState == "applying":
+		code = classify.CodeCopyWaitThenRetryApply
+	case op.CopyState == "failed":
+		code = classify.CodeCopyFailed
+	default:
+		return // ready, apply: nothing failed
+	}
+	var msgs []string
+	for _, b := range v.GetArray("blockers") {
+		if c := str(b, "code"); c != "" {
+			msgs = append(msgs, c)
+		}
+	}
+	op.Failure = &audit.Failure{Code: code, Action: classify.Action(code), Message: strings.Join(msgs, ",")}
+	if op.Tool == toolApply {
+		// The receipt is the durable record: the apply did not complete.
+		op.Status = audit.OpFailed
+	}
+}

@@ -1,0 +1,226 @@
+package dialect
+
+import (
+	"strings"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/collector/canon"
+	"github.com/mcpaudit/mcpaudit/collector/classify"
+	"github.com/valyala/fastjson"
+)
+
+// parsers holds reusable JSON parsers, one per document kept alive at once.
+type parsers struct {
+	args, result, data fastjson.Parser
+	buf                []byte
+}
+
+// parse returns the parsed value of raw, or nil when raw is empty or not
+// JSON (the capture layer already rejected invalid JSON).
+func parse(p *fastjson.Parser, raw []byte) *fastjson.Value {
+	if len(raw) == 0 {
+		return nil
+	}
+	v, err := p.ParseBytes(raw)
+	if err != nil {
+		return nil
+	}
+	return v
+}
+
+// str returns the string at keys, or "" when absent or not a string.
+func str(v *fastjson.Value, keys ...string) string {
+	if v == nil {
+		return ""
+	}
+	return string(v.GetStringBytes(keys...))
+}
+
+// rpcFailure classifies a JSON-RPC error response.
+func (r *Reader) rpcFailure(c *audit.Call) *audit.Failure {
+	dataCode := ""
+	if d := parse(&r.p.data, c.Error.Data); d != nil {
+		dataCode = str(d, "code")
+	}
+	code := classify.RPC(c.Error.Code, dataCode)
+	return &audit.Failure{Code: code, Action: classify.Action(code), Message: c.Error.Message}
+}
+
+func (r *Reader) thegram(c *audit.Call) Analysis {
+	a := Analysis{Dialect: Thegram, Known: KnownTool(Thegram, c.Tool)}
+	args := parse(&r.p.args, c.Arguments)
+	res := parse(&r.p.result, c.Result)
+	sc := res.Get("structuredContent")
+	isError := res.GetBool("isError")
+	a.Outcome = outcome(c, isError)
+
+	op := Op{Tool: c.Tool, Target: str(args, "path")}
+	switch c.Tool {
+	case "gram_patch":
+		op.Kind = audit.OpWrite
+		op.Key, op.KeyKind = str(args, "request_id"), "request_id"
+		op.KeyProtected = op.Key != ""
+		b := r.p.buf[:0]
+		b = append(b, "gram_patch\x00"...)
+		for _, k := range []string{"path", "operations", "effective_at", "context"} {
+			b = canon.Append(b, args.Get(k))
+			b = append(b, 0)
+		}
+		op.Intent = canon.Hash(b)
+		for _, k := range []string{"base_revision", "expected_hash"} {
+			b = canon.Append(b, args.Get(k))
+			b = append(b, 0)
+		}
+		op.Binding = canon.Hash(b)
+		r.p.buf = b
+		if br := args.Get("base_revision"); br != nil && br.Type() == fastjson.TypeNumber {
+			op.HasBaseRev, op.BaseRev = true, br.GetInt64()
+		}
+	case "gram_create":
+		op.Kind = audit.OpWrite
+		op.Protected = true
+	default:
+		if strings.HasPrefix(c.Tool, "gram_") || !a.Known {
+			op.Kind = audit.OpRead
+		}
+	}
+	if op.Target == "" {
+		op.Target = str(sc, "path")
+	}
+
+	switch {
+	case !c.Responded:
+		code := classify.Transport(c.TransportError)
+		action := audit.ActionWaitThenRetry
+		switch op.Kind {
+		case audit.OpWrite:
+			action = audit.ActionVerifyThenDecide
+			if c.Tool == "gram_patch" && op.KeyProtected {
+				action = audit.ActionReplaySameRequest
+			}
+		}
+		a.Failure = &audit.Failure{Code: code, Action: action, Message: c.TransportError}
+	case c.Error != nil:
+		a.Failure = r.rpcFailure(c)
+	case isError:
+		e := sc.Get("error")
+		code, msg := str(e, "code"), str(e, "message")
+		if code == "" {
+			code, msg = codeFromText(res)
+		}
+		code = classify.Thegram(code, msg)
+		a.Failure = &audit.Failure{Code: code, Action: classify.Action(code), Message: msg}
+	}
+
+	if a.Failure != nil {
+		op.Failure = a.Failure
+		if op.Kind == audit.OpWrite && classify.Uncertain(a.Failure.Code) {
+			op.Status = audit.OpUncertain
+			op.Reason = classify.Reason(a.Failure.Code)
+		} else {
+			op.Status = audit.OpFailed
+		}
+	} else {
+		op.Status = audit.OpSucceeded
+		op.Rev = sc.GetInt64("rev")
+		op.Sync = str(sc, "sync", "state")
+		op.Replayed = sc.GetBool("replayed")
+		if op.Kind == audit.OpWrite && op.Sync != "" && op.Sync != "synced" {
+			op.Pending, op.Reason = true, audit.ReasonSyncNotConfirmed
+		}
+	}
+	a.Ops = []Op{op}
+	return a
+}
+
+// codeFromText reads "CODE: message" from the first text content, for tool
+// errors that carry no structured content.
+func codeFromText(res *fastjson.Value) (code, msg string) {
+	for _, c := range res.GetArray("content") {
+		t := str(c, "text")
+		if t == "" {
+			continue
+		}
+		if i := strings.Index(t, ":"); i > 0 && isCode(t[:i]) {
+			return t[:i], strings.TrimSpace(t[i+1:])
+		}
+		return "", t
+	}
+	return "", ""
+}
+
+func isCode(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'A' && c <= 'Z' || c == '_' || c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return len(s) > 0
+}
+
+// generic reads a call of a server without a dialect: failures are
+// classified where a code is recognizable, and writes are recognized only
+// where configuration names the tool.
+func (r *Reader) generic(c *audit.Call, writes map[string]WriteTool) Analysis {
+	a := Analysis{Dialect: Generic}
+	args := parse(&r.p.args, c.Arguments)
+	res := parse(&r.p.result, c.Result)
+	isError := res.GetBool("isError")
+	a.Outcome = outcome(c, isError)
+	wt, isWrite := writes[c.Tool]
+	a.Known = isWrite
+	switch {
+	case !c.Responded:
+		action := audit.ActionUnknown
+		if isWrite {
+			action = audit.ActionVerifyThenDecide
+		}
+		a.Failure = &audit.Failure{Code: classify.Transport(c.TransportError), Action: action, Message: c.TransportError}
+	case c.Error != nil:
+		a.Failure = r.rpcFailure(c)
+	case isError:
+		e := res.Get("structuredContent", "error")
+		code, msg := str(e, "code"), str(e, "message")
+		if code == "" {
+			code, msg = codeFromText(res)
+		}
+		a.Failure = &audit.Failure{Code: code, Action: classify.Action(code), Message: msg}
+		if code == "" {
+			a.Failure.Code = "tool_error"
+		}
+	}
+	if !isWrite {
+		return a
+	}
+	op := Op{Tool: c.Tool, Kind: audit.OpWrite, Target: argString(args, wt.TargetArg)}
+	if wt.KeyArg != "" {
+		op.Key, op.KeyKind = argString(args, wt.KeyArg), wt.KeyArg
+		op.KeyProtected = op.Key != ""
+		b := canon.Append(r.p.buf[:0], args)
+		op.Binding = canon.Hash([]byte(c.Tool), b)
+		r.p.buf = b
+	}
+	switch {
+	case a.Failure == nil:
+		op.Status = audit.OpSucceeded
+	case classify.Uncertain(a.Failure.Code):
+		op.Status, op.Failure, op.Reason = audit.OpUncertain, a.Failure, classify.Reason(a.Failure.Code)
+	default:
+		op.Status, op.Failure = audit.OpFailed, a.Failure
+	}
+	a.Ops = []Op{op}
+	return a
+}
+
+// argString returns a top-level argument rendered as text.
+func argString(args *fastjson.Value, key string) string {
+	v := args.Get(key)
+	if v == nil {
+		return ""
+	}
+	if v.Type() == fastjson.TypeString {
+		return string(v.GetStringBytes())
+	}
+	return string(v.MarshalTo(nil))
+}

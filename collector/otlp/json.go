@@ -1,0 +1,31 @@
+package otlp
+
+import (
+	"fmt"
+
+	"github.com/valyala/fastjson"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+)
+
+func validJSON(b []byte) bool { return fastjson.ValidateBytes(b) == nil }
+
+// DecodeJSON decodes one OTLP JSON document (an ExportTraceServiceRequest
+// with resourceSpans) with pdata's unmarshaler.
+func DecodeJSON(b []byte) (ptrace.Traces, error) {
+	var u ptrace.JSONUnmarshaler
+	td, err := u.UnmarshalTraces(b)
+	if err != nil {
+		return ptrace.Traces{}, fmt.Errorf("cannot decode OTLP JSON: %w", err)
+	}
+	return td, nil
+}
+
+// DecodeProto decodes one OTLP protobuf ExportTraceServiceRequest.
+func DecodeProto(b []byte) (ptrace.Traces, error) {
+	var u ptrace.ProtoUnmarshaler
+	td, err := u.UnmarshalTraces(b)
+	if err != nil {
+		return ptrace.Traces{}, fmt.Errorf("cannot decode OTLP protobuf: %w", err)
+	}
+	return td, nil
+}
