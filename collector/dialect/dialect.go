@@ -4,6 +4,7 @@
 package dialect
 
 import (
+	"slices"
 	"strings"
 	"time"
 
@@ -188,4 +189,22 @@ func outcome(c *audit.Call, isError bool) audit.Outcome {
 		return audit.OutcomeToolError
 	}
 	return audit.OutcomeOK
+}
+
+// Record reads a call into what a store keeps of it; it needs no
+// correlation state, so ingest can do it before the call is acknowledged.
+func (r *Reader) Record(c *audit.Call) audit.CallRecord {
+	a := r.Analyze(c)
+	rec := audit.CallRecord{Call: c, Outcome: a.Outcome, Tool: "other", Failure: a.Failure}
+	if a.Known {
+		rec.Tool = c.Tool
+	}
+	for i := range a.Ops {
+		for _, d := range []string{a.Ops[i].Target, a.Ops[i].DocumentID} {
+			if d != "" && !slices.Contains(rec.Documents, d) {
+				rec.Documents = append(rec.Documents, d)
+			}
+		}
+	}
+	return rec
 }

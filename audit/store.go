@@ -1,0 +1,177 @@
+package audit
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"time"
+)
+
+// Errors returned by stores.
+var (
+	// ErrUnavailable is returned when the backend cannot be reached; the
+	// operation may succeed later (retryable).
+	ErrUnavailable = errors.New("store unavailable")
+	// ErrBadCursor is returned when a page cursor was not made by the store.
+	ErrBadCursor = errors.New("invalid cursor")
+	// ErrClosed is returned by a store used after Close.
+	ErrClosed = errors.New("store closed")
+)
+
+// CallRecord is a call as stored: the exchange and what its dialect reading
+// (which needs no correlation state) says about it.
+type CallRecord struct {
+	Call *Call
+	// Documents are the targets the call touched (read or written).
+	Documents []string
+	Outcome   Outcome
+	// Tool is the bounded tool label (the tool, or "other").
+	Tool string
+	// Failure is the classification of the call's failure; nil on success.
+	Failure *Failure
+}
+
+// Results is one batch of detector output, committed atomically with the
+// watermark it was produced at: after a restart, calls after Watermark are
+// replayed and everything up to it is known to be saved.
+type Results struct {
+	// Writes are upserted by (CallID, Seq): the latest state wins.
+	Writes []Write
+	// Findings are inserted once: a finding whose ID is stored is skipped.
+	Findings []Finding
+	// Watermark is the event time up to which the detector has processed
+	// every call. The zero time leaves the stored watermark unchanged.
+	Watermark time.Time
+}
+
+// FindingQuery filters findings. Zero fields do not filter.
+type FindingQuery struct {
+	Kind     Kind
+	Severity Severity // this severity or higher
+	Server   string
+	Tenant   string
+	Document string
+	Key      string
+	Session  string
+	Since    time.Time // Time >= Since
+	Until    time.Time // Time < Until
+	Limit    int       // at most this many; the store applies a default and a cap
+	Cursor   string    // from a previous page
+}
+
+// FindingPage is one page of findings in time order (then ID order).
+type FindingPage struct {
+	Findings   []Finding `json:"findings"`
+	NextCursor string    `json:"next_cursor"`
+}
+
+// WriteQuery filters write attempts. Zero fields do not filter.
+type WriteQuery struct {
+	State    WriteState
+	Server   string
+	Tenant   string
+	Document string
+	Since    time.Time
+	Until    time.Time
+	Limit    int
+	Cursor   string
+}
+
+// WritePage is one page of write attempts in time order.
+type WritePage struct {
+	Writes     []Write `json:"writes"`
+	NextCursor string  `json:"next_cursor"`
+}
+
+// TimelineQuery selects one document's history.
+type TimelineQuery struct {
+	Server   string // empty: every server
+	Tenant   string
+	Document string
+	Since    time.Time
+	Until    time.Time
+	Limit    int
+}
+
+// Event types of a timeline.
+const (
+	EventCall    = "call"
+	EventWrite   = "write"
+	EventFinding = "finding"
+)
+
+// TimelineEvent is one entry of a document's timeline.
+type TimelineEvent struct {
+	Time        time.Time   `json:"time"`
+	Type        string      `json:"type"` // call, write or finding
+	CallID      string      `json:"call_id,omitempty"`
+	Server      string      `json:"server"`
+	Session     string      `json:"session,omitempty"`
+	Tool        string      `json:"tool,omitempty"`
+	Outcome     Outcome     `json:"outcome,omitempty"`
+	Code        string      `json:"code,omitempty"`
+	RetryAction RetryAction `json:"retry_action,omitempty"`
+	Key         string      `json:"key,omitempty"`
+	State       WriteState  `json:"state,omitempty"`
+	Reason      Reason      `json:"reason,omitempty"`
+	Finding     *Finding    `json:"finding,omitempty"`
+}
+
+// CountQuery selects the writes counted for the SLO: those whose Time is in
+// [Since, Until), by their current state.
+type CountQuery struct {
+	Server string
+	Tenant string
+	Since  time.Time
+	Until  time.Time
+}
+
+// Store keeps calls, write attempts and findings. Implementations are safe
+// for concurrent use. Every method returns ErrUnavailable (wrapped) when the
+// backend cannot be reached, so that callers can retry.
+type Store interface {
+	// AppendCalls stores calls durably: when it returns nil, every call is
+	// committed and survives a crash. Calls whose ID is already stored are
+	// skipped, so a retried batch never stores a call twice.
+	AppendCalls(ctx context.Context, calls []CallRecord) error
+	// Commit stores detector output and the watermark atomically.
+	Commit(ctx context.Context, r Results) error
+	// Watermark returns the last committed watermark (zero if none).
+	Watermark(ctx context.Context) (time.Time, error)
+	// ScanCalls calls fn with every stored call whose Time >= since, in
+	// time order, to rebuild correlation state after a restart.
+	ScanCalls(ctx context.Context, since time.Time, fn func(*Call) error) error
+	// FindingIDs returns the IDs of the findings whose Time >= since.
+	FindingIDs(ctx context.Context, since time.Time) (map[string]bool, error)
+	// Findings returns one page of findings.
+	Findings(ctx context.Context, q FindingQuery) (FindingPage, error)
+	// Writes returns one page of write attempts with their current state.
+	Writes(ctx context.Context, q WriteQuery) (WritePage, error)
+	// Timeline returns every call, write state and finding on a document in
+	// time order.
+	Timeline(ctx context.Context, q TimelineQuery) ([]TimelineEvent, error)
+	// WriteCounts counts write attempts by current state.
+	WriteCounts(ctx context.Context, q CountQuery) (map[WriteState]int64, error)
+	// DeleteBefore removes every call, write and finding whose Time is
+	// before t (retention) and returns how many rows went.
+	DeleteBefore(ctx context.Context, t time.Time) (int64, error)
+	// Close flushes and releases the store.
+	Close() error
+}
+
+// ID returns the stable identity of a finding: the same evidence always
+// gives the same ID, so a finding re-derived after a restart is recognized.
+func (f *Finding) ID() string {
+	h := sha256.New()
+	for _, s := range []string{string(f.Kind), f.Server, f.Tenant, f.Document, f.Key} {
+		h.Write([]byte(s))
+		h.Write([]byte{0})
+	}
+	for _, c := range f.Calls {
+		h.Write([]byte(c))
+		h.Write([]byte{0})
+	}
+	var sum [sha256.Size]byte
+	return "f_" + hex.EncodeToString(h.Sum(sum[:0])[:10])
+}
