@@ -376,6 +376,15 @@ func (d *Detector) write(ev *event, op *dialect.Op) {
 	if !replay && !op.Protected && op.Intent != "" && op.Tool != "documents.createDocument" && ds != nil {
 		doubled = d.checkDoubleApply(ev, op, w, ds)
 	}
+	// An idempotent write re-sent and accepted settles earlier attempts of
+	// the same intent: it is the identical replay of findings.md §2.
+	if op.Protected && op.Intent != "" && op.Status == audit.OpSucceeded && ds != nil {
+		for _, u := range ds.uncertain {
+			if u.op.Intent == op.Intent && u.State == audit.StatePending {
+				d.setState(u, audit.StateResolved, t)
+			}
+		}
+	}
 	created := false
 	if op.Tool == "documents.createDocument" {
 		created = d.checkCreate(ev, op, w, replay)
