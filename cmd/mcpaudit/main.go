@@ -53,6 +53,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	switch args[0] {
 	case "analyze":
 		err = analyzeCommand(ctx, args[1:], stdin, stdout, stderr)
+	case "rules":
+		err = rulesCommand(args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "mcpaudit", version)
 	case "help", "-h", "--help":

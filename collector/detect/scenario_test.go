@@ -66,7 +66,7 @@ func (s *scenario) ndjson(tail bool) []byte {
 	}
 	if tail {
 		j, _ := json.Marshal(obj{"time": t0.Add(3 * time.Hour).Format(time.RFC3339Nano), "server": "thegram", "session": "s-tail",
-			"request": obj{"jsonrpc": "2.0", "id": 9999, "method": "tools/call", "params": obj{"name": "gram_projects", "arguments": obj{}}},
+			"request":  obj{"jsonrpc": "2.0", "id": 9999, "method": "tools/call", "params": obj{"name": "gram_projects", "arguments": obj{}}},
 			"response": obj{"jsonrpc": "2.0", "id": 9999, "result": obj{"isError": false, "structuredContent": obj{"projects": []any{}}}}})
 		b.Write(j)
 		b.WriteByte('\n')
