@@ -1,0 +1,212 @@
+package rules
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/exporter/metrics"
+)
+
+// Severities of alerts: critical pages a person now, warning goes to the work
+// queue.
+const (
+	SeverityCritical = "critical"
+	SeverityWarning  = "warning"
+)
+
+// burn is one multi-window burn-rate alert of the SRE workbook: the error
+// ratio over both windows exceeds factor times the budget (1 - target).
+type burn struct {
+	name        string
+	factor      float64
+	long, short time.Duration
+	for_        time.Duration
+	severity    string
+	summary     string
+	exhausts    string // how soon the 30-day budget is gone at this rate
+}
+
+// burns: 2% of the budget in 1h, 5% in 6h (pages), 10% in 3d (ticket).
+var burns = []burn{
+	{"McpAuditWriteErrorBudgetBurnFast", 14.4, time.Hour, 5 * time.Minute, 2 * time.Minute, SeverityCritical,
+		"Write durability is burning its error budget fast.", "about 2 days"},
+	{"McpAuditWriteErrorBudgetBurnMedium", 6, 6 * time.Hour, 30 * time.Minute, 15 * time.Minute, SeverityCritical,
+		"Write durability is burning its error budget steadily.", "5 days"},
+	{"McpAuditWriteErrorBudgetBurnSlow", 1, 3 * 24 * time.Hour, 6 * time.Hour, time.Hour, SeverityWarning,
+		"Write durability is using up its error budget.", "30 days"},
+}
+
+func (b *builder) sloAlerts() []Rule {
+	budget := "(1 - " + number(b.o.SLOTarget) + ")"
+	var out []Rule
+	for _, br := range burns {
+		threshold := fmt.Sprintf("(%s * %s)", number(br.factor), budget)
+		out = append(out, b.rule(alert{
+			name: br.name,
+			expr: fmt.Sprintf("%s > %s\nand\n%s > %s",
+				ErrorRatio(LevelServer, br.long), threshold, ErrorRatio(LevelServer, br.short), threshold),
+			for_:     br.for_,
+			severity: br.severity,
+			summary:  br.summary,
+			description: fmt.Sprintf("{{ $value | humanizePercentage }} of the writes to server {{ $labels.server }} "+
+				"over the last %s (and over the last %s) ended unverified or double-applied, a burn rate above %s "+
+				"for the %s write-durability SLO: at this rate the 30-day error budget is gone in %s.",
+				Duration(br.long), Duration(br.short), number(br.factor), percent(b.o.SLOTarget), br.exhausts),
+		}))
+	}
+	return out
+}
+
+// eventWindow is how long an immediate alert stays firing after its event.
+const eventWindow = 10 * time.Minute
+
+// newFindings counts the findings of kind per server over window.
+// increase() cannot see the first increment of a series that is born
+// non-zero (a finding of a server the exporter had not seen before the
+// scrape, or any counter when Prometheus starts): such a series, absent one
+// window ago, counts with its whole value instead.
+func newFindings(kind audit.Kind, window time.Duration) string {
+	sel := fmt.Sprintf(`%s{%s="%s"}`, metrics.FindingsTotal, metrics.LabelKind, kind)
+	w := Duration(window)
+	return fmt.Sprintf("sum by (%s) (\n  (%s unless %s offset %s)\n  or\n  increase(%s[%s])\n)",
+		metrics.LabelServer, sel, sel, w, sel, w)
+}
+
+func (b *builder) findingAlerts() []Rule {
+	immediate := []struct {
+		name    string
+		kind    audit.Kind
+		summary string
+		what    string
+	}{
+		{"McpAuditDoubleAppliedWrite", audit.KindDoubleAppliedWrite,
+			"A write was applied twice to one document.",
+			"double-applied write(s) in the last %s: the same edit landed twice on one document, not through an idempotent replay"},
+		{"McpAuditDuplicateCreate", audit.KindDuplicateCreate,
+			"One intended document was created twice.",
+			"duplicate create(s) in the last %s: one intended document was created twice under different or missing creationIds"},
+		{"McpAuditIntegrityFailure", audit.KindIntegrityFailure,
+			"A server reported corruption.",
+			"integrity failure(s) in the last %s: the server reported E_INTEGRITY or a corrupt journal"},
+	}
+	var out []Rule
+	for _, a := range immediate {
+		out = append(out, b.rule(alert{
+			name:     a.name,
+			expr:     newFindings(a.kind, eventWindow) + " > 0",
+			severity: SeverityCritical,
+			summary:  a.summary,
+			description: "Server {{ $labels.server }} produced {{ $value | humanize }} " +
+				fmt.Sprintf(a.what, Duration(eventWindow)) + ".",
+		}))
+	}
+	return out
+}
+
+func (b *builder) writeAlerts() []Rule {
+	unverified := WritesSelector([]audit.WriteState{audit.StateUnverified}, "")
+	pending := metrics.WritesPending
+	return []Rule{
+		b.rule(alert{
+			name: "McpAuditUnverifiedWrites",
+			expr: fmt.Sprintf("sum by (%s) (increase(%s[1h])) >= %s",
+				metrics.LabelServer, unverified, number(b.o.UnverifiedWritesPerHour)),
+			for_:     15 * time.Minute,
+			severity: SeverityWarning,
+			summary:  "Writes are ending unverified.",
+			description: "{{ $value | humanize }} writes to server {{ $labels.server }} became unverified in the last hour: " +
+				"their verification window passed with no proof that they were applied and no client check.",
+		}),
+		b.rule(alert{
+			name: "McpAuditWritesPendingNotDraining",
+			// A decrease of the gauge (a reset, to resets()) means some write
+			// left pending. None in 15 minutes, three default verification
+			// windows, means the verification clock is stuck.
+			expr: fmt.Sprintf("(max by (%s) (%s) > 0)\nunless on (%s)\n(max by (%s) (resets(%s[15m])) > 0)",
+				metrics.LabelServer, pending, metrics.LabelServer, metrics.LabelServer, pending),
+			for_:     15 * time.Minute,
+			severity: SeverityWarning,
+			summary:  "Pending writes are not draining.",
+			description: "Server {{ $labels.server }} has had {{ $value | humanize }} pending write(s) and not one has left " +
+				"pending for 15 minutes: verification windows are not closing.",
+		}),
+	}
+}
+
+func (b *builder) clientAlerts() []Rule {
+	calls := metrics.ToolCallsTotal
+	server := metrics.LabelServer
+	wasted := fmt.Sprintf(`%s{%s=~"%s|%s"}`, metrics.FindingsTotal, metrics.LabelKind,
+		audit.KindWastedRetry, audit.KindPrematureRetry)
+	uncertain := fmt.Sprintf(`%s{%s=~"COMMIT_UNKNOWN|in_flight_unknown"}`, metrics.CallFailuresTotal, metrics.LabelCode)
+	return []Rule{
+		b.rule(alert{
+			name:     "McpAuditUnsafeRetries",
+			expr:     newFindings(audit.KindUnsafeRetry, time.Hour) + " > 0",
+			for_:     5 * time.Minute,
+			severity: SeverityWarning,
+			summary:  "Clients re-send uncertain writes without the safe step.",
+			description: "Server {{ $labels.server }} saw {{ $value | humanize }} unsafe retry finding(s) in the last hour: after an " +
+				"uncertain write a client sent the same intent under a new key, or a non-idempotent write to the same " +
+				"target, without reading the target first.",
+		}),
+		b.rule(alert{
+			name: "McpAuditWastedRetries",
+			expr: fmt.Sprintf("sum by (%s) (increase(%s[30m]))\n/\nsum by (%s) (increase(%s[30m]))\n> %s",
+				server, wasted, server, calls, number(b.o.WastedRetryRatio)),
+			for_:     30 * time.Minute,
+			severity: SeverityWarning,
+			summary:  "Clients retry calls that cannot succeed.",
+			description: "{{ $value | humanizePercentage }} of the calls to server {{ $labels.server }} in the last 30m were " +
+				"wasted or premature retries: identical requests re-sent after a fix_input or reauthorize error, or " +
+				"before the receipt's retryAfter.",
+		}),
+		b.rule(alert{
+			name: "McpAuditUncertainOutcomes",
+			expr: fmt.Sprintf("sum by (%s, %s) (rate(%s[10m]))\n/ on (%s) group_left\nsum by (%s) (rate(%s[10m]))\n> %s",
+				server, metrics.LabelCode, uncertain, server, server, calls, number(b.o.UncertainRatio)),
+			for_:     10 * time.Minute,
+			severity: SeverityWarning,
+			summary:  "Many calls end with an unknown outcome.",
+			description: "{{ $value | humanizePercentage }} of the calls to server {{ $labels.server }} over the last 10m " +
+				"failed with {{ $labels.code }}: nobody knows whether those writes were applied, and each must be " +
+				"replayed under its key or verified.",
+		}),
+	}
+}
+
+func (b *builder) collectorAlerts() []Rule {
+	up := fmt.Sprintf(`up{job="%s"}`, b.o.Job)
+	return []Rule{
+		b.rule(alert{
+			name: "McpAuditIngestRejections",
+			expr: fmt.Sprintf("sum by (%s, %s) (rate(%s[10m]))\n/ on (%s) group_left\nsum by (%s) (rate(%s[10m]))\n> %s",
+				metrics.LabelSource, metrics.LabelReason, metrics.IngestRejectedTotal, metrics.LabelSource,
+				metrics.LabelSource, metrics.IngestRecordsTotal, number(b.o.IngestRejectRatio)),
+			for_:     10 * time.Minute,
+			severity: SeverityWarning,
+			summary:  "The collector rejects incoming records.",
+			description: "{{ $value | humanizePercentage }} of the records received over {{ $labels.source }} in the last " +
+				"10m were rejected as {{ $labels.reason }}: those calls are not audited.",
+		}),
+		b.rule(alert{
+			name:     "McpAuditCollectorDown",
+			expr:     up + " == 0",
+			for_:     5 * time.Minute,
+			severity: SeverityCritical,
+			summary:  "The mcpaudit collector cannot be scraped.",
+			description: "Prometheus has failed to scrape {{ $labels.instance }} of job {{ $labels.job }} for 5 minutes: " +
+				"MCP writes are not being audited and no other mcpaudit alert can fire.",
+		}),
+		b.rule(alert{
+			name:     "McpAuditCollectorAbsent",
+			expr:     "absent(" + up + ")",
+			for_:     10 * time.Minute,
+			severity: SeverityCritical,
+			summary:  "No mcpaudit collector is known to Prometheus.",
+			description: "Prometheus has had no scrape target of job {{ $labels.job }} for 10 minutes: MCP writes are " +
+				"not being audited and no other mcpaudit alert can fire.",
+		}),
+	}
+}

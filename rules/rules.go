@@ -1,0 +1,273 @@
+package rules
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// DefaultSLOTarget is the default write-durability objective: 99.9% of the
+// writes that count toward the SLI end durable or resolved.
+const DefaultSLOTarget = 0.999
+
+// DefaultJob is the default Prometheus job name of the mcpaudit scrape target.
+const DefaultJob = "mcpaudit"
+
+// DefaultRunbookURL is where the runbook_url annotations point; each alert
+// appends "#" and its name in lowercase.
+const DefaultRunbookURL = "https://github.com/mcpaudit/mcpaudit/blob/main/docs/runbooks.md"
+
+// Options configures the rules. Build fills zero fields with the defaults of
+// DefaultOptions.
+type Options struct {
+	// SLOTarget is the write-durability objective as a fraction, in (0, 1).
+	// Default 0.999.
+	SLOTarget float64
+	// Job is the Prometheus job that scrapes mcpaudit, for the collector
+	// alerts. Default "mcpaudit".
+	Job string
+	// RunbookURL is the runbook document; alerts link to its sections.
+	// Default DefaultRunbookURL.
+	RunbookURL string
+	// UnverifiedWritesPerHour is how many writes of one server may become
+	// unverified in an hour before McpAuditUnverifiedWrites. Default 5.
+	UnverifiedWritesPerHour float64
+	// WastedRetryRatio is the fraction of a server's calls that may be wasted
+	// or premature retries before McpAuditWastedRetries. Default 0.05.
+	WastedRetryRatio float64
+	// UncertainRatio is the fraction of a server's calls that may end in
+	// COMMIT_UNKNOWN or in_flight_unknown before McpAuditUncertainOutcomes.
+	// Default 0.01.
+	UncertainRatio float64
+	// IngestRejectRatio is the fraction of one source's records that may be
+	// rejected for one reason before McpAuditIngestRejections. Default 0.01.
+	IngestRejectRatio float64
+	// ForOverride, when positive, replaces every non-zero for: duration. It
+	// exists for end-to-end tests against a real Prometheus. Default 0 (off).
+	ForOverride time.Duration
+}
+
+// DefaultOptions returns the options of the committed rules file.
+func DefaultOptions() Options {
+	return Options{
+		SLOTarget:               DefaultSLOTarget,
+		Job:                     DefaultJob,
+		RunbookURL:              DefaultRunbookURL,
+		UnverifiedWritesPerHour: 5,
+		WastedRetryRatio:        0.05,
+		UncertainRatio:          0.01,
+		IngestRejectRatio:       0.01,
+	}
+}
+
+// withDefaults fills the zero fields of o from DefaultOptions.
+func (o Options) withDefaults() Options {
+	d := DefaultOptions()
+	if o.SLOTarget == 0 {
+		o.SLOTarget = d.SLOTarget
+	}
+	if o.Job == "" {
+		o.Job = d.Job
+	}
+	if o.RunbookURL == "" {
+		o.RunbookURL = d.RunbookURL
+	}
+	if o.UnverifiedWritesPerHour == 0 {
+		o.UnverifiedWritesPerHour = d.UnverifiedWritesPerHour
+	}
+	if o.WastedRetryRatio == 0 {
+		o.WastedRetryRatio = d.WastedRetryRatio
+	}
+	if o.UncertainRatio == 0 {
+		o.UncertainRatio = d.UncertainRatio
+	}
+	if o.IngestRejectRatio == 0 {
+		o.IngestRejectRatio = d.IngestRejectRatio
+	}
+	return o
+}
+
+// Validate reports every invalid option, each with its name.
+func (o Options) Validate() error {
+	var errs []error
+	if !(o.SLOTarget > 0 && o.SLOTarget < 1) {
+		errs = append(errs, fmt.Errorf("slo_target: %v is not in (0, 1)", o.SLOTarget))
+	}
+	if o.Job == "" || strings.ContainsAny(o.Job, "\"\\\n") {
+		errs = append(errs, fmt.Errorf("job: %q is empty or holds a quote, backslash or newline", o.Job))
+	}
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{
+		{"unverified_writes_per_hour", o.UnverifiedWritesPerHour},
+		{"wasted_retry_ratio", o.WastedRetryRatio},
+		{"uncertain_ratio", o.UncertainRatio},
+		{"ingest_reject_ratio", o.IngestRejectRatio},
+	} {
+		if !(f.v > 0) {
+			errs = append(errs, fmt.Errorf("%s: %v is not positive", f.name, f.v))
+		}
+	}
+	if o.ForOverride < 0 {
+		errs = append(errs, fmt.Errorf("for_override: %v is negative", o.ForOverride))
+	}
+	return errors.Join(errs...)
+}
+
+// File is a Prometheus rule file.
+type File struct {
+	Groups []Group `yaml:"groups"`
+}
+
+// Group is a rule group; its rules are evaluated in order at the global
+// evaluation interval.
+type Group struct {
+	Name  string `yaml:"name"`
+	Rules []Rule `yaml:"rules"`
+}
+
+// Rule is a recording rule (Record set) or an alerting rule (Alert set).
+type Rule struct {
+	Record      string            `yaml:"record,omitempty"`
+	Alert       string            `yaml:"alert,omitempty"`
+	Expr        string            `yaml:"expr"`
+	For         string            `yaml:"for,omitempty"`
+	Labels      map[string]string `yaml:"labels,omitempty"`
+	Annotations map[string]string `yaml:"annotations,omitempty"`
+}
+
+// Alerts returns the alerting rules of f in file order.
+func (f *File) Alerts() []Rule {
+	var out []Rule
+	for _, g := range f.Groups {
+		for _, r := range g.Rules {
+			if r.Alert != "" {
+				out = append(out, r)
+			}
+		}
+	}
+	return out
+}
+
+// Records returns the recording rules of f in file order.
+func (f *File) Records() []Rule {
+	var out []Rule
+	for _, g := range f.Groups {
+		for _, r := range g.Rules {
+			if r.Record != "" {
+				out = append(out, r)
+			}
+		}
+	}
+	return out
+}
+
+// header starts every rendered rule file.
+const header = "# Generated by `go generate ./rules` from rules/*.go (or `mcpaudit rules`). DO NOT EDIT.\n"
+
+// Marshal renders f as YAML.
+func (f *File) Marshal() ([]byte, error) {
+	var buf bytes.Buffer
+	buf.WriteString(header)
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(f); err != nil {
+		return nil, fmt.Errorf("cannot encode rules: %w", err)
+	}
+	if err := enc.Close(); err != nil {
+		return nil, fmt.Errorf("cannot encode rules: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// Render builds the rules for o and renders them as YAML.
+func Render(o Options) ([]byte, error) {
+	f, err := Build(o)
+	if err != nil {
+		return nil, err
+	}
+	return f.Marshal()
+}
+
+// Build returns the recording and alerting rules for o; zero fields of o take
+// their defaults.
+func Build(o Options) (*File, error) {
+	o = o.withDefaults()
+	if err := o.Validate(); err != nil {
+		return nil, fmt.Errorf("cannot build rules: %w", err)
+	}
+	b := &builder{o: o}
+	return &File{Groups: []Group{
+		{Name: "mcpaudit-write-durability-sli", Rules: sliRules()},
+		{Name: "mcpaudit-write-durability-slo", Rules: b.sloAlerts()},
+		{Name: "mcpaudit-findings", Rules: b.findingAlerts()},
+		{Name: "mcpaudit-writes", Rules: b.writeAlerts()},
+		{Name: "mcpaudit-clients", Rules: b.clientAlerts()},
+		{Name: "mcpaudit-collector", Rules: b.collectorAlerts()},
+	}}, nil
+}
+
+// builder renders alerts with the options applied.
+type builder struct{ o Options }
+
+// alert is the part of an alerting rule that differs between alerts.
+type alert struct {
+	name        string
+	expr        string
+	for_        time.Duration
+	severity    string
+	summary     string
+	description string
+}
+
+func (b *builder) rule(a alert) Rule {
+	d := a.for_
+	if d > 0 && b.o.ForOverride > 0 {
+		d = b.o.ForOverride
+	}
+	r := Rule{
+		Alert:  a.name,
+		Expr:   a.expr,
+		Labels: map[string]string{"severity": a.severity},
+		Annotations: map[string]string{
+			"summary":     a.summary,
+			"description": a.description,
+			"runbook_url": b.o.RunbookURL + "#" + strings.ToLower(a.name),
+		},
+	}
+	if d > 0 {
+		r.For = Duration(d)
+	}
+	return r
+}
+
+// Duration renders d as a Prometheus duration: the largest unit of d, h, m,
+// s and ms that divides it ("1h", "90s", "3d").
+func Duration(d time.Duration) string {
+	units := []struct {
+		suffix string
+		unit   time.Duration
+	}{{"d", 24 * time.Hour}, {"h", time.Hour}, {"m", time.Minute}, {"s", time.Second}, {"ms", time.Millisecond}}
+	for _, u := range units {
+		if d >= u.unit && d%u.unit == 0 {
+			return strconv.FormatInt(int64(d/u.unit), 10) + u.suffix
+		}
+	}
+	return "0s"
+}
+
+// percent renders a fraction as a percentage for annotations: 0.999 → "99.9%".
+func percent(f float64) string {
+	return strconv.FormatFloat(f*100, 'g', 6, 64) + "%"
+}
+
+// number renders a float for PromQL without exponent noise.
+func number(f float64) string {
+	return strconv.FormatFloat(f, 'g', 6, 64)
+}

@@ -1,0 +1,268 @@
+package rules_test
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/prometheus/promql/parser"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/mcpaudit/mcpaudit/exporter/metrics"
+	"github.com/mcpaudit/mcpaudit/rules"
+	"github.com/mcpaudit/mcpaudit/rules/promtest"
+)
+
+const (
+	rulesFile = "../deploy/prometheus/rules.yaml"
+	testFile  = "testdata/rules_test.yaml"
+	runbooks  = "../docs/runbooks.md"
+)
+
+func build(t *testing.T, o rules.Options) *rules.File {
+	t.Helper()
+	f, err := rules.Build(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func TestGeneratedInSync(t *testing.T) {
+	want, err := rules.Render(rules.DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(rulesFile)
+	if err != nil {
+		t.Fatalf("%v: run go generate ./rules", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("%s differs from what rules.Build renders: run go generate ./rules (or make generate)", rulesFile)
+	}
+}
+
+func TestPromtoolCheckRules(t *testing.T) {
+	promtool := promtest.Binary(t, "promtool")
+	out, err := exec.Command(promtool, "check", "rules", rulesFile).CombinedOutput()
+	if err != nil {
+		t.Fatalf("promtool check rules: %v\n%s", err, out)
+	}
+}
+
+func TestPromtoolTestRules(t *testing.T) {
+	promtool := promtest.Binary(t, "promtool")
+	out, err := exec.Command(promtool, "test", "rules", testFile).CombinedOutput()
+	if err != nil {
+		t.Fatalf("promtool test rules: %v\n%s", err, out)
+	}
+}
+
+// TestEveryAlertTested checks that the promtool file shows every alert both
+// silent and firing.
+func TestEveryAlertTested(t *testing.T) {
+	b, err := os.ReadFile(testFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tf struct {
+		Tests []struct {
+			AlertRuleTest []struct {
+				Alertname string `yaml:"alertname"`
+				ExpAlerts []struct {
+					ExpLabels      map[string]string `yaml:"exp_labels"`
+					ExpAnnotations map[string]string `yaml:"exp_annotations"`
+				} `yaml:"exp_alerts"`
+			} `yaml:"alert_rule_test"`
+		} `yaml:"tests"`
+	}
+	if err := yaml.Unmarshal(b, &tf); err != nil {
+		t.Fatal(err)
+	}
+	silent, firing := map[string]bool{}, map[string]bool{}
+	for _, tc := range tf.Tests {
+		for _, a := range tc.AlertRuleTest {
+			if len(a.ExpAlerts) == 0 {
+				silent[a.Alertname] = true
+			}
+			for _, e := range a.ExpAlerts {
+				firing[a.Alertname] = true
+				for _, k := range []string{"summary", "description", "runbook_url"} {
+					if e.ExpAnnotations[k] == "" {
+						t.Errorf("%s: a firing case lacks the %s annotation", a.Alertname, k)
+					}
+				}
+				if e.ExpLabels["severity"] == "" {
+					t.Errorf("%s: a firing case lacks the severity label", a.Alertname)
+				}
+			}
+		}
+	}
+	for _, a := range build(t, rules.DefaultOptions()).Alerts() {
+		if !silent[a.Alert] || !firing[a.Alert] {
+			t.Errorf("%s: %s needs a case where it is silent and one where it fires (silent %v, firing %v)",
+				a.Alert, testFile, silent[a.Alert], firing[a.Alert])
+		}
+	}
+}
+
+var alertName = regexp.MustCompile(`^McpAudit[A-Z][a-zA-Z0-9]*$`)
+
+func TestAlertsComplete(t *testing.T) {
+	doc, err := os.ReadFile(runbooks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	anchors := headingAnchors(string(doc))
+	seen := map[string]bool{}
+	for _, a := range build(t, rules.DefaultOptions()).Alerts() {
+		if !alertName.MatchString(a.Alert) {
+			t.Errorf("%s: not a CamelCase name prefixed McpAudit", a.Alert)
+		}
+		if seen[a.Alert] {
+			t.Errorf("%s: two alerts with one name", a.Alert)
+		}
+		seen[a.Alert] = true
+		if s := a.Labels["severity"]; !slices.Contains([]string{"critical", "warning", "info"}, s) {
+			t.Errorf("%s: severity %q", a.Alert, s)
+		}
+		sum := a.Annotations["summary"]
+		if sum == "" || strings.Contains(sum, "{{") || !strings.HasSuffix(sum, ".") {
+			t.Errorf("%s: summary %q must be a fixed sentence", a.Alert, sum)
+		}
+		if d := a.Annotations["description"]; !strings.Contains(d, "$labels") && !strings.Contains(d, "$value") {
+			t.Errorf("%s: description %q uses neither $labels nor $value", a.Alert, d)
+		}
+		anchor := strings.ToLower(a.Alert)
+		if want := rules.DefaultRunbookURL + "#" + anchor; a.Annotations["runbook_url"] != want {
+			t.Errorf("%s: runbook_url %q, want %q", a.Alert, a.Annotations["runbook_url"], want)
+		}
+		if !anchors[anchor] {
+			t.Errorf("%s: %s has no section with anchor #%s", a.Alert, runbooks, anchor)
+		}
+	}
+}
+
+// headingAnchors returns the anchors GitHub gives the headings of a Markdown
+// document: lowercase, punctuation dropped, spaces to hyphens.
+func headingAnchors(doc string) map[string]bool {
+	drop := regexp.MustCompile(`[^a-z0-9 _-]`)
+	out := map[string]bool{}
+	for _, line := range strings.Split(doc, "\n") {
+		if !strings.HasPrefix(line, "#") {
+			continue
+		}
+		h := strings.ToLower(strings.TrimSpace(strings.TrimLeft(line, "#")))
+		out[strings.ReplaceAll(drop.ReplaceAllString(h, ""), " ", "-")] = true
+	}
+	return out
+}
+
+// TestExprs parses every expression and checks that it reads only metrics the
+// exporter defines, recording rules of the same file, or up.
+func TestExprs(t *testing.T) {
+	f := build(t, rules.DefaultOptions())
+	known := map[string]bool{"up": true}
+	for _, n := range metrics.SeriesNames() {
+		known[n] = true
+	}
+	for _, r := range f.Records() {
+		known[r.Record] = true
+	}
+	p := parser.NewParser(parser.Options{})
+	for _, g := range f.Groups {
+		for _, r := range g.Rules {
+			name := r.Alert + r.Record
+			expr, err := p.ParseExpr(r.Expr)
+			if err != nil {
+				t.Errorf("%s: %v", name, err)
+				continue
+			}
+			for _, sel := range parser.ExtractSelectors(expr) {
+				for _, m := range sel {
+					if m.Name == "__name__" && !known[m.Value] {
+						t.Errorf("%s reads %s, which nothing defines", name, m.Value)
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestRecords(t *testing.T) {
+	f := build(t, rules.DefaultOptions())
+	var got []string
+	for _, r := range f.Records() {
+		got = append(got, r.Record)
+	}
+	for _, level := range []string{rules.LevelServer, rules.LevelJob} {
+		for _, w := range []string{"5m", "30m", "1h", "2h", "6h", "1d", "3d", "30d"} {
+			want := level + ":mcpaudit_write_errors:ratio_rate" + w
+			if !slices.Contains(got, want) {
+				t.Errorf("no recording rule %s", want)
+			}
+		}
+	}
+}
+
+func TestOptions(t *testing.T) {
+	t.Run("for_override", func(t *testing.T) {
+		f := build(t, rules.Options{ForOverride: time.Second})
+		for _, a := range f.Alerts() {
+			if a.For != "" && a.For != "1s" {
+				t.Errorf("%s: for %q, want 1s", a.Alert, a.For)
+			}
+		}
+		for _, a := range build(t, rules.DefaultOptions()).Alerts() {
+			if a.Alert == "McpAuditDoubleAppliedWrite" && a.For != "" {
+				t.Errorf("%s is immediate, has for %q", a.Alert, a.For)
+			}
+		}
+	})
+	t.Run("job_and_target", func(t *testing.T) {
+		b, err := rules.Render(rules.Options{Job: "audit", SLOTarget: 0.99})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{`up{job="audit"} == 0`, `(14.4 * (1 - 0.99))`, "for the 99% write-durability SLO"} {
+			if !strings.Contains(string(b), want) {
+				t.Errorf("rules lack %q", want)
+			}
+		}
+	})
+	t.Run("invalid", func(t *testing.T) {
+		f := func(o rules.Options, want string) {
+			t.Helper()
+			_, err := rules.Build(o)
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("Build(%+v) = %v, want an error about %s", o, err, want)
+			}
+		}
+		f(rules.Options{SLOTarget: 1}, "slo_target")
+		f(rules.Options{SLOTarget: -0.5}, "slo_target")
+		f(rules.Options{Job: `a"b`}, "job")
+		f(rules.Options{WastedRetryRatio: -1}, "wasted_retry_ratio")
+		f(rules.Options{ForOverride: -time.Second}, "for_override")
+	})
+}
+
+func TestDuration(t *testing.T) {
+	f := func(d time.Duration, want string) {
+		t.Helper()
+		if got := rules.Duration(d); got != want {
+			t.Errorf("Duration(%v) = %q, want %q", d, got, want)
+		}
+	}
+	f(5*time.Minute, "5m")
+	f(90*time.Second, "90s")
+	f(time.Hour, "1h")
+	f(72*time.Hour, "3d")
+	f(30*24*time.Hour, "30d")
+	f(1500*time.Millisecond, "1500ms")
+	f(0, "0s")
+}
