@@ -226,6 +226,9 @@ func (d *Decoder) readLine() ([]byte, bool, error) {
 		if long != nil {
 			chunk = append(long, chunk...)
 		}
+		if len(chunk) > MaxLine {
+			tooLong, chunk = true, nil
+		}
 		if err == io.EOF && len(chunk) == 0 && !tooLong {
 			return nil, false, io.EOF
 		}
@@ -252,6 +255,9 @@ func (d *Decoder) nextRecord() error {
 	if tooLong {
 		d.errs = append(d.errs, &RecordError{Source: d.name, Line: d.line, Reason: fmt.Sprintf("line longer than %d bytes", MaxLine)})
 		return nil
+	}
+	if d.line == 1 {
+		line = bytes.TrimPrefix(line, []byte("\xef\xbb\xbf"))
 	}
 	if len(bytes.TrimSpace(line)) == 0 {
 		return nil

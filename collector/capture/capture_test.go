@@ -1,0 +1,132 @@
+package capture
+
+import (
+	"bytes"
+	"compress/gzip"
+	"errors"
+	"io"
+	"os"
+	"strings"
+	"testing"
+)
+
+func decodeAll(t *testing.T, in []byte) (calls int, rejects []error, format Format) {
+	t.Helper()
+	d, err := NewDecoder(bytes.NewReader(in), "in")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		c, err := d.Next()
+		if err == io.EOF {
+			return calls, rejects, d.Format()
+		}
+		if err != nil {
+			if !IsReject(err) {
+				t.Fatal(err)
+			}
+			rejects = append(rejects, err)
+			continue
+		}
+		if c.ID == "" || c.Server == "" || c.Time.IsZero() {
+			t.Fatalf("incomplete call %+v", c)
+		}
+		calls++
+	}
+}
+
+const good = `{"time":"2026-11-02T09:00:00.000Z","server":"thegram","session":"s","request":{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"gram_read","arguments":{"path":"a"}}},"response":{"jsonrpc":"2.0","id":1,"result":{"isError":false}}}`
+
+func TestDecoder_BadLinesKeepGoodOnes(t *testing.T) {
+	in := strings.Join([]string{
+		good,
+		`not json`,
+		`{"server":"thegram","request":{}}`,
+		`{"time":"yesterday","server":"thegram","request":{}}`,
+		`{"time":"2026-11-02T09:00:00Z","request":{}}`,
+		`{"time":"2026-11-02T09:00:00Z","server":"x","request":"nope"}`,
+		`{"time":"2026-11-02T09:00:00Z","server":"x","request":{"params":{"arguments":{}}}}`,
+		`{"time":"2026-11-02T09:00:00Z","server":"x","duration_ms":"slow","request":{"params":{"name":"t"}}}`,
+		``,
+		good,
+	}, "\n")
+	n, rejects, f := decodeAll(t, []byte(in))
+	if f != FormatRecords || n != 2 {
+		t.Fatalf("format %v, %d calls, want NDJSON and 2", f, n)
+	}
+	want := []string{
+		"in:2: not JSON",
+		"in:3: field time: missing",
+		"in:4: field time: not an RFC 3339 time",
+		"in:5: field server: missing",
+		"in:6: field request: must be a JSON-RPC request object",
+		"in:7: field request.params.name: missing tool name",
+		"in:8: field duration_ms: must be a non-negative number",
+	}
+	if len(rejects) != len(want) {
+		t.Fatalf("rejects = %v", rejects)
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(rejects[i].Error(), w) {
+			t.Errorf("reject %d = %q, want prefix %q", i, rejects[i], w)
+		}
+		var re *RecordError
+		if !errors.As(rejects[i], &re) || re.Line != i+2 {
+			t.Errorf("reject %d has no line %d", i, i+2)
+		}
+	}
+}
+
+func TestDecoder_Formats(t *testing.T) {
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write([]byte(good + "\n" + good + "\n"))
+	zw.Close()
+	otlp, err := os.ReadFile("../../testdata/examples/thegram-normal-edit.otlp.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	oneLine := bytes.Join(bytes.Fields(otlp), []byte(" "))
+	f := func(name string, in []byte, wantFormat Format, wantCalls, wantRejects int) {
+		t.Helper()
+		n, rejects, format := decodeAll(t, in)
+		if format != wantFormat || n != wantCalls || len(rejects) != wantRejects {
+			t.Errorf("%s: format %v calls %d rejects %v; want %v %d %d", name, format, n, rejects, wantFormat, wantCalls, wantRejects)
+		}
+	}
+	f("ndjson", []byte(good+"\n"+good), FormatRecords, 2, 0)
+	f("crlf and bom", []byte("\ufeff"+good+"\r\n"+good+"\r\n"), FormatRecords, 2, 0)
+	f("gzip", gz.Bytes(), FormatRecords, 2, 0)
+	f("array", []byte("[\n"+good+",\n"+good+", 5]"), FormatRecordArray, 2, 1)
+	f("broken array", []byte("["+good+", {"), FormatRecordArray, 1, 1)
+	f("empty", nil, FormatRecords, 0, 0)
+	f("otlp document", otlp, FormatOTLP, 5, 0)
+	f("otlp json lines", append(append(append([]byte{}, oneLine...), '\n'), oneLine...), FormatOTLP, 10, 0)
+	f("otlp broken", []byte(`{"resourceSpans": [ {`), FormatOTLP, 0, 1)
+}
+
+func TestDecoder_LongLine(t *testing.T) {
+	long := `{"time":"` + strings.Repeat("x", MaxLine+10) + `"}`
+	n, rejects, _ := decodeAll(t, []byte(good+"\n"+long+"\n"+good+"\n"))
+	if n != 2 || len(rejects) != 1 || !strings.Contains(rejects[0].Error(), "in:2: line longer") {
+		t.Fatalf("calls %d rejects %v", n, rejects)
+	}
+}
+
+func TestRecordParser_IDAgreesAcrossEncodings(t *testing.T) {
+	var rp RecordParser
+	a, err := rp.Parse([]byte(`{"time":"2026-11-02T09:00:00.1234Z","server":"s","request":{"id":"7","params":{"name":"t","arguments":{"b":1,"a":"x"}}}}`), "f", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := rp.Parse([]byte(`{"time":"2026-11-02T09:00:00.1232Z","server":"s","request":{"id":7,"params":{"name":"t","arguments":{"a":"\u0078","b":1}}}}`), "f", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.ID != b.ID {
+		t.Fatalf("ids differ: %s %s", a.ID, b.ID)
+	}
+	if a.Responded || a.TransportError != "" {
+		t.Fatalf("a record without response must be an unknown outcome: %+v", a)
+	}
+}

@@ -1,0 +1,62 @@
+package dialect
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+)
+
+// FuzzExtractCalls: the code-literal extractor never panics and returns
+// argument text that is part of the code.
+func FuzzExtractCalls(f *testing.F) {
+	f.Add(`async () => await documents.editDocument({ documentId: "doc_1", writeBasis: d.writeBasis, edits: [] })`)
+	f.Add(`async () => { const d = await documents.getDocument({ documentId: 'x' }); /* ids.mintOperationIds() */ return organizations.planDocumentCopy({ copyId: ` + "`c`" + ` }) }`)
+	f.Add(`documents.createDocument({ "creationId": "01a", title: "a \" b" `)
+	f.Fuzz(func(t *testing.T, code string) {
+		for _, c := range extractCalls(code) {
+			if !strings.Contains(code, c.Args) || c.Pos < 0 || c.Pos >= len(code) {
+				t.Fatalf("call %+v is not in the code", c)
+			}
+			_ = literals(c.Args)
+		}
+		_ = stripWriteBasis(code)
+		_ = stripKey(code, "creationId")
+	})
+}
+
+// FuzzOddlynewRun: any run result is read without panicking.
+func FuzzOddlynewRun(f *testing.F) {
+	f.Add(`async () => await documents.editDocument({ documentId: "d" })`, `{"isError":true,"structuredContent":{"error":"Execution timed out","calls":[{"tool":"documents.editDocument","outcome":"in_flight_unknown","count":1}],"outcomes":[{"seq":1,"tool":"documents.editDocument","access":"write","outcome":"in_flight_unknown"}]}}`)
+	f.Add(`documents.createDocument({creationId:"c"})`, `{"isError":false,"structuredContent":{"result":[{"documentId":"d","action":"created"}],"calls":[{"tool":"documents.createDocument","outcome":"succeeded","count":3}]}}`)
+	r := NewReader(Config{})
+	f.Fuzz(func(t *testing.T, code, result string) {
+		args := []byte(`{"code":` + quote(code) + `}`)
+		c := &audit.Call{Time: time.Unix(0, 0), Server: "oddlynew", Tool: "run", Arguments: args, Result: []byte(result), Responded: true}
+		a := r.Analyze(c)
+		for _, op := range a.Ops {
+			if op.Status == 0 {
+				t.Fatalf("op without status: %+v", op)
+			}
+		}
+	})
+}
+
+func quote(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for _, r := range s {
+		switch {
+		case r == '"' || r == '\\':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		case r < 0x20:
+			b.WriteString(" ")
+		default:
+			b.WriteRune(r)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}

@@ -1,0 +1,82 @@
+package otlp
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+)
+
+var start = time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)
+
+func span(ss ptrace.ScopeSpans, kind ptrace.SpanKind, attrs map[string]any) ptrace.Span {
+	sp := ss.Spans().AppendEmpty()
+	sp.SetKind(kind)
+	sp.SetTraceID(pcommon.TraceID{1, 2, 3})
+	sp.SetSpanID(pcommon.SpanID{byte(ss.Spans().Len())})
+	sp.SetStartTimestamp(pcommon.NewTimestampFromTime(start.Add(time.Duration(ss.Spans().Len()) * time.Second)))
+	sp.SetEndTimestamp(pcommon.NewTimestampFromTime(start.Add(time.Duration(ss.Spans().Len())*time.Second + 250*time.Millisecond)))
+	if err := sp.Attributes().FromRaw(attrs); err != nil {
+		panic(err)
+	}
+	return sp
+}
+
+func TestConvert(t *testing.T) {
+	td := ptrace.NewTraces()
+	rs := td.ResourceSpans().AppendEmpty()
+	rs.Resource().Attributes().PutStr("service.name", "thegram-eu")
+	ss := rs.ScopeSpans().AppendEmpty()
+	// semconv names
+	span(ss, ptrace.SpanKindServer, map[string]any{"mcp.method.name": "tools/call", "gen_ai.tool.name": "gram_patch",
+		"mcp.session.id": "s1", "jsonrpc.request.id": "7", "gen_ai.tool.call.arguments": `{"path":"a"}`,
+		"gen_ai.tool.call.result": `{"isError":false}`})
+	// aliases seen in the wild
+	span(ss, ptrace.SpanKindServer, map[string]any{"mcp.tool.name": "gram_read", "mcp.session_id": "s2", "mcp.request.id": 8})
+	// a JSON-RPC error
+	er := span(ss, ptrace.SpanKindServer, map[string]any{"mcp.method.name": "tools/call", "gen_ai.tool.name": "gram_read", "error.type": "-32603"})
+	er.Status().SetCode(ptrace.StatusCodeError)
+	er.Status().SetMessage("Thegram answered HTTP 502 with no body")
+	// a transport error
+	span(ss, ptrace.SpanKindServer, map[string]any{"mcp.method.name": "tools/call", "gen_ai.tool.name": "gram_patch", "error.type": "timeout"})
+	// not a tools/call
+	span(ss, ptrace.SpanKindServer, map[string]any{"mcp.method.name": "tools/list"})
+	// unusable tools/call spans
+	span(ss, ptrace.SpanKindServer, map[string]any{"mcp.method.name": "tools/call"})
+	span(ss, ptrace.SpanKindServer, map[string]any{"mcp.method.name": "tools/call", "gen_ai.tool.name": "x", "gen_ai.tool.call.arguments": "{nope"})
+	// a client span names its server in server.address
+	cs := td.ResourceSpans().AppendEmpty()
+	cs.Resource().Attributes().PutStr("service.name", "agent-7")
+	span(cs.ScopeSpans().AppendEmpty(), ptrace.SpanKindClient, map[string]any{"mcp.method.name": "tools/call", "gen_ai.tool.name": "run", "server.address": "oddlynew"})
+
+	res := Convert(td, "f:")
+	if res.Ignored != 1 || len(res.Rejected) != 2 || len(res.Calls) != 5 {
+		t.Fatalf("ignored %d rejected %v calls %d", res.Ignored, res.Rejected, len(res.Calls))
+	}
+	if !strings.HasPrefix(res.Rejected[0].Error(), "resourceSpans[0].scopeSpans[0].spans[5]: ") {
+		t.Errorf("rejected path: %v", res.Rejected[0])
+	}
+	c := res.Calls
+	if c[0].Server != "thegram-eu" || c[0].Session != "s1" || c[0].RPCID != "7" || string(c[0].Arguments) != `{"path":"a"}` || !c[0].Responded || c[0].Duration != 250*time.Millisecond {
+		t.Errorf("semconv span: %+v", c[0])
+	}
+	if c[1].Tool != "gram_read" || c[1].Session != "s2" || c[1].RPCID != "8" || !c[1].Responded || c[1].Result != nil {
+		t.Errorf("alias span: %+v", c[1])
+	}
+	if c[2].Error == nil || c[2].Error.Code != -32603 || c[2].Error.Message == "" {
+		t.Errorf("rpc error span: %+v", c[2])
+	}
+	if c[3].TransportError != "timeout" || c[3].Responded {
+		t.Errorf("timeout span: %+v", c[3])
+	}
+	if c[4].Server != "oddlynew" || c[4].Client != "agent-7" {
+		t.Errorf("client span: %+v", c[4])
+	}
+	for _, x := range c {
+		if x.ID == "" || x.TraceID == "" || x.SpanID == "" {
+			t.Errorf("ids missing: %+v", x)
+		}
+	}
+}
