@@ -1,0 +1,320 @@
+package dashboards
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/grafana/grafana-foundation-sdk/go/cog"
+	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
+	"github.com/grafana/grafana-foundation-sdk/go/prometheus"
+	"github.com/grafana/grafana-foundation-sdk/go/units"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/exporter/metrics"
+	"github.com/mcpaudit/mcpaudit/rules"
+)
+
+// Dashboard uids: fixed, so links and provisioning survive regeneration.
+const (
+	UIDTraffic   = "mcpaudit-traffic"
+	UIDSLO       = "mcpaudit-slo"
+	UIDFailures  = "mcpaudit-failures"
+	UIDFindings  = "mcpaudit-findings"
+	UIDCollector = "mcpaudit-collector"
+)
+
+// All builds every dashboard, in a fixed order.
+func All() ([]dashboard.Dashboard, error) {
+	builders := []*dashboard.DashboardBuilder{traffic(), slo(), failures(), findings(), collector()}
+	out := make([]dashboard.Dashboard, 0, len(builders))
+	for _, b := range builders {
+		d, err := b.Build()
+		if err != nil {
+			return nil, fmt.Errorf("cannot build dashboard: %w", err)
+		}
+		// Stable panel ids, in grid order.
+		for i, p := range d.Panels {
+			if p.Panel != nil {
+				id := uint32(i + 1)
+				p.Panel.Id = &id
+			}
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// Render returns the JSON of every dashboard by file name (<uid>.json).
+func Render() (map[string][]byte, error) {
+	ds, err := All()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]byte{}
+	for _, d := range ds {
+		b, err := json.MarshalIndent(d, "", "  ")
+		if err != nil {
+			return nil, fmt.Errorf("cannot encode dashboard %s: %w", *d.Uid, err)
+		}
+		out[*d.Uid+".json"] = append(b, '\n')
+	}
+	return out, nil
+}
+
+// states renders a regex of write states.
+func states(s ...audit.WriteState) string { return rules.StateRegex(s) }
+
+// kinds renders a regex of finding kinds.
+func kinds(k ...audit.Kind) string {
+	s := make([]string, len(k))
+	for i, kind := range k {
+		s[i] = string(kind)
+	}
+	return strings.Join(s, "|")
+}
+
+func traffic() *dashboard.DashboardBuilder {
+	calls := metrics.ToolCallsTotal
+	writes := metrics.WritesTotal
+	return newBoard(UIDTraffic, "mcpaudit / MCP write traffic",
+		"MCP tools/call traffic seen by mcpaudit: calls by outcome and tool, latency, and what became of every write.").
+		WithPanel(graph("Calls by outcome",
+			"tools/call exchanges per second by outcome: ok, tool_error (isError true), protocol_error (a JSON-RPC error) and no_response.",
+			units.RequestsPerSecond,
+			query(fmt.Sprintf("sum by (%s) (rate(%s[%s]))", metrics.LabelOutcome, sel(calls, serverMatcher), rate), "{{outcome}}"))).
+		WithPanel(graph("Call failure ratio",
+			"Share of calls whose outcome is not ok, per server.",
+			units.PercentUnit,
+			query(fmt.Sprintf("sum by (%s) (rate(%s[%s]))\n/\nsum by (%s) (rate(%s[%s]))",
+				metrics.LabelServer, sel(calls, serverMatcher, `outcome!="ok"`), rate,
+				metrics.LabelServer, sel(calls, serverMatcher), rate), "{{server}}"))).
+		WithPanel(graph("Calls by tool",
+			"tools/call exchanges per second by server and tool. Tools a dialect does not know are counted as other.",
+			units.RequestsPerSecond,
+			query(fmt.Sprintf("sum by (%s, %s) (rate(%s[%s]))", metrics.LabelServer, metrics.LabelTool, sel(calls, serverMatcher), rate),
+				"{{server}} {{tool}}"))).
+		WithPanel(graph("Call latency",
+			"Quantiles of the tools/call duration, from the buckets of the MCP semantic conventions.",
+			units.Seconds,
+			quantiles(metrics.ToolCallDurationSeconds, "", serverMatcher)...)).
+		WithPanel(graph("p95 latency by tool",
+			"95th percentile of the tools/call duration per server and tool.",
+			units.Seconds,
+			query(fmt.Sprintf("histogram_quantile(0.95, sum by (%s, %s, le) (rate(%s[%s])))",
+				metrics.LabelServer, metrics.LabelTool, sel(metrics.ToolCallDurationSeconds+"_bucket", serverMatcher), rate),
+				"{{server}} {{tool}}"))).
+		WithPanel(graph("Writes by state",
+			"Write attempts per second reaching a terminal state: durable, resolved, rejected, unverified, double_applied.",
+			units.OpsPerSecond,
+			query(fmt.Sprintf("sum by (%s) (rate(%s[%s]))", metrics.LabelState, sel(writes, serverMatcher), rate), "{{state}}"))).
+		WithPanel(graph("Pending writes",
+			"Writes inside their verification window, per server. It should rise and fall with traffic, never only rise.",
+			units.Short,
+			query(fmt.Sprintf("sum by (%s) (%s)", metrics.LabelServer, sel(metrics.WritesPending, serverMatcher)), "{{server}}"))).
+		WithPanel(graph("Unverified and double-applied writes",
+			"Writes that spend the error budget, per server and state, in each interval.",
+			units.Short,
+			query(fmt.Sprintf("sum by (%s, %s) (increase(%s[%s]))", metrics.LabelServer, metrics.LabelState,
+				rules.WritesSelector(rules.ErrorStates, serverMatcher), rate), "{{server}} {{state}}"))).
+		WithPanel(grid("Writes by server, tool and state",
+			"Write attempts that reached each terminal state over the dashboard's time range.",
+			units.Short,
+			rows(fmt.Sprintf("sum by (%s, %s, %s) (increase(%s[$__range]))",
+				metrics.LabelServer, metrics.LabelTool, metrics.LabelState, sel(writes, serverMatcher)))))
+}
+
+func slo() *dashboard.DashboardBuilder {
+	ratio := func(by, window string) string { return rules.ErrorRatioExpr(by, serverMatcher, window) }
+	budget := "(1 - $" + VarSLOTarget + ")"
+	b := newBoard(UIDSLO, "mcpaudit / write durability SLO",
+		"The write-durability SLI, (durable + resolved) / (durable + resolved + unverified + double_applied), its error budget and burn rates. The alert rules use the same windows.",
+		"slo").
+		WithVariable(textVar(VarSLOTarget, "SLO target", "Write-durability objective, a fraction (0.999 is 99.9%).",
+			fmt.Sprint(rules.DefaultSLOTarget))).
+		WithPanel(single("SLI, 30 days",
+			"Share of the writes counted by the SLI that ended durable or resolved over the last 30 days.",
+			units.PercentUnit,
+			instant("1 - (\n"+ratio("", "30d")+"\n)"))).
+		WithPanel(single("Error budget left, 30 days",
+			"Share of the 30-day error budget (1 - target) not yet spent. Below zero, the SLO is missed.",
+			units.PercentUnit,
+			instant("1 - (\n"+ratio("", "30d")+"\n) / "+budget))).
+		WithPanel(single("Burn rate, 1 hour",
+			"How fast the error budget is spent over the last hour: 1 spends exactly the budget in 30 days; the fast-burn page fires above 14.4.",
+			units.NoUnit,
+			instant("(\n"+ratio("", "1h")+"\n) / "+budget))).
+		WithPanel(single("Burn rate, 6 hours",
+			"How fast the error budget is spent over the last 6 hours; the medium-burn page fires above 6.",
+			units.NoUnit,
+			instant("(\n"+ratio("", "6h")+"\n) / "+budget)))
+	var burns []*prometheus.DataqueryBuilder
+	for _, w := range []string{"5m", "1h", "6h", "3d"} {
+		burns = append(burns, query("(\n"+ratio("", w)+"\n) / "+budget, w))
+	}
+	return b.
+		WithPanel(graph("Burn rate by window",
+			"Error ratio over each alert window divided by the error budget. The pages need both 1h and 5m above 14.4, or 6h and 30m above 6; the ticket both 3d and 6h above 1.",
+			units.NoUnit, burns...)).
+		WithPanel(graph("SLI by server, 1 hour",
+			"The SLI over a sliding hour, per server.",
+			units.PercentUnit,
+			query("1 - (\n"+ratio(metrics.LabelServer, "1h")+"\n)", "{{server}}"))).
+		WithPanel(graph("Writes counted by the SLI",
+			"Writes per second in each state the SLI counts; rejected and pending writes are outside it.",
+			units.OpsPerSecond,
+			query(fmt.Sprintf("sum by (%s) (rate(%s[%s]))", metrics.LabelState,
+				rules.WritesSelector(rules.CountedStates, serverMatcher), rate), "{{state}}"))).
+		WithPanel(graph("Verification latency",
+			"Event time from a pending write to the proof that made it durable or resolved (a replay under the same key, or a read of the target).",
+			units.Seconds,
+			quantiles(metrics.WriteVerificationSeconds, "", serverMatcher)...))
+}
+
+func failures() *dashboard.DashboardBuilder {
+	f := metrics.CallFailuresTotal
+	retryKinds := kinds(audit.KindWastedRetry, audit.KindUnsafeRetry, audit.KindPrematureRetry, audit.KindRequestIDReuse)
+	uncertain := string(audit.ActionReplaySameRequest) + "|" + string(audit.ActionVerifyThenDecide)
+	return newBoard(UIDFailures, "mcpaudit / failures by retry action",
+		"Failed and uncertain calls classified by what a correct client must do next, and how clients actually respond.").
+		WithPanel(graph("Failures by retry action",
+			"Failed or uncertain calls and provider calls per second, by the retry action a correct client must take.",
+			units.OpsPerSecond,
+			query(fmt.Sprintf("sum by (%s) (rate(%s[%s]))", metrics.LabelRetryAction, sel(f, serverMatcher), rate), "{{retry_action}}"))).
+		WithPanel(graph("Failures by code",
+			"Failures per second by error code; codes outside the known set are counted as other.",
+			units.OpsPerSecond,
+			query(fmt.Sprintf("sum by (%s) (rate(%s[%s]))", metrics.LabelCode, sel(f, serverMatcher), rate), "{{code}}"))).
+		WithPanel(graph("Uncertain outcomes",
+			"Failures whose outcome is unknown (retry action replay_same_request or verify_then_decide), per server and code. Each one is a pending write that a client must resolve.",
+			units.OpsPerSecond,
+			query(fmt.Sprintf("sum by (%s, %s) (rate(%s[%s]))", metrics.LabelServer, metrics.LabelCode,
+				sel(f, serverMatcher, fmt.Sprintf(`%s=~"%s"`, metrics.LabelRetryAction, uncertain)), rate), "{{server}} {{code}}"))).
+		WithPanel(graph("Client responses",
+			"Findings about how clients retry, per second: wasted_retry and premature_retry (could not help), unsafe_retry (risked a double application), request_id_reuse.",
+			units.OpsPerSecond,
+			query(fmt.Sprintf("sum by (%s) (rate(%s[%s]))", metrics.LabelKind,
+				sel(metrics.FindingsTotal, serverMatcher, fmt.Sprintf(`%s=~"%s"`, metrics.LabelKind, retryKinds)), rate), "{{kind}}"))).
+		WithPanel(graph("Retry findings per call",
+			"Retry findings as a share of all calls, per server and kind. McpAuditWastedRetries fires when wasted and premature retries pass 5% for 30 minutes.",
+			units.PercentUnit,
+			query(fmt.Sprintf("sum by (%s, %s) (rate(%s[%s]))\n/ on (%s) group_left\nsum by (%s) (rate(%s[%s]))",
+				metrics.LabelServer, metrics.LabelKind,
+				sel(metrics.FindingsTotal, serverMatcher, fmt.Sprintf(`%s=~"%s"`, metrics.LabelKind, retryKinds)), rate,
+				metrics.LabelServer, metrics.LabelServer, sel(metrics.ToolCallsTotal, serverMatcher), rate), "{{server}} {{kind}}"))).
+		WithPanel(grid("Failing tools",
+			"The 20 server, tool, code and retry action combinations with the most failures over the dashboard's time range.",
+			units.Short,
+			rows(fmt.Sprintf("topk(20, sum by (%s, %s, %s, %s) (increase(%s[$__range])))",
+				metrics.LabelServer, metrics.LabelTool, metrics.LabelCode, metrics.LabelRetryAction, sel(f, serverMatcher)))))
+}
+
+func findings() *dashboard.DashboardBuilder {
+	fd := metrics.FindingsTotal
+	api := "${" + VarMCPAuditURL + "}/api/v1"
+	link := func(title, tooltip, url string) *dashboard.DashboardLinkBuilder {
+		return dashboard.NewDashboardLinkBuilder(title).Type(dashboard.DashboardLinkTypeLink).
+			Url(url).Tooltip(tooltip).Icon("external link").TargetBlank(true)
+	}
+	table := grid("Findings by server, kind and severity",
+		"Findings over the dashboard's time range. The link on a row lists those findings in the mcpaudit API.",
+		units.Short,
+		rows(fmt.Sprintf("sum by (%s, %s, %s) (increase(%s[$__range])) > 0",
+			metrics.LabelServer, metrics.LabelKind, metrics.LabelSeverity, sel(fd, serverMatcher))))
+	table.DataLinks([]cog.Builder[dashboard.DashboardLink]{
+		dashboard.NewDashboardLinkBuilder("Findings of this kind").
+			Url(api + "/findings?kind=${__data.fields.kind}&server=${__data.fields.server}").TargetBlank(true),
+	})
+	return newBoard(UIDFindings, "mcpaudit / findings",
+		"Findings by kind and severity over time, with links to the mcpaudit API to investigate them.").
+		WithVariable(mcpauditURLVar()).
+		Link(link("Findings (API)", "GET /api/v1/findings: every stored finding", api+"/findings")).
+		Link(link("Double-applied writes (API)", "GET /api/v1/findings?kind=double_applied_write", api+"/findings?kind=double_applied_write")).
+		Link(link("Unverified writes (API)", "GET /api/v1/findings?kind=unverified_write", api+"/findings?kind=unverified_write")).
+		Link(link("SLO, 30 days (API)", "GET /api/v1/slo?window=30d", api+"/slo?window=30d")).
+		WithPanel(single("Critical findings",
+			"double_applied_write, duplicate_create and integrity_failure findings over the dashboard's time range. Each one pages.",
+			units.Short,
+			instant(fmt.Sprintf("sum(increase(%s[$__range]))", sel(fd, serverMatcher, metrics.LabelSeverity+`="critical"`))))).
+		WithPanel(single("Warning findings",
+			"unverified_write, unsafe_retry and request_id_reuse findings over the dashboard's time range.",
+			units.Short,
+			instant(fmt.Sprintf("sum(increase(%s[$__range]))", sel(fd, serverMatcher, metrics.LabelSeverity+`="warning"`))))).
+		WithPanel(single("Info findings",
+			"wasted_retry and premature_retry findings over the dashboard's time range.",
+			units.Short,
+			instant(fmt.Sprintf("sum(increase(%s[$__range]))", sel(fd, serverMatcher, metrics.LabelSeverity+`="info"`))))).
+		WithPanel(single("Servers with critical findings",
+			"How many servers had a critical finding over the dashboard's time range.",
+			units.Short,
+			instant(fmt.Sprintf("count(sum by (%s) (increase(%s[$__range])) > 0) or vector(0)",
+				metrics.LabelServer, sel(fd, serverMatcher, metrics.LabelSeverity+`="critical"`))))).
+		WithPanel(graph("Findings by kind",
+			"New findings in each interval, by kind.",
+			units.Short,
+			query(fmt.Sprintf("sum by (%s) (increase(%s[%s]))", metrics.LabelKind, sel(fd, serverMatcher), rate), "{{kind}}"))).
+		WithPanel(graph("Findings by severity",
+			"New findings in each interval, by severity: critical pages, warning goes to the work queue, info is context.",
+			units.Short,
+			query(fmt.Sprintf("sum by (%s) (increase(%s[%s]))", metrics.LabelSeverity, sel(fd, serverMatcher), rate), "{{severity}}"))).
+		WithPanel(table)
+}
+
+func collector() *dashboard.DashboardBuilder {
+	return newBoard(UIDCollector, "mcpaudit / collector health",
+		"The mcpaudit service itself: ingestion by source, rejections, pending writes, store latency, Go runtime and process.").
+		WithVariable(jobVar()).
+		WithPanel(single("Targets up",
+			"mcpaudit targets that Prometheus scraped successfully at the last scrape, out of those it knows.",
+			units.Short,
+			instant(fmt.Sprintf("sum(up{%s})", jobMatcher)))).
+		WithPanel(single("Records ingested",
+			"Records (call records or spans) accepted over the dashboard's time range.",
+			units.Short,
+			instant(fmt.Sprintf(`sum(increase(%s[$__range]))`, sel(metrics.IngestRecordsTotal, jobMatcher, metrics.LabelResult+`="`+metrics.ResultAccepted+`"`))))).
+		WithPanel(single("Records rejected",
+			"Records rejected over the dashboard's time range; the senders got the reason.",
+			units.Short,
+			instant(fmt.Sprintf(`sum(increase(%s[$__range]))`, sel(metrics.IngestRejectedTotal, jobMatcher))))).
+		WithPanel(single("Pending writes",
+			"Writes inside their verification window now, all selected servers.",
+			units.Short,
+			instant(fmt.Sprintf("sum(%s)", sel(metrics.WritesPending, serverMatcher))))).
+		WithPanel(graph("Ingested records",
+			"Records per second by source and result: accepted, rejected, or duplicate (an exchange already seen through another carrier).",
+			units.OpsPerSecond,
+			query(fmt.Sprintf("sum by (%s, %s) (rate(%s[%s]))", metrics.LabelSource, metrics.LabelResult,
+				sel(metrics.IngestRecordsTotal, jobMatcher), rate), "{{source}} {{result}}"))).
+		WithPanel(graph("Rejected records by reason",
+			"Rejected records per second by source and reason.",
+			units.OpsPerSecond,
+			query(fmt.Sprintf("sum by (%s, %s) (rate(%s[%s]))", metrics.LabelSource, metrics.LabelReason,
+				sel(metrics.IngestRejectedTotal, jobMatcher), rate), "{{source}} {{reason}}"))).
+		WithPanel(graph("Pending writes by server",
+			"Writes inside their verification window. If it never falls, windows are not closing (McpAuditWritesPendingNotDraining).",
+			units.Short,
+			query(fmt.Sprintf("sum by (%s) (%s)", metrics.LabelServer, sel(metrics.WritesPending, serverMatcher)), "{{server}}"))).
+		WithPanel(graph("Store commit latency",
+			"Duration of commits to the embedded store, observed by mcpaudit serve.",
+			units.Seconds,
+			quantiles(metrics.StoreCommitSeconds, "", jobMatcher)...)).
+		WithPanel(graph("CPU",
+			"CPU time used per second (1 is one full core).",
+			units.PercentUnit,
+			query(fmt.Sprintf("rate(process_cpu_seconds_total{%s}[%s])", jobMatcher, rate), "{{instance}}"))).
+		WithPanel(graph("Memory",
+			"Resident memory of the process and Go heap in use.",
+			units.BytesIEC,
+			query(fmt.Sprintf("process_resident_memory_bytes{%s}", jobMatcher), "{{instance}} resident"),
+			query(fmt.Sprintf("go_memstats_heap_inuse_bytes{%s}", jobMatcher), "{{instance}} heap in use"))).
+		WithPanel(graph("Goroutines and open files",
+			"Goroutines and open file descriptors of the process.",
+			units.Short,
+			query(fmt.Sprintf("go_goroutines{%s}", jobMatcher), "{{instance}} goroutines"),
+			query(fmt.Sprintf("process_open_fds{%s}", jobMatcher), "{{instance}} open fds"))).
+		WithPanel(graph("GC pause",
+			"Average duration of a Go garbage-collection pause.",
+			units.Seconds,
+			query(fmt.Sprintf("rate(go_gc_duration_seconds_sum{%s}[%s])\n/\nrate(go_gc_duration_seconds_count{%s}[%s])",
+				jobMatcher, rate, jobMatcher, rate), "{{instance}}")))
+}
