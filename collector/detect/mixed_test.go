@@ -1,0 +1,116 @@
+package detect_test
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/collector/capture"
+	"github.com/mcpaudit/mcpaudit/collector/detect"
+	"github.com/mcpaudit/mcpaudit/collector/dialect"
+	"github.com/mcpaudit/mcpaudit/internal/capgen"
+)
+
+// TestMixedCapture runs generated captures with thousands of interleaved
+// sessions, noise and traps, and expects every planted finding and nothing
+// else: recall and precision 1.
+func TestMixedCapture(t *testing.T) {
+	for _, seed := range []int64{1, 2, 3} {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+			c := capgen.Generate(capgen.Config{Seed: seed, Sessions: 3000, Span: 2 * time.Hour, AnomalyRate: 0.3, NoiseRate: 0.02})
+			got, rejects := runLines(t, c.Lines)
+			if rejects != c.BadLines {
+				t.Errorf("rejected %d lines, want %d", rejects, c.BadLines)
+			}
+			if len(got.calls) != c.Calls {
+				t.Errorf("processed %d calls, want %d distinct", len(got.calls), c.Calls)
+			}
+			used := make([]bool, len(got.findings))
+			missed := 0
+			for _, e := range c.Expected {
+				n := 0
+				for i, f := range got.findings {
+					if matches(f, expected{Kind: audit.Kind(e.Kind), Server: e.Server, Document: e.Document, Key: e.Key}) {
+						n++
+						used[i] = true
+					}
+				}
+				if n != 1 {
+					missed++
+					if missed < 10 {
+						t.Errorf("expected %+v matched %d times", e, n)
+					}
+				}
+			}
+			extra := 0
+			for i, f := range got.findings {
+				if !used[i] {
+					extra++
+					if extra < 10 {
+						t.Errorf("unexpected %s on %s %s: %s", f.Kind, f.Document, f.Key, f.Summary)
+					}
+				}
+			}
+			t.Logf("%d calls, %d expected findings, %d missed, %d extra; scenarios %v", c.Calls, len(c.Expected), missed, extra, c.Scenarios)
+		})
+	}
+}
+
+func runLines(t testing.TB, lines [][]byte) (*sink, int) {
+	s := newSink()
+	d := detect.New(detect.NewDefaultConfig(), dialect.Config{}, s)
+	return s, feed(t, d, bytes.Join(lines, []byte("\n")))
+}
+
+func feed(t testing.TB, d *detect.Detector, data []byte) int {
+	dec, err := capture.NewDecoder(bytes.NewReader(data), "mixed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rejects := 0
+	for {
+		c, err := dec.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			if !capture.IsReject(err) {
+				t.Fatal(err)
+			}
+			rejects++
+			continue
+		}
+		d.Add(c)
+	}
+	d.Flush()
+	return rejects
+}
+
+// discard is a sink that keeps nothing, for the benchmark.
+type discard struct{ findings int }
+
+func (d *discard) Call(*audit.CallReport)              {}
+func (d *discard) Write(*audit.Write, audit.WriteState) {}
+func (d *discard) Finding(*audit.Finding)              { d.findings++ }
+
+// BenchmarkAnalyze analyzes a generated 1M-call mixed capture (decoding
+// and detection, as analyze does) and reports calls per second. Run it with
+// GOMAXPROCS=1 for the one-core figure:
+//
+//	GOMAXPROCS=1 go test ./collector/detect -run '^$' -bench Analyze -benchtime 3x
+func BenchmarkAnalyze(b *testing.B) {
+	c := capgen.Generate(capgen.Config{Seed: 7, Sessions: 330_000, Span: 24 * time.Hour, AnomalyRate: 0.1, NoiseRate: 0.002})
+	data := bytes.Join(c.Lines, []byte("\n"))
+	c.Lines = nil
+	b.SetBytes(int64(len(data)))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		d := detect.New(detect.NewDefaultConfig(), dialect.Config{}, &discard{})
+		feed(b, d, data)
+	}
+	b.ReportMetric(float64(c.Calls)*float64(b.N)/b.Elapsed().Seconds(), "calls/s")
+	b.ReportMetric(float64(c.Calls), "calls/op")
+}
