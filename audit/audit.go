@@ -162,8 +162,11 @@ type RPCError struct {
 type Call struct {
 	// ID is the stable identity of the exchange: the same exchange carried as
 	// a call record or as a span gets the same ID (see StableID).
-	ID       string
-	Time     time.Time
+	ID string
+	// Fingerprint identifies the request without its time (see
+	// Fingerprint): duplicate observations share it.
+	Fingerprint string
+	Time        time.Time
 	Duration time.Duration
 	Server   string
 	Session  string

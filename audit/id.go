@@ -26,3 +26,20 @@ func StableID(server, session, rpcID string, t time.Time, tool string, canonical
 	var sum [sha256.Size]byte
 	return "c_" + hex.EncodeToString(h.Sum(sum[:0])[:10])
 }
+
+// Fingerprint identifies a request regardless of when it was sent: the
+// server, session, JSON-RPC id, tool and canonical arguments. Two
+// observations of one exchange share it; the detector uses it to drop the
+// second.
+func Fingerprint(server, session, rpcID, tool string, canonicalArgs []byte) string {
+	h := sha256.New()
+	var buf [8]byte
+	for _, s := range []string{server, session, rpcID, tool} {
+		binary.LittleEndian.PutUint64(buf[:], uint64(len(s)))
+		h.Write(buf[:])
+		h.Write([]byte(s))
+	}
+	h.Write(canonicalArgs)
+	var sum [sha256.Size]byte
+	return string(h.Sum(sum[:0])[:16])
+}

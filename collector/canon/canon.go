@@ -52,7 +52,7 @@ func Append(dst []byte, v *fastjson.Value) []byte {
 			if i > 0 {
 				dst = append(dst, ',')
 			}
-			dst = strconv.AppendQuote(dst, e.k)
+			dst = appendString(dst, []byte(e.k))
 			dst = append(dst, ':')
 			dst = Append(dst, e.v)
 		}
@@ -69,7 +69,7 @@ func Append(dst []byte, v *fastjson.Value) []byte {
 		return append(dst, ']')
 	case fastjson.TypeString:
 		s, _ := v.StringBytes()
-		return strconv.AppendQuote(dst, string(s))
+		return appendString(dst, s)
 	default:
 		return v.MarshalTo(dst)
 	}
@@ -125,4 +125,17 @@ func CollapseSpace(s string) string {
 		out = append(out, c)
 	}
 	return string(out)
+}
+
+// appendString quotes s as strconv.AppendQuote does, without its cost for
+// the common plain-ASCII string.
+func appendString(dst, s []byte) []byte {
+	for _, c := range s {
+		if c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
+			return strconv.AppendQuote(dst, string(s))
+		}
+	}
+	dst = append(dst, '"')
+	dst = append(dst, s...)
+	return append(dst, '"')
 }

@@ -140,6 +140,7 @@ func (rp *RecordParser) Parse(data []byte, source string, line int) (*audit.Call
 		rp.buf = canon.Append(rp.buf, req.Get("params", "arguments"))
 	}
 	c.ID = audit.StableID(c.Server, c.Session, c.RPCID, c.Time, c.Tool, rp.buf)
+	c.Fingerprint = audit.Fingerprint(c.Server, c.Session, c.RPCID, c.Tool, rp.buf)
 	return c, nil
 }
 

@@ -59,7 +59,8 @@ func New(cfg Config, dc dialect.Config, sinks ...audit.Sink) *Detector {
 // (the latest time seen minus the lateness bound); duplicates of a call
 // already taken are counted and dropped.
 func (d *Detector) Add(c *audit.Call) {
-	if d.dedupe.seen(c, d.lateness()) {
+	seen := d.dedupe.seen(c)
+	if seen == nil {
 		d.Stats.Duplicates++
 		return
 	}
@@ -67,7 +68,7 @@ func (d *Detector) Add(c *audit.Call) {
 		d.maxSeen = c.Time
 	}
 	d.arrival++
-	heap.Push(&d.buf, bufCall{c, d.arrival})
+	heap.Push(&d.buf, bufCall{c, d.arrival, seen})
 	d.release(d.maxSeen.Add(-d.lateness()))
 }
 
@@ -98,19 +99,20 @@ func (d *Detector) AdvanceTo(t time.Time) {
 // pending and produce nothing.
 func (d *Detector) Flush() {
 	for d.buf.Len() > 0 {
-		d.process(heap.Pop(&d.buf).(bufCall).c)
+		d.process(heap.Pop(&d.buf).(bufCall))
 	}
 }
 
 func (d *Detector) release(watermark time.Time) {
 	for d.buf.Len() > 0 && !d.buf[0].c.Time.After(watermark) {
-		d.process(heap.Pop(&d.buf).(bufCall).c)
+		d.process(heap.Pop(&d.buf).(bufCall))
 	}
 }
 
 // process handles one call in event-time order.
-func (d *Detector) process(c *audit.Call) {
-	d.dedupe.processed(c)
+func (d *Detector) process(b bufCall) {
+	c := b.c
+	b.seen.processed = true
 	if c.Time.Before(d.clock) {
 		d.Stats.Late++
 	} else {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -92,9 +94,9 @@ func feed(t testing.TB, d *detect.Detector, data []byte) int {
 // discard is a sink that keeps nothing, for the benchmark.
 type discard struct{ findings int }
 
-func (d *discard) Call(*audit.CallReport)              {}
+func (d *discard) Call(*audit.CallReport)               {}
 func (d *discard) Write(*audit.Write, audit.WriteState) {}
-func (d *discard) Finding(*audit.Finding)              { d.findings++ }
+func (d *discard) Finding(*audit.Finding)               { d.findings++ }
 
 // BenchmarkAnalyze analyzes a generated 1M-call mixed capture (decoding
 // and detection, as analyze does) and reports calls per second. Run it with
@@ -102,7 +104,7 @@ func (d *discard) Finding(*audit.Finding)              { d.findings++ }
 //
 //	GOMAXPROCS=1 go test ./collector/detect -run '^$' -bench Analyze -benchtime 3x
 func BenchmarkAnalyze(b *testing.B) {
-	c := capgen.Generate(capgen.Config{Seed: 7, Sessions: 330_000, Span: 24 * time.Hour, AnomalyRate: 0.1, NoiseRate: 0.002})
+	c := capgen.Generate(capgen.Config{Seed: 7, Sessions: benchSessions, Span: 24 * time.Hour, AnomalyRate: 0.1, NoiseRate: 0.002})
 	data := bytes.Join(c.Lines, []byte("\n"))
 	c.Lines = nil
 	b.SetBytes(int64(len(data)))
@@ -113,4 +115,12 @@ func BenchmarkAnalyze(b *testing.B) {
 	}
 	b.ReportMetric(float64(c.Calls)*float64(b.N)/b.Elapsed().Seconds(), "calls/s")
 	b.ReportMetric(float64(c.Calls), "calls/op")
+}
+
+// benchSessions gives about one million calls.
+var benchSessions = 330_000
+
+func benchSizeFromEnv() int {
+	n, _ := strconv.Atoi(os.Getenv("MCPAUDIT_BENCH_SESSIONS"))
+	return n
 }

@@ -22,8 +22,9 @@ func keyPhrase(k string) string {
 
 // bufCall is a call waiting in the reorder buffer.
 type bufCall struct {
-	c   *audit.Call
-	seq uint64
+	c    *audit.Call
+	seq  uint64
+	seen *seenCall
 }
 
 // callHeap orders buffered calls by event time, then by arrival.
@@ -86,14 +87,20 @@ func newDedupe() dedupe {
 	return dedupe{byReq: map[string][]*seenCall{}, bySpan: map[string]*seenCall{}}
 }
 
+// reqKey is the request part of the duplicate key; calls built without a
+// fingerprint (by hand, in tests) get one here.
 func reqKey(c *audit.Call) string {
-	return c.Server + "\x00" + c.Session + "\x00" + c.RPCID + "\x00" + canon.Hash([]byte(c.Tool), canon.Bytes(c.Arguments))
+	if c.Fingerprint == "" {
+		c.Fingerprint = audit.Fingerprint(c.Server, c.Session, c.RPCID, c.Tool, canon.Bytes(c.Arguments))
+	}
+	return c.Fingerprint
 }
 
-// seen reports whether c duplicates a call already taken. When the first
-// observation saw no response and this one did, and the first is still
-// waiting in the reorder buffer, the response is taken from this one.
-func (d *dedupe) seen(c *audit.Call, _ time.Duration) bool {
+// seen returns nil when c duplicates a call already taken, else its entry.
+// When the first observation saw no response and this one did, and the
+// first is still waiting in the reorder buffer, the response is taken from
+// this one.
+func (d *dedupe) seen(c *audit.Call) *seenCall {
 	var dup *seenCall
 	if c.TraceID != "" && c.SpanID != "" {
 		dup = d.bySpan[c.TraceID+c.SpanID]
@@ -119,22 +126,14 @@ func (d *dedupe) seen(c *audit.Call, _ time.Duration) bool {
 				first.Duration = c.Duration
 			}
 		}
-		return true
+		return nil
 	}
 	s := &seenCall{c: c}
 	d.byReq[rk] = append(d.byReq[rk], s)
 	if c.TraceID != "" && c.SpanID != "" {
 		d.bySpan[c.TraceID+c.SpanID] = s
 	}
-	return false
-}
-
-func (d *dedupe) processed(c *audit.Call) {
-	for _, s := range d.byReq[reqKey(c)] {
-		if s.c == c {
-			s.processed = true
-		}
-	}
+	return s
 }
 
 // sweep forgets observations older than horizon.

@@ -1,7 +1,6 @@
 package dialect
 
 import (
-	"regexp"
 	"strings"
 )
 
@@ -10,6 +9,15 @@ type codeCall struct {
 	Tool string // namespace.method, e.g. documents.editDocument
 	Args string // the text between the call's parentheses
 	Pos  int    // byte offset of the call in the code
+	lit  map[string]string
+}
+
+// Literals returns the string literals of the call's arguments, by key.
+func (c *codeCall) Literals() map[string]string {
+	if c.lit == nil {
+		c.lit = literals(c.Args)
+	}
+	return c.lit
 }
 
 // providerNamespaces are the Oddlynew namespaces whose calls are audited.
@@ -122,37 +130,141 @@ func matchParen(s string, open int) int {
 	return len(s)
 }
 
-// literalRe matches `key: "value"` with the key bare or quoted and the
-// value in any JavaScript string quotes (template literals without
-// substitutions only).
-var literalRe = regexp.MustCompile("[\"']?([A-Za-z_$][A-Za-z0-9_$]*)[\"']?\\s*:\\s*(?:\"((?:[^\"\\\\]|\\\\.)*)\"|'((?:[^'\\\\]|\\\\.)*)'|`([^`$]*)`)")
-
-// literals returns the first string literal given to each key in text.
+// literals returns the first string literal given to each key in text:
+// `key: "value"`, with the key bare or quoted and the value in any
+// JavaScript string quotes (template literals without substitutions only).
+// Values keep their escapes as written.
 func literals(text string) map[string]string {
 	out := map[string]string{}
-	for _, m := range literalRe.FindAllStringSubmatch(text, -1) {
-		k := m[1]
-		if _, ok := out[k]; ok {
+	n := len(text)
+	for i := 0; i < n; {
+		c := text[i]
+		var key string
+		j := -1
+		switch {
+		case c == '"' || c == '\'':
+			end := skipString(text, i)
+			if k := skipSpace(text, end); end <= n && end-i >= 2 && k < n && text[k] == ':' {
+				key, j = text[i+1:end-1], k+1
+			} else {
+				i = end
+				continue
+			}
+		case c == '`':
+			i = skipString(text, i)
+			continue
+		case isIdentStart(c) && (i == 0 || !isIdentPart(text[i-1])):
+			e := i
+			for e < n && isIdentPart(text[e]) {
+				e++
+			}
+			if k := skipSpace(text, e); k < n && text[k] == ':' {
+				key, j = text[i:e], k+1
+			} else {
+				i = e
+				continue
+			}
+		default:
+			i++
 			continue
 		}
-		out[k] = m[2] + m[3] + m[4]
+		v := skipSpace(text, j)
+		if v < n && (text[v] == '"' || text[v] == '\'' || text[v] == '`') {
+			end := skipString(text, v)
+			if end <= n && end-v >= 2 && text[end-1] == text[v] {
+				val := text[v+1 : end-1]
+				if _, seen := out[key]; !seen && !(text[v] == '`' && strings.Contains(val, "${")) {
+					out[key] = val
+				}
+			}
+			i = end
+			continue
+		}
+		i = v
 	}
 	return out
 }
 
-// writeBasisRe matches a writeBasis property and its value, which is a
-// string literal or an expression up to the next comma or brace.
-var writeBasisRe = regexp.MustCompile("([\"']?writeBasis[\"']?\\s*:)\\s*(?:\"(?:[^\"\\\\]|\\\\.)*\"|'(?:[^'\\\\]|\\\\.)*'|[^,}\\n]+)")
+func skipSpace(s string, i int) int {
+	for i < len(s) && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r') {
+		i++
+	}
+	return i
+}
 
 // stripWriteBasis removes the values of writeBasis properties: a CAS token
 // changes from one attempt to the next but does not change what is intended.
-func stripWriteBasis(code string) string {
-	return writeBasisRe.ReplaceAllString(code, "$1")
-}
+// The value is a string literal or an expression up to the next comma,
+// brace or line end.
+func stripWriteBasis(code string) string { return stripProp(code, "writeBasis", true) }
 
 // stripKey removes the string value given to key, so that two calls that
 // differ only by their idempotency key compare equal.
-func stripKey(text, key string) string {
-	re := regexp.MustCompile("([\"']?" + regexp.QuoteMeta(key) + "[\"']?\\s*:)\\s*(?:\"(?:[^\"\\\\]|\\\\.)*\"|'(?:[^'\\\\]|\\\\.)*'|`[^`]*`)")
-	return re.ReplaceAllString(text, "$1")
+func stripKey(text, key string) string { return stripProp(text, key, false) }
+
+// stripProp removes the value of every `key:` property in text, keeping
+// "key:". With anyExpr, a value that is not a string literal is removed up
+// to the next comma, closing brace or line end; otherwise only string
+// literal values are removed.
+func stripProp(text, key string, anyExpr bool) string {
+	if !strings.Contains(text, key) {
+		return text
+	}
+	var b strings.Builder
+	n := len(text)
+	last := 0
+	for i := 0; i < n; {
+		c := text[i]
+		end := -1
+		switch {
+		case c == '"' || c == '\'' || c == '`':
+			e := skipString(text, i)
+			if e-i-2 == len(key) && text[i+1:e-1] == key && c != '`' {
+				end = e
+			} else {
+				i = e
+				continue
+			}
+		case isIdentStart(c) && (i == 0 || !isIdentPart(text[i-1]) && text[i-1] != '.'):
+			e := i
+			for e < n && isIdentPart(text[e]) {
+				e++
+			}
+			if text[i:e] == key {
+				end = e
+			} else {
+				i = e
+				continue
+			}
+		default:
+			i++
+			continue
+		}
+		k := skipSpace(text, end)
+		if k >= n || text[k] != ':' {
+			i = end
+			continue
+		}
+		v := skipSpace(text, k+1)
+		ve := v
+		switch {
+		case v < n && (text[v] == '"' || text[v] == '\'' || text[v] == '`'):
+			ve = skipString(text, v)
+		case anyExpr:
+			for ve < n && text[ve] != ',' && text[ve] != '}' && text[ve] != '\n' {
+				ve++
+			}
+		}
+		b.WriteString(text[last : k+1])
+		last = ve
+		i = ve
+		if ve == v {
+			i = k + 1
+		}
+	}
+	if last == 0 {
+		return text
+	}
+	b.WriteString(text[last:])
+	return b.String()
 }

@@ -262,7 +262,7 @@ func assignResult(pcs []providerCall, result *fastjson.Value) {
 			if taken[i] || pcs[i].outcome != outcomeSucceeded || pcs[i].code == nil {
 				continue
 			}
-			lit := literals(pcs[i].code.Args)
+			lit := pcs[i].code.Literals()
 			for _, id := range ids {
 				if id != "" && (lit["documentId"] == id || lit["operationId"] == id || lit["copyId"] == id || lit["creationId"] == id) {
 					best = i
@@ -301,7 +301,7 @@ func (r *Reader) oddlynewOp(pc *providerCall, collapsed string) Op {
 	var lit map[string]string
 	argText := ""
 	if pc.code != nil {
-		lit = literals(pc.code.Args)
+		lit = pc.code.Literals()
 		argText = pc.code.Args
 	}
 	pick := func(k string) string {

@@ -179,7 +179,9 @@ func convertSpan(sp ptrace.Span, service, rtenant string) (*audit.Call, bool, st
 		// attribute is opt-in): it answered, with content unknown.
 		c.Responded = true
 	}
-	c.ID = audit.StableID(c.Server, c.Session, c.RPCID, c.Time, c.Tool, canon.Bytes(c.Arguments))
+	args := canon.Bytes(c.Arguments)
+	c.ID = audit.StableID(c.Server, c.Session, c.RPCID, c.Time, c.Tool, args)
+	c.Fingerprint = audit.Fingerprint(c.Server, c.Session, c.RPCID, c.Tool, args)
 	return c, true, ""
 }
 
