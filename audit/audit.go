@@ -167,13 +167,13 @@ type Call struct {
 	// Fingerprint): duplicate observations share it.
 	Fingerprint string
 	Time        time.Time
-	Duration time.Duration
-	Server   string
-	Session  string
-	Client   string
-	Tenant   string
-	TraceID  string
-	SpanID   string
+	Duration    time.Duration
+	Server      string
+	Session     string
+	Client      string
+	Tenant      string
+	TraceID     string
+	SpanID      string
 	// RPCID is the JSON-RPC request id rendered as text ("7" or "abc").
 	RPCID string
 	// Method is the JSON-RPC method, normally "tools/call".
