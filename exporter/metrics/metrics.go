@@ -55,7 +55,17 @@ type Metrics struct {
 // serverLabels remembers the label values already seen for one server.
 type serverLabels struct {
 	tools      map[string]bool // values given to the tool label
+	callTools  map[string]bool // tools whose call series are initialized
 	writeTools map[string]bool // tools whose WritesTotal series are initialized
+}
+
+// uncertainFailures are the failures the rules alert on by rate
+// (McpAuditUncertainOutcomes), with their retry actions (findings.md §1).
+// Their series start at zero with the tool's first call, so that the first
+// such failure already counts as an increase.
+var uncertainFailures = []audit.Failure{
+	{Code: "COMMIT_UNKNOWN", Action: audit.ActionReplaySameRequest},
+	{Code: "in_flight_unknown", Action: audit.ActionVerifyThenDecide},
 }
 
 // New creates the metrics and registers them with reg.
@@ -120,7 +130,7 @@ func (m *Metrics) server(name string) *serverLabels {
 	if s != nil {
 		return s
 	}
-	s = &serverLabels{tools: map[string]bool{}, writeTools: map[string]bool{}}
+	s = &serverLabels{tools: map[string]bool{}, callTools: map[string]bool{}, writeTools: map[string]bool{}}
 	m.servers[name] = s
 	for _, k := range audit.Kinds {
 		m.findings.WithLabelValues(name, string(k), string(k.Severity()))
@@ -152,14 +162,28 @@ func (m *Metrics) code(code string) string {
 	return Other
 }
 
-// Call counts one call, its latency and its failures.
+// Call counts one call, its latency and its failures. The first call of a
+// tool initializes its outcome series and its COMMIT_UNKNOWN and
+// in_flight_unknown failure series at zero.
 func (m *Metrics) Call(r *audit.CallReport) {
 	if r == nil || r.Call == nil {
 		return
 	}
 	server := r.Call.Server
 	m.mu.Lock()
-	tool := m.tool(m.server(server), r.ToolLabel)
+	s := m.server(server)
+	tool := m.tool(s, r.ToolLabel)
+	if !s.callTools[tool] {
+		s.callTools[tool] = true
+		for _, o := range []audit.Outcome{audit.OutcomeOK, audit.OutcomeToolError, audit.OutcomeProtocolError, audit.OutcomeNoResponse} {
+			m.calls.WithLabelValues(server, tool, string(o))
+		}
+		for _, f := range uncertainFailures {
+			if m.knownCode(f.Code) {
+				m.failures.WithLabelValues(server, tool, f.Code, string(f.Action))
+			}
+		}
+	}
 	m.mu.Unlock()
 
 	m.calls.WithLabelValues(server, tool, outcomeLabel(r.Outcome)).Inc()

@@ -61,19 +61,23 @@ func TestMetrics_Calls(t *testing.T) {
 	))
 	m.Call(&audit.CallReport{Call: &audit.Call{Server: "oddlynew"}, Outcome: audit.OutcomeOK}) // no tool label: "other"
 
+	// A tool's first call initializes its outcomes, and the COMMIT_UNKNOWN and
+	// in_flight_unknown failures the rules alert on by rate, at zero.
+
 	compare(t, reg, `
-# HELP mcpaudit_tool_calls_total MCP tools/call exchanges by outcome.
-# TYPE mcpaudit_tool_calls_total counter
-mcpaudit_tool_calls_total{outcome="no_response",server="thegram",tool="gram_create"} 1
-mcpaudit_tool_calls_total{outcome="ok",server="oddlynew",tool="other"} 1
-mcpaudit_tool_calls_total{outcome="ok",server="thegram",tool="gram_patch"} 2
-mcpaudit_tool_calls_total{outcome="protocol_error",server="thegram",tool="gram_read"} 1
-mcpaudit_tool_calls_total{outcome="tool_error",server="oddlynew",tool="run"} 1
-mcpaudit_tool_calls_total{outcome="tool_error",server="thegram",tool="gram_patch"} 1
 # HELP mcpaudit_call_failures_total Failed or uncertain calls and provider calls by error code and retry action.
 # TYPE mcpaudit_call_failures_total counter
 mcpaudit_call_failures_total{code="-32603",retry_action="verify_then_decide",server="thegram",tool="gram_read"} 1
+mcpaudit_call_failures_total{code="COMMIT_UNKNOWN",retry_action="replay_same_request",server="oddlynew",tool="other"} 0
+mcpaudit_call_failures_total{code="COMMIT_UNKNOWN",retry_action="replay_same_request",server="oddlynew",tool="run"} 0
+mcpaudit_call_failures_total{code="COMMIT_UNKNOWN",retry_action="replay_same_request",server="thegram",tool="gram_create"} 0
 mcpaudit_call_failures_total{code="COMMIT_UNKNOWN",retry_action="replay_same_request",server="thegram",tool="gram_patch"} 1
+mcpaudit_call_failures_total{code="COMMIT_UNKNOWN",retry_action="replay_same_request",server="thegram",tool="gram_read"} 0
+mcpaudit_call_failures_total{code="in_flight_unknown",retry_action="verify_then_decide",server="oddlynew",tool="other"} 0
+mcpaudit_call_failures_total{code="in_flight_unknown",retry_action="verify_then_decide",server="oddlynew",tool="run"} 0
+mcpaudit_call_failures_total{code="in_flight_unknown",retry_action="verify_then_decide",server="thegram",tool="gram_create"} 0
+mcpaudit_call_failures_total{code="in_flight_unknown",retry_action="verify_then_decide",server="thegram",tool="gram_patch"} 0
+mcpaudit_call_failures_total{code="in_flight_unknown",retry_action="verify_then_decide",server="thegram",tool="gram_read"} 0
 mcpaudit_call_failures_total{code="other",retry_action="fix_input",server="oddlynew",tool="run"} 1
 mcpaudit_call_failures_total{code="other",retry_action="unknown",server="oddlynew",tool="run"} 1
 mcpaudit_call_failures_total{code="stale_live_revision",retry_action="reread_and_rebase",server="oddlynew",tool="run"} 1
@@ -97,6 +101,28 @@ mcpaudit_tool_call_duration_seconds_bucket{server="thegram",tool="gram_patch",le
 mcpaudit_tool_call_duration_seconds_bucket{server="thegram",tool="gram_patch",le="+Inf"} 2
 mcpaudit_tool_call_duration_seconds_sum{server="thegram",tool="gram_patch"} 0.315
 mcpaudit_tool_call_duration_seconds_count{server="thegram",tool="gram_patch"} 2
+# HELP mcpaudit_tool_calls_total MCP tools/call exchanges by outcome.
+# TYPE mcpaudit_tool_calls_total counter
+mcpaudit_tool_calls_total{outcome="no_response",server="oddlynew",tool="other"} 0
+mcpaudit_tool_calls_total{outcome="no_response",server="oddlynew",tool="run"} 0
+mcpaudit_tool_calls_total{outcome="no_response",server="thegram",tool="gram_create"} 1
+mcpaudit_tool_calls_total{outcome="no_response",server="thegram",tool="gram_patch"} 0
+mcpaudit_tool_calls_total{outcome="no_response",server="thegram",tool="gram_read"} 0
+mcpaudit_tool_calls_total{outcome="ok",server="oddlynew",tool="other"} 1
+mcpaudit_tool_calls_total{outcome="ok",server="oddlynew",tool="run"} 0
+mcpaudit_tool_calls_total{outcome="ok",server="thegram",tool="gram_create"} 0
+mcpaudit_tool_calls_total{outcome="ok",server="thegram",tool="gram_patch"} 2
+mcpaudit_tool_calls_total{outcome="ok",server="thegram",tool="gram_read"} 0
+mcpaudit_tool_calls_total{outcome="protocol_error",server="oddlynew",tool="other"} 0
+mcpaudit_tool_calls_total{outcome="protocol_error",server="oddlynew",tool="run"} 0
+mcpaudit_tool_calls_total{outcome="protocol_error",server="thegram",tool="gram_create"} 0
+mcpaudit_tool_calls_total{outcome="protocol_error",server="thegram",tool="gram_patch"} 0
+mcpaudit_tool_calls_total{outcome="protocol_error",server="thegram",tool="gram_read"} 1
+mcpaudit_tool_calls_total{outcome="tool_error",server="oddlynew",tool="other"} 0
+mcpaudit_tool_calls_total{outcome="tool_error",server="oddlynew",tool="run"} 1
+mcpaudit_tool_calls_total{outcome="tool_error",server="thegram",tool="gram_create"} 0
+mcpaudit_tool_calls_total{outcome="tool_error",server="thegram",tool="gram_patch"} 1
+mcpaudit_tool_calls_total{outcome="tool_error",server="thegram",tool="gram_read"} 0
 `, metrics.ToolCallsTotal, metrics.CallFailuresTotal, metrics.ToolCallDurationSeconds)
 }
 
@@ -109,10 +135,22 @@ func TestMetrics_ToolCap(t *testing.T) {
 	compare(t, reg, `
 # HELP mcpaudit_tool_calls_total MCP tools/call exchanges by outcome.
 # TYPE mcpaudit_tool_calls_total counter
+mcpaudit_tool_calls_total{outcome="no_response",server="s",tool="a"} 0
+mcpaudit_tool_calls_total{outcome="no_response",server="s",tool="b"} 0
+mcpaudit_tool_calls_total{outcome="no_response",server="s",tool="other"} 0
+mcpaudit_tool_calls_total{outcome="no_response",server="t",tool="c"} 0
 mcpaudit_tool_calls_total{outcome="ok",server="s",tool="a"} 2
 mcpaudit_tool_calls_total{outcome="ok",server="s",tool="b"} 1
 mcpaudit_tool_calls_total{outcome="ok",server="s",tool="other"} 2
 mcpaudit_tool_calls_total{outcome="ok",server="t",tool="c"} 1
+mcpaudit_tool_calls_total{outcome="protocol_error",server="s",tool="a"} 0
+mcpaudit_tool_calls_total{outcome="protocol_error",server="s",tool="b"} 0
+mcpaudit_tool_calls_total{outcome="protocol_error",server="s",tool="other"} 0
+mcpaudit_tool_calls_total{outcome="protocol_error",server="t",tool="c"} 0
+mcpaudit_tool_calls_total{outcome="tool_error",server="s",tool="a"} 0
+mcpaudit_tool_calls_total{outcome="tool_error",server="s",tool="b"} 0
+mcpaudit_tool_calls_total{outcome="tool_error",server="s",tool="other"} 0
+mcpaudit_tool_calls_total{outcome="tool_error",server="t",tool="c"} 0
 `, metrics.ToolCallsTotal)
 }
 
