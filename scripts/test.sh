@@ -5,7 +5,8 @@ cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
 
 need_apt=()
-command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
+# Debian's prometheus package has both promtool and the server the end-to-end test starts.
+{ command -v promtool && command -v prometheus; } >/dev/null 2>&1 || need_apt+=(prometheus)
 if [ ${#need_apt[@]} -gt 0 ]; then
 	if [ "$(id -u)" = 0 ]; then
 		apt-get update -qq >/dev/null

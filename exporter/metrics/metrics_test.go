@@ -395,3 +395,40 @@ func TestFamilies(t *testing.T) {
 		t.Errorf("families gathered but not declared: %v", got)
 	}
 }
+
+// TestDocs keeps docs/metrics.md listing every metric, label and value.
+func TestDocs(t *testing.T) {
+	b, err := os.ReadFile("../../docs/metrics.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	want := []string{}
+	for _, f := range metrics.Families {
+		want = append(want, f.Name)
+		want = append(want, f.Labels...)
+	}
+	for _, s := range metrics.Sources {
+		want = append(want, string(s))
+	}
+	for _, r := range metrics.RejectReasons {
+		want = append(want, string(r))
+	}
+	want = append(want, metrics.Results...)
+	for _, a := range audit.RetryActions {
+		want = append(want, string(a))
+	}
+	for _, k := range audit.Kinds {
+		want = append(want, string(k))
+	}
+	for _, s := range audit.WriteStates {
+		if s.Terminal() {
+			want = append(want, string(s))
+		}
+	}
+	for _, w := range want {
+		if !strings.Contains(doc, "`"+w+"`") {
+			t.Errorf("docs/metrics.md does not mention `%s`", w)
+		}
+	}
+}
