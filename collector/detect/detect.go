@@ -25,6 +25,7 @@ type Detector struct {
 	arrival uint64
 	maxSeen time.Time
 	clock   time.Time // time of the last processed call (the watermark)
+	now     time.Time // the event time of what is being processed
 	dedupe  dedupe
 
 	// Correlation state.
@@ -74,6 +75,11 @@ func (d *Detector) Add(c *audit.Call) {
 
 func (d *Detector) lateness() time.Duration { return d.cfg.Lateness }
 
+// Now returns the event time of what the detector is processing: the call
+// in hand, or the watermark it is advancing to. Sinks use it to tell output
+// caused by replayed calls from new output.
+func (d *Detector) Now() time.Time { return d.now }
+
 // Watermark returns the event time up to which calls have been processed.
 func (d *Detector) Watermark() time.Time { return d.clock }
 
@@ -89,6 +95,7 @@ func (d *Detector) Buffered() int { return d.buf.Len() }
 func (d *Detector) AdvanceTo(t time.Time) {
 	d.release(t)
 	if t.After(d.clock) {
+		d.now = t
 		d.expire(t)
 		d.clock = t
 	}
@@ -113,6 +120,7 @@ func (d *Detector) release(watermark time.Time) {
 func (d *Detector) process(b bufCall) {
 	c := b.c
 	b.seen.processed = true
+	d.now = c.Time
 	if c.Time.Before(d.clock) {
 		d.Stats.Late++
 	} else {
