@@ -118,13 +118,10 @@ func grid(title, description, unit string, q *prometheus.DataqueryBuilder) *tabl
 // given labels.
 func quantiles(histogram, by string, matchers ...string) []*prometheus.DataqueryBuilder {
 	var out []*prometheus.DataqueryBuilder
-	for _, q := range []string{"0.5", "0.95", "0.99"} {
+	for _, q := range []struct{ phi, legend string }{{"0.5", "p50"}, {"0.95", "p95"}, {"0.99", "p99"}} {
 		expr := fmt.Sprintf("histogram_quantile(%s, sum by (%s) (rate(%s[%s])))",
-			q, joinBy(by, "le"), sel(histogram+"_bucket", matchers...), rate)
-		legend := "p" + strings.TrimPrefix(strings.TrimPrefix(q, "0."), "0")
-		if q == "0.5" {
-			legend = "p50"
-		}
+			q.phi, joinBy(by, "le"), sel(histogram+"_bucket", matchers...), rate)
+		legend := q.legend
 		if by != "" {
 			legend = "{{" + strings.ReplaceAll(by, ", ", "}} {{") + "}} " + legend
 		}
