@@ -1,0 +1,158 @@
+package clickhouse
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"sort"
+	"time"
+
+	ch "github.com/ClickHouse/clickhouse-go/v2"
+)
+
+// Options configures the ClickHouse store. Decode it strictly from YAML over
+// NewDefaultOptions and call Validate.
+type Options struct {
+	// DSN addresses the server over the native protocol, e.g.
+	// clickhouse://user:password@host:9000/default?dial_timeout=5s.
+	// Default clickhouse://127.0.0.1:9000/default.
+	DSN string `yaml:"dsn"`
+	// Database holds the tables; created when CreateSchema is set. Default
+	// mcpaudit.
+	Database string `yaml:"database"`
+	// CreateSchema creates the database and tables and migrates them forward
+	// at start. Default true.
+	CreateSchema bool `yaml:"create_schema"`
+	// Cluster runs every DDL ON CLUSTER this name and uses Replicated tables
+	// behind Distributed ones (docs/clickhouse.md). Default empty: one server.
+	Cluster string `yaml:"cluster"`
+	// Replica names this collector replica; the watermark is kept per
+	// replica. Default empty (one replica).
+	Replica string `yaml:"replica"`
+	// BatchSize is how many rows a batch collects before it is inserted.
+	// Default 10000.
+	BatchSize int `yaml:"batch_size"`
+	// BatchAge is how long the first row of a batch may wait for more rows.
+	// AppendCalls returns after at most about this long plus the insert.
+	// Default 1s.
+	BatchAge time.Duration `yaml:"batch_age"`
+	// InsertTimeout bounds one insert attempt. Default 10s.
+	InsertTimeout time.Duration `yaml:"insert_timeout"`
+	// RetryFor is how long a batch is retried, with backoff, before it is
+	// spooled to disk. Default 5s.
+	RetryFor time.Duration `yaml:"retry_for"`
+	// Retention says how long rows are kept, per tenant.
+	Retention Retention `yaml:"retention"`
+	// Spool keeps acknowledged batches on local disk while ClickHouse is
+	// unreachable.
+	Spool Spool `yaml:"spool"`
+	// Logger receives the store's log lines. Default slog.Default().
+	Logger *slog.Logger `yaml:"-"`
+}
+
+// Retention says how long calls, write attempts and findings are kept, by
+// their event time.
+type Retention struct {
+	// Default applies to every tenant not listed in Tenants. Default 0:
+	// keep forever.
+	Default time.Duration `yaml:"default"`
+	// Tenants overrides Default per tenant. Default none.
+	Tenants map[string]time.Duration `yaml:"tenants"`
+	// CheckInterval is how often old rows are removed on servers without
+	// TTL (they drop partitions and delete instead). Default 1h.
+	CheckInterval time.Duration `yaml:"check_interval"`
+}
+
+// Spool configures the local spool used while ClickHouse is unreachable.
+type Spool struct {
+	// Dir holds one file per spooled batch. Default data/clickhouse-spool.
+	Dir string `yaml:"dir"`
+	// MaxBytes bounds the spool; past it AppendCalls fails with
+	// audit.ErrUnavailable. Default 1 GiB.
+	MaxBytes int64 `yaml:"max_bytes"`
+}
+
+// NewDefaultOptions returns the documented defaults.
+func NewDefaultOptions() Options {
+	return Options{
+		DSN:           "clickhouse://127.0.0.1:9000/default",
+		Database:      "mcpaudit",
+		CreateSchema:  true,
+		BatchSize:     10000,
+		BatchAge:      time.Second,
+		InsertTimeout: 10 * time.Second,
+		RetryFor:      5 * time.Second,
+		Retention:     Retention{CheckInterval: time.Hour},
+		Spool:         Spool{Dir: "data/clickhouse-spool", MaxBytes: 1 << 30},
+	}
+}
+
+// identifier matches the names that are put into SQL unquoted.
+var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// Validate checks every option and joins the errors, each with its key path.
+func (o *Options) Validate() error {
+	var errs []error
+	bad := func(path, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{path}, a...)...))
+	}
+	if o.DSN == "" {
+		bad("dsn", "required")
+	} else if _, err := ch.ParseDSN(o.DSN); err != nil {
+		bad("dsn", "%v", err)
+	}
+	if !identifier.MatchString(o.Database) {
+		bad("database", "must be a plain identifier ([A-Za-z_][A-Za-z0-9_]*), not %q", o.Database)
+	}
+	if o.Cluster != "" && !identifier.MatchString(o.Cluster) {
+		bad("cluster", "must be a plain identifier ([A-Za-z_][A-Za-z0-9_]*), not %q", o.Cluster)
+	}
+	if o.BatchSize <= 0 {
+		bad("batch_size", "must be positive")
+	}
+	if o.BatchAge <= 0 {
+		bad("batch_age", "must be positive")
+	}
+	if o.InsertTimeout <= 0 {
+		bad("insert_timeout", "must be positive")
+	}
+	if o.RetryFor < 0 {
+		bad("retry_for", "must not be negative")
+	}
+	if o.Retention.Default < 0 {
+		bad("retention.default", "must not be negative")
+	}
+	for _, t := range sortedKeys(o.Retention.Tenants) {
+		if d := o.Retention.Tenants[t]; d <= 0 {
+			bad("retention.tenants."+t, "must be positive (omit the tenant to use retention.default)")
+		}
+	}
+	if o.Retention.CheckInterval <= 0 {
+		bad("retention.check_interval", "must be positive")
+	}
+	if o.Spool.Dir == "" {
+		bad("spool.dir", "required")
+	}
+	if o.Spool.MaxBytes <= 0 {
+		bad("spool.max_bytes", "must be positive")
+	}
+	return errors.Join(errs...)
+}
+
+// retentionOf returns how long rows of tenant are kept; 0 is forever.
+func (r *Retention) retentionOf(tenant string) time.Duration {
+	if d, ok := r.Tenants[tenant]; ok {
+		return d
+	}
+	return r.Default
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -1,0 +1,600 @@
+package clickhouse
+
+import (
+	"cmp"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+)
+
+// Page sizes of Findings and Writes, and the cap of Timeline.
+const (
+	defaultLimit = 100
+	maxLimit     = 1000
+)
+
+func limitOf(n int) int {
+	switch {
+	case n <= 0:
+		return defaultLimit
+	case n > maxLimit:
+		return maxLimit
+	}
+	return n
+}
+
+// quote renders s as a ClickHouse string literal. Every value put into a
+// query goes through quote or a number format: no server-side parameters
+// exist on every supported server.
+func quote(s string) string {
+	var b strings.Builder
+	b.Grow(len(s) + 2)
+	b.WriteByte('\'')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '\'', '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case 0:
+			b.WriteString(`\0`)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('\'')
+	return b.String()
+}
+
+func quoteList(ss []string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = quote(s)
+	}
+	return "(" + strings.Join(q, ", ") + ")"
+}
+
+// timeAtOrAfter and timeBefore compare the (time, time_nanos) columns with
+// t. The first term alone lets the server skip partitions and granules.
+func timeAtOrAfter(t time.Time) string {
+	sec, ns := clampTime(t)
+	return fmt.Sprintf("time >= toDateTime(%d) AND (time > toDateTime(%d) OR time_nanos >= %d)", sec, sec, ns)
+}
+
+func timeBefore(t time.Time) string {
+	sec, ns := clampTime(t)
+	return fmt.Sprintf("time <= toDateTime(%d) AND (time < toDateTime(%d) OR time_nanos < %d)", sec, sec, ns)
+}
+
+// clampTime is splitTime for bounds: a bound outside what DateTime holds is
+// moved to its edge.
+func clampTime(t time.Time) (int64, uint32) {
+	switch {
+	case t.Before(time.Unix(0, 0)):
+		return 0, 0
+	case t.After(maxTime):
+		return maxTime.Unix(), uint32(maxTime.Nanosecond())
+	}
+	return t.Unix(), uint32(t.Nanosecond())
+}
+
+// conds collects the conditions of a WHERE clause.
+type conds []string
+
+func (c *conds) eq(col, v string) {
+	if v != "" {
+		*c = append(*c, col+" = "+quote(v))
+	}
+}
+
+func (c *conds) span(since, until time.Time) {
+	if !since.IsZero() {
+		*c = append(*c, timeAtOrAfter(since))
+	}
+	if !until.IsZero() {
+		*c = append(*c, timeBefore(until))
+	}
+}
+
+func (c conds) where() string {
+	if len(c) == 0 {
+		return ""
+	}
+	return " WHERE " + strings.Join(c, " AND ")
+}
+
+// cursor is the position after the last row of a page.
+type cursor struct {
+	Time  int64  `json:"t"`
+	Nanos uint32 `json:"n"`
+	ID    string `json:"i"`
+	Seq   int32  `json:"s,omitempty"`
+}
+
+func (c cursor) String() string {
+	b, _ := json.Marshal(c)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func parseCursor(s string) (cursor, error) {
+	var c cursor
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil || json.Unmarshal(b, &c) != nil || c.ID == "" {
+		return c, fmt.Errorf("cannot read cursor %q: %w", s, audit.ErrBadCursor)
+	}
+	return c, nil
+}
+
+// after is the condition "(time, time_nanos, idCol[, seq]) > c".
+func (c cursor) after(idCol string, withSeq bool) string {
+	tail := fmt.Sprintf("%s > %s", idCol, quote(c.ID))
+	if withSeq {
+		tail = fmt.Sprintf("(%s OR (%s = %s AND seq > %d))", tail, idCol, quote(c.ID), c.Seq)
+	}
+	return fmt.Sprintf("time >= toDateTime(%d) AND (time > toDateTime(%d) OR time_nanos > %d OR (time_nanos = %d AND %s))",
+		c.Time, c.Time, c.Nanos, c.Nanos, tail)
+}
+
+const (
+	findingSelect = "tenant, server, document, time, time_nanos, id, kind, severity, key, session, calls, reason, retry_action, summary, version"
+	writeSelect   = "tenant, server, document, time, time_nanos, call_id, seq, session, tool, key, state, reason, action, state_time, state_nanos, version"
+	callSelect    = "tenant, server, document, time, time_nanos, id, documents, duration_ns, session, client, trace_id, span_id, rpc_id, method, tool, tool_label, arguments, result, error_code, error_message, error_data, transport_error, source, outcome, failure_code, failure_action, failure_message, flags, version"
+)
+
+func scanFinding(rows driver.Rows) (findingRow, error) {
+	var r findingRow
+	var t time.Time
+	err := rows.Scan(&r.Tenant, &r.Server, &r.Document, &t, &r.TimeNanos, &r.ID, &r.Kind, &r.Severity,
+		&r.Key, &r.Session, &r.Calls, &r.Reason, &r.RetryAction, &r.Summary, &r.Version)
+	r.Time = t.Unix()
+	return r, err
+}
+
+func scanWrite(rows driver.Rows) (writeRow, error) {
+	var r writeRow
+	var t, st time.Time
+	err := rows.Scan(&r.Tenant, &r.Server, &r.Document, &t, &r.TimeNanos, &r.CallID, &r.Seq, &r.Session,
+		&r.Tool, &r.Key, &r.State, &r.Reason, &r.Action, &st, &r.StateNanos, &r.Version)
+	r.Time, r.StateTime = t.Unix(), st.Unix()
+	return r, err
+}
+
+func scanCall(rows driver.Rows) (callRow, error) {
+	var r callRow
+	var t time.Time
+	err := rows.Scan(&r.Tenant, &r.Server, &r.Document, &t, &r.TimeNanos, &r.ID, &r.Documents, &r.DurationNS,
+		&r.Session, &r.Client, &r.TraceID, &r.SpanID, &r.RPCID, &r.Method, &r.Tool, &r.ToolLabel,
+		&r.Arguments, &r.Result, &r.ErrorCode, &r.ErrorMessage, &r.ErrorData, &r.TransportError,
+		&r.Source, &r.Outcome, &r.FailureCode, &r.FailureAction, &r.FailureMessage, &r.Flags, &r.Version)
+	r.Time = t.Unix()
+	return r, err
+}
+
+// each runs query and calls fn for every row.
+func each(ctx context.Context, conn driver.Conn, op, query string, fn func(driver.Rows) error) error {
+	rows, err := conn.Query(ctx, query)
+	if err != nil {
+		return queryErr(ctx, op, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := fn(rows); err != nil {
+			return err
+		}
+	}
+	return queryErr(ctx, op, rows.Err())
+}
+
+// severitiesFrom lists sev and the severities above it.
+func severitiesFrom(sev audit.Severity) []string {
+	var out []string
+	for _, s := range []audit.Severity{audit.SeverityInfo, audit.SeverityWarning, audit.SeverityCritical} {
+		if s.Rank() >= sev.Rank() {
+			out = append(out, string(s))
+		}
+	}
+	return out
+}
+
+// Findings returns one page of findings in (time, ID) order.
+func (s *Store) Findings(ctx context.Context, q audit.FindingQuery) (audit.FindingPage, error) {
+	page := audit.FindingPage{Findings: []audit.Finding{}}
+	conn, err := s.reader()
+	if err != nil {
+		return page, err
+	}
+	var c conds
+	c.eq("kind", string(q.Kind))
+	if q.Severity != "" {
+		c = append(c, "severity IN "+quoteList(severitiesFrom(q.Severity)))
+	}
+	c.eq("server", q.Server)
+	c.eq("tenant", q.Tenant)
+	c.eq("document", q.Document)
+	c.eq("key", q.Key)
+	c.eq("session", q.Session)
+	c.span(q.Since, q.Until)
+	if q.Cursor != "" {
+		cur, err := parseCursor(q.Cursor)
+		if err != nil {
+			return page, err
+		}
+		c = append(c, cur.after("id", false))
+	}
+	limit := limitOf(q.Limit)
+	query := fmt.Sprintf("SELECT %s FROM %s FINAL%s ORDER BY time, time_nanos, id LIMIT %d",
+		findingSelect, s.layout.table("findings"), c.where(), limit+1)
+	var last findingRow
+	err = each(ctx, conn, "query findings", query, func(rows driver.Rows) error {
+		r, err := scanFinding(rows)
+		if err != nil {
+			return queryErr(ctx, "read findings", err)
+		}
+		if len(page.Findings) == limit {
+			page.NextCursor = cursor{Time: last.Time, Nanos: last.TimeNanos, ID: last.ID}.String()
+			return nil
+		}
+		page.Findings = append(page.Findings, r.finding())
+		last = r
+		return nil
+	})
+	return page, err
+}
+
+// Writes returns one page of write attempts, each in its latest state, in
+// (time, call ID, seq) order.
+func (s *Store) Writes(ctx context.Context, q audit.WriteQuery) (audit.WritePage, error) {
+	page := audit.WritePage{Writes: []audit.Write{}}
+	conn, err := s.reader()
+	if err != nil {
+		return page, err
+	}
+	// The identity columns filter inside FINAL; the state, which changes,
+	// only after FINAL picked the latest version.
+	var inner conds
+	inner.eq("server", q.Server)
+	inner.eq("tenant", q.Tenant)
+	inner.eq("document", q.Document)
+	inner.span(q.Since, q.Until)
+	var outer conds
+	outer.eq("state", string(q.State))
+	if q.Cursor != "" {
+		cur, err := parseCursor(q.Cursor)
+		if err != nil {
+			return page, err
+		}
+		outer = append(outer, cur.after("call_id", true))
+	}
+	limit := limitOf(q.Limit)
+	query := fmt.Sprintf("SELECT %s FROM (SELECT %s FROM %s FINAL%s)%s ORDER BY time, time_nanos, call_id, seq LIMIT %d",
+		writeSelect, writeSelect, s.layout.table("writes"), inner.where(), outer.where(), limit+1)
+	var last writeRow
+	err = each(ctx, conn, "query writes", query, func(rows driver.Rows) error {
+		r, err := scanWrite(rows)
+		if err != nil {
+			return queryErr(ctx, "read writes", err)
+		}
+		if len(page.Writes) == limit {
+			page.NextCursor = cursor{Time: last.Time, Nanos: last.TimeNanos, ID: last.CallID, Seq: last.Seq}.String()
+			return nil
+		}
+		page.Writes = append(page.Writes, r.write())
+		last = r
+		return nil
+	})
+	return page, err
+}
+
+// Timeline returns the calls, write attempts (in their latest state) and
+// findings on one document, in time order; at equal times calls come
+// before writes and writes before findings.
+func (s *Store) Timeline(ctx context.Context, q audit.TimelineQuery) ([]audit.TimelineEvent, error) {
+	conn, err := s.reader()
+	if err != nil {
+		return nil, err
+	}
+	if q.Document == "" {
+		return nil, fmt.Errorf("cannot read a timeline: no document given")
+	}
+	limit := limitOf(q.Limit)
+	var base conds
+	base = append(base, "tenant = "+quote(q.Tenant))
+	base.eq("server", q.Server)
+	base.span(q.Since, q.Until)
+
+	type keyed struct {
+		ev    audit.TimelineEvent
+		nanos int64
+		order int
+		id    string
+	}
+	var evs []keyed
+	callConds := append(slices.Clone(base), "has(documents, "+quote(q.Document)+")")
+	query := fmt.Sprintf("SELECT %s FROM %s FINAL%s ORDER BY time, time_nanos, id LIMIT %d",
+		callSelect, s.layout.table("calls"), callConds.where(), limit)
+	err = each(ctx, conn, "query the timeline", query, func(rows driver.Rows) error {
+		r, err := scanCall(rows)
+		if err != nil {
+			return queryErr(ctx, "read the timeline", err)
+		}
+		rec := r.record()
+		ev := audit.TimelineEvent{
+			Time: rec.Call.Time, Type: audit.EventCall, CallID: r.ID, Server: r.Server,
+			Session: r.Session, Tool: r.Tool, Outcome: rec.Outcome,
+		}
+		if f := rec.Failure; f != nil {
+			ev.Code, ev.RetryAction = f.Code, f.Action
+		}
+		evs = append(evs, keyed{ev, rec.Call.Time.UnixNano(), 0, r.ID})
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	docConds := append(slices.Clone(base), "document = "+quote(q.Document))
+	query = fmt.Sprintf("SELECT %s FROM %s FINAL%s ORDER BY time, time_nanos, call_id, seq LIMIT %d",
+		writeSelect, s.layout.table("writes"), docConds.where(), limit)
+	err = each(ctx, conn, "query the timeline", query, func(rows driver.Rows) error {
+		r, err := scanWrite(rows)
+		if err != nil {
+			return queryErr(ctx, "read the timeline", err)
+		}
+		w := r.write()
+		ev := audit.TimelineEvent{
+			Time: w.Time, Type: audit.EventWrite, CallID: w.CallID, Server: w.Server, Session: w.Session,
+			Tool: w.Tool, RetryAction: w.Action, Key: w.Key, State: w.State, Reason: w.Reason,
+		}
+		evs = append(evs, keyed{ev, w.Time.UnixNano(), 1, w.CallID + "/" + strconv.Itoa(w.Seq)})
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	query = fmt.Sprintf("SELECT %s FROM %s FINAL%s ORDER BY time, time_nanos, id LIMIT %d",
+		findingSelect, s.layout.table("findings"), docConds.where(), limit)
+	err = each(ctx, conn, "query the timeline", query, func(rows driver.Rows) error {
+		r, err := scanFinding(rows)
+		if err != nil {
+			return queryErr(ctx, "read the timeline", err)
+		}
+		f := r.finding()
+		ev := audit.TimelineEvent{
+			Time: f.Time, Type: audit.EventFinding, Server: f.Server, Session: f.Session,
+			Key: f.Key, Reason: f.Reason, RetryAction: f.RetryAction, Finding: &f,
+		}
+		if len(f.Calls) > 0 {
+			ev.CallID = f.Calls[0]
+		}
+		evs = append(evs, keyed{ev, f.Time.UnixNano(), 2, r.ID})
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(evs, func(a, b keyed) int {
+		return cmp.Or(cmp.Compare(a.nanos, b.nanos), cmp.Compare(a.order, b.order), cmp.Compare(a.id, b.id))
+	})
+	out := make([]audit.TimelineEvent, 0, min(len(evs), limit))
+	for i := range evs[:min(len(evs), limit)] {
+		out = append(out, evs[i].ev)
+	}
+	return out, nil
+}
+
+// WriteCounts counts write attempts by their latest state.
+func (s *Store) WriteCounts(ctx context.Context, q audit.CountQuery) (map[audit.WriteState]int64, error) {
+	conn, err := s.reader()
+	if err != nil {
+		return nil, err
+	}
+	var c conds
+	c.eq("server", q.Server)
+	c.eq("tenant", q.Tenant)
+	c.span(q.Since, q.Until)
+	query := fmt.Sprintf("SELECT state, count() FROM (SELECT state FROM %s FINAL%s) GROUP BY state",
+		s.layout.table("writes"), c.where())
+	counts := map[audit.WriteState]int64{}
+	err = each(ctx, conn, "count writes", query, func(rows driver.Rows) error {
+		var state string
+		var n uint64
+		if err := rows.Scan(&state, &n); err != nil {
+			return queryErr(ctx, "count writes", err)
+		}
+		counts[audit.WriteState(state)] = int64(n)
+		return nil
+	})
+	return counts, err
+}
+
+// FindingIDs returns the IDs of the findings whose Time >= since.
+func (s *Store) FindingIDs(ctx context.Context, since time.Time) (map[string]bool, error) {
+	conn, err := s.reader()
+	if err != nil {
+		return nil, err
+	}
+	if err := s.waitDrained(ctx); err != nil {
+		return nil, err
+	}
+	var c conds
+	c.span(since, time.Time{})
+	ids := map[string]bool{}
+	err = each(ctx, conn, "query finding ids", "SELECT DISTINCT id FROM "+s.layout.table("findings")+c.where(), func(rows driver.Rows) error {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return queryErr(ctx, "read finding ids", err)
+		}
+		ids[id] = true
+		return nil
+	})
+	return ids, err
+}
+
+// ScanCalls calls fn with every stored call whose Time >= since, in (time,
+// ID) order. It first waits for the spool to drain, so that every
+// acknowledged call is seen.
+func (s *Store) ScanCalls(ctx context.Context, since time.Time, fn func(*audit.Call) error) error {
+	conn, err := s.reader()
+	if err != nil {
+		return err
+	}
+	if err := s.waitDrained(ctx); err != nil {
+		return err
+	}
+	var c conds
+	c.span(since, time.Time{})
+	query := fmt.Sprintf("SELECT %s FROM %s FINAL%s ORDER BY time, time_nanos, id", callSelect, s.layout.table("calls"), c.where())
+	return each(ctx, conn, "scan calls", query, func(rows driver.Rows) error {
+		r, err := scanCall(rows)
+		if err != nil {
+			return queryErr(ctx, "read calls", err)
+		}
+		rec := r.record()
+		return fn(rec.Call)
+	})
+}
+
+// Watermark returns the last committed watermark of this replica.
+func (s *Store) Watermark(ctx context.Context) (time.Time, error) {
+	s.mu.Lock()
+	wm, known := s.wm, s.wmVersion > 0
+	s.mu.Unlock()
+	if known {
+		return wm, nil
+	}
+	conn, err := s.reader()
+	if err != nil {
+		return time.Time{}, err
+	}
+	var t time.Time
+	var ns uint32
+	var found bool
+	query := "SELECT time, time_nanos FROM " + s.layout.table("watermarks") + " FINAL WHERE replica = " + quote(s.opts.Replica)
+	err = each(ctx, conn, "read the watermark", query, func(rows driver.Rows) error {
+		found = true
+		return queryErr(ctx, "read the watermark", rows.Scan(&t, &ns))
+	})
+	if err != nil || !found {
+		return time.Time{}, err
+	}
+	return joinTime(t.Unix(), ns), nil
+}
+
+// DeleteBefore removes every call, write attempt and finding whose Time is
+// before t and returns how many (distinct) rows went. Whole day partitions
+// are dropped; the rest is deleted by a mutation, waited for.
+func (s *Store) DeleteBefore(ctx context.Context, t time.Time) (int64, error) {
+	conn, err := s.reader()
+	if err != nil {
+		return 0, err
+	}
+	if err := s.waitDrained(ctx); err != nil {
+		return 0, err
+	}
+	before := timeBefore(t)
+	var total int64
+	for _, table := range retainedTables {
+		var n uint64
+		q := "SELECT count() FROM " + s.layout.table(table) + " FINAL WHERE " + before
+		if err := conn.QueryRow(ctx, q).Scan(&n); err != nil {
+			return total, queryErr(ctx, "count rows to delete", err)
+		}
+		if n == 0 {
+			continue
+		}
+		if err := s.dropPartitionsBefore(ctx, table, t); err != nil {
+			return total, queryErr(ctx, "delete", err)
+		}
+		if err := s.deleteWhere(ctx, table, before); err != nil {
+			return total, queryErr(ctx, "delete", err)
+		}
+		total += int64(n)
+	}
+	return total, nil
+}
+
+// unstored returns a batch holding the rows of table t of b that ClickHouse
+// does not have yet. It is the retry path of servers without deduplication
+// tokens: the rows of an insert whose acknowledgement was lost are found
+// and not sent again.
+func (s *Store) unstored(b *batch, t int) (*batch, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.InsertTimeout)
+	defer cancel()
+	out := &batch{}
+	var keys []string
+	var lo, hi int64 = 1<<63 - 1, 0
+	span := func(t int64) { lo, hi = min(lo, t), max(hi, t) }
+	var keyExpr, idCol string
+	switch t {
+	case tCalls:
+		keyExpr, idCol = "id", "id"
+		for _, r := range b.Calls {
+			keys = append(keys, r.ID)
+			span(r.Time)
+		}
+	case tWrites:
+		keyExpr, idCol = "concat(call_id, '/', toString(seq), '/', toString(version))", "call_id"
+		for _, r := range b.Writes {
+			keys = append(keys, r.CallID)
+			span(r.Time)
+		}
+	case tFindings:
+		keyExpr, idCol = "id", "id"
+		for _, r := range b.Findings {
+			keys = append(keys, r.ID)
+			span(r.Time)
+		}
+	case tWatermarks:
+		keyExpr, idCol = "concat(replica, '/', toString(version))", "replica"
+		for _, r := range b.Watermarks {
+			keys = append(keys, r.Replica)
+			span(r.Time)
+		}
+	}
+	stored := map[string]bool{}
+	const chunk = 1000
+	for i := 0; i < len(keys); i += chunk {
+		part := keys[i:min(i+chunk, len(keys))]
+		q := fmt.Sprintf("SELECT %s FROM %s WHERE time >= toDateTime(%d) AND time <= toDateTime(%d) AND %s IN %s",
+			keyExpr, s.layout.table(tableNames[t]), lo, hi, idCol, quoteList(part))
+		err := each(ctx, s.conn, "find stored rows", q, func(rows driver.Rows) error {
+			var k string
+			if err := rows.Scan(&k); err != nil {
+				return classify(fmt.Errorf("cannot read stored rows: %w", err))
+			}
+			stored[k] = true
+			return nil
+		})
+		if err != nil {
+			return nil, classify(err)
+		}
+	}
+	for _, r := range b.Calls {
+		if t == tCalls && !stored[r.ID] {
+			out.Calls = append(out.Calls, r)
+		}
+	}
+	for _, r := range b.Writes {
+		if t == tWrites && !stored[fmt.Sprintf("%s/%d/%d", r.CallID, r.Seq, r.Version)] {
+			out.Writes = append(out.Writes, r)
+		}
+	}
+	for _, r := range b.Findings {
+		if t == tFindings && !stored[r.ID] {
+			out.Findings = append(out.Findings, r)
+		}
+	}
+	for _, r := range b.Watermarks {
+		if t == tWatermarks && !stored[fmt.Sprintf("%s/%d", r.Replica, r.Version)] {
+			out.Watermarks = append(out.Watermarks, r)
+		}
+	}
+	return out, nil
+}

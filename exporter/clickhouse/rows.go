@@ -1,0 +1,514 @@
+package clickhouse
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+)
+
+// The rows below are what one batch inserts, in the columns' order. They are
+// also what the spool keeps (as JSON), so a field renamed here must keep its
+// json name, or spooled batches of the old release no longer decode.
+
+// Flags of a call row.
+const (
+	flagArguments = 1 << iota
+	flagResponded
+	flagResult
+	flagError
+	flagErrorData
+	flagFailure
+)
+
+type callRow struct {
+	Tenant         string   `json:"tn"`
+	Server         string   `json:"sv"`
+	Document       string   `json:"doc"`
+	Time           int64    `json:"t"`
+	TimeNanos      uint32   `json:"tns"`
+	ID             string   `json:"id"`
+	Documents      []string `json:"docs"`
+	DurationNS     int64    `json:"dur"`
+	Session        string   `json:"ses"`
+	Client         string   `json:"cl"`
+	TraceID        string   `json:"tr"`
+	SpanID         string   `json:"sp"`
+	RPCID          string   `json:"rpc"`
+	Method         string   `json:"m"`
+	Tool           string   `json:"tool"`
+	ToolLabel      string   `json:"tl"`
+	Arguments      string   `json:"args"`
+	Result         string   `json:"res"`
+	ErrorCode      int64    `json:"ec"`
+	ErrorMessage   string   `json:"em"`
+	ErrorData      string   `json:"ed"`
+	TransportError string   `json:"te"`
+	Source         string   `json:"src"`
+	Outcome        string   `json:"out"`
+	FailureCode    string   `json:"fc"`
+	FailureAction  string   `json:"fa"`
+	FailureMessage string   `json:"fm"`
+	Flags          uint8    `json:"f"`
+	Version        uint64   `json:"v"`
+}
+
+var callColumns = []string{
+	"tenant", "server", "document", "time", "time_nanos", "id", "documents", "duration_ns",
+	"session", "client", "trace_id", "span_id", "rpc_id", "method", "tool", "tool_label",
+	"arguments", "result", "error_code", "error_message", "error_data", "transport_error",
+	"source", "outcome", "failure_code", "failure_action", "failure_message", "flags", "version",
+}
+
+type writeRow struct {
+	Tenant     string `json:"tn"`
+	Server     string `json:"sv"`
+	Document   string `json:"doc"`
+	Time       int64  `json:"t"`
+	TimeNanos  uint32 `json:"tns"`
+	CallID     string `json:"cid"`
+	Seq        int32  `json:"seq"`
+	Session    string `json:"ses"`
+	Tool       string `json:"tool"`
+	Key        string `json:"key"`
+	State      string `json:"st"`
+	Reason     string `json:"rs"`
+	Action     string `json:"act"`
+	StateTime  int64  `json:"stt"`
+	StateNanos uint32 `json:"stns"`
+	Version    uint64 `json:"v"`
+}
+
+var writeColumns = []string{
+	"tenant", "server", "document", "time", "time_nanos", "call_id", "seq", "session", "tool",
+	"key", "state", "reason", "action", "state_time", "state_nanos", "version",
+}
+
+type findingRow struct {
+	Tenant      string   `json:"tn"`
+	Server      string   `json:"sv"`
+	Document    string   `json:"doc"`
+	Time        int64    `json:"t"`
+	TimeNanos   uint32   `json:"tns"`
+	ID          string   `json:"id"`
+	Kind        string   `json:"k"`
+	Severity    string   `json:"sev"`
+	Key         string   `json:"key"`
+	Session     string   `json:"ses"`
+	Calls       []string `json:"calls"`
+	Reason      string   `json:"rs"`
+	RetryAction string   `json:"ra"`
+	Summary     string   `json:"sum"`
+	Version     uint64   `json:"v"`
+}
+
+var findingColumns = []string{
+	"tenant", "server", "document", "time", "time_nanos", "id", "kind", "severity", "key",
+	"session", "calls", "reason", "retry_action", "summary", "version",
+}
+
+type watermarkRow struct {
+	Replica   string `json:"r"`
+	Time      int64  `json:"t"`
+	TimeNanos uint32 `json:"tns"`
+	Version   uint64 `json:"v"`
+}
+
+var watermarkColumns = []string{"replica", "time", "time_nanos", "version"}
+
+// maxTime is the last second a DateTime holds.
+var maxTime = time.Unix(1<<32-1, 999999999)
+
+// splitTime returns the stored form of t: unix seconds and nanoseconds. The
+// zero time is stored as 0, 0 (1970-01-01T00:00:00Z reads back as the zero
+// time); times a DateTime cannot hold are refused.
+func splitTime(t time.Time) (int64, uint32, error) {
+	if t.IsZero() {
+		return 0, 0, nil
+	}
+	if t.Before(time.Unix(0, 0)) || t.After(maxTime) {
+		return 0, 0, fmt.Errorf("time %s is outside what ClickHouse DateTime holds (1970 to 2106)", t.Format(time.RFC3339Nano))
+	}
+	return t.Unix(), uint32(t.Nanosecond()), nil
+}
+
+// joinTime is the inverse of splitTime; times come back in UTC.
+func joinTime(sec int64, nanos uint32) time.Time {
+	if sec == 0 && nanos == 0 {
+		return time.Time{}
+	}
+	return time.Unix(sec, int64(nanos)).UTC()
+}
+
+func callRowOf(r *audit.CallRecord) (callRow, error) {
+	c := r.Call
+	if c == nil {
+		return callRow{}, fmt.Errorf("call record without a call")
+	}
+	if c.ID == "" {
+		return callRow{}, fmt.Errorf("call without an id (source %q)", c.Source)
+	}
+	sec, ns, err := splitTime(c.Time)
+	if err != nil {
+		return callRow{}, fmt.Errorf("call %s: %w", c.ID, err)
+	}
+	row := callRow{
+		Tenant: c.Tenant, Server: c.Server, Time: sec, TimeNanos: ns, ID: c.ID,
+		Documents: r.Documents, DurationNS: int64(c.Duration), Session: c.Session, Client: c.Client,
+		TraceID: c.TraceID, SpanID: c.SpanID, RPCID: c.RPCID, Method: c.Method, Tool: c.Tool,
+		ToolLabel: r.Tool, Arguments: string(c.Arguments), Result: string(c.Result),
+		TransportError: c.TransportError, Source: c.Source, Outcome: string(r.Outcome),
+	}
+	if row.Documents == nil {
+		row.Documents = []string{}
+	}
+	if len(r.Documents) > 0 {
+		row.Document = r.Documents[0]
+	}
+	if c.Arguments != nil {
+		row.Flags |= flagArguments
+	}
+	if c.Responded {
+		row.Flags |= flagResponded
+	}
+	if c.Result != nil {
+		row.Flags |= flagResult
+	}
+	if e := c.Error; e != nil {
+		row.Flags |= flagError
+		row.ErrorCode, row.ErrorMessage = e.Code, e.Message
+		if e.Data != nil {
+			row.Flags |= flagErrorData
+			row.ErrorData = string(e.Data)
+		}
+	}
+	if f := r.Failure; f != nil {
+		row.Flags |= flagFailure
+		row.FailureCode, row.FailureAction, row.FailureMessage = f.Code, string(f.Action), f.Message
+	}
+	return row, nil
+}
+
+// record rebuilds the call record of a row.
+func (row *callRow) record() audit.CallRecord {
+	c := &audit.Call{
+		ID: row.ID, Time: joinTime(row.Time, row.TimeNanos), Duration: time.Duration(row.DurationNS),
+		Server: row.Server, Session: row.Session, Client: row.Client, Tenant: row.Tenant,
+		TraceID: row.TraceID, SpanID: row.SpanID, RPCID: row.RPCID, Method: row.Method, Tool: row.Tool,
+		Responded: row.Flags&flagResponded != 0, TransportError: row.TransportError, Source: row.Source,
+	}
+	if row.Flags&flagArguments != 0 {
+		c.Arguments = []byte(row.Arguments)
+	}
+	if row.Flags&flagResult != 0 {
+		c.Result = []byte(row.Result)
+	}
+	if row.Flags&flagError != 0 {
+		c.Error = &audit.RPCError{Code: row.ErrorCode, Message: row.ErrorMessage}
+		if row.Flags&flagErrorData != 0 {
+			c.Error.Data = []byte(row.ErrorData)
+		}
+	}
+	rec := audit.CallRecord{Call: c, Outcome: audit.Outcome(row.Outcome), Tool: row.ToolLabel}
+	if len(row.Documents) > 0 {
+		rec.Documents = row.Documents
+	}
+	if row.Flags&flagFailure != 0 {
+		rec.Failure = &audit.Failure{Code: row.FailureCode, Action: audit.RetryAction(row.FailureAction), Message: row.FailureMessage}
+	}
+	return rec
+}
+
+func writeRowOf(w *audit.Write, version uint64) (writeRow, error) {
+	sec, ns, err := splitTime(w.Time)
+	if err != nil {
+		return writeRow{}, fmt.Errorf("write %s/%d: %w", w.CallID, w.Seq, err)
+	}
+	ssec, sns, err := splitTime(w.StateTime)
+	if err != nil {
+		return writeRow{}, fmt.Errorf("write %s/%d: state %w", w.CallID, w.Seq, err)
+	}
+	return writeRow{
+		Tenant: w.Tenant, Server: w.Server, Document: w.Document, Time: sec, TimeNanos: ns,
+		CallID: w.CallID, Seq: int32(w.Seq), Session: w.Session, Tool: w.Tool, Key: w.Key,
+		State: string(w.State), Reason: string(w.Reason), Action: string(w.Action),
+		StateTime: ssec, StateNanos: sns, Version: version,
+	}, nil
+}
+
+func (row *writeRow) write() audit.Write {
+	return audit.Write{
+		CallID: row.CallID, Seq: int(row.Seq), Time: joinTime(row.Time, row.TimeNanos),
+		Server: row.Server, Tenant: row.Tenant, Session: row.Session, Tool: row.Tool,
+		Document: row.Document, Key: row.Key, State: audit.WriteState(row.State),
+		Reason: audit.Reason(row.Reason), Action: audit.RetryAction(row.Action),
+		StateTime: joinTime(row.StateTime, row.StateNanos),
+	}
+}
+
+func findingRowOf(f *audit.Finding) (findingRow, error) {
+	sec, ns, err := splitTime(f.Time)
+	if err != nil {
+		return findingRow{}, fmt.Errorf("finding %s: %w", f.ID(), err)
+	}
+	calls := f.Calls
+	if calls == nil {
+		calls = []string{}
+	}
+	sev := f.Severity
+	if sev == "" {
+		sev = f.Kind.Severity()
+	}
+	return findingRow{
+		Tenant: f.Tenant, Server: f.Server, Document: f.Document, Time: sec, TimeNanos: ns,
+		ID: f.ID(), Kind: string(f.Kind), Severity: string(sev), Key: f.Key, Session: f.Session,
+		Calls: calls, Reason: string(f.Reason), RetryAction: string(f.RetryAction), Summary: f.Summary,
+	}, nil
+}
+
+func (row *findingRow) finding() audit.Finding {
+	return audit.Finding{
+		Kind: audit.Kind(row.Kind), Severity: audit.Severity(row.Severity), Server: row.Server,
+		Tenant: row.Tenant, Document: row.Document, Key: row.Key, Session: row.Session,
+		Time: joinTime(row.Time, row.TimeNanos), Calls: row.Calls, Reason: audit.Reason(row.Reason),
+		RetryAction: audit.RetryAction(row.RetryAction), Summary: row.Summary,
+	}
+}
+
+// Tables a batch writes, in the order it writes them: the watermark goes
+// last, so that a watermark is never stored before what it covers.
+const (
+	tCalls = iota
+	tWrites
+	tFindings
+	tWatermarks
+	nTables
+)
+
+var tableNames = [nTables]string{"calls", "writes", "findings", "watermarks"}
+
+// batch is what one insert round sends: the rows of every AppendCalls and
+// Commit collected in one batch window. It is built once, client-side, and
+// re-sent unchanged (same rows, same versions, same token) by every retry
+// and after a spool, so that a retry can be recognized.
+type batch struct {
+	Calls      []callRow      `json:"calls,omitempty"`
+	Writes     []writeRow     `json:"writes,omitempty"`
+	Findings   []findingRow   `json:"findings,omitempty"`
+	Watermarks []watermarkRow `json:"watermarks,omitempty"`
+	// Token identifies the batch; each table's insert carries Token:table as
+	// its insert_deduplication_token.
+	Token string `json:"token"`
+	// Done marks the tables already acknowledged by ClickHouse.
+	Done [nTables]bool `json:"done"`
+
+	spooled bool
+	// index finds rows by identity while the batch is built.
+	callIndex    map[string]bool
+	writeIndex   map[writeKey]int
+	findingIndex map[string]bool
+}
+
+type writeKey struct {
+	callID string
+	seq    int32
+}
+
+func (b *batch) rows() int {
+	return len(b.Calls) + len(b.Writes) + len(b.Findings) + len(b.Watermarks)
+}
+
+// addCalls adds call rows, skipping ids the batch already has.
+func (b *batch) addCalls(rows []callRow) {
+	if b.callIndex == nil {
+		b.callIndex = map[string]bool{}
+	}
+	for _, r := range rows {
+		if !b.callIndex[r.ID] {
+			b.callIndex[r.ID] = true
+			b.Calls = append(b.Calls, r)
+		}
+	}
+}
+
+// addResults adds write, finding and watermark rows; of one write attempt
+// only the latest state is kept.
+func (b *batch) addResults(writes []writeRow, findings []findingRow, wm *watermarkRow) {
+	if b.writeIndex == nil {
+		b.writeIndex, b.findingIndex = map[writeKey]int{}, map[string]bool{}
+	}
+	for _, w := range writes {
+		k := writeKey{w.CallID, w.Seq}
+		if i, ok := b.writeIndex[k]; ok {
+			b.Writes[i] = w
+			continue
+		}
+		b.writeIndex[k] = len(b.Writes)
+		b.Writes = append(b.Writes, w)
+	}
+	for _, f := range findings {
+		if !b.findingIndex[f.ID] {
+			b.findingIndex[f.ID] = true
+			b.Findings = append(b.Findings, f)
+		}
+	}
+	if wm != nil {
+		b.Watermarks = []watermarkRow{*wm}
+	}
+}
+
+// seal stamps the calls and findings with the version that makes the first
+// stored copy of an id win, and computes the token from the identities of
+// the rows: the same rows always give the same token. A batch is sealed
+// once; retries and the spool keep both.
+func (b *batch) seal() {
+	first := ^uint64(time.Now().UnixNano())
+	for i := range b.Calls {
+		b.Calls[i].Version = first
+	}
+	for i := range b.Findings {
+		b.Findings[i].Version = first
+	}
+	h := sha256.New()
+	var buf [8]byte
+	put := func(s string) {
+		binary.LittleEndian.PutUint64(buf[:], uint64(len(s)))
+		h.Write(buf[:])
+		h.Write([]byte(s))
+	}
+	putInt := func(v uint64) {
+		binary.LittleEndian.PutUint64(buf[:], v)
+		h.Write(buf[:])
+	}
+	put("calls")
+	for i := range b.Calls {
+		put(b.Calls[i].ID)
+	}
+	put("writes")
+	for i := range b.Writes {
+		put(b.Writes[i].CallID)
+		putInt(uint64(b.Writes[i].Seq))
+		putInt(b.Writes[i].Version)
+	}
+	put("findings")
+	for i := range b.Findings {
+		put(b.Findings[i].ID)
+	}
+	put("watermarks")
+	for i := range b.Watermarks {
+		put(b.Watermarks[i].Replica)
+		putInt(b.Watermarks[i].Version)
+	}
+	b.Token = hex.EncodeToString(h.Sum(nil)[:16])
+	b.callIndex, b.writeIndex, b.findingIndex = nil, nil, nil
+}
+
+// columns returns the column values of table t for a columnar insert.
+func (b *batch) columns(t int) (names []string, cols []any, n int) {
+	switch t {
+	case tCalls:
+		return callColumns, callColumnValues(b.Calls), len(b.Calls)
+	case tWrites:
+		return writeColumns, writeColumnValues(b.Writes), len(b.Writes)
+	case tFindings:
+		return findingColumns, findingColumnValues(b.Findings), len(b.Findings)
+	default:
+		return watermarkColumns, watermarkColumnValues(b.Watermarks), len(b.Watermarks)
+	}
+}
+
+func callColumnValues(rows []callRow) []any {
+	return []any{
+		col(rows, func(r *callRow) string { return r.Tenant }),
+		col(rows, func(r *callRow) string { return r.Server }),
+		col(rows, func(r *callRow) string { return r.Document }),
+		col(rows, func(r *callRow) int64 { return r.Time }),
+		col(rows, func(r *callRow) uint32 { return r.TimeNanos }),
+		col(rows, func(r *callRow) string { return r.ID }),
+		col(rows, func(r *callRow) []string { return r.Documents }),
+		col(rows, func(r *callRow) int64 { return r.DurationNS }),
+		col(rows, func(r *callRow) string { return r.Session }),
+		col(rows, func(r *callRow) string { return r.Client }),
+		col(rows, func(r *callRow) string { return r.TraceID }),
+		col(rows, func(r *callRow) string { return r.SpanID }),
+		col(rows, func(r *callRow) string { return r.RPCID }),
+		col(rows, func(r *callRow) string { return r.Method }),
+		col(rows, func(r *callRow) string { return r.Tool }),
+		col(rows, func(r *callRow) string { return r.ToolLabel }),
+		col(rows, func(r *callRow) string { return r.Arguments }),
+		col(rows, func(r *callRow) string { return r.Result }),
+		col(rows, func(r *callRow) int64 { return r.ErrorCode }),
+		col(rows, func(r *callRow) string { return r.ErrorMessage }),
+		col(rows, func(r *callRow) string { return r.ErrorData }),
+		col(rows, func(r *callRow) string { return r.TransportError }),
+		col(rows, func(r *callRow) string { return r.Source }),
+		col(rows, func(r *callRow) string { return r.Outcome }),
+		col(rows, func(r *callRow) string { return r.FailureCode }),
+		col(rows, func(r *callRow) string { return r.FailureAction }),
+		col(rows, func(r *callRow) string { return r.FailureMessage }),
+		col(rows, func(r *callRow) uint8 { return r.Flags }),
+		col(rows, func(r *callRow) uint64 { return r.Version }),
+	}
+}
+
+func writeColumnValues(rows []writeRow) []any {
+	return []any{
+		col(rows, func(r *writeRow) string { return r.Tenant }),
+		col(rows, func(r *writeRow) string { return r.Server }),
+		col(rows, func(r *writeRow) string { return r.Document }),
+		col(rows, func(r *writeRow) int64 { return r.Time }),
+		col(rows, func(r *writeRow) uint32 { return r.TimeNanos }),
+		col(rows, func(r *writeRow) string { return r.CallID }),
+		col(rows, func(r *writeRow) int32 { return r.Seq }),
+		col(rows, func(r *writeRow) string { return r.Session }),
+		col(rows, func(r *writeRow) string { return r.Tool }),
+		col(rows, func(r *writeRow) string { return r.Key }),
+		col(rows, func(r *writeRow) string { return r.State }),
+		col(rows, func(r *writeRow) string { return r.Reason }),
+		col(rows, func(r *writeRow) string { return r.Action }),
+		col(rows, func(r *writeRow) int64 { return r.StateTime }),
+		col(rows, func(r *writeRow) uint32 { return r.StateNanos }),
+		col(rows, func(r *writeRow) uint64 { return r.Version }),
+	}
+}
+
+func findingColumnValues(rows []findingRow) []any {
+	return []any{
+		col(rows, func(r *findingRow) string { return r.Tenant }),
+		col(rows, func(r *findingRow) string { return r.Server }),
+		col(rows, func(r *findingRow) string { return r.Document }),
+		col(rows, func(r *findingRow) int64 { return r.Time }),
+		col(rows, func(r *findingRow) uint32 { return r.TimeNanos }),
+		col(rows, func(r *findingRow) string { return r.ID }),
+		col(rows, func(r *findingRow) string { return r.Kind }),
+		col(rows, func(r *findingRow) string { return r.Severity }),
+		col(rows, func(r *findingRow) string { return r.Key }),
+		col(rows, func(r *findingRow) string { return r.Session }),
+		col(rows, func(r *findingRow) []string { return r.Calls }),
+		col(rows, func(r *findingRow) string { return r.Reason }),
+		col(rows, func(r *findingRow) string { return r.RetryAction }),
+		col(rows, func(r *findingRow) string { return r.Summary }),
+		col(rows, func(r *findingRow) uint64 { return r.Version }),
+	}
+}
+
+func watermarkColumnValues(rows []watermarkRow) []any {
+	return []any{
+		col(rows, func(r *watermarkRow) string { return r.Replica }),
+		col(rows, func(r *watermarkRow) int64 { return r.Time }),
+		col(rows, func(r *watermarkRow) uint32 { return r.TimeNanos }),
+		col(rows, func(r *watermarkRow) uint64 { return r.Version }),
+	}
+}
+
+// col extracts one column from rows.
+func col[R, T any](rows []R, f func(*R) T) []T {
+	out := make([]T, len(rows))
+	for i := range rows {
+		out[i] = f(&rows[i])
+	}
+	return out
+}

@@ -1,0 +1,221 @@
+package clickhouse
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// errSpoolFull is returned by spool.append when the batch would pass the
+// spool's size limit.
+var errSpoolFull = errors.New("spool full")
+
+// spool keeps acknowledged batches on local disk while ClickHouse is
+// unreachable: one file per batch, written to a temporary name, synced and
+// renamed, so that a file either holds a whole batch or does not exist.
+// Files are drained oldest first and removed once ClickHouse has the batch;
+// a crash between the insert and the removal only re-sends a batch, which
+// its deduplication token (or the stored-row check) makes harmless.
+type spool struct {
+	dir      string
+	maxBytes int64
+
+	mu    sync.Mutex
+	files []spoolFile // oldest first
+	bytes int64
+	next  uint64
+}
+
+type spoolFile struct {
+	seq  uint64
+	size int64
+}
+
+const (
+	spoolExt      = ".batch"
+	spoolTmpExt   = ".tmp"
+	spoolBadExt   = ".rejected"
+	spoolSeqWidth = 20
+)
+
+// openSpool opens (creating) dir, removes unfinished temporary files and
+// lists the batches left by an earlier run.
+func openSpool(dir string, maxBytes int64) (*spool, error) {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("cannot create spool directory: %w", err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read spool directory: %w", err)
+	}
+	sp := &spool{dir: dir, maxBytes: maxBytes, next: 1}
+	for _, e := range entries {
+		name := e.Name()
+		switch {
+		case strings.HasSuffix(name, spoolTmpExt):
+			// Never acknowledged: the rename that publishes a batch did not happen.
+			if err := os.Remove(filepath.Join(dir, name)); err != nil {
+				return nil, fmt.Errorf("cannot remove unfinished spool file: %w", err)
+			}
+		case strings.HasSuffix(name, spoolExt):
+			seq, err := strconv.ParseUint(strings.TrimSuffix(name, spoolExt), 10, 64)
+			if err != nil {
+				continue // not ours
+			}
+			info, err := e.Info()
+			if err != nil {
+				return nil, fmt.Errorf("cannot stat spool file: %w", err)
+			}
+			sp.files = append(sp.files, spoolFile{seq: seq, size: info.Size()})
+			sp.bytes += info.Size()
+			sp.next = max(sp.next, seq+1)
+		case strings.HasSuffix(name, spoolBadExt):
+			seq, err := strconv.ParseUint(strings.TrimSuffix(name, spoolBadExt), 10, 64)
+			if err == nil {
+				sp.next = max(sp.next, seq+1)
+			}
+		}
+	}
+	slices.SortFunc(sp.files, func(a, b spoolFile) int { return cmpUint(a.seq, b.seq) })
+	return sp, nil
+}
+
+func cmpUint(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func (sp *spool) path(seq uint64, ext string) string {
+	return filepath.Join(sp.dir, fmt.Sprintf("%0*d%s", spoolSeqWidth, seq, ext))
+}
+
+// append writes b durably: when it returns nil the batch survives a crash.
+func (sp *spool) append(b *batch) error {
+	data, err := json.Marshal(b)
+	if err != nil {
+		return fmt.Errorf("cannot encode batch for the spool: %w", err)
+	}
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	if sp.bytes+int64(len(data)) > sp.maxBytes {
+		return fmt.Errorf("cannot spool %d bytes (%d of %d used): %w", len(data), sp.bytes, sp.maxBytes, errSpoolFull)
+	}
+	seq := sp.next
+	tmp, final := sp.path(seq, spoolTmpExt), sp.path(seq, spoolExt)
+	if err := writeSynced(tmp, data); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("cannot publish spool file: %w", err)
+	}
+	if err := syncDir(sp.dir); err != nil {
+		return err
+	}
+	sp.next++
+	sp.files = append(sp.files, spoolFile{seq: seq, size: int64(len(data))})
+	sp.bytes += int64(len(data))
+	return nil
+}
+
+func writeSynced(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o640)
+	if err != nil {
+		return fmt.Errorf("cannot create spool file: %w", err)
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return fmt.Errorf("cannot write spool file: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("cannot sync spool file: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("cannot close spool file: %w", err)
+	}
+	return nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("cannot open spool directory: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("cannot sync spool directory: %w", err)
+	}
+	return nil
+}
+
+// oldest returns the sequence number of the oldest batch; ok is false when
+// the spool is empty.
+func (sp *spool) oldest() (seq uint64, ok bool) {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	if len(sp.files) == 0 {
+		return 0, false
+	}
+	return sp.files[0].seq, true
+}
+
+// read decodes the batch of seq.
+func (sp *spool) read(seq uint64) (*batch, error) {
+	data, err := os.ReadFile(sp.path(seq, spoolExt))
+	if err != nil {
+		return nil, fmt.Errorf("cannot read spool file: %w", err)
+	}
+	b := new(batch)
+	if err := json.Unmarshal(data, b); err != nil {
+		return nil, fmt.Errorf("cannot decode spool file %s: %w", sp.path(seq, spoolExt), err)
+	}
+	b.spooled = true
+	return b, nil
+}
+
+// remove forgets the batch of seq, which ClickHouse now has.
+func (sp *spool) remove(seq uint64) error {
+	return sp.drop(seq, func(path string) error { return os.Remove(path) })
+}
+
+// reject moves the batch of seq aside, for a person to look at: ClickHouse
+// refused it for good.
+func (sp *spool) reject(seq uint64) (string, error) {
+	bad := sp.path(seq, spoolBadExt)
+	return bad, sp.drop(seq, func(path string) error { return os.Rename(path, bad) })
+}
+
+func (sp *spool) drop(seq uint64, op func(path string) error) error {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	i := slices.IndexFunc(sp.files, func(f spoolFile) bool { return f.seq == seq })
+	if i < 0 {
+		return nil
+	}
+	if err := op(sp.path(seq, spoolExt)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("cannot remove spool file: %w", err)
+	}
+	sp.bytes -= sp.files[i].size
+	sp.files = slices.Delete(sp.files, i, i+1)
+	return nil
+}
+
+// usage returns how many batches and bytes the spool holds.
+func (sp *spool) usage() (batches int, bytes int64) {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	return len(sp.files), sp.bytes
+}

@@ -1,0 +1,709 @@
+package clickhouse
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	ch "github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+)
+
+var _ audit.Store = (*Store)(nil)
+
+// healthInterval is how often an idle store checks that ClickHouse answers.
+const healthInterval = 5 * time.Second
+
+// Store keeps calls, write attempts and findings in ClickHouse. Writes are
+// collected into batches client-side; while ClickHouse is unreachable they
+// go to a local spool and are drained, in order, when it answers again. It
+// is safe for concurrent use.
+type Store struct {
+	opts  Options
+	log   *slog.Logger
+	spool *spool
+
+	// conn and caps are set once by connect, before up is closed; read them
+	// only after connected() reports true.
+	conn   driver.Conn
+	caps   capabilities
+	layout layout
+	up     chan struct{}
+
+	// modeMu orders spool appends with the switch back to direct inserts:
+	// while spooling is set every batch goes to the spool, so that nothing
+	// overtakes what is spooled.
+	modeMu   sync.Mutex
+	spooling atomic.Bool
+	drained  chan struct{} // closed when the spool empties; guarded by modeMu
+
+	mu          sync.Mutex // guards the fields below
+	backendErr  error      // why ClickHouse is not usable; nil when it is
+	wm          time.Time  // latest watermark committed by this process
+	wmVersion   uint64
+	lastVersion uint64
+
+	sendMu sync.RWMutex // held for reading while a request is queued
+	closed bool
+	reqs   chan *request
+	quit   chan struct{}
+	kick   chan struct{}
+	wg     sync.WaitGroup
+}
+
+// request is one AppendCalls or Commit waiting for its batch.
+type request struct {
+	calls     []callRow
+	writes    []writeRow
+	findings  []findingRow
+	watermark *watermarkRow
+	at        time.Time
+	done      chan error
+}
+
+func (r *request) rows() int {
+	n := len(r.calls) + len(r.writes) + len(r.findings)
+	if r.watermark != nil {
+		n++
+	}
+	return n
+}
+
+// Open connects to ClickHouse, detects the server's capabilities, creates or
+// migrates the schema (when CreateSchema) and starts the batch writer. When
+// ClickHouse cannot be reached, Open still returns a store: it spools writes
+// and connects in the background (Ready reports the state). Configuration,
+// authentication and schema errors fail Open.
+func Open(ctx context.Context, o Options) (*Store, error) {
+	if err := o.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid clickhouse options: %w", err)
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	sp, err := openSpool(o.Spool.Dir, o.Spool.MaxBytes)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{
+		opts:    o,
+		log:     log,
+		spool:   sp,
+		layout:  layout{DB: o.Database, Cluster: o.Cluster},
+		up:      make(chan struct{}),
+		drained: make(chan struct{}),
+		reqs:    make(chan *request, 1024),
+		quit:    make(chan struct{}),
+		kick:    make(chan struct{}, 1),
+	}
+	close(s.drained)
+	if n, bytes := sp.usage(); n > 0 {
+		log.Warn("clickhouse: batches left in the spool; draining them", "batches", n, "bytes", bytes, "dir", o.Spool.Dir)
+		s.recoverWatermark()
+		s.startSpooling(errors.New("batches left in the spool by an earlier run"))
+	}
+	if err := s.connect(ctx); err != nil {
+		if !errors.Is(err, audit.ErrUnavailable) {
+			return nil, err
+		}
+		log.Warn("clickhouse: unreachable at start; spooling until it answers", "err", err)
+		s.setBackendErr(err)
+		s.modeMu.Lock()
+		s.startSpooling(err)
+		s.modeMu.Unlock()
+	}
+	s.wg.Add(3)
+	go s.writeLoop()
+	go s.drainLoop()
+	go s.retentionLoop()
+	return s, nil
+}
+
+// connect opens the connection pool, reads the server version, and sets up
+// the schema. It returns an error wrapping audit.ErrUnavailable when the
+// server cannot be reached.
+func (s *Store) connect(ctx context.Context) error {
+	opts, err := ch.ParseDSN(s.opts.DSN)
+	if err != nil {
+		return fmt.Errorf("invalid clickhouse dsn: %w", err)
+	}
+	if opts.DialTimeout == 0 {
+		opts.DialTimeout = min(5*time.Second, s.opts.InsertTimeout)
+	}
+	if opts.Compression == nil {
+		opts.Compression = &ch.Compression{Method: ch.CompressionLZ4}
+	}
+	conn, err := openConn(ctx, opts)
+	if err != nil {
+		return err
+	}
+	sv, err := conn.ServerVersion()
+	if err != nil {
+		conn.Close()
+		return fmt.Errorf("cannot read the clickhouse server version: %w: %w", audit.ErrUnavailable, err)
+	}
+	caps := capabilitiesOf(version{sv.Version.Major, sv.Version.Minor, sv.Version.Patch})
+	settings := ch.Settings{}
+	if caps.LowCardinalityExperimental {
+		settings["allow_experimental_low_cardinality_type"] = 1
+	}
+	if s.opts.Cluster != "" {
+		// The insert returns once every shard has its rows, not when the
+		// Distributed table has queued them.
+		settings["insert_distributed_sync"] = 1
+	}
+	if len(settings) > 0 {
+		conn.Close()
+		if opts.Settings == nil {
+			opts.Settings = ch.Settings{}
+		}
+		for k, v := range settings {
+			opts.Settings[k] = v
+		}
+		if conn, err = openConn(ctx, opts); err != nil {
+			return err
+		}
+	}
+	s.conn, s.caps, s.layout.Caps = conn, caps, caps
+	if s.opts.CreateSchema {
+		err := s.migrate(ctx)
+		if err == nil && caps.TTL {
+			err = s.applyTTL(ctx)
+		}
+		if err != nil {
+			conn.Close()
+			s.conn = nil
+			return classify(err)
+		}
+	}
+	s.log.Info("clickhouse: connected", "server_version", caps.Version.String(), "database", s.opts.Database, "cluster", s.opts.Cluster)
+	caps.logFallbacks(s.log)
+	close(s.up)
+	return nil
+}
+
+func openConn(ctx context.Context, opts *ch.Options) (driver.Conn, error) {
+	conn, err := ch.Open(opts)
+	if err != nil {
+		return nil, fmt.Errorf("cannot open clickhouse: %w", err)
+	}
+	if err := conn.Ping(ctx); err != nil {
+		conn.Close()
+		return nil, classify(fmt.Errorf("cannot reach clickhouse: %w", err))
+	}
+	return conn, nil
+}
+
+// connected reports whether connect has succeeded.
+func (s *Store) connected() bool {
+	select {
+	case <-s.up:
+		return true
+	default:
+		return false
+	}
+}
+
+// reader returns the connection for a query, or an error wrapping
+// audit.ErrUnavailable.
+func (s *Store) reader() (driver.Conn, error) {
+	s.sendMu.RLock()
+	closed := s.closed
+	s.sendMu.RUnlock()
+	if closed {
+		return nil, audit.ErrClosed
+	}
+	if !s.connected() {
+		return nil, fmt.Errorf("cannot query clickhouse: not connected: %w", audit.ErrUnavailable)
+	}
+	return s.conn, nil
+}
+
+// Ready returns nil when ClickHouse answers and nothing waits in the spool;
+// otherwise an error wrapping audit.ErrUnavailable that says why and how
+// much is spooled (writes are still accepted until the spool is full), or
+// audit.ErrClosed after Close.
+func (s *Store) Ready() error {
+	s.sendMu.RLock()
+	closed := s.closed
+	s.sendMu.RUnlock()
+	if closed {
+		return audit.ErrClosed
+	}
+	s.mu.Lock()
+	err := s.backendErr
+	s.mu.Unlock()
+	if s.spooling.Load() {
+		n, bytes := s.spool.usage()
+		if err == nil {
+			return fmt.Errorf("clickhouse is back; draining %d spooled batches (%d bytes): %w", n, bytes, audit.ErrUnavailable)
+		}
+		return fmt.Errorf("clickhouse unavailable, %d batches (%d bytes) spooled: %w: %w", n, bytes, audit.ErrUnavailable, err)
+	}
+	if err != nil {
+		return fmt.Errorf("clickhouse unavailable: %w: %w", audit.ErrUnavailable, err)
+	}
+	return nil
+}
+
+func (s *Store) setBackendErr(err error) {
+	s.mu.Lock()
+	s.backendErr = err
+	s.mu.Unlock()
+}
+
+// AppendCalls stores calls durably: it returns nil once ClickHouse has
+// acknowledged them or, while ClickHouse is unreachable, once they are
+// synced to the spool. Calls whose ID is already stored are skipped. When the
+// spool is full it returns an error wrapping audit.ErrUnavailable.
+func (s *Store) AppendCalls(ctx context.Context, calls []audit.CallRecord) error {
+	if len(calls) == 0 {
+		return nil
+	}
+	req := &request{calls: make([]callRow, 0, len(calls))}
+	for i := range calls {
+		row, err := callRowOf(&calls[i])
+		if err != nil {
+			return fmt.Errorf("cannot store calls: %w", err)
+		}
+		req.calls = append(req.calls, row)
+	}
+	return s.submit(ctx, req)
+}
+
+// Commit stores detector output and the watermark. ClickHouse has no
+// transactions across tables: the watermark row is written last, after the
+// writes and findings it covers, and a batch that fails halfway is retried
+// whole (rows already stored are recognized), so that a watermark is never
+// stored before what it covers.
+func (s *Store) Commit(ctx context.Context, r audit.Results) error {
+	n := len(r.Writes)
+	if !r.Watermark.IsZero() {
+		n++
+	}
+	if n == 0 && len(r.Findings) == 0 {
+		return nil
+	}
+	base := s.versions(n)
+	req := &request{}
+	for i := range r.Writes {
+		row, err := writeRowOf(&r.Writes[i], base+uint64(i))
+		if err != nil {
+			return fmt.Errorf("cannot commit: %w", err)
+		}
+		req.writes = append(req.writes, row)
+	}
+	for i := range r.Findings {
+		row, err := findingRowOf(&r.Findings[i])
+		if err != nil {
+			return fmt.Errorf("cannot commit: %w", err)
+		}
+		req.findings = append(req.findings, row)
+	}
+	if !r.Watermark.IsZero() {
+		sec, ns, err := splitTime(r.Watermark)
+		if err != nil {
+			return fmt.Errorf("cannot commit watermark: %w", err)
+		}
+		req.watermark = &watermarkRow{Replica: s.opts.Replica, Time: sec, TimeNanos: ns, Version: base + uint64(len(r.Writes))}
+	}
+	if err := s.submit(ctx, req); err != nil {
+		return err
+	}
+	if wm := req.watermark; wm != nil {
+		s.mu.Lock()
+		if wm.Version > s.wmVersion {
+			s.wm, s.wmVersion = r.Watermark, wm.Version
+		}
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+// versions reserves n consecutive row versions. Versions follow the wall
+// clock in nanoseconds, so that a later commit, even by a later process,
+// wins; they never repeat within a process.
+func (s *Store) versions(n int) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	base := max(uint64(time.Now().UnixNano()), s.lastVersion+1)
+	s.lastVersion = base + uint64(n)
+	return base
+}
+
+// submit queues req for the next batch and waits for its outcome.
+func (s *Store) submit(ctx context.Context, req *request) error {
+	req.at = time.Now()
+	req.done = make(chan error, 1)
+	s.sendMu.RLock()
+	if s.closed {
+		s.sendMu.RUnlock()
+		return audit.ErrClosed
+	}
+	select {
+	case s.reqs <- req:
+	case <-ctx.Done():
+		s.sendMu.RUnlock()
+		return fmt.Errorf("cannot store: %w", ctx.Err())
+	}
+	s.sendMu.RUnlock()
+	select {
+	case err := <-req.done:
+		return err
+	case <-ctx.Done():
+		// The batch goes on; only the caller stops waiting for it.
+		return fmt.Errorf("cannot store: %w", ctx.Err())
+	}
+}
+
+// writeLoop collects requests into batches and ships them, until Close.
+func (s *Store) writeLoop() {
+	defer s.wg.Done()
+	for {
+		b, reqs, more := s.collect()
+		if len(reqs) > 0 {
+			s.ship(b, reqs)
+		}
+		if !more {
+			return
+		}
+	}
+}
+
+// collect gathers requests until the batch holds BatchSize rows or its first
+// request is BatchAge old. more is false once the store is closing and every
+// queued request has been taken.
+func (s *Store) collect() (b *batch, reqs []*request, more bool) {
+	b = new(batch)
+	add := func(r *request) {
+		reqs = append(reqs, r)
+		b.addCalls(r.calls)
+		b.addResults(r.writes, r.findings, r.watermark)
+	}
+	rows := 0
+	select {
+	case r := <-s.reqs:
+		add(r)
+		rows += r.rows()
+	case <-s.quit:
+		return b, s.takeQueued(add), false
+	}
+	timer := time.NewTimer(s.opts.BatchAge - time.Since(reqs[0].at))
+	defer timer.Stop()
+	for rows < s.opts.BatchSize {
+		select {
+		case r := <-s.reqs:
+			add(r)
+			rows += r.rows()
+		case <-timer.C:
+			return b, reqs, true
+		case <-s.quit:
+			return b, append(reqs, s.takeQueued(add)...), false
+		}
+	}
+	return b, reqs, true
+}
+
+// takeQueued takes every request still queued; after Close no new one
+// comes.
+func (s *Store) takeQueued(add func(*request)) []*request {
+	var taken []*request
+	for {
+		select {
+		case r := <-s.reqs:
+			add(r)
+			taken = append(taken, r)
+		default:
+			return taken
+		}
+	}
+}
+
+// ship delivers one batch and tells every waiting request the outcome.
+func (s *Store) ship(b *batch, reqs []*request) {
+	b.seal()
+	err := s.deliver(b)
+	for _, r := range reqs {
+		r.done <- err
+	}
+}
+
+// deliver inserts b, retrying for RetryFor; if ClickHouse stays unreachable
+// it spools b instead. While the spool holds batches, b goes straight to it.
+func (s *Store) deliver(b *batch) error {
+	if b.rows() == 0 {
+		return nil
+	}
+	if !s.spooling.Load() {
+		err := s.insertRetrying(b, s.opts.RetryFor)
+		if err == nil || !errors.Is(err, audit.ErrUnavailable) {
+			return err
+		}
+		s.log.Warn("clickhouse: unreachable; spooling batches", "err", err, "dir", s.opts.Spool.Dir)
+		s.setBackendErr(err)
+	}
+	s.modeMu.Lock()
+	defer s.modeMu.Unlock()
+	if !s.spooling.Load() {
+		s.startSpooling(nil)
+	}
+	if err := s.spool.append(b); err != nil {
+		return fmt.Errorf("cannot store: clickhouse unreachable and %w: %w", err, audit.ErrUnavailable)
+	}
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// startSpooling switches to the spool; the caller holds modeMu (or is Open).
+func (s *Store) startSpooling(reason error) {
+	if s.spooling.Load() {
+		return
+	}
+	s.drained = make(chan struct{})
+	s.spooling.Store(true)
+	if reason != nil {
+		s.setBackendErr(reason)
+	}
+}
+
+// insertRetrying inserts b, retrying with backoff while the error is
+// retryable and the budget lasts. Every attempt sends the same rows with the
+// same token, so a retry of an insert that did land stores nothing twice.
+func (s *Store) insertRetrying(b *batch, budget time.Duration) error {
+	deadline := time.Now().Add(budget)
+	wait := 50 * time.Millisecond
+	for attempt := 0; ; attempt++ {
+		err := s.insertBatch(b, attempt > 0 || b.spooled)
+		if err == nil {
+			s.setBackendErr(nil)
+			return nil
+		}
+		if !errors.Is(err, audit.ErrUnavailable) {
+			return err
+		}
+		jittered := wait/2 + rand.N(wait/2+1)
+		if time.Now().Add(jittered).After(deadline) {
+			return err
+		}
+		select {
+		case <-s.quit:
+			return err
+		case <-time.After(jittered):
+		}
+		wait = min(2*wait, time.Second)
+	}
+}
+
+// insertBatch inserts the tables of b not yet acknowledged, in order. On a
+// retry without deduplication tokens, it first drops the rows ClickHouse
+// already has.
+func (s *Store) insertBatch(b *batch, retry bool) error {
+	if !s.connected() {
+		return fmt.Errorf("cannot insert: not connected: %w", audit.ErrUnavailable)
+	}
+	for t := range nTables {
+		if b.Done[t] {
+			continue
+		}
+		src := b
+		if retry && !s.caps.DedupToken {
+			var err error
+			if src, err = s.unstored(b, t); err != nil {
+				return err
+			}
+		}
+		names, cols, n := src.columns(t)
+		if n > 0 {
+			if err := s.insert(b.Token+":"+tableNames[t], tableNames[t], names, cols); err != nil {
+				return err
+			}
+		}
+		b.Done[t] = true
+	}
+	return nil
+}
+
+// insert sends one table's rows as one block.
+func (s *Store) insert(token, table string, names []string, cols []any) error {
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.InsertTimeout)
+	defer cancel()
+	if s.caps.DedupToken {
+		ctx = ch.Context(ctx, ch.WithSettings(ch.Settings{"insert_deduplication_token": token}))
+	}
+	bt, err := s.conn.PrepareBatch(ctx, "INSERT INTO "+s.layout.table(table)+" ("+strings.Join(names, ", ")+")")
+	if err != nil {
+		return classify(fmt.Errorf("cannot insert into %s: %w", table, err))
+	}
+	for i, c := range cols {
+		if err := bt.Column(i).Append(c); err != nil {
+			bt.Abort()
+			return fmt.Errorf("cannot encode column %s of %s: %w", names[i], table, err)
+		}
+	}
+	if err := bt.Send(); err != nil {
+		return classify(fmt.Errorf("cannot insert into %s: %w", table, err))
+	}
+	return nil
+}
+
+// drainLoop connects when Open could not, drains the spool while ClickHouse
+// answers, and checks the connection while idle. It stops at Close; what is
+// left in the spool is drained by the next start.
+func (s *Store) drainLoop() {
+	defer s.wg.Done()
+	delay := 100 * time.Millisecond
+	for {
+		select {
+		case <-s.quit:
+			return
+		case <-s.kick:
+		case <-time.After(delay):
+		}
+		if !s.connected() {
+			ctx, cancel := context.WithTimeout(context.Background(), s.opts.InsertTimeout)
+			err := s.connect(ctx)
+			cancel()
+			if err != nil {
+				if !errors.Is(err, audit.ErrUnavailable) {
+					s.log.Error("clickhouse: cannot set up the store; retrying", "err", err)
+				}
+				s.setBackendErr(err)
+				delay = min(2*delay, healthInterval)
+				continue
+			}
+		}
+		if !s.spooling.Load() {
+			s.checkHealth()
+			delay = healthInterval
+			continue
+		}
+		if err := s.drain(); err != nil {
+			s.setBackendErr(err)
+			delay = min(2*delay, healthInterval)
+			continue
+		}
+		delay = 100 * time.Millisecond
+	}
+}
+
+// checkHealth pings ClickHouse so that Ready notices an outage without
+// traffic.
+func (s *Store) checkHealth() {
+	ctx, cancel := context.WithTimeout(context.Background(), min(2*time.Second, s.opts.InsertTimeout))
+	defer cancel()
+	if err := s.conn.Ping(ctx); err != nil {
+		s.setBackendErr(classify(fmt.Errorf("cannot reach clickhouse: %w", err)))
+		return
+	}
+	s.setBackendErr(nil)
+}
+
+// drain sends spooled batches, oldest first, until the spool is empty (then
+// direct inserts resume) or ClickHouse fails (the error is returned).
+// Batches ClickHouse refuses for good are moved aside and logged.
+func (s *Store) drain() error {
+	for {
+		select {
+		case <-s.quit:
+			return nil
+		default:
+		}
+		seq, ok := s.spool.oldest()
+		if !ok {
+			s.modeMu.Lock()
+			if _, ok := s.spool.oldest(); !ok {
+				s.spooling.Store(false)
+				close(s.drained)
+				s.modeMu.Unlock()
+				s.setBackendErr(nil)
+				s.log.Info("clickhouse: spool drained; inserting directly again")
+				return nil
+			}
+			s.modeMu.Unlock()
+			continue
+		}
+		b, err := s.spool.read(seq)
+		if err == nil {
+			err = s.insertRetrying(b, 0)
+			if err == nil {
+				if err := s.spool.remove(seq); err != nil {
+					return err
+				}
+				continue
+			}
+			if errors.Is(err, audit.ErrUnavailable) {
+				return err
+			}
+		}
+		path, rerr := s.spool.reject(seq)
+		s.log.Error("clickhouse: a spooled batch cannot be stored; moved aside for a person to look at", "file", path, "err", err)
+		if rerr != nil {
+			return rerr
+		}
+	}
+}
+
+// waitDrained waits until the spool is empty, so that reads see every
+// acknowledged call.
+func (s *Store) waitDrained(ctx context.Context) error {
+	s.modeMu.Lock()
+	drained := s.drained
+	s.modeMu.Unlock()
+	select {
+	case <-drained:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("cannot read: spooled batches not yet in clickhouse: %w: %w", audit.ErrUnavailable, ctx.Err())
+	}
+}
+
+// recoverWatermark finds the latest watermark among spooled batches, so that
+// Watermark answers before they are drained.
+func (s *Store) recoverWatermark() {
+	for _, f := range s.spool.files {
+		b, err := s.spool.read(f.seq)
+		if err != nil {
+			continue // drain moves it aside
+		}
+		for _, w := range b.Watermarks {
+			if w.Replica == s.opts.Replica && w.Version > s.wmVersion {
+				s.wm, s.wmVersion = joinTime(w.Time, w.TimeNanos), w.Version
+			}
+			s.lastVersion = max(s.lastVersion, w.Version)
+		}
+		for _, w := range b.Writes {
+			s.lastVersion = max(s.lastVersion, w.Version)
+		}
+	}
+}
+
+// Close flushes what is queued (to ClickHouse, or to the spool), stops the
+// background work and closes the connections. What is left in the spool is
+// drained by the next Open.
+func (s *Store) Close() error {
+	s.sendMu.Lock()
+	if s.closed {
+		s.sendMu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.sendMu.Unlock()
+	close(s.quit)
+	s.wg.Wait()
+	if s.connected() {
+		return s.conn.Close()
+	}
+	return nil
+}
