@@ -19,4 +19,11 @@ fi
 
 test -z "$(gofmt -l $(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $(git ls-files '*.go'); exit 1; }
 go vet ./...
+# ClickHouse for the exporter/clickhouse tests: scripts/clickhouse.sh installs Debian's
+# clickhouse-server when missing, starts it on 127.0.0.1 (non-default ports) and prints the
+# exports: MCPAUDIT_CLICKHOUSE_DSN, and MCPAUDIT_CLICKHOUSE_CTL for the tests that stop and
+# start the server. It is stopped when this script exits.
+eval "$(scripts/clickhouse.sh start)"
+trap 'scripts/clickhouse.sh stop' EXIT
+
 CI=${CI:-} go test -count=1 ./... 2>&1 | tee /tmp/mcpaudit-test.log
