@@ -16,6 +16,8 @@ const usage = `usage: mcpaudit <command> [flags]
 
 commands:
   analyze   analyze capture files (call records or OTLP JSON) and print findings
+  serve     run the collector: OTLP and call-record ingest, store, query API
+  config    config validate FILE: check a configuration file
   rules     print the Prometheus alert and recording rules
   version   print the version
 
@@ -53,6 +55,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	switch args[0] {
 	case "analyze":
 		err = analyzeCommand(ctx, args[1:], stdin, stdout, stderr)
+	case "serve":
+		err = serveCommand(ctx, args[1:], stderr)
+	case "config":
+		err = configCommand(args[1:], stdout, stderr)
 	case "rules":
 		err = rulesCommand(args[1:], stdout, stderr)
 	case "version":

@@ -1,0 +1,355 @@
+// Package api serves the query API of mcpaudit serve: findings, a
+// document's timeline, write attempts and the write-durability SLO, as JSON
+// (docs/api.md). It reads through audit.Store, so it answers the same on
+// every backend.
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+)
+
+// Server answers queries from a store.
+type Server struct {
+	store audit.Store
+	// SLOTarget is the write-durability objective the error budget is
+	// measured against. Default 0.999.
+	SLOTarget float64
+	// Tenants maps bearer tokens to tenants; when set, every query is
+	// limited to the caller's tenant.
+	Tenants map[string]string
+	// Now is the clock for relative times (tests set it).
+	Now func() time.Time
+}
+
+// New returns a query server over store.
+func New(store audit.Store, sloTarget float64) *Server {
+	return &Server{store: store, SLOTarget: sloTarget, Now: time.Now}
+}
+
+// Handler returns the HTTP handler of /api/v1/.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /api/v1/findings", s.findings)
+	mux.HandleFunc("GET /api/v1/writes", s.writes)
+	mux.HandleFunc("GET /api/v1/slo", s.slo)
+	mux.HandleFunc("GET /api/v1/documents/", s.timeline)
+	return mux
+}
+
+// Error is the body of every error response.
+type Error struct {
+	Error string `json:"error"`
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.Encode(v)
+}
+
+func (s *Server) fail(w http.ResponseWriter, err error) {
+	var pe *paramError
+	switch {
+	case errors.As(err, &pe), errors.Is(err, audit.ErrBadCursor):
+		writeJSON(w, http.StatusBadRequest, Error{err.Error()})
+	case errors.Is(err, audit.ErrUnavailable):
+		w.Header().Set("Retry-After", "5")
+		writeJSON(w, http.StatusServiceUnavailable, Error{err.Error()})
+	default:
+		writeJSON(w, http.StatusInternalServerError, Error{err.Error()})
+	}
+}
+
+// paramError names a bad query parameter.
+type paramError struct {
+	name, reason string
+}
+
+func (e *paramError) Error() string { return "parameter " + e.name + ": " + e.reason }
+
+// params reads query parameters, remembering the first error.
+type params struct {
+	q   url.Values
+	now time.Time
+	err error
+}
+
+func (p *params) str(name string) string { return p.q.Get(name) }
+
+// time reads an RFC 3339 time or a duration back from now ("1h", "30d").
+func (p *params) time(name string) time.Time {
+	v := p.q.Get(name)
+	if v == "" || p.err != nil {
+		return time.Time{}
+	}
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		return t
+	}
+	if d, err := ParseWindow(v); err == nil {
+		return p.now.Add(-d)
+	}
+	p.err = &paramError{name, "want an RFC 3339 time or a duration such as 1h or 30d, not " + strconv.Quote(v)}
+	return time.Time{}
+}
+
+func (p *params) int(name string) int {
+	v := p.q.Get(name)
+	if v == "" || p.err != nil {
+		return 0
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		p.err = &paramError{name, "want a non-negative integer"}
+	}
+	return n
+}
+
+// ParseWindow parses a Go duration, also accepting days ("30d") and weeks
+// ("1w").
+func ParseWindow(s string) (time.Duration, error) {
+	for suffix, unit := range map[string]time.Duration{"d": 24 * time.Hour, "w": 7 * 24 * time.Hour} {
+		if n, ok := strings.CutSuffix(s, suffix); ok {
+			f, err := strconv.ParseFloat(n, 64)
+			if err != nil || f <= 0 {
+				return 0, fmt.Errorf("bad window %q", s)
+			}
+			return time.Duration(f * float64(unit)), nil
+		}
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("bad window %q", s)
+	}
+	return d, nil
+}
+
+// tenant returns the tenant the caller may see; ok is false when the
+// caller has no valid credential.
+func (s *Server) tenant(r *http.Request) (string, bool, bool) {
+	if len(s.Tenants) == 0 {
+		return r.URL.Query().Get("tenant"), false, true
+	}
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		return "", true, false
+	}
+	t, ok := s.Tenants[strings.TrimSpace(tok)]
+	return t, true, ok
+}
+
+func (s *Server) newParams(w http.ResponseWriter, r *http.Request) (*params, string, bool) {
+	tenant, _, ok := s.tenant(r)
+	if !ok {
+		writeJSON(w, http.StatusUnauthorized, Error{"missing or unknown bearer token"})
+		return nil, "", false
+	}
+	return &params{q: r.URL.Query(), now: s.Now()}, tenant, true
+}
+
+func (s *Server) findings(w http.ResponseWriter, r *http.Request) {
+	p, tenant, ok := s.newParams(w, r)
+	if !ok {
+		return
+	}
+	q := audit.FindingQuery{
+		Kind: audit.Kind(p.str("kind")), Severity: audit.Severity(p.str("severity")),
+		Server: p.str("server"), Tenant: tenant, Document: p.str("document"), Key: p.str("key"),
+		Session: p.str("session"), Since: p.time("since"), Until: p.time("until"),
+		Limit: p.int("limit"), Cursor: p.str("cursor"),
+	}
+	if p.err == nil && q.Kind != "" && !validKind(q.Kind) {
+		p.err = &paramError{"kind", "unknown finding kind " + strconv.Quote(string(q.Kind))}
+	}
+	if p.err == nil && q.Severity != "" && q.Severity.Rank() == 0 {
+		p.err = &paramError{"severity", "want info, warning or critical"}
+	}
+	if p.err != nil {
+		s.fail(w, p.err)
+		return
+	}
+	page, err := s.store.Findings(r.Context(), q)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	if page.Findings == nil {
+		page.Findings = []audit.Finding{}
+	}
+	writeJSON(w, http.StatusOK, page)
+}
+
+func validKind(k audit.Kind) bool {
+	for _, x := range audit.Kinds {
+		if x == k {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Server) writes(w http.ResponseWriter, r *http.Request) {
+	p, tenant, ok := s.newParams(w, r)
+	if !ok {
+		return
+	}
+	q := audit.WriteQuery{
+		State: audit.WriteState(p.str("state")), Server: p.str("server"), Tenant: tenant,
+		Document: p.str("document"), Since: p.time("since"), Until: p.time("until"),
+		Limit: p.int("limit"), Cursor: p.str("cursor"),
+	}
+	if p.err == nil && q.State != "" {
+		valid := false
+		for _, st := range audit.WriteStates {
+			valid = valid || st == q.State
+		}
+		if !valid {
+			p.err = &paramError{"state", "unknown write state " + strconv.Quote(string(q.State))}
+		}
+	}
+	if p.err != nil {
+		s.fail(w, p.err)
+		return
+	}
+	page, err := s.store.Writes(r.Context(), q)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	if page.Writes == nil {
+		page.Writes = []audit.Write{}
+	}
+	writeJSON(w, http.StatusOK, page)
+}
+
+// Timeline is the answer of GET /api/v1/documents/{document}/timeline.
+type Timeline struct {
+	Document string                `json:"document"`
+	Events   []audit.TimelineEvent `json:"events"`
+}
+
+func (s *Server) timeline(w http.ResponseWriter, r *http.Request) {
+	// Thegram paths hold slashes: the document is everything between the
+	// prefix and the /timeline suffix, escaped or not.
+	raw := strings.TrimPrefix(r.URL.EscapedPath(), "/api/v1/documents/")
+	raw, ok := strings.CutSuffix(raw, "/timeline")
+	if !ok || raw == "" {
+		writeJSON(w, http.StatusNotFound, Error{"want /api/v1/documents/{document}/timeline"})
+		return
+	}
+	doc, err := url.PathUnescape(raw)
+	if err != nil {
+		s.fail(w, &paramError{"document", "bad escaping"})
+		return
+	}
+	p, tenant, ok := s.newParams(w, r)
+	if !ok {
+		return
+	}
+	q := audit.TimelineQuery{Server: p.str("server"), Tenant: tenant, Document: doc,
+		Since: p.time("since"), Until: p.time("until"), Limit: p.int("limit")}
+	if p.err != nil {
+		s.fail(w, p.err)
+		return
+	}
+	evs, err := s.store.Timeline(r.Context(), q)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	if evs == nil {
+		evs = []audit.TimelineEvent{}
+	}
+	writeJSON(w, http.StatusOK, Timeline{Document: doc, Events: evs})
+}
+
+// SLO is the answer of GET /api/v1/slo.
+type SLO struct {
+	Window string                     `json:"window"`
+	Since  time.Time                  `json:"since"`
+	Until  time.Time                  `json:"until"`
+	Server string                     `json:"server,omitempty"`
+	Target float64                    `json:"target"`
+	Counts map[audit.WriteState]int64 `json:"counts"`
+	// SLI is null when no write counts toward it.
+	SLI *float64 `json:"sli"`
+	// ErrorBudgetRemaining is the share of the window's error budget left:
+	// 1 when no write failed durability, 0 when the budget is spent,
+	// negative when overspent. Null when no write counts.
+	ErrorBudgetRemaining *float64 `json:"error_budget_remaining"`
+}
+
+// ComputeSLO fills the SLI and the error budget from counts.
+func ComputeSLO(counts map[audit.WriteState]int64, target float64) (sli, budget *float64) {
+	v, ok := audit.SLI(counts)
+	if !ok {
+		return nil, nil
+	}
+	b := 1.0
+	if target < 1 {
+		b = 1 - (1-v)/(1-target)
+	} else if v < 1 {
+		b = math.Inf(-1)
+	}
+	return &v, &b
+}
+
+func (s *Server) slo(w http.ResponseWriter, r *http.Request) {
+	p, tenant, ok := s.newParams(w, r)
+	if !ok {
+		return
+	}
+	window := p.str("window")
+	if window == "" {
+		window = "30d"
+	}
+	d, err := ParseWindow(window)
+	if err != nil {
+		s.fail(w, &paramError{"window", err.Error()})
+		return
+	}
+	target := s.SLOTarget
+	if t := p.str("target"); t != "" {
+		f, err := strconv.ParseFloat(t, 64)
+		if err != nil || f <= 0 || f > 1 {
+			s.fail(w, &paramError{"target", "want a number in (0, 1]"})
+			return
+		}
+		target = f
+	}
+	until := p.time("until")
+	if until.IsZero() {
+		until = p.now
+	}
+	if p.err != nil {
+		s.fail(w, p.err)
+		return
+	}
+	since := until.Add(-d)
+	counts, err := s.store.WriteCounts(r.Context(), audit.CountQuery{Server: p.str("server"), Tenant: tenant, Since: since, Until: until})
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	full := map[audit.WriteState]int64{}
+	for _, st := range audit.WriteStates {
+		full[st] = counts[st]
+	}
+	out := SLO{Window: window, Since: since, Until: until, Server: p.str("server"), Target: target, Counts: full}
+	out.SLI, out.ErrorBudgetRemaining = ComputeSLO(counts, target)
+	if out.ErrorBudgetRemaining != nil && math.IsInf(*out.ErrorBudgetRemaining, 0) {
+		out.ErrorBudgetRemaining = nil
+	}
+	writeJSON(w, http.StatusOK, out)
+}

@@ -1,0 +1,294 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/api"
+	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/collector/classify"
+	"github.com/mcpaudit/mcpaudit/collector/pipeline"
+	"github.com/mcpaudit/mcpaudit/collector/receiver"
+	"github.com/mcpaudit/mcpaudit/exporter/metrics"
+	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+)
+
+func serveCommand(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: mcpaudit serve [flags]\n\nRuns the collector: OTLP and call-record ingest, the detector, the store and the query API.\n\nflags:")
+		fs.PrintDefaults()
+	}
+	configFile := fs.String("config", "", "YAML config file (optional; flags win over it)")
+	def := NewDefaultConfig()
+	ingest := fs.String("ingest-listen", def.Serve.IngestListen, "OTLP/HTTP (/v1/traces) and call records (/v1/calls)")
+	grpcL := fs.String("grpc-listen", def.Serve.GRPCListen, "OTLP/gRPC; empty to disable")
+	apiL := fs.String("api-listen", def.Serve.APIListen, "query API, /metrics, /healthz, /readyz")
+	dataDir := fs.String("data-dir", def.Serve.DataDir, "where the embedded store lives")
+	store := fs.String("store", def.Serve.Store, "store backend: sqlite")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return &exitError{code: 2}
+	}
+	cfg := def
+	if *configFile != "" {
+		var err error
+		if cfg, err = LoadConfig(*configFile); err != nil {
+			return &exitError{code: 2, err: err}
+		}
+	}
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "ingest-listen":
+			cfg.Serve.IngestListen = *ingest
+		case "grpc-listen":
+			cfg.Serve.GRPCListen = *grpcL
+		case "api-listen":
+			cfg.Serve.APIListen = *apiL
+		case "data-dir":
+			cfg.Serve.DataDir = *dataDir
+		case "store":
+			cfg.Serve.Store = *store
+		}
+	})
+	if err := cfg.Validate(); err != nil {
+		return &exitError{code: 2, err: fmt.Errorf("invalid configuration: %w", err)}
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return &exitError{code: 2, err: fmt.Errorf("--log-level: %w", err)}
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	srv, err := startServer(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return srv.shutdown(sctx)
+}
+
+// server is a running collector.
+type server struct {
+	cfg      Config
+	log      *slog.Logger
+	store    audit.Store
+	pipe     *pipeline.Pipeline
+	metrics  *metrics.Metrics
+	registry *prometheus.Registry
+	http     []*http.Server
+	grpc     *grpc.Server
+	// Addresses actually listened on (ports chosen by the system for :0).
+	ingestAddr, grpcAddr, apiAddr string
+	stopRetention                 context.CancelFunc
+	wg                            sync.WaitGroup
+	shutdownTelemetry             func(context.Context) error
+}
+
+// openStore opens the configured store.
+func openStore(cfg Config) (audit.Store, error) {
+	switch cfg.Serve.Store {
+	case "sqlite", "":
+		if err := os.MkdirAll(cfg.Serve.DataDir, 0o755); err != nil {
+			return nil, fmt.Errorf("cannot create data dir: %w", err)
+		}
+		return sqlite.Open(filepath.Join(cfg.Serve.DataDir, "mcpaudit.db"), cfg.Serve.SQLite)
+	}
+	return nil, fmt.Errorf("unknown store %q", cfg.Serve.Store)
+}
+
+// startServer opens the store, rebuilds the detector's state and starts
+// every listener. It returns once they accept connections.
+func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, error) {
+	s := &server{cfg: cfg, log: log}
+	shutdownTelemetry, tracerErr := setupTelemetry(ctx, log)
+	if tracerErr != nil {
+		log.Warn("self-telemetry disabled", "err", tracerErr)
+	}
+	s.shutdownTelemetry = shutdownTelemetry
+	st, err := openStore(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s.store = st
+	s.registry = metrics.NewRegistry()
+	s.metrics, err = metrics.New(s.registry, metrics.Options{KnownCode: classify.KnownCode})
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	s.pipe, err = pipeline.New(ctx, cfg.Serve.Pipeline, cfg.Detect, cfg.Dialects, tracedStore{st, s.metrics}, log, s.metrics)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	rc := receiver.New(cfg.Serve.Receiver, tracedIngester{s.pipe}, s.metrics, log)
+
+	ingestLn, err := net.Listen("tcp", cfg.Serve.IngestListen)
+	if err != nil {
+		s.closeAll()
+		return nil, fmt.Errorf("cannot listen on %s: %w", cfg.Serve.IngestListen, err)
+	}
+	s.ingestAddr = ingestLn.Addr().String()
+	s.serveHTTP(ingestLn, rc.Handler())
+
+	if cfg.Serve.GRPCListen != "" {
+		ln, err := net.Listen("tcp", cfg.Serve.GRPCListen)
+		if err != nil {
+			s.closeAll()
+			return nil, fmt.Errorf("cannot listen on %s: %w", cfg.Serve.GRPCListen, err)
+		}
+		s.grpcAddr = ln.Addr().String()
+		s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(int(cfg.Serve.Receiver.MaxBodyBytes)))
+		rc.Register(s.grpc)
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if err := s.grpc.Serve(ln); err != nil {
+				log.Error("gRPC server stopped", "err", err)
+			}
+		}()
+	}
+
+	apiLn, err := net.Listen("tcp", cfg.Serve.APIListen)
+	if err != nil {
+		s.closeAll()
+		return nil, fmt.Errorf("cannot listen on %s: %w", cfg.Serve.APIListen, err)
+	}
+	s.apiAddr = apiLn.Addr().String()
+	q := api.New(st, cfg.Serve.SLOTarget)
+	q.Tenants = cfg.Serve.Receiver.Tenants
+	mux := http.NewServeMux()
+	mux.Handle("/api/v1/", q.Handler())
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("GET /readyz", s.ready)
+	s.serveHTTP(apiLn, mux)
+
+	rctx, cancel := context.WithCancel(context.Background())
+	s.stopRetention = cancel
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.retention(rctx)
+	}()
+	log.Info("mcpaudit serving", "ingest", s.ingestAddr, "grpc", s.grpcAddr, "api", s.apiAddr,
+		"store", cfg.Serve.Store, "data_dir", cfg.Serve.DataDir)
+	return s, nil
+}
+
+func (s *server) serveHTTP(ln net.Listener, h http.Handler) {
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	s.http = append(s.http, hs)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("HTTP server stopped", "addr", ln.Addr().String(), "err", err)
+		}
+	}()
+}
+
+// ready answers 200 when the store answers.
+func (s *server) ready(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if rd, ok := s.store.(interface{ Ready() error }); ok {
+		if err := rd.Ready(); err != nil {
+			http.Error(w, "store not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+	}
+	if _, err := s.store.Watermark(ctx); err != nil {
+		http.Error(w, "store not ready: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	fmt.Fprintln(w, "ready")
+}
+
+// retention deletes what is older than the retention period, at start and
+// then every RetentionEvery.
+func (s *server) retention(ctx context.Context) {
+	every := s.cfg.Serve.RetentionEvery.D()
+	for {
+		cutoff := time.Now().Add(-s.cfg.Serve.Retention.D())
+		n, err := s.store.DeleteBefore(ctx, cutoff)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			s.log.Warn("retention failed", "err", err)
+		case n > 0:
+			s.log.Info("retention deleted old rows", "rows", n, "before", cutoff)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(every):
+		}
+	}
+}
+
+// shutdown stops accepting traffic, lets in-flight requests finish, commits
+// the detector's output and closes the store.
+func (s *server) shutdown(ctx context.Context) error {
+	var errs []error
+	for _, hs := range s.http {
+		if err := hs.Shutdown(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if s.grpc != nil {
+		done := make(chan struct{})
+		go func() { s.grpc.GracefulStop(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			s.grpc.Stop()
+		}
+	}
+	if s.stopRetention != nil {
+		s.stopRetention()
+	}
+	if err := s.pipe.Close(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	s.wg.Wait()
+	if err := s.store.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	if s.shutdownTelemetry != nil {
+		s.shutdownTelemetry(ctx)
+	}
+	return errors.Join(errs...)
+}
+
+func (s *server) closeAll() {
+	for _, hs := range s.http {
+		hs.Close()
+	}
+	if s.grpc != nil {
+		s.grpc.Stop()
+	}
+	if s.pipe != nil {
+		s.pipe.Close(context.Background())
+	}
+	s.store.Close()
+}

@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/exporter/metrics"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// tracer traces mcpaudit's own pipeline. It is a no-op unless
+// setupTelemetry installed an SDK tracer provider.
+func tracer() trace.Tracer { return otel.Tracer("github.com/mcpaudit/mcpaudit") }
+
+// setupTelemetry installs an OTLP trace exporter when the standard
+// OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT
+// variables are set; the exporter reads the rest of the OTEL_* variables
+// itself. The protocol follows OTEL_EXPORTER_OTLP_PROTOCOL (grpc or
+// http/protobuf, the default).
+func setupTelemetry(ctx context.Context, log *slog.Logger) (func(context.Context) error, error) {
+	if os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" {
+		return nil, nil
+	}
+	var exp sdktrace.SpanExporter
+	var err error
+	proto := os.Getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+	if proto == "" {
+		proto = os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
+	}
+	if proto == "grpc" {
+		exp, err = otlptracegrpc.New(ctx)
+	} else {
+		exp, err = otlptracehttp.New(ctx)
+	}
+	if err != nil {
+		return nil, err
+	}
+	res, _ := resource.Merge(resource.Default(), resource.NewSchemaless(semconv.ServiceName("mcpaudit"), semconv.ServiceVersion(version)))
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+	otel.SetTracerProvider(tp)
+	log.Info("self-telemetry on: tracing the pipeline over OTLP", "protocol", proto)
+	return tp.Shutdown, nil
+}
+
+// tracedIngester traces each ingest request.
+type tracedIngester struct {
+	in interface {
+		Ingest(ctx context.Context, calls []*audit.Call) error
+	}
+}
+
+func (t tracedIngester) Ingest(ctx context.Context, calls []*audit.Call) error {
+	ctx, span := tracer().Start(ctx, "mcpaudit.ingest", trace.WithAttributes(attribute.Int("mcpaudit.calls", len(calls))))
+	defer span.End()
+	err := t.in.Ingest(ctx, calls)
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	return err
+}
+
+// tracedStore traces the store's commits and times them for
+// mcpaudit_store_commit_seconds.
+type tracedStore struct {
+	audit.Store
+	m *metrics.Metrics
+}
+
+func (t tracedStore) AppendCalls(ctx context.Context, calls []audit.CallRecord) error {
+	ctx, span := tracer().Start(ctx, "mcpaudit.store.append_calls", trace.WithAttributes(attribute.Int("mcpaudit.calls", len(calls))))
+	defer span.End()
+	start := time.Now()
+	err := t.Store.AppendCalls(ctx, calls)
+	t.m.ObserveStoreCommit(time.Since(start))
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	return err
+}
+
+func (t tracedStore) Commit(ctx context.Context, r audit.Results) error {
+	ctx, span := tracer().Start(ctx, "mcpaudit.store.commit_results", trace.WithAttributes(
+		attribute.Int("mcpaudit.writes", len(r.Writes)), attribute.Int("mcpaudit.findings", len(r.Findings))))
+	defer span.End()
+	err := t.Store.Commit(ctx, r)
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	return err
+}
