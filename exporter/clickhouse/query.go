@@ -5,10 +5,10 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
+		"strings"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
@@ -16,10 +16,16 @@ import (
 	"github.com/mcpaudit/mcpaudit/audit"
 )
 
-// Page sizes of Findings and Writes, and the cap of Timeline.
+// Page sizes of Findings and Writes, and of Timeline; as in the SQLite
+// store.
 const (
-	defaultLimit = 100
-	maxLimit     = 1000
+	defaultLimit    = 100
+	maxLimit        = 1000
+	defaultTimeline = 1000
+	maxTimeline     = 10000
+	// inChunk bounds the values of one IN list, to stay far below the
+	// server's max_query_size.
+	inChunk = 1000
 )
 
 func limitOf(n int) int {
@@ -143,10 +149,11 @@ func (c cursor) after(idCol string, withSeq bool) string {
 		c.Time, c.Time, c.Nanos, c.Nanos, tail)
 }
 
-const (
-	findingSelect = "tenant, server, document, time, time_nanos, id, kind, severity, key, session, calls, reason, retry_action, summary, version"
-	writeSelect   = "tenant, server, document, time, time_nanos, call_id, seq, session, tool, key, state, reason, action, state_time, state_nanos, version"
-	callSelect    = "tenant, server, document, time, time_nanos, id, documents, duration_ns, session, client, trace_id, span_id, rpc_id, method, tool, tool_label, arguments, result, error_code, error_message, error_data, transport_error, source, outcome, failure_code, failure_action, failure_message, flags, version"
+// The select lists name the columns in the order the rows hold them.
+var (
+	findingSelect = strings.Join(findingColumns, ", ")
+	writeSelect   = strings.Join(writeColumns, ", ")
+	callSelect    = strings.Join(callColumns, ", ")
 )
 
 func scanFinding(rows driver.Rows) (findingRow, error) {
@@ -171,7 +178,7 @@ func scanCall(rows driver.Rows) (callRow, error) {
 	var r callRow
 	var t time.Time
 	err := rows.Scan(&r.Tenant, &r.Server, &r.Document, &t, &r.TimeNanos, &r.ID, &r.Documents, &r.DurationNS,
-		&r.Session, &r.Client, &r.TraceID, &r.SpanID, &r.RPCID, &r.Method, &r.Tool, &r.ToolLabel,
+		&r.Session, &r.Client, &r.TraceID, &r.SpanID, &r.Fingerprint, &r.RPCID, &r.Method, &r.Tool, &r.ToolLabel,
 		&r.Arguments, &r.Result, &r.ErrorCode, &r.ErrorMessage, &r.ErrorData, &r.TransportError,
 		&r.Source, &r.Outcome, &r.FailureCode, &r.FailureAction, &r.FailureMessage, &r.Flags, &r.Version)
 	r.Time = t.Unix()
@@ -293,9 +300,11 @@ func (s *Store) Writes(ctx context.Context, q audit.WriteQuery) (audit.WritePage
 	return page, err
 }
 
-// Timeline returns the calls, write attempts (in their latest state) and
-// findings on one document, in time order; at equal times calls come
-// before writes and writes before findings.
+// Timeline returns the calls on one document, the write attempts those
+// calls made on it (each at its Time, in its latest state) and the findings
+// on it, in time order; at equal times calls come first, then writes, then
+// findings. When the calls fill the limit, findings after the last call are
+// left out too, so that the timeline has no gap.
 func (s *Store) Timeline(ctx context.Context, q audit.TimelineQuery) ([]audit.TimelineEvent, error) {
 	conn, err := s.reader()
 	if err != nil {
@@ -304,89 +313,108 @@ func (s *Store) Timeline(ctx context.Context, q audit.TimelineQuery) ([]audit.Ti
 	if q.Document == "" {
 		return nil, fmt.Errorf("cannot read a timeline: no document given")
 	}
-	limit := limitOf(q.Limit)
-	var base conds
-	base = append(base, "tenant = "+quote(q.Tenant))
-	base.eq("server", q.Server)
-	base.span(q.Since, q.Until)
-
-	type keyed struct {
-		ev    audit.TimelineEvent
-		nanos int64
-		order int
-		id    string
+	limit := q.Limit
+	switch {
+	case limit <= 0:
+		limit = defaultTimeline
+	case limit > maxTimeline:
+		limit = maxTimeline
 	}
-	var evs []keyed
+	var base conds
+	base.eq("tenant", q.Tenant)
+	base.eq("server", q.Server)
+
+	var events []audit.TimelineEvent
+	var calls []callRow
 	callConds := append(slices.Clone(base), "has(documents, "+quote(q.Document)+")")
+	callConds.span(q.Since, q.Until)
 	query := fmt.Sprintf("SELECT %s FROM %s FINAL%s ORDER BY time, time_nanos, id LIMIT %d",
-		callSelect, s.layout.table("calls"), callConds.where(), limit)
+		callSelect, s.layout.table("calls"), callConds.where(), limit+1)
 	err = each(ctx, conn, "query the timeline", query, func(rows driver.Rows) error {
 		r, err := scanCall(rows)
 		if err != nil {
 			return queryErr(ctx, "read the timeline", err)
 		}
-		rec := r.record()
+		calls = append(calls, r)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	truncated := len(calls) > limit
+	if truncated {
+		calls = calls[:limit]
+	}
+	ids := make([]string, 0, len(calls))
+	for i := range calls {
+		rec := calls[i].record()
 		ev := audit.TimelineEvent{
-			Time: rec.Call.Time, Type: audit.EventCall, CallID: r.ID, Server: r.Server,
-			Session: r.Session, Tool: r.Tool, Outcome: rec.Outcome,
+			Time: rec.Call.Time, Type: audit.EventCall, CallID: rec.Call.ID, Server: rec.Call.Server,
+			Session: rec.Call.Session, Tool: rec.Call.Tool, Outcome: rec.Outcome,
 		}
 		if f := rec.Failure; f != nil {
 			ev.Code, ev.RetryAction = f.Code, f.Action
 		}
-		evs = append(evs, keyed{ev, rec.Call.Time.UnixNano(), 0, r.ID})
-		return nil
-	})
-	if err != nil {
-		return nil, err
+		events = append(events, ev)
+		ids = append(ids, rec.Call.ID)
 	}
-	docConds := append(slices.Clone(base), "document = "+quote(q.Document))
-	query = fmt.Sprintf("SELECT %s FROM %s FINAL%s ORDER BY time, time_nanos, call_id, seq LIMIT %d",
-		writeSelect, s.layout.table("writes"), docConds.where(), limit)
-	err = each(ctx, conn, "query the timeline", query, func(rows driver.Rows) error {
-		r, err := scanWrite(rows)
-		if err != nil {
-			return queryErr(ctx, "read the timeline", err)
+
+	// The writes those calls made on the document: a write has its call's
+	// time, which bounds the search.
+	if len(calls) > 0 {
+		lo, hi := calls[0], calls[len(calls)-1]
+		var wc conds
+		wc.eq("document", q.Document)
+		wc = append(wc, fmt.Sprintf("time >= toDateTime(%d) AND time <= toDateTime(%d)", lo.Time, hi.Time))
+		for i := 0; i < len(ids); i += inChunk {
+			part := append(slices.Clone(wc), "call_id IN "+quoteList(ids[i:min(i+inChunk, len(ids))]))
+			query := fmt.Sprintf("SELECT %s FROM %s FINAL%s ORDER BY call_id, seq", writeSelect, s.layout.table("writes"), part.where())
+			err = each(ctx, conn, "query the timeline", query, func(rows driver.Rows) error {
+				r, err := scanWrite(rows)
+				if err != nil {
+					return queryErr(ctx, "read the timeline", err)
+				}
+				w := r.write()
+				events = append(events, audit.TimelineEvent{
+					Time: w.Time, Type: audit.EventWrite, CallID: w.CallID, Server: w.Server, Session: w.Session,
+					Tool: w.Tool, Key: w.Key, State: w.State, Reason: w.Reason, RetryAction: w.Action,
+				})
+				return nil
+			})
+			if err != nil {
+				return nil, err
+			}
 		}
-		w := r.write()
-		ev := audit.TimelineEvent{
-			Time: w.Time, Type: audit.EventWrite, CallID: w.CallID, Server: w.Server, Session: w.Session,
-			Tool: w.Tool, RetryAction: w.Action, Key: w.Key, State: w.State, Reason: w.Reason,
-		}
-		evs = append(evs, keyed{ev, w.Time.UnixNano(), 1, w.CallID + "/" + strconv.Itoa(w.Seq)})
-		return nil
-	})
-	if err != nil {
-		return nil, err
 	}
+
+	fc := append(slices.Clone(base), "document = "+quote(q.Document))
+	until := q.Until
+	if truncated {
+		until = joinTime(calls[len(calls)-1].Time, calls[len(calls)-1].TimeNanos).Add(1)
+	}
+	fc.span(q.Since, until)
 	query = fmt.Sprintf("SELECT %s FROM %s FINAL%s ORDER BY time, time_nanos, id LIMIT %d",
-		findingSelect, s.layout.table("findings"), docConds.where(), limit)
+		findingSelect, s.layout.table("findings"), fc.where(), limit)
 	err = each(ctx, conn, "query the timeline", query, func(rows driver.Rows) error {
 		r, err := scanFinding(rows)
 		if err != nil {
 			return queryErr(ctx, "read the timeline", err)
 		}
 		f := r.finding()
-		ev := audit.TimelineEvent{
+		events = append(events, audit.TimelineEvent{
 			Time: f.Time, Type: audit.EventFinding, Server: f.Server, Session: f.Session,
 			Key: f.Key, Reason: f.Reason, RetryAction: f.RetryAction, Finding: &f,
-		}
-		if len(f.Calls) > 0 {
-			ev.CallID = f.Calls[0]
-		}
-		evs = append(evs, keyed{ev, f.Time.UnixNano(), 2, r.ID})
+		})
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	slices.SortFunc(evs, func(a, b keyed) int {
-		return cmp.Or(cmp.Compare(a.nanos, b.nanos), cmp.Compare(a.order, b.order), cmp.Compare(a.id, b.id))
+	rank := map[string]int{audit.EventCall: 0, audit.EventWrite: 1, audit.EventFinding: 2}
+	slices.SortStableFunc(events, func(a, b audit.TimelineEvent) int {
+		return cmp.Or(a.Time.Compare(b.Time), cmp.Compare(rank[a.Type], rank[b.Type]))
 	})
-	out := make([]audit.TimelineEvent, 0, min(len(evs), limit))
-	for i := range evs[:min(len(evs), limit)] {
-		out = append(out, evs[i].ev)
-	}
-	return out, nil
+	return events[:min(len(events), limit)], nil
 }
 
 // WriteCounts counts write attempts by their latest state.
@@ -401,6 +429,8 @@ func (s *Store) WriteCounts(ctx context.Context, q audit.CountQuery) (map[audit.
 	c.span(q.Since, q.Until)
 	query := fmt.Sprintf("SELECT state, count() FROM (SELECT state FROM %s FINAL%s) GROUP BY state",
 		s.layout.table("writes"), c.where())
+	s.commitMu.RLock()
+	defer s.commitMu.RUnlock()
 	counts := map[audit.WriteState]int64{}
 	err = each(ctx, conn, "count writes", query, func(rows driver.Rows) error {
 		var state string
@@ -425,6 +455,8 @@ func (s *Store) FindingIDs(ctx context.Context, since time.Time) (map[string]boo
 	}
 	var c conds
 	c.span(since, time.Time{})
+	s.commitMu.RLock()
+	defer s.commitMu.RUnlock()
 	ids := map[string]bool{}
 	err = each(ctx, conn, "query finding ids", "SELECT DISTINCT id FROM "+s.layout.table("findings")+c.where(), func(rows driver.Rows) error {
 		var id string
@@ -463,13 +495,18 @@ func (s *Store) ScanCalls(ctx context.Context, since time.Time, fn func(*audit.C
 
 // Watermark returns the last committed watermark of this replica.
 func (s *Store) Watermark(ctx context.Context) (time.Time, error) {
+	conn, err := s.reader()
+	if err != nil && !errors.Is(err, audit.ErrUnavailable) {
+		return time.Time{}, err
+	}
+	s.commitMu.RLock()
+	defer s.commitMu.RUnlock()
 	s.mu.Lock()
 	wm, known := s.wm, s.wmVersion > 0
 	s.mu.Unlock()
 	if known {
 		return wm, nil
 	}
-	conn, err := s.reader()
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -559,9 +596,8 @@ func (s *Store) unstored(b *batch, t int) (*batch, error) {
 		}
 	}
 	stored := map[string]bool{}
-	const chunk = 1000
-	for i := 0; i < len(keys); i += chunk {
-		part := keys[i:min(i+chunk, len(keys))]
+	for i := 0; i < len(keys); i += inChunk {
+		part := keys[i:min(i+inChunk, len(keys))]
 		q := fmt.Sprintf("SELECT %s FROM %s WHERE time >= toDateTime(%d) AND time <= toDateTime(%d) AND %s IN %s",
 			keyExpr, s.layout.table(tableNames[t]), lo, hi, idCol, quoteList(part))
 		err := each(ctx, s.conn, "find stored rows", q, func(rows driver.Rows) error {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/collector/canon"
 )
 
 // The rows below are what one batch inserts, in the columns' order. They are
@@ -22,6 +23,7 @@ const (
 	flagError
 	flagErrorData
 	flagFailure
+	flagFingerprintDerived
 )
 
 type callRow struct {
@@ -37,6 +39,7 @@ type callRow struct {
 	Client         string   `json:"cl"`
 	TraceID        string   `json:"tr"`
 	SpanID         string   `json:"sp"`
+	Fingerprint    string   `json:"fp"`
 	RPCID          string   `json:"rpc"`
 	Method         string   `json:"m"`
 	Tool           string   `json:"tool"`
@@ -58,7 +61,7 @@ type callRow struct {
 
 var callColumns = []string{
 	"tenant", "server", "document", "time", "time_nanos", "id", "documents", "duration_ns",
-	"session", "client", "trace_id", "span_id", "rpc_id", "method", "tool", "tool_label",
+	"session", "client", "trace_id", "span_id", "fingerprint", "rpc_id", "method", "tool", "tool_label",
 	"arguments", "result", "error_code", "error_message", "error_data", "transport_error",
 	"source", "outcome", "failure_code", "failure_action", "failure_message", "flags", "version",
 }
@@ -189,6 +192,15 @@ func callRowOf(r *audit.CallRecord) (callRow, error) {
 		row.Flags |= flagFailure
 		row.FailureCode, row.FailureAction, row.FailureMessage = f.Code, string(f.Action), f.Message
 	}
+	// A fingerprint is 16 incompressible bytes, and nearly always the one
+	// the request gives: that one is derived again when read.
+	switch {
+	case c.Fingerprint == "":
+	case c.Fingerprint == fingerprint(c):
+		row.Flags |= flagFingerprintDerived
+	default:
+		row.Fingerprint = c.Fingerprint
+	}
 	return row, nil
 }
 
@@ -212,6 +224,10 @@ func (row *callRow) record() audit.CallRecord {
 			c.Error.Data = []byte(row.ErrorData)
 		}
 	}
+	c.Fingerprint = row.Fingerprint
+	if row.Flags&flagFingerprintDerived != 0 {
+		c.Fingerprint = fingerprint(c)
+	}
 	rec := audit.CallRecord{Call: c, Outcome: audit.Outcome(row.Outcome), Tool: row.ToolLabel}
 	if len(row.Documents) > 0 {
 		rec.Documents = row.Documents
@@ -220,6 +236,10 @@ func (row *callRow) record() audit.CallRecord {
 		rec.Failure = &audit.Failure{Code: row.FailureCode, Action: audit.RetryAction(row.FailureAction), Message: row.FailureMessage}
 	}
 	return rec
+}
+
+func fingerprint(c *audit.Call) string {
+	return audit.Fingerprint(c.Server, c.Session, c.RPCID, c.Tool, canon.Bytes(c.Arguments))
 }
 
 func writeRowOf(w *audit.Write, version uint64) (writeRow, error) {
@@ -434,6 +454,7 @@ func callColumnValues(rows []callRow) []any {
 		col(rows, func(r *callRow) string { return r.Client }),
 		col(rows, func(r *callRow) string { return r.TraceID }),
 		col(rows, func(r *callRow) string { return r.SpanID }),
+		col(rows, func(r *callRow) string { return r.Fingerprint }),
 		col(rows, func(r *callRow) string { return r.RPCID }),
 		col(rows, func(r *callRow) string { return r.Method }),
 		col(rows, func(r *callRow) string { return r.Tool }),

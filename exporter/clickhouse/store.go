@@ -45,6 +45,12 @@ type Store struct {
 	spooling atomic.Bool
 	drained  chan struct{} // closed when the spool empties; guarded by modeMu
 
+	// commitMu makes a commit atomic for the readers of this store that
+	// need it (Watermark, FindingIDs, WriteCounts): a batch with results
+	// holds it for writing until its watermark is stored, so that they never
+	// see a commit's findings without its watermark, nor the reverse.
+	commitMu sync.RWMutex
+
 	mu          sync.Mutex // guards the fields below
 	backendErr  error      // why ClickHouse is not usable; nil when it is
 	wm          time.Time  // latest watermark committed by this process
@@ -316,17 +322,7 @@ func (s *Store) Commit(ctx context.Context, r audit.Results) error {
 		}
 		req.watermark = &watermarkRow{Replica: s.opts.Replica, Time: sec, TimeNanos: ns, Version: base + uint64(len(r.Writes))}
 	}
-	if err := s.submit(ctx, req); err != nil {
-		return err
-	}
-	if wm := req.watermark; wm != nil {
-		s.mu.Lock()
-		if wm.Version > s.wmVersion {
-			s.wm, s.wmVersion = r.Watermark, wm.Version
-		}
-		s.mu.Unlock()
-	}
-	return nil
+	return s.submit(ctx, req)
 }
 
 // versions reserves n consecutive row versions. Versions follow the wall
@@ -431,7 +427,23 @@ func (s *Store) takeQueued(add func(*request)) []*request {
 // ship delivers one batch and tells every waiting request the outcome.
 func (s *Store) ship(b *batch, reqs []*request) {
 	b.seal()
+	results := len(b.Writes)+len(b.Findings)+len(b.Watermarks) > 0
+	if results {
+		s.commitMu.Lock()
+	}
 	err := s.deliver(b)
+	if err == nil {
+		for _, w := range b.Watermarks {
+			s.mu.Lock()
+			if w.Version > s.wmVersion {
+				s.wm, s.wmVersion = joinTime(w.Time, w.TimeNanos), w.Version
+			}
+			s.mu.Unlock()
+		}
+	}
+	if results {
+		s.commitMu.Unlock()
+	}
 	for _, r := range reqs {
 		r.done <- err
 	}

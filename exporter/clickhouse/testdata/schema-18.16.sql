@@ -43,6 +43,9 @@ CREATE TABLE IF NOT EXISTS mcpaudit.calls
     client          LowCardinality(String),
     trace_id        String,
     span_id         String,
+    -- fingerprint is kept only when it is not the one derived from the
+    -- request (flag 64 says it is derived).
+    fingerprint     String,
     rpc_id          String,
     method          LowCardinality(String),
     tool            LowCardinality(String),
@@ -59,7 +62,8 @@ CREATE TABLE IF NOT EXISTS mcpaudit.calls
     failure_action  LowCardinality(String),
     failure_message String,
     -- flags: 1 arguments present, 2 responded, 4 result present,
-    -- 8 error present, 16 error data present, 32 failure present.
+    -- 8 error present, 16 error data present, 32 failure present,
+    -- 64 fingerprint derived.
     flags           UInt8,
     -- version is the inverted time of the first insert: when one id is
     -- stored twice, the first copy wins.

@@ -38,6 +38,9 @@ CREATE TABLE IF NOT EXISTS mcpaudit.calls
     client          LowCardinality(String) CODEC(ZSTD(1)),
     trace_id        String CODEC(ZSTD(1)),
     span_id         String CODEC(ZSTD(1)),
+    -- fingerprint is kept only when it is not the one derived from the
+    -- request (flag 64 says it is derived).
+    fingerprint     String CODEC(ZSTD(1)),
     rpc_id          String CODEC(ZSTD(1)),
     method          LowCardinality(String) CODEC(ZSTD(1)),
     tool            LowCardinality(String) CODEC(ZSTD(1)),
@@ -54,7 +57,8 @@ CREATE TABLE IF NOT EXISTS mcpaudit.calls
     failure_action  LowCardinality(String) CODEC(ZSTD(1)),
     failure_message String CODEC(ZSTD(1)),
     -- flags: 1 arguments present, 2 responded, 4 result present,
-    -- 8 error present, 16 error data present, 32 failure present.
+    -- 8 error present, 16 error data present, 32 failure present,
+    -- 64 fingerprint derived.
     flags           UInt8 CODEC(ZSTD(1)),
     -- version is the inverted time of the first insert: when one id is
     -- stored twice, the first copy wins.
