@@ -8,7 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-		"strings"
+	"strings"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
