@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+	"unsafe"
 
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/canon"
@@ -32,8 +33,43 @@ func (e *RecordError) Error() string {
 // RecordParser parses call records. It reuses its buffers: a parser is not
 // safe for concurrent use, and the Call it returns does not alias data.
 type RecordParser struct {
-	p   fastjson.Parser
+	p fastjson.Parser
+	// canon holds the canonical arguments while the ids are computed.
+	canon []byte
+	// text gathers the call's text fields; see texts.
+	text texts
+}
+
+// texts gathers the text fields of one call in one buffer, so that they
+// cost one string allocation together instead of one each: every field is
+// a substring of that one string. A field keeps the whole string alive,
+// which is a few hundred bytes per call.
+type texts struct {
 	buf []byte
+	all string
+}
+
+// span locates one field in texts.
+type span struct{ start, end int }
+
+func (t *texts) reset() { t.buf, t.all = t.buf[:0], "" }
+
+// add appends b as a new field.
+func (t *texts) add(b []byte) span {
+	s := span{start: len(t.buf)}
+	t.buf = append(t.buf, b...)
+	s.end = len(t.buf)
+	return s
+}
+
+// done makes the one string; get may be called after it.
+func (t *texts) done() { t.all = string(t.buf) }
+
+func (t *texts) get(s span) string {
+	if s.start == s.end {
+		return ""
+	}
+	return t.all[s.start:s.end]
 }
 
 // Parse parses one call record (capture-format.md §1). The returned error,
@@ -49,7 +85,14 @@ func (rp *RecordParser) Parse(data []byte, source string, line int) (*audit.Call
 	if v.Type() != fastjson.TypeObject {
 		return nil, bad("", "a call record must be a JSON object, not %s", v.Type())
 	}
-	c := &audit.Call{Source: source + ":" + strconv.Itoa(line)}
+	c := &audit.Call{}
+	tx := &rp.text
+	tx.reset()
+	var srcSpan, serverSpan, rpcSpan, methodSpan, toolSpan span
+	srcSpan.start = len(tx.buf)
+	tx.buf = append(append(tx.buf, source...), ':')
+	tx.buf = strconv.AppendInt(tx.buf, int64(line), 10)
+	srcSpan.end = len(tx.buf)
 
 	tv := v.Get("time")
 	if tv == nil {
@@ -59,24 +102,30 @@ func (rp *RecordParser) Parse(data []byte, source string, line int) (*audit.Call
 	if err != nil {
 		return nil, bad("time", "must be an RFC 3339 string")
 	}
-	t, err := time.Parse(time.RFC3339Nano, string(ts))
+	// The time text is read in place, without the copy a conversion to
+	// string makes: time.Parse keeps its argument only in the error, which
+	// is dropped here, and the UTC time keeps nothing of it.
+	t, err := time.Parse(time.RFC3339Nano, unsafe.String(unsafe.SliceData(ts), len(ts)))
 	if err != nil {
 		return nil, bad("time", "not an RFC 3339 time: %q", ts)
 	}
 	c.Time = t.UTC().Round(time.Microsecond)
 
-	if c.Server, err = optString(v, "server"); err != nil {
+	if serverSpan, err = optString(tx, v, "server"); err != nil {
 		return nil, bad("server", "%v", err)
 	}
-	if c.Server == "" {
+	if serverSpan.start == serverSpan.end {
 		return nil, bad("server", "missing")
 	}
-	for _, f := range []struct {
+	optional := [...]struct {
 		name string
 		dst  *string
-	}{{"session", &c.Session}, {"client", &c.Client}, {"tenant", &c.Tenant},
-		{"trace_id", &c.TraceID}, {"span_id", &c.SpanID}, {"transport_error", &c.TransportError}} {
-		if *f.dst, err = optString(v, f.name); err != nil {
+		at   span
+	}{{name: "session", dst: &c.Session}, {name: "client", dst: &c.Client}, {name: "tenant", dst: &c.Tenant},
+		{name: "trace_id", dst: &c.TraceID}, {name: "span_id", dst: &c.SpanID}, {name: "transport_error", dst: &c.TransportError}}
+	for i := range optional {
+		f := &optional[i]
+		if f.at, err = optString(tx, v, f.name); err != nil {
 			return nil, bad(f.name, "%v", err)
 		}
 	}
@@ -95,21 +144,21 @@ func (rp *RecordParser) Parse(data []byte, source string, line int) (*audit.Call
 	if req.Type() != fastjson.TypeObject {
 		return nil, bad("request", "must be a JSON-RPC request object")
 	}
-	c.RPCID = rpcID(req.Get("id"))
-	c.Method = string(req.GetStringBytes("method"))
-	if c.Method == "" {
-		c.Method = "tools/call"
-	}
+	rpcSpan = rpcID(tx, req.Get("id"))
+	methodSpan = tx.add(req.GetStringBytes("method"))
+	var args *fastjson.Value
 	if params := req.Get("params"); params != nil {
-		c.Tool = string(params.GetStringBytes("name"))
-		if args := params.Get("arguments"); args != nil && args.Type() != fastjson.TypeNull {
-			c.Arguments = args.MarshalTo(nil)
+		toolSpan = tx.add(params.GetStringBytes("name"))
+		if a := params.Get("arguments"); a != nil && a.Type() != fastjson.TypeNull {
+			args = a
 		}
 	}
-	if c.Method == "tools/call" && c.Tool == "" {
+	method := tx.buf[methodSpan.start:methodSpan.end]
+	if (len(method) == 0 || string(method) == "tools/call") && toolSpan.start == toolSpan.end {
 		return nil, bad("request.params.name", "missing tool name")
 	}
 
+	var result *fastjson.Value
 	if resp := v.Get("response"); resp != nil && resp.Type() != fastjson.TypeNull {
 		if resp.Type() != fastjson.TypeObject {
 			return nil, bad("response", "must be a JSON-RPC response object")
@@ -128,45 +177,118 @@ func (rp *RecordParser) Parse(data []byte, source string, line int) (*audit.Call
 				re.Code = code
 			}
 			if d := e.Get("data"); d != nil && d.Type() != fastjson.TypeNull {
-				re.Data = d.MarshalTo(nil)
+				re.Data = rawCopy(d, data, "response", "error", "data")
 			}
 			c.Error = re
 		} else if r := resp.Get("result"); r != nil && r.Type() != fastjson.TypeNull {
-			c.Result = r.MarshalTo(nil)
+			result = r
 		}
 	}
-	rp.buf = rp.buf[:0]
-	if c.Arguments != nil {
-		rp.buf = canon.Append(rp.buf, req.Get("params", "arguments"))
+
+	// Every check has passed: build the call.
+	tx.done()
+	c.Source = tx.get(srcSpan)
+	c.Server = tx.get(serverSpan)
+	for i := range optional {
+		*optional[i].dst = tx.get(optional[i].at)
 	}
-	c.ID = audit.StableID(c.Server, c.Session, c.RPCID, c.Time, c.Tool, rp.buf)
-	c.Fingerprint = audit.Fingerprint(c.Server, c.Session, c.RPCID, c.Tool, rp.buf)
+	c.RPCID = tx.get(rpcSpan)
+	c.Method = tx.get(methodSpan)
+	if c.Method == "" || c.Method == "tools/call" {
+		c.Method = "tools/call"
+	}
+	c.Tool = tx.get(toolSpan)
+	c.Arguments, c.Result = rawArgsResult(data, args, result)
+
+	rp.canon = rp.canon[:0]
+	if c.Arguments != nil {
+		rp.canon = canon.Append(rp.canon, args)
+	}
+	c.ID = audit.StableID(c.Server, c.Session, c.RPCID, c.Time, c.Tool, rp.canon)
+	c.Fingerprint = audit.Fingerprint(c.Server, c.Session, c.RPCID, c.Tool, rp.canon)
 	return c, nil
 }
 
-func optString(v *fastjson.Value, key string) (string, error) {
+// rawArgsResult returns copies of the text of the record's arguments and
+// result, whose parsed values are args and result (nil when absent), in one
+// allocation.
+func rawArgsResult(data []byte, args, result *fastjson.Value) (a, r []byte) {
+	if args == nil && result == nil {
+		return nil, nil
+	}
+	var top [2][]byte
+	var ra, rr []byte
+	if rawMembers(data, []string{"request", "response"}, top[:]) {
+		if args != nil {
+			if params, ok := rawMember(top[0], "params"); ok {
+				ra, _ = rawMember(params, "arguments")
+			}
+		}
+		if result != nil {
+			rr, _ = rawMember(top[1], "result")
+		}
+	}
+	// An escaped key on the way leaves the text unknown: the parsed value,
+	// serialized again, stands in for it.
+	if args != nil && ra == nil {
+		ra = args.MarshalTo(nil)
+	}
+	if result != nil && rr == nil {
+		rr = result.MarshalTo(nil)
+	}
+	buf := make([]byte, 0, len(ra)+len(rr))
+	if args != nil {
+		buf = append(buf, ra...)
+		a = buf[:len(ra):len(ra)]
+	}
+	if result != nil {
+		buf = append(buf, rr...)
+		r = buf[len(buf)-len(rr):]
+	}
+	return a, r
+}
+
+// rawCopy returns a copy of the text of the value v found at keys in the
+// record data.
+func rawCopy(v *fastjson.Value, data []byte, keys ...string) []byte {
+	raw := data
+	for _, k := range keys {
+		var ok bool
+		if raw, ok = rawMember(raw, k); !ok || raw == nil {
+			return v.MarshalTo(nil)
+		}
+	}
+	return append([]byte(nil), raw...)
+}
+
+// optString adds the string member key of v to tx; absent and null are
+// empty.
+func optString(tx *texts, v *fastjson.Value, key string) (span, error) {
 	f := v.Get(key)
 	if f == nil || f.Type() == fastjson.TypeNull {
-		return "", nil
+		return span{}, nil
 	}
 	b, err := f.StringBytes()
 	if err != nil {
-		return "", fmt.Errorf("must be a string, not %s", f.Type())
+		return span{}, fmt.Errorf("must be a string, not %s", f.Type())
 	}
-	return string(b), nil
+	return tx.add(b), nil
 }
 
 // rpcID renders a JSON-RPC id as text: numbers by their text, strings as
 // they are, so that OTLP's string attribute and the record's number agree.
-func rpcID(v *fastjson.Value) string {
+func rpcID(tx *texts, v *fastjson.Value) span {
 	if v == nil {
-		return ""
+		return span{}
 	}
 	switch v.Type() {
 	case fastjson.TypeString:
-		return string(v.GetStringBytes())
+		return tx.add(v.GetStringBytes())
 	case fastjson.TypeNull:
-		return ""
+		return span{}
 	}
-	return string(v.MarshalTo(nil))
+	s := span{start: len(tx.buf)}
+	tx.buf = v.MarshalTo(tx.buf)
+	s.end = len(tx.buf)
+	return s
 }
