@@ -10,57 +10,79 @@ import "bytes"
 // The scan is shallow and trusts its input: it only skips over values, and
 // never reads past the end of data even when the input is not JSON.
 
-// rawMembers sets vals[i] to the text of the value of member keys[i] of the
-// JSON object obj, with no surrounding white space, or to nil when obj is
-// not an object or has no such member. The first member of a name wins, as
-// with fastjson's Get. ok is false when an object key met before all were
-// found is written with escapes: fastjson compares keys unescaped, so such a
-// key may spell one of keys, and the caller must fall back on the parsed
-// tree.
-func rawMembers(obj []byte, keys []string, vals [][]byte) (ok bool) {
-	clear(vals)
-	left := len(keys)
-	i := skipSpace(obj, 0)
-	if i >= len(obj) || obj[i] != '{' {
-		return true
+// member names a member of a JSON object to find: its value's text is
+// kept, or, with sub, members of its value are found in turn. One scan
+// finds them all, reading each byte of the record once.
+type member struct {
+	key   string
+	sub   []member
+	val   []byte // the text found, with no surrounding white space
+	found bool
+}
+
+// findMembers finds wants in the JSON object that starts at b[i] and
+// returns the index after it. The first member of a name wins, as with
+// fastjson's Get. ok is false when an object key met while some of wants
+// were still missing is written with escapes: fastjson compares keys
+// unescaped, so such a key may spell a wanted one, and the caller must fall
+// back on the parsed tree.
+func findMembers(b []byte, i int, wants []member) (end int, ok bool) {
+	if i >= len(b) || b[i] != '{' {
+		return valueEnd(b, i), true
 	}
+	left := len(wants)
 	i++
-	for left > 0 {
-		i = skipSpace(obj, i)
-		if i >= len(obj) || obj[i] != '"' {
-			return true // '}' or the end
+	for {
+		i = skipSpace(b, i)
+		if i >= len(b) || b[i] != '"' {
+			return min(i+1, len(b)), true // after '}', or the end
 		}
-		end := stringEnd(obj, i)
-		k := obj[i+1 : max(end-1, i+1)]
-		if bytes.IndexByte(k, '\\') >= 0 {
-			return false
+		kend := stringEnd(b, i)
+		k := b[i+1 : max(kend-1, i+1)]
+		if left > 0 && bytes.IndexByte(k, '\\') >= 0 {
+			return len(b), false
 		}
-		i = skipSpace(obj, end)
-		if i >= len(obj) || obj[i] != ':' {
-			return true
+		i = skipSpace(b, kend)
+		if i >= len(b) || b[i] != ':' {
+			return len(b), true
 		}
-		start := skipSpace(obj, i+1)
-		i = valueEnd(obj, start)
-		for n, key := range keys {
-			if vals[n] == nil && string(k) == key {
-				vals[n] = obj[start:i]
-				left--
-				break
+		start := skipSpace(b, i+1)
+		var w *member
+		if left > 0 {
+			for n := range wants {
+				if !wants[n].found && string(k) == wants[n].key {
+					w = &wants[n]
+					break
+				}
 			}
 		}
-		i = skipSpace(obj, i)
-		if i < len(obj) && obj[i] == ',' {
+		switch {
+		case w == nil:
+			i = valueEnd(b, start)
+		case w.sub != nil:
+			if i, ok = findMembers(b, start, w.sub); !ok {
+				return len(b), false
+			}
+		default:
+			i = valueEnd(b, start)
+		}
+		if w != nil {
+			w.val, w.found = b[start:i], true
+			left--
+		}
+		i = skipSpace(b, i)
+		if i < len(b) && b[i] == ',' {
 			i++
 		}
 	}
-	return true
 }
 
-// rawMember is rawMembers for one key.
+// rawMember returns the text of the value of key in the JSON object obj,
+// or nil when there is none; ok is as for findMembers.
 func rawMember(obj []byte, key string) (val []byte, ok bool) {
-	var v [1][]byte
-	ok = rawMembers(obj, []string{key}, v[:])
-	return v[0], ok
+	w := [1]member{{key: key}}
+	_, ok = findMembers(obj, skipSpace(obj, 0), w[:])
+	return w[0].val, ok
 }
 
 // skipSpace returns the index of the first byte at or after i that is not
@@ -74,24 +96,15 @@ func skipSpace(b []byte, i int) int {
 
 // stringEnd returns the index after the string whose opening quote is at i.
 func stringEnd(b []byte, i int) int {
-	j := i + 1
-	for {
-		q := bytes.IndexByte(b[j:], '"')
-		if q < 0 {
-			return len(b)
+	for j := i + 1; j < len(b); j++ {
+		switch b[j] {
+		case '\\':
+			j++
+		case '"':
+			return j + 1
 		}
-		q += j
-		// The quote ends the string unless an odd run of backslashes
-		// escapes it.
-		n := 0
-		for k := q - 1; k > i && b[k] == '\\'; k-- {
-			n++
-		}
-		if n%2 == 0 {
-			return q + 1
-		}
-		j = q + 1
 	}
+	return len(b)
 }
 
 // valueEnd returns the index after the value that starts at i.

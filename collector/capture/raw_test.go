@@ -1,6 +1,7 @@
 package capture
 
 import (
+	"reflect"
 	"testing"
 
 	"github.com/valyala/fastjson"
@@ -26,36 +27,36 @@ func TestParse_RawText(t *testing.T) {
 	// The first of two members wins, as with fastjson's Get.
 	f(head+`"request":{"params":{"name":"t","arguments":{"a":1},"arguments":{"b":2}}},"response":{"result":1,"result":2}}`,
 		`{"a":1}`, `1`)
-	// An escaped key may spell the member: the value fastjson chose, which
-	// here is the one spelled plainly, stands in, serialized again.
+	// An escaped key may spell the member: the values fastjson chose (here
+	// the one spelled plainly) stand in, serialized again.
 	f(head+`"request":{"params":{"name":"t","\u0061rguments":{ "a":1 },"arguments":[ 2 ]}},"response":{"result":[ 1 ]}}`,
-		`[2]`, `[ 1 ]`)
+		`[2]`, `[1]`)
 	f(head+`"request":{"params":{"name":"t"}},"response":{"error":{"code":1,"data":{ "d": null }}}}`, ``, ``)
 	f(head+`"request":{"params":{"name":"t","arguments":null}},"response":{"result":null}}`, ``, ``)
 	f(head+`"request":{"params":{"name":"t","arguments":"x"}}, "response" : { "result" : -1.5e3 } }`, `"x"`, `-1.5e3`)
 }
 
-func TestRawMembers(t *testing.T) {
+func TestFindMembers(t *testing.T) {
 	f := func(obj string, want ...string) {
 		t.Helper()
 		var p fastjson.Parser
 		if _, err := p.Parse(obj); err != nil {
 			t.Fatalf("bad test input %s: %v", obj, err)
 		}
-		keys := []string{"a", "b"}
-		vals := make([][]byte, 2)
-		if !rawMembers([]byte(obj), keys, vals) {
-			t.Fatalf("rawMembers(%s) not ok", obj)
+		inner := []member{{key: "a"}}
+		wants := []member{{key: "a"}, {key: "b"}, {key: "c", sub: inner}}
+		end, ok := findMembers([]byte(obj), skipSpace([]byte(obj), 0), wants)
+		if !ok {
+			t.Fatalf("findMembers(%s) not ok", obj)
 		}
-		for i := range keys {
-			if string(vals[i]) != want[i] {
-				t.Errorf("rawMembers(%s)[%s] = %q, want %q", obj, keys[i], vals[i], want[i])
-			}
+		got := []string{string(wants[0].val), string(wants[1].val), string(wants[2].val), string(inner[0].val), obj[end:]}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("findMembers(%s) = %q, want %q", obj, got, want)
 		}
 	}
-	f(`{}`, "", "")
-	f(` { "a" : 1 , "b" : "x\\" } `, "1", `"x\\"`)
-	f(`{"c":{"a":1},"b":[{"a":"]"}],"a":true}`, "true", `[{"a":"]"}]`)
-	f(`{"b":"\"","a":nan}`, "nan", `"\""`)
-	f(`[1]`, "", "")
+	f(`{}`, "", "", "", "", "")
+	f(` { "a" : 1 , "b" : "x\\" } `, "1", `"x\\"`, "", "", " ")
+	f(`{"c":{"b":{"a":2},"a":1},"b":[{"a":"]"}],"a":true,"c":3}`, "true", `[{"a":"]"}]`, `{"b":{"a":2},"a":1}`, "1", "")
+	f(`{"b":"\"","a":nan,"c":[1]}`, "nan", `"\""`, "[1]", "", "")
+	f(`[1]`, "", "", "", "", "")
 }

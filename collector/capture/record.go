@@ -216,17 +216,13 @@ func rawArgsResult(data []byte, args, result *fastjson.Value) (a, r []byte) {
 	if args == nil && result == nil {
 		return nil, nil
 	}
-	var top [2][]byte
+	arguments := [1]member{{key: "arguments"}}
+	params := [1]member{{key: "params", sub: arguments[:]}}
+	res := [1]member{{key: "result"}}
+	top := [2]member{{key: "request", sub: params[:]}, {key: "response", sub: res[:]}}
 	var ra, rr []byte
-	if rawMembers(data, []string{"request", "response"}, top[:]) {
-		if args != nil {
-			if params, ok := rawMember(top[0], "params"); ok {
-				ra, _ = rawMember(params, "arguments")
-			}
-		}
-		if result != nil {
-			rr, _ = rawMember(top[1], "result")
-		}
+	if _, ok := findMembers(data, skipSpace(data, 0), top[:]); ok {
+		ra, rr = arguments[0].val, res[0].val
 	}
 	// An escaped key on the way leaves the text unknown: the parsed value,
 	// serialized again, stands in for it.
