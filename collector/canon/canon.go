@@ -24,6 +24,22 @@ func Append(dst []byte, v *fastjson.Value) []byte {
 	switch v.Type() {
 	case fastjson.TypeObject:
 		o, _ := v.Object()
+		if keysAscending(o) {
+			// Most encoders write keys sorted, and then nothing needs
+			// sorting nor a list of members.
+			dst = append(dst, '{')
+			first := true
+			o.Visit(func(k []byte, v *fastjson.Value) {
+				if !first {
+					dst = append(dst, ',')
+				}
+				first = false
+				dst = appendString(dst, k)
+				dst = append(dst, ':')
+				dst = Append(dst, v)
+			})
+			return append(dst, '}')
+		}
 		type kv struct {
 			k string
 			v *fastjson.Value
@@ -73,6 +89,23 @@ func Append(dst []byte, v *fastjson.Value) []byte {
 	default:
 		return v.MarshalTo(dst)
 	}
+}
+
+// keysAscending reports whether the keys of o are in strictly ascending
+// bytewise order, which also means that no key repeats.
+func keysAscending(o *fastjson.Object) bool {
+	ok := true
+	var prev []byte
+	first := true
+	// prev outlives the callback, which fastjson's Visit allows in fact:
+	// keys stay in the parsed tree until the next parse.
+	o.Visit(func(k []byte, _ *fastjson.Value) {
+		if !first && string(prev) >= string(k) {
+			ok = false
+		}
+		prev, first = k, false
+	})
+	return ok
 }
 
 // Bytes parses raw JSON and returns its canonical form. Invalid or empty
@@ -128,14 +161,50 @@ func CollapseSpace(s string) string {
 }
 
 // appendString quotes s as strconv.AppendQuote does, without its cost for
-// the common plain-ASCII string.
+// ASCII strings, which are most strings.
 func appendString(dst, s []byte) []byte {
+	plain := true
 	for _, c := range s {
-		if c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
+		if c >= 0x80 {
 			return strconv.AppendQuote(dst, string(s))
+		}
+		if c < 0x20 || c == 0x7f || c == '"' || c == '\\' {
+			plain = false
 		}
 	}
 	dst = append(dst, '"')
-	dst = append(dst, s...)
+	if plain {
+		dst = append(dst, s...)
+		return append(dst, '"')
+	}
+	// The escapes strconv uses for ASCII: backslash escapes where Go has
+	// one, \xNN for other control bytes.
+	const hex = "0123456789abcdef"
+	for _, c := range s {
+		switch c {
+		case '"', '\\':
+			dst = append(dst, '\\', c)
+		case '\a':
+			dst = append(dst, '\\', 'a')
+		case '\b':
+			dst = append(dst, '\\', 'b')
+		case '\f':
+			dst = append(dst, '\\', 'f')
+		case '\n':
+			dst = append(dst, '\\', 'n')
+		case '\r':
+			dst = append(dst, '\\', 'r')
+		case '\t':
+			dst = append(dst, '\\', 't')
+		case '\v':
+			dst = append(dst, '\\', 'v')
+		default:
+			if c < 0x20 || c == 0x7f {
+				dst = append(dst, '\\', 'x', hex[c>>4], hex[c&0xf])
+			} else {
+				dst = append(dst, c)
+			}
+		}
+	}
 	return append(dst, '"')
 }

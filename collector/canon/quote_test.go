@@ -1,0 +1,37 @@
+package canon
+
+import (
+	"strconv"
+	"testing"
+)
+
+// TestAppendString: the quoting is strconv's, byte for byte, since
+// canonical arguments feed the call ids.
+func TestAppendString(t *testing.T) {
+	f := func(s string) {
+		t.Helper()
+		if got, want := string(appendString(nil, []byte(s))), strconv.Quote(s); got != want {
+			t.Errorf("appendString(%q) = %s, want %s", s, got, want)
+		}
+	}
+	for c := 0; c < 0x100; c++ {
+		f(string([]byte{'a', byte(c), 'z'}))
+	}
+	f("")
+	f("async () => {\n\t\"x\" \\ \x00\x7f}")
+	f("é\n")
+	f("\xff\n")
+}
+
+func TestBytes_KeyOrder(t *testing.T) {
+	f := func(in, want string) {
+		t.Helper()
+		if got := string(Bytes([]byte(in))); got != want {
+			t.Errorf("Bytes(%s) = %s, want %s", in, got, want)
+		}
+	}
+	f(`{"a":1,"b":{"c":"\n","d":[{"f":1,"e":2}]}}`, `{"a":1,"b":{"c":"\n","d":[{"e":2,"f":1}]}}`)
+	f(`{"a":1,"a":1}`, `{"a":1}`)
+	f(`{"b":1,"\u0061":2}`, `{"a":2,"b":1}`)
+	f(`{"a\u0000":1,"a":2}`, `{"a":2,"a\x00":1}`)
+}
