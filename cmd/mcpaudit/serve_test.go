@@ -126,9 +126,9 @@ func analyzeFindings(t *testing.T, cfg Config, data []byte) []audit.Finding {
 
 type findingSink func(*audit.Finding)
 
-func (f findingSink) Call(*audit.CallReport)              {}
+func (f findingSink) Call(*audit.CallReport)               {}
 func (f findingSink) Write(*audit.Write, audit.WriteState) {}
-func (f findingSink) Finding(x *audit.Finding)            { f(x) }
+func (f findingSink) Finding(x *audit.Finding)             { f(x) }
 
 func sortFindings(fs []audit.Finding) []audit.Finding {
 	sort.SliceStable(fs, func(i, j int) bool {
