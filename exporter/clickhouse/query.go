@@ -632,5 +632,6 @@ func (s *Store) unstored(b *batch, t int) (*batch, error) {
 			out.Watermarks = append(out.Watermarks, r)
 		}
 	}
+	s.skippedOnRetry.Add(int64(len(keys) - out.rows()))
 	return out, nil
 }

@@ -47,7 +47,7 @@ func testOptions(t testing.TB) Options {
 	o.BatchAge = 20 * time.Millisecond
 	o.RetryFor = time.Second
 	o.InsertTimeout = 5 * time.Second
-	o.Logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	o.Logger = testLogger(t)
 	t.Cleanup(func() {
 		conn := rawConn(t, o.DSN)
 		defer conn.Close()
@@ -56,6 +56,11 @@ func testOptions(t testing.TB) Options {
 		}
 	})
 	return o
+}
+
+// testLogger logs warnings and errors of the store into the test log.
+func testLogger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
 type testWriter struct{ t testing.TB }

@@ -57,6 +57,10 @@ type Store struct {
 	wmVersion   uint64
 	lastVersion uint64
 
+	// skippedOnRetry counts the rows a retry found already stored and did
+	// not send again (servers without deduplication tokens).
+	skippedOnRetry atomic.Int64
+
 	sendMu sync.RWMutex // held for reading while a request is queued
 	closed bool
 	reqs   chan *request

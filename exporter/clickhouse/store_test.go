@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"slices"
 	"sort"
+	"sync"
 	"testing"
 	"time"
 
@@ -50,9 +51,19 @@ func (s *sink) Call(*audit.CallReport)                   {}
 func (s *sink) Write(w *audit.Write, _ audit.WriteState) { s.writes = append(s.writes, *w) }
 func (s *sink) Finding(f *audit.Finding)                 { s.findings = append(s.findings, *f) }
 
-// exampleCalls reads every example capture of the repository.
+var examples struct {
+	sync.Mutex
+	calls []*audit.Call
+}
+
+// exampleCalls reads every example capture of the repository (once).
 func exampleCalls(t testing.TB) []*audit.Call {
 	t.Helper()
+	examples.Lock()
+	defer examples.Unlock()
+	if examples.calls != nil {
+		return examples.calls
+	}
 	names, err := filepath.Glob("../../testdata/examples/*.ndjson")
 	if err != nil || len(names) == 0 {
 		t.Fatalf("no example captures: %v", err)
@@ -80,6 +91,7 @@ func exampleCalls(t testing.TB) []*audit.Call {
 		}
 		f.Close()
 	}
+	examples.calls = calls
 	return calls
 }
 

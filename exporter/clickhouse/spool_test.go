@@ -1,0 +1,163 @@
+package clickhouse
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+)
+
+func testBatch(ids ...string) *batch {
+	b := new(batch)
+	var rows []callRow
+	for i, id := range ids {
+		rows = append(rows, callRow{ID: id, Tenant: "acme", Time: int64(1000 + i), Documents: []string{"a"}, Arguments: `{"x":1}`, Flags: flagArguments})
+	}
+	b.addCalls(rows)
+	b.addResults([]writeRow{{CallID: ids[0], State: "durable", Version: 7}}, nil, &watermarkRow{Replica: "r", Time: 5, Version: 8})
+	b.seal()
+	return b
+}
+
+func TestSpool(t *testing.T) {
+	dir := t.TempDir()
+	sp, err := openSpool(dir, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := testBatch("c_1", "c_2"), testBatch("c_3")
+	a.Done[tCalls] = true
+	for _, x := range []*batch{a, b} {
+		if err := sp.append(x); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A batch whose write was cut short never became visible; a reopen
+	// removes it and finds the two others in order.
+	if err := os.WriteFile(filepath.Join(dir, "00000000000000000009.tmp"), []byte(`{"calls":[`), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	sp, err = openSpool(dir, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := sp.usage(); n != 2 {
+		t.Fatalf("reopened spool holds %d batches, want 2", n)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "00000000000000000009.tmp")); !os.IsNotExist(err) {
+		t.Errorf("the unfinished file is still there: %v", err)
+	}
+	seq, ok := sp.oldest()
+	if !ok {
+		t.Fatal("empty spool")
+	}
+	got, err := sp.read(seq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got.Calls, a.Calls) || got.Token != a.Token || got.Done != a.Done || !reflect.DeepEqual(got.Watermarks, a.Watermarks) {
+		t.Errorf("read back %+v, want %+v", got, a)
+	}
+	if err := sp.remove(seq); err != nil {
+		t.Fatal(err)
+	}
+	seq, _ = sp.oldest()
+	bad, err := sp.reject(seq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(bad, spoolBadExt) {
+		t.Errorf("rejected batch moved to %s", bad)
+	}
+	if n, bytes := sp.usage(); n != 0 || bytes != 0 {
+		t.Errorf("spool holds %d batches, %d bytes after draining, want none", n, bytes)
+	}
+	// A new batch does not reuse the number of the rejected one.
+	if err := sp.append(testBatch("c_4")); err != nil {
+		t.Fatal(err)
+	}
+	if next, _ := sp.oldest(); next <= seq {
+		t.Errorf("new batch numbered %d after rejected %d", next, seq)
+	}
+}
+
+func TestSpool_Full(t *testing.T) {
+	sp, err := openSpool(t.TempDir(), 600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var full error
+	for i := range 10 {
+		if err := sp.append(testBatch("c_" + string(rune('a'+i)))); err != nil {
+			full = err
+			break
+		}
+	}
+	if !errors.Is(full, errSpoolFull) {
+		t.Fatalf("append past max bytes = %v, want errSpoolFull", full)
+	}
+}
+
+// TestStore_Unreachable opens a store on a port where nothing listens: Open
+// succeeds, writes are acknowledged from the spool, Ready and the reads say
+// ErrUnavailable, and a full spool makes AppendCalls fail with it.
+func TestStore_Unreachable(t *testing.T) {
+	o := NewDefaultOptions()
+	o.DSN = "clickhouse://127.0.0.1:1/default?dial_timeout=200ms"
+	o.Spool.Dir = t.TempDir()
+	o.Spool.MaxBytes = 64 << 10
+	o.BatchAge = 5 * time.Millisecond
+	o.Logger = testLogger(t)
+	ctx := context.Background()
+	s, err := Open(ctx, o)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer s.Close()
+	if err := s.Ready(); !errors.Is(err, audit.ErrUnavailable) {
+		t.Errorf("Ready = %v, want ErrUnavailable", err)
+	}
+	rec := func(id string) audit.CallRecord {
+		return audit.CallRecord{Call: &audit.Call{ID: id, Time: time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC), Server: "thegram", Arguments: []byte(strings.Repeat("x", 4000))}}
+	}
+	if err := s.AppendCalls(ctx, []audit.CallRecord{rec("c_1")}); err != nil {
+		t.Fatalf("AppendCalls while unreachable = %v, want it spooled", err)
+	}
+	if n, _ := s.spool.usage(); n != 1 {
+		t.Errorf("spool holds %d batches, want 1", n)
+	}
+	if err := s.Commit(ctx, audit.Results{Watermark: time.Date(2026, 11, 2, 9, 0, 1, 0, time.UTC)}); err != nil {
+		t.Fatalf("Commit while unreachable = %v, want it spooled", err)
+	}
+	if wm, err := s.Watermark(ctx); err != nil || wm.IsZero() {
+		t.Errorf("Watermark = %v, %v; want the spooled one", wm, err)
+	}
+	if _, err := s.Findings(ctx, audit.FindingQuery{}); !errors.Is(err, audit.ErrUnavailable) {
+		t.Errorf("Findings = %v, want ErrUnavailable", err)
+	}
+	var full error
+	for i := range 100 {
+		if full = s.AppendCalls(ctx, []audit.CallRecord{rec("c_more_" + string(rune('a'+i)))}); full != nil {
+			break
+		}
+	}
+	if !errors.Is(full, audit.ErrUnavailable) || !strings.Contains(full.Error(), "spool full") {
+		t.Errorf("AppendCalls with a full spool = %v, want ErrUnavailable (spool full)", full)
+	}
+	// A store opened on the same spool knows the spooled watermark.
+	s.Close()
+	s2, err := Open(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if wm, err := s2.Watermark(ctx); err != nil || !wm.Equal(time.Date(2026, 11, 2, 9, 0, 1, 0, time.UTC)) {
+		t.Errorf("Watermark after reopen = %v, %v; want the spooled one", wm, err)
+	}
+}
