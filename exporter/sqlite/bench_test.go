@@ -1,0 +1,271 @@
+package sqlite
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/collector/detect"
+	"github.com/mcpaudit/mcpaudit/collector/dialect"
+	"github.com/mcpaudit/mcpaudit/exporter/storetest"
+)
+
+// pool returns n generated call records to draw benchmark batches from.
+func pool(tb testing.TB, n int) []audit.CallRecord {
+	tb.Helper()
+	g, err := storetest.NewGenerator(1, storetest.T0)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return g.Records(n)
+}
+
+// fresh returns a copy of r with a new random id: ids are hashes in real
+// traffic, and the unique index on them is written at random places.
+func fresh(r audit.CallRecord, n uint64) audit.CallRecord {
+	c := *r.Call
+	var b [16]byte
+	binary.LittleEndian.PutUint64(b[:], splitmix(n))
+	binary.LittleEndian.PutUint64(b[8:], splitmix(n^0xabcdef))
+	c.ID = "c_" + hex.EncodeToString(b[:10])
+	c.Time = c.Time.Add(time.Duration(n) * time.Microsecond)
+	r.Call = &c
+	return r
+}
+
+func splitmix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
+}
+
+// BenchmarkAppendCalls measures group-committed appends: 8 goroutines
+// append batches of 100 generated calls each until b.N batches are stored.
+// It reports calls/s, commits (transactions) per second, and the mean calls
+// per commit.
+//
+//	go test -run '^$' -bench AppendCalls -benchtime 2000x ./exporter/sqlite/
+func BenchmarkAppendCalls(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		opts Options
+	}{
+		{"full", Options{}},
+		{"full_delay2ms", Options{MaxDelay: 2 * time.Millisecond}},
+		{"normal", Options{Synchronous: "normal"}},
+	} {
+		b.Run(bc.name, func(b *testing.B) { benchAppend(b, bc.opts, 8, 100) })
+	}
+}
+
+func benchAppend(b *testing.B, opts Options, workers, batch int) {
+	recs := pool(b, 20000)
+	var commits, committed atomic.Int64
+	opts.OnCommit = func(_ time.Duration, calls int) {
+		commits.Add(1)
+		committed.Add(int64(calls))
+	}
+	s := openTemp(b, opts)
+	defer s.Close()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]audit.CallRecord, batch)
+			for {
+				j := next.Add(1) - 1
+				if j >= int64(b.N) {
+					return
+				}
+				for i := range buf {
+					n := uint64(j)*uint64(batch) + uint64(i)
+					buf[i] = fresh(recs[n%uint64(len(recs))], n)
+				}
+				if err := s.AppendCalls(context.Background(), buf); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	sec := b.Elapsed().Seconds()
+	b.ReportMetric(float64(b.N*batch)/sec, "calls/s")
+	b.ReportMetric(float64(commits.Load())/sec, "commits/s")
+	b.ReportMetric(float64(committed.Load())/float64(max(commits.Load(), 1)), "calls/commit")
+}
+
+// Traffic mixes for size measurements: the captures a generator replays.
+var (
+	// normalTraffic is reads and successful edits only.
+	normalTraffic = []string{"thegram-normal-edit.ndjson", "oddlynew-normal-edit.ndjson"}
+	// problemTraffic is every capture once: each shows a problem, so that
+	// about one call in five gives a finding.
+	problemTraffic = storetest.CaptureNames()
+)
+
+// mixedTraffic is one problem conversation for ten normal ones.
+func mixedTraffic() []string {
+	var names []string
+	for range 10 {
+		names = append(names, normalTraffic...)
+	}
+	for i, name := range problemTraffic {
+		names = append(names, name)
+		if i%2 == 1 {
+			names = append(names, normalTraffic...)
+		}
+	}
+	return names
+}
+
+// traffic is what storeTraffic stored.
+type traffic struct {
+	calls, writes, findings int
+	perCall                 float64          // file bytes per call
+	tables                  map[string]int64 // bytes by table and index
+}
+
+// storeTraffic stores n generated calls as serve would: each batch appended,
+// then the detector's output committed with its watermark. It measures the
+// file after Close, which checkpoints the log into it.
+func storeTraffic(tb testing.TB, n int, captures []string) traffic {
+	tb.Helper()
+	g, err := storetest.NewGenerator(7, storetest.T0, captures...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	path := filepath.Join(tb.TempDir(), "audit.db")
+	s, err := Open(path, Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	col := &storetest.Collector{}
+	d := detect.New(detect.NewDefaultConfig(), dialect.Config{}, col)
+	ctx := context.Background()
+	for done := 0; done < n; {
+		recs := g.Records(min(500, n-done))
+		done += len(recs)
+		if err := s.AppendCalls(ctx, recs); err != nil {
+			tb.Fatal(err)
+		}
+		for _, r := range recs {
+			d.Add(r.Call)
+		}
+		col.Results.Watermark = d.Watermark()
+		if err := s.Commit(ctx, col.Results); err != nil {
+			tb.Fatal(err)
+		}
+		*col = storetest.Collector{}
+	}
+	tr := traffic{calls: n, tables: map[string]int64{}}
+	counts, err := s.WriteCounts(ctx, audit.CountQuery{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, c := range counts {
+		tr.writes += int(c)
+	}
+	ids, err := s.FindingIDs(ctx, time.Time{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tr.findings = len(ids)
+	if err := s.Close(); err != nil {
+		tb.Fatal(err)
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tr.perCall = float64(st.Size()) / float64(n)
+
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer db.Close()
+	rows, err := db.Query(`SELECT name || ' (' || sum(pagetype = 'internal') || ' interior, ' || (100 * sum(unused) / sum(pgsize)) || '% free)', sum(pgsize) FROM dbstat GROUP BY name`)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name string
+		var size int64
+		if err := rows.Scan(&name, &size); err != nil {
+			tb.Fatal(err)
+		}
+		tr.tables[name] = size
+	}
+	return tr
+}
+
+func (tr traffic) log(tb testing.TB) {
+	tb.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d calls, %.2f writes and %.3f findings per call: %.0f bytes per call", tr.calls,
+		float64(tr.writes)/float64(tr.calls), float64(tr.findings)/float64(tr.calls), tr.perCall)
+	names := slices.Collect(maps.Keys(tr.tables))
+	slices.SortFunc(names, func(a, b string) int { return cmp.Compare(tr.tables[b], tr.tables[a]) })
+	for _, name := range names {
+		if per := float64(tr.tables[name]) / float64(tr.calls); per >= 0.5 {
+			fmt.Fprintf(&b, "\n  %-52s %6.1f B/call", name, per)
+		}
+	}
+	tb.Log(b.String())
+}
+
+// BenchmarkBytesPerCall reports the file size per stored call, writes and
+// findings of the same traffic included, for three mixes of traffic.
+//
+//	go test -run '^$' -bench BytesPerCall -benchtime 1x -v ./exporter/sqlite/
+func BenchmarkBytesPerCall(b *testing.B) {
+	const n = 200000
+	for _, mix := range []struct {
+		name     string
+		captures []string
+	}{{"normal", normalTraffic}, {"mixed", mixedTraffic()}, {"problems", problemTraffic}} {
+		b.Run(mix.name, func(b *testing.B) {
+			var tr traffic
+			for range b.N {
+				tr = storeTraffic(b, n, mix.captures)
+			}
+			tr.log(b)
+			b.ReportMetric(tr.perCall, "B/call")
+			b.ReportMetric(float64(tr.writes)/n, "writes/call")
+			b.ReportMetric(float64(tr.findings)/n, "findings/call")
+		})
+	}
+}
+
+// TestBytesPerCall guards the storage target: at most 300 bytes per stored
+// call of typical traffic (the mixed one), everything included.
+func TestBytesPerCall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("stores 30000 calls")
+	}
+	tr := storeTraffic(t, 30000, mixedTraffic())
+	tr.log(t)
+	if tr.perCall > 300 {
+		t.Errorf("%.0f bytes per call, want at most 300", tr.perCall)
+	}
+}

@@ -1,0 +1,84 @@
+package sqlite
+
+import (
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"fmt"
+
+	"github.com/klauspost/compress/s2"
+)
+
+// Every call blob starts with a codec byte saying how the rest is stored.
+// Codecs are never changed once released: a new dictionary or compressor
+// gets a new byte, and old rows stay readable.
+const (
+	codecRaw   = 0 // the record as appendRecord wrote it
+	codecS2Dv1 = 1 // S2 block compressed against dictV1
+)
+
+// dictV1 primes the compressor with what typical calls look like: the
+// records (appendRecord) of the sample captures of exporter/storetest, whose
+// JSON keys, tool names, codes and messages then cost a back-reference of two
+// or three bytes instead of their text. The captures' random parts (ids,
+// hashes) are useless to later calls but harmless. TestWriteDictionary
+// rebuilt it; it is frozen by its hash (TestDictionaryFrozen) because the
+// stored rows depend on it byte for byte.
+//
+//go:embed dict_v1.bin
+var dictV1 []byte
+
+// dictV1SHA256 is the hash of dict_v1.bin.
+const dictV1SHA256 = "9c51273e7120123c7c17ff65674df8eac933ddd429fdd907b28bd6104257c0c6"
+
+var s2Dict = s2.MakeDict(dictV1, nil)
+
+// maxRecord bounds the decoded size of one call blob, so that a corrupt
+// length cannot make the reader allocate without limit. Default 64 MiB, four
+// times capture.MaxLine.
+const maxRecord = 64 << 20
+
+// compress returns the stored blob of an encoded record.
+func compress(rec []byte) []byte {
+	n := s2.MaxEncodedLen(len(rec))
+	if n < 0 {
+		return append([]byte{codecRaw}, rec...)
+	}
+	out := make([]byte, 1+n)
+	out[0] = codecS2Dv1
+	enc := s2Dict.Encode(out[1:], rec) // writes into out: it is large enough
+	if len(enc) >= len(rec) {
+		// Incompressible: store as is.
+		out = append(out[:1], rec...)
+		out[0] = codecRaw
+		return out
+	}
+	return out[:1+len(enc)]
+}
+
+// decompress returns the record of a stored blob. buf may be reused.
+func decompress(buf, blob []byte) ([]byte, error) {
+	if len(blob) == 0 {
+		return nil, errCorrupt
+	}
+	switch blob[0] {
+	case codecRaw:
+		return blob[1:], nil
+	case codecS2Dv1:
+		n, err := s2.DecodedLen(blob[1:])
+		if err != nil || n > maxRecord {
+			return nil, errCorrupt
+		}
+		out, err := s2Dict.Decode(buf[:0], blob[1:])
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", errCorrupt, err)
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("%w: unknown codec %d", errCorrupt, blob[0])
+}
+
+func dictHash(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}

@@ -1,0 +1,585 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+)
+
+// Rows are encoded by the caller's goroutine (compression is most of the
+// CPU an append costs, and callers run in parallel); the committer only
+// executes statements.
+type callRow struct {
+	id   any // packID(callPrefix, ...)
+	time int64
+	rec  []byte
+	docs []int32
+}
+
+type writeRow struct {
+	callID                                                         any
+	seq                                                            int
+	time, stateTime                                                int64
+	state, server, tenant, session, tool, doc, key, reason, action string
+}
+
+type findingRow struct {
+	id                                any // packID(findingPrefix, ...)
+	time                              int64
+	kind                              string
+	severity                          int
+	server, tenant, doc, key, session string
+	body                              []byte
+}
+
+// Tables that retention deletes from, in this order.
+const (
+	tableCalls = iota
+	tableWrites
+	tableFindings
+	tableCount
+)
+
+// request is one unit of work for the committer. A batch of requests
+// shares one transaction, except deletes, which run alone.
+type request struct {
+	calls     []callRow
+	writes    []writeRow
+	findings  []findingRow
+	watermark int64 // zeroTime: unchanged
+	del       *deleteRequest
+	done      chan reply // buffered: the committer never blocks on it
+}
+
+type deleteRequest struct {
+	table  int
+	before int64
+}
+
+type reply struct {
+	n   int64
+	err error
+}
+
+// Ids of calls ("c_") and findings ("f_") are 20 hex digits of a hash
+// behind their prefix: a table keyed by one kind stores such an id as its
+// 10 bytes, any other id as text. SQLite never compares a blob equal to a
+// text, so the two forms cannot collide; and packed ids sort as their text.
+const (
+	callPrefix    = "c_"
+	findingPrefix = "f_"
+)
+
+// packID returns the stored form of an id of the given prefix.
+func packID(prefix, id string) any {
+	if len(id) == 22 && id[:2] == prefix && isLowerHex(id[2:]) {
+		b, _ := hex.DecodeString(id[2:]) // checked by isLowerHex
+		return b
+	}
+	return id
+}
+
+// unpackID is the inverse of packID.
+func unpackID(prefix string, v any) string {
+	switch v := v.(type) {
+	case []byte:
+		return prefix + hex.EncodeToString(v)
+	case string:
+		return v
+	}
+	return fmt.Sprint(v)
+}
+
+// docHash keys the timeline index: 32 bits are enough because every hit is
+// checked against the document names in the call's record.
+func docHash(doc string) int32 {
+	h := fnv.New32a()
+	h.Write([]byte(doc))
+	return int32(h.Sum32())
+}
+
+// clampNanos stores t for a range condition: times beyond what nanoseconds
+// hold become the extremes.
+func clampNanos(t time.Time) int64 {
+	if n, ok := nanos(t); ok {
+		return n
+	}
+	if t.Before(minTime) {
+		return math.MinInt64 + 1
+	}
+	return math.MaxInt64
+}
+
+func encodeCalls(calls []audit.CallRecord) ([]callRow, error) {
+	rows := make([]callRow, 0, len(calls))
+	var buf []byte
+	for i := range calls {
+		r := &calls[i]
+		if r.Call == nil {
+			return nil, fmt.Errorf("call record %d has no call", i)
+		}
+		if r.Call.ID == "" {
+			return nil, fmt.Errorf("call record %d has no id", i)
+		}
+		t, ok := nanos(r.Call.Time)
+		if !ok {
+			return nil, fmt.Errorf("call %s: time %s is out of range", r.Call.ID, r.Call.Time)
+		}
+		buf = appendRecord(buf[:0], r)
+		row := callRow{id: packID(callPrefix, r.Call.ID), time: t, rec: compress(buf)}
+		for _, d := range r.Documents {
+			h := docHash(d)
+			if !containsInt32(row.docs, h) {
+				row.docs = append(row.docs, h)
+			}
+		}
+		rows = append(rows, row)
+	}
+	return rows, nil
+}
+
+func containsInt32(s []int32, v int32) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+func encodeResults(r *audit.Results) (*request, error) {
+	req := &request{watermark: zeroTime}
+	for i := range r.Writes {
+		w := &r.Writes[i]
+		t, ok1 := nanos(w.Time)
+		st, ok2 := nanos(w.StateTime)
+		if !ok1 || !ok2 {
+			return nil, fmt.Errorf("write %s/%d: time out of range", w.CallID, w.Seq)
+		}
+		if w.Time.IsZero() {
+			return nil, fmt.Errorf("write %s/%d has no time", w.CallID, w.Seq)
+		}
+		row := writeRow{
+			callID: packID(callPrefix, w.CallID), seq: w.Seq, time: t,
+			state: string(w.State), server: w.Server, tenant: w.Tenant, tool: w.Tool,
+			reason: string(w.Reason), action: string(w.Action), session: w.Session, doc: w.Document, key: w.Key,
+		}
+		if !w.StateTime.IsZero() {
+			if (st > t && st-t < 0) || (st < t && st-t > 0) {
+				return nil, fmt.Errorf("write %s/%d: state time too far from time", w.CallID, w.Seq)
+			}
+			row.stateTime = st - t
+		}
+		req.writes = append(req.writes, row)
+	}
+	for i := range r.Findings {
+		f := &r.Findings[i]
+		t, ok := nanos(f.Time)
+		if !ok {
+			return nil, fmt.Errorf("finding %s: time %s is out of range", f.ID(), f.Time)
+		}
+		body, err := json.Marshal(findingBody{Severity: f.Severity, Calls: f.Calls, Reason: f.Reason,
+			RetryAction: f.RetryAction, Summary: f.Summary})
+		if err != nil {
+			return nil, fmt.Errorf("finding %s: %w", f.ID(), err)
+		}
+		body = compress(body)
+		req.findings = append(req.findings, findingRow{
+			id: packID(findingPrefix, f.ID()), time: t, kind: string(f.Kind), severity: f.Severity.Rank(),
+			server: f.Server, tenant: f.Tenant, doc: f.Document, key: f.Key, session: f.Session, body: body,
+		})
+	}
+	if !r.Watermark.IsZero() {
+		t, ok := nanos(r.Watermark)
+		if !ok {
+			return nil, fmt.Errorf("watermark %s is out of range", r.Watermark)
+		}
+		req.watermark = t
+	}
+	return req, nil
+}
+
+// AppendCalls stores calls durably. The calls of concurrent callers are
+// committed together in one transaction by the committer goroutine; each
+// caller returns once the transaction holding its calls has committed
+// (with the default synchronous=full, once the log is synced), or with the
+// error that failed it. A call whose id is stored is skipped. When ctx ends
+// first, AppendCalls returns its error, and the calls may or may not be
+// committed: retrying is safe.
+func (s *Store) AppendCalls(ctx context.Context, calls []audit.CallRecord) error {
+	rows, err := encodeCalls(calls)
+	if err != nil {
+		return fmt.Errorf("cannot append calls: %w", err)
+	}
+	if len(rows) == 0 {
+		if s.closed.Load() {
+			return errClosed("append calls")
+		}
+		return nil
+	}
+	_, err = s.submit(ctx, &request{calls: rows, watermark: zeroTime})
+	return s.fail("append calls", err)
+}
+
+// Commit stores detector output and the watermark in one transaction,
+// which it may share with appended calls.
+func (s *Store) Commit(ctx context.Context, r audit.Results) error {
+	req, err := encodeResults(&r)
+	if err != nil {
+		return fmt.Errorf("cannot commit results: %w", err)
+	}
+	_, err = s.submit(ctx, req)
+	return s.fail("commit results", err)
+}
+
+// DeleteBefore removes every call, write and finding whose Time is before
+// t, in transactions of at most Options.DeleteChunk rows each, so that
+// appends wait for one chunk at most. It returns the rows deleted (calls,
+// writes and findings) and stops early when ctx ends.
+func (s *Store) DeleteBefore(ctx context.Context, t time.Time) (int64, error) {
+	before := clampNanos(t)
+	var total int64
+	for table := range tableCount {
+		for {
+			if err := ctx.Err(); err != nil {
+				return total, s.fail("delete old rows", err)
+			}
+			n, err := s.submit(ctx, &request{del: &deleteRequest{table: table, before: before}})
+			total += n
+			if err != nil {
+				return total, s.fail("delete old rows", err)
+			}
+			if n < int64(s.opts.DeleteChunk) {
+				break
+			}
+		}
+	}
+	return total, nil
+}
+
+// submit queues req for the committer and waits for its reply.
+func (s *Store) submit(ctx context.Context, req *request) (int64, error) {
+	req.done = make(chan reply, 1)
+	s.mu.RLock()
+	if s.closed.Load() {
+		s.mu.RUnlock()
+		return 0, audit.ErrClosed
+	}
+	select {
+	case s.reqs <- req:
+	case <-ctx.Done():
+		s.mu.RUnlock()
+		return 0, ctx.Err()
+	}
+	s.mu.RUnlock()
+	select {
+	case r := <-req.done:
+		return r.n, r.err
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+// commitLoop is the committer: it takes requests in arrival order, groups
+// consecutive appends and commits into one transaction until the batch
+// holds MaxBatch calls or nothing more is queued (after waiting up to
+// MaxDelay when that is set), commits, and replies to every request of the
+// batch. It exits when Close has closed reqs and the queue is drained.
+func (s *Store) commitLoop() {
+	defer close(s.done)
+	var next *request
+	for {
+		req := next
+		next = nil
+		if req == nil {
+			var ok bool
+			if req, ok = <-s.reqs; !ok {
+				return
+			}
+		}
+		if req.del != nil {
+			n, err := s.deleteChunk(req.del)
+			req.done <- reply{n: n, err: err}
+			continue
+		}
+		batch := []*request{req}
+		calls := len(req.calls)
+		var timeout <-chan time.Time
+		var timer *time.Timer
+		if s.opts.MaxDelay > 0 {
+			timer = time.NewTimer(s.opts.MaxDelay)
+			timeout = timer.C
+		}
+	gather:
+		for calls < s.opts.MaxBatch {
+			var r *request
+			var ok bool
+			select {
+			case r, ok = <-s.reqs:
+			default:
+				if timeout == nil {
+					break gather
+				}
+				select {
+				case r, ok = <-s.reqs:
+				case <-timeout:
+					break gather
+				}
+			}
+			switch {
+			case !ok:
+				break gather
+			case r.del != nil:
+				next = r
+				break gather
+			}
+			batch = append(batch, r)
+			calls += len(r.calls)
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		err := s.commitBatch(batch, calls)
+		for _, r := range batch {
+			r.done <- reply{err: err}
+		}
+	}
+}
+
+const (
+	sqlInsertCall  = `INSERT OR IGNORE INTO calls (id, time, rec) VALUES (?, ?, ?)`
+	sqlInsertDoc   = `INSERT OR IGNORE INTO call_documents (dh, time, call) VALUES (?, ?, ?)`
+	sqlUpsertWrite = `INSERT INTO writes (call_id, seq, time, state, server, tenant, tool, reason, action,
+			session, document, key, state_after)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (call_id, seq) DO UPDATE SET time = excluded.time, state = excluded.state,
+			server = excluded.server, tenant = excluded.tenant, tool = excluded.tool, reason = excluded.reason,
+			action = excluded.action, session = excluded.session, document = excluded.document,
+			key = excluded.key, state_after = excluded.state_after`
+	sqlIntern        = `INSERT INTO strs (s) VALUES (?) ON CONFLICT (s) DO UPDATE SET s = excluded.s RETURNING id`
+	sqlInsertFinding = `INSERT OR IGNORE INTO findings (id, time, kind, severity, server, tenant, document, key, session, body)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	sqlSetWatermark = `INSERT INTO meta (key, value) VALUES ('watermark', ?)
+		ON CONFLICT (key) DO UPDATE SET value = excluded.value`
+)
+
+// intern returns the number of v in strs, adding it in tx when it is new.
+// The empty string is 0.
+func (s *Store) intern(tx *sql.Tx, v string) (int64, error) {
+	if v == "" {
+		return 0, nil
+	}
+	if id, ok := s.strs[v]; ok {
+		return id, nil
+	}
+	var id int64
+	if err := tx.QueryRow(sqlIntern, v).Scan(&id); err != nil {
+		return 0, err
+	}
+	if len(s.strs) >= maxInterned {
+		// Not the low-cardinality values it is made for: forget them all
+		// rather than grow without end. The table still answers.
+		clear(s.strs)
+	}
+	s.strs[v] = id
+	return id, nil
+}
+
+// maxInterned bounds the committer's cache of interned strings.
+const maxInterned = 100000
+
+// commitBatch runs a batch in one transaction. The transaction ignores the
+// callers' contexts: it is shared, and one caller giving up must not fail
+// the others.
+func (s *Store) commitBatch(batch []*request, calls int) (err error) {
+	start := time.Now()
+	ctx := context.Background()
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return wrap(err)
+	}
+	defer func() {
+		if err != nil {
+			tx.Rollback()
+			// Strings interned by the failed transaction are not stored.
+			clear(s.strs)
+		}
+	}()
+	stmt := func(query string) (*sql.Stmt, error) { return tx.PrepareContext(ctx, query) }
+	var insCall, insDoc, upWrite, insFinding *sql.Stmt
+	for _, req := range batch {
+		if len(req.calls) > 0 && insCall == nil {
+			if insCall, err = stmt(sqlInsertCall); err != nil {
+				return wrap(err)
+			}
+			if insDoc, err = stmt(sqlInsertDoc); err != nil {
+				return wrap(err)
+			}
+		}
+		for i := range req.calls {
+			c := &req.calls[i]
+			res, err := insCall.Exec(c.id, c.time, c.rec)
+			if err != nil {
+				return wrap(err)
+			}
+			if n, _ := res.RowsAffected(); n == 0 || len(c.docs) == 0 {
+				continue // already stored, or touches no document
+			}
+			rid, err := res.LastInsertId()
+			if err != nil {
+				return wrap(err)
+			}
+			for _, dh := range c.docs {
+				if _, err := insDoc.Exec(dh, c.time, rid); err != nil {
+					return wrap(err)
+				}
+			}
+		}
+		if len(req.writes) > 0 && upWrite == nil {
+			if upWrite, err = stmt(sqlUpsertWrite); err != nil {
+				return wrap(err)
+			}
+		}
+		for i := range req.writes {
+			w := &req.writes[i]
+			var ids [6]int64
+			for j, v := range [...]string{w.state, w.server, w.tenant, w.tool, w.reason, w.action} {
+				if ids[j], err = s.intern(tx, v); err != nil {
+					return wrap(err)
+				}
+			}
+			if _, err := upWrite.Exec(w.callID, w.seq, w.time, ids[0], ids[1], ids[2], ids[3], ids[4], ids[5],
+				w.session, w.doc, w.key, w.stateTime); err != nil {
+				return wrap(err)
+			}
+		}
+		if len(req.findings) > 0 && insFinding == nil {
+			if insFinding, err = stmt(sqlInsertFinding); err != nil {
+				return wrap(err)
+			}
+		}
+		for i := range req.findings {
+			f := &req.findings[i]
+			if _, err := insFinding.Exec(f.id, f.time, f.kind, f.severity, f.server, f.tenant, f.doc, f.key, f.session, f.body); err != nil {
+				return wrap(err)
+			}
+		}
+		if req.watermark != zeroTime {
+			if _, err := tx.Exec(sqlSetWatermark, req.watermark); err != nil {
+				return wrap(err)
+			}
+		}
+	}
+	if err = tx.Commit(); err != nil {
+		return wrap(err)
+	}
+	if s.opts.OnCommit != nil {
+		s.opts.OnCommit(time.Since(start), calls)
+	}
+	return nil
+}
+
+// deleteChunk deletes at most DeleteChunk rows of one table in one
+// transaction. A call's document entries go with it: their keys are
+// recomputed from the documents in its record.
+func (s *Store) deleteChunk(d *deleteRequest) (int64, error) {
+	ctx := context.Background()
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, wrap(err)
+	}
+	defer tx.Rollback()
+	limit := s.opts.DeleteChunk
+	var res sql.Result
+	switch d.table {
+	case tableCalls:
+		n, err := deleteCalls(ctx, tx, d.before, limit)
+		if err != nil {
+			return 0, wrap(err)
+		}
+		if err := tx.Commit(); err != nil {
+			return 0, wrap(err)
+		}
+		return n, nil
+	case tableWrites:
+		res, err = tx.ExecContext(ctx, `DELETE FROM writes WHERE (time, call_id, seq) IN
+			(SELECT time, call_id, seq FROM writes WHERE time < ? ORDER BY time LIMIT ?)`, d.before, limit)
+	case tableFindings:
+		res, err = tx.ExecContext(ctx, `DELETE FROM findings WHERE id IN
+			(SELECT id FROM findings WHERE time < ? ORDER BY time LIMIT ?)`, d.before, limit)
+	}
+	if err != nil {
+		return 0, wrap(err)
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, wrap(err)
+	}
+	n, _ := res.RowsAffected()
+	return n, nil
+}
+
+func deleteCalls(ctx context.Context, tx *sql.Tx, before int64, limit int) (int64, error) {
+	type victim struct {
+		rid, time int64
+		rec       []byte
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT rid, time, rec FROM calls WHERE time < ? ORDER BY time LIMIT ?`, before, limit)
+	if err != nil {
+		return 0, err
+	}
+	var vs []victim
+	for rows.Next() {
+		var v victim
+		if err := rows.Scan(&v.rid, &v.time, &v.rec); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		vs = append(vs, v)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	delDoc, err := tx.PrepareContext(ctx, `DELETE FROM call_documents WHERE dh = ? AND time = ? AND call = ?`)
+	if err != nil {
+		return 0, err
+	}
+	delCall, err := tx.PrepareContext(ctx, `DELETE FROM calls WHERE rid = ?`)
+	if err != nil {
+		return 0, err
+	}
+	var buf []byte
+	for _, v := range vs {
+		var rec audit.CallRecord
+		if raw, err := decompress(buf, v.rec); err == nil {
+			buf = raw
+			rec.Call = &audit.Call{}
+			// A record that does not decode loses only its timeline
+			// entries, which then point at nothing and are skipped.
+			if readRecord(raw, &rec) == nil {
+				seen := map[int32]bool{}
+				for _, doc := range rec.Documents {
+					h := docHash(doc)
+					if seen[h] {
+						continue
+					}
+					seen[h] = true
+					if _, err := delDoc.Exec(h, v.time, v.rid); err != nil {
+						return 0, err
+					}
+				}
+			}
+		}
+		if _, err := delCall.Exec(v.rid); err != nil {
+			return 0, err
+		}
+	}
+	return int64(len(vs)), nil
+}

@@ -1,0 +1,554 @@
+package sqlite
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+)
+
+// Page sizes: a query's Limit is capped, and zero takes the default.
+const (
+	defaultPage     = 100
+	maxPage         = 1000
+	defaultTimeline = 1000
+	maxTimeline     = 10000
+	// scanPage is how many calls ScanCalls reads per read transaction, so
+	// that a slow fn never pins the log for long.
+	scanPage = 1000
+)
+
+func pageSize(limit, def, max int) int {
+	switch {
+	case limit <= 0:
+		return def
+	case limit > max:
+		return max
+	}
+	return limit
+}
+
+// Watermark returns the last committed watermark (zero if none).
+func (s *Store) Watermark(ctx context.Context) (time.Time, error) {
+	if s.closed.Load() {
+		return time.Time{}, errClosed("read watermark")
+	}
+	var n int64
+	err := s.r.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'watermark'`).Scan(&n)
+	if errors.Is(err, sql.ErrNoRows) {
+		return time.Time{}, nil
+	}
+	if err != nil {
+		return time.Time{}, s.fail("read watermark", err)
+	}
+	return fromNanos(n), nil
+}
+
+// ScanCalls calls fn with every stored call whose Time >= since, in time
+// order (calls of equal time in the order they were stored). It reads in
+// pages of its own transactions: calls appended during the scan with a time
+// before the page being read are not seen. An error of fn stops the scan
+// and is returned as is.
+func (s *Store) ScanCalls(ctx context.Context, since time.Time, fn func(*audit.Call) error) error {
+	if s.closed.Load() {
+		return errClosed("scan calls")
+	}
+	lastTime, lastRID := clampNanos(since), int64(-1)
+	var buf []byte
+	for {
+		rows, err := s.r.QueryContext(ctx, `SELECT rid, id, time, rec FROM calls
+			WHERE (time, rid) > (?, ?) ORDER BY time, rid LIMIT ?`, lastTime, lastRID, scanPage)
+		if err != nil {
+			return s.fail("scan calls", err)
+		}
+		var page []*audit.Call
+		for rows.Next() {
+			var id any
+			var blob []byte
+			if err := rows.Scan(&lastRID, &id, &lastTime, &blob); err != nil {
+				rows.Close()
+				return s.fail("scan calls", err)
+			}
+			var rec audit.CallRecord
+			if buf, err = decodeCall(buf, id, lastTime, blob, &rec); err != nil {
+				rows.Close()
+				return s.fail("scan calls", err)
+			}
+			page = append(page, rec.Call)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return s.fail("scan calls", err)
+		}
+		// fn runs outside the read transaction.
+		for _, c := range page {
+			if err := fn(c); err != nil {
+				return err
+			}
+		}
+		if len(page) < scanPage {
+			return nil
+		}
+	}
+}
+
+// decodeCall fills rec from a calls row; buf is a reusable buffer, returned
+// grown.
+func decodeCall(buf []byte, id any, t int64, blob []byte, rec *audit.CallRecord) ([]byte, error) {
+	raw, err := decompress(buf, blob)
+	if err != nil {
+		return buf, fmt.Errorf("call %s: %w", unpackID(callPrefix, id), err)
+	}
+	rec.Call = &audit.Call{ID: unpackID(callPrefix, id), Time: fromNanos(t)}
+	if err := readRecord(raw, rec); err != nil {
+		return raw, fmt.Errorf("call %s: %w", rec.Call.ID, err)
+	}
+	return raw, nil
+}
+
+// FindingIDs returns the IDs of the findings whose Time >= since.
+func (s *Store) FindingIDs(ctx context.Context, since time.Time) (map[string]bool, error) {
+	if s.closed.Load() {
+		return nil, errClosed("read finding ids")
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT id FROM findings WHERE time >= ?`, clampNanos(since))
+	if err != nil {
+		return nil, s.fail("read finding ids", err)
+	}
+	defer rows.Close()
+	ids := map[string]bool{}
+	for rows.Next() {
+		var id any
+		if err := rows.Scan(&id); err != nil {
+			return nil, s.fail("read finding ids", err)
+		}
+		ids[unpackID(findingPrefix, id)] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.fail("read finding ids", err)
+	}
+	return ids, nil
+}
+
+// filter builds a WHERE clause.
+type filter struct {
+	conds []string
+	args  []any
+}
+
+func (f *filter) add(cond string, args ...any) {
+	f.conds = append(f.conds, cond)
+	f.args = append(f.args, args...)
+}
+
+// eq adds column = v when v is set.
+func (f *filter) eq(column, v string) {
+	if v != "" {
+		f.add(column+" = ?", v)
+	}
+}
+
+// span adds since <= column < until for the bounds that are set.
+func (f *filter) span(column string, since, until time.Time) {
+	if !since.IsZero() {
+		f.add(column+" >= ?", clampNanos(since))
+	}
+	if !until.IsZero() {
+		f.add(column+" < ?", clampNanos(until))
+	}
+}
+
+func (f *filter) where() string {
+	if len(f.conds) == 0 {
+		return ""
+	}
+	return " WHERE " + strings.Join(f.conds, " AND ")
+}
+
+// Cursors are opaque to clients: base64url of a kind byte, the time of the
+// last row and its tie-breaker (the finding id, or the write's row id).
+const (
+	cursorFindings = 'f'
+	cursorWrites   = 'w'
+)
+
+func makeCursor(kind byte, t int64, tie []byte) string {
+	b := []byte{kind}
+	b = binary.AppendVarint(b, t)
+	b = append(b, tie...)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func readCursor(kind byte, c string) (t int64, tie []byte, err error) {
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil || len(b) < 2 || b[0] != kind {
+		return 0, nil, audit.ErrBadCursor
+	}
+	t, n := binary.Varint(b[1:])
+	if n <= 0 {
+		return 0, nil, audit.ErrBadCursor
+	}
+	return t, b[1+n:], nil
+}
+
+// Findings returns one page of findings in time order, then id order.
+// Limit defaults to 100 and is capped at 1000. A cursor not made by
+// Findings returns an error wrapping audit.ErrBadCursor.
+func (s *Store) Findings(ctx context.Context, q audit.FindingQuery) (audit.FindingPage, error) {
+	if s.closed.Load() {
+		return audit.FindingPage{}, errClosed("read findings")
+	}
+	var f filter
+	f.eq("kind", string(q.Kind))
+	if q.Severity != "" {
+		f.add("severity >= ?", q.Severity.Rank())
+	}
+	f.eq("server", q.Server)
+	f.eq("tenant", q.Tenant)
+	f.eq("document", q.Document)
+	f.eq("key", q.Key)
+	f.eq("session", q.Session)
+	f.span("time", q.Since, q.Until)
+	if q.Cursor != "" {
+		t, id, err := readCursor(cursorFindings, q.Cursor)
+		if err != nil || len(id) == 0 {
+			return audit.FindingPage{}, s.fail("read findings", audit.ErrBadCursor)
+		}
+		f.add("(time, id) > (?, ?)", t, packID(findingPrefix, string(id)))
+	}
+	limit := pageSize(q.Limit, defaultPage, maxPage)
+	rows, err := s.r.QueryContext(ctx, `SELECT `+findingColumns+` FROM findings`+f.where()+
+		` ORDER BY time, id LIMIT ?`, append(f.args, limit+1)...)
+	if err != nil {
+		return audit.FindingPage{}, s.fail("read findings", err)
+	}
+	defer rows.Close()
+	page := audit.FindingPage{Findings: []audit.Finding{}}
+	var lastID string
+	var lastTime int64
+	for rows.Next() {
+		if len(page.Findings) == limit {
+			page.NextCursor = makeCursor(cursorFindings, lastTime, []byte(lastID))
+			break
+		}
+		fd, err := scanFinding(rows, &lastID, &lastTime)
+		if err != nil {
+			return audit.FindingPage{}, s.fail("read findings", err)
+		}
+		page.Findings = append(page.Findings, fd)
+	}
+	if err := rows.Err(); err != nil {
+		return audit.FindingPage{}, s.fail("read findings", err)
+	}
+	return page, nil
+}
+
+// findingBody is the part of a finding that is not in columns.
+type findingBody struct {
+	Severity    audit.Severity    `json:"severity"`
+	Calls       []string          `json:"calls"`
+	Reason      audit.Reason      `json:"reason,omitempty"`
+	RetryAction audit.RetryAction `json:"retry_action,omitempty"`
+	Summary     string            `json:"summary"`
+}
+
+const findingColumns = `id, time, kind, server, tenant, document, key, session, body`
+
+// scanFinding reads a row of findingColumns; id and t receive the row's id
+// and time.
+func scanFinding(rows *sql.Rows, id *string, t *int64) (audit.Finding, error) {
+	var f audit.Finding
+	var body []byte
+	var packed any
+	if err := rows.Scan(&packed, t, &f.Kind, &f.Server, &f.Tenant, &f.Document, &f.Key, &f.Session, &body); err != nil {
+		return f, err
+	}
+	*id = unpackID(findingPrefix, packed)
+	var b findingBody
+	raw, err := decompress(nil, body)
+	if err == nil {
+		err = json.Unmarshal(raw, &b)
+	}
+	if err != nil {
+		return f, fmt.Errorf("finding %s: %w", *id, err)
+	}
+	f.Time = fromNanos(*t)
+	f.Severity, f.Calls, f.Reason, f.RetryAction, f.Summary = b.Severity, b.Calls, b.Reason, b.RetryAction, b.Summary
+	return f, nil
+}
+
+// str reads an interned column.
+func str(column string) string {
+	return `coalesce((SELECT s FROM strs WHERE id = ` + column + `), '')`
+}
+
+// internedEq adds column = the number of v when v is set; an unknown v
+// matches nothing.
+func (f *filter) internedEq(column, v string) {
+	if v != "" {
+		f.add(column+" = coalesce((SELECT id FROM strs WHERE s = ?), -1)", v)
+	}
+}
+
+var writeColumns = `time, call_id, seq, ` + str("state") + `, ` + str("server") + `, ` + str("tenant") +
+	`, ` + str("tool") + `, ` + str("reason") + `, ` + str("action") + `, session, document, key, state_after`
+
+func scanWrite(rows *sql.Rows) (audit.Write, error) {
+	var w audit.Write
+	var id any
+	var t int64
+	var after sql.NullInt64
+	var state, reason, action string
+	err := rows.Scan(&t, &id, &w.Seq, &state, &w.Server, &w.Tenant, &w.Tool, &reason, &action,
+		&w.Session, &w.Document, &w.Key, &after)
+	w.CallID = unpackID(callPrefix, id)
+	w.Time = fromNanos(t)
+	if after.Valid {
+		w.StateTime = fromNanos(t + after.Int64)
+	}
+	w.State, w.Reason, w.Action = audit.WriteState(state), audit.Reason(reason), audit.RetryAction(action)
+	return w, err
+}
+
+// Writes returns one page of write attempts with their current state, in
+// time order (then call id and sequence order). Limit defaults to 100 and is capped at
+// 1000.
+func (s *Store) Writes(ctx context.Context, q audit.WriteQuery) (audit.WritePage, error) {
+	if s.closed.Load() {
+		return audit.WritePage{}, errClosed("read writes")
+	}
+	var f filter
+	f.internedEq("state", string(q.State))
+	f.internedEq("server", q.Server)
+	f.internedEq("tenant", q.Tenant)
+	f.eq("document", q.Document)
+	f.span("time", q.Since, q.Until)
+	if q.Cursor != "" {
+		t, tie, err := readCursor(cursorWrites, q.Cursor)
+		seq, n := binary.Varint(tie)
+		if err != nil || n <= 0 || n == len(tie) {
+			return audit.WritePage{}, s.fail("read writes", audit.ErrBadCursor)
+		}
+		f.add("(time, call_id, seq) > (?, ?, ?)", t, packID(callPrefix, string(tie[n:])), seq)
+	}
+	limit := pageSize(q.Limit, defaultPage, maxPage)
+	rows, err := s.r.QueryContext(ctx, `SELECT `+writeColumns+` FROM writes`+f.where()+
+		` ORDER BY time, call_id, seq LIMIT ?`, append(f.args, limit+1)...)
+	if err != nil {
+		return audit.WritePage{}, s.fail("read writes", err)
+	}
+	defer rows.Close()
+	page := audit.WritePage{Writes: []audit.Write{}}
+	for rows.Next() {
+		if len(page.Writes) == limit {
+			last := &page.Writes[limit-1]
+			tie := binary.AppendVarint(nil, int64(last.Seq))
+			page.NextCursor = makeCursor(cursorWrites, clampNanos(last.Time), append(tie, last.CallID...))
+			break
+		}
+		w, err := scanWrite(rows)
+		if err != nil {
+			return audit.WritePage{}, s.fail("read writes", err)
+		}
+		page.Writes = append(page.Writes, w)
+	}
+	if err := rows.Err(); err != nil {
+		return audit.WritePage{}, s.fail("read writes", err)
+	}
+	return page, nil
+}
+
+// WriteCounts counts the write attempts whose Time is in [Since, Until) by
+// their current state.
+func (s *Store) WriteCounts(ctx context.Context, q audit.CountQuery) (map[audit.WriteState]int64, error) {
+	if s.closed.Load() {
+		return nil, errClosed("count writes")
+	}
+	var f filter
+	f.internedEq("server", q.Server)
+	f.internedEq("tenant", q.Tenant)
+	f.span("time", q.Since, q.Until)
+	rows, err := s.r.QueryContext(ctx, `SELECT `+str("state")+`, count(*) FROM writes`+f.where()+` GROUP BY state`, f.args...)
+	if err != nil {
+		return nil, s.fail("count writes", err)
+	}
+	defer rows.Close()
+	counts := map[audit.WriteState]int64{}
+	for rows.Next() {
+		var state string
+		var n int64
+		if err := rows.Scan(&state, &n); err != nil {
+			return nil, s.fail("count writes", err)
+		}
+		counts[audit.WriteState(state)] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.fail("count writes", err)
+	}
+	return counts, nil
+}
+
+// Timeline returns the history of one document in time order: its calls
+// (with outcome, failure code and retry action), the write attempts on it
+// (each with its current state, at the time of its call) and its findings.
+// Events of equal time come calls first, then writes, then findings. The
+// writes are found through the document's stored calls, so a write whose
+// call was not appended is not shown. Limit defaults to 1000 and is capped
+// at 10000; the first events in time order are returned.
+func (s *Store) Timeline(ctx context.Context, q audit.TimelineQuery) ([]audit.TimelineEvent, error) {
+	if s.closed.Load() {
+		return nil, errClosed("read timeline")
+	}
+	if q.Document == "" {
+		return nil, errors.New("cannot read timeline: no document given")
+	}
+	limit := pageSize(q.Limit, defaultTimeline, maxTimeline)
+	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, s.fail("read timeline", err)
+	}
+	defer tx.Rollback()
+
+	calls, truncated, err := timelineCalls(ctx, tx, q, limit)
+	if err != nil {
+		return nil, s.fail("read timeline", err)
+	}
+	events := make([]audit.TimelineEvent, 0, len(calls))
+	for _, r := range calls {
+		c := r.Call
+		ev := audit.TimelineEvent{Time: c.Time, Type: audit.EventCall, CallID: c.ID, Server: c.Server,
+			Session: c.Session, Tool: c.Tool, Outcome: r.Outcome}
+		if r.Failure != nil {
+			ev.Code, ev.RetryAction = r.Failure.Code, r.Failure.Action
+		}
+		events = append(events, ev)
+	}
+	writes, err := timelineWrites(ctx, tx, calls, q.Document)
+	if err != nil {
+		return nil, s.fail("read timeline", err)
+	}
+	for _, w := range writes {
+		events = append(events, audit.TimelineEvent{Time: w.Time, Type: audit.EventWrite, CallID: w.CallID,
+			Server: w.Server, Session: w.Session, Tool: w.Tool, Key: w.Key, State: w.State, Reason: w.Reason,
+			RetryAction: w.Action})
+	}
+	var f filter
+	f.add("document = ?", q.Document)
+	f.eq("server", q.Server)
+	f.eq("tenant", q.Tenant)
+	until := q.Until
+	if truncated {
+		// The calls stop at the limit: findings past the last call would
+		// leave a gap before them.
+		until = calls[len(calls)-1].Call.Time.Add(1)
+	}
+	f.span("time", q.Since, until)
+	rows, err := tx.QueryContext(ctx, `SELECT `+findingColumns+` FROM findings`+f.where()+` ORDER BY time, id LIMIT ?`,
+		append(f.args, limit)...)
+	if err != nil {
+		return nil, s.fail("read timeline", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		var t int64
+		fd, err := scanFinding(rows, &id, &t)
+		if err != nil {
+			return nil, s.fail("read timeline", err)
+		}
+		events = append(events, audit.TimelineEvent{Time: fd.Time, Type: audit.EventFinding, Server: fd.Server,
+			Session: fd.Session, Key: fd.Key, Reason: fd.Reason, RetryAction: fd.RetryAction, Finding: &fd})
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.fail("read timeline", err)
+	}
+	rank := map[string]int{audit.EventCall: 0, audit.EventWrite: 1, audit.EventFinding: 2}
+	slices.SortStableFunc(events, func(a, b audit.TimelineEvent) int {
+		return cmp.Or(a.Time.Compare(b.Time), cmp.Compare(rank[a.Type], rank[b.Type]))
+	})
+	if len(events) > limit {
+		events = events[:limit]
+	}
+	return events, nil
+}
+
+// timelineCalls returns up to limit calls on the document, in time order,
+// and whether more were left out.
+func timelineCalls(ctx context.Context, tx *sql.Tx, q audit.TimelineQuery, limit int) ([]audit.CallRecord, bool, error) {
+	var f filter
+	f.add("d.dh = ?", docHash(q.Document))
+	f.span("d.time", q.Since, q.Until)
+	rows, err := tx.QueryContext(ctx, `SELECT c.id, c.time, c.rec FROM call_documents d
+		JOIN calls c ON c.rid = d.call`+f.where()+` ORDER BY d.time, d.call`, f.args...)
+	if err != nil {
+		return nil, false, err
+	}
+	defer rows.Close()
+	var out []audit.CallRecord
+	var buf []byte
+	for rows.Next() {
+		var id any
+		var t int64
+		var blob []byte
+		if err := rows.Scan(&id, &t, &blob); err != nil {
+			return nil, false, err
+		}
+		var rec audit.CallRecord
+		if buf, err = decodeCall(buf, id, t, blob, &rec); err != nil {
+			return nil, false, err
+		}
+		c := rec.Call
+		if !slices.Contains(rec.Documents, q.Document) ||
+			(q.Server != "" && c.Server != q.Server) || (q.Tenant != "" && c.Tenant != q.Tenant) {
+			continue // another document of the same hash, or filtered out
+		}
+		if len(out) == limit {
+			return out, true, nil
+		}
+		out = append(out, rec)
+	}
+	return out, false, rows.Err()
+}
+
+// timelineWrites returns the writes on doc made by the given calls.
+func timelineWrites(ctx context.Context, tx *sql.Tx, calls []audit.CallRecord, doc string) ([]audit.Write, error) {
+	if len(calls) == 0 {
+		return nil, nil
+	}
+	stmt, err := tx.PrepareContext(ctx, `SELECT `+writeColumns+` FROM writes WHERE call_id = ? ORDER BY seq`)
+	if err != nil {
+		return nil, err
+	}
+	defer stmt.Close()
+	var out []audit.Write
+	for _, r := range calls {
+		rows, err := stmt.QueryContext(ctx, packID(callPrefix, r.Call.ID))
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			w, err := scanWrite(rows)
+			if err != nil {
+				rows.Close()
+				return nil, err
+			}
+			if w.Document == doc {
+				out = append(out, w)
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}

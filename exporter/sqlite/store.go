@@ -1,0 +1,349 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	sqlite "modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+)
+
+var _ audit.Store = (*Store)(nil)
+
+// Options configures a Store. Zero fields take their defaults, so the zero
+// value is usable.
+type Options struct {
+	// Synchronous is SQLite's synchronous setting in WAL mode: "full" syncs
+	// the log at every commit, so an acknowledged call survives a power
+	// loss; "normal" syncs only at checkpoints and may lose the last
+	// commits on power loss (never on a process crash). Default "full".
+	Synchronous string `yaml:"synchronous"`
+	// MaxBatch is how many calls one group commit holds at most before it
+	// is committed. Default 2000.
+	MaxBatch int `yaml:"max_batch"`
+	// MaxDelay is how long the committer waits for more calls when its
+	// batch is below MaxBatch and nothing else is queued. Default 0: commit
+	// at once; batches still form from the calls that arrive while the
+	// previous commit syncs.
+	MaxDelay time.Duration `yaml:"max_delay"`
+	// DeleteChunk is how many rows one retention transaction deletes at
+	// most, bounding how long it holds the write lock. Default 2000.
+	DeleteChunk int `yaml:"delete_chunk"`
+	// CacheMiB is SQLite's page cache of the writing connection, in MiB.
+	// Default 64.
+	CacheMiB int `yaml:"cache_mib"`
+	// ReadConns is how many connections serve queries at once. Default 4.
+	ReadConns int `yaml:"read_conns"`
+	// OnCommit, when set, is called by the committer after every commit
+	// with its duration (BEGIN to COMMIT) and the calls it held; the serve
+	// command feeds metrics.ObserveStoreCommit with it.
+	OnCommit func(d time.Duration, calls int) `yaml:"-"`
+}
+
+// NewDefaultOptions returns the documented defaults.
+func NewDefaultOptions() Options {
+	return Options{Synchronous: "full", MaxBatch: 2000, DeleteChunk: 2000, CacheMiB: 64, ReadConns: 4}
+}
+
+// Validate checks the options; zero fields are valid (they take defaults).
+func (o *Options) Validate() error {
+	var errs []error
+	switch strings.ToLower(o.Synchronous) {
+	case "", "full", "normal":
+	default:
+		errs = append(errs, fmt.Errorf("synchronous: must be full or normal, not %q", o.Synchronous))
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"max_batch", o.MaxBatch}, {"delete_chunk", o.DeleteChunk}, {"cache_mib", o.CacheMiB}, {"read_conns", o.ReadConns}} {
+		if f.v < 0 {
+			errs = append(errs, fmt.Errorf("%s: must not be negative", f.name))
+		}
+	}
+	if o.MaxDelay < 0 {
+		errs = append(errs, errors.New("max_delay: must not be negative"))
+	}
+	return errors.Join(errs...)
+}
+
+func (o Options) withDefaults() Options {
+	d := NewDefaultOptions()
+	if o.Synchronous == "" {
+		o.Synchronous = d.Synchronous
+	}
+	o.Synchronous = strings.ToLower(o.Synchronous)
+	if o.MaxBatch == 0 {
+		o.MaxBatch = d.MaxBatch
+	}
+	if o.DeleteChunk == 0 {
+		o.DeleteChunk = d.DeleteChunk
+	}
+	if o.CacheMiB == 0 {
+		o.CacheMiB = d.CacheMiB
+	}
+	if o.ReadConns == 0 {
+		o.ReadConns = d.ReadConns
+	}
+	return o
+}
+
+// Store is the embedded store: one SQLite file in WAL mode. One committer
+// goroutine owns the only writing connection and group-commits the calls of
+// concurrent AppendCalls; queries use a pool of read-only connections that
+// WAL lets run beside it. It is safe for concurrent use.
+type Store struct {
+	opts Options
+	w    *sql.DB // one connection, used by the committer only
+	r    *sql.DB // read-only connections
+
+	// mu orders sends to reqs against Close, which closes reqs.
+	mu     sync.RWMutex
+	closed atomic.Bool
+	reqs   chan *request
+	done   chan struct{} // closed when the committer has exited
+
+	// strs caches the interned strings; the committer alone uses it.
+	strs map[string]int64
+}
+
+// schemaVersion is stored in PRAGMA user_version.
+const schemaVersion = 1
+
+// schema creates the tables. Times are unix nanoseconds. Call and finding
+// ids are stored packed (packID). Calls are indexed by time, writes
+// clustered by it, for time ranges (scans, pages, counts, retention). The
+// enumerations and names of
+// writes (state, server, tenant, tool, reason, action) are interned in strs:
+// a write row holds their numbers, 0 standing for the empty string. Only
+// what queries need is indexed besides: call documents by
+// (document hash, time) for the timeline, findings by time and by document,
+// and the unique keys that dedupe and upserts need (call id; write call and
+// seq), the only indexes on random keys.
+var schema = []string{
+	// A rowid table: rows appended in time order fill their pages, where
+	// a table clustered by (time, id) leaves a tenth of them free and
+	// copies keys, blobs included, into its interior pages.
+	`CREATE TABLE calls (
+		rid  INTEGER PRIMARY KEY,
+		id   ANY     NOT NULL UNIQUE, -- packID
+		time INTEGER NOT NULL,
+		rec  BLOB    NOT NULL -- codec byte, then the compressed record (record.go)
+	) STRICT`,
+	`CREATE INDEX calls_time ON calls (time)`,
+	// The documents each call touched, by a 32-bit hash of the document:
+	// the timeline checks the real name in the call's record.
+	`CREATE TABLE call_documents (
+		dh   INTEGER NOT NULL,
+		time INTEGER NOT NULL,
+		call INTEGER NOT NULL, -- calls.rid
+		PRIMARY KEY (dh, time, call)
+	) WITHOUT ROWID, STRICT`,
+	`CREATE TABLE strs (
+		id INTEGER PRIMARY KEY,
+		s  TEXT    NOT NULL UNIQUE
+	) STRICT`,
+	`CREATE TABLE writes (
+		time        INTEGER NOT NULL,
+		call_id     ANY     NOT NULL, -- packID
+		seq         INTEGER NOT NULL,
+		state       INTEGER NOT NULL, -- strs.id, as are server to action
+		server      INTEGER NOT NULL,
+		tenant      INTEGER NOT NULL,
+		tool        INTEGER NOT NULL,
+		reason      INTEGER NOT NULL,
+		action      INTEGER NOT NULL,
+		session     TEXT    NOT NULL,
+		document    TEXT    NOT NULL,
+		key         TEXT    NOT NULL,
+		state_after INTEGER,          -- StateTime - Time; NULL for a zero StateTime
+		PRIMARY KEY (time, call_id, seq),
+		UNIQUE (call_id, seq)
+	) WITHOUT ROWID, STRICT`,
+	// A finding's filter fields are columns; the rest of it is in body.
+	`CREATE TABLE findings (
+		id       BLOB    NOT NULL PRIMARY KEY,
+		time     INTEGER NOT NULL,
+		kind     TEXT    NOT NULL,
+		severity INTEGER NOT NULL, -- Severity.Rank
+		server   TEXT    NOT NULL,
+		tenant   TEXT    NOT NULL,
+		document TEXT    NOT NULL,
+		key      TEXT    NOT NULL,
+		session  TEXT    NOT NULL,
+		body     BLOB    NOT NULL  -- codec byte, then compressed JSON (findingBody)
+	) WITHOUT ROWID, STRICT`,
+	`CREATE INDEX findings_time ON findings (time, id)`,
+	`CREATE INDEX findings_document ON findings (document, time) WHERE document != ''`,
+	`CREATE TABLE meta (
+		key   TEXT PRIMARY KEY,
+		value ANY
+	) WITHOUT ROWID, STRICT`,
+}
+
+// Open opens or creates the store at path (a file; its directory must
+// exist). The file is created with the current schema; an existing file of
+// another schema version is refused.
+func Open(path string, opts Options) (*Store, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, fmt.Errorf("cannot open store %s: %w", path, err)
+	}
+	opts = opts.withDefaults()
+	base := "file:" + (&url.URL{Path: path}).EscapedPath()
+	q := url.Values{}
+	q.Set("_busy_timeout", "10000")
+	q.Set("_journal_mode", "WAL")
+	q.Set("_synchronous", opts.Synchronous)
+	q.Set("_txlock", "immediate")
+	q.Add("_pragma", fmt.Sprintf("cache_size(-%d)", opts.CacheMiB<<10))
+	// Checkpoints keep SQLite's default (every 1000 pages of log); after
+	// one, a log grown past 16 MiB is truncated back to that size.
+	q.Add("_pragma", "journal_size_limit(16777216)")
+	w, err := sql.Open("sqlite", base+"?"+q.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("cannot open store %s: %w", path, err)
+	}
+	w.SetMaxOpenConns(1)
+	w.SetMaxIdleConns(1)
+	w.SetConnMaxLifetime(0)
+	w.SetConnMaxIdleTime(0)
+	if err := migrate(w); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("cannot open store %s: %w", path, wrap(err))
+	}
+
+	rq := url.Values{}
+	rq.Set("_busy_timeout", "10000")
+	rq.Set("_query_only", "1")
+	rq.Add("_pragma", "cache_size(-16384)")
+	r, err := sql.Open("sqlite", base+"?"+rq.Encode())
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("cannot open store %s: %w", path, err)
+	}
+	r.SetMaxOpenConns(opts.ReadConns)
+	r.SetMaxIdleConns(opts.ReadConns)
+	if err := r.Ping(); err != nil {
+		w.Close()
+		r.Close()
+		return nil, fmt.Errorf("cannot open store %s: %w", path, wrap(err))
+	}
+
+	s := &Store{
+		opts: opts,
+		w:    w,
+		r:    r,
+		reqs: make(chan *request, 256),
+		done: make(chan struct{}),
+		strs: map[string]int64{},
+	}
+	go s.commitLoop()
+	return s, nil
+}
+
+func migrate(db *sql.DB) error {
+	var version int
+	if err := db.QueryRow(`PRAGMA user_version`).Scan(&version); err != nil {
+		return err
+	}
+	switch version {
+	case schemaVersion:
+		return nil
+	case 0:
+	default:
+		return fmt.Errorf("schema version %d is not supported (want %d)", version, schemaVersion)
+	}
+	tx, err := db.Begin()
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	var tables int
+	if err := tx.QueryRow(`SELECT count(*) FROM sqlite_schema WHERE type = 'table'`).Scan(&tables); err != nil {
+		return err
+	}
+	if tables > 0 {
+		return errors.New("the file holds tables but no mcpaudit schema version: not a store")
+	}
+	for _, stmt := range schema {
+		if _, err := tx.Exec(stmt); err != nil {
+			return fmt.Errorf("cannot create schema: %w", err)
+		}
+	}
+	if _, err := tx.Exec(fmt.Sprintf(`PRAGMA user_version = %d`, schemaVersion)); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// Close commits the calls already queued, checkpoints the log into the
+// database file and releases the store. Later calls of any method return
+// audit.ErrClosed; a second Close returns nil.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed.Load() {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed.Store(true)
+	close(s.reqs)
+	s.mu.Unlock()
+	<-s.done
+
+	var errs []error
+	if _, err := s.w.Exec(`PRAGMA wal_checkpoint(TRUNCATE)`); err != nil {
+		errs = append(errs, fmt.Errorf("cannot checkpoint: %w", err))
+	}
+	if err := s.r.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.w.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("cannot close store: %w", err)
+	}
+	return nil
+}
+
+// errClosed is returned (wrapped by the method's context) after Close.
+func errClosed(op string) error { return fmt.Errorf("cannot %s: %w", op, audit.ErrClosed) }
+
+// fail wraps an error of operation op: audit.ErrClosed once the store is
+// closed, audit.ErrUnavailable for conditions that may pass (a busy or full
+// disk, I/O errors), context errors as they are.
+func (s *Store) fail(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, audit.ErrClosed) || errors.Is(err, audit.ErrBadCursor) {
+		return fmt.Errorf("cannot %s: %w", op, err)
+	}
+	if s.closed.Load() && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		return errClosed(op)
+	}
+	return fmt.Errorf("cannot %s: %w", op, wrap(err))
+}
+
+// wrap marks the SQLite errors that may pass with time as
+// audit.ErrUnavailable.
+func wrap(err error) error {
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		switch se.Code() & 0xff {
+		case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_NOMEM, sqlite3.SQLITE_IOERR,
+			sqlite3.SQLITE_FULL, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PROTOCOL:
+			return fmt.Errorf("%w: %w", audit.ErrUnavailable, err)
+		}
+	}
+	return err
+}
