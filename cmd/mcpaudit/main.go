@@ -17,6 +17,9 @@ const usage = `usage: mcpaudit <command> [flags]
 commands:
   analyze   analyze capture files (call records or OTLP JSON) and print findings
   serve     run the collector: OTLP and call-record ingest, store, query API
+  findings  list findings from a running server (--server URL) or a data dir
+  timeline  show every call, write state and finding on one document
+  slo       show the write-durability SLI and the error budget
   config    config validate FILE: check a configuration file
   rules     print the Prometheus alert and recording rules
   version   print the version
@@ -57,6 +60,12 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = analyzeCommand(ctx, args[1:], stdin, stdout, stderr)
 	case "serve":
 		err = serveCommand(ctx, args[1:], stderr)
+	case "findings":
+		err = findingsCommand(args[1:], stdout, stderr)
+	case "timeline":
+		err = timelineCommand(args[1:], stdout, stderr)
+	case "slo":
+		err = sloCommand(args[1:], stdout, stderr)
 	case "config":
 		err = configCommand(args[1:], stdout, stderr)
 	case "rules":

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sort"
 	"sync"
 	"time"
 
@@ -131,7 +132,14 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	}
 	s.store = st
 	s.registry = metrics.NewRegistry()
-	s.metrics, err = metrics.New(s.registry, metrics.Options{KnownCode: classify.KnownCode})
+	// Servers named in the configuration get their series at zero from the
+	// start, so that their first finding already shows as an increase.
+	var servers []string
+	for name := range cfg.Dialects.Servers {
+		servers = append(servers, name)
+	}
+	sort.Strings(servers)
+	s.metrics, err = metrics.New(s.registry, metrics.Options{KnownCode: classify.KnownCode, Servers: servers})
 	if err != nil {
 		st.Close()
 		return nil, err

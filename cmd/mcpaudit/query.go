@@ -1,0 +1,274 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/api"
+	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
+)
+
+// queryFlags are the flags every query command shares: where to ask, and
+// how to print.
+type queryFlags struct {
+	server, dataDir, format, token string
+	positional                     []string
+}
+
+func (q *queryFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&q.server, "server", "", "URL of a running mcpaudit serve API (e.g. http://localhost:9464); without it the data dir is read directly")
+	fs.StringVar(&q.dataDir, "data-dir", "./mcpaudit-data", "data dir of the embedded store, read when --server is not given")
+	fs.StringVar(&q.format, "format", "text", "text or json")
+	fs.StringVar(&q.token, "token", "", "bearer token, when the server maps tokens to tenants")
+}
+
+// get performs one API request, against the server or the data dir.
+func (q *queryFlags) get(path string, params url.Values) ([]byte, error) {
+	u := path
+	if len(params) > 0 {
+		u += "?" + params.Encode()
+	}
+	if q.server != "" {
+		req, err := http.NewRequest("GET", strings.TrimRight(q.server, "/")+u, nil)
+		if err != nil {
+			return nil, err
+		}
+		if q.token != "" {
+			req.Header.Set("Authorization", "Bearer "+q.token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return nil, fmt.Errorf("cannot reach %s: %w", q.server, err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return nil, err
+		}
+		if resp.StatusCode != http.StatusOK {
+			return nil, fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(b)))
+		}
+		return b, nil
+	}
+	st, err := sqlite.Open(filepath.Join(q.dataDir, "mcpaudit.db"), sqlite.NewDefaultOptions())
+	if err != nil {
+		return nil, fmt.Errorf("cannot open the data dir %s: %w", q.dataDir, err)
+	}
+	defer st.Close()
+	rec := httptest.NewRecorder()
+	api.New(st, NewDefaultConfig().Serve.SLOTarget).Handler().ServeHTTP(rec, httptest.NewRequest("GET", u, nil))
+	if rec.Code != http.StatusOK {
+		return nil, fmt.Errorf("%s", strings.TrimSpace(rec.Body.String()))
+	}
+	return rec.Body.Bytes(), nil
+}
+
+func parseQueryFlags(name string, args []string, stderr io.Writer, usage string, extra func(fs *flag.FlagSet)) (*queryFlags, *flag.FlagSet, error) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: mcpaudit %s\n\nflags:\n", usage)
+		fs.PrintDefaults()
+	}
+	q := &queryFlags{}
+	q.register(fs)
+	extra(fs)
+	// Flags may follow the positional arguments: mcpaudit timeline DOC --server URL.
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, nil, flag.ErrHelp
+			}
+			return nil, nil, &exitError{code: 2}
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		q.positional = append(q.positional, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	if q.format != "text" && q.format != "json" {
+		return nil, nil, &exitError{code: 2, err: fmt.Errorf("%s: --format must be text or json", name)}
+	}
+	return q, fs, nil
+}
+
+func findingsCommand(args []string, stdout, stderr io.Writer) error {
+	filters := map[string]*string{}
+	q, _, err := parseQueryFlags("findings", args, stderr, "findings [flags]", func(fs *flag.FlagSet) {
+		for _, f := range []struct{ name, help string }{
+			{"kind", "finding kind"}, {"severity", "this severity or higher"}, {"server", ""},
+			{"document", ""}, {"key", "idempotency key"}, {"session", ""},
+			{"since", "RFC 3339 time or a duration back from now (1h, 7d)"}, {"until", "RFC 3339 time or a duration back from now"},
+			{"limit", "findings per page"}, {"cursor", "page cursor from a previous answer"},
+		} {
+			name := f.name
+			if name == "server" {
+				filters["server"] = fs.String("mcp-server", "", "MCP server name")
+				continue
+			}
+			filters[name] = fs.String(name, "", f.help)
+		}
+	})
+	if err != nil {
+		return quietHelp(err)
+	}
+	if len(q.positional) > 0 {
+		return &exitError{code: 2, err: fmt.Errorf("findings: unexpected argument %q", q.positional[0])}
+	}
+	params := url.Values{}
+	for k, v := range filters {
+		if *v != "" {
+			params.Set(k, *v)
+		}
+	}
+	b, err := q.get("/api/v1/findings", params)
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	if q.format == "json" {
+		stdout.Write(b)
+		return nil
+	}
+	var page audit.FindingPage
+	if err := json.Unmarshal(b, &page); err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TIME\tSEVERITY\tKIND\tSERVER\tDOCUMENT / KEY\tSUMMARY")
+	for _, f := range page.Findings {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", f.Time.UTC().Format("2006-01-02 15:04:05"), f.Severity, f.Kind, f.Server, joinNonEmpty(f.Document, f.Key), f.Summary)
+	}
+	tw.Flush()
+	if page.NextCursor != "" {
+		fmt.Fprintf(stdout, "\nmore: --cursor %s\n", page.NextCursor)
+	}
+	return nil
+}
+
+func timelineCommand(args []string, stdout, stderr io.Writer) error {
+	var mcpServer, since, until *string
+	q, _, err := parseQueryFlags("timeline", args, stderr, "timeline [flags] DOCUMENT", func(fs *flag.FlagSet) {
+		mcpServer = fs.String("mcp-server", "", "MCP server name (default: every server)")
+		since = fs.String("since", "", "RFC 3339 time or a duration back from now")
+		until = fs.String("until", "", "RFC 3339 time or a duration back from now")
+	})
+	if err != nil {
+		return quietHelp(err)
+	}
+	if len(q.positional) != 1 {
+		return &exitError{code: 2, err: errors.New("timeline: name one document")}
+	}
+	doc := q.positional[0]
+	params := url.Values{}
+	for k, v := range map[string]string{"server": *mcpServer, "since": *since, "until": *until} {
+		if v != "" {
+			params.Set(k, v)
+		}
+	}
+	b, err := q.get("/api/v1/documents/"+url.PathEscape(doc)+"/timeline", params)
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	if q.format == "json" {
+		stdout.Write(b)
+		return nil
+	}
+	var tl api.Timeline
+	if err := json.Unmarshal(b, &tl); err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	fmt.Fprintf(stdout, "Timeline of %s (%d events)\n", tl.Document, len(tl.Events))
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TIME\tEVENT\tSESSION\tTOOL\tWHAT\tRETRY ACTION")
+	for _, e := range tl.Events {
+		what := ""
+		switch e.Type {
+		case audit.EventCall:
+			what = joinNonEmpty(string(e.Outcome), e.Code)
+		case audit.EventWrite:
+			what = joinNonEmpty("state "+string(e.State), string(e.Reason), e.Key)
+		case audit.EventFinding:
+			if e.Finding != nil {
+				what = string(e.Finding.Kind) + ": " + e.Finding.Summary
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", e.Time.UTC().Format("2006-01-02 15:04:05.000"), e.Type, e.Session, e.Tool, what, e.RetryAction)
+	}
+	return tw.Flush()
+}
+
+func sloCommand(args []string, stdout, stderr io.Writer) error {
+	var window, target, mcpServer *string
+	q, _, err := parseQueryFlags("slo", args, stderr, "slo [flags]", func(fs *flag.FlagSet) {
+		window = fs.String("window", "30d", "window back from now (30d, 7d, 1h)")
+		target = fs.String("target", "", "SLO target (default: the server's, 0.999)")
+		mcpServer = fs.String("mcp-server", "", "MCP server name (default: every server)")
+	})
+	if err != nil {
+		return quietHelp(err)
+	}
+	if len(q.positional) > 0 {
+		return &exitError{code: 2, err: fmt.Errorf("slo: unexpected argument %q", q.positional[0])}
+	}
+	params := url.Values{"window": {*window}}
+	if *target != "" {
+		params.Set("target", *target)
+	}
+	if *mcpServer != "" {
+		params.Set("server", *mcpServer)
+	}
+	b, err := q.get("/api/v1/slo", params)
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	if q.format == "json" {
+		stdout.Write(b)
+		return nil
+	}
+	var s api.SLO
+	if err := json.Unmarshal(b, &s); err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	fmt.Fprintf(stdout, "Write durability SLO over %s (%s to %s), target %.4g\n", s.Window, s.Since.UTC().Format(time.RFC3339), s.Until.UTC().Format(time.RFC3339), s.Target)
+	if s.SLI == nil {
+		fmt.Fprintln(stdout, "  SLI: n/a (no write counts toward it)")
+	} else {
+		fmt.Fprintf(stdout, "  SLI: %.5f\n", *s.SLI)
+	}
+	if s.ErrorBudgetRemaining != nil {
+		fmt.Fprintf(stdout, "  error budget remaining: %.1f%%\n", *s.ErrorBudgetRemaining*100)
+	}
+	for _, st := range audit.WriteStates {
+		fmt.Fprintf(stdout, "  %-16s %d\n", st, s.Counts[st])
+	}
+	return nil
+}
+
+func quietHelp(err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	return err
+}
+
+func joinNonEmpty(parts ...string) string {
+	var out []string
+	for _, p := range parts {
+		if p != "" {
+			out = append(out, p)
+		}
+	}
+	return strings.Join(out, " / ")
+}
