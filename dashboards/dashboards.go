@@ -298,6 +298,10 @@ func collector() *dashboard.DashboardBuilder {
 			"Duration of commits to the embedded store, observed by mcpaudit serve.",
 			units.Seconds,
 			quantiles(metrics.StoreCommitSeconds, "", jobMatcher)...)).
+		WithPanel(graph("Ingest to finding latency",
+			"Wall time from the acknowledgement of the call that completed a finding to the finding. The lateness bound holds calls back for reordering and dominates it.",
+			units.Seconds,
+			quantiles(metrics.FindingLatencySeconds, "", jobMatcher)...)).
 		WithPanel(graph("CPU",
 			"CPU time used per second (1 is one full core).",
 			units.PercentUnit,

@@ -43,6 +43,7 @@ type Metrics struct {
 	ingest       *prometheus.CounterVec
 	rejected     *prometheus.CounterVec
 	storeCommit  prometheus.Histogram
+	findingLat   prometheus.Histogram
 
 	knownCode func(string) bool
 	maxTools  int
@@ -86,6 +87,9 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 		storeCommit: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: StoreCommitSeconds, Help: family(StoreCommitSeconds).Help, Buckets: StoreCommitBuckets,
 		}),
+		findingLat: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: FindingLatencySeconds, Help: family(FindingLatencySeconds).Help, Buckets: FindingLatencyBuckets,
+		}),
 		knownCode: opts.KnownCode,
 		maxTools:  opts.MaxToolsPerServer,
 		servers:   map[string]*serverLabels{},
@@ -99,7 +103,7 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{
 		m.calls, m.duration, m.failures, m.writes, m.pending, m.verification,
-		m.findings, m.ingest, m.rejected, m.storeCommit,
+		m.findings, m.ingest, m.rejected, m.storeCommit, m.findingLat,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("cannot register metrics: %w", err)
@@ -298,6 +302,12 @@ func (m *Metrics) IngestRejected(source Source, reason RejectReason, n int) {
 	s := m.source(source)
 	m.ingest.WithLabelValues(s, ResultRejected).Add(float64(n))
 	m.rejected.WithLabelValues(s, reasonLabel(reason)).Add(float64(n))
+}
+
+// ObserveFindingLatency records the wall time from the acknowledgement of a
+// call to the finding it completed.
+func (m *Metrics) ObserveFindingLatency(d time.Duration) {
+	m.findingLat.Observe(d.Seconds())
 }
 
 // ObserveStoreCommit records the duration of one commit to the embedded store.

@@ -33,6 +33,10 @@ const (
 	// StoreCommitSeconds is the latency of one commit to the embedded store.
 	// The serve command observes it through ObserveStoreCommit; analyze does not.
 	StoreCommitSeconds = "mcpaudit_store_commit_seconds"
+	// FindingLatencySeconds is the wall time from the acknowledgement of the
+	// call that completed a finding's evidence to the finding (serve only;
+	// findings made by a closing window are not observed).
+	FindingLatencySeconds = "mcpaudit_finding_latency_seconds"
 )
 
 // Label names.
@@ -106,6 +110,9 @@ var (
 	VerificationBuckets = []float64{0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600}
 	// StoreCommitBuckets cover a local embedded-store commit.
 	StoreCommitBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}
+	// FindingLatencyBuckets span a sub-millisecond detector to one held back
+	// by a long lateness bound.
+	FindingLatencyBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
 )
 
 // Family describes one metric family: docs/metrics.md, the rules and the
@@ -138,6 +145,8 @@ var Families = []Family{
 	{IngestRejectedTotal, "counter", "Rejected records by source and reason.",
 		[]string{LabelSource, LabelReason}},
 	{StoreCommitSeconds, "histogram", "Duration of commits to the embedded store.",
+		nil},
+	{FindingLatencySeconds, "histogram", "Wall time from the acknowledgement of the call that completed a finding to the finding.",
 		nil},
 }
 
