@@ -27,8 +27,8 @@ const (
 )
 
 // DefaultMCPAuditURL is the default of the mcpaudit_url variable; set it to
-// where `mcpaudit serve` answers.
-const DefaultMCPAuditURL = "http://localhost:8080"
+// where `mcpaudit serve` answers (its API port, serve.api_listen, :9464 by default).
+const DefaultMCPAuditURL = "http://localhost:9464"
 
 // Common tags of every dashboard.
 var tags = []string{"generated", "mcpaudit"}
