@@ -193,6 +193,9 @@ type Call struct {
 	TransportError string
 	// Source names where the call came from, for diagnostics ("file:line").
 	Source string
+	// Received is the wall time the live service acknowledged the call;
+	// zero for files. It is not stored.
+	Received time.Time
 }
 
 // Failure is the classification of one failed or uncertain call, or of one

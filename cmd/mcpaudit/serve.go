@@ -144,7 +144,9 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		st.Close()
 		return nil, err
 	}
-	s.pipe, err = pipeline.New(ctx, cfg.Serve.Pipeline, cfg.Detect, cfg.Dialects, tracedStore{st, s.metrics}, log, s.metrics)
+	pcfg := cfg.Serve.Pipeline
+	pcfg.FindingLatency = s.metrics.ObserveFindingLatency
+	s.pipe, err = pipeline.New(ctx, pcfg, cfg.Detect, cfg.Dialects, tracedStore{st, s.metrics}, log, s.metrics)
 	if err != nil {
 		st.Close()
 		return nil, err

@@ -26,6 +26,7 @@ type Detector struct {
 	maxSeen time.Time
 	clock   time.Time // time of the last processed call (the watermark)
 	now     time.Time // the event time of what is being processed
+	current *audit.Call
 	dedupe  dedupe
 
 	// Correlation state.
@@ -80,6 +81,10 @@ func (d *Detector) lateness() time.Duration { return d.cfg.Lateness }
 // caused by replayed calls from new output.
 func (d *Detector) Now() time.Time { return d.now }
 
+// Current returns the call being processed, or nil while windows close on
+// their own (AdvanceTo).
+func (d *Detector) Current() *audit.Call { return d.current }
+
 // Watermark returns the event time up to which calls have been processed.
 func (d *Detector) Watermark() time.Time { return d.clock }
 
@@ -95,7 +100,7 @@ func (d *Detector) Buffered() int { return d.buf.Len() }
 func (d *Detector) AdvanceTo(t time.Time) {
 	d.release(t)
 	if t.After(d.clock) {
-		d.now = t
+		d.now, d.current = t, nil
 		d.expire(t)
 		d.clock = t
 	}
@@ -120,7 +125,7 @@ func (d *Detector) release(watermark time.Time) {
 func (d *Detector) process(b bufCall) {
 	c := b.c
 	b.seen.processed = true
-	d.now = c.Time
+	d.now, d.current = c.Time, c
 	if c.Time.Before(d.clock) {
 		d.Stats.Late++
 	} else {

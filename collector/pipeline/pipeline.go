@@ -35,6 +35,9 @@ type Config struct {
 	QueueCalls int `yaml:"queue_calls"`
 	// CommitEvery is how often detector output is committed. Default 200ms.
 	CommitEvery time.Duration `yaml:"commit_every"`
+	// FindingLatency, if set, is told the wall time from the
+	// acknowledgement of a call to each finding it completes.
+	FindingLatency func(time.Duration) `yaml:"-"`
 }
 
 // NewDefaultConfig returns the defaults.
@@ -96,7 +99,7 @@ func New(ctx context.Context, cfg Config, dcfg detect.Config, dial dialect.Confi
 		flushed: make(chan chan error),
 	}
 	p.readers.New = func() any { return dialect.NewReader(dial) }
-	p.gate = &gate{sinks: sinks, announced: map[writeKey]bool{}}
+	p.gate = &gate{sinks: sinks, announced: map[writeKey]bool{}, latency: cfg.FindingLatency}
 	p.det = detect.New(dcfg, dial, p.gate)
 	p.gate.det = p.det
 	if err := p.recover(ctx); err != nil {
@@ -174,6 +177,10 @@ func (p *Pipeline) Ingest(ctx context.Context, calls []*audit.Call) error {
 	if err := p.store.AppendCalls(ctx, recs); err != nil {
 		p.inflight.Add(-n)
 		return err
+	}
+	now := time.Now()
+	for _, c := range calls {
+		c.Received = now
 	}
 	select {
 	case p.queue <- calls:
@@ -343,6 +350,7 @@ type gate struct {
 	replayUntil time.Time
 	known       map[string]bool
 	announced   map[writeKey]bool // pending writes the sinks have seen
+	latency     func(time.Duration)
 	committedWM time.Time
 
 	writes   map[writeKey]audit.Write
@@ -399,6 +407,9 @@ func (g *gate) Finding(f *audit.Finding) {
 		return
 	}
 	g.findings = append(g.findings, *f)
+	if c := g.det.Current(); c != nil && !c.Received.IsZero() && g.latency != nil {
+		g.latency(time.Since(c.Received))
+	}
 	for _, s := range g.sinks {
 		s.Finding(f)
 	}
