@@ -5,6 +5,7 @@ package canon
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"slices"
 	"strconv"
@@ -125,13 +126,29 @@ func Bytes(raw []byte) []byte {
 // Hash returns a short hex fingerprint of the given parts, each length-
 // prefixed so that no two part lists share a fingerprint by concatenation.
 func Hash(parts ...[]byte) string {
+	// Fingerprints are taken per call and per operation: short inputs are
+	// hashed from a stack buffer in one call, which allocates nothing but
+	// the result; long ones stream through a digest.
+	var stack [512]byte
+	b := stack[:0]
+	for _, p := range parts {
+		if len(b)+8+len(p) > cap(b) {
+			return hashStream(parts)
+		}
+		b = binary.LittleEndian.AppendUint64(b, uint64(len(p)))
+		b = append(b, p...)
+	}
+	sum := sha256.Sum256(b)
+	var out [24]byte
+	hex.Encode(out[:], sum[:12])
+	return string(out[:])
+}
+
+func hashStream(parts [][]byte) string {
 	h := sha256.New()
 	var n [8]byte
 	for _, p := range parts {
-		l := len(p)
-		for i := range n {
-			n[i] = byte(l >> (8 * i))
-		}
+		binary.LittleEndian.PutUint64(n[:], uint64(len(p)))
 		h.Write(n[:])
 		h.Write(p)
 	}
@@ -143,7 +160,12 @@ func Hash(parts ...[]byte) string {
 // input is treated as plain text) by one space and trims both ends. It is
 // how Oddlynew run code is compared: formatting must not change an intent.
 func CollapseSpace(s string) string {
-	out := make([]byte, 0, len(s))
+	return string(AppendCollapsed(make([]byte, 0, len(s)), s))
+}
+
+// AppendCollapsed appends CollapseSpace(s) to dst.
+func AppendCollapsed[T ~string | ~[]byte](dst []byte, s T) []byte {
+	start := len(dst)
 	space := false
 	for i := 0; i < len(s); i++ {
 		c := s[i]
@@ -151,13 +173,13 @@ func CollapseSpace(s string) string {
 			space = true
 			continue
 		}
-		if space && len(out) > 0 {
-			out = append(out, ' ')
+		if space && len(dst) > start {
+			dst = append(dst, ' ')
 		}
 		space = false
-		out = append(out, c)
+		dst = append(dst, c)
 	}
-	return string(out)
+	return dst
 }
 
 // appendString quotes s as strconv.AppendQuote does, without its cost for

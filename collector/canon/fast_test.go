@@ -35,3 +35,22 @@ func TestBytes_KeyOrder(t *testing.T) {
 	f(`{"b":1,"\u0061":2}`, `{"a":2,"b":1}`)
 	f(`{"a\u0000":1,"a":2}`, `{"a":2,"a\x00":1}`)
 }
+
+// TestHash_Stack: hashing from the stack buffer gives what streaming
+// gives, on both sides of the buffer's size.
+func TestHash_Stack(t *testing.T) {
+	f := func(parts ...[]byte) {
+		t.Helper()
+		if got, want := Hash(parts...), hashStream(parts); got != want {
+			t.Errorf("Hash(%d parts) = %s, want %s", len(parts), got, want)
+		}
+	}
+	f()
+	f([]byte("gram_patch"), nil, []byte("x"))
+	for _, n := range []int{480, 487, 488, 489, 496, 504, 505, 600, 5000} {
+		f(make([]byte, 8), make([]byte, n-16))
+	}
+	if got := Hash([]byte("a")); got != "ae6121c88ba555f64c3d8121" {
+		t.Errorf("Hash(a) = %s: fingerprints must not change", got)
+	}
+}

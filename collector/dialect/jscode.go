@@ -9,15 +9,26 @@ type codeCall struct {
 	Tool string // namespace.method, e.g. documents.editDocument
 	Args string // the text between the call's parentheses
 	Pos  int    // byte offset of the call in the code
-	lit  map[string]string
+	lits []literal
+	read bool // lits holds the literals of Args
 }
 
-// Literals returns the string literals of the call's arguments, by key.
-func (c *codeCall) Literals() map[string]string {
-	if c.lit == nil {
-		c.lit = literals(c.Args)
+// literal is one `key: "value"` pair of a call's arguments.
+type literal struct{ key, val string }
+
+// literal returns the first string literal given to key in the call's
+// arguments, or "". Calls have a handful of literals: a list searched
+// from the start costs less than a map.
+func (c *codeCall) literal(key string) string {
+	if !c.read {
+		c.lits, c.read = appendLiterals(c.lits[:0], c.Args), true
 	}
-	return c.lit
+	for _, l := range c.lits {
+		if l.key == key {
+			return l.val
+		}
+	}
+	return ""
 }
 
 // providerNamespaces are the Oddlynew namespaces whose calls are audited.
@@ -26,8 +37,10 @@ var providerNamespaces = []string{"documents", "organizations", "ids"}
 // extractCalls returns the provider calls written in code, in text order.
 // It is a scanner, not a JavaScript parser: it finds `ns.method(` outside
 // string literals and comments and takes the balanced argument text.
-func extractCalls(code string) []codeCall {
-	var calls []codeCall
+func extractCalls(code string) []codeCall { return appendCalls(nil, code) }
+
+// appendCalls appends the provider calls written in code to calls.
+func appendCalls(calls []codeCall, code string) []codeCall {
 	n := len(code)
 	for i := 0; i < n; {
 		c := code[i]
@@ -66,7 +79,8 @@ func extractCalls(code string) []codeCall {
 				}
 				if method != "" && p < n && code[p] == '(' {
 					end := matchParen(code, p)
-					calls = append(calls, codeCall{Tool: ns + "." + method, Args: code[p+1 : end], Pos: i})
+					// code[i:k] is ns + "." + method, without the copy.
+					calls = append(calls, codeCall{Tool: code[i:k], Args: code[p+1 : end], Pos: i})
 					i = p + 1
 					continue
 				}
@@ -130,12 +144,12 @@ func matchParen(s string, open int) int {
 	return len(s)
 }
 
-// literals returns the first string literal given to each key in text:
-// `key: "value"`, with the key bare or quoted and the value in any
+// appendLiterals appends the first string literal given to each key in
+// text: `key: "value"`, with the key bare or quoted and the value in any
 // JavaScript string quotes (template literals without substitutions only).
 // Values keep their escapes as written.
-func literals(text string) map[string]string {
-	out := map[string]string{}
+func appendLiterals(out []literal, text string) []literal {
+	first := len(out)
 	n := len(text)
 	for i := 0; i < n; {
 		c := text[i]
@@ -173,8 +187,12 @@ func literals(text string) map[string]string {
 			end := skipString(text, v)
 			if end <= n && end-v >= 2 && text[end-1] == text[v] {
 				val := text[v+1 : end-1]
-				if _, seen := out[key]; !seen && !(text[v] == '`' && strings.Contains(val, "${")) {
-					out[key] = val
+				seen := false
+				for _, l := range out[first:] {
+					seen = seen || l.key == key
+				}
+				if !seen && !(text[v] == '`' && strings.Contains(val, "${")) {
+					out = append(out, literal{key, val})
 				}
 			}
 			i = end
@@ -196,21 +214,22 @@ func skipSpace(s string, i int) int {
 // changes from one attempt to the next but does not change what is intended.
 // The value is a string literal or an expression up to the next comma,
 // brace or line end.
-func stripWriteBasis(code string) string { return stripProp(code, "writeBasis", true) }
+func stripWriteBasis(code string) string {
+	return string(appendStripped(nil, code, "writeBasis", true))
+}
 
 // stripKey removes the string value given to key, so that two calls that
 // differ only by their idempotency key compare equal.
-func stripKey(text, key string) string { return stripProp(text, key, false) }
+func stripKey(text, key string) string { return string(appendStripped(nil, text, key, false)) }
 
-// stripProp removes the value of every `key:` property in text, keeping
-// "key:". With anyExpr, a value that is not a string literal is removed up
-// to the next comma, closing brace or line end; otherwise only string
-// literal values are removed.
-func stripProp(text, key string, anyExpr bool) string {
+// appendStripped appends text to dst without the value of any `key:`
+// property, keeping "key:". With anyExpr, a value that is not a string
+// literal is removed up to the next comma, closing brace or line end;
+// otherwise only string literal values are removed.
+func appendStripped(dst []byte, text, key string, anyExpr bool) []byte {
 	if !strings.Contains(text, key) {
-		return text
+		return append(dst, text...)
 	}
-	var b strings.Builder
 	n := len(text)
 	last := 0
 	for i := 0; i < n; {
@@ -255,16 +274,12 @@ func stripProp(text, key string, anyExpr bool) string {
 				ve++
 			}
 		}
-		b.WriteString(text[last : k+1])
+		dst = append(dst, text[last:k+1]...)
 		last = ve
 		i = ve
 		if ve == v {
 			i = k + 1
 		}
 	}
-	if last == 0 {
-		return text
-	}
-	b.WriteString(text[last:])
-	return b.String()
+	return append(dst, text[last:]...)
 }

@@ -1,7 +1,8 @@
 package dialect
 
 import (
-	"sort"
+	"cmp"
+	"slices"
 	"strings"
 	"time"
 
@@ -51,6 +52,7 @@ type providerCall struct {
 	outcome string
 	value   *fastjson.Value
 	code    *codeCall
+	taken   bool // the run's result was given to this call
 }
 
 func (r *Reader) oddlynew(c *audit.Call) Analysis {
@@ -62,7 +64,8 @@ func (r *Reader) oddlynew(c *audit.Call) Analysis {
 	a.Outcome = outcome(c, isError)
 
 	code := str(args, "code")
-	calls := extractCalls(code)
+	r.p.calls = appendCalls(r.p.calls[:0], code)
+	calls := r.p.calls
 	hasWrite := false
 	for _, cc := range calls {
 		if oddlynewKind(cc.Tool) == audit.OpWrite {
@@ -88,8 +91,8 @@ func (r *Reader) oddlynew(c *audit.Call) Analysis {
 		return a
 	}
 
-	pcs := ledger(sc, calls)
-	if pcs == nil {
+	pcs, reported := r.ledger(sc, calls)
+	if !reported {
 		// No ledger: the run never answered, was refused before it ran, or
 		// its envelope was not recorded. The code says what it would call.
 		out := outcomeSucceeded
@@ -99,17 +102,22 @@ func (r *Reader) oddlynew(c *audit.Call) Analysis {
 				out = outcomeInFlight
 			}
 		}
+		pcs = r.p.pcs[:0]
 		for i := range calls {
 			pcs = append(pcs, providerCall{seq: i + 1, tool: calls[i].Tool, outcome: out, code: &calls[i]})
 		}
+		r.p.pcs = pcs
 		if len(pcs) == 1 && a.Failure == nil {
 			pcs[0].value = sc.Get("result")
 		}
 	} else if sc.Get("outcomes") == nil {
-		assignResult(pcs, sc.Get("result"))
+		r.assignResult(pcs, sc.Get("result"))
 	}
 
-	collapsed := canon.CollapseSpace(stripWriteBasis(code))
+	// What a run intends is its code, formatting and CAS tokens aside.
+	r.p.strip = appendStripped(r.p.strip[:0], code, "writeBasis", true)
+	r.p.code = canon.AppendCollapsed(r.p.code[:0], r.p.strip)
+	collapsed := r.p.code
 	// The run's failure belongs to the call that failed last; a timeout
 	// belongs to the run and leaves each call its own outcome.
 	failedAt := -1
@@ -149,6 +157,9 @@ func (r *Reader) oddlynew(c *audit.Call) Analysis {
 				op.Failure = &audit.Failure{Code: "failed_but_handled", Action: audit.ActionUnknown}
 			}
 		}
+		if a.Ops == nil {
+			a.Ops = make([]Op, 0, len(pcs))
+		}
 		a.Ops = append(a.Ops, op)
 	}
 	return a
@@ -175,9 +186,10 @@ func runError(sc, res *fastjson.Value) string {
 // ledger returns the provider calls a run reported: outcomes (failed runs,
 // with values, write-capable calls first, so sorted back by seq), else the
 // calls ledger. It matches each to the code call of the same tool in text
-// order. It returns nil when the run reported neither.
-func ledger(sc *fastjson.Value, calls []codeCall) []providerCall {
-	var pcs []providerCall
+// order. reported is false when the run reported neither. The calls live
+// in the reader's scratch space until the next Analyze.
+func (r *Reader) ledger(sc *fastjson.Value, calls []codeCall) (pcs []providerCall, reported bool) {
+	pcs = r.p.pcs[:0]
 	if outs := sc.GetArray("outcomes"); outs != nil {
 		for i, o := range outs {
 			seq := o.GetInt("seq")
@@ -190,24 +202,32 @@ func ledger(sc *fastjson.Value, calls []codeCall) []providerCall {
 			}
 			pcs = append(pcs, pc)
 		}
-		sort.SliceStable(pcs, func(i, j int) bool { return pcs[i].seq < pcs[j].seq })
+		slices.SortStableFunc(pcs, func(a, b providerCall) int { return cmp.Compare(a.seq, b.seq) })
 	} else if rows := sc.GetArray("calls"); rows != nil {
 		for _, row := range rows {
 			n := row.GetInt("count")
 			if n < 1 {
 				n = 1
 			}
+			tool, outcome := str(row, "tool"), str(row, "outcome")
 			for k := 0; k < n; k++ {
-				pcs = append(pcs, providerCall{seq: len(pcs) + 1, tool: str(row, "tool"), outcome: str(row, "outcome")})
+				pcs = append(pcs, providerCall{seq: len(pcs) + 1, tool: tool, outcome: outcome})
 			}
 		}
 	} else {
-		return nil
+		return nil, false
 	}
-	used := map[string]int{}
+	r.p.pcs = pcs
 	for i := range pcs {
+		// The n-th call of a tool is the n-th in the code, or the last
+		// there when the code has fewer.
+		n := 0
+		for j := range i {
+			if pcs[j].tool == pcs[i].tool {
+				n++
+			}
+		}
 		var last *codeCall
-		n := used[pcs[i].tool]
 		for j, k := 0, 0; j < len(calls); j++ {
 			if calls[j].Tool != pcs[i].tool {
 				continue
@@ -218,23 +238,19 @@ func ledger(sc *fastjson.Value, calls []codeCall) []providerCall {
 			}
 			k++
 		}
-		used[pcs[i].tool]++
 		pcs[i].code = last
 	}
-	if pcs == nil {
-		pcs = []providerCall{}
-	}
-	return pcs
+	return pcs, true
 }
 
 // assignResult gives the run's return value to the provider call it came
 // from: the last call whose document, operation or copy it names, else the
 // last call of the run. Arrays and objects of such values are split.
-func assignResult(pcs []providerCall, result *fastjson.Value) {
+func (r *Reader) assignResult(pcs []providerCall, result *fastjson.Value) {
 	if result == nil || len(pcs) == 0 {
 		return
 	}
-	var cands []*fastjson.Value
+	cands := r.p.cands[:0]
 	switch result.Type() {
 	case fastjson.TypeArray:
 		for _, v := range result.GetArray() {
@@ -254,17 +270,18 @@ func assignResult(pcs []providerCall, result *fastjson.Value) {
 			})
 		}
 	}
-	taken := make([]bool, len(pcs))
+	r.p.cands = cands
 	for _, v := range cands {
 		best := -1
-		ids := []string{str(v, "documentId"), str(v, "operationId"), str(v, "copyId"), str(v, "creationId")}
+		ids := [...][]byte{v.GetStringBytes("documentId"), v.GetStringBytes("operationId"), v.GetStringBytes("copyId"), v.GetStringBytes("creationId")}
 		for i := len(pcs) - 1; i >= 0 && best < 0; i-- {
-			if taken[i] || pcs[i].outcome != outcomeSucceeded || pcs[i].code == nil {
+			if pcs[i].taken || pcs[i].outcome != outcomeSucceeded || pcs[i].code == nil {
 				continue
 			}
-			lit := pcs[i].code.Literals()
+			cc := pcs[i].code
 			for _, id := range ids {
-				if id != "" && (lit["documentId"] == id || lit["operationId"] == id || lit["copyId"] == id || lit["creationId"] == id) {
+				if len(id) > 0 && (cc.literal("documentId") == string(id) || cc.literal("operationId") == string(id) ||
+					cc.literal("copyId") == string(id) || cc.literal("creationId") == string(id)) {
 					best = i
 					break
 				}
@@ -272,14 +289,14 @@ func assignResult(pcs []providerCall, result *fastjson.Value) {
 		}
 		if best < 0 && len(cands) == 1 {
 			for i := len(pcs) - 1; i >= 0; i-- {
-				if !taken[i] && pcs[i].outcome == outcomeSucceeded {
+				if !pcs[i].taken && pcs[i].outcome == outcomeSucceeded {
 					best = i
 					break
 				}
 			}
 		}
 		if best >= 0 {
-			taken[best] = true
+			pcs[best].taken = true
 			pcs[best].value = v
 		}
 	}
@@ -296,40 +313,51 @@ func isProviderValue(v *fastjson.Value) bool {
 
 // oddlynewOp builds an Op from a provider call: targets and keys come from
 // its structured value first, then from the literals of its code.
-func (r *Reader) oddlynewOp(pc *providerCall, collapsed string) Op {
+func (r *Reader) oddlynewOp(pc *providerCall, collapsed []byte) Op {
 	op := Op{Seq: pc.seq, Tool: pc.tool, Kind: oddlynewKind(pc.tool)}
-	var lit map[string]string
-	argText := ""
-	if pc.code != nil {
-		lit = pc.code.Literals()
-		argText = pc.code.Args
+	cc := pc.code
+	if cc == nil {
+		cc = &codeCall{read: true}
 	}
 	pick := func(k string) string {
-		if s := str(pc.value, k); s != "" {
-			return s
+		lit := cc.literal(k)
+		if b := pc.value.GetStringBytes(k); len(b) > 0 {
+			if string(b) == lit {
+				return lit // the same text, already a string
+			}
+			return string(b)
 		}
-		return lit[k]
+		return lit
 	}
+	// withoutKey is the call's argument text without its key, collapsed:
+	// what a re-send under a new key leaves unchanged.
+	withoutKey := func(key string) []byte {
+		r.p.strip = appendStripped(r.p.strip[:0], cc.Args, key, false)
+		r.p.text = canon.AppendCollapsed(r.p.text[:0], r.p.strip)
+		return r.p.text
+	}
+	tool := []byte(pc.tool)
 	op.Target = pick("documentId")
 	switch pc.tool {
 	case toolCreate:
 		op.Key, op.KeyKind = pick("creationId"), "creationId"
 		op.KeyProtected = op.Key != ""
-		title, typ := lit["title"], lit["type"]
+		title, typ := cc.literal("title"), cc.literal("type")
 		if title == "" && typ == "" {
 			title, typ = str(pc.value, "title"), str(pc.value, "type")
 		}
+		args := withoutKey("creationId")
 		if title != "" || typ != "" {
 			op.Identity = canon.Hash([]byte(title), []byte(typ))
 		} else {
-			op.Identity = canon.Hash([]byte(canon.CollapseSpace(stripKey(argText, "creationId"))))
+			op.Identity = canon.Hash(args)
 		}
-		op.Binding = canon.Hash([]byte(pc.tool), []byte(canon.CollapseSpace(stripKey(argText, "creationId"))))
-		op.Intent = canon.Hash([]byte(pc.tool), []byte(op.Key), []byte(collapsed))
+		op.Binding = canon.Hash(tool, args)
+		op.Intent = canon.Hash(tool, []byte(op.Key), collapsed)
 	case toolPlan:
 		op.Key, op.KeyKind = pick("copyId"), "copyId"
 		op.Target = pick("sourceDocumentId")
-		op.Binding = canon.Hash([]byte(pc.tool), []byte(canon.CollapseSpace(stripKey(argText, "copyId"))))
+		op.Binding = canon.Hash(tool, withoutKey("copyId"))
 	case toolApply:
 		op.Key, op.KeyKind = pick("operationId"), "operationId"
 		op.KeyProtected = op.Key != ""
@@ -343,9 +371,9 @@ func (r *Reader) oddlynewOp(pc *providerCall, collapsed string) Op {
 		}
 	case toolArchive, toolRestore:
 		op.Protected = true
-		op.Intent = canon.Hash([]byte(pc.tool), []byte(op.Target), []byte(collapsed))
+		op.Intent = canon.Hash(tool, []byte(op.Target), collapsed)
 	case toolEdit, toolSettings, toolEnvelope, toolRepair:
-		op.Intent = canon.Hash([]byte(pc.tool), []byte(op.Target), []byte(collapsed))
+		op.Intent = canon.Hash(tool, []byte(op.Target), collapsed)
 	}
 	return op
 }

@@ -9,10 +9,18 @@ import (
 	"github.com/valyala/fastjson"
 )
 
-// parsers holds reusable JSON parsers, one per document kept alive at once.
+// parsers holds reusable JSON parsers, one per document kept alive at once,
+// and scratch space that lives for one Analyze.
 type parsers struct {
 	args, result, data fastjson.Parser
 	buf                []byte
+	// Oddlynew runs: the code's calls, the run's provider calls, the
+	// candidates for its result, and the code with and without keys.
+	calls      []codeCall
+	pcs        []providerCall
+	cands      []*fastjson.Value
+	code, text []byte
+	strip      []byte
 }
 
 // parse returns the parsed value of raw, or nil when raw is empty or not
@@ -29,12 +37,39 @@ func parse(p *fastjson.Parser, raw []byte) *fastjson.Value {
 }
 
 // str returns the string at keys, or "" when absent or not a string.
+// The words the dialects know (tool names, states, outcomes) come back as
+// constants rather than copies.
 func str(v *fastjson.Value, keys ...string) string {
 	if v == nil {
 		return ""
 	}
-	return string(v.GetStringBytes(keys...))
+	b := v.GetStringBytes(keys...)
+	if len(b) == 0 {
+		return ""
+	}
+	if w, ok := words[string(b)]; ok {
+		return w
+	}
+	return string(b)
 }
+
+// words are the values that recur in every response; str returns them
+// without allocating.
+var words = func() map[string]string {
+	m := map[string]string{}
+	for _, w := range []string{
+		toolCreate, toolEdit, toolSettings, toolEnvelope, toolArchive, toolRestore, toolRepair,
+		toolPlan, toolApply, toolGet, toolReceipt,
+		outcomeSucceeded, outcomeHandled, outcomeInFlight,
+		"synced", "pending", "blocked", "saved", "created", "alreadyBootstrapped",
+		"ready", "applying", "completed", "expired", "failed", "done",
+		"create_new_plan", "retry_apply", "wait_then_retry_apply", "apply",
+		"ok", "journal_corrupt", "document_size_limit",
+	} {
+		m[w] = w
+	}
+	return m
+}()
 
 // rpcFailure classifies a JSON-RPC error response.
 func (r *Reader) rpcFailure(c *audit.Call) *audit.Failure {
