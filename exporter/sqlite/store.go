@@ -183,7 +183,7 @@ var schema = []string{
 		body     BLOB    NOT NULL  -- codec byte, then compressed JSON (findingBody)
 	) WITHOUT ROWID, STRICT`,
 	`CREATE INDEX findings_time ON findings (time, id)`,
-	`CREATE INDEX findings_document ON findings (document, time) WHERE document != ''`,
+	`CREATE INDEX findings_document ON findings (document, time)`,
 	`CREATE TABLE meta (
 		key   TEXT PRIMARY KEY,
 		value ANY
