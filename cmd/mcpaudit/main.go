@@ -21,6 +21,7 @@ commands:
   timeline  show every call, write state and finding on one document
   slo       show the write-durability SLI and the error budget
   config    config validate FILE: check a configuration file
+  loadgen   drive a running server with generated traffic and report throughput
   rules     print the Prometheus alert and recording rules
   version   print the version
 
@@ -66,6 +67,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = timelineCommand(args[1:], stdout, stderr)
 	case "slo":
 		err = sloCommand(args[1:], stdout, stderr)
+	case "loadgen":
+		err = loadgenCommand(ctx, args[1:], stdout, stderr)
 	case "config":
 		err = configCommand(args[1:], stdout, stderr)
 	case "rules":
