@@ -32,10 +32,15 @@ type Detector struct {
 	// Correlation state.
 	docs      map[docKey]*docState
 	keys      map[keyKey]*keyState
-	creates   map[createKey][]*createRec
+	creates   map[createKey]*createList
 	failed    map[string]*failedReq
 	deadlines writeHeap
 	lastSweep time.Time
+	// The correlation maps' keys in the order their entries age, for sweep.
+	docQ    expiry[docKey]
+	keyQ    expiry[keyKey]
+	createQ expiry[createKey]
+	failedQ expiry[string]
 
 	// Stats summarizes what was processed.
 	Stats Stats
@@ -51,7 +56,7 @@ func New(cfg Config, dc dialect.Config, sinks ...audit.Sink) *Detector {
 		dedupe:  newDedupe(),
 		docs:    map[docKey]*docState{},
 		keys:    map[keyKey]*keyState{},
-		creates: map[createKey][]*createRec{},
+		creates: map[createKey]*createList{},
 		failed:  map[string]*failedReq{},
 		Stats:   newStats(),
 	}
@@ -211,6 +216,7 @@ type docState struct {
 	proof     []*writeRec
 	integrity time.Time // when integrity was last reported
 	last      time.Time
+	queue     stamp // in Detector.docQ
 }
 
 // keyState is what is remembered about one idempotency key.
@@ -223,6 +229,7 @@ type keyState struct {
 	lease       lease
 	blocked     *blockedPlan
 	last        time.Time
+	queue       stamp // in Detector.keyQ
 }
 
 type lease struct {
@@ -238,6 +245,12 @@ type blockedPlan struct {
 	binding  string
 	action   audit.RetryAction
 	reported bool
+}
+
+// createList holds the creates of one actor and identity.
+type createList struct {
+	recs  []*createRec
+	queue stamp // in Detector.createQ
 }
 
 // createRec remembers a create for duplicate and blind re-create checks.
@@ -275,6 +288,9 @@ func (d *Detector) doc(scope, target string, t time.Time) *docState {
 		d.docs[k] = s
 	}
 	s.last = t
+	if s.queue.needs(t) {
+		d.docQ.push(k, s.queue.set(t))
+	}
 	return s
 }
 
@@ -286,6 +302,9 @@ func (d *Detector) key(scope, kind, key string, t time.Time) *keyState {
 		d.keys[k] = s
 	}
 	s.last = t
+	if s.queue.needs(t) {
+		d.keyQ.push(k, s.queue.set(t))
+	}
 	return s
 }
 
@@ -307,11 +326,15 @@ func (d *Detector) read(ev *event, op *dialect.Op) {
 	if op.Target == "" {
 		return
 	}
-	ds, ok := d.docs[docKey{ev.scope, op.Target}]
+	dk := docKey{ev.scope, op.Target}
+	ds, ok := d.docs[dk]
 	if !ok {
 		return
 	}
 	ds.last = t
+	if ds.queue.needs(t) {
+		d.docQ.push(dk, ds.queue.set(t))
+	}
 	for _, w := range ds.uncertain {
 		if w.actor == ev.actor && !w.readSince {
 			w.readSince = true
@@ -503,7 +526,7 @@ func (d *Detector) checkCreate(ev *event, op *dialect.Op, w *writeRec, replay bo
 	found := false
 	if isCreated && !replay {
 		for _, k := range keys {
-			for _, r := range d.creates[k] {
+			for _, r := range d.creates[k].list() {
 				if found || !r.created || r.w.CallID == w.CallID || !within(r.w.Time, t, d.cfg.CorrelationWindow) {
 					continue
 				}
@@ -521,7 +544,15 @@ func (d *Detector) checkCreate(ev *event, op *dialect.Op, w *writeRec, replay bo
 		}
 	}
 	for _, k := range keys {
-		d.creates[k] = append(d.creates[k], &createRec{w: w, created: isCreated})
+		l := d.creates[k]
+		if l == nil {
+			l = &createList{}
+			d.creates[k] = l
+		}
+		l.recs = append(l.recs, &createRec{w: w, created: isCreated})
+		if l.queue.needs(t) {
+			d.createQ.push(k, l.queue.set(t))
+		}
 	}
 	return found
 }
@@ -534,7 +565,7 @@ func (d *Detector) checkUnsafe(ev *event, op *dialect.Op, w *writeRec, ds *docSt
 	var prior *writeRec
 	if op.Tool == "documents.createDocument" {
 		for _, k := range []createKey{{ev.scope, ev.actor, op.Identity}} {
-			for _, r := range d.creates[k] {
+			for _, r := range d.creates[k].list() {
 				u := r.w
 				if u != w && u.op.Status == audit.OpUncertain && !u.readSince && !u.unsafe && u.Key != op.Key &&
 					within(u.Time, t, d.cfg.CorrelationWindow) {
@@ -707,6 +738,7 @@ func (d *Detector) checkWasted(ev *event, a *dialect.Analysis) {
 		return
 	}
 	d.failed[h] = &failedReq{callID: c.ID, time: t, code: f.Code, action: f.Action}
+	d.failedQ.push(h, t)
 }
 
 // checkIntegrity reports corruption the server reported.
@@ -788,45 +820,105 @@ func (d *Detector) emit(f *audit.Finding) {
 }
 
 // sweep forgets correlation state older than the correlation window, so
-// that memory follows the open state, not the input.
+// that memory follows the open state, not the input. It visits only the
+// entries that hold a time older than the horizon (see expiry): the others
+// would be left as they are.
 func (d *Detector) sweep() {
 	if d.clock.Sub(d.lastSweep) < d.cfg.CorrelationWindow/4 {
 		return
 	}
 	d.lastSweep = d.clock
 	horizon := d.clock.Add(-d.cfg.CorrelationWindow)
-	for k, s := range d.docs {
+	// Entries that stay are queued again after the loop, at their earliest
+	// time, which may still be before the horizon: a pending write keeps
+	// its document's entry visited at every sweep. Until then they count as
+	// not queued, so that a second place in the queue is skipped.
+	type left struct {
+		key docKey
+		s   *docState
+		at  time.Time
+	}
+	var docsLeft []left
+	for {
+		k, at, ok := d.docQ.popBefore(horizon)
+		if !ok {
+			break
+		}
+		s := d.docs[k]
+		if s == nil || !s.queue.is(at) {
+			continue // the entry was dropped or queued again since
+		}
+		s.queue.queued = false
 		if s.last.Before(horizon) && len(s.proof) == 0 {
 			delete(d.docs, k)
 			continue
 		}
+		first := s.last
 		for i, w := range s.accepted {
 			if w.Time.Before(horizon) {
 				delete(s.accepted, i)
+			} else if w.Time.Before(first) {
+				first = w.Time
 			}
 		}
 		s.uncertain = dropOld(s.uncertain, horizon)
+		docsLeft = append(docsLeft, left{k, s, earliest(first, s.uncertain)})
 	}
-	for k, s := range d.keys {
-		if s.last.Before(horizon) {
-			delete(d.keys, k)
+	for _, l := range docsLeft {
+		d.docQ.push(l.key, l.s.queue.set(l.at))
+	}
+	for {
+		k, at, ok := d.keyQ.popBefore(horizon)
+		if !ok {
+			break
 		}
-	}
-	for k, rs := range d.creates {
-		kept := rs[:0]
-		for _, r := range rs {
-			if !r.w.Time.Before(horizon) {
-				kept = append(kept, r)
+		// Queued again at its last use, which is after the horizon, a key
+		// stays out of this sweep.
+		if s := d.keys[k]; s != nil && s.queue.is(at) {
+			if s.last.Before(horizon) {
+				delete(d.keys, k)
+			} else {
+				d.keyQ.push(k, s.queue.set(s.last))
 			}
 		}
+	}
+	for {
+		// Queued again at its earliest create, which is after the horizon,
+		// a list stays out of this sweep.
+		k, at, ok := d.createQ.popBefore(horizon)
+		if !ok {
+			break
+		}
+		l := d.creates[k]
+		if l == nil || !l.queue.is(at) {
+			continue
+		}
+		kept := l.recs[:0]
+		var first time.Time
+		for _, r := range l.recs {
+			if !r.w.Time.Before(horizon) {
+				kept = append(kept, r)
+				if len(kept) == 1 || r.w.Time.Before(first) {
+					first = r.w.Time
+				}
+			}
+		}
+		clear(l.recs[len(kept):])
+		l.recs = kept
 		if len(kept) == 0 {
 			delete(d.creates, k)
 		} else {
-			d.creates[k] = kept
+			d.createQ.push(k, l.queue.set(first))
 		}
 	}
-	for k, f := range d.failed {
-		if f.time.Before(horizon) {
+	for {
+		k, at, ok := d.failedQ.popBefore(horizon)
+		if !ok {
+			break
+		}
+		// A failed request's time never changes: a newer one under the same
+		// hash is queued at its own time.
+		if f := d.failed[k]; f != nil && f.time.Equal(at) {
 			delete(d.failed, k)
 		}
 	}

@@ -74,8 +74,16 @@ func (h *writeHeap) Pop() any {
 // (server, session, JSON-RPC id, request) within one second, or the same
 // (trace_id, span_id).
 type dedupe struct {
-	byReq  map[string][]*seenCall
+	byReq  map[string]*seenList
 	bySpan map[string]*seenCall
+	// The keys of both in the order their entries age, for sweep.
+	reqQ, spanQ expiry[string]
+}
+
+// seenList holds the observations of one request.
+type seenList struct {
+	calls []*seenCall
+	queue stamp // in dedupe.reqQ
 }
 
 type seenCall struct {
@@ -84,7 +92,7 @@ type seenCall struct {
 }
 
 func newDedupe() dedupe {
-	return dedupe{byReq: map[string][]*seenCall{}, bySpan: map[string]*seenCall{}}
+	return dedupe{byReq: map[string]*seenList{}, bySpan: map[string]*seenCall{}}
 }
 
 // reqKey is the request part of the duplicate key; calls built without a
@@ -106,8 +114,9 @@ func (d *dedupe) seen(c *audit.Call) *seenCall {
 		dup = d.bySpan[c.TraceID+c.SpanID]
 	}
 	rk := reqKey(c)
-	if dup == nil {
-		for _, s := range d.byReq[rk] {
+	l := d.byReq[rk]
+	if dup == nil && l != nil {
+		for _, s := range l.calls {
 			dt := c.Time.Sub(s.c.Time)
 			if dt < 0 {
 				dt = -dt
@@ -129,30 +138,61 @@ func (d *dedupe) seen(c *audit.Call) *seenCall {
 		return nil
 	}
 	s := &seenCall{c: c}
-	d.byReq[rk] = append(d.byReq[rk], s)
+	if l == nil {
+		l = &seenList{}
+		d.byReq[rk] = l
+	}
+	l.calls = append(l.calls, s)
+	if l.queue.needs(c.Time) {
+		d.reqQ.push(rk, l.queue.set(c.Time))
+	}
 	if c.TraceID != "" && c.SpanID != "" {
-		d.bySpan[c.TraceID+c.SpanID] = s
+		k := c.TraceID + c.SpanID
+		d.bySpan[k] = s
+		d.spanQ.push(k, c.Time)
 	}
 	return s
 }
 
-// sweep forgets observations older than horizon.
+// sweep forgets observations older than horizon. Like the detector's
+// sweep, it visits only the entries that may hold one.
 func (d *dedupe) sweep(horizon time.Time) {
-	for k, ss := range d.byReq {
-		kept := ss[:0]
-		for _, s := range ss {
+	for {
+		k, at, ok := d.reqQ.popBefore(horizon)
+		if !ok {
+			break
+		}
+		l := d.byReq[k]
+		if l == nil || !l.queue.is(at) {
+			continue
+		}
+		kept := l.calls[:0]
+		var first time.Time
+		for _, s := range l.calls {
 			if !s.c.Time.Before(horizon) {
 				kept = append(kept, s)
+				if len(kept) == 1 || s.c.Time.Before(first) {
+					first = s.c.Time
+				}
 			}
 		}
+		clear(l.calls[len(kept):])
+		l.calls = kept
 		if len(kept) == 0 {
 			delete(d.byReq, k)
 		} else {
-			d.byReq[k] = kept
+			// Queued again after the horizon: out of this sweep.
+			d.reqQ.push(k, l.queue.set(first))
 		}
 	}
-	for k, s := range d.bySpan {
-		if s.c.Time.Before(horizon) {
+	for {
+		k, _, ok := d.spanQ.popBefore(horizon)
+		if !ok {
+			break
+		}
+		// A span is stored once, at its call's time; a later one under the
+		// same ids, stored after this one was dropped, is queued apart.
+		if s := d.bySpan[k]; s != nil && s.c.Time.Before(horizon) {
 			delete(d.bySpan, k)
 		}
 	}
