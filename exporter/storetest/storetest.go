@@ -753,9 +753,11 @@ func testTimeline(t *testing.T, s audit.Store) {
 	w := write(patch.Call.ID, 0, 2, audit.StateUnverified, "a.gram")
 	w.Reason, w.Action = audit.ReasonNoResponse, audit.ActionVerifyThenDecide
 	wb := write(elsewhere.Call.ID, 0, 4, audit.StateDurable, "b.gram")
+	// A call on both documents whose write is on the other one only.
+	wr := write(reread.Call.ID, 1, 3, audit.StateDurable, "b.gram")
 	double := finding(audit.KindDoubleAppliedWrite, 3, "a.gram", patch.Call.ID, reread.Call.ID)
 	onB := finding(audit.KindUnsafeRetry, 4, "b.gram", elsewhere.Call.ID)
-	commit(t, s, audit.Results{Writes: []audit.Write{w, wb}, Findings: []audit.Finding{onB, double}})
+	commit(t, s, audit.Results{Writes: []audit.Write{w, wb, wr}, Findings: []audit.Finding{onB, double}})
 
 	callEv := func(r audit.CallRecord) timelineView {
 		v := timelineView{Type: audit.EventCall, Time: r.Call.Time, CallID: r.Call.ID, Outcome: r.Outcome}
