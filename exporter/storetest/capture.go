@@ -17,9 +17,8 @@ import (
 // Collector is an audit.Sink that keeps the detector's output as Results:
 // the latest state of every write and every finding, copied.
 type Collector struct {
-	writes   map[string]int // (call, seq) → index in Results.Writes
-	Results  audit.Results
-	Findings int
+	writes  map[string]int // (call, seq) → index in Results.Writes
+	Results audit.Results
 }
 
 var _ audit.Sink = (*Collector)(nil)
