@@ -109,6 +109,64 @@ func keysAscending(o *fastjson.Object) bool {
 	return ok
 }
 
+// maxDepth is the deepest nesting Canonical follows.
+const maxDepth = 32
+
+// Canonical reports whether raw, JSON text that fastjson accepts, is
+// already its own canonical form, so that it can stand for Append of its
+// value without a parse: no white space outside strings, object keys in
+// strictly ascending order (so none repeats), and strings of printable
+// ASCII without escapes. It may say no to canonical text (deep nesting,
+// non-ASCII strings); it never says yes to other text.
+func Canonical(raw []byte) bool {
+	// prev holds the last key of each open object, nil before the first.
+	var prev [maxDepth][]byte
+	var inObject [maxDepth]bool
+	depth, wantKey := 0, false
+	for i := 0; i < len(raw); {
+		switch c := raw[i]; c {
+		case '{', '[':
+			if depth == maxDepth {
+				return false
+			}
+			prev[depth], inObject[depth] = nil, c == '{'
+			depth++
+			wantKey = c == '{'
+			i++
+		case '}', ']':
+			depth--
+			wantKey = false
+			i++
+		case ',':
+			wantKey = depth > 0 && inObject[depth-1]
+			i++
+		case '"':
+			j := i + 1
+			for j < len(raw) && raw[j] >= 0x20 && raw[j] < 0x7f && raw[j] != '"' && raw[j] != '\\' {
+				j++
+			}
+			if j == len(raw) || raw[j] != '"' {
+				return false // an escape, a control byte or non-ASCII
+			}
+			if wantKey {
+				key := raw[i+1 : j]
+				if p := prev[depth-1]; p != nil && string(p) >= string(key) {
+					return false
+				}
+				prev[depth-1], wantKey = key, false
+			}
+			i = j + 1
+		case ' ', '\t', '\n', '\r':
+			return false
+		default:
+			// ':' and the text of numbers and literals, which both forms
+			// keep as written.
+			i++
+		}
+	}
+	return depth == 0
+}
+
 // Bytes parses raw JSON and returns its canonical form. Invalid or empty
 // input is returned unchanged, so that it still compares byte for byte.
 func Bytes(raw []byte) []byte {
@@ -185,48 +243,58 @@ func AppendCollapsed[T ~string | ~[]byte](dst []byte, s T) []byte {
 // appendString quotes s as strconv.AppendQuote does, without its cost for
 // ASCII strings, which are most strings.
 func appendString(dst, s []byte) []byte {
-	plain := true
 	for _, c := range s {
 		if c >= 0x80 {
 			return strconv.AppendQuote(dst, string(s))
 		}
-		if c < 0x20 || c == 0x7f || c == '"' || c == '\\' {
-			plain = false
-		}
 	}
 	dst = append(dst, '"')
-	if plain {
-		dst = append(dst, s...)
-		return append(dst, '"')
-	}
-	// The escapes strconv uses for ASCII: backslash escapes where Go has
-	// one, \xNN for other control bytes.
-	const hex = "0123456789abcdef"
-	for _, c := range s {
-		switch c {
-		case '"', '\\':
-			dst = append(dst, '\\', c)
-		case '\a':
-			dst = append(dst, '\\', 'a')
-		case '\b':
-			dst = append(dst, '\\', 'b')
-		case '\f':
-			dst = append(dst, '\\', 'f')
-		case '\n':
-			dst = append(dst, '\\', 'n')
-		case '\r':
-			dst = append(dst, '\\', 'r')
-		case '\t':
-			dst = append(dst, '\\', 't')
-		case '\v':
-			dst = append(dst, '\\', 'v')
-		default:
-			if c < 0x20 || c == 0x7f {
-				dst = append(dst, '\\', 'x', hex[c>>4], hex[c&0xf])
-			} else {
-				dst = append(dst, c)
-			}
+	for i := 0; i < len(s); {
+		// Copy the run of bytes that need no escape in one append.
+		j := i
+		for j < len(s) && !needsEscape[s[j]] {
+			j++
 		}
+		dst = append(dst, s[i:j]...)
+		if j == len(s) {
+			break
+		}
+		dst = appendEscaped(dst, s[j])
+		i = j + 1
 	}
 	return append(dst, '"')
+}
+
+// needsEscape marks the ASCII bytes that strconv escapes.
+var needsEscape = func() (t [256]bool) {
+	for c := 0; c < 0x20; c++ {
+		t[c] = true
+	}
+	t[0x7f], t['"'], t['\\'] = true, true, true
+	return t
+}()
+
+// appendEscaped appends the escape strconv uses for the ASCII byte c: a
+// backslash escape where Go has one, else \xNN.
+func appendEscaped(dst []byte, c byte) []byte {
+	switch c {
+	case '"', '\\':
+		return append(dst, '\\', c)
+	case '\a':
+		return append(dst, '\\', 'a')
+	case '\b':
+		return append(dst, '\\', 'b')
+	case '\f':
+		return append(dst, '\\', 'f')
+	case '\n':
+		return append(dst, '\\', 'n')
+	case '\r':
+		return append(dst, '\\', 'r')
+	case '\t':
+		return append(dst, '\\', 't')
+	case '\v':
+		return append(dst, '\\', 'v')
+	}
+	const hex = "0123456789abcdef"
+	return append(dst, '\\', 'x', hex[c>>4], hex[c&0xf])
 }

@@ -54,3 +54,32 @@ func TestHash_Stack(t *testing.T) {
 		t.Errorf("Hash(a) = %s: fingerprints must not change", got)
 	}
 }
+
+// TestCanonical: text Canonical accepts is what Bytes makes of it.
+func TestCanonical(t *testing.T) {
+	f := func(in string, want bool) {
+		t.Helper()
+		got := Canonical([]byte(in))
+		if got != want {
+			t.Errorf("Canonical(%s) = %v, want %v", in, got, want)
+		}
+		if got && string(Bytes([]byte(in))) != in {
+			t.Errorf("Canonical(%s), but Bytes gives %s", in, Bytes([]byte(in)))
+		}
+	}
+	f(`{"a":1,"b":[true,null,"x",{"c":-1.5e3,"d":{}}],"e":[]}`, true)
+	f(`{"":1,"a":2}`, true)
+	f(`[{},"x",{"b":1,"a":2}]`, false)
+	f(`[{},"x",{"a":1,"b":2}]`, true)
+	f(`{"b":1,"a":2}`, false)
+	f(`{"a":1,"a":1}`, false)
+	f(`{"":1,"":2}`, false)
+	f(`{"a": 1}`, false)
+	f(`{"a":"x\ny"}`, false)
+	f(`{"a":"\u003e"}`, false)
+	f(`{"a":"é"}`, false)
+	f(`"plain"`, true)
+	f(`12`, true)
+	f(`{"a":{"z":1},"b":{"y":1}}`, true)
+	f(`{"a":{"z":1},"b":{"y":1,"x":2}}`, false)
+}

@@ -97,12 +97,16 @@ func skipSpace(b []byte, i int) int {
 // stringEnd returns the index after the string whose opening quote is at i.
 func stringEnd(b []byte, i int) int {
 	for j := i + 1; j < len(b); j++ {
-		switch b[j] {
-		case '\\':
+		for j < len(b) && !stringStop[b[j]] {
 			j++
-		case '"':
+		}
+		if j == len(b) {
+			break
+		}
+		if b[j] == '"' {
 			return j + 1
 		}
+		j++ // the byte after a backslash
 	}
 	return len(b)
 }
@@ -118,13 +122,19 @@ func valueEnd(b []byte, i int) int {
 	case '{', '[':
 		depth := 0
 		for i < len(b) {
+			for i < len(b) && !structural[b[i]] {
+				i++
+			}
+			if i == len(b) {
+				break
+			}
 			switch b[i] {
 			case '"':
 				i = stringEnd(b, i)
 				continue
 			case '{', '[':
 				depth++
-			case '}', ']':
+			default: // '}', ']'
 				depth--
 				if depth == 0 {
 					return i + 1
@@ -136,12 +146,23 @@ func valueEnd(b []byte, i int) int {
 	}
 	// A number or a literal (true, false, null, and the NaN and Inf that
 	// fastjson accepts) ends at a delimiter.
-	for i < len(b) {
-		switch b[i] {
-		case ',', '}', ']', ' ', '\n', '\t', '\r':
-			return i
-		}
+	for i < len(b) && !delimiter[b[i]] {
 		i++
 	}
-	return len(b)
+	return i
+}
+
+// Byte classes for the scans: tables cost one load per byte where a switch
+// costs several branches.
+var (
+	stringStop = byteSet(`"\`)
+	structural = byteSet(`"{}[]`)
+	delimiter  = byteSet(",}] \n\t\r")
+)
+
+func byteSet(s string) (t [256]bool) {
+	for i := 0; i < len(s); i++ {
+		t[s[i]] = true
+	}
+	return t
 }

@@ -34,7 +34,7 @@ func (e *RecordError) Error() string {
 // safe for concurrent use, and the Call it returns does not alias data.
 type RecordParser struct {
 	p fastjson.Parser
-	// canon holds the canonical arguments while the ids are computed.
+	// canon holds canonical arguments while the ids are computed.
 	canon []byte
 	// text gathers the call's text fields; see texts.
 	text texts
@@ -200,12 +200,19 @@ func (rp *RecordParser) Parse(data []byte, source string, line int) (*audit.Call
 	c.Tool = tx.get(toolSpan)
 	c.Arguments, c.Result = rawArgsResult(data, args, result)
 
-	rp.canon = rp.canon[:0]
-	if c.Arguments != nil {
-		rp.canon = canon.Append(rp.canon, args)
+	// Arguments sent sorted and compact, as most encoders send them, are
+	// their own canonical form.
+	canonical := rp.canon[:0]
+	switch {
+	case c.Arguments == nil:
+	case canon.Canonical(c.Arguments):
+		canonical = c.Arguments
+	default:
+		rp.canon = canon.Append(rp.canon[:0], args)
+		canonical = rp.canon
 	}
-	c.ID = audit.StableID(c.Server, c.Session, c.RPCID, c.Time, c.Tool, rp.canon)
-	c.Fingerprint = audit.Fingerprint(c.Server, c.Session, c.RPCID, c.Tool, rp.canon)
+	c.ID = audit.StableID(c.Server, c.Session, c.RPCID, c.Time, c.Tool, canonical)
+	c.Fingerprint = audit.Fingerprint(c.Server, c.Session, c.RPCID, c.Tool, canonical)
 	return c, nil
 }
 
