@@ -168,7 +168,12 @@ func convertSpan(sp ptrace.Span, service, rtenant string) (*audit.Call, bool, st
 		}
 		c.Error = &audit.RPCError{Code: code, Message: msg}
 		c.Responded = true
-	case errType != "" && errType != "tool_error":
+	case errType == "tool_error":
+		// A tool error whose result was not recorded: the call answered
+		// with isError, content unknown.
+		c.Result = []byte(`{"isError":true}`)
+		c.Responded = true
+	case errType != "":
 		c.TransportError = errType
 	case sp.Status().Code() == ptrace.StatusCodeError && errType == "":
 		// An error status with nothing else: the instrumentation saw the

@@ -41,6 +41,8 @@ func TestConvert(t *testing.T) {
 	er.Status().SetMessage("Thegram answered HTTP 502 with no body")
 	// a transport error
 	span(ss, ptrace.SpanKindServer, map[string]any{"mcp.method.name": "tools/call", "gen_ai.tool.name": "gram_patch", "error.type": "timeout"})
+	// a tool error without the opt-in result
+	span(ss, ptrace.SpanKindServer, map[string]any{"mcp.method.name": "tools/call", "gen_ai.tool.name": "gram_patch", "error.type": "tool_error"})
 	// not a tools/call
 	span(ss, ptrace.SpanKindServer, map[string]any{"mcp.method.name": "tools/list"})
 	// unusable tools/call spans
@@ -52,10 +54,10 @@ func TestConvert(t *testing.T) {
 	span(cs.ScopeSpans().AppendEmpty(), ptrace.SpanKindClient, map[string]any{"mcp.method.name": "tools/call", "gen_ai.tool.name": "run", "server.address": "oddlynew"})
 
 	res := Convert(td, "f:")
-	if res.Ignored != 1 || len(res.Rejected) != 2 || len(res.Calls) != 5 {
+	if res.Ignored != 1 || len(res.Rejected) != 2 || len(res.Calls) != 6 {
 		t.Fatalf("ignored %d rejected %v calls %d", res.Ignored, res.Rejected, len(res.Calls))
 	}
-	if !strings.HasPrefix(res.Rejected[0].Error(), "resourceSpans[0].scopeSpans[0].spans[5]: ") {
+	if !strings.HasPrefix(res.Rejected[0].Error(), "resourceSpans[0].scopeSpans[0].spans[6]: ") {
 		t.Errorf("rejected path: %v", res.Rejected[0])
 	}
 	c := res.Calls
@@ -71,8 +73,11 @@ func TestConvert(t *testing.T) {
 	if c[3].TransportError != "timeout" || c[3].Responded {
 		t.Errorf("timeout span: %+v", c[3])
 	}
-	if c[4].Server != "oddlynew" || c[4].Client != "agent-7" {
-		t.Errorf("client span: %+v", c[4])
+	if !c[4].Responded || string(c[4].Result) != `{"isError":true}` {
+		t.Errorf("tool error span: %+v", c[4])
+	}
+	if c[5].Server != "oddlynew" || c[5].Client != "agent-7" {
+		t.Errorf("client span: %+v", c[5])
 	}
 	for _, x := range c {
 		if x.ID == "" || x.TraceID == "" || x.SpanID == "" {
