@@ -167,17 +167,17 @@ func scanFinding(rows driver.Rows) (findingRow, error) {
 
 func scanWrite(rows driver.Rows) (writeRow, error) {
 	var r writeRow
-	var t, st time.Time
+	var t time.Time
 	err := rows.Scan(&r.Tenant, &r.Server, &r.Document, &t, &r.TimeNanos, &r.CallID, &r.Seq, &r.Session,
-		&r.Tool, &r.Key, &r.State, &r.Reason, &r.Action, &st, &r.StateNanos, &r.Version)
-	r.Time, r.StateTime = t.Unix(), st.Unix()
+		&r.Tool, &r.Key, &r.State, &r.Reason, &r.Action, &r.StateDelay, &r.Version)
+	r.Time = t.Unix()
 	return r, err
 }
 
 func scanCall(rows driver.Rows) (callRow, error) {
 	var r callRow
 	var t time.Time
-	err := rows.Scan(&r.Tenant, &r.Server, &r.Document, &t, &r.TimeNanos, &r.ID, &r.Documents, &r.DurationNS,
+	err := rows.Scan(&r.Tenant, &r.Server, &r.Document, &t, &r.TimeNanos, &r.ID, &r.OtherDocuments, &r.DurationNS,
 		&r.Session, &r.Client, &r.TraceID, &r.SpanID, &r.Fingerprint, &r.RPCID, &r.Method, &r.Tool, &r.ToolLabel,
 		&r.Arguments, &r.Result, &r.ErrorCode, &r.ErrorMessage, &r.ErrorData, &r.TransportError,
 		&r.Source, &r.Outcome, &r.FailureCode, &r.FailureAction, &r.FailureMessage, &r.Flags, &r.Version)
@@ -326,7 +326,7 @@ func (s *Store) Timeline(ctx context.Context, q audit.TimelineQuery) ([]audit.Ti
 
 	var events []audit.TimelineEvent
 	var calls []callRow
-	callConds := append(slices.Clone(base), "has(documents, "+quote(q.Document)+")")
+	callConds := append(slices.Clone(base), "has(arrayPushFront(other_documents, document), "+quote(q.Document)+")")
 	callConds.span(q.Since, q.Until)
 	query := fmt.Sprintf("SELECT %s FROM %s FINAL%s ORDER BY time, time_nanos, id LIMIT %d",
 		callSelect, s.layout.table("calls"), callConds.where(), limit+1)

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
@@ -33,7 +34,7 @@ type callRow struct {
 	Time           int64    `json:"t"`
 	TimeNanos      uint32   `json:"tns"`
 	ID             string   `json:"id"`
-	Documents      []string `json:"docs"`
+	OtherDocuments []string `json:"docs"`
 	DurationNS     int64    `json:"dur"`
 	Session        string   `json:"ses"`
 	Client         string   `json:"cl"`
@@ -60,7 +61,7 @@ type callRow struct {
 }
 
 var callColumns = []string{
-	"tenant", "server", "document", "time", "time_nanos", "id", "documents", "duration_ns",
+	"tenant", "server", "document", "time", "time_nanos", "id", "other_documents", "duration_ns",
 	"session", "client", "trace_id", "span_id", "fingerprint", "rpc_id", "method", "tool", "tool_label",
 	"arguments", "result", "error_code", "error_message", "error_data", "transport_error",
 	"source", "outcome", "failure_code", "failure_action", "failure_message", "flags", "version",
@@ -80,14 +81,14 @@ type writeRow struct {
 	State      string `json:"st"`
 	Reason     string `json:"rs"`
 	Action     string `json:"act"`
-	StateTime  int64  `json:"stt"`
-	StateNanos uint32 `json:"stns"`
-	Version    uint64 `json:"v"`
+	StateDelay int64  `json:"sd"` // StateTime - Time in nanoseconds
+
+	Version uint64 `json:"v"`
 }
 
 var writeColumns = []string{
 	"tenant", "server", "document", "time", "time_nanos", "call_id", "seq", "session", "tool",
-	"key", "state", "reason", "action", "state_time", "state_nanos", "version",
+	"key", "state", "reason", "action", "state_delay_ns", "version",
 }
 
 type findingRow struct {
@@ -160,16 +161,21 @@ func callRowOf(r *audit.CallRecord) (callRow, error) {
 	}
 	row := callRow{
 		Tenant: c.Tenant, Server: c.Server, Time: sec, TimeNanos: ns, ID: c.ID,
-		Documents: r.Documents, DurationNS: int64(c.Duration), Session: c.Session, Client: c.Client,
+		DurationNS: int64(c.Duration), Session: c.Session, Client: c.Client,
 		TraceID: c.TraceID, SpanID: c.SpanID, RPCID: c.RPCID, Method: c.Method, Tool: c.Tool,
 		ToolLabel: r.Tool, Arguments: string(c.Arguments), Result: string(c.Result),
 		TransportError: c.TransportError, Source: c.Source, Outcome: string(r.Outcome),
 	}
-	if row.Documents == nil {
-		row.Documents = []string{}
-	}
-	if len(r.Documents) > 0 {
+	// The first document orders the table; the others are kept beside it.
+	// A first document "" would not come back apart from the others: such a
+	// list is kept whole.
+	row.OtherDocuments = []string{}
+	switch {
+	case len(r.Documents) > 0 && r.Documents[0] != "":
 		row.Document = r.Documents[0]
+		row.OtherDocuments = r.Documents[1:]
+	case len(r.Documents) > 0:
+		row.OtherDocuments = r.Documents
 	}
 	if c.Arguments != nil {
 		row.Flags |= flagArguments
@@ -229,8 +235,10 @@ func (row *callRow) record() audit.CallRecord {
 		c.Fingerprint = fingerprint(c)
 	}
 	rec := audit.CallRecord{Call: c, Outcome: audit.Outcome(row.Outcome), Tool: row.ToolLabel}
-	if len(row.Documents) > 0 {
-		rec.Documents = row.Documents
+	if row.Document != "" {
+		rec.Documents = append([]string{row.Document}, row.OtherDocuments...)
+	} else if len(row.OtherDocuments) > 0 {
+		rec.Documents = row.OtherDocuments
 	}
 	if row.Flags&flagFailure != 0 {
 		rec.Failure = &audit.Failure{Code: row.FailureCode, Action: audit.RetryAction(row.FailureAction), Message: row.FailureMessage}
@@ -247,26 +255,35 @@ func writeRowOf(w *audit.Write, version uint64) (writeRow, error) {
 	if err != nil {
 		return writeRow{}, fmt.Errorf("write %s/%d: %w", w.CallID, w.Seq, err)
 	}
-	ssec, sns, err := splitTime(w.StateTime)
-	if err != nil {
-		return writeRow{}, fmt.Errorf("write %s/%d: state %w", w.CallID, w.Seq, err)
+	delay := int64(noStateTime)
+	if !w.StateTime.IsZero() {
+		if _, _, err := splitTime(w.StateTime); err != nil {
+			return writeRow{}, fmt.Errorf("write %s/%d: state %w", w.CallID, w.Seq, err)
+		}
+		delay = w.StateTime.UnixNano() - (sec*1e9 + int64(ns))
 	}
 	return writeRow{
 		Tenant: w.Tenant, Server: w.Server, Document: w.Document, Time: sec, TimeNanos: ns,
 		CallID: w.CallID, Seq: int32(w.Seq), Session: w.Session, Tool: w.Tool, Key: w.Key,
 		State: string(w.State), Reason: string(w.Reason), Action: string(w.Action),
-		StateTime: ssec, StateNanos: sns, Version: version,
+		StateDelay: delay, Version: version,
 	}, nil
 }
 
+// noStateTime is the state delay of a write without a state time.
+const noStateTime = math.MinInt64
+
 func (row *writeRow) write() audit.Write {
-	return audit.Write{
+	w := audit.Write{
 		CallID: row.CallID, Seq: int(row.Seq), Time: joinTime(row.Time, row.TimeNanos),
 		Server: row.Server, Tenant: row.Tenant, Session: row.Session, Tool: row.Tool,
 		Document: row.Document, Key: row.Key, State: audit.WriteState(row.State),
 		Reason: audit.Reason(row.Reason), Action: audit.RetryAction(row.Action),
-		StateTime: joinTime(row.StateTime, row.StateNanos),
 	}
+	if row.StateDelay != noStateTime {
+		w.StateTime = time.Unix(row.Time, int64(row.TimeNanos)+row.StateDelay).UTC()
+	}
+	return w
 }
 
 func findingRowOf(f *audit.Finding) (findingRow, error) {
@@ -355,7 +372,8 @@ func (b *batch) addCalls(rows []callRow) {
 }
 
 // addResults adds write, finding and watermark rows; of one write attempt
-// only the latest state is kept.
+// only the latest state is kept: the highest version, and within one
+// commit (one version) the later row.
 func (b *batch) addResults(writes []writeRow, findings []findingRow, wm *watermarkRow) {
 	if b.writeIndex == nil {
 		b.writeIndex, b.findingIndex = map[writeKey]int{}, map[string]bool{}
@@ -363,7 +381,9 @@ func (b *batch) addResults(writes []writeRow, findings []findingRow, wm *waterma
 	for _, w := range writes {
 		k := writeKey{w.CallID, w.Seq}
 		if i, ok := b.writeIndex[k]; ok {
-			b.Writes[i] = w
+			if w.Version >= b.Writes[i].Version {
+				b.Writes[i] = w
+			}
 			continue
 		}
 		b.writeIndex[k] = len(b.Writes)
@@ -375,7 +395,7 @@ func (b *batch) addResults(writes []writeRow, findings []findingRow, wm *waterma
 			b.Findings = append(b.Findings, f)
 		}
 	}
-	if wm != nil {
+	if wm != nil && (len(b.Watermarks) == 0 || wm.Version > b.Watermarks[0].Version) {
 		b.Watermarks = []watermarkRow{*wm}
 	}
 }
@@ -448,7 +468,7 @@ func callColumnValues(rows []callRow) []any {
 		col(rows, func(r *callRow) int64 { return r.Time }),
 		col(rows, func(r *callRow) uint32 { return r.TimeNanos }),
 		col(rows, func(r *callRow) string { return r.ID }),
-		col(rows, func(r *callRow) []string { return r.Documents }),
+		col(rows, func(r *callRow) []string { return r.OtherDocuments }),
 		col(rows, func(r *callRow) int64 { return r.DurationNS }),
 		col(rows, func(r *callRow) string { return r.Session }),
 		col(rows, func(r *callRow) string { return r.Client }),
@@ -490,8 +510,7 @@ func writeColumnValues(rows []writeRow) []any {
 		col(rows, func(r *writeRow) string { return r.State }),
 		col(rows, func(r *writeRow) string { return r.Reason }),
 		col(rows, func(r *writeRow) string { return r.Action }),
-		col(rows, func(r *writeRow) int64 { return r.StateTime }),
-		col(rows, func(r *writeRow) uint32 { return r.StateNanos }),
+		col(rows, func(r *writeRow) int64 { return r.StateDelay }),
 		col(rows, func(r *writeRow) uint64 { return r.Version }),
 	}
 }

@@ -17,7 +17,7 @@ func testBatch(ids ...string) *batch {
 	b := new(batch)
 	var rows []callRow
 	for i, id := range ids {
-		rows = append(rows, callRow{ID: id, Tenant: "acme", Time: int64(1000 + i), Documents: []string{"a"}, Arguments: `{"x":1}`, Flags: flagArguments})
+		rows = append(rows, callRow{ID: id, Tenant: "acme", Time: int64(1000 + i), Document: "a", Arguments: `{"x":1}`, Flags: flagArguments})
 	}
 	b.addCalls(rows)
 	b.addResults([]writeRow{{CallID: ids[0], State: "durable", Version: 7}}, nil, &watermarkRow{Replica: "r", Time: 5, Version: 8})

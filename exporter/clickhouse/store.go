@@ -296,17 +296,16 @@ func (s *Store) AppendCalls(ctx context.Context, calls []audit.CallRecord) error
 // whole (rows already stored are recognized), so that a watermark is never
 // stored before what it covers.
 func (s *Store) Commit(ctx context.Context, r audit.Results) error {
-	n := len(r.Writes)
-	if !r.Watermark.IsZero() {
-		n++
-	}
-	if n == 0 && len(r.Findings) == 0 {
+	if len(r.Writes) == 0 && len(r.Findings) == 0 && r.Watermark.IsZero() {
 		return nil
 	}
-	base := s.versions(n)
+	// One version for the whole commit: within it the later state of a
+	// write wins when the batch is built, so its rows never tie, and a
+	// column of one value costs nothing on disk.
+	v := s.versions(1)
 	req := &request{}
 	for i := range r.Writes {
-		row, err := writeRowOf(&r.Writes[i], base+uint64(i))
+		row, err := writeRowOf(&r.Writes[i], v)
 		if err != nil {
 			return fmt.Errorf("cannot commit: %w", err)
 		}
@@ -324,7 +323,7 @@ func (s *Store) Commit(ctx context.Context, r audit.Results) error {
 		if err != nil {
 			return fmt.Errorf("cannot commit watermark: %w", err)
 		}
-		req.watermark = &watermarkRow{Replica: s.opts.Replica, Time: sec, TimeNanos: ns, Version: base + uint64(len(r.Writes))}
+		req.watermark = &watermarkRow{Replica: s.opts.Replica, Time: sec, TimeNanos: ns, Version: v}
 	}
 	return s.submit(ctx, req)
 }

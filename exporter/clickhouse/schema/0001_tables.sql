@@ -12,12 +12,13 @@ CREATE TABLE IF NOT EXISTS {{table "calls"}}{{oncluster}}
 (
     tenant          LowCardinality(String){{codec "ZSTD(1)"}},
     server          LowCardinality(String){{codec "ZSTD(1)"}},
-    -- document is the first of documents; it orders the table.
+    -- document is the first document the call touched; it orders the
+    -- table. other_documents holds the rest.
     document        String{{codec "ZSTD(1)"}},
     time            DateTime{{codec "Delta, ZSTD(1)"}},
     time_nanos      UInt32{{codec "ZSTD(1)"}},
     id              String{{codec "ZSTD(1)"}},
-    documents       Array(String){{codec "ZSTD(1)"}},
+    other_documents Array(String){{codec "ZSTD(1)"}},
     duration_ns     Int64{{codec "ZSTD(1)"}},
     session         String{{codec "ZSTD(1)"}},
     client          LowCardinality(String){{codec "ZSTD(1)"}},
@@ -48,7 +49,7 @@ CREATE TABLE IF NOT EXISTS {{table "calls"}}{{oncluster}}
     -- version is the inverted time of the first insert: when one id is
     -- stored twice, the first copy wins.
     version         UInt64{{codec "ZSTD(1)"}}{{if .Caps.SkipIndexes}},
-    INDEX documents_bf documents TYPE bloom_filter(0.01) GRANULARITY 4,
+    INDEX documents_bf arrayPushFront(other_documents, document) TYPE bloom_filter(0.01) GRANULARITY 4,
     INDEX id_bf id TYPE bloom_filter(0.01) GRANULARITY 4{{end}}
 )
 ENGINE = {{engine "calls" "version"}}
@@ -73,8 +74,9 @@ CREATE TABLE IF NOT EXISTS {{table "writes"}}{{oncluster}}
     state       LowCardinality(String){{codec "ZSTD(1)"}},
     reason      LowCardinality(String){{codec "ZSTD(1)"}},
     action      LowCardinality(String){{codec "ZSTD(1)"}},
-    state_time  DateTime{{codec "Delta, ZSTD(1)"}},
-    state_nanos UInt32{{codec "ZSTD(1)"}},
+    -- state_delay_ns is the state time minus time, mostly 0
+    -- (-9223372036854775808: no state time).
+    state_delay_ns Int64{{codec "ZSTD(1)"}},
     -- version orders the states of one write attempt: the highest wins.
     version     UInt64{{codec "Delta, ZSTD(1)"}}{{if .Caps.SkipIndexes}},
     INDEX call_id_bf call_id TYPE bloom_filter(0.01) GRANULARITY 4{{end}}

@@ -32,12 +32,13 @@ CREATE TABLE IF NOT EXISTS mcpaudit.calls
 (
     tenant          LowCardinality(String),
     server          LowCardinality(String),
-    -- document is the first of documents; it orders the table.
+    -- document is the first document the call touched; it orders the
+    -- table. other_documents holds the rest.
     document        String,
     time            DateTime,
     time_nanos      UInt32,
     id              String,
-    documents       Array(String),
+    other_documents Array(String),
     duration_ns     Int64,
     session         String,
     client          LowCardinality(String),
@@ -89,8 +90,9 @@ CREATE TABLE IF NOT EXISTS mcpaudit.writes
     state       LowCardinality(String),
     reason      LowCardinality(String),
     action      LowCardinality(String),
-    state_time  DateTime,
-    state_nanos UInt32,
+    -- state_delay_ns is the state time minus time, mostly 0
+    -- (-9223372036854775808: no state time).
+    state_delay_ns Int64,
     -- version orders the states of one write attempt: the highest wins.
     version     UInt64
 )

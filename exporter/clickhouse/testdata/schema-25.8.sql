@@ -27,12 +27,13 @@ CREATE TABLE IF NOT EXISTS mcpaudit.calls
 (
     tenant          LowCardinality(String) CODEC(ZSTD(1)),
     server          LowCardinality(String) CODEC(ZSTD(1)),
-    -- document is the first of documents; it orders the table.
+    -- document is the first document the call touched; it orders the
+    -- table. other_documents holds the rest.
     document        String CODEC(ZSTD(1)),
     time            DateTime CODEC(Delta, ZSTD(1)),
     time_nanos      UInt32 CODEC(ZSTD(1)),
     id              String CODEC(ZSTD(1)),
-    documents       Array(String) CODEC(ZSTD(1)),
+    other_documents Array(String) CODEC(ZSTD(1)),
     duration_ns     Int64 CODEC(ZSTD(1)),
     session         String CODEC(ZSTD(1)),
     client          LowCardinality(String) CODEC(ZSTD(1)),
@@ -63,7 +64,7 @@ CREATE TABLE IF NOT EXISTS mcpaudit.calls
     -- version is the inverted time of the first insert: when one id is
     -- stored twice, the first copy wins.
     version         UInt64 CODEC(ZSTD(1)),
-    INDEX documents_bf documents TYPE bloom_filter(0.01) GRANULARITY 4,
+    INDEX documents_bf arrayPushFront(other_documents, document) TYPE bloom_filter(0.01) GRANULARITY 4,
     INDEX id_bf id TYPE bloom_filter(0.01) GRANULARITY 4
 )
 ENGINE = ReplacingMergeTree(version)
@@ -86,8 +87,9 @@ CREATE TABLE IF NOT EXISTS mcpaudit.writes
     state       LowCardinality(String) CODEC(ZSTD(1)),
     reason      LowCardinality(String) CODEC(ZSTD(1)),
     action      LowCardinality(String) CODEC(ZSTD(1)),
-    state_time  DateTime CODEC(Delta, ZSTD(1)),
-    state_nanos UInt32 CODEC(ZSTD(1)),
+    -- state_delay_ns is the state time minus time, mostly 0
+    -- (-9223372036854775808: no state time).
+    state_delay_ns Int64 CODEC(ZSTD(1)),
     -- version orders the states of one write attempt: the highest wins.
     version     UInt64 CODEC(Delta, ZSTD(1)),
     INDEX call_id_bf call_id TYPE bloom_filter(0.01) GRANULARITY 4
