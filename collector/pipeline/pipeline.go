@@ -253,6 +253,9 @@ func (p *Pipeline) run(ctx context.Context) {
 				p.commit(ctx)
 			}
 		case <-tick.C:
+			if ctx.Err() != nil {
+				continue // stopping: the shutdown branch commits
+			}
 			p.advanceWallClock()
 			p.commit(ctx)
 		case ch := <-p.flushed:
