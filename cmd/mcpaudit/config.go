@@ -9,6 +9,7 @@ import (
 	"github.com/mcpaudit/mcpaudit/api"
 	"github.com/mcpaudit/mcpaudit/collector/pipeline"
 	"github.com/mcpaudit/mcpaudit/collector/receiver"
+	"github.com/mcpaudit/mcpaudit/exporter/clickhouse"
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
 	"io"
 	"os"
@@ -42,7 +43,7 @@ type ServeConfig struct {
 	APIListen string `yaml:"api_listen"`
 	// DataDir is where the embedded store lives. Default ./mcpaudit-data.
 	DataDir string `yaml:"data_dir"`
-	// Store is the backend: sqlite (embedded, default).
+	// Store is the backend: sqlite (embedded, default) or clickhouse.
 	Store string `yaml:"store"`
 	// Retention is how long calls, writes and findings are kept. Default 30d.
 	Retention Duration `yaml:"retention"`
@@ -56,6 +57,8 @@ type ServeConfig struct {
 	Pipeline pipeline.Config `yaml:"pipeline"`
 	// SQLite tunes the embedded store.
 	SQLite sqlite.Options `yaml:"sqlite"`
+	// ClickHouse configures the ClickHouse store (store: clickhouse).
+	ClickHouse clickhouse.Options `yaml:"clickhouse"`
 }
 
 // Duration is a time.Duration that YAML spells like Go ("90m", "720h")
@@ -86,10 +89,11 @@ func NewDefaultConfig() Config {
 			IngestListen: ":4318", GRPCListen: ":4317", APIListen: ":9464",
 			DataDir: "./mcpaudit-data", Store: "sqlite",
 			Retention: Duration(30 * 24 * time.Hour), RetentionEvery: Duration(time.Hour),
-			SLOTarget: 0.999,
-			Receiver:  receiver.NewDefaultConfig(),
-			Pipeline:  pipeline.NewDefaultConfig(),
-			SQLite:    sqlite.NewDefaultOptions(),
+			SLOTarget:  0.999,
+			Receiver:   receiver.NewDefaultConfig(),
+			Pipeline:   pipeline.NewDefaultConfig(),
+			SQLite:     sqlite.NewDefaultOptions(),
+			ClickHouse: clickhouse.NewDefaultOptions(),
 		},
 	}
 }
@@ -107,8 +111,12 @@ func (c *Config) Validate() error {
 	sv := &c.Serve
 	switch sv.Store {
 	case "sqlite":
+	case "clickhouse":
+		if err := sv.ClickHouse.Validate(); err != nil {
+			errs = append(errs, prefixed("serve.clickhouse", err))
+		}
 	default:
-		errs = append(errs, fmt.Errorf("serve.store: unknown store %q (want sqlite)", sv.Store))
+		errs = append(errs, fmt.Errorf("serve.store: unknown store %q (want sqlite or clickhouse)", sv.Store))
 	}
 	if sv.IngestListen == "" {
 		errs = append(errs, errors.New("serve.ingest_listen: required"))

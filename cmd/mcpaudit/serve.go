@@ -20,6 +20,7 @@ import (
 	"github.com/mcpaudit/mcpaudit/collector/classify"
 	"github.com/mcpaudit/mcpaudit/collector/pipeline"
 	"github.com/mcpaudit/mcpaudit/collector/receiver"
+	"github.com/mcpaudit/mcpaudit/exporter/clickhouse"
 	"github.com/mcpaudit/mcpaudit/exporter/metrics"
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
 	"github.com/prometheus/client_golang/prometheus"
@@ -40,7 +41,8 @@ func serveCommand(ctx context.Context, args []string, stderr io.Writer) error {
 	grpcL := fs.String("grpc-listen", def.Serve.GRPCListen, "OTLP/gRPC; empty to disable")
 	apiL := fs.String("api-listen", def.Serve.APIListen, "query API, /metrics, /healthz, /readyz")
 	dataDir := fs.String("data-dir", def.Serve.DataDir, "where the embedded store lives")
-	store := fs.String("store", def.Serve.Store, "store backend: sqlite")
+	store := fs.String("store", def.Serve.Store, "store backend: sqlite or clickhouse")
+	chDSN := fs.String("clickhouse-dsn", def.Serve.ClickHouse.DSN, "ClickHouse native-protocol DSN, with --store clickhouse")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -67,6 +69,8 @@ func serveCommand(ctx context.Context, args []string, stderr io.Writer) error {
 			cfg.Serve.DataDir = *dataDir
 		case "store":
 			cfg.Serve.Store = *store
+		case "clickhouse-dsn":
+			cfg.Serve.ClickHouse.DSN = *chDSN
 		}
 	})
 	if err := cfg.Validate(); err != nil {
@@ -106,13 +110,25 @@ type server struct {
 }
 
 // openStore opens the configured store.
-func openStore(cfg Config) (audit.Store, error) {
+func openStore(ctx context.Context, cfg Config, log *slog.Logger) (audit.Store, error) {
+	if err := os.MkdirAll(cfg.Serve.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("cannot create data dir: %w", err)
+	}
 	switch cfg.Serve.Store {
 	case "sqlite", "":
-		if err := os.MkdirAll(cfg.Serve.DataDir, 0o755); err != nil {
-			return nil, fmt.Errorf("cannot create data dir: %w", err)
-		}
 		return sqlite.Open(filepath.Join(cfg.Serve.DataDir, "mcpaudit.db"), cfg.Serve.SQLite)
+	case "clickhouse":
+		o := cfg.Serve.ClickHouse
+		if o.Spool.Dir == "" || o.Spool.Dir == clickhouse.NewDefaultOptions().Spool.Dir {
+			// The spool holds acknowledged calls while ClickHouse is down:
+			// it lives with the rest of the collector's data.
+			o.Spool.Dir = filepath.Join(cfg.Serve.DataDir, "clickhouse-spool")
+		}
+		if o.Retention.Default == 0 {
+			o.Retention.Default = cfg.Serve.Retention.D()
+		}
+		o.Logger = log
+		return clickhouse.Open(ctx, o)
 	}
 	return nil, fmt.Errorf("unknown store %q", cfg.Serve.Store)
 }
@@ -126,7 +142,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		log.Warn("self-telemetry disabled", "err", tracerErr)
 	}
 	s.shutdownTelemetry = shutdownTelemetry
-	st, err := openStore(cfg)
+	st, err := openStore(ctx, cfg, log)
 	if err != nil {
 		return nil, err
 	}
@@ -196,11 +212,15 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 
 	rctx, cancel := context.WithCancel(context.Background())
 	s.stopRetention = cancel
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		s.retention(rctx)
-	}()
+	if cfg.Serve.Store != "clickhouse" {
+		// ClickHouse enforces retention itself, per tenant (TTL, or
+		// dropping partitions where TTL is missing).
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.retention(rctx)
+		}()
+	}
 	log.Info("mcpaudit serving", "ingest", s.ingestAddr, "grpc", s.grpcAddr, "api", s.apiAddr,
 		"store", cfg.Serve.Store, "data_dir", cfg.Serve.DataDir)
 	return s, nil

@@ -327,7 +327,9 @@ func (p *Pipeline) commit(ctx context.Context) error {
 	if err := p.store.Commit(ctx, r); err != nil {
 		// Keep the output for the next attempt.
 		p.gate.putBack(r)
-		p.log.Warn("cannot commit detector output; retrying", "err", err)
+		if ctx.Err() == nil {
+			p.log.Warn("cannot commit detector output; retrying", "err", err)
+		}
 		return err
 	}
 	p.gate.committedWM = r.Watermark

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"testing"
+	"time"
+)
+
+// clickhouseDSN returns the DSN of the test ClickHouse server that
+// scripts/test.sh starts; it skips loudly without one, and fails in CI.
+func clickhouseDSN(t *testing.T) string {
+	dsn := os.Getenv("MCPAUDIT_CLICKHOUSE_DSN")
+	if dsn == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatal("CI is set but MCPAUDIT_CLICKHOUSE_DSN is not: scripts/test.sh must start ClickHouse")
+		}
+		t.Skip("SKIPPED: no ClickHouse (run scripts/test.sh, or eval \"$(scripts/clickhouse.sh start)\")")
+	}
+	return dsn
+}
+
+// TestServe_ClickHouseMatchesEmbedded sends the example captures through
+// serve into ClickHouse and into the embedded store: findings, timelines
+// and SLO answers are the same.
+func TestServe_ClickHouseMatchesEmbedded(t *testing.T) {
+	dsn := clickhouseDSN(t)
+	recs := mergedCapture(t)
+	body := ndjson(recs)
+
+	emb := startTest(t, testConfig(t, t.TempDir()))
+	chCfg := testConfig(t, t.TempDir())
+	chCfg.Serve.Store = "clickhouse"
+	chCfg.Serve.ClickHouse.DSN = dsn
+	chCfg.Serve.ClickHouse.Database = fmt.Sprintf("mcpaudit_serve_%d", time.Now().UnixNano())
+	chCfg.Serve.ClickHouse.BatchAge = 50 * time.Millisecond
+	if err := chCfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	ch := startTest(t, chCfg)
+
+	for _, s := range []*server{emb, ch} {
+		resp := postCalls(t, s, body, false)
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("post: %s", resp.Status)
+		}
+	}
+	want := analyzeFindings(t, chCfg, body)
+	waitFindings(t, emb, want)
+	waitFindings(t, ch, want)
+
+	same := func(path string) {
+		t.Helper()
+		var a, b any
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			getJSON(t, "http://"+emb.apiAddr+path, &a)
+			getJSON(t, "http://"+ch.apiAddr+path, &b)
+			ja, _ := json.Marshal(a)
+			jb, _ := json.Marshal(b)
+			if bytes.Equal(ja, jb) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s differs:\nembedded   %s\nclickhouse %s", path, ja, jb)
+			}
+		}
+	}
+	for _, doc := range []string{"ops/notes-1d0459.gram", "doc_3e9c3b62dbf0f508", "gdrive-shared/61191af3.gram", "doc_b84cfb20944506d3"} {
+		same("/api/v1/documents/" + url.PathEscape(doc) + "/timeline")
+	}
+	same("/api/v1/slo?window=3650d&until=2026-12-01T00:00:00Z")
+	same("/api/v1/writes?state=unverified&limit=100")
+	same("/api/v1/findings?kind=double_applied_write&limit=100")
+}
