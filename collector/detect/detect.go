@@ -36,10 +36,11 @@ type Detector struct {
 	failed    map[string]*failedReq
 	deadlines writeHeap
 	lastSweep time.Time
+	scope     struct{ server, tenant, scope string } // the last scopeOf
 	// The correlation maps' keys in the order their entries age, for sweep.
-	docQ    expiry[docKey]
-	keyQ    expiry[keyKey]
-	createQ expiry[createKey]
+	docQ    expiry[docItem]
+	keyQ    expiry[keyItem]
+	createQ expiry[createItem]
 	failedQ expiry[string]
 
 	// Stats summarizes what was processed.
@@ -75,7 +76,7 @@ func (d *Detector) Add(c *audit.Call) {
 		d.maxSeen = c.Time
 	}
 	d.arrival++
-	heap.Push(&d.buf, bufCall{c, d.arrival, seen})
+	d.buf.push(bufCall{c, d.arrival, seen})
 	d.release(d.maxSeen.Add(-d.lateness()))
 }
 
@@ -116,13 +117,13 @@ func (d *Detector) AdvanceTo(t time.Time) {
 // pending and produce nothing.
 func (d *Detector) Flush() {
 	for d.buf.Len() > 0 {
-		d.process(heap.Pop(&d.buf).(bufCall))
+		d.process(d.buf.pop())
 	}
 }
 
 func (d *Detector) release(watermark time.Time) {
 	for d.buf.Len() > 0 && !d.buf[0].c.Time.After(watermark) {
-		d.process(heap.Pop(&d.buf).(bufCall))
+		d.process(d.buf.pop())
 	}
 }
 
@@ -158,7 +159,7 @@ func (d *Detector) process(b bufCall) {
 		s.Call(rep)
 	}
 
-	ev := &event{call: c, actor: actorOf(c), scope: scopeOf(c)}
+	ev := &event{call: c, actor: actorOf(c), scope: d.scopeOf(c)}
 	d.checkWasted(ev, &a)
 	for i := range a.Ops {
 		op := &a.Ops[i]
@@ -180,30 +181,64 @@ func (d *Detector) process(b bufCall) {
 // event is the context of the call being processed.
 type event struct {
 	call  *audit.Call
-	actor string
+	actor actor
 	scope string
 }
 
-// actorOf identifies who sent a call: its session, else its client. Calls
-// with neither share one anonymous actor.
-func actorOf(c *audit.Call) string {
+// actor identifies who sent a call: its session ('s'), else its client
+// ('c'). Calls with neither share one anonymous actor, the zero value.
+type actor struct {
+	kind byte
+	id   string
+}
+
+// actorOf returns the actor of a call.
+func actorOf(c *audit.Call) actor {
 	if c.Session != "" {
-		return "s\x00" + c.Session
+		return actor{'s', c.Session}
 	}
 	if c.Client != "" {
-		return "c\x00" + c.Client
+		return actor{'c', c.Client}
 	}
-	return ""
+	return actor{}
 }
 
 // scopeOf separates servers and tenants: nothing correlates across them.
-func scopeOf(c *audit.Call) string { return c.Server + "\x00" + c.Tenant }
+// Calls of one server and tenant come in runs, so the last scope is kept
+// rather than built again.
+func (d *Detector) scopeOf(c *audit.Call) string {
+	if c.Server != d.scope.server || c.Tenant != d.scope.tenant || d.scope.scope == "" {
+		d.scope.server, d.scope.tenant = c.Server, c.Tenant
+		d.scope.scope = c.Server + "\x00" + c.Tenant
+	}
+	return d.scope.scope
+}
 
 type docKey struct{ scope, doc string }
 
+// The items of the expiry queues: a map key and its entry.
+type (
+	docItem struct {
+		key docKey
+		s   *docState
+	}
+	keyItem struct {
+		key keyKey
+		s   *keyState
+	}
+	createItem struct {
+		key createKey
+		l   *createList
+	}
+)
+
 type keyKey struct{ scope, kind, key string }
 
-type createKey struct{ scope, actor, identity string }
+type createKey struct {
+	scope    string
+	actor    actor
+	identity string
+}
 
 // docState is what is remembered about one document.
 type docState struct {
@@ -272,7 +307,7 @@ type failedReq struct {
 type writeRec struct {
 	audit.Write
 	op       dialect.Op
-	actor    string
+	actor    actor
 	deadline time.Time
 	// readSince is set once the writer read the target after the write.
 	readSince bool
@@ -289,7 +324,7 @@ func (d *Detector) doc(scope, target string, t time.Time) *docState {
 	}
 	s.last = t
 	if s.queue.needs(t) {
-		d.docQ.push(k, s.queue.set(t))
+		d.docQ.push(docItem{k, s}, s.queue.set(t))
 	}
 	return s
 }
@@ -303,7 +338,7 @@ func (d *Detector) key(scope, kind, key string, t time.Time) *keyState {
 	}
 	s.last = t
 	if s.queue.needs(t) {
-		d.keyQ.push(k, s.queue.set(t))
+		d.keyQ.push(keyItem{k, s}, s.queue.set(t))
 	}
 	return s
 }
@@ -333,7 +368,7 @@ func (d *Detector) read(ev *event, op *dialect.Op) {
 	}
 	ds.last = t
 	if ds.queue.needs(t) {
-		d.docQ.push(dk, ds.queue.set(t))
+		d.docQ.push(docItem{dk, ds}, ds.queue.set(t))
 	}
 	for _, w := range ds.uncertain {
 		if w.actor == ev.actor && !w.readSince {
@@ -514,13 +549,13 @@ func (d *Detector) checkCreate(ev *event, op *dialect.Op, w *writeRec, replay bo
 	t := ev.call.Time
 	var keys []createKey
 	if ev.call.Session != "" {
-		keys = append(keys, createKey{ev.scope, "s\x00" + ev.call.Session, op.Identity})
+		keys = append(keys, createKey{ev.scope, actor{'s', ev.call.Session}, op.Identity})
 	}
 	if ev.call.Client != "" {
-		keys = append(keys, createKey{ev.scope, "c\x00" + ev.call.Client, op.Identity})
+		keys = append(keys, createKey{ev.scope, actor{'c', ev.call.Client}, op.Identity})
 	}
 	if len(keys) == 0 {
-		keys = append(keys, createKey{ev.scope, "", op.Identity})
+		keys = append(keys, createKey{ev.scope, actor{}, op.Identity})
 	}
 	isCreated := op.Status == audit.OpSucceeded && op.Action == "created"
 	found := false
@@ -551,7 +586,7 @@ func (d *Detector) checkCreate(ev *event, op *dialect.Op, w *writeRec, replay bo
 		}
 		l.recs = append(l.recs, &createRec{w: w, created: isCreated})
 		if l.queue.needs(t) {
-			d.createQ.push(k, l.queue.set(t))
+			d.createQ.push(createItem{k, l}, l.queue.set(t))
 		}
 	}
 	return found
@@ -834,23 +869,22 @@ func (d *Detector) sweep() {
 	// its document's entry visited at every sweep. Until then they count as
 	// not queued, so that a second place in the queue is skipped.
 	type left struct {
-		key docKey
-		s   *docState
-		at  time.Time
+		docItem
+		at time.Time
 	}
 	var docsLeft []left
 	for {
-		k, at, ok := d.docQ.popBefore(horizon)
+		it, at, ok := d.docQ.popBefore(horizon)
 		if !ok {
 			break
 		}
-		s := d.docs[k]
-		if s == nil || !s.queue.is(at) {
+		s := it.s
+		if !s.queue.is(at) {
 			continue // the entry was dropped or queued again since
 		}
 		s.queue.queued = false
 		if s.last.Before(horizon) && len(s.proof) == 0 {
-			delete(d.docs, k)
+			delete(d.docs, it.key)
 			continue
 		}
 		first := s.last
@@ -862,35 +896,36 @@ func (d *Detector) sweep() {
 			}
 		}
 		s.uncertain = dropOld(s.uncertain, horizon)
-		docsLeft = append(docsLeft, left{k, s, earliest(first, s.uncertain)})
+		docsLeft = append(docsLeft, left{it, earliest(first, s.uncertain)})
 	}
 	for _, l := range docsLeft {
-		d.docQ.push(l.key, l.s.queue.set(l.at))
+		d.docQ.push(l.docItem, l.s.queue.set(l.at))
 	}
 	for {
-		k, at, ok := d.keyQ.popBefore(horizon)
+		it, at, ok := d.keyQ.popBefore(horizon)
 		if !ok {
 			break
 		}
 		// Queued again at its last use, which is after the horizon, a key
 		// stays out of this sweep.
-		if s := d.keys[k]; s != nil && s.queue.is(at) {
+		if s := it.s; s.queue.is(at) {
 			if s.last.Before(horizon) {
-				delete(d.keys, k)
+				s.queue.queued = false
+				delete(d.keys, it.key)
 			} else {
-				d.keyQ.push(k, s.queue.set(s.last))
+				d.keyQ.push(it, s.queue.set(s.last))
 			}
 		}
 	}
 	for {
 		// Queued again at its earliest create, which is after the horizon,
 		// a list stays out of this sweep.
-		k, at, ok := d.createQ.popBefore(horizon)
+		it, at, ok := d.createQ.popBefore(horizon)
 		if !ok {
 			break
 		}
-		l := d.creates[k]
-		if l == nil || !l.queue.is(at) {
+		l := it.l
+		if !l.queue.is(at) {
 			continue
 		}
 		kept := l.recs[:0]
@@ -906,9 +941,10 @@ func (d *Detector) sweep() {
 		clear(l.recs[len(kept):])
 		l.recs = kept
 		if len(kept) == 0 {
-			delete(d.creates, k)
+			l.queue.queued = false
+			delete(d.creates, it.key)
 		} else {
-			d.createQ.push(k, l.queue.set(first))
+			d.createQ.push(it, l.queue.set(first))
 		}
 	}
 	for {

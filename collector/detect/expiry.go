@@ -16,19 +16,23 @@ import "time"
 // What must never happen is an entry holding a time older than every
 // queued time of its key: callers queue a key whenever they store a time
 // earlier than the one it is queued at.
-type expiry[K comparable] struct {
-	fifo []queued[K] // in time order from head
+//
+// Items carry the entry's state as well as its key, so that a sweep reaches
+// the state without a map lookup; a sweep that drops an entry marks its
+// state not queued, which makes any place left in the queue stale.
+type expiry[T any] struct {
+	fifo []queued[T] // in time order from head
 	head int
-	late []queued[K] // a min-heap by time
+	late []queued[T] // a min-heap by time
 }
 
-type queued[K comparable] struct {
-	at  time.Time
-	key K
+type queued[T any] struct {
+	at   time.Time
+	item T
 }
 
-// push queues key at time at.
-func (e *expiry[K]) push(key K, at time.Time) {
+// push queues item at time at.
+func (e *expiry[T]) push(item T, at time.Time) {
 	if e.head == len(e.fifo) || !at.Before(e.fifo[len(e.fifo)-1].at) {
 		if e.head > 0 && e.head >= len(e.fifo)/2 {
 			// Reuse the popped half rather than grow.
@@ -36,10 +40,10 @@ func (e *expiry[K]) push(key K, at time.Time) {
 			clear(e.fifo[n:])
 			e.fifo, e.head = e.fifo[:n], 0
 		}
-		e.fifo = append(e.fifo, queued[K]{at, key})
+		e.fifo = append(e.fifo, queued[T]{at, item})
 		return
 	}
-	e.late = append(e.late, queued[K]{at, key})
+	e.late = append(e.late, queued[T]{at, item})
 	for i := len(e.late) - 1; i > 0; {
 		p := (i - 1) / 2
 		if !e.late[i].at.Before(e.late[p].at) {
@@ -50,36 +54,36 @@ func (e *expiry[K]) push(key K, at time.Time) {
 	}
 }
 
-// popBefore removes and returns the earliest key queued before horizon.
-func (e *expiry[K]) popBefore(horizon time.Time) (key K, at time.Time, ok bool) {
+// popBefore removes and returns the earliest item queued before horizon.
+func (e *expiry[T]) popBefore(horizon time.Time) (item T, at time.Time, ok bool) {
 	fromFIFO := e.head < len(e.fifo) && (len(e.late) == 0 || !e.late[0].at.Before(e.fifo[e.head].at))
 	switch {
 	case fromFIFO:
 		q := e.fifo[e.head]
 		if !q.at.Before(horizon) {
-			return key, at, false
+			return item, at, false
 		}
-		e.fifo[e.head] = queued[K]{}
+		e.fifo[e.head] = queued[T]{}
 		e.head++
 		if e.head == len(e.fifo) {
 			e.fifo, e.head = e.fifo[:0], 0
 		}
-		return q.key, q.at, true
+		return q.item, q.at, true
 	case len(e.late) > 0:
 		q := e.late[0]
 		if !q.at.Before(horizon) {
-			return key, at, false
+			return item, at, false
 		}
 		e.popLate()
-		return q.key, q.at, true
+		return q.item, q.at, true
 	}
-	return key, at, false
+	return item, at, false
 }
 
-func (e *expiry[K]) popLate() {
+func (e *expiry[T]) popLate() {
 	last := len(e.late) - 1
 	e.late[0] = e.late[last]
-	e.late[last] = queued[K]{}
+	e.late[last] = queued[T]{}
 	e.late = e.late[:last]
 	for i := 0; ; {
 		l, small := 2*i+1, i
@@ -98,7 +102,7 @@ func (e *expiry[K]) popLate() {
 }
 
 // Len returns how many keys are queued, stale ones included.
-func (e *expiry[K]) Len() int { return len(e.fifo) - e.head + len(e.late) }
+func (e *expiry[T]) Len() int { return len(e.fifo) - e.head + len(e.late) }
 
 // earliest returns the earliest of t and the times of ws.
 func earliest(t time.Time, ws []*writeRec) time.Time {

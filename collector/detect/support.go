@@ -27,24 +27,56 @@ type bufCall struct {
 	seen *seenCall
 }
 
-// callHeap orders buffered calls by event time, then by arrival.
+// callHeap orders buffered calls by event time, then by arrival. It has
+// its own push and pop rather than container/heap's, whose interface
+// boxes every call.
 type callHeap []bufCall
 
 func (h callHeap) Len() int { return len(h) }
-func (h callHeap) Less(i, j int) bool {
+func (h callHeap) less(i, j int) bool {
 	if !h[i].c.Time.Equal(h[j].c.Time) {
 		return h[i].c.Time.Before(h[j].c.Time)
 	}
 	return h[i].seq < h[j].seq
 }
-func (h callHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *callHeap) Push(x any)   { *h = append(*h, x.(bufCall)) }
-func (h *callHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	old[len(old)-1] = bufCall{}
-	*h = old[:len(old)-1]
-	return x
+
+func (h *callHeap) push(b bufCall) {
+	*h = append(*h, b)
+	q := *h
+	for i := len(q) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !q.less(i, p) {
+			break
+		}
+		q[i], q[p] = q[p], q[i]
+		i = p
+	}
+}
+
+// pop removes and returns the first call; the heap must not be empty.
+func (h *callHeap) pop() bufCall {
+	q := *h
+	top := q[0]
+	last := len(q) - 1
+	q[0] = q[last]
+	q[last] = bufCall{}
+	q = q[:last]
+	for i := 0; ; {
+		l, small := 2*i+1, i
+		if l < len(q) && q.less(l, small) {
+			small = l
+		}
+		if r := l + 1; r < len(q) && q.less(r, small) {
+			small = r
+		}
+		if small == i {
+			break
+		}
+		q[i], q[small] = q[small], q[i]
+		i = small
+	}
+	*h = q
+	return top
 }
 
 // writeHeap orders pending writes by the end of their verification window.
@@ -77,7 +109,14 @@ type dedupe struct {
 	byReq  map[string]*seenList
 	bySpan map[string]*seenCall
 	// The keys of both in the order their entries age, for sweep.
-	reqQ, spanQ expiry[string]
+	reqQ  expiry[reqItem]
+	spanQ expiry[string]
+}
+
+// reqItem is an item of dedupe.reqQ.
+type reqItem struct {
+	key string
+	l   *seenList
 }
 
 // seenList holds the observations of one request.
@@ -144,7 +183,7 @@ func (d *dedupe) seen(c *audit.Call) *seenCall {
 	}
 	l.calls = append(l.calls, s)
 	if l.queue.needs(c.Time) {
-		d.reqQ.push(rk, l.queue.set(c.Time))
+		d.reqQ.push(reqItem{rk, l}, l.queue.set(c.Time))
 	}
 	if c.TraceID != "" && c.SpanID != "" {
 		k := c.TraceID + c.SpanID
@@ -158,12 +197,12 @@ func (d *dedupe) seen(c *audit.Call) *seenCall {
 // sweep, it visits only the entries that may hold one.
 func (d *dedupe) sweep(horizon time.Time) {
 	for {
-		k, at, ok := d.reqQ.popBefore(horizon)
+		it, at, ok := d.reqQ.popBefore(horizon)
 		if !ok {
 			break
 		}
-		l := d.byReq[k]
-		if l == nil || !l.queue.is(at) {
+		l := it.l
+		if !l.queue.is(at) {
 			continue
 		}
 		kept := l.calls[:0]
@@ -179,10 +218,11 @@ func (d *dedupe) sweep(horizon time.Time) {
 		clear(l.calls[len(kept):])
 		l.calls = kept
 		if len(kept) == 0 {
-			delete(d.byReq, k)
+			l.queue.queued = false
+			delete(d.byReq, it.key)
 		} else {
 			// Queued again after the horizon: out of this sweep.
-			d.reqQ.push(k, l.queue.set(first))
+			d.reqQ.push(it, l.queue.set(first))
 		}
 	}
 	for {
