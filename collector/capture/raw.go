@@ -96,17 +96,32 @@ func skipSpace(b []byte, i int) int {
 
 // stringEnd returns the index after the string whose opening quote is at i.
 func stringEnd(b []byte, i int) int {
-	for j := i + 1; j < len(b); j++ {
-		for j < len(b) && !stringStop[b[j]] {
+	j := i + 1
+	// Most strings are short: a byte loop ends them sooner than a call.
+	for n := min(len(b), j+16); j < n; j++ {
+		switch b[j] {
+		case '"':
+			return j + 1
+		case '\\':
 			j++
 		}
-		if j == len(b) {
-			break
+	}
+	// Long ones (run code, texts) are searched for their quote with
+	// bytes.IndexByte, a quote being theirs unless backslashes escape it.
+	for j < len(b) {
+		q := bytes.IndexByte(b[j:], '"')
+		if q < 0 {
+			return len(b)
 		}
-		if b[j] == '"' {
-			return j + 1
+		q += j
+		n := 0
+		for k := q - 1; k > i && b[k] == '\\'; k-- {
+			n++
 		}
-		j++ // the byte after a backslash
+		if n%2 == 0 {
+			return q + 1
+		}
+		j = q + 1
 	}
 	return len(b)
 }
@@ -155,7 +170,6 @@ func valueEnd(b []byte, i int) int {
 // Byte classes for the scans: tables cost one load per byte where a switch
 // costs several branches.
 var (
-	stringStop = byteSet(`"\`)
 	structural = byteSet(`"{}[]`)
 	delimiter  = byteSet(",}] \n\t\r")
 )

@@ -2,6 +2,7 @@ package capture
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/valyala/fastjson"
@@ -59,4 +60,22 @@ func TestFindMembers(t *testing.T) {
 	f(`{"c":{"b":{"a":2},"a":1},"b":[{"a":"]"}],"a":true,"c":3}`, "true", `[{"a":"]"}]`, `{"b":{"a":2},"a":1}`, "1", "")
 	f(`{"b":"\"","a":nan,"c":[1]}`, "nan", `"\""`, "[1]", "", "")
 	f(`[1]`, "", "", "", "", "")
+}
+
+func TestStringEnd(t *testing.T) {
+	f := func(s string, want int) {
+		t.Helper()
+		if got := stringEnd([]byte(s), 0); got != want {
+			t.Errorf("stringEnd(%s) = %d, want %d", s, got, want)
+		}
+	}
+	long := strings.Repeat("x", 40)
+	f(`"a"`, 3)
+	f(`"a\"b"`, 6)
+	f(`"a\\"b`, 5)
+	f(`"`+long+`"`, 42)
+	f(`"`+long+`\"`+long+`"x`, 84)
+	f(`"`+long+`\\\\"x`, 46)
+	f(`"`+long+`\`, 42)
+	f(`"abc`, 4)
 }
