@@ -186,7 +186,13 @@ func (d *Decoder) Next() (*audit.Call, error) {
 		if len(d.queue) > 0 {
 			c := d.queue[0]
 			d.queue[0] = nil
-			d.queue = d.queue[1:]
+			if len(d.queue) == 1 {
+				// Keep the array: NDJSON queues one call at a time, and
+				// slicing past it would allocate a new one for each.
+				d.queue = d.queue[:0]
+			} else {
+				d.queue = d.queue[1:]
+			}
 			return c, nil
 		}
 		if d.done {
