@@ -59,6 +59,8 @@ type ServeConfig struct {
 	SQLite sqlite.Options `yaml:"sqlite"`
 	// ClickHouse configures the ClickHouse store (store: clickhouse).
 	ClickHouse clickhouse.Options `yaml:"clickhouse"`
+
+	pprof bool // --pprof: serve /debug/pprof/
 }
 
 // Duration is a time.Duration that YAML spells like Go ("90m", "720h")

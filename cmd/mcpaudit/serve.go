@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"path/filepath"
 	"sort"
@@ -44,6 +45,7 @@ func serveCommand(ctx context.Context, args []string, stderr io.Writer) error {
 	store := fs.String("store", def.Serve.Store, "store backend: sqlite or clickhouse")
 	chDSN := fs.String("clickhouse-dsn", def.Serve.ClickHouse.DSN, "ClickHouse native-protocol DSN, with --store clickhouse")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	pprofOn := fs.Bool("pprof", false, "serve Go's /debug/pprof/ on the API listener")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -81,6 +83,7 @@ func serveCommand(ctx context.Context, args []string, stderr io.Writer) error {
 		return &exitError{code: 2, err: fmt.Errorf("--log-level: %w", err)}
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	cfg.Serve.pprof = *pprofOn
 	srv, err := startServer(ctx, cfg, log)
 	if err != nil {
 		return err
@@ -208,6 +211,10 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /readyz", s.ready)
+	if cfg.Serve.pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	}
 	s.serveHTTP(apiLn, mux)
 
 	rctx, cancel := context.WithCancel(context.Background())
