@@ -35,15 +35,17 @@ func benchPool(tb testing.TB, n int) []audit.CallRecord {
 	return g.Records(n)
 }
 
-// fresh returns a copy of r with a new random id and a later time: ids are
-// hashes in real traffic.
+// fresh returns a copy of r with a new random id (ids are hashes in real
+// traffic) and the n-th time of a stream of 100000 calls per second. The
+// generator spreads its calls over weeks; at the rates measured here a
+// batch falls in one day partition, as it does in production.
 func fresh(r audit.CallRecord, n uint64) audit.CallRecord {
 	c := *r.Call
 	var b [16]byte
 	binary.LittleEndian.PutUint64(b[:], splitmix(n))
 	binary.LittleEndian.PutUint64(b[8:], splitmix(n^0xabcdef))
 	c.ID = "c_" + hex.EncodeToString(b[:10])
-	c.Time = c.Time.Add(time.Duration(n) * time.Microsecond)
+	c.Time = storetest.T0.Add(time.Duration(n) * 10 * time.Microsecond)
 	r.Call = &c
 	return r
 }
@@ -56,11 +58,15 @@ func splitmix(x uint64) uint64 {
 }
 
 // BenchmarkIngest measures AppendCalls throughput: 8 goroutines append
-// batches of 500 generated calls each until b.N*100000 calls are stored. It
-// reports calls per second, acknowledged (in ClickHouse, not the spool).
+// batches of 2500 generated calls each (as OTLP exports of that many spans
+// would) until b.N*100000 calls are stored, with the default batch limits.
+// It reports calls per second, acknowledged by ClickHouse (none spooled).
+// The appenders keep 20000 calls outstanding: more than BatchSize, so that
+// batches leave full rather than after BatchAge.
 func BenchmarkIngest(b *testing.B) {
-	const workers, batch, perN = 8, 500, 100000
+	const workers, batch, perN = 8, 2500, 100000
 	o := testOptions(b)
+	o.BatchAge = NewDefaultOptions().BatchAge
 	s := openStore(b, o)
 	recs := benchPool(b, 20000)
 	total := b.N * perN

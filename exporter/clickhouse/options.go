@@ -37,6 +37,9 @@ type Options struct {
 	// AppendCalls returns after at most about this long plus the insert.
 	// Default 1s.
 	BatchAge time.Duration `yaml:"batch_age"`
+	// Inserters is how many batches may be in flight at once: one is
+	// encoded while another is written by the server. Default 2.
+	Inserters int `yaml:"inserters"`
 	// InsertTimeout bounds one insert attempt. Default 10s.
 	InsertTimeout time.Duration `yaml:"insert_timeout"`
 	// RetryFor is how long a batch is retried, with backoff, before it is
@@ -81,6 +84,7 @@ func NewDefaultOptions() Options {
 		CreateSchema:  true,
 		BatchSize:     10000,
 		BatchAge:      time.Second,
+		Inserters:     2,
 		InsertTimeout: 10 * time.Second,
 		RetryFor:      5 * time.Second,
 		Retention:     Retention{CheckInterval: time.Hour},
@@ -113,6 +117,9 @@ func (o *Options) Validate() error {
 	}
 	if o.BatchAge <= 0 {
 		bad("batch_age", "must be positive")
+	}
+	if o.Inserters <= 0 {
+		bad("inserters", "must be positive")
 	}
 	if o.InsertTimeout <= 0 {
 		bad("insert_timeout", "must be positive")

@@ -131,8 +131,10 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		s.startSpooling(err)
 		s.modeMu.Unlock()
 	}
-	s.wg.Add(3)
-	go s.writeLoop()
+	s.wg.Add(2 + o.Inserters)
+	for range o.Inserters {
+		go s.writeLoop()
+	}
 	go s.drainLoop()
 	go s.retentionLoop()
 	return s, nil
@@ -365,6 +367,9 @@ func (s *Store) submit(ctx context.Context, req *request) error {
 }
 
 // writeLoop collects requests into batches and ships them, until Close.
+// Inserters of them run at once: batches carry their own versions and
+// tokens, so the order in which they land does not matter, and a commit is
+// one request, so its watermark still follows its rows.
 func (s *Store) writeLoop() {
 	defer s.wg.Done()
 	for {
