@@ -13,8 +13,8 @@ import (
 )
 
 // The rows below are what one batch inserts, in the columns' order. They are
-// also what the spool keeps (as JSON), so a field renamed here must keep its
-// json name, or spooled batches of the old release no longer decode.
+// also what the spool keeps (gob: strings are kept byte for byte), so a
+// field renamed here makes the spooled batches of the old release lose it.
 
 // Flags of a call row.
 const (
@@ -28,36 +28,36 @@ const (
 )
 
 type callRow struct {
-	Tenant         string   `json:"tn"`
-	Server         string   `json:"sv"`
-	Document       string   `json:"doc"`
-	Time           int64    `json:"t"`
-	TimeNanos      uint32   `json:"tns"`
-	ID             string   `json:"id"`
-	OtherDocuments []string `json:"docs"`
-	DurationNS     int64    `json:"dur"`
-	Session        string   `json:"ses"`
-	Client         string   `json:"cl"`
-	TraceID        string   `json:"tr"`
-	SpanID         string   `json:"sp"`
-	Fingerprint    string   `json:"fp"`
-	RPCID          string   `json:"rpc"`
-	Method         string   `json:"m"`
-	Tool           string   `json:"tool"`
-	ToolLabel      string   `json:"tl"`
-	Arguments      string   `json:"args"`
-	Result         string   `json:"res"`
-	ErrorCode      int64    `json:"ec"`
-	ErrorMessage   string   `json:"em"`
-	ErrorData      string   `json:"ed"`
-	TransportError string   `json:"te"`
-	Source         string   `json:"src"`
-	Outcome        string   `json:"out"`
-	FailureCode    string   `json:"fc"`
-	FailureAction  string   `json:"fa"`
-	FailureMessage string   `json:"fm"`
-	Flags          uint8    `json:"f"`
-	Version        uint64   `json:"v"`
+	Tenant         string
+	Server         string
+	Document       string
+	Time           int64
+	TimeNanos      uint32
+	ID             string
+	OtherDocuments []string
+	DurationNS     int64
+	Session        string
+	Client         string
+	TraceID        string
+	SpanID         string
+	Fingerprint    string
+	RPCID          string
+	Method         string
+	Tool           string
+	ToolLabel      string
+	Arguments      string
+	Result         string
+	ErrorCode      int64
+	ErrorMessage   string
+	ErrorData      string
+	TransportError string
+	Source         string
+	Outcome        string
+	FailureCode    string
+	FailureAction  string
+	FailureMessage string
+	Flags          uint8
+	Version        uint64
 }
 
 var callColumns = []string{
@@ -68,22 +68,22 @@ var callColumns = []string{
 }
 
 type writeRow struct {
-	Tenant     string `json:"tn"`
-	Server     string `json:"sv"`
-	Document   string `json:"doc"`
-	Time       int64  `json:"t"`
-	TimeNanos  uint32 `json:"tns"`
-	CallID     string `json:"cid"`
-	Seq        int32  `json:"seq"`
-	Session    string `json:"ses"`
-	Tool       string `json:"tool"`
-	Key        string `json:"key"`
-	State      string `json:"st"`
-	Reason     string `json:"rs"`
-	Action     string `json:"act"`
-	StateDelay int64  `json:"sd"` // StateTime - Time in nanoseconds
+	Tenant     string
+	Server     string
+	Document   string
+	Time       int64
+	TimeNanos  uint32
+	CallID     string
+	Seq        int32
+	Session    string
+	Tool       string
+	Key        string
+	State      string
+	Reason     string
+	Action     string
+	StateDelay int64 // StateTime - Time in nanoseconds
 
-	Version uint64 `json:"v"`
+	Version uint64
 }
 
 var writeColumns = []string{
@@ -92,21 +92,21 @@ var writeColumns = []string{
 }
 
 type findingRow struct {
-	Tenant      string   `json:"tn"`
-	Server      string   `json:"sv"`
-	Document    string   `json:"doc"`
-	Time        int64    `json:"t"`
-	TimeNanos   uint32   `json:"tns"`
-	ID          string   `json:"id"`
-	Kind        string   `json:"k"`
-	Severity    string   `json:"sev"`
-	Key         string   `json:"key"`
-	Session     string   `json:"ses"`
-	Calls       []string `json:"calls"`
-	Reason      string   `json:"rs"`
-	RetryAction string   `json:"ra"`
-	Summary     string   `json:"sum"`
-	Version     uint64   `json:"v"`
+	Tenant      string
+	Server      string
+	Document    string
+	Time        int64
+	TimeNanos   uint32
+	ID          string
+	Kind        string
+	Severity    string
+	Key         string
+	Session     string
+	Calls       []string
+	Reason      string
+	RetryAction string
+	Summary     string
+	Version     uint64
 }
 
 var findingColumns = []string{
@@ -115,10 +115,10 @@ var findingColumns = []string{
 }
 
 type watermarkRow struct {
-	Replica   string `json:"r"`
-	Time      int64  `json:"t"`
-	TimeNanos uint32 `json:"tns"`
-	Version   uint64 `json:"v"`
+	Replica   string
+	Time      int64
+	TimeNanos uint32
+	Version   uint64
 }
 
 var watermarkColumns = []string{"replica", "time", "time_nanos", "version"}
@@ -332,15 +332,15 @@ var tableNames = [nTables]string{"calls", "writes", "findings", "watermarks"}
 // re-sent unchanged (same rows, same versions, same token) by every retry
 // and after a spool, so that a retry can be recognized.
 type batch struct {
-	Calls      []callRow      `json:"calls,omitempty"`
-	Writes     []writeRow     `json:"writes,omitempty"`
-	Findings   []findingRow   `json:"findings,omitempty"`
-	Watermarks []watermarkRow `json:"watermarks,omitempty"`
+	Calls      []callRow
+	Writes     []writeRow
+	Findings   []findingRow
+	Watermarks []watermarkRow
 	// Token identifies the batch; each table's insert carries Token:table as
 	// its insert_deduplication_token.
-	Token string `json:"token"`
+	Token string
 	// Done marks the tables already acknowledged by ClickHouse.
-	Done [nTables]bool `json:"done"`
+	Done [nTables]bool
 
 	spooled bool
 	// index finds rows by identity while the batch is built.

@@ -1,7 +1,8 @@
 package clickhouse
 
 import (
-	"encoding/json"
+	"bytes"
+	"encoding/gob"
 	"errors"
 	"fmt"
 	"os"
@@ -102,10 +103,11 @@ func (sp *spool) path(seq uint64, ext string) string {
 
 // append writes b durably: when it returns nil the batch survives a crash.
 func (sp *spool) append(b *batch) error {
-	data, err := json.Marshal(b)
-	if err != nil {
+	var buf bytes.Buffer
+	if err := gob.NewEncoder(&buf).Encode(b); err != nil {
 		return fmt.Errorf("cannot encode batch for the spool: %w", err)
 	}
+	data := buf.Bytes()
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
 	if sp.bytes+int64(len(data)) > sp.maxBytes {
@@ -179,7 +181,7 @@ func (sp *spool) read(seq uint64) (*batch, error) {
 		return nil, fmt.Errorf("cannot read spool file: %w", err)
 	}
 	b := new(batch)
-	if err := json.Unmarshal(data, b); err != nil {
+	if err := gob.NewDecoder(bytes.NewReader(data)).Decode(b); err != nil {
 		return nil, fmt.Errorf("cannot decode spool file %s: %w", sp.path(seq, spoolExt), err)
 	}
 	b.spooled = true

@@ -17,7 +17,8 @@ func testBatch(ids ...string) *batch {
 	b := new(batch)
 	var rows []callRow
 	for i, id := range ids {
-		rows = append(rows, callRow{ID: id, Tenant: "acme", Time: int64(1000 + i), Document: "a", Arguments: `{"x":1}`, Flags: flagArguments})
+		// Strings are kept byte for byte, invalid UTF-8 included.
+		rows = append(rows, callRow{ID: id, Tenant: "acme", Time: int64(1000 + i), Document: "a", Arguments: `{"x":1}`, Fingerprint: "\x00\xffraw", Flags: flagArguments})
 	}
 	b.addCalls(rows)
 	b.addResults([]writeRow{{CallID: ids[0], State: "durable", Version: 7}}, nil, &watermarkRow{Replica: "r", Time: 5, Version: 8})
