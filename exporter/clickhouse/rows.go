@@ -412,6 +412,35 @@ func (b *batch) seal() {
 	for i := range b.Findings {
 		b.Findings[i].Version = first
 	}
+	b.finish()
+}
+
+// partial reports whether ClickHouse acknowledged some tables of b already.
+func (b *batch) partial() bool { return b.Done != [nTables]bool{} }
+
+// merge adds the rows of o, a spooled batch, to b, another one: the spool
+// drains several batches in one insert. Versions stay as sealed; finish
+// computes the token of the whole.
+func (b *batch) merge(o *batch) {
+	if b.callIndex == nil {
+		calls, writes, findings, wms := b.Calls, b.Writes, b.Findings, b.Watermarks
+		b.Calls, b.Writes, b.Findings, b.Watermarks = nil, nil, nil, nil
+		b.addCalls(calls)
+		b.addResults(writes, findings, nil)
+		for i := range wms {
+			b.addResults(nil, nil, &wms[i])
+		}
+	}
+	b.addCalls(o.Calls)
+	b.addResults(o.Writes, o.Findings, nil)
+	for i := range o.Watermarks {
+		b.addResults(nil, nil, &o.Watermarks[i])
+	}
+}
+
+// finish computes the token from the identities of the rows and drops the
+// indexes used while building.
+func (b *batch) finish() {
 	h := sha256.New()
 	var buf [8]byte
 	put := func(s string) {

@@ -174,6 +174,17 @@ func (sp *spool) oldest() (seq uint64, ok bool) {
 	return sp.files[0].seq, true
 }
 
+// first returns the sequence numbers of the n oldest batches.
+func (sp *spool) first(n int) []uint64 {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	seqs := make([]uint64, 0, min(n, len(sp.files)))
+	for _, f := range sp.files[:min(n, len(sp.files))] {
+		seqs = append(seqs, f.seq)
+	}
+	return seqs
+}
+
 // read decodes the batch of seq.
 func (sp *spool) read(seq uint64) (*batch, error) {
 	data, err := os.ReadFile(sp.path(seq, spoolExt))

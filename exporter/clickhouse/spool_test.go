@@ -162,3 +162,32 @@ func TestStore_Unreachable(t *testing.T) {
 		t.Errorf("Watermark after reopen = %v, %v; want the spooled one", wm, err)
 	}
 }
+
+func TestBatchMerge(t *testing.T) {
+	a := testBatch("c_1", "c_2")
+	b := testBatch("c_2", "c_3")
+	b.Writes[0].Version = 9 // a later state of the write of c_1
+	b.Writes[0].CallID = "c_1"
+	b.Writes[0].State = "resolved"
+	b.Watermarks[0].Version = 10
+	b.Watermarks[0].Time = 6
+	tokenA := a.Token
+	a.merge(b)
+	a.finish()
+	var ids []string
+	for _, c := range a.Calls {
+		ids = append(ids, c.ID)
+	}
+	if !reflect.DeepEqual(ids, []string{"c_1", "c_2", "c_3"}) {
+		t.Errorf("merged calls %v, want each id once, in order", ids)
+	}
+	if len(a.Writes) != 1 || a.Writes[0].State != "resolved" {
+		t.Errorf("merged writes %+v, want the later state of c_1 only", a.Writes)
+	}
+	if len(a.Watermarks) != 1 || a.Watermarks[0].Time != 6 {
+		t.Errorf("merged watermarks %+v, want the later one", a.Watermarks)
+	}
+	if a.Token == tokenA || a.Token == "" {
+		t.Error("the merged batch kept the token of its first part")
+	}
+}

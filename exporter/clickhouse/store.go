@@ -632,16 +632,19 @@ func (s *Store) checkHealth() {
 
 // drain sends spooled batches, oldest first, until the spool is empty (then
 // direct inserts resume) or ClickHouse fails (the error is returned).
-// Batches ClickHouse refuses for good are moved aside and logged.
+// Several small batches go in one insert, so that the drain outpaces the
+// traffic that keeps arriving meanwhile. A batch ClickHouse refuses for good
+// is moved aside and logged.
 func (s *Store) drain() error {
+	single := false // after a refused merge, find the culprit batch by batch
 	for {
 		select {
 		case <-s.quit:
 			return nil
 		default:
 		}
-		seq, ok := s.spool.oldest()
-		if !ok {
+		seqs := s.spool.first(64)
+		if len(seqs) == 0 {
 			s.modeMu.Lock()
 			if _, ok := s.spool.oldest(); !ok {
 				s.spooling.Store(false)
@@ -654,25 +657,64 @@ func (s *Store) drain() error {
 			s.modeMu.Unlock()
 			continue
 		}
-		b, err := s.spool.read(seq)
+		b, used, err := s.gather(seqs, single)
 		if err == nil {
 			err = s.insertRetrying(b, 0)
 			if err == nil {
-				if err := s.spool.remove(seq); err != nil {
-					return err
+				for _, seq := range used {
+					if err := s.spool.remove(seq); err != nil {
+						return err
+					}
 				}
+				single = false
 				continue
 			}
 			if errors.Is(err, audit.ErrUnavailable) {
 				return err
 			}
+			if len(used) > 1 {
+				single = true
+				continue
+			}
 		}
-		path, rerr := s.spool.reject(seq)
+		path, rerr := s.spool.reject(used[0])
 		s.log.Error("clickhouse: a spooled batch cannot be stored; moved aside for a person to look at", "file", path, "err", err)
 		if rerr != nil {
 			return rerr
 		}
 	}
+}
+
+// gather reads spooled batches in order and merges them, up to four batch
+// sizes of rows. A batch some of whose tables were acknowledged goes alone,
+// and so does every batch when single is set. err is set, with the one
+// batch in used, when that batch cannot be read.
+func (s *Store) gather(seqs []uint64, single bool) (b *batch, used []uint64, err error) {
+	for _, seq := range seqs {
+		next, err := s.spool.read(seq)
+		if err != nil {
+			if b == nil {
+				return nil, []uint64{seq}, err
+			}
+			break // read again, alone, next time
+		}
+		if b == nil {
+			b, used = next, []uint64{seq}
+			if single || b.partial() {
+				break
+			}
+			continue
+		}
+		if next.partial() || b.rows()+next.rows() > 4*s.opts.BatchSize {
+			break
+		}
+		b.merge(next)
+		used = append(used, seq)
+	}
+	if len(used) > 1 {
+		b.finish()
+	}
+	return b, used, nil
 }
 
 // waitDrained waits until the spool is empty, so that reads see every
