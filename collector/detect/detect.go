@@ -37,6 +37,7 @@ type Detector struct {
 	deadlines writeHeap
 	lastSweep time.Time
 	scope     struct{ server, tenant, scope string } // the last scopeOf
+	ops       []dialect.Op                           // storage for the operations of the call in hand
 	// The correlation maps' keys in the order their entries age, for sweep.
 	docQ    expiry[docItem]
 	keyQ    expiry[keyItem]
@@ -140,7 +141,9 @@ func (d *Detector) process(b bufCall) {
 	}
 	d.sweep()
 
-	a := d.reader.Analyze(c)
+	// The operations live until the next call: write records copy them.
+	a := d.reader.AnalyzeAppend(c, d.ops)
+	d.ops = a.Ops
 	rep := &audit.CallReport{Call: c, Outcome: a.Outcome, Dialect: a.Dialect, Failure: a.Failure, ToolLabel: "other"}
 	if a.Known {
 		rep.ToolLabel = c.Tool

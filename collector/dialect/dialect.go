@@ -149,13 +149,20 @@ func (c *Config) Of(server string) string {
 type Reader struct {
 	cfg Config
 	p   parsers
+	ops []Op // where the next analysis appends its operations
 }
 
 // NewReader returns a Reader for cfg.
 func NewReader(cfg Config) *Reader { return &Reader{cfg: cfg} }
 
 // Analyze reads one call.
-func (r *Reader) Analyze(c *audit.Call) Analysis {
+func (r *Reader) Analyze(c *audit.Call) Analysis { return r.AnalyzeAppend(c, nil) }
+
+// AnalyzeAppend is Analyze with the operations appended to ops[:0], so that
+// a caller that is done with one analysis before the next can reuse the
+// storage of its operations.
+func (r *Reader) AnalyzeAppend(c *audit.Call, ops []Op) Analysis {
+	r.ops = ops[:0]
 	switch d := r.cfg.Of(c.Server); d {
 	case Thegram:
 		return r.thegram(c)

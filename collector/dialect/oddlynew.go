@@ -158,7 +158,10 @@ func (r *Reader) oddlynew(c *audit.Call) Analysis {
 			}
 		}
 		if a.Ops == nil {
-			a.Ops = make([]Op, 0, len(pcs))
+			a.Ops = r.ops
+			if a.Ops == nil {
+				a.Ops = make([]Op, 0, len(pcs))
+			}
 		}
 		a.Ops = append(a.Ops, op)
 	}

@@ -164,7 +164,7 @@ func (r *Reader) thegram(c *audit.Call) Analysis {
 			op.Pending, op.Reason = true, audit.ReasonSyncNotConfirmed
 		}
 	}
-	a.Ops = []Op{op}
+	a.Ops = append(r.ops, op)
 	return a
 }
 
@@ -244,7 +244,7 @@ func (r *Reader) generic(c *audit.Call, writes map[string]WriteTool) Analysis {
 	default:
 		op.Status, op.Failure = audit.OpFailed, a.Failure
 	}
-	a.Ops = []Op{op}
+	a.Ops = append(r.ops, op)
 	return a
 }
 
