@@ -562,47 +562,48 @@ func (s *Store) DeleteBefore(ctx context.Context, t time.Time) (int64, error) {
 // tokens: the rows of an insert whose acknowledgement was lost are found
 // and not sent again.
 func (s *Store) unstored(b *batch, t int) (*batch, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), s.opts.InsertTimeout)
-	defer cancel()
 	out := &batch{}
-	var keys []string
-	var lo, hi int64 = 1<<63 - 1, 0
-	span := func(t int64) { lo, hi = min(lo, t), max(hi, t) }
-	var keyExpr, idCol string
+	var err error
 	switch t {
 	case tCalls:
-		keyExpr, idCol = "id", "id"
-		for _, r := range b.Calls {
-			keys = append(keys, r.ID)
-			span(r.Time)
-		}
+		out.Calls, err = keepUnstored(s, t, b.Calls, "id", "id",
+			func(r *callRow) (string, string, int64) { return r.ID, r.ID, r.Time })
 	case tWrites:
-		keyExpr, idCol = "concat(call_id, '/', toString(seq), '/', toString(version))", "call_id"
-		for _, r := range b.Writes {
-			keys = append(keys, r.CallID)
-			span(r.Time)
-		}
+		out.Writes, err = keepUnstored(s, t, b.Writes, "call_id", "concat(call_id, '/', toString(seq), '/', toString(version))",
+			func(r *writeRow) (string, string, int64) {
+				return r.CallID, fmt.Sprintf("%s/%d/%d", r.CallID, r.Seq, r.Version), r.Time
+			})
 	case tFindings:
-		keyExpr, idCol = "id", "id"
-		for _, r := range b.Findings {
-			keys = append(keys, r.ID)
-			span(r.Time)
-		}
+		out.Findings, err = keepUnstored(s, t, b.Findings, "id", "id",
+			func(r *findingRow) (string, string, int64) { return r.ID, r.ID, r.Time })
 	case tWatermarks:
-		keyExpr, idCol = "concat(replica, '/', toString(version))", "replica"
-		for _, r := range b.Watermarks {
-			keys = append(keys, r.Replica)
-			span(r.Time)
-		}
+		out.Watermarks, err = keepUnstored(s, t, b.Watermarks, "replica", "concat(replica, '/', toString(version))",
+			func(r *watermarkRow) (string, string, int64) {
+				return r.Replica, fmt.Sprintf("%s/%d", r.Replica, r.Version), r.Time
+			})
+	}
+	return out, err
+}
+
+// keepUnstored returns the rows of table t that ClickHouse does not have.
+// ident gives a row's value of idCol (looked up), its identity as keyExpr
+// renders it, and its time (which bounds the search).
+func keepUnstored[R any](s *Store, t int, rows []R, idCol, keyExpr string, ident func(*R) (id, key string, time int64)) ([]R, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.InsertTimeout)
+	defer cancel()
+	ids := make([]string, len(rows))
+	var lo, hi int64 = 1<<63 - 1, 0
+	for i := range rows {
+		id, _, t := ident(&rows[i])
+		ids[i], lo, hi = id, min(lo, t), max(hi, t)
 	}
 	stored := map[string]bool{}
-	for i := 0; i < len(keys); i += inChunk {
-		part := keys[i:min(i+inChunk, len(keys))]
+	for i := 0; i < len(ids); i += inChunk {
 		q := fmt.Sprintf("SELECT %s FROM %s WHERE time >= toDateTime(%d) AND time <= toDateTime(%d) AND %s IN %s",
-			keyExpr, s.layout.table(tableNames[t]), lo, hi, idCol, quoteList(part))
-		err := each(ctx, s.conn, "find stored rows", q, func(rows driver.Rows) error {
+			keyExpr, s.layout.table(tableNames[t]), lo, hi, idCol, quoteList(ids[i:min(i+inChunk, len(ids))]))
+		err := each(ctx, s.conn, "find stored rows", q, func(r driver.Rows) error {
 			var k string
-			if err := rows.Scan(&k); err != nil {
+			if err := r.Scan(&k); err != nil {
 				return classify(fmt.Errorf("cannot read stored rows: %w", err))
 			}
 			stored[k] = true
@@ -612,26 +613,12 @@ func (s *Store) unstored(b *batch, t int) (*batch, error) {
 			return nil, classify(err)
 		}
 	}
-	for _, r := range b.Calls {
-		if t == tCalls && !stored[r.ID] {
-			out.Calls = append(out.Calls, r)
+	var keep []R
+	for i := range rows {
+		if _, key, _ := ident(&rows[i]); !stored[key] {
+			keep = append(keep, rows[i])
 		}
 	}
-	for _, r := range b.Writes {
-		if t == tWrites && !stored[fmt.Sprintf("%s/%d/%d", r.CallID, r.Seq, r.Version)] {
-			out.Writes = append(out.Writes, r)
-		}
-	}
-	for _, r := range b.Findings {
-		if t == tFindings && !stored[r.ID] {
-			out.Findings = append(out.Findings, r)
-		}
-	}
-	for _, r := range b.Watermarks {
-		if t == tWatermarks && !stored[fmt.Sprintf("%s/%d", r.Replica, r.Version)] {
-			out.Watermarks = append(out.Watermarks, r)
-		}
-	}
-	s.skippedOnRetry.Add(int64(len(keys) - out.rows()))
-	return out, nil
+	s.skippedOnRetry.Add(int64(len(rows) - len(keep)))
+	return keep, nil
 }
