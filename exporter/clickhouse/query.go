@@ -347,16 +347,16 @@ func (s *Store) Timeline(ctx context.Context, q audit.TimelineQuery) ([]audit.Ti
 	}
 	ids := make([]string, 0, len(calls))
 	for i := range calls {
-		rec := calls[i].record()
+		r := &calls[i]
 		ev := audit.TimelineEvent{
-			Time: rec.Call.Time, Type: audit.EventCall, CallID: rec.Call.ID, Server: rec.Call.Server,
-			Session: rec.Call.Session, Tool: rec.Call.Tool, Outcome: rec.Outcome,
+			Time: joinTime(r.Time, r.TimeNanos), Type: audit.EventCall, CallID: r.ID, Server: r.Server,
+			Session: r.Session, Tool: r.Tool, Outcome: audit.Outcome(r.Outcome),
 		}
-		if f := rec.Failure; f != nil {
-			ev.Code, ev.RetryAction = f.Code, f.Action
+		if r.Flags&flagFailure != 0 {
+			ev.Code, ev.RetryAction = r.FailureCode, audit.RetryAction(r.FailureAction)
 		}
 		events = append(events, ev)
-		ids = append(ids, rec.Call.ID)
+		ids = append(ids, r.ID)
 	}
 
 	// The writes those calls made on the document: a write has its call's
