@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"regexp"
 	"sort"
 	"time"
@@ -103,8 +104,10 @@ func (o *Options) Validate() error {
 	}
 	if o.DSN == "" {
 		bad("dsn", "required")
-	} else if _, err := ch.ParseDSN(o.DSN); err != nil {
+	} else if opts, err := ch.ParseDSN(o.DSN); err != nil {
 		bad("dsn", "%v", err)
+	} else if u, _ := url.Parse(o.DSN); (u.Scheme != "clickhouse" && u.Scheme != "tcp") || opts.Protocol != ch.Native {
+		bad("dsn", "must use the native protocol (clickhouse:// or tcp://), not %q", u.Scheme)
 	}
 	if !identifier.MatchString(o.Database) {
 		bad("database", "must be a plain identifier ([A-Za-z_][A-Za-z0-9_]*), not %q", o.Database)
