@@ -4,9 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"regexp"
 	"sort"
+	"strings"
 	"time"
 
 	ch "github.com/ClickHouse/clickhouse-go/v2"
@@ -106,8 +106,8 @@ func (o *Options) Validate() error {
 		bad("dsn", "required")
 	} else if opts, err := ch.ParseDSN(o.DSN); err != nil {
 		bad("dsn", "%v", err)
-	} else if u, _ := url.Parse(o.DSN); (u.Scheme != "clickhouse" && u.Scheme != "tcp") || opts.Protocol != ch.Native {
-		bad("dsn", "must use the native protocol (clickhouse:// or tcp://), not %q", u.Scheme)
+	} else if scheme, _, _ := strings.Cut(o.DSN, "://"); (scheme != "clickhouse" && scheme != "tcp") || opts.Protocol != ch.Native {
+		bad("dsn", "must use the native protocol (clickhouse:// or tcp://), not %q", scheme)
 	}
 	if !identifier.MatchString(o.Database) {
 		bad("database", "must be a plain identifier ([A-Za-z_][A-Za-z0-9_]*), not %q", o.Database)
