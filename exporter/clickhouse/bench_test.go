@@ -115,16 +115,16 @@ func BenchmarkBytesPerCall(b *testing.B) {
 }
 
 // TestBytesPerCall guards the storage figure on a smaller sample: at most
-// 120 bytes per call (the target is 80; docs/clickhouse.md has the measured
-// figure).
+// 100 bytes per call (88 measured on 18.16; the target of 80 is not met,
+// docs/clickhouse.md says why).
 func TestBytesPerCall(t *testing.T) {
 	if testing.Short() {
 		t.Skip("stores 30000 calls")
 	}
 	perCall, report := storeTraffic(t, 30000)
 	t.Log(report)
-	if perCall > 120 {
-		t.Errorf("%.1f bytes per call, want at most 120", perCall)
+	if perCall > 100 {
+		t.Errorf("%.1f bytes per call, want at most 100", perCall)
 	}
 }
 
