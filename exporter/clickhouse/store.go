@@ -61,6 +61,8 @@ type Store struct {
 	// not send again (servers without deduplication tokens).
 	skippedOnRetry atomic.Int64
 
+	collectMu sync.Mutex // held by the inserter filling the next batch
+
 	sendMu sync.RWMutex // held for reading while a request is queued
 	closed bool
 	reqs   chan *request
@@ -367,13 +369,17 @@ func (s *Store) submit(ctx context.Context, req *request) error {
 }
 
 // writeLoop collects requests into batches and ships them, until Close.
-// Inserters of them run at once: batches carry their own versions and
-// tokens, so the order in which they land does not matter, and a commit is
-// one request, so its watermark still follows its rows.
+// Inserters of them run at once, taking turns to collect: one fills the next
+// batch while the others ship theirs, so that batches are not split between
+// them. Batches carry their own versions and tokens, so the order in which
+// they land does not matter, and a commit is one request, so its watermark
+// still follows its rows.
 func (s *Store) writeLoop() {
 	defer s.wg.Done()
 	for {
+		s.collectMu.Lock()
 		b, reqs, more := s.collect()
+		s.collectMu.Unlock()
 		if len(reqs) > 0 {
 			s.ship(b, reqs)
 		}
