@@ -37,7 +37,6 @@ type Detector struct {
 	deadlines writeHeap
 	lastSweep time.Time
 	scope     struct{ server, tenant, scope string } // the last scopeOf
-	ops       []dialect.Op                           // storage for the operations of the call in hand
 	// The correlation maps' keys in the order their entries age, for sweep.
 	docQ    expiry[docItem]
 	keyQ    expiry[keyItem]
@@ -46,6 +45,10 @@ type Detector struct {
 
 	// Stats summarizes what was processed.
 	Stats Stats
+	// DropPayloads makes the detector forget a call's raw arguments and
+	// result once its dialect has read them, as the live service does
+	// (its store keeps them); sinks then see calls without payloads.
+	DropPayloads bool
 }
 
 // New returns a detector. Sinks receive every call report, write state
@@ -68,11 +71,16 @@ func New(cfg Config, dc dialect.Config, sinks ...audit.Sink) *Detector {
 // (the latest time seen minus the lateness bound); duplicates of a call
 // already taken are counted and dropped.
 func (d *Detector) Add(c *audit.Call) {
-	seen := d.dedupe.seen(c)
+	seen, merged := d.dedupe.seen(c)
+	if merged != nil {
+		// A second observer saw the response the first one missed.
+		d.readCall(merged)
+	}
 	if seen == nil {
 		d.Stats.Duplicates++
 		return
 	}
+	d.readCall(seen)
 	if c.Time.After(d.maxSeen) {
 		d.maxSeen = c.Time
 	}
@@ -82,6 +90,20 @@ func (d *Detector) Add(c *audit.Call) {
 }
 
 func (d *Detector) lateness() time.Duration { return d.cfg.Lateness }
+
+// readCall has the dialect read a call as it arrives. With DropPayloads the
+// call's raw arguments and result are then forgotten: the reorder buffer
+// holds only what the detector needs.
+func (d *Detector) readCall(s *seenCall) {
+	c := s.c
+	s.a = d.reader.Analyze(c)
+	if f := s.a.Failure; f != nil && (f.Action == audit.ActionFixInput || f.Action == audit.ActionReauthorize) {
+		s.reqHash = canon.Hash([]byte(c.Tool), canon.Bytes(c.Arguments))
+	}
+	if d.DropPayloads {
+		c.Arguments, c.Result = nil, nil
+	}
+}
 
 // Now returns the event time of what the detector is processing: the call
 // in hand, or the watermark it is advancing to. Sinks use it to tell output
@@ -141,9 +163,8 @@ func (d *Detector) process(b bufCall) {
 	}
 	d.sweep()
 
-	// The operations live until the next call: write records copy them.
-	a := d.reader.AnalyzeAppend(c, d.ops)
-	d.ops = a.Ops
+	a := b.seen.a
+	b.seen.a = dialect.Analysis{} // the buffer entry may outlive the call
 	rep := &audit.CallReport{Call: c, Outcome: a.Outcome, Dialect: a.Dialect, Failure: a.Failure, ToolLabel: "other"}
 	if a.Known {
 		rep.ToolLabel = c.Tool
@@ -163,7 +184,7 @@ func (d *Detector) process(b bufCall) {
 	}
 
 	ev := &event{call: c, actor: actorOf(c), scope: d.scopeOf(c)}
-	d.checkWasted(ev, &a)
+	d.checkWasted(ev, &a, b.seen.reqHash)
 	for i := range a.Ops {
 		op := &a.Ops[i]
 		switch op.Kind {
@@ -750,13 +771,13 @@ func (d *Detector) renewLease(ks *keyState, ev *event, op *dialect.Op) {
 
 // checkWasted reports an identical request re-sent after an error that a
 // retry cannot help (fix_input, reauthorize), and remembers such errors.
-func (d *Detector) checkWasted(ev *event, a *dialect.Analysis) {
+func (d *Detector) checkWasted(ev *event, a *dialect.Analysis, reqHash string) {
 	f := a.Failure
 	if f == nil || f.Action != audit.ActionFixInput && f.Action != audit.ActionReauthorize {
 		return
 	}
 	c := ev.call
-	h := ev.scope + "\x00" + canon.Hash([]byte(c.Tool), canon.Bytes(c.Arguments))
+	h := ev.scope + "\x00" + reqHash
 	t := c.Time
 	if prev, ok := d.failed[h]; ok && within(prev.time, t, d.cfg.CorrelationWindow) && prev.code == f.Code {
 		if !prev.reported {

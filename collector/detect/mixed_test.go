@@ -23,7 +23,12 @@ func TestMixedCapture(t *testing.T) {
 	for _, seed := range []int64{1, 2, 3} {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			c := capgen.Generate(capgen.Config{Seed: seed, Sessions: 3000, Span: 2 * time.Hour, AnomalyRate: 0.3, NoiseRate: 0.02})
-			got, rejects := runLines(t, c.Lines)
+			got, rejects := runLines(t, c.Lines, false)
+			// Forgetting payloads once read, as serve does, changes nothing.
+			lean, _ := runLines(t, c.Lines, true)
+			if fmt.Sprint(lean.findings) != fmt.Sprint(got.findings) || fmt.Sprint(lean.states()) != fmt.Sprint(got.states()) {
+				t.Errorf("DropPayloads changes the findings or write states")
+			}
 			if rejects != c.BadLines {
 				t.Errorf("rejected %d lines, want %d", rejects, c.BadLines)
 			}
@@ -61,9 +66,10 @@ func TestMixedCapture(t *testing.T) {
 	}
 }
 
-func runLines(t testing.TB, lines [][]byte) (*sink, int) {
+func runLines(t testing.TB, lines [][]byte, drop bool) (*sink, int) {
 	s := newSink()
 	d := detect.New(detect.NewDefaultConfig(), dialect.Config{}, s)
+	d.DropPayloads = drop
 	return s, feed(t, d, bytes.Join(lines, []byte("\n")))
 }
 

@@ -6,6 +6,7 @@ import (
 
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/canon"
+	"github.com/mcpaudit/mcpaudit/collector/dialect"
 )
 
 var sprintf = fmt.Sprintf
@@ -128,6 +129,12 @@ type seenList struct {
 type seenCall struct {
 	c         *audit.Call
 	processed bool
+	// What the dialect read in the call, taken when it arrived so that the
+	// reorder buffer need not keep its raw payloads.
+	a dialect.Analysis
+	// reqHash identifies the request for wasted-retry checks; set only for
+	// calls refused for bad input or missing authority.
+	reqHash string
 }
 
 func newDedupe() dedupe {
@@ -147,7 +154,7 @@ func reqKey(c *audit.Call) string {
 // When the first observation saw no response and this one did, and the
 // first is still waiting in the reorder buffer, the response is taken from
 // this one.
-func (d *dedupe) seen(c *audit.Call) *seenCall {
+func (d *dedupe) seen(c *audit.Call) (s, merged *seenCall) {
 	var dup *seenCall
 	if c.TraceID != "" && c.SpanID != "" {
 		dup = d.bySpan[c.TraceID+c.SpanID]
@@ -170,13 +177,17 @@ func (d *dedupe) seen(c *audit.Call) *seenCall {
 		if !dup.processed && !dup.c.Responded && c.Responded {
 			first := dup.c
 			first.Responded, first.Result, first.Error, first.TransportError = true, c.Result, c.Error, ""
+			// The arguments are the same request's; the first may have
+			// forgotten its own.
+			first.Arguments = c.Arguments
 			if c.Duration > 0 {
 				first.Duration = c.Duration
 			}
+			return nil, dup
 		}
-		return nil
+		return nil, nil
 	}
-	s := &seenCall{c: c}
+	s = &seenCall{c: c}
 	if l == nil {
 		l = &seenList{}
 		d.byReq[rk] = l
@@ -190,7 +201,7 @@ func (d *dedupe) seen(c *audit.Call) *seenCall {
 		d.bySpan[k] = s
 		d.spanQ.push(k, c.Time)
 	}
-	return s
+	return s, nil
 }
 
 // sweep forgets observations older than horizon. Like the detector's

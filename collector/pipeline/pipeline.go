@@ -101,6 +101,9 @@ func New(ctx context.Context, cfg Config, dcfg detect.Config, dial dialect.Confi
 	p.readers.New = func() any { return dialect.NewReader(dial) }
 	p.gate = &gate{sinks: sinks, announced: map[writeKey]bool{}, latency: cfg.FindingLatency}
 	p.det = detect.New(dcfg, dial, p.gate)
+	// Calls are in the store before the detector sees them: its reorder
+	// buffer need not keep their payloads.
+	p.det.DropPayloads = true
 	p.gate.det = p.det
 	if err := p.recover(ctx); err != nil {
 		return nil, err
