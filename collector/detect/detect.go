@@ -571,16 +571,10 @@ func (d *Detector) checkDoubleApply(ev *event, op *dialect.Op, w *writeRec, ds *
 // one session or client, both answered created, under different keys.
 func (d *Detector) checkCreate(ev *event, op *dialect.Op, w *writeRec, replay bool) bool {
 	t := ev.call.Time
-	var keys []createKey
-	if ev.call.Session != "" {
-		keys = append(keys, createKey{ev.scope, actor{'s', ev.call.Session}, op.Identity})
-	}
-	if ev.call.Client != "" {
-		keys = append(keys, createKey{ev.scope, actor{'c', ev.call.Client}, op.Identity})
-	}
-	if len(keys) == 0 {
-		keys = append(keys, createKey{ev.scope, actor{}, op.Identity})
-	}
+	// "One session or one client" is read as elsewhere in findings.md: the
+	// session, or the client where there are no sessions. A client name
+	// alone is often shared by many unrelated sessions.
+	keys := []createKey{{ev.scope, ev.actor, op.Identity}}
 	isCreated := op.Status == audit.OpSucceeded && op.Action == "created"
 	found := false
 	if isCreated && !replay {

@@ -299,6 +299,25 @@ func TestDetector_DuplicateCreate(t *testing.T) {
 		s.call(time.Minute, on, "s2", "run", code(createJS("01a-2", "Report")), created("doc_b", "Report"))
 		s.want(t)
 	})
+	t.Run("sessions_sharing_a_client_name", func(t *testing.T) {
+		s := &scenario{}
+		s.call(0, on, "s1", "run", code(createJS("01a-1", "Report")), created("doc_a", "Report"))
+		s.call(time.Minute, on, "s2", "run", code(createJS("01a-2", "Report")), created("doc_b", "Report"))
+		for _, l := range s.lines {
+			l["client"] = "agent/1.0"
+		}
+		s.want(t)
+	})
+	t.Run("one_client_without_sessions", func(t *testing.T) {
+		s := &scenario{}
+		s.call(0, on, "", "run", code(createJS("01a-1", "Report")), created("doc_a", "Report"))
+		s.call(time.Minute, on, "", "run", code(createJS("01a-2", "Report")), created("doc_b", "Report"))
+		for _, l := range s.lines {
+			delete(l, "session")
+			l["client"] = "agent/1.0"
+		}
+		s.want(t, audit.KindDuplicateCreate)
+	})
 	t.Run("other_title", func(t *testing.T) {
 		s := &scenario{}
 		s.call(0, on, "s1", "run", code(createJS("01a-1", "Report")), created("doc_a", "Report"))
