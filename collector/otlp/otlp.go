@@ -173,6 +173,11 @@ func convertSpan(sp ptrace.Span, service, rtenant string) (*audit.Call, bool, st
 		// with isError, content unknown.
 		c.Result = []byte(`{"isError":true}`)
 		c.Responded = true
+	case isServerCode(errType):
+		// A server code instead of the JSON-RPC number, as instrumentations
+		// record the Thegram desktop helper's -32000 errors.
+		c.Error = &audit.RPCError{Code: -32000, Message: sp.Status().Message(), Data: []byte(`{"code":` + strconv.Quote(errType) + `}`)}
+		c.Responded = true
 	case errType != "":
 		c.TransportError = errType
 	case sp.Status().Code() == ptrace.StatusCodeError && errType == "":
@@ -223,4 +228,17 @@ func firstNonEmpty(s ...string) string {
 		}
 	}
 	return ""
+}
+
+// isServerCode reports whether s looks like a Thegram error code (E_...).
+func isServerCode(s string) bool {
+	if !strings.HasPrefix(s, "E_") {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(c >= 'A' && c <= 'Z' || c == '_') {
+			return false
+		}
+	}
+	return true
 }

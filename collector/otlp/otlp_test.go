@@ -41,6 +41,8 @@ func TestConvert(t *testing.T) {
 	er.Status().SetMessage("Thegram answered HTTP 502 with no body")
 	// a transport error
 	span(ss, ptrace.SpanKindServer, map[string]any{"mcp.method.name": "tools/call", "gen_ai.tool.name": "gram_patch", "error.type": "timeout"})
+	// a server code in error.type
+	span(ss, ptrace.SpanKindServer, map[string]any{"mcp.method.name": "tools/call", "gen_ai.tool.name": "gram_read", "error.type": "E_APP_NOT_RUNNING"})
 	// a tool error without the opt-in result
 	span(ss, ptrace.SpanKindServer, map[string]any{"mcp.method.name": "tools/call", "gen_ai.tool.name": "gram_patch", "error.type": "tool_error"})
 	// not a tools/call
@@ -54,10 +56,10 @@ func TestConvert(t *testing.T) {
 	span(cs.ScopeSpans().AppendEmpty(), ptrace.SpanKindClient, map[string]any{"mcp.method.name": "tools/call", "gen_ai.tool.name": "run", "server.address": "oddlynew"})
 
 	res := Convert(td, "f:")
-	if res.Ignored != 1 || len(res.Rejected) != 2 || len(res.Calls) != 6 {
+	if res.Ignored != 1 || len(res.Rejected) != 2 || len(res.Calls) != 7 {
 		t.Fatalf("ignored %d rejected %v calls %d", res.Ignored, res.Rejected, len(res.Calls))
 	}
-	if !strings.HasPrefix(res.Rejected[0].Error(), "resourceSpans[0].scopeSpans[0].spans[6]: ") {
+	if !strings.HasPrefix(res.Rejected[0].Error(), "resourceSpans[0].scopeSpans[0].spans[7]: ") {
 		t.Errorf("rejected path: %v", res.Rejected[0])
 	}
 	c := res.Calls
@@ -73,11 +75,14 @@ func TestConvert(t *testing.T) {
 	if c[3].TransportError != "timeout" || c[3].Responded {
 		t.Errorf("timeout span: %+v", c[3])
 	}
-	if !c[4].Responded || string(c[4].Result) != `{"isError":true}` {
-		t.Errorf("tool error span: %+v", c[4])
+	if c[4].Error == nil || c[4].Error.Code != -32000 || string(c[4].Error.Data) != `{"code":"E_APP_NOT_RUNNING"}` {
+		t.Errorf("server code span: %+v", c[4])
 	}
-	if c[5].Server != "oddlynew" || c[5].Client != "agent-7" {
-		t.Errorf("client span: %+v", c[5])
+	if !c[5].Responded || string(c[5].Result) != `{"isError":true}` {
+		t.Errorf("tool error span: %+v", c[5])
+	}
+	if c[6].Server != "oddlynew" || c[6].Client != "agent-7" {
+		t.Errorf("client span: %+v", c[6])
 	}
 	for _, x := range c {
 		if x.ID == "" || x.TraceID == "" || x.SpanID == "" {
