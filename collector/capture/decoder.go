@@ -268,13 +268,18 @@ func (d *Decoder) nextRecord() error {
 	if len(bytes.TrimSpace(line)) == 0 {
 		return nil
 	}
-	c, err := d.rp.Parse(line, d.name, d.line)
+	d.parse(line)
+	return nil
+}
+
+// parse queues the call of one record, or its reject.
+func (d *Decoder) parse(data []byte) {
+	c, err := d.rp.Parse(data, d.name, d.line)
 	if err != nil {
 		d.errs = append(d.errs, err)
-		return nil
+		return
 	}
 	d.queue = append(d.queue, c)
-	return nil
 }
 
 func (d *Decoder) nextArray() error {
@@ -291,12 +296,7 @@ func (d *Decoder) nextArray() error {
 		d.errs = append(d.errs, &RecordError{Source: d.name, Line: d.line, Reason: fmt.Sprintf("broken JSON array after element %d: %v", d.line-1, err)})
 		return nil
 	}
-	c, err := d.rp.Parse(raw, d.name, d.line)
-	if err != nil {
-		d.errs = append(d.errs, err)
-		return nil
-	}
-	d.queue = append(d.queue, c)
+	d.parse(raw)
 	return nil
 }
 
