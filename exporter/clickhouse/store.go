@@ -230,10 +230,7 @@ func (s *Store) connected() bool {
 // reader returns the connection for a query, or an error wrapping
 // audit.ErrUnavailable.
 func (s *Store) reader() (driver.Conn, error) {
-	s.sendMu.RLock()
-	closed := s.closed
-	s.sendMu.RUnlock()
-	if closed {
+	if s.isClosed() {
 		return nil, audit.ErrClosed
 	}
 	if !s.connected() {
@@ -247,10 +244,7 @@ func (s *Store) reader() (driver.Conn, error) {
 // much is spooled (writes are still accepted until the spool is full), or
 // audit.ErrClosed after Close.
 func (s *Store) Ready() error {
-	s.sendMu.RLock()
-	closed := s.closed
-	s.sendMu.RUnlock()
-	if closed {
+	if s.isClosed() {
 		return audit.ErrClosed
 	}
 	s.mu.Lock()
@@ -267,6 +261,12 @@ func (s *Store) Ready() error {
 		return fmt.Errorf("clickhouse unavailable: %w: %w", audit.ErrUnavailable, err)
 	}
 	return nil
+}
+
+func (s *Store) isClosed() bool {
+	s.sendMu.RLock()
+	defer s.sendMu.RUnlock()
+	return s.closed
 }
 
 func (s *Store) setBackendErr(err error) {
@@ -306,7 +306,7 @@ func (s *Store) Commit(ctx context.Context, r audit.Results) error {
 	// One version for the whole commit: within it the later state of a
 	// write wins when the batch is built, so its rows never tie, and a
 	// column of one value costs nothing on disk.
-	v := s.versions(1)
+	v := s.nextVersion()
 	req := &request{}
 	for i := range r.Writes {
 		row, err := writeRowOf(&r.Writes[i], v)
@@ -332,15 +332,14 @@ func (s *Store) Commit(ctx context.Context, r audit.Results) error {
 	return s.submit(ctx, req)
 }
 
-// versions reserves n consecutive row versions. Versions follow the wall
-// clock in nanoseconds, so that a later commit, even by a later process,
-// wins; they never repeat within a process.
-func (s *Store) versions(n int) uint64 {
+// nextVersion returns a new row version. Versions follow the wall clock in
+// nanoseconds, so that a later commit, even by a later process, wins; they
+// never repeat within a process.
+func (s *Store) nextVersion() uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	base := max(uint64(time.Now().UnixNano()), s.lastVersion+1)
-	s.lastVersion = base + uint64(n)
-	return base
+	s.lastVersion = max(uint64(time.Now().UnixNano()), s.lastVersion+1)
+	return s.lastVersion
 }
 
 // submit queues req for the next batch and waits for its outcome.
