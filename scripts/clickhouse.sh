@@ -13,8 +13,11 @@
 #
 # Everything lives under MCPAUDIT_CLICKHOUSE_DIR (default /tmp/mcpaudit-clickhouse): config,
 # data, logs and the pid file. Ports: MCPAUDIT_CLICKHOUSE_TCP_PORT (default 19000) and
-# MCPAUDIT_CLICKHOUSE_HTTP_PORT (default 18123). Every wait is bounded. There is no systemd on
-# the machines of this project: the server is a plain background process of this script.
+# MCPAUDIT_CLICKHOUSE_HTTP_PORT (default 18123); "auto" picks free ones, which the printed
+# exports carry to later calls. Test runs that may overlap (several developers on one machine)
+# each use their own directory and auto ports, so that one run never stops another's server.
+# Every wait is bounded. There is no systemd on the machines of this project: the server is a
+# plain background process of this script.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -24,6 +27,23 @@ http_port=${MCPAUDIT_CLICKHOUSE_HTTP_PORT:-18123}
 pidfile=$dir/clickhouse-server.pid
 
 log() { echo "clickhouse.sh: $*" >&2; }
+
+# pick_port prints a port nothing listens on, other than $1.
+pick_port() {
+	local p i
+	for i in $(seq 1 200); do
+		p=$((20000 + RANDOM % 20000))
+		[ "$p" = "${1:-}" ] && continue
+		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+			echo "$p"
+			return 0
+		fi
+	done
+	log "no free port found"
+	return 1
+}
+[ "$tcp_port" = auto ] && tcp_port=$(pick_port)
+[ "$http_port" = auto ] && http_port=$(pick_port "$tcp_port")
 
 ping_ok() {
 	# /ping answers "Ok." once the server accepts queries. bash's /dev/tcp avoids needing curl.

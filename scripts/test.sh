@@ -20,10 +20,12 @@ fi
 test -z "$(gofmt -l $(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $(git ls-files '*.go'); exit 1; }
 go vet ./...
 # ClickHouse for the exporter/clickhouse tests: scripts/clickhouse.sh installs Debian's
-# clickhouse-server when missing, starts it on 127.0.0.1 (non-default ports) and prints the
-# exports: MCPAUDIT_CLICKHOUSE_DSN, and MCPAUDIT_CLICKHOUSE_CTL for the tests that stop and
-# start the server. It is stopped when this script exits.
-eval "$(scripts/clickhouse.sh start)"
-trap 'scripts/clickhouse.sh stop' EXIT
+# clickhouse-server when missing, starts it on 127.0.0.1 (free ports, a directory of this run's
+# own, so that overlapping runs do not stop each other's server) and prints the exports:
+# MCPAUDIT_CLICKHOUSE_DSN, and MCPAUDIT_CLICKHOUSE_CTL for the tests that stop and start the
+# server. It is stopped and its directory removed when this script exits.
+export MCPAUDIT_CLICKHOUSE_DIR="$(mktemp -d /tmp/mcpaudit-clickhouse.XXXXXX)"
+eval "$(MCPAUDIT_CLICKHOUSE_TCP_PORT=auto MCPAUDIT_CLICKHOUSE_HTTP_PORT=auto scripts/clickhouse.sh start)"
+trap 'scripts/clickhouse.sh stop; rm -rf "$MCPAUDIT_CLICKHOUSE_DIR"' EXIT
 
 CI=${CI:-} go test -count=1 ./... 2>&1 | tee /tmp/mcpaudit-test.log
