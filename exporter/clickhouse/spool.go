@@ -2,6 +2,7 @@ package clickhouse
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/gob"
 	"errors"
 	"fmt"
@@ -83,18 +84,8 @@ func openSpool(dir string, maxBytes int64) (*spool, error) {
 			}
 		}
 	}
-	slices.SortFunc(sp.files, func(a, b spoolFile) int { return cmpUint(a.seq, b.seq) })
+	slices.SortFunc(sp.files, func(a, b spoolFile) int { return cmp.Compare(a.seq, b.seq) })
 	return sp, nil
-}
-
-func cmpUint(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 func (sp *spool) path(seq uint64, ext string) string {
@@ -161,17 +152,6 @@ func syncDir(dir string) error {
 		return fmt.Errorf("cannot sync spool directory: %w", err)
 	}
 	return nil
-}
-
-// oldest returns the sequence number of the oldest batch; ok is false when
-// the spool is empty.
-func (sp *spool) oldest() (seq uint64, ok bool) {
-	sp.mu.Lock()
-	defer sp.mu.Unlock()
-	if len(sp.files) == 0 {
-		return 0, false
-	}
-	return sp.files[0].seq, true
 }
 
 // first returns the sequence numbers of the n oldest batches.

@@ -651,7 +651,7 @@ func (s *Store) drain() error {
 		seqs := s.spool.first(64)
 		if len(seqs) == 0 {
 			s.modeMu.Lock()
-			if _, ok := s.spool.oldest(); !ok {
+			if n, _ := s.spool.usage(); n == 0 {
 				s.spooling.Store(false)
 				close(s.drained)
 				s.modeMu.Unlock()
