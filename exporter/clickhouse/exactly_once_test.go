@@ -254,7 +254,9 @@ func TestOutage_Proxy(t *testing.T) {
 // it again. MCPAUDIT_CLICKHOUSE_OUTAGE sets how long it stays down (default
 // 5s; the figure is 60s: MCPAUDIT_CLICKHOUSE_OUTAGE=60s).
 func TestOutage_ServerStopped(t *testing.T) {
+	dsn, ctl := privateServer(t)
 	o := testOptions(t)
+	o.DSN = dsn
 	down := 5 * time.Second
 	if v := os.Getenv("MCPAUDIT_CLICKHOUSE_OUTAGE"); v != "" {
 		d, err := time.ParseDuration(v)
@@ -273,20 +275,13 @@ func TestOutage_ServerStopped(t *testing.T) {
 		defer wg.Done()
 		acked, errs = traffic(t, s, stop, 200)
 	}()
-	restarted := false
-	defer func() {
-		if !restarted {
-			serverCtl(t, "start")
-		}
-	}()
 	time.Sleep(500 * time.Millisecond)
-	serverCtl(t, "stop")
+	ctl("stop")
 	time.Sleep(down)
 	if err := s.Ready(); !errors.Is(err, audit.ErrUnavailable) {
 		t.Errorf("Ready during the outage = %v, want ErrUnavailable", err)
 	}
-	serverCtl(t, "start")
-	restarted = true
+	ctl("start")
 	time.Sleep(time.Second)
 	close(stop)
 	wg.Wait()
@@ -301,15 +296,17 @@ func TestOutage_ServerStopped(t *testing.T) {
 // TestExactlyOnce_ServerKilled kills the server (SIGKILL) while a large
 // batch is being inserted and starts it again.
 func TestExactlyOnce_ServerKilled(t *testing.T) {
+	dsn, ctl := privateServer(t)
 	o := testOptions(t)
+	o.DSN = dsn
 	o.RetryFor = 20 * time.Second
 	s := openStore(t, o)
 	recs := synthCalls(t, 50000, time.Date(2026, 11, 4, 9, 0, 0, 0, time.UTC), "killed")
 	done := make(chan error, 1)
 	go func() { done <- s.AppendCalls(context.Background(), recs) }()
 	time.Sleep(150 * time.Millisecond)
-	serverCtl(t, "kill")
-	serverCtl(t, "start")
+	ctl("kill")
+	ctl("start")
 	if err := <-done; err != nil {
 		t.Fatalf("AppendCalls: %v", err)
 	}

@@ -110,23 +110,54 @@ func count(t testing.TB, conn driver.Conn, query string) uint64 {
 	return n
 }
 
-// serverCtl runs scripts/clickhouse.sh with a command (stop, start, kill);
-// the test skips when the script is not known (outside scripts/test.sh) and
-// fails in CI.
-func serverCtl(t testing.TB, cmd string) {
+// privateServer starts a ClickHouse server of the test's own (its own
+// directory and free ports, through scripts/clickhouse.sh) for the tests
+// that stop or kill it: the shared server of the run stays up for the tests
+// of other packages running at the same time. It returns the DSN and a
+// function that runs the script (stop, start, kill) on that server; the
+// server is stopped when the test ends. Without the script the test skips
+// (fails in CI).
+func privateServer(t testing.TB) (dsn string, ctl func(cmd string)) {
 	t.Helper()
-	ctl := os.Getenv("MCPAUDIT_CLICKHOUSE_CTL")
-	if ctl == "" {
+	serverDSN(t)
+	script := os.Getenv("MCPAUDIT_CLICKHOUSE_CTL")
+	if script == "" {
 		if os.Getenv("CI") != "" {
 			t.Fatal("CI is set but MCPAUDIT_CLICKHOUSE_CTL is not: scripts/test.sh must export it")
 		}
-		t.Skip("SKIPPING: MCPAUDIT_CLICKHOUSE_CTL is not set, so the test cannot stop and start the server; eval \"$(scripts/clickhouse.sh start)\" sets it")
+		t.Skip("SKIPPING: MCPAUDIT_CLICKHOUSE_CTL is not set, so the test cannot start a server to stop; eval \"$(scripts/clickhouse.sh start)\" sets it")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, ctl, cmd).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s %s: %v\n%s", ctl, cmd, err, out)
+	env := append(os.Environ(), "MCPAUDIT_CLICKHOUSE_DIR="+t.TempDir(),
+		"MCPAUDIT_CLICKHOUSE_TCP_PORT=auto", "MCPAUDIT_CLICKHOUSE_HTTP_PORT=auto")
+	run := func(cmd string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		c := exec.CommandContext(ctx, script, cmd)
+		c.Env = env
+		var stderr strings.Builder
+		c.Stderr = &stderr
+		out, err := c.Output()
+		if err != nil {
+			t.Fatalf("%s %s: %v\n%s", script, cmd, err, stderr.String())
+		}
+		t.Logf("%s %s: %s", script, cmd, strings.TrimSpace(stderr.String()))
+		return string(out)
 	}
-	t.Logf("%s %s: %s", ctl, cmd, strings.TrimSpace(string(out)))
+	// The exports of start fix the ports for the later commands.
+	for _, line := range strings.Split(run("start"), "\n") {
+		kv, ok := strings.CutPrefix(line, "export ")
+		if !ok {
+			continue
+		}
+		env = append(env, kv)
+		if v, ok := strings.CutPrefix(kv, dsnEnv+"="); ok {
+			dsn = v
+		}
+	}
+	if dsn == "" {
+		t.Fatal("scripts/clickhouse.sh start printed no DSN")
+	}
+	t.Cleanup(func() { run("stop") })
+	return dsn, func(cmd string) { run(cmd) }
 }
