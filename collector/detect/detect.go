@@ -571,16 +571,27 @@ func (d *Detector) checkDoubleApply(ev *event, op *dialect.Op, w *writeRec, ds *
 // one session or client, both answered created, under different keys.
 func (d *Detector) checkCreate(ev *event, op *dialect.Op, w *writeRec, replay bool) bool {
 	t := ev.call.Time
-	// "One session or one client" is read as elsewhere in findings.md: the
-	// session, or the client where there are no sessions. A client name
-	// alone is often shared by many unrelated sessions.
-	keys := []createKey{{ev.scope, ev.actor, op.Identity}}
+	// "In one session or one client" (findings.md §4): creates are indexed
+	// by both, so that an agent that came back in a new session and created
+	// the same document again is seen.
+	var keys []createKey
+	if ev.call.Session != "" {
+		keys = append(keys, createKey{ev.scope, actor{'s', ev.call.Session}, op.Identity})
+	}
+	if ev.call.Client != "" {
+		keys = append(keys, createKey{ev.scope, actor{'c', ev.call.Client}, op.Identity})
+	}
+	if len(keys) == 0 {
+		keys = append(keys, createKey{ev.scope, actor{}, op.Identity})
+	}
 	isCreated := op.Status == audit.OpSucceeded && op.Action == "created"
 	found := false
 	if isCreated && !replay {
 		for _, k := range keys {
 			for _, r := range d.creates[k].list() {
-				if found || !r.created || r.w.CallID == w.CallID || !within(r.w.Time, t, d.cfg.CorrelationWindow) {
+				// Two creates in one run count as well: only the same
+				// provider call is skipped.
+				if found || !r.created || r.w.CallID == w.CallID && r.w.Seq == w.Seq || !within(r.w.Time, t, d.cfg.CorrelationWindow) {
 					continue
 				}
 				if op.Key != "" && r.w.Key == op.Key {
@@ -620,7 +631,9 @@ func (d *Detector) checkUnsafe(ev *event, op *dialect.Op, w *writeRec, ds *docSt
 		for _, k := range []createKey{{ev.scope, ev.actor, op.Identity}} {
 			for _, r := range d.creates[k].list() {
 				u := r.w
-				if u != w && u.op.Status == audit.OpUncertain && !u.readSince && !u.unsafe && u.Key != op.Key &&
+				// A missing creationId protects nothing: only the same key
+				// makes a re-create a replay.
+				if u != w && u.op.Status == audit.OpUncertain && !u.readSince && !u.unsafe && (u.Key == "" || u.Key != op.Key) &&
 					within(u.Time, t, d.cfg.CorrelationWindow) {
 					prior = u
 					break

@@ -299,14 +299,39 @@ func TestDetector_DuplicateCreate(t *testing.T) {
 		s.call(time.Minute, on, "s2", "run", code(createJS("01a-2", "Report")), created("doc_b", "Report"))
 		s.want(t)
 	})
-	t.Run("sessions_sharing_a_client_name", func(t *testing.T) {
+	t.Run("two_sessions_of_one_client", func(t *testing.T) {
+		// "in one session or one client": an agent back in a new session.
 		s := &scenario{}
 		s.call(0, on, "s1", "run", code(createJS("01a-1", "Report")), created("doc_a", "Report"))
 		s.call(time.Minute, on, "s2", "run", code(createJS("01a-2", "Report")), created("doc_b", "Report"))
 		for _, l := range s.lines {
 			l["client"] = "agent/1.0"
 		}
-		s.want(t)
+		s.want(t, audit.KindDuplicateCreate)
+	})
+	t.Run("two_creates_in_one_run", func(t *testing.T) {
+		s := &scenario{}
+		js := `async () => { await documents.createDocument({ creationId: "c1", title: "Alpha", type: "note" }); await documents.createDocument({ creationId: "c2", title: "Alpha", type: "note" }) }`
+		s.call(0, on, "s1", "run", code(js), runFail("Execution timed out", []obj{{"tool": create, "outcome": "succeeded", "count": 2}},
+			outcomeOf(1, create, "write", "succeeded", obj{"documentId": "doc_1", "action": "created", "title": "Alpha", "type": "note"}),
+			outcomeOf(2, create, "write", "succeeded", obj{"documentId": "doc_2", "action": "created", "title": "Alpha", "type": "note"})))
+		got := s.want(t, audit.KindDuplicateCreate)
+		if got.findings[0].Document != "doc_2" {
+			t.Fatalf("document = %q", got.findings[0].Document)
+		}
+	})
+	t.Run("run_returning_several_creates", func(t *testing.T) {
+		s := &scenario{}
+		js := `async () => [await documents.createDocument({ creationId: "c1", title: "Alpha", type: "note" }), await documents.createDocument({ creationId: "c2", title: "Beta", type: "note" })]`
+		s.call(0, on, "s1", "run", code(js), runOK(nil, obj{"tool": create, "outcome": "succeeded", "count": 2}))
+		s.lines[0]["response"].(obj)["result"].(obj)["structuredContent"].(obj)["result"] = []any{
+			obj{"documentId": "doc_a", "action": "created", "title": "Alpha", "type": "note"},
+			obj{"documentId": "doc_b", "action": "created", "title": "Beta", "type": "note"}}
+		s.call(time.Minute, on, "s1", "run", code(createJS("c3", "Alpha")), created("doc_c", "Alpha"))
+		got := s.want(t, audit.KindDuplicateCreate)
+		if got.findings[0].Document != "doc_c" {
+			t.Fatalf("document = %q", got.findings[0].Document)
+		}
 	})
 	t.Run("one_client_without_sessions", func(t *testing.T) {
 		s := &scenario{}
@@ -323,6 +348,14 @@ func TestDetector_DuplicateCreate(t *testing.T) {
 		s.call(0, on, "s1", "run", code(createJS("01a-1", "Report")), created("doc_a", "Report"))
 		s.call(time.Minute, on, "s1", "run", code(createJS("01a-2", "Budget")), created("doc_b", "Budget"))
 		s.want(t)
+	})
+	t.Run("keyless_create_resent_after_in_flight", func(t *testing.T) {
+		js := `async () => await documents.createDocument({ title: "Omega", type: "note" })`
+		s := &scenario{}
+		s.call(0, on, "s1", "run", code(js), runFail("Execution timed out", []obj{ledger(create, "in_flight_unknown")},
+			outcomeOf(1, create, "write", "in_flight_unknown", nil)))
+		s.call(20*sec, on, "s1", "run", code(js), created("doc_o2", "Omega"))
+		s.want(t, audit.KindUnsafeRetry, audit.KindUnverifiedWrite)
 	})
 	t.Run("in_flight_then_new_key", func(t *testing.T) {
 		// The first outcome is unknown: not provably a duplicate, but a

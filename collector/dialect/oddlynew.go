@@ -290,6 +290,15 @@ func (r *Reader) assignResult(pcs []providerCall, result *fastjson.Value) {
 				}
 			}
 		}
+		// A create's value names no id its code holds: its title does.
+		if title := v.GetStringBytes("title"); best < 0 && len(title) > 0 {
+			for i := len(pcs) - 1; i >= 0; i-- {
+				if !pcs[i].taken && pcs[i].outcome == outcomeSucceeded && pcs[i].code != nil && pcs[i].code.literal("title") == string(title) {
+					best = i
+					break
+				}
+			}
+		}
 		if best < 0 && len(cands) == 1 {
 			for i := len(pcs) - 1; i >= 0; i-- {
 				if !pcs[i].taken && pcs[i].outcome == outcomeSucceeded {
@@ -301,6 +310,33 @@ func (r *Reader) assignResult(pcs []providerCall, result *fastjson.Value) {
 		if best >= 0 {
 			pcs[best].taken = true
 			pcs[best].value = v
+		}
+	}
+	// Values still unplaced go, in order, to the succeeded calls still
+	// without one, when they are as many: a run returning [a, b] for its
+	// two calls.
+	var free []int
+	for i := range pcs {
+		if !pcs[i].taken && pcs[i].outcome == outcomeSucceeded {
+			free = append(free, i)
+		}
+	}
+	var left []*fastjson.Value
+	for _, v := range cands {
+		placed := false
+		for i := range pcs {
+			if pcs[i].value == v {
+				placed = true
+				break
+			}
+		}
+		if !placed {
+			left = append(left, v)
+		}
+	}
+	if len(left) > 0 && len(left) == len(free) {
+		for j, i := range free {
+			pcs[i].taken, pcs[i].value = true, left[j]
 		}
 	}
 }
