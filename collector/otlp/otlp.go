@@ -184,9 +184,14 @@ func convertSpan(sp ptrace.Span, service, rtenant string) (*audit.Call, bool, st
 		// An error status with nothing else: the instrumentation saw the
 		// exchange fail without an answer.
 		c.TransportError = strings.ToLower(firstNonEmpty(sp.Status().Message(), "error"))
+	case c.Arguments != nil:
+		// The instrumentation records the opt-in payloads (it recorded the
+		// arguments) but recorded no result and no error: no response was
+		// observed, as for a call record with neither response nor
+		// transport_error.
 	default:
-		// A completed exchange whose result was not recorded (the result
-		// attribute is opt-in): it answered, with content unknown.
+		// A completed exchange whose payloads were not recorded (they are
+		// opt-in): it answered, with content unknown.
 		c.Responded = true
 	}
 	args := canon.Bytes(c.Arguments)

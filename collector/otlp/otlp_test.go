@@ -90,3 +90,18 @@ func TestConvert(t *testing.T) {
 		}
 	}
 }
+
+// TestConvert_ArgumentsWithoutResult: a span that records the opt-in
+// arguments but no result and no error saw no response, as a call record
+// with neither response nor transport_error.
+func TestConvert_ArgumentsWithoutResult(t *testing.T) {
+	td := ptrace.NewTraces()
+	rs := td.ResourceSpans().AppendEmpty()
+	rs.Resource().Attributes().PutStr("service.name", "thegram")
+	span(rs.ScopeSpans().AppendEmpty(), ptrace.SpanKindServer, map[string]any{"mcp.method.name": "tools/call",
+		"gen_ai.tool.name": "gram_patch", "gen_ai.tool.call.arguments": `{"path":"a"}`})
+	res := Convert(td, "f:")
+	if len(res.Calls) != 1 || res.Calls[0].Responded || res.Calls[0].TransportError != "" {
+		t.Fatalf("calls %+v", res.Calls)
+	}
+}
