@@ -337,6 +337,9 @@ type writeRec struct {
 	readSince bool
 	unsafe    bool
 	index     int // in the deadline heap, -1 when not there
+	// follows is the earlier attempt this one replays under the same key
+	// while both are uncertain: one logical write, one unverified finding.
+	follows *writeRec
 }
 
 func (d *Detector) doc(scope, target string, t time.Time) *docState {
@@ -453,6 +456,14 @@ func (d *Detector) write(ev *event, op *dialect.Op) {
 	if op.Key != "" {
 		ks = d.key(ev.scope, op.KeyKind, op.Key, t)
 		replay = op.KeyProtected && ks.binding != "" && ks.binding == op.Binding
+		if replay && op.Status == audit.OpUncertain {
+			for _, u := range ks.uncertain {
+				if u.State == audit.StatePending && u.op.Binding == op.Binding {
+					w.follows = u
+					break
+				}
+			}
+		}
 		if op.KeyProtected && op.Status == audit.OpSucceeded && (ks.binding == "" || ks.binding == op.Binding) {
 			for _, u := range ks.uncertain {
 				if u.State == audit.StatePending {
@@ -845,6 +856,9 @@ func (d *Detector) expire(t time.Time) {
 			continue
 		}
 		d.setState(w, audit.StateUnverified, w.deadline)
+		if w.follows != nil && w.follows.State == audit.StateUnverified {
+			continue // the attempt it replays was reported
+		}
 		d.emit(&audit.Finding{
 			Kind: audit.KindUnverifiedWrite, Server: w.Server, Tenant: w.Tenant,
 			Document: w.Document, Key: w.Key, Session: w.Session, Time: w.Time,

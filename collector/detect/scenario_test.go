@@ -443,6 +443,16 @@ func TestDetector_UnverifiedWrite(t *testing.T) {
 		s.call(30*sec, tg, "s1", "gram_patch", patch("a.gram", 1, "r1", "x"), okDoc("a.gram", 2, "synced"))
 		s.want(t)
 	})
+	t.Run("replayed_and_still_unknown", func(t *testing.T) {
+		// One logical write, replayed under its key, never settled: one finding.
+		s := &scenario{}
+		s.call(0, tg, "s1", "gram_patch", patch("a.gram", 1, "r1", "x"), toolErr("COMMIT_UNKNOWN", "x"))
+		s.call(30*sec, tg, "s1", "gram_patch", patch("a.gram", 1, "r1", "x"), toolErr("COMMIT_UNKNOWN", "x"))
+		got := s.want(t, audit.KindUnverifiedWrite)
+		if st := got.states(); st[audit.StateUnverified] != 2 {
+			t.Fatalf("states = %v", st)
+		}
+	})
 	t.Run("read_by_another_session_does_not_resolve", func(t *testing.T) {
 		s := &scenario{}
 		s.call(0, tg, "s1", "gram_patch", patch("a.gram", 1, "r1", "x"), toolErr("COMMIT_UNKNOWN", "x"))
