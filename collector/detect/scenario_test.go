@@ -526,6 +526,14 @@ func TestDetector_UnsafeRetry(t *testing.T) {
 		s.call(5*sec, tg, "s1", "gram_patch", patch("a.gram", 1, "r1", "x"), okDoc("a.gram", 2, "synced"))
 		s.want(t)
 	})
+	t.Run("read_after_the_write_in_one_run", func(t *testing.T) {
+		// The ledger lists the read first; the code wrote first.
+		s := &scenario{}
+		s.call(0, on, "s1", "run", code(editJS("doc_1", "wb", "a")), runFail("Execution timed out", []obj{ledger(edit, "in_flight_unknown")}, outcomeOf(1, edit, "write", "in_flight_unknown", nil)))
+		js := `async () => { await documents.editDocument({ documentId: "doc_1", writeBasis: "wb", edits: [] }); return await documents.getDocument({ documentId: "doc_1" }) }`
+		s.call(5*sec, on, "s1", "run", code(js), runOK(obj{"documentId": "doc_1", "writeBasis": "w2"}, ledger(getDoc, "succeeded"), ledger(edit, "succeeded")))
+		s.want(t, audit.KindUnsafeRetry)
+	})
 	t.Run("another_session", func(t *testing.T) {
 		s := &scenario{}
 		s.call(0, tg, "s1", "gram_patch", patch("a.gram", 1, "r1", "x"), toolErr("COMMIT_UNKNOWN", "x"))

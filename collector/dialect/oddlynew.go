@@ -243,6 +243,21 @@ func (r *Reader) ledger(sc *fastjson.Value, calls []codeCall) (pcs []providerCal
 		}
 		pcs[i].code = last
 	}
+	if sc.GetArray("outcomes") == nil {
+		// The ledger aggregates by tool and outcome, so its rows need not
+		// be in execution order; the code's order is: a read written before
+		// a write happened before it.
+		all := true
+		for i := range pcs {
+			all = all && pcs[i].code != nil
+		}
+		if all {
+			slices.SortStableFunc(pcs, func(a, b providerCall) int { return cmp.Compare(a.code.Pos, b.code.Pos) })
+			for i := range pcs {
+				pcs[i].seq = i + 1
+			}
+		}
+	}
 	return pcs, true
 }
 
