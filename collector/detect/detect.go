@@ -383,7 +383,18 @@ func (d *Detector) read(ev *event, op *dialect.Op) {
 	}
 	t := ev.call.Time
 	if op.Tool == "organizations.getDocumentCopyReceipt" && op.Key != "" {
-		d.renewLease(d.key(ev.scope, op.KeyKind, op.Key, t), ev, op)
+		ks := d.key(ev.scope, op.KeyKind, op.Key, t)
+		d.renewLease(ks, ev, op)
+		// The receipt is the copy's durable record: reading it establishes
+		// what became of the reader's uncertain applies (findings.md §2).
+		for _, u := range ks.uncertain {
+			if u.actor == ev.actor && !u.readSince {
+				u.readSince = true
+				if u.State == audit.StatePending && u.op.Status == audit.OpUncertain {
+					d.setState(u, audit.StateResolved, t)
+				}
+			}
+		}
 	}
 	if op.Target == "" {
 		return
@@ -473,7 +484,15 @@ func (d *Detector) write(ev *event, op *dialect.Op) {
 			}
 			ks.uncertain = nil
 		}
-		d.checkReuse(ev, op, ks)
+		if op.KeyKind == "operationId" {
+			// The platform mints operationIds; a wrong planToken under one
+			// is refused with replay_same_request, not a second intent.
+			if ks.binding == "" {
+				ks.binding, ks.bindingCall, ks.bindingTime = op.Binding, c.ID, t
+			}
+		} else {
+			d.checkReuse(ev, op, ks)
+		}
 	}
 
 	var ds *docState

@@ -320,6 +320,18 @@ func TestDetector_DuplicateCreate(t *testing.T) {
 			t.Fatalf("document = %q", got.findings[0].Document)
 		}
 	})
+	t.Run("equal_titles_returned_together", func(t *testing.T) {
+		s := &scenario{}
+		js := `async () => [await documents.createDocument({ creationId: "c1", title: "Alpha", type: "note" }), await documents.createDocument({ creationId: "c2", title: "Alpha", type: "note" })]`
+		s.call(0, on, "s1", "run", code(js), runOK(nil, obj{"tool": create, "outcome": "succeeded", "count": 2}))
+		s.lines[0]["response"].(obj)["result"].(obj)["structuredContent"].(obj)["result"] = []any{
+			obj{"documentId": "doc_x1", "action": "created", "title": "Alpha", "type": "note"},
+			obj{"documentId": "doc_x2", "action": "created", "title": "Alpha", "type": "note"}}
+		got := s.want(t, audit.KindDuplicateCreate)
+		if got.findings[0].Document != "doc_x2" {
+			t.Fatalf("document = %q, want the later doc_x2", got.findings[0].Document)
+		}
+	})
 	t.Run("run_returning_several_creates", func(t *testing.T) {
 		s := &scenario{}
 		js := `async () => [await documents.createDocument({ creationId: "c1", title: "Alpha", type: "note" }), await documents.createDocument({ creationId: "c2", title: "Beta", type: "note" })]`
@@ -452,6 +464,21 @@ func TestDetector_UnverifiedWrite(t *testing.T) {
 		if st := got.states(); st[audit.StateUnverified] != 2 {
 			t.Fatalf("states = %v", st)
 		}
+	})
+	t.Run("apply_in_flight_then_receipt_read", func(t *testing.T) {
+		apply := code(`async () => await organizations.applyDocumentCopy({ operationId: "op_1", planToken: "pt_1" })`)
+		inFlight := runFail("Execution timed out", []obj{ledger("organizations.applyDocumentCopy", "in_flight_unknown")},
+			outcomeOf(1, "organizations.applyDocumentCopy", "write", "in_flight_unknown", nil))
+		s := &scenario{}
+		s.call(0, on, "s1", "run", apply, inFlight)
+		s.call(10*sec, on, "s1", "run", code(`async () => await organizations.getDocumentCopyReceipt({ operationId: "op_1" })`),
+			runOK(obj{"operationId": "op_1", "state": "completed", "nextAction": "done"}, ledger("organizations.getDocumentCopyReceipt", "succeeded")))
+		s.want(t)
+		// Re-sent while still unknown, then abandoned: one logical write.
+		s2 := &scenario{}
+		s2.call(0, on, "s1", "run", apply, inFlight)
+		s2.call(10*sec, on, "s1", "run", apply, inFlight)
+		s2.want(t, audit.KindUnverifiedWrite)
 	})
 	t.Run("read_by_another_session_does_not_resolve", func(t *testing.T) {
 		s := &scenario{}

@@ -141,8 +141,10 @@ func (r *Reader) oddlynew(c *audit.Call) Analysis {
 			if a.Failure != nil && !c.Responded || a.Failure != nil && a.Failure.Code == classify.CodeExecutorTimedOut {
 				reason, fcode = audit.ReasonNoResponse, a.Failure.Code
 			}
+			// findings.md §1: a timeout of createDocument with a creationId
+			// is replayed; any other Oddlynew write is verified first.
 			action := audit.ActionVerifyThenDecide
-			if op.KeyProtected && op.Key != "" {
+			if op.Tool == toolCreate && op.Key != "" {
 				action = audit.ActionReplaySameRequest
 			}
 			op.Failure = &audit.Failure{Code: fcode, Action: action}
@@ -305,9 +307,11 @@ func (r *Reader) assignResult(pcs []providerCall, result *fastjson.Value) {
 				}
 			}
 		}
-		// A create's value names no id its code holds: its title does.
+		// A create's value names no id its code holds: its title does. The
+		// first call still without a value takes it, so that equal titles
+		// keep their order.
 		if title := v.GetStringBytes("title"); best < 0 && len(title) > 0 {
-			for i := len(pcs) - 1; i >= 0; i-- {
+			for i := 0; i < len(pcs); i++ {
 				if !pcs[i].taken && pcs[i].outcome == outcomeSucceeded && pcs[i].code != nil && pcs[i].code.literal("title") == string(title) {
 					best = i
 					break
@@ -415,6 +419,8 @@ func (r *Reader) oddlynewOp(pc *providerCall, collapsed []byte) Op {
 	case toolApply:
 		op.Key, op.KeyKind = pick("operationId"), "operationId"
 		op.KeyProtected = op.Key != ""
+		// A replay carries the same operationId and planToken.
+		op.Binding = canon.Hash(tool, []byte(op.Key), []byte(pick("planToken")))
 		if d := str(pc.value, "destinationDocumentId"); d != "" {
 			op.Target = d
 		}
