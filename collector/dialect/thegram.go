@@ -77,6 +77,11 @@ func (r *Reader) rpcFailure(c *audit.Call) *audit.Failure {
 	if d := parse(&r.p.data, c.Error.Data); d != nil {
 		dataCode = str(d, "code")
 	}
+	if dataCode == "" && c.Error.Code == -32000 && strings.Contains(strings.ToLower(c.Error.Message), "is not running") {
+		// The desktop helper's message, where data.code was not carried
+		// (an OTLP span records the code and the message only).
+		dataCode = "E_APP_NOT_RUNNING"
+	}
 	code := classify.RPC(c.Error.Code, dataCode)
 	return &audit.Failure{Code: code, Action: classify.Action(code), Message: c.Error.Message}
 }

@@ -173,10 +173,15 @@ func convertSpan(sp ptrace.Span, service, rtenant string) (*audit.Call, bool, st
 		// with isError, content unknown.
 		c.Result = []byte(`{"isError":true}`)
 		c.Responded = true
-	case isServerCode(errType):
-		// A server code instead of the JSON-RPC number, as instrumentations
-		// record the Thegram desktop helper's -32000 errors.
+	case errType == "E_APP_NOT_RUNNING":
+		// The Thegram desktop helper's JSON-RPC -32000, recorded by its code.
 		c.Error = &audit.RPCError{Code: -32000, Message: sp.Status().Message(), Data: []byte(`{"code":` + strconv.Quote(errType) + `}`)}
+		c.Responded = true
+	case isServerCode(errType):
+		// A tool error recorded by its code, without the opt-in result: the
+		// call answered isError with that code.
+		c.Result = []byte(`{"isError":true,"structuredContent":{"error":{"code":` + strconv.Quote(errType) +
+			`,"message":` + strconv.Quote(sp.Status().Message()) + `}}}`)
 		c.Responded = true
 	case errType != "":
 		c.TransportError = errType
@@ -184,7 +189,7 @@ func convertSpan(sp ptrace.Span, service, rtenant string) (*audit.Call, bool, st
 		// An error status with nothing else: the instrumentation saw the
 		// exchange fail without an answer.
 		c.TransportError = strings.ToLower(firstNonEmpty(sp.Status().Message(), "error"))
-	case c.Arguments != nil:
+	case c.Arguments != nil && sp.Status().Code() != ptrace.StatusCodeOk:
 		// The instrumentation records the opt-in payloads (it recorded the
 		// arguments) but recorded no result and no error: no response was
 		// observed, as for a call record with neither response nor
@@ -235,9 +240,11 @@ func firstNonEmpty(s ...string) string {
 	return ""
 }
 
-// isServerCode reports whether s looks like a Thegram error code (E_...).
+// isServerCode reports whether s looks like a server error code: upper
+// case words joined by underscores (E_STORAGE, COMMIT_UNKNOWN,
+// STALE_REVISION), as opposed to a transport error (timeout).
 func isServerCode(s string) bool {
-	if !strings.HasPrefix(s, "E_") {
+	if !strings.Contains(s, "_") {
 		return false
 	}
 	for i := 0; i < len(s); i++ {

@@ -105,3 +105,31 @@ func TestConvert_ArgumentsWithoutResult(t *testing.T) {
 		t.Fatalf("calls %+v", res.Calls)
 	}
 }
+
+// TestConvert_ServerCodeInErrorType: a span recording a server code in
+// error.type, without the result, is a tool error with that code, and an
+// explicit Ok status with arguments is an answered call.
+func TestConvert_ServerCodeInErrorType(t *testing.T) {
+	td := ptrace.NewTraces()
+	rs := td.ResourceSpans().AppendEmpty()
+	rs.Resource().Attributes().PutStr("service.name", "thegram")
+	ss := rs.ScopeSpans().AppendEmpty()
+	sp := span(ss, ptrace.SpanKindServer, map[string]any{"mcp.method.name": "tools/call", "gen_ai.tool.name": "gram_patch",
+		"gen_ai.tool.call.arguments": `{"path":"a"}`, "error.type": "COMMIT_UNKNOWN"})
+	sp.Status().SetCode(ptrace.StatusCodeError)
+	sp.Status().SetMessage("Replacement published but durability is uncertain: x")
+	ok := span(ss, ptrace.SpanKindServer, map[string]any{"mcp.method.name": "tools/call", "gen_ai.tool.name": "gram_read",
+		"gen_ai.tool.call.arguments": `{"path":"a"}`})
+	ok.Status().SetCode(ptrace.StatusCodeOk)
+	res := Convert(td, "f:")
+	if len(res.Calls) != 2 {
+		t.Fatalf("calls %+v", res.Calls)
+	}
+	want := `{"isError":true,"structuredContent":{"error":{"code":"COMMIT_UNKNOWN","message":"Replacement published but durability is uncertain: x"}}}`
+	if c := res.Calls[0]; !c.Responded || string(c.Result) != want {
+		t.Errorf("server code span: %+v %s", c, c.Result)
+	}
+	if c := res.Calls[1]; !c.Responded {
+		t.Errorf("ok span with arguments: %+v", c)
+	}
+}
