@@ -308,7 +308,7 @@ func printSummary(w io.Writer, det *detect.Detector, rejects *rejectLog) {
 		fmt.Fprintln(w)
 	}
 	if rejects.ignored > 0 {
-		fmt.Fprintf(w, "Spans that are not tools/call, ignored: %d\n", rejects.ignored)
+		fmt.Fprintf(w, "Records and spans of methods other than tools/call, ignored: %d\n", rejects.ignored)
 	}
 	fmt.Fprintf(w, "Rejected input: %d\n", rejects.n)
 	for _, e := range rejects.shown {

@@ -78,7 +78,7 @@ type Decoder struct {
 	queue  []*audit.Call
 	errs   []error
 	done   bool
-	// Ignored counts OTLP spans that are not tools/call.
+	// Ignored counts records and spans of methods other than tools/call.
 	Ignored int
 }
 
@@ -277,6 +277,12 @@ func (d *Decoder) parse(data []byte) {
 	c, err := d.rp.Parse(data, d.name, d.line)
 	if err != nil {
 		d.errs = append(d.errs, err)
+		return
+	}
+	if c.Method != "tools/call" {
+		// Other MCP methods (initialize, tools/list...) are counted and
+		// otherwise ignored, as spans of other methods are.
+		d.Ignored++
 		return
 	}
 	d.queue = append(d.queue, c)
