@@ -252,6 +252,28 @@ func TestServe_CallRecords(t *testing.T) {
 	}
 	waitFindings(t, s, want)
 
+	// The same records again are second observations: stored once, counted
+	// as duplicates, and the findings do not change.
+	resp := postCalls(t, s, ndjson(recs[:10]), false)
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	dup := `mcpaudit_ingest_records_total{result="duplicate",source="calls_http"} 10`
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		r, err := http.Get("http://" + s.apiAddr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(r.Body)
+		r.Body.Close()
+		if strings.Contains(string(b), dup) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s in /metrics", dup)
+		}
+	}
+	waitFindings(t, s, want)
+
 	// Filters and the other endpoints answer from the same data.
 	crit := apiFindings(t, s, "severity=critical&server=thegram")
 	for _, f := range crit {

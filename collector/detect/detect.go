@@ -49,6 +49,9 @@ type Detector struct {
 	// result once its dialect has read them, as the live service does
 	// (its store keeps them); sinks then see calls without payloads.
 	DropPayloads bool
+	// OnDuplicate, if set, is told of every call dropped as a second
+	// observation of an exchange already taken.
+	OnDuplicate func(c *audit.Call)
 }
 
 // New returns a detector. Sinks receive every call report, write state
@@ -78,6 +81,9 @@ func (d *Detector) Add(c *audit.Call) {
 	}
 	if seen == nil {
 		d.Stats.Duplicates++
+		if d.OnDuplicate != nil {
+			d.OnDuplicate(c)
+		}
 		return
 	}
 	d.readCall(seen)

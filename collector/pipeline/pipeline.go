@@ -38,6 +38,9 @@ type Config struct {
 	// FindingLatency, if set, is told the wall time from the
 	// acknowledgement of a call to each finding it completes.
 	FindingLatency func(time.Duration) `yaml:"-"`
+	// Duplicate, if set, is told of each call dropped as a second
+	// observation of one exchange.
+	Duplicate func(c *audit.Call) `yaml:"-"`
 }
 
 // NewDefaultConfig returns the defaults.
@@ -67,6 +70,7 @@ type Pipeline struct {
 
 	queue    chan []*audit.Call
 	inflight atomic.Int64 // calls stored but not yet handed to the detector
+	recent   recentIDs
 
 	// Owned by the detector goroutine.
 	det       *detect.Detector
@@ -99,11 +103,13 @@ func New(ctx context.Context, cfg Config, dcfg detect.Config, dial dialect.Confi
 		flushed: make(chan chan error),
 	}
 	p.readers.New = func() any { return dialect.NewReader(dial) }
+	p.recent.init(recentIDsKept)
 	p.gate = &gate{sinks: sinks, announced: map[writeKey]bool{}, latency: cfg.FindingLatency}
 	p.det = detect.New(dcfg, dial, p.gate)
 	// Calls are in the store before the detector sees them: its reorder
 	// buffer need not keep their payloads.
 	p.det.DropPayloads = true
+	p.det.OnDuplicate = cfg.Duplicate
 	p.gate.det = p.det
 	if err := p.recover(ctx); err != nil {
 		return nil, err
@@ -136,6 +142,7 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	n := 0
 	err = p.store.ScanCalls(ctx, horizon, func(c *audit.Call) error {
 		n++
+		p.recent.fresh([]*audit.Call{c}, nil)
 		p.det.Add(c)
 		return nil
 	})
@@ -180,6 +187,14 @@ func (p *Pipeline) Ingest(ctx context.Context, calls []*audit.Call) error {
 	if err := p.store.AppendCalls(ctx, recs); err != nil {
 		p.inflight.Add(-n)
 		return err
+	}
+	// A request re-sent (its acknowledgement lost) holds calls already
+	// stored and queued: the store kept them once, and the detector must
+	// not see them twice, however late the re-send comes.
+	calls = p.recent.fresh(calls, p.cfg.Duplicate)
+	p.inflight.Add(-(n - int64(len(calls))))
+	if len(calls) == 0 {
+		return nil
 	}
 	now := time.Now()
 	for _, c := range calls {
@@ -445,4 +460,45 @@ func (g *gate) putBack(r audit.Results) {
 		}
 	}
 	g.findings = append(r.Findings, g.findings...)
+}
+
+// recentIDsKept is how many recently ingested call ids are remembered to
+// recognize re-sent requests: about 10 MiB.
+const recentIDsKept = 200_000
+
+// recentIDs remembers the last ids ingested, first in first out.
+type recentIDs struct {
+	mu   sync.Mutex
+	set  map[string]struct{}
+	ring []string
+	next int
+}
+
+func (r *recentIDs) init(n int) {
+	r.set = make(map[string]struct{}, n)
+	r.ring = make([]string, n)
+}
+
+// fresh returns the calls not seen before (in place) and remembers them;
+// each call seen before is passed to dup.
+func (r *recentIDs) fresh(calls []*audit.Call, dup func(*audit.Call)) []*audit.Call {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := calls[:0]
+	for _, c := range calls {
+		if _, ok := r.set[c.ID]; ok {
+			if dup != nil {
+				dup(c)
+			}
+			continue
+		}
+		if old := r.ring[r.next]; old != "" {
+			delete(r.set, old)
+		}
+		r.ring[r.next] = c.ID
+		r.next = (r.next + 1) % len(r.ring)
+		r.set[c.ID] = struct{}{}
+		out = append(out, c)
+	}
+	return out
 }
