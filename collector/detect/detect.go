@@ -43,6 +43,8 @@ type Detector struct {
 	createQ expiry[createItem]
 	failedQ expiry[string]
 
+	ids recentIDs
+
 	// Stats summarizes what was processed.
 	Stats Stats
 	// DropPayloads makes the detector forget a call's raw arguments and
@@ -67,6 +69,7 @@ func New(cfg Config, dc dialect.Config, sinks ...audit.Sink) *Detector {
 		creates: map[createKey]*createList{},
 		failed:  map[string]*failedReq{},
 		Stats:   newStats(),
+		ids:     newRecentIDs(recentIDsKept),
 	}
 }
 
@@ -79,7 +82,9 @@ func (d *Detector) Add(c *audit.Call) {
 		// A second observer saw the response the first one missed.
 		d.readCall(merged)
 	}
-	if seen == nil {
+	// The same call again (a re-sent request, a file given twice) is
+	// dropped however late it comes, within the last recentIDsKept calls.
+	if seen == nil || !d.ids.add(c.ID) {
 		d.Stats.Duplicates++
 		if d.OnDuplicate != nil {
 			d.OnDuplicate(c)

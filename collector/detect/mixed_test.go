@@ -130,3 +130,15 @@ func benchSizeFromEnv() int {
 	n, _ := strconv.Atoi(os.Getenv("MCPAUDIT_BENCH_SESSIONS"))
 	return n
 }
+
+// TestSameCaptureTwice: a capture given twice (a file analyzed with itself,
+// a re-sent upload) finds what it finds once: the second copy's calls are
+// the same calls, however late they come.
+func TestSameCaptureTwice(t *testing.T) {
+	c := capgen.Generate(capgen.Config{Seed: 5, Sessions: 500, AnomalyRate: 0.3, NoiseRate: 0.0001})
+	once, _ := runLines(t, c.Lines, false)
+	twice, _ := runLines(t, append(append([][]byte{}, c.Lines...), c.Lines...), false)
+	if fmt.Sprint(once.findings) != fmt.Sprint(twice.findings) || fmt.Sprint(once.states()) != fmt.Sprint(twice.states()) {
+		t.Fatalf("findings %d vs %d", len(once.findings), len(twice.findings))
+	}
+}

@@ -294,3 +294,36 @@ func (s *Stats) write(state, prev audit.WriteState) {
 	}
 	s.Writes[state]++
 }
+
+// recentIDsKept is how many call ids the detector remembers to drop a call
+// taken again: about 10 MiB.
+const recentIDsKept = 200_000
+
+// recentIDs remembers the last ids taken, first in first out.
+type recentIDs struct {
+	set  map[string]struct{}
+	ring []string
+	next int
+}
+
+func newRecentIDs(n int) recentIDs {
+	return recentIDs{set: make(map[string]struct{}, 1024), ring: make([]string, n)}
+}
+
+// add remembers id; it returns false when id was already remembered. An
+// empty id (a call built by hand) is never a duplicate.
+func (r *recentIDs) add(id string) bool {
+	if id == "" {
+		return true
+	}
+	if _, ok := r.set[id]; ok {
+		return false
+	}
+	if old := r.ring[r.next]; old != "" {
+		delete(r.set, old)
+	}
+	r.ring[r.next] = id
+	r.next = (r.next + 1) % len(r.ring)
+	r.set[id] = struct{}{}
+	return true
+}

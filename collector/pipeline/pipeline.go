@@ -70,7 +70,6 @@ type Pipeline struct {
 
 	queue    chan []*audit.Call
 	inflight atomic.Int64 // calls stored but not yet handed to the detector
-	recent   recentIDs
 
 	// Owned by the detector goroutine.
 	det       *detect.Detector
@@ -103,7 +102,6 @@ func New(ctx context.Context, cfg Config, dcfg detect.Config, dial dialect.Confi
 		flushed: make(chan chan error),
 	}
 	p.readers.New = func() any { return dialect.NewReader(dial) }
-	p.recent.init(recentIDsKept)
 	p.gate = &gate{sinks: sinks, announced: map[writeKey]bool{}, latency: cfg.FindingLatency}
 	p.det = detect.New(dcfg, dial, p.gate)
 	// Calls are in the store before the detector sees them: its reorder
@@ -142,7 +140,6 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	n := 0
 	err = p.store.ScanCalls(ctx, horizon, func(c *audit.Call) error {
 		n++
-		p.recent.fresh([]*audit.Call{c}, nil)
 		p.det.Add(c)
 		return nil
 	})
@@ -187,14 +184,6 @@ func (p *Pipeline) Ingest(ctx context.Context, calls []*audit.Call) error {
 	if err := p.store.AppendCalls(ctx, recs); err != nil {
 		p.inflight.Add(-n)
 		return err
-	}
-	// A request re-sent (its acknowledgement lost) holds calls already
-	// stored and queued: the store kept them once, and the detector must
-	// not see them twice, however late the re-send comes.
-	calls = p.recent.fresh(calls, p.cfg.Duplicate)
-	p.inflight.Add(-(n - int64(len(calls))))
-	if len(calls) == 0 {
-		return nil
 	}
 	now := time.Now()
 	for _, c := range calls {
@@ -460,45 +449,4 @@ func (g *gate) putBack(r audit.Results) {
 		}
 	}
 	g.findings = append(r.Findings, g.findings...)
-}
-
-// recentIDsKept is how many recently ingested call ids are remembered to
-// recognize re-sent requests: about 10 MiB.
-const recentIDsKept = 200_000
-
-// recentIDs remembers the last ids ingested, first in first out.
-type recentIDs struct {
-	mu   sync.Mutex
-	set  map[string]struct{}
-	ring []string
-	next int
-}
-
-func (r *recentIDs) init(n int) {
-	r.set = make(map[string]struct{}, n)
-	r.ring = make([]string, n)
-}
-
-// fresh returns the calls not seen before (in place) and remembers them;
-// each call seen before is passed to dup.
-func (r *recentIDs) fresh(calls []*audit.Call, dup func(*audit.Call)) []*audit.Call {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := calls[:0]
-	for _, c := range calls {
-		if _, ok := r.set[c.ID]; ok {
-			if dup != nil {
-				dup(c)
-			}
-			continue
-		}
-		if old := r.ring[r.next]; old != "" {
-			delete(r.set, old)
-		}
-		r.ring[r.next] = c.ID
-		r.next = (r.next + 1) % len(r.ring)
-		r.set[c.ID] = struct{}{}
-		out = append(out, c)
-	}
-	return out
 }
