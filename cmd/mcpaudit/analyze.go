@@ -109,15 +109,9 @@ func analyzeCommand(ctx context.Context, args []string, stdin io.Reader, stdout,
 	var read atomic.Int64
 	total := inputSize(fs.Args())
 	stop := startProgress(ctx, *progress, stderr, total, &read)
-	for _, name := range fs.Args() {
-		if err := ctx.Err(); err != nil {
-			stop()
-			return &exitError{code: 2, err: err}
-		}
-		if err := analyzeInput(name, stdin, det, &rejects, &read); err != nil {
-			stop()
-			return &exitError{code: 2, err: err}
-		}
+	if err := analyzeInputs(ctx, fs.Args(), stdin, det, &rejects, &read); err != nil {
+		stop()
+		return &exitError{code: 2, err: err}
 	}
 	det.Flush()
 	stop()
@@ -148,26 +142,22 @@ func analyzeCommand(ctx context.Context, args []string, stdin io.Reader, stdout,
 	return nil
 }
 
-// analyzeInput streams one file (or stdin) into the detector.
-func analyzeInput(name string, stdin io.Reader, det *detect.Detector, rejects *rejectLog, read *atomic.Int64) error {
-	var r io.Reader = stdin
-	display := "-"
-	if name != "-" {
-		f, err := os.Open(name)
-		if err != nil {
-			return fmt.Errorf("cannot open input: %w", err)
-		}
-		defer f.Close()
-		r, display = f, name
-	}
-	dec, err := capture.NewDecoder(&countingReader{r: r, n: read}, display)
-	if err != nil {
-		return err
-	}
+// input is one capture being read, with its next call.
+type input struct {
+	dec    *capture.Decoder
+	closer io.Closer
+	head   *audit.Call
+	done   bool
+}
+
+// advance reads the input's next call, reporting rejects on the way.
+func (in *input) advance(rejects *rejectLog) error {
 	for {
-		c, err := dec.Next()
+		c, err := in.dec.Next()
 		if err == io.EOF {
-			break
+			in.done, in.head = true, nil
+			rejects.ignored += in.dec.Ignored
+			return nil
 		}
 		if err != nil {
 			if capture.IsReject(err) {
@@ -176,10 +166,67 @@ func analyzeInput(name string, stdin io.Reader, det *detect.Detector, rejects *r
 			}
 			return err
 		}
-		det.Add(c)
+		in.head = c
+		return nil
 	}
-	rejects.ignored += dec.Ignored
-	return nil
+}
+
+// analyzeInputs streams the inputs into the detector merged by event time:
+// files from several observers, or split by hour, are one stream, as the
+// same traffic streamed live would be. Memory holds one call per input.
+func analyzeInputs(ctx context.Context, names []string, stdin io.Reader, det *detect.Detector, rejects *rejectLog, read *atomic.Int64) error {
+	var ins []*input
+	defer func() {
+		for _, in := range ins {
+			if in.closer != nil {
+				in.closer.Close()
+			}
+		}
+	}()
+	for _, name := range names {
+		var r io.Reader = stdin
+		display := "-"
+		in := &input{}
+		if name != "-" {
+			f, err := os.Open(name)
+			if err != nil {
+				return fmt.Errorf("cannot open input: %w", err)
+			}
+			r, display, in.closer = f, name, f
+		}
+		dec, err := capture.NewDecoder(&countingReader{r: r, n: read}, display)
+		if err != nil {
+			if in.closer != nil {
+				in.closer.Close()
+			}
+			return err
+		}
+		in.dec = dec
+		ins = append(ins, in)
+		if err := in.advance(rejects); err != nil {
+			return err
+		}
+	}
+	for n := 0; ; n++ {
+		if n%4096 == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		var next *input
+		for _, in := range ins {
+			if !in.done && (next == nil || in.head.Time.Before(next.head.Time)) {
+				next = in
+			}
+		}
+		if next == nil {
+			return nil
+		}
+		det.Add(next.head)
+		if err := next.advance(rejects); err != nil {
+			return err
+		}
+	}
 }
 
 // collector is the sink of the analyze command: it prints JSON findings as

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/otlp"
@@ -346,6 +347,10 @@ func (d *Decoder) nextOTLP() error {
 	for _, r := range res.Rejected {
 		d.errs = append(d.errs, &SpanError{Source: d.name, Line: line, RejectedSpan: r})
 	}
+	// Exporters group spans by resource (one block per service or pod), so
+	// a document is not in time order across blocks; it is in memory
+	// already, so put its calls in time order here.
+	slices.SortStableFunc(res.Calls, func(a, b *audit.Call) int { return a.Time.Compare(b.Time) })
 	d.queue = append(d.queue, res.Calls...)
 	return nil
 }

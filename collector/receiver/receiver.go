@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -319,6 +320,9 @@ func (rc *Receiver) traces(w http.ResponseWriter, r *http.Request) {
 // reported as a partial success.
 func (rc *Receiver) export(ctx context.Context, src metrics.Source, tenant string, req ptraceotlp.ExportRequest) (ptraceotlp.ExportResponse, *httpError) {
 	res := otlp.Convert(req.Traces(), string(src)+":")
+	// A request groups spans by resource; in time order they reach the
+	// reorder buffer as if streamed.
+	slices.SortStableFunc(res.Calls, func(a, b *audit.Call) int { return a.Time.Compare(b.Time) })
 	rc.rejected(src, metrics.RejectBadSpan, len(res.Rejected))
 	if herr := rc.ingest(ctx, src, tenant, res.Calls); herr != nil {
 		return ptraceotlp.ExportResponse{}, herr
