@@ -1003,17 +1003,7 @@ func (d *Detector) sweep() {
 		if !l.queue.is(at) {
 			continue
 		}
-		kept := l.recs[:0]
-		var first time.Time
-		for _, r := range l.recs {
-			if !r.w.Time.Before(horizon) {
-				kept = append(kept, r)
-				if len(kept) == 1 || r.w.Time.Before(first) {
-					first = r.w.Time
-				}
-			}
-		}
-		clear(l.recs[len(kept):])
+		kept, first := keepSince(l.recs, horizon, func(r *createRec) time.Time { return r.w.Time })
 		l.recs = kept
 		if len(kept) == 0 {
 			l.queue.queued = false

@@ -216,17 +216,7 @@ func (d *dedupe) sweep(horizon time.Time) {
 		if !l.queue.is(at) {
 			continue
 		}
-		kept := l.calls[:0]
-		var first time.Time
-		for _, s := range l.calls {
-			if !s.c.Time.Before(horizon) {
-				kept = append(kept, s)
-				if len(kept) == 1 || s.c.Time.Before(first) {
-					first = s.c.Time
-				}
-			}
-		}
-		clear(l.calls[len(kept):])
+		kept, first := keepSince(l.calls, horizon, func(s *seenCall) time.Time { return s.c.Time })
 		l.calls = kept
 		if len(kept) == 0 {
 			l.queue.queued = false
@@ -326,4 +316,20 @@ func (r *recentIDs) add(id string) bool {
 	r.next = (r.next + 1) % len(r.ring)
 	r.set[id] = struct{}{}
 	return true
+}
+
+// keepSince keeps, in place and in order, the items whose time is not
+// before horizon, and returns them with the earliest of their times.
+func keepSince[T any](items []T, horizon time.Time, timeOf func(T) time.Time) (kept []T, first time.Time) {
+	kept = items[:0]
+	for _, it := range items {
+		if t := timeOf(it); !t.Before(horizon) {
+			kept = append(kept, it)
+			if len(kept) == 1 || t.Before(first) {
+				first = t
+			}
+		}
+	}
+	clear(items[len(kept):])
+	return kept, first
 }
