@@ -247,6 +247,9 @@ func (rc *Receiver) calls(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, resp)
 		return
 	}
+	// A batch is put in time order, as an OTLP request is, so that both
+	// carriers reach the reorder buffer alike.
+	slices.SortStableFunc(calls, func(a, b *audit.Call) int { return a.Time.Compare(b.Time) })
 	if herr := rc.ingest(r.Context(), src, tenant, calls); herr != nil {
 		rc.fail(w, src, herr, false)
 		return
