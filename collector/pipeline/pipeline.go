@@ -80,12 +80,7 @@ type Pipeline struct {
 	mu      sync.Mutex
 	stopped bool
 	done    chan struct{}
-	flushed chan chan error
 	cancel  context.CancelFunc
-	// Commits counts detector commits, for tests and metrics.
-	Commits atomic.Int64
-	// afterCommit, if set, is called after each commit (tests).
-	afterCommit func()
 }
 
 // New builds a pipeline over store, rebuilds correlation state from it and
@@ -97,9 +92,8 @@ func New(ctx context.Context, cfg Config, dcfg detect.Config, dial dialect.Confi
 	}
 	p := &Pipeline{
 		cfg: cfg, dcfg: dcfg, store: store, log: log,
-		queue:   make(chan []*audit.Call, 1024),
-		done:    make(chan struct{}),
-		flushed: make(chan chan error),
+		queue: make(chan []*audit.Call, 1024),
+		done:  make(chan struct{}),
 	}
 	p.readers.New = func() any { return dialect.NewReader(dial) }
 	p.gate = &gate{sinks: sinks, announced: map[writeKey]bool{}, latency: cfg.FindingLatency}
@@ -199,25 +193,6 @@ func (p *Pipeline) Ingest(ctx context.Context, calls []*audit.Call) error {
 	}
 }
 
-// Flush waits until everything ingested so far has been processed by the
-// detector (up to the lateness bound) and its output committed.
-func (p *Pipeline) Flush(ctx context.Context) error {
-	ch := make(chan error, 1)
-	select {
-	case p.flushed <- ch:
-	case <-p.done:
-		return ErrStopped
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	select {
-	case err := <-ch:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // Close stops the detector goroutine after committing its output. Calls
 // still in the reorder buffer are in the store and are replayed at the next
 // start.
@@ -247,15 +222,7 @@ func (p *Pipeline) run(ctx context.Context) {
 		select {
 		case calls := <-p.queue:
 			p.take(calls)
-			// Drain what else is queued before committing.
-			for more := true; more; {
-				select {
-				case calls := <-p.queue:
-					p.take(calls)
-				default:
-					more = false
-				}
-			}
+			p.drain() // what else is queued, before committing
 			if p.gate.pending() > 5000 {
 				p.commit(ctx)
 			}
@@ -265,30 +232,25 @@ func (p *Pipeline) run(ctx context.Context) {
 			}
 			p.advanceWallClock()
 			p.commit(ctx)
-		case ch := <-p.flushed:
-			for more := true; more; {
-				select {
-				case calls := <-p.queue:
-					p.take(calls)
-				default:
-					more = false
-				}
-			}
-			ch <- p.commit(ctx)
 		case <-ctx.Done():
-			for more := true; more; {
-				select {
-				case calls := <-p.queue:
-					p.take(calls)
-				default:
-					more = false
-				}
-			}
+			p.drain()
 			cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			if err := p.commit(cctx); err != nil {
 				p.log.Error("cannot commit detector output at shutdown; it will be rebuilt from stored calls at the next start", "err", err)
 			}
 			cancel()
+			return
+		}
+	}
+}
+
+// drain takes every batch already queued, without waiting.
+func (p *Pipeline) drain() {
+	for {
+		select {
+		case calls := <-p.queue:
+			p.take(calls)
+		default:
 			return
 		}
 	}
@@ -340,10 +302,6 @@ func (p *Pipeline) commit(ctx context.Context) error {
 		return err
 	}
 	p.gate.committedWM = r.Watermark
-	p.Commits.Add(1)
-	if p.afterCommit != nil {
-		p.afterCommit()
-	}
 	return nil
 }
 
