@@ -21,7 +21,6 @@ import (
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/capture"
 	"github.com/mcpaudit/mcpaudit/collector/detect"
-	"github.com/mcpaudit/mcpaudit/collector/dialect"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
@@ -511,5 +510,3 @@ func TestServe_QueueFull(t *testing.T) {
 		t.Fatalf("%d calls stored from a refused request", n)
 	}
 }
-
-var _ = dialect.Config{}
