@@ -18,6 +18,7 @@ import (
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/capture"
 	"github.com/mcpaudit/mcpaudit/collector/detect"
+	"github.com/mcpaudit/mcpaudit/collector/dialect"
 )
 
 // maxRejectsShown bounds the rejected-input lines printed one by one.
@@ -103,7 +104,7 @@ func analyzeCommand(ctx context.Context, args []string, stdin io.Reader, stdout,
 		mw = newMetricsWriter()
 		sinks = append(sinks, mw.sink)
 	}
-	det := detect.New(cfg.Detect, cfg.Dialects, sinks...)
+	det := newAnalyzer(cfg, sinks...)
 
 	var rejects rejectLog
 	var read atomic.Int64
@@ -113,7 +114,7 @@ func analyzeCommand(ctx context.Context, args []string, stdin io.Reader, stdout,
 		stop()
 		return &exitError{code: 2, err: err}
 	}
-	det.Flush()
+	det.eng.Flush()
 	stop()
 	if err := out.Flush(); err != nil {
 		return &exitError{code: 2, err: fmt.Errorf("cannot write findings: %w", err)}
@@ -133,13 +134,33 @@ func analyzeCommand(ctx context.Context, args []string, stdin io.Reader, stdout,
 			return &exitError{code: 2, err: err}
 		}
 	}
-	if det.Stats.Calls == 0 && rejects.n > 0 {
+	if det.eng.Stats().Calls == 0 && rejects.n > 0 {
 		return &exitError{code: 2, err: errors.New("analyze: no usable call in the input")}
 	}
 	if col.failing > 0 {
 		return &exitError{code: 1}
 	}
 	return nil
+}
+
+// analyzer reads each call once with its dialect and feeds the engine.
+// The inputs, merged by event time, are one finite stream: one source, no
+// wall clock, and the end of the last input is the end of event time.
+type analyzer struct {
+	eng    *detect.Engine
+	reader *dialect.Reader
+}
+
+func newAnalyzer(cfg Config, sinks ...audit.Sink) *analyzer {
+	e := detect.NewEngine(cfg.Detect, sinks...)
+	// A file given twice, a capture appended to itself: a call taken again
+	// by its id is dropped.
+	e.DropRepeatedIDs()
+	return &analyzer{eng: e, reader: dialect.NewReader(cfg.Dialects)}
+}
+
+func (a *analyzer) add(c *audit.Call) {
+	a.eng.Add("analyze", a.reader.Read(c), time.Time{})
 }
 
 // input is one capture being read, with its next call.
@@ -174,7 +195,7 @@ func (in *input) advance(rejects *rejectLog) error {
 // analyzeInputs streams the inputs into the detector merged by event time:
 // files from several observers, or split by hour, are one stream, as the
 // same traffic streamed live would be. Memory holds one call per input.
-func analyzeInputs(ctx context.Context, names []string, stdin io.Reader, det *detect.Detector, rejects *rejectLog, read *atomic.Int64) error {
+func analyzeInputs(ctx context.Context, names []string, stdin io.Reader, det *analyzer, rejects *rejectLog, read *atomic.Int64) error {
 	var ins []*input
 	defer func() {
 		for _, in := range ins {
@@ -222,7 +243,7 @@ func analyzeInputs(ctx context.Context, names []string, stdin io.Reader, det *de
 		if next == nil {
 			return nil
 		}
-		det.Add(next.head)
+		det.add(next.head)
 		if err := next.advance(rejects); err != nil {
 			return err
 		}
@@ -239,7 +260,7 @@ type collector struct {
 	failing   int
 }
 
-func (c *collector) Call(*audit.CallReport)               {}
+func (c *collector) Call(*audit.Record)                   {}
 func (c *collector) Write(*audit.Write, audit.WriteState) {}
 func (c *collector) Finding(f *audit.Finding) {
 	if f.Severity.Rank() >= c.threshold.Rank() {
@@ -293,14 +314,17 @@ func (r *rejectLog) add(err error) {
 	}
 }
 
-func printSummary(w io.Writer, det *detect.Detector, rejects *rejectLog) {
-	s := &det.Stats
+func printSummary(w io.Writer, det *analyzer, rejects *rejectLog) {
+	s := det.eng.Stats()
 	fmt.Fprintf(w, "Calls: %d", s.Calls)
 	if s.Duplicates > 0 {
 		fmt.Fprintf(w, " (%d duplicate observations dropped)", s.Duplicates)
 	}
 	if s.Late > 0 {
-		fmt.Fprintf(w, " (%d arrived later than the lateness bound)", s.Late)
+		fmt.Fprintf(w, " (%d out of time order by more than the lateness bound, judged late)", s.Late)
+	}
+	if s.TooLate > 0 {
+		fmt.Fprintf(w, " (%d beyond the allowed lateness, not judged)", s.TooLate)
 	}
 	fmt.Fprintln(w)
 	for _, o := range []audit.Outcome{audit.OutcomeOK, audit.OutcomeToolError, audit.OutcomeProtocolError, audit.OutcomeNoResponse} {

@@ -51,6 +51,11 @@ func TestServe_Prometheus(t *testing.T) {
 	// write would ever leave pending verified (the Verification latency
 	// panel would stay empty).
 	cfg.Detect.VerifyWindow = 5 * time.Second
+	// The capture is replayed from the past: its last write is judged when
+	// its source has been quiet for the idle timeout, and its window closes
+	// when the partition has been quiet for the rest of it. An idle timeout
+	// shorter than the window leaves it pending for a few scrapes.
+	cfg.Detect.IdleTimeout = 2 * time.Second
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}

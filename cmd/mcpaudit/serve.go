@@ -13,7 +13,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -166,22 +165,13 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	}
 	pcfg := cfg.Serve.Pipeline
 	pcfg.FindingLatency = s.metrics.ObserveFindingLatency
-	pcfg.Duplicate = func(c *audit.Call) {
-		// Receivers name each call's source first in Call.Source: "body"
-		// for call records (so that rejects read "body:3: ..."), the
-		// metrics source for spans.
-		src, _, _ := strings.Cut(c.Source, ":")
-		if src == "body" {
-			src = string(metrics.SourceCallsHTTP)
-		}
-		s.metrics.IngestDuplicate(metrics.Source(src), 1)
-	}
-	s.pipe, err = pipeline.New(ctx, pcfg, cfg.Detect, cfg.Dialects, tracedStore{st, s.metrics}, log, s.metrics)
+	pcfg.StateFile = filepath.Join(cfg.Serve.DataDir, "partitions.json")
+	s.pipe, err = pipeline.New(ctx, pcfg, cfg.Detect, tracedStore{st, s.metrics}, log, s.metrics)
 	if err != nil {
 		st.Close()
 		return nil, err
 	}
-	rc := receiver.New(cfg.Serve.Receiver, tracedIngester{s.pipe}, s.metrics, log)
+	rc := receiver.New(cfg.Serve.Receiver, cfg.Dialects, tracedIngester{s.pipe}, s.metrics, log)
 
 	ingestLn, err := net.Listen("tcp", cfg.Serve.IngestListen)
 	if err != nil {

@@ -279,19 +279,24 @@ func (s *Store) setBackendErr(err error) {
 // acknowledged them or, while ClickHouse is unreachable, once they are
 // synced to the spool. Calls whose ID is already stored are skipped. When the
 // spool is full it returns an error wrapping audit.ErrUnavailable.
-func (s *Store) AppendCalls(ctx context.Context, calls []audit.CallRecord) error {
+// ClickHouse collapses a call stored twice later, in the background: the
+// count returned is every call of the batch.
+func (s *Store) AppendCalls(ctx context.Context, calls []audit.Record) (int, error) {
 	if len(calls) == 0 {
-		return nil
+		return 0, nil
 	}
 	req := &request{calls: make([]callRow, 0, len(calls))}
 	for i := range calls {
 		row, err := callRowOf(&calls[i])
 		if err != nil {
-			return fmt.Errorf("cannot store calls: %w", err)
+			return 0, fmt.Errorf("cannot store calls: %w", err)
 		}
 		req.calls = append(req.calls, row)
 	}
-	return s.submit(ctx, req)
+	if err := s.submit(ctx, req); err != nil {
+		return 0, err
+	}
+	return len(calls), nil
 }
 
 // Commit stores detector output and the watermark. ClickHouse has no

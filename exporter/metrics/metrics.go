@@ -169,14 +169,14 @@ func (m *Metrics) code(code string) string {
 // Call counts one call, its latency and its failures. The first call of a
 // tool initializes its outcome series and its COMMIT_UNKNOWN and
 // in_flight_unknown failure series at zero.
-func (m *Metrics) Call(r *audit.CallReport) {
+func (m *Metrics) Call(r *audit.Record) {
 	if r == nil || r.Call == nil {
 		return
 	}
 	server := r.Call.Server
 	m.mu.Lock()
 	s := m.server(server)
-	tool := m.tool(s, r.ToolLabel)
+	tool := m.tool(s, r.Tool)
 	if !s.callTools[tool] {
 		s.callTools[tool] = true
 		for _, o := range []audit.Outcome{audit.OutcomeOK, audit.OutcomeToolError, audit.OutcomeProtocolError, audit.OutcomeNoResponse} {
@@ -197,8 +197,10 @@ func (m *Metrics) Call(r *audit.CallReport) {
 	if r.Failure != nil {
 		m.failure(server, tool, r.Failure)
 	}
-	for i := range r.OpFailures {
-		m.failure(server, tool, &r.OpFailures[i])
+	for i := range r.Ops {
+		if f := r.Ops[i].Failure; f != nil && f != r.Failure {
+			m.failure(server, tool, f)
+		}
 	}
 }
 

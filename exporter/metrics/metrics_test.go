@@ -33,14 +33,17 @@ func compare(t *testing.T, reg prometheus.Gatherer, want string, names ...string
 	}
 }
 
-func call(server, tool string, outcome audit.Outcome, d time.Duration, f *audit.Failure, ops ...audit.Failure) *audit.CallReport {
-	return &audit.CallReport{
-		Call:       &audit.Call{Server: server, Tool: tool, Time: t0, Duration: d},
-		Outcome:    outcome,
-		ToolLabel:  tool,
-		Failure:    f,
-		OpFailures: ops,
+func call(server, tool string, outcome audit.Outcome, d time.Duration, f *audit.Failure, ops ...audit.Failure) *audit.Record {
+	r := &audit.Record{
+		Call:    &audit.Call{Server: server, Tool: tool, Time: t0, Duration: d},
+		Outcome: outcome,
+		Tool:    tool,
+		Failure: f,
 	}
+	for i := range ops {
+		r.Ops = append(r.Ops, audit.Op{Failure: &ops[i]})
+	}
+	return r
 }
 
 func TestMetrics_Calls(t *testing.T) {
@@ -59,7 +62,7 @@ func TestMetrics_Calls(t *testing.T) {
 		audit.Failure{Code: "stale_live_revision", Action: audit.ActionRereadAndRebase},
 		audit.Failure{Code: "E_SOMETHING_NEW", Action: audit.ActionFixInput},
 	))
-	m.Call(&audit.CallReport{Call: &audit.Call{Server: "oddlynew"}, Outcome: audit.OutcomeOK}) // no tool label: "other"
+	m.Call(&audit.Record{Call: &audit.Call{Server: "oddlynew"}, Outcome: audit.OutcomeOK}) // no tool label: "other"
 
 	// A tool's first call initializes its outcomes, and the COMMIT_UNKNOWN and
 	// in_flight_unknown failures the rules alert on by rate, at zero.

@@ -173,11 +173,11 @@ type feeder struct {
 
 func (f *feeder) call(server, tool string, outcome audit.Outcome, d time.Duration, fail *audit.Failure) {
 	f.n++
-	f.m.Call(&audit.CallReport{
-		Call:      &audit.Call{ID: fmt.Sprintf("c_%d", f.n), Server: server, Tool: tool, Time: f.t0, Duration: d},
-		Outcome:   outcome,
-		ToolLabel: tool,
-		Failure:   fail,
+	f.m.Call(&audit.Record{
+		Call:    &audit.Call{ID: fmt.Sprintf("c_%d", f.n), Server: server, Tool: tool, Time: f.t0, Duration: d},
+		Outcome: outcome,
+		Tool:    tool,
+		Failure: fail,
 	})
 }
 
