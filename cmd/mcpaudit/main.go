@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/mcpaudit/mcpaudit/internal/version"
 )
 
 const usage = `usage: mcpaudit <command> [flags]
@@ -23,7 +25,7 @@ commands:
   config    config validate FILE: check a configuration file
   loadgen   drive a running server with generated traffic and report throughput
   rules     print the Prometheus alert and recording rules
-  version   print the version
+  version   print the version, commit and Go version (also --version)
 
 Run 'mcpaudit <command> -h' for the flags of a command.
 `
@@ -73,8 +75,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = configCommand(args[1:], stdout, stderr)
 	case "rules":
 		err = rulesCommand(args[1:], stdout, stderr)
-	case "version":
-		fmt.Fprintln(stdout, "mcpaudit", version)
+	case "version", "--version", "-version":
+		fmt.Fprintln(stdout, "mcpaudit", version.Get())
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 	default:
@@ -93,5 +95,3 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	fmt.Fprintln(stderr, "mcpaudit:", err)
 	return 2
 }
-
-var version = "dev"
