@@ -266,3 +266,62 @@ func TestDuration(t *testing.T) {
 	f(1500*time.Millisecond, "1500ms")
 	f(0, "0s")
 }
+
+func TestValidateSLOTarget(t *testing.T) {
+	f := func(target float64, wantErr string) {
+		t.Helper()
+		err := rules.ValidateSLOTarget(target)
+		switch {
+		case wantErr == "" && err != nil:
+			t.Errorf("ValidateSLOTarget(%v) = %v, want nil", target, err)
+		case wantErr != "" && (err == nil || !strings.Contains(err.Error(), wantErr)):
+			t.Errorf("ValidateSLOTarget(%v) = %v, want an error saying %q", target, err, wantErr)
+		}
+	}
+	f(0.999, "")
+	f(0.99, "")
+	f(0.95, "")
+	f(0.9999, "")
+	f(0.999999, "")
+	f(0, "not a fraction between 0 and 1")
+	f(1, "not a fraction between 0 and 1")
+	f(-0.5, "not a fraction between 0 and 1")
+	f(99.9, "not a fraction between 0 and 1")
+	f(0.9999999, "below one write in a million")
+	f(0.9, "McpAuditWriteErrorBudgetBurnFast needs an error ratio above 14.4")
+	f(0.93, "could never fire")
+}
+
+// TestRender_TargetExact: a target with many nines is written as given, not
+// rounded to 1, so no threshold degenerates to zero.
+func TestRender_TargetExact(t *testing.T) {
+	o := rules.DefaultOptions()
+	o.SLOTarget = 0.99999
+	f := build(t, o)
+	for _, r := range f.Records() {
+		if r.Record == rules.Objective && r.Expr != "vector(0.99999)" {
+			t.Errorf("objective %q", r.Expr)
+		}
+	}
+	for _, a := range f.Alerts() {
+		if strings.Contains(a.Expr, "(1 - 1)") {
+			t.Errorf("%s: degenerate threshold in %s", a.Alert, a.Expr)
+		}
+		if strings.HasPrefix(a.Alert, "McpAuditWriteErrorBudget") && !strings.Contains(a.Expr, "(1 - 0.99999)") {
+			t.Errorf("%s: target not written exactly: %s", a.Alert, a.Expr)
+		}
+		if d := a.Annotations["description"]; strings.HasPrefix(a.Alert, "McpAuditWriteErrorBudget") && !strings.Contains(d, "99.999%") {
+			t.Errorf("%s: description %q lacks 99.999%%", a.Alert, d)
+		}
+	}
+	o.RunbookURL = "https://wiki.example.com/ops/mcpaudit"
+	for _, a := range build(t, o).Alerts() {
+		if want := o.RunbookURL + "#" + strings.ToLower(a.Alert); a.Annotations["runbook_url"] != want {
+			t.Errorf("%s: runbook_url %q, want %q", a.Alert, a.Annotations["runbook_url"], want)
+		}
+	}
+	o.RunbookURL = "wiki/runbooks.md#x"
+	if _, err := rules.Build(o); err == nil || !strings.Contains(err.Error(), "runbook_url") {
+		t.Errorf("a relative runbook URL: error %v", err)
+	}
+}
