@@ -304,7 +304,6 @@ func TestServe_Prometheus(t *testing.T) {
 			"__range":                "1h",
 			dashboards.VarServer:     ".*",
 			dashboards.VarJob:        o.Job,
-			dashboards.VarSLOTarget:  fmt.Sprint(o.SLOTarget),
 			dashboards.VarDatasource: "prometheus",
 		}
 		// What some panels must break down to, by legend label value.
