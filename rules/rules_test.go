@@ -325,3 +325,20 @@ func TestRender_TargetExact(t *testing.T) {
 		t.Errorf("a relative runbook URL: error %v", err)
 	}
 }
+
+// TestRunbookStatesTheTimeRule: the runbook says by which time the finding
+// alerts decide, and the metrics doc links to it.
+func TestRunbookStatesTheTimeRule(t *testing.T) {
+	doc, err := os.ReadFile(runbooks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !headingAnchors(string(doc))["alerts-are-about-now"] {
+		t.Fatalf("%s has no section #alerts-are-about-now", runbooks)
+	}
+	for _, want := range []string{"ingest time, limited by\n  finding time", "finding_max_age", "mcpaudit_finding_last_event_timestamp_seconds"} {
+		if !strings.Contains(string(doc), want) {
+			t.Errorf("%s does not say %q", runbooks, want)
+		}
+	}
+}

@@ -410,6 +410,9 @@ func (d *decoder) mapping(n *yaml.Node, v reflect.Value, path string) {
 		d.fail(n, path, "cannot be set in a file")
 		return
 	}
+	if len(n.Content) == 0 {
+		return // "{}" adds nothing: the default, nil or not, stays
+	}
 	if v.IsNil() {
 		v.Set(reflect.MakeMapWithSize(t, len(n.Content)/2))
 	}
