@@ -233,6 +233,32 @@ func (f *File) Marshal() ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// PrometheusRule renders f as a Prometheus Operator PrometheusRule named
+// name: the same groups as Marshal, under spec.
+func (f *File) PrometheusRule(name string) ([]byte, error) {
+	type metadata struct {
+		Name   string            `yaml:"name"`
+		Labels map[string]string `yaml:"labels"`
+	}
+	doc := struct {
+		APIVersion string   `yaml:"apiVersion"`
+		Kind       string   `yaml:"kind"`
+		Metadata   metadata `yaml:"metadata"`
+		Spec       *File    `yaml:"spec"`
+	}{"monitoring.coreos.com/v1", "PrometheusRule", metadata{name, map[string]string{"app.kubernetes.io/name": name}}, f}
+	var buf bytes.Buffer
+	buf.WriteString(strings.Replace(header, "DO NOT EDIT.", "The groups are deploy/prometheus/rules.yaml's. DO NOT EDIT.", 1))
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(doc); err != nil {
+		return nil, fmt.Errorf("cannot encode rules: %w", err)
+	}
+	if err := enc.Close(); err != nil {
+		return nil, fmt.Errorf("cannot encode rules: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
 // Render builds the rules for o and renders them as YAML.
 func Render(o Options) ([]byte, error) {
 	f, err := Build(o)

@@ -47,6 +47,22 @@ func TestGeneratedInSync(t *testing.T) {
 	}
 }
 
+// TestPrometheusRuleInSync: the Kubernetes PrometheusRule is generated from
+// the same rules.
+func TestPrometheusRuleInSync(t *testing.T) {
+	want, err := build(t, rules.DefaultOptions()).PrometheusRule("mcpaudit")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile("../deploy/kubernetes/prometheusrule.yaml")
+	if err != nil {
+		t.Fatalf("%v: run go generate ./rules", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("deploy/kubernetes/prometheusrule.yaml differs from what rules.Build renders: run go generate ./rules (or make generate)")
+	}
+}
+
 func TestPromtoolCheckRules(t *testing.T) {
 	promtool := promtest.Binary(t, "promtool")
 	out, err := exec.Command(promtool, "check", "rules", rulesFile).CombinedOutput()
