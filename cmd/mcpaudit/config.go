@@ -68,7 +68,9 @@ type ServeConfig struct {
 	Retention Duration `yaml:"retention"`
 	// RetentionEvery is how often the retention job runs. Default 1h.
 	RetentionEvery Duration `yaml:"retention_every"`
-	// SLOTarget is the write-durability objective. Default 0.999.
+	// SLOTarget is the write-durability objective: the API's error budget
+	// is measured against it, and `mcpaudit rules --config` writes it into
+	// the rules, whose recorded target the SLO dashboard reads. Default 0.999.
 	SLOTarget float64 `yaml:"slo_target"`
 	// Receiver sets body limits, back-pressure and tenant credentials.
 	Receiver receiver.Config `yaml:"receiver"`
