@@ -213,22 +213,22 @@ type Failure struct {
 // Write is one write attempt and the state it reached. The detector emits a
 // Write each time its state changes.
 type Write struct {
-	CallID   string
-	Seq      int // provider call index inside an Oddlynew run; 0 for Thegram
-	Time     time.Time
-	Server   string
-	Tenant   string
-	Session  string
-	Tool     string
-	Document string
-	Key      string
-	State    WriteState
+	CallID   string     `json:"call_id"`
+	Seq      int        `json:"seq"` // provider call index inside an Oddlynew run; 0 for Thegram
+	Time     time.Time  `json:"time"`
+	Server   string     `json:"server"`
+	Tenant   string     `json:"tenant"`
+	Session  string     `json:"session,omitempty"`
+	Tool     string     `json:"tool"`
+	Document string     `json:"document,omitempty"`
+	Key      string     `json:"key,omitempty"`
+	State    WriteState `json:"state"`
 	// Reason is set while pending and for unverified writes.
-	Reason Reason
+	Reason Reason `json:"reason,omitempty"`
 	// Action is the retry action of the call's failure, if it failed.
-	Action RetryAction
+	Action RetryAction `json:"retry_action,omitempty"`
 	// StateTime is the event time at which the state was reached.
-	StateTime time.Time
+	StateTime time.Time `json:"state_time"`
 }
 
 // Sink receives the detector's output. Calls to a Sink are made from one

@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/mcpaudit/mcpaudit/internal/version"
 )
 
 const usage = `usage: mcpaudit <command> [flags]
@@ -20,10 +22,11 @@ commands:
   findings  list findings from a running server (--server URL) or a data dir
   timeline  show every call, write state and finding on one document
   slo       show the write-durability SLI and the error budget
-  config    config validate FILE: check a configuration file
+  config    config validate FILE...: check configuration files; config print [FILE]: the effective configuration
   loadgen   drive a running server with generated traffic and report throughput
   rules     print the Prometheus alert and recording rules
-  version   print the version
+  healthcheck  exit 0 when a running collector answers /healthz (for container health checks)
+  version   print the version, commit and Go version (also --version)
 
 Run 'mcpaudit <command> -h' for the flags of a command.
 `
@@ -73,8 +76,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = configCommand(args[1:], stdout, stderr)
 	case "rules":
 		err = rulesCommand(args[1:], stdout, stderr)
-	case "version":
-		fmt.Fprintln(stdout, "mcpaudit", version)
+	case "healthcheck":
+		err = healthcheckCommand(ctx, args[1:], stdout, stderr)
+	case "version", "--version", "-version":
+		fmt.Fprintln(stdout, "mcpaudit", version.Get())
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 	default:
@@ -93,5 +98,3 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	fmt.Fprintln(stderr, "mcpaudit:", err)
 	return 2
 }
-
-var version = "dev"

@@ -24,6 +24,8 @@ import (
 	"github.com/mcpaudit/mcpaudit/exporter/clickhouse"
 	"github.com/mcpaudit/mcpaudit/exporter/metrics"
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
+	"github.com/mcpaudit/mcpaudit/internal/ratelog"
+	"github.com/mcpaudit/mcpaudit/internal/version"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
@@ -207,6 +209,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	s.apiAddr = apiLn.Addr().String()
 	q := api.New(st, cfg.Serve.SLOTarget)
 	q.Tenants = cfg.Serve.Receiver.Tenants
+	q.Log = ratelog.New(log, ratelog.NewDefaultConfig())
 	mux := http.NewServeMux()
 	mux.Handle("/api/v1/", q.Handler())
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
@@ -229,7 +232,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 			s.retention(rctx)
 		}()
 	}
-	log.Info("mcpaudit serving", "ingest", s.ingestAddr, "grpc", s.grpcAddr, "api", s.apiAddr,
+	log.Info("mcpaudit serving", "version", version.Get().Version, "revision", version.Get().Revision, "ingest", s.ingestAddr, "grpc", s.grpcAddr, "api", s.apiAddr,
 		"store", cfg.Serve.Store, "data_dir", cfg.Serve.DataDir)
 	return s, nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/receiver"
 	"github.com/mcpaudit/mcpaudit/exporter/metrics"
+	"github.com/mcpaudit/mcpaudit/internal/version"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -47,7 +48,7 @@ func setupTelemetry(ctx context.Context, log *slog.Logger) (func(context.Context
 	if err != nil {
 		return nil, err
 	}
-	res, _ := resource.Merge(resource.Default(), resource.NewSchemaless(semconv.ServiceName("mcpaudit"), semconv.ServiceVersion(version)))
+	res, _ := resource.Merge(resource.Default(), resource.NewSchemaless(semconv.ServiceName("mcpaudit"), semconv.ServiceVersion(version.Get().Version)))
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
 	otel.SetTracerProvider(tp)
 	log.Info("self-telemetry on: tracing the pipeline over OTLP", "protocol", proto)

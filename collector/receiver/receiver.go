@@ -198,10 +198,8 @@ func (rc *Receiver) ingest(ctx context.Context, src metrics.Source, tenant strin
 	switch {
 	case err == nil:
 		if rc.metrics != nil {
-			rc.metrics.IngestAccepted(src, len(calls))
-			if dup := len(calls) - stored; dup > 0 {
-				rc.metrics.IngestDuplicate(src, dup)
-			}
+			rc.metrics.IngestAccepted(src, stored)
+			rc.metrics.IngestDuplicate(src, len(calls)-stored)
 		}
 		return stored, nil
 	case errors.Is(err, audit.ErrOverloaded):
@@ -319,6 +317,11 @@ func (rc *Receiver) calls(w http.ResponseWriter, r *http.Request) {
 	}
 	var calls []*audit.Call
 	resp := CallsResponse{Source: source}
+	defer func() {
+		if rc.metrics != nil {
+			rc.metrics.IngestIgnored(src, dec.Ignored)
+		}
+	}()
 	reject := func(err error, reason metrics.RejectReason) {
 		resp.Rejected++
 		if len(resp.Errors) < maxRejectsReported {
@@ -444,6 +447,9 @@ func (rc *Receiver) export(ctx context.Context, src metrics.Source, tenant strin
 		calls, sources = append(calls, c), append(sources, res.Sources[i])
 	}
 	rc.rejected(src, metrics.RejectBadSpan, len(res.Rejected))
+	if rc.metrics != nil {
+		rc.metrics.IngestIgnored(src, res.Ignored)
+	}
 	if len(calls) > 0 {
 		if _, herr := rc.ingest(ctx, src, tenant, calls, sources); herr != nil {
 			return ptraceotlp.ExportResponse{}, herr

@@ -15,6 +15,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/internal/ratelog"
 )
 
 var _ audit.Store = (*Store)(nil)
@@ -30,6 +31,9 @@ type Store struct {
 	opts  Options
 	log   *slog.Logger
 	spool *spool
+	// retries logs failed insert attempts, rate-limited: an outage retries
+	// every batch.
+	retries *ratelog.Logger
 
 	// conn and caps are set once by connect, before up is closed; read them
 	// only after connected() reports true.
@@ -107,6 +111,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{
+		retries: ratelog.New(log, ratelog.NewDefaultConfig()),
 		opts:    o,
 		log:     log,
 		spool:   sp,
@@ -527,6 +532,7 @@ func (s *Store) insertRetrying(b *batch, budget time.Duration) error {
 		if time.Now().Add(jittered).After(deadline) {
 			return err
 		}
+		s.retries.Warn("store_retry", "clickhouse: insert failed; retrying", "attempt", attempt+1, "rows", b.rows(), "wait", jittered, "err", err)
 		select {
 		case <-s.quit:
 			return err

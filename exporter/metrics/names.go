@@ -26,7 +26,8 @@ const (
 	// FindingsTotal counts findings by server, kind and severity.
 	FindingsTotal = "mcpaudit_findings_total"
 	// IngestRecordsTotal counts received records (call records or spans) by
-	// source and result.
+	// source and result. The results are disjoint: each record counts under
+	// exactly one, so a sum over result is the number of records received.
 	IngestRecordsTotal = "mcpaudit_ingest_records_total"
 	// IngestRejectedTotal counts rejected records by source and reason.
 	IngestRejectedTotal = "mcpaudit_ingest_rejected_total"
@@ -37,6 +38,14 @@ const (
 	// call that completed a finding's evidence to the finding (serve only;
 	// findings made by a closing window are not observed).
 	FindingLatencySeconds = "mcpaudit_finding_latency_seconds"
+	// FindingLastEventTimestampSeconds is the event time (Unix seconds) of the
+	// most recent finding of each server and kind. The immediate finding
+	// alerts compare it with the wall clock, so that findings about the past
+	// (an old capture loaded into the collector) do not page.
+	FindingLastEventTimestampSeconds = "mcpaudit_finding_last_event_timestamp_seconds"
+	// BuildInfo is 1, with the version, commit and Go version of the running
+	// binary as labels.
+	BuildInfo = "mcpaudit_build_info"
 )
 
 // Label names.
@@ -52,6 +61,9 @@ const (
 	LabelSource      = "source"
 	LabelResult      = "result"
 	LabelReason      = "reason"
+	LabelVersion     = "version"
+	LabelRevision    = "revision"
+	LabelGoVersion   = "goversion"
 )
 
 // Other replaces a label value outside its bounded set: an unknown tool or
@@ -90,15 +102,16 @@ var RejectReasons = []RejectReason{
 	RejectInvalidJSON, RejectMissingField, RejectBadSpan, RejectTooLarge, RejectQueueFull, RejectDecodeError,
 }
 
-// Ingest results.
+// Ingest results. They are disjoint: a record counts under exactly one.
 const (
-	ResultAccepted  = "accepted"  // handed to the pipeline
+	ResultAccepted  = "accepted"  // stored for the first time and handed to the detector
+	ResultDuplicate = "duplicate" // an exchange already seen (same stable id): acknowledged, not stored again
 	ResultRejected  = "rejected"  // refused; see IngestRejectedTotal for the reason
-	ResultDuplicate = "duplicate" // an exchange already seen (same stable id), dropped
+	ResultIgnored   = "ignored"   // well formed but not an MCP tools/call (another method, a non-MCP span)
 )
 
 // Results lists every ingest result.
-var Results = []string{ResultAccepted, ResultRejected, ResultDuplicate}
+var Results = []string{ResultAccepted, ResultDuplicate, ResultRejected, ResultIgnored}
 
 // Buckets of the histograms.
 var (
@@ -148,6 +161,10 @@ var Families = []Family{
 		nil},
 	{FindingLatencySeconds, "histogram", "Wall time from the acknowledgement of the call that completed a finding to the finding.",
 		nil},
+	{FindingLastEventTimestampSeconds, "gauge", "Event time of the most recent finding of each kind, in Unix seconds.",
+		[]string{LabelServer, LabelKind}},
+	{BuildInfo, "gauge", "1, labelled with the version, commit and Go version of the running mcpaudit.",
+		[]string{LabelVersion, LabelRevision, LabelGoVersion}},
 }
 
 // family returns the entry of Families named name; it panics on a typo, which

@@ -134,7 +134,6 @@ func TestEndToEnd(t *testing.T) {
 			"__range":                "1h",
 			dashboards.VarServer:     ".*",
 			dashboards.VarJob:        o.Job,
-			dashboards.VarSLOTarget:  fmt.Sprint(o.SLOTarget),
 			dashboards.VarDatasource: "prometheus",
 		}
 		for _, n := range names {
