@@ -35,6 +35,9 @@ type Server struct {
 	// Log receives rate-limited lines about refused requests (failed
 	// authentication). Nil logs nothing.
 	Log *ratelog.Logger
+	// Status, if set, gives the pipeline's event-time status for
+	// /api/v1/status.
+	Status StatusSource
 }
 
 // New returns a query server over store.
@@ -50,6 +53,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/v1/writes", s.writes)
 	mux.HandleFunc("GET /api/v1/slo", s.slo)
 	mux.HandleFunc("GET /api/v1/documents/", s.timeline)
+	mux.HandleFunc("GET /api/v1/status", s.status)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, pattern := mux.Handler(r); pattern != "" {
 			mux.ServeHTTP(w, r)

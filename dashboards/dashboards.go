@@ -317,9 +317,26 @@ func collector() *dashboard.DashboardBuilder {
 			units.Seconds,
 			quantiles(metrics.StoreCommitSeconds, "", jobMatcher)...)).
 		WithPanel(graph("Ingest to finding latency",
-			"Wall time from the acknowledgement of the call that completed a finding to the finding. The lateness bound holds calls back for reordering and dominates it.",
+			"Wall time from the acknowledgement of the call that completed a finding to the finding. A call waits until its partition's watermark passes it: its slowest active source, less the lateness bound.",
 			units.Seconds,
 			quantiles(metrics.FindingLatencySeconds, "", jobMatcher)...)).
+		WithPanel(graph("Event time behind the wall clock",
+			"How far behind the wall clock the event time judged so far (the watermark) is, per server, and how far its most lagging active and idle sources are: the active one holds its partitions back (mcpaudit status names it). Traffic replayed from the past shows its age.",
+			units.Seconds,
+			query(fmt.Sprintf("max by (%s) (%s)", metrics.LabelServer, sel(metrics.PipelineWatermarkLagSeconds, serverMatcher)), "{{server}} watermark"),
+			query(fmt.Sprintf("max by (%s, %s) (%s)", metrics.LabelServer, metrics.LabelState, sel(metrics.PipelineSourceLagSeconds, serverMatcher)), "{{server}} slowest {{state}} source"))).
+		WithPanel(graph("Sources and waiting calls",
+			"Sources (OTLP resources, call-record posters) by state, active ones holding their partitions' watermarks; and the calls waiting for a watermark.",
+			units.Short,
+			query(fmt.Sprintf("sum by (%s) (%s)", metrics.LabelState, sel(metrics.PipelineSources, jobMatcher)), "{{state}} sources"),
+			query(fmt.Sprintf("sum(%s)", sel(metrics.PipelineBufferedCalls, jobMatcher)), "waiting calls"))).
+		WithPanel(graph("Late and clock-ahead calls",
+			"Calls per second that arrived behind their partition's watermark (judged late, or too late: stored, not judged) and calls dated ahead of the collector's clock beyond the allowed skew.",
+			units.OpsPerSecond,
+			query(fmt.Sprintf("sum by (%s, %s) (rate(%s[%s]))", metrics.LabelServer, metrics.LabelResult,
+				sel(metrics.PipelineLateCallsTotal, serverMatcher), rate), "{{server}} late {{result}}"),
+			query(fmt.Sprintf("sum by (%s) (rate(%s[%s]))", metrics.LabelServer,
+				sel(metrics.PipelineClockAheadCallsTotal, serverMatcher), rate), "{{server}} clock ahead"))).
 		WithPanel(graph("CPU",
 			"CPU time used per second (1 is one full core).",
 			units.PercentUnit,

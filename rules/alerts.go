@@ -203,6 +203,17 @@ func (b *builder) collectorAlerts() []Rule {
 				"10m were rejected as {{ $labels.reason }}: those calls are not audited.",
 		}),
 		b.rule(alert{
+			name: "McpAuditSourceLagging",
+			expr: fmt.Sprintf("max by (%s, %s) (%s{%s=\"%s\"}) > %s", "job", metrics.LabelServer, metrics.PipelineSourceLagSeconds,
+				metrics.LabelState, metrics.SourceActive, number(b.o.SourceLag.Seconds())),
+			for_:     10 * time.Minute,
+			severity: SeverityWarning,
+			summary:  "An exporter or poster of MCP calls is far behind the wall clock.",
+			description: "The most lagging active source feeding {{ $labels.server }} has delivered calls only up to " +
+				"{{ $value | humanizeDuration }} ago: the findings of its partitions wait for it. " +
+				"mcpaudit status (or /api/v1/status) names the source.",
+		}),
+		b.rule(alert{
 			name:     "McpAuditCollectorDown",
 			expr:     up + " == 0",
 			for_:     5 * time.Minute,

@@ -49,6 +49,10 @@ type Options struct {
 	// IngestRejectRatio is the fraction of one source's records that may be
 	// rejected for one reason before McpAuditIngestRejections. Default 0.01.
 	IngestRejectRatio float64
+	// SourceLag is how far behind the wall clock the most lagging active
+	// source of a server may run before McpAuditSourceLagging: its
+	// partitions' findings wait that long. Default 5m.
+	SourceLag time.Duration
 	// FindingMaxAge is how old, in event time against the wall clock, the
 	// newest finding of a kind may be for its immediate alert to fire: a
 	// finding about the past (an old capture loaded into the collector) does
@@ -71,6 +75,7 @@ func DefaultOptions() Options {
 		WastedRetryRatio:        0.05,
 		UncertainRatio:          0.01,
 		IngestRejectRatio:       0.01,
+		SourceLag:               5 * time.Minute,
 		FindingMaxAge:           2 * time.Hour,
 	}
 }
@@ -101,6 +106,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.FindingMaxAge == 0 {
 		o.FindingMaxAge = d.FindingMaxAge
+	}
+	if o.SourceLag == 0 {
+		o.SourceLag = d.SourceLag
 	}
 	return o
 }
@@ -160,6 +168,9 @@ func (o Options) Validate() error {
 	}
 	if o.FindingMaxAge < 0 {
 		errs = append(errs, fmt.Errorf("finding_max_age: %v is negative", o.FindingMaxAge))
+	}
+	if o.SourceLag < 0 {
+		errs = append(errs, fmt.Errorf("source_lag: %v is negative", o.SourceLag))
 	}
 	if o.ForOverride < 0 {
 		errs = append(errs, fmt.Errorf("for_override: %v is negative", o.ForOverride))

@@ -22,6 +22,7 @@ commands:
   findings  list findings from a running server (--server URL) or a data dir
   timeline  show every call, write state and finding on one document
   slo       show the write-durability SLI and the error budget
+  status    show where event time stands per partition and which source holds it back
   config    config validate FILE...: check configuration files; config print [FILE]: the effective configuration
   loadgen   drive a running server with generated traffic and report throughput
   rules     print the Prometheus alert and recording rules
@@ -68,6 +69,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = findingsCommand(args[1:], stdout, stderr)
 	case "timeline":
 		err = timelineCommand(args[1:], stdout, stderr)
+	case "status":
+		err = statusCommand(args[1:], stdout, stderr)
 	case "slo":
 		err = sloCommand(args[1:], stdout, stderr)
 	case "loadgen":

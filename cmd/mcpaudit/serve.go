@@ -174,6 +174,10 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		return nil, err
 	}
 	rc := receiver.New(cfg.Serve.Receiver, cfg.Dialects, tracedIngester{s.pipe}, s.metrics, log)
+	if err := s.metrics.WatchPipeline(s.registry, s.pipelineViews); err != nil {
+		s.closeAll()
+		return nil, err
+	}
 
 	ingestLn, err := net.Listen("tcp", cfg.Serve.IngestListen)
 	if err != nil {
@@ -210,6 +214,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	q := api.New(st, cfg.Serve.SLOTarget)
 	q.Tenants = cfg.Serve.Receiver.Tenants
 	q.Log = ratelog.New(log, ratelog.NewDefaultConfig())
+	q.Status = s.pipe.Status
 	mux := http.NewServeMux()
 	mux.Handle("/api/v1/", q.Handler())
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
@@ -235,6 +240,20 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	log.Info("mcpaudit serving", "version", version.Get().Version, "revision", version.Get().Revision, "ingest", s.ingestAddr, "grpc", s.grpcAddr, "api", s.apiAddr,
 		"store", cfg.Serve.Store, "data_dir", cfg.Serve.DataDir)
 	return s, nil
+}
+
+// pipelineViews gives the metrics what they export of the pipeline.
+func (s *server) pipelineViews() []metrics.PartitionView {
+	parts, _ := s.pipe.Status()
+	views := make([]metrics.PartitionView, 0, len(parts))
+	for _, p := range parts {
+		srcs := make([]metrics.SourceView, 0, len(p.Sources))
+		for _, src := range p.Sources {
+			srcs = append(srcs, metrics.SourceView{Name: src.Name, LagSeconds: src.Lag.Seconds(), Idle: src.Idle})
+		}
+		views = append(views, metrics.NewPartitionView(p.Server, p.Lag.Seconds(), !p.Watermark.IsZero(), p.Buffered, p.Late, p.TooLate, p.Ahead, srcs))
+	}
+	return views
 }
 
 func (s *server) serveHTTP(ln net.Listener, h http.Handler) {

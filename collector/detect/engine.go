@@ -54,8 +54,8 @@ type partition struct {
 	sources []*source
 	dedupe  dedupe
 	// wm is the watermark: calls up to it were judged.
-	wm                   time.Time
-	calls, late, tooLate int64
+	wm                          time.Time
+	calls, late, tooLate, ahead int64
 }
 
 // sourceKey names a source; sources of different tenants never mix.
@@ -122,6 +122,7 @@ func (e *Engine) Add(src string, r *audit.Record, wall time.Time) {
 		if limit := wall.Add(e.cfg.MaxClockSkew); t.After(limit) {
 			m, ahead = limit, true
 			s.ahead++
+			p.ahead++
 			e.stats.Ahead++
 		}
 	}

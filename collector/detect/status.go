@@ -16,10 +16,12 @@ type PartitionStatus struct {
 	// Buffered counts calls waiting for the watermark.
 	Buffered int `json:"buffered"`
 	// Calls counts calls delivered; Late those judged behind the
-	// watermark; TooLate those beyond the allowed lateness, not judged.
+	// watermark; TooLate those beyond the allowed lateness, not judged;
+	// Ahead those dated beyond the allowed clock skew.
 	Calls   int64          `json:"calls"`
 	Late    int64          `json:"late"`
 	TooLate int64          `json:"too_late"`
+	Ahead   int64          `json:"ahead"`
 	Sources []SourceStatus `json:"sources"`
 }
 
@@ -50,7 +52,7 @@ func (e *Engine) Status(now time.Time) []PartitionStatus {
 	for _, p := range e.parts {
 		ps := PartitionStatus{
 			PartitionKey: p.key, Watermark: p.wm, Buffered: p.buf.Len(),
-			Calls: p.calls, Late: p.late, TooLate: p.tooLate,
+			Calls: p.calls, Late: p.late, TooLate: p.tooLate, Ahead: p.ahead,
 		}
 		if !p.wm.IsZero() {
 			ps.Lag = now.Sub(p.wm)

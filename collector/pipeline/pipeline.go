@@ -276,11 +276,13 @@ func (p *Pipeline) Close(ctx context.Context) error {
 	return nil
 }
 
-// Status returns where every partition and source stood at the last tick.
-func (p *Pipeline) Status() []detect.PartitionStatus {
+// Status returns where every partition and source stood at the last tick
+// (at most a second ago), and how many acknowledged calls are not yet
+// handed to the engine.
+func (p *Pipeline) Status() ([]detect.PartitionStatus, int64) {
 	p.statusMu.Lock()
 	defer p.statusMu.Unlock()
-	return p.status
+	return p.status, p.inflight.Load()
 }
 
 func (p *Pipeline) updateStatus() {

@@ -466,6 +466,11 @@ func TestFamilies(t *testing.T) {
 	m.IngestRejected(metrics.SourceFile, metrics.RejectInvalidJSON, 1)
 	m.ObserveStoreCommit(time.Millisecond)
 	m.Finding(&audit.Finding{Kind: audit.KindWastedRetry, Server: "s", Time: t0})
+	if err := m.WatchPipeline(reg, func() []metrics.PartitionView {
+		return []metrics.PartitionView{metrics.NewPartitionView("s", 1, true, 0, 0, 0, 0, []metrics.SourceView{{Name: "a", LagSeconds: 1}})}
+	}); err != nil {
+		t.Fatal(err)
+	}
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -520,4 +525,51 @@ func TestDocs(t *testing.T) {
 			t.Errorf("docs/metrics.md does not mention `%s`", w)
 		}
 	}
+}
+
+// TestPipelineStatus: the pipeline's status is exported per server, the
+// largest lags kept, sources counted once whatever partitions they feed.
+func TestPipelineStatus(t *testing.T) {
+	m, reg := newMetrics(t, metrics.Options{})
+	src := func(name string, lag float64, idle bool) metrics.SourceView {
+		return metrics.SourceView{Name: name, LagSeconds: lag, Idle: idle}
+	}
+	status := []metrics.PartitionView{
+		// Two tenants of thegram; one exporter feeds both.
+		metrics.NewPartitionView("thegram", 2.5, true, 10, 3, 1, 0, []metrics.SourceView{src("otlp:thegram/a", 2, false), src("otlp:thegram/b", 600, true)}),
+		metrics.NewPartitionView("thegram", 7, true, 5, 1, 0, 2, []metrics.SourceView{src("otlp:thegram/a", 2, false), src("calls:10.0.0.9", 6.5, false)}),
+		// Nothing judged yet: no lag.
+		metrics.NewPartitionView("oddlynew", 0, false, 4, 0, 0, 0, []metrics.SourceView{src("otlp:oddlynew/x", 0.5, false)}),
+	}
+	if err := m.WatchPipeline(reg, func() []metrics.PartitionView { return status }); err != nil {
+		t.Fatal(err)
+	}
+	compare(t, reg, `
+# HELP mcpaudit_pipeline_watermark_lag_seconds How far behind the wall clock the event time judged so far is, for the most lagging partition of the server.
+# TYPE mcpaudit_pipeline_watermark_lag_seconds gauge
+mcpaudit_pipeline_watermark_lag_seconds{server="thegram"} 7
+# HELP mcpaudit_pipeline_source_lag_seconds How far behind the wall clock the most lagging source feeding the server is, by state (active sources hold its partitions back).
+# TYPE mcpaudit_pipeline_source_lag_seconds gauge
+mcpaudit_pipeline_source_lag_seconds{server="oddlynew",state="active"} 0.5
+mcpaudit_pipeline_source_lag_seconds{server="thegram",state="active"} 6.5
+mcpaudit_pipeline_source_lag_seconds{server="thegram",state="idle"} 600
+# HELP mcpaudit_pipeline_sources Sources (exporters, posters) by state: active ones hold their partitions' watermarks.
+# TYPE mcpaudit_pipeline_sources gauge
+mcpaudit_pipeline_sources{state="active"} 3
+mcpaudit_pipeline_sources{state="idle"} 1
+# HELP mcpaudit_pipeline_buffered_calls Calls waiting for their partition's watermark.
+# TYPE mcpaudit_pipeline_buffered_calls gauge
+mcpaudit_pipeline_buffered_calls 19
+# HELP mcpaudit_pipeline_late_calls_total Calls that arrived behind their partition's watermark, judged late or too late to judge.
+# TYPE mcpaudit_pipeline_late_calls_total counter
+mcpaudit_pipeline_late_calls_total{result="judged",server="oddlynew"} 0
+mcpaudit_pipeline_late_calls_total{result="judged",server="thegram"} 4
+mcpaudit_pipeline_late_calls_total{result="too_late",server="oddlynew"} 0
+mcpaudit_pipeline_late_calls_total{result="too_late",server="thegram"} 1
+# HELP mcpaudit_pipeline_clock_ahead_calls_total Calls dated beyond the allowed clock skew ahead of the collector's clock.
+# TYPE mcpaudit_pipeline_clock_ahead_calls_total counter
+mcpaudit_pipeline_clock_ahead_calls_total{server="oddlynew"} 0
+mcpaudit_pipeline_clock_ahead_calls_total{server="thegram"} 2
+`, metrics.PipelineWatermarkLagSeconds, metrics.PipelineSourceLagSeconds, metrics.PipelineSources,
+		metrics.PipelineBufferedCalls, metrics.PipelineLateCallsTotal, metrics.PipelineClockAheadCallsTotal)
 }

@@ -46,6 +46,27 @@ const (
 	// BuildInfo is 1, with the version, commit and Go version of the running
 	// binary as labels.
 	BuildInfo = "mcpaudit_build_info"
+	// PipelineWatermarkLagSeconds is how far behind the wall clock the
+	// event time judged so far is: the largest lag of the server's
+	// partitions (serve only).
+	PipelineWatermarkLagSeconds = "mcpaudit_pipeline_watermark_lag_seconds"
+	// PipelineSourceLagSeconds is how far behind the wall clock the most
+	// lagging source of a server is, by state: the most lagging active one
+	// holds its partitions back; an idle one no longer does.
+	PipelineSourceLagSeconds = "mcpaudit_pipeline_source_lag_seconds"
+	// PipelineSources counts the sources (exporters, posters) by state:
+	// active ones hold their partitions' watermarks, idle ones no longer do.
+	PipelineSources = "mcpaudit_pipeline_sources"
+	// PipelineBufferedCalls counts calls waiting for their partition's
+	// watermark.
+	PipelineBufferedCalls = "mcpaudit_pipeline_buffered_calls"
+	// PipelineLateCallsTotal counts calls that arrived behind their
+	// partition's watermark, by what became of them (judged late, or too
+	// late: beyond the allowed lateness, stored and not judged).
+	PipelineLateCallsTotal = "mcpaudit_pipeline_late_calls_total"
+	// PipelineClockAheadCallsTotal counts calls dated beyond the allowed
+	// clock skew ahead of the collector's clock.
+	PipelineClockAheadCallsTotal = "mcpaudit_pipeline_clock_ahead_calls_total"
 )
 
 // Label names.
@@ -64,6 +85,15 @@ const (
 	LabelVersion     = "version"
 	LabelRevision    = "revision"
 	LabelGoVersion   = "goversion"
+)
+
+// Values of LabelState for PipelineSources and of LabelResult for
+// PipelineLateCallsTotal.
+const (
+	SourceActive = "active"
+	SourceIdle   = "idle"
+	LateJudged   = "judged"
+	LateTooLate  = "too_late"
 )
 
 // Other replaces a label value outside its bounded set: an unknown tool or
@@ -165,6 +195,18 @@ var Families = []Family{
 		[]string{LabelServer, LabelKind}},
 	{BuildInfo, "gauge", "1, labelled with the version, commit and Go version of the running mcpaudit.",
 		[]string{LabelVersion, LabelRevision, LabelGoVersion}},
+	{PipelineWatermarkLagSeconds, "gauge", "How far behind the wall clock the event time judged so far is, for the most lagging partition of the server.",
+		[]string{LabelServer}},
+	{PipelineSourceLagSeconds, "gauge", "How far behind the wall clock the most lagging source feeding the server is, by state (active sources hold its partitions back).",
+		[]string{LabelServer, LabelState}},
+	{PipelineSources, "gauge", "Sources (exporters, posters) by state: active ones hold their partitions' watermarks.",
+		[]string{LabelState}},
+	{PipelineBufferedCalls, "gauge", "Calls waiting for their partition's watermark.",
+		nil},
+	{PipelineLateCallsTotal, "counter", "Calls that arrived behind their partition's watermark, judged late or too late to judge.",
+		[]string{LabelServer, LabelResult}},
+	{PipelineClockAheadCallsTotal, "counter", "Calls dated beyond the allowed clock skew ahead of the collector's clock.",
+		[]string{LabelServer}},
 }
 
 // family returns the entry of Families named name; it panics on a typo, which

@@ -38,6 +38,16 @@ func TestEndToEnd(t *testing.T) {
 
 	f := &feeder{m: m, t0: time.Now().Add(-time.Hour)}
 	f.baseline()
+	// The pipeline's event-time status, as serve exports it: one partition
+	// per server, an exporter each, the oddlynew one idle.
+	if err := m.WatchPipeline(reg, func() []metrics.PartitionView {
+		return []metrics.PartitionView{
+			metrics.NewPartitionView("thegram", 1.5, true, 12, 3, 0, 1, []metrics.SourceView{{Name: "otlp:thegram", LagSeconds: 1}}),
+			metrics.NewPartitionView("oddlynew", 20, true, 0, 0, 1, 0, []metrics.SourceView{{Name: "otlp:oddlynew", LagSeconds: 20, Idle: true}}),
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
 
 	o := rules.DefaultOptions()
 	o.ForOverride = time.Second
