@@ -30,4 +30,4 @@ export MCPAUDIT_CLICKHOUSE_DIR="$(mktemp -d /tmp/mcpaudit-clickhouse.XXXXXX)"
 eval "$(MCPAUDIT_CLICKHOUSE_TCP_PORT=auto MCPAUDIT_CLICKHOUSE_HTTP_PORT=auto scripts/clickhouse.sh start)"
 trap 'scripts/clickhouse.sh stop; rm -rf "$MCPAUDIT_CLICKHOUSE_DIR"' EXIT
 
-CI=${CI:-} go test -count=1 ./... 2>&1 | tee /tmp/mcpaudit-test.log
+CI=${CI:-} go test -count=1 -parallel 16 ./... 2>&1 | tee /tmp/mcpaudit-test.log

@@ -18,6 +18,8 @@ type dedupe struct {
 // seen is one observation taken.
 type seen struct {
 	r *audit.Record
+	// src is the source that delivered it.
+	src *source
 	// at is where the call waits to be judged; an entry of the buffer
 	// whose position differs is stale (the observation was replaced).
 	at pos
@@ -45,7 +47,7 @@ func reqKey(c *audit.Call) string {
 // first). When one observation saw no response and the other did, the one
 // kept takes the response and reading: the same request, so the same
 // operations.
-func (d *dedupe) take(r *audit.Record) (s *seen, replaced bool) {
+func (d *dedupe) take(r *audit.Record, src *source) (s *seen, replaced bool) {
 	c := r.Call
 	var dup *seen
 	spanKey := ""
@@ -83,9 +85,12 @@ func (d *dedupe) take(r *audit.Record) (s *seen, replaced bool) {
 			kept = withResponse(kept, other)
 		}
 		dup.r = kept
+		if earlier {
+			dup.src = src
+		}
 		return dup, earlier
 	}
-	s = &seen{r: r}
+	s = &seen{r: r, src: src}
 	l := d.byReq.at(rk, c.Time)
 	*l = append(*l, s)
 	if spanKey != "" {

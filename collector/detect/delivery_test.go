@@ -70,9 +70,11 @@ func readRecords(t testing.TB, lines [][]byte) []*audit.Record {
 }
 
 // inOrder judges records as analyze does: one source, no wall clock.
-func inOrder(recs []*audit.Record) *outcome {
+func inOrder(recs []*audit.Record) *outcome { return inOrderCfg(recs, detect.NewDefaultConfig()) }
+
+func inOrderCfg(recs []*audit.Record, cfg detect.Config) *outcome {
 	o := newOutcome()
-	e := detect.NewEngine(detect.NewDefaultConfig(), outcomeSink{o})
+	e := detect.NewEngine(cfg, outcomeSink{o})
 	e.DropRepeatedIDs()
 	for _, r := range recs {
 		e.Add("file", r, time.Time{})

@@ -30,7 +30,14 @@ type detector struct {
 	failed  expMap[string, []*failedReq]
 
 	deadlines writeHeap
+	// deferred holds writes whose window ended while their source was
+	// still delivering what came before the end (a late backlog): they
+	// close once it has caught up or gone idle (closeDeferred).
+	deferred  []*writeRec
 	lastSweep time.Time
+	// behind reports whether a source has not yet delivered past t;
+	// set by the engine.
+	behind func(s *source, t time.Time) bool
 }
 
 func newDetector(cfg Config, out *emitter) *detector {
@@ -52,10 +59,10 @@ func (d *detector) advance(t time.Time) {
 	}
 }
 
-// process judges one call at its place in event time.
-func (d *detector) process(r *audit.Record, at pos) {
+// process judges one call, delivered by src, at its place in event time.
+func (d *detector) process(r *audit.Record, at pos, src *source) {
 	c := r.Call
-	ev := &event{rec: r, call: c, actor: actorOf(c), at: at, late: at.before(d.last)}
+	ev := &event{rec: r, call: c, actor: actorOf(c), at: at, late: at.before(d.last), src: src}
 	if !ev.late {
 		d.last = at
 	}
@@ -114,6 +121,7 @@ func (d *detector) write(ev *event, op *audit.Op) {
 		op:    *op,
 		actor: ev.actor,
 		index: -1,
+		src:   ev.src,
 	}
 	if op.Failure != nil {
 		w.Action = op.Failure.Action

@@ -44,6 +44,8 @@ type Engine struct {
 	arrival uint64
 	// current is the record being judged, nil while windows close alone.
 	current *audit.Record
+	// wall is the latest wall time the engine was told (Add, Tick).
+	wall time.Time
 }
 
 // partition is the event time and the state of one partition.
@@ -54,7 +56,10 @@ type partition struct {
 	sources []*source
 	dedupe  dedupe
 	// wm is the watermark: calls up to it were judged.
-	wm                          time.Time
+	wm time.Time
+	// born is the wall time of the partition's first call: for the idle
+	// timeout after it, the watermark waits for every source to show up.
+	born                        time.Time
 	calls, late, tooLate, ahead int64
 }
 
@@ -106,7 +111,13 @@ func (e *Engine) Current() *audit.Record { return e.current }
 // partition's watermark passes it, or at once if it is late.
 func (e *Engine) Add(src string, r *audit.Record, wall time.Time) {
 	c := r.Call
+	if wall.After(e.wall) {
+		e.wall = wall
+	}
 	p := e.partition(c)
+	if p.born.IsZero() {
+		p.born = wall
+	}
 	s := e.source(sourceKey{c.Tenant, src})
 	if !slices.Contains(p.sources, s) {
 		p.sources = append(p.sources, s)
@@ -133,7 +144,7 @@ func (e *Engine) Add(src string, r *audit.Record, wall time.Time) {
 	// A second observation of an exchange is dropped (it may complete the
 	// first with its response); so is the same call again, however late
 	// (a re-sent request, a file given twice).
-	seen, replaced := p.dedupe.take(r)
+	seen, replaced := p.dedupe.take(r, s)
 	if seen != nil && seen.r != r && !replaced {
 		// A later observation completed a waiting one with its response.
 		seen = nil
@@ -161,6 +172,9 @@ func (e *Engine) Add(src string, r *audit.Record, wall time.Time) {
 		e.stats.Late++
 		e.judge(p, seen, at)
 		return
+	}
+	if len(p.det.deferred) > 0 && moved {
+		defer p.det.closeDeferred()
 	}
 	if ahead {
 		// Dated beyond the allowed skew: its source's clock is clamped, so
@@ -211,6 +225,7 @@ func (e *Engine) partition(c *audit.Call) *partition {
 	p := e.parts[k]
 	if p == nil {
 		p = &partition{key: k, det: newDetector(e.cfg, &e.out), dedupe: newDedupe()}
+		p.det.behind = e.behind
 		e.parts[k] = p
 	}
 	return p
@@ -220,21 +235,44 @@ func (e *Engine) partition(c *audit.Call) *partition {
 func (e *Engine) judge(p *partition, s *seen, at pos) {
 	s.processed = true
 	e.current = s.r
-	p.det.process(s.r, at)
+	p.det.process(s.r, at, s.src)
 	e.current = nil
+}
+
+// behind reports whether src, still active, has not yet delivered past t
+// (less the lateness bound): what it sends next may settle a write whose
+// window ended at t.
+func (e *Engine) behind(src *source, t time.Time) bool {
+	if e.wall.IsZero() || e.wall.Sub(src.lastSeen) >= e.cfg.IdleTimeout {
+		return false
+	}
+	return !src.max.Add(-e.cfg.Lateness).After(t)
 }
 
 // Tick moves every partition's watermark to what the wall time now allows:
 // sources quiet for the idle timeout stop holding their partition back,
 // and a partition with no active source advances with the wall clock.
 func (e *Engine) Tick(wall time.Time) {
+	if wall.After(e.wall) {
+		e.wall = wall
+	}
 	for _, p := range e.parts {
 		e.advance(p, wall)
+		if len(p.det.deferred) > 0 {
+			p.det.closeDeferred()
+		}
 	}
 }
 
 // advance recomputes a partition's watermark and judges what it passes.
+// A new partition holds its watermark for the idle timeout: its sources
+// (the pods of a server, posters) show up one after the other, each with
+// a batch that may span minutes of event time, and the first must not
+// make the others' calls late.
 func (e *Engine) advance(p *partition, wall time.Time) {
+	if !wall.IsZero() && wall.Sub(p.born) < e.cfg.IdleTimeout {
+		return
+	}
 	var wm, quiet time.Time
 	active := false
 	for _, s := range p.sources {
@@ -290,6 +328,7 @@ func (e *Engine) release(p *partition, wm time.Time) {
 // remain pending and produce nothing.
 func (e *Engine) Flush() {
 	for _, p := range e.parts {
+		p.det.closeDeferred()
 		for p.buf.Len() > 0 {
 			en := p.buf.pop()
 			if en.at != en.s.at || en.s.processed {

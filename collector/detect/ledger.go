@@ -8,24 +8,52 @@ import (
 )
 
 // expire closes the verification windows that ended before t: their
-// pending writes become unverified.
+// pending writes become unverified. A write whose source has not yet
+// delivered past the end of its window (it came late, in a backlog that
+// is still arriving) waits until it has: what settles it may be on its way.
 func (d *detector) expire(t time.Time) {
 	for d.deadlines.Len() > 0 && d.deadlines[0].deadline.Before(t) {
 		w := heap.Pop(&d.deadlines).(*writeRec)
 		if w.State != audit.StatePending {
 			continue
 		}
-		d.setState(w, audit.StateUnverified, w.deadline)
-		if w.follows != nil && w.follows.State == audit.StateUnverified {
-			continue // the attempt it replays was reported
+		if w.src != nil && d.behind != nil && d.behind(w.src, w.deadline) {
+			d.deferred = append(d.deferred, w)
+			continue
 		}
-		d.out.finding(&audit.Finding{
-			Kind: audit.KindUnverifiedWrite, Server: w.Server, Tenant: w.Tenant,
-			Document: w.Document, Key: w.Key, Session: w.Session, Time: w.Time,
-			Calls: []string{w.CallID}, Reason: w.Reason, RetryAction: w.Action,
-			Summary: sprintf("Nobody established whether the %s write to %s at %s is durable (%s) within %s.", w.Tool, firstNonEmpty(w.Document, "a new document"), hhmmss(w.Time), w.Reason, d.cfg.VerifyWindow),
-		})
+		d.closeWindow(w)
 	}
+}
+
+// closeDeferred closes the windows held for their sources once those have
+// caught up or gone idle.
+func (d *detector) closeDeferred() {
+	kept := d.deferred[:0]
+	for _, w := range d.deferred {
+		switch {
+		case w.State != audit.StatePending:
+		case d.behind(w.src, w.deadline):
+			kept = append(kept, w)
+		default:
+			d.closeWindow(w)
+		}
+	}
+	clear(d.deferred[len(kept):])
+	d.deferred = kept
+}
+
+// closeWindow makes a pending write whose window ended unverified.
+func (d *detector) closeWindow(w *writeRec) {
+	d.setState(w, audit.StateUnverified, w.deadline)
+	if w.follows != nil && w.follows.State == audit.StateUnverified {
+		return // the attempt it replays was reported
+	}
+	d.out.finding(&audit.Finding{
+		Kind: audit.KindUnverifiedWrite, Server: w.Server, Tenant: w.Tenant,
+		Document: w.Document, Key: w.Key, Session: w.Session, Time: w.Time,
+		Calls: []string{w.CallID}, Reason: w.Reason, RetryAction: w.Action,
+		Summary: sprintf("Nobody established whether the %s write to %s at %s is durable (%s) within %s.", w.Tool, firstNonEmpty(w.Document, "a new document"), hhmmss(w.Time), w.Reason, d.cfg.VerifyWindow),
+	})
 }
 
 // setState moves a write to a new state and tells the sinks.

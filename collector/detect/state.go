@@ -78,6 +78,8 @@ type event struct {
 	// late is set when operations after this call were processed already:
 	// rules then also look forward, at what this call changes for them.
 	late bool
+	// src is the source that delivered the call; nil when unknown.
+	src *source
 }
 
 // writeRec is one write attempt in the ledger.
@@ -102,6 +104,10 @@ type writeRec struct {
 	// double-apply rules.
 	accepted bool
 	index    int // in the deadline heap, -1 when not there
+	// src is the source that delivered the write: a write that came late
+	// with its source behind keeps its window open until the source has
+	// delivered what followed it.
+	src *source
 	// follows is the earlier attempt this one replays under the same key
 	// while both are uncertain: one logical write, one unverified finding.
 	follows *writeRec

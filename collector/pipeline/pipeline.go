@@ -95,8 +95,9 @@ type Pipeline struct {
 	eng  *detect.Engine
 	gate *gate
 
-	statusMu sync.Mutex
-	status   []detect.PartitionStatus
+	statusMu  sync.Mutex
+	status    []detect.PartitionStatus
+	statusReq chan chan []detect.PartitionStatus
 
 	// The partitions' watermarks last saved to the state file.
 	savedMarks map[detect.PartitionKey]time.Time
@@ -120,8 +121,9 @@ func New(ctx context.Context, cfg Config, dcfg detect.Config, store audit.Store,
 	}
 	p := &Pipeline{
 		cfg: cfg, dcfg: dcfg, store: store, log: log, now: cfg.Now,
-		queue: make(chan audit.Batch, 1024),
-		done:  make(chan struct{}),
+		queue:     make(chan audit.Batch, 1024),
+		done:      make(chan struct{}),
+		statusReq: make(chan chan []detect.PartitionStatus),
 	}
 	p.gate = newGate(sinks, cfg.FindingLatency)
 	p.eng = detect.NewEngine(dcfg, p.gate)
@@ -276,13 +278,33 @@ func (p *Pipeline) Close(ctx context.Context) error {
 	return nil
 }
 
-// Status returns where every partition and source stood at the last tick
-// (at most a second ago), and how many acknowledged calls are not yet
-// handed to the engine.
+// Status returns where every partition and source stands now, and how
+// many acknowledged calls are not yet handed to the engine. It asks the
+// engine goroutine; once that has stopped, it returns the last status.
 func (p *Pipeline) Status() ([]detect.PartitionStatus, int64) {
+	// Calls acknowledged before now are queued or taken: count the queue
+	// before asking, so that a call taken meanwhile shows in the status.
+	queued := p.inflight.Load()
+	reply := make(chan []detect.PartitionStatus, 1)
+	select {
+	case p.statusReq <- reply:
+		select {
+		case st := <-reply:
+			return st, queued
+		case <-p.done:
+		}
+	case <-p.done:
+	}
 	p.statusMu.Lock()
 	defer p.statusMu.Unlock()
 	return p.status, p.inflight.Load()
+}
+
+// lastStatus returns the last status taken; the engine goroutine's view.
+func (p *Pipeline) lastStatus() []detect.PartitionStatus {
+	p.statusMu.Lock()
+	defer p.statusMu.Unlock()
+	return p.status
 }
 
 func (p *Pipeline) updateStatus() {
@@ -306,6 +328,13 @@ func (p *Pipeline) run(ctx context.Context) {
 			if p.gate.pending() > 5000 {
 				p.commit(ctx)
 			}
+		case reply := <-p.statusReq:
+			// Everything acknowledged before the question is judged as far
+			// as it can be first.
+			p.drain()
+			p.eng.Tick(p.now())
+			p.updateStatus()
+			reply <- p.lastStatus()
 		case <-tick.C:
 			if ctx.Err() != nil {
 				continue // stopping: the shutdown branch commits

@@ -1,0 +1,493 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/api"
+	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/collector/receiver"
+	"github.com/mcpaudit/mcpaudit/internal/capgen"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// delivery is one call record as production delivers it: by which source
+// (an exporter of one pod, or a poster), and when relative to the others.
+type delivery struct {
+	rec    map[string]any
+	server string
+	// pod names the source within its server: its own exporter, or its
+	// own poster.
+	pod string
+	// at orders the deliveries: a source sends its calls in this order,
+	// and the sources are fed in it.
+	at time.Time
+	// wall, if set, is when (after the replay's start) the call is sent:
+	// a replay paced in wall time, where a stalled source's calls wait
+	// while the others go on. Zero: at full speed.
+	wall time.Duration
+}
+
+// schedule sorts deliveries by when they are sent: paced ones by wall
+// time, each at its place in delivery order.
+func schedule(ds []delivery) {
+	sort.SliceStable(ds, func(a, b int) bool {
+		if ds[a].wall != ds[b].wall {
+			return ds[a].wall < ds[b].wall
+		}
+		return ds[a].at.Before(ds[b].at)
+	})
+}
+
+// pacer sleeps until each paced delivery is due.
+type pacer struct{ start time.Time }
+
+func (p *pacer) wait(d delivery) {
+	if p.start.IsZero() {
+		p.start = time.Now()
+	}
+	if due := time.Until(p.start.Add(d.wall)); d.wall > 0 && due > 0 {
+		time.Sleep(due)
+	}
+}
+
+func recTime(r map[string]any) time.Time {
+	t, _ := time.Parse(time.RFC3339Nano, r["time"].(string))
+	return t
+}
+
+func recEnd(r map[string]any) time.Time {
+	ms, _ := r["duration_ms"].(float64)
+	return recTime(r).Add(time.Duration(ms * float64(time.Millisecond)))
+}
+
+func podOf(r map[string]any, n uint32) string {
+	h := fnv.New32a()
+	s, _ := r["session"].(string)
+	h.Write([]byte(s))
+	return fmt.Sprintf("pod-%d", h.Sum32()%n)
+}
+
+// liveCapture is a generated mixed capture of both servers dated in the
+// recent past (the wall clock matters: skew, quiet), as call records.
+func liveCapture(t *testing.T, seed int64) []map[string]any {
+	t.Helper()
+	start := time.Now().Add(-50 * time.Minute).Truncate(time.Second)
+	c := capgen.Generate(capgen.Config{Seed: seed, Sessions: 300, Start: start, Span: 10 * time.Minute, AnomalyRate: 0.4, NoiseRate: 0.0001})
+	var out []map[string]any
+	for _, l := range c.Lines {
+		var m map[string]any
+		if json.Unmarshal(l, &m) != nil || m["time"] == nil || m["server"] == nil || m["request"] == nil {
+			continue // the capture's bad lines
+		}
+		if _, err := time.Parse(time.RFC3339Nano, fmt.Sprint(m["time"])); err != nil {
+			continue
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// liveConfig: windows short enough that a quiet partition closes them in
+// seconds of wall time, an idle timeout of one second, and an allowance
+// for late calls that covers a stall of a paced replay (100 times the
+// capture's speed: seconds of wall time are minutes of event time).
+func liveConfig(t *testing.T) Config {
+	cfg := testConfig(t, t.TempDir())
+	cfg.Detect.VerifyWindow = 6 * time.Second
+	cfg.Detect.IdleTimeout = time.Second
+	cfg.Detect.AllowedLateness = 10 * time.Minute
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// deliverSpans sends the deliveries as MCP server spans through the
+// OpenTelemetry Go SDK: one tracer provider per source (a pod of a server:
+// service.name and service.instance.id), each with a batch span processor
+// (blocking, batches of 256) and its own exporter, at full speed. Spans
+// go to their providers in delivery order, each ended at its end time, so
+// that each provider exports them in that order, while the providers run
+// ahead of and behind each other as they do in production.
+func deliverSpans(t *testing.T, ds []delivery, newExporter func() (sdktrace.SpanExporter, error)) {
+	t.Helper()
+	ctx := context.Background()
+	providers := map[string]*sdktrace.TracerProvider{}
+	var pace pacer
+	for _, d := range ds {
+		pace.wait(d)
+		key := d.server + "/" + d.pod
+		tp := providers[key]
+		if tp == nil {
+			exp, err := newExporter()
+			if err != nil {
+				t.Fatal(err)
+			}
+			tp = sdktrace.NewTracerProvider(
+				sdktrace.WithBatcher(exp, sdktrace.WithBlocking(), sdktrace.WithMaxExportBatchSize(256), sdktrace.WithBatchTimeout(20*time.Millisecond)),
+				sdktrace.WithResource(resource.NewSchemaless(attribute.String("service.name", d.server), attribute.String("service.instance.id", d.pod))))
+			providers[key] = tp
+		}
+		r := d.rec
+		start := recTime(r)
+		req := r["request"].(map[string]any)
+		params := req["params"].(map[string]any)
+		args, _ := json.Marshal(params["arguments"])
+		attrs := []attribute.KeyValue{
+			attribute.String("mcp.method.name", "tools/call"),
+			attribute.String("gen_ai.tool.name", params["name"].(string)),
+			attribute.String("gen_ai.operation.name", "execute_tool"),
+			attribute.String("jsonrpc.request.id", fmt.Sprint(req["id"])),
+			attribute.String("gen_ai.tool.call.arguments", string(args)),
+		}
+		if sess, ok := r["session"].(string); ok {
+			attrs = append(attrs, attribute.String("mcp.session.id", sess))
+		}
+		_, span := tp.Tracer("mcp-server").Start(ctx, "tools/call "+params["name"].(string),
+			trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(start), trace.WithAttributes(attrs...))
+		switch {
+		case r["transport_error"] != nil:
+			te := r["transport_error"].(string)
+			span.SetAttributes(attribute.String("error.type", te))
+			span.SetStatus(codes.Error, te)
+		case r["response"] != nil:
+			resp := r["response"].(map[string]any)
+			if res, ok := resp["result"].(map[string]any); ok {
+				b, _ := json.Marshal(res)
+				span.SetAttributes(attribute.String("gen_ai.tool.call.result", string(b)))
+				if res["isError"] == true {
+					span.SetAttributes(attribute.String("error.type", "tool_error"))
+					span.SetStatus(codes.Error, "tool error")
+				}
+			} else if e, ok := resp["error"].(map[string]any); ok {
+				span.SetAttributes(attribute.String("rpc.response.status_code", fmt.Sprint(e["code"])),
+					attribute.String("rpc.jsonrpc.error_message", fmt.Sprint(e["message"])))
+				span.SetStatus(codes.Error, fmt.Sprint(e["message"]))
+			}
+		}
+		span.End(trace.WithTimestamp(recEnd(r)))
+	}
+	var wg sync.WaitGroup
+	for _, tp := range providers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := tp.Shutdown(ctx); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// deliverCalls posts the deliveries as call records, each source its own
+// poster (Mcpaudit-Source), in batches of up to 100 in delivery order.
+func deliverCalls(t *testing.T, s *server, ds []delivery) {
+	t.Helper()
+	batches := map[string][]map[string]any{}
+	flush := func(src string) {
+		b := batches[src]
+		if len(b) == 0 {
+			return
+		}
+		req, _ := http.NewRequest("POST", "http://"+s.ingestAddr+"/v1/calls", bytes.NewReader(ndjson(b)))
+		req.Header.Set("Content-Type", "application/x-ndjson")
+		req.Header.Set(receiver.SourceHeader, src)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("POST /v1/calls: %s", resp.Status)
+		}
+		batches[src] = nil
+	}
+	var pace pacer
+	last := time.Duration(0)
+	for _, d := range ds {
+		src := d.server + "/" + d.pod
+		if d.wall > last {
+			// Paced: what each poster has is sent before time goes on.
+			for k := range batches {
+				flush(k)
+			}
+			last = d.wall
+		}
+		pace.wait(d)
+		batches[src] = append(batches[src], d.rec)
+		if len(batches[src]) == 100 {
+			flush(src)
+		}
+	}
+	keys := make([]string, 0, len(batches))
+	for k := range batches {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		flush(k)
+	}
+}
+
+// waitJudged waits until the collector has judged everything and every
+// verification window has closed on the wall clock, then returns the
+// findings of the API.
+func waitJudged(t *testing.T, s *server, want []audit.Finding) []audit.Finding {
+	t.Helper()
+	deadline := time.Now().Add(40 * time.Second)
+	var got []audit.Finding
+	for time.Now().Before(deadline) {
+		got = apiFindings(t, s, "")
+		gj, _ := json.Marshal(got)
+		wj, _ := json.Marshal(want)
+		if bytes.Equal(gj, wj) {
+			return got
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	return got
+}
+
+// waitStatus waits until the collector's status satisfies ok.
+func waitStatus(t *testing.T, s *server, ok func(api.StatusResponse) bool) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		var st api.StatusResponse
+		getJSON(t, "http://"+s.apiAddr+"/api/v1/status", &st)
+		if ok(st) {
+			return
+		}
+	}
+	t.Fatal("the status never came to what was waited for")
+}
+
+// diffFindings reports findings missing from got and extra in it.
+func diffFindings(t *testing.T, name string, want, got []audit.Finding) {
+	t.Helper()
+	index := func(fs []audit.Finding) map[string]audit.Finding {
+		m := map[string]audit.Finding{}
+		for _, f := range fs {
+			m[f.ID()] = f
+		}
+		return m
+	}
+	w, g := index(want), index(got)
+	var missing, extra []string
+	for id, f := range w {
+		if _, ok := g[id]; !ok {
+			missing = append(missing, fmt.Sprintf("%s %s %s %v", f.Kind, f.Document, f.Key, f.Calls))
+		}
+	}
+	for id, f := range g {
+		if _, ok := w[id]; !ok {
+			extra = append(extra, fmt.Sprintf("%s %s %s %v: %s", f.Kind, f.Document, f.Key, f.Calls, f.Summary))
+		}
+	}
+	if len(missing)+len(extra) > 0 {
+		sort.Strings(missing)
+		sort.Strings(extra)
+		t.Errorf("%s: %d findings expected, %d missing, %d extra\nmissing:\n  %s\nextra:\n  %s", name, len(want), len(missing), len(extra),
+			strings.Join(missing[:min(8, len(missing))], "\n  "), strings.Join(extra[:min(8, len(extra))], "\n  "))
+	}
+}
+
+// liveScenarios are the ways production delivers a capture, each a
+// function of the capture's records (in time order) to deliveries.
+var liveScenarios = []struct {
+	name string
+	// deliver turns the capture into deliveries.
+	deliver func(recs []map[string]any) []delivery
+	// later, if set, is how far the collector's clock is moved on after
+	// the delivery, for windows dated ahead of it to close.
+	later time.Duration
+	// asDelivered: analyze reads the calls in the order they were
+	// delivered, not in time order (a call later than the allowance is
+	// too late for it as well).
+	asDelivered bool
+}{
+	{"two_providers_at_full_speed", func(recs []map[string]any) []delivery {
+		var ds []delivery
+		for _, r := range recs {
+			ds = append(ds, delivery{rec: r, server: r["server"].(string), pod: "0", at: recTime(r)})
+		}
+		return ds
+	}, 0, false},
+	{"timeouts_delivered_at_their_end", func(recs []map[string]any) []delivery {
+		var ds []delivery
+		for _, r := range recs {
+			ds = append(ds, delivery{rec: r, server: r["server"].(string), pod: "0", at: recEnd(r)})
+		}
+		return ds
+	}, 0, false},
+	{"one_source_lagging_10m", func(recs []map[string]any) []delivery {
+		var ds []delivery
+		for _, r := range recs {
+			d := delivery{rec: r, server: r["server"].(string), pod: "0", at: recEnd(r)}
+			if d.server == "oddlynew" {
+				d.at = d.at.Add(10 * time.Minute)
+			}
+			ds = append(ds, d)
+		}
+		return ds
+	}, 0, false},
+	{"pods_exporting_separately", func(recs []map[string]any) []delivery {
+		var ds []delivery
+		for _, r := range recs {
+			pod := podOf(r, 3)
+			lag := map[string]time.Duration{"pod-0": 0, "pod-1": 2 * time.Second, "pod-2": 5 * time.Second}[pod]
+			ds = append(ds, delivery{rec: r, server: r["server"].(string), pod: pod, at: recEnd(r).Add(lag)})
+		}
+		return ds
+	}, 0, false},
+	{"source_clock_an_hour_ahead", func(recs []map[string]any) []delivery {
+		// One pod of each server runs an hour ahead: its calls are dated
+		// an hour later (the capture is dated 50 minutes ago, so they
+		// are ahead of the collector's clock).
+		var ds []delivery
+		for _, r := range recs {
+			pod := podOf(r, 2)
+			if pod == "pod-1" {
+				r = shifted(r, time.Hour)
+			}
+			ds = append(ds, delivery{rec: r, server: r["server"].(string), pod: pod, at: recEnd(r)})
+		}
+		return ds
+	}, 70 * time.Minute, false},
+	{"call_later_than_the_allowance", func(recs []map[string]any) []delivery {
+		// One timed-out write, early in the capture, is delivered after
+		// everything else, when its source has been quiet for longer than
+		// the idle timeout: more than the allowed lateness behind the
+		// watermark. It is stored and counted, not judged.
+		var ds []delivery
+		late := -1
+		for i, r := range recs {
+			if late < 0 && i > 10 && r["transport_error"] != nil && r["server"] == "thegram" {
+				late = i
+			}
+		}
+		for i, r := range recs {
+			d := delivery{rec: r, server: r["server"].(string), pod: "0", at: recTime(r)}
+			if i == late {
+				d.at = recTime(recs[len(recs)-1]).Add(time.Second)
+				d.wall = 2500 * time.Millisecond
+			}
+			ds = append(ds, d)
+		}
+		return ds
+	}, 0, true},
+	{"source_idle_then_resuming", func(recs []map[string]any) []delivery {
+		// Paced at 100 times the speed of the capture: one pod of thegram
+		// stalls for 2.5 s of wall time a third of the way in (longer
+		// than the idle timeout: the partition goes on with the other
+		// pod), then sends its backlog.
+		var ds []delivery
+		first := recTime(recs[0])
+		stall := recTime(recs[len(recs)/3]).Sub(first) / 100
+		resume := stall + 2500*time.Millisecond
+		for _, r := range recs {
+			pod := podOf(r, 2)
+			d := delivery{rec: r, server: r["server"].(string), pod: pod, at: recEnd(r)}
+			d.wall = recEnd(r).Sub(first) / 100
+			if d.server == "thegram" && pod == "pod-1" && d.wall >= stall && d.wall < resume {
+				d.wall = resume
+			}
+			ds = append(ds, d)
+		}
+		return ds
+	}, 0, false},
+}
+
+// shifted returns a copy of r dated d later, with its id-bearing fields
+// unchanged otherwise.
+func shifted(r map[string]any, d time.Duration) map[string]any {
+	c := map[string]any{}
+	for k, v := range r {
+		c[k] = v
+	}
+	c["time"] = recTime(r).Add(d).Format(time.RFC3339Nano)
+	return c
+}
+
+// TestServe_LiveDelivery: each way production delivers traffic (see
+// liveScenarios), over OTLP/gRPC and OTLP/HTTP from the OpenTelemetry Go
+// SDK and over /v1/calls, gives the findings analyze gives on the same
+// calls.
+func TestServe_LiveDelivery(t *testing.T) {
+	for i, sc := range liveScenarios {
+		for _, carrier := range []string{"grpc", "http", "calls"} {
+			t.Run(sc.name+"/"+carrier, func(t *testing.T) {
+				t.Parallel()
+				cfg := liveConfig(t)
+				// The collector's clock: the real one, moved on by later
+				// once the delivery is done. The calls dated ahead of it
+				// are a fault of the sources' clocks; that the collector's
+				// moves on cannot be shown otherwise within a test.
+				var offset atomic.Int64
+				cfg.Serve.Pipeline.Now = func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+				recs := liveCapture(t, int64(20+i))
+				ds := sc.deliver(recs)
+				schedule(ds)
+				var same []map[string]any
+				for _, d := range ds {
+					same = append(same, d.rec)
+				}
+				if !sc.asDelivered {
+					sort.SliceStable(same, func(a, b int) bool { return recTime(same[a]).Before(recTime(same[b])) })
+				}
+				want := analyzeFindings(t, cfg, ndjson(same))
+				if len(want) < 20 {
+					t.Fatalf("the capture gives %d findings: too few to tell", len(want))
+				}
+				s := startTest(t, cfg)
+				switch carrier {
+				case "grpc":
+					deliverSpans(t, ds, func() (sdktrace.SpanExporter, error) {
+						return otlptracegrpc.New(context.Background(), otlptracegrpc.WithEndpoint(s.grpcAddr), otlptracegrpc.WithInsecure())
+					})
+				case "http":
+					deliverSpans(t, ds, func() (sdktrace.SpanExporter, error) {
+						return otlptracehttp.New(context.Background(), otlptracehttp.WithEndpoint(s.ingestAddr), otlptracehttp.WithInsecure())
+					})
+				default:
+					deliverCalls(t, s, ds)
+				}
+				if sc.later > 0 {
+					waitStatus(t, s, func(st api.StatusResponse) bool { return st.Judged })
+					offset.Store(int64(sc.later))
+				}
+				got := waitJudged(t, s, want)
+				diffFindings(t, sc.name, want, got)
+				var st api.StatusResponse
+				getJSON(t, "http://"+s.apiAddr+"/api/v1/status", &st)
+				late, tooLate, ahead := int64(0), int64(0), int64(0)
+				for _, p := range st.Partitions {
+					late += p.Late
+					tooLate += p.TooLate
+					ahead += p.Ahead
+				}
+				if sc.asDelivered && tooLate != 1 {
+					t.Errorf("%d calls too late, want 1", tooLate)
+				}
+				t.Logf("%d findings, %d calls judged late, %d too late, %d ahead of the clock, judged: %v", len(got), late, tooLate, ahead, st.Judged)
+			})
+		}
+	}
+}
