@@ -148,3 +148,24 @@ CREATE TABLE IF NOT EXISTS mcpaudit.retention_policies
 )
 ENGINE = ReplacingMergeTree(version)
 ORDER BY table_name;
+
+-- migration 0002_finding_changes
+
+-- The finding lifecycle: every acknowledgement, resolution and reopening of
+-- a finding, with who made it and why. A finding's state is its latest
+-- change (open when it has none). Small: one row per change a person made.
+
+CREATE TABLE IF NOT EXISTS mcpaudit.finding_changes
+(
+    tenant     LowCardinality(String),
+    finding_id String,
+    time       DateTime,
+    time_nanos UInt32,
+    state      LowCardinality(String),
+    by         String,
+    note       String,
+    version    UInt64
+)
+ENGINE = ReplacingMergeTree(version)
+ORDER BY (finding_id, time, time_nanos)
+SETTINGS index_granularity = 8192;
