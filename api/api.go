@@ -25,8 +25,13 @@ type Server struct {
 	// measured against. Default 0.999.
 	SLOTarget float64
 	// Tenants maps bearer tokens to tenants; when set, every query is
-	// limited to the caller's tenant.
+	// limited to the caller's tenant. Such a token is named after its
+	// tenant in the finding lifecycle's audit trail.
 	Tenants map[string]string
+	// Credentials are named tokens (the name is the key), each for one
+	// tenant or, with tenant "*", for every tenant. With Tenants, they
+	// turn authentication on.
+	Credentials map[string]Credential
 	// Now is the clock for relative times (tests set it).
 	Now func() time.Time
 }
@@ -43,6 +48,9 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/v1/writes", s.writes)
 	mux.HandleFunc("GET /api/v1/slo", s.slo)
 	mux.HandleFunc("GET /api/v1/documents/", s.timeline)
+	mux.HandleFunc("GET /api/v1/findings/counts", s.findingCounts)
+	mux.HandleFunc("GET /api/v1/findings/{id}", s.finding)
+	mux.HandleFunc("POST /api/v1/findings/{id}/{action}", s.changeFinding)
 	return mux
 }
 
@@ -64,6 +72,10 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 	switch {
 	case errors.As(err, &pe), errors.Is(err, audit.ErrBadCursor):
 		writeJSON(w, http.StatusBadRequest, Error{err.Error()})
+	case errors.Is(err, audit.ErrNotFound):
+		writeJSON(w, http.StatusNotFound, Error{err.Error()})
+	case errors.Is(err, audit.ErrStateConflict):
+		writeJSON(w, http.StatusConflict, Error{err.Error()})
 	case errors.Is(err, audit.ErrUnavailable):
 		w.Header().Set("Retry-After", "5")
 		writeJSON(w, http.StatusServiceUnavailable, Error{err.Error()})
@@ -135,25 +147,15 @@ func ParseWindow(s string) (time.Duration, error) {
 	return d, nil
 }
 
-// tenant returns the tenant the caller may see; ok is false when the
-// caller has no valid credential.
-func (s *Server) tenant(r *http.Request) (string, bool, bool) {
-	if len(s.Tenants) == 0 {
-		return r.URL.Query().Get("tenant"), false, true
-	}
-	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok {
-		return "", true, false
-	}
-	t, ok := s.Tenants[strings.TrimSpace(tok)]
-	return t, true, ok
-}
-
 func (s *Server) newParams(w http.ResponseWriter, r *http.Request) (*params, string, bool) {
-	tenant, _, ok := s.tenant(r)
+	p, ok := s.Authenticate(r)
 	if !ok {
 		writeJSON(w, http.StatusUnauthorized, Error{"missing or unknown bearer token"})
 		return nil, "", false
+	}
+	tenant := p.Tenant
+	if !p.Authenticated {
+		tenant = r.URL.Query().Get("tenant")
 	}
 	return &params{q: r.URL.Query(), now: s.Now()}, tenant, true
 }
@@ -163,18 +165,7 @@ func (s *Server) findings(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	q := audit.FindingQuery{
-		Kind: audit.Kind(p.str("kind")), Severity: audit.Severity(p.str("severity")),
-		Server: p.str("server"), Tenant: tenant, Document: p.str("document"), Key: p.str("key"),
-		Session: p.str("session"), Since: p.time("since"), Until: p.time("until"),
-		Limit: p.int("limit"), Cursor: p.str("cursor"),
-	}
-	if p.err == nil && q.Kind != "" && !validKind(q.Kind) {
-		p.err = &paramError{"kind", "unknown finding kind " + strconv.Quote(string(q.Kind))}
-	}
-	if p.err == nil && q.Severity != "" && q.Severity.Rank() == 0 {
-		p.err = &paramError{"severity", "want info, warning or critical"}
-	}
+	q := findingQuery(p, tenant)
 	if p.err != nil {
 		s.fail(w, p.err)
 		return
@@ -187,6 +178,7 @@ func (s *Server) findings(w http.ResponseWriter, r *http.Request) {
 	if page.Findings == nil {
 		page.Findings = []audit.Finding{}
 	}
+	withStatus(page.Findings)
 	writeJSON(w, http.StatusOK, page)
 }
 
@@ -206,7 +198,7 @@ func (s *Server) writes(w http.ResponseWriter, r *http.Request) {
 	}
 	q := audit.WriteQuery{
 		State: audit.WriteState(p.str("state")), Server: p.str("server"), Tenant: tenant,
-		Document: p.str("document"), Since: p.time("since"), Until: p.time("until"),
+		Document: p.str("document"), Session: p.str("session"), Since: p.time("since"), Until: p.time("until"),
 		Limit: p.int("limit"), Cursor: p.str("cursor"),
 	}
 	if p.err == nil && q.State != "" {

@@ -127,6 +127,9 @@ type Investigator interface {
 	FindingCounts(ctx context.Context, q FindingQuery) ([]FindingCount, error)
 	// Calls returns one page of stored calls with their payloads.
 	Calls(ctx context.Context, q CallQuery) (CallPage, error)
+	// FailureCounts counts the stored calls whose Time is in [Since,
+	// Until) and that failed, by the retry action of their failure.
+	FailureCounts(ctx context.Context, q CountQuery) (map[RetryAction]int64, error)
 }
 
 // findingJSON has Finding's fields and none of its methods.

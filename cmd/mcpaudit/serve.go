@@ -24,6 +24,7 @@ import (
 	"github.com/mcpaudit/mcpaudit/collector/receiver"
 	"github.com/mcpaudit/mcpaudit/exporter/clickhouse"
 	"github.com/mcpaudit/mcpaudit/exporter/metrics"
+	"github.com/mcpaudit/mcpaudit/exporter/notify"
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -109,6 +110,8 @@ type server struct {
 	// Addresses actually listened on (ports chosen by the system for :0).
 	ingestAddr, grpcAddr, apiAddr string
 	stopRetention                 context.CancelFunc
+	stopWeb                       context.CancelFunc
+	notifier                      *notify.Notifier
 	wg                            sync.WaitGroup
 	shutdownTelemetry             func(context.Context) error
 }
@@ -176,8 +179,19 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		}
 		s.metrics.IngestDuplicate(metrics.Source(src), 1)
 	}
-	s.pipe, err = pipeline.New(ctx, pcfg, cfg.Detect, cfg.Dialects, tracedStore{st, s.metrics}, log, s.metrics)
+	sinks := []audit.Sink{s.metrics}
+	if err := s.startNotifier(); err != nil {
+		st.Close()
+		return nil, err
+	}
+	if s.notifier != nil {
+		sinks = append(sinks, s.notifier)
+	}
+	s.pipe, err = pipeline.New(ctx, pcfg, cfg.Detect, cfg.Dialects, tracedStore{st, s.metrics}, log, sinks...)
 	if err != nil {
+		if s.notifier != nil {
+			s.notifier.Close()
+		}
 		st.Close()
 		return nil, err
 	}
@@ -217,6 +231,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	s.apiAddr = apiLn.Addr().String()
 	q := api.New(st, cfg.Serve.SLOTarget)
 	q.Tenants = cfg.Serve.Receiver.Tenants
+	q.Credentials = cfg.Serve.Credentials
 	mux := http.NewServeMux()
 	mux.Handle("/api/v1/", q.Handler())
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
@@ -225,6 +240,11 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	if cfg.Serve.pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	}
+	if err := s.mountWeb(mux, q); err != nil {
+		apiLn.Close()
+		s.closeAll()
+		return nil, err
 	}
 	s.serveHTTP(apiLn, mux)
 
@@ -318,6 +338,14 @@ func (s *server) shutdown(ctx context.Context) error {
 	if err := s.pipe.Close(ctx); err != nil {
 		errs = append(errs, err)
 	}
+	if s.stopWeb != nil {
+		s.stopWeb()
+	}
+	if s.notifier != nil {
+		if err := s.notifier.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	s.wg.Wait()
 	if err := s.store.Close(); err != nil {
 		errs = append(errs, err)
@@ -337,6 +365,12 @@ func (s *server) closeAll() {
 	}
 	if s.pipe != nil {
 		s.pipe.Close(context.Background())
+	}
+	if s.stopWeb != nil {
+		s.stopWeb()
+	}
+	if s.notifier != nil {
+		s.notifier.Close()
 	}
 	s.store.Close()
 }

@@ -319,3 +319,29 @@ func (s *Store) Calls(ctx context.Context, q audit.CallQuery) (audit.CallPage, e
 	})
 	return page, err
 }
+
+// FailureCounts counts the failed calls in a time range by retry action.
+func (s *Store) FailureCounts(ctx context.Context, q audit.CountQuery) (map[audit.RetryAction]int64, error) {
+	conn, err := s.reader()
+	if err != nil {
+		return nil, err
+	}
+	var c conds
+	c.eq("tenant", q.Tenant)
+	c.eq("server", q.Server)
+	c.span(q.Since, q.Until)
+	c = append(c, fmt.Sprintf("bitAnd(flags, %d) != 0", flagFailure))
+	out := map[audit.RetryAction]int64{}
+	query := fmt.Sprintf("SELECT failure_action, count() FROM (SELECT failure_action FROM %s FINAL%s) GROUP BY failure_action",
+		s.layout.table("calls"), c.where())
+	err = each(ctx, conn, "count failures", query, func(rows driver.Rows) error {
+		var a string
+		var n uint64
+		if err := rows.Scan(&a, &n); err != nil {
+			return queryErr(ctx, "count failures", err)
+		}
+		out[audit.RetryAction(a)] = int64(n)
+		return nil
+	})
+	return out, err
+}

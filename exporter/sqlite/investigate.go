@@ -590,3 +590,53 @@ func (s *Store) callsByID(ctx context.Context, ids []string) ([]audit.CallRecord
 	}
 	return out, nil
 }
+
+// FailureCounts counts the failed calls in a time range by retry action.
+// Failures are in the calls' records, so this reads every call of the
+// range: it serves reports, not pages.
+func (s *Store) FailureCounts(ctx context.Context, q audit.CountQuery) (map[audit.RetryAction]int64, error) {
+	const op = "count failures"
+	if s.closed.Load() {
+		return nil, errClosed(op)
+	}
+	out := map[audit.RetryAction]int64{}
+	lastTime, lastRID := clampNanos(q.Since), int64(-1)
+	until := clampNanos(q.Until)
+	if q.Until.IsZero() {
+		until = 1<<63 - 1
+	}
+	var buf []byte
+	for {
+		rows, err := s.r.QueryContext(ctx, `SELECT rid, id, time, rec FROM calls WHERE (time, rid) > (?, ?) AND time < ?
+			ORDER BY time, rid LIMIT 5000`, lastTime, lastRID, until)
+		if err != nil {
+			return nil, s.fail(op, err)
+		}
+		n := 0
+		for rows.Next() {
+			n++
+			var id any
+			var blob []byte
+			if err := rows.Scan(&lastRID, &id, &lastTime, &blob); err != nil {
+				rows.Close()
+				return nil, s.fail(op, err)
+			}
+			var rec audit.CallRecord
+			if buf, err = decodeCall(buf, id, lastTime, blob, &rec); err != nil {
+				rows.Close()
+				return nil, s.fail(op, err)
+			}
+			c := rec.Call
+			if rec.Failure != nil && (q.Tenant == "" || c.Tenant == q.Tenant) && (q.Server == "" || c.Server == q.Server) {
+				out[rec.Failure.Action]++
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, s.fail(op, err)
+		}
+		if n < 5000 {
+			return out, nil
+		}
+	}
+}

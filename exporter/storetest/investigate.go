@@ -26,6 +26,7 @@ var investigatorTests = []struct {
 	{"Calls/by_id", testCallsByID},
 	{"Calls/by_document_and_session", testCallsBy},
 	{"Writes/session", testWritesSession},
+	{"FailureCounts", testFailureCounts},
 }
 
 func testFindingsNewest(t *testing.T, s audit.Store) {
@@ -348,4 +349,31 @@ func testWritesSession(t *testing.T, s audit.Store) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("writes of s-2 = %+v, want %+v", got, want)
 	}
+}
+
+func testFailureCounts(t *testing.T, s audit.Store) {
+	recs := []audit.CallRecord{
+		rec(1, 1, "a.gram"),
+		failed(rec(2, 2, "a.gram"), "E_STORAGE", audit.ActionVerifyThenDecide),
+		timedOut(rec(3, 3, "b.gram")),
+		failed(rec(4, 4, "a.gram"), "E_ARGUMENT", audit.ActionFixInput),
+		failed(rec(5, 5, "a.gram"), "E_ARGUMENT", audit.ActionFixInput),
+		failed(rec(6, 6, "a.gram"), "E_ARGUMENT", audit.ActionFixInput),
+	}
+	recs[5].Call.Server = "oddlynew"
+	appendCalls(t, s, recs...)
+	f := func(q audit.CountQuery, want map[audit.RetryAction]int64) {
+		t.Helper()
+		got, err := s.FailureCounts(ctx(t), q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("FailureCounts(%+v) = %v, want %v", q, got, want)
+		}
+	}
+	f(audit.CountQuery{}, map[audit.RetryAction]int64{audit.ActionVerifyThenDecide: 2, audit.ActionFixInput: 3})
+	f(audit.CountQuery{Since: at(3), Until: at(6)}, map[audit.RetryAction]int64{audit.ActionVerifyThenDecide: 1, audit.ActionFixInput: 2})
+	f(audit.CountQuery{Server: "oddlynew"}, map[audit.RetryAction]int64{audit.ActionFixInput: 1})
+	f(audit.CountQuery{Tenant: "globex"}, map[audit.RetryAction]int64{})
 }
