@@ -105,6 +105,11 @@ func parseQueryFlags(name string, args []string, stderr io.Writer, usage string,
 }
 
 func findingsCommand(args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 {
+		if _, ok := api.Actions[args[0]]; ok {
+			return findingChangeCommand(args[0], args[1:], stdout, stderr)
+		}
+	}
 	filters := map[string]*string{}
 	q, _, err := parseQueryFlags("findings", args, stderr, "findings [flags]", func(fs *flag.FlagSet) {
 		for _, f := range []struct{ name, help string }{
