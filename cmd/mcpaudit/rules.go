@@ -19,8 +19,9 @@ func rulesCommand(args []string, stdout, stderr io.Writer) error {
 	o := d
 	fs.Float64Var(&o.SLOTarget, "slo-target", d.SLOTarget, "write-durability objective, a fraction in (0, 1)")
 	fs.StringVar(&o.Job, "job", d.Job, "Prometheus job name of the mcpaudit scrape target")
+	fs.StringVar(&o.WebURL, "web-url", d.WebURL, "base URL of the investigation page (serve's API listener as people reach it), for investigation_url")
 	fs.Usage = func() {
-		fmt.Fprint(stderr, "usage: mcpaudit rules [--slo-target 0.999] [--job mcpaudit]\n\n"+
+		fmt.Fprint(stderr, "usage: mcpaudit rules [--slo-target 0.999] [--job mcpaudit] [--web-url URL]\n\n"+
 			"Print the Prometheus recording and alerting rules as YAML.\n\n")
 		fs.PrintDefaults()
 	}
