@@ -362,7 +362,7 @@ func (s *Server) renderTimeline(w http.ResponseWriter, r *http.Request, p api.Pr
 	if kind == "session" {
 		title = "Session " + name
 	}
-	s.render(w, r, "timeline", http.StatusOK, title, tl)
+	s.render(w, r, "timeline", http.StatusOK, title, &tl)
 }
 
 func (s *Server) document(w http.ResponseWriter, r *http.Request) {
@@ -424,12 +424,12 @@ func (s *Server) call(w http.ResponseWriter, r *http.Request) {
 	if v.Fragment {
 		t := s.views["call"]
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		if err := t.ExecuteTemplate(w, "payload", v); err != nil {
+		if err := t.ExecuteTemplate(w, "payload", &v); err != nil {
 			s.log.Error("cannot render payload", "err", err)
 		}
 		return
 	}
-	s.render(w, r, "call", http.StatusOK, "Call "+c.Call.ID, v)
+	s.render(w, r, "call", http.StatusOK, "Call "+c.Call.ID, &v)
 }
 
 // indexView is the findings list.
@@ -520,7 +520,7 @@ func (s *Server) index(w http.ResponseWriter, r *http.Request) {
 		nv.Set("cursor", page.NextCursor)
 		v.Next = nv.Encode()
 	}
-	s.render(w, r, "index", http.StatusOK, "Findings", v)
+	s.render(w, r, "index", http.StatusOK, "Findings", &v)
 }
 
 // findingView is one finding.
@@ -571,7 +571,7 @@ func (s *Server) finding(w http.ResponseWriter, r *http.Request) {
 	default:
 		v.Actions = []string{"ack", "resolve"}
 	}
-	s.render(w, r, "finding", http.StatusOK, string(f.Kind)+" "+f.ID(), v)
+	s.render(w, r, "finding", http.StatusOK, string(f.Kind)+" "+f.ID(), &v)
 }
 
 func (s *Server) change(w http.ResponseWriter, r *http.Request) {

@@ -92,7 +92,7 @@ func (s *Server) slo(w http.ResponseWriter, r *http.Request) {
 			v.LatestLink = "/slo?" + q.Encode()
 		}
 	}
-	s.render(w, r, "slo", http.StatusOK, "Write durability SLO", v)
+	s.render(w, r, "slo", http.StatusOK, "Write durability SLO", &v)
 }
 
 // funcs are the templates' helpers.
