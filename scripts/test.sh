@@ -7,6 +7,10 @@ export PATH="$PATH:/usr/local/go/bin"
 need_apt=()
 # Debian's prometheus package has both promtool and the server the end-to-end test starts.
 { command -v promtool && command -v prometheus; } >/dev/null 2>&1 || need_apt+=(prometheus)
+# Debian's chromium for the page tests (driven by chromedp), and Alertmanager for the
+# notification test.
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+command -v prometheus-alertmanager >/dev/null 2>&1 || need_apt+=(prometheus-alertmanager)
 if [ ${#need_apt[@]} -gt 0 ]; then
 	if [ "$(id -u)" = 0 ]; then
 		apt-get update -qq >/dev/null
