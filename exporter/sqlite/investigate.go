@@ -59,6 +59,100 @@ var sideSchema = []string{
 
 const sessionsIndexed = "sessions_indexed_rid"
 
+// hourNanos is the span of one write_hours row.
+const hourNanos = int64(time.Hour)
+
+// wholeHours returns the whole hours [lo, hi) inside [since, until) (a zero
+// bound is open), and whether there is any.
+func wholeHours(since, until time.Time) (lo, hi int64, ok bool) {
+	s, u := clampNanos(since), clampNanos(until)
+	if since.IsZero() {
+		s = 0
+	}
+	if until.IsZero() {
+		u = 1<<63 - 1
+	}
+	lo = s / hourNanos
+	if s > 0 && s%hourNanos != 0 {
+		lo++
+	}
+	hi = u / hourNanos
+	if s < 0 {
+		return 0, 0, false // before 1970: counted from the writes
+	}
+	return lo, hi, lo < hi
+}
+
+// writeHours is the rollup behind WriteCounts: the writes of each hour of
+// Time by tenant, server and current state, kept by triggers on writes in
+// the committer's transactions. It is created with the counts of the
+// writes already stored, in the transaction that creates its triggers.
+var writeHours = []string{
+	`CREATE TABLE write_hours (
+		hour   INTEGER NOT NULL, -- time / 1h in nanoseconds
+		tenant INTEGER NOT NULL, -- strs.id, as server and state
+		server INTEGER NOT NULL,
+		state  INTEGER NOT NULL,
+		n      INTEGER NOT NULL,
+		PRIMARY KEY (hour, tenant, server, state)
+	) WITHOUT ROWID, STRICT`,
+	`INSERT INTO write_hours (hour, tenant, server, state, n)
+		SELECT time / 3600000000000, tenant, server, state, count(*) FROM writes GROUP BY 1, 2, 3, 4`,
+	`CREATE TRIGGER write_hours_insert AFTER INSERT ON writes BEGIN
+		INSERT INTO write_hours (hour, tenant, server, state, n)
+			VALUES (new.time / 3600000000000, new.tenant, new.server, new.state, 1)
+			ON CONFLICT (hour, tenant, server, state) DO UPDATE SET n = n + 1;
+	END`,
+	`CREATE TRIGGER write_hours_update AFTER UPDATE OF time, tenant, server, state ON writes
+		WHEN old.state != new.state OR old.time / 3600000000000 != new.time / 3600000000000
+			OR old.tenant != new.tenant OR old.server != new.server BEGIN
+		UPDATE write_hours SET n = n - 1 WHERE hour = old.time / 3600000000000 AND tenant = old.tenant
+			AND server = old.server AND state = old.state;
+		INSERT INTO write_hours (hour, tenant, server, state, n)
+			VALUES (new.time / 3600000000000, new.tenant, new.server, new.state, 1)
+			ON CONFLICT (hour, tenant, server, state) DO UPDATE SET n = n + 1;
+	END`,
+	`CREATE TRIGGER write_hours_delete AFTER DELETE ON writes BEGIN
+		UPDATE write_hours SET n = n - 1 WHERE hour = old.time / 3600000000000 AND tenant = old.tenant
+			AND server = old.server AND state = old.state;
+	END`,
+}
+
+// createRollup creates write_hours and its triggers when they are missing,
+// and the partial indexes of the states that spend the error budget
+// (unverified, double_applied), whose interned numbers it records.
+func (s *Store) createRollup(db *sql.DB) (map[audit.WriteState]int64, error) {
+	tx, err := db.Begin()
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback()
+	var n int
+	if err := tx.QueryRow(`SELECT count(*) FROM sqlite_schema WHERE name = 'write_hours'`).Scan(&n); err != nil {
+		return nil, err
+	}
+	if n == 0 {
+		for _, stmt := range writeHours {
+			if _, err := tx.Exec(stmt); err != nil {
+				return nil, fmt.Errorf("cannot create write_hours: %w", err)
+			}
+		}
+	}
+	bad := map[audit.WriteState]int64{}
+	for _, st := range []audit.WriteState{audit.StateUnverified, audit.StateDoubleApplied} {
+		var id int64
+		if err := tx.QueryRow(`INSERT INTO strs (s) VALUES (?) ON CONFLICT (s) DO UPDATE SET s = excluded.s RETURNING id`, string(st)).Scan(&id); err != nil {
+			return nil, err
+		}
+		// A literal, so that a query naming the state uses the index.
+		if _, err := tx.Exec(fmt.Sprintf(`CREATE INDEX IF NOT EXISTS writes_%s ON writes (time) WHERE state = %d`, st, id)); err != nil {
+			return nil, err
+		}
+		bad[st] = id
+	}
+	return bad, tx.Commit()
+}
+
 // sessionBucket is the span of time one session_minutes row stands for, in
 // nanoseconds.
 const sessionBucket = int64(time.Minute)
@@ -73,7 +167,9 @@ func bucketOf(t int64) int64 {
 
 // investigation is the investigation side's write connection and its indexer.
 type investigation struct {
-	db   *sql.DB
+	db *sql.DB
+	// bad are the interned numbers of the states with a partial index.
+	bad  map[audit.WriteState]int64
 	mu   sync.Mutex // one ChangeFinding or index step at a time
 	kick chan struct{}
 	stop chan struct{}
@@ -98,7 +194,12 @@ func (s *Store) openSide(dsn string) error {
 			return fmt.Errorf("cannot create the investigation tables: %w", wrap(err))
 		}
 	}
-	s.inv = &investigation{db: db, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	bad, err := s.createRollup(db)
+	if err != nil {
+		db.Close()
+		return fmt.Errorf("cannot create the investigation tables: %w", wrap(err))
+	}
+	s.inv = &investigation{db: db, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), bad: bad}
 	go s.indexLoop()
 	return nil
 }

@@ -27,6 +27,7 @@ var investigatorTests = []struct {
 	{"Calls/by_document_and_session", testCallsBy},
 	{"Writes/session", testWritesSession},
 	{"FailureCounts", testFailureCounts},
+	{"WriteCounts/hours", testWriteCountsHours},
 }
 
 func testFindingsNewest(t *testing.T, s audit.Store) {
@@ -376,4 +377,67 @@ func testFailureCounts(t *testing.T, s audit.Store) {
 	f(audit.CountQuery{Since: at(3), Until: at(6)}, map[audit.RetryAction]int64{audit.ActionVerifyThenDecide: 1, audit.ActionFixInput: 2})
 	f(audit.CountQuery{Server: "oddlynew"}, map[audit.RetryAction]int64{audit.ActionFixInput: 1})
 	f(audit.CountQuery{Tenant: "globex"}, map[audit.RetryAction]int64{})
+}
+
+// testWriteCountsHours counts writes spread over days, with ranges that
+// start and end inside hours, after state changes and a retention delete.
+func testWriteCountsHours(t *testing.T, s audit.Store) {
+	var ws []audit.Write
+	for i := range 300 {
+		w := write(fmt.Sprintf("c_%020x", 1000+i), 0, i*1000+i%7, audit.WriteStates[i%len(audit.WriteStates)], "a.gram")
+		w.Server = []string{"thegram", "oddlynew"}[i%2]
+		w.Tenant = []string{"acme", "globex", "acme"}[i%3]
+		ws = append(ws, w)
+	}
+	commit(t, s, audit.Results{Writes: ws})
+	// A third of them settle later: pending → durable, durable → unverified.
+	var changed []audit.Write
+	for i := 0; i < len(ws); i += 3 {
+		w := ws[i]
+		if w.State == audit.StatePending {
+			w.State = audit.StateDurable
+		} else if w.State == audit.StateDurable {
+			w.State = audit.StateUnverified
+		} else {
+			continue
+		}
+		ws[i] = w
+		changed = append(changed, w)
+	}
+	commit(t, s, audit.Results{Writes: changed})
+	check := func(name string, q audit.CountQuery) {
+		t.Helper()
+		want := map[audit.WriteState]int64{}
+		for _, w := range ws {
+			if (q.Server == "" || w.Server == q.Server) && (q.Tenant == "" || w.Tenant == q.Tenant) &&
+				(q.Since.IsZero() || !w.Time.Before(q.Since)) && (q.Until.IsZero() || w.Time.Before(q.Until)) {
+				want[w.State]++
+			}
+		}
+		got, err := s.WriteCounts(ctx(t), q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for st, n := range got {
+			if n == 0 {
+				delete(got, st)
+			}
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: WriteCounts = %v, want %v", name, got, want)
+		}
+	}
+	check("all", audit.CountQuery{})
+	check("inside hours", audit.CountQuery{Since: at(1234), Until: at(250_777)})
+	check("one partial hour", audit.CountQuery{Since: at(7000), Until: at(9000)})
+	check("open end", audit.CountQuery{Since: at(33_333)})
+	check("open start", audit.CountQuery{Until: at(66_666)})
+	check("server and tenant", audit.CountQuery{Server: "oddlynew", Tenant: "acme", Since: at(5000), Until: at(200_000)})
+	check("unknown tenant", audit.CountQuery{Tenant: "nobody"})
+	if _, err := s.DeleteBefore(ctx(t), at(100_000)); err != nil {
+		t.Fatal(err)
+	}
+	ws = slices.DeleteFunc(ws, func(w audit.Write) bool { return w.Time.Before(at(100_000)) })
+	check("after retention", audit.CountQuery{})
+	check("after retention, a range", audit.CountQuery{Since: at(90_000), Until: at(150_500)})
 }
