@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -141,4 +142,17 @@ func (f Finding) MarshalJSON() ([]byte, error) {
 		ID string `json:"id"`
 		findingJSON
 	}{f.ID(), findingJSON(f)})
+}
+
+// SortFindingCounts orders counts as Kinds, then as FindingStates, so
+// that every store answers in one order.
+func SortFindingCounts(cs []FindingCount) {
+	rank := func(c FindingCount) int {
+		k := slices.Index(Kinds, c.Kind)
+		if k < 0 {
+			k = len(Kinds)
+		}
+		return k*len(FindingStates) + slices.Index(FindingStates, c.State)
+	}
+	slices.SortStableFunc(cs, func(a, b FindingCount) int { return rank(a) - rank(b) })
 }

@@ -187,6 +187,7 @@ func (s *Store) FindingCounts(ctx context.Context, q audit.FindingQuery) ([]audi
 			}
 		}
 	}
+	audit.SortFindingCounts(out)
 	return out, nil
 }
 

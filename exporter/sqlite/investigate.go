@@ -465,6 +465,7 @@ func (s *Store) FindingCounts(ctx context.Context, q audit.FindingQuery) ([]audi
 		}
 		out = append(out, c)
 	}
+	audit.SortFindingCounts(out)
 	return out, s.fail(op, rows.Err())
 }
 
