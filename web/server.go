@@ -17,6 +17,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/api"
@@ -37,6 +38,9 @@ type Server struct {
 	// csrfKey signs the forms of this process.
 	csrfKey []byte
 	views   map[string]*template.Template
+
+	sloMu    sync.Mutex
+	sloCache map[sloKey]sloEntry
 }
 
 // New returns the page over store, authenticating and reading findings as
@@ -52,7 +56,7 @@ func New(store audit.Store, q *api.Server, cfg Config, status StatusFunc, log *s
 		log = slog.Default()
 	}
 	s := &Server{store: store, api: q, cfg: cfg, status: status, redact: newRedactor(cfg.Redact), log: log,
-		csrfKey: make([]byte, 32), views: map[string]*template.Template{}}
+		csrfKey: make([]byte, 32), views: map[string]*template.Template{}, sloCache: map[sloKey]sloEntry{}}
 	rand.Read(s.csrfKey)
 	names, err := fs.Glob(files, "templates/*.html")
 	if err != nil {

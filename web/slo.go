@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"fmt"
 	"html/template"
 	"net/http"
@@ -69,8 +70,8 @@ func (s *Server) slo(w http.ResponseWriter, r *http.Request) {
 		sw.SLI, sw.Budget = api.ComputeSLO(c, s.api.SLOTarget)
 		v.Windows = append(v.Windows, sw)
 	}
-	rep, err := report.Build(ctx, s.store, report.Query{Window: 30 * 24 * time.Hour, WindowName: "30d", Until: until,
-		Tenant: p.Tenant, Server: server, Target: s.api.SLOTarget, SkipFailures: true})
+	rep, err := s.sloReport(ctx, report.Query{Window: 30 * 24 * time.Hour, WindowName: "30d", Until: until,
+		Tenant: p.Tenant, Server: server, Target: s.api.SLOTarget, SkipFailures: true}, qv.Get("until") == "")
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -93,6 +94,43 @@ func (s *Server) slo(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.render(w, r, "slo", http.StatusOK, "Write durability SLO", &v)
+}
+
+// sloCacheFor is how long the /slo view reuses a 30-day report that ends
+// now: it reads every bad write of the window and their calls, and people
+// reload it.
+const sloCacheFor = 15 * time.Second
+
+type sloKey struct{ tenant, server string }
+
+type sloEntry struct {
+	at  time.Time
+	rep *report.Report
+}
+
+// sloReport builds the report of q, or reuses one built for the same
+// tenant and server less than sloCacheFor ago when q ends now.
+func (s *Server) sloReport(ctx context.Context, q report.Query, endsNow bool) (*report.Report, error) {
+	k := sloKey{q.Tenant, q.Server}
+	if endsNow {
+		s.sloMu.Lock()
+		e, ok := s.sloCache[k]
+		s.sloMu.Unlock()
+		if ok && time.Since(e.at) < sloCacheFor {
+			return e.rep, nil
+		}
+	}
+	rep, err := report.Build(ctx, s.store, q)
+	if err != nil || !endsNow {
+		return rep, err
+	}
+	s.sloMu.Lock()
+	defer s.sloMu.Unlock()
+	if len(s.sloCache) > 256 {
+		clear(s.sloCache)
+	}
+	s.sloCache[k] = sloEntry{time.Now(), rep}
+	return rep, nil
 }
 
 // funcs are the templates' helpers.
