@@ -28,8 +28,13 @@ type Server struct {
 	// measured against. Default 0.999.
 	SLOTarget float64
 	// Tenants maps bearer tokens to tenants; when set, every query is
-	// limited to the caller's tenant.
+	// limited to the caller's tenant. Such a token is named after its
+	// tenant in the finding lifecycle's audit trail.
 	Tenants map[string]string
+	// Credentials are named tokens (the name is the key), each for one
+	// tenant or, with tenant "*", for every tenant. With Tenants, they
+	// turn authentication on.
+	Credentials map[string]Credential
 	// Now is the clock for relative times (tests set it).
 	Now func() time.Time
 	// Log receives rate-limited lines about refused requests (failed
@@ -53,6 +58,9 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/v1/writes", s.writes)
 	mux.HandleFunc("GET /api/v1/slo", s.slo)
 	mux.HandleFunc("GET /api/v1/documents/", s.timeline)
+	mux.HandleFunc("GET /api/v1/findings/counts", s.findingCounts)
+	mux.HandleFunc("GET /api/v1/findings/{id}", s.finding)
+	mux.HandleFunc("POST /api/v1/findings/{id}/{action}", s.changeFinding)
 	mux.HandleFunc("GET /api/v1/status", s.status)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, pattern := mux.Handler(r); pattern != "" {
@@ -110,6 +118,10 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 	switch {
 	case errors.As(err, &pe), errors.Is(err, audit.ErrBadCursor):
 		writeJSON(w, http.StatusBadRequest, Error{err.Error()})
+	case errors.Is(err, audit.ErrNotFound):
+		writeJSON(w, http.StatusNotFound, Error{err.Error()})
+	case errors.Is(err, audit.ErrStateConflict):
+		writeJSON(w, http.StatusConflict, Error{err.Error()})
 	case errors.Is(err, audit.ErrUnavailable):
 		w.Header().Set("Retry-After", "5")
 		writeJSON(w, http.StatusServiceUnavailable, Error{err.Error()})
@@ -181,25 +193,11 @@ func ParseWindow(s string) (time.Duration, error) {
 	return d, nil
 }
 
-// tenant returns the tenant the caller may see; ok is false when the
-// caller has no valid credential.
-func (s *Server) tenant(r *http.Request) (string, bool, bool) {
-	if len(s.Tenants) == 0 {
-		return r.URL.Query().Get("tenant"), false, true
-	}
-	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok {
-		return "", true, false
-	}
-	t, ok := s.Tenants[strings.TrimSpace(tok)]
-	return t, true, ok
-}
-
 // newParams authenticates the request and checks that it names only the
 // parameters in known (and tenant); it answers the request itself and
 // returns false when it may not go on.
 func (s *Server) newParams(w http.ResponseWriter, r *http.Request, known ...string) (*params, string, bool) {
-	tenant, _, ok := s.tenant(r)
+	p, ok := s.Authenticate(r)
 	if !ok {
 		s.Log.Warn("auth_failure", "query API request refused: missing or unknown bearer token",
 			"remote", r.RemoteAddr, "path", r.URL.Path, "has_authorization", r.Header.Get("Authorization") != "")
@@ -219,13 +217,17 @@ func (s *Server) newParams(w http.ResponseWriter, r *http.Request, known ...stri
 			strings.Join(unknown, ", "), r.URL.Path, strings.Join(known, ", "))})
 		return nil, "", false
 	}
+	tenant := p.Tenant
+	if !p.Authenticated {
+		tenant = q.Get("tenant")
+	}
 	return &params{q: q, now: s.Now()}, tenant, true
 }
 
 // Parameters of each endpoint, besides tenant.
 var (
-	findingParams  = []string{"kind", "severity", "server", "document", "key", "session", "since", "until", "limit", "cursor"}
-	writeParams    = []string{"state", "server", "document", "since", "until", "limit", "cursor"}
+	findingParams  = []string{"id", "kind", "severity", "state", "server", "document", "key", "session", "since", "until", "limit", "cursor", "order"}
+	writeParams    = []string{"state", "server", "document", "session", "since", "until", "limit", "cursor"}
 	timelineParams = []string{"server", "since", "until", "limit"}
 	sloParams      = []string{"window", "until", "server", "target"}
 )
@@ -235,18 +237,7 @@ func (s *Server) findings(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	q := audit.FindingQuery{
-		Kind: audit.Kind(p.str("kind")), Severity: audit.Severity(p.str("severity")),
-		Server: p.str("server"), Tenant: tenant, Document: p.str("document"), Key: p.str("key"),
-		Session: p.str("session"), Since: p.time("since"), Until: p.time("until"),
-		Limit: p.int("limit"), Cursor: p.str("cursor"),
-	}
-	if p.err == nil && q.Kind != "" && !validKind(q.Kind) {
-		p.err = &paramError{"kind", "unknown finding kind " + strconv.Quote(string(q.Kind))}
-	}
-	if p.err == nil && q.Severity != "" && q.Severity.Rank() == 0 {
-		p.err = &paramError{"severity", "want info, warning or critical"}
-	}
+	q := findingQuery(p, tenant)
 	if p.err != nil {
 		s.fail(w, p.err)
 		return
@@ -259,6 +250,7 @@ func (s *Server) findings(w http.ResponseWriter, r *http.Request) {
 	if page.Findings == nil {
 		page.Findings = []audit.Finding{}
 	}
+	withStatus(page.Findings)
 	writeJSON(w, http.StatusOK, page)
 }
 
@@ -278,7 +270,7 @@ func (s *Server) writes(w http.ResponseWriter, r *http.Request) {
 	}
 	q := audit.WriteQuery{
 		State: audit.WriteState(p.str("state")), Server: p.str("server"), Tenant: tenant,
-		Document: p.str("document"), Since: p.time("since"), Until: p.time("until"),
+		Document: p.str("document"), Session: p.str("session"), Since: p.time("since"), Until: p.time("until"),
 		Limit: p.int("limit"), Cursor: p.str("cursor"),
 	}
 	if p.err == nil && q.State != "" {

@@ -148,6 +148,9 @@ type Finding struct {
 	Reason      Reason      `json:"reason,omitempty"`
 	RetryAction RetryAction `json:"retry_action,omitempty"`
 	Summary     string      `json:"summary"`
+	// Status is the finding's lifecycle state as a store last saw it; nil
+	// from the detector, and from a store for a finding nobody changed.
+	Status *FindingStatus `json:"status,omitempty"`
 }
 
 // RPCError is a JSON-RPC error object.

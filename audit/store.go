@@ -38,6 +38,8 @@ type Results struct {
 
 // FindingQuery filters findings. Zero fields do not filter.
 type FindingQuery struct {
+	// ID selects one finding.
+	ID       string
 	Kind     Kind
 	Severity Severity // this severity or higher
 	Server   string
@@ -49,9 +51,16 @@ type FindingQuery struct {
 	Until    time.Time // Time < Until
 	Limit    int       // at most this many; the store applies a default and a cap
 	Cursor   string    // from a previous page
+	// State keeps the findings in this lifecycle state (open: never
+	// changed, or reopened).
+	State FindingState
+	// Newest returns the newest findings first; a cursor continues in the
+	// order it was made in.
+	Newest bool
 }
 
-// FindingPage is one page of findings in time order (then ID order).
+// FindingPage is one page of findings in time order (then ID order), or
+// newest first when the query asked for it.
 type FindingPage struct {
 	Findings   []Finding `json:"findings"`
 	NextCursor string    `json:"next_cursor"`
@@ -63,6 +72,7 @@ type WriteQuery struct {
 	Server   string
 	Tenant   string
 	Document string
+	Session  string
 	Since    time.Time
 	Until    time.Time
 	Limit    int
@@ -152,6 +162,8 @@ type Store interface {
 	DeleteBefore(ctx context.Context, t time.Time) (int64, error)
 	// Close flushes and releases the store.
 	Close() error
+	// Investigator serves the investigation page and the lifecycle.
+	Investigator
 }
 
 // ID returns the stable identity of a finding: the same evidence always

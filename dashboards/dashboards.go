@@ -64,6 +64,12 @@ func Render() (map[string][]byte, error) {
 	return out, nil
 }
 
+// link is a dashboard link that opens in a new tab.
+func link(title, tooltip, url string) *dashboard.DashboardLinkBuilder {
+	return dashboard.NewDashboardLinkBuilder(title).Type(dashboard.DashboardLinkTypeLink).
+		Url(url).Tooltip(tooltip).Icon("external link").TargetBlank(true)
+}
+
 // states renders a regex of write states.
 func states(s ...audit.WriteState) string { return rules.StateRegex(s) }
 
@@ -135,6 +141,7 @@ func slo() *dashboard.DashboardBuilder {
 			sel(rules.ErrorRate(window), serverMatcher), sel(rules.CountedRate(window), serverMatcher))
 	}
 	budget := "(1 - scalar(" + rules.Objective + "))"
+	page := "${" + VarMCPAuditURL + "}"
 	b := newBoard(UIDSLO, "mcpaudit / write durability SLO",
 		"The write-durability SLI, (durable + resolved) / (durable + resolved + unverified + double_applied), its error budget and burn rates, from the recording rules of deploy/prometheus/rules.yaml; the target is the one the rules were generated for.",
 		"slo").
@@ -142,6 +149,9 @@ func slo() *dashboard.DashboardBuilder {
 			"The write-durability objective the recording and alerting rules were generated for (mcpaudit rules --slo-target). Empty when the rules are not loaded.",
 			units.PercentUnit,
 			instant(rules.Objective)).Span(4)).
+		WithVariable(mcpauditURLVar()).
+		Link(link("SLO (page)", "The SLO on the investigation page: burn-down, worst documents, tools and clients", page+"/slo")).
+		Link(link("Bad events (page)", "Unverified and double-applied writes' findings on the investigation page", page+"/?severity=warning")).
 		WithPanel(single("SLI, 30 days",
 			"Share of the writes counted by the SLI that ended durable or resolved over the last 30 days.",
 			units.PercentUnit,
@@ -226,22 +236,24 @@ func failures() *dashboard.DashboardBuilder {
 func findings() *dashboard.DashboardBuilder {
 	fd := metrics.FindingsTotal
 	api := "${" + VarMCPAuditURL + "}/api/v1"
-	link := func(title, tooltip, url string) *dashboard.DashboardLinkBuilder {
-		return dashboard.NewDashboardLinkBuilder(title).Type(dashboard.DashboardLinkTypeLink).
-			Url(url).Tooltip(tooltip).Icon("external link").TargetBlank(true)
-	}
+	page := "${" + VarMCPAuditURL + "}"
 	table := grid("Findings by server, kind and severity",
 		"Findings over the dashboard's time range. The link on a row lists those findings in the mcpaudit API.",
 		units.Short,
 		rows(fmt.Sprintf("sum by (%s, %s, %s) (increase(%s[$__range])) > 0",
 			metrics.LabelServer, metrics.LabelKind, metrics.LabelSeverity, sel(fd, serverMatcher))))
 	table.DataLinks([]cog.Builder[dashboard.DashboardLink]{
-		dashboard.NewDashboardLinkBuilder("Findings of this kind").
+		dashboard.NewDashboardLinkBuilder("Investigate these findings").
+			Url(page + "/?kind=${__data.fields.kind}&server=${__data.fields.server}").TargetBlank(true),
+		dashboard.NewDashboardLinkBuilder("Findings of this kind (API)").
 			Url(api + "/findings?kind=${__data.fields.kind}&server=${__data.fields.server}").TargetBlank(true),
 	})
 	return newBoard(UIDFindings, "mcpaudit / findings",
 		"Findings by kind and severity over time, with links to the mcpaudit API to investigate them.").
 		WithVariable(mcpauditURLVar()).
+		Link(link("Findings (page)", "The investigation page: findings newest first, with their evidence", page+"/")).
+		Link(link("Double-applied writes (page)", "Double-applied writes on the investigation page", page+"/?kind=double_applied_write")).
+		Link(link("SLO (page)", "The write-durability SLO, burn-down and top documents on the investigation page", page+"/slo")).
 		Link(link("Findings (API)", "GET /api/v1/findings: every stored finding", api+"/findings")).
 		Link(link("Double-applied writes (API)", "GET /api/v1/findings?kind=double_applied_write", api+"/findings?kind=double_applied_write")).
 		Link(link("Unverified writes (API)", "GET /api/v1/findings?kind=unverified_write", api+"/findings?kind=unverified_write")).

@@ -194,12 +194,14 @@ func TestDashboards(t *testing.T) {
 	if err := json.Unmarshal(files[dashboards.UIDFindings+".json"], &fd); err != nil {
 		t.Fatal(err)
 	}
-	if !slices.ContainsFunc(fd.Links, func(l struct {
-		URL string `json:"url"`
-	}) bool {
-		return l.URL == "${mcpaudit_url}/api/v1/findings"
-	}) {
-		t.Errorf("the findings dashboard has no link to ${mcpaudit_url}/api/v1/findings: %v", fd.Links)
+	for _, want := range []string{"${mcpaudit_url}/api/v1/findings", "${mcpaudit_url}/", "${mcpaudit_url}/slo"} {
+		if !slices.ContainsFunc(fd.Links, func(l struct {
+			URL string `json:"url"`
+		}) bool {
+			return l.URL == want
+		}) {
+			t.Errorf("the findings dashboard has no link to %s: %v", want, fd.Links)
+		}
 	}
 }
 

@@ -53,6 +53,7 @@ func (b *builder) sloAlerts() []Rule {
 				"over the last %s (and over the last %s) ended unverified or double-applied, a burn rate above %s "+
 				"for the %s write-durability SLO: at this rate the 30-day error budget is gone in %s.",
 				Duration(br.long), Duration(br.short), number(br.factor), percent(b.o.SLOTarget), br.exhausts),
+			view: sloView,
 		}))
 	}
 	return out
@@ -108,6 +109,7 @@ func (b *builder) findingAlerts() []Rule {
 			summary:  a.summary,
 			description: "Server {{ $labels.server }} produced {{ $value | humanize }} " +
 				fmt.Sprintf(a.what, Duration(eventWindow)) + ".",
+			view: findingsView(a.kind),
 		}))
 	}
 	return out
@@ -126,6 +128,7 @@ func (b *builder) writeAlerts() []Rule {
 			summary:  "Writes are ending unverified.",
 			description: "{{ $value | humanize }} writes to server {{ $labels.server }} became unverified in the last hour: " +
 				"their verification window passed with no proof that they were applied and no client check.",
+			view: findingsView(audit.KindUnverifiedWrite),
 		}),
 		b.rule(alert{
 			name: "McpAuditWritesPendingNotDraining",
@@ -139,6 +142,7 @@ func (b *builder) writeAlerts() []Rule {
 			summary:  "Pending writes are not draining.",
 			description: "Server {{ $labels.server }} has had {{ $value | humanize }} pending write(s) and not one has left " +
 				"pending for 15 minutes: verification windows are not closing.",
+			view: sloView,
 		}),
 	}
 }
@@ -159,6 +163,7 @@ func (b *builder) clientAlerts() []Rule {
 			description: "Server {{ $labels.server }} saw {{ $value | humanize }} unsafe retry finding(s) in the last hour: after an " +
 				"uncertain write a client sent the same intent under a new key, or a non-idempotent write to the same " +
 				"target, without reading the target first.",
+			view: findingsView(audit.KindUnsafeRetry),
 		}),
 		b.rule(alert{
 			name: "McpAuditWastedRetries",
@@ -170,6 +175,7 @@ func (b *builder) clientAlerts() []Rule {
 			description: "{{ $value | humanizePercentage }} of the calls to server {{ $labels.server }} in the last 30m were " +
 				"wasted or premature retries: identical requests re-sent after a fix_input or reauthorize error, or " +
 				"before the receipt's retryAfter.",
+			view: findingsView(audit.KindWastedRetry),
 		}),
 		b.rule(alert{
 			name: "McpAuditUncertainOutcomes",
@@ -181,6 +187,7 @@ func (b *builder) clientAlerts() []Rule {
 			description: "{{ $value | humanizePercentage }} of the calls to server {{ $labels.server }} over the last 10m " +
 				"failed with {{ $labels.code }}: nobody knows whether those writes were applied, and each must be " +
 				"replayed under its key or verified.",
+			view: findingsView(audit.KindUnverifiedWrite),
 		}),
 	}
 }

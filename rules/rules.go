@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/mcpaudit/mcpaudit/audit"
 )
 
 // DefaultSLOTarget is the default write-durability objective: 99.9% of the
@@ -24,6 +26,10 @@ const DefaultJob = "mcpaudit"
 // appends "#" and its name in lowercase.
 const DefaultRunbookURL = "https://github.com/mcpaudit/mcpaudit/blob/main/docs/runbooks.md"
 
+// DefaultWebURL is where the investigation_url annotations point by
+// default: the page of mcpaudit serve on its default API listener.
+const DefaultWebURL = "http://localhost:9464"
+
 // Options configures the rules. Build fills zero fields with the defaults of
 // DefaultOptions.
 type Options struct {
@@ -36,6 +42,11 @@ type Options struct {
 	// RunbookURL is the runbook document; alerts link to its sections.
 	// Default DefaultRunbookURL.
 	RunbookURL string
+	// WebURL is the base URL of the investigation page (mcpaudit serve's
+	// API listener as people reach it); alerts about findings, writes and
+	// the SLO link to the view that shows their evidence in the
+	// investigation_url annotation. Default DefaultWebURL.
+	WebURL string
 	// UnverifiedWritesPerHour is how many writes of one server may become
 	// unverified in an hour before McpAuditUnverifiedWrites. Default 5.
 	UnverifiedWritesPerHour float64
@@ -71,6 +82,7 @@ func DefaultOptions() Options {
 		SLOTarget:               DefaultSLOTarget,
 		Job:                     DefaultJob,
 		RunbookURL:              DefaultRunbookURL,
+		WebURL:                  DefaultWebURL,
 		UnverifiedWritesPerHour: 5,
 		WastedRetryRatio:        0.05,
 		UncertainRatio:          0.01,
@@ -91,6 +103,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.RunbookURL == "" {
 		o.RunbookURL = d.RunbookURL
+	}
+	if o.WebURL == "" {
+		o.WebURL = d.WebURL
 	}
 	if o.UnverifiedWritesPerHour == 0 {
 		o.UnverifiedWritesPerHour = d.UnverifiedWritesPerHour
@@ -171,6 +186,9 @@ func (o Options) Validate() error {
 	}
 	if o.SourceLag < 0 {
 		errs = append(errs, fmt.Errorf("source_lag: %v is negative", o.SourceLag))
+	}
+	if u, err := url.Parse(o.WebURL); o.WebURL != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+		errs = append(errs, fmt.Errorf("web_url: want an http or https URL, not %q", o.WebURL))
 	}
 	if o.ForOverride < 0 {
 		errs = append(errs, fmt.Errorf("for_override: %v is negative", o.ForOverride))
@@ -308,6 +326,9 @@ type alert struct {
 	severity    string
 	summary     string
 	description string
+	// view is the path and query of the page view that shows the alert's
+	// evidence; empty for alerts about the collector itself.
+	view string
 }
 
 func (b *builder) rule(a alert) Rule {
@@ -325,11 +346,25 @@ func (b *builder) rule(a alert) Rule {
 			"runbook_url": b.o.RunbookURL + "#" + strings.ToLower(a.name),
 		},
 	}
+	if a.view != "" {
+		r.Annotations["investigation_url"] = strings.TrimRight(b.o.WebURL, "/") + a.view
+	}
 	if d > 0 {
 		r.For = Duration(d)
 	}
 	return r
 }
+
+// serverParam is the server label as a query parameter of a view.
+const serverParam = "server={{ $labels.server | urlquery }}"
+
+// findingsView is the page's findings of one kind on the alert's server.
+func findingsView(kind audit.Kind) string {
+	return "/?kind=" + string(kind) + "&" + serverParam
+}
+
+// sloView is the page's SLO view of the alert's server.
+const sloView = "/slo?" + serverParam
 
 // Duration renders d as a Prometheus duration: the largest unit of d, h, m,
 // s and ms that divides it ("1h", "90s", "3d").

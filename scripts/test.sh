@@ -9,6 +9,8 @@ need_apt=()
 { command -v promtool && command -v prometheus; } >/dev/null 2>&1 || need_apt+=(prometheus)
 # amtool checks deploy/compose/alertmanager.yml (deploy/deploy_test.go).
 command -v amtool >/dev/null 2>&1 || need_apt+=(prometheus-alertmanager)
+# Debian's chromium for the page tests (driven by chromedp).
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 if [ ${#need_apt[@]} -gt 0 ]; then
 	if [ "$(id -u)" = 0 ]; then
 		apt-get update -qq >/dev/null

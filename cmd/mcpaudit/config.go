@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mcpaudit/mcpaudit/api"
 	"github.com/mcpaudit/mcpaudit/collector/detect"
 	"github.com/mcpaudit/mcpaudit/collector/dialect"
 	"github.com/mcpaudit/mcpaudit/collector/pipeline"
@@ -74,6 +75,13 @@ type ServeConfig struct {
 	SLOTarget float64 `yaml:"slo_target"`
 	// Receiver sets body limits, back-pressure and tenant credentials.
 	Receiver receiver.Config `yaml:"receiver"`
+	// Credentials are named tokens of the query API and the page, each for
+	// one tenant or "*" for all; the name is recorded when a finding is
+	// acknowledged or resolved. The receiver's tenant tokens work there
+	// too, named after their tenant.
+	Credentials map[string]api.Credential `yaml:"credentials"`
+	// Web configures the investigation page and finding notifications.
+	Web WebConfig `yaml:"web"`
 	// Pipeline sets the ingest queue and commit cadence.
 	Pipeline pipeline.Config `yaml:"pipeline"`
 	// SQLite tunes the embedded store.
@@ -115,6 +123,7 @@ func NewDefaultConfig() Config {
 			DataDir: "./mcpaudit-data", Store: "sqlite",
 			Retention: Duration(30 * 24 * time.Hour), RetentionEvery: Duration(time.Hour),
 			SLOTarget:  0.999,
+			Web:        NewDefaultWebConfig(),
 			Receiver:   receiver.NewDefaultConfig(),
 			Pipeline:   pipeline.NewDefaultConfig(),
 			SQLite:     sqlite.NewDefaultOptions(),
@@ -172,6 +181,14 @@ func (c *Config) Validate() error {
 	}
 	if err := rules.ValidateSLOTarget(sv.SLOTarget); err != nil {
 		errs = append(errs, fmt.Errorf("serve.slo_target: %w", err))
+	}
+	for name, c := range sv.Credentials {
+		if name == "" || c.Token == "" || c.Tenant == "" {
+			errs = append(errs, fmt.Errorf("serve.credentials.%s: name, token and tenant (or \"*\") are required", name))
+		}
+	}
+	if err := sv.Web.Validate(); err != nil {
+		errs = append(errs, prefixed("serve.web", err))
 	}
 	if err := sv.Receiver.Validate(); err != nil {
 		errs = append(errs, prefixed("serve.receiver", err))

@@ -19,9 +19,11 @@ const usage = `usage: mcpaudit <command> [flags]
 commands:
   analyze   analyze capture files (call records or OTLP JSON) and print findings
   serve     run the collector: OTLP and call-record ingest, store, query API
-  findings  list findings from a running server (--server URL) or a data dir
+  findings  list findings from a running server (--server URL) or a data dir;
+            findings ack|resolve|reopen ID --note TEXT changes a finding's state
   timeline  show every call, write state and finding on one document
   slo       show the write-durability SLI and the error budget
+  report    the write-durability report (--window 30d --format html|md|json)
   status    show where event time stands per partition and which source holds it back
   config    config validate FILE...: check configuration files; config print [FILE]: the effective configuration
   loadgen   drive a running server with generated traffic and report throughput
@@ -73,6 +75,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = statusCommand(args[1:], stdout, stderr)
 	case "slo":
 		err = sloCommand(args[1:], stdout, stderr)
+	case "report":
+		err = reportCommand(ctx, args[1:], stdout, stderr)
 	case "loadgen":
 		err = loadgenCommand(ctx, args[1:], stdout, stderr)
 	case "config":

@@ -113,6 +113,11 @@ func parseQueryFlags(name string, args []string, stderr io.Writer, usage string,
 }
 
 func findingsCommand(args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 {
+		if _, ok := api.Actions[args[0]]; ok {
+			return findingChangeCommand(args[0], args[1:], stdout, stderr)
+		}
+	}
 	filters := map[string]*string{}
 	q, _, err := parseQueryFlags("findings", args, stderr, "findings [flags]", func(fs *flag.FlagSet) {
 		for _, f := range []struct{ name, help string }{
@@ -121,6 +126,7 @@ func findingsCommand(args []string, stdout, stderr io.Writer) error {
 			{"session", "MCP session id (mcp.session.id)"},
 			{"since", "RFC 3339 time or a duration back from now (1h, 7d)"}, {"until", "RFC 3339 time or a duration back from now"},
 			{"limit", "findings per page"}, {"cursor", "page cursor from a previous answer"},
+			{"state", "lifecycle state: open, acknowledged or resolved"}, {"order", "time (default) or newest"},
 		} {
 			name := f.name
 			if name == "server" {
@@ -155,9 +161,9 @@ func findingsCommand(args []string, stdout, stderr io.Writer) error {
 		return &exitError{code: 2, err: err}
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TIME\tSEVERITY\tKIND\tSERVER\tDOCUMENT / KEY\tSUMMARY")
+	fmt.Fprintln(tw, "TIME\tID\tSEVERITY\tKIND\tSTATE\tSERVER\tDOCUMENT / KEY\tSUMMARY")
 	for _, f := range page.Findings {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", f.Time.UTC().Format("2006-01-02 15:04:05"), f.Severity, f.Kind, f.Server, joinNonEmpty(f.Document, f.Key), f.Summary)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", f.Time.UTC().Format("2006-01-02 15:04:05"), f.ID(), f.Severity, f.Kind, f.StateOf(), f.Server, joinNonEmpty(f.Document, f.Key), f.Summary)
 	}
 	tw.Flush()
 	if page.NextCursor != "" {

@@ -25,9 +25,10 @@ func rulesCommand(args []string, stdout, stderr io.Writer) error {
 	runbook := fs.String("runbook-url", d.RunbookURL, "runbook document the alerts link to; each alert appends #<alert name in lowercase>")
 	findingAge := fs.String("finding-max-age", conf.FormatDuration(d.FindingMaxAge),
 		"the immediate finding alerts ignore findings whose event time is older than this (keep it above detect.correlation_window + detect.lateness)")
+	webURL := fs.String("web-url", d.WebURL, "base URL of the investigation page (serve's API listener as people reach it), for investigation_url")
 	configFile := fs.String("config", "", "YAML config file: serve.slo_target and the rules section (flags win over it)")
 	fs.Usage = func() {
-		fmt.Fprint(stderr, "usage: mcpaudit rules [--slo-target 0.999] [--job mcpaudit] [--runbook-url URL] [--config FILE]\n\n"+
+		fmt.Fprint(stderr, "usage: mcpaudit rules [--slo-target 0.999] [--job mcpaudit] [--runbook-url URL] [--web-url URL] [--config FILE]\n\n"+
 			"Print the Prometheus recording and alerting rules as YAML.\n\n")
 		fs.PrintDefaults()
 	}
@@ -66,6 +67,8 @@ func rulesCommand(args []string, stdout, stderr io.Writer) error {
 			o.Job = *job
 		case "runbook-url":
 			o.RunbookURL = *runbook
+		case "web-url":
+			o.WebURL = *webURL
 		case "finding-max-age":
 			v, err := conf.ParseDuration(*findingAge)
 			if err != nil || v <= 0 {

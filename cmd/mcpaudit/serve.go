@@ -23,6 +23,7 @@ import (
 	"github.com/mcpaudit/mcpaudit/collector/receiver"
 	"github.com/mcpaudit/mcpaudit/exporter/clickhouse"
 	"github.com/mcpaudit/mcpaudit/exporter/metrics"
+	"github.com/mcpaudit/mcpaudit/exporter/notify"
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
 	"github.com/mcpaudit/mcpaudit/internal/ratelog"
 	"github.com/mcpaudit/mcpaudit/internal/version"
@@ -110,6 +111,8 @@ type server struct {
 	// Addresses actually listened on (ports chosen by the system for :0).
 	ingestAddr, grpcAddr, apiAddr string
 	stopRetention                 context.CancelFunc
+	stopWeb                       context.CancelFunc
+	notifier                      *notify.Notifier
 	wg                            sync.WaitGroup
 	shutdownTelemetry             func(context.Context) error
 }
@@ -168,8 +171,19 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	pcfg := cfg.Serve.Pipeline
 	pcfg.FindingLatency = s.metrics.ObserveFindingLatency
 	pcfg.StateFile = filepath.Join(cfg.Serve.DataDir, "partitions.json")
-	s.pipe, err = pipeline.New(ctx, pcfg, cfg.Detect, tracedStore{st, s.metrics}, log, s.metrics)
+	sinks := []audit.Sink{s.metrics}
+	if err := s.startNotifier(); err != nil {
+		st.Close()
+		return nil, err
+	}
+	if s.notifier != nil {
+		sinks = append(sinks, s.notifier)
+	}
+	s.pipe, err = pipeline.New(ctx, pcfg, cfg.Detect, tracedStore{st, s.metrics}, log, sinks...)
 	if err != nil {
+		if s.notifier != nil {
+			s.notifier.Close()
+		}
 		st.Close()
 		return nil, err
 	}
@@ -215,6 +229,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	q.Tenants = cfg.Serve.Receiver.Tenants
 	q.Log = ratelog.New(log, ratelog.NewDefaultConfig())
 	q.Status = s.pipe.Status
+	q.Credentials = cfg.Serve.Credentials
 	mux := http.NewServeMux()
 	mux.Handle("/api/v1/", q.Handler())
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
@@ -223,6 +238,11 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	if cfg.Serve.pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	}
+	if err := s.mountWeb(mux, q); err != nil {
+		apiLn.Close()
+		s.closeAll()
+		return nil, err
 	}
 	s.serveHTTP(apiLn, mux)
 
@@ -330,6 +350,14 @@ func (s *server) shutdown(ctx context.Context) error {
 	if err := s.pipe.Close(ctx); err != nil {
 		errs = append(errs, err)
 	}
+	if s.stopWeb != nil {
+		s.stopWeb()
+	}
+	if s.notifier != nil {
+		if err := s.notifier.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	s.wg.Wait()
 	if err := s.store.Close(); err != nil {
 		errs = append(errs, err)
@@ -349,6 +377,12 @@ func (s *server) closeAll() {
 	}
 	if s.pipe != nil {
 		s.pipe.Close(context.Background())
+	}
+	if s.stopWeb != nil {
+		s.stopWeb()
+	}
+	if s.notifier != nil {
+		s.notifier.Close()
 	}
 	s.store.Close()
 }

@@ -90,3 +90,18 @@ func (e *Engine) Watermarks() map[PartitionKey]time.Time {
 	}
 	return m
 }
+
+// Waiting returns, for every partition with calls waiting for its
+// watermark, the event time of the earliest of them.
+func (e *Engine) Waiting() map[PartitionKey]time.Time {
+	m := map[PartitionKey]time.Time{}
+	for k, p := range e.parts {
+		for p.buf.Len() > 0 && (p.buf[0].at != p.buf[0].s.at || p.buf[0].s.processed) {
+			p.buf.pop() // replaced observations
+		}
+		if p.buf.Len() > 0 {
+			m[k] = p.buf[0].at.t
+		}
+	}
+	return m
+}

@@ -15,23 +15,33 @@ import (
 	"github.com/mcpaudit/mcpaudit/collector/detect"
 )
 
-// markFile is the state file's content: every partition's watermark.
+// mark is what the state file keeps of one partition.
+type mark struct {
+	// Watermark is the event time up to which every call was judged and
+	// its output committed (zero while nothing was).
+	Watermark time.Time `json:"watermark"`
+	// Waiting is the event time of the earliest call acknowledged and
+	// waiting to be judged (zero when none): the replay at start must
+	// reach back to it.
+	Waiting time.Time `json:"waiting"`
+}
+
+// markFile is the state file's content: every partition's mark.
 type markFile struct {
 	Version    int        `json:"version"`
 	Partitions []markLine `json:"partitions"`
 }
 
 type markLine struct {
-	Tenant    string    `json:"tenant"`
-	Server    string    `json:"server"`
-	Watermark time.Time `json:"watermark"`
+	Tenant string `json:"tenant"`
+	Server string `json:"server"`
+	mark
 }
 
-// readMarks reads the partitions' watermarks kept by the last run. A
-// missing or unreadable file is no marks: the store's watermark then
-// stands for every partition, which only means more output is checked
-// again at the replay.
-func readMarks(path string, log *slog.Logger) map[detect.PartitionKey]time.Time {
+// readMarks reads the partitions' marks kept by the last run. A missing or
+// unreadable file is no marks: the store's watermark then stands for every
+// partition, which only means more output is checked again at the replay.
+func readMarks(path string, log *slog.Logger) map[detect.PartitionKey]mark {
 	if path == "" {
 		return nil
 	}
@@ -43,21 +53,36 @@ func readMarks(path string, log *slog.Logger) map[detect.PartitionKey]time.Time 
 		return nil
 	}
 	var f markFile
-	if err := json.Unmarshal(b, &f); err != nil || f.Version != 1 {
-		log.Warn("cannot read the partitions' watermarks; using the store's", "path", path, "err", err)
+	if err := json.Unmarshal(b, &f); err != nil || f.Version != 2 {
+		log.Warn("cannot read the partitions' watermarks; using the store's", "path", path, "err", err, "version", f.Version)
 		return nil
 	}
-	m := make(map[detect.PartitionKey]time.Time, len(f.Partitions))
+	m := make(map[detect.PartitionKey]mark, len(f.Partitions))
 	for _, l := range f.Partitions {
-		m[detect.PartitionKey{Tenant: l.Tenant, Server: l.Server}] = l.Watermark
+		m[detect.PartitionKey{Tenant: l.Tenant, Server: l.Server}] = l.mark
 	}
 	return m
 }
 
-// saveMarks writes the partitions' watermarks after a commit, at most once
-// a second, atomically (a temporary file renamed over the old one).
-func (p *Pipeline) saveMarks(marks map[detect.PartitionKey]time.Time) {
-	if p.cfg.StateFile == "" || maps.Equal(marks, p.savedMarks) || p.now().Sub(p.marksSaved) < time.Second {
+// marksOf returns the marks of the engine's partitions now.
+func marksOf(e *detect.Engine) map[detect.PartitionKey]mark {
+	m := map[detect.PartitionKey]mark{}
+	for k, t := range e.Watermarks() {
+		m[k] = mark{Watermark: t}
+	}
+	for k, t := range e.Waiting() {
+		mk := m[k]
+		mk.Waiting = t
+		m[k] = mk
+	}
+	return m
+}
+
+// saveMarks writes the partitions' marks after a commit, at most once a
+// second unless forced, atomically (a temporary file renamed over the old
+// one).
+func (p *Pipeline) saveMarks(marks map[detect.PartitionKey]mark, force bool) {
+	if p.cfg.StateFile == "" || maps.Equal(marks, p.savedMarks) || !force && p.now().Sub(p.marksSaved) < time.Second {
 		return
 	}
 	if err := writeMarks(p.cfg.StateFile, marks); err != nil {
@@ -67,10 +92,10 @@ func (p *Pipeline) saveMarks(marks map[detect.PartitionKey]time.Time) {
 	p.savedMarks, p.marksSaved = marks, p.now()
 }
 
-func writeMarks(path string, marks map[detect.PartitionKey]time.Time) error {
-	f := markFile{Version: 1}
-	for k, t := range marks {
-		f.Partitions = append(f.Partitions, markLine{Tenant: k.Tenant, Server: k.Server, Watermark: t})
+func writeMarks(path string, marks map[detect.PartitionKey]mark) error {
+	f := markFile{Version: 2}
+	for k, m := range marks {
+		f.Partitions = append(f.Partitions, markLine{Tenant: k.Tenant, Server: k.Server, mark: m})
 	}
 	b, err := json.Marshal(f)
 	if err != nil {

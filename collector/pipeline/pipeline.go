@@ -99,8 +99,8 @@ type Pipeline struct {
 	status    []detect.PartitionStatus
 	statusReq chan chan []detect.PartitionStatus
 
-	// The partitions' watermarks last saved to the state file.
-	savedMarks map[detect.PartitionKey]time.Time
+	// The partitions' marks last saved to the state file.
+	savedMarks map[detect.PartitionKey]mark
 	marksSaved time.Time
 
 	mu      sync.Mutex
@@ -155,21 +155,28 @@ func (p *Pipeline) recover(ctx context.Context) error {
 		return fmt.Errorf("cannot read the watermark: %w", err)
 	}
 	marks := readMarks(p.cfg.StateFile, p.log)
-	if wm.IsZero() && len(marks) == 0 {
-		return nil
-	}
+	// The replay reaches back from the earliest watermark, or call still
+	// waiting, by everything a call after it can correlate with; without
+	// any mark (nothing was ever committed), from the first stored call.
 	from := wm
-	for _, t := range marks {
-		if from.IsZero() || t.Before(from) {
-			from = t
+	committed := map[detect.PartitionKey]time.Time{}
+	for k, m := range marks {
+		committed[k] = m.Watermark
+		for _, t := range []time.Time{m.Watermark, m.Waiting} {
+			if !t.IsZero() && (from.IsZero() || t.Before(from)) {
+				from = t
+			}
 		}
 	}
-	horizon := from.Add(-(p.dcfg.CorrelationWindow + p.dcfg.VerifyWindow + p.dcfg.AllowedLateness + p.dcfg.Lateness))
+	var horizon time.Time
+	if !from.IsZero() {
+		horizon = from.Add(-(p.dcfg.CorrelationWindow + p.dcfg.VerifyWindow + p.dcfg.AllowedLateness + p.dcfg.Lateness))
+	}
 	known, err := p.store.FindingIDs(ctx, horizon)
 	if err != nil {
 		return fmt.Errorf("cannot read stored findings: %w", err)
 	}
-	p.gate.recovering(wm, marks, known)
+	p.gate.recovering(wm, committed, known)
 	start := p.now()
 	n := 0
 	err = p.store.ScanCalls(ctx, horizon, func(r *audit.Record) error {
@@ -182,8 +189,10 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	}
 	p.eng.Tick(p.now())
 	p.open.Store(int64(p.eng.Buffered()))
-	p.log.Info("correlation state rebuilt from the store", "watermark", wm, "partitions", len(marks),
-		"replayed_calls", n, "known_findings", len(known), "took", p.now().Sub(start).Round(time.Millisecond))
+	if n > 0 {
+		p.log.Info("correlation state rebuilt from the store", "watermark", wm, "partitions", len(marks),
+			"replayed_calls", n, "known_findings", len(known), "took", p.now().Sub(start).Round(time.Millisecond))
+	}
 	return nil
 }
 
@@ -352,6 +361,9 @@ func (p *Pipeline) run(ctx context.Context) {
 			cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			if err := p.commit(cctx); err != nil {
 				p.log.Error("cannot commit the engine's output at shutdown; it will be rebuilt from stored calls at the next start", "err", err)
+			} else {
+				p.savedMarks = nil
+				p.saveMarks(marksOf(p.eng), true)
 			}
 			cancel()
 			p.updateStatus()
@@ -392,6 +404,7 @@ func (p *Pipeline) commit(ctx context.Context) error {
 		}
 	}
 	if len(r.Writes) == 0 && len(r.Findings) == 0 && !r.Watermark.After(p.gate.committedWM) {
+		p.saveMarks(marksOf(p.eng), ctx.Err() != nil)
 		return nil
 	}
 	if err := p.store.Commit(ctx, r); err != nil {
@@ -405,6 +418,6 @@ func (p *Pipeline) commit(ctx context.Context) error {
 	if r.Watermark.After(p.gate.committedWM) {
 		p.gate.committedWM = r.Watermark
 	}
-	p.saveMarks(marks)
+	p.saveMarks(marksOf(p.eng), false)
 	return nil
 }

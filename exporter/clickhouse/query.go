@@ -123,6 +123,8 @@ type cursor struct {
 	Nanos uint32 `json:"n"`
 	ID    string `json:"i"`
 	Seq   int32  `json:"s,omitempty"`
+	// Newest marks a cursor of findings newest first.
+	Newest bool `json:"d,omitempty"`
 }
 
 func (c cursor) String() string {
@@ -211,28 +213,25 @@ func severitiesFrom(sev audit.Severity) []string {
 	return out
 }
 
-// Findings returns one page of findings in (time, ID) order.
+// Findings returns one page of findings in (time, ID) order, or newest
+// first, each with its lifecycle status.
 func (s *Store) Findings(ctx context.Context, q audit.FindingQuery) (audit.FindingPage, error) {
 	page := audit.FindingPage{Findings: []audit.Finding{}}
 	conn, err := s.reader()
 	if err != nil {
 		return page, err
 	}
-	var c conds
-	c.eq("kind", string(q.Kind))
-	if q.Severity != "" {
-		c = append(c, "severity IN "+quoteList(severitiesFrom(q.Severity)))
+	if q.Newest {
+		return s.findingsNewest(ctx, conn, q)
 	}
-	c.eq("server", q.Server)
-	c.eq("tenant", q.Tenant)
-	c.eq("document", q.Document)
-	c.eq("key", q.Key)
-	c.eq("session", q.Session)
-	c.span(q.Since, q.Until)
+	c := s.findingConds(q)
 	if q.Cursor != "" {
 		cur, err := parseCursor(q.Cursor)
 		if err != nil {
 			return page, err
+		}
+		if cur.Newest {
+			return page, fmt.Errorf("cannot read cursor %q: %w", q.Cursor, audit.ErrBadCursor)
 		}
 		c = append(c, cur.after("id", false))
 	}
@@ -253,7 +252,10 @@ func (s *Store) Findings(ctx context.Context, q audit.FindingQuery) (audit.Findi
 		last = r
 		return nil
 	})
-	return page, err
+	if err != nil {
+		return page, err
+	}
+	return page, s.addStatuses(ctx, conn, page.Findings)
 }
 
 // Writes returns one page of write attempts, each in its latest state, in
@@ -270,6 +272,7 @@ func (s *Store) Writes(ctx context.Context, q audit.WriteQuery) (audit.WritePage
 	inner.eq("server", q.Server)
 	inner.eq("tenant", q.Tenant)
 	inner.eq("document", q.Document)
+	inner.eq("session", q.Session)
 	inner.span(q.Since, q.Until)
 	var outer conds
 	outer.eq("state", string(q.State))

@@ -256,11 +256,12 @@ func BenchmarkBytesPerCall(b *testing.B) {
 	}
 }
 
-// TestBytesPerCall guards the storage figure: at most 310 bytes per stored
+// TestBytesPerCall guards the storage figure: at most 320 bytes per stored
 // call of typical traffic (reads and successful edits), its writes
 // included. Each call keeps its dialect's reading beside it since the
-// reading travels from ingest to the detector (about 24 bytes compressed;
-// 300 before); the target of docs/benchmarks.md is lower, and not met by
+// reading travels from ingest to the detector (about 24 bytes compressed),
+// and the investigation page's session index costs about 7.5 bytes (300
+// before both); the target of docs/benchmarks.md is lower, and not met by
 // this store. The mixed traffic, with a finding every twenty calls, is
 // logged.
 func TestBytesPerCall(t *testing.T) {
@@ -269,8 +270,8 @@ func TestBytesPerCall(t *testing.T) {
 	}
 	tr := storeTraffic(t, 30000, normalTraffic)
 	tr.log(t)
-	if tr.perCall > 310 {
-		t.Errorf("%.0f bytes per call, want at most 310", tr.perCall)
+	if tr.perCall > 320 {
+		t.Errorf("%.0f bytes per call, want at most 320", tr.perCall)
 	}
 	storeTraffic(t, 30000, mixedTraffic()).log(t)
 }

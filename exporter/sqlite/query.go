@@ -178,6 +178,7 @@ func (f *filter) where() string {
 // last row and its tie-breaker (the finding id, or the write's row id).
 const (
 	cursorFindings = 'f'
+	cursorNewest   = 'n' // findings, newest first
 	cursorWrites   = 'w'
 )
 
@@ -200,34 +201,29 @@ func readCursor(kind byte, c string) (t int64, tie []byte, err error) {
 	return t, b[1+n:], nil
 }
 
-// Findings returns one page of findings in time order, then id order.
-// Limit defaults to 100 and is capped at 1000. A cursor not made by
-// Findings returns an error wrapping audit.ErrBadCursor.
+// Findings returns one page of findings in time order, then id order (or
+// the reverse with Newest), each with its lifecycle status. Limit defaults
+// to 100 and is capped at 1000. A cursor not made by Findings in the same
+// order returns an error wrapping audit.ErrBadCursor.
 func (s *Store) Findings(ctx context.Context, q audit.FindingQuery) (audit.FindingPage, error) {
 	if s.closed.Load() {
 		return audit.FindingPage{}, errClosed("read findings")
 	}
-	var f filter
-	f.eq("kind", string(q.Kind))
-	if q.Severity != "" {
-		f.add("severity >= ?", q.Severity.Rank())
+	f := findingFilter(q)
+	kind, cmpOp, order := byte(cursorFindings), ">", "time, id"
+	if q.Newest {
+		kind, cmpOp, order = cursorNewest, "<", "time DESC, id DESC"
 	}
-	f.eq("server", q.Server)
-	f.eq("tenant", q.Tenant)
-	f.eq("document", q.Document)
-	f.eq("key", q.Key)
-	f.eq("session", q.Session)
-	f.span("time", q.Since, q.Until)
 	if q.Cursor != "" {
-		t, id, err := readCursor(cursorFindings, q.Cursor)
+		t, id, err := readCursor(kind, q.Cursor)
 		if err != nil || len(id) == 0 {
 			return audit.FindingPage{}, s.fail("read findings", audit.ErrBadCursor)
 		}
-		f.add("(time, id) > (?, ?)", t, packID(findingPrefix, string(id)))
+		f.add("(time, id) "+cmpOp+" (?, ?)", t, packID(findingPrefix, string(id)))
 	}
 	limit := pageSize(q.Limit, defaultPage, maxPage)
-	rows, err := s.r.QueryContext(ctx, `SELECT `+findingColumns+` FROM findings`+f.where()+
-		` ORDER BY time, id LIMIT ?`, append(f.args, limit+1)...)
+	rows, err := s.r.QueryContext(ctx, `SELECT `+findingColumns+statusColumns+findingFrom+f.where()+
+		` ORDER BY `+order+` LIMIT ?`, append(f.args, limit+1)...)
 	if err != nil {
 		return audit.FindingPage{}, s.fail("read findings", err)
 	}
@@ -237,13 +233,15 @@ func (s *Store) Findings(ctx context.Context, q audit.FindingQuery) (audit.Findi
 	var lastTime int64
 	for rows.Next() {
 		if len(page.Findings) == limit {
-			page.NextCursor = makeCursor(cursorFindings, lastTime, []byte(lastID))
+			page.NextCursor = makeCursor(kind, lastTime, []byte(lastID))
 			break
 		}
-		fd, err := scanFinding(rows, &lastID, &lastTime)
+		var st statusScan
+		fd, err := scanFinding(rows, &lastID, &lastTime, st.dest()...)
 		if err != nil {
 			return audit.FindingPage{}, s.fail("read findings", err)
 		}
+		fd.Status = st.status()
 		page.Findings = append(page.Findings, fd)
 	}
 	if err := rows.Err(); err != nil {
@@ -265,11 +263,12 @@ const findingColumns = `id, time, kind, server, tenant, document, key, session, 
 
 // scanFinding reads a row of findingColumns; id and t receive the row's id
 // and time.
-func scanFinding(rows *sql.Rows, id *string, t *int64) (audit.Finding, error) {
+func scanFinding(rows *sql.Rows, id *string, t *int64, extra ...any) (audit.Finding, error) {
 	var f audit.Finding
 	var body []byte
 	var packed any
-	if err := rows.Scan(&packed, t, &f.Kind, &f.Server, &f.Tenant, &f.Document, &f.Key, &f.Session, &body); err != nil {
+	dest := append([]any{&packed, t, &f.Kind, &f.Server, &f.Tenant, &f.Document, &f.Key, &f.Session, &body}, extra...)
+	if err := rows.Scan(dest...); err != nil {
 		return f, err
 	}
 	*id = unpackID(findingPrefix, packed)
@@ -327,10 +326,16 @@ func (s *Store) Writes(ctx context.Context, q audit.WriteQuery) (audit.WritePage
 		return audit.WritePage{}, errClosed("read writes")
 	}
 	var f filter
-	f.internedEq("state", string(q.State))
+	if id, ok := s.inv.bad[q.State]; ok {
+		// A literal: the state's partial index then serves the query.
+		f.add(fmt.Sprintf("state = %d", id))
+	} else {
+		f.internedEq("state", string(q.State))
+	}
 	f.internedEq("server", q.Server)
 	f.internedEq("tenant", q.Tenant)
 	f.eq("document", q.Document)
+	f.eq("session", q.Session)
 	f.span("time", q.Since, q.Until)
 	if q.Cursor != "" {
 		t, tie, err := readCursor(cursorWrites, q.Cursor)
@@ -368,30 +373,66 @@ func (s *Store) Writes(ctx context.Context, q audit.WriteQuery) (audit.WritePage
 }
 
 // WriteCounts counts the write attempts whose Time is in [Since, Until) by
-// their current state.
+// their current state. Whole hours of the range are read from the
+// write_hours rollup (investigate.go), the partial hours at its ends from
+// the writes themselves, in one read transaction.
 func (s *Store) WriteCounts(ctx context.Context, q audit.CountQuery) (map[audit.WriteState]int64, error) {
 	if s.closed.Load() {
 		return nil, errClosed("count writes")
 	}
-	var f filter
-	f.internedEq("server", q.Server)
-	f.internedEq("tenant", q.Tenant)
-	f.span("time", q.Since, q.Until)
-	rows, err := s.r.QueryContext(ctx, `SELECT `+str("state")+`, count(*) FROM writes`+f.where()+` GROUP BY state`, f.args...)
+	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return nil, s.fail("count writes", err)
 	}
-	defer rows.Close()
+	defer tx.Rollback()
 	counts := map[audit.WriteState]int64{}
-	for rows.Next() {
-		var state string
-		var n int64
-		if err := rows.Scan(&state, &n); err != nil {
-			return nil, s.fail("count writes", err)
+	add := func(query string, args []any) error {
+		rows, err := tx.QueryContext(ctx, query, args...)
+		if err != nil {
+			return err
 		}
-		counts[audit.WriteState(state)] = n
+		defer rows.Close()
+		for rows.Next() {
+			var state string
+			var n int64
+			if err := rows.Scan(&state, &n); err != nil {
+				return err
+			}
+			if n != 0 {
+				counts[audit.WriteState(state)] += n
+			}
+		}
+		return rows.Err()
 	}
-	if err := rows.Err(); err != nil {
+	scan := func(since, until time.Time) error {
+		var f filter
+		f.internedEq("server", q.Server)
+		f.internedEq("tenant", q.Tenant)
+		f.span("time", since, until)
+		return add(`SELECT `+str("state")+`, count(*) FROM writes`+f.where()+` GROUP BY state`, f.args)
+	}
+	lo, hi, whole := wholeHours(q.Since, q.Until)
+	if !whole {
+		err = scan(q.Since, q.Until)
+	} else {
+		var f filter
+		f.internedEq("server", q.Server)
+		f.internedEq("tenant", q.Tenant)
+		if !q.Since.IsZero() {
+			f.add("hour >= ?", lo)
+		}
+		if !q.Until.IsZero() {
+			f.add("hour < ?", hi)
+		}
+		err = add(`SELECT `+str("state")+`, sum(n) FROM write_hours`+f.where()+` GROUP BY state`, f.args)
+		if err == nil && !q.Since.IsZero() {
+			err = scan(q.Since, time.Unix(0, lo*hourNanos))
+		}
+		if err == nil && !q.Until.IsZero() {
+			err = scan(time.Unix(0, hi*hourNanos), q.Until)
+		}
+	}
+	if err != nil {
 		return nil, s.fail("count writes", err)
 	}
 	return counts, nil

@@ -114,6 +114,9 @@ type Store struct {
 
 	// strs caches the interned strings; the committer alone uses it.
 	strs map[string]int64
+
+	// inv serves the investigation side (investigate.go).
+	inv *investigation
 }
 
 // schemaVersion is stored in PRAGMA user_version.
@@ -246,6 +249,11 @@ func Open(path string, opts Options) (*Store, error) {
 		done: make(chan struct{}),
 		strs: map[string]int64{},
 	}
+	if err := s.openSide(base + "?" + q.Encode()); err != nil {
+		w.Close()
+		r.Close()
+		return nil, fmt.Errorf("cannot open store %s: %w", path, err)
+	}
 	go s.commitLoop()
 	return s, nil
 }
@@ -300,6 +308,9 @@ func (s *Store) Close() error {
 	<-s.done
 
 	var errs []error
+	if err := s.closeSide(); err != nil {
+		errs = append(errs, err)
+	}
 	if _, err := s.w.Exec(`PRAGMA wal_checkpoint(TRUNCATE)`); err != nil {
 		errs = append(errs, fmt.Errorf("cannot checkpoint: %w", err))
 	}

@@ -61,6 +61,9 @@ func Run(t *testing.T, open func(t *testing.T) audit.Store) {
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newStore(t)) })
 	}
+	for _, tc := range investigatorTests {
+		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newStore(t)) })
+	}
 }
 
 // ctx bounds every call of the suite.

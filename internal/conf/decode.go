@@ -239,6 +239,10 @@ func (d *decoder) value(n *yaml.Node, v reflect.Value, path string) {
 			d.fail(n, path, "want a list, not %s", describe(n))
 			return
 		}
+		if len(n.Content) == 0 {
+			v.Set(reflect.Zero(t)) // "[]" is no items: nil, as the defaults have it
+			return
+		}
 		s := reflect.MakeSlice(t, len(n.Content), len(n.Content))
 		for i, e := range n.Content {
 			d.value(e, s.Index(i), fmt.Sprintf("%s[%d]", path, i))
@@ -345,25 +349,33 @@ func describe(n *yaml.Node) string {
 type field struct {
 	name  string
 	index []int
+	// owner is the struct type that declares the field: the outer one, or
+	// an embedded one whose keys are inline.
+	owner reflect.Type
 }
 
 // fields lists the keys of a struct type: fields with a yaml name, skipping
-// those tagged "-" and unexported ones.
+// those tagged "-" and unexported ones. The keys of an embedded struct
+// tagged ",inline" are the outer struct's, as yaml.v3 reads them.
 func fields(t reflect.Type) []field {
 	var out []field
 	for i := range t.NumField() {
 		f := t.Field(i)
-		if !f.IsExported() {
+		name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if f.Anonymous && f.Type.Kind() == reflect.Struct && name == "" && strings.Contains(opts, "inline") {
+			for _, in := range fields(f.Type) {
+				in.index = append(append([]int{}, f.Index...), in.index...)
+				out = append(out, in)
+			}
 			continue
 		}
-		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-		if name == "-" {
+		if !f.IsExported() || name == "-" {
 			continue
 		}
 		if name == "" {
 			name = strings.ToLower(f.Name)
 		}
-		out = append(out, field{name, f.Index})
+		out = append(out, field{name, f.Index, t})
 	}
 	return out
 }

@@ -60,7 +60,7 @@ func keys(t reflect.Type, v reflect.Value, path string, doc DocFunc, out *[]Key)
 			keys(ft, fv, p, doc, out)
 			continue
 		case ft.Kind() == reflect.Map && elemStruct(ft.Elem()) != nil:
-			k := Key{Path: p, Type: typeName(ft), Doc: doc(t, sf.Name)}
+			k := Key{Path: p, Type: typeName(ft), Doc: doc(f.owner, sf.Name)}
 			*out = append(*out, k)
 			inner := ft.Elem()
 			mp := p + ".<name>"
@@ -71,7 +71,7 @@ func keys(t reflect.Type, v reflect.Value, path string, doc DocFunc, out *[]Key)
 			keys(inner, reflect.Value{}, mp, doc, out)
 			continue
 		}
-		*out = append(*out, Key{Path: p, Type: typeName(ft), Default: defaultOf(fv), Doc: doc(t, sf.Name)})
+		*out = append(*out, Key{Path: p, Type: typeName(ft), Default: defaultOf(fv), Doc: doc(f.owner, sf.Name)})
 	}
 }
 

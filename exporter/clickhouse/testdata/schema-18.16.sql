@@ -159,3 +159,24 @@ ORDER BY table_name;
 -- halfway).
 
 ALTER TABLE mcpaudit.calls ADD COLUMN reading String AFTER failure_message;
+
+-- migration 0003_finding_changes
+
+-- The finding lifecycle: every acknowledgement, resolution and reopening of
+-- a finding, with who made it and why. A finding's state is its latest
+-- change (open when it has none). Small: one row per change a person made.
+
+CREATE TABLE IF NOT EXISTS mcpaudit.finding_changes
+(
+    tenant     LowCardinality(String),
+    finding_id String,
+    time       DateTime,
+    time_nanos UInt32,
+    state      LowCardinality(String),
+    by         String,
+    note       String,
+    version    UInt64
+)
+ENGINE = ReplacingMergeTree(version)
+ORDER BY (finding_id, time, time_nanos)
+SETTINGS index_granularity = 8192;

@@ -175,6 +175,30 @@ ALTER TABLE mcpaudit.calls_local ON CLUSTER audit ADD COLUMN reading String CODE
 
 ALTER TABLE mcpaudit.calls ON CLUSTER audit ADD COLUMN reading String AFTER failure_message;
 
+-- migration 0003_finding_changes
+
+-- The finding lifecycle: every acknowledgement, resolution and reopening of
+-- a finding, with who made it and why. A finding's state is its latest
+-- change (open when it has none). Small: one row per change a person made.
+
+CREATE TABLE IF NOT EXISTS mcpaudit.finding_changes_local ON CLUSTER audit
+(
+    tenant     LowCardinality(String),
+    finding_id String,
+    time       DateTime,
+    time_nanos UInt32,
+    state      LowCardinality(String),
+    by         String,
+    note       String,
+    version    UInt64
+)
+ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/mcpaudit/finding_changes_local', '{replica}', version)
+ORDER BY (finding_id, time, time_nanos)
+SETTINGS index_granularity = 8192;
+
+CREATE TABLE IF NOT EXISTS mcpaudit.finding_changes ON CLUSTER audit AS mcpaudit.finding_changes_local
+ENGINE = Distributed(audit, mcpaudit, finding_changes_local, cityHash64(finding_id));
+
 -- retention (from the retention options; rewritten when they change)
 
 ALTER TABLE mcpaudit.calls_local ON CLUSTER audit MODIFY TTL multiIf(tenant = 'acme', time + INTERVAL 604800 SECOND, tenant = 'o\'brien', time + INTERVAL 31536000 SECOND, time + INTERVAL 7776000 SECOND);

@@ -161,6 +161,27 @@ ORDER BY table_name;
 
 ALTER TABLE mcpaudit.calls ADD COLUMN reading String CODEC(ZSTD(1)) AFTER failure_message;
 
+-- migration 0003_finding_changes
+
+-- The finding lifecycle: every acknowledgement, resolution and reopening of
+-- a finding, with who made it and why. A finding's state is its latest
+-- change (open when it has none). Small: one row per change a person made.
+
+CREATE TABLE IF NOT EXISTS mcpaudit.finding_changes
+(
+    tenant     LowCardinality(String),
+    finding_id String,
+    time       DateTime,
+    time_nanos UInt32,
+    state      LowCardinality(String),
+    by         String,
+    note       String,
+    version    UInt64
+)
+ENGINE = ReplacingMergeTree(version)
+ORDER BY (finding_id, time, time_nanos)
+SETTINGS index_granularity = 8192, non_replicated_deduplication_window = 1000;
+
 -- retention (from the retention options; rewritten when they change)
 
 ALTER TABLE mcpaudit.calls MODIFY TTL multiIf(tenant = 'acme', time + INTERVAL 604800 SECOND, tenant = 'o\'brien', time + INTERVAL 31536000 SECOND, time + INTERVAL 7776000 SECOND);

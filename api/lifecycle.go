@@ -1,0 +1,249 @@
+package api
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+)
+
+// Credential is a named bearer token of the query API and the page.
+type Credential struct {
+	// Token is the secret the caller sends as "Authorization: Bearer".
+	Token string `yaml:"token"`
+	// Tenant is the one tenant the token may see, or "*" for every tenant.
+	Tenant string `yaml:"tenant"`
+}
+
+// Principal is who a request speaks for.
+type Principal struct {
+	// Tenant limits what the caller sees; empty means every tenant.
+	Tenant string
+	// Name is the credential's name, recorded with the state changes the
+	// caller makes.
+	Name string
+	// Authenticated is false when authentication is off.
+	Authenticated bool
+}
+
+// AuthOn reports whether callers must present a token.
+func (s *Server) AuthOn() bool { return len(s.Tenants) > 0 || len(s.Credentials) > 0 }
+
+// Authenticate returns the principal of the request's bearer token; ok is
+// false when authentication is on and the token is missing or unknown.
+// With authentication off, every request is an anonymous principal of
+// every tenant.
+func (s *Server) Authenticate(r *http.Request) (Principal, bool) {
+	if !s.AuthOn() {
+		return Principal{}, true
+	}
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		return Principal{}, false
+	}
+	return s.PrincipalOf(strings.TrimSpace(tok))
+}
+
+// PrincipalOf returns the principal of a token; ok is false for an unknown
+// token. Tokens are compared in constant time.
+func (s *Server) PrincipalOf(tok string) (Principal, bool) {
+	if tok == "" {
+		return Principal{}, false
+	}
+	for name, c := range s.Credentials {
+		if subtle.ConstantTimeCompare([]byte(c.Token), []byte(tok)) == 1 {
+			t := c.Tenant
+			if t == "*" {
+				t = ""
+			}
+			return Principal{Tenant: t, Name: name, Authenticated: true}, true
+		}
+	}
+	for k, tenant := range s.Tenants {
+		if subtle.ConstantTimeCompare([]byte(k), []byte(tok)) == 1 {
+			return Principal{Tenant: tenant, Name: tenant, Authenticated: true}, true
+		}
+	}
+	return Principal{}, false
+}
+
+// findingQuery reads the filters of /api/v1/findings and the page.
+func findingQuery(p *params, tenant string) audit.FindingQuery {
+	q := audit.FindingQuery{
+		ID: p.str("id"), Kind: audit.Kind(p.str("kind")), Severity: audit.Severity(p.str("severity")),
+		Server: p.str("server"), Tenant: tenant, Document: p.str("document"), Key: p.str("key"),
+		Session: p.str("session"), Since: p.time("since"), Until: p.time("until"),
+		Limit: p.int("limit"), Cursor: p.str("cursor"), State: audit.FindingState(p.str("state")),
+	}
+	switch o := p.str("order"); o {
+	case "", "time":
+	case "newest":
+		q.Newest = true
+	default:
+		if p.err == nil {
+			p.err = &paramError{"order", "want time or newest, not " + strconv.Quote(o)}
+		}
+	}
+	if p.err == nil && q.Kind != "" && !validKind(q.Kind) {
+		p.err = &paramError{"kind", "unknown finding kind " + strconv.Quote(string(q.Kind))}
+	}
+	if p.err == nil && q.Severity != "" && q.Severity.Rank() == 0 {
+		p.err = &paramError{"severity", "want info, warning or critical"}
+	}
+	if p.err == nil && q.State != "" && !q.State.Valid() {
+		p.err = &paramError{"state", "want open, acknowledged or resolved"}
+	}
+	return q
+}
+
+// FindingQueryOf reads finding filters from query parameters as
+// /api/v1/findings does (the page shares them); the error names the bad
+// parameter.
+func (s *Server) FindingQueryOf(r *http.Request, tenant string) (audit.FindingQuery, error) {
+	p := &params{q: r.URL.Query(), now: s.Now()}
+	q := findingQuery(p, tenant)
+	return q, p.err
+}
+
+// withStatus gives every finding a status: open when nobody changed it.
+func withStatus(fs []audit.Finding) {
+	for i := range fs {
+		if fs[i].Status == nil {
+			fs[i].Status = &audit.FindingStatus{State: audit.FindingOpen}
+		}
+	}
+}
+
+// FindingDetail is the answer of GET /api/v1/findings/{id}.
+type FindingDetail struct {
+	Finding audit.Finding         `json:"finding"`
+	History []audit.FindingChange `json:"history"`
+}
+
+// FindingCounts is the answer of GET /api/v1/findings/counts.
+type FindingCounts struct {
+	Counts []audit.FindingCount `json:"counts"`
+}
+
+func (s *Server) finding(w http.ResponseWriter, r *http.Request) {
+	_, tenant, ok := s.newParams(w, r)
+	if !ok {
+		return
+	}
+	d, err := s.Detail(r, r.PathValue("id"), tenant)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, d)
+}
+
+// Detail returns one finding of the tenant with its history, or an error
+// wrapping audit.ErrNotFound.
+func (s *Server) Detail(r *http.Request, id, tenant string) (FindingDetail, error) {
+	page, err := s.store.Findings(r.Context(), audit.FindingQuery{ID: id, Tenant: tenant, Limit: 1})
+	if err != nil {
+		return FindingDetail{}, err
+	}
+	if len(page.Findings) == 0 {
+		return FindingDetail{}, fmt.Errorf("finding %s: %w", id, audit.ErrNotFound)
+	}
+	h, err := s.store.FindingHistory(r.Context(), id, tenant)
+	if err != nil {
+		return FindingDetail{}, err
+	}
+	withStatus(page.Findings)
+	return FindingDetail{Finding: page.Findings[0], History: h}, nil
+}
+
+func (s *Server) findingCounts(w http.ResponseWriter, r *http.Request) {
+	p, tenant, ok := s.newParams(w, r, findingParams...)
+	if !ok {
+		return
+	}
+	q := findingQuery(p, tenant)
+	if p.err != nil {
+		s.fail(w, p.err)
+		return
+	}
+	cs, err := s.store.FindingCounts(r.Context(), q)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, FindingCounts{Counts: cs})
+}
+
+// ChangeRequest is the body of POST /api/v1/findings/{id}/ack|resolve|reopen.
+type ChangeRequest struct {
+	Note string `json:"note"`
+	// By names who makes the change when authentication is off; with it
+	// on, the credential's name is recorded and By is ignored.
+	By string `json:"by,omitempty"`
+}
+
+// Actions of POST /api/v1/findings/{id}/{action} and the states they set.
+var Actions = map[string]audit.FindingState{
+	"ack":     audit.FindingAcknowledged,
+	"resolve": audit.FindingResolved,
+	"reopen":  audit.FindingOpen,
+}
+
+// maxNote bounds a note, in bytes.
+const maxNote = 4096
+
+func (s *Server) changeFinding(w http.ResponseWriter, r *http.Request) {
+	p, ok := s.Authenticate(r)
+	if !ok {
+		writeJSON(w, http.StatusUnauthorized, Error{"missing or unknown bearer token"})
+		return
+	}
+	state, ok := Actions[r.PathValue("action")]
+	if !ok {
+		writeJSON(w, http.StatusNotFound, Error{"want POST /api/v1/findings/{id}/ack, /resolve or /reopen"})
+		return
+	}
+	var req ChangeRequest
+	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<10))
+	if err != nil {
+		s.fail(w, &paramError{"body", err.Error()})
+		return
+	}
+	if len(strings.TrimSpace(string(body))) > 0 {
+		dec := json.NewDecoder(strings.NewReader(string(body)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			s.fail(w, &paramError{"body", "want {\"note\": \"...\"}: " + err.Error()})
+			return
+		}
+	}
+	st, err := s.Change(r, p, r.PathValue("id"), state, req)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+// Change records a state change of a finding for principal p and returns
+// the new status. Errors wrap audit.ErrNotFound, audit.ErrStateConflict or
+// name the bad field.
+func (s *Server) Change(r *http.Request, p Principal, id string, state audit.FindingState, req ChangeRequest) (audit.FindingStatus, error) {
+	if len(req.Note) > maxNote {
+		return audit.FindingStatus{}, &paramError{"note", fmt.Sprintf("longer than %d bytes", maxNote)}
+	}
+	by := p.Name
+	if !p.Authenticated {
+		by = strings.TrimSpace(req.By)
+		if by == "" {
+			by = "anonymous"
+		}
+	}
+	return s.store.ChangeFinding(r.Context(), audit.FindingChange{FindingID: id, Tenant: p.Tenant, State: state,
+		By: by, Note: req.Note, Time: s.Now().UTC()})
+}

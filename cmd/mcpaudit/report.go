@@ -1,0 +1,172 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/exporter/clickhouse"
+	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
+	"github.com/mcpaudit/mcpaudit/report"
+)
+
+// reportCommand implements `mcpaudit report`: the month-end
+// write-durability report from a data dir, a ClickHouse store, or a running
+// server's /api/v1/report.
+func reportCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("report", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	window := fs.String("window", "30d", "window back from --until (30d, 7d, 3650d)")
+	until := fs.String("until", "", "end of the window, RFC 3339 (default now)")
+	format := fs.String("format", "html", "html (one self-contained file), md or json")
+	target := fs.String("target", "", "SLO target, a fraction in (0, 1) (default the configuration's, 0.999)")
+	mcpServer := fs.String("mcp-server", "", "only this MCP server")
+	out := fs.String("o", "", "write the report to this file instead of standard output")
+	server := fs.String("server", "", "URL of a running mcpaudit serve API; the report is computed there")
+	token := fs.String("token", "", "bearer token, with --server")
+	dataDir := fs.String("data-dir", "", "data dir of the embedded store (default ./mcpaudit-data)")
+	store := fs.String("store", "", "sqlite (the data dir) or clickhouse")
+	chDSN := fs.String("clickhouse-dsn", "", "ClickHouse native-protocol DSN, with --store clickhouse")
+	configFile := fs.String("config", "", "YAML config file (store, ClickHouse options, SLO target)")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, "usage: mcpaudit report --window 30d [--format html|md|json] (--data-dir DIR | --server URL | --store clickhouse --clickhouse-dsn DSN)\n\n"+
+			"Print the write-durability report: SLI against target and error budget, bad events by cause,\n"+
+			"server, tool and client, findings by kind and state, the retry-action mix, the worst days.\n\nflags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return &exitError{code: 2}
+	}
+	if fs.NArg() > 0 {
+		return &exitError{code: 2, err: fmt.Errorf("report: unexpected argument %q", fs.Arg(0))}
+	}
+	if !strings.Contains(" html md json ", " "+*format+" ") {
+		return &exitError{code: 2, err: fmt.Errorf("report: --format must be html, md or json, not %q", *format)}
+	}
+	cfg := NewDefaultConfig()
+	if *configFile != "" {
+		var err error
+		if cfg, err = LoadConfig(*configFile); err != nil {
+			return &exitError{code: 2, err: err}
+		}
+	}
+	if *dataDir != "" {
+		cfg.Serve.DataDir = *dataDir
+	}
+	if *store != "" {
+		cfg.Serve.Store = *store
+	}
+	if *chDSN != "" {
+		cfg.Serve.ClickHouse.DSN = *chDSN
+	}
+	if *server != "" && (*dataDir != "" || *store != "") {
+		return &exitError{code: 2, err: errors.New("report: give --server or a store (--data-dir, --store), not both")}
+	}
+	w := stdout
+	if *out != "" {
+		f, err := os.Create(*out)
+		if err != nil {
+			return &exitError{code: 2, err: fmt.Errorf("cannot create %s: %w", *out, err)}
+		}
+		defer f.Close()
+		w = f
+	}
+	if *server != "" {
+		return reportFromServer(ctx, w, *server, *token, url.Values{"window": {*window}, "until": {*until},
+			"target": {*target}, "server": {*mcpServer}, "format": {*format}})
+	}
+	q, err := report.QueryOf(*window, *until, *target, cfg.Serve.SLOTarget, time.Now())
+	if err != nil {
+		return &exitError{code: 2, err: fmt.Errorf("report: %w", err)}
+	}
+	q.Server = *mcpServer
+	st, err := openReportStore(ctx, cfg)
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	defer st.Close()
+	rep, err := report.Build(ctx, st, q)
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	return report.Render(w, rep, *format)
+}
+
+// openReportStore opens the configured store to read.
+func openReportStore(ctx context.Context, cfg Config) (audit.Store, error) {
+	switch cfg.Serve.Store {
+	case "sqlite", "":
+		path := filepath.Join(cfg.Serve.DataDir, "mcpaudit.db")
+		if _, err := os.Stat(path); err != nil {
+			return nil, fmt.Errorf("cannot open the data dir %s: %w", cfg.Serve.DataDir, err)
+		}
+		return sqlite.Open(path, cfg.Serve.SQLite)
+	case "clickhouse":
+		o := cfg.Serve.ClickHouse
+		// The report writes nothing: its spool stays empty, in a
+		// directory of its own.
+		dir, err := os.MkdirTemp("", "mcpaudit-report-spool")
+		if err != nil {
+			return nil, err
+		}
+		o.Spool.Dir = dir
+		st, err := clickhouse.Open(ctx, o)
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+		return removeOnClose{st, dir}, nil
+	}
+	return nil, fmt.Errorf("unknown store %q (want sqlite or clickhouse)", cfg.Serve.Store)
+}
+
+// removeOnClose removes a directory when its store closes.
+type removeOnClose struct {
+	audit.Store
+	dir string
+}
+
+func (r removeOnClose) Close() error {
+	err := r.Store.Close()
+	os.RemoveAll(r.dir)
+	return err
+}
+
+// reportFromServer fetches the report from a running server.
+func reportFromServer(ctx context.Context, w io.Writer, server, token string, params url.Values) error {
+	for k, v := range params {
+		if len(v) == 0 || v[0] == "" {
+			delete(params, k)
+		}
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(server, "/")+"/api/v1/report?"+params.Encode(), nil)
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return &exitError{code: 2, err: fmt.Errorf("cannot reach %s: %w", server, err)}
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return &exitError{code: 2, err: fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(b)))}
+	}
+	_, err = io.Copy(w, resp.Body)
+	return err
+}

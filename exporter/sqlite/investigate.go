@@ -1,0 +1,744 @@
+package sqlite
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+)
+
+// The investigation side of the store (audit.Investigator): the finding
+// lifecycle, finding counts, calls with their payloads, and the session
+// index behind them. It writes through a connection of its own, not
+// the committer's: its writes are rare and small, SQLite orders them with
+// the committer's transactions, and the call-ingest path stays untouched.
+//
+// Its tables are created when missing, without a schema version of their
+// own: a file written by an older version gains them at its next open.
+var sideSchema = []string{
+	// The current lifecycle state of each finding somebody changed.
+	`CREATE TABLE IF NOT EXISTS finding_status (
+		fid   ANY     NOT NULL PRIMARY KEY, -- findings.id
+		fstate TEXT   NOT NULL,
+		fby   TEXT    NOT NULL,
+		fnote TEXT    NOT NULL,
+		ftime INTEGER NOT NULL
+	) WITHOUT ROWID, STRICT`,
+	`CREATE INDEX IF NOT EXISTS finding_status_state ON finding_status (fstate)`,
+	// Every change, the audit trail.
+	`CREATE TABLE IF NOT EXISTS finding_changes (
+		seq    INTEGER PRIMARY KEY,
+		fid    ANY     NOT NULL,
+		tenant TEXT    NOT NULL,
+		state  TEXT    NOT NULL,
+		by     TEXT    NOT NULL,
+		note   TEXT    NOT NULL,
+		time   INTEGER NOT NULL
+	) STRICT`,
+	`CREATE INDEX IF NOT EXISTS finding_changes_fid ON finding_changes (fid, seq)`,
+	// The minutes in which each session made calls, by a 32-bit hash of the
+	// session: a session's calls are read from the time index in those
+	// minutes and checked against their records. One row per session and
+	// minute costs a few bytes per call where a row per call would cost 20.
+	// Filled from the calls table by the session indexer, up to the rid
+	// kept in meta under sessionsIndexed.
+	`CREATE TABLE IF NOT EXISTS session_minutes (
+		sh     INTEGER NOT NULL,
+		minute INTEGER NOT NULL, -- time / sessionBucket
+		PRIMARY KEY (sh, minute)
+	) WITHOUT ROWID, STRICT`,
+}
+
+const sessionsIndexed = "sessions_indexed_rid"
+
+// hourNanos is the span of one write_hours row.
+const hourNanos = int64(time.Hour)
+
+// wholeHours returns the whole hours [lo, hi) inside [since, until) (a zero
+// bound is open), and whether there is any.
+func wholeHours(since, until time.Time) (lo, hi int64, ok bool) {
+	s, u := clampNanos(since), clampNanos(until)
+	if since.IsZero() {
+		s = 0
+	}
+	if until.IsZero() {
+		u = 1<<63 - 1
+	}
+	lo = s / hourNanos
+	if s > 0 && s%hourNanos != 0 {
+		lo++
+	}
+	hi = u / hourNanos
+	if s < 0 {
+		return 0, 0, false // before 1970: counted from the writes
+	}
+	return lo, hi, lo < hi
+}
+
+// writeHours is the rollup behind WriteCounts: the writes of each hour of
+// Time by tenant, server and current state, kept by triggers on writes in
+// the committer's transactions. It is created with the counts of the
+// writes already stored, in the transaction that creates its triggers.
+var writeHours = []string{
+	`CREATE TABLE write_hours (
+		hour   INTEGER NOT NULL, -- time / 1h in nanoseconds
+		tenant INTEGER NOT NULL, -- strs.id, as server and state
+		server INTEGER NOT NULL,
+		state  INTEGER NOT NULL,
+		n      INTEGER NOT NULL,
+		PRIMARY KEY (hour, tenant, server, state)
+	) WITHOUT ROWID, STRICT`,
+	`INSERT INTO write_hours (hour, tenant, server, state, n)
+		SELECT time / 3600000000000, tenant, server, state, count(*) FROM writes GROUP BY 1, 2, 3, 4`,
+	`CREATE TRIGGER write_hours_insert AFTER INSERT ON writes BEGIN
+		INSERT INTO write_hours (hour, tenant, server, state, n)
+			VALUES (new.time / 3600000000000, new.tenant, new.server, new.state, 1)
+			ON CONFLICT (hour, tenant, server, state) DO UPDATE SET n = n + 1;
+	END`,
+	`CREATE TRIGGER write_hours_update AFTER UPDATE OF time, tenant, server, state ON writes
+		WHEN old.state != new.state OR old.time / 3600000000000 != new.time / 3600000000000
+			OR old.tenant != new.tenant OR old.server != new.server BEGIN
+		UPDATE write_hours SET n = n - 1 WHERE hour = old.time / 3600000000000 AND tenant = old.tenant
+			AND server = old.server AND state = old.state;
+		INSERT INTO write_hours (hour, tenant, server, state, n)
+			VALUES (new.time / 3600000000000, new.tenant, new.server, new.state, 1)
+			ON CONFLICT (hour, tenant, server, state) DO UPDATE SET n = n + 1;
+	END`,
+	`CREATE TRIGGER write_hours_delete AFTER DELETE ON writes BEGIN
+		UPDATE write_hours SET n = n - 1 WHERE hour = old.time / 3600000000000 AND tenant = old.tenant
+			AND server = old.server AND state = old.state;
+	END`,
+}
+
+// createRollup creates write_hours and its triggers when they are missing,
+// and the partial indexes of the states that spend the error budget
+// (unverified, double_applied), whose interned numbers it records.
+func (s *Store) createRollup(db *sql.DB) (map[audit.WriteState]int64, error) {
+	tx, err := db.Begin()
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback()
+	var n int
+	if err := tx.QueryRow(`SELECT count(*) FROM sqlite_schema WHERE name = 'write_hours'`).Scan(&n); err != nil {
+		return nil, err
+	}
+	if n == 0 {
+		for _, stmt := range writeHours {
+			if _, err := tx.Exec(stmt); err != nil {
+				return nil, fmt.Errorf("cannot create write_hours: %w", err)
+			}
+		}
+	}
+	bad := map[audit.WriteState]int64{}
+	for _, st := range []audit.WriteState{audit.StateUnverified, audit.StateDoubleApplied} {
+		var id int64
+		if err := tx.QueryRow(`INSERT INTO strs (s) VALUES (?) ON CONFLICT (s) DO UPDATE SET s = excluded.s RETURNING id`, string(st)).Scan(&id); err != nil {
+			return nil, err
+		}
+		// A literal, so that a query naming the state uses the index.
+		if _, err := tx.Exec(fmt.Sprintf(`CREATE INDEX IF NOT EXISTS writes_%s ON writes (time) WHERE state = %d`, st, id)); err != nil {
+			return nil, err
+		}
+		bad[st] = id
+	}
+	return bad, tx.Commit()
+}
+
+// sessionBucket is the span of time one session_minutes row stands for, in
+// nanoseconds.
+const sessionBucket = int64(time.Minute)
+
+// bucketOf returns the session_minutes bucket of a stored time.
+func bucketOf(t int64) int64 {
+	if t < 0 {
+		return (t+1)/sessionBucket - 1
+	}
+	return t / sessionBucket
+}
+
+// investigation is the investigation side's write connection and its indexer.
+type investigation struct {
+	db *sql.DB
+	// bad are the interned numbers of the states with a partial index.
+	bad  map[audit.WriteState]int64
+	mu   sync.Mutex // one ChangeFinding or index step at a time
+	kick chan struct{}
+	stop chan struct{}
+	done chan struct{}
+}
+
+// sideEvery is how often the session indexer looks for new calls.
+const sideEvery = 500 * time.Millisecond
+
+// openSide opens the side connection on the database at dsn, creates the
+// investigation tables and starts the session indexer.
+func (s *Store) openSide(dsn string) error {
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return err
+	}
+	db.SetMaxOpenConns(1)
+	db.SetMaxIdleConns(1)
+	for _, stmt := range sideSchema {
+		if _, err := db.Exec(stmt); err != nil {
+			db.Close()
+			return fmt.Errorf("cannot create the investigation tables: %w", wrap(err))
+		}
+	}
+	bad, err := s.createRollup(db)
+	if err != nil {
+		db.Close()
+		return fmt.Errorf("cannot create the investigation tables: %w", wrap(err))
+	}
+	s.inv = &investigation{db: db, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), bad: bad}
+	go s.indexLoop()
+	return nil
+}
+
+// closeSide stops the indexer and closes the investigation connection.
+func (s *Store) closeSide() error {
+	if s.inv == nil {
+		return nil
+	}
+	close(s.inv.stop)
+	<-s.inv.done
+	return s.inv.db.Close()
+}
+
+// sessionHash keys session_minutes; every hit is checked against the
+// session in the call's record.
+func sessionHash(session string) int32 {
+	h := fnv.New32a()
+	h.Write([]byte(session))
+	return int32(h.Sum32())
+}
+
+// indexLoop indexes the sessions of new calls until the store closes.
+func (s *Store) indexLoop() {
+	defer close(s.inv.done)
+	t := time.NewTicker(sideEvery)
+	defer t.Stop()
+	for {
+		for {
+			n, err := s.indexSessions(context.Background(), 2000)
+			if err != nil || n == 0 {
+				break
+			}
+		}
+		select {
+		case <-s.inv.stop:
+			return
+		case <-t.C:
+		case <-s.inv.kick:
+		}
+	}
+}
+
+// indexedRID returns the rid up to which session_minutes is complete.
+func indexedRID(ctx context.Context, q interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}) (int64, error) {
+	var rid int64
+	err := q.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = ?`, sessionsIndexed).Scan(&rid)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	return rid, err
+}
+
+// indexSessions indexes up to limit calls past the indexed rid and returns
+// how many it read.
+func (s *Store) indexSessions(ctx context.Context, limit int) (int, error) {
+	s.inv.mu.Lock()
+	defer s.inv.mu.Unlock()
+	from, err := indexedRID(ctx, s.inv.db)
+	if err != nil {
+		return 0, err
+	}
+	var maxRID sql.NullInt64
+	if err := s.inv.db.QueryRowContext(ctx, `SELECT max(rid) FROM calls`).Scan(&maxRID); err != nil {
+		return 0, err
+	}
+	if maxRID.Int64 < from {
+		// Every call went (retention) and rids started again.
+		from = 0
+	}
+	rows, err := s.inv.db.QueryContext(ctx, `SELECT rid, id, time, rec FROM calls WHERE rid > ? ORDER BY rid LIMIT ?`, from, limit)
+	if err != nil {
+		return 0, err
+	}
+	type entry struct {
+		sh     int32
+		minute int64
+	}
+	var entries []entry
+	var buf []byte
+	n, last := 0, from
+	for rows.Next() {
+		var rid, t int64
+		var id any
+		var blob []byte
+		if err := rows.Scan(&rid, &id, &t, &blob); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		n, last = n+1, rid
+		var rec audit.Record
+		if buf, err = decodeCall(buf, id, t, blob, &rec); err != nil {
+			continue // an undecodable call has no session to show
+		}
+		if rec.Call.Session != "" {
+			e := entry{sessionHash(rec.Call.Session), bucketOf(t)}
+			if len(entries) == 0 || entries[len(entries)-1] != e {
+				entries = append(entries, e)
+			}
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil || n == 0 {
+		return 0, err
+	}
+	tx, err := s.inv.db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback()
+	ins, err := tx.PrepareContext(ctx, `INSERT OR IGNORE INTO session_minutes (sh, minute) VALUES (?, ?)`)
+	if err != nil {
+		return 0, err
+	}
+	for _, e := range entries {
+		if _, err := ins.ExecContext(ctx, e.sh, e.minute); err != nil {
+			return 0, err
+		}
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO meta (key, value) VALUES (?, ?)
+		ON CONFLICT (key) DO UPDATE SET value = excluded.value`, sessionsIndexed, last); err != nil {
+		return 0, err
+	}
+	// Minutes whose calls retention deleted find nothing; they go here.
+	var oldest sql.NullInt64
+	if err := tx.QueryRowContext(ctx, `SELECT min(time) FROM calls`).Scan(&oldest); err != nil {
+		return 0, err
+	}
+	if oldest.Valid {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM session_minutes WHERE minute < ?`, bucketOf(oldest.Int64)); err != nil {
+			return 0, err
+		}
+	}
+	return n, tx.Commit()
+}
+
+// ChangeFinding records a state change of a finding; see audit.Investigator.
+func (s *Store) ChangeFinding(ctx context.Context, c audit.FindingChange) (audit.FindingStatus, error) {
+	const op = "change finding state"
+	if s.closed.Load() {
+		return audit.FindingStatus{}, errClosed(op)
+	}
+	t, ok := nanos(c.Time)
+	if !ok || c.Time.IsZero() {
+		return audit.FindingStatus{}, fmt.Errorf("cannot %s: time %s is out of range", op, c.Time)
+	}
+	s.inv.mu.Lock()
+	defer s.inv.mu.Unlock()
+	tx, err := s.inv.db.BeginTx(ctx, nil)
+	if err != nil {
+		return audit.FindingStatus{}, s.fail(op, err)
+	}
+	defer tx.Rollback()
+	id := packID(findingPrefix, c.FindingID)
+	var tenant string
+	err = tx.QueryRowContext(ctx, `SELECT tenant FROM findings WHERE id = ?`, id).Scan(&tenant)
+	if errors.Is(err, sql.ErrNoRows) || (err == nil && c.Tenant != "" && tenant != c.Tenant) {
+		return audit.FindingStatus{}, fmt.Errorf("cannot %s: finding %s: %w", op, c.FindingID, audit.ErrNotFound)
+	}
+	if err != nil {
+		return audit.FindingStatus{}, s.fail(op, err)
+	}
+	var cur string
+	if err := tx.QueryRowContext(ctx, `SELECT fstate FROM finding_status WHERE fid = ?`, id).Scan(&cur); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return audit.FindingStatus{}, s.fail(op, err)
+	}
+	if err := audit.CheckTransition(audit.FindingState(cur), c.State); err != nil {
+		return audit.FindingStatus{}, fmt.Errorf("cannot %s: finding %s: %w", op, c.FindingID, err)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO finding_changes (fid, tenant, state, by, note, time) VALUES (?, ?, ?, ?, ?, ?)`,
+		id, tenant, string(c.State), c.By, c.Note, t); err != nil {
+		return audit.FindingStatus{}, s.fail(op, err)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO finding_status (fid, fstate, fby, fnote, ftime) VALUES (?, ?, ?, ?, ?)
+		ON CONFLICT (fid) DO UPDATE SET fstate = excluded.fstate, fby = excluded.fby, fnote = excluded.fnote, ftime = excluded.ftime`,
+		id, string(c.State), c.By, c.Note, t); err != nil {
+		return audit.FindingStatus{}, s.fail(op, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return audit.FindingStatus{}, s.fail(op, err)
+	}
+	return audit.FindingStatus{State: c.State, By: c.By, At: fromNanos(t), Note: c.Note}, nil
+}
+
+// FindingHistory returns every state change of a finding, oldest first.
+func (s *Store) FindingHistory(ctx context.Context, id, tenant string) ([]audit.FindingChange, error) {
+	const op = "read finding history"
+	if s.closed.Load() {
+		return nil, errClosed(op)
+	}
+	var f filter
+	f.add("fid = ?", packID(findingPrefix, id))
+	f.eq("tenant", tenant)
+	rows, err := s.r.QueryContext(ctx, `SELECT state, by, note, time, tenant FROM finding_changes`+f.where()+` ORDER BY seq`, f.args...)
+	if err != nil {
+		return nil, s.fail(op, err)
+	}
+	defer rows.Close()
+	out := []audit.FindingChange{}
+	for rows.Next() {
+		c := audit.FindingChange{FindingID: id}
+		var t int64
+		if err := rows.Scan(&c.State, &c.By, &c.Note, &t, &c.Tenant); err != nil {
+			return nil, s.fail(op, err)
+		}
+		c.Time = fromNanos(t)
+		out = append(out, c)
+	}
+	return out, s.fail(op, rows.Err())
+}
+
+// findingFilter builds the conditions of q shared by Findings and
+// FindingCounts, over findings LEFT JOIN finding_status.
+func findingFilter(q audit.FindingQuery) filter {
+	var f filter
+	if q.ID != "" {
+		f.add("id = ?", packID(findingPrefix, q.ID))
+	}
+	f.eq("kind", string(q.Kind))
+	if q.Severity != "" {
+		f.add("severity >= ?", q.Severity.Rank())
+	}
+	f.eq("server", q.Server)
+	f.eq("tenant", q.Tenant)
+	f.eq("document", q.Document)
+	f.eq("key", q.Key)
+	f.eq("session", q.Session)
+	f.span("time", q.Since, q.Until)
+	switch q.State {
+	case "":
+	case audit.FindingOpen:
+		f.add("(fstate IS NULL OR fstate = ?)", string(audit.FindingOpen))
+	default:
+		f.add("fstate = ?", string(q.State))
+	}
+	return f
+}
+
+// findingFrom is the FROM clause of finding queries: a finding with its
+// lifecycle status, when it has one.
+const findingFrom = ` FROM findings LEFT JOIN finding_status ON fid = id`
+
+// FindingCounts counts the selected findings by kind and lifecycle state.
+func (s *Store) FindingCounts(ctx context.Context, q audit.FindingQuery) ([]audit.FindingCount, error) {
+	const op = "count findings"
+	if s.closed.Load() {
+		return nil, errClosed(op)
+	}
+	f := findingFilter(q)
+	rows, err := s.r.QueryContext(ctx, `SELECT kind, coalesce(fstate, 'open'), count(*)`+findingFrom+f.where()+
+		` GROUP BY 1, 2 ORDER BY 1, 2`, f.args...)
+	if err != nil {
+		return nil, s.fail(op, err)
+	}
+	defer rows.Close()
+	out := []audit.FindingCount{}
+	for rows.Next() {
+		var c audit.FindingCount
+		if err := rows.Scan(&c.Kind, &c.State, &c.Count); err != nil {
+			return nil, s.fail(op, err)
+		}
+		out = append(out, c)
+	}
+	audit.SortFindingCounts(out)
+	return out, s.fail(op, rows.Err())
+}
+
+// statusColumns follow findingColumns in finding queries.
+const statusColumns = `, fstate, fby, fnote, ftime`
+
+// scanStatus reads what statusColumns select.
+type statusScan struct {
+	state, by, note sql.NullString
+	time            sql.NullInt64
+}
+
+func (ss *statusScan) dest() []any { return []any{&ss.state, &ss.by, &ss.note, &ss.time} }
+
+func (ss *statusScan) status() *audit.FindingStatus {
+	if !ss.state.Valid {
+		return nil
+	}
+	return &audit.FindingStatus{State: audit.FindingState(ss.state.String), By: ss.by.String,
+		Note: ss.note.String, At: fromNanos(ss.time.Int64)}
+}
+
+// Calls returns one page of stored calls; see audit.Investigator. Calls
+// are found through the document index, the session index, their ids or
+// the time index; tenant and server are checked in each call's record.
+func (s *Store) Calls(ctx context.Context, q audit.CallQuery) (audit.CallPage, error) {
+	const op = "read calls"
+	if s.closed.Load() {
+		return audit.CallPage{}, errClosed(op)
+	}
+	page := audit.CallPage{Calls: []audit.Record{}}
+	keep := func(r *audit.Record) bool {
+		c := r.Call
+		return (q.Tenant == "" || c.Tenant == q.Tenant) && (q.Server == "" || c.Server == q.Server) &&
+			(q.Document == "" || slices.Contains(r.Documents(), q.Document)) &&
+			(q.Session == "" || c.Session == q.Session) &&
+			(q.Since.IsZero() || !c.Time.Before(q.Since)) && (q.Until.IsZero() || c.Time.Before(q.Until))
+	}
+	if len(q.IDs) > 0 {
+		recs, err := s.callsByID(ctx, q.IDs)
+		if err != nil {
+			return page, s.fail(op, err)
+		}
+		for i := range recs {
+			if keep(&recs[i]) {
+				page.Calls = append(page.Calls, recs[i])
+			}
+		}
+		slices.SortFunc(page.Calls, func(a, b audit.Record) int {
+			return cmp.Or(a.Call.Time.Compare(b.Call.Time), cmp.Compare(a.Call.ID, b.Call.ID))
+		})
+		return page, nil
+	}
+	limit := pageSize(q.Limit, defaultPage, maxPage)
+	// (since, -1) comes before every call at since: rids are positive.
+	lastTime, lastRID := clampNanos(q.Since), int64(-1)
+	if q.Cursor != "" {
+		t, tie, err := readCursor(cursorCalls, q.Cursor)
+		rid, n := binary.Varint(tie)
+		if err != nil || n <= 0 {
+			return page, s.fail(op, audit.ErrBadCursor)
+		}
+		lastTime, lastRID = t, rid
+	}
+	until := clampNanos(q.Until)
+	if q.Until.IsZero() {
+		until = 1<<63 - 1
+	}
+	// The rows come from an index in (time, rid) order; the ones whose
+	// record does not match are skipped, a batch at a time.
+	const byTime = `SELECT rid, id, time, rec FROM calls WHERE ? IS NULL AND (time, rid) > (?, ?) AND time < ? ORDER BY time, rid LIMIT ?`
+	scan := func(src string, key any, until int64) (full bool, err error) {
+		const batch = 500
+		var buf []byte
+		for {
+			rows, err := s.r.QueryContext(ctx, src, key, lastTime, lastRID, until, batch)
+			if err != nil {
+				return false, err
+			}
+			n := 0
+			for rows.Next() {
+				n++
+				var rid, t int64
+				var id any
+				var blob []byte
+				if err := rows.Scan(&rid, &id, &t, &blob); err != nil {
+					rows.Close()
+					return false, err
+				}
+				var rec audit.Record
+				if buf, err = decodeCall(buf, id, t, blob, &rec); err != nil {
+					rows.Close()
+					return false, err
+				}
+				if keep(&rec) {
+					if len(page.Calls) == limit {
+						rows.Close()
+						page.NextCursor = makeCursor(cursorCalls, lastTime, binary.AppendVarint(nil, lastRID))
+						return true, nil
+					}
+					page.Calls = append(page.Calls, rec)
+				}
+				lastTime, lastRID = t, rid
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil || n < batch {
+				return false, err
+			}
+		}
+	}
+	var err error
+	switch {
+	case q.Document != "":
+		_, err = scan(`SELECT c.rid, c.id, c.time, c.rec FROM call_documents d JOIN calls c ON c.rid = d.call
+			WHERE d.dh = ? AND (d.time, d.call) > (?, ?) AND d.time < ? ORDER BY d.time, d.call LIMIT ?`, docHash(q.Document), until)
+	case q.Session != "":
+		err = s.scanSession(ctx, q.Session, &lastTime, until, func(end int64) (bool, error) { return scan(byTime, nil, end) })
+	default:
+		// The key is NULL: its condition only keeps the arguments in line.
+		_, err = scan(byTime, nil, until)
+	}
+	if err != nil {
+		return audit.CallPage{Calls: []audit.Record{}}, s.fail(op, err)
+	}
+	return page, nil
+}
+
+// scanSession calls scan for each minute in which the session made calls,
+// from the minute of *from, with the end of the minute (capped at until),
+// until scan reports a full page.
+func (s *Store) scanSession(ctx context.Context, session string, from *int64, until int64, scan func(end int64) (bool, error)) error {
+	// Index what the indexer has not reached yet, so that the page is
+	// complete to the last stored call; a backlog bigger than this (a bulk
+	// load still being indexed) shows once the indexer has reached it.
+	for range 20 {
+		if n, err := s.indexSessions(ctx, 2000); err != nil || n == 0 {
+			break
+		}
+	}
+	sh := sessionHash(session)
+	next := bucketOf(*from)
+	for {
+		rows, err := s.r.QueryContext(ctx, `SELECT minute FROM session_minutes WHERE sh = ? AND minute >= ? ORDER BY minute LIMIT 64`, sh, next)
+		if err != nil {
+			return err
+		}
+		var minutes []int64
+		for rows.Next() {
+			var m int64
+			if err := rows.Scan(&m); err != nil {
+				rows.Close()
+				return err
+			}
+			minutes = append(minutes, m)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, m := range minutes {
+			start := m * sessionBucket
+			if start >= until {
+				return nil
+			}
+			if *from < start-1 {
+				// Skip the quiet minutes: any rid goes with a time before
+				// the minute's first call.
+				*from = start - 1
+			}
+			full, err := scan(min(until, start+sessionBucket))
+			if full || err != nil {
+				return err
+			}
+			next = m + 1
+		}
+		if len(minutes) < 64 {
+			return nil
+		}
+	}
+}
+
+// cursorCalls marks cursors of Calls.
+const cursorCalls = 'c'
+
+// callsByID reads the calls with the given ids, in chunks.
+func (s *Store) callsByID(ctx context.Context, ids []string) ([]audit.Record, error) {
+	var out []audit.Record
+	var buf []byte
+	const chunk = 500
+	for i := 0; i < len(ids); i += chunk {
+		part := ids[i:min(i+chunk, len(ids))]
+		args := make([]any, len(part))
+		marks := make([]byte, 0, 2*len(part))
+		for j, id := range part {
+			args[j] = packID(callPrefix, id)
+			if j > 0 {
+				marks = append(marks, ',')
+			}
+			marks = append(marks, '?')
+		}
+		rows, err := s.r.QueryContext(ctx, `SELECT id, time, rec FROM calls WHERE id IN (`+string(marks)+`)`, args...)
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			var t int64
+			var id any
+			var blob []byte
+			if err := rows.Scan(&id, &t, &blob); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			var rec audit.Record
+			if buf, err = decodeCall(buf, id, t, blob, &rec); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			out = append(out, rec)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// FailureCounts counts the failed calls in a time range by retry action.
+// Failures are in the calls' records, so this reads every call of the
+// range: it serves reports, not pages.
+func (s *Store) FailureCounts(ctx context.Context, q audit.CountQuery) (map[audit.RetryAction]int64, error) {
+	const op = "count failures"
+	if s.closed.Load() {
+		return nil, errClosed(op)
+	}
+	out := map[audit.RetryAction]int64{}
+	lastTime, lastRID := clampNanos(q.Since), int64(-1)
+	until := clampNanos(q.Until)
+	if q.Until.IsZero() {
+		until = 1<<63 - 1
+	}
+	var buf []byte
+	for {
+		rows, err := s.r.QueryContext(ctx, `SELECT rid, id, time, rec FROM calls WHERE (time, rid) > (?, ?) AND time < ?
+			ORDER BY time, rid LIMIT 5000`, lastTime, lastRID, until)
+		if err != nil {
+			return nil, s.fail(op, err)
+		}
+		n := 0
+		for rows.Next() {
+			n++
+			var id any
+			var blob []byte
+			if err := rows.Scan(&lastRID, &id, &lastTime, &blob); err != nil {
+				rows.Close()
+				return nil, s.fail(op, err)
+			}
+			var rec audit.Record
+			if buf, err = decodeCall(buf, id, lastTime, blob, &rec); err != nil {
+				rows.Close()
+				return nil, s.fail(op, err)
+			}
+			c := rec.Call
+			if rec.Failure != nil && (q.Tenant == "" || c.Tenant == q.Tenant) && (q.Server == "" || c.Server == q.Server) {
+				out[rec.Failure.Action]++
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, s.fail(op, err)
+		}
+		if n < 5000 {
+			return out, nil
+		}
+	}
+}

@@ -1,0 +1,444 @@
+package storetest
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+)
+
+// investigatorTests are the cases of audit.Investigator and of the query
+// fields the investigation page added (FindingQuery.ID, State, Newest;
+// WriteQuery.Session). Run runs them with the others.
+var investigatorTests = []struct {
+	name string
+	fn   func(t *testing.T, s audit.Store)
+}{
+	{"Findings/newest_first", testFindingsNewest},
+	{"Findings/by_id", testFindingByID},
+	{"Lifecycle/transitions", testLifecycle},
+	{"Lifecycle/tenant", testLifecycleTenant},
+	{"Lifecycle/counts", testFindingCounts},
+	{"Calls/by_id", testCallsByID},
+	{"Calls/by_document_and_session", testCallsBy},
+	{"Writes/session", testWritesSession},
+	{"FailureCounts", testFailureCounts},
+	{"WriteCounts/hours", testWriteCountsHours},
+}
+
+func testFindingsNewest(t *testing.T, s audit.Store) {
+	fs := findingSet()
+	commit(t, s, audit.Results{Findings: fs})
+	sortFindings(fs)
+	want := findingIDs(fs)
+	slices.Reverse(want)
+	for _, limit := range []int{1, 5, 100} {
+		got := allFindings(t, s, audit.FindingQuery{Newest: true, Limit: limit})
+		if !reflect.DeepEqual(findingIDs(got), want) {
+			t.Errorf("newest first, limit %d: %v, want %v", limit, findingIDs(got), want)
+		}
+	}
+	// Filters apply as in time order.
+	got := allFindings(t, s, audit.FindingQuery{Newest: true, Server: "oddlynew", Limit: 4})
+	var wantOdd []string
+	for i := len(fs) - 1; i >= 0; i-- {
+		if fs[i].Server == "oddlynew" {
+			wantOdd = append(wantOdd, fs[i].ID())
+		}
+	}
+	if !reflect.DeepEqual(findingIDs(got), wantOdd) {
+		t.Errorf("newest first by server: %v, want %v", findingIDs(got), wantOdd)
+	}
+	// A cursor of one order is refused by the other.
+	p, err := s.Findings(ctx(t), audit.FindingQuery{Newest: true, Limit: 2})
+	if err != nil || p.NextCursor == "" {
+		t.Fatalf("first page: %v, cursor %q", err, p.NextCursor)
+	}
+	if _, err := s.Findings(ctx(t), audit.FindingQuery{Cursor: p.NextCursor}); !errors.Is(err, audit.ErrBadCursor) {
+		t.Errorf("a newest-first cursor in time order: %v, want ErrBadCursor", err)
+	}
+}
+
+func testFindingByID(t *testing.T, s audit.Store) {
+	fs := findingSet()
+	commit(t, s, audit.Results{Findings: fs})
+	for _, f := range []audit.Finding{fs[0], fs[7], fs[23]} {
+		got := allFindings(t, s, audit.FindingQuery{ID: f.ID()})
+		if len(got) != 1 || !reflect.DeepEqual(got[0], f) {
+			t.Errorf("finding %s: got %+v, want %+v", f.ID(), got, f)
+		}
+	}
+	if got := allFindings(t, s, audit.FindingQuery{ID: "f_00000000000000000000"}); len(got) != 0 {
+		t.Errorf("unknown id: got %d findings", len(got))
+	}
+	// The id filter still honours the tenant.
+	if got := allFindings(t, s, audit.FindingQuery{ID: fs[0].ID(), Tenant: "globex"}); len(got) != 0 {
+		t.Errorf("finding of acme read as globex: %+v", got)
+	}
+}
+
+// change makes a state change at event second sec.
+func change(t *testing.T, s audit.Store, id, tenant string, st audit.FindingState, by, note string, sec int) (audit.FindingStatus, error) {
+	t.Helper()
+	return s.ChangeFinding(ctx(t), audit.FindingChange{FindingID: id, Tenant: tenant, State: st, By: by, Note: note, Time: at(sec)})
+}
+
+func testLifecycle(t *testing.T, s audit.Store) {
+	fs := findingSet()
+	commit(t, s, audit.Results{Findings: fs})
+	f, g := fs[0], fs[1]
+	st, err := change(t, s, f.ID(), "", audit.FindingAcknowledged, "oncall", "looking", 100)
+	if err != nil {
+		t.Fatalf("ack: %v", err)
+	}
+	want := audit.FindingStatus{State: audit.FindingAcknowledged, By: "oncall", Note: "looking", At: at(100)}
+	if st != want {
+		t.Errorf("ack returned %+v, want %+v", st, want)
+	}
+	got := allFindings(t, s, audit.FindingQuery{ID: f.ID()})
+	if len(got) != 1 || got[0].Status == nil || *got[0].Status != want {
+		t.Fatalf("after ack, Findings gives %+v, want status %+v", got, want)
+	}
+	// A second acknowledgement replaces the note; resolve; then ack again
+	// is refused, reopening is not.
+	if _, err := change(t, s, f.ID(), "", audit.FindingAcknowledged, "oncall", "still looking", 101); err != nil {
+		t.Fatalf("second ack: %v", err)
+	}
+	if _, err := change(t, s, f.ID(), "", audit.FindingResolved, "alice", "replayed by hand", 102); err != nil {
+		t.Fatalf("resolve: %v", err)
+	}
+	if _, err := change(t, s, f.ID(), "", audit.FindingAcknowledged, "bob", "", 103); !errors.Is(err, audit.ErrStateConflict) {
+		t.Errorf("ack of a resolved finding: %v, want ErrStateConflict", err)
+	}
+	if _, err := change(t, s, "f_00000000000000000000", "", audit.FindingAcknowledged, "bob", "", 103); !errors.Is(err, audit.ErrNotFound) {
+		t.Errorf("ack of an unknown finding: %v, want ErrNotFound", err)
+	}
+	if _, err := change(t, s, g.ID(), "", audit.FindingResolved, "bob", "", 104); err != nil {
+		t.Fatalf("resolve g: %v", err)
+	}
+	if _, err := change(t, s, g.ID(), "", audit.FindingOpen, "bob", "not fixed after all", 105); err != nil {
+		t.Fatalf("reopen g: %v", err)
+	}
+	hist, err := s.FindingHistory(ctx(t), f.ID(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var trail []string
+	for _, c := range hist {
+		trail = append(trail, fmt.Sprintf("%s by %s at %s: %s", c.State, c.By, c.Time.Sub(T0).Round(time.Second), c.Note))
+		if c.FindingID != f.ID() || c.Tenant != f.Tenant {
+			t.Errorf("history entry %+v names another finding or tenant", c)
+		}
+	}
+	wantTrail := []string{"acknowledged by oncall at 1m40s: looking", "acknowledged by oncall at 1m41s: still looking",
+		"resolved by alice at 1m42s: replayed by hand"}
+	if !reflect.DeepEqual(trail, wantTrail) {
+		t.Errorf("history = %q, want %q", trail, wantTrail)
+	}
+	// State filters: f resolved, g reopened (open), the rest never changed.
+	if got := allFindings(t, s, audit.FindingQuery{State: audit.FindingResolved}); !reflect.DeepEqual(findingIDs(got), []string{f.ID()}) {
+		t.Errorf("resolved findings: %v, want [%s]", findingIDs(got), f.ID())
+	}
+	open := allFindings(t, s, audit.FindingQuery{State: audit.FindingOpen})
+	if len(open) != len(fs)-1 || slices.Contains(findingIDs(open), f.ID()) || !slices.Contains(findingIDs(open), g.ID()) {
+		t.Errorf("open findings: %d (want %d), resolved one among them: %v", len(open), len(fs)-1, slices.Contains(findingIDs(open), f.ID()))
+	}
+	for _, o := range open {
+		if o.ID() == g.ID() && (o.Status == nil || o.Status.State != audit.FindingOpen || o.Status.By != "bob") {
+			t.Errorf("reopened finding has status %+v", o.Status)
+		}
+	}
+	if got := allFindings(t, s, audit.FindingQuery{State: audit.FindingAcknowledged}); len(got) != 0 {
+		t.Errorf("acknowledged findings: %v, want none", findingIDs(got))
+	}
+}
+
+func testLifecycleTenant(t *testing.T, s audit.Store) {
+	fs := findingSet()
+	commit(t, s, audit.Results{Findings: fs})
+	acme := fs[0] // tenant acme
+	if _, err := change(t, s, acme.ID(), "globex", audit.FindingAcknowledged, "eve", "", 100); !errors.Is(err, audit.ErrNotFound) {
+		t.Errorf("globex acknowledging an acme finding: %v, want ErrNotFound", err)
+	}
+	if _, err := change(t, s, acme.ID(), "acme", audit.FindingAcknowledged, "ann", "", 100); err != nil {
+		t.Fatalf("acme acknowledging its finding: %v", err)
+	}
+	if h, err := s.FindingHistory(ctx(t), acme.ID(), "globex"); err != nil || len(h) != 0 {
+		t.Errorf("globex reading acme's history: %v, %v; want nothing", h, err)
+	}
+	if h, err := s.FindingHistory(ctx(t), acme.ID(), "acme"); err != nil || len(h) != 1 || h[0].By != "ann" {
+		t.Errorf("acme reading its history: %+v, %v", h, err)
+	}
+}
+
+func testFindingCounts(t *testing.T, s audit.Store) {
+	fs := findingSet()
+	commit(t, s, audit.Results{Findings: fs})
+	ack, res := fs[0], fs[8] // both double_applied_write
+	if _, err := change(t, s, ack.ID(), "", audit.FindingAcknowledged, "a", "", 100); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := change(t, s, res.ID(), "", audit.FindingResolved, "a", "", 100); err != nil {
+		t.Fatal(err)
+	}
+	count := func(q audit.FindingQuery) map[string]int64 {
+		t.Helper()
+		cs, err := s.FindingCounts(ctx(t), q)
+		if err != nil {
+			t.Fatalf("FindingCounts: %v", err)
+		}
+		out := map[string]int64{}
+		for _, c := range cs {
+			out[string(c.Kind)+"/"+string(c.State)] += c.Count
+		}
+		return out
+	}
+	want := map[string]int64{}
+	for _, f := range fs {
+		st := audit.FindingOpen
+		switch f.ID() {
+		case ack.ID():
+			st = audit.FindingAcknowledged
+		case res.ID():
+			st = audit.FindingResolved
+		}
+		want[string(f.Kind)+"/"+string(st)]++
+	}
+	if got := count(audit.FindingQuery{}); !reflect.DeepEqual(got, want) {
+		t.Errorf("counts = %v, want %v", got, want)
+	}
+	want = map[string]int64{}
+	for _, f := range fs {
+		if f.Server == "oddlynew" && !f.Time.Before(at(4)) {
+			want[string(f.Kind)+"/open"]++
+		}
+	}
+	if got := count(audit.FindingQuery{Server: "oddlynew", Since: at(4), Limit: 1}); !reflect.DeepEqual(got, want) {
+		t.Errorf("counts of oddlynew since 4s = %v, want %v", got, want)
+	}
+}
+
+func testCallsByID(t *testing.T, s audit.Store) {
+	recs := []audit.Record{rec(1, 1, "a.gram"), failed(rec(2, 2, "a.gram"), "E_STORAGE", audit.ActionVerifyThenDecide),
+		timedOut(rec(3, 3, "b.gram")), rec(4, 4)}
+	recs[3].Call.Tenant = "globex"
+	appendCalls(t, s, recs...)
+	p, err := s.Calls(ctx(t), audit.CallQuery{IDs: []string{id(3), id(1), "c_ffffffffffffffffffff"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Calls) != 2 || !reflect.DeepEqual(p.Calls[0], recs[0]) || !reflect.DeepEqual(p.Calls[1], recs[2]) {
+		t.Fatalf("Calls by id =\n %+v\nwant\n %+v", p.Calls, []audit.Record{recs[0], recs[2]})
+	}
+	// The tenant is checked: globex's call is not acme's.
+	p, err = s.Calls(ctx(t), audit.CallQuery{IDs: []string{id(4)}, Tenant: "acme"})
+	if err != nil || len(p.Calls) != 0 {
+		t.Fatalf("globex call read as acme: %+v, %v", p.Calls, err)
+	}
+	p, err = s.Calls(ctx(t), audit.CallQuery{IDs: []string{id(4)}, Tenant: "globex"})
+	if err != nil || len(p.Calls) != 1 || !reflect.DeepEqual(p.Calls[0], recs[3]) {
+		t.Fatalf("globex call: %+v, %v", p.Calls, err)
+	}
+}
+
+func allCalls(t *testing.T, s audit.Store, q audit.CallQuery) []string {
+	t.Helper()
+	var out []string
+	for pages := 0; ; pages++ {
+		if pages > 1000 {
+			t.Fatal("Calls: no end of pages")
+		}
+		p, err := s.Calls(ctx(t), q)
+		if err != nil {
+			t.Fatalf("Calls: %v", err)
+		}
+		if q.Limit > 0 && len(p.Calls) > q.Limit {
+			t.Fatalf("Calls returned %d, more than the limit %d", len(p.Calls), q.Limit)
+		}
+		for i, r := range p.Calls {
+			if i > 0 && r.Call.Time.Before(p.Calls[i-1].Call.Time) {
+				t.Fatalf("Calls out of time order")
+			}
+			out = append(out, r.Call.ID)
+		}
+		if p.NextCursor == "" {
+			return out
+		}
+		q.Cursor = p.NextCursor
+	}
+}
+
+func testCallsBy(t *testing.T, s audit.Store) {
+	var recs []audit.Record
+	for i := range 40 {
+		docs := []string{fmt.Sprintf("doc-%d.gram", i%3)}
+		if i%4 == 0 {
+			docs = append(docs, "shared.gram")
+		}
+		r := rec(i, i, docs...)
+		r.Call.Tenant = []string{"acme", "globex"}[i%5/4] // every fifth is globex
+		recs = append(recs, r)
+	}
+	// In two batches, the second out of time order.
+	appendCalls(t, s, recs[:25]...)
+	later := slices.Clone(recs[25:])
+	slices.Reverse(later)
+	appendCalls(t, s, later...)
+	want := func(keep func(r audit.Record) bool) []string {
+		var out []string
+		for _, r := range recs {
+			if keep(r) {
+				out = append(out, r.Call.ID)
+			}
+		}
+		return out
+	}
+	f := func(name string, q audit.CallQuery, keep func(r audit.Record) bool) {
+		t.Helper()
+		w := want(keep)
+		if len(w) == 0 {
+			t.Fatalf("%s: the query matches nothing: a useless case", name)
+		}
+		for _, limit := range []int{0, 1, 3, 7} {
+			q.Limit = limit
+			if got := allCalls(t, s, q); !reflect.DeepEqual(got, w) {
+				t.Errorf("%s, limit %d: %v, want %v", name, limit, got, w)
+			}
+		}
+	}
+	f("document", audit.CallQuery{Document: "doc-1.gram"}, func(r audit.Record) bool { return slices.Contains(r.Documents(), "doc-1.gram") })
+	f("second document", audit.CallQuery{Document: "shared.gram"}, func(r audit.Record) bool { return slices.Contains(r.Documents(), "shared.gram") })
+	f("document of a tenant", audit.CallQuery{Document: "doc-2.gram", Tenant: "acme"}, func(r audit.Record) bool {
+		return slices.Contains(r.Documents(), "doc-2.gram") && r.Call.Tenant == "acme"
+	})
+	f("session", audit.CallQuery{Session: "s-2"}, func(r audit.Record) bool { return r.Call.Session == "s-2" })
+	f("session in a span", audit.CallQuery{Session: "s-1", Since: at(10), Until: at(30)}, func(r audit.Record) bool {
+		return r.Call.Session == "s-1" && !r.Call.Time.Before(at(10)) && r.Call.Time.Before(at(30))
+	})
+	f("time only", audit.CallQuery{Since: at(35)}, func(r audit.Record) bool { return !r.Call.Time.Before(at(35)) })
+	if got := allCalls(t, s, audit.CallQuery{Session: "nobody"}); len(got) != 0 {
+		t.Errorf("unknown session: %v", got)
+	}
+	// Payloads come back whole.
+	p, err := s.Calls(ctx(t), audit.CallQuery{Session: "s-0", Limit: 1})
+	if err != nil || len(p.Calls) != 1 || !reflect.DeepEqual(p.Calls[0], recs[0]) {
+		t.Errorf("first call of s-0: %+v, %v; want %+v", p.Calls, err, recs[0])
+	}
+	if _, err := s.Calls(ctx(t), audit.CallQuery{Document: "doc-1.gram", Cursor: "garbage!"}); !errors.Is(err, audit.ErrBadCursor) {
+		t.Errorf("bad cursor: %v, want ErrBadCursor", err)
+	}
+}
+
+func testWritesSession(t *testing.T, s audit.Store) {
+	var ws []audit.Write
+	for i := range 12 {
+		w := write(id(i), 0, i, audit.StateDurable, "a.gram")
+		w.Session = fmt.Sprintf("s-%d", i%3)
+		ws = append(ws, w)
+	}
+	commit(t, s, audit.Results{Writes: ws})
+	got := allWrites(t, s, audit.WriteQuery{Session: "s-2", Limit: 2})
+	var want []audit.Write
+	for _, w := range ws {
+		if w.Session == "s-2" {
+			want = append(want, w)
+		}
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("writes of s-2 = %+v, want %+v", got, want)
+	}
+}
+
+func testFailureCounts(t *testing.T, s audit.Store) {
+	recs := []audit.Record{
+		rec(1, 1, "a.gram"),
+		failed(rec(2, 2, "a.gram"), "E_STORAGE", audit.ActionVerifyThenDecide),
+		timedOut(rec(3, 3, "b.gram")),
+		failed(rec(4, 4, "a.gram"), "E_ARGUMENT", audit.ActionFixInput),
+		failed(rec(5, 5, "a.gram"), "E_ARGUMENT", audit.ActionFixInput),
+		failed(rec(6, 6, "a.gram"), "E_ARGUMENT", audit.ActionFixInput),
+	}
+	recs[5].Call.Server = "oddlynew"
+	appendCalls(t, s, recs...)
+	f := func(q audit.CountQuery, want map[audit.RetryAction]int64) {
+		t.Helper()
+		got, err := s.FailureCounts(ctx(t), q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("FailureCounts(%+v) = %v, want %v", q, got, want)
+		}
+	}
+	f(audit.CountQuery{}, map[audit.RetryAction]int64{audit.ActionVerifyThenDecide: 2, audit.ActionFixInput: 3})
+	f(audit.CountQuery{Since: at(3), Until: at(6)}, map[audit.RetryAction]int64{audit.ActionVerifyThenDecide: 1, audit.ActionFixInput: 2})
+	f(audit.CountQuery{Server: "oddlynew"}, map[audit.RetryAction]int64{audit.ActionFixInput: 1})
+	f(audit.CountQuery{Tenant: "globex"}, map[audit.RetryAction]int64{})
+}
+
+// testWriteCountsHours counts writes spread over days, with ranges that
+// start and end inside hours, after state changes and a retention delete.
+func testWriteCountsHours(t *testing.T, s audit.Store) {
+	var ws []audit.Write
+	for i := range 300 {
+		w := write(fmt.Sprintf("c_%020x", 1000+i), 0, i*1000+i%7, audit.WriteStates[i%len(audit.WriteStates)], "a.gram")
+		w.Server = []string{"thegram", "oddlynew"}[i%2]
+		w.Tenant = []string{"acme", "globex", "acme"}[i%3]
+		ws = append(ws, w)
+	}
+	commit(t, s, audit.Results{Writes: ws})
+	// A third of them settle later: pending → durable, durable → unverified.
+	var changed []audit.Write
+	for i := 0; i < len(ws); i += 3 {
+		w := ws[i]
+		if w.State == audit.StatePending {
+			w.State = audit.StateDurable
+		} else if w.State == audit.StateDurable {
+			w.State = audit.StateUnverified
+		} else {
+			continue
+		}
+		ws[i] = w
+		changed = append(changed, w)
+	}
+	commit(t, s, audit.Results{Writes: changed})
+	check := func(name string, q audit.CountQuery) {
+		t.Helper()
+		want := map[audit.WriteState]int64{}
+		for _, w := range ws {
+			if (q.Server == "" || w.Server == q.Server) && (q.Tenant == "" || w.Tenant == q.Tenant) &&
+				(q.Since.IsZero() || !w.Time.Before(q.Since)) && (q.Until.IsZero() || w.Time.Before(q.Until)) {
+				want[w.State]++
+			}
+		}
+		got, err := s.WriteCounts(ctx(t), q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for st, n := range got {
+			if n == 0 {
+				delete(got, st)
+			}
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: WriteCounts = %v, want %v", name, got, want)
+		}
+	}
+	check("all", audit.CountQuery{})
+	check("inside hours", audit.CountQuery{Since: at(1234), Until: at(250_777)})
+	check("one partial hour", audit.CountQuery{Since: at(7000), Until: at(9000)})
+	check("open end", audit.CountQuery{Since: at(33_333)})
+	check("open start", audit.CountQuery{Until: at(66_666)})
+	check("server and tenant", audit.CountQuery{Server: "oddlynew", Tenant: "acme", Since: at(5000), Until: at(200_000)})
+	check("unknown tenant", audit.CountQuery{Tenant: "nobody"})
+	if _, err := s.DeleteBefore(ctx(t), at(100_000)); err != nil {
+		t.Fatal(err)
+	}
+	ws = slices.DeleteFunc(ws, func(w audit.Write) bool { return w.Time.Before(at(100_000)) })
+	check("after retention", audit.CountQuery{})
+	check("after retention, a range", audit.CountQuery{Since: at(90_000), Until: at(150_500)})
+}

@@ -1,0 +1,110 @@
+package report_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
+	"github.com/mcpaudit/mcpaudit/report"
+)
+
+var day0 = time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC)
+
+// TestBuild stores three days of writes with known states and checks the
+// report's arithmetic: counts, SLI and budget, causes, days, the worst day
+// and the burn-down, which ends where the budget ends.
+func TestBuild(t *testing.T) {
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "mcpaudit.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := context.Background()
+	var ws []audit.Write
+	n := 0
+	add := func(day, count int, state audit.WriteState, reason audit.Reason, tool string) {
+		for range count {
+			n++
+			ws = append(ws, audit.Write{CallID: fmt.Sprintf("c_%020x", n), Time: day0.Add(time.Duration(day)*24*time.Hour + time.Duration(n)*time.Minute),
+				Server: "thegram", Tool: tool, Document: fmt.Sprintf("doc-%d.gram", n%3), State: state, Reason: reason})
+		}
+	}
+	add(0, 100, audit.StateDurable, "", "gram_patch")
+	add(1, 95, audit.StateDurable, "", "gram_patch")
+	add(1, 3, audit.StateUnverified, audit.ReasonCommitUnknown, "gram_patch")
+	add(1, 2, audit.StateDoubleApplied, "", "gram_patch")
+	add(2, 99, audit.StateResolved, "", "gram_create")
+	add(2, 1, audit.StateUnverified, audit.ReasonNoResponse, "gram_create")
+	add(2, 7, audit.StateRejected, "", "gram_create")
+	if err := st.Commit(ctx, audit.Results{Writes: ws}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := report.Build(ctx, st, report.Query{Window: 30 * 24 * time.Hour, WindowName: "30d", Until: day0.Add(3 * 24 * time.Hour), Target: 0.99})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.BadEvents != 6 || report.Counted(r.Counts) != 300 || math.Abs(*r.SLI-294.0/300) > 1e-12 {
+		t.Fatalf("bad %d, counted %d, SLI %v; want 6, 300, 0.98", r.BadEvents, report.Counted(r.Counts), *r.SLI)
+	}
+	if math.Abs(*r.ErrorBudgetRemaining-(-1)) > 1e-9 || math.Abs(*r.ErrorBudgetSpent-2) > 1e-9 {
+		t.Errorf("budget remaining %v, spent %v; want -1 and 2 (twice the 1%% budget)", *r.ErrorBudgetRemaining, *r.ErrorBudgetSpent)
+	}
+	causes := fmt.Sprint(r.ByCause)
+	if causes != "[{unverified: commit_unknown 3} {double_applied 2} {unverified: no_response 1}]" {
+		t.Errorf("by cause %s", causes)
+	}
+	if fmt.Sprint(r.ByTool) != "[{gram_patch 5} {gram_create 1}]" {
+		t.Errorf("by tool %v", r.ByTool)
+	}
+	if len(r.Days) != 3 || r.Days[1].Bad != 5 || r.Days[2].Bad != 1 || r.Days[0].Bad != 0 {
+		t.Fatalf("days %+v", r.Days)
+	}
+	if len(r.WorstDays) != 2 || !r.WorstDays[0].Start.Equal(day0.Add(24*time.Hour)) {
+		t.Errorf("worst days %+v, want day 2 then day 3", r.WorstDays)
+	}
+	// Burn-down: 3 allowed bad events (1% of 300); 0, then 5, then 6 spent.
+	want := []float64{1, 1 - 5.0/3, 1 - 6.0/3}
+	for i, p := range r.BurnDown {
+		if math.Abs(p.BudgetRemaining-want[i]) > 1e-9 {
+			t.Errorf("burn-down point %d = %v, want %v", i, p.BudgetRemaining, want[i])
+		}
+	}
+	if last := r.BurnDown[len(r.BurnDown)-1].BudgetRemaining; math.Abs(last-*r.ErrorBudgetRemaining) > 1e-9 {
+		t.Errorf("the burn-down ends at %v, the budget at %v", last, *r.ErrorBudgetRemaining)
+	}
+	for _, f := range report.Formats {
+		var b bytes.Buffer
+		if err := report.Render(&b, r, f); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if !strings.Contains(b.String(), "0.9800") && f != "json" {
+			t.Errorf("%s report does not state the SLI 0.9800", f)
+		}
+	}
+	if err := report.Render(&bytes.Buffer{}, r, "pdf"); err == nil {
+		t.Error("an unknown format renders")
+	}
+}
+
+func TestQueryOf(t *testing.T) {
+	now := day0
+	f := func(window, until, target, wantErr string) {
+		t.Helper()
+		_, err := report.QueryOf(window, until, target, 0.999, now)
+		if (wantErr == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), wantErr)) {
+			t.Errorf("QueryOf(%q, %q, %q) = %v, want an error naming %q", window, until, target, err, wantErr)
+		}
+	}
+	f("30d", "", "", "")
+	f("", "2026-11-30T00:00:00Z", "0.995", "")
+	f("thirty", "", "", "window")
+	f("30d", "yesterday", "", "until")
+	f("30d", "", "1.5", "target")
+}

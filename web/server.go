@@ -1,0 +1,632 @@
+package web
+
+import (
+	"cmp"
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/api"
+	"github.com/mcpaudit/mcpaudit/audit"
+)
+
+//go:embed templates assets
+var files embed.FS
+
+// Server renders the page from a store.
+type Server struct {
+	store  audit.Store
+	api    *api.Server
+	cfg    Config
+	status StatusFunc
+	redact redactor
+	log    *slog.Logger
+	// csrfKey signs the forms of this process.
+	csrfKey []byte
+	views   map[string]*template.Template
+
+	sloMu    sync.Mutex
+	sloCache map[sloKey]sloEntry
+}
+
+// New returns the page over store, authenticating and reading findings as
+// q (the query API) does. status may be nil.
+func New(store audit.Store, q *api.Server, cfg Config, status StatusFunc, log *slog.Logger) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid web config: %w", err)
+	}
+	if cfg.PageSize == 0 {
+		cfg.PageSize = NewDefaultConfig().PageSize
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Server{store: store, api: q, cfg: cfg, status: status, redact: newRedactor(cfg.Redact), log: log,
+		csrfKey: make([]byte, 32), views: map[string]*template.Template{}, sloCache: map[sloKey]sloEntry{}}
+	rand.Read(s.csrfKey)
+	names, err := fs.Glob(files, "templates/*.html")
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range names {
+		base := strings.TrimSuffix(n[len("templates/"):], ".html")
+		if base == "layout" {
+			continue
+		}
+		t, err := template.New("layout.html").Funcs(funcs).ParseFS(files, "templates/layout.html", n)
+		if err != nil {
+			return nil, fmt.Errorf("cannot parse template %s: %w", n, err)
+		}
+		s.views[base] = t
+	}
+	return s, nil
+}
+
+// Handler returns the page's routes: /, /documents/, /sessions/,
+// /findings/, /calls/, /slo, /login, /logout and /assets/.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", s.auth(s.index))
+	mux.HandleFunc("GET /documents/{doc...}", s.auth(s.document))
+	mux.HandleFunc("GET /sessions/{session...}", s.auth(s.session))
+	mux.HandleFunc("GET /findings/{id}", s.auth(s.finding))
+	mux.HandleFunc("POST /findings/{id}/{action}", s.auth(s.change))
+	mux.HandleFunc("GET /calls/{id}", s.auth(s.call))
+	mux.HandleFunc("GET /slo", s.auth(s.slo))
+	mux.HandleFunc("GET /login", s.loginForm)
+	mux.HandleFunc("POST /login", s.login)
+	mux.HandleFunc("POST /logout", s.logout)
+	assets, _ := fs.Sub(files, "assets")
+	mux.Handle("GET /assets/", http.StripPrefix("/assets/", http.FileServerFS(assets)))
+	return securityHeaders(mux)
+}
+
+// securityHeaders keeps the page to its own assets.
+func securityHeaders(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.Header().Set("Referrer-Policy", "same-origin")
+		h.ServeHTTP(w, r)
+	})
+}
+
+// tokenCookie holds the bearer token of a browser that logged in.
+const tokenCookie = "mcpaudit_token"
+
+type principalKey struct{}
+
+// auth resolves the caller's principal from the Authorization header or
+// the login cookie, and sends a browser without one to /login.
+func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		p, ok := s.api.Authenticate(r)
+		if !ok && s.api.AuthOn() {
+			if c, err := r.Cookie(tokenCookie); err == nil {
+				p, ok = s.api.PrincipalOf(c.Value)
+			}
+		}
+		if !ok {
+			if r.Method == http.MethodGet {
+				http.Redirect(w, r, "/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+				return
+			}
+			http.Error(w, "missing or unknown token", http.StatusUnauthorized)
+			return
+		}
+		if !p.Authenticated {
+			p.Tenant = r.URL.Query().Get("tenant")
+		}
+		h(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
+	}
+}
+
+func principal(r *http.Request) api.Principal {
+	p, _ := r.Context().Value(principalKey{}).(api.Principal)
+	return p
+}
+
+// csrf returns the form token of the caller's credential.
+func (s *Server) csrf(r *http.Request) string {
+	m := hmac.New(sha256.New, s.csrfKey)
+	tok := ""
+	if c, err := r.Cookie(tokenCookie); err == nil {
+		tok = c.Value
+	}
+	m.Write([]byte(tok))
+	m.Write([]byte{0})
+	m.Write([]byte(r.Header.Get("Authorization")))
+	return hex.EncodeToString(m.Sum(nil)[:16])
+}
+
+// page is what every view's template gets.
+type page struct {
+	Title     string
+	Path      string
+	Principal api.Principal
+	AuthOn    bool
+	CSRF      string
+	Status    *Status
+	Error     string
+	Data      any
+}
+
+func (s *Server) render(w http.ResponseWriter, r *http.Request, view string, status int, title string, data any) {
+	t := s.views[view]
+	p := page{Title: title, Path: r.URL.Path, Principal: principal(r), AuthOn: s.api.AuthOn(), CSRF: s.csrf(r), Data: data}
+	if s.status != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+		st := s.status(ctx)
+		cancel()
+		p.Status = &st
+	}
+	var b strings.Builder
+	if err := t.Execute(&b, p); err != nil {
+		s.log.Error("cannot render page", "view", view, "err", err)
+		http.Error(w, "cannot render the page: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	fmt.Fprint(w, b.String())
+}
+
+// fail renders an error page with the status the error calls for.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	status := http.StatusInternalServerError
+	switch {
+	case errors.Is(err, audit.ErrNotFound):
+		status = http.StatusNotFound
+	case errors.Is(err, audit.ErrStateConflict):
+		status = http.StatusConflict
+	case errors.Is(err, audit.ErrBadCursor), errors.Is(err, errBadParam):
+		status = http.StatusBadRequest
+	case errors.Is(err, audit.ErrUnavailable):
+		status = http.StatusServiceUnavailable
+		w.Header().Set("Retry-After", "5")
+	}
+	s.render(w, r, "error", status, http.StatusText(status), err.Error())
+}
+
+// errBadParam marks a bad query parameter.
+var errBadParam = errors.New("bad parameter")
+
+// parseTime reads an RFC 3339 time or a duration back from now.
+func parseTime(name, v string, now time.Time) (time.Time, error) {
+	if v == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		return t, nil
+	}
+	if d, err := api.ParseWindow(v); err == nil {
+		return now.Add(-d), nil
+	}
+	return time.Time{}, fmt.Errorf("%w %s: want an RFC 3339 time or a duration such as 1h or 7d, not %q", errBadParam, name, v)
+}
+
+// row is one line of a timeline: a call and what the store knows about it.
+type row struct {
+	Call      *audit.Call
+	Outcome   audit.Outcome
+	Failure   *audit.Failure
+	Tool      string
+	Documents []string
+	Rev       Revisions
+	Writes    []audit.Write
+	// Findings are those whose evidence includes the call.
+	Findings []audit.Finding
+}
+
+// Evidence reports whether the call is evidence of a finding.
+func (r row) Evidence() bool { return len(r.Findings) > 0 }
+
+// timeline is a document's or a session's calls, one page.
+type timeline struct {
+	Kind     string // "document" or "session"
+	Name     string
+	Rows     []row
+	Findings []audit.Finding
+	Next     string // query string of the next page, empty on the last
+	Since    string
+	Until    string
+	Payloads bool
+}
+
+// buildTimeline joins a page of calls with their writes and the findings
+// they are evidence of.
+func (s *Server) buildTimeline(ctx context.Context, tenant string, calls []audit.Record, doc, session string, findings []audit.Finding) ([]row, error) {
+	rows := make([]row, len(calls))
+	byID := map[string]int{}
+	for i := range calls {
+		c := &calls[i]
+		rows[i] = row{Call: c.Call, Outcome: c.Outcome, Failure: c.Failure, Tool: c.Tool, Documents: c.Documents()}
+		d := doc
+		if d == "" && len(c.Documents()) > 0 {
+			d = c.Documents()[0]
+		}
+		rows[i].Rev = revisionsOf(c, d)
+		byID[c.Call.ID] = i
+	}
+	if len(calls) > 0 {
+		wq := audit.WriteQuery{Tenant: tenant, Document: doc, Session: session,
+			Since: calls[0].Call.Time, Until: calls[len(calls)-1].Call.Time.Add(1), Limit: 1000}
+		for {
+			p, err := s.store.Writes(ctx, wq)
+			if err != nil {
+				return nil, err
+			}
+			for _, w := range p.Writes {
+				if i, ok := byID[w.CallID]; ok {
+					rows[i].Writes = append(rows[i].Writes, w)
+				}
+			}
+			if p.NextCursor == "" {
+				break
+			}
+			wq.Cursor = p.NextCursor
+		}
+	}
+	for _, f := range findings {
+		for _, id := range f.Calls {
+			if i, ok := byID[id]; ok {
+				rows[i].Findings = append(rows[i].Findings, f)
+			}
+		}
+	}
+	return rows, nil
+}
+
+// allFindings reads up to 500 findings of q, newest first.
+func (s *Server) allFindings(ctx context.Context, q audit.FindingQuery) ([]audit.Finding, error) {
+	q.Limit, q.Newest = 500, true
+	p, err := s.store.Findings(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	return p.Findings, nil
+}
+
+func (s *Server) timelineView(w http.ResponseWriter, r *http.Request, kind, name string) {
+	if name == "" {
+		s.fail(w, r, fmt.Errorf("%w: no %s named", errBadParam, kind))
+		return
+	}
+	p := principal(r)
+	now := s.api.Now()
+	qv := r.URL.Query()
+	since, err := parseTime("since", qv.Get("since"), now)
+	if err == nil {
+		var until time.Time
+		until, err = parseTime("until", qv.Get("until"), now)
+		if err == nil {
+			s.renderTimeline(w, r, p, kind, name, since, until)
+			return
+		}
+	}
+	s.fail(w, r, err)
+}
+
+func (s *Server) renderTimeline(w http.ResponseWriter, r *http.Request, p api.Principal, kind, name string, since, until time.Time) {
+	ctx := r.Context()
+	cq := audit.CallQuery{Tenant: p.Tenant, Since: since, Until: until, Limit: s.cfg.PageSize, Cursor: r.URL.Query().Get("cursor")}
+	fq := audit.FindingQuery{Tenant: p.Tenant}
+	var doc, session string
+	if kind == "document" {
+		cq.Document, fq.Document, doc = name, name, name
+	} else {
+		cq.Session, fq.Session, session = name, name, name
+	}
+	page, err := s.store.Calls(ctx, cq)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	findings, err := s.allFindings(ctx, fq)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if kind == "document" {
+		// Evidence on this document of findings filed under another
+		// (a duplicate create names the later document).
+		slices.SortFunc(findings, func(a, b audit.Finding) int { return a.Time.Compare(b.Time) })
+	}
+	rows, err := s.buildTimeline(ctx, p.Tenant, page.Calls, doc, session, findings)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	tl := timeline{Kind: kind, Name: name, Rows: rows, Findings: findings, Payloads: !s.cfg.HidePayloads,
+		Since: r.URL.Query().Get("since"), Until: r.URL.Query().Get("until")}
+	if page.NextCursor != "" {
+		v := url.Values{}
+		for k, x := range r.URL.Query() {
+			v[k] = x
+		}
+		v.Set("cursor", page.NextCursor)
+		tl.Next = v.Encode()
+	}
+	title := "Document " + name
+	if kind == "session" {
+		title = "Session " + name
+	}
+	s.render(w, r, "timeline", http.StatusOK, title, &tl)
+}
+
+func (s *Server) document(w http.ResponseWriter, r *http.Request) {
+	s.timelineView(w, r, "document", r.PathValue("doc"))
+}
+
+func (s *Server) session(w http.ResponseWriter, r *http.Request) {
+	s.timelineView(w, r, "session", r.PathValue("session"))
+}
+
+// callView is the raw payload of one call.
+type callView struct {
+	Call                  *audit.Call
+	Outcome               audit.Outcome
+	Failure               *audit.Failure
+	Documents             []string
+	Arguments, Result     string
+	ErrorData             string
+	Hidden, Redacted      bool
+	Fragment              bool
+	Writes                []audit.Write
+	FindingIDs            []string
+	Rev                   Revisions
+	ArgumentsN, ResultN   int
+	TransportError        string
+	ErrorCode             int64
+	ErrorMessage          string
+	HasError, HasResponse bool
+}
+
+func (s *Server) call(w http.ResponseWriter, r *http.Request) {
+	p := principal(r)
+	page, err := s.store.Calls(r.Context(), audit.CallQuery{IDs: []string{r.PathValue("id")}, Tenant: p.Tenant})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if len(page.Calls) == 0 {
+		s.fail(w, r, fmt.Errorf("call %s: %w", r.PathValue("id"), audit.ErrNotFound))
+		return
+	}
+	c := page.Calls[0]
+	v := callView{Call: c.Call, Outcome: c.Outcome, Failure: c.Failure, Documents: c.Documents(),
+		Hidden: s.cfg.HidePayloads, Redacted: len(s.redact) > 0, Fragment: r.URL.Query().Get("fragment") == "1",
+		ArgumentsN: len(c.Call.Arguments), ResultN: len(c.Call.Result), TransportError: c.Call.TransportError,
+		HasResponse: c.Call.Responded}
+	if len(c.Documents()) > 0 {
+		v.Rev = revisionsOf(&c, c.Documents()[0])
+	}
+	if c.Call.Error != nil {
+		v.HasError, v.ErrorCode, v.ErrorMessage = true, c.Call.Error.Code, c.Call.Error.Message
+	}
+	if !s.cfg.HidePayloads {
+		v.Arguments, v.Result = s.redact.show(c.Call.Arguments), s.redact.show(c.Call.Result)
+		if c.Call.Error != nil {
+			v.ErrorData = s.redact.show(c.Call.Error.Data)
+		}
+	}
+	if v.Fragment {
+		t := s.views["call"]
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		if err := t.ExecuteTemplate(w, "payload", &v); err != nil {
+			s.log.Error("cannot render payload", "err", err)
+		}
+		return
+	}
+	s.render(w, r, "call", http.StatusOK, "Call "+c.Call.ID, &v)
+}
+
+// indexView is the findings list.
+type indexView struct {
+	Filters  url.Values
+	Findings []audit.Finding
+	Counts   []kindCount
+	Total    int64
+	Next     string
+	Kinds    []audit.Kind
+	States   []audit.FindingState
+	SLI      *float64
+	Target   float64
+	Budget   *float64
+	Counted  int64
+}
+
+type kindCount struct {
+	Kind                         audit.Kind
+	Severity                     audit.Severity
+	Open, Acknowledged, Resolved int64
+	Total                        int64
+}
+
+func (s *Server) index(w http.ResponseWriter, r *http.Request) {
+	p := principal(r)
+	q, err := s.api.FindingQueryOf(r, p.Tenant)
+	if err != nil {
+		s.fail(w, r, fmt.Errorf("%w: %w", errBadParam, err))
+		return
+	}
+	q.Newest = true
+	if q.Limit == 0 {
+		q.Limit = s.cfg.PageSize
+	}
+	ctx := r.Context()
+	page, err := s.store.Findings(ctx, q)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	cq := q
+	cq.Kind, cq.Cursor = "", ""
+	counts, err := s.store.FindingCounts(ctx, cq)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	v := indexView{Filters: r.URL.Query(), Findings: page.Findings, Kinds: audit.Kinds, States: audit.FindingStates,
+		Target: s.api.SLOTarget}
+	byKind := map[audit.Kind]*kindCount{}
+	for _, c := range counts {
+		k := byKind[c.Kind]
+		if k == nil {
+			k = &kindCount{Kind: c.Kind, Severity: c.Kind.Severity()}
+			byKind[c.Kind] = k
+		}
+		switch c.State {
+		case audit.FindingAcknowledged:
+			k.Acknowledged += c.Count
+		case audit.FindingResolved:
+			k.Resolved += c.Count
+		default:
+			k.Open += c.Count
+		}
+		k.Total += c.Count
+		v.Total += c.Count
+	}
+	for _, k := range audit.Kinds {
+		if c := byKind[k]; c != nil {
+			v.Counts = append(v.Counts, *c)
+		}
+	}
+	// The SLI over the SLO's 30-day window.
+	now := s.api.Now()
+	wc, err := s.store.WriteCounts(ctx, audit.CountQuery{Tenant: p.Tenant, Server: q.Server, Since: now.Add(-30 * 24 * time.Hour), Until: now})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	v.SLI, v.Budget = api.ComputeSLO(wc, s.api.SLOTarget)
+	v.Counted = wc[audit.StateDurable] + wc[audit.StateResolved] + wc[audit.StateUnverified] + wc[audit.StateDoubleApplied]
+	if page.NextCursor != "" {
+		nv := url.Values{}
+		for k, x := range r.URL.Query() {
+			nv[k] = x
+		}
+		nv.Set("cursor", page.NextCursor)
+		v.Next = nv.Encode()
+	}
+	s.render(w, r, "index", http.StatusOK, "Findings", &v)
+}
+
+// findingView is one finding.
+type findingView struct {
+	Finding  audit.Finding
+	History  []audit.FindingChange
+	Evidence []row
+	Step     *Step
+	KindStep string
+	Actions  []string
+}
+
+func (s *Server) finding(w http.ResponseWriter, r *http.Request) {
+	p := principal(r)
+	d, err := s.api.Detail(r, r.PathValue("id"), p.Tenant)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	f := d.Finding
+	calls, err := s.store.Calls(r.Context(), audit.CallQuery{IDs: f.Calls, Tenant: p.Tenant})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	rows, err := s.buildTimeline(r.Context(), p.Tenant, calls.Calls, f.Document, "", []audit.Finding{f})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	v := findingView{Finding: f, History: d.History, Evidence: rows, KindStep: KindSteps[f.Kind]}
+	action := f.RetryAction
+	if action == "" {
+		for _, row := range rows {
+			if row.Failure != nil {
+				action = row.Failure.Action
+				break
+			}
+		}
+	}
+	if st, ok := Steps[action]; ok && action != "" {
+		v.Step = &st
+		v.Finding.RetryAction = action
+	}
+	switch f.StateOf() {
+	case audit.FindingResolved:
+		v.Actions = []string{"reopen"}
+	default:
+		v.Actions = []string{"ack", "resolve"}
+	}
+	s.render(w, r, "finding", http.StatusOK, string(f.Kind)+" "+f.ID(), &v)
+}
+
+func (s *Server) change(w http.ResponseWriter, r *http.Request) {
+	p := principal(r)
+	if err := r.ParseForm(); err != nil {
+		s.fail(w, r, fmt.Errorf("%w: %w", errBadParam, err))
+		return
+	}
+	if !hmac.Equal([]byte(r.PostFormValue("csrf")), []byte(s.csrf(r))) {
+		http.Error(w, "the form is stale or was not made by this page: reload and try again", http.StatusForbidden)
+		return
+	}
+	state, ok := api.Actions[r.PathValue("action")]
+	if !ok {
+		s.fail(w, r, fmt.Errorf("%w: unknown action %q", errBadParam, r.PathValue("action")))
+		return
+	}
+	id := r.PathValue("id")
+	_, err := s.api.Change(r, p, id, state, api.ChangeRequest{Note: r.PostFormValue("note"), By: r.PostFormValue("by")})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	http.Redirect(w, r, "/findings/"+url.PathEscape(id), http.StatusSeeOther)
+}
+
+func (s *Server) loginForm(w http.ResponseWriter, r *http.Request) {
+	s.render(w, r, "login", http.StatusOK, "Sign in", r.URL.Query().Get("next"))
+}
+
+func (s *Server) login(w http.ResponseWriter, r *http.Request) {
+	tok := strings.TrimSpace(r.PostFormValue("token"))
+	next := r.PostFormValue("next")
+	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") {
+		next = "/"
+	}
+	if _, ok := s.api.PrincipalOf(tok); !ok {
+		s.render(w, r, "login", http.StatusUnauthorized, "Sign in", next)
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: tokenCookie, Value: tok, Path: "/", HttpOnly: true,
+		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
+	http.SetCookie(w, &http.Cookie{Name: tokenCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	http.Redirect(w, r, "/login", http.StatusSeeOther)
+}
+
+// sortByTime orders findings oldest first.
+func sortByTime(fs []audit.Finding) {
+	slices.SortFunc(fs, func(a, b audit.Finding) int { return cmp.Or(a.Time.Compare(b.Time), cmp.Compare(a.ID(), b.ID())) })
+}

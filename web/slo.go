@@ -1,0 +1,240 @@
+package web
+
+import (
+	"context"
+	"fmt"
+	"html/template"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/api"
+	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/report"
+)
+
+// sloWindow is the SLI over one window.
+type sloWindow struct {
+	Name    string
+	Counts  map[audit.WriteState]int64
+	SLI     *float64
+	Budget  *float64
+	Bad     int64
+	Counted int64
+}
+
+// sloView is the /slo page.
+type sloView struct {
+	Until     time.Time
+	Target    float64
+	Windows   []sloWindow
+	Report    *report.Report
+	BurnDown  template.HTML
+	Days      template.HTML
+	Watermark time.Time
+	Server    string
+	// LatestLink anchors the page at the watermark when the window ending
+	// now holds no write (a replayed capture).
+	LatestLink string
+}
+
+// sloWindows are the windows the page shows, the last one the SLO's.
+var sloWindows = []struct {
+	name string
+	d    time.Duration
+}{{"1h", time.Hour}, {"1d", 24 * time.Hour}, {"7d", 7 * 24 * time.Hour}, {"30d", 30 * 24 * time.Hour}}
+
+func (s *Server) slo(w http.ResponseWriter, r *http.Request) {
+	p := principal(r)
+	ctx := r.Context()
+	qv := r.URL.Query()
+	until, err := parseTime("until", qv.Get("until"), s.api.Now())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if until.IsZero() {
+		until = s.api.Now()
+	}
+	server := qv.Get("server")
+	v := sloView{Until: until.UTC(), Target: s.api.SLOTarget, Server: server}
+	for _, win := range sloWindows {
+		c, err := s.store.WriteCounts(ctx, audit.CountQuery{Tenant: p.Tenant, Server: server, Since: until.Add(-win.d), Until: until})
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		sw := sloWindow{Name: win.name, Counts: c, Bad: report.Bad(c), Counted: report.Counted(c)}
+		sw.SLI, sw.Budget = api.ComputeSLO(c, s.api.SLOTarget)
+		v.Windows = append(v.Windows, sw)
+	}
+	rep, err := s.sloReport(ctx, report.Query{Window: 30 * 24 * time.Hour, WindowName: "30d", Until: until,
+		Tenant: p.Tenant, Server: server, Target: s.api.SLOTarget, SkipFailures: true}, qv.Get("until") == "")
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	v.Report = rep
+	start := rep.Since
+	if len(rep.Days) > 0 {
+		start = rep.Days[0].Start
+	}
+	v.BurnDown = report.BurnDownSVG(rep.BurnDown, start, rep.Until)
+	v.Days = report.DaysSVG(rep.Days)
+	if wm, err := s.store.Watermark(ctx); err == nil && !wm.IsZero() {
+		v.Watermark = wm
+		if v.Windows[len(v.Windows)-1].Counted == 0 && wm.Before(until) {
+			q := url.Values{"until": {wm.UTC().Format(time.RFC3339Nano)}}
+			if server != "" {
+				q.Set("server", server)
+			}
+			v.LatestLink = "/slo?" + q.Encode()
+		}
+	}
+	s.render(w, r, "slo", http.StatusOK, "Write durability SLO", &v)
+}
+
+// sloCacheFor is how long the /slo view reuses a 30-day report that ends
+// now: it reads every bad write of the window and their calls, and people
+// reload it.
+const sloCacheFor = 15 * time.Second
+
+type sloKey struct{ tenant, server string }
+
+type sloEntry struct {
+	at  time.Time
+	rep *report.Report
+}
+
+// sloReport builds the report of q, or reuses one built for the same
+// tenant and server less than sloCacheFor ago when q ends now.
+func (s *Server) sloReport(ctx context.Context, q report.Query, endsNow bool) (*report.Report, error) {
+	k := sloKey{q.Tenant, q.Server}
+	if endsNow {
+		s.sloMu.Lock()
+		e, ok := s.sloCache[k]
+		s.sloMu.Unlock()
+		if ok && time.Since(e.at) < sloCacheFor {
+			return e.rep, nil
+		}
+	}
+	rep, err := report.Build(ctx, s.store, q)
+	if err != nil || !endsNow {
+		return rep, err
+	}
+	s.sloMu.Lock()
+	defer s.sloMu.Unlock()
+	if len(s.sloCache) > 256 {
+		clear(s.sloCache)
+	}
+	s.sloCache[k] = sloEntry{time.Now(), rep}
+	return rep, nil
+}
+
+// funcs are the templates' helpers.
+var funcs = template.FuncMap{
+	"ts": func(t time.Time) string {
+		if t.IsZero() {
+			return ""
+		}
+		return t.UTC().Format("2006-01-02 15:04:05.000")
+	},
+	"rfc": func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) },
+	"f4":  func(f float64) string { return strconv.FormatFloat(f, 'f', 4, 64) },
+	"pct": report.Percent,
+	"deref": func(f *float64) float64 {
+		if f == nil {
+			return 0
+		}
+		return *f
+	},
+	"rate": func(f float64) string {
+		if f < 0 {
+			return "n/a"
+		}
+		return strconv.FormatFloat(f, 'f', 1, 64) + " calls/s"
+	},
+	"lag": func(d time.Duration) string {
+		if d < 0 {
+			return "n/a"
+		}
+		return d.Round(time.Millisecond).String()
+	},
+	"behind": func(n int) string {
+		if n < 0 {
+			return "n/a"
+		}
+		return strconv.Itoa(n)
+	},
+	// docURL and sessionURL escape the name as one path segment:
+	// Thegram paths hold slashes.
+	"docURL":     func(d string) string { return "/documents/" + url.PathEscape(d) },
+	"sessionURL": func(s string) string { return "/sessions/" + url.PathEscape(s) },
+	"findingURL": func(f audit.Finding) string { return "/findings/" + f.ID() },
+	"callURL":    func(id string) string { return "/calls/" + url.PathEscape(id) },
+	"filterURL": func(v url.Values, key, value string) string {
+		n := url.Values{}
+		for k, x := range v {
+			if k != "cursor" {
+				n[k] = x
+			}
+		}
+		if value == "" {
+			n.Del(key)
+		} else {
+			n.Set(key, value)
+		}
+		if len(n) == 0 {
+			return "/"
+		}
+		return "/?" + n.Encode()
+	},
+	"around": func(f audit.Finding) string {
+		// The document's timeline from a little before the first evidence.
+		return "?since=" + url.QueryEscape(f.Time.Add(-time.Minute).UTC().Format(time.RFC3339Nano))
+	},
+	"states":   func() []audit.WriteState { return audit.WriteStates },
+	"stateOf":  func(f audit.Finding) audit.FindingState { return f.StateOf() },
+	"step":     func(a audit.RetryAction) Step { return Steps[a] },
+	"kindStep": func(k audit.Kind) string { return KindSteps[k] },
+	"join":     strings.Join,
+	"short": func(s string, n int) string {
+		r := []rune(s)
+		if len(r) <= n {
+			return s
+		}
+		return string(r[:n-1]) + "…"
+	},
+	"kinds": func(fs []audit.Finding) string {
+		var k []string
+		for _, f := range fs {
+			k = append(k, string(f.Kind))
+		}
+		return strings.Join(k, " ")
+	},
+	"verb": func(a string) string {
+		switch a {
+		case "ack":
+			return "Acknowledge"
+		case "resolve":
+			return "Resolve"
+		case "reopen":
+			return "Reopen"
+		}
+		return a
+	},
+	"dur": func(d time.Duration) string { return d.Round(time.Millisecond).String() },
+	"count": func(m map[audit.WriteState]int64, s audit.WriteState) int64 {
+		return m[s]
+	},
+	"nz": func(s string) string {
+		if s == "" {
+			return "—"
+		}
+		return s
+	},
+	"sprint": fmt.Sprint,
+	"split":  strings.Fields,
+}

@@ -1,0 +1,113 @@
+package web
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/exporter/metrics"
+)
+
+// Status is what the page shows at its top about the collector.
+type Status struct {
+	// IngestRate is the calls accepted per second over about the last
+	// minute; negative when not known.
+	IngestRate float64
+	// MaxLag is how far the slowest partition's watermark is behind its
+	// newest call; negative when not known.
+	MaxLag time.Duration
+	// PartitionsBehind counts the partitions whose lag passes the lateness
+	// bound; negative when not known.
+	PartitionsBehind int
+	// Watermark is the event time up to which every call is judged; zero
+	// when not known.
+	Watermark time.Time
+}
+
+// StatusFunc reports the collector's status. It must answer quickly; the
+// page shows what it returns as is.
+type StatusFunc func(ctx context.Context) Status
+
+// sampleEvery is how often NewMetricsStatus reads the ingest counter.
+const sampleEvery = 5 * time.Second
+
+// NewMetricsStatus returns a StatusFunc built from what serve has today:
+// the ingest rate from the accepted-records counter of g, sampled every
+// five seconds until ctx ends, and the watermark of store. Lag and
+// partitions behind are unknown to it (the pipeline's per-partition
+// status replaces it).
+func NewMetricsStatus(ctx context.Context, g prometheus.Gatherer, store audit.Store) StatusFunc {
+	type sample struct {
+		at time.Time
+		n  float64
+	}
+	var mu sync.Mutex
+	var samples []sample
+	take := func() {
+		n, ok := acceptedRecords(g)
+		if !ok {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		now := time.Now()
+		samples = append(samples, sample{now, n})
+		for len(samples) > 2 && now.Sub(samples[1].at) >= time.Minute {
+			samples = samples[1:]
+		}
+	}
+	take()
+	go func() {
+		t := time.NewTicker(sampleEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				take()
+			}
+		}
+	}()
+	return func(ctx context.Context) Status {
+		st := Status{IngestRate: -1, MaxLag: -1, PartitionsBehind: -1}
+		mu.Lock()
+		if len(samples) >= 2 {
+			a, b := samples[0], samples[len(samples)-1]
+			if dt := b.at.Sub(a.at).Seconds(); dt > 0 {
+				st.IngestRate = (b.n - a.n) / dt
+			}
+		}
+		mu.Unlock()
+		if wm, err := store.Watermark(ctx); err == nil {
+			st.Watermark = wm
+		}
+		return st
+	}
+}
+
+// acceptedRecords sums the accepted records of every source.
+func acceptedRecords(g prometheus.Gatherer) (float64, bool) {
+	mfs, err := g.Gather()
+	if err != nil {
+		return 0, false
+	}
+	// No series yet means nothing was accepted yet: zero.
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != metrics.IngestRecordsTotal {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == metrics.LabelResult && l.GetValue() == metrics.ResultAccepted {
+					sum += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return sum, true
+}
