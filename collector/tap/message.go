@@ -118,6 +118,24 @@ func clientInfo(params json.RawMessage) string {
 	return p.ClientInfo.Name + "/" + p.ClientInfo.Version
 }
 
+// metaClient returns "name/version" from the per-request clientInfo of
+// protocol versions without sessions (params._meta
+// "io.modelcontextprotocol/clientInfo"), or "".
+func metaClient(params json.RawMessage) string {
+	if !bytes.Contains(params, []byte(metaClientInfo)) {
+		return ""
+	}
+	var p struct {
+		Meta map[string]json.RawMessage `json:"_meta"`
+	}
+	if json.Unmarshal(params, &p) != nil || p.Meta[metaClientInfo] == nil {
+		return ""
+	}
+	return clientInfo(append(append([]byte(`{"clientInfo":`), p.Meta[metaClientInfo]...), '}'))
+}
+
+const metaClientInfo = "io.modelcontextprotocol/clientInfo"
+
 // ClientInfo returns the client of an initialize request as "name/version",
 // or "" when m is not one or names no client.
 func ClientInfo(m *Message) string {

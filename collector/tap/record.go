@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strconv"
 	"time"
+
+	"github.com/mcpaudit/mcpaudit/audit"
 )
 
 // Transport errors a Record may carry. Other values are free text.
@@ -66,4 +68,24 @@ func appendField(b []byte, name, value string) []byte {
 	b = append(b, '"', ':')
 	q, _ := json.Marshal(value) // a string always marshals
 	return append(b, q...)
+}
+
+// Outcome says how the exchange ended, as the collector will count it.
+func (r *Record) Outcome() audit.Outcome {
+	if r.Response == nil {
+		return audit.OutcomeNoResponse
+	}
+	var resp struct {
+		Result *struct {
+			IsError bool `json:"isError"`
+		} `json:"result"`
+		Error json.RawMessage `json:"error"`
+	}
+	if json.Unmarshal(r.Response, &resp) != nil || resp.Error != nil {
+		return audit.OutcomeProtocolError
+	}
+	if resp.Result != nil && resp.Result.IsError {
+		return audit.OutcomeToolError
+	}
+	return audit.OutcomeOK
 }

@@ -89,7 +89,11 @@ func (r *Recorder) FromClient(session string, scope uint64, msgs []Message, at t
 				// apart. The first exchange ends unknown.
 				done = append(done, r.finishLocked(k, nil, "", at))
 			}
-			r.pending[k] = &pending{at: at, session: session, client: r.clients[session], request: m.Raw}
+			client := metaClient(m.Params)
+			if client == "" {
+				client = r.clients[session]
+			}
+			r.pending[k] = &pending{at: at, session: session, client: client, request: m.Raw}
 			keys = append(keys, k)
 		case m.Kind == KindNotification && m.Method == "notifications/cancelled":
 			k := Key{Session: session, Scope: scope, ID: cancelledID(m.Params)}

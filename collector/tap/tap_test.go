@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mcpaudit/mcpaudit/audit"
 )
 
 func TestParse(t *testing.T) {
@@ -153,6 +155,17 @@ func TestRecorder(t *testing.T) {
 			t.Fatalf("%d still pending", r.Len())
 		}
 	})
+	t.Run("per-request clientInfo wins", func(t *testing.T) {
+		r, out := newRec()
+		r.SetClient("", "old/1")
+		r.FromClient("", 0, msgs(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"_meta":{"io.modelcontextprotocol/clientInfo":{"name":"new","version":"2"}},"name":"x"}}`), t0)
+		r.FromClient("", 0, msgs(t, call("2")), t0)
+		r.Close("", t0)
+		clients := map[string]bool{(*out)[0].Client: true, (*out)[1].Client: true}
+		if !clients["new/2"] || !clients["old/1"] {
+			t.Fatalf("clients %v", clients)
+		}
+	})
 	t.Run("string and number ids differ", func(t *testing.T) {
 		r, out := newRec()
 		r.FromClient("s", 0, msgs(t, call(`"1"`)), t0)
@@ -229,4 +242,21 @@ func TestRecord_AppendJSON(t *testing.T) {
 	if got := string(r.AppendJSON(nil)); got != want {
 		t.Fatalf("got  %s\nwant %s", got, want)
 	}
+}
+
+func TestRecord_Outcome(t *testing.T) {
+	f := func(resp string, want audit.Outcome) {
+		t.Helper()
+		r := &Record{}
+		if resp != "" {
+			r.Response = []byte(resp)
+		}
+		if got := r.Outcome(); got != want {
+			t.Errorf("Outcome(%s) = %s, want %s", resp, got, want)
+		}
+	}
+	f(``, audit.OutcomeNoResponse)
+	f(`{"jsonrpc":"2.0","id":1,"result":{"content":[]}}`, audit.OutcomeOK)
+	f(`{"jsonrpc":"2.0","id":1,"result":{"isError":true}}`, audit.OutcomeToolError)
+	f(`{"jsonrpc":"2.0","id":1,"error":{"code":-32603}}`, audit.OutcomeProtocolError)
 }
