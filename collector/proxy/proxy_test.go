@@ -28,13 +28,13 @@ import (
 
 // wire is one HTTP exchange as seen at one point of the path.
 type wire struct {
-	seq                      string
-	method, path, query      string
-	reqHeader                http.Header
-	reqBody                  []byte
-	status                   int
-	respHeader               http.Header // for the upstream: only what the handler set
-	respBody                 []byte
+	seq                 string
+	method, path, query string
+	reqHeader           http.Header
+	reqBody             []byte
+	status              int
+	respHeader          http.Header // for the upstream: only what the handler set
+	respBody            []byte
 }
 
 // wireLog gathers exchanges by the X-Test-Seq the client gives each request.
