@@ -22,6 +22,9 @@ commands:
   slo       show the write-durability SLI and the error budget
   config    config validate FILE: check a configuration file
   loadgen   drive a running server with generated traffic and report throughput
+  proxy     relay MCP Streamable HTTP to a server and record its tools/call exchanges
+  wrap      run a stdio MCP server, relay it byte for byte and record its exchanges
+  demo      run simulated servers, agents and a collector; 'demo server' runs one server
   rules     print the Prometheus alert and recording rules
   version   print the version
 
@@ -73,6 +76,12 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = configCommand(args[1:], stdout, stderr)
 	case "rules":
 		err = rulesCommand(args[1:], stdout, stderr)
+	case "proxy":
+		err = proxyCommand(ctx, args[1:], stderr)
+	case "wrap":
+		err = wrapCommand(ctx, args[1:], stdin, stdout, stderr)
+	case "demo":
+		err = demoCommand(ctx, args[1:], stdin, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "mcpaudit", version)
 	case "help", "-h", "--help":
