@@ -13,6 +13,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -170,6 +171,7 @@ type exchange struct {
 	headers     time.Time // when the upstream's headers came
 	upstreamErr error
 	timedOut    atomic.Bool
+	untapped    atomic.Bool // the answer is compressed: the proxy cannot read it
 	stop        context.CancelCauseFunc
 	timer       *time.Timer
 }
@@ -266,6 +268,11 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 		p.rec.EndSession(ex.session, tap.ErrCanceled, time.Now())
 	}
 	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	if enc := resp.Header.Get("Content-Encoding"); enc != "" && !strings.EqualFold(enc, "identity") {
+		// Relayed as it is; the proxy does not decode behind the client.
+		ex.untapped.Store(true)
+		return nil
+	}
 	switch {
 	case resp.Body == nil || resp.Body == http.NoBody:
 	case mt == "text/event-stream":
@@ -307,6 +314,16 @@ func (p *Proxy) finish(r *http.Request, ex *exchange) {
 	}
 	p.metrics.Request(r.Method, status, upstream)
 	if len(ex.keys) == 0 {
+		return
+	}
+	if status == http.StatusAccepted || ex.untapped.Load() {
+		// A POST of requests answered 202 is the 2024-11-05 HTTP+SSE
+		// transport: the answers come on a GET stream this proxy cannot
+		// tie to the session. Recording the calls without them would
+		// report outcomes that nobody lost.
+		for range p.rec.Forget(ex.keys) {
+			p.metrics.Unrecorded(metrics.UnrecordedUnpaired)
+		}
 		return
 	}
 	reason := ""

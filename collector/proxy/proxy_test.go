@@ -627,3 +627,42 @@ func TestProxy_TransportErrors(t *testing.T) {
 		}
 	})
 }
+
+func TestProxy_LegacySSEIsNotRecorded(t *testing.T) {
+	legacy := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusAccepted) // the answer would come on GET /sse
+	})
+	h := newHarness(t, legacy, proxy.NewDefaultConfig())
+	code, _, err := post(context.Background(), h.client, h.front.URL+"/messages?sessionId=abc", "", hangCall)
+	if err != nil || code != http.StatusAccepted {
+		t.Fatalf("%d %v", code, err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if n := len(h.recs()); n != 0 || h.p.Recorder().Len() != 0 {
+		t.Fatalf("%d records, %d pending", n, h.p.Recorder().Len())
+	}
+}
+
+func TestProxy_CompressedAnswerIsNotRecorded(t *testing.T) {
+	gz := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Encoding", "gzip")
+		w.Write([]byte{0x1f, 0x8b, 0, 0})
+	})
+	h := newHarness(t, gz, proxy.NewDefaultConfig())
+	req, _ := http.NewRequest(http.MethodPost, h.front.URL+"/mcp", strings.NewReader(hangCall))
+	req.Header.Set("Accept-Encoding", "gzip") // the client asked for it: no transparent decoding
+	resp, err := h.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !bytes.Equal(b, []byte{0x1f, 0x8b, 0, 0}) {
+		t.Fatalf("body %x reached the client", b)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if n := len(h.recs()); n != 0 || h.p.Recorder().Len() != 0 {
+		t.Fatalf("%d records, %d pending", n, h.p.Recorder().Len())
+	}
+}

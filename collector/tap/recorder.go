@@ -144,6 +144,21 @@ func (r *Recorder) Fail(keys []Key, reason string, at time.Time) int {
 	return len(done)
 }
 
+// Forget drops the requests of keys without recording them, and returns
+// how many were pending: for exchanges whose answers the relay cannot see.
+func (r *Recorder) Forget(keys []Key) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, k := range keys {
+		if _, ok := r.pending[k]; ok {
+			delete(r.pending, k)
+			n++
+		}
+	}
+	return n
+}
+
 // Pending returns how many keys are still waiting for their response.
 func (r *Recorder) Pending(keys []Key) int {
 	r.mu.Lock()

@@ -41,10 +41,11 @@ const (
 const (
 	UnrecordedOversized = "oversized"    // larger than the relay's message bound
 	UnrecordedInvalid   = "invalid_json" // not a JSON-RPC message
+	UnrecordedUnpaired  = "unpaired"     // a call whose answer the relay cannot see
 )
 
 // UnrecordedReasons lists the reasons of ProxyUnrecordedTotal.
-var UnrecordedReasons = []string{UnrecordedOversized, UnrecordedInvalid}
+var UnrecordedReasons = []string{UnrecordedOversized, UnrecordedInvalid, UnrecordedUnpaired}
 
 // Results of ProxyForwardRecordsTotal.
 const (
@@ -200,7 +201,7 @@ func (r *Relay) Unrecorded(reason string) {
 	if r == nil {
 		return
 	}
-	if reason != UnrecordedOversized {
+	if reason != UnrecordedOversized && reason != UnrecordedUnpaired {
 		reason = UnrecordedInvalid
 	}
 	r.unrecorded.WithLabelValues(reason).Inc()
