@@ -115,6 +115,7 @@ func New(cfg Config, emit func(*tap.Record), m *metrics.Relay, log *slog.Logger)
 			// add an Accept-Encoding of its own and decode behind its back.
 			DisableCompression: true,
 		},
+		BufferPool:     bufferPool{},
 		ModifyResponse: p.modifyResponse,
 		ErrorHandler:   p.errorHandler,
 		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
@@ -418,3 +419,12 @@ func (b *tapBody) message(data []byte) {
 }
 
 func (b *tapBody) Close() error { return b.rc.Close() }
+
+// bufferPool reuses the copy buffers of the reverse proxy, which would
+// otherwise allocate 32 KiB per response.
+type bufferPool struct{}
+
+var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+func (bufferPool) Get() []byte  { return *copyBuffers.Get().(*[]byte) }
+func (bufferPool) Put(b []byte) { copyBuffers.Put(&b) }
