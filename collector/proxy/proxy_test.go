@@ -183,6 +183,13 @@ func testServer() *mcp.Server {
 		}
 		return nil, echoOut{Echo: "done " + in.Text}, nil
 	})
+	mcp.AddTool(s, &mcp.Tool{Name: "roots", Description: "asks the client for its roots"}, func(ctx context.Context, req *mcp.CallToolRequest, in echoIn) (*mcp.CallToolResult, echoOut, error) {
+		res, err := req.Session.ListRoots(ctx, nil)
+		if err != nil {
+			return nil, echoOut{}, err
+		}
+		return nil, echoOut{Echo: fmt.Sprintf("%d roots: %s", len(res.Roots), res.Roots[0].URI)}, nil
+	})
 	mcp.AddTool(s, &mcp.Tool{Name: "fail", Description: "fails"}, func(ctx context.Context, req *mcp.CallToolRequest, in echoIn) (*mcp.CallToolResult, any, error) {
 		return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "E_ARGUMENT: no"}},
 			StructuredContent: map[string]any{"error": map[string]any{"code": "E_ARGUMENT", "message": "no"}}}, nil, nil
@@ -393,6 +400,7 @@ func TestProxy_GoSDK(t *testing.T) {
 					progress <- r.Params.Progress
 				},
 			})
+			c.AddRoots(&mcp.Root{URI: "file:///vault", Name: "vault"})
 			cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: h.front.URL + "/mcp?tenant=a", HTTPClient: h.client}, nil)
 			if err != nil {
 				t.Fatal(err)
@@ -413,6 +421,13 @@ func TestProxy_GoSDK(t *testing.T) {
 			if err != nil || !res.IsError {
 				t.Fatalf("fail: %v %+v", err, res)
 			}
+			// A server-to-client request inside a call: its id and its
+			// answer's live in the other direction and must not end or
+			// confuse the call.
+			res, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "roots", Arguments: map[string]any{"text": "r"}})
+			if err != nil || res.IsError || !strings.Contains(res.Content[0].(*mcp.TextContent).Text, "1 roots: file:///vault") {
+				t.Fatalf("roots: %v %+v", err, res)
+			}
 			if err := cs.Close(); err != nil {
 				t.Fatal(err)
 			}
@@ -429,8 +444,16 @@ func TestProxy_GoSDK(t *testing.T) {
 				t.Errorf("only %d exchanges compared", n)
 			}
 			h.checkRecords(t, "agent/0.1", before, after)
-			if len(h.recs()) != 3 {
-				t.Errorf("%d records, want 3", len(h.recs()))
+			var asked, answered bool
+			for _, c := range h.clientLog.all() {
+				asked = asked || bytes.Contains(c.respBody, []byte(`"method":"roots/list"`))
+				answered = answered || bytes.Contains(c.reqBody, []byte(`"roots":[{`))
+			}
+			if !asked || !answered {
+				t.Errorf("the server's roots/list request (%v) or the client's answer (%v) did not cross the proxy", asked, answered)
+			}
+			if len(h.recs()) != 4 {
+				t.Errorf("%d records, want 4", len(h.recs()))
 			}
 		})
 	}
