@@ -241,9 +241,8 @@ func (f *Forwarder) sealLocked() {
 	if f.curN == 0 {
 		os.Remove(open)
 	} else {
-		if err := f.cur.Sync(); err != nil {
-			f.log.Warn("cannot sync buffer segment", "err", err)
-		}
+		// The sender syncs the segment before it sends it: an fsync here
+		// would hold every Add, and so the relayed answers, behind the disk.
 		if err := os.Rename(open, filepath.Join(f.cfg.BufferDir, f.curName+sealedExt)); err != nil {
 			f.log.Error("cannot seal buffer segment", "segment", open, "err", err)
 		}
@@ -344,6 +343,9 @@ func (f *Forwarder) sendOne(ctx context.Context) (time.Duration, bool) {
 		if syscall.Flock(int(fh.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
 			fh.Close()
 			continue
+		}
+		if err := fh.Sync(); err != nil {
+			f.log.Warn("cannot sync buffer segment", "segment", filepath.Base(p), "err", err)
 		}
 		wait, err := f.post(ctx, p, fh)
 		fh.Close()
