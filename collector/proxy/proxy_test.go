@@ -20,6 +20,7 @@ import (
 	mcpgoclient "github.com/mark3labs/mcp-go/client"
 	mcpgotransport "github.com/mark3labs/mcp-go/client/transport"
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
+	mcpgoserver "github.com/mark3labs/mcp-go/server"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpaudit/mcpaudit/collector/proxy"
@@ -687,5 +688,39 @@ func TestProxy_CompressedAnswerIsNotRecorded(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 	if n := len(h.recs()); n != 0 || h.p.Recorder().Len() != 0 {
 		t.Fatalf("%d records, %d pending", n, h.p.Recorder().Len())
+	}
+}
+
+func TestProxy_MCPGoServer(t *testing.T) {
+	for _, stateless := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stateless=%v", stateless), func(t *testing.T) {
+			s := mcpgoserver.NewMCPServer("mcp-go-server", "1", mcpgoserver.WithLogging())
+			s.AddTool(mcpgo.NewTool("echo", mcpgo.WithString("text")), func(ctx context.Context, req mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
+				return mcpgo.NewToolResultText(req.GetString("text", "")), nil
+			})
+			h := newHarness(t, mcpgoserver.NewStreamableHTTPServer(s, mcpgoserver.WithStateLess(stateless)), proxy.NewDefaultConfig())
+			before := time.Now()
+			ctx := context.Background()
+			c := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "0.1"}, nil)
+			cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: h.front.URL + "/mcp", HTTPClient: h.client}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, text := range []string{"a", "b"} {
+				res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": text}})
+				if err != nil || res.Content[0].(*mcp.TextContent).Text != text {
+					t.Fatalf("echo: %v %+v", err, res)
+				}
+			}
+			cs.Close()
+			after := time.Now()
+			if n := h.checkTransparent(t); n < 3 {
+				t.Errorf("only %d exchanges compared", n)
+			}
+			h.checkRecords(t, "agent/0.1", before, after)
+			if len(h.recs()) != 2 {
+				t.Errorf("%d records, want 2", len(h.recs()))
+			}
+		})
 	}
 }
