@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -230,7 +231,7 @@ func newHarness(t *testing.T, upstream http.Handler, cfg proxy.Config) *harness 
 		h.mu.Lock()
 		h.records = append(h.records, r)
 		h.mu.Unlock()
-	}, nil, nil)
+	}, nil, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

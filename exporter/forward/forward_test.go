@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -110,7 +111,7 @@ func newForwarder(t *testing.T, cfg Config) (*Forwarder, *prometheus.Registry) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := New(cfg, m, nil)
+	f, err := New(cfg, m, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
