@@ -11,11 +11,14 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/internal/ratelog"
 )
 
 // Server answers queries from a store.
@@ -29,6 +32,12 @@ type Server struct {
 	Tenants map[string]string
 	// Now is the clock for relative times (tests set it).
 	Now func() time.Time
+	// Log receives rate-limited lines about refused requests (failed
+	// authentication). Nil logs nothing.
+	Log *ratelog.Logger
+	// Status, if set, gives the pipeline's event-time status for
+	// /api/v1/status.
+	Status StatusSource
 }
 
 // New returns a query server over store.
@@ -36,15 +45,52 @@ func New(store audit.Store, sloTarget float64) *Server {
 	return &Server{store: store, SLOTarget: sloTarget, Now: time.Now}
 }
 
-// Handler returns the HTTP handler of /api/v1/.
+// Handler returns the HTTP handler of /api/v1/. Every error, an unknown
+// path (404) and a wrong method (405) included, is answered as Error.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /api/v1/findings", s.findings)
 	mux.HandleFunc("GET /api/v1/writes", s.writes)
 	mux.HandleFunc("GET /api/v1/slo", s.slo)
 	mux.HandleFunc("GET /api/v1/documents/", s.timeline)
-	return mux
+	mux.HandleFunc("GET /api/v1/status", s.status)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, pattern := mux.Handler(r); pattern != "" {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		// No route: the mux answers 404, or 405 with Allow; keep its status
+		// and headers, and say it in JSON.
+		rec := &statusRecorder{header: http.Header{}}
+		mux.ServeHTTP(rec, r)
+		if allow := rec.header.Get("Allow"); allow != "" {
+			w.Header().Set("Allow", allow)
+		}
+		switch rec.status {
+		case http.StatusMethodNotAllowed:
+			writeJSON(w, rec.status, Error{fmt.Sprintf("method %s not allowed on %s; allowed: %s", r.Method, r.URL.Path, rec.header.Get("Allow"))})
+		default:
+			writeJSON(w, http.StatusNotFound, Error{fmt.Sprintf("no endpoint %s; see docs/api.md for the endpoints of API version %s", r.URL.Path, Version)})
+		}
+	})
 }
+
+// Version is the version of the API's schema (docs/api.md). Additive
+// changes (a new field, endpoint or parameter) keep it; a change that can
+// break a client (a field renamed, removed or retyped) moves the paths to
+// /api/v2/.
+const Version = "v1"
+
+// statusRecorder keeps the status and headers of a response and drops its
+// body.
+type statusRecorder struct {
+	header http.Header
+	status int
+}
+
+func (r *statusRecorder) Header() http.Header         { return r.header }
+func (r *statusRecorder) Write(b []byte) (int, error) { return len(b), nil }
+func (r *statusRecorder) WriteHeader(status int)      { r.status = status }
 
 // Error is the body of every error response.
 type Error struct {
@@ -149,17 +195,43 @@ func (s *Server) tenant(r *http.Request) (string, bool, bool) {
 	return t, true, ok
 }
 
-func (s *Server) newParams(w http.ResponseWriter, r *http.Request) (*params, string, bool) {
+// newParams authenticates the request and checks that it names only the
+// parameters in known (and tenant); it answers the request itself and
+// returns false when it may not go on.
+func (s *Server) newParams(w http.ResponseWriter, r *http.Request, known ...string) (*params, string, bool) {
 	tenant, _, ok := s.tenant(r)
 	if !ok {
+		s.Log.Warn("auth_failure", "query API request refused: missing or unknown bearer token",
+			"remote", r.RemoteAddr, "path", r.URL.Path, "has_authorization", r.Header.Get("Authorization") != "")
 		writeJSON(w, http.StatusUnauthorized, Error{"missing or unknown bearer token"})
 		return nil, "", false
 	}
-	return &params{q: r.URL.Query(), now: s.Now()}, tenant, true
+	q := r.URL.Query()
+	var unknown []string
+	for name := range q {
+		if name != "tenant" && !slices.Contains(known, name) {
+			unknown = append(unknown, strconv.Quote(name))
+		}
+	}
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		writeJSON(w, http.StatusBadRequest, Error{fmt.Sprintf("unknown parameter %s; %s takes %s",
+			strings.Join(unknown, ", "), r.URL.Path, strings.Join(known, ", "))})
+		return nil, "", false
+	}
+	return &params{q: q, now: s.Now()}, tenant, true
 }
 
+// Parameters of each endpoint, besides tenant.
+var (
+	findingParams  = []string{"kind", "severity", "server", "document", "key", "session", "since", "until", "limit", "cursor"}
+	writeParams    = []string{"state", "server", "document", "since", "until", "limit", "cursor"}
+	timelineParams = []string{"server", "since", "until", "limit"}
+	sloParams      = []string{"window", "until", "server", "target"}
+)
+
 func (s *Server) findings(w http.ResponseWriter, r *http.Request) {
-	p, tenant, ok := s.newParams(w, r)
+	p, tenant, ok := s.newParams(w, r, findingParams...)
 	if !ok {
 		return
 	}
@@ -200,7 +272,7 @@ func validKind(k audit.Kind) bool {
 }
 
 func (s *Server) writes(w http.ResponseWriter, r *http.Request) {
-	p, tenant, ok := s.newParams(w, r)
+	p, tenant, ok := s.newParams(w, r, writeParams...)
 	if !ok {
 		return
 	}
@@ -253,7 +325,7 @@ func (s *Server) timeline(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, &paramError{"document", "bad escaping"})
 		return
 	}
-	p, tenant, ok := s.newParams(w, r)
+	p, tenant, ok := s.newParams(w, r, timelineParams...)
 	if !ok {
 		return
 	}
@@ -306,7 +378,7 @@ func ComputeSLO(counts map[audit.WriteState]int64, target float64) (sli, budget 
 }
 
 func (s *Server) slo(w http.ResponseWriter, r *http.Request) {
-	p, tenant, ok := s.newParams(w, r)
+	p, tenant, ok := s.newParams(w, r, sloParams...)
 	if !ok {
 		return
 	}

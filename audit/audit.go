@@ -210,75 +210,32 @@ type Failure struct {
 	Message string
 }
 
-// OpKind separates reads, writes and the other operations the detector tracks.
-type OpKind uint8
-
-// Operation kinds.
-const (
-	OpOther OpKind = iota
-	OpRead
-	OpWrite
-	// OpCopyPlan is organizations.planDocumentCopy: it writes nothing to the
-	// destination but its receipts are tracked.
-	OpCopyPlan
-)
-
-// OpStatus is what the response says about one operation.
-type OpStatus uint8
-
-// Operation statuses.
-const (
-	// OpSucceeded: the server answered and accepted the operation.
-	OpSucceeded OpStatus = iota + 1
-	// OpFailed: the server refused it; nothing was applied.
-	OpFailed
-	// OpUncertain: nobody knows whether it was applied.
-	OpUncertain
-)
-
 // Write is one write attempt and the state it reached. The detector emits a
 // Write each time its state changes.
 type Write struct {
-	CallID   string
-	Seq      int // provider call index inside an Oddlynew run; 0 for Thegram
-	Time     time.Time
-	Server   string
-	Tenant   string
-	Session  string
-	Tool     string
-	Document string
-	Key      string
-	State    WriteState
+	CallID   string     `json:"call_id"`
+	Seq      int        `json:"seq"` // provider call index inside an Oddlynew run; 0 for Thegram
+	Time     time.Time  `json:"time"`
+	Server   string     `json:"server"`
+	Tenant   string     `json:"tenant"`
+	Session  string     `json:"session,omitempty"`
+	Tool     string     `json:"tool"`
+	Document string     `json:"document,omitempty"`
+	Key      string     `json:"key,omitempty"`
+	State    WriteState `json:"state"`
 	// Reason is set while pending and for unverified writes.
-	Reason Reason
+	Reason Reason `json:"reason,omitempty"`
 	// Action is the retry action of the call's failure, if it failed.
-	Action RetryAction
+	Action RetryAction `json:"retry_action,omitempty"`
 	// StateTime is the event time at which the state was reached.
-	StateTime time.Time
-}
-
-// CallReport is what the detector learned from one call: its outcome, its
-// failures and the operations inside it. It is handed to sinks once per
-// distinct call.
-type CallReport struct {
-	Call    *Call
-	Outcome Outcome
-	Dialect string
-	// ToolLabel is Call.Tool when the dialect knows the tool, else "other".
-	ToolLabel string
-	// Failure classifies the call as a whole; nil on success.
-	Failure *Failure
-	// OpFailures classifies failed provider calls inside an Oddlynew run.
-	OpFailures []Failure
-	// Writes counts the write attempts in the call.
-	Writes int
+	StateTime time.Time `json:"state_time"`
 }
 
 // Sink receives the detector's output. Calls to a Sink are made from one
 // goroutine at a time, in processing order.
 type Sink interface {
 	// Call is called once for every distinct call processed.
-	Call(r *CallReport)
+	Call(r *Record)
 	// Write is called when a write attempt is first seen and at every later
 	// state change.
 	Write(w *Write, prev WriteState)

@@ -17,20 +17,11 @@ var (
 	ErrBadCursor = errors.New("invalid cursor")
 	// ErrClosed is returned by a store used after Close.
 	ErrClosed = errors.New("store closed")
+	// ErrOverloaded is returned when the service holds as much as it is
+	// configured to (queued calls, open correlation state, memory) and
+	// refuses more for now: nothing of the request was kept. Retryable.
+	ErrOverloaded = errors.New("overloaded")
 )
-
-// CallRecord is a call as stored: the exchange and what its dialect reading
-// (which needs no correlation state) says about it.
-type CallRecord struct {
-	Call *Call
-	// Documents are the targets the call touched (read or written).
-	Documents []string
-	Outcome   Outcome
-	// Tool is the bounded tool label (the tool, or "other").
-	Tool string
-	// Failure is the classification of the call's failure; nil on success.
-	Failure *Failure
-}
 
 // Results is one batch of detector output, committed atomically with the
 // watermark it was produced at: after a restart, calls after Watermark are
@@ -131,17 +122,20 @@ type CountQuery struct {
 // for concurrent use. Every method returns ErrUnavailable (wrapped) when the
 // backend cannot be reached, so that callers can retry.
 type Store interface {
-	// AppendCalls stores calls durably: when it returns nil, every call is
-	// committed and survives a crash. Calls whose ID is already stored are
-	// skipped, so a retried batch never stores a call twice.
-	AppendCalls(ctx context.Context, calls []CallRecord) error
+	// AppendCalls stores calls with their reading durably: when it returns
+	// nil, every call is committed and survives a crash. Calls whose ID is
+	// already stored are skipped, so a retried batch never stores a call
+	// twice; it returns how many were stored for the first time (a store
+	// that cannot tell counts them all).
+	AppendCalls(ctx context.Context, calls []Record) (int, error)
 	// Commit stores detector output and the watermark atomically.
 	Commit(ctx context.Context, r Results) error
 	// Watermark returns the last committed watermark (zero if none).
 	Watermark(ctx context.Context) (time.Time, error)
-	// ScanCalls calls fn with every stored call whose Time >= since, in
-	// time order, to rebuild correlation state after a restart.
-	ScanCalls(ctx context.Context, since time.Time, fn func(*Call) error) error
+	// ScanCalls calls fn with every stored call whose Time >= since, with
+	// its stored reading, in time order, to rebuild correlation state after
+	// a restart.
+	ScanCalls(ctx context.Context, since time.Time, fn func(*Record) error) error
 	// FindingIDs returns the IDs of the findings whose Time >= since.
 	FindingIDs(ctx context.Context, since time.Time) (map[string]bool, error)
 	// Findings returns one page of findings.

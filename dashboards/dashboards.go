@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/grafana/grafana-foundation-sdk/go/cog"
 	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
@@ -33,6 +34,7 @@ func All() ([]dashboard.Dashboard, error) {
 		if err != nil {
 			return nil, fmt.Errorf("cannot build dashboard: %w", err)
 		}
+		layout(&d)
 		// Stable panel ids, in grid order.
 		for i, p := range d.Panels {
 			if p.Panel != nil {
@@ -125,32 +127,44 @@ func traffic() *dashboard.DashboardBuilder {
 }
 
 func slo() *dashboard.DashboardBuilder {
-	ratio := func(by, window string) string { return rules.ErrorRatioExpr(by, serverMatcher, window) }
-	budget := "(1 - $" + VarSLOTarget + ")"
+	// Every SLO query reads the rules' recordings: the rates per job and
+	// server sum over the selected servers, and the target is the one the
+	// alerts were built for (rules.Objective), not a second copy.
+	ratio := func(window time.Duration) string {
+		return fmt.Sprintf("sum(%s)\n/\nsum(%s)",
+			sel(rules.ErrorRate(window), serverMatcher), sel(rules.CountedRate(window), serverMatcher))
+	}
+	budget := "(1 - scalar(" + rules.Objective + "))"
 	b := newBoard(UIDSLO, "mcpaudit / write durability SLO",
-		"The write-durability SLI, (durable + resolved) / (durable + resolved + unverified + double_applied), its error budget and burn rates. The alert rules use the same windows.",
+		"The write-durability SLI, (durable + resolved) / (durable + resolved + unverified + double_applied), its error budget and burn rates, from the recording rules of deploy/prometheus/rules.yaml; the target is the one the rules were generated for.",
 		"slo").
-		WithVariable(textVar(VarSLOTarget, "SLO target", "Write-durability objective, a fraction (0.999 is 99.9%).",
-			fmt.Sprint(rules.DefaultSLOTarget))).
+		WithPanel(single("SLO target",
+			"The write-durability objective the recording and alerting rules were generated for (mcpaudit rules --slo-target). Empty when the rules are not loaded.",
+			units.PercentUnit,
+			instant(rules.Objective)).Span(4)).
 		WithPanel(single("SLI, 30 days",
 			"Share of the writes counted by the SLI that ended durable or resolved over the last 30 days.",
 			units.PercentUnit,
-			instant("1 - (\n"+ratio("", "30d")+"\n)"))).
+			instant("1 - (\n"+ratio(30*24*time.Hour)+"\n)")).Span(4)).
 		WithPanel(single("Error budget left, 30 days",
 			"Share of the 30-day error budget (1 - target) not yet spent. Below zero, the SLO is missed.",
 			units.PercentUnit,
-			instant("1 - (\n"+ratio("", "30d")+"\n) / "+budget))).
+			instant("1 - (\n"+ratio(30*24*time.Hour)+"\n) / "+budget)).Span(4)).
 		WithPanel(single("Burn rate, 1 hour",
 			"How fast the error budget is spent over the last hour: 1 spends exactly the budget in 30 days; the fast-burn page fires above 14.4.",
 			units.NoUnit,
-			instant("(\n"+ratio("", "1h")+"\n) / "+budget))).
+			instant("(\n"+ratio(time.Hour)+"\n) / "+budget)).Span(4)).
 		WithPanel(single("Burn rate, 6 hours",
 			"How fast the error budget is spent over the last 6 hours; the medium-burn page fires above 6.",
 			units.NoUnit,
-			instant("(\n"+ratio("", "6h")+"\n) / "+budget)))
+			instant("(\n"+ratio(6*time.Hour)+"\n) / "+budget)).Span(4)).
+		WithPanel(single("Burn rate, 3 days",
+			"How fast the error budget is spent over the last 3 days; the slow-burn ticket fires above 1.",
+			units.NoUnit,
+			instant("(\n"+ratio(3*24*time.Hour)+"\n) / "+budget)).Span(4))
 	var burns []*prometheus.DataqueryBuilder
-	for _, w := range []string{"5m", "1h", "6h", "3d"} {
-		burns = append(burns, query("(\n"+ratio("", w)+"\n) / "+budget, w))
+	for _, w := range []time.Duration{5 * time.Minute, time.Hour, 6 * time.Hour, 3 * 24 * time.Hour} {
+		burns = append(burns, query("(\n"+ratio(w)+"\n) / "+budget, rules.Duration(w)))
 	}
 	return b.
 		WithPanel(graph("Burn rate by window",
@@ -159,7 +173,7 @@ func slo() *dashboard.DashboardBuilder {
 		WithPanel(graph("SLI by server, 1 hour",
 			"The SLI over a sliding hour, per server.",
 			units.PercentUnit,
-			query("1 - (\n"+ratio(metrics.LabelServer, "1h")+"\n)", "{{server}}"))).
+			query("1 - "+sel(rules.ErrorRatio(rules.LevelServer, time.Hour), serverMatcher), "{{server}}"))).
 		WithPanel(graph("Writes counted by the SLI",
 			"Writes per second in each state the SLI counts; rejected and pending writes are outside it.",
 			units.OpsPerSecond,
@@ -201,7 +215,7 @@ func failures() *dashboard.DashboardBuilder {
 			query(fmt.Sprintf("sum by (%s, %s) (rate(%s[%s]))\n/ on (%s) group_left\nsum by (%s) (rate(%s[%s]))",
 				metrics.LabelServer, metrics.LabelKind,
 				sel(metrics.FindingsTotal, serverMatcher, fmt.Sprintf(`%s=~"%s"`, metrics.LabelKind, retryKinds)), rate,
-				metrics.LabelServer, metrics.LabelServer, sel(metrics.ToolCallsTotal, serverMatcher), rate), "{{server}} {{kind}}"))).
+				metrics.LabelServer, metrics.LabelServer, sel(metrics.ToolCallsTotal, serverMatcher), rate), "{{server}} {{kind}}")).Span(GridWidth)).
 		WithPanel(grid("Failing tools",
 			"The 20 server, tool, code and retry action combinations with the most failures over the dashboard's time range.",
 			units.Short,
@@ -257,19 +271,23 @@ func findings() *dashboard.DashboardBuilder {
 			"New findings in each interval, by severity: critical pages, warning goes to the work queue, info is context.",
 			units.Short,
 			query(fmt.Sprintf("sum by (%s) (increase(%s[%s]))", metrics.LabelSeverity, sel(fd, serverMatcher), rate), "{{severity}}"))).
-		WithPanel(table)
+		WithPanel(table).
+		WithPanel(grid("Age of the newest finding",
+			"Wall-clock time since the event time of the newest finding of each server and kind. The critical finding alerts fire only while it is below the rules' finding_max_age (2h by default): findings about the past, from an old capture, do not page.",
+			units.Seconds,
+			rows(fmt.Sprintf("time() - max by (%s, %s) (%s)", metrics.LabelServer, metrics.LabelKind,
+				sel(metrics.FindingLastEventTimestampSeconds, serverMatcher)))))
 }
 
 func collector() *dashboard.DashboardBuilder {
 	return newBoard(UIDCollector, "mcpaudit / collector health",
-		"The mcpaudit service itself: ingestion by source, rejections, pending writes, store latency, Go runtime and process.").
-		WithVariable(jobVar()).
+		"The mcpaudit service itself: ingestion by source, rejections, pending writes, store latency, versions, Go runtime and process.").
 		WithPanel(single("Targets up",
 			"mcpaudit targets that Prometheus scraped successfully at the last scrape, out of those it knows.",
 			units.Short,
 			instant(fmt.Sprintf("sum(up{%s})", jobMatcher)))).
 		WithPanel(single("Records ingested",
-			"Records (call records or spans) accepted over the dashboard's time range.",
+			"Records (call records or spans) stored for the first time over the dashboard's time range; duplicates, rejected and ignored records are not counted.",
 			units.Short,
 			instant(fmt.Sprintf(`sum(increase(%s[$__range]))`, sel(metrics.IngestRecordsTotal, jobMatcher, metrics.LabelResult+`="`+metrics.ResultAccepted+`"`))))).
 		WithPanel(single("Records rejected",
@@ -281,7 +299,7 @@ func collector() *dashboard.DashboardBuilder {
 			units.Short,
 			instant(fmt.Sprintf("sum(%s)", sel(metrics.WritesPending, serverMatcher))))).
 		WithPanel(graph("Ingested records",
-			"Records per second by source and result: accepted, rejected, or duplicate (an exchange already seen through another carrier).",
+			"Records per second by source and result, each record under one: accepted (stored for the first time), duplicate (an exchange already seen: a re-sent batch or another carrier), rejected, or ignored (not an MCP tools/call).",
 			units.OpsPerSecond,
 			query(fmt.Sprintf("sum by (%s, %s) (rate(%s[%s]))", metrics.LabelSource, metrics.LabelResult,
 				sel(metrics.IngestRecordsTotal, jobMatcher), rate), "{{source}} {{result}}"))).
@@ -299,9 +317,26 @@ func collector() *dashboard.DashboardBuilder {
 			units.Seconds,
 			quantiles(metrics.StoreCommitSeconds, "", jobMatcher)...)).
 		WithPanel(graph("Ingest to finding latency",
-			"Wall time from the acknowledgement of the call that completed a finding to the finding. The lateness bound holds calls back for reordering and dominates it.",
+			"Wall time from the acknowledgement of the call that completed a finding to the finding. A call waits until its partition's watermark passes it: its slowest active source, less the lateness bound.",
 			units.Seconds,
 			quantiles(metrics.FindingLatencySeconds, "", jobMatcher)...)).
+		WithPanel(graph("Event time behind the wall clock",
+			"How far behind the wall clock the event time judged so far (the watermark) is, per server, and how far its most lagging active and idle sources are: the active one holds its partitions back (mcpaudit status names it). Traffic replayed from the past shows its age.",
+			units.Seconds,
+			query(fmt.Sprintf("max by (%s) (%s)", metrics.LabelServer, sel(metrics.PipelineWatermarkLagSeconds, serverMatcher)), "{{server}} watermark"),
+			query(fmt.Sprintf("max by (%s, %s) (%s)", metrics.LabelServer, metrics.LabelState, sel(metrics.PipelineSourceLagSeconds, serverMatcher)), "{{server}} slowest {{state}} source"))).
+		WithPanel(graph("Sources and waiting calls",
+			"Sources (OTLP resources, call-record posters) by state, active ones holding their partitions' watermarks; and the calls waiting for a watermark.",
+			units.Short,
+			query(fmt.Sprintf("sum by (%s) (%s)", metrics.LabelState, sel(metrics.PipelineSources, jobMatcher)), "{{state}} sources"),
+			query(fmt.Sprintf("sum(%s)", sel(metrics.PipelineBufferedCalls, jobMatcher)), "waiting calls"))).
+		WithPanel(graph("Late and clock-ahead calls",
+			"Calls per second that arrived behind their partition's watermark (judged late, or too late: stored, not judged) and calls dated ahead of the collector's clock beyond the allowed skew.",
+			units.OpsPerSecond,
+			query(fmt.Sprintf("sum by (%s, %s) (rate(%s[%s]))", metrics.LabelServer, metrics.LabelResult,
+				sel(metrics.PipelineLateCallsTotal, serverMatcher), rate), "{{server}} late {{result}}"),
+			query(fmt.Sprintf("sum by (%s) (rate(%s[%s]))", metrics.LabelServer,
+				sel(metrics.PipelineClockAheadCallsTotal, serverMatcher), rate), "{{server}} clock ahead"))).
 		WithPanel(graph("CPU",
 			"CPU time used per second (1 is one full core).",
 			units.PercentUnit,
@@ -316,6 +351,11 @@ func collector() *dashboard.DashboardBuilder {
 			units.Short,
 			query(fmt.Sprintf("go_goroutines{%s}", jobMatcher), "{{instance}} goroutines"),
 			query(fmt.Sprintf("process_open_fds{%s}", jobMatcher), "{{instance}} open fds"))).
+		WithPanel(grid("Versions",
+			"The version, commit and Go version of each running mcpaudit (mcpaudit_build_info; mcpaudit version prints the same).",
+			units.Short,
+			rows(fmt.Sprintf("max by (instance, %s, %s, %s) (%s)", metrics.LabelVersion, metrics.LabelRevision, metrics.LabelGoVersion,
+				sel(metrics.BuildInfo, jobMatcher))))).
 		WithPanel(graph("GC pause",
 			"Average duration of a Go garbage-collection pause.",
 			units.Seconds,

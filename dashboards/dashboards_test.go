@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/mcpaudit/mcpaudit/dashboards"
 	"github.com/mcpaudit/mcpaudit/exporter/metrics"
+	"github.com/mcpaudit/mcpaudit/rules"
 )
 
 const dir = "../deploy/grafana/dashboards"
@@ -30,7 +32,6 @@ var vars = map[string]string{
 	"__range":                "6h",
 	dashboards.VarServer:     ".*",
 	dashboards.VarJob:        "mcpaudit",
-	dashboards.VarSLOTarget:  "0.999",
 	dashboards.VarDatasource: "prometheus",
 }
 
@@ -203,10 +204,17 @@ func TestDashboards(t *testing.T) {
 }
 
 // known reports whether a dashboard may read a metric: the exporter's, the
-// Go and process collectors', and up.
+// recordings of the rules, the Go and process collectors', and up.
 func known(name string) bool {
-	return slices.Contains(metrics.SeriesNames(), name) || name == "up" ||
-		strings.HasPrefix(name, "go_") || strings.HasPrefix(name, "process_")
+	if slices.Contains(metrics.SeriesNames(), name) || name == "up" ||
+		strings.HasPrefix(name, "go_") || strings.HasPrefix(name, "process_") {
+		return true
+	}
+	f, err := rules.Build(rules.DefaultOptions())
+	if err != nil {
+		return false
+	}
+	return slices.ContainsFunc(f.Records(), func(r rules.Rule) bool { return r.Record == name })
 }
 
 func TestQueries(t *testing.T) {
@@ -307,4 +315,126 @@ func readYAML(t *testing.T, path string, v any) {
 	if err := dec.Decode(v); err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
+}
+
+// TestGeometry: every panel lies inside the 24-column grid and no two
+// panels overlap.
+func TestGeometry(t *testing.T) {
+	for name, b := range render(t) {
+		var d struct {
+			Panels []struct {
+				Title   string `json:"title"`
+				GridPos struct {
+					X, Y, W, H int
+				} `json:"gridPos"`
+			} `json:"panels"`
+		}
+		if err := json.Unmarshal(b, &d); err != nil {
+			t.Fatal(err)
+		}
+		ps := d.Panels
+		for i, p := range ps {
+			g := p.GridPos
+			if g.W <= 0 || g.H <= 0 || g.X < 0 || g.Y < 0 || g.X+g.W > dashboards.GridWidth {
+				t.Errorf("%s / %s: gridPos %+v is outside the %d-column grid", name, p.Title, g, dashboards.GridWidth)
+			}
+			for _, q := range ps[:i] {
+				h := q.GridPos
+				if g.X < h.X+h.W && h.X < g.X+g.W && g.Y < h.Y+h.H && h.Y < g.Y+g.H {
+					t.Errorf("%s: %q %+v overlaps %q %+v", name, p.Title, g, q.Title, h)
+				}
+			}
+		}
+	}
+}
+
+// TestJobEverywhere: every dashboard has the job variable and every query of
+// an mcpaudit series is limited to that job, except the SLO target, a
+// recording without a job label.
+func TestJobEverywhere(t *testing.T) {
+	for name, b := range render(t) {
+		var d dashboardJSON
+		if err := json.Unmarshal(b, &d); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.ContainsFunc(d.Templating.List, func(v struct {
+			Type string `json:"type"`
+			Name string `json:"name"`
+		}) bool {
+			return v.Name == dashboards.VarJob
+		}) {
+			t.Errorf("%s: no $%s variable", name, dashboards.VarJob)
+		}
+		qs, err := dashboards.Queries(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range qs {
+			if q.Expr == rules.Objective {
+				continue
+			}
+			if !strings.Contains(q.Expr, `job="$job"`) {
+				t.Errorf("%s / %s: query not limited to $job: %s", name, q.Panel, q.Expr)
+			}
+		}
+	}
+}
+
+// fixedRange matches a range selector with a fixed duration ([30d], [1h]):
+// dashboards use $__rate_interval and $__range, and read long windows from
+// the recording rules.
+var fixedRange = regexp.MustCompile(`\[\d+[smhdwy]\]`)
+
+// TestSLOFromRecordings: the SLO panels read the recording rules and the
+// rules' target, not rate() over 30 days and a second target.
+func TestSLOFromRecordings(t *testing.T) {
+	files := render(t)
+	for name, b := range files {
+		qs, err := dashboards.Queries(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range qs {
+			if fixedRange.MatchString(q.Expr) {
+				t.Errorf("%s / %s: a fixed range instead of a recording: %s", name, q.Panel, q.Expr)
+			}
+			if strings.Contains(q.Expr, "slo_target") {
+				t.Errorf("%s / %s: a target of its own: %s", name, q.Panel, q.Expr)
+			}
+		}
+	}
+	qs, err := dashboards.Queries(files[dashboards.UIDSLO+".json"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	records := map[string]bool{}
+	for _, r := range mustRules(t).Records() {
+		records[r.Record] = true
+	}
+	p := parser.NewParser(parser.Options{})
+	for _, q := range qs {
+		if q.Panel == "Writes counted by the SLI" || q.Panel == "Verification latency" {
+			continue // per-second rates over the graph's own interval
+		}
+		e, err := p.ParseExpr(dashboards.Expand(q.Expr, vars))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range parser.ExtractSelectors(e) {
+			for _, m := range s {
+				if m.Name == "__name__" && !records[m.Value] {
+					t.Errorf("SLO / %s reads %s, which is not a recording rule", q.Panel, m.Value)
+				}
+			}
+		}
+	}
+}
+
+func mustRules(t *testing.T) *rules.File {
+	t.Helper()
+	f, err := rules.Build(rules.DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
 }

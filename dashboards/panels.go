@@ -22,7 +22,6 @@ const (
 	VarDatasource  = "datasource"   // the Prometheus data source
 	VarServer      = "server"       // MCP servers, multi-select
 	VarJob         = "job"          // the Prometheus job of mcpaudit
-	VarSLOTarget   = "slo_target"   // the write-durability objective
 	VarMCPAuditURL = "mcpaudit_url" // base URL of the mcpaudit API, as the browser reaches it
 )
 
@@ -39,11 +38,12 @@ var ds = common.DataSourceRef{Type: cog.ToPtr("prometheus"), Uid: cog.ToPtr("${"
 // rate is the range of per-second rates on graphs.
 const rate = "$__rate_interval"
 
-// serverMatcher restricts a selector to the selected servers.
-var serverMatcher = fmt.Sprintf(`%s=~"$%s"`, metrics.LabelServer, VarServer)
-
 // jobMatcher restricts a selector to the mcpaudit job.
 var jobMatcher = fmt.Sprintf(`job="$%s"`, VarJob)
+
+// serverMatcher restricts a selector to the mcpaudit job and the selected
+// servers.
+var serverMatcher = jobMatcher + "," + fmt.Sprintf(`%s=~"$%s"`, metrics.LabelServer, VarServer)
 
 // sel renders a selector: the metric with its label matchers.
 func sel(metric string, matchers ...string) string {
@@ -151,7 +151,7 @@ func serverVar() *dashboard.QueryVariableBuilder {
 		Label("Server").
 		Description("MCP servers, as named in the mcpaudit configuration.").
 		Datasource(ds).
-		Query(dashboard.StringOrMap{String: cog.ToPtr(fmt.Sprintf("label_values(%s, %s)", metrics.ToolCallsTotal, metrics.LabelServer))}).
+		Query(dashboard.StringOrMap{String: cog.ToPtr(fmt.Sprintf("label_values(%s{%s}, %s)", metrics.ToolCallsTotal, jobMatcher, metrics.LabelServer))}).
 		Refresh(dashboard.VariableRefreshOnTimeRangeChanged).
 		Sort(dashboard.VariableSortAlphabeticalAsc).
 		Multi(true).IncludeAll(true).AllValue(".*").
@@ -188,5 +188,31 @@ func newBoard(uid, title, description string, extraTags ...string) *dashboard.Da
 			Type(dashboard.DashboardLinkTypeDashboards).Tags([]string{"mcpaudit"}).
 			AsDropdown(true).IncludeVars(true).KeepTime(true)).
 		WithVariable(datasourceVar()).
+		WithVariable(jobVar()).
 		WithVariable(serverVar())
+}
+
+// GridWidth is the width of Grafana's dashboard grid.
+const GridWidth = 24
+
+// layout places the panels of d left to right in their order, each row as
+// high as its highest panel, starting a new row when a panel would pass
+// the grid's width: the SDK's own placement does not wrap a wide panel.
+func layout(d *dashboard.Dashboard) {
+	var x, y, rowHeight uint32
+	for _, p := range d.Panels {
+		if p.Panel == nil || p.Panel.GridPos == nil {
+			continue
+		}
+		g := p.Panel.GridPos
+		if g.W > GridWidth {
+			g.W = GridWidth
+		}
+		if x+g.W > GridWidth {
+			x, y, rowHeight = 0, y+rowHeight, 0
+		}
+		g.X, g.Y = x, y
+		x += g.W
+		rowHeight = max(rowHeight, g.H)
+	}
 }

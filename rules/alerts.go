@@ -73,6 +73,15 @@ func newFindings(kind audit.Kind, window time.Duration) string {
 		metrics.LabelServer, sel, sel, w, sel, w)
 }
 
+// recent keeps the servers whose newest finding of kind has an event time
+// within the last maxAge of the wall clock: the finding alerts are about now,
+// not about findings of the past that reach the collector now.
+func recent(kind audit.Kind, maxAge time.Duration) string {
+	return fmt.Sprintf("and on (%s)\n(time() - max by (%s) (%s{%s=\"%s\"}) < %s)",
+		metrics.LabelServer, metrics.LabelServer, metrics.FindingLastEventTimestampSeconds, metrics.LabelKind, kind,
+		number(maxAge.Seconds()))
+}
+
 func (b *builder) findingAlerts() []Rule {
 	immediate := []struct {
 		name    string
@@ -94,7 +103,7 @@ func (b *builder) findingAlerts() []Rule {
 	for _, a := range immediate {
 		out = append(out, b.rule(alert{
 			name:     a.name,
-			expr:     newFindings(a.kind, eventWindow) + " > 0",
+			expr:     newFindings(a.kind, eventWindow) + " > 0\n" + recent(a.kind, b.o.FindingMaxAge),
 			severity: SeverityCritical,
 			summary:  a.summary,
 			description: "Server {{ $labels.server }} produced {{ $value | humanize }} " +
@@ -143,7 +152,7 @@ func (b *builder) clientAlerts() []Rule {
 	return []Rule{
 		b.rule(alert{
 			name:     "McpAuditUnsafeRetries",
-			expr:     newFindings(audit.KindUnsafeRetry, time.Hour) + " > 0",
+			expr:     newFindings(audit.KindUnsafeRetry, time.Hour) + " > 0\n" + recent(audit.KindUnsafeRetry, b.o.FindingMaxAge),
 			for_:     5 * time.Minute,
 			severity: SeverityWarning,
 			summary:  "Clients re-send uncertain writes without the safe step.",
@@ -181,14 +190,28 @@ func (b *builder) collectorAlerts() []Rule {
 	return []Rule{
 		b.rule(alert{
 			name: "McpAuditIngestRejections",
-			expr: fmt.Sprintf("sum by (%s, %s) (rate(%s[10m]))\n/ on (%s) group_left\nsum by (%s) (rate(%s[10m]))\n> %s",
+			// The denominator is every MCP record received: the results are
+			// disjoint, and ignored records (spans of other operations) would
+			// dilute the ratio of a source that forwards all its traces.
+			expr: fmt.Sprintf("sum by (%s, %s) (rate(%s[10m]))\n/ on (%s) group_left\nsum by (%s) (rate(%s{%s!=\"%s\"}[10m]))\n> %s",
 				metrics.LabelSource, metrics.LabelReason, metrics.IngestRejectedTotal, metrics.LabelSource,
-				metrics.LabelSource, metrics.IngestRecordsTotal, number(b.o.IngestRejectRatio)),
+				metrics.LabelSource, metrics.IngestRecordsTotal, metrics.LabelResult, metrics.ResultIgnored, number(b.o.IngestRejectRatio)),
 			for_:     10 * time.Minute,
 			severity: SeverityWarning,
 			summary:  "The collector rejects incoming records.",
-			description: "{{ $value | humanizePercentage }} of the records received over {{ $labels.source }} in the last " +
+			description: "{{ $value | humanizePercentage }} of the MCP records received over {{ $labels.source }} in the last " +
 				"10m were rejected as {{ $labels.reason }}: those calls are not audited.",
+		}),
+		b.rule(alert{
+			name: "McpAuditSourceLagging",
+			expr: fmt.Sprintf("max by (%s, %s) (%s{%s=\"%s\"}) > %s", "job", metrics.LabelServer, metrics.PipelineSourceLagSeconds,
+				metrics.LabelState, metrics.SourceActive, number(b.o.SourceLag.Seconds())),
+			for_:     10 * time.Minute,
+			severity: SeverityWarning,
+			summary:  "An exporter or poster of MCP calls is far behind the wall clock.",
+			description: "The most lagging active source feeding {{ $labels.server }} has delivered calls only up to " +
+				"{{ $value | humanizeDuration }} ago: the findings of its partitions wait for it. " +
+				"mcpaudit status (or /api/v1/status) names the source.",
 		}),
 		b.rule(alert{
 			name:     "McpAuditCollectorDown",

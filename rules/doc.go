@@ -11,4 +11,4 @@
 // per alert.
 package rules
 
-//go:generate go run ./gen -o ../deploy/prometheus/rules.yaml
+//go:generate go run ./gen -o ../deploy/prometheus/rules.yaml -prometheusrule ../deploy/kubernetes/prometheusrule.yaml

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -47,6 +49,17 @@ type Options struct {
 	// IngestRejectRatio is the fraction of one source's records that may be
 	// rejected for one reason before McpAuditIngestRejections. Default 0.01.
 	IngestRejectRatio float64
+	// SourceLag is how far behind the wall clock the most lagging active
+	// source of a server may run before McpAuditSourceLagging: its
+	// partitions' findings wait that long. Default 5m.
+	SourceLag time.Duration
+	// FindingMaxAge is how old, in event time against the wall clock, the
+	// newest finding of a kind may be for its immediate alert to fire: a
+	// finding about the past (an old capture loaded into the collector) does
+	// not page. Keep it above detect.correlation_window plus
+	// detect.lateness, the longest a finding's evidence can take to
+	// complete. Default 2h.
+	FindingMaxAge time.Duration
 	// ForOverride, when positive, replaces every non-zero for: duration. It
 	// exists for end-to-end tests against a real Prometheus. Default 0 (off).
 	ForOverride time.Duration
@@ -62,6 +75,8 @@ func DefaultOptions() Options {
 		WastedRetryRatio:        0.05,
 		UncertainRatio:          0.01,
 		IngestRejectRatio:       0.01,
+		SourceLag:               5 * time.Minute,
+		FindingMaxAge:           2 * time.Hour,
 	}
 }
 
@@ -89,14 +104,51 @@ func (o Options) withDefaults() Options {
 	if o.IngestRejectRatio == 0 {
 		o.IngestRejectRatio = d.IngestRejectRatio
 	}
+	if o.FindingMaxAge == 0 {
+		o.FindingMaxAge = d.FindingMaxAge
+	}
+	if o.SourceLag == 0 {
+		o.SourceLag = d.SourceLag
+	}
 	return o
+}
+
+// MaxSLOTarget is the highest SLO target the rules accept: above it the
+// error budget is below one write in a million, and the fast-burn threshold
+// (14.4 times the budget over 5 minutes) pages on any single failed write of
+// all but the busiest servers: the alert no longer measures a burn rate.
+const MaxSLOTarget = 0.999999
+
+// ValidateSLOTarget says why target cannot be a write-durability objective:
+// it must be a fraction below MaxSLOTarget, and high enough that every
+// burn-rate threshold is below an error ratio of 1, or that alert could
+// never fire.
+func ValidateSLOTarget(target float64) error {
+	if math.IsNaN(target) || !(target > 0 && target < 1) {
+		return fmt.Errorf("%v is not a fraction between 0 and 1 (0.999 is 99.9%%)", target)
+	}
+	if target > MaxSLOTarget {
+		return fmt.Errorf("%v leaves an error budget of %.3g, below one write in a million: the burn-rate thresholds "+
+			"(%s times the budget) would page on any single failed write; use at most %v", target, 1-target, number(burns[0].factor), MaxSLOTarget)
+	}
+	for _, br := range burns {
+		if br.factor*(1-target) >= 1 {
+			return fmt.Errorf("%v is too low: %s needs an error ratio above %s × %.3g = %.3g, more than every write, "+
+				"so it could never fire; use a target above %.6g", target, br.name, number(br.factor), 1-target,
+				br.factor*(1-target), 1-1/br.factor)
+		}
+	}
+	return nil
 }
 
 // Validate reports every invalid option, each with its name.
 func (o Options) Validate() error {
 	var errs []error
-	if !(o.SLOTarget > 0 && o.SLOTarget < 1) {
-		errs = append(errs, fmt.Errorf("slo_target: %v is not in (0, 1)", o.SLOTarget))
+	if err := ValidateSLOTarget(o.SLOTarget); err != nil {
+		errs = append(errs, fmt.Errorf("slo_target: %w", err))
+	}
+	if u, err := url.Parse(o.RunbookURL); err != nil || u.Scheme == "" || u.Host == "" || u.Fragment != "" {
+		errs = append(errs, fmt.Errorf("runbook_url: want an absolute URL without a #fragment, not %q", o.RunbookURL))
 	}
 	if o.Job == "" || strings.ContainsAny(o.Job, "\"\\\n") {
 		errs = append(errs, fmt.Errorf("job: %q is empty or holds a quote, backslash or newline", o.Job))
@@ -113,6 +165,12 @@ func (o Options) Validate() error {
 		if !(f.v > 0) {
 			errs = append(errs, fmt.Errorf("%s: %v is not positive", f.name, f.v))
 		}
+	}
+	if o.FindingMaxAge < 0 {
+		errs = append(errs, fmt.Errorf("finding_max_age: %v is negative", o.FindingMaxAge))
+	}
+	if o.SourceLag < 0 {
+		errs = append(errs, fmt.Errorf("source_lag: %v is negative", o.SourceLag))
 	}
 	if o.ForOverride < 0 {
 		errs = append(errs, fmt.Errorf("for_override: %v is negative", o.ForOverride))
@@ -186,6 +244,32 @@ func (f *File) Marshal() ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// PrometheusRule renders f as a Prometheus Operator PrometheusRule named
+// name: the same groups as Marshal, under spec.
+func (f *File) PrometheusRule(name string) ([]byte, error) {
+	type metadata struct {
+		Name   string            `yaml:"name"`
+		Labels map[string]string `yaml:"labels"`
+	}
+	doc := struct {
+		APIVersion string   `yaml:"apiVersion"`
+		Kind       string   `yaml:"kind"`
+		Metadata   metadata `yaml:"metadata"`
+		Spec       *File    `yaml:"spec"`
+	}{"monitoring.coreos.com/v1", "PrometheusRule", metadata{name, map[string]string{"app.kubernetes.io/name": name}}, f}
+	var buf bytes.Buffer
+	buf.WriteString(strings.Replace(header, "DO NOT EDIT.", "The groups are deploy/prometheus/rules.yaml's. DO NOT EDIT.", 1))
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(doc); err != nil {
+		return nil, fmt.Errorf("cannot encode rules: %w", err)
+	}
+	if err := enc.Close(); err != nil {
+		return nil, fmt.Errorf("cannot encode rules: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
 // Render builds the rules for o and renders them as YAML.
 func Render(o Options) ([]byte, error) {
 	f, err := Build(o)
@@ -204,7 +288,7 @@ func Build(o Options) (*File, error) {
 	}
 	b := &builder{o: o}
 	return &File{Groups: []Group{
-		{Name: "mcpaudit-write-durability-sli", Rules: sliRules()},
+		{Name: "mcpaudit-write-durability-sli", Rules: sliRules(o.SLOTarget)},
 		{Name: "mcpaudit-write-durability-slo", Rules: b.sloAlerts()},
 		{Name: "mcpaudit-findings", Rules: b.findingAlerts()},
 		{Name: "mcpaudit-writes", Rules: b.writeAlerts()},
@@ -264,10 +348,11 @@ func Duration(d time.Duration) string {
 
 // percent renders a fraction as a percentage for annotations: 0.999 → "99.9%".
 func percent(f float64) string {
-	return strconv.FormatFloat(f*100, 'g', 6, 64) + "%"
+	return strconv.FormatFloat(f*100, 'g', 10, 64) + "%"
 }
 
-// number renders a float for PromQL without exponent noise.
+// number renders a float for PromQL: exactly (0.9999999 stays 0.9999999),
+// without exponent noise for the values rules use.
 func number(f float64) string {
-	return strconv.FormatFloat(f, 'g', 6, 64)
+	return strconv.FormatFloat(f, 'g', -1, 64)
 }

@@ -47,6 +47,22 @@ func TestGeneratedInSync(t *testing.T) {
 	}
 }
 
+// TestPrometheusRuleInSync: the Kubernetes PrometheusRule is generated from
+// the same rules.
+func TestPrometheusRuleInSync(t *testing.T) {
+	want, err := build(t, rules.DefaultOptions()).PrometheusRule("mcpaudit")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile("../deploy/kubernetes/prometheusrule.yaml")
+	if err != nil {
+		t.Fatalf("%v: run go generate ./rules", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("deploy/kubernetes/prometheusrule.yaml differs from what rules.Build renders: run go generate ./rules (or make generate)")
+	}
+}
+
 func TestPromtoolCheckRules(t *testing.T) {
 	promtool := promtest.Binary(t, "promtool")
 	out, err := exec.Command(promtool, "check", "rules", rulesFile).CombinedOutput()
@@ -265,4 +281,80 @@ func TestDuration(t *testing.T) {
 	f(30*24*time.Hour, "30d")
 	f(1500*time.Millisecond, "1500ms")
 	f(0, "0s")
+}
+
+func TestValidateSLOTarget(t *testing.T) {
+	f := func(target float64, wantErr string) {
+		t.Helper()
+		err := rules.ValidateSLOTarget(target)
+		switch {
+		case wantErr == "" && err != nil:
+			t.Errorf("ValidateSLOTarget(%v) = %v, want nil", target, err)
+		case wantErr != "" && (err == nil || !strings.Contains(err.Error(), wantErr)):
+			t.Errorf("ValidateSLOTarget(%v) = %v, want an error saying %q", target, err, wantErr)
+		}
+	}
+	f(0.999, "")
+	f(0.99, "")
+	f(0.95, "")
+	f(0.9999, "")
+	f(0.999999, "")
+	f(0, "not a fraction between 0 and 1")
+	f(1, "not a fraction between 0 and 1")
+	f(-0.5, "not a fraction between 0 and 1")
+	f(99.9, "not a fraction between 0 and 1")
+	f(0.9999999, "below one write in a million")
+	f(0.9, "McpAuditWriteErrorBudgetBurnFast needs an error ratio above 14.4")
+	f(0.93, "could never fire")
+}
+
+// TestRender_TargetExact: a target with many nines is written as given, not
+// rounded to 1, so no threshold degenerates to zero.
+func TestRender_TargetExact(t *testing.T) {
+	o := rules.DefaultOptions()
+	o.SLOTarget = 0.99999
+	f := build(t, o)
+	for _, r := range f.Records() {
+		if r.Record == rules.Objective && r.Expr != "vector(0.99999)" {
+			t.Errorf("objective %q", r.Expr)
+		}
+	}
+	for _, a := range f.Alerts() {
+		if strings.Contains(a.Expr, "(1 - 1)") {
+			t.Errorf("%s: degenerate threshold in %s", a.Alert, a.Expr)
+		}
+		if strings.HasPrefix(a.Alert, "McpAuditWriteErrorBudget") && !strings.Contains(a.Expr, "(1 - 0.99999)") {
+			t.Errorf("%s: target not written exactly: %s", a.Alert, a.Expr)
+		}
+		if d := a.Annotations["description"]; strings.HasPrefix(a.Alert, "McpAuditWriteErrorBudget") && !strings.Contains(d, "99.999%") {
+			t.Errorf("%s: description %q lacks 99.999%%", a.Alert, d)
+		}
+	}
+	o.RunbookURL = "https://wiki.example.com/ops/mcpaudit"
+	for _, a := range build(t, o).Alerts() {
+		if want := o.RunbookURL + "#" + strings.ToLower(a.Alert); a.Annotations["runbook_url"] != want {
+			t.Errorf("%s: runbook_url %q, want %q", a.Alert, a.Annotations["runbook_url"], want)
+		}
+	}
+	o.RunbookURL = "wiki/runbooks.md#x"
+	if _, err := rules.Build(o); err == nil || !strings.Contains(err.Error(), "runbook_url") {
+		t.Errorf("a relative runbook URL: error %v", err)
+	}
+}
+
+// TestRunbookStatesTheTimeRule: the runbook says by which time the finding
+// alerts decide, and the metrics doc links to it.
+func TestRunbookStatesTheTimeRule(t *testing.T) {
+	doc, err := os.ReadFile(runbooks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !headingAnchors(string(doc))["alerts-are-about-now"] {
+		t.Fatalf("%s has no section #alerts-are-about-now", runbooks)
+	}
+	for _, want := range []string{"ingest time, limited by\n  finding time", "finding_max_age", "mcpaudit_finding_last_event_timestamp_seconds"} {
+		if !strings.Contains(string(doc), want) {
+			t.Errorf("%s does not say %q", runbooks, want)
+		}
+	}
 }

@@ -62,7 +62,8 @@ func WritesSelector(states []audit.WriteState, extra string) string {
 }
 
 // ErrorRatioExpr is the write-durability error ratio over window, summed by
-// the labels in by (none: one series). Queries and rules share it.
+// the labels in by (none: one series), from the raw counters. The rules
+// record it; queries read the recordings (ErrorRate, CountedRate).
 func ErrorRatioExpr(by, extraMatchers string, window string) string {
 	agg := "sum"
 	if by != "" {
@@ -73,16 +74,38 @@ func ErrorRatioExpr(by, extraMatchers string, window string) string {
 		agg, WritesSelector(CountedStates, extraMatchers), window)
 }
 
-// sliRules records the error ratio per server and per job at every window.
-func sliRules() []Rule {
-	var out []Rule
-	for _, level := range []string{LevelServer, LevelJob} {
-		for _, w := range SLIWindows {
-			out = append(out, Rule{
-				Record: ErrorRatio(level, w),
-				Expr:   ErrorRatioExpr(level, "", Duration(w)),
-			})
-		}
+// ErrorRate names the recording of the rate of writes that spend the error
+// budget, per job and server, over window: "server:mcpaudit_write_errors:rate1h".
+// Summing it and CountedRate over any set of servers and dividing gives
+// that set's error ratio, which a ratio per server cannot.
+func ErrorRate(window time.Duration) string {
+	return LevelServer + ":mcpaudit_write_errors:rate" + Duration(window)
+}
+
+// CountedRate names the recording of the rate of writes the SLI counts, per
+// job and server, over window: "server:mcpaudit_writes_counted:rate1h".
+func CountedRate(window time.Duration) string {
+	return LevelServer + ":mcpaudit_writes_counted:rate" + Duration(window)
+}
+
+// Objective names the recording that holds the SLO target the rules were
+// built for, so that dashboards read the same target as the alerts.
+const Objective = "mcpaudit:write_durability_objective:ratio"
+
+// sliRules records the SLO target, then, at every window, the error and
+// counted write rates per job and server and the error ratio per server and
+// per job computed from them. A group's rules run in order, so each ratio
+// reads the rates of the same evaluation.
+func sliRules(target float64) []Rule {
+	out := []Rule{{Record: Objective, Expr: fmt.Sprintf("vector(%s)", number(target))}}
+	by := "job, " + metrics.LabelServer
+	for _, w := range SLIWindows {
+		out = append(out,
+			Rule{Record: ErrorRate(w), Expr: fmt.Sprintf("sum by (%s) (rate(%s[%s]))", by, WritesSelector(ErrorStates, ""), Duration(w))},
+			Rule{Record: CountedRate(w), Expr: fmt.Sprintf("sum by (%s) (rate(%s[%s]))", by, WritesSelector(CountedStates, ""), Duration(w))},
+			Rule{Record: ErrorRatio(LevelServer, w), Expr: ErrorRate(w) + "\n/\n" + CountedRate(w)},
+			Rule{Record: ErrorRatio(LevelJob, w), Expr: fmt.Sprintf("sum by (job) (%s)\n/\nsum by (job) (%s)", ErrorRate(w), CountedRate(w))},
+		)
 	}
 	return out
 }

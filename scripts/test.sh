@@ -7,6 +7,8 @@ export PATH="$PATH:/usr/local/go/bin"
 need_apt=()
 # Debian's prometheus package has both promtool and the server the end-to-end test starts.
 { command -v promtool && command -v prometheus; } >/dev/null 2>&1 || need_apt+=(prometheus)
+# amtool checks deploy/compose/alertmanager.yml (deploy/deploy_test.go).
+command -v amtool >/dev/null 2>&1 || need_apt+=(prometheus-alertmanager)
 if [ ${#need_apt[@]} -gt 0 ]; then
 	if [ "$(id -u)" = 0 ]; then
 		apt-get update -qq >/dev/null

@@ -18,6 +18,8 @@ import (
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/capture"
 	"github.com/mcpaudit/mcpaudit/collector/detect"
+	"github.com/mcpaudit/mcpaudit/collector/dialect"
+	"github.com/mcpaudit/mcpaudit/exporter/metrics"
 )
 
 // maxRejectsShown bounds the rejected-input lines printed one by one.
@@ -30,17 +32,18 @@ func analyzeCommand(ctx context.Context, args []string, stdin io.Reader, stdout,
 		fmt.Fprintln(stderr, "usage: mcpaudit analyze [flags] FILE...|-\n\nReads call records (NDJSON or JSON array) or OTLP JSON, plain or gzip, and prints findings.\n\nflags:")
 		fs.PrintDefaults()
 	}
-	format := fs.String("format", "text", "output format: text or json (one finding per line on stdout, summary on stderr)")
-	failOn := fs.String("fail-on", "info", "exit 1 when a finding of this severity or higher is found: info, warning or critical")
+	format := fs.String("format", "text", "output format: text or json (one finding per line on stdout, in the order of the text table; the summary on stderr)")
+	summaryFormat := fs.String("summary", "text", "summary format: text, or json (one object, docs/api.md#analyze-summary), printed after the findings (on stderr with --format json)")
+	failOn := fs.String("fail-on", "info", "exit 1 when a finding of this severity or higher is found: info, warning, critical, or never")
 	configFile := fs.String("config", "", "YAML config file (dialects and detector windows)")
 	metricsFile := fs.String("metrics", "", "write the Prometheus metrics of the run to this file in exposition format")
 	progress := fs.String("progress", "auto", "progress bar on stderr: auto (when stderr is a terminal and the input is large), always or never")
 	var dialects multiFlag
 	fs.Var(&dialects, "dialect", "map a server to a dialect, NAME=thegram|oddlynew|generic (repeatable)")
 	cfg := NewDefaultConfig()
-	fs.DurationVar(&cfg.Detect.VerifyWindow, "verify-window", cfg.Detect.VerifyWindow, "how long an uncertain write may stay unverified (event time)")
-	fs.DurationVar(&cfg.Detect.CorrelationWindow, "correlation-window", cfg.Detect.CorrelationWindow, "how far apart correlated calls may be (event time)")
-	fs.DurationVar(&cfg.Detect.Lateness, "lateness", cfg.Detect.Lateness, "how far out of order calls may arrive")
+	fs.Var((*durationFlag)(&cfg.Detect.VerifyWindow), "verify-window", "how long an uncertain write may stay unverified (event time; 5m, 1h, 1d)")
+	fs.Var((*durationFlag)(&cfg.Detect.CorrelationWindow), "correlation-window", "how far apart correlated calls may be (event time; 1h, 1d)")
+	fs.Var((*durationFlag)(&cfg.Detect.Lateness), "lateness", "how far out of order calls may arrive (30s, 5m)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -54,8 +57,11 @@ func analyzeCommand(ctx context.Context, args []string, stdin io.Reader, stdout,
 		return usageErr("--format must be text or json, not %q", *format)
 	}
 	threshold := audit.Severity(*failOn)
-	if threshold.Rank() == 0 {
-		return usageErr("--fail-on must be info, warning or critical, not %q", *failOn)
+	if threshold.Rank() == 0 && *failOn != failNever {
+		return usageErr("--fail-on must be info, warning, critical or never, not %q", *failOn)
+	}
+	if *summaryFormat != "text" && *summaryFormat != "json" {
+		return usageErr("--summary must be text or json, not %q", *summaryFormat)
 	}
 	if fs.NArg() == 0 {
 		return usageErr("no input: name capture files, or - for standard input")
@@ -103,7 +109,7 @@ func analyzeCommand(ctx context.Context, args []string, stdin io.Reader, stdout,
 		mw = newMetricsWriter()
 		sinks = append(sinks, mw.sink)
 	}
-	det := detect.New(cfg.Detect, cfg.Dialects, sinks...)
+	det := newAnalyzer(cfg, sinks...)
 
 	var rejects rejectLog
 	var read atomic.Int64
@@ -113,34 +119,77 @@ func analyzeCommand(ctx context.Context, args []string, stdin io.Reader, stdout,
 		stop()
 		return &exitError{code: 2, err: err}
 	}
-	det.Flush()
+	det.eng.Flush()
 	stop()
-	if err := out.Flush(); err != nil {
-		return &exitError{code: 2, err: fmt.Errorf("cannot write findings: %w", err)}
-	}
 
-	sum := stderr
-	if !col.json {
+	col.sort()
+	if col.json {
+		col.printJSON(out)
+	} else {
 		col.printTable(out)
-		sum = out
 	}
-	printSummary(sum, det, &rejects)
+	sum := io.Writer(out)
+	if col.json {
+		if err := out.Flush(); err != nil {
+			return &exitError{code: 2, err: fmt.Errorf("cannot write findings: %w", err)}
+		}
+		sum = stderr
+	}
+	summary := newSummary(det, &rejects, col)
+	if *summaryFormat == "json" {
+		b, _ := json.Marshal(summary) // numbers, strings and maps of them
+		sum.Write(append(b, '\n'))
+	} else {
+		printSummary(sum, det, &rejects)
+	}
 	if err := out.Flush(); err != nil {
 		return &exitError{code: 2, err: fmt.Errorf("cannot write findings: %w", err)}
 	}
 	if mw != nil {
+		mw.ingest(det, &rejects)
 		if err := mw.writeFile(*metricsFile); err != nil {
 			return &exitError{code: 2, err: err}
 		}
 	}
-	if det.Stats.Calls == 0 && rejects.n > 0 {
-		return &exitError{code: 2, err: errors.New("analyze: no usable call in the input")}
+	if det.eng.Stats().Calls == 0 {
+		// A gate must not pass on no input: say what the input held.
+		switch {
+		case rejects.n > 0:
+			return &exitError{code: 2, err: fmt.Errorf("analyze: no usable call in the input: %d rejected record(s)", rejects.n)}
+		case rejects.ignored > 0:
+			return &exitError{code: 2, err: fmt.Errorf("analyze: no tools/call in the input: %d record(s) of other methods ignored", rejects.ignored)}
+		default:
+			return &exitError{code: 2, err: errors.New("analyze: the input holds no call: nothing was analyzed (an empty file?)")}
+		}
 	}
 	if col.failing > 0 {
 		return &exitError{code: 1}
 	}
 	return nil
 }
+
+// analyzer reads each call once with its dialect and feeds the engine.
+// The inputs, merged by event time, are one finite stream: one source, no
+// wall clock, and the end of the last input is the end of event time.
+type analyzer struct {
+	eng    *detect.Engine
+	reader *dialect.Reader
+}
+
+func newAnalyzer(cfg Config, sinks ...audit.Sink) *analyzer {
+	e := detect.NewEngine(cfg.Detect, sinks...)
+	// A file given twice, a capture appended to itself: a call taken again
+	// by its id is dropped.
+	e.DropRepeatedIDs()
+	return &analyzer{eng: e, reader: dialect.NewReader(cfg.Dialects)}
+}
+
+func (a *analyzer) add(c *audit.Call) {
+	a.eng.Add("analyze", a.reader.Read(c), time.Time{})
+}
+
+// failNever is the --fail-on value that never fails on findings.
+const failNever = "never"
 
 // input is one capture being read, with its next call.
 type input struct {
@@ -174,7 +223,7 @@ func (in *input) advance(rejects *rejectLog) error {
 // analyzeInputs streams the inputs into the detector merged by event time:
 // files from several observers, or split by hour, are one stream, as the
 // same traffic streamed live would be. Memory holds one call per input.
-func analyzeInputs(ctx context.Context, names []string, stdin io.Reader, det *detect.Detector, rejects *rejectLog, read *atomic.Int64) error {
+func analyzeInputs(ctx context.Context, names []string, stdin io.Reader, det *analyzer, rejects *rejectLog, read *atomic.Int64) error {
 	var ins []*input
 	defer func() {
 		for _, in := range ins {
@@ -222,7 +271,7 @@ func analyzeInputs(ctx context.Context, names []string, stdin io.Reader, det *de
 		if next == nil {
 			return nil
 		}
-		det.Add(next.head)
+		det.add(next.head)
 		if err := next.advance(rejects); err != nil {
 			return err
 		}
@@ -239,20 +288,44 @@ type collector struct {
 	failing   int
 }
 
-func (c *collector) Call(*audit.CallReport)               {}
+func (c *collector) Call(*audit.Record)                   {}
 func (c *collector) Write(*audit.Write, audit.WriteState) {}
 func (c *collector) Finding(f *audit.Finding) {
-	if f.Severity.Rank() >= c.threshold.Rank() {
+	if c.threshold.Rank() > 0 && f.Severity.Rank() >= c.threshold.Rank() {
 		c.failing++
 	}
-	if c.json {
+	c.findings = append(c.findings, *f)
+}
+
+// sort puts the findings in the order both formats print: by time, then by
+// severity (critical first), kind, server, document and key, so that equal
+// inputs give equal outputs.
+func (c *collector) sort() {
+	sort.SliceStable(c.findings, func(i, j int) bool {
+		a, b := &c.findings[i], &c.findings[j]
+		if !a.Time.Equal(b.Time) {
+			return a.Time.Before(b.Time)
+		}
+		if a.Severity.Rank() != b.Severity.Rank() {
+			return a.Severity.Rank() > b.Severity.Rank()
+		}
+		for _, p := range [][2]string{{string(a.Kind), string(b.Kind)}, {a.Server, b.Server}, {a.Document, b.Document}, {a.Key, b.Key}} {
+			if p[0] != p[1] {
+				return p[0] < p[1]
+			}
+		}
+		return strings.Join(a.Calls, ",") < strings.Join(b.Calls, ",")
+	})
+}
+
+// printJSON writes one finding per line (findings.md §5).
+func (c *collector) printJSON(w io.Writer) {
+	for i := range c.findings {
 		// A Finding holds only strings, times and slices of strings: it
 		// always marshals.
-		b, _ := json.Marshal(f)
-		c.out.Write(append(b, '\n'))
-		return
+		b, _ := json.Marshal(&c.findings[i])
+		w.Write(append(b, '\n'))
 	}
-	c.findings = append(c.findings, *f)
 }
 
 func (c *collector) printTable(w io.Writer) {
@@ -261,7 +334,6 @@ func (c *collector) printTable(w io.Writer) {
 		fmt.Fprintln(w)
 		return
 	}
-	sort.SliceStable(c.findings, func(i, j int) bool { return c.findings[i].Time.Before(c.findings[j].Time) })
 	fmt.Fprintf(w, "Findings (%d):\n", len(c.findings))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "TIME\tSEVERITY\tKIND\tSERVER\tDOCUMENT / KEY\tSUMMARY")
@@ -284,23 +356,31 @@ type rejectLog struct {
 	n       int
 	shown   []string
 	ignored int
+	reasons map[metrics.RejectReason]int
 }
 
 func (r *rejectLog) add(err error) {
 	r.n++
+	if r.reasons == nil {
+		r.reasons = map[metrics.RejectReason]int{}
+	}
+	r.reasons[rejectReason(err)]++
 	if len(r.shown) < maxRejectsShown {
 		r.shown = append(r.shown, err.Error())
 	}
 }
 
-func printSummary(w io.Writer, det *detect.Detector, rejects *rejectLog) {
-	s := &det.Stats
+func printSummary(w io.Writer, det *analyzer, rejects *rejectLog) {
+	s := det.eng.Stats()
 	fmt.Fprintf(w, "Calls: %d", s.Calls)
 	if s.Duplicates > 0 {
 		fmt.Fprintf(w, " (%d duplicate observations dropped)", s.Duplicates)
 	}
 	if s.Late > 0 {
-		fmt.Fprintf(w, " (%d arrived later than the lateness bound)", s.Late)
+		fmt.Fprintf(w, " (%d out of time order by more than the lateness bound, judged late)", s.Late)
+	}
+	if s.TooLate > 0 {
+		fmt.Fprintf(w, " (%d beyond the allowed lateness, not judged)", s.TooLate)
 	}
 	fmt.Fprintln(w)
 	for _, o := range []audit.Outcome{audit.OutcomeOK, audit.OutcomeToolError, audit.OutcomeProtocolError, audit.OutcomeNoResponse} {

@@ -1,22 +1,26 @@
 package main
 
 import (
-	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
 	"time"
 
-	"errors"
-	"fmt"
-	"github.com/mcpaudit/mcpaudit/api"
+	"github.com/mcpaudit/mcpaudit/collector/detect"
+	"github.com/mcpaudit/mcpaudit/collector/dialect"
 	"github.com/mcpaudit/mcpaudit/collector/pipeline"
 	"github.com/mcpaudit/mcpaudit/collector/receiver"
 	"github.com/mcpaudit/mcpaudit/exporter/clickhouse"
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
-	"io"
-	"os"
-
-	"github.com/mcpaudit/mcpaudit/collector/detect"
-	"github.com/mcpaudit/mcpaudit/collector/dialect"
-	"go.yaml.in/yaml/v3"
+	"github.com/mcpaudit/mcpaudit/internal/conf"
+	"github.com/mcpaudit/mcpaudit/rules"
 )
 
 // Config is the mcpaudit configuration file. Every section is optional;
@@ -29,6 +33,21 @@ type Config struct {
 	Detect detect.Config `yaml:"detect"`
 	// Serve configures mcpaudit serve.
 	Serve ServeConfig `yaml:"serve"`
+	// Rules sets what mcpaudit rules writes into the Prometheus rules besides
+	// the SLO target, which is serve.slo_target.
+	Rules RulesConfig `yaml:"rules"`
+}
+
+// RulesConfig configures the Prometheus rules that `mcpaudit rules --config`
+// prints.
+type RulesConfig struct {
+	// RunbookURL is the runbook document the alerts' runbook_url annotations
+	// point into; each alert appends "#" and its name in lowercase. Default
+	// the runbooks of the mcpaudit repository.
+	RunbookURL string `yaml:"runbook_url"`
+	// Job is the Prometheus job name of the mcpaudit scrape target. Default
+	// mcpaudit.
+	Job string `yaml:"job"`
 }
 
 // ServeConfig configures the collector service.
@@ -49,7 +68,9 @@ type ServeConfig struct {
 	Retention Duration `yaml:"retention"`
 	// RetentionEvery is how often the retention job runs. Default 1h.
 	RetentionEvery Duration `yaml:"retention_every"`
-	// SLOTarget is the write-durability objective. Default 0.999.
+	// SLOTarget is the write-durability objective: the API's error budget
+	// is measured against it, and `mcpaudit rules --config` writes it into
+	// the rules, whose recorded target the SLO dashboard reads. Default 0.999.
 	SLOTarget float64 `yaml:"slo_target"`
 	// Receiver sets body limits, back-pressure and tenant credentials.
 	Receiver receiver.Config `yaml:"receiver"`
@@ -63,8 +84,8 @@ type ServeConfig struct {
 	pprof bool // --pprof: serve /debug/pprof/
 }
 
-// Duration is a time.Duration that YAML spells like Go ("90m", "720h")
-// or in days and weeks ("30d", "2w").
+// Duration is a time.Duration written as every duration of the
+// configuration is: "30d", "1d12h", "5m", "30s" (conf.ParseDuration).
 type Duration time.Duration
 
 // D returns the duration.
@@ -72,7 +93,7 @@ func (d Duration) D() time.Duration { return time.Duration(d) }
 
 // UnmarshalText parses a duration.
 func (d *Duration) UnmarshalText(b []byte) error {
-	v, err := api.ParseWindow(string(b))
+	v, err := conf.ParseDuration(string(b))
 	if err != nil {
 		return err
 	}
@@ -81,7 +102,9 @@ func (d *Duration) UnmarshalText(b []byte) error {
 }
 
 // MarshalText prints a duration.
-func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
+func (d Duration) MarshalText() ([]byte, error) {
+	return []byte(conf.FormatDuration(time.Duration(d))), nil
+}
 
 // NewDefaultConfig returns the configuration used when no file is given.
 func NewDefaultConfig() Config {
@@ -97,11 +120,12 @@ func NewDefaultConfig() Config {
 			SQLite:     sqlite.NewDefaultOptions(),
 			ClickHouse: clickhouse.NewDefaultOptions(),
 		},
+		Rules: RulesConfig{RunbookURL: rules.DefaultRunbookURL, Job: rules.DefaultJob},
 	}
 }
 
-// Validate checks every section and joins the errors, each with its key
-// path.
+// Validate checks every section and joins the errors, each starting with
+// its key path.
 func (c *Config) Validate() error {
 	var errs []error
 	if err := c.Dialects.Validate(); err != nil {
@@ -110,21 +134,32 @@ func (c *Config) Validate() error {
 	if err := c.Detect.Validate(); err != nil {
 		errs = append(errs, prefixed("detect", err))
 	}
+	if d := c.Detect; d.VerifyWindow > d.CorrelationWindow && d.CorrelationWindow > 0 {
+		errs = append(errs, fmt.Errorf("detect.verify_window: %s is longer than detect.correlation_window (%s): "+
+			"a write would be judged on calls the detector no longer compares with it; raise correlation_window or lower verify_window",
+			conf.FormatDuration(d.VerifyWindow), conf.FormatDuration(d.CorrelationWindow)))
+	}
 	sv := &c.Serve
 	switch sv.Store {
-	case "sqlite":
-	case "clickhouse":
-		if err := sv.ClickHouse.Validate(); err != nil {
-			errs = append(errs, prefixed("serve.clickhouse", err))
-		}
+	case "sqlite", "clickhouse":
 	default:
 		errs = append(errs, fmt.Errorf("serve.store: unknown store %q (want sqlite or clickhouse)", sv.Store))
 	}
-	if sv.IngestListen == "" {
-		errs = append(errs, errors.New("serve.ingest_listen: required"))
+	// The ClickHouse section is checked even with the embedded store, so
+	// that a mistake shows before the day the store is switched.
+	if err := sv.ClickHouse.Validate(); err != nil {
+		errs = append(errs, prefixed("serve.clickhouse", err))
 	}
-	if sv.APIListen == "" {
-		errs = append(errs, errors.New("serve.api_listen: required"))
+	for _, l := range []struct {
+		key, addr string
+		optional  bool
+	}{{"serve.ingest_listen", sv.IngestListen, false}, {"serve.grpc_listen", sv.GRPCListen, true}, {"serve.api_listen", sv.APIListen, false}} {
+		if err := checkListen(l.addr, l.optional); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", l.key, err))
+		}
+	}
+	if _, port, _ := net.SplitHostPort(sv.APIListen); port != "0" && sv.IngestListen != "" && sv.IngestListen == sv.APIListen {
+		errs = append(errs, fmt.Errorf("serve.api_listen: %s is serve.ingest_listen too; give each its own port", sv.APIListen))
 	}
 	if sv.DataDir == "" {
 		errs = append(errs, errors.New("serve.data_dir: required"))
@@ -135,8 +170,8 @@ func (c *Config) Validate() error {
 	if sv.RetentionEvery <= 0 {
 		errs = append(errs, errors.New("serve.retention_every: must be positive"))
 	}
-	if sv.SLOTarget <= 0 || sv.SLOTarget >= 1 {
-		errs = append(errs, fmt.Errorf("serve.slo_target: must be in (0, 1), not %v", sv.SLOTarget))
+	if err := rules.ValidateSLOTarget(sv.SLOTarget); err != nil {
+		errs = append(errs, fmt.Errorf("serve.slo_target: %w", err))
 	}
 	if err := sv.Receiver.Validate(); err != nil {
 		errs = append(errs, prefixed("serve.receiver", err))
@@ -147,33 +182,93 @@ func (c *Config) Validate() error {
 	if err := sv.SQLite.Validate(); err != nil {
 		errs = append(errs, prefixed("serve.sqlite", err))
 	}
+	if u, err := url.Parse(c.Rules.RunbookURL); err != nil || u.Scheme == "" || u.Host == "" || u.Fragment != "" {
+		errs = append(errs, fmt.Errorf("rules.runbook_url: want an absolute URL without a #fragment, such as https://wiki.example.com/mcpaudit/runbooks, not %q", c.Rules.RunbookURL))
+	}
+	if c.Rules.Job == "" || strings.ContainsAny(c.Rules.Job, "\"\\\n") {
+		errs = append(errs, fmt.Errorf("rules.job: %q is empty or holds a quote, backslash or newline", c.Rules.Job))
+	}
 	return errors.Join(errs...)
 }
 
-// LoadConfig reads a YAML configuration file strictly (unknown keys are
-// errors), expanding ${VAR} environment references first, over the
-// defaults.
+// checkListen checks a listen address: host:port or :port, the port a
+// number.
+func checkListen(addr string, optional bool) error {
+	if addr == "" {
+		if optional {
+			return nil
+		}
+		return errors.New("required")
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err == nil {
+		if n, perr := strconv.ParseUint(port, 10, 16); perr != nil || (n == 0 && port != "0") {
+			err = errors.New("bad port")
+		}
+	}
+	if err == nil && strings.ContainsAny(host, " /") {
+		err = errors.New("bad host")
+	}
+	if err != nil {
+		return fmt.Errorf("want host:port or :port with a port from 0 to 65535, such as :9464 or 127.0.0.1:9464, not %q", addr)
+	}
+	return nil
+}
+
+// LoadConfig reads a YAML configuration file over the defaults, strictly:
+// unknown keys are errors, ${VAR} references are expanded (an unset one is
+// an error naming it), and every problem of the file, from its syntax to its
+// validation, is reported at once with its line and key path.
 func LoadConfig(path string) (Config, error) {
 	cfg := NewDefaultConfig()
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return cfg, fmt.Errorf("cannot read config: %w", err)
 	}
-	expanded := os.Expand(string(raw), func(k string) string {
-		if k == "$" {
-			return "$"
-		}
-		return os.Getenv(k)
-	})
-	dec := yaml.NewDecoder(bytes.NewReader([]byte(expanded)))
-	dec.KnownFields(true)
-	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+	pos, err := conf.Decode(raw, &cfg, nil)
+	var es conf.Errors
+	if err != nil && !errors.As(err, &es) {
 		return cfg, fmt.Errorf("cannot decode config %s: %w", path, err)
 	}
-	if err := cfg.Validate(); err != nil {
-		return cfg, fmt.Errorf("invalid config %s: %w", path, err)
+	// Validation runs over what could be read, so that one pass shows every
+	// problem; a key that could not be read is not judged again.
+	bad := map[string]bool{}
+	for _, e := range es {
+		bad[e.Path] = true
+	}
+	for _, e := range pos.Locate(cfg.Validate()) {
+		if !bad[e.Path] {
+			es = append(es, e)
+		}
+	}
+	if len(es) > 0 {
+		return cfg, &ConfigError{Path: path, Errors: sortErrors(es)}
 	}
 	return cfg, nil
+}
+
+// ConfigError lists every problem of a configuration file.
+type ConfigError struct {
+	Path   string
+	Errors conf.Errors
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("invalid config %s:\n  %s", e.Path, strings.ReplaceAll(e.Errors.Error(), "\n", "\n  "))
+}
+
+// Unwrap returns the problems.
+func (e *ConfigError) Unwrap() error { return e.Errors }
+
+func sortErrors(es conf.Errors) conf.Errors {
+	out := append(conf.Errors(nil), es...)
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].Line != out[j].Line {
+			return out[i].Line < out[j].Line
+		}
+		return out[i].Path < out[j].Path
+	})
+	return out
 }
 
 // prefixed puts a key path before each of the joined errors in err.
@@ -191,14 +286,119 @@ func prefixed(path string, err error) error {
 	return errors.Join(out...)
 }
 
-// configCommand implements `mcpaudit config validate FILE`.
+const configUsage = `usage: mcpaudit config <command> [flags]
+
+commands:
+  validate FILE...   check configuration files; every problem of each is listed with
+                     its line and key path (exit 0 valid, 2 invalid)
+  print [FILE]       print the effective configuration: FILE (or nothing) over the
+                     defaults, secrets redacted
+
+Every key, its type, default and meaning: docs/config.md.
+`
+
+// configCommand implements mcpaudit config validate and print.
 func configCommand(args []string, stdout, stderr io.Writer) error {
-	if len(args) != 2 || args[0] != "validate" {
-		return &exitError{code: 2, err: errors.New("usage: mcpaudit config validate FILE")}
+	if len(args) == 0 {
+		fmt.Fprint(stderr, configUsage)
+		return &exitError{code: 2}
 	}
-	if _, err := LoadConfig(args[1]); err != nil {
-		return &exitError{code: 2, err: err}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, configUsage)
+		return nil
+	case "validate":
+		fs := flag.NewFlagSet("config validate", flag.ContinueOnError)
+		fs.SetOutput(stderr)
+		fs.Usage = func() { fmt.Fprint(stderr, configUsage) }
+		if err := fs.Parse(args[1:]); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil
+			}
+			return &exitError{code: 2}
+		}
+		if fs.NArg() == 0 {
+			return &exitError{code: 2, err: errors.New("config validate: name one or more files")}
+		}
+		var failed bool
+		for _, f := range fs.Args() {
+			if _, err := LoadConfig(f); err != nil {
+				fmt.Fprintln(stderr, "mcpaudit:", err)
+				failed = true
+				continue
+			}
+			fmt.Fprintf(stdout, "%s: valid\n", f)
+		}
+		if failed {
+			return &exitError{code: 2}
+		}
+		return nil
+	case "print":
+		fs := flag.NewFlagSet("config print", flag.ContinueOnError)
+		fs.SetOutput(stderr)
+		fs.Usage = func() { fmt.Fprint(stderr, configUsage) }
+		if err := fs.Parse(args[1:]); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil
+			}
+			return &exitError{code: 2}
+		}
+		cfg := NewDefaultConfig()
+		switch fs.NArg() {
+		case 0:
+		case 1:
+			var err error
+			if cfg, err = LoadConfig(fs.Arg(0)); err != nil {
+				return &exitError{code: 2, err: err}
+			}
+		default:
+			return &exitError{code: 2, err: errors.New("config print: name at most one file")}
+		}
+		b, err := conf.Encode(redacted(cfg))
+		if err != nil {
+			return &exitError{code: 2, err: err}
+		}
+		_, err = stdout.Write(b)
+		return err
 	}
-	fmt.Fprintf(stdout, "%s: valid\n", args[1])
-	return nil
+	fmt.Fprintf(stderr, "mcpaudit config: unknown command %q\n\n%s", args[0], configUsage)
+	return &exitError{code: 2}
+}
+
+// redacted returns cfg with its secrets replaced: the tenant tokens and the
+// ClickHouse password, as the OpenTelemetry Collector's print-config does.
+func redacted(cfg Config) Config {
+	if len(cfg.Serve.Receiver.Tenants) > 0 {
+		red := make(map[string]string, len(cfg.Serve.Receiver.Tenants))
+		i := 0
+		for _, tenant := range sortedValues(cfg.Serve.Receiver.Tenants) {
+			i++
+			red[fmt.Sprintf("[REDACTED %d]", i)] = tenant
+		}
+		cfg.Serve.Receiver.Tenants = red
+	}
+	if u, err := url.Parse(cfg.Serve.ClickHouse.DSN); err == nil && u.User != nil {
+		if _, ok := u.User.Password(); ok {
+			u.User = url.UserPassword(u.User.Username(), "REDACTED")
+			cfg.Serve.ClickHouse.DSN = u.String()
+		}
+	}
+	if u, err := url.Parse(cfg.Serve.ClickHouse.DSN); err == nil {
+		q := u.Query()
+		if q.Has("password") {
+			q.Set("password", "REDACTED")
+			u.RawQuery = q.Encode()
+			cfg.Serve.ClickHouse.DSN = u.String()
+		}
+	}
+	return cfg
+}
+
+func sortedValues(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for _, v := range m {
+		out = append(out, v)
+	}
+	sort.Strings(out)
+	return out
 }

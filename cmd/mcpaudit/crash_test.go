@@ -134,7 +134,8 @@ func TestServe_Kill9(t *testing.T) {
 		resp.Body.Close()
 	}()
 	seen := map[string]int{}
-	if err := st.ScanCalls(context.Background(), time.Time{}, func(c *audit.Call) error {
+	if err := st.ScanCalls(context.Background(), time.Time{}, func(r *audit.Record) error {
+		c := r.Call
 		seen[c.ID]++
 		return nil
 	}); err != nil {

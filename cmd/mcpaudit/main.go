@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/mcpaudit/mcpaudit/internal/version"
 )
 
 const usage = `usage: mcpaudit <command> [flags]
@@ -20,13 +22,15 @@ commands:
   findings  list findings from a running server (--server URL) or a data dir
   timeline  show every call, write state and finding on one document
   slo       show the write-durability SLI and the error budget
-  config    config validate FILE: check a configuration file
+  status    show where event time stands per partition and which source holds it back
+  config    config validate FILE...: check configuration files; config print [FILE]: the effective configuration
   loadgen   drive a running server with generated traffic and report throughput
   proxy     relay MCP Streamable HTTP to a server and record its tools/call exchanges
   wrap      run a stdio MCP server, relay it byte for byte and record its exchanges
   demo      run simulated servers, agents and a collector; 'demo server' runs one server
   rules     print the Prometheus alert and recording rules
-  version   print the version
+  healthcheck  exit 0 when a running collector answers /healthz (for container health checks)
+  version   print the version, commit and Go version (also --version)
 
 Run 'mcpaudit <command> -h' for the flags of a command.
 `
@@ -68,6 +72,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = findingsCommand(args[1:], stdout, stderr)
 	case "timeline":
 		err = timelineCommand(args[1:], stdout, stderr)
+	case "status":
+		err = statusCommand(args[1:], stdout, stderr)
 	case "slo":
 		err = sloCommand(args[1:], stdout, stderr)
 	case "loadgen":
@@ -76,14 +82,16 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = configCommand(args[1:], stdout, stderr)
 	case "rules":
 		err = rulesCommand(args[1:], stdout, stderr)
+	case "healthcheck":
+		err = healthcheckCommand(ctx, args[1:], stdout, stderr)
 	case "proxy":
 		err = proxyCommand(ctx, args[1:], stderr)
 	case "wrap":
 		err = wrapCommand(ctx, args[1:], stdin, stdout, stderr)
 	case "demo":
 		err = demoCommand(ctx, args[1:], stdin, stdout, stderr)
-	case "version":
-		fmt.Fprintln(stdout, "mcpaudit", version)
+	case "version", "--version", "-version":
+		fmt.Fprintln(stdout, "mcpaudit", version.Get())
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 	default:
@@ -102,5 +110,3 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	fmt.Fprintln(stderr, "mcpaudit:", err)
 	return 2
 }
-
-var version = "dev"

@@ -6,10 +6,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -27,8 +29,9 @@ type queryFlags struct {
 }
 
 func (q *queryFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&q.server, "server", "", "URL of a running mcpaudit serve API (e.g. http://localhost:9464); without it the data dir is read directly")
-	fs.StringVar(&q.dataDir, "data-dir", "./mcpaudit-data", "data dir of the embedded store, read when --server is not given")
+	fs.StringVar(&q.server, "api-url", "", "URL of a running mcpaudit serve API (e.g. http://localhost:9464); without it the data dir is read directly")
+	fs.StringVar(&q.server, "server", "", "deprecated: use --api-url")
+	fs.StringVar(&q.dataDir, "data-dir", "./mcpaudit-data", "data dir of the embedded store, read when --api-url is not given")
 	fs.StringVar(&q.format, "format", "text", "text or json")
 	fs.StringVar(&q.token, "token", "", "bearer token, when the server maps tokens to tenants")
 }
@@ -84,6 +87,7 @@ func parseQueryFlags(name string, args []string, stderr io.Writer, usage string,
 	q := &queryFlags{}
 	q.register(fs)
 	extra(fs)
+	usedServer := false
 	// Flags may follow the positional arguments: mcpaudit timeline DOC --server URL.
 	for {
 		if err := fs.Parse(args); err != nil {
@@ -92,11 +96,15 @@ func parseQueryFlags(name string, args []string, stderr io.Writer, usage string,
 			}
 			return nil, nil, &exitError{code: 2}
 		}
+		fs.Visit(func(f *flag.Flag) { usedServer = usedServer || f.Name == "server" })
 		if fs.NArg() == 0 {
 			break
 		}
 		q.positional = append(q.positional, fs.Arg(0))
 		args = fs.Args()[1:]
+	}
+	if usedServer {
+		fmt.Fprintf(stderr, "mcpaudit %s: --server is deprecated and will be removed; use --api-url (--mcp-server names an MCP server)\n", name)
 	}
 	if q.format != "text" && q.format != "json" {
 		return nil, nil, &exitError{code: 2, err: fmt.Errorf("%s: --format must be text or json", name)}
@@ -108,14 +116,15 @@ func findingsCommand(args []string, stdout, stderr io.Writer) error {
 	filters := map[string]*string{}
 	q, _, err := parseQueryFlags("findings", args, stderr, "findings [flags]", func(fs *flag.FlagSet) {
 		for _, f := range []struct{ name, help string }{
-			{"kind", "finding kind"}, {"severity", "this severity or higher"}, {"server", ""},
-			{"document", ""}, {"key", "idempotency key"}, {"session", ""},
+			{"kind", "finding kind: " + kindList()}, {"severity", "this severity or higher: info, warning or critical"}, {"server", ""},
+			{"document", "document path or id the finding is about (exact)"}, {"key", "idempotency key (requestId, operationId, creationId)"},
+			{"session", "MCP session id (mcp.session.id)"},
 			{"since", "RFC 3339 time or a duration back from now (1h, 7d)"}, {"until", "RFC 3339 time or a duration back from now"},
 			{"limit", "findings per page"}, {"cursor", "page cursor from a previous answer"},
 		} {
 			name := f.name
 			if name == "server" {
-				filters["server"] = fs.String("mcp-server", "", "MCP server name")
+				filters["server"] = fs.String("mcp-server", "", "MCP server name, as the configuration names it (default: every server)")
 				continue
 			}
 			filters[name] = fs.String(name, "", f.help)
@@ -210,17 +219,26 @@ func timelineCommand(args []string, stdout, stderr io.Writer) error {
 }
 
 func sloCommand(args []string, stdout, stderr io.Writer) error {
-	var window, target, mcpServer *string
+	var window, target, mcpServer, failUnder *string
 	q, _, err := parseQueryFlags("slo", args, stderr, "slo [flags]", func(fs *flag.FlagSet) {
 		window = fs.String("window", "30d", "window back from now (30d, 7d, 1h)")
 		target = fs.String("target", "", "SLO target (default: the server's, 0.999)")
 		mcpServer = fs.String("mcp-server", "", "MCP server name (default: every server)")
+		failUnder = fs.String("fail-under", "", "exit 1 when the error budget remaining is below this share: 0 fails on an overspent budget, 0.25 or 25% when less than a quarter is left (default: never fail)")
 	})
 	if err != nil {
 		return quietHelp(err)
 	}
 	if len(q.positional) > 0 {
 		return &exitError{code: 2, err: fmt.Errorf("slo: unexpected argument %q", q.positional[0])}
+	}
+	var floor *float64
+	if *failUnder != "" {
+		f, err := parseShare(*failUnder)
+		if err != nil {
+			return &exitError{code: 2, err: fmt.Errorf("slo: --fail-under: %w", err)}
+		}
+		floor = &f
 	}
 	params := url.Values{"window": {*window}}
 	if *target != "" {
@@ -233,13 +251,13 @@ func sloCommand(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
-	if q.format == "json" {
-		stdout.Write(b)
-		return nil
-	}
 	var s api.SLO
 	if err := json.Unmarshal(b, &s); err != nil {
 		return &exitError{code: 2, err: err}
+	}
+	if q.format == "json" {
+		stdout.Write(b)
+		return sloVerdict(s, floor)
 	}
 	fmt.Fprintf(stdout, "Write durability SLO over %s (%s to %s), target %.4g\n", s.Window, s.Since.UTC().Format(time.RFC3339), s.Until.UTC().Format(time.RFC3339), s.Target)
 	if s.SLI == nil {
@@ -253,7 +271,49 @@ func sloCommand(args []string, stdout, stderr io.Writer) error {
 	for _, st := range audit.WriteStates {
 		fmt.Fprintf(stdout, "  %-16s %d\n", st, s.Counts[st])
 	}
+	return sloVerdict(s, floor)
+}
+
+// sloVerdict applies --fail-under: exit 1 when the remaining error budget is
+// below floor, 2 when there is no budget to judge.
+func sloVerdict(s api.SLO, floor *float64) error {
+	if floor == nil {
+		return nil
+	}
+	if s.ErrorBudgetRemaining == nil {
+		return &exitError{code: 2, err: fmt.Errorf("slo: --fail-under: no write counts toward the SLI over %s, so there is no error budget to judge", s.Window)}
+	}
+	if *s.ErrorBudgetRemaining < *floor {
+		return &exitError{code: 1, err: fmt.Errorf("slo: error budget remaining %.1f%% is below --fail-under %.1f%%", *s.ErrorBudgetRemaining*100, *floor*100)}
+	}
 	return nil
+}
+
+// parseShare reads a share of the budget: a fraction (0.25) or a
+// percentage (25%), at most 1. Below zero is allowed: -1 tolerates a budget
+// overspent twice.
+func parseShare(v string) (float64, error) {
+	pct := strings.HasSuffix(v, "%")
+	f, err := strconv.ParseFloat(strings.TrimSuffix(v, "%"), 64)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0, fmt.Errorf("want a fraction such as 0.25 or a percentage such as 25%%, not %q", v)
+	}
+	if pct {
+		f /= 100
+	}
+	if f > 1 {
+		return 0, fmt.Errorf("%q is more than the whole budget (1 or 100%%)", v)
+	}
+	return f, nil
+}
+
+// kindList names the finding kinds for help texts.
+func kindList() string {
+	s := make([]string, len(audit.Kinds))
+	for i, k := range audit.Kinds {
+		s[i] = string(k)
+	}
+	return strings.Join(s, ", ")
 }
 
 func quietHelp(err error) error {

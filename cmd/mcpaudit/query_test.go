@@ -32,7 +32,7 @@ func TestQueryCommands(t *testing.T) {
 		}
 		return out.String()
 	}
-	remote := []string{"--server", "http://" + s.apiAddr}
+	remote := []string{"--api-url", "http://" + s.apiAddr}
 	local := []string{"--data-dir", dir}
 	for _, where := range [][]string{remote, local} {
 		var page audit.FindingPage

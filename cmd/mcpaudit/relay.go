@@ -19,6 +19,7 @@ import (
 
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/capture"
+	"github.com/mcpaudit/mcpaudit/collector/dialect"
 	"github.com/mcpaudit/mcpaudit/collector/tap"
 	"github.com/mcpaudit/mcpaudit/exporter/forward"
 	"github.com/mcpaudit/mcpaudit/exporter/metrics"
@@ -115,34 +116,36 @@ func (s forwardSink) Record(r *tap.Record) {
 
 func (s forwardSink) Close(ctx context.Context) error { return s.f.Close(ctx) }
 
-// ingester takes calls and returns once they are durable.
+// ingester takes batches of read calls and returns once they are durable.
 type ingester interface {
-	Ingest(ctx context.Context, calls []*audit.Call) error
+	Ingest(ctx context.Context, batches ...audit.Batch) (int, error)
 }
 
 // localCollector runs the collector in-process on dataDir, as serve does,
-// and returns what takes its calls and how to stop it. It is the one place
-// where proxy and wrap reach the engine without HTTP: keep it small.
-func localCollector(ctx context.Context, dataDir, apiListen string, log *slog.Logger) (ingester, func(context.Context) error, string, error) {
+// and returns what takes its calls, how to read them, and how to stop it.
+// It is the one place where proxy and wrap reach the engine without HTTP:
+// keep it small.
+func localCollector(ctx context.Context, dataDir, apiListen string, log *slog.Logger) (ingester, *dialect.Reader, func(context.Context) error, string, error) {
 	cfg := NewDefaultConfig()
 	cfg.Serve.DataDir = dataDir
 	cfg.Serve.IngestListen = "127.0.0.1:0"
 	cfg.Serve.GRPCListen = ""
 	cfg.Serve.APIListen = apiListen
 	if err := cfg.Validate(); err != nil {
-		return nil, nil, "", err
+		return nil, nil, nil, "", err
 	}
 	srv, err := startServer(ctx, cfg, log)
 	if err != nil {
-		return nil, nil, "", err
+		return nil, nil, nil, "", err
 	}
-	return srv.pipe, srv.shutdown, srv.apiAddr, nil
+	return srv.pipe, dialect.NewReader(cfg.Dialects), srv.shutdown, srv.apiAddr, nil
 }
 
 // localSink parses records as the collector's receiver does and hands them
 // to an in-process collector in batches.
 type localSink struct {
 	in       ingester
+	reader   *dialect.Reader
 	stop     func(context.Context) error
 	source   string
 	log      *slog.Logger
@@ -157,12 +160,12 @@ type localSink struct {
 }
 
 func openLocalSink(ctx context.Context, dataDir, apiListen, source string, log *slog.Logger) (*localSink, error) {
-	in, stop, api, err := localCollector(ctx, dataDir, apiListen, log)
+	in, reader, stop, api, err := localCollector(ctx, dataDir, apiListen, log)
 	if err != nil {
 		return nil, err
 	}
 	log.Info("engine running in-process", "data_dir", dataDir, "api", api)
-	s := &localSink{in: in, stop: stop, source: source, log: log, wake: make(chan struct{}, 1),
+	s := &localSink{in: in, reader: reader, stop: stop, source: source, log: log, wake: make(chan struct{}, 1),
 		done: make(chan struct{}), quit: make(chan struct{}), maxBatch: 100_000}
 	go s.run()
 	return s, nil
@@ -206,7 +209,7 @@ func (s *localSink) flush(ctx context.Context) {
 	if len(lines) == 0 {
 		return
 	}
-	calls := make([]*audit.Call, 0, len(lines))
+	batch := audit.Batch{Source: s.source, Records: make([]*audit.Record, 0, len(lines))}
 	for _, l := range lines {
 		s.line++
 		c, err := s.parser.Parse(l, s.source, s.line)
@@ -214,14 +217,14 @@ func (s *localSink) flush(ctx context.Context) {
 			s.log.Error("call record rejected", "err", err)
 			continue
 		}
-		calls = append(calls, c)
+		batch.Records = append(batch.Records, s.reader.Read(c))
 	}
 	for backoff := 50 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
-		err := s.in.Ingest(ctx, calls)
+		_, err := s.in.Ingest(ctx, batch)
 		if err == nil {
 			return
 		}
-		s.log.Warn("cannot ingest call records; retrying", "err", err, "calls", len(calls))
+		s.log.Warn("cannot ingest call records; retrying", "err", err, "calls", len(batch.Records))
 		time.Sleep(backoff)
 	}
 }

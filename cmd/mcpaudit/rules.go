@@ -5,22 +5,29 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 
+	"github.com/mcpaudit/mcpaudit/internal/conf"
 	"github.com/mcpaudit/mcpaudit/rules"
 )
 
 // rulesCommand prints the Prometheus recording and alerting rules for the
-// given SLO target and job; with the defaults it prints exactly
-// deploy/prometheus/rules.yaml.
+// given SLO target, job and runbook URL; with the defaults it prints exactly
+// deploy/prometheus/rules.yaml. A config file gives serve.slo_target and the
+// rules section; flags win over it.
 func rulesCommand(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("rules", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	d := rules.DefaultOptions()
-	o := d
-	fs.Float64Var(&o.SLOTarget, "slo-target", d.SLOTarget, "write-durability objective, a fraction in (0, 1)")
-	fs.StringVar(&o.Job, "job", d.Job, "Prometheus job name of the mcpaudit scrape target")
+	target := fs.String("slo-target", strconv.FormatFloat(d.SLOTarget, 'g', -1, 64),
+		fmt.Sprintf("write-durability objective, a fraction: above %v and at most %v", 1-1/14.4, rules.MaxSLOTarget))
+	job := fs.String("job", d.Job, "Prometheus job name of the mcpaudit scrape target")
+	runbook := fs.String("runbook-url", d.RunbookURL, "runbook document the alerts link to; each alert appends #<alert name in lowercase>")
+	findingAge := fs.String("finding-max-age", conf.FormatDuration(d.FindingMaxAge),
+		"the immediate finding alerts ignore findings whose event time is older than this (keep it above detect.correlation_window + detect.lateness)")
+	configFile := fs.String("config", "", "YAML config file: serve.slo_target and the rules section (flags win over it)")
 	fs.Usage = func() {
-		fmt.Fprint(stderr, "usage: mcpaudit rules [--slo-target 0.999] [--job mcpaudit]\n\n"+
+		fmt.Fprint(stderr, "usage: mcpaudit rules [--slo-target 0.999] [--job mcpaudit] [--runbook-url URL] [--config FILE]\n\n"+
 			"Print the Prometheus recording and alerting rules as YAML.\n\n")
 		fs.PrintDefaults()
 	}
@@ -32,6 +39,44 @@ func rulesCommand(args []string, stdout, stderr io.Writer) error {
 	}
 	if fs.NArg() > 0 {
 		return &exitError{code: 2, err: fmt.Errorf("rules: unexpected argument %q", fs.Arg(0))}
+	}
+	o := d
+	if *configFile != "" {
+		cfg, err := LoadConfig(*configFile)
+		if err != nil {
+			return &exitError{code: 2, err: err}
+		}
+		o.SLOTarget, o.Job, o.RunbookURL = cfg.Serve.SLOTarget, cfg.Rules.Job, cfg.Rules.RunbookURL
+	}
+	var errs []error
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "slo-target":
+			v, err := strconv.ParseFloat(*target, 64)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("--slo-target: want a fraction such as 0.999, not %q", *target))
+				return
+			}
+			if err := rules.ValidateSLOTarget(v); err != nil {
+				errs = append(errs, fmt.Errorf("--slo-target: %w", err))
+				return
+			}
+			o.SLOTarget = v
+		case "job":
+			o.Job = *job
+		case "runbook-url":
+			o.RunbookURL = *runbook
+		case "finding-max-age":
+			v, err := conf.ParseDuration(*findingAge)
+			if err != nil || v <= 0 {
+				errs = append(errs, fmt.Errorf("--finding-max-age: want a positive duration such as 2h, not %q", *findingAge))
+				return
+			}
+			o.FindingMaxAge = v
+		}
+	})
+	if len(errs) > 0 {
+		return &exitError{code: 2, err: fmt.Errorf("rules: %w", errors.Join(errs...))}
 	}
 	b, err := rules.Render(o)
 	if err != nil {

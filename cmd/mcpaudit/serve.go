@@ -13,7 +13,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -25,6 +24,8 @@ import (
 	"github.com/mcpaudit/mcpaudit/exporter/clickhouse"
 	"github.com/mcpaudit/mcpaudit/exporter/metrics"
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
+	"github.com/mcpaudit/mcpaudit/internal/ratelog"
+	"github.com/mcpaudit/mcpaudit/internal/version"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
@@ -166,22 +167,17 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	}
 	pcfg := cfg.Serve.Pipeline
 	pcfg.FindingLatency = s.metrics.ObserveFindingLatency
-	pcfg.Duplicate = func(c *audit.Call) {
-		// Receivers name each call's source first in Call.Source: "body"
-		// for call records (so that rejects read "body:3: ..."), the
-		// metrics source for spans.
-		src, _, _ := strings.Cut(c.Source, ":")
-		if src == "body" {
-			src = string(metrics.SourceCallsHTTP)
-		}
-		s.metrics.IngestDuplicate(metrics.Source(src), 1)
-	}
-	s.pipe, err = pipeline.New(ctx, pcfg, cfg.Detect, cfg.Dialects, tracedStore{st, s.metrics}, log, s.metrics)
+	pcfg.StateFile = filepath.Join(cfg.Serve.DataDir, "partitions.json")
+	s.pipe, err = pipeline.New(ctx, pcfg, cfg.Detect, tracedStore{st, s.metrics}, log, s.metrics)
 	if err != nil {
 		st.Close()
 		return nil, err
 	}
-	rc := receiver.New(cfg.Serve.Receiver, tracedIngester{s.pipe}, s.metrics, log)
+	rc := receiver.New(cfg.Serve.Receiver, cfg.Dialects, tracedIngester{s.pipe}, s.metrics, log)
+	if err := s.metrics.WatchPipeline(s.registry, s.pipelineViews); err != nil {
+		s.closeAll()
+		return nil, err
+	}
 
 	ingestLn, err := net.Listen("tcp", cfg.Serve.IngestListen)
 	if err != nil {
@@ -217,6 +213,8 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	s.apiAddr = apiLn.Addr().String()
 	q := api.New(st, cfg.Serve.SLOTarget)
 	q.Tenants = cfg.Serve.Receiver.Tenants
+	q.Log = ratelog.New(log, ratelog.NewDefaultConfig())
+	q.Status = s.pipe.Status
 	mux := http.NewServeMux()
 	mux.Handle("/api/v1/", q.Handler())
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
@@ -239,9 +237,23 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 			s.retention(rctx)
 		}()
 	}
-	log.Info("mcpaudit serving", "ingest", s.ingestAddr, "grpc", s.grpcAddr, "api", s.apiAddr,
+	log.Info("mcpaudit serving", "version", version.Get().Version, "revision", version.Get().Revision, "ingest", s.ingestAddr, "grpc", s.grpcAddr, "api", s.apiAddr,
 		"store", cfg.Serve.Store, "data_dir", cfg.Serve.DataDir)
 	return s, nil
+}
+
+// pipelineViews gives the metrics what they export of the pipeline.
+func (s *server) pipelineViews() []metrics.PartitionView {
+	parts, _ := s.pipe.Status()
+	views := make([]metrics.PartitionView, 0, len(parts))
+	for _, p := range parts {
+		srcs := make([]metrics.SourceView, 0, len(p.Sources))
+		for _, src := range p.Sources {
+			srcs = append(srcs, metrics.SourceView{Name: src.Name, LagSeconds: src.Lag.Seconds(), Idle: src.Idle})
+		}
+		views = append(views, metrics.NewPartitionView(p.Server, p.Lag.Seconds(), !p.Watermark.IsZero(), p.Buffered, p.Late, p.TooLate, p.Ahead, srcs))
+	}
+	return views
 }
 
 func (s *server) serveHTTP(ln net.Listener, h http.Handler) {

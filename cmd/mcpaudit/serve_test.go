@@ -20,7 +20,6 @@ import (
 
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/capture"
-	"github.com/mcpaudit/mcpaudit/collector/detect"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
@@ -104,7 +103,7 @@ func ndjson(recs []map[string]any) []byte {
 func analyzeFindings(t *testing.T, cfg Config, data []byte) []audit.Finding {
 	t.Helper()
 	var fs []audit.Finding
-	d := detect.New(cfg.Detect, cfg.Dialects, findingSink(func(f *audit.Finding) { fs = append(fs, *f) }))
+	a := newAnalyzer(cfg, findingSink(func(f *audit.Finding) { fs = append(fs, *f) }))
 	dec, err := capture.NewDecoder(bytes.NewReader(data), "capture")
 	if err != nil {
 		t.Fatal(err)
@@ -117,15 +116,15 @@ func analyzeFindings(t *testing.T, cfg Config, data []byte) []audit.Finding {
 		if err != nil {
 			t.Fatal(err)
 		}
-		d.Add(c)
+		a.add(c)
 	}
-	d.Flush()
+	a.eng.Flush()
 	return sortFindings(fs)
 }
 
 type findingSink func(*audit.Finding)
 
-func (f findingSink) Call(*audit.CallReport)               {}
+func (f findingSink) Call(*audit.Record)                   {}
 func (f findingSink) Write(*audit.Write, audit.WriteState) {}
 func (f findingSink) Finding(x *audit.Finding)             { f(x) }
 
@@ -457,7 +456,7 @@ func TestServe_BadInput(t *testing.T) {
 	recs := mergedCapture(t)[:3]
 	mixed := append(append(ndjson(recs[:1]), []byte("{not json}\n{\"time\":\"2026-11-02T09:00:00Z\"}\n")...), ndjson(recs[1:])...)
 	code, body, _ = post("/v1/calls", "application/x-ndjson", "", mixed)
-	check("bad lines beside good ones", code, body, 200, `"accepted":3,"rejected":2`)
+	check("bad lines beside good ones", code, body, 200, `"accepted":3,"new":3,"rejected":2`)
 	if !strings.Contains(body, "body:2: not JSON") || !strings.Contains(body, "body:3: field server: missing") {
 		t.Errorf("rejections do not name line and reason: %s", body)
 	}
@@ -505,7 +504,7 @@ func TestServe_QueueFull(t *testing.T) {
 		t.Fatalf("status %s, Retry-After %q", resp.Status, resp.Header.Get("Retry-After"))
 	}
 	n := 0
-	s.store.ScanCalls(context.Background(), time.Time{}, func(*audit.Call) error { n++; return nil })
+	s.store.ScanCalls(context.Background(), time.Time{}, func(*audit.Record) error { n++; return nil })
 	if n != 0 {
 		t.Fatalf("%d calls stored from a refused request", n)
 	}

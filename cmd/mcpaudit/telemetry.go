@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/collector/receiver"
 	"github.com/mcpaudit/mcpaudit/exporter/metrics"
+	"github.com/mcpaudit/mcpaudit/internal/version"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -46,7 +48,7 @@ func setupTelemetry(ctx context.Context, log *slog.Logger) (func(context.Context
 	if err != nil {
 		return nil, err
 	}
-	res, _ := resource.Merge(resource.Default(), resource.NewSchemaless(semconv.ServiceName("mcpaudit"), semconv.ServiceVersion(version)))
+	res, _ := resource.Merge(resource.Default(), resource.NewSchemaless(semconv.ServiceName("mcpaudit"), semconv.ServiceVersion(version.Get().Version)))
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
 	otel.SetTracerProvider(tp)
 	log.Info("self-telemetry on: tracing the pipeline over OTLP", "protocol", proto)
@@ -55,20 +57,22 @@ func setupTelemetry(ctx context.Context, log *slog.Logger) (func(context.Context
 
 // tracedIngester traces each ingest request.
 type tracedIngester struct {
-	in interface {
-		Ingest(ctx context.Context, calls []*audit.Call) error
-	}
+	in receiver.Ingester
 }
 
-func (t tracedIngester) Ingest(ctx context.Context, calls []*audit.Call) error {
-	ctx, span := tracer().Start(ctx, "mcpaudit.ingest", trace.WithAttributes(attribute.Int("mcpaudit.calls", len(calls))))
+func (t tracedIngester) Ingest(ctx context.Context, batches ...audit.Batch) (int, error) {
+	n := 0
+	for _, b := range batches {
+		n += len(b.Records)
+	}
+	ctx, span := tracer().Start(ctx, "mcpaudit.ingest", trace.WithAttributes(attribute.Int("mcpaudit.calls", n)))
 	defer span.End()
-	err := t.in.Ingest(ctx, calls)
+	stored, err := t.in.Ingest(ctx, batches...)
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
 	}
-	return err
+	return stored, err
 }
 
 // tracedStore traces the store's commits and times them for
@@ -78,17 +82,17 @@ type tracedStore struct {
 	m *metrics.Metrics
 }
 
-func (t tracedStore) AppendCalls(ctx context.Context, calls []audit.CallRecord) error {
+func (t tracedStore) AppendCalls(ctx context.Context, calls []audit.Record) (int, error) {
 	ctx, span := tracer().Start(ctx, "mcpaudit.store.append_calls", trace.WithAttributes(attribute.Int("mcpaudit.calls", len(calls))))
 	defer span.End()
 	start := time.Now()
-	err := t.Store.AppendCalls(ctx, calls)
+	n, err := t.Store.AppendCalls(ctx, calls)
 	t.m.ObserveStoreCommit(time.Since(start))
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
 	}
-	return err
+	return n, err
 }
 
 func (t tracedStore) Commit(ctx context.Context, r audit.Results) error {

@@ -181,6 +181,13 @@ func Bytes(raw []byte) []byte {
 	return Append(nil, v)
 }
 
+// hashBytes is how much of a SHA-256 a fingerprint keeps: 64 bits. Intents
+// and bindings are compared within one partition and one correlation
+// window, where thousands of them meet, not billions; each is stored with
+// every write (in the store and in the detector's memory), so they are
+// kept short.
+const hashBytes = 8
+
 // Hash returns a short hex fingerprint of the given parts, each length-
 // prefixed so that no two part lists share a fingerprint by concatenation.
 func Hash(parts ...[]byte) string {
@@ -197,8 +204,8 @@ func Hash(parts ...[]byte) string {
 		b = append(b, p...)
 	}
 	sum := sha256.Sum256(b)
-	var out [24]byte
-	hex.Encode(out[:], sum[:12])
+	var out [2 * hashBytes]byte
+	hex.Encode(out[:], sum[:hashBytes])
 	return string(out[:])
 }
 
@@ -211,7 +218,7 @@ func hashStream(parts [][]byte) string {
 		h.Write(p)
 	}
 	var sum [sha256.Size]byte
-	return hex.EncodeToString(h.Sum(sum[:0])[:12])
+	return hex.EncodeToString(h.Sum(sum[:0])[:hashBytes])
 }
 
 // CollapseSpace replaces every run of white space (outside nothing: the

@@ -5,7 +5,8 @@ import (
 	"time"
 )
 
-// Config sets the detector's windows. All durations are event time.
+// Config sets the detector's windows and the live service's event-time
+// rules. All windows are event time; IdleTimeout is wall time.
 type Config struct {
 	// VerifyWindow is how long an uncertain or unconfirmed write may stay
 	// pending before it is unverified. Default 5m.
@@ -13,27 +14,58 @@ type Config struct {
 	// CorrelationWindow is how far apart two calls may be and still be
 	// compared (double applies, duplicate creates, retries). Default 1h.
 	CorrelationWindow time.Duration `yaml:"correlation_window"`
-	// Lateness is how far out of order calls may arrive and still be placed
-	// in order. Default 30s.
+	// Lateness is how far out of time order one source may deliver its
+	// calls and still have them placed in order: a partition's watermark
+	// stays this far behind its sources. Calls later than that are judged
+	// as late calls. Default 1s.
 	Lateness time.Duration `yaml:"lateness"`
+	// AllowedLateness is how far behind its partition's watermark a late
+	// call may arrive and still be judged against the state still open;
+	// a later one is stored and counted, not judged. Default 2m.
+	AllowedLateness time.Duration `yaml:"allowed_lateness"`
+	// IdleTimeout is how long (wall time) a source may send nothing before
+	// it stops holding its partition's watermark back. Default 10s.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// MaxClockSkew is how far ahead of the collector's wall clock a source
+	// may run: a partition's watermark never passes the wall clock by more,
+	// and calls dated beyond it are counted as ahead. Default 1m.
+	MaxClockSkew time.Duration `yaml:"max_clock_skew"`
 }
 
 // NewDefaultConfig returns the documented defaults.
 func NewDefaultConfig() Config {
-	return Config{VerifyWindow: 5 * time.Minute, CorrelationWindow: time.Hour, Lateness: 30 * time.Second}
+	return Config{
+		VerifyWindow:      5 * time.Minute,
+		CorrelationWindow: time.Hour,
+		Lateness:          time.Second,
+		AllowedLateness:   2 * time.Minute,
+		IdleTimeout:       10 * time.Second,
+		MaxClockSkew:      time.Minute,
+	}
 }
 
 // Validate checks that every window is usable.
 func (c *Config) Validate() error {
 	var errs []error
-	if c.VerifyWindow <= 0 {
-		errs = append(errs, errors.New("verify_window: must be positive"))
+	positive := func(name string, d time.Duration) {
+		if d <= 0 {
+			errs = append(errs, errors.New(name+": must be positive"))
+		}
 	}
-	if c.CorrelationWindow <= 0 {
-		errs = append(errs, errors.New("correlation_window: must be positive"))
-	}
+	positive("verify_window", c.VerifyWindow)
+	positive("correlation_window", c.CorrelationWindow)
+	positive("idle_timeout", c.IdleTimeout)
+	positive("max_clock_skew", c.MaxClockSkew)
 	if c.Lateness < 0 {
 		errs = append(errs, errors.New("lateness: must not be negative"))
 	}
+	if c.AllowedLateness < 0 {
+		errs = append(errs, errors.New("allowed_lateness: must not be negative"))
+	}
 	return errors.Join(errs...)
 }
+
+// horizon is how long correlation state is kept after its last use: the
+// correlation window, plus the allowance within which a late call may
+// still correlate with it.
+func (c *Config) horizon() time.Duration { return c.CorrelationWindow + c.AllowedLateness }

@@ -14,7 +14,6 @@ import (
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/capture"
 	"github.com/mcpaudit/mcpaudit/collector/detect"
-	"github.com/mcpaudit/mcpaudit/collector/dialect"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden findings under testdata/golden")
@@ -23,12 +22,12 @@ var update = flag.Bool("update", false, "rewrite the golden findings under testd
 type sink struct {
 	findings []audit.Finding
 	writes   map[string]audit.WriteState
-	calls    []*audit.CallReport
+	calls    []*audit.Record
 }
 
 func newSink() *sink { return &sink{writes: map[string]audit.WriteState{}} }
 
-func (s *sink) Call(r *audit.CallReport) { s.calls = append(s.calls, r) }
+func (s *sink) Call(r *audit.Record) { s.calls = append(s.calls, r) }
 func (s *sink) Write(w *audit.Write, _ audit.WriteState) {
 	s.writes[w.CallID+"/"+w.Tool] = w.State
 }
@@ -55,7 +54,7 @@ func analyzeFile(t *testing.T, path string) *sink {
 		t.Fatal(err)
 	}
 	s := newSink()
-	d := detect.New(detect.NewDefaultConfig(), dialect.Config{}, s)
+	d := newRunner(detect.NewDefaultConfig(), s)
 	for {
 		c, err := dec.Next()
 		if err == io.EOF {

@@ -12,7 +12,6 @@ import (
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/capture"
 	"github.com/mcpaudit/mcpaudit/collector/detect"
-	"github.com/mcpaudit/mcpaudit/collector/dialect"
 	"github.com/mcpaudit/mcpaudit/internal/capgen"
 )
 
@@ -68,12 +67,12 @@ func TestMixedCapture(t *testing.T) {
 
 func runLines(t testing.TB, lines [][]byte, drop bool) (*sink, int) {
 	s := newSink()
-	d := detect.New(detect.NewDefaultConfig(), dialect.Config{}, s)
-	d.DropPayloads = drop
+	d := newRunner(detect.NewDefaultConfig(), s)
+	d.drop = drop
 	return s, feed(t, d, bytes.Join(lines, []byte("\n")))
 }
 
-func feed(t testing.TB, d *detect.Detector, data []byte) int {
+func feed(t testing.TB, d *runner, data []byte) int {
 	dec, err := capture.NewDecoder(bytes.NewReader(data), "mixed")
 	if err != nil {
 		t.Fatal(err)
@@ -100,7 +99,7 @@ func feed(t testing.TB, d *detect.Detector, data []byte) int {
 // discard is a sink that keeps nothing, for the benchmark.
 type discard struct{ findings int }
 
-func (d *discard) Call(*audit.CallReport)               {}
+func (d *discard) Call(*audit.Record)                   {}
 func (d *discard) Write(*audit.Write, audit.WriteState) {}
 func (d *discard) Finding(*audit.Finding)               { d.findings++ }
 
@@ -116,7 +115,7 @@ func BenchmarkAnalyze(b *testing.B) {
 	b.SetBytes(int64(len(data)))
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		d := detect.New(detect.NewDefaultConfig(), dialect.Config{}, &discard{})
+		d := newRunner(detect.NewDefaultConfig(), &discard{})
 		feed(b, d, data)
 	}
 	b.ReportMetric(float64(c.Calls)*float64(b.N)/b.Elapsed().Seconds(), "calls/s")

@@ -13,7 +13,6 @@ import (
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/capture"
 	"github.com/mcpaudit/mcpaudit/collector/detect"
-	"github.com/mcpaudit/mcpaudit/collector/dialect"
 )
 
 // t0 is the start of every scenario.
@@ -81,7 +80,7 @@ func run(t *testing.T, data []byte) *sink {
 		t.Fatal(err)
 	}
 	s := newSink()
-	d := detect.New(detect.NewDefaultConfig(), dialect.Config{}, s)
+	d := newRunner(detect.NewDefaultConfig(), s)
 	for {
 		c, err := dec.Next()
 		if err == io.EOF {

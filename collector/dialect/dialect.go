@@ -4,11 +4,10 @@
 package dialect
 
 import (
-	"slices"
 	"strings"
-	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/collector/canon"
 )
 
 // Dialect names.
@@ -17,72 +16,6 @@ const (
 	Oddlynew = "oddlynew"
 	Generic  = "generic"
 )
-
-// Op is one audited operation: a Thegram tool call, or one provider call
-// inside an Oddlynew run.
-type Op struct {
-	Seq  int
-	Tool string
-	Kind audit.OpKind
-	// Target is the document: a Thegram path or an Oddlynew documentId.
-	Target string
-	// Key is the idempotency key and KeyKind its name (request_id,
-	// creationId, copyId, operationId).
-	Key     string
-	KeyKind string
-	// Intent fingerprints what the operation does, for double-apply checks:
-	// equal intents are "the same edit". Empty when not comparable.
-	Intent string
-	// Binding fingerprints everything the idempotency key binds; two
-	// bindings under one key are a key reuse.
-	Binding string
-	// Identity fingerprints a create's identity (title and type) regardless
-	// of its key, for duplicate creates and blind re-creates.
-	Identity string
-	// KeyProtected: re-sending with the same key is a replay, never a
-	// second application (gram_patch, createDocument with creationId,
-	// applyDocumentCopy).
-	KeyProtected bool
-	// Protected: re-sending can never apply twice, whatever the key
-	// (gram_create, archiveDocument, restoreDocument).
-	Protected bool
-	Status    audit.OpStatus
-	// Failure classifies a failed or uncertain operation.
-	Failure *audit.Failure
-	// Reason is why an accepted or uncertain write is not yet durable.
-	Reason audit.Reason
-	// Pending is set on accepted writes whose durability still needs proof
-	// (sync not confirmed, save blocked).
-	Pending bool
-
-	// What the response tells.
-	HasBaseRev bool
-	BaseRev    int64
-	Rev        int64 // revision reported by the response, 0 if none
-	Sync       string
-	SaveState  string
-	Replayed   bool
-	// Create results (Oddlynew).
-	Action     string // created | alreadyBootstrapped
-	DocumentID string
-	// Reads that find corruption.
-	JournalCorrupt bool
-	// Copy receipts.
-	CopyState  string
-	NextAction string
-	RetryAfter time.Time
-}
-
-// Analysis is what a dialect made of one call.
-type Analysis struct {
-	Dialect string
-	Outcome audit.Outcome
-	// Failure classifies the call as a whole; nil on success.
-	Failure *audit.Failure
-	// Known is false when the dialect does not know the tool.
-	Known bool
-	Ops   []Op
-}
 
 // WriteTool names a write tool of a generic server and where its target
 // and key are.
@@ -145,32 +78,41 @@ func (c *Config) Of(server string) string {
 	return Generic
 }
 
-// Reader analyzes calls. It is not safe for concurrent use.
+// Reader reads calls. It is not safe for concurrent use: it reuses its
+// parsers and scratch space from one call to the next.
 type Reader struct {
 	cfg Config
 	p   parsers
-	ops []Op // where the next analysis appends its operations
 }
 
 // NewReader returns a Reader for cfg.
 func NewReader(cfg Config) *Reader { return &Reader{cfg: cfg} }
 
-// Analyze reads one call.
-func (r *Reader) Analyze(c *audit.Call) Analysis { return r.AnalyzeAppend(c, nil) }
-
-// AnalyzeAppend is Analyze with the operations appended to ops[:0], so that
-// a caller that is done with one analysis before the next can reuse the
-// storage of its operations.
-func (r *Reader) AnalyzeAppend(c *audit.Call, ops []Op) Analysis {
-	r.ops = ops[:0]
+// Read reads one call into a record. The record keeps c and shares none of
+// the reader's scratch space.
+func (r *Reader) Read(c *audit.Call) *audit.Record {
+	var rec *audit.Record
 	switch d := r.cfg.Of(c.Server); d {
 	case Thegram:
-		return r.thegram(c)
+		rec = r.thegram(c)
 	case Oddlynew:
-		return r.oddlynew(c)
+		rec = r.oddlynew(c)
 	default:
-		return r.generic(c, r.cfg.Writes[c.Server])
+		rec = r.generic(c, r.cfg.Writes[c.Server])
 	}
+	rec.Call = c
+	if f := rec.Failure; f != nil && (f.Action == audit.ActionFixInput || f.Action == audit.ActionReauthorize) {
+		rec.RequestHash = canon.Hash([]byte(c.Tool), canon.Bytes(c.Arguments))
+	}
+	return rec
+}
+
+// label returns the bounded tool label of a call: its tool when known.
+func label(known bool, tool string) string {
+	if known {
+		return tool
+	}
+	return "other"
 }
 
 // KnownTool reports whether tool is a tool of the dialect; metrics label
@@ -196,22 +138,4 @@ func outcome(c *audit.Call, isError bool) audit.Outcome {
 		return audit.OutcomeToolError
 	}
 	return audit.OutcomeOK
-}
-
-// Record reads a call into what a store keeps of it; it needs no
-// correlation state, so ingest can do it before the call is acknowledged.
-func (r *Reader) Record(c *audit.Call) audit.CallRecord {
-	a := r.Analyze(c)
-	rec := audit.CallRecord{Call: c, Outcome: a.Outcome, Tool: "other", Failure: a.Failure}
-	if a.Known {
-		rec.Tool = c.Tool
-	}
-	for i := range a.Ops {
-		for _, d := range []string{a.Ops[i].Target, a.Ops[i].DocumentID} {
-			if d != "" && !slices.Contains(rec.Documents, d) {
-				rec.Documents = append(rec.Documents, d)
-			}
-		}
-	}
-	return rec
 }

@@ -1,6 +1,7 @@
 package dialect
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -34,11 +35,20 @@ func FuzzOddlynewRun(f *testing.F) {
 	f.Fuzz(func(t *testing.T, code, result string) {
 		args := []byte(`{"code":` + quote(code) + `}`)
 		c := &audit.Call{Time: time.Unix(0, 0), Server: "oddlynew", Tool: "run", Arguments: args, Result: []byte(result), Responded: true}
-		a := r.Analyze(c)
+		a := r.Read(c)
 		for _, op := range a.Ops {
 			if op.Status == 0 {
 				t.Fatalf("op without status: %+v", op)
 			}
+		}
+		// What is read survives the store's encoding.
+		var back audit.Record
+		if err := audit.ReadReading(audit.AppendReading(nil, a), &back); err != nil {
+			t.Fatal(err)
+		}
+		back.Call = a.Call
+		if !reflect.DeepEqual(&back, a) {
+			t.Fatalf("reading changed through the codec:\n%+v\n%+v", &back, a)
 		}
 	})
 }

@@ -55,8 +55,8 @@ type providerCall struct {
 	taken   bool // the run's result was given to this call
 }
 
-func (r *Reader) oddlynew(c *audit.Call) Analysis {
-	a := Analysis{Dialect: Oddlynew, Known: KnownTool(Oddlynew, c.Tool)}
+func (r *Reader) oddlynew(c *audit.Call) *audit.Record {
+	a := &audit.Record{Dialect: Oddlynew, Tool: label(KnownTool(Oddlynew, c.Tool), c.Tool)}
 	args := parse(&r.p.args, c.Arguments)
 	res := parse(&r.p.result, c.Result)
 	sc := res.Get("structuredContent")
@@ -160,10 +160,7 @@ func (r *Reader) oddlynew(c *audit.Call) Analysis {
 			}
 		}
 		if a.Ops == nil {
-			a.Ops = r.ops
-			if a.Ops == nil {
-				a.Ops = make([]Op, 0, len(pcs))
-			}
+			a.Ops = make([]audit.Op, 0, len(pcs))
 		}
 		a.Ops = append(a.Ops, op)
 	}
@@ -371,8 +368,8 @@ func isProviderValue(v *fastjson.Value) bool {
 
 // oddlynewOp builds an Op from a provider call: targets and keys come from
 // its structured value first, then from the literals of its code.
-func (r *Reader) oddlynewOp(pc *providerCall, collapsed []byte) Op {
-	op := Op{Seq: pc.seq, Tool: pc.tool, Kind: oddlynewKind(pc.tool)}
+func (r *Reader) oddlynewOp(pc *providerCall, collapsed []byte) audit.Op {
+	op := audit.Op{Seq: pc.seq, Tool: pc.tool, Kind: oddlynewKind(pc.tool)}
 	cc := pc.code
 	if cc == nil {
 		cc = &codeCall{read: true}
@@ -439,7 +436,7 @@ func (r *Reader) oddlynewOp(pc *providerCall, collapsed []byte) Op {
 }
 
 // readValue reads what a succeeded provider call returned.
-func (r *Reader) readValue(op *Op, v *fastjson.Value) {
+func (r *Reader) readValue(op *audit.Op, v *fastjson.Value) {
 	if v == nil || v.Type() != fastjson.TypeObject {
 		return
 	}
@@ -472,7 +469,7 @@ func (r *Reader) readValue(op *Op, v *fastjson.Value) {
 }
 
 // readReceipt reads a copy receipt: its state, next action and lease.
-func (r *Reader) readReceipt(op *Op, v *fastjson.Value) {
+func (r *Reader) readReceipt(op *audit.Op, v *fastjson.Value) {
 	op.CopyState = str(v, "state")
 	op.NextAction = str(v, "nextAction")
 	if ra := str(v, "retryAfter"); ra != "" {

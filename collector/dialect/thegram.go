@@ -86,15 +86,15 @@ func (r *Reader) rpcFailure(c *audit.Call) *audit.Failure {
 	return &audit.Failure{Code: code, Action: classify.Action(code), Message: c.Error.Message}
 }
 
-func (r *Reader) thegram(c *audit.Call) Analysis {
-	a := Analysis{Dialect: Thegram, Known: KnownTool(Thegram, c.Tool)}
+func (r *Reader) thegram(c *audit.Call) *audit.Record {
+	a := &audit.Record{Dialect: Thegram, Tool: label(KnownTool(Thegram, c.Tool), c.Tool)}
 	args := parse(&r.p.args, c.Arguments)
 	res := parse(&r.p.result, c.Result)
 	sc := res.Get("structuredContent")
 	isError := res.GetBool("isError")
 	a.Outcome = outcome(c, isError)
 
-	op := Op{Tool: c.Tool, Target: str(args, "path")}
+	op := audit.Op{Tool: c.Tool, Target: str(args, "path")}
 	switch c.Tool {
 	case "gram_patch":
 		op.Kind = audit.OpWrite
@@ -120,7 +120,7 @@ func (r *Reader) thegram(c *audit.Call) Analysis {
 		op.Kind = audit.OpWrite
 		op.Protected = true
 	default:
-		if strings.HasPrefix(c.Tool, "gram_") || !a.Known {
+		if strings.HasPrefix(c.Tool, "gram_") || a.Tool == "other" {
 			op.Kind = audit.OpRead
 		}
 	}
@@ -169,7 +169,7 @@ func (r *Reader) thegram(c *audit.Call) Analysis {
 			op.Pending, op.Reason = true, audit.ReasonSyncNotConfirmed
 		}
 	}
-	a.Ops = append(r.ops, op)
+	a.Ops = []audit.Op{op}
 	return a
 }
 
@@ -202,14 +202,14 @@ func isCode(s string) bool {
 // generic reads a call of a server without a dialect: failures are
 // classified where a code is recognizable, and writes are recognized only
 // where configuration names the tool.
-func (r *Reader) generic(c *audit.Call, writes map[string]WriteTool) Analysis {
-	a := Analysis{Dialect: Generic}
+func (r *Reader) generic(c *audit.Call, writes map[string]WriteTool) *audit.Record {
+	a := &audit.Record{Dialect: Generic}
 	args := parse(&r.p.args, c.Arguments)
 	res := parse(&r.p.result, c.Result)
 	isError := res.GetBool("isError")
 	a.Outcome = outcome(c, isError)
 	wt, isWrite := writes[c.Tool]
-	a.Known = isWrite
+	a.Tool = label(isWrite, c.Tool)
 	switch {
 	case !c.Responded:
 		action := audit.ActionUnknown
@@ -233,7 +233,7 @@ func (r *Reader) generic(c *audit.Call, writes map[string]WriteTool) Analysis {
 	if !isWrite {
 		return a
 	}
-	op := Op{Tool: c.Tool, Kind: audit.OpWrite, Target: argString(args, wt.TargetArg)}
+	op := audit.Op{Tool: c.Tool, Kind: audit.OpWrite, Target: argString(args, wt.TargetArg)}
 	if wt.KeyArg != "" {
 		op.Key, op.KeyKind = argString(args, wt.KeyArg), wt.KeyArg
 		op.KeyProtected = op.Key != ""
@@ -249,7 +249,7 @@ func (r *Reader) generic(c *audit.Call, writes map[string]WriteTool) Analysis {
 	default:
 		op.Status, op.Failure = audit.OpFailed, a.Failure
 	}
-	a.Ops = append(r.ops, op)
+	a.Ops = []audit.Op{op}
 	return a
 }
 

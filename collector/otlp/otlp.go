@@ -42,7 +42,10 @@ func (r RejectedSpan) Error() string { return r.Path + ": " + r.Reason }
 
 // Result is what Convert made of one batch of spans.
 type Result struct {
-	Calls    []*audit.Call
+	Calls []*audit.Call
+	// Sources names, for each call, the stream it came on: the resource
+	// that exported it (see SourceOf).
+	Sources  []string
 	Rejected []RejectedSpan
 	// Ignored counts spans that are not tools/call (initialize, tools/list...).
 	Ignored int
@@ -59,6 +62,7 @@ func Convert(td ptrace.Traces, source string) Result {
 		rattrs := rs.Resource().Attributes()
 		service := str(rattrs, "service.name")
 		rtenant := first(rattrs, attrTenant)
+		src := SourceOf(rattrs)
 		sss := rs.ScopeSpans()
 		for j := 0; j < sss.Len(); j++ {
 			spans := sss.At(j).Spans()
@@ -73,11 +77,34 @@ func Convert(td ptrace.Traces, source string) Result {
 				default:
 					c.Source = source + path
 					res.Calls = append(res.Calls, c)
+					res.Sources = append(res.Sources, src)
 				}
 			}
 		}
 	}
 	return res
+}
+
+// SourceOf names the stream a resource's spans come on: one exporter of
+// one process, told by service.name, service.instance.id and host.name
+// ("otlp:thegram/pod-7/node-3", the parts it has). Each such stream holds
+// back the event time of the partitions its calls are for, apart from the
+// others.
+func SourceOf(rattrs pcommon.Map) string {
+	b := []byte("otlp:")
+	n := len(b)
+	for _, k := range [...]string{"service.name", "service.instance.id", "host.name"} {
+		if v := str(rattrs, k); v != "" {
+			if len(b) > n {
+				b = append(b, '/')
+			}
+			b = append(b, v...)
+		}
+	}
+	if len(b) == n {
+		b = append(b, "unnamed"...)
+	}
+	return string(b)
 }
 
 // convertSpan returns (call, true, "") for a usable tools/call span,
@@ -200,8 +227,15 @@ func convertSpan(sp ptrace.Span, service, rtenant string) (*audit.Call, bool, st
 		c.Responded = true
 	}
 	args := canon.Bytes(c.Arguments)
-	c.ID = audit.StableID(c.Server, c.Session, c.RPCID, c.Time, c.Tool, args)
-	c.Fingerprint = audit.Fingerprint(c.Server, c.Session, c.RPCID, c.Tool, args)
+	// Without a JSON-RPC id the span id tells one exchange from another:
+	// spans of one tool with equal arguments in one second are not one
+	// exchange seen twice.
+	rpc := c.RPCID
+	if rpc == "" && c.SpanID != "" {
+		rpc = "span:" + c.TraceID + c.SpanID
+	}
+	c.ID = audit.StableID(c.Server, c.Session, rpc, c.Time, c.Tool, args)
+	c.Fingerprint = audit.Fingerprint(c.Server, c.Session, rpc, c.Tool, args)
 	return c, true, ""
 }
 

@@ -1,8 +1,10 @@
-// Package pipeline is the live form of the engine: receivers hand it calls,
-// it commits them to the store before they are acknowledged, feeds them to
-// the one detector in event-time order, closes verification windows on the
-// wall clock when traffic stops, commits the detector's output with its
-// watermark, and rebuilds correlation state from the store after a restart.
+// Package pipeline is the live form of the engine. Receivers hand it
+// batches of records from named sources; it commits them to the store
+// before they are acknowledged, feeds them to the one engine goroutine,
+// moves every partition's watermark on with the wall clock (idle sources,
+// quiet partitions), commits the engine's output with the watermark it was
+// produced at, and rebuilds correlation state from the store after a
+// restart.
 package pipeline
 
 import (
@@ -10,42 +12,56 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
+	"runtime/metrics"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/detect"
-	"github.com/mcpaudit/mcpaudit/collector/dialect"
 )
 
-// Errors returned by Ingest.
+// Errors returned by Ingest. Both wrap audit.ErrOverloaded or are
+// permanent, so that receivers tell retryable refusals apart with
+// errors.Is.
 var (
-	// ErrQueueFull is returned when the detector is behind by more than the
-	// queue holds; nothing of the request was stored. Retryable.
-	ErrQueueFull = errors.New("ingest queue full")
+	// ErrQueueFull is returned when the engine is behind by more than the
+	// queue holds; nothing of the batch was stored. Retryable.
+	ErrQueueFull = fmt.Errorf("ingest queue full: %w", audit.ErrOverloaded)
+	// ErrOpenState is returned when the engine holds the configured
+	// maximum of open correlation state or the process nears its memory
+	// limit; nothing of the batch was stored. Retryable.
+	ErrOpenState = fmt.Errorf("open state at its limit: %w", audit.ErrOverloaded)
 	// ErrStopped is returned after Close.
 	ErrStopped = errors.New("pipeline stopped")
 )
 
 // Config sets the pipeline's limits.
 type Config struct {
-	// QueueCalls is how many acknowledged calls may wait for the detector
+	// QueueCalls is how many acknowledged calls may wait for the engine
 	// before Ingest refuses more. Default 200000.
 	QueueCalls int `yaml:"queue_calls"`
-	// CommitEvery is how often detector output is committed. Default 200ms.
+	// MaxOpenCalls is how many calls the engine may hold waiting for
+	// their partitions' watermarks (a source far behind holds the others'
+	// calls) before Ingest refuses more. Default 1000000.
+	MaxOpenCalls int `yaml:"max_open_calls"`
+	// CommitEvery is how often the engine's output is committed and the
+	// wall clock moves the watermarks. Default 100ms.
 	CommitEvery time.Duration `yaml:"commit_every"`
+	// StateFile, if set, is where the partitions' watermarks are kept
+	// between runs (in the data directory).
+	StateFile string `yaml:"-"`
 	// FindingLatency, if set, is told the wall time from the
 	// acknowledgement of a call to each finding it completes.
 	FindingLatency func(time.Duration) `yaml:"-"`
-	// Duplicate, if set, is told of each call dropped as a second
-	// observation of one exchange.
-	Duplicate func(c *audit.Call) `yaml:"-"`
+	// Now is the wall clock; tests set it. Default time.Now.
+	Now func() time.Time `yaml:"-"`
 }
 
 // NewDefaultConfig returns the defaults.
 func NewDefaultConfig() Config {
-	return Config{QueueCalls: 200_000, CommitEvery: 200 * time.Millisecond}
+	return Config{QueueCalls: 200_000, MaxOpenCalls: 1_000_000, CommitEvery: 100 * time.Millisecond}
 }
 
 // Validate checks the limits.
@@ -53,6 +69,9 @@ func (c *Config) Validate() error {
 	var errs []error
 	if c.QueueCalls <= 0 {
 		errs = append(errs, errors.New("queue_calls: must be positive"))
+	}
+	if c.MaxOpenCalls <= 0 {
+		errs = append(errs, errors.New("max_open_calls: must be positive"))
 	}
 	if c.CommitEvery <= 0 {
 		errs = append(errs, errors.New("commit_every: must be positive"))
@@ -62,20 +81,26 @@ func (c *Config) Validate() error {
 
 // Pipeline is safe for concurrent use by receivers.
 type Pipeline struct {
-	cfg     Config
-	dcfg    detect.Config
-	store   audit.Store
-	log     *slog.Logger
-	readers sync.Pool
+	cfg   Config
+	dcfg  detect.Config
+	store audit.Store
+	log   *slog.Logger
+	now   func() time.Time
 
-	queue    chan []*audit.Call
-	inflight atomic.Int64 // calls stored but not yet handed to the detector
+	queue    chan audit.Batch
+	inflight atomic.Int64 // calls stored but not yet handed to the engine
+	open     atomic.Int64 // calls the engine holds for their watermarks
 
-	// Owned by the detector goroutine.
-	det       *detect.Detector
-	gate      *gate
-	lastCall  time.Time // wall time of the last call handed to the detector
-	lastEvent time.Time // the detector's max event time then
+	// Owned by the engine goroutine.
+	eng  *detect.Engine
+	gate *gate
+
+	statusMu sync.Mutex
+	status   []detect.PartitionStatus
+
+	// The partitions' watermarks last saved to the state file.
+	savedMarks map[detect.PartitionKey]time.Time
+	marksSaved time.Time
 
 	mu      sync.Mutex
 	stopped bool
@@ -84,118 +109,156 @@ type Pipeline struct {
 }
 
 // New builds a pipeline over store, rebuilds correlation state from it and
-// starts the detector goroutine. Sinks receive the detector's new output
-// (not what is replayed at start).
-func New(ctx context.Context, cfg Config, dcfg detect.Config, dial dialect.Config, store audit.Store, log *slog.Logger, sinks ...audit.Sink) (*Pipeline, error) {
+// starts the engine goroutine. Sinks receive the engine's new output (not
+// what is replayed at start and was committed before).
+func New(ctx context.Context, cfg Config, dcfg detect.Config, store audit.Store, log *slog.Logger, sinks ...audit.Sink) (*Pipeline, error) {
 	if log == nil {
 		log = slog.Default()
 	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	p := &Pipeline{
-		cfg: cfg, dcfg: dcfg, store: store, log: log,
-		queue: make(chan []*audit.Call, 1024),
+		cfg: cfg, dcfg: dcfg, store: store, log: log, now: cfg.Now,
+		queue: make(chan audit.Batch, 1024),
 		done:  make(chan struct{}),
 	}
-	p.readers.New = func() any { return dialect.NewReader(dial) }
-	p.gate = &gate{sinks: sinks, announced: map[writeKey]bool{}, latency: cfg.FindingLatency}
-	p.det = detect.New(dcfg, dial, p.gate)
-	// Calls are in the store before the detector sees them: its reorder
-	// buffer need not keep their payloads.
-	p.det.DropPayloads = true
-	p.det.OnDuplicate = cfg.Duplicate
-	p.gate.det = p.det
+	p.gate = newGate(sinks, cfg.FindingLatency)
+	p.eng = detect.NewEngine(dcfg, p.gate)
+	// The store refuses stored ids; the engine drops a call re-sent while
+	// it is still in memory (after a restart, say).
+	p.eng.DropRepeatedIDs()
+	p.gate.eng = p.eng
 	if err := p.recover(ctx); err != nil {
 		return nil, err
 	}
+	p.updateStatus()
 	runCtx, cancel := context.WithCancel(context.Background())
 	p.cancel = cancel
 	go p.run(runCtx)
 	return p, nil
 }
 
-// recover replays the stored calls that the correlation state of calls
-// after the watermark can depend on. Output caused by calls up to the
-// watermark was committed before the stop and is dropped; findings after it
-// are checked against the stored ones so that none is emitted twice.
+// recoverySource names the stream of calls replayed from the store.
+const recoverySource = "mcpaudit/recovery"
+
+// recover replays the stored calls that correlation state after the
+// committed watermarks can depend on, judging them again in time order.
+// What they caused up to each partition's watermark was committed before
+// the stop: those calls and write states are not told again, and findings
+// already stored are recognized by their ids.
 func (p *Pipeline) recover(ctx context.Context) error {
 	wm, err := p.store.Watermark(ctx)
 	if err != nil {
 		return fmt.Errorf("cannot read the watermark: %w", err)
 	}
-	if wm.IsZero() {
-		p.gate.open = true
+	marks := readMarks(p.cfg.StateFile, p.log)
+	if wm.IsZero() && len(marks) == 0 {
 		return nil
 	}
-	horizon := wm.Add(-(p.dcfg.CorrelationWindow + p.dcfg.VerifyWindow + p.dcfg.Lateness))
+	from := wm
+	for _, t := range marks {
+		if from.IsZero() || t.Before(from) {
+			from = t
+		}
+	}
+	horizon := from.Add(-(p.dcfg.CorrelationWindow + p.dcfg.VerifyWindow + p.dcfg.AllowedLateness + p.dcfg.Lateness))
 	known, err := p.store.FindingIDs(ctx, horizon)
 	if err != nil {
 		return fmt.Errorf("cannot read stored findings: %w", err)
 	}
-	p.gate.replayUntil, p.gate.known = wm, known
+	p.gate.recovering(wm, marks, known)
+	start := p.now()
 	n := 0
-	err = p.store.ScanCalls(ctx, horizon, func(c *audit.Call) error {
+	err = p.store.ScanCalls(ctx, horizon, func(r *audit.Record) error {
 		n++
-		p.det.Add(c)
+		p.eng.Add(recoverySource, r, p.now())
 		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("cannot replay stored calls: %w", err)
 	}
-	// Calls up to the watermark were all processed before the stop.
-	p.det.AdvanceTo(wm)
-	if n > 0 {
-		// Windows go on closing on the wall clock even if no traffic comes.
-		p.lastCall, p.lastEvent = time.Now(), p.det.MaxSeen()
-	}
-	p.log.Info("correlation state rebuilt from the store", "watermark", wm, "replayed_calls", n, "known_findings", len(known))
+	p.eng.Tick(p.now())
+	p.open.Store(int64(p.eng.Buffered()))
+	p.log.Info("correlation state rebuilt from the store", "watermark", wm, "partitions", len(marks),
+		"replayed_calls", n, "known_findings", len(known), "took", p.now().Sub(start).Round(time.Millisecond))
 	return nil
 }
 
-// Ingest stores calls durably and queues them for detection. When it
-// returns nil the calls are committed: the caller may acknowledge them.
-// ErrQueueFull means nothing was stored and the caller should ask the
-// sender to retry later; errors wrapping audit.ErrUnavailable likewise.
-func (p *Pipeline) Ingest(ctx context.Context, calls []*audit.Call) error {
-	if len(calls) == 0 {
-		return nil
+// Ingest stores the records of one request durably, in one commit, and
+// queues them for the engine. When it returns nil they are committed: the
+// caller may acknowledge them. It returns how many were stored for the
+// first time. Errors wrapping audit.ErrOverloaded or audit.ErrUnavailable
+// mean nothing was stored and the sender should retry later.
+func (p *Pipeline) Ingest(ctx context.Context, batches ...audit.Batch) (int, error) {
+	var n int64
+	for _, b := range batches {
+		n += int64(len(b.Records))
+	}
+	if n == 0 {
+		return 0, nil
 	}
 	p.mu.Lock()
 	stopped := p.stopped
 	p.mu.Unlock()
 	if stopped {
-		return ErrStopped
+		return 0, ErrStopped
 	}
-	n := int64(len(calls))
+	if p.open.Load()+p.inflight.Load()+n > int64(p.cfg.MaxOpenCalls) || nearMemoryLimit() {
+		return 0, ErrOpenState
+	}
 	if p.inflight.Add(n) > int64(p.cfg.QueueCalls) {
 		p.inflight.Add(-n)
-		return ErrQueueFull
+		return 0, ErrQueueFull
 	}
-	r := p.readers.Get().(*dialect.Reader)
-	recs := make([]audit.CallRecord, len(calls))
-	for i, c := range calls {
-		recs[i] = r.Record(c)
+	recs := make([]audit.Record, 0, n)
+	for _, b := range batches {
+		for _, r := range b.Records {
+			recs = append(recs, *r)
+		}
 	}
-	p.readers.Put(r)
-	if err := p.store.AppendCalls(ctx, recs); err != nil {
+	stored, err := p.store.AppendCalls(ctx, recs)
+	if err != nil {
 		p.inflight.Add(-n)
-		return err
+		return 0, err
 	}
-	now := time.Now()
-	for _, c := range calls {
-		c.Received = now
+	now := p.now()
+	for _, b := range batches {
+		for _, r := range b.Records {
+			r.Call.Received = now
+		}
 	}
-	select {
-	case p.queue <- calls:
-		return nil
-	case <-p.done:
-		// Stored but the detector is gone: the calls will be replayed from
-		// the store at the next start.
-		return nil
+	for _, b := range batches {
+		select {
+		case p.queue <- b:
+		case <-p.done:
+			// Stored, but the engine is gone: the calls are replayed from
+			// the store at the next start.
+			p.inflight.Add(-int64(len(b.Records)))
+		}
 	}
+	return stored, nil
 }
 
-// Close stops the detector goroutine after committing its output. Calls
-// still in the reorder buffer are in the store and are replayed at the next
-// start.
+// nearMemoryLimit reports whether the heap is within 10 % of the memory
+// limit (GOMEMLIMIT, or the configured one): new calls are refused before
+// the garbage collector has to fight for the last of it.
+func nearMemoryLimit() bool {
+	limit := debugMemoryLimit()
+	if limit <= 0 || limit == math.MaxInt64 {
+		return false
+	}
+	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return false
+	}
+	return float64(s[0].Value.Uint64()) > 0.9*float64(limit)
+}
+
+// Close stops the engine goroutine after committing its output. Calls
+// still waiting for their watermark are in the store and are replayed at
+// the next start.
 func (p *Pipeline) Close(ctx context.Context) error {
 	p.mu.Lock()
 	if p.stopped {
@@ -213,16 +276,33 @@ func (p *Pipeline) Close(ctx context.Context) error {
 	return nil
 }
 
-// run is the detector goroutine.
+// Status returns where every partition and source stood at the last tick
+// (at most a second ago), and how many acknowledged calls are not yet
+// handed to the engine.
+func (p *Pipeline) Status() ([]detect.PartitionStatus, int64) {
+	p.statusMu.Lock()
+	defer p.statusMu.Unlock()
+	return p.status, p.inflight.Load()
+}
+
+func (p *Pipeline) updateStatus() {
+	st := p.eng.Status(p.now())
+	p.statusMu.Lock()
+	p.status = st
+	p.statusMu.Unlock()
+}
+
+// run is the engine goroutine.
 func (p *Pipeline) run(ctx context.Context) {
 	defer close(p.done)
 	tick := time.NewTicker(p.cfg.CommitEvery)
 	defer tick.Stop()
+	lastStatus := time.Time{}
 	for {
 		select {
-		case calls := <-p.queue:
-			p.take(calls)
-			p.drain() // what else is queued, before committing
+		case b := <-p.queue:
+			p.take(b)
+			p.drain()
 			if p.gate.pending() > 5000 {
 				p.commit(ctx)
 			}
@@ -230,15 +310,22 @@ func (p *Pipeline) run(ctx context.Context) {
 			if ctx.Err() != nil {
 				continue // stopping: the shutdown branch commits
 			}
-			p.advanceWallClock()
+			now := p.now()
+			p.eng.Tick(now)
+			p.open.Store(int64(p.eng.Buffered()))
 			p.commit(ctx)
+			if now.Sub(lastStatus) >= time.Second {
+				p.updateStatus()
+				lastStatus = now
+			}
 		case <-ctx.Done():
 			p.drain()
 			cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			if err := p.commit(cctx); err != nil {
-				p.log.Error("cannot commit detector output at shutdown; it will be rebuilt from stored calls at the next start", "err", err)
+				p.log.Error("cannot commit the engine's output at shutdown; it will be rebuilt from stored calls at the next start", "err", err)
 			}
 			cancel()
+			p.updateStatus()
 			return
 		}
 	}
@@ -248,48 +335,33 @@ func (p *Pipeline) run(ctx context.Context) {
 func (p *Pipeline) drain() {
 	for {
 		select {
-		case calls := <-p.queue:
-			p.take(calls)
+		case b := <-p.queue:
+			p.take(b)
 		default:
 			return
 		}
 	}
 }
 
-func (p *Pipeline) take(calls []*audit.Call) {
-	for _, c := range calls {
-		p.det.Add(c)
+func (p *Pipeline) take(b audit.Batch) {
+	now := p.now()
+	for _, r := range b.Records {
+		p.eng.Add(b.Source, r, now)
 	}
-	p.inflight.Add(-int64(len(calls)))
-	p.lastCall = time.Now()
-	p.lastEvent = p.det.MaxSeen()
+	p.inflight.Add(-int64(len(b.Records)))
+	p.open.Store(int64(p.eng.Buffered()))
 }
 
-// advanceWallClock moves the watermark while no calls arrive: from the
-// latest event time minus the lateness bound, it gains two seconds of event
-// time per second of quiet until it has caught up the lateness, then one
-// per second. A write whose window ends with no follow-up is thus found
-// unverified within a tick of its window's end in wall-clock time.
-func (p *Pipeline) advanceWallClock() {
-	if p.lastCall.IsZero() {
-		return
-	}
-	q := time.Since(p.lastCall)
-	catch := p.dcfg.Lateness - q
-	if catch < 0 {
-		catch = 0
-	}
-	wm := p.lastEvent.Add(q - catch)
-	if wm.After(p.det.Watermark()) {
-		p.det.AdvanceTo(wm)
-	}
-}
-
-// commit stores the detector output gathered since the last commit with the
-// watermark it was produced at.
+// commit stores the output gathered since the last commit with the
+// watermarks it was produced at.
 func (p *Pipeline) commit(ctx context.Context) error {
+	marks := p.eng.Watermarks()
 	r := p.gate.take()
-	r.Watermark = p.det.Watermark()
+	for _, t := range marks {
+		if r.Watermark.IsZero() || t.Before(r.Watermark) {
+			r.Watermark = t
+		}
+	}
 	if len(r.Writes) == 0 && len(r.Findings) == 0 && !r.Watermark.After(p.gate.committedWM) {
 		return nil
 	}
@@ -301,110 +373,9 @@ func (p *Pipeline) commit(ctx context.Context) error {
 		}
 		return err
 	}
-	p.gate.committedWM = r.Watermark
+	if r.Watermark.After(p.gate.committedWM) {
+		p.gate.committedWM = r.Watermark
+	}
+	p.saveMarks(marks)
 	return nil
-}
-
-type writeKey struct {
-	call string
-	seq  int
-}
-
-// gate sits between the detector and the sinks and the store: it drops
-// output caused by replayed calls, drops findings already stored, and
-// buffers output for the next commit.
-type gate struct {
-	sinks       []audit.Sink
-	det         *detect.Detector
-	open        bool
-	replayUntil time.Time
-	known       map[string]bool
-	announced   map[writeKey]bool // pending writes the sinks have seen
-	latency     func(time.Duration)
-	committedWM time.Time
-
-	writes   map[writeKey]audit.Write
-	findings []audit.Finding
-}
-
-// replaying reports whether the detector's output now is caused by a call
-// processed before the stop (strictly before the watermark; output at the
-// watermark itself is deduplicated by finding ID and write upsert).
-func (g *gate) replaying() bool {
-	return !g.open && g.det.Now().Before(g.replayUntil)
-}
-
-func (g *gate) Call(r *audit.CallReport) {
-	if g.replaying() {
-		return
-	}
-	for _, s := range g.sinks {
-		s.Call(r)
-	}
-}
-
-func (g *gate) Write(w *audit.Write, prev audit.WriteState) {
-	if g.replaying() {
-		return
-	}
-	k := writeKey{w.CallID, w.Seq}
-	if g.writes == nil {
-		g.writes = map[writeKey]audit.Write{}
-	}
-	g.writes[k] = *w
-	// Sinks count pending writes in and out: a write replayed as pending
-	// and settled now enters their books as new.
-	if prev == audit.StatePending && !g.announced[k] {
-		prev = ""
-	}
-	if w.State == audit.StatePending {
-		g.announced[k] = true
-	} else {
-		delete(g.announced, k)
-	}
-	for _, s := range g.sinks {
-		s.Write(w, prev)
-	}
-}
-
-func (g *gate) Finding(f *audit.Finding) {
-	if g.known != nil {
-		if g.known[f.ID()] {
-			return
-		}
-	}
-	if g.replaying() {
-		return
-	}
-	g.findings = append(g.findings, *f)
-	if c := g.det.Current(); c != nil && !c.Received.IsZero() && g.latency != nil {
-		g.latency(time.Since(c.Received))
-	}
-	for _, s := range g.sinks {
-		s.Finding(f)
-	}
-}
-
-func (g *gate) pending() int { return len(g.writes) + len(g.findings) }
-
-func (g *gate) take() audit.Results {
-	r := audit.Results{Findings: g.findings}
-	for _, w := range g.writes {
-		r.Writes = append(r.Writes, w)
-	}
-	g.writes, g.findings = nil, nil
-	return r
-}
-
-func (g *gate) putBack(r audit.Results) {
-	if g.writes == nil {
-		g.writes = map[writeKey]audit.Write{}
-	}
-	for _, w := range r.Writes {
-		k := writeKey{w.CallID, w.Seq}
-		if _, newer := g.writes[k]; !newer {
-			g.writes[k] = w
-		}
-	}
-	g.findings = append(r.Findings, g.findings...)
 }

@@ -1,9 +1,15 @@
 // Package receiver accepts MCP traffic over the network: OTLP/HTTP
 // (POST /v1/traces, protobuf or JSON, gzip), call records over HTTP
-// (POST /v1/calls, NDJSON or a JSON array, gzip) and OTLP/gRPC. A request is
-// acknowledged only after its calls are committed by the pipeline; bad
-// records and spans are reported back while the good ones beside them are
-// kept.
+// (POST /v1/calls, NDJSON or a JSON array, gzip) and OTLP/gRPC. Each call
+// is read by its dialect here, once, and travels with that reading. A
+// request is acknowledged only after its calls are committed by the
+// pipeline; bad records and spans are reported back while the good ones
+// beside them are kept.
+//
+// Every call comes on a source: the stream whose event time holds back its
+// partition's. For OTLP it is the exporting resource (otlp.SourceOf); for
+// call records the poster names it in the Mcpaudit-Source header (or the
+// source query parameter), else it is the poster's address.
 package receiver
 
 import (
@@ -16,15 +22,20 @@ import (
 	"io"
 	"log/slog"
 	"mime"
+	"net"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/capture"
+	"github.com/mcpaudit/mcpaudit/collector/dialect"
 	"github.com/mcpaudit/mcpaudit/collector/otlp"
-	"github.com/mcpaudit/mcpaudit/collector/pipeline"
 	"github.com/mcpaudit/mcpaudit/exporter/metrics"
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 	"google.golang.org/grpc"
@@ -33,9 +44,11 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// Ingester takes calls and returns once they are durable.
+// Ingester takes the records of one request and returns once they are
+// durable, with how many were stored for the first time. Errors wrapping
+// audit.ErrOverloaded or audit.ErrUnavailable are retryable.
 type Ingester interface {
-	Ingest(ctx context.Context, calls []*audit.Call) error
+	Ingest(ctx context.Context, batches ...audit.Batch) (int, error)
 }
 
 // Config sets the receivers' limits and credentials.
@@ -81,15 +94,25 @@ type Receiver struct {
 	in      Ingester
 	metrics *metrics.Metrics
 	log     *slog.Logger
+	readers sync.Pool // *dialect.Reader: one per request at a time
 }
 
-// New returns a receiver feeding in. m may be nil.
-func New(cfg Config, in Ingester, m *metrics.Metrics, log *slog.Logger) *Receiver {
+// New returns a receiver feeding in, reading calls with the dialects of
+// dial. m may be nil.
+func New(cfg Config, dial dialect.Config, in Ingester, m *metrics.Metrics, log *slog.Logger) *Receiver {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Receiver{cfg: cfg, in: in, metrics: m, log: log}
+	rc := &Receiver{cfg: cfg, in: in, metrics: m, log: log}
+	rc.readers.New = func() any { return dialect.NewReader(dial) }
+	return rc
 }
+
+// SourceHeader is the header a poster of call records names its source in.
+const SourceHeader = "Mcpaudit-Source"
+
+// maxSourceName bounds a source name.
+const maxSourceName = 256
 
 // Handler returns the HTTP handler of /v1/traces and /v1/calls.
 func (rc *Receiver) Handler() http.Handler {
@@ -149,24 +172,43 @@ func (rc *Receiver) tenant(authz string) (string, bool) {
 	return t, ok
 }
 
-func (rc *Receiver) ingest(ctx context.Context, src metrics.Source, tenant string, calls []*audit.Call) *httpError {
-	for _, c := range calls {
+// ingest reads the calls of one request, grouped by source, and hands
+// them to the pipeline; it returns how many were stored for the first time.
+func (rc *Receiver) ingest(ctx context.Context, src metrics.Source, tenant string, calls []*audit.Call, sources []string) (int, *httpError) {
+	r := rc.readers.Get().(*dialect.Reader)
+	var batches []audit.Batch
+	at := map[string]int{}
+	for i, c := range calls {
 		c.Tenant = tenant
+		i0, ok := at[sources[i]]
+		if !ok {
+			i0 = len(batches)
+			at[sources[i]] = i0
+			batches = append(batches, audit.Batch{Source: sources[i]})
+		}
+		batches[i0].Records = append(batches[i0].Records, r.Read(c))
 	}
-	err := rc.in.Ingest(ctx, calls)
+	rc.readers.Put(r)
+	for i := range batches {
+		// A request groups calls by resource or poster; each source's
+		// calls reach the engine in time order, as if streamed.
+		slices.SortStableFunc(batches[i].Records, func(a, b *audit.Record) int { return a.Call.Time.Compare(b.Call.Time) })
+	}
+	stored, err := rc.in.Ingest(ctx, batches...)
 	switch {
 	case err == nil:
 		if rc.metrics != nil {
-			rc.metrics.IngestAccepted(src, len(calls))
+			rc.metrics.IngestAccepted(src, stored)
+			rc.metrics.IngestDuplicate(src, len(calls)-stored)
 		}
-		return nil
-	case errors.Is(err, pipeline.ErrQueueFull):
+		return stored, nil
+	case errors.Is(err, audit.ErrOverloaded):
 		rc.rejected(src, metrics.RejectQueueFull, len(calls))
-		return &httpError{http.StatusTooManyRequests, "ingest queue full; retry later", metrics.RejectQueueFull}
+		return 0, &httpError{http.StatusTooManyRequests, err.Error() + "; retry later", metrics.RejectQueueFull}
 	default:
 		rc.rejected(src, metrics.RejectQueueFull, len(calls))
 		rc.log.Warn("cannot store calls", "err", err, "calls", len(calls))
-		return &httpError{http.StatusServiceUnavailable, "cannot store calls now; retry later", metrics.RejectQueueFull}
+		return 0, &httpError{http.StatusServiceUnavailable, "cannot store calls now; retry later", metrics.RejectQueueFull}
 	}
 }
 
@@ -192,9 +234,50 @@ func (rc *Receiver) fail(w http.ResponseWriter, src metrics.Source, e *httpError
 
 // CallsResponse is the answer to POST /v1/calls.
 type CallsResponse struct {
-	Accepted int      `json:"accepted"`
+	// Accepted counts the records acknowledged: stored now or before.
+	Accepted int `json:"accepted"`
+	// New counts those stored for the first time; the others were stored
+	// by an earlier request (a re-sent batch).
+	New      int      `json:"new"`
 	Rejected int      `json:"rejected"`
 	Errors   []string `json:"errors,omitempty"`
+	// Source is the stream the records were taken on.
+	Source string `json:"source"`
+}
+
+// callTypes are the content types /v1/calls takes. curl --data-binary
+// sends application/x-www-form-urlencoded unless told otherwise: its body
+// is taken as NDJSON too.
+var callTypes = []string{"", "application/json", "application/x-ndjson", "application/ndjson", "application/jsonl",
+	"application/x-jsonlines", "application/json-seq", "application/x-www-form-urlencoded"}
+
+// callsSource names the source of a request of call records: what the
+// poster says, else its address.
+func callsSource(r *http.Request) (string, error) {
+	name := r.Header.Get(SourceHeader)
+	if name == "" {
+		name = r.URL.Query().Get("source")
+	}
+	if name == "" {
+		host, _, err := net.SplitHostPort(r.RemoteAddr)
+		if err != nil {
+			host = r.RemoteAddr
+		}
+		return "calls:" + host, nil
+	}
+	if len(name) > maxSourceName || !utf8.ValidString(name) || strings.ContainsFunc(name, unicode.IsControl) {
+		return "", fmt.Errorf("%s must be printable UTF-8 of at most %d bytes", SourceHeader, maxSourceName)
+	}
+	return "calls:" + name, nil
+}
+
+// checkTime rejects a time the store cannot hold (nanoseconds since 1970
+// in 64 bits): a permanent error of the record, not of the request.
+func checkTime(c *audit.Call) error {
+	if y := c.Time.Year(); y < 1678 || y > 2261 {
+		return fmt.Errorf("%s: field time: %s is outside 1678-2261, which cannot be stored", c.Source, c.Time.Format(time.RFC3339))
+	}
+	return nil
 }
 
 func (rc *Receiver) calls(w http.ResponseWriter, r *http.Request) {
@@ -204,9 +287,23 @@ func (rc *Receiver) calls(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "missing or unknown bearer token", http.StatusUnauthorized)
 		return
 	}
+	if ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); !slices.Contains(callTypes, ct) {
+		rc.fail(w, src, &httpError{http.StatusUnsupportedMediaType, "Content-Type " + strconv.Quote(ct) +
+			" is not call records: send application/x-ndjson or application/json", metrics.RejectDecodeError}, false)
+		return
+	}
+	source, err := callsSource(r)
+	if err != nil {
+		rc.fail(w, src, &httpError{http.StatusBadRequest, err.Error(), metrics.RejectDecodeError}, false)
+		return
+	}
 	b, herr := rc.body(r)
 	if herr != nil {
 		rc.fail(w, src, herr, false)
+		return
+	}
+	if len(bytes.TrimSpace(b)) == 0 {
+		rc.fail(w, src, &httpError{http.StatusBadRequest, "empty body: send call records, one JSON object per line or a JSON array", metrics.RejectDecodeError}, false)
 		return
 	}
 	dec, err := capture.NewDecoder(bytes.NewReader(b), "body")
@@ -219,42 +316,60 @@ func (rc *Receiver) calls(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var calls []*audit.Call
-	var resp CallsResponse
+	resp := CallsResponse{Source: source}
+	defer func() {
+		if rc.metrics != nil {
+			rc.metrics.IngestIgnored(src, dec.Ignored)
+		}
+	}()
+	reject := func(err error, reason metrics.RejectReason) {
+		resp.Rejected++
+		if len(resp.Errors) < maxRejectsReported {
+			resp.Errors = append(resp.Errors, err.Error())
+		}
+		rc.rejected(src, reason, 1)
+	}
 	for {
 		c, err := dec.Next()
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
-			if !capture.IsReject(err) {
+			var re *capture.RecordError
+			switch {
+			case errors.As(err, &re) && re.Reason == "missing":
+				reject(err, metrics.RejectMissingField)
+			case capture.IsReject(err):
+				reject(err, metrics.RejectInvalidJSON)
+			default:
 				rc.fail(w, src, &httpError{http.StatusBadRequest, err.Error(), metrics.RejectDecodeError}, false)
 				return
 			}
-			resp.Rejected++
-			if len(resp.Errors) < maxRejectsReported {
-				resp.Errors = append(resp.Errors, err.Error())
-			}
-			reason := metrics.RejectInvalidJSON
-			if strings.Contains(err.Error(), "missing") {
-				reason = metrics.RejectMissingField
-			}
-			rc.rejected(src, reason, 1)
+			continue
+		}
+		if err := checkTime(c); err != nil {
+			reject(err, metrics.RejectInvalidJSON)
 			continue
 		}
 		calls = append(calls, c)
 	}
-	if len(calls) == 0 && resp.Rejected > 0 {
+	if len(calls) == 0 {
+		if resp.Rejected == 0 {
+			resp.Errors = append(resp.Errors, "no call record: the body holds no tools/call exchange")
+		}
 		writeJSON(w, http.StatusBadRequest, resp)
 		return
 	}
-	// A batch is put in time order, as an OTLP request is, so that both
-	// carriers reach the reorder buffer alike.
-	slices.SortStableFunc(calls, func(a, b *audit.Call) int { return a.Time.Compare(b.Time) })
-	if herr := rc.ingest(r.Context(), src, tenant, calls); herr != nil {
+	sources := make([]string, len(calls))
+	for i := range sources {
+		sources[i] = source
+	}
+	stored, herr := rc.ingest(r.Context(), src, tenant, calls, sources)
+	if herr != nil {
 		rc.fail(w, src, herr, false)
 		return
 	}
-	resp.Accepted = len(calls)
+	resp.Accepted, resp.New = len(calls), stored
 	writeJSON(w, http.StatusOK, resp)
 }
 
@@ -323,12 +438,22 @@ func (rc *Receiver) traces(w http.ResponseWriter, r *http.Request) {
 // reported as a partial success.
 func (rc *Receiver) export(ctx context.Context, src metrics.Source, tenant string, req ptraceotlp.ExportRequest) (ptraceotlp.ExportResponse, *httpError) {
 	res := otlp.Convert(req.Traces(), string(src)+":")
-	// A request groups spans by resource; in time order they reach the
-	// reorder buffer as if streamed.
-	slices.SortStableFunc(res.Calls, func(a, b *audit.Call) int { return a.Time.Compare(b.Time) })
+	calls, sources := res.Calls[:0], res.Sources[:0]
+	for i, c := range res.Calls {
+		if err := checkTime(c); err != nil {
+			res.Rejected = append(res.Rejected, otlp.RejectedSpan{Path: strings.TrimPrefix(c.Source, string(src)+":"), Reason: "start time outside 1678-2261, which cannot be stored"})
+			continue
+		}
+		calls, sources = append(calls, c), append(sources, res.Sources[i])
+	}
 	rc.rejected(src, metrics.RejectBadSpan, len(res.Rejected))
-	if herr := rc.ingest(ctx, src, tenant, res.Calls); herr != nil {
-		return ptraceotlp.ExportResponse{}, herr
+	if rc.metrics != nil {
+		rc.metrics.IngestIgnored(src, res.Ignored)
+	}
+	if len(calls) > 0 {
+		if _, herr := rc.ingest(ctx, src, tenant, calls, sources); herr != nil {
+			return ptraceotlp.ExportResponse{}, herr
+		}
 	}
 	resp := ptraceotlp.NewExportResponse()
 	if n := len(res.Rejected); n > 0 {
@@ -374,7 +499,10 @@ func (g *GRPC) Export(ctx context.Context, req ptraceotlp.ExportRequest) (ptrace
 	}
 	resp, herr := g.rc.export(ctx, metrics.SourceOTLPGRPC, tenant, req)
 	if herr != nil {
-		return ptraceotlp.ExportResponse{}, status.Error(codes.Unavailable, herr.msg)
+		if herr.status == http.StatusTooManyRequests || herr.status == http.StatusServiceUnavailable {
+			return ptraceotlp.ExportResponse{}, status.Error(codes.Unavailable, herr.msg)
+		}
+		return ptraceotlp.ExportResponse{}, status.Error(codes.InvalidArgument, herr.msg)
 	}
 	return resp, nil
 }

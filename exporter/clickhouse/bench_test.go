@@ -15,7 +15,6 @@ import (
 
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/detect"
-	"github.com/mcpaudit/mcpaudit/collector/dialect"
 	"github.com/mcpaudit/mcpaudit/exporter/storetest"
 )
 
@@ -26,7 +25,7 @@ import (
 //	go test -run '^$' -bench . -benchtime 1x -v ./exporter/clickhouse/
 
 // benchPool returns n generated call records to draw benchmark batches from.
-func benchPool(tb testing.TB, n int) []audit.CallRecord {
+func benchPool(tb testing.TB, n int) []audit.Record {
 	tb.Helper()
 	g, err := storetest.NewGenerator(1, storetest.T0)
 	if err != nil {
@@ -39,7 +38,7 @@ func benchPool(tb testing.TB, n int) []audit.CallRecord {
 // traffic) and the n-th time of a stream of 100000 calls per second. The
 // generator spreads its calls over weeks; at the rates measured here a
 // batch falls in one day partition, as it does in production.
-func fresh(r audit.CallRecord, n uint64) audit.CallRecord {
+func fresh(r audit.Record, n uint64) audit.Record {
 	c := *r.Call
 	var b [16]byte
 	binary.LittleEndian.PutUint64(b[:], splitmix(n))
@@ -77,7 +76,7 @@ func BenchmarkIngest(b *testing.B) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			buf := make([]audit.CallRecord, batch)
+			buf := make([]audit.Record, batch)
 			for {
 				j := next.Add(1) - 1
 				if j*batch >= int64(total) {
@@ -87,7 +86,7 @@ func BenchmarkIngest(b *testing.B) {
 					n := uint64(j)*batch + uint64(i)
 					buf[i] = fresh(recs[n%uint64(len(recs))], n)
 				}
-				if err := s.AppendCalls(context.Background(), buf); err != nil {
+				if _, err := s.AppendCalls(context.Background(), buf); err != nil {
 					b.Error(err)
 					return
 				}
@@ -115,16 +114,17 @@ func BenchmarkBytesPerCall(b *testing.B) {
 }
 
 // TestBytesPerCall guards the storage figure on a smaller sample: at most
-// 100 bytes per call (88 measured on 18.16; the target of 80 is not met,
-// docs/clickhouse.md says why).
+// 105 bytes per call (102 measured on 18.16 with each call's stored reading,
+// about 12 bytes of it; the target of 80 is not met, docs/clickhouse.md says
+// why).
 func TestBytesPerCall(t *testing.T) {
 	if testing.Short() {
 		t.Skip("stores 30000 calls")
 	}
 	perCall, report := storeTraffic(t, 30000)
 	t.Log(report)
-	if perCall > 100 {
-		t.Errorf("%.1f bytes per call, want at most 100", perCall)
+	if perCall > 105 {
+		t.Errorf("%.1f bytes per call, want at most 105", perCall)
 	}
 }
 
@@ -136,7 +136,7 @@ func TestBytesPerCall(t *testing.T) {
 // much as the rows.
 type interleaved struct {
 	gens  []*storetest.Generator
-	heads []audit.CallRecord
+	heads []audit.Record
 }
 
 func newInterleaved(tb testing.TB, k int) *interleaved {
@@ -162,8 +162,8 @@ func newInterleaved(tb testing.TB, k int) *interleaved {
 	return it
 }
 
-func (it *interleaved) records(n int) []audit.CallRecord {
-	out := make([]audit.CallRecord, 0, n)
+func (it *interleaved) records(n int) []audit.Record {
+	out := make([]audit.Record, 0, n)
 	for range n {
 		j := 0
 		for i := range it.heads {
@@ -186,18 +186,18 @@ func storeTraffic(tb testing.TB, n int) (float64, string) {
 	s := openStore(tb, o)
 	g := newInterleaved(tb, 128)
 	col := &storetest.Collector{}
-	d := detect.New(detect.NewDefaultConfig(), dialect.Config{}, col)
+	e := detect.NewEngine(detect.NewDefaultConfig(), col)
 	ctx := context.Background()
 	for done := 0; done < n; {
 		recs := g.records(min(5000, n-done))
 		done += len(recs)
-		if err := s.AppendCalls(ctx, recs); err != nil {
+		if _, err := s.AppendCalls(ctx, recs); err != nil {
 			tb.Fatal(err)
 		}
-		for _, r := range recs {
-			d.Add(r.Call)
+		for i := range recs {
+			e.Add("bench", &recs[i], time.Time{})
 		}
-		col.Results.Watermark = d.Watermark()
+		col.Results.Watermark = storetest.MinMark(e)
 		if err := s.Commit(ctx, col.Results); err != nil {
 			tb.Fatal(err)
 		}

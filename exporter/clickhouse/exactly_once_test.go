@@ -18,11 +18,11 @@ import (
 // synthCalls makes n distinct call records from the example calls: each a
 // copy of an example with its own time, session and JSON-RPC id, so its own
 // stable ID.
-func synthCalls(t testing.TB, n int, start time.Time, tag string) []audit.CallRecord {
+func synthCalls(t testing.TB, n int, start time.Time, tag string) []audit.Record {
 	t.Helper()
 	tpl := exampleCalls(t)
 	reader := dialect.NewReader(dialect.Config{})
-	recs := make([]audit.CallRecord, n)
+	recs := make([]audit.Record, n)
 	for i := range recs {
 		c := *tpl[i%len(tpl)]
 		c.Time = start.Add(time.Duration(i) * time.Millisecond)
@@ -31,13 +31,13 @@ func synthCalls(t testing.TB, n int, start time.Time, tag string) []audit.CallRe
 		args := canon.Bytes(c.Arguments)
 		c.ID = audit.StableID(c.Server, c.Session, c.RPCID, c.Time, c.Tool, args)
 		c.Fingerprint = audit.Fingerprint(c.Server, c.Session, c.RPCID, c.Tool, args)
-		recs[i] = reader.Record(&c)
+		recs[i] = *reader.Read(&c)
 	}
 	return recs
 }
 
 // synthResults makes write attempts and findings on the calls.
-func synthResults(recs []audit.CallRecord, wm time.Time) audit.Results {
+func synthResults(recs []audit.Record, wm time.Time) audit.Results {
 	var r audit.Results
 	for i, rec := range recs {
 		c := rec.Call
@@ -121,7 +121,7 @@ func TestExactlyOnce(t *testing.T) {
 			recs := synthCalls(t, n, start, tc.name)
 
 			p.arm(&cutPlan{after: 64 << 10, dropAck: tc.dropAck})
-			if err := s.AppendCalls(context.Background(), recs); err != nil {
+			if _, err := s.AppendCalls(context.Background(), recs); err != nil {
 				t.Fatalf("AppendCalls: %v", err)
 			}
 			if !p.fired() {
@@ -168,7 +168,7 @@ func traffic(t testing.TB, s *Store, stop <-chan struct{}, batch int) (acked map
 		}
 		recs := synthCalls(t, batch, start.Add(time.Duration(i)*time.Second), "traffic-"+strconv.Itoa(i))
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		err := s.AppendCalls(ctx, recs)
+		_, err := s.AppendCalls(ctx, recs)
 		cancel()
 		if err != nil {
 			errs = append(errs, err)
@@ -185,7 +185,8 @@ func traffic(t testing.TB, s *Store, stop <-chan struct{}, batch int) (acked map
 func checkAcked(t testing.TB, s *Store, o Options, acked map[string]bool) {
 	t.Helper()
 	found := map[string]bool{}
-	err := s.ScanCalls(context.Background(), time.Time{}, func(c *audit.Call) error {
+	err := s.ScanCalls(context.Background(), time.Time{}, func(r *audit.Record) error {
+		c := r.Call
 		if found[c.ID] {
 			return fmt.Errorf("call %s returned twice", c.ID)
 		}
@@ -303,7 +304,7 @@ func TestExactlyOnce_ServerKilled(t *testing.T) {
 	s := openStore(t, o)
 	recs := synthCalls(t, 50000, time.Date(2026, 11, 4, 9, 0, 0, 0, time.UTC), "killed")
 	done := make(chan error, 1)
-	go func() { done <- s.AppendCalls(context.Background(), recs) }()
+	go func() { done <- errOnly(s.AppendCalls(context.Background(), recs)) }()
 	time.Sleep(150 * time.Millisecond)
 	ctl("kill")
 	ctl("start")

@@ -180,7 +180,7 @@ func scanCall(rows driver.Rows) (callRow, error) {
 	err := rows.Scan(&r.Tenant, &r.Server, &r.Document, &t, &r.TimeNanos, &r.ID, &r.OtherDocuments, &r.DurationNS,
 		&r.Session, &r.Client, &r.TraceID, &r.SpanID, &r.Fingerprint, &r.RPCID, &r.Method, &r.Tool, &r.ToolLabel,
 		&r.Arguments, &r.Result, &r.ErrorCode, &r.ErrorMessage, &r.ErrorData, &r.TransportError,
-		&r.Source, &r.Outcome, &r.FailureCode, &r.FailureAction, &r.FailureMessage, &r.Flags, &r.Version)
+		&r.Source, &r.Outcome, &r.FailureCode, &r.FailureAction, &r.FailureMessage, &r.Reading, &r.Flags, &r.Version)
 	r.Time = t.Unix()
 	return r, err
 }
@@ -472,7 +472,7 @@ func (s *Store) FindingIDs(ctx context.Context, since time.Time) (map[string]boo
 // ScanCalls calls fn with every stored call whose Time >= since, in (time,
 // ID) order. It first waits for the spool to drain, so that every
 // acknowledged call is seen.
-func (s *Store) ScanCalls(ctx context.Context, since time.Time, fn func(*audit.Call) error) error {
+func (s *Store) ScanCalls(ctx context.Context, since time.Time, fn func(*audit.Record) error) error {
 	conn, err := s.reader()
 	if err != nil {
 		return err
@@ -488,8 +488,7 @@ func (s *Store) ScanCalls(ctx context.Context, since time.Time, fn func(*audit.C
 		if err != nil {
 			return queryErr(ctx, "read calls", err)
 		}
-		rec := r.record()
-		return fn(rec.Call)
+		return fn(r.record())
 	})
 }
 

@@ -20,21 +20,24 @@ func TestRetention_Fallback(t *testing.T) {
 	s := openStore(t, o)
 	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	ctx := context.Background()
-	var recs []audit.CallRecord
+	var recs []audit.Record
 	for _, tenant := range []string{"short", "long", "other"} {
 		for _, age := range []int{1, 5, 20, 40} {
 			c := &audit.Call{ID: fmt.Sprintf("%s-%dd", tenant, age), Tenant: tenant, Server: "thegram", Time: now.Add(-time.Duration(age) * day)}
-			recs = append(recs, audit.CallRecord{Call: c, Documents: []string{"a.gram"}})
+			recs = append(recs, audit.Record{Call: c, Ops: []audit.Op{{Kind: audit.OpRead, Target: "a.gram"}}})
 		}
 	}
-	if err := s.AppendCalls(ctx, recs); err != nil {
+	if _, err := s.AppendCalls(ctx, recs); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.enforceRetention(ctx, now); err != nil {
 		t.Fatal(err)
 	}
 	kept := map[string]bool{}
-	if err := s.ScanCalls(ctx, time.Time{}, func(c *audit.Call) error { kept[c.ID] = true; return nil }); err != nil {
+	if err := s.ScanCalls(ctx, time.Time{}, func(r *audit.Record) error {
+		kept[r.Call.ID] = true
+		return nil
+	}); err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]bool{

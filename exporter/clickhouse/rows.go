@@ -56,15 +56,18 @@ type callRow struct {
 	FailureCode    string
 	FailureAction  string
 	FailureMessage string
-	Flags          uint8
-	Version        uint64
+	// Reading is audit.AppendReading of the record; empty in rows stored
+	// before it was kept.
+	Reading string
+	Flags   uint8
+	Version uint64
 }
 
 var callColumns = []string{
 	"tenant", "server", "document", "time", "time_nanos", "id", "other_documents", "duration_ns",
 	"session", "client", "trace_id", "span_id", "fingerprint", "rpc_id", "method", "tool", "tool_label",
 	"arguments", "result", "error_code", "error_message", "error_data", "transport_error",
-	"source", "outcome", "failure_code", "failure_action", "failure_message", "flags", "version",
+	"source", "outcome", "failure_code", "failure_action", "failure_message", "reading", "flags", "version",
 }
 
 type writeRow struct {
@@ -147,7 +150,7 @@ func joinTime(sec int64, nanos uint32) time.Time {
 	return time.Unix(sec, int64(nanos)).UTC()
 }
 
-func callRowOf(r *audit.CallRecord) (callRow, error) {
+func callRowOf(r *audit.Record) (callRow, error) {
 	c := r.Call
 	if c == nil {
 		return callRow{}, fmt.Errorf("call record without a call")
@@ -165,17 +168,19 @@ func callRowOf(r *audit.CallRecord) (callRow, error) {
 		TraceID: c.TraceID, SpanID: c.SpanID, RPCID: c.RPCID, Method: c.Method, Tool: c.Tool,
 		ToolLabel: r.Tool, Arguments: string(c.Arguments), Result: string(c.Result),
 		TransportError: c.TransportError, Source: c.Source, Outcome: string(r.Outcome),
+		Reading: string(audit.AppendReading(nil, r)),
 	}
+	docs := r.Documents()
 	// The first document orders the table; the others are kept beside it.
 	// A first document "" would not come back apart from the others: such a
 	// list is kept whole.
 	row.OtherDocuments = []string{}
 	switch {
-	case len(r.Documents) > 0 && r.Documents[0] != "":
-		row.Document = r.Documents[0]
-		row.OtherDocuments = r.Documents[1:]
-	case len(r.Documents) > 0:
-		row.OtherDocuments = r.Documents
+	case len(docs) > 0 && docs[0] != "":
+		row.Document = docs[0]
+		row.OtherDocuments = docs[1:]
+	case len(docs) > 0:
+		row.OtherDocuments = docs
 	}
 	if c.Arguments != nil {
 		row.Flags |= flagArguments
@@ -210,8 +215,8 @@ func callRowOf(r *audit.CallRecord) (callRow, error) {
 	return row, nil
 }
 
-// record rebuilds the call record of a row.
-func (row *callRow) record() audit.CallRecord {
+// record rebuilds the record of a row: the call and its stored reading.
+func (row *callRow) record() *audit.Record {
 	c := &audit.Call{
 		ID: row.ID, Time: joinTime(row.Time, row.TimeNanos), Duration: time.Duration(row.DurationNS),
 		Server: row.Server, Session: row.Session, Client: row.Client, Tenant: row.Tenant,
@@ -234,12 +239,13 @@ func (row *callRow) record() audit.CallRecord {
 	if row.Flags&flagFingerprintDerived != 0 {
 		c.Fingerprint = fingerprint(c)
 	}
-	rec := audit.CallRecord{Call: c, Outcome: audit.Outcome(row.Outcome), Tool: row.ToolLabel}
-	if row.Document != "" {
-		rec.Documents = append([]string{row.Document}, row.OtherDocuments...)
-	} else if len(row.OtherDocuments) > 0 {
-		rec.Documents = row.OtherDocuments
+	rec := &audit.Record{Call: c}
+	if row.Reading != "" && audit.ReadReading([]byte(row.Reading), rec) == nil {
+		return rec
 	}
+	// A row stored before readings were kept: its outcome and failure,
+	// without operations.
+	rec.Outcome, rec.Tool = audit.Outcome(row.Outcome), row.ToolLabel
 	if row.Flags&flagFailure != 0 {
 		rec.Failure = &audit.Failure{Code: row.FailureCode, Action: audit.RetryAction(row.FailureAction), Message: row.FailureMessage}
 	}
@@ -519,6 +525,7 @@ func callColumnValues(rows []callRow) []any {
 		col(rows, func(r *callRow) string { return r.FailureCode }),
 		col(rows, func(r *callRow) string { return r.FailureAction }),
 		col(rows, func(r *callRow) string { return r.FailureMessage }),
+		col(rows, func(r *callRow) string { return r.Reading }),
 		col(rows, func(r *callRow) uint8 { return r.Flags }),
 		col(rows, func(r *callRow) uint64 { return r.Version }),
 	}

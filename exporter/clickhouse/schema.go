@@ -3,6 +3,7 @@ package clickhouse
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 	"path"
@@ -12,6 +13,8 @@ import (
 	"strings"
 	"text/template"
 	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/proto"
 )
 
 // The schema is a series of migrations, schema/NNNN_name.sql, applied in
@@ -133,6 +136,20 @@ func (l layout) funcs() template.FuncMap {
 				l.table(name), l.Cluster, l.local(name), l.Cluster, l.DB, name, shardKey)
 		},
 	}
+}
+
+// addsColumn reports whether a statement is an ALTER TABLE ... ADD COLUMN,
+// which not every server can make idempotent with IF NOT EXISTS.
+func addsColumn(q string) bool {
+	code := strings.ToUpper(stripComments(q))
+	return strings.HasPrefix(strings.TrimSpace(code), "ALTER TABLE") && strings.Contains(code, " ADD COLUMN ")
+}
+
+// columnExists reports whether ClickHouse refused a column because the
+// table has it already (DUPLICATE_COLUMN, ILLEGAL_COLUMN).
+func columnExists(err error) bool {
+	var ex *proto.Exception
+	return errors.As(err, &ex) && (ex.Code == 15 || ex.Code == 44)
 }
 
 // statements renders one migration into the statements to run, in order.
@@ -267,6 +284,9 @@ func (s *Store) migrate(ctx context.Context) error {
 		}
 		for _, q := range stmts {
 			if err := s.conn.Exec(ctx, q); err != nil {
+				if addsColumn(q) && columnExists(err) {
+					continue // applied by a start that failed later
+				}
 				return fmt.Errorf("cannot apply schema migration %04d_%s: %w", m.Version, m.Name, err)
 			}
 		}

@@ -121,10 +121,10 @@ func TestStore_Unreachable(t *testing.T) {
 	if err := s.Ready(); !errors.Is(err, audit.ErrUnavailable) {
 		t.Errorf("Ready = %v, want ErrUnavailable", err)
 	}
-	rec := func(id string) audit.CallRecord {
-		return audit.CallRecord{Call: &audit.Call{ID: id, Time: time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC), Server: "thegram", Arguments: []byte(strings.Repeat("x", 4000))}}
+	rec := func(id string) audit.Record {
+		return audit.Record{Call: &audit.Call{ID: id, Time: time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC), Server: "thegram", Arguments: []byte(strings.Repeat("x", 4000))}}
 	}
-	if err := s.AppendCalls(ctx, []audit.CallRecord{rec("c_1")}); err != nil {
+	if _, err := s.AppendCalls(ctx, []audit.Record{rec("c_1")}); err != nil {
 		t.Fatalf("AppendCalls while unreachable = %v, want it spooled", err)
 	}
 	if n, _ := s.spool.usage(); n != 1 {
@@ -141,7 +141,7 @@ func TestStore_Unreachable(t *testing.T) {
 	}
 	var full error
 	for i := range 100 {
-		if full = s.AppendCalls(ctx, []audit.CallRecord{rec("c_more_" + string(rune('a'+i)))}); full != nil {
+		if _, full = s.AppendCalls(ctx, []audit.Record{rec("c_more_" + string(rune('a'+i)))}); full != nil {
 			break
 		}
 	}

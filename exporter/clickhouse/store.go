@@ -15,6 +15,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/internal/ratelog"
 )
 
 var _ audit.Store = (*Store)(nil)
@@ -30,6 +31,9 @@ type Store struct {
 	opts  Options
 	log   *slog.Logger
 	spool *spool
+	// retries logs failed insert attempts, rate-limited: an outage retries
+	// every batch.
+	retries *ratelog.Logger
 
 	// conn and caps are set once by connect, before up is closed; read them
 	// only after connected() reports true.
@@ -107,6 +111,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{
+		retries: ratelog.New(log, ratelog.NewDefaultConfig()),
 		opts:    o,
 		log:     log,
 		spool:   sp,
@@ -279,19 +284,24 @@ func (s *Store) setBackendErr(err error) {
 // acknowledged them or, while ClickHouse is unreachable, once they are
 // synced to the spool. Calls whose ID is already stored are skipped. When the
 // spool is full it returns an error wrapping audit.ErrUnavailable.
-func (s *Store) AppendCalls(ctx context.Context, calls []audit.CallRecord) error {
+// ClickHouse collapses a call stored twice later, in the background: the
+// count returned is every call of the batch.
+func (s *Store) AppendCalls(ctx context.Context, calls []audit.Record) (int, error) {
 	if len(calls) == 0 {
-		return nil
+		return 0, nil
 	}
 	req := &request{calls: make([]callRow, 0, len(calls))}
 	for i := range calls {
 		row, err := callRowOf(&calls[i])
 		if err != nil {
-			return fmt.Errorf("cannot store calls: %w", err)
+			return 0, fmt.Errorf("cannot store calls: %w", err)
 		}
 		req.calls = append(req.calls, row)
 	}
-	return s.submit(ctx, req)
+	if err := s.submit(ctx, req); err != nil {
+		return 0, err
+	}
+	return len(calls), nil
 }
 
 // Commit stores detector output and the watermark. ClickHouse has no
@@ -522,6 +532,7 @@ func (s *Store) insertRetrying(b *batch, budget time.Duration) error {
 		if time.Now().Add(jittered).After(deadline) {
 			return err
 		}
+		s.retries.Warn("store_retry", "clickhouse: insert failed; retrying", "attempt", attempt+1, "rows", b.rows(), "wait", jittered, "err", err)
 		select {
 		case <-s.quit:
 			return err

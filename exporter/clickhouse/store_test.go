@@ -17,6 +17,7 @@ import (
 	"github.com/mcpaudit/mcpaudit/collector/capture"
 	"github.com/mcpaudit/mcpaudit/collector/detect"
 	"github.com/mcpaudit/mcpaudit/collector/dialect"
+	"github.com/mcpaudit/mcpaudit/exporter/storetest"
 )
 
 func TestSchema_CreateAndMigrateTwice(t *testing.T) {
@@ -47,7 +48,7 @@ type sink struct {
 	findings []audit.Finding
 }
 
-func (s *sink) Call(*audit.CallReport)                   {}
+func (s *sink) Call(*audit.Record)                       {}
 func (s *sink) Write(w *audit.Write, _ audit.WriteState) { s.writes = append(s.writes, *w) }
 func (s *sink) Finding(f *audit.Finding)                 { s.findings = append(s.findings, *f) }
 
@@ -101,20 +102,21 @@ func ingest(t testing.TB, s audit.Store, calls []*audit.Call) *sink {
 	t.Helper()
 	ctx := context.Background()
 	reader := dialect.NewReader(dialect.Config{})
-	recs := make([]audit.CallRecord, len(calls))
+	recs := make([]audit.Record, len(calls))
 	for i, c := range calls {
-		recs[i] = reader.Record(c)
+		recs[i] = *reader.Read(c)
 	}
-	if err := s.AppendCalls(ctx, recs); err != nil {
+	if _, err := s.AppendCalls(ctx, recs); err != nil {
 		t.Fatalf("AppendCalls: %v", err)
 	}
 	out := &sink{}
-	det := detect.New(detect.NewDefaultConfig(), dialect.Config{}, out)
-	for _, c := range calls {
-		det.Add(c)
+	e := detect.NewEngine(detect.NewDefaultConfig(), out)
+	e.DropRepeatedIDs()
+	for i := range recs {
+		e.Add("examples", &recs[i], time.Time{})
 	}
-	det.Flush()
-	if err := s.Commit(ctx, audit.Results{Writes: out.writes, Findings: out.findings, Watermark: det.Watermark()}); err != nil {
+	e.Flush()
+	if err := s.Commit(ctx, audit.Results{Writes: out.writes, Findings: out.findings, Watermark: storetest.MinMark(e)}); err != nil {
 		t.Fatalf("Commit: %v", err)
 	}
 	return out
@@ -140,7 +142,8 @@ func TestStore_RoundTripExamples(t *testing.T) {
 			}
 		}
 		var got []*audit.Call
-		err := s.ScanCalls(ctx, time.Time{}, func(c *audit.Call) error {
+		err := s.ScanCalls(ctx, time.Time{}, func(r *audit.Record) error {
+			c := r.Call
 			got = append(got, c)
 			return nil
 		})
@@ -343,7 +346,8 @@ func TestStore_RoundTripExamples(t *testing.T) {
 			t.Fatal("DeleteBefore removed nothing")
 		}
 		left := 0
-		err = s.ScanCalls(ctx, time.Time{}, func(c *audit.Call) error {
+		err = s.ScanCalls(ctx, time.Time{}, func(r *audit.Record) error {
+			c := r.Call
 			if c.Time.Before(cut) {
 				t.Errorf("call %s at %v survived DeleteBefore(%v)", c.ID, c.Time, cut)
 			}
@@ -355,3 +359,6 @@ func TestStore_RoundTripExamples(t *testing.T) {
 		}
 	})
 }
+
+// errOnly drops the count of AppendCalls.
+func errOnly(_ int, err error) error { return err }

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/internal/version"
 )
 
 var _ audit.Sink = (*Metrics)(nil)
@@ -27,6 +28,9 @@ type Options struct {
 	// MaxToolsPerServer caps the distinct tool label values of one server;
 	// later tools are counted as "other". Default 64.
 	MaxToolsPerServer int
+	// Build labels mcpaudit_build_info. Default version.Get(), the running
+	// binary's.
+	Build version.Info
 }
 
 // Metrics turns the detector's output and the ingest counts into Prometheus
@@ -44,6 +48,8 @@ type Metrics struct {
 	rejected     *prometheus.CounterVec
 	storeCommit  prometheus.Histogram
 	findingLat   prometheus.Histogram
+	findingLast  *prometheus.GaugeVec
+	buildInfo    *prometheus.GaugeVec
 
 	knownCode func(string) bool
 	maxTools  int
@@ -51,6 +57,9 @@ type Metrics struct {
 	mu      sync.Mutex
 	servers map[string]*serverLabels
 	sources map[string]bool
+	// lastFinding is the latest event time set on findingLast, by server
+	// and kind.
+	lastFinding map[[2]string]time.Time
 }
 
 // serverLabels remembers the label values already seen for one server.
@@ -90,11 +99,23 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 		findingLat: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: FindingLatencySeconds, Help: family(FindingLatencySeconds).Help, Buckets: FindingLatencyBuckets,
 		}),
-		knownCode: opts.KnownCode,
-		maxTools:  opts.MaxToolsPerServer,
-		servers:   map[string]*serverLabels{},
-		sources:   map[string]bool{},
+		findingLast: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: FindingLastEventTimestampSeconds, Help: family(FindingLastEventTimestampSeconds).Help,
+		}, family(FindingLastEventTimestampSeconds).Labels),
+		buildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: BuildInfo, Help: family(BuildInfo).Help,
+		}, family(BuildInfo).Labels),
+		knownCode:   opts.KnownCode,
+		maxTools:    opts.MaxToolsPerServer,
+		servers:     map[string]*serverLabels{},
+		sources:     map[string]bool{},
+		lastFinding: map[[2]string]time.Time{},
 	}
+	build := opts.Build
+	if build == (version.Info{}) {
+		build = version.Get()
+	}
+	m.buildInfo.WithLabelValues(build.Version, build.Revision, build.GoVersion).Set(1)
 	if m.knownCode == nil {
 		m.knownCode = DefaultKnownCode
 	}
@@ -103,7 +124,7 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{
 		m.calls, m.duration, m.failures, m.writes, m.pending, m.verification,
-		m.findings, m.ingest, m.rejected, m.storeCommit, m.findingLat,
+		m.findings, m.ingest, m.rejected, m.storeCommit, m.findingLat, m.findingLast, m.buildInfo,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("cannot register metrics: %w", err)
@@ -169,14 +190,14 @@ func (m *Metrics) code(code string) string {
 // Call counts one call, its latency and its failures. The first call of a
 // tool initializes its outcome series and its COMMIT_UNKNOWN and
 // in_flight_unknown failure series at zero.
-func (m *Metrics) Call(r *audit.CallReport) {
+func (m *Metrics) Call(r *audit.Record) {
 	if r == nil || r.Call == nil {
 		return
 	}
 	server := r.Call.Server
 	m.mu.Lock()
 	s := m.server(server)
-	tool := m.tool(s, r.ToolLabel)
+	tool := m.tool(s, r.Tool)
 	if !s.callTools[tool] {
 		s.callTools[tool] = true
 		for _, o := range []audit.Outcome{audit.OutcomeOK, audit.OutcomeToolError, audit.OutcomeProtocolError, audit.OutcomeNoResponse} {
@@ -197,8 +218,10 @@ func (m *Metrics) Call(r *audit.CallReport) {
 	if r.Failure != nil {
 		m.failure(server, tool, r.Failure)
 	}
-	for i := range r.OpFailures {
-		m.failure(server, tool, &r.OpFailures[i])
+	for i := range r.Ops {
+		if f := r.Ops[i].Failure; f != nil && f != r.Failure {
+			m.failure(server, tool, f)
+		}
 	}
 }
 
@@ -249,15 +272,21 @@ func (m *Metrics) Write(w *audit.Write, prev audit.WriteState) {
 	}
 }
 
-// Finding counts one finding.
+// Finding counts one finding and moves the last finding time of its server
+// and kind forward to the finding's event time; an older finding leaves it.
 func (m *Metrics) Finding(f *audit.Finding) {
 	if f == nil {
 		return
 	}
+	kind := kindLabel(f.Kind)
 	m.mu.Lock()
 	m.server(f.Server)
+	if k := [2]string{f.Server, kind}; !f.Time.IsZero() && f.Time.After(m.lastFinding[k]) {
+		m.lastFinding[k] = f.Time
+		m.findingLast.WithLabelValues(f.Server, kind).Set(float64(f.Time.UnixNano()) / 1e9)
+	}
 	m.mu.Unlock()
-	m.findings.WithLabelValues(f.Server, kindLabel(f.Kind), severityLabel(f)).Inc()
+	m.findings.WithLabelValues(f.Server, kind, severityLabel(f)).Inc()
 }
 
 // source bounds an ingest source and, the first time, initializes all its
@@ -278,7 +307,12 @@ func (m *Metrics) source(src Source) string {
 	return s
 }
 
-// IngestAccepted counts n records from source handed to the pipeline.
+// The Ingest methods count every received record under exactly one result:
+// a caller counts a record as accepted, duplicate, rejected or ignored, never
+// as two of them, so that the results add up to the records received.
+
+// IngestAccepted counts n records from source stored for the first time.
+// Records already seen are counted by IngestDuplicate instead.
 func (m *Metrics) IngestAccepted(source Source, n int) {
 	if n <= 0 {
 		return
@@ -286,12 +320,23 @@ func (m *Metrics) IngestAccepted(source Source, n int) {
 	m.ingest.WithLabelValues(m.source(source), ResultAccepted).Add(float64(n))
 }
 
-// IngestDuplicate counts n records from source dropped as already seen.
+// IngestDuplicate counts n records from source acknowledged but not stored
+// again, as an exchange already seen.
 func (m *Metrics) IngestDuplicate(source Source, n int) {
 	if n <= 0 {
 		return
 	}
 	m.ingest.WithLabelValues(m.source(source), ResultDuplicate).Add(float64(n))
+}
+
+// IngestIgnored counts n well-formed records from source that are not MCP
+// tools/call exchanges: call records of other methods, spans that are not
+// MCP spans.
+func (m *Metrics) IngestIgnored(source Source, n int) {
+	if n <= 0 {
+		return
+	}
+	m.ingest.WithLabelValues(m.source(source), ResultIgnored).Add(float64(n))
 }
 
 // IngestRejected counts n records from source refused for reason.

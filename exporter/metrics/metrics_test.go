@@ -12,6 +12,7 @@ import (
 
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/exporter/metrics"
+	"github.com/mcpaudit/mcpaudit/internal/version"
 )
 
 var t0 = time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
@@ -33,14 +34,17 @@ func compare(t *testing.T, reg prometheus.Gatherer, want string, names ...string
 	}
 }
 
-func call(server, tool string, outcome audit.Outcome, d time.Duration, f *audit.Failure, ops ...audit.Failure) *audit.CallReport {
-	return &audit.CallReport{
-		Call:       &audit.Call{Server: server, Tool: tool, Time: t0, Duration: d},
-		Outcome:    outcome,
-		ToolLabel:  tool,
-		Failure:    f,
-		OpFailures: ops,
+func call(server, tool string, outcome audit.Outcome, d time.Duration, f *audit.Failure, ops ...audit.Failure) *audit.Record {
+	r := &audit.Record{
+		Call:    &audit.Call{Server: server, Tool: tool, Time: t0, Duration: d},
+		Outcome: outcome,
+		Tool:    tool,
+		Failure: f,
 	}
+	for i := range ops {
+		r.Ops = append(r.Ops, audit.Op{Failure: &ops[i]})
+	}
+	return r
 }
 
 func TestMetrics_Calls(t *testing.T) {
@@ -59,7 +63,7 @@ func TestMetrics_Calls(t *testing.T) {
 		audit.Failure{Code: "stale_live_revision", Action: audit.ActionRereadAndRebase},
 		audit.Failure{Code: "E_SOMETHING_NEW", Action: audit.ActionFixInput},
 	))
-	m.Call(&audit.CallReport{Call: &audit.Call{Server: "oddlynew"}, Outcome: audit.OutcomeOK}) // no tool label: "other"
+	m.Call(&audit.Record{Call: &audit.Call{Server: "oddlynew"}, Outcome: audit.OutcomeOK}) // no tool label: "other"
 
 	// A tool's first call initializes its outcomes, and the COMMIT_UNKNOWN and
 	// in_flight_unknown failures the rules alert on by rate, at zero.
@@ -284,6 +288,8 @@ func TestMetrics_Ingest(t *testing.T) {
 	m.IngestAccepted(metrics.SourceOTLPHTTP, 10)
 	m.IngestAccepted(metrics.SourceOTLPHTTP, 0) // nothing, and no panic
 	m.IngestDuplicate(metrics.SourceOTLPHTTP, 2)
+	m.IngestIgnored(metrics.SourceOTLPHTTP, 5)
+	m.IngestIgnored(metrics.SourceOTLPHTTP, -1) // nothing
 	m.IngestRejected(metrics.SourceOTLPHTTP, metrics.RejectBadSpan, 3)
 	m.IngestRejected(metrics.SourceOTLPHTTP, "made_up", 1)
 	m.IngestAccepted("made_up", 1)
@@ -292,9 +298,11 @@ func TestMetrics_Ingest(t *testing.T) {
 # TYPE mcpaudit_ingest_records_total counter
 mcpaudit_ingest_records_total{result="accepted",source="otlp_http"} 10
 mcpaudit_ingest_records_total{result="duplicate",source="otlp_http"} 2
+mcpaudit_ingest_records_total{result="ignored",source="otlp_http"} 5
 mcpaudit_ingest_records_total{result="rejected",source="otlp_http"} 4
 mcpaudit_ingest_records_total{result="accepted",source="other"} 1
 mcpaudit_ingest_records_total{result="duplicate",source="other"} 0
+mcpaudit_ingest_records_total{result="ignored",source="other"} 0
 mcpaudit_ingest_records_total{result="rejected",source="other"} 0
 # HELP mcpaudit_ingest_rejected_total Rejected records by source and reason.
 # TYPE mcpaudit_ingest_rejected_total counter
@@ -312,6 +320,86 @@ mcpaudit_ingest_rejected_total{reason="missing_field",source="other"} 0
 mcpaudit_ingest_rejected_total{reason="queue_full",source="other"} 0
 mcpaudit_ingest_rejected_total{reason="too_large",source="other"} 0
 `, metrics.IngestRecordsTotal, metrics.IngestRejectedTotal)
+}
+
+// TestMetrics_IngestDisjoint: every record counts under one result, so the
+// sum over result is the number of records received, and the rejection
+// ratio's denominator does not count a duplicate twice.
+func TestMetrics_IngestDisjoint(t *testing.T) {
+	m, reg := newMetrics(t, metrics.Options{})
+	// A batch of 364 posted twice: the second time every record is a duplicate.
+	m.IngestAccepted(metrics.SourceCallsHTTP, 364)
+	m.IngestDuplicate(metrics.SourceCallsHTTP, 364)
+	m.IngestRejected(metrics.SourceCallsHTTP, metrics.RejectMissingField, 2)
+	m.IngestIgnored(metrics.SourceCallsHTTP, 10)
+	var sum float64
+	for _, r := range metrics.Results {
+		sum += testutil.ToFloat64(counterOf(t, reg, metrics.IngestRecordsTotal, map[string]string{"source": "calls_http", "result": r}))
+	}
+	if sum != 364+364+2+10 {
+		t.Errorf("sum over result = %v, want the 740 records received", sum)
+	}
+}
+
+// counterOf returns a collector holding the one series of name with labels.
+func counterOf(t *testing.T, reg prometheus.Gatherer, name string, labels map[string]string) prometheus.Collector {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, mt := range mf.GetMetric() {
+			for _, lp := range mt.GetLabel() {
+				if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
+					continue next
+				}
+			}
+			c := prometheus.NewCounter(prometheus.CounterOpts{Name: "x"})
+			c.Add(mt.GetCounter().GetValue())
+			return c
+		}
+	}
+	t.Fatalf("no series %s%v", name, labels)
+	return nil
+}
+
+// TestMetrics_FindingLastEventTime: the gauge holds the event time of the
+// newest finding of each server and kind; an older finding, such as one of a
+// capture loaded late, leaves it where it is.
+func TestMetrics_FindingLastEventTime(t *testing.T) {
+	m, reg := newMetrics(t, metrics.Options{})
+	m.Finding(&audit.Finding{Kind: audit.KindDoubleAppliedWrite, Server: "thegram", Time: t0})
+	m.Finding(&audit.Finding{Kind: audit.KindDoubleAppliedWrite, Server: "thegram", Time: t0.Add(-30 * 24 * time.Hour)})
+	m.Finding(&audit.Finding{Kind: audit.KindIntegrityFailure, Server: "thegram", Time: t0.Add(-30 * 24 * time.Hour)})
+	m.Finding(&audit.Finding{Kind: audit.KindIntegrityFailure, Server: "oddlynew", Time: t0.Add(1500 * time.Millisecond)})
+	m.Finding(&audit.Finding{Kind: audit.KindIntegrityFailure, Server: "oddlynew"}) // no time: ignored
+	compare(t, reg, `
+# HELP mcpaudit_finding_last_event_timestamp_seconds Event time of the most recent finding of each kind, in Unix seconds.
+# TYPE mcpaudit_finding_last_event_timestamp_seconds gauge
+mcpaudit_finding_last_event_timestamp_seconds{kind="double_applied_write",server="thegram"} 1.7959464e+09
+mcpaudit_finding_last_event_timestamp_seconds{kind="integrity_failure",server="oddlynew"} 1.7959464015e+09
+mcpaudit_finding_last_event_timestamp_seconds{kind="integrity_failure",server="thegram"} 1.7933544e+09
+`, metrics.FindingLastEventTimestampSeconds)
+}
+
+func TestMetrics_BuildInfo(t *testing.T) {
+	_, reg := newMetrics(t, metrics.Options{Build: version.Info{Version: "v1.2.3", Revision: "0123abcd", GoVersion: "go1.26.8"}})
+	compare(t, reg, `
+# HELP mcpaudit_build_info 1, labelled with the version, commit and Go version of the running mcpaudit.
+# TYPE mcpaudit_build_info gauge
+mcpaudit_build_info{goversion="go1.26.8",revision="0123abcd",version="v1.2.3"} 1
+`, metrics.BuildInfo)
+	// Without Options.Build, the running binary's: a test binary has at
+	// least its Go version.
+	_, reg = newMetrics(t, metrics.Options{})
+	if n := testutil.CollectAndCount(reg, metrics.BuildInfo); n != 1 {
+		t.Errorf("%d build_info series, want 1", n)
+	}
 }
 
 func TestMetrics_StoreCommit(t *testing.T) {
@@ -377,6 +465,12 @@ func TestFamilies(t *testing.T) {
 	write(m, "t", time.Second, audit.StatePending, audit.StateDurable)
 	m.IngestRejected(metrics.SourceFile, metrics.RejectInvalidJSON, 1)
 	m.ObserveStoreCommit(time.Millisecond)
+	m.Finding(&audit.Finding{Kind: audit.KindWastedRetry, Server: "s", Time: t0})
+	if err := m.WatchPipeline(reg, func() []metrics.PartitionView {
+		return []metrics.PartitionView{metrics.NewPartitionView("s", 1, true, 0, 0, 0, 0, []metrics.SourceView{{Name: "a", LagSeconds: 1}})}
+	}); err != nil {
+		t.Fatal(err)
+	}
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -431,4 +525,51 @@ func TestDocs(t *testing.T) {
 			t.Errorf("docs/metrics.md does not mention `%s`", w)
 		}
 	}
+}
+
+// TestPipelineStatus: the pipeline's status is exported per server, the
+// largest lags kept, sources counted once whatever partitions they feed.
+func TestPipelineStatus(t *testing.T) {
+	m, reg := newMetrics(t, metrics.Options{})
+	src := func(name string, lag float64, idle bool) metrics.SourceView {
+		return metrics.SourceView{Name: name, LagSeconds: lag, Idle: idle}
+	}
+	status := []metrics.PartitionView{
+		// Two tenants of thegram; one exporter feeds both.
+		metrics.NewPartitionView("thegram", 2.5, true, 10, 3, 1, 0, []metrics.SourceView{src("otlp:thegram/a", 2, false), src("otlp:thegram/b", 600, true)}),
+		metrics.NewPartitionView("thegram", 7, true, 5, 1, 0, 2, []metrics.SourceView{src("otlp:thegram/a", 2, false), src("calls:10.0.0.9", 6.5, false)}),
+		// Nothing judged yet: no lag.
+		metrics.NewPartitionView("oddlynew", 0, false, 4, 0, 0, 0, []metrics.SourceView{src("otlp:oddlynew/x", 0.5, false)}),
+	}
+	if err := m.WatchPipeline(reg, func() []metrics.PartitionView { return status }); err != nil {
+		t.Fatal(err)
+	}
+	compare(t, reg, `
+# HELP mcpaudit_pipeline_watermark_lag_seconds How far behind the wall clock the event time judged so far is, for the most lagging partition of the server.
+# TYPE mcpaudit_pipeline_watermark_lag_seconds gauge
+mcpaudit_pipeline_watermark_lag_seconds{server="thegram"} 7
+# HELP mcpaudit_pipeline_source_lag_seconds How far behind the wall clock the most lagging source feeding the server is, by state (active sources hold its partitions back).
+# TYPE mcpaudit_pipeline_source_lag_seconds gauge
+mcpaudit_pipeline_source_lag_seconds{server="oddlynew",state="active"} 0.5
+mcpaudit_pipeline_source_lag_seconds{server="thegram",state="active"} 6.5
+mcpaudit_pipeline_source_lag_seconds{server="thegram",state="idle"} 600
+# HELP mcpaudit_pipeline_sources Sources (exporters, posters) by state: active ones hold their partitions' watermarks.
+# TYPE mcpaudit_pipeline_sources gauge
+mcpaudit_pipeline_sources{state="active"} 3
+mcpaudit_pipeline_sources{state="idle"} 1
+# HELP mcpaudit_pipeline_buffered_calls Calls waiting for their partition's watermark.
+# TYPE mcpaudit_pipeline_buffered_calls gauge
+mcpaudit_pipeline_buffered_calls 19
+# HELP mcpaudit_pipeline_late_calls_total Calls that arrived behind their partition's watermark, judged late or too late to judge.
+# TYPE mcpaudit_pipeline_late_calls_total counter
+mcpaudit_pipeline_late_calls_total{result="judged",server="oddlynew"} 0
+mcpaudit_pipeline_late_calls_total{result="judged",server="thegram"} 4
+mcpaudit_pipeline_late_calls_total{result="too_late",server="oddlynew"} 0
+mcpaudit_pipeline_late_calls_total{result="too_late",server="thegram"} 1
+# HELP mcpaudit_pipeline_clock_ahead_calls_total Calls dated beyond the allowed clock skew ahead of the collector's clock.
+# TYPE mcpaudit_pipeline_clock_ahead_calls_total counter
+mcpaudit_pipeline_clock_ahead_calls_total{server="oddlynew"} 0
+mcpaudit_pipeline_clock_ahead_calls_total{server="thegram"} 2
+`, metrics.PipelineWatermarkLagSeconds, metrics.PipelineSourceLagSeconds, metrics.PipelineSources,
+		metrics.PipelineBufferedCalls, metrics.PipelineLateCallsTotal, metrics.PipelineClockAheadCallsTotal)
 }

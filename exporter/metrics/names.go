@@ -26,7 +26,8 @@ const (
 	// FindingsTotal counts findings by server, kind and severity.
 	FindingsTotal = "mcpaudit_findings_total"
 	// IngestRecordsTotal counts received records (call records or spans) by
-	// source and result.
+	// source and result. The results are disjoint: each record counts under
+	// exactly one, so a sum over result is the number of records received.
 	IngestRecordsTotal = "mcpaudit_ingest_records_total"
 	// IngestRejectedTotal counts rejected records by source and reason.
 	IngestRejectedTotal = "mcpaudit_ingest_rejected_total"
@@ -37,6 +38,35 @@ const (
 	// call that completed a finding's evidence to the finding (serve only;
 	// findings made by a closing window are not observed).
 	FindingLatencySeconds = "mcpaudit_finding_latency_seconds"
+	// FindingLastEventTimestampSeconds is the event time (Unix seconds) of the
+	// most recent finding of each server and kind. The immediate finding
+	// alerts compare it with the wall clock, so that findings about the past
+	// (an old capture loaded into the collector) do not page.
+	FindingLastEventTimestampSeconds = "mcpaudit_finding_last_event_timestamp_seconds"
+	// BuildInfo is 1, with the version, commit and Go version of the running
+	// binary as labels.
+	BuildInfo = "mcpaudit_build_info"
+	// PipelineWatermarkLagSeconds is how far behind the wall clock the
+	// event time judged so far is: the largest lag of the server's
+	// partitions (serve only).
+	PipelineWatermarkLagSeconds = "mcpaudit_pipeline_watermark_lag_seconds"
+	// PipelineSourceLagSeconds is how far behind the wall clock the most
+	// lagging source of a server is, by state: the most lagging active one
+	// holds its partitions back; an idle one no longer does.
+	PipelineSourceLagSeconds = "mcpaudit_pipeline_source_lag_seconds"
+	// PipelineSources counts the sources (exporters, posters) by state:
+	// active ones hold their partitions' watermarks, idle ones no longer do.
+	PipelineSources = "mcpaudit_pipeline_sources"
+	// PipelineBufferedCalls counts calls waiting for their partition's
+	// watermark.
+	PipelineBufferedCalls = "mcpaudit_pipeline_buffered_calls"
+	// PipelineLateCallsTotal counts calls that arrived behind their
+	// partition's watermark, by what became of them (judged late, or too
+	// late: beyond the allowed lateness, stored and not judged).
+	PipelineLateCallsTotal = "mcpaudit_pipeline_late_calls_total"
+	// PipelineClockAheadCallsTotal counts calls dated beyond the allowed
+	// clock skew ahead of the collector's clock.
+	PipelineClockAheadCallsTotal = "mcpaudit_pipeline_clock_ahead_calls_total"
 )
 
 // Label names.
@@ -52,6 +82,18 @@ const (
 	LabelSource      = "source"
 	LabelResult      = "result"
 	LabelReason      = "reason"
+	LabelVersion     = "version"
+	LabelRevision    = "revision"
+	LabelGoVersion   = "goversion"
+)
+
+// Values of LabelState for PipelineSources and of LabelResult for
+// PipelineLateCallsTotal.
+const (
+	SourceActive = "active"
+	SourceIdle   = "idle"
+	LateJudged   = "judged"
+	LateTooLate  = "too_late"
 )
 
 // Other replaces a label value outside its bounded set: an unknown tool or
@@ -90,15 +132,16 @@ var RejectReasons = []RejectReason{
 	RejectInvalidJSON, RejectMissingField, RejectBadSpan, RejectTooLarge, RejectQueueFull, RejectDecodeError,
 }
 
-// Ingest results.
+// Ingest results. They are disjoint: a record counts under exactly one.
 const (
-	ResultAccepted  = "accepted"  // handed to the pipeline
+	ResultAccepted  = "accepted"  // stored for the first time and handed to the detector
+	ResultDuplicate = "duplicate" // an exchange already seen (same stable id): acknowledged, not stored again
 	ResultRejected  = "rejected"  // refused; see IngestRejectedTotal for the reason
-	ResultDuplicate = "duplicate" // an exchange already seen (same stable id), dropped
+	ResultIgnored   = "ignored"   // well formed but not an MCP tools/call (another method, a non-MCP span)
 )
 
 // Results lists every ingest result.
-var Results = []string{ResultAccepted, ResultRejected, ResultDuplicate}
+var Results = []string{ResultAccepted, ResultDuplicate, ResultRejected, ResultIgnored}
 
 // Buckets of the histograms.
 var (
@@ -148,6 +191,22 @@ var Families = []Family{
 		nil},
 	{FindingLatencySeconds, "histogram", "Wall time from the acknowledgement of the call that completed a finding to the finding.",
 		nil},
+	{FindingLastEventTimestampSeconds, "gauge", "Event time of the most recent finding of each kind, in Unix seconds.",
+		[]string{LabelServer, LabelKind}},
+	{BuildInfo, "gauge", "1, labelled with the version, commit and Go version of the running mcpaudit.",
+		[]string{LabelVersion, LabelRevision, LabelGoVersion}},
+	{PipelineWatermarkLagSeconds, "gauge", "How far behind the wall clock the event time judged so far is, for the most lagging partition of the server.",
+		[]string{LabelServer}},
+	{PipelineSourceLagSeconds, "gauge", "How far behind the wall clock the most lagging source feeding the server is, by state (active sources hold its partitions back).",
+		[]string{LabelServer, LabelState}},
+	{PipelineSources, "gauge", "Sources (exporters, posters) by state: active ones hold their partitions' watermarks.",
+		[]string{LabelState}},
+	{PipelineBufferedCalls, "gauge", "Calls waiting for their partition's watermark.",
+		nil},
+	{PipelineLateCallsTotal, "counter", "Calls that arrived behind their partition's watermark, judged late or too late to judge.",
+		[]string{LabelServer, LabelResult}},
+	{PipelineClockAheadCallsTotal, "counter", "Calls dated beyond the allowed clock skew ahead of the collector's clock.",
+		[]string{LabelServer}},
 }
 
 // family returns the entry of Families named name; it panics on a typo, which

@@ -14,10 +14,11 @@ import (
 // gets a new byte, and old rows stay readable.
 const (
 	codecRaw   = 0 // the record as appendRecord wrote it
-	codecS2Dv1 = 1 // S2 block compressed against dictV1
+	_          = 1 // S2 against the dictionary of schema 1, whose files are not read
+	codecS2Dv2 = 2 // S2 block compressed against dictV2
 )
 
-// dictV1 primes the compressor with what typical calls look like: the
+// dictV1 primed the compressor with what typical calls look like: the
 // records (appendRecord) of the sample captures of exporter/storetest, whose
 // JSON keys, tool names, codes and messages then cost a back-reference of two
 // or three bytes instead of their text. The captures' random parts (ids,
@@ -25,13 +26,16 @@ const (
 // rebuilt it; it is frozen by its hash (TestDictionaryFrozen) because the
 // stored rows depend on it byte for byte.
 //
-//go:embed dict_v1.bin
-var dictV1 []byte
+// dictV2 is built the same way from the records of schema 2, which end
+// with the dialect's reading.
+//
+//go:embed dict_v2.bin
+var dictV2 []byte
 
-// dictV1SHA256 is the hash of dict_v1.bin.
-const dictV1SHA256 = "9c51273e7120123c7c17ff65674df8eac933ddd429fdd907b28bd6104257c0c6"
+// dictV2SHA256 is the hash of dict_v2.bin.
+const dictV2SHA256 = "1651b582ab7ba866345015b43624d5190e94a63496158c40ed13db9de100d335"
 
-var s2Dict = s2.MakeDict(dictV1, nil)
+var s2Dict = s2.MakeDict(dictV2, nil)
 
 // maxRecord bounds the decoded size of one call blob, so that a corrupt
 // length cannot make the reader allocate without limit. Default 64 MiB, four
@@ -45,7 +49,7 @@ func compress(rec []byte) []byte {
 		return append([]byte{codecRaw}, rec...)
 	}
 	out := make([]byte, 1+n)
-	out[0] = codecS2Dv1
+	out[0] = codecS2Dv2
 	enc := s2Dict.Encode(out[1:], rec) // writes into out: it is large enough
 	if len(enc) >= len(rec) {
 		// Incompressible: store as is.
@@ -64,7 +68,7 @@ func decompress(buf, blob []byte) ([]byte, error) {
 	switch blob[0] {
 	case codecRaw:
 		return blob[1:], nil
-	case codecS2Dv1:
+	case codecS2Dv2:
 		n, err := s2.DecodedLen(blob[1:])
 		if err != nil || n > maxRecord {
 			return nil, errCorrupt

@@ -32,8 +32,8 @@ func TestCompressRoundTrip(t *testing.T) {
 	f("empty", []byte{}, codecRaw)
 	f("short", []byte("x"), codecRaw)
 	f("random", random, codecRaw)
-	f("json", []byte(strings.Repeat(`{"isError":false,"structuredContent":{"path":"a.gram"}}`, 3)), codecS2Dv1)
-	f("large", bytes.Repeat([]byte(`{"op":"insert_after","target":"h1-30","text":"note"},`), 20000), codecS2Dv1)
+	f("json", []byte(strings.Repeat(`{"isError":false,"structuredContent":{"path":"a.gram"}}`, 3)), codecS2Dv2)
+	f("large", bytes.Repeat([]byte(`{"op":"insert_after","target":"h1-30","text":"note"},`), 20000), codecS2Dv2)
 }
 
 func TestDecompressCorrupt(t *testing.T) {
@@ -47,7 +47,7 @@ func TestDecompressCorrupt(t *testing.T) {
 	f("unknown codec", []byte{9, 1, 2})
 	f("truncated", compress([]byte(strings.Repeat(`{"isError":false}`, 10)))[:5])
 	// A length far beyond maxRecord must be refused before allocating.
-	f("huge length", append([]byte{codecS2Dv1}, 0xff, 0xff, 0xff, 0xff, 0x7f))
+	f("huge length", append([]byte{codecS2Dv2}, 0xff, 0xff, 0xff, 0xff, 0x7f))
 }
 
 // TestCompressionHeldOut logs what the dictionary is worth on calls it has
@@ -71,7 +71,7 @@ func TestCompressionHeldOut(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, c := range calls {
-			rec := r.Record(c)
+			rec := *r.Read(c)
 			dict = appendRecord(dict, &rec)
 		}
 	}

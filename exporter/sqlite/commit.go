@@ -55,6 +55,7 @@ type request struct {
 	findings  []findingRow
 	watermark int64 // zeroTime: unchanged
 	del       *deleteRequest
+	stored    int64      // calls stored for the first time, set by the commit
 	done      chan reply // buffered: the committer never blocks on it
 }
 
@@ -117,7 +118,7 @@ func clampNanos(t time.Time) int64 {
 	return math.MaxInt64
 }
 
-func encodeCalls(calls []audit.CallRecord) ([]callRow, error) {
+func encodeCalls(calls []audit.Record) ([]callRow, error) {
 	rows := make([]callRow, 0, len(calls))
 	var buf []byte
 	for i := range calls {
@@ -134,7 +135,7 @@ func encodeCalls(calls []audit.CallRecord) ([]callRow, error) {
 		}
 		buf = appendRecord(buf[:0], r)
 		row := callRow{id: packID(callPrefix, r.Call.ID), time: t, rec: compress(buf)}
-		for _, d := range r.Documents {
+		for _, d := range r.Documents() {
 			h := docHash(d)
 			if !containsInt32(row.docs, h) {
 				row.docs = append(row.docs, h)
@@ -213,19 +214,19 @@ func encodeResults(r *audit.Results) (*request, error) {
 // error that failed it. A call whose id is stored is skipped. When ctx ends
 // first, AppendCalls returns its error, and the calls may or may not be
 // committed: retrying is safe.
-func (s *Store) AppendCalls(ctx context.Context, calls []audit.CallRecord) error {
+func (s *Store) AppendCalls(ctx context.Context, calls []audit.Record) (int, error) {
 	rows, err := encodeCalls(calls)
 	if err != nil {
-		return fmt.Errorf("cannot append calls: %w", err)
+		return 0, fmt.Errorf("cannot append calls: %w", err)
 	}
 	if len(rows) == 0 {
 		if s.closed.Load() {
-			return errClosed("append calls")
+			return 0, errClosed("append calls")
 		}
-		return nil
+		return 0, nil
 	}
-	_, err = s.submit(ctx, &request{calls: rows, watermark: zeroTime})
-	return s.fail("append calls", err)
+	n, err := s.submit(ctx, &request{calls: rows, watermark: zeroTime})
+	return int(n), s.fail("append calls", err)
 }
 
 // Commit stores detector output and the watermark in one transaction,
@@ -348,7 +349,7 @@ func (s *Store) commitLoop() {
 		}
 		err := s.commitBatch(batch, calls)
 		for _, r := range batch {
-			r.done <- reply{err: err}
+			r.done <- reply{n: r.stored, err: err}
 		}
 	}
 }
@@ -429,7 +430,9 @@ func (s *Store) commitBatch(batch []*request, calls int) (err error) {
 			if err != nil {
 				return wrap(err)
 			}
-			if n, _ := res.RowsAffected(); n == 0 || len(c.docs) == 0 {
+			n, _ := res.RowsAffected()
+			req.stored += n
+			if n == 0 || len(c.docs) == 0 {
 				continue // already stored, or touches no document
 			}
 			rid, err := res.LastInsertId()
@@ -557,7 +560,7 @@ func deleteCalls(ctx context.Context, tx *sql.Tx, before int64, limit int) (int6
 	}
 	var buf []byte
 	for _, v := range vs {
-		var rec audit.CallRecord
+		var rec audit.Record
 		if raw, err := decompress(buf, v.rec); err == nil {
 			buf = raw
 			rec.Call = &audit.Call{}
@@ -565,7 +568,7 @@ func deleteCalls(ctx context.Context, tx *sql.Tx, before int64, limit int) (int6
 			// entries, which then point at nothing and are skipped.
 			if readRecord(raw, &rec) == nil {
 				seen := map[int32]bool{}
-				for _, doc := range rec.Documents {
+				for _, doc := range rec.Documents() {
 					h := docHash(doc)
 					if seen[h] {
 						continue

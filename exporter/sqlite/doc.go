@@ -9,7 +9,7 @@
 //
 // Calls are stored compactly: the fields that are not indexed, raw
 // arguments and results included, go in one blob compressed with S2 against
-// a frozen dictionary of typical calls (codec.go, dict_v1.bin); times are
+// a frozen dictionary of typical calls (codec.go, dict_v2.bin); times are
 // integer nanoseconds; the names and enumerations of writes are interned.
 // Retention (DeleteBefore) deletes in bounded chunks; scheduling it is the
 // caller's. docs/storage.md describes the schema, durability, recovery and

@@ -58,7 +58,7 @@ func (s *Store) Watermark(ctx context.Context) (time.Time, error) {
 // pages of its own transactions: calls appended during the scan with a time
 // before the page being read are not seen. An error of fn stops the scan
 // and is returned as is.
-func (s *Store) ScanCalls(ctx context.Context, since time.Time, fn func(*audit.Call) error) error {
+func (s *Store) ScanCalls(ctx context.Context, since time.Time, fn func(*audit.Record) error) error {
 	if s.closed.Load() {
 		return errClosed("scan calls")
 	}
@@ -70,7 +70,7 @@ func (s *Store) ScanCalls(ctx context.Context, since time.Time, fn func(*audit.C
 		if err != nil {
 			return s.fail("scan calls", err)
 		}
-		var page []*audit.Call
+		var page []*audit.Record
 		for rows.Next() {
 			var id any
 			var blob []byte
@@ -78,12 +78,12 @@ func (s *Store) ScanCalls(ctx context.Context, since time.Time, fn func(*audit.C
 				rows.Close()
 				return s.fail("scan calls", err)
 			}
-			var rec audit.CallRecord
-			if buf, err = decodeCall(buf, id, lastTime, blob, &rec); err != nil {
+			rec := &audit.Record{}
+			if buf, err = decodeCall(buf, id, lastTime, blob, rec); err != nil {
 				rows.Close()
 				return s.fail("scan calls", err)
 			}
-			page = append(page, rec.Call)
+			page = append(page, rec)
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
@@ -103,7 +103,7 @@ func (s *Store) ScanCalls(ctx context.Context, since time.Time, fn func(*audit.C
 
 // decodeCall fills rec from a calls row; buf is a reusable buffer, returned
 // grown.
-func decodeCall(buf []byte, id any, t int64, blob []byte, rec *audit.CallRecord) ([]byte, error) {
+func decodeCall(buf []byte, id any, t int64, blob []byte, rec *audit.Record) ([]byte, error) {
 	raw, err := decompress(buf, blob)
 	if err != nil {
 		return buf, fmt.Errorf("call %s: %w", unpackID(callPrefix, id), err)
@@ -483,7 +483,7 @@ func (s *Store) Timeline(ctx context.Context, q audit.TimelineQuery) ([]audit.Ti
 
 // timelineCalls returns up to limit calls on the document, in time order,
 // and whether more were left out.
-func timelineCalls(ctx context.Context, tx *sql.Tx, q audit.TimelineQuery, limit int) ([]audit.CallRecord, bool, error) {
+func timelineCalls(ctx context.Context, tx *sql.Tx, q audit.TimelineQuery, limit int) ([]audit.Record, bool, error) {
 	var f filter
 	f.add("d.dh = ?", docHash(q.Document))
 	f.span("d.time", q.Since, q.Until)
@@ -493,7 +493,7 @@ func timelineCalls(ctx context.Context, tx *sql.Tx, q audit.TimelineQuery, limit
 		return nil, false, err
 	}
 	defer rows.Close()
-	var out []audit.CallRecord
+	var out []audit.Record
 	var buf []byte
 	for rows.Next() {
 		var id any
@@ -502,12 +502,12 @@ func timelineCalls(ctx context.Context, tx *sql.Tx, q audit.TimelineQuery, limit
 		if err := rows.Scan(&id, &t, &blob); err != nil {
 			return nil, false, err
 		}
-		var rec audit.CallRecord
+		var rec audit.Record
 		if buf, err = decodeCall(buf, id, t, blob, &rec); err != nil {
 			return nil, false, err
 		}
 		c := rec.Call
-		if !slices.Contains(rec.Documents, q.Document) ||
+		if !slices.Contains(rec.Documents(), q.Document) ||
 			(q.Server != "" && c.Server != q.Server) || (q.Tenant != "" && c.Tenant != q.Tenant) {
 			continue // another document of the same hash, or filtered out
 		}
@@ -520,7 +520,7 @@ func timelineCalls(ctx context.Context, tx *sql.Tx, q audit.TimelineQuery, limit
 }
 
 // timelineWrites returns the writes on doc made by the given calls.
-func timelineWrites(ctx context.Context, tx *sql.Tx, calls []audit.CallRecord, doc string) ([]audit.Write, error) {
+func timelineWrites(ctx context.Context, tx *sql.Tx, calls []audit.Record, doc string) ([]audit.Write, error) {
 	if len(calls) == 0 {
 		return nil, nil
 	}

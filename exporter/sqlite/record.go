@@ -12,7 +12,7 @@ import (
 )
 
 // A call row keeps its id and time in columns (they are indexed) and every
-// other field of the CallRecord in one blob: the fields below, in this order,
+// other field of the Record in one blob: the fields below, in this order,
 // each a uvarint length then the bytes, compressed as a whole (codec.go).
 // Optional byte slices store length+1 so that nil and empty stay distinct.
 // Hex strings (trace and span ids) are stored packed, half their size.
@@ -24,7 +24,7 @@ import (
 var errCorrupt = errors.New("corrupt call blob")
 
 // appendRecord appends the fields of r that are not columns.
-func appendRecord(b []byte, r *audit.CallRecord) []byte {
+func appendRecord(b []byte, r *audit.Record) []byte {
 	c := r.Call
 	b = binary.AppendVarint(b, int64(c.Duration))
 	for _, s := range []string{c.Server, c.Session, c.Client, c.Tenant} {
@@ -47,24 +47,13 @@ func appendRecord(b []byte, r *audit.CallRecord) []byte {
 	}
 	b = appendString(b, c.TransportError)
 	b = appendString(b, c.Source)
-	b = binary.AppendUvarint(b, uint64(len(r.Documents)))
-	for _, d := range r.Documents {
-		b = appendString(b, d)
-	}
-	b = appendString(b, string(r.Outcome))
-	b = appendString(b, r.Tool)
-	b = appendBool(b, r.Failure != nil)
-	if r.Failure != nil {
-		b = appendString(b, r.Failure.Code)
-		b = appendString(b, string(r.Failure.Action))
-		b = appendString(b, r.Failure.Message)
-	}
-	return b
+	// The dialect's reading ends the blob (audit.AppendReading).
+	return audit.AppendReading(b, r)
 }
 
 // readRecord decodes what appendRecord wrote into r, whose Call must be set
 // with its ID and Time.
-func readRecord(b []byte, r *audit.CallRecord) error {
+func readRecord(b []byte, r *audit.Record) error {
 	d := decoder{b: b}
 	c := r.Call
 	c.Duration = time.Duration(d.varint())
@@ -88,21 +77,10 @@ func readRecord(b []byte, r *audit.CallRecord) error {
 	}
 	c.TransportError = d.string()
 	c.Source = d.string()
-	if n := d.uvarint(); n > 0 {
-		if n > uint64(len(d.b)) {
-			return errCorrupt
-		}
-		r.Documents = make([]string, n)
-		for i := range r.Documents {
-			r.Documents[i] = d.string()
-		}
+	if d.bad {
+		return errCorrupt
 	}
-	r.Outcome = audit.Outcome(d.string())
-	r.Tool = d.string()
-	if d.bool() {
-		r.Failure = &audit.Failure{Code: d.string(), Action: audit.RetryAction(d.string()), Message: d.string()}
-	}
-	if d.bad || len(d.b) != 0 {
+	if err := audit.ReadReading(d.b, r); err != nil {
 		return errCorrupt
 	}
 	if fp == fingerprintDerived {
@@ -113,7 +91,8 @@ func readRecord(b []byte, r *audit.CallRecord) error {
 
 // A call's fingerprint is 16 random-looking bytes that every carrier
 // derives the same way from the request; it is stored as a mark that says
-// so, and derived again on reading. One that differs is stored as it is.
+// so, and derived again on reading (16 incompressible bytes a call less).
+// One that differs is stored as it is.
 const (
 	fingerprintNone    = 0
 	fingerprintDerived = 1

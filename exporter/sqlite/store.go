@@ -117,7 +117,7 @@ type Store struct {
 }
 
 // schemaVersion is stored in PRAGMA user_version.
-const schemaVersion = 1
+const schemaVersion = 2
 
 // schema creates the tables. Times are unix nanoseconds. Call and finding
 // ids are stored packed (packID). Calls are indexed by time, writes

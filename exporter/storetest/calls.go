@@ -109,7 +109,7 @@ func NewGenerator(seed uint64, start time.Time, captures ...string) (*Generator,
 }
 
 // Next returns the next call record.
-func (g *Generator) Next() audit.CallRecord {
+func (g *Generator) Next() audit.Record {
 	if len(g.queue) == 0 {
 		calls := g.captures[g.next%len(g.captures)]
 		g.next++
@@ -145,12 +145,12 @@ func (g *Generator) Next() audit.CallRecord {
 	args := canon.Bytes(c.Arguments)
 	c.ID = audit.StableID(c.Server, c.Session, c.RPCID, c.Time, c.Tool, args)
 	c.Fingerprint = audit.Fingerprint(c.Server, c.Session, c.RPCID, c.Tool, args)
-	return g.reader.Record(&c)
+	return *g.reader.Read(&c)
 }
 
 // Records returns the next n call records.
-func (g *Generator) Records(n int) []audit.CallRecord {
-	recs := make([]audit.CallRecord, n)
+func (g *Generator) Records(n int) []audit.Record {
+	recs := make([]audit.Record, n)
 	for i := range recs {
 		recs[i] = g.Next()
 	}

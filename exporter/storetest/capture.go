@@ -24,7 +24,7 @@ type Collector struct {
 var _ audit.Sink = (*Collector)(nil)
 
 // Call implements audit.Sink.
-func (c *Collector) Call(*audit.CallReport) {}
+func (c *Collector) Call(*audit.Record) {}
 
 // Write implements audit.Sink: the latest state replaces the earlier one.
 func (c *Collector) Write(w *audit.Write, _ audit.WriteState) {
@@ -47,6 +47,18 @@ func (c *Collector) Finding(f *audit.Finding) {
 	c.Results.Findings = append(c.Results.Findings, g)
 }
 
+// MinMark returns the earliest partition watermark: what the pipeline
+// commits as the store's watermark.
+func MinMark(e *detect.Engine) time.Time {
+	var m time.Time
+	for _, t := range e.Watermarks() {
+		if m.IsZero() || t.Before(m) {
+			m = t
+		}
+	}
+	return m
+}
+
 // testCapture runs every sample capture through the dialect reader and the
 // detector as serve does (calls appended first, then the detector's output
 // committed) and checks that the store gives back the calls and exactly the
@@ -62,10 +74,10 @@ func testCapture(t *testing.T, s audit.Store) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		recs := make([]audit.CallRecord, len(cs))
+		recs := make([]audit.Record, len(cs))
 		for i, c := range cs {
-			recs[i] = reader.Record(c)
-			for _, doc := range recs[i].Documents {
+			recs[i] = *reader.Read(c)
+			for _, doc := range recs[i].Documents() {
 				if !slices.Contains(docs, doc) {
 					docs = append(docs, doc)
 				}
@@ -75,20 +87,25 @@ func testCapture(t *testing.T, s audit.Store) {
 		appendCalls(t, s, recs...)
 		all = append(all, cs...)
 		var col Collector
-		d := detect.New(cfg, dialect.Config{}, &col)
+		// As analyze does, one input: the call's own time is the wall time
+		// of its delivery, so that quiet closes the windows at the end.
+		e := detect.NewEngine(cfg, &col)
+		var last time.Time
 		for i, c := range cs {
-			d.Add(c)
+			e.Add(name, &recs[i], c.Time)
+			if c.Time.After(last) {
+				last = c.Time
+			}
 			if i == len(cs)/2 {
 				// Part of the output first, then all of it: what was
 				// committed already is committed again after a restart.
-				col.Results.Watermark = d.Watermark()
+				col.Results.Watermark = MinMark(e)
 				commit(t, s, col.Results)
 			}
 		}
-		d.Flush()
 		// Close every verification window, so that unverified writes show.
-		d.AdvanceTo(d.MaxSeen().Add(cfg.VerifyWindow + time.Second))
-		col.Results.Watermark = d.Watermark()
+		e.Tick(last.Add(cfg.VerifyWindow + cfg.IdleTimeout + time.Second))
+		col.Results.Watermark = MinMark(e)
 		commit(t, s, col.Results)
 		results.Writes = append(results.Writes, col.Results.Writes...)
 		results.Findings = append(results.Findings, col.Results.Findings...)
@@ -133,7 +150,7 @@ func testCapture(t *testing.T, s audit.Store) {
 		}
 		wantCalls, wantFindings := 0, 0
 		for _, c := range all {
-			if r := reader.Record(c); slices.Contains(r.Documents, doc) {
+			if r := *reader.Read(c); slices.Contains(r.Documents(), doc) {
 				wantCalls++
 			}
 		}

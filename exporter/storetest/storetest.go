@@ -77,7 +77,7 @@ func at(s int) time.Time { return T0.Add(time.Duration(s)*time.Second + 123) }
 func id(i int) string { return fmt.Sprintf("c_%020x", i) }
 
 // rec returns a complete call record: every field of the call is set.
-func rec(i int, sec int, docs ...string) audit.CallRecord {
+func rec(i int, sec int, docs ...string) audit.Record {
 	c := &audit.Call{
 		ID:        id(i),
 		Time:      at(sec),
@@ -97,8 +97,14 @@ func rec(i int, sec int, docs ...string) audit.CallRecord {
 		Source:    fmt.Sprintf("capture.ndjson:%d", i),
 	}
 	c.Fingerprint = audit.Fingerprint(c.Server, c.Session, c.RPCID, c.Tool, canon.Bytes(c.Arguments))
-	return audit.CallRecord{Call: c, Documents: docs, Outcome: audit.OutcomeOK, Tool: c.Tool}
+	r := audit.Record{Call: c, Dialect: "thegram", Outcome: audit.OutcomeOK, Tool: c.Tool}
+	for j, d := range docs {
+		r.Ops = append(r.Ops, audit.Op{Seq: j, Tool: c.Tool, Kind: audit.OpRead, Target: d, Status: audit.OpSucceeded})
+	}
+	return r
 }
+
+func errOf[T any](_ T, err error) error { return err }
 
 func first(s []string) string {
 	if len(s) == 0 {
@@ -108,7 +114,7 @@ func first(s []string) string {
 }
 
 // failed turns r into a call answered with a JSON-RPC error.
-func failed(r audit.CallRecord, code string, action audit.RetryAction) audit.CallRecord {
+func failed(r audit.Record, code string, action audit.RetryAction) audit.Record {
 	r.Call.Result = nil
 	r.Call.Error = &audit.RPCError{Code: -32000, Message: code + " happened", Data: []byte(`{"code":"` + code + `"}`)}
 	r.Outcome = audit.OutcomeProtocolError
@@ -117,7 +123,7 @@ func failed(r audit.CallRecord, code string, action audit.RetryAction) audit.Cal
 }
 
 // timedOut turns r into a call that got no response.
-func timedOut(r audit.CallRecord) audit.CallRecord {
+func timedOut(r audit.Record) audit.Record {
 	r.Call.Responded = false
 	r.Call.Result = nil
 	r.Call.TransportError = "timeout"
@@ -141,11 +147,13 @@ func finding(kind audit.Kind, sec int, doc string, calls ...string) audit.Findin
 	}
 }
 
-func appendCalls(t *testing.T, s audit.Store, recs ...audit.CallRecord) {
+func appendCalls(t *testing.T, s audit.Store, recs ...audit.Record) int {
 	t.Helper()
-	if err := s.AppendCalls(ctx(t), recs); err != nil {
+	n, err := s.AppendCalls(ctx(t), recs)
+	if err != nil {
 		t.Fatalf("AppendCalls: %v", err)
 	}
+	return n
 }
 
 func commit(t *testing.T, s audit.Store, r audit.Results) {
@@ -158,8 +166,8 @@ func commit(t *testing.T, s audit.Store, r audit.Results) {
 func scan(t *testing.T, s audit.Store, since time.Time) []*audit.Call {
 	t.Helper()
 	var got []*audit.Call
-	if err := s.ScanCalls(ctx(t), since, func(c *audit.Call) error {
-		got = append(got, c)
+	if err := s.ScanCalls(ctx(t), since, func(r *audit.Record) error {
+		got = append(got, r.Call)
 		return nil
 	}); err != nil {
 		t.Fatalf("ScanCalls: %v", err)
@@ -167,7 +175,7 @@ func scan(t *testing.T, s audit.Store, since time.Time) []*audit.Call {
 	return got
 }
 
-func calls(recs []audit.CallRecord) []*audit.Call {
+func calls(recs []audit.Record) []*audit.Call {
 	out := make([]*audit.Call, len(recs))
 	for i := range recs {
 		out[i] = recs[i].Call
@@ -200,7 +208,7 @@ func callIDs(cs []*audit.Call) []string {
 }
 
 func testRoundTrip(t *testing.T, s audit.Store) {
-	recs := []audit.CallRecord{
+	recs := []audit.Record{
 		rec(1, 1, "a.gram"),
 		failed(rec(2, 2, "a.gram"), "E_STORAGE", audit.ActionVerifyThenDecide),
 		timedOut(rec(3, 3, "b.gram")),
@@ -224,14 +232,50 @@ func testRoundTrip(t *testing.T, s audit.Store) {
 	// Fingerprints: none, and one not derived from the request.
 	recs[2].Call.Fingerprint = ""
 	recs[3].Call.Fingerprint = "\x00\xffnot derived"
+	// A reading with an operation of every kind of field.
+	recs[1].Ops = append(recs[1].Ops, audit.Op{Seq: 7, Tool: "organizations.applyDocumentCopy", Kind: audit.OpWrite,
+		Target: "doc_2", Key: "op-1", KeyKind: "operationId", Intent: "i", Binding: "b", Identity: "id", KeyProtected: true,
+		Status: audit.OpUncertain, Failure: recs[1].Failure, Reason: audit.ReasonInFlightUnknown, HasBaseRev: true, BaseRev: -3,
+		Rev: 9, Sync: "pending", SaveState: "saved", Replayed: true, Action: "created", DocumentID: "doc_9",
+		JournalCorrupt: true, CopyState: "applying", NextAction: "wait_then_retry_apply", RetryAfter: at(60)},
+		audit.Op{Seq: 8, Tool: "documents.editDocument", Kind: audit.OpWrite, Status: audit.OpFailed,
+			Failure: &audit.Failure{Code: "stale_live_revision", Action: audit.ActionRereadAndRebase}})
+	recs[1].RequestHash = "0123456789abcdef01234567"
 	appendCalls(t, s, recs...)
-	diffCalls(t, scan(t, s, time.Time{}), calls(recs))
+	var got []*audit.Record
+	if err := s.ScanCalls(ctx(t), time.Time{}, func(r *audit.Record) error {
+		got = append(got, r)
+		return nil
+	}); err != nil {
+		t.Fatalf("ScanCalls: %v", err)
+	}
+	gotCalls := make([]*audit.Call, len(got))
+	for i, r := range got {
+		gotCalls[i] = r.Call
+	}
+	diffCalls(t, gotCalls, calls(recs))
+	// The reading comes back as it went in: read once, never again.
+	for i := range got {
+		want := recs[i]
+		if !reflect.DeepEqual(got[i].Ops, want.Ops) || got[i].Outcome != want.Outcome || got[i].Tool != want.Tool ||
+			got[i].Dialect != want.Dialect || got[i].RequestHash != want.RequestHash || !reflect.DeepEqual(got[i].Failure, want.Failure) {
+			t.Errorf("reading of call %d:\n got %+v\nwant %+v", i, *got[i], want)
+		}
+	}
+	if got[1].Ops[1].Failure != got[1].Failure {
+		t.Errorf("an operation no longer shares its call's failure")
+	}
 }
 
 func testIdempotent(t *testing.T, s audit.Store) {
-	recs := []audit.CallRecord{rec(1, 1, "a.gram"), rec(2, 2, "a.gram"), rec(3, 3, "a.gram")}
-	appendCalls(t, s, recs...)
-	appendCalls(t, s, recs...)
+	recs := []audit.Record{rec(1, 1, "a.gram"), rec(2, 2, "a.gram"), rec(3, 3, "a.gram")}
+	if n := appendCalls(t, s, recs...); n != 3 {
+		t.Fatalf("AppendCalls of 3 new calls = %d", n)
+	}
+	// A store tells the calls it had already, or counts them all.
+	if n := appendCalls(t, s, recs...); n != 0 && n != 3 {
+		t.Fatalf("AppendCalls of 3 stored calls = %d, want 0 (or 3 from a store that cannot tell)", n)
+	}
 	// A retried batch overlapping stored calls, with a duplicate inside it.
 	appendCalls(t, s, recs[2], rec(4, 4, "a.gram"), rec(4, 4, "a.gram"), recs[0])
 	want := append(calls(recs), rec(4, 4, "a.gram").Call)
@@ -255,13 +299,13 @@ func testConcurrentAppend(t *testing.T, s audit.Store) {
 		go func() {
 			defer wg.Done()
 			for b := range batches {
-				var recs []audit.CallRecord
+				var recs []audit.Record
 				for i := range size {
 					// Workers overlap by half: each call is sent twice.
 					n := ((w/2)*batches+b)*size + i
 					recs = append(recs, rec(n, n, fmt.Sprintf("doc-%d", n%7)))
 				}
-				if err := s.AppendCalls(context.Background(), recs); err != nil {
+				if _, err := s.AppendCalls(context.Background(), recs); err != nil {
 					errs <- err
 				}
 			}
@@ -285,7 +329,7 @@ func testConcurrentAppend(t *testing.T, s audit.Store) {
 
 func testScanSince(t *testing.T, s audit.Store) {
 	// Appended out of time order, and in several batches.
-	recs := []audit.CallRecord{rec(5, 50), rec(1, 10), rec(3, 30), rec(2, 20), rec(4, 40), rec(6, 30)}
+	recs := []audit.Record{rec(5, 50), rec(1, 10), rec(3, 30), rec(2, 20), rec(4, 40), rec(6, 30)}
 	appendCalls(t, s, recs[:3]...)
 	appendCalls(t, s, recs[3:]...)
 	want := calls(recs)
@@ -314,7 +358,7 @@ func testScanError(t *testing.T, s audit.Store) {
 	appendCalls(t, s, rec(1, 1), rec(2, 2), rec(3, 3))
 	stop := errors.New("stop")
 	n := 0
-	err := s.ScanCalls(ctx(t), time.Time{}, func(*audit.Call) error {
+	err := s.ScanCalls(ctx(t), time.Time{}, func(*audit.Record) error {
 		n++
 		return stop
 	})
@@ -759,7 +803,7 @@ func testTimeline(t *testing.T, s audit.Store) {
 	onB := finding(audit.KindUnsafeRetry, 4, "b.gram", elsewhere.Call.ID)
 	commit(t, s, audit.Results{Writes: []audit.Write{w, wb, wr}, Findings: []audit.Finding{onB, double}})
 
-	callEv := func(r audit.CallRecord) timelineView {
+	callEv := func(r audit.Record) timelineView {
 		v := timelineView{Type: audit.EventCall, Time: r.Call.Time, CallID: r.Call.ID, Outcome: r.Outcome}
 		if r.Failure != nil {
 			v.Code, v.RetryAction = r.Failure.Code, r.Failure.Action
@@ -832,7 +876,7 @@ func testWriteCounts(t *testing.T, s audit.Store) {
 }
 
 func testDeleteBefore(t *testing.T, s audit.Store) {
-	var recs []audit.CallRecord
+	var recs []audit.Record
 	var ws []audit.Write
 	var fs []audit.Finding
 	for i := range 10 {
@@ -889,10 +933,10 @@ func testClose(t *testing.T, s audit.Store) {
 	}
 	c := ctx(t)
 	for name, err := range map[string]error{
-		"AppendCalls":  s.AppendCalls(c, []audit.CallRecord{rec(2, 2)}),
+		"AppendCalls":  errOf(s.AppendCalls(c, []audit.Record{rec(2, 2)})),
 		"Commit":       s.Commit(c, audit.Results{Watermark: at(1)}),
 		"Watermark":    second(s.Watermark(c)),
-		"ScanCalls":    s.ScanCalls(c, time.Time{}, func(*audit.Call) error { return nil }),
+		"ScanCalls":    s.ScanCalls(c, time.Time{}, func(*audit.Record) error { return nil }),
 		"FindingIDs":   second(s.FindingIDs(c, time.Time{})),
 		"Findings":     second(s.Findings(c, audit.FindingQuery{})),
 		"Writes":       second(s.Writes(c, audit.WriteQuery{})),

@@ -38,6 +38,16 @@ func TestEndToEnd(t *testing.T) {
 
 	f := &feeder{m: m, t0: time.Now().Add(-time.Hour)}
 	f.baseline()
+	// The pipeline's event-time status, as serve exports it: one partition
+	// per server, an exporter each, the oddlynew one idle.
+	if err := m.WatchPipeline(reg, func() []metrics.PartitionView {
+		return []metrics.PartitionView{
+			metrics.NewPartitionView("thegram", 1.5, true, 12, 3, 0, 1, []metrics.SourceView{{Name: "otlp:thegram", LagSeconds: 1}}),
+			metrics.NewPartitionView("oddlynew", 20, true, 0, 0, 1, 0, []metrics.SourceView{{Name: "otlp:oddlynew", LagSeconds: 20, Idle: true}}),
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
 
 	o := rules.DefaultOptions()
 	o.ForOverride = time.Second
@@ -134,7 +144,6 @@ func TestEndToEnd(t *testing.T) {
 			"__range":                "1h",
 			dashboards.VarServer:     ".*",
 			dashboards.VarJob:        o.Job,
-			dashboards.VarSLOTarget:  fmt.Sprint(o.SLOTarget),
 			dashboards.VarDatasource: "prometheus",
 		}
 		for _, n := range names {
@@ -173,11 +182,11 @@ type feeder struct {
 
 func (f *feeder) call(server, tool string, outcome audit.Outcome, d time.Duration, fail *audit.Failure) {
 	f.n++
-	f.m.Call(&audit.CallReport{
-		Call:      &audit.Call{ID: fmt.Sprintf("c_%d", f.n), Server: server, Tool: tool, Time: f.t0, Duration: d},
-		Outcome:   outcome,
-		ToolLabel: tool,
-		Failure:   fail,
+	f.m.Call(&audit.Record{
+		Call:    &audit.Call{ID: fmt.Sprintf("c_%d", f.n), Server: server, Tool: tool, Time: f.t0, Duration: d},
+		Outcome: outcome,
+		Tool:    tool,
+		Failure: fail,
 	})
 }
 

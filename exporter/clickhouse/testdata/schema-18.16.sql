@@ -148,3 +148,14 @@ CREATE TABLE IF NOT EXISTS mcpaudit.retention_policies
 )
 ENGINE = ReplacingMergeTree(version)
 ORDER BY table_name;
+
+-- migration 0002_reading
+
+-- The dialect's reading of each call (audit.AppendReading): its operations,
+-- keys and fingerprints, stored so that the detector never reads the
+-- payloads again. Rows stored before this migration have it empty.
+-- ADD COLUMN has no IF NOT EXISTS on every server: the store takes "column
+-- already exists" as applied (a migration re-run after a start that failed
+-- halfway).
+
+ALTER TABLE mcpaudit.calls ADD COLUMN reading String AFTER failure_message;

@@ -150,6 +150,17 @@ CREATE TABLE IF NOT EXISTS mcpaudit.retention_policies
 ENGINE = ReplacingMergeTree(version)
 ORDER BY table_name;
 
+-- migration 0002_reading
+
+-- The dialect's reading of each call (audit.AppendReading): its operations,
+-- keys and fingerprints, stored so that the detector never reads the
+-- payloads again. Rows stored before this migration have it empty.
+-- ADD COLUMN has no IF NOT EXISTS on every server: the store takes "column
+-- already exists" as applied (a migration re-run after a start that failed
+-- halfway).
+
+ALTER TABLE mcpaudit.calls ADD COLUMN reading String CODEC(ZSTD(1)) AFTER failure_message;
+
 -- retention (from the retention options; rewritten when they change)
 
 ALTER TABLE mcpaudit.calls MODIFY TTL multiIf(tenant = 'acme', time + INTERVAL 604800 SECOND, tenant = 'o\'brien', time + INTERVAL 31536000 SECOND, time + INTERVAL 7776000 SECOND);

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/collector/capture"
+	"github.com/mcpaudit/mcpaudit/exporter/metrics"
+	"github.com/mcpaudit/mcpaudit/internal/conf"
+)
+
+// analyzeSummary is the summary of an analyze run as --summary json prints
+// it: one JSON object on one line, after the findings. docs/api.md
+// documents its fields; SummaryVersion changes when one is renamed,
+// removed or retyped.
+type analyzeSummary struct {
+	SummaryVersion int `json:"summary_version"`
+	// Calls are the distinct tools/call exchanges analyzed.
+	Calls int64 `json:"calls"`
+	// Duplicates are second observations of an exchange, dropped.
+	Duplicates int64 `json:"duplicates"`
+	// Late are calls that arrived later than the lateness bound.
+	Late int64 `json:"late"`
+	// Outcomes counts calls by outcome, every outcome present.
+	Outcomes map[audit.Outcome]int64 `json:"outcomes"`
+	// Writes counts write attempts by current state, every state present.
+	Writes map[audit.WriteState]int64 `json:"writes"`
+	// Failures counts failures by retry action, then by code.
+	Failures map[audit.RetryAction]map[string]int64 `json:"failures"`
+	// SLI is the write-durability SLI, null when no write counts toward it.
+	SLI *float64 `json:"sli"`
+	// Findings counts findings by kind, every kind present.
+	Findings map[audit.Kind]int64 `json:"findings"`
+	// FindingsBySeverity counts findings by severity, every severity present.
+	FindingsBySeverity map[audit.Severity]int64 `json:"findings_by_severity"`
+	// Failing counts the findings at or above --fail-on: the run exits 1
+	// when it is above 0.
+	Failing int `json:"failing"`
+	// Ignored counts records and spans of methods other than tools/call.
+	Ignored int `json:"ignored"`
+	// Rejected counts unusable records and spans; RejectedExamples holds the
+	// first of them with their file, line and reason.
+	Rejected         int      `json:"rejected"`
+	RejectedExamples []string `json:"rejected_examples"`
+}
+
+func newSummary(det *analyzer, rejects *rejectLog, col *collector) analyzeSummary {
+	s := det.eng.Stats()
+	out := analyzeSummary{
+		SummaryVersion: 1,
+		Calls:          s.Calls, Duplicates: s.Duplicates, Late: s.Late,
+		Outcomes:           map[audit.Outcome]int64{},
+		Writes:             map[audit.WriteState]int64{},
+		Failures:           map[audit.RetryAction]map[string]int64{},
+		Findings:           map[audit.Kind]int64{},
+		FindingsBySeverity: map[audit.Severity]int64{audit.SeverityCritical: 0, audit.SeverityWarning: 0, audit.SeverityInfo: 0},
+		Failing:            col.failing,
+		Ignored:            rejects.ignored,
+		Rejected:           rejects.n,
+		RejectedExamples:   append([]string{}, rejects.shown...),
+	}
+	for _, o := range []audit.Outcome{audit.OutcomeOK, audit.OutcomeToolError, audit.OutcomeProtocolError, audit.OutcomeNoResponse} {
+		out.Outcomes[o] = s.Outcomes[o]
+	}
+	for _, st := range audit.WriteStates {
+		out.Writes[st] = s.Writes[st]
+	}
+	for a, codes := range s.Failures {
+		if len(codes) == 0 {
+			continue
+		}
+		m := map[string]int64{}
+		for c, n := range codes {
+			m[c] = n
+		}
+		out.Failures[a] = m
+	}
+	for _, k := range audit.Kinds {
+		out.Findings[k] = s.Findings[k]
+	}
+	for i := range col.findings {
+		out.FindingsBySeverity[col.findings[i].Severity]++
+	}
+	if v, ok := audit.SLI(s.Writes); ok {
+		out.SLI = &v
+	}
+	return out
+}
+
+// rejectReason says why a record or span of a file was rejected, in the
+// reasons of mcpaudit_ingest_rejected_total.
+func rejectReason(err error) metrics.RejectReason {
+	var se *capture.SpanError
+	if errors.As(err, &se) {
+		return metrics.RejectBadSpan
+	}
+	var re *capture.RecordError
+	if errors.As(err, &re) {
+		switch {
+		case re.Field == "" && strings.HasPrefix(re.Reason, "line longer than"):
+			return metrics.RejectTooLarge
+		case re.Field != "" && strings.HasPrefix(re.Reason, "missing"):
+			return metrics.RejectMissingField
+		}
+	}
+	return metrics.RejectInvalidJSON
+}
+
+// ingest counts what the files held as the receivers count a request, with
+// source="file": calls taken, duplicates dropped, records rejected by
+// reason and records of other methods ignored.
+func (w *metricsWriter) ingest(det *analyzer, rejects *rejectLog) {
+	w.sink.IngestAccepted(metrics.SourceFile, int(det.eng.Stats().Calls))
+	w.sink.IngestDuplicate(metrics.SourceFile, int(det.eng.Stats().Duplicates))
+	w.sink.IngestIgnored(metrics.SourceFile, rejects.ignored)
+	for r, n := range rejects.reasons {
+		w.sink.IngestRejected(metrics.SourceFile, r, n)
+	}
+}
+
+// durationFlag is a flag of one duration syntax with the configuration:
+// "30s", "5m", "1d", "1d12h".
+type durationFlag time.Duration
+
+func (d *durationFlag) String() string { return conf.FormatDuration(time.Duration(*d)) }
+
+func (d *durationFlag) Set(s string) error {
+	v, err := conf.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = durationFlag(v)
+	return nil
+}

@@ -1,0 +1,242 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
+)
+
+const sample = "../../testdata/sample/mixed.ndjson"
+
+func TestVersion(t *testing.T) {
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		code, out, _ := cliRun(args...)
+		if code != 0 || !regexp.MustCompile(`^mcpaudit \S+ \(commit \S+, .*go1\.\d+`).MatchString(out) {
+			t.Errorf("%v: exit %d %q, want the version, commit and Go version", args, code, out)
+		}
+	}
+}
+
+// TestFindingsHelp: every flag of findings says what it is for.
+func TestFindingsHelp(t *testing.T) {
+	code, _, help := cliRun("findings", "--help")
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	lines := strings.Split(help, "\n")
+	for i, l := range lines {
+		if m := regexp.MustCompile(`^  -(\S+)`).FindStringSubmatch(l); m != nil {
+			if i+1 >= len(lines) || strings.TrimSpace(lines[i+1]) == "" || strings.HasPrefix(strings.TrimSpace(lines[i+1]), "-") {
+				t.Errorf("flag -%s has no description", m[1])
+			}
+		}
+	}
+	for _, want := range []string{"-api-url", "-document", "-session", "deprecated: use --api-url"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("findings --help lacks %q", want)
+		}
+	}
+}
+
+// sloStore writes a data dir whose SLI over the last 30 days is 0.5: one
+// durable and one unverified write.
+func sloStore(t *testing.T, writes ...audit.WriteState) string {
+	t.Helper()
+	dir := t.TempDir()
+	st, err := sqlite.Open(filepath.Join(dir, "mcpaudit.db"), sqlite.NewDefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().Add(-time.Hour)
+	var ws []audit.Write
+	for i, s := range writes {
+		ws = append(ws, audit.Write{CallID: "c_" + string(rune('a'+i)), Time: now, Server: "thegram", Tool: "gram_patch", State: s, StateTime: now})
+	}
+	if err := st.Commit(context.Background(), audit.Results{Writes: ws, Watermark: now}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func TestSLOFailUnder(t *testing.T) {
+	dir := sloStore(t, audit.StateDurable, audit.StateUnverified)
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		says string
+	}{
+		{"no_threshold", nil, 0, ""},
+		{"overspent_below_zero", []string{"--fail-under", "0"}, 1, "is below --fail-under 0.0%"},
+		{"percent", []string{"--fail-under", "25%"}, 1, "below --fail-under 25.0%"},
+		{"tolerant", []string{"--fail-under", "-1000"}, 0, ""},
+		{"json_too", []string{"--fail-under", "0", "--format", "json"}, 1, "below"},
+		{"bad_value", []string{"--fail-under", "lots"}, 2, "want a fraction"},
+		{"above_one", []string{"--fail-under", "2"}, 2, "more than the whole budget"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, errs := cliRun(append([]string{"slo", "--data-dir", dir}, tc.args...)...)
+			if code != tc.code || !strings.Contains(errs, tc.says) {
+				t.Errorf("exit %d %q, want %d saying %q", code, errs, tc.code, tc.says)
+			}
+		})
+	}
+	t.Run("nothing_to_judge", func(t *testing.T) {
+		code, _, errs := cliRun("slo", "--data-dir", sloStore(t), "--fail-under", "0")
+		if code != 2 || !strings.Contains(errs, "no write counts") {
+			t.Errorf("exit %d %q", code, errs)
+		}
+	})
+}
+
+// TestServerAlias: --server still names the API URL, with a warning.
+func TestServerAlias(t *testing.T) {
+	dir := sloStore(t, audit.StateDurable)
+	code, _, errs := cliRun("slo", "--data-dir", dir, "--server", "")
+	if code != 0 || !strings.Contains(errs, "--server is deprecated") {
+		t.Errorf("exit %d %q", code, errs)
+	}
+	code, _, errs = cliRun("findings", "--api-url", "http://127.0.0.1:1")
+	if code != 2 || !strings.Contains(errs, "cannot reach http://127.0.0.1:1") {
+		t.Errorf("--api-url is not the URL asked: exit %d %q", code, errs)
+	}
+}
+
+func TestAnalyze_NoInput(t *testing.T) {
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty.ndjson")
+	os.WriteFile(empty, nil, 0o644)
+	other := filepath.Join(dir, "other.ndjson")
+	os.WriteFile(other, []byte(`{"time":"2026-11-02T09:00:00Z","server":"thegram","session":"s","request":{"jsonrpc":"2.0","id":1,"method":"tools/list"},"response":{"jsonrpc":"2.0","id":1,"result":{}}}`+"\n"), 0o644)
+	bad := filepath.Join(dir, "bad.ndjson")
+	os.WriteFile(bad, []byte("nope\n"), 0o644)
+	for _, tc := range []struct {
+		file, says string
+	}{
+		{empty, "the input holds no call"},
+		{other, "no tools/call in the input: 1 record(s) of other methods ignored"},
+		{bad, "no usable call in the input: 1 rejected"},
+	} {
+		for _, extra := range [][]string{nil, {"--fail-on", "never"}} {
+			code, _, errs := cliRun(append(append([]string{"analyze", "--progress", "never"}, extra...), tc.file)...)
+			if code != 2 || !strings.Contains(errs, tc.says) {
+				t.Errorf("%s %v: exit %d %q, want 2 saying %q", filepath.Base(tc.file), extra, code, errs, tc.says)
+			}
+		}
+	}
+}
+
+func TestAnalyze_FailOnNever(t *testing.T) {
+	if code, _, errs := cliRun("analyze", "--progress", "never", sample); code != 1 {
+		t.Fatalf("the sample with the default --fail-on: exit %d, want 1: %s", code, errs)
+	}
+	if code, _, errs := cliRun("analyze", "--progress", "never", "--fail-on", "never", sample); code != 0 {
+		t.Errorf("--fail-on never: exit %d, want 0: %s", code, errs)
+	}
+	if code, _, errs := cliRun("analyze", "--fail-on", "sometimes", sample); code != 2 || !strings.Contains(errs, "never") {
+		t.Errorf("--fail-on sometimes: exit %d %q", code, errs)
+	}
+}
+
+// TestAnalyze_JSONOrderAndSummary: JSON findings come in the order of the
+// text table, and --summary json ends the run with one object of the
+// documented shape.
+func TestAnalyze_JSONOrderAndSummary(t *testing.T) {
+	_, text, _ := cliRun("analyze", "--progress", "never", sample)
+	code, out, errs := cliRun("analyze", "--progress", "never", "--format", "json", "--summary", "json", sample)
+	if code != 1 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var findings []audit.Finding
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		var f audit.Finding
+		if err := json.Unmarshal(sc.Bytes(), &f); err != nil {
+			t.Fatalf("%q: %v", sc.Text(), err)
+		}
+		findings = append(findings, f)
+	}
+	if !sort.SliceIsSorted(findings, func(i, j int) bool { return findings[i].Time.Before(findings[j].Time) }) {
+		t.Error("JSON findings are not in time order")
+	}
+	// The text table lists the same findings in the same order.
+	var rows []string
+	for _, l := range strings.Split(text, "\n") {
+		if regexp.MustCompile(`^\d{4}-\d\d-\d\d `).MatchString(l) {
+			rows = append(rows, l)
+		}
+	}
+	if len(rows) != len(findings) || len(rows) == 0 {
+		t.Fatalf("%d table rows, %d JSON findings", len(rows), len(findings))
+	}
+	for i, f := range findings {
+		if !strings.Contains(rows[i], string(f.Kind)) || !strings.HasPrefix(rows[i], f.Time.UTC().Format("2006-01-02 15:04:05")) {
+			t.Errorf("row %d %q is not JSON finding %s at %s", i, rows[i], f.Kind, f.Time)
+		}
+	}
+	var sum analyzeSummary
+	lines := strings.Split(strings.TrimSpace(errs), "\n")
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &sum); err != nil {
+		t.Fatalf("last stderr line is not the summary: %v\n%s", err, errs)
+	}
+	var total int64
+	for _, n := range sum.Findings {
+		total += n
+	}
+	if sum.SummaryVersion != 1 || sum.Calls == 0 || sum.SLI == nil || int(total) != len(findings) ||
+		sum.Rejected != 5 || len(sum.RejectedExamples) != 5 || sum.Failing != len(findings) || len(sum.Writes) != len(audit.WriteStates) {
+		t.Errorf("summary %+v does not match the run (%d findings)", sum, len(findings))
+	}
+	// The documented fields are the ones written.
+	var raw map[string]any
+	json.Unmarshal([]byte(lines[len(lines)-1]), &raw)
+	doc, err := os.ReadFile("../../docs/api.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range raw {
+		if !strings.Contains(string(doc), "`"+k+"`") {
+			t.Errorf("summary field %s is not documented in docs/api.md", k)
+		}
+	}
+}
+
+// TestAnalyze_MetricsIngest: --metrics writes the ingest series of
+// docs/metrics.md for source="file", each record under one result.
+func TestAnalyze_MetricsIngest(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "run.prom")
+	code, _, errs := cliRun("analyze", "--progress", "never", "--fail-on", "never", "--metrics", p, sample)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`mcpaudit_ingest_records_total{result="accepted",source="file"} 361`,
+		`mcpaudit_ingest_records_total{result="duplicate",source="file"} 3`,
+		`mcpaudit_ingest_records_total{result="rejected",source="file"} 5`,
+		`mcpaudit_ingest_records_total{result="ignored",source="file"} 0`,
+		`mcpaudit_ingest_rejected_total{reason="invalid_json",source="file"} 2`,
+		`mcpaudit_ingest_rejected_total{reason="missing_field",source="file"} 3`,
+		`mcpaudit_build_info{`,
+	} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("metrics file lacks %s", want)
+		}
+	}
+}

@@ -1,0 +1,278 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/internal/conf"
+)
+
+var update = flag.Bool("update", false, "rewrite docs/config.md")
+
+const configDoc = "../../docs/config.md"
+
+// writeConfig writes a config file and returns its path.
+func writeConfig(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "mcpaudit.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// cliRun runs the command line and returns the exit code, stdout and stderr.
+func cliRun(args ...string) (int, string, string) {
+	var out, errb bytes.Buffer
+	code := run(context.Background(), args, nil, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// readmeConfig is the configuration example of README.md.
+func readmeConfig(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("(?s)```yaml\n(dialects:.*?)```").FindSubmatch(b)
+	if m == nil {
+		t.Fatal("README.md has no yaml example starting with dialects:")
+	}
+	return string(m[1])
+}
+
+func TestConfig_ReadmeExample(t *testing.T) {
+	p := writeConfig(t, readmeConfig(t))
+	t.Run("variable_unset", func(t *testing.T) {
+		os.Unsetenv("MCPAUDIT_TOKEN_ACME")
+		code, _, errs := cliRun("config", "validate", p)
+		if code != 2 || !strings.Contains(errs, "environment variable MCPAUDIT_TOKEN_ACME is not set") ||
+			!regexp.MustCompile(`line \d+: serve.receiver.tenants`).MatchString(errs) {
+			t.Errorf("exit %d: %s; want 2 naming the variable, its line and key", code, errs)
+		}
+		if strings.Contains(errs, "must not be empty") {
+			t.Errorf("the unset variable is reported twice: %s", errs)
+		}
+	})
+	t.Run("variable_set", func(t *testing.T) {
+		t.Setenv("MCPAUDIT_TOKEN_ACME", "tok-acme")
+		if code, out, errs := cliRun("config", "validate", p); code != 0 || !strings.Contains(out, "valid") {
+			t.Errorf("exit %d: %s %s", code, out, errs)
+		}
+		cfg, err := LoadConfig(p)
+		if err != nil || cfg.Serve.Receiver.Tenants["tok-acme"] != "acme" {
+			t.Errorf("tenants %v, %v", cfg.Serve.Receiver.Tenants, err)
+		}
+	})
+}
+
+// TestConfig_Errors: every problem of a file is reported at once, each with
+// its line and key path, in words rather than Go types.
+func TestConfig_Errors(t *testing.T) {
+	p := writeConfig(t, `detect:
+  latenes: 30s
+  verify_window: 2h
+  correlation_window: 1h
+serve:
+  api_listen: "localhost"
+  ingest_listen: ":99999"
+  retention: 30 days
+  store: clickhouse
+  clickhouse: {dsn: "http://x"}
+  slo_target: 1.5
+  recevier: {}
+rules: {runbook_url: "docs/runbooks.md"}
+`)
+	_, err := LoadConfig(p)
+	var ce *ConfigError
+	if !errors.As(err, &ce) {
+		t.Fatalf("error %v, want a ConfigError", err)
+	}
+	want := []string{
+		"line 2: detect.latenes: unknown key (did you mean detect.lateness?)",
+		"line 3: detect.verify_window: 2h is longer than detect.correlation_window (1h)",
+		`line 6: serve.api_listen: want host:port or :port`,
+		`line 7: serve.ingest_listen: want host:port or :port`,
+		`line 8: serve.retention: want a duration such as 30d, 1d12h, 5m, 30s or 500ms, not "30 days"`,
+		`line 10: serve.clickhouse.dsn: must use the native protocol (clickhouse:// or tcp://), not "http"`,
+		"line 11: serve.slo_target: 1.5 is not a fraction between 0 and 1",
+		"line 12: serve.recevier: unknown key (did you mean serve.receiver?)",
+		"line 13: rules.runbook_url: want an absolute URL",
+	}
+	got := strings.Split(ce.Errors.Error(), "\n")
+	if len(got) != len(want) {
+		t.Fatalf("%d errors, want %d:\n%s", len(got), len(want), ce.Errors)
+	}
+	for i := range want {
+		if !strings.HasPrefix(got[i], want[i]) {
+			t.Errorf("error %d:\n  %s\nwant it to start with\n  %s", i, got[i], want[i])
+		}
+	}
+	if regexp.MustCompile(`time\.Duration|detect\.Config|!!str|unmarshal`).MatchString(err.Error()) {
+		t.Errorf("errors name Go or YAML types:\n%s", err)
+	}
+}
+
+// TestConfig_Durations: every duration key takes the same syntax.
+func TestConfig_Durations(t *testing.T) {
+	p := writeConfig(t, `detect: {verify_window: 5m, correlation_window: 1d, lateness: 30s}
+serve:
+  retention: 30d
+  retention_every: 1h
+  pipeline: {commit_every: 200ms}
+  sqlite: {max_delay: 0}
+  clickhouse: {batch_age: 1s, insert_timeout: 10s, retry_for: 1m, retention: {default: 2w, tenants: {acme: 1d12h}, check_interval: 1h}}
+`)
+	cfg, err := LoadConfig(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Detect.CorrelationWindow != 24*time.Hour || cfg.Serve.Retention.D() != 30*24*time.Hour ||
+		cfg.Serve.ClickHouse.Retention.Tenants["acme"] != 36*time.Hour || cfg.Serve.ClickHouse.Retention.Default != 14*24*time.Hour {
+		t.Errorf("durations not read: %+v %+v", cfg.Detect, cfg.Serve.ClickHouse.Retention)
+	}
+	// The analyze flags take the same syntax.
+	if code, _, errs := cliRun("analyze", "--correlation-window", "1d", "--verify-window", "1h", "--progress", "never", "../../testdata/sample/mixed.ndjson"); code == 2 {
+		t.Errorf("analyze --correlation-window 1d: %s", errs)
+	}
+}
+
+// TestConfig_Print: the effective configuration is every key with its
+// value, secrets redacted, and reads back to the same configuration.
+func TestConfig_Print(t *testing.T) {
+	t.Setenv("MCPAUDIT_TOKEN_ACME", "tok-secret-acme")
+	p := writeConfig(t, `detect: {lateness: 1m}
+serve:
+  receiver: {tenants: {"${MCPAUDIT_TOKEN_ACME}": acme}}
+  clickhouse: {dsn: "clickhouse://app:hunter2@ch.example.com:9000/default?password=hunter2"}
+`)
+	code, out, errs := cliRun("config", "print", p)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, secret := range []string{"tok-secret-acme", "hunter2"} {
+		if strings.Contains(out, secret) {
+			t.Errorf("config print shows the secret %q:\n%s", secret, out)
+		}
+	}
+	for _, want := range []string{"lateness: 1m", "correlation_window: 1h", "retention: 30d", "acme", "api_listen: :9464", "runbook_url: https://"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("config print lacks %q:\n%s", want, out)
+		}
+	}
+	back, err := LoadConfig(writeConfig(t, out))
+	if err != nil {
+		t.Fatalf("the printed config does not load: %v\n%s", err, out)
+	}
+	want, _ := LoadConfig(p)
+	want = redacted(want)
+	if !reflect.DeepEqual(back, want) {
+		t.Errorf("printed config reads back as\n%+v\nwant\n%+v", back, want)
+	}
+	// Without a file: the defaults.
+	code, out, _ = cliRun("config", "print")
+	def, err := LoadConfig(writeConfig(t, out))
+	if code != 0 || err != nil || !reflect.DeepEqual(def, NewDefaultConfig()) {
+		t.Errorf("config print of the defaults: exit %d, %v", code, err)
+	}
+}
+
+func TestConfig_Usage(t *testing.T) {
+	for _, args := range [][]string{{"config", "--help"}, {"config", "-h"}, {"config", "help"}, {"config", "validate", "-h"}} {
+		if code, _, errs := cliRun(args...); code != 0 {
+			t.Errorf("%v: exit %d, want 0: %s", args, code, errs)
+		}
+	}
+	for _, args := range [][]string{{"config"}, {"config", "frobnicate"}, {"config", "validate"}} {
+		if code, _, _ := cliRun(args...); code != 2 {
+			t.Errorf("%v: exit %d, want 2", args, code)
+		}
+	}
+}
+
+// TestConfigReference keeps docs/config.md equal to what the code says:
+// every key, its type, its default and its field comment. Run with -update
+// to rewrite it (make generate does).
+func TestConfigReference(t *testing.T) {
+	docs := &conf.SourceDocs{Root: "../..", Module: "github.com/mcpaudit/mcpaudit",
+		Aliases: map[string]string{reflect.TypeFor[Config]().PkgPath(): "cmd/mcpaudit"}}
+	def := NewDefaultConfig()
+	keys := conf.Keys(&def, docs.Doc)
+	if docs.Err != nil {
+		t.Fatal(docs.Err)
+	}
+	for _, k := range keys {
+		if k.Doc == "" {
+			t.Errorf("%s has no doc comment on its field", k.Path)
+		}
+	}
+	got := configReference(keys)
+	if *update {
+		if err := os.WriteFile(configDoc, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(configDoc)
+	if err != nil {
+		t.Fatalf("%v: run go test ./cmd/mcpaudit -run TestConfigReference -update", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs from the code: run go test ./cmd/mcpaudit -run TestConfigReference -update (or make generate)", configDoc)
+	}
+}
+
+// configReference renders docs/config.md.
+func configReference(keys []conf.Key) []byte {
+	var b bytes.Buffer
+	b.WriteString(`# Configuration reference
+
+<!-- Generated from the code by ` + "`go test ./cmd/mcpaudit -run TestConfigReference -update`" + ` (make generate). DO NOT EDIT. -->
+
+` + "`mcpaudit serve --config FILE`, `mcpaudit analyze --config FILE` and `mcpaudit rules --config FILE`" + ` read one
+YAML file. Every key is optional: a key left out keeps its default, and ` + "`mcpaudit serve`" + ` runs
+with no file at all. Flags given on the command line win over the file.
+
+- **Strict.** An unknown key is an error, with the nearest known key suggested. Every problem of
+  a file is reported at once, each with its line and key path:
+  ` + "`line 3: detect.latenes: unknown key (did you mean detect.lateness?)`" + `.
+- **Environment.** ` + "`${VAR}`" + ` (or ` + "`${env:VAR}`" + `) in a key or value is replaced by the variable's value after
+  the YAML is parsed, so a value never changes the file's structure. An unset variable is an
+  error naming it; ` + "`${VAR:-default}`" + ` gives a default. ` + "`$$`" + ` is a literal ` + "`$`" + `.
+- **Durations.** Every duration key takes Prometheus' syntax: ` + "`30d`, `1d12h`, `5m`, `30s`, `500ms`, `2w`" + `
+  (Go's ` + "`1.5h`" + ` is read too). The ` + "`analyze`" + ` duration flags take the same.
+- **Checks.** ` + "`mcpaudit config validate FILE...`" + ` checks files (exit 0 valid, 2 invalid);
+  ` + "`mcpaudit config print [FILE]`" + ` prints the effective configuration, the file over the defaults,
+  with tenant tokens and passwords redacted.
+
+A name you choose (a server, a tool, a tenant) is written ` + "`<name>`" + ` below.
+`)
+	section := ""
+	for _, k := range keys {
+		parts := strings.Split(k.Path, ".")
+		s := parts[0]
+		if len(parts) > 2 {
+			s = parts[0] + "." + parts[1]
+		}
+		if s != section {
+			section = s
+			fmt.Fprintf(&b, "\n## %s\n\n| key | type | default | description |\n| --- | --- | --- | --- |\n", section)
+		}
+		def := k.Default
+		if def != "" {
+			def = "`" + def + "`"
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", k.Path, k.Type, def, strings.ReplaceAll(k.Doc, "|", `\|`))
+	}
+	return b.Bytes()
+}

@@ -1,0 +1,49 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+)
+
+// healthcheckCommand implements `mcpaudit healthcheck`: it asks a running
+// collector's /healthz (or --url) and exits 0 when it answers 200, 1
+// otherwise. Container images without a shell or curl use it as their
+// HEALTHCHECK.
+func healthcheckCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("healthcheck", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	url := fs.String("url", "http://127.0.0.1:9464/healthz", "URL to ask: /healthz (the process is up) or /readyz (the store answers) of serve.api_listen")
+	timeout := fs.Duration("timeout", 3*time.Second, "how long to wait for the answer")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, "usage: mcpaudit healthcheck [--url URL] [--timeout 3s]\n\nExit 0 when the collector answers 200, 1 when it does not.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return &exitError{code: 2}
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, *url, nil)
+	if err != nil {
+		return &exitError{code: 2, err: fmt.Errorf("healthcheck: %w", err)}
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return &exitError{code: 1, err: fmt.Errorf("healthcheck: cannot reach %s: %w", *url, err)}
+	}
+	defer resp.Body.Close()
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+	if resp.StatusCode != http.StatusOK {
+		return &exitError{code: 1, err: fmt.Errorf("healthcheck: %s answered %s", *url, resp.Status)}
+	}
+	fmt.Fprintf(stdout, "%s: %s\n", *url, resp.Status)
+	return nil
+}

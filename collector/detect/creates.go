@@ -1,0 +1,86 @@
+package detect
+
+import "github.com/mcpaudit/mcpaudit/audit"
+
+// createKeys returns the lists a create of c is kept in: "in one session or
+// one client" (findings.md §4), so creates are indexed by both, and an
+// agent that came back in a new session and created the same document
+// again is seen.
+func createKeys(c *audit.Call, identity string) []createKey {
+	var keys []createKey
+	if c.Session != "" {
+		keys = append(keys, createKey{actor{'s', c.Session}, identity})
+	}
+	if c.Client != "" {
+		keys = append(keys, createKey{actor{'c', c.Client}, identity})
+	}
+	if len(keys) == 0 {
+		keys = append(keys, createKey{actor{}, identity})
+	}
+	return keys
+}
+
+// checkCreate looks for a duplicate create: two creates of one identity by
+// one session or client, both answered created, under different keys.
+func (d *detector) checkCreate(ev *event, op *audit.Op, w *writeRec) bool {
+	t := ev.at.t
+	keys := createKeys(ev.call, op.Identity)
+	isCreated := op.Status == audit.OpSucceeded && op.Action == "created"
+	if isCreated && !w.replay {
+	search:
+		for _, k := range keys {
+			l := d.creates.get(k)
+			if l == nil {
+				continue
+			}
+			for _, r := range *l {
+				if !r.w.at.before(w.at) {
+					break
+				}
+				// Two creates in one run count as well: only the same
+				// provider call is skipped.
+				if !r.created || !within(r.w.Time, t, d.cfg.CorrelationWindow) || op.Key != "" && r.w.Key == op.Key {
+					continue
+				}
+				d.emitDuplicate(ev.call, r.w, w)
+				break search
+			}
+		}
+	}
+	for _, k := range keys {
+		l := d.creates.at(k, t)
+		*l = insertAt(*l, &createRec{w: w, created: isCreated}, createAt)
+	}
+	return w.duplicate
+}
+
+func (d *detector) emitDuplicate(c *audit.Call, first, w *writeRec) {
+	w.duplicate = true
+	d.out.finding(&audit.Finding{
+		Kind: audit.KindDuplicateCreate, Server: c.Server, Tenant: c.Tenant,
+		Document: w.Document, Key: w.Key, Session: w.Session, Time: first.Time,
+		Calls:   callIDs(first.CallID, w.CallID),
+		Summary: sprintf("One intended document was created twice: %s (at %s) and %s (at %s), under %s.", first.Document, hhmmss(first.Time), w.Document, hhmmss(w.Time), keyPhrase(w.Key)),
+	})
+}
+
+// createsAfter applies a late create to the creates after it: one that was
+// created under another key and had no earlier twin is its duplicate.
+func (d *detector) createsAfter(ev *event, op *audit.Op, w *writeRec) {
+	if !(op.Status == audit.OpSucceeded && op.Action == "created") || w.replay {
+		return
+	}
+	for _, k := range createKeys(ev.call, op.Identity) {
+		l := d.creates.get(k)
+		if l == nil {
+			continue
+		}
+		for _, r := range *l {
+			s := r.w
+			if !w.at.before(s.at) || !r.created || s.duplicate || s.replay || !within(w.Time, s.Time, d.cfg.CorrelationWindow) || s.Key != "" && w.Key == s.Key {
+				continue
+			}
+			d.emitDuplicate(ev.call, w, s)
+		}
+	}
+}

@@ -1,0 +1,156 @@
+package detect
+
+import (
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/collector/canon"
+)
+
+// dedupe recognizes a second observation of one exchange: the same
+// (server, session, JSON-RPC id, request) within one second, or the same
+// (trace_id, span_id).
+type dedupe struct {
+	byReq  expMap[string, []*seen]
+	bySpan expMap[string, *seen]
+}
+
+// seen is one observation taken.
+type seen struct {
+	r *audit.Record
+	// at is where the call waits to be judged; an entry of the buffer
+	// whose position differs is stale (the observation was replaced).
+	at pos
+	// processed is set once the detector judged the call: a second
+	// observation can no longer complete it.
+	processed bool
+}
+
+func newDedupe() dedupe {
+	return dedupe{byReq: newExpMap[string, []*seen](), bySpan: newExpMap[string, *seen]()}
+}
+
+// reqKey is the request part of the duplicate key; calls built without a
+// fingerprint (by hand, in tests) get one here.
+func reqKey(c *audit.Call) string {
+	if c.Fingerprint == "" {
+		c.Fingerprint = audit.Fingerprint(c.Server, c.Session, c.RPCID, c.Tool, canon.Bytes(c.Arguments))
+	}
+	return c.Fingerprint
+}
+
+// take returns the entry of r, or nil when r duplicates a call already
+// taken; replaced is set when r is an earlier observation of a call taken
+// but not yet judged, which r then stands for (as it would had it come
+// first). When one observation saw no response and the other did, the one
+// kept takes the response and reading: the same request, so the same
+// operations.
+func (d *dedupe) take(r *audit.Record) (s *seen, replaced bool) {
+	c := r.Call
+	var dup *seen
+	spanKey := ""
+	if c.TraceID != "" && c.SpanID != "" {
+		spanKey = c.TraceID + c.SpanID
+		if s := d.bySpan.get(spanKey); s != nil {
+			dup = *s
+		}
+	}
+	rk := reqKey(c)
+	if dup == nil {
+		if l := d.byReq.get(rk); l != nil {
+			for _, s := range *l {
+				dt := c.Time.Sub(s.r.Call.Time)
+				if dt < 0 {
+					dt = -dt
+				}
+				if dt <= time.Second {
+					dup = s
+					break
+				}
+			}
+		}
+	}
+	if dup != nil {
+		if dup.processed {
+			return nil, false
+		}
+		kept, other := dup.r, r
+		earlier := c.Time.Before(kept.Call.Time)
+		if earlier {
+			kept, other = r, dup.r
+		}
+		if !kept.Call.Responded && other.Call.Responded {
+			kept = withResponse(kept, other)
+		}
+		dup.r = kept
+		return dup, earlier
+	}
+	s = &seen{r: r}
+	l := d.byReq.at(rk, c.Time)
+	*l = append(*l, s)
+	if spanKey != "" {
+		*d.bySpan.at(spanKey, c.Time) = s
+	}
+	return s, false
+}
+
+// withResponse returns first with the response and reading of other, an
+// observation of the same request that saw its response.
+func withResponse(first, other *audit.Record) *audit.Record {
+	merged := *first.Call
+	oc := other.Call
+	merged.Responded, merged.Result, merged.Error, merged.TransportError = true, oc.Result, oc.Error, ""
+	merged.Arguments = oc.Arguments
+	if oc.Duration > 0 {
+		merged.Duration = oc.Duration
+	}
+	m := *other
+	m.Call = &merged
+	return &m
+}
+
+// sweep forgets observations older than horizon.
+func (d *dedupe) sweep(horizon time.Time) {
+	d.byReq.sweep(horizon, func(_ string, l *[]*seen) (bool, time.Time) {
+		kept, first := keepSince(*l, horizon, func(s *seen) time.Time { return s.r.Call.Time })
+		*l = kept
+		return len(kept) > 0, first
+	})
+	d.bySpan.sweep(horizon, func(_ string, s **seen) (bool, time.Time) {
+		t := (*s).r.Call.Time
+		return !t.Before(horizon), t
+	})
+}
+
+// recentIDsKept is how many call ids the engine remembers to drop a call
+// taken again: about 10 MiB.
+const recentIDsKept = 200_000
+
+// recentIDs remembers the last ids taken, first in first out.
+type recentIDs struct {
+	set  map[string]struct{}
+	ring []string
+	next int
+}
+
+func newRecentIDs(n int) *recentIDs {
+	return &recentIDs{set: make(map[string]struct{}, 1024), ring: make([]string, n)}
+}
+
+// add remembers id; it returns false when id was already remembered. An
+// empty id (a call built by hand) is never a duplicate.
+func (r *recentIDs) add(id string) bool {
+	if id == "" {
+		return true
+	}
+	if _, ok := r.set[id]; ok {
+		return false
+	}
+	if old := r.ring[r.next]; old != "" {
+		delete(r.set, old)
+	}
+	r.ring[r.next] = id
+	r.next = (r.next + 1) % len(r.ring)
+	r.set[id] = struct{}{}
+	return true
+}

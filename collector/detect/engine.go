@@ -1,0 +1,362 @@
+// Package detect is the write ledger and the detector: it puts calls in
+// event-time order per partition (one tenant and one server), drops
+// duplicate observations, follows every write attempt to a state and
+// reports findings (findings.md §2–§4).
+//
+// The Engine keeps event time per partition. A source is one stream of
+// calls (an exporter, a poster, an input file); its clock is the latest
+// event time it delivered, whatever partitions its calls were for. A
+// partition's watermark is the minimum over the active sources that feed
+// it of their clocks, less the lateness bound, never ahead of the wall
+// clock by more than the allowed skew. Calls wait for the watermark and are judged in time order; a call
+// that arrives behind it is judged at once against the state still open
+// (within the allowed lateness), and the rules then also look at the calls
+// after it. A partition whose sources have all gone quiet advances with the
+// wall clock, so that its verification windows close on time.
+package detect
+
+import (
+	"slices"
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+)
+
+// PartitionKey names a partition: every correlation of the contract lies
+// within one tenant and one server.
+type PartitionKey struct {
+	Tenant string `json:"tenant"`
+	Server string `json:"server"`
+}
+
+// Engine routes calls to their partitions, keeps each partition's event
+// time and judges its calls. It is not safe for concurrent use: one
+// goroutine feeds it.
+type Engine struct {
+	cfg     Config
+	out     emitter
+	stats   Stats
+	parts   map[PartitionKey]*partition
+	sources map[sourceKey]*source
+	// ids drops a call taken again by its id (a file given twice); nil
+	// where the store already refuses stored ids.
+	ids     *recentIDs
+	arrival uint64
+	// current is the record being judged, nil while windows close alone.
+	current *audit.Record
+}
+
+// partition is the event time and the state of one partition.
+type partition struct {
+	key     PartitionKey
+	det     *detector
+	buf     entryHeap
+	sources []*source
+	dedupe  dedupe
+	// wm is the watermark: calls up to it were judged.
+	wm                          time.Time
+	calls, late, tooLate, ahead int64
+}
+
+// sourceKey names a source; sources of different tenants never mix.
+type sourceKey struct{ tenant, name string }
+
+// source is one stream of calls.
+type source struct {
+	key sourceKey
+	// max is the latest event time the source delivered, clamped to the
+	// wall clock plus the allowed skew.
+	max time.Time
+	// lastSeen is the wall time of its latest delivery (zero in analyze).
+	lastSeen                    time.Time
+	calls, late, tooLate, ahead int64
+	// parts are the partitions the source fed.
+	parts []*partition
+}
+
+// entry is a call waiting for its partition's watermark.
+type entry struct {
+	s  *seen
+	at pos
+}
+
+// NewEngine returns an engine whose output goes to sinks, in processing
+// order.
+func NewEngine(cfg Config, sinks ...audit.Sink) *Engine {
+	e := &Engine{cfg: cfg, stats: newStats(), parts: map[PartitionKey]*partition{}, sources: map[sourceKey]*source{}}
+	e.out = emitter{sinks: sinks, stats: &e.stats}
+	return e
+}
+
+// DropRepeatedIDs makes the engine drop a call whose id it took before
+// (among the last 200,000), however late it comes: a file given twice, a
+// re-sent upload. The live service leaves this to its store.
+func (e *Engine) DropRepeatedIDs() { e.ids = newRecentIDs(recentIDsKept) }
+
+// Stats returns what was processed so far.
+func (e *Engine) Stats() *Stats { return &e.stats }
+
+// Current returns the record being judged, or nil while verification
+// windows close on their own (Tick, Flush).
+func (e *Engine) Current() *audit.Record { return e.current }
+
+// Add takes one call delivered by the named source. wall is the wall time
+// of its arrival; zero for a finite input read from files, which has no
+// wall clock (no idle sources, no skew). The call is judged once its
+// partition's watermark passes it, or at once if it is late.
+func (e *Engine) Add(src string, r *audit.Record, wall time.Time) {
+	c := r.Call
+	p := e.partition(c)
+	s := e.source(sourceKey{c.Tenant, src})
+	if !slices.Contains(p.sources, s) {
+		p.sources = append(p.sources, s)
+		s.parts = append(s.parts, p)
+	}
+	s.calls++
+	p.calls++
+	t := c.Time
+	m := t
+	ahead := false
+	if !wall.IsZero() {
+		s.lastSeen = wall
+		if limit := wall.Add(e.cfg.MaxClockSkew); t.After(limit) {
+			m, ahead = limit, true
+			s.ahead++
+			p.ahead++
+			e.stats.Ahead++
+		}
+	}
+	moved := m.After(s.max)
+	if moved {
+		s.max = m
+	}
+	// A second observation of an exchange is dropped (it may complete the
+	// first with its response); so is the same call again, however late
+	// (a re-sent request, a file given twice).
+	seen, replaced := p.dedupe.take(r)
+	if seen != nil && seen.r != r && !replaced {
+		// A later observation completed a waiting one with its response.
+		seen = nil
+	}
+	if seen == nil || e.ids != nil && !e.ids.add(c.ID) {
+		e.duplicate()
+		return
+	}
+	if replaced {
+		e.duplicate()
+	}
+	e.arrival++
+	at := pos{t: t, ord: ordOf(seen.r.Call.ID, e.arrival)}
+	seen.at = at
+	if t.Before(p.wm) {
+		seen.processed = true
+		if t.Before(p.wm.Add(-e.cfg.AllowedLateness)) {
+			s.tooLate++
+			p.tooLate++
+			e.stats.TooLate++
+			return
+		}
+		s.late++
+		p.late++
+		e.stats.Late++
+		e.judge(p, seen, at)
+		return
+	}
+	if ahead {
+		// Dated beyond the allowed skew: its source's clock is clamped, so
+		// the watermark would reach it only when the wall clock does. It is
+		// judged now, at its place in event time, as a late call is.
+		e.judge(p, seen, at)
+		return
+	}
+	p.buf.push(entry{seen, at})
+	if moved {
+		// The source's clock moved: every partition it feeds may follow.
+		for _, q := range s.parts {
+			e.advance(q, wall)
+		}
+	} else {
+		e.advance(p, wall)
+	}
+}
+
+func (e *Engine) source(k sourceKey) *source {
+	s := e.sources[k]
+	if s == nil {
+		s = &source{key: k}
+		e.sources[k] = s
+	}
+	return s
+}
+
+// EndSource says that a source will deliver nothing more (the end of an
+// input file): it stops holding its partitions back.
+func (e *Engine) EndSource(tenant, name string) {
+	k := sourceKey{tenant, name}
+	s := e.sources[k]
+	if s == nil {
+		return
+	}
+	delete(e.sources, k)
+	for _, p := range s.parts {
+		p.sources = slices.DeleteFunc(p.sources, func(x *source) bool { return x == s })
+		e.advance(p, time.Time{})
+	}
+}
+
+func (e *Engine) duplicate() { e.stats.Duplicates++ }
+
+func (e *Engine) partition(c *audit.Call) *partition {
+	k := PartitionKey{Tenant: c.Tenant, Server: c.Server}
+	p := e.parts[k]
+	if p == nil {
+		p = &partition{key: k, det: newDetector(e.cfg, &e.out), dedupe: newDedupe()}
+		e.parts[k] = p
+	}
+	return p
+}
+
+// judge has the partition's detector judge one call.
+func (e *Engine) judge(p *partition, s *seen, at pos) {
+	s.processed = true
+	e.current = s.r
+	p.det.process(s.r, at)
+	e.current = nil
+}
+
+// Tick moves every partition's watermark to what the wall time now allows:
+// sources quiet for the idle timeout stop holding their partition back,
+// and a partition with no active source advances with the wall clock.
+func (e *Engine) Tick(wall time.Time) {
+	for _, p := range e.parts {
+		e.advance(p, wall)
+	}
+}
+
+// advance recomputes a partition's watermark and judges what it passes.
+func (e *Engine) advance(p *partition, wall time.Time) {
+	var wm, quiet time.Time
+	active := false
+	for _, s := range p.sources {
+		if !wall.IsZero() && wall.Sub(s.lastSeen) >= e.cfg.IdleTimeout {
+			// Quiet: its clock goes on at the pace of the wall clock since
+			// its last delivery.
+			if q := s.max.Add(wall.Sub(s.lastSeen)); q.After(quiet) {
+				quiet = q
+			}
+			continue
+		}
+		m := s.max.Add(-e.cfg.Lateness)
+		if !active || m.Before(wm) {
+			wm = m
+		}
+		active = true
+	}
+	if !active {
+		if quiet.IsZero() {
+			return
+		}
+		wm = quiet
+	}
+	if !wall.IsZero() {
+		if limit := wall.Add(e.cfg.MaxClockSkew); wm.After(limit) {
+			wm = limit
+		}
+	}
+	e.release(p, wm)
+}
+
+// release judges the waiting calls up to wm in time order and moves the
+// partition's watermark there.
+func (e *Engine) release(p *partition, wm time.Time) {
+	if !wm.After(p.wm) {
+		return
+	}
+	for p.buf.Len() > 0 && !p.buf[0].at.t.After(wm) {
+		en := p.buf.pop()
+		if en.at != en.s.at || en.s.processed {
+			continue // replaced by an earlier observation
+		}
+		p.det.advance(en.at.t)
+		e.judge(p, en.s, en.at)
+	}
+	p.wm = wm
+	p.det.advance(wm)
+	p.dedupe.sweep(wm.Add(-2*e.cfg.Lateness - 2*time.Second))
+}
+
+// Flush judges every waiting call, as at the end of a finite input.
+// Windows still open at the last call's time stay open: their writes
+// remain pending and produce nothing.
+func (e *Engine) Flush() {
+	for _, p := range e.parts {
+		for p.buf.Len() > 0 {
+			en := p.buf.pop()
+			if en.at != en.s.at || en.s.processed {
+				continue
+			}
+			p.det.advance(en.at.t)
+			e.judge(p, en.s, en.at)
+			if en.at.t.After(p.wm) {
+				p.wm = en.at.t
+			}
+		}
+	}
+}
+
+// Buffered returns how many calls wait for their partition's watermark.
+func (e *Engine) Buffered() int {
+	n := 0
+	for _, p := range e.parts {
+		n += p.buf.Len()
+	}
+	return n
+}
+
+// entryHeap orders waiting calls by position.
+type entryHeap []entry
+
+func (h entryHeap) Len() int           { return len(h) }
+func (h entryHeap) less(i, j int) bool { return h[i].at.before(h[j].at) }
+
+func (h *entryHeap) push(b entry) {
+	*h = append(*h, b)
+	q := *h
+	for i := len(q) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !q.less(i, p) {
+			break
+		}
+		q[i], q[p] = q[p], q[i]
+		i = p
+	}
+}
+
+// pop removes and returns the first call; the heap must not be empty.
+func (h *entryHeap) pop() entry {
+	q := *h
+	top := q[0]
+	last := len(q) - 1
+	q[0] = q[last]
+	q[last] = entry{}
+	q = q[:last]
+	for i := 0; ; {
+		l, small := 2*i+1, i
+		if l < len(q) && q.less(l, small) {
+			small = l
+		}
+		if r := l + 1; r < len(q) && q.less(r, small) {
+			small = r
+		}
+		if small == i {
+			break
+		}
+		q[i], q[small] = q[small], q[i]
+		i = small
+	}
+	*h = q
+	return top
+}
+
+// Config returns the engine's configuration.
+func (e *Engine) Config() Config { return e.cfg }

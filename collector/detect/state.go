@@ -1,0 +1,236 @@
+package detect
+
+import (
+	"encoding/hex"
+	"hash/maphash"
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+)
+
+// pos orders the operations of one partition: event time, then a
+// tie-break derived from the call's id (so that every delivery order and
+// both carriers break ties alike), then the operation's place in its call.
+type pos struct {
+	t   time.Time
+	ord uint64
+	seq int
+}
+
+func (a pos) before(b pos) bool {
+	if !a.t.Equal(b.t) {
+		return a.t.Before(b.t)
+	}
+	if a.ord != b.ord {
+		return a.ord < b.ord
+	}
+	return a.seq < b.seq
+}
+
+// ordOf returns the tie-break of a call: the first 64 bits of its id's hash
+// (call ids are "c_" and hex), or arrival order for calls built by hand
+// without an id.
+func ordOf(id string, arrival uint64) uint64 {
+	if len(id) >= 18 && id[:2] == "c_" {
+		var b [8]byte
+		if _, err := hex.Decode(b[:], []byte(id[2:18])); err == nil {
+			return uint64(b[0])<<56 | uint64(b[1])<<48 | uint64(b[2])<<40 | uint64(b[3])<<32 |
+				uint64(b[4])<<24 | uint64(b[5])<<16 | uint64(b[6])<<8 | uint64(b[7])
+		}
+	}
+	if id != "" {
+		return maphash.String(ordSeed, id)
+	}
+	return arrival
+}
+
+var ordSeed = maphash.MakeSeed()
+
+// actor identifies who sent a call: its session ('s'), else its client
+// ('c'). Calls with neither share one anonymous actor, the zero value.
+type actor struct {
+	kind byte
+	id   string
+}
+
+// actorOf returns the actor of a call.
+func actorOf(c *audit.Call) actor {
+	if c.Session != "" {
+		return actor{'s', c.Session}
+	}
+	if c.Client != "" {
+		return actor{'c', c.Client}
+	}
+	return actor{}
+}
+
+// within reports whether later is at most w after earlier.
+func within(earlier, later time.Time, w time.Duration) bool {
+	return !later.Before(earlier) && later.Sub(earlier) <= w
+}
+
+// event is the context of the call being processed.
+type event struct {
+	rec   *audit.Record
+	call  *audit.Call
+	actor actor
+	at    pos
+	// late is set when operations after this call were processed already:
+	// rules then also look forward, at what this call changes for them.
+	late bool
+}
+
+// writeRec is one write attempt in the ledger.
+type writeRec struct {
+	audit.Write
+	at       pos
+	op       audit.Op
+	actor    actor
+	deadline time.Time
+	// readAt is where the writer first read the target after the write
+	// (or a replay settled it); zero while nothing did.
+	readAt pos
+	// unsafe is set once the write is the uncertain first half of an
+	// unsafe retry or of a rebased double apply: it is reported once.
+	unsafe bool
+	// replay: a re-send under its key of an earlier attempt's binding.
+	replay bool
+	// retried is set once the write is the second half of an unsafe
+	// retry; duplicate once it is the second of a duplicate create.
+	retried, duplicate bool
+	// accepted: an accepted non-idempotent write, a candidate for the
+	// double-apply rules.
+	accepted bool
+	index    int // in the deadline heap, -1 when not there
+	// follows is the earlier attempt this one replays under the same key
+	// while both are uncertain: one logical write, one unverified finding.
+	follows *writeRec
+}
+
+// doubled reports whether the write is the second application of an edit.
+func (w *writeRec) doubled() bool { return w.State == audit.StateDoubleApplied }
+
+// readBefore reports whether the writer read the target after the write
+// and before p.
+func (w *writeRec) readBefore(p pos) bool { return !w.readAt.t.IsZero() && w.readAt.before(p) }
+
+// noteRead records a read (or settling replay) of the write's target by its
+// writer at p.
+func (w *writeRec) noteRead(p pos) {
+	if w.readAt.t.IsZero() || p.before(w.readAt) {
+		w.readAt = p
+	}
+}
+
+// docState is what is remembered about one document.
+type docState struct {
+	// writes are every write attempt on the document, in order.
+	writes []*writeRec
+	// accepted holds, per intent, the accepted non-idempotent writes of
+	// that intent, in order.
+	accepted map[string][]*writeRec
+	// uncertain holds writes whose outcome was unknown, in order, for the
+	// correlation window, whether or not they were resolved since.
+	uncertain []*writeRec
+	// proof holds accepted writes awaiting a read that proves durability.
+	proof []*writeRec
+	// integrity is when integrity was last reported.
+	integrity time.Time
+	last      time.Time
+}
+
+// readRec is one read of a document, kept for the allowed lateness so that
+// a late write can see the reads that followed it.
+type readRec struct {
+	at        pos
+	actor     actor
+	rev       int64
+	sync      string
+	saveState string
+}
+
+// keyID names an idempotency key within a partition.
+type keyID struct{ kind, key string }
+
+// keyEvent is one use of a key that may bind it to an intent.
+type keyEvent struct {
+	at      pos
+	binding string
+	callID  string
+	session string
+	doc     string
+	w       *writeRec // nil for a copy plan
+	// operationID: the key is an operationId, bound by its first use.
+	operationID bool
+}
+
+// keyState is what is remembered about one idempotency key.
+type keyState struct {
+	// events are the uses of the key that bind it, in order.
+	events []keyEvent
+	// reused holds the bindings already reported as a reuse.
+	reused map[string]bool
+	// uncertain holds the key-protected attempts whose outcome was unknown.
+	uncertain []*writeRec
+	lease     lease
+	blocked   *blockedPlan
+	last      time.Time
+}
+
+type lease struct {
+	until    time.Time
+	callID   string
+	callTime time.Time
+	reported bool
+}
+
+type blockedPlan struct {
+	callID   string
+	time     time.Time
+	binding  string
+	action   audit.RetryAction
+	reported bool
+}
+
+// createKey names the creates of one actor and identity.
+type createKey struct {
+	actor    actor
+	identity string
+}
+
+// createRec remembers a create for duplicate and blind re-create checks.
+type createRec struct {
+	w       *writeRec
+	created bool
+}
+
+// failedReq remembers a request refused with fix_input or reauthorize.
+type failedReq struct {
+	callID   string
+	at       pos
+	code     string
+	action   audit.RetryAction
+	reported bool
+	// What the finding names: the request's document, key, session, tool.
+	doc, key, session, tool string
+}
+
+// insertAt inserts x into s, which is in order, at its place by at.
+func insertAt[T any](s []T, x T, at func(T) pos) []T {
+	p := at(x)
+	i := len(s)
+	for i > 0 && p.before(at(s[i-1])) {
+		i--
+	}
+	s = append(s, x)
+	if i < len(s)-1 {
+		copy(s[i+1:], s[i:])
+		s[i] = x
+	}
+	return s
+}
+
+func writeAt(w *writeRec) pos   { return w.at }
+func readAt(r readRec) pos      { return r.at }
+func createAt(r *createRec) pos { return r.w.at }
+func failedAt(f *failedReq) pos { return f.at }

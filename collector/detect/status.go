@@ -1,0 +1,92 @@
+package detect
+
+import (
+	"cmp"
+	"slices"
+	"time"
+)
+
+// PartitionStatus is where one partition stands.
+type PartitionStatus struct {
+	PartitionKey
+	// Watermark is the event time up to which every call was judged.
+	Watermark time.Time `json:"watermark"`
+	// Lag is how far the watermark is behind the wall clock.
+	Lag time.Duration `json:"lag_ns"`
+	// Buffered counts calls waiting for the watermark.
+	Buffered int `json:"buffered"`
+	// Calls counts calls delivered; Late those judged behind the
+	// watermark; TooLate those beyond the allowed lateness, not judged;
+	// Ahead those dated beyond the allowed clock skew.
+	Calls   int64          `json:"calls"`
+	Late    int64          `json:"late"`
+	TooLate int64          `json:"too_late"`
+	Ahead   int64          `json:"ahead"`
+	Sources []SourceStatus `json:"sources"`
+}
+
+// SourceStatus is where one source stands.
+type SourceStatus struct {
+	Name string `json:"name"`
+	// LastEvent is the latest event time the source delivered (clamped to
+	// the wall clock plus the allowed skew); LastSeen the wall time of its
+	// latest delivery.
+	LastEvent time.Time `json:"last_event"`
+	LastSeen  time.Time `json:"last_seen"`
+	// Lag is how far its event time is behind the wall clock.
+	Lag time.Duration `json:"lag_ns"`
+	// Idle: quiet for the idle timeout, it no longer holds its partitions.
+	Idle bool `json:"idle"`
+	// Calls counts calls delivered; Late, TooLate as for its partitions;
+	// Ahead those dated beyond the allowed clock skew.
+	Calls   int64 `json:"calls"`
+	Late    int64 `json:"late"`
+	TooLate int64 `json:"too_late"`
+	Ahead   int64 `json:"ahead"`
+}
+
+// Status returns every partition and its sources at wall time now, the
+// partitions most behind first.
+func (e *Engine) Status(now time.Time) []PartitionStatus {
+	out := make([]PartitionStatus, 0, len(e.parts))
+	for _, p := range e.parts {
+		ps := PartitionStatus{
+			PartitionKey: p.key, Watermark: p.wm, Buffered: p.buf.Len(),
+			Calls: p.calls, Late: p.late, TooLate: p.tooLate, Ahead: p.ahead,
+		}
+		if !p.wm.IsZero() {
+			ps.Lag = now.Sub(p.wm)
+		}
+		for _, s := range p.sources {
+			ss := SourceStatus{
+				Name: s.key.name, LastEvent: s.max, LastSeen: s.lastSeen,
+				Idle:  !s.lastSeen.IsZero() && now.Sub(s.lastSeen) >= e.cfg.IdleTimeout,
+				Calls: s.calls, Late: s.late, TooLate: s.tooLate, Ahead: s.ahead,
+			}
+			if !s.max.IsZero() {
+				ss.Lag = now.Sub(s.max)
+			}
+			ps.Sources = append(ps.Sources, ss)
+		}
+		slices.SortFunc(ps.Sources, func(a, b SourceStatus) int { return cmp.Compare(b.Lag, a.Lag) })
+		out = append(out, ps)
+	}
+	slices.SortFunc(out, func(a, b PartitionStatus) int {
+		if c := cmp.Compare(b.Lag, a.Lag); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Tenant+"\x00"+a.Server, b.Tenant+"\x00"+b.Server)
+	})
+	return out
+}
+
+// Watermarks returns every partition's watermark.
+func (e *Engine) Watermarks() map[PartitionKey]time.Time {
+	m := make(map[PartitionKey]time.Time, len(e.parts))
+	for k, p := range e.parts {
+		if !p.wm.IsZero() {
+			m[k] = p.wm
+		}
+	}
+	return m
+}

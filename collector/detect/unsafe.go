@@ -1,0 +1,86 @@
+package detect
+
+import "github.com/mcpaudit/mcpaudit/audit"
+
+// checkUnsafe reports a blind re-send: after an uncertain write, the same
+// actor writes the target again (or re-creates the same identity under a
+// new key) without reading it first.
+func (d *detector) checkUnsafe(ev *event, op *audit.Op, w *writeRec, ds *docState) {
+	var prior *writeRec
+	if op.Tool == toolCreate {
+		if l := d.creates.get(createKey{ev.actor, op.Identity}); l != nil {
+			for _, r := range *l {
+				u := r.w
+				if !u.at.before(w.at) {
+					break
+				}
+				// A missing creationId protects nothing: only the same key
+				// makes a re-create a replay.
+				if d.blindAfter(u, w) {
+					prior = u
+					break
+				}
+			}
+		}
+	} else if ds != nil {
+		for _, u := range ds.uncertain {
+			if !u.at.before(w.at) {
+				break
+			}
+			if u.actor == ev.actor && u.CallID != w.CallID && d.blindAfter(u, w) {
+				prior = u
+				break
+			}
+		}
+	}
+	if prior != nil {
+		d.emitUnsafe(ev.call, prior, w)
+	}
+}
+
+// blindAfter reports whether w, by u's writer, would re-send u blindly:
+// u is uncertain, not yet reported, unread by its writer before w, within
+// the correlation window, and w is not under u's key.
+func (d *detector) blindAfter(u, w *writeRec) bool {
+	return u != w && u.op.Status == audit.OpUncertain && !u.readBefore(w.at) && !u.unsafe &&
+		(u.Key == "" || u.Key != w.Key) && within(u.Time, w.Time, d.cfg.CorrelationWindow)
+}
+
+// emitUnsafe reports w as a blind re-send of prior.
+func (d *detector) emitUnsafe(c *audit.Call, prior, w *writeRec) {
+	prior.unsafe, w.retried = true, true
+	d.out.finding(&audit.Finding{
+		Kind: audit.KindUnsafeRetry, Server: c.Server, Tenant: c.Tenant,
+		Document: firstNonEmpty(w.Document, prior.Document), Key: firstNonEmpty(w.Key, prior.Key), Session: w.Session,
+		Time: prior.Time, Calls: callIDs(prior.CallID, w.CallID), RetryAction: prior.Action,
+		Summary: sprintf("After a write to %s with an uncertain outcome at %s (%s), the client wrote again at %s under %s without reading the target first; the safe step was %s.",
+			firstNonEmpty(w.Document, prior.Document, "a new document"), hhmmss(prior.Time), prior.Reason, hhmmss(w.Time), keyPhrase(w.Key), prior.Action),
+	})
+}
+
+// unsafeAfter looks, for a late uncertain write u, at the writes its
+// writer sent after it: the first blind re-send is an unsafe retry.
+func (d *detector) unsafeAfter(ev *event, op *audit.Op, u *writeRec, ds *docState) {
+	var after []*writeRec
+	if op.Tool == toolCreate {
+		if l := d.creates.get(createKey{u.actor, op.Identity}); l != nil {
+			for _, r := range *l {
+				after = append(after, r.w)
+			}
+		}
+	} else if ds != nil {
+		after = ds.writes
+	}
+	for _, s := range after {
+		if !u.at.before(s.at) || s.actor != u.actor || s.CallID == u.CallID {
+			continue
+		}
+		if s.replay || s.op.Protected || s.doubled() || s.duplicate || s.retried {
+			continue
+		}
+		if d.blindAfter(u, s) {
+			d.emitUnsafe(ev.call, u, s)
+			return
+		}
+	}
+}

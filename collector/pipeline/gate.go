@@ -1,0 +1,154 @@
+package pipeline
+
+import (
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/collector/detect"
+)
+
+type writeKey struct {
+	call string
+	seq  int
+}
+
+// gate sits between the engine and the sinks and the store: after a
+// restart it keeps back what replayed calls cause that was committed
+// before the stop, it drops findings already stored, and it buffers output
+// for the next commit.
+type gate struct {
+	sinks   []audit.Sink
+	eng     *detect.Engine
+	latency func(time.Duration)
+
+	// marks are the partitions' watermarks committed before a restart;
+	// output caused by a replayed call or window up to settled(mark) was
+	// committed then.
+	marks map[detect.PartitionKey]time.Time
+	// settle is how far behind a mark output may still not have been
+	// committed: a late call judged just before the stop.
+	settle time.Duration
+	// global is the store's watermark, for partitions without a mark.
+	global time.Time
+	// known holds the ids of findings stored before the restart.
+	known map[string]bool
+	// announced holds the pending writes the sinks have seen in this run.
+	announced   map[writeKey]bool
+	committedWM time.Time
+
+	writes   map[writeKey]audit.Write
+	findings []audit.Finding
+}
+
+func newGate(sinks []audit.Sink, latency func(time.Duration)) *gate {
+	return &gate{sinks: sinks, latency: latency, announced: map[writeKey]bool{}}
+}
+
+// recovering sets what was committed before a restart: the global
+// watermark (for partitions without a mark of their own), each partition's
+// mark and the stored findings.
+func (g *gate) recovering(wm time.Time, marks map[detect.PartitionKey]time.Time, known map[string]bool) {
+	g.marks, g.known, g.committedWM = marks, known, wm
+	g.global = wm
+	g.settle = g.eng.Config().AllowedLateness + g.eng.Config().Lateness
+}
+
+// committed reports whether output at event time t in the partition of
+// (tenant, server) was committed before the restart.
+func (g *gate) committed(tenant, server string, t time.Time) bool {
+	if g.marks == nil && g.global.IsZero() {
+		return false
+	}
+	mark, ok := g.marks[detect.PartitionKey{Tenant: tenant, Server: server}]
+	if !ok {
+		mark = g.global
+	}
+	return !mark.IsZero() && t.Before(mark.Add(-g.settle))
+}
+
+// replayed reports whether the output being made now comes from a call
+// replayed from the store, or a window closing, that was judged and
+// committed before the restart.
+func (g *gate) replayed(tenant, server string, t time.Time) bool {
+	if r := g.eng.Current(); r != nil {
+		if !r.Call.Received.IsZero() {
+			return false // a live call
+		}
+		return g.committed(r.Call.Tenant, r.Call.Server, r.Call.Time)
+	}
+	return g.committed(tenant, server, t)
+}
+
+func (g *gate) Call(r *audit.Record) {
+	if r.Call.Received.IsZero() && g.committed(r.Call.Tenant, r.Call.Server, r.Call.Time) {
+		return
+	}
+	for _, s := range g.sinks {
+		s.Call(r)
+	}
+}
+
+func (g *gate) Write(w *audit.Write, prev audit.WriteState) {
+	if g.replayed(w.Tenant, w.Server, w.StateTime) {
+		return
+	}
+	k := writeKey{w.CallID, w.Seq}
+	if g.writes == nil {
+		g.writes = map[writeKey]audit.Write{}
+	}
+	g.writes[k] = *w
+	// Sinks count pending writes in and out: a write replayed as pending
+	// and settled now enters their books as new.
+	if prev == audit.StatePending && !g.announced[k] {
+		prev = ""
+	}
+	if w.State == audit.StatePending {
+		g.announced[k] = true
+	} else {
+		delete(g.announced, k)
+	}
+	for _, s := range g.sinks {
+		s.Write(w, prev)
+	}
+}
+
+func (g *gate) Finding(f *audit.Finding) {
+	if g.known != nil {
+		id := f.ID()
+		if g.known[id] {
+			return
+		}
+		g.known[id] = true
+	}
+	g.findings = append(g.findings, *f)
+	if r := g.eng.Current(); r != nil && !r.Call.Received.IsZero() && g.latency != nil {
+		g.latency(time.Since(r.Call.Received))
+	}
+	for _, s := range g.sinks {
+		s.Finding(f)
+	}
+}
+
+func (g *gate) pending() int { return len(g.writes) + len(g.findings) }
+
+func (g *gate) take() audit.Results {
+	r := audit.Results{Findings: g.findings}
+	for _, w := range g.writes {
+		r.Writes = append(r.Writes, w)
+	}
+	g.writes, g.findings = nil, nil
+	return r
+}
+
+func (g *gate) putBack(r audit.Results) {
+	if g.writes == nil {
+		g.writes = map[writeKey]audit.Write{}
+	}
+	for _, w := range r.Writes {
+		k := writeKey{w.CallID, w.Seq}
+		if _, newer := g.writes[k]; !newer {
+			g.writes[k] = w
+		}
+	}
+	g.findings = append(r.Findings, g.findings...)
+}
