@@ -92,6 +92,7 @@ type demoOptions struct {
 type demoRun struct {
 	opts      demoOptions
 	srv       *server
+	windows   time.Duration // from the last call until every window has closed
 	tmp       string
 	faults    map[string]*demo.Injector
 	proxies   []*proxy.Proxy
@@ -124,7 +125,7 @@ func startDemo(ctx context.Context, o demoOptions) (*demoRun, error) {
 	// Every session reaches this one collector in order: a short lateness
 	// bound shows findings within a second or two, and a short
 	// verification window shows unverified writes within the demo.
-	cfg.Detect.Lateness, cfg.Detect.VerifyWindow = time.Second, 10*time.Second
+	cfg.Detect.Lateness, cfg.Detect.VerifyWindow, cfg.Detect.IdleTimeout = time.Second, 10*time.Second, 2*time.Second
 	if o.lateness > 0 {
 		cfg.Detect.Lateness = o.lateness
 	}
@@ -138,7 +139,7 @@ func startDemo(ctx context.Context, o demoOptions) (*demoRun, error) {
 	if err != nil {
 		return nil, err
 	}
-	d.srv = srv
+	d.srv, d.windows = srv, cfg.Detect.VerifyWindow+cfg.Detect.Lateness+cfg.Detect.IdleTimeout
 	for i, name := range []string{"thegram", "oddlynew"} {
 		inj := demo.NewInjector(o.faults, o.seed+uint64(i))
 		inj.Hold = 10 * time.Second
@@ -223,11 +224,17 @@ func (d *demoRun) runAgents(ctx context.Context) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			// A step in progress when the time is up is finished, so that
+			// no agent is cut off between an uncertain write and its check.
+			step := func() {
+				sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+				defer cancel()
+				a.Step(sctx)
+			}
 			// Stagger the agents so that their output interleaves.
-			a.Step(ctx)
 			time.Sleep(time.Duration(i) * 50 * time.Millisecond)
 			for ctx.Err() == nil {
-				a.Step(ctx)
+				step()
 				select {
 				case <-ctx.Done():
 				case <-time.After(300 * time.Millisecond):
@@ -290,10 +297,13 @@ func (d *demoRun) settle(ctx context.Context) {
 	for _, f := range d.forwarder {
 		f.Flush(fctx)
 	}
-	// The watermark moves with the wall clock once traffic stops: wait for
-	// the lateness bound and a margin, until nothing new comes.
+	// The watermark moves with the wall clock once traffic stops: the last
+	// verification windows close after the lateness bound, the sources'
+	// idle timeout and the window itself; then wait until nothing new comes.
+	fmt.Fprintf(d.opts.out, "(the last verification windows close in about %v)\n", d.windows.Round(time.Second))
+	closed := time.Now().Add(d.windows)
 	quiet := 0
-	for quiet < 4 && ctx.Err() == nil {
+	for (quiet < 4 || time.Now().Before(closed)) && ctx.Err() == nil {
 		time.Sleep(500 * time.Millisecond)
 		d.mu.Lock()
 		n := len(d.printed)

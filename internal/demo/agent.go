@@ -484,16 +484,24 @@ func (a *Agent) oddCopy(ctx context.Context) error {
 		return nil
 	}
 	apply := fmt.Sprintf("async () => await organizations.applyDocumentCopy({ operationId: %q, planToken: %q })", plan["operationId"], plan["planToken"])
+	receipt := fmt.Sprintf("async () => await organizations.getDocumentCopyReceipt({ operationId: %q })", plan["operationId"])
 	for i := 0; i < 6; i++ {
 		an = a.runCode(ctx, apply)
 		r := resultOf(an)
+		if r == nil && an.uncertain {
+			// The receipt is the durable record: read it before applying
+			// again, and honour its retryAfter.
+			a.log(src, "copy of "+src+" uncertain: read its receipt", "", true)
+			r = resultOf(a.runCode(ctx, receipt))
+		}
 		if r == nil {
-			if an.uncertain {
-				continue // the same operationId and planToken make it safe
-			}
 			return nil
 		}
-		if r["state"] != "applying" {
+		switch r["state"] {
+		case "ready":
+			continue
+		case "applying":
+		default:
 			a.log(src, fmt.Sprintf("copied %s: %s", src, r["state"]), "", false)
 			return nil
 		}
