@@ -16,8 +16,6 @@ import (
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
 )
 
-
-
 // newServer returns the API over a real embedded store holding two
 // findings of tenant acme and one of globex, with credentials: a named one
 // per tenant, an admin one for every tenant, and a receiver tenant token.

@@ -27,6 +27,9 @@ commands:
   status    show where event time stands per partition and which source holds it back
   config    config validate FILE...: check configuration files; config print [FILE]: the effective configuration
   loadgen   drive a running server with generated traffic and report throughput
+  proxy     relay MCP Streamable HTTP to a server and record its tools/call exchanges
+  wrap      run a stdio MCP server, relay it byte for byte and record its exchanges
+  demo      run simulated servers, agents and a collector; 'demo server' runs one server
   rules     print the Prometheus alert and recording rules
   healthcheck  exit 0 when a running collector answers /healthz (for container health checks)
   version   print the version, commit and Go version (also --version)
@@ -85,6 +88,12 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = rulesCommand(args[1:], stdout, stderr)
 	case "healthcheck":
 		err = healthcheckCommand(ctx, args[1:], stdout, stderr)
+	case "proxy":
+		err = proxyCommand(ctx, args[1:], stderr)
+	case "wrap":
+		err = wrapCommand(ctx, args[1:], stdin, stdout, stderr)
+	case "demo":
+		err = demoCommand(ctx, args[1:], stdin, stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, "mcpaudit", version.Get())
 	case "help", "-h", "--help":

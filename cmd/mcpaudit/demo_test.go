@@ -1,0 +1,158 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpaudit/mcpaudit/collector/proxy"
+	"github.com/mcpaudit/mcpaudit/collector/tap"
+	"github.com/mcpaudit/mcpaudit/internal/demo"
+)
+
+// scenario runs one agent against a simulated server whose writes get the
+// planned faults, through the proxy, and returns the kinds of the findings
+// `mcpaudit analyze` makes of the proxy's records.
+func scenario(t *testing.T, server string, b demo.Behavior, plan []demo.Fault, act func(ctx context.Context, a *demo.Agent)) []string {
+	t.Helper()
+	inj := demo.NewInjector(0, 1)
+	inj.Hold = 3 * time.Second
+	inj.Plan(plan...)
+	var s *mcp.Server
+	if server == "thegram" {
+		s = demo.NewThegram(inj).Server()
+	} else {
+		s = demo.NewOddlynew(inj).Server()
+	}
+	up := httptest.NewServer(demo.Handler(s))
+	defer up.Close()
+	var mu sync.Mutex
+	var lines bytes.Buffer
+	pcfg := proxy.NewDefaultConfig()
+	pcfg.Upstream, pcfg.Server = up.URL, server
+	p, err := proxy.New(pcfg, func(r *tap.Record) {
+		mu.Lock()
+		lines.Write(append(r.AppendJSON(nil), '\n'))
+		mu.Unlock()
+	}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(p)
+	ctx := context.Background()
+	c := mcp.NewClient(&mcp.Implementation{Name: "agent-" + string(b), Version: "1"}, nil)
+	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: front.URL + "/mcp", DisableStandaloneSSE: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &demo.Agent{Name: "agent", Server: server, Behavior: b, Session: cs, CallTimeout: 400 * time.Millisecond}
+	act(ctx, a)
+	cs.Close()
+	front.Close()
+	p.Close()
+	if left := len(inj.Journal()); left < len(slices.DeleteFunc(slices.Clone(plan), func(f demo.Fault) bool { return f == demo.FaultNone })) {
+		t.Fatalf("only %d of the planned faults were injected: %+v", left, inj.Journal())
+	}
+	mu.Lock()
+	data := lines.Bytes()
+	mu.Unlock()
+	file := filepath.Join(t.TempDir(), "records.ndjson")
+	if err := os.WriteFile(file, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	code := run(ctx, []string{"analyze", "--format", "json", file}, nil, &out, &errb)
+	if code == 2 {
+		t.Fatalf("analyze: %s", errb.String())
+	}
+	var kinds []string
+	for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		if l == "" {
+			continue
+		}
+		var f struct{ Kind string }
+		if err := json.Unmarshal([]byte(l), &f); err != nil {
+			t.Fatalf("finding %q: %v", l, err)
+		}
+		kinds = append(kinds, f.Kind)
+	}
+	sort.Strings(kinds)
+	if t.Failed() || testing.Verbose() {
+		t.Logf("records:\n%s\nfindings:\n%s", data, out.String())
+	}
+	return kinds
+}
+
+func createThenEdit(ctx context.Context, a *demo.Agent) {
+	if target, ok := a.Create(ctx); ok {
+		a.Edit(ctx, target)
+	}
+}
+
+func TestDemo_FaultsGiveTheExpectedFindings(t *testing.T) {
+	const (
+		none      = demo.FaultNone
+		uncertain = demo.FaultUncertain
+		before    = demo.FaultTimeoutBefore
+		after     = demo.FaultTimeoutAfter
+		lose      = demo.FaultLoseResponse
+	)
+	for _, tc := range []struct {
+		name     string
+		server   string
+		behavior demo.Behavior
+		plan     []demo.Fault
+		act      func(context.Context, *demo.Agent)
+		want     []string
+	}{
+		{"thegram/correct/commit_unknown replayed", "thegram", demo.Correct, []demo.Fault{none, uncertain}, createThenEdit, nil},
+		{"thegram/correct/timeout after apply replayed", "thegram", demo.Correct, []demo.Fault{none, after}, createThenEdit, nil},
+		{"thegram/correct/timeout before apply replayed", "thegram", demo.Correct, []demo.Fault{none, before}, createThenEdit, nil},
+		{"thegram/correct/lost response replayed", "thegram", demo.Correct, []demo.Fault{none, lose}, createThenEdit, nil},
+		{"thegram/correct/lost create read back", "thegram", demo.Correct, []demo.Fault{lose}, createThenEdit, nil},
+		{"thegram/blind retry", "thegram", demo.BlindRetry, []demo.Fault{none, uncertain}, createThenEdit, []string{"unsafe_retry"}},
+		{"thegram/blind retry of a write that did not land", "thegram", demo.BlindRetry, []demo.Fault{none, before}, createThenEdit, []string{"unsafe_retry"}},
+		{"thegram/new key for a replay", "thegram", demo.NewKeyReplay, []demo.Fault{none, uncertain}, createThenEdit, []string{"double_applied_write"}},
+		{"thegram/new key after a write that did not land", "thegram", demo.NewKeyReplay, []demo.Fault{none, before}, createThenEdit, nil},
+		{"thegram/retry of fix_input", "thegram", demo.RetryFixInput, nil, func(ctx context.Context, a *demo.Agent) {
+			if p, ok := a.Create(ctx); ok {
+				a.RefusedRetry(ctx, p)
+			}
+		}, []string{"wasted_retry"}},
+		{"oddlynew/correct/run timed out after the edit", "oddlynew", demo.Correct, []demo.Fault{none, after}, createThenEdit, nil},
+		{"oddlynew/correct/in_flight_unknown read back", "oddlynew", demo.Correct, []demo.Fault{none, uncertain}, createThenEdit, nil},
+		{"oddlynew/correct/lost response read back", "oddlynew", demo.Correct, []demo.Fault{none, lose}, createThenEdit, nil},
+		{"oddlynew/correct/lost create replayed", "oddlynew", demo.Correct, []demo.Fault{lose}, createThenEdit, nil},
+		{"oddlynew/blind retry after a timed-out run", "oddlynew", demo.BlindRetry, []demo.Fault{none, after}, createThenEdit, []string{"double_applied_write"}},
+		{"oddlynew/re-create after a timed-out create", "oddlynew", demo.Recreate, []demo.Fault{after}, createThenEdit, []string{"duplicate_create"}},
+		// The lost answer never said "created": the duplicate is not
+		// provable from the wire, the unsafe retry is.
+		{"oddlynew/re-create after a lost create", "oddlynew", demo.Recreate, []demo.Fault{lose}, createThenEdit, []string{"unsafe_retry"}},
+		{"oddlynew/correct copy", "oddlynew", demo.Correct, nil, func(ctx context.Context, a *demo.Agent) { a.Copy(ctx) }, nil},
+		{"oddlynew/ignoring retryAfter", "oddlynew", demo.IgnoreRetryAfter, nil, func(ctx context.Context, a *demo.Agent) { a.Copy(ctx) }, []string{"premature_retry"}},
+		{"oddlynew/retry of fix_input", "oddlynew", demo.RetryFixInput, nil, func(ctx context.Context, a *demo.Agent) {
+			if id, ok := a.Create(ctx); ok {
+				a.RefusedRetry(ctx, id)
+			}
+		}, []string{"wasted_retry"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got := scenario(t, tc.server, tc.behavior, tc.plan, tc.act)
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("findings %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

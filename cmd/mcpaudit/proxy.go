@@ -1,0 +1,95 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/collector/proxy"
+	"github.com/mcpaudit/mcpaudit/collector/tap"
+	"github.com/mcpaudit/mcpaudit/exporter/metrics"
+)
+
+func proxyCommand(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: mcpaudit proxy --listen ADDR --upstream URL --server NAME (--collector URL | --data-dir DIR) [flags]\n\n"+
+			"Relays MCP Streamable HTTP to the upstream unchanged and records every tools/call exchange.\n\nflags:")
+		fs.PrintDefaults()
+	}
+	def := proxy.NewDefaultConfig()
+	listen := fs.String("listen", "127.0.0.1:8080", "address the proxy listens on")
+	upstream := fs.String("upstream", "", "the MCP server's URL (paths are appended to its path)")
+	server := fs.String("server", "", "the server's name in call records, e.g. thegram")
+	respTimeout := fs.Duration("response-timeout", def.ResponseTimeout, "end a tools/call with no response after this and record it as a timeout; 0: never")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	var rf relayFlags
+	rf.register(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return &exitError{code: 2}
+	}
+	cfg := def
+	cfg.Upstream, cfg.Server, cfg.ResponseTimeout = *upstream, *server, *respTimeout
+	if err := errors.Join(rf.validate(*server), cfg.Validate()); err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return &exitError{code: 2, err: fmt.Errorf("--log-level: %w", err)}
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if rf.source == "" {
+		rf.source = "proxy/" + *server + "/" + hostname()
+	}
+	reg := metrics.NewRegistry()
+	m, err := metrics.NewRelay(reg, *server)
+	if err != nil {
+		return err
+	}
+	if rf.metricsListen != "" {
+		addr, err := serveMetrics(ctx, rf.metricsListen, reg, log)
+		if err != nil {
+			return err
+		}
+		log.Info("relay metrics", "addr", addr)
+	}
+	sink, err := openRelaySink(ctx, &rf, "proxy", *server, rf.source, m, log)
+	if err != nil {
+		return err
+	}
+	p, err := proxy.New(cfg, func(r *tap.Record) { sink.Record(r) }, m, log)
+	if err != nil {
+		sink.Close(context.Background())
+		return &exitError{code: 2, err: err}
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		sink.Close(context.Background())
+		return fmt.Errorf("cannot listen on %s: %w", *listen, err)
+	}
+	// No write timeout: SSE streams are long-lived.
+	hs := &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}
+	go hs.Serve(ln)
+	log.Info("mcpaudit proxy", "listen", ln.Addr().String(), "upstream", cfg.Upstream, "server", cfg.Server, "source", rf.source)
+	<-ctx.Done()
+	log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// Streams that outlive the grace period are cut; their calls end as
+	// canceled.
+	if err := hs.Shutdown(sctx); err != nil {
+		hs.Close()
+	}
+	p.Close()
+	return sink.Close(sctx)
+}

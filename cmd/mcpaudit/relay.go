@@ -1,0 +1,265 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/collector/capture"
+	"github.com/mcpaudit/mcpaudit/collector/dialect"
+	"github.com/mcpaudit/mcpaudit/collector/tap"
+	"github.com/mcpaudit/mcpaudit/exporter/forward"
+	"github.com/mcpaudit/mcpaudit/exporter/metrics"
+)
+
+// relayFlags are the flags proxy and wrap share: where the records go.
+type relayFlags struct {
+	collector     string
+	token         string
+	bufferDir     string
+	maxBuffer     int64
+	source        string
+	dataDir       string
+	apiListen     string
+	metricsListen string
+}
+
+func (rf *relayFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&rf.collector, "collector", "", "ingest URL of a collector (mcpaudit serve), e.g. http://127.0.0.1:4318")
+	fs.StringVar(&rf.token, "token", os.Getenv("MCPAUDIT_TOKEN"), "bearer token for the collector (default $MCPAUDIT_TOKEN)")
+	fs.StringVar(&rf.bufferDir, "buffer-dir", "", "where records wait while the collector is unreachable (default in the user cache dir)")
+	fs.Int64Var(&rf.maxBuffer, "max-buffer-bytes", forward.NewDefaultConfig().MaxBufferBytes, "bound of the buffer on disk")
+	fs.StringVar(&rf.source, "source", "", "name of this sender in the Mcpaudit-Source header (default <command>/<server>/<host>)")
+	fs.StringVar(&rf.dataDir, "data-dir", "", "instead of --collector: run the engine and the embedded store here, in-process")
+	fs.StringVar(&rf.apiListen, "api-listen", "127.0.0.1:0", "with --data-dir: the query API and the collector's /metrics")
+	fs.StringVar(&rf.metricsListen, "metrics-listen", "", "serve this relay's /metrics here; empty: off")
+}
+
+func (rf *relayFlags) validate(server string) error {
+	var errs []error
+	if server == "" {
+		errs = append(errs, errors.New("--server: required"))
+	}
+	switch {
+	case rf.collector == "" && rf.dataDir == "":
+		errs = append(errs, errors.New("one of --collector or --data-dir is required"))
+	case rf.collector != "" && rf.dataDir != "":
+		errs = append(errs, errors.New("--collector and --data-dir exclude each other"))
+	}
+	return errors.Join(errs...)
+}
+
+// recordSink takes the records of a relay.
+type recordSink interface {
+	Record(r *tap.Record)
+	// Close delivers what it can until ctx ends.
+	Close(ctx context.Context) error
+}
+
+// defaultBufferDir is a per-server directory in the user's cache.
+func defaultBufferDir(kind, server string) string {
+	base, err := os.UserCacheDir()
+	if err != nil {
+		base = os.TempDir()
+	}
+	clean := strings.Map(func(r rune) rune {
+		if r == '/' || r == os.PathSeparator || r == 0 {
+			return '_'
+		}
+		return r
+	}, server)
+	return filepath.Join(base, "mcpaudit", "forward", kind+"-"+clean)
+}
+
+// openRelaySink opens the sink the flags name: a forwarder to a collector,
+// or a collector running in-process on a data dir.
+func openRelaySink(ctx context.Context, rf *relayFlags, kind, server, source string, m *metrics.Relay, log *slog.Logger) (recordSink, error) {
+	if rf.dataDir != "" {
+		return openLocalSink(ctx, rf.dataDir, rf.apiListen, source, log)
+	}
+	cfg := forward.NewDefaultConfig()
+	cfg.URL, cfg.Source, cfg.Token, cfg.MaxBufferBytes = rf.collector, source, rf.token, rf.maxBuffer
+	cfg.BufferDir = rf.bufferDir
+	if cfg.BufferDir == "" {
+		cfg.BufferDir = defaultBufferDir(kind, server)
+	}
+	f, err := forward.New(cfg, m, log)
+	if err != nil {
+		return nil, err
+	}
+	return forwardSink{f, log}, nil
+}
+
+type forwardSink struct {
+	f   *forward.Forwarder
+	log *slog.Logger
+}
+
+func (s forwardSink) Record(r *tap.Record) {
+	if err := s.f.Record(r); err != nil {
+		s.log.Error("call record lost", "err", err)
+	}
+}
+
+func (s forwardSink) Close(ctx context.Context) error { return s.f.Close(ctx) }
+
+// ingester takes batches of read calls and returns once they are durable.
+type ingester interface {
+	Ingest(ctx context.Context, batches ...audit.Batch) (int, error)
+}
+
+// localCollector runs the collector in-process on dataDir, as serve does,
+// and returns what takes its calls, how to read them, and how to stop it.
+// It is the one place where proxy and wrap reach the engine without HTTP:
+// keep it small.
+func localCollector(ctx context.Context, dataDir, apiListen string, log *slog.Logger) (ingester, *dialect.Reader, func(context.Context) error, string, error) {
+	cfg := NewDefaultConfig()
+	cfg.Serve.DataDir = dataDir
+	cfg.Serve.IngestListen = "127.0.0.1:0"
+	cfg.Serve.GRPCListen = ""
+	cfg.Serve.APIListen = apiListen
+	if err := cfg.Validate(); err != nil {
+		return nil, nil, nil, "", err
+	}
+	srv, err := startServer(ctx, cfg, log)
+	if err != nil {
+		return nil, nil, nil, "", err
+	}
+	return srv.pipe, dialect.NewReader(cfg.Dialects), srv.shutdown, srv.apiAddr, nil
+}
+
+// localSink parses records as the collector's receiver does and hands them
+// to an in-process collector in batches.
+type localSink struct {
+	in       ingester
+	reader   *dialect.Reader
+	stop     func(context.Context) error
+	source   string
+	log      *slog.Logger
+	mu       sync.Mutex
+	batch    [][]byte
+	wake     chan struct{}
+	done     chan struct{}
+	quit     chan struct{}
+	parser   capture.RecordParser
+	line     int
+	maxBatch int
+}
+
+func openLocalSink(ctx context.Context, dataDir, apiListen, source string, log *slog.Logger) (*localSink, error) {
+	in, reader, stop, api, err := localCollector(ctx, dataDir, apiListen, log)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("engine running in-process", "data_dir", dataDir, "api", api)
+	s := &localSink{in: in, reader: reader, stop: stop, source: source, log: log, wake: make(chan struct{}, 1),
+		done: make(chan struct{}), quit: make(chan struct{}), maxBatch: 100_000}
+	go s.run()
+	return s, nil
+}
+
+func (s *localSink) Record(r *tap.Record) {
+	s.mu.Lock()
+	if len(s.batch) >= s.maxBatch {
+		s.mu.Unlock()
+		s.log.Error("call record lost: the engine is behind")
+		return
+	}
+	s.batch = append(s.batch, r.AppendJSON(nil))
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (s *localSink) run() {
+	defer close(s.done)
+	for {
+		select {
+		case <-s.wake:
+		case <-s.quit:
+			s.flush(context.Background())
+			return
+		}
+		time.Sleep(50 * time.Millisecond) // gather a batch
+		s.flush(context.Background())
+	}
+}
+
+// flush ingests what is gathered, retrying while the engine is full.
+func (s *localSink) flush(ctx context.Context) {
+	s.mu.Lock()
+	lines := s.batch
+	s.batch = nil
+	s.mu.Unlock()
+	if len(lines) == 0 {
+		return
+	}
+	batch := audit.Batch{Source: s.source, Records: make([]*audit.Record, 0, len(lines))}
+	for _, l := range lines {
+		s.line++
+		c, err := s.parser.Parse(l, s.source, s.line)
+		if err != nil {
+			s.log.Error("call record rejected", "err", err)
+			continue
+		}
+		batch.Records = append(batch.Records, s.reader.Read(c))
+	}
+	for backoff := 50 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
+		_, err := s.in.Ingest(ctx, batch)
+		if err == nil {
+			return
+		}
+		s.log.Warn("cannot ingest call records; retrying", "err", err, "calls", len(batch.Records))
+		time.Sleep(backoff)
+	}
+}
+
+func (s *localSink) Close(ctx context.Context) error {
+	close(s.quit)
+	<-s.done
+	return s.stop(ctx)
+}
+
+// serveMetrics serves a registry's /metrics on addr until ctx ends.
+func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, log *slog.Logger) (string, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", fmt.Errorf("cannot listen on %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server stopped", "err", err)
+		}
+	}()
+	go func() {
+		<-ctx.Done()
+		hs.Close()
+	}()
+	return ln.Addr().String(), nil
+}
+
+func hostname() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		return "unknown"
+	}
+	return h
+}

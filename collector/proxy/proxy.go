@@ -1,0 +1,430 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/collector/tap"
+	"github.com/mcpaudit/mcpaudit/exporter/metrics"
+)
+
+// Config sets up a Proxy.
+type Config struct {
+	// Upstream is the MCP server's base URL; request paths are appended
+	// to its path. Required.
+	Upstream string `yaml:"upstream"`
+	// Server names the upstream in call records. Required.
+	Server string `yaml:"server"`
+	// ResponseTimeout is how long a tools/call may wait for its response:
+	// then the proxy ends the HTTP request that carries it (504, or a cut
+	// stream) and records the call as a timeout. 0 disables it. Default 2m.
+	ResponseTimeout time.Duration `yaml:"response_timeout"`
+	// MaxMessageBytes bounds the messages recorded: a larger body or event
+	// passes through but is not recorded. Default 16 MiB.
+	MaxMessageBytes int `yaml:"max_message_bytes"`
+}
+
+// NewDefaultConfig returns the defaults.
+func NewDefaultConfig() Config {
+	return Config{ResponseTimeout: 2 * time.Minute, MaxMessageBytes: tap.DefaultMaxMessageBytes}
+}
+
+// Validate reports every invalid field with its key path.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Upstream == "" {
+		errs = append(errs, errors.New("proxy.upstream: required"))
+	} else if u, err := url.Parse(c.Upstream); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		errs = append(errs, fmt.Errorf("proxy.upstream: %q is not an http or https URL", c.Upstream))
+	}
+	if c.Server == "" {
+		errs = append(errs, errors.New("proxy.server: required"))
+	}
+	if c.ResponseTimeout < 0 {
+		errs = append(errs, errors.New("proxy.response_timeout: must not be negative"))
+	}
+	if c.MaxMessageBytes <= 0 {
+		errs = append(errs, errors.New("proxy.max_message_bytes: must be positive"))
+	}
+	return errors.Join(errs...)
+}
+
+// Proxy relays MCP Streamable HTTP to one upstream and records its tools/call
+// exchanges. It is an http.Handler, safe for concurrent use.
+type Proxy struct {
+	cfg     Config
+	rec     *tap.Recorder
+	rp      *httputil.ReverseProxy
+	metrics *metrics.Relay
+	log     *slog.Logger
+	scope   atomic.Uint64
+
+	stopJanitor context.CancelFunc
+	janitorDone chan struct{}
+}
+
+// errResponseTimeout is the cause of an upstream request the proxy ended.
+var errResponseTimeout = errors.New("no response within the response timeout")
+
+// New returns a Proxy that hands every record to emit. m and log may be nil.
+func New(cfg Config, emit func(*tap.Record), m *metrics.Relay, log *slog.Logger) (*Proxy, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	target, _ := url.Parse(cfg.Upstream)
+	p := &Proxy{cfg: cfg, metrics: m, log: log}
+	p.rec = tap.NewRecorder(cfg.Server, func(r *tap.Record) {
+		m.Record(cfg.Server, r.Outcome())
+		emit(r)
+	})
+	p.rp = &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			// SetURL joins the paths; the query is the client's alone.
+			pr.Out.URL.RawQuery = pr.In.URL.RawQuery
+		},
+		// SSE must reach the client event by event.
+		FlushInterval: -1,
+		Transport: &http.Transport{
+			Proxy:                 nil,
+			DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConns:          1000,
+			MaxIdleConnsPerHost:   1000,
+			IdleConnTimeout:       90 * time.Second,
+			ForceAttemptHTTP2:     true,
+			ExpectContinueTimeout: time.Second,
+			// Compression is the client's to negotiate: the proxy must not
+			// add an Accept-Encoding of its own and decode behind its back.
+			DisableCompression: true,
+		},
+		BufferPool:     bufferPool{},
+		ModifyResponse: p.modifyResponse,
+		ErrorHandler:   p.errorHandler,
+		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p.stopJanitor, p.janitorDone = cancel, make(chan struct{})
+	go p.janitor(ctx)
+	return p, nil
+}
+
+// Recorder returns the proxy's recorder.
+func (p *Proxy) Recorder() *tap.Recorder { return p.rec }
+
+// Close stops the proxy's background work and ends the exchanges still in
+// flight as unknown to the proxy (no response, no transport error). Call it
+// after the HTTP server has shut down.
+func (p *Proxy) Close() {
+	p.stopJanitor()
+	<-p.janitorDone
+	p.rec.Close("", time.Now())
+	p.metrics.SetInflight(0)
+}
+
+// janitor ends exchanges whose response never came on any stream (a POST
+// stream closed by the server without the response, to be resumed or not)
+// once twice the response timeout has passed.
+func (p *Proxy) janitor(ctx context.Context) {
+	defer close(p.janitorDone)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-tick.C:
+			if p.cfg.ResponseTimeout > 0 {
+				p.rec.Expire(now.Add(-2*p.cfg.ResponseTimeout), tap.ErrTimeout, now)
+			}
+			p.metrics.SetInflight(p.rec.Len())
+		}
+	}
+}
+
+// exchange is one HTTP request through the proxy.
+type exchange struct {
+	start   time.Time
+	session string // from the request; for initialize, from the response
+	scope   uint64
+	client  string // clientInfo of an initialize in the body
+	keys    []tap.Key
+
+	mu          sync.Mutex
+	status      int
+	headers     time.Time // when the upstream's headers came
+	upstreamErr error
+	timedOut    atomic.Bool
+	untapped    atomic.Bool // the answer is compressed: the proxy cannot read it
+	stop        context.CancelCauseFunc
+	timer       *time.Timer
+}
+
+type exchangeKey struct{}
+
+// ServeHTTP relays one request.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	ex := &exchange{start: time.Now(), session: r.Header.Get("Mcp-Session-Id")}
+	if ex.session == "" {
+		ex.scope = p.scope.Add(1)
+	}
+	if r.Method == http.MethodPost && r.Body != nil && r.Body != http.NoBody {
+		p.takeRequestBody(r, ex)
+	}
+	ctx, stop := context.WithCancelCause(context.WithValue(r.Context(), exchangeKey{}, ex))
+	ex.stop = stop
+	defer stop(nil)
+	if len(ex.keys) > 0 && p.cfg.ResponseTimeout > 0 {
+		ex.timer = time.AfterFunc(p.cfg.ResponseTimeout, func() {
+			if p.rec.Pending(ex.keys) > 0 {
+				ex.timedOut.Store(true)
+				stop(errResponseTimeout)
+			}
+		})
+		defer ex.timer.Stop()
+	}
+	// ReverseProxy panics with http.ErrAbortHandler when a stream breaks
+	// after its headers went out: the exchange still ends here.
+	defer p.finish(r, ex)
+	p.rp.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// takeRequestBody reads a POST body to record its messages, then puts the
+// same bytes back for the upstream. A body over the bound streams through
+// unrecorded.
+func (p *Proxy) takeRequestBody(r *http.Request, ex *exchange) {
+	max := p.cfg.MaxMessageBytes
+	body, err := io.ReadAll(io.LimitReader(r.Body, int64(max)+1))
+	if len(body) > max || err != nil {
+		// Too big, or the client's body broke off: relay what came and
+		// the rest as they are.
+		rest := r.Body
+		r.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(body), errReader{err}, rest), rest}
+		if len(body) > max {
+			p.metrics.Unrecorded(metrics.UnrecordedOversized)
+		}
+		return
+	}
+	r.Body.Close()
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	msgs, perr := tap.Parse(body)
+	if perr != nil {
+		p.metrics.Unrecorded(metrics.UnrecordedInvalid)
+	}
+	for i := range msgs {
+		if c := tap.ClientInfo(&msgs[i]); c != "" {
+			ex.client = c
+		}
+	}
+	ex.keys = p.rec.FromClient(ex.session, ex.scope, msgs, ex.start)
+	if ex.client != "" && ex.session != "" {
+		p.rec.SetClient(ex.session, ex.client)
+	}
+}
+
+// errReader returns err once, or EOF when err is nil.
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) {
+	if e.err != nil {
+		return 0, e.err
+	}
+	return 0, io.EOF
+}
+
+func (p *Proxy) modifyResponse(resp *http.Response) error {
+	ex, _ := resp.Request.Context().Value(exchangeKey{}).(*exchange)
+	if ex == nil {
+		return nil
+	}
+	ex.mu.Lock()
+	ex.status, ex.headers = resp.StatusCode, time.Now()
+	ex.mu.Unlock()
+	req := resp.Request
+	if sid := resp.Header.Get("Mcp-Session-Id"); sid != "" && ex.session == "" && ex.client != "" {
+		// The initialize response names the session it opens.
+		p.rec.SetClient(sid, ex.client)
+	}
+	if req.Method == http.MethodDelete && ex.session != "" && resp.StatusCode < 300 {
+		p.rec.EndSession(ex.session, tap.ErrCanceled, time.Now())
+	}
+	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	if enc := resp.Header.Get("Content-Encoding"); enc != "" && !strings.EqualFold(enc, "identity") {
+		// Relayed as it is; the proxy does not decode behind the client.
+		ex.untapped.Store(true)
+		return nil
+	}
+	switch {
+	case resp.Body == nil || resp.Body == http.NoBody:
+	case mt == "text/event-stream":
+		resp.Body = &tapBody{rc: resp.Body, p: p, ex: ex, sse: &tap.SSE{Max: p.cfg.MaxMessageBytes}}
+	case mt == "application/json":
+		resp.Body = &tapBody{rc: resp.Body, p: p, ex: ex}
+	}
+	return nil
+}
+
+func (p *Proxy) errorHandler(w http.ResponseWriter, r *http.Request, err error) {
+	ex, _ := r.Context().Value(exchangeKey{}).(*exchange)
+	if ex != nil {
+		ex.mu.Lock()
+		ex.upstreamErr = err
+		ex.mu.Unlock()
+	}
+	switch {
+	case ex != nil && ex.timedOut.Load():
+		w.WriteHeader(http.StatusGatewayTimeout)
+	case errors.Is(err, context.Canceled):
+		// The client went away: nobody reads an answer.
+	default:
+		p.log.Warn("upstream failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		w.WriteHeader(http.StatusBadGateway)
+	}
+}
+
+// finish ends the exchange: requests it carried that got no response are
+// recorded with the reason, unless their stream may still be resumed.
+func (p *Proxy) finish(r *http.Request, ex *exchange) {
+	now := time.Now()
+	ex.mu.Lock()
+	status, headers, upErr := ex.status, ex.headers, ex.upstreamErr
+	ex.mu.Unlock()
+	var upstream time.Duration
+	if !headers.IsZero() {
+		upstream = headers.Sub(ex.start)
+	}
+	p.metrics.Request(r.Method, status, upstream)
+	if len(ex.keys) == 0 {
+		return
+	}
+	if status == http.StatusAccepted || ex.untapped.Load() {
+		// A POST of requests answered 202 is the 2024-11-05 HTTP+SSE
+		// transport: the answers come on a GET stream this proxy cannot
+		// tie to the session. Recording the calls without them would
+		// report outcomes that nobody lost.
+		for range p.rec.Forget(ex.keys) {
+			p.metrics.Unrecorded(metrics.UnrecordedUnpaired)
+		}
+		return
+	}
+	reason := ""
+	switch {
+	case ex.timedOut.Load():
+		reason = tap.ErrTimeout
+	case r.Context().Err() != nil:
+		reason = tap.ErrCanceled
+	case upErr != nil:
+		reason = transportError(upErr)
+	case status >= 300:
+		reason = "http_" + strconv.Itoa(status)
+	case status == 0:
+		reason = tap.ErrConnectionReset
+	}
+	if reason == "" {
+		// The upstream ended the stream cleanly without the response: the
+		// client may resume it on another stream; the janitor ends it if
+		// nothing comes.
+		return
+	}
+	p.rec.Fail(ex.keys, reason, now)
+}
+
+// transportError names what broke an upstream request.
+func transportError(err error) string {
+	var ne net.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return tap.ErrTimeout
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection_refused"
+	case errors.Is(err, context.Canceled):
+		return tap.ErrCanceled
+	}
+	return tap.ErrConnectionReset
+}
+
+// tapBody passes an upstream response body through and hands a copy of its
+// messages to the recorder: each SSE event as it completes, a JSON body at
+// its end.
+type tapBody struct {
+	rc  io.ReadCloser
+	p   *Proxy
+	ex  *exchange
+	sse *tap.SSE // nil for a JSON body
+	buf []byte   // a JSON body so far
+	big bool     // the JSON body passed the bound
+}
+
+func (b *tapBody) Read(q []byte) (int, error) {
+	n, err := b.rc.Read(q)
+	if n > 0 {
+		if b.sse != nil {
+			oversized := b.sse.Oversized
+			b.sse.Feed(q[:n], b.message)
+			if b.sse.Oversized > oversized {
+				b.p.metrics.Unrecorded(metrics.UnrecordedOversized)
+			}
+		} else if !b.big {
+			if len(b.buf)+n > b.p.cfg.MaxMessageBytes {
+				b.big, b.buf = true, nil
+				b.p.metrics.Unrecorded(metrics.UnrecordedOversized)
+			} else {
+				b.buf = append(b.buf, q[:n]...)
+			}
+		}
+	}
+	switch {
+	case err == io.EOF && b.sse == nil && !b.big:
+		b.message(b.buf)
+		b.buf = nil
+	case err != nil && err != io.EOF:
+		b.ex.mu.Lock()
+		if b.ex.upstreamErr == nil {
+			b.ex.upstreamErr = err
+		}
+		b.ex.mu.Unlock()
+	}
+	return n, err
+}
+
+func (b *tapBody) message(data []byte) {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return
+	}
+	msgs, err := tap.Parse(data)
+	if err != nil {
+		b.p.metrics.Unrecorded(metrics.UnrecordedInvalid)
+	}
+	b.p.rec.FromServer(b.ex.session, b.ex.scope, msgs, time.Now())
+}
+
+func (b *tapBody) Close() error { return b.rc.Close() }
+
+// bufferPool reuses the copy buffers of the reverse proxy, which would
+// otherwise allocate 32 KiB per response.
+type bufferPool struct{}
+
+var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+func (bufferPool) Get() []byte  { return *copyBuffers.Get().(*[]byte) }
+func (bufferPool) Put(b []byte) { copyBuffers.Put(&b) }

@@ -1,0 +1,151 @@
+package wrap
+
+import (
+	"errors"
+	"io"
+	"os/exec"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/collector/tap"
+	"github.com/mcpaudit/mcpaudit/exporter/metrics"
+)
+
+// Relay connects a client's stdin and stdout to a child MCP server.
+type Relay struct {
+	// Recorder receives copies of the messages. Required.
+	Recorder *tap.Recorder
+	// Metrics may be nil.
+	Metrics *metrics.Relay
+	// MaxMessageBytes bounds the messages recorded; 0 means
+	// tap.DefaultMaxMessageBytes. Longer lines pass through unrecorded.
+	MaxMessageBytes int
+}
+
+// Run starts cmd with its stdin and stdout relayed to and from the client's
+// stdin and stdout, and waits until the child has exited and its output is
+// relayed. cmd.Stderr is left to the caller (normally the wrapper's own
+// stderr, so that it passes untouched). It returns the child's exit status:
+// its code, or 128 plus the signal that ended it. Requests still in flight
+// when the child exits are recorded as canceled if the client had closed
+// its input first, else as connection_reset.
+func (rl *Relay) Run(cmd *exec.Cmd, stdin io.Reader, stdout io.Writer) (int, error) {
+	childIn, err := cmd.StdinPipe()
+	if err != nil {
+		return 0, err
+	}
+	childOut, err := cmd.StdoutPipe()
+	if err != nil {
+		return 0, err
+	}
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	var clientGone atomic.Bool
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		// Client to server. This goroutine may stay blocked on the
+		// client's stdin after the child exits; the caller exits then.
+		defer wg.Done()
+		lines := tap.Lines{Max: rl.MaxMessageBytes}
+		buf := make([]byte, 64<<10)
+		for {
+			n, rerr := stdin.Read(buf)
+			if n > 0 {
+				before := lines.Oversized
+				lines.Feed(buf[:n], func(l []byte) { rl.fromClient(l) })
+				if lines.Oversized > before {
+					rl.Metrics.Unrecorded(metrics.UnrecordedOversized)
+				}
+				if _, werr := childIn.Write(buf[:n]); werr != nil {
+					return // the child is gone
+				}
+			}
+			if rerr != nil {
+				if l := lines.Rest(); len(l) > 0 {
+					rl.fromClient(l)
+				}
+				clientGone.Store(true)
+				childIn.Close()
+				return
+			}
+		}
+	}()
+	// Server to client, until the child closes its stdout.
+	lines := tap.Lines{Max: rl.MaxMessageBytes}
+	buf := make([]byte, 64<<10)
+	stdoutOK := true
+	for {
+		n, rerr := childOut.Read(buf)
+		if n > 0 {
+			before := lines.Oversized
+			lines.Feed(buf[:n], rl.fromServer)
+			if lines.Oversized > before {
+				rl.Metrics.Unrecorded(metrics.UnrecordedOversized)
+			}
+			if stdoutOK {
+				if _, werr := stdout.Write(buf[:n]); werr != nil {
+					// The client stopped reading: it is gone. Keep
+					// draining so that the child is not blocked.
+					stdoutOK = false
+					clientGone.Store(true)
+				}
+			}
+		}
+		if rerr != nil {
+			if l := lines.Rest(); len(l) > 0 {
+				rl.fromServer(l)
+			}
+			break
+		}
+	}
+	werr := cmd.Wait()
+	reason := tap.ErrConnectionReset
+	if clientGone.Load() {
+		reason = tap.ErrCanceled
+	}
+	rl.Recorder.Close(reason, time.Now())
+	rl.Metrics.SetInflight(0)
+	return exitStatus(cmd, werr)
+}
+
+func (rl *Relay) fromClient(line []byte) {
+	now := time.Now()
+	msgs, err := tap.Parse(line)
+	if err != nil {
+		rl.Metrics.Unrecorded(metrics.UnrecordedInvalid)
+	}
+	for i := range msgs {
+		if c := tap.ClientInfo(&msgs[i]); c != "" {
+			rl.Recorder.SetClient("", c)
+		}
+	}
+	rl.Recorder.FromClient("", 0, msgs, now)
+	rl.Metrics.SetInflight(rl.Recorder.Len())
+}
+
+func (rl *Relay) fromServer(line []byte) {
+	now := time.Now()
+	msgs, err := tap.Parse(line)
+	if err != nil {
+		rl.Metrics.Unrecorded(metrics.UnrecordedInvalid)
+	}
+	rl.Recorder.FromServer("", 0, msgs, now)
+	rl.Metrics.SetInflight(rl.Recorder.Len())
+}
+
+// exitStatus turns the result of Wait into the status a shell would show.
+func exitStatus(cmd *exec.Cmd, err error) (int, error) {
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		return 0, err
+	}
+	ps := cmd.ProcessState
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal()), nil
+	}
+	return ps.ExitCode(), nil
+}

@@ -1,0 +1,494 @@
+package forward
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/klauspost/compress/gzip"
+
+	"github.com/mcpaudit/mcpaudit/collector/tap"
+	"github.com/mcpaudit/mcpaudit/exporter/metrics"
+)
+
+// Config sets up a Forwarder.
+type Config struct {
+	// URL is the collector's ingest address: its base (http://host:4318)
+	// or the full /v1/calls URL. Required.
+	URL string `yaml:"url"`
+	// Source names this sender in the Mcpaudit-Source header, e.g.
+	// proxy/thegram/host-1. Required.
+	Source string `yaml:"source"`
+	// Token, when set, is sent as Authorization: Bearer.
+	Token string `yaml:"token"`
+	// BufferDir holds the segments waiting for the collector. Required.
+	BufferDir string `yaml:"buffer_dir"`
+	// MaxBufferBytes bounds the buffer on disk. Default 1 GiB.
+	MaxBufferBytes int64 `yaml:"max_buffer_bytes"`
+	// BatchRecords and BatchBytes seal a segment: one POST. Defaults 1000
+	// records and 4 MiB.
+	BatchRecords int `yaml:"batch_records"`
+	BatchBytes   int `yaml:"batch_bytes"`
+	// FlushInterval is the longest a record waits in an open segment.
+	// Default 1s.
+	FlushInterval time.Duration `yaml:"flush_interval"`
+	// Timeout bounds one POST. Default 30s.
+	Timeout time.Duration `yaml:"timeout"`
+	// MinBackoff and MaxBackoff bound the wait between failed POSTs; a
+	// Retry-After longer than MaxBackoff is honoured up to 10 minutes.
+	// Defaults 250ms and 30s.
+	MinBackoff time.Duration `yaml:"min_backoff"`
+	MaxBackoff time.Duration `yaml:"max_backoff"`
+}
+
+// NewDefaultConfig returns the defaults.
+func NewDefaultConfig() Config {
+	return Config{MaxBufferBytes: 1 << 30, BatchRecords: 1000, BatchBytes: 4 << 20,
+		FlushInterval: time.Second, Timeout: 30 * time.Second, MinBackoff: 250 * time.Millisecond, MaxBackoff: 30 * time.Second}
+}
+
+// Validate reports every invalid field with its key path.
+func (c Config) Validate() error {
+	var errs []error
+	if c.URL == "" {
+		errs = append(errs, errors.New("forward.url: required"))
+	} else if u, err := url.Parse(c.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		errs = append(errs, fmt.Errorf("forward.url: %q is not an http or https URL", c.URL))
+	}
+	if c.Source == "" {
+		errs = append(errs, errors.New("forward.source: required"))
+	}
+	if c.BufferDir == "" {
+		errs = append(errs, errors.New("forward.buffer_dir: required"))
+	}
+	if c.MaxBufferBytes <= 0 {
+		errs = append(errs, errors.New("forward.max_buffer_bytes: must be positive"))
+	}
+	if c.BatchRecords <= 0 {
+		errs = append(errs, errors.New("forward.batch_records: must be positive"))
+	}
+	if c.BatchBytes <= 0 {
+		errs = append(errs, errors.New("forward.batch_bytes: must be positive"))
+	}
+	for _, d := range []struct {
+		key string
+		v   time.Duration
+	}{{"flush_interval", c.FlushInterval}, {"timeout", c.Timeout}, {"min_backoff", c.MinBackoff}, {"max_backoff", c.MaxBackoff}} {
+		if d.v <= 0 {
+			errs = append(errs, fmt.Errorf("forward.%s: must be positive", d.key))
+		}
+	}
+	if c.MinBackoff > c.MaxBackoff {
+		errs = append(errs, errors.New("forward.min_backoff: larger than max_backoff"))
+	}
+	return errors.Join(errs...)
+}
+
+// Errors of Add.
+var (
+	// ErrBufferFull is returned when the buffer holds MaxBufferBytes: the
+	// record was not taken.
+	ErrBufferFull = errors.New("forward buffer full")
+	// ErrClosed is returned after Close.
+	ErrClosed = errors.New("forwarder closed")
+)
+
+// Header is the HTTP header that names the sender of call records.
+const Header = "Mcpaudit-Source"
+
+const (
+	sealedExt = ".ndjson"
+	openExt   = ".ndjson.part"
+	rejectDir = "rejected"
+	// maxRetryAfter caps how long a Retry-After can hold the sender.
+	maxRetryAfter = 10 * time.Minute
+)
+
+// Forwarder buffers records on disk and ships them to the collector. It is
+// safe for concurrent use.
+type Forwarder struct {
+	cfg     Config
+	url     string
+	client  *http.Client
+	metrics *metrics.Relay
+	log     *slog.Logger
+
+	mu       sync.Mutex
+	cur      *os.File // the open segment, locked; nil when none
+	curName  string
+	curN     int
+	curBytes int
+	curSince time.Time
+	size     int64 // bytes in the buffer, ours and others' as last scanned
+	seq      int
+	closed   bool
+
+	wake chan struct{}
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+// New opens the buffer directory, seals what dead processes left open in it
+// and starts sending.
+func New(cfg Config, m *metrics.Relay, log *slog.Logger) (*Forwarder, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	u := strings.TrimSuffix(cfg.URL, "/")
+	if !strings.HasSuffix(u, "/v1/calls") {
+		u += "/v1/calls"
+	}
+	if err := os.MkdirAll(filepath.Join(cfg.BufferDir, rejectDir), 0o755); err != nil {
+		return nil, fmt.Errorf("cannot create buffer dir: %w", err)
+	}
+	f := &Forwarder{cfg: cfg, url: u, client: &http.Client{Timeout: cfg.Timeout}, metrics: m, log: log,
+		wake: make(chan struct{}, 1), done: make(chan struct{})}
+	f.sealOrphans()
+	f.mu.Lock()
+	f.size = f.scanSize()
+	f.metrics.SetBufferBytes(f.size)
+	f.mu.Unlock()
+	ctx, cancel := context.WithCancel(context.Background())
+	f.stop = cancel
+	go f.run(ctx)
+	return f, nil
+}
+
+// Record buffers one record; see Add.
+func (f *Forwarder) Record(r *tap.Record) error {
+	return f.Add(append(r.AppendJSON(nil), '\n'))
+}
+
+// Add appends one NDJSON line (with its newline) to the buffer. Once it
+// returns nil the line is on disk and will be delivered or set aside; it
+// returns ErrBufferFull or a write error when the line was not taken.
+func (f *Forwarder) Add(line []byte) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		f.metrics.Forward(metrics.ForwardDropped, 1)
+		return ErrClosed
+	}
+	if f.size+int64(len(line)) > f.cfg.MaxBufferBytes {
+		f.metrics.Forward(metrics.ForwardDropped, 1)
+		return ErrBufferFull
+	}
+	if f.cur == nil {
+		if err := f.openLocked(); err != nil {
+			f.metrics.Forward(metrics.ForwardDropped, 1)
+			return err
+		}
+	}
+	if _, err := f.cur.Write(line); err != nil {
+		f.metrics.Forward(metrics.ForwardDropped, 1)
+		// A short write leaves a torn line: seal the segment so that the
+		// collector rejects that one line and takes the others.
+		f.sealLocked()
+		return fmt.Errorf("cannot buffer record: %w", err)
+	}
+	f.curN++
+	f.curBytes += len(line)
+	f.size += int64(len(line))
+	f.metrics.Forward(metrics.ForwardBuffered, 1)
+	f.metrics.SetBufferBytes(f.size)
+	if f.curN >= f.cfg.BatchRecords || f.curBytes >= f.cfg.BatchBytes {
+		f.sealLocked()
+	}
+	return nil
+}
+
+func (f *Forwarder) openLocked() error {
+	f.seq++
+	name := fmt.Sprintf("%020d-%d-%d", time.Now().UnixNano(), os.Getpid(), f.seq)
+	path := filepath.Join(f.cfg.BufferDir, name+openExt)
+	fh, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("cannot create buffer segment: %w", err)
+	}
+	if err := syscall.Flock(int(fh.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		fh.Close()
+		os.Remove(path)
+		return fmt.Errorf("cannot lock buffer segment: %w", err)
+	}
+	f.cur, f.curName, f.curN, f.curBytes, f.curSince = fh, name, 0, 0, time.Now()
+	return nil
+}
+
+// sealLocked closes the open segment and hands it to the sender.
+func (f *Forwarder) sealLocked() {
+	if f.cur == nil {
+		return
+	}
+	open := filepath.Join(f.cfg.BufferDir, f.curName+openExt)
+	if f.curN == 0 {
+		os.Remove(open)
+	} else {
+		// The sender syncs the segment before it sends it: an fsync here
+		// would hold every Add, and so the relayed answers, behind the disk.
+		if err := os.Rename(open, filepath.Join(f.cfg.BufferDir, f.curName+sealedExt)); err != nil {
+			f.log.Error("cannot seal buffer segment", "segment", open, "err", err)
+		}
+	}
+	f.cur.Close() // releases the lock
+	f.cur = nil
+	select {
+	case f.wake <- struct{}{}:
+	default:
+	}
+}
+
+// sealOrphans seals the open segments of processes that are gone: their
+// lock is free.
+func (f *Forwarder) sealOrphans() {
+	names, _ := filepath.Glob(filepath.Join(f.cfg.BufferDir, "*"+openExt))
+	for _, p := range names {
+		fh, err := os.Open(p)
+		if err != nil {
+			continue
+		}
+		if syscall.Flock(int(fh.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil {
+			if st, err := fh.Stat(); err == nil && st.Size() == 0 {
+				os.Remove(p)
+			} else {
+				os.Rename(p, strings.TrimSuffix(p, openExt)+sealedExt)
+			}
+		}
+		fh.Close()
+	}
+}
+
+// scanSize sums the segments in the buffer directory.
+func (f *Forwarder) scanSize() int64 {
+	var n int64
+	ents, _ := os.ReadDir(f.cfg.BufferDir)
+	for _, e := range ents {
+		if e.IsDir() {
+			continue
+		}
+		if info, err := e.Info(); err == nil {
+			n += info.Size()
+		}
+	}
+	return n
+}
+
+// run seals segments by age and sends sealed segments, oldest first.
+func (f *Forwarder) run(ctx context.Context) {
+	defer close(f.done)
+	backoff := time.Duration(0)
+	tick := time.NewTicker(f.cfg.FlushInterval / 2)
+	defer tick.Stop()
+	for {
+		f.mu.Lock()
+		if f.cur != nil && time.Since(f.curSince) >= f.cfg.FlushInterval {
+			f.sealLocked()
+		}
+		f.mu.Unlock()
+		wait, sent := f.sendOne(ctx)
+		switch {
+		case wait > 0:
+			if backoff == 0 {
+				backoff = f.cfg.MinBackoff
+			} else {
+				backoff = min(2*backoff, f.cfg.MaxBackoff)
+			}
+			d := max(wait, backoff/2+rand.N(backoff/2+1))
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(d):
+			}
+			continue
+		case sent:
+			backoff = 0
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-f.wake:
+		case <-tick.C:
+		}
+	}
+}
+
+// sendOne posts the oldest sealed segment it can lock. It returns how long
+// to wait before trying again after a failure, and whether it sent one.
+func (f *Forwarder) sendOne(ctx context.Context) (time.Duration, bool) {
+	names, _ := filepath.Glob(filepath.Join(f.cfg.BufferDir, "*"+sealedExt))
+	slices.Sort(names)
+	for _, p := range names {
+		fh, err := os.Open(p)
+		if err != nil {
+			continue // sent by another process meanwhile
+		}
+		if syscall.Flock(int(fh.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+			fh.Close()
+			continue
+		}
+		if err := fh.Sync(); err != nil {
+			f.log.Warn("cannot sync buffer segment", "segment", filepath.Base(p), "err", err)
+		}
+		wait, err := f.post(ctx, p, fh)
+		fh.Close()
+		if err != nil {
+			f.log.Warn("cannot send call records; will retry", "segment", filepath.Base(p), "err", err, "retry_in", wait)
+			return max(wait, time.Millisecond), false
+		}
+		return 0, true
+	}
+	return 0, false
+}
+
+// post sends one locked segment and removes or sets it aside. A non-nil
+// error means retry after the returned wait.
+func (f *Forwarder) post(ctx context.Context, path string, fh *os.File) (time.Duration, error) {
+	body, err := io.ReadAll(fh)
+	if err != nil {
+		return 0, fmt.Errorf("cannot read segment: %w", err)
+	}
+	if _, err := os.Stat(path); err != nil {
+		return 0, nil // removed by the process that held it before us
+	}
+	lines := bytes.Count(body, []byte{'\n'})
+	if len(bytes.TrimSpace(body)) == 0 {
+		f.remove(path, int64(len(body)))
+		return 0, nil
+	}
+	var zb bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&zb, gzip.BestSpeed)
+	zw.Write(body)
+	zw.Close()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, f.url, &zb)
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/x-ndjson")
+	req.Header.Set("Content-Encoding", "gzip")
+	req.Header.Set(Header, f.cfg.Source)
+	if f.cfg.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+f.cfg.Token)
+	}
+	resp, err := f.client.Do(req)
+	if err != nil {
+		f.metrics.Post(metrics.PostRetry)
+		return 0, fmt.Errorf("cannot post call records: %w", err)
+	}
+	answer, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	switch {
+	case resp.StatusCode/100 == 2:
+		f.metrics.Post(metrics.PostOK)
+		var r struct {
+			Accepted int      `json:"accepted"`
+			Rejected int      `json:"rejected"`
+			Errors   []string `json:"errors"`
+		}
+		if json.Unmarshal(answer, &r) == nil && r.Rejected > 0 {
+			f.log.Error("the collector rejected call records", "rejected", r.Rejected, "errors", r.Errors)
+			f.metrics.Forward(metrics.ForwardRejected, r.Rejected)
+			f.metrics.Forward(metrics.ForwardSent, lines-r.Rejected)
+		} else {
+			f.metrics.Forward(metrics.ForwardSent, lines)
+		}
+		f.remove(path, int64(len(body)))
+		return 0, nil
+	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500 || resp.StatusCode == http.StatusRequestTimeout ||
+		resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
+		// Credentials are an operator's to fix: the records wait for them.
+		f.metrics.Post(metrics.PostRetry)
+		return retryAfter(resp.Header.Get("Retry-After"), time.Now()), fmt.Errorf("collector answered %s: %s", resp.Status, bytes.TrimSpace(answer))
+	default:
+		f.metrics.Post(metrics.PostRejected)
+		f.metrics.Forward(metrics.ForwardRejected, lines)
+		dst := filepath.Join(f.cfg.BufferDir, rejectDir, filepath.Base(path))
+		f.log.Error("the collector refused a batch of call records; set aside", "status", resp.Status, "answer", string(bytes.TrimSpace(answer)), "kept", dst)
+		if err := os.Rename(path, dst); err != nil {
+			f.log.Error("cannot set a refused batch aside", "err", err)
+		}
+		f.mu.Lock()
+		f.size -= int64(len(body))
+		f.metrics.SetBufferBytes(f.size)
+		f.mu.Unlock()
+		return 0, nil
+	}
+}
+
+func (f *Forwarder) remove(path string, n int64) {
+	if err := os.Remove(path); err != nil {
+		f.log.Error("cannot remove a sent segment", "segment", path, "err", err)
+	}
+	f.mu.Lock()
+	f.size -= n
+	if f.size < 0 {
+		f.size = 0
+	}
+	f.metrics.SetBufferBytes(f.size)
+	f.mu.Unlock()
+}
+
+// retryAfter reads a Retry-After header (seconds or an HTTP date), capped.
+func retryAfter(v string, now time.Time) time.Duration {
+	var d time.Duration
+	if s, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && s > 0 {
+		d = time.Duration(s) * time.Second
+	} else if t, err := http.ParseTime(v); err == nil {
+		d = t.Sub(now)
+	}
+	return min(max(d, 0), maxRetryAfter)
+}
+
+// Flush seals the open segment and waits until the sender has sent every
+// segment or failed on one, or ctx ends. It returns the number of bytes
+// still buffered.
+func (f *Forwarder) Flush(ctx context.Context) int64 {
+	f.mu.Lock()
+	f.sealLocked()
+	f.mu.Unlock()
+	for {
+		names, _ := filepath.Glob(filepath.Join(f.cfg.BufferDir, "*"+sealedExt))
+		if len(names) == 0 || ctx.Err() != nil {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			return f.scanSize()
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// Close seals the open segment, tries to send what is buffered until ctx
+// ends, and stops. What could not be sent stays on disk for the next start.
+func (f *Forwarder) Close(ctx context.Context) error {
+	left := f.Flush(ctx)
+	f.mu.Lock()
+	f.closed = true
+	f.sealLocked()
+	f.mu.Unlock()
+	f.stop()
+	<-f.done
+	if left > 0 {
+		f.log.Warn("call records left in the buffer for the next start", "dir", f.cfg.BufferDir, "bytes", left)
+	}
+	return nil
+}
