@@ -27,8 +27,16 @@ func TestHelperServe(t *testing.T) {
 	if dir == "" {
 		t.Skip("only runs as the child of TestServe_Kill9")
 	}
-	run(context.Background(), []string{"serve", "--data-dir", dir, "--ingest-listen", "127.0.0.1:0",
-		"--grpc-listen", "", "--api-listen", "127.0.0.1:0", "--log-level", "info"}, nil, os.Stdout, os.Stderr)
+	args := []string{"serve", "--data-dir", dir, "--ingest-listen", "127.0.0.1:0",
+		"--grpc-listen", "", "--api-listen", "127.0.0.1:0", "--log-level", "info"}
+	if extra := os.Getenv("MCPAUDIT_CHILD_ARGS"); extra != "" {
+		var more []string
+		if err := json.Unmarshal([]byte(extra), &more); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, more...)
+	}
+	run(context.Background(), args, nil, os.Stdout, os.Stderr)
 }
 
 // TestServe_Kill9 kills the server with SIGKILL while clients are posting,

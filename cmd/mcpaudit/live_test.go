@@ -86,10 +86,12 @@ func podOf(r map[string]any, n uint32) string {
 
 // liveCapture is a generated mixed capture of both servers dated in the
 // recent past (the wall clock matters: skew, quiet), as call records.
-func liveCapture(t *testing.T, seed int64) []map[string]any {
+func liveCapture(t *testing.T, seed int64) []map[string]any { return liveCaptureOf(t, seed, 300) }
+
+func liveCaptureOf(t *testing.T, seed int64, sessions int) []map[string]any {
 	t.Helper()
 	start := time.Now().Add(-50 * time.Minute).Truncate(time.Second)
-	c := capgen.Generate(capgen.Config{Seed: seed, Sessions: 300, Start: start, Span: 10 * time.Minute, AnomalyRate: 0.4, NoiseRate: 0.0001})
+	c := capgen.Generate(capgen.Config{Seed: seed, Sessions: sessions, Start: start, Span: 10 * time.Minute, AnomalyRate: 0.4, NoiseRate: 0.0001})
 	var out []map[string]any
 	for _, l := range c.Lines {
 		var m map[string]any

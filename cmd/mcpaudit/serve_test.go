@@ -38,6 +38,8 @@ func testConfig(t *testing.T, dataDir string) Config {
 	cfg.Serve.APIListen = "127.0.0.1:0"
 	cfg.Serve.DataDir = dataDir
 	cfg.Detect.Lateness = time.Second
+	// Sources fall idle, and new partitions start judging, after a second.
+	cfg.Detect.IdleTimeout = time.Second
 	cfg.Serve.Pipeline.CommitEvery = 50 * time.Millisecond
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
