@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mcpaudit/mcpaudit/collector/receiver"
 	"github.com/mcpaudit/mcpaudit/exporter/metrics"
 	"github.com/mcpaudit/mcpaudit/internal/capgen"
 	dto "github.com/prometheus/client_model/go"
@@ -93,6 +94,9 @@ func loadgenCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	var wg sync.WaitGroup
 	for w := 0; w < *clients; w++ {
 		wg.Add(1)
+		// Each client is a poster of its own: a source whose calls come in
+		// time order, as an exporter's do.
+		source := fmt.Sprintf("loadgen-%d", w)
 		go func() {
 			defer wg.Done()
 			var mine []time.Duration
@@ -110,7 +114,10 @@ func loadgenCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 					return
 				}
 				t0 := time.Now()
-				resp, err := client.Post(*target+"/v1/calls", "application/x-ndjson", bytes.NewReader(batches[i]))
+				req, _ := http.NewRequestWithContext(ctx, "POST", *target+"/v1/calls", bytes.NewReader(batches[i]))
+				req.Header.Set("Content-Type", "application/x-ndjson")
+				req.Header.Set(receiver.SourceHeader, source)
+				resp, err := client.Do(req)
 				if err != nil {
 					failed.Add(1)
 					continue

@@ -265,12 +265,13 @@ func (e *Engine) Tick(wall time.Time) {
 }
 
 // advance recomputes a partition's watermark and judges what it passes.
-// A new partition holds its watermark for the idle timeout: its sources
-// (the pods of a server, posters) show up one after the other, each with
-// a batch that may span minutes of event time, and the first must not
-// make the others' calls late.
+// A new partition holds its watermark a moment (twice the lateness bound,
+// at most the idle timeout): its sources (the pods of a server, posters)
+// show up one after the other, each with a batch that may span minutes of
+// event time when a backlog is replayed, and the first must not make the
+// others' calls late.
 func (e *Engine) advance(p *partition, wall time.Time) {
-	if !wall.IsZero() && wall.Sub(p.born) < e.cfg.IdleTimeout {
+	if !wall.IsZero() && wall.Sub(p.born) < min(2*e.cfg.Lateness, e.cfg.IdleTimeout) {
 		return
 	}
 	var wm, quiet time.Time
