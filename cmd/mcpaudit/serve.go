@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"os"
 	"path/filepath"
 	"sort"
 	"sync"
@@ -25,6 +24,7 @@ import (
 	"github.com/mcpaudit/mcpaudit/exporter/metrics"
 	"github.com/mcpaudit/mcpaudit/exporter/notify"
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
+	"github.com/mcpaudit/mcpaudit/internal/datadir"
 	"github.com/mcpaudit/mcpaudit/internal/ratelog"
 	"github.com/mcpaudit/mcpaudit/internal/version"
 	"github.com/prometheus/client_golang/prometheus"
@@ -103,6 +103,7 @@ type server struct {
 	cfg      Config
 	log      *slog.Logger
 	store    audit.Store
+	dataDir  *datadir.Dir // held while serving: one collector per data dir
 	pipe     *pipeline.Pipeline
 	metrics  *metrics.Metrics
 	registry *prometheus.Registry
@@ -117,11 +118,9 @@ type server struct {
 	shutdownTelemetry             func(context.Context) error
 }
 
-// openStore opens the configured store.
+// openStore opens the configured store. The caller holds the data dir
+// (datadir.Open), which is private to its owner.
 func openStore(ctx context.Context, cfg Config, log *slog.Logger) (audit.Store, error) {
-	if err := os.MkdirAll(cfg.Serve.DataDir, 0o755); err != nil {
-		return nil, fmt.Errorf("cannot create data dir: %w", err)
-	}
 	switch cfg.Serve.Store {
 	case "sqlite", "":
 		return sqlite.Open(filepath.Join(cfg.Serve.DataDir, "mcpaudit.db"), cfg.Serve.SQLite)
@@ -150,8 +149,16 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		log.Warn("self-telemetry disabled", "err", tracerErr)
 	}
 	s.shutdownTelemetry = shutdownTelemetry
+	// A second collector on the same data would write beside the first:
+	// it is refused here, naming the one that holds the directory.
+	dd, err := datadir.Open(cfg.Serve.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	s.dataDir = dd
 	st, err := openStore(ctx, cfg, log)
 	if err != nil {
+		dd.Close()
 		return nil, err
 	}
 	s.store = st
@@ -166,6 +173,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	s.metrics, err = metrics.New(s.registry, metrics.Options{KnownCode: classify.KnownCode, Servers: servers})
 	if err != nil {
 		st.Close()
+		dd.Close()
 		return nil, err
 	}
 	pcfg := cfg.Serve.Pipeline
@@ -174,6 +182,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	sinks := []audit.Sink{s.metrics}
 	if err := s.startNotifier(); err != nil {
 		st.Close()
+		dd.Close()
 		return nil, err
 	}
 	if s.notifier != nil {
@@ -185,6 +194,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 			s.notifier.Close()
 		}
 		st.Close()
+		dd.Close()
 		return nil, err
 	}
 	rc := receiver.New(cfg.Serve.Receiver, cfg.Dialects, tracedIngester{s.pipe}, s.metrics, log)
@@ -362,6 +372,7 @@ func (s *server) shutdown(ctx context.Context) error {
 	if err := s.store.Close(); err != nil {
 		errs = append(errs, err)
 	}
+	s.dataDir.Close()
 	if s.shutdownTelemetry != nil {
 		s.shutdownTelemetry(ctx)
 	}
@@ -385,4 +396,5 @@ func (s *server) closeAll() {
 		s.notifier.Close()
 	}
 	s.store.Close()
+	s.dataDir.Close()
 }

@@ -49,8 +49,12 @@ const (
 // openSpool opens (creating) dir, removes unfinished temporary files and
 // lists the batches left by an earlier run.
 func openSpool(dir string, maxBytes int64) (*spool, error) {
-	if err := os.MkdirAll(dir, 0o750); err != nil {
+	// Spooled batches hold tool arguments and results: private to the owner.
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("cannot create spool directory: %w", err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("cannot make the spool directory private: %w", err)
 	}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -124,7 +128,7 @@ func (sp *spool) append(b *batch) error {
 }
 
 func writeSynced(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o640)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return fmt.Errorf("cannot create spool file: %w", err)
 	}

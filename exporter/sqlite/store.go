@@ -15,6 +15,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/internal/datadir"
 )
 
 var _ audit.Store = (*Store)(nil)
@@ -201,6 +202,11 @@ func Open(path string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("cannot open store %s: %w", path, err)
 	}
 	opts = opts.withDefaults()
+	// SQLite gives its log and shared-memory files the mode of the
+	// database file: create that one private, whatever the umask.
+	if err := datadir.CreatePrivate(path); err != nil {
+		return nil, fmt.Errorf("cannot open store %s: %w", path, err)
+	}
 	base := "file:" + (&url.URL{Path: path}).EscapedPath()
 	q := url.Values{}
 	q.Set("_busy_timeout", "10000")
