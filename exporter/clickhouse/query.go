@@ -349,8 +349,10 @@ func (s *Store) Timeline(ctx context.Context, q audit.TimelineQuery) ([]audit.Ti
 		calls = calls[:limit]
 	}
 	ids := make([]string, 0, len(calls))
+	made := make(map[callKey]bool, len(calls)) // a write is its call's: same id and tenant
 	for i := range calls {
 		r := &calls[i]
+		made[callKey{r.Tenant, r.ID}] = true
 		ev := audit.TimelineEvent{
 			Time: joinTime(r.Time, r.TimeNanos), Type: audit.EventCall, CallID: r.ID, Server: r.Server,
 			Session: r.Session, Tool: r.Tool, Outcome: audit.Outcome(r.Outcome),
@@ -368,6 +370,7 @@ func (s *Store) Timeline(ctx context.Context, q audit.TimelineQuery) ([]audit.Ti
 		lo, hi := calls[0], calls[len(calls)-1]
 		var wc conds
 		wc.eq("document", q.Document)
+		wc.eq("tenant", q.Tenant)
 		wc = append(wc, fmt.Sprintf("time >= toDateTime(%d) AND time <= toDateTime(%d)", lo.Time, hi.Time))
 		for i := 0; i < len(ids); i += inChunk {
 			part := append(slices.Clone(wc), "call_id IN "+quoteList(ids[i:min(i+inChunk, len(ids))]))
@@ -378,6 +381,9 @@ func (s *Store) Timeline(ctx context.Context, q audit.TimelineQuery) ([]audit.Ti
 					return queryErr(ctx, "read the timeline", err)
 				}
 				w := r.write()
+				if !made[callKey{w.Tenant, w.CallID}] {
+					return nil // another tenant's write under the same call id
+				}
 				events = append(events, audit.TimelineEvent{
 					Time: w.Time, Type: audit.EventWrite, CallID: w.CallID, Server: w.Server, Session: w.Session,
 					Tool: w.Tool, Key: w.Key, State: w.State, Reason: w.Reason, RetryAction: w.Action,
@@ -568,12 +574,12 @@ func (s *Store) unstored(b *batch, t int) (*batch, error) {
 	var err error
 	switch t {
 	case tCalls:
-		out.Calls, err = keepUnstored(s, t, b.Calls, "id", "id",
-			func(r *callRow) (string, string, int64) { return r.ID, r.ID, r.Time })
+		out.Calls, err = keepUnstored(s, t, b.Calls, "id", "concat(tenant, '/', id)",
+			func(r *callRow) (string, string, int64) { return r.ID, r.Tenant + "/" + r.ID, r.Time })
 	case tWrites:
-		out.Writes, err = keepUnstored(s, t, b.Writes, "call_id", "concat(call_id, '/', toString(seq), '/', toString(version))",
+		out.Writes, err = keepUnstored(s, t, b.Writes, "call_id", "concat(tenant, '/', call_id, '/', toString(seq), '/', toString(version))",
 			func(r *writeRow) (string, string, int64) {
-				return r.CallID, fmt.Sprintf("%s/%d/%d", r.CallID, r.Seq, r.Version), r.Time
+				return r.CallID, fmt.Sprintf("%s/%s/%d/%d", r.Tenant, r.CallID, r.Seq, r.Version), r.Time
 			})
 	case tFindings:
 		out.Findings, err = keepUnstored(s, t, b.Findings, "id", "id",

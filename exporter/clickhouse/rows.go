@@ -349,15 +349,19 @@ type batch struct {
 	Done [nTables]bool
 
 	spooled bool
-	// index finds rows by identity while the batch is built.
-	callIndex    map[string]bool
+	// index finds rows by identity while the batch is built. Calls and
+	// write attempts are identified within their tenant: two tenants may
+	// post the same exchange.
+	callIndex    map[callKey]bool
 	writeIndex   map[writeKey]int
 	findingIndex map[string]bool
 }
 
+type callKey struct{ tenant, id string }
+
 type writeKey struct {
-	callID string
-	seq    int32
+	tenant, callID string
+	seq            int32
 }
 
 func (b *batch) rows() int {
@@ -367,11 +371,11 @@ func (b *batch) rows() int {
 // addCalls adds call rows, skipping ids the batch already has.
 func (b *batch) addCalls(rows []callRow) {
 	if b.callIndex == nil {
-		b.callIndex = map[string]bool{}
+		b.callIndex = map[callKey]bool{}
 	}
 	for _, r := range rows {
-		if !b.callIndex[r.ID] {
-			b.callIndex[r.ID] = true
+		if k := (callKey{r.Tenant, r.ID}); !b.callIndex[k] {
+			b.callIndex[k] = true
 			b.Calls = append(b.Calls, r)
 		}
 	}
@@ -385,7 +389,7 @@ func (b *batch) addResults(writes []writeRow, findings []findingRow, wm *waterma
 		b.writeIndex, b.findingIndex = map[writeKey]int{}, map[string]bool{}
 	}
 	for _, w := range writes {
-		k := writeKey{w.CallID, w.Seq}
+		k := writeKey{w.Tenant, w.CallID, w.Seq}
 		if i, ok := b.writeIndex[k]; ok {
 			if w.Version >= b.Writes[i].Version {
 				b.Writes[i] = w
@@ -460,10 +464,12 @@ func (b *batch) finish() {
 	}
 	put("calls")
 	for i := range b.Calls {
+		put(b.Calls[i].Tenant)
 		put(b.Calls[i].ID)
 	}
 	put("writes")
 	for i := range b.Writes {
+		put(b.Writes[i].Tenant)
 		put(b.Writes[i].CallID)
 		putInt(uint64(b.Writes[i].Seq))
 		putInt(b.Writes[i].Version)

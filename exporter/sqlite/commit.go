@@ -17,10 +17,11 @@ import (
 // CPU an append costs, and callers run in parallel); the committer only
 // executes statements.
 type callRow struct {
-	id   any // packID(callPrefix, ...)
-	time int64
-	rec  []byte
-	docs []int32
+	id     any // packID(callPrefix, ...)
+	tenant string
+	time   int64
+	rec    []byte
+	docs   []int32
 }
 
 type writeRow struct {
@@ -134,7 +135,7 @@ func encodeCalls(calls []audit.Record) ([]callRow, error) {
 			return nil, fmt.Errorf("call %s: time %s is out of range", r.Call.ID, r.Call.Time)
 		}
 		buf = appendRecord(buf[:0], r)
-		row := callRow{id: packID(callPrefix, r.Call.ID), time: t, rec: compress(buf)}
+		row := callRow{id: packID(callPrefix, r.Call.ID), tenant: r.Call.Tenant, time: t, rec: compress(buf)}
 		for _, d := range r.Documents() {
 			h := docHash(d)
 			if !containsInt32(row.docs, h) {
@@ -355,13 +356,13 @@ func (s *Store) commitLoop() {
 }
 
 const (
-	sqlInsertCall  = `INSERT OR IGNORE INTO calls (id, time, rec) VALUES (?, ?, ?)`
+	sqlInsertCall  = `INSERT OR IGNORE INTO calls (id, tenant, time, rec) VALUES (?, ?, ?, ?)`
 	sqlInsertDoc   = `INSERT OR IGNORE INTO call_documents (dh, time, call) VALUES (?, ?, ?)`
 	sqlUpsertWrite = `INSERT INTO writes (call_id, seq, time, state, server, tenant, tool, reason, action,
 			session, document, key, state_after)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT (call_id, seq) DO UPDATE SET time = excluded.time, state = excluded.state,
-			server = excluded.server, tenant = excluded.tenant, tool = excluded.tool, reason = excluded.reason,
+		ON CONFLICT (call_id, seq, tenant) DO UPDATE SET time = excluded.time, state = excluded.state,
+			server = excluded.server, tool = excluded.tool, reason = excluded.reason,
 			action = excluded.action, session = excluded.session, document = excluded.document,
 			key = excluded.key, state_after = excluded.state_after`
 	sqlIntern        = `INSERT INTO strs (s) VALUES (?) ON CONFLICT (s) DO UPDATE SET s = excluded.s RETURNING id`
@@ -426,7 +427,11 @@ func (s *Store) commitBatch(batch []*request, calls int) (err error) {
 		}
 		for i := range req.calls {
 			c := &req.calls[i]
-			res, err := insCall.Exec(c.id, c.time, c.rec)
+			tenant, err := s.intern(tx, c.tenant)
+			if err != nil {
+				return wrap(err)
+			}
+			res, err := insCall.Exec(c.id, tenant, c.time, c.rec)
 			if err != nil {
 				return wrap(err)
 			}

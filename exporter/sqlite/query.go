@@ -565,14 +565,16 @@ func timelineWrites(ctx context.Context, tx *sql.Tx, calls []audit.Record, doc s
 	if len(calls) == 0 {
 		return nil, nil
 	}
-	stmt, err := tx.PrepareContext(ctx, `SELECT `+writeColumns+` FROM writes WHERE call_id = ? ORDER BY seq`)
+	// The call's own writes: those of its id and tenant.
+	stmt, err := tx.PrepareContext(ctx, `SELECT `+writeColumns+` FROM writes WHERE call_id = ?1
+		AND tenant = CASE WHEN ?2 = '' THEN 0 ELSE coalesce((SELECT id FROM strs WHERE s = ?2), -1) END ORDER BY seq`)
 	if err != nil {
 		return nil, err
 	}
 	defer stmt.Close()
 	var out []audit.Write
 	for _, r := range calls {
-		rows, err := stmt.QueryContext(ctx, packID(callPrefix, r.Call.ID))
+		rows, err := stmt.QueryContext(ctx, packID(callPrefix, r.Call.ID), r.Call.Tenant)
 		if err != nil {
 			return nil, err
 		}

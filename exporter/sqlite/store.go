@@ -120,8 +120,10 @@ type Store struct {
 	inv *investigation
 }
 
-// schemaVersion is stored in PRAGMA user_version.
-const schemaVersion = 2
+// schemaVersion is stored in PRAGMA user_version. Version 3 keys calls and
+// writes by tenant too; a file of version 2 is migrated when opened
+// (migrate2to3).
+const schemaVersion = 3
 
 // schema creates the tables. Times are unix nanoseconds. Call and finding
 // ids are stored packed (packID). Calls are indexed by time, writes
@@ -137,11 +139,17 @@ var schema = []string{
 	// A rowid table: rows appended in time order fill their pages, where
 	// a table clustered by (time, id) leaves a tenth of them free and
 	// copies keys, blobs included, into its interior pages.
+	//
+	// A call is unique by (id, tenant): ids are tenant-agnostic (findings
+	// name them, and they equal analyze's), so two tenants posting the
+	// same exchange each keep their copy.
 	`CREATE TABLE calls (
-		rid  INTEGER PRIMARY KEY,
-		id   ANY     NOT NULL UNIQUE, -- packID
-		time INTEGER NOT NULL,
-		rec  BLOB    NOT NULL -- codec byte, then the compressed record (record.go)
+		rid    INTEGER PRIMARY KEY,
+		id     ANY     NOT NULL, -- packID
+		tenant INTEGER NOT NULL, -- strs.id
+		time   INTEGER NOT NULL,
+		rec    BLOB    NOT NULL, -- codec byte, then the compressed record (record.go)
+		UNIQUE (id, tenant)
 	) STRICT`,
 	`CREATE INDEX calls_time ON calls (time)`,
 	// The documents each call touched, by a 32-bit hash of the document:
@@ -170,8 +178,8 @@ var schema = []string{
 		document    TEXT    NOT NULL,
 		key         TEXT    NOT NULL,
 		state_after INTEGER,          -- StateTime - Time; NULL for a zero StateTime
-		PRIMARY KEY (time, call_id, seq),
-		UNIQUE (call_id, seq)
+		PRIMARY KEY (time, call_id, seq, tenant),
+		UNIQUE (call_id, seq, tenant)
 	) WITHOUT ROWID, STRICT`,
 	// A finding's filter fields are columns; the rest of it is in body.
 	`CREATE TABLE findings (
@@ -272,9 +280,12 @@ func migrate(db *sql.DB) error {
 	switch version {
 	case schemaVersion:
 		return nil
+	case 2:
+		return migrate2to3(db)
 	case 0:
 	default:
-		return fmt.Errorf("schema version %d is not supported (want %d)", version, schemaVersion)
+		return fmt.Errorf("schema version %d is not supported (this mcpaudit reads versions 2 and %d): "+
+			"open it with the mcpaudit that wrote it, or move the file away to start an empty store", version, schemaVersion)
 	}
 	tx, err := db.Begin()
 	if err != nil {
