@@ -159,8 +159,12 @@ type Store interface {
 	// WriteCounts counts write attempts by current state.
 	WriteCounts(ctx context.Context, q CountQuery) (map[WriteState]int64, error)
 	// DeleteBefore removes every call, write and finding whose Time is
-	// before t (retention) and returns how many rows went.
-	DeleteBefore(ctx context.Context, t time.Time) (int64, error)
+	// before t (retention), except those of the tenants in keep, which have
+	// retentions of their own, and returns how many rows went.
+	DeleteBefore(ctx context.Context, t time.Time, keep ...string) (int64, error)
+	// DeleteTenantBefore removes the calls, writes and findings of one
+	// tenant whose Time is before t, and returns how many rows went.
+	DeleteTenantBefore(ctx context.Context, tenant string, t time.Time) (int64, error)
 	// Close flushes and releases the store.
 	Close() error
 	// Investigator serves the investigation page and the lifecycle.

@@ -134,6 +134,12 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (audit.Store, 
 		if o.Retention.Default == 0 {
 			o.Retention.Default = cfg.Serve.Retention.D()
 		}
+		if len(o.Retention.Tenants) == 0 && len(cfg.Serve.TenantRetention) > 0 {
+			o.Retention.Tenants = map[string]time.Duration{}
+			for tenant, d := range cfg.Serve.TenantRetention {
+				o.Retention.Tenants[tenant] = d.D()
+			}
+		}
 		o.Logger = log
 		return clickhouse.Open(ctx, o)
 	}
@@ -316,24 +322,39 @@ func (s *server) ready(w http.ResponseWriter, r *http.Request) {
 }
 
 // retention deletes what is older than the retention period, at start and
-// then every RetentionEvery.
+// then every RetentionEvery: each tenant of serve.tenant_retention before
+// its own cutoff, every other tenant before serve.retention's.
 func (s *server) retention(ctx context.Context) {
 	every := s.cfg.Serve.RetentionEvery.D()
 	for {
-		cutoff := time.Now().Add(-s.cfg.Serve.Retention.D())
-		n, err := s.store.DeleteBefore(ctx, cutoff)
-		switch {
-		case err != nil && ctx.Err() == nil:
-			s.log.Warn("retention failed", "err", err)
-		case n > 0:
-			s.log.Info("retention deleted old rows", "rows", n, "before", cutoff)
-		}
+		s.expire(ctx, time.Now())
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(every):
 		}
 	}
+}
+
+// expire runs one round of retention at now.
+func (s *server) expire(ctx context.Context, now time.Time) {
+	report := func(tenant string, cutoff time.Time, n int64, err error) {
+		switch {
+		case err != nil && ctx.Err() == nil:
+			s.log.Warn("retention failed", "tenant", tenant, "err", err)
+		case n > 0:
+			s.log.Info("retention deleted old rows", "tenant", tenant, "rows", n, "before", cutoff)
+		}
+	}
+	own := sortedTenants(s.cfg.Serve.TenantRetention)
+	for _, tenant := range own {
+		cutoff := now.Add(-s.cfg.Serve.TenantRetention[tenant].D())
+		n, err := s.store.DeleteTenantBefore(ctx, tenant, cutoff)
+		report(tenant, cutoff, n, err)
+	}
+	cutoff := now.Add(-s.cfg.Serve.Retention.D())
+	n, err := s.store.DeleteBefore(ctx, cutoff, own...)
+	report("*", cutoff, n, err)
 }
 
 // shutdown stops accepting traffic, lets in-flight requests finish, commits

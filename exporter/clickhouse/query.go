@@ -533,9 +533,24 @@ func (s *Store) Watermark(ctx context.Context) (time.Time, error) {
 }
 
 // DeleteBefore removes every call, write attempt and finding whose Time is
-// before t and returns how many (distinct) rows went. Whole day partitions
-// are dropped; the rest is deleted by a mutation, waited for.
-func (s *Store) DeleteBefore(ctx context.Context, t time.Time) (int64, error) {
+// before t, except those of the tenants in keep, and returns how many
+// (distinct) rows went. With no tenant kept, whole day partitions are
+// dropped; the rest is deleted by a mutation, waited for.
+func (s *Store) DeleteBefore(ctx context.Context, t time.Time, keep ...string) (int64, error) {
+	cond := timeBefore(t)
+	if len(keep) > 0 {
+		cond += " AND tenant NOT IN " + quoteList(keep)
+	}
+	return s.deleteRows(ctx, t, cond, len(keep) == 0)
+}
+
+// DeleteTenantBefore removes the calls, write attempts and findings of one
+// tenant whose Time is before t, by a mutation, waited for.
+func (s *Store) DeleteTenantBefore(ctx context.Context, tenant string, t time.Time) (int64, error) {
+	return s.deleteRows(ctx, t, timeBefore(t)+" AND tenant = "+quote(tenant), false)
+}
+
+func (s *Store) deleteRows(ctx context.Context, t time.Time, cond string, dropParts bool) (int64, error) {
 	conn, err := s.reader()
 	if err != nil {
 		return 0, err
@@ -543,21 +558,22 @@ func (s *Store) DeleteBefore(ctx context.Context, t time.Time) (int64, error) {
 	if err := s.waitDrained(ctx); err != nil {
 		return 0, err
 	}
-	before := timeBefore(t)
 	var total int64
 	for _, table := range retainedTables {
 		var n uint64
-		q := "SELECT count() FROM " + s.layout.table(table) + " FINAL WHERE " + before
+		q := "SELECT count() FROM " + s.layout.table(table) + " FINAL WHERE " + cond
 		if err := conn.QueryRow(ctx, q).Scan(&n); err != nil {
 			return total, queryErr(ctx, "count rows to delete", err)
 		}
 		if n == 0 {
 			continue
 		}
-		if err := s.dropPartitionsBefore(ctx, table, t); err != nil {
-			return total, queryErr(ctx, "delete", err)
+		if dropParts {
+			if err := s.dropPartitionsBefore(ctx, table, t); err != nil {
+				return total, queryErr(ctx, "delete", err)
+			}
 		}
-		if err := s.deleteWhere(ctx, table, before); err != nil {
+		if err := s.deleteWhere(ctx, table, cond); err != nil {
 			return total, queryErr(ctx, "delete", err)
 		}
 		total += int64(n)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
@@ -63,6 +64,17 @@ type request struct {
 type deleteRequest struct {
 	table  int
 	before int64
+	// Which tenants: only this one when only is set, else every tenant
+	// but those in keep.
+	tenant string
+	only   bool
+	keep   []string
+	// from is where the previous chunk stopped (a time); the committer
+	// sets next, where this one stopped, and full, whether it stopped at
+	// the chunk size.
+	from int64
+	next int64
+	full bool
 }
 
 type reply struct {
@@ -242,25 +254,38 @@ func (s *Store) Commit(ctx context.Context, r audit.Results) error {
 }
 
 // DeleteBefore removes every call, write and finding whose Time is before
-// t, in transactions of at most Options.DeleteChunk rows each, so that
+// t, except those of the tenants in keep (which have retentions of their
+// own), in transactions of at most Options.DeleteChunk rows each, so that
 // appends wait for one chunk at most. It returns the rows deleted (calls,
 // writes and findings) and stops early when ctx ends.
-func (s *Store) DeleteBefore(ctx context.Context, t time.Time) (int64, error) {
-	before := clampNanos(t)
+func (s *Store) DeleteBefore(ctx context.Context, t time.Time, keep ...string) (int64, error) {
+	return s.expire(ctx, deleteRequest{before: clampNanos(t), keep: keep})
+}
+
+// DeleteTenantBefore removes the calls, writes and findings of one tenant
+// whose Time is before t, in chunks as DeleteBefore does.
+func (s *Store) DeleteTenantBefore(ctx context.Context, tenant string, t time.Time) (int64, error) {
+	return s.expire(ctx, deleteRequest{before: clampNanos(t), tenant: tenant, only: true})
+}
+
+func (s *Store) expire(ctx context.Context, d deleteRequest) (int64, error) {
 	var total int64
 	for table := range tableCount {
+		d.table, d.from = table, math.MinInt64
 		for {
 			if err := ctx.Err(); err != nil {
 				return total, s.fail("delete old rows", err)
 			}
-			n, err := s.submit(ctx, &request{del: &deleteRequest{table: table, before: before}})
+			chunk := d
+			n, err := s.submit(ctx, &request{del: &chunk})
 			total += n
 			if err != nil {
 				return total, s.fail("delete old rows", err)
 			}
-			if n < int64(s.opts.DeleteChunk) {
+			if !chunk.full {
 				break
 			}
+			d.from = chunk.next
 		}
 	}
 	return total, nil
@@ -494,9 +519,40 @@ func (s *Store) commitBatch(batch []*request, calls int) (err error) {
 	return nil
 }
 
+// tenantCond returns the SQL condition on column that selects d's tenants
+// (interned when interned is set) and its arguments.
+func tenantCond(d *deleteRequest, column string, interned bool) (string, []any) {
+	arg := func(t string) (string, []any) {
+		if !interned {
+			return "?", []any{t}
+		}
+		if t == "" {
+			return "0", nil
+		}
+		return "coalesce((SELECT id FROM strs WHERE s = ?), -1)", []any{t}
+	}
+	if d.only {
+		expr, args := arg(d.tenant)
+		return " AND " + column + " = " + expr, args
+	}
+	if len(d.keep) == 0 {
+		return "", nil
+	}
+	var exprs []string
+	var args []any
+	for _, t := range d.keep {
+		e, a := arg(t)
+		exprs = append(exprs, e)
+		args = append(args, a...)
+	}
+	return " AND " + column + " NOT IN (" + strings.Join(exprs, ", ") + ")", args
+}
+
 // deleteChunk deletes at most DeleteChunk rows of one table in one
-// transaction. A call's document entries go with it: their keys are
-// recomputed from the documents in its record.
+// transaction, reading the table in time order from d.from, so that rows
+// kept (another tenant's) are passed over once, not at every chunk. A
+// call's document entries go with it: their keys are recomputed from the
+// documents in its record.
 func (s *Store) deleteChunk(d *deleteRequest) (int64, error) {
 	ctx := context.Background()
 	tx, err := s.w.BeginTx(ctx, nil)
@@ -505,23 +561,18 @@ func (s *Store) deleteChunk(d *deleteRequest) (int64, error) {
 	}
 	defer tx.Rollback()
 	limit := s.opts.DeleteChunk
-	var res sql.Result
+	var n int64
 	switch d.table {
 	case tableCalls:
-		n, err := deleteCalls(ctx, tx, d.before, limit)
-		if err != nil {
-			return 0, wrap(err)
-		}
-		if err := tx.Commit(); err != nil {
-			return 0, wrap(err)
-		}
-		return n, nil
+		n, err = deleteCalls(ctx, tx, d, limit)
 	case tableWrites:
-		res, err = tx.ExecContext(ctx, `DELETE FROM writes WHERE (time, call_id, seq) IN
-			(SELECT time, call_id, seq FROM writes WHERE time < ? ORDER BY time LIMIT ?)`, d.before, limit)
+		cond, args := tenantCond(d, "tenant", true)
+		n, err = deleteKeyed(ctx, tx, d, limit, `SELECT time, call_id, seq, tenant FROM writes WHERE time >= ? AND time < ?`+cond,
+			args, `DELETE FROM writes WHERE time = ? AND call_id = ? AND seq = ? AND tenant = ?`)
 	case tableFindings:
-		res, err = tx.ExecContext(ctx, `DELETE FROM findings WHERE id IN
-			(SELECT id FROM findings WHERE time < ? ORDER BY time LIMIT ?)`, d.before, limit)
+		cond, args := tenantCond(d, "tenant", false)
+		n, err = deleteKeyed(ctx, tx, d, limit, `SELECT time, id FROM findings WHERE time >= ? AND time < ?`+cond,
+			args, `DELETE FROM findings WHERE time = ? AND id = ?`)
 	}
 	if err != nil {
 		return 0, wrap(err)
@@ -529,16 +580,61 @@ func (s *Store) deleteChunk(d *deleteRequest) (int64, error) {
 	if err := tx.Commit(); err != nil {
 		return 0, wrap(err)
 	}
-	n, _ := res.RowsAffected()
 	return n, nil
 }
 
-func deleteCalls(ctx context.Context, tx *sql.Tx, before int64, limit int) (int64, error) {
+// deleteKeyed deletes up to limit rows that sel (ordered by time here)
+// finds from d.from, each by the key it selects (time first).
+func deleteKeyed(ctx context.Context, tx *sql.Tx, d *deleteRequest, limit int, sel string, args []any, del string) (int64, error) {
+	rows, err := tx.QueryContext(ctx, sel+` ORDER BY time LIMIT ?`, append([]any{d.from, d.before}, append(args, limit)...)...)
+	if err != nil {
+		return 0, err
+	}
+	cols, err := rows.Columns()
+	if err != nil {
+		rows.Close()
+		return 0, err
+	}
+	var keys [][]any
+	for rows.Next() {
+		key := make([]any, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range key {
+			ptrs[i] = &key[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		keys = append(keys, key)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	stmt, err := tx.PrepareContext(ctx, del)
+	if err != nil {
+		return 0, err
+	}
+	defer stmt.Close()
+	for _, k := range keys {
+		if _, err := stmt.ExecContext(ctx, k...); err != nil {
+			return 0, err
+		}
+		d.next = k[0].(int64)
+	}
+	d.full = len(keys) == limit
+	return int64(len(keys)), nil
+}
+
+func deleteCalls(ctx context.Context, tx *sql.Tx, d *deleteRequest, limit int) (int64, error) {
 	type victim struct {
 		rid, time int64
 		rec       []byte
 	}
-	rows, err := tx.QueryContext(ctx, `SELECT rid, time, rec FROM calls WHERE time < ? ORDER BY time LIMIT ?`, before, limit)
+	cond, args := tenantCond(d, "tenant", true)
+	rows, err := tx.QueryContext(ctx, `SELECT rid, time, rec FROM calls WHERE time >= ? AND time < ?`+cond+` ORDER BY time LIMIT ?`,
+		append([]any{d.from, d.before}, append(args, limit)...)...)
 	if err != nil {
 		return 0, err
 	}
@@ -588,6 +684,8 @@ func deleteCalls(ctx context.Context, tx *sql.Tx, before int64, limit int) (int6
 		if _, err := delCall.Exec(v.rid); err != nil {
 			return 0, err
 		}
+		d.next = v.time
 	}
+	d.full = len(vs) == limit
 	return int64(len(vs)), nil
 }

@@ -57,6 +57,7 @@ func Run(t *testing.T, open func(t *testing.T) audit.Store) {
 		{"Timeline", testTimeline},
 		{"WriteCounts", testWriteCounts},
 		{"DeleteBefore", testDeleteBefore},
+		{"DeleteBefore/tenants", testDeleteTenants},
 		{"Close", testClose},
 		{"Capture", testCapture},
 	} {
