@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/exporter/chain"
 )
 
 // Rows are encoded by the caller's goroutine (compression is most of the
@@ -57,6 +58,7 @@ type request struct {
 	findings  []findingRow
 	watermark int64 // zeroTime: unchanged
 	del       *deleteRequest
+	chainOp   *chainRequest
 	stored    int64      // calls stored for the first time, set by the commit
 	done      chan reply // buffered: the committer never blocks on it
 }
@@ -75,6 +77,14 @@ type deleteRequest struct {
 	from int64
 	next int64
 	full bool
+}
+
+// chainRequest cuts the chains after retention (cut) and signs a
+// checkpoint when the heads moved since the last one (or force).
+type chainRequest struct {
+	cut    bool
+	before int64
+	force  bool
 }
 
 type reply struct {
@@ -288,7 +298,43 @@ func (s *Store) expire(ctx context.Context, d deleteRequest) (int64, error) {
 			d.from = chunk.next
 		}
 	}
+	// Entries whose rows all went leave the chains; the cut is signed at
+	// once, so that the removal is on record.
+	if _, err := s.submit(ctx, &request{chainOp: &chainRequest{cut: true, before: d.before, force: true}}); err != nil {
+		return total, s.fail("cut the chains", err)
+	}
 	return total, nil
+}
+
+// chainStep runs a chainRequest in one transaction.
+func (s *Store) chainStep(c *chainRequest) (int64, error) {
+	ctx := context.Background()
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, wrap(err)
+	}
+	defer tx.Rollback()
+	var n int
+	if c.cut {
+		if n, err = cutChains(ctx, tx, c.before); err != nil {
+			return 0, wrap(err)
+		}
+	}
+	if err := checkpoint(ctx, tx, s.opts.SigningKey, time.Now(), c.force && (n > 0 || !c.cut)); err != nil {
+		return 0, wrap(err)
+	}
+	return int64(n), wrap(tx.Commit())
+}
+
+// Checkpoint signs the chains' heads now, when they moved since the last
+// checkpoint; serve calls it every CheckpointEvery and at Close. Without a
+// signing key it does nothing.
+func (s *Store) Checkpoint(ctx context.Context) error {
+	if s.opts.SigningKey == nil {
+		return nil
+	}
+	_, err := s.submit(ctx, &request{chainOp: &chainRequest{}})
+	return s.fail("sign a checkpoint", err)
 }
 
 // submit queues req for the committer and waits for its reply.
@@ -336,6 +382,11 @@ func (s *Store) commitLoop() {
 			req.done <- reply{n: n, err: err}
 			continue
 		}
+		if req.chainOp != nil {
+			n, err := s.chainStep(req.chainOp)
+			req.done <- reply{n: n, err: err}
+			continue
+		}
 		batch := []*request{req}
 		calls := len(req.calls)
 		var timeout <-chan time.Time
@@ -363,7 +414,7 @@ func (s *Store) commitLoop() {
 			switch {
 			case !ok:
 				break gather
-			case r.del != nil:
+			case r.del != nil || r.chainOp != nil:
 				next = r
 				break gather
 			}
@@ -391,8 +442,8 @@ const (
 			action = excluded.action, session = excluded.session, document = excluded.document,
 			key = excluded.key, state_after = excluded.state_after`
 	sqlIntern        = `INSERT INTO strs (s) VALUES (?) ON CONFLICT (s) DO UPDATE SET s = excluded.s RETURNING id`
-	sqlInsertFinding = `INSERT OR IGNORE INTO findings (id, time, kind, severity, server, tenant, document, key, session, body)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	sqlInsertFinding = `INSERT OR IGNORE INTO findings (id, time, kind, severity, server, tenant, document, key, session, body, chain)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	sqlSetWatermark = `INSERT INTO meta (key, value) VALUES ('watermark', ?)
 		ON CONFLICT (key) DO UPDATE SET value = excluded.value`
 )
@@ -441,6 +492,8 @@ func (s *Store) commitBatch(batch []*request, calls int) (err error) {
 	}()
 	stmt := func(query string) (*sql.Stmt, error) { return tx.PrepareContext(ctx, query) }
 	var insCall, insDoc, upWrite, insFinding *sql.Stmt
+	// The new calls of each tenant, in rid order, for its chain entry.
+	chained := map[string][]rowHash{}
 	for _, req := range batch {
 		if len(req.calls) > 0 && insCall == nil {
 			if insCall, err = stmt(sqlInsertCall); err != nil {
@@ -462,13 +515,14 @@ func (s *Store) commitBatch(batch []*request, calls int) (err error) {
 			}
 			n, _ := res.RowsAffected()
 			req.stored += n
-			if n == 0 || len(c.docs) == 0 {
-				continue // already stored, or touches no document
+			if n == 0 {
+				continue // already stored
 			}
 			rid, err := res.LastInsertId()
 			if err != nil {
 				return wrap(err)
 			}
+			chained[c.tenant] = append(chained[c.tenant], rowHash{row: rid, hash: callHash(rid, c.id, c.tenant, c.time, c.rec)})
 			for _, dh := range c.docs {
 				if _, err := insDoc.Exec(dh, c.time, rid); err != nil {
 					return wrap(err)
@@ -493,6 +547,21 @@ func (s *Store) commitBatch(batch []*request, calls int) (err error) {
 				return wrap(err)
 			}
 		}
+		if req.watermark != zeroTime {
+			if _, err := tx.Exec(sqlSetWatermark, req.watermark); err != nil {
+				return wrap(err)
+			}
+		}
+	}
+	now := time.Now()
+	if err := chainCalls(ctx, tx, chained, now); err != nil {
+		return wrap(err)
+	}
+	// Findings carry the seq of their tenant's entry, which follows the
+	// calls entry just made.
+	entrySeq := map[string]int64{}
+	newFindings := map[string][]rowHash{}
+	for _, req := range batch {
 		if len(req.findings) > 0 && insFinding == nil {
 			if insFinding, err = stmt(sqlInsertFinding); err != nil {
 				return wrap(err)
@@ -500,14 +569,29 @@ func (s *Store) commitBatch(batch []*request, calls int) (err error) {
 		}
 		for i := range req.findings {
 			f := &req.findings[i]
-			if _, err := insFinding.Exec(f.id, f.time, f.kind, f.severity, f.server, f.tenant, f.doc, f.key, f.session, f.body); err != nil {
+			seq, ok := entrySeq[f.tenant]
+			if !ok {
+				last, _, err := head(ctx, tx, f.tenant)
+				if err != nil {
+					return wrap(err)
+				}
+				seq = last + 1
+				entrySeq[f.tenant] = seq
+			}
+			res, err := insFinding.Exec(f.id, f.time, f.kind, f.severity, f.server, f.tenant, f.doc, f.key, f.session, f.body, seq)
+			if err != nil {
 				return wrap(err)
+			}
+			if n, _ := res.RowsAffected(); n > 0 {
+				newFindings[f.tenant] = append(newFindings[f.tenant], rowHash{id: idBytes(f.id), hash: findingHash(f)})
 			}
 		}
-		if req.watermark != zeroTime {
-			if _, err := tx.Exec(sqlSetWatermark, req.watermark); err != nil {
-				return wrap(err)
-			}
+	}
+	for _, tenant := range sortedKeys(newFindings) {
+		rows := newFindings[tenant]
+		if _, err := appendEntry(ctx, tx, chain.Entry{Tenant: tenant, Kind: chain.KindFindings, N: int64(len(rows)),
+			Digest: findingsDigest(rows), Time: now}); err != nil {
+			return wrap(err)
 		}
 	}
 	if err = tx.Commit(); err != nil {
@@ -570,9 +654,7 @@ func (s *Store) deleteChunk(d *deleteRequest) (int64, error) {
 		n, err = deleteKeyed(ctx, tx, d, limit, `SELECT time, call_id, seq, tenant FROM writes WHERE time >= ? AND time < ?`+cond,
 			args, `DELETE FROM writes WHERE time = ? AND call_id = ? AND seq = ? AND tenant = ?`)
 	case tableFindings:
-		cond, args := tenantCond(d, "tenant", false)
-		n, err = deleteKeyed(ctx, tx, d, limit, `SELECT time, id FROM findings WHERE time >= ? AND time < ?`+cond,
-			args, `DELETE FROM findings WHERE time = ? AND id = ?`)
+		n, err = deleteFindings(ctx, tx, d, limit)
 	}
 	if err != nil {
 		return 0, wrap(err)
@@ -630,10 +712,13 @@ func deleteKeyed(ctx context.Context, tx *sql.Tx, d *deleteRequest, limit int, s
 func deleteCalls(ctx context.Context, tx *sql.Tx, d *deleteRequest, limit int) (int64, error) {
 	type victim struct {
 		rid, time int64
+		id        any
+		tenant    string
 		rec       []byte
 	}
 	cond, args := tenantCond(d, "tenant", true)
-	rows, err := tx.QueryContext(ctx, `SELECT rid, time, rec FROM calls WHERE time >= ? AND time < ?`+cond+` ORDER BY time LIMIT ?`,
+	rows, err := tx.QueryContext(ctx, `SELECT rid, id, coalesce((SELECT s FROM strs WHERE strs.id = calls.tenant), ''), time, rec
+		FROM calls WHERE time >= ? AND time < ?`+cond+` ORDER BY time LIMIT ?`,
 		append([]any{d.from, d.before}, append(args, limit)...)...)
 	if err != nil {
 		return 0, err
@@ -641,7 +726,7 @@ func deleteCalls(ctx context.Context, tx *sql.Tx, d *deleteRequest, limit int) (
 	var vs []victim
 	for rows.Next() {
 		var v victim
-		if err := rows.Scan(&v.rid, &v.time, &v.rec); err != nil {
+		if err := rows.Scan(&v.rid, &v.id, &v.tenant, &v.time, &v.rec); err != nil {
 			rows.Close()
 			return 0, err
 		}
@@ -681,6 +766,19 @@ func deleteCalls(ctx context.Context, tx *sql.Tx, d *deleteRequest, limit int) (
 				}
 			}
 		}
+		// Its entry keeps its hash, so that the rest of the entry still
+		// verifies; entries that lose every row are cut (cutChains).
+		seq, err := entryOf(ctx, tx, v.tenant, chain.KindCalls, v.rid)
+		if err != nil {
+			return 0, err
+		}
+		if seq > 0 {
+			h := callHash(v.rid, v.id, v.tenant, v.time, v.rec)
+			if _, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO chain_pruned (tenant, seq, row, hash) VALUES (?, ?, ?, ?)`,
+				v.tenant, seq, v.rid, h[:]); err != nil {
+				return 0, err
+			}
+		}
 		if _, err := delCall.Exec(v.rid); err != nil {
 			return 0, err
 		}
@@ -688,4 +786,42 @@ func deleteCalls(ctx context.Context, tx *sql.Tx, d *deleteRequest, limit int) (
 	}
 	d.full = len(vs) == limit
 	return int64(len(vs)), nil
+}
+
+// deleteFindings deletes up to limit findings from d.from, keeping each
+// one's hash with its chain entry.
+func deleteFindings(ctx context.Context, tx *sql.Tx, d *deleteRequest, limit int) (int64, error) {
+	cond, args := tenantCond(d, "tenant", false)
+	rows, err := tx.QueryContext(ctx, `SELECT id, time, kind, severity, server, tenant, document, key, session, body, chain
+		FROM findings WHERE time >= ? AND time < ?`+cond+` ORDER BY time LIMIT ?`, append([]any{d.from, d.before}, append(args, limit)...)...)
+	if err != nil {
+		return 0, err
+	}
+	var fs []storedFinding
+	for rows.Next() {
+		var f storedFinding
+		if err := rows.Scan(&f.id, &f.time, &f.kind, &f.severity, &f.server, &f.tenant, &f.doc, &f.key, &f.session, &f.body, &f.chain); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		fs = append(fs, f)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	for i := range fs {
+		f := &fs[i]
+		h := findingHash(&f.findingRow)
+		if _, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO chain_pruned (tenant, seq, row, hash) VALUES (?, ?, ?, ?)`,
+			f.tenant, f.chain, idBytes(f.id), h[:]); err != nil {
+			return 0, err
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM findings WHERE id = ?`, f.id); err != nil {
+			return 0, err
+		}
+		d.next = f.time
+	}
+	d.full = len(fs) == limit
+	return int64(len(fs)), nil
 }

@@ -22,7 +22,7 @@ func migrate2to3(db *sql.DB) error {
 	defer tx.Rollback()
 	for _, stmt := range []string{
 		`CREATE TABLE calls3 (
-			rid    INTEGER PRIMARY KEY,
+			rid    INTEGER PRIMARY KEY AUTOINCREMENT,
 			id     ANY     NOT NULL,
 			tenant INTEGER NOT NULL,
 			time   INTEGER NOT NULL,
@@ -121,11 +121,22 @@ func migrate2to3(db *sql.DB) error {
 		`DROP TABLE writes`, // its triggers and partial indexes go with it
 		`ALTER TABLE writes3 RENAME TO writes`,
 		`DROP TABLE IF EXISTS write_hours`,
-		fmt.Sprintf(`PRAGMA user_version = %d`, schemaVersion),
+		`ALTER TABLE findings ADD COLUMN chain INTEGER NOT NULL DEFAULT 0`,
 	} {
 		if _, err := tx.Exec(stmt); err != nil {
 			return fmt.Errorf("cannot migrate schema 2 to 3: %w", err)
 		}
+	}
+	for _, stmt := range chainSchema {
+		if _, err := tx.Exec(stmt); err != nil {
+			return fmt.Errorf("cannot migrate schema 2 to 3: %w", err)
+		}
+	}
+	if err := adoptHistory(tx); err != nil {
+		return fmt.Errorf("cannot migrate schema 2 to 3: %w", err)
+	}
+	if _, err := tx.Exec(fmt.Sprintf(`PRAGMA user_version = %d`, schemaVersion)); err != nil {
+		return fmt.Errorf("cannot migrate schema 2 to 3: %w", err)
 	}
 	return tx.Commit()
 }

@@ -108,6 +108,26 @@ func TestMigrate2to3(t *testing.T) {
 	if n, err := s.AppendCalls(ctx, want[:10]); err != nil || n != 0 {
 		t.Fatalf("the same tenants' calls again: %d stored, %v; want 0", n, err)
 	}
+	// The migrated history was chained: it verifies, and an edit of it
+	// is caught.
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := Verify(ctx, path, nil)
+	if err != nil || !r.OK() || r.Calls != 310 || r.Findings != 1 || r.Changes != 1 {
+		t.Fatalf("Verify after migration: %+v, %v; want ok with 310 calls, 1 finding, 1 change", r, err)
+	}
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`DELETE FROM calls WHERE rid = 42`); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := Verify(ctx, path, nil); err != nil || r.OK() {
+		t.Fatalf("Verify after deleting a migrated call: %+v, %v; want it reported", r, err)
+	}
 }
 
 // TestMigrate2to3_FailureKeepsSchema2: a migration that fails leaves the
