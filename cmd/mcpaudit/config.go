@@ -71,6 +71,12 @@ type ServeConfig struct {
 	// name: duration), longer or shorter. Default none: every tenant keeps
 	// Retention.
 	TenantRetention map[string]Duration `yaml:"tenant_retention"`
+	// SigningKeyFile is a PEM file of the Ed25519 private key (PKCS #8,
+	// mcpaudit keygen) that signs the tamper-evidence checkpoints of the
+	// embedded store. Default empty: the chains are kept but no checkpoint
+	// is signed, so mcpaudit verify can only check them against
+	// themselves.
+	SigningKeyFile string `yaml:"signing_key_file"`
 	// RetentionEvery is how often the retention job runs. Default 1h.
 	RetentionEvery Duration `yaml:"retention_every"`
 	// SLOTarget is the write-durability objective: the API's error budget

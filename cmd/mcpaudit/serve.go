@@ -20,6 +20,7 @@ import (
 	"github.com/mcpaudit/mcpaudit/collector/classify"
 	"github.com/mcpaudit/mcpaudit/collector/pipeline"
 	"github.com/mcpaudit/mcpaudit/collector/receiver"
+	"github.com/mcpaudit/mcpaudit/exporter/chain"
 	"github.com/mcpaudit/mcpaudit/exporter/clickhouse"
 	"github.com/mcpaudit/mcpaudit/exporter/metrics"
 	"github.com/mcpaudit/mcpaudit/exporter/notify"
@@ -123,7 +124,15 @@ type server struct {
 func openStore(ctx context.Context, cfg Config, log *slog.Logger) (audit.Store, error) {
 	switch cfg.Serve.Store {
 	case "sqlite", "":
-		return sqlite.Open(filepath.Join(cfg.Serve.DataDir, "mcpaudit.db"), cfg.Serve.SQLite)
+		o := cfg.Serve.SQLite
+		if cfg.Serve.SigningKeyFile != "" {
+			key, err := chain.ReadPrivateKey(cfg.Serve.SigningKeyFile)
+			if err != nil {
+				return nil, fmt.Errorf("serve.signing_key_file: %w", err)
+			}
+			o.SigningKey = key
+		}
+		return sqlite.Open(filepath.Join(cfg.Serve.DataDir, "mcpaudit.db"), o)
 	case "clickhouse":
 		o := cfg.Serve.ClickHouse
 		if o.Spool.Dir == "" || o.Spool.Dir == clickhouse.NewDefaultOptions().Spool.Dir {
