@@ -9,6 +9,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/exporter/store"
 )
 
 // The investigation side of the store (audit.Investigator). Lifecycle
@@ -96,7 +97,7 @@ func (s *Store) findingsNewest(ctx context.Context, conn driver.Conn, q audit.Fi
 		}
 		c = append(c, cur.before("id"))
 	}
-	limit := limitOf(q.Limit)
+	limit := store.PageLimit(q.Limit)
 	query := fmt.Sprintf("SELECT %s FROM %s FINAL%s ORDER BY time DESC, time_nanos DESC, id DESC LIMIT %d",
 		findingSelect, s.layout.table("findings"), c.where(), limit+1)
 	var last findingRow
@@ -286,7 +287,7 @@ func (s *Store) Calls(ctx context.Context, q audit.CallQuery) (audit.CallPage, e
 		c = append(c, "has(arrayPushFront(other_documents, document), "+quote(q.Document)+")")
 	}
 	c.span(q.Since, q.Until)
-	limit := limitOf(q.Limit)
+	limit := store.PageLimit(q.Limit)
 	if len(q.IDs) > 0 {
 		limit = len(q.IDs)
 		var ors []string

@@ -1,7 +1,6 @@
 package clickhouse
 
 import (
-	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -14,29 +13,13 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/exporter/store"
 )
 
-// Page sizes of Findings and Writes, and of Timeline; as in the SQLite
-// store.
-const (
-	defaultLimit    = 100
-	maxLimit        = 1000
-	defaultTimeline = 1000
-	maxTimeline     = 10000
-	// inChunk bounds the values of one IN list, to stay far below the
-	// server's max_query_size.
-	inChunk = 1000
-)
-
-func limitOf(n int) int {
-	switch {
-	case n <= 0:
-		return defaultLimit
-	case n > maxLimit:
-		return maxLimit
-	}
-	return n
-}
+// inChunk bounds the values of one IN list, to stay far below the
+// server's max_query_size. Page sizes are store.PageLimit and
+// store.TimelineLimit, shared with the embedded store.
+const inChunk = 1000
 
 // quote renders s as a ClickHouse string literal. Every value put into a
 // query goes through quote or a number format: no server-side parameters
@@ -235,7 +218,7 @@ func (s *Store) Findings(ctx context.Context, q audit.FindingQuery) (audit.Findi
 		}
 		c = append(c, cur.after("id", false))
 	}
-	limit := limitOf(q.Limit)
+	limit := store.PageLimit(q.Limit)
 	query := fmt.Sprintf("SELECT %s FROM %s FINAL%s ORDER BY time, time_nanos, id LIMIT %d",
 		findingSelect, s.layout.table("findings"), c.where(), limit+1)
 	var last findingRow
@@ -283,7 +266,7 @@ func (s *Store) Writes(ctx context.Context, q audit.WriteQuery) (audit.WritePage
 		}
 		outer = append(outer, cur.after("call_id", true))
 	}
-	limit := limitOf(q.Limit)
+	limit := store.PageLimit(q.Limit)
 	query := fmt.Sprintf("SELECT %s FROM (SELECT %s FROM %s FINAL%s)%s ORDER BY time, time_nanos, call_id, seq LIMIT %d",
 		writeSelect, writeSelect, s.layout.table("writes"), inner.where(), outer.where(), limit+1)
 	var last writeRow
@@ -316,13 +299,7 @@ func (s *Store) Timeline(ctx context.Context, q audit.TimelineQuery) ([]audit.Ti
 	if q.Document == "" {
 		return nil, fmt.Errorf("cannot read a timeline: no document given")
 	}
-	limit := q.Limit
-	switch {
-	case limit <= 0:
-		limit = defaultTimeline
-	case limit > maxTimeline:
-		limit = maxTimeline
-	}
+	limit := store.TimelineLimit(q.Limit)
 	var base conds
 	base.eq("tenant", q.Tenant)
 	base.eq("server", q.Server)
@@ -353,14 +330,12 @@ func (s *Store) Timeline(ctx context.Context, q audit.TimelineQuery) ([]audit.Ti
 	for i := range calls {
 		r := &calls[i]
 		made[callKey{r.Tenant, r.ID}] = true
-		ev := audit.TimelineEvent{
-			Time: joinTime(r.Time, r.TimeNanos), Type: audit.EventCall, CallID: r.ID, Server: r.Server,
-			Session: r.Session, Tool: r.Tool, Outcome: audit.Outcome(r.Outcome),
-		}
+		var failure *audit.Failure
 		if r.Flags&flagFailure != 0 {
-			ev.Code, ev.RetryAction = r.FailureCode, audit.RetryAction(r.FailureAction)
+			failure = &audit.Failure{Code: r.FailureCode, Action: audit.RetryAction(r.FailureAction)}
 		}
-		events = append(events, ev)
+		c := audit.Call{ID: r.ID, Time: joinTime(r.Time, r.TimeNanos), Server: r.Server, Session: r.Session, Tool: r.Tool}
+		events = append(events, store.CallEvent(&c, audit.Outcome(r.Outcome), failure))
 		ids = append(ids, r.ID)
 	}
 
@@ -384,10 +359,7 @@ func (s *Store) Timeline(ctx context.Context, q audit.TimelineQuery) ([]audit.Ti
 				if !made[callKey{w.Tenant, w.CallID}] {
 					return nil // another tenant's write under the same call id
 				}
-				events = append(events, audit.TimelineEvent{
-					Time: w.Time, Type: audit.EventWrite, CallID: w.CallID, Server: w.Server, Session: w.Session,
-					Tool: w.Tool, Key: w.Key, State: w.State, Reason: w.Reason, RetryAction: w.Action,
-				})
+				events = append(events, store.WriteEvent(&w))
 				return nil
 			})
 			if err != nil {
@@ -410,20 +382,13 @@ func (s *Store) Timeline(ctx context.Context, q audit.TimelineQuery) ([]audit.Ti
 			return queryErr(ctx, "read the timeline", err)
 		}
 		f := r.finding()
-		events = append(events, audit.TimelineEvent{
-			Time: f.Time, Type: audit.EventFinding, Server: f.Server, Session: f.Session,
-			Key: f.Key, Reason: f.Reason, RetryAction: f.RetryAction, Finding: &f,
-		})
+		events = append(events, store.FindingEvent(&f))
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	rank := map[string]int{audit.EventCall: 0, audit.EventWrite: 1, audit.EventFinding: 2}
-	slices.SortStableFunc(events, func(a, b audit.TimelineEvent) int {
-		return cmp.Or(a.Time.Compare(b.Time), cmp.Compare(rank[a.Type], rank[b.Type]))
-	})
-	return events[:min(len(events), limit)], nil
+	return store.SortTimeline(events, limit), nil
 }
 
 // WriteCounts counts write attempts by their latest state.

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
-	"github.com/mcpaudit/mcpaudit/collector/canon"
+	"github.com/mcpaudit/mcpaudit/exporter/store"
 )
 
 // The rows below are what one batch inserts, in the columns' order. They are
@@ -207,7 +207,7 @@ func callRowOf(r *audit.Record) (callRow, error) {
 	// the request gives: that one is derived again when read.
 	switch {
 	case c.Fingerprint == "":
-	case c.Fingerprint == fingerprint(c):
+	case store.Derived(c):
 		row.Flags |= flagFingerprintDerived
 	default:
 		row.Fingerprint = c.Fingerprint
@@ -237,7 +237,7 @@ func (row *callRow) record() *audit.Record {
 	}
 	c.Fingerprint = row.Fingerprint
 	if row.Flags&flagFingerprintDerived != 0 {
-		c.Fingerprint = fingerprint(c)
+		c.Fingerprint = store.Fingerprint(c)
 	}
 	rec := &audit.Record{Call: c}
 	if row.Reading != "" && audit.ReadReading([]byte(row.Reading), rec) == nil {
@@ -250,10 +250,6 @@ func (row *callRow) record() *audit.Record {
 		rec.Failure = &audit.Failure{Code: row.FailureCode, Action: audit.RetryAction(row.FailureAction), Message: row.FailureMessage}
 	}
 	return rec
-}
-
-func fingerprint(c *audit.Call) string {
-	return audit.Fingerprint(c.Server, c.Session, c.RPCID, c.Tool, canon.Bytes(c.Arguments))
 }
 
 func writeRowOf(w *audit.Write, version uint64) (writeRow, error) {

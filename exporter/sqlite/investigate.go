@@ -14,6 +14,7 @@ import (
 
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/exporter/chain"
+	"github.com/mcpaudit/mcpaudit/exporter/store"
 )
 
 // The investigation side of the store (audit.Investigator): the finding
@@ -531,7 +532,7 @@ func (s *Store) Calls(ctx context.Context, q audit.CallQuery) (audit.CallPage, e
 		})
 		return page, nil
 	}
-	limit := pageSize(q.Limit, defaultPage, maxPage)
+	limit := store.PageLimit(q.Limit)
 	// (since, -1) comes before every call at since: rids are positive.
 	lastTime, lastRID := clampNanos(q.Since), int64(-1)
 	if q.Cursor != "" {
