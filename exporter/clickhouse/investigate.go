@@ -141,7 +141,7 @@ func (s *Store) addStatuses(ctx context.Context, conn driver.Conn, fs []audit.Fi
 
 // FindingCounts counts the selected findings by kind and lifecycle state.
 func (s *Store) FindingCounts(ctx context.Context, q audit.FindingQuery) ([]audit.FindingCount, error) {
-	conn, err := s.reader()
+	conn, err := s.settledReader(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -196,7 +196,7 @@ func (s *Store) FindingCounts(ctx context.Context, q audit.FindingQuery) ([]audi
 // audit.Investigator. Two people changing one finding at the same moment
 // are both recorded; the later change is its state.
 func (s *Store) ChangeFinding(ctx context.Context, c audit.FindingChange) (audit.FindingStatus, error) {
-	conn, err := s.reader()
+	conn, err := s.settledReader(ctx)
 	if err != nil {
 		return audit.FindingStatus{}, err
 	}
@@ -246,7 +246,7 @@ func (s *Store) ChangeFinding(ctx context.Context, c audit.FindingChange) (audit
 
 // FindingHistory returns every state change of a finding, oldest first.
 func (s *Store) FindingHistory(ctx context.Context, id, tenant string) ([]audit.FindingChange, error) {
-	conn, err := s.reader()
+	conn, err := s.settledReader(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -275,7 +275,7 @@ func (s *Store) FindingHistory(ctx context.Context, id, tenant string) ([]audit.
 // audit.Investigator.
 func (s *Store) Calls(ctx context.Context, q audit.CallQuery) (audit.CallPage, error) {
 	page := audit.CallPage{Calls: []audit.Record{}}
-	conn, err := s.reader()
+	conn, err := s.settledReader(ctx)
 	if err != nil {
 		return page, err
 	}
@@ -324,7 +324,7 @@ func (s *Store) Calls(ctx context.Context, q audit.CallQuery) (audit.CallPage, e
 
 // FailureCounts counts the failed calls in a time range by retry action.
 func (s *Store) FailureCounts(ctx context.Context, q audit.CountQuery) (map[audit.RetryAction]int64, error) {
-	conn, err := s.reader()
+	conn, err := s.settledReader(ctx)
 	if err != nil {
 		return nil, err
 	}

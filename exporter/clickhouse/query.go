@@ -200,7 +200,7 @@ func severitiesFrom(sev audit.Severity) []string {
 // first, each with its lifecycle status.
 func (s *Store) Findings(ctx context.Context, q audit.FindingQuery) (audit.FindingPage, error) {
 	page := audit.FindingPage{Findings: []audit.Finding{}}
-	conn, err := s.reader()
+	conn, err := s.settledReader(ctx)
 	if err != nil {
 		return page, err
 	}
@@ -245,7 +245,7 @@ func (s *Store) Findings(ctx context.Context, q audit.FindingQuery) (audit.Findi
 // (time, call ID, seq) order.
 func (s *Store) Writes(ctx context.Context, q audit.WriteQuery) (audit.WritePage, error) {
 	page := audit.WritePage{Writes: []audit.Write{}}
-	conn, err := s.reader()
+	conn, err := s.settledReader(ctx)
 	if err != nil {
 		return page, err
 	}
@@ -292,7 +292,7 @@ func (s *Store) Writes(ctx context.Context, q audit.WriteQuery) (audit.WritePage
 // findings. When the calls fill the limit, findings after the last call are
 // left out too, so that the timeline has no gap.
 func (s *Store) Timeline(ctx context.Context, q audit.TimelineQuery) ([]audit.TimelineEvent, error) {
-	conn, err := s.reader()
+	conn, err := s.settledReader(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -393,7 +393,7 @@ func (s *Store) Timeline(ctx context.Context, q audit.TimelineQuery) ([]audit.Ti
 
 // WriteCounts counts write attempts by their latest state.
 func (s *Store) WriteCounts(ctx context.Context, q audit.CountQuery) (map[audit.WriteState]int64, error) {
-	conn, err := s.reader()
+	conn, err := s.settledReader(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -420,7 +420,7 @@ func (s *Store) WriteCounts(ctx context.Context, q audit.CountQuery) (map[audit.
 
 // FindingIDs returns the IDs of the findings whose Time >= since.
 func (s *Store) FindingIDs(ctx context.Context, since time.Time) (map[string]bool, error) {
-	conn, err := s.reader()
+	conn, err := s.settledReader(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -447,7 +447,7 @@ func (s *Store) FindingIDs(ctx context.Context, since time.Time) (map[string]boo
 // ID) order. It first waits for the spool to drain, so that every
 // acknowledged call is seen.
 func (s *Store) ScanCalls(ctx context.Context, since time.Time, fn func(*audit.Record) error) error {
-	conn, err := s.reader()
+	conn, err := s.settledReader(ctx)
 	if err != nil {
 		return err
 	}
@@ -468,7 +468,7 @@ func (s *Store) ScanCalls(ctx context.Context, since time.Time, fn func(*audit.R
 
 // Watermark returns the last committed watermark of this replica.
 func (s *Store) Watermark(ctx context.Context) (time.Time, error) {
-	conn, err := s.reader()
+	conn, err := s.reader() // the watermark is known here once acknowledged
 	if err != nil && !errors.Is(err, audit.ErrUnavailable) {
 		return time.Time{}, err
 	}
@@ -516,7 +516,7 @@ func (s *Store) DeleteTenantBefore(ctx context.Context, tenant string, t time.Ti
 }
 
 func (s *Store) deleteRows(ctx context.Context, t time.Time, cond string, dropParts bool) (int64, error) {
-	conn, err := s.reader()
+	conn, err := s.settledReader(ctx)
 	if err != nil {
 		return 0, err
 	}

@@ -32,6 +32,10 @@ type spool struct {
 	files []spoolFile // oldest first
 	bytes int64
 	next  uint64
+	// fresh holds the batches appended by this process that no insert
+	// has been tried with: ClickHouse cannot have their rows, so their
+	// first insert needs no check for rows already stored.
+	fresh map[uint64]bool
 }
 
 type spoolFile struct {
@@ -122,6 +126,10 @@ func (sp *spool) append(b *batch) error {
 		return err
 	}
 	sp.next++
+	if sp.fresh == nil {
+		sp.fresh = map[uint64]bool{}
+	}
+	sp.fresh[seq] = true
 	sp.files = append(sp.files, spoolFile{seq: seq, size: int64(len(data))})
 	sp.bytes += int64(len(data))
 	return nil
@@ -215,4 +223,37 @@ func (sp *spool) usage() (batches int, bytes int64) {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
 	return len(sp.files), sp.bytes
+}
+
+// lastAppended returns the seq of the last batch appended (0 when none).
+func (sp *spool) lastAppended() uint64 {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	return sp.next - 1
+}
+
+// doneThrough returns the seq up to which every batch has left the spool
+// (inserted, or moved aside).
+func (sp *spool) doneThrough() uint64 {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	if len(sp.files) == 0 {
+		return sp.next - 1
+	}
+	return sp.files[0].seq - 1
+}
+
+// tried reports whether an insert may have carried any of seqs already
+// (so that ClickHouse may hold some of their rows), and marks them tried.
+func (sp *spool) tried(seqs []uint64) bool {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	any := false
+	for _, seq := range seqs {
+		if !sp.fresh[seq] {
+			any = true
+		}
+		delete(sp.fresh, seq)
+	}
+	return any
 }
