@@ -149,13 +149,15 @@ func newRecentIDs(n int) *recentIDs {
 	return &recentIDs{set: make(map[uint64]struct{}, 1024), ring: make([]uint64, n)}
 }
 
-// add remembers id; it returns false when id was already remembered. An
-// empty id (a call built by hand) is never a duplicate.
-func (r *recentIDs) add(id string) bool {
+// add remembers the tenant's id; it returns false when it was already
+// remembered. An empty id (a call built by hand) is never a duplicate.
+func (r *recentIDs) add(tenant, id string) bool {
 	if id == "" {
 		return true
 	}
-	h := maphash.String(ordSeed, id) | 1
+	// Ids are unique within a tenant: another tenant's call of the same
+	// id is another call.
+	h := maphash.String(ordSeed, tenant+"\x00"+id) | 1
 	if _, ok := r.set[h]; ok {
 		return false
 	}

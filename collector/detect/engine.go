@@ -149,7 +149,7 @@ func (e *Engine) Add(src string, r *audit.Record, wall time.Time) {
 		// A later observation completed a waiting one with its response.
 		seen = nil
 	}
-	if seen == nil || e.ids != nil && !e.ids.add(c.ID) {
+	if seen == nil || e.ids != nil && !e.ids.add(c.Tenant, c.ID) {
 		e.duplicate()
 		return
 	}
