@@ -86,10 +86,10 @@ const (
 	LabelReason      = "reason"
 	// LabelWait is what a finding waited for: evidence (the call that
 	// completed it) or window (the end of its verification window).
-	LabelWait = "wait"
-	LabelVersion     = "version"
-	LabelRevision    = "revision"
-	LabelGoVersion   = "goversion"
+	LabelWait      = "wait"
+	LabelVersion   = "version"
+	LabelRevision  = "revision"
+	LabelGoVersion = "goversion"
 )
 
 // Values of LabelWait.
