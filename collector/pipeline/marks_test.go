@@ -21,11 +21,15 @@ func TestMarks_RoundTrip(t *testing.T) {
 		{Tenant: "acme", Server: "oddlynew"}: {Watermark: t0.Add(-time.Hour), Waiting: t0.Add(-30 * time.Minute)},
 		{Tenant: "acme", Server: "thegram"}:  {Waiting: t0.Add(time.Minute)},
 	}
-	if err := writeMarks(path, want); err != nil {
+	floor := t0.Add(-3 * time.Hour)
+	if err := writeMarks(path, want, floor); err != nil {
 		t.Fatal(err)
 	}
 	var log bytes.Buffer
-	got := readMarks(path, slog.New(slog.NewTextHandler(&log, nil)))
+	got, gotFloor := readMarks(path, slog.New(slog.NewTextHandler(&log, nil)))
+	if !gotFloor.Equal(floor) {
+		t.Errorf("floor read back %v, want %v", gotFloor, floor)
+	}
 	if !maps.EqualFunc(got, want, func(a, b mark) bool {
 		return a.Watermark.Equal(b.Watermark) && a.Waiting.Equal(b.Waiting)
 	}) {
@@ -51,8 +55,8 @@ func TestMarks_Unreadable(t *testing.T) {
 			}
 		}
 		var log bytes.Buffer
-		if got := readMarks(path, slog.New(slog.NewTextHandler(&log, nil))); got != nil {
-			t.Errorf("%s: read %v, want no marks", name, got)
+		if got, floor := readMarks(path, slog.New(slog.NewTextHandler(&log, nil))); got != nil || !floor.IsZero() {
+			t.Errorf("%s: read %v and floor %v, want no marks", name, got, floor)
 		}
 		if w := strings.Contains(log.String(), "cannot read the partitions' watermarks"); w != warned {
 			t.Errorf("%s: warned %v, want %v; log: %s", name, w, warned, log.String())

@@ -101,9 +101,14 @@ type Pipeline struct {
 	status    []detect.PartitionStatus
 	statusReq chan chan []detect.PartitionStatus
 
-	// The partitions' marks last saved to the state file.
+	// floorMu guards what the state file holds and what it must cover:
+	// the partitions' marks and floor last saved, and the earliest call
+	// (Unix nanoseconds) of each batch queued for the engine, with counts.
+	floorMu    sync.Mutex
 	savedMarks map[detect.PartitionKey]mark
 	marksSaved time.Time
+	floor      time.Time
+	queued     map[int64]int
 
 	mu      sync.Mutex
 	stopped bool
@@ -126,12 +131,14 @@ func New(ctx context.Context, cfg Config, dcfg detect.Config, store audit.Store,
 		queue:     make(chan audit.Batch, 1024),
 		done:      make(chan struct{}),
 		statusReq: make(chan chan []detect.PartitionStatus),
+		queued:    map[int64]int{},
 	}
 	p.gate = newGate(sinks, cfg.FindingLatency)
 	p.eng = detect.NewEngine(dcfg, p.gate)
 	// The store refuses stored ids; the engine drops a call re-sent while
-	// it is still in memory (after a restart, say).
-	p.eng.DropRepeatedIDs()
+	// it could still be judged (a re-send after a lost acknowledgement,
+	// a replay after a restart).
+	p.eng.DropRepeatsWithinAllowance()
 	p.gate.eng = p.eng
 	if err := p.recover(ctx); err != nil {
 		return nil, err
@@ -156,11 +163,16 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("cannot read the watermark: %w", err)
 	}
-	marks := readMarks(p.cfg.StateFile, p.log)
-	// The replay reaches back from the earliest watermark, or call still
-	// waiting, by everything a call after it can correlate with; without
-	// any mark (nothing was ever committed), from the first stored call.
+	marks, floor := readMarks(p.cfg.StateFile, p.log)
+	// The replay reaches back from the earliest watermark, call still
+	// waiting or call acknowledged before it was judged (the floor), by
+	// everything a call after it can correlate with; without any mark
+	// (nothing was ever committed), from the first stored call.
 	from := wm
+	if !floor.IsZero() && (from.IsZero() || floor.Before(from)) {
+		from = floor
+	}
+	p.floor = floor
 	committed := map[detect.PartitionKey]time.Time{}
 	for k, m := range marks {
 		committed[k] = m.Watermark
@@ -235,6 +247,18 @@ func (p *Pipeline) Ingest(ctx context.Context, batches ...audit.Batch) (int, err
 		p.inflight.Add(-n)
 		return 0, err
 	}
+	// Before the calls are acknowledged, the state file's floor reaches
+	// back to them: a crash before they are judged replays them.
+	for i, b := range batches {
+		if err := p.lowerFloor(earliest(b)); err != nil {
+			for _, q := range batches[:i] {
+				p.dequeued(earliest(q), false)
+			}
+			p.inflight.Add(-n)
+			p.log.Error("calls stored but not acknowledged: the state file cannot be written", "err", err)
+			return 0, fmt.Errorf("%w: %w", audit.ErrUnavailable, err)
+		}
+	}
 	// The engine keeps what correlation needs, not the payloads the store
 	// has now.
 	now := p.now()
@@ -251,6 +275,7 @@ func (p *Pipeline) Ingest(ctx context.Context, batches ...audit.Batch) (int, err
 			// Stored, but the engine is gone: the calls are replayed from
 			// the store at the next start.
 			p.inflight.Add(-int64(len(b.Records)))
+			p.dequeued(earliest(b), false)
 		}
 	}
 	return stored, nil
@@ -394,6 +419,7 @@ func (p *Pipeline) take(b audit.Batch) {
 	for _, r := range b.Records {
 		p.eng.Add(b.Source, r, now)
 	}
+	p.dequeued(earliest(b), false)
 	p.inflight.Add(-int64(len(b.Records)))
 	p.open.Store(int64(p.eng.Buffered()))
 }

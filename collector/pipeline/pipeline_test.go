@@ -599,16 +599,10 @@ func TestRecovery(t *testing.T) {
 // TestRecovery_NewPartitionFarBehind: a partition seen for the first time
 // with a backlog from hours ago, acknowledged just before a crash, before
 // any commit or state file knew of it, is still judged after the restart.
-//
-// It fails today: the replay at start reaches back from the earliest mark
-// of the state file (saved at most once a second) or the store's
-// watermark by the correlation horizon (1h07m by default), and neither
-// knows of calls acknowledged since; a backlog older than that is stored
-// but never judged. Set MCPAUDIT_KNOWN_GAPS=1 to run it.
+// The state file's marks are saved at most once a second, so its floor is
+// lowered to the backlog before the backlog is acknowledged: the replay
+// reaches back to it.
 func TestRecovery_NewPartitionFarBehind(t *testing.T) {
-	if os.Getenv("MCPAUDIT_KNOWN_GAPS") == "" {
-		t.Skip("known gap: a far-behind backlog acknowledged within a second of a crash is not judged after the restart; MCPAUDIT_KNOWN_GAPS=1 runs this test")
-	}
 	dir := t.TempDir()
 	clock := newClock(wallStart)
 	r := openRun(t, dir, clock, nil, nil)
