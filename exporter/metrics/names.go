@@ -97,7 +97,8 @@ const (
 )
 
 // Other replaces a label value outside its bounded set: an unknown tool or
-// code, or a tool past the per-server cap.
+// code, a tool past the per-server cap, a server past the server cap, or a
+// name that cannot be a label value.
 const Other = "other"
 
 // Source says where ingested records came from.
@@ -125,11 +126,19 @@ const (
 	RejectTooLarge     RejectReason = "too_large"     // over the size limit
 	RejectQueueFull    RejectReason = "queue_full"    // back-pressure: the pipeline is full
 	RejectDecodeError  RejectReason = "decode_error"  // protobuf or compression error
+	RejectInvalidText  RejectReason = "invalid_text"  // a name or id that is not printable UTF-8
+	RejectTooLong      RejectReason = "too_long"      // a name, id or payload over its cap, or too many attributes
+	RejectTooDeep      RejectReason = "too_deep"      // JSON or OTLP values nested deeper than the limit
+	RejectBadTime      RejectReason = "bad_time"      // a time the store cannot hold (outside 1678-2261)
+	RejectServerLimit  RejectReason = "server_limit"  // a new server past the tenant's cap of partitions
+	RejectOverloaded   RejectReason = "overloaded"    // refused before reading: memory, bytes in flight or connections at their limit
+	RejectTimeout      RejectReason = "timeout"       // the body did not arrive in time
 )
 
 // RejectReasons lists every reject reason.
 var RejectReasons = []RejectReason{
 	RejectInvalidJSON, RejectMissingField, RejectBadSpan, RejectTooLarge, RejectQueueFull, RejectDecodeError,
+	RejectInvalidText, RejectTooLong, RejectTooDeep, RejectBadTime, RejectServerLimit, RejectOverloaded, RejectTimeout,
 }
 
 // Ingest results. They are disjoint: a record counts under exactly one.
