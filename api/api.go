@@ -153,6 +153,10 @@ func (p *params) time(name string) time.Time {
 		return time.Time{}
 	}
 	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		if err := CheckTime(t); err != nil {
+			p.err = &paramError{name, err.Error()}
+			return time.Time{}
+		}
 		return t
 	}
 	if d, err := ParseWindow(v); err == nil {
@@ -160,6 +164,32 @@ func (p *params) time(name string) time.Time {
 	}
 	p.err = &paramError{name, "want an RFC 3339 time or a duration such as 1h or 30d, not " + strconv.Quote(v)}
 	return time.Time{}
+}
+
+// CheckTime rejects a time the stores cannot hold: nanoseconds since 1970
+// in 64 bits reach from 1678 to 2261.
+func CheckTime(t time.Time) error {
+	if y := t.Year(); y < 1678 || y > 2261 {
+		return fmt.Errorf("%s is outside 1678-2261", t.Format(time.RFC3339))
+	}
+	return nil
+}
+
+// MaxWindow is the longest window a query may span: 100 years.
+const MaxWindow = 100 * 365 * 24 * time.Hour
+
+// ParseTarget parses an SLO target: a number in (0, 1], or (0, 1) when
+// one is not allowed. NaN and infinities are refused.
+func ParseTarget(s string, allowOne bool) (float64, error) {
+	f, err := strconv.ParseFloat(s, 64)
+	ok := err == nil && f > 0 && (f < 1 || allowOne && f == 1)
+	if !ok {
+		if allowOne {
+			return 0, fmt.Errorf("want a number in (0, 1], not %q", s)
+		}
+		return 0, fmt.Errorf("want a number in (0, 1), not %q", s)
+	}
+	return f, nil
 }
 
 func (p *params) int(name string) int {
@@ -175,20 +205,22 @@ func (p *params) int(name string) int {
 }
 
 // ParseWindow parses a Go duration, also accepting days ("30d") and weeks
-// ("1w").
+// ("1w"). It must be positive and at most MaxWindow.
 func ParseWindow(s string) (time.Duration, error) {
 	for suffix, unit := range map[string]time.Duration{"d": 24 * time.Hour, "w": 7 * 24 * time.Hour} {
 		if n, ok := strings.CutSuffix(s, suffix); ok {
 			f, err := strconv.ParseFloat(n, 64)
-			if err != nil || f <= 0 {
-				return 0, fmt.Errorf("bad window %q", s)
+			// NaN fails both comparisons; a huge or infinite count fails
+			// the second before it can overflow a Duration.
+			if err != nil || !(f > 0) || !(f*float64(unit) <= float64(MaxWindow)) {
+				return 0, fmt.Errorf("bad window %q: want a positive duration of at most 100 years, such as 1h, 30d or 2w", s)
 			}
 			return time.Duration(f * float64(unit)), nil
 		}
 	}
 	d, err := time.ParseDuration(s)
-	if err != nil || d <= 0 {
-		return 0, fmt.Errorf("bad window %q", s)
+	if err != nil || d <= 0 || d > MaxWindow {
+		return 0, fmt.Errorf("bad window %q: want a positive duration of at most 100 years, such as 1h, 30d or 2w", s)
 	}
 	return d, nil
 }
@@ -385,9 +417,9 @@ func (s *Server) slo(w http.ResponseWriter, r *http.Request) {
 	}
 	target := s.SLOTarget
 	if t := p.str("target"); t != "" {
-		f, err := strconv.ParseFloat(t, 64)
-		if err != nil || f <= 0 || f > 1 {
-			s.fail(w, &paramError{"target", "want a number in (0, 1]"})
+		f, err := ParseTarget(t, true)
+		if err != nil {
+			s.fail(w, &paramError{"target", err.Error()})
 			return
 		}
 		target = f

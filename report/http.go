@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/api"
@@ -78,12 +77,15 @@ func QueryOf(window, until, target string, def float64, now time.Time) (Query, e
 		if err != nil {
 			return Query{}, errors.New("parameter until: want an RFC 3339 time")
 		}
+		if err := api.CheckTime(t); err != nil {
+			return Query{}, errors.New("parameter until: " + err.Error())
+		}
 		q.Until = t
 	}
 	if target != "" {
-		f, err := strconv.ParseFloat(target, 64)
-		if err != nil || f <= 0 || f >= 1 {
-			return Query{}, errors.New("parameter target: want a number in (0, 1)")
+		f, err := api.ParseTarget(target, false)
+		if err != nil {
+			return Query{}, errors.New("parameter target: " + err.Error())
 		}
 		q.Target = f
 	}

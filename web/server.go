@@ -212,6 +212,9 @@ func parseTime(name, v string, now time.Time) (time.Time, error) {
 		return time.Time{}, nil
 	}
 	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		if err := api.CheckTime(t); err != nil {
+			return time.Time{}, fmt.Errorf("%w %s: %v", errBadParam, name, err)
+		}
 		return t, nil
 	}
 	if d, err := api.ParseWindow(v); err == nil {

@@ -1,0 +1,80 @@
+package api_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/api"
+)
+
+func TestParseWindow(t *testing.T) {
+	f := func(in string, want time.Duration, wantErr bool) {
+		t.Helper()
+		got, err := api.ParseWindow(in)
+		if (err != nil) != wantErr || got != want {
+			t.Errorf("ParseWindow(%q) = %v, %v; want %v, error %v", in, got, err, want, wantErr)
+		}
+	}
+	f("1h", time.Hour, false)
+	f("30d", 30*24*time.Hour, false)
+	f("2w", 14*24*time.Hour, false)
+	f("0.5d", 12*time.Hour, false)
+	f("36500d", api.MaxWindow, false)
+	f("36501d", 0, true)
+	f("1e300d", 0, true)
+	f("1e300w", 0, true)
+	f("NaNd", 0, true)
+	f("Infd", 0, true)
+	f("-1d", 0, true)
+	f("0d", 0, true)
+	f("1000000h", 0, true)
+	f("9999999999999h", 0, true)
+	f("", 0, true)
+	f("d", 0, true)
+}
+
+func TestParseTarget(t *testing.T) {
+	f := func(in string, allowOne bool, want float64, wantErr bool) {
+		t.Helper()
+		got, err := api.ParseTarget(in, allowOne)
+		if (err != nil) != wantErr || got != want {
+			t.Errorf("ParseTarget(%q, %v) = %v, %v; want %v, error %v", in, allowOne, got, err, want, wantErr)
+		}
+	}
+	f("0.999", true, 0.999, false)
+	f("1", true, 1, false)
+	f("1", false, 0, true)
+	f("NaN", true, 0, true)
+	f("nan", true, 0, true)
+	f("Inf", true, 0, true)
+	f("-Inf", true, 0, true)
+	f("0", true, 0, true)
+	f("1.5", true, 0, true)
+	f("1e-400", true, 0, true)
+}
+
+// TestBadParameters: a target or window that is not a number in range, and
+// a time the store cannot hold, are answered 400 with the parameter named.
+func TestBadParameters(t *testing.T) {
+	srv, _ := newServer(t, nil)
+	for _, tc := range []struct{ path, param string }{
+		{"/api/v1/slo?target=NaN", "target"},
+		{"/api/v1/slo?target=Inf", "target"},
+		{"/api/v1/slo?target=-0.5", "target"},
+		{"/api/v1/slo?window=1e300d", "window"},
+		{"/api/v1/slo?window=NaNd", "window"},
+		{"/api/v1/slo?window=100000000h", "window"},
+		{"/api/v1/slo?until=9999-01-01T00:00:00Z", "until"},
+		{"/api/v1/findings?since=0001-01-01T00:00:00Z", "since"},
+		{"/api/v1/writes?until=2300-01-01T00:00:00Z", "until"},
+	} {
+		status, _, body := do(t, "GET", srv.URL+tc.path, "")
+		var e api.Error
+		json.Unmarshal(body, &e)
+		if status != 400 || !strings.Contains(e.Error, tc.param) {
+			t.Errorf("%s: %d %s, want 400 naming %s", tc.path, status, body, tc.param)
+		}
+	}
+}
