@@ -15,9 +15,11 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/internal/access"
 	"github.com/mcpaudit/mcpaudit/internal/ratelog"
 )
 
@@ -43,6 +45,12 @@ type Server struct {
 	// Status, if set, gives the pipeline's event-time status for
 	// /api/v1/status.
 	Status StatusSource
+	// Access, if set, authenticates requests (serve shares it with the
+	// receivers and /metrics); otherwise Tenants and Credentials do.
+	Access *access.Authenticator
+
+	authOnce sync.Once
+	built    *access.Authenticator
 }
 
 // New returns a query server over store.
@@ -236,6 +244,12 @@ func (s *Server) newParams(w http.ResponseWriter, r *http.Request, known ...stri
 		writeJSON(w, http.StatusUnauthorized, Error{"missing or unknown bearer token"})
 		return nil, "", false
 	}
+	if err := access.Conflict(p, r); err != nil {
+		s.Log.Warn("tenant_conflict", "query API request refused: it names another tenant than its credential's",
+			"remote", r.RemoteAddr, "path", r.URL.Path, "credential", p.Name)
+		writeJSON(w, http.StatusForbidden, Error{err.Error()})
+		return nil, "", false
+	}
 	q := r.URL.Query()
 	var unknown []string
 	for name := range q {
@@ -249,11 +263,7 @@ func (s *Server) newParams(w http.ResponseWriter, r *http.Request, known ...stri
 			strings.Join(unknown, ", "), r.URL.Path, strings.Join(known, ", "))})
 		return nil, "", false
 	}
-	tenant := p.Tenant
-	if !p.Authenticated {
-		tenant = q.Get("tenant")
-	}
-	return &params{q: q, now: s.Now()}, tenant, true
+	return &params{q: q, now: s.Now()}, access.Tenant(p, r), true
 }
 
 // Parameters of each endpoint, besides tenant.

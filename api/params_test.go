@@ -1,7 +1,9 @@
 package api_test
 
 import (
+	"bytes"
 	"encoding/json"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -76,5 +78,44 @@ func TestBadParameters(t *testing.T) {
 		if status != 400 || !strings.Contains(e.Error, tc.param) {
 			t.Errorf("%s: %d %s, want 400 naming %s", tc.path, status, body, tc.param)
 		}
+	}
+}
+
+// TestTenantConflict: a credential of one tenant naming another in the
+// tenant parameter or a tenant header is refused with 403; naming its own
+// is fine; nothing of the other tenant is answered.
+func TestTenantConflict(t *testing.T) {
+	srv, logs := newServer(t, map[string]string{"tok-acme": "acme"})
+	for _, tc := range []struct {
+		path, header string
+		status       int
+	}{
+		{"/api/v1/findings?tenant=globex", "", 403},
+		{"/api/v1/findings", "globex", 403},
+		{"/api/v1/slo?tenant=globex", "", 403},
+		{"/api/v1/status?tenant=globex", "", 403},
+		{"/api/v1/findings?tenant=acme", "acme", 200},
+	} {
+		req, _ := http.NewRequest("GET", srv.URL+tc.path, nil)
+		req.Header.Set("Authorization", "Bearer tok-acme")
+		if tc.header != "" {
+			req.Header.Set("X-Scope-OrgID", tc.header)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body bytes.Buffer
+		body.ReadFrom(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.status {
+			t.Errorf("%s (header %q): %d %s, want %d", tc.path, tc.header, resp.StatusCode, body.String(), tc.status)
+		}
+		if tc.status == 403 && strings.Contains(body.String(), "ops/a.gram") {
+			t.Errorf("%s: the refusal leaks data: %s", tc.path, body.String())
+		}
+	}
+	if !strings.Contains(logs.String(), "tenant_conflict") || strings.Contains(logs.String(), "tok-acme") {
+		t.Errorf("logs: want tenant_conflict lines without the token:\n%s", logs)
 	}
 }

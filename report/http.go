@@ -8,6 +8,7 @@ import (
 
 	"github.com/mcpaudit/mcpaudit/api"
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/internal/access"
 )
 
 // Handler serves GET /api/v1/report?window=30d[&until=RFC3339][&server=S]
@@ -21,11 +22,12 @@ func Handler(store audit.Store, auth *api.Server) http.Handler {
 			httpError(w, http.StatusUnauthorized, "missing or unknown bearer token")
 			return
 		}
-		qv := r.URL.Query()
-		tenant := p.Tenant
-		if !p.Authenticated {
-			tenant = qv.Get("tenant")
+		if err := access.Conflict(p, r); err != nil {
+			httpError(w, http.StatusForbidden, err.Error())
+			return
 		}
+		qv := r.URL.Query()
+		tenant := access.Tenant(p, r)
 		q, err := QueryOf(qv.Get("window"), qv.Get("until"), qv.Get("target"), auth.SLOTarget, auth.Now())
 		if err != nil {
 			httpError(w, http.StatusBadRequest, err.Error())

@@ -22,6 +22,7 @@ import (
 
 	"github.com/mcpaudit/mcpaudit/api"
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/internal/access"
 )
 
 //go:embed templates assets
@@ -128,9 +129,11 @@ func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
 			http.Error(w, "missing or unknown token", http.StatusUnauthorized)
 			return
 		}
-		if !p.Authenticated {
-			p.Tenant = r.URL.Query().Get("tenant")
+		if err := access.Conflict(p, r); err != nil {
+			http.Error(w, err.Error(), http.StatusForbidden)
+			return
 		}
+		p.Tenant = access.Tenant(p, r)
 		h(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
 	}
 }
