@@ -62,6 +62,10 @@ type Config struct {
 	// target and key arguments of the generic servers' write tools
 	// (dialects.writes) are always kept.
 	Keep []string `yaml:"keep"`
+	// SecretFile holds the key the masks are made with (at least 16
+	// bytes). Default <data_dir>/redact.key, created with a random key the
+	// first time; analyze without a data directory draws one per run.
+	SecretFile string `yaml:"secret_file"`
 }
 
 // DefaultKeys mask the whole value of secret-looking keys.
