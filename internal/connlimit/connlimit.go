@@ -19,7 +19,9 @@ type Listener struct {
 	open   atomic.Int64
 	refuse func(net.Conn)
 	// slots blocks Accept at the cap when refuse is nil.
-	slots chan struct{}
+	slots     chan struct{}
+	closed    chan struct{}
+	closeOnce sync.Once
 	// Refused counts the connections refused.
 	Refused atomic.Int64
 }
@@ -28,7 +30,7 @@ type Listener struct {
 // set, a connection past the cap is handed to it (in its own goroutine) and
 // then closed; when nil, Accept waits for a slot.
 func New(ln net.Listener, max int, refuse func(net.Conn)) *Listener {
-	l := &Listener{Listener: ln, max: int64(max), refuse: refuse}
+	l := &Listener{Listener: ln, max: int64(max), refuse: refuse, closed: make(chan struct{})}
 	if refuse == nil {
 		l.slots = make(chan struct{}, max)
 	}
@@ -42,7 +44,11 @@ func (l *Listener) Open() int64 { return l.open.Load() }
 func (l *Listener) Accept() (net.Conn, error) {
 	for {
 		if l.slots != nil {
-			l.slots <- struct{}{}
+			select {
+			case l.slots <- struct{}{}:
+			case <-l.closed:
+				return nil, net.ErrClosed
+			}
 		}
 		c, err := l.Listener.Accept()
 		if err != nil {
@@ -65,6 +71,12 @@ func (l *Listener) Accept() (net.Conn, error) {
 		}
 		return &conn{Conn: c, l: l}, nil
 	}
+}
+
+// Close closes the listener; an Accept waiting for a slot returns.
+func (l *Listener) Close() error {
+	l.closeOnce.Do(func() { close(l.closed) })
+	return l.Listener.Close()
 }
 
 // conn gives its slot back when closed, once.
