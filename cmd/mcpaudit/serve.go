@@ -235,7 +235,14 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		st.Close()
 		return nil, err
 	}
-	rc := receiver.New(cfg.Serve.Receiver, cfg.Dialects, tracedIngester{s.pipe}, s.metrics, log)
+	rcfg := cfg.Serve.Receiver
+	if memLimit > 0 && rcfg.MaxInFlightBytes > memLimit/2 {
+		// Requests in flight may hold half the memory limit at most: the
+		// rest is the engine's, the store's and the runtime's.
+		rcfg.MaxInFlightBytes = max(memLimit/2, 4*rcfg.MaxBodyBytes)
+		log.Info("bytes in flight lowered to half the memory limit", "max_in_flight_bytes", rcfg.MaxInFlightBytes)
+	}
+	rc := receiver.New(rcfg, cfg.Dialects, tracedIngester{s.pipe}, s.metrics, log)
 	rc.Access, rc.Redactor, rc.Admit = s.access, s.redactor, s.pipe.Admit
 	if err := s.metrics.WatchPipeline(s.registry, s.pipelineViews); err != nil {
 		s.closeAll()

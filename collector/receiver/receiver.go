@@ -26,6 +26,7 @@ package receiver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -71,9 +72,11 @@ type Config struct {
 	// the attribute values of OTLP, may nest. Deeper values reject the
 	// record, or the whole OTLP request. Default 32.
 	MaxDepth int `yaml:"max_depth"`
-	// MaxInFlightBytes caps the request bytes (after decompression) held by
-	// all HTTP requests being read and processed at once; a request that
-	// would pass it is answered 429. Default 256 MiB.
+	// MaxInFlightBytes caps the memory held by all HTTP requests being read
+	// and processed at once, each counted at four times its bytes after
+	// decompression (what decoding it costs); a request that would pass it
+	// is answered 429. Default 256 MiB (about 64 MiB of bodies), or half
+	// the memory limit when that is smaller.
 	MaxInFlightBytes int64 `yaml:"max_in_flight_bytes"`
 	// MaxConcurrentStreams caps the OTLP/gRPC requests processed at once,
 	// over all connections; more are answered Unavailable. Default 16.
@@ -111,8 +114,8 @@ func (c *Config) Validate() error {
 	positive("max_in_flight_bytes", c.MaxInFlightBytes)
 	positive("max_concurrent_streams", int64(c.MaxConcurrentStreams))
 	positive("body_timeout", int64(c.BodyTimeout))
-	if c.MaxInFlightBytes > 0 && c.MaxInFlightBytes < c.MaxBodyBytes {
-		errs = append(errs, errors.New("max_in_flight_bytes: must be at least max_body_bytes, or the largest request could never be read"))
+	if c.MaxInFlightBytes > 0 && c.MaxInFlightBytes < decodeCost*c.MaxBodyBytes {
+		errs = append(errs, fmt.Errorf("max_in_flight_bytes: must be at least %d times max_body_bytes, or the largest request could never be read", decodeCost))
 	}
 	if !(c.MemorySoftLimit > 0 && c.MemorySoftLimit <= 1) {
 		errs = append(errs, errors.New("memory_soft_limit: want a share of the memory limit in (0, 1]"))
@@ -167,8 +170,8 @@ func New(cfg Config, dial dialect.Config, in Ingester, m *metrics.Metrics, log *
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = def.MaxBodyBytes
 	}
-	if cfg.MaxInFlightBytes < cfg.MaxBodyBytes {
-		cfg.MaxInFlightBytes = max(def.MaxInFlightBytes, cfg.MaxBodyBytes)
+	if cfg.MaxInFlightBytes < decodeCost*cfg.MaxBodyBytes {
+		cfg.MaxInFlightBytes = max(def.MaxInFlightBytes, decodeCost*cfg.MaxBodyBytes)
 	}
 	if cfg.BodyTimeout <= 0 {
 		cfg.BodyTimeout = def.BodyTimeout

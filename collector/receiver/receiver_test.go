@@ -428,7 +428,7 @@ func TestOTLPLimits(t *testing.T) {
 func TestBodies(t *testing.T) {
 	e := newEnv(t, func(c *receiver.Config, _ *pipeline.Config) {
 		c.MaxBodyBytes = 1 << 20
-		c.MaxInFlightBytes = 1 << 20
+		c.MaxInFlightBytes = 5 << 20
 		c.BodyTimeout = time.Second
 	})
 	bomb := func() []byte {
@@ -503,18 +503,23 @@ func TestBodies(t *testing.T) {
 		}
 	})
 	t.Run("bytes_in_flight", func(t *testing.T) {
-		// One request declares the whole budget and sends slowly; another
-		// meanwhile is refused with 429 and Retry-After.
+		// One request sends 900 KiB of its 1 MiB and stalls (3.8 MiB of
+		// the budget: bodies count four times); another meanwhile is
+		// refused with 429 and Retry-After.
 		c, err := net.Dial("tcp", strings.TrimPrefix(e.url, "http://"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer c.Close()
 		fmt.Fprintf(c, "POST /v1/calls HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/x-ndjson\r\nContent-Length: %d\r\n\r\n{", tokAcme, 1<<20)
+		// A request holds what it sent, not what it declared: 900 KiB.
+		c.Write(bytes.Repeat([]byte(" "), 900<<10))
+		// Another of 512 KiB would hold 2 MiB more of the 5 MiB.
+		big := []byte(record("thegram", "gram_read", now, 7) + "\n" + strings.Repeat(" ", 512<<10))
 		var a answer
 		for range 50 {
 			time.Sleep(20 * time.Millisecond)
-			if a = e.post(t, "/v1/calls", "application/x-ndjson", tokAcme, []byte(record("thegram", "gram_read", now, 7))); a.status == 429 {
+			if a = e.post(t, "/v1/calls", "application/x-ndjson", tokAcme, big); a.status == 429 {
 				break
 			}
 		}
