@@ -162,7 +162,9 @@ func TestServe_HostileInputs(t *testing.T) {
 		{"gzip_bomb_without_encoding", func() (int, string) {
 			return post("/v1/calls", "application/x-ndjson", gz(bytes.Repeat(good, 200_000)))
 		}, 413, "after decompression"},
-		{"declared_length_1GB", func() (int, string) { return rawStatus(t, ingest, "POST /v1/calls HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-ndjson\r\nContent-Length: 1073741824\r\n\r\n{", 0) }, 413, ""},
+		{"declared_length_1GB", func() (int, string) {
+			return rawStatus(t, ingest, "POST /v1/calls HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-ndjson\r\nContent-Length: 1073741824\r\n\r\n{", 0)
+		}, 413, ""},
 		{"truncated_protobuf", func() (int, string) {
 			b := proto(span(nil))
 			return post("/v1/traces", "application/x-protobuf", b[:len(b)-7])
