@@ -119,3 +119,20 @@ func TestTenantConflict(t *testing.T) {
 		t.Errorf("logs: want tenant_conflict lines without the token:\n%s", logs)
 	}
 }
+
+// FuzzParseWindow: no text makes the window parser panic, and a window it
+// accepts is positive and at most MaxWindow.
+func FuzzParseWindow(f *testing.F) {
+	for _, s := range []string{"30d", "1e300d", "NaNw", "1h30m", "-1d", "0.5w"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		d, err := api.ParseWindow(s)
+		if err == nil && (d <= 0 || d > api.MaxWindow) {
+			t.Fatalf("ParseWindow(%q) = %v", s, d)
+		}
+		if v, err := api.ParseTarget(s, true); err == nil && !(v > 0 && v <= 1) {
+			t.Fatalf("ParseTarget(%q) = %v", s, v)
+		}
+	})
+}

@@ -33,3 +33,7 @@ eval "$(MCPAUDIT_CLICKHOUSE_TCP_PORT=auto MCPAUDIT_CLICKHOUSE_HTTP_PORT=auto scr
 trap 'scripts/clickhouse.sh stop; rm -rf "$MCPAUDIT_CLICKHOUSE_DIR"' EXIT
 
 CI=${CI:-} go test -count=1 -parallel 16 ./... 2>&1 | tee /tmp/mcpaudit-test.log
+# The packages that take outside input concurrently, under the race detector.
+go test -count=1 -race ./collector/receiver ./collector/pipeline ./internal/access ./internal/connlimit ./collector/redact
+# Every parser of outside input, fuzzed for a fixed budget from its kept corpus.
+scripts/fuzz.sh "${MCPAUDIT_FUZZ_TIME:-5s}"

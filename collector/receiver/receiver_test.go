@@ -54,7 +54,7 @@ const (
 	tokReader = "tok-reader-0123456789"
 )
 
-func newEnv(t *testing.T, mutate func(*receiver.Config, *pipeline.Config)) *env {
+func newEnv(t testing.TB, mutate func(*receiver.Config, *pipeline.Config)) *env {
 	t.Helper()
 	st, err := sqlite.Open(filepath.Join(t.TempDir(), "mcpaudit.db"), sqlite.NewDefaultOptions())
 	if err != nil {
