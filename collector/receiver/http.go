@@ -104,7 +104,7 @@ func (rc *Receiver) body(w http.ResponseWriter, r *http.Request) ([]byte, func()
 	// gzip cannot make a body smaller than its compressed form by more
 	// than its header.
 	if r.ContentLength > rc.cfg.MaxBodyBytes+64 {
-		return nil, none, &refusal{413, fmt.Sprintf("body of %d bytes declared, more than the limit of %d (serve.receiver.max_body_bytes)", r.ContentLength, rc.cfg.MaxBodyBytes), metrics.RejectTooLarge}
+		return nil, none, &refusal{413, fmt.Sprintf("body larger than the limit: %d bytes declared, more than %d (serve.receiver.max_body_bytes)", r.ContentLength, rc.cfg.MaxBodyBytes), metrics.RejectTooLarge}
 	}
 	ctl := http.NewResponseController(w)
 	ctl.SetReadDeadline(time.Now().Add(rc.cfg.BodyTimeout))
