@@ -152,6 +152,10 @@ type rules struct {
 	values []pattern
 	cards  bool
 	keep   map[string]bool
+	// keyHints and valueHints tell which expressions may match a text.
+	keyHints, valueHints *hintSet
+	keyModes             keyCache
+	scratch              sync.Pool // *[]bool, one entry per value expression
 }
 
 // pattern is a compiled expression and the literals one of which every
@@ -219,19 +223,6 @@ func minLen(h []string) int {
 	return n
 }
 
-// may reports whether text (lower case) may hold a match.
-func (p *pattern) may(lower string) bool {
-	if p.hints == nil {
-		return true
-	}
-	for _, h := range p.hints {
-		if strings.Contains(lower, h) {
-			return true
-		}
-	}
-	return false
-}
-
 // New returns a redactor for cfg whose masks are keyed by secret; keep
 // adds keys never masked. It returns nil when redaction is off.
 func New(cfg Config, secret []byte, keep ...string) (*Redactor, error) {
@@ -254,6 +245,8 @@ func New(cfg Config, secret []byte, keep ...string) (*Redactor, error) {
 	for _, k := range append(append([]string(nil), cfg.Keep...), keep...) {
 		r.keep[strings.ToLower(k)] = true
 	}
+	r.keyHints, r.valueHints = newHintSet(r.keys), newHintSet(r.values)
+	r.scratch.New = func() any { b := make([]bool, len(r.values)); return &b }
 	r.macs.New = func() any { return hmac.New(sha256.New, r.secret) }
 	r.constant = &Redactor{rules: r.rules}
 	return r, nil
@@ -285,11 +278,16 @@ func (r *Redactor) Text(s string) (string, int) {
 		return s, 0
 	}
 	n := 0
-	lower := strings.ToLower(s)
+	sp := r.scratch.Get().(*[]bool)
+	defer r.scratch.Put(sp)
+	may := *sp
+	if !r.valueHints.scan(s, may) && !r.cards {
+		return s, 0
+	}
 	for i := range r.values {
 		p := &r.values[i]
 		re, g := p.re, p.group
-		if !p.may(lower) || !re.MatchString(s) {
+		if !may[i] || !re.MatchString(s) {
 			continue
 		}
 		var b strings.Builder
@@ -310,7 +308,6 @@ func (r *Redactor) Text(s string) (string, int) {
 		if last > 0 {
 			b.WriteString(s[last:])
 			s = b.String()
-			lower = strings.ToLower(s)
 		}
 	}
 	if r.cards {
@@ -368,13 +365,43 @@ func luhn(s string) bool {
 }
 
 func (r *Redactor) secretKey(k string) bool {
-	lower := strings.ToLower(k)
+	var buf [8]bool
+	may := buf[:0]
+	if len(r.keys) <= len(buf) {
+		may = buf[:len(r.keys)]
+	} else {
+		may = make([]bool, len(r.keys))
+	}
+	if !r.keyHints.scan(k, may) {
+		return false
+	}
 	for i := range r.keys {
-		if r.keys[i].may(lower) && r.keys[i].re.MatchString(k) {
+		if may[i] && r.keys[i].re.MatchString(k) {
 			return true
 		}
 	}
 	return false
+}
+
+// keyMode says what the value of a key is: kept, masked or walked. raw is
+// the key's JSON text, quotes included.
+func (r *Redactor) keyMode(raw []byte) (mode, error) {
+	if m, ok := r.keyModes.get(raw); ok {
+		return m, nil
+	}
+	key, err := unquote(raw)
+	if err != nil {
+		return 0, err
+	}
+	m := modeNormal
+	switch {
+	case r.keep[strings.ToLower(key)]:
+		m = modeKeep
+	case r.secretKey(key):
+		m = modeMask
+	}
+	r.keyModes.put(raw, m)
+	return m, nil
 }
 
 // JSON masks the secrets in a JSON document; n counts the masks. The
@@ -517,7 +544,7 @@ func (w *walker) value(b []byte, i int, m mode, depth, inner int) (int, error) {
 			if err != nil {
 				return kend, err
 			}
-			key, err := unquote(b[i:kend])
+			child, err := w.r.keyMode(b[i:kend])
 			if err != nil {
 				return kend, err
 			}
@@ -526,13 +553,6 @@ func (w *walker) value(b []byte, i int, m mode, depth, inner int) (int, error) {
 				return i, errSyntax
 			}
 			i = skipSpace(b, i+1)
-			child := modeNormal
-			switch {
-			case w.r.keep[strings.ToLower(key)]:
-				child = modeKeep
-			case w.r.secretKey(key):
-				child = modeMask
-			}
 			if i, err = w.value(b, i, child, depth+1, inner); err != nil {
 				return i, err
 			}

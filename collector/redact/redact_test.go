@@ -1,7 +1,9 @@
 package redact_test
 
 import (
+	"bytes"
 	"encoding/json"
+	"io"
 	"regexp"
 	"strings"
 	"testing"
@@ -9,7 +11,9 @@ import (
 
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/canon"
+	"github.com/mcpaudit/mcpaudit/collector/capture"
 	"github.com/mcpaudit/mcpaudit/collector/redact"
+	"github.com/mcpaudit/mcpaudit/internal/capgen"
 )
 
 func newRedactor(t testing.TB, secret string) *redact.Redactor {
@@ -142,5 +146,32 @@ func BenchmarkJSON(b *testing.B) {
 	b.SetBytes(int64(len(doc)))
 	for b.Loop() {
 		r.JSON(doc)
+	}
+}
+
+// BenchmarkCall masks the calls of a generated capture (both dialects,
+// failures and retries; no secrets), as the receiver does before reading
+// each call: the cost redaction adds per call on normal traffic.
+func BenchmarkCall(b *testing.B) {
+	c := capgen.Generate(capgen.Config{Seed: 3, Sessions: 2000, Span: 30 * time.Minute, AnomalyRate: 0.35})
+	dec, err := capture.NewDecoder(bytes.NewReader(bytes.Join(c.Lines, []byte("\n"))), "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var calls []audit.Call
+	for {
+		cl, err := dec.Next()
+		if err == io.EOF {
+			break
+		}
+		if err == nil {
+			calls = append(calls, *cl)
+		}
+	}
+	r := newRedactor(b, "k")
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		c := calls[i%len(calls)]
+		r.Call(&c)
 	}
 }
