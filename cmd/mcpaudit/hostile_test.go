@@ -272,6 +272,19 @@ func TestServe_HostileInputs(t *testing.T) {
 	if bytes.Contains(metricsText, []byte("srv-99999")) || bytes.Contains(metricsText, []byte("\xff")) {
 		t.Errorf("/metrics holds a name past the cap or invalid UTF-8")
 	}
+	// What was cut is counted: the connections slowloris held past the cap,
+	// and the records by reason.
+	for _, want := range []string{`mcpaudit_connections_refused_total{listener="ingest"} 0`} {
+		if bytes.Contains(metricsText, []byte(want)) {
+			t.Errorf("/metrics: %s after slowloris", want)
+		}
+	}
+	for _, reason := range []string{"invalid_text", "too_long", "bad_time", "server_limit", "too_large", "timeout"} {
+		if !bytes.Contains(metricsText, []byte(`reason="`+reason+`",source="calls_http"}`)) ||
+			bytes.Contains(metricsText, []byte(`mcpaudit_ingest_rejected_total{reason="`+reason+`",source="calls_http"} 0`+"\n")) {
+			t.Errorf("/metrics does not count the %s rejections", reason)
+		}
+	}
 	peak := peakRSS(t, pid)
 	fmt.Fprintf(&report, "peak RSS %d MiB (memory_limit 384 MiB)\n", peak>>20)
 	if os.Getenv("MCPAUDIT_HOSTILE_LOG") != "" {

@@ -139,7 +139,7 @@ type server struct {
 	access   *access.Authenticator
 	certs    *access.Certificates
 	redactor *redact.Redactor
-	limits   []*connlimit.Listener
+	limits   map[string]*connlimit.Listener
 }
 
 // openStore opens the configured store.
@@ -255,7 +255,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		s.closeAll()
 		return nil, err
 	}
-	s.limits = append(s.limits, lim)
+	s.limits = map[string]*connlimit.Listener{metrics.ListenerIngest: lim}
 	s.ingestAddr = ingestLn.Addr().String()
 	// Ingest requests are bounded by the receiver's body timeout and their
 	// processing; the write timeout only stops a client that never reads
@@ -268,7 +268,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 			s.closeAll()
 			return nil, err
 		}
-		s.limits = append(s.limits, lim)
+		s.limits[metrics.ListenerGRPC] = lim
 		s.grpcAddr = ln.Addr().String()
 		s.grpc = grpc.NewServer(append(grpcOptions(tc, cc), rc.ServerOptions()...)...)
 		rc.Register(s.grpc)
@@ -286,7 +286,12 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		s.closeAll()
 		return nil, err
 	}
-	s.limits = append(s.limits, lim)
+	s.limits[metrics.ListenerAPI] = lim
+	if err := metrics.WatchFrontDoor(s.registry, s.listenerViews, rc.InFlightBytes); err != nil {
+		apiLn.Close()
+		s.closeAll()
+		return nil, err
+	}
 	s.apiAddr = apiLn.Addr().String()
 	q := api.New(st, cfg.Serve.SLOTarget)
 	q.Tenants = cfg.Serve.Receiver.Tenants
@@ -325,6 +330,17 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		"store", cfg.Serve.Store, "data_dir", cfg.Serve.DataDir, "tls", tc != nil, "auth", s.access.On(), "metrics_token", !s.access.MetricsOpen(),
 		"redaction", s.redactor != nil, "memory_limit", formatBytes(memLimit))
 	return s, nil
+}
+
+// listenerViews gives the metrics the connections of the listeners.
+func (s *server) listenerViews() []metrics.ListenerView {
+	var out []metrics.ListenerView
+	for _, name := range []string{metrics.ListenerIngest, metrics.ListenerGRPC, metrics.ListenerAPI} {
+		if l := s.limits[name]; l != nil {
+			out = append(out, metrics.ListenerView{Name: name, Open: l.Open(), Refused: l.Refused.Load()})
+		}
+	}
+	return out
 }
 
 // pipelineViews gives the metrics what they export of the pipeline.

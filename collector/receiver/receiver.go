@@ -185,6 +185,10 @@ func New(cfg Config, dial dialect.Config, in Ingester, m *metrics.Metrics, log *
 	return rc
 }
 
+// InFlightBytes returns the memory held by the requests being read and
+// processed now, as counted against MaxInFlightBytes.
+func (rc *Receiver) InFlightBytes() int64 { return rc.inflight.Used() }
+
 // auth returns the authenticator: Access, or one of Config.Tenants.
 func (rc *Receiver) auth() *access.Authenticator {
 	rc.startOnce.Do(func() {

@@ -486,6 +486,11 @@ func TestFamilies(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	if err := metrics.WatchFrontDoor(reg, func() []metrics.ListenerView {
+		return []metrics.ListenerView{{Name: metrics.ListenerIngest, Open: 3, Refused: 1}}
+	}, func() int64 { return 42 }); err != nil {
+		t.Fatal(err)
+	}
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

@@ -67,6 +67,15 @@ const (
 	// PipelineClockAheadCallsTotal counts calls dated beyond the allowed
 	// clock skew ahead of the collector's clock.
 	PipelineClockAheadCallsTotal = "mcpaudit_pipeline_clock_ahead_calls_total"
+	// ConnectionsOpen counts the connections each listener holds open.
+	ConnectionsOpen = "mcpaudit_connections_open"
+	// ConnectionsRefusedTotal counts the connections a listener refused at
+	// its cap (serve.connections.max_per_listener).
+	ConnectionsRefusedTotal = "mcpaudit_connections_refused_total"
+	// IngestBytesInFlight is the memory held by the ingest requests being
+	// read and processed, as counted against
+	// serve.receiver.max_in_flight_bytes.
+	IngestBytesInFlight = "mcpaudit_ingest_bytes_in_flight"
 )
 
 // Label names.
@@ -85,6 +94,7 @@ const (
 	LabelVersion     = "version"
 	LabelRevision    = "revision"
 	LabelGoVersion   = "goversion"
+	LabelListener    = "listener"
 )
 
 // Values of LabelState for PipelineSources and of LabelResult for
@@ -103,6 +113,13 @@ const Other = "other"
 
 // Source says where ingested records came from.
 type Source string
+
+// Listeners of serve, the values of LabelListener.
+const (
+	ListenerIngest = "ingest"
+	ListenerGRPC   = "grpc"
+	ListenerAPI    = "api"
+)
 
 // Ingest sources. Any other value is counted as Other.
 const (
@@ -216,6 +233,12 @@ var Families = []Family{
 		[]string{LabelServer, LabelResult}},
 	{PipelineClockAheadCallsTotal, "counter", "Calls dated beyond the allowed clock skew ahead of the collector's clock.",
 		[]string{LabelServer}},
+	{ConnectionsOpen, "gauge", "Connections each listener holds open.",
+		[]string{LabelListener}},
+	{ConnectionsRefusedTotal, "counter", "Connections refused at the listener's cap (HTTP: answered 503).",
+		[]string{LabelListener}},
+	{IngestBytesInFlight, "gauge", "Memory held by the ingest requests being read and processed (four times their bytes), against serve.receiver.max_in_flight_bytes.",
+		nil},
 }
 
 // family returns the entry of Families named name; it panics on a typo, which
