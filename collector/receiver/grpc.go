@@ -111,8 +111,12 @@ func (rc *Receiver) ServerOptions() []grpc.ServerOption {
 	}
 }
 
-// tap admits one gRPC request before its message is read.
+// tap admits one gRPC request before its message is read: a request
+// without a known credential is refused first, and counted nowhere.
 func (rc *Receiver) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
+	if _, err := rc.grpcPrincipal(ctx, info.Header); err != nil {
+		return ctx, err
+	}
 	if overMemory(rc.cfg.MemorySoftLimit) {
 		rc.rejected(metrics.SourceOTLPGRPC, metrics.RejectOverloaded, 1)
 		return ctx, status.Error(codes.Unavailable, "the collector is near its memory limit; retry later")
@@ -136,8 +140,25 @@ func (rc *Receiver) tap(ctx context.Context, info *tap.Info) (context.Context, e
 // another tenant, InvalidArgument for a request that cannot be taken.
 func (g *GRPC) Export(ctx context.Context, req ptraceotlp.ExportRequest) (ptraceotlp.ExportResponse, error) {
 	rc := g.rc
-	authz := ""
 	md, _ := metadata.FromIncomingContext(ctx)
+	p, err := rc.grpcPrincipal(ctx, md)
+	if err != nil {
+		return ptraceotlp.ExportResponse{}, err
+	}
+	resp, re := rc.exportCtx(ctx, metrics.SourceOTLPGRPC, p.Tenant, req)
+	if re != nil {
+		if re.retryable() {
+			return ptraceotlp.ExportResponse{}, status.Error(codes.Unavailable, re.msg)
+		}
+		return ptraceotlp.ExportResponse{}, status.Error(codes.InvalidArgument, re.msg)
+	}
+	return resp, nil
+}
+
+// grpcPrincipal authenticates a gRPC request by its metadata and its
+// verified client certificate; the error is the status to answer.
+func (rc *Receiver) grpcPrincipal(ctx context.Context, md metadata.MD) (access.Principal, error) {
+	authz := ""
 	if v := md.Get("authorization"); len(v) > 0 {
 		authz = v[0]
 	}
@@ -150,27 +171,20 @@ func (g *GRPC) Export(ctx context.Context, req ptraceotlp.ExportRequest) (ptrace
 	p, ok := rc.auth().Authenticate(authz, verified)
 	if !ok {
 		rc.rlog.Warn("auth_failure", "OTLP/gRPC request refused: missing or unknown credential", "has_authorization", authz != "")
-		return ptraceotlp.ExportResponse{}, status.Error(codes.Unauthenticated, "missing or unknown bearer token")
+		return p, status.Error(codes.Unauthenticated, "missing or unknown bearer token")
 	}
 	if !p.Can(access.ScopeIngest) {
-		return ptraceotlp.ExportResponse{}, status.Error(codes.PermissionDenied, "credential "+p.Name+" may not send calls (no ingest scope)")
+		return p, status.Error(codes.PermissionDenied, "credential "+p.Name+" may not send calls (no ingest scope)")
 	}
 	if p.Authenticated && p.Tenant != "" {
 		for _, h := range access.TenantHeaders {
 			if v := md.Get(h); len(v) > 0 && v[0] != "" && v[0] != p.Tenant {
-				return ptraceotlp.ExportResponse{}, status.Error(codes.PermissionDenied,
+				return p, status.Error(codes.PermissionDenied,
 					(&access.ConflictError{Where: "header " + h, Tenant: v[0], Credential: p.Tenant}).Error())
 			}
 		}
 	}
-	resp, re := rc.exportCtx(ctx, metrics.SourceOTLPGRPC, p.Tenant, req)
-	if re != nil {
-		if re.retryable() {
-			return ptraceotlp.ExportResponse{}, status.Error(codes.Unavailable, re.msg)
-		}
-		return ptraceotlp.ExportResponse{}, status.Error(codes.InvalidArgument, re.msg)
-	}
-	return resp, nil
+	return p, nil
 }
 
 // depthCodec checks the nesting of an OTLP message on the wire before the
