@@ -408,8 +408,9 @@ func configCommand(args []string, stdout, stderr io.Writer) error {
 	return &exitError{code: 2}
 }
 
-// redacted returns cfg with its secrets replaced: the tenant tokens and the
-// ClickHouse password, as the OpenTelemetry Collector's print-config does.
+// redacted returns cfg with its secrets replaced: the tenant tokens, the
+// named credentials' tokens and the ClickHouse password, as the
+// OpenTelemetry Collector's print-config does.
 func redacted(cfg Config) Config {
 	if len(cfg.Serve.Receiver.Tenants) > 0 {
 		red := make(map[string]string, len(cfg.Serve.Receiver.Tenants))
@@ -419,6 +420,14 @@ func redacted(cfg Config) Config {
 			red[fmt.Sprintf("[REDACTED %d]", i)] = tenant
 		}
 		cfg.Serve.Receiver.Tenants = red
+	}
+	if len(cfg.Serve.Credentials) > 0 {
+		red := make(map[string]api.Credential, len(cfg.Serve.Credentials))
+		for name, c := range cfg.Serve.Credentials {
+			c.Token = "[REDACTED]"
+			red[name] = c
+		}
+		cfg.Serve.Credentials = red
 	}
 	if u, err := url.Parse(cfg.Serve.ClickHouse.DSN); err == nil && u.User != nil {
 		if _, ok := u.User.Password(); ok {

@@ -441,7 +441,7 @@ func (rc *Receiver) traces(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	b = nil
-	resp, re := rc.export(r, src, tenant, req)
+	resp, re := rc.exportCtx(r.Context(), src, tenant, req)
 	if re != nil {
 		rc.fail(w, src, re, asProto)
 		return
@@ -466,14 +466,8 @@ func (rc *Receiver) traces(w http.ResponseWriter, r *http.Request) {
 	w.Write(out)
 }
 
-// export checks and ingests the calls of an OTLP request; unusable spans
-// are reported as a partial success.
-func (rc *Receiver) export(r *http.Request, src metrics.Source, tenant string, req ptraceotlp.ExportRequest) (ptraceotlp.ExportResponse, *refusal) {
-	return rc.exportCtx(r.Context(), src, tenant, req)
-}
-
-// spanRefusal turns the rejections of an OTLP request into its partial
-// success.
+// partialSuccess turns the rejections of an OTLP request into its
+// answer.
 func partialSuccess(rejected []otlp.RejectedSpan) ptraceotlp.ExportResponse {
 	resp := ptraceotlp.NewExportResponse()
 	if n := len(rejected); n > 0 {

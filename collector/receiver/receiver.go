@@ -148,9 +148,9 @@ type Receiver struct {
 	// rejects the record.
 	Admit func(tenant, server string) error
 
-	inflight  *budget
-	streams   chan struct{}
-	startOnce sync.Once
+	inflight *budget
+	streams  chan struct{}
+	authOnce sync.Once
 }
 
 // New returns a receiver feeding in, reading calls with the dialects of
@@ -191,7 +191,7 @@ func (rc *Receiver) InFlightBytes() int64 { return rc.inflight.Used() }
 
 // auth returns the authenticator: Access, or one of Config.Tenants.
 func (rc *Receiver) auth() *access.Authenticator {
-	rc.startOnce.Do(func() {
+	rc.authOnce.Do(func() {
 		if rc.Access != nil {
 			return
 		}
