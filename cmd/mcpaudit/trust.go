@@ -118,11 +118,13 @@ func newAuthenticator(cfg Config) (*access.Authenticator, error) {
 }
 
 // applyMemoryLimit sets the Go runtime's memory limit from
-// serve.memory_limit, unless GOMEMLIMIT is set, which wins. It returns the
-// limit in force (0: none).
+// serve.memory_limit, unless GOMEMLIMIT is set, which wins. The configured
+// limit bounds the whole process: the runtime gets seven eighths of it, the
+// rest is left to what lives outside the Go heap (the embedded store's page
+// cache). It returns the runtime's limit in force (0: none).
 func applyMemoryLimit(limit int64) int64 {
 	if os.Getenv("GOMEMLIMIT") == "" && limit > 0 {
-		debug.SetMemoryLimit(limit)
+		debug.SetMemoryLimit(limit / 8 * 7)
 	}
 	if l := debug.SetMemoryLimit(-1); l > 0 && l < 1<<62 {
 		return l
