@@ -22,6 +22,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/collector/tap"
+	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
 )
 
 // lockedBuffer is a log sink safe for the server's goroutines.
@@ -233,5 +235,58 @@ func TestServe_Redaction(t *testing.T) {
 				break
 			}
 		}
+	}
+}
+
+// TestRelayDataDirRedaction: proxy and wrap with --data-dir mask the
+// secrets of the calls they record before their in-process collector
+// stores them.
+func TestRelayDataDirRedaction(t *testing.T) {
+	dir := t.TempDir()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	sink, err := openLocalSink(context.Background(), dir, "127.0.0.1:0", "wrap/thegram/test", log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink.Record(&tap.Record{Time: time.Now().UTC(), Server: "thegram", Session: "s1",
+		Request:  []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"gram_write","arguments":{"path":"a.gram","password":"hunter2hunter2","content":"mail bob@example.com"}}}`),
+		Response: []byte(`{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"ok"}]}}`)})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := sink.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var files strings.Builder
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			b, _ := os.ReadFile(p)
+			files.Write(b)
+		}
+		return nil
+	})
+	st, err := sqlite.Open(filepath.Join(dir, "mcpaudit.db"), sqlite.NewDefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var args string
+	st.ScanCalls(context.Background(), time.Time{}, func(r *audit.Record) error { args += string(r.Call.Arguments); return nil })
+	if !strings.Contains(args, `"path":"a.gram"`) || !strings.Contains(args, "[redacted:") {
+		t.Fatalf("stored arguments %q: want the path kept and masks", args)
+	}
+	for _, secret := range []string{"hunter2hunter2", "bob@example.com"} {
+		if strings.Contains(args, secret) || strings.Contains(files.String(), secret) {
+			t.Errorf("the relay's data dir holds %q", secret)
+		}
+	}
+}
+
+// TestAnalyzeRedact: analyze --redact gives the findings analyze gives
+// without it on a capture without secrets.
+func TestAnalyzeRedact(t *testing.T) {
+	code1, out1, errs := cliRun("analyze", "--format", "json", "--fail-on", "never", "../../testdata/sample/mixed.ndjson")
+	code2, out2, _ := cliRun("analyze", "--redact", "--format", "json", "--fail-on", "never", "../../testdata/sample/mixed.ndjson")
+	if code1 != 0 || code2 != 0 || out1 != out2 || len(out1) < 100 {
+		t.Fatalf("exit %d and %d; outputs equal %v (%d bytes); %s", code1, code2, out1 == out2, len(out1), errs)
 	}
 }
