@@ -1,6 +1,7 @@
 package detect
 
 import (
+	"hash/maphash"
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
@@ -17,7 +18,10 @@ type dedupe struct {
 
 // seen is one observation taken.
 type seen struct {
+	// r is the record, until it is judged.
 	r *audit.Record
+	// t is the call's time.
+	t etime
 	// src is the source that delivered it.
 	src *source
 	// at is where the call waits to be judged; an entry of the buffer
@@ -49,6 +53,7 @@ func reqKey(c *audit.Call) string {
 // operations.
 func (d *dedupe) take(r *audit.Record, src *source) (s *seen, replaced bool) {
 	c := r.Call
+	ct := etimeOf(c.Time)
 	var dup *seen
 	spanKey := ""
 	if c.TraceID != "" && c.SpanID != "" {
@@ -61,7 +66,7 @@ func (d *dedupe) take(r *audit.Record, src *source) (s *seen, replaced bool) {
 	if dup == nil {
 		if l := d.byReq.get(rk); l != nil {
 			for _, s := range *l {
-				dt := c.Time.Sub(s.r.Call.Time)
+				dt := ct.Sub(s.t)
 				if dt < 0 {
 					dt = -dt
 				}
@@ -86,15 +91,15 @@ func (d *dedupe) take(r *audit.Record, src *source) (s *seen, replaced bool) {
 		}
 		dup.r = kept
 		if earlier {
-			dup.src = src
+			dup.src, dup.t = src, ct
 		}
 		return dup, earlier
 	}
-	s = &seen{r: r, src: src}
-	l := d.byReq.at(rk, c.Time)
+	s = &seen{r: r, t: ct, src: src}
+	l := d.byReq.at(rk, ct)
 	*l = append(*l, s)
 	if spanKey != "" {
-		*d.bySpan.at(spanKey, c.Time) = s
+		*d.bySpan.at(spanKey, ct) = s
 	}
 	return s, false
 }
@@ -115,14 +120,15 @@ func withResponse(first, other *audit.Record) *audit.Record {
 }
 
 // sweep forgets observations older than horizon.
-func (d *dedupe) sweep(horizon time.Time) {
-	d.byReq.sweep(horizon, func(_ string, l *[]*seen) (bool, time.Time) {
-		kept, first := keepSince(*l, horizon, func(s *seen) time.Time { return s.r.Call.Time })
+func (d *dedupe) sweep(before time.Time) {
+	horizon := etimeOf(before)
+	d.byReq.sweep(horizon, func(_ string, l *[]*seen) (bool, etime) {
+		kept, first := keepSince(*l, horizon, func(s *seen) etime { return s.t })
 		*l = kept
 		return len(kept) > 0, first
 	})
-	d.bySpan.sweep(horizon, func(_ string, s **seen) (bool, time.Time) {
-		t := (*s).r.Call.Time
+	d.bySpan.sweep(horizon, func(_ string, s **seen) (bool, etime) {
+		t := (*s).t
 		return !t.Before(horizon), t
 	})
 }
@@ -131,31 +137,35 @@ func (d *dedupe) sweep(horizon time.Time) {
 // taken again: about 10 MiB.
 const recentIDsKept = 200_000
 
-// recentIDs remembers the last ids taken, first in first out.
+// recentIDs remembers the last ids taken, first in first out, by a 64-bit
+// hash of each (a collision, one in 2^64 per pair, would drop a call).
 type recentIDs struct {
-	set  map[string]struct{}
-	ring []string
+	set  map[uint64]struct{}
+	ring []uint64
 	next int
 }
 
 func newRecentIDs(n int) *recentIDs {
-	return &recentIDs{set: make(map[string]struct{}, 1024), ring: make([]string, n)}
+	return &recentIDs{set: make(map[uint64]struct{}, 1024), ring: make([]uint64, n)}
 }
 
-// add remembers id; it returns false when id was already remembered. An
-// empty id (a call built by hand) is never a duplicate.
-func (r *recentIDs) add(id string) bool {
+// add remembers the tenant's id; it returns false when it was already
+// remembered. An empty id (a call built by hand) is never a duplicate.
+func (r *recentIDs) add(tenant, id string) bool {
 	if id == "" {
 		return true
 	}
-	if _, ok := r.set[id]; ok {
+	// Ids are unique within a tenant: another tenant's call of the same
+	// id is another call.
+	h := maphash.String(ordSeed, tenant+"\x00"+id) | 1
+	if _, ok := r.set[h]; ok {
 		return false
 	}
-	if old := r.ring[r.next]; old != "" {
+	if old := r.ring[r.next]; old != 0 {
 		delete(r.set, old)
 	}
-	r.ring[r.next] = id
+	r.ring[r.next] = h
 	r.next = (r.next + 1) % len(r.ring)
-	r.set[id] = struct{}{}
+	r.set[h] = struct{}{}
 	return true
 }

@@ -1,8 +1,6 @@
 package detect
 
 import (
-	"time"
-
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/classify"
 )
@@ -17,9 +15,14 @@ type detector struct {
 	cfg Config
 	out *emitter
 
+	// server and tenant name the partition.
+	server, tenant string
+	// tools holds one copy of each tool name the ledger keeps (at most
+	// maxTools; others are kept as they come).
+	tools map[string]string
 	// clock is the watermark: every call up to it was processed and every
 	// verification window that ended before it closed.
-	clock time.Time
+	clock etime
 	// last is the position of the latest operation processed.
 	last pos
 
@@ -27,31 +30,31 @@ type detector struct {
 	reads   expMap[string, []readRec]
 	keys    expMap[keyID, keyState]
 	creates expMap[createKey, []*createRec]
-	failed  expMap[string, []*failedReq]
+	failed  expMap[uint64, []*failedReq]
 
 	deadlines writeHeap
 	// deferred holds writes whose window ended while their source was
 	// still delivering what came before the end (a late backlog): they
 	// close once it has caught up or gone idle (closeDeferred).
 	deferred  []*writeRec
-	lastSweep time.Time
+	lastSweep etime
 	// behind reports whether a source has not yet delivered past t;
 	// set by the engine.
-	behind func(s *source, t time.Time) bool
+	behind func(s *source, t etime) bool
 }
 
-func newDetector(cfg Config, out *emitter) *detector {
+func newDetector(cfg Config, out *emitter, k PartitionKey) *detector {
 	return &detector{
-		cfg: cfg, out: out,
+		cfg: cfg, out: out, server: k.Server, tenant: k.Tenant,
 		docs: newExpMap[string, docState](), reads: newExpMap[string, []readRec](),
 		keys: newExpMap[keyID, keyState](), creates: newExpMap[createKey, []*createRec](),
-		failed: newExpMap[string, []*failedReq](),
+		failed: newExpMap[uint64, []*failedReq](),
 	}
 }
 
 // advance moves the watermark to t: verification windows that ended before
 // t close.
-func (d *detector) advance(t time.Time) {
+func (d *detector) advance(t etime) {
 	if t.After(d.clock) {
 		d.expire(t)
 		d.clock = t
@@ -70,7 +73,7 @@ func (d *detector) process(r *audit.Record, at pos, src *source) {
 	d.checkWasted(ev)
 	for i := range r.Ops {
 		op := &r.Ops[i]
-		ev.at.seq = op.Seq
+		ev.at.seq = int32(op.Seq)
 		switch op.Kind {
 		case audit.OpRead:
 			d.read(ev, op)
@@ -90,18 +93,32 @@ func (d *detector) process(r *audit.Record, at pos, src *source) {
 	}
 }
 
-func (d *detector) doc(target string, t time.Time) *docState {
+func (d *detector) doc(target string, t etime) *docState {
 	s := d.docs.at(target, t)
-	if s.accepted == nil {
-		s.accepted = map[string][]*writeRec{}
-	}
 	if t.After(s.last) {
 		s.last = t
 	}
 	return s
 }
 
-func (d *detector) key(k keyID, t time.Time) *keyState {
+// maxTools bounds the tool names a partition shares among its writes.
+const maxTools = 1024
+
+// tool returns the partition's copy of a tool name.
+func (d *detector) tool(name string) string {
+	if s, ok := d.tools[name]; ok {
+		return s
+	}
+	if d.tools == nil {
+		d.tools = map[string]string{}
+	}
+	if len(d.tools) < maxTools {
+		d.tools[name] = name
+	}
+	return name
+}
+
+func (d *detector) key(k keyID, t etime) *keyState {
 	s := d.keys.at(k, t)
 	if t.After(s.last) {
 		s.last = t
@@ -113,18 +130,15 @@ func (d *detector) key(k keyID, t time.Time) *keyState {
 func (d *detector) write(ev *event, op *audit.Op) {
 	c, t := ev.call, ev.at.t
 	w := &writeRec{
-		Write: audit.Write{
-			CallID: c.ID, Seq: op.Seq, Time: t, Server: c.Server, Tenant: c.Tenant, Session: c.Session,
-			Tool: op.Tool, Document: op.Document(), Key: op.Key,
-		},
-		at:    ev.at,
-		op:    *op,
-		actor: ev.actor,
+		callID: c.ID, tool: d.tool(op.Tool), doc: op.Document(), key: op.Key,
+		at:      ev.at,
+		op:      wopOf(op),
+		actorID: ev.actor.id, actorKind: ev.actor.kind,
 		index: -1,
 		src:   ev.src,
 	}
 	if op.Failure != nil {
-		w.Action = op.Failure.Action
+		w.action = actionWords.of(op.Failure.Action)
 	}
 
 	var ks *keyState
@@ -133,8 +147,8 @@ func (d *detector) write(ev *event, op *audit.Op) {
 		d.keyed(ev, op, w, ks)
 	}
 	var ds *docState
-	if w.Document != "" {
-		ds = d.doc(w.Document, t)
+	if w.doc != "" {
+		ds = d.doc(w.doc, t)
 		ds.writes = insertAt(ds.writes, w, writeAt)
 	}
 	doubled := false
@@ -154,31 +168,29 @@ func (d *detector) write(ev *event, op *audit.Op) {
 
 	switch {
 	case op.Status == audit.OpFailed:
-		w.State = audit.StateRejected
+		w.state = wRejected
 	case op.Status == audit.OpUncertain:
-		w.State, w.Reason = audit.StatePending, op.Reason
+		w.state, w.reason = wPending, reasonWords.of(op.Reason)
 		if ds != nil {
-			ds.uncertain = insertAt(ds.uncertain, w, writeAt)
+			ds.m().uncertain = insertAt(ds.uncertainWrites(), w, writeAt)
 		}
 		if ks != nil && op.KeyProtected {
-			ks.uncertain = insertAt(ks.uncertain, w, writeAt)
+			ks.m().uncertain = insertAt(ks.uncertainWrites(), w, writeAt)
 		}
 	case doubled:
-		w.State = audit.StateDoubleApplied
+		w.state = wDoubleApplied
 	case op.Pending:
-		w.State, w.Reason = audit.StatePending, op.Reason
+		w.state, w.reason = wPending, reasonWords.of(op.Reason)
 		if ds != nil {
-			ds.proof = insertAt(ds.proof, w, writeAt)
+			ds.m().proof = insertAt(ds.proofWrites(), w, writeAt)
 		}
 	default:
-		w.State = audit.StateDurable
+		w.state = wDurable
 	}
-	w.StateTime = t
-	if w.State == audit.StatePending {
-		w.deadline = t.Add(d.cfg.VerifyWindow)
+	if w.state == wPending {
 		d.deadlines.push(w)
 	}
-	d.out.write(w, "")
+	d.emitWrite(w, "", t)
 
 	if ev.late {
 		d.lookForward(ev, op, w, ks, ds)
@@ -192,11 +204,11 @@ func (d *detector) write(ev *event, op *audit.Op) {
 // lookForward applies to a late write what the calls after it, already
 // judged, say about it, and what it changes for them.
 func (d *detector) lookForward(ev *event, op *audit.Op, w *writeRec, ks *keyState, ds *docState) {
-	if w.State == audit.StatePending {
+	if w.state == wPending {
 		d.settleLate(w, ks, ds)
 	}
-	if ds != nil && op.Intent != "" {
-		d.rejudgeAccepted(ev, ds, op.Intent, w.at)
+	if ds != nil && w.op.intent != 0 {
+		d.rejudgeAccepted(ev, ds, w.op.intent, w.at)
 	}
 	if op.Status == audit.OpUncertain {
 		d.unsafeAfter(ev, op, w, ds)
@@ -218,8 +230,8 @@ func (d *detector) read(ev *event, op *audit.Op) {
 		d.renewLease(ks, ev, op)
 		// The receipt is the copy's durable record: reading it establishes
 		// what became of the reader's uncertain applies (findings.md §2).
-		for _, u := range ks.uncertain {
-			if u.actor == ev.actor && u.at.before(ev.at) {
+		for _, u := range ks.uncertainWrites() {
+			if u.who() == ev.actor && u.at.before(ev.at) {
 				d.settleByRead(u, ev.at)
 			}
 		}
@@ -228,49 +240,52 @@ func (d *detector) read(ev *event, op *audit.Op) {
 		return
 	}
 	rs := d.reads.at(op.Target, t)
-	*rs = insertAt(*rs, readRec{at: ev.at, actor: ev.actor, rev: op.Rev, sync: op.Sync, saveState: op.SaveState}, readAt)
+	*rs = insertAt(*rs, readRec{at: ev.at, actor: actorKey(ev.actor), rev: op.Rev, flags: readFlags(op.Sync, op.SaveState)}, readAt)
 	ds := d.docs.get(op.Target)
 	if ds == nil {
 		return
 	}
 	d.docs.holds(op.Target, t)
-	for _, w := range ds.uncertain {
-		if w.actor == ev.actor && w.at.before(ev.at) {
+	for _, w := range ds.uncertainWrites() {
+		if w.who() == ev.actor && w.at.before(ev.at) {
 			d.settleByRead(w, ev.at)
 		}
 	}
-	kept := ds.proof[:0]
-	for _, w := range ds.proof {
-		if w.State == audit.StatePending && w.at.before(ev.at) && !t.After(w.deadline) && proves(op.Rev, op.Sync, op.SaveState, w) {
-			d.setState(w, audit.StateDurable, t)
+	if ds.more == nil {
+		return
+	}
+	kept := ds.more.proof[:0]
+	for _, w := range ds.more.proof {
+		if w.state == wPending && w.at.before(ev.at) && !t.After(d.deadline(w)) && proves(op.Rev, readFlags(op.Sync, op.SaveState), w) {
+			d.setState(w, wDurable, t)
 			continue
 		}
-		if w.State == audit.StatePending {
+		if w.state == wPending {
 			kept = append(kept, w)
 		}
 	}
-	clear(ds.proof[len(kept):])
-	ds.proof = kept
+	clear(ds.more.proof[len(kept):])
+	ds.more.proof = kept
 }
 
 // settleByRead records the writer's read of an uncertain write's target
 // at p, which resolves the write while its window is open.
 func (d *detector) settleByRead(w *writeRec, p pos) {
 	w.noteRead(p)
-	if w.State == audit.StatePending && w.op.Status == audit.OpUncertain && !p.t.After(w.deadline) {
-		d.setState(w, audit.StateResolved, p.t)
+	if w.state == wPending && w.op.status == audit.OpUncertain && !p.t.After(d.deadline(w)) {
+		d.setState(w, wResolved, p.t)
 	}
 }
 
-// proves reports whether a read (its revision, sync state and save state)
-// shows a pending write durable: synced at its revision or later, or a
-// save no longer blocked.
-func proves(rev int64, sync, saveState string, w *writeRec) bool {
-	switch w.Reason {
-	case audit.ReasonSyncNotConfirmed:
-		return sync == "synced" && rev >= w.op.Rev
-	case audit.ReasonSaveBlocked:
-		return saveState != "" && saveState != "blocked" && (rev == 0 || rev >= w.op.Rev)
+// proves reports whether a read (its revision, and what it said of sync
+// and save states) shows a pending write durable: synced at its revision
+// or later, or a save no longer blocked.
+func proves(rev int64, flags uint8, w *writeRec) bool {
+	switch w.reason {
+	case rSyncNotConfirmed:
+		return flags&readSynced != 0 && rev >= w.op.rev
+	case rSaveBlocked:
+		return flags&readSaved != 0 && (rev == 0 || rev >= w.op.rev)
 	}
 	return false
 }
@@ -279,9 +294,9 @@ func proves(rev int64, sync, saveState string, w *writeRec) bool {
 // intent before w, an idempotent write re-sent and accepted: it is the
 // identical replay of findings.md §2.
 func (d *detector) settleByIdempotent(w *writeRec, ds *docState) {
-	for _, u := range ds.uncertain {
-		if u.op.Intent == w.op.Intent && u.State == audit.StatePending && u.at.before(w.at) && !w.Time.After(u.deadline) {
-			d.setState(u, audit.StateResolved, w.Time)
+	for _, u := range ds.uncertainWrites() {
+		if u.op.intent == w.op.intent && u.state == wPending && u.at.before(w.at) && !w.at.t.After(d.deadline(u)) {
+			d.setState(u, wResolved, w.at.t)
 		}
 	}
 }
@@ -290,41 +305,42 @@ func (d *detector) settleByIdempotent(w *writeRec, ds *docState) {
 // established: the writer's read of the target, a replay under its key
 // that was accepted, an idempotent re-send, or a read proving its sync.
 func (d *detector) settleLate(w *writeRec, ks *keyState, ds *docState) {
-	if rs := d.reads.get(w.Document); rs != nil && w.Document != "" {
+	if rs := d.reads.get(w.doc); rs != nil && w.doc != "" {
+		writer := actorKey(w.who())
 		for _, r := range *rs {
 			if !w.at.before(r.at) {
 				continue
 			}
-			if r.actor == w.actor && w.op.Status == audit.OpUncertain {
+			if r.actor == writer && w.op.status == audit.OpUncertain {
 				d.settleByRead(w, r.at)
 			}
-			if w.State == audit.StatePending && w.op.Status != audit.OpUncertain && !r.at.t.After(w.deadline) && proves(r.rev, r.sync, r.saveState, w) {
-				d.setState(w, audit.StateDurable, r.at.t)
+			if w.state == wPending && w.op.status != audit.OpUncertain && !r.at.t.After(d.deadline(w)) && proves(r.rev, r.flags, w) {
+				d.setState(w, wDurable, r.at.t)
 			}
 		}
 	}
-	if w.State != audit.StatePending || w.op.Status != audit.OpUncertain {
+	if w.state != wPending || w.op.status != audit.OpUncertain {
 		return
 	}
-	if ks != nil && w.op.KeyProtected {
+	if ks != nil && w.op.keyProtected {
 		for _, e := range ks.events {
 			s := e.w
-			if s == nil || !w.at.before(s.at) || s.op.Status != audit.OpSucceeded || !s.op.KeyProtected {
+			if s == nil || !w.at.before(s.at) || s.op.status != audit.OpSucceeded || !s.op.keyProtected {
 				continue
 			}
-			if b := d.binderBefore(ks, s.at); b == nil || b.binding == s.op.Binding {
+			if b := d.binderBefore(ks, s.at); b == nil || b.binding == s.op.binding {
 				w.noteRead(s.at)
-				if !s.Time.After(w.deadline) {
-					d.setState(w, audit.StateResolved, s.Time)
+				if !s.at.t.After(d.deadline(w)) {
+					d.setState(w, wResolved, s.at.t)
 				}
 				break
 			}
 		}
 	}
-	if w.State == audit.StatePending && ds != nil && w.op.Intent != "" {
+	if w.state == wPending && ds != nil && w.op.intent != 0 {
 		for _, s := range ds.writes {
-			if w.at.before(s.at) && s.op.Protected && s.op.Intent == w.op.Intent && s.op.Status == audit.OpSucceeded && !s.Time.After(w.deadline) {
-				d.setState(w, audit.StateResolved, s.Time)
+			if w.at.before(s.at) && s.op.protected && s.op.intent == w.op.intent && s.op.status == audit.OpSucceeded && !s.at.t.After(d.deadline(w)) {
+				d.setState(w, wResolved, s.at.t)
 				break
 			}
 		}
@@ -345,10 +361,11 @@ func (d *detector) integrity(ev *event, doc string, f *audit.Failure) {
 	t := ev.at.t
 	if doc != "" {
 		ds := d.doc(doc, t)
-		if !ds.integrity.IsZero() && within(ds.integrity, t, d.cfg.CorrelationWindow) {
+		m := ds.m()
+		if !m.integrity.IsZero() && within(m.integrity, t, d.cfg.CorrelationWindow) {
 			return
 		}
-		ds.integrity = t
+		m.integrity = t
 	}
 	what := "E_INTEGRITY (history sequence or hash audit failed)"
 	if f.Code == classify.CodeJournalCorrupt {
@@ -356,7 +373,7 @@ func (d *detector) integrity(ev *event, doc string, f *audit.Failure) {
 	}
 	d.out.finding(&audit.Finding{
 		Kind: audit.KindIntegrityFailure, Server: ev.call.Server, Tenant: ev.call.Tenant,
-		Document: doc, Session: ev.call.Session, Time: t, Calls: []string{ev.call.ID}, RetryAction: audit.ActionEscalate,
+		Document: doc, Session: ev.call.Session, Time: t.Time(), Calls: []string{ev.call.ID}, RetryAction: audit.ActionEscalate,
 		Summary: sprintf("The server reported %s for %s at %s; a person must look before anything else is written to it.", what, firstNonEmpty(doc, "a document"), hhmmss(t)),
 	})
 }
