@@ -349,6 +349,12 @@ func collector() *dashboard.DashboardBuilder {
 				sel(metrics.PipelineLateCallsTotal, serverMatcher), rate), "{{server}} late {{result}}"),
 			query(fmt.Sprintf("sum by (%s) (rate(%s[%s]))", metrics.LabelServer,
 				sel(metrics.PipelineClockAheadCallsTotal, serverMatcher), rate), "{{server}} clock ahead"))).
+		WithPanel(graph("Connections and bytes in flight",
+			"Connections each listener holds, those refused per second at its cap (serve.connections.max_per_listener; a flood of held connections shows here), and the memory the ingest requests in flight hold against serve.receiver.max_in_flight_bytes (right axis, bytes).",
+			units.Short,
+			query(fmt.Sprintf("sum by (%s) (%s)", metrics.LabelListener, sel(metrics.ConnectionsOpen, jobMatcher)), "{{listener}} open"),
+			query(fmt.Sprintf("sum by (%s) (rate(%s[%s]))", metrics.LabelListener, sel(metrics.ConnectionsRefusedTotal, jobMatcher), rate), "{{listener}} refused/s"),
+			query(fmt.Sprintf("sum(%s)", sel(metrics.IngestBytesInFlight, jobMatcher)), "bytes in flight"))).
 		WithPanel(graph("CPU",
 			"CPU time used per second (1 is one full core).",
 			units.PercentUnit,

@@ -49,6 +49,10 @@ type Config struct {
 	// CommitEvery is how often the engine's output is committed and the
 	// wall clock moves the watermarks. Default 100ms.
 	CommitEvery time.Duration `yaml:"commit_every"`
+	// MaxServersPerTenant caps the partitions (servers) of one tenant:
+	// calls of a new server past it are refused, per record, until an idle
+	// partition is freed. Default 1000.
+	MaxServersPerTenant int `yaml:"max_servers_per_tenant"`
 	// StateFile, if set, is where the partitions' watermarks are kept
 	// between runs (in the data directory).
 	StateFile string `yaml:"-"`
@@ -63,7 +67,7 @@ type Config struct {
 
 // NewDefaultConfig returns the defaults.
 func NewDefaultConfig() Config {
-	return Config{QueueCalls: 200_000, MaxOpenCalls: 1_000_000, CommitEvery: 100 * time.Millisecond}
+	return Config{QueueCalls: 200_000, MaxOpenCalls: 1_000_000, CommitEvery: 100 * time.Millisecond, MaxServersPerTenant: 1000}
 }
 
 // Validate checks the limits.
@@ -77,6 +81,9 @@ func (c *Config) Validate() error {
 	}
 	if c.CommitEvery <= 0 {
 		errs = append(errs, errors.New("commit_every: must be positive"))
+	}
+	if c.MaxServersPerTenant <= 0 {
+		errs = append(errs, errors.New("max_servers_per_tenant: must be positive"))
 	}
 	return errors.Join(errs...)
 }
@@ -109,6 +116,8 @@ type Pipeline struct {
 	marksSaved time.Time
 	floor      time.Time
 	queued     map[int64]int
+
+	admit admission
 
 	mu      sync.Mutex
 	stopped bool
@@ -143,12 +152,16 @@ func New(ctx context.Context, cfg Config, dcfg detect.Config, store audit.Store,
 	if err := p.recover(ctx); err != nil {
 		return nil, err
 	}
+	p.seedAdmission()
 	p.updateStatus()
 	runCtx, cancel := context.WithCancel(context.Background())
 	p.cancel = cancel
 	go p.run(runCtx)
 	return p, nil
 }
+
+// expireEvery is how often idle partitions are looked for.
+const expireEvery = 10 * time.Second
 
 // recoverySource names the stream of calls replayed from the store.
 const recoverySource = "mcpaudit/recovery"
@@ -358,7 +371,7 @@ func (p *Pipeline) run(ctx context.Context) {
 	defer close(p.done)
 	tick := time.NewTicker(p.cfg.CommitEvery)
 	defer tick.Stop()
-	lastStatus := time.Time{}
+	lastStatus, lastExpiry := time.Time{}, p.now()
 	for {
 		select {
 		case b := <-p.queue:
@@ -381,7 +394,10 @@ func (p *Pipeline) run(ctx context.Context) {
 			now := p.now()
 			p.eng.Tick(now)
 			p.open.Store(int64(p.eng.Buffered()))
-			p.commit(ctx)
+			if p.commit(ctx) == nil && now.Sub(lastExpiry) >= expireEvery {
+				p.expireIdle(now)
+				lastExpiry = now
+			}
 			if now.Sub(lastStatus) >= time.Second {
 				p.updateStatus()
 				lastStatus = now

@@ -69,6 +69,15 @@ const (
 	// PipelineClockAheadCallsTotal counts calls dated beyond the allowed
 	// clock skew ahead of the collector's clock.
 	PipelineClockAheadCallsTotal = "mcpaudit_pipeline_clock_ahead_calls_total"
+	// ConnectionsOpen counts the connections each listener holds open.
+	ConnectionsOpen = "mcpaudit_connections_open"
+	// ConnectionsRefusedTotal counts the connections a listener refused at
+	// its cap (serve.connections.max_per_listener).
+	ConnectionsRefusedTotal = "mcpaudit_connections_refused_total"
+	// IngestBytesInFlight is the memory held by the ingest requests being
+	// read and processed, as counted against
+	// serve.receiver.max_in_flight_bytes.
+	IngestBytesInFlight = "mcpaudit_ingest_bytes_in_flight"
 )
 
 // Label names.
@@ -90,6 +99,7 @@ const (
 	LabelVersion   = "version"
 	LabelRevision  = "revision"
 	LabelGoVersion = "goversion"
+	LabelListener  = "listener"
 )
 
 // Values of LabelWait.
@@ -108,11 +118,19 @@ const (
 )
 
 // Other replaces a label value outside its bounded set: an unknown tool or
-// code, or a tool past the per-server cap.
+// code, a tool past the per-server cap, a server past the server cap, or a
+// name that cannot be a label value.
 const Other = "other"
 
 // Source says where ingested records came from.
 type Source string
+
+// Listeners of serve, the values of LabelListener.
+const (
+	ListenerIngest = "ingest"
+	ListenerGRPC   = "grpc"
+	ListenerAPI    = "api"
+)
 
 // Ingest sources. Any other value is counted as Other.
 const (
@@ -136,11 +154,19 @@ const (
 	RejectTooLarge     RejectReason = "too_large"     // over the size limit
 	RejectQueueFull    RejectReason = "queue_full"    // back-pressure: the pipeline is full
 	RejectDecodeError  RejectReason = "decode_error"  // protobuf or compression error
+	RejectInvalidText  RejectReason = "invalid_text"  // a name or id that is not printable UTF-8
+	RejectTooLong      RejectReason = "too_long"      // a name, id or payload over its cap, or too many attributes
+	RejectTooDeep      RejectReason = "too_deep"      // JSON or OTLP values nested deeper than the limit
+	RejectBadTime      RejectReason = "bad_time"      // a time the store cannot hold (outside 1678-2261)
+	RejectServerLimit  RejectReason = "server_limit"  // a new server past the tenant's cap of partitions
+	RejectOverloaded   RejectReason = "overloaded"    // refused before reading: memory, bytes in flight or connections at their limit
+	RejectTimeout      RejectReason = "timeout"       // the body did not arrive in time
 )
 
 // RejectReasons lists every reject reason.
 var RejectReasons = []RejectReason{
 	RejectInvalidJSON, RejectMissingField, RejectBadSpan, RejectTooLarge, RejectQueueFull, RejectDecodeError,
+	RejectInvalidText, RejectTooLong, RejectTooDeep, RejectBadTime, RejectServerLimit, RejectOverloaded, RejectTimeout,
 }
 
 // Ingest results. They are disjoint: a record counts under exactly one.
@@ -218,6 +244,12 @@ var Families = []Family{
 		[]string{LabelServer, LabelResult}},
 	{PipelineClockAheadCallsTotal, "counter", "Calls dated beyond the allowed clock skew ahead of the collector's clock.",
 		[]string{LabelServer}},
+	{ConnectionsOpen, "gauge", "Connections each listener holds open.",
+		[]string{LabelListener}},
+	{ConnectionsRefusedTotal, "counter", "Connections refused at the listener's cap (HTTP: answered 503).",
+		[]string{LabelListener}},
+	{IngestBytesInFlight, "gauge", "Memory held by the ingest requests being read and processed (four times their bytes), against serve.receiver.max_in_flight_bytes.",
+		nil},
 }
 
 // family returns the entry of Families named name; it panics on a typo, which
