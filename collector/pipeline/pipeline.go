@@ -362,8 +362,48 @@ func (p *Pipeline) lastStatus() []detect.PartitionStatus {
 func (p *Pipeline) updateStatus() {
 	st := p.eng.Status(p.now())
 	p.statusMu.Lock()
+	prev := p.status
 	p.status = st
 	p.statusMu.Unlock()
+	p.logLate(prev, st)
+}
+
+// logLate logs, once per status update and partition, the calls that came
+// late, too late or dated ahead since the last update, with the sources
+// that sent them.
+func (p *Pipeline) logLate(prev, now []detect.PartitionStatus) {
+	before := make(map[detect.PartitionKey]detect.PartitionStatus, len(prev))
+	for _, s := range prev {
+		before[s.PartitionKey] = s
+	}
+	for _, s := range now {
+		b := before[s.PartitionKey]
+		late, tooLate, ahead := s.Late-b.Late, s.TooLate-b.TooLate, s.Ahead-b.Ahead
+		if late <= 0 && tooLate <= 0 && ahead <= 0 {
+			continue
+		}
+		var from []string
+		old := map[string]detect.SourceStatus{}
+		for _, src := range b.Sources {
+			old[src.Name] = src
+		}
+		for _, src := range s.Sources {
+			o := old[src.Name]
+			if src.Late > o.Late || src.TooLate > o.TooLate || src.Ahead > o.Ahead {
+				from = append(from, src.Name)
+			}
+		}
+		args := []any{"tenant", s.Tenant, "server", s.Server, "watermark", s.Watermark, "sources", from}
+		if late > 0 {
+			p.log.Info("late calls judged against open state", append(args, "calls", late)...)
+		}
+		if tooLate > 0 {
+			p.log.Warn("calls later than detect.allowed_lateness behind their partition: stored, not judged", append(args, "calls", tooLate)...)
+		}
+		if ahead > 0 {
+			p.log.Warn("calls dated ahead of the collector's clock by more than detect.max_clock_skew: judged on arrival", append(args, "calls", ahead)...)
+		}
+	}
 }
 
 // run is the engine goroutine.

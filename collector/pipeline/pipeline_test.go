@@ -349,6 +349,16 @@ func TestStatus(t *testing.T) {
 		if r.read().calls[tooLate.Records[0].Call.ID] != 1 {
 			t.Error("a call beyond the allowed lateness was not stored")
 		}
+		// Each is logged, naming its partition and source.
+		logs := r.logs.String()
+		for _, want := range []string{"late calls judged against open state", "stored, not judged", "judged on arrival"} {
+			if !strings.Contains(logs, want) {
+				t.Errorf("no %q in the log:\n%s", want, logs)
+			}
+		}
+		if !strings.Contains(logs, "sources=[calls:a]") || !strings.Contains(logs, "sources=[calls:d]") {
+			t.Errorf("the log does not name the sources:\n%s", logs)
+		}
 	})
 }
 
