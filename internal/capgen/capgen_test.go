@@ -116,8 +116,10 @@ func TestStream_Payloads(t *testing.T) {
 			continue
 		}
 		var rec struct {
-			Time     time.Time `json:"time"`
-			Request  struct{ Params struct{ Arguments json.RawMessage } }
+			Time    time.Time `json:"time"`
+			Request struct {
+				Params struct{ Arguments json.RawMessage }
+			}
 			Response *struct{ Result json.RawMessage }
 		}
 		if err := json.Unmarshal(line, &rec); err != nil {
