@@ -112,9 +112,7 @@ func (s *Stream) Next() (*Call, bool) {
 		s.noiseAt++
 		return c, true
 	}
-	for s.next < s.cfg.Sessions && (len(s.open) == 0 || !s.nextStart.After(s.open[0].c.Time)) {
-		s.startSession()
-	}
+	s.fill()
 	if len(s.open) == 0 {
 		if s.tailDone || s.cfg.NoTail {
 			return nil, false
@@ -145,6 +143,28 @@ func (s *Stream) Next() (*Call, bool) {
 		s.bad++
 	}
 	return c, true
+}
+
+// fill starts the sessions that begin before the earliest call held.
+func (s *Stream) fill() {
+	for s.next < s.cfg.Sessions && (len(s.open) == 0 || !s.nextStart.After(s.open[0].c.Time)) {
+		s.startSession()
+	}
+}
+
+// Skip leaves out the calls dated before until and returns how many: the
+// sessions under way at until go on, as when a recording starts on live
+// traffic. Skipped calls are not counted.
+func (s *Stream) Skip(until time.Time) int {
+	n := 0
+	for {
+		s.fill()
+		if len(s.open) == 0 || !s.open[0].c.Time.Before(until) {
+			return n
+		}
+		s.open.pop()
+		n++
+	}
 }
 
 // startSession generates the next session and queues its calls.
