@@ -181,6 +181,14 @@ done
 log "building mcpaudit"
 go build -o "$WORK/mcpaudit" ./cmd/mcpaudit
 
+# port_free PORT: nothing listens on 127.0.0.1:PORT yet (another run, another service).
+port_free() {
+	if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then
+		log "port $1 is in use: set PORT_BASE to another value"
+		return 1
+	fi
+}
+
 # wait_port PORT: until something listens on 127.0.0.1:PORT (10 s at most).
 wait_port() {
 	for _ in $(seq 100); do
@@ -202,6 +210,7 @@ json_field() { sed -n "s/.*\"$1\":\(-\?[0-9.e+-]*\).*/\1/p"; }
 run_one() {
 	local name=$1 round=$2 data="$WORK/data-$1-$2" pid port judged=""
 	mkdir -p "$data"
+	for p in $MCP_GRPC $MCP_HTTP $MCP_API $COL_GRPC $COL_INTERNAL; do port_free "$p"; done
 	case $name in
 	mcpaudit)
 		"$WORK/mcpaudit" serve --data-dir "$data" --grpc-listen "127.0.0.1:$MCP_GRPC" \

@@ -162,3 +162,22 @@ func TestGenerate_Deterministic(t *testing.T) {
 		t.Fatalf("%d expected findings, %d calls, %d bad lines", len(a.Expected), a.Calls, a.BadLines)
 	}
 }
+
+// TestStream_LiveMemory: a live load at 20k calls/s holds the calls of
+// the sessions under way (about 9.4 s of its rate), and each held call
+// costs its payloads and little more: under 1 KiB of heap.
+func TestStream_LiveMemory(t *testing.T) {
+	s := NewStream(Config{Seed: 1, Sessions: 20000 * 60 / 3, Span: time.Minute, AnomalyRate: 0.1, NoiseRate: 0.001, NoTail: true})
+	s.Skip(time.Date(2026, 11, 2, 9, 0, 40, 0, time.UTC))
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	per := float64(m.HeapAlloc) / float64(s.Held())
+	t.Logf("%d calls held, heap %.1f MiB, %.0f B per held call", s.Held(), float64(m.HeapAlloc)/(1<<20), per)
+	if s.Held() < 100_000 || s.Held() > 300_000 {
+		t.Errorf("%d calls held at 20k calls/s", s.Held())
+	}
+	if per > 1024 {
+		t.Errorf("%.0f bytes of heap per held call", per)
+	}
+}

@@ -1,6 +1,7 @@
 package capgen
 
 import (
+	"bytes"
 	"math/rand"
 	"slices"
 	"strconv"
@@ -22,13 +23,13 @@ type session struct {
 	id     string
 	t      time.Time
 	rpcID  int
-	// buf holds the session's payloads; each is a capped slice of it.
-	buf  []byte
-	mark int
+	// buf is where a payload is written before it is copied out at its
+	// size: the calls a live load holds are its memory.
+	buf []byte
 }
 
 func (st *Stream) newSession(server, id string, start time.Time) *session {
-	return &session{st: st, rng: st.rng, server: server, id: id, t: start, buf: make([]byte, 0, 2048)}
+	return &session{st: st, rng: st.rng, server: server, id: id, t: start, buf: st.buf[:0]}
 }
 
 // raw is a JSON value.
@@ -86,11 +87,15 @@ func (s *session) hex(n int) string {
 	return string(b)
 }
 
-// begin starts a payload at the end of the session's buffer; end returns
-// it, capped so that nothing appends into it.
-func (s *session) begin() []byte { s.mark = len(s.buf); return s.buf }
+// begin starts a payload in the session's buffer; end returns a copy of
+// it. The values of a payload are made before it begins.
+func (s *session) begin() []byte { return s.buf[:0] }
 
-func (s *session) end(b []byte) raw { s.buf = b; return raw(b[s.mark:len(b):len(b)]) }
+func (s *session) end(b []byte) raw {
+	s.buf = b[:0]
+	s.st.buf = s.buf
+	return raw(bytes.Clone(b))
+}
 
 // kv is one member of a JSON object: its value a string, an int, a bool,
 // nil, a raw value or a list of raw values.

@@ -72,6 +72,8 @@ type Stream struct {
 	calls, bad int
 	maxHeld    int
 	scenarios  map[string]int
+	// buf is the sessions' scratch buffer.
+	buf []byte
 }
 
 // NewStream returns a stream of the capture cfg describes.
