@@ -272,9 +272,9 @@ done
 echo
 echo "Collector $OTELCOL_VERSION and mcpaudit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), OTLP/gRPC from mcpaudit loadgen ($CLIENTS clients x $BATCH spans, --live=false), $DURATION a run; $(nproc) cores"
 echo
-printf '| server | round | acknowledged | seconds | acknowledged/s | written | CPU s | cores | peak RSS MiB | disk MiB | judged all after | loadgen CPU s |\n'
-printf '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n'
-awk -F'\t' '{printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12}' "$WORK/rows"
+printf '| server | round | acknowledged | seconds | acknowledged/s | written | CPU s | cores | CPU µs/call | peak RSS MiB | disk MiB | disk B/call | judged all after | loadgen CPU s |\n'
+printf '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n'
+awk -F'\t' '{printf "| %s | %s | %s | %s | %s | %s | %s | %s | %.1f | %s | %s | %.0f | %s | %s |\n", $1, $2, $3, $4, $5, $6, $7, $8, $7 * 1e6 / $3, $9, $10, $10 * 1048576 / $3, $11, $12}' "$WORK/rows"
 echo
 mean() { awk -F'\t' -v n="$1" '$1 == n {s += $5; c++} END {printf "%.0f", c ? s / c : 0}' "$WORK/rows"; }
 m=$(mean mcpaudit) d=$(mean collector-default) u=$(mean collector-durable)
