@@ -320,12 +320,18 @@ func runLoad(ctx context.Context, o loadOptions) (*loadReport, error) {
 				}
 				left -= n
 				batch = batch[:0]
+				var latest time.Time
 				for len(batch) < int(n) {
 					c, ok := st.Next()
 					if !ok {
 						break
 					}
 					batch = append(batch, c)
+					// Not always the last: a duplicate observation is
+					// dated 200 ms after its original, which comes first.
+					if c.Time.After(latest) {
+						latest = c.Time
+					}
 				}
 				if len(batch) == 0 {
 					return
@@ -333,7 +339,7 @@ func runLoad(ctx context.Context, o loadOptions) (*loadReport, error) {
 				if o.Live {
 					// A call is never sent before it happened: the plan's
 					// event times pace a live load.
-					if d := time.Until(batch[len(batch)-1].Time); d > 0 {
+					if d := time.Until(latest); d > 0 {
 						select {
 						case <-time.After(d):
 						case <-stop.Done():
@@ -348,7 +354,7 @@ func runLoad(ctx context.Context, o loadOptions) (*loadReport, error) {
 				}
 				mine = append(mine, time.Since(t0))
 				requests.Add(1)
-				last = batch[len(batch)-1].Time
+				last = latest
 				switch {
 				case r.refused:
 					refused.Add(1)
