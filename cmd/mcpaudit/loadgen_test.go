@@ -78,7 +78,7 @@ func TestLoadgen_Protocols(t *testing.T) {
 // TestLoadgen_Live: a live load is dated now, and no call is sent before
 // its time: every stored call is dated between the start of the load and
 // its end, and the planned rate paces it. (A duplicate observation, dated
-// after the call that comes after it, is in the load.)
+// after the call that comes after it, can be in the load.)
 func TestLoadgen_Live(t *testing.T) {
 	t.Parallel()
 	s := startTest(t, testConfig(t, t.TempDir()))
