@@ -2,6 +2,7 @@ package audit
 
 import (
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -162,4 +163,30 @@ func (r *Record) Writes() int {
 type Batch struct {
 	Source  string
 	Records []*Record
+}
+
+// Lean returns the record as correlation keeps it: the call without its
+// payloads (arguments, result, error), every text copied apart from the
+// decoded request it was cut from, so that the request's memory is freed.
+func (r *Record) Lean() *Record {
+	c := r.Call
+	lc := &Call{
+		ID: strings.Clone(c.ID), Fingerprint: strings.Clone(c.Fingerprint), Time: c.Time, Duration: c.Duration,
+		Server: strings.Clone(c.Server), Session: strings.Clone(c.Session), Client: strings.Clone(c.Client),
+		Tenant: strings.Clone(c.Tenant), TraceID: strings.Clone(c.TraceID), SpanID: strings.Clone(c.SpanID),
+		RPCID: strings.Clone(c.RPCID), Method: strings.Clone(c.Method), Tool: strings.Clone(c.Tool),
+		Responded: c.Responded, Received: c.Received,
+	}
+	l := *r
+	l.Call = lc
+	if len(r.Ops) > 0 {
+		// The reading's fingerprints and words are its own; targets and
+		// keys may be cut from a run's code.
+		l.Ops = make([]Op, len(r.Ops))
+		for i, op := range r.Ops {
+			op.Target, op.Key, op.DocumentID = strings.Clone(op.Target), strings.Clone(op.Key), strings.Clone(op.DocumentID)
+			l.Ops[i] = op
+		}
+	}
+	return &l
 }

@@ -185,7 +185,7 @@ func newAnalyzer(cfg Config, sinks ...audit.Sink) *analyzer {
 }
 
 func (a *analyzer) add(c *audit.Call) {
-	a.eng.Add("analyze", a.reader.Read(c), time.Time{})
+	a.eng.Add("analyze", a.reader.Read(c).Lean(), time.Time{})
 }
 
 // failNever is the --fail-on value that never fails on findings.

@@ -6,7 +6,7 @@ import "github.com/mcpaudit/mcpaudit/audit"
 // one client" (findings.md §4), so creates are indexed by both, and an
 // agent that came back in a new session and created the same document
 // again is seen.
-func createKeys(c *audit.Call, identity string) []createKey {
+func createKeys(c *audit.Call, identity uint64) []createKey {
 	var keys []createKey
 	if c.Session != "" {
 		keys = append(keys, createKey{actor{'s', c.Session}, identity})
@@ -24,7 +24,7 @@ func createKeys(c *audit.Call, identity string) []createKey {
 // one session or client, both answered created, under different keys.
 func (d *detector) checkCreate(ev *event, op *audit.Op, w *writeRec) bool {
 	t := ev.at.t
-	keys := createKeys(ev.call, op.Identity)
+	keys := createKeys(ev.call, fp(op.Identity))
 	isCreated := op.Status == audit.OpSucceeded && op.Action == "created"
 	if isCreated && !w.replay {
 	search:
@@ -70,7 +70,7 @@ func (d *detector) createsAfter(ev *event, op *audit.Op, w *writeRec) {
 	if !(op.Status == audit.OpSucceeded && op.Action == "created") || w.replay {
 		return
 	}
-	for _, k := range createKeys(ev.call, op.Identity) {
+	for _, k := range createKeys(ev.call, fp(op.Identity)) {
 		l := d.creates.get(k)
 		if l == nil {
 			continue

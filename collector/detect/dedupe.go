@@ -1,6 +1,7 @@
 package detect
 
 import (
+	"hash/maphash"
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
@@ -17,7 +18,10 @@ type dedupe struct {
 
 // seen is one observation taken.
 type seen struct {
+	// r is the record, until it is judged.
 	r *audit.Record
+	// t is the call's time.
+	t time.Time
 	// src is the source that delivered it.
 	src *source
 	// at is where the call waits to be judged; an entry of the buffer
@@ -61,7 +65,7 @@ func (d *dedupe) take(r *audit.Record, src *source) (s *seen, replaced bool) {
 	if dup == nil {
 		if l := d.byReq.get(rk); l != nil {
 			for _, s := range *l {
-				dt := c.Time.Sub(s.r.Call.Time)
+				dt := c.Time.Sub(s.t)
 				if dt < 0 {
 					dt = -dt
 				}
@@ -86,11 +90,11 @@ func (d *dedupe) take(r *audit.Record, src *source) (s *seen, replaced bool) {
 		}
 		dup.r = kept
 		if earlier {
-			dup.src = src
+			dup.src, dup.t = src, c.Time
 		}
 		return dup, earlier
 	}
-	s = &seen{r: r, src: src}
+	s = &seen{r: r, t: c.Time, src: src}
 	l := d.byReq.at(rk, c.Time)
 	*l = append(*l, s)
 	if spanKey != "" {
@@ -117,12 +121,12 @@ func withResponse(first, other *audit.Record) *audit.Record {
 // sweep forgets observations older than horizon.
 func (d *dedupe) sweep(horizon time.Time) {
 	d.byReq.sweep(horizon, func(_ string, l *[]*seen) (bool, time.Time) {
-		kept, first := keepSince(*l, horizon, func(s *seen) time.Time { return s.r.Call.Time })
+		kept, first := keepSince(*l, horizon, func(s *seen) time.Time { return s.t })
 		*l = kept
 		return len(kept) > 0, first
 	})
 	d.bySpan.sweep(horizon, func(_ string, s **seen) (bool, time.Time) {
-		t := (*s).r.Call.Time
+		t := (*s).t
 		return !t.Before(horizon), t
 	})
 }
@@ -131,15 +135,16 @@ func (d *dedupe) sweep(horizon time.Time) {
 // taken again: about 10 MiB.
 const recentIDsKept = 200_000
 
-// recentIDs remembers the last ids taken, first in first out.
+// recentIDs remembers the last ids taken, first in first out, by a 64-bit
+// hash of each (a collision, one in 2^64 per pair, would drop a call).
 type recentIDs struct {
-	set  map[string]struct{}
-	ring []string
+	set  map[uint64]struct{}
+	ring []uint64
 	next int
 }
 
 func newRecentIDs(n int) *recentIDs {
-	return &recentIDs{set: make(map[string]struct{}, 1024), ring: make([]string, n)}
+	return &recentIDs{set: make(map[uint64]struct{}, 1024), ring: make([]uint64, n)}
 }
 
 // add remembers id; it returns false when id was already remembered. An
@@ -148,14 +153,15 @@ func (r *recentIDs) add(id string) bool {
 	if id == "" {
 		return true
 	}
-	if _, ok := r.set[id]; ok {
+	h := maphash.String(ordSeed, id) | 1
+	if _, ok := r.set[h]; ok {
 		return false
 	}
-	if old := r.ring[r.next]; old != "" {
+	if old := r.ring[r.next]; old != 0 {
 		delete(r.set, old)
 	}
-	r.ring[r.next] = id
+	r.ring[r.next] = h
 	r.next = (r.next + 1) % len(r.ring)
-	r.set[id] = struct{}{}
+	r.set[h] = struct{}{}
 	return true
 }

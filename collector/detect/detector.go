@@ -27,7 +27,7 @@ type detector struct {
 	reads   expMap[string, []readRec]
 	keys    expMap[keyID, keyState]
 	creates expMap[createKey, []*createRec]
-	failed  expMap[string, []*failedReq]
+	failed  expMap[uint64, []*failedReq]
 
 	deadlines writeHeap
 	// deferred holds writes whose window ended while their source was
@@ -45,7 +45,7 @@ func newDetector(cfg Config, out *emitter) *detector {
 		cfg: cfg, out: out,
 		docs: newExpMap[string, docState](), reads: newExpMap[string, []readRec](),
 		keys: newExpMap[keyID, keyState](), creates: newExpMap[createKey, []*createRec](),
-		failed: newExpMap[string, []*failedReq](),
+		failed: newExpMap[uint64, []*failedReq](),
 	}
 }
 
@@ -92,9 +92,6 @@ func (d *detector) process(r *audit.Record, at pos, src *source) {
 
 func (d *detector) doc(target string, t time.Time) *docState {
 	s := d.docs.at(target, t)
-	if s.accepted == nil {
-		s.accepted = map[string][]*writeRec{}
-	}
 	if t.After(s.last) {
 		s.last = t
 	}
@@ -118,7 +115,7 @@ func (d *detector) write(ev *event, op *audit.Op) {
 			Tool: op.Tool, Document: op.Document(), Key: op.Key,
 		},
 		at:    ev.at,
-		op:    *op,
+		op:    wopOf(op),
 		actor: ev.actor,
 		index: -1,
 		src:   ev.src,
@@ -195,8 +192,8 @@ func (d *detector) lookForward(ev *event, op *audit.Op, w *writeRec, ks *keyStat
 	if w.State == audit.StatePending {
 		d.settleLate(w, ks, ds)
 	}
-	if ds != nil && op.Intent != "" {
-		d.rejudgeAccepted(ev, ds, op.Intent, w.at)
+	if ds != nil && w.op.intent != 0 {
+		d.rejudgeAccepted(ev, ds, w.op.intent, w.at)
 	}
 	if op.Status == audit.OpUncertain {
 		d.unsafeAfter(ev, op, w, ds)
@@ -228,7 +225,7 @@ func (d *detector) read(ev *event, op *audit.Op) {
 		return
 	}
 	rs := d.reads.at(op.Target, t)
-	*rs = insertAt(*rs, readRec{at: ev.at, actor: ev.actor, rev: op.Rev, sync: op.Sync, saveState: op.SaveState}, readAt)
+	*rs = insertAt(*rs, readRec{at: ev.at, actor: actorKey(ev.actor), rev: op.Rev, flags: readFlags(op.Sync, op.SaveState)}, readAt)
 	ds := d.docs.get(op.Target)
 	if ds == nil {
 		return
@@ -241,7 +238,7 @@ func (d *detector) read(ev *event, op *audit.Op) {
 	}
 	kept := ds.proof[:0]
 	for _, w := range ds.proof {
-		if w.State == audit.StatePending && w.at.before(ev.at) && !t.After(w.deadline) && proves(op.Rev, op.Sync, op.SaveState, w) {
+		if w.State == audit.StatePending && w.at.before(ev.at) && !t.After(w.deadline) && proves(op.Rev, readFlags(op.Sync, op.SaveState), w) {
 			d.setState(w, audit.StateDurable, t)
 			continue
 		}
@@ -257,20 +254,20 @@ func (d *detector) read(ev *event, op *audit.Op) {
 // at p, which resolves the write while its window is open.
 func (d *detector) settleByRead(w *writeRec, p pos) {
 	w.noteRead(p)
-	if w.State == audit.StatePending && w.op.Status == audit.OpUncertain && !p.t.After(w.deadline) {
+	if w.State == audit.StatePending && w.op.status == audit.OpUncertain && !p.t.After(w.deadline) {
 		d.setState(w, audit.StateResolved, p.t)
 	}
 }
 
-// proves reports whether a read (its revision, sync state and save state)
-// shows a pending write durable: synced at its revision or later, or a
-// save no longer blocked.
-func proves(rev int64, sync, saveState string, w *writeRec) bool {
+// proves reports whether a read (its revision, and what it said of sync
+// and save states) shows a pending write durable: synced at its revision
+// or later, or a save no longer blocked.
+func proves(rev int64, flags uint8, w *writeRec) bool {
 	switch w.Reason {
 	case audit.ReasonSyncNotConfirmed:
-		return sync == "synced" && rev >= w.op.Rev
+		return flags&readSynced != 0 && rev >= w.op.rev
 	case audit.ReasonSaveBlocked:
-		return saveState != "" && saveState != "blocked" && (rev == 0 || rev >= w.op.Rev)
+		return flags&readSaved != 0 && (rev == 0 || rev >= w.op.rev)
 	}
 	return false
 }
@@ -280,7 +277,7 @@ func proves(rev int64, sync, saveState string, w *writeRec) bool {
 // identical replay of findings.md §2.
 func (d *detector) settleByIdempotent(w *writeRec, ds *docState) {
 	for _, u := range ds.uncertain {
-		if u.op.Intent == w.op.Intent && u.State == audit.StatePending && u.at.before(w.at) && !w.Time.After(u.deadline) {
+		if u.op.intent == w.op.intent && u.State == audit.StatePending && u.at.before(w.at) && !w.Time.After(u.deadline) {
 			d.setState(u, audit.StateResolved, w.Time)
 		}
 	}
@@ -291,28 +288,29 @@ func (d *detector) settleByIdempotent(w *writeRec, ds *docState) {
 // that was accepted, an idempotent re-send, or a read proving its sync.
 func (d *detector) settleLate(w *writeRec, ks *keyState, ds *docState) {
 	if rs := d.reads.get(w.Document); rs != nil && w.Document != "" {
+		writer := actorKey(w.actor)
 		for _, r := range *rs {
 			if !w.at.before(r.at) {
 				continue
 			}
-			if r.actor == w.actor && w.op.Status == audit.OpUncertain {
+			if r.actor == writer && w.op.status == audit.OpUncertain {
 				d.settleByRead(w, r.at)
 			}
-			if w.State == audit.StatePending && w.op.Status != audit.OpUncertain && !r.at.t.After(w.deadline) && proves(r.rev, r.sync, r.saveState, w) {
+			if w.State == audit.StatePending && w.op.status != audit.OpUncertain && !r.at.t.After(w.deadline) && proves(r.rev, r.flags, w) {
 				d.setState(w, audit.StateDurable, r.at.t)
 			}
 		}
 	}
-	if w.State != audit.StatePending || w.op.Status != audit.OpUncertain {
+	if w.State != audit.StatePending || w.op.status != audit.OpUncertain {
 		return
 	}
-	if ks != nil && w.op.KeyProtected {
+	if ks != nil && w.op.keyProtected {
 		for _, e := range ks.events {
 			s := e.w
-			if s == nil || !w.at.before(s.at) || s.op.Status != audit.OpSucceeded || !s.op.KeyProtected {
+			if s == nil || !w.at.before(s.at) || s.op.status != audit.OpSucceeded || !s.op.keyProtected {
 				continue
 			}
-			if b := d.binderBefore(ks, s.at); b == nil || b.binding == s.op.Binding {
+			if b := d.binderBefore(ks, s.at); b == nil || b.binding == s.op.binding {
 				w.noteRead(s.at)
 				if !s.Time.After(w.deadline) {
 					d.setState(w, audit.StateResolved, s.Time)
@@ -321,9 +319,9 @@ func (d *detector) settleLate(w *writeRec, ks *keyState, ds *docState) {
 			}
 		}
 	}
-	if w.State == audit.StatePending && ds != nil && w.op.Intent != "" {
+	if w.State == audit.StatePending && ds != nil && w.op.intent != 0 {
 		for _, s := range ds.writes {
-			if w.at.before(s.at) && s.op.Protected && s.op.Intent == w.op.Intent && s.op.Status == audit.OpSucceeded && !s.Time.After(w.deadline) {
+			if w.at.before(s.at) && s.op.protected && s.op.intent == w.op.intent && s.op.status == audit.OpSucceeded && !s.Time.After(w.deadline) {
 				d.setState(w, audit.StateResolved, s.Time)
 				break
 			}

@@ -14,37 +14,35 @@ func (d *detector) checkDoubleApply(ev *event, op *audit.Op, w *writeRec, ds *do
 		return false
 	}
 	w.accepted = true
-	doubled := d.doubleApplied(ev.call, ds, w)
-	ds.accepted[op.Intent] = insertAt(ds.accepted[op.Intent], w, writeAt)
-	return doubled
+	return d.doubleApplied(ev.call, ds, w)
 }
 
 // doubleApplied reports w, an accepted write, if a rule holds for it.
 func (d *detector) doubleApplied(c *audit.Call, ds *docState, w *writeRec) bool {
 	op := &w.op
 	t := w.Time
-	if first := d.storedFirst(ds.accepted[op.Intent], w.at); first != nil && within(first.Time, t, d.cfg.CorrelationWindow) &&
-		first.CallID != w.CallID && (op.Key == "" || first.Key != op.Key) {
+	if first := d.storedFirst(ds, op.intent, w.at); first != nil && within(first.Time, t, d.cfg.CorrelationWindow) &&
+		first.CallID != w.CallID && (w.Key == "" || first.Key != w.Key) {
 		d.out.finding(&audit.Finding{
 			Kind: audit.KindDoubleAppliedWrite, Server: c.Server, Tenant: c.Tenant,
-			Document: w.Document, Key: op.Key, Session: w.Session, Time: first.Time,
+			Document: w.Document, Key: w.Key, Session: w.Session, Time: first.Time,
 			Calls:   callIDs(first.CallID, w.CallID),
-			Summary: sprintf("The same edit landed twice on %s: it was accepted at %s and again at %s under %s.", w.Document, hhmmss(first.Time), hhmmss(t), keyPhrase(op.Key)),
+			Summary: sprintf("The same edit landed twice on %s: it was accepted at %s and again at %s under %s.", w.Document, hhmmss(first.Time), hhmmss(t), keyPhrase(w.Key)),
 		})
 		return true
 	}
-	if op.HasBaseRev && op.Status == audit.OpSucceeded {
+	if op.hasBaseRev && op.status == audit.OpSucceeded {
 		for _, u := range ds.uncertain {
 			if !u.at.before(w.at) {
 				break
 			}
-			if u.op.Intent == op.Intent && u.Key != op.Key && u.op.HasBaseRev && op.BaseRev > u.op.BaseRev &&
+			if u.op.intent == op.intent && u.Key != w.Key && u.op.hasBaseRev && op.baseRev > u.op.baseRev &&
 				within(u.Time, t, d.cfg.CorrelationWindow) {
 				d.out.finding(&audit.Finding{
 					Kind: audit.KindDoubleAppliedWrite, Server: c.Server, Tenant: c.Tenant,
-					Document: w.Document, Key: op.Key, Session: w.Session, Time: u.Time,
+					Document: w.Document, Key: w.Key, Session: w.Session, Time: u.Time,
 					Calls: callIDs(u.CallID, w.CallID), RetryAction: u.Action,
-					Summary: sprintf("An edit to %s whose outcome was uncertain at %s was sent again under a new key on revision %d, after it had already landed: it is now applied twice.", w.Document, hhmmss(u.Time), op.BaseRev),
+					Summary: sprintf("An edit to %s whose outcome was uncertain at %s was sent again under a new key on revision %d, after it had already landed: it is now applied twice.", w.Document, hhmmss(u.Time), op.baseRev),
 				})
 				u.unsafe = true
 				return true
@@ -55,16 +53,16 @@ func (d *detector) doubleApplied(c *audit.Call, ds *docState, w *writeRec) bool 
 }
 
 // storedFirst returns the write that the first double-apply rule compares
-// a write at p with: the first accepted write of the intent, replaced by
-// the next one once the correlation window since it has passed. Writes
-// that were themselves applied twice are never the first.
-func (d *detector) storedFirst(accepted []*writeRec, p pos) *writeRec {
+// a write of intent at p with: the first accepted write of the intent,
+// replaced by the next one once the correlation window since it has
+// passed. Writes that were themselves applied twice are never the first.
+func (d *detector) storedFirst(ds *docState, intent uint64, p pos) *writeRec {
 	var first *writeRec
-	for _, e := range accepted {
+	for _, e := range ds.writes {
 		if !e.at.before(p) {
 			break
 		}
-		if e.doubled() {
+		if !e.accepted || e.op.intent != intent || e.doubled() {
 			continue
 		}
 		if first == nil || !within(first.Time, e.Time, d.cfg.CorrelationWindow) {
@@ -77,9 +75,9 @@ func (d *detector) storedFirst(accepted []*writeRec, p pos) *writeRec {
 // rejudgeAccepted applies the double-apply rules again to the accepted
 // writes of intent after a late call at p: the late call may be the first
 // application, or the uncertain write, that they repeat.
-func (d *detector) rejudgeAccepted(ev *event, ds *docState, intent string, p pos) {
-	for _, s := range ds.accepted[intent] {
-		if !p.before(s.at) || s.doubled() {
+func (d *detector) rejudgeAccepted(ev *event, ds *docState, intent uint64, p pos) {
+	for _, s := range ds.writes {
+		if !s.accepted || s.op.intent != intent || !p.before(s.at) || s.doubled() {
 			continue
 		}
 		if d.doubleApplied(ev.call, ds, s) {
@@ -90,18 +88,4 @@ func (d *detector) rejudgeAccepted(ev *event, ds *docState, intent string, p pos
 
 // unaccept takes w out of the double-apply candidates: a write found to be
 // a replay after all (a late first attempt under its key).
-func (d *detector) unaccept(w *writeRec) {
-	if !w.accepted || w.Document == "" {
-		return
-	}
-	w.accepted = false
-	if ds := d.docs.get(w.Document); ds != nil {
-		l := ds.accepted[w.op.Intent]
-		for i, e := range l {
-			if e == w {
-				ds.accepted[w.op.Intent] = append(l[:i], l[i+1:]...)
-				break
-			}
-		}
-	}
-}
+func (d *detector) unaccept(w *writeRec) { w.accepted = false }

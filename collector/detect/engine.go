@@ -237,6 +237,8 @@ func (e *Engine) judge(p *partition, s *seen, at pos) {
 	e.current = s.r
 	p.det.process(s.r, at, s.src)
 	e.current = nil
+	// Judged: what dedupe still needs of it is its time.
+	s.r = nil
 }
 
 // behind reports whether src, still active, has not yet delivered past t

@@ -14,16 +14,16 @@ import (
 func (d *detector) keyed(ev *event, op *audit.Op, w *writeRec, ks *keyState) {
 	t := ev.at.t
 	b := d.binderBefore(ks, w.at)
-	w.replay = op.KeyProtected && b != nil && b.binding == op.Binding
+	w.replay = op.KeyProtected && b != nil && b.binding == w.op.binding
 	if w.replay && op.Status == audit.OpUncertain {
 		for _, u := range ks.uncertain {
-			if u.State == audit.StatePending && u.op.Binding == op.Binding && u.at.before(w.at) {
+			if u.State == audit.StatePending && u.op.binding == w.op.binding && u.at.before(w.at) {
 				w.follows = u
 				break
 			}
 		}
 	}
-	if op.KeyProtected && op.Status == audit.OpSucceeded && (b == nil || b.binding == op.Binding) {
+	if op.KeyProtected && op.Status == audit.OpSucceeded && (b == nil || b.binding == w.op.binding) {
 		for _, u := range ks.uncertain {
 			if !u.at.before(w.at) {
 				continue
@@ -66,7 +66,8 @@ func (d *detector) binderBefore(ks *keyState, p pos) *keyEvent {
 // server said so or the collector saw it, and records the use of the key.
 func (d *detector) checkReuse(ev *event, op *audit.Op, k keyID, ks *keyState, w *writeRec) {
 	t := ev.at.t
-	use := keyEvent{at: ev.at, binding: op.Binding, callID: ev.call.ID, session: ev.call.Session, doc: op.Document(), w: w, operationID: k.kind == "operationId"}
+	binding := fp(op.Binding)
+	use := keyEvent{at: ev.at, binding: binding, callID: ev.call.ID, session: ev.call.Session, doc: op.Document(), w: w, operationID: k.kind == "operationId"}
 	if k.kind == "operationId" {
 		// The platform mints operationIds; a wrong planToken under one is
 		// refused with replay_same_request, not a second intent.
@@ -79,12 +80,12 @@ func (d *detector) checkReuse(ev *event, op *audit.Op, k keyID, ks *keyState, w 
 	serverSaid := op.Failure != nil && (op.Failure.Code == "E_REQUEST_REUSE" || op.Failure.Code == classify.CodeIncompatibleCreation || op.Failure.Code == classify.CodeCopyIDReused)
 	if serverSaid {
 		if ks.reused == nil {
-			ks.reused = map[string]bool{}
+			ks.reused = map[uint64]bool{}
 		}
-		if ks.reused[op.Binding] && op.Binding != "" {
+		if ks.reused[binding] && binding != 0 {
 			return
 		}
-		ks.reused[op.Binding] = true
+		ks.reused[binding] = true
 		calls := []string{ev.call.ID}
 		first := t
 		if b != nil && b.callID != ev.call.ID {
@@ -104,16 +105,16 @@ func (d *detector) checkReuse(ev *event, op *audit.Op, k keyID, ks *keyState, w 
 		return
 	}
 	d.addUse(ev, k, ks, use)
-	if b == nil || !within(b.at.t, t, d.cfg.CorrelationWindow) && b.binding != op.Binding || b.binding == op.Binding {
+	if b == nil || !within(b.at.t, t, d.cfg.CorrelationWindow) && b.binding != binding || b.binding == binding {
 		return
 	}
 	if ks.reused == nil {
-		ks.reused = map[string]bool{}
+		ks.reused = map[uint64]bool{}
 	}
-	if ks.reused[op.Binding] {
+	if ks.reused[binding] {
 		return
 	}
-	ks.reused[op.Binding] = true
+	ks.reused[binding] = true
 	d.emitReuse(ev.call, k, use, callIDs(b.callID, ev.call.ID), b.at.t, "")
 }
 
@@ -140,10 +141,10 @@ func (d *detector) rebind(ev *event, k keyID, ks *keyState) {
 			continue
 		}
 		if b.binding == e.binding {
-			if s := e.w; s != nil && s.op.KeyProtected && !s.replay {
+			if s := e.w; s != nil && s.op.keyProtected && !s.replay {
 				s.replay = true
 				d.unaccept(s)
-				if s.op.Status == audit.OpUncertain && s.follows == nil && b.w != nil && b.w.op.Status == audit.OpUncertain {
+				if s.op.status == audit.OpUncertain && s.follows == nil && b.w != nil && b.w.op.status == audit.OpUncertain {
 					s.follows = b.w
 				}
 			}
@@ -153,7 +154,7 @@ func (d *detector) rebind(ev *event, k keyID, ks *keyState) {
 			continue
 		}
 		if ks.reused == nil {
-			ks.reused = map[string]bool{}
+			ks.reused = map[uint64]bool{}
 		}
 		if ks.reused[e.binding] {
 			continue
@@ -181,7 +182,7 @@ func (d *detector) plan(ev *event, op *audit.Op) {
 	}
 	t := ev.at.t
 	ks := d.key(keyID{op.KeyKind, op.Key}, t)
-	if b := ks.blocked; b != nil && !b.reported && b.binding == op.Binding && within(b.time, t, d.cfg.CorrelationWindow) {
+	if b := ks.blocked; b != nil && !b.reported && b.binding == fp(op.Binding) && within(b.time, t, d.cfg.CorrelationWindow) {
 		b.reported = true
 		d.out.finding(&audit.Finding{
 			Kind: audit.KindWastedRetry, Server: ev.call.Server, Tenant: ev.call.Tenant,
@@ -192,7 +193,7 @@ func (d *detector) plan(ev *event, op *audit.Op) {
 	}
 	d.checkReuse(ev, op, keyID{op.KeyKind, op.Key}, ks, nil)
 	if op.Status == audit.OpSucceeded && op.Failure != nil && op.Failure.Action == audit.ActionNewPlan && ks.blocked == nil {
-		ks.blocked = &blockedPlan{callID: ev.call.ID, time: t, binding: op.Binding, action: op.Failure.Action}
+		ks.blocked = &blockedPlan{callID: ev.call.ID, time: t, binding: fp(op.Binding), action: op.Failure.Action}
 	}
 }
 

@@ -3,6 +3,7 @@ package detect
 import (
 	"encoding/hex"
 	"hash/maphash"
+	"strconv"
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
@@ -82,11 +83,39 @@ type event struct {
 	src *source
 }
 
+// wop is what the ledger keeps of a write's operation: its fingerprints
+// as numbers, revisions and flags, never the operation's strings.
+type wop struct {
+	intent, binding                     uint64 // 0 when none
+	baseRev, rev                        int64
+	status                              audit.OpStatus
+	hasBaseRev, keyProtected, protected bool
+}
+
+func wopOf(op *audit.Op) wop {
+	return wop{intent: fp(op.Intent), binding: fp(op.Binding), baseRev: op.BaseRev, rev: op.Rev, status: op.Status,
+		hasBaseRev: op.HasBaseRev, keyProtected: op.KeyProtected, protected: op.Protected}
+}
+
+// fp turns a fingerprint (16 hex digits, canon.Hash) into a number; 0 for
+// none. Any other text is hashed.
+func fp(s string) uint64 {
+	if s == "" {
+		return 0
+	}
+	if len(s) == 16 {
+		if v, err := strconv.ParseUint(s, 16, 64); err == nil && v != 0 {
+			return v
+		}
+	}
+	return maphash.String(ordSeed, s) | 1
+}
+
 // writeRec is one write attempt in the ledger.
 type writeRec struct {
 	audit.Write
 	at       pos
-	op       audit.Op
+	op       wop
 	actor    actor
 	deadline time.Time
 	// readAt is where the writer first read the target after the write
@@ -101,7 +130,7 @@ type writeRec struct {
 	// retry; duplicate once it is the second of a duplicate create.
 	retried, duplicate bool
 	// accepted: an accepted non-idempotent write, a candidate for the
-	// double-apply rules.
+	// double-apply rules (not a replay).
 	accepted bool
 	index    int // in the deadline heap, -1 when not there
 	// src is the source that delivered the write: a write that came late
@@ -130,11 +159,9 @@ func (w *writeRec) noteRead(p pos) {
 
 // docState is what is remembered about one document.
 type docState struct {
-	// writes are every write attempt on the document, in order.
+	// writes are every write attempt on the document, in order; the
+	// accepted non-idempotent ones are marked (writeRec.accepted).
 	writes []*writeRec
-	// accepted holds, per intent, the accepted non-idempotent writes of
-	// that intent, in order.
-	accepted map[string][]*writeRec
 	// uncertain holds writes whose outcome was unknown, in order, for the
 	// correlation window, whether or not they were resolved since.
 	uncertain []*writeRec
@@ -148,11 +175,40 @@ type docState struct {
 // readRec is one read of a document, kept for the allowed lateness so that
 // a late write can see the reads that followed it.
 type readRec struct {
-	at        pos
-	actor     actor
-	rev       int64
-	sync      string
-	saveState string
+	at    pos
+	actor uint64 // actorKey
+	rev   int64
+	flags uint8
+}
+
+// Flags of a read: what it said of sync and save states.
+const (
+	readSynced      = 1 << iota // sync.state synced
+	readSaved                   // a save state other than blocked
+	readSaveBlocked             // save state blocked
+)
+
+func readFlags(sync, saveState string) uint8 {
+	var f uint8
+	if sync == "synced" {
+		f |= readSynced
+	}
+	switch saveState {
+	case "":
+	case "blocked":
+		f |= readSaveBlocked
+	default:
+		f |= readSaved
+	}
+	return f
+}
+
+// actorKey is a number for an actor, for the reads kept.
+func actorKey(a actor) uint64 {
+	if a.id == "" && a.kind == 0 {
+		return 0
+	}
+	return maphash.String(ordSeed, string(a.kind)+a.id) | 1
 }
 
 // keyID names an idempotency key within a partition.
@@ -161,7 +217,7 @@ type keyID struct{ kind, key string }
 // keyEvent is one use of a key that may bind it to an intent.
 type keyEvent struct {
 	at      pos
-	binding string
+	binding uint64
 	callID  string
 	session string
 	doc     string
@@ -175,7 +231,7 @@ type keyState struct {
 	// events are the uses of the key that bind it, in order.
 	events []keyEvent
 	// reused holds the bindings already reported as a reuse.
-	reused map[string]bool
+	reused map[uint64]bool
 	// uncertain holds the key-protected attempts whose outcome was unknown.
 	uncertain []*writeRec
 	lease     lease
@@ -193,7 +249,7 @@ type lease struct {
 type blockedPlan struct {
 	callID   string
 	time     time.Time
-	binding  string
+	binding  uint64
 	action   audit.RetryAction
 	reported bool
 }
@@ -201,7 +257,7 @@ type blockedPlan struct {
 // createKey names the creates of one actor and identity.
 type createKey struct {
 	actor    actor
-	identity string
+	identity uint64
 }
 
 // createRec remembers a create for duplicate and blind re-create checks.

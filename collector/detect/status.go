@@ -105,3 +105,16 @@ func (e *Engine) Waiting() map[PartitionKey]time.Time {
 	}
 	return m
 }
+
+// OpenKeys counts the correlation keys the engine holds open: documents,
+// idempotency keys, create identities, refused requests, documents with
+// recent reads and observations kept for dedupe, over every partition.
+func (e *Engine) OpenKeys() int {
+	n := 0
+	for _, p := range e.parts {
+		d := p.det
+		n += d.docs.len() + d.keys.len() + d.creates.len() + d.failed.len() + d.reads.len()
+		n += p.dedupe.byReq.len() + p.dedupe.bySpan.len()
+	}
+	return n
+}

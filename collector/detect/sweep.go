@@ -28,13 +28,6 @@ func (d *detector) sweep() {
 			return false
 		}
 		s.writes = filter(s.writes, keep)
-		for intent, l := range s.accepted {
-			if l = filter(l, keep); len(l) == 0 {
-				delete(s.accepted, intent)
-			} else {
-				s.accepted[intent] = l
-			}
-		}
 		s.uncertain = filter(s.uncertain, keep)
 		s.proof = filter(s.proof, keep)
 		return !s.last.Before(horizon) || len(s.writes) > 0 || len(s.proof) > 0, first
@@ -56,7 +49,7 @@ func (d *detector) sweep() {
 		*l = kept
 		return len(kept) > 0, first
 	})
-	d.failed.sweep(horizon, func(_ string, l *[]*failedReq) (bool, time.Time) {
+	d.failed.sweep(horizon, func(_ uint64, l *[]*failedReq) (bool, time.Time) {
 		kept, first := keepSince(*l, horizon, func(f *failedReq) time.Time { return f.at.t })
 		*l = kept
 		return len(kept) > 0, first

@@ -8,7 +8,7 @@ import "github.com/mcpaudit/mcpaudit/audit"
 func (d *detector) checkUnsafe(ev *event, op *audit.Op, w *writeRec, ds *docState) {
 	var prior *writeRec
 	if op.Tool == toolCreate {
-		if l := d.creates.get(createKey{ev.actor, op.Identity}); l != nil {
+		if l := d.creates.get(createKey{ev.actor, fp(op.Identity)}); l != nil {
 			for _, r := range *l {
 				u := r.w
 				if !u.at.before(w.at) {
@@ -42,7 +42,7 @@ func (d *detector) checkUnsafe(ev *event, op *audit.Op, w *writeRec, ds *docStat
 // u is uncertain, not yet reported, unread by its writer before w, within
 // the correlation window, and w is not under u's key.
 func (d *detector) blindAfter(u, w *writeRec) bool {
-	return u != w && u.op.Status == audit.OpUncertain && !u.readBefore(w.at) && !u.unsafe &&
+	return u != w && u.op.status == audit.OpUncertain && !u.readBefore(w.at) && !u.unsafe &&
 		(u.Key == "" || u.Key != w.Key) && within(u.Time, w.Time, d.cfg.CorrelationWindow)
 }
 
@@ -63,7 +63,7 @@ func (d *detector) emitUnsafe(c *audit.Call, prior, w *writeRec) {
 func (d *detector) unsafeAfter(ev *event, op *audit.Op, u *writeRec, ds *docState) {
 	var after []*writeRec
 	if op.Tool == toolCreate {
-		if l := d.creates.get(createKey{u.actor, op.Identity}); l != nil {
+		if l := d.creates.get(createKey{u.actor, fp(op.Identity)}); l != nil {
 			for _, r := range *l {
 				after = append(after, r.w)
 			}
@@ -75,7 +75,7 @@ func (d *detector) unsafeAfter(ev *event, op *audit.Op, u *writeRec, ds *docStat
 		if !u.at.before(s.at) || s.actor != u.actor || s.CallID == u.CallID {
 			continue
 		}
-		if s.replay || s.op.Protected || s.doubled() || s.duplicate || s.retried {
+		if s.replay || s.op.protected || s.doubled() || s.duplicate || s.retried {
 			continue
 		}
 		if d.blindAfter(u, s) {

@@ -20,7 +20,7 @@ func (d *detector) checkWasted(ev *event) {
 		fr.key = firstNonEmpty(fr.key, op.Key)
 	}
 	fr.session, fr.tool = c.Session, c.Tool
-	l := d.failed.at(r.RequestHash, ev.at.t)
+	l := d.failed.at(fp(r.RequestHash), ev.at.t)
 	*l = insertAt(*l, fr, failedAt)
 	var first *failedReq
 	for _, e := range *l {

@@ -233,10 +233,13 @@ func (p *Pipeline) Ingest(ctx context.Context, batches ...audit.Batch) (int, err
 		p.inflight.Add(-n)
 		return 0, err
 	}
+	// The engine keeps what correlation needs, not the payloads the store
+	// has now.
 	now := p.now()
 	for _, b := range batches {
-		for _, r := range b.Records {
+		for i, r := range b.Records {
 			r.Call.Received = now
+			b.Records[i] = r.Lean()
 		}
 	}
 	for _, b := range batches {
