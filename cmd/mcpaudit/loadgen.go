@@ -82,7 +82,8 @@ type loadReport struct {
 	// Rejected counts bad records or spans reported back.
 	Rejected int64 `json:"rejected"`
 	// Refused counts requests answered "retry later" (429, 503, gRPC
-	// Unavailable or ResourceExhausted); Failed the other failures.
+	// Unavailable or ResourceExhausted), each sent again after a pause;
+	// Failed the other failures, whose calls are not sent again.
 	Refused    int64   `json:"refused_requests"`
 	Failed     int64   `json:"failed_requests"`
 	FirstError string  `json:"first_error,omitempty"`
@@ -347,27 +348,42 @@ func runLoad(ctx context.Context, o loadOptions) (*loadReport, error) {
 						}
 					}
 				}
-				t0 := time.Now()
-				r := senders[w].send(ctx, batch)
-				if ctx.Err() != nil {
-					return // interrupted: not an answer
-				}
-				mine = append(mine, time.Since(t0))
-				requests.Add(1)
-				last = latest
-				switch {
-				case r.refused:
-					refused.Add(1)
-				case r.failed:
-					failed.Add(1)
-					if r.err != nil {
-						mu.Lock()
-						if rep.FirstError == "" {
-							rep.FirstError = r.err.Error()
-						}
-						mu.Unlock()
+				// A refused batch is sent again after a pause that grows,
+				// as an exporter retries, until the deadline.
+				backoff := 50 * time.Millisecond
+				for {
+					t0 := time.Now()
+					r := senders[w].send(ctx, batch)
+					if ctx.Err() != nil {
+						return // interrupted: not an answer
 					}
-				default:
+					requests.Add(1)
+					if r.refused || r.failed {
+						if r.refused {
+							refused.Add(1)
+						} else {
+							failed.Add(1)
+						}
+						if r.err != nil {
+							mu.Lock()
+							if rep.FirstError == "" {
+								rep.FirstError = r.err.Error()
+							}
+							mu.Unlock()
+						}
+						if !r.refused || time.Now().Add(backoff).After(deadline) {
+							break
+						}
+						select {
+						case <-time.After(backoff):
+						case <-ctx.Done():
+							return
+						}
+						backoff = min(2*backoff, time.Second)
+						continue
+					}
+					mine = append(mine, time.Since(t0))
+					last = latest
 					sent.Add(int64(len(batch)))
 					accepted.Add(r.accepted)
 					rejected.Add(r.rejected)
@@ -376,6 +392,7 @@ func runLoad(ctx context.Context, o loadOptions) (*loadReport, error) {
 					} else {
 						nw.Add(r.new)
 					}
+					break
 				}
 			}
 		}()
@@ -453,7 +470,7 @@ func (s *callsSender) send(ctx context.Context, calls []*capgen.Call) sendResult
 	var cr receiver.CallsResponse
 	switch {
 	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable:
-		return sendResult{refused: true}
+		return sendResult{refused: true, err: fmt.Errorf("POST /v1/calls: %s: %s", resp.Status, strings.TrimSpace(string(body)))}
 	case resp.StatusCode == http.StatusOK, resp.StatusCode == http.StatusBadRequest && json.Unmarshal(body, &cr) == nil && cr.Rejected > 0:
 		// A request of bad records only is answered 400 with the
 		// records it rejected.
@@ -503,7 +520,7 @@ func (s *otlpHTTPSender) send(ctx context.Context, calls []*capgen.Call) sendRes
 		rej := er.PartialSuccess().RejectedSpans()
 		return sendResult{accepted: int64(len(calls)) - rej, new: -1, rejected: rej}
 	case http.StatusTooManyRequests, http.StatusServiceUnavailable, http.StatusBadGateway, http.StatusGatewayTimeout:
-		return sendResult{refused: true}
+		return sendResult{refused: true, err: fmt.Errorf("POST /v1/traces: %s: %s", resp.Status, strings.TrimSpace(string(rb)))}
 	default:
 		return sendResult{failed: true, err: fmt.Errorf("POST /v1/traces: %s: %s", resp.Status, strings.TrimSpace(string(rb)))}
 	}
@@ -526,7 +543,7 @@ func (s *otlpGRPCSender) send(ctx context.Context, calls []*capgen.Call) sendRes
 		switch status.Code(err) {
 		case codes.Unavailable, codes.ResourceExhausted:
 			if ctx.Err() == nil {
-				return sendResult{refused: true}
+				return sendResult{refused: true, err: err}
 			}
 		}
 		return sendResult{failed: true, err: err}
@@ -546,11 +563,11 @@ func printLoadReport(w io.Writer, r *loadReport, before, after map[string]*dto.M
 		fmt.Fprintf(w, "new calls: %d  (stored for the first time; the others were stored before)\n", r.New)
 	}
 	fmt.Fprintf(w, "rejected calls: %d  (bad records or spans, reported back)\n", r.Rejected)
-	fmt.Fprintf(w, "refused requests (retry later): %d  failed requests: %d\n", r.Refused, r.Failed)
+	fmt.Fprintf(w, "refused requests (retry later, sent again): %d  failed requests: %d\n", r.Refused, r.Failed)
 	if r.FirstError != "" {
-		fmt.Fprintf(w, "first failure: %s\n", r.FirstError)
+		fmt.Fprintf(w, "first refusal or failure: %s\n", r.FirstError)
 	}
-	fmt.Fprintf(w, "acknowledgement latency per request: p50 %s  p99 %s  max %s\n", secs(r.AckP50), secs(r.AckP99), secs(r.AckMax))
+	fmt.Fprintf(w, "acknowledgement latency per acknowledged request: p50 %s  p99 %s  max %s\n", secs(r.AckP50), secs(r.AckP99), secs(r.AckMax))
 	if r.PlannedPS > 0 {
 		fmt.Fprintf(w, "event time: live, planned at %.0f calls/s; the last call sent was dated %.1fs before it was sent\n", r.PlannedPS, r.LagSeconds)
 	}

@@ -181,3 +181,27 @@ func TestLoadgen_OTLPFindsWhatRecordsFind(t *testing.T) {
 	}
 	t.Logf("%d findings both ways, %d bad lines and spans rejected", len(want), st.BadLines())
 }
+
+// TestLoadgen_RetriesRefused: a server whose queue holds little more than
+// one request refuses concurrent ones; loadgen sends a refused batch again
+// after a pause, so every call is acknowledged in the end, and what it
+// counts as accepted is still what the server stored.
+func TestLoadgen_RetriesRefused(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t, t.TempDir())
+	cfg.Serve.Pipeline.QueueCalls = 200
+	s := startTest(t, cfg)
+	rep, err := runLoad(context.Background(), loadOptions{Target: loadTarget(s, protoCalls), Protocol: protoCalls,
+		Duration: time.Minute, Clients: 6, Batch: 150, Calls: 6000, Seed: 6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored, _ := storedCalls(t, s)
+	t.Logf("%d requests, %d refused, %d accepted, %d stored", rep.Requests, rep.Refused, rep.Accepted, stored)
+	if rep.Failed > 0 || rep.Sent != 6000 || int64(stored) != rep.Accepted {
+		t.Fatalf("%d failed (%s), %d of 6000 sent, %d accepted, %d stored", rep.Failed, rep.FirstError, rep.Sent, rep.Accepted, stored)
+	}
+	if rep.Refused == 0 {
+		t.Skip("the server refused no request: the retry was not exercised")
+	}
+}
