@@ -73,7 +73,7 @@ func (c *Call) AppendRecord(b []byte) []byte {
 	b = append(b, c.Arguments...)
 	b = appendKeyStr(b, "name", c.Tool)
 	b = append(b, "}}"...)
-	if c.Result != nil {
+	if c.Result != "" {
 		b = append(appendKey(b, "response"), `{"id":`...)
 		b = strconv.AppendInt(b, int64(c.RPCID), 10)
 		b = append(b, `,"jsonrpc":"2.0","result":`...)

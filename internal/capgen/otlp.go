@@ -1,10 +1,10 @@
 package capgen
 
 import (
-	"bytes"
 	"encoding/binary"
 	"hash/fnv"
 	"strconv"
+	"strings"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
@@ -83,14 +83,14 @@ func (c *Call) AppendSpan(spans ptrace.SpanSlice) {
 	if c.Tenant != "" {
 		attrs.PutStr("mcpaudit.tenant", c.Tenant)
 	}
-	attrs.PutStr("gen_ai.tool.call.arguments", string(c.Arguments))
+	attrs.PutStr("gen_ai.tool.call.arguments", c.Arguments)
 	switch {
 	case c.TransportError != "":
 		attrs.PutStr("error.type", c.TransportError)
 		sp.Status().SetCode(ptrace.StatusCodeError)
 		sp.Status().SetMessage(c.TransportError)
-	case c.Result != nil:
-		attrs.PutStr("gen_ai.tool.call.result", string(c.Result))
+	case c.Result != "":
+		attrs.PutStr("gen_ai.tool.call.result", c.Result)
 		if isToolError(c.Result) {
 			attrs.PutStr("error.type", "tool_error")
 			sp.Status().SetCode(ptrace.StatusCodeError)
@@ -100,7 +100,7 @@ func (c *Call) AppendSpan(spans ptrace.SpanSlice) {
 }
 
 // isToolError reports whether a tools/call result says isError.
-func isToolError(result []byte) bool { return bytes.Contains(result, []byte(`"isError":true`)) }
+func isToolError(result string) bool { return strings.Contains(result, `"isError":true`) }
 
 // traceID and spanID are derived from the session and the call's place in
 // the stream: stable for a seed, distinct between calls and between the

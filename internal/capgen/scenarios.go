@@ -1,7 +1,6 @@
 package capgen
 
 import (
-	"bytes"
 	"math/rand"
 	"slices"
 	"strconv"
@@ -32,8 +31,9 @@ func (st *Stream) newSession(server, id string, start time.Time) *session {
 	return &session{st: st, rng: st.rng, server: server, id: id, t: start, buf: st.buf[:0]}
 }
 
-// raw is a JSON value.
-type raw []byte
+// raw is a JSON value. A string, so that it goes into a span's attribute
+// without a copy.
+type raw string
 
 var (
 	rawEmpty   = raw(`{}`)
@@ -46,12 +46,12 @@ var (
 func (s *session) call(tool string, args, result raw) { s.queue(tool, args, result, "") }
 
 // timeout queues one exchange that got no answer in time.
-func (s *session) timeout(tool string, args raw) { s.queue(tool, args, nil, "timeout") }
+func (s *session) timeout(tool string, args raw) { s.queue(tool, args, "", "timeout") }
 
 func (s *session) queue(tool string, args, result raw, transportErr string) {
 	s.rpcID++
 	c := &Call{Time: s.t, Server: s.server, Session: s.id, Tenant: s.st.cfg.Tenant, Tool: tool, RPCID: s.rpcID,
-		Duration: time.Duration(20+s.rng.Intn(800)) * time.Millisecond, Arguments: args, Result: result, TransportError: transportErr}
+		Duration: time.Duration(20+s.rng.Intn(800)) * time.Millisecond, Arguments: string(args), Result: string(result), TransportError: transportErr}
 	if transportErr != "" {
 		c.Duration = 30 * time.Second
 	}
@@ -94,7 +94,7 @@ func (s *session) begin() []byte { return s.buf[:0] }
 func (s *session) end(b []byte) raw {
 	s.buf = b[:0]
 	s.st.buf = s.buf
-	return raw(bytes.Clone(b))
+	return raw(b)
 }
 
 // kv is one member of a JSON object: its value a string, an int, a bool,
@@ -239,19 +239,19 @@ var anomalies = []scenario{
 	}},
 	{"oddlynew-in-flight-never", "oddlynew", func(s *session) {
 		d := s.docID()
-		s.call("run", s.code(editJS(d, s.wb(), s.text())), s.runFail("Execution timed out", []raw{s.ledger(edit, "in_flight_unknown")}, s.outcome(1, edit, "write", "in_flight_unknown", nil)))
+		s.call("run", s.code(editJS(d, s.wb(), s.text())), s.runFail("Execution timed out", []raw{s.ledger(edit, "in_flight_unknown")}, s.outcome(1, edit, "write", "in_flight_unknown", "")))
 		s.expect("unverified_write", d, "")
 	}},
 	{"oddlynew-in-flight-blind", "oddlynew", func(s *session) {
 		d, wb := s.docID(), s.wb()
-		s.call("run", s.code(editJS(d, wb, s.text())), s.runFail("Execution timed out", []raw{s.ledger(edit, "in_flight_unknown")}, s.outcome(1, edit, "write", "in_flight_unknown", nil)))
-		s.call("run", s.code(editJS(d, wb, s.text())), s.runFail("stale_live_revision", []raw{s.ledger(edit, "failed_but_handled")}, s.outcome(1, edit, "write", "failed_but_handled", nil)))
+		s.call("run", s.code(editJS(d, wb, s.text())), s.runFail("Execution timed out", []raw{s.ledger(edit, "in_flight_unknown")}, s.outcome(1, edit, "write", "in_flight_unknown", "")))
+		s.call("run", s.code(editJS(d, wb, s.text())), s.runFail("stale_live_revision", []raw{s.ledger(edit, "failed_but_handled")}, s.outcome(1, edit, "write", "failed_but_handled", "")))
 		s.call("run", s.code(getJS(d)), s.runOK(s.obj(kv{"documentId", d}, kv{"revision", 9}, kv{"writeBasis", s.wb()}), s.ledger(get, "succeeded")))
 		s.expect("unsafe_retry", d, "")
 	}},
 	{"oddlynew-in-flight-then-read", "oddlynew", func(s *session) {
 		d, wb, text := s.docID(), s.wb(), s.text()
-		s.call("run", s.code(editJS(d, wb, text)), s.runFail("Execution timed out", []raw{s.ledger(edit, "in_flight_unknown")}, s.outcome(1, edit, "write", "in_flight_unknown", nil)))
+		s.call("run", s.code(editJS(d, wb, text)), s.runFail("Execution timed out", []raw{s.ledger(edit, "in_flight_unknown")}, s.outcome(1, edit, "write", "in_flight_unknown", "")))
 		s.call("run", s.code(getJS(d)), s.runOK(s.obj(kv{"documentId", d}, kv{"revision", 9}, kv{"writeBasis", s.wb()}), s.ledger(get, "succeeded")))
 		s.call("run", s.code(editJS(d, s.wb(), s.text())), s.runOK(s.edited(d, 10), s.ledger(edit, "succeeded")))
 	}},
@@ -274,14 +274,14 @@ var anomalies = []scenario{
 	}},
 	{"oddlynew-create-replayed", "oddlynew", func(s *session) {
 		title, cid := "Weekly report "+s.hex(4), s.uuid7()
-		s.call("run", s.code(createJS(cid, title)), s.runFail("Execution timed out", []raw{s.ledger(create, "in_flight_unknown")}, s.outcome(1, create, "write", "in_flight_unknown", nil)))
+		s.call("run", s.code(createJS(cid, title)), s.runFail("Execution timed out", []raw{s.ledger(create, "in_flight_unknown")}, s.outcome(1, create, "write", "in_flight_unknown", "")))
 		s.call("run", s.code(createJS(cid, title)), s.runOK(s.created(s.docID(), "alreadyBootstrapped", title), s.ledger(create, "succeeded")))
 	}},
 	{"oddlynew-creation-reuse", "oddlynew", func(s *session) {
 		cid := s.uuid7()
 		s.call("run", s.code(createJS(cid, "Roadmap "+s.hex(4))), s.runOK(s.created(s.docID(), "created", "Roadmap"), s.ledger(create, "succeeded")))
 		s.call("run", s.code(createJS(cid, "Budget "+s.hex(4))), s.runFail("Existing document creation identity has incompatible input. Use a new UUIDv7 creationId for a new document.",
-			[]raw{s.obj(kv{"count", 0}, kv{"outcome", "failed_but_handled"}, kv{"tool", create})}, s.outcome(1, create, "write", "failed_but_handled", nil)))
+			[]raw{s.obj(kv{"count", 0}, kv{"outcome", "failed_but_handled"}, kv{"tool", create})}, s.outcome(1, create, "write", "failed_but_handled", "")))
 		s.expect("request_id_reuse", "", cid)
 	}},
 	{"oddlynew-copy-blocked-replay", "oddlynew", func(s *session) {
@@ -312,7 +312,7 @@ var anomalies = []scenario{
 	{"oddlynew-archive-resent", "oddlynew", func(s *session) {
 		d := s.docID()
 		js := s.code(`async () => await documents.archiveDocument({ documentId: "` + d + `" })`)
-		s.call("run", js, s.runFail("Execution timed out", []raw{s.ledger(archive, "in_flight_unknown")}, s.outcome(1, archive, "write", "in_flight_unknown", nil)))
+		s.call("run", js, s.runFail("Execution timed out", []raw{s.ledger(archive, "in_flight_unknown")}, s.outcome(1, archive, "write", "in_flight_unknown", "")))
 		s.call("run", js, s.runOK(s.obj(kv{"archived", true}, kv{"documentId", d}), s.ledger(archive, "succeeded")))
 	}},
 }
@@ -549,7 +549,7 @@ func (s *session) ledger(tool, outcome string) raw {
 }
 
 func (s *session) outcome(seq int, tool, access, out string, value raw) raw {
-	if value != nil {
+	if value != "" {
 		return s.obj(kv{"access", access}, kv{"outcome", out}, kv{"seq", seq}, kv{"tool", tool}, kv{"value", value})
 	}
 	return s.obj(kv{"access", access}, kv{"outcome", out}, kv{"seq", seq}, kv{"tool", tool})

@@ -20,9 +20,7 @@ const (
 	KindBad
 )
 
-// Call is one generated exchange as an observer recorded it. Its byte
-// slices are never modified once returned; they may be shared between
-// calls.
+// Call is one generated exchange as an observer recorded it.
 type Call struct {
 	// Time is when the request was sent.
 	Time     time.Time
@@ -33,10 +31,10 @@ type Call struct {
 	RPCID    int
 	Duration time.Duration
 	// Arguments is the tools/call arguments object, as JSON.
-	Arguments []byte
-	// Result is the tools/call result object as JSON; nil when the
+	Arguments string
+	// Result is the tools/call result object as JSON; empty when the
 	// exchange got no answer.
-	Result []byte
+	Result string
 	// TransportError is set when the exchange failed without an answer
 	// ("timeout").
 	TransportError string
