@@ -270,7 +270,7 @@ for round in $(seq "$ROUNDS"); do
 done
 
 echo
-echo "Collector $OTELCOL_VERSION and mcpaudit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), OTLP/gRPC from mcpaudit loadgen ($CLIENTS clients x $BATCH spans, --live=false), $DURATION a run; $(nproc) cores"
+echo "Collector $OTELCOL_VERSION and mcpaudit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), OTLP/gRPC from mcpaudit loadgen ($CLIENTS clients x $BATCH spans, --live=false), $DURATION a run; $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) at the end"
 echo
 printf '| server | round | acknowledged | seconds | acknowledged/s | written | CPU s | cores | CPU µs/call | peak RSS MiB | disk MiB | disk B/call | judged all after | loadgen CPU s |\n'
 printf '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n'
