@@ -228,11 +228,12 @@ func runLoad(ctx context.Context, o loadOptions) (*loadReport, error) {
 	}
 	sessions := int(math.Ceil(float64(o.Calls)/callsPerSession/float64(o.Clients)*1.1)) + 10
 	if o.Live {
-		// Sessions start at the planned rate from liveWarm before now, so
-		// that the load is under way, at its rate, from the first request;
-		// the calls dated before the start are left out.
+		// Sessions start at the planned rate liveWarm before the load,
+		// so that it is under way, at its rate, from the first request;
+		// the calls dated before the load are left out. The plan is
+		// dated when the load starts (shift), however long that took.
 		p := o.plannedRate()
-		start = time.Now().Add(-liveWarm)
+		start = time.Now()
 		span = liveWarm + time.Duration(1.05*float64(o.Calls)/p*float64(time.Second))
 		sessions = int(math.Ceil(span.Seconds()*p/callsPerSession/float64(o.Clients))) + 10
 	}
@@ -243,7 +244,7 @@ func runLoad(ctx context.Context, o loadOptions) (*loadReport, error) {
 			AnomalyRate: 0.1, NoiseRate: 0.001, NoTail: true})
 		if o.Live {
 			warm.Add(1)
-			go func() { defer warm.Done(); streams[w].Skip(time.Now()) }()
+			go func() { defer warm.Done(); streams[w].Skip(start.Add(liveWarm)) }()
 		}
 	}
 	warm.Wait()
@@ -286,15 +287,16 @@ func runLoad(ctx context.Context, o loadOptions) (*loadReport, error) {
 		pace = t.C
 	}
 	begin, cpu0 := time.Now(), processCPU()
+	var shift time.Duration
+	if o.Live {
+		shift = begin.Sub(start.Add(liveWarm))
+	}
 	var wg sync.WaitGroup
 	for w := 0; w < o.Clients; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			st, left := streams[w], share(w)
-			if o.Live {
-				st.Skip(begin)
-			}
 			var mine []time.Duration
 			var last time.Time
 			defer func() {
@@ -327,6 +329,7 @@ func runLoad(ctx context.Context, o loadOptions) (*loadReport, error) {
 					if !ok {
 						break
 					}
+					c.Time = c.Time.Add(shift)
 					batch = append(batch, c)
 					// Not always the last: a duplicate observation is
 					// dated 200 ms after its original, which comes first.

@@ -57,7 +57,11 @@ func (s *session) queue(tool string, args, result raw, transportErr string) {
 	}
 	s.st.seq++
 	c.seq = s.st.seq
-	s.st.open.push(c)
+	if c.Time.Before(s.st.skipUntil) {
+		s.st.skipped++
+	} else {
+		s.st.open.push(c)
+	}
 	s.wait(2 * time.Second)
 }
 

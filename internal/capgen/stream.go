@@ -72,6 +72,9 @@ type Stream struct {
 	scenarios  map[string]int
 	// buf is the sessions' scratch buffer.
 	buf []byte
+	// skipUntil, while Skip runs, drops the calls dated before it.
+	skipUntil time.Time
+	skipped   int
 }
 
 // NewStream returns a stream of the capture cfg describes.
@@ -154,17 +157,19 @@ func (s *Stream) fill() {
 
 // Skip leaves out the calls dated before until and returns how many: the
 // sessions under way at until go on, as when a recording starts on live
-// traffic. Skipped calls are not counted.
+// traffic. Skipped calls are not counted; the sessions that end before
+// until are generated but none of their calls is held.
 func (s *Stream) Skip(until time.Time) int {
-	n := 0
-	for {
-		s.fill()
-		if len(s.open) == 0 || !s.open[0].c.Time.Before(until) {
-			return n
-		}
-		s.open.pop()
-		n++
+	s.skipUntil, s.skipped = until, 0
+	for s.next < s.cfg.Sessions && s.nextStart.Before(until) {
+		s.startSession()
 	}
+	s.skipUntil = time.Time{}
+	for len(s.open) > 0 && s.open[0].c.Time.Before(until) {
+		s.open.pop()
+		s.skipped++
+	}
+	return s.skipped
 }
 
 // startSession generates the next session and queues its calls.
