@@ -91,8 +91,9 @@ type loadReport struct {
 	AckP50     float64 `json:"ack_p50_seconds"`
 	AckP99     float64 `json:"ack_p99_seconds"`
 	AckMax     float64 `json:"ack_max_seconds"`
-	// PlannedPS is the live plan's calls per second; LagSeconds how far
-	// behind the wall clock the last call sent was dated.
+	// PlannedPS is the live plan's calls per second; LagSeconds how long
+	// before the end of the load the latest call acknowledged was dated:
+	// how far the load fell behind its plan.
 	PlannedPS  float64 `json:"planned_per_second,omitempty"`
 	LagSeconds float64 `json:"lag_seconds,omitempty"`
 	// MaxHeld is the most generated calls held at once by all clients'
@@ -572,7 +573,7 @@ func printLoadReport(w io.Writer, r *loadReport, before, after map[string]*dto.M
 	}
 	fmt.Fprintf(w, "acknowledgement latency per acknowledged request: p50 %s  p99 %s  max %s\n", secs(r.AckP50), secs(r.AckP99), secs(r.AckMax))
 	if r.PlannedPS > 0 {
-		fmt.Fprintf(w, "event time: live, planned at %.0f calls/s; the last call sent was dated %.1fs before it was sent\n", r.PlannedPS, r.LagSeconds)
+		fmt.Fprintf(w, "event time: live, planned at %.0f calls/s; the latest call acknowledged was dated %.1fs before the load ended\n", r.PlannedPS, r.LagSeconds)
 	}
 	fmt.Fprintf(w, "loadgen: at most %d generated calls held at once (the open sessions'), %.1f CPU seconds\n", r.MaxHeld, r.CPUSeconds)
 	if before != nil && after != nil {
