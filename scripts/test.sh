@@ -33,3 +33,8 @@ eval "$(MCPAUDIT_CLICKHOUSE_TCP_PORT=auto MCPAUDIT_CLICKHOUSE_HTTP_PORT=auto scr
 trap 'scripts/clickhouse.sh stop; rm -rf "$MCPAUDIT_CLICKHOUSE_DIR"' EXIT
 
 CI=${CI:-} go test -count=1 -parallel 16 ./... 2>&1 | tee /tmp/mcpaudit-test.log
+# The concurrent packages once more under the race detector: the pipeline (engine goroutine,
+# receivers, status requests), the receiver and the detector. Measured on 2 shared cores: about
+# 30 s with the race build cached, about 4 min when the race build (the SQLite driver above all)
+# starts cold.
+go test -race -count=1 ./collector/pipeline/ ./collector/receiver/ ./collector/detect/ 2>&1 | tee -a /tmp/mcpaudit-test.log

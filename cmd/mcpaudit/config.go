@@ -67,6 +67,16 @@ type ServeConfig struct {
 	Store string `yaml:"store"`
 	// Retention is how long calls, writes and findings are kept. Default 30d.
 	Retention Duration `yaml:"retention"`
+	// TenantRetention overrides Retention for the tenants it lists (tenant
+	// name: duration), longer or shorter. Default none: every tenant keeps
+	// Retention.
+	TenantRetention map[string]Duration `yaml:"tenant_retention"`
+	// SigningKeyFile is a PEM file of the Ed25519 private key (PKCS #8,
+	// mcpaudit keygen) that signs the tamper-evidence checkpoints of the
+	// embedded store. Default empty: the chains are kept but no checkpoint
+	// is signed, so mcpaudit verify can only check them against
+	// themselves.
+	SigningKeyFile string `yaml:"signing_key_file"`
 	// RetentionEvery is how often the retention job runs. Default 1h.
 	RetentionEvery Duration `yaml:"retention_every"`
 	// SLOTarget is the write-durability objective: the API's error budget
@@ -175,6 +185,11 @@ func (c *Config) Validate() error {
 	}
 	if sv.Retention <= 0 {
 		errs = append(errs, errors.New("serve.retention: must be positive"))
+	}
+	for _, tenant := range sortedTenants(sv.TenantRetention) {
+		if sv.TenantRetention[tenant] <= 0 {
+			errs = append(errs, fmt.Errorf("serve.tenant_retention.%s: must be positive (leave the tenant out to keep serve.retention)", tenant))
+		}
 	}
 	if sv.RetentionEvery <= 0 {
 		errs = append(errs, errors.New("serve.retention_every: must be positive"))
@@ -415,6 +430,16 @@ func sortedValues(m map[string]string) []string {
 	out := make([]string, 0, len(m))
 	for _, v := range m {
 		out = append(out, v)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// sortedTenants returns the tenants of a per-tenant setting in order.
+func sortedTenants[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for t := range m {
+		out = append(out, t)
 	}
 	sort.Strings(out)
 	return out

@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"os"
 	"path/filepath"
 	"sort"
 	"sync"
@@ -21,10 +20,12 @@ import (
 	"github.com/mcpaudit/mcpaudit/collector/classify"
 	"github.com/mcpaudit/mcpaudit/collector/pipeline"
 	"github.com/mcpaudit/mcpaudit/collector/receiver"
+	"github.com/mcpaudit/mcpaudit/exporter/chain"
 	"github.com/mcpaudit/mcpaudit/exporter/clickhouse"
 	"github.com/mcpaudit/mcpaudit/exporter/metrics"
 	"github.com/mcpaudit/mcpaudit/exporter/notify"
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
+	"github.com/mcpaudit/mcpaudit/internal/datadir"
 	"github.com/mcpaudit/mcpaudit/internal/ratelog"
 	"github.com/mcpaudit/mcpaudit/internal/version"
 	"github.com/prometheus/client_golang/prometheus"
@@ -103,6 +104,7 @@ type server struct {
 	cfg      Config
 	log      *slog.Logger
 	store    audit.Store
+	dataDir  *datadir.Dir // held while serving: one collector per data dir
 	pipe     *pipeline.Pipeline
 	metrics  *metrics.Metrics
 	registry *prometheus.Registry
@@ -117,14 +119,20 @@ type server struct {
 	shutdownTelemetry             func(context.Context) error
 }
 
-// openStore opens the configured store.
+// openStore opens the configured store. The caller holds the data dir
+// (datadir.Open), which is private to its owner.
 func openStore(ctx context.Context, cfg Config, log *slog.Logger) (audit.Store, error) {
-	if err := os.MkdirAll(cfg.Serve.DataDir, 0o755); err != nil {
-		return nil, fmt.Errorf("cannot create data dir: %w", err)
-	}
 	switch cfg.Serve.Store {
 	case "sqlite", "":
-		return sqlite.Open(filepath.Join(cfg.Serve.DataDir, "mcpaudit.db"), cfg.Serve.SQLite)
+		o := cfg.Serve.SQLite
+		if cfg.Serve.SigningKeyFile != "" {
+			key, err := chain.ReadPrivateKey(cfg.Serve.SigningKeyFile)
+			if err != nil {
+				return nil, fmt.Errorf("serve.signing_key_file: %w", err)
+			}
+			o.SigningKey = key
+		}
+		return sqlite.Open(filepath.Join(cfg.Serve.DataDir, "mcpaudit.db"), o)
 	case "clickhouse":
 		o := cfg.Serve.ClickHouse
 		if o.Spool.Dir == "" || o.Spool.Dir == clickhouse.NewDefaultOptions().Spool.Dir {
@@ -134,6 +142,12 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (audit.Store, 
 		}
 		if o.Retention.Default == 0 {
 			o.Retention.Default = cfg.Serve.Retention.D()
+		}
+		if len(o.Retention.Tenants) == 0 && len(cfg.Serve.TenantRetention) > 0 {
+			o.Retention.Tenants = map[string]time.Duration{}
+			for tenant, d := range cfg.Serve.TenantRetention {
+				o.Retention.Tenants[tenant] = d.D()
+			}
 		}
 		o.Logger = log
 		return clickhouse.Open(ctx, o)
@@ -150,8 +164,16 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		log.Warn("self-telemetry disabled", "err", tracerErr)
 	}
 	s.shutdownTelemetry = shutdownTelemetry
+	// A second collector on the same data would write beside the first:
+	// it is refused here, naming the one that holds the directory.
+	dd, err := datadir.Open(cfg.Serve.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	s.dataDir = dd
 	st, err := openStore(ctx, cfg, log)
 	if err != nil {
+		dd.Close()
 		return nil, err
 	}
 	s.store = st
@@ -166,6 +188,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	s.metrics, err = metrics.New(s.registry, metrics.Options{KnownCode: classify.KnownCode, Servers: servers})
 	if err != nil {
 		st.Close()
+		dd.Close()
 		return nil, err
 	}
 	pcfg := cfg.Serve.Pipeline
@@ -174,6 +197,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	sinks := []audit.Sink{s.metrics}
 	if err := s.startNotifier(); err != nil {
 		st.Close()
+		dd.Close()
 		return nil, err
 	}
 	if s.notifier != nil {
@@ -185,6 +209,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 			s.notifier.Close()
 		}
 		st.Close()
+		dd.Close()
 		return nil, err
 	}
 	rc := receiver.New(cfg.Serve.Receiver, cfg.Dialects, tracedIngester{s.pipe}, s.metrics, log)
@@ -306,24 +331,39 @@ func (s *server) ready(w http.ResponseWriter, r *http.Request) {
 }
 
 // retention deletes what is older than the retention period, at start and
-// then every RetentionEvery.
+// then every RetentionEvery: each tenant of serve.tenant_retention before
+// its own cutoff, every other tenant before serve.retention's.
 func (s *server) retention(ctx context.Context) {
 	every := s.cfg.Serve.RetentionEvery.D()
 	for {
-		cutoff := time.Now().Add(-s.cfg.Serve.Retention.D())
-		n, err := s.store.DeleteBefore(ctx, cutoff)
-		switch {
-		case err != nil && ctx.Err() == nil:
-			s.log.Warn("retention failed", "err", err)
-		case n > 0:
-			s.log.Info("retention deleted old rows", "rows", n, "before", cutoff)
-		}
+		s.expire(ctx, time.Now())
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(every):
 		}
 	}
+}
+
+// expire runs one round of retention at now.
+func (s *server) expire(ctx context.Context, now time.Time) {
+	report := func(tenant string, cutoff time.Time, n int64, err error) {
+		switch {
+		case err != nil && ctx.Err() == nil:
+			s.log.Warn("retention failed", "tenant", tenant, "err", err)
+		case n > 0:
+			s.log.Info("retention deleted old rows", "tenant", tenant, "rows", n, "before", cutoff)
+		}
+	}
+	own := sortedTenants(s.cfg.Serve.TenantRetention)
+	for _, tenant := range own {
+		cutoff := now.Add(-s.cfg.Serve.TenantRetention[tenant].D())
+		n, err := s.store.DeleteTenantBefore(ctx, tenant, cutoff)
+		report(tenant, cutoff, n, err)
+	}
+	cutoff := now.Add(-s.cfg.Serve.Retention.D())
+	n, err := s.store.DeleteBefore(ctx, cutoff, own...)
+	report("*", cutoff, n, err)
 }
 
 // shutdown stops accepting traffic, lets in-flight requests finish, commits
@@ -362,6 +402,7 @@ func (s *server) shutdown(ctx context.Context) error {
 	if err := s.store.Close(); err != nil {
 		errs = append(errs, err)
 	}
+	s.dataDir.Close()
 	if s.shutdownTelemetry != nil {
 		s.shutdownTelemetry(ctx)
 	}
@@ -385,4 +426,5 @@ func (s *server) closeAll() {
 		s.notifier.Close()
 	}
 	s.store.Close()
+	s.dataDir.Close()
 }

@@ -149,7 +149,7 @@ func (e *Engine) Add(src string, r *audit.Record, wall time.Time) {
 		// A later observation completed a waiting one with its response.
 		seen = nil
 	}
-	if seen == nil || e.ids != nil && !e.ids.add(c.ID) {
+	if seen == nil || e.ids != nil && !e.ids.add(c.Tenant, c.ID) {
 		e.duplicate()
 		return
 	}
@@ -157,7 +157,7 @@ func (e *Engine) Add(src string, r *audit.Record, wall time.Time) {
 		e.duplicate()
 	}
 	e.arrival++
-	at := pos{t: t, ord: ordOf(seen.r.Call.ID, e.arrival)}
+	at := pos{t: etimeOf(t), ord: ordOf(seen.r.Call.ID, e.arrival)}
 	seen.at = at
 	if t.Before(p.wm) {
 		seen.processed = true
@@ -224,7 +224,7 @@ func (e *Engine) partition(c *audit.Call) *partition {
 	k := PartitionKey{Tenant: c.Tenant, Server: c.Server}
 	p := e.parts[k]
 	if p == nil {
-		p = &partition{key: k, det: newDetector(e.cfg, &e.out), dedupe: newDedupe()}
+		p = &partition{key: k, det: newDetector(e.cfg, &e.out, k), dedupe: newDedupe()}
 		p.det.behind = e.behind
 		e.parts[k] = p
 	}
@@ -244,11 +244,11 @@ func (e *Engine) judge(p *partition, s *seen, at pos) {
 // behind reports whether src, still active, has not yet delivered past t
 // (less the lateness bound): what it sends next may settle a write whose
 // window ended at t.
-func (e *Engine) behind(src *source, t time.Time) bool {
+func (e *Engine) behind(src *source, t etime) bool {
 	if e.wall.IsZero() || e.wall.Sub(src.lastSeen) >= e.cfg.IdleTimeout {
 		return false
 	}
-	return !src.max.Add(-e.cfg.Lateness).After(t)
+	return !etimeOf(src.max.Add(-e.cfg.Lateness)).After(t)
 }
 
 // Tick moves every partition's watermark to what the wall time now allows:
@@ -313,7 +313,8 @@ func (e *Engine) release(p *partition, wm time.Time) {
 	if !wm.After(p.wm) {
 		return
 	}
-	for p.buf.Len() > 0 && !p.buf[0].at.t.After(wm) {
+	to := etimeOf(wm)
+	for p.buf.Len() > 0 && !p.buf[0].at.t.After(to) {
 		en := p.buf.pop()
 		if en.at != en.s.at || en.s.processed {
 			continue // replaced by an earlier observation
@@ -322,7 +323,7 @@ func (e *Engine) release(p *partition, wm time.Time) {
 		e.judge(p, en.s, en.at)
 	}
 	p.wm = wm
-	p.det.advance(wm)
+	p.det.advance(to)
 	p.dedupe.sweep(wm.Add(-2*e.cfg.Lateness - 2*time.Second))
 }
 
@@ -339,8 +340,8 @@ func (e *Engine) Flush() {
 			}
 			p.det.advance(en.at.t)
 			e.judge(p, en.s, en.at)
-			if en.at.t.After(p.wm) {
-				p.wm = en.at.t
+			if t := en.at.t.Time(); t.After(p.wm) {
+				p.wm = t
 			}
 		}
 	}

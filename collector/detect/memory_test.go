@@ -33,8 +33,8 @@ func BenchmarkOpenState(b *testing.B) {
 		copy(held, recs)
 		recs = nil
 		n := len(held)
+		// As in serve, where the store drops repeated ids.
 		e := detect.NewEngine(detect.NewDefaultConfig(), discardSink{})
-		e.DropRepeatedIDs()
 		// Sixteen posters, each its share of the calls in order, arriving
 		// a second after their time.
 		for i, r := range held {

@@ -141,3 +141,17 @@ func TestSameCaptureTwice(t *testing.T) {
 		t.Fatalf("findings %d vs %d", len(once.findings), len(twice.findings))
 	}
 }
+
+// TestSameIDsTwoTenants: call ids are unique within a tenant; the same
+// capture under two tenants is two tenants' calls, each judged in full.
+func TestSameIDsTwoTenants(t *testing.T) {
+	cfg := capgen.Config{Seed: 5, Sessions: 300, AnomalyRate: 0.3, Tenant: "acme"}
+	a := capgen.Generate(cfg)
+	cfg.Tenant = "globex"
+	b := capgen.Generate(cfg)
+	one, _ := runLines(t, a.Lines, false)
+	both, _ := runLines(t, append(append([][]byte{}, a.Lines...), b.Lines...), false)
+	if len(one.findings) == 0 || len(both.findings) != 2*len(one.findings) {
+		t.Fatalf("%d findings for one tenant, %d for both (want twice)", len(one.findings), len(both.findings))
+	}
+}

@@ -52,9 +52,11 @@ type Config struct {
 	// StateFile, if set, is where the partitions' watermarks are kept
 	// between runs (in the data directory).
 	StateFile string `yaml:"-"`
-	// FindingLatency, if set, is told the wall time from the
-	// acknowledgement of a call to each finding it completes.
-	FindingLatency func(time.Duration) `yaml:"-"`
+	// FindingLatency, if set, is told for each finding committed the wall
+	// time from when it could be known: the acknowledgement of the call
+	// that completed its evidence, or (window set) the end of its
+	// verification window in event time.
+	FindingLatency func(d time.Duration, window bool) `yaml:"-"`
 	// Now is the wall clock; tests set it. Default time.Now.
 	Now func() time.Time `yaml:"-"`
 }
@@ -421,6 +423,7 @@ func (p *Pipeline) commit(ctx context.Context) error {
 	if r.Watermark.After(p.gate.committedWM) {
 		p.gate.committedWM = r.Watermark
 	}
+	p.gate.committedNow(p.now())
 	p.saveMarks(marksOf(p.eng), false)
 	return nil
 }

@@ -47,7 +47,7 @@ type Metrics struct {
 	ingest       *prometheus.CounterVec
 	rejected     *prometheus.CounterVec
 	storeCommit  prometheus.Histogram
-	findingLat   prometheus.Histogram
+	findingLat   *prometheus.HistogramVec
 	findingLast  *prometheus.GaugeVec
 	buildInfo    *prometheus.GaugeVec
 
@@ -96,9 +96,7 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 		storeCommit: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: StoreCommitSeconds, Help: family(StoreCommitSeconds).Help, Buckets: StoreCommitBuckets,
 		}),
-		findingLat: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: FindingLatencySeconds, Help: family(FindingLatencySeconds).Help, Buckets: FindingLatencyBuckets,
-		}),
+		findingLat: histogramVec(FindingLatencySeconds, FindingLatencyBuckets),
 		findingLast: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: FindingLastEventTimestampSeconds, Help: family(FindingLastEventTimestampSeconds).Help,
 		}, family(FindingLastEventTimestampSeconds).Labels),
@@ -116,6 +114,9 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 		build = version.Get()
 	}
 	m.buildInfo.WithLabelValues(build.Version, build.Revision, build.GoVersion).Set(1)
+	// Both series exist from the start, so that their rates read 0, not absent.
+	m.findingLat.WithLabelValues(WaitEvidence)
+	m.findingLat.WithLabelValues(WaitWindow)
 	if m.knownCode == nil {
 		m.knownCode = DefaultKnownCode
 	}
@@ -349,10 +350,16 @@ func (m *Metrics) IngestRejected(source Source, reason RejectReason, n int) {
 	m.rejected.WithLabelValues(s, reasonLabel(reason)).Add(float64(n))
 }
 
-// ObserveFindingLatency records the wall time from the acknowledgement of a
-// call to the finding it completed.
-func (m *Metrics) ObserveFindingLatency(d time.Duration) {
-	m.findingLat.Observe(d.Seconds())
+// ObserveFindingLatency records the wall time from when a finding could be
+// known to its commit: from the acknowledgement of the call that completed
+// its evidence, or, with window set, from the end of its verification
+// window.
+func (m *Metrics) ObserveFindingLatency(d time.Duration, window bool) {
+	wait := WaitEvidence
+	if window {
+		wait = WaitWindow
+	}
+	m.findingLat.WithLabelValues(wait).Observe(max(d, 0).Seconds())
 }
 
 // ObserveStoreCommit records the duration of one commit to the embedded store.

@@ -34,9 +34,11 @@ const (
 	// StoreCommitSeconds is the latency of one commit to the embedded store.
 	// The serve command observes it through ObserveStoreCommit; analyze does not.
 	StoreCommitSeconds = "mcpaudit_store_commit_seconds"
-	// FindingLatencySeconds is the wall time from the acknowledgement of the
-	// call that completed a finding's evidence to the finding (serve only;
-	// findings made by a closing window are not observed).
+	// FindingLatencySeconds is the wall time from when a finding could be
+	// known to when it is committed (serve only), by what it waited for
+	// (LabelWait): the acknowledgement of the call that completed its
+	// evidence, or the end of its verification window (in event time, so
+	// a fair measure where the sources' clocks are right).
 	FindingLatencySeconds = "mcpaudit_finding_latency_seconds"
 	// FindingLastEventTimestampSeconds is the event time (Unix seconds) of the
 	// most recent finding of each server and kind. The immediate finding
@@ -82,9 +84,18 @@ const (
 	LabelSource      = "source"
 	LabelResult      = "result"
 	LabelReason      = "reason"
-	LabelVersion     = "version"
-	LabelRevision    = "revision"
-	LabelGoVersion   = "goversion"
+	// LabelWait is what a finding waited for: evidence (the call that
+	// completed it) or window (the end of its verification window).
+	LabelWait      = "wait"
+	LabelVersion   = "version"
+	LabelRevision  = "revision"
+	LabelGoVersion = "goversion"
+)
+
+// Values of LabelWait.
+const (
+	WaitEvidence = "evidence"
+	WaitWindow   = "window"
 )
 
 // Values of LabelState for PipelineSources and of LabelResult for
@@ -155,7 +166,7 @@ var (
 	StoreCommitBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}
 	// FindingLatencyBuckets span a sub-millisecond detector to one held back
 	// by a long lateness bound.
-	FindingLatencyBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+	FindingLatencyBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 1.5, 2, 2.5, 5, 10, 30, 60}
 )
 
 // Family describes one metric family: docs/metrics.md, the rules and the
@@ -189,8 +200,8 @@ var Families = []Family{
 		[]string{LabelSource, LabelReason}},
 	{StoreCommitSeconds, "histogram", "Duration of commits to the embedded store.",
 		nil},
-	{FindingLatencySeconds, "histogram", "Wall time from the acknowledgement of the call that completed a finding to the finding.",
-		nil},
+	{FindingLatencySeconds, "histogram", "Wall time from the acknowledgement of the call that completed a finding's evidence, or from the end of its verification window, to its commit.",
+		[]string{LabelWait}},
 	{FindingLastEventTimestampSeconds, "gauge", "Event time of the most recent finding of each kind, in Unix seconds.",
 		[]string{LabelServer, LabelKind}},
 	{BuildInfo, "gauge", "1, labelled with the version, commit and Go version of the running mcpaudit.",
