@@ -79,7 +79,8 @@ func (c *child) kill() {
 // acknowledged, while the server is killed with SIGKILL at random moments
 // and restarted on the same data. Afterwards every acknowledged call is
 // stored once, and the findings equal analyze's on the same calls: nothing
-// missed, nothing twice. MCPAUDIT_KILLS sets the number of kills (8).
+// missed, nothing twice; and mcpaudit verify finds the history intact.
+// MCPAUDIT_KILLS sets the number of kills (8).
 func TestServe_KillLoop(t *testing.T) {
 	kills := 8
 	if n, err := strconv.Atoi(os.Getenv("MCPAUDIT_KILLS")); err == nil && n > 0 {
@@ -224,5 +225,11 @@ func TestServe_KillLoop(t *testing.T) {
 		killed, len(acked), resent.Load(), len(seen), lost, twice, len(got))
 	if lost > 0 || twice > 0 || killed < kills {
 		t.Fatalf("%d acknowledged calls lost, %d stored twice %v, %d of %d kills", lost, twice, dup, killed, kills)
+	}
+	// The tamper-evidence chains written through the kills still match
+	// the stored history.
+	var out, errs bytes.Buffer
+	if err := verifyCommand(t.Context(), []string{"--data-dir", dir}, &out, &errs); err != nil {
+		t.Fatalf("verify after the kills: %v\n%s%s", err, out.String(), errs.String())
 	}
 }
