@@ -55,12 +55,11 @@ type providerCall struct {
 	taken   bool // the run's result was given to this call
 }
 
-func (r *Reader) oddlynew(c *audit.Call) *audit.Record {
+func (r *Reader) oddlynew(c *audit.Call, p *Payload) *audit.Record {
 	a := &audit.Record{Dialect: Oddlynew, Tool: label(KnownTool(Oddlynew, c.Tool), c.Tool)}
-	args := parse(&r.p.args, c.Arguments)
-	res := parse(&r.p.result, c.Result)
+	args, res := p.Args, p.Result
 	sc := res.Get("structuredContent")
-	isError := res.GetBool("isError")
+	isError := isError(p)
 	a.Outcome = outcome(c, isError)
 
 	code := str(args, "code")
@@ -81,9 +80,12 @@ func (r *Reader) oddlynew(c *audit.Call) *audit.Record {
 		}
 		a.Failure = &audit.Failure{Code: classify.Transport(c.TransportError), Action: action, Message: c.TransportError}
 	case c.Error != nil:
-		a.Failure = r.rpcFailure(c)
+		a.Failure = r.rpcFailure(c, p)
 	case isError:
 		msg := runError(sc, res)
+		if p.ToolError != nil {
+			msg = p.ToolError.Message
+		}
 		rc := classify.Oddlynew(msg)
 		a.Failure = &audit.Failure{Code: rc, Action: classify.Action(rc), Message: msg}
 	}
