@@ -8,6 +8,7 @@ import (
 
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/canon"
+	"github.com/mcpaudit/mcpaudit/collector/dialect"
 	"github.com/valyala/fastjson"
 )
 
@@ -38,6 +39,8 @@ type RecordParser struct {
 	canon []byte
 	// text gathers the call's text fields; see texts.
 	text texts
+	// payload is the parsed JSON of the last call, for its reader.
+	payload dialect.Payload
 }
 
 // texts gathers the text fields of one call in one buffer, so that they
@@ -75,6 +78,26 @@ func (t *texts) get(s span) string {
 // Parse parses one call record (capture-format.md §1). The returned error,
 // if any, is a *RecordError naming the field and the reason.
 func (rp *RecordParser) Parse(data []byte, source string, line int) (*audit.Call, error) {
+	return rp.parse(data, source, line, true)
+}
+
+// Read parses one call record and has rd read the call from that parse,
+// so that its JSON is parsed once. With keep false the call comes without
+// its payloads (arguments, result, error data): where only its reading is
+// needed (analyze), they are never copied. Errors are Parse's.
+func (rp *RecordParser) Read(data []byte, source string, line int, rd *dialect.Reader, keep bool) (*audit.Record, error) {
+	c, err := rp.parse(data, source, line, keep)
+	if err != nil {
+		return nil, err
+	}
+	r := rd.ReadPayload(c, &rp.payload)
+	rp.payload = dialect.Payload{}
+	return r, nil
+}
+
+// parse parses one call record and leaves its parsed payloads in
+// rp.payload until the next parse.
+func (rp *RecordParser) parse(data []byte, source string, line int, keep bool) (*audit.Call, error) {
 	bad := func(field, format string, args ...any) error {
 		return &RecordError{Source: source, Line: line, Field: field, Reason: fmt.Sprintf(format, args...)}
 	}
@@ -158,7 +181,7 @@ func (rp *RecordParser) Parse(data []byte, source string, line int) (*audit.Call
 		return nil, bad("request.params.name", "missing tool name")
 	}
 
-	var result *fastjson.Value
+	var result, errData *fastjson.Value
 	if resp := v.Get("response"); resp != nil && resp.Type() != fastjson.TypeNull {
 		if resp.Type() != fastjson.TypeObject {
 			return nil, bad("response", "must be a JSON-RPC response object")
@@ -177,7 +200,10 @@ func (rp *RecordParser) Parse(data []byte, source string, line int) (*audit.Call
 				re.Code = code
 			}
 			if d := e.Get("data"); d != nil && d.Type() != fastjson.TypeNull {
-				re.Data = rawCopy(d, data, "response", "error", "data")
+				errData = d
+				if keep {
+					re.Data = rawCopy(d, data, "response", "error", "data")
+				}
 			}
 			c.Error = re
 		} else if r := resp.Get("result"); r != nil && r.Type() != fastjson.TypeNull {
@@ -198,22 +224,45 @@ func (rp *RecordParser) Parse(data []byte, source string, line int) (*audit.Call
 		c.Method = "tools/call"
 	}
 	c.Tool = tx.get(toolSpan)
-	c.Arguments, c.Result = rawArgsResult(data, args, result)
+	var rawArgs []byte
+	if keep {
+		c.Arguments, c.Result = rawArgsResult(data, args, result)
+		rawArgs = c.Arguments
+	} else if args != nil {
+		rawArgs = rawArguments(data)
+	}
 
 	// Arguments sent sorted and compact, as most encoders send them, are
 	// their own canonical form.
 	canonical := rp.canon[:0]
 	switch {
-	case c.Arguments == nil:
-	case canon.Canonical(c.Arguments):
-		canonical = c.Arguments
+	case args == nil:
+	case rawArgs != nil && canon.Canonical(rawArgs):
+		canonical = rawArgs
 	default:
 		rp.canon = canon.Append(rp.canon[:0], args)
 		canonical = rp.canon
 	}
 	c.ID = audit.StableID(c.Server, c.Session, c.RPCID, c.Time, c.Tool, canonical)
 	c.Fingerprint = audit.Fingerprint(c.Server, c.Session, c.RPCID, c.Tool, canonical)
+	rp.payload = dialect.Payload{Args: args, Result: result, ErrorData: errData, CanonicalArgs: canonical}
+	if args == nil {
+		rp.payload.CanonicalArgs = nil
+	}
 	return c, nil
+}
+
+// rawArguments returns the text of request.params.arguments in the record
+// data, without a copy; nil when an escaped key on the way leaves it
+// unknown.
+func rawArguments(data []byte) []byte {
+	arguments := [1]member{{key: "arguments"}}
+	params := [1]member{{key: "params", sub: arguments[:]}}
+	top := [1]member{{key: "request", sub: params[:]}}
+	if _, ok := findMembers(data, skipSpace(data, 0), top[:]); !ok {
+		return nil
+	}
+	return arguments[0].val
 }
 
 // rawArgsResult returns copies of the text of the record's arguments and
