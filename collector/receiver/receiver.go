@@ -172,23 +172,22 @@ func (rc *Receiver) tenant(authz string) (string, bool) {
 	return t, ok
 }
 
-// ingest reads the calls of one request, grouped by source, and hands
-// them to the pipeline; it returns how many were stored for the first time.
-func (rc *Receiver) ingest(ctx context.Context, src metrics.Source, tenant string, calls []*audit.Call, sources []string) (int, *httpError) {
-	r := rc.readers.Get().(*dialect.Reader)
+// ingest hands the calls of one request, read by their dialect and
+// grouped by source, to the pipeline; it returns how many were stored for
+// the first time.
+func (rc *Receiver) ingest(ctx context.Context, src metrics.Source, tenant string, recs []*audit.Record, sources []string) (int, *httpError) {
 	var batches []audit.Batch
 	at := map[string]int{}
-	for i, c := range calls {
-		c.Tenant = tenant
+	for i, r := range recs {
+		r.Call.Tenant = tenant
 		i0, ok := at[sources[i]]
 		if !ok {
 			i0 = len(batches)
 			at[sources[i]] = i0
 			batches = append(batches, audit.Batch{Source: sources[i]})
 		}
-		batches[i0].Records = append(batches[i0].Records, r.Read(c))
+		batches[i0].Records = append(batches[i0].Records, r)
 	}
-	rc.readers.Put(r)
 	for i := range batches {
 		// A request groups calls by resource or poster; each source's
 		// calls reach the engine in time order, as if streamed.
@@ -199,15 +198,15 @@ func (rc *Receiver) ingest(ctx context.Context, src metrics.Source, tenant strin
 	case err == nil:
 		if rc.metrics != nil {
 			rc.metrics.IngestAccepted(src, stored)
-			rc.metrics.IngestDuplicate(src, len(calls)-stored)
+			rc.metrics.IngestDuplicate(src, len(recs)-stored)
 		}
 		return stored, nil
 	case errors.Is(err, audit.ErrOverloaded):
-		rc.rejected(src, metrics.RejectQueueFull, len(calls))
+		rc.rejected(src, metrics.RejectQueueFull, len(recs))
 		return 0, &httpError{http.StatusTooManyRequests, err.Error() + "; retry later", metrics.RejectQueueFull}
 	default:
-		rc.rejected(src, metrics.RejectQueueFull, len(calls))
-		rc.log.Warn("cannot store calls", "err", err, "calls", len(calls))
+		rc.rejected(src, metrics.RejectQueueFull, len(recs))
+		rc.log.Warn("cannot store calls", "err", err, "calls", len(recs))
 		return 0, &httpError{http.StatusServiceUnavailable, "cannot store calls now; retry later", metrics.RejectQueueFull}
 	}
 }
@@ -315,8 +314,10 @@ func (rc *Receiver) calls(w http.ResponseWriter, r *http.Request) {
 		rc.fail(w, src, &httpError{http.StatusBadRequest, "this is OTLP: send it to /v1/traces", metrics.RejectInvalidJSON}, false)
 		return
 	}
-	var calls []*audit.Call
+	var calls []*audit.Record
 	resp := CallsResponse{Source: source}
+	reader := rc.readers.Get().(*dialect.Reader)
+	defer rc.readers.Put(reader)
 	defer func() {
 		if rc.metrics != nil {
 			rc.metrics.IngestIgnored(src, dec.Ignored)
@@ -330,7 +331,7 @@ func (rc *Receiver) calls(w http.ResponseWriter, r *http.Request) {
 		rc.rejected(src, reason, 1)
 	}
 	for {
-		c, err := dec.Next()
+		c, err := dec.NextRecord(reader)
 		if err == io.EOF {
 			break
 		}
@@ -347,7 +348,7 @@ func (rc *Receiver) calls(w http.ResponseWriter, r *http.Request) {
 			}
 			continue
 		}
-		if err := checkTime(c); err != nil {
+		if err := checkTime(c.Call); err != nil {
 			reject(err, metrics.RejectInvalidJSON)
 			continue
 		}
@@ -437,11 +438,13 @@ func (rc *Receiver) traces(w http.ResponseWriter, r *http.Request) {
 // export converts an OTLP request and ingests its calls; unusable spans are
 // reported as a partial success.
 func (rc *Receiver) export(ctx context.Context, src metrics.Source, tenant string, req ptraceotlp.ExportRequest) (ptraceotlp.ExportResponse, *httpError) {
-	res := otlp.Convert(req.Traces(), string(src)+":")
-	calls, sources := res.Calls[:0], res.Sources[:0]
-	for i, c := range res.Calls {
-		if err := checkTime(c); err != nil {
-			res.Rejected = append(res.Rejected, otlp.RejectedSpan{Path: strings.TrimPrefix(c.Source, string(src)+":"), Reason: "start time outside 1678-2261, which cannot be stored"})
+	reader := rc.readers.Get().(*dialect.Reader)
+	res := otlp.Read(req.Traces(), string(src)+":", reader)
+	rc.readers.Put(reader)
+	calls, sources := res.Records[:0], res.Sources[:0]
+	for i, c := range res.Records {
+		if err := checkTime(c.Call); err != nil {
+			res.Rejected = append(res.Rejected, otlp.RejectedSpan{Path: strings.TrimPrefix(c.Call.Source, string(src)+":"), Reason: "start time outside 1678-2261, which cannot be stored"})
 			continue
 		}
 		calls, sources = append(calls, c), append(sources, res.Sources[i])
