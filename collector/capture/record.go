@@ -256,13 +256,11 @@ func (rp *RecordParser) parse(data []byte, source string, line int, keep bool) (
 // data, without a copy; nil when an escaped key on the way leaves it
 // unknown.
 func rawArguments(data []byte) []byte {
-	arguments := [1]member{{key: "arguments"}}
-	params := [1]member{{key: "params", sub: arguments[:]}}
-	top := [1]member{{key: "request", sub: params[:]}}
-	if _, ok := findMembers(data, skipSpace(data, 0), top[:]); !ok {
+	v, ok := findPath(data, skipSpace(data, 0), "request", "params", "arguments")
+	if !ok {
 		return nil
 	}
-	return arguments[0].val
+	return v
 }
 
 // rawArgsResult returns copies of the text of the record's arguments and
