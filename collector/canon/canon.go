@@ -231,21 +231,28 @@ func CollapseSpace(s string) string {
 // AppendCollapsed appends CollapseSpace(s) to dst.
 func AppendCollapsed[T ~string | ~[]byte](dst []byte, s T) []byte {
 	start := len(dst)
-	space := false
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v' {
-			space = true
-			continue
+	for i := 0; i < len(s); {
+		// Copy the run up to the next white space in one append.
+		j := i
+		for j < len(s) && !isSpace[s[j]] {
+			j++
 		}
-		if space && len(dst) > start {
-			dst = append(dst, ' ')
+		if j > i {
+			if len(dst) > start && i > 0 && isSpace[s[i-1]] {
+				dst = append(dst, ' ')
+			}
+			dst = append(dst, s[i:j]...)
 		}
-		space = false
-		dst = append(dst, c)
+		for j < len(s) && isSpace[s[j]] {
+			j++
+		}
+		i = j
 	}
 	return dst
 }
+
+// isSpace marks the white space CollapseSpace collapses.
+var isSpace = [256]bool{' ': true, '\t': true, '\n': true, '\r': true, '\f': true, '\v': true}
 
 // appendString quotes s as strconv.AppendQuote does, without its cost for
 // ASCII strings, which are most strings.

@@ -2,6 +2,7 @@ package dialect
 
 import (
 	"strings"
+	"unsafe"
 
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/canon"
@@ -53,6 +54,25 @@ func str(v *fastjson.Value, keys ...string) string {
 		return w
 	}
 	return string(b)
+}
+
+// view returns the string at keys as a view of v's parser, or "": it is
+// valid until the parser parses again, and must be copied to be kept.
+func view(v *fastjson.Value, keys ...string) string {
+	if v == nil {
+		return ""
+	}
+	b := v.GetStringBytes(keys...)
+	return unsafe.String(unsafe.SliceData(b), len(b))
+}
+
+// word returns s, as the constant when it is one of the words, else as a
+// copy.
+func word(s string) string {
+	if w, ok := words[s]; ok {
+		return w
+	}
+	return strings.Clone(s)
 }
 
 // words are the values that recur in every response; str returns them
