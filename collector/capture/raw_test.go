@@ -73,7 +73,7 @@ func TestFindPath(t *testing.T) {
 	f(`{"a":{"b":1}}`, "1", true)
 	f(` { "x" : [ "}" ] , "a" : { "c" : { "b" : 2 } , "b" : [ 3 ] } } `, "[ 3 ]", true)
 	f(`{"a":{"b":{"c":"]"}},"a":{"b":2}}`, `{"c":"]"}`, true) // the first member wins
-	f(`{"a":{"c":1},"a":{"b":2}}`, "", true)                // as fastjson's Get sees it
+	f(`{"a":{"c":1},"a":{"b":2}}`, "", true)                  // as fastjson's Get sees it
 	f(`{"a":[{"b":1}]}`, "", true)
 	f(`{"\u0061":{"b":1},"a":{"b":2}}`, "", false) // an escaped key may spell "a"
 	f(`{"a":{"b":1},"\u0061":{"b":2}}`, "1", true) // found before it

@@ -207,42 +207,58 @@ func (c *cursor) key() ([]byte, error) {
 	return k, nil
 }
 
-// skipString takes the string whose opening quote is at the cursor.
+// skipString takes the string whose opening quote is at the cursor. A
+// quote ends it unless an odd run of backslashes is before it: one search
+// per quote, escaped quotes included (OTLP attributes hold JSON, quotes
+// escaped), where a search per escape cost twice as much.
 func (c *cursor) skipString() error {
 	c.i++
+	// odd is set when the text walked so far ends with an odd run of
+	// backslashes (the window may have moved since).
+	odd := false
 	for {
 		if c.i >= c.n && !c.fill() {
 			return c.fail("string: %v", errTruncated)
 		}
 		rest := c.buf[c.i:c.n]
 		q := bytes.IndexByte(rest, '"')
-		if q < 0 {
-			q = len(rest)
+		seg := rest
+		if q >= 0 {
+			seg = rest[:q]
 		}
 		// JSON strings hold no line ends: one means the string was cut off
 		// (and the next line may start a document).
-		if nl := bytes.IndexByte(rest[:q], '\n'); nl >= 0 {
+		if nl := bytes.IndexByte(seg, '\n'); nl >= 0 {
 			c.i += nl
 			if c.lineMode {
 				return c.fail("the document does not end on its line")
 			}
 			return c.fail("string: line end before its closing quote")
 		}
-		if e := bytes.IndexByte(rest[:q], '\\'); e >= 0 {
-			// An escape: step over it and its byte, then look again.
-			c.i += e + 1
-			if c.i >= c.n && !c.fill() {
-				return c.fail("string: %v", errTruncated)
-			}
-			c.i++
+		odd = oddBackslashes(seg, odd)
+		if q < 0 {
+			c.i = c.n
 			continue
 		}
-		c.i += q
-		if q < len(rest) {
-			c.i++
+		c.i += q + 1
+		if !odd {
 			return nil
 		}
+		odd = false // that quote was escaped
 	}
+}
+
+// oddBackslashes reports whether seg ends with an odd run of backslashes;
+// a seg of backslashes only continues the run before it, of parity odd.
+func oddBackslashes(seg []byte, odd bool) bool {
+	n := 0
+	for n < len(seg) && seg[len(seg)-1-n] == '\\' {
+		n++
+	}
+	if n == len(seg) {
+		return odd != (n%2 == 1)
+	}
+	return n%2 == 1
 }
 
 // skip takes the value at the cursor.
