@@ -68,6 +68,12 @@ func (t *texts) add(b []byte) span {
 // done makes the one string; get may be called after it.
 func (t *texts) done() { t.all = string(t.buf) }
 
+// view returns a field before done, as a view of the buffer, which
+// appends leave as it is: not to be kept past the next reset.
+func (t *texts) view(s span) string {
+	return unsafe.String(unsafe.SliceData(t.buf[s.start:]), s.end-s.start)
+}
+
 func (t *texts) get(s span) string {
 	if s.start == s.end {
 		return ""
@@ -212,18 +218,6 @@ func (rp *RecordParser) parse(data []byte, source string, line int, keep bool) (
 	}
 
 	// Every check has passed: build the call.
-	tx.done()
-	c.Source = tx.get(srcSpan)
-	c.Server = tx.get(serverSpan)
-	for i := range optional {
-		*optional[i].dst = tx.get(optional[i].at)
-	}
-	c.RPCID = tx.get(rpcSpan)
-	c.Method = tx.get(methodSpan)
-	if c.Method == "" || c.Method == "tools/call" {
-		c.Method = "tools/call"
-	}
-	c.Tool = tx.get(toolSpan)
 	var rawArgs []byte
 	if keep {
 		c.Arguments, c.Result = rawArgsResult(data, args, result)
@@ -243,8 +237,27 @@ func (rp *RecordParser) parse(data []byte, source string, line int, keep bool) (
 		rp.canon = canon.Append(rp.canon[:0], args)
 		canonical = rp.canon
 	}
-	c.ID = audit.StableID(c.Server, c.Session, c.RPCID, c.Time, c.Tool, canonical)
-	c.Fingerprint = audit.Fingerprint(c.Server, c.Session, c.RPCID, c.Tool, canonical)
+	// The ids join the call's texts in their one allocation.
+	server, session, rpc, tool := tx.view(serverSpan), tx.view(optional[0].at), tx.view(rpcSpan), tx.view(toolSpan)
+	idSpan, fpSpan := span{start: len(tx.buf)}, span{}
+	tx.buf = audit.AppendStableID(tx.buf, server, session, rpc, c.Time, tool, canonical)
+	idSpan.end, fpSpan.start = len(tx.buf), len(tx.buf)
+	tx.buf = audit.AppendFingerprint(tx.buf, server, session, rpc, tool, canonical)
+	fpSpan.end = len(tx.buf)
+
+	tx.done()
+	c.Source = tx.get(srcSpan)
+	c.Server = tx.get(serverSpan)
+	for i := range optional {
+		*optional[i].dst = tx.get(optional[i].at)
+	}
+	c.RPCID = tx.get(rpcSpan)
+	c.Method = tx.get(methodSpan)
+	if c.Method == "" || c.Method == "tools/call" {
+		c.Method = "tools/call"
+	}
+	c.Tool = tx.get(toolSpan)
+	c.ID, c.Fingerprint = tx.get(idSpan), tx.get(fpSpan)
 	rp.payload = dialect.Payload{Args: args, Result: result, ErrorData: errData, CanonicalArgs: canonical}
 	if args == nil {
 		rp.payload.CanonicalArgs = nil

@@ -367,11 +367,29 @@ func (cv *Converter) convert(res *Resource, source string, p path, rd *dialect.R
 		c.Responded = true
 	}
 
+	canonical := cv.canonical(a[attrArgs], args)
+	// Without a JSON-RPC id the span id tells one exchange from another:
+	// spans of one tool with equal arguments in one second are not one
+	// exchange seen twice.
+	view := func(f field) string { return b2s(cv.text[f.start:f.end]) }
+	rpc := view(fRPC)
+	if rpc == "" && fSpan.end > fSpan.start {
+		rpc = "span:" + view(fTrace) + view(fSpan)
+	}
+	server, session, tool := view(fServer), view(fSession), view(fTool)
+	fID := field{start: len(cv.text)}
+	cv.text = audit.AppendStableID(cv.text, server, session, rpc, c.Time, tool, canonical)
+	fID.end = len(cv.text)
+	fFP := field{start: fID.end}
+	cv.text = audit.AppendFingerprint(cv.text, server, session, rpc, tool, canonical)
+	fFP.end = len(cv.text)
+
 	// The call's texts share one allocation; the payloads another.
 	all := string(cv.text)
 	get := func(f field) string { return all[f.start:f.end] }
 	c.Source, c.Server, c.Tool, c.Session, c.Client = get(fSource), get(fServer), get(fTool), get(fSession), get(fClient)
 	c.Tenant, c.RPCID, c.TraceID, c.SpanID, c.TransportError = get(fTenant), get(fRPC), get(fTrace), get(fSpan), get(fTransport)
+	c.ID, c.Fingerprint = get(fID), get(fFP)
 	if cv.Keep && (args != nil || result != nil) {
 		sa, sr := a[attrArgs], a[attrResult]
 		buf := make([]byte, 0, len(sa)+len(sr))
@@ -384,17 +402,6 @@ func (cv *Converter) convert(res *Resource, source string, p path, rd *dialect.R
 			c.Result = buf[len(buf)-len(sr):]
 		}
 	}
-
-	canonical := cv.canonical(a[attrArgs], args)
-	// Without a JSON-RPC id the span id tells one exchange from another:
-	// spans of one tool with equal arguments in one second are not one
-	// exchange seen twice.
-	rpc := c.RPCID
-	if rpc == "" && c.SpanID != "" {
-		rpc = "span:" + c.TraceID + c.SpanID
-	}
-	c.ID = audit.StableID(c.Server, c.Session, rpc, c.Time, c.Tool, canonical)
-	c.Fingerprint = audit.Fingerprint(c.Server, c.Session, rpc, c.Tool, canonical)
 	if rd == nil {
 		return &audit.Record{Call: c}, false, ""
 	}
