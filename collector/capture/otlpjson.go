@@ -442,7 +442,7 @@ func (o *otlpReader) openBlock(b *block) (*blockStream, error) {
 	}
 	bs := &blockStream{o: o, b: b, res: otlp.ResourceJSON(objs)}
 	sr := io.NewSectionReader(o.at, o.base+b.start, b.end-b.start)
-	bs.c = newCursor(sr, 1<<14, MaxLine)
+	bs.c = newCursor(sr, 1<<16, MaxLine)
 	bs.c.off = b.start
 	return bs, nil
 }
