@@ -1,7 +1,7 @@
 # mcpaudit: make help lists the targets.
 GO ?= go
 
-.PHONY: help build test test-unit generate bench fuzz sample lint image
+.PHONY: help build test test-unit generate bench bench-peer fuzz sample lint image
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -28,6 +28,9 @@ generate: ## regenerate rules, dashboards and the PrometheusRule under deploy/, 
 
 bench: ## run the benchmarks (GOMAXPROCS=1 for the engine figure)
 	GOMAXPROCS=1 $(GO) test -run '^$$' -bench . -benchmem ./collector/...
+
+bench-peer: ## mcpaudit serve beside the OpenTelemetry Collector under one OTLP/gRPC load (builds the Collector once; see docs/benchmarks.md)
+	./bench/peer/run.sh
 
 fuzz: ## run each fuzz target for 30s
 	./scripts/fuzz.sh 30s

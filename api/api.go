@@ -15,9 +15,11 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/internal/access"
 	"github.com/mcpaudit/mcpaudit/internal/ratelog"
 )
 
@@ -43,6 +45,12 @@ type Server struct {
 	// Status, if set, gives the pipeline's event-time status for
 	// /api/v1/status.
 	Status StatusSource
+	// Access, if set, authenticates requests (serve shares it with the
+	// receivers and /metrics); otherwise Tenants and Credentials do.
+	Access *access.Authenticator
+
+	authOnce sync.Once
+	built    *access.Authenticator
 }
 
 // New returns a query server over store.
@@ -153,6 +161,10 @@ func (p *params) time(name string) time.Time {
 		return time.Time{}
 	}
 	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		if err := CheckTime(t); err != nil {
+			p.err = &paramError{name, err.Error()}
+			return time.Time{}
+		}
 		return t
 	}
 	if d, err := ParseWindow(v); err == nil {
@@ -160,6 +172,32 @@ func (p *params) time(name string) time.Time {
 	}
 	p.err = &paramError{name, "want an RFC 3339 time or a duration such as 1h or 30d, not " + strconv.Quote(v)}
 	return time.Time{}
+}
+
+// CheckTime rejects a time the stores cannot hold: nanoseconds since 1970
+// in 64 bits reach from 1678 to 2261.
+func CheckTime(t time.Time) error {
+	if y := t.Year(); y < 1678 || y > 2261 {
+		return fmt.Errorf("%s is outside 1678-2261", t.Format(time.RFC3339))
+	}
+	return nil
+}
+
+// MaxWindow is the longest window a query may span: 100 years.
+const MaxWindow = 100 * 365 * 24 * time.Hour
+
+// ParseTarget parses an SLO target: a number in (0, 1], or (0, 1) when
+// one is not allowed. NaN and infinities are refused.
+func ParseTarget(s string, allowOne bool) (float64, error) {
+	f, err := strconv.ParseFloat(s, 64)
+	ok := err == nil && f > 0 && (f < 1 || allowOne && f == 1)
+	if !ok {
+		if allowOne {
+			return 0, fmt.Errorf("want a number in (0, 1], not %q", s)
+		}
+		return 0, fmt.Errorf("want a number in (0, 1), not %q", s)
+	}
+	return f, nil
 }
 
 func (p *params) int(name string) int {
@@ -175,20 +213,22 @@ func (p *params) int(name string) int {
 }
 
 // ParseWindow parses a Go duration, also accepting days ("30d") and weeks
-// ("1w").
+// ("1w"). It must be positive and at most MaxWindow.
 func ParseWindow(s string) (time.Duration, error) {
 	for suffix, unit := range map[string]time.Duration{"d": 24 * time.Hour, "w": 7 * 24 * time.Hour} {
 		if n, ok := strings.CutSuffix(s, suffix); ok {
 			f, err := strconv.ParseFloat(n, 64)
-			if err != nil || f <= 0 {
-				return 0, fmt.Errorf("bad window %q", s)
+			// NaN fails both comparisons; a huge or infinite count fails
+			// the second before it can overflow a Duration.
+			if err != nil || !(f > 0) || !(f*float64(unit) <= float64(MaxWindow)) {
+				return 0, fmt.Errorf("bad window %q: want a positive duration of at most 100 years, such as 1h, 30d or 2w", s)
 			}
 			return time.Duration(f * float64(unit)), nil
 		}
 	}
 	d, err := time.ParseDuration(s)
-	if err != nil || d <= 0 {
-		return 0, fmt.Errorf("bad window %q", s)
+	if err != nil || d <= 0 || d > MaxWindow {
+		return 0, fmt.Errorf("bad window %q: want a positive duration of at most 100 years, such as 1h, 30d or 2w", s)
 	}
 	return d, nil
 }
@@ -204,6 +244,12 @@ func (s *Server) newParams(w http.ResponseWriter, r *http.Request, known ...stri
 		writeJSON(w, http.StatusUnauthorized, Error{"missing or unknown bearer token"})
 		return nil, "", false
 	}
+	if err := access.Conflict(p, r); err != nil {
+		s.Log.Warn("tenant_conflict", "query API request refused: it names another tenant than its credential's",
+			"remote", r.RemoteAddr, "path", r.URL.Path, "credential", p.Name)
+		writeJSON(w, http.StatusForbidden, Error{err.Error()})
+		return nil, "", false
+	}
 	q := r.URL.Query()
 	var unknown []string
 	for name := range q {
@@ -217,11 +263,7 @@ func (s *Server) newParams(w http.ResponseWriter, r *http.Request, known ...stri
 			strings.Join(unknown, ", "), r.URL.Path, strings.Join(known, ", "))})
 		return nil, "", false
 	}
-	tenant := p.Tenant
-	if !p.Authenticated {
-		tenant = q.Get("tenant")
-	}
-	return &params{q: q, now: s.Now()}, tenant, true
+	return &params{q: q, now: s.Now()}, access.Tenant(p, r), true
 }
 
 // Parameters of each endpoint, besides tenant.
@@ -385,9 +427,9 @@ func (s *Server) slo(w http.ResponseWriter, r *http.Request) {
 	}
 	target := s.SLOTarget
 	if t := p.str("target"); t != "" {
-		f, err := strconv.ParseFloat(t, 64)
-		if err != nil || f <= 0 || f > 1 {
-			s.fail(w, &paramError{"target", "want a number in (0, 1]"})
+		f, err := ParseTarget(t, true)
+		if err != nil {
+			s.fail(w, &paramError{"target", err.Error()})
 			return
 		}
 		target = f

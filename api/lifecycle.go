@@ -1,7 +1,6 @@
 package api
 
 import (
-	"crypto/subtle"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -10,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/internal/access"
 )
 
 // Credential is a named bearer token of the query API and the page.
@@ -20,56 +20,69 @@ type Credential struct {
 	Tenant string `yaml:"tenant"`
 }
 
-// Principal is who a request speaks for.
-type Principal struct {
-	// Tenant limits what the caller sees; empty means every tenant.
-	Tenant string
-	// Name is the credential's name, recorded with the state changes the
-	// caller makes.
-	Name string
-	// Authenticated is false when authentication is off.
-	Authenticated bool
+// Principal is who a request speaks for (access.Principal).
+type Principal = access.Principal
+
+// AuthOn reports whether callers must present a credential.
+func (s *Server) AuthOn() bool { return s.auth().On() }
+
+// auth returns the authenticator of the server: Access, or one built once
+// from Tenants and Credentials.
+func (s *Server) auth() *access.Authenticator {
+	if s.Access != nil {
+		return s.Access
+	}
+	s.authOnce.Do(func() {
+		a, err := access.New(access.Config{}, Entries(s.Tenants, s.Credentials))
+		if err != nil {
+			// Two credentials with one token: refuse everyone rather than
+			// guess which was meant.
+			a, _ = access.New(access.Config{}, []access.Entry{{Name: "invalid", Tenant: "invalid", Scopes: access.ScopeQuery}})
+		}
+		s.built = a
+	})
+	return s.built
 }
 
-// AuthOn reports whether callers must present a token.
-func (s *Server) AuthOn() bool { return len(s.Tenants) > 0 || len(s.Credentials) > 0 }
-
-// Authenticate returns the principal of the request's bearer token; ok is
-// false when authentication is on and the token is missing or unknown.
-// With authentication off, every request is an anonymous principal of
-// every tenant.
-func (s *Server) Authenticate(r *http.Request) (Principal, bool) {
-	if !s.AuthOn() {
-		return Principal{}, true
+// Entries turns the inline credentials of the configuration into access
+// entries: a receiver tenant token may send that tenant's calls and read
+// them, a named credential may read its tenant (or every tenant, "*") and
+// scrape /metrics when it is for every tenant.
+func Entries(tenants map[string]string, creds map[string]Credential) []access.Entry {
+	var out []access.Entry
+	for tok, tenant := range tenants {
+		out = append(out, access.Entry{Name: tenant, Tenant: tenant, Scopes: access.ScopeIngest | access.ScopeQuery, Hash: access.HashToken(tok)})
 	}
-	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok {
+	for name, c := range creds {
+		scopes := access.ScopeQuery
+		if c.Tenant == access.AllTenants {
+			scopes |= access.ScopeMetrics
+		}
+		out = append(out, access.Entry{Name: name, Tenant: c.Tenant, Scopes: scopes, Hash: access.HashToken(c.Token)})
+	}
+	return out
+}
+
+// Authenticate returns the principal of the request's bearer token or
+// client certificate; ok is false when authentication is on and neither is
+// known, or the credential may not query. With authentication off, every
+// request is an anonymous principal of every tenant.
+func (s *Server) Authenticate(r *http.Request) (Principal, bool) {
+	p, ok := s.auth().Request(r)
+	if !ok || !p.Can(access.ScopeQuery) {
 		return Principal{}, false
 	}
-	return s.PrincipalOf(strings.TrimSpace(tok))
+	return p, true
 }
 
 // PrincipalOf returns the principal of a token; ok is false for an unknown
-// token. Tokens are compared in constant time.
+// token or one that may not query.
 func (s *Server) PrincipalOf(tok string) (Principal, bool) {
-	if tok == "" {
+	p, ok := s.auth().Token(tok)
+	if !ok || !p.Can(access.ScopeQuery) {
 		return Principal{}, false
 	}
-	for name, c := range s.Credentials {
-		if subtle.ConstantTimeCompare([]byte(c.Token), []byte(tok)) == 1 {
-			t := c.Tenant
-			if t == "*" {
-				t = ""
-			}
-			return Principal{Tenant: t, Name: name, Authenticated: true}, true
-		}
-	}
-	for k, tenant := range s.Tenants {
-		if subtle.ConstantTimeCompare([]byte(k), []byte(tok)) == 1 {
-			return Principal{Tenant: tenant, Name: tenant, Authenticated: true}, true
-		}
-	}
-	return Principal{}, false
+	return p, true
 }
 
 // findingQuery reads the filters of /api/v1/findings and the page.

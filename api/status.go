@@ -72,7 +72,7 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	out := StatusResponse{Time: p.now, Queued: queued, Judged: queued == 0, Partitions: []PartitionStatus{}}
 	server := p.str("server")
 	for _, ps := range parts {
-		if s.Tenants != nil && ps.Tenant != tenant || server != "" && ps.Server != server {
+		if tenant != "" && ps.Tenant != tenant || server != "" && ps.Server != server {
 			continue
 		}
 		v := PartitionStatus{Tenant: ps.Tenant, Server: ps.Server, Buffered: ps.Buffered, Calls: ps.Calls,

@@ -185,6 +185,13 @@ func (r *Record) Lean() *Record {
 		l.Ops = make([]Op, len(r.Ops))
 		for i, op := range r.Ops {
 			op.Target, op.Key, op.DocumentID = strings.Clone(op.Target), strings.Clone(op.Key), strings.Clone(op.DocumentID)
+			// The tool is most often the call's own (a run's provider
+			// calls name theirs): share the call's copy.
+			if op.Tool == c.Tool {
+				op.Tool = lc.Tool
+			} else {
+				op.Tool = strings.Clone(op.Tool)
+			}
 			l.Ops[i] = op
 		}
 	}

@@ -133,10 +133,11 @@ type CountQuery struct {
 // backend cannot be reached, so that callers can retry.
 type Store interface {
 	// AppendCalls stores calls with their reading durably: when it returns
-	// nil, every call is committed and survives a crash. Calls whose ID is
-	// already stored are skipped, so a retried batch never stores a call
-	// twice; it returns how many were stored for the first time (a store
-	// that cannot tell counts them all).
+	// nil, every call is committed and survives a crash. A call whose ID is
+	// already stored for its tenant is skipped, so a retried batch never
+	// stores a call twice, while two tenants posting the same exchange each
+	// keep it (IDs do not depend on the tenant); it returns how many were
+	// stored for the first time (a store that cannot tell counts them all).
 	AppendCalls(ctx context.Context, calls []Record) (int, error)
 	// Commit stores detector output and the watermark atomically.
 	Commit(ctx context.Context, r Results) error
@@ -158,8 +159,12 @@ type Store interface {
 	// WriteCounts counts write attempts by current state.
 	WriteCounts(ctx context.Context, q CountQuery) (map[WriteState]int64, error)
 	// DeleteBefore removes every call, write and finding whose Time is
-	// before t (retention) and returns how many rows went.
-	DeleteBefore(ctx context.Context, t time.Time) (int64, error)
+	// before t (retention), except those of the tenants in keep, which have
+	// retentions of their own, and returns how many rows went.
+	DeleteBefore(ctx context.Context, t time.Time, keep ...string) (int64, error)
+	// DeleteTenantBefore removes the calls, writes and findings of one
+	// tenant whose Time is before t, and returns how many rows went.
+	DeleteTenantBefore(ctx context.Context, tenant string, t time.Time) (int64, error)
 	// Close flushes and releases the store.
 	Close() error
 	// Investigator serves the investigation page and the lifecycle.

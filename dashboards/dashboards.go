@@ -329,9 +329,9 @@ func collector() *dashboard.DashboardBuilder {
 			units.Seconds,
 			quantiles(metrics.StoreCommitSeconds, "", jobMatcher)...)).
 		WithPanel(graph("Ingest to finding latency",
-			"Wall time from the acknowledgement of the call that completed a finding to the finding. A call waits until its partition's watermark passes it: its slowest active source, less the lateness bound.",
+			"Wall time to a finding's commit, by what it waited for: evidence, from the acknowledgement of the call that completed it (a call waits until its partition's watermark passes it: its slowest active source, less the lateness bound); window, from the end of its verification window in event time (fair where the sources' clocks are right).",
 			units.Seconds,
-			quantiles(metrics.FindingLatencySeconds, "", jobMatcher)...)).
+			quantiles(metrics.FindingLatencySeconds, metrics.LabelWait, jobMatcher)...)).
 		WithPanel(graph("Event time behind the wall clock",
 			"How far behind the wall clock the event time judged so far (the watermark) is, per server, and how far its most lagging active and idle sources are: the active one holds its partitions back (mcpaudit status names it). Traffic replayed from the past shows its age.",
 			units.Seconds,
@@ -349,6 +349,12 @@ func collector() *dashboard.DashboardBuilder {
 				sel(metrics.PipelineLateCallsTotal, serverMatcher), rate), "{{server}} late {{result}}"),
 			query(fmt.Sprintf("sum by (%s) (rate(%s[%s]))", metrics.LabelServer,
 				sel(metrics.PipelineClockAheadCallsTotal, serverMatcher), rate), "{{server}} clock ahead"))).
+		WithPanel(graph("Connections and bytes in flight",
+			"Connections each listener holds, those refused per second at its cap (serve.connections.max_per_listener; a flood of held connections shows here), and the memory the ingest requests in flight hold against serve.receiver.max_in_flight_bytes (right axis, bytes).",
+			units.Short,
+			query(fmt.Sprintf("sum by (%s) (%s)", metrics.LabelListener, sel(metrics.ConnectionsOpen, jobMatcher)), "{{listener}} open"),
+			query(fmt.Sprintf("sum by (%s) (rate(%s[%s]))", metrics.LabelListener, sel(metrics.ConnectionsRefusedTotal, jobMatcher), rate), "{{listener}} refused/s"),
+			query(fmt.Sprintf("sum(%s)", sel(metrics.IngestBytesInFlight, jobMatcher)), "bytes in flight"))).
 		WithPanel(graph("CPU",
 			"CPU time used per second (1 is one full core).",
 			units.PercentUnit,

@@ -4,11 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/api"
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/internal/access"
 )
 
 // Handler serves GET /api/v1/report?window=30d[&until=RFC3339][&server=S]
@@ -22,11 +22,12 @@ func Handler(store audit.Store, auth *api.Server) http.Handler {
 			httpError(w, http.StatusUnauthorized, "missing or unknown bearer token")
 			return
 		}
-		qv := r.URL.Query()
-		tenant := p.Tenant
-		if !p.Authenticated {
-			tenant = qv.Get("tenant")
+		if err := access.Conflict(p, r); err != nil {
+			httpError(w, http.StatusForbidden, err.Error())
+			return
 		}
+		qv := r.URL.Query()
+		tenant := access.Tenant(p, r)
 		q, err := QueryOf(qv.Get("window"), qv.Get("until"), qv.Get("target"), auth.SLOTarget, auth.Now())
 		if err != nil {
 			httpError(w, http.StatusBadRequest, err.Error())
@@ -78,12 +79,15 @@ func QueryOf(window, until, target string, def float64, now time.Time) (Query, e
 		if err != nil {
 			return Query{}, errors.New("parameter until: want an RFC 3339 time")
 		}
+		if err := api.CheckTime(t); err != nil {
+			return Query{}, errors.New("parameter until: " + err.Error())
+		}
 		q.Until = t
 	}
 	if target != "" {
-		f, err := strconv.ParseFloat(target, 64)
-		if err != nil || f <= 0 || f >= 1 {
-			return Query{}, errors.New("parameter target: want a number in (0, 1)")
+		f, err := api.ParseTarget(target, false)
+		if err != nil {
+			return Query{}, errors.New("parameter target: " + err.Error())
 		}
 		q.Target = f
 	}

@@ -1,10 +1,39 @@
 #!/usr/bin/env bash
-# Runs every fuzz target for the given time each (default 30s).
+# Runs every fuzz target (one for each parser of outside input) for the given
+# time each (default 30s); `make test` runs it for 5s each.
+#
+# Corpora: the seeds of each target are committed under its package's
+# testdata/fuzz/<Target>/ and run by every `go test`; what a run finds
+# interesting is kept in Go's fuzz cache ($(go env GOCACHE)/fuzz), which the
+# next run starts from. MCPAUDIT_FUZZ_KEEP=1 also copies it into
+# testdata/fuzz/<Target>/, to be committed with the change that made it
+# interesting. A failing input is written to testdata/fuzz/<Target>/ by Go
+# itself and fails this script.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 t=${1:-30s}
-for target in capture:FuzzRecordParser capture:FuzzDecoder capture:FuzzOTLPJSON dialect:FuzzExtractCalls dialect:FuzzAppendCalls dialect:FuzzOddlynewRun; do
+targets=(
+	collector/capture:FuzzRecordParser
+	collector/capture:FuzzDecoder
+	collector/capture:FuzzOTLPJSON
+	collector/dialect:FuzzExtractCalls
+	collector/dialect:FuzzAppendCalls
+	collector/dialect:FuzzOddlynewRun
+	collector/receiver:FuzzCalls
+	collector/receiver:FuzzTraces
+	collector/redact:FuzzJSON
+	collector/tap:FuzzSSE
+	collector/tap:FuzzParse
+	internal/access:FuzzParseTokens
+	api:FuzzParseWindow
+)
+cache=$(go env GOCACHE)/fuzz/$(go list -m)
+for target in "${targets[@]}"; do
 	pkg=${target%%:*}; fn=${target#*:}
 	echo "== $pkg $fn"
-	go test "./collector/$pkg" -run '^$' -fuzz "^$fn\$" -fuzztime "$t"
+	go test "./$pkg" -run '^$' -fuzz "^$fn\$" -fuzztime "$t"
+	if [ -n "${MCPAUDIT_FUZZ_KEEP:-}" ] && [ -d "$cache/$pkg/$fn" ]; then
+		mkdir -p "$pkg/testdata/fuzz/$fn"
+		cp -n "$cache/$pkg/$fn"/* "$pkg/testdata/fuzz/$fn/" 2>/dev/null || true
+	fi
 done

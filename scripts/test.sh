@@ -33,3 +33,11 @@ eval "$(MCPAUDIT_CLICKHOUSE_TCP_PORT=auto MCPAUDIT_CLICKHOUSE_HTTP_PORT=auto scr
 trap 'scripts/clickhouse.sh stop; rm -rf "$MCPAUDIT_CLICKHOUSE_DIR"' EXIT
 
 CI=${CI:-} go test -count=1 -parallel 16 ./... 2>&1 | tee /tmp/mcpaudit-test.log
+# The concurrent packages once more under the race detector: the pipeline (engine goroutine,
+# receivers, status requests), the receiver and the detector, and the front door's shared state
+# (credentials, connection caps, redaction). Measured on 2 shared cores: about 30 s with the race
+# build cached, about 4 min when the race build (the SQLite driver above all) starts cold.
+go test -race -count=1 ./collector/pipeline/ ./collector/receiver/ ./collector/detect/ \
+	./internal/access/ ./internal/connlimit/ ./collector/redact/ 2>&1 | tee -a /tmp/mcpaudit-test.log
+# Every parser of outside input, fuzzed for a fixed budget from its kept corpus (about 90 s).
+scripts/fuzz.sh "${MCPAUDIT_FUZZ_TIME:-5s}"

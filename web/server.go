@@ -22,6 +22,7 @@ import (
 
 	"github.com/mcpaudit/mcpaudit/api"
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/internal/access"
 )
 
 //go:embed templates assets
@@ -128,9 +129,11 @@ func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
 			http.Error(w, "missing or unknown token", http.StatusUnauthorized)
 			return
 		}
-		if !p.Authenticated {
-			p.Tenant = r.URL.Query().Get("tenant")
+		if err := access.Conflict(p, r); err != nil {
+			http.Error(w, err.Error(), http.StatusForbidden)
+			return
 		}
+		p.Tenant = access.Tenant(p, r)
 		h(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
 	}
 }
@@ -212,6 +215,9 @@ func parseTime(name, v string, now time.Time) (time.Time, error) {
 		return time.Time{}, nil
 	}
 	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		if err := api.CheckTime(t); err != nil {
+			return time.Time{}, fmt.Errorf("%w %s: %v", errBadParam, name, err)
+		}
 		return t, nil
 	}
 	if d, err := api.ParseWindow(v); err == nil {

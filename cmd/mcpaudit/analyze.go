@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -19,6 +20,7 @@ import (
 	"github.com/mcpaudit/mcpaudit/collector/capture"
 	"github.com/mcpaudit/mcpaudit/collector/detect"
 	"github.com/mcpaudit/mcpaudit/collector/dialect"
+	"github.com/mcpaudit/mcpaudit/collector/redact"
 	"github.com/mcpaudit/mcpaudit/exporter/metrics"
 )
 
@@ -38,6 +40,7 @@ func analyzeCommand(ctx context.Context, args []string, stdin io.Reader, stdout,
 	configFile := fs.String("config", "", "YAML config file (dialects and detector windows)")
 	metricsFile := fs.String("metrics", "", "write the Prometheus metrics of the run to this file in exposition format")
 	progress := fs.String("progress", "auto", "progress bar on stderr: auto (when stderr is a terminal and the input is large), always or never")
+	redactOn := fs.Bool("redact", false, "mask secrets in arguments and results first, as serve does (the redact section of --config); the ids of calls holding secrets then equal serve's")
 	var dialects multiFlag
 	fs.Var(&dialects, "dialect", "map a server to a dialect, NAME=thegram|oddlynew|generic (repeatable)")
 	cfg := NewDefaultConfig()
@@ -98,6 +101,10 @@ func analyzeCommand(ctx context.Context, args []string, stdin io.Reader, stdout,
 	}
 	if err := cfg.Validate(); err != nil {
 		return &exitError{code: 2, err: fmt.Errorf("analyze: invalid configuration: %w", err)}
+	}
+	if !*redactOn {
+		// analyze stores nothing: masking costs time for no protection.
+		cfg.Redact.Off = true
 	}
 
 	out := bufio.NewWriterSize(stdout, 1<<16)
@@ -174,20 +181,44 @@ func analyzeCommand(ctx context.Context, args []string, stdin io.Reader, stdout,
 type analyzer struct {
 	eng    *detect.Engine
 	reader *dialect.Reader
+	red    *redact.Redactor
 }
 
+// newAnalyzer returns the engine of analyze. Unless cfg.Redact is off, calls
+// are masked first as serve masks them (the masks keyed by
+// redact.secret_file, or a key drawn for this run): the same calls get the
+// same ids and findings as in serve.
 func newAnalyzer(cfg Config, sinks ...audit.Sink) *analyzer {
 	e := detect.NewEngine(cfg.Detect, sinks...)
 	// A file given twice, a capture appended to itself: a call taken again
 	// by its id is dropped.
 	e.DropRepeatedIDs()
-	return &analyzer{eng: e, reader: dialect.NewReader(cfg.Dialects)}
+	a := &analyzer{eng: e, reader: dialect.NewReader(cfg.Dialects)}
+	if !cfg.Redact.Off {
+		secret := make([]byte, 32)
+		rand.Read(secret)
+		if cfg.Redact.SecretFile != "" {
+			if b, err := os.ReadFile(cfg.Redact.SecretFile); err == nil && len(b) >= 16 {
+				secret = b
+			}
+		}
+		a.red, _ = newRedactor(cfg, secret) // the configuration was validated
+	}
+	return a
 }
 
-// add judges one call, read once by its decoder: it carries no payloads
-// and nothing of the decoder's buffers (capture.Decoder.DropPayloads), so
-// it is kept as it is.
-func (a *analyzer) add(r *audit.Record) {
+// add judges one call, read once by its decoder. Masked (--redact), it is
+// read again from what the masks left, and its payloads dropped as serve
+// drops them once read; otherwise it came without payloads and holds
+// nothing of the decoder's buffers (capture.Decoder.DropPayloads), and is
+// kept as it is.
+func (a *analyzer) add(r *audit.Record, known dialect.Known) {
+	if a.red != nil {
+		if a.red.Call(r.Call) > 0 {
+			r = a.reader.ReadKnown(r.Call, known)
+		}
+		r = r.Lean()
+	}
 	a.eng.Add("analyze", r, time.Time{})
 }
 
@@ -200,6 +231,7 @@ type input struct {
 	reader *dialect.Reader
 	closer io.Closer
 	head   *audit.Record
+	known  dialect.Known
 	done   bool
 }
 
@@ -219,7 +251,7 @@ func (in *input) advance(rejects *rejectLog) error {
 			}
 			return err
 		}
-		in.head = c
+		in.head, in.known = c, in.dec.Known()
 		return nil
 	}
 }
@@ -257,7 +289,9 @@ func analyzeInputs(ctx context.Context, names []string, stdin io.Reader, det *an
 			}
 			return err
 		}
-		dec.DropPayloads()
+		if det.red == nil {
+			dec.DropPayloads()
+		}
 		in.dec, in.reader = dec, det.reader
 		ins = append(ins, in)
 		if err := in.advance(rejects); err != nil {
@@ -279,7 +313,7 @@ func analyzeInputs(ctx context.Context, names []string, stdin io.Reader, det *an
 		if next == nil {
 			return nil
 		}
-		det.add(next.head)
+		det.add(next.head, next.known)
 		if err := next.advance(rejects); err != nil {
 			return err
 		}

@@ -18,8 +18,10 @@ import (
 	"github.com/mcpaudit/mcpaudit/collector/dialect"
 	"github.com/mcpaudit/mcpaudit/collector/pipeline"
 	"github.com/mcpaudit/mcpaudit/collector/receiver"
+	"github.com/mcpaudit/mcpaudit/collector/redact"
 	"github.com/mcpaudit/mcpaudit/exporter/clickhouse"
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
+	"github.com/mcpaudit/mcpaudit/internal/access"
 	"github.com/mcpaudit/mcpaudit/internal/conf"
 	"github.com/mcpaudit/mcpaudit/rules"
 )
@@ -37,6 +39,10 @@ type Config struct {
 	// Rules sets what mcpaudit rules writes into the Prometheus rules besides
 	// the SLO target, which is serve.slo_target.
 	Rules RulesConfig `yaml:"rules"`
+	// Redact masks secrets in tool arguments and results before they are
+	// stored or logged (serve, proxy and wrap with --data-dir; analyze
+	// with --redact).
+	Redact redact.Config `yaml:"redact"`
 }
 
 // RulesConfig configures the Prometheus rules that `mcpaudit rules --config`
@@ -67,12 +73,30 @@ type ServeConfig struct {
 	Store string `yaml:"store"`
 	// Retention is how long calls, writes and findings are kept. Default 30d.
 	Retention Duration `yaml:"retention"`
+	// TenantRetention overrides Retention for the tenants it lists (tenant
+	// name: duration), longer or shorter. Default none: every tenant keeps
+	// Retention.
+	TenantRetention map[string]Duration `yaml:"tenant_retention"`
+	// SigningKeyFile is a PEM file of the Ed25519 private key (PKCS #8,
+	// mcpaudit keygen) that signs the tamper-evidence checkpoints of the
+	// embedded store. Default empty: the chains are kept but no checkpoint
+	// is signed, so mcpaudit verify can only check them against
+	// themselves.
+	SigningKeyFile string `yaml:"signing_key_file"`
 	// RetentionEvery is how often the retention job runs. Default 1h.
 	RetentionEvery Duration `yaml:"retention_every"`
 	// SLOTarget is the write-durability objective: the API's error budget
 	// is measured against it, and `mcpaudit rules --config` writes it into
 	// the rules, whose recorded target the SLO dashboard reads. Default 0.999.
 	SLOTarget float64 `yaml:"slo_target"`
+	// MemoryLimit bounds the memory of the process, in bytes: the Go
+	// runtime is given seven eighths of it as its memory limit (GOMEMLIMIT,
+	// when set, wins and is taken as the runtime's limit), the rest is left
+	// to the store's page cache. The collector refuses new requests with
+	// 503 above serve.receiver.memory_soft_limit of the runtime's limit,
+	// new calls near it, and lets requests in flight hold half of it at
+	// most. Default 0: none.
+	MemoryLimit int64 `yaml:"memory_limit"`
 	// Receiver sets body limits, back-pressure and tenant credentials.
 	Receiver receiver.Config `yaml:"receiver"`
 	// Credentials are named tokens of the query API and the page, each for
@@ -88,6 +112,16 @@ type ServeConfig struct {
 	SQLite sqlite.Options `yaml:"sqlite"`
 	// ClickHouse configures the ClickHouse store (store: clickhouse).
 	ClickHouse clickhouse.Options `yaml:"clickhouse"`
+	// Auth sets where credentials come from besides the inline tokens, and
+	// whether /metrics needs one.
+	Auth access.Config `yaml:"auth"`
+	// TLS turns on TLS, and optionally client certificates, on every
+	// listener.
+	TLS access.TLSConfig `yaml:"tls"`
+	// Connections bounds the connections of each listener.
+	Connections ConnectionsConfig `yaml:"connections"`
+	// Metrics bounds the label values of the Prometheus metrics.
+	Metrics MetricsConfig `yaml:"metrics"`
 
 	pprof bool // --pprof: serve /debug/pprof/
 }
@@ -122,14 +156,18 @@ func NewDefaultConfig() Config {
 			IngestListen: ":4318", GRPCListen: ":4317", APIListen: ":9464",
 			DataDir: "./mcpaudit-data", Store: "sqlite",
 			Retention: Duration(30 * 24 * time.Hour), RetentionEvery: Duration(time.Hour),
-			SLOTarget:  0.999,
-			Web:        NewDefaultWebConfig(),
-			Receiver:   receiver.NewDefaultConfig(),
-			Pipeline:   pipeline.NewDefaultConfig(),
-			SQLite:     sqlite.NewDefaultOptions(),
-			ClickHouse: clickhouse.NewDefaultOptions(),
+			SLOTarget:   0.999,
+			Web:         NewDefaultWebConfig(),
+			Receiver:    receiver.NewDefaultConfig(),
+			Pipeline:    pipeline.NewDefaultConfig(),
+			SQLite:      sqlite.NewDefaultOptions(),
+			ClickHouse:  clickhouse.NewDefaultOptions(),
+			TLS:         access.NewDefaultTLSConfig(),
+			Connections: NewDefaultConnectionsConfig(),
+			Metrics:     MetricsConfig{MaxServers: 100, MaxToolsPerServer: 64},
 		},
-		Rules: RulesConfig{RunbookURL: rules.DefaultRunbookURL, Job: rules.DefaultJob},
+		Redact: redact.NewDefaultConfig(),
+		Rules:  RulesConfig{RunbookURL: rules.DefaultRunbookURL, Job: rules.DefaultJob},
 	}
 }
 
@@ -176,6 +214,11 @@ func (c *Config) Validate() error {
 	if sv.Retention <= 0 {
 		errs = append(errs, errors.New("serve.retention: must be positive"))
 	}
+	for _, tenant := range sortedTenants(sv.TenantRetention) {
+		if sv.TenantRetention[tenant] <= 0 {
+			errs = append(errs, fmt.Errorf("serve.tenant_retention.%s: must be positive (leave the tenant out to keep serve.retention)", tenant))
+		}
+	}
 	if sv.RetentionEvery <= 0 {
 		errs = append(errs, errors.New("serve.retention_every: must be positive"))
 	}
@@ -199,6 +242,7 @@ func (c *Config) Validate() error {
 	if err := sv.SQLite.Validate(); err != nil {
 		errs = append(errs, prefixed("serve.sqlite", err))
 	}
+	errs = append(errs, c.validateTrust()...)
 	if u, err := url.Parse(c.Rules.RunbookURL); err != nil || u.Scheme == "" || u.Host == "" || u.Fragment != "" {
 		errs = append(errs, fmt.Errorf("rules.runbook_url: want an absolute URL without a #fragment, such as https://wiki.example.com/mcpaudit/runbooks, not %q", c.Rules.RunbookURL))
 	}
@@ -382,8 +426,9 @@ func configCommand(args []string, stdout, stderr io.Writer) error {
 	return &exitError{code: 2}
 }
 
-// redacted returns cfg with its secrets replaced: the tenant tokens and the
-// ClickHouse password, as the OpenTelemetry Collector's print-config does.
+// redacted returns cfg with its secrets replaced: the tenant tokens, the
+// named credentials' tokens and the ClickHouse password, as the
+// OpenTelemetry Collector's print-config does.
 func redacted(cfg Config) Config {
 	if len(cfg.Serve.Receiver.Tenants) > 0 {
 		red := make(map[string]string, len(cfg.Serve.Receiver.Tenants))
@@ -393,6 +438,14 @@ func redacted(cfg Config) Config {
 			red[fmt.Sprintf("[REDACTED %d]", i)] = tenant
 		}
 		cfg.Serve.Receiver.Tenants = red
+	}
+	if len(cfg.Serve.Credentials) > 0 {
+		red := make(map[string]api.Credential, len(cfg.Serve.Credentials))
+		for name, c := range cfg.Serve.Credentials {
+			c.Token = "[REDACTED]"
+			red[name] = c
+		}
+		cfg.Serve.Credentials = red
 	}
 	if u, err := url.Parse(cfg.Serve.ClickHouse.DSN); err == nil && u.User != nil {
 		if _, ok := u.User.Password(); ok {
@@ -415,6 +468,16 @@ func sortedValues(m map[string]string) []string {
 	out := make([]string, 0, len(m))
 	for _, v := range m {
 		out = append(out, v)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// sortedTenants returns the tenants of a per-tenant setting in order.
+func sortedTenants[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for t := range m {
+		out = append(out, t)
 	}
 	sort.Strings(out)
 	return out

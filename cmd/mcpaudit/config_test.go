@@ -155,13 +155,14 @@ func TestConfig_Print(t *testing.T) {
 	p := writeConfig(t, `detect: {lateness: 1m}
 serve:
   receiver: {tenants: {"${MCPAUDIT_TOKEN_ACME}": acme}}
+  credentials: {ops: {token: tok-secret-ops, tenant: "*"}}
   clickhouse: {dsn: "clickhouse://app:hunter2@ch.example.com:9000/default?password=hunter2"}
 `)
 	code, out, errs := cliRun("config", "print", p)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
-	for _, secret := range []string{"tok-secret-acme", "hunter2"} {
+	for _, secret := range []string{"tok-secret-acme", "tok-secret-ops", "hunter2"} {
 		if strings.Contains(out, secret) {
 			t.Errorf("config print shows the secret %q:\n%s", secret, out)
 		}

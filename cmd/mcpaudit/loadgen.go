@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -23,158 +24,598 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 )
 
-// loadgenCommand drives a running mcpaudit serve with a generated mixed
-// capture posted as call records, and reports what it sustained.
+// Load protocols.
+const (
+	protoCalls    = "calls"
+	protoOTLPHTTP = "otlp-http"
+	protoOTLPGRPC = "otlp-grpc"
+)
+
+// callsPerSession is about how many calls a generated session makes.
+const callsPerSession = 2.9
+
+// liveWarm is how long before the start of a live load its sessions
+// start: most sessions last less (19 s on average), so the load runs at
+// its planned rate from the start.
+const liveWarm = 30 * time.Second
+
+// loadOptions is what loadgen sends, where and how.
+type loadOptions struct {
+	// Target is the ingest URL (calls, otlp-http) or gRPC address.
+	Target   string
+	Protocol string
+	// Rate is the calls per second offered; 0 for as fast as the server
+	// acknowledges (live: up to the plan, Calls over Duration).
+	Rate     int
+	Duration time.Duration
+	Clients  int
+	Batch    int
+	// Calls is the most records sent (noise included).
+	Calls int
+	Seed  int64
+	// Live dates calls now, as live traffic is: a call is never sent
+	// before its event time.
+	Live bool
+}
+
+// loadReport is what the server acknowledged.
+type loadReport struct {
+	Protocol string  `json:"protocol"`
+	Clients  int     `json:"clients"`
+	Batch    int     `json:"batch"`
+	Seconds  float64 `json:"seconds"`
+	Requests int64   `json:"requests"`
+	// Sent counts the records sent in requests that were answered.
+	Sent int64 `json:"sent"`
+	// Accepted counts the records acknowledged: stored, now or before.
+	Accepted int64 `json:"accepted"`
+	// New counts those stored for the first time; -1 where the protocol
+	// does not say (OTLP).
+	New int64 `json:"new"`
+	// Rejected counts bad records or spans reported back.
+	Rejected int64 `json:"rejected"`
+	// Refused counts requests answered "retry later" (429, 503, gRPC
+	// Unavailable or ResourceExhausted), each sent again after a pause;
+	// Failed the other failures, whose calls are not sent again.
+	Refused    int64   `json:"refused_requests"`
+	Failed     int64   `json:"failed_requests"`
+	FirstError string  `json:"first_error,omitempty"`
+	AcceptedPS float64 `json:"accepted_per_second"`
+	AckP50     float64 `json:"ack_p50_seconds"`
+	AckP99     float64 `json:"ack_p99_seconds"`
+	AckMax     float64 `json:"ack_max_seconds"`
+	// PlannedPS is the live plan's calls per second; LagSeconds how long
+	// before the end of the load the latest call acknowledged was dated:
+	// how far the load fell behind its plan.
+	PlannedPS  float64 `json:"planned_per_second,omitempty"`
+	LagSeconds float64 `json:"lag_seconds,omitempty"`
+	// MaxHeld is the most generated calls held at once by all clients'
+	// generators: what the open sessions hold.
+	MaxHeld int `json:"generator_max_held"`
+	// CPUSeconds is the CPU loadgen itself used, generating and sending:
+	// on a shared machine, CPU the server did not have.
+	CPUSeconds float64 `json:"loadgen_cpu_seconds"`
+
+	lat []time.Duration
+}
+
+// loadgenCommand drives a running collector (mcpaudit serve, or any OTLP
+// receiver) with generated mixed traffic, and reports what it
+// acknowledged.
 func loadgenCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: mcpaudit loadgen [flags]\n\nPosts a generated mixed capture to a running mcpaudit serve and reports calls/s, acknowledgement latency and, from its /metrics, ingest-to-finding latency and memory.\n\nflags:")
+		fmt.Fprintln(stderr, `usage: mcpaudit loadgen [flags]
+
+Sends generated mixed MCP traffic (Thegram and Oddlynew sessions, about 10 % of them with a
+finding or a trap) to a running mcpaudit serve, or to any OTLP receiver, while generating it,
+and reports what was acknowledged, the acknowledgement latency and, from the server's /metrics,
+what it stored, ingest-to-finding latency and memory. Each client is one source: a poster
+(Mcpaudit-Source) or an exporting resource (service.instance.id).
+
+flags:`)
 		fs.PrintDefaults()
 	}
-	target := fs.String("target", "http://127.0.0.1:4318", "ingest URL of the server")
+	target := fs.String("target", "", "ingest URL (calls, otlp-http; default http://127.0.0.1:4318) or gRPC address (otlp-grpc; default 127.0.0.1:4317)")
+	protocol := fs.String("protocol", protoCalls, "calls (NDJSON call records to /v1/calls), otlp-http (protobuf to /v1/traces) or otlp-grpc")
 	apiURL := fs.String("api", "http://127.0.0.1:9464", "API URL of the server (for /metrics); empty to skip")
-	rate := fs.Int("rate", 0, "calls per second to offer; 0 for as fast as the server acknowledges")
+	rate := fs.Int("rate", 0, "calls per second to offer; 0 for as fast as the server acknowledges (live: up to --calls over --duration)")
 	duration := fs.Duration("duration", 20*time.Second, "how long to send")
-	clients := fs.Int("clients", 8, "concurrent HTTP clients")
+	clients := fs.Int("clients", 8, "concurrent clients, each a source of its own")
 	batch := fs.Int("batch", 200, "calls per request")
-	calls := fs.Int("calls", 1_000_000, "calls to generate (sent once; sending stops when they run out)")
+	calls := fs.Int("calls", 1_000_000, "most calls to send (sending stops when they run out)")
 	seed := fs.Int64("seed", 1, "generator seed")
-	live := fs.Bool("live", true, "give calls event times of now, as live traffic has")
+	live := fs.Bool("live", true, "date calls now, as live traffic is: no call is sent before its event time; false dates them on 2026-11-02 and sends as fast as acknowledged")
 	dataDir := fs.String("data-dir", "", "the server's data dir, to report bytes per stored call")
+	format := fs.String("format", "text", "report as text or json")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
 		return &exitError{code: 2}
 	}
-	if *clients <= 0 || *batch <= 0 || *calls <= 0 || *rate < 0 {
-		return &exitError{code: 2, err: errors.New("loadgen: --clients, --batch and --calls must be positive, --rate not negative")}
+	opts := loadOptions{Target: *target, Protocol: *protocol, Rate: *rate, Duration: *duration, Clients: *clients,
+		Batch: *batch, Calls: *calls, Seed: *seed, Live: *live}
+	if err := opts.validate(); err != nil {
+		return &exitError{code: 2, err: err}
 	}
-	sessions := *calls * 10 / 27 // the generator makes about 2.7 calls a session
-	span := time.Hour
-	start := time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)
-	if *live {
-		span = *duration
-		if *rate > 0 {
-			if d := time.Duration(float64(*calls) / float64(*rate) * float64(time.Second)); d < span {
-				span = d
-			}
-		}
-		start = time.Now()
+	if *format != "text" && *format != "json" {
+		return &exitError{code: 2, err: errors.New("loadgen: --format must be text or json")}
 	}
-	fmt.Fprintf(stderr, "generating %d calls...\n", *calls)
-	c := capgen.Generate(capgen.Config{Seed: *seed, Sessions: sessions, Start: start, Span: span, AnomalyRate: 0.1, NoiseRate: 0.001})
-	var batches [][]byte
-	for i := 0; i < len(c.Lines); i += *batch {
-		batches = append(batches, bytes.Join(c.Lines[i:min(i+*batch, len(c.Lines))], []byte("\n")))
+	if opts.Live {
+		fmt.Fprintf(stderr, "loadgen: %s, live: calls dated now, planned at %.0f calls/s\n", opts.Protocol, opts.plannedRate())
 	}
-	c.Lines = nil
 	before := scrape(*apiURL)
+	rep, err := runLoad(ctx, opts)
+	if err != nil {
+		return err
+	}
+	after := scrape(*apiURL)
+	if *format == "json" {
+		enc := json.NewEncoder(stdout)
+		return enc.Encode(rep)
+	}
+	printLoadReport(stdout, rep, before, after, *dataDir)
+	return nil
+}
 
+func (o *loadOptions) validate() error {
+	switch o.Protocol {
+	case protoCalls, protoOTLPHTTP:
+		if o.Target == "" {
+			o.Target = "http://127.0.0.1:4318"
+		}
+	case protoOTLPGRPC:
+		if o.Target == "" {
+			o.Target = "127.0.0.1:4317"
+		}
+		// An address given as a URL, as the OTLP exporters take it.
+		o.Target = strings.TrimPrefix(strings.TrimPrefix(o.Target, "http://"), "https://")
+	default:
+		return fmt.Errorf("loadgen: --protocol must be %s, %s or %s, not %q", protoCalls, protoOTLPHTTP, protoOTLPGRPC, o.Protocol)
+	}
+	o.Target = strings.TrimRight(o.Target, "/")
+	if o.Clients <= 0 || o.Batch <= 0 || o.Calls <= 0 || o.Rate < 0 || o.Duration <= 0 {
+		return errors.New("loadgen: --clients, --batch, --calls and --duration must be positive, --rate not negative")
+	}
+	return nil
+}
+
+// plannedRate is the calls per second a live load is dated at.
+func (o loadOptions) plannedRate() float64 {
+	if o.Rate > 0 {
+		return float64(o.Rate)
+	}
+	return float64(o.Calls) / o.Duration.Seconds()
+}
+
+// sender sends one batch and says what became of it.
+type sender interface {
+	send(ctx context.Context, calls []*capgen.Call) (ack sendResult)
+	close()
+}
+
+type sendResult struct {
+	accepted, new, rejected int64
+	// refused: retry later; failed: another error (err says which).
+	refused, failed bool
+	err             error
+}
+
+// runLoad sends the load and returns what was acknowledged. Each client
+// generates its own sessions while it sends: the calls of its open
+// sessions are all it holds.
+func runLoad(ctx context.Context, o loadOptions) (*loadReport, error) {
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	start, span := time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC), time.Hour
+	// Each client sends its share of the calls, from sessions of its own
+	// (with a margin: sessions make 2.9 calls on average).
+	share := func(w int) int64 {
+		n := o.Calls / o.Clients
+		if w < o.Calls%o.Clients {
+			n++
+		}
+		return int64(n)
+	}
+	sessions := int(math.Ceil(float64(o.Calls)/callsPerSession/float64(o.Clients)*1.1)) + 10
+	if o.Live {
+		// Sessions start at the planned rate liveWarm before the load,
+		// so that it is under way, at its rate, from the first request;
+		// the calls dated before the load are left out. The plan is
+		// dated when the load starts (shift), however long that took.
+		p := o.plannedRate()
+		start = time.Now()
+		span = liveWarm + time.Duration(1.05*float64(o.Calls)/p*float64(time.Second))
+		sessions = int(math.Ceil(span.Seconds()*p/callsPerSession/float64(o.Clients))) + 10
+	}
+	streams := make([]*capgen.Stream, o.Clients)
+	var warm sync.WaitGroup
+	for w := range streams {
+		streams[w] = capgen.NewStream(capgen.Config{Seed: o.Seed*1_000_003 + int64(w), Sessions: sessions, Start: start, Span: span,
+			AnomalyRate: 0.1, NoiseRate: 0.001, NoTail: true})
+		if o.Live {
+			warm.Add(1)
+			go func() { defer warm.Done(); streams[w].Skip(start.Add(liveWarm)) }()
+		}
+	}
+	warm.Wait()
+	senders := make([]sender, o.Clients)
+	for w := range senders {
+		s, err := newSender(o, fmt.Sprintf("loadgen-%d", w))
+		if err != nil {
+			for _, s := range senders[:w] {
+				s.close()
+			}
+			return nil, err
+		}
+		senders[w] = s
+	}
+	defer func() {
+		for _, s := range senders {
+			s.close()
+		}
+	}()
+
+	rep := &loadReport{Protocol: o.Protocol, Clients: o.Clients, Batch: o.Batch}
+	if o.Live {
+		rep.PlannedPS = o.plannedRate()
+	}
 	var (
-		next     atomic.Int64
-		accepted atomic.Int64
-		refused  atomic.Int64
-		failed   atomic.Int64
-		mu       sync.Mutex
-		lat      []time.Duration
+		requests, sent, accepted, nw, rejected atomic.Int64
+		refused, failed                        atomic.Int64
+		mu                                     sync.Mutex
+		lastTime                               time.Time
+		newUnknown                             atomic.Bool
 	)
-	deadline := time.Now().Add(*duration)
+	// The deadline stops new requests; those in flight are answered.
+	deadline := time.Now().Add(o.Duration)
+	stop, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
 	var pace <-chan time.Time
-	if *rate > 0 {
-		t := time.NewTicker(time.Duration(float64(*batch) / float64(*rate) * float64(time.Second)))
+	if o.Rate > 0 && !o.Live {
+		t := time.NewTicker(time.Duration(float64(o.Batch) / float64(o.Rate) * float64(time.Second)))
 		defer t.Stop()
 		pace = t.C
 	}
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: *clients}}
-	begin := time.Now()
+	begin, cpu0 := time.Now(), processCPU()
+	var shift time.Duration
+	if o.Live {
+		shift = begin.Sub(start.Add(liveWarm))
+	}
 	var wg sync.WaitGroup
-	for w := 0; w < *clients; w++ {
+	for w := 0; w < o.Clients; w++ {
 		wg.Add(1)
-		// Each client is a poster of its own: a source whose calls come in
-		// time order, as an exporter's do.
-		source := fmt.Sprintf("loadgen-%d", w)
 		go func() {
 			defer wg.Done()
+			st, left := streams[w], share(w)
 			var mine []time.Duration
-			defer func() { mu.Lock(); lat = append(lat, mine...); mu.Unlock() }()
-			for ctx.Err() == nil && time.Now().Before(deadline) {
+			var last time.Time
+			defer func() {
+				mu.Lock()
+				rep.lat = append(rep.lat, mine...)
+				rep.MaxHeld += st.MaxHeld()
+				if last.After(lastTime) {
+					lastTime = last
+				}
+				mu.Unlock()
+			}()
+			batch := make([]*capgen.Call, 0, o.Batch)
+			for stop.Err() == nil {
 				if pace != nil {
 					select {
 					case <-pace:
-					case <-ctx.Done():
+					case <-stop.Done():
 						return
 					}
 				}
-				i := next.Add(1) - 1
-				if int(i) >= len(batches) {
+				n := min(int64(o.Batch), left)
+				if n <= 0 {
 					return
 				}
-				t0 := time.Now()
-				req, _ := http.NewRequestWithContext(ctx, "POST", *target+"/v1/calls", bytes.NewReader(batches[i]))
-				req.Header.Set("Content-Type", "application/x-ndjson")
-				req.Header.Set(receiver.SourceHeader, source)
-				resp, err := client.Do(req)
-				if err != nil {
-					failed.Add(1)
-					continue
+				left -= n
+				batch = batch[:0]
+				var latest time.Time
+				for len(batch) < int(n) {
+					c, ok := st.Next()
+					if !ok {
+						break
+					}
+					c.Time = c.Time.Add(shift)
+					batch = append(batch, c)
+					// Not always the last: a duplicate observation is
+					// dated 200 ms after its original, which comes first.
+					if c.Time.After(latest) {
+						latest = c.Time
+					}
 				}
-				body, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				mine = append(mine, time.Since(t0))
-				switch resp.StatusCode {
-				case http.StatusOK:
-					var n int64
-					fmt.Sscanf(string(body), `{"accepted":%d`, &n)
-					accepted.Add(n)
-				case http.StatusTooManyRequests, http.StatusServiceUnavailable:
-					refused.Add(1)
-				default:
-					failed.Add(1)
+				if len(batch) == 0 {
+					return
+				}
+				if o.Live {
+					// A call is never sent before it happened: the plan's
+					// event times pace a live load.
+					if d := time.Until(latest); d > 0 {
+						select {
+						case <-time.After(d):
+						case <-stop.Done():
+							return
+						}
+					}
+				}
+				// A refused batch is sent again after a pause that grows,
+				// as an exporter retries, until the deadline.
+				backoff := 50 * time.Millisecond
+				for {
+					t0 := time.Now()
+					r := senders[w].send(ctx, batch)
+					if ctx.Err() != nil {
+						return // interrupted: not an answer
+					}
+					requests.Add(1)
+					if r.refused || r.failed {
+						if r.refused {
+							refused.Add(1)
+						} else {
+							failed.Add(1)
+						}
+						if r.err != nil {
+							mu.Lock()
+							if rep.FirstError == "" {
+								rep.FirstError = r.err.Error()
+							}
+							mu.Unlock()
+						}
+						if !r.refused || time.Now().Add(backoff).After(deadline) {
+							break
+						}
+						select {
+						case <-time.After(backoff):
+						case <-ctx.Done():
+							return
+						}
+						backoff = min(2*backoff, time.Second)
+						continue
+					}
+					mine = append(mine, time.Since(t0))
+					last = latest
+					sent.Add(int64(len(batch)))
+					accepted.Add(r.accepted)
+					rejected.Add(r.rejected)
+					if r.new < 0 {
+						newUnknown.Store(true)
+					} else {
+						nw.Add(r.new)
+					}
+					break
 				}
 			}
 		}()
 	}
 	wg.Wait()
 	elapsed := time.Since(begin)
-	after := scrape(*apiURL)
-
-	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-	q := func(p float64) time.Duration {
-		if len(lat) == 0 {
-			return 0
-		}
-		return lat[min(len(lat)-1, int(math.Ceil(p*float64(len(lat))))-1)]
+	rep.Seconds, rep.CPUSeconds = elapsed.Seconds(), (processCPU() - cpu0).Seconds()
+	rep.Requests, rep.Sent, rep.Accepted, rep.Rejected = requests.Load(), sent.Load(), accepted.Load(), rejected.Load()
+	rep.Refused, rep.Failed = refused.Load(), failed.Load()
+	rep.New = nw.Load()
+	if newUnknown.Load() {
+		rep.New = -1
 	}
-	fmt.Fprintf(stdout, "sent %d requests of up to %d calls with %d clients in %.1fs\n", len(lat), *batch, *clients, elapsed.Seconds())
-	fmt.Fprintf(stdout, "accepted calls: %d  (%.0f calls/s, acknowledged after commit)\n", accepted.Load(), float64(accepted.Load())/elapsed.Seconds())
-	fmt.Fprintf(stdout, "refused requests (429/503): %d  failed requests: %d\n", refused.Load(), failed.Load())
-	fmt.Fprintf(stdout, "acknowledgement latency per request: p50 %s  p99 %s  max %s\n", q(0.5).Round(time.Microsecond), q(0.99).Round(time.Microsecond), q(1).Round(time.Microsecond))
-	if before != nil && after != nil {
-		if p50, p99, n := histQuantiles(before, after, metrics.FindingLatencySeconds); n > 0 {
-			fmt.Fprintf(stdout, "ingest to finding (server histogram, %d findings): p50 <= %s  p99 <= %s\n", n, p50, p99)
+	rep.AcceptedPS = float64(rep.Accepted) / elapsed.Seconds()
+	if o.Live && !lastTime.IsZero() {
+		rep.LagSeconds = time.Since(lastTime).Seconds()
+	}
+	sort.Slice(rep.lat, func(i, j int) bool { return rep.lat[i] < rep.lat[j] })
+	rep.AckP50, rep.AckP99, rep.AckMax = rep.quantile(0.5).Seconds(), rep.quantile(0.99).Seconds(), rep.quantile(1).Seconds()
+	return rep, nil
+}
+
+// quantile of the acknowledgement latencies, which must be sorted.
+func (r *loadReport) quantile(p float64) time.Duration {
+	if len(r.lat) == 0 {
+		return 0
+	}
+	return r.lat[max(0, min(len(r.lat)-1, int(math.Ceil(p*float64(len(r.lat))))-1))]
+}
+
+func newSender(o loadOptions, source string) (sender, error) {
+	switch o.Protocol {
+	case protoCalls:
+		return &callsSender{url: o.Target + "/v1/calls", source: source, client: &http.Client{}}, nil
+	case protoOTLPHTTP:
+		return &otlpHTTPSender{url: o.Target + "/v1/traces", source: source, client: &http.Client{}}, nil
+	default:
+		// One connection per client, as each exporter has its own.
+		conn, err := grpc.NewClient(o.Target, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))
+		if err != nil {
+			return nil, fmt.Errorf("cannot connect to %s: %w", o.Target, err)
 		}
-		if p50, p99, n := histQuantiles(before, after, metrics.StoreCommitSeconds); n > 0 {
-			fmt.Fprintf(stdout, "store commit (%d commits): p50 <= %s  p99 <= %s\n", n, p50, p99)
+		return &otlpGRPCSender{conn: conn, client: ptraceotlp.NewGRPCClient(conn), source: source}, nil
+	}
+}
+
+// callsSender posts call records as NDJSON, naming its source.
+type callsSender struct {
+	url, source string
+	client      *http.Client
+	body        []byte
+}
+
+func (s *callsSender) send(ctx context.Context, calls []*capgen.Call) sendResult {
+	s.body = s.body[:0]
+	for i, c := range calls {
+		if i > 0 {
+			s.body = append(s.body, '\n')
+		}
+		s.body = c.AppendRecord(s.body)
+	}
+	req, err := http.NewRequestWithContext(ctx, "POST", s.url, bytes.NewReader(s.body))
+	if err != nil {
+		return sendResult{failed: true, err: err}
+	}
+	req.Header.Set("Content-Type", "application/x-ndjson")
+	req.Header.Set(receiver.SourceHeader, s.source)
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return sendResult{failed: true, err: err}
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var cr receiver.CallsResponse
+	switch {
+	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable:
+		return sendResult{refused: true, err: fmt.Errorf("POST /v1/calls: %s: %s", resp.Status, strings.TrimSpace(string(body)))}
+	case resp.StatusCode == http.StatusOK, resp.StatusCode == http.StatusBadRequest && json.Unmarshal(body, &cr) == nil && cr.Rejected > 0:
+		// A request of bad records only is answered 400 with the
+		// records it rejected.
+		if resp.StatusCode == http.StatusOK {
+			if err := json.Unmarshal(body, &cr); err != nil {
+				return sendResult{failed: true, err: fmt.Errorf("cannot read the answer to POST /v1/calls: %w", err)}
+			}
+		}
+		return sendResult{accepted: int64(cr.Accepted), new: int64(cr.New), rejected: int64(cr.Rejected)}
+	default:
+		return sendResult{failed: true, err: fmt.Errorf("POST /v1/calls: %s: %s", resp.Status, strings.TrimSpace(string(body)))}
+	}
+}
+
+func (s *callsSender) close() { s.client.CloseIdleConnections() }
+
+// otlpHTTPSender posts OTLP protobuf, one resource per server and client.
+type otlpHTTPSender struct {
+	url, source string
+	client      *http.Client
+}
+
+func (s *otlpHTTPSender) send(ctx context.Context, calls []*capgen.Call) sendResult {
+	req := ptraceotlp.NewExportRequest()
+	capgen.AppendTraces(req.Traces(), s.source, calls)
+	body, err := req.MarshalProto()
+	if err != nil {
+		return sendResult{failed: true, err: err}
+	}
+	hreq, err := http.NewRequestWithContext(ctx, "POST", s.url, bytes.NewReader(body))
+	if err != nil {
+		return sendResult{failed: true, err: err}
+	}
+	hreq.Header.Set("Content-Type", "application/x-protobuf")
+	resp, err := s.client.Do(hreq)
+	if err != nil {
+		return sendResult{failed: true, err: err}
+	}
+	rb, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusOK:
+		er := ptraceotlp.NewExportResponse()
+		if err := er.UnmarshalProto(rb); err != nil {
+			return sendResult{failed: true, err: fmt.Errorf("cannot read the answer to POST /v1/traces: %w", err)}
+		}
+		rej := er.PartialSuccess().RejectedSpans()
+		return sendResult{accepted: int64(len(calls)) - rej, new: -1, rejected: rej}
+	case http.StatusTooManyRequests, http.StatusServiceUnavailable, http.StatusBadGateway, http.StatusGatewayTimeout:
+		return sendResult{refused: true, err: fmt.Errorf("POST /v1/traces: %s: %s", resp.Status, strings.TrimSpace(string(rb)))}
+	default:
+		return sendResult{failed: true, err: fmt.Errorf("POST /v1/traces: %s: %s", resp.Status, strings.TrimSpace(string(rb)))}
+	}
+}
+
+func (s *otlpHTTPSender) close() { s.client.CloseIdleConnections() }
+
+// otlpGRPCSender exports over OTLP/gRPC on a connection of its own.
+type otlpGRPCSender struct {
+	conn   *grpc.ClientConn
+	client ptraceotlp.GRPCClient
+	source string
+}
+
+func (s *otlpGRPCSender) send(ctx context.Context, calls []*capgen.Call) sendResult {
+	req := ptraceotlp.NewExportRequest()
+	capgen.AppendTraces(req.Traces(), s.source, calls)
+	resp, err := s.client.Export(ctx, req)
+	if err != nil {
+		switch status.Code(err) {
+		case codes.Unavailable, codes.ResourceExhausted:
+			if ctx.Err() == nil {
+				return sendResult{refused: true, err: err}
+			}
+		}
+		return sendResult{failed: true, err: err}
+	}
+	rej := resp.PartialSuccess().RejectedSpans()
+	return sendResult{accepted: int64(len(calls)) - rej, new: -1, rejected: rej}
+}
+
+func (s *otlpGRPCSender) close() { s.conn.Close() }
+
+// printLoadReport writes the report, with what the server's /metrics say
+// happened between the two scrapes.
+func printLoadReport(w io.Writer, r *loadReport, before, after map[string]*dto.MetricFamily, dataDir string) {
+	fmt.Fprintf(w, "sent %d requests of up to %d calls over %s with %d clients in %.1fs\n", r.Requests, r.Batch, r.Protocol, r.Clients, r.Seconds)
+	fmt.Fprintf(w, "accepted calls: %d  (%.0f calls/s, acknowledged)\n", r.Accepted, r.AcceptedPS)
+	if r.New >= 0 {
+		fmt.Fprintf(w, "new calls: %d  (stored for the first time; the others were stored before)\n", r.New)
+	}
+	fmt.Fprintf(w, "rejected calls: %d  (bad records or spans, reported back)\n", r.Rejected)
+	fmt.Fprintf(w, "refused requests (retry later, sent again): %d  failed requests: %d\n", r.Refused, r.Failed)
+	if r.FirstError != "" {
+		fmt.Fprintf(w, "first refusal or failure: %s\n", r.FirstError)
+	}
+	fmt.Fprintf(w, "acknowledgement latency per acknowledged request: p50 %s  p99 %s  max %s\n", secs(r.AckP50), secs(r.AckP99), secs(r.AckMax))
+	if r.PlannedPS > 0 {
+		fmt.Fprintf(w, "event time: live, planned at %.0f calls/s; the latest call acknowledged was dated %.1fs before the load ended\n", r.PlannedPS, r.LagSeconds)
+	}
+	fmt.Fprintf(w, "loadgen: at most %d generated calls held at once (the open sessions'), %.1f CPU seconds\n", r.MaxHeld, r.CPUSeconds)
+	if before != nil && after != nil {
+		stored := counterDelta(before, after, metrics.IngestRecordsTotal, metrics.LabelResult, metrics.ResultAccepted)
+		dup := counterDelta(before, after, metrics.IngestRecordsTotal, metrics.LabelResult, metrics.ResultDuplicate)
+		rej := counterDelta(before, after, metrics.IngestRecordsTotal, metrics.LabelResult, metrics.ResultRejected)
+		fmt.Fprintf(w, "server counted: %.0f stored, %.0f duplicates, %.0f rejected\n", stored, dup, rej)
+		if p50, p99, n := histQuantiles(before, after, metrics.FindingLatencySeconds, metrics.WaitEvidence); n > 0 {
+			fmt.Fprintf(w, "ingest to finding, from the call completing it (server histogram, %d findings): p50 <= %s  p99 <= %s\n", n, p50, p99)
+		}
+		if p50, p99, n := histQuantiles(before, after, metrics.FindingLatencySeconds, metrics.WaitWindow); n > 0 {
+			fmt.Fprintf(w, "window end to finding (server histogram, %d unverified writes): p50 <= %s  p99 <= %s\n", n, p50, p99)
+		}
+		if p50, p99, n := histQuantiles(before, after, metrics.StoreCommitSeconds, ""); n > 0 {
+			fmt.Fprintf(w, "store commit (%d commits): p50 <= %s  p99 <= %s\n", n, p50, p99)
 		}
 		if rss := gauge(after, "process_resident_memory_bytes"); rss > 0 {
-			fmt.Fprintf(stdout, "server RSS: %.1f MiB\n", rss/(1<<20))
+			fmt.Fprintf(w, "server RSS: %.1f MiB\n", rss/(1<<20))
 		}
 	}
-	if *dataDir != "" && accepted.Load() > 0 {
-		var size int64
-		files, _ := filepath.Glob(filepath.Join(*dataDir, "mcpaudit.db*"))
-		for _, f := range files {
-			if fi, err := os.Stat(f); err == nil {
+	if dataDir != "" && r.Accepted > 0 {
+		size := dirSize(dataDir)
+		fmt.Fprintf(w, "store on disk: %.1f MiB, %.0f bytes per accepted call (all of the data dir / this run's calls)\n", float64(size)/(1<<20), float64(size)/float64(r.Accepted))
+	}
+}
+
+func secs(s float64) time.Duration {
+	return time.Duration(s * float64(time.Second)).Round(time.Microsecond)
+}
+
+// dirSize adds up the sizes of the files under dir.
+func dirSize(dir string) int64 {
+	var size int64
+	filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if fi, err := d.Info(); err == nil {
 				size += fi.Size()
 			}
 		}
-		fmt.Fprintf(stdout, "store on disk: %.1f MiB, %.0f bytes per accepted call (all calls in the store / this run's)\n", float64(size)/(1<<20), float64(size)/float64(accepted.Load()))
-	}
-	return nil
+		return nil
+	})
+	return size
 }
 
 // scrape reads a server's /metrics; nil when it cannot.
@@ -203,12 +644,43 @@ func gauge(mfs map[string]*dto.MetricFamily, name string) float64 {
 	return mf.Metric[0].Gauge.GetValue()
 }
 
+// counterDelta sums, between two scrapes, the series of a counter whose
+// label has the value.
+func counterDelta(before, after map[string]*dto.MetricFamily, name, label, value string) float64 {
+	sum := func(mfs map[string]*dto.MetricFamily) float64 {
+		var s float64
+		if mf := mfs[name]; mf != nil {
+			for _, m := range mf.Metric {
+				for _, lp := range m.Label {
+					if lp.GetName() == label && lp.GetValue() == value && m.Counter != nil {
+						s += m.Counter.GetValue()
+					}
+				}
+			}
+		}
+		return s
+	}
+	return sum(after) - sum(before)
+}
+
 // histQuantiles estimates the p50 and p99 of what a histogram observed
-// between two scrapes, as the upper bound of the bucket holding them.
-func histQuantiles(before, after map[string]*dto.MetricFamily, name string) (p50, p99 string, n uint64) {
+// between two scrapes, as the upper bound of the bucket holding them; wait,
+// when set, picks the series of that LabelWait value.
+func histQuantiles(before, after map[string]*dto.MetricFamily, name, wait string) (p50, p99 string, n uint64) {
 	get := func(mfs map[string]*dto.MetricFamily) *dto.Histogram {
-		if mf := mfs[name]; mf != nil && len(mf.Metric) > 0 {
-			return mf.Metric[0].Histogram
+		mf := mfs[name]
+		if mf == nil {
+			return nil
+		}
+		for _, m := range mf.Metric {
+			if wait == "" {
+				return m.Histogram
+			}
+			for _, l := range m.Label {
+				if l.GetName() == metrics.LabelWait && l.GetValue() == wait {
+					return m.Histogram
+				}
+			}
 		}
 		return nil
 	}

@@ -32,6 +32,9 @@ commands:
   demo      run simulated servers, agents and a collector; 'demo server' runs one server
   rules     print the Prometheus alert and recording rules
   healthcheck  exit 0 when a running collector answers /healthz (for container health checks)
+  token     token new: draw a credential and print its line for the tokens file; token hash: hash a token
+  verify    check a data dir's stored history against its tamper-evidence chains and signed checkpoints
+  keygen    write an Ed25519 key pair for signing checkpoints (serve) and checking them (verify)
   version   print the version, commit and Go version (also --version)
 
 Run 'mcpaudit <command> -h' for the flags of a command.
@@ -88,6 +91,12 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = rulesCommand(args[1:], stdout, stderr)
 	case "healthcheck":
 		err = healthcheckCommand(ctx, args[1:], stdout, stderr)
+	case "token":
+		err = tokenCommand(args[1:], stdin, stdout, stderr)
+	case "verify":
+		err = verifyCommand(ctx, args[1:], stdout, stderr)
+	case "keygen":
+		err = keygenCommand(args[1:], stdout, stderr)
 	case "proxy":
 		err = proxyCommand(ctx, args[1:], stderr)
 	case "wrap":

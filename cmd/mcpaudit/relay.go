@@ -20,6 +20,7 @@ import (
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/capture"
 	"github.com/mcpaudit/mcpaudit/collector/dialect"
+	"github.com/mcpaudit/mcpaudit/collector/redact"
 	"github.com/mcpaudit/mcpaudit/collector/tap"
 	"github.com/mcpaudit/mcpaudit/exporter/forward"
 	"github.com/mcpaudit/mcpaudit/exporter/metrics"
@@ -125,7 +126,7 @@ type ingester interface {
 // and returns what takes its calls, how to read them, and how to stop it.
 // It is the one place where proxy and wrap reach the engine without HTTP:
 // keep it small.
-func localCollector(ctx context.Context, dataDir, apiListen string, log *slog.Logger) (ingester, *dialect.Reader, func(context.Context) error, string, error) {
+func localCollector(ctx context.Context, dataDir, apiListen string, log *slog.Logger) (ingester, *callReader, func(context.Context) error, string, error) {
 	cfg := NewDefaultConfig()
 	cfg.Serve.DataDir = dataDir
 	cfg.Serve.IngestListen = "127.0.0.1:0"
@@ -138,14 +139,26 @@ func localCollector(ctx context.Context, dataDir, apiListen string, log *slog.Lo
 	if err != nil {
 		return nil, nil, nil, "", err
 	}
-	return srv.pipe, dialect.NewReader(cfg.Dialects), srv.shutdown, srv.apiAddr, nil
+	return srv.pipe, &callReader{dialect.NewReader(cfg.Dialects), srv.redactor}, srv.shutdown, srv.apiAddr, nil
+}
+
+// callReader masks a call's secrets as the collector's receiver does, then
+// reads it.
+type callReader struct {
+	r   *dialect.Reader
+	red *redact.Redactor
+}
+
+func (c *callReader) Read(call *audit.Call) *audit.Record {
+	c.red.Call(call)
+	return c.r.Read(call)
 }
 
 // localSink parses records as the collector's receiver does and hands them
 // to an in-process collector in batches.
 type localSink struct {
 	in       ingester
-	reader   *dialect.Reader
+	reader   *callReader
 	stop     func(context.Context) error
 	source   string
 	log      *slog.Logger
@@ -214,7 +227,14 @@ func (s *localSink) flush(ctx context.Context) {
 		s.line++
 		c, err := s.parser.Parse(l, s.source, s.line)
 		if err != nil {
-			s.log.Error("call record rejected", "err", err)
+			// The reason may quote the record (a JSON parser's error shows
+			// the unparsed tail): only where it failed is logged.
+			var re *capture.RecordError
+			field := ""
+			if errors.As(err, &re) {
+				field = re.Field
+			}
+			s.log.Error("call record rejected", "line", s.line, "field", field)
 			continue
 		}
 		batch.Records = append(batch.Records, s.reader.Read(c))

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -11,9 +12,11 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"sort"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/api"
@@ -21,10 +24,15 @@ import (
 	"github.com/mcpaudit/mcpaudit/collector/classify"
 	"github.com/mcpaudit/mcpaudit/collector/pipeline"
 	"github.com/mcpaudit/mcpaudit/collector/receiver"
+	"github.com/mcpaudit/mcpaudit/collector/redact"
+	"github.com/mcpaudit/mcpaudit/exporter/chain"
 	"github.com/mcpaudit/mcpaudit/exporter/clickhouse"
 	"github.com/mcpaudit/mcpaudit/exporter/metrics"
 	"github.com/mcpaudit/mcpaudit/exporter/notify"
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
+	"github.com/mcpaudit/mcpaudit/internal/access"
+	"github.com/mcpaudit/mcpaudit/internal/connlimit"
+	"github.com/mcpaudit/mcpaudit/internal/datadir"
 	"github.com/mcpaudit/mcpaudit/internal/ratelog"
 	"github.com/mcpaudit/mcpaudit/internal/version"
 	"github.com/prometheus/client_golang/prometheus"
@@ -91,6 +99,20 @@ func serveCommand(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// SIGHUP reads the tokens file and the TLS certificate again.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for {
+			select {
+			case <-hup:
+				srv.reload()
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
 	<-ctx.Done()
 	log.Info("shutting down")
 	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -103,6 +125,7 @@ type server struct {
 	cfg      Config
 	log      *slog.Logger
 	store    audit.Store
+	dataDir  *datadir.Dir // held while serving: one collector per data dir
 	pipe     *pipeline.Pipeline
 	metrics  *metrics.Metrics
 	registry *prometheus.Registry
@@ -115,16 +138,27 @@ type server struct {
 	notifier                      *notify.Notifier
 	wg                            sync.WaitGroup
 	shutdownTelemetry             func(context.Context) error
+	// The front door (trust.go).
+	access   *access.Authenticator
+	certs    *access.Certificates
+	redactor *redact.Redactor
+	limits   map[string]*connlimit.Listener
 }
 
-// openStore opens the configured store.
+// openStore opens the configured store. The caller holds the data dir
+// (datadir.Open), which is private to its owner.
 func openStore(ctx context.Context, cfg Config, log *slog.Logger) (audit.Store, error) {
-	if err := os.MkdirAll(cfg.Serve.DataDir, 0o755); err != nil {
-		return nil, fmt.Errorf("cannot create data dir: %w", err)
-	}
 	switch cfg.Serve.Store {
 	case "sqlite", "":
-		return sqlite.Open(filepath.Join(cfg.Serve.DataDir, "mcpaudit.db"), cfg.Serve.SQLite)
+		o := cfg.Serve.SQLite
+		if cfg.Serve.SigningKeyFile != "" {
+			key, err := chain.ReadPrivateKey(cfg.Serve.SigningKeyFile)
+			if err != nil {
+				return nil, fmt.Errorf("serve.signing_key_file: %w", err)
+			}
+			o.SigningKey = key
+		}
+		return sqlite.Open(filepath.Join(cfg.Serve.DataDir, "mcpaudit.db"), o)
 	case "clickhouse":
 		o := cfg.Serve.ClickHouse
 		if o.Spool.Dir == "" || o.Spool.Dir == clickhouse.NewDefaultOptions().Spool.Dir {
@@ -134,6 +168,12 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (audit.Store, 
 		}
 		if o.Retention.Default == 0 {
 			o.Retention.Default = cfg.Serve.Retention.D()
+		}
+		if len(o.Retention.Tenants) == 0 && len(cfg.Serve.TenantRetention) > 0 {
+			o.Retention.Tenants = map[string]time.Duration{}
+			for tenant, d := range cfg.Serve.TenantRetention {
+				o.Retention.Tenants[tenant] = d.D()
+			}
 		}
 		o.Logger = log
 		return clickhouse.Open(ctx, o)
@@ -145,16 +185,47 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (audit.Store, 
 // every listener. It returns once they accept connections.
 func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, error) {
 	s := &server{cfg: cfg, log: log}
+	memLimit := applyMemoryLimit(cfg.Serve.MemoryLimit)
+	var err error
+	if s.access, err = newAuthenticator(cfg); err != nil {
+		return nil, err
+	}
+	var tc *tls.Config
+	if cfg.Serve.TLS.On() {
+		if s.certs, err = access.NewCertificates(cfg.Serve.TLS); err != nil {
+			return nil, err
+		}
+		tc = s.certs.Config("h2", "http/1.1")
+	}
 	shutdownTelemetry, tracerErr := setupTelemetry(ctx, log)
 	if tracerErr != nil {
 		log.Warn("self-telemetry disabled", "err", tracerErr)
 	}
 	s.shutdownTelemetry = shutdownTelemetry
-	st, err := openStore(ctx, cfg, log)
+	// A second collector on the same data would write beside the first:
+	// it is refused here, naming the one that holds the directory.
+	dd, err := datadir.Open(cfg.Serve.DataDir)
 	if err != nil {
 		return nil, err
 	}
+	s.dataDir = dd
+	st, err := openStore(ctx, cfg, log)
+	if err != nil {
+		dd.Close()
+		return nil, err
+	}
 	s.store = st
+	if !cfg.Redact.Off {
+		secret, err := redactSecret(cfg.Redact.SecretFile, cfg.Serve.DataDir)
+		if err == nil {
+			s.redactor, err = newRedactor(cfg, secret)
+		}
+		if err != nil {
+			st.Close()
+			dd.Close()
+			return nil, err
+		}
+	}
 	s.registry = metrics.NewRegistry()
 	// Servers named in the configuration get their series at zero from the
 	// start, so that their first finding already shows as an increase.
@@ -163,9 +234,11 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		servers = append(servers, name)
 	}
 	sort.Strings(servers)
-	s.metrics, err = metrics.New(s.registry, metrics.Options{KnownCode: classify.KnownCode, Servers: servers})
+	s.metrics, err = metrics.New(s.registry, metrics.Options{KnownCode: classify.KnownCode, Servers: servers,
+		MaxServers: cfg.Serve.Metrics.MaxServers, MaxToolsPerServer: cfg.Serve.Metrics.MaxToolsPerServer})
 	if err != nil {
 		st.Close()
+		dd.Close()
 		return nil, err
 	}
 	pcfg := cfg.Serve.Pipeline
@@ -174,6 +247,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	sinks := []audit.Sink{s.metrics}
 	if err := s.startNotifier(); err != nil {
 		st.Close()
+		dd.Close()
 		return nil, err
 	}
 	if s.notifier != nil {
@@ -185,30 +259,45 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 			s.notifier.Close()
 		}
 		st.Close()
+		dd.Close()
 		return nil, err
 	}
-	rc := receiver.New(cfg.Serve.Receiver, cfg.Dialects, tracedIngester{s.pipe}, s.metrics, log)
+	rcfg := cfg.Serve.Receiver
+	if memLimit > 0 && rcfg.MaxInFlightBytes > memLimit/2 {
+		// Requests in flight may hold half the memory limit at most: the
+		// rest is the engine's, the store's and the runtime's.
+		rcfg.MaxInFlightBytes = max(memLimit/2, 4*rcfg.MaxBodyBytes)
+		log.Info("bytes in flight lowered to half the memory limit", "max_in_flight_bytes", rcfg.MaxInFlightBytes)
+	}
+	rc := receiver.New(rcfg, cfg.Dialects, tracedIngester{s.pipe}, s.metrics, log)
+	rc.Access, rc.Redactor, rc.Admit = s.access, s.redactor, s.pipe.Admit
 	if err := s.metrics.WatchPipeline(s.registry, s.pipelineViews); err != nil {
 		s.closeAll()
 		return nil, err
 	}
 
-	ingestLn, err := net.Listen("tcp", cfg.Serve.IngestListen)
+	cc := cfg.Serve.Connections
+	ingestLn, lim, err := listen(cfg.Serve.IngestListen, cc.MaxPerListener, tc, true)
 	if err != nil {
 		s.closeAll()
-		return nil, fmt.Errorf("cannot listen on %s: %w", cfg.Serve.IngestListen, err)
+		return nil, err
 	}
+	s.limits = map[string]*connlimit.Listener{metrics.ListenerIngest: lim}
 	s.ingestAddr = ingestLn.Addr().String()
-	s.serveHTTP(ingestLn, rc.Handler())
+	// Ingest requests are bounded by the receiver's body timeout and their
+	// processing; the write timeout only stops a client that never reads
+	// its answer.
+	s.serveHTTP(ingestLn, httpServer(rc.Handler(), cc, 0, cfg.Serve.Receiver.BodyTimeout+cc.WriteTimeout))
 
 	if cfg.Serve.GRPCListen != "" {
-		ln, err := net.Listen("tcp", cfg.Serve.GRPCListen)
+		ln, lim, err := listen(cfg.Serve.GRPCListen, cc.MaxPerListener, tc, false)
 		if err != nil {
 			s.closeAll()
-			return nil, fmt.Errorf("cannot listen on %s: %w", cfg.Serve.GRPCListen, err)
+			return nil, err
 		}
+		s.limits[metrics.ListenerGRPC] = lim
 		s.grpcAddr = ln.Addr().String()
-		s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(int(cfg.Serve.Receiver.MaxBodyBytes)))
+		s.grpc = grpc.NewServer(append(grpcOptions(tc, cc), rc.ServerOptions()...)...)
 		rc.Register(s.grpc)
 		s.wg.Add(1)
 		go func() {
@@ -219,10 +308,16 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		}()
 	}
 
-	apiLn, err := net.Listen("tcp", cfg.Serve.APIListen)
+	apiLn, lim, err := listen(cfg.Serve.APIListen, cc.MaxPerListener, tc, true)
 	if err != nil {
 		s.closeAll()
-		return nil, fmt.Errorf("cannot listen on %s: %w", cfg.Serve.APIListen, err)
+		return nil, err
+	}
+	s.limits[metrics.ListenerAPI] = lim
+	if err := metrics.WatchFrontDoor(s.registry, s.listenerViews, rc.InFlightBytes); err != nil {
+		apiLn.Close()
+		s.closeAll()
+		return nil, err
 	}
 	s.apiAddr = apiLn.Addr().String()
 	q := api.New(st, cfg.Serve.SLOTarget)
@@ -230,9 +325,10 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	q.Log = ratelog.New(log, ratelog.NewDefaultConfig())
 	q.Status = s.pipe.Status
 	q.Credentials = cfg.Serve.Credentials
+	q.Access = s.access
 	mux := http.NewServeMux()
 	mux.Handle("/api/v1/", q.Handler())
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics", metricsHandler(promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}), s.access))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /readyz", s.ready)
 	if cfg.Serve.pprof {
@@ -244,7 +340,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		s.closeAll()
 		return nil, err
 	}
-	s.serveHTTP(apiLn, mux)
+	s.serveHTTP(apiLn, httpServer(mux, cc, cc.ReadHeaderTimeout+cfg.Serve.Receiver.BodyTimeout, cc.WriteTimeout))
 
 	rctx, cancel := context.WithCancel(context.Background())
 	s.stopRetention = cancel
@@ -258,8 +354,20 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		}()
 	}
 	log.Info("mcpaudit serving", "version", version.Get().Version, "revision", version.Get().Revision, "ingest", s.ingestAddr, "grpc", s.grpcAddr, "api", s.apiAddr,
-		"store", cfg.Serve.Store, "data_dir", cfg.Serve.DataDir)
+		"store", cfg.Serve.Store, "data_dir", cfg.Serve.DataDir, "tls", tc != nil, "auth", s.access.On(), "metrics_token", !s.access.MetricsOpen(),
+		"redaction", s.redactor != nil, "memory_limit", formatBytes(memLimit))
 	return s, nil
+}
+
+// listenerViews gives the metrics the connections of the listeners.
+func (s *server) listenerViews() []metrics.ListenerView {
+	var out []metrics.ListenerView
+	for _, name := range []string{metrics.ListenerIngest, metrics.ListenerGRPC, metrics.ListenerAPI} {
+		if l := s.limits[name]; l != nil {
+			out = append(out, metrics.ListenerView{Name: name, Open: l.Open(), Refused: l.Refused.Load()})
+		}
+	}
+	return out
 }
 
 // pipelineViews gives the metrics what they export of the pipeline.
@@ -276,8 +384,7 @@ func (s *server) pipelineViews() []metrics.PartitionView {
 	return views
 }
 
-func (s *server) serveHTTP(ln net.Listener, h http.Handler) {
-	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+func (s *server) serveHTTP(ln net.Listener, hs *http.Server) {
 	s.http = append(s.http, hs)
 	s.wg.Add(1)
 	go func() {
@@ -306,24 +413,39 @@ func (s *server) ready(w http.ResponseWriter, r *http.Request) {
 }
 
 // retention deletes what is older than the retention period, at start and
-// then every RetentionEvery.
+// then every RetentionEvery: each tenant of serve.tenant_retention before
+// its own cutoff, every other tenant before serve.retention's.
 func (s *server) retention(ctx context.Context) {
 	every := s.cfg.Serve.RetentionEvery.D()
 	for {
-		cutoff := time.Now().Add(-s.cfg.Serve.Retention.D())
-		n, err := s.store.DeleteBefore(ctx, cutoff)
-		switch {
-		case err != nil && ctx.Err() == nil:
-			s.log.Warn("retention failed", "err", err)
-		case n > 0:
-			s.log.Info("retention deleted old rows", "rows", n, "before", cutoff)
-		}
+		s.expire(ctx, time.Now())
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(every):
 		}
 	}
+}
+
+// expire runs one round of retention at now.
+func (s *server) expire(ctx context.Context, now time.Time) {
+	report := func(tenant string, cutoff time.Time, n int64, err error) {
+		switch {
+		case err != nil && ctx.Err() == nil:
+			s.log.Warn("retention failed", "tenant", tenant, "err", err)
+		case n > 0:
+			s.log.Info("retention deleted old rows", "tenant", tenant, "rows", n, "before", cutoff)
+		}
+	}
+	own := sortedTenants(s.cfg.Serve.TenantRetention)
+	for _, tenant := range own {
+		cutoff := now.Add(-s.cfg.Serve.TenantRetention[tenant].D())
+		n, err := s.store.DeleteTenantBefore(ctx, tenant, cutoff)
+		report(tenant, cutoff, n, err)
+	}
+	cutoff := now.Add(-s.cfg.Serve.Retention.D())
+	n, err := s.store.DeleteBefore(ctx, cutoff, own...)
+	report("*", cutoff, n, err)
 }
 
 // shutdown stops accepting traffic, lets in-flight requests finish, commits
@@ -362,6 +484,7 @@ func (s *server) shutdown(ctx context.Context) error {
 	if err := s.store.Close(); err != nil {
 		errs = append(errs, err)
 	}
+	s.dataDir.Close()
 	if s.shutdownTelemetry != nil {
 		s.shutdownTelemetry(ctx)
 	}
@@ -385,4 +508,5 @@ func (s *server) closeAll() {
 		s.notifier.Close()
 	}
 	s.store.Close()
+	s.dataDir.Close()
 }

@@ -82,6 +82,8 @@ type Decoder struct {
 	done   bool
 	// keep is false once DropPayloads was called.
 	keep bool
+	// known is what the decoder knew of the last call beside its JSON.
+	known dialect.Known
 	// Ignored counts records and spans of methods other than tools/call.
 	Ignored int
 }
@@ -232,8 +234,14 @@ func (d *Decoder) NextRecord(rd *dialect.Reader) (*audit.Record, error) {
 	return d.next(rd)
 }
 
+// Known returns what the decoder knew of the call it returned last beside
+// its JSON (an OTLP span's error.type without its result): a reader that
+// reads the call again, once masked, is told it (dialect.Reader.ReadKnown).
+func (d *Decoder) Known() dialect.Known { return d.known }
+
 // next returns the next call, read by rd when rd is not nil.
 func (d *Decoder) next(rd *dialect.Reader) (*audit.Record, error) {
+	d.known = dialect.Known{}
 	for {
 		if len(d.errs) > 0 {
 			err := d.errs[0]
@@ -250,7 +258,7 @@ func (d *Decoder) next(rd *dialect.Reader) (*audit.Record, error) {
 		case FormatRecordArray:
 			r, err = d.nextArray(rd)
 		case FormatOTLP:
-			r, err = d.otlp.next(rd)
+			r, d.known, err = d.otlp.next(rd)
 			if r == nil && err == nil && len(d.errs) == 0 {
 				d.done = true
 			}

@@ -299,15 +299,15 @@ func newOTLPReader(name string, r io.Reader, at io.ReaderAt, base int64, keep bo
 }
 
 // next returns the next call read by rd (nil: the call only), or nil at
-// the end of the input.
-func (o *otlpReader) next(rd *dialect.Reader) (*audit.Record, error) {
+// the end of the input; known is what its span told beside its payloads.
+func (o *otlpReader) next(rd *dialect.Reader) (*audit.Record, dialect.Known, error) {
 	for {
 		if len(o.open) == 0 && len(o.pending) == 0 {
 			if o.done {
-				return nil, nil
+				return nil, dialect.Known{}, nil
 			}
 			if err := o.nextDocument(); err != nil {
-				return nil, err
+				return nil, dialect.Known{}, err
 			}
 			continue
 		}
@@ -317,10 +317,10 @@ func (o *otlpReader) next(rd *dialect.Reader) (*audit.Record, error) {
 			o.pending = o.pending[1:]
 			bs, err := o.openBlock(b)
 			if err != nil {
-				return nil, err
+				return nil, dialect.Known{}, err
 			}
 			if err := bs.advance(rd); err != nil {
-				return nil, err
+				return nil, dialect.Known{}, err
 			}
 			if bs.head != nil {
 				heap.Push(&o.open, bs)
@@ -330,16 +330,16 @@ func (o *otlpReader) next(rd *dialect.Reader) (*audit.Record, error) {
 			continue
 		}
 		bs := o.open[0]
-		r := bs.head
+		r, known := bs.head, bs.known
 		if err := bs.advance(rd); err != nil {
-			return nil, err
+			return nil, dialect.Known{}, err
 		}
 		if bs.head == nil {
 			heap.Pop(&o.open)
 		} else {
 			heap.Fix(&o.open, 0)
 		}
-		return r, nil
+		return r, known, nil
 	}
 }
 
@@ -462,8 +462,10 @@ type blockStream struct {
 	b   *block
 	c   *cursor
 	res otlp.Resource
-	// head is the block's next call in time order; nil once it has none.
-	head *audit.Record
+	// head is the block's next call in time order, nil once it has none;
+	// known is what its span told beside its payloads.
+	head  *audit.Record
+	known dialect.Known
 	// held are calls read but not yet in order: a call is released once
 	// the block has shown a start later than its time by its lag.
 	held recHeap
@@ -483,7 +485,8 @@ type blockStream struct {
 func (bs *blockStream) advance(rd *dialect.Reader) error {
 	for {
 		if len(bs.held) > 0 && (bs.walk == 4 || bs.held[0].t <= bs.latest-bs.b.lag) {
-			bs.head = heap.Pop(&bs.held).(heldRec).r
+			h := heap.Pop(&bs.held).(heldRec)
+			bs.head, bs.known = h.r, h.known
 			return nil
 		}
 		if bs.walk == 4 {
@@ -517,7 +520,7 @@ func (bs *blockStream) advance(rd *dialect.Reader) error {
 			*o.ignored++
 		default:
 			bs.seq++
-			heap.Push(&bs.held, heldRec{r: rec, t: rec.Call.Time.UnixNano(), seq: bs.seq})
+			heap.Push(&bs.held, heldRec{r: rec, known: o.conv.Known(), t: rec.Call.Time.UnixNano(), seq: bs.seq})
 		}
 	}
 }
@@ -634,9 +637,10 @@ func (bs *blockStream) nextSpan() (text []byte, j, k int, ok bool) {
 
 // heldRec is a call waiting in its block for its place in time.
 type heldRec struct {
-	r   *audit.Record
-	t   int64
-	seq int
+	r     *audit.Record
+	known dialect.Known
+	t     int64
+	seq   int
 }
 
 type recHeap []heldRec

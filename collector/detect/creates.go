@@ -39,7 +39,7 @@ func (d *detector) checkCreate(ev *event, op *audit.Op, w *writeRec) bool {
 				}
 				// Two creates in one run count as well: only the same
 				// provider call is skipped.
-				if !r.created || !within(r.w.Time, t, d.cfg.CorrelationWindow) || op.Key != "" && r.w.Key == op.Key {
+				if !r.created || !within(r.w.at.t, t, d.cfg.CorrelationWindow) || op.Key != "" && r.w.key == op.Key {
 					continue
 				}
 				d.emitDuplicate(ev.call, r.w, w)
@@ -58,9 +58,9 @@ func (d *detector) emitDuplicate(c *audit.Call, first, w *writeRec) {
 	w.duplicate = true
 	d.out.finding(&audit.Finding{
 		Kind: audit.KindDuplicateCreate, Server: c.Server, Tenant: c.Tenant,
-		Document: w.Document, Key: w.Key, Session: w.Session, Time: first.Time,
-		Calls:   callIDs(first.CallID, w.CallID),
-		Summary: sprintf("One intended document was created twice: %s (at %s) and %s (at %s), under %s.", first.Document, hhmmss(first.Time), w.Document, hhmmss(w.Time), keyPhrase(w.Key)),
+		Document: w.doc, Key: w.key, Session: w.session(), Time: first.at.t.Time(),
+		Calls:   callIDs(first.callID, w.callID),
+		Summary: sprintf("One intended document was created twice: %s (at %s) and %s (at %s), under %s.", first.doc, hhmmss(first.at.t), w.doc, hhmmss(w.at.t), keyPhrase(w.key)),
 	})
 }
 
@@ -77,7 +77,7 @@ func (d *detector) createsAfter(ev *event, op *audit.Op, w *writeRec) {
 		}
 		for _, r := range *l {
 			s := r.w
-			if !w.at.before(s.at) || !r.created || s.duplicate || s.replay || !within(w.Time, s.Time, d.cfg.CorrelationWindow) || s.Key != "" && w.Key == s.Key {
+			if !w.at.before(s.at) || !r.created || s.duplicate || s.replay || !within(w.at.t, s.at.t, d.cfg.CorrelationWindow) || s.key != "" && w.key == s.key {
 				continue
 			}
 			d.emitDuplicate(ev.call, w, s)

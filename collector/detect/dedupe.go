@@ -21,7 +21,7 @@ type seen struct {
 	// r is the record, until it is judged.
 	r *audit.Record
 	// t is the call's time.
-	t time.Time
+	t etime
 	// src is the source that delivered it.
 	src *source
 	// at is where the call waits to be judged; an entry of the buffer
@@ -53,6 +53,7 @@ func reqKey(c *audit.Call) string {
 // operations.
 func (d *dedupe) take(r *audit.Record, src *source) (s *seen, replaced bool) {
 	c := r.Call
+	ct := etimeOf(c.Time)
 	var dup *seen
 	spanKey := ""
 	if c.TraceID != "" && c.SpanID != "" {
@@ -65,7 +66,7 @@ func (d *dedupe) take(r *audit.Record, src *source) (s *seen, replaced bool) {
 	if dup == nil {
 		if l := d.byReq.get(rk); l != nil {
 			for _, s := range *l {
-				dt := c.Time.Sub(s.t)
+				dt := ct.Sub(s.t)
 				if dt < 0 {
 					dt = -dt
 				}
@@ -90,15 +91,15 @@ func (d *dedupe) take(r *audit.Record, src *source) (s *seen, replaced bool) {
 		}
 		dup.r = kept
 		if earlier {
-			dup.src, dup.t = src, c.Time
+			dup.src, dup.t = src, ct
 		}
 		return dup, earlier
 	}
-	s = &seen{r: r, t: c.Time, src: src}
-	l := d.byReq.at(rk, c.Time)
+	s = &seen{r: r, t: ct, src: src}
+	l := d.byReq.at(rk, ct)
 	*l = append(*l, s)
 	if spanKey != "" {
-		*d.bySpan.at(spanKey, c.Time) = s
+		*d.bySpan.at(spanKey, ct) = s
 	}
 	return s, false
 }
@@ -119,13 +120,14 @@ func withResponse(first, other *audit.Record) *audit.Record {
 }
 
 // sweep forgets observations older than horizon.
-func (d *dedupe) sweep(horizon time.Time) {
-	d.byReq.sweep(horizon, func(_ string, l *[]*seen) (bool, time.Time) {
-		kept, first := keepSince(*l, horizon, func(s *seen) time.Time { return s.t })
+func (d *dedupe) sweep(before time.Time) {
+	horizon := etimeOf(before)
+	d.byReq.sweep(horizon, func(_ string, l *[]*seen) (bool, etime) {
+		kept, first := keepSince(*l, horizon, func(s *seen) etime { return s.t })
 		*l = kept
 		return len(kept) > 0, first
 	})
-	d.bySpan.sweep(horizon, func(_ string, s **seen) (bool, time.Time) {
+	d.bySpan.sweep(horizon, func(_ string, s **seen) (bool, etime) {
 		t := (*s).t
 		return !t.Before(horizon), t
 	})
@@ -156,13 +158,21 @@ func newRecentIDs(n int) *recentIDs {
 	return &recentIDs{table: make([]uint64, size), mask: uint64(size - 1), ring: make([]uint64, n)}
 }
 
-// add remembers id; it returns false when id was already remembered. An
-// empty id (a call built by hand) is never a duplicate.
-func (r *recentIDs) add(id string) bool {
+// add remembers the tenant's id; it returns false when it was already
+// remembered. An empty id (a call built by hand) is never a duplicate.
+func (r *recentIDs) add(tenant, id string) bool {
 	if id == "" {
 		return true
 	}
-	h := maphash.String(ordSeed, id) | 1
+	// Ids are unique within a tenant: another tenant's call of the same
+	// id is another call. The hash of the two written apart is the hash of
+	// their concatenation, without making it.
+	var mh maphash.Hash
+	mh.SetSeed(ordSeed)
+	mh.WriteString(tenant)
+	mh.WriteByte(0)
+	mh.WriteString(id)
+	h := mh.Sum64() | 1
 	i := h & r.mask
 	for ; r.table[i] != 0; i = (i + 1) & r.mask {
 		if r.table[i] == h {

@@ -1,8 +1,6 @@
 package detect
 
 import (
-	"time"
-
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/classify"
 )
@@ -17,9 +15,14 @@ type detector struct {
 	cfg Config
 	out *emitter
 
+	// server and tenant name the partition.
+	server, tenant string
+	// tools holds one copy of each tool name the ledger keeps (at most
+	// maxTools; others are kept as they come).
+	tools map[string]string
 	// clock is the watermark: every call up to it was processed and every
 	// verification window that ended before it closed.
-	clock time.Time
+	clock etime
 	// last is the position of the latest operation processed.
 	last pos
 
@@ -34,15 +37,15 @@ type detector struct {
 	// still delivering what came before the end (a late backlog): they
 	// close once it has caught up or gone idle (closeDeferred).
 	deferred  []*writeRec
-	lastSweep time.Time
+	lastSweep etime
 	// behind reports whether a source has not yet delivered past t;
 	// set by the engine.
-	behind func(s *source, t time.Time) bool
+	behind func(s *source, t etime) bool
 }
 
-func newDetector(cfg Config, out *emitter) *detector {
+func newDetector(cfg Config, out *emitter, k PartitionKey) *detector {
 	return &detector{
-		cfg: cfg, out: out,
+		cfg: cfg, out: out, server: k.Server, tenant: k.Tenant,
 		docs: newExpMap[string, docState](), reads: newExpMap[string, []readRec](),
 		keys: newExpMap[keyID, keyState](), creates: newExpMap[createKey, []*createRec](),
 		failed: newExpMap[uint64, []*failedReq](),
@@ -51,7 +54,7 @@ func newDetector(cfg Config, out *emitter) *detector {
 
 // advance moves the watermark to t: verification windows that ended before
 // t close.
-func (d *detector) advance(t time.Time) {
+func (d *detector) advance(t etime) {
 	if t.After(d.clock) {
 		d.expire(t)
 		d.clock = t
@@ -70,7 +73,7 @@ func (d *detector) process(r *audit.Record, at pos, src *source) {
 	d.checkWasted(ev)
 	for i := range r.Ops {
 		op := &r.Ops[i]
-		ev.at.seq = op.Seq
+		ev.at.seq = int32(op.Seq)
 		switch op.Kind {
 		case audit.OpRead:
 			d.read(ev, op)
@@ -90,7 +93,7 @@ func (d *detector) process(r *audit.Record, at pos, src *source) {
 	}
 }
 
-func (d *detector) doc(target string, t time.Time) *docState {
+func (d *detector) doc(target string, t etime) *docState {
 	s := d.docs.at(target, t)
 	if t.After(s.last) {
 		s.last = t
@@ -98,7 +101,24 @@ func (d *detector) doc(target string, t time.Time) *docState {
 	return s
 }
 
-func (d *detector) key(k keyID, t time.Time) *keyState {
+// maxTools bounds the tool names a partition shares among its writes.
+const maxTools = 1024
+
+// tool returns the partition's copy of a tool name.
+func (d *detector) tool(name string) string {
+	if s, ok := d.tools[name]; ok {
+		return s
+	}
+	if d.tools == nil {
+		d.tools = map[string]string{}
+	}
+	if len(d.tools) < maxTools {
+		d.tools[name] = name
+	}
+	return name
+}
+
+func (d *detector) key(k keyID, t etime) *keyState {
 	s := d.keys.at(k, t)
 	if t.After(s.last) {
 		s.last = t
@@ -110,18 +130,15 @@ func (d *detector) key(k keyID, t time.Time) *keyState {
 func (d *detector) write(ev *event, op *audit.Op) {
 	c, t := ev.call, ev.at.t
 	w := &writeRec{
-		Write: audit.Write{
-			CallID: c.ID, Seq: op.Seq, Time: t, Server: c.Server, Tenant: c.Tenant, Session: c.Session,
-			Tool: op.Tool, Document: op.Document(), Key: op.Key,
-		},
-		at:    ev.at,
-		op:    wopOf(op),
-		actor: ev.actor,
+		callID: c.ID, tool: d.tool(op.Tool), doc: op.Document(), key: op.Key,
+		at:      ev.at,
+		op:      wopOf(op),
+		actorID: ev.actor.id, actorKind: ev.actor.kind,
 		index: -1,
 		src:   ev.src,
 	}
 	if op.Failure != nil {
-		w.Action = op.Failure.Action
+		w.action = actionWords.of(op.Failure.Action)
 	}
 
 	var ks *keyState
@@ -130,8 +147,8 @@ func (d *detector) write(ev *event, op *audit.Op) {
 		d.keyed(ev, op, w, ks)
 	}
 	var ds *docState
-	if w.Document != "" {
-		ds = d.doc(w.Document, t)
+	if w.doc != "" {
+		ds = d.doc(w.doc, t)
 		ds.writes = insertAt(ds.writes, w, writeAt)
 	}
 	doubled := false
@@ -151,31 +168,29 @@ func (d *detector) write(ev *event, op *audit.Op) {
 
 	switch {
 	case op.Status == audit.OpFailed:
-		w.State = audit.StateRejected
+		w.state = wRejected
 	case op.Status == audit.OpUncertain:
-		w.State, w.Reason = audit.StatePending, op.Reason
+		w.state, w.reason = wPending, reasonWords.of(op.Reason)
 		if ds != nil {
-			ds.uncertain = insertAt(ds.uncertain, w, writeAt)
+			ds.m().uncertain = insertAt(ds.uncertainWrites(), w, writeAt)
 		}
 		if ks != nil && op.KeyProtected {
-			ks.uncertain = insertAt(ks.uncertain, w, writeAt)
+			ks.m().uncertain = insertAt(ks.uncertainWrites(), w, writeAt)
 		}
 	case doubled:
-		w.State = audit.StateDoubleApplied
+		w.state = wDoubleApplied
 	case op.Pending:
-		w.State, w.Reason = audit.StatePending, op.Reason
+		w.state, w.reason = wPending, reasonWords.of(op.Reason)
 		if ds != nil {
-			ds.proof = insertAt(ds.proof, w, writeAt)
+			ds.m().proof = insertAt(ds.proofWrites(), w, writeAt)
 		}
 	default:
-		w.State = audit.StateDurable
+		w.state = wDurable
 	}
-	w.StateTime = t
-	if w.State == audit.StatePending {
-		w.deadline = t.Add(d.cfg.VerifyWindow)
+	if w.state == wPending {
 		d.deadlines.push(w)
 	}
-	d.out.write(w, "")
+	d.emitWrite(w, "", t)
 
 	if ev.late {
 		d.lookForward(ev, op, w, ks, ds)
@@ -189,7 +204,7 @@ func (d *detector) write(ev *event, op *audit.Op) {
 // lookForward applies to a late write what the calls after it, already
 // judged, say about it, and what it changes for them.
 func (d *detector) lookForward(ev *event, op *audit.Op, w *writeRec, ks *keyState, ds *docState) {
-	if w.State == audit.StatePending {
+	if w.state == wPending {
 		d.settleLate(w, ks, ds)
 	}
 	if ds != nil && w.op.intent != 0 {
@@ -215,8 +230,8 @@ func (d *detector) read(ev *event, op *audit.Op) {
 		d.renewLease(ks, ev, op)
 		// The receipt is the copy's durable record: reading it establishes
 		// what became of the reader's uncertain applies (findings.md §2).
-		for _, u := range ks.uncertain {
-			if u.actor == ev.actor && u.at.before(ev.at) {
+		for _, u := range ks.uncertainWrites() {
+			if u.who() == ev.actor && u.at.before(ev.at) {
 				d.settleByRead(u, ev.at)
 			}
 		}
@@ -231,31 +246,34 @@ func (d *detector) read(ev *event, op *audit.Op) {
 		return
 	}
 	d.docs.holds(op.Target, t)
-	for _, w := range ds.uncertain {
-		if w.actor == ev.actor && w.at.before(ev.at) {
+	for _, w := range ds.uncertainWrites() {
+		if w.who() == ev.actor && w.at.before(ev.at) {
 			d.settleByRead(w, ev.at)
 		}
 	}
-	kept := ds.proof[:0]
-	for _, w := range ds.proof {
-		if w.State == audit.StatePending && w.at.before(ev.at) && !t.After(w.deadline) && proves(op.Rev, readFlags(op.Sync, op.SaveState), w) {
-			d.setState(w, audit.StateDurable, t)
+	if ds.more == nil {
+		return
+	}
+	kept := ds.more.proof[:0]
+	for _, w := range ds.more.proof {
+		if w.state == wPending && w.at.before(ev.at) && !t.After(d.deadline(w)) && proves(op.Rev, readFlags(op.Sync, op.SaveState), w) {
+			d.setState(w, wDurable, t)
 			continue
 		}
-		if w.State == audit.StatePending {
+		if w.state == wPending {
 			kept = append(kept, w)
 		}
 	}
-	clear(ds.proof[len(kept):])
-	ds.proof = kept
+	clear(ds.more.proof[len(kept):])
+	ds.more.proof = kept
 }
 
 // settleByRead records the writer's read of an uncertain write's target
 // at p, which resolves the write while its window is open.
 func (d *detector) settleByRead(w *writeRec, p pos) {
 	w.noteRead(p)
-	if w.State == audit.StatePending && w.op.status == audit.OpUncertain && !p.t.After(w.deadline) {
-		d.setState(w, audit.StateResolved, p.t)
+	if w.state == wPending && w.op.status == audit.OpUncertain && !p.t.After(d.deadline(w)) {
+		d.setState(w, wResolved, p.t)
 	}
 }
 
@@ -263,10 +281,10 @@ func (d *detector) settleByRead(w *writeRec, p pos) {
 // and save states) shows a pending write durable: synced at its revision
 // or later, or a save no longer blocked.
 func proves(rev int64, flags uint8, w *writeRec) bool {
-	switch w.Reason {
-	case audit.ReasonSyncNotConfirmed:
+	switch w.reason {
+	case rSyncNotConfirmed:
 		return flags&readSynced != 0 && rev >= w.op.rev
-	case audit.ReasonSaveBlocked:
+	case rSaveBlocked:
 		return flags&readSaved != 0 && (rev == 0 || rev >= w.op.rev)
 	}
 	return false
@@ -276,9 +294,9 @@ func proves(rev int64, flags uint8, w *writeRec) bool {
 // intent before w, an idempotent write re-sent and accepted: it is the
 // identical replay of findings.md §2.
 func (d *detector) settleByIdempotent(w *writeRec, ds *docState) {
-	for _, u := range ds.uncertain {
-		if u.op.intent == w.op.intent && u.State == audit.StatePending && u.at.before(w.at) && !w.Time.After(u.deadline) {
-			d.setState(u, audit.StateResolved, w.Time)
+	for _, u := range ds.uncertainWrites() {
+		if u.op.intent == w.op.intent && u.state == wPending && u.at.before(w.at) && !w.at.t.After(d.deadline(u)) {
+			d.setState(u, wResolved, w.at.t)
 		}
 	}
 }
@@ -287,8 +305,8 @@ func (d *detector) settleByIdempotent(w *writeRec, ds *docState) {
 // established: the writer's read of the target, a replay under its key
 // that was accepted, an idempotent re-send, or a read proving its sync.
 func (d *detector) settleLate(w *writeRec, ks *keyState, ds *docState) {
-	if rs := d.reads.get(w.Document); rs != nil && w.Document != "" {
-		writer := actorKey(w.actor)
+	if rs := d.reads.get(w.doc); rs != nil && w.doc != "" {
+		writer := actorKey(w.who())
 		for _, r := range *rs {
 			if !w.at.before(r.at) {
 				continue
@@ -296,12 +314,12 @@ func (d *detector) settleLate(w *writeRec, ks *keyState, ds *docState) {
 			if r.actor == writer && w.op.status == audit.OpUncertain {
 				d.settleByRead(w, r.at)
 			}
-			if w.State == audit.StatePending && w.op.status != audit.OpUncertain && !r.at.t.After(w.deadline) && proves(r.rev, r.flags, w) {
-				d.setState(w, audit.StateDurable, r.at.t)
+			if w.state == wPending && w.op.status != audit.OpUncertain && !r.at.t.After(d.deadline(w)) && proves(r.rev, r.flags, w) {
+				d.setState(w, wDurable, r.at.t)
 			}
 		}
 	}
-	if w.State != audit.StatePending || w.op.status != audit.OpUncertain {
+	if w.state != wPending || w.op.status != audit.OpUncertain {
 		return
 	}
 	if ks != nil && w.op.keyProtected {
@@ -312,17 +330,17 @@ func (d *detector) settleLate(w *writeRec, ks *keyState, ds *docState) {
 			}
 			if b := d.binderBefore(ks, s.at); b == nil || b.binding == s.op.binding {
 				w.noteRead(s.at)
-				if !s.Time.After(w.deadline) {
-					d.setState(w, audit.StateResolved, s.Time)
+				if !s.at.t.After(d.deadline(w)) {
+					d.setState(w, wResolved, s.at.t)
 				}
 				break
 			}
 		}
 	}
-	if w.State == audit.StatePending && ds != nil && w.op.intent != 0 {
+	if w.state == wPending && ds != nil && w.op.intent != 0 {
 		for _, s := range ds.writes {
-			if w.at.before(s.at) && s.op.protected && s.op.intent == w.op.intent && s.op.status == audit.OpSucceeded && !s.Time.After(w.deadline) {
-				d.setState(w, audit.StateResolved, s.Time)
+			if w.at.before(s.at) && s.op.protected && s.op.intent == w.op.intent && s.op.status == audit.OpSucceeded && !s.at.t.After(d.deadline(w)) {
+				d.setState(w, wResolved, s.at.t)
 				break
 			}
 		}
@@ -343,10 +361,11 @@ func (d *detector) integrity(ev *event, doc string, f *audit.Failure) {
 	t := ev.at.t
 	if doc != "" {
 		ds := d.doc(doc, t)
-		if !ds.integrity.IsZero() && within(ds.integrity, t, d.cfg.CorrelationWindow) {
+		m := ds.m()
+		if !m.integrity.IsZero() && within(m.integrity, t, d.cfg.CorrelationWindow) {
 			return
 		}
-		ds.integrity = t
+		m.integrity = t
 	}
 	what := "E_INTEGRITY (history sequence or hash audit failed)"
 	if f.Code == classify.CodeJournalCorrupt {
@@ -354,7 +373,7 @@ func (d *detector) integrity(ev *event, doc string, f *audit.Failure) {
 	}
 	d.out.finding(&audit.Finding{
 		Kind: audit.KindIntegrityFailure, Server: ev.call.Server, Tenant: ev.call.Tenant,
-		Document: doc, Session: ev.call.Session, Time: t, Calls: []string{ev.call.ID}, RetryAction: audit.ActionEscalate,
+		Document: doc, Session: ev.call.Session, Time: t.Time(), Calls: []string{ev.call.ID}, RetryAction: audit.ActionEscalate,
 		Summary: sprintf("The server reported %s for %s at %s; a person must look before anything else is written to it.", what, firstNonEmpty(doc, "a document"), hhmmss(t)),
 	})
 }

@@ -20,29 +20,29 @@ func (d *detector) checkDoubleApply(ev *event, op *audit.Op, w *writeRec, ds *do
 // doubleApplied reports w, an accepted write, if a rule holds for it.
 func (d *detector) doubleApplied(c *audit.Call, ds *docState, w *writeRec) bool {
 	op := &w.op
-	t := w.Time
-	if first := d.storedFirst(ds, op.intent, w.at); first != nil && within(first.Time, t, d.cfg.CorrelationWindow) &&
-		first.CallID != w.CallID && (w.Key == "" || first.Key != w.Key) {
+	t := w.at.t
+	if first := d.storedFirst(ds, op.intent, w.at); first != nil && within(first.at.t, t, d.cfg.CorrelationWindow) &&
+		first.callID != w.callID && (w.key == "" || first.key != w.key) {
 		d.out.finding(&audit.Finding{
 			Kind: audit.KindDoubleAppliedWrite, Server: c.Server, Tenant: c.Tenant,
-			Document: w.Document, Key: w.Key, Session: w.Session, Time: first.Time,
-			Calls:   callIDs(first.CallID, w.CallID),
-			Summary: sprintf("The same edit landed twice on %s: it was accepted at %s and again at %s under %s.", w.Document, hhmmss(first.Time), hhmmss(t), keyPhrase(w.Key)),
+			Document: w.doc, Key: w.key, Session: w.session(), Time: first.at.t.Time(),
+			Calls:   callIDs(first.callID, w.callID),
+			Summary: sprintf("The same edit landed twice on %s: it was accepted at %s and again at %s under %s.", w.doc, hhmmss(first.at.t), hhmmss(t), keyPhrase(w.key)),
 		})
 		return true
 	}
 	if op.hasBaseRev && op.status == audit.OpSucceeded {
-		for _, u := range ds.uncertain {
+		for _, u := range ds.uncertainWrites() {
 			if !u.at.before(w.at) {
 				break
 			}
-			if u.op.intent == op.intent && u.Key != w.Key && u.op.hasBaseRev && op.baseRev > u.op.baseRev &&
-				within(u.Time, t, d.cfg.CorrelationWindow) {
+			if u.op.intent == op.intent && u.key != w.key && u.op.hasBaseRev && op.baseRev > u.op.baseRev &&
+				within(u.at.t, t, d.cfg.CorrelationWindow) {
 				d.out.finding(&audit.Finding{
 					Kind: audit.KindDoubleAppliedWrite, Server: c.Server, Tenant: c.Tenant,
-					Document: w.Document, Key: w.Key, Session: w.Session, Time: u.Time,
-					Calls: callIDs(u.CallID, w.CallID), RetryAction: u.Action,
-					Summary: sprintf("An edit to %s whose outcome was uncertain at %s was sent again under a new key on revision %d, after it had already landed: it is now applied twice.", w.Document, hhmmss(u.Time), op.baseRev),
+					Document: w.doc, Key: w.key, Session: w.session(), Time: u.at.t.Time(),
+					Calls: callIDs(u.callID, w.callID), RetryAction: actionWords.word(u.action),
+					Summary: sprintf("An edit to %s whose outcome was uncertain at %s was sent again under a new key on revision %d, after it had already landed: it is now applied twice.", w.doc, hhmmss(u.at.t), op.baseRev),
 				})
 				u.unsafe = true
 				return true
@@ -65,7 +65,7 @@ func (d *detector) storedFirst(ds *docState, intent uint64, p pos) *writeRec {
 		if !e.accepted || e.op.intent != intent || e.doubled() {
 			continue
 		}
-		if first == nil || !within(first.Time, e.Time, d.cfg.CorrelationWindow) {
+		if first == nil || !within(first.at.t, e.at.t, d.cfg.CorrelationWindow) {
 			first = e
 		}
 	}
@@ -81,7 +81,7 @@ func (d *detector) rejudgeAccepted(ev *event, ds *docState, intent uint64, p pos
 			continue
 		}
 		if d.doubleApplied(ev.call, ds, s) {
-			d.setState(s, audit.StateDoubleApplied, s.Time)
+			d.setState(s, wDoubleApplied, s.at.t)
 		}
 	}
 }

@@ -40,8 +40,11 @@ type Engine struct {
 	sources map[sourceKey]*source
 	// ids drops a call taken again by its id (a file given twice); nil
 	// where the store already refuses stored ids.
-	ids     *recentIDs
-	arrival uint64
+	ids *recentIDs
+	// dropTaken: each partition drops a call taken again by its id while
+	// a call of its time can still be judged (DropRepeatsWithinAllowance).
+	dropTaken bool
+	arrival   uint64
 	// current is the record being judged, nil while windows close alone.
 	current *audit.Record
 	// wall is the latest wall time the engine was told (Add, Tick).
@@ -59,7 +62,10 @@ type partition struct {
 	wm time.Time
 	// born is the wall time of the partition's first call: for the idle
 	// timeout after it, the watermark waits for every source to show up.
-	born                        time.Time
+	born time.Time
+	// taken holds the ids of calls taken, while they may come again and
+	// still be judged; nil unless the engine drops repeats so.
+	taken                       *takenIDs
 	calls, late, tooLate, ahead int64
 }
 
@@ -97,6 +103,14 @@ func NewEngine(cfg Config, sinks ...audit.Sink) *Engine {
 // (among the last 200,000), however late it comes: a file given twice, a
 // re-sent upload. The live service leaves this to its store.
 func (e *Engine) DropRepeatedIDs() { e.ids = newRecentIDs(recentIDsKept) }
+
+// DropRepeatsWithinAllowance makes each partition drop a call whose id it
+// took before while a call of that time can still be judged (its allowed
+// lateness behind the watermark), however many calls came between: the
+// live service, where an exporter re-sends what it did not see
+// acknowledged, after a backoff, whatever the rate. A call sent again
+// later than that is too late to be judged in any case.
+func (e *Engine) DropRepeatsWithinAllowance() { e.dropTaken = true }
 
 // Stats returns what was processed so far.
 func (e *Engine) Stats() *Stats { return &e.stats }
@@ -144,12 +158,19 @@ func (e *Engine) Add(src string, r *audit.Record, wall time.Time) {
 	// A second observation of an exchange is dropped (it may complete the
 	// first with its response); so is the same call again, however late
 	// (a re-sent request, a file given twice).
+	// A call sent again is dropped before it is compared with other
+	// observations, so that a second observation dropped the first time
+	// is dropped again.
+	if p.taken != nil && !p.taken.add(c.ID, etimeOf(t)) {
+		e.duplicate()
+		return
+	}
 	seen, replaced := p.dedupe.take(r, s)
 	if seen != nil && seen.r != r && !replaced {
 		// A later observation completed a waiting one with its response.
 		seen = nil
 	}
-	if seen == nil || e.ids != nil && !e.ids.add(c.ID) {
+	if seen == nil || e.ids != nil && !e.ids.add(c.Tenant, c.ID) {
 		e.duplicate()
 		return
 	}
@@ -157,7 +178,7 @@ func (e *Engine) Add(src string, r *audit.Record, wall time.Time) {
 		e.duplicate()
 	}
 	e.arrival++
-	at := pos{t: t, ord: ordOf(seen.r.Call.ID, e.arrival)}
+	at := pos{t: etimeOf(t), ord: ordOf(seen.r.Call.ID, e.arrival)}
 	seen.at = at
 	if t.Before(p.wm) {
 		seen.processed = true
@@ -224,7 +245,10 @@ func (e *Engine) partition(c *audit.Call) *partition {
 	k := PartitionKey{Tenant: c.Tenant, Server: c.Server}
 	p := e.parts[k]
 	if p == nil {
-		p = &partition{key: k, det: newDetector(e.cfg, &e.out), dedupe: newDedupe()}
+		p = &partition{key: k, det: newDetector(e.cfg, &e.out, k), dedupe: newDedupe()}
+		if e.dropTaken {
+			p.taken = newTakenIDs()
+		}
 		p.det.behind = e.behind
 		e.parts[k] = p
 	}
@@ -244,11 +268,11 @@ func (e *Engine) judge(p *partition, s *seen, at pos) {
 // behind reports whether src, still active, has not yet delivered past t
 // (less the lateness bound): what it sends next may settle a write whose
 // window ended at t.
-func (e *Engine) behind(src *source, t time.Time) bool {
+func (e *Engine) behind(src *source, t etime) bool {
 	if e.wall.IsZero() || e.wall.Sub(src.lastSeen) >= e.cfg.IdleTimeout {
 		return false
 	}
-	return !src.max.Add(-e.cfg.Lateness).After(t)
+	return !etimeOf(src.max.Add(-e.cfg.Lateness)).After(t)
 }
 
 // Tick moves every partition's watermark to what the wall time now allows:
@@ -313,7 +337,8 @@ func (e *Engine) release(p *partition, wm time.Time) {
 	if !wm.After(p.wm) {
 		return
 	}
-	for p.buf.Len() > 0 && !p.buf[0].at.t.After(wm) {
+	to := etimeOf(wm)
+	for p.buf.Len() > 0 && !p.buf[0].at.t.After(to) {
 		en := p.buf.pop()
 		if en.at != en.s.at || en.s.processed {
 			continue // replaced by an earlier observation
@@ -322,8 +347,11 @@ func (e *Engine) release(p *partition, wm time.Time) {
 		e.judge(p, en.s, en.at)
 	}
 	p.wm = wm
-	p.det.advance(wm)
+	p.det.advance(to)
 	p.dedupe.sweep(wm.Add(-2*e.cfg.Lateness - 2*time.Second))
+	if p.taken != nil {
+		p.taken.forget(to.Add(-e.cfg.AllowedLateness - time.Second))
+	}
 }
 
 // Flush judges every waiting call, as at the end of a finite input.
@@ -339,8 +367,8 @@ func (e *Engine) Flush() {
 			}
 			p.det.advance(en.at.t)
 			e.judge(p, en.s, en.at)
-			if en.at.t.After(p.wm) {
-				p.wm = en.at.t
+			if t := en.at.t.Time(); t.After(p.wm) {
+				p.wm = t
 			}
 		}
 	}

@@ -22,18 +22,18 @@ func TestExpiry(t *testing.T) {
 			if r.IntN(10) == 0 {
 				at -= r.IntN(100) // late
 			}
-			e.push(at, base.Add(time.Duration(at)*time.Second))
+			e.push(at, etimeOf(base.Add(time.Duration(at)*time.Second)))
 			want = append(want, at)
 		}
 		horizon := clock - 150
 		slices.Sort(want)
 		var got []int
 		for {
-			k, at, ok := e.popBefore(base.Add(time.Duration(horizon) * time.Second))
+			k, at, ok := e.popBefore(etimeOf(base.Add(time.Duration(horizon) * time.Second)))
 			if !ok {
 				break
 			}
-			if !at.Equal(base.Add(time.Duration(k) * time.Second)) {
+			if !at.Equal(etimeOf(base.Add(time.Duration(k) * time.Second))) {
 				t.Fatalf("key %d came with time %v", k, at)
 			}
 			got = append(got, k)

@@ -1,7 +1,5 @@
 package detect
 
-import "time"
-
 // expMap is a map whose entries age out: each entry is queued at the
 // earliest time it holds, and sweep visits only the entries queued before
 // its horizon, never the whole map. A visit trims what the entry holds
@@ -37,7 +35,7 @@ func (e *expMap[K, V]) get(k K) *V {
 
 // at returns the value of k, created as the zero value when absent, and
 // notes that it holds time t.
-func (e *expMap[K, V]) at(k K, t time.Time) *V {
+func (e *expMap[K, V]) at(k K, t etime) *V {
 	s := e.m[k]
 	if s == nil {
 		s = &slot[V]{}
@@ -50,7 +48,7 @@ func (e *expMap[K, V]) at(k K, t time.Time) *V {
 }
 
 // holds notes that the value of k, which must exist, holds time t.
-func (e *expMap[K, V]) holds(k K, t time.Time) {
+func (e *expMap[K, V]) holds(k K, t etime) {
 	if s := e.m[k]; s != nil && s.stamp.needs(t) {
 		e.q.push(qitem[K, V]{k, s}, s.stamp.set(t))
 	}
@@ -62,9 +60,9 @@ func (e *expMap[K, V]) len() int { return len(e.m) }
 // sweep visits the entries queued before horizon. trim drops what v holds
 // before horizon and returns whether v still holds anything, and the
 // earliest time it holds.
-func (e *expMap[K, V]) sweep(horizon time.Time, trim func(k K, v *V) (keep bool, first time.Time)) {
+func (e *expMap[K, V]) sweep(horizon etime, trim func(k K, v *V) (keep bool, first etime)) {
 	var again []qitem[K, V]
-	var at []time.Time
+	var at []etime
 	for {
 		it, when, ok := e.q.popBefore(horizon)
 		if !ok {
@@ -103,12 +101,12 @@ type expiry[T any] struct {
 }
 
 type queued[T any] struct {
-	at   time.Time
+	at   etime
 	item T
 }
 
 // push queues item at time at.
-func (e *expiry[T]) push(item T, at time.Time) {
+func (e *expiry[T]) push(item T, at etime) {
 	if e.head == len(e.fifo) || !at.Before(e.fifo[len(e.fifo)-1].at) {
 		if e.head > 0 && e.head >= len(e.fifo)/2 {
 			// Reuse the popped half rather than grow.
@@ -131,7 +129,7 @@ func (e *expiry[T]) push(item T, at time.Time) {
 }
 
 // popBefore removes and returns the earliest item queued before horizon.
-func (e *expiry[T]) popBefore(horizon time.Time) (item T, at time.Time, ok bool) {
+func (e *expiry[T]) popBefore(horizon etime) (item T, at etime, ok bool) {
 	fromFIFO := e.head < len(e.fifo) && (len(e.late) == 0 || !e.late[0].at.Before(e.fifo[e.head].at))
 	switch {
 	case fromFIFO:
@@ -182,27 +180,27 @@ func (e *expiry[T]) Len() int { return len(e.fifo) - e.head + len(e.late) }
 
 // stamp is the time an entry is queued at in its expiry.
 type stamp struct {
-	at     time.Time
+	at     etime
 	queued bool
 }
 
 // needs reports whether storing time t in the entry needs it queued (again):
 // it is not queued, or only at a later time.
-func (s *stamp) needs(t time.Time) bool { return !s.queued || t.Before(s.at) }
+func (s *stamp) needs(t etime) bool { return !s.queued || t.Before(s.at) }
 
 // set records that the entry is queued at t, and returns t.
-func (s *stamp) set(t time.Time) time.Time {
+func (s *stamp) set(t etime) etime {
 	s.at, s.queued = t, true
 	return t
 }
 
 // is reports whether an item popped with time at is the entry's current
 // place in the queue; other places are stale.
-func (s *stamp) is(at time.Time) bool { return s.queued && s.at.Equal(at) }
+func (s *stamp) is(at etime) bool { return s.queued && s.at.Equal(at) }
 
 // keepSince keeps, in place and in order, the items whose time is not
 // before horizon, and returns them with the earliest of their times.
-func keepSince[T any](items []T, horizon time.Time, timeOf func(T) time.Time) (kept []T, first time.Time) {
+func keepSince[T any](items []T, horizon etime, timeOf func(T) etime) (kept []T, first etime) {
 	kept = items[:0]
 	for _, it := range items {
 		if t := timeOf(it); !t.Before(horizon) {

@@ -1,8 +1,6 @@
 package detect
 
 import (
-	"time"
-
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/classify"
 )
@@ -16,20 +14,20 @@ func (d *detector) keyed(ev *event, op *audit.Op, w *writeRec, ks *keyState) {
 	b := d.binderBefore(ks, w.at)
 	w.replay = op.KeyProtected && b != nil && b.binding == w.op.binding
 	if w.replay && op.Status == audit.OpUncertain {
-		for _, u := range ks.uncertain {
-			if u.State == audit.StatePending && u.op.binding == w.op.binding && u.at.before(w.at) {
-				w.follows = u
+		for _, u := range ks.uncertainWrites() {
+			if u.state == wPending && u.op.binding == w.op.binding && u.at.before(w.at) {
+				w.setFollows(u)
 				break
 			}
 		}
 	}
 	if op.KeyProtected && op.Status == audit.OpSucceeded && (b == nil || b.binding == w.op.binding) {
-		for _, u := range ks.uncertain {
+		for _, u := range ks.uncertainWrites() {
 			if !u.at.before(w.at) {
 				continue
 			}
-			if u.State == audit.StatePending && !t.After(u.deadline) {
-				d.setState(u, audit.StateResolved, t)
+			if u.state == wPending && !t.After(d.deadline(u)) {
+				d.setState(u, wResolved, t)
 			}
 			u.noteRead(w.at)
 		}
@@ -45,7 +43,7 @@ func (d *detector) binderBefore(ks *keyState, p pos) *keyEvent {
 	var b *keyEvent
 	for i := range ks.events {
 		e := &ks.events[i]
-		if !e.at.before(p) {
+		if !e.pos().before(p) {
 			break
 		}
 		if b == nil {
@@ -55,7 +53,7 @@ func (d *detector) binderBefore(ks *keyState, p pos) *keyEvent {
 		if e.operationID {
 			continue
 		}
-		if !within(b.at.t, e.at.t, d.cfg.CorrelationWindow) && b.binding != e.binding {
+		if !within(b.pos().t, e.pos().t, d.cfg.CorrelationWindow) && b.binding != e.binding {
 			b = e
 		}
 	}
@@ -67,7 +65,10 @@ func (d *detector) binderBefore(ks *keyState, p pos) *keyEvent {
 func (d *detector) checkReuse(ev *event, op *audit.Op, k keyID, ks *keyState, w *writeRec) {
 	t := ev.at.t
 	binding := fp(op.Binding)
-	use := keyEvent{at: ev.at, binding: binding, callID: ev.call.ID, session: ev.call.Session, doc: op.Document(), w: w, operationID: k.kind == "operationId"}
+	use := keyEvent{binding: binding, w: w, operationID: k.kind == "operationId"}
+	if w == nil {
+		use.plan = &planUse{at: ev.at, callID: ev.call.ID, session: ev.call.Session, doc: op.Document()}
+	}
 	if k.kind == "operationId" {
 		// The platform mints operationIds; a wrong planToken under one is
 		// refused with replay_same_request, not a second intent.
@@ -79,18 +80,14 @@ func (d *detector) checkReuse(ev *event, op *audit.Op, k keyID, ks *keyState, w 
 	b := d.binderBefore(ks, ev.at)
 	serverSaid := op.Failure != nil && (op.Failure.Code == "E_REQUEST_REUSE" || op.Failure.Code == classify.CodeIncompatibleCreation || op.Failure.Code == classify.CodeCopyIDReused)
 	if serverSaid {
-		if ks.reused == nil {
-			ks.reused = map[uint64]bool{}
-		}
-		if ks.reused[binding] && binding != 0 {
+		if ks.reuseReported(binding) && binding != 0 {
 			return
 		}
-		ks.reused[binding] = true
 		calls := []string{ev.call.ID}
 		first := t
-		if b != nil && b.callID != ev.call.ID {
-			calls = callIDs(b.callID, ev.call.ID)
-			first = b.at.t
+		if b != nil && b.callID() != ev.call.ID {
+			calls = callIDs(b.callID(), ev.call.ID)
+			first = b.pos().t
 		}
 		d.emitReuse(ev.call, k, use, calls, first, op.Failure.Action)
 		return
@@ -105,23 +102,19 @@ func (d *detector) checkReuse(ev *event, op *audit.Op, k keyID, ks *keyState, w 
 		return
 	}
 	d.addUse(ev, k, ks, use)
-	if b == nil || !within(b.at.t, t, d.cfg.CorrelationWindow) && b.binding != binding || b.binding == binding {
+	if b == nil || !within(b.pos().t, t, d.cfg.CorrelationWindow) && b.binding != binding || b.binding == binding {
 		return
 	}
-	if ks.reused == nil {
-		ks.reused = map[uint64]bool{}
-	}
-	if ks.reused[binding] {
+	if ks.reuseReported(binding) {
 		return
 	}
-	ks.reused[binding] = true
-	d.emitReuse(ev.call, k, use, callIDs(b.callID, ev.call.ID), b.at.t, "")
+	d.emitReuse(ev.call, k, use, callIDs(b.callID(), ev.call.ID), b.pos().t, "")
 }
 
 // addUse records a binding use of a key; a late one is applied to the uses
 // after it.
 func (d *detector) addUse(ev *event, k keyID, ks *keyState, use keyEvent) {
-	ks.events = insertAt(ks.events, use, func(e keyEvent) pos { return e.at })
+	ks.events = insertAt(ks.events, use, func(e keyEvent) pos { return e.pos() })
 	if ev.late {
 		d.rebind(ev, k, ks)
 	}
@@ -133,10 +126,10 @@ func (d *detector) addUse(ev *event, k keyID, ks *keyState, use keyEvent) {
 func (d *detector) rebind(ev *event, k keyID, ks *keyState) {
 	for i := range ks.events {
 		e := ks.events[i]
-		if !ev.at.before(e.at) {
+		if !ev.at.before(e.pos()) {
 			continue
 		}
-		b := d.binderBefore(ks, e.at)
+		b := d.binderBefore(ks, e.pos())
 		if b == nil {
 			continue
 		}
@@ -144,33 +137,29 @@ func (d *detector) rebind(ev *event, k keyID, ks *keyState) {
 			if s := e.w; s != nil && s.op.keyProtected && !s.replay {
 				s.replay = true
 				d.unaccept(s)
-				if s.op.status == audit.OpUncertain && s.follows == nil && b.w != nil && b.w.op.status == audit.OpUncertain {
-					s.follows = b.w
+				if s.op.status == audit.OpUncertain && s.follows() == nil && b.w != nil && b.w.op.status == audit.OpUncertain {
+					s.setFollows(b.w)
 				}
 			}
 			continue
 		}
-		if k.kind == "operationId" || !within(b.at.t, e.at.t, d.cfg.CorrelationWindow) {
+		if k.kind == "operationId" || !within(b.pos().t, e.pos().t, d.cfg.CorrelationWindow) {
 			continue
 		}
-		if ks.reused == nil {
-			ks.reused = map[uint64]bool{}
-		}
-		if ks.reused[e.binding] {
+		if ks.reuseReported(e.binding) {
 			continue
 		}
-		ks.reused[e.binding] = true
-		d.emitReuse(ev.call, k, e, callIDs(b.callID, e.callID), b.at.t, "")
+		d.emitReuse(ev.call, k, e, callIDs(b.callID(), e.callID()), b.pos().t, "")
 	}
 }
 
 // emitReuse reports the key k used by use for another intent than its
 // binder's; c is the call being processed (it names the partition).
-func (d *detector) emitReuse(c *audit.Call, k keyID, use keyEvent, calls []string, first time.Time, action audit.RetryAction) {
+func (d *detector) emitReuse(c *audit.Call, k keyID, use keyEvent, calls []string, first etime, action audit.RetryAction) {
 	d.out.finding(&audit.Finding{
 		Kind: audit.KindRequestIDReuse, Server: c.Server, Tenant: c.Tenant,
-		Document: use.doc, Key: k.key, Session: use.session, Time: first, Calls: calls, RetryAction: action,
-		Summary: sprintf("The %s %s was used at %s for a different intent than the one it was first bound to; a new intent needs a new key.", k.kind, k.key, hhmmss(use.at.t)),
+		Document: use.doc(), Key: k.key, Session: use.session(), Time: first.Time(), Calls: calls, RetryAction: action,
+		Summary: sprintf("The %s %s was used at %s for a different intent than the one it was first bound to; a new intent needs a new key.", k.kind, k.key, hhmmss(use.pos().t)),
 	})
 }
 
@@ -182,33 +171,33 @@ func (d *detector) plan(ev *event, op *audit.Op) {
 	}
 	t := ev.at.t
 	ks := d.key(keyID{op.KeyKind, op.Key}, t)
-	if b := ks.blocked; b != nil && !b.reported && b.binding == fp(op.Binding) && within(b.time, t, d.cfg.CorrelationWindow) {
+	if b := ks.blocked(); b != nil && !b.reported && b.binding == fp(op.Binding) && within(b.time, t, d.cfg.CorrelationWindow) {
 		b.reported = true
 		d.out.finding(&audit.Finding{
 			Kind: audit.KindWastedRetry, Server: ev.call.Server, Tenant: ev.call.Tenant,
-			Document: op.Target, Key: op.Key, Session: ev.call.Session, Time: b.time,
+			Document: op.Target, Key: op.Key, Session: ev.call.Session, Time: b.time.Time(),
 			Calls: callIDs(b.callID, ev.call.ID), RetryAction: b.action,
 			Summary: sprintf("The copy plan %s was blocked at %s and replayed unchanged at %s; a replay returns the same blocked receipt, so fix the blockers and plan again with a fresh copyId.", op.Key, hhmmss(b.time), hhmmss(t)),
 		})
 	}
 	d.checkReuse(ev, op, keyID{op.KeyKind, op.Key}, ks, nil)
-	if op.Status == audit.OpSucceeded && op.Failure != nil && op.Failure.Action == audit.ActionNewPlan && ks.blocked == nil {
-		ks.blocked = &blockedPlan{callID: ev.call.ID, time: t, binding: fp(op.Binding), action: op.Failure.Action}
+	if op.Status == audit.OpSucceeded && op.Failure != nil && op.Failure.Action == audit.ActionNewPlan && ks.blocked() == nil {
+		ks.m().blocked = &blockedPlan{callID: ev.call.ID, time: t, binding: fp(op.Binding), action: op.Failure.Action}
 	}
 }
 
 // checkPremature reports an apply re-sent before the lease of the receipt
 // it follows ran out.
 func (d *detector) checkPremature(ev *event, op *audit.Op, ks *keyState) {
-	l := &ks.lease
+	l := ks.lease()
 	t := ev.at.t
-	if l.until.IsZero() || l.reported || l.callID == ev.call.ID || !t.Before(l.until) || t.Before(l.callTime) {
+	if l == nil || l.reported || l.callID == ev.call.ID || !t.Before(l.until) || t.Before(l.callTime) {
 		return
 	}
 	l.reported = true
 	d.out.finding(&audit.Finding{
 		Kind: audit.KindPrematureRetry, Server: ev.call.Server, Tenant: ev.call.Tenant,
-		Document: op.Target, Key: op.Key, Session: ev.call.Session, Time: l.callTime,
+		Document: op.Target, Key: op.Key, Session: ev.call.Session, Time: l.callTime.Time(),
 		Calls: callIDs(l.callID, ev.call.ID), RetryAction: audit.ActionWaitThenRetry,
 		Summary: sprintf("The copy %s was applied again at %s, before the receipt's retryAfter of %s.", op.Key, hhmmss(t), hhmmss(l.until)),
 	})
@@ -218,12 +207,15 @@ func (d *detector) checkPremature(ev *event, op *audit.Op, ks *keyState) {
 func (d *detector) renewLease(ks *keyState, ev *event, op *audit.Op) {
 	if op.RetryAfter.IsZero() {
 		if op.CopyState != "" && op.CopyState != "applying" {
-			ks.lease = lease{}
+			if ks.more != nil {
+				ks.more.lease = nil
+			}
 		}
 		return
 	}
-	if ks.lease.until.Equal(op.RetryAfter) {
+	until := etimeOf(op.RetryAfter)
+	if l := ks.lease(); l != nil && l.until == until {
 		return
 	}
-	ks.lease = lease{until: op.RetryAfter, callID: ev.call.ID, callTime: ev.at.t}
+	ks.m().lease = &lease{until: until, callID: ev.call.ID, callTime: ev.at.t}
 }

@@ -2,7 +2,6 @@ package detect
 
 import (
 	"container/heap"
-	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
 )
@@ -11,13 +10,13 @@ import (
 // pending writes become unverified. A write whose source has not yet
 // delivered past the end of its window (it came late, in a backlog that
 // is still arriving) waits until it has: what settles it may be on its way.
-func (d *detector) expire(t time.Time) {
-	for d.deadlines.Len() > 0 && d.deadlines[0].deadline.Before(t) {
+func (d *detector) expire(t etime) {
+	for d.deadlines.Len() > 0 && d.deadline(d.deadlines[0]).Before(t) {
 		w := heap.Pop(&d.deadlines).(*writeRec)
-		if w.State != audit.StatePending {
+		if w.state != wPending {
 			continue
 		}
-		if w.src != nil && d.behind != nil && d.behind(w.src, w.deadline) {
+		if w.src != nil && d.behind != nil && d.behind(w.src, d.deadline(w)) {
 			d.deferred = append(d.deferred, w)
 			continue
 		}
@@ -31,8 +30,8 @@ func (d *detector) closeDeferred() {
 	kept := d.deferred[:0]
 	for _, w := range d.deferred {
 		switch {
-		case w.State != audit.StatePending:
-		case d.behind(w.src, w.deadline):
+		case w.state != wPending:
+		case d.behind(w.src, d.deadline(w)):
 			kept = append(kept, w)
 		default:
 			d.closeWindow(w)
@@ -44,48 +43,52 @@ func (d *detector) closeDeferred() {
 
 // closeWindow makes a pending write whose window ended unverified.
 func (d *detector) closeWindow(w *writeRec) {
-	d.setState(w, audit.StateUnverified, w.deadline)
-	if w.follows != nil && w.follows.State == audit.StateUnverified {
+	d.setState(w, wUnverified, d.deadline(w))
+	if f := w.follows(); f != nil && f.state == wUnverified {
 		return // the attempt it replays was reported
 	}
 	d.out.finding(&audit.Finding{
-		Kind: audit.KindUnverifiedWrite, Server: w.Server, Tenant: w.Tenant,
-		Document: w.Document, Key: w.Key, Session: w.Session, Time: w.Time,
-		Calls: []string{w.CallID}, Reason: w.Reason, RetryAction: w.Action,
-		Summary: sprintf("Nobody established whether the %s write to %s at %s is durable (%s) within %s.", w.Tool, firstNonEmpty(w.Document, "a new document"), hhmmss(w.Time), w.Reason, d.cfg.VerifyWindow),
+		Kind: audit.KindUnverifiedWrite, Server: d.server, Tenant: d.tenant,
+		Document: w.doc, Key: w.key, Session: w.session(), Time: w.at.t.Time(),
+		Calls: []string{w.callID}, Reason: reasonWords.word(w.reason), RetryAction: actionWords.word(w.action),
+		Summary: sprintf("Nobody established whether the %s write to %s at %s is durable (%s) within %s.", w.tool, firstNonEmpty(w.doc, "a new document"), hhmmss(w.at.t), reasonWords.word(w.reason), d.cfg.VerifyWindow),
 	})
 }
 
 // setState moves a write to a new state and tells the sinks.
-func (d *detector) setState(w *writeRec, s audit.WriteState, t time.Time) {
-	prev := w.State
+func (d *detector) setState(w *writeRec, s word, t etime) {
+	prev := w.state
 	if prev == s {
 		return
 	}
-	w.State, w.StateTime = s, t
-	if s != audit.StateUnverified && s != audit.StatePending {
-		w.Reason = ""
+	w.state = s
+	if s != wUnverified && s != wPending {
+		w.reason = 0
 	}
-	if w.index >= 0 && s.Terminal() {
-		heap.Remove(&d.deadlines, w.index)
+	if w.index >= 0 && s != wPending {
+		heap.Remove(&d.deadlines, int(w.index))
 	}
-	d.out.write(w, prev)
+	d.emitWrite(w, stateWords.word(prev), t)
 }
 
-// writeHeap orders pending writes by the end of their verification window.
+// deadline returns the end of w's verification window.
+func (d *detector) deadline(w *writeRec) etime { return w.at.t.Add(d.cfg.VerifyWindow) }
+
+// writeHeap orders pending writes by the end of their verification window:
+// by their time, as every window is as long.
 type writeHeap []*writeRec
 
 func (h writeHeap) Len() int           { return len(h) }
-func (h writeHeap) Less(i, j int) bool { return h[i].deadline.Before(h[j].deadline) }
+func (h writeHeap) Less(i, j int) bool { return h[i].at.t < h[j].at.t }
 func (h writeHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
-	h[i].index, h[j].index = i, j
+	h[i].index, h[j].index = int32(i), int32(j)
 }
 
 // Push and Pop are container/heap's; push is the detector's.
 func (h *writeHeap) Push(x any) {
 	w := x.(*writeRec)
-	w.index = len(*h)
+	w.index = int32(len(*h))
 	*h = append(*h, w)
 }
 func (h *writeHeap) Pop() any {
@@ -111,10 +114,22 @@ func (o *emitter) call(r *audit.Record) {
 	}
 }
 
-func (o *emitter) write(w *writeRec, prev audit.WriteState) {
-	o.stats.write(w.State, prev)
+// emitWrite tells the sinks of a write's new state, reached at at (prev
+// is "" when the write is new).
+func (d *detector) emitWrite(w *writeRec, prev audit.WriteState, at etime) {
+	o := d.out
+	state := stateWords.word(w.state)
+	o.stats.write(state, prev)
+	if len(o.sinks) == 0 {
+		return
+	}
+	aw := &audit.Write{
+		CallID: w.callID, Seq: int(w.at.seq), Time: w.at.t.Time(), Server: d.server, Tenant: d.tenant,
+		Session: w.session(), Tool: w.tool, Document: w.doc, Key: w.key,
+		State: state, Reason: reasonWords.word(w.reason), Action: actionWords.word(w.action), StateTime: at.Time(),
+	}
 	for _, s := range o.sinks {
-		s.Write(&w.Write, prev)
+		s.Write(aw, prev)
 	}
 }
 

@@ -33,8 +33,9 @@ func BenchmarkOpenState(b *testing.B) {
 		copy(held, recs)
 		recs = nil
 		n := len(held)
+		// As in serve.
 		e := detect.NewEngine(detect.NewDefaultConfig(), discardSink{})
-		e.DropRepeatedIDs()
+		e.DropRepeatsWithinAllowance()
 		// Sixteen posters, each its share of the calls in order, arriving
 		// a second after their time.
 		for i, r := range held {

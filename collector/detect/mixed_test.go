@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"syscall"
 	"testing"
@@ -158,3 +159,91 @@ func TestSameCaptureTwice(t *testing.T) {
 		t.Fatalf("findings %d vs %d", len(once.findings), len(twice.findings))
 	}
 }
+
+// TestSameIDsTwoTenants: call ids are unique within a tenant; the same
+// capture under two tenants is two tenants' calls, each judged in full.
+func TestSameIDsTwoTenants(t *testing.T) {
+	cfg := capgen.Config{Seed: 5, Sessions: 300, AnomalyRate: 0.3, Tenant: "acme"}
+	a := capgen.Generate(cfg)
+	cfg.Tenant = "globex"
+	b := capgen.Generate(cfg)
+	one, _ := runLines(t, a.Lines, false)
+	both, _ := runLines(t, append(append([][]byte{}, a.Lines...), b.Lines...), false)
+	if len(one.findings) == 0 || len(both.findings) != 2*len(one.findings) {
+		t.Fatalf("%d findings for one tenant, %d for both (want twice)", len(one.findings), len(both.findings))
+	}
+}
+
+// TestRepeatsWithinAllowance: in the live service a call sent again is
+// dropped for as long as a call of its time could still be judged,
+// however many calls came between; sent again later, it is too late.
+func TestRepeatsWithinAllowance(t *testing.T) {
+	start := time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)
+	c := capgen.Generate(capgen.Config{Seed: 7, Sessions: 600, Start: start, Span: 10 * time.Minute, AnomalyRate: 0.3})
+	recs := readRecords(t, c.Lines)
+	slices.SortStableFunc(recs, func(a, b *audit.Record) int { return a.Call.Time.Compare(b.Call.Time) })
+	cfg := detect.NewDefaultConfig() // allowed lateness 2m
+	// Each call is sent at its time; with behind set, it is sent again by
+	// its source (an exporter retrying) that long after its time.
+	run := func(behind time.Duration) (*detect.Stats, int) {
+		type send struct {
+			at time.Time
+			r  *audit.Record
+		}
+		var sends []send
+		for _, r := range recs {
+			sends = append(sends, send{r.Call.Time, r})
+			if behind > 0 {
+				sends = append(sends, send{r.Call.Time.Add(behind), r})
+			}
+		}
+		slices.SortStableFunc(sends, func(a, b send) int { return a.at.Compare(b.at) })
+		var findings []*audit.Finding
+		e := detect.NewEngine(cfg, findingSink(func(f *audit.Finding) { findings = append(findings, f) }))
+		e.DropRepeatsWithinAllowance()
+		for _, s := range sends {
+			e.Add("exporter", s.r, s.at.Add(time.Second))
+		}
+		e.Flush()
+		return e.Stats(), len(findings)
+	}
+	base, want := run(0)
+	if want == 0 {
+		t.Fatal("no findings")
+	}
+	for _, tc := range []struct {
+		name         string
+		behind       time.Duration
+		dup, tooLate bool
+	}{
+		{"within the allowance", 90 * time.Second, true, false},
+		{"past the allowance", 5 * time.Minute, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, got := run(tc.behind)
+			resent := int64(len(recs))
+			if got != want {
+				t.Errorf("%d findings, want %d", got, want)
+			}
+			dups := st.Duplicates - base.Duplicates
+			if st.Calls != base.Calls {
+				t.Errorf("%d calls judged, want %d: a repeat was judged", st.Calls, base.Calls)
+			}
+			if dups+st.TooLate != resent {
+				t.Errorf("%d repeats dropped as duplicates and %d too late, of %d", dups, st.TooLate, resent)
+			}
+			if tc.dup && st.TooLate != 0 {
+				t.Errorf("%d repeats too late within the allowance", st.TooLate)
+			}
+			if tc.tooLate && st.TooLate < resent*9/10 {
+				t.Errorf("only %d of %d repeats too late", st.TooLate, resent)
+			}
+		})
+	}
+}
+
+type findingSink func(*audit.Finding)
+
+func (findingSink) Call(*audit.Record)                   {}
+func (findingSink) Write(*audit.Write, audit.WriteState) {}
+func (f findingSink) Finding(x *audit.Finding)           { f(x) }

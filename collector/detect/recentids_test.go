@@ -18,7 +18,7 @@ func TestRecentIDs(t *testing.T) {
 		for i := 0; i < 20000; i++ {
 			id := fmt.Sprintf("c_%d", rng.IntN(3*n+2))
 			want := !set[id]
-			if got := r.add(id); got != want {
+			if got := r.add("t", id); got != want {
 				t.Fatalf("n=%d step %d: add(%s) = %v, want %v", n, i, id, got, want)
 			}
 			if want {
@@ -40,7 +40,10 @@ func TestRecentIDs(t *testing.T) {
 			}
 		}
 	}
-	if r := newRecentIDs(4); !r.add("") || !r.add("") {
+	if r := newRecentIDs(4); !r.add("t", "") || !r.add("t", "") {
 		t.Fatal("an empty id is never a duplicate")
+	}
+	if r := newRecentIDs(4); !r.add("a", "c_1") || !r.add("b", "c_1") || r.add("a", "c_1") {
+		t.Fatal("an id is another tenant's call, and the same tenant's again")
 	}
 }

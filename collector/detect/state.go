@@ -13,14 +13,14 @@ import (
 // tie-break derived from the call's id (so that every delivery order and
 // both carriers break ties alike), then the operation's place in its call.
 type pos struct {
-	t   time.Time
+	t   etime
 	ord uint64
-	seq int
+	seq int32
 }
 
 func (a pos) before(b pos) bool {
-	if !a.t.Equal(b.t) {
-		return a.t.Before(b.t)
+	if a.t != b.t {
+		return a.t < b.t
 	}
 	if a.ord != b.ord {
 		return a.ord < b.ord
@@ -66,8 +66,8 @@ func actorOf(c *audit.Call) actor {
 }
 
 // within reports whether later is at most w after earlier.
-func within(earlier, later time.Time, w time.Duration) bool {
-	return !later.Before(earlier) && later.Sub(earlier) <= w
+func within(earlier, later etime, w time.Duration) bool {
+	return later >= earlier && later.Sub(earlier) <= w
 }
 
 // event is the context of the call being processed.
@@ -111,16 +111,22 @@ func fp(s string) uint64 {
 	return maphash.String(ordSeed, s) | 1
 }
 
-// writeRec is one write attempt in the ledger.
+// writeRec is one write attempt in the ledger, kept compact: the ledger
+// holds one for every write of the correlation window. Its strings share
+// the call's (the record itself is not kept); the partition's server and
+// tenant are the detector's.
 type writeRec struct {
-	audit.Write
-	at       pos
-	op       wop
-	actor    actor
-	deadline time.Time
-	// readAt is where the writer first read the target after the write
-	// (or a replay settled it); zero while nothing did.
-	readAt pos
+	// actorID and actorKind are the writer's actor (who).
+	callID, tool, doc, key, actorID string
+	// at is the write's place: its call's time, tie-break and the
+	// operation's place in the call (the provider call index of a run).
+	at pos
+	op wop
+	// state, reason and action are numbered words (words.go).
+	state, reason, action word
+	actorKind             byte
+	// index is the write's place in the deadline heap, -1 when not there.
+	index int32
 	// unsafe is set once the write is the uncertain first half of an
 	// unsafe retry or of a rebased double apply: it is reported once.
 	unsafe bool
@@ -132,44 +138,115 @@ type writeRec struct {
 	// accepted: an accepted non-idempotent write, a candidate for the
 	// double-apply rules (not a replay).
 	accepted bool
-	index    int // in the deadline heap, -1 when not there
 	// src is the source that delivered the write: a write that came late
 	// with its source behind keeps its window open until the source has
 	// delivered what followed it.
 	src *source
+	// more is what only uncertain writes have, nil for the others.
+	more *uncertainMore
+}
+
+// uncertainMore is what the ledger remembers of an uncertain write beyond
+// what every write has.
+type uncertainMore struct {
+	// readAt is where the writer first read the target after the write
+	// (or a replay settled it); zero while nothing did.
+	readAt pos
 	// follows is the earlier attempt this one replays under the same key
 	// while both are uncertain: one logical write, one unverified finding.
 	follows *writeRec
 }
 
+// follows returns the attempt w replays while both are uncertain, or nil.
+func (w *writeRec) follows() *writeRec {
+	if w.more == nil {
+		return nil
+	}
+	return w.more.follows
+}
+
+// setFollows records that w replays u while both are uncertain.
+func (w *writeRec) setFollows(u *writeRec) {
+	if w.more == nil {
+		w.more = &uncertainMore{}
+	}
+	w.more.follows = u
+}
+
+// session returns the session of the write's call, "" when it had none.
+func (w *writeRec) session() string {
+	if w.actorKind == 's' {
+		return w.actorID
+	}
+	return ""
+}
+
+// who returns the writer.
+func (w *writeRec) who() actor { return actor{w.actorKind, w.actorID} }
+
 // doubled reports whether the write is the second application of an edit.
-func (w *writeRec) doubled() bool { return w.State == audit.StateDoubleApplied }
+func (w *writeRec) doubled() bool { return w.state == wDoubleApplied }
 
 // readBefore reports whether the writer read the target after the write
 // and before p.
-func (w *writeRec) readBefore(p pos) bool { return !w.readAt.t.IsZero() && w.readAt.before(p) }
+func (w *writeRec) readBefore(p pos) bool {
+	return w.more != nil && !w.more.readAt.t.IsZero() && w.more.readAt.before(p)
+}
 
 // noteRead records a read (or settling replay) of the write's target by its
 // writer at p.
 func (w *writeRec) noteRead(p pos) {
-	if w.readAt.t.IsZero() || p.before(w.readAt) {
-		w.readAt = p
+	if w.more == nil {
+		w.more = &uncertainMore{}
+	}
+	if w.more.readAt.t.IsZero() || p.before(w.more.readAt) {
+		w.more.readAt = p
 	}
 }
 
-// docState is what is remembered about one document.
+// docState is what is remembered about one document. Most documents
+// only have writes that settled: the rest is apart (docMore), allocated
+// when needed.
 type docState struct {
 	// writes are every write attempt on the document, in order; the
 	// accepted non-idempotent ones are marked (writeRec.accepted).
 	writes []*writeRec
+	more   *docMore
+	last   etime
+}
+
+type docMore struct {
 	// uncertain holds writes whose outcome was unknown, in order, for the
 	// correlation window, whether or not they were resolved since.
 	uncertain []*writeRec
 	// proof holds accepted writes awaiting a read that proves durability.
 	proof []*writeRec
 	// integrity is when integrity was last reported.
-	integrity time.Time
-	last      time.Time
+	integrity etime
+}
+
+// m returns the document's docMore, made when absent.
+func (s *docState) m() *docMore {
+	if s.more == nil {
+		s.more = &docMore{}
+	}
+	return s.more
+}
+
+// uncertainWrites returns the document's uncertain writes, in order.
+func (s *docState) uncertainWrites() []*writeRec {
+	if s.more == nil {
+		return nil
+	}
+	return s.more.uncertain
+}
+
+// proofWrites returns the document's writes awaiting proof, in order.
+func (s *docState) proofWrites() []*writeRec {
+	if s.more == nil {
+		return nil
+	}
+	return s.more.proof
 }
 
 // readRec is one read of a document, kept for the allowed lateness so that
@@ -216,39 +293,124 @@ type keyID struct{ kind, key string }
 
 // keyEvent is one use of a key that may bind it to an intent.
 type keyEvent struct {
-	at      pos
 	binding uint64
-	callID  string
-	session string
-	doc     string
-	w       *writeRec // nil for a copy plan
+	// w is the write that used the key; plan the copy plan, when it was
+	// one (w is nil then).
+	w    *writeRec
+	plan *planUse
 	// operationID: the key is an operationId, bound by its first use.
 	operationID bool
 }
 
-// keyState is what is remembered about one idempotency key.
+// planUse is what a key event of a copy plan remembers of its call.
+type planUse struct {
+	at                   pos
+	callID, session, doc string
+}
+
+// pos returns where the key was used.
+func (e *keyEvent) pos() pos {
+	if e.w != nil {
+		return e.w.at
+	}
+	return e.plan.at
+}
+
+func (e *keyEvent) callID() string {
+	if e.w != nil {
+		return e.w.callID
+	}
+	return e.plan.callID
+}
+
+func (e *keyEvent) session() string {
+	if e.w != nil {
+		return e.w.session()
+	}
+	return e.plan.session
+}
+
+func (e *keyEvent) doc() string {
+	if e.w != nil {
+		return e.w.doc
+	}
+	return e.plan.doc
+}
+
+// keyState is what is remembered about one idempotency key; what most
+// keys never have is apart (keyMore).
 type keyState struct {
 	// events are the uses of the key that bind it, in order.
 	events []keyEvent
+	more   *keyMore
+	last   etime
+}
+
+type keyMore struct {
 	// reused holds the bindings already reported as a reuse.
 	reused map[uint64]bool
 	// uncertain holds the key-protected attempts whose outcome was unknown.
 	uncertain []*writeRec
-	lease     lease
+	lease     *lease
 	blocked   *blockedPlan
-	last      time.Time
+}
+
+// m returns the key's keyMore, made when absent.
+func (s *keyState) m() *keyMore {
+	if s.more == nil {
+		s.more = &keyMore{}
+	}
+	return s.more
+}
+
+// uncertainWrites returns the key's uncertain attempts, in order.
+func (s *keyState) uncertainWrites() []*writeRec {
+	if s.more == nil {
+		return nil
+	}
+	return s.more.uncertain
+}
+
+// lease returns the key's copy lease, nil when none.
+func (s *keyState) lease() *lease {
+	if s.more == nil {
+		return nil
+	}
+	return s.more.lease
+}
+
+// blocked returns the key's blocked copy plan, nil when none.
+func (s *keyState) blocked() *blockedPlan {
+	if s.more == nil {
+		return nil
+	}
+	return s.more.blocked
+}
+
+// reuseReported reports whether binding was reported as a reuse of the
+// key, and notes that it now is.
+func (s *keyState) reuseReported(binding uint64) bool {
+	m := s.m()
+	if m.reused == nil {
+		m.reused = map[uint64]bool{}
+	}
+	if m.reused[binding] {
+		return true
+	}
+	m.reused[binding] = true
+	return false
 }
 
 type lease struct {
-	until    time.Time
+	until    etime
 	callID   string
-	callTime time.Time
+	callTime etime
 	reported bool
 }
 
 type blockedPlan struct {
 	callID   string
-	time     time.Time
+	time     etime
 	binding  uint64
 	action   audit.RetryAction
 	reported bool

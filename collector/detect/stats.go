@@ -2,7 +2,6 @@ package detect
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
 )
@@ -62,7 +61,7 @@ func (s *Stats) write(state, prev audit.WriteState) {
 var sprintf = fmt.Sprintf
 
 // hhmmss renders an event time for summaries.
-func hhmmss(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000Z") }
+func hhmmss(t etime) string { return t.Time().Format("2006-01-02 15:04:05.000Z") }
 
 func keyPhrase(k string) string {
 	if k == "" {

@@ -100,7 +100,7 @@ func (e *Engine) Waiting() map[PartitionKey]time.Time {
 			p.buf.pop() // replaced observations
 		}
 		if p.buf.Len() > 0 {
-			m[k] = p.buf[0].at.t
+			m[k] = p.buf[0].at.t.Time()
 		}
 	}
 	return m

@@ -1,11 +1,5 @@
 package detect
 
-import (
-	"time"
-
-	"github.com/mcpaudit/mcpaudit/audit"
-)
-
 // sweep forgets correlation state that no call can correlate with any
 // more: older than the correlation window plus the allowed lateness, and
 // reads older than the allowed lateness. Memory follows the open state,
@@ -16,41 +10,50 @@ func (d *detector) sweep() {
 	}
 	d.lastSweep = d.clock
 	horizon := d.clock.Add(-d.cfg.horizon())
-	d.docs.sweep(horizon, func(_ string, s *docState) (bool, time.Time) {
+	d.docs.sweep(horizon, func(_ string, s *docState) (bool, etime) {
 		first := s.last
 		keep := func(w *writeRec) bool {
-			if !w.Time.Before(horizon) || w.State == audit.StatePending {
-				if w.Time.Before(first) {
-					first = w.Time
+			if !w.at.t.Before(horizon) || w.state == wPending {
+				if w.at.t.Before(first) {
+					first = w.at.t
 				}
 				return true
 			}
 			return false
 		}
 		s.writes = filter(s.writes, keep)
-		s.uncertain = filter(s.uncertain, keep)
-		s.proof = filter(s.proof, keep)
-		return !s.last.Before(horizon) || len(s.writes) > 0 || len(s.proof) > 0, first
+		proof := 0
+		if m := s.more; m != nil {
+			m.uncertain = filter(m.uncertain, keep)
+			m.proof = filter(m.proof, keep)
+			proof = len(m.proof)
+			if len(m.uncertain) == 0 && proof == 0 && (m.integrity.IsZero() || m.integrity.Before(horizon)) {
+				s.more = nil
+			}
+		}
+		return !s.last.Before(horizon) || len(s.writes) > 0 || proof > 0, first
 	})
-	d.reads.sweep(d.clock.Add(-d.cfg.AllowedLateness-d.cfg.Lateness), func(_ string, rs *[]readRec) (bool, time.Time) {
-		kept, first := keepSince(*rs, d.clock.Add(-d.cfg.AllowedLateness-d.cfg.Lateness), func(r readRec) time.Time { return r.at.t })
+	d.reads.sweep(d.clock.Add(-d.cfg.AllowedLateness-d.cfg.Lateness), func(_ string, rs *[]readRec) (bool, etime) {
+		kept, first := keepSince(*rs, d.clock.Add(-d.cfg.AllowedLateness-d.cfg.Lateness), func(r readRec) etime { return r.at.t })
 		*rs = kept
 		return len(kept) > 0, first
 	})
-	d.keys.sweep(horizon, func(_ keyID, s *keyState) (bool, time.Time) {
+	d.keys.sweep(horizon, func(_ keyID, s *keyState) (bool, etime) {
 		if s.last.Before(horizon) {
-			return false, time.Time{}
+			return false, 0
 		}
-		s.uncertain = filter(s.uncertain, func(w *writeRec) bool { return !w.Time.Before(horizon) || w.State == audit.StatePending })
+		if s.more != nil {
+			s.more.uncertain = filter(s.more.uncertain, func(w *writeRec) bool { return !w.at.t.Before(horizon) || w.state == wPending })
+		}
 		return true, s.last
 	})
-	d.creates.sweep(horizon, func(_ createKey, l *[]*createRec) (bool, time.Time) {
-		kept, first := keepSince(*l, horizon, func(r *createRec) time.Time { return r.w.Time })
+	d.creates.sweep(horizon, func(_ createKey, l *[]*createRec) (bool, etime) {
+		kept, first := keepSince(*l, horizon, func(r *createRec) etime { return r.w.at.t })
 		*l = kept
 		return len(kept) > 0, first
 	})
-	d.failed.sweep(horizon, func(_ uint64, l *[]*failedReq) (bool, time.Time) {
-		kept, first := keepSince(*l, horizon, func(f *failedReq) time.Time { return f.at.t })
+	d.failed.sweep(horizon, func(_ uint64, l *[]*failedReq) (bool, etime) {
+		kept, first := keepSince(*l, horizon, func(f *failedReq) etime { return f.at.t })
 		*l = kept
 		return len(kept) > 0, first
 	})

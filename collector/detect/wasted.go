@@ -29,7 +29,7 @@ func (d *detector) checkWasted(ev *event) {
 				first.reported = true
 				d.out.finding(&audit.Finding{
 					Kind: audit.KindWastedRetry, Server: c.Server, Tenant: c.Tenant,
-					Document: e.doc, Key: e.key, Session: e.session, Time: first.at.t,
+					Document: e.doc, Key: e.key, Session: e.session, Time: first.at.t.Time(),
 					Calls: callIDs(first.callID, e.callID), RetryAction: e.action,
 					Summary: sprintf("An identical %s request refused at %s with %s was sent again at %s; an unchanged retry cannot help (%s).", e.tool, hhmmss(first.at.t), e.code, hhmmss(e.at.t), e.action),
 				})

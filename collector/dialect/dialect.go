@@ -105,6 +105,14 @@ type Payload struct {
 	// decoder made it for the call's id; nil to have the reader make it
 	// when it needs it.
 	CanonicalArgs []byte
+	// Known is what the decoder knew of the call beside its JSON.
+	Known
+}
+
+// Known is what a decoder knew of a call beside its JSON, which a reader
+// that reads the call's text later (once masked, ReadKnown) is told too:
+// with no JSON built for it to parse back.
+type Known struct {
 	// ErrorDataCode is the code of the error's data when it is known
 	// without the data (an OTLP span's error.type); ErrorData's code wins.
 	ErrorDataCode string
@@ -125,8 +133,12 @@ type ToolError struct {
 // Read reads one call into a record, parsing its arguments, result and
 // error data. The record keeps c and shares none of the reader's scratch
 // space.
-func (r *Reader) Read(c *audit.Call) *audit.Record {
-	p := Payload{Args: parse(&r.p.args, c.Arguments), Result: parse(&r.p.result, c.Result)}
+func (r *Reader) Read(c *audit.Call) *audit.Record { return r.ReadKnown(c, Known{}) }
+
+// ReadKnown reads one call as Read does, with what its decoder knew of it
+// beside its JSON (Result.Known of otlp.Read).
+func (r *Reader) ReadKnown(c *audit.Call, k Known) *audit.Record {
+	p := Payload{Args: parse(&r.p.args, c.Arguments), Result: parse(&r.p.result, c.Result), Known: k}
 	if c.Error != nil {
 		p.ErrorData = parse(&r.p.data, c.Error.Data)
 	}

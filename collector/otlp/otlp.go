@@ -198,11 +198,16 @@ type Converter struct {
 	sp           spanFields
 	res          attrs
 	payload      dialect.Payload
-	toolErr      dialect.ToolError
+	// known is what the last span told beside its payloads.
+	known dialect.Known
 	// Keep keeps each call's payloads (arguments, result) as sent; false
 	// leaves them out once read, where only the reading is needed.
 	Keep bool
 }
+
+// Known returns what the last span read told beside its payloads, for a
+// reader that reads its call again (dialect.Reader.ReadKnown).
+func (cv *Converter) Known() dialect.Known { return cv.known }
 
 // NewConverter returns a converter that keeps payloads.
 func NewConverter() *Converter { return &Converter{Keep: true} }
@@ -334,8 +339,7 @@ func (cv *Converter) convert(res *Resource, source string, p path, rd *dialect.R
 	case errType == "tool_error":
 		// A tool error whose result was not recorded: the call answered
 		// with isError, content unknown.
-		cv.toolErr = dialect.ToolError{}
-		cv.payload.ToolError = &cv.toolErr
+		cv.payload.ToolError = &dialect.ToolError{}
 		c.Responded = true
 	case errType == "E_APP_NOT_RUNNING":
 		// The Thegram desktop helper's JSON-RPC -32000, recorded by its code.
@@ -345,8 +349,7 @@ func (cv *Converter) convert(res *Resource, source string, p path, rd *dialect.R
 	case isServerCode(errType):
 		// A tool error recorded by its code, without the opt-in result: the
 		// call answered isError with that code.
-		cv.toolErr = dialect.ToolError{Code: strings.Clone(errType), Message: strings.Clone(sp.message)}
-		cv.payload.ToolError = &cv.toolErr
+		cv.payload.ToolError = &dialect.ToolError{Code: strings.Clone(errType), Message: strings.Clone(sp.message)}
 		c.Responded = true
 	case errType != "":
 		fTransport = cv.add(errType)
@@ -402,6 +405,7 @@ func (cv *Converter) convert(res *Resource, source string, p path, rd *dialect.R
 			c.Result = buf[len(buf)-len(sr):]
 		}
 	}
+	cv.known = cv.payload.Known
 	if rd == nil {
 		return &audit.Record{Call: c}, false, ""
 	}

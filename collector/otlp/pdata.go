@@ -13,7 +13,11 @@ type Result struct {
 	Records []*audit.Record
 	// Sources names, for each record, the stream it came on: the resource
 	// that exported it (see SourceOf).
-	Sources  []string
+	Sources []string
+	// Known is, for each record, what its span told beside its payloads,
+	// for a reader that reads its call again (dialect.Reader.ReadKnown),
+	// once masked.
+	Known    []dialect.Known
 	Rejected []RejectedSpan
 	// Ignored counts spans that are not tools/call (initialize, tools/list...).
 	Ignored int
@@ -44,6 +48,7 @@ func (cv *Converter) Read(td ptrace.Traces, source string, rd *dialect.Reader) R
 				default:
 					res.Records = append(res.Records, rec)
 					res.Sources = append(res.Sources, r.Source)
+					res.Known = append(res.Known, cv.known)
 				}
 			}
 		}

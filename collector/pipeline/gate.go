@@ -19,7 +19,7 @@ type writeKey struct {
 type gate struct {
 	sinks   []audit.Sink
 	eng     *detect.Engine
-	latency func(time.Duration)
+	latency func(d time.Duration, window bool)
 
 	// marks are the partitions' watermarks committed before a restart;
 	// output caused by a replayed call or window up to settled(mark) was
@@ -38,9 +38,21 @@ type gate struct {
 
 	writes   map[writeKey]audit.Write
 	findings []audit.Finding
+	// origins tells, for each finding of findings, from when it could be
+	// known; zero for a finding of a replayed call.
+	origins []origin
+	// taken holds the origins of the findings of the commit under way.
+	taken []origin
 }
 
-func newGate(sinks []audit.Sink, latency func(time.Duration)) *gate {
+// origin is when a finding could be known: the acknowledgement of the
+// call that completed its evidence, or the end of its verification window.
+type origin struct {
+	at     time.Time
+	window bool
+}
+
+func newGate(sinks []audit.Sink, latency func(time.Duration, bool)) *gate {
 	return &gate{sinks: sinks, latency: latency, announced: map[writeKey]bool{}}
 }
 
@@ -121,9 +133,14 @@ func (g *gate) Finding(f *audit.Finding) {
 		g.known[id] = true
 	}
 	g.findings = append(g.findings, *f)
-	if r := g.eng.Current(); r != nil && !r.Call.Received.IsZero() && g.latency != nil {
-		g.latency(time.Since(r.Call.Received))
+	var o origin
+	switch r := g.eng.Current(); {
+	case r != nil:
+		o.at = r.Call.Received // zero for a replayed call
+	case f.Kind == audit.KindUnverifiedWrite:
+		o = origin{at: f.Time.Add(g.eng.Config().VerifyWindow), window: true}
 	}
+	g.origins = append(g.origins, o)
 	for _, s := range g.sinks {
 		s.Finding(f)
 	}
@@ -137,6 +154,8 @@ func (g *gate) take() audit.Results {
 		r.Writes = append(r.Writes, w)
 	}
 	g.writes, g.findings = nil, nil
+	g.taken = append(g.taken, g.origins...)
+	g.origins = nil
 	return r
 }
 
@@ -151,4 +170,19 @@ func (g *gate) putBack(r audit.Results) {
 		}
 	}
 	g.findings = append(r.Findings, g.findings...)
+	g.origins = append(g.taken, g.origins...)
+	g.taken = nil
+}
+
+// committedNow tells the latency of the findings taken by the commit that
+// succeeded at now.
+func (g *gate) committedNow(now time.Time) {
+	if g.latency != nil {
+		for _, o := range g.taken {
+			if !o.at.IsZero() {
+				g.latency(now.Sub(o.at), o.window)
+			}
+		}
+	}
+	g.taken = g.taken[:0]
 }

@@ -12,6 +12,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/detect"
 )
 
@@ -26,10 +27,17 @@ type mark struct {
 	Waiting time.Time `json:"waiting"`
 }
 
-// markFile is the state file's content: every partition's mark.
+// markFile is the state file's content: every partition's mark, and the
+// floor.
 type markFile struct {
 	Version    int        `json:"version"`
 	Partitions []markLine `json:"partitions"`
+	// Floor is the event time before which no call was acknowledged that
+	// may not have been judged and committed (zero when unknown): a call
+	// acknowledged for a partition without a mark yet, or behind every
+	// mark (a backlog replayed), lowers it before it is acknowledged, so
+	// that the replay at start reaches back to it.
+	Floor time.Time `json:"floor,omitzero"`
 }
 
 type markLine struct {
@@ -41,27 +49,27 @@ type markLine struct {
 // readMarks reads the partitions' marks kept by the last run. A missing or
 // unreadable file is no marks: the store's watermark then stands for every
 // partition, which only means more output is checked again at the replay.
-func readMarks(path string, log *slog.Logger) map[detect.PartitionKey]mark {
+func readMarks(path string, log *slog.Logger) (map[detect.PartitionKey]mark, time.Time) {
 	if path == "" {
-		return nil
+		return nil, time.Time{}
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
 			log.Warn("cannot read the partitions' watermarks; using the store's", "path", path, "err", err)
 		}
-		return nil
+		return nil, time.Time{}
 	}
 	var f markFile
 	if err := json.Unmarshal(b, &f); err != nil || f.Version != 2 {
 		log.Warn("cannot read the partitions' watermarks; using the store's", "path", path, "err", err, "version", f.Version)
-		return nil
+		return nil, time.Time{}
 	}
 	m := make(map[detect.PartitionKey]mark, len(f.Partitions))
 	for _, l := range f.Partitions {
 		m[detect.PartitionKey{Tenant: l.Tenant, Server: l.Server}] = l.mark
 	}
-	return m
+	return m, f.Floor
 }
 
 // marksOf returns the marks of the engine's partitions now.
@@ -82,18 +90,93 @@ func marksOf(e *detect.Engine) map[detect.PartitionKey]mark {
 // second unless forced, atomically (a temporary file renamed over the old
 // one).
 func (p *Pipeline) saveMarks(marks map[detect.PartitionKey]mark, force bool) {
-	if p.cfg.StateFile == "" || maps.Equal(marks, p.savedMarks) || !force && p.now().Sub(p.marksSaved) < time.Second {
+	if p.cfg.StateFile == "" {
 		return
 	}
-	if err := writeMarks(p.cfg.StateFile, marks); err != nil {
+	p.floorMu.Lock()
+	defer p.floorMu.Unlock()
+	floor := floorOf(marks, p.queued)
+	if maps.Equal(marks, p.savedMarks) && floor.Equal(p.floor) || !force && p.now().Sub(p.marksSaved) < time.Second {
+		return
+	}
+	if err := writeMarks(p.cfg.StateFile, marks, floor); err != nil {
 		p.log.Warn("cannot save the partitions' watermarks", "path", p.cfg.StateFile, "err", err)
 		return
 	}
-	p.savedMarks, p.marksSaved = marks, p.now()
+	p.savedMarks, p.marksSaved, p.floor = marks, p.now(), floor
 }
 
-func writeMarks(path string, marks map[detect.PartitionKey]mark) error {
-	f := markFile{Version: 2}
+// floorOf returns the earliest event time a call not yet judged and
+// committed may have: the earliest mark, or call queued for the engine.
+func floorOf(marks map[detect.PartitionKey]mark, queued map[int64]int) time.Time {
+	var floor time.Time
+	lower := func(t time.Time) {
+		if !t.IsZero() && (floor.IsZero() || t.Before(floor)) {
+			floor = t
+		}
+	}
+	for _, m := range marks {
+		lower(m.Watermark)
+		lower(m.Waiting)
+	}
+	for t := range queued {
+		lower(time.Unix(0, t).UTC())
+	}
+	return floor
+}
+
+// lowerFloor makes the state file's floor reach back to t, the earliest
+// call of a batch about to be queued, before the batch is acknowledged;
+// done notes that the batch was taken by the engine or dropped.
+func (p *Pipeline) lowerFloor(t time.Time) error {
+	if p.cfg.StateFile == "" {
+		return nil
+	}
+	p.floorMu.Lock()
+	defer p.floorMu.Unlock()
+	p.queued[t.UnixNano()]++
+	if !p.floor.IsZero() && !t.Before(p.floor) {
+		return nil
+	}
+	// Nothing was saved yet, or the batch reaches behind what was: the
+	// file must say so before the calls are acknowledged.
+	if err := writeMarks(p.cfg.StateFile, p.savedMarks, t); err != nil {
+		p.dequeued(t, true)
+		return fmt.Errorf("cannot save the state file: %w", err)
+	}
+	p.floor = t
+	return nil
+}
+
+// dequeued notes that a batch whose earliest call is t left the queue;
+// locked is set when the caller holds floorMu.
+func (p *Pipeline) dequeued(t time.Time, locked bool) {
+	if p.cfg.StateFile == "" {
+		return
+	}
+	if !locked {
+		p.floorMu.Lock()
+		defer p.floorMu.Unlock()
+	}
+	k := t.UnixNano()
+	if p.queued[k]--; p.queued[k] <= 0 {
+		delete(p.queued, k)
+	}
+}
+
+// earliest returns the event time of the earliest call of a batch.
+func earliest(b audit.Batch) time.Time {
+	var t time.Time
+	for _, r := range b.Records {
+		if ct := r.Call.Time; t.IsZero() || ct.Before(t) {
+			t = ct
+		}
+	}
+	return t
+}
+
+func writeMarks(path string, marks map[detect.PartitionKey]mark, floor time.Time) error {
+	f := markFile{Version: 2, Floor: floor}
 	for k, m := range marks {
 		f.Partitions = append(f.Partitions, markLine{Tenant: k.Tenant, Server: k.Server, mark: m})
 	}

@@ -49,19 +49,25 @@ type Config struct {
 	// CommitEvery is how often the engine's output is committed and the
 	// wall clock moves the watermarks. Default 100ms.
 	CommitEvery time.Duration `yaml:"commit_every"`
+	// MaxServersPerTenant caps the partitions (servers) of one tenant:
+	// calls of a new server past it are refused, per record, until an idle
+	// partition is freed. Default 1000.
+	MaxServersPerTenant int `yaml:"max_servers_per_tenant"`
 	// StateFile, if set, is where the partitions' watermarks are kept
 	// between runs (in the data directory).
 	StateFile string `yaml:"-"`
-	// FindingLatency, if set, is told the wall time from the
-	// acknowledgement of a call to each finding it completes.
-	FindingLatency func(time.Duration) `yaml:"-"`
+	// FindingLatency, if set, is told for each finding committed the wall
+	// time from when it could be known: the acknowledgement of the call
+	// that completed its evidence, or (window set) the end of its
+	// verification window in event time.
+	FindingLatency func(d time.Duration, window bool) `yaml:"-"`
 	// Now is the wall clock; tests set it. Default time.Now.
 	Now func() time.Time `yaml:"-"`
 }
 
 // NewDefaultConfig returns the defaults.
 func NewDefaultConfig() Config {
-	return Config{QueueCalls: 200_000, MaxOpenCalls: 1_000_000, CommitEvery: 100 * time.Millisecond}
+	return Config{QueueCalls: 200_000, MaxOpenCalls: 1_000_000, CommitEvery: 100 * time.Millisecond, MaxServersPerTenant: 1000}
 }
 
 // Validate checks the limits.
@@ -75,6 +81,9 @@ func (c *Config) Validate() error {
 	}
 	if c.CommitEvery <= 0 {
 		errs = append(errs, errors.New("commit_every: must be positive"))
+	}
+	if c.MaxServersPerTenant <= 0 {
+		errs = append(errs, errors.New("max_servers_per_tenant: must be positive"))
 	}
 	return errors.Join(errs...)
 }
@@ -99,9 +108,16 @@ type Pipeline struct {
 	status    []detect.PartitionStatus
 	statusReq chan chan []detect.PartitionStatus
 
-	// The partitions' marks last saved to the state file.
+	// floorMu guards what the state file holds and what it must cover:
+	// the partitions' marks and floor last saved, and the earliest call
+	// (Unix nanoseconds) of each batch queued for the engine, with counts.
+	floorMu    sync.Mutex
 	savedMarks map[detect.PartitionKey]mark
 	marksSaved time.Time
+	floor      time.Time
+	queued     map[int64]int
+
+	admit admission
 
 	mu      sync.Mutex
 	stopped bool
@@ -124,22 +140,28 @@ func New(ctx context.Context, cfg Config, dcfg detect.Config, store audit.Store,
 		queue:     make(chan audit.Batch, 1024),
 		done:      make(chan struct{}),
 		statusReq: make(chan chan []detect.PartitionStatus),
+		queued:    map[int64]int{},
 	}
 	p.gate = newGate(sinks, cfg.FindingLatency)
 	p.eng = detect.NewEngine(dcfg, p.gate)
 	// The store refuses stored ids; the engine drops a call re-sent while
-	// it is still in memory (after a restart, say).
-	p.eng.DropRepeatedIDs()
+	// it could still be judged (a re-send after a lost acknowledgement,
+	// a replay after a restart).
+	p.eng.DropRepeatsWithinAllowance()
 	p.gate.eng = p.eng
 	if err := p.recover(ctx); err != nil {
 		return nil, err
 	}
+	p.seedAdmission()
 	p.updateStatus()
 	runCtx, cancel := context.WithCancel(context.Background())
 	p.cancel = cancel
 	go p.run(runCtx)
 	return p, nil
 }
+
+// expireEvery is how often idle partitions are looked for.
+const expireEvery = 10 * time.Second
 
 // recoverySource names the stream of calls replayed from the store.
 const recoverySource = "mcpaudit/recovery"
@@ -154,11 +176,16 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("cannot read the watermark: %w", err)
 	}
-	marks := readMarks(p.cfg.StateFile, p.log)
-	// The replay reaches back from the earliest watermark, or call still
-	// waiting, by everything a call after it can correlate with; without
-	// any mark (nothing was ever committed), from the first stored call.
+	marks, floor := readMarks(p.cfg.StateFile, p.log)
+	// The replay reaches back from the earliest watermark, call still
+	// waiting or call acknowledged before it was judged (the floor), by
+	// everything a call after it can correlate with; without any mark
+	// (nothing was ever committed), from the first stored call.
 	from := wm
+	if !floor.IsZero() && (from.IsZero() || floor.Before(from)) {
+		from = floor
+	}
+	p.floor = floor
 	committed := map[detect.PartitionKey]time.Time{}
 	for k, m := range marks {
 		committed[k] = m.Watermark
@@ -233,6 +260,18 @@ func (p *Pipeline) Ingest(ctx context.Context, batches ...audit.Batch) (int, err
 		p.inflight.Add(-n)
 		return 0, err
 	}
+	// Before the calls are acknowledged, the state file's floor reaches
+	// back to them: a crash before they are judged replays them.
+	for i, b := range batches {
+		if err := p.lowerFloor(earliest(b)); err != nil {
+			for _, q := range batches[:i] {
+				p.dequeued(earliest(q), false)
+			}
+			p.inflight.Add(-n)
+			p.log.Error("calls stored but not acknowledged: the state file cannot be written", "err", err)
+			return 0, fmt.Errorf("%w: %w", audit.ErrUnavailable, err)
+		}
+	}
 	// The engine keeps what correlation needs, not the payloads the store
 	// has now.
 	now := p.now()
@@ -249,6 +288,7 @@ func (p *Pipeline) Ingest(ctx context.Context, batches ...audit.Batch) (int, err
 			// Stored, but the engine is gone: the calls are replayed from
 			// the store at the next start.
 			p.inflight.Add(-int64(len(b.Records)))
+			p.dequeued(earliest(b), false)
 		}
 	}
 	return stored, nil
@@ -322,8 +362,48 @@ func (p *Pipeline) lastStatus() []detect.PartitionStatus {
 func (p *Pipeline) updateStatus() {
 	st := p.eng.Status(p.now())
 	p.statusMu.Lock()
+	prev := p.status
 	p.status = st
 	p.statusMu.Unlock()
+	p.logLate(prev, st)
+}
+
+// logLate logs, once per status update and partition, the calls that came
+// late, too late or dated ahead since the last update, with the sources
+// that sent them.
+func (p *Pipeline) logLate(prev, now []detect.PartitionStatus) {
+	before := make(map[detect.PartitionKey]detect.PartitionStatus, len(prev))
+	for _, s := range prev {
+		before[s.PartitionKey] = s
+	}
+	for _, s := range now {
+		b := before[s.PartitionKey]
+		late, tooLate, ahead := s.Late-b.Late, s.TooLate-b.TooLate, s.Ahead-b.Ahead
+		if late <= 0 && tooLate <= 0 && ahead <= 0 {
+			continue
+		}
+		var from []string
+		old := map[string]detect.SourceStatus{}
+		for _, src := range b.Sources {
+			old[src.Name] = src
+		}
+		for _, src := range s.Sources {
+			o := old[src.Name]
+			if src.Late > o.Late || src.TooLate > o.TooLate || src.Ahead > o.Ahead {
+				from = append(from, src.Name)
+			}
+		}
+		args := []any{"tenant", s.Tenant, "server", s.Server, "watermark", s.Watermark, "sources", from}
+		if late > 0 {
+			p.log.Info("late calls judged against open state", append(args, "calls", late)...)
+		}
+		if tooLate > 0 {
+			p.log.Warn("calls later than detect.allowed_lateness behind their partition: stored, not judged", append(args, "calls", tooLate)...)
+		}
+		if ahead > 0 {
+			p.log.Warn("calls dated ahead of the collector's clock by more than detect.max_clock_skew: judged on arrival", append(args, "calls", ahead)...)
+		}
+	}
 }
 
 // run is the engine goroutine.
@@ -331,7 +411,7 @@ func (p *Pipeline) run(ctx context.Context) {
 	defer close(p.done)
 	tick := time.NewTicker(p.cfg.CommitEvery)
 	defer tick.Stop()
-	lastStatus := time.Time{}
+	lastStatus, lastExpiry := time.Time{}, p.now()
 	for {
 		select {
 		case b := <-p.queue:
@@ -354,7 +434,10 @@ func (p *Pipeline) run(ctx context.Context) {
 			now := p.now()
 			p.eng.Tick(now)
 			p.open.Store(int64(p.eng.Buffered()))
-			p.commit(ctx)
+			if p.commit(ctx) == nil && now.Sub(lastExpiry) >= expireEvery {
+				p.expireIdle(now)
+				lastExpiry = now
+			}
 			if now.Sub(lastStatus) >= time.Second {
 				p.updateStatus()
 				lastStatus = now
@@ -392,6 +475,7 @@ func (p *Pipeline) take(b audit.Batch) {
 	for _, r := range b.Records {
 		p.eng.Add(b.Source, r, now)
 	}
+	p.dequeued(earliest(b), false)
 	p.inflight.Add(-int64(len(b.Records)))
 	p.open.Store(int64(p.eng.Buffered()))
 }
@@ -421,6 +505,7 @@ func (p *Pipeline) commit(ctx context.Context) error {
 	if r.Watermark.After(p.gate.committedWM) {
 		p.gate.committedWM = r.Watermark
 	}
+	p.gate.committedNow(p.now())
 	p.saveMarks(marksOf(p.eng), false)
 	return nil
 }

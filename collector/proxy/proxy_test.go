@@ -350,8 +350,13 @@ func (h *harness) clientSaw(t *testing.T) map[string][2]string {
 // exchanges the client saw, with its session and client name.
 func (h *harness) checkRecords(t *testing.T, wantClient string, before, after time.Time) {
 	t.Helper()
-	saw := h.clientSaw(t)
-	recs := h.recs()
+	// The client's log takes an exchange once its response body is
+	// closed, which may come a moment after the call returned.
+	saw, recs := h.clientSaw(t), h.recs()
+	for deadline := time.Now().Add(5 * time.Second); len(recs) != len(saw) && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+		saw, recs = h.clientSaw(t), h.recs()
+	}
 	if len(recs) != len(saw) {
 		t.Fatalf("%d records for %d tools/call exchanges", len(recs), len(saw))
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/exporter/store"
 )
 
 // The investigation side of the store (audit.Investigator). Lifecycle
@@ -96,7 +97,7 @@ func (s *Store) findingsNewest(ctx context.Context, conn driver.Conn, q audit.Fi
 		}
 		c = append(c, cur.before("id"))
 	}
-	limit := limitOf(q.Limit)
+	limit := store.PageLimit(q.Limit)
 	query := fmt.Sprintf("SELECT %s FROM %s FINAL%s ORDER BY time DESC, time_nanos DESC, id DESC LIMIT %d",
 		findingSelect, s.layout.table("findings"), c.where(), limit+1)
 	var last findingRow
@@ -140,7 +141,7 @@ func (s *Store) addStatuses(ctx context.Context, conn driver.Conn, fs []audit.Fi
 
 // FindingCounts counts the selected findings by kind and lifecycle state.
 func (s *Store) FindingCounts(ctx context.Context, q audit.FindingQuery) ([]audit.FindingCount, error) {
-	conn, err := s.reader()
+	conn, err := s.settledReader(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -195,7 +196,7 @@ func (s *Store) FindingCounts(ctx context.Context, q audit.FindingQuery) ([]audi
 // audit.Investigator. Two people changing one finding at the same moment
 // are both recorded; the later change is its state.
 func (s *Store) ChangeFinding(ctx context.Context, c audit.FindingChange) (audit.FindingStatus, error) {
-	conn, err := s.reader()
+	conn, err := s.settledReader(ctx)
 	if err != nil {
 		return audit.FindingStatus{}, err
 	}
@@ -245,7 +246,7 @@ func (s *Store) ChangeFinding(ctx context.Context, c audit.FindingChange) (audit
 
 // FindingHistory returns every state change of a finding, oldest first.
 func (s *Store) FindingHistory(ctx context.Context, id, tenant string) ([]audit.FindingChange, error) {
-	conn, err := s.reader()
+	conn, err := s.settledReader(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -274,7 +275,7 @@ func (s *Store) FindingHistory(ctx context.Context, id, tenant string) ([]audit.
 // audit.Investigator.
 func (s *Store) Calls(ctx context.Context, q audit.CallQuery) (audit.CallPage, error) {
 	page := audit.CallPage{Calls: []audit.Record{}}
-	conn, err := s.reader()
+	conn, err := s.settledReader(ctx)
 	if err != nil {
 		return page, err
 	}
@@ -286,7 +287,7 @@ func (s *Store) Calls(ctx context.Context, q audit.CallQuery) (audit.CallPage, e
 		c = append(c, "has(arrayPushFront(other_documents, document), "+quote(q.Document)+")")
 	}
 	c.span(q.Since, q.Until)
-	limit := limitOf(q.Limit)
+	limit := store.PageLimit(q.Limit)
 	if len(q.IDs) > 0 {
 		limit = len(q.IDs)
 		var ors []string
@@ -323,7 +324,7 @@ func (s *Store) Calls(ctx context.Context, q audit.CallQuery) (audit.CallPage, e
 
 // FailureCounts counts the failed calls in a time range by retry action.
 func (s *Store) FailureCounts(ctx context.Context, q audit.CountQuery) (map[audit.RetryAction]int64, error) {
-	conn, err := s.reader()
+	conn, err := s.settledReader(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -31,6 +31,12 @@ type Options struct {
 	// Replica names this collector replica; the watermark is kept per
 	// replica. Default empty (one replica).
 	Replica string `yaml:"replica"`
+	// Ack says when AppendCalls and Commit return: "insert", once
+	// ClickHouse acknowledged the batch (which waits up to BatchAge for
+	// the batch to fill); or "log", once the batch is synced to the local
+	// spool, which is then inserted behind the acknowledgements in large
+	// batches, every BatchAge or when a query needs it. Default log.
+	Ack string `yaml:"ack"`
 	// BatchSize is how many rows a batch collects before it is inserted.
 	// Default 10000.
 	BatchSize int `yaml:"batch_size"`
@@ -83,6 +89,7 @@ func NewDefaultOptions() Options {
 		DSN:           "clickhouse://127.0.0.1:9000/default",
 		Database:      "mcpaudit",
 		CreateSchema:  true,
+		Ack:           AckLog,
 		BatchSize:     10000,
 		BatchAge:      time.Second,
 		Inserters:     2,
@@ -114,6 +121,11 @@ func (o *Options) Validate() error {
 	}
 	if o.Cluster != "" && !identifier.MatchString(o.Cluster) {
 		bad("cluster", "must be a plain identifier ([A-Za-z_][A-Za-z0-9_]*), not %q", o.Cluster)
+	}
+	switch o.Ack {
+	case AckInsert, AckLog:
+	default:
+		bad("ack", "must be %s or %s, not %q", AckInsert, AckLog, o.Ack)
 	}
 	if o.BatchSize <= 0 {
 		bad("batch_size", "must be positive")
@@ -166,3 +178,9 @@ func sortedKeys[V any](m map[string]V) []string {
 	sort.Strings(keys)
 	return keys
 }
+
+// Values of Options.Ack.
+const (
+	AckInsert = "insert"
+	AckLog    = "log"
+)

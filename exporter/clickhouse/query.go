@@ -1,7 +1,6 @@
 package clickhouse
 
 import (
-	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -14,29 +13,13 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/exporter/store"
 )
 
-// Page sizes of Findings and Writes, and of Timeline; as in the SQLite
-// store.
-const (
-	defaultLimit    = 100
-	maxLimit        = 1000
-	defaultTimeline = 1000
-	maxTimeline     = 10000
-	// inChunk bounds the values of one IN list, to stay far below the
-	// server's max_query_size.
-	inChunk = 1000
-)
-
-func limitOf(n int) int {
-	switch {
-	case n <= 0:
-		return defaultLimit
-	case n > maxLimit:
-		return maxLimit
-	}
-	return n
-}
+// inChunk bounds the values of one IN list, to stay far below the
+// server's max_query_size. Page sizes are store.PageLimit and
+// store.TimelineLimit, shared with the embedded store.
+const inChunk = 1000
 
 // quote renders s as a ClickHouse string literal. Every value put into a
 // query goes through quote or a number format: no server-side parameters
@@ -217,7 +200,7 @@ func severitiesFrom(sev audit.Severity) []string {
 // first, each with its lifecycle status.
 func (s *Store) Findings(ctx context.Context, q audit.FindingQuery) (audit.FindingPage, error) {
 	page := audit.FindingPage{Findings: []audit.Finding{}}
-	conn, err := s.reader()
+	conn, err := s.settledReader(ctx)
 	if err != nil {
 		return page, err
 	}
@@ -235,7 +218,7 @@ func (s *Store) Findings(ctx context.Context, q audit.FindingQuery) (audit.Findi
 		}
 		c = append(c, cur.after("id", false))
 	}
-	limit := limitOf(q.Limit)
+	limit := store.PageLimit(q.Limit)
 	query := fmt.Sprintf("SELECT %s FROM %s FINAL%s ORDER BY time, time_nanos, id LIMIT %d",
 		findingSelect, s.layout.table("findings"), c.where(), limit+1)
 	var last findingRow
@@ -262,7 +245,7 @@ func (s *Store) Findings(ctx context.Context, q audit.FindingQuery) (audit.Findi
 // (time, call ID, seq) order.
 func (s *Store) Writes(ctx context.Context, q audit.WriteQuery) (audit.WritePage, error) {
 	page := audit.WritePage{Writes: []audit.Write{}}
-	conn, err := s.reader()
+	conn, err := s.settledReader(ctx)
 	if err != nil {
 		return page, err
 	}
@@ -283,7 +266,7 @@ func (s *Store) Writes(ctx context.Context, q audit.WriteQuery) (audit.WritePage
 		}
 		outer = append(outer, cur.after("call_id", true))
 	}
-	limit := limitOf(q.Limit)
+	limit := store.PageLimit(q.Limit)
 	query := fmt.Sprintf("SELECT %s FROM (SELECT %s FROM %s FINAL%s)%s ORDER BY time, time_nanos, call_id, seq LIMIT %d",
 		writeSelect, writeSelect, s.layout.table("writes"), inner.where(), outer.where(), limit+1)
 	var last writeRow
@@ -309,20 +292,14 @@ func (s *Store) Writes(ctx context.Context, q audit.WriteQuery) (audit.WritePage
 // findings. When the calls fill the limit, findings after the last call are
 // left out too, so that the timeline has no gap.
 func (s *Store) Timeline(ctx context.Context, q audit.TimelineQuery) ([]audit.TimelineEvent, error) {
-	conn, err := s.reader()
+	conn, err := s.settledReader(ctx)
 	if err != nil {
 		return nil, err
 	}
 	if q.Document == "" {
 		return nil, fmt.Errorf("cannot read a timeline: no document given")
 	}
-	limit := q.Limit
-	switch {
-	case limit <= 0:
-		limit = defaultTimeline
-	case limit > maxTimeline:
-		limit = maxTimeline
-	}
+	limit := store.TimelineLimit(q.Limit)
 	var base conds
 	base.eq("tenant", q.Tenant)
 	base.eq("server", q.Server)
@@ -349,16 +326,16 @@ func (s *Store) Timeline(ctx context.Context, q audit.TimelineQuery) ([]audit.Ti
 		calls = calls[:limit]
 	}
 	ids := make([]string, 0, len(calls))
+	made := make(map[callKey]bool, len(calls)) // a write is its call's: same id and tenant
 	for i := range calls {
 		r := &calls[i]
-		ev := audit.TimelineEvent{
-			Time: joinTime(r.Time, r.TimeNanos), Type: audit.EventCall, CallID: r.ID, Server: r.Server,
-			Session: r.Session, Tool: r.Tool, Outcome: audit.Outcome(r.Outcome),
-		}
+		made[callKey{r.Tenant, r.ID}] = true
+		var failure *audit.Failure
 		if r.Flags&flagFailure != 0 {
-			ev.Code, ev.RetryAction = r.FailureCode, audit.RetryAction(r.FailureAction)
+			failure = &audit.Failure{Code: r.FailureCode, Action: audit.RetryAction(r.FailureAction)}
 		}
-		events = append(events, ev)
+		c := audit.Call{ID: r.ID, Time: joinTime(r.Time, r.TimeNanos), Server: r.Server, Session: r.Session, Tool: r.Tool}
+		events = append(events, store.CallEvent(&c, audit.Outcome(r.Outcome), failure))
 		ids = append(ids, r.ID)
 	}
 
@@ -368,6 +345,7 @@ func (s *Store) Timeline(ctx context.Context, q audit.TimelineQuery) ([]audit.Ti
 		lo, hi := calls[0], calls[len(calls)-1]
 		var wc conds
 		wc.eq("document", q.Document)
+		wc.eq("tenant", q.Tenant)
 		wc = append(wc, fmt.Sprintf("time >= toDateTime(%d) AND time <= toDateTime(%d)", lo.Time, hi.Time))
 		for i := 0; i < len(ids); i += inChunk {
 			part := append(slices.Clone(wc), "call_id IN "+quoteList(ids[i:min(i+inChunk, len(ids))]))
@@ -378,10 +356,10 @@ func (s *Store) Timeline(ctx context.Context, q audit.TimelineQuery) ([]audit.Ti
 					return queryErr(ctx, "read the timeline", err)
 				}
 				w := r.write()
-				events = append(events, audit.TimelineEvent{
-					Time: w.Time, Type: audit.EventWrite, CallID: w.CallID, Server: w.Server, Session: w.Session,
-					Tool: w.Tool, Key: w.Key, State: w.State, Reason: w.Reason, RetryAction: w.Action,
-				})
+				if !made[callKey{w.Tenant, w.CallID}] {
+					return nil // another tenant's write under the same call id
+				}
+				events = append(events, store.WriteEvent(&w))
 				return nil
 			})
 			if err != nil {
@@ -404,25 +382,18 @@ func (s *Store) Timeline(ctx context.Context, q audit.TimelineQuery) ([]audit.Ti
 			return queryErr(ctx, "read the timeline", err)
 		}
 		f := r.finding()
-		events = append(events, audit.TimelineEvent{
-			Time: f.Time, Type: audit.EventFinding, Server: f.Server, Session: f.Session,
-			Key: f.Key, Reason: f.Reason, RetryAction: f.RetryAction, Finding: &f,
-		})
+		events = append(events, store.FindingEvent(&f))
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	rank := map[string]int{audit.EventCall: 0, audit.EventWrite: 1, audit.EventFinding: 2}
-	slices.SortStableFunc(events, func(a, b audit.TimelineEvent) int {
-		return cmp.Or(a.Time.Compare(b.Time), cmp.Compare(rank[a.Type], rank[b.Type]))
-	})
-	return events[:min(len(events), limit)], nil
+	return store.SortTimeline(events, limit), nil
 }
 
 // WriteCounts counts write attempts by their latest state.
 func (s *Store) WriteCounts(ctx context.Context, q audit.CountQuery) (map[audit.WriteState]int64, error) {
-	conn, err := s.reader()
+	conn, err := s.settledReader(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -449,7 +420,7 @@ func (s *Store) WriteCounts(ctx context.Context, q audit.CountQuery) (map[audit.
 
 // FindingIDs returns the IDs of the findings whose Time >= since.
 func (s *Store) FindingIDs(ctx context.Context, since time.Time) (map[string]bool, error) {
-	conn, err := s.reader()
+	conn, err := s.settledReader(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -476,7 +447,7 @@ func (s *Store) FindingIDs(ctx context.Context, since time.Time) (map[string]boo
 // ID) order. It first waits for the spool to drain, so that every
 // acknowledged call is seen.
 func (s *Store) ScanCalls(ctx context.Context, since time.Time, fn func(*audit.Record) error) error {
-	conn, err := s.reader()
+	conn, err := s.settledReader(ctx)
 	if err != nil {
 		return err
 	}
@@ -497,7 +468,7 @@ func (s *Store) ScanCalls(ctx context.Context, since time.Time, fn func(*audit.R
 
 // Watermark returns the last committed watermark of this replica.
 func (s *Store) Watermark(ctx context.Context) (time.Time, error) {
-	conn, err := s.reader()
+	conn, err := s.reader() // the watermark is known here once acknowledged
 	if err != nil && !errors.Is(err, audit.ErrUnavailable) {
 		return time.Time{}, err
 	}
@@ -527,31 +498,47 @@ func (s *Store) Watermark(ctx context.Context) (time.Time, error) {
 }
 
 // DeleteBefore removes every call, write attempt and finding whose Time is
-// before t and returns how many (distinct) rows went. Whole day partitions
-// are dropped; the rest is deleted by a mutation, waited for.
-func (s *Store) DeleteBefore(ctx context.Context, t time.Time) (int64, error) {
-	conn, err := s.reader()
+// before t, except those of the tenants in keep, and returns how many
+// (distinct) rows went. With no tenant kept, whole day partitions are
+// dropped; the rest is deleted by a mutation, waited for.
+func (s *Store) DeleteBefore(ctx context.Context, t time.Time, keep ...string) (int64, error) {
+	cond := timeBefore(t)
+	if len(keep) > 0 {
+		cond += " AND tenant NOT IN " + quoteList(keep)
+	}
+	return s.deleteRows(ctx, t, cond, len(keep) == 0)
+}
+
+// DeleteTenantBefore removes the calls, write attempts and findings of one
+// tenant whose Time is before t, by a mutation, waited for.
+func (s *Store) DeleteTenantBefore(ctx context.Context, tenant string, t time.Time) (int64, error) {
+	return s.deleteRows(ctx, t, timeBefore(t)+" AND tenant = "+quote(tenant), false)
+}
+
+func (s *Store) deleteRows(ctx context.Context, t time.Time, cond string, dropParts bool) (int64, error) {
+	conn, err := s.settledReader(ctx)
 	if err != nil {
 		return 0, err
 	}
 	if err := s.waitDrained(ctx); err != nil {
 		return 0, err
 	}
-	before := timeBefore(t)
 	var total int64
 	for _, table := range retainedTables {
 		var n uint64
-		q := "SELECT count() FROM " + s.layout.table(table) + " FINAL WHERE " + before
+		q := "SELECT count() FROM " + s.layout.table(table) + " FINAL WHERE " + cond
 		if err := conn.QueryRow(ctx, q).Scan(&n); err != nil {
 			return total, queryErr(ctx, "count rows to delete", err)
 		}
 		if n == 0 {
 			continue
 		}
-		if err := s.dropPartitionsBefore(ctx, table, t); err != nil {
-			return total, queryErr(ctx, "delete", err)
+		if dropParts {
+			if err := s.dropPartitionsBefore(ctx, table, t); err != nil {
+				return total, queryErr(ctx, "delete", err)
+			}
 		}
-		if err := s.deleteWhere(ctx, table, before); err != nil {
+		if err := s.deleteWhere(ctx, table, cond); err != nil {
 			return total, queryErr(ctx, "delete", err)
 		}
 		total += int64(n)
@@ -568,12 +555,12 @@ func (s *Store) unstored(b *batch, t int) (*batch, error) {
 	var err error
 	switch t {
 	case tCalls:
-		out.Calls, err = keepUnstored(s, t, b.Calls, "id", "id",
-			func(r *callRow) (string, string, int64) { return r.ID, r.ID, r.Time })
+		out.Calls, err = keepUnstored(s, t, b.Calls, "id", "concat(tenant, '/', id)",
+			func(r *callRow) (string, string, int64) { return r.ID, r.Tenant + "/" + r.ID, r.Time })
 	case tWrites:
-		out.Writes, err = keepUnstored(s, t, b.Writes, "call_id", "concat(call_id, '/', toString(seq), '/', toString(version))",
+		out.Writes, err = keepUnstored(s, t, b.Writes, "call_id", "concat(tenant, '/', call_id, '/', toString(seq), '/', toString(version))",
 			func(r *writeRow) (string, string, int64) {
-				return r.CallID, fmt.Sprintf("%s/%d/%d", r.CallID, r.Seq, r.Version), r.Time
+				return r.CallID, fmt.Sprintf("%s/%s/%d/%d", r.Tenant, r.CallID, r.Seq, r.Version), r.Time
 			})
 	case tFindings:
 		out.Findings, err = keepUnstored(s, t, b.Findings, "id", "id",

@@ -101,6 +101,10 @@ func (s *Store) applyTTL(ctx context.Context) error {
 // day partitions that every tenant's retention has passed, and deletes the
 // older rows of tenants that keep less than the longest retention.
 func (s *Store) enforceRetention(ctx context.Context, now time.Time) error {
+	// What was acknowledged before is in ClickHouse first (Ack "log").
+	if err := s.settle(ctx); err != nil {
+		return err
+	}
 	r := s.opts.Retention
 	// Group tenants by retention; "" stands for every tenant not listed.
 	longest, forever := r.Default, r.Default == 0

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
-	"github.com/mcpaudit/mcpaudit/collector/canon"
+	"github.com/mcpaudit/mcpaudit/exporter/store"
 )
 
 // The rows below are what one batch inserts, in the columns' order. They are
@@ -207,7 +207,7 @@ func callRowOf(r *audit.Record) (callRow, error) {
 	// the request gives: that one is derived again when read.
 	switch {
 	case c.Fingerprint == "":
-	case c.Fingerprint == fingerprint(c):
+	case store.Derived(c):
 		row.Flags |= flagFingerprintDerived
 	default:
 		row.Fingerprint = c.Fingerprint
@@ -237,7 +237,7 @@ func (row *callRow) record() *audit.Record {
 	}
 	c.Fingerprint = row.Fingerprint
 	if row.Flags&flagFingerprintDerived != 0 {
-		c.Fingerprint = fingerprint(c)
+		c.Fingerprint = store.Fingerprint(c)
 	}
 	rec := &audit.Record{Call: c}
 	if row.Reading != "" && audit.ReadReading([]byte(row.Reading), rec) == nil {
@@ -250,10 +250,6 @@ func (row *callRow) record() *audit.Record {
 		rec.Failure = &audit.Failure{Code: row.FailureCode, Action: audit.RetryAction(row.FailureAction), Message: row.FailureMessage}
 	}
 	return rec
-}
-
-func fingerprint(c *audit.Call) string {
-	return audit.Fingerprint(c.Server, c.Session, c.RPCID, c.Tool, canon.Bytes(c.Arguments))
 }
 
 func writeRowOf(w *audit.Write, version uint64) (writeRow, error) {
@@ -349,15 +345,19 @@ type batch struct {
 	Done [nTables]bool
 
 	spooled bool
-	// index finds rows by identity while the batch is built.
-	callIndex    map[string]bool
+	// index finds rows by identity while the batch is built. Calls and
+	// write attempts are identified within their tenant: two tenants may
+	// post the same exchange.
+	callIndex    map[callKey]bool
 	writeIndex   map[writeKey]int
 	findingIndex map[string]bool
 }
 
+type callKey struct{ tenant, id string }
+
 type writeKey struct {
-	callID string
-	seq    int32
+	tenant, callID string
+	seq            int32
 }
 
 func (b *batch) rows() int {
@@ -367,11 +367,11 @@ func (b *batch) rows() int {
 // addCalls adds call rows, skipping ids the batch already has.
 func (b *batch) addCalls(rows []callRow) {
 	if b.callIndex == nil {
-		b.callIndex = map[string]bool{}
+		b.callIndex = map[callKey]bool{}
 	}
 	for _, r := range rows {
-		if !b.callIndex[r.ID] {
-			b.callIndex[r.ID] = true
+		if k := (callKey{r.Tenant, r.ID}); !b.callIndex[k] {
+			b.callIndex[k] = true
 			b.Calls = append(b.Calls, r)
 		}
 	}
@@ -385,7 +385,7 @@ func (b *batch) addResults(writes []writeRow, findings []findingRow, wm *waterma
 		b.writeIndex, b.findingIndex = map[writeKey]int{}, map[string]bool{}
 	}
 	for _, w := range writes {
-		k := writeKey{w.CallID, w.Seq}
+		k := writeKey{w.Tenant, w.CallID, w.Seq}
 		if i, ok := b.writeIndex[k]; ok {
 			if w.Version >= b.Writes[i].Version {
 				b.Writes[i] = w
@@ -460,10 +460,12 @@ func (b *batch) finish() {
 	}
 	put("calls")
 	for i := range b.Calls {
+		put(b.Calls[i].Tenant)
 		put(b.Calls[i].ID)
 	}
 	put("writes")
 	for i := range b.Writes {
+		put(b.Writes[i].Tenant)
 		put(b.Writes[i].CallID)
 		putInt(uint64(b.Writes[i].Seq))
 		putInt(b.Writes[i].Version)

@@ -44,6 +44,10 @@ func testOptions(t testing.TB) Options {
 	o.DSN = serverDSN(t)
 	o.Database = fmt.Sprintf("mcpaudit_test_%d_%d", os.Getpid(), dbSeq.Add(1))
 	o.Spool.Dir = t.TempDir()
+	// Most tests here watch the insert path itself (cut connections,
+	// killed servers, parts on disk): they acknowledge on insert. The
+	// conformance suite and acklog_test.go run the default, Ack "log".
+	o.Ack = AckInsert
 	o.BatchAge = 20 * time.Millisecond
 	o.RetryFor = time.Second
 	o.InsertTimeout = 5 * time.Second

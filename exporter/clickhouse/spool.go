@@ -32,6 +32,10 @@ type spool struct {
 	files []spoolFile // oldest first
 	bytes int64
 	next  uint64
+	// fresh holds the batches appended by this process that no insert
+	// has been tried with: ClickHouse cannot have their rows, so their
+	// first insert needs no check for rows already stored.
+	fresh map[uint64]bool
 }
 
 type spoolFile struct {
@@ -49,8 +53,12 @@ const (
 // openSpool opens (creating) dir, removes unfinished temporary files and
 // lists the batches left by an earlier run.
 func openSpool(dir string, maxBytes int64) (*spool, error) {
-	if err := os.MkdirAll(dir, 0o750); err != nil {
+	// Spooled batches hold tool arguments and results: private to the owner.
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("cannot create spool directory: %w", err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("cannot make the spool directory private: %w", err)
 	}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -118,13 +126,17 @@ func (sp *spool) append(b *batch) error {
 		return err
 	}
 	sp.next++
+	if sp.fresh == nil {
+		sp.fresh = map[uint64]bool{}
+	}
+	sp.fresh[seq] = true
 	sp.files = append(sp.files, spoolFile{seq: seq, size: int64(len(data))})
 	sp.bytes += int64(len(data))
 	return nil
 }
 
 func writeSynced(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o640)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return fmt.Errorf("cannot create spool file: %w", err)
 	}
@@ -211,4 +223,37 @@ func (sp *spool) usage() (batches int, bytes int64) {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
 	return len(sp.files), sp.bytes
+}
+
+// lastAppended returns the seq of the last batch appended (0 when none).
+func (sp *spool) lastAppended() uint64 {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	return sp.next - 1
+}
+
+// doneThrough returns the seq up to which every batch has left the spool
+// (inserted, or moved aside).
+func (sp *spool) doneThrough() uint64 {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	if len(sp.files) == 0 {
+		return sp.next - 1
+	}
+	return sp.files[0].seq - 1
+}
+
+// tried reports whether an insert may have carried any of seqs already
+// (so that ClickHouse may hold some of their rows), and marks them tried.
+func (sp *spool) tried(seqs []uint64) bool {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	any := false
+	for _, seq := range seqs {
+		if !sp.fresh[seq] {
+			any = true
+		}
+		delete(sp.fresh, seq)
+	}
+	return any
 }

@@ -67,6 +67,13 @@ type Store struct {
 
 	collectMu sync.Mutex // held by the inserter filling the next batch
 
+	// With Ack "log": readers wait for the drain to reach what was
+	// acknowledged before they started (settle); progress is closed and
+	// replaced each time the drain moves.
+	progressMu sync.Mutex
+	progress   chan struct{}
+	urgent     chan struct{}
+
 	sendMu sync.RWMutex // held for reading while a request is queued
 	closed bool
 	reqs   chan *request
@@ -111,16 +118,18 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{
-		retries: ratelog.New(log, ratelog.NewDefaultConfig()),
-		opts:    o,
-		log:     log,
-		spool:   sp,
-		layout:  layout{DB: o.Database, Cluster: o.Cluster},
-		up:      make(chan struct{}),
-		drained: make(chan struct{}),
-		reqs:    make(chan *request, 1024),
-		quit:    make(chan struct{}),
-		kick:    make(chan struct{}, 1),
+		retries:  ratelog.New(log, ratelog.NewDefaultConfig()),
+		opts:     o,
+		log:      log,
+		spool:    sp,
+		layout:   layout{DB: o.Database, Cluster: o.Cluster},
+		up:       make(chan struct{}),
+		drained:  make(chan struct{}),
+		reqs:     make(chan *request, 1024),
+		quit:     make(chan struct{}),
+		kick:     make(chan struct{}, 1),
+		urgent:   make(chan struct{}, 1),
+		progress: make(chan struct{}),
 	}
 	close(s.drained)
 	if n, bytes := sp.usage(); n > 0 {
@@ -416,6 +425,23 @@ func (s *Store) collect() (b *batch, reqs []*request, more bool) {
 	case <-s.quit:
 		return b, s.takeQueued(add), false
 	}
+	if s.opts.Ack == AckLog {
+		// The acknowledgement waits for the spool's sync, not for a
+		// timer: take what is queued now; batches grow with the load
+		// while the previous one syncs.
+		for rows < s.opts.BatchSize {
+			select {
+			case r := <-s.reqs:
+				add(r)
+				rows += r.rows()
+			case <-s.quit:
+				return b, append(reqs, s.takeQueued(add)...), false
+			default:
+				return b, reqs, true
+			}
+		}
+		return b, reqs, true
+	}
 	timer := time.NewTimer(s.opts.BatchAge - time.Since(reqs[0].at))
 	defer timer.Stop()
 	for rows < s.opts.BatchSize {
@@ -476,6 +502,14 @@ func (s *Store) ship(b *batch, reqs []*request) {
 // it spools b instead. While the spool holds batches, b goes straight to it.
 func (s *Store) deliver(b *batch) error {
 	if b.rows() == 0 {
+		return nil
+	}
+	if s.opts.Ack == AckLog {
+		// Durable once synced: the drain inserts it behind, merged with
+		// the batches around it.
+		if err := s.spool.append(b); err != nil {
+			return fmt.Errorf("cannot store: %w: %w", err, audit.ErrUnavailable)
+		}
 		return nil
 	}
 	if !s.spooling.Load() {
@@ -605,6 +639,7 @@ func (s *Store) drainLoop() {
 		case <-s.quit:
 			return
 		case <-s.kick:
+		case <-s.urgent:
 		case <-time.After(delay):
 		}
 		if !s.connected() {
@@ -620,9 +655,13 @@ func (s *Store) drainLoop() {
 				continue
 			}
 		}
-		if !s.spooling.Load() {
+		logged := s.opts.Ack == AckLog
+		if !s.spooling.Load() && !(logged && s.spool.doneThrough() < s.spool.lastAppended()) {
 			s.checkHealth()
 			delay = healthInterval
+			if logged {
+				delay = s.opts.BatchAge
+			}
 			continue
 		}
 		if err := s.drain(); err != nil {
@@ -631,7 +670,67 @@ func (s *Store) drainLoop() {
 			continue
 		}
 		delay = 100 * time.Millisecond
+		if logged {
+			// Let the next large batch gather, unless a query asks.
+			delay = s.opts.BatchAge
+		}
 	}
+}
+
+// progressed wakes the readers waiting in settle.
+func (s *Store) progressed() {
+	s.progressMu.Lock()
+	close(s.progress)
+	s.progress = make(chan struct{})
+	s.progressMu.Unlock()
+}
+
+// settle waits, with Ack "log", until every batch acknowledged before it
+// was called is in ClickHouse, so that a query sees what was acknowledged.
+// It returns an error wrapping audit.ErrUnavailable when ctx ends first.
+func (s *Store) settle(ctx context.Context) error {
+	if s.opts.Ack != AckLog {
+		return nil
+	}
+	target := s.spool.lastAppended()
+	for {
+		s.progressMu.Lock()
+		wait := s.progress
+		s.progressMu.Unlock()
+		if s.spool.doneThrough() >= target {
+			return nil
+		}
+		s.mu.Lock()
+		down := s.backendErr
+		s.mu.Unlock()
+		if down != nil {
+			// Known down: answer now rather than wait for the outage.
+			return fmt.Errorf("cannot read: acknowledged batches wait in the spool: clickhouse unavailable: %w: %w", audit.ErrUnavailable, down)
+		}
+		select {
+		case s.urgent <- struct{}{}:
+		default:
+		}
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return fmt.Errorf("cannot read: acknowledged batches not yet in clickhouse: %w: %w", audit.ErrUnavailable, ctx.Err())
+		case <-s.quit:
+			return audit.ErrClosed
+		}
+	}
+}
+
+// settledReader is reader after settle.
+func (s *Store) settledReader(ctx context.Context) (driver.Conn, error) {
+	conn, err := s.reader()
+	if err != nil {
+		return nil, err
+	}
+	if err := s.settle(ctx); err != nil {
+		return nil, err
+	}
+	return conn, nil
 }
 
 // checkHealth pings ClickHouse so that Ready notices an outage without
@@ -661,6 +760,10 @@ func (s *Store) drain() error {
 		}
 		seqs := s.spool.first(64)
 		if len(seqs) == 0 {
+			s.progressed()
+			if !s.spooling.Load() {
+				return nil // Ack "log": nothing left to insert
+			}
 			s.modeMu.Lock()
 			if n, _ := s.spool.usage(); n == 0 {
 				s.spooling.Store(false)
@@ -675,6 +778,12 @@ func (s *Store) drain() error {
 		}
 		b, used, err := s.gather(seqs, single)
 		if err == nil {
+			// With Ack "log", a batch no insert has carried yet needs no
+			// check for rows stored already (servers without deduplication
+			// tokens). Spooled in an outage, it may have been tried before.
+			if tried := s.spool.tried(used); s.opts.Ack == AckLog {
+				b.spooled = tried
+			}
 			err = s.insertRetrying(b, 0)
 			if err == nil {
 				for _, seq := range used {
@@ -682,6 +791,7 @@ func (s *Store) drain() error {
 						return err
 					}
 				}
+				s.progressed()
 				single = false
 				continue
 			}
@@ -694,6 +804,7 @@ func (s *Store) drain() error {
 			}
 		}
 		path, rerr := s.spool.reject(used[0])
+		s.progressed()
 		s.log.Error("clickhouse: a spooled batch cannot be stored; moved aside for a person to look at", "file", path, "err", err)
 		if rerr != nil {
 			return rerr

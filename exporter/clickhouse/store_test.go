@@ -240,7 +240,7 @@ func TestStore_RoundTripExamples(t *testing.T) {
 
 	latest := map[writeKey]audit.Write{}
 	for _, w := range out.writes {
-		latest[writeKey{w.CallID, int32(w.Seq)}] = w
+		latest[writeKey{w.Tenant, w.CallID, int32(w.Seq)}] = w
 	}
 
 	t.Run("Writes", func(t *testing.T) {
@@ -261,7 +261,7 @@ func TestStore_RoundTripExamples(t *testing.T) {
 			t.Fatalf("paged Writes returned %d, want %d", len(got), len(latest))
 		}
 		for _, w := range got {
-			want := latest[writeKey{w.CallID, int32(w.Seq)}]
+			want := latest[writeKey{w.Tenant, w.CallID, int32(w.Seq)}]
 			if !w.Time.Equal(want.Time) || !w.StateTime.Equal(want.StateTime) {
 				t.Errorf("write %s/%d times differ", w.CallID, w.Seq)
 			}

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -28,6 +29,10 @@ type Options struct {
 	// MaxToolsPerServer caps the distinct tool label values of one server;
 	// later tools are counted as "other". Default 64.
 	MaxToolsPerServer int
+	// MaxServers caps the distinct server label values; later servers are
+	// counted as "other". Servers declared up front always have their own.
+	// Default 100.
+	MaxServers int
 	// Build labels mcpaudit_build_info. Default version.Get(), the running
 	// binary's.
 	Build version.Info
@@ -47,15 +52,19 @@ type Metrics struct {
 	ingest       *prometheus.CounterVec
 	rejected     *prometheus.CounterVec
 	storeCommit  prometheus.Histogram
-	findingLat   prometheus.Histogram
+	findingLat   *prometheus.HistogramVec
 	findingLast  *prometheus.GaugeVec
 	buildInfo    *prometheus.GaugeVec
 
-	knownCode func(string) bool
-	maxTools  int
+	knownCode  func(string) bool
+	maxTools   int
+	maxServers int
 
 	mu      sync.Mutex
 	servers map[string]*serverLabels
+	// seen counts the servers given a label of their own since the start,
+	// the declared ones apart.
+	seen    int
 	sources map[string]bool
 	// lastFinding is the latest event time set on findingLast, by server
 	// and kind.
@@ -96,9 +105,7 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 		storeCommit: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: StoreCommitSeconds, Help: family(StoreCommitSeconds).Help, Buckets: StoreCommitBuckets,
 		}),
-		findingLat: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: FindingLatencySeconds, Help: family(FindingLatencySeconds).Help, Buckets: FindingLatencyBuckets,
-		}),
+		findingLat: histogramVec(FindingLatencySeconds, FindingLatencyBuckets),
 		findingLast: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: FindingLastEventTimestampSeconds, Help: family(FindingLastEventTimestampSeconds).Help,
 		}, family(FindingLastEventTimestampSeconds).Labels),
@@ -107,6 +114,7 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 		}, family(BuildInfo).Labels),
 		knownCode:   opts.KnownCode,
 		maxTools:    opts.MaxToolsPerServer,
+		maxServers:  opts.MaxServers,
 		servers:     map[string]*serverLabels{},
 		sources:     map[string]bool{},
 		lastFinding: map[[2]string]time.Time{},
@@ -116,11 +124,17 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 		build = version.Get()
 	}
 	m.buildInfo.WithLabelValues(build.Version, build.Revision, build.GoVersion).Set(1)
+	// Both series exist from the start, so that their rates read 0, not absent.
+	m.findingLat.WithLabelValues(WaitEvidence)
+	m.findingLat.WithLabelValues(WaitWindow)
 	if m.knownCode == nil {
 		m.knownCode = DefaultKnownCode
 	}
 	if m.maxTools <= 0 {
 		m.maxTools = 64
+	}
+	if m.maxServers <= 0 {
+		m.maxServers = 100
 	}
 	for _, c := range []prometheus.Collector{
 		m.calls, m.duration, m.failures, m.writes, m.pending, m.verification,
@@ -132,7 +146,9 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 	}
 	m.mu.Lock()
 	for _, s := range opts.Servers {
-		m.server(s)
+		if validLabel(s) {
+			m.newServer(s)
+		}
 	}
 	m.mu.Unlock()
 	return m, nil
@@ -148,26 +164,60 @@ func histogramVec(name string, buckets []float64) *prometheus.HistogramVec {
 	return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: f.Name, Help: f.Help, Buckets: buckets}, f.Labels)
 }
 
-// server returns the labels seen for a server, initializing its findings
-// counters and pending gauge at zero the first time. m.mu must be held.
-func (m *Metrics) server(name string) *serverLabels {
-	s := m.servers[name]
-	if s != nil {
+// MaxLabelBytes is the longest server or tool name that is its own label
+// value; a longer one is counted as "other".
+const MaxLabelBytes = 128
+
+// validLabel reports whether a name may be a label value: valid UTF-8 (the
+// exposition format requires it; the client library panics on anything
+// else) of at most MaxLabelBytes.
+func validLabel(name string) bool {
+	return len(name) <= MaxLabelBytes && utf8.ValidString(name)
+}
+
+// server returns the label value of a server and the labels seen for it,
+// initializing its findings counters and pending gauge at zero the first
+// time. A server past the cap, with an invalid or overlong name, is
+// "other". m.mu must be held.
+func (m *Metrics) server(name string) (string, *serverLabels) {
+	if s := m.servers[name]; s != nil {
+		return name, s
+	}
+	if name == Other || !validLabel(name) || m.seen >= m.maxServers {
+		return Other, m.newServer(Other)
+	}
+	m.seen++
+	return name, m.newServer(name)
+}
+
+// newServer returns the labels of a label value, making them the first
+// time. m.mu must be held.
+func (m *Metrics) newServer(label string) *serverLabels {
+	if s := m.servers[label]; s != nil {
 		return s
 	}
-	s = &serverLabels{tools: map[string]bool{}, callTools: map[string]bool{}, writeTools: map[string]bool{}}
-	m.servers[name] = s
+	s := &serverLabels{tools: map[string]bool{}, callTools: map[string]bool{}, writeTools: map[string]bool{}}
+	m.servers[label] = s
 	for _, k := range audit.Kinds {
-		m.findings.WithLabelValues(name, string(k), string(k.Severity()))
+		m.findings.WithLabelValues(label, string(k), string(k.Severity()))
 	}
-	m.pending.WithLabelValues(name)
+	m.pending.WithLabelValues(label)
 	return s
+}
+
+// ServerLabel returns the label value of a server's series: its name, or
+// "other" past the cap or for a name that cannot be a label.
+func (m *Metrics) ServerLabel(name string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	label, _ := m.server(name)
+	return label
 }
 
 // tool bounds a tool label: empty is "other", and so is every new tool past
 // the per-server cap. m.mu must be held.
 func (m *Metrics) tool(s *serverLabels, tool string) string {
-	if tool == "" || tool == Other {
+	if tool == "" || tool == Other || !validLabel(tool) {
 		return Other
 	}
 	if s.tools[tool] {
@@ -194,9 +244,8 @@ func (m *Metrics) Call(r *audit.Record) {
 	if r == nil || r.Call == nil {
 		return
 	}
-	server := r.Call.Server
 	m.mu.Lock()
-	s := m.server(server)
+	server, s := m.server(r.Call.Server)
 	tool := m.tool(s, r.Tool)
 	if !s.callTools[tool] {
 		s.callTools[tool] = true
@@ -242,9 +291,8 @@ func (m *Metrics) Write(w *audit.Write, prev audit.WriteState) {
 	if w == nil || w.State == prev {
 		return
 	}
-	server := w.Server
 	m.mu.Lock()
-	s := m.server(server)
+	server, s := m.server(w.Server)
 	tool := m.tool(s, w.Tool)
 	if !s.writeTools[tool] {
 		s.writeTools[tool] = true
@@ -280,13 +328,13 @@ func (m *Metrics) Finding(f *audit.Finding) {
 	}
 	kind := kindLabel(f.Kind)
 	m.mu.Lock()
-	m.server(f.Server)
-	if k := [2]string{f.Server, kind}; !f.Time.IsZero() && f.Time.After(m.lastFinding[k]) {
+	server, _ := m.server(f.Server)
+	if k := [2]string{server, kind}; !f.Time.IsZero() && f.Time.After(m.lastFinding[k]) {
 		m.lastFinding[k] = f.Time
-		m.findingLast.WithLabelValues(f.Server, kind).Set(float64(f.Time.UnixNano()) / 1e9)
+		m.findingLast.WithLabelValues(server, kind).Set(float64(f.Time.UnixNano()) / 1e9)
 	}
 	m.mu.Unlock()
-	m.findings.WithLabelValues(f.Server, kind, severityLabel(f)).Inc()
+	m.findings.WithLabelValues(server, kind, severityLabel(f)).Inc()
 }
 
 // source bounds an ingest source and, the first time, initializes all its
@@ -349,10 +397,16 @@ func (m *Metrics) IngestRejected(source Source, reason RejectReason, n int) {
 	m.rejected.WithLabelValues(s, reasonLabel(reason)).Add(float64(n))
 }
 
-// ObserveFindingLatency records the wall time from the acknowledgement of a
-// call to the finding it completed.
-func (m *Metrics) ObserveFindingLatency(d time.Duration) {
-	m.findingLat.Observe(d.Seconds())
+// ObserveFindingLatency records the wall time from when a finding could be
+// known to its commit: from the acknowledgement of the call that completed
+// its evidence, or, with window set, from the end of its verification
+// window.
+func (m *Metrics) ObserveFindingLatency(d time.Duration, window bool) {
+	wait := WaitEvidence
+	if window {
+		wait = WaitWindow
+	}
+	m.findingLat.WithLabelValues(wait).Observe(max(d, 0).Seconds())
 }
 
 // ObserveStoreCommit records the duration of one commit to the embedded store.

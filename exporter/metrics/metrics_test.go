@@ -1,6 +1,7 @@
 package metrics_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -313,12 +314,26 @@ mcpaudit_ingest_rejected_total{reason="missing_field",source="otlp_http"} 0
 mcpaudit_ingest_rejected_total{reason="other",source="otlp_http"} 1
 mcpaudit_ingest_rejected_total{reason="queue_full",source="otlp_http"} 0
 mcpaudit_ingest_rejected_total{reason="too_large",source="otlp_http"} 0
+mcpaudit_ingest_rejected_total{reason="invalid_text",source="otlp_http"} 0
+mcpaudit_ingest_rejected_total{reason="too_long",source="otlp_http"} 0
+mcpaudit_ingest_rejected_total{reason="too_deep",source="otlp_http"} 0
+mcpaudit_ingest_rejected_total{reason="bad_time",source="otlp_http"} 0
+mcpaudit_ingest_rejected_total{reason="server_limit",source="otlp_http"} 0
+mcpaudit_ingest_rejected_total{reason="overloaded",source="otlp_http"} 0
+mcpaudit_ingest_rejected_total{reason="timeout",source="otlp_http"} 0
 mcpaudit_ingest_rejected_total{reason="bad_span",source="other"} 0
 mcpaudit_ingest_rejected_total{reason="decode_error",source="other"} 0
 mcpaudit_ingest_rejected_total{reason="invalid_json",source="other"} 0
 mcpaudit_ingest_rejected_total{reason="missing_field",source="other"} 0
 mcpaudit_ingest_rejected_total{reason="queue_full",source="other"} 0
 mcpaudit_ingest_rejected_total{reason="too_large",source="other"} 0
+mcpaudit_ingest_rejected_total{reason="invalid_text",source="other"} 0
+mcpaudit_ingest_rejected_total{reason="too_long",source="other"} 0
+mcpaudit_ingest_rejected_total{reason="too_deep",source="other"} 0
+mcpaudit_ingest_rejected_total{reason="bad_time",source="other"} 0
+mcpaudit_ingest_rejected_total{reason="server_limit",source="other"} 0
+mcpaudit_ingest_rejected_total{reason="overloaded",source="other"} 0
+mcpaudit_ingest_rejected_total{reason="timeout",source="other"} 0
 `, metrics.IngestRecordsTotal, metrics.IngestRejectedTotal)
 }
 
@@ -471,6 +486,11 @@ func TestFamilies(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	if err := metrics.WatchFrontDoor(reg, func() []metrics.ListenerView {
+		return []metrics.ListenerView{{Name: metrics.ListenerIngest, Open: 3, Refused: 1}}
+	}, func() int64 { return 42 }); err != nil {
+		t.Fatal(err)
+	}
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -572,4 +592,72 @@ mcpaudit_pipeline_clock_ahead_calls_total{server="oddlynew"} 0
 mcpaudit_pipeline_clock_ahead_calls_total{server="thegram"} 2
 `, metrics.PipelineWatermarkLagSeconds, metrics.PipelineSourceLagSeconds, metrics.PipelineSources,
 		metrics.PipelineBufferedCalls, metrics.PipelineLateCallsTotal, metrics.PipelineClockAheadCallsTotal)
+}
+
+// TestMetrics_ServerCap: past MaxServers, new servers are counted as
+// "other"; declared servers keep their own label; names that cannot be a
+// label value (invalid UTF-8, over MaxLabelBytes) are "other" too, and
+// nothing panics. 100,000 distinct names give a bounded exposition.
+func TestMetrics_ServerCap(t *testing.T) {
+	m, reg := newMetrics(t, metrics.Options{MaxServers: 2, Servers: []string{"thegram"}})
+	m.Call(call("a", "t", audit.OutcomeOK, 0, nil))
+	m.Call(call("b", "t", audit.OutcomeOK, 0, nil))
+	m.Call(call("c", "t", audit.OutcomeOK, 0, nil))
+	m.Call(call("bad\xffname", "t\xfe", audit.OutcomeOK, 0, nil))
+	m.Call(call(strings.Repeat("x", 1<<20), strings.Repeat("y", 1<<20), audit.OutcomeOK, 0, nil))
+	m.Call(call("thegram", "gram_read", audit.OutcomeOK, 0, nil))
+	m.Finding(&audit.Finding{Kind: audit.KindWastedRetry, Server: "d\xff", Time: t0})
+	m.Write(&audit.Write{Server: "e", Tool: "t", State: audit.StatePending}, "")
+	if got := m.ServerLabel("c"); got != metrics.Other {
+		t.Errorf("ServerLabel(c) = %q, want other", got)
+	}
+	if got := m.ServerLabel("a"); got != "a" {
+		t.Errorf("ServerLabel(a) = %q, want a", got)
+	}
+	compare(t, reg, `
+# HELP mcpaudit_tool_calls_total MCP tools/call exchanges by outcome.
+# TYPE mcpaudit_tool_calls_total counter
+mcpaudit_tool_calls_total{outcome="no_response",server="a",tool="t"} 0
+mcpaudit_tool_calls_total{outcome="ok",server="a",tool="t"} 1
+mcpaudit_tool_calls_total{outcome="protocol_error",server="a",tool="t"} 0
+mcpaudit_tool_calls_total{outcome="tool_error",server="a",tool="t"} 0
+mcpaudit_tool_calls_total{outcome="no_response",server="b",tool="t"} 0
+mcpaudit_tool_calls_total{outcome="ok",server="b",tool="t"} 1
+mcpaudit_tool_calls_total{outcome="protocol_error",server="b",tool="t"} 0
+mcpaudit_tool_calls_total{outcome="tool_error",server="b",tool="t"} 0
+mcpaudit_tool_calls_total{outcome="no_response",server="other",tool="other"} 0
+mcpaudit_tool_calls_total{outcome="ok",server="other",tool="other"} 2
+mcpaudit_tool_calls_total{outcome="protocol_error",server="other",tool="other"} 0
+mcpaudit_tool_calls_total{outcome="tool_error",server="other",tool="other"} 0
+mcpaudit_tool_calls_total{outcome="no_response",server="other",tool="t"} 0
+mcpaudit_tool_calls_total{outcome="ok",server="other",tool="t"} 1
+mcpaudit_tool_calls_total{outcome="protocol_error",server="other",tool="t"} 0
+mcpaudit_tool_calls_total{outcome="tool_error",server="other",tool="t"} 0
+mcpaudit_tool_calls_total{outcome="no_response",server="thegram",tool="gram_read"} 0
+mcpaudit_tool_calls_total{outcome="ok",server="thegram",tool="gram_read"} 1
+mcpaudit_tool_calls_total{outcome="protocol_error",server="thegram",tool="gram_read"} 0
+mcpaudit_tool_calls_total{outcome="tool_error",server="thegram",tool="gram_read"} 0
+# HELP mcpaudit_writes_pending Write attempts inside their verification window.
+# TYPE mcpaudit_writes_pending gauge
+mcpaudit_writes_pending{server="a"} 0
+mcpaudit_writes_pending{server="b"} 0
+mcpaudit_writes_pending{server="other"} 1
+mcpaudit_writes_pending{server="thegram"} 0
+`, metrics.ToolCallsTotal, metrics.WritesPending)
+
+	t.Run("100k_servers", func(t *testing.T) {
+		m, reg := newMetrics(t, metrics.Options{})
+		for i := range 100_000 {
+			m.Call(call(fmt.Sprintf("srv-%d", i), "t", audit.OutcomeOK, time.Millisecond, nil))
+		}
+		n, err := testutil.GatherAndCount(reg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// 101 server label values (100 and other), each with a handful of
+		// series per family.
+		if n > 101*40 {
+			t.Fatalf("%d series for 100,000 servers, want at most %d", n, 101*40)
+		}
+	})
 }

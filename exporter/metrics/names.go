@@ -34,9 +34,11 @@ const (
 	// StoreCommitSeconds is the latency of one commit to the embedded store.
 	// The serve command observes it through ObserveStoreCommit; analyze does not.
 	StoreCommitSeconds = "mcpaudit_store_commit_seconds"
-	// FindingLatencySeconds is the wall time from the acknowledgement of the
-	// call that completed a finding's evidence to the finding (serve only;
-	// findings made by a closing window are not observed).
+	// FindingLatencySeconds is the wall time from when a finding could be
+	// known to when it is committed (serve only), by what it waited for
+	// (LabelWait): the acknowledgement of the call that completed its
+	// evidence, or the end of its verification window (in event time, so
+	// a fair measure where the sources' clocks are right).
 	FindingLatencySeconds = "mcpaudit_finding_latency_seconds"
 	// FindingLastEventTimestampSeconds is the event time (Unix seconds) of the
 	// most recent finding of each server and kind. The immediate finding
@@ -67,6 +69,15 @@ const (
 	// PipelineClockAheadCallsTotal counts calls dated beyond the allowed
 	// clock skew ahead of the collector's clock.
 	PipelineClockAheadCallsTotal = "mcpaudit_pipeline_clock_ahead_calls_total"
+	// ConnectionsOpen counts the connections each listener holds open.
+	ConnectionsOpen = "mcpaudit_connections_open"
+	// ConnectionsRefusedTotal counts the connections a listener refused at
+	// its cap (serve.connections.max_per_listener).
+	ConnectionsRefusedTotal = "mcpaudit_connections_refused_total"
+	// IngestBytesInFlight is the memory held by the ingest requests being
+	// read and processed, as counted against
+	// serve.receiver.max_in_flight_bytes.
+	IngestBytesInFlight = "mcpaudit_ingest_bytes_in_flight"
 )
 
 // Label names.
@@ -82,9 +93,19 @@ const (
 	LabelSource      = "source"
 	LabelResult      = "result"
 	LabelReason      = "reason"
-	LabelVersion     = "version"
-	LabelRevision    = "revision"
-	LabelGoVersion   = "goversion"
+	// LabelWait is what a finding waited for: evidence (the call that
+	// completed it) or window (the end of its verification window).
+	LabelWait      = "wait"
+	LabelVersion   = "version"
+	LabelRevision  = "revision"
+	LabelGoVersion = "goversion"
+	LabelListener  = "listener"
+)
+
+// Values of LabelWait.
+const (
+	WaitEvidence = "evidence"
+	WaitWindow   = "window"
 )
 
 // Values of LabelState for PipelineSources and of LabelResult for
@@ -97,11 +118,19 @@ const (
 )
 
 // Other replaces a label value outside its bounded set: an unknown tool or
-// code, or a tool past the per-server cap.
+// code, a tool past the per-server cap, a server past the server cap, or a
+// name that cannot be a label value.
 const Other = "other"
 
 // Source says where ingested records came from.
 type Source string
+
+// Listeners of serve, the values of LabelListener.
+const (
+	ListenerIngest = "ingest"
+	ListenerGRPC   = "grpc"
+	ListenerAPI    = "api"
+)
 
 // Ingest sources. Any other value is counted as Other.
 const (
@@ -125,11 +154,19 @@ const (
 	RejectTooLarge     RejectReason = "too_large"     // over the size limit
 	RejectQueueFull    RejectReason = "queue_full"    // back-pressure: the pipeline is full
 	RejectDecodeError  RejectReason = "decode_error"  // protobuf or compression error
+	RejectInvalidText  RejectReason = "invalid_text"  // a name or id that is not printable UTF-8
+	RejectTooLong      RejectReason = "too_long"      // a name, id or payload over its cap, or too many attributes
+	RejectTooDeep      RejectReason = "too_deep"      // JSON or OTLP values nested deeper than the limit
+	RejectBadTime      RejectReason = "bad_time"      // a time the store cannot hold (outside 1678-2261)
+	RejectServerLimit  RejectReason = "server_limit"  // a new server past the tenant's cap of partitions
+	RejectOverloaded   RejectReason = "overloaded"    // refused before reading: memory, bytes in flight or connections at their limit
+	RejectTimeout      RejectReason = "timeout"       // the body did not arrive in time
 )
 
 // RejectReasons lists every reject reason.
 var RejectReasons = []RejectReason{
 	RejectInvalidJSON, RejectMissingField, RejectBadSpan, RejectTooLarge, RejectQueueFull, RejectDecodeError,
+	RejectInvalidText, RejectTooLong, RejectTooDeep, RejectBadTime, RejectServerLimit, RejectOverloaded, RejectTimeout,
 }
 
 // Ingest results. They are disjoint: a record counts under exactly one.
@@ -155,7 +192,7 @@ var (
 	StoreCommitBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}
 	// FindingLatencyBuckets span a sub-millisecond detector to one held back
 	// by a long lateness bound.
-	FindingLatencyBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+	FindingLatencyBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 1.5, 2, 2.5, 5, 10, 30, 60}
 )
 
 // Family describes one metric family: docs/metrics.md, the rules and the
@@ -189,8 +226,8 @@ var Families = []Family{
 		[]string{LabelSource, LabelReason}},
 	{StoreCommitSeconds, "histogram", "Duration of commits to the embedded store.",
 		nil},
-	{FindingLatencySeconds, "histogram", "Wall time from the acknowledgement of the call that completed a finding to the finding.",
-		nil},
+	{FindingLatencySeconds, "histogram", "Wall time from the acknowledgement of the call that completed a finding's evidence, or from the end of its verification window, to its commit.",
+		[]string{LabelWait}},
 	{FindingLastEventTimestampSeconds, "gauge", "Event time of the most recent finding of each kind, in Unix seconds.",
 		[]string{LabelServer, LabelKind}},
 	{BuildInfo, "gauge", "1, labelled with the version, commit and Go version of the running mcpaudit.",
@@ -207,6 +244,12 @@ var Families = []Family{
 		[]string{LabelServer, LabelResult}},
 	{PipelineClockAheadCallsTotal, "counter", "Calls dated beyond the allowed clock skew ahead of the collector's clock.",
 		[]string{LabelServer}},
+	{ConnectionsOpen, "gauge", "Connections each listener holds open.",
+		[]string{LabelListener}},
+	{ConnectionsRefusedTotal, "counter", "Connections refused at the listener's cap (HTTP: answered 503).",
+		[]string{LabelListener}},
+	{IngestBytesInFlight, "gauge", "Memory held by the ingest requests being read and processed (four times their bytes), against serve.receiver.max_in_flight_bytes.",
+		nil},
 }
 
 // family returns the entry of Families named name; it panics on a typo, which

@@ -38,6 +38,7 @@ func NewPartitionView(server string, lag float64, hasWatermark bool, buffered in
 // their largest lag kept.
 type pipelineCollector struct {
 	mu     sync.Mutex
+	m      *Metrics
 	status func() []PartitionView
 	descs  map[string]*prometheus.Desc
 }
@@ -45,7 +46,7 @@ type pipelineCollector struct {
 // WatchPipeline has the registry of m export the pipeline's status, read
 // from status at each scrape.
 func (m *Metrics) WatchPipeline(reg prometheus.Registerer, status func() []PartitionView) error {
-	c := &pipelineCollector{status: status, descs: map[string]*prometheus.Desc{}}
+	c := &pipelineCollector{m: m, status: status, descs: map[string]*prometheus.Desc{}}
 	for _, name := range []string{PipelineWatermarkLagSeconds, PipelineSourceLagSeconds, PipelineSources,
 		PipelineBufferedCalls, PipelineLateCallsTotal, PipelineClockAheadCallsTotal} {
 		f := family(name)
@@ -73,10 +74,13 @@ func (c *pipelineCollector) Collect(ch chan<- prometheus.Metric) {
 	seen := map[string]bool{}
 	active, idle, buffered := 0, 0, 0
 	for _, p := range c.status() {
-		s := servers[p.Server]
+		// Partitions of servers without a label of their own (past the
+		// cap) are summed up under "other".
+		label := c.m.ServerLabel(p.Server)
+		s := servers[label]
 		if s == nil {
 			s = &server{sourceLag: map[string]float64{}}
-			servers[p.Server] = s
+			servers[label] = s
 		}
 		if p.hasWatermark && (!s.hasLag || p.LagSeconds > s.lag) {
 			s.lag, s.hasLag = p.LagSeconds, true

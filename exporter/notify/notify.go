@@ -414,7 +414,8 @@ type entry struct {
 const keepSettled = 30 * 24 * time.Hour
 
 func openJournal(dir string) (*journal, []queued, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	// The journal names findings and tenants: private to the owner.
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, nil, fmt.Errorf("cannot create the notify journal dir: %w", err)
 	}
 	path := dir + "/notify-journal.ndjson"
@@ -453,7 +454,7 @@ func openJournal(dir string) (*journal, []queued, error) {
 	}
 	// Rewrite it compacted, then append to it.
 	tmp := path + ".tmp"
-	f, err := os.Create(tmp)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return nil, nil, fmt.Errorf("cannot write the notify journal: %w", err)
 	}
@@ -488,7 +489,7 @@ func openJournal(dir string) (*journal, []queued, error) {
 	if err := os.Rename(tmp, path); err != nil {
 		return nil, nil, fmt.Errorf("cannot write the notify journal: %w", err)
 	}
-	if j.f, err = os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o644); err != nil {
+	if j.f, err = os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o600); err != nil {
 		return nil, nil, fmt.Errorf("cannot open the notify journal: %w", err)
 	}
 	return j, out, nil

@@ -8,19 +8,22 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/exporter/chain"
 )
 
 // Rows are encoded by the caller's goroutine (compression is most of the
 // CPU an append costs, and callers run in parallel); the committer only
 // executes statements.
 type callRow struct {
-	id   any // packID(callPrefix, ...)
-	time int64
-	rec  []byte
-	docs []int32
+	id     any // packID(callPrefix, ...)
+	tenant string
+	time   int64
+	rec    []byte
+	docs   []int32
 }
 
 type writeRow struct {
@@ -55,6 +58,7 @@ type request struct {
 	findings  []findingRow
 	watermark int64 // zeroTime: unchanged
 	del       *deleteRequest
+	chainOp   *chainRequest
 	stored    int64      // calls stored for the first time, set by the commit
 	done      chan reply // buffered: the committer never blocks on it
 }
@@ -62,6 +66,25 @@ type request struct {
 type deleteRequest struct {
 	table  int
 	before int64
+	// Which tenants: only this one when only is set, else every tenant
+	// but those in keep.
+	tenant string
+	only   bool
+	keep   []string
+	// from is where the previous chunk stopped (a time); the committer
+	// sets next, where this one stopped, and full, whether it stopped at
+	// the chunk size.
+	from int64
+	next int64
+	full bool
+}
+
+// chainRequest cuts the chains after retention (cut) and signs a
+// checkpoint when the heads moved since the last one (or force).
+type chainRequest struct {
+	cut    bool
+	before int64
+	force  bool
 }
 
 type reply struct {
@@ -134,7 +157,7 @@ func encodeCalls(calls []audit.Record) ([]callRow, error) {
 			return nil, fmt.Errorf("call %s: time %s is out of range", r.Call.ID, r.Call.Time)
 		}
 		buf = appendRecord(buf[:0], r)
-		row := callRow{id: packID(callPrefix, r.Call.ID), time: t, rec: compress(buf)}
+		row := callRow{id: packID(callPrefix, r.Call.ID), tenant: r.Call.Tenant, time: t, rec: compress(buf)}
 		for _, d := range r.Documents() {
 			h := docHash(d)
 			if !containsInt32(row.docs, h) {
@@ -241,28 +264,77 @@ func (s *Store) Commit(ctx context.Context, r audit.Results) error {
 }
 
 // DeleteBefore removes every call, write and finding whose Time is before
-// t, in transactions of at most Options.DeleteChunk rows each, so that
+// t, except those of the tenants in keep (which have retentions of their
+// own), in transactions of at most Options.DeleteChunk rows each, so that
 // appends wait for one chunk at most. It returns the rows deleted (calls,
 // writes and findings) and stops early when ctx ends.
-func (s *Store) DeleteBefore(ctx context.Context, t time.Time) (int64, error) {
-	before := clampNanos(t)
+func (s *Store) DeleteBefore(ctx context.Context, t time.Time, keep ...string) (int64, error) {
+	return s.expire(ctx, deleteRequest{before: clampNanos(t), keep: keep})
+}
+
+// DeleteTenantBefore removes the calls, writes and findings of one tenant
+// whose Time is before t, in chunks as DeleteBefore does.
+func (s *Store) DeleteTenantBefore(ctx context.Context, tenant string, t time.Time) (int64, error) {
+	return s.expire(ctx, deleteRequest{before: clampNanos(t), tenant: tenant, only: true})
+}
+
+func (s *Store) expire(ctx context.Context, d deleteRequest) (int64, error) {
 	var total int64
 	for table := range tableCount {
+		d.table, d.from = table, math.MinInt64
 		for {
 			if err := ctx.Err(); err != nil {
 				return total, s.fail("delete old rows", err)
 			}
-			n, err := s.submit(ctx, &request{del: &deleteRequest{table: table, before: before}})
+			chunk := d
+			n, err := s.submit(ctx, &request{del: &chunk})
 			total += n
 			if err != nil {
 				return total, s.fail("delete old rows", err)
 			}
-			if n < int64(s.opts.DeleteChunk) {
+			if !chunk.full {
 				break
 			}
+			d.from = chunk.next
 		}
 	}
+	// Entries whose rows all went leave the chains; the cut is signed at
+	// once, so that the removal is on record.
+	if _, err := s.submit(ctx, &request{chainOp: &chainRequest{cut: true, before: d.before, force: true}}); err != nil {
+		return total, s.fail("cut the chains", err)
+	}
 	return total, nil
+}
+
+// chainStep runs a chainRequest in one transaction.
+func (s *Store) chainStep(c *chainRequest) (int64, error) {
+	ctx := context.Background()
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, wrap(err)
+	}
+	defer tx.Rollback()
+	var n int
+	if c.cut {
+		if n, err = cutChains(ctx, tx, c.before); err != nil {
+			return 0, wrap(err)
+		}
+	}
+	if err := checkpoint(ctx, tx, s.opts.SigningKey, time.Now(), c.force && (n > 0 || !c.cut)); err != nil {
+		return 0, wrap(err)
+	}
+	return int64(n), wrap(tx.Commit())
+}
+
+// Checkpoint signs the chains' heads now, when they moved since the last
+// checkpoint; serve calls it every CheckpointEvery and at Close. Without a
+// signing key it does nothing.
+func (s *Store) Checkpoint(ctx context.Context) error {
+	if s.opts.SigningKey == nil {
+		return nil
+	}
+	_, err := s.submit(ctx, &request{chainOp: &chainRequest{}})
+	return s.fail("sign a checkpoint", err)
 }
 
 // submit queues req for the committer and waits for its reply.
@@ -310,6 +382,11 @@ func (s *Store) commitLoop() {
 			req.done <- reply{n: n, err: err}
 			continue
 		}
+		if req.chainOp != nil {
+			n, err := s.chainStep(req.chainOp)
+			req.done <- reply{n: n, err: err}
+			continue
+		}
 		batch := []*request{req}
 		calls := len(req.calls)
 		var timeout <-chan time.Time
@@ -337,7 +414,7 @@ func (s *Store) commitLoop() {
 			switch {
 			case !ok:
 				break gather
-			case r.del != nil:
+			case r.del != nil || r.chainOp != nil:
 				next = r
 				break gather
 			}
@@ -355,18 +432,18 @@ func (s *Store) commitLoop() {
 }
 
 const (
-	sqlInsertCall  = `INSERT OR IGNORE INTO calls (id, time, rec) VALUES (?, ?, ?)`
+	sqlInsertCall  = `INSERT OR IGNORE INTO calls (id, tenant, time, rec) VALUES (?, ?, ?, ?)`
 	sqlInsertDoc   = `INSERT OR IGNORE INTO call_documents (dh, time, call) VALUES (?, ?, ?)`
 	sqlUpsertWrite = `INSERT INTO writes (call_id, seq, time, state, server, tenant, tool, reason, action,
 			session, document, key, state_after)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT (call_id, seq) DO UPDATE SET time = excluded.time, state = excluded.state,
-			server = excluded.server, tenant = excluded.tenant, tool = excluded.tool, reason = excluded.reason,
+		ON CONFLICT (call_id, seq, tenant) DO UPDATE SET time = excluded.time, state = excluded.state,
+			server = excluded.server, tool = excluded.tool, reason = excluded.reason,
 			action = excluded.action, session = excluded.session, document = excluded.document,
 			key = excluded.key, state_after = excluded.state_after`
 	sqlIntern        = `INSERT INTO strs (s) VALUES (?) ON CONFLICT (s) DO UPDATE SET s = excluded.s RETURNING id`
-	sqlInsertFinding = `INSERT OR IGNORE INTO findings (id, time, kind, severity, server, tenant, document, key, session, body)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	sqlInsertFinding = `INSERT OR IGNORE INTO findings (id, time, kind, severity, server, tenant, document, key, session, body, chain)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	sqlSetWatermark = `INSERT INTO meta (key, value) VALUES ('watermark', ?)
 		ON CONFLICT (key) DO UPDATE SET value = excluded.value`
 )
@@ -415,6 +492,8 @@ func (s *Store) commitBatch(batch []*request, calls int) (err error) {
 	}()
 	stmt := func(query string) (*sql.Stmt, error) { return tx.PrepareContext(ctx, query) }
 	var insCall, insDoc, upWrite, insFinding *sql.Stmt
+	// The new calls of each tenant, in rid order, for its chain entry.
+	chained := map[string][]rowHash{}
 	for _, req := range batch {
 		if len(req.calls) > 0 && insCall == nil {
 			if insCall, err = stmt(sqlInsertCall); err != nil {
@@ -426,19 +505,24 @@ func (s *Store) commitBatch(batch []*request, calls int) (err error) {
 		}
 		for i := range req.calls {
 			c := &req.calls[i]
-			res, err := insCall.Exec(c.id, c.time, c.rec)
+			tenant, err := s.intern(tx, c.tenant)
+			if err != nil {
+				return wrap(err)
+			}
+			res, err := insCall.Exec(c.id, tenant, c.time, c.rec)
 			if err != nil {
 				return wrap(err)
 			}
 			n, _ := res.RowsAffected()
 			req.stored += n
-			if n == 0 || len(c.docs) == 0 {
-				continue // already stored, or touches no document
+			if n == 0 {
+				continue // already stored
 			}
 			rid, err := res.LastInsertId()
 			if err != nil {
 				return wrap(err)
 			}
+			chained[c.tenant] = append(chained[c.tenant], rowHash{row: rid, hash: callHash(rid, c.id, c.tenant, c.time, c.rec)})
 			for _, dh := range c.docs {
 				if _, err := insDoc.Exec(dh, c.time, rid); err != nil {
 					return wrap(err)
@@ -463,6 +547,21 @@ func (s *Store) commitBatch(batch []*request, calls int) (err error) {
 				return wrap(err)
 			}
 		}
+		if req.watermark != zeroTime {
+			if _, err := tx.Exec(sqlSetWatermark, req.watermark); err != nil {
+				return wrap(err)
+			}
+		}
+	}
+	now := time.Now()
+	if err := chainCalls(ctx, tx, chained, now); err != nil {
+		return wrap(err)
+	}
+	// Findings carry the seq of their tenant's entry, which follows the
+	// calls entry just made.
+	entrySeq := map[string]int64{}
+	newFindings := map[string][]rowHash{}
+	for _, req := range batch {
 		if len(req.findings) > 0 && insFinding == nil {
 			if insFinding, err = stmt(sqlInsertFinding); err != nil {
 				return wrap(err)
@@ -470,14 +569,29 @@ func (s *Store) commitBatch(batch []*request, calls int) (err error) {
 		}
 		for i := range req.findings {
 			f := &req.findings[i]
-			if _, err := insFinding.Exec(f.id, f.time, f.kind, f.severity, f.server, f.tenant, f.doc, f.key, f.session, f.body); err != nil {
+			seq, ok := entrySeq[f.tenant]
+			if !ok {
+				last, _, err := head(ctx, tx, f.tenant)
+				if err != nil {
+					return wrap(err)
+				}
+				seq = last + 1
+				entrySeq[f.tenant] = seq
+			}
+			res, err := insFinding.Exec(f.id, f.time, f.kind, f.severity, f.server, f.tenant, f.doc, f.key, f.session, f.body, seq)
+			if err != nil {
 				return wrap(err)
+			}
+			if n, _ := res.RowsAffected(); n > 0 {
+				newFindings[f.tenant] = append(newFindings[f.tenant], rowHash{id: idBytes(f.id), hash: findingHash(f)})
 			}
 		}
-		if req.watermark != zeroTime {
-			if _, err := tx.Exec(sqlSetWatermark, req.watermark); err != nil {
-				return wrap(err)
-			}
+	}
+	for _, tenant := range sortedKeys(newFindings) {
+		rows := newFindings[tenant]
+		if _, err := appendEntry(ctx, tx, chain.Entry{Tenant: tenant, Kind: chain.KindFindings, N: int64(len(rows)),
+			Digest: findingsDigest(rows), Time: now}); err != nil {
+			return wrap(err)
 		}
 	}
 	if err = tx.Commit(); err != nil {
@@ -489,9 +603,40 @@ func (s *Store) commitBatch(batch []*request, calls int) (err error) {
 	return nil
 }
 
+// tenantCond returns the SQL condition on column that selects d's tenants
+// (interned when interned is set) and its arguments.
+func tenantCond(d *deleteRequest, column string, interned bool) (string, []any) {
+	arg := func(t string) (string, []any) {
+		if !interned {
+			return "?", []any{t}
+		}
+		if t == "" {
+			return "0", nil
+		}
+		return "coalesce((SELECT id FROM strs WHERE s = ?), -1)", []any{t}
+	}
+	if d.only {
+		expr, args := arg(d.tenant)
+		return " AND " + column + " = " + expr, args
+	}
+	if len(d.keep) == 0 {
+		return "", nil
+	}
+	var exprs []string
+	var args []any
+	for _, t := range d.keep {
+		e, a := arg(t)
+		exprs = append(exprs, e)
+		args = append(args, a...)
+	}
+	return " AND " + column + " NOT IN (" + strings.Join(exprs, ", ") + ")", args
+}
+
 // deleteChunk deletes at most DeleteChunk rows of one table in one
-// transaction. A call's document entries go with it: their keys are
-// recomputed from the documents in its record.
+// transaction, reading the table in time order from d.from, so that rows
+// kept (another tenant's) are passed over once, not at every chunk. A
+// call's document entries go with it: their keys are recomputed from the
+// documents in its record.
 func (s *Store) deleteChunk(d *deleteRequest) (int64, error) {
 	ctx := context.Background()
 	tx, err := s.w.BeginTx(ctx, nil)
@@ -500,23 +645,16 @@ func (s *Store) deleteChunk(d *deleteRequest) (int64, error) {
 	}
 	defer tx.Rollback()
 	limit := s.opts.DeleteChunk
-	var res sql.Result
+	var n int64
 	switch d.table {
 	case tableCalls:
-		n, err := deleteCalls(ctx, tx, d.before, limit)
-		if err != nil {
-			return 0, wrap(err)
-		}
-		if err := tx.Commit(); err != nil {
-			return 0, wrap(err)
-		}
-		return n, nil
+		n, err = deleteCalls(ctx, tx, d, limit)
 	case tableWrites:
-		res, err = tx.ExecContext(ctx, `DELETE FROM writes WHERE (time, call_id, seq) IN
-			(SELECT time, call_id, seq FROM writes WHERE time < ? ORDER BY time LIMIT ?)`, d.before, limit)
+		cond, args := tenantCond(d, "tenant", true)
+		n, err = deleteKeyed(ctx, tx, d, limit, `SELECT time, call_id, seq, tenant FROM writes WHERE time >= ? AND time < ?`+cond,
+			args, `DELETE FROM writes WHERE time = ? AND call_id = ? AND seq = ? AND tenant = ?`)
 	case tableFindings:
-		res, err = tx.ExecContext(ctx, `DELETE FROM findings WHERE id IN
-			(SELECT id FROM findings WHERE time < ? ORDER BY time LIMIT ?)`, d.before, limit)
+		n, err = deleteFindings(ctx, tx, d, limit)
 	}
 	if err != nil {
 		return 0, wrap(err)
@@ -524,23 +662,71 @@ func (s *Store) deleteChunk(d *deleteRequest) (int64, error) {
 	if err := tx.Commit(); err != nil {
 		return 0, wrap(err)
 	}
-	n, _ := res.RowsAffected()
 	return n, nil
 }
 
-func deleteCalls(ctx context.Context, tx *sql.Tx, before int64, limit int) (int64, error) {
+// deleteKeyed deletes up to limit rows that sel (ordered by time here)
+// finds from d.from, each by the key it selects (time first).
+func deleteKeyed(ctx context.Context, tx *sql.Tx, d *deleteRequest, limit int, sel string, args []any, del string) (int64, error) {
+	rows, err := tx.QueryContext(ctx, sel+` ORDER BY time LIMIT ?`, append([]any{d.from, d.before}, append(args, limit)...)...)
+	if err != nil {
+		return 0, err
+	}
+	cols, err := rows.Columns()
+	if err != nil {
+		rows.Close()
+		return 0, err
+	}
+	var keys [][]any
+	for rows.Next() {
+		key := make([]any, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range key {
+			ptrs[i] = &key[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		keys = append(keys, key)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	stmt, err := tx.PrepareContext(ctx, del)
+	if err != nil {
+		return 0, err
+	}
+	defer stmt.Close()
+	for _, k := range keys {
+		if _, err := stmt.ExecContext(ctx, k...); err != nil {
+			return 0, err
+		}
+		d.next = k[0].(int64)
+	}
+	d.full = len(keys) == limit
+	return int64(len(keys)), nil
+}
+
+func deleteCalls(ctx context.Context, tx *sql.Tx, d *deleteRequest, limit int) (int64, error) {
 	type victim struct {
 		rid, time int64
+		id        any
+		tenant    string
 		rec       []byte
 	}
-	rows, err := tx.QueryContext(ctx, `SELECT rid, time, rec FROM calls WHERE time < ? ORDER BY time LIMIT ?`, before, limit)
+	cond, args := tenantCond(d, "tenant", true)
+	rows, err := tx.QueryContext(ctx, `SELECT rid, id, coalesce((SELECT s FROM strs WHERE strs.id = calls.tenant), ''), time, rec
+		FROM calls WHERE time >= ? AND time < ?`+cond+` ORDER BY time LIMIT ?`,
+		append([]any{d.from, d.before}, append(args, limit)...)...)
 	if err != nil {
 		return 0, err
 	}
 	var vs []victim
 	for rows.Next() {
 		var v victim
-		if err := rows.Scan(&v.rid, &v.time, &v.rec); err != nil {
+		if err := rows.Scan(&v.rid, &v.id, &v.tenant, &v.time, &v.rec); err != nil {
 			rows.Close()
 			return 0, err
 		}
@@ -580,9 +766,62 @@ func deleteCalls(ctx context.Context, tx *sql.Tx, before int64, limit int) (int6
 				}
 			}
 		}
+		// Its entry keeps its hash, so that the rest of the entry still
+		// verifies; entries that lose every row are cut (cutChains).
+		seq, err := entryOf(ctx, tx, v.tenant, chain.KindCalls, v.rid)
+		if err != nil {
+			return 0, err
+		}
+		if seq > 0 {
+			h := callHash(v.rid, v.id, v.tenant, v.time, v.rec)
+			if _, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO chain_pruned (tenant, seq, row, hash) VALUES (?, ?, ?, ?)`,
+				v.tenant, seq, v.rid, h[:]); err != nil {
+				return 0, err
+			}
+		}
 		if _, err := delCall.Exec(v.rid); err != nil {
 			return 0, err
 		}
+		d.next = v.time
 	}
+	d.full = len(vs) == limit
 	return int64(len(vs)), nil
+}
+
+// deleteFindings deletes up to limit findings from d.from, keeping each
+// one's hash with its chain entry.
+func deleteFindings(ctx context.Context, tx *sql.Tx, d *deleteRequest, limit int) (int64, error) {
+	cond, args := tenantCond(d, "tenant", false)
+	rows, err := tx.QueryContext(ctx, `SELECT id, time, kind, severity, server, tenant, document, key, session, body, chain
+		FROM findings WHERE time >= ? AND time < ?`+cond+` ORDER BY time LIMIT ?`, append([]any{d.from, d.before}, append(args, limit)...)...)
+	if err != nil {
+		return 0, err
+	}
+	var fs []storedFinding
+	for rows.Next() {
+		var f storedFinding
+		if err := rows.Scan(&f.id, &f.time, &f.kind, &f.severity, &f.server, &f.tenant, &f.doc, &f.key, &f.session, &f.body, &f.chain); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		fs = append(fs, f)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	for i := range fs {
+		f := &fs[i]
+		h := findingHash(&f.findingRow)
+		if _, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO chain_pruned (tenant, seq, row, hash) VALUES (?, ?, ?, ?)`,
+			f.tenant, f.chain, idBytes(f.id), h[:]); err != nil {
+			return 0, err
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM findings WHERE id = ?`, f.id); err != nil {
+			return 0, err
+		}
+		d.next = f.time
+	}
+	d.full = len(fs) == limit
+	return int64(len(fs)), nil
 }

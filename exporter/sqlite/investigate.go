@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/exporter/chain"
+	"github.com/mcpaudit/mcpaudit/exporter/store"
 )
 
 // The investigation side of the store (audit.Investigator): the finding
@@ -371,8 +373,19 @@ func (s *Store) ChangeFinding(ctx context.Context, c audit.FindingChange) (audit
 	if err := audit.CheckTransition(audit.FindingState(cur), c.State); err != nil {
 		return audit.FindingStatus{}, fmt.Errorf("cannot %s: finding %s: %w", op, c.FindingID, err)
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO finding_changes (fid, tenant, state, by, note, time) VALUES (?, ?, ?, ?, ?, ?)`,
-		id, tenant, string(c.State), c.By, c.Note, t); err != nil {
+	res, err := tx.ExecContext(ctx, `INSERT INTO finding_changes (fid, tenant, state, by, note, time) VALUES (?, ?, ?, ?, ?, ?)`,
+		id, tenant, string(c.State), c.By, c.Note, t)
+	if err != nil {
+		return audit.FindingStatus{}, s.fail(op, err)
+	}
+	// The change is history too: it joins the tenant's chain.
+	seq, err := res.LastInsertId()
+	if err != nil {
+		return audit.FindingStatus{}, s.fail(op, err)
+	}
+	h := changeHash(seq, id, tenant, string(c.State), c.By, c.Note, t)
+	if _, err := appendEntry(ctx, tx, chain.Entry{Tenant: tenant, Kind: chain.KindChanges, First: seq, Last: seq, N: 1,
+		Digest: chain.Digest([]chain.Hash{h})}); err != nil {
 		return audit.FindingStatus{}, s.fail(op, err)
 	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO finding_status (fid, fstate, fby, fnote, ftime) VALUES (?, ?, ?, ?, ?)
@@ -519,7 +532,7 @@ func (s *Store) Calls(ctx context.Context, q audit.CallQuery) (audit.CallPage, e
 		})
 		return page, nil
 	}
-	limit := pageSize(q.Limit, defaultPage, maxPage)
+	limit := store.PageLimit(q.Limit)
 	// (since, -1) comes before every call at since: rids are positive.
 	lastTime, lastRID := clampNanos(q.Since), int64(-1)
 	if q.Cursor != "" {

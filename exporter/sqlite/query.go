@@ -1,7 +1,6 @@
 package sqlite
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"encoding/base64"
@@ -14,28 +13,13 @@ import (
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/exporter/store"
 )
 
-// Page sizes: a query's Limit is capped, and zero takes the default.
-const (
-	defaultPage     = 100
-	maxPage         = 1000
-	defaultTimeline = 1000
-	maxTimeline     = 10000
-	// scanPage is how many calls ScanCalls reads per read transaction, so
-	// that a slow fn never pins the log for long.
-	scanPage = 1000
-)
-
-func pageSize(limit, def, max int) int {
-	switch {
-	case limit <= 0:
-		return def
-	case limit > max:
-		return max
-	}
-	return limit
-}
+// scanPage is how many calls ScanCalls reads per read transaction, so
+// that a slow fn never pins the log for long. Page sizes of the queries are
+// store.PageLimit and store.TimelineLimit, shared with ClickHouse.
+const scanPage = 1000
 
 // Watermark returns the last committed watermark (zero if none).
 func (s *Store) Watermark(ctx context.Context) (time.Time, error) {
@@ -221,7 +205,7 @@ func (s *Store) Findings(ctx context.Context, q audit.FindingQuery) (audit.Findi
 		}
 		f.add("(time, id) "+cmpOp+" (?, ?)", t, packID(findingPrefix, string(id)))
 	}
-	limit := pageSize(q.Limit, defaultPage, maxPage)
+	limit := store.PageLimit(q.Limit)
 	rows, err := s.r.QueryContext(ctx, `SELECT `+findingColumns+statusColumns+findingFrom+f.where()+
 		` ORDER BY `+order+` LIMIT ?`, append(f.args, limit+1)...)
 	if err != nil {
@@ -345,7 +329,7 @@ func (s *Store) Writes(ctx context.Context, q audit.WriteQuery) (audit.WritePage
 		}
 		f.add("(time, call_id, seq) > (?, ?, ?)", t, packID(callPrefix, string(tie[n:])), seq)
 	}
-	limit := pageSize(q.Limit, defaultPage, maxPage)
+	limit := store.PageLimit(q.Limit)
 	rows, err := s.r.QueryContext(ctx, `SELECT `+writeColumns+` FROM writes`+f.where()+
 		` ORDER BY time, call_id, seq LIMIT ?`, append(f.args, limit+1)...)
 	if err != nil {
@@ -452,7 +436,7 @@ func (s *Store) Timeline(ctx context.Context, q audit.TimelineQuery) ([]audit.Ti
 	if q.Document == "" {
 		return nil, errors.New("cannot read timeline: no document given")
 	}
-	limit := pageSize(q.Limit, defaultTimeline, maxTimeline)
+	limit := store.TimelineLimit(q.Limit)
 	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return nil, s.fail("read timeline", err)
@@ -465,22 +449,14 @@ func (s *Store) Timeline(ctx context.Context, q audit.TimelineQuery) ([]audit.Ti
 	}
 	events := make([]audit.TimelineEvent, 0, len(calls))
 	for _, r := range calls {
-		c := r.Call
-		ev := audit.TimelineEvent{Time: c.Time, Type: audit.EventCall, CallID: c.ID, Server: c.Server,
-			Session: c.Session, Tool: c.Tool, Outcome: r.Outcome}
-		if r.Failure != nil {
-			ev.Code, ev.RetryAction = r.Failure.Code, r.Failure.Action
-		}
-		events = append(events, ev)
+		events = append(events, store.CallEvent(r.Call, r.Outcome, r.Failure))
 	}
 	writes, err := timelineWrites(ctx, tx, calls, q.Document)
 	if err != nil {
 		return nil, s.fail("read timeline", err)
 	}
-	for _, w := range writes {
-		events = append(events, audit.TimelineEvent{Time: w.Time, Type: audit.EventWrite, CallID: w.CallID,
-			Server: w.Server, Session: w.Session, Tool: w.Tool, Key: w.Key, State: w.State, Reason: w.Reason,
-			RetryAction: w.Action})
+	for i := range writes {
+		events = append(events, store.WriteEvent(&writes[i]))
 	}
 	var f filter
 	f.add("document = ?", q.Document)
@@ -506,20 +482,12 @@ func (s *Store) Timeline(ctx context.Context, q audit.TimelineQuery) ([]audit.Ti
 		if err != nil {
 			return nil, s.fail("read timeline", err)
 		}
-		events = append(events, audit.TimelineEvent{Time: fd.Time, Type: audit.EventFinding, Server: fd.Server,
-			Session: fd.Session, Key: fd.Key, Reason: fd.Reason, RetryAction: fd.RetryAction, Finding: &fd})
+		events = append(events, store.FindingEvent(&fd))
 	}
 	if err := rows.Err(); err != nil {
 		return nil, s.fail("read timeline", err)
 	}
-	rank := map[string]int{audit.EventCall: 0, audit.EventWrite: 1, audit.EventFinding: 2}
-	slices.SortStableFunc(events, func(a, b audit.TimelineEvent) int {
-		return cmp.Or(a.Time.Compare(b.Time), cmp.Compare(rank[a.Type], rank[b.Type]))
-	})
-	if len(events) > limit {
-		events = events[:limit]
-	}
-	return events, nil
+	return store.SortTimeline(events, limit), nil
 }
 
 // timelineCalls returns up to limit calls on the document, in time order,
@@ -565,14 +533,16 @@ func timelineWrites(ctx context.Context, tx *sql.Tx, calls []audit.Record, doc s
 	if len(calls) == 0 {
 		return nil, nil
 	}
-	stmt, err := tx.PrepareContext(ctx, `SELECT `+writeColumns+` FROM writes WHERE call_id = ? ORDER BY seq`)
+	// The call's own writes: those of its id and tenant.
+	stmt, err := tx.PrepareContext(ctx, `SELECT `+writeColumns+` FROM writes WHERE call_id = ?1
+		AND tenant = CASE WHEN ?2 = '' THEN 0 ELSE coalesce((SELECT id FROM strs WHERE s = ?2), -1) END ORDER BY seq`)
 	if err != nil {
 		return nil, err
 	}
 	defer stmt.Close()
 	var out []audit.Write
 	for _, r := range calls {
-		rows, err := stmt.QueryContext(ctx, packID(callPrefix, r.Call.ID))
+		rows, err := stmt.QueryContext(ctx, packID(callPrefix, r.Call.ID), r.Call.Tenant)
 		if err != nil {
 			return nil, err
 		}

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
-	"github.com/mcpaudit/mcpaudit/collector/canon"
+	"github.com/mcpaudit/mcpaudit/exporter/store"
 )
 
 // A call row keeps its id and time in columns (they are indexed) and every
@@ -84,7 +84,7 @@ func readRecord(b []byte, r *audit.Record) error {
 		return errCorrupt
 	}
 	if fp == fingerprintDerived {
-		c.Fingerprint = fingerprint(c)
+		c.Fingerprint = store.Fingerprint(c)
 	}
 	return nil
 }
@@ -99,15 +99,11 @@ const (
 	fingerprintLiteral = 2 // then the length plus 2, and the bytes
 )
 
-func fingerprint(c *audit.Call) string {
-	return audit.Fingerprint(c.Server, c.Session, c.RPCID, c.Tool, canon.Bytes(c.Arguments))
-}
-
 func appendFingerprint(b []byte, c *audit.Call) []byte {
 	switch {
 	case c.Fingerprint == "":
 		return binary.AppendUvarint(b, fingerprintNone)
-	case c.Fingerprint == fingerprint(c):
+	case store.Derived(c):
 		return binary.AppendUvarint(b, fingerprintDerived)
 	}
 	b = binary.AppendUvarint(b, uint64(len(c.Fingerprint))+fingerprintLiteral)

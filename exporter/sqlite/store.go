@@ -2,10 +2,12 @@ package sqlite
 
 import (
 	"context"
+	"crypto/ed25519"
 	"database/sql"
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +17,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/internal/datadir"
 )
 
 var _ audit.Store = (*Store)(nil)
@@ -43,6 +46,13 @@ type Options struct {
 	CacheMiB int `yaml:"cache_mib"`
 	// ReadConns is how many connections serve queries at once. Default 4.
 	ReadConns int `yaml:"read_conns"`
+	// SigningKey, when set, signs checkpoints of the tamper-evidence chains
+	// (package chain) every CheckpointEvery, after retention and at Close.
+	// serve reads it from serve.tamper.signing_key_file.
+	SigningKey ed25519.PrivateKey `yaml:"-"`
+	// CheckpointEvery is how often the chains' heads are signed when they
+	// moved. Default 1m.
+	CheckpointEvery time.Duration `yaml:"checkpoint_every"`
 	// OnCommit, when set, is called by the committer after every commit
 	// with its duration (BEGIN to COMMIT) and the calls it held; the serve
 	// command feeds metrics.ObserveStoreCommit with it.
@@ -51,7 +61,7 @@ type Options struct {
 
 // NewDefaultOptions returns the documented defaults.
 func NewDefaultOptions() Options {
-	return Options{Synchronous: "full", MaxBatch: 2000, DeleteChunk: 2000, CacheMiB: 64, ReadConns: 4}
+	return Options{Synchronous: "full", MaxBatch: 2000, DeleteChunk: 2000, CacheMiB: 64, ReadConns: 4, CheckpointEvery: time.Minute}
 }
 
 // Validate checks the options; zero fields are valid (they take defaults).
@@ -69,6 +79,9 @@ func (o *Options) Validate() error {
 		if f.v < 0 {
 			errs = append(errs, fmt.Errorf("%s: must not be negative", f.name))
 		}
+	}
+	if o.CheckpointEvery < 0 {
+		errs = append(errs, errors.New("checkpoint_every: must not be negative"))
 	}
 	if o.MaxDelay < 0 {
 		errs = append(errs, errors.New("max_delay: must not be negative"))
@@ -94,6 +107,9 @@ func (o Options) withDefaults() Options {
 	if o.ReadConns == 0 {
 		o.ReadConns = d.ReadConns
 	}
+	if o.CheckpointEvery == 0 {
+		o.CheckpointEvery = d.CheckpointEvery
+	}
 	return o
 }
 
@@ -117,10 +133,30 @@ type Store struct {
 
 	// inv serves the investigation side (investigate.go).
 	inv *investigation
+
+	// The checkpoint loop, when a signing key is set.
+	stopCheckpoints, checkpointsDone chan struct{}
 }
 
-// schemaVersion is stored in PRAGMA user_version.
-const schemaVersion = 2
+// checkpointLoop signs the chains' heads every CheckpointEvery.
+func (s *Store) checkpointLoop() {
+	defer close(s.checkpointsDone)
+	t := time.NewTicker(s.opts.CheckpointEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stopCheckpoints:
+			return
+		case <-t.C:
+			s.Checkpoint(context.Background()) // a failure is retried at the next tick
+		}
+	}
+}
+
+// schemaVersion is stored in PRAGMA user_version. Version 3 keys calls and
+// writes by tenant too; a file of version 2 is migrated when opened
+// (migrate2to3).
+const schemaVersion = 3
 
 // schema creates the tables. Times are unix nanoseconds. Call and finding
 // ids are stored packed (packID). Calls are indexed by time, writes
@@ -136,11 +172,17 @@ var schema = []string{
 	// A rowid table: rows appended in time order fill their pages, where
 	// a table clustered by (time, id) leaves a tenth of them free and
 	// copies keys, blobs included, into its interior pages.
+	//
+	// A call is unique by (id, tenant): ids are tenant-agnostic (findings
+	// name them, and they equal analyze's), so two tenants posting the
+	// same exchange each keep their copy.
 	`CREATE TABLE calls (
-		rid  INTEGER PRIMARY KEY,
-		id   ANY     NOT NULL UNIQUE, -- packID
-		time INTEGER NOT NULL,
-		rec  BLOB    NOT NULL -- codec byte, then the compressed record (record.go)
+		rid    INTEGER PRIMARY KEY AUTOINCREMENT, -- never reused: the chain names calls by it
+		id     ANY     NOT NULL, -- packID
+		tenant INTEGER NOT NULL, -- strs.id
+		time   INTEGER NOT NULL,
+		rec    BLOB    NOT NULL, -- codec byte, then the compressed record (record.go)
+		UNIQUE (id, tenant)
 	) STRICT`,
 	`CREATE INDEX calls_time ON calls (time)`,
 	// The documents each call touched, by a 32-bit hash of the document:
@@ -169,8 +211,8 @@ var schema = []string{
 		document    TEXT    NOT NULL,
 		key         TEXT    NOT NULL,
 		state_after INTEGER,          -- StateTime - Time; NULL for a zero StateTime
-		PRIMARY KEY (time, call_id, seq),
-		UNIQUE (call_id, seq)
+		PRIMARY KEY (time, call_id, seq, tenant),
+		UNIQUE (call_id, seq, tenant)
 	) WITHOUT ROWID, STRICT`,
 	// A finding's filter fields are columns; the rest of it is in body.
 	`CREATE TABLE findings (
@@ -183,7 +225,8 @@ var schema = []string{
 		document TEXT    NOT NULL,
 		key      TEXT    NOT NULL,
 		session  TEXT    NOT NULL,
-		body     BLOB    NOT NULL  -- codec byte, then compressed JSON (findingBody)
+		body     BLOB    NOT NULL, -- codec byte, then compressed JSON (findingBody)
+		chain    INTEGER NOT NULL DEFAULT 0 -- the seq of the tenant's chain entry it was stored with
 	) WITHOUT ROWID, STRICT`,
 	`CREATE INDEX findings_time ON findings (time, id)`,
 	`CREATE INDEX findings_document ON findings (document, time)`,
@@ -201,6 +244,11 @@ func Open(path string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("cannot open store %s: %w", path, err)
 	}
 	opts = opts.withDefaults()
+	// SQLite gives its log and shared-memory files the mode of the
+	// database file: create that one private, whatever the umask.
+	if err := datadir.CreatePrivate(path); err != nil {
+		return nil, fmt.Errorf("cannot open store %s: %w", path, err)
+	}
 	base := "file:" + (&url.URL{Path: path}).EscapedPath()
 	q := url.Values{}
 	q.Set("_busy_timeout", "10000")
@@ -255,6 +303,11 @@ func Open(path string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("cannot open store %s: %w", path, err)
 	}
 	go s.commitLoop()
+	if opts.SigningKey != nil {
+		s.stopCheckpoints = make(chan struct{})
+		s.checkpointsDone = make(chan struct{})
+		go s.checkpointLoop()
+	}
 	return s, nil
 }
 
@@ -266,9 +319,12 @@ func migrate(db *sql.DB) error {
 	switch version {
 	case schemaVersion:
 		return nil
+	case 2:
+		return migrate2to3(db)
 	case 0:
 	default:
-		return fmt.Errorf("schema version %d is not supported (want %d)", version, schemaVersion)
+		return fmt.Errorf("schema version %d is not supported (this mcpaudit reads versions 2 and %d): "+
+			"open it with the mcpaudit that wrote it, or move the file away to start an empty store", version, schemaVersion)
 	}
 	tx, err := db.Begin()
 	if err != nil {
@@ -282,7 +338,7 @@ func migrate(db *sql.DB) error {
 	if tables > 0 {
 		return errors.New("the file holds tables but no mcpaudit schema version: not a store")
 	}
-	for _, stmt := range schema {
+	for _, stmt := range append(slices.Clone(schema), chainSchema...) {
 		if _, err := tx.Exec(stmt); err != nil {
 			return fmt.Errorf("cannot create schema: %w", err)
 		}
@@ -302,6 +358,10 @@ func (s *Store) Close() error {
 		s.mu.Unlock()
 		return nil
 	}
+	if s.stopCheckpoints != nil {
+		close(s.stopCheckpoints)
+		<-s.checkpointsDone
+	}
 	s.closed.Store(true)
 	close(s.reqs)
 	s.mu.Unlock()
@@ -310,6 +370,10 @@ func (s *Store) Close() error {
 	var errs []error
 	if err := s.closeSide(); err != nil {
 		errs = append(errs, err)
+	}
+	// The last heads are signed: a stop leaves no unsigned tail.
+	if _, err := s.chainStep(&chainRequest{}); err != nil {
+		errs = append(errs, fmt.Errorf("cannot sign the last checkpoint: %w", err))
 	}
 	if _, err := s.w.Exec(`PRAGMA wal_checkpoint(TRUNCATE)`); err != nil {
 		errs = append(errs, fmt.Errorf("cannot checkpoint: %w", err))

@@ -42,6 +42,7 @@ func Run(t *testing.T, open func(t *testing.T) audit.Store) {
 		{"AppendCalls/round_trip", testRoundTrip},
 		{"AppendCalls/idempotent", testIdempotent},
 		{"AppendCalls/concurrent", testConcurrentAppend},
+		{"AppendCalls/tenant_scoped", testTenantScoped},
 		{"ScanCalls/since_and_order", testScanSince},
 		{"ScanCalls/stops_on_error", testScanError},
 		{"Commit/watermark", testWatermark},
@@ -56,6 +57,7 @@ func Run(t *testing.T, open func(t *testing.T) audit.Store) {
 		{"Timeline", testTimeline},
 		{"WriteCounts", testWriteCounts},
 		{"DeleteBefore", testDeleteBefore},
+		{"DeleteBefore/tenants", testDeleteTenants},
 		{"Close", testClose},
 		{"Capture", testCapture},
 	} {

@@ -1,137 +1,131 @@
 package capgen
 
 import (
-	"bufio"
-	"encoding/hex"
-	"encoding/json"
-	"fmt"
+	"encoding/binary"
 	"hash/fnv"
-	"io"
-	"sort"
 	"strconv"
 	"strings"
-	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/ptrace"
 )
 
-// WriteOTLP writes call records (NDJSON lines, a capture's Lines) as one
-// OTLP JSON document of spans that follow the MCP semantic conventions, as
-// an exporter would send them: one resourceSpans block per server and pod
-// (a session stays on one of pods pods), each block's spans in the order
-// they ended. Lines that are not call records (a capture's bad lines) are
-// left out. The document holds every span in memory while it is written.
-func WriteOTLP(w io.Writer, lines [][]byte, pods int) error {
-	type span struct {
-		end  int64
-		json []byte
+// ScopeName is the instrumentation scope of the generated spans.
+const ScopeName = "mcpaudit/capgen"
+
+// AppendTraces appends calls to td as MCP servers export their spans: one
+// resource per server (service.name), each with service.instance.id set
+// to instance when it is not empty, so that every instance is a source of
+// its own.
+func AppendTraces(td ptrace.Traces, instance string, calls []*Call) {
+	type group struct {
+		server string
+		spans  ptrace.SpanSlice
 	}
-	if pods < 1 {
-		pods = 1
-	}
-	blocks := map[string][]span{}
-	for i, l := range lines {
-		var r map[string]any
-		if json.Unmarshal(l, &r) != nil {
-			continue
+	var groups []group
+	for _, c := range calls {
+		i := 0
+		for i < len(groups) && groups[i].server != c.Server {
+			i++
 		}
-		t, err := time.Parse(time.RFC3339Nano, fmt.Sprint(r["time"]))
-		if err != nil {
-			continue
-		}
-		server, _ := r["server"].(string)
-		req, _ := r["request"].(map[string]any)
-		if server == "" || req == nil {
-			continue
-		}
-		params, _ := req["params"].(map[string]any)
-		tool, _ := params["name"].(string)
-		if tool == "" {
-			continue
-		}
-		sess, _ := r["session"].(string)
-		h := fnv.New32a()
-		h.Write([]byte(sess))
-		block := server + "\x00pod-" + strconv.Itoa(int(h.Sum32()%uint32(pods)))
-		ms, _ := r["duration_ms"].(float64)
-		end := t.Add(time.Duration(ms * float64(time.Millisecond)))
-		attrs := [][2]string{{"mcp.method.name", "tools/call"}, {"gen_ai.tool.name", tool},
-			{"gen_ai.operation.name", "execute_tool"}, {"jsonrpc.request.id", fmt.Sprint(req["id"])}}
-		args, _ := json.Marshal(params["arguments"])
-		attrs = append(attrs, [2]string{"gen_ai.tool.call.arguments", string(args)})
-		if sess != "" {
-			attrs = append(attrs, [2]string{"mcp.session.id", sess})
-		}
-		if tenant, _ := r["tenant"].(string); tenant != "" {
-			attrs = append(attrs, [2]string{"mcpaudit.tenant", tenant})
-		}
-		status := ""
-		switch resp, _ := r["response"].(map[string]any); {
-		case r["transport_error"] != nil:
-			te := fmt.Sprint(r["transport_error"])
-			attrs = append(attrs, [2]string{"error.type", te})
-			status = `{"code":2,"message":` + quote(te) + `}`
-		case resp != nil && resp["result"] != nil:
-			res, _ := json.Marshal(resp["result"])
-			attrs = append(attrs, [2]string{"gen_ai.tool.call.result", string(res)})
-			if m, _ := resp["result"].(map[string]any); m["isError"] == true {
-				attrs = append(attrs, [2]string{"error.type", "tool_error"})
-				status = `{"code":2,"message":"tool error"}`
+		if i == len(groups) {
+			rs := td.ResourceSpans().AppendEmpty()
+			attrs := rs.Resource().Attributes()
+			attrs.PutStr("service.name", c.Server)
+			if instance != "" {
+				attrs.PutStr("service.instance.id", instance)
 			}
-		case resp != nil && resp["error"] != nil:
-			e, _ := resp["error"].(map[string]any)
-			attrs = append(attrs, [2]string{"rpc.response.status_code", fmt.Sprint(e["code"])},
-				[2]string{"rpc.jsonrpc.error_message", fmt.Sprint(e["message"])})
-			status = `{"code":2,"message":` + quote(fmt.Sprint(e["message"])) + `}`
+			ss := rs.ScopeSpans().AppendEmpty()
+			ss.Scope().SetName(ScopeName)
+			groups = append(groups, group{c.Server, ss.Spans()})
 		}
-		id := fnv.New64a()
-		id.Write(l)
-		fmt.Fprint(id, i)
-		b := fmt.Appendf(nil, `{"traceId":"%032x","spanId":"%s","name":%s,"kind":2,"startTimeUnixNano":"%d","endTimeUnixNano":"%d","attributes":[`,
-			i+1, hex.EncodeToString(id.Sum(nil)), quote("tools/call "+tool), t.UnixNano(), end.UnixNano())
-		for j, a := range attrs {
-			if j > 0 {
-				b = append(b, ',')
-			}
-			b = fmt.Appendf(b, `{"key":%s,"value":{"stringValue":%s}}`, quote(a[0]), quote(a[1]))
-		}
-		b = append(b, ']')
-		if status != "" {
-			b = append(b, `,"status":`...)
-			b = append(b, status...)
-		}
-		b = append(b, '}')
-		blocks[block] = append(blocks[block], span{end: end.UnixNano(), json: b})
+		c.AppendSpan(groups[i].spans)
 	}
-	names := make([]string, 0, len(blocks))
-	for n := range blocks {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	bw := bufio.NewWriterSize(w, 1<<16)
-	bw.WriteString(`{"resourceSpans":[`)
-	for i, n := range names {
-		if i > 0 {
-			bw.WriteByte(',')
-		}
-		spans := blocks[n]
-		sort.SliceStable(spans, func(a, b int) bool { return spans[a].end < spans[b].end })
-		sep := strings.IndexByte(n, 0)
-		fmt.Fprintf(bw, "\n"+`{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":%s}},{"key":"service.instance.id","value":{"stringValue":%s}}]},"scopeSpans":[{"scope":{"name":"mcp-server"},"spans":[`,
-			quote(n[:sep]), quote(n[sep+1:]))
-		for j, s := range spans {
-			if j > 0 {
-				bw.WriteByte(',')
-			}
-			bw.WriteByte('\n')
-			bw.Write(s.json)
-		}
-		bw.WriteString("]}]}")
-	}
-	bw.WriteString("]}\n")
-	return bw.Flush()
 }
 
-// quote quotes s as JSON does.
-func quote(s string) string {
-	b, _ := json.Marshal(s)
-	return string(b)
+// AppendSpan appends c to spans as the server span an MCP server's
+// instrumentation records of it, with the attributes of the OpenTelemetry
+// MCP semantic conventions and the opt-in arguments and result. A bad call
+// becomes a span the collector must reject: a tools/call span without its
+// start time, its tool name or JSON arguments.
+func (c *Call) AppendSpan(spans ptrace.SpanSlice) {
+	sp := spans.AppendEmpty()
+	sp.SetKind(ptrace.SpanKindServer)
+	sp.SetTraceID(c.traceID())
+	sp.SetSpanID(c.spanID())
+	attrs := sp.Attributes()
+	attrs.EnsureCapacity(8)
+	attrs.PutStr("mcp.method.name", "tools/call")
+	start := pcommon.NewTimestampFromTime(c.Time)
+	if c.Kind == KindBad {
+		sp.SetName("tools/call")
+		switch c.bad % 3 {
+		case 0:
+			attrs.PutStr("gen_ai.tool.name", "gram_read")
+			start = 0
+		case 1:
+			// No tool name.
+		case 2:
+			attrs.PutStr("gen_ai.tool.name", "gram_read")
+			attrs.PutStr("gen_ai.tool.call.arguments", "this is not json")
+		}
+		sp.SetStartTimestamp(start)
+		sp.SetEndTimestamp(pcommon.NewTimestampFromTime(c.Time.Add(c.Duration)))
+		return
+	}
+	sp.SetName("tools/call " + c.Tool)
+	sp.SetStartTimestamp(start)
+	sp.SetEndTimestamp(pcommon.NewTimestampFromTime(c.Time.Add(c.Duration)))
+	attrs.PutStr("gen_ai.tool.name", c.Tool)
+	attrs.PutStr("gen_ai.operation.name", "execute_tool")
+	attrs.PutStr("jsonrpc.request.id", strconv.Itoa(c.RPCID))
+	attrs.PutStr("mcp.session.id", c.Session)
+	if c.Tenant != "" {
+		attrs.PutStr("mcpaudit.tenant", c.Tenant)
+	}
+	attrs.PutStr("gen_ai.tool.call.arguments", c.Arguments)
+	switch {
+	case c.TransportError != "":
+		attrs.PutStr("error.type", c.TransportError)
+		sp.Status().SetCode(ptrace.StatusCodeError)
+		sp.Status().SetMessage(c.TransportError)
+	case c.Result != "":
+		attrs.PutStr("gen_ai.tool.call.result", c.Result)
+		if isToolError(c.Result) {
+			attrs.PutStr("error.type", "tool_error")
+			sp.Status().SetCode(ptrace.StatusCodeError)
+			sp.Status().SetMessage("tool error")
+		}
+	}
+}
+
+// isToolError reports whether a tools/call result says isError.
+func isToolError(result string) bool { return strings.Contains(result, `"isError":true`) }
+
+// traceID and spanID are derived from the session and the call's place in
+// the stream: stable for a seed, distinct between calls and between the
+// two observations of one exchange.
+func (c *Call) traceID() pcommon.TraceID {
+	var id pcommon.TraceID
+	h := fnv.New64a()
+	h.Write([]byte(c.Session))
+	binary.BigEndian.PutUint64(id[:8], h.Sum64())
+	binary.BigEndian.PutUint64(id[8:], mix64(c.seq))
+	return id
+}
+
+func (c *Call) spanID() pcommon.SpanID {
+	var id pcommon.SpanID
+	h := fnv.New64a()
+	h.Write([]byte(c.Session))
+	binary.BigEndian.PutUint64(id[:], mix64(h.Sum64()^c.seq<<1^uint64(c.Kind)))
+	return id
+}
+
+// mix64 is SplitMix64's finalizer.
+func mix64(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
+	x = (x ^ x>>27) * 0x94d049bb133111eb
+	return x ^ x>>31
 }

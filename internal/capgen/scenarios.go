@@ -1,7 +1,9 @@
 package capgen
 
 import (
-	"fmt"
+	"math/rand"
+	"slices"
+	"strconv"
 	"time"
 )
 
@@ -10,6 +12,132 @@ type scenario struct {
 	name   string
 	server string
 	run    func(s *session)
+}
+
+// session generates the calls of one session into its stream.
+type session struct {
+	st     *Stream
+	rng    *rand.Rand
+	server string
+	id     string
+	t      time.Time
+	rpcID  int
+	// buf is where a payload is written before it is copied out at its
+	// size: the calls a live load holds are its memory.
+	buf []byte
+}
+
+func (st *Stream) newSession(server, id string, start time.Time) *session {
+	return &session{st: st, rng: st.rng, server: server, id: id, t: start, buf: st.buf[:0]}
+}
+
+// raw is a JSON value. A string, so that it goes into a span's attribute
+// without a copy.
+type raw string
+
+var (
+	rawEmpty   = raw(`{}`)
+	projectsOK = raw(`{"isError":false,"structuredContent":{"projects":[]}}`)
+	guideArgs  = raw(`{"question":"how do I edit a document?"}`)
+	guideOK    = raw(`{"isError":false,"structuredContent":{"answer":"..."}}`)
+)
+
+// call queues one answered exchange and moves the session's clock on.
+func (s *session) call(tool string, args, result raw) { s.queue(tool, args, result, "") }
+
+// timeout queues one exchange that got no answer in time.
+func (s *session) timeout(tool string, args raw) { s.queue(tool, args, "", "timeout") }
+
+func (s *session) queue(tool string, args, result raw, transportErr string) {
+	s.rpcID++
+	c := &Call{Time: s.t, Server: s.server, Session: s.id, Tenant: s.st.cfg.Tenant, Tool: tool, RPCID: s.rpcID,
+		Duration: time.Duration(20+s.rng.Intn(800)) * time.Millisecond, Arguments: string(args), Result: string(result), TransportError: transportErr}
+	if transportErr != "" {
+		c.Duration = 30 * time.Second
+	}
+	s.st.seq++
+	c.seq = s.st.seq
+	if c.Time.Before(s.st.skipUntil) {
+		s.st.skipped++
+	} else {
+		s.st.open.push(c)
+	}
+	s.wait(2 * time.Second)
+}
+
+// expect records a finding the capture must produce.
+func (s *session) expect(kind, doc, key string) {
+	if s.st.OnExpected != nil {
+		s.st.OnExpected(Expected{Kind: kind, Server: s.server, Document: doc, Key: key})
+	}
+}
+
+// wait advances the session's clock by d plus up to half of d.
+func (s *session) wait(d time.Duration) {
+	s.t = s.t.Add(d + time.Duration(s.rng.Int63n(int64(d)/2+1)))
+}
+
+// hex returns n random hex digits.
+func (s *session) hex(n int) string {
+	b := make([]byte, n)
+	var r uint64
+	for i := range b {
+		if i%15 == 0 {
+			r = uint64(s.rng.Int63())
+		}
+		b[i] = hexDigits[r&0xf]
+		r >>= 4
+	}
+	return string(b)
+}
+
+// begin starts a payload in the session's buffer; end returns a copy of
+// it. The values of a payload are made before it begins.
+func (s *session) begin() []byte { return s.buf[:0] }
+
+func (s *session) end(b []byte) raw {
+	s.buf = b[:0]
+	s.st.buf = s.buf
+	return raw(b)
+}
+
+// kv is one member of a JSON object: its value a string, an int, a bool,
+// nil, a raw value or a list of raw values.
+type kv struct {
+	k string
+	v any
+}
+
+// obj writes a JSON object of members given in key order.
+func (s *session) obj(members ...kv) raw {
+	b := append(s.begin(), '{')
+	for _, m := range members {
+		b = appendKey(b, m.k)
+		switch v := m.v.(type) {
+		case string:
+			b = appendStr(b, v)
+		case int:
+			b = strconv.AppendInt(b, int64(v), 10)
+		case bool:
+			b = strconv.AppendBool(b, v)
+		case nil:
+			b = append(b, "null"...)
+		case raw:
+			b = append(b, v...)
+		case []raw:
+			b = append(b, '[')
+			for i, e := range v {
+				if i > 0 {
+					b = append(b, ',')
+				}
+				b = append(b, e...)
+			}
+			b = append(b, ']')
+		default:
+			panic("capgen: unsupported JSON value")
+		}
+	}
+	return s.end(append(b, '}'))
 }
 
 var normals = []scenario{
@@ -24,272 +152,350 @@ var normals = []scenario{
 var anomalies = []scenario{
 	{"thegram-commit-unknown-replayed", "thegram", func(s *session) {
 		p, rev := s.doc(), s.rev()
-		args := patchArgs(s, p, rev, s.reqID())
-		s.call("gram_patch", args, toolErr("COMMIT_UNKNOWN", "Replacement published but durability is uncertain: fsync: input/output error"))
+		args := s.patchArgs(p, rev, s.reqID())
+		s.call("gram_patch", s.patch(args), s.toolErr("COMMIT_UNKNOWN", "Replacement published but durability is uncertain: fsync: input/output error"))
 		s.wait(20 * time.Second)
-		s.call("gram_patch", args, patchOK(p, rev+1, args["request_id"].(string), true, "synced"))
+		s.call("gram_patch", s.patch(args), s.patchOK(p, rev+1, args.reqID, true, "synced"))
 	}},
 	{"thegram-commit-unknown-abandoned", "thegram", func(s *session) {
 		p, rev := s.doc(), s.rev()
-		s.call("gram_read", map[string]any{"path": p}, readOK(p, rev, "synced"))
-		s.call("gram_patch", patchArgs(s, p, rev, s.reqID()), toolErr("COMMIT_UNKNOWN", "Replacement published but durability is uncertain: disk full"))
-		s.call("gram_read", map[string]any{"path": s.doc()}, readOK("other", 3, "synced"))
+		s.call("gram_read", s.pathArgs(p), s.readOK(p, rev, "synced"))
+		s.call("gram_patch", s.patch(s.patchArgs(p, rev, s.reqID())), s.toolErr("COMMIT_UNKNOWN", "Replacement published but durability is uncertain: disk full"))
+		s.call("gram_read", s.pathArgs(s.doc()), s.readOK("other", 3, "synced"))
 		s.expect("unverified_write", p, "")
 	}},
 	{"thegram-commit-unknown-then-read", "thegram", func(s *session) {
 		p, rev := s.doc(), s.rev()
-		s.call("gram_patch", patchArgs(s, p, rev, s.reqID()), toolErr("COMMIT_UNKNOWN", "Marker observed but durability not confirmed: timeout"))
+		s.call("gram_patch", s.patch(s.patchArgs(p, rev, s.reqID())), s.toolErr("COMMIT_UNKNOWN", "Marker observed but durability not confirmed: timeout"))
 		s.wait(10 * time.Second)
-		s.call("gram_read", map[string]any{"path": p}, readOK(p, rev+1, "synced"))
+		s.call("gram_read", s.pathArgs(p), s.readOK(p, rev+1, "synced"))
 	}},
 	{"thegram-timeout-reread-double-apply", "thegram", func(s *session) {
 		p, rev := s.doc(), s.rev()
-		args := patchArgs(s, p, rev, s.reqID())
-		s.call("gram_read", map[string]any{"path": p}, readOK(p, rev, "synced"))
-		s.call("gram_patch", args, "timeout")
-		s.call("gram_read", map[string]any{"path": p}, readOK(p, rev+1, "synced"))
-		again := rebase(args, rev+1, s.reqID())
-		s.call("gram_patch", again, patchOK(p, rev+2, again["request_id"].(string), false, "synced"))
+		args := s.patchArgs(p, rev, s.reqID())
+		s.call("gram_read", s.pathArgs(p), s.readOK(p, rev, "synced"))
+		s.timeout("gram_patch", s.patch(args))
+		s.call("gram_read", s.pathArgs(p), s.readOK(p, rev+1, "synced"))
+		again := args.rebase(rev+1, s.reqID())
+		s.call("gram_patch", s.patch(again), s.patchOK(p, rev+2, again.reqID, false, "synced"))
 		s.expect("double_applied_write", p, "")
 	}},
 	{"thegram-both-succeeded-double-apply", "thegram", func(s *session) {
 		p, rev := s.doc(), s.rev()
-		args := patchArgs(s, p, rev, s.reqID())
-		s.call("gram_patch", args, patchOK(p, rev+1, args["request_id"].(string), false, "synced"))
+		args := s.patchArgs(p, rev, s.reqID())
+		s.call("gram_patch", s.patch(args), s.patchOK(p, rev+1, args.reqID, false, "synced"))
 		s.wait(3 * time.Minute)
-		again := rebase(args, rev+1, s.reqID())
-		s.call("gram_patch", again, patchOK(p, rev+2, again["request_id"].(string), false, "synced"))
+		again := args.rebase(rev+1, s.reqID())
+		s.call("gram_patch", s.patch(again), s.patchOK(p, rev+2, again.reqID, false, "synced"))
 		s.expect("double_applied_write", p, "")
 	}},
 	{"thegram-blind-new-id-cas-saved", "thegram", func(s *session) {
 		p, rev := s.doc(), s.rev()
-		args := patchArgs(s, p, rev, s.reqID())
-		s.call("gram_patch", args, "timeout")
-		s.call("gram_patch", rebase(args, rev, s.reqID()), toolErr("STALE_REVISION", "Accepted revision or hash changed"))
-		s.call("gram_read", map[string]any{"path": p}, readOK(p, rev+1, "synced"))
+		args := s.patchArgs(p, rev, s.reqID())
+		s.timeout("gram_patch", s.patch(args))
+		s.call("gram_patch", s.patch(args.rebase(rev, s.reqID())), s.toolErr("STALE_REVISION", "Accepted revision or hash changed"))
+		s.call("gram_read", s.pathArgs(p), s.readOK(p, rev+1, "synced"))
 		s.expect("unsafe_retry", p, "")
 	}},
 	{"thegram-timeout-replayed", "thegram", func(s *session) {
 		p, rev := s.doc(), s.rev()
-		args := patchArgs(s, p, rev, s.reqID())
-		s.call("gram_patch", args, "timeout")
-		s.call("gram_patch", args, patchOK(p, rev+1, args["request_id"].(string), true, "synced"))
+		args := s.patchArgs(p, rev, s.reqID())
+		s.timeout("gram_patch", s.patch(args))
+		s.call("gram_patch", s.patch(args), s.patchOK(p, rev+1, args.reqID, true, "synced"))
 	}},
 	{"thegram-sync-pending-never", "thegram", func(s *session) {
-		p, rev := "gdrive-shared/"+s.g.hex(8)+".gram", s.rev()
-		args := patchArgs(s, p, rev, s.reqID())
-		s.call("gram_patch", args, patchOK(p, rev+1, args["request_id"].(string), false, "pending"))
+		p, rev := "gdrive-shared/"+s.hex(8)+".gram", s.rev()
+		args := s.patchArgs(p, rev, s.reqID())
+		s.call("gram_patch", s.patch(args), s.patchOK(p, rev+1, args.reqID, false, "pending"))
 		s.expect("unverified_write", p, "")
 	}},
 	{"thegram-request-reuse", "thegram", func(s *session) {
 		p, rev := s.doc(), s.rev()
-		args := patchArgs(s, p, rev, s.reqID())
-		s.call("gram_patch", args, toolErr("STALE_REVISION", "Accepted revision or hash changed"))
-		s.call("gram_read", map[string]any{"path": p}, readOK(p, rev+1, "synced"))
-		changed := rebase(args, rev+1, args["request_id"].(string))
-		changed["operations"] = append(changed["operations"].([]any), op(s))
-		s.call("gram_patch", changed, toolErr("E_REQUEST_REUSE", "request_id belongs to another intent"))
-		s.expect("request_id_reuse", p, args["request_id"].(string))
+		args := s.patchArgs(p, rev, s.reqID())
+		s.call("gram_patch", s.patch(args), s.toolErr("STALE_REVISION", "Accepted revision or hash changed"))
+		s.call("gram_read", s.pathArgs(p), s.readOK(p, rev+1, "synced"))
+		changed := args.rebase(rev+1, args.reqID)
+		changed.ops = append(changed.ops, s.op())
+		s.call("gram_patch", s.patch(changed), s.toolErr("E_REQUEST_REUSE", "request_id belongs to another intent"))
+		s.expect("request_id_reuse", p, args.reqID)
 	}},
 	{"thegram-argument-wasted", "thegram", func(s *session) {
 		p, rev := s.doc(), s.rev()
-		args := patchArgs(s, p, rev, s.reqID())
-		args["mode"] = "fast"
-		s.call("gram_patch", args, toolErr("E_ARGUMENT", "Unknown argument mode"))
+		args := s.patchArgs(p, rev, s.reqID())
+		args.mode = "fast"
+		s.call("gram_patch", s.patch(args), s.toolErr("E_ARGUMENT", "Unknown argument mode"))
 		s.wait(5 * time.Second)
-		s.call("gram_patch", args, toolErr("E_ARGUMENT", "Unknown argument mode"))
+		s.call("gram_patch", s.patch(args), s.toolErr("E_ARGUMENT", "Unknown argument mode"))
 		s.expect("wasted_retry", p, "")
 	}},
 	{"thegram-integrity", "thegram", func(s *session) {
 		p, rev := s.doc(), s.rev()
-		s.call("gram_patch", patchArgs(s, p, rev, s.reqID()), toolErr("E_INTEGRITY", fmt.Sprintf("History sequence audit failed at r%d", rev)))
+		s.call("gram_patch", s.patch(s.patchArgs(p, rev, s.reqID())), s.toolErr("E_INTEGRITY", "History sequence audit failed at r"+strconv.Itoa(rev)))
 		s.expect("integrity_failure", p, "")
 	}},
 	{"thegram-same-ops-other-documents", "thegram", func(s *session) {
 		p, q, rev := s.doc(), s.doc(), s.rev()
-		args := patchArgs(s, p, rev, s.reqID())
-		s.call("gram_patch", args, patchOK(p, rev+1, args["request_id"].(string), false, "synced"))
-		other := rebase(args, rev, s.reqID())
-		other["path"] = q
-		s.call("gram_patch", other, patchOK(q, rev+1, other["request_id"].(string), false, "synced"))
+		args := s.patchArgs(p, rev, s.reqID())
+		s.call("gram_patch", s.patch(args), s.patchOK(p, rev+1, args.reqID, false, "synced"))
+		other := args.rebase(rev, s.reqID())
+		other.path = q
+		s.call("gram_patch", s.patch(other), s.patchOK(q, rev+1, other.reqID, false, "synced"))
 	}},
 	{"oddlynew-in-flight-never", "oddlynew", func(s *session) {
 		d := s.docID()
-		s.call("run", code(editJS(d, s.wb(), s.text())), runFail("Execution timed out", []any{ledger(edit, "in_flight_unknown")}, outcome(1, edit, "write", "in_flight_unknown", nil)))
+		s.call("run", s.code(editJS(d, s.wb(), s.text())), s.runFail("Execution timed out", []raw{s.ledger(edit, "in_flight_unknown")}, s.outcome(1, edit, "write", "in_flight_unknown", "")))
 		s.expect("unverified_write", d, "")
 	}},
 	{"oddlynew-in-flight-blind", "oddlynew", func(s *session) {
 		d, wb := s.docID(), s.wb()
-		s.call("run", code(editJS(d, wb, s.text())), runFail("Execution timed out", []any{ledger(edit, "in_flight_unknown")}, outcome(1, edit, "write", "in_flight_unknown", nil)))
-		s.call("run", code(editJS(d, wb, s.text())), runFail("stale_live_revision", []any{ledger(edit, "failed_but_handled")}, outcome(1, edit, "write", "failed_but_handled", nil)))
-		s.call("run", code(getJS(d)), runOK(map[string]any{"documentId": d, "writeBasis": s.wb(), "revision": 9}, ledger(get, "succeeded")))
+		s.call("run", s.code(editJS(d, wb, s.text())), s.runFail("Execution timed out", []raw{s.ledger(edit, "in_flight_unknown")}, s.outcome(1, edit, "write", "in_flight_unknown", "")))
+		s.call("run", s.code(editJS(d, wb, s.text())), s.runFail("stale_live_revision", []raw{s.ledger(edit, "failed_but_handled")}, s.outcome(1, edit, "write", "failed_but_handled", "")))
+		s.call("run", s.code(getJS(d)), s.runOK(s.obj(kv{"documentId", d}, kv{"revision", 9}, kv{"writeBasis", s.wb()}), s.ledger(get, "succeeded")))
 		s.expect("unsafe_retry", d, "")
 	}},
 	{"oddlynew-in-flight-then-read", "oddlynew", func(s *session) {
 		d, wb, text := s.docID(), s.wb(), s.text()
-		s.call("run", code(editJS(d, wb, text)), runFail("Execution timed out", []any{ledger(edit, "in_flight_unknown")}, outcome(1, edit, "write", "in_flight_unknown", nil)))
-		s.call("run", code(getJS(d)), runOK(map[string]any{"documentId": d, "writeBasis": s.wb(), "revision": 9}, ledger(get, "succeeded")))
-		s.call("run", code(editJS(d, s.wb(), s.text())), runOK(map[string]any{"documentId": d, "writeConfirmed": true, "revision": 10}, ledger(edit, "succeeded")))
+		s.call("run", s.code(editJS(d, wb, text)), s.runFail("Execution timed out", []raw{s.ledger(edit, "in_flight_unknown")}, s.outcome(1, edit, "write", "in_flight_unknown", "")))
+		s.call("run", s.code(getJS(d)), s.runOK(s.obj(kv{"documentId", d}, kv{"revision", 9}, kv{"writeBasis", s.wb()}), s.ledger(get, "succeeded")))
+		s.call("run", s.code(editJS(d, s.wb(), s.text())), s.runOK(s.edited(d, 10), s.ledger(edit, "succeeded")))
 	}},
 	{"oddlynew-edit-double-apply", "oddlynew", func(s *session) {
 		d, text := s.docID(), s.text()
-		js := readEditJS(d, text)
-		s.call("run", code(js), runFail("Execution timed out", []any{ledger(get, "succeeded"), ledger(edit, "succeeded")},
-			outcome(2, edit, "write", "succeeded", map[string]any{"documentId": d, "writeConfirmed": true, "revision": 14}),
-			map[string]any{"seq": 1, "tool": get, "access": "read", "outcome": "succeeded", "omitted": true, "sizeBytes": 48211}))
-		s.call("run", code(js), runOK(map[string]any{"documentId": d, "writeConfirmed": true, "revision": 15}, ledger(get, "succeeded"), ledger(edit, "succeeded")))
+		js := s.code(readEditJS(d, text))
+		omitted := s.obj(kv{"access", "read"}, kv{"omitted", true}, kv{"outcome", "succeeded"}, kv{"seq", 1}, kv{"sizeBytes", 48211}, kv{"tool", get})
+		s.call("run", js, s.runFail("Execution timed out", []raw{s.ledger(get, "succeeded"), s.ledger(edit, "succeeded")},
+			s.outcome(2, edit, "write", "succeeded", s.edited(d, 14)), omitted))
+		s.call("run", js, s.runOK(s.edited(d, 15), s.ledger(get, "succeeded"), s.ledger(edit, "succeeded")))
 		s.expect("double_applied_write", d, "")
 	}},
 	{"oddlynew-duplicate-create", "oddlynew", func(s *session) {
-		title := "Incident review " + s.g.hex(4)
+		title := "Incident review " + s.hex(4)
 		d1, d2 := s.docID(), s.docID()
-		s.call("run", code(createJS(s.uuid7(), title)+"; await sleep(40000)"), runFail("Execution timed out", []any{ledger(create, "succeeded")},
-			outcome(1, create, "write", "succeeded", map[string]any{"documentId": d1, "action": "created", "title": title, "type": "note"})))
-		s.call("run", code(createJS(s.uuid7(), title)), runOK(map[string]any{"documentId": d2, "action": "created", "title": title, "type": "note"}, ledger(create, "succeeded")))
+		s.call("run", s.code(createJS(s.uuid7(), title)+"; await sleep(40000)"), s.runFail("Execution timed out", []raw{s.ledger(create, "succeeded")},
+			s.outcome(1, create, "write", "succeeded", s.created(d1, "created", title))))
+		s.call("run", s.code(createJS(s.uuid7(), title)), s.runOK(s.created(d2, "created", title), s.ledger(create, "succeeded")))
 		s.expect("duplicate_create", d2, "")
 	}},
 	{"oddlynew-create-replayed", "oddlynew", func(s *session) {
-		title, cid := "Weekly report "+s.g.hex(4), s.uuid7()
-		s.call("run", code(createJS(cid, title)), runFail("Execution timed out", []any{ledger(create, "in_flight_unknown")}, outcome(1, create, "write", "in_flight_unknown", nil)))
-		s.call("run", code(createJS(cid, title)), runOK(map[string]any{"documentId": s.docID(), "action": "alreadyBootstrapped", "title": title, "type": "note"}, ledger(create, "succeeded")))
+		title, cid := "Weekly report "+s.hex(4), s.uuid7()
+		s.call("run", s.code(createJS(cid, title)), s.runFail("Execution timed out", []raw{s.ledger(create, "in_flight_unknown")}, s.outcome(1, create, "write", "in_flight_unknown", "")))
+		s.call("run", s.code(createJS(cid, title)), s.runOK(s.created(s.docID(), "alreadyBootstrapped", title), s.ledger(create, "succeeded")))
 	}},
 	{"oddlynew-creation-reuse", "oddlynew", func(s *session) {
 		cid := s.uuid7()
-		s.call("run", code(createJS(cid, "Roadmap "+s.g.hex(4))), runOK(map[string]any{"documentId": s.docID(), "action": "created", "title": "Roadmap", "type": "note"}, ledger(create, "succeeded")))
-		s.call("run", code(createJS(cid, "Budget "+s.g.hex(4))), runFail("Existing document creation identity has incompatible input. Use a new UUIDv7 creationId for a new document.",
-			[]any{map[string]any{"tool": create, "outcome": "failed_but_handled", "count": 0}}, outcome(1, create, "write", "failed_but_handled", nil)))
+		s.call("run", s.code(createJS(cid, "Roadmap "+s.hex(4))), s.runOK(s.created(s.docID(), "created", "Roadmap"), s.ledger(create, "succeeded")))
+		s.call("run", s.code(createJS(cid, "Budget "+s.hex(4))), s.runFail("Existing document creation identity has incompatible input. Use a new UUIDv7 creationId for a new document.",
+			[]raw{s.obj(kv{"count", 0}, kv{"outcome", "failed_but_handled"}, kv{"tool", create})}, s.outcome(1, create, "write", "failed_but_handled", "")))
 		s.expect("request_id_reuse", "", cid)
 	}},
 	{"oddlynew-copy-blocked-replay", "oddlynew", func(s *session) {
 		cid, src := s.uuid7(), s.docID()
-		js := fmt.Sprintf(`async () => await organizations.planDocumentCopy({ copyId: %q, sourceDocumentId: %q, destinationOrganizationId: "org_%s" })`, cid, src, s.g.hex(6))
-		blocked := runOK(map[string]any{"copyId": cid, "state": "blocked", "nextAction": "create_new_plan", "failure": nil,
-			"blockers": []any{map[string]any{"code": "source_archived", "message": "The source document is archived", "resolution": "Restore the source document"}}}, ledger(plan, "succeeded"))
-		s.call("run", code(js), blocked)
-		s.call("run", code(js), blocked)
+		js := s.code(`async () => await organizations.planDocumentCopy({ copyId: "` + cid + `", sourceDocumentId: "` + src + `", destinationOrganizationId: "org_` + s.hex(6) + `" })`)
+		blocker := s.obj(kv{"code", "source_archived"}, kv{"message", "The source document is archived"}, kv{"resolution", "Restore the source document"})
+		blocked := s.runOK(s.obj(kv{"blockers", []raw{blocker}}, kv{"copyId", cid}, kv{"failure", nil}, kv{"nextAction", "create_new_plan"}, kv{"state", "blocked"}), s.ledger(plan, "succeeded"))
+		s.call("run", js, blocked)
+		s.call("run", js, blocked)
 		s.expect("wasted_retry", "", cid)
 	}},
 	{"oddlynew-copy-premature", "oddlynew", func(s *session) {
-		opID := "op_" + s.g.hex(12)
-		js := fmt.Sprintf(`async () => await organizations.applyDocumentCopy({ operationId: %q, planToken: "pt_%s" })`, opID, s.g.hex(16))
+		opID := "op_" + s.hex(12)
+		js := s.code(`async () => await organizations.applyDocumentCopy({ operationId: "` + opID + `", planToken: "pt_` + s.hex(16) + `" })`)
 		lease := s.t.Add(time.Minute).Format(time.RFC3339Nano)
-		applying := runOK(map[string]any{"operationId": opID, "state": "applying", "failure": nil, "nextAction": "wait_then_retry_apply", "retryAfter": lease}, ledger(apply, "succeeded"))
-		s.call("run", code(js), applying)
-		s.call("run", code(js), applying)
+		applying := s.runOK(s.obj(kv{"failure", nil}, kv{"nextAction", "wait_then_retry_apply"}, kv{"operationId", opID}, kv{"retryAfter", lease}, kv{"state", "applying"}), s.ledger(apply, "succeeded"))
+		s.call("run", js, applying)
+		s.call("run", js, applying)
 		s.t = s.t.Add(90 * time.Second)
-		s.call("run", code(js), runOK(map[string]any{"operationId": opID, "state": "completed", "failure": nil, "nextAction": "done", "retryAfter": nil, "destinationDocumentId": s.docID()}, ledger(apply, "succeeded")))
+		s.call("run", js, s.runOK(s.obj(kv{"destinationDocumentId", s.docID()}, kv{"failure", nil}, kv{"nextAction", "done"}, kv{"operationId", opID}, kv{"retryAfter", nil}, kv{"state", "completed"}), s.ledger(apply, "succeeded")))
 		s.expect("premature_retry", "", opID)
 	}},
 	{"oddlynew-journal-corrupt", "oddlynew", func(s *session) {
 		d := s.docID()
-		s.call("run", code(getJS(d)), runOK(map[string]any{"documentId": d, "journalStatus": "journal_corrupt", "writeBasis": s.wb()}, ledger(get, "succeeded")))
+		s.call("run", s.code(getJS(d)), s.runOK(s.obj(kv{"documentId", d}, kv{"journalStatus", "journal_corrupt"}, kv{"writeBasis", s.wb()}), s.ledger(get, "succeeded")))
 		s.expect("integrity_failure", d, "")
 	}},
 	{"oddlynew-archive-resent", "oddlynew", func(s *session) {
 		d := s.docID()
-		js := fmt.Sprintf(`async () => await documents.archiveDocument({ documentId: %q })`, d)
-		s.call("run", code(js), runFail("Execution timed out", []any{ledger(archive, "in_flight_unknown")}, outcome(1, archive, "write", "in_flight_unknown", nil)))
-		s.call("run", code(js), runOK(map[string]any{"documentId": d, "archived": true}, ledger(archive, "succeeded")))
+		js := s.code(`async () => await documents.archiveDocument({ documentId: "` + d + `" })`)
+		s.call("run", js, s.runFail("Execution timed out", []raw{s.ledger(archive, "in_flight_unknown")}, s.outcome(1, archive, "write", "in_flight_unknown", "")))
+		s.call("run", js, s.runOK(s.obj(kv{"archived", true}, kv{"documentId", d}), s.ledger(archive, "succeeded")))
 	}},
 }
 
 func thegramNormal(s *session) {
 	p, rev := s.doc(), s.rev()
-	s.call("gram_projects", map[string]any{}, okResult(map[string]any{"projects": []any{}}))
-	for i := 0; i < 1+s.g.rng.Intn(3); i++ {
-		s.call("gram_read", map[string]any{"path": p}, readOK(p, rev, "synced"))
+	s.call("gram_projects", rawEmpty, projectsOK)
+	for i := 0; i < 1+s.rng.Intn(3); i++ {
+		s.call("gram_read", s.pathArgs(p), s.readOK(p, rev, "synced"))
 		s.wait(5 * time.Second)
-		args := patchArgs(s, p, rev, s.reqID())
-		s.call("gram_patch", args, patchOK(p, rev+1, args["request_id"].(string), false, "synced"))
+		args := s.patchArgs(p, rev, s.reqID())
+		s.call("gram_patch", s.patch(args), s.patchOK(p, rev+1, args.reqID, false, "synced"))
 		rev++
 	}
 }
 
 func thegramSyncConfirmed(s *session) {
-	p, rev := "gdrive-shared/"+s.g.hex(8)+".gram", s.rev()
-	args := patchArgs(s, p, rev, s.reqID())
-	s.call("gram_patch", args, patchOK(p, rev+1, args["request_id"].(string), false, "pending"))
+	p, rev := "gdrive-shared/"+s.hex(8)+".gram", s.rev()
+	args := s.patchArgs(p, rev, s.reqID())
+	s.call("gram_patch", s.patch(args), s.patchOK(p, rev+1, args.reqID, false, "pending"))
 	s.wait(30 * time.Second)
-	s.call("gram_read", map[string]any{"path": p}, readOK(p, rev+1, "synced"))
+	s.call("gram_read", s.pathArgs(p), s.readOK(p, rev+1, "synced"))
 }
 
 func oddlynewNormal(s *session) {
 	d := s.docID()
-	if s.g.rng.Intn(3) == 0 {
-		s.call("guide", map[string]any{"question": "how do I edit a document?"}, okResult(map[string]any{"answer": "..."}))
+	if s.rng.Intn(3) == 0 {
+		s.call("guide", guideArgs, guideOK)
 	}
-	for i := 0; i < 1+s.g.rng.Intn(3); i++ {
-		s.call("run", code(readEditJS(d, s.text())), runOK(map[string]any{"documentId": d, "writeConfirmed": true, "revision": 10 + i, "saveState": "pending", "pendingProjections": []any{"search_projection"}},
-			ledger(get, "succeeded"), ledger(edit, "succeeded")))
+	for i := 0; i < 1+s.rng.Intn(3); i++ {
+		result := s.obj(kv{"documentId", d}, kv{"pendingProjections", []raw{raw(`"search_projection"`)}}, kv{"revision", 10 + i}, kv{"saveState", "pending"}, kv{"writeConfirmed", true})
+		s.call("run", s.code(readEditJS(d, s.text())), s.runOK(result, s.ledger(get, "succeeded"), s.ledger(edit, "succeeded")))
 		s.wait(10 * time.Second)
 	}
 }
 
 func oddlynewCreateEdit(s *session) {
-	title := "Notes " + s.g.hex(6)
+	title := "Notes " + s.hex(6)
 	d := s.docID()
-	s.call("run", code(createJS(s.uuid7(), title)), runOK(map[string]any{"documentId": d, "action": "created", "title": title, "type": "note"}, ledger(create, "succeeded")))
-	s.call("run", code(readEditJS(d, s.text())), runOK(map[string]any{"documentId": d, "writeConfirmed": true, "revision": 2}, ledger(get, "succeeded"), ledger(edit, "succeeded")))
+	s.call("run", s.code(createJS(s.uuid7(), title)), s.runOK(s.created(d, "created", title), s.ledger(create, "succeeded")))
+	s.call("run", s.code(readEditJS(d, s.text())), s.runOK(s.edited(d, 2), s.ledger(get, "succeeded"), s.ledger(edit, "succeeded")))
 }
 
 // Thegram payloads.
 
+var (
+	gramDirs  = []string{"team", "eng", "ops", "research"}
+	gramKinds = []string{"notes", "spec", "log", "faq", "runbook"}
+	gramOps   = []string{"append_block", "insert_after", "replace_section", "set_field"}
+)
+
 func (s *session) doc() string {
-	s.g.docs++
-	dirs := []string{"team", "eng", "ops", "research"}
-	kinds := []string{"notes", "spec", "log", "faq", "runbook"}
-	return fmt.Sprintf("%s/%s-%s.gram", dirs[s.g.rng.Intn(len(dirs))], kinds[s.g.rng.Intn(len(kinds))], s.g.hex(6))
+	return gramDirs[s.rng.Intn(len(gramDirs))] + "/" + gramKinds[s.rng.Intn(len(gramKinds))] + "-" + s.hex(6) + ".gram"
 }
 
-func (s *session) rev() int      { return 1 + s.g.rng.Intn(40) }
-func (s *session) reqID() string { return "req-" + s.g.hex(12) }
-func (s *session) text() string  { return "note " + s.g.hex(6) }
+func (s *session) rev() int      { return 1 + s.rng.Intn(40) }
+func (s *session) reqID() string { return "req-" + s.hex(12) }
+func (s *session) text() string  { return "note " + s.hex(6) }
 
-func op(s *session) any {
-	ops := []string{"append_block", "insert_after", "replace_section", "set_field"}
-	return map[string]any{"op": ops[s.g.rng.Intn(len(ops))], "target": fmt.Sprintf("h%d-%d", s.g.rng.Intn(10), s.g.rng.Intn(30)), "text": s.text()}
+// gramOp is one operation of a gram_patch.
+type gramOp struct{ op, target, text string }
+
+func (s *session) op() gramOp {
+	op := gramOps[s.rng.Intn(len(gramOps))]
+	target := "h" + strconv.Itoa(s.rng.Intn(10)) + "-" + strconv.Itoa(s.rng.Intn(30))
+	return gramOp{op, target, s.text()}
 }
 
-func patchArgs(s *session, path string, base int, reqID string) map[string]any {
-	ops := []any{}
-	for i := 0; i < 1+s.g.rng.Intn(3); i++ {
-		ops = append(ops, op(s))
+// patchReq is the arguments of a gram_patch.
+type patchReq struct {
+	path  string
+	base  int
+	reqID string
+	ops   []gramOp
+	// mode is an argument the server does not know, when set.
+	mode string
+}
+
+func (s *session) patchArgs(path string, base int, reqID string) patchReq {
+	p := patchReq{path: path, base: base, reqID: reqID}
+	for i := 0; i < 1+s.rng.Intn(3); i++ {
+		p.ops = append(p.ops, s.op())
 	}
-	return map[string]any{"path": path, "base_revision": base, "expected_hash": hashOf(path, base), "request_id": reqID, "operations": ops}
+	return p
 }
 
 // rebase copies a patch onto another base under another request id.
-func rebase(args map[string]any, base int, reqID string) map[string]any {
-	out := map[string]any{}
-	for k, v := range args {
-		out[k] = v
-	}
-	out["base_revision"], out["expected_hash"], out["request_id"] = base, hashOf(args["path"].(string), base), reqID
-	out["operations"] = append([]any(nil), args["operations"].([]any)...)
-	return out
+func (p patchReq) rebase(base int, reqID string) patchReq {
+	q := p
+	q.base, q.reqID, q.ops = base, reqID, slices.Clone(p.ops)
+	return q
 }
 
-func hashOf(path string, rev int) string {
+func (s *session) patch(p patchReq) raw {
+	b := append(s.begin(), '{')
+	b = appendKeyInt(b, "base_revision", p.base)
+	b = appendHash(appendKey(b, "expected_hash"), p.path, p.base)
+	if p.mode != "" {
+		b = appendKeyStr(b, "mode", p.mode)
+	}
+	b = append(appendKey(b, "operations"), '[')
+	for i, o := range p.ops {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '{')
+		b = appendKeyStr(b, "op", o.op)
+		b = appendKeyStr(b, "target", o.target)
+		b = appendKeyStr(b, "text", o.text)
+		b = append(b, '}')
+	}
+	b = append(b, ']')
+	b = appendKeyStr(b, "path", p.path)
+	b = appendKeyStr(b, "request_id", p.reqID)
+	return s.end(append(b, '}'))
+}
+
+func (s *session) pathArgs(path string) raw {
+	return s.end(append(appendKeyStr(append(s.begin(), '{'), "path", path), '}'))
+}
+
+// appendHash appends the content hash of a document at a revision, as a
+// JSON string.
+func appendHash(b []byte, path string, rev int) []byte {
 	h := uint32(2166136261)
-	for _, c := range fmt.Sprintf("%s@%d", path, rev) {
-		h = (h ^ uint32(c)) * 16777619
+	mix := func(c byte) { h = (h ^ uint32(c)) * 16777619 }
+	for i := 0; i < len(path); i++ {
+		mix(path[i])
 	}
-	return fmt.Sprintf("%08x%04x", h, rev)
+	mix('@')
+	var digits [20]byte
+	for _, c := range strconv.AppendInt(digits[:0], int64(rev), 10) {
+		mix(c)
+	}
+	b = append(b, '"')
+	for shift := 28; shift >= 0; shift -= 4 {
+		b = append(b, hexDigits[h>>shift&0xf])
+	}
+	r := strconv.FormatInt(int64(rev), 16)
+	for i := len(r); i < 4; i++ {
+		b = append(b, '0')
+	}
+	b = append(b, r...)
+	return append(b, '"')
 }
 
-func patchOK(path string, rev int, reqID string, replayed bool, sync string) map[string]any {
-	return map[string]any{"isError": false, "structuredContent": map[string]any{"path": path, "rev": rev, "hash": hashOf(path, rev),
-		"request_id": reqID, "replayed": replayed, "sync": map[string]any{"state": sync}},
-		"content": []any{map[string]any{"type": "text", "text": fmt.Sprintf("%s at r%d", path, rev)}}}
+func (s *session) patchOK(path string, rev int, reqID string, replayed bool, sync string) raw {
+	b := append(s.begin(), `{"content":[{"text":`...)
+	b = appendStr(b, path+" at r"+strconv.Itoa(rev))
+	b = append(b, `,"type":"text"}],"isError":false,"structuredContent":{`...)
+	b = appendHash(appendKey(b, "hash"), path, rev)
+	b = appendKeyStr(b, "path", path)
+	b = appendKeyBool(b, "replayed", replayed)
+	b = appendKeyStr(b, "request_id", reqID)
+	b = appendKeyInt(b, "rev", rev)
+	b = append(appendKey(b, "sync"), '{')
+	b = appendKeyStr(b, "state", sync)
+	return s.end(append(b, "}}}"...))
 }
 
-func readOK(path string, rev int, sync string) map[string]any {
-	return okResult(map[string]any{"path": path, "rev": rev, "hash": hashOf(path, rev), "sync": map[string]any{"state": sync}, "text": "..."})
+func (s *session) readOK(path string, rev int, sync string) raw {
+	b := append(s.begin(), `{"isError":false,"structuredContent":{`...)
+	b = appendHash(appendKey(b, "hash"), path, rev)
+	b = appendKeyStr(b, "path", path)
+	b = appendKeyInt(b, "rev", rev)
+	b = append(appendKey(b, "sync"), '{')
+	b = appendKeyStr(b, "state", sync)
+	b = append(b, '}')
+	b = appendKeyStr(b, "text", "...")
+	return s.end(append(b, "}}"...))
 }
 
-func toolErr(code, msg string) map[string]any {
-	return map[string]any{"isError": true, "structuredContent": map[string]any{"error": map[string]any{"code": code, "message": msg}},
-		"content": []any{map[string]any{"type": "text", "text": code + ": " + msg}}}
+func (s *session) toolErr(code, msg string) raw {
+	b := append(s.begin(), `{"content":[{"text":`...)
+	b = appendStr(b, code+": "+msg)
+	b = append(b, `,"type":"text"}],"isError":true,"structuredContent":{"error":{`...)
+	b = appendKeyStr(b, "code", code)
+	b = appendKeyStr(b, "message", msg)
+	return s.end(append(b, "}}}"...))
 }
 
 // Oddlynew payloads.
@@ -303,59 +509,79 @@ const (
 	apply   = "organizations.applyDocumentCopy"
 )
 
-func (s *session) docID() string { return "doc_" + s.g.hex(16) }
-func (s *session) wb() string    { return "wb_" + s.g.hex(20) }
+func (s *session) docID() string { return "doc_" + s.hex(16) }
+func (s *session) wb() string    { return "wb_" + s.hex(20) }
 func (s *session) uuid7() string {
-	h := s.g.hex(28)
-	return fmt.Sprintf("01a19b7c-%s-7%s-%s-%s", h[0:4], h[4:7], h[7:11], h[11:23])
+	h := s.hex(28)
+	return "01a19b7c-" + h[0:4] + "-7" + h[4:7] + "-" + h[7:11] + "-" + h[11:23]
 }
 
-func code(js string) map[string]any { return map[string]any{"code": js} }
+// code is the arguments of a run: its JavaScript.
+func (s *session) code(js string) raw {
+	return s.end(append(appendKeyStr(append(s.begin(), '{'), "code", js), '}'))
+}
+
+// The scripts quote identifiers that need no escaping.
 
 func editJS(doc, wb, text string) string {
-	return fmt.Sprintf(`async () => await documents.editDocument({ documentId: %q, writeBasis: %q, edits: [{ op: "replaceBlock", block: "b7", text: %q }] })`, doc, wb, text)
+	return `async () => await documents.editDocument({ documentId: "` + doc + `", writeBasis: "` + wb + `", edits: [{ op: "replaceBlock", block: "b7", text: "` + text + `" }] })`
 }
 
 func readEditJS(doc, text string) string {
-	return fmt.Sprintf("async () => {\n  const d = await documents.getDocument({ documentId: %q });\n  return await documents.editDocument({ documentId: %q, writeBasis: d.writeBasis,\n    edits: [{ op: \"appendParagraph\", text: %q }] });\n}", doc, doc, text)
+	return "async () => {\n  const d = await documents.getDocument({ documentId: \"" + doc + "\" });\n  return await documents.editDocument({ documentId: \"" + doc +
+		"\", writeBasis: d.writeBasis,\n    edits: [{ op: \"appendParagraph\", text: \"" + text + "\" }] });\n}"
 }
 
 func getJS(doc string) string {
-	return fmt.Sprintf(`async () => await documents.getDocument({ documentId: %q })`, doc)
+	return `async () => await documents.getDocument({ documentId: "` + doc + `" })`
 }
 
 func createJS(cid, title string) string {
-	return fmt.Sprintf(`async () => await documents.createDocument({ creationId: %q, title: %q, type: "note" })`, cid, title)
+	return `async () => await documents.createDocument({ creationId: "` + cid + `", title: "` + title + `", type: "note" })`
 }
 
-func ledger(tool, outcome string) map[string]any {
-	return map[string]any{"tool": tool, "outcome": outcome, "count": 1}
+func (s *session) edited(doc string, rev int) raw {
+	return s.obj(kv{"documentId", doc}, kv{"revision", rev}, kv{"writeConfirmed", true})
 }
 
-func outcome(seq int, tool, access, out string, value map[string]any) map[string]any {
-	o := map[string]any{"seq": seq, "tool": tool, "access": access, "outcome": out}
-	if value != nil {
-		o["value"] = value
+func (s *session) created(doc, action, title string) raw {
+	return s.obj(kv{"action", action}, kv{"documentId", doc}, kv{"title", title}, kv{"type", "note"})
+}
+
+func (s *session) ledger(tool, outcome string) raw {
+	return s.obj(kv{"count", 1}, kv{"outcome", outcome}, kv{"tool", tool})
+}
+
+func (s *session) outcome(seq int, tool, access, out string, value raw) raw {
+	if value != "" {
+		return s.obj(kv{"access", access}, kv{"outcome", out}, kv{"seq", seq}, kv{"tool", tool}, kv{"value", value})
 	}
-	return o
+	return s.obj(kv{"access", access}, kv{"outcome", out}, kv{"seq", seq}, kv{"tool", tool})
 }
 
-func runOK(result map[string]any, calls ...map[string]any) map[string]any {
-	cs := make([]any, len(calls))
-	for i := range calls {
-		cs[i] = calls[i]
-	}
-	return okResult(map[string]any{"result": result, "logs": []any{}, "calls": cs})
+func (s *session) runOK(result raw, calls ...raw) raw {
+	sc := s.obj(kv{"calls", calls}, kv{"logs", raw(`[]`)}, kv{"result", result})
+	return s.obj(kv{"isError", false}, kv{"structuredContent", sc})
 }
 
-func runFail(msg string, calls []any, outcomes ...map[string]any) map[string]any {
-	sc := map[string]any{"error": msg, "logs": []any{}, "calls": calls}
+func (s *session) runFail(msg string, calls []raw, outcomes ...raw) raw {
+	var sc raw
 	if len(outcomes) > 0 {
-		os := make([]any, len(outcomes))
-		for i := range outcomes {
-			os[i] = outcomes[i]
-		}
-		sc["outcomes"] = os
+		sc = s.obj(kv{"calls", calls}, kv{"error", msg}, kv{"logs", raw(`[]`)}, kv{"outcomes", outcomes})
+	} else {
+		sc = s.obj(kv{"calls", calls}, kv{"error", msg}, kv{"logs", raw(`[]`)})
 	}
-	return map[string]any{"isError": true, "structuredContent": sc, "content": []any{map[string]any{"type": "text", "text": msg}}}
+	content := s.obj(kv{"text", msg}, kv{"type", "text"})
+	return s.obj(kv{"content", []raw{content}}, kv{"isError", true}, kv{"structuredContent", sc})
+}
+
+// badLines are records the collector must reject, each with the span that
+// stands for it in OTLP.
+var badLines = []struct {
+	text string
+}{
+	{`{"time":"not a time","server":"thegram","request":{}}`},
+	{`{"server":"thegram","request":{"params":{"name":"gram_read"}}}`},
+	{`this is not json`},
+	{`{"time":"2026-11-02T09:00:00Z","server":"oddlynew"}`},
 }

@@ -48,6 +48,12 @@ func TestEndToEnd(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	// The listeners, as serve exports them.
+	if err := metrics.WatchFrontDoor(reg, func() []metrics.ListenerView {
+		return []metrics.ListenerView{{Name: metrics.ListenerIngest, Open: 3, Refused: 1}, {Name: metrics.ListenerGRPC, Open: 1}, {Name: metrics.ListenerAPI, Open: 2}}
+	}, func() int64 { return 1 << 20 }); err != nil {
+		t.Fatal(err)
+	}
 
 	o := rules.DefaultOptions()
 	o.ForOverride = time.Second

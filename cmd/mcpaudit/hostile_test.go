@@ -1,0 +1,452 @@
+package main
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
+)
+
+// hostileConfig is the configuration of the server under attack: a memory
+// limit, short timeouts so that the test is quick, a small connection cap
+// so that slowloris reaches it.
+const hostileConfig = `detect:
+  idle_timeout: 1s
+  lateness: 1s
+serve:
+  memory_limit: 402653184
+  receiver:
+    body_timeout: 2s
+  connections:
+    max_per_listener: 64
+    read_header_timeout: 2s
+    idle_timeout: 5s
+  pipeline:
+    commit_every: 50ms
+`
+
+// peakRSS returns the peak resident set of a process, in bytes.
+func peakRSS(t *testing.T, pid int) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatalf("cannot read the server's status: %v (did it die?)", err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	t.Fatal("no VmHWM in /proc status")
+	return 0
+}
+
+// hostileRecord is a call record line with the given server, tool and
+// time text, byte for byte.
+func hostileRecord(server, tool, tm string, i int) []byte {
+	return []byte(fmt.Sprintf(`{"time":%s,"server":"%s","session":"s","request":{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"%s","arguments":{"path":"a.gram"}}},"response":{"jsonrpc":"2.0","id":%d,"result":{}}}`+"\n",
+		tm, server, i, tool, i))
+}
+
+func quoted(t time.Time) string { return strconv.Quote(t.Format(time.RFC3339Nano)) }
+
+// TestServe_HostileInputs runs the hostile-input matrix against serve in a
+// process of its own with a 384 MiB memory limit: each probe gets its
+// expected status, the server answers /healthz after each, and its peak RSS
+// stays bounded. MCPAUDIT_HOSTILE_LOG=1 prints the statuses by probe and
+// the peak RSS.
+func TestServe_HostileInputs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a server process and sends it about 100 MB")
+	}
+	dir := t.TempDir()
+	config := filepath.Join(t.TempDir(), "mcpaudit.yaml")
+	os.WriteFile(config, []byte(hostileConfig), 0o644)
+	ingest, api := freePort(t), freePort(t)
+	c := startChild(t, dir, config, ingest, api)
+	defer c.kill()
+	pid := c.cmd.Process.Pid
+	client := &http.Client{Timeout: 30 * time.Second}
+	post := func(path, ctype string, body []byte, headers ...string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest("POST", "http://"+ingest+path, bytes.NewReader(body))
+		req.Header.Set("Content-Type", ctype)
+		for i := 0; i+1 < len(headers); i += 2 {
+			req.Header.Set(headers[i], headers[i+1])
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		return resp.StatusCode, string(b)
+	}
+	alive := func(probe string) {
+		t.Helper()
+		resp, err := http.Get("http://" + api + "/healthz")
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("after %s the server does not answer /healthz: %v", probe, err)
+		}
+		resp.Body.Close()
+	}
+	now := time.Now().UTC()
+	good := hostileRecord("thegram", "gram_read", quoted(now), 0)
+	gz := func(b []byte) []byte {
+		var buf bytes.Buffer
+		zw, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+		zw.Write(b)
+		zw.Close()
+		return buf.Bytes()
+	}
+	span := func(mutate func(ptrace.Span)) ptraceotlp.ExportRequest {
+		td := ptrace.NewTraces()
+		rs := td.ResourceSpans().AppendEmpty()
+		rs.Resource().Attributes().PutStr("service.name", "thegram")
+		sp := rs.ScopeSpans().AppendEmpty().Spans().AppendEmpty()
+		sp.SetTraceID(pcommon.TraceID([16]byte{9}))
+		sp.SetSpanID(pcommon.SpanID([8]byte{9}))
+		sp.SetStartTimestamp(pcommon.NewTimestampFromTime(now))
+		sp.SetEndTimestamp(pcommon.NewTimestampFromTime(now.Add(time.Millisecond)))
+		sp.Attributes().PutStr("mcp.method.name", "tools/call")
+		sp.Attributes().PutStr("gen_ai.tool.name", "gram_read")
+		if mutate != nil {
+			mutate(sp)
+		}
+		return ptraceotlp.NewExportRequestFromTraces(td)
+	}
+	proto := func(r ptraceotlp.ExportRequest) []byte { b, _ := r.MarshalProto(); return b }
+	deepJSON := strings.Repeat(`{"a":`, 100_000) + "1" + strings.Repeat("}", 100_000)
+	deepOTLP := func() []byte {
+		// 100k nested arrayValues: 1.7 MB of JSON.
+		return []byte(`{"resourceSpans":[{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"thegram"}}]},"scopeSpans":[{"spans":[{"traceId":"09000000000000000000000000000000","spanId":"0900000000000000","startTimeUnixNano":"1","attributes":[{"key":"deep","value":` +
+			strings.Repeat(`{"arrayValue":{"values":[`, 100_000) + `{"intValue":"1"}` + strings.Repeat(`]}}`, 100_000) + `}]}]}]}]}`)
+	}
+	random := make([]byte, 64<<10)
+	rand.New(rand.NewSource(1)).Read(random)
+
+	type probe struct {
+		name   string
+		run    func() (int, string)
+		status int
+		// want is a piece of the answer, when it matters.
+		want string
+	}
+	probes := []probe{
+		{"gzip_bomb_1GB", func() (int, string) {
+			zeros := make([]byte, 1<<20)
+			var buf bytes.Buffer
+			zw, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+			for range 1024 {
+				zw.Write(zeros)
+			}
+			zw.Close()
+			return post("/v1/calls", "application/x-ndjson", buf.Bytes(), "Content-Encoding", "gzip")
+		}, 413, "after decompression"},
+		{"gzip_bomb_without_encoding", func() (int, string) {
+			return post("/v1/calls", "application/x-ndjson", gz(bytes.Repeat(good, 200_000)))
+		}, 413, "after decompression"},
+		{"declared_length_1GB", func() (int, string) {
+			return rawStatus(t, ingest, "POST /v1/calls HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-ndjson\r\nContent-Length: 1073741824\r\n\r\n{", 0)
+		}, 413, ""},
+		{"truncated_protobuf", func() (int, string) {
+			b := proto(span(nil))
+			return post("/v1/traces", "application/x-protobuf", b[:len(b)-7])
+		}, 400, "cannot decode OTLP protobuf"},
+		{"random_protobuf", func() (int, string) { return post("/v1/traces", "application/x-protobuf", random) }, 400, ""},
+		{"json_nested_100k_calls", func() (int, string) {
+			return post("/v1/calls", "application/x-ndjson", bytes.Replace(good, []byte(`{"path":"a.gram"}`), []byte(deepJSON), 1))
+		}, 400, ""},
+		{"json_nested_100k_otlp", func() (int, string) { return post("/v1/traces", "application/json", deepOTLP()) }, 400, "max_depth"},
+		{"invalid_utf8_server", func() (int, string) {
+			return post("/v1/calls", "application/x-ndjson", hostileRecord("bad\xffsrv", "gram_read", quoted(now), 1))
+		}, 400, "invalid UTF-8"},
+		{"invalid_utf8_beside_good", func() (int, string) {
+			return post("/v1/calls", "application/x-ndjson", append(hostileRecord("thegram", "gram\xfe", quoted(now), 2), hostileRecord("thegram", "gram_read", quoted(now.Add(time.Millisecond)), 3)...))
+		}, 200, `"rejected":1`},
+		{"invalid_utf8_protobuf", func() (int, string) {
+			return post("/v1/traces", "application/x-protobuf", proto(span(func(sp ptrace.Span) { sp.Attributes().PutStr("gen_ai.tool.name", "x\xff") })))
+		}, 200, "invalid UTF-8"},
+		{"10k_attributes", func() (int, string) {
+			return post("/v1/traces", "application/json", func() []byte {
+				b, _ := span(func(sp ptrace.Span) {
+					for i := range 10_000 {
+						sp.Attributes().PutStr("k"+strconv.Itoa(i), "v")
+					}
+				}).MarshalJSON()
+				return b
+			}())
+		}, 200, "more than the limit of 1024"},
+		{"50MB_value", func() (int, string) {
+			return post("/v1/calls", "application/x-ndjson", bytes.Replace(good, []byte(`"a.gram"`), []byte(`"`+strings.Repeat("v", 50<<20)+`"`), 1))
+		}, 413, ""},
+		{"time_year_1", func() (int, string) {
+			return post("/v1/calls", "application/x-ndjson", hostileRecord("thegram", "gram_read", `"0001-01-01T00:00:00Z"`, 4))
+		}, 400, "outside 1678-2261"},
+		{"time_year_9999", func() (int, string) {
+			return post("/v1/calls", "application/x-ndjson", hostileRecord("thegram", "gram_read", `"9999-12-31T23:59:59Z"`, 5))
+		}, 400, "outside 1678-2261"},
+		{"time_negative", func() (int, string) {
+			return post("/v1/calls", "application/x-ndjson", hostileRecord("thegram", "gram_read", `"-0001-01-01T00:00:00Z"`, 6))
+		}, 400, "time"},
+		{"time_year_9999_otlp", func() (int, string) {
+			return post("/v1/traces", "application/x-protobuf", proto(span(func(sp ptrace.Span) { sp.SetStartTimestamp(pcommon.Timestamp(1<<63 + 5)) })))
+		}, 200, "outside 1678-2261"},
+		{"tool_name_1MB", func() (int, string) {
+			return post("/v1/calls", "application/x-ndjson", hostileRecord("thegram", strings.Repeat("t", 1<<20), quoted(now), 7))
+		}, 400, "more than the limit of 256"},
+		{"100k_server_names", func() (int, string) {
+			// In four requests of 25,000 records; the tenant's cap of
+			// 1,000 servers holds, each request answers its records.
+			status, last := 0, ""
+			for part := range 4 {
+				var b bytes.Buffer
+				for i := range 25_000 {
+					n := part*25_000 + i
+					b.Write(hostileRecord("srv-"+strconv.Itoa(n), "tool-"+strconv.Itoa(n), quoted(now.Add(time.Duration(n)*time.Microsecond)), n))
+				}
+				status, last = post("/v1/calls", "application/x-ndjson", b.Bytes())
+				if part == 0 && status != 200 {
+					return status, last
+				}
+			}
+			return status, last
+		}, 400, "max_servers_per_tenant"},
+		{"32_clients_14MB_bodies", func() (int, string) {
+			// Bytes in flight: 32 bodies of 14 MiB at once (a record with
+			// a value over the payload cap, refused after it is read) pass
+			// the 256 MiB budget; the rest is refused before it is read.
+			body := bytes.Replace(good, []byte(`"a.gram"`), []byte(`"`+strings.Repeat("v", 14<<20)+`"`), 1)
+			return concurrently(32, func() (int, string) { return post("/v1/calls", "application/x-ndjson", body) }, 400, 429, 503)
+		}, 0, ""},
+		{"8_clients_deep_otlp", func() (int, string) {
+			body := deepOTLP()
+			return concurrently(8, func() (int, string) { return post("/v1/traces", "application/json", body) }, 400)
+		}, 0, ""},
+		{"slowloris", func() (int, string) { return slowloris(t, ingest, api) }, 200, ""},
+		{"body_1_byte_per_second", func() (int, string) {
+			return rawStatus(t, ingest, fmt.Sprintf("POST /v1/calls HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-ndjson\r\nContent-Length: %d\r\n\r\n", len(good)), time.Second, good...)
+		}, 408, ""},
+	}
+	var report strings.Builder
+	for _, p := range probes {
+		start := time.Now()
+		status, body := p.run()
+		shown := strconv.Itoa(status)
+		if status == 0 && p.status == 0 {
+			shown = "statuses " + body // a concurrent probe: its count of each status
+		}
+		fmt.Fprintf(&report, "%-28s %s  %s  peak RSS %d MiB\n", p.name, shown, time.Since(start).Round(time.Millisecond), peakRSS(t, pid)>>20)
+		if status != p.status || !strings.Contains(body, p.want) {
+			t.Errorf("%s: %d %.300q, want %d with %q", p.name, status, body, p.status, p.want)
+		}
+		alive(p.name)
+	}
+	// The flood of server names cost a bounded exposition.
+	resp, err := http.Get("http://" + api + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metricsText, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	fmt.Fprintf(&report, "/metrics after the flood: %d bytes, %d lines\n", len(metricsText), bytes.Count(metricsText, []byte("\n")))
+	if len(metricsText) > 2<<20 {
+		t.Errorf("/metrics is %d bytes after 100k server names, want at most 2 MiB", len(metricsText))
+	}
+	if bytes.Contains(metricsText, []byte("srv-99999")) || bytes.Contains(metricsText, []byte("\xff")) {
+		t.Errorf("/metrics holds a name past the cap or invalid UTF-8")
+	}
+	// What was cut is counted: the connections slowloris held past the cap,
+	// and the records by reason.
+	for _, want := range []string{`mcpaudit_connections_refused_total{listener="ingest"} 0`} {
+		if bytes.Contains(metricsText, []byte(want)) {
+			t.Errorf("/metrics: %s after slowloris", want)
+		}
+	}
+	for _, reason := range []string{"invalid_text", "too_long", "bad_time", "server_limit", "too_large", "timeout"} {
+		if !bytes.Contains(metricsText, []byte(`reason="`+reason+`",source="calls_http"}`)) ||
+			bytes.Contains(metricsText, []byte(`mcpaudit_ingest_rejected_total{reason="`+reason+`",source="calls_http"} 0`+"\n")) {
+			t.Errorf("/metrics does not count the %s rejections", reason)
+		}
+	}
+	peak := peakRSS(t, pid)
+	fmt.Fprintf(&report, "peak RSS %d MiB (memory_limit 384 MiB)\n", peak>>20)
+	if os.Getenv("MCPAUDIT_HOSTILE_LOG") != "" {
+		t.Log("\n" + report.String())
+	}
+	// The whole process, not only the Go heap, stays under the limit:
+	// requests are refused before they are read once the heap nears it,
+	// and requests in flight may hold half of it.
+	if peak > 384<<20 {
+		t.Errorf("peak RSS %d MiB, want under the memory limit of 384 MiB\n%s", peak>>20, report.String())
+	}
+	// Every good record of the matrix was stored and the server judged on:
+	// it answers the API.
+	var st map[string]any
+	getJSON(t, "http://"+api+"/api/v1/status", &st)
+}
+
+// concurrently runs n copies of probe at once. It returns 0 and the count
+// of each status when every status is one of allowed, else the first
+// other status.
+func concurrently(n int, probe func() (int, string), allowed ...int) (int, string) {
+	var mu sync.Mutex
+	counts := map[int]int{}
+	bad, badBody := 0, ""
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			status, body := probe()
+			mu.Lock()
+			defer mu.Unlock()
+			counts[status]++
+			ok := false
+			for _, a := range allowed {
+				ok = ok || a == status
+			}
+			if !ok && bad == 0 {
+				bad, badBody = status, body
+				if bad == 0 {
+					bad = -1 // a transport error: a reset or a timeout
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if bad != 0 {
+		return bad, badBody
+	}
+	return 0, fmt.Sprint(counts)
+}
+
+// rawStatus sends head, then body a byte at a time every perByte, and
+// returns the status code of the answer.
+func rawStatus(t *testing.T, addr, head string, perByte time.Duration, body ...byte) (int, string) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer c.Close()
+	c.Write([]byte(head))
+	go func() {
+		for i := range body {
+			if _, err := c.Write(body[i : i+1]); err != nil {
+				return
+			}
+			time.Sleep(perByte)
+		}
+	}()
+	c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	b := make([]byte, 4096)
+	n, _ := io.ReadAtLeast(c, b, 12)
+	line := string(b[:n])
+	fields := strings.Fields(line)
+	if len(fields) < 2 {
+		return 0, line
+	}
+	code, _ := strconv.Atoi(fields[1])
+	return code, line
+}
+
+// slowloris holds twice the connection cap open on the ingest listener,
+// sending a header byte now and then. Meanwhile the API answers, a new
+// ingest connection is answered 503 with Retry-After at once, and once the
+// header timeout has cut the held connections, ingest works again. It
+// returns the status of that last request.
+func slowloris(t *testing.T, ingest, api string) (int, string) {
+	var conns []net.Conn
+	var mu sync.Mutex
+	fill := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for range 64 {
+			c, err := net.Dial("tcp", ingest)
+			if err != nil {
+				return
+			}
+			c.Write([]byte("POST /v1/calls HTTP/1.1\r\nHost: x\r\n"))
+			conns = append(conns, c)
+		}
+	}
+	stop := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+			mu.Lock()
+			for _, c := range conns {
+				c.Write([]byte("X"))
+			}
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		close(stop)
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+	}()
+	// The attacker opens connections until every slot is held (a slot an
+	// earlier probe's connection is still giving back is taken too).
+	status, line := 0, ""
+	for range 5 {
+		fill()
+		time.Sleep(100 * time.Millisecond)
+		resp, err := http.Get("http://" + api + "/healthz")
+		if err != nil || resp.StatusCode != 200 {
+			return 0, fmt.Sprintf("the API is down during slowloris: %v", err)
+		}
+		resp.Body.Close()
+		if status, line = rawStatus(t, ingest, "POST /v1/calls HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", 0); status == 503 {
+			break
+		}
+	}
+	if status != 503 || !strings.Contains(line, "Retry-After") {
+		return status, "a new connection during slowloris: " + line
+	}
+	// The held connections are cut at the header timeout (2s). Each try
+	// is a new connection (an idle keep-alive one of an earlier probe is
+	// not under the cap's test).
+	fresh := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		time.Sleep(500 * time.Millisecond)
+		req, _ := http.NewRequest("POST", "http://"+ingest+"/v1/calls", strings.NewReader(string(hostileRecord("thegram", "gram_read", quoted(time.Now().UTC()), 99))))
+		req.Header.Set("Content-Type", "application/x-ndjson")
+		resp, err := fresh.Do(req)
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				var r map[string]any
+				json.Unmarshal(b, &r)
+				return 200, ""
+			}
+		}
+	}
+	return 0, "ingest did not recover after slowloris"
+}

@@ -1,0 +1,207 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/internal/capgen"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
+)
+
+// storedCalls counts the calls in a running server's store, and the
+// latest event time among them.
+func storedCalls(t *testing.T, s *server) (int, time.Time) {
+	t.Helper()
+	n, latest := 0, time.Time{}
+	err := s.store.ScanCalls(context.Background(), time.Time{}, func(r *audit.Record) error {
+		n++
+		if r.Call.Time.After(latest) {
+			latest = r.Call.Time
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n, latest
+}
+
+func loadTarget(s *server, protocol string) string {
+	if protocol == protoOTLPGRPC {
+		return s.grpcAddr
+	}
+	return "http://" + s.ingestAddr
+}
+
+// TestLoadgen_Protocols: loadgen over each protocol against a real serve:
+// every record sent is acknowledged or rejected, nothing is refused, and
+// the calls it counts as accepted are the calls the server stored, each
+// once (over call records, the server's own count of new calls agrees).
+func TestLoadgen_Protocols(t *testing.T) {
+	for _, protocol := range []string{protoCalls, protoOTLPHTTP, protoOTLPGRPC} {
+		t.Run(protocol, func(t *testing.T) {
+			t.Parallel()
+			s := startTest(t, testConfig(t, t.TempDir()))
+			rep, err := runLoad(context.Background(), loadOptions{Target: loadTarget(s, protocol), Protocol: protocol,
+				Duration: time.Minute, Clients: 3, Batch: 150, Calls: 6000, Seed: 5})
+			if err != nil {
+				t.Fatal(err)
+			}
+			stored, _ := storedCalls(t, s)
+			t.Logf("%d requests, %d sent, %d accepted, %d new, %d rejected, %d stored; ack p99 %.3fs",
+				rep.Requests, rep.Sent, rep.Accepted, rep.New, rep.Rejected, stored, rep.AckP99)
+			if rep.Failed+rep.Refused > 0 {
+				t.Fatalf("%d requests failed (%s), %d refused", rep.Failed, rep.FirstError, rep.Refused)
+			}
+			if rep.Sent != 6000 || rep.Accepted+rep.Rejected != rep.Sent {
+				t.Errorf("sent %d, accepted %d + rejected %d", rep.Sent, rep.Accepted, rep.Rejected)
+			}
+			if int64(stored) != rep.Accepted {
+				t.Errorf("loadgen counted %d calls accepted, the server stored %d", rep.Accepted, stored)
+			}
+			if protocol == protoCalls && rep.New != rep.Accepted {
+				t.Errorf("the server answered %d new calls of %d accepted on a fresh store", rep.New, rep.Accepted)
+			}
+			if protocol != protoCalls && rep.New != -1 {
+				t.Errorf("new calls %d over OTLP, which does not say", rep.New)
+			}
+		})
+	}
+}
+
+// TestLoadgen_Live: a live load is dated now, and no call is sent before
+// its time: every stored call is dated between the start of the load and
+// its end, and the planned rate paces it. (A duplicate observation, dated
+// after the call that comes after it, can be in the load.)
+func TestLoadgen_Live(t *testing.T) {
+	t.Parallel()
+	s := startTest(t, testConfig(t, t.TempDir()))
+	begin := time.Now()
+	rep, err := runLoad(context.Background(), loadOptions{Target: loadTarget(s, protoOTLPGRPC), Protocol: protoOTLPGRPC,
+		Rate: 1500, Duration: 3 * time.Second, Clients: 2, Batch: 50, Calls: 1_000_000, Seed: 8, Live: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := time.Now()
+	stored, latest := storedCalls(t, s)
+	t.Logf("%d accepted in %.1fs (planned 1500/s), %d stored, latest %s before the end", rep.Accepted, rep.Seconds, stored, end.Sub(latest))
+	if rep.Failed+rep.Refused > 0 || int64(stored) != rep.Accepted {
+		t.Fatalf("%d failed (%s), %d refused, %d accepted, %d stored", rep.Failed, rep.FirstError, rep.Refused, rep.Accepted, stored)
+	}
+	if latest.After(end) {
+		t.Errorf("a call dated %s after the end of the load was sent", latest.Sub(end))
+	}
+	var earliest time.Time
+	s.store.ScanCalls(context.Background(), time.Time{}, func(r *audit.Record) error {
+		if earliest.IsZero() || r.Call.Time.Before(earliest) {
+			earliest = r.Call.Time
+		}
+		return nil
+	})
+	if earliest.Before(begin.Add(-time.Second)) {
+		t.Errorf("a call dated %s before the load began was sent", begin.Sub(earliest))
+	}
+	// 4,500 calls planned: paced, not the million as fast as the server
+	// takes them. (How close it comes to the plan is the machine's.)
+	if rep.Accepted == 0 || rep.Accepted > 6000 {
+		t.Errorf("%d calls in 3 s at a planned 1500/s", rep.Accepted)
+	}
+}
+
+// TestLoadgen_OTLPFindsWhatRecordsFind: the spans loadgen sends over OTLP
+// carry the calls its call records carry: analyze finds the same findings
+// in a generated capture written both ways.
+func TestLoadgen_OTLPFindsWhatRecordsFind(t *testing.T) {
+	dir := t.TempDir()
+	st := capgen.NewStream(capgen.Config{Seed: 31, Sessions: 600, Span: 40 * time.Minute, AnomalyRate: 0.4, NoiseRate: 0.02})
+	var records bytes.Buffer
+	var otlpLines [][]byte
+	var batch []*capgen.Call
+	flush := func() {
+		req := ptraceotlp.NewExportRequestFromTraces(ptrace.NewTraces())
+		capgen.AppendTraces(req.Traces(), "loadgen-0", batch)
+		b, err := req.MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		otlpLines = append(otlpLines, b)
+		batch = batch[:0]
+	}
+	for {
+		c, ok := st.Next()
+		if !ok {
+			break
+		}
+		records.Write(c.AppendRecord(nil))
+		records.WriteByte('\n')
+		if batch = append(batch, c); len(batch) == 100 {
+			flush()
+		}
+	}
+	flush()
+	if st.BadLines() == 0 {
+		t.Fatal("no bad lines generated")
+	}
+	recPath, otlpPath := filepath.Join(dir, "calls.ndjson"), filepath.Join(dir, "traces.otlp.json")
+	writeLines(t, recPath, bytes.Split(bytes.TrimSpace(records.Bytes()), []byte("\n")))
+	writeLines(t, otlpPath, otlpLines)
+	want, got := analyzeJSON(t, recPath), analyzeJSON(t, otlpPath)
+	if len(want) < 100 {
+		t.Fatalf("the call records give %d findings: too few to tell", len(want))
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		missing, extra := 0, 0
+		in := map[string]bool{}
+		for _, l := range got {
+			in[l] = true
+		}
+		for _, l := range want {
+			if !in[l] {
+				missing++
+				if missing < 4 {
+					t.Errorf("missing from OTLP: %s", l)
+				}
+			}
+		}
+		for _, l := range got {
+			if !strings.Contains(strings.Join(want, "\n"), l) {
+				extra++
+				if extra < 4 {
+					t.Errorf("extra in OTLP: %s", l)
+				}
+			}
+		}
+		t.Fatalf("%d findings from call records, %d from OTLP: %d missing, %d extra", len(want), len(got), missing, extra)
+	}
+	t.Logf("%d findings both ways, %d bad lines and spans rejected", len(want), st.BadLines())
+}
+
+// TestLoadgen_RetriesRefused: a server whose queue holds little more than
+// one request refuses concurrent ones; loadgen sends a refused batch again
+// after a pause, so every call is acknowledged in the end, and what it
+// counts as accepted is still what the server stored.
+func TestLoadgen_RetriesRefused(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t, t.TempDir())
+	cfg.Serve.Pipeline.QueueCalls = 200
+	s := startTest(t, cfg)
+	rep, err := runLoad(context.Background(), loadOptions{Target: loadTarget(s, protoCalls), Protocol: protoCalls,
+		Duration: time.Minute, Clients: 6, Batch: 150, Calls: 6000, Seed: 6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored, _ := storedCalls(t, s)
+	t.Logf("%d requests, %d refused, %d accepted, %d stored", rep.Requests, rep.Refused, rep.Accepted, stored)
+	if rep.Failed > 0 || rep.Sent != 6000 || int64(stored) != rep.Accepted {
+		t.Fatalf("%d failed (%s), %d of 6000 sent, %d accepted, %d stored", rep.Failed, rep.FirstError, rep.Sent, rep.Accepted, stored)
+	}
+	if rep.Refused == 0 {
+		t.Skip("the server refused no request: the retry was not exercised")
+	}
+}

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/mcpaudit/mcpaudit/exporter/chain"
+	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
+	"github.com/mcpaudit/mcpaudit/internal/datadir"
+)
+
+const verifyUsage = `usage: mcpaudit verify --data-dir DIR [--public-key FILE]
+
+Checks the stored history of a data dir against its tamper-evidence chains
+and, with --public-key, against the checkpoints the collector signed
+(serve.signing_key_file). Every edit, deletion, insertion or reordering of
+stored calls, findings and finding state changes is printed with its tenant,
+chain entry and rows. Exit 0 when the history matches, 1 when it does not,
+2 when it cannot be checked. It only reads: a running collector may keep
+writing.
+
+The ClickHouse store is not covered yet (docs/storage.md, "Tamper evidence").
+
+flags:
+`
+
+// verifyCommand implements mcpaudit verify.
+func verifyCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, verifyUsage); fs.PrintDefaults() }
+	dir := fs.String("data-dir", "", "the data dir of the embedded store")
+	pubFile := fs.String("public-key", "", "PEM file of the Ed25519 public key that checks the checkpoints (mcpaudit keygen)")
+	store := fs.String("store", "sqlite", "the store: sqlite (the embedded store)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return &exitError{code: 2}
+	}
+	if *store != "sqlite" {
+		return &exitError{code: 2, err: fmt.Errorf("--store %s: only the embedded store (sqlite) can be verified by this version", *store)}
+	}
+	if *dir == "" {
+		return &exitError{code: 2, err: errors.New("--data-dir is required")}
+	}
+	var pub ed25519.PublicKey
+	if *pubFile != "" {
+		var err error
+		if pub, err = chain.ReadPublicKey(*pubFile); err != nil {
+			return &exitError{code: 2, err: err}
+		}
+	}
+	path := filepath.Join(*dir, "mcpaudit.db")
+	if _, err := os.Stat(path); err != nil {
+		return &exitError{code: 2, err: fmt.Errorf("cannot verify %s: %w", *dir, err)}
+	}
+	r, err := sqlite.Verify(ctx, path, pub)
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	r.Print(stdout)
+	if !r.OK() {
+		return &exitError{code: 1}
+	}
+	return nil
+}
+
+const keygenUsage = `usage: mcpaudit keygen --private-key FILE --public-key FILE
+
+Writes a new Ed25519 key pair as PEM: the private key (0600) for the
+collector's serve.signing_key_file, the public key for mcpaudit verify.
+Neither file may exist.
+
+flags:
+`
+
+// keygenCommand implements mcpaudit keygen.
+func keygenCommand(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("keygen", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, keygenUsage); fs.PrintDefaults() }
+	privFile := fs.String("private-key", "", "where to write the private key")
+	pubFile := fs.String("public-key", "", "where to write the public key")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return &exitError{code: 2}
+	}
+	if *privFile == "" || *pubFile == "" {
+		return &exitError{code: 2, err: errors.New("--private-key and --public-key are required")}
+	}
+	priv, pub, err := chain.GenerateKey()
+	if err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		path string
+		data []byte
+	}{{*privFile, priv}, {*pubFile, pub}} {
+		fh, err := os.OpenFile(f.path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, datadir.FileMode)
+		if err != nil {
+			return &exitError{code: 2, err: fmt.Errorf("cannot write key: %w", err)}
+		}
+		if _, err := fh.Write(f.data); err != nil {
+			fh.Close()
+			return fmt.Errorf("cannot write key: %w", err)
+		}
+		if err := fh.Close(); err != nil {
+			return fmt.Errorf("cannot write key: %w", err)
+		}
+	}
+	fmt.Fprintf(stdout, "wrote %s (keep it with the collector: serve.signing_key_file) and %s (for mcpaudit verify --public-key)\n", *privFile, *pubFile)
+	return nil
+}

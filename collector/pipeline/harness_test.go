@@ -1,0 +1,426 @@
+package pipeline_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/collector/capture"
+	"github.com/mcpaudit/mcpaudit/collector/detect"
+	"github.com/mcpaudit/mcpaudit/collector/dialect"
+	"github.com/mcpaudit/mcpaudit/collector/pipeline"
+	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
+)
+
+// wallStart is where the tests' wall clocks start: after every event of
+// the generated captures (2026-11-02 09:00 to about 10:30), so that no
+// call is ahead of the collector's clock unless a test means it to be.
+var wallStart = time.Date(2026, 11, 2, 12, 0, 0, 0, time.UTC)
+
+// testClock is the wall clock the pipeline is given. It moves only when
+// the test moves it, so that watermarks, idle sources and the hold of a
+// new partition follow the test's steps, not the machine's speed.
+type testClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newClock(t time.Time) *testClock { return &testClock{t: t} }
+
+func (c *testClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *testClock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// recorder is a sink that keeps what the pipeline announced.
+type recorder struct {
+	mu       sync.Mutex
+	calls    map[string]int
+	callTime map[string]time.Time
+	callPart map[string]detect.PartitionKey
+	writes   map[string]int // "call/seq/state"
+	findings map[string]int
+	// block, when set, holds the first Call until it is closed: the
+	// engine goroutine stops there.
+	block   chan struct{}
+	blocked chan struct{}
+}
+
+func newRecorder() *recorder {
+	return &recorder{calls: map[string]int{}, callTime: map[string]time.Time{}, callPart: map[string]detect.PartitionKey{},
+		writes: map[string]int{}, findings: map[string]int{}}
+}
+
+func (s *recorder) Call(r *audit.Record) {
+	s.mu.Lock()
+	block := s.block
+	s.block = nil
+	s.calls[r.Call.ID]++
+	s.callTime[r.Call.ID] = r.Call.Time
+	s.callPart[r.Call.ID] = detect.PartitionKey{Tenant: r.Call.Tenant, Server: r.Call.Server}
+	s.mu.Unlock()
+	if block != nil {
+		close(s.blocked)
+		<-block
+	}
+}
+
+func (s *recorder) Write(w *audit.Write, _ audit.WriteState) {
+	s.mu.Lock()
+	s.writes[fmt.Sprintf("%s/%d/%s", w.CallID, w.Seq, w.State)]++
+	s.mu.Unlock()
+}
+
+func (s *recorder) Finding(f *audit.Finding) {
+	s.mu.Lock()
+	s.findings[f.ID()]++
+	s.mu.Unlock()
+}
+
+// snapshot returns copies of what was announced so far.
+func (s *recorder) snapshot() (calls, findings map[string]int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	calls, findings = map[string]int{}, map[string]int{}
+	for k, v := range s.calls {
+		calls[k] = v
+	}
+	for k, v := range s.findings {
+		findings[k] = v
+	}
+	return calls, findings
+}
+
+// syncBuffer collects the pipeline's log.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// errCrashed is what the store answers once the process is taken as dead.
+var errCrashed = errors.New("the process died")
+
+// crashStore is the real store with a crash switch, the one fault the
+// real store cannot show in one process: once crashed, every write fails
+// and the state file is put back as it was at the crash when the run is
+// closed, as if the process had died at that moment (cmd/mcpaudit's
+// TestServe_KillLoop kills a real serve process with SIGKILL).
+type crashStore struct {
+	audit.Store
+	marksPath string
+
+	mu      sync.RWMutex
+	crashed bool
+	marks   []byte // the state file at the crash; nil when there was none
+
+	// dieAfterAppend makes the next AppendCalls commit its calls and the
+	// process die before the acknowledgement.
+	dieAfterAppend atomic.Bool
+	// failAppend makes AppendCalls fail (the store unreachable) without
+	// crashing.
+	failAppend atomic.Bool
+	// appendGate, when set, holds AppendCalls until it is closed;
+	// appendEntered is closed when it is entered and appended is set when
+	// it returned.
+	appendGate    chan struct{}
+	appendEntered chan struct{}
+	appended      atomic.Bool
+}
+
+func (s *crashStore) AppendCalls(ctx context.Context, recs []audit.Record) (int, error) {
+	if s.appendGate != nil {
+		close(s.appendEntered)
+		<-s.appendGate
+	}
+	if s.failAppend.Load() {
+		return 0, fmt.Errorf("cannot append calls: %w", audit.ErrUnavailable)
+	}
+	s.mu.RLock()
+	if s.crashed {
+		s.mu.RUnlock()
+		return 0, errCrashed
+	}
+	n, err := s.Store.AppendCalls(ctx, recs)
+	s.mu.RUnlock()
+	s.appended.Store(err == nil)
+	if err == nil && s.dieAfterAppend.Load() {
+		s.crash()
+		return 0, errCrashed
+	}
+	return n, err
+}
+
+func (s *crashStore) Commit(ctx context.Context, r audit.Results) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.crashed {
+		return errCrashed
+	}
+	return s.Store.Commit(ctx, r)
+}
+
+// crash stops every write from now on and keeps the state file as it is.
+func (s *crashStore) crash() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.crashed {
+		return
+	}
+	s.crashed = true
+	if b, err := os.ReadFile(s.marksPath); err == nil {
+		s.marks = b
+	}
+}
+
+// run is one life of a pipeline over a data directory.
+type run struct {
+	t      testing.TB
+	dir    string
+	clock  *testClock
+	store  *sqlite.Store
+	cs     *crashStore
+	p      *pipeline.Pipeline
+	rec    *recorder
+	logs   *syncBuffer
+	closed bool
+}
+
+// openRun starts a pipeline over the store in dir (made if missing).
+func openRun(t testing.TB, dir string, clock *testClock, edit func(*pipeline.Config), rec *recorder) *run {
+	t.Helper()
+	st, err := sqlite.Open(filepath.Join(dir, "mcpaudit.db"), sqlite.Options{Synchronous: "normal"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	marks := filepath.Join(dir, "partitions.json")
+	cs := &crashStore{Store: st, marksPath: marks}
+	cfg := pipeline.NewDefaultConfig()
+	cfg.StateFile = marks
+	cfg.Now = clock.Now
+	cfg.CommitEvery = 10 * time.Millisecond
+	if edit != nil {
+		edit(&cfg)
+	}
+	if rec == nil {
+		rec = newRecorder()
+	}
+	logs := &syncBuffer{}
+	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	p, err := pipeline.New(context.Background(), cfg, detect.NewDefaultConfig(), cs, log, rec)
+	if err != nil {
+		st.Close()
+		t.Fatal(err)
+	}
+	r := &run{t: t, dir: dir, clock: clock, store: st, cs: cs, p: p, rec: rec, logs: logs}
+	t.Cleanup(func() {
+		if !r.closed {
+			r.p.Close(context.Background())
+			r.store.Close()
+		}
+	})
+	return r
+}
+
+// ingest hands the pipeline one request's batches and waits until the
+// engine has taken them: the engine notes a call's arrival at the wall
+// time it takes it, so a test that moves its clock must let the engine
+// take what was sent first.
+func (r *run) ingest(batches ...audit.Batch) (int, error) {
+	n, err := r.p.Ingest(context.Background(), batches...)
+	if err == nil {
+		r.p.Status()
+	}
+	return n, err
+}
+
+// status asks the engine where it stands; everything acknowledged before
+// is taken first.
+func (r *run) status() map[detect.PartitionKey]detect.PartitionStatus {
+	parts, _ := r.p.Status()
+	m := map[detect.PartitionKey]detect.PartitionStatus{}
+	for _, p := range parts {
+		m[p.PartitionKey] = p
+	}
+	return m
+}
+
+// outcome is what a store holds after a run: findings by id, the state of
+// every write and the id of every call.
+type outcome struct {
+	findings map[string]audit.Finding
+	writes   map[string]audit.WriteState
+	calls    map[string]int
+}
+
+// read reads the outcome from the run's store.
+func (r *run) read() outcome {
+	r.t.Helper()
+	return readStore(r.t, r.store)
+}
+
+func readStore(t testing.TB, st audit.Store) outcome {
+	t.Helper()
+	ctx := context.Background()
+	o := outcome{findings: map[string]audit.Finding{}, writes: map[string]audit.WriteState{}, calls: map[string]int{}}
+	for cur := ""; ; {
+		pg, err := st.Findings(ctx, audit.FindingQuery{Limit: 1000, Cursor: cur})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range pg.Findings {
+			o.findings[f.ID()] = f
+		}
+		if cur = pg.NextCursor; cur == "" {
+			break
+		}
+	}
+	for cur := ""; ; {
+		pg, err := st.Writes(ctx, audit.WriteQuery{Limit: 1000, Cursor: cur})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range pg.Writes {
+			o.writes[fmt.Sprintf("%s/%d", w.CallID, w.Seq)] = w.State
+		}
+		if cur = pg.NextCursor; cur == "" {
+			break
+		}
+	}
+	err := st.ScanCalls(ctx, time.Time{}, func(rec *audit.Record) error {
+		o.calls[rec.Call.ID]++
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+// stop closes the run normally and returns what its store holds.
+func (r *run) stop() outcome {
+	r.t.Helper()
+	if err := r.p.Close(context.Background()); err != nil {
+		r.t.Fatal(err)
+	}
+	o := r.read()
+	r.store.Close()
+	r.closed = true
+	return o
+}
+
+// crash takes the process as dead now: nothing more is stored, the state
+// file stays as it is. It returns the findings committed before.
+func (r *run) crash() map[string]bool {
+	r.t.Helper()
+	r.cs.crash()
+	return r.die()
+}
+
+// die closes a run whose store has crashed and returns the findings
+// committed before the crash.
+func (r *run) die() map[string]bool {
+	r.t.Helper()
+	r.p.Close(context.Background())
+	o := r.read()
+	r.store.Close()
+	r.closed = true
+	if r.cs.marks == nil {
+		os.Remove(r.cs.marksPath)
+	} else if err := os.WriteFile(r.cs.marksPath, r.cs.marks, 0o644); err != nil {
+		r.t.Fatal(err)
+	}
+	ids := map[string]bool{}
+	for id := range o.findings {
+		ids[id] = true
+	}
+	return ids
+}
+
+// decode reads capture lines into records (bad lines skipped), as a
+// receiver hands them over: fresh records each time, since the pipeline
+// keeps what it is given.
+func decode(t testing.TB, lines [][]byte) []*audit.Record {
+	t.Helper()
+	dec, err := capture.NewDecoder(bytes.NewReader(bytes.Join(lines, []byte("\n"))), "capture")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd := dialect.NewReader(dialect.Config{})
+	var recs []*audit.Record
+	for {
+		c, err := dec.Next()
+		if err == io.EOF {
+			return recs
+		}
+		if err != nil {
+			continue
+		}
+		recs = append(recs, rd.Read(c))
+	}
+}
+
+// callLine is a call record of a harmless read (gram_projects) on server,
+// in session, at t.
+func callLine(server, session string, rpc int, t time.Time) []byte {
+	return fmt.Appendf(nil, `{"time":%q,"server":%q,"session":%q,"request":{"id":%d,"jsonrpc":"2.0","method":"tools/call","params":{"name":"gram_projects","arguments":{}}},"response":{"id":%d,"jsonrpc":"2.0","result":{"isError":false,"structuredContent":{"projects":[]}}}}`,
+		t.Format(time.RFC3339Nano), server, session, rpc, rpc)
+}
+
+// pendingPatchLine is a gram_patch accepted with sync pending: unless a
+// read shows it synced, it is an unverified_write when its window ends.
+func pendingPatchLine(session string, rpc int, t time.Time, path string) []byte {
+	return fmt.Appendf(nil, `{"time":%q,"server":"thegram","session":%q,"request":{"id":%d,"jsonrpc":"2.0","method":"tools/call","params":{"name":"gram_patch","arguments":{"path":%q,"base_revision":3,"expected_hash":"aa","request_id":"req-%d","operations":[{"op":"append_block","target":"h1","text":"x"}]}}},"response":{"id":%d,"jsonrpc":"2.0","result":{"isError":false,"structuredContent":{"path":%q,"rev":4,"hash":"bb","replayed":false,"request_id":"req-%d","sync":{"state":"pending"}}}}}`,
+		t.Format(time.RFC3339Nano), session, rpc, path, rpc, rpc, path, rpc)
+}
+
+// batch is a batch of one source from capture lines.
+func batch(t testing.TB, source string, lines ...[]byte) audit.Batch {
+	return audit.Batch{Source: source, Records: decode(t, lines)}
+}
+
+func ids(b audit.Batch) []string {
+	var out []string
+	for _, r := range b.Records {
+		out = append(out, r.Call.ID)
+	}
+	return out
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,208 @@
+package receiver
+
+import (
+	"context"
+	"crypto/x509"
+	"fmt"
+	"strings"
+
+	"github.com/mcpaudit/mcpaudit/collector/otlp"
+	"github.com/mcpaudit/mcpaudit/exporter/metrics"
+	"github.com/mcpaudit/mcpaudit/internal/access"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
+)
+
+// exportCtx checks and ingests the calls of an OTLP request; unusable
+// spans are reported as a partial success.
+func (rc *Receiver) exportCtx(ctx context.Context, src metrics.Source, tenant string, req ptraceotlp.ExportRequest) (ptraceotlp.ExportResponse, *refusal) {
+	td := req.Traces()
+	crowded := rc.crowded(td)
+	prefix := string(src) + ":"
+	tk := rc.newTaker(src, tenant)
+	defer tk.done()
+	res := otlp.Read(td, prefix, tk.reader)
+	rejected := res.Rejected
+	rc.rejected(src, metrics.RejectBadSpan, len(res.Rejected))
+	if rc.metrics != nil {
+		rc.metrics.IngestIgnored(src, res.Ignored)
+	}
+	for i, c := range res.Records {
+		path := strings.TrimPrefix(c.Call.Source, prefix)
+		if why, ok := crowded[path]; ok {
+			rejected = append(rejected, otlp.RejectedSpan{Path: path, Reason: why})
+			rc.rejected(src, metrics.RejectTooLong, 1)
+			continue
+		}
+		if err := tk.take(c, res.Known[i], res.Sources[i], path); err != nil {
+			rejected = append(rejected, otlp.RejectedSpan{Path: path, Reason: strings.TrimPrefix(err.msg, path+": ")})
+			rc.rejected(src, err.reason, 1)
+		}
+	}
+	if len(tk.recs) > 0 {
+		if _, re := rc.ingest(ctx, src, tk.recs, tk.srcs); re != nil {
+			return ptraceotlp.ExportResponse{}, re
+		}
+	}
+	return partialSuccess(rejected), nil
+}
+
+// crowded returns the paths of the spans with more attributes, or under a
+// resource with more, than the limit allows, and why.
+func (rc *Receiver) crowded(td ptrace.Traces) map[string]string {
+	var out map[string]string
+	limit := rc.cfg.MaxAttributes
+	rss := td.ResourceSpans()
+	for i := 0; i < rss.Len(); i++ {
+		rs := rss.At(i)
+		rn := rs.Resource().Attributes().Len()
+		sss := rs.ScopeSpans()
+		for j := 0; j < sss.Len(); j++ {
+			spans := sss.At(j).Spans()
+			for k := 0; k < spans.Len(); k++ {
+				why := ""
+				if n := spans.At(k).Attributes().Len(); n > limit {
+					why = fmt.Sprintf("%d attributes, more than the limit of %d (serve.receiver.max_attributes)", n, limit)
+				} else if rn > limit {
+					why = fmt.Sprintf("its resource has %d attributes, more than the limit of %d (serve.receiver.max_attributes)", rn, limit)
+				}
+				if why != "" {
+					if out == nil {
+						out = map[string]string{}
+					}
+					out[fmt.Sprintf("resourceSpans[%d].scopeSpans[%d].spans[%d]", i, j, k)] = why
+				}
+			}
+		}
+	}
+	return out
+}
+
+// GRPC is the OTLP/gRPC trace service.
+type GRPC struct {
+	ptraceotlp.UnimplementedGRPCServer
+	rc *Receiver
+}
+
+// Register registers the OTLP trace service on s.
+func (rc *Receiver) Register(s *grpc.Server) {
+	ptraceotlp.RegisterGRPCServer(s, &GRPC{rc: rc})
+}
+
+// ServerOptions are the options the gRPC server of the receiver needs: the
+// message size limit, the streams per connection, and the tap that refuses
+// a request before its message is read when the collector is near its
+// memory limit or processes as many requests as it may.
+func (rc *Receiver) ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(int(rc.cfg.MaxBodyBytes)),
+		grpc.MaxConcurrentStreams(uint32(rc.cfg.MaxConcurrentStreams)),
+		grpc.InTapHandle(rc.tap),
+		grpc.ForceServerCodecV2(depthCodec{CodecV2: encoding.GetCodecV2("proto"), limit: rc.cfg.MaxDepth}),
+	}
+}
+
+// tap admits one gRPC request before its message is read: a request
+// without a known credential is refused first, and counted nowhere.
+func (rc *Receiver) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
+	if _, err := rc.grpcPrincipal(ctx, info.Header); err != nil {
+		return ctx, err
+	}
+	if overMemory(rc.cfg.MemorySoftLimit) {
+		rc.rejected(metrics.SourceOTLPGRPC, metrics.RejectOverloaded, 1)
+		return ctx, status.Error(codes.Unavailable, "the collector is near its memory limit; retry later")
+	}
+	select {
+	case rc.streams <- struct{}{}:
+		// The stream's context ends with the stream, whatever happens to
+		// it: the slot is given back then.
+		context.AfterFunc(ctx, func() { <-rc.streams })
+		return ctx, nil
+	default:
+		rc.rejected(metrics.SourceOTLPGRPC, metrics.RejectOverloaded, 1)
+		return ctx, status.Errorf(codes.Unavailable, "the collector processes %d gRPC requests, its limit (serve.receiver.max_concurrent_streams); retry later", cap(rc.streams))
+	}
+}
+
+// Export implements the OTLP trace service. Status codes follow the OTLP
+// specification: Unavailable (retryable) when the pipeline is full or the
+// store is down, Unauthenticated for a missing or unknown credential,
+// PermissionDenied for one that may not ingest or a tenant header naming
+// another tenant, InvalidArgument for a request that cannot be taken.
+func (g *GRPC) Export(ctx context.Context, req ptraceotlp.ExportRequest) (ptraceotlp.ExportResponse, error) {
+	rc := g.rc
+	md, _ := metadata.FromIncomingContext(ctx)
+	p, err := rc.grpcPrincipal(ctx, md)
+	if err != nil {
+		return ptraceotlp.ExportResponse{}, err
+	}
+	resp, re := rc.exportCtx(ctx, metrics.SourceOTLPGRPC, p.Tenant, req)
+	if re != nil {
+		if re.retryable() {
+			return ptraceotlp.ExportResponse{}, status.Error(codes.Unavailable, re.msg)
+		}
+		return ptraceotlp.ExportResponse{}, status.Error(codes.InvalidArgument, re.msg)
+	}
+	return resp, nil
+}
+
+// grpcPrincipal authenticates a gRPC request by its metadata and its
+// verified client certificate; the error is the status to answer.
+func (rc *Receiver) grpcPrincipal(ctx context.Context, md metadata.MD) (access.Principal, error) {
+	authz := ""
+	if v := md.Get("authorization"); len(v) > 0 {
+		authz = v[0]
+	}
+	var verified [][]*x509.Certificate
+	if pr, ok := peer.FromContext(ctx); ok {
+		if ti, ok := pr.AuthInfo.(credentials.TLSInfo); ok {
+			verified = ti.State.VerifiedChains
+		}
+	}
+	p, ok := rc.auth().Authenticate(authz, verified)
+	if !ok {
+		rc.rlog.Warn("auth_failure", "OTLP/gRPC request refused: missing or unknown credential", "has_authorization", authz != "")
+		return p, status.Error(codes.Unauthenticated, "missing or unknown bearer token")
+	}
+	if !p.Can(access.ScopeIngest) {
+		return p, status.Error(codes.PermissionDenied, "credential "+p.Name+" may not send calls (no ingest scope)")
+	}
+	if p.Authenticated && p.Tenant != "" {
+		for _, h := range access.TenantHeaders {
+			if v := md.Get(h); len(v) > 0 && v[0] != "" && v[0] != p.Tenant {
+				return p, status.Error(codes.PermissionDenied,
+					(&access.ConflictError{Where: "header " + h, Tenant: v[0], Credential: p.Tenant}).Error())
+			}
+		}
+	}
+	return p, nil
+}
+
+// depthCodec checks the nesting of an OTLP message on the wire before the
+// proto codec decodes it: a deep value costs many times its size once
+// decoded. gRPC answers its error with Internal and the message.
+type depthCodec struct {
+	encoding.CodecV2
+	limit int
+}
+
+func (c depthCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	if _, ok := v.(interface{ UnmarshalProto([]byte) error }); ok {
+		buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+		err := protoValueDepth(buf.ReadOnlyData(), c.limit)
+		buf.Free()
+		if err != nil {
+			return fmt.Errorf("cannot take OTLP protobuf: %w", err)
+		}
+	}
+	return c.CodecV2.Unmarshal(data, v)
+}

@@ -1,0 +1,494 @@
+package receiver
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/collector/capture"
+	"github.com/mcpaudit/mcpaudit/collector/dialect"
+	"github.com/mcpaudit/mcpaudit/collector/otlp"
+	"github.com/mcpaudit/mcpaudit/exporter/metrics"
+	"github.com/mcpaudit/mcpaudit/internal/access"
+	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
+)
+
+// Handler returns the HTTP handler of /v1/traces and /v1/calls.
+func (rc *Receiver) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/traces", rc.traces)
+	mux.HandleFunc("POST /v1/calls", rc.calls)
+	return mux
+}
+
+// fail answers a refused request. Retryable refusals carry Retry-After;
+// refusals before the body was read close the connection, so that an
+// unread body is not waited for.
+func (rc *Receiver) fail(w http.ResponseWriter, src metrics.Source, e *refusal, asProto bool) {
+	if e.retryable() {
+		w.Header().Set("Retry-After", strconv.Itoa(rc.cfg.RetryAfterSeconds))
+		if e.reason == metrics.RejectOverloaded {
+			rc.rejected(src, e.reason, 1)
+		}
+	} else {
+		rc.rejected(src, e.reason, 1)
+	}
+	if e.status == http.StatusRequestTimeout || e.reason == metrics.RejectOverloaded || e.status == http.StatusRequestEntityTooLarge {
+		w.Header().Set("Connection", "close")
+	}
+	if asProto {
+		// OTLP/HTTP carries errors as a google.rpc.Status; its message is
+		// what matters to a person reading a client's log.
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	}
+	http.Error(w, e.msg, e.status)
+}
+
+// authenticate returns the tenant of an ingest request, or answers it: 401
+// without a known credential, 403 for a credential that may not ingest or
+// a tenant header naming another tenant. Nothing is read, stored or
+// counted for a refused request.
+func (rc *Receiver) authenticate(w http.ResponseWriter, r *http.Request) (string, bool) {
+	p, ok := rc.auth().Request(r)
+	if !ok {
+		rc.rlog.Warn("auth_failure", "ingest request refused: missing or unknown credential",
+			"remote", r.RemoteAddr, "path", r.URL.Path, "has_authorization", r.Header.Get("Authorization") != "")
+		w.Header().Set("Connection", "close")
+		w.Header().Set("WWW-Authenticate", `Bearer realm="mcpaudit"`)
+		http.Error(w, "missing or unknown bearer token", http.StatusUnauthorized)
+		return "", false
+	}
+	if !p.Can(access.ScopeIngest) {
+		w.Header().Set("Connection", "close")
+		http.Error(w, "credential "+p.Name+" may not send calls (no ingest scope)", http.StatusForbidden)
+		return "", false
+	}
+	if err := access.Conflict(p, r); err != nil {
+		w.Header().Set("Connection", "close")
+		http.Error(w, err.Error(), http.StatusForbidden)
+		return "", false
+	}
+	return p.Tenant, true
+}
+
+// body reads a request body, decompressing gzip, up to the size limit,
+// within the body timeout and the bytes in flight. The bytes it holds are
+// released by the returned function, once the request is done with.
+func (rc *Receiver) body(w http.ResponseWriter, r *http.Request) ([]byte, func(), *refusal) {
+	none := func() {}
+	if overMemory(rc.cfg.MemorySoftLimit) {
+		return nil, none, &refusal{503, "the collector is near its memory limit; retry later", metrics.RejectOverloaded}
+	}
+	var src io.Reader = r.Body
+	gz := false
+	switch enc := strings.ToLower(r.Header.Get("Content-Encoding")); enc {
+	case "", "identity":
+	case "gzip", "x-gzip":
+		gz = true
+	default:
+		return nil, none, &refusal{415, "unsupported Content-Encoding " + strconv.Quote(enc) + ": send gzip or nothing", metrics.RejectDecodeError}
+	}
+	// A declared length over the limit is refused before a byte is read:
+	// gzip cannot make a body smaller than its compressed form by more
+	// than its header.
+	if r.ContentLength > rc.cfg.MaxBodyBytes+64 {
+		return nil, none, &refusal{413, fmt.Sprintf("body larger than the limit: %d bytes declared, more than %d (serve.receiver.max_body_bytes)", r.ContentLength, rc.cfg.MaxBodyBytes), metrics.RejectTooLarge}
+	}
+	ctl := http.NewResponseController(w)
+	ctl.SetReadDeadline(time.Now().Add(rc.cfg.BodyTimeout))
+	defer ctl.SetReadDeadline(time.Time{})
+	held := &holding{b: rc.inflight}
+	fail := func(re *refusal) ([]byte, func(), *refusal) {
+		held.release()
+		return nil, none, re
+	}
+	if gz {
+		zr, err := gzip.NewReader(r.Body)
+		if err != nil {
+			if re := readRefusal(err, rc.cfg.BodyTimeout); re != nil {
+				return fail(re)
+			}
+			return fail(&refusal{400, "cannot read gzip body: " + err.Error(), metrics.RejectDecodeError})
+		}
+		defer zr.Close()
+		src = zr
+	}
+	size := int64(0)
+	if !gz && r.ContentLength > 0 {
+		size = r.ContentLength
+	}
+	b, err := rc.readCounted(src, size, held)
+	if err == nil && !gz && len(b) >= 2 && b[0] == 0x1f && b[1] == 0x8b {
+		// A gzip body sent without Content-Encoding (curl --data-binary of
+		// a .gz file): the capture decoder would unwrap it without any
+		// limit, so it is unwrapped here, under the same one.
+		var zr *gzip.Reader
+		if zr, err = gzip.NewReader(bytes.NewReader(b)); err == nil {
+			b, err = rc.readCounted(zr, 0, held)
+		}
+	}
+	switch {
+	case errors.Is(err, errTooLarge):
+		return fail(&refusal{413, fmt.Sprintf("body larger than %d bytes after decompression (serve.receiver.max_body_bytes)", rc.cfg.MaxBodyBytes), metrics.RejectTooLarge})
+	case errors.Is(err, errInFlight):
+		return fail(&refusal{429, fmt.Sprintf("the collector holds %d bytes of requests in flight, its limit (serve.receiver.max_in_flight_bytes); retry later", rc.inflight.Used()), metrics.RejectOverloaded})
+	case err != nil:
+		if re := readRefusal(err, rc.cfg.BodyTimeout); re != nil {
+			return fail(re)
+		}
+		return fail(&refusal{400, "cannot read body: " + err.Error(), metrics.RejectDecodeError})
+	}
+	return b, held.release, nil
+}
+
+// decodeCost is what one byte of a request costs in memory until the
+// request is answered, counted against the bytes in flight: the body, the
+// line or document the decoder holds, the parsed values and the copies the
+// calls keep. Measured on 14 MiB records: about four times the body.
+const decodeCost = 4
+
+// holding is the share of the bytes in flight one request holds.
+type holding struct {
+	b    *budget
+	n    int64
+	once bool
+}
+
+func (h *holding) take(n int64) bool {
+	if !h.b.take(n) {
+		return false
+	}
+	h.n += n
+	return true
+}
+
+func (h *holding) release() {
+	if !h.once {
+		h.once = true
+		h.b.give(h.n)
+	}
+}
+
+var (
+	errInFlight = errors.New("bytes in flight at the limit")
+	errTooLarge = errors.New("too large")
+)
+
+// readCounted reads all of r, up to the body limit, taking from the bytes
+// in flight as the bytes arrive (decodeCost per byte): a request that
+// would pass them stops with errInFlight. A client holds only what it has
+// sent, whatever length it declared. size, when known, sizes the buffer
+// up to 1 MiB at once.
+func (rc *Receiver) readCounted(r io.Reader, size int64, held *holding) ([]byte, error) {
+	const chunk = 64 << 10
+	buf := make([]byte, 0, min(size, 1<<20)+chunk)
+	reserved := int64(0) // body bytes covered
+	for {
+		if int64(len(buf)) > rc.cfg.MaxBodyBytes {
+			return nil, errTooLarge
+		}
+		if need := int64(len(buf) + chunk); need > reserved {
+			if !held.take((need - reserved) * decodeCost) {
+				return nil, errInFlight
+			}
+			reserved = need
+		}
+		buf = slices.Grow(buf, chunk)
+		n, err := r.Read(buf[len(buf) : len(buf)+chunk])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			if int64(len(buf)) > rc.cfg.MaxBodyBytes {
+				return nil, errTooLarge
+			}
+			return buf, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+// readRefusal turns a body that stopped arriving into 408.
+func readRefusal(err error, timeout time.Duration) *refusal {
+	var ne net.Error
+	if errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout() {
+		return &refusal{408, fmt.Sprintf("the body did not arrive within %s (serve.receiver.body_timeout)", timeout), metrics.RejectTimeout}
+	}
+	return nil
+}
+
+// CallsResponse is the answer to POST /v1/calls.
+type CallsResponse struct {
+	// Accepted counts the records acknowledged: stored now or before.
+	Accepted int `json:"accepted"`
+	// New counts those stored for the first time; the others were stored
+	// by an earlier request (a re-sent batch).
+	New      int `json:"new"`
+	Rejected int `json:"rejected"`
+	// Errors names each rejected record (the first 100) and why.
+	Errors []string `json:"errors,omitempty"`
+	// Source is the stream the records were taken on.
+	Source string `json:"source"`
+}
+
+// callTypes are the content types /v1/calls takes. curl --data-binary
+// sends application/x-www-form-urlencoded unless told otherwise: its body
+// is taken as NDJSON too.
+var callTypes = []string{"", "application/json", "application/x-ndjson", "application/ndjson", "application/jsonl",
+	"application/x-jsonlines", "application/json-seq", "application/x-www-form-urlencoded"}
+
+// callsSource names the source of a request of call records: what the
+// poster says, else its address.
+func callsSource(r *http.Request) (string, error) {
+	name := r.Header.Get(SourceHeader)
+	if name == "" {
+		name = r.URL.Query().Get("source")
+	}
+	if name == "" {
+		host, _, err := net.SplitHostPort(r.RemoteAddr)
+		if err != nil {
+			host = r.RemoteAddr
+		}
+		return "calls:" + host, nil
+	}
+	if why := badSourceName(name); why != "" {
+		return "", fmt.Errorf("%s %s", SourceHeader, why)
+	}
+	return "calls:" + name, nil
+}
+
+// taker checks, admits, masks and reads the calls of one request, and
+// keeps the account of what it rejected.
+type taker struct {
+	rc     *Receiver
+	src    metrics.Source
+	tenant string
+	reader *dialect.Reader
+	recs   []*audit.Record
+	srcs   []string
+}
+
+func (rc *Receiver) newTaker(src metrics.Source, tenant string) *taker {
+	return &taker{rc: rc, src: src, tenant: tenant, reader: rc.readers.Get().(*dialect.Reader)}
+}
+
+func (t *taker) done() { t.rc.readers.Put(t.reader) }
+
+// take takes one decoded call from source, read by its decoder from its
+// one parse (known is what the decoder knew beside its JSON); where names
+// it in errors.
+func (t *taker) take(rec *audit.Record, known dialect.Known, source, where string) *recordError {
+	c := rec.Call
+	if err := t.rc.check(c, where); err != nil {
+		return err
+	}
+	// The tenant is the credential's, whatever the payload said.
+	c.Tenant = t.tenant
+	if t.rc.Admit != nil {
+		if err := t.rc.Admit(c.Tenant, c.Server); err != nil {
+			return reject(metrics.RejectServerLimit, "%s: %v", where, err)
+		}
+	}
+	if t.rc.Redactor.Call(c) > 0 {
+		// Masked: the call is read again from what is stored, so that its
+		// reading (targets, keys, messages) holds no secret either.
+		rec = t.reader.ReadKnown(c, known)
+	}
+	t.recs = append(t.recs, rec)
+	t.srcs = append(t.srcs, source)
+	return nil
+}
+
+func (rc *Receiver) calls(w http.ResponseWriter, r *http.Request) {
+	src := metrics.SourceCallsHTTP
+	tenant, ok := rc.authenticate(w, r)
+	if !ok {
+		return
+	}
+	if ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); !slices.Contains(callTypes, ct) {
+		rc.fail(w, src, &refusal{415, "Content-Type " + strconv.Quote(ct) +
+			" is not call records: send application/x-ndjson or application/json", metrics.RejectDecodeError}, false)
+		return
+	}
+	source, err := callsSource(r)
+	if err != nil {
+		rc.fail(w, src, &refusal{400, err.Error(), metrics.RejectInvalidText}, false)
+		return
+	}
+	b, release, re := rc.body(w, r)
+	if re != nil {
+		rc.fail(w, src, re, false)
+		return
+	}
+	defer release()
+	if len(bytes.TrimSpace(b)) == 0 {
+		rc.fail(w, src, &refusal{400, "empty body: send call records, one JSON object per line or a JSON array", metrics.RejectDecodeError}, false)
+		return
+	}
+	dec, err := capture.NewDecoder(bytes.NewReader(b), "body")
+	if err != nil {
+		rc.fail(w, src, &refusal{400, err.Error(), metrics.RejectDecodeError}, false)
+		return
+	}
+	if dec.Format() == capture.FormatOTLP {
+		rc.fail(w, src, &refusal{400, "this is OTLP: send it to /v1/traces", metrics.RejectInvalidJSON}, false)
+		return
+	}
+	resp := CallsResponse{Source: source}
+	defer func() {
+		if rc.metrics != nil {
+			rc.metrics.IngestIgnored(src, dec.Ignored)
+		}
+	}()
+	refuse := func(err error, reason metrics.RejectReason) {
+		resp.Rejected++
+		if len(resp.Errors) < maxRejectsReported {
+			resp.Errors = append(resp.Errors, err.Error())
+		}
+		rc.rejected(src, reason, 1)
+	}
+	tk := rc.newTaker(src, tenant)
+	defer tk.done()
+	for {
+		c, err := dec.NextRecord(tk.reader)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			var re *capture.RecordError
+			switch {
+			case errors.As(err, &re) && re.Reason == "missing":
+				refuse(err, metrics.RejectMissingField)
+			case capture.IsReject(err):
+				refuse(err, metrics.RejectInvalidJSON)
+			default:
+				rc.fail(w, src, &refusal{400, err.Error(), metrics.RejectDecodeError}, false)
+				return
+			}
+			continue
+		}
+		if rerr := tk.take(c, dialect.Known{}, source, c.Call.Source); rerr != nil {
+			refuse(rerr, rerr.reason)
+		}
+	}
+	if len(tk.recs) == 0 {
+		if resp.Rejected == 0 {
+			resp.Errors = append(resp.Errors, "no call record: the body holds no tools/call exchange")
+		}
+		writeJSON(w, http.StatusBadRequest, resp)
+		return
+	}
+	stored, re := rc.ingest(r.Context(), src, tk.recs, tk.srcs)
+	if re != nil {
+		rc.fail(w, src, re, false)
+		return
+	}
+	resp.Accepted, resp.New = len(tk.recs), stored
+	writeJSON(w, http.StatusOK, resp)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+func (rc *Receiver) traces(w http.ResponseWriter, r *http.Request) {
+	src := metrics.SourceOTLPHTTP
+	tenant, ok := rc.authenticate(w, r)
+	if !ok {
+		return
+	}
+	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	var asProto bool
+	switch ct {
+	case "application/x-protobuf", "application/protobuf":
+		asProto = true
+	case "application/json":
+	default:
+		rc.fail(w, src, &refusal{415, "Content-Type must be application/x-protobuf or application/json, not " + strconv.Quote(ct), metrics.RejectDecodeError}, false)
+		return
+	}
+	b, release, re := rc.body(w, r)
+	if re != nil {
+		rc.fail(w, src, re, asProto)
+		return
+	}
+	defer release()
+	req := ptraceotlp.NewExportRequest()
+	if asProto {
+		if err := protoValueDepth(b, rc.cfg.MaxDepth); err != nil {
+			rc.fail(w, src, &refusal{400, "cannot take OTLP protobuf: " + err.Error(), metrics.RejectTooDeep}, asProto)
+			return
+		}
+		if err := req.UnmarshalProto(b); err != nil {
+			rc.fail(w, src, &refusal{400, "cannot decode OTLP protobuf: " + err.Error(), metrics.RejectDecodeError}, asProto)
+			return
+		}
+	} else {
+		if d, at := jsonDepth(b, jsonBodyDepth(rc.cfg.MaxDepth)); d > jsonBodyDepth(rc.cfg.MaxDepth) {
+			rc.fail(w, src, &refusal{400, fmt.Sprintf("cannot take OTLP JSON: nested deeper than %d levels at byte offset %d (serve.receiver.max_depth)", jsonBodyDepth(rc.cfg.MaxDepth), at), metrics.RejectTooDeep}, asProto)
+			return
+		}
+		if err := req.UnmarshalJSON(b); err != nil {
+			rc.fail(w, src, &refusal{400, "cannot decode OTLP JSON: " + err.Error(), metrics.RejectDecodeError}, asProto)
+			return
+		}
+	}
+	b = nil
+	resp, re := rc.exportCtx(r.Context(), src, tenant, req)
+	if re != nil {
+		rc.fail(w, src, re, asProto)
+		return
+	}
+	var out []byte
+	var err error
+	if asProto {
+		out, err = resp.MarshalProto()
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	} else {
+		out, err = resp.MarshalJSON()
+		w.Header().Set("Content-Type", "application/json")
+	}
+	if err != nil {
+		// The response is a count and a message made here: it cannot fail
+		// to encode; if it did, the calls are stored and the sender may
+		// send them again without harm.
+		rc.fail(w, src, &refusal{503, "cannot encode the response; the calls are stored, send them again", metrics.RejectDecodeError}, asProto)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+	w.Write(out)
+}
+
+// partialSuccess turns the rejections of an OTLP request into its
+// answer.
+func partialSuccess(rejected []otlp.RejectedSpan) ptraceotlp.ExportResponse {
+	resp := ptraceotlp.NewExportResponse()
+	if n := len(rejected); n > 0 {
+		ps := resp.PartialSuccess()
+		ps.SetRejectedSpans(int64(n))
+		var msgs []string
+		for i, r := range rejected {
+			if i == 5 {
+				msgs = append(msgs, fmt.Sprintf("and %d more", n-5))
+				break
+			}
+			msgs = append(msgs, r.Error())
+		}
+		ps.SetErrorMessage(strings.Join(msgs, "; "))
+	}
+	return resp
+}

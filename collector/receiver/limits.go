@@ -1,0 +1,205 @@
+package receiver
+
+import (
+	"fmt"
+	"math"
+	"runtime/debug"
+	"runtime/metrics"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+	mx "github.com/mcpaudit/mcpaudit/exporter/metrics"
+)
+
+// recordError rejects one record (a call record or a span) with its reason.
+type recordError struct {
+	reason mx.RejectReason
+	msg    string
+}
+
+func (e *recordError) Error() string { return e.msg }
+
+func reject(reason mx.RejectReason, format string, args ...any) *recordError {
+	return &recordError{reason: reason, msg: fmt.Sprintf(format, args...)}
+}
+
+// check applies the per-call limits: printable UTF-8 names and ids under
+// their cap, payloads under theirs and no deeper than the limit, valid UTF-8
+// JSON, a storable time. where names the record in the error.
+func (rc *Receiver) check(c *audit.Call, where string) *recordError {
+	for _, f := range []struct{ name, v string }{
+		{"server", c.Server}, {"tool", c.Tool}, {"session", c.Session}, {"client", c.Client},
+		{"method", c.Method}, {"id", c.RPCID}, {"trace_id", c.TraceID}, {"span_id", c.SpanID},
+	} {
+		if len(f.v) > rc.cfg.MaxNameBytes {
+			return reject(mx.RejectTooLong, "%s: field %s: %d bytes, more than the limit of %d (serve.receiver.max_name_bytes)", where, f.name, len(f.v), rc.cfg.MaxNameBytes)
+		}
+		if i := badText(f.v); i >= 0 {
+			return reject(mx.RejectInvalidText, "%s: field %s: %s at byte offset %d; names and ids must be printable UTF-8", where, f.name, badTextReason(f.v, i), i)
+		}
+	}
+	if c.Server == "" {
+		return reject(mx.RejectMissingField, "%s: field server: empty", where)
+	}
+	for _, f := range []struct {
+		name string
+		v    []byte
+	}{{"arguments", c.Arguments}, {"result", c.Result}, {"error.data", errData(c)}} {
+		if len(f.v) > rc.cfg.MaxPayloadBytes {
+			return reject(mx.RejectTooLarge, "%s: field %s: %d bytes, more than the limit of %d (serve.receiver.max_payload_bytes)", where, f.name, len(f.v), rc.cfg.MaxPayloadBytes)
+		}
+		if !utf8.Valid(f.v) {
+			return reject(mx.RejectInvalidText, "%s: field %s: invalid UTF-8 at byte offset %d", where, f.name, invalidAt(f.v))
+		}
+		if d, at := jsonDepth(f.v, rc.cfg.MaxDepth); d > rc.cfg.MaxDepth {
+			return reject(mx.RejectTooDeep, "%s: field %s: nested deeper than %d levels at byte offset %d (serve.receiver.max_depth)", where, f.name, rc.cfg.MaxDepth, at)
+		}
+	}
+	for _, f := range []struct{ name, v string }{{"error.message", errMessage(c)}, {"transport_error", c.TransportError}} {
+		if len(f.v) > rc.cfg.MaxPayloadBytes {
+			return reject(mx.RejectTooLarge, "%s: field %s: %d bytes, more than the limit of %d (serve.receiver.max_payload_bytes)", where, f.name, len(f.v), rc.cfg.MaxPayloadBytes)
+		}
+		if !utf8.ValidString(f.v) {
+			return reject(mx.RejectInvalidText, "%s: field %s: invalid UTF-8 at byte offset %d", where, f.name, invalidAt([]byte(f.v)))
+		}
+	}
+	if y := c.Time.Year(); y < 1678 || y > 2261 {
+		return reject(mx.RejectBadTime, "%s: field time: %s is outside 1678-2261, which cannot be stored", where, c.Time.Format(time.RFC3339))
+	}
+	return nil
+}
+
+func errData(c *audit.Call) []byte {
+	if c.Error == nil {
+		return nil
+	}
+	return c.Error.Data
+}
+
+func errMessage(c *audit.Call) string {
+	if c.Error == nil {
+		return ""
+	}
+	return c.Error.Message
+}
+
+// badText returns the byte offset of the first invalid UTF-8 sequence or
+// control character of s, or -1.
+func badText(s string) int {
+	for i, r := range s {
+		if r == utf8.RuneError || unicode.IsControl(r) {
+			if r == utf8.RuneError {
+				if _, size := utf8.DecodeRuneInString(s[i:]); size != 1 {
+					continue // a genuine U+FFFD
+				}
+			}
+			return i
+		}
+	}
+	return -1
+}
+
+func badTextReason(s string, i int) string {
+	if r, size := utf8.DecodeRuneInString(s[i:]); r == utf8.RuneError && size == 1 {
+		return "invalid UTF-8"
+	}
+	return "a control character"
+}
+
+func invalidAt(b []byte) int {
+	for i := 0; i < len(b); {
+		r, size := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && size == 1 {
+			return i
+		}
+		i += size
+	}
+	return -1
+}
+
+// jsonDepth returns how deeply the JSON text b nests, stopping once it
+// passes limit, and the byte offset where it did. Strings are skipped.
+func jsonDepth(b []byte, limit int) (depth, at int) {
+	d := 0
+	for i := 0; i < len(b); i++ {
+		switch b[i] {
+		case '"':
+			for i++; i < len(b) && b[i] != '"'; i++ {
+				if b[i] == '\\' {
+					i++
+				}
+			}
+		case '{', '[':
+			d++
+			if d > depth {
+				depth = d
+				if depth > limit {
+					return depth, i
+				}
+			}
+		case '}', ']':
+			d--
+		}
+	}
+	return depth, -1
+}
+
+// badSourceName reports what is wrong with a source name, or "".
+func badSourceName(name string) string {
+	if len(name) > maxSourceName || !utf8.ValidString(name) || strings.ContainsFunc(name, unicode.IsControl) {
+		return fmt.Sprintf("must be printable UTF-8 of at most %d bytes", maxSourceName)
+	}
+	return ""
+}
+
+// budget counts the bytes held by requests in flight.
+type budget struct {
+	mu    sync.Mutex
+	limit int64
+	used  int64
+}
+
+func newBudget(limit int64) *budget { return &budget{limit: limit} }
+
+// take reserves n bytes; false when that would pass the limit.
+func (b *budget) take(n int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.used+n > b.limit {
+		return false
+	}
+	b.used += n
+	return true
+}
+
+func (b *budget) give(n int64) {
+	b.mu.Lock()
+	b.used -= n
+	b.mu.Unlock()
+}
+
+// Used returns the bytes held now.
+func (b *budget) Used() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.used
+}
+
+// overMemory reports whether the heap is above share of the memory limit
+// (GOMEMLIMIT, or serve.memory_limit). Without a limit it is never.
+func overMemory(share float64) bool {
+	limit := debug.SetMemoryLimit(-1)
+	if limit <= 0 || limit == math.MaxInt64 {
+		return false
+	}
+	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return false
+	}
+	return float64(s[0].Value.Uint64()) > share*float64(limit)
+}

@@ -1,0 +1,173 @@
+package chain
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+)
+
+// Kinds of entries: what rows an entry covers.
+const (
+	KindCalls    = "calls"    // call rows First..Last of the tenant
+	KindFindings = "findings" // the findings committed with this entry's seq
+	KindChanges  = "changes"  // finding state changes First..Last
+)
+
+// Hash is a SHA-256 sum.
+type Hash [sha256.Size]byte
+
+// String returns the hash in hex.
+func (h Hash) String() string { return hex.EncodeToString(h[:]) }
+
+// ParseHash reads a hash written by String.
+func ParseHash(s string) (Hash, error) {
+	var h Hash
+	b, err := hex.DecodeString(s)
+	if err != nil || len(b) != len(h) {
+		return h, fmt.Errorf("cannot parse hash %q: want %d hex digits", s, 2*len(h))
+	}
+	copy(h[:], b)
+	return h, nil
+}
+
+// Entry is one link of a tenant's chain.
+type Entry struct {
+	Tenant string
+	Seq    int64 // 1, 2, 3... per tenant
+	Kind   string
+	// First and Last bound the row ids the entry covers (calls, changes);
+	// for findings both are 0: they carry the entry's Seq.
+	First, Last int64
+	// N is how many rows the entry covers.
+	N int64
+	// Digest is Digest() of the rows' hashes in row order.
+	Digest Hash
+	// Prev is the hash of the previous entry (zero for the first).
+	Prev Hash
+	// Time is the wall time of the commit.
+	Time time.Time
+}
+
+// Hash returns the entry's hash, which the next entry names as Prev.
+func (e *Entry) Hash() Hash {
+	b := []byte("mcpaudit chain v1\x00")
+	b = appendString(b, e.Tenant)
+	b = binary.BigEndian.AppendUint64(b, uint64(e.Seq))
+	b = appendString(b, e.Kind)
+	b = binary.BigEndian.AppendUint64(b, uint64(e.First))
+	b = binary.BigEndian.AppendUint64(b, uint64(e.Last))
+	b = binary.BigEndian.AppendUint64(b, uint64(e.N))
+	b = append(b, e.Digest[:]...)
+	b = append(b, e.Prev[:]...)
+	b = binary.BigEndian.AppendUint64(b, uint64(e.Time.UnixNano()))
+	return sha256.Sum256(b)
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.BigEndian.AppendUint32(b, uint32(len(s)))
+	return append(b, s...)
+}
+
+// RowHash hashes one stored row from its fields, each length-prefixed so
+// that no two field lists hash alike.
+func RowHash(fields ...[]byte) Hash {
+	h := sha256.New()
+	var n [4]byte
+	for _, f := range fields {
+		binary.BigEndian.PutUint32(n[:], uint32(len(f)))
+		h.Write(n[:])
+		h.Write(f)
+	}
+	var out Hash
+	h.Sum(out[:0])
+	return out
+}
+
+// Int returns the bytes RowHash takes for an integer field.
+func Int(v int64) []byte { return binary.BigEndian.AppendUint64(nil, uint64(v)) }
+
+// Digest hashes the row hashes of an entry, in order.
+func Digest(rows []Hash) Hash {
+	h := sha256.New()
+	for i := range rows {
+		h.Write(rows[i][:])
+	}
+	var out Hash
+	h.Sum(out[:0])
+	return out
+}
+
+// Head is where one tenant's chain stands.
+type Head struct {
+	Tenant string `json:"tenant"`
+	Seq    int64  `json:"seq"`
+	Hash   string `json:"hash"`
+}
+
+// Cut records that retention removed the entries of a tenant before Seq:
+// the chain goes on from Seq, whose Prev is Prev.
+type Cut struct {
+	Tenant string    `json:"tenant"`
+	Seq    int64     `json:"seq"`
+	Prev   string    `json:"prev"`
+	Before time.Time `json:"before"` // the retention cutoff
+}
+
+// Body is what a checkpoint signs: every tenant's head and every cut made
+// so far, at a time.
+type Body struct {
+	Time  time.Time `json:"time"`
+	Heads []Head    `json:"heads"`
+	Cuts  []Cut     `json:"cuts,omitempty"`
+}
+
+// Checkpoint is a signed Body.
+type Checkpoint struct {
+	Seq  int64 // 1, 2, 3... in the store
+	Body []byte
+	Sig  []byte
+}
+
+// Encode returns the canonical bytes of b: tenants and cuts in order.
+func (b Body) Encode() []byte {
+	sort.Slice(b.Heads, func(i, j int) bool { return b.Heads[i].Tenant < b.Heads[j].Tenant })
+	sort.Slice(b.Cuts, func(i, j int) bool {
+		if b.Cuts[i].Tenant != b.Cuts[j].Tenant {
+			return b.Cuts[i].Tenant < b.Cuts[j].Tenant
+		}
+		return b.Cuts[i].Seq < b.Cuts[j].Seq
+	})
+	b.Time = b.Time.UTC()
+	out, _ := json.Marshal(b) // plain fields: cannot fail
+	return out
+}
+
+// Sign makes a checkpoint of b.
+func Sign(seq int64, b Body, key ed25519.PrivateKey) Checkpoint {
+	body := b.Encode()
+	return Checkpoint{Seq: seq, Body: body, Sig: ed25519.Sign(key, body)}
+}
+
+// ErrBadSignature is returned by Open for a checkpoint the key did not sign.
+var ErrBadSignature = errors.New("bad checkpoint signature")
+
+// Open checks the signature of c and decodes its body.
+func (c *Checkpoint) Open(pub ed25519.PublicKey) (Body, error) {
+	var b Body
+	if !ed25519.Verify(pub, c.Body, c.Sig) {
+		return b, fmt.Errorf("checkpoint %d: %w", c.Seq, ErrBadSignature)
+	}
+	dec := json.NewDecoder(bytes.NewReader(c.Body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&b); err != nil {
+		return b, fmt.Errorf("checkpoint %d: cannot decode: %w", c.Seq, err)
+	}
+	return b, nil
+}

@@ -1,0 +1,468 @@
+package sqlite
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/exporter/chain"
+)
+
+// Tamper evidence (package chain): every commit that stores new calls,
+// findings or finding state changes of a tenant appends an entry to the
+// tenant's chain in the same transaction. Calls are named by their row
+// ids (AUTOINCREMENT: never reused), findings by the entry seq they carry,
+// changes by their row ids. Retention records the rows it deletes from
+// entries that keep other rows (chain_pruned), removes the entries all of
+// whose rows went, and records the cut. Checkpoints sign every head and
+// cut when a signing key is configured.
+var chainSchema = []string{
+	`CREATE TABLE IF NOT EXISTS chain (
+		tenant TEXT    NOT NULL,
+		seq    INTEGER NOT NULL,
+		kind   TEXT    NOT NULL,
+		first  INTEGER NOT NULL,
+		last   INTEGER NOT NULL,
+		n      INTEGER NOT NULL,
+		digest BLOB    NOT NULL,
+		prev   BLOB    NOT NULL,
+		hash   BLOB    NOT NULL,
+		time   INTEGER NOT NULL,
+		PRIMARY KEY (tenant, seq)
+	) WITHOUT ROWID, STRICT`,
+	// The hashes of rows retention deleted from entries that still hold
+	// others: row is the call's rid, or the finding's packed id.
+	`CREATE INDEX IF NOT EXISTS chain_last ON chain (tenant, kind, last)`,
+	`CREATE TABLE IF NOT EXISTS chain_pruned (
+		tenant TEXT    NOT NULL,
+		seq    INTEGER NOT NULL,
+		row    ANY     NOT NULL,
+		hash   BLOB    NOT NULL,
+		PRIMARY KEY (tenant, seq, row)
+	) WITHOUT ROWID, STRICT`,
+	`CREATE TABLE IF NOT EXISTS chain_cuts (
+		tenant TEXT    NOT NULL PRIMARY KEY,
+		seq    INTEGER NOT NULL, -- the first entry kept
+		prev   BLOB    NOT NULL, -- its prev
+		before INTEGER NOT NULL  -- the retention cutoff
+	) WITHOUT ROWID, STRICT`,
+	`CREATE TABLE IF NOT EXISTS checkpoints (
+		seq  INTEGER PRIMARY KEY,
+		time INTEGER NOT NULL,
+		body BLOB    NOT NULL,
+		sig  BLOB    NOT NULL
+	) STRICT`,
+}
+
+// callHash hashes a stored call row.
+func callHash(rid int64, id any, tenant string, t int64, rec []byte) chain.Hash {
+	return chain.RowHash(chain.Int(rid), idBytes(id), []byte(tenant), chain.Int(t), rec)
+}
+
+// findingHash hashes a stored finding row.
+func findingHash(f *findingRow) chain.Hash {
+	return chain.RowHash(idBytes(f.id), chain.Int(f.time), []byte(f.kind), chain.Int(int64(f.severity)),
+		[]byte(f.server), []byte(f.tenant), []byte(f.doc), []byte(f.key), []byte(f.session), f.body)
+}
+
+// changeHash hashes a stored finding state change.
+func changeHash(seq int64, fid any, tenant, state, by, note string, t int64) chain.Hash {
+	return chain.RowHash(chain.Int(seq), idBytes(fid), []byte(tenant), []byte(state), []byte(by), []byte(note), chain.Int(t))
+}
+
+// idBytes returns a stored id (packed blob or text) as bytes, the two
+// forms told apart.
+func idBytes(id any) []byte {
+	switch v := id.(type) {
+	case []byte:
+		return append([]byte{'b'}, v...)
+	case string:
+		return append([]byte{'t'}, v...)
+	}
+	return []byte(fmt.Sprint(id))
+}
+
+type queryer interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// head returns the last entry's seq and hash of tenant (zero when none,
+// or the cut's when retention removed every entry).
+func head(ctx context.Context, q queryer, tenant string) (int64, chain.Hash, error) {
+	var seq int64
+	var h []byte
+	err := q.QueryRowContext(ctx, `SELECT seq, hash FROM chain WHERE tenant = ? ORDER BY seq DESC LIMIT 1`, tenant).Scan(&seq, &h)
+	if errors.Is(err, sql.ErrNoRows) {
+		err = q.QueryRowContext(ctx, `SELECT seq - 1, prev FROM chain_cuts WHERE tenant = ?`, tenant).Scan(&seq, &h)
+		if errors.Is(err, sql.ErrNoRows) {
+			return 0, chain.Hash{}, nil
+		}
+	}
+	var out chain.Hash
+	copy(out[:], h)
+	return seq, out, err
+}
+
+// appendEntry adds the next entry of e.Tenant's chain (e.Seq, e.Prev and
+// e.Time are set here) and returns its seq.
+func appendEntry(ctx context.Context, q queryer, e chain.Entry) (int64, error) {
+	seq, prev, err := head(ctx, q, e.Tenant)
+	if err != nil {
+		return 0, err
+	}
+	e.Seq, e.Prev = seq+1, prev
+	if e.Time.IsZero() {
+		e.Time = time.Now()
+	}
+	h := e.Hash()
+	_, err = q.ExecContext(ctx, `INSERT INTO chain (tenant, seq, kind, first, last, n, digest, prev, hash, time)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, e.Tenant, e.Seq, e.Kind, e.First, e.Last, e.N, e.Digest[:], e.Prev[:], h[:], e.Time.UnixNano())
+	return e.Seq, err
+}
+
+// rowHash is a row id (or finding id) and its hash, for a digest.
+type rowHash struct {
+	row  int64
+	id   []byte // findings: ordered by id
+	hash chain.Hash
+}
+
+// chainCalls appends one calls entry per tenant for the calls a commit
+// stored, given in rid order.
+func chainCalls(ctx context.Context, q queryer, byTenant map[string][]rowHash, now time.Time) error {
+	for _, tenant := range sortedKeys(byTenant) {
+		rows := byTenant[tenant]
+		hs := make([]chain.Hash, len(rows))
+		for i := range rows {
+			hs[i] = rows[i].hash
+		}
+		if _, err := appendEntry(ctx, q, chain.Entry{Tenant: tenant, Kind: chain.KindCalls, First: rows[0].row,
+			Last: rows[len(rows)-1].row, N: int64(len(rows)), Digest: chain.Digest(hs), Time: now}); err != nil {
+			return fmt.Errorf("cannot chain calls: %w", err)
+		}
+	}
+	return nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// findingsDigest orders finding hashes by id and digests them.
+func findingsDigest(rows []rowHash) chain.Hash {
+	sort.Slice(rows, func(i, j int) bool { return bytes.Compare(rows[i].id, rows[j].id) < 0 })
+	hs := make([]chain.Hash, len(rows))
+	for i := range rows {
+		hs[i] = rows[i].hash
+	}
+	return chain.Digest(hs)
+}
+
+// checkpoint signs every head and cut, when they changed since the last
+// checkpoint (or force), with key; nil key makes none.
+func checkpoint(ctx context.Context, tx *sql.Tx, key ed25519.PrivateKey, now time.Time, force bool) error {
+	if key == nil {
+		return nil
+	}
+	body := chain.Body{Time: now}
+	rows, err := tx.QueryContext(ctx, `SELECT tenant, seq, hash FROM chain c WHERE seq = (SELECT max(seq) FROM chain WHERE tenant = c.tenant)`)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var h chain.Head
+		var hash []byte
+		if err := rows.Scan(&h.Tenant, &h.Seq, &hash); err != nil {
+			rows.Close()
+			return err
+		}
+		h.Hash = chain.Hash(hash).String()
+		body.Heads = append(body.Heads, h)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	cuts, err := loadCuts(ctx, tx)
+	if err != nil {
+		return err
+	}
+	for _, c := range cuts {
+		body.Cuts = append(body.Cuts, c)
+	}
+	var last int64
+	var lastBody []byte
+	err = tx.QueryRowContext(ctx, `SELECT seq, body FROM checkpoints ORDER BY seq DESC LIMIT 1`).Scan(&last, &lastBody)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return err
+	}
+	if !force && lastBody != nil {
+		var prev chain.Body
+		if err := json.Unmarshal(lastBody, &prev); err == nil && sameHeads(prev, body) {
+			return nil
+		}
+	}
+	if len(body.Heads) == 0 && len(body.Cuts) == 0 {
+		return nil
+	}
+	cp := chain.Sign(last+1, body, key)
+	_, err = tx.ExecContext(ctx, `INSERT INTO checkpoints (seq, time, body, sig) VALUES (?, ?, ?, ?)`, cp.Seq, now.UnixNano(), cp.Body, cp.Sig)
+	return err
+}
+
+func sameHeads(a, b chain.Body) bool {
+	ea, eb := a, b
+	ea.Time, eb.Time = time.Time{}, time.Time{}
+	return bytes.Equal(ea.Encode(), eb.Encode())
+}
+
+// loadCuts returns every cut, by tenant.
+func loadCuts(ctx context.Context, q interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}) (map[string]chain.Cut, error) {
+	rows, err := q.QueryContext(ctx, `SELECT tenant, seq, prev, before FROM chain_cuts`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]chain.Cut{}
+	for rows.Next() {
+		var c chain.Cut
+		var prev []byte
+		var before int64
+		if err := rows.Scan(&c.Tenant, &c.Seq, &prev, &before); err != nil {
+			return nil, err
+		}
+		c.Prev = chain.Hash(prev).String()
+		c.Before = fromNanos(before)
+		out[c.Tenant] = c
+	}
+	return out, rows.Err()
+}
+
+// cutChains removes, for every tenant, the leading entries all of whose
+// rows retention deleted, with their pruned rows, and records where each
+// chain now starts: retention cuts at before.
+func cutChains(ctx context.Context, tx *sql.Tx, before int64) (int, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT c.tenant, c.seq, c.n, c.prev, (SELECT count(*) FROM chain_pruned p
+		WHERE p.tenant = c.tenant AND p.seq = c.seq) FROM chain c ORDER BY c.tenant, c.seq`)
+	if err != nil {
+		return 0, err
+	}
+	type ent struct {
+		tenant    string
+		seq, n, p int64
+		prev      []byte
+	}
+	var all []ent
+	for rows.Next() {
+		var e ent
+		if err := rows.Scan(&e.tenant, &e.seq, &e.n, &e.prev, &e.p); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		all = append(all, e)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	cut := 0
+	for i := 0; i < len(all); {
+		j := i
+		for j < len(all) && all[j].tenant == all[i].tenant && all[j].p == all[j].n {
+			j++
+		}
+		if j > i {
+			// Entries i..j-1 of this tenant are gone: the chain starts at j
+			// (or after the last one, when every entry went).
+			startSeq, startPrev := all[j-1].seq+1, []byte(nil)
+			if j < len(all) && all[j].tenant == all[i].tenant {
+				startSeq, startPrev = all[j].seq, all[j].prev
+			} else {
+				var h []byte
+				if err := tx.QueryRowContext(ctx, `SELECT hash FROM chain WHERE tenant = ? AND seq = ?`, all[j-1].tenant, all[j-1].seq).Scan(&h); err != nil {
+					return 0, err
+				}
+				startPrev = h
+			}
+			for _, e := range all[i:j] {
+				if _, err := tx.ExecContext(ctx, `DELETE FROM chain WHERE tenant = ? AND seq = ?`, e.tenant, e.seq); err != nil {
+					return 0, err
+				}
+				if _, err := tx.ExecContext(ctx, `DELETE FROM chain_pruned WHERE tenant = ? AND seq = ?`, e.tenant, e.seq); err != nil {
+					return 0, err
+				}
+				cut++
+			}
+			if _, err := tx.ExecContext(ctx, `INSERT INTO chain_cuts (tenant, seq, prev, before) VALUES (?, ?, ?, ?)
+				ON CONFLICT (tenant) DO UPDATE SET seq = excluded.seq, prev = excluded.prev, before = excluded.before`,
+				all[i].tenant, startSeq, startPrev, before); err != nil {
+				return 0, err
+			}
+		}
+		// Skip the rest of this tenant: only a prefix can be cut.
+		t := all[i].tenant
+		for i < len(all) && all[i].tenant == t {
+			i++
+		}
+	}
+	return cut, nil
+}
+
+// entryOf returns the seq of tenant's entry of kind that covers row (a
+// call or change row id); 0 when none.
+func entryOf(ctx context.Context, q queryer, tenant, kind string, row int64) (int64, error) {
+	var seq int64
+	var first int64
+	err := q.QueryRowContext(ctx, `SELECT seq, first FROM chain WHERE tenant = ? AND kind = ? AND last >= ?
+		ORDER BY last LIMIT 1`, tenant, kind, row).Scan(&seq, &first)
+	if errors.Is(err, sql.ErrNoRows) || (err == nil && first > row) {
+		return 0, nil
+	}
+	return seq, err
+}
+
+// adoptHistory chains what a store of schema 2 holds, which had no chain:
+// per tenant, one entry for its calls, one for its findings and one for
+// its finding state changes, as they are when migrated.
+func adoptHistory(tx *sql.Tx) error {
+	ctx := context.Background()
+	now := time.Now()
+	names := map[int64]string{0: ""}
+	rows, err := tx.Query(`SELECT id, s FROM strs`)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var id int64
+		var s string
+		if err := rows.Scan(&id, &s); err != nil {
+			rows.Close()
+			return err
+		}
+		names[id] = s
+	}
+	rows.Close()
+	calls := map[string][]rowHash{}
+	rows, err = tx.Query(`SELECT rid, id, tenant, time, rec FROM calls ORDER BY rid`)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var rid, tenant, t int64
+		var id any
+		var rec []byte
+		if err := rows.Scan(&rid, &id, &tenant, &t, &rec); err != nil {
+			rows.Close()
+			return err
+		}
+		tn := names[tenant]
+		calls[tn] = append(calls[tn], rowHash{row: rid, hash: callHash(rid, id, tn, t, rec)})
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if err := chainCalls(ctx, tx, calls, now); err != nil {
+		return err
+	}
+	fs, err := loadFindings(ctx, tx)
+	if err != nil {
+		return err
+	}
+	byTenant := map[string][]rowHash{}
+	for i := range fs {
+		byTenant[fs[i].tenant] = append(byTenant[fs[i].tenant], rowHash{id: idBytes(fs[i].id), hash: findingHash(&fs[i].findingRow)})
+	}
+	for _, tenant := range sortedKeys(byTenant) {
+		seq, err := appendEntry(ctx, tx, chain.Entry{Tenant: tenant, Kind: chain.KindFindings, N: int64(len(byTenant[tenant])),
+			Digest: findingsDigest(byTenant[tenant]), Time: now})
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(`UPDATE findings SET chain = ? WHERE tenant = ?`, seq, tenant); err != nil {
+			return err
+		}
+	}
+	var hasChanges int
+	if err := tx.QueryRow(`SELECT count(*) FROM sqlite_schema WHERE name = 'finding_changes'`).Scan(&hasChanges); err != nil || hasChanges == 0 {
+		return err
+	}
+	changes, err := loadChanges(ctx, tx)
+	if err != nil {
+		return err
+	}
+	for _, tenant := range sortedKeys(changes) {
+		cs := changes[tenant]
+		hs := make([]chain.Hash, len(cs))
+		for i := range cs {
+			hs[i] = cs[i].hash
+		}
+		if _, err := appendEntry(ctx, tx, chain.Entry{Tenant: tenant, Kind: chain.KindChanges, First: cs[0].row,
+			Last: cs[len(cs)-1].row, N: int64(len(cs)), Digest: chain.Digest(hs), Time: now}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// storedFinding is a findings row as the chain hashes it, with its entry.
+type storedFinding struct {
+	findingRow
+	chain int64
+}
+
+type rowsQueryer interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// loadFindings reads every findings row.
+func loadFindings(ctx context.Context, q rowsQueryer) ([]storedFinding, error) {
+	rows, err := q.QueryContext(ctx, `SELECT id, time, kind, severity, server, tenant, document, key, session, body, chain FROM findings`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []storedFinding
+	for rows.Next() {
+		var f storedFinding
+		if err := rows.Scan(&f.id, &f.time, &f.kind, &f.severity, &f.server, &f.tenant, &f.doc, &f.key, &f.session, &f.body, &f.chain); err != nil {
+			return nil, err
+		}
+		out = append(out, f)
+	}
+	return out, rows.Err()
+}
+
+// loadChanges reads every finding state change, by tenant in seq order.
+func loadChanges(ctx context.Context, q rowsQueryer) (map[string][]rowHash, error) {
+	rows, err := q.QueryContext(ctx, `SELECT seq, fid, tenant, state, by, note, time FROM finding_changes ORDER BY seq`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string][]rowHash{}
+	for rows.Next() {
+		var seq, t int64
+		var fid any
+		var tenant, state, by, note string
+		if err := rows.Scan(&seq, &fid, &tenant, &state, &by, &note, &t); err != nil {
+			return nil, err
+		}
+		out[tenant] = append(out[tenant], rowHash{row: seq, hash: changeHash(seq, fid, tenant, state, by, note, t)})
+	}
+	return out, rows.Err()
+}

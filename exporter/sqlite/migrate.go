@@ -1,0 +1,142 @@
+package sqlite
+
+import (
+	"database/sql"
+	"fmt"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+)
+
+// migrate2to3 rewrites a store of schema 2, whose calls and writes were
+// unique by call id alone, into schema 3, where they are unique by call id
+// and tenant. Calls keep their row ids, so the document and session
+// indexes stay valid; each call's tenant is read from its record. The
+// write_hours rollup is dropped with its triggers and rebuilt from the
+// writes when the store opens its investigation side. It runs in one
+// transaction: a failure leaves the file at schema 2.
+func migrate2to3(db *sql.DB) error {
+	tx, err := db.Begin()
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	for _, stmt := range []string{
+		`CREATE TABLE calls3 (
+			rid    INTEGER PRIMARY KEY AUTOINCREMENT,
+			id     ANY     NOT NULL,
+			tenant INTEGER NOT NULL,
+			time   INTEGER NOT NULL,
+			rec    BLOB    NOT NULL,
+			UNIQUE (id, tenant)
+		) STRICT`,
+	} {
+		if _, err := tx.Exec(stmt); err != nil {
+			return fmt.Errorf("cannot migrate schema 2 to 3: %w", err)
+		}
+	}
+	tenants := map[string]int64{}
+	intern := func(v string) (int64, error) {
+		if v == "" {
+			return 0, nil
+		}
+		if id, ok := tenants[v]; ok {
+			return id, nil
+		}
+		var id int64
+		if err := tx.QueryRow(sqlIntern, v).Scan(&id); err != nil {
+			return 0, err
+		}
+		tenants[v] = id
+		return id, nil
+	}
+	ins, err := tx.Prepare(`INSERT INTO calls3 (rid, id, tenant, time, rec) VALUES (?, ?, ?, ?, ?)`)
+	if err != nil {
+		return fmt.Errorf("cannot migrate schema 2 to 3: %w", err)
+	}
+	var buf []byte
+	for last := int64(-1); ; {
+		rows, err := tx.Query(`SELECT rid, id, time, rec FROM calls WHERE rid > ? ORDER BY rid LIMIT 5000`, last)
+		if err != nil {
+			return fmt.Errorf("cannot migrate schema 2 to 3: %w", err)
+		}
+		type row struct {
+			rid, time int64
+			id        any
+			rec       []byte
+		}
+		var page []row
+		for rows.Next() {
+			var r row
+			if err := rows.Scan(&r.rid, &r.id, &r.time, &r.rec); err != nil {
+				rows.Close()
+				return fmt.Errorf("cannot migrate schema 2 to 3: %w", err)
+			}
+			page = append(page, r)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("cannot migrate schema 2 to 3: %w", err)
+		}
+		for _, r := range page {
+			var rec audit.Record
+			if buf, err = decodeCall(buf, r.id, r.time, r.rec, &rec); err != nil {
+				return fmt.Errorf("cannot migrate schema 2 to 3: row %d: %w", r.rid, err)
+			}
+			tenant, err := intern(rec.Call.Tenant)
+			if err != nil {
+				return fmt.Errorf("cannot migrate schema 2 to 3: %w", err)
+			}
+			if _, err := ins.Exec(r.rid, r.id, tenant, r.time, r.rec); err != nil {
+				return fmt.Errorf("cannot migrate schema 2 to 3: row %d: %w", r.rid, err)
+			}
+			last = r.rid
+		}
+		if len(page) < 5000 {
+			break
+		}
+	}
+	for _, stmt := range []string{
+		`DROP TABLE calls`, // and calls_time with it
+		`ALTER TABLE calls3 RENAME TO calls`,
+		`CREATE INDEX calls_time ON calls (time)`,
+		`CREATE TABLE writes3 (
+			time        INTEGER NOT NULL,
+			call_id     ANY     NOT NULL,
+			seq         INTEGER NOT NULL,
+			state       INTEGER NOT NULL,
+			server      INTEGER NOT NULL,
+			tenant      INTEGER NOT NULL,
+			tool        INTEGER NOT NULL,
+			reason      INTEGER NOT NULL,
+			action      INTEGER NOT NULL,
+			session     TEXT    NOT NULL,
+			document    TEXT    NOT NULL,
+			key         TEXT    NOT NULL,
+			state_after INTEGER,
+			PRIMARY KEY (time, call_id, seq, tenant),
+			UNIQUE (call_id, seq, tenant)
+		) WITHOUT ROWID, STRICT`,
+		`INSERT INTO writes3 SELECT time, call_id, seq, state, server, tenant, tool, reason, action,
+			session, document, key, state_after FROM writes`,
+		`DROP TABLE writes`, // its triggers and partial indexes go with it
+		`ALTER TABLE writes3 RENAME TO writes`,
+		`DROP TABLE IF EXISTS write_hours`,
+		`ALTER TABLE findings ADD COLUMN chain INTEGER NOT NULL DEFAULT 0`,
+	} {
+		if _, err := tx.Exec(stmt); err != nil {
+			return fmt.Errorf("cannot migrate schema 2 to 3: %w", err)
+		}
+	}
+	for _, stmt := range chainSchema {
+		if _, err := tx.Exec(stmt); err != nil {
+			return fmt.Errorf("cannot migrate schema 2 to 3: %w", err)
+		}
+	}
+	if err := adoptHistory(tx); err != nil {
+		return fmt.Errorf("cannot migrate schema 2 to 3: %w", err)
+	}
+	if _, err := tx.Exec(fmt.Sprintf(`PRAGMA user_version = %d`, schemaVersion)); err != nil {
+		return fmt.Errorf("cannot migrate schema 2 to 3: %w", err)
+	}
+	return tx.Commit()
+}

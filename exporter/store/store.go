@@ -1,0 +1,86 @@
+package store
+
+import (
+	"cmp"
+	"slices"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/collector/canon"
+)
+
+// Page sizes: a query's Limit is clamped to them, and zero takes the
+// default.
+const (
+	// DefaultPage and MaxPage bound a page of findings, writes or calls.
+	DefaultPage = 100
+	MaxPage     = 1000
+	// DefaultTimeline and MaxTimeline bound a document's timeline.
+	DefaultTimeline = 1000
+	MaxTimeline     = 10000
+)
+
+// PageLimit clamps the Limit of a page query.
+func PageLimit(n int) int { return clamp(n, DefaultPage, MaxPage) }
+
+// TimelineLimit clamps the Limit of a timeline query.
+func TimelineLimit(n int) int { return clamp(n, DefaultTimeline, MaxTimeline) }
+
+func clamp(n, def, max int) int {
+	switch {
+	case n <= 0:
+		return def
+	case n > max:
+		return max
+	}
+	return n
+}
+
+// CallEvent is the timeline event of a call, from the fields every store
+// keeps in the open: its outcome and the classification of its failure.
+func CallEvent(c *audit.Call, outcome audit.Outcome, failure *audit.Failure) audit.TimelineEvent {
+	ev := audit.TimelineEvent{Time: c.Time, Type: audit.EventCall, CallID: c.ID, Server: c.Server,
+		Session: c.Session, Tool: c.Tool, Outcome: outcome}
+	if failure != nil {
+		ev.Code, ev.RetryAction = failure.Code, failure.Action
+	}
+	return ev
+}
+
+// WriteEvent is the timeline event of a write attempt in its current
+// state, at the time of its call.
+func WriteEvent(w *audit.Write) audit.TimelineEvent {
+	return audit.TimelineEvent{Time: w.Time, Type: audit.EventWrite, CallID: w.CallID, Server: w.Server,
+		Session: w.Session, Tool: w.Tool, Key: w.Key, State: w.State, Reason: w.Reason, RetryAction: w.Action}
+}
+
+// FindingEvent is the timeline event of a finding; it holds f.
+func FindingEvent(f *audit.Finding) audit.TimelineEvent {
+	return audit.TimelineEvent{Time: f.Time, Type: audit.EventFinding, Server: f.Server, Session: f.Session,
+		Key: f.Key, Reason: f.Reason, RetryAction: f.RetryAction, Finding: f}
+}
+
+// eventRank orders events of equal time: calls, then writes, then
+// findings.
+var eventRank = map[string]int{audit.EventCall: 0, audit.EventWrite: 1, audit.EventFinding: 2}
+
+// SortTimeline puts a timeline's events in time order (calls first, then
+// writes, then findings at equal times; otherwise as given) and keeps the
+// first limit.
+func SortTimeline(events []audit.TimelineEvent, limit int) []audit.TimelineEvent {
+	slices.SortStableFunc(events, func(a, b audit.TimelineEvent) int {
+		return cmp.Or(a.Time.Compare(b.Time), cmp.Compare(eventRank[a.Type], eventRank[b.Type]))
+	})
+	return events[:min(len(events), limit)]
+}
+
+// Fingerprint derives a call's fingerprint from its request, as every
+// carrier does (audit.Fingerprint over the canonical arguments). A store
+// keeps a mark instead of the 16 incompressible bytes when the call's
+// fingerprint is this one (Derived), and derives it again on reading.
+func Fingerprint(c *audit.Call) string {
+	return audit.Fingerprint(c.Server, c.Session, c.RPCID, c.Tool, canon.Bytes(c.Arguments))
+}
+
+// Derived reports whether c's fingerprint is the one Fingerprint derives,
+// so that a store may keep a mark instead of it.
+func Derived(c *audit.Call) bool { return c.Fingerprint != "" && c.Fingerprint == Fingerprint(c) }

@@ -1,0 +1,68 @@
+package store
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+)
+
+func TestLimits(t *testing.T) {
+	f := func(got, want int) {
+		t.Helper()
+		if got != want {
+			t.Errorf("got %d, want %d", got, want)
+		}
+	}
+	f(PageLimit(0), 100)
+	f(PageLimit(-5), 100)
+	f(PageLimit(7), 7)
+	f(PageLimit(1000), 1000)
+	f(PageLimit(1001), 1000)
+	f(TimelineLimit(0), 1000)
+	f(TimelineLimit(50000), 10000)
+}
+
+func TestSortTimeline(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	f := &audit.Finding{Kind: audit.KindUnsafeRetry, Time: t0}
+	w := &audit.Write{CallID: "c1", Time: t0, State: audit.StateDurable}
+	c := &audit.Call{ID: "c1", Time: t0}
+	late := &audit.Call{ID: "c0", Time: t0.Add(-time.Second)}
+	events := []audit.TimelineEvent{FindingEvent(f), WriteEvent(w), CallEvent(c, audit.OutcomeOK, nil),
+		CallEvent(late, audit.OutcomeProtocolError, &audit.Failure{Code: "E_X", Action: audit.ActionFixInput})}
+	got := SortTimeline(events, 3)
+	var types []string
+	for _, e := range got {
+		types = append(types, e.Type+"/"+e.CallID)
+	}
+	if want := []string{"call/c0", "call/c1", "write/c1"}; !reflect.DeepEqual(types, want) {
+		t.Fatalf("order %v, want %v", types, want)
+	}
+	if got[0].Code != "E_X" || got[0].RetryAction != audit.ActionFixInput {
+		t.Errorf("failed call event %+v lacks its code and action", got[0])
+	}
+}
+
+func TestFingerprint(t *testing.T) {
+	c := &audit.Call{Server: "thegram", Session: "s", RPCID: "7", Tool: "gram_read", Arguments: []byte(`{"b":1, "a":2}`)}
+	c.Fingerprint = Fingerprint(c)
+	if !Derived(c) {
+		t.Fatal("a call's own fingerprint is not recognized as derived")
+	}
+	// The canonical form: key order and spacing do not matter.
+	d := *c
+	d.Arguments = []byte(`{"a":2,"b":1}`)
+	if Fingerprint(&d) != c.Fingerprint {
+		t.Error("fingerprint depends on the arguments' spacing or key order")
+	}
+	d.Fingerprint = "other"
+	if Derived(&d) {
+		t.Error("a foreign fingerprint counted as derived")
+	}
+	d.Fingerprint = ""
+	if Derived(&d) {
+		t.Error("an empty fingerprint counted as derived")
+	}
+}

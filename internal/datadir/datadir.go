@@ -1,0 +1,179 @@
+package datadir
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// Modes of the data directory and of every file in it: readable by their
+// owner only. The audit records hold tool arguments and results.
+const (
+	DirMode  fs.FileMode = 0o700
+	FileMode fs.FileMode = 0o600
+)
+
+// LockName is the lock file inside the data directory.
+const LockName = "LOCK"
+
+// ErrLocked is returned by Open when another process holds the directory.
+var ErrLocked = errors.New("data dir in use")
+
+// LockedError says which process holds a data directory.
+type LockedError struct {
+	Dir string
+	// PID is the holder's process id as it wrote it; 0 when unreadable.
+	PID int
+}
+
+func (e *LockedError) Error() string {
+	holder := "another process"
+	if e.PID > 0 {
+		holder = "pid " + strconv.Itoa(e.PID)
+	}
+	return fmt.Sprintf("data dir %s is in use by %s (lock file %s): stop it, or give this process another data dir",
+		e.Dir, holder, filepath.Join(e.Dir, LockName))
+}
+
+// Unwrap lets errors.Is match ErrLocked.
+func (e *LockedError) Unwrap() error { return ErrLocked }
+
+// Dir is a data directory held by this process.
+type Dir struct {
+	path string
+	lock *os.File
+}
+
+// Open creates dir when missing, makes it private (0700) and takes its lock,
+// writing this process's id into the lock file. When another process holds
+// the lock it returns a *LockedError naming that process. The lock is an
+// flock: the kernel releases it when the process dies, so a crash never
+// leaves the directory locked.
+func Open(dir string) (*Dir, error) {
+	if err := os.MkdirAll(dir, DirMode); err != nil {
+		return nil, fmt.Errorf("cannot create data dir: %w", err)
+	}
+	if err := os.Chmod(dir, DirMode); err != nil {
+		return nil, fmt.Errorf("cannot make data dir %s private: %w", dir, err)
+	}
+	path := filepath.Join(dir, LockName)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, FileMode)
+	if err != nil {
+		return nil, fmt.Errorf("cannot open lock file: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		defer f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, &LockedError{Dir: dir, PID: readPID(f)}
+		}
+		return nil, fmt.Errorf("cannot lock data dir %s: %w", dir, err)
+	}
+	// Held: record who holds it, for the next one's error message.
+	if err := writePID(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if err := Private(path); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return &Dir{path: dir, lock: f}, nil
+}
+
+// Path returns the directory.
+func (d *Dir) Path() string { return d.path }
+
+// Close releases the lock. The lock file stays; its pid is stale.
+func (d *Dir) Close() error {
+	if d == nil || d.lock == nil {
+		return nil
+	}
+	err := d.lock.Close() // closing the descriptor releases the flock
+	d.lock = nil
+	return err
+}
+
+func readPID(f *os.File) int {
+	b := make([]byte, 32)
+	n, _ := f.ReadAt(b, 0)
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b[:n])))
+	if err != nil {
+		return 0
+	}
+	return pid
+}
+
+func writePID(f *os.File) error {
+	if err := f.Truncate(0); err != nil {
+		return fmt.Errorf("cannot write lock file: %w", err)
+	}
+	if _, err := f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0); err != nil {
+		return fmt.Errorf("cannot write lock file: %w", err)
+	}
+	return nil
+}
+
+// Private sets path to FileMode (a directory to DirMode), whatever the
+// umask gave it at creation.
+func Private(path string) error {
+	info, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("cannot make %s private: %w", path, err)
+	}
+	mode := FileMode
+	if info.IsDir() {
+		mode = DirMode
+	}
+	if info.Mode().Perm() == mode {
+		return nil
+	}
+	if err := os.Chmod(path, mode); err != nil {
+		return fmt.Errorf("cannot make %s private: %w", path, err)
+	}
+	return nil
+}
+
+// CreatePrivate creates the file path (or opens it when it exists) with
+// FileMode, whatever the umask, and closes it: a store that lets a library
+// create its files (SQLite) creates them first through this.
+func CreatePrivate(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, FileMode)
+	if err != nil {
+		return fmt.Errorf("cannot create %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("cannot create %s: %w", path, err)
+	}
+	return Private(path)
+}
+
+// Check walks dir and returns an error naming every file or directory
+// whose permissions give anything to group or others.
+func Check(dir string) error {
+	var bad []string
+	err := filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		info, err := e.Info()
+		if err != nil {
+			return err
+		}
+		if info.Mode().Perm()&0o077 != 0 {
+			bad = append(bad, fmt.Sprintf("%s (%v)", p, info.Mode().Perm()))
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("cannot check %s: %w", dir, err)
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("readable by group or others: %s", strings.Join(bad, ", "))
+	}
+	return nil
+}
