@@ -17,14 +17,23 @@ const idStack = 512
 // tool and the canonical JSON of its arguments. It is deterministic, so a
 // replayed or re-sent capture maps to the same ids.
 func StableID(server, session, rpcID string, t time.Time, tool string, canonicalArgs []byte) string {
+	var out [stableIDLen]byte
+	return string(AppendStableID(out[:0], server, session, rpcID, t, tool, canonicalArgs))
+}
+
+// stableIDLen is the length of a stable id: "c_" and 20 hex digits.
+const stableIDLen = 2 + 2*10
+
+// AppendStableID appends StableID's text to dst, so that a decoder can keep
+// it in one allocation with the call's other texts. The parts may be views
+// of dst: they are hashed before dst grows.
+func AppendStableID(dst []byte, server, session, rpcID string, t time.Time, tool string, canonicalArgs []byte) []byte {
 	var stack [idStack]byte
 	b := appendIDParts(stack[:0], server, session, rpcID, tool)
 	b = binary.LittleEndian.AppendUint64(b, uint64(t.Round(time.Millisecond).UnixMilli()))
 	sum := sumWith(b, canonicalArgs)
-	var out [2 + 2*10]byte
-	copy(out[:], "c_")
-	hex.Encode(out[2:], sum[:10])
-	return string(out[:])
+	dst = append(dst, "c_"...)
+	return hex.AppendEncode(dst, sum[:10])
 }
 
 // Fingerprint identifies a request regardless of when it was sent: the
@@ -32,10 +41,20 @@ func StableID(server, session, rpcID string, t time.Time, tool string, canonical
 // observations of one exchange share it; the detector uses it to drop the
 // second.
 func Fingerprint(server, session, rpcID, tool string, canonicalArgs []byte) string {
+	var out [fingerprintLen]byte
+	return string(AppendFingerprint(out[:0], server, session, rpcID, tool, canonicalArgs))
+}
+
+// fingerprintLen is the length of a fingerprint: 16 bytes of a SHA-256.
+const fingerprintLen = 16
+
+// AppendFingerprint appends Fingerprint's bytes to dst; the parts may be
+// views of dst, as for AppendStableID.
+func AppendFingerprint(dst []byte, server, session, rpcID, tool string, canonicalArgs []byte) []byte {
 	var stack [idStack]byte
 	b := appendIDParts(stack[:0], server, session, rpcID, tool)
 	sum := sumWith(b, canonicalArgs)
-	return string(sum[:16])
+	return append(dst, sum[:fingerprintLen]...)
 }
 
 // appendIDParts appends each part with its length before it, so that no

@@ -15,7 +15,9 @@ t=${1:-30s}
 targets=(
 	collector/capture:FuzzRecordParser
 	collector/capture:FuzzDecoder
+	collector/capture:FuzzOTLPJSON
 	collector/dialect:FuzzExtractCalls
+	collector/dialect:FuzzAppendCalls
 	collector/dialect:FuzzOddlynewRun
 	collector/receiver:FuzzCalls
 	collector/receiver:FuzzTraces

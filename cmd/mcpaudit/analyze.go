@@ -207,9 +207,19 @@ func newAnalyzer(cfg Config, sinks ...audit.Sink) *analyzer {
 	return a
 }
 
-func (a *analyzer) add(c *audit.Call) {
-	a.red.Call(c)
-	a.eng.Add("analyze", a.reader.Read(c).Lean(), time.Time{})
+// add judges one call, read once by its decoder. Masked (--redact), it is
+// read again from what the masks left, and its payloads dropped as serve
+// drops them once read; otherwise it came without payloads and holds
+// nothing of the decoder's buffers (capture.Decoder.DropPayloads), and is
+// kept as it is.
+func (a *analyzer) add(r *audit.Record, known dialect.Known) {
+	if a.red != nil {
+		if a.red.Call(r.Call) > 0 {
+			r = a.reader.ReadKnown(r.Call, known)
+		}
+		r = r.Lean()
+	}
+	a.eng.Add("analyze", r, time.Time{})
 }
 
 // failNever is the --fail-on value that never fails on findings.
@@ -218,15 +228,17 @@ const failNever = "never"
 // input is one capture being read, with its next call.
 type input struct {
 	dec    *capture.Decoder
+	reader *dialect.Reader
 	closer io.Closer
-	head   *audit.Call
+	head   *audit.Record
+	known  dialect.Known
 	done   bool
 }
 
 // advance reads the input's next call, reporting rejects on the way.
 func (in *input) advance(rejects *rejectLog) error {
 	for {
-		c, err := in.dec.Next()
+		c, err := in.dec.NextRecord(in.reader)
 		if err == io.EOF {
 			in.done, in.head = true, nil
 			rejects.ignored += in.dec.Ignored
@@ -239,7 +251,7 @@ func (in *input) advance(rejects *rejectLog) error {
 			}
 			return err
 		}
-		in.head = c
+		in.head, in.known = c, in.dec.Known()
 		return nil
 	}
 }
@@ -251,6 +263,9 @@ func analyzeInputs(ctx context.Context, names []string, stdin io.Reader, det *an
 	var ins []*input
 	defer func() {
 		for _, in := range ins {
+			if in.dec != nil {
+				in.dec.Close()
+			}
 			if in.closer != nil {
 				in.closer.Close()
 			}
@@ -267,14 +282,17 @@ func analyzeInputs(ctx context.Context, names []string, stdin io.Reader, det *an
 			}
 			r, display, in.closer = f, name, f
 		}
-		dec, err := capture.NewDecoder(&countingReader{r: r, n: read}, display)
+		dec, err := capture.NewDecoder(newCountingReader(r, read), display)
 		if err != nil {
 			if in.closer != nil {
 				in.closer.Close()
 			}
 			return err
 		}
-		in.dec = dec
+		if det.red == nil {
+			dec.DropPayloads()
+		}
+		in.dec, in.reader = dec, det.reader
 		ins = append(ins, in)
 		if err := in.advance(rejects); err != nil {
 			return err
@@ -288,14 +306,14 @@ func analyzeInputs(ctx context.Context, names []string, stdin io.Reader, det *an
 		}
 		var next *input
 		for _, in := range ins {
-			if !in.done && (next == nil || in.head.Time.Before(next.head.Time)) {
+			if !in.done && (next == nil || in.head.Call.Time.Before(next.head.Call.Time)) {
 				next = in
 			}
 		}
 		if next == nil {
 			return nil
 		}
-		det.add(next.head)
+		det.add(next.head, next.known)
 		if err := next.advance(rejects); err != nil {
 			return err
 		}
@@ -486,6 +504,33 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.n.Add(int64(n))
 	return n, err
+}
+
+// countingFile is a countingReader of a file, which the decoder may also
+// read at offsets (an OTLP JSON document is read twice, the second time
+// block by block; the bar follows the first reading).
+type countingFile struct {
+	countingReader
+	f interface {
+		io.ReaderAt
+		io.Seeker
+	}
+}
+
+func (c *countingFile) ReadAt(p []byte, off int64) (int, error) { return c.f.ReadAt(p, off) }
+func (c *countingFile) Seek(off int64, whence int) (int64, error) {
+	return c.f.Seek(off, whence)
+}
+
+// newCountingReader counts what is read of r, keeping the offsets of a file.
+func newCountingReader(r io.Reader, n *atomic.Int64) io.Reader {
+	if f, ok := r.(interface {
+		io.ReaderAt
+		io.Seeker
+	}); ok {
+		return &countingFile{countingReader{r, n}, f}
+	}
+	return &countingReader{r, n}
 }
 
 // inputSize adds up the sizes of the named files; -1 when unknown (stdin).

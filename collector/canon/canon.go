@@ -115,9 +115,11 @@ const maxDepth = 32
 // Canonical reports whether raw, JSON text that fastjson accepts, is
 // already its own canonical form, so that it can stand for Append of its
 // value without a parse: no white space outside strings, object keys in
-// strictly ascending order (so none repeats), and strings of printable
-// ASCII without escapes. It may say no to canonical text (deep nesting,
-// non-ASCII strings); it never says yes to other text.
+// strictly ascending order (so none repeats) and without escapes, and
+// strings of printable ASCII whose only escapes are those appendString
+// writes back alike (\", \\, \b, \f, \n, \r, \t). It may say no to
+// canonical text (deep nesting, non-ASCII strings); it never says yes to
+// other text.
 func Canonical(raw []byte) bool {
 	// prev holds the last key of each open object, nil before the first.
 	var prev [maxDepth][]byte
@@ -142,11 +144,25 @@ func Canonical(raw []byte) bool {
 			i++
 		case '"':
 			j := i + 1
-			for j < len(raw) && raw[j] >= 0x20 && raw[j] < 0x7f && raw[j] != '"' && raw[j] != '\\' {
-				j++
+			for j < len(raw) {
+				for j < len(raw) && plain[raw[j]] {
+					j++
+				}
+				if j == len(raw) || raw[j] != '\\' || wantKey || j+1 == len(raw) {
+					break
+				}
+				// The escapes that appendString writes back as they are:
+				// JSON written by Go or JavaScript escapes quotes and line
+				// ends in run code so.
+				switch raw[j+1] {
+				case '"', '\\', 'b', 'f', 'n', 'r', 't':
+					j += 2
+				default:
+					return false
+				}
 			}
 			if j == len(raw) || raw[j] != '"' {
-				return false // an escape, a control byte or non-ASCII
+				return false // another escape, a control byte or non-ASCII
 			}
 			if wantKey {
 				key := raw[i+1 : j]
@@ -231,21 +247,28 @@ func CollapseSpace(s string) string {
 // AppendCollapsed appends CollapseSpace(s) to dst.
 func AppendCollapsed[T ~string | ~[]byte](dst []byte, s T) []byte {
 	start := len(dst)
-	space := false
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v' {
-			space = true
-			continue
+	for i := 0; i < len(s); {
+		// Copy the run up to the next white space in one append.
+		j := i
+		for j < len(s) && !isSpace[s[j]] {
+			j++
 		}
-		if space && len(dst) > start {
-			dst = append(dst, ' ')
+		if j > i {
+			if len(dst) > start && i > 0 && isSpace[s[i-1]] {
+				dst = append(dst, ' ')
+			}
+			dst = append(dst, s[i:j]...)
 		}
-		space = false
-		dst = append(dst, c)
+		for j < len(s) && isSpace[s[j]] {
+			j++
+		}
+		i = j
 	}
 	return dst
 }
+
+// isSpace marks the white space CollapseSpace collapses.
+var isSpace = [256]bool{' ': true, '\t': true, '\n': true, '\r': true, '\f': true, '\v': true}
 
 // appendString quotes s as strconv.AppendQuote does, without its cost for
 // ASCII strings, which are most strings.
@@ -271,6 +294,15 @@ func appendString(dst, s []byte) []byte {
 	}
 	return append(dst, '"')
 }
+
+// plain marks the bytes a canonical string holds as they are: printable
+// ASCII but the quote and the backslash.
+var plain = func() (t [256]bool) {
+	for c := 0x20; c < 0x7f; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
 
 // needsEscape marks the ASCII bytes that strconv escapes.
 var needsEscape = func() (t [256]bool) {

@@ -27,6 +27,13 @@ func TestCollapseSpace(t *testing.T) {
 	f("  a \n\t b  ", "a b")
 	f("async () => {\n  x;\n}", "async () => { x; }")
 	f("", "")
+	f(" \f\v ", "")
+	f("a", "a")
+	f("\ra\vb\f", "a b")
+	// Appended after other text, the first run is not preceded by a space.
+	if got := string(AppendCollapsed([]byte("x"), "  a  b ")); got != "xa b" {
+		t.Errorf("AppendCollapsed after x = %q", got)
+	}
 }
 
 func TestHash(t *testing.T) {

@@ -1,9 +1,27 @@
 package canon
 
 import (
+	"bytes"
 	"strconv"
 	"testing"
+
+	"github.com/valyala/fastjson"
 )
+
+// FuzzCanonical: text Canonical accepts is what Bytes makes of it.
+func FuzzCanonical(f *testing.F) {
+	f.Add([]byte(`{"code":"async () =\u003e {\n  x(\"a\\b\")\t}","n":[1,{}]}`))
+	f.Add([]byte(`{"a":"\b\f\r","b":"\/"}`))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		var p fastjson.Parser
+		if _, err := p.ParseBytes(raw); err != nil {
+			return
+		}
+		if Canonical(raw) && !bytes.Equal(Bytes(raw), raw) {
+			t.Fatalf("Canonical(%q), but Bytes gives %q", raw, Bytes(raw))
+		}
+	})
+}
 
 // TestAppendString: the quoting is strconv's, byte for byte, since
 // canonical arguments feed the call ids.
@@ -77,7 +95,12 @@ func TestCanonical(t *testing.T) {
 	f(`{"a":1,"a":1}`, false)
 	f(`{"":1,"":2}`, false)
 	f(`{"a": 1}`, false)
-	f(`{"a":"x\ny"}`, false)
+	f(`{"a":"x\ny"}`, true)
+	f(`{"a":"\"q\" \\ \b\f\r\t"}`, true)
+	f(`{"a":"\/"}`, false)
+	f(`{"a":"\u0041"}`, false)
+	f(`{"a\n":1}`, false)
+	f(`{"a":"x\`, false)
 	f(`{"a":"\u003e"}`, false)
 	f(`{"a":"é"}`, false)
 	f(`"plain"`, true)

@@ -8,9 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/collector/dialect"
 	"github.com/mcpaudit/mcpaudit/collector/otlp"
 )
 
@@ -67,8 +67,9 @@ func IsReject(err error) bool {
 	return errors.As(err, &re) || errors.As(err, &se)
 }
 
-// Decoder streams calls out of one input. Memory is bounded by one record
-// (or one OTLP document), not by the input.
+// Decoder streams calls out of one input. Memory is bounded by one record,
+// or for OTLP JSON by the blocks of one document being merged (see
+// otlpReader), not by the input.
 type Decoder struct {
 	name   string
 	r      *bufio.Reader
@@ -76,16 +77,33 @@ type Decoder struct {
 	line   int
 	rp     RecordParser
 	jd     *json.Decoder
-	queue  []*audit.Call
+	otlp   *otlpReader
 	errs   []error
 	done   bool
+	// keep is false once DropPayloads was called.
+	keep bool
+	// known is what the decoder knew of the last call beside its JSON.
+	known dialect.Known
 	// Ignored counts records and spans of methods other than tools/call.
 	Ignored int
 }
 
 // NewDecoder detects the format of r (gzip is unwrapped first) and returns a
-// decoder for it. name is used in error messages.
+// decoder for it. name is used in error messages. An OTLP JSON input that
+// can be read at offsets (a file: r is an io.ReaderAt and io.Seeker) is read
+// where it is; another is spooled, one document at a time.
 func NewDecoder(r io.Reader, name string) (*Decoder, error) {
+	// An input read at offsets is read from where it stands now.
+	var at io.ReaderAt
+	var base int64
+	if ra, ok := r.(interface {
+		io.ReaderAt
+		io.Seeker
+	}); ok {
+		if off, err := ra.Seek(0, io.SeekCurrent); err == nil {
+			at, base = ra, off
+		}
+	}
 	br := bufio.NewReaderSize(r, 1<<16)
 	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
 		zr, err := gzip.NewReader(br)
@@ -93,20 +111,42 @@ func NewDecoder(r io.Reader, name string) (*Decoder, error) {
 			return nil, fmt.Errorf("cannot read gzip input %s: %w", name, err)
 		}
 		br = bufio.NewReaderSize(zr, 1<<16)
+		at = nil
 	}
-	d := &Decoder{name: name, r: br}
+	d := &Decoder{name: name, r: br, keep: true}
 	f, err := detect(br)
 	if err != nil {
 		return nil, fmt.Errorf("cannot detect the format of %s: %w", name, err)
 	}
 	d.format = f
-	if f == FormatRecordArray {
+	switch f {
+	case FormatRecordArray:
 		d.jd = json.NewDecoder(br)
 		if _, err := d.jd.Token(); err != nil {
 			return nil, fmt.Errorf("cannot read JSON array %s: %w", name, err)
 		}
+	case FormatOTLP:
+		d.otlp = newOTLPReader(name, br, at, base, true, func(err error) { d.errs = append(d.errs, err) }, &d.Ignored)
 	}
 	return d, nil
+}
+
+// DropPayloads makes the calls of NextRecord come without their payloads
+// (arguments, result, error data): they are read from the decoder's parse
+// and never copied. Call it before the first NextRecord.
+func (d *Decoder) DropPayloads() {
+	d.keep = false
+	if d.otlp != nil {
+		d.otlp.conv.Keep = false
+	}
+}
+
+// Close releases what the decoder holds beside its input (a spool file).
+func (d *Decoder) Close() error {
+	if d.otlp != nil && d.otlp.spool != nil {
+		return d.otlp.spool.Close()
+	}
+	return nil
 }
 
 // Format returns the detected format.
@@ -177,39 +217,59 @@ func detectObject(br *bufio.Reader) Format {
 // Next returns the next call. At the end it returns io.EOF. A rejected
 // record or span is returned as an error for which IsReject is true; the
 // caller reports it and calls Next again. Any other error ends the input.
+//
+// The call's reading is NextRecord's: a span known to have answered a
+// tool error only by its error.type carries no result to read it from.
 func (d *Decoder) Next() (*audit.Call, error) {
+	r, err := d.next(nil)
+	if err != nil {
+		return nil, err
+	}
+	return r.Call, nil
+}
+
+// NextRecord returns the next call and its reading by rd, made from the
+// decoder's one parse of the call. Errors are Next's.
+func (d *Decoder) NextRecord(rd *dialect.Reader) (*audit.Record, error) {
+	return d.next(rd)
+}
+
+// Known returns what the decoder knew of the call it returned last beside
+// its JSON (an OTLP span's error.type without its result): a reader that
+// reads the call again, once masked, is told it (dialect.Reader.ReadKnown).
+func (d *Decoder) Known() dialect.Known { return d.known }
+
+// next returns the next call, read by rd when rd is not nil.
+func (d *Decoder) next(rd *dialect.Reader) (*audit.Record, error) {
+	d.known = dialect.Known{}
 	for {
 		if len(d.errs) > 0 {
 			err := d.errs[0]
+			d.errs[0] = nil
 			d.errs = d.errs[1:]
 			return nil, err
-		}
-		if len(d.queue) > 0 {
-			c := d.queue[0]
-			d.queue[0] = nil
-			if len(d.queue) == 1 {
-				// Keep the array: NDJSON queues one call at a time, and
-				// slicing past it would allocate a new one for each.
-				d.queue = d.queue[:0]
-			} else {
-				d.queue = d.queue[1:]
-			}
-			return c, nil
 		}
 		if d.done {
 			return nil, io.EOF
 		}
+		var r *audit.Record
 		var err error
 		switch d.format {
 		case FormatRecordArray:
-			err = d.nextArray()
+			r, err = d.nextArray(rd)
 		case FormatOTLP:
-			err = d.nextOTLP()
+			r, d.known, err = d.otlp.next(rd)
+			if r == nil && err == nil && len(d.errs) == 0 {
+				d.done = true
+			}
 		default:
-			err = d.nextRecord()
+			r, err = d.nextRecord(rd)
 		}
 		if err != nil {
 			return nil, err
+		}
+		if r != nil {
+			return r, nil
 		}
 	}
 }
@@ -250,49 +310,57 @@ func (d *Decoder) readLine() ([]byte, bool, error) {
 	}
 }
 
-func (d *Decoder) nextRecord() error {
+// nextRecord reads one NDJSON line: its call, or nil (a blank line, a
+// reject, another method).
+func (d *Decoder) nextRecord(rd *dialect.Reader) (*audit.Record, error) {
 	line, tooLong, err := d.readLine()
 	if err == io.EOF {
 		d.done = true
-		return nil
+		return nil, nil
 	}
 	if err != nil {
-		return fmt.Errorf("cannot read %s: %w", d.name, err)
+		return nil, fmt.Errorf("cannot read %s: %w", d.name, err)
 	}
 	if tooLong {
 		d.errs = append(d.errs, &RecordError{Source: d.name, Line: d.line, Reason: fmt.Sprintf("line longer than %d bytes", MaxLine)})
-		return nil
+		return nil, nil
 	}
 	if d.line == 1 {
 		line = bytes.TrimPrefix(line, []byte("\xef\xbb\xbf"))
 	}
 	if len(bytes.TrimSpace(line)) == 0 {
-		return nil
+		return nil, nil
 	}
-	d.parse(line)
-	return nil
+	return d.parse(line, rd), nil
 }
 
-// parse queues the call of one record, or its reject.
-func (d *Decoder) parse(data []byte) {
-	c, err := d.rp.Parse(data, d.name, d.line)
+// parse returns the call of one record, or nil when it is rejected (the
+// reject is queued) or of another method.
+func (d *Decoder) parse(data []byte, rd *dialect.Reader) *audit.Record {
+	c, err := d.rp.parse(data, d.name, d.line, d.keep || rd == nil)
 	if err != nil {
 		d.errs = append(d.errs, err)
-		return
+		return nil
 	}
 	if c.Method != "tools/call" {
 		// Other MCP methods (initialize, tools/list...) are counted and
 		// otherwise ignored, as spans of other methods are.
 		d.Ignored++
-		return
+		return nil
 	}
-	d.queue = append(d.queue, c)
+	if rd == nil {
+		d.rp.payload = dialect.Payload{}
+		return &audit.Record{Call: c}
+	}
+	r := rd.ReadPayload(c, &d.rp.payload)
+	d.rp.payload = dialect.Payload{}
+	return r
 }
 
-func (d *Decoder) nextArray() error {
+func (d *Decoder) nextArray(rd *dialect.Reader) (*audit.Record, error) {
 	if !d.jd.More() {
 		d.done = true
-		return nil
+		return nil, nil
 	}
 	d.line++
 	var raw json.RawMessage
@@ -301,56 +369,7 @@ func (d *Decoder) nextArray() error {
 		// located, so the input ends here with what was read.
 		d.done = true
 		d.errs = append(d.errs, &RecordError{Source: d.name, Line: d.line, Reason: fmt.Sprintf("broken JSON array after element %d: %v", d.line-1, err)})
-		return nil
+		return nil, nil
 	}
-	d.parse(raw)
-	return nil
-}
-
-// nextOTLP reads one OTLP document: a whole line when the file is JSON
-// lines, otherwise the rest of the input.
-func (d *Decoder) nextOTLP() error {
-	var doc []byte
-	line := 0
-	first, tooLong, err := d.readLine()
-	if err == io.EOF {
-		d.done = true
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("cannot read %s: %w", d.name, err)
-	}
-	if tooLong {
-		d.errs = append(d.errs, &RecordError{Source: d.name, Line: d.line, Reason: fmt.Sprintf("line longer than %d bytes", MaxLine)})
-		return nil
-	}
-	if len(bytes.TrimSpace(first)) == 0 {
-		return nil
-	}
-	if json.Valid(first) {
-		doc, line = first, d.line
-	} else {
-		rest, err := io.ReadAll(d.r)
-		if err != nil {
-			return fmt.Errorf("cannot read %s: %w", d.name, err)
-		}
-		doc = append(append(append([]byte{}, first...), '\n'), rest...)
-		d.done = true
-	}
-	td, err := otlp.DecodeJSON(doc)
-	if err != nil {
-		d.errs = append(d.errs, &RecordError{Source: d.name, Line: line, Reason: err.Error()})
-		return nil
-	}
-	res := otlp.Convert(td, d.name+":")
-	d.Ignored += res.Ignored
-	for _, r := range res.Rejected {
-		d.errs = append(d.errs, &SpanError{Source: d.name, Line: line, RejectedSpan: r})
-	}
-	// Exporters group spans by resource (one block per service or pod), so
-	// a document is not in time order across blocks; it is in memory
-	// already, so put its calls in time order here.
-	slices.SortStableFunc(res.Calls, func(a, b *audit.Call) int { return a.Time.Compare(b.Time) })
-	d.queue = append(d.queue, res.Calls...)
-	return nil
+	return d.parse(raw, rd), nil
 }

@@ -2,9 +2,13 @@ package capture
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
 	"testing"
 )
 
@@ -70,4 +74,40 @@ func mustRead(f *testing.F, p string) []byte {
 		f.Fatal(err)
 	}
 	return b
+}
+
+// FuzzOTLPJSON: an OTLP JSON document that pdata decodes is read block by
+// block into the calls, readings, rejects and order of decoding it whole
+// and sorting it by time.
+var emptyKey = regexp.MustCompile(`""\s*:`)
+
+func FuzzOTLPJSON(f *testing.F) {
+	addExamples(f, "../../testdata/examples/*.otlp.json")
+	f.Add([]byte(oneDoc("thegram", oneSpan(2, "gram_read"), oneSpan(1, "gram_patch"))))
+	f.Add([]byte(`{"resource_spans":[{"resource":{"attributes":[{"key":"service.name","value":{"string_value":"x"}},{"key":"mcpaudit.tenant","value":{"intValue":"7"}}]},` +
+		`"scope_spans":[{"spans":[{"start_time_unix_nano":5,"kind":"SPAN_KIND_CLIENT","attributes":[{"key":"gen_ai.tool.name","value":{"stringValue":"t"}},` +
+		`{"key":"server.address","value":{"stringValue":"s"}},{"key":"gen_ai.tool.call.arguments","value":{"kvlistValue":{"values":[{"key":"b","value":{"doubleValue":1.5}},{"key":"a","value":{"arrayValue":{"values":[{"boolValue":true}]}}}]}}}],` +
+		`"status":{"code":"STATUS_CODE_ERROR","message":"Boom"}}]}]}]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		want, wantRej, wantIgn, err := viaPdata(t, data, "fuzz")
+		if err != nil || !json.Valid(data) {
+			return
+		}
+		if d, err := NewDecoder(bytes.NewReader(data), "fuzz"); err != nil || d.Format() != FormatOTLP {
+			return // call records, or not JSON
+		}
+		if emptyKey.Match(data) {
+			// pdata's decoder takes an empty key for the end of its object
+			// and reads what follows as the object's parent: not a reading
+			// to copy.
+			return
+		}
+		got, gotRej, gotIgn := viaStream(t, bytes.NewReader(data), "fuzz", true)
+		sameRecords(t, "fuzz", want, got)
+		slices.Sort(wantRej)
+		slices.Sort(gotRej)
+		if !reflect.DeepEqual(wantRej, gotRej) || wantIgn != gotIgn {
+			t.Fatalf("rejects %q ignored %d, want %q %d", gotRej, gotIgn, wantRej, wantIgn)
+		}
+	})
 }

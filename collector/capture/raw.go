@@ -77,6 +77,47 @@ func findMembers(b []byte, i int, wants []member) (end int, ok bool) {
 	}
 }
 
+// findPath returns the text of the value at path, a key in each object on
+// the way, in the JSON object that starts at b[i]: the first member of a
+// name, as with fastjson's Get; nil when there is none. It stops there,
+// reading no further. ok is as for findMembers.
+func findPath(b []byte, i int, path ...string) (val []byte, ok bool) {
+	for depth, key := range path {
+		if i >= len(b) || b[i] != '{' {
+			return nil, true
+		}
+		i++
+		for {
+			i = skipSpace(b, i)
+			if i >= len(b) || b[i] != '"' {
+				return nil, true // after '}', or the end
+			}
+			kend := stringEnd(b, i)
+			k := b[i+1 : max(kend-1, i+1)]
+			if bytes.IndexByte(k, '\\') >= 0 {
+				return nil, false
+			}
+			i = skipSpace(b, kend)
+			if i >= len(b) || b[i] != ':' {
+				return nil, true
+			}
+			start := skipSpace(b, i+1)
+			if string(k) == key {
+				if depth == len(path)-1 {
+					return b[start:valueEnd(b, start)], true
+				}
+				i = start
+				break
+			}
+			i = skipSpace(b, valueEnd(b, start))
+			if i < len(b) && b[i] == ',' {
+				i++
+			}
+		}
+	}
+	return nil, true
+}
+
 // rawMember returns the text of the value of key in the JSON object obj,
 // or nil when there is none; ok is as for findMembers.
 func rawMember(obj []byte, key string) (val []byte, ok bool) {

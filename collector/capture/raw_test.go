@@ -62,6 +62,25 @@ func TestFindMembers(t *testing.T) {
 	f(`[1]`, "", "", "", "", "")
 }
 
+func TestFindPath(t *testing.T) {
+	f := func(obj string, want string, wantOK bool) {
+		t.Helper()
+		got, ok := findPath([]byte(obj), skipSpace([]byte(obj), 0), "a", "b")
+		if string(got) != want || ok != wantOK {
+			t.Errorf("findPath(%s) = %q %v, want %q %v", obj, got, ok, want, wantOK)
+		}
+	}
+	f(`{"a":{"b":1}}`, "1", true)
+	f(` { "x" : [ "}" ] , "a" : { "c" : { "b" : 2 } , "b" : [ 3 ] } } `, "[ 3 ]", true)
+	f(`{"a":{"b":{"c":"]"}},"a":{"b":2}}`, `{"c":"]"}`, true) // the first member wins
+	f(`{"a":{"c":1},"a":{"b":2}}`, "", true)                  // as fastjson's Get sees it
+	f(`{"a":[{"b":1}]}`, "", true)
+	f(`{"\u0061":{"b":1},"a":{"b":2}}`, "", false) // an escaped key may spell "a"
+	f(`{"a":{"b":1},"\u0061":{"b":2}}`, "1", true) // found before it
+	f(`{"a":{"b":`, "", true)
+	f(`[]`, "", true)
+}
+
 func TestStringEnd(t *testing.T) {
 	f := func(s string, want int) {
 		t.Helper()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/canon"
+	"github.com/mcpaudit/mcpaudit/collector/dialect"
 	"github.com/valyala/fastjson"
 )
 
@@ -38,6 +39,8 @@ type RecordParser struct {
 	canon []byte
 	// text gathers the call's text fields; see texts.
 	text texts
+	// payload is the parsed JSON of the last call, for its reader.
+	payload dialect.Payload
 }
 
 // texts gathers the text fields of one call in one buffer, so that they
@@ -65,6 +68,12 @@ func (t *texts) add(b []byte) span {
 // done makes the one string; get may be called after it.
 func (t *texts) done() { t.all = string(t.buf) }
 
+// view returns a field before done, as a view of the buffer, which
+// appends leave as it is: not to be kept past the next reset.
+func (t *texts) view(s span) string {
+	return unsafe.String(unsafe.SliceData(t.buf[s.start:]), s.end-s.start)
+}
+
 func (t *texts) get(s span) string {
 	if s.start == s.end {
 		return ""
@@ -75,6 +84,26 @@ func (t *texts) get(s span) string {
 // Parse parses one call record (capture-format.md §1). The returned error,
 // if any, is a *RecordError naming the field and the reason.
 func (rp *RecordParser) Parse(data []byte, source string, line int) (*audit.Call, error) {
+	return rp.parse(data, source, line, true)
+}
+
+// Read parses one call record and has rd read the call from that parse,
+// so that its JSON is parsed once. With keep false the call comes without
+// its payloads (arguments, result, error data): where only its reading is
+// needed (analyze), they are never copied. Errors are Parse's.
+func (rp *RecordParser) Read(data []byte, source string, line int, rd *dialect.Reader, keep bool) (*audit.Record, error) {
+	c, err := rp.parse(data, source, line, keep)
+	if err != nil {
+		return nil, err
+	}
+	r := rd.ReadPayload(c, &rp.payload)
+	rp.payload = dialect.Payload{}
+	return r, nil
+}
+
+// parse parses one call record and leaves its parsed payloads in
+// rp.payload until the next parse.
+func (rp *RecordParser) parse(data []byte, source string, line int, keep bool) (*audit.Call, error) {
 	bad := func(field, format string, args ...any) error {
 		return &RecordError{Source: source, Line: line, Field: field, Reason: fmt.Sprintf(format, args...)}
 	}
@@ -158,7 +187,7 @@ func (rp *RecordParser) Parse(data []byte, source string, line int) (*audit.Call
 		return nil, bad("request.params.name", "missing tool name")
 	}
 
-	var result *fastjson.Value
+	var result, errData *fastjson.Value
 	if resp := v.Get("response"); resp != nil && resp.Type() != fastjson.TypeNull {
 		if resp.Type() != fastjson.TypeObject {
 			return nil, bad("response", "must be a JSON-RPC response object")
@@ -177,7 +206,10 @@ func (rp *RecordParser) Parse(data []byte, source string, line int) (*audit.Call
 				re.Code = code
 			}
 			if d := e.Get("data"); d != nil && d.Type() != fastjson.TypeNull {
-				re.Data = rawCopy(d, data, "response", "error", "data")
+				errData = d
+				if keep {
+					re.Data = rawCopy(d, data, "response", "error", "data")
+				}
 			}
 			c.Error = re
 		} else if r := resp.Get("result"); r != nil && r.Type() != fastjson.TypeNull {
@@ -186,6 +218,33 @@ func (rp *RecordParser) Parse(data []byte, source string, line int) (*audit.Call
 	}
 
 	// Every check has passed: build the call.
+	var rawArgs []byte
+	if keep {
+		c.Arguments, c.Result = rawArgsResult(data, args, result)
+		rawArgs = c.Arguments
+	} else if args != nil {
+		rawArgs = rawArguments(data)
+	}
+
+	// Arguments sent sorted and compact, as most encoders send them, are
+	// their own canonical form.
+	canonical := rp.canon[:0]
+	switch {
+	case args == nil:
+	case rawArgs != nil && canon.Canonical(rawArgs):
+		canonical = rawArgs
+	default:
+		rp.canon = canon.Append(rp.canon[:0], args)
+		canonical = rp.canon
+	}
+	// The ids join the call's texts in their one allocation.
+	server, session, rpc, tool := tx.view(serverSpan), tx.view(optional[0].at), tx.view(rpcSpan), tx.view(toolSpan)
+	idSpan, fpSpan := span{start: len(tx.buf)}, span{}
+	tx.buf = audit.AppendStableID(tx.buf, server, session, rpc, c.Time, tool, canonical)
+	idSpan.end, fpSpan.start = len(tx.buf), len(tx.buf)
+	tx.buf = audit.AppendFingerprint(tx.buf, server, session, rpc, tool, canonical)
+	fpSpan.end = len(tx.buf)
+
 	tx.done()
 	c.Source = tx.get(srcSpan)
 	c.Server = tx.get(serverSpan)
@@ -198,22 +257,23 @@ func (rp *RecordParser) Parse(data []byte, source string, line int) (*audit.Call
 		c.Method = "tools/call"
 	}
 	c.Tool = tx.get(toolSpan)
-	c.Arguments, c.Result = rawArgsResult(data, args, result)
-
-	// Arguments sent sorted and compact, as most encoders send them, are
-	// their own canonical form.
-	canonical := rp.canon[:0]
-	switch {
-	case c.Arguments == nil:
-	case canon.Canonical(c.Arguments):
-		canonical = c.Arguments
-	default:
-		rp.canon = canon.Append(rp.canon[:0], args)
-		canonical = rp.canon
+	c.ID, c.Fingerprint = tx.get(idSpan), tx.get(fpSpan)
+	rp.payload = dialect.Payload{Args: args, Result: result, ErrorData: errData, CanonicalArgs: canonical}
+	if args == nil {
+		rp.payload.CanonicalArgs = nil
 	}
-	c.ID = audit.StableID(c.Server, c.Session, c.RPCID, c.Time, c.Tool, canonical)
-	c.Fingerprint = audit.Fingerprint(c.Server, c.Session, c.RPCID, c.Tool, canonical)
 	return c, nil
+}
+
+// rawArguments returns the text of request.params.arguments in the record
+// data, without a copy; nil when an escaped key on the way leaves it
+// unknown.
+func rawArguments(data []byte) []byte {
+	v, ok := findPath(data, skipSpace(data, 0), "request", "params", "arguments")
+	if !ok {
+		return nil
+	}
+	return v
 }
 
 // rawArgsResult returns copies of the text of the record's arguments and

@@ -56,14 +56,14 @@ func analyzeFile(t *testing.T, path string) *sink {
 	s := newSink()
 	d := newRunner(detect.NewDefaultConfig(), s)
 	for {
-		c, err := dec.Next()
+		r, err := dec.NextRecord(d.r)
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
 			t.Fatalf("%s: %v", path, err)
 		}
-		d.Add(c)
+		d.AddRecord(r)
 	}
 	d.Flush()
 	return s

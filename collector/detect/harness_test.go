@@ -30,4 +30,12 @@ func (r *runner) Add(c *audit.Call) {
 	r.e.Add("input", rec, time.Time{})
 }
 
+// AddRecord takes a call its decoder read (capture.Decoder.NextRecord).
+func (r *runner) AddRecord(rec *audit.Record) {
+	if r.drop {
+		rec.Call.Arguments, rec.Call.Result = nil, nil
+	}
+	r.e.Add("input", rec, time.Time{})
+}
+
 func (r *runner) Flush() { r.e.Flush() }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/canon"
+	"github.com/valyala/fastjson"
 )
 
 // Dialect names.
@@ -88,24 +89,93 @@ type Reader struct {
 // NewReader returns a Reader for cfg.
 func NewReader(cfg Config) *Reader { return &Reader{cfg: cfg} }
 
-// Read reads one call into a record. The record keeps c and shares none of
-// the reader's scratch space.
-func (r *Reader) Read(c *audit.Call) *audit.Record {
+// Payload is a call's JSON as its decoder parsed it. A decoder that has
+// parsed the call (the capture's record parser, the OTLP span reader)
+// hands its values to ReadPayload, which reads them instead of parsing the
+// call's text again. The values belong to the decoder's parser: they are
+// read before it parses the next call, and the record keeps none of them.
+type Payload struct {
+	// Args is params.arguments; nil when absent.
+	Args *fastjson.Value
+	// Result is response.result; nil when absent.
+	Result *fastjson.Value
+	// ErrorData is response.error.data; nil when absent.
+	ErrorData *fastjson.Value
+	// CanonicalArgs is the canonical JSON of Args (canon.Append), when the
+	// decoder made it for the call's id; nil to have the reader make it
+	// when it needs it.
+	CanonicalArgs []byte
+	// Known is what the decoder knew of the call beside its JSON.
+	Known
+}
+
+// Known is what a decoder knew of a call beside its JSON, which a reader
+// that reads the call's text later (once masked, ReadKnown) is told too:
+// with no JSON built for it to parse back.
+type Known struct {
+	// ErrorDataCode is the code of the error's data when it is known
+	// without the data (an OTLP span's error.type); ErrorData's code wins.
+	ErrorDataCode string
+	// ToolError is set for a call known to have answered with a tool error
+	// whose result was not recorded: an OTLP span that records error.type
+	// but not the opt-in result.
+	ToolError *ToolError
+}
+
+// ToolError is a tool error known by its code and message only.
+type ToolError struct {
+	// Code is the server's error code (E_STORAGE); empty when only the
+	// error itself is known (error.type tool_error).
+	Code    string
+	Message string
+}
+
+// Read reads one call into a record, parsing its arguments, result and
+// error data. The record keeps c and shares none of the reader's scratch
+// space.
+func (r *Reader) Read(c *audit.Call) *audit.Record { return r.ReadKnown(c, Known{}) }
+
+// ReadKnown reads one call as Read does, with what its decoder knew of it
+// beside its JSON (Result.Known of otlp.Read).
+func (r *Reader) ReadKnown(c *audit.Call, k Known) *audit.Record {
+	p := Payload{Args: parse(&r.p.args, c.Arguments), Result: parse(&r.p.result, c.Result), Known: k}
+	if c.Error != nil {
+		p.ErrorData = parse(&r.p.data, c.Error.Data)
+	}
+	if p.Args == nil && len(c.Arguments) > 0 {
+		// Not JSON (a call built by hand): its text stands for itself, as
+		// canon.Bytes has it.
+		p.CanonicalArgs = c.Arguments
+	}
+	return r.ReadPayload(c, &p)
+}
+
+// ReadPayload reads one call whose JSON its decoder has parsed into p. The
+// record keeps c and none of p, nor of the reader's scratch space.
+func (r *Reader) ReadPayload(c *audit.Call, p *Payload) *audit.Record {
 	var rec *audit.Record
 	switch d := r.cfg.Of(c.Server); d {
 	case Thegram:
-		rec = r.thegram(c)
+		rec = r.thegram(c, p)
 	case Oddlynew:
-		rec = r.oddlynew(c)
+		rec = r.oddlynew(c, p)
 	default:
-		rec = r.generic(c, r.cfg.Writes[c.Server])
+		rec = r.generic(c, p, r.cfg.Writes[c.Server])
 	}
 	rec.Call = c
 	if f := rec.Failure; f != nil && (f.Action == audit.ActionFixInput || f.Action == audit.ActionReauthorize) {
-		rec.RequestHash = canon.Hash([]byte(c.Tool), canon.Bytes(c.Arguments))
+		args := p.CanonicalArgs
+		if args == nil && p.Args != nil {
+			r.p.canon = canon.Append(r.p.canon[:0], p.Args)
+			args = r.p.canon
+		}
+		rec.RequestHash = canon.Hash([]byte(c.Tool), args)
 	}
 	return rec
 }
+
+// isError reports whether the call answered with a tool error.
+func isError(p *Payload) bool { return p.ToolError != nil || p.Result.GetBool("isError") }
 
 // label returns the bounded tool label of a call: its tool when known.
 func label(known bool, tool string) string {

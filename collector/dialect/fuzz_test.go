@@ -27,6 +27,75 @@ func FuzzExtractCalls(f *testing.F) {
 	})
 }
 
+// FuzzAppendCalls: the scan finds the calls the character-by-character
+// scan it replaced found.
+func FuzzAppendCalls(f *testing.F) {
+	f.Add(`async () => await documents.editDocument({ documentId: "doc_1", writeBasis: d.writeBasis, edits: [] })`)
+	f.Add(`x2documents.getDocument({}); $documents.getDocument(); _ids.x(); a.ids.mint(); /* documents.a() */ // ids.b()
+'documents.c()' ids.mintOperationIds ( { n: "(" } ) organizations.p(`)
+	f.Fuzz(func(t *testing.T, code string) {
+		got, want := appendCalls(nil, code), refAppendCalls(nil, code)
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("appendCalls(%q)\n got %+v\nwant %+v", code, got, want)
+		}
+	})
+}
+
+// refAppendCalls is appendCalls as it was before its scan skipped runs: the
+// reference the fuzz test holds it to. It appends the provider calls written in code to calls.
+func refAppendCalls(calls []codeCall, code string) []codeCall {
+	n := len(code)
+	for i := 0; i < n; {
+		c := code[i]
+		switch {
+		case c == '"' || c == '\'' || c == '`':
+			i = skipString(code, i)
+			continue
+		case c == '/' && i+1 < n && code[i+1] == '/':
+			for i < n && code[i] != '\n' {
+				i++
+			}
+			continue
+		case c == '/' && i+1 < n && code[i+1] == '*':
+			end := strings.Index(code[i+2:], "*/")
+			if end < 0 {
+				return calls
+			}
+			i += end + 4
+			continue
+		}
+		if isIdentStart(c) && (i == 0 || !isIdentPart(code[i-1]) && code[i-1] != '.') {
+			j := i
+			for j < n && isIdentPart(code[j]) {
+				j++
+			}
+			ns := code[i:j]
+			if isProvider(ns) && j < n && code[j] == '.' {
+				k := j + 1
+				for k < n && isIdentPart(code[k]) {
+					k++
+				}
+				method := code[j+1 : k]
+				p := k
+				for p < n && (code[p] == ' ' || code[p] == '\t' || code[p] == '\n' || code[p] == '\r') {
+					p++
+				}
+				if method != "" && p < n && code[p] == '(' {
+					end := matchParen(code, p)
+					// code[i:k] is ns + "." + method, without the copy.
+					calls = append(calls, codeCall{Tool: code[i:k], Args: code[p+1 : end], Pos: i})
+					i = p + 1
+					continue
+				}
+			}
+			i = j
+			continue
+		}
+		i++
+	}
+	return calls
+}
+
 // FuzzOddlynewRun: any run result is read without panicking.
 func FuzzOddlynewRun(f *testing.F) {
 	f.Add(`async () => await documents.editDocument({ documentId: "d" })`, `{"isError":true,"structuredContent":{"error":"Execution timed out","calls":[{"tool":"documents.editDocument","outcome":"in_flight_unknown","count":1}],"outcomes":[{"seq":1,"tool":"documents.editDocument","access":"write","outcome":"in_flight_unknown"}]}}`)

@@ -43,29 +43,40 @@ func extractCalls(code string) []codeCall { return appendCalls(nil, code) }
 func appendCalls(calls []codeCall, code string) []codeCall {
 	n := len(code)
 	for i := 0; i < n; {
-		c := code[i]
-		switch {
-		case c == '"' || c == '\'' || c == '`':
+		// Skip what can start nothing: most of the code.
+		for i < n && jsClass[code[i]] == jsOther {
+			i++
+		}
+		if i == n {
+			break
+		}
+		switch c := code[i]; jsClass[c] {
+		case jsQuote:
 			i = skipString(code, i)
 			continue
-		case c == '/' && i+1 < n && code[i+1] == '/':
-			for i < n && code[i] != '\n' {
+		case jsSlash:
+			switch {
+			case i+1 < n && code[i+1] == '/':
+				for i < n && code[i] != '\n' {
+					i++
+				}
+			case i+1 < n && code[i+1] == '*':
+				end := strings.Index(code[i+2:], "*/")
+				if end < 0 {
+					return calls
+				}
+				i += end + 4
+			default:
 				i++
 			}
 			continue
-		case c == '/' && i+1 < n && code[i+1] == '*':
-			end := strings.Index(code[i+2:], "*/")
-			if end < 0 {
-				return calls
-			}
-			i += end + 4
-			continue
 		}
-		if isIdentStart(c) && (i == 0 || !isIdentPart(code[i-1]) && code[i-1] != '.') {
-			j := i
-			for j < n && isIdentPart(code[j]) {
-				j++
-			}
+		// An identifier, read whole.
+		j := i
+		for j < n && isIdentPart(code[j]) {
+			j++
+		}
+		if isIdentStart(code[i]) && (i == 0 || code[i-1] != '.') {
 			ns := code[i:j]
 			if isProvider(ns) && j < n && code[j] == '.' {
 				k := j + 1
@@ -79,19 +90,44 @@ func appendCalls(calls []codeCall, code string) []codeCall {
 				}
 				if method != "" && p < n && code[p] == '(' {
 					end := matchParen(code, p)
-					// code[i:k] is ns + "." + method, without the copy.
-					calls = append(calls, codeCall{Tool: code[i:k], Args: code[p+1 : end], Pos: i})
+					// code[i:k] is ns + "." + method, without the copy. The
+					// literals' storage of a reused element is kept.
+					var lits []literal
+					if len(calls) < cap(calls) {
+						lits = calls[: len(calls)+1 : len(calls)+1][len(calls)].lits[:0]
+					}
+					calls = append(calls, codeCall{Tool: code[i:k], Args: code[p+1 : end], Pos: i, lits: lits})
 					i = p + 1
 					continue
 				}
 			}
-			i = j
-			continue
 		}
-		i++
+		i = j
 	}
 	return calls
 }
+
+// Byte classes of the code scan.
+const (
+	jsOther = iota
+	jsQuote
+	jsSlash
+	jsIdent
+)
+
+var jsClass = func() (t [256]uint8) {
+	for c := 0; c < 256; c++ {
+		switch {
+		case c == '"' || c == '\'' || c == '`':
+			t[c] = jsQuote
+		case c == '/':
+			t[c] = jsSlash
+		case isIdentPart(byte(c)):
+			t[c] = jsIdent
+		}
+	}
+	return t
+}()
 
 func isProvider(ns string) bool {
 	for _, p := range providerNamespaces {

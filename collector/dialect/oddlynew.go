@@ -55,15 +55,17 @@ type providerCall struct {
 	taken   bool // the run's result was given to this call
 }
 
-func (r *Reader) oddlynew(c *audit.Call) *audit.Record {
+func (r *Reader) oddlynew(c *audit.Call, p *Payload) *audit.Record {
 	a := &audit.Record{Dialect: Oddlynew, Tool: label(KnownTool(Oddlynew, c.Tool), c.Tool)}
-	args := parse(&r.p.args, c.Arguments)
-	res := parse(&r.p.result, c.Result)
+	args, res := p.Args, p.Result
 	sc := res.Get("structuredContent")
-	isError := res.GetBool("isError")
+	isError := isError(p)
 	a.Outcome = outcome(c, isError)
 
-	code := str(args, "code")
+	// The code is read in place: what the reading keeps of it (targets,
+	// keys, tool names) is copied apart (oddlynewOp), so that a record does
+	// not hold a run's code.
+	code := view(args, "code")
 	r.p.calls = appendCalls(r.p.calls[:0], code)
 	calls := r.p.calls
 	hasWrite := false
@@ -81,9 +83,12 @@ func (r *Reader) oddlynew(c *audit.Call) *audit.Record {
 		}
 		a.Failure = &audit.Failure{Code: classify.Transport(c.TransportError), Action: action, Message: c.TransportError}
 	case c.Error != nil:
-		a.Failure = r.rpcFailure(c)
+		a.Failure = r.rpcFailure(c, p)
 	case isError:
 		msg := runError(sc, res)
+		if p.ToolError != nil {
+			msg = p.ToolError.Message
+		}
 		rc := classify.Oddlynew(msg)
 		a.Failure = &audit.Failure{Code: rc, Action: classify.Action(rc), Message: msg}
 	}
@@ -369,20 +374,18 @@ func isProviderValue(v *fastjson.Value) bool {
 // oddlynewOp builds an Op from a provider call: targets and keys come from
 // its structured value first, then from the literals of its code.
 func (r *Reader) oddlynewOp(pc *providerCall, collapsed []byte) audit.Op {
-	op := audit.Op{Seq: pc.seq, Tool: pc.tool, Kind: oddlynewKind(pc.tool)}
+	op := audit.Op{Seq: pc.seq, Tool: word(pc.tool), Kind: oddlynewKind(pc.tool)}
 	cc := pc.code
 	if cc == nil {
 		cc = &codeCall{read: true}
 	}
+	// pick returns a copy: a literal is a view of the code.
 	pick := func(k string) string {
 		lit := cc.literal(k)
-		if b := pc.value.GetStringBytes(k); len(b) > 0 {
-			if string(b) == lit {
-				return lit // the same text, already a string
-			}
+		if b := pc.value.GetStringBytes(k); len(b) > 0 && string(b) != lit {
 			return string(b)
 		}
-		return lit
+		return strings.Clone(lit)
 	}
 	// withoutKey is the call's argument text without its key, collapsed:
 	// what a re-send under a new key leaves unchanged.

@@ -2,6 +2,7 @@ package dialect
 
 import (
 	"strings"
+	"unsafe"
 
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/canon"
@@ -14,6 +15,8 @@ import (
 type parsers struct {
 	args, result, data fastjson.Parser
 	buf                []byte
+	// canon holds canonical arguments for a request hash.
+	canon []byte
 	// Oddlynew runs: the code's calls, the run's provider calls, the
 	// candidates for its result, and the code with and without keys.
 	calls      []codeCall
@@ -53,6 +56,25 @@ func str(v *fastjson.Value, keys ...string) string {
 	return string(b)
 }
 
+// view returns the string at keys as a view of v's parser, or "": it is
+// valid until the parser parses again, and must be copied to be kept.
+func view(v *fastjson.Value, keys ...string) string {
+	if v == nil {
+		return ""
+	}
+	b := v.GetStringBytes(keys...)
+	return unsafe.String(unsafe.SliceData(b), len(b))
+}
+
+// word returns s, as the constant when it is one of the words, else as a
+// copy.
+func word(s string) string {
+	if w, ok := words[s]; ok {
+		return w
+	}
+	return strings.Clone(s)
+}
+
 // words are the values that recur in every response; str returns them
 // without allocating.
 var words = func() map[string]string {
@@ -72,10 +94,10 @@ var words = func() map[string]string {
 }()
 
 // rpcFailure classifies a JSON-RPC error response.
-func (r *Reader) rpcFailure(c *audit.Call) *audit.Failure {
-	dataCode := ""
-	if d := parse(&r.p.data, c.Error.Data); d != nil {
-		dataCode = str(d, "code")
+func (r *Reader) rpcFailure(c *audit.Call, p *Payload) *audit.Failure {
+	dataCode := str(p.ErrorData, "code")
+	if dataCode == "" {
+		dataCode = p.ErrorDataCode
 	}
 	if dataCode == "" && c.Error.Code == -32000 && strings.Contains(strings.ToLower(c.Error.Message), "is not running") {
 		// The desktop helper's message, where data.code was not carried
@@ -86,12 +108,11 @@ func (r *Reader) rpcFailure(c *audit.Call) *audit.Failure {
 	return &audit.Failure{Code: code, Action: classify.Action(code), Message: c.Error.Message}
 }
 
-func (r *Reader) thegram(c *audit.Call) *audit.Record {
+func (r *Reader) thegram(c *audit.Call, p *Payload) *audit.Record {
 	a := &audit.Record{Dialect: Thegram, Tool: label(KnownTool(Thegram, c.Tool), c.Tool)}
-	args := parse(&r.p.args, c.Arguments)
-	res := parse(&r.p.result, c.Result)
+	args, res := p.Args, p.Result
 	sc := res.Get("structuredContent")
-	isError := res.GetBool("isError")
+	isError := isError(p)
 	a.Outcome = outcome(c, isError)
 
 	op := audit.Op{Tool: c.Tool, Target: str(args, "path")}
@@ -141,10 +162,9 @@ func (r *Reader) thegram(c *audit.Call) *audit.Record {
 		}
 		a.Failure = &audit.Failure{Code: code, Action: action, Message: c.TransportError}
 	case c.Error != nil:
-		a.Failure = r.rpcFailure(c)
+		a.Failure = r.rpcFailure(c, p)
 	case isError:
-		e := sc.Get("error")
-		code, msg := str(e, "code"), str(e, "message")
+		code, msg := toolError(p, sc.Get("error"))
 		if code == "" {
 			code, msg = codeFromText(res)
 		}
@@ -171,6 +191,15 @@ func (r *Reader) thegram(c *audit.Call) *audit.Record {
 	}
 	a.Ops = []audit.Op{op}
 	return a
+}
+
+// toolError returns the code and message of a tool error: those of its
+// error object e, or those its decoder knew without a result.
+func toolError(p *Payload, e *fastjson.Value) (code, msg string) {
+	if te := p.ToolError; te != nil {
+		return te.Code, te.Message
+	}
+	return str(e, "code"), str(e, "message")
 }
 
 // codeFromText reads "CODE: message" from the first text content, for tool
@@ -202,11 +231,10 @@ func isCode(s string) bool {
 // generic reads a call of a server without a dialect: failures are
 // classified where a code is recognizable, and writes are recognized only
 // where configuration names the tool.
-func (r *Reader) generic(c *audit.Call, writes map[string]WriteTool) *audit.Record {
+func (r *Reader) generic(c *audit.Call, p *Payload, writes map[string]WriteTool) *audit.Record {
 	a := &audit.Record{Dialect: Generic}
-	args := parse(&r.p.args, c.Arguments)
-	res := parse(&r.p.result, c.Result)
-	isError := res.GetBool("isError")
+	args, res := p.Args, p.Result
+	isError := isError(p)
 	a.Outcome = outcome(c, isError)
 	wt, isWrite := writes[c.Tool]
 	a.Tool = label(isWrite, c.Tool)
@@ -218,10 +246,9 @@ func (r *Reader) generic(c *audit.Call, writes map[string]WriteTool) *audit.Reco
 		}
 		a.Failure = &audit.Failure{Code: classify.Transport(c.TransportError), Action: action, Message: c.TransportError}
 	case c.Error != nil:
-		a.Failure = r.rpcFailure(c)
+		a.Failure = r.rpcFailure(c, p)
 	case isError:
-		e := res.Get("structuredContent", "error")
-		code, msg := str(e, "code"), str(e, "message")
+		code, msg := toolError(p, res.Get("structuredContent", "error"))
 		if code == "" {
 			code, msg = codeFromText(res)
 		}

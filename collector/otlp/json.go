@@ -3,11 +3,8 @@ package otlp
 import (
 	"fmt"
 
-	"github.com/valyala/fastjson"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 )
-
-func validJSON(b []byte) bool { return fastjson.ValidateBytes(b) == nil }
 
 // DecodeJSON decodes one OTLP JSON document (an ExportTraceServiceRequest
 // with resourceSpans) with pdata's unmarshaler.

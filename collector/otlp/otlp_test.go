@@ -5,9 +5,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/collector/dialect"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 )
+
+// calls returns the calls of the records of res.
+func calls(res Result) []*audit.Call {
+	var cs []*audit.Call
+	for _, r := range res.Records {
+		cs = append(cs, r.Call)
+	}
+	return cs
+}
 
 var start = time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)
 
@@ -55,14 +66,14 @@ func TestConvert(t *testing.T) {
 	cs.Resource().Attributes().PutStr("service.name", "agent-7")
 	span(cs.ScopeSpans().AppendEmpty(), ptrace.SpanKindClient, map[string]any{"mcp.method.name": "tools/call", "gen_ai.tool.name": "run", "server.address": "oddlynew"})
 
-	res := Convert(td, "f:")
-	if res.Ignored != 1 || len(res.Rejected) != 2 || len(res.Calls) != 7 {
-		t.Fatalf("ignored %d rejected %v calls %d", res.Ignored, res.Rejected, len(res.Calls))
+	res := Read(td, "f:", dialect.NewReader(dialect.Config{}))
+	if res.Ignored != 1 || len(res.Rejected) != 2 || len(res.Records) != 7 {
+		t.Fatalf("ignored %d rejected %v calls %d", res.Ignored, res.Rejected, len(res.Records))
 	}
 	if !strings.HasPrefix(res.Rejected[0].Error(), "resourceSpans[0].scopeSpans[0].spans[7]: ") {
 		t.Errorf("rejected path: %v", res.Rejected[0])
 	}
-	c := res.Calls
+	c := calls(res)
 	if c[0].Server != "thegram-eu" || c[0].Session != "s1" || c[0].RPCID != "7" || string(c[0].Arguments) != `{"path":"a"}` || !c[0].Responded || c[0].Duration != 250*time.Millisecond {
 		t.Errorf("semconv span: %+v", c[0])
 	}
@@ -75,11 +86,14 @@ func TestConvert(t *testing.T) {
 	if c[3].TransportError != "timeout" || c[3].Responded {
 		t.Errorf("timeout span: %+v", c[3])
 	}
-	if c[4].Error == nil || c[4].Error.Code != -32000 || string(c[4].Error.Data) != `{"code":"E_APP_NOT_RUNNING"}` {
-		t.Errorf("server code span: %+v", c[4])
+	// The desktop helper's code is read as the error's data code, though
+	// the span records no data.
+	if f := res.Records[4].Failure; c[4].Error == nil || c[4].Error.Code != -32000 || c[4].Error.Data != nil || f == nil || f.Code != "E_APP_NOT_RUNNING" {
+		t.Errorf("server code span: %+v %+v", c[4], f)
 	}
-	if !c[5].Responded || string(c[5].Result) != `{"isError":true}` {
-		t.Errorf("tool error span: %+v", c[5])
+	// A tool error without its result is read as one; no result is made up.
+	if r := res.Records[5]; !c[5].Responded || c[5].Result != nil || r.Outcome != audit.OutcomeToolError {
+		t.Errorf("tool error span: %+v %+v", c[5], r)
 	}
 	if c[6].Server != "oddlynew" || c[6].Client != "agent-7" {
 		t.Errorf("client span: %+v", c[6])
@@ -100,9 +114,9 @@ func TestConvert_ArgumentsWithoutResult(t *testing.T) {
 	rs.Resource().Attributes().PutStr("service.name", "thegram")
 	span(rs.ScopeSpans().AppendEmpty(), ptrace.SpanKindServer, map[string]any{"mcp.method.name": "tools/call",
 		"gen_ai.tool.name": "gram_patch", "gen_ai.tool.call.arguments": `{"path":"a"}`})
-	res := Convert(td, "f:")
-	if len(res.Calls) != 1 || res.Calls[0].Responded || res.Calls[0].TransportError != "" {
-		t.Fatalf("calls %+v", res.Calls)
+	res := Read(td, "f:", nil)
+	if len(res.Records) != 1 || res.Records[0].Call.Responded || res.Records[0].Call.TransportError != "" {
+		t.Fatalf("calls %+v", calls(res))
 	}
 }
 
@@ -121,15 +135,19 @@ func TestConvert_ServerCodeInErrorType(t *testing.T) {
 	ok := span(ss, ptrace.SpanKindServer, map[string]any{"mcp.method.name": "tools/call", "gen_ai.tool.name": "gram_read",
 		"gen_ai.tool.call.arguments": `{"path":"a"}`})
 	ok.Status().SetCode(ptrace.StatusCodeOk)
-	res := Convert(td, "f:")
-	if len(res.Calls) != 2 {
-		t.Fatalf("calls %+v", res.Calls)
+	res := Read(td, "f:", dialect.NewReader(dialect.Config{}))
+	if len(res.Records) != 2 {
+		t.Fatalf("calls %+v", calls(res))
 	}
-	want := `{"isError":true,"structuredContent":{"error":{"code":"COMMIT_UNKNOWN","message":"Replacement published but durability is uncertain: x"}}}`
-	if c := res.Calls[0]; !c.Responded || string(c.Result) != want {
-		t.Errorf("server code span: %+v %s", c, c.Result)
+	// Read as the result {"isError":true,"structuredContent":{"error":{"code":
+	// "COMMIT_UNKNOWN","message":...}}} would be, without making it up.
+	r := res.Records[0]
+	if c := r.Call; !c.Responded || c.Result != nil || r.Outcome != audit.OutcomeToolError || r.Failure == nil ||
+		r.Failure.Code != "COMMIT_UNKNOWN" || r.Failure.Message != "Replacement published but durability is uncertain: x" ||
+		len(r.Ops) != 1 || r.Ops[0].Status != audit.OpUncertain {
+		t.Errorf("server code span: %+v %+v", c, r)
 	}
-	if c := res.Calls[1]; !c.Responded {
+	if c := res.Records[1].Call; !c.Responded {
 		t.Errorf("ok span with arguments: %+v", c)
 	}
 }

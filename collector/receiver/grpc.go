@@ -28,22 +28,22 @@ func (rc *Receiver) exportCtx(ctx context.Context, src metrics.Source, tenant st
 	td := req.Traces()
 	crowded := rc.crowded(td)
 	prefix := string(src) + ":"
-	res := otlp.Convert(td, prefix)
+	tk := rc.newTaker(src, tenant)
+	defer tk.done()
+	res := otlp.Read(td, prefix, tk.reader)
 	rejected := res.Rejected
 	rc.rejected(src, metrics.RejectBadSpan, len(res.Rejected))
 	if rc.metrics != nil {
 		rc.metrics.IngestIgnored(src, res.Ignored)
 	}
-	tk := rc.newTaker(src, tenant)
-	defer tk.done()
-	for i, c := range res.Calls {
-		path := strings.TrimPrefix(c.Source, prefix)
+	for i, c := range res.Records {
+		path := strings.TrimPrefix(c.Call.Source, prefix)
 		if why, ok := crowded[path]; ok {
 			rejected = append(rejected, otlp.RejectedSpan{Path: path, Reason: why})
 			rc.rejected(src, metrics.RejectTooLong, 1)
 			continue
 		}
-		if err := tk.take(c, res.Sources[i], path); err != nil {
+		if err := tk.take(c, res.Known[i], res.Sources[i], path); err != nil {
 			rejected = append(rejected, otlp.RejectedSpan{Path: path, Reason: strings.TrimPrefix(err.msg, path+": ")})
 			rc.rejected(src, err.reason, 1)
 		}

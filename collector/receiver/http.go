@@ -286,8 +286,11 @@ func (rc *Receiver) newTaker(src metrics.Source, tenant string) *taker {
 
 func (t *taker) done() { t.rc.readers.Put(t.reader) }
 
-// take takes one decoded call from source; where names it in errors.
-func (t *taker) take(c *audit.Call, source, where string) *recordError {
+// take takes one decoded call from source, read by its decoder from its
+// one parse (known is what the decoder knew beside its JSON); where names
+// it in errors.
+func (t *taker) take(rec *audit.Record, known dialect.Known, source, where string) *recordError {
+	c := rec.Call
 	if err := t.rc.check(c, where); err != nil {
 		return err
 	}
@@ -298,8 +301,12 @@ func (t *taker) take(c *audit.Call, source, where string) *recordError {
 			return reject(metrics.RejectServerLimit, "%s: %v", where, err)
 		}
 	}
-	t.rc.Redactor.Call(c)
-	t.recs = append(t.recs, t.reader.Read(c))
+	if t.rc.Redactor.Call(c) > 0 {
+		// Masked: the call is read again from what is stored, so that its
+		// reading (targets, keys, messages) holds no secret either.
+		rec = t.reader.ReadKnown(c, known)
+	}
+	t.recs = append(t.recs, rec)
 	t.srcs = append(t.srcs, source)
 	return nil
 }
@@ -355,7 +362,7 @@ func (rc *Receiver) calls(w http.ResponseWriter, r *http.Request) {
 	tk := rc.newTaker(src, tenant)
 	defer tk.done()
 	for {
-		c, err := dec.Next()
+		c, err := dec.NextRecord(tk.reader)
 		if err == io.EOF {
 			break
 		}
@@ -372,7 +379,7 @@ func (rc *Receiver) calls(w http.ResponseWriter, r *http.Request) {
 			}
 			continue
 		}
-		if rerr := tk.take(c, source, c.Source); rerr != nil {
+		if rerr := tk.take(c, dialect.Known{}, source, c.Call.Source); rerr != nil {
 			refuse(rerr, rerr.reason)
 		}
 	}
