@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every fuzz target (one for each parser of outside input) for the given
-# time each (default 30s); `make test` runs it for 5s each.
+# budget each, a time (default 30s) or a count of inputs (20000x); `make test`
+# runs 50000 inputs each.
 #
 # Corpora: the seeds of each target are committed under its package's
 # testdata/fuzz/<Target>/ and run by every `go test`; what a run finds
