@@ -82,7 +82,9 @@ func (d *dedupe) take(r *audit.Record, src *source) (s *seen, replaced bool) {
 			return nil, false
 		}
 		kept, other := dup.r, r
-		earlier := c.Time.Before(kept.Call.Time)
+		// The earlier observation stands for the call, the smaller id on a
+		// tie, as in time order whatever the arrival order.
+		earlier := c.Time.Before(kept.Call.Time) || c.Time.Equal(kept.Call.Time) && c.ID < kept.Call.ID
 		if earlier {
 			kept, other = r, dup.r
 		}
