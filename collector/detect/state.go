@@ -347,8 +347,9 @@ type keyState struct {
 }
 
 type keyMore struct {
-	// reused holds the bindings already reported as a reuse.
-	reused map[uint64]bool
+	// reused holds the bindings already reported as a reuse, with when
+	// (the key's latest use then); forgotten past the horizon.
+	reused map[uint64]etime
 	// uncertain holds the key-protected attempts whose outcome was unknown.
 	uncertain []*writeRec
 	lease     *lease
@@ -392,12 +393,12 @@ func (s *keyState) blocked() *blockedPlan {
 func (s *keyState) reuseReported(binding uint64) bool {
 	m := s.m()
 	if m.reused == nil {
-		m.reused = map[uint64]bool{}
+		m.reused = map[uint64]etime{}
 	}
-	if m.reused[binding] {
+	if _, ok := m.reused[binding]; ok {
 		return true
 	}
-	m.reused[binding] = true
+	m.reused[binding] = s.last
 	return false
 }
 

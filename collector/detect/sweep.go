@@ -1,5 +1,7 @@
 package detect
 
+import "maps"
+
 // sweep forgets correlation state that no call can correlate with any
 // more: older than the correlation window plus the allowed lateness, and
 // reads older than the allowed lateness. Memory follows the open state,
@@ -44,6 +46,25 @@ func (d *detector) sweep() {
 		}
 		if s.more != nil {
 			s.more.uncertain = filter(s.more.uncertain, func(w *writeRec) bool { return !w.at.t.Before(horizon) || w.state == wPending })
+			maps.DeleteFunc(s.more.reused, func(_ uint64, t etime) bool { return t.Before(horizon) })
+		}
+		// Of the uses before the horizon, only the one that binds the key
+		// there still matters (binderBefore starts from it): a key kept
+		// in use for hours keeps one old use, not all of them.
+		n := 0
+		for n < len(s.events) && s.events[n].pos().t.Before(horizon) {
+			n++
+		}
+		if n > 1 {
+			b := *d.binderBefore(s, pos{t: horizon})
+			kept := append(s.events[:0], b)
+			kept = append(kept, s.events[n:]...)
+			clear(s.events[len(kept):])
+			s.events = kept
+		}
+		// Visited again when the next use passes the horizon.
+		if len(s.events) > 1 && s.events[1].pos().t.Before(s.last) {
+			return true, s.events[1].pos().t
 		}
 		return true, s.last
 	})
