@@ -242,7 +242,10 @@ func (e *Engine) EndSource(tenant, name string) {
 func (e *Engine) duplicate() { e.stats.Duplicates++ }
 
 func (e *Engine) partition(c *audit.Call) *partition {
-	k := PartitionKey{Tenant: c.Tenant, Server: c.Server}
+	return e.partitionOf(PartitionKey{Tenant: c.Tenant, Server: c.Server})
+}
+
+func (e *Engine) partitionOf(k PartitionKey) *partition {
 	p := e.parts[k]
 	if p == nil {
 		p = &partition{key: k, det: newDetector(e.cfg, &e.out, k), dedupe: newDedupe()}

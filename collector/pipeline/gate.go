@@ -28,8 +28,6 @@ type gate struct {
 	// settle is how far behind a mark output may still not have been
 	// committed: a late call judged just before the stop.
 	settle time.Duration
-	// global is the store's watermark, for partitions without a mark.
-	global time.Time
 	// known holds the ids of findings stored before the restart.
 	known map[string]bool
 	// announced holds the pending writes the sinks have seen in this run.
@@ -56,26 +54,27 @@ func newGate(sinks []audit.Sink, latency func(time.Duration, bool)) *gate {
 	return &gate{sinks: sinks, latency: latency, announced: map[writeKey]bool{}}
 }
 
-// recovering sets what was committed before a restart: the global
-// watermark (for partitions without a mark of their own), each partition's
-// mark and the stored findings.
+// recovering sets what was committed before a restart: the store's
+// watermark (the point commits continue from), each partition's mark and
+// the stored findings.
 func (g *gate) recovering(wm time.Time, marks map[detect.PartitionKey]time.Time, known map[string]bool) {
 	g.marks, g.known, g.committedWM = marks, known, wm
-	g.global = wm
 	g.settle = g.eng.Config().AllowedLateness + g.eng.Config().Lateness
 }
 
 // committed reports whether output at event time t in the partition of
 // (tenant, server) was committed before the restart.
+//
+// Only a partition's own mark says so. The store's watermark is the
+// earliest over the partitions that had one, which says nothing of a
+// partition that had none yet (its first calls were still waiting), so a
+// partition without a mark (or every partition, when the state file was
+// lost) has its output announced and stored again: write states are
+// stored over themselves, findings are recognized by their ids, and
+// metrics count some writes twice. Losing output would be worse.
 func (g *gate) committed(tenant, server string, t time.Time) bool {
-	if g.marks == nil && g.global.IsZero() {
-		return false
-	}
 	mark, ok := g.marks[detect.PartitionKey{Tenant: tenant, Server: server}]
-	if !ok {
-		mark = g.global
-	}
-	return !mark.IsZero() && t.Before(mark.Add(-g.settle))
+	return ok && !mark.IsZero() && t.Before(mark.Add(-g.settle))
 }
 
 // replayed reports whether the output being made now comes from a call

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
@@ -25,6 +26,15 @@ type mark struct {
 	// waiting to be judged (zero when none): the replay at start must
 	// reach back to it.
 	Waiting time.Time `json:"waiting"`
+	// Sources are the sources that still held the partition back (not
+	// idle), with their clocks: restored at start before the replay, so
+	// that the partition waits for a lagging exporter as it did.
+	Sources []detect.SourceClock `json:"sources,omitempty"`
+}
+
+func (a mark) equal(b mark) bool {
+	return a.Watermark.Equal(b.Watermark) && a.Waiting.Equal(b.Waiting) &&
+		slices.EqualFunc(a.Sources, b.Sources, func(x, y detect.SourceClock) bool { return x.Name == y.Name && x.Clock.Equal(y.Clock) })
 }
 
 // markFile is the state file's content: every partition's mark, and the
@@ -72,8 +82,8 @@ func readMarks(path string, log *slog.Logger) (map[detect.PartitionKey]mark, tim
 	return m, f.Floor
 }
 
-// marksOf returns the marks of the engine's partitions now.
-func marksOf(e *detect.Engine) map[detect.PartitionKey]mark {
+// marksOf returns the marks of the engine's partitions at wall time now.
+func marksOf(e *detect.Engine, now time.Time) map[detect.PartitionKey]mark {
 	m := map[detect.PartitionKey]mark{}
 	for k, t := range e.Watermarks() {
 		m[k] = mark{Watermark: t}
@@ -82,6 +92,13 @@ func marksOf(e *detect.Engine) map[detect.PartitionKey]mark {
 		mk := m[k]
 		mk.Waiting = t
 		m[k] = mk
+	}
+	for k, srcs := range e.ActiveSources(now, recoverySource) {
+		if len(srcs) > 0 {
+			mk := m[k]
+			mk.Sources = srcs
+			m[k] = mk
+		}
 	}
 	return m
 }
@@ -96,11 +113,11 @@ func (p *Pipeline) saveMarks(marks map[detect.PartitionKey]mark, force bool) {
 	p.floorMu.Lock()
 	defer p.floorMu.Unlock()
 	floor := floorOf(marks, p.queued)
-	if maps.Equal(marks, p.savedMarks) && floor.Equal(p.floor) || !force && p.now().Sub(p.marksSaved) < time.Second {
+	if maps.EqualFunc(marks, p.savedMarks, mark.equal) && floor.Equal(p.floor) || !force && p.now().Sub(p.marksSaved) < time.Second {
 		return
 	}
 	if err := writeMarks(p.cfg.StateFile, marks, floor); err != nil {
-		p.log.Warn("cannot save the partitions' watermarks", "path", p.cfg.StateFile, "err", err)
+		p.warnStateLocked(err)
 		return
 	}
 	p.savedMarks, p.marksSaved, p.floor = marks, p.now(), floor
@@ -141,11 +158,25 @@ func (p *Pipeline) lowerFloor(t time.Time) error {
 	// Nothing was saved yet, or the batch reaches behind what was: the
 	// file must say so before the calls are acknowledged.
 	if err := writeMarks(p.cfg.StateFile, p.savedMarks, t); err != nil {
-		p.dequeued(t, true)
 		return fmt.Errorf("cannot save the state file: %w", err)
 	}
 	p.floor = t
 	return nil
+}
+
+// warnState logs a failure to write the state file, at most once a minute.
+func (p *Pipeline) warnState(err error) {
+	p.floorMu.Lock()
+	defer p.floorMu.Unlock()
+	p.warnStateLocked(err)
+}
+
+func (p *Pipeline) warnStateLocked(err error) {
+	if now := p.now(); now.Sub(p.stateWarned) >= time.Minute {
+		p.stateWarned = now
+		p.log.Error("cannot save the partitions' watermarks: calls are still acknowledged and judged, but after a crash now a backlog acknowledged since the last save may not be judged again, and restarts replay from further back (logged once a minute)",
+			"path", p.cfg.StateFile, "err", err)
+	}
 }
 
 // dequeued notes that a batch whose earliest call is t left the queue;

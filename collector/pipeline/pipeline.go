@@ -116,6 +116,9 @@ type Pipeline struct {
 	marksSaved time.Time
 	floor      time.Time
 	queued     map[int64]int
+	// stateWarned is when a failure to write the state file was last
+	// logged: at most once a minute.
+	stateWarned time.Time
 
 	admit admission
 
@@ -204,6 +207,13 @@ func (p *Pipeline) recover(ctx context.Context) error {
 		return fmt.Errorf("cannot read stored findings: %w", err)
 	}
 	p.gate.recovering(wm, committed, known)
+	// The sources that held each partition back are known again before
+	// the replay, so that no watermark jumps to its fastest source.
+	for k, m := range marks {
+		for _, src := range m.Sources {
+			p.eng.RestoreSource(k, src.Name, src.Clock, p.now())
+		}
+	}
 	start := p.now()
 	n := 0
 	err = p.store.ScanCalls(ctx, horizon, func(r *audit.Record) error {
@@ -261,15 +271,13 @@ func (p *Pipeline) Ingest(ctx context.Context, batches ...audit.Batch) (int, err
 		return 0, err
 	}
 	// Before the calls are acknowledged, the state file's floor reaches
-	// back to them: a crash before they are judged replays them.
-	for i, b := range batches {
+	// back to them: a crash before they are judged replays them. When the
+	// file cannot be written the calls are still acknowledged (they are
+	// stored, and judged unless the process dies before that): refusing
+	// every backlog would be an outage for want of a file.
+	for _, b := range batches {
 		if err := p.lowerFloor(earliest(b)); err != nil {
-			for _, q := range batches[:i] {
-				p.dequeued(earliest(q), false)
-			}
-			p.inflight.Add(-n)
-			p.log.Error("calls stored but not acknowledged: the state file cannot be written", "err", err)
-			return 0, fmt.Errorf("%w: %w", audit.ErrUnavailable, err)
+			p.warnState(err)
 		}
 	}
 	// The engine keeps what correlation needs, not the payloads the store
@@ -449,7 +457,7 @@ func (p *Pipeline) run(ctx context.Context) {
 				p.log.Error("cannot commit the engine's output at shutdown; it will be rebuilt from stored calls at the next start", "err", err)
 			} else {
 				p.savedMarks = nil
-				p.saveMarks(marksOf(p.eng), true)
+				p.saveMarks(marksOf(p.eng, p.now()), true)
 			}
 			cancel()
 			p.updateStatus()
@@ -491,7 +499,7 @@ func (p *Pipeline) commit(ctx context.Context) error {
 		}
 	}
 	if len(r.Writes) == 0 && len(r.Findings) == 0 && !r.Watermark.After(p.gate.committedWM) {
-		p.saveMarks(marksOf(p.eng), ctx.Err() != nil)
+		p.saveMarks(marksOf(p.eng, p.now()), ctx.Err() != nil)
 		return nil
 	}
 	if err := p.store.Commit(ctx, r); err != nil {
@@ -506,6 +514,6 @@ func (p *Pipeline) commit(ctx context.Context) error {
 		p.gate.committedWM = r.Watermark
 	}
 	p.gate.committedNow(p.now())
-	p.saveMarks(marksOf(p.eng), false)
+	p.saveMarks(marksOf(p.eng, p.now()), false)
 	return nil
 }

@@ -1,0 +1,63 @@
+package detect
+
+import (
+	"slices"
+	"strings"
+	"time"
+)
+
+// SourceClock is where one source of a partition stood: its name and the
+// latest event time it delivered.
+type SourceClock struct {
+	Name  string    `json:"name"`
+	Clock time.Time `json:"clock"`
+}
+
+// ActiveSources returns, for every partition, the sources still holding it
+// back at wall time wall (not idle), with their clocks, except skip (the
+// stream replayed from the store at start, which is no exporter).
+func (e *Engine) ActiveSources(wall time.Time, skip string) map[PartitionKey][]SourceClock {
+	m := map[PartitionKey][]SourceClock{}
+	for k, p := range e.parts {
+		for _, s := range p.sources {
+			if s.key.name == skip || e.idle(s, wall) {
+				continue
+			}
+			m[k] = append(m[k], SourceClock{Name: s.key.name, Clock: s.max})
+		}
+		slices.SortFunc(m[k], func(a, b SourceClock) int { return strings.Compare(a.Name, b.Name) })
+	}
+	return m
+}
+
+// RestoreSource makes the engine know, before anything else arrives, a
+// source that fed partition k up to clock when the last run stopped, as
+// if it had just delivered (at wall time wall): it holds the partition
+// back as it did, until it delivers again or goes idle. Without it a
+// restart would let the partition's watermark jump to its fastest
+// source, and a lagging exporter's calls would come too late.
+func (e *Engine) RestoreSource(k PartitionKey, name string, clock, wall time.Time) {
+	p := e.partitionOf(k)
+	if p.born.IsZero() {
+		p.born = wall
+	}
+	s := e.source(sourceKey{k.Tenant, name})
+	if !slices.Contains(p.sources, s) {
+		p.sources = append(p.sources, s)
+		s.parts = append(s.parts, p)
+	}
+	if clock.After(s.max) {
+		s.max = clock
+	}
+	if wall.After(s.lastSeen) {
+		s.lastSeen = wall
+	}
+	if wall.After(e.wall) {
+		e.wall = wall
+	}
+}
+
+// idle reports whether a source has been quiet for the idle timeout at wall.
+func (e *Engine) idle(s *source, wall time.Time) bool {
+	return !s.lastSeen.IsZero() && wall.Sub(s.lastSeen) >= e.cfg.IdleTimeout
+}
