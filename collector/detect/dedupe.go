@@ -14,6 +14,9 @@ import (
 type dedupe struct {
 	byReq  expMap[string, []*seen]
 	bySpan expMap[string, *seen]
+	// old remembers, compactly and for the allowance, what the maps above
+	// forgot: observations judged long enough ago.
+	old *observed
 }
 
 // seen is one observation taken.
@@ -33,7 +36,7 @@ type seen struct {
 }
 
 func newDedupe() dedupe {
-	return dedupe{byReq: newExpMap[string, []*seen](), bySpan: newExpMap[string, *seen]()}
+	return dedupe{byReq: newExpMap[string, []*seen](), bySpan: newExpMap[string, *seen](), old: newObserved()}
 }
 
 // reqKey is the request part of the duplicate key; calls built without a
@@ -77,8 +80,17 @@ func (d *dedupe) take(r *audit.Record, src *source) (s *seen, replaced bool) {
 			}
 		}
 	}
+	fh := maphash.String(ordSeed, rk)
+	var sh uint64
+	if spanKey != "" {
+		sh = maphash.String(spanSeed, spanKey)
+	}
+	if dup == nil && (d.old.near(fh, ct) || spanKey != "" && d.old.near(sh, ct)) {
+		// A second observation of a call judged a while ago.
+		return nil, false
+	}
 	if dup != nil {
-		if dup.processed {
+		if dup.processed || dup.r == r {
 			return nil, false
 		}
 		kept, other := dup.r, r
@@ -100,8 +112,10 @@ func (d *dedupe) take(r *audit.Record, src *source) (s *seen, replaced bool) {
 	s = &seen{r: r, t: ct, src: src}
 	l := d.byReq.at(rk, ct)
 	*l = append(*l, s)
+	d.old.add(fh, ct)
 	if spanKey != "" {
 		*d.bySpan.at(spanKey, ct) = s
+		d.old.add(sh, ct)
 	}
 	return s, false
 }

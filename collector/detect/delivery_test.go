@@ -134,6 +134,16 @@ func compare(t *testing.T, name string, want, got *outcome) {
 			}
 		}
 	}
+	// A call judged that judging in order drops (a second observation
+	// taken for another call) has writes of its own.
+	for k, s := range got.states {
+		if _, ok := want.states[k]; !ok {
+			states++
+			if states <= 5 {
+				t.Errorf("%s: write %s is %s, and no write in order", name, k, s)
+			}
+		}
+	}
 	sort.Strings(missing)
 	sort.Strings(extra)
 	if len(missing)+len(extra) > 0 || states > 0 {
@@ -148,6 +158,16 @@ func hashOf(s string) uint32 {
 	h := fnv.New32a()
 	h.Write([]byte(s))
 	return h.Sum32()
+}
+
+// observedAt returns r as another observer saw it, at time t: the same
+// exchange under another call id.
+func observedAt(r *audit.Record, t time.Time) *audit.Record {
+	c := *r.Call
+	c.Time, c.ID = t, "other-"+c.ID
+	o := *r
+	o.Call = &c
+	return &o
 }
 
 // endOf is when a call's span ends: an exporter sends it then.
@@ -270,6 +290,31 @@ func TestDelivery(t *testing.T) {
 					}
 					taken[r.Call.Fingerprint] = true
 					ds = append(ds, delivered{r, src, endOf(r).Add(delay)})
+				}
+				return ds
+			},
+			// The second observer stalls for 60 s (past the idle timeout:
+			// the partition moves on without it), then sends its backlog:
+			// second observations long after the first were judged, but
+			// within the allowance.
+			"two_observers_one_stalled": func() []delivered {
+				stall := recs[0].Call.Time.Add(5 * time.Minute)
+				resume := stall.Add(time.Minute)
+				var ds []delivered
+				taken := map[string]bool{}
+				for _, r := range recs {
+					src, wall := "server-"+r.Call.Server, endOf(r).Add(time.Second)
+					if observedTwice[r.Call.Fingerprint] && taken[r.Call.Fingerprint] {
+						// The proxy's clock reads 300 ms later: another
+						// time, so another call id, for the same exchange.
+						r = observedAt(r, r.Call.Time.Add(300*time.Millisecond))
+						src, wall = "proxy-"+r.Call.Server, endOf(r).Add(2*time.Second)
+						if !wall.Before(stall) && wall.Before(resume) {
+							wall = resume.Add(time.Duration(r.Call.Time.Sub(stall)) / 100)
+						}
+					}
+					taken[r.Call.Fingerprint] = true
+					ds = append(ds, delivered{r, src, wall})
 				}
 				return ds
 			},

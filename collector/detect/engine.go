@@ -40,11 +40,8 @@ type Engine struct {
 	sources map[sourceKey]*source
 	// ids drops a call taken again by its id (a file given twice); nil
 	// where the store already refuses stored ids.
-	ids *recentIDs
-	// dropTaken: each partition drops a call taken again by its id while
-	// a call of its time can still be judged (DropRepeatsWithinAllowance).
-	dropTaken bool
-	arrival   uint64
+	ids     *recentIDs
+	arrival uint64
 	// current is the record being judged, nil while windows close alone.
 	current *audit.Record
 	// wall is the latest wall time the engine was told (Add, Tick).
@@ -62,10 +59,7 @@ type partition struct {
 	wm time.Time
 	// born is the wall time of the partition's first call: for the idle
 	// timeout after it, the watermark waits for every source to show up.
-	born time.Time
-	// taken holds the ids of calls taken, while they may come again and
-	// still be judged; nil unless the engine drops repeats so.
-	taken                       *takenIDs
+	born                        time.Time
 	calls, late, tooLate, ahead int64
 }
 
@@ -103,14 +97,6 @@ func NewEngine(cfg Config, sinks ...audit.Sink) *Engine {
 // (among the last 200,000), however late it comes: a file given twice, a
 // re-sent upload. The live service leaves this to its store.
 func (e *Engine) DropRepeatedIDs() { e.ids = newRecentIDs(recentIDsKept) }
-
-// DropRepeatsWithinAllowance makes each partition drop a call whose id it
-// took before while a call of that time can still be judged (its allowed
-// lateness behind the watermark), however many calls came between: the
-// live service, where an exporter re-sends what it did not see
-// acknowledged, after a backoff, whatever the rate. A call sent again
-// later than that is too late to be judged in any case.
-func (e *Engine) DropRepeatsWithinAllowance() { e.dropTaken = true }
 
 // Stats returns what was processed so far.
 func (e *Engine) Stats() *Stats { return &e.stats }
@@ -156,15 +142,9 @@ func (e *Engine) Add(src string, r *audit.Record, wall time.Time) {
 		s.max = m
 	}
 	// A second observation of an exchange is dropped (it may complete the
-	// first with its response); so is the same call again, however late
-	// (a re-sent request, a file given twice).
-	// A call sent again is dropped before it is compared with other
-	// observations, so that a second observation dropped the first time
-	// is dropped again.
-	if p.taken != nil && !p.taken.add(c.ID, etimeOf(t)) {
-		e.duplicate()
-		return
-	}
+	// first with its response), and so is the same call sent again, while
+	// a call of its time can still be judged; with DropRepeatedIDs, a call
+	// sent again however late (a file given twice).
 	seen, replaced := p.dedupe.take(r, s)
 	if seen != nil && seen.r != r && !replaced {
 		// A later observation completed a waiting one with its response.
@@ -249,9 +229,6 @@ func (e *Engine) partitionOf(k PartitionKey) *partition {
 	p := e.parts[k]
 	if p == nil {
 		p = &partition{key: k, det: newDetector(e.cfg, &e.out, k), dedupe: newDedupe()}
-		if e.dropTaken {
-			p.taken = newTakenIDs()
-		}
 		p.det.behind = e.behind
 		e.parts[k] = p
 	}
@@ -352,9 +329,9 @@ func (e *Engine) release(p *partition, wm time.Time) {
 	p.wm = wm
 	p.det.advance(to)
 	p.dedupe.sweep(wm.Add(-2*e.cfg.Lateness - 2*time.Second))
-	if p.taken != nil {
-		p.taken.forget(to.Add(-e.cfg.AllowedLateness - time.Second))
-	}
+	// A call dated a second before the allowance may still be a second
+	// observation of one judged within it.
+	p.dedupe.old.forget(to.Add(-e.cfg.AllowedLateness - 2*e.cfg.Lateness - 2*time.Second))
 }
 
 // Flush judges every waiting call, as at the end of a finite input.

@@ -43,11 +43,11 @@ func (e *Engine) ExpireIdle(wall time.Time, idle time.Duration) []PartitionKey {
 	return out
 }
 
-// empty reports whether the partition holds nothing (not even the ids of
-// calls that may be sent again).
+// empty reports whether the partition holds nothing (not even the
+// observations that may come again).
 func (p *partition) empty() bool {
 	return p.buf.Len() == 0 && p.det.empty() && p.dedupe.byReq.len() == 0 && p.dedupe.bySpan.len() == 0 &&
-		(p.taken == nil || len(p.taken.seconds) == 0)
+		len(p.dedupe.old.seconds) == 0
 }
 
 // empty reports whether the detector holds no correlation state.

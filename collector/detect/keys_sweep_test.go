@@ -22,7 +22,6 @@ func TestKeyInUseForHours(t *testing.T) {
 	start := time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)
 	var findings int
 	e := NewEngine(NewDefaultConfig(), countFindings(func() { findings++ }))
-	e.DropRepeatsWithinAllowance()
 	rd := dialect.NewReader(dialect.Config{})
 	for i := range n {
 		at := start.Add(time.Duration(i) * time.Second)

@@ -35,7 +35,6 @@ func BenchmarkOpenState(b *testing.B) {
 		n := len(held)
 		// As in serve.
 		e := detect.NewEngine(detect.NewDefaultConfig(), discardSink{})
-		e.DropRepeatsWithinAllowance()
 		// Sixteen posters, each its share of the calls in order, arriving
 		// a second after their time.
 		for i, r := range held {

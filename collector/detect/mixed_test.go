@@ -200,7 +200,6 @@ func TestRepeatsWithinAllowance(t *testing.T) {
 		slices.SortStableFunc(sends, func(a, b send) int { return a.at.Compare(b.at) })
 		var findings []*audit.Finding
 		e := detect.NewEngine(cfg, findingSink(func(f *audit.Finding) { findings = append(findings, f) }))
-		e.DropRepeatsWithinAllowance()
 		for _, s := range sends {
 			e.Add("exporter", s.r, s.at.Add(time.Second))
 		}
@@ -229,6 +228,7 @@ func TestRepeatsWithinAllowance(t *testing.T) {
 			if st.Calls != base.Calls {
 				t.Errorf("%d calls judged, want %d: a repeat was judged", st.Calls, base.Calls)
 			}
+
 			if dups+st.TooLate != resent {
 				t.Errorf("%d repeats dropped as duplicates and %d too late, of %d", dups, st.TooLate, resent)
 			}

@@ -150,7 +150,6 @@ func New(ctx context.Context, cfg Config, dcfg detect.Config, store audit.Store,
 	// The store refuses stored ids; the engine drops a call re-sent while
 	// it could still be judged (a re-send after a lost acknowledgement,
 	// a replay after a restart).
-	p.eng.DropRepeatsWithinAllowance()
 	p.gate.eng = p.eng
 	if err := p.recover(ctx); err != nil {
 		return nil, err

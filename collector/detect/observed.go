@@ -1,0 +1,98 @@
+package detect
+
+import (
+	"hash/maphash"
+	"time"
+)
+
+// spanSeed hashes span identities apart from request fingerprints.
+var spanSeed = maphash.MakeSeed()
+
+// observed remembers every observation a partition took, compactly, for
+// as long as another observation of the same exchange may still come and
+// be judged: a call of that time is judged while it is within the allowed
+// lateness behind the watermark. dedupe holds observations in full only
+// for a few seconds behind the watermark (what merging two observations
+// of a call still waiting needs); past that, this index is what makes a
+// second observation that comes later (another observer's exporter that
+// stalled, a 30 s timeout exported at its end, an upload sent again) a
+// duplicate and not a call of its own.
+//
+// Each observation is a 64-bit hash of its duplicate key (server, session,
+// JSON-RPC id, request) and, when it has one, of its (trace_id, span_id),
+// with its time, filed by the second of event time it is dated. A
+// collision (one in 2^64 per pair) would drop a call. Each entry costs
+// about 25 bytes: at 10,000 calls a second and the default allowance of two
+// minutes, about 30 MiB, 60 with span ids.
+type observed struct {
+	seconds map[int64]map[uint64]etime
+	// from is the earliest second that may hold entries.
+	from int64
+}
+
+func newObserved() *observed { return &observed{seconds: map[int64]map[uint64]etime{}} }
+
+// add remembers an observation dated at under hash h (the first of equal
+// hashes in a second stays: a later one is within a second of it).
+func (o *observed) add(h uint64, at etime) {
+	sec := int64(at) / 1e9
+	m := o.seconds[sec]
+	if m == nil {
+		m = map[uint64]etime{}
+		o.seconds[sec] = m
+		if len(o.seconds) == 1 || sec < o.from {
+			o.from = sec
+		}
+	}
+	if _, ok := m[h]; !ok {
+		m[h] = at
+	}
+}
+
+// near reports whether an observation under hash h is remembered within a
+// second of at.
+func (o *observed) near(h uint64, at etime) bool {
+	sec := int64(at) / 1e9
+	for s := sec - 1; s <= sec+1; s++ {
+		if t, ok := o.seconds[s][h]; ok {
+			dt := at.Sub(t)
+			if dt < 0 {
+				dt = -dt
+			}
+			if dt <= time.Second {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// forget drops the observations dated in seconds wholly before before.
+func (o *observed) forget(before etime) {
+	end := int64(before)/1e9 - 1
+	if len(o.seconds) == 0 || end < o.from {
+		return
+	}
+	if end-o.from > int64(len(o.seconds)) {
+		// Sparse (a gap in time): visit the seconds held, not the range.
+		for sec := range o.seconds {
+			if sec <= end {
+				delete(o.seconds, sec)
+			}
+		}
+	} else {
+		for sec := o.from; sec <= end; sec++ {
+			delete(o.seconds, sec)
+		}
+	}
+	o.from = end + 1
+}
+
+// len returns how many observations are remembered.
+func (o *observed) len() int {
+	n := 0
+	for _, m := range o.seconds {
+		n += len(m)
+	}
+	return n
+}
