@@ -56,30 +56,32 @@ type markLine struct {
 	mark
 }
 
-// readMarks reads the partitions' marks kept by the last run. A missing or
-// unreadable file is no marks: the store's watermark then stands for every
-// partition, which only means more output is checked again at the replay.
-func readMarks(path string, log *slog.Logger) (map[detect.PartitionKey]mark, time.Time) {
+// readMarks reads the partitions' marks kept by the last run. lost is set
+// when the file exists but cannot be read or understood: what it said is
+// unknown (so is a file missing where the store holds output; recover
+// tells that case).
+func readMarks(path string, log *slog.Logger) (marks map[detect.PartitionKey]mark, floor time.Time, lost bool) {
 	if path == "" {
-		return nil, time.Time{}
+		return nil, time.Time{}, false
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
-			log.Warn("cannot read the partitions' watermarks; using the store's", "path", path, "err", err)
+			log.Warn("cannot read the partitions' watermarks", "path", path, "err", err)
+			return nil, time.Time{}, true
 		}
-		return nil, time.Time{}
+		return nil, time.Time{}, false
 	}
 	var f markFile
 	if err := json.Unmarshal(b, &f); err != nil || f.Version != 2 {
-		log.Warn("cannot read the partitions' watermarks; using the store's", "path", path, "err", err, "version", f.Version)
-		return nil, time.Time{}
+		log.Warn("cannot read the partitions' watermarks", "path", path, "err", err, "version", f.Version)
+		return nil, time.Time{}, true
 	}
 	m := make(map[detect.PartitionKey]mark, len(f.Partitions))
 	for _, l := range f.Partitions {
 		m[detect.PartitionKey{Tenant: l.Tenant, Server: l.Server}] = l.mark
 	}
-	return m, f.Floor
+	return m, f.Floor, false
 }
 
 // marksOf returns the marks of the engine's partitions at wall time now.

@@ -26,7 +26,10 @@ func TestMarks_RoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	var log bytes.Buffer
-	got, gotFloor := readMarks(path, slog.New(slog.NewTextHandler(&log, nil)))
+	got, gotFloor, lost := readMarks(path, slog.New(slog.NewTextHandler(&log, nil)))
+	if lost {
+		t.Error("a good state file was taken as lost")
+	}
 	if !gotFloor.Equal(floor) {
 		t.Errorf("floor read back %v, want %v", gotFloor, floor)
 	}
@@ -55,8 +58,14 @@ func TestMarks_Unreadable(t *testing.T) {
 			}
 		}
 		var log bytes.Buffer
-		if got, floor := readMarks(path, slog.New(slog.NewTextHandler(&log, nil))); got != nil || !floor.IsZero() {
+		got, floor, lost := readMarks(path, slog.New(slog.NewTextHandler(&log, nil)))
+		if got != nil || !floor.IsZero() {
 			t.Errorf("%s: read %v and floor %v, want no marks", name, got, floor)
+		}
+		// A file that exists and cannot be read is lost: what it said is
+		// unknown.
+		if lost != warned {
+			t.Errorf("%s: lost %v, want %v", name, lost, warned)
 		}
 		if w := strings.Contains(log.String(), "cannot read the partitions' watermarks"); w != warned {
 			t.Errorf("%s: warned %v, want %v; log: %s", name, w, warned, log.String())

@@ -178,7 +178,12 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("cannot read the watermark: %w", err)
 	}
-	marks, floor := readMarks(p.cfg.StateFile, p.log)
+	marks, floor, lost := readMarks(p.cfg.StateFile, p.log)
+	if !lost && p.cfg.StateFile != "" && marks == nil && !wm.IsZero() {
+		// The store holds output, so the file was written (before the
+		// first call was acknowledged) and is gone.
+		lost = true
+	}
 	// The replay reaches back from the earliest watermark, call still
 	// waiting or call acknowledged before it was judged (the floor), by
 	// everything a call after it can correlate with; without any mark
@@ -198,7 +203,15 @@ func (p *Pipeline) recover(ctx context.Context) error {
 		}
 	}
 	var horizon time.Time
-	if !from.IsZero() {
+	switch {
+	case lost:
+		// Without the file, how far back calls were acknowledged and not
+		// judged (a backlog just before the stop) is unknown: every stored
+		// call is judged again. Findings are recognized by their ids; write
+		// states are stored over themselves.
+		p.log.Warn("the state file is missing or damaged while the store holds output: judging every stored call again (this may take a while)",
+			"path", p.cfg.StateFile)
+	case !from.IsZero():
 		horizon = from.Add(-(p.dcfg.CorrelationWindow + p.dcfg.VerifyWindow + p.dcfg.AllowedLateness + p.dcfg.Lateness))
 	}
 	known, err := p.store.FindingIDs(ctx, horizon)

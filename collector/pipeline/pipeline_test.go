@@ -663,6 +663,59 @@ func TestRecovery_NewPartitionFarBehind(t *testing.T) {
 	}
 }
 
+// TestRecovery_StateFileLost: a backlog far behind every watermark is
+// acknowledged, then the process dies and the state file (which alone
+// said how far back the replay must reach) is lost or damaged. At start
+// every stored call is judged again, so the backlog's unverified write
+// is still reported, and nothing judged before is reported twice.
+func TestRecovery_StateFileLost(t *testing.T) {
+	for _, damage := range []string{"removed", "truncated"} {
+		t.Run(damage, func(t *testing.T) {
+			dir := t.TempDir()
+			clock := newClock(wallStart)
+			r := openRun(t, dir, clock, nil, nil)
+			for i := range 20 {
+				if _, err := r.ingest(batch(t, "calls:live", callLine("thegram", "s1", i+1, wallStart.Add(time.Duration(i-30)*time.Second)))); err != nil {
+					t.Fatal(err)
+				}
+				clock.Add(500 * time.Millisecond)
+			}
+			old := wallStart.Add(-3 * time.Hour)
+			backlog := batch(t, "calls:backlog",
+				pendingPatchLine("s9", 1, old, "old/a.gram"),
+				callLine("thegram", "s9", 2, old.Add(6*time.Minute)))
+			if _, err := r.ingest(backlog); err != nil {
+				t.Fatal(err)
+			}
+			r.crash()
+			path := filepath.Join(dir, "partitions.json")
+			if damage == "removed" {
+				if err := os.Remove(path); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := os.WriteFile(path, []byte(`{"version":2,"partitions":[{"ten`), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			clock.Add(time.Second)
+			r = openRun(t, dir, clock, nil, nil)
+			clock.Add(time.Minute)
+			r.status()
+			clock.Add(2 * time.Hour)
+			r.status()
+			o := r.stop()
+			found := 0
+			for _, f := range o.findings {
+				if f.Kind == audit.KindUnverifiedWrite && f.Document == "old/a.gram" {
+					found++
+				}
+			}
+			if found != 1 {
+				t.Errorf("the backlog's unverified write was reported %d times, want once: %d findings", found, len(o.findings))
+			}
+		})
+	}
+}
+
 // stateFile is the state file's content as the tests read it.
 type stateFile struct {
 	Version    int `json:"version"`
