@@ -145,7 +145,7 @@ func scanFinding(rows driver.Rows) (findingRow, error) {
 	var r findingRow
 	var t time.Time
 	err := rows.Scan(&r.Tenant, &r.Server, &r.Document, &t, &r.TimeNanos, &r.ID, &r.Kind, &r.Severity,
-		&r.Key, &r.Session, &r.Calls, &r.Reason, &r.RetryAction, &r.Summary, &r.Version)
+		&r.Key, &r.Session, &r.Calls, &r.Reason, &r.RetryAction, &r.Summary, &r.Version, &r.Chain)
 	r.Time = t.Unix()
 	return r, err
 }
@@ -165,7 +165,7 @@ func scanCall(rows driver.Rows) (callRow, error) {
 	err := rows.Scan(&r.Tenant, &r.Server, &r.Document, &t, &r.TimeNanos, &r.ID, &r.OtherDocuments, &r.DurationNS,
 		&r.Session, &r.Client, &r.TraceID, &r.SpanID, &r.Fingerprint, &r.RPCID, &r.Method, &r.Tool, &r.ToolLabel,
 		&r.Arguments, &r.Result, &r.ErrorCode, &r.ErrorMessage, &r.ErrorData, &r.TransportError,
-		&r.Source, &r.Outcome, &r.FailureCode, &r.FailureAction, &r.FailureMessage, &r.Reading, &r.Flags, &r.Version)
+		&r.Source, &r.Outcome, &r.FailureCode, &r.FailureAction, &r.FailureMessage, &r.Reading, &r.Flags, &r.Version, &r.Chain)
 	r.Time = t.Unix()
 	return r, err
 }
