@@ -41,6 +41,7 @@ type relayFlags struct {
 	// --collector); redactKey is the file of the masks' key.
 	redact    bool
 	redactKey string
+	tls       clientFlags
 }
 
 func (rf *relayFlags) register(fs *flag.FlagSet) {
@@ -53,6 +54,7 @@ func (rf *relayFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&rf.apiListen, "api-listen", "127.0.0.1:0", "with --data-dir: the query API and the collector's /metrics")
 	fs.StringVar(&rf.metricsListen, "metrics-listen", "", "serve this relay's /metrics here; empty: off")
 	fs.BoolVar(&rf.redact, "redact", true, "with --collector: mask secrets in arguments and results (the default rules, docs/security.md) before a record is written to the buffer")
+	rf.tls.register(fs)
 	fs.StringVar(&rf.redactKey, "redact-key-file", "", "with --collector: the key of the masks, created once with 32 random bytes (default redact.key beside the buffer directory)")
 }
 
@@ -100,6 +102,11 @@ func openRelaySink(ctx context.Context, rf *relayFlags, kind, server, source str
 	}
 	cfg := forward.NewDefaultConfig()
 	cfg.URL, cfg.Source, cfg.Token, cfg.MaxBufferBytes = rf.collector, source, rf.token, rf.maxBuffer
+	tc, err := rf.tls.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	cfg.TLS = tc
 	cfg.BufferDir = rf.bufferDir
 	if cfg.BufferDir == "" {
 		cfg.BufferDir = defaultBufferDir(kind, server)
