@@ -146,10 +146,12 @@ type killLoop struct {
 	cfg         Config
 	kills       int
 	sessions    int
-	// span, when set, is how long posting lasts: the posters pace their
-	// batches and the kills are spread over it. Otherwise batches follow
-	// each other within a few seconds and the kills come in the first.
+	// span, when set, spreads the kills over that long; the caller gives
+	// enough sessions for posting to last as long. Otherwise the kills come
+	// in the first seconds.
 	span time.Duration
+	// killNow, when set, asks for a kill at once (one during an outage).
+	killNow chan struct{}
 	// during runs beside the posters (an outage of the store), from the
 	// start of posting.
 	during func()
@@ -212,14 +214,11 @@ func runKillLoop(t *testing.T, kl killLoop) killLoopResult {
 			batches[p] = append(batches[p], cur[p])
 		}
 	}
-	pause := func(p int) time.Duration {
-		if kl.span > 0 {
-			avg := kl.span / time.Duration(len(batches[p])+1)
-			return avg/2 + time.Duration(rand.Int63n(int64(avg)+1))
-		}
-		// Posting lasts a few seconds, for the kills to fall in it.
-		return time.Duration(100+rand.Intn(300)) * time.Millisecond
-	}
+	// A poster pauses well under the idle timeout between its batches: a
+	// partition left quiet longer closes its windows on the wall clock,
+	// before the read that verifies a write, which analyze does not see.
+	// Posting lasts about 3.3 s per 800 sessions.
+	pause := func(int) time.Duration { return time.Duration(100+rand.Intn(300)) * time.Millisecond }
 
 	var res killLoopResult
 	res.wantKills = kl.kills
@@ -276,20 +275,34 @@ func runKillLoop(t *testing.T, kl killLoop) killLoopResult {
 		}
 		return time.Duration(30+rng.Intn(300)) * time.Millisecond
 	}
-	for res.kills < kl.kills {
+	kill := func() {
+		res.peakRSS = max(res.peakRSS, c.kill())
+		res.kills++
+		if kl.killed != nil {
+			kl.killed()
+		}
+		c = startChild(t, kl.dir, kl.config, ingest, api)
+	}
+	// kl.kills at random moments, and one more each time killNow asks,
+	// until posting is done.
+	scheduled := 0
+loop:
+	for {
+		var timer <-chan time.Time
+		if scheduled < kl.kills {
+			timer = time.After(next())
+		}
 		select {
 		case <-done:
-		case <-time.After(next()):
-			res.peakRSS = max(res.peakRSS, c.kill())
-			res.kills++
-			if kl.killed != nil {
-				kl.killed()
-			}
-			c = startChild(t, kl.dir, kl.config, ingest, api)
-			continue
+			break loop
+		case <-kl.killNow:
+			kill()
+		case <-timer:
+			scheduled++
+			kill()
 		}
-		break
 	}
+	res.wantKills = kl.kills + res.kills - scheduled
 	<-done
 	defer c.kill()
 

@@ -349,3 +349,26 @@ func TestVerify_RetentionCut(t *testing.T) {
 		t.Errorf("a cut no checkpoint signed goes unnoticed:\n%s", text)
 	}
 }
+
+// TestVerify_DeleteTenantBefore: the retention serve runs (DeleteBefore,
+// DeleteTenantBefore) cuts the chains as the store's own does.
+func TestVerify_DeleteTenantBefore(t *testing.T) {
+	o, pub, conn := chainedStore(t, AckInsert)
+	s := openStore(t, o)
+	cut := time.Date(2026, 11, 8, 0, 0, 0, 0, time.UTC)
+	if _, err := s.DeleteTenantBefore(context.Background(), "globex", cut); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DeleteBefore(context.Background(), cut, "globex", "acme"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, conn, "SELECT count() FROM "+o.Database+".calls WHERE tenant = 'globex'"); n != 0 {
+		t.Fatalf("%d calls of globex left", n)
+	}
+	if r, text := verifyOf(t, o, pub); !r.OK() {
+		t.Fatalf("verify after DeleteTenantBefore:\n%s", text)
+	}
+}
