@@ -544,3 +544,121 @@ func (s *Store) cutChains(ctx context.Context, cutoff func(tenant string) time.T
 	}
 	return nil
 }
+
+// chainMigration is the schema migration that adds the chain.
+const chainMigration = 4
+
+// adoptEntryRows bounds the rows of one entry adoptHistory makes.
+const adoptEntryRows = 100_000
+
+// adoptHistory chains what a store held before migration 0004: per tenant
+// and kind, entries of up to adoptEntryRows rows of chain_entry 0, with
+// nonce 0, so that verify checks that history from the migration on (not
+// before it). Rows a collector of an older release stores after it are
+// reported by verify as inserted.
+func (s *Store) adoptHistory(ctx context.Context) error {
+	if err := s.loadHeads(ctx); err != nil {
+		return err
+	}
+	s.chainMu.Lock()
+	defer s.chainMu.Unlock()
+	n := 0
+	adopt := func(kind, q string, scan func(driver.Rows) (string, sum, int64, error)) error {
+		rows := map[string]*entryRows{}
+		flush := func(tenant string) error {
+			e := rows[tenant]
+			if e == nil || len(e.sums) == 0 {
+				return nil
+			}
+			delete(rows, tenant)
+			h := s.heads[tenant]
+			r := chainRow{Tenant: tenant, Replica: s.opts.Replica, Seq: h.seq + 1, Kind: kind, Prev: h.hash,
+				Time: time.Now(), Sums: e.sums, Times: e.times}
+			r.Digest = digestOf(r.Sums, r.Times)
+			ent := r.entry()
+			r.Hash = ent.Hash()
+			if err := s.insertRows("chain", chainColumns, chainColumnValues([]chainRow{r})); err != nil {
+				return err
+			}
+			s.heads[tenant] = head{seq: r.Seq, hash: r.Hash}
+			n += len(r.Sums)
+			return nil
+		}
+		err := each(ctx, s.conn, "read the history to chain", q, func(r driver.Rows) error {
+			tenant, sm, t, err := scan(r)
+			if err != nil {
+				return err
+			}
+			e := rows[tenant]
+			if e == nil {
+				e = &entryRows{}
+				rows[tenant] = e
+			}
+			e.sums, e.times = append(e.sums, sm), append(e.times, uint32(t))
+			if len(e.sums) >= adoptEntryRows {
+				return flush(tenant)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		tenants := make([]string, 0, len(rows))
+		for t := range rows {
+			tenants = append(tenants, t)
+		}
+		sort.Strings(tenants)
+		for _, t := range tenants {
+			if err := flush(t); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	err := adopt(chain.KindCalls, "SELECT "+callSelect+" FROM "+s.layout.table("calls")+" WHERE chain_entry = 0", func(r driver.Rows) (string, sum, int64, error) {
+		c, err := scanCall(r)
+		return c.Tenant, callSum(&c), c.Time, err
+	})
+	if err == nil {
+		err = adopt(chain.KindFindings, "SELECT "+findingSelect+" FROM "+s.layout.table("findings")+" WHERE chain_entry = 0", func(r driver.Rows) (string, sum, int64, error) {
+			f, err := scanFinding(r)
+			return f.Tenant, findingSum(&f), f.Time, err
+		})
+	}
+	if err == nil {
+		err = adopt(chain.KindChanges, "SELECT tenant, finding_id, time, time_nanos, state, by, note, chain_entry FROM "+s.layout.table("finding_changes")+" WHERE chain_entry = 0", func(r driver.Rows) (string, sum, int64, error) {
+			var c changeRow
+			var t time.Time
+			err := r.Scan(&c.Tenant, &c.FindingID, &t, &c.TimeNanos, &c.State, &c.By, &c.Note, &c.Chain)
+			c.Time = t.Unix()
+			return c.Tenant, changeSum(&c), c.Time, err
+		})
+	}
+	if err != nil {
+		return fmt.Errorf("cannot chain the history stored before the chain: %w", err)
+	}
+	if n > 0 {
+		s.log.Info("clickhouse: chained the history stored before tamper evidence", "rows", n)
+	}
+	return nil
+}
+
+// insertRows inserts one block of rows into a table of the database.
+func (s *Store) insertRows(table string, names []string, cols []any) error {
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.InsertTimeout)
+	defer cancel()
+	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO "+s.layout.DB+"."+table+" ("+strings.Join(names, ", ")+")")
+	if err != nil {
+		return classify(fmt.Errorf("cannot insert into %s: %w", table, err))
+	}
+	for i, c := range cols {
+		if err := b.Column(i).Append(c); err != nil {
+			b.Abort()
+			return fmt.Errorf("cannot encode column %s of %s: %w", names[i], table, err)
+		}
+	}
+	if err := b.Send(); err != nil {
+		return classify(fmt.Errorf("cannot insert into %s: %w", table, err))
+	}
+	return nil
+}

@@ -114,10 +114,10 @@ type chVerifier struct {
 
 	chains   map[chainKey][]*vEntry
 	cuts     map[chainKey]chain.Cut
-	tags     map[tagKey]*vEntry
-	recorded map[sumKey]bool // the rows some entry chained
-	found    map[sumKey]bool // the rows stored
-	copies   int64           // rows of interrupted inserts, equal to a chained row
+	tags     map[tagKey][]*vEntry // several for nonce 0: the history adopted at migration
+	recorded map[sumKey]bool      // the rows some entry chained
+	found    map[sumKey]bool      // the rows stored
+	copies   int64                // rows of interrupted inserts, equal to a chained row
 	orphans  map[kindKey][]string
 }
 
@@ -144,7 +144,7 @@ func (v *chVerifier) run(pub ed25519.PublicKey) error {
 }
 
 func (v *chVerifier) loadChains() error {
-	v.chains, v.tags = map[chainKey][]*vEntry{}, map[tagKey]*vEntry{}
+	v.chains, v.tags = map[chainKey][]*vEntry{}, map[tagKey][]*vEntry{}
 	v.recorded, v.found, v.orphans = map[sumKey]bool{}, map[sumKey]bool{}, map[kindKey][]string{}
 	cuts, err := readCuts(v.ctx, v.conn, v.db, "")
 	if err != nil {
@@ -191,7 +191,8 @@ func (v *chVerifier) loadChains() error {
 			v.recorded[sumKey{e.Kind, e.Tenant, s}] = true
 		}
 		v.chains[k] = append(v.chains[k], e)
-		v.tags[tagKey{e.Kind, e.Tenant, e.Nonce}] = e
+		tk := tagKey{e.Kind, e.Tenant, e.Nonce}
+		v.tags[tk] = append(v.tags[tk], e)
 		return nil
 	})
 }
@@ -243,17 +244,21 @@ func (v *chVerifier) row(kind, tenant, id string, s sum, t int64, tag uint64) {
 	sk := sumKey{kind, tenant, s}
 	v.found[sk] = true
 	what := fmt.Sprintf("%s %s (time %s)", singular(kind), id, time.Unix(t, 0).UTC().Format(time.RFC3339))
-	if e := v.tags[tagKey{kind, tenant, tag}]; e != nil {
-		for _, i := range e.index[s] {
-			if !e.matched[i] {
-				e.matched[i] = true
-				return
+	if es := v.tags[tagKey{kind, tenant, tag}]; len(es) > 0 {
+		for _, e := range es {
+			for _, i := range e.index[s] {
+				if !e.matched[i] {
+					e.matched[i] = true
+					return
+				}
 			}
 		}
-		if len(e.index[s]) > 0 {
-			return // a copy of a row it chained (stored twice, not yet collapsed)
+		for _, e := range es {
+			if len(e.index[s]) > 0 {
+				return // a copy of a row it chained (stored twice, not yet collapsed)
+			}
 		}
-		e.strays = append(e.strays, stray{what, t})
+		es[0].strays = append(es[0].strays, stray{what, t})
 		return
 	}
 	switch {

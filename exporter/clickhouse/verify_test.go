@@ -372,3 +372,40 @@ func TestVerify_DeleteTenantBefore(t *testing.T) {
 		t.Fatalf("verify after DeleteTenantBefore:\n%s", text)
 	}
 }
+
+// TestVerify_AdoptsHistory: rows stored before migration 0004 (chain_entry
+// 0) are chained when the migration is applied, so that verify passes on a
+// store that was upgraded, and catches a row inserted afterwards.
+func TestVerify_AdoptsHistory(t *testing.T) {
+	o, pub, conn := chainedStore(t, AckInsert)
+	db := o.Database
+	// Rows as a release before the chain stored them.
+	sel := strings.Replace(callSelect, ", id, ", ", concat(id, '-old'), ", 1)
+	sel = strings.Replace(sel, ", chain_entry", ", toUInt64(0)", 1)
+	if err := conn.Exec(context.Background(), "INSERT INTO "+db+".calls ("+callSelect+") SELECT "+sel+" FROM "+db+".calls WHERE tenant = 'acme'"); err != nil {
+		t.Fatal(err)
+	}
+	if r, text := verifyOf(t, o, pub); r.OK() || !strings.Contains(text, "in no chain entry") {
+		t.Fatalf("rows without an entry went unnoticed:\n%s", text)
+	}
+	// The store is upgraded: migration 0004 runs (again) and adopts them.
+	mutate(t, conn, db, "ALTER TABLE "+db+".schema_migrations DELETE WHERE version = 4")
+	s := openStore(t, o)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r, text := verifyOf(t, o, pub)
+	if !r.OK() {
+		t.Fatalf("verify after the history was adopted:\n%s", text)
+	}
+	t.Logf("after adoption:\n%s", text)
+	id := firstID(t, conn, db, "calls", "acme", 0)
+	sel = strings.Replace(callSelect, ", id, ", ", concat(id, '-new'), ", 1)
+	sel = strings.Replace(sel, ", chain_entry", ", toUInt64(0)", 1)
+	if err := conn.Exec(context.Background(), "INSERT INTO "+db+".calls ("+callSelect+") SELECT "+sel+" FROM "+db+".calls WHERE id = "+quote(id)); err != nil {
+		t.Fatal(err)
+	}
+	if r, text := verifyOf(t, o, pub); r.OK() || !strings.Contains(text, id+"-new") {
+		t.Errorf("a row inserted with chain_entry 0 after the adoption went unnoticed:\n%s", text)
+	}
+}
