@@ -106,11 +106,17 @@ func (c *child) kill() int64 {
 // and restarted on the same data. Afterwards every acknowledged call is
 // stored once, and the findings equal analyze's on the same calls: nothing
 // missed, nothing twice; and mcpaudit verify finds the history intact.
-// MCPAUDIT_KILLS sets the number of kills (8).
+// MCPAUDIT_KILLS sets the number of kills (8); MCPAUDIT_KILL_SPAN spreads
+// them over that long, with as many more sessions (default: a few seconds).
 func TestServe_KillLoop(t *testing.T) {
 	kills := 8
 	if n, err := strconv.Atoi(os.Getenv("MCPAUDIT_KILLS")); err == nil && n > 0 {
 		kills = n
+	}
+	var span time.Duration
+	sessions := 800
+	if d, err := time.ParseDuration(os.Getenv("MCPAUDIT_KILL_SPAN")); err == nil && d > 0 {
+		span, sessions = d, max(800, int(800*d/(3300*time.Millisecond)))
 	}
 	dir := t.TempDir()
 	cfg := liveConfig(t)
@@ -119,7 +125,7 @@ func TestServe_KillLoop(t *testing.T) {
 		cfg.Detect.VerifyWindow)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	res := runKillLoop(t, killLoop{dir: dir, config: config, cfg: cfg, kills: kills, sessions: 800,
+	res := runKillLoop(t, killLoop{dir: dir, config: config, cfg: cfg, kills: kills, sessions: sessions, span: span,
 		stored: func(t *testing.T) map[string]int {
 			st, err := sqlite.Open(filepath.Join(dir, "mcpaudit.db"), sqlite.NewDefaultOptions())
 			if err != nil {
