@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -56,22 +57,47 @@ func startChild(t *testing.T, dir, config, ingest, api string) *child {
 		t.Fatal(err)
 	}
 	sc := bufio.NewScanner(stderr)
+	var lines []string
 	for sc.Scan() {
 		var m map[string]any
 		if json.Unmarshal(sc.Bytes(), &m) == nil && m["msg"] == "mcpaudit serving" {
 			go io.Copy(io.Discard, stderr)
 			return &child{cmd}
 		}
+		lines = append(lines, sc.Text())
 	}
 	cmd.Process.Kill()
 	cmd.Wait()
-	t.Fatal("the child server did not start")
+	if len(lines) > 10 {
+		lines = lines[len(lines)-10:]
+	}
+	t.Fatalf("the child server did not start; its last lines:\n%s", strings.Join(lines, "\n"))
 	return nil
 }
 
-func (c *child) kill() {
+// vmHWM reads the peak resident set of a process from /proc, in bytes; 0
+// when it cannot.
+func vmHWM(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// kill kills the child with SIGKILL and returns its peak resident set
+// (VmHWM, bytes; 0 when it cannot be read).
+func (c *child) kill() int64 {
+	peak := vmHWM(c.cmd.Process.Pid)
 	c.cmd.Process.Signal(os.Kill)
 	c.cmd.Wait()
+	return peak
 }
 
 // TestServe_KillLoop posts a mixed capture of both servers in batches of 40
@@ -80,11 +106,17 @@ func (c *child) kill() {
 // and restarted on the same data. Afterwards every acknowledged call is
 // stored once, and the findings equal analyze's on the same calls: nothing
 // missed, nothing twice; and mcpaudit verify finds the history intact.
-// MCPAUDIT_KILLS sets the number of kills (8).
+// MCPAUDIT_KILLS sets the number of kills (8); MCPAUDIT_KILL_SPAN spreads
+// them over that long, with as many more sessions (default: a few seconds).
 func TestServe_KillLoop(t *testing.T) {
 	kills := 8
 	if n, err := strconv.Atoi(os.Getenv("MCPAUDIT_KILLS")); err == nil && n > 0 {
 		kills = n
+	}
+	var span time.Duration
+	sessions := 800
+	if d, err := time.ParseDuration(os.Getenv("MCPAUDIT_KILL_SPAN")); err == nil && d > 0 {
+		span, sessions = d, max(800, int(800*d/(3300*time.Millisecond)))
 	}
 	dir := t.TempDir()
 	cfg := liveConfig(t)
@@ -93,8 +125,77 @@ func TestServe_KillLoop(t *testing.T) {
 		cfg.Detect.VerifyWindow)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	recs := liveCaptureOf(t, 77, 800)
-	want := analyzeFindings(t, cfg, ndjson(recs))
+	res := runKillLoop(t, killLoop{dir: dir, config: config, cfg: cfg, kills: kills, sessions: sessions, span: span,
+		stored: func(t *testing.T) map[string]int {
+			st, err := sqlite.Open(filepath.Join(dir, "mcpaudit.db"), sqlite.NewDefaultOptions())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			seen := map[string]int{}
+			if err := st.ScanCalls(t.Context(), time.Time{}, func(r *audit.Record) error {
+				seen[r.Call.ID]++
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			return seen
+		},
+		verify: []string{"--data-dir", dir}})
+	res.check(t)
+}
+
+// killLoop is one run of the kill loop: serve on dir with config, killed
+// kills times while four posters send sessions of a generated capture.
+type killLoop struct {
+	dir, config string
+	cfg         Config
+	kills       int
+	sessions    int
+	// span, when set, spreads the kills over that long; the caller gives
+	// enough sessions for posting to last as long. Otherwise the kills come
+	// in the first seconds.
+	span time.Duration
+	// killNow, when set, asks for a kill at once (one during an outage).
+	killNow chan struct{}
+	// during runs beside the posters (an outage of the store), from the
+	// start of posting.
+	during func()
+	// killed, when set, is called after each kill.
+	killed func()
+	// findingsWait bounds the wait for the findings to become analyze's.
+	findingsWait time.Duration
+	// stored returns every stored call id with its number of copies; it
+	// runs after the last serve is killed.
+	stored func(t *testing.T) map[string]int
+	// verify are the arguments of mcpaudit verify after the run.
+	verify []string
+}
+
+// killLoopResult is what a kill loop measured.
+type killLoopResult struct {
+	kills, wantKills    int
+	acked, stored       int
+	lost, twice, resent int
+	findings            int
+	dup                 []string
+	peakRSS             int64 // the largest VmHWM of the serve processes, bytes
+}
+
+func (r killLoopResult) check(t *testing.T) {
+	t.Helper()
+	t.Logf("%d kills, %d calls acknowledged (%d batches re-sent), %d stored, %d lost, %d stored twice; %d findings; peak RSS of serve %.1f MiB",
+		r.kills, r.acked, r.resent, r.stored, r.lost, r.twice, r.findings, float64(r.peakRSS)/(1<<20))
+	if r.lost > 0 || r.twice > 0 || r.kills < r.wantKills {
+		t.Fatalf("%d acknowledged calls lost, %d stored twice %v, %d of %d kills", r.lost, r.twice, r.dup, r.kills, r.wantKills)
+	}
+}
+
+// runKillLoop runs kl and checks the findings and mcpaudit verify; the
+// caller checks the figures returned.
+func runKillLoop(t *testing.T, kl killLoop) killLoopResult {
+	recs := liveCaptureOf(t, 77, kl.sessions)
+	want := analyzeFindings(t, kl.cfg, ndjson(recs))
 	if len(want) < 20 {
 		t.Fatalf("the capture gives %d findings", len(want))
 	}
@@ -119,8 +220,18 @@ func TestServe_KillLoop(t *testing.T) {
 			batches[p] = append(batches[p], cur[p])
 		}
 	}
+	// A poster pauses well under the idle timeout between its batches: a
+	// partition left quiet longer closes its windows on the wall clock,
+	// before the read that verifies a write, which analyze does not see.
+	// Posting lasts about 3.3 s per 800 sessions.
+	pause := func(int) time.Duration { return time.Duration(100+rand.Intn(300)) * time.Millisecond }
 
-	c := startChild(t, dir, config, ingest, api)
+	var res killLoopResult
+	res.wantKills = kl.kills
+	c := startChild(t, kl.dir, kl.config, ingest, api)
+	if kl.during != nil {
+		go kl.during()
+	}
 	var mu sync.Mutex
 	acked := map[string]bool{}
 	var resent atomic.Int64
@@ -156,26 +267,48 @@ func TestServe_KillLoop(t *testing.T) {
 					mu.Unlock()
 					break
 				}
-				// Posting lasts a few seconds, for the kills to fall in it.
-				time.Sleep(time.Duration(100+rand.Intn(300)) * time.Millisecond)
+				time.Sleep(pause(p))
 			}
 		}()
 	}
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
 	rng := rand.New(rand.NewSource(1))
-	killed := 0
-	for killed < kills {
+	next := func() time.Duration {
+		if kl.span > 0 {
+			avg := kl.span / time.Duration(kl.kills+1)
+			return avg/2 + time.Duration(rng.Int63n(int64(avg)+1))
+		}
+		return time.Duration(30+rng.Intn(300)) * time.Millisecond
+	}
+	kill := func() {
+		res.peakRSS = max(res.peakRSS, c.kill())
+		res.kills++
+		if kl.killed != nil {
+			kl.killed()
+		}
+		c = startChild(t, kl.dir, kl.config, ingest, api)
+	}
+	// kl.kills at random moments, and one more each time killNow asks,
+	// until posting is done.
+	scheduled := 0
+loop:
+	for {
+		var timer <-chan time.Time
+		if scheduled < kl.kills {
+			timer = time.After(next())
+		}
 		select {
 		case <-done:
-		case <-time.After(time.Duration(30+rng.Intn(300)) * time.Millisecond):
-			c.kill()
-			killed++
-			c = startChild(t, dir, config, ingest, api)
-			continue
+			break loop
+		case <-kl.killNow:
+			kill()
+		case <-timer:
+			scheduled++
+			kill()
 		}
-		break
 	}
+	res.wantKills = kl.kills + res.kills - scheduled
 	<-done
 	defer c.kill()
 
@@ -183,7 +316,11 @@ func TestServe_KillLoop(t *testing.T) {
 	// clock; its findings must become analyze's.
 	s := &server{apiAddr: api}
 	var got []audit.Finding
-	for deadline := time.Now().Add(40 * time.Second); time.Now().Before(deadline); time.Sleep(300 * time.Millisecond) {
+	wait := kl.findingsWait
+	if wait == 0 {
+		wait = 40 * time.Second
+	}
+	for deadline := time.Now().Add(wait); time.Now().Before(deadline); time.Sleep(300 * time.Millisecond) {
 		got = apiFindings(t, s, "")
 		gj, _ := json.Marshal(got)
 		wj, _ := json.Marshal(want)
@@ -192,44 +329,31 @@ func TestServe_KillLoop(t *testing.T) {
 		}
 	}
 	diffFindings(t, "kill loop", want, got)
+	res.findings = len(got)
 
 	// Every acknowledged call is stored, once.
-	c.kill()
-	st, err := sqlite.Open(filepath.Join(dir, "mcpaudit.db"), sqlite.NewDefaultOptions())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	seen := map[string]int{}
-	if err := st.ScanCalls(t.Context(), time.Time{}, func(r *audit.Record) error {
-		seen[r.Call.ID]++
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	lost, twice := 0, 0
+	res.peakRSS = max(res.peakRSS, c.kill())
+	seen := kl.stored(t)
 	for id := range acked {
 		if seen[id] == 0 {
-			lost++
+			res.lost++
 		}
 	}
-	var dup []string
 	for id, n := range seen {
 		if n > 1 {
-			twice++
-			dup = append(dup, id)
+			res.twice++
+			res.dup = append(res.dup, id)
 		}
 	}
-	sort.Strings(dup)
-	t.Logf("%d kills, %d calls acknowledged (%d batches re-sent), %d stored, %d lost, %d stored twice; %d findings",
-		killed, len(acked), resent.Load(), len(seen), lost, twice, len(got))
-	if lost > 0 || twice > 0 || killed < kills {
-		t.Fatalf("%d acknowledged calls lost, %d stored twice %v, %d of %d kills", lost, twice, dup, killed, kills)
-	}
+	sort.Strings(res.dup)
+	res.acked, res.stored, res.resent = len(acked), len(seen), int(resent.Load())
 	// The tamper-evidence chains written through the kills still match
 	// the stored history.
 	var out, errs bytes.Buffer
-	if err := verifyCommand(t.Context(), []string{"--data-dir", dir}, &out, &errs); err != nil {
-		t.Fatalf("verify after the kills: %v\n%s%s", err, out.String(), errs.String())
+	err := verifyCommand(t.Context(), kl.verify, &out, &errs)
+	t.Logf("mcpaudit verify %v:\n%s%s", kl.verify, out.String(), errs.String())
+	if err != nil {
+		t.Errorf("verify after the kills: %v", err)
 	}
+	return res
 }

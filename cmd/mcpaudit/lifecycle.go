@@ -64,7 +64,11 @@ func (q *queryFlags) post(path string, body []byte) ([]byte, error) {
 		if q.token != "" {
 			req.Header.Set("Authorization", "Bearer "+q.token)
 		}
-		resp, err := http.DefaultClient.Do(req)
+		client, err := q.client()
+		if err != nil {
+			return nil, err
+		}
+		resp, err := client.Do(req)
 		if err != nil {
 			return nil, fmt.Errorf("cannot reach %s: %w", q.server, err)
 		}

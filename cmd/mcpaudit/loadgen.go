@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -27,7 +28,9 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
@@ -63,6 +66,12 @@ type loadOptions struct {
 	// Live dates calls now, as live traffic is: a call is never sent
 	// before its event time.
 	Live bool
+	// Token is sent as Authorization: Bearer (gRPC: the authorization
+	// metadata) when set.
+	Token string
+	// TLS is the client's TLS settings for https:// and TLS gRPC targets;
+	// nil: plain text for http:// and gRPC, Go's defaults for https://.
+	TLS *tls.Config
 }
 
 // loadReport is what the server acknowledged.
@@ -136,6 +145,9 @@ flags:`)
 	live := fs.Bool("live", true, "date calls now, as live traffic is: no call is sent before its event time; false dates them on 2026-11-02 and sends as fast as acknowledged")
 	dataDir := fs.String("data-dir", "", "the server's data dir, to report bytes per stored call")
 	format := fs.String("format", "text", "report as text or json")
+	token := fs.String("token", os.Getenv("MCPAUDIT_TOKEN"), "bearer token of an ingest credential (and of /metrics when it needs one; default $MCPAUDIT_TOKEN)")
+	var ctls clientFlags
+	ctls.register(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -143,22 +155,28 @@ flags:`)
 		return &exitError{code: 2}
 	}
 	opts := loadOptions{Target: *target, Protocol: *protocol, Rate: *rate, Duration: *duration, Clients: *clients,
-		Batch: *batch, Calls: *calls, Seed: *seed, Live: *live}
+		Batch: *batch, Calls: *calls, Seed: *seed, Live: *live, Token: *token}
 	if err := opts.validate(); err != nil {
 		return &exitError{code: 2, err: err}
 	}
+	tc, err := ctls.tlsConfig()
+	if err != nil {
+		return &exitError{code: 2, err: fmt.Errorf("loadgen: %w", err)}
+	}
+	opts.TLS = tc
+	scrapeClient, _ := ctls.httpClient(30 * time.Second)
 	if *format != "text" && *format != "json" {
 		return &exitError{code: 2, err: errors.New("loadgen: --format must be text or json")}
 	}
 	if opts.Live {
 		fmt.Fprintf(stderr, "loadgen: %s, live: calls dated now, planned at %.0f calls/s\n", opts.Protocol, opts.plannedRate())
 	}
-	before := scrape(*apiURL)
+	before := scrape(scrapeClient, *apiURL, opts.Token)
 	rep, err := runLoad(ctx, opts)
 	if err != nil {
 		return err
 	}
-	after := scrape(*apiURL)
+	after := scrape(scrapeClient, *apiURL, opts.Token)
 	if *format == "json" {
 		enc := json.NewEncoder(stdout)
 		return enc.Encode(rep)
@@ -430,25 +448,39 @@ func (r *loadReport) quantile(p float64) time.Duration {
 func newSender(o loadOptions, source string) (sender, error) {
 	switch o.Protocol {
 	case protoCalls:
-		return &callsSender{url: o.Target + "/v1/calls", source: source, client: &http.Client{}}, nil
+		return &callsSender{url: o.Target + "/v1/calls", source: source, token: o.Token, client: o.httpClient()}, nil
 	case protoOTLPHTTP:
-		return &otlpHTTPSender{url: o.Target + "/v1/traces", source: source, client: &http.Client{}}, nil
+		return &otlpHTTPSender{url: o.Target + "/v1/traces", source: source, token: o.Token, client: o.httpClient()}, nil
 	default:
+		creds := insecure.NewCredentials()
+		if o.TLS != nil {
+			creds = credentials.NewTLS(o.TLS)
+		}
 		// One connection per client, as each exporter has its own.
-		conn, err := grpc.NewClient(o.Target, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		conn, err := grpc.NewClient(o.Target, grpc.WithTransportCredentials(creds),
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))
 		if err != nil {
 			return nil, fmt.Errorf("cannot connect to %s: %w", o.Target, err)
 		}
-		return &otlpGRPCSender{conn: conn, client: ptraceotlp.NewGRPCClient(conn), source: source}, nil
+		return &otlpGRPCSender{conn: conn, client: ptraceotlp.NewGRPCClient(conn), source: source, token: o.Token}, nil
 	}
+}
+
+// httpClient returns a client of one sender, with o's TLS settings.
+func (o loadOptions) httpClient() *http.Client {
+	if o.TLS == nil {
+		return &http.Client{}
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = o.TLS
+	return &http.Client{Transport: tr}
 }
 
 // callsSender posts call records as NDJSON, naming its source.
 type callsSender struct {
-	url, source string
-	client      *http.Client
-	body        []byte
+	url, source, token string
+	client             *http.Client
+	body               []byte
 }
 
 func (s *callsSender) send(ctx context.Context, calls []*capgen.Call) sendResult {
@@ -465,6 +497,9 @@ func (s *callsSender) send(ctx context.Context, calls []*capgen.Call) sendResult
 	}
 	req.Header.Set("Content-Type", "application/x-ndjson")
 	req.Header.Set(receiver.SourceHeader, s.source)
+	if s.token != "" {
+		req.Header.Set("Authorization", "Bearer "+s.token)
+	}
 	resp, err := s.client.Do(req)
 	if err != nil {
 		return sendResult{failed: true, err: err}
@@ -493,8 +528,8 @@ func (s *callsSender) close() { s.client.CloseIdleConnections() }
 
 // otlpHTTPSender posts OTLP protobuf, one resource per server and client.
 type otlpHTTPSender struct {
-	url, source string
-	client      *http.Client
+	url, source, token string
+	client             *http.Client
 }
 
 func (s *otlpHTTPSender) send(ctx context.Context, calls []*capgen.Call) sendResult {
@@ -509,6 +544,9 @@ func (s *otlpHTTPSender) send(ctx context.Context, calls []*capgen.Call) sendRes
 		return sendResult{failed: true, err: err}
 	}
 	hreq.Header.Set("Content-Type", "application/x-protobuf")
+	if s.token != "" {
+		hreq.Header.Set("Authorization", "Bearer "+s.token)
+	}
 	resp, err := s.client.Do(hreq)
 	if err != nil {
 		return sendResult{failed: true, err: err}
@@ -534,14 +572,17 @@ func (s *otlpHTTPSender) close() { s.client.CloseIdleConnections() }
 
 // otlpGRPCSender exports over OTLP/gRPC on a connection of its own.
 type otlpGRPCSender struct {
-	conn   *grpc.ClientConn
-	client ptraceotlp.GRPCClient
-	source string
+	conn          *grpc.ClientConn
+	client        ptraceotlp.GRPCClient
+	source, token string
 }
 
 func (s *otlpGRPCSender) send(ctx context.Context, calls []*capgen.Call) sendResult {
 	req := ptraceotlp.NewExportRequest()
 	capgen.AppendTraces(req.Traces(), s.source, calls)
+	if s.token != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+s.token)
+	}
 	resp, err := s.client.Export(ctx, req)
 	if err != nil {
 		switch status.Code(err) {
@@ -619,11 +660,18 @@ func dirSize(dir string) int64 {
 }
 
 // scrape reads a server's /metrics; nil when it cannot.
-func scrape(api string) map[string]*dto.MetricFamily {
+func scrape(client *http.Client, api, token string) map[string]*dto.MetricFamily {
 	if api == "" {
 		return nil
 	}
-	resp, err := http.Get(strings.TrimRight(api, "/") + "/metrics")
+	req, err := http.NewRequest("GET", strings.TrimRight(api, "/")+"/metrics", nil)
+	if err != nil {
+		return nil
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		return nil
 	}

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -26,6 +27,7 @@ import (
 type queryFlags struct {
 	server, dataDir, format, token string
 	positional                     []string
+	tls                            clientFlags
 }
 
 func (q *queryFlags) register(fs *flag.FlagSet) {
@@ -33,7 +35,13 @@ func (q *queryFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&q.server, "server", "", "deprecated: use --api-url")
 	fs.StringVar(&q.dataDir, "data-dir", "./mcpaudit-data", "data dir of the embedded store, read when --api-url is not given")
 	fs.StringVar(&q.format, "format", "text", "text or json")
-	fs.StringVar(&q.token, "token", "", "bearer token, when the server maps tokens to tenants")
+	fs.StringVar(&q.token, "token", os.Getenv("MCPAUDIT_TOKEN"), "bearer token, when the server maps tokens to tenants (default $MCPAUDIT_TOKEN)")
+	q.tls.register(fs)
+}
+
+// client returns the HTTP client of --api-url.
+func (q *queryFlags) client() (*http.Client, error) {
+	return q.tls.httpClient(time.Minute)
 }
 
 // get performs one API request, against the server or the data dir.
@@ -50,7 +58,11 @@ func (q *queryFlags) get(path string, params url.Values) ([]byte, error) {
 		if q.token != "" {
 			req.Header.Set("Authorization", "Bearer "+q.token)
 		}
-		resp, err := http.DefaultClient.Do(req)
+		client, err := q.client()
+		if err != nil {
+			return nil, err
+		}
+		resp, err := client.Do(req)
 		if err != nil {
 			return nil, fmt.Errorf("cannot reach %s: %w", q.server, err)
 		}

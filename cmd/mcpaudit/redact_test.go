@@ -290,3 +290,100 @@ func TestAnalyzeRedact(t *testing.T) {
 		t.Fatalf("exit %d and %d; outputs equal %v (%d bytes); %s", code1, code2, out1 == out2, len(out1), errs)
 	}
 }
+
+// tapRecords turns call records into what a relay captures.
+func tapRecords(t *testing.T, recs []map[string]any) []*tap.Record {
+	t.Helper()
+	var out []*tap.Record
+	for _, r := range recs {
+		tm, err := time.Parse(time.RFC3339Nano, fmt.Sprint(r["time"]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, _ := json.Marshal(r["request"])
+		tr := &tap.Record{Time: tm, Server: fmt.Sprint(r["server"]), Session: fmt.Sprint(r["session"]), Request: req}
+		if resp, ok := r["response"]; ok && resp != nil {
+			tr.Response, _ = json.Marshal(resp)
+		}
+		out = append(out, tr)
+	}
+	return out
+}
+
+// storedIDs returns the ids of the calls a data dir holds.
+func storedIDs(t *testing.T, dir string) []string {
+	t.Helper()
+	st, err := sqlite.Open(filepath.Join(dir, "mcpaudit.db"), sqlite.NewDefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var ids []string
+	st.ScanCalls(context.Background(), time.Time{}, func(r *audit.Record) error { ids = append(ids, r.Call.ID); return nil })
+	sort.Strings(ids)
+	return ids
+}
+
+// TestRelayBufferRedaction: proxy and wrap with --collector mask secrets
+// before a record reaches their buffer: with the collector unreachable the
+// buffer files hold the records, masked, and none of the seeded secrets.
+// Delivered later, the calls get the ids the collector gives the same raw
+// calls sent to it directly (ids depend on neither key).
+func TestRelayBufferRedaction(t *testing.T) {
+	recs := liveCaptureOf(t, 12, 20)
+	secrets := seedSecrets(recs)
+	buf := filepath.Join(t.TempDir(), "buf")
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	rf := relayFlags{collector: "http://" + freePort(t), bufferDir: buf, maxBuffer: 1 << 30, redact: true}
+	open := func() recordSink {
+		sink, err := openRelaySink(context.Background(), &rf, "proxy", "thegram", "proxy/thegram/test", nil, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sink
+	}
+	sink := open()
+	for _, r := range tapRecords(t, recs) {
+		sink.Record(r)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	sink.Close(ctx)
+	cancel()
+	var files strings.Builder
+	filepath.WalkDir(filepath.Dir(buf), func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && filepath.Base(p) != "redact.key" {
+			b, _ := os.ReadFile(p)
+			files.Write(b)
+		}
+		return nil
+	})
+	if n := strings.Count(files.String(), "\n"); n < len(recs) || !strings.Contains(files.String(), "[redacted:") {
+		t.Fatalf("the buffer holds %d lines for %d records, masks: %v", n, len(recs), strings.Contains(files.String(), "[redacted:"))
+	}
+	for _, secret := range secrets {
+		if strings.Contains(files.String(), secret) {
+			t.Errorf("the relay's buffer holds the secret %q", secret)
+		}
+	}
+
+	// Delivered, the calls are those of the raw records sent directly.
+	viaRelay, direct := startTest(t, testConfig(t, t.TempDir())), startTest(t, testConfig(t, t.TempDir()))
+	rf.collector = "http://" + viaRelay.ingestAddr
+	sink = open()
+	ctx, cancel = context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := sink.Close(ctx); err != nil {
+		t.Fatalf("the buffer was not delivered: %v", err)
+	}
+	resp := postCalls(t, direct, ndjson(recs), false)
+	resp.Body.Close()
+	for _, s := range []*server{viaRelay, direct} {
+		if err := s.shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, want := storedIDs(t, viaRelay.cfg.Serve.DataDir), storedIDs(t, direct.cfg.Serve.DataDir)
+	if strings.Join(got, ",") != strings.Join(want, ",") || len(want) != len(recs) {
+		t.Errorf("%d calls stored through the relay, %d sent directly (of %d): the ids differ", len(got), len(want), len(recs))
+	}
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -36,6 +37,11 @@ type relayFlags struct {
 	dataDir       string
 	apiListen     string
 	metricsListen string
+	// redact masks secrets before a record reaches the buffer (with
+	// --collector); redactKey is the file of the masks' key.
+	redact    bool
+	redactKey string
+	tls       clientFlags
 }
 
 func (rf *relayFlags) register(fs *flag.FlagSet) {
@@ -47,6 +53,9 @@ func (rf *relayFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&rf.dataDir, "data-dir", "", "instead of --collector: run the engine and the embedded store here, in-process")
 	fs.StringVar(&rf.apiListen, "api-listen", "127.0.0.1:0", "with --data-dir: the query API and the collector's /metrics")
 	fs.StringVar(&rf.metricsListen, "metrics-listen", "", "serve this relay's /metrics here; empty: off")
+	fs.BoolVar(&rf.redact, "redact", true, "with --collector: mask secrets in arguments and results (the default rules, docs/security.md) before a record is written to the buffer")
+	rf.tls.register(fs)
+	fs.StringVar(&rf.redactKey, "redact-key-file", "", "with --collector: the key of the masks, created once with 32 random bytes (default redact.key beside the buffer directory)")
 }
 
 func (rf *relayFlags) validate(server string) error {
@@ -93,26 +102,131 @@ func openRelaySink(ctx context.Context, rf *relayFlags, kind, server, source str
 	}
 	cfg := forward.NewDefaultConfig()
 	cfg.URL, cfg.Source, cfg.Token, cfg.MaxBufferBytes = rf.collector, source, rf.token, rf.maxBuffer
+	tc, err := rf.tls.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	cfg.TLS = tc
 	cfg.BufferDir = rf.bufferDir
 	if cfg.BufferDir == "" {
 		cfg.BufferDir = defaultBufferDir(kind, server)
+	}
+	var red *redact.Redactor
+	if rf.redact {
+		// The masks are made here, before the record is written to the
+		// buffer: a collector out of reach must not leave secrets on this
+		// disk. The collector keeps them (redaction is idempotent) and takes
+		// call ids over constant masks, so ids do not depend on this key.
+		if rf.redactKey == "" {
+			if err := os.MkdirAll(filepath.Dir(cfg.BufferDir), 0o700); err != nil {
+				return nil, fmt.Errorf("cannot create the buffer's parent directory: %w", err)
+			}
+		}
+		// Without a file named, redact.key beside the buffer directory,
+		// created once.
+		secret, err := redactSecret(rf.redactKey, filepath.Dir(cfg.BufferDir))
+		if err != nil {
+			return nil, err
+		}
+		if red, err = newRedactor(NewDefaultConfig(), secret); err != nil {
+			return nil, err
+		}
 	}
 	f, err := forward.New(cfg, m, log)
 	if err != nil {
 		return nil, err
 	}
-	return forwardSink{f, log}, nil
+	return forwardSink{f, red, log}, nil
 }
 
 type forwardSink struct {
 	f   *forward.Forwarder
+	red *redact.Redactor
 	log *slog.Logger
 }
 
 func (s forwardSink) Record(r *tap.Record) {
+	if s.red != nil {
+		masked := maskRecord(s.red, *r)
+		r = &masked
+	}
 	if err := s.f.Record(r); err != nil {
 		s.log.Error("call record lost", "err", err)
 	}
+}
+
+// maskRecord returns r with the secrets of its tool arguments, result,
+// error and transport error masked, as the collector masks a call: the
+// request's params.arguments, the response's result and error. The rest
+// of the JSON-RPC envelope (method, id, tool name) is what the audit reads
+// and is left as it is. A part that is not the JSON it should be is left
+// for the collector to reject.
+func maskRecord(red *redact.Redactor, r tap.Record) tap.Record {
+	r.Request, _ = editObject(r.Request, func(env map[string]json.RawMessage) int {
+		params, n := editObject(env["params"], func(p map[string]json.RawMessage) int {
+			return maskRaw(red, p, "arguments")
+		})
+		if n > 0 {
+			env["params"] = params
+		}
+		return n
+	})
+	r.Response, _ = editObject(r.Response, func(env map[string]json.RawMessage) int {
+		n := maskRaw(red, env, "result")
+		e, k := editObject(env["error"], func(e map[string]json.RawMessage) int {
+			k := maskRaw(red, e, "data")
+			var text string
+			if msg, ok := e["message"]; ok && json.Unmarshal(msg, &text) == nil {
+				if masked, m := red.Text(text); m > 0 {
+					e["message"], _ = json.Marshal(masked)
+					k += m
+				}
+			}
+			return k
+		})
+		if k > 0 {
+			env["error"] = e
+		}
+		return n + k
+	})
+	r.TransportError, _ = red.Text(r.TransportError)
+	return r
+}
+
+// editObject decodes doc as a JSON object, lets edit change its members,
+// and encodes it again when edit masked anything (n > 0); otherwise doc
+// comes back as it was, as it does when it is not a JSON object.
+func editObject(doc []byte, edit func(map[string]json.RawMessage) int) ([]byte, int) {
+	if len(doc) == 0 {
+		return doc, 0
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(doc, &m) != nil || m == nil {
+		return doc, 0
+	}
+	n := edit(m)
+	if n == 0 {
+		return doc, 0
+	}
+	out, err := json.Marshal(m)
+	if err != nil {
+		return doc, 0
+	}
+	return out, n
+}
+
+// maskRaw masks the JSON value m[key] in place and returns how many
+// values it masked.
+func maskRaw(red *redact.Redactor, m map[string]json.RawMessage, key string) int {
+	v, ok := m[key]
+	if !ok {
+		return 0
+	}
+	masked, n := red.JSON(v)
+	if n > 0 {
+		m[key] = masked
+	}
+	return n
 }
 
 func (s forwardSink) Close(ctx context.Context) error { return s.f.Close(ctx) }

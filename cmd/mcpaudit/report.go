@@ -32,7 +32,9 @@ func reportCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	mcpServer := fs.String("mcp-server", "", "only this MCP server")
 	out := fs.String("o", "", "write the report to this file instead of standard output")
 	server := fs.String("server", "", "URL of a running mcpaudit serve API; the report is computed there")
-	token := fs.String("token", "", "bearer token, with --server")
+	token := fs.String("token", os.Getenv("MCPAUDIT_TOKEN"), "bearer token, with --server (default $MCPAUDIT_TOKEN)")
+	var ctls clientFlags
+	ctls.register(fs)
 	dataDir := fs.String("data-dir", "", "data dir of the embedded store (default ./mcpaudit-data)")
 	store := fs.String("store", "", "sqlite (the data dir) or clickhouse")
 	chDSN := fs.String("clickhouse-dsn", "", "ClickHouse native-protocol DSN, with --store clickhouse")
@@ -84,7 +86,7 @@ func reportCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 		w = f
 	}
 	if *server != "" {
-		return reportFromServer(ctx, w, *server, *token, url.Values{"window": {*window}, "until": {*until},
+		return reportFromServer(ctx, w, *server, *token, &ctls, url.Values{"window": {*window}, "until": {*until},
 			"target": {*target}, "server": {*mcpServer}, "format": {*format}})
 	}
 	q, err := report.QueryOf(*window, *until, *target, cfg.Serve.SLOTarget, time.Now())
@@ -145,7 +147,7 @@ func (r removeOnClose) Close() error {
 }
 
 // reportFromServer fetches the report from a running server.
-func reportFromServer(ctx context.Context, w io.Writer, server, token string, params url.Values) error {
+func reportFromServer(ctx context.Context, w io.Writer, server, token string, ctls *clientFlags, params url.Values) error {
 	for k, v := range params {
 		if len(v) == 0 || v[0] == "" {
 			delete(params, k)
@@ -158,7 +160,11 @@ func reportFromServer(ctx context.Context, w io.Writer, server, token string, pa
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	client, err := ctls.httpClient(5 * time.Minute)
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		return &exitError{code: 2, err: fmt.Errorf("cannot reach %s: %w", server, err)}
 	}

@@ -175,6 +175,13 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (audit.Store, 
 				o.Retention.Tenants[tenant] = d.D()
 			}
 		}
+		if cfg.Serve.SigningKeyFile != "" {
+			key, err := chain.ReadPrivateKey(cfg.Serve.SigningKeyFile)
+			if err != nil {
+				return nil, fmt.Errorf("serve.signing_key_file: %w", err)
+			}
+			o.SigningKey = key
+		}
 		o.Logger = log
 		return clickhouse.Open(ctx, o)
 	}

@@ -106,3 +106,12 @@ func (t tracedStore) Commit(ctx context.Context, r audit.Results) error {
 	}
 	return err
 }
+
+// Ready passes on the store's readiness, when it tells it (ClickHouse):
+// the pipeline waits for it at start.
+func (t tracedStore) Ready() error {
+	if rd, ok := t.Store.(interface{ Ready() error }); ok {
+		return rd.Ready()
+	}
+	return nil
+}

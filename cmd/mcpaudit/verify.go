@@ -11,21 +11,20 @@ import (
 	"path/filepath"
 
 	"github.com/mcpaudit/mcpaudit/exporter/chain"
+	"github.com/mcpaudit/mcpaudit/exporter/clickhouse"
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
 	"github.com/mcpaudit/mcpaudit/internal/datadir"
 )
 
-const verifyUsage = `usage: mcpaudit verify --data-dir DIR [--public-key FILE]
+const verifyUsage = `usage: mcpaudit verify (--data-dir DIR | --store clickhouse --clickhouse-dsn DSN [--clickhouse-database DB]) [--public-key FILE]
 
 Checks the stored history of a data dir against its tamper-evidence chains
 and, with --public-key, against the checkpoints the collector signed
 (serve.signing_key_file). Every edit, deletion, insertion or reordering of
 stored calls, findings and finding state changes is printed with its tenant,
-chain entry and rows. Exit 0 when the history matches, 1 when it does not,
-2 when it cannot be checked. It only reads: a running collector may keep
-writing.
-
-The ClickHouse store is not covered yet (docs/storage.md, "Tamper evidence").
+chain entry and rows (the embedded store: row numbers; ClickHouse: ids).
+Exit 0 when the history matches, 1 when it does not, 2 when it cannot be
+checked. It only reads: a running collector may keep writing.
 
 flags:
 `
@@ -37,18 +36,14 @@ func verifyCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs.Usage = func() { fmt.Fprint(stderr, verifyUsage); fs.PrintDefaults() }
 	dir := fs.String("data-dir", "", "the data dir of the embedded store")
 	pubFile := fs.String("public-key", "", "PEM file of the Ed25519 public key that checks the checkpoints (mcpaudit keygen)")
-	store := fs.String("store", "sqlite", "the store: sqlite (the embedded store)")
+	store := fs.String("store", "sqlite", "the store: sqlite (the embedded store, --data-dir) or clickhouse (--clickhouse-dsn)")
+	chDSN := fs.String("clickhouse-dsn", "", "ClickHouse native-protocol DSN, with --store clickhouse")
+	chDB := fs.String("clickhouse-database", clickhouse.NewDefaultOptions().Database, "the database of the ClickHouse store (serve.clickhouse.database)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
 		return &exitError{code: 2}
-	}
-	if *store != "sqlite" {
-		return &exitError{code: 2, err: fmt.Errorf("--store %s: only the embedded store (sqlite) can be verified by this version", *store)}
-	}
-	if *dir == "" {
-		return &exitError{code: 2, err: errors.New("--data-dir is required")}
 	}
 	var pub ed25519.PublicKey
 	if *pubFile != "" {
@@ -57,11 +52,26 @@ func verifyCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 			return &exitError{code: 2, err: err}
 		}
 	}
-	path := filepath.Join(*dir, "mcpaudit.db")
-	if _, err := os.Stat(path); err != nil {
-		return &exitError{code: 2, err: fmt.Errorf("cannot verify %s: %w", *dir, err)}
+	var r *chain.Report
+	var err error
+	switch *store {
+	case "sqlite":
+		if *dir == "" {
+			return &exitError{code: 2, err: errors.New("--data-dir is required")}
+		}
+		path := filepath.Join(*dir, "mcpaudit.db")
+		if _, err := os.Stat(path); err != nil {
+			return &exitError{code: 2, err: fmt.Errorf("cannot verify %s: %w", *dir, err)}
+		}
+		r, err = sqlite.Verify(ctx, path, pub)
+	case "clickhouse":
+		if *chDSN == "" {
+			return &exitError{code: 2, err: errors.New("--clickhouse-dsn is required with --store clickhouse")}
+		}
+		r, err = clickhouse.Verify(ctx, *chDSN, *chDB, pub)
+	default:
+		return &exitError{code: 2, err: fmt.Errorf("--store %s: want sqlite or clickhouse", *store)}
 	}
-	r, err := sqlite.Verify(ctx, path, pub)
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}

@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	ch "github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	_ "modernc.org/sqlite"
 )
 
@@ -56,4 +60,83 @@ func TestVerifyCommand(t *testing.T) {
 	if code := run(context.Background(), []string{"verify", "--data-dir", t.TempDir()}, nil, &out, &errOut); code != 2 {
 		t.Fatalf("verify of an empty dir: exit %d, want 2", code)
 	}
+}
+
+// TestVerifyCommand_ClickHouse: serve into ClickHouse with a signing key,
+// then mcpaudit verify --store clickhouse: 0 on the untouched database, 1
+// naming a deleted call, 2 without a DSN.
+func TestVerifyCommand_ClickHouse(t *testing.T) {
+	dsn := clickhouseDSN(t)
+	keys := t.TempDir()
+	priv, pub := filepath.Join(keys, "signing.pem"), filepath.Join(keys, "verify.pem")
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"keygen", "--private-key", priv, "--public-key", pub}, nil, &out, &errb); code != 0 {
+		t.Fatalf("keygen: exit %d: %s", code, errb.String())
+	}
+	cfg := testConfig(t, t.TempDir())
+	cfg.Serve.Store = "clickhouse"
+	cfg.Serve.SigningKeyFile = priv
+	cfg.Serve.ClickHouse.DSN = dsn
+	db := fmt.Sprintf("mcpaudit_verify_%d", time.Now().UnixNano())
+	cfg.Serve.ClickHouse.Database = db
+	cfg.Serve.ClickHouse.BatchAge = 50 * time.Millisecond
+	// Acknowledged on insert: with "log", what serve left in its spool at
+	// shutdown would reach ClickHouse only at its next start.
+	cfg.Serve.ClickHouse.Ack = "insert"
+	s := startTest(t, cfg)
+	conn := chConn(t, dsn)
+	t.Cleanup(func() { conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+db) })
+	resp := postCalls(t, s, ndjson(mergedCapture(t)), false)
+	resp.Body.Close()
+	if err := s.shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	verify := func(args ...string) (int, string) {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), append([]string{"verify"}, args...), nil, &out, &errb)
+		return code, out.String() + errb.String()
+	}
+	args := []string{"--store", "clickhouse", "--clickhouse-dsn", dsn, "--clickhouse-database", db, "--public-key", pub}
+	if code, out := verify(args...); code != 0 || !strings.Contains(out, "ok: stored history matches") || strings.Contains(out, " 0 calls") {
+		t.Fatalf("verify of an untouched database: exit %d:\n%s", code, out)
+	}
+	var id string
+	var at time.Time
+	if err := conn.QueryRow(context.Background(), "SELECT id, time FROM "+db+".calls ORDER BY id LIMIT 1 OFFSET 7").Scan(&id, &at); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.Exec(context.Background(), "ALTER TABLE "+db+".calls DELETE WHERE id = '"+id+"'"); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		var n uint64
+		if err := conn.QueryRow(context.Background(), "SELECT count() FROM system.mutations WHERE NOT is_done AND database = '"+db+"'").Scan(&n); err != nil || n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the delete did not finish")
+		}
+	}
+	if code, out := verify(args...); code != 1 || !strings.Contains(out, "TAMPERED") || !strings.Contains(out, "deleted: calls of time "+at.UTC().Format(time.RFC3339)) {
+		t.Fatalf("verify after deleting call %s: exit %d:\n%s", id, code, out)
+	}
+	if code, out := verify("--store", "clickhouse"); code != 2 {
+		t.Fatalf("verify without a DSN: exit %d, want 2:\n%s", code, out)
+	}
+}
+
+// chConn is a plain ClickHouse connection for changes made around serve.
+func chConn(t *testing.T, dsn string) driver.Conn {
+	t.Helper()
+	opts, err := ch.ParseDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Settings = ch.Settings{"allow_experimental_low_cardinality_type": 1}
+	conn, err := ch.Open(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
 }

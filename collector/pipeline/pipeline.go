@@ -151,6 +151,9 @@ func New(ctx context.Context, cfg Config, dcfg detect.Config, store audit.Store,
 	// it could still be judged (a re-send after a lost acknowledgement,
 	// a replay after a restart).
 	p.gate.eng = p.eng
+	if err := waitReady(ctx, store, log); err != nil {
+		return nil, err
+	}
 	if err := p.recover(ctx); err != nil {
 		return nil, err
 	}
@@ -160,6 +163,44 @@ func New(ctx context.Context, cfg Config, dcfg detect.Config, store audit.Store,
 	p.cancel = cancel
 	go p.run(runCtx)
 	return p, nil
+}
+
+// readyEvery is how often waitReady asks an unavailable store again.
+const readyEvery = 200 * time.Millisecond
+
+// waitReady waits, when the store says whether it is ready (the ClickHouse
+// store does), until it is: the correlation state is rebuilt from what it
+// holds, which a store down at start (ClickHouse stopped, acknowledged
+// calls still in its spool) cannot give yet. Meanwhile nothing is
+// acknowledged: senders retry. It returns ctx's error if ctx ends first,
+// and any other error of the store's at once.
+func waitReady(ctx context.Context, store audit.Store, log *slog.Logger) error {
+	rd, ok := store.(interface{ Ready() error })
+	if !ok {
+		return nil
+	}
+	logged := false
+	for {
+		err := rd.Ready()
+		if err == nil {
+			if logged {
+				log.Info("the store is ready; rebuilding the correlation state")
+			}
+			return nil
+		}
+		if !errors.Is(err, audit.ErrUnavailable) {
+			return fmt.Errorf("cannot start: %w", err)
+		}
+		if !logged {
+			log.Warn("the store is unavailable at start; waiting for it before rebuilding the correlation state (nothing is acknowledged meanwhile)", "err", err)
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cannot start: the store stayed unavailable: %w", ctx.Err())
+		case <-time.After(readyEvery):
+		}
+	}
 }
 
 // expireEvery is how often idle partitions are looked for.

@@ -175,3 +175,30 @@ func BenchmarkCall(b *testing.B) {
 		r.Call(&c)
 	}
 }
+
+// TestCall_MaskedByRelay: a call whose arguments a relay masked under its
+// own key (proxy or wrap with --collector) gets, at the collector, the id
+// and fingerprint the raw call gets there: ids depend on neither key.
+func TestCall_MaskedByRelay(t *testing.T) {
+	args := []byte(`{"path":"a.gram","content":"mail bob@example.com","password":"hunter2"}`)
+	call := func(args []byte) *audit.Call {
+		c := &audit.Call{Server: "thegram", Session: "s", RPCID: "1", Time: time.Unix(1e9, 0), Tool: "gram_write", Arguments: args}
+		c.ID = audit.StableID(c.Server, c.Session, c.RPCID, c.Time, c.Tool, canon.Bytes(args))
+		return c
+	}
+	relayed, n := newRedactor(t, "relay-key").JSON(args)
+	if n != 2 {
+		t.Fatalf("the relay made %d masks, want 2: %s", n, relayed)
+	}
+	raw, viaRelay := call(args), call(relayed)
+	collector := newRedactor(t, "collector-key")
+	collector.Call(raw)
+	collector.Call(viaRelay)
+	if raw.ID != viaRelay.ID || raw.Fingerprint != viaRelay.Fingerprint {
+		t.Errorf("id %s / fingerprint %s of the raw call, %s / %s of the call a relay masked: want the same",
+			raw.ID, raw.Fingerprint, viaRelay.ID, viaRelay.Fingerprint)
+	}
+	if string(viaRelay.Arguments) != string(relayed) {
+		t.Errorf("the collector changed the relay's masks: %s, want %s", viaRelay.Arguments, relayed)
+	}
+}

@@ -40,8 +40,13 @@ func ParseHash(s string) (Hash, error) {
 // Entry is one link of a tenant's chain.
 type Entry struct {
 	Tenant string
-	Seq    int64 // 1, 2, 3... per tenant
-	Kind   string
+	// Replica names the collector replica whose chain this is, in stores
+	// that keep one chain per tenant and replica (ClickHouse); empty in the
+	// embedded store, and then not hashed, so that its chains keep their
+	// hashes.
+	Replica string
+	Seq     int64 // 1, 2, 3... per tenant
+	Kind    string
 	// First and Last bound the row ids the entry covers (calls, changes);
 	// for findings both are 0: they carry the entry's Seq.
 	First, Last int64
@@ -67,6 +72,10 @@ func (e *Entry) Hash() Hash {
 	b = append(b, e.Digest[:]...)
 	b = append(b, e.Prev[:]...)
 	b = binary.BigEndian.AppendUint64(b, uint64(e.Time.UnixNano()))
+	if e.Replica != "" {
+		b = append(b, "\x00replica"...)
+		b = appendString(b, e.Replica)
+	}
 	return sha256.Sum256(b)
 }
 
@@ -107,25 +116,31 @@ func Digest(rows []Hash) Hash {
 // Head is where one tenant's chain stands.
 type Head struct {
 	Tenant string `json:"tenant"`
-	Seq    int64  `json:"seq"`
-	Hash   string `json:"hash"`
+	// Replica is the chain's replica, where a store keeps one per replica.
+	Replica string `json:"replica,omitempty"`
+	Seq     int64  `json:"seq"`
+	Hash    string `json:"hash"`
 }
 
 // Cut records that retention removed the entries of a tenant before Seq:
 // the chain goes on from Seq, whose Prev is Prev.
 type Cut struct {
-	Tenant string    `json:"tenant"`
-	Seq    int64     `json:"seq"`
-	Prev   string    `json:"prev"`
-	Before time.Time `json:"before"` // the retention cutoff
+	Tenant  string    `json:"tenant"`
+	Replica string    `json:"replica,omitempty"`
+	Seq     int64     `json:"seq"`
+	Prev    string    `json:"prev"`
+	Before  time.Time `json:"before"` // the retention cutoff
 }
 
 // Body is what a checkpoint signs: every tenant's head and every cut made
 // so far, at a time.
 type Body struct {
-	Time  time.Time `json:"time"`
-	Heads []Head    `json:"heads"`
-	Cuts  []Cut     `json:"cuts,omitempty"`
+	// Replica names the collector replica that signed, where a store
+	// keeps one chain per tenant and replica.
+	Replica string    `json:"replica,omitempty"`
+	Time    time.Time `json:"time"`
+	Heads   []Head    `json:"heads"`
+	Cuts    []Cut     `json:"cuts,omitempty"`
 }
 
 // Checkpoint is a signed Body.

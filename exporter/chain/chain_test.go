@@ -30,6 +30,12 @@ func TestEntryHash_EveryField(t *testing.T) {
 	f("digest", func(e *Entry) { e.Digest[0] ^= 1 })
 	f("prev", func(e *Entry) { e.Prev[31] ^= 1 })
 	f("time", func(e *Entry) { e.Time = e.Time.Add(1) })
+	f("replica", func(e *Entry) { e.Replica = "r2" })
+	// An entry without a replica hashes as before replicas were known, so
+	// that the chains already stored keep their hashes.
+	if got, want := base.Hash().String(), "b92c1425de47c41d522b00905a8742e3b4b4e0cb8184d88f95b0bb33ba5aa950"; got != want {
+		t.Errorf("hash of an entry without a replica: %s, want %s (the hash of stored chains changed)", got, want)
+	}
 }
 
 func TestRowHash_Boundaries(t *testing.T) {

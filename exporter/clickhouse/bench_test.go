@@ -114,17 +114,18 @@ func BenchmarkBytesPerCall(b *testing.B) {
 }
 
 // TestBytesPerCall guards the storage figure on a smaller sample: at most
-// 105 bytes per call (102 measured on 18.16 with each call's stored reading,
-// about 12 bytes of it; the target of 80 is not met, docs/clickhouse.md says
-// why).
+// 125 bytes per call (122 measured on 18.16: 102 with each call's stored
+// reading, about 12 bytes of it, and 19 of tamper evidence, the chain's
+// 128-bit row hashes, which do not compress; the target of 80 is not met,
+// docs/clickhouse.md says why).
 func TestBytesPerCall(t *testing.T) {
 	if testing.Short() {
 		t.Skip("stores 30000 calls")
 	}
 	perCall, report := storeTraffic(t, 30000)
 	t.Log(report)
-	if perCall > 105 {
-		t.Errorf("%.1f bytes per call, want at most 105", perCall)
+	if perCall > 125 {
+		t.Errorf("%.1f bytes per call, want at most 125", perCall)
 	}
 }
 

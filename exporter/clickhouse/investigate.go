@@ -9,6 +9,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/exporter/chain"
 	"github.com/mcpaudit/mcpaudit/exporter/store"
 )
 
@@ -230,16 +231,9 @@ func (s *Store) ChangeFinding(ctx context.Context, c audit.FindingChange) (audit
 	if err := audit.CheckTransition(from, c.State); err != nil {
 		return audit.FindingStatus{}, fmt.Errorf("cannot change finding state: finding %s: %w", c.FindingID, err)
 	}
-	b, err := conn.PrepareBatch(ctx, "INSERT INTO "+s.layout.table("finding_changes")+" (tenant, finding_id, time, time_nanos, state, by, note, version)")
-	if err != nil {
-		return audit.FindingStatus{}, queryErr(ctx, "insert a finding change", err)
-	}
-	if err := b.Append(tenant, c.FindingID, time.Unix(sec, 0), ns, string(c.State), c.By, c.Note, uint64(time.Now().UnixNano())); err != nil {
-		b.Abort()
-		return audit.FindingStatus{}, queryErr(ctx, "insert a finding change", err)
-	}
-	if err := b.Send(); err != nil {
-		return audit.FindingStatus{}, queryErr(ctx, "insert a finding change", err)
+	row := changeRow{Tenant: tenant, FindingID: c.FindingID, Time: sec, TimeNanos: ns, State: string(c.State), By: c.By, Note: c.Note}
+	if err := s.storeChange(ctx, conn, &row); err != nil {
+		return audit.FindingStatus{}, err
 	}
 	return audit.FindingStatus{State: c.State, By: c.By, At: joinTime(sec, ns), Note: c.Note}, nil
 }
@@ -346,4 +340,43 @@ func (s *Store) FailureCounts(ctx context.Context, q audit.CountQuery) (map[audi
 		return nil
 	})
 	return out, err
+}
+
+// storeChange inserts a finding state change and the chain entry that
+// covers it, in that order, under chainMu.
+func (s *Store) storeChange(ctx context.Context, conn driver.Conn, row *changeRow) error {
+	s.chainMu.Lock()
+	defer s.chainMu.Unlock()
+	bc := &batchChain{heads: map[string]head{}}
+	var p pending
+	p.add(row.Tenant, changeSum(row), row.Time, &row.Chain)
+	s.chainEntries(bc, chain.KindChanges, &p, time.Now())
+	b, err := conn.PrepareBatch(ctx, "INSERT INTO "+s.layout.table("finding_changes")+" (tenant, finding_id, time, time_nanos, state, by, note, version, chain_entry)")
+	if err != nil {
+		return queryErr(ctx, "insert a finding change", err)
+	}
+	if err := b.Append(row.Tenant, row.FindingID, time.Unix(row.Time, 0), row.TimeNanos, row.State, row.By, row.Note, uint64(time.Now().UnixNano()), row.Chain); err != nil {
+		b.Abort()
+		return queryErr(ctx, "insert a finding change", err)
+	}
+	if err := b.Send(); err != nil {
+		return queryErr(ctx, "insert a finding change", err)
+	}
+	cb, err := conn.PrepareBatch(ctx, "INSERT INTO "+s.layout.DB+".chain ("+strings.Join(chainColumns, ", ")+")")
+	if err != nil {
+		return queryErr(ctx, "chain a finding change", err)
+	}
+	for i, c := range chainColumnValues(bc.rows) {
+		if err := cb.Column(i).Append(c); err != nil {
+			cb.Abort()
+			return fmt.Errorf("cannot chain a finding change: %w", err)
+		}
+	}
+	if err := cb.Send(); err != nil {
+		return queryErr(ctx, "chain a finding change", err)
+	}
+	for t, h := range bc.heads {
+		s.heads[t] = h
+	}
+	return nil
 }

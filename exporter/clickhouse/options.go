@@ -1,6 +1,7 @@
 package clickhouse
 
 import (
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -57,6 +58,12 @@ type Options struct {
 	// Spool keeps acknowledged batches on local disk while ClickHouse is
 	// unreachable.
 	Spool Spool `yaml:"spool"`
+	// CheckpointEvery is how often the chains' heads are signed, when they
+	// moved (SigningKey). Default 1m.
+	CheckpointEvery time.Duration `yaml:"checkpoint_every"`
+	// SigningKey signs the checkpoints of the tamper-evidence chains; nil
+	// keeps the chains unsigned. Set by serve from serve.signing_key_file.
+	SigningKey ed25519.PrivateKey `yaml:"-"`
 	// Logger receives the store's log lines. Default slog.Default().
 	Logger *slog.Logger `yaml:"-"`
 }
@@ -86,17 +93,18 @@ type Spool struct {
 // NewDefaultOptions returns the documented defaults.
 func NewDefaultOptions() Options {
 	return Options{
-		DSN:           "clickhouse://127.0.0.1:9000/default",
-		Database:      "mcpaudit",
-		CreateSchema:  true,
-		Ack:           AckLog,
-		BatchSize:     10000,
-		BatchAge:      time.Second,
-		Inserters:     2,
-		InsertTimeout: 10 * time.Second,
-		RetryFor:      5 * time.Second,
-		Retention:     Retention{CheckInterval: time.Hour},
-		Spool:         Spool{Dir: "data/clickhouse-spool", MaxBytes: 1 << 30},
+		DSN:             "clickhouse://127.0.0.1:9000/default",
+		Database:        "mcpaudit",
+		CreateSchema:    true,
+		Ack:             AckLog,
+		BatchSize:       10000,
+		BatchAge:        time.Second,
+		Inserters:       2,
+		InsertTimeout:   10 * time.Second,
+		RetryFor:        5 * time.Second,
+		Retention:       Retention{CheckInterval: time.Hour},
+		CheckpointEvery: time.Minute,
+		Spool:           Spool{Dir: "data/clickhouse-spool", MaxBytes: 1 << 30},
 	}
 }
 
@@ -138,6 +146,9 @@ func (o *Options) Validate() error {
 	}
 	if o.InsertTimeout <= 0 {
 		bad("insert_timeout", "must be positive")
+	}
+	if o.CheckpointEvery <= 0 {
+		bad("checkpoint_every", "must be positive")
 	}
 	if o.RetryFor < 0 {
 		bad("retry_for", "must not be negative")

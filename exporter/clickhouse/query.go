@@ -145,7 +145,7 @@ func scanFinding(rows driver.Rows) (findingRow, error) {
 	var r findingRow
 	var t time.Time
 	err := rows.Scan(&r.Tenant, &r.Server, &r.Document, &t, &r.TimeNanos, &r.ID, &r.Kind, &r.Severity,
-		&r.Key, &r.Session, &r.Calls, &r.Reason, &r.RetryAction, &r.Summary, &r.Version)
+		&r.Key, &r.Session, &r.Calls, &r.Reason, &r.RetryAction, &r.Summary, &r.Version, &r.Chain)
 	r.Time = t.Unix()
 	return r, err
 }
@@ -165,7 +165,7 @@ func scanCall(rows driver.Rows) (callRow, error) {
 	err := rows.Scan(&r.Tenant, &r.Server, &r.Document, &t, &r.TimeNanos, &r.ID, &r.OtherDocuments, &r.DurationNS,
 		&r.Session, &r.Client, &r.TraceID, &r.SpanID, &r.Fingerprint, &r.RPCID, &r.Method, &r.Tool, &r.ToolLabel,
 		&r.Arguments, &r.Result, &r.ErrorCode, &r.ErrorMessage, &r.ErrorData, &r.TransportError,
-		&r.Source, &r.Outcome, &r.FailureCode, &r.FailureAction, &r.FailureMessage, &r.Reading, &r.Flags, &r.Version)
+		&r.Source, &r.Outcome, &r.FailureCode, &r.FailureAction, &r.FailureMessage, &r.Reading, &r.Flags, &r.Version, &r.Chain)
 	r.Time = t.Unix()
 	return r, err
 }
@@ -506,22 +506,40 @@ func (s *Store) DeleteBefore(ctx context.Context, t time.Time, keep ...string) (
 	if len(keep) > 0 {
 		cond += " AND tenant NOT IN " + quoteList(keep)
 	}
-	return s.deleteRows(ctx, t, cond, len(keep) == 0)
+	return s.deleteRows(ctx, t, cond, len(keep) == 0, func(tenant string) time.Time {
+		if slices.Contains(keep, tenant) {
+			return time.Time{}
+		}
+		return t
+	})
 }
 
 // DeleteTenantBefore removes the calls, write attempts and findings of one
 // tenant whose Time is before t, by a mutation, waited for.
 func (s *Store) DeleteTenantBefore(ctx context.Context, tenant string, t time.Time) (int64, error) {
-	return s.deleteRows(ctx, t, timeBefore(t)+" AND tenant = "+quote(tenant), false)
+	return s.deleteRows(ctx, t, timeBefore(t)+" AND tenant = "+quote(tenant), false, func(x string) time.Time {
+		if x == tenant {
+			return t
+		}
+		return time.Time{}
+	})
 }
 
-func (s *Store) deleteRows(ctx context.Context, t time.Time, cond string, dropParts bool) (int64, error) {
+// deleteRows deletes the rows matching cond, after cutting the chains of
+// the tenants it removes rows of at their cutoffs (chain.go).
+func (s *Store) deleteRows(ctx context.Context, t time.Time, cond string, dropParts bool, cutoff func(tenant string) time.Time) (int64, error) {
 	conn, err := s.settledReader(ctx)
 	if err != nil {
 		return 0, err
 	}
 	if err := s.waitDrained(ctx); err != nil {
 		return 0, err
+	}
+	s.chainMu.Lock()
+	err = s.cutChains(ctx, cutoff)
+	s.chainMu.Unlock()
+	if err != nil {
+		return 0, fmt.Errorf("cannot cut the tamper-evidence chains: %w", err)
 	}
 	var total int64
 	for _, table := range retainedTables {

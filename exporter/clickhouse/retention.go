@@ -114,6 +114,9 @@ func (s *Store) enforceRetention(ctx context.Context, now time.Time) error {
 	if forever && len(r.Tenants) == 0 {
 		return nil
 	}
+	if err := s.cut(ctx, now); err != nil {
+		return err
+	}
 	listed := sortedKeys(r.Tenants)
 	for _, t := range retainedTables {
 		if !forever {
@@ -178,21 +181,27 @@ func (s *Store) dropPartitionsBefore(ctx context.Context, table string, t time.T
 // deleteWhere deletes the rows of table matching cond and waits until the
 // mutation is done. It does nothing when no row matches.
 func (s *Store) deleteWhere(ctx context.Context, table, cond string) error {
+	return s.deleteFrom(ctx, table, s.layout.table(table), s.layout.local(table), cond)
+}
+
+// deleteFrom deletes the rows of table matching cond, counted in name and
+// deleted from local, and waits until the mutation is done.
+func (s *Store) deleteFrom(ctx context.Context, table, name, local, cond string) error {
 	var n uint64
-	if err := s.conn.QueryRow(ctx, "SELECT count() FROM "+s.layout.table(table)+" WHERE "+cond).Scan(&n); err != nil {
+	if err := s.conn.QueryRow(ctx, "SELECT count() FROM "+name+" WHERE "+cond).Scan(&n); err != nil {
 		return fmt.Errorf("cannot count rows to delete from %s: %w", table, err)
 	}
 	if n == 0 {
 		return nil
 	}
-	q := "ALTER TABLE " + s.layout.local(table) + s.layout.onCluster() + " DELETE WHERE " + cond
+	q := "ALTER TABLE " + local + s.layout.onCluster() + " DELETE WHERE " + cond
 	if s.caps.MutationsSync {
 		return wrapQueryErr("delete from "+table, s.conn.Exec(ch.Context(ctx, ch.WithSettings(ch.Settings{"mutations_sync": 2})), q))
 	}
 	if err := s.conn.Exec(ctx, q); err != nil {
 		return wrapQueryErr("delete from "+table, err)
 	}
-	db, tbl, _ := strings.Cut(s.layout.local(table), ".")
+	db, tbl, _ := strings.Cut(local, ".")
 	for {
 		var pending uint64
 		err := s.conn.QueryRow(ctx, "SELECT count() FROM system.mutations WHERE NOT is_done AND database = "+quote(db)+" AND table = "+quote(tbl)).Scan(&pending)
@@ -210,6 +219,20 @@ func (s *Store) deleteWhere(ctx context.Context, table, cond string) error {
 	}
 }
 
+// cut cuts this replica's chains at the retention cutoffs of now, signed,
+// before any row is deleted (chain.go).
+func (s *Store) cut(ctx context.Context, now time.Time) error {
+	s.chainMu.Lock()
+	defer s.chainMu.Unlock()
+	return s.cutChains(ctx, func(tenant string) time.Time {
+		d := s.opts.Retention.retentionOf(tenant)
+		if d == 0 {
+			return time.Time{}
+		}
+		return now.Add(-d)
+	})
+}
+
 // retentionLoop enforces retention on servers without TTL, every
 // CheckInterval, until the store closes.
 func (s *Store) retentionLoop() {
@@ -222,11 +245,19 @@ func (s *Store) retentionLoop() {
 			return
 		case <-t.C:
 		}
-		if !s.connected() || s.caps.TTL {
+		if !s.connected() {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), s.opts.Retention.CheckInterval)
-		if err := s.enforceRetention(ctx, time.Now()); err != nil {
+		var err error
+		if s.caps.TTL {
+			// TTL removes rows in the background: the chains are cut
+			// at the cutoffs it applies.
+			err = s.cut(ctx, time.Now())
+		} else {
+			err = s.enforceRetention(ctx, time.Now())
+		}
+		if err != nil {
 			s.log.Warn("clickhouse: cannot enforce retention", "err", err)
 		}
 		cancel()

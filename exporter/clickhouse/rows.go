@@ -61,6 +61,9 @@ type callRow struct {
 	Reading string
 	Flags   uint8
 	Version uint64
+	// Chain is the nonce of the chain entry that covers the row (chain.go);
+	// 0 until the batch is chained, just before its insert.
+	Chain uint64
 }
 
 var callColumns = []string{
@@ -68,6 +71,7 @@ var callColumns = []string{
 	"session", "client", "trace_id", "span_id", "fingerprint", "rpc_id", "method", "tool", "tool_label",
 	"arguments", "result", "error_code", "error_message", "error_data", "transport_error",
 	"source", "outcome", "failure_code", "failure_action", "failure_message", "reading", "flags", "version",
+	"chain_entry",
 }
 
 type writeRow struct {
@@ -110,11 +114,13 @@ type findingRow struct {
 	RetryAction string
 	Summary     string
 	Version     uint64
+	// Chain is as in callRow.
+	Chain uint64
 }
 
 var findingColumns = []string{
 	"tenant", "server", "document", "time", "time_nanos", "id", "kind", "severity", "key",
-	"session", "calls", "reason", "retry_action", "summary", "version",
+	"session", "calls", "reason", "retry_action", "summary", "version", "chain_entry",
 }
 
 type watermarkRow struct {
@@ -345,6 +351,10 @@ type batch struct {
 	Done [nTables]bool
 
 	spooled bool
+	// chain holds the chain entries of the batch while it is inserted
+	// (chain.go); never spooled: a batch is chained again at each insert
+	// that starts without them.
+	chain *batchChain
 	// index finds rows by identity while the batch is built. Calls and
 	// write attempts are identified within their tenant: two tenants may
 	// post the same exchange.
@@ -530,6 +540,7 @@ func callColumnValues(rows []callRow) []any {
 		col(rows, func(r *callRow) string { return r.Reading }),
 		col(rows, func(r *callRow) uint8 { return r.Flags }),
 		col(rows, func(r *callRow) uint64 { return r.Version }),
+		col(rows, func(r *callRow) uint64 { return r.Chain }),
 	}
 }
 
@@ -570,6 +581,7 @@ func findingColumnValues(rows []findingRow) []any {
 		col(rows, func(r *findingRow) string { return r.RetryAction }),
 		col(rows, func(r *findingRow) string { return r.Summary }),
 		col(rows, func(r *findingRow) uint64 { return r.Version }),
+		col(rows, func(r *findingRow) uint64 { return r.Chain }),
 	}
 }
 

@@ -290,6 +290,12 @@ func (s *Store) migrate(ctx context.Context) error {
 				return fmt.Errorf("cannot apply schema migration %04d_%s: %w", m.Version, m.Name, err)
 			}
 		}
+		if m.Version == chainMigration {
+			// The history stored before the chain is chained as it is now.
+			if err := s.adoptHistory(ctx); err != nil {
+				return fmt.Errorf("cannot apply schema migration %04d_%s: %w", m.Version, m.Name, err)
+			}
+		}
 		b, err := s.conn.PrepareBatch(ctx, "INSERT INTO "+s.layout.DB+".schema_migrations (version, name, applied_at)")
 		if err != nil {
 			return fmt.Errorf("cannot record schema migration %04d: %w", m.Version, err)

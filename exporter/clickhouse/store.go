@@ -67,6 +67,14 @@ type Store struct {
 
 	collectMu sync.Mutex // held by the inserter filling the next batch
 
+	// chainMu orders the tamper-evidence chains (chain.go): held from the
+	// chaining of a batch until its chain rows are stored or its insert is
+	// given up, so that entries land in seq order.
+	chainMu       sync.Mutex
+	heads         map[string]head // this replica's chains, by tenant, as stored
+	checkpointSeq uint64          // the last checkpoint of this replica
+	lastSigned    string          // what it signed, without its time
+
 	// With Ack "log": readers wait for the drain to reach what was
 	// acknowledged before they started (settle); progress is closed and
 	// replaced each time the drain moves.
@@ -147,12 +155,13 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		s.startSpooling(err)
 		s.modeMu.Unlock()
 	}
-	s.wg.Add(2 + o.Inserters)
+	s.wg.Add(3 + o.Inserters)
 	for range o.Inserters {
 		go s.writeLoop()
 	}
 	go s.drainLoop()
 	go s.retentionLoop()
+	go s.checkpointLoop()
 	return s, nil
 }
 
@@ -212,6 +221,11 @@ func (s *Store) connect(ctx context.Context) error {
 			s.conn = nil
 			return classify(err)
 		}
+	}
+	if err := s.loadHeads(ctx); err != nil {
+		conn.Close()
+		s.conn = nil
+		return classify(fmt.Errorf("cannot read the tamper-evidence chains: %w", err))
 	}
 	s.log.Info("clickhouse: connected", "server_version", caps.Version.String(), "database", s.opts.Database, "cluster", s.opts.Cluster)
 	caps.logFallbacks(s.log)
@@ -550,7 +564,17 @@ func (s *Store) startSpooling(reason error) {
 // insertRetrying inserts b, retrying with backoff while the error is
 // retryable and the budget lasts. Every attempt sends the same rows with the
 // same token, so a retry of an insert that did land stores nothing twice.
-func (s *Store) insertRetrying(b *batch, budget time.Duration) error {
+func (s *Store) insertRetrying(b *batch, budget time.Duration) (err error) {
+	s.chainMu.Lock()
+	defer s.chainMu.Unlock()
+	if b.chain == nil && len(b.Calls)+len(b.Findings) > 0 {
+		s.chainBatch(b)
+	}
+	defer func() {
+		if err != nil {
+			b.unchain()
+		}
+	}()
 	deadline := time.Now().Add(budget)
 	wait := 50 * time.Millisecond
 	for attempt := 0; ; attempt++ {
@@ -584,6 +608,13 @@ func (s *Store) insertBatch(b *batch, retry bool) error {
 		return fmt.Errorf("cannot insert: not connected: %w", audit.ErrUnavailable)
 	}
 	for t := range nTables {
+		if t == tWatermarks {
+			// The chain entries follow the rows they cover, and the
+			// watermark follows them.
+			if err := s.insertChain(b, retry); err != nil {
+				return err
+			}
+		}
 		if b.Done[t] {
 			continue
 		}
@@ -892,6 +923,7 @@ func (s *Store) Close() error {
 	close(s.quit)
 	s.wg.Wait()
 	if s.connected() {
+		s.signNow(false)
 		return s.conn.Close()
 	}
 	return nil

@@ -33,8 +33,8 @@ func TestSchema_CreateAndMigrateTwice(t *testing.T) {
 	}
 	conn := rawConn(t, o.DSN)
 	defer conn.Close()
-	if n := count(t, conn, "SELECT count() FROM system.tables WHERE database = '"+o.Database+"'"); n != 7 {
-		t.Errorf("tables in %s: %d, want 7 (schema_migrations, calls, writes, findings, watermarks, retention_policies, finding_changes)", o.Database, n)
+	if n := count(t, conn, "SELECT count() FROM system.tables WHERE database = '"+o.Database+"'"); n != 10 {
+		t.Errorf("tables in %s: %d, want 10 (schema_migrations, calls, writes, findings, watermarks, retention_policies, finding_changes, chain, chain_cuts, checkpoints)", o.Database, n)
 	}
 	ms, _ := migrations()
 	if n := count(t, conn, "SELECT count() FROM "+o.Database+".schema_migrations FINAL"); n != uint64(len(ms)) {

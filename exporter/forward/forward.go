@@ -3,6 +3,7 @@ package forward
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -36,6 +37,10 @@ type Config struct {
 	Source string `yaml:"source"`
 	// Token, when set, is sent as Authorization: Bearer.
 	Token string `yaml:"token"`
+	// TLS, when set, is the client's TLS settings for an https:// URL:
+	// the CAs it trusts and the certificate it presents (mTLS). Default
+	// Go's: the system's CAs.
+	TLS *tls.Config `yaml:"-"`
 	// BufferDir holds the segments waiting for the collector. Required.
 	BufferDir string `yaml:"buffer_dir"`
 	// MaxBufferBytes bounds the buffer on disk. Default 1 GiB.
@@ -159,7 +164,7 @@ func New(cfg Config, m *metrics.Relay, log *slog.Logger) (*Forwarder, error) {
 	if err := os.MkdirAll(filepath.Join(cfg.BufferDir, rejectDir), 0o755); err != nil {
 		return nil, fmt.Errorf("cannot create buffer dir: %w", err)
 	}
-	f := &Forwarder{cfg: cfg, url: u, client: &http.Client{Timeout: cfg.Timeout}, metrics: m, log: log,
+	f := &Forwarder{cfg: cfg, url: u, client: newClient(cfg), metrics: m, log: log,
 		wake: make(chan struct{}, 1), done: make(chan struct{})}
 	f.sealOrphans()
 	f.mu.Lock()
@@ -175,6 +180,16 @@ func New(cfg Config, m *metrics.Relay, log *slog.Logger) (*Forwarder, error) {
 // Record buffers one record; see Add.
 func (f *Forwarder) Record(r *tap.Record) error {
 	return f.Add(append(r.AppendJSON(nil), '\n'))
+}
+
+// newClient returns the HTTP client of cfg.
+func newClient(cfg Config) *http.Client {
+	if cfg.TLS == nil {
+		return &http.Client{Timeout: cfg.Timeout}
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = cfg.TLS
+	return &http.Client{Transport: tr, Timeout: cfg.Timeout}
 }
 
 // Add appends one NDJSON line (with its newline) to the buffer. Once it
