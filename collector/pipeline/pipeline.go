@@ -218,6 +218,7 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	n := 0
 	err = p.store.ScanCalls(ctx, horizon, func(r *audit.Record) error {
 		n++
+		p.gate.replaying(r.Call)
 		p.eng.Add(recoverySource, r, p.now())
 		return nil
 	})
@@ -442,6 +443,7 @@ func (p *Pipeline) run(ctx context.Context) {
 			now := p.now()
 			p.eng.Tick(now)
 			p.open.Store(int64(p.eng.Buffered()))
+			p.gate.forget(p.eng.Watermarks())
 			if p.commit(ctx) == nil && now.Sub(lastExpiry) >= expireEvery {
 				p.expireIdle(now)
 				lastExpiry = now
