@@ -90,3 +90,56 @@ func TestAdmit(t *testing.T) {
 		t.Errorf("%d partitions after the quiet hours, want the new one at most: %v", len(parts), parts)
 	}
 }
+
+// TestIngest_TenantShare: acme's exporter lags, so acme's partition holds
+// its calls open (the clock stands still: a new partition holds its
+// watermark). acme may fill its share of max_open_calls, half with two
+// tenants admitted, and is then refused (retryable, naming the tenant)
+// while globex is still admitted up to its own share.
+func TestIngest_TenantShare(t *testing.T) {
+	clock := newClock(wallStart)
+	r := openRun(t, t.TempDir(), clock, func(c *pipeline.Config) { c.MaxOpenCalls = 60 }, nil)
+	rpc := 0
+	reads := func(tenant string, n int) audit.Batch {
+		var lines [][]byte
+		for range n {
+			rpc++
+			lines = append(lines, callLine("thegram", tenant, rpc, wallStart.Add(-time.Hour+time.Duration(rpc)*time.Millisecond)))
+		}
+		b := batch(t, "calls:"+tenant, lines...)
+		for _, rec := range b.Records {
+			rec.Call.Tenant = tenant
+		}
+		return b
+	}
+	for _, tenant := range []string{"acme", "globex"} {
+		if err := r.p.Admit(tenant, "thegram"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 3 {
+		if _, err := r.ingest(reads("acme", 10)); err != nil {
+			t.Fatalf("acme's batch %d within its share: %v", i, err)
+		}
+	}
+	_, err := r.ingest(reads("acme", 10))
+	var share *pipeline.TenantShareError
+	if !errors.As(err, &share) || share.Tenant != "acme" || share.Held != 30 || share.Share != 30 ||
+		!errors.Is(err, pipeline.ErrOpenState) || !errors.Is(err, audit.ErrOverloaded) {
+		t.Fatalf("acme past its share: %v; want a TenantShareError of acme holding 30 of 30 (overloaded)", err)
+	}
+	for i := range 3 {
+		if _, err := r.ingest(reads("globex", 10)); err != nil {
+			t.Fatalf("globex's batch %d while acme holds its share: %v", i, err)
+		}
+	}
+	if _, err := r.ingest(reads("globex", 1)); !errors.As(err, &share) || share.Tenant != "globex" {
+		t.Fatalf("globex past its share: %v; want a TenantShareError of globex", err)
+	}
+	st := r.status()
+	for _, tenant := range []string{"acme", "globex"} {
+		if b := st[detect.PartitionKey{Tenant: tenant, Server: "thegram"}].Buffered; b != 30 {
+			t.Errorf("%s: %d calls open, want 30", tenant, b)
+		}
+	}
+}
