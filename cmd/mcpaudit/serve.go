@@ -185,7 +185,7 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (audit.Store, 
 // every listener. It returns once they accept connections.
 func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, error) {
 	s := &server{cfg: cfg, log: log}
-	memLimit := applyMemoryLimit(cfg.Serve.MemoryLimit)
+	memLimit := applyMemoryLimit(int64(cfg.Serve.MemoryLimit))
 	var err error
 	if s.access, err = newAuthenticator(cfg); err != nil {
 		return nil, err
