@@ -93,7 +93,7 @@ func serveCommand(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return &exitError{code: 2, err: fmt.Errorf("--log-level: %w", err)}
 	}
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	log := newJSONLogger(stderr, level)
 	cfg.Serve.pprof = *pprofOn
 	srv, err := startServer(ctx, cfg, log)
 	if err != nil {
