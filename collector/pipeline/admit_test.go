@@ -91,11 +91,12 @@ func TestAdmit(t *testing.T) {
 	}
 }
 
-// TestIngest_TenantShare: acme's exporter lags, so acme's partition holds
-// its calls open (the clock stands still: a new partition holds its
-// watermark). acme may fill its share of max_open_calls, half with two
-// tenants admitted, and is then refused (retryable, naming the tenant)
-// while globex is still admitted up to its own share.
+// TestIngest_TenantShare: four tenants are admitted, so each one's share
+// of max_open_calls (60) is 15. acme's exporter lags, so acme's partition
+// holds its calls open (the clock stands still: a new partition holds its
+// watermark). While half the budget is free acme is not refused for its
+// share; past half it is (retryable, naming the tenant), while globex and
+// initech are admitted up to their own shares.
 func TestIngest_TenantShare(t *testing.T) {
 	clock := newClock(wallStart)
 	r := openRun(t, t.TempDir(), clock, func(c *pipeline.Config) { c.MaxOpenCalls = 60 }, nil)
@@ -112,34 +113,34 @@ func TestIngest_TenantShare(t *testing.T) {
 		}
 		return b
 	}
-	for _, tenant := range []string{"acme", "globex"} {
+	for _, tenant := range []string{"acme", "globex", "initech", "umbrella"} {
 		if err := r.p.Admit(tenant, "thegram"); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for i := range 3 {
 		if _, err := r.ingest(reads("acme", 10)); err != nil {
-			t.Fatalf("acme's batch %d within its share: %v", i, err)
+			t.Fatalf("acme's batch %d with half the budget free: %v", i, err)
 		}
 	}
 	_, err := r.ingest(reads("acme", 10))
 	var share *pipeline.TenantShareError
-	if !errors.As(err, &share) || share.Tenant != "acme" || share.Held != 30 || share.Share != 30 ||
+	if !errors.As(err, &share) || share.Tenant != "acme" || share.Held != 30 || share.Share != 15 ||
 		!errors.Is(err, pipeline.ErrOpenState) || !errors.Is(err, audit.ErrOverloaded) {
-		t.Fatalf("acme past its share: %v; want a TenantShareError of acme holding 30 of 30 (overloaded)", err)
+		t.Fatalf("acme past half the budget: %v; want a TenantShareError of acme holding 30, share 15 (overloaded)", err)
 	}
-	for i := range 3 {
-		if _, err := r.ingest(reads("globex", 10)); err != nil {
-			t.Fatalf("globex's batch %d while acme holds its share: %v", i, err)
+	for _, tenant := range []string{"globex", "initech"} {
+		if _, err := r.ingest(reads(tenant, 10)); err != nil {
+			t.Fatalf("%s within its share while acme is refused: %v", tenant, err)
 		}
 	}
-	if _, err := r.ingest(reads("globex", 1)); !errors.As(err, &share) || share.Tenant != "globex" {
+	if _, err := r.ingest(reads("globex", 10)); !errors.As(err, &share) || share.Tenant != "globex" {
 		t.Fatalf("globex past its share: %v; want a TenantShareError of globex", err)
 	}
 	st := r.status()
-	for _, tenant := range []string{"acme", "globex"} {
-		if b := st[detect.PartitionKey{Tenant: tenant, Server: "thegram"}].Buffered; b != 30 {
-			t.Errorf("%s: %d calls open, want 30", tenant, b)
+	for tenant, want := range map[string]int{"acme": 30, "globex": 10, "initech": 10} {
+		if b := st[detect.PartitionKey{Tenant: tenant, Server: "thegram"}].Buffered; b != want {
+			t.Errorf("%s: %d calls open, want %d", tenant, b, want)
 		}
 	}
 }

@@ -44,9 +44,9 @@ type Config struct {
 	QueueCalls int `yaml:"queue_calls"`
 	// MaxOpenCalls is how many calls the engine may hold waiting for
 	// their partitions' watermarks (a source far behind holds the others'
-	// calls) before Ingest refuses more. Each tenant may hold its share:
-	// this divided among the tenants with a partition in use. Default
-	// 1000000.
+	// calls) before Ingest refuses more. Once half is taken, each tenant
+	// may hold its share: this divided among the tenants with a partition
+	// in use. Default 1000000.
 	MaxOpenCalls int `yaml:"max_open_calls"`
 	// CommitEvery is how often the engine's output is committed and the
 	// wall clock moves the watermarks. Default 100ms.

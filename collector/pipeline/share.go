@@ -7,10 +7,11 @@ import (
 	"github.com/mcpaudit/mcpaudit/audit"
 )
 
-// TenantShareError is returned by Ingest when a tenant would hold more
-// than its share of serve.pipeline.max_open_calls: the calls it has
-// acknowledged and not yet judged, plus the request's, pass the budget
-// divided among the tenants admitted. Nothing of the request was stored.
+// TenantShareError is returned by Ingest when, with more than half of
+// serve.pipeline.max_open_calls taken, a tenant would hold more than its
+// share: the calls it has acknowledged and not yet judged, plus the
+// request's, pass the budget divided among the tenants admitted. Nothing
+// of the request was stored.
 // It wraps audit.ErrOverloaded (retryable); other tenants are admitted
 // meanwhile.
 type TenantShareError struct {
@@ -50,18 +51,27 @@ func countTenants(batches ...audit.Batch) map[string]int64 {
 
 // reserveShare checks every tenant of a request against its share of
 // the open-call budget, and counts the request's calls as queued when all
-// are under it. A tenant's share is max_open_calls divided by the tenants
-// admitted (those with a partition in use): one tenant whose exporter
-// lags, holding its partitions back, fills its share and is refused while
-// the others are admitted. Alone, a tenant has the whole budget.
+// may go on. A tenant's share is max_open_calls divided by the tenants
+// admitted (those with a partition in use); it is enforced once the
+// budget is half taken, so that a busy tenant is not refused while the
+// budget is mostly free. One tenant whose exporter lags, holding its
+// partitions back, is refused past its share while the others are
+// admitted, into the half left at least. Alone, a tenant has the whole
+// budget.
 func (p *Pipeline) reserveShare(n map[string]int64) error {
 	tenants := int64(max(p.admittedTenants(), len(n), 1))
-	share := int64(p.cfg.MaxOpenCalls) / tenants
+	budget := int64(p.cfg.MaxOpenCalls)
+	share := budget / tenants
+	var total int64
+	for _, c := range n {
+		total += c
+	}
+	pressed := p.open.Load()+p.inflight.Load()+total > budget/2
 	l := &p.load
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for t, c := range n {
-		if held := l.queued[t] + l.open[t]; held+c > share {
+		if held := l.queued[t] + l.open[t]; pressed && held+c > share {
 			return &TenantShareError{Tenant: t, Held: held, Share: share}
 		}
 	}
