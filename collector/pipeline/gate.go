@@ -89,10 +89,11 @@ func (g *gate) replaying(c *audit.Call) {
 // arriving after that is new (a re-sent one is too late or dropped as a
 // repeat), so its findings cannot have been stored before the restart.
 // Engine goroutine.
-func (g *gate) forget(wms map[detect.PartitionKey]time.Time) {
+func (g *gate) forget() {
 	if g.known == nil {
 		return
 	}
+	wms := g.eng.Watermarks()
 	reach := g.eng.Config().VerifyWindow + g.settle
 	for k, end := range g.replayEnd {
 		if wm, ok := wms[k]; ok && !wm.Before(end.Add(reach)) || !g.eng.Has(k) {

@@ -457,7 +457,7 @@ func (p *Pipeline) run(ctx context.Context) {
 			now := p.now()
 			p.eng.Tick(now)
 			p.countOpen()
-			p.gate.forget(p.eng.Watermarks())
+			p.gate.forget()
 			if p.commit(ctx) == nil && now.Sub(lastExpiry) >= expireEvery {
 				p.expireIdle(now)
 				lastExpiry = now
