@@ -14,10 +14,19 @@ type StatusResponse struct {
 	Time time.Time `json:"time"`
 	// Queued counts calls acknowledged but not yet handed to the engine.
 	Queued int64 `json:"queued"`
-	// Judged is true when every call acknowledged so far was judged: none
-	// queued, none waiting for its partition's watermark.
-	Judged     bool              `json:"judged"`
+	// Judged is true when nothing acknowledged waits any more: none
+	// queued, none waiting for its partition's watermark. Calls too late
+	// (TooLate) are not waiting: they were stored and will never be
+	// judged.
+	Judged bool `json:"judged"`
+	// TooLate counts, over the partitions shown, the calls that arrived
+	// later than detect.allowed_lateness behind their partition's
+	// watermark: stored, counted, not judged.
+	TooLate    int64             `json:"too_late"`
 	Partitions []PartitionStatus `json:"partitions"`
+	// Sources lists every source once, with its counts over all the
+	// partitions it feeds.
+	Sources []SourceTotals `json:"sources"`
 }
 
 // PartitionStatus is one partition (tenant and server).
@@ -28,29 +37,43 @@ type PartitionStatus struct {
 	Watermark *time.Time `json:"watermark"`
 	// LagSeconds is how far the watermark is behind the wall clock.
 	LagSeconds *float64 `json:"lag_seconds"`
+	// Acknowledged is the latest event time its sources have delivered:
+	// every call acknowledged so far is judged (or too late) once the
+	// watermark reaches it. Null before any delivery.
+	Acknowledged *time.Time `json:"acknowledged"`
 	// Buffered counts calls waiting for the watermark.
-	Buffered int   `json:"buffered"`
-	Calls    int64 `json:"calls"`
-	Late     int64 `json:"late"`
-	TooLate  int64 `json:"too_late"`
-	Ahead    int64 `json:"clock_ahead"`
+	Buffered int `json:"buffered"`
+	// Calls, Late, TooLate and Ahead count the partition's calls.
+	Calls   int64 `json:"calls"`
+	Late    int64 `json:"late"`
+	TooLate int64 `json:"too_late"`
+	Ahead   int64 `json:"clock_ahead"`
 	// HeldBy names the active source whose clock is the watermark: the
 	// one the partition waits for.
 	HeldBy  string         `json:"held_by,omitempty"`
 	Sources []SourceStatus `json:"sources"`
 }
 
-// SourceStatus is one source feeding a partition.
+// SourceStatus is where one source feeding a partition stands. Its
+// counts are in StatusResponse.Sources, once per source.
 type SourceStatus struct {
 	Name       string    `json:"name"`
 	LastEvent  time.Time `json:"last_event"`
 	LastSeen   time.Time `json:"last_seen"`
 	LagSeconds float64   `json:"lag_seconds"`
 	Idle       bool      `json:"idle"`
-	Calls      int64     `json:"calls"`
-	Late       int64     `json:"late"`
-	TooLate    int64     `json:"too_late"`
-	Ahead      int64     `json:"clock_ahead"`
+}
+
+// SourceTotals is one source with its counts over every partition
+// (server) it feeds.
+type SourceTotals struct {
+	Tenant  string   `json:"tenant"`
+	Name    string   `json:"name"`
+	Servers []string `json:"servers"`
+	Calls   int64    `json:"calls"`
+	Late    int64    `json:"late"`
+	TooLate int64    `json:"too_late"`
+	Ahead   int64    `json:"clock_ahead"`
 }
 
 // StatusSource gives the pipeline's status: every partition, and how many
@@ -69,33 +92,60 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	parts, queued := s.Status()
-	out := StatusResponse{Time: p.now, Queued: queued, Judged: queued == 0, Partitions: []PartitionStatus{}}
+	out := StatusResponse{Time: p.now, Queued: queued, Judged: queued == 0, Partitions: []PartitionStatus{}, Sources: []SourceTotals{}}
 	server := p.str("server")
+	totals := map[[2]string]int{} // (tenant, name) -> index in out.Sources
 	for _, ps := range parts {
 		if tenant != "" && ps.Tenant != tenant || server != "" && ps.Server != server {
 			continue
 		}
-		v := PartitionStatus{Tenant: ps.Tenant, Server: ps.Server, Buffered: ps.Buffered, Calls: ps.Calls,
-			Late: ps.Late, TooLate: ps.TooLate, Ahead: ps.Ahead, Sources: []SourceStatus{}}
-		if !ps.Watermark.IsZero() {
-			wm, lag := ps.Watermark, ps.Lag.Seconds()
-			v.Watermark, v.LagSeconds = &wm, &lag
-		}
+		v := partitionStatus(ps)
 		if ps.Buffered > 0 {
 			out.Judged = false
 		}
-		var held *detect.SourceStatus
-		for i, src := range ps.Sources {
-			v.Sources = append(v.Sources, SourceStatus{Name: src.Name, LastEvent: src.LastEvent, LastSeen: src.LastSeen,
-				LagSeconds: src.Lag.Seconds(), Idle: src.Idle, Calls: src.Calls, Late: src.Late, TooLate: src.TooLate, Ahead: src.Ahead})
-			if !src.Idle && (held == nil || src.LastEvent.Before(held.LastEvent)) {
-				held = &ps.Sources[i]
-			}
-		}
-		if held != nil {
-			v.HeldBy = held.Name
-		}
+		out.TooLate += ps.TooLate
 		out.Partitions = append(out.Partitions, v)
+		for _, src := range ps.Sources {
+			// A source's counts are its own over every partition it feeds:
+			// told once, with the servers it fed.
+			k := [2]string{ps.Tenant, src.Name}
+			i, seen := totals[k]
+			if !seen {
+				i = len(out.Sources)
+				totals[k] = i
+				out.Sources = append(out.Sources, SourceTotals{Tenant: ps.Tenant, Name: src.Name,
+					Calls: src.Calls, Late: src.Late, TooLate: src.TooLate, Ahead: src.Ahead})
+			}
+			out.Sources[i].Servers = append(out.Sources[i].Servers, ps.Server)
+		}
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// partitionStatus is the answer's view of one partition: its sources
+// without their counts, the one holding it back, and the latest event
+// time acknowledged.
+func partitionStatus(ps detect.PartitionStatus) PartitionStatus {
+	v := PartitionStatus{Tenant: ps.Tenant, Server: ps.Server, Buffered: ps.Buffered, Calls: ps.Calls,
+		Late: ps.Late, TooLate: ps.TooLate, Ahead: ps.Ahead, Sources: []SourceStatus{}}
+	if !ps.Watermark.IsZero() {
+		wm, lag := ps.Watermark, ps.Lag.Seconds()
+		v.Watermark, v.LagSeconds = &wm, &lag
+	}
+	var held *detect.SourceStatus
+	for i, src := range ps.Sources {
+		v.Sources = append(v.Sources, SourceStatus{Name: src.Name, LastEvent: src.LastEvent, LastSeen: src.LastSeen,
+			LagSeconds: src.Lag.Seconds(), Idle: src.Idle})
+		if !src.Idle && (held == nil || src.LastEvent.Before(held.LastEvent)) {
+			held = &ps.Sources[i]
+		}
+		if !src.LastEvent.IsZero() && (v.Acknowledged == nil || src.LastEvent.After(*v.Acknowledged)) {
+			t := src.LastEvent
+			v.Acknowledged = &t
+		}
+	}
+	if held != nil {
+		v.HeldBy = held.Name
+	}
+	return v
 }

@@ -89,14 +89,15 @@ type ServeConfig struct {
 	// is measured against it, and `mcpaudit rules --config` writes it into
 	// the rules, whose recorded target the SLO dashboard reads. Default 0.999.
 	SLOTarget float64 `yaml:"slo_target"`
-	// MemoryLimit bounds the memory of the process, in bytes: the Go
+	// MemoryLimit bounds the memory of the process, in bytes with an
+	// optional unit (384MiB, 1GiB, 400MB): the Go
 	// runtime is given seven eighths of it as its memory limit (GOMEMLIMIT,
 	// when set, wins and is taken as the runtime's limit), the rest is left
 	// to the store's page cache. The collector refuses new requests with
 	// 503 above serve.receiver.memory_soft_limit of the runtime's limit,
 	// new calls near it, and lets requests in flight hold half of it at
 	// most. Default 0: none.
-	MemoryLimit int64 `yaml:"memory_limit"`
+	MemoryLimit conf.Size `yaml:"memory_limit"`
 	// Receiver sets body limits, back-pressure and tenant credentials.
 	Receiver receiver.Config `yaml:"receiver"`
 	// Credentials are named tokens of the query API and the page, each for

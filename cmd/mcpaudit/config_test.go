@@ -148,6 +148,26 @@ serve:
 	}
 }
 
+// TestConfig_Sizes: serve.memory_limit takes a size with a unit, and a
+// bad one is reported with its line and key.
+func TestConfig_Sizes(t *testing.T) {
+	f := func(in string, want int64) {
+		t.Helper()
+		cfg, err := LoadConfig(writeConfig(t, "serve:\n  memory_limit: "+in+"\n"))
+		if err != nil || int64(cfg.Serve.MemoryLimit) != want {
+			t.Errorf("memory_limit: %s = %d, %v; want %d", in, int64(cfg.Serve.MemoryLimit), err, want)
+		}
+	}
+	f("402653184", 402653184)
+	f("384MiB", 384<<20)
+	f("1GiB", 1<<30)
+	f("400MB", 400_000_000)
+	_, err := LoadConfig(writeConfig(t, "serve:\n  memory_limit: 384M\n"))
+	if err == nil || !strings.Contains(err.Error(), "line 2: serve.memory_limit") {
+		t.Errorf("memory_limit: 384M: %v; want an error at line 2 naming serve.memory_limit", err)
+	}
+}
+
 // TestConfig_Print: the effective configuration is every key with its
 // value, secrets redacted, and reads back to the same configuration.
 func TestConfig_Print(t *testing.T) {
@@ -252,6 +272,8 @@ with no file at all. Flags given on the command line win over the file.
   error naming it; ` + "`${VAR:-default}`" + ` gives a default. ` + "`$$`" + ` is a literal ` + "`$`" + `.
 - **Durations.** Every duration key takes Prometheus' syntax: ` + "`30d`, `1d12h`, `5m`, `30s`, `500ms`, `2w`" + `
   (Go's ` + "`1.5h`" + ` is read too). The ` + "`analyze`" + ` duration flags take the same.
+- **Sizes.** A size key (type ` + "`size`" + `) takes bytes, plain or with a unit: ` + "`402653184`, `384MiB`, `1GiB`, `400MB`" + `
+  (` + "`kB`, `MB`, `GB`, `TB`" + ` are powers of 1000, ` + "`KiB`, `MiB`, `GiB`, `TiB`" + ` of 1024).
 - **Checks.** ` + "`mcpaudit config validate FILE...`" + ` checks files (exit 0 valid, 2 invalid);
   ` + "`mcpaudit config print [FILE]`" + ` prints the effective configuration, the file over the defaults,
   with tenant tokens and passwords redacted.

@@ -77,6 +77,7 @@ type loadOptions struct {
 // loadReport is what the server acknowledged.
 type loadReport struct {
 	Protocol string  `json:"protocol"`
+	Seed     int64   `json:"seed"`
 	Clients  int     `json:"clients"`
 	Batch    int     `json:"batch"`
 	Seconds  float64 `json:"seconds"`
@@ -141,7 +142,7 @@ flags:`)
 	clients := fs.Int("clients", 8, "concurrent clients, each a source of its own")
 	batch := fs.Int("batch", 200, "calls per request")
 	calls := fs.Int("calls", 1_000_000, "most calls to send (sending stops when they run out)")
-	seed := fs.Int64("seed", 1, "generator seed")
+	seed := fs.Int64("seed", 0, "generator seed; 0 picks one from the clock (printed), so that a second run sends other calls, not the first run's again")
 	live := fs.Bool("live", true, "date calls now, as live traffic is: no call is sent before its event time; false dates them on 2026-11-02 and sends as fast as acknowledged")
 	dataDir := fs.String("data-dir", "", "the server's data dir, to report bytes per stored call")
 	format := fs.String("format", "text", "report as text or json")
@@ -154,6 +155,13 @@ flags:`)
 		}
 		return &exitError{code: 2}
 	}
+	if *seed == 0 {
+		// The same seed makes the same sessions, documents and request
+		// ids: sent again to the same collector, they are a replay of the
+		// first run (its writes applied twice, its keys reused).
+		*seed = time.Now().UnixNano() & (1<<48 - 1)
+	}
+	fmt.Fprintf(stderr, "loadgen: seed %d (--seed %d sends the same calls again)\n", *seed, *seed)
 	opts := loadOptions{Target: *target, Protocol: *protocol, Rate: *rate, Duration: *duration, Clients: *clients,
 		Batch: *batch, Calls: *calls, Seed: *seed, Live: *live, Token: *token}
 	if err := opts.validate(); err != nil {
@@ -284,7 +292,7 @@ func runLoad(ctx context.Context, o loadOptions) (*loadReport, error) {
 		}
 	}()
 
-	rep := &loadReport{Protocol: o.Protocol, Clients: o.Clients, Batch: o.Batch}
+	rep := &loadReport{Protocol: o.Protocol, Seed: o.Seed, Clients: o.Clients, Batch: o.Batch}
 	if o.Live {
 		rep.PlannedPS = o.plannedRate()
 	}
@@ -602,7 +610,7 @@ func (s *otlpGRPCSender) close() { s.conn.Close() }
 // printLoadReport writes the report, with what the server's /metrics say
 // happened between the two scrapes.
 func printLoadReport(w io.Writer, r *loadReport, before, after map[string]*dto.MetricFamily, dataDir string) {
-	fmt.Fprintf(w, "sent %d requests of up to %d calls over %s with %d clients in %.1fs\n", r.Requests, r.Batch, r.Protocol, r.Clients, r.Seconds)
+	fmt.Fprintf(w, "sent %d requests of up to %d calls over %s with %d clients in %.1fs (seed %d)\n", r.Requests, r.Batch, r.Protocol, r.Clients, r.Seconds, r.Seed)
 	fmt.Fprintf(w, "accepted calls: %d  (%.0f calls/s, acknowledged)\n", r.Accepted, r.AcceptedPS)
 	if r.New >= 0 {
 		fmt.Fprintf(w, "new calls: %d  (stored for the first time; the others were stored before)\n", r.New)
@@ -750,14 +758,26 @@ func histQuantiles(before, after map[string]*dto.MetricFamily, name, wait string
 	if n == 0 {
 		return "", "", 0
 	}
-	at := func(p float64) string {
-		want := uint64(math.Ceil(p * float64(n)))
-		for i, c := range counts {
-			if c >= want {
-				return (time.Duration(a.Bucket[i].GetUpperBound() * float64(time.Second))).String()
-			}
+	return bucketQuantile(a.Bucket, counts, n, 0.5), bucketQuantile(a.Bucket, counts, n, 0.99), n
+}
+
+// bucketQuantile is the upper bound of the bucket holding the p-quantile
+// of n observations with cumulative counts per bucket. Past the last
+// finite bound (the +Inf bucket, listed when the histogram was parsed
+// from text) it is ">" and that bound: a duration of +Inf seconds is not
+// one.
+func bucketQuantile(buckets []*dto.Bucket, counts []uint64, n uint64, p float64) string {
+	want := uint64(math.Ceil(p * float64(n)))
+	last := 0.0
+	for i, c := range counts {
+		ub := buckets[i].GetUpperBound()
+		if math.IsInf(ub, 1) {
+			break
 		}
-		return "+Inf"
+		if c >= want {
+			return time.Duration(ub * float64(time.Second)).String()
+		}
+		last = ub
 	}
-	return at(0.5), at(0.99), n
+	return ">" + time.Duration(last*float64(time.Second)).String()
 }

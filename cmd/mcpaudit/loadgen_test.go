@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -10,6 +12,9 @@ import (
 
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/internal/capgen"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 )
@@ -203,5 +208,64 @@ func TestLoadgen_RetriesRefused(t *testing.T) {
 	}
 	if rep.Refused == 0 {
 		t.Skip("the server refused no request: the retry was not exercised")
+	}
+}
+
+// TestHistQuantiles: quantiles of a histogram between two scrapes parsed
+// from exposition text, whose +Inf bucket is listed: one past the last
+// finite bound is told as ">" that bound.
+func TestHistQuantiles(t *testing.T) {
+	parse := func(text string) map[string]*dto.MetricFamily {
+		t.Helper()
+		tp := expfmt.NewTextParser(model.UTF8Validation)
+		mfs, err := tp.TextToMetricFamilies(strings.NewReader(text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return mfs
+	}
+	hist := func(le1, le60, inf int) string {
+		return fmt.Sprintf("# TYPE h histogram\nh_bucket{le=\"1\"} %d\nh_bucket{le=\"60\"} %d\nh_bucket{le=\"+Inf\"} %d\nh_sum 0\nh_count %d\n", le1, le60, inf, inf)
+	}
+	f := func(before, after string, p50, p99 string) {
+		t.Helper()
+		got50, got99, _ := histQuantiles(parse(before), parse(after), "h", "")
+		if got50 != p50 || got99 != p99 {
+			t.Errorf("p50 %s p99 %s, want %s %s", got50, got99, p50, p99)
+		}
+	}
+	f(hist(0, 0, 0), hist(100, 100, 100), "1s", "1s")
+	f(hist(0, 0, 0), hist(10, 98, 100), "1m0s", ">1m0s")
+	f(hist(5, 5, 5), hist(5, 5, 105), ">1m0s", ">1m0s")
+}
+
+// TestLoadgen_DefaultSeed: two runs of `mcpaudit loadgen` with the
+// default seed against one collector send other calls the second time,
+// not a replay of the first (the same request ids and writes would be
+// judged as applied twice), and each prints its seed.
+func TestLoadgen_DefaultSeed(t *testing.T) {
+	s := startTest(t, testConfig(t, t.TempDir()))
+	var seeds []int64
+	for i := range 2 {
+		var out, errb bytes.Buffer
+		args := []string{"loadgen", "--target", "http://" + s.ingestAddr, "--api", "", "--live=false",
+			"--calls", "600", "--clients", "2", "--batch", "100", "--format", "json"}
+		if code := run(context.Background(), args, nil, &out, &errb); code != 0 {
+			t.Fatalf("run %d: exit %d: %s", i, code, errb.String())
+		}
+		var rep loadReport
+		if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+			t.Fatalf("run %d: %v: %s", i, err, out.String())
+		}
+		if !strings.Contains(errb.String(), fmt.Sprintf("seed %d", rep.Seed)) {
+			t.Errorf("run %d: seed %d not printed: %s", i, rep.Seed, errb.String())
+		}
+		if rep.Accepted == 0 || rep.New != rep.Accepted {
+			t.Errorf("run %d (seed %d): %d calls accepted, %d new; want every call new", i, rep.Seed, rep.Accepted, rep.New)
+		}
+		seeds = append(seeds, rep.Seed)
+	}
+	if seeds[0] == seeds[1] {
+		t.Errorf("both runs used seed %d", seeds[0])
 	}
 }

@@ -47,7 +47,7 @@ func proxyCommand(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return &exitError{code: 2, err: fmt.Errorf("--log-level: %w", err)}
 	}
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	log := newJSONLogger(stderr, level)
 	if rf.source == "" {
 		rf.source = "proxy/" + *server + "/" + hostname()
 	}

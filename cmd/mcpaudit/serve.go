@@ -93,7 +93,7 @@ func serveCommand(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return &exitError{code: 2, err: fmt.Errorf("--log-level: %w", err)}
 	}
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	log := newJSONLogger(stderr, level)
 	cfg.Serve.pprof = *pprofOn
 	srv, err := startServer(ctx, cfg, log)
 	if err != nil {
@@ -192,7 +192,7 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (audit.Store, 
 // every listener. It returns once they accept connections.
 func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, error) {
 	s := &server{cfg: cfg, log: log}
-	memLimit := applyMemoryLimit(cfg.Serve.MemoryLimit)
+	memLimit := applyMemoryLimit(int64(cfg.Serve.MemoryLimit))
 	var err error
 	if s.access, err = newAuthenticator(cfg); err != nil {
 		return nil, err

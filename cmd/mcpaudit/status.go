@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -15,13 +16,14 @@ import (
 
 // statusCommand prints where event time stands in a running collector:
 // per partition its watermark, lag and waiting calls, and per source its
-// clock; with --wait, it waits until everything acknowledged was judged.
+// clock; with --wait, it waits until every call acknowledged before the
+// wait began was judged.
 func statusCommand(args []string, stdout, stderr io.Writer) error {
 	var server string
 	var wait time.Duration
 	q, _, err := parseQueryFlags("status", args, stderr, "status --api-url URL [flags]", func(fs *flag.FlagSet) {
 		fs.StringVar(&server, "mcp-server", "", "only the partitions of this MCP server")
-		fs.DurationVar(&wait, "wait", 0, "wait up to this long until every acknowledged call was judged (exit 1 if not)")
+		fs.DurationVar(&wait, "wait", 0, "wait up to this long until every call acknowledged before the wait began was judged (exit 1 if not)")
 	})
 	if err != nil {
 		return quietHelp(err)
@@ -35,15 +37,25 @@ func statusCommand(args []string, stdout, stderr io.Writer) error {
 	}
 	deadline := time.Now().Add(wait)
 	var st api.StatusResponse
+	var targets map[[2]string]time.Time
+	done := false
 	for {
 		b, err := q.get("/api/v1/status", params)
 		if err != nil {
 			return &exitError{code: 2, err: fmt.Errorf("status: %w", err)}
 		}
+		st = api.StatusResponse{}
 		if err := json.Unmarshal(b, &st); err != nil {
 			return &exitError{code: 2, err: fmt.Errorf("status: cannot read the answer: %w", err)}
 		}
-		if wait == 0 || st.Judged || time.Now().After(deadline) {
+		// The collector takes every call acknowledged before a question
+		// into its partitions before answering: the first answer's
+		// acknowledged event times are what the wait must see judged.
+		if targets == nil {
+			targets = acknowledged(st)
+		}
+		done = judgedSince(targets, st)
+		if wait == 0 || done || time.Now().After(deadline) {
 			if q.format == "json" {
 				stdout.Write(b)
 			}
@@ -52,43 +64,98 @@ func statusCommand(args []string, stdout, stderr io.Writer) error {
 		time.Sleep(200 * time.Millisecond)
 	}
 	if q.format == "text" {
-		printStatus(stdout, st)
+		printStatus(stdout, st, wait > 0 && done)
 	}
-	if wait > 0 && !st.Judged {
-		return &exitError{code: 1, err: fmt.Errorf("status: not every acknowledged call was judged within %s", wait)}
+	if wait > 0 && !done {
+		return &exitError{code: 1, err: fmt.Errorf("status: not every call acknowledged before the wait was judged within %s", wait)}
 	}
 	return nil
 }
 
-func printStatus(w io.Writer, st api.StatusResponse) {
+// acknowledged returns, per partition (tenant, server), the latest event
+// time its sources had delivered.
+func acknowledged(st api.StatusResponse) map[[2]string]time.Time {
+	m := map[[2]string]time.Time{}
+	for _, p := range st.Partitions {
+		if p.Acknowledged != nil {
+			m[[2]string{p.Tenant, p.Server}] = *p.Acknowledged
+		}
+	}
+	return m
+}
+
+// judgedSince reports whether everything acknowledged up to targets was
+// judged: nothing waits at all, or every partition's watermark has
+// reached its target (or the partition is gone: it held nothing). Calls
+// acknowledged since may still wait; under steady traffic some always do.
+// Calls queued when a status is asked are taken into their partitions
+// before the answer, so the queue needs no look.
+func judgedSince(targets map[[2]string]time.Time, st api.StatusResponse) bool {
+	if st.Judged {
+		return true
+	}
+	wms := map[[2]string]*time.Time{}
+	for _, p := range st.Partitions {
+		wms[[2]string{p.Tenant, p.Server}] = p.Watermark
+	}
+	for k, t := range targets {
+		wm, ok := wms[k]
+		if ok && (wm == nil || wm.Before(t)) {
+			return false
+		}
+	}
+	return true
+}
+
+// printStatus prints a status answer as tables; waited tells that a wait
+// for what was acknowledged before it succeeded.
+func printStatus(w io.Writer, st api.StatusResponse, waited bool) {
 	judged := "yes"
 	if !st.Judged {
 		judged = "no"
 	}
-	fmt.Fprintf(w, "At %s: %d calls queued; everything acknowledged judged: %s\n\n", st.Time.UTC().Format(time.RFC3339), st.Queued, judged)
+	waiting := 0
+	for _, p := range st.Partitions {
+		waiting += p.Buffered
+	}
+	fmt.Fprintf(w, "At %s: %d calls queued, %d waiting for their watermark, %d too late (stored, never judged); everything acknowledged judged: %s\n",
+		st.Time.UTC().Format(time.RFC3339), st.Queued, waiting, st.TooLate, judged)
+	if waited {
+		fmt.Fprintln(w, "Everything acknowledged before the wait began is judged.")
+	}
+	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TENANT\tSERVER\tWATERMARK\tLAG\tWAITING\tLATE\tTOO LATE\tAHEAD\tHELD BY")
+	fmt.Fprintln(tw, "TENANT\tSERVER\tWATERMARK\tLAG\tWAITING\tCALLS\tLATE\tTOO LATE\tAHEAD\tHELD BY")
 	for _, p := range st.Partitions {
 		wm, lag := "-", "-"
 		if p.Watermark != nil {
 			wm = p.Watermark.UTC().Format(time.RFC3339Nano)
 			lag = (time.Duration(*p.LagSeconds * float64(time.Second))).Round(time.Millisecond).String()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", orDash(p.Tenant), p.Server, wm, lag, p.Buffered, p.Late, p.TooLate, p.Ahead, orDash(p.HeldBy))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", orDash(p.Tenant), p.Server, wm, lag, p.Buffered, p.Calls, p.Late, p.TooLate, p.Ahead, orDash(p.HeldBy))
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
+	// A source's clock is per server it feeds; its counts are its own,
+	// told once.
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SOURCE\tSERVER\tLAST EVENT\tLAG\tSTATE\tCALLS\tLATE\tAHEAD")
+	fmt.Fprintln(tw, "SOURCE\tSERVER\tLAST EVENT\tLAG\tSTATE")
 	for _, p := range st.Partitions {
 		for _, s := range p.Sources {
 			state := "active"
 			if s.Idle {
 				state = "idle"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\n", s.Name, p.Server, s.LastEvent.UTC().Format(time.RFC3339Nano),
-				time.Duration(s.LagSeconds*float64(time.Second)).Round(time.Millisecond), state, s.Calls, s.Late, s.Ahead)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.Name, p.Server, s.LastEvent.UTC().Format(time.RFC3339Nano),
+				time.Duration(s.LagSeconds*float64(time.Second)).Round(time.Millisecond), state)
 		}
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TENANT\tSOURCE\tSERVERS\tCALLS\tLATE\tTOO LATE\tAHEAD")
+	for _, s := range st.Sources {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\n", orDash(s.Tenant), s.Name, strings.Join(s.Servers, ","), s.Calls, s.Late, s.TooLate, s.Ahead)
 	}
 	tw.Flush()
 }

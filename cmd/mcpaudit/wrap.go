@@ -51,7 +51,7 @@ func wrapCommand(ctx context.Context, args []string, stdin io.Reader, stdout, st
 			return &exitError{code: 2, err: fmt.Errorf("--log-file: %w", err)}
 		}
 		defer f.Close()
-		log = slog.New(slog.NewJSONHandler(f, nil))
+		log = newJSONLogger(f, slog.LevelInfo)
 	}
 	if rf.source == "" {
 		rf.source = "wrap/" + *server + "/" + hostname() + "-" + strconv.Itoa(os.Getpid())

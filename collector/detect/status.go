@@ -118,3 +118,17 @@ func (e *Engine) OpenKeys() int {
 	}
 	return n
 }
+
+// BufferedBy fills into, cleared first, with how many calls of each
+// tenant wait for their partitions' watermarks, and returns the total.
+func (e *Engine) BufferedBy(into map[string]int64) int {
+	clear(into)
+	n := 0
+	for k, p := range e.parts {
+		if l := p.buf.Len(); l > 0 {
+			into[k.Tenant] += int64(l)
+			n += l
+		}
+	}
+	return n
+}

@@ -90,3 +90,57 @@ func TestAdmit(t *testing.T) {
 		t.Errorf("%d partitions after the quiet hours, want the new one at most: %v", len(parts), parts)
 	}
 }
+
+// TestIngest_TenantShare: four tenants are admitted, so each one's share
+// of max_open_calls (60) is 15. acme's exporter lags, so acme's partition
+// holds its calls open (the clock stands still: a new partition holds its
+// watermark). While half the budget is free acme is not refused for its
+// share; past half it is (retryable, naming the tenant), while globex and
+// initech are admitted up to their own shares.
+func TestIngest_TenantShare(t *testing.T) {
+	clock := newClock(wallStart)
+	r := openRun(t, t.TempDir(), clock, func(c *pipeline.Config) { c.MaxOpenCalls = 60 }, nil)
+	rpc := 0
+	reads := func(tenant string, n int) audit.Batch {
+		var lines [][]byte
+		for range n {
+			rpc++
+			lines = append(lines, callLine("thegram", tenant, rpc, wallStart.Add(-time.Hour+time.Duration(rpc)*time.Millisecond)))
+		}
+		b := batch(t, "calls:"+tenant, lines...)
+		for _, rec := range b.Records {
+			rec.Call.Tenant = tenant
+		}
+		return b
+	}
+	for _, tenant := range []string{"acme", "globex", "initech", "umbrella"} {
+		if err := r.p.Admit(tenant, "thegram"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 3 {
+		if _, err := r.ingest(reads("acme", 10)); err != nil {
+			t.Fatalf("acme's batch %d with half the budget free: %v", i, err)
+		}
+	}
+	_, err := r.ingest(reads("acme", 10))
+	var share *pipeline.TenantShareError
+	if !errors.As(err, &share) || share.Tenant != "acme" || share.Held != 30 || share.Share != 15 ||
+		!errors.Is(err, pipeline.ErrOpenState) || !errors.Is(err, audit.ErrOverloaded) {
+		t.Fatalf("acme past half the budget: %v; want a TenantShareError of acme holding 30, share 15 (overloaded)", err)
+	}
+	for _, tenant := range []string{"globex", "initech"} {
+		if _, err := r.ingest(reads(tenant, 10)); err != nil {
+			t.Fatalf("%s within its share while acme is refused: %v", tenant, err)
+		}
+	}
+	if _, err := r.ingest(reads("globex", 10)); !errors.As(err, &share) || share.Tenant != "globex" {
+		t.Fatalf("globex past its share: %v; want a TenantShareError of globex", err)
+	}
+	st := r.status()
+	for tenant, want := range map[string]int{"acme": 30, "globex": 10, "initech": 10} {
+		if b := st[detect.PartitionKey{Tenant: tenant, Server: "thegram"}].Buffered; b != want {
+			t.Errorf("%s: %d calls open, want %d", tenant, b, want)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
@@ -28,8 +29,17 @@ type gate struct {
 	// settle is how far behind a mark output may still not have been
 	// committed: a late call judged just before the stop.
 	settle time.Duration
-	// known holds the ids of findings stored before the restart.
+	// known holds the ids of findings stored before the restart, and of
+	// those made since, until no replayed call or window can make one
+	// again (see forget); nil then.
 	known map[string]bool
+	// knownLen is len(known), for tests and status readers outside the
+	// engine goroutine.
+	knownLen atomic.Int64
+	// replayEnd holds, for every partition with replayed calls, the
+	// latest event time replayed: output dated up to it plus the verify
+	// window and the lateness bounds can still repeat what was stored.
+	replayEnd map[detect.PartitionKey]time.Time
 	// announced holds the pending writes the sinks have seen in this run.
 	announced   map[writeKey]bool
 	committedWM time.Time
@@ -59,7 +69,41 @@ func newGate(sinks []audit.Sink, latency func(time.Duration, bool)) *gate {
 // the stored findings.
 func (g *gate) recovering(wm time.Time, marks map[detect.PartitionKey]time.Time, known map[string]bool) {
 	g.marks, g.known, g.committedWM = marks, known, wm
+	g.knownLen.Store(int64(len(known)))
 	g.settle = g.eng.Config().AllowedLateness + g.eng.Config().Lateness
+	g.replayEnd = map[detect.PartitionKey]time.Time{}
+}
+
+// replaying notes a call replayed from the store.
+func (g *gate) replaying(c *audit.Call) {
+	k := detect.PartitionKey{Tenant: c.Tenant, Server: c.Server}
+	if c.Time.After(g.replayEnd[k]) {
+		g.replayEnd[k] = c.Time
+	}
+}
+
+// forget drops the ids of known findings once no replayed call can make
+// output again: every partition that had replayed calls has judged past
+// its last one by the verify window (the last window of a replayed write
+// closes then) and the lateness bounds, or was removed as idle. A call
+// arriving after that is new (a re-sent one is too late or dropped as a
+// repeat), so its findings cannot have been stored before the restart.
+// Engine goroutine.
+func (g *gate) forget() {
+	if g.known == nil {
+		return
+	}
+	wms := g.eng.Watermarks()
+	reach := g.eng.Config().VerifyWindow + g.settle
+	for k, end := range g.replayEnd {
+		if wm, ok := wms[k]; ok && !wm.Before(end.Add(reach)) || !g.eng.Has(k) {
+			delete(g.replayEnd, k)
+		}
+	}
+	if len(g.replayEnd) == 0 {
+		g.known, g.replayEnd = nil, nil
+		g.knownLen.Store(0)
+	}
 }
 
 // committed reports whether output at event time t in the partition of
@@ -130,6 +174,7 @@ func (g *gate) Finding(f *audit.Finding) {
 			return
 		}
 		g.known[id] = true
+		g.knownLen.Add(1)
 	}
 	g.findings = append(g.findings, *f)
 	var o origin

@@ -44,7 +44,9 @@ type Config struct {
 	QueueCalls int `yaml:"queue_calls"`
 	// MaxOpenCalls is how many calls the engine may hold waiting for
 	// their partitions' watermarks (a source far behind holds the others'
-	// calls) before Ingest refuses more. Default 1000000.
+	// calls) before Ingest refuses more. Once half is taken, each tenant
+	// may hold its share: this divided among the tenants with a partition
+	// in use. Default 1000000.
 	MaxOpenCalls int `yaml:"max_open_calls"`
 	// CommitEvery is how often the engine's output is committed and the
 	// wall clock moves the watermarks. Default 100ms.
@@ -121,6 +123,7 @@ type Pipeline struct {
 	stateWarned time.Time
 
 	admit admission
+	load  tenantLoad
 
 	mu      sync.Mutex
 	stopped bool
@@ -144,6 +147,7 @@ func New(ctx context.Context, cfg Config, dcfg detect.Config, store audit.Store,
 		done:      make(chan struct{}),
 		statusReq: make(chan chan []detect.PartitionStatus),
 		queued:    map[int64]int{},
+		load:      tenantLoad{queued: map[string]int64{}, open: map[string]int64{}},
 	}
 	p.gate = newGate(sinks, cfg.FindingLatency)
 	p.eng = detect.NewEngine(dcfg, p.gate)
@@ -271,6 +275,7 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	n := 0
 	err = p.store.ScanCalls(ctx, horizon, func(r *audit.Record) error {
 		n++
+		p.gate.replaying(r.Call)
 		p.eng.Add(recoverySource, r, p.now())
 		return nil
 	})
@@ -278,7 +283,7 @@ func (p *Pipeline) recover(ctx context.Context) error {
 		return fmt.Errorf("cannot replay stored calls: %w", err)
 	}
 	p.eng.Tick(p.now())
-	p.open.Store(int64(p.eng.Buffered()))
+	p.countOpen()
 	if n > 0 {
 		p.log.Info("correlation state rebuilt from the store", "watermark", wm, "partitions", len(marks),
 			"replayed_calls", n, "known_findings", len(known), "took", p.now().Sub(start).Round(time.Millisecond))
@@ -305,11 +310,19 @@ func (p *Pipeline) Ingest(ctx context.Context, batches ...audit.Batch) (int, err
 	if stopped {
 		return 0, ErrStopped
 	}
+	// A tenant over its share is told so first: it is the one to slow
+	// down, whatever the others hold.
+	perTenant := countTenants(batches...)
+	if err := p.reserveShare(perTenant); err != nil {
+		return 0, err
+	}
 	if p.open.Load()+p.inflight.Load()+n > int64(p.cfg.MaxOpenCalls) || nearMemoryLimit() {
+		p.unqueue(perTenant)
 		return 0, ErrOpenState
 	}
 	if p.inflight.Add(n) > int64(p.cfg.QueueCalls) {
 		p.inflight.Add(-n)
+		p.unqueue(perTenant)
 		return 0, ErrQueueFull
 	}
 	recs := make([]audit.Record, 0, n)
@@ -321,6 +334,7 @@ func (p *Pipeline) Ingest(ctx context.Context, batches ...audit.Batch) (int, err
 	stored, err := p.store.AppendCalls(ctx, recs)
 	if err != nil {
 		p.inflight.Add(-n)
+		p.unqueue(perTenant)
 		return 0, err
 	}
 	// Before the calls are acknowledged, the state file's floor reaches
@@ -349,6 +363,7 @@ func (p *Pipeline) Ingest(ctx context.Context, batches ...audit.Batch) (int, err
 			// Stored, but the engine is gone: the calls are replayed from
 			// the store at the next start.
 			p.inflight.Add(-int64(len(b.Records)))
+			p.unqueue(countTenants(b))
 			p.dequeued(earliest(b), false)
 		}
 	}
@@ -494,7 +509,8 @@ func (p *Pipeline) run(ctx context.Context) {
 			}
 			now := p.now()
 			p.eng.Tick(now)
-			p.open.Store(int64(p.eng.Buffered()))
+			p.countOpen()
+			p.gate.forget()
 			if p.commit(ctx) == nil && now.Sub(lastExpiry) >= expireEvery {
 				p.expireIdle(now)
 				lastExpiry = now
@@ -537,8 +553,9 @@ func (p *Pipeline) take(b audit.Batch) {
 		p.eng.Add(b.Source, r, now)
 	}
 	p.dequeued(earliest(b), false)
+	p.countOpen()
+	p.unqueue(countTenants(b))
 	p.inflight.Add(-int64(len(b.Records)))
-	p.open.Store(int64(p.eng.Buffered()))
 }
 
 // commit stores the output gathered since the last commit with the

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,8 +13,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/collector/detect"
 	"github.com/mcpaudit/mcpaudit/exporter/metrics"
 	"github.com/mcpaudit/mcpaudit/internal/version"
+	"github.com/mcpaudit/mcpaudit/rules"
 )
 
 var t0 = time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
@@ -660,4 +663,27 @@ mcpaudit_writes_pending{server="thegram"} 0
 			t.Fatalf("%d series for 100,000 servers, want at most %d", n, 101*40)
 		}
 	})
+}
+
+// TestFindingLatencyBuckets: the finding latency histogram tells apart
+// the delays event time causes, up to a source lagging for the
+// correlation window: its top bound is at least the default
+// allowed_lateness plus idle_timeout and lateness, the source lag that
+// fires McpAuditSourceLagging and the correlation window, so that none of
+// them falls into +Inf.
+func TestFindingLatencyBuckets(t *testing.T) {
+	top := time.Duration(metrics.FindingLatencyBuckets[len(metrics.FindingLatencyBuckets)-1] * float64(time.Second))
+	d := detect.NewDefaultConfig()
+	for name, bound := range map[string]time.Duration{
+		"allowed_lateness + idle_timeout + lateness": d.AllowedLateness + d.IdleTimeout + d.Lateness,
+		"McpAuditSourceLagging's source lag":         rules.DefaultOptions().SourceLag,
+		"correlation_window":                         d.CorrelationWindow,
+	} {
+		if top < bound {
+			t.Errorf("the top finding latency bucket %s is below %s (%s)", top, name, bound)
+		}
+	}
+	if !slices.IsSorted(metrics.FindingLatencyBuckets) {
+		t.Errorf("buckets not in order: %v", metrics.FindingLatencyBuckets)
+	}
 }

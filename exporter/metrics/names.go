@@ -190,9 +190,13 @@ var (
 	VerificationBuckets = []float64{0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600}
 	// StoreCommitBuckets cover a local embedded-store commit.
 	StoreCommitBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}
-	// FindingLatencyBuckets span a sub-millisecond detector to one held back
-	// by a long lateness bound.
-	FindingLatencyBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 1.5, 2, 2.5, 5, 10, 30, 60}
+	// FindingLatencyBuckets span a sub-millisecond detector to findings held
+	// back by event time: the lateness bound and a new partition's hold
+	// (seconds), an exporter's flush interval and the idle timeout (5 to
+	// 10 s), a late call within the allowed lateness (2 min), and an active
+	// source lagging past McpAuditSourceLagging's 5 min for as long as the
+	// correlation window (1 h).
+	FindingLatencyBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 1.5, 2, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600}
 )
 
 // Family describes one metric family: docs/metrics.md, the rules and the

@@ -9,7 +9,8 @@
 // errors, ${env:VAR} and ${VAR} are expanded in values after parsing (so an
 // expanded value never changes the YAML structure), and $$ is a literal $.
 // Durations use Prometheus' syntax ("30d", "1d12h", "5m", "30s", "500ms"),
-// also accepting Go's ("1.5h", "250us").
+// also accepting Go's ("1.5h", "250us"); sizes (Size) are bytes with an
+// optional unit ("384MiB", "1GiB", "400MB").
 package conf
 
 import (

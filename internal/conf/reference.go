@@ -19,8 +19,8 @@ import (
 type Key struct {
 	// Path is the key path; a name chosen by the user is written <name>.
 	Path string
-	// Type is the kind of value: duration, string, integer, number,
-	// boolean, a list or a map of them.
+	// Type is the kind of value: duration, size, string, integer,
+	// number, boolean, a list or a map of them.
 	Type string
 	// Default is the value when the key is absent, as a file would write it;
 	// empty when it is empty.
@@ -87,6 +87,9 @@ func elemStruct(t reflect.Type) reflect.Type {
 }
 
 func typeName(t reflect.Type) string {
+	if t == sizeType {
+		return "size"
+	}
 	if t == durationType || t.Kind() == reflect.Int64 && t.ConvertibleTo(durationType) && reflect.PointerTo(t).Implements(textUnmarshalerType) {
 		return "duration"
 	}

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/collector/receiver"
+)
+
+// TestStatus_WaitUnderTraffic: two posters send reads to one server
+// without a pause, so calls always wait for the watermark. `status
+// --wait` still succeeds: it waits until what was acknowledged before it
+// began is judged, not for an empty engine. A call sent later than the
+// allowed lateness is told as too late, not as judged, and every
+// source's counts are printed once.
+func TestStatus_WaitUnderTraffic(t *testing.T) {
+	s := startTest(t, testConfig(t, t.TempDir()))
+	post := func(source string, lines ...string) {
+		t.Helper()
+		req, _ := http.NewRequest("POST", "http://"+s.ingestAddr+"/v1/calls", strings.NewReader(strings.Join(lines, "\n")+"\n"))
+		req.Header.Set("Content-Type", "application/x-ndjson")
+		req.Header.Set(receiver.SourceHeader, source)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Errorf("POST /v1/calls from %s: %s", source, resp.Status)
+		}
+	}
+	var readOn func(server, session string, rpc int, at time.Time) string
+	read := func(session string, rpc int, at time.Time) string {
+		return readOn("thegram", session, rpc, at)
+	}
+	readOn = func(server, session string, rpc int, at time.Time) string {
+		return fmt.Sprintf(`{"time":%q,"server":%q,"session":%q,"request":{"id":%d,"jsonrpc":"2.0","method":"tools/call","params":{"name":"gram_projects","arguments":{}}},"response":{"id":%d,"jsonrpc":"2.0","result":{"isError":false,"structuredContent":{"projects":[]}}}}`,
+			at.UTC().Format(time.RFC3339Nano), server, session, rpc, rpc)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for _, pod := range []string{"pod-0", "pod-1"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for rpc := 1; ctx.Err() == nil; rpc++ {
+				// pod-0 feeds a second server: its counts are its own over
+				// both, told once.
+				lines := []string{read(pod, rpc, time.Now())}
+				if pod == "pod-0" {
+					lines = append(lines, readOn("other", pod, rpc+1_000_000, time.Now()))
+				}
+				post(pod, lines...)
+				time.Sleep(20 * time.Millisecond)
+			}
+		}()
+	}
+	defer wg.Wait()
+	defer stop()
+	time.Sleep(2 * time.Second) // the partition judges, calls keep waiting
+	post("late", read("late", 1, time.Now().Add(-10*time.Minute)))
+
+	var out, errb bytes.Buffer
+	code := run(context.Background(), []string{"status", "--api-url", "http://" + s.apiAddr, "--wait", "30s"}, nil, &out, &errb)
+	if code != 0 {
+		t.Fatalf("status --wait under steady traffic: exit %d: %s\n%s", code, errb.String(), out.String())
+	}
+	text := out.String()
+	for _, want := range []string{
+		"Everything acknowledged before the wait began is judged.",
+		"1 too late (stored, never judged)",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("status output lacks %q:\n%s", want, text)
+		}
+	}
+	// pod-0's counts are printed once, in the totals table, naming both
+	// servers; elsewhere it is named with its clock only.
+	counted := 0
+	for _, line := range strings.Split(text, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 7 && f[1] == "calls:pod-0" {
+			counted++
+			if f[2] != "thegram,other" && f[2] != "other,thegram" {
+				t.Errorf("pod-0's totals name servers %s, want thegram and other", f[2])
+			}
+		}
+	}
+	if counted != 1 {
+		t.Errorf("pod-0's counts printed %d times, want once:\n%s", counted, text)
+	}
+}

@@ -1,0 +1,116 @@
+package pipeline
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+)
+
+// TenantShareError is returned by Ingest when, with more than half of
+// serve.pipeline.max_open_calls taken, a tenant would hold more than its
+// share: the calls it has acknowledged and not yet judged, plus the
+// request's, pass the budget divided among the tenants admitted. Nothing
+// of the request was stored.
+// It wraps audit.ErrOverloaded (retryable); other tenants are admitted
+// meanwhile.
+type TenantShareError struct {
+	Tenant      string
+	Held, Share int64
+}
+
+func (e *TenantShareError) Error() string {
+	return fmt.Sprintf("tenant %q holds %d open calls, its share of serve.pipeline.max_open_calls is %d: %v",
+		e.Tenant, e.Held, e.Share, ErrOpenState)
+}
+
+// Unwrap makes the error an ErrOpenState (and so audit.ErrOverloaded).
+func (e *TenantShareError) Unwrap() error { return ErrOpenState }
+
+// tenantLoad counts, per tenant, the calls acknowledged and not yet
+// judged: queued for the engine, or waiting in it for their watermark.
+type tenantLoad struct {
+	mu     sync.Mutex
+	queued map[string]int64
+	// open is the engine's count as of its last take or tick.
+	open map[string]int64
+	// scratch is filled by the engine goroutine and swapped with open.
+	scratch map[string]int64
+}
+
+// countTenants returns how many calls of each tenant a request holds.
+func countTenants(batches ...audit.Batch) map[string]int64 {
+	m := map[string]int64{}
+	for _, b := range batches {
+		for _, r := range b.Records {
+			m[r.Call.Tenant]++
+		}
+	}
+	return m
+}
+
+// reserveShare checks every tenant of a request against its share of
+// the open-call budget, and counts the request's calls as queued when all
+// may go on. A tenant's share is max_open_calls divided by the tenants
+// admitted (those with a partition in use); it is enforced once the
+// budget is half taken, so that a busy tenant is not refused while the
+// budget is mostly free. One tenant whose exporter lags, holding its
+// partitions back, is refused past its share while the others are
+// admitted, into the half left at least. Alone, a tenant has the whole
+// budget.
+func (p *Pipeline) reserveShare(n map[string]int64) error {
+	tenants := int64(max(p.admittedTenants(), len(n), 1))
+	budget := int64(p.cfg.MaxOpenCalls)
+	share := budget / tenants
+	var total int64
+	for _, c := range n {
+		total += c
+	}
+	pressed := p.open.Load()+p.inflight.Load()+total > budget/2
+	l := &p.load
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for t, c := range n {
+		if held := l.queued[t] + l.open[t]; pressed && held+c > share {
+			return &TenantShareError{Tenant: t, Held: held, Share: share}
+		}
+	}
+	for t, c := range n {
+		l.queued[t] += c
+	}
+	return nil
+}
+
+// unqueue counts calls of tenants as no longer queued: taken by the
+// engine, or refused after all.
+func (p *Pipeline) unqueue(n map[string]int64) {
+	l := &p.load
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for t, c := range n {
+		if l.queued[t] -= c; l.queued[t] <= 0 {
+			delete(l.queued, t)
+		}
+	}
+}
+
+// countOpen takes the engine's count of waiting calls, in total and per
+// tenant. Engine goroutine.
+func (p *Pipeline) countOpen() {
+	l := &p.load
+	if l.scratch == nil {
+		l.scratch = map[string]int64{}
+	}
+	p.open.Store(int64(p.eng.BufferedBy(l.scratch)))
+	l.mu.Lock()
+	l.open, l.scratch = l.scratch, l.open
+	l.mu.Unlock()
+}
+
+// admittedTenants counts the tenants with a partition admitted.
+func (p *Pipeline) admittedTenants() int {
+	a := &p.admit
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.perTenant)
+}
