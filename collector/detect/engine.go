@@ -73,7 +73,12 @@ type source struct {
 	// wall clock plus the allowed skew.
 	max time.Time
 	// lastSeen is the wall time of its latest delivery (zero in analyze).
-	lastSeen                    time.Time
+	lastSeen time.Time
+	// alive is the latest wall time the source was known to be active:
+	// its latest delivery, an attempt the collector refused (Touch), or,
+	// after a restart, a grace for its exporter to come back
+	// (RestoreSource). It goes idle the idle timeout after.
+	alive                       time.Time
 	calls, late, tooLate, ahead int64
 	// parts are the partitions the source fed.
 	parts []*partition
@@ -130,6 +135,9 @@ func (e *Engine) Add(src string, r *audit.Record, wall time.Time) {
 	ahead := false
 	if !wall.IsZero() {
 		s.lastSeen = wall
+		if wall.After(s.alive) {
+			s.alive = wall
+		}
 		if limit := wall.Add(e.cfg.MaxClockSkew); t.After(limit) {
 			m, ahead = limit, true
 			s.ahead++
@@ -249,7 +257,7 @@ func (e *Engine) judge(p *partition, s *seen, at pos) {
 // (less the lateness bound): what it sends next may settle a write whose
 // window ended at t.
 func (e *Engine) behind(src *source, t etime) bool {
-	if e.wall.IsZero() || e.wall.Sub(src.lastSeen) >= e.cfg.IdleTimeout {
+	if e.wall.IsZero() || e.wall.Sub(src.alive) >= e.cfg.IdleTimeout {
 		return false
 	}
 	return !etimeOf(src.max.Add(-e.cfg.Lateness)).After(t)
@@ -283,10 +291,10 @@ func (e *Engine) advance(p *partition, wall time.Time) {
 	var wm, quiet time.Time
 	active := false
 	for _, s := range p.sources {
-		if !wall.IsZero() && wall.Sub(s.lastSeen) >= e.cfg.IdleTimeout {
+		if !wall.IsZero() && wall.Sub(s.alive) >= e.cfg.IdleTimeout {
 			// Quiet: its clock goes on at the pace of the wall clock since
-			// its last delivery.
-			if q := s.max.Add(wall.Sub(s.lastSeen)); q.After(quiet) {
+			// it was last known active.
+			if q := s.max.Add(wall.Sub(s.alive)); q.After(quiet) {
 				quiet = q
 			}
 			continue

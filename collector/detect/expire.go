@@ -23,7 +23,7 @@ func (e *Engine) ExpireIdle(wall time.Time, idle time.Duration) []PartitionKey {
 		}
 		quiet := true
 		for _, s := range p.sources {
-			if wall.Sub(s.lastSeen) < idle {
+			if wall.Sub(s.alive) < idle {
 				quiet = false
 				break
 			}

@@ -31,16 +31,19 @@ func (e *Engine) ActiveSources(wall time.Time, skip string) map[PartitionKey][]S
 }
 
 // RestoreSource makes the engine know, before anything else arrives, a
-// source that fed partition k up to clock when the last run stopped, as
-// if it had just delivered (at wall time wall): it holds the partition
-// back as it did, until it delivers again or goes idle. Without it a
-// restart would let the partition's watermark jump to its fastest
-// source, and a lagging exporter's calls would come too late.
-func (e *Engine) RestoreSource(k PartitionKey, name string, clock, wall time.Time) {
+// source that fed partition k up to clock when the last run stopped, at
+// wall time wall: it holds the partition back as it did, until it delivers
+// again or has been quiet for the idle timeout after wall + grace (its
+// exporter retries after a backoff, and the collector may take a while to
+// listen again).
+// Without it a restart would let the partition's watermark jump to its
+// fastest source, and a lagging exporter's calls would come too late.
+func (e *Engine) RestoreSource(k PartitionKey, name string, clock, wall time.Time, grace time.Duration) {
 	p := e.partitionOf(k)
 	if p.born.IsZero() {
 		p.born = wall
 	}
+	alive := wall.Add(grace)
 	s := e.source(sourceKey{k.Tenant, name})
 	if !slices.Contains(p.sources, s) {
 		p.sources = append(p.sources, s)
@@ -49,15 +52,22 @@ func (e *Engine) RestoreSource(k PartitionKey, name string, clock, wall time.Tim
 	if clock.After(s.max) {
 		s.max = clock
 	}
-	if wall.After(s.lastSeen) {
-		s.lastSeen = wall
+	if alive.After(s.alive) {
+		s.alive = alive
 	}
-	if wall.After(e.wall) {
-		e.wall = wall
+}
+
+// Touch says that a source tried to deliver at wall time wall and was
+// refused (back-pressure, a store outage): it is not quiet, and keeps
+// holding its partitions back, for its calls are still to come. A source
+// the engine does not know is ignored.
+func (e *Engine) Touch(tenant, name string, wall time.Time) {
+	if s := e.sources[sourceKey{tenant, name}]; s != nil && wall.After(s.alive) {
+		s.alive = wall
 	}
 }
 
 // idle reports whether a source has been quiet for the idle timeout at wall.
 func (e *Engine) idle(s *source, wall time.Time) bool {
-	return !s.lastSeen.IsZero() && wall.Sub(s.lastSeen) >= e.cfg.IdleTimeout
+	return !s.alive.IsZero() && wall.Sub(s.alive) >= e.cfg.IdleTimeout
 }

@@ -60,7 +60,7 @@ func (e *Engine) Status(now time.Time) []PartitionStatus {
 		for _, s := range p.sources {
 			ss := SourceStatus{
 				Name: s.key.name, LastEvent: s.max, LastSeen: s.lastSeen,
-				Idle:  !s.lastSeen.IsZero() && now.Sub(s.lastSeen) >= e.cfg.IdleTimeout,
+				Idle:  !s.alive.IsZero() && now.Sub(s.alive) >= e.cfg.IdleTimeout,
 				Calls: s.calls, Late: s.late, TooLate: s.tooLate, Ahead: s.ahead,
 			}
 			if !s.max.IsZero() {

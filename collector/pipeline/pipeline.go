@@ -51,6 +51,12 @@ type Config struct {
 	// CommitEvery is how often the engine's output is committed and the
 	// wall clock moves the watermarks. Default 100ms.
 	CommitEvery time.Duration `yaml:"commit_every"`
+	// RestartGrace is how long after a restart the sources that held a
+	// partition back (in the state file) still hold it without delivering,
+	// before the idle timeout starts: their exporters retry after a
+	// backoff (the OpenTelemetry SDK waits up to 30 s between tries).
+	// Default 30s.
+	RestartGrace time.Duration `yaml:"restart_grace"`
 	// MaxServersPerTenant caps the partitions (servers) of one tenant:
 	// calls of a new server past it are refused, per record, until an idle
 	// partition is freed. Default 1000.
@@ -69,7 +75,7 @@ type Config struct {
 
 // NewDefaultConfig returns the defaults.
 func NewDefaultConfig() Config {
-	return Config{QueueCalls: 200_000, MaxOpenCalls: 1_000_000, CommitEvery: 100 * time.Millisecond, MaxServersPerTenant: 1000}
+	return Config{QueueCalls: 200_000, MaxOpenCalls: 1_000_000, CommitEvery: 100 * time.Millisecond, RestartGrace: 30 * time.Second, MaxServersPerTenant: 1000}
 }
 
 // Validate checks the limits.
@@ -87,6 +93,9 @@ func (c *Config) Validate() error {
 	if c.MaxServersPerTenant <= 0 {
 		errs = append(errs, errors.New("max_servers_per_tenant: must be positive"))
 	}
+	if c.RestartGrace < 0 {
+		errs = append(errs, errors.New("restart_grace: must not be negative"))
+	}
 	return errors.Join(errs...)
 }
 
@@ -98,7 +107,10 @@ type Pipeline struct {
 	log   *slog.Logger
 	now   func() time.Time
 
-	queue    chan audit.Batch
+	queue chan audit.Batch
+	// touches carries the sources whose deliveries were refused to the
+	// engine goroutine: they are not quiet (Engine.Touch).
+	touches  chan touch
 	inflight atomic.Int64 // calls stored but not yet handed to the engine
 	open     atomic.Int64 // calls the engine holds for their watermarks
 
@@ -144,6 +156,7 @@ func New(ctx context.Context, cfg Config, dcfg detect.Config, store audit.Store,
 	p := &Pipeline{
 		cfg: cfg, dcfg: dcfg, store: store, log: log, now: cfg.Now,
 		queue:     make(chan audit.Batch, 1024),
+		touches:   make(chan touch, 256),
 		done:      make(chan struct{}),
 		statusReq: make(chan chan []detect.PartitionStatus),
 		queued:    map[int64]int{},
@@ -268,7 +281,7 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	// the replay, so that no watermark jumps to its fastest source.
 	for k, m := range marks {
 		for _, src := range m.Sources {
-			p.eng.RestoreSource(k, src.Name, src.Clock, p.now())
+			p.eng.RestoreSource(k, src.Name, src.Clock, p.now(), p.cfg.RestartGrace)
 		}
 	}
 	start := p.now()
@@ -314,15 +327,18 @@ func (p *Pipeline) Ingest(ctx context.Context, batches ...audit.Batch) (int, err
 	// down, whatever the others hold.
 	perTenant := countTenants(batches...)
 	if err := p.reserveShare(perTenant); err != nil {
+		p.refused(batches)
 		return 0, err
 	}
 	if p.open.Load()+p.inflight.Load()+n > int64(p.cfg.MaxOpenCalls) || nearMemoryLimit() {
 		p.unqueue(perTenant)
+		p.refused(batches)
 		return 0, ErrOpenState
 	}
 	if p.inflight.Add(n) > int64(p.cfg.QueueCalls) {
 		p.inflight.Add(-n)
 		p.unqueue(perTenant)
+		p.refused(batches)
 		return 0, ErrQueueFull
 	}
 	recs := make([]audit.Record, 0, n)
@@ -335,6 +351,7 @@ func (p *Pipeline) Ingest(ctx context.Context, batches ...audit.Batch) (int, err
 	if err != nil {
 		p.inflight.Add(-n)
 		p.unqueue(perTenant)
+		p.refused(batches)
 		return 0, err
 	}
 	// Before the calls are acknowledged, the state file's floor reaches
@@ -496,6 +513,8 @@ func (p *Pipeline) run(ctx context.Context) {
 			if p.gate.pending() > 5000 {
 				p.commit(ctx)
 			}
+		case t := <-p.touches:
+			p.eng.Touch(t.tenant, t.source, t.at)
 		case reply := <-p.statusReq:
 			// Everything acknowledged before the question is judged as far
 			// as it can be first.
@@ -531,6 +550,30 @@ func (p *Pipeline) run(ctx context.Context) {
 			cancel()
 			p.updateStatus()
 			return
+		}
+	}
+}
+
+// touch is a source whose delivery was refused at a wall time.
+type touch struct {
+	tenant, source string
+	at             time.Time
+}
+
+// refused tells the engine that the batches' sources tried to deliver now:
+// a source the collector refuses (back-pressure, a store outage) is not
+// quiet, and must not stop holding its partitions back, or its calls,
+// retried after the refusal, would come late and windows would close
+// without them. Best effort: dropped when the engine is that far behind.
+func (p *Pipeline) refused(batches []audit.Batch) {
+	now := p.now()
+	for _, b := range batches {
+		if len(b.Records) == 0 {
+			continue
+		}
+		select {
+		case p.touches <- touch{tenant: b.Records[0].Call.Tenant, source: b.Source, at: now}:
+		default:
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/collector/detect"
+	"github.com/mcpaudit/mcpaudit/collector/pipeline"
 )
 
 // TestRestart_LaggingSourceHoldsPartition: pod-1 of thegram is an active
@@ -136,5 +137,86 @@ func TestRestart_LaggingSourceWriteSettled(t *testing.T) {
 				t.Errorf("finding %s %s %v", f.Kind, f.Document, f.Calls)
 			}
 		})
+	}
+}
+
+// TestRestart_SourceBackWithinGrace: as TestRestart_LaggingSourceHoldsPartition,
+// but pod-1's exporter comes back 20 s after the restart, past the idle
+// timeout (10 s): the restored source still holds the partition for the
+// restart grace (30 s), so none of its calls is late. The control, with
+// no grace, shows what the grace prevents.
+func TestRestart_SourceBackWithinGrace(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		grace time.Duration
+		late  bool
+	}{{"default grace", pipeline.NewDefaultConfig().RestartGrace, false}, {"no grace", 0, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			clock := newClock(wallStart)
+			edit := func(c *pipeline.Config) { c.RestartGrace = tc.grace }
+			rpc := 0
+			step := func(r *run, n, pod1From int) {
+				for i := 0; i < n; i++ {
+					rpc++
+					now := clock.Now()
+					if _, err := r.ingest(batch(t, "pod-0", callLine("thegram", "s0", rpc, now.Add(-time.Second)))); err != nil {
+						t.Fatal(err)
+					}
+					if i >= pod1From {
+						if _, err := r.ingest(batch(t, "pod-1", callLine("thegram", "s1", rpc, now.Add(-3*time.Minute)))); err != nil {
+							t.Fatal(err)
+						}
+					}
+					clock.Add(time.Second)
+				}
+			}
+			r := openRun(t, dir, clock, edit, nil)
+			step(r, 30, 0)
+			r.stop()
+			clock.Add(time.Second)
+			r = openRun(t, dir, clock, edit, nil)
+			step(r, 40, 20)
+			st := r.status()[detect.PartitionKey{Server: "thegram"}]
+			t.Logf("late %d too late %d", st.Late, st.TooLate)
+			if got := st.Late+st.TooLate > 0; got != tc.late {
+				t.Errorf("%d calls late and %d too late after the restart; want late: %v", st.Late, st.TooLate, tc.late)
+			}
+		})
+	}
+}
+
+// TestRefused_SourcesHoldPartition: the store is unreachable for 20 s
+// (longer than the idle timeout); both pods of thegram retry every second
+// and are refused, then deliver their backlog. A refused source is not
+// quiet: the partition waits for pod-1, 3 min behind, instead of moving on
+// at the wall clock's pace from pod-0's time, which would make pod-1's
+// backlog late (and close verification windows without its calls).
+func TestRefused_SourcesHoldPartition(t *testing.T) {
+	clock := newClock(wallStart)
+	r := openRun(t, t.TempDir(), clock, nil, nil)
+	var backlog [2][][]byte
+	rpc := 0
+	for i := 0; i < 60; i++ {
+		rpc++
+		now := clock.Now()
+		backlog[0] = append(backlog[0], callLine("thegram", "s0", rpc, now.Add(-time.Second)))
+		backlog[1] = append(backlog[1], callLine("thegram", "s1", rpc, now.Add(-3*time.Minute)))
+		down := i >= 20 && i < 40
+		r.cs.failAppend.Store(down)
+		for pod := range backlog {
+			_, err := r.ingest(batch(t, fmt.Sprintf("pod-%d", pod), backlog[pod]...))
+			if down != (err != nil) {
+				t.Fatalf("second %d, pod-%d: store down %v, ingest error %v", i, pod, down, err)
+			}
+			if err == nil {
+				backlog[pod] = nil
+			}
+		}
+		clock.Add(time.Second)
+	}
+	st := r.status()[detect.PartitionKey{Server: "thegram"}]
+	if st.Late+st.TooLate > 0 {
+		t.Errorf("after the outage %d calls were late and %d too late", st.Late, st.TooLate)
 	}
 }
