@@ -136,6 +136,7 @@ type server struct {
 	stopRetention                 context.CancelFunc
 	stopWeb                       context.CancelFunc
 	notifier                      *notify.Notifier
+	findingLog                    *pipeline.FindingLog
 	wg                            sync.WaitGroup
 	shutdownTelemetry             func(context.Context) error
 	// The front door (trust.go).
@@ -251,7 +252,8 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	pcfg := cfg.Serve.Pipeline
 	pcfg.FindingLatency = s.metrics.ObserveFindingLatency
 	pcfg.StateFile = filepath.Join(cfg.Serve.DataDir, "partitions.json")
-	sinks := []audit.Sink{s.metrics}
+	s.findingLog = pipeline.NewFindingLog(log)
+	sinks := []audit.Sink{s.metrics, s.findingLog}
 	if err := s.startNotifier(); err != nil {
 		st.Close()
 		dd.Close()
@@ -479,6 +481,7 @@ func (s *server) shutdown(ctx context.Context) error {
 	if err := s.pipe.Close(ctx); err != nil {
 		errs = append(errs, err)
 	}
+	s.findingLog.Flush()
 	if s.stopWeb != nil {
 		s.stopWeb()
 	}

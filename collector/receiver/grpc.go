@@ -33,19 +33,25 @@ func (rc *Receiver) exportCtx(ctx context.Context, src metrics.Source, tenant st
 	res := otlp.Read(td, prefix, tk.reader)
 	rejected := res.Rejected
 	rc.rejected(src, metrics.RejectBadSpan, len(res.Rejected))
+	for _, r := range res.Rejected {
+		rc.logRejected("rejected_span", src, tenant, metrics.RejectBadSpan, r.Path+": "+r.Reason)
+	}
 	if rc.metrics != nil {
 		rc.metrics.IngestIgnored(src, res.Ignored)
 	}
+	rc.logIgnored(src, tenant, res.Ignored)
 	for i, c := range res.Records {
 		path := strings.TrimPrefix(c.Call.Source, prefix)
 		if why, ok := crowded[path]; ok {
 			rejected = append(rejected, otlp.RejectedSpan{Path: path, Reason: why})
 			rc.rejected(src, metrics.RejectTooLong, 1)
+			rc.logRejected("rejected_span", src, tenant, metrics.RejectTooLong, path+": "+why)
 			continue
 		}
 		if err := tk.take(c, res.Known[i], res.Sources[i], path); err != nil {
 			rejected = append(rejected, otlp.RejectedSpan{Path: path, Reason: strings.TrimPrefix(err.msg, path+": ")})
 			rc.rejected(src, err.reason, 1)
+			rc.logRejected("rejected_span", src, tenant, err.reason, err.msg)
 		}
 	}
 	if len(tk.recs) > 0 {
@@ -147,6 +153,11 @@ func (g *GRPC) Export(ctx context.Context, req ptraceotlp.ExportRequest) (ptrace
 	}
 	resp, re := rc.exportCtx(ctx, metrics.SourceOTLPGRPC, p.Tenant, req)
 	if re != nil {
+		kind := "rejected_request"
+		if re.retryable() {
+			kind = "refused_retry_later"
+		}
+		rc.logRejected(kind, metrics.SourceOTLPGRPC, p.Tenant, re.reason, re.msg)
 		if re.retryable() {
 			return ptraceotlp.ExportResponse{}, status.Error(codes.Unavailable, re.msg)
 		}

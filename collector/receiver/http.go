@@ -37,6 +37,11 @@ func (rc *Receiver) Handler() http.Handler {
 // refusals before the body was read close the connection, so that an
 // unread body is not waited for.
 func (rc *Receiver) fail(w http.ResponseWriter, src metrics.Source, e *refusal, asProto bool) {
+	kind := "rejected_request"
+	if e.retryable() {
+		kind = "refused_retry_later"
+	}
+	rc.logRejected(kind, src, "", e.reason, strconv.Itoa(e.status)+" "+e.msg)
 	if e.retryable() {
 		w.Header().Set("Retry-After", strconv.Itoa(rc.cfg.RetryAfterSeconds))
 		if e.reason == metrics.RejectOverloaded {
@@ -351,8 +356,10 @@ func (rc *Receiver) calls(w http.ResponseWriter, r *http.Request) {
 		if rc.metrics != nil {
 			rc.metrics.IngestIgnored(src, dec.Ignored)
 		}
+		rc.logIgnored(src, tenant, dec.Ignored)
 	}()
 	refuse := func(err error, reason metrics.RejectReason) {
+		rc.logRejected("rejected_record", src, tenant, reason, err.Error())
 		resp.Rejected++
 		if len(resp.Errors) < maxRejectsReported {
 			resp.Errors = append(resp.Errors, err.Error())

@@ -29,6 +29,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -274,5 +275,33 @@ func (rc *Receiver) ingest(ctx context.Context, src metrics.Source, recs []*audi
 func (rc *Receiver) rejected(src metrics.Source, reason metrics.RejectReason, n int) {
 	if rc.metrics != nil && n > 0 {
 		rc.metrics.IngestRejected(src, reason, n)
+	}
+}
+
+// maxLoggedDetail bounds the error text of one rejection in the log.
+const maxLoggedDetail = 300
+
+// logRejected writes a rate-limited line about a rejected record, span or
+// request: where it came from, the reason class and the error, which names
+// the line, field or span and why, never the payload itself. The error is
+// cut to maxLoggedDetail bytes of valid UTF-8, as a hostile sender chooses
+// its text.
+func (rc *Receiver) logRejected(kind string, src metrics.Source, tenant string, reason metrics.RejectReason, detail string) {
+	if len(detail) > maxLoggedDetail {
+		detail = detail[:maxLoggedDetail] + "..."
+	}
+	detail = strings.ToValidUTF8(detail, "\ufffd")
+	args := []any{"transport", string(src), "reason", string(reason), "error", detail}
+	if tenant != "" {
+		args = append(args, "tenant", tenant)
+	}
+	rc.rlog.Warn(kind, "ingest rejected", args...)
+}
+
+// logIgnored writes, at debug level and rate-limited, how many spans or
+// records of a request were not MCP tool calls and were skipped.
+func (rc *Receiver) logIgnored(src metrics.Source, tenant string, n int) {
+	if n > 0 {
+		rc.rlog.Debug("ignored", "ingest ignored items that are not MCP tool calls", "transport", string(src), "tenant", tenant, "ignored", n)
 	}
 }

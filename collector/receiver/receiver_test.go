@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -45,6 +46,40 @@ type env struct {
 	reg   *prometheus.Registry
 	rc    *receiver.Receiver
 	pipe  *pipeline.Pipeline
+	logs  *logBuffer
+}
+
+// logBuffer collects the JSON log lines of a test's receiver.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// lines returns the log lines whose kind is kind, decoded.
+func (l *logBuffer) lines(t *testing.T, kind string) []map[string]any {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []map[string]any
+	for _, ln := range strings.Split(strings.TrimSpace(l.b.String()), "\n") {
+		if ln == "" {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(ln), &m); err != nil {
+			t.Fatalf("log line %q is not JSON: %v", ln, err)
+		}
+		if m["kind"] == kind {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // tokens of the tests: acme may ingest, reader may only query.
@@ -67,7 +102,8 @@ func newEnv(t testing.TB, mutate func(*receiver.Config, *pipeline.Config)) *env 
 	if mutate != nil {
 		mutate(&cfg, &pcfg)
 	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	logs := &logBuffer{}
+	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	p, err := pipeline.New(context.Background(), pcfg, detect.NewDefaultConfig(), st, log)
 	if err != nil {
 		t.Fatal(err)
@@ -94,7 +130,7 @@ func newEnv(t testing.TB, mutate func(*receiver.Config, *pipeline.Config)) *env 
 	rc.Admit = p.Admit
 	srv := httptest.NewServer(rc.Handler())
 	t.Cleanup(srv.Close)
-	return &env{url: srv.URL, store: st, reg: reg, rc: rc, pipe: p}
+	return &env{url: srv.URL, store: st, reg: reg, rc: rc, pipe: p, logs: logs}
 }
 
 // record returns a call record line of a read on server, at t. The names

@@ -1,0 +1,70 @@
+package receiver_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"go.opentelemetry.io/collector/pdata/ptrace"
+)
+
+// TestLogs: rejected records and spans, refused requests and ignored
+// items are logged as structured lines naming where and why, never the
+// payload, and a flood of one kind is cut to the rate limit's burst.
+func TestLogs(t *testing.T) {
+	e := newEnv(t, nil)
+
+	// One bad record beside a good one: a line names the record's place
+	// and the reason; the secret in its arguments is not logged.
+	bad := strings.Replace(record("bad\xffsrv", "gram_read", now, 1), `"a.gram"`, `"sk-live-0123456789abcdef"`, 1)
+	a := e.post(t, "/v1/calls", "application/x-ndjson", tokAcme, []byte(bad+"\n"+record("thegram", "gram_read", now, 2)+"\n"))
+	if a.status != 200 {
+		t.Fatalf("%d %s", a.status, a.body)
+	}
+	got := e.logs.lines(t, "rejected_record")
+	if len(got) != 1 {
+		t.Fatalf("%d rejected_record lines, want 1: %v", len(got), got)
+	}
+	if m := got[0]; !strings.Contains(fmt.Sprint(m["error"]), "body:1: field server: invalid UTF-8") ||
+		m["tenant"] != "acme" || m["transport"] != "calls_http" || m["level"] != "WARN" {
+		t.Errorf("rejected_record line %v: want the record's place and reason, tenant acme, transport calls_http", m)
+	}
+
+	// A record of another method is ignored, at debug level.
+	other := strings.Replace(record("thegram", "gram_read", now, 3), `"tools/call"`, `"tools/list"`, 1)
+	e.post(t, "/v1/calls", "application/x-ndjson", tokAcme, []byte(other+"\n"+record("thegram", "gram_read", now, 4)+"\n"))
+	if got := e.logs.lines(t, "ignored"); len(got) != 1 || got[0]["ignored"] != float64(1) || got[0]["level"] != "DEBUG" {
+		t.Errorf("ignored lines %v, want one at debug counting 1", got)
+	}
+
+	// A refused request (wrong content type) is logged with its status.
+	e.post(t, "/v1/calls", "text/plain", tokAcme, []byte("x"))
+	if got := e.logs.lines(t, "rejected_request"); len(got) != 1 || !strings.HasPrefix(fmt.Sprint(got[0]["error"]), "415 ") {
+		t.Errorf("rejected_request lines %v, want one naming 415", got)
+	}
+
+	// A bad span names its path.
+	b, _ := traces("thegram", 2, func(sp ptrace.Span) { sp.Attributes().PutStr("gen_ai.tool.name", "gram\xff") }).MarshalProto()
+	e.post(t, "/v1/traces", "application/x-protobuf", tokAcme, b)
+	if got := e.logs.lines(t, "rejected_span"); len(got) != 1 || !strings.Contains(fmt.Sprint(got[0]["error"]), "resourceSpans[0].scopeSpans[0].spans[0]") {
+		t.Errorf("rejected_span lines %v, want one naming its span", got)
+	}
+
+	// A flood: 50 bad records in one request give the burst of lines (10
+	// a minute), not 50.
+	var flood []string
+	for i := range 50 {
+		flood = append(flood, record("bad\xff", "gram_read", now, 100+i))
+	}
+	flood = append(flood, record("thegram", "gram_read", now, 99))
+	e.post(t, "/v1/calls", "application/x-ndjson", tokAcme, []byte(strings.Join(flood, "\n")+"\n"))
+	if got := e.logs.lines(t, "rejected_record"); len(got) != 10 {
+		t.Errorf("%d rejected_record lines after a flood of 51, want the burst of 10", len(got))
+	}
+	e.logs.mu.Lock()
+	all := e.logs.b.String()
+	e.logs.mu.Unlock()
+	if strings.Contains(all, "sk-live") {
+		t.Errorf("the log holds a payload: %s", all)
+	}
+}
