@@ -31,8 +31,9 @@ func reportCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	target := fs.String("target", "", "SLO target, a fraction in (0, 1) (default the configuration's, 0.999)")
 	mcpServer := fs.String("mcp-server", "", "only this MCP server")
 	out := fs.String("o", "", "write the report to this file instead of standard output")
-	server := fs.String("server", "", "URL of a running mcpaudit serve API; the report is computed there")
-	token := fs.String("token", os.Getenv("MCPAUDIT_TOKEN"), "bearer token, with --server (default $MCPAUDIT_TOKEN)")
+	server := fs.String("api-url", "", "URL of a running mcpaudit serve API (e.g. http://localhost:9464); the report is computed there")
+	fs.StringVar(server, "server", "", "the same as --api-url (the name of issue 11; --mcp-server names an MCP server)")
+	token := fs.String("token", os.Getenv("MCPAUDIT_TOKEN"), "bearer token, with --api-url (default $MCPAUDIT_TOKEN)")
 	var ctls clientFlags
 	ctls.register(fs)
 	dataDir := fs.String("data-dir", "", "data dir of the embedded store (default ./mcpaudit-data)")
@@ -40,7 +41,7 @@ func reportCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	chDSN := fs.String("clickhouse-dsn", "", "ClickHouse native-protocol DSN, with --store clickhouse")
 	configFile := fs.String("config", "", "YAML config file (store, ClickHouse options, SLO target)")
 	fs.Usage = func() {
-		fmt.Fprint(stderr, "usage: mcpaudit report --window 30d [--format html|md|json] (--data-dir DIR | --server URL | --store clickhouse --clickhouse-dsn DSN)\n\n"+
+		fmt.Fprint(stderr, "usage: mcpaudit report --window 30d [--format html|md|json] (--data-dir DIR | --api-url URL | --store clickhouse --clickhouse-dsn DSN)\n\n"+
 			"Print the write-durability report: SLI against target and error budget, bad events by cause,\n"+
 			"server, tool and client, findings by kind and state, the retry-action mix, the worst days.\n\nflags:\n")
 		fs.PrintDefaults()
@@ -74,7 +75,7 @@ func reportCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 		cfg.Serve.ClickHouse.DSN = *chDSN
 	}
 	if *server != "" && (*dataDir != "" || *store != "") {
-		return &exitError{code: 2, err: errors.New("report: give --server or a store (--data-dir, --store), not both")}
+		return &exitError{code: 2, err: errors.New("report: give --api-url or a store (--data-dir, --store), not both")}
 	}
 	w := stdout
 	if *out != "" {
