@@ -646,7 +646,8 @@ func TestSystemdUnit(t *testing.T) {
 	}
 	if i := slices.Index(exec, "--config"); i < 0 || !strings.Contains(string(b), "deploy/systemd/mcpaudit.yaml "+exec[i+1]) {
 		t.Errorf("--config is not where the install steps put deploy/systemd/mcpaudit.yaml")
-	} // serve reads tokens and certificates again on SIGHUP, and only then.
+	}
+	// serve reads tokens and certificates again on SIGHUP, and only then.
 	if r := svc["ExecReload"]; len(r) != 1 || !strings.Contains(r[0], "kill -HUP $MAINPID") {
 		t.Errorf("ExecReload %v does not send SIGHUP to serve", r)
 	}
