@@ -519,7 +519,9 @@ func (p *Pipeline) run(ctx context.Context) {
 			// Everything acknowledged before the question is judged as far
 			// as it can be first.
 			p.drain()
-			p.eng.Tick(p.now())
+			now := p.now()
+			p.applyTouches()
+			p.eng.Tick(now)
 			p.updateStatus()
 			reply <- p.lastStatus()
 		case <-tick.C:
@@ -527,6 +529,7 @@ func (p *Pipeline) run(ctx context.Context) {
 				continue // stopping: the shutdown branch commits
 			}
 			now := p.now()
+			p.applyTouches()
 			p.eng.Tick(now)
 			p.countOpen()
 			p.gate.forget()
@@ -574,6 +577,21 @@ func (p *Pipeline) refused(batches []audit.Batch) {
 		select {
 		case p.touches <- touch{tenant: b.Records[0].Call.Tenant, source: b.Source, at: now}:
 		default:
+		}
+	}
+}
+
+// applyTouches hands the engine every refusal already reported, without
+// waiting. The engine's clock is read before, so that a refusal made
+// before that time is applied before the engine judges idleness at it:
+// otherwise a tick taken first would find the refused source quiet.
+func (p *Pipeline) applyTouches() {
+	for {
+		select {
+		case t := <-p.touches:
+			p.eng.Touch(t.tenant, t.source, t.at)
+		default:
+			return
 		}
 	}
 }
