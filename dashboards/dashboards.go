@@ -23,11 +23,12 @@ const (
 	UIDFailures  = "mcpaudit-failures"
 	UIDFindings  = "mcpaudit-findings"
 	UIDCollector = "mcpaudit-collector"
+	UIDRelays    = "mcpaudit-relays"
 )
 
 // All builds every dashboard, in a fixed order.
 func All() ([]dashboard.Dashboard, error) {
-	builders := []*dashboard.DashboardBuilder{traffic(), slo(), failures(), findings(), collector()}
+	builders := []*dashboard.DashboardBuilder{traffic(), slo(), failures(), findings(), collector(), relays()}
 	out := make([]dashboard.Dashboard, 0, len(builders))
 	for _, b := range builders {
 		d, err := b.Build()
@@ -379,4 +380,56 @@ func collector() *dashboard.DashboardBuilder {
 			units.Seconds,
 			query(fmt.Sprintf("rate(go_gc_duration_seconds_sum{%s}[%s])\n/\nrate(go_gc_duration_seconds_count{%s}[%s])",
 				jobMatcher, rate, jobMatcher, rate), "{{instance}}")))
+}
+
+// relays shows the capture relays (mcpaudit proxy and wrap): what they relay
+// and record, and whether their records reach the collector. They export
+// their own metrics under a job of their own (DefaultRelayJob).
+func relays() *dashboard.DashboardBuilder {
+	fwd := metrics.ProxyForwardRecordsTotal
+	return newBoardOf(relayJobVar(), UIDRelays, "mcpaudit / capture relays",
+		"mcpaudit proxy and mcpaudit wrap: requests relayed, tools/call exchanges recorded and not, and the call records on their way to the collector (disk buffer, sent, rejected, dropped).").
+		WithPanel(single("Records dropped",
+			"Call records the relays could not buffer over the dashboard's time range (buffer full or unwritable): calls relayed but never audited (McpAuditRelayDroppingRecords).",
+			units.Short,
+			instant(fmt.Sprintf(`sum(increase(%s[$__range]))`, sel(fwd, jobMatcher, metrics.LabelResult+`="`+metrics.ForwardDropped+`"`))))).
+		WithPanel(single("Records on disk",
+			"Bytes of call records the relays hold on disk for the collector now.",
+			units.BytesIEC,
+			instant(fmt.Sprintf("sum(%s)", sel(metrics.ProxyBufferBytes, jobMatcher))))).
+		WithPanel(single("Calls in flight",
+			"tools/call requests relayed and waiting for their response now.",
+			units.Short,
+			instant(fmt.Sprintf("sum(%s)", sel(metrics.ProxyInflightCalls, jobMatcher))))).
+		WithPanel(single("Records rejected by the collector",
+			"Call records the collector refused as malformed over the dashboard's time range; they are kept in the buffer's rejected/ directory.",
+			units.Short,
+			instant(fmt.Sprintf(`sum(increase(%s[$__range]))`, sel(fwd, jobMatcher, metrics.LabelResult+`="`+metrics.ForwardRejected+`"`))))).
+		WithPanel(graph("Recorded calls by outcome",
+			"tools/call exchanges recorded per second, by server and the outcome the collector will count.",
+			units.OpsPerSecond,
+			query(fmt.Sprintf("sum by (%s, %s) (rate(%s[%s]))", metrics.LabelServer, metrics.LabelOutcome,
+				sel(metrics.ProxyRecordsTotal, jobMatcher), rate), "{{server}} {{outcome}}"))).
+		WithPanel(graph("Records on the way to the collector",
+			"Call records per second by what became of them: buffered on disk, sent (accepted by the collector), rejected, dropped; and the POSTs by result (retry: the collector was unreachable, overloaded or refused the credential).",
+			units.OpsPerSecond,
+			query(fmt.Sprintf("sum by (%s) (rate(%s[%s]))", metrics.LabelResult, sel(fwd, jobMatcher), rate), "records {{result}}"),
+			query(fmt.Sprintf("sum by (%s) (rate(%s[%s]))", metrics.LabelResult, sel(metrics.ProxyForwardRequestsTotal, jobMatcher), rate), "posts {{result}}"))).
+		WithPanel(graph("Disk buffer",
+			"Bytes of call records on disk per relay. Growing while no record is sent: the collector is unreachable (McpAuditRelayNotDelivering).",
+			units.BytesIEC,
+			query(fmt.Sprintf("sum by (instance) (%s)", sel(metrics.ProxyBufferBytes, jobMatcher)), "{{instance}}"))).
+		WithPanel(graph("Relayed requests",
+			"HTTP requests the proxy relayed per second, by method and status class (error: the upstream gave no response).",
+			units.RequestsPerSecond,
+			query(fmt.Sprintf("sum by (%s, %s) (rate(%s[%s]))", metrics.LabelMethod, metrics.LabelStatus,
+				sel(metrics.ProxyRequestsTotal, jobMatcher), rate), "{{method}} {{status}}"))).
+		WithPanel(graph("Upstream latency",
+			"Time from a request's arrival at the proxy to the upstream's response headers (for SSE, the start of the stream), by method.",
+			units.Seconds,
+			quantiles(metrics.ProxyUpstreamSeconds, metrics.LabelMethod, jobMatcher)...)).
+		WithPanel(graph("Messages not recorded",
+			"Messages relayed but not recorded, per second, by reason: oversized, invalid_json, unpaired (the 2024-11-05 HTTP+SSE transport, whose answers the proxy cannot tie to their calls).",
+			units.OpsPerSecond,
+			query(fmt.Sprintf("sum by (%s) (rate(%s[%s]))", metrics.LabelReason, sel(metrics.ProxyUnrecordedTotal, jobMatcher), rate), "{{reason}}")))
 }

@@ -142,8 +142,8 @@ type dashboardJSON struct {
 
 func TestDashboards(t *testing.T) {
 	files := render(t)
-	if len(files) != 5 {
-		t.Errorf("%d dashboards, want 5", len(files))
+	if len(files) != 6 {
+		t.Errorf("%d dashboards, want 6", len(files))
 	}
 	uids := map[string]bool{}
 	for name, b := range files {
@@ -162,8 +162,11 @@ func TestDashboards(t *testing.T) {
 		for _, v := range d.Templating.List {
 			vs[v.Name] = v.Type
 		}
-		if vs[dashboards.VarDatasource] != "datasource" || vs[dashboards.VarServer] != "query" {
-			t.Errorf("%s: variables %v lack datasource or server", name, vs)
+		// The relays' board has no server variable: its servers are those
+		// a relay records, not those of the collector's metrics.
+		if vs[dashboards.VarDatasource] != "datasource" || vs[dashboards.VarJob] != "textbox" ||
+			(vs[dashboards.VarServer] != "query") != (name == dashboards.UIDRelays+".json") {
+			t.Errorf("%s: variables %v lack datasource, job or server", name, vs)
 		}
 		if len(d.Panels) == 0 {
 			t.Errorf("%s: no panels", name)
@@ -208,6 +211,11 @@ func TestDashboards(t *testing.T) {
 // known reports whether a dashboard may read a metric: the exporter's, the
 // recordings of the rules, the Go and process collectors', and up.
 func known(name string) bool {
+	if slices.ContainsFunc(metrics.ProxyFamilies, func(f metrics.Family) bool {
+		return name == f.Name || name == f.Name+"_bucket"
+	}) {
+		return true
+	}
 	if slices.Contains(metrics.SeriesNames(), name) || name == "up" ||
 		strings.HasPrefix(name, "go_") || strings.HasPrefix(name, "process_") {
 		return true
@@ -257,7 +265,7 @@ func TestQueries(t *testing.T) {
 			}
 		}
 	}
-	for _, f := range metrics.Families {
+	for _, f := range append(slices.Clone(metrics.Families), metrics.ProxyFamilies...) {
 		if !used[f.Name] && !used[f.Name+"_bucket"] {
 			t.Errorf("no dashboard shows %s", f.Name)
 		}

@@ -169,12 +169,26 @@ func jobVar() *dashboard.TextBoxVariableBuilder {
 	return textVar(VarJob, "Job", "Prometheus job name of the mcpaudit scrape target.", rules.DefaultJob)
 }
 
+// DefaultRelayJob is the default of the relays dashboard's job variable:
+// the job under which Prometheus scrapes the relays' --metrics-listen.
+const DefaultRelayJob = "mcpaudit-relay"
+
+func relayJobVar() *dashboard.TextBoxVariableBuilder {
+	return textVar(VarJob, "Job", "Prometheus job name of the capture relays' scrape targets (mcpaudit proxy and wrap, --metrics-listen).", DefaultRelayJob)
+}
+
 func mcpauditURLVar() *dashboard.TextBoxVariableBuilder {
 	return textVar(VarMCPAuditURL, "mcpaudit URL", "Base URL of the mcpaudit serve API, as your browser reaches it.", DefaultMCPAuditURL)
 }
 
 // newBoard starts a dashboard with the settings every one shares.
 func newBoard(uid, title, description string, extraTags ...string) *dashboard.DashboardBuilder {
+	return newBoardOf(jobVar(), uid, title, description, extraTags...).WithVariable(serverVar())
+}
+
+// newBoardOf starts a dashboard with the settings every one shares and the
+// given job variable, without the server variable.
+func newBoardOf(job *dashboard.TextBoxVariableBuilder, uid, title, description string, extraTags ...string) *dashboard.DashboardBuilder {
 	return dashboard.NewDashboardBuilder(title).
 		Uid(uid).
 		Description(description).
@@ -188,8 +202,7 @@ func newBoard(uid, title, description string, extraTags ...string) *dashboard.Da
 			Type(dashboard.DashboardLinkTypeDashboards).Tags([]string{"mcpaudit"}).
 			AsDropdown(true).IncludeVars(true).KeepTime(true)).
 		WithVariable(datasourceVar()).
-		WithVariable(jobVar()).
-		WithVariable(serverVar())
+		WithVariable(job)
 }
 
 // GridWidth is the width of Grafana's dashboard grid.

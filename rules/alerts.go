@@ -240,3 +240,34 @@ func (b *builder) collectorAlerts() []Rule {
 		}),
 	}
 }
+
+// relayAlerts watch the capture relays (mcpaudit proxy and wrap), which
+// export their own metrics on --metrics-listen under a job of their own:
+// they are grouped by job and instance, whatever the job is called.
+func (b *builder) relayAlerts() []Rule {
+	by := "job, instance"
+	dropped := fmt.Sprintf(`%s{%s="%s"}`, metrics.ProxyForwardRecordsTotal, metrics.LabelResult, metrics.ForwardDropped)
+	sent := fmt.Sprintf(`%s{%s="%s"}`, metrics.ProxyForwardRecordsTotal, metrics.LabelResult, metrics.ForwardSent)
+	return []Rule{
+		b.rule(alert{
+			name:     "McpAuditRelayDroppingRecords",
+			expr:     fmt.Sprintf("sum by (%s) (increase(%s[10m])) > 0", by, dropped),
+			severity: SeverityCritical,
+			summary:  "A capture relay is losing call records.",
+			description: "Relay {{ $labels.instance }} of job {{ $labels.job }} dropped {{ $value | humanize }} call record(s) " +
+				"in the last 10m: its disk buffer is full or cannot be written. The calls were relayed to the MCP server " +
+				"but will never be audited.",
+		}),
+		b.rule(alert{
+			name: "McpAuditRelayNotDelivering",
+			expr: fmt.Sprintf("max by (%s) (%s) > 0\nunless on (%s)\nsum by (%s) (increase(%s[15m])) > 0",
+				by, metrics.ProxyBufferBytes, by, by, sent),
+			for_:     15 * time.Minute,
+			severity: SeverityWarning,
+			summary:  "A capture relay cannot deliver its records to the collector.",
+			description: "Relay {{ $labels.instance }} of job {{ $labels.job }} holds {{ $value | humanize1024 }}B of call " +
+				"records on disk and the collector has accepted none of them for 15 minutes: the collector is unreachable " +
+				"or refuses the relay's credential. The records are kept until the buffer is full, then dropped.",
+		}),
+	}
+}

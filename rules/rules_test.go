@@ -187,6 +187,9 @@ func TestExprs(t *testing.T) {
 	for _, n := range metrics.SeriesNames() {
 		known[n] = true
 	}
+	for _, fam := range metrics.ProxyFamilies {
+		known[fam.Name] = true
+	}
 	for _, r := range f.Records() {
 		known[r.Record] = true
 	}

@@ -10,7 +10,8 @@ import (
 // TestInvestigationURL checks that every alert about findings, writes or
 // the SLO links to the page view of its server, under the configured base.
 func TestInvestigationURL(t *testing.T) {
-	collector := map[string]bool{"McpAuditIngestRejections": true, "McpAuditSourceLagging": true, "McpAuditCollectorDown": true, "McpAuditCollectorAbsent": true}
+	collector := map[string]bool{"McpAuditIngestRejections": true, "McpAuditSourceLagging": true, "McpAuditCollectorDown": true, "McpAuditCollectorAbsent": true,
+		"McpAuditRelayDroppingRecords": true, "McpAuditRelayNotDelivering": true}
 	for _, base := range []string{"", "https://audit.example.com/mcp/"} {
 		o := rules.DefaultOptions()
 		if base != "" {

@@ -328,6 +328,12 @@ func TestServe_Prometheus(t *testing.T) {
 		checked := map[string]bool{}
 		n := 0
 		for _, name := range slices.Sorted(maps.Keys(files)) {
+			if name == dashboards.UIDRelays+".json" {
+				// The relays' board reads the metrics of mcpaudit proxy
+				// and wrap, which serve does not export: rules/promtest
+				// runs its queries against a relay's registry.
+				continue
+			}
 			qs, err := dashboards.Queries(files[name])
 			if err != nil {
 				t.Fatal(err)

@@ -36,6 +36,24 @@ func TestEndToEnd(t *testing.T) {
 	target := httptest.NewServer(mux) // listens on 127.0.0.1
 	defer target.Close()
 
+	// A capture relay, exported by the same target here (in production
+	// it is a job of its own): it relays and records, buffers records it
+	// cannot deliver (the collector refuses its posts) and never sends one.
+	relay, err := metrics.NewRelay(reg, "thegram")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		relay.Request(http.MethodPost, 200, time.Duration(i+1)*time.Millisecond)
+		relay.Record("thegram", audit.OutcomeOK)
+	}
+	relay.Request(http.MethodGet, 502, 0)
+	relay.Unrecorded(metrics.UnrecordedUnpaired)
+	relay.SetInflight(2)
+	relay.Forward(metrics.ForwardBuffered, 20)
+	relay.Post(metrics.PostRetry)
+	relay.SetBufferBytes(4096)
+
 	f := &feeder{m: m, t0: time.Now().Add(-time.Hour)}
 	f.baseline()
 	// The pipeline's event-time status, as serve exports it: one partition
@@ -76,12 +94,15 @@ func TestEndToEnd(t *testing.T) {
 	}
 	// Prometheus has now scraped the baseline: what follows is an increase.
 	f.anomalies()
+	relay.Forward(metrics.ForwardDropped, 3)
+	relay.Forward(metrics.ForwardRejected, 1)
 
 	want := []string{
 		"McpAuditWriteErrorBudgetBurnFast", "McpAuditWriteErrorBudgetBurnMedium", "McpAuditWriteErrorBudgetBurnSlow",
 		"McpAuditDoubleAppliedWrite", "McpAuditDuplicateCreate", "McpAuditIntegrityFailure",
 		"McpAuditUnverifiedWrites", "McpAuditWritesPendingNotDraining",
 		"McpAuditUnsafeRetries", "McpAuditWastedRetries", "McpAuditUncertainOutcomes", "McpAuditIngestRejections",
+		"McpAuditRelayDroppingRecords", "McpAuditRelayNotDelivering",
 	}
 	alerts, err := prom.WaitFiring(ctx, want, 90*time.Second)
 	if err != nil {
