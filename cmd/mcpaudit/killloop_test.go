@@ -106,15 +106,16 @@ func (c *child) kill() int64 {
 // and restarted on the same data. Afterwards every acknowledged call is
 // stored once, and the findings equal analyze's on the same calls: nothing
 // missed, nothing twice; and mcpaudit verify finds the history intact.
-// MCPAUDIT_KILLS sets the number of kills (8); MCPAUDIT_KILL_SPAN spreads
-// them over that long, with as many more sessions (default: a few seconds).
+// MCPAUDIT_KILLS sets the number of kills (20, as issue 12 asks);
+// MCPAUDIT_KILL_SPAN spreads them over that long, with as many more
+// sessions (default: 100 sessions a kill, about as many seconds as kills).
 func TestServe_KillLoop(t *testing.T) {
-	kills := 8
+	kills := 20
 	if n, err := strconv.Atoi(os.Getenv("MCPAUDIT_KILLS")); err == nil && n > 0 {
 		kills = n
 	}
 	var span time.Duration
-	sessions := 800
+	sessions := max(800, 100*kills)
 	if d, err := time.ParseDuration(os.Getenv("MCPAUDIT_KILL_SPAN")); err == nil && d > 0 {
 		span, sessions = d, max(800, int(800*d/(3300*time.Millisecond)))
 	}
