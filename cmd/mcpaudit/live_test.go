@@ -107,13 +107,17 @@ func liveCaptureOf(t *testing.T, seed int64, sessions int) []map[string]any {
 }
 
 // liveConfig: windows short enough that a quiet partition closes them in
-// seconds of wall time, an idle timeout of one second, and an allowance
+// seconds of wall time, an idle timeout of three seconds, and an allowance
 // for late calls that covers a stall of a paced replay (100 times the
-// capture's speed: seconds of wall time are minutes of event time).
+// capture's speed: seconds of wall time are minutes of event time). The
+// idle timeout is longer than a loaded 2-core machine stalls a sender: a
+// source replaying the past that a stall makes idle lets its partition
+// jump to the other sources' time, and its next calls come too late (a
+// run with one second, beside other loads, lost 5 findings so).
 func liveConfig(t *testing.T) Config {
 	cfg := testConfig(t, t.TempDir())
 	cfg.Detect.VerifyWindow = 6 * time.Second
-	cfg.Detect.IdleTimeout = time.Second
+	cfg.Detect.IdleTimeout = 3 * time.Second
 	cfg.Detect.AllowedLateness = 10 * time.Minute
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
@@ -436,13 +440,13 @@ var liveScenarios = []struct {
 	}, 0, true, false},
 	{"source_idle_then_resuming", func(recs []map[string]any) []delivery {
 		// Paced at 100 times the speed of the capture: one pod of thegram
-		// stalls for 2.5 s of wall time a third of the way in (longer
-		// than the idle timeout: the partition goes on with the other
-		// pod), then sends its backlog.
+		// stalls for 6 s of wall time a third of the way in (longer than
+		// the idle timeout: the partition goes on with the other pod),
+		// then sends its backlog.
 		var ds []delivery
 		first := recTime(recs[0])
 		stall := recTime(recs[len(recs)/3]).Sub(first) / 100
-		resume := stall + 2500*time.Millisecond
+		resume := stall + 6*time.Second
 		for _, r := range recs {
 			pod := podOf(r, 2)
 			d := delivery{rec: r, server: r["server"].(string), pod: pod, at: recEnd(r)}

@@ -2,6 +2,7 @@ package receiver_test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -48,6 +49,19 @@ func TestLogs(t *testing.T) {
 	e.post(t, "/v1/traces", "application/x-protobuf", tokAcme, b)
 	if got := e.logs.lines(t, "rejected_span"); len(got) != 1 || !strings.Contains(fmt.Sprint(got[0]["error"]), "resourceSpans[0].scopeSpans[0].spans[0]") {
 		t.Errorf("rejected_span lines %v, want one naming its span", got)
+	}
+
+	// A record that is not JSON: the parser's error quotes the input where
+	// it stopped, a secret here; the answer keeps it, the log does not.
+	broken := strings.Replace(record("thegram", "gram_read", now, 7), `"a.gram"`, `sk-live-0123456789abcdef`, 1)
+	a = e.post(t, "/v1/calls", "application/x-ndjson", tokGlobex, []byte(broken+"\n"+record("thegram", "gram_read", now, 8)+"\n"))
+	if !strings.Contains(a.body, "unparsed tail") {
+		t.Fatalf("%d %s: want the parser's error naming the unparsed tail", a.status, a.body)
+	}
+	if got := e.logs.lines(t, "rejected_record"); !slices.ContainsFunc(got, func(m map[string]any) bool {
+		return m["tenant"] == "globex" && strings.Contains(fmt.Sprint(m["error"]), "body:1: not JSON")
+	}) {
+		t.Errorf("no rejected_record line for the broken record of globex: %v", got)
 	}
 
 	// A flood: 50 bad records in one request give the burst of lines (10

@@ -287,6 +287,10 @@ const maxLoggedDetail = 300
 // cut to maxLoggedDetail bytes of valid UTF-8, as a hostile sender chooses
 // its text.
 func (rc *Receiver) logRejected(kind string, src metrics.Source, tenant string, reason metrics.RejectReason, detail string) {
+	detail = unquoted(detail)
+	if rc.Redactor != nil {
+		detail, _ = rc.Redactor.Text(detail)
+	}
 	if len(detail) > maxLoggedDetail {
 		detail = detail[:maxLoggedDetail] + "..."
 	}
@@ -296,6 +300,41 @@ func (rc *Receiver) logRejected(kind string, src metrics.Source, tenant string, 
 		args = append(args, "tenant", tenant)
 	}
 	rc.rlog.Warn(kind, "ingest rejected", args...)
+}
+
+// unquoted replaces every double-quoted part of an error message with
+// "…": the JSON parser quotes the input it stopped at (`unparsed tail:
+// "sk-live-…"`), which is the sender's payload and may hold a secret. The
+// answer to the sender keeps it; the log does not. An unterminated quote
+// (a message cut short) drops the rest.
+func unquoted(s string) string {
+	i := strings.IndexByte(s, '"')
+	if i < 0 {
+		return s
+	}
+	var b strings.Builder
+	for i >= 0 {
+		b.WriteString(s[:i])
+		b.WriteString(`"…"`)
+		end := -1
+		for j := i + 1; j < len(s); j++ {
+			if s[j] == '\\' {
+				j++
+				continue
+			}
+			if s[j] == '"' {
+				end = j
+				break
+			}
+		}
+		if end < 0 {
+			return b.String()
+		}
+		s = s[end+1:]
+		i = strings.IndexByte(s, '"')
+	}
+	b.WriteString(s)
+	return b.String()
 }
 
 // logIgnored writes, at debug level and rate-limited, how many spans or
