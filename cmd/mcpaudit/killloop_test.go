@@ -3,6 +3,8 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
@@ -20,6 +22,13 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/receiver"
@@ -44,10 +53,10 @@ type child struct {
 
 // startChild starts serve on dir with the config file and fixed addresses,
 // and waits until it serves.
-func startChild(t *testing.T, dir, config, ingest, api string) *child {
+func startChild(t *testing.T, dir, config, ingest, api string, extra ...string) *child {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperServe$")
-	args, _ := json.Marshal([]string{"--config", config, "--ingest-listen", ingest, "--api-listen", api})
+	args, _ := json.Marshal(append([]string{"--config", config, "--ingest-listen", ingest, "--api-listen", api}, extra...))
 	cmd.Env = append(os.Environ(), "MCPAUDIT_CHILD_DATA_DIR="+dir, "MCPAUDIT_CHILD_ARGS="+string(args))
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -109,8 +118,29 @@ func (c *child) kill() int64 {
 // MCPAUDIT_KILLS sets the number of kills (20, as issue 12 asks);
 // MCPAUDIT_KILL_SPAN spreads them over that long, with as many more
 // sessions (default: 100 sessions a kill, about as many seconds as kills).
-func TestServe_KillLoop(t *testing.T) {
-	kills := 20
+func TestServe_KillLoop(t *testing.T) { embeddedKillLoop(t, carrierCalls, 20) }
+
+// TestServe_KillLoopOTLP is TestServe_KillLoop with the posters sending
+// OTLP spans, over OTLP/HTTP (protobuf) and OTLP/gRPC, each poster a
+// resource per server: the crash recovery of every transport. 8 kills each
+// (MCPAUDIT_KILLS sets them too).
+func TestServe_KillLoopOTLP(t *testing.T) {
+	for _, carrier := range []string{carrierOTLPHTTP, carrierOTLPGRPC} {
+		t.Run(carrier, func(t *testing.T) {
+			t.Parallel()
+			embeddedKillLoop(t, carrier, 8)
+		})
+	}
+}
+
+// How a kill loop's posters send their batches.
+const (
+	carrierCalls    = "calls"     // call records, POST /v1/calls
+	carrierOTLPHTTP = "otlp_http" // OTLP protobuf, POST /v1/traces
+	carrierOTLPGRPC = "otlp_grpc" // OTLP/gRPC Export
+)
+
+func embeddedKillLoop(t *testing.T, carrier string, kills int) {
 	if n, err := strconv.Atoi(os.Getenv("MCPAUDIT_KILLS")); err == nil && n > 0 {
 		kills = n
 	}
@@ -122,11 +152,11 @@ func TestServe_KillLoop(t *testing.T) {
 	dir := t.TempDir()
 	cfg := liveConfig(t)
 	config := filepath.Join(t.TempDir(), "mcpaudit.yaml")
-	if err := os.WriteFile(config, []byte(fmt.Sprintf("detect:\n  verify_window: %s\n  idle_timeout: 1s\n  allowed_lateness: 10m\nserve:\n  pipeline:\n    commit_every: 50ms\n",
+	if err := os.WriteFile(config, []byte(fmt.Sprintf("detect:\n  verify_window: %s\n  idle_timeout: 3s\n  allowed_lateness: 10m\nserve:\n  pipeline:\n    commit_every: 50ms\n",
 		cfg.Detect.VerifyWindow)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	res := runKillLoop(t, killLoop{dir: dir, config: config, cfg: cfg, kills: kills, sessions: sessions, span: span,
+	res := runKillLoop(t, killLoop{dir: dir, config: config, cfg: cfg, kills: kills, sessions: sessions, span: span, carrier: carrier,
 		stored: func(t *testing.T) map[string]int {
 			st, err := sqlite.Open(filepath.Join(dir, "mcpaudit.db"), sqlite.NewDefaultOptions())
 			if err != nil {
@@ -157,6 +187,8 @@ type killLoop struct {
 	// enough sessions for posting to last as long. Otherwise the kills come
 	// in the first seconds.
 	span time.Duration
+	// carrier is how the posters send (carrierCalls when empty).
+	carrier string
 	// killNow, when set, asks for a kill at once (one during an outage).
 	killNow chan struct{}
 	// during runs beside the posters (an outage of the store), from the
@@ -221,15 +253,23 @@ func runKillLoop(t *testing.T, kl killLoop) killLoopResult {
 			batches[p] = append(batches[p], cur[p])
 		}
 	}
-	// A poster pauses well under the idle timeout between its batches: a
-	// partition left quiet longer closes its windows on the wall clock,
-	// before the read that verifies a write, which analyze does not see.
+	// A poster pauses well under the idle timeout (3 s in the embedded
+	// loops: above what a loaded 2-core box stalls a poster) between its
+	// batches: a partition left quiet longer closes its windows on the
+	// wall clock, before the read that verifies a write, which analyze does
+	// not see.
 	// Posting lasts about 3.3 s per 800 sessions.
 	pause := func(int) time.Duration { return time.Duration(100+rand.Intn(300)) * time.Millisecond }
 
 	var res killLoopResult
 	res.wantKills = kl.kills
-	c := startChild(t, kl.dir, kl.config, ingest, api)
+	var extra []string
+	var grpcAddr string
+	if kl.carrier == carrierOTLPGRPC {
+		grpcAddr = freePort(t)
+		extra = []string{"--grpc-listen", grpcAddr}
+	}
+	c := startChild(t, kl.dir, kl.config, ingest, api, extra...)
 	if kl.during != nil {
 		go kl.during()
 	}
@@ -241,7 +281,7 @@ func runKillLoop(t *testing.T, kl killLoop) killLoopResult {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			client := &http.Client{Timeout: 10 * time.Second}
+			send := newPoster(t, kl.carrier, ingest, grpcAddr, fmt.Sprintf("poster-%d", p))
 			for _, b := range batches[p] {
 				body := ndjson(b)
 				for try := 0; ; try++ {
@@ -249,17 +289,8 @@ func runKillLoop(t *testing.T, kl killLoop) killLoopResult {
 						resent.Add(1)
 						time.Sleep(20 * time.Millisecond)
 					}
-					req, _ := http.NewRequest("POST", "http://"+ingest+"/v1/calls", bytes.NewReader(body))
-					req.Header.Set("Content-Type", "application/x-ndjson")
-					req.Header.Set(receiver.SourceHeader, fmt.Sprintf("poster-%d", p))
-					resp, err := client.Do(req)
-					if err != nil {
-						continue // the server is down or died mid-request: not acknowledged
-					}
-					io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-					if resp.StatusCode != http.StatusOK {
-						continue
+					if !send(b, body) {
+						continue // refused, or the server is down or died mid-request: not acknowledged
 					}
 					mu.Lock()
 					for _, id := range callIDs(t, body) {
@@ -288,7 +319,7 @@ func runKillLoop(t *testing.T, kl killLoop) killLoopResult {
 		if kl.killed != nil {
 			kl.killed()
 		}
-		c = startChild(t, kl.dir, kl.config, ingest, api)
+		c = startChild(t, kl.dir, kl.config, ingest, api, extra...)
 	}
 	// kl.kills at random moments, and one more each time killNow asks,
 	// until posting is done.
@@ -357,4 +388,137 @@ loop:
 		t.Errorf("verify after the kills: %v", err)
 	}
 	return res
+}
+
+// newPoster returns the function a kill loop's poster sends one batch
+// with, over the carrier, as the source named poster; it reports whether
+// the batch was acknowledged whole.
+func newPoster(t *testing.T, carrier, ingest, grpcAddr, poster string) func(recs []map[string]any, ndjsonBody []byte) bool {
+	client := &http.Client{Timeout: 10 * time.Second}
+	post := func(path, ctype string, body []byte) ([]byte, bool) {
+		req, _ := http.NewRequest("POST", "http://"+ingest+path, bytes.NewReader(body))
+		req.Header.Set("Content-Type", ctype)
+		req.Header.Set(receiver.SourceHeader, poster)
+		resp, err := client.Do(req)
+		if err != nil {
+			return nil, false
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return b, err == nil && resp.StatusCode == http.StatusOK
+	}
+	whole := func(resp ptraceotlp.ExportResponse) bool {
+		if n := resp.PartialSuccess().RejectedSpans(); n > 0 {
+			t.Errorf("%s: %d spans rejected: %s", poster, n, resp.PartialSuccess().ErrorMessage())
+			return false
+		}
+		return true
+	}
+	switch carrier {
+	case carrierOTLPHTTP:
+		return func(recs []map[string]any, _ []byte) bool {
+			body, err := spansOf(recs, poster).MarshalProto()
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, ok := post("/v1/traces", "application/x-protobuf", body)
+			if !ok {
+				return false
+			}
+			resp := ptraceotlp.NewExportResponse()
+			if err := resp.UnmarshalProto(b); err != nil {
+				t.Errorf("%s: an answer that is not an OTLP response: %v", poster, err)
+				return false
+			}
+			return whole(resp)
+		}
+	case carrierOTLPGRPC:
+		// Reconnect quickly after a kill: the default backoff waits up
+		// to two minutes.
+		conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: time.Second,
+				Backoff: backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.5, MaxDelay: 500 * time.Millisecond}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		gc := ptraceotlp.NewGRPCClient(conn)
+		return func(recs []map[string]any, _ []byte) bool {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			resp, err := gc.Export(ctx, spansOf(recs, poster))
+			return err == nil && whole(resp)
+		}
+	default:
+		return func(_ []map[string]any, body []byte) bool {
+			_, ok := post("/v1/calls", "application/x-ndjson", body)
+			return ok
+		}
+	}
+}
+
+// spansOf turns call records into the OTLP request an MCP server's
+// exporter sends for them, following the MCP semantic conventions as
+// deliverSpans does through the SDK: one resource per server, named
+// service.name = server and service.instance.id = instance (so that each
+// poster is a source per server). Span ids are derived from the call, so
+// a batch sent again carries the same spans.
+func spansOf(recs []map[string]any, instance string) ptraceotlp.ExportRequest {
+	td := ptrace.NewTraces()
+	spansOfServer := map[string]ptrace.SpanSlice{}
+	for _, r := range recs {
+		server := r["server"].(string)
+		spans, ok := spansOfServer[server]
+		if !ok {
+			rs := td.ResourceSpans().AppendEmpty()
+			rs.Resource().Attributes().PutStr("service.name", server)
+			rs.Resource().Attributes().PutStr("service.instance.id", instance)
+			spans = rs.ScopeSpans().AppendEmpty().Spans()
+			spansOfServer[server] = spans
+		}
+		req := r["request"].(map[string]any)
+		params := req["params"].(map[string]any)
+		args, _ := json.Marshal(params["arguments"])
+		sp := spans.AppendEmpty()
+		h := sha256.Sum256([]byte(fmt.Sprint(server, r["session"], req["id"], r["time"])))
+		sp.SetTraceID(pcommon.TraceID(h[:16]))
+		sp.SetSpanID(pcommon.SpanID(h[16:24]))
+		sp.SetName("tools/call " + params["name"].(string))
+		sp.SetKind(ptrace.SpanKindServer)
+		sp.SetStartTimestamp(pcommon.NewTimestampFromTime(recTime(r)))
+		sp.SetEndTimestamp(pcommon.NewTimestampFromTime(recEnd(r)))
+		a := sp.Attributes()
+		a.PutStr("mcp.method.name", "tools/call")
+		a.PutStr("gen_ai.tool.name", params["name"].(string))
+		a.PutStr("gen_ai.operation.name", "execute_tool")
+		a.PutStr("jsonrpc.request.id", fmt.Sprint(req["id"]))
+		a.PutStr("gen_ai.tool.call.arguments", string(args))
+		if sess, ok := r["session"].(string); ok {
+			a.PutStr("mcp.session.id", sess)
+		}
+		switch {
+		case r["transport_error"] != nil:
+			te := r["transport_error"].(string)
+			a.PutStr("error.type", te)
+			sp.Status().SetCode(ptrace.StatusCodeError)
+			sp.Status().SetMessage(te)
+		case r["response"] != nil:
+			resp := r["response"].(map[string]any)
+			if res, ok := resp["result"].(map[string]any); ok {
+				b, _ := json.Marshal(res)
+				a.PutStr("gen_ai.tool.call.result", string(b))
+				if res["isError"] == true {
+					a.PutStr("error.type", "tool_error")
+					sp.Status().SetCode(ptrace.StatusCodeError)
+					sp.Status().SetMessage("tool error")
+				}
+			} else if e, ok := resp["error"].(map[string]any); ok {
+				a.PutStr("rpc.response.status_code", fmt.Sprint(e["code"]))
+				a.PutStr("rpc.jsonrpc.error_message", fmt.Sprint(e["message"]))
+				sp.Status().SetCode(ptrace.StatusCodeError)
+				sp.Status().SetMessage(fmt.Sprint(e["message"]))
+			}
+		}
+	}
+	return ptraceotlp.NewExportRequestFromTraces(td)
 }
