@@ -24,6 +24,10 @@ func (e *TenantShareError) Error() string {
 		e.Tenant, e.Held, e.Share, ErrOpenState)
 }
 
+// TenantShare names the tenant refused: the receiver counts such a refusal
+// apart from a full pipeline (reason "tenant_share").
+func (e *TenantShareError) TenantShare() string { return e.Tenant }
+
 // Unwrap makes the error an ErrOpenState (and so audit.ErrOverloaded).
 func (e *TenantShareError) Unwrap() error { return ErrOpenState }
 

@@ -263,12 +263,17 @@ func (rc *Receiver) ingest(ctx context.Context, src metrics.Source, recs []*audi
 		}
 		return stored, nil
 	case errors.Is(err, audit.ErrOverloaded):
-		rc.rejected(src, metrics.RejectQueueFull, len(recs))
-		return 0, &refusal{429, err.Error() + "; retry later", metrics.RejectQueueFull}
+		reason := metrics.RejectQueueFull
+		var share interface{ TenantShare() string }
+		if errors.As(err, &share) {
+			reason = metrics.RejectTenantShare
+		}
+		rc.rejected(src, reason, len(recs))
+		return 0, &refusal{429, err.Error() + "; retry later", reason}
 	default:
-		rc.rejected(src, metrics.RejectQueueFull, len(recs))
+		rc.rejected(src, metrics.RejectStoreDown, len(recs))
 		rc.rlog.Warn("store_unavailable", "cannot store calls", "err", err, "calls", len(recs))
-		return 0, &refusal{503, "cannot store calls now; retry later", metrics.RejectQueueFull}
+		return 0, &refusal{503, "cannot store calls now; retry later", metrics.RejectStoreDown}
 	}
 }
 

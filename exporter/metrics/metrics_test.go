@@ -324,6 +324,8 @@ mcpaudit_ingest_rejected_total{reason="bad_time",source="otlp_http"} 0
 mcpaudit_ingest_rejected_total{reason="server_limit",source="otlp_http"} 0
 mcpaudit_ingest_rejected_total{reason="overloaded",source="otlp_http"} 0
 mcpaudit_ingest_rejected_total{reason="timeout",source="otlp_http"} 0
+mcpaudit_ingest_rejected_total{reason="tenant_share",source="otlp_http"} 0
+mcpaudit_ingest_rejected_total{reason="store_unavailable",source="otlp_http"} 0
 mcpaudit_ingest_rejected_total{reason="bad_span",source="other"} 0
 mcpaudit_ingest_rejected_total{reason="decode_error",source="other"} 0
 mcpaudit_ingest_rejected_total{reason="invalid_json",source="other"} 0
@@ -337,6 +339,8 @@ mcpaudit_ingest_rejected_total{reason="bad_time",source="other"} 0
 mcpaudit_ingest_rejected_total{reason="server_limit",source="other"} 0
 mcpaudit_ingest_rejected_total{reason="overloaded",source="other"} 0
 mcpaudit_ingest_rejected_total{reason="timeout",source="other"} 0
+mcpaudit_ingest_rejected_total{reason="tenant_share",source="other"} 0
+mcpaudit_ingest_rejected_total{reason="store_unavailable",source="other"} 0
 `, metrics.IngestRecordsTotal, metrics.IngestRejectedTotal)
 }
 

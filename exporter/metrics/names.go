@@ -148,25 +148,28 @@ type RejectReason string
 
 // Reject reasons. Any other value is counted as Other.
 const (
-	RejectInvalidJSON  RejectReason = "invalid_json"  // not JSON, or not the expected shape
-	RejectMissingField RejectReason = "missing_field" // a required field is absent
-	RejectBadSpan      RejectReason = "bad_span"      // a span that is not an MCP tool call we can use
-	RejectTooLarge     RejectReason = "too_large"     // over the size limit
-	RejectQueueFull    RejectReason = "queue_full"    // back-pressure: the pipeline is full
-	RejectDecodeError  RejectReason = "decode_error"  // protobuf or compression error
-	RejectInvalidText  RejectReason = "invalid_text"  // a name or id that is not printable UTF-8
-	RejectTooLong      RejectReason = "too_long"      // a name, id or payload over its cap, or too many attributes
-	RejectTooDeep      RejectReason = "too_deep"      // JSON or OTLP values nested deeper than the limit
-	RejectBadTime      RejectReason = "bad_time"      // a time the store cannot hold (outside 1678-2261)
-	RejectServerLimit  RejectReason = "server_limit"  // a new server past the tenant's cap of partitions
-	RejectOverloaded   RejectReason = "overloaded"    // refused before reading: memory, bytes in flight or connections at their limit
-	RejectTimeout      RejectReason = "timeout"       // the body did not arrive in time
+	RejectInvalidJSON  RejectReason = "invalid_json"      // not JSON, or not the expected shape
+	RejectMissingField RejectReason = "missing_field"     // a required field is absent
+	RejectBadSpan      RejectReason = "bad_span"          // a span that is not an MCP tool call we can use
+	RejectTooLarge     RejectReason = "too_large"         // over the size limit
+	RejectQueueFull    RejectReason = "queue_full"        // back-pressure: the pipeline is full
+	RejectDecodeError  RejectReason = "decode_error"      // protobuf or compression error
+	RejectInvalidText  RejectReason = "invalid_text"      // a name or id that is not printable UTF-8
+	RejectTooLong      RejectReason = "too_long"          // a name, id or payload over its cap, or too many attributes
+	RejectTooDeep      RejectReason = "too_deep"          // JSON or OTLP values nested deeper than the limit
+	RejectBadTime      RejectReason = "bad_time"          // a time the store cannot hold (outside 1678-2261)
+	RejectServerLimit  RejectReason = "server_limit"      // a new server past the tenant's cap of partitions
+	RejectOverloaded   RejectReason = "overloaded"        // refused before reading: memory, bytes in flight or connections at their limit
+	RejectTimeout      RejectReason = "timeout"           // the body did not arrive in time
+	RejectTenantShare  RejectReason = "tenant_share"      // back-pressure: the tenant holds its share of the open calls
+	RejectStoreDown    RejectReason = "store_unavailable" // the store refused the calls (an outage); retried by the sender
 )
 
 // RejectReasons lists every reject reason.
 var RejectReasons = []RejectReason{
 	RejectInvalidJSON, RejectMissingField, RejectBadSpan, RejectTooLarge, RejectQueueFull, RejectDecodeError,
 	RejectInvalidText, RejectTooLong, RejectTooDeep, RejectBadTime, RejectServerLimit, RejectOverloaded, RejectTimeout,
+	RejectTenantShare, RejectStoreDown,
 }
 
 // Ingest results. They are disjoint: a record counts under exactly one.
