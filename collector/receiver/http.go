@@ -299,6 +299,9 @@ func (t *taker) take(rec *audit.Record, known dialect.Known, source, where strin
 	if err := t.rc.check(c, where); err != nil {
 		return err
 	}
+	if err := t.rc.checkSource(source, where); err != nil {
+		return err
+	}
 	// The tenant is the credential's, whatever the payload said.
 	c.Tenant = t.tenant
 	if t.rc.Admit != nil {

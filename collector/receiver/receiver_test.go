@@ -674,3 +674,40 @@ func TestGRPC(t *testing.T) {
 		t.Errorf("%d calls stored, want 3", n)
 	}
 }
+
+// TestOTLPSourceNameBounded: the source of OTLP spans is named after
+// their resource's service.name, service.instance.id and host.name; a
+// resource whose name would be longer than three names, or not printable
+// UTF-8, has its spans rejected, as a poster's Mcpaudit-Source is, rather
+// than kept (in memory, the state file, the status answer and log lines)
+// at any size.
+func TestOTLPSourceNameBounded(t *testing.T) {
+	e := newEnv(t, nil)
+	for name, tc := range map[string]struct{ key, value, want string }{
+		"1MB_instance":       {"service.instance.id", strings.Repeat("x", 1<<20), "more than the limit of"},
+		"escape_in_host":     {"host.name", "node-1\x1b[31m", "a control character at byte offset"},
+		"invalid_utf8_host":  {"host.name", "node-\xff", "invalid UTF-8 at byte offset"},
+		"normal_instance_id": {"service.instance.id", "pod-7", ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			req := traces("thegram", 2, nil)
+			req.Traces().ResourceSpans().At(0).Resource().Attributes().PutStr(tc.key, tc.value)
+			good := traces("thegram", 1, func(sp ptrace.Span) { sp.Attributes().PutStr("jsonrpc.request.id", name) })
+			good.Traces().ResourceSpans().At(0).MoveTo(req.Traces().ResourceSpans().AppendEmpty())
+			b, _ := req.MarshalProto()
+			a := e.post(t, "/v1/traces", "application/x-protobuf", tokAcme, b)
+			resp := ptraceotlp.NewExportResponse()
+			resp.UnmarshalProto([]byte(a.body))
+			ps := resp.PartialSuccess()
+			if tc.want == "" {
+				if a.status != 200 || ps.RejectedSpans() != 0 {
+					t.Fatalf("%d, %d rejected %q; want 200 with nothing rejected", a.status, ps.RejectedSpans(), ps.ErrorMessage())
+				}
+				return
+			}
+			if a.status != 200 || ps.RejectedSpans() != 2 || !strings.Contains(ps.ErrorMessage(), "source name") || !strings.Contains(ps.ErrorMessage(), tc.want) {
+				t.Fatalf("%d, %d rejected %.300q; want 200 with the 2 spans of the resource rejected naming %q", a.status, ps.RejectedSpans(), ps.ErrorMessage(), tc.want)
+			}
+		})
+	}
+}
