@@ -204,7 +204,7 @@ func timelineCommand(args []string, stdout, stderr io.Writer) error {
 			params.Set(k, v)
 		}
 	}
-	b, err := q.get("/api/v1/documents/"+url.PathEscape(doc)+"/timeline", params)
+	b, err := q.get("/api/v1/documents/"+docSegment(doc)+"/timeline", params)
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
@@ -349,4 +349,15 @@ func joinNonEmpty(parts ...string) string {
 		}
 	}
 	return strings.Join(out, " / ")
+}
+
+// docSegment escapes a document's name as one path segment. "." and ".."
+// are escaped too: as they are, the collector's router takes them for the
+// path's own dot segments (/api/v1/documents/../timeline is
+// /api/v1/timeline).
+func docSegment(doc string) string {
+	if doc == "." || doc == ".." {
+		return strings.ReplaceAll(doc, ".", "%2E")
+	}
+	return url.PathEscape(doc)
 }

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -53,6 +55,25 @@ func TestQueryCommands(t *testing.T) {
 		slo := cli(append([]string{"slo", "--window", "3650d"}, where...)...)
 		if !strings.Contains(slo, "SLI: 0.") || !strings.Contains(slo, "double_applied") {
 			t.Errorf("%v: slo:\n%s", where, slo)
+		}
+	}
+}
+
+// TestTimelineDotDocuments: the documents "." and ".." are asked for as
+// themselves, not as the path's dot segments.
+func TestTimelineDotDocuments(t *testing.T) {
+	var got []string
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = append(got, r.RequestURI)
+		io.WriteString(w, `{"document":"x","events":[]}`)
+	}))
+	defer hs.Close()
+	for doc, want := range map[string]string{"..": "/api/v1/documents/%2E%2E/timeline", ".": "/api/v1/documents/%2E/timeline",
+		"a/../b": "/api/v1/documents/a%2F..%2Fb/timeline"} {
+		got = nil
+		var out, errb bytes.Buffer
+		if code := run(context.Background(), []string{"timeline", "--api-url", hs.URL, doc}, nil, &out, &errb); code != 0 || len(got) != 1 || got[0] != want {
+			t.Errorf("timeline %q: exit %d %s, asked %v, want %s", doc, code, errb.String(), got, want)
 		}
 	}
 }
