@@ -489,6 +489,41 @@ func TestBodies(t *testing.T) {
 			t.Fatalf("%d %s, want 413", a.status, a.body)
 		}
 	})
+	gz := func(b []byte) []byte {
+		var out bytes.Buffer
+		zw, _ := gzip.NewWriterLevel(&out, gzip.BestCompression)
+		zw.Write(b)
+		zw.Close()
+		return out.Bytes()
+	}
+	// A bomb inside gzip: the outer layer is small, the inner one is not,
+	// and the capture decoder would unwrap it without the limit.
+	t.Run("gzip_bomb_in_gzip", func(t *testing.T) {
+		for _, enc := range [][]string{nil, {"Content-Encoding", "gzip"}} {
+			a := e.post(t, "/v1/calls", "application/x-ndjson", tokAcme, gz(bomb), enc...)
+			if a.status != 413 {
+				t.Fatalf("%v: %d %s, want 413", enc, a.status, a.body)
+			}
+		}
+	})
+	// 2 MiB of records (twice the limit) as gzip inside gzip: refused, not
+	// taken past the limit.
+	t.Run("records_past_the_limit_in_gzip", func(t *testing.T) {
+		recs := []byte(strings.Repeat(record("thegram", "gram_read", now, 1)+"\n", (2<<20)/300))
+		a := e.post(t, "/v1/calls", "application/x-ndjson", tokAcme, gz(gz(recs)), "Content-Encoding", "gzip")
+		if a.status != 413 {
+			t.Fatalf("%d %.200s, want 413", a.status, a.body)
+		}
+	})
+	t.Run("gzip_in_gzip_within_limits", func(t *testing.T) {
+		rec := []byte(record("thegram", "gram_read", now, 7) + "\n")
+		if a := e.post(t, "/v1/calls", "application/x-ndjson", tokAcme, gz(gz(rec)), "Content-Encoding", "gzip"); a.status != 200 {
+			t.Errorf("a .gz file sent with Content-Encoding gzip: %d %s, want 200", a.status, a.body)
+		}
+		if a := e.post(t, "/v1/calls", "application/x-ndjson", tokAcme, gz(gz(gz(gz(rec))))); a.status != 400 || !strings.Contains(a.body, "gzip inside gzip") {
+			t.Errorf("gzip four deep: %d %s, want 400", a.status, a.body)
+		}
+	})
 	t.Run("unsupported", func(t *testing.T) {
 		if a := e.post(t, "/v1/calls", "text/csv", tokAcme, []byte("x")); a.status != 415 {
 			t.Errorf("Content-Type text/csv: %d, want 415", a.status)
