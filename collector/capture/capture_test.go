@@ -100,6 +100,10 @@ func TestDecoder_Formats(t *testing.T) {
 	f("gzip", gz.Bytes(), FormatRecords, 2, 0)
 	f("array", []byte("[\n"+good+",\n"+good+", 5]"), FormatRecordArray, 2, 1)
 	f("broken array", []byte("["+good+", {"), FormatRecordArray, 1, 1)
+	f("array and white space", []byte("["+good+"]\n \n"), FormatRecordArray, 1, 0)
+	// What follows the array is not dropped unsaid.
+	f("two arrays", []byte("["+good+"]\n["+good+"]\n"), FormatRecordArray, 1, 1)
+	f("array then a record", []byte("["+good+"]\n"+good+"\n"), FormatRecordArray, 1, 1)
 	f("empty", nil, FormatRecords, 0, 0)
 	f("otlp document", otlp, FormatOTLP, 5, 0)
 	f("otlp json lines", append(append(append([]byte{}, oneLine...), '\n'), oneLine...), FormatOTLP, 10, 0)
