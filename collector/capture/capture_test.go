@@ -96,6 +96,7 @@ func TestDecoder_Formats(t *testing.T) {
 	}
 	f("ndjson", []byte(good+"\n"+good), FormatRecords, 2, 0)
 	f("other methods ignored", []byte(good+"\n"+`{"time":"2026-11-02T09:00:00Z","server":"thegram","request":{"jsonrpc":"2.0","id":9,"method":"tools/list"}}`), FormatRecords, 1, 0)
+	f("json-seq", []byte("\x1e"+good+"\n\x1e"+good+"\n"), FormatRecords, 2, 0)
 	f("crlf and bom", []byte("\ufeff"+good+"\r\n"+good+"\r\n"), FormatRecords, 2, 0)
 	f("gzip", gz.Bytes(), FormatRecords, 2, 0)
 	f("array", []byte("[\n"+good+",\n"+good+", 5]"), FormatRecordArray, 2, 1)

@@ -328,6 +328,9 @@ func (d *Decoder) nextRecord(rd *dialect.Reader) (*audit.Record, error) {
 	if d.line == 1 {
 		line = bytes.TrimPrefix(line, []byte("\xef\xbb\xbf"))
 	}
+	// JSON text sequences (RFC 7464, application/json-seq, which /v1/calls
+	// takes) put a record separator before each record.
+	line = bytes.TrimPrefix(line, []byte{0x1e})
 	if len(bytes.TrimSpace(line)) == 0 {
 		return nil, nil
 	}
