@@ -172,7 +172,7 @@ func findingsCommand(args []string, stdout, stderr io.Writer) error {
 	if err := json.Unmarshal(b, &page); err != nil {
 		return &exitError{code: 2, err: err}
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	tw := tabwriter.NewWriter(printable(stdout), 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "TIME\tID\tSEVERITY\tKIND\tSTATE\tSERVER\tDOCUMENT / KEY\tSUMMARY")
 	for _, f := range page.Findings {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", f.Time.UTC().Format("2006-01-02 15:04:05"), f.ID(), f.Severity, f.Kind, f.StateOf(), f.Server, joinNonEmpty(f.Document, f.Key), f.Summary)
@@ -216,8 +216,9 @@ func timelineCommand(args []string, stdout, stderr io.Writer) error {
 	if err := json.Unmarshal(b, &tl); err != nil {
 		return &exitError{code: 2, err: err}
 	}
-	fmt.Fprintf(stdout, "Timeline of %s (%d events)\n", tl.Document, len(tl.Events))
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	out := printable(stdout)
+	fmt.Fprintf(out, "Timeline of %s (%d events)\n", tl.Document, len(tl.Events))
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "TIME\tEVENT\tSESSION\tTOOL\tWHAT\tRETRY ACTION")
 	for _, e := range tl.Events {
 		what := ""
