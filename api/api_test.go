@@ -183,6 +183,18 @@ func TestAuth(t *testing.T) {
 	}
 }
 
+// TestAuthFailureLogNamesNoDocument: a refused timeline request is logged
+// by its route, without the document's name.
+func TestAuthFailureLogNamesNoDocument(t *testing.T) {
+	srv, logs := newServer(t, map[string]string{"tok-acme": "acme"})
+	if status, _, _ := do(t, "GET", srv.URL+"/api/v1/documents/plans%2Fmerger-with-globex.gram/timeline", "wrong-token"); status != 401 {
+		t.Fatalf("status %d, want 401", status)
+	}
+	if l := logs.String(); !strings.Contains(l, `"kind":"auth_failure"`) || !strings.Contains(l, "/api/v1/documents/") || strings.Contains(l, "merger") {
+		t.Errorf("log %s: want an auth_failure line naming the route, not the document", l)
+	}
+}
+
 // TestValidRequests: the documented parameters are accepted.
 func TestValidRequests(t *testing.T) {
 	srv, _ := newServer(t, nil)

@@ -19,6 +19,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/mcpaudit/mcpaudit/api"
 	"github.com/mcpaudit/mcpaudit/audit"
@@ -614,10 +615,7 @@ func (s *Server) loginForm(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	tok := strings.TrimSpace(r.PostFormValue("token"))
-	next := r.PostFormValue("next")
-	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") {
-		next = "/"
-	}
+	next := localNext(r.PostFormValue("next"))
 	if _, ok := s.api.PrincipalOf(tok); !ok {
 		s.render(w, r, "login", http.StatusUnauthorized, "Sign in", next)
 		return
@@ -625,6 +623,22 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, &http.Cookie{Name: tokenCookie, Value: tok, Path: "/", HttpOnly: true,
 		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
 	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+// localNext returns next when it is a path of this server, else "/". A
+// browser reads a backslash as a slash and drops tabs and newlines inside
+// a URL, so `/\evil.example` and "/<tab>/evil.example" are //evil.example,
+// another site: a link to /login?next=... must not send the one who signs
+// in there.
+func localNext(next string) string {
+	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") ||
+		strings.ContainsRune(next, '\\') || strings.ContainsFunc(next, unicode.IsControl) {
+		return "/"
+	}
+	if u, err := url.Parse(next); err != nil || u.Scheme != "" || u.Host != "" {
+		return "/"
+	}
+	return next
 }
 
 func (s *Server) logout(w http.ResponseWriter, r *http.Request) {

@@ -163,3 +163,31 @@ func TestPageTenants(t *testing.T) {
 		}
 	})
 }
+
+// TestLoginNextStaysLocal: signing in goes on to the page asked for, and
+// never to another site: a browser takes "/\evil" and "/<tab>/evil" for
+// "//evil".
+func TestLoginNextStaysLocal(t *testing.T) {
+	hs, _ := tenantServer(t)
+	for next, want := range map[string]string{
+		"/documents/a%2Fb?since=1h": "/documents/a%2Fb?since=1h",
+		"//evil.example":            "/",
+		"https://evil.example/":     "/",
+		`/\evil.example`:            "/",
+		`/\/evil.example`:           "/",
+		"/\t/evil.example":          "/",
+		"/\r\n/evil.example":        "/",
+		"javascript:alert(1)":       "/",
+	} {
+		c := client(t)
+		c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+		resp, err := c.PostForm(hs.URL+"/login", url.Values{"token": {"tok-alice"}, "next": {next}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if loc := resp.Header.Get("Location"); resp.StatusCode != http.StatusSeeOther || loc != want {
+			t.Errorf("next %q: %d to %q, want a redirect to %q", next, resp.StatusCode, loc, want)
+		}
+	}
+}

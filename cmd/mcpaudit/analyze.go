@@ -371,6 +371,7 @@ func (c *collector) printJSON(w io.Writer) {
 }
 
 func (c *collector) printTable(w io.Writer) {
+	w = printable(w)
 	if len(c.findings) == 0 {
 		fmt.Fprintln(w, "No findings.")
 		fmt.Fprintln(w)

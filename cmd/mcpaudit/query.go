@@ -172,7 +172,7 @@ func findingsCommand(args []string, stdout, stderr io.Writer) error {
 	if err := json.Unmarshal(b, &page); err != nil {
 		return &exitError{code: 2, err: err}
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	tw := tabwriter.NewWriter(printable(stdout), 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "TIME\tID\tSEVERITY\tKIND\tSTATE\tSERVER\tDOCUMENT / KEY\tSUMMARY")
 	for _, f := range page.Findings {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", f.Time.UTC().Format("2006-01-02 15:04:05"), f.ID(), f.Severity, f.Kind, f.StateOf(), f.Server, joinNonEmpty(f.Document, f.Key), f.Summary)
@@ -204,7 +204,7 @@ func timelineCommand(args []string, stdout, stderr io.Writer) error {
 			params.Set(k, v)
 		}
 	}
-	b, err := q.get("/api/v1/documents/"+url.PathEscape(doc)+"/timeline", params)
+	b, err := q.get("/api/v1/documents/"+docSegment(doc)+"/timeline", params)
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
@@ -216,8 +216,9 @@ func timelineCommand(args []string, stdout, stderr io.Writer) error {
 	if err := json.Unmarshal(b, &tl); err != nil {
 		return &exitError{code: 2, err: err}
 	}
-	fmt.Fprintf(stdout, "Timeline of %s (%d events)\n", tl.Document, len(tl.Events))
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	out := printable(stdout)
+	fmt.Fprintf(out, "Timeline of %s (%d events)\n", tl.Document, len(tl.Events))
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "TIME\tEVENT\tSESSION\tTOOL\tWHAT\tRETRY ACTION")
 	for _, e := range tl.Events {
 		what := ""
@@ -349,4 +350,15 @@ func joinNonEmpty(parts ...string) string {
 		}
 	}
 	return strings.Join(out, " / ")
+}
+
+// docSegment escapes a document's name as one path segment. "." and ".."
+// are escaped too: as they are, the collector's router takes them for the
+// path's own dot segments (/api/v1/documents/../timeline is
+// /api/v1/timeline).
+func docSegment(doc string) string {
+	if doc == "." || doc == ".." {
+		return strings.ReplaceAll(doc, ".", "%2E")
+	}
+	return url.PathEscape(doc)
 }

@@ -110,6 +110,7 @@ func judgedSince(targets map[[2]string]time.Time, st api.StatusResponse) bool {
 // printStatus prints a status answer as tables; waited tells that a wait
 // for what was acknowledged before it succeeded.
 func printStatus(w io.Writer, st api.StatusResponse, waited bool) {
+	w = printable(w)
 	judged := "yes"
 	if !st.Judged {
 		judged = "no"

@@ -96,10 +96,15 @@ func TestDecoder_Formats(t *testing.T) {
 	}
 	f("ndjson", []byte(good+"\n"+good), FormatRecords, 2, 0)
 	f("other methods ignored", []byte(good+"\n"+`{"time":"2026-11-02T09:00:00Z","server":"thegram","request":{"jsonrpc":"2.0","id":9,"method":"tools/list"}}`), FormatRecords, 1, 0)
+	f("json-seq", []byte("\x1e"+good+"\n\x1e"+good+"\n"), FormatRecords, 2, 0)
 	f("crlf and bom", []byte("\ufeff"+good+"\r\n"+good+"\r\n"), FormatRecords, 2, 0)
 	f("gzip", gz.Bytes(), FormatRecords, 2, 0)
 	f("array", []byte("[\n"+good+",\n"+good+", 5]"), FormatRecordArray, 2, 1)
 	f("broken array", []byte("["+good+", {"), FormatRecordArray, 1, 1)
+	f("array and white space", []byte("["+good+"]\n \n"), FormatRecordArray, 1, 0)
+	// What follows the array is not dropped unsaid.
+	f("two arrays", []byte("["+good+"]\n["+good+"]\n"), FormatRecordArray, 1, 1)
+	f("array then a record", []byte("["+good+"]\n"+good+"\n"), FormatRecordArray, 1, 1)
 	f("empty", nil, FormatRecords, 0, 0)
 	f("otlp document", otlp, FormatOTLP, 5, 0)
 	f("otlp json lines", append(append(append([]byte{}, oneLine...), '\n'), oneLine...), FormatOTLP, 10, 0)

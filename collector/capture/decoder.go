@@ -328,6 +328,9 @@ func (d *Decoder) nextRecord(rd *dialect.Reader) (*audit.Record, error) {
 	if d.line == 1 {
 		line = bytes.TrimPrefix(line, []byte("\xef\xbb\xbf"))
 	}
+	// JSON text sequences (RFC 7464, application/json-seq, which /v1/calls
+	// takes) put a record separator before each record.
+	line = bytes.TrimPrefix(line, []byte{0x1e})
 	if len(bytes.TrimSpace(line)) == 0 {
 		return nil, nil
 	}
@@ -360,6 +363,13 @@ func (d *Decoder) parse(data []byte, rd *dialect.Reader) *audit.Record {
 func (d *Decoder) nextArray(rd *dialect.Reader) (*audit.Record, error) {
 	if !d.jd.More() {
 		d.done = true
+		// The closing bracket, then nothing but white space: what follows
+		// the array (a second array, a record) would be lost unsaid.
+		if _, err := d.jd.Token(); err == nil {
+			if _, err = d.jd.Token(); err != io.EOF {
+				d.errs = append(d.errs, &RecordError{Source: d.name, Line: d.line + 1, Reason: fmt.Sprintf("content after the JSON array of %d records, not read: send one array, or NDJSON", d.line)})
+			}
+		}
 		return nil, nil
 	}
 	d.line++

@@ -135,10 +135,14 @@ func (rc *Receiver) body(w http.ResponseWriter, r *http.Request) ([]byte, func()
 		size = r.ContentLength
 	}
 	b, err := rc.readCounted(src, size, held)
-	if err == nil && !gz && len(b) >= 2 && b[0] == 0x1f && b[1] == 0x8b {
+	for layers := 0; err == nil && len(b) >= 2 && b[0] == 0x1f && b[1] == 0x8b; layers++ {
 		// A gzip body sent without Content-Encoding (curl --data-binary of
-		// a .gz file): the capture decoder would unwrap it without any
-		// limit, so it is unwrapped here, under the same one.
+		// a .gz file), or a .gz file sent with it (gzip inside gzip): the
+		// capture decoder would unwrap it without any limit, so it is
+		// unwrapped here, under the same one, and a few layers at most.
+		if layers == maxGzipLayers {
+			return fail(&refusal{400, fmt.Sprintf("body is gzip inside gzip more than %d deep", maxGzipLayers), metrics.RejectDecodeError})
+		}
 		var zr *gzip.Reader
 		if zr, err = gzip.NewReader(bytes.NewReader(b)); err == nil {
 			b, err = rc.readCounted(zr, 0, held)
@@ -157,6 +161,10 @@ func (rc *Receiver) body(w http.ResponseWriter, r *http.Request) ([]byte, func()
 	}
 	return b, held.release, nil
 }
+
+// maxGzipLayers bounds the gzip layers unwrapped inside a body (besides
+// its Content-Encoding).
+const maxGzipLayers = 2
 
 // decodeCost is what one byte of a request costs in memory until the
 // request is answered, counted against the bytes in flight: the body, the
@@ -297,6 +305,9 @@ func (t *taker) done() { t.rc.readers.Put(t.reader) }
 func (t *taker) take(rec *audit.Record, known dialect.Known, source, where string) *recordError {
 	c := rec.Call
 	if err := t.rc.check(c, where); err != nil {
+		return err
+	}
+	if err := t.rc.checkSource(source, where); err != nil {
 		return err
 	}
 	// The tenant is the credential's, whatever the payload said.

@@ -73,6 +73,22 @@ func (rc *Receiver) check(c *audit.Call, where string) *recordError {
 	return nil
 }
 
+// checkSource checks the name of the source a call came on. A poster's
+// (Mcpaudit-Source) is checked with its request; an OTLP source is named
+// after its resource's service.name, service.instance.id and host.name,
+// which no other check bounds, and the name is kept in memory, in the state
+// file, in the status answer and in log lines: each part may take
+// serve.receiver.max_name_bytes, printable UTF-8.
+func (rc *Receiver) checkSource(source, where string) *recordError {
+	if limit := len("otlp:") + 3*rc.cfg.MaxNameBytes + 2; len(source) > limit {
+		return reject(mx.RejectTooLong, "%s: resource: its source name (service.name/service.instance.id/host.name) has %d bytes, more than the limit of %d (3 × serve.receiver.max_name_bytes)", where, len(source), limit)
+	}
+	if i := badText(source); i >= 0 {
+		return reject(mx.RejectInvalidText, "%s: resource: its source name (service.name/service.instance.id/host.name) has %s at byte offset %d; names must be printable UTF-8", where, badTextReason(source, i), i)
+	}
+	return nil
+}
+
 func errData(c *audit.Call) []byte {
 	if c.Error == nil {
 		return nil

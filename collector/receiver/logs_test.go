@@ -82,3 +82,24 @@ func TestLogs(t *testing.T) {
 		t.Errorf("the log holds a payload: %s", all)
 	}
 }
+
+// TestLogs_OTLPJSONContextNotLogged: an OTLP JSON body the decoder cannot
+// read is refused with its error, and the log line keeps the error but not
+// the bytes of the body it cites around it, which are not all inside
+// quotes: here the end of a trace id that holds a secret.
+func TestLogs_OTLPJSONContextNotLogged(t *testing.T) {
+	e := newEnv(t, nil)
+	const secret = "hunter2-not-for-logs"
+	body := `{"resourceSpans":[{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"thegram"}}]},` +
+		`"scopeSpans":[{"spans":[{"traceId":"` + secret + `","spanId":"0900000000000000"}]}]}]}`
+	if a := e.post(t, "/v1/traces", "application/json", tokAcme, []byte(body)); a.status != 400 {
+		t.Fatalf("%d %s, want 400", a.status, a.body)
+	}
+	got := e.logs.lines(t, "rejected_request")
+	if len(got) != 1 || !strings.Contains(fmt.Sprint(got[0]["error"]), "cannot decode OTLP JSON") {
+		t.Fatalf("rejected_request lines %v, want one naming the decoder's error", got)
+	}
+	if s := fmt.Sprint(got[0]["error"]); strings.Contains(s, "for-logs") || strings.Contains(s, "hunter2") {
+		t.Errorf("the log line quotes the body: %s", s)
+	}
+}

@@ -292,7 +292,7 @@ const maxLoggedDetail = 300
 // cut to maxLoggedDetail bytes of valid UTF-8, as a hostile sender chooses
 // its text.
 func (rc *Receiver) logRejected(kind string, src metrics.Source, tenant string, reason metrics.RejectReason, detail string) {
-	detail = unquoted(detail)
+	detail = unquoted(withoutContext(detail))
 	if rc.Redactor != nil {
 		detail, _ = rc.Redactor.Text(detail)
 	}
@@ -305,6 +305,18 @@ func (rc *Receiver) logRejected(kind string, src metrics.Source, tenant string, 
 		args = append(args, "tenant", tenant)
 	}
 	rc.rlog.Warn(kind, "ingest rejected", args...)
+}
+
+// withoutContext cuts the input the OTLP JSON decoder (jsoniter) cites
+// around its error: "error found in #10 byte of ...|<input>|..., bigger
+// context ...|<input>|...". Those bytes are not quoted as a whole (they
+// hold the body's own quotes), so unquoted would keep the ones before the
+// first quote: the end of a secret next to the error.
+func withoutContext(s string) string {
+	if i := strings.Index(s, ", error found in #"); i >= 0 {
+		return s[:i]
+	}
+	return s
 }
 
 // unquoted replaces every double-quoted part of an error message with

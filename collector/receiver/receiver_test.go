@@ -489,6 +489,41 @@ func TestBodies(t *testing.T) {
 			t.Fatalf("%d %s, want 413", a.status, a.body)
 		}
 	})
+	gz := func(b []byte) []byte {
+		var out bytes.Buffer
+		zw, _ := gzip.NewWriterLevel(&out, gzip.BestCompression)
+		zw.Write(b)
+		zw.Close()
+		return out.Bytes()
+	}
+	// A bomb inside gzip: the outer layer is small, the inner one is not,
+	// and the capture decoder would unwrap it without the limit.
+	t.Run("gzip_bomb_in_gzip", func(t *testing.T) {
+		for _, enc := range [][]string{nil, {"Content-Encoding", "gzip"}} {
+			a := e.post(t, "/v1/calls", "application/x-ndjson", tokAcme, gz(bomb), enc...)
+			if a.status != 413 {
+				t.Fatalf("%v: %d %s, want 413", enc, a.status, a.body)
+			}
+		}
+	})
+	// 2 MiB of records (twice the limit) as gzip inside gzip: refused, not
+	// taken past the limit.
+	t.Run("records_past_the_limit_in_gzip", func(t *testing.T) {
+		recs := []byte(strings.Repeat(record("thegram", "gram_read", now, 1)+"\n", (2<<20)/300))
+		a := e.post(t, "/v1/calls", "application/x-ndjson", tokAcme, gz(gz(recs)), "Content-Encoding", "gzip")
+		if a.status != 413 {
+			t.Fatalf("%d %.200s, want 413", a.status, a.body)
+		}
+	})
+	t.Run("gzip_in_gzip_within_limits", func(t *testing.T) {
+		rec := []byte(record("thegram", "gram_read", now, 7) + "\n")
+		if a := e.post(t, "/v1/calls", "application/x-ndjson", tokAcme, gz(gz(rec)), "Content-Encoding", "gzip"); a.status != 200 {
+			t.Errorf("a .gz file sent with Content-Encoding gzip: %d %s, want 200", a.status, a.body)
+		}
+		if a := e.post(t, "/v1/calls", "application/x-ndjson", tokAcme, gz(gz(gz(gz(rec))))); a.status != 400 || !strings.Contains(a.body, "gzip inside gzip") {
+			t.Errorf("gzip four deep: %d %s, want 400", a.status, a.body)
+		}
+	})
 	t.Run("unsupported", func(t *testing.T) {
 		if a := e.post(t, "/v1/calls", "text/csv", tokAcme, []byte("x")); a.status != 415 {
 			t.Errorf("Content-Type text/csv: %d, want 415", a.status)
@@ -672,5 +707,42 @@ func TestGRPC(t *testing.T) {
 	// before: the same exchange, stored once).
 	if n := len(e.stored(t)); n != 3 {
 		t.Errorf("%d calls stored, want 3", n)
+	}
+}
+
+// TestOTLPSourceNameBounded: the source of OTLP spans is named after
+// their resource's service.name, service.instance.id and host.name; a
+// resource whose name would be longer than three names, or not printable
+// UTF-8, has its spans rejected, as a poster's Mcpaudit-Source is, rather
+// than kept (in memory, the state file, the status answer and log lines)
+// at any size.
+func TestOTLPSourceNameBounded(t *testing.T) {
+	e := newEnv(t, nil)
+	for name, tc := range map[string]struct{ key, value, want string }{
+		"1MB_instance":       {"service.instance.id", strings.Repeat("x", 1<<20), "more than the limit of"},
+		"escape_in_host":     {"host.name", "node-1\x1b[31m", "a control character at byte offset"},
+		"invalid_utf8_host":  {"host.name", "node-\xff", "invalid UTF-8 at byte offset"},
+		"normal_instance_id": {"service.instance.id", "pod-7", ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			req := traces("thegram", 2, nil)
+			req.Traces().ResourceSpans().At(0).Resource().Attributes().PutStr(tc.key, tc.value)
+			good := traces("thegram", 1, func(sp ptrace.Span) { sp.Attributes().PutStr("jsonrpc.request.id", name) })
+			good.Traces().ResourceSpans().At(0).MoveTo(req.Traces().ResourceSpans().AppendEmpty())
+			b, _ := req.MarshalProto()
+			a := e.post(t, "/v1/traces", "application/x-protobuf", tokAcme, b)
+			resp := ptraceotlp.NewExportResponse()
+			resp.UnmarshalProto([]byte(a.body))
+			ps := resp.PartialSuccess()
+			if tc.want == "" {
+				if a.status != 200 || ps.RejectedSpans() != 0 {
+					t.Fatalf("%d, %d rejected %q; want 200 with nothing rejected", a.status, ps.RejectedSpans(), ps.ErrorMessage())
+				}
+				return
+			}
+			if a.status != 200 || ps.RejectedSpans() != 2 || !strings.Contains(ps.ErrorMessage(), "source name") || !strings.Contains(ps.ErrorMessage(), tc.want) {
+				t.Fatalf("%d, %d rejected %.300q; want 200 with the 2 spans of the resource rejected naming %q", a.status, ps.RejectedSpans(), ps.ErrorMessage(), tc.want)
+			}
+		})
 	}
 }
