@@ -35,6 +35,10 @@ type delivery struct {
 	// pod names the source within its server: its own exporter, or its
 	// own poster.
 	pod string
+	// poster, if set, names the poster of call records instead: one
+	// poster may send several servers (an exporter cannot: its resource
+	// is one service).
+	poster string
 	// at orders the deliveries: a source sends its calls in this order,
 	// and the sources are fed in it.
 	at time.Time
@@ -230,6 +234,9 @@ func deliverCalls(t *testing.T, s *server, ds []delivery) {
 	last := time.Duration(0)
 	for _, d := range ds {
 		src := d.server + "/" + d.pod
+		if d.poster != "" {
+			src = d.poster
+		}
 		if d.wall > last {
 			// Paced: what each poster has is sent before time goes on.
 			for k := range batches {
@@ -389,6 +396,26 @@ var liveScenarios = []struct {
 			if d.server == "oddlynew" {
 				d.at = d.at.Add(10 * time.Minute)
 			}
+			ds = append(ds, d)
+		}
+		return ds
+	}, 0, false, false},
+	{"one_poster_two_servers_one_behind", func(recs []map[string]any) []delivery {
+		// One poster of call records sends both servers, oddlynew's calls
+		// 40 s behind thegram's (its queue is behind); as exporters, two
+		// resources, the same delays. Each server is held back only by
+		// what the poster delivered for it: thegram's calls do not make
+		// oddlynew's late.
+		// Paced at 100 times the capture's speed, so that the partitions
+		// are past their start when the delays show.
+		var ds []delivery
+		first := recTime(recs[0])
+		for _, r := range recs {
+			d := delivery{rec: r, server: r["server"].(string), pod: "0", poster: "shipper", at: recEnd(r)}
+			if d.server == "oddlynew" {
+				d.at = d.at.Add(40 * time.Second)
+			}
+			d.wall = d.at.Sub(first) / 100
 			ds = append(ds, d)
 		}
 		return ds

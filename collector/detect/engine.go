@@ -5,7 +5,8 @@
 //
 // The Engine keeps event time per partition. A source is one stream of
 // calls (an exporter, a poster, an input file); its clock is the latest
-// event time it delivered, whatever partitions its calls were for. A
+// event time it delivered, whatever partitions its calls were for, or, with
+// ClockPerPartition (the live service), for each partition apart. A
 // partition's watermark is the minimum over the active sources that feed
 // it of their clocks, less the lateness bound, never ahead of the wall
 // clock by more than the allowed skew. Calls wait for the watermark and are judged in time order; a call
@@ -46,6 +47,8 @@ type Engine struct {
 	current *audit.Record
 	// wall is the latest wall time the engine was told (Add, Tick).
 	wall time.Time
+	// perPartition keeps a source's clock per partition (ClockPerPartition).
+	perPartition bool
 }
 
 // partition is the event time and the state of one partition.
@@ -63,8 +66,36 @@ type partition struct {
 	calls, late, tooLate, ahead int64
 }
 
-// sourceKey names a source; sources of different tenants never mix.
-type sourceKey struct{ tenant, name string }
+// sourceKey names a source; sources of different tenants never mix. server
+// is set when the engine keeps a source's clock per partition, empty
+// otherwise.
+type sourceKey struct{ tenant, name, server string }
+
+// keyOf is the key of source name's stream of calls for partition k.
+func (e *Engine) keyOf(k PartitionKey, name string) sourceKey {
+	if e.perPartition {
+		return sourceKey{k.Tenant, name, k.Server}
+	}
+	return sourceKey{tenant: k.Tenant, name: name}
+}
+
+// sourcesNamed returns the sources of tenant named name: one, or with
+// ClockPerPartition one per partition it feeds.
+func (e *Engine) sourcesNamed(tenant, name string) []*source {
+	if !e.perPartition {
+		if s := e.sources[sourceKey{tenant: tenant, name: name}]; s != nil {
+			return []*source{s}
+		}
+		return nil
+	}
+	var out []*source
+	for k, s := range e.sources {
+		if k.tenant == tenant && k.name == name {
+			out = append(out, s)
+		}
+	}
+	return out
+}
 
 // source is one stream of calls.
 type source struct {
@@ -98,6 +129,16 @@ func NewEngine(cfg Config, sinks ...audit.Sink) *Engine {
 	return e
 }
 
+// ClockPerPartition makes the engine keep each source's clock per
+// partition: a source that sends several servers (a poster of mixed call
+// records, a pipeline that forwards several services under one name) holds
+// each partition back only by what it delivered for it, so a server it
+// sends late does not make another's calls late. The live service uses it;
+// analyze does not, as an input file is one stream in time order across
+// servers, whose calls of one server move every partition's clock. Call it
+// before the first call.
+func (e *Engine) ClockPerPartition() { e.perPartition = true }
+
 // DropRepeatedIDs makes the engine drop a call whose id it took before
 // (among the last 200,000), however late it comes: a file given twice, a
 // re-sent upload. The live service leaves this to its store.
@@ -123,7 +164,7 @@ func (e *Engine) Add(src string, r *audit.Record, wall time.Time) {
 	if p.born.IsZero() {
 		p.born = wall
 	}
-	s := e.source(sourceKey{c.Tenant, src})
+	s := e.source(e.keyOf(p.key, src))
 	if !slices.Contains(p.sources, s) {
 		p.sources = append(p.sources, s)
 		s.parts = append(s.parts, p)
@@ -215,15 +256,12 @@ func (e *Engine) source(k sourceKey) *source {
 // EndSource says that a source will deliver nothing more (the end of an
 // input file): it stops holding its partitions back.
 func (e *Engine) EndSource(tenant, name string) {
-	k := sourceKey{tenant, name}
-	s := e.sources[k]
-	if s == nil {
-		return
-	}
-	delete(e.sources, k)
-	for _, p := range s.parts {
-		p.sources = slices.DeleteFunc(p.sources, func(x *source) bool { return x == s })
-		e.advance(p, time.Time{})
+	for _, s := range e.sourcesNamed(tenant, name) {
+		delete(e.sources, s.key)
+		for _, p := range s.parts {
+			p.sources = slices.DeleteFunc(p.sources, func(x *source) bool { return x == s })
+			e.advance(p, time.Time{})
+		}
 	}
 }
 

@@ -44,7 +44,7 @@ func (e *Engine) RestoreSource(k PartitionKey, name string, clock, wall time.Tim
 		p.born = wall
 	}
 	alive := wall.Add(grace)
-	s := e.source(sourceKey{k.Tenant, name})
+	s := e.source(e.keyOf(k, name))
 	if !slices.Contains(p.sources, s) {
 		p.sources = append(p.sources, s)
 		s.parts = append(s.parts, p)
@@ -62,8 +62,10 @@ func (e *Engine) RestoreSource(k PartitionKey, name string, clock, wall time.Tim
 // holding its partitions back, for its calls are still to come. A source
 // the engine does not know is ignored.
 func (e *Engine) Touch(tenant, name string, wall time.Time) {
-	if s := e.sources[sourceKey{tenant, name}]; s != nil && wall.After(s.alive) {
-		s.alive = wall
+	for _, s := range e.sourcesNamed(tenant, name) {
+		if wall.After(s.alive) {
+			s.alive = wall
+		}
 	}
 }
 

@@ -164,6 +164,9 @@ func New(ctx context.Context, cfg Config, dcfg detect.Config, store audit.Store,
 	}
 	p.gate = newGate(sinks, cfg.FindingLatency)
 	p.eng = detect.NewEngine(dcfg, p.gate)
+	// An exporter or poster that sends several servers holds each back only
+	// by what it delivered for it (docs/detection.md, "Sources").
+	p.eng.ClockPerPartition()
 	// The store refuses stored ids; the engine drops a call re-sent while
 	// it could still be judged (a re-send after a lost acknowledgement,
 	// a replay after a restart).
