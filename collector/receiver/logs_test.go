@@ -68,3 +68,31 @@ func TestLogs(t *testing.T) {
 		t.Errorf("the log holds a payload: %s", all)
 	}
 }
+
+// TestLogs_MalformedJSONNotQuoted: a record or an OTLP JSON body that is
+// not JSON is logged with where it failed, never with the text around it:
+// the decoders quote the input in their errors (fastjson its unparsed tail,
+// the OTLP JSON decoder its context), and that text is the payload, before
+// any redaction.
+func TestLogs_MalformedJSONNotQuoted(t *testing.T) {
+	e := newEnv(t, nil)
+	bad := strings.Replace(record("thegram", "gram_read", now, 1), `"a.gram"`, `"a.gram", "password": hunter2-SECRET, "ssn": "123-45-6789"`, 1)
+	if a := e.post(t, "/v1/calls", "application/x-ndjson", tokAcme, []byte(bad+"\n"+record("thegram", "gram_read", now, 2)+"\n")); a.status != 200 {
+		t.Fatalf("%d %s", a.status, a.body)
+	}
+	otlpJSON := `{"resourceSpans":[{"scopeSpans":[{"spans":[{"name":"tools/call","attributes":[{"key":"gen_ai.tool.call.arguments","value":{"stringValue": hunter2-SECRET }}]}]}]}]}`
+	e.post(t, "/v1/traces", "application/json", tokAcme, []byte(otlpJSON))
+	rec, req := e.logs.lines(t, "rejected_record"), e.logs.lines(t, "rejected_request")
+	if len(rec) != 1 || !strings.HasPrefix(fmt.Sprint(rec[0]["error"]), "body:1: not JSON") {
+		t.Errorf("rejected_record lines %v: want one naming body:1 as not JSON", rec)
+	}
+	if len(req) != 1 || !strings.HasPrefix(fmt.Sprint(req[0]["error"]), "400 ") {
+		t.Errorf("rejected_request lines %v: want one naming 400", req)
+	}
+	e.logs.mu.Lock()
+	all := e.logs.b.String()
+	e.logs.mu.Unlock()
+	if strings.Contains(all, "hunter2") || strings.Contains(all, "123-45") {
+		t.Errorf("the log quotes the payload of a malformed record:\n%s", all)
+	}
+}

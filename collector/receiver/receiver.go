@@ -287,6 +287,7 @@ const maxLoggedDetail = 300
 // cut to maxLoggedDetail bytes of valid UTF-8, as a hostile sender chooses
 // its text.
 func (rc *Receiver) logRejected(kind string, src metrics.Source, tenant string, reason metrics.RejectReason, detail string) {
+	detail = withoutQuotedInput(detail)
 	if len(detail) > maxLoggedDetail {
 		detail = detail[:maxLoggedDetail] + "..."
 	}
@@ -296,6 +297,23 @@ func (rc *Receiver) logRejected(kind string, src metrics.Source, tenant string, 
 		args = append(args, "tenant", tenant)
 	}
 	rc.rlog.Warn(kind, "ingest rejected", args...)
+}
+
+// quotedInput marks where a JSON decoder's error starts quoting the input
+// it failed on: fastjson's unparsed tail, jsoniter's context ("error found
+// in #10 byte of ...|text|..., bigger context ...|text|...").
+var quotedInput = []string{"; unparsed tail: ", " of ...|"}
+
+// withoutQuotedInput cuts a decoder's error before the input it quotes: a
+// payload, not yet redacted, must not reach the log. What is left says
+// where and why it failed.
+func withoutQuotedInput(detail string) string {
+	for _, m := range quotedInput {
+		if i := strings.Index(detail, m); i >= 0 {
+			detail = detail[:i]
+		}
+	}
+	return detail
 }
 
 // logIgnored writes, at debug level and rate-limited, how many spans or
