@@ -29,6 +29,11 @@ func TestLogs(t *testing.T) {
 		m["tenant"] != "acme" || m["transport"] != "calls_http" || m["level"] != "WARN" {
 		t.Errorf("rejected_record line %v: want the record's place and reason, tenant acme, transport calls_http", m)
 	}
+	// It names the poster (its address, no Mcpaudit-Source header here), so
+	// that an operator knows whom to ask among many.
+	if m := got[0]; m["source"] != "calls:127.0.0.1" {
+		t.Errorf("rejected_record line %v: want source calls:127.0.0.1, the poster", m)
+	}
 
 	// A record of another method is ignored, at debug level.
 	other := strings.Replace(record("thegram", "gram_read", now, 3), `"tools/call"`, `"tools/list"`, 1)

@@ -286,7 +286,7 @@ const maxLoggedDetail = 300
 // the line, field or span and why, never the payload itself. The error is
 // cut to maxLoggedDetail bytes of valid UTF-8, as a hostile sender chooses
 // its text.
-func (rc *Receiver) logRejected(kind string, src metrics.Source, tenant string, reason metrics.RejectReason, detail string) {
+func (rc *Receiver) logRejected(kind string, src metrics.Source, tenant string, reason metrics.RejectReason, detail string, extra ...any) {
 	detail = withoutQuotedInput(detail)
 	if len(detail) > maxLoggedDetail {
 		detail = detail[:maxLoggedDetail] + "..."
@@ -296,6 +296,7 @@ func (rc *Receiver) logRejected(kind string, src metrics.Source, tenant string, 
 	if tenant != "" {
 		args = append(args, "tenant", tenant)
 	}
+	args = append(args, extra...)
 	rc.rlog.Warn(kind, "ingest rejected", args...)
 }
 
