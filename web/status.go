@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/collector/detect"
 	"github.com/mcpaudit/mcpaudit/exporter/metrics"
 )
 
@@ -16,14 +17,15 @@ type Status struct {
 	// IngestRate is the calls accepted per second over about the last
 	// minute; negative when not known.
 	IngestRate float64
-	// MaxLag is how far the slowest partition's watermark is behind its
-	// newest call; negative when not known.
+	// MaxLag is how far the slowest partition's watermark is behind the
+	// wall clock (the LAG of mcpaudit status); negative when not known.
 	MaxLag time.Duration
-	// PartitionsBehind counts the partitions whose lag passes the lateness
-	// bound; negative when not known.
+	// PartitionsBehind counts the partitions whose lag passes the bound
+	// given to WithPartitions (serve: detect.idle_timeout, more than a
+	// healthy exporter's flush explains); negative when not known.
 	PartitionsBehind int
-	// Watermark is the event time up to which every call is judged; zero
-	// when not known.
+	// Watermark is the event time up to which every call is judged (the
+	// earliest partition's watermark); zero when not known.
 	Watermark time.Time
 }
 
@@ -37,8 +39,7 @@ const sampleEvery = 5 * time.Second
 // NewMetricsStatus returns a StatusFunc built from what serve has today:
 // the ingest rate from the accepted-records counter of g, sampled every
 // five seconds until ctx ends, and the watermark of store. Lag and
-// partitions behind are unknown to it (the pipeline's per-partition
-// status replaces it).
+// partitions behind are unknown to it: WithPartitions adds them.
 func NewMetricsStatus(ctx context.Context, g prometheus.Gatherer, store audit.Store) StatusFunc {
 	type sample struct {
 		at time.Time
@@ -83,6 +84,33 @@ func NewMetricsStatus(ctx context.Context, g prometheus.Gatherer, store audit.St
 		}
 		mu.Unlock()
 		if wm, err := store.Watermark(ctx); err == nil {
+			st.Watermark = wm
+		}
+		return st
+	}
+}
+
+// WithPartitions completes base with the pipeline's partitions (parts, as
+// detect.Engine.Status gives them): the largest watermark lag, the
+// partitions lagging more than behind, and the earliest watermark.
+func WithPartitions(base StatusFunc, parts func() []detect.PartitionStatus, behind time.Duration) StatusFunc {
+	return func(ctx context.Context) Status {
+		st := base(ctx)
+		st.MaxLag, st.PartitionsBehind = 0, 0
+		var wm time.Time
+		for _, p := range parts() {
+			if p.Watermark.IsZero() {
+				continue
+			}
+			st.MaxLag = max(st.MaxLag, p.Lag)
+			if p.Lag > behind {
+				st.PartitionsBehind++
+			}
+			if wm.IsZero() || p.Watermark.Before(wm) {
+				wm = p.Watermark
+			}
+		}
+		if !wm.IsZero() {
 			st.Watermark = wm
 		}
 		return st

@@ -19,7 +19,7 @@ const usage = `usage: mcpaudit <command> [flags]
 commands:
   analyze   analyze capture files (call records or OTLP JSON) and print findings
   serve     run the collector: OTLP and call-record ingest, store, query API
-  findings  list findings from a running server (--server URL) or a data dir;
+  findings  list findings from a running server (--api-url URL) or a data dir;
             findings ack|resolve|reopen ID --note TEXT changes a finding's state
   timeline  show every call, write state and finding on one document
   slo       show the write-durability SLI and the error budget

@@ -32,7 +32,7 @@ func reportCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	mcpServer := fs.String("mcp-server", "", "only this MCP server")
 	out := fs.String("o", "", "write the report to this file instead of standard output")
 	server := fs.String("api-url", "", "URL of a running mcpaudit serve API (e.g. http://localhost:9464); the report is computed there")
-	fs.StringVar(server, "server", "", "the same as --api-url (the name of issue 11; --mcp-server names an MCP server)")
+	fs.StringVar(server, "server", "", "deprecated: use --api-url (--mcp-server names an MCP server)")
 	token := fs.String("token", os.Getenv("MCPAUDIT_TOKEN"), "bearer token, with --api-url (default $MCPAUDIT_TOKEN)")
 	var ctls clientFlags
 	ctls.register(fs)

@@ -7,6 +7,7 @@ import (
 	"net/http"
 
 	"github.com/mcpaudit/mcpaudit/api"
+	"github.com/mcpaudit/mcpaudit/collector/detect"
 	"github.com/mcpaudit/mcpaudit/exporter/notify"
 	"github.com/mcpaudit/mcpaudit/report"
 	"github.com/mcpaudit/mcpaudit/web"
@@ -59,7 +60,9 @@ func (s *server) startNotifier() error {
 func (s *server) mountWeb(mux *http.ServeMux, q *api.Server) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stopWeb = cancel
-	page, err := web.New(s.store, q, s.cfg.Serve.Web.Config, web.NewMetricsStatus(ctx, s.registry, s.store), s.log)
+	parts := func() []detect.PartitionStatus { ps, _ := s.pipe.Status(); return ps }
+	status := web.WithPartitions(web.NewMetricsStatus(ctx, s.registry, s.store), parts, s.cfg.Detect.IdleTimeout)
+	page, err := web.New(s.store, q, s.cfg.Serve.Web.Config, status, s.log)
 	if err != nil {
 		cancel()
 		return fmt.Errorf("cannot start the page: %w", err)

@@ -331,8 +331,17 @@ func (e *Engine) advance(p *partition, wall time.Time) {
 	for _, s := range p.sources {
 		if !wall.IsZero() && wall.Sub(s.alive) >= e.cfg.IdleTimeout {
 			// Quiet: its clock goes on at the pace of the wall clock since
-			// it was last known active.
-			if q := s.max.Add(wall.Sub(s.alive)); q.After(quiet) {
+			// it was last known active, but not past the wall clock: a
+			// clock that ran ahead (clamped to the skew) waits for the wall
+			// clock instead of keeping the partition ahead for ever.
+			q := s.max.Add(wall.Sub(s.alive))
+			if q.After(wall) {
+				q = wall
+				if s.max.After(wall) {
+					q = s.max
+				}
+			}
+			if q.After(quiet) {
 				quiet = q
 			}
 			continue

@@ -120,7 +120,7 @@ func (rc *Receiver) ServerOptions() []grpc.ServerOption {
 // tap admits one gRPC request before its message is read: a request
 // without a known credential is refused first, and counted nowhere.
 func (rc *Receiver) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
-	if _, err := rc.grpcPrincipal(ctx, info.Header); err != nil {
+	if _, err := rc.grpcPrincipal(ctx, info.FullMethodName, info.Header); err != nil {
 		return ctx, err
 	}
 	if overMemory(rc.cfg.MemorySoftLimit) {
@@ -147,7 +147,8 @@ func (rc *Receiver) tap(ctx context.Context, info *tap.Info) (context.Context, e
 func (g *GRPC) Export(ctx context.Context, req ptraceotlp.ExportRequest) (ptraceotlp.ExportResponse, error) {
 	rc := g.rc
 	md, _ := metadata.FromIncomingContext(ctx)
-	p, err := rc.grpcPrincipal(ctx, md)
+	method, _ := grpc.Method(ctx)
+	p, err := rc.grpcPrincipal(ctx, method, md)
 	if err != nil {
 		return ptraceotlp.ExportResponse{}, err
 	}
@@ -167,21 +168,27 @@ func (g *GRPC) Export(ctx context.Context, req ptraceotlp.ExportRequest) (ptrace
 }
 
 // grpcPrincipal authenticates a gRPC request by its metadata and its
-// verified client certificate; the error is the status to answer.
-func (rc *Receiver) grpcPrincipal(ctx context.Context, md metadata.MD) (access.Principal, error) {
+// verified client certificate; the error is the status to answer. method
+// is the full method name, logged as the path of a refused request.
+func (rc *Receiver) grpcPrincipal(ctx context.Context, method string, md metadata.MD) (access.Principal, error) {
 	authz := ""
 	if v := md.Get("authorization"); len(v) > 0 {
 		authz = v[0]
 	}
 	var verified [][]*x509.Certificate
+	remote := ""
 	if pr, ok := peer.FromContext(ctx); ok {
+		if pr.Addr != nil {
+			remote = pr.Addr.String()
+		}
 		if ti, ok := pr.AuthInfo.(credentials.TLSInfo); ok {
 			verified = ti.State.VerifiedChains
 		}
 	}
 	p, ok := rc.auth().Authenticate(authz, verified)
 	if !ok {
-		rc.rlog.Warn("auth_failure", "OTLP/gRPC request refused: missing or unknown credential", "has_authorization", authz != "")
+		rc.rlog.Warn("auth_failure", "OTLP/gRPC request refused: missing or unknown credential",
+			"remote", remote, "path", method, "has_authorization", authz != "")
 		return p, status.Error(codes.Unauthenticated, "missing or unknown bearer token")
 	}
 	if !p.Can(access.ScopeIngest) {

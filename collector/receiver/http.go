@@ -370,7 +370,7 @@ func (rc *Receiver) calls(w http.ResponseWriter, r *http.Request) {
 		rc.logIgnored(src, tenant, dec.Ignored)
 	}()
 	refuse := func(err error, reason metrics.RejectReason) {
-		rc.logRejected("rejected_record", src, tenant, reason, err.Error())
+		rc.logRejected("rejected_record", src, tenant, reason, err.Error(), "source", source)
 		resp.Rejected++
 		if len(resp.Errors) < maxRejectsReported {
 			resp.Errors = append(resp.Errors, err.Error())

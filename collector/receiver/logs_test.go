@@ -30,6 +30,11 @@ func TestLogs(t *testing.T) {
 		m["tenant"] != "acme" || m["transport"] != "calls_http" || m["level"] != "WARN" {
 		t.Errorf("rejected_record line %v: want the record's place and reason, tenant acme, transport calls_http", m)
 	}
+	// It names the poster (its address, no Mcpaudit-Source header here), so
+	// that an operator knows whom to ask among many.
+	if m := got[0]; m["source"] != "calls:127.0.0.1" {
+		t.Errorf("rejected_record line %v: want source calls:127.0.0.1, the poster", m)
+	}
 
 	// A record of another method is ignored, at debug level.
 	other := strings.Replace(record("thegram", "gram_read", now, 3), `"tools/call"`, `"tools/list"`, 1)
@@ -101,5 +106,33 @@ func TestLogs_OTLPJSONContextNotLogged(t *testing.T) {
 	}
 	if s := fmt.Sprint(got[0]["error"]); strings.Contains(s, "for-logs") || strings.Contains(s, "hunter2") {
 		t.Errorf("the log line quotes the body: %s", s)
+	}
+}
+
+// TestLogs_MalformedJSONNotQuoted: a record or an OTLP JSON body that is
+// not JSON is logged with where it failed, never with the text around it:
+// the decoders quote the input in their errors (fastjson its unparsed tail,
+// the OTLP JSON decoder its context), and that text is the payload, before
+// any redaction.
+func TestLogs_MalformedJSONNotQuoted(t *testing.T) {
+	e := newEnv(t, nil)
+	bad := strings.Replace(record("thegram", "gram_read", now, 1), `"a.gram"`, `"a.gram", "password": hunter2-SECRET, "ssn": "123-45-6789"`, 1)
+	if a := e.post(t, "/v1/calls", "application/x-ndjson", tokAcme, []byte(bad+"\n"+record("thegram", "gram_read", now, 2)+"\n")); a.status != 200 {
+		t.Fatalf("%d %s", a.status, a.body)
+	}
+	otlpJSON := `{"resourceSpans":[{"scopeSpans":[{"spans":[{"name":"tools/call","attributes":[{"key":"gen_ai.tool.call.arguments","value":{"stringValue": hunter2-SECRET }}]}]}]}]}`
+	e.post(t, "/v1/traces", "application/json", tokAcme, []byte(otlpJSON))
+	rec, req := e.logs.lines(t, "rejected_record"), e.logs.lines(t, "rejected_request")
+	if len(rec) != 1 || !strings.HasPrefix(fmt.Sprint(rec[0]["error"]), "body:1: not JSON") {
+		t.Errorf("rejected_record lines %v: want one naming body:1 as not JSON", rec)
+	}
+	if len(req) != 1 || !strings.HasPrefix(fmt.Sprint(req[0]["error"]), "400 ") {
+		t.Errorf("rejected_request lines %v: want one naming 400", req)
+	}
+	e.logs.mu.Lock()
+	all := e.logs.b.String()
+	e.logs.mu.Unlock()
+	if strings.Contains(all, "hunter2") || strings.Contains(all, "123-45") {
+		t.Errorf("the log quotes the payload of a malformed record:\n%s", all)
 	}
 }

@@ -291,8 +291,8 @@ const maxLoggedDetail = 300
 // the line, field or span and why, never the payload itself. The error is
 // cut to maxLoggedDetail bytes of valid UTF-8, as a hostile sender chooses
 // its text.
-func (rc *Receiver) logRejected(kind string, src metrics.Source, tenant string, reason metrics.RejectReason, detail string) {
-	detail = unquoted(withoutContext(detail))
+func (rc *Receiver) logRejected(kind string, src metrics.Source, tenant string, reason metrics.RejectReason, detail string, extra ...any) {
+	detail = unquoted(withoutContext(withoutQuotedInput(detail)))
 	if rc.Redactor != nil {
 		detail, _ = rc.Redactor.Text(detail)
 	}
@@ -304,6 +304,7 @@ func (rc *Receiver) logRejected(kind string, src metrics.Source, tenant string, 
 	if tenant != "" {
 		args = append(args, "tenant", tenant)
 	}
+	args = append(args, extra...)
 	rc.rlog.Warn(kind, "ingest rejected", args...)
 }
 
@@ -352,6 +353,23 @@ func unquoted(s string) string {
 	}
 	b.WriteString(s)
 	return b.String()
+}
+
+// quotedInput marks where a JSON decoder's error starts quoting the input
+// it failed on: fastjson's unparsed tail, jsoniter's context ("error found
+// in #10 byte of ...|text|..., bigger context ...|text|...").
+var quotedInput = []string{"; unparsed tail: ", " of ...|"}
+
+// withoutQuotedInput cuts a decoder's error before the input it quotes: a
+// payload, not yet redacted, must not reach the log. What is left says
+// where and why it failed.
+func withoutQuotedInput(detail string) string {
+	for _, m := range quotedInput {
+		if i := strings.Index(detail, m); i >= 0 {
+			detail = detail[:i]
+		}
+	}
+	return detail
 }
 
 // logIgnored writes, at debug level and rate-limited, how many spans or

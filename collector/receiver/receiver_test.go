@@ -686,6 +686,17 @@ func TestGRPC(t *testing.T) {
 			}
 		})
 	}
+	// Each refused credential is logged as the HTTP listeners log it: with
+	// the caller's address and the method (docs/metrics.md, "Logs").
+	if ls := e.logs.lines(t, "auth_failure"); len(ls) != 2 {
+		t.Errorf("%d auth_failure lines, want 2: %v", len(ls), ls)
+	} else {
+		for _, l := range ls {
+			if r, _ := l["remote"].(string); !strings.HasPrefix(r, "127.0.0.1:") || l["path"] != "/opentelemetry.proto.collector.trace.v1.TraceService/Export" {
+				t.Errorf("auth_failure line %v: want remote 127.0.0.1:PORT and the Export method as path", l)
+			}
+		}
+	}
 	t.Run("nested_too_deep", func(t *testing.T) {
 		req := traces("thegram", 1, func(sp ptrace.Span) {
 			v := sp.Attributes().PutEmptySlice("deep")
