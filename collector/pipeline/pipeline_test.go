@@ -625,9 +625,12 @@ func TestRecovery_NewPartitionFarBehind(t *testing.T) {
 	wm := r.status()[detect.PartitionKey{Server: "thegram"}].Watermark
 	// The state file is written at most once a second of the (test's)
 	// wall clock: once it holds the last watermark, it is not written
-	// again before the crash, which the clock does not reach.
-	// The bound is generous: it only ends a test whose file never comes
-	// (a loaded CI machine took more than 5 s).
+	// again before the crash, which the clock does not reach. A second
+	// more (well under the idle timeout: the watermark stays) lets the
+	// write that holds wm come, whichever tick wrote last before it (with
+	// the clock frozen, a write half a second before the last call kept
+	// the file from ever holding wm: a flake under -race).
+	clock.Add(time.Second)
 	deadline := time.Now().Add(60 * time.Second)
 	for !markOf(t, dir, "thegram").Equal(wm) {
 		if time.Now().After(deadline) {
