@@ -1,14 +1,11 @@
 package detect
 
 import (
-	"bytes"
 	"fmt"
-	"io"
 	"testing"
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
-	"github.com/mcpaudit/mcpaudit/collector/capture"
 	"github.com/mcpaudit/mcpaudit/collector/dialect"
 )
 
@@ -25,15 +22,7 @@ func TestClockPerPartition(t *testing.T) {
 	read := func(server string, at time.Time, id int) *audit.Record {
 		line := fmt.Appendf(nil, `{"time":%q,"server":%q,"session":"s1","request":{"id":%d,"jsonrpc":"2.0","method":"tools/call","params":{"name":"read","arguments":{"path":"a"}}},"response":{"id":%d,"jsonrpc":"2.0","result":{"isError":false}}}`,
 			at.Format(time.RFC3339Nano), server, id, id)
-		dec, err := capture.NewDecoder(bytes.NewReader(line), "line")
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := dec.Next()
-		if err != nil && err != io.EOF {
-			t.Fatal(err)
-		}
-		return rd.Read(c).Lean()
+		return leanRecord(t, rd, line)
 	}
 	for _, perPartition := range []bool{true, false} {
 		t.Run(fmt.Sprintf("per_partition=%v", perPartition), func(t *testing.T) {

@@ -1,14 +1,11 @@
 package detect
 
 import (
-	"bytes"
 	"fmt"
-	"io"
 	"testing"
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
-	"github.com/mcpaudit/mcpaudit/collector/capture"
 	"github.com/mcpaudit/mcpaudit/collector/dialect"
 )
 
@@ -27,15 +24,7 @@ func TestKeyInUseForHours(t *testing.T) {
 		at := start.Add(time.Duration(i) * time.Second)
 		line := fmt.Appendf(nil, `{"time":%q,"server":"thegram","session":"s1","request":{"id":%d,"jsonrpc":"2.0","method":"tools/call","params":{"name":"gram_patch","arguments":{"path":"d/%d.gram","base_revision":3,"expected_hash":"aa","request_id":"req-same","operations":[{"op":"append_block","target":"h1","text":"t%d"}]}}},"response":{"id":%d,"jsonrpc":"2.0","result":{"isError":false,"structuredContent":{"path":"d/%d.gram","rev":4,"hash":"bb","replayed":false,"request_id":"req-same","sync":{"state":"synced"}}}}}`,
 			at.Format(time.RFC3339Nano), i+1, i%50, i, i+1, i%50)
-		dec, err := capture.NewDecoder(bytes.NewReader(line), "line")
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := dec.Next()
-		if err != nil && err != io.EOF {
-			t.Fatal(err)
-		}
-		r := rd.Read(c).Lean()
+		r := leanRecord(t, rd, line)
 		e.Add("poster", r, at.Add(time.Second))
 	}
 	e.Flush()

@@ -1,14 +1,11 @@
 package detect
 
 import (
-	"bytes"
 	"fmt"
-	"io"
 	"testing"
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
-	"github.com/mcpaudit/mcpaudit/collector/capture"
 	"github.com/mcpaudit/mcpaudit/collector/dialect"
 )
 
@@ -24,15 +21,7 @@ func TestSkewedSourceGoneQuiet(t *testing.T) {
 	rec := func(at time.Time, id int) *audit.Record {
 		line := fmt.Appendf(nil, `{"time":%q,"server":"thegram","session":"s%d","request":{"id":%d,"jsonrpc":"2.0","method":"tools/call","params":{"name":"gram_read","arguments":{"path":"d/%d.gram"}}},"response":{"id":%d,"jsonrpc":"2.0","result":{"isError":false,"structuredContent":{"path":"d/%d.gram","rev":4,"hash":"bb"}}}}`,
 			at.Format(time.RFC3339Nano), id, id, id, id, id)
-		dec, err := capture.NewDecoder(bytes.NewReader(line), "line")
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := dec.Next()
-		if err != nil && err != io.EOF {
-			t.Fatal(err)
-		}
-		return rd.Read(c).Lean()
+		return leanRecord(t, rd, line)
 	}
 	t0 := time.Date(2026, 12, 1, 21, 0, 0, 0, time.UTC)
 	e.Add("ahead", rec(t0.Add(time.Hour), 1), t0)
