@@ -187,6 +187,12 @@ func (c *Config) Validate() error {
 			"a write would be judged on calls the detector no longer compares with it; raise correlation_window or lower verify_window",
 			conf.FormatDuration(d.VerifyWindow), conf.FormatDuration(d.CorrelationWindow)))
 	}
+	if d := c.Detect; d.AllowedLateness > 0 && d.MaxClockSkew >= d.AllowedLateness {
+		errs = append(errs, fmt.Errorf("detect.max_clock_skew: %s is not shorter than detect.allowed_lateness (%s): "+
+			"a source whose clock runs ahead by the skew takes its partition's watermark that far ahead, and the calls of its "+
+			"other sources would come later than the allowance and never be judged; lower max_clock_skew or raise allowed_lateness",
+			conf.FormatDuration(d.MaxClockSkew), conf.FormatDuration(d.AllowedLateness)))
+	}
 	sv := &c.Serve
 	switch sv.Store {
 	case "sqlite", "clickhouse":

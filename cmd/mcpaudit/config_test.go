@@ -84,6 +84,7 @@ func TestConfig_Errors(t *testing.T) {
   latenes: 30s
   verify_window: 2h
   correlation_window: 1h
+  max_clock_skew: 5m
 serve:
   api_listen: "localhost"
   ingest_listen: ":99999"
@@ -102,13 +103,14 @@ rules: {runbook_url: "docs/runbooks.md"}
 	want := []string{
 		"line 2: detect.latenes: unknown key (did you mean detect.lateness?)",
 		"line 3: detect.verify_window: 2h is longer than detect.correlation_window (1h)",
-		`line 6: serve.api_listen: want host:port or :port`,
-		`line 7: serve.ingest_listen: want host:port or :port`,
-		`line 8: serve.retention: want a duration such as 30d, 1d12h, 5m, 30s or 500ms, not "30 days"`,
-		`line 10: serve.clickhouse.dsn: must use the native protocol (clickhouse:// or tcp://), not "http"`,
-		"line 11: serve.slo_target: 1.5 is not a fraction between 0 and 1",
-		"line 12: serve.recevier: unknown key (did you mean serve.receiver?)",
-		"line 13: rules.runbook_url: want an absolute URL",
+		"line 5: detect.max_clock_skew: 5m is not shorter than detect.allowed_lateness (2m)",
+		`line 7: serve.api_listen: want host:port or :port`,
+		`line 8: serve.ingest_listen: want host:port or :port`,
+		`line 9: serve.retention: want a duration such as 30d, 1d12h, 5m, 30s or 500ms, not "30 days"`,
+		`line 11: serve.clickhouse.dsn: must use the native protocol (clickhouse:// or tcp://), not "http"`,
+		"line 12: serve.slo_target: 1.5 is not a fraction between 0 and 1",
+		"line 13: serve.recevier: unknown key (did you mean serve.receiver?)",
+		"line 14: rules.runbook_url: want an absolute URL",
 	}
 	got := strings.Split(ce.Errors.Error(), "\n")
 	if len(got) != len(want) {

@@ -78,7 +78,7 @@ func (q *queryFlags) post(path string, body []byte) ([]byte, error) {
 			return nil, err
 		}
 		if resp.StatusCode != http.StatusOK {
-			return nil, fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(b)))
+			return nil, apiError(resp, b)
 		}
 		return b, nil
 	}

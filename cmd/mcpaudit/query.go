@@ -72,7 +72,7 @@ func (q *queryFlags) get(path string, params url.Values) ([]byte, error) {
 			return nil, err
 		}
 		if resp.StatusCode != http.StatusOK {
-			return nil, fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(b)))
+			return nil, apiError(resp, b)
 		}
 		return b, nil
 	}
@@ -361,4 +361,14 @@ func docSegment(doc string) string {
 		return strings.ReplaceAll(doc, ".", "%2E")
 	}
 	return url.PathEscape(doc)
+}
+
+// apiError is the error of an API answer other than 200: its status and
+// message, and for 401 how to give a credential.
+func apiError(resp *http.Response, body []byte) error {
+	msg := strings.TrimSpace(string(body))
+	if resp.StatusCode == http.StatusUnauthorized {
+		return fmt.Errorf("%s: %s (give a token with --token or $MCPAUDIT_TOKEN)", resp.Status, msg)
+	}
+	return fmt.Errorf("%s: %s", resp.Status, msg)
 }

@@ -172,7 +172,7 @@ func reportFromServer(ctx context.Context, w io.Writer, server, token string, ct
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return &exitError{code: 2, err: fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(b)))}
+		return &exitError{code: 2, err: apiError(resp, b)}
 	}
 	_, err = io.Copy(w, resp.Body)
 	return err

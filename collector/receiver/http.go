@@ -389,6 +389,8 @@ func (rc *Receiver) calls(w http.ResponseWriter, r *http.Request) {
 			switch {
 			case errors.As(err, &re) && re.Reason == "missing":
 				refuse(err, metrics.RejectMissingField)
+			case errors.As(err, &re) && (re.Field == "time" || re.Field == "duration_ms"):
+				refuse(err, metrics.RejectBadTime)
 			case capture.IsReject(err):
 				refuse(err, metrics.RejectInvalidJSON)
 			default:

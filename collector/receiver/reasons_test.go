@@ -72,6 +72,24 @@ func TestRejectReasons(t *testing.T) {
 			t.Errorf("%v calls counted as queue_full, want 0", n)
 		}
 	})
+	t.Run("bad_time", func(t *testing.T) {
+		// A time that is not RFC 3339 and a negative duration are bad
+		// times, not bad JSON: the sender's clock or encoder is at fault.
+		e := newEnv(t, nil)
+		good := record("thegram", "gram_read", now, 1)
+		notATime := strings.Replace(record("thegram", "gram_read", now, 2), now.Format(time.RFC3339Nano), "yesterday", 1)
+		negative := strings.Replace(record("thegram", "gram_read", now, 3), `"session":"s1"`, `"session":"s1","duration_ms":-5`, 1)
+		a := e.post(t, "/v1/calls", "application/x-ndjson", tokAcme, []byte(good+"\n"+notATime+"\n"+negative+"\n"))
+		if a.status != 200 || !strings.Contains(a.body, `"rejected":2`) {
+			t.Fatalf("%d %s, want 200 with 2 rejected", a.status, a.body)
+		}
+		if n := e.rejectedCount(t, metrics.RejectBadTime, metrics.SourceCallsHTTP); n != 2 {
+			t.Errorf("%v records counted as bad_time, want 2", n)
+		}
+		if n := e.rejectedCount(t, metrics.RejectInvalidJSON, metrics.SourceCallsHTTP); n != 0 {
+			t.Errorf("%v records counted as invalid_json, want 0", n)
+		}
+	})
 	t.Run("store_unavailable", func(t *testing.T) {
 		e := newEnv(t, nil)
 		e.store.Close()
