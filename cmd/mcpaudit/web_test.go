@@ -151,11 +151,21 @@ func waitLocation(t *testing.T, ctx context.Context, part string) string {
 	t.Helper()
 	var loc string
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if loc = get(t, ctx, chromedp.Location()); strings.Contains(loc, part) {
+		// While the browser navigates, the page being left may answer
+		// "target navigated or closed": asked again, the new one answers.
+		l, err := chromedp.Run(timed(t, ctx), chromedp.Location())
+		if err != nil {
+			continue
+		}
+		if loc = l; !strings.Contains(loc, part) {
+			continue
+		}
+		// The new page has loaded before the caller looks at it.
+		if state, err := chromedp.Run(timed(t, ctx), chromedp.Evaluate[string](`document.readyState`)); err == nil && state == "complete" {
 			return loc
 		}
 	}
-	t.Fatalf("the browser is at %s, not at a URL with %q", loc, part)
+	t.Fatalf("the browser is at %s, not at a loaded page with %q in its URL", loc, part)
 	return ""
 }
 
