@@ -346,6 +346,14 @@ func (e *Engine) advance(p *partition, wall time.Time) {
 			}
 			continue
 		}
+		if !p.wm.IsZero() && s.max.Before(p.wm.Add(-e.cfg.AllowedLateness)) {
+			// Further behind the watermark than the allowance (it joined
+			// or came back that far behind): its calls are too late to be
+			// judged, so it holds nothing back; otherwise one exporter
+			// with a slow clock or queue would stop its partition, and the
+			// other sources' calls would pile up until back-pressure.
+			continue
+		}
 		m := s.max.Add(-e.cfg.Lateness)
 		if !active || m.Before(wm) {
 			wm = m
