@@ -14,14 +14,13 @@ type SourceClock struct {
 }
 
 // ActiveSources returns, for every partition, the sources still holding it
-// back at wall time wall (not idle), with their clocks, except skip and
-// the sources named skip/... (the streams replayed from the store at
-// start, which are no exporters).
+// back at wall time wall (not idle), with their clocks, except skip (the
+// stream replayed from the store at start, which is no exporter).
 func (e *Engine) ActiveSources(wall time.Time, skip string) map[PartitionKey][]SourceClock {
 	m := map[PartitionKey][]SourceClock{}
 	for k, p := range e.parts {
 		for _, s := range p.sources {
-			if s.key.name == skip || strings.HasPrefix(s.key.name, skip+"/") || e.idle(s, wall) {
+			if s.key.name == skip || e.idle(s, wall) {
 				continue
 			}
 			m[k] = append(m[k], SourceClock{Name: s.key.name, Clock: s.max})

@@ -226,10 +226,10 @@ func waitReady(ctx context.Context, store audit.Store, log *slog.Logger) error {
 // expireEvery is how often idle partitions are looked for.
 const expireEvery = 10 * time.Second
 
-// recoverySource names the streams of calls replayed from the store, one
-// per server (recoverySource/<server>): one stream over every server would
-// carry one partition's clock to the others (calls dated ahead and clamped
-// to the skew took every partition ahead of the wall clock).
+// recoverySource names the stream of calls replayed from the store. The
+// engine keeps its clock per partition (ClockPerPartition), so one
+// partition's replayed calls (dated ahead and clamped to the skew, say)
+// do not move the others.
 const recoverySource = "mcpaudit/recovery"
 
 // recover replays the stored calls that correlation state after the
@@ -295,7 +295,7 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	err = p.store.ScanCalls(ctx, horizon, func(r *audit.Record) error {
 		n++
 		p.gate.replaying(r.Call)
-		p.eng.Add(recoverySource+"/"+r.Call.Server, r, p.now())
+		p.eng.Add(recoverySource, r, p.now())
 		return nil
 	})
 	if err != nil {
