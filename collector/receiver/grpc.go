@@ -154,11 +154,7 @@ func (g *GRPC) Export(ctx context.Context, req ptraceotlp.ExportRequest) (ptrace
 	}
 	resp, re := rc.exportCtx(ctx, metrics.SourceOTLPGRPC, p.Tenant, req)
 	if re != nil {
-		kind := "rejected_request"
-		if re.retryable() {
-			kind = "refused_retry_later"
-		}
-		rc.logRejected(kind, metrics.SourceOTLPGRPC, p.Tenant, re.reason, re.msg)
+		rc.logRejected(re.logKind(), metrics.SourceOTLPGRPC, p.Tenant, re.reason, re.msg)
 		if re.retryable() {
 			return ptraceotlp.ExportResponse{}, status.Error(codes.Unavailable, re.msg)
 		}

@@ -37,11 +37,7 @@ func (rc *Receiver) Handler() http.Handler {
 // refusals before the body was read close the connection, so that an
 // unread body is not waited for.
 func (rc *Receiver) fail(w http.ResponseWriter, src metrics.Source, e *refusal, asProto bool) {
-	kind := "rejected_request"
-	if e.retryable() {
-		kind = "refused_retry_later"
-	}
-	rc.logRejected(kind, src, "", e.reason, strconv.Itoa(e.status)+" "+e.msg)
+	rc.logRejected(e.logKind(), src, "", e.reason, strconv.Itoa(e.status)+" "+e.msg)
 	if e.retryable() {
 		w.Header().Set("Retry-After", strconv.Itoa(rc.cfg.RetryAfterSeconds))
 		if e.reason == metrics.RejectOverloaded {

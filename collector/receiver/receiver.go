@@ -234,6 +234,14 @@ func (e *refusal) retryable() bool {
 	return e.status == 429 || e.status == 503
 }
 
+// logKind is the kind of the log line about the refusal.
+func (e *refusal) logKind() string {
+	if e.retryable() {
+		return "refused_retry_later"
+	}
+	return "rejected_request"
+}
+
 // ingest hands the checked calls of one request, grouped by source, to the
 // pipeline; it returns how many were stored for the first time. Each call
 // was already masked and read (records).
@@ -292,7 +300,7 @@ const maxLoggedDetail = 300
 // cut to maxLoggedDetail bytes of valid UTF-8, as a hostile sender chooses
 // its text.
 func (rc *Receiver) logRejected(kind string, src metrics.Source, tenant string, reason metrics.RejectReason, detail string, extra ...any) {
-	detail = unquoted(withoutContext(withoutQuotedInput(detail)))
+	detail = unquoted(withoutQuotedInput(detail))
 	if rc.Redactor != nil {
 		detail, _ = rc.Redactor.Text(detail)
 	}
@@ -306,18 +314,6 @@ func (rc *Receiver) logRejected(kind string, src metrics.Source, tenant string, 
 	}
 	args = append(args, extra...)
 	rc.rlog.Warn(kind, "ingest rejected", args...)
-}
-
-// withoutContext cuts the input the OTLP JSON decoder (jsoniter) cites
-// around its error: "error found in #10 byte of ...|<input>|..., bigger
-// context ...|<input>|...". Those bytes are not quoted as a whole (they
-// hold the body's own quotes), so unquoted would keep the ones before the
-// first quote: the end of a secret next to the error.
-func withoutContext(s string) string {
-	if i := strings.Index(s, ", error found in #"); i >= 0 {
-		return s[:i]
-	}
-	return s
 }
 
 // unquoted replaces every double-quoted part of an error message with
@@ -356,9 +352,11 @@ func unquoted(s string) string {
 }
 
 // quotedInput marks where a JSON decoder's error starts quoting the input
-// it failed on: fastjson's unparsed tail, jsoniter's context ("error found
-// in #10 byte of ...|text|..., bigger context ...|text|...").
-var quotedInput = []string{"; unparsed tail: ", " of ...|"}
+// it failed on: fastjson's unparsed tail, jsoniter's context (", error
+// found in #10 byte of ...|text|..., bigger context ...|text|..."). The
+// context is not quoted as a whole (it holds the body's own quotes), so
+// unquoted alone would keep the bytes before its first quote.
+var quotedInput = []string{"; unparsed tail: ", ", error found in #", " of ...|"}
 
 // withoutQuotedInput cuts a decoder's error before the input it quotes: a
 // payload, not yet redacted, must not reach the log. What is left says
