@@ -287,6 +287,9 @@ type taker struct {
 	reader *dialect.Reader
 	recs   []*audit.Record
 	srcs   []string
+	// sourceOK is the last source name checkSource passed: the calls of a
+	// request mostly come on one source, checked once.
+	sourceOK string
 }
 
 func (rc *Receiver) newTaker(src metrics.Source, tenant string) *taker {
@@ -303,8 +306,11 @@ func (t *taker) take(rec *audit.Record, known dialect.Known, source, where strin
 	if err := t.rc.check(c, where); err != nil {
 		return err
 	}
-	if err := t.rc.checkSource(source, where); err != nil {
-		return err
+	if source != t.sourceOK {
+		if err := t.rc.checkSource(source, where); err != nil {
+			return err
+		}
+		t.sourceOK = source
 	}
 	// The tenant is the credential's, whatever the payload said.
 	c.Tenant = t.tenant
