@@ -458,8 +458,8 @@ func newPoster(t *testing.T, carrier, ingest, grpcAddr, poster string) func(recs
 }
 
 // spansOf turns call records into the OTLP request an MCP server's
-// exporter sends for them, following the MCP semantic conventions as
-// deliverSpans does through the SDK: one resource per server, named
+// exporter sends for them, the spans of mcpSpanOf as deliverSpans sends
+// them through the SDK: one resource per server, named
 // service.name = server and service.instance.id = instance (so that each
 // poster is a source per server). Span ids are derived from the call, so
 // a batch sent again carries the same spans.
@@ -477,47 +477,21 @@ func spansOf(recs []map[string]any, instance string) ptraceotlp.ExportRequest {
 			spansOfServer[server] = spans
 		}
 		req := r["request"].(map[string]any)
-		params := req["params"].(map[string]any)
-		args, _ := json.Marshal(params["arguments"])
+		ms := mcpSpanOf(r)
 		sp := spans.AppendEmpty()
 		h := sha256.Sum256([]byte(fmt.Sprint(server, r["session"], req["id"], r["time"])))
 		sp.SetTraceID(pcommon.TraceID(h[:16]))
 		sp.SetSpanID(pcommon.SpanID(h[16:24]))
-		sp.SetName("tools/call " + params["name"].(string))
+		sp.SetName(ms.name)
 		sp.SetKind(ptrace.SpanKindServer)
 		sp.SetStartTimestamp(pcommon.NewTimestampFromTime(recTime(r)))
 		sp.SetEndTimestamp(pcommon.NewTimestampFromTime(recEnd(r)))
-		a := sp.Attributes()
-		a.PutStr("mcp.method.name", "tools/call")
-		a.PutStr("gen_ai.tool.name", params["name"].(string))
-		a.PutStr("gen_ai.operation.name", "execute_tool")
-		a.PutStr("jsonrpc.request.id", fmt.Sprint(req["id"]))
-		a.PutStr("gen_ai.tool.call.arguments", string(args))
-		if sess, ok := r["session"].(string); ok {
-			a.PutStr("mcp.session.id", sess)
+		for _, kv := range ms.attrs {
+			sp.Attributes().PutStr(kv[0], kv[1])
 		}
-		switch {
-		case r["transport_error"] != nil:
-			te := r["transport_error"].(string)
-			a.PutStr("error.type", te)
+		if ms.failed {
 			sp.Status().SetCode(ptrace.StatusCodeError)
-			sp.Status().SetMessage(te)
-		case r["response"] != nil:
-			resp := r["response"].(map[string]any)
-			if res, ok := resp["result"].(map[string]any); ok {
-				b, _ := json.Marshal(res)
-				a.PutStr("gen_ai.tool.call.result", string(b))
-				if res["isError"] == true {
-					a.PutStr("error.type", "tool_error")
-					sp.Status().SetCode(ptrace.StatusCodeError)
-					sp.Status().SetMessage("tool error")
-				}
-			} else if e, ok := resp["error"].(map[string]any); ok {
-				a.PutStr("rpc.response.status_code", fmt.Sprint(e["code"]))
-				a.PutStr("rpc.jsonrpc.error_message", fmt.Sprint(e["message"]))
-				sp.Status().SetCode(ptrace.StatusCodeError)
-				sp.Status().SetMessage(fmt.Sprint(e["message"]))
-			}
+			sp.Status().SetMessage(ms.message)
 		}
 	}
 	return ptraceotlp.NewExportRequestFromTraces(td)

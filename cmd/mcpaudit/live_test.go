@@ -156,41 +156,15 @@ func deliverSpans(t *testing.T, ds []delivery, newExporter func() (sdktrace.Span
 			providers[key] = tp
 		}
 		r := d.rec
-		start := recTime(r)
-		req := r["request"].(map[string]any)
-		params := req["params"].(map[string]any)
-		args, _ := json.Marshal(params["arguments"])
-		attrs := []attribute.KeyValue{
-			attribute.String("mcp.method.name", "tools/call"),
-			attribute.String("gen_ai.tool.name", params["name"].(string)),
-			attribute.String("gen_ai.operation.name", "execute_tool"),
-			attribute.String("jsonrpc.request.id", fmt.Sprint(req["id"])),
-			attribute.String("gen_ai.tool.call.arguments", string(args)),
+		ms := mcpSpanOf(r)
+		attrs := make([]attribute.KeyValue, len(ms.attrs))
+		for i, kv := range ms.attrs {
+			attrs[i] = attribute.String(kv[0], kv[1])
 		}
-		if sess, ok := r["session"].(string); ok {
-			attrs = append(attrs, attribute.String("mcp.session.id", sess))
-		}
-		_, span := tp.Tracer("mcp-server").Start(ctx, "tools/call "+params["name"].(string),
-			trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(start), trace.WithAttributes(attrs...))
-		switch {
-		case r["transport_error"] != nil:
-			te := r["transport_error"].(string)
-			span.SetAttributes(attribute.String("error.type", te))
-			span.SetStatus(codes.Error, te)
-		case r["response"] != nil:
-			resp := r["response"].(map[string]any)
-			if res, ok := resp["result"].(map[string]any); ok {
-				b, _ := json.Marshal(res)
-				span.SetAttributes(attribute.String("gen_ai.tool.call.result", string(b)))
-				if res["isError"] == true {
-					span.SetAttributes(attribute.String("error.type", "tool_error"))
-					span.SetStatus(codes.Error, "tool error")
-				}
-			} else if e, ok := resp["error"].(map[string]any); ok {
-				span.SetAttributes(attribute.String("rpc.response.status_code", fmt.Sprint(e["code"])),
-					attribute.String("rpc.jsonrpc.error_message", fmt.Sprint(e["message"])))
-				span.SetStatus(codes.Error, fmt.Sprint(e["message"]))
-			}
+		_, span := tp.Tracer("mcp-server").Start(ctx, ms.name,
+			trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(recTime(r)), trace.WithAttributes(attrs...))
+		if ms.failed {
+			span.SetStatus(codes.Error, ms.message)
 		}
 		span.End(trace.WithTimestamp(recEnd(r)))
 	}
@@ -205,6 +179,55 @@ func deliverSpans(t *testing.T, ds []delivery, newExporter func() (sdktrace.Span
 		}()
 	}
 	wg.Wait()
+}
+
+// mcpSpan is what an MCP server's span of a tools/call exchange carries,
+// following the MCP semantic conventions: its name, its attributes (every
+// value a string) and its status.
+type mcpSpan struct {
+	name    string
+	attrs   [][2]string
+	failed  bool
+	message string
+}
+
+// mcpSpanOf is the span an MCP server's exporter sends for call record r;
+// deliverSpans (through the SDK) and spansOf (as pdata) send it.
+func mcpSpanOf(r map[string]any) mcpSpan {
+	req := r["request"].(map[string]any)
+	params := req["params"].(map[string]any)
+	args, _ := json.Marshal(params["arguments"])
+	ms := mcpSpan{name: "tools/call " + params["name"].(string), attrs: [][2]string{
+		{"mcp.method.name", "tools/call"},
+		{"gen_ai.tool.name", params["name"].(string)},
+		{"gen_ai.operation.name", "execute_tool"},
+		{"jsonrpc.request.id", fmt.Sprint(req["id"])},
+		{"gen_ai.tool.call.arguments", string(args)},
+	}}
+	if sess, ok := r["session"].(string); ok {
+		ms.attrs = append(ms.attrs, [2]string{"mcp.session.id", sess})
+	}
+	switch {
+	case r["transport_error"] != nil:
+		te := r["transport_error"].(string)
+		ms.attrs = append(ms.attrs, [2]string{"error.type", te})
+		ms.failed, ms.message = true, te
+	case r["response"] != nil:
+		resp := r["response"].(map[string]any)
+		if res, ok := resp["result"].(map[string]any); ok {
+			b, _ := json.Marshal(res)
+			ms.attrs = append(ms.attrs, [2]string{"gen_ai.tool.call.result", string(b)})
+			if res["isError"] == true {
+				ms.attrs = append(ms.attrs, [2]string{"error.type", "tool_error"})
+				ms.failed, ms.message = true, "tool error"
+			}
+		} else if e, ok := resp["error"].(map[string]any); ok {
+			ms.attrs = append(ms.attrs, [2]string{"rpc.response.status_code", fmt.Sprint(e["code"])},
+				[2]string{"rpc.jsonrpc.error_message", fmt.Sprint(e["message"])})
+			ms.failed, ms.message = true, fmt.Sprint(e["message"])
+		}
+	}
+	return ms
 }
 
 // deliverCalls posts the deliveries as call records, each source its own
