@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/klauspost/compress/s2"
 )
 
 // errSpoolFull is returned by spool.append when the batch would pass the
@@ -36,12 +38,25 @@ type spool struct {
 	// has been tried with: ClickHouse cannot have their rows, so their
 	// first insert needs no check for rows already stored.
 	fresh map[uint64]bool
+	// kept holds the batches appended by this process, as appended, while
+	// they and the ones before them hold at most keepRows rows, so that
+	// the drain does not read and decode again what it has just encoded
+	// (with Ack "log" every acknowledged batch passes through here). The
+	// files stay the record; a batch not kept is read from its file.
+	kept     map[uint64]*batch
+	keptRows int
+	keepRows int
 }
 
 type spoolFile struct {
 	seq  uint64
 	size int64
 }
+
+// spoolMagic starts a spool file whose gob is compressed with S2 (block
+// format). Files of earlier releases are the bare gob, whose first byte (a
+// message length) is never 0.
+const spoolMagic = "\x00mcsp-s2\n"
 
 const (
 	spoolExt      = ".batch"
@@ -51,8 +66,9 @@ const (
 )
 
 // openSpool opens (creating) dir, removes unfinished temporary files and
-// lists the batches left by an earlier run.
-func openSpool(dir string, maxBytes int64) (*spool, error) {
+// lists the batches left by an earlier run. Up to keepRows rows of the
+// batches appended from now on are also kept in memory for read.
+func openSpool(dir string, maxBytes int64, keepRows int) (*spool, error) {
 	// Spooled batches hold tool arguments and results: private to the owner.
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("cannot create spool directory: %w", err)
@@ -64,7 +80,7 @@ func openSpool(dir string, maxBytes int64) (*spool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot read spool directory: %w", err)
 	}
-	sp := &spool{dir: dir, maxBytes: maxBytes, next: 1}
+	sp := &spool{dir: dir, maxBytes: maxBytes, next: 1, keepRows: keepRows}
 	for _, e := range entries {
 		name := e.Name()
 		switch {
@@ -106,7 +122,9 @@ func (sp *spool) append(b *batch) error {
 	if err := gob.NewEncoder(&buf).Encode(b); err != nil {
 		return fmt.Errorf("cannot encode batch for the spool: %w", err)
 	}
-	data := buf.Bytes()
+	// Compressed, a batch is a quarter of its gob: what the acknowledgement
+	// waits for is mostly writing and syncing these bytes.
+	data := append([]byte(spoolMagic), s2.Encode(nil, buf.Bytes())...)
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
 	if sp.bytes+int64(len(data)) > sp.maxBytes {
@@ -130,6 +148,16 @@ func (sp *spool) append(b *batch) error {
 		sp.fresh = map[uint64]bool{}
 	}
 	sp.fresh[seq] = true
+	// Kept only when every batch before it still in the spool is: the
+	// drain takes the oldest first, so a kept batch behind one read from
+	// disk would stay in memory for the whole backlog.
+	if n := b.rows(); len(sp.kept) == len(sp.files) && sp.keptRows+n <= sp.keepRows {
+		if sp.kept == nil {
+			sp.kept = map[uint64]*batch{}
+		}
+		sp.kept[seq] = b
+		sp.keptRows += n
+	}
 	sp.files = append(sp.files, spoolFile{seq: seq, size: int64(len(data))})
 	sp.bytes += int64(len(data))
 	return nil
@@ -177,11 +205,30 @@ func (sp *spool) first(n int) []uint64 {
 	return seqs
 }
 
-// read decodes the batch of seq.
+// read decodes the batch of seq. A batch kept in memory comes back as its
+// file would: a copy of the rows, token and acknowledged tables, with
+// nothing of an insert tried before it was spooled.
 func (sp *spool) read(seq uint64) (*batch, error) {
+	sp.mu.Lock()
+	kb := sp.kept[seq]
+	sp.mu.Unlock()
+	if kb != nil {
+		// Inserts change rows in place (chain nonces, merges): the kept
+		// batch must stay as spooled.
+		return &batch{
+			Calls: slices.Clone(kb.Calls), Writes: slices.Clone(kb.Writes),
+			Findings: slices.Clone(kb.Findings), Watermarks: slices.Clone(kb.Watermarks),
+			Token: kb.Token, Done: kb.Done, spooled: true,
+		}, nil
+	}
 	data, err := os.ReadFile(sp.path(seq, spoolExt))
 	if err != nil {
 		return nil, fmt.Errorf("cannot read spool file: %w", err)
+	}
+	if bytes.HasPrefix(data, []byte(spoolMagic)) {
+		if data, err = s2.Decode(nil, data[len(spoolMagic):]); err != nil {
+			return nil, fmt.Errorf("cannot decompress spool file %s: %w", sp.path(seq, spoolExt), err)
+		}
 	}
 	b := new(batch)
 	if err := gob.NewDecoder(bytes.NewReader(data)).Decode(b); err != nil {
@@ -215,6 +262,10 @@ func (sp *spool) drop(seq uint64, op func(path string) error) error {
 	}
 	sp.bytes -= sp.files[i].size
 	sp.files = slices.Delete(sp.files, i, i+1)
+	if kb := sp.kept[seq]; kb != nil {
+		sp.keptRows -= kb.rows()
+		delete(sp.kept, seq)
+	}
 	return nil
 }
 

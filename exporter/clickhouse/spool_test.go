@@ -1,7 +1,9 @@
 package clickhouse
 
 import (
+	"bytes"
 	"context"
+	"encoding/gob"
 	"errors"
 	"os"
 	"path/filepath"
@@ -28,7 +30,7 @@ func testBatch(ids ...string) *batch {
 
 func TestSpool(t *testing.T) {
 	dir := t.TempDir()
-	sp, err := openSpool(dir, 1<<20)
+	sp, err := openSpool(dir, 1<<20, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +46,7 @@ func TestSpool(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "00000000000000000009.tmp"), []byte(`{"calls":[`), 0o640); err != nil {
 		t.Fatal(err)
 	}
-	sp, err = openSpool(dir, 1<<20)
+	sp, err = openSpool(dir, 1<<20, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,8 +87,115 @@ func TestSpool(t *testing.T) {
 	}
 }
 
+// TestSpool_Kept checks that a batch kept in memory reads back as its file
+// does, that an insert changing what it read leaves the kept batch as
+// spooled, and that only a run of batches from the oldest is kept.
+func TestSpool_Kept(t *testing.T) {
+	dir := t.TempDir()
+	sp, err := openSpool(dir, 1<<20, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b, c := testBatch("c_1", "c_2"), testBatch("c_3"), testBatch("c_4")
+	a.Done[tCalls] = true
+	a.chain = &batchChain{done: true}
+	for _, x := range []*batch{a, b, c} {
+		if err := sp.append(x); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// a (2 rows of calls, 1 write, 1 watermark) passes the limit of 3
+	// rows alone: nothing is kept, since a batch kept behind one that is
+	// not would wait in memory for the whole backlog.
+	if len(sp.kept) != 0 {
+		t.Fatalf("kept %d batches, want 0", len(sp.kept))
+	}
+	sp, err = openSpool(t.TempDir(), 1<<20, 6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range []*batch{a, b, c} {
+		if err := sp.append(x); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(sp.kept) != 1 || sp.kept[sp.first(1)[0]] != a {
+		t.Fatalf("kept %v, want the first batch only (4 rows, then 3 more pass 6)", sp.kept)
+	}
+	disk, err := openSpool(sp.dir, 1<<20, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq := sp.first(1)[0]
+	mem, err := sp.read(seq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file, err := disk.read(seq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(mem.Calls, file.Calls) || !reflect.DeepEqual(mem.Writes, file.Writes) || !reflect.DeepEqual(mem.Watermarks, file.Watermarks) ||
+		mem.Token != file.Token || mem.Done != file.Done || !mem.spooled || mem.chain != nil {
+		t.Errorf("kept batch read back as %+v, its file as %+v", mem, file)
+	}
+	mem.Calls[0].Chain = 99
+	mem.merge(b)
+	again, err := sp.read(seq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Calls[0].Chain != 0 || len(again.Calls) != 2 {
+		t.Errorf("an insert's changes reached the kept batch: %+v", again.Calls)
+	}
+	if err := sp.remove(seq); err != nil {
+		t.Fatal(err)
+	}
+	if len(sp.kept) != 0 || sp.keptRows != 0 {
+		t.Errorf("a removed batch is still kept: %d batches, %d rows", len(sp.kept), sp.keptRows)
+	}
+}
+
+// TestSpool_GobFile checks that a spool file of an earlier release, the bare
+// gob of its batch, is still read, and that new files are compressed.
+func TestSpool_GobFile(t *testing.T) {
+	dir := t.TempDir()
+	a := testBatch("c_1", "c_2")
+	var buf bytes.Buffer
+	if err := gob.NewEncoder(&buf).Encode(a); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "00000000000000000003.batch"), buf.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sp, err := openSpool(dir, 1<<20, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := sp.read(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got.Calls, a.Calls) || got.Token != a.Token {
+		t.Errorf("read back %+v, want %+v", got, a)
+	}
+	if err := sp.append(a); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(sp.path(4, spoolExt))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(data, []byte(spoolMagic)) {
+		t.Errorf("new spool file starts %q, want the S2 header", data[:min(len(data), 16)])
+	}
+	if got, err = sp.read(4); err != nil || !reflect.DeepEqual(got.Calls, a.Calls) {
+		t.Errorf("compressed file read back %+v, %v", got, err)
+	}
+}
+
 func TestSpool_Full(t *testing.T) {
-	sp, err := openSpool(t.TempDir(), 600)
+	sp, err := openSpool(t.TempDir(), 600, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

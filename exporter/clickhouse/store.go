@@ -121,7 +121,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	sp, err := openSpool(o.Spool.Dir, o.Spool.MaxBytes)
+	sp, err := openSpool(o.Spool.Dir, o.Spool.MaxBytes, 4*o.BatchSize)
 	if err != nil {
 		return nil, err
 	}
