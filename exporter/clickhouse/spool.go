@@ -53,10 +53,25 @@ type spoolFile struct {
 	size int64
 }
 
-// spoolMagic starts a spool file whose gob is compressed with S2 (block
-// format). Files of earlier releases are the bare gob, whose first byte (a
-// message length) is never 0.
-const spoolMagic = "\x00mcsp-s2\n"
+// spoolMagic starts a spool file in the spool's own encoding
+// (spoolcodec.go), compressed with S2 (block format). Files of earlier
+// releases are the bare gob of the batch, whose first byte (a message
+// length) is never 0.
+const spoolMagic = "\x00mcsp1\n"
+
+// spoolBufs holds encoding buffers between appends: a batch of calls is
+// megabytes, and an acknowledgement should not wait for them to be
+// allocated and cleared again.
+var spoolBufs sync.Pool
+
+func getSpoolBuf(n int) []byte {
+	if p, ok := spoolBufs.Get().(*[]byte); ok && cap(*p) >= n {
+		return (*p)[:n]
+	}
+	return make([]byte, n)
+}
+
+func putSpoolBuf(b []byte) { spoolBufs.Put(&b) }
 
 const (
 	spoolExt      = ".batch"
@@ -118,13 +133,14 @@ func (sp *spool) path(seq uint64, ext string) string {
 
 // append writes b durably: when it returns nil the batch survives a crash.
 func (sp *spool) append(b *batch) error {
-	var buf bytes.Buffer
-	if err := gob.NewEncoder(&buf).Encode(b); err != nil {
-		return fmt.Errorf("cannot encode batch for the spool: %w", err)
-	}
-	// Compressed, a batch is a quarter of its gob: what the acknowledgement
-	// waits for is mostly writing and syncing these bytes.
-	data := append([]byte(spoolMagic), s2.Encode(nil, buf.Bytes())...)
+	raw := appendBatch(getSpoolBuf(encodedSize(b))[:0], b)
+	// Compressed, a batch is about a fifth of its bytes: what the
+	// acknowledgement waits for is mostly writing and syncing them.
+	out := getSpoolBuf(len(spoolMagic) + s2.MaxEncodedLen(len(raw)))
+	copy(out, spoolMagic)
+	data := out[:len(spoolMagic)+len(s2.Encode(out[len(spoolMagic):], raw))]
+	putSpoolBuf(raw)
+	defer putSpoolBuf(out)
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
 	if sp.bytes+int64(len(data)) > sp.maxBytes {
@@ -226,10 +242,18 @@ func (sp *spool) read(seq uint64) (*batch, error) {
 		return nil, fmt.Errorf("cannot read spool file: %w", err)
 	}
 	if bytes.HasPrefix(data, []byte(spoolMagic)) {
-		if data, err = s2.Decode(nil, data[len(spoolMagic):]); err != nil {
+		raw, err := s2.Decode(nil, data[len(spoolMagic):])
+		if err != nil {
 			return nil, fmt.Errorf("cannot decompress spool file %s: %w", sp.path(seq, spoolExt), err)
 		}
+		b, err := decodeBatch(raw)
+		if err != nil {
+			return nil, fmt.Errorf("cannot decode spool file %s: %w", sp.path(seq, spoolExt), err)
+		}
+		b.spooled = true
+		return b, nil
 	}
+	// A file of an earlier release.
 	b := new(batch)
 	if err := gob.NewDecoder(bytes.NewReader(data)).Decode(b); err != nil {
 		return nil, fmt.Errorf("cannot decode spool file %s: %w", sp.path(seq, spoolExt), err)
