@@ -221,22 +221,39 @@ func (sp *spool) first(n int) []uint64 {
 	return seqs
 }
 
-// read decodes the batch of seq. A batch kept in memory comes back as its
-// file would: a copy of the rows, token and acknowledged tables, with
-// nothing of an insert tried before it was spooled.
+// read returns the batch of seq for an insert, which may change it: a
+// batch kept in memory comes back as its file would, a copy of the rows,
+// token and acknowledged tables with nothing of an insert tried before it
+// was spooled.
 func (sp *spool) read(seq uint64) (*batch, error) {
+	b, kept, err := sp.view(seq)
+	if err != nil || !kept {
+		return b, err
+	}
+	// Inserts change rows in place (chain nonces, merges): the kept batch
+	// must stay as spooled.
+	return &batch{
+		Calls: slices.Clone(b.Calls), Writes: slices.Clone(b.Writes),
+		Findings: slices.Clone(b.Findings), Watermarks: slices.Clone(b.Watermarks),
+		Token: b.Token, Done: b.Done, spooled: true,
+	}, nil
+}
+
+// view returns the batch of seq to read only: the one kept in memory
+// (kept) or the one its file decodes to.
+func (sp *spool) view(seq uint64) (b *batch, kept bool, err error) {
 	sp.mu.Lock()
 	kb := sp.kept[seq]
 	sp.mu.Unlock()
 	if kb != nil {
-		// Inserts change rows in place (chain nonces, merges): the kept
-		// batch must stay as spooled.
-		return &batch{
-			Calls: slices.Clone(kb.Calls), Writes: slices.Clone(kb.Writes),
-			Findings: slices.Clone(kb.Findings), Watermarks: slices.Clone(kb.Watermarks),
-			Token: kb.Token, Done: kb.Done, spooled: true,
-		}, nil
+		return kb, true, nil
 	}
+	b, err = sp.decode(seq)
+	return b, false, err
+}
+
+// decode reads and decodes the file of seq.
+func (sp *spool) decode(seq uint64) (*batch, error) {
 	data, err := os.ReadFile(sp.path(seq, spoolExt))
 	if err != nil {
 		return nil, fmt.Errorf("cannot read spool file: %w", err)

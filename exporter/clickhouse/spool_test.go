@@ -306,6 +306,51 @@ func TestBatchMerge(t *testing.T) {
 	}
 }
 
+// TestGather_Kept checks that the drain merges batches kept in memory as it
+// merges their files, and leaves the kept batches as spooled.
+func TestGather_Kept(t *testing.T) {
+	dir := t.TempDir()
+	mem, err := openSpool(dir, 1<<20, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b, c := testBatch("c_1", "c_2"), testBatch("c_2", "c_3"), testBatch("c_4")
+	b.Writes[0].Version, b.Writes[0].State = 9, "resolved" // a later state of the write of c_2
+	for _, x := range []*batch{a, b, c} {
+		if err := mem.append(x); err != nil {
+			t.Fatal(err)
+		}
+	}
+	disk, err := openSpool(dir, 1<<20, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromMem, used, err := (&Store{spool: mem, opts: Options{BatchSize: 100}}).gather(mem.first(64), false)
+	if err != nil || len(used) != 3 {
+		t.Fatalf("gather = %v, %v; want the three batches", used, err)
+	}
+	fromDisk, _, err := (&Store{spool: disk, opts: Options{BatchSize: 100}}).gather(disk.first(64), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, r := range fromMem.Calls {
+		ids = append(ids, r.ID)
+	}
+	if !reflect.DeepEqual(ids, []string{"c_1", "c_2", "c_3", "c_4"}) || !fromMem.spooled {
+		t.Errorf("merged calls %v (spooled %v), want each id once, in order, spooled", ids, fromMem.spooled)
+	}
+	if !reflect.DeepEqual(fromMem.Calls, fromDisk.Calls) || !reflect.DeepEqual(fromMem.Writes, fromDisk.Writes) ||
+		!reflect.DeepEqual(fromMem.Watermarks, fromDisk.Watermarks) || fromMem.Token != fromDisk.Token {
+		t.Errorf("merged from memory %+v, from the files %+v", fromMem, fromDisk)
+	}
+	fromMem.Calls[0].Chain = 7
+	fromMem.Writes[0].State = "changed"
+	if a2, _ := mem.read(used[0]); a2.Calls[0].Chain != 0 || a.Writes[0].State != "durable" {
+		t.Errorf("the insert's changes reached the kept batch: %+v", a2)
+	}
+}
+
 // filled returns a T whose every field holds a value of its own (strings
 // with invalid UTF-8, negative and large integers), so that a field the
 // spool codec forgets, or reads into another, shows in a round trip.
