@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/klauspost/compress/s2"
 )
 
 // errSpoolFull is returned by spool.append when the batch would pass the
@@ -36,12 +38,40 @@ type spool struct {
 	// has been tried with: ClickHouse cannot have their rows, so their
 	// first insert needs no check for rows already stored.
 	fresh map[uint64]bool
+	// kept holds the batches appended by this process, as appended, while
+	// they and the ones before them hold at most keepRows rows, so that
+	// the drain does not read and decode again what it has just encoded
+	// (with Ack "log" every acknowledged batch passes through here). The
+	// files stay the record; a batch not kept is read from its file.
+	kept     map[uint64]*batch
+	keptRows int
+	keepRows int
 }
 
 type spoolFile struct {
 	seq  uint64
 	size int64
 }
+
+// spoolMagic starts a spool file in the spool's own encoding
+// (spoolcodec.go), compressed with S2 (block format). Files of earlier
+// releases are the bare gob of the batch, whose first byte (a message
+// length) is never 0.
+const spoolMagic = "\x00mcsp1\n"
+
+// spoolBufs holds encoding buffers between appends: a batch of calls is
+// megabytes, and an acknowledgement should not wait for them to be
+// allocated and cleared again.
+var spoolBufs sync.Pool
+
+func getSpoolBuf(n int) []byte {
+	if p, ok := spoolBufs.Get().(*[]byte); ok && cap(*p) >= n {
+		return (*p)[:n]
+	}
+	return make([]byte, n)
+}
+
+func putSpoolBuf(b []byte) { spoolBufs.Put(&b) }
 
 const (
 	spoolExt      = ".batch"
@@ -51,8 +81,9 @@ const (
 )
 
 // openSpool opens (creating) dir, removes unfinished temporary files and
-// lists the batches left by an earlier run.
-func openSpool(dir string, maxBytes int64) (*spool, error) {
+// lists the batches left by an earlier run. Up to keepRows rows of the
+// batches appended from now on are also kept in memory for read.
+func openSpool(dir string, maxBytes int64, keepRows int) (*spool, error) {
 	// Spooled batches hold tool arguments and results: private to the owner.
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("cannot create spool directory: %w", err)
@@ -64,7 +95,7 @@ func openSpool(dir string, maxBytes int64) (*spool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot read spool directory: %w", err)
 	}
-	sp := &spool{dir: dir, maxBytes: maxBytes, next: 1}
+	sp := &spool{dir: dir, maxBytes: maxBytes, next: 1, keepRows: keepRows}
 	for _, e := range entries {
 		name := e.Name()
 		switch {
@@ -102,11 +133,14 @@ func (sp *spool) path(seq uint64, ext string) string {
 
 // append writes b durably: when it returns nil the batch survives a crash.
 func (sp *spool) append(b *batch) error {
-	var buf bytes.Buffer
-	if err := gob.NewEncoder(&buf).Encode(b); err != nil {
-		return fmt.Errorf("cannot encode batch for the spool: %w", err)
-	}
-	data := buf.Bytes()
+	raw := appendBatch(getSpoolBuf(encodedSize(b))[:0], b)
+	// Compressed, a batch is about a fifth of its bytes: what the
+	// acknowledgement waits for is mostly writing and syncing them.
+	out := getSpoolBuf(len(spoolMagic) + s2.MaxEncodedLen(len(raw)))
+	copy(out, spoolMagic)
+	data := out[:len(spoolMagic)+len(s2.Encode(out[len(spoolMagic):], raw))]
+	putSpoolBuf(raw)
+	defer putSpoolBuf(out)
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
 	if sp.bytes+int64(len(data)) > sp.maxBytes {
@@ -130,6 +164,16 @@ func (sp *spool) append(b *batch) error {
 		sp.fresh = map[uint64]bool{}
 	}
 	sp.fresh[seq] = true
+	// Kept only when every batch before it still in the spool is: the
+	// drain takes the oldest first, so a kept batch behind one read from
+	// disk would stay in memory for the whole backlog.
+	if n := b.rows(); len(sp.kept) == len(sp.files) && sp.keptRows+n <= sp.keepRows {
+		if sp.kept == nil {
+			sp.kept = map[uint64]*batch{}
+		}
+		sp.kept[seq] = b
+		sp.keptRows += n
+	}
 	sp.files = append(sp.files, spoolFile{seq: seq, size: int64(len(data))})
 	sp.bytes += int64(len(data))
 	return nil
@@ -177,12 +221,56 @@ func (sp *spool) first(n int) []uint64 {
 	return seqs
 }
 
-// read decodes the batch of seq.
+// read returns the batch of seq for an insert, which may change it: a
+// batch kept in memory comes back as its file would, a copy of the rows,
+// token and acknowledged tables with nothing of an insert tried before it
+// was spooled.
 func (sp *spool) read(seq uint64) (*batch, error) {
+	b, kept, err := sp.view(seq)
+	if err != nil || !kept {
+		return b, err
+	}
+	// Inserts change rows in place (chain nonces, merges): the kept batch
+	// must stay as spooled.
+	return &batch{
+		Calls: slices.Clone(b.Calls), Writes: slices.Clone(b.Writes),
+		Findings: slices.Clone(b.Findings), Watermarks: slices.Clone(b.Watermarks),
+		Token: b.Token, Done: b.Done, spooled: true,
+	}, nil
+}
+
+// view returns the batch of seq to read only: the one kept in memory
+// (kept) or the one its file decodes to.
+func (sp *spool) view(seq uint64) (b *batch, kept bool, err error) {
+	sp.mu.Lock()
+	kb := sp.kept[seq]
+	sp.mu.Unlock()
+	if kb != nil {
+		return kb, true, nil
+	}
+	b, err = sp.decode(seq)
+	return b, false, err
+}
+
+// decode reads and decodes the file of seq.
+func (sp *spool) decode(seq uint64) (*batch, error) {
 	data, err := os.ReadFile(sp.path(seq, spoolExt))
 	if err != nil {
 		return nil, fmt.Errorf("cannot read spool file: %w", err)
 	}
+	if bytes.HasPrefix(data, []byte(spoolMagic)) {
+		raw, err := s2.Decode(nil, data[len(spoolMagic):])
+		if err != nil {
+			return nil, fmt.Errorf("cannot decompress spool file %s: %w", sp.path(seq, spoolExt), err)
+		}
+		b, err := decodeBatch(raw)
+		if err != nil {
+			return nil, fmt.Errorf("cannot decode spool file %s: %w", sp.path(seq, spoolExt), err)
+		}
+		b.spooled = true
+		return b, nil
+	}
+	// A file of an earlier release.
 	b := new(batch)
 	if err := gob.NewDecoder(bytes.NewReader(data)).Decode(b); err != nil {
 		return nil, fmt.Errorf("cannot decode spool file %s: %w", sp.path(seq, spoolExt), err)
@@ -215,6 +303,10 @@ func (sp *spool) drop(seq uint64, op func(path string) error) error {
 	}
 	sp.bytes -= sp.files[i].size
 	sp.files = slices.Delete(sp.files, i, i+1)
+	if kb := sp.kept[seq]; kb != nil {
+		sp.keptRows -= kb.rows()
+		delete(sp.kept, seq)
+	}
 	return nil
 }
 

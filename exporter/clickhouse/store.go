@@ -121,7 +121,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	sp, err := openSpool(o.Spool.Dir, o.Spool.MaxBytes)
+	sp, err := openSpool(o.Spool.Dir, o.Spool.MaxBytes, 4*o.BatchSize)
 	if err != nil {
 		return nil, err
 	}
@@ -848,30 +848,45 @@ func (s *Store) drain() error {
 // and so does every batch when single is set. err is set, with the one
 // batch in used, when that batch cannot be read.
 func (s *Store) gather(seqs []uint64, single bool) (b *batch, used []uint64, err error) {
+	var parts []*batch
+	rows, calls, writes, findings := 0, 0, 0, 0
 	for _, seq := range seqs {
-		next, err := s.spool.read(seq)
+		next, _, err := s.spool.view(seq)
 		if err != nil {
-			if b == nil {
+			if len(parts) == 0 {
 				return nil, []uint64{seq}, err
 			}
 			break // read again, alone, next time
 		}
-		if b == nil {
-			b, used = next, []uint64{seq}
-			if single || b.partial() {
-				break
-			}
-			continue
-		}
-		if next.partial() || b.rows()+next.rows() > 4*s.opts.BatchSize {
+		if len(parts) > 0 && (next.partial() || rows+next.rows() > 4*s.opts.BatchSize) {
 			break
 		}
-		b.merge(next)
-		used = append(used, seq)
+		parts, used = append(parts, next), append(used, seq)
+		rows += next.rows()
+		calls, writes, findings = calls+len(next.Calls), writes+len(next.Writes), findings+len(next.Findings)
+		if len(parts) == 1 && (single || next.partial()) {
+			break
+		}
 	}
-	if len(used) > 1 {
-		b.finish()
+	if len(parts) == 1 {
+		b, err := s.spool.read(used[0])
+		if err != nil {
+			return nil, used, err
+		}
+		return b, used, nil
 	}
+	// The batches are read only (those kept in memory must stay as
+	// spooled): their rows are copied once, into the merged batch.
+	b = &batch{
+		Calls: make([]callRow, 0, calls), Writes: make([]writeRow, 0, writes),
+		Findings: make([]findingRow, 0, findings), spooled: true,
+		callIndex: make(map[callKey]bool, calls), writeIndex: make(map[writeKey]int, writes),
+		findingIndex: make(map[string]bool, findings),
+	}
+	for _, p := range parts {
+		b.merge(p)
+	}
+	b.finish()
 	return b, used, nil
 }
 
