@@ -204,8 +204,8 @@ func (rc *Receiver) bodyBuffer() []byte {
 }
 
 // recycleBody gives the body buffer of a request back to the pool once
-// nothing refers to it any more: the request is answered, and no call
-// taken from it holds any of its bytes.
+// nothing refers to it any more: no call taken from it, no decoded value
+// and no error holds any of its bytes.
 func (rc *Receiver) recycleBody(b []byte) {
 	if cap(b) > 0 && cap(b) <= maxPooledBody {
 		rc.bodies.Put(&b)
@@ -499,6 +499,9 @@ func (rc *Receiver) traces(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	// pdata copies what it decodes (strings, bytes), protobuf and JSON
+	// alike: the body can serve the next request now.
+	rc.recycleBody(b)
 	b = nil
 	resp, re := rc.exportCtx(r.Context(), src, tenant, req)
 	if re != nil {

@@ -9,9 +9,12 @@ import (
 	"sync"
 	"testing"
 
+	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
+
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/dialect"
 	"github.com/mcpaudit/mcpaudit/collector/receiver"
+	"github.com/mcpaudit/mcpaudit/internal/capgen"
 )
 
 // keepIngester keeps every record it is handed, as a store that holds
@@ -30,63 +33,94 @@ func (k *keepIngester) Ingest(_ context.Context, batches ...audit.Batch) (int, e
 	return 0, nil
 }
 
-// TestCalls_BodyBufferReused sends many requests of call records from
-// several clients at once, so that body buffers are reused, and checks that
-// every record kept from an earlier request still holds what was sent: no
-// call refers to the body it came in, which the next request overwrites.
-func TestCalls_BodyBufferReused(t *testing.T) {
-	in := &keepIngester{}
-	rc := receiver.New(receiver.NewDefaultConfig(), dialect.Config{}, in, nil, slog.New(slog.DiscardHandler))
-	h := rc.Handler()
+// TestBodyBufferReused sends many requests from several clients at once,
+// so that body buffers are reused, and checks that every record kept from
+// an earlier request still holds what was sent: no call refers to the body
+// it came in, which a later request overwrites. Call records, OTLP
+// protobuf and OTLP JSON each.
+func TestBodyBufferReused(t *testing.T) {
 	reqs := benchCalls(40, 50)
-	want := map[string]string{} // the call's request id: its arguments
-	var bodies [][]byte
-	for _, calls := range reqs {
-		var body []byte
-		for i, c := range calls {
-			if i > 0 {
-				body = append(body, '\n')
+	for _, tc := range []struct {
+		name, path, ctype string
+		encode            func([]*capgen.Call) []byte
+	}{
+		{"calls", "/v1/calls", "application/x-ndjson", func(calls []*capgen.Call) []byte {
+			var body []byte
+			for i, c := range calls {
+				if i > 0 {
+					body = append(body, '\n')
+				}
+				body = c.AppendRecord(body)
 			}
-			body = c.AppendRecord(body)
-		}
-		bodies = append(bodies, body)
-	}
-	var wg sync.WaitGroup
-	for w := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := w; i < len(bodies); i += 4 {
-				req := httptest.NewRequest("POST", "/v1/calls", bytes.NewReader(bodies[i]))
-				req.Header.Set("Content-Type", "application/x-ndjson")
+			return body
+		}},
+		{"otlp_protobuf", "/v1/traces", "application/x-protobuf", func(calls []*capgen.Call) []byte {
+			req := ptraceotlp.NewExportRequest()
+			capgen.AppendTraces(req.Traces(), "test", calls)
+			b, err := req.MarshalProto()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b
+		}},
+		{"otlp_json", "/v1/traces", "application/json", func(calls []*capgen.Call) []byte {
+			req := ptraceotlp.NewExportRequest()
+			capgen.AppendTraces(req.Traces(), "test", calls)
+			b, err := req.MarshalJSON()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var bodies [][]byte
+			for _, calls := range reqs {
+				bodies = append(bodies, tc.encode(calls))
+			}
+			post := func(h http.Handler, body []byte) {
+				req := httptest.NewRequest("POST", tc.path, bytes.NewReader(body))
+				req.Header.Set("Content-Type", tc.ctype)
 				rw := httptest.NewRecorder()
 				h.ServeHTTP(rw, req)
-				if rw.Code != http.StatusOK {
+				if rw.Code != http.StatusOK && rw.Code != http.StatusBadRequest {
 					t.Errorf("status %d: %s", rw.Code, rw.Body)
 				}
 			}
-		}()
-	}
-	wg.Wait()
-	// What was taken, read again from the same bodies by a receiver of its
-	// own that reuses nothing across these requests.
-	ref := &keepIngester{}
-	rr := receiver.New(receiver.NewDefaultConfig(), dialect.Config{}, ref, nil, slog.New(slog.DiscardHandler))
-	for _, body := range bodies {
-		req := httptest.NewRequest("POST", "/v1/calls", bytes.NewReader(bytes.Clone(body)))
-		req.Header.Set("Content-Type", "application/x-ndjson")
-		rr.Handler().ServeHTTP(httptest.NewRecorder(), req)
-	}
-	for _, r := range ref.recs {
-		want[r.Call.ID] = r.Call.Server + "|" + r.Call.Session + "|" + r.Call.Tool + "|" + string(r.Call.Arguments) + "|" + string(r.Call.Result)
-	}
-	if len(in.recs) != len(ref.recs) || len(in.recs) < 1000 {
-		t.Fatalf("%d records taken, %d by the reference", len(in.recs), len(ref.recs))
-	}
-	for _, r := range in.recs {
-		got := r.Call.Server + "|" + r.Call.Session + "|" + r.Call.Tool + "|" + string(r.Call.Arguments) + "|" + string(r.Call.Result)
-		if w, ok := want[r.Call.ID]; !ok || got != w {
-			t.Fatalf("call %s holds %q after later requests; sent %q", r.Call.ID, got, w)
-		}
+			in := &keepIngester{}
+			h := receiver.New(receiver.NewDefaultConfig(), dialect.Config{}, in, nil, slog.New(slog.DiscardHandler)).Handler()
+			var wg sync.WaitGroup
+			for w := range 4 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := w; i < len(bodies); i += 4 {
+						post(h, bodies[i])
+					}
+				}()
+			}
+			wg.Wait()
+			// The reference: each body read by a receiver of its own.
+			ref := &keepIngester{}
+			for _, body := range bodies {
+				post(receiver.New(receiver.NewDefaultConfig(), dialect.Config{}, ref, nil, slog.New(slog.DiscardHandler)).Handler(), bytes.Clone(body))
+			}
+			show := func(r *audit.Record) string {
+				c := r.Call
+				return c.Server + "|" + c.Session + "|" + c.Tool + "|" + c.RPCID + "|" + c.Source + "|" + string(c.Arguments) + "|" + string(c.Result)
+			}
+			want := map[string]string{}
+			for _, r := range ref.recs {
+				want[r.Call.ID] = show(r)
+			}
+			if len(in.recs) != len(ref.recs) || len(in.recs) < 1000 {
+				t.Fatalf("%d records taken, %d by the reference", len(in.recs), len(ref.recs))
+			}
+			for _, r := range in.recs {
+				if w, ok := want[r.Call.ID]; !ok || show(r) != w {
+					t.Fatalf("call %s holds %q after later requests; sent %q", r.Call.ID, show(r), w)
+				}
+			}
+		})
 	}
 }
