@@ -190,14 +190,28 @@ func (g *gate) Finding(f *audit.Finding) {
 	}
 }
 
+// maxReusedWrites bounds the writes map kept from one commit to the next.
+const maxReusedWrites = 1 << 14
+
 func (g *gate) pending() int { return len(g.writes) + len(g.findings) }
 
 func (g *gate) take() audit.Results {
 	r := audit.Results{Findings: g.findings}
-	for _, w := range g.writes {
-		r.Writes = append(r.Writes, w)
+	if n := len(g.writes); n > 0 {
+		r.Writes = make([]audit.Write, 0, n)
+		for _, w := range g.writes {
+			r.Writes = append(r.Writes, w)
+		}
+		// The map keeps its room for the next commit's writes, about as
+		// many: growing it again at each commit cost as much as the writes
+		// it held. A map grown by a burst (maps never shrink) is dropped.
+		if n > maxReusedWrites {
+			g.writes = nil
+		} else {
+			clear(g.writes)
+		}
 	}
-	g.writes, g.findings = nil, nil
+	g.findings = nil
 	g.taken = append(g.taken, g.origins...)
 	g.origins = nil
 	return r

@@ -210,13 +210,17 @@ type depthCodec struct {
 }
 
 func (c depthCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	if _, ok := v.(interface{ UnmarshalProto([]byte) error }); ok {
-		buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
-		err := protoValueDepth(buf.ReadOnlyData(), c.limit)
-		buf.Free()
-		if err != nil {
-			return fmt.Errorf("cannot take OTLP protobuf: %w", err)
-		}
+	m, ok := v.(interface{ UnmarshalProto([]byte) error })
+	if !ok {
+		return c.CodecV2.Unmarshal(data, v)
 	}
-	return c.CodecV2.Unmarshal(data, v)
+	// The message arrives in frames: it is joined once, checked and
+	// decoded from the same bytes, as pdata's own codec would decode it
+	// (pdata copies what it keeps, so the pooled buffer can go back).
+	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+	defer buf.Free()
+	if err := protoValueDepth(buf.ReadOnlyData(), c.limit); err != nil {
+		return fmt.Errorf("cannot take OTLP protobuf: %w", err)
+	}
+	return m.UnmarshalProto(buf.ReadOnlyData())
 }

@@ -130,7 +130,7 @@ func (rc *Receiver) body(w http.ResponseWriter, r *http.Request) ([]byte, func()
 	if !gz && r.ContentLength > 0 {
 		size = r.ContentLength
 	}
-	b, err := rc.readCounted(src, size, held)
+	b, err := rc.readCounted(src, size, held, rc.bodyBuffer())
 	for layers := 0; err == nil && len(b) >= 2 && b[0] == 0x1f && b[1] == 0x8b; layers++ {
 		// A gzip body sent without Content-Encoding (curl --data-binary of
 		// a .gz file), or a .gz file sent with it (gzip inside gzip): the
@@ -141,7 +141,7 @@ func (rc *Receiver) body(w http.ResponseWriter, r *http.Request) ([]byte, func()
 		}
 		var zr *gzip.Reader
 		if zr, err = gzip.NewReader(bytes.NewReader(b)); err == nil {
-			b, err = rc.readCounted(zr, 0, held)
+			b, err = rc.readCounted(zr, 0, held, nil)
 		}
 	}
 	switch {
@@ -190,6 +190,28 @@ func (h *holding) release() {
 	}
 }
 
+// maxPooledBody is the largest body buffer kept for the next request: a
+// rare large request does not hold its memory after it is answered.
+const maxPooledBody = 4 << 20
+
+// bodyBuffer returns a buffer for a request's body, empty, from the pool
+// or nil.
+func (rc *Receiver) bodyBuffer() []byte {
+	if p, ok := rc.bodies.Get().(*[]byte); ok {
+		return (*p)[:0]
+	}
+	return nil
+}
+
+// recycleBody gives the body buffer of a request back to the pool once
+// nothing refers to it any more: no call taken from it, no decoded value
+// and no error holds any of its bytes.
+func (rc *Receiver) recycleBody(b []byte) {
+	if cap(b) > 0 && cap(b) <= maxPooledBody {
+		rc.bodies.Put(&b)
+	}
+}
+
 var (
 	errInFlight = errors.New("bytes in flight at the limit")
 	errTooLarge = errors.New("too large")
@@ -199,10 +221,13 @@ var (
 // in flight as the bytes arrive (decodeCost per byte): a request that
 // would pass them stops with errInFlight. A client holds only what it has
 // sent, whatever length it declared. size, when known, sizes the buffer
-// up to 1 MiB at once.
-func (rc *Receiver) readCounted(r io.Reader, size int64, held *holding) ([]byte, error) {
+// up to 1 MiB at once. buf, if not nil, is a buffer to read into.
+func (rc *Receiver) readCounted(r io.Reader, size int64, held *holding, buf []byte) ([]byte, error) {
 	const chunk = 64 << 10
-	buf := make([]byte, 0, min(size, 1<<20)+chunk)
+	if want := int(min(size, 1<<20) + chunk); cap(buf) < want {
+		buf = make([]byte, 0, want)
+	}
+	buf = buf[:0]
 	reserved := int64(0) // body bytes covered
 	for {
 		if int64(len(buf)) > rc.cfg.MaxBodyBytes {
@@ -351,6 +376,11 @@ func (rc *Receiver) calls(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
+	// The decoder reads the body through a buffer of its own and the
+	// records it makes copy what they keep (the ReaderAt it may take is
+	// used for OTLP only, refused here), so the body can serve the next
+	// request once this one is answered.
+	defer rc.recycleBody(b)
 	if len(bytes.TrimSpace(b)) == 0 {
 		rc.fail(w, src, &refusal{400, "empty body: send call records, one JSON object per line or a JSON array", metrics.RejectDecodeError}, false)
 		return
@@ -469,6 +499,9 @@ func (rc *Receiver) traces(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	// pdata copies what it decodes (strings, bytes), protobuf and JSON
+	// alike: the body can serve the next request now.
+	rc.recycleBody(b)
 	b = nil
 	resp, re := rc.exportCtx(r.Context(), src, tenant, req)
 	if re != nil {

@@ -1,6 +1,7 @@
 package receiver
 
 import (
+	"bytes"
 	"fmt"
 	"math"
 	"runtime/debug"
@@ -106,6 +107,24 @@ func errMessage(c *audit.Call) string {
 // badText returns the byte offset of the first invalid UTF-8 sequence or
 // control character of s, or -1.
 func badText(s string) int {
+	// Names and ids are mostly ASCII: checked a byte at a time until the
+	// first byte that is not.
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= utf8.RuneSelf {
+			if j := badUTF8Text(s[i:]); j >= 0 {
+				return i + j
+			}
+			return -1
+		}
+		if c < 0x20 || c == 0x7f {
+			return i
+		}
+	}
+	return -1
+}
+
+func badUTF8Text(s string) int {
 	for i, r := range s {
 		if r == utf8.RuneError || unicode.IsControl(r) {
 			if r == utf8.RuneError {
@@ -144,11 +163,7 @@ func jsonDepth(b []byte, limit int) (depth, at int) {
 	for i := 0; i < len(b); i++ {
 		switch b[i] {
 		case '"':
-			for i++; i < len(b) && b[i] != '"'; i++ {
-				if b[i] == '\\' {
-					i++
-				}
-			}
+			i = stringEnd(b, i+1)
 		case '{', '[':
 			d++
 			if d > depth {
@@ -162,6 +177,29 @@ func jsonDepth(b []byte, limit int) (depth, at int) {
 		}
 	}
 	return depth, -1
+}
+
+// stringEnd returns the offset of the quote that closes the JSON string
+// whose text starts at b[i:], or len(b). Payloads are mostly string bytes:
+// the closing quote is searched for rather than stepped to, and a quote
+// after an odd run of backslashes is escaped.
+func stringEnd(b []byte, i int) int {
+	for i < len(b) {
+		j := bytes.IndexByte(b[i:], '"')
+		if j < 0 {
+			return len(b)
+		}
+		q := i + j
+		n := 0
+		for k := q - 1; k >= i && b[k] == '\\'; k-- {
+			n++
+		}
+		if n%2 == 0 {
+			return q
+		}
+		i = q + 1
+	}
+	return len(b)
 }
 
 // badSourceName reports what is wrong with a source name, or "".

@@ -138,6 +138,7 @@ type Receiver struct {
 	log     *slog.Logger
 	rlog    *ratelog.Logger
 	readers sync.Pool // *dialect.Reader: one per request at a time
+	bodies  sync.Pool // *[]byte: request body buffers
 
 	// Access authenticates requests. Nil: built from Config.Tenants.
 	Access *access.Authenticator

@@ -3,7 +3,6 @@ package metrics
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -73,9 +72,23 @@ type Metrics struct {
 
 // serverLabels remembers the label values already seen for one server.
 type serverLabels struct {
-	tools      map[string]bool // values given to the tool label
-	callTools  map[string]bool // tools whose call series are initialized
-	writeTools map[string]bool // tools whose WritesTotal series are initialized
+	tools      map[string]bool         // values given to the tool label
+	callTools  map[string]*callSeries  // tools whose call series are initialized
+	writeTools map[string]*writeSeries // tools whose WritesTotal series are initialized
+	pending    prometheus.Gauge
+}
+
+// callSeries are the series one call of a tool counts in, looked up once:
+// WithLabelValues hashes its labels at every use, and the engine counts
+// every call.
+type callSeries struct {
+	outcomes map[string]prometheus.Counter // by outcome label
+	duration prometheus.Observer           // nil until the first call with a duration
+}
+
+// writeSeries are a tool's WritesTotal series, by terminal state.
+type writeSeries struct {
+	states map[audit.WriteState]prometheus.Counter
 }
 
 // uncertainFailures are the failures the rules alert on by rate
@@ -196,12 +209,12 @@ func (m *Metrics) newServer(label string) *serverLabels {
 	if s := m.servers[label]; s != nil {
 		return s
 	}
-	s := &serverLabels{tools: map[string]bool{}, callTools: map[string]bool{}, writeTools: map[string]bool{}}
+	s := &serverLabels{tools: map[string]bool{}, callTools: map[string]*callSeries{}, writeTools: map[string]*writeSeries{}}
 	m.servers[label] = s
 	for _, k := range audit.Kinds {
 		m.findings.WithLabelValues(label, string(k), string(k.Severity()))
 	}
-	m.pending.WithLabelValues(label)
+	s.pending = m.pending.WithLabelValues(label)
 	return s
 }
 
@@ -247,10 +260,12 @@ func (m *Metrics) Call(r *audit.Record) {
 	m.mu.Lock()
 	server, s := m.server(r.Call.Server)
 	tool := m.tool(s, r.Tool)
-	if !s.callTools[tool] {
-		s.callTools[tool] = true
+	cs := s.callTools[tool]
+	if cs == nil {
+		cs = &callSeries{outcomes: map[string]prometheus.Counter{}}
+		s.callTools[tool] = cs
 		for _, o := range []audit.Outcome{audit.OutcomeOK, audit.OutcomeToolError, audit.OutcomeProtocolError, audit.OutcomeNoResponse} {
-			m.calls.WithLabelValues(server, tool, string(o))
+			cs.outcomes[string(o)] = m.calls.WithLabelValues(server, tool, string(o))
 		}
 		for _, f := range uncertainFailures {
 			if m.knownCode(f.Code) {
@@ -258,11 +273,23 @@ func (m *Metrics) Call(r *audit.Record) {
 			}
 		}
 	}
+	outcome := outcomeLabel(r.Outcome)
+	c := cs.outcomes[outcome]
+	if c == nil {
+		c = m.calls.WithLabelValues(server, tool, outcome)
+		cs.outcomes[outcome] = c
+	}
+	d := r.Call.Duration
+	if d > 0 && cs.duration == nil {
+		// Made by the first call with a duration: a tool's histogram is not
+		// shown before it has one.
+		cs.duration = m.duration.WithLabelValues(server, tool)
+	}
 	m.mu.Unlock()
 
-	m.calls.WithLabelValues(server, tool, outcomeLabel(r.Outcome)).Inc()
-	if d := r.Call.Duration; d > 0 {
-		m.duration.WithLabelValues(server, tool).Observe(d.Seconds())
+	c.Inc()
+	if d > 0 {
+		cs.duration.Observe(d.Seconds())
 	}
 	if r.Failure != nil {
 		m.failure(server, tool, r.Failure)
@@ -294,25 +321,28 @@ func (m *Metrics) Write(w *audit.Write, prev audit.WriteState) {
 	m.mu.Lock()
 	server, s := m.server(w.Server)
 	tool := m.tool(s, w.Tool)
-	if !s.writeTools[tool] {
-		s.writeTools[tool] = true
+	ws := s.writeTools[tool]
+	if ws == nil {
+		ws = &writeSeries{states: map[audit.WriteState]prometheus.Counter{}}
+		s.writeTools[tool] = ws
 		for _, st := range terminalStates {
-			m.writes.WithLabelValues(server, tool, string(st))
+			ws.states[st] = m.writes.WithLabelValues(server, tool, string(st))
 		}
 	}
 	m.mu.Unlock()
 
 	if prev == audit.StatePending {
-		m.pending.WithLabelValues(server).Dec()
+		s.pending.Dec()
 	}
 	if w.State == audit.StatePending {
-		m.pending.WithLabelValues(server).Inc()
+		s.pending.Inc()
 		return
 	}
-	if !slices.Contains(terminalStates, w.State) {
+	c := ws.states[w.State] // terminal states only
+	if c == nil {
 		return
 	}
-	m.writes.WithLabelValues(server, tool, string(w.State)).Inc()
+	c.Inc()
 	if prev == audit.StatePending && (w.State == audit.StateDurable || w.State == audit.StateResolved) {
 		if d := w.StateTime.Sub(w.Time); d >= 0 && !w.Time.IsZero() {
 			m.verification.WithLabelValues(server).Observe(d.Seconds())
