@@ -24,6 +24,10 @@ type callRow struct {
 	time   int64
 	rec    []byte
 	docs   []int32
+	// session is the session_minutes row of the call; ok is false when
+	// it has no session.
+	session sessionMinute
+	ok      bool
 }
 
 type writeRow struct {
@@ -158,6 +162,9 @@ func encodeCalls(calls []audit.Record) ([]callRow, error) {
 		}
 		buf = appendRecord(buf[:0], r)
 		row := callRow{id: packID(callPrefix, r.Call.ID), tenant: r.Call.Tenant, time: t, rec: compress(buf)}
+		if r.Call.Session != "" {
+			row.session, row.ok = sessionMinute{sessionHash(r.Call.Session), bucketOf(t)}, true
+		}
 		for _, d := range r.Documents() {
 			h := docHash(d)
 			if !containsInt32(row.docs, h) {
@@ -446,6 +453,10 @@ const (
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	sqlSetWatermark = `INSERT INTO meta (key, value) VALUES ('watermark', ?)
 		ON CONFLICT (key) DO UPDATE SET value = excluded.value`
+	sqlInsertSession = `INSERT OR IGNORE INTO session_minutes (sh, minute) VALUES (?, ?)`
+	// The session index is complete up to the last call a commit stored.
+	sqlSetIndexed = `INSERT INTO meta (key, value) VALUES ('` + sessionsIndexed + `', ?)
+		ON CONFLICT (key) DO UPDATE SET value = max(value, excluded.value)`
 )
 
 // intern returns the number of v in strs, adding it in tx when it is new.
@@ -473,6 +484,17 @@ func (s *Store) intern(tx *sql.Tx, v string) (int64, error) {
 // maxInterned bounds the committer's cache of interned strings.
 const maxInterned = 100000
 
+// sessionMinute is a row of session_minutes: a session hash and a bucket.
+type sessionMinute struct {
+	sh     int32
+	minute int64
+}
+
+// maxSessions bounds the committer's cache of the session minutes it
+// stored, which saves their INSERT OR IGNORE for the next calls of the same
+// session and minute.
+const maxSessions = 100000
+
 // commitBatch runs a batch in one transaction. The transaction ignores the
 // callers' contexts: it is shared, and one caller giving up must not fail
 // the others.
@@ -486,20 +508,26 @@ func (s *Store) commitBatch(batch []*request, calls int) (err error) {
 	defer func() {
 		if err != nil {
 			tx.Rollback()
-			// Strings interned by the failed transaction are not stored.
+			// Strings interned and session minutes indexed by the failed
+			// transaction are not stored.
 			clear(s.strs)
+			clear(s.sessions)
 		}
 	}()
 	stmt := func(query string) (*sql.Stmt, error) { return tx.PrepareContext(ctx, query) }
-	var insCall, insDoc, upWrite, insFinding *sql.Stmt
+	var insCall, insDoc, insSession, upWrite, insFinding *sql.Stmt
 	// The new calls of each tenant, in rid order, for its chain entry.
 	chained := map[string][]rowHash{}
+	var lastRID int64 // of the calls stored
 	for _, req := range batch {
 		if len(req.calls) > 0 && insCall == nil {
 			if insCall, err = stmt(sqlInsertCall); err != nil {
 				return wrap(err)
 			}
 			if insDoc, err = stmt(sqlInsertDoc); err != nil {
+				return wrap(err)
+			}
+			if insSession, err = stmt(sqlInsertSession); err != nil {
 				return wrap(err)
 			}
 		}
@@ -528,6 +556,16 @@ func (s *Store) commitBatch(batch []*request, calls int) (err error) {
 					return wrap(err)
 				}
 			}
+			lastRID = rid
+			if _, seen := s.sessions[c.session]; c.ok && !seen {
+				if _, err := insSession.Exec(c.session.sh, c.session.minute); err != nil {
+					return wrap(err)
+				}
+				if len(s.sessions) >= maxSessions {
+					clear(s.sessions)
+				}
+				s.sessions[c.session] = struct{}{}
+			}
 		}
 		if len(req.writes) > 0 && upWrite == nil {
 			if upWrite, err = stmt(sqlUpsertWrite); err != nil {
@@ -551,6 +589,11 @@ func (s *Store) commitBatch(batch []*request, calls int) (err error) {
 			if _, err := tx.Exec(sqlSetWatermark, req.watermark); err != nil {
 				return wrap(err)
 			}
+		}
+	}
+	if lastRID > 0 {
+		if _, err := tx.Exec(sqlSetIndexed, lastRID); err != nil {
+			return wrap(err)
 		}
 	}
 	now := time.Now()
@@ -648,7 +691,11 @@ func (s *Store) deleteChunk(d *deleteRequest) (int64, error) {
 	var n int64
 	switch d.table {
 	case tableCalls:
-		n, err = deleteCalls(ctx, tx, d, limit)
+		if n, err = deleteCalls(ctx, tx, d, limit); err == nil {
+			err = pruneSessions(ctx, tx)
+			// The minutes it cached may be gone.
+			clear(s.sessions)
+		}
 	case tableWrites:
 		cond, args := tenantCond(d, "tenant", true)
 		n, err = deleteKeyed(ctx, tx, d, limit, `SELECT time, call_id, seq, tenant FROM writes WHERE time >= ? AND time < ?`+cond,
@@ -707,6 +754,22 @@ func deleteKeyed(ctx context.Context, tx *sql.Tx, d *deleteRequest, limit int, s
 	}
 	d.full = len(keys) == limit
 	return int64(len(keys)), nil
+}
+
+// pruneSessions deletes the session minutes before the oldest stored call
+// (all of them when no call is left), which find nothing once retention
+// deleted their calls.
+func pruneSessions(ctx context.Context, tx *sql.Tx) error {
+	var oldest sql.NullInt64
+	if err := tx.QueryRowContext(ctx, `SELECT min(time) FROM calls`).Scan(&oldest); err != nil {
+		return err
+	}
+	before := int64(math.MaxInt64)
+	if oldest.Valid {
+		before = bucketOf(oldest.Int64)
+	}
+	_, err := tx.ExecContext(ctx, `DELETE FROM session_minutes WHERE minute < ?`, before)
+	return err
 }
 
 func deleteCalls(ctx context.Context, tx *sql.Tx, d *deleteRequest, limit int) (int64, error) {

@@ -50,8 +50,10 @@ var sideSchema = []string{
 	// session: a session's calls are read from the time index in those
 	// minutes and checked against their records. One row per session and
 	// minute costs a few bytes per call where a row per call would cost 20.
-	// Filled from the calls table by the session indexer, up to the rid
-	// kept in meta under sessionsIndexed.
+	// The committer fills it in the transaction that stores the calls, and
+	// keeps in meta under sessionsIndexed the rid up to which it is
+	// complete; calls stored by a version that indexed them later are
+	// indexed when the store opens (indexSessions).
 	`CREATE TABLE IF NOT EXISTS session_minutes (
 		sh     INTEGER NOT NULL,
 		minute INTEGER NOT NULL, -- time / sessionBucket
@@ -167,19 +169,13 @@ func bucketOf(t int64) int64 {
 	return t / sessionBucket
 }
 
-// investigation is the investigation side's write connection and its indexer.
+// investigation is the investigation side's write connection.
 type investigation struct {
 	db *sql.DB
 	// bad are the interned numbers of the states with a partial index.
-	bad  map[audit.WriteState]int64
-	mu   sync.Mutex // one ChangeFinding or index step at a time
-	kick chan struct{}
-	stop chan struct{}
-	done chan struct{}
+	bad map[audit.WriteState]int64
+	mu  sync.Mutex // one ChangeFinding or index step at a time
 }
-
-// sideEvery is how often the session indexer looks for new calls.
-const sideEvery = 500 * time.Millisecond
 
 // openSide opens the side connection on the database at dsn, creates the
 // investigation tables and starts the session indexer.
@@ -201,18 +197,26 @@ func (s *Store) openSide(dsn string) error {
 		db.Close()
 		return fmt.Errorf("cannot create the investigation tables: %w", wrap(err))
 	}
-	s.inv = &investigation{db: db, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), bad: bad}
-	go s.indexLoop()
-	return nil
+	s.inv = &investigation{db: db, bad: bad}
+	// Before the committer starts: from now on it indexes the calls it
+	// stores, and marks the index complete up to them.
+	for {
+		n, err := s.indexSessions(context.Background(), 2000)
+		if err != nil {
+			db.Close()
+			return fmt.Errorf("cannot index sessions: %w", wrap(err))
+		}
+		if n == 0 {
+			return nil
+		}
+	}
 }
 
-// closeSide stops the indexer and closes the investigation connection.
+// closeSide closes the investigation connection.
 func (s *Store) closeSide() error {
 	if s.inv == nil {
 		return nil
 	}
-	close(s.inv.stop)
-	<-s.inv.done
 	return s.inv.db.Close()
 }
 
@@ -222,27 +226,6 @@ func sessionHash(session string) int32 {
 	h := fnv.New32a()
 	h.Write([]byte(session))
 	return int32(h.Sum32())
-}
-
-// indexLoop indexes the sessions of new calls until the store closes.
-func (s *Store) indexLoop() {
-	defer close(s.inv.done)
-	t := time.NewTicker(sideEvery)
-	defer t.Stop()
-	for {
-		for {
-			n, err := s.indexSessions(context.Background(), 2000)
-			if err != nil || n == 0 {
-				break
-			}
-		}
-		select {
-		case <-s.inv.stop:
-			return
-		case <-t.C:
-		case <-s.inv.kick:
-		}
-	}
 }
 
 // indexedRID returns the rid up to which session_minutes is complete.
@@ -323,19 +306,8 @@ func (s *Store) indexSessions(ctx context.Context, limit int) (int, error) {
 			return 0, err
 		}
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO meta (key, value) VALUES (?, ?)
-		ON CONFLICT (key) DO UPDATE SET value = excluded.value`, sessionsIndexed, last); err != nil {
+	if _, err := tx.ExecContext(ctx, sqlSetIndexed, last); err != nil {
 		return 0, err
-	}
-	// Minutes whose calls retention deleted find nothing; they go here.
-	var oldest sql.NullInt64
-	if err := tx.QueryRowContext(ctx, `SELECT min(time) FROM calls`).Scan(&oldest); err != nil {
-		return 0, err
-	}
-	if oldest.Valid {
-		if _, err := tx.ExecContext(ctx, `DELETE FROM session_minutes WHERE minute < ?`, bucketOf(oldest.Int64)); err != nil {
-			return 0, err
-		}
 	}
 	return n, tx.Commit()
 }
@@ -610,14 +582,6 @@ func (s *Store) Calls(ctx context.Context, q audit.CallQuery) (audit.CallPage, e
 // from the minute of *from, with the end of the minute (capped at until),
 // until scan reports a full page.
 func (s *Store) scanSession(ctx context.Context, session string, from *int64, until int64, scan func(end int64) (bool, error)) error {
-	// Index what the indexer has not reached yet, so that the page is
-	// complete to the last stored call; a backlog bigger than this (a bulk
-	// load still being indexed) shows once the indexer has reached it.
-	for range 20 {
-		if n, err := s.indexSessions(ctx, 2000); err != nil || n == 0 {
-			break
-		}
-	}
 	sh := sessionHash(session)
 	next := bucketOf(*from)
 	for {

@@ -130,6 +130,8 @@ type Store struct {
 
 	// strs caches the interned strings; the committer alone uses it.
 	strs map[string]int64
+	// sessions caches the session minutes the committer stored.
+	sessions map[sessionMinute]struct{}
 
 	// inv serves the investigation side (investigate.go).
 	inv *investigation
@@ -290,12 +292,13 @@ func Open(path string, opts Options) (*Store, error) {
 	}
 
 	s := &Store{
-		opts: opts,
-		w:    w,
-		r:    r,
-		reqs: make(chan *request, 256),
-		done: make(chan struct{}),
-		strs: map[string]int64{},
+		opts:     opts,
+		w:        w,
+		r:        r,
+		reqs:     make(chan *request, 256),
+		done:     make(chan struct{}),
+		strs:     map[string]int64{},
+		sessions: map[sessionMinute]struct{}{},
 	}
 	if err := s.openSide(base + "?" + q.Encode()); err != nil {
 		w.Close()

@@ -430,3 +430,83 @@ func TestQueryPlans(t *testing.T) {
 
 // errOnly drops the count of AppendCalls.
 func errOnly(_ int, err error) error { return err }
+
+// TestSessions_IndexedAtOpen: the committer indexes the sessions of the
+// calls it stores; calls stored without their session minutes (by a
+// version that indexed them in the background) are indexed when the store
+// opens, and retention prunes the minutes of deleted calls.
+func TestSessions_IndexedAtOpen(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "audit.db")
+	recs := pool(t, 300)
+	session := recs[len(recs)-1].Call.Session
+	var want int
+	for _, r := range recs {
+		if r.Call.Session == session {
+			want++
+		}
+	}
+	count := func(s *Store) int {
+		t.Helper()
+		var n int
+		for q := (audit.CallQuery{Session: session}); ; {
+			p, err := s.Calls(ctx, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n += len(p.Calls)
+			if p.NextCursor == "" {
+				return n
+			}
+			q.Cursor = p.NextCursor
+		}
+	}
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AppendCalls(ctx, recs); err != nil {
+		t.Fatal(err)
+	}
+	if got := count(s); got != want || want == 0 {
+		t.Fatalf("session %q: %d calls right after the append, want %d", session, got, want)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`DELETE FROM session_minutes; UPDATE meta SET value = 0 WHERE key = '` + sessionsIndexed + `'`); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	if s, err = Open(path, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got := count(s); got != want {
+		t.Fatalf("session %q: %d calls after reopening an unindexed store, want %d", session, got, want)
+	}
+	if _, err := s.DeleteBefore(ctx, storetest.T0.Add(1000*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	var left int
+	if err := s.r.QueryRow(`SELECT count(*) FROM session_minutes`).Scan(&left); err != nil || left != 0 {
+		t.Fatalf("%d session minutes left after every call was deleted (%v)", left, err)
+	}
+	// The committer indexes them again, a second time too: its cache of
+	// the minutes it stored goes with them.
+	for range 2 {
+		if _, err := s.DeleteBefore(ctx, storetest.T0.Add(1000*time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.AppendCalls(ctx, recs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := count(s); got != want {
+		t.Fatalf("session %q: %d calls stored again after retention, want %d", session, got, want)
+	}
+}
