@@ -138,7 +138,12 @@ func (rp *RecordParser) parse(data []byte, source string, line int, keep bool) (
 	if err != nil {
 		return nil, bad("time", "not an RFC 3339 time: %q", ts)
 	}
-	c.Time = t.UTC().Round(time.Microsecond)
+	// Most times are written to the microsecond or coarser: nothing to
+	// round.
+	if t = t.UTC(); t.Nanosecond()%1000 != 0 {
+		t = t.Round(time.Microsecond)
+	}
+	c.Time = t
 
 	if serverSpan, err = optString(tx, v, "server"); err != nil {
 		return nil, bad("server", "%v", err)
