@@ -41,6 +41,9 @@ type RecordParser struct {
 	text texts
 	// payload is the parsed JSON of the last call, for its reader.
 	payload dialect.Payload
+	// call is the last call parsed: a reader copies it into its record's
+	// one allocation (dialect.Reader.ReadCopy).
+	call audit.Call
 }
 
 // texts gathers the text fields of one call in one buffer, so that they
@@ -84,7 +87,12 @@ func (t *texts) get(s span) string {
 // Parse parses one call record (capture-format.md §1). The returned error,
 // if any, is a *RecordError naming the field and the reason.
 func (rp *RecordParser) Parse(data []byte, source string, line int) (*audit.Call, error) {
-	return rp.parse(data, source, line, true)
+	c, err := rp.parse(data, source, line, true)
+	if err != nil {
+		return nil, err
+	}
+	cc := *c
+	return &cc, nil
 }
 
 // Read parses one call record and has rd read the call from that parse,
@@ -96,13 +104,14 @@ func (rp *RecordParser) Read(data []byte, source string, line int, rd *dialect.R
 	if err != nil {
 		return nil, err
 	}
-	r := rd.ReadPayload(c, &rp.payload)
+	r := rd.ReadCopy(c, &rp.payload)
 	rp.payload = dialect.Payload{}
 	return r, nil
 }
 
-// parse parses one call record and leaves its parsed payloads in
-// rp.payload until the next parse.
+// parse parses one call record into rp.call, which it returns, and leaves
+// its parsed payloads in rp.payload until the next parse. The call is
+// overwritten by the next parse: a caller keeps a copy.
 func (rp *RecordParser) parse(data []byte, source string, line int, keep bool) (*audit.Call, error) {
 	bad := func(field, format string, args ...any) error {
 		return &RecordError{Source: source, Line: line, Field: field, Reason: fmt.Sprintf(format, args...)}
@@ -114,7 +123,8 @@ func (rp *RecordParser) parse(data []byte, source string, line int, keep bool) (
 	if v.Type() != fastjson.TypeObject {
 		return nil, bad("", "a call record must be a JSON object, not %s", v.Type())
 	}
-	c := &audit.Call{}
+	c := &rp.call
+	*c = audit.Call{}
 	tx := &rp.text
 	tx.reset()
 	var srcSpan, serverSpan, rpcSpan, methodSpan, toolSpan span

@@ -40,7 +40,7 @@ type second struct {
 }
 
 // secondList is how many observations a second lists before a map.
-const secondList = 8
+const secondList = 4
 
 type obs struct {
 	h  uint64

@@ -108,8 +108,8 @@ func (r *Reader) rpcFailure(c *audit.Call, p *Payload) *audit.Failure {
 	return &audit.Failure{Code: code, Action: classify.Action(code), Message: c.Error.Message}
 }
 
-func (r *Reader) thegram(c *audit.Call, p *Payload) *audit.Record {
-	a := &audit.Record{Dialect: Thegram, Tool: label(KnownTool(Thegram, c.Tool), c.Tool)}
+func (r *Reader) thegram(a *audit.Record, one *[1]audit.Op, c *audit.Call, p *Payload) *audit.Record {
+	*a = audit.Record{Dialect: Thegram, Tool: label(KnownTool(Thegram, c.Tool), c.Tool)}
 	args, res := p.Args, p.Result
 	sc := res.Get("structuredContent")
 	isError := isError(p)
@@ -127,12 +127,16 @@ func (r *Reader) thegram(c *audit.Call, p *Payload) *audit.Record {
 			b = canon.Append(b, args.Get(k))
 			b = append(b, 0)
 		}
-		op.Intent = canon.Hash(b)
+		var hs [2 * canon.HashLen]byte
+		h := canon.AppendHash(hs[:0], b)
 		for _, k := range []string{"base_revision", "expected_hash"} {
 			b = canon.Append(b, args.Get(k))
 			b = append(b, 0)
 		}
-		op.Binding = canon.Hash(b)
+		h = canon.AppendHash(h, b)
+		// The two fingerprints share one string.
+		s := string(h)
+		op.Intent, op.Binding = s[:canon.HashLen], s[canon.HashLen:]
 		r.p.buf = b
 		if br := args.Get("base_revision"); br != nil && br.Type() == fastjson.TypeNumber {
 			op.HasBaseRev, op.BaseRev = true, br.GetInt64()
@@ -189,7 +193,8 @@ func (r *Reader) thegram(c *audit.Call, p *Payload) *audit.Record {
 			op.Pending, op.Reason = true, audit.ReasonSyncNotConfirmed
 		}
 	}
-	a.Ops = []audit.Op{op}
+	one[0] = op
+	a.Ops = one[:]
 	return a
 }
 
@@ -231,8 +236,8 @@ func isCode(s string) bool {
 // generic reads a call of a server without a dialect: failures are
 // classified where a code is recognizable, and writes are recognized only
 // where configuration names the tool.
-func (r *Reader) generic(c *audit.Call, p *Payload, writes map[string]WriteTool) *audit.Record {
-	a := &audit.Record{Dialect: Generic}
+func (r *Reader) generic(a *audit.Record, one *[1]audit.Op, c *audit.Call, p *Payload, writes map[string]WriteTool) *audit.Record {
+	*a = audit.Record{Dialect: Generic}
 	args, res := p.Args, p.Result
 	isError := isError(p)
 	a.Outcome = outcome(c, isError)
@@ -276,7 +281,8 @@ func (r *Reader) generic(c *audit.Call, p *Payload, writes map[string]WriteTool)
 	default:
 		op.Status, op.Failure = audit.OpFailed, a.Failure
 	}
-	a.Ops = []audit.Op{op}
+	one[0] = op
+	a.Ops = one[:]
 	return a
 }
 
