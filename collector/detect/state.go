@@ -226,8 +226,10 @@ func (w *writeRec) noteRead(p pos) {
 // when needed.
 type docState struct {
 	// writes are every write attempt on the document, in order; the
-	// accepted non-idempotent ones are marked (writeRec.accepted).
+	// accepted non-idempotent ones are marked (writeRec.accepted). Most
+	// documents of a window see one: it is held in one.
 	writes []*writeRec
+	one    [1]*writeRec
 	more   *docMore
 	last   etime
 }
@@ -264,6 +266,21 @@ func (s *docState) proofWrites() []*writeRec {
 		return nil
 	}
 	return s.more.proof
+}
+
+// readList is the reads of one document kept, in order; the first is held
+// in one.
+type readList struct {
+	l   []readRec
+	one [1]readRec
+}
+
+// add inserts r at its place.
+func (rs *readList) add(r readRec) {
+	if rs.l == nil {
+		rs.l = rs.one[:0]
+	}
+	rs.l = insertAt(rs.l, r, readAt)
 }
 
 // readRec is one read of a document, kept for the allowed lateness so that
@@ -357,8 +374,10 @@ func (e *keyEvent) doc() string {
 // keyState is what is remembered about one idempotency key; what most
 // keys never have is apart (keyMore).
 type keyState struct {
-	// events are the uses of the key that bind it, in order.
+	// events are the uses of the key that bind it, in order; the first is
+	// held in one.
 	events []keyEvent
+	one    [1]keyEvent
 	more   *keyMore
 	last   etime
 }
