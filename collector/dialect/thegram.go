@@ -23,7 +23,9 @@ type parsers struct {
 	pcs        []providerCall
 	cands      []*fastjson.Value
 	code, text []byte
-	strip      []byte
+	// own gathers what a reading keeps of one call, for one string.
+	own   []byte
+	strip []byte
 }
 
 // parse returns the parsed value of raw, or nil when raw is empty or not
@@ -115,12 +117,11 @@ func (r *Reader) thegram(a *audit.Record, one *[1]audit.Op, c *audit.Call, p *Pa
 	isError := isError(p)
 	a.Outcome = outcome(c, isError)
 
-	op := audit.Op{Tool: c.Tool, Target: str(args, "path")}
+	op := audit.Op{Tool: c.Tool}
 	switch c.Tool {
 	case "gram_patch":
 		op.Kind = audit.OpWrite
-		op.Key, op.KeyKind = str(args, "request_id"), "request_id"
-		op.KeyProtected = op.Key != ""
+		op.KeyKind = "request_id"
 		b := r.p.buf[:0]
 		b = append(b, "gram_patch\x00"...)
 		for _, k := range []string{"path", "operations", "effective_at", "context"} {
@@ -134,20 +135,28 @@ func (r *Reader) thegram(a *audit.Record, one *[1]audit.Op, c *audit.Call, p *Pa
 			b = append(b, 0)
 		}
 		h = canon.AppendHash(h, b)
-		// The two fingerprints share one string.
-		s := string(h)
-		op.Intent, op.Binding = s[:canon.HashLen], s[canon.HashLen:]
 		r.p.buf = b
+		// The target, the key and the two fingerprints share one string.
+		path, key := view(args, "path"), view(args, "request_id")
+		t := append(append(append(r.p.own[:0], path...), key...), h...)
+		r.p.own = t
+		s := string(t)
+		op.Target, s = s[:len(path)], s[len(path):]
+		op.Key, s = s[:len(key)], s[len(key):]
+		op.Intent, op.Binding = s[:canon.HashLen], s[canon.HashLen:]
+		op.KeyProtected = op.Key != ""
 		if br := args.Get("base_revision"); br != nil && br.Type() == fastjson.TypeNumber {
 			op.HasBaseRev, op.BaseRev = true, br.GetInt64()
 		}
 	case "gram_create":
 		op.Kind = audit.OpWrite
 		op.Protected = true
+		op.Target = str(args, "path")
 	default:
 		if strings.HasPrefix(c.Tool, "gram_") || a.Tool == "other" {
 			op.Kind = audit.OpRead
 		}
+		op.Target = str(args, "path")
 	}
 	if op.Target == "" {
 		op.Target = str(sc, "path")
