@@ -240,7 +240,8 @@ type Sink interface {
 	// Call is called once for every distinct call processed.
 	Call(r *Record)
 	// Write is called when a write attempt is first seen and at every later
-	// state change.
+	// state change. w is valid until Write returns: the detector fills the
+	// same Write again for the next change, so a sink copies what it keeps.
 	Write(w *Write, prev WriteState)
 	// Finding is called once for every finding.
 	Finding(f *Finding)

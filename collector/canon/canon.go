@@ -207,6 +207,16 @@ const hashBytes = 8
 // Hash returns a short hex fingerprint of the given parts, each length-
 // prefixed so that no two part lists share a fingerprint by concatenation.
 func Hash(parts ...[]byte) string {
+	var out [HashLen]byte
+	return string(AppendHash(out[:0], parts...))
+}
+
+// HashLen is the length of a fingerprint of Hash.
+const HashLen = 2 * hashBytes
+
+// AppendHash appends Hash(parts...) to dst: an operation's fingerprints
+// appended to one buffer become one string, one allocation.
+func AppendHash(dst []byte, parts ...[]byte) []byte {
 	// Fingerprints are taken per call and per operation: short inputs are
 	// hashed from a stack buffer in one call, which allocates nothing but
 	// the result; long ones stream through a digest.
@@ -214,15 +224,13 @@ func Hash(parts ...[]byte) string {
 	b := stack[:0]
 	for _, p := range parts {
 		if len(b)+8+len(p) > cap(b) {
-			return hashStream(parts)
+			return append(dst, hashStream(parts)...)
 		}
 		b = binary.LittleEndian.AppendUint64(b, uint64(len(p)))
 		b = append(b, p...)
 	}
 	sum := sha256.Sum256(b)
-	var out [2 * hashBytes]byte
-	hex.Encode(out[:], sum[:hashBytes])
-	return string(out[:])
+	return hex.AppendEncode(dst, sum[:hashBytes])
 }
 
 func hashStream(parts [][]byte) string {

@@ -353,9 +353,10 @@ func (d *Decoder) parse(data []byte, rd *dialect.Reader) *audit.Record {
 	}
 	if rd == nil {
 		d.rp.payload = dialect.Payload{}
-		return &audit.Record{Call: c}
+		cc := *c
+		return &audit.Record{Call: &cc}
 	}
-	r := rd.ReadPayload(c, &d.rp.payload)
+	r := rd.ReadCopy(c, &d.rp.payload)
 	d.rp.payload = dialect.Payload{}
 	return r
 }

@@ -41,6 +41,9 @@ type RecordParser struct {
 	text texts
 	// payload is the parsed JSON of the last call, for its reader.
 	payload dialect.Payload
+	// call is the last call parsed: a reader copies it into its record's
+	// one allocation (dialect.Reader.ReadCopy).
+	call audit.Call
 }
 
 // texts gathers the text fields of one call in one buffer, so that they
@@ -84,7 +87,12 @@ func (t *texts) get(s span) string {
 // Parse parses one call record (capture-format.md §1). The returned error,
 // if any, is a *RecordError naming the field and the reason.
 func (rp *RecordParser) Parse(data []byte, source string, line int) (*audit.Call, error) {
-	return rp.parse(data, source, line, true)
+	c, err := rp.parse(data, source, line, true)
+	if err != nil {
+		return nil, err
+	}
+	cc := *c
+	return &cc, nil
 }
 
 // Read parses one call record and has rd read the call from that parse,
@@ -96,13 +104,14 @@ func (rp *RecordParser) Read(data []byte, source string, line int, rd *dialect.R
 	if err != nil {
 		return nil, err
 	}
-	r := rd.ReadPayload(c, &rp.payload)
+	r := rd.ReadCopy(c, &rp.payload)
 	rp.payload = dialect.Payload{}
 	return r, nil
 }
 
-// parse parses one call record and leaves its parsed payloads in
-// rp.payload until the next parse.
+// parse parses one call record into rp.call, which it returns, and leaves
+// its parsed payloads in rp.payload until the next parse. The call is
+// overwritten by the next parse: a caller keeps a copy.
 func (rp *RecordParser) parse(data []byte, source string, line int, keep bool) (*audit.Call, error) {
 	bad := func(field, format string, args ...any) error {
 		return &RecordError{Source: source, Line: line, Field: field, Reason: fmt.Sprintf(format, args...)}
@@ -114,7 +123,17 @@ func (rp *RecordParser) parse(data []byte, source string, line int, keep bool) (
 	if v.Type() != fastjson.TypeObject {
 		return nil, bad("", "a call record must be a JSON object, not %s", v.Type())
 	}
-	c := &audit.Call{}
+	// The record's members, found in one pass over them rather than one
+	// search each; the first of a repeated name wins, as Get has it.
+	var top [nMembers]*fastjson.Value
+	o, _ := v.Object()
+	o.Visit(func(k []byte, x *fastjson.Value) {
+		if i := memberOf(k); i >= 0 && top[i] == nil {
+			top[i] = x
+		}
+	})
+	c := &rp.call
+	*c = audit.Call{}
 	tx := &rp.text
 	tx.reset()
 	var srcSpan, serverSpan, rpcSpan, methodSpan, toolSpan span
@@ -123,7 +142,7 @@ func (rp *RecordParser) parse(data []byte, source string, line int, keep bool) (
 	tx.buf = strconv.AppendInt(tx.buf, int64(line), 10)
 	srcSpan.end = len(tx.buf)
 
-	tv := v.Get("time")
+	tv := top[mTime]
 	if tv == nil {
 		return nil, bad("time", "missing")
 	}
@@ -138,9 +157,14 @@ func (rp *RecordParser) parse(data []byte, source string, line int, keep bool) (
 	if err != nil {
 		return nil, bad("time", "not an RFC 3339 time: %q", ts)
 	}
-	c.Time = t.UTC().Round(time.Microsecond)
+	// Most times are written to the microsecond or coarser: nothing to
+	// round.
+	if t = t.UTC(); t.Nanosecond()%1000 != 0 {
+		t = t.Round(time.Microsecond)
+	}
+	c.Time = t
 
-	if serverSpan, err = optString(tx, v, "server"); err != nil {
+	if serverSpan, err = optString(tx, top[mServer]); err != nil {
 		return nil, bad("server", "%v", err)
 	}
 	if serverSpan.start == serverSpan.end {
@@ -148,17 +172,18 @@ func (rp *RecordParser) parse(data []byte, source string, line int, keep bool) (
 	}
 	optional := [...]struct {
 		name string
+		m    int
 		dst  *string
 		at   span
-	}{{name: "session", dst: &c.Session}, {name: "client", dst: &c.Client}, {name: "tenant", dst: &c.Tenant},
-		{name: "trace_id", dst: &c.TraceID}, {name: "span_id", dst: &c.SpanID}, {name: "transport_error", dst: &c.TransportError}}
+	}{{name: "session", m: mSession, dst: &c.Session}, {name: "client", m: mClient, dst: &c.Client}, {name: "tenant", m: mTenant, dst: &c.Tenant},
+		{name: "trace_id", m: mTraceID, dst: &c.TraceID}, {name: "span_id", m: mSpanID, dst: &c.SpanID}, {name: "transport_error", m: mTransportError, dst: &c.TransportError}}
 	for i := range optional {
 		f := &optional[i]
-		if f.at, err = optString(tx, v, f.name); err != nil {
+		if f.at, err = optString(tx, top[f.m]); err != nil {
 			return nil, bad(f.name, "%v", err)
 		}
 	}
-	if d := v.Get("duration_ms"); d != nil && d.Type() != fastjson.TypeNull {
+	if d := top[mDuration]; d != nil && d.Type() != fastjson.TypeNull {
 		ms, err := d.Float64()
 		if err != nil || ms < 0 {
 			return nil, bad("duration_ms", "must be a non-negative number")
@@ -166,7 +191,7 @@ func (rp *RecordParser) parse(data []byte, source string, line int, keep bool) (
 		c.Duration = time.Duration(ms * float64(time.Millisecond))
 	}
 
-	req := v.Get("request")
+	req := top[mRequest]
 	if req == nil {
 		return nil, bad("request", "missing")
 	}
@@ -188,7 +213,7 @@ func (rp *RecordParser) parse(data []byte, source string, line int, keep bool) (
 	}
 
 	var result, errData *fastjson.Value
-	if resp := v.Get("response"); resp != nil && resp.Type() != fastjson.TypeNull {
+	if resp := top[mResponse]; resp != nil && resp.Type() != fastjson.TypeNull {
 		if resp.Type() != fastjson.TypeObject {
 			return nil, bad("response", "must be a JSON-RPC response object")
 		}
@@ -324,10 +349,54 @@ func rawCopy(v *fastjson.Value, data []byte, keys ...string) []byte {
 	return append([]byte(nil), raw...)
 }
 
-// optString adds the string member key of v to tx; absent and null are
-// empty.
-func optString(tx *texts, v *fastjson.Value, key string) (span, error) {
-	f := v.Get(key)
+// Members of a call record that parse reads.
+const (
+	mTime = iota
+	mServer
+	mSession
+	mClient
+	mTenant
+	mTraceID
+	mSpanID
+	mTransportError
+	mDuration
+	mRequest
+	mResponse
+	nMembers
+)
+
+// memberOf returns the member a record's key names, or -1.
+func memberOf(k []byte) int {
+	switch string(k) {
+	case "time":
+		return mTime
+	case "server":
+		return mServer
+	case "session":
+		return mSession
+	case "client":
+		return mClient
+	case "tenant":
+		return mTenant
+	case "trace_id":
+		return mTraceID
+	case "span_id":
+		return mSpanID
+	case "transport_error":
+		return mTransportError
+	case "duration_ms":
+		return mDuration
+	case "request":
+		return mRequest
+	case "response":
+		return mResponse
+	}
+	return -1
+}
+
+// optString adds the string value f (a record's member) to tx; absent and
+// null are empty.
+func optString(tx *texts, f *fastjson.Value) (span, error) {
 	if f == nil || f.Type() == fastjson.TypeNull {
 		return span{}, nil
 	}

@@ -11,12 +11,41 @@ import (
 // dedupe recognizes a second observation of one exchange: the same
 // (server, session, JSON-RPC id, request) within one second, or the same
 // (trace_id, span_id).
+//
+// Both maps are keyed by the 64-bit hashes that old files (a collision, one
+// in 2^64 per pair, would take two calls of one second for one): hashing a
+// key once serves the three of them, and a number is cheaper to look up
+// than the key's text.
 type dedupe struct {
-	byReq  expMap[string, []*seen]
-	bySpan expMap[string, *seen]
+	byReq  expMap[uint64, reqSeen]
+	bySpan expMap[uint64, *seen]
 	// old remembers, compactly and for the allowance, what the maps above
 	// forgot: observations judged long enough ago.
 	old *observed
+}
+
+// reqSeen is the observations taken under one request hash: nearly always
+// one, held in the entry itself so that taking it allocates nothing more.
+type reqSeen struct {
+	l     []*seen
+	one   [1]*seen
+	first seen
+	used  bool
+}
+
+// add appends a new observation and returns it.
+func (q *reqSeen) add(s seen) *seen {
+	p := &q.first
+	if q.used {
+		p = &seen{}
+	}
+	q.used = true
+	*p = s
+	if q.l == nil {
+		q.l = q.one[:0]
+	}
+	q.l = append(q.l, p)
+	return p
 }
 
 // seen is one observation taken.
@@ -36,7 +65,7 @@ type seen struct {
 }
 
 func newDedupe() dedupe {
-	return dedupe{byReq: newExpMap[string, []*seen](), bySpan: newExpMap[string, *seen](), old: newObserved()}
+	return dedupe{byReq: newExpMap[uint64, reqSeen](), bySpan: newExpMap[uint64, *seen](), old: newObserved()}
 }
 
 // reqKey is the request part of the duplicate key; calls built without a
@@ -58,17 +87,24 @@ func (d *dedupe) take(r *audit.Record, src *source) (s *seen, replaced bool) {
 	c := r.Call
 	ct := etimeOf(c.Time)
 	var dup *seen
-	spanKey := ""
-	if c.TraceID != "" && c.SpanID != "" {
-		spanKey = c.TraceID + c.SpanID
-		if s := d.bySpan.get(spanKey); s != nil {
+	var sh uint64
+	hasSpan := c.TraceID != "" && c.SpanID != ""
+	if hasSpan {
+		// The hash of the two ids written apart is the hash of their
+		// concatenation, without making it.
+		var mh maphash.Hash
+		mh.SetSeed(spanSeed)
+		mh.WriteString(c.TraceID)
+		mh.WriteString(c.SpanID)
+		sh = mh.Sum64()
+		if s := d.bySpan.get(sh); s != nil {
 			dup = *s
 		}
 	}
-	rk := reqKey(c)
+	fh := maphash.String(ordSeed, reqKey(c))
 	if dup == nil {
-		if l := d.byReq.get(rk); l != nil {
-			for _, s := range *l {
+		if q := d.byReq.get(fh); q != nil {
+			for _, s := range q.l {
 				dt := ct.Sub(s.t)
 				if dt < 0 {
 					dt = -dt
@@ -80,12 +116,7 @@ func (d *dedupe) take(r *audit.Record, src *source) (s *seen, replaced bool) {
 			}
 		}
 	}
-	fh := maphash.String(ordSeed, rk)
-	var sh uint64
-	if spanKey != "" {
-		sh = maphash.String(spanSeed, spanKey)
-	}
-	if dup == nil && (d.old.near(fh, ct) || spanKey != "" && d.old.near(sh, ct)) {
+	if dup == nil && (d.old.near(fh, ct) || hasSpan && d.old.near(sh, ct)) {
 		// A second observation of a call judged a while ago.
 		return nil, false
 	}
@@ -109,12 +140,10 @@ func (d *dedupe) take(r *audit.Record, src *source) (s *seen, replaced bool) {
 		}
 		return dup, earlier
 	}
-	s = &seen{r: r, t: ct, src: src}
-	l := d.byReq.at(rk, ct)
-	*l = append(*l, s)
+	s = d.byReq.at(fh, ct).add(seen{r: r, t: ct, src: src})
 	d.old.add(fh, ct)
-	if spanKey != "" {
-		*d.bySpan.at(spanKey, ct) = s
+	if hasSpan {
+		*d.bySpan.at(sh, ct) = s
 		d.old.add(sh, ct)
 	}
 	return s, false
@@ -138,12 +167,12 @@ func withResponse(first, other *audit.Record) *audit.Record {
 // sweep forgets observations older than horizon.
 func (d *dedupe) sweep(before time.Time) {
 	horizon := etimeOf(before)
-	d.byReq.sweep(horizon, func(_ string, l *[]*seen) (bool, etime) {
-		kept, first := keepSince(*l, horizon, func(s *seen) etime { return s.t })
-		*l = kept
+	d.byReq.sweep(horizon, func(_ uint64, q *reqSeen) (bool, etime) {
+		kept, first := keepSince(q.l, horizon, func(s *seen) etime { return s.t })
+		q.l = kept
 		return len(kept) > 0, first
 	})
-	d.bySpan.sweep(horizon, func(_ string, s **seen) (bool, etime) {
+	d.bySpan.sweep(horizon, func(_ uint64, s **seen) (bool, etime) {
 		t := (*s).t
 		return !t.Before(horizon), t
 	})

@@ -27,7 +27,7 @@ type detector struct {
 	last pos
 
 	docs    expMap[string, docState]
-	reads   expMap[string, []readRec]
+	reads   expMap[string, readList]
 	keys    expMap[keyID, keyState]
 	creates expMap[createKey, []*createRec]
 	failed  expMap[uint64, []*failedReq]
@@ -46,7 +46,7 @@ type detector struct {
 func newDetector(cfg Config, out *emitter, k PartitionKey) *detector {
 	return &detector{
 		cfg: cfg, out: out, server: k.Server, tenant: k.Tenant,
-		docs: newExpMap[string, docState](), reads: newExpMap[string, []readRec](),
+		docs: newExpMap[string, docState](), reads: newExpMap[string, readList](),
 		keys: newExpMap[keyID, keyState](), creates: newExpMap[createKey, []*createRec](),
 		failed: newExpMap[uint64, []*failedReq](),
 	}
@@ -149,6 +149,9 @@ func (d *detector) write(ev *event, op *audit.Op) {
 	var ds *docState
 	if w.doc != "" {
 		ds = d.doc(w.doc, t)
+		if ds.writes == nil {
+			ds.writes = ds.one[:0]
+		}
 		ds.writes = insertAt(ds.writes, w, writeAt)
 	}
 	doubled := false
@@ -240,7 +243,7 @@ func (d *detector) read(ev *event, op *audit.Op) {
 		return
 	}
 	rs := d.reads.at(op.Target, t)
-	*rs = insertAt(*rs, readRec{at: ev.at, actor: actorKey(ev.actor), rev: op.Rev, flags: readFlags(op.Sync, op.SaveState)}, readAt)
+	rs.add(readRec{at: ev.at, actor: actorKey(ev.actor), rev: op.Rev, flags: readFlags(op.Sync, op.SaveState)})
 	ds := d.docs.get(op.Target)
 	if ds == nil {
 		return
@@ -307,7 +310,7 @@ func (d *detector) settleByIdempotent(w *writeRec, ds *docState) {
 func (d *detector) settleLate(w *writeRec, ks *keyState, ds *docState) {
 	if rs := d.reads.get(w.doc); rs != nil && w.doc != "" {
 		writer := actorKey(w.who())
-		for _, r := range *rs {
+		for _, r := range rs.l {
 			if !w.at.before(r.at) {
 				continue
 			}

@@ -49,6 +49,18 @@ type Engine struct {
 	wall time.Time
 	// perPartition keeps a source's clock per partition (ClockPerPartition).
 	perPartition bool
+	// routes remembers the partitions and sources of the latest calls:
+	// a stream of calls names a few, and two map lookups of string keys
+	// per call cost more than comparing the names.
+	routes    [4]route
+	nextRoute int
+}
+
+// route is where calls of one tenant, server and source go.
+type route struct {
+	p   *partition
+	s   *source
+	src string
 }
 
 // partition is the event time and the state of one partition.
@@ -160,11 +172,10 @@ func (e *Engine) Add(src string, r *audit.Record, wall time.Time) {
 	if wall.After(e.wall) {
 		e.wall = wall
 	}
-	p := e.partition(c)
+	p, s := e.route(c, src)
 	if p.born.IsZero() {
 		p.born = wall
 	}
-	s := e.source(e.keyOf(p.key, src))
 	if !slices.Contains(p.sources, s) {
 		p.sources = append(p.sources, s)
 		s.parts = append(s.parts, p)
@@ -244,6 +255,25 @@ func (e *Engine) Add(src string, r *audit.Record, wall time.Time) {
 	}
 }
 
+// route returns the partition of c and the source src of it.
+func (e *Engine) route(c *audit.Call, src string) (*partition, *source) {
+	for i := range e.routes {
+		r := &e.routes[i]
+		if r.p != nil && r.p.key.Server == c.Server && r.p.key.Tenant == c.Tenant && r.src == src {
+			return r.p, r.s
+		}
+	}
+	p := e.partition(c)
+	s := e.source(e.keyOf(p.key, src))
+	e.routes[e.nextRoute] = route{p, s, src}
+	e.nextRoute = (e.nextRoute + 1) % len(e.routes)
+	return p, s
+}
+
+// forgetRoutes drops the remembered routes, when a partition or a source
+// is removed.
+func (e *Engine) forgetRoutes() { e.routes = [len(e.routes)]route{} }
+
 func (e *Engine) source(k sourceKey) *source {
 	s := e.sources[k]
 	if s == nil {
@@ -256,6 +286,7 @@ func (e *Engine) source(k sourceKey) *source {
 // EndSource says that a source will deliver nothing more (the end of an
 // input file): it stops holding its partitions back.
 func (e *Engine) EndSource(tenant, name string) {
+	e.forgetRoutes()
 	for _, s := range e.sourcesNamed(tenant, name) {
 		delete(e.sources, s.key)
 		for _, p := range s.parts {

@@ -38,6 +38,7 @@ func (e *Engine) ExpireIdle(wall time.Time, idle time.Duration) []PartitionKey {
 			}
 		}
 		delete(e.parts, k)
+		e.forgetRoutes()
 		out = append(out, k)
 	}
 	return out

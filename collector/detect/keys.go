@@ -114,6 +114,9 @@ func (d *detector) checkReuse(ev *event, op *audit.Op, k keyID, ks *keyState, w 
 // addUse records a binding use of a key; a late one is applied to the uses
 // after it.
 func (d *detector) addUse(ev *event, k keyID, ks *keyState, use keyEvent) {
+	if ks.events == nil {
+		ks.events = ks.one[:0]
+	}
 	ks.events = insertAt(ks.events, use, func(e keyEvent) pos { return e.pos() })
 	if ev.late {
 		d.rebind(ev, k, ks)

@@ -105,6 +105,9 @@ func (h *writeHeap) push(w *writeRec) { heap.Push(h, w) }
 type emitter struct {
 	sinks []audit.Sink
 	stats *Stats
+	// w is the write handed to the sinks, filled again for each state
+	// change: a sink keeps a copy of what it keeps (audit.Sink).
+	w audit.Write
 }
 
 func (o *emitter) call(r *audit.Record) {
@@ -123,7 +126,8 @@ func (d *detector) emitWrite(w *writeRec, prev audit.WriteState, at etime) {
 	if len(o.sinks) == 0 {
 		return
 	}
-	aw := &audit.Write{
+	aw := &o.w
+	*aw = audit.Write{
 		CallID: w.callID, Seq: int(w.at.seq), Time: w.at.t.Time(), Server: d.server, Tenant: d.tenant,
 		Session: w.session(), Tool: w.tool, Document: w.doc, Key: w.key,
 		State: state, Reason: reasonWords.word(w.reason), Action: actionWords.word(w.action), StateTime: at.Time(),

@@ -25,36 +25,84 @@ var spanSeed = maphash.MakeSeed()
 // about 25 bytes: at 10,000 calls a second and the default allowance of two
 // minutes, about 30 MiB, 60 with span ids.
 type observed struct {
-	seconds map[int64]map[uint64]etime
+	seconds map[int64]*second
 	// from is the earliest second that may hold entries.
 	from int64
 }
 
-func newObserved() *observed { return &observed{seconds: map[int64]map[uint64]etime{}} }
+// second is the observations dated in one second. Most seconds of a
+// partition hold a few: those are a short list, scanned, which costs one
+// allocation for the second; past secondList entries they move to a map.
+type second struct {
+	list   []obs
+	inline [secondList]obs
+	m      map[uint64]etime
+}
+
+// secondList is how many observations a second lists before a map.
+const secondList = 4
+
+type obs struct {
+	h  uint64
+	at etime
+}
+
+// get returns the time remembered under h in the second.
+func (s *second) get(h uint64) (etime, bool) {
+	if s.m != nil {
+		t, ok := s.m[h]
+		return t, ok
+	}
+	for _, o := range s.list {
+		if o.h == h {
+			return o.at, true
+		}
+	}
+	return 0, false
+}
+
+func newObserved() *observed { return &observed{seconds: map[int64]*second{}} }
 
 // add remembers an observation dated at under hash h (the first of equal
 // hashes in a second stays: a later one is within a second of it).
 func (o *observed) add(h uint64, at etime) {
 	sec := int64(at) / 1e9
-	m := o.seconds[sec]
-	if m == nil {
-		m = map[uint64]etime{}
-		o.seconds[sec] = m
+	s := o.seconds[sec]
+	if s == nil {
+		s = &second{}
+		s.list = s.inline[:0]
+		o.seconds[sec] = s
 		if len(o.seconds) == 1 || sec < o.from {
 			o.from = sec
 		}
 	}
-	if _, ok := m[h]; !ok {
-		m[h] = at
+	if _, ok := s.get(h); ok {
+		return
 	}
+	if s.m == nil && len(s.list) < secondList {
+		s.list = append(s.list, obs{h, at})
+		return
+	}
+	if s.m == nil {
+		s.m = make(map[uint64]etime, 2*secondList)
+		for _, x := range s.list {
+			s.m[x.h] = x.at
+		}
+		s.list = nil
+	}
+	s.m[h] = at
 }
 
 // near reports whether an observation under hash h is remembered within a
 // second of at.
 func (o *observed) near(h uint64, at etime) bool {
 	sec := int64(at) / 1e9
-	for s := sec - 1; s <= sec+1; s++ {
-		if t, ok := o.seconds[s][h]; ok {
+	for i := sec - 1; i <= sec+1; i++ {
+		s := o.seconds[i]
+		if s == nil {
+			continue
+		}
+		if t, ok := s.get(h); ok {
 			dt := at.Sub(t)
 			if dt < 0 {
 				dt = -dt
@@ -91,8 +139,8 @@ func (o *observed) forget(before etime) {
 // len returns how many observations are remembered.
 func (o *observed) len() int {
 	n := 0
-	for _, m := range o.seconds {
-		n += len(m)
+	for _, s := range o.seconds {
+		n += len(s.list) + len(s.m)
 	}
 	return n
 }

@@ -1,9 +1,7 @@
 package detect
 
 import (
-	"encoding/hex"
 	"hash/maphash"
-	"strconv"
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
@@ -33,10 +31,8 @@ func (a pos) before(b pos) bool {
 // without an id.
 func ordOf(id string, arrival uint64) uint64 {
 	if len(id) >= 18 && id[:2] == "c_" {
-		var b [8]byte
-		if _, err := hex.Decode(b[:], []byte(id[2:18])); err == nil {
-			return uint64(b[0])<<56 | uint64(b[1])<<48 | uint64(b[2])<<40 | uint64(b[3])<<32 |
-				uint64(b[4])<<24 | uint64(b[5])<<16 | uint64(b[6])<<8 | uint64(b[7])
+		if v, ok := hex64(id[2:18]); ok {
+			return v
 		}
 	}
 	if id != "" {
@@ -104,11 +100,32 @@ func fp(s string) uint64 {
 		return 0
 	}
 	if len(s) == 16 {
-		if v, err := strconv.ParseUint(s, 16, 64); err == nil && v != 0 {
+		if v, ok := hex64(s); ok && v != 0 {
 			return v
 		}
 	}
 	return maphash.String(ordSeed, s) | 1
+}
+
+// hex64 reads 16 hex digits, either case, as strconv.ParseUint(s, 16, 64)
+// does, without its generality: every write and key passes here.
+func hex64(s string) (uint64, bool) {
+	var v uint64
+	for i := 0; i < 16; i++ {
+		c := s[i]
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c -= 'a' - 10
+		case 'A' <= c && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return 0, false
+		}
+		v = v<<4 | uint64(c)
+	}
+	return v, true
 }
 
 // writeRec is one write attempt in the ledger, kept compact: the ledger
@@ -209,8 +226,10 @@ func (w *writeRec) noteRead(p pos) {
 // when needed.
 type docState struct {
 	// writes are every write attempt on the document, in order; the
-	// accepted non-idempotent ones are marked (writeRec.accepted).
+	// accepted non-idempotent ones are marked (writeRec.accepted). Most
+	// documents of a window see one: it is held in one.
 	writes []*writeRec
+	one    [1]*writeRec
 	more   *docMore
 	last   etime
 }
@@ -247,6 +266,21 @@ func (s *docState) proofWrites() []*writeRec {
 		return nil
 	}
 	return s.more.proof
+}
+
+// readList is the reads of one document kept, in order; the first is held
+// in one.
+type readList struct {
+	l   []readRec
+	one [1]readRec
+}
+
+// add inserts r at its place.
+func (rs *readList) add(r readRec) {
+	if rs.l == nil {
+		rs.l = rs.one[:0]
+	}
+	rs.l = insertAt(rs.l, r, readAt)
 }
 
 // readRec is one read of a document, kept for the allowed lateness so that
@@ -340,8 +374,10 @@ func (e *keyEvent) doc() string {
 // keyState is what is remembered about one idempotency key; what most
 // keys never have is apart (keyMore).
 type keyState struct {
-	// events are the uses of the key that bind it, in order.
+	// events are the uses of the key that bind it, in order; the first is
+	// held in one.
 	events []keyEvent
+	one    [1]keyEvent
 	more   *keyMore
 	last   etime
 }

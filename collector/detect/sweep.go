@@ -35,9 +35,9 @@ func (d *detector) sweep() {
 		}
 		return !s.last.Before(horizon) || len(s.writes) > 0 || proof > 0, first
 	})
-	d.reads.sweep(d.clock.Add(-d.cfg.AllowedLateness-d.cfg.Lateness), func(_ string, rs *[]readRec) (bool, etime) {
-		kept, first := keepSince(*rs, d.clock.Add(-d.cfg.AllowedLateness-d.cfg.Lateness), func(r readRec) etime { return r.at.t })
-		*rs = kept
+	d.reads.sweep(d.clock.Add(-d.cfg.AllowedLateness-d.cfg.Lateness), func(_ string, rs *readList) (bool, etime) {
+		kept, first := keepSince(rs.l, d.clock.Add(-d.cfg.AllowedLateness-d.cfg.Lateness), func(r readRec) etime { return r.at.t })
+		rs.l = kept
 		return len(kept) > 0, first
 	})
 	d.keys.sweep(horizon, func(_ keyID, s *keyState) (bool, etime) {

@@ -153,14 +153,64 @@ func (r *Reader) ReadKnown(c *audit.Call, k Known) *audit.Record {
 // ReadPayload reads one call whose JSON its decoder has parsed into p. The
 // record keeps c and none of p, nor of the reader's scratch space.
 func (r *Reader) ReadPayload(c *audit.Call, p *Payload) *audit.Record {
+	return r.read(c, p, false)
+}
+
+// ReadCopy reads a copy of c as ReadPayload reads c, the record and its
+// call made in one allocation (with the call's operation, for the dialects
+// whose calls carry one). A decoder that fills one Call for every call it
+// parses hands it here.
+func (r *Reader) ReadCopy(c *audit.Call, p *Payload) *audit.Record {
+	return r.read(c, p, true)
+}
+
+// Blocks allocate a record with its call, its one operation, or both.
+type (
+	recordOp struct {
+		rec audit.Record
+		op  [1]audit.Op
+	}
+	recordCall struct {
+		rec  audit.Record
+		call audit.Call
+	}
+	recordCallOp struct {
+		rec  audit.Record
+		call audit.Call
+		op   [1]audit.Op
+	}
+)
+
+// read reads c, or a copy of it.
+func (r *Reader) read(c *audit.Call, p *Payload, copyCall bool) *audit.Record {
 	var rec *audit.Record
 	switch d := r.cfg.Of(c.Server); d {
-	case Thegram:
-		rec = r.thegram(c, p)
 	case Oddlynew:
-		rec = r.oddlynew(c, p)
+		// A run carries any number of operations: they get their own.
+		var a *audit.Record
+		if copyCall {
+			b := &recordCall{call: *c}
+			a, c = &b.rec, &b.call
+		} else {
+			a = &audit.Record{}
+		}
+		rec = r.oddlynew(a, c, p)
 	default:
-		rec = r.generic(c, p, r.cfg.Writes[c.Server])
+		// One operation per call.
+		var a *audit.Record
+		var one *[1]audit.Op
+		if copyCall {
+			b := &recordCallOp{call: *c}
+			a, one, c = &b.rec, &b.op, &b.call
+		} else {
+			b := &recordOp{}
+			a, one = &b.rec, &b.op
+		}
+		if d == Thegram {
+			rec = r.thegram(a, one, c, p)
+		} else {
+			rec = r.generic(a, one, c, p, r.cfg.Writes[c.Server])
+		}
 	}
 	rec.Call = c
 	if f := rec.Failure; f != nil && (f.Action == audit.ActionFixInput || f.Action == audit.ActionReauthorize) {

@@ -55,8 +55,8 @@ type providerCall struct {
 	taken   bool // the run's result was given to this call
 }
 
-func (r *Reader) oddlynew(c *audit.Call, p *Payload) *audit.Record {
-	a := &audit.Record{Dialect: Oddlynew, Tool: label(KnownTool(Oddlynew, c.Tool), c.Tool)}
+func (r *Reader) oddlynew(a *audit.Record, c *audit.Call, p *Payload) *audit.Record {
+	*a = audit.Record{Dialect: Oddlynew, Tool: label(KnownTool(Oddlynew, c.Tool), c.Tool)}
 	args, res := p.Args, p.Result
 	sc := res.Get("structuredContent")
 	isError := isError(p)
@@ -410,8 +410,11 @@ func (r *Reader) oddlynewOp(pc *providerCall, collapsed []byte) audit.Op {
 		} else {
 			op.Identity = canon.Hash(args)
 		}
-		op.Binding = canon.Hash(tool, args)
-		op.Intent = canon.Hash(tool, []byte(op.Key), collapsed)
+		var hs [2 * canon.HashLen]byte
+		h := canon.AppendHash(canon.AppendHash(hs[:0], tool, args), tool, []byte(op.Key), collapsed)
+		// The two fingerprints share one string.
+		s := string(h)
+		op.Binding, op.Intent = s[:canon.HashLen], s[canon.HashLen:]
 	case toolPlan:
 		op.Key, op.KeyKind = pick("copyId"), "copyId"
 		op.Target = pick("sourceDocumentId")

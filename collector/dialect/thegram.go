@@ -23,7 +23,9 @@ type parsers struct {
 	pcs        []providerCall
 	cands      []*fastjson.Value
 	code, text []byte
-	strip      []byte
+	// own gathers what a reading keeps of one call, for one string.
+	own   []byte
+	strip []byte
 }
 
 // parse returns the parsed value of raw, or nil when raw is empty or not
@@ -108,42 +110,53 @@ func (r *Reader) rpcFailure(c *audit.Call, p *Payload) *audit.Failure {
 	return &audit.Failure{Code: code, Action: classify.Action(code), Message: c.Error.Message}
 }
 
-func (r *Reader) thegram(c *audit.Call, p *Payload) *audit.Record {
-	a := &audit.Record{Dialect: Thegram, Tool: label(KnownTool(Thegram, c.Tool), c.Tool)}
+func (r *Reader) thegram(a *audit.Record, one *[1]audit.Op, c *audit.Call, p *Payload) *audit.Record {
+	*a = audit.Record{Dialect: Thegram, Tool: label(KnownTool(Thegram, c.Tool), c.Tool)}
 	args, res := p.Args, p.Result
 	sc := res.Get("structuredContent")
 	isError := isError(p)
 	a.Outcome = outcome(c, isError)
 
-	op := audit.Op{Tool: c.Tool, Target: str(args, "path")}
+	op := audit.Op{Tool: c.Tool}
 	switch c.Tool {
 	case "gram_patch":
 		op.Kind = audit.OpWrite
-		op.Key, op.KeyKind = str(args, "request_id"), "request_id"
-		op.KeyProtected = op.Key != ""
+		op.KeyKind = "request_id"
 		b := r.p.buf[:0]
 		b = append(b, "gram_patch\x00"...)
 		for _, k := range []string{"path", "operations", "effective_at", "context"} {
 			b = canon.Append(b, args.Get(k))
 			b = append(b, 0)
 		}
-		op.Intent = canon.Hash(b)
+		var hs [2 * canon.HashLen]byte
+		h := canon.AppendHash(hs[:0], b)
 		for _, k := range []string{"base_revision", "expected_hash"} {
 			b = canon.Append(b, args.Get(k))
 			b = append(b, 0)
 		}
-		op.Binding = canon.Hash(b)
+		h = canon.AppendHash(h, b)
 		r.p.buf = b
+		// The target, the key and the two fingerprints share one string.
+		path, key := view(args, "path"), view(args, "request_id")
+		t := append(append(append(r.p.own[:0], path...), key...), h...)
+		r.p.own = t
+		s := string(t)
+		op.Target, s = s[:len(path)], s[len(path):]
+		op.Key, s = s[:len(key)], s[len(key):]
+		op.Intent, op.Binding = s[:canon.HashLen], s[canon.HashLen:]
+		op.KeyProtected = op.Key != ""
 		if br := args.Get("base_revision"); br != nil && br.Type() == fastjson.TypeNumber {
 			op.HasBaseRev, op.BaseRev = true, br.GetInt64()
 		}
 	case "gram_create":
 		op.Kind = audit.OpWrite
 		op.Protected = true
+		op.Target = str(args, "path")
 	default:
 		if strings.HasPrefix(c.Tool, "gram_") || a.Tool == "other" {
 			op.Kind = audit.OpRead
 		}
+		op.Target = str(args, "path")
 	}
 	if op.Target == "" {
 		op.Target = str(sc, "path")
@@ -189,7 +202,8 @@ func (r *Reader) thegram(c *audit.Call, p *Payload) *audit.Record {
 			op.Pending, op.Reason = true, audit.ReasonSyncNotConfirmed
 		}
 	}
-	a.Ops = []audit.Op{op}
+	one[0] = op
+	a.Ops = one[:]
 	return a
 }
 
@@ -231,8 +245,8 @@ func isCode(s string) bool {
 // generic reads a call of a server without a dialect: failures are
 // classified where a code is recognizable, and writes are recognized only
 // where configuration names the tool.
-func (r *Reader) generic(c *audit.Call, p *Payload, writes map[string]WriteTool) *audit.Record {
-	a := &audit.Record{Dialect: Generic}
+func (r *Reader) generic(a *audit.Record, one *[1]audit.Op, c *audit.Call, p *Payload, writes map[string]WriteTool) *audit.Record {
+	*a = audit.Record{Dialect: Generic}
 	args, res := p.Args, p.Result
 	isError := isError(p)
 	a.Outcome = outcome(c, isError)
@@ -276,7 +290,8 @@ func (r *Reader) generic(c *audit.Call, p *Payload, writes map[string]WriteTool)
 	default:
 		op.Status, op.Failure = audit.OpFailed, a.Failure
 	}
-	a.Ops = []audit.Op{op}
+	one[0] = op
+	a.Ops = one[:]
 	return a
 }
 
