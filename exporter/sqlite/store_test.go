@@ -586,3 +586,49 @@ func TestSessions_OpenAfterNewestDeleted(t *testing.T) {
 		t.Fatalf("session %q: %d calls after reopening, want %d", session, got, want)
 	}
 }
+
+// TestSessions_CacheClearedOnFailure: a transaction that indexed a session
+// minute and then failed stored nothing; the committer's cache of stored
+// minutes must forget it, or the retry skips the minute and the session's
+// query misses its calls.
+func TestSessions_CacheClearedOnFailure(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "audit.db")
+	recs := pool(t, 2)
+	session := recs[0].Call.Session
+	if session == "" {
+		t.Fatal("the first generated call has no session")
+	}
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	// The second call of the transaction fails, after the first call's
+	// session minute was inserted.
+	if _, err := db.Exec(`CREATE TRIGGER fail_second BEFORE INSERT ON calls
+		WHEN (SELECT count(*) FROM calls) >= 1 BEGIN SELECT RAISE(ABORT, 'injected'); END`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AppendCalls(ctx, recs); err == nil {
+		t.Fatal("the append passed the injected failure")
+	}
+	if _, err := db.Exec(`DROP TRIGGER fail_second`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AppendCalls(ctx, recs); err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.Calls(ctx, audit.CallQuery{Session: session})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Calls) == 0 {
+		t.Fatalf("session %q: no call found after the retried append", session)
+	}
+}
