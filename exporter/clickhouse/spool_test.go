@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -450,4 +451,70 @@ func BenchmarkSpoolEncode(b *testing.B) {
 		}
 		b.ReportMetric(float64(n)/float64(len(rows)), "file_B/call")
 	})
+}
+
+// TestGather_CorruptFile: a spool file cut short or broken (in its S2
+// block or in the batch encoding inside) is an error naming the file when
+// it is the first to drain, the batches before it still drain merged, and
+// none after it is read past: nothing is dropped unsaid, and the drain can
+// move the one file aside.
+func TestGather_CorruptFile(t *testing.T) {
+	raw := appendBatch(nil, testBatch("c_2"))
+	for _, tc := range []struct {
+		name    string
+		corrupt func(data []byte) []byte
+	}{
+		{"cut", func(d []byte) []byte { return d[:len(d)-3] }},
+		{"magic_only", func(d []byte) []byte { return d[:len(spoolMagic)] }},
+		{"huge_length", func(d []byte) []byte {
+			return append([]byte(spoolMagic+"\xff\xff\xff\xff\x0f"), d[len(spoolMagic)+1:]...)
+		}},
+		{"batch_cut_inside_s2", func([]byte) []byte {
+			return append([]byte(spoolMagic), s2.Encode(nil, raw[:len(raw)/2])...)
+		}},
+		{"batch_with_trailing_bytes", func([]byte) []byte {
+			return append([]byte(spoolMagic), s2.Encode(nil, append(slices.Clone(raw), 1, 2))...)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			sp, err := openSpool(dir, 1<<20, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, x := range []*batch{testBatch("c_1"), testBatch("c_2"), testBatch("c_3")} {
+				if err := sp.append(x); err != nil {
+					t.Fatal(err)
+				}
+			}
+			seqs := sp.first(64)
+			path := sp.path(seqs[1], spoolExt)
+			data, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, tc.corrupt(data), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			s := &Store{spool: sp, opts: Options{BatchSize: 100}}
+			b, used, err := s.gather(sp.first(64), false)
+			if err != nil || !slices.Equal(used, seqs[:1]) || len(b.Calls) != 1 || b.Calls[0].ID != "c_1" {
+				t.Fatalf("gather before the broken file = %v, %v; want the first batch alone", used, err)
+			}
+			if err := sp.remove(seqs[0]); err != nil {
+				t.Fatal(err)
+			}
+			_, used, err = s.gather(sp.first(64), false)
+			if err == nil || !slices.Equal(used, seqs[1:2]) || !strings.Contains(err.Error(), path) {
+				t.Fatalf("gather of the broken file = %v, %v; want an error naming %s", used, err, path)
+			}
+			if _, err := sp.reject(seqs[1]); err != nil {
+				t.Fatal(err)
+			}
+			b, used, err = s.gather(sp.first(64), false)
+			if err != nil || !slices.Equal(used, seqs[2:]) || len(b.Calls) != 1 || b.Calls[0].ID != "c_3" {
+				t.Fatalf("gather after the broken file = %v, %v; want the last batch", used, err)
+			}
+		})
+	}
 }

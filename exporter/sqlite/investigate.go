@@ -253,9 +253,14 @@ func (s *Store) indexSessions(ctx context.Context, limit int) (int, error) {
 	if err := s.inv.db.QueryRowContext(ctx, `SELECT max(rid) FROM calls`).Scan(&maxRID); err != nil {
 		return 0, err
 	}
-	if maxRID.Int64 < from {
-		// Every call went (retention) and rids started again.
-		from = 0
+	if maxRID.Int64 <= from {
+		// Nothing past the mark. The mark is past the last rid when the
+		// calls with the highest rids were deleted (a tenant, an expired
+		// backfill): rids are never reused (AUTOINCREMENT), so there is
+		// nothing to index either. Going back to rid 0 here would index
+		// the same calls at every step, the mark never moving (it only
+		// grows), and the store would never open.
+		return 0, nil
 	}
 	rows, err := s.inv.db.QueryContext(ctx, `SELECT rid, id, time, rec FROM calls WHERE rid > ? ORDER BY rid LIMIT ?`, from, limit)
 	if err != nil {

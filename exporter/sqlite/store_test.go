@@ -510,3 +510,125 @@ func TestSessions_IndexedAtOpen(t *testing.T) {
 		t.Fatalf("session %q: %d calls stored again after retention, want %d", session, got, want)
 	}
 }
+
+// TestSessions_OpenAfterNewestDeleted: when the calls with the highest rids
+// go (a tenant deleted, or a backfill of old calls expired) while older
+// rids stay, the index mark is past the last rid. The store must still
+// open, and its session queries find the calls that are left.
+func TestSessions_OpenAfterNewestDeleted(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "audit.db")
+	recs := pool(t, 300)
+	var kept, gone []audit.Record
+	for i, r := range recs {
+		c := *r.Call
+		if i < len(recs)/2 {
+			c.Tenant = "kept"
+			r.Call = &c
+			kept = append(kept, r)
+		} else {
+			c.Tenant, c.ID = "gone", c.ID+"g"
+			r.Call = &c
+			gone = append(gone, r)
+		}
+	}
+	session := kept[len(kept)-1].Call.Session
+	want := 0
+	for _, r := range kept {
+		if r.Call.Session == session {
+			want++
+		}
+	}
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AppendCalls(ctx, kept); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AppendCalls(ctx, gone); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DeleteTenantBefore(ctx, "gone", storetest.T0.Add(1000*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	opened := make(chan error, 1)
+	go func() {
+		var err error
+		s, err = Open(path, Options{})
+		opened <- err
+	}()
+	select {
+	case err := <-opened:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the store does not open within 20 s after the calls with the highest rids were deleted")
+	}
+	defer s.Close()
+	got := 0
+	for q := (audit.CallQuery{Session: session, Tenant: "kept"}); ; {
+		p, err := s.Calls(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got += len(p.Calls)
+		if p.NextCursor == "" {
+			break
+		}
+		q.Cursor = p.NextCursor
+	}
+	if got != want || want == 0 {
+		t.Fatalf("session %q: %d calls after reopening, want %d", session, got, want)
+	}
+}
+
+// TestSessions_CacheClearedOnFailure: a transaction that indexed a session
+// minute and then failed stored nothing; the committer's cache of stored
+// minutes must forget it, or the retry skips the minute and the session's
+// query misses its calls.
+func TestSessions_CacheClearedOnFailure(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "audit.db")
+	recs := pool(t, 2)
+	session := recs[0].Call.Session
+	if session == "" {
+		t.Fatal("the first generated call has no session")
+	}
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	// The second call of the transaction fails, after the first call's
+	// session minute was inserted.
+	if _, err := db.Exec(`CREATE TRIGGER fail_second BEFORE INSERT ON calls
+		WHEN (SELECT count(*) FROM calls) >= 1 BEGIN SELECT RAISE(ABORT, 'injected'); END`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AppendCalls(ctx, recs); err == nil {
+		t.Fatal("the append passed the injected failure")
+	}
+	if _, err := db.Exec(`DROP TRIGGER fail_second`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AppendCalls(ctx, recs); err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.Calls(ctx, audit.CallQuery{Session: session})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Calls) == 0 {
+		t.Fatalf("session %q: no call found after the retried append", session)
+	}
+}
