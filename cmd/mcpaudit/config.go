@@ -93,7 +93,10 @@ type ServeConfig struct {
 	// optional unit (384MiB, 1GiB, 400MB): the Go
 	// runtime is given seven eighths of it as its memory limit (GOMEMLIMIT,
 	// when set, wins and is taken as the runtime's limit), the rest is left
-	// to the store's page cache. The collector refuses new requests with
+	// to the store's page cache, which is held to it (serve.sqlite.cache_mib).
+	// It is not a hard cap: with 8 OTLP/gRPC clients at 15k calls/s a limit
+	// of 256MiB gave a peak RSS of 311 MiB (docs/benchmarks.md, "Memory
+	// limit"). The collector refuses new requests with
 	// 503 above serve.receiver.memory_soft_limit of the runtime's limit,
 	// new calls near it, and lets requests in flight hold half of it at
 	// most. Default 0: none.

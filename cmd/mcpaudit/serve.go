@@ -159,6 +159,11 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (audit.Store, 
 			}
 			o.SigningKey = key
 		}
+		if c := cacheWithin(o.CacheMiB, int64(cfg.Serve.MemoryLimit)); c != o.CacheMiB {
+			log.Info("the store's page cache is held to an eighth of serve.memory_limit",
+				"cache_mib", c, "configured_cache_mib", o.CacheMiB, "memory_limit", formatBytes(int64(cfg.Serve.MemoryLimit)))
+			o.CacheMiB = c
+		}
 		return sqlite.Open(filepath.Join(cfg.Serve.DataDir, "mcpaudit.db"), o)
 	case "clickhouse":
 		o := cfg.Serve.ClickHouse
@@ -187,6 +192,20 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (audit.Store, 
 		return clickhouse.Open(ctx, o)
 	}
 	return nil, fmt.Errorf("unknown store %q", cfg.Serve.Store)
+}
+
+// cacheWithin returns the embedded store's page cache, in MiB, held to the
+// eighth of serve.memory_limit that applyMemoryLimit leaves outside the Go
+// heap: SQLite's cache lives outside it, where the runtime's limit does not
+// see it. Zero configured means the store's default; no limit leaves it.
+func cacheWithin(cacheMiB int, memoryLimit int64) int {
+	if memoryLimit <= 0 {
+		return cacheMiB
+	}
+	if cacheMiB == 0 {
+		cacheMiB = sqlite.NewDefaultOptions().CacheMiB
+	}
+	return max(1, min(cacheMiB, int(memoryLimit/8>>20)))
 }
 
 // startServer opens the store, rebuilds the detector's state and starts
