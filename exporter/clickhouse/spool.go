@@ -227,16 +227,25 @@ func (sp *spool) first(n int) []uint64 {
 // was spooled.
 func (sp *spool) read(seq uint64) (*batch, error) {
 	b, kept, err := sp.view(seq)
-	if err != nil || !kept {
-		return b, err
+	if err != nil {
+		return nil, err
 	}
-	// Inserts change rows in place (chain nonces, merges): the kept batch
-	// must stay as spooled.
+	return owned(b, kept), nil
+}
+
+// owned returns a batch from view that an insert may change: a batch
+// decoded from its file is the caller's already; a kept one is copied, as
+// inserts change rows in place (chain nonces, merges) and the kept batch
+// must stay as spooled.
+func owned(b *batch, kept bool) *batch {
+	if !kept {
+		return b
+	}
 	return &batch{
 		Calls: slices.Clone(b.Calls), Writes: slices.Clone(b.Writes),
 		Findings: slices.Clone(b.Findings), Watermarks: slices.Clone(b.Watermarks),
 		Token: b.Token, Done: b.Done, spooled: true,
-	}, nil
+	}
 }
 
 // view returns the batch of seq to read only: the one kept in memory

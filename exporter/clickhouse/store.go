@@ -849,9 +849,10 @@ func (s *Store) drain() error {
 // batch in used, when that batch cannot be read.
 func (s *Store) gather(seqs []uint64, single bool) (b *batch, used []uint64, err error) {
 	var parts []*batch
+	firstKept := false
 	rows, calls, writes, findings := 0, 0, 0, 0
 	for _, seq := range seqs {
-		next, _, err := s.spool.view(seq)
+		next, kept, err := s.spool.view(seq)
 		if err != nil {
 			if len(parts) == 0 {
 				return nil, []uint64{seq}, err
@@ -861,6 +862,9 @@ func (s *Store) gather(seqs []uint64, single bool) (b *batch, used []uint64, err
 		if len(parts) > 0 && (next.partial() || rows+next.rows() > 4*s.opts.BatchSize) {
 			break
 		}
+		if len(parts) == 0 {
+			firstKept = kept
+		}
 		parts, used = append(parts, next), append(used, seq)
 		rows += next.rows()
 		calls, writes, findings = calls+len(next.Calls), writes+len(next.Writes), findings+len(next.Findings)
@@ -869,11 +873,8 @@ func (s *Store) gather(seqs []uint64, single bool) (b *batch, used []uint64, err
 		}
 	}
 	if len(parts) == 1 {
-		b, err := s.spool.read(used[0])
-		if err != nil {
-			return nil, used, err
-		}
-		return b, used, nil
+		// Alone it goes to the insert as it is, once it is the caller's.
+		return owned(parts[0], firstKept), used, nil
 	}
 	// The batches are read only (those kept in memory must stay as
 	// spooled): their rows are copied once, into the merged batch.
