@@ -616,6 +616,9 @@ func (p *Pipeline) drain() {
 
 func (p *Pipeline) take(b audit.Batch) {
 	now := p.now()
+	// Adding calls judges idleness at now too: the refusals reported
+	// before it count first, whichever case of run's select came first.
+	p.applyTouches()
 	for _, r := range b.Records {
 		p.eng.Add(b.Source, r, now)
 	}
