@@ -127,6 +127,12 @@ func TestPageTenants(t *testing.T) {
 			t.Errorf("payload fragment (%d): %s", code, frag)
 		}
 	})
+	t.Run("a call without a client says so", func(t *testing.T) {
+		code, page := body(t, c, "GET", hs.URL+"/calls/"+acme.Calls[0], nil)
+		if code != 200 || !strings.Contains(page, ">s-acme</a> / —</td>") {
+			t.Errorf("the call's session / client cell (%d) does not show the session and — for the unknown client:\n%s", code, page)
+		}
+	})
 	t.Run("the ack form needs the page's token and records the credential", func(t *testing.T) {
 		if code, _ := body(t, c, "POST", hs.URL+"/findings/"+acme.ID()+"/ack", url.Values{"note": {"forged"}}); code != http.StatusForbidden {
 			t.Errorf("an ack without the form token: %d, want 403", code)

@@ -72,6 +72,7 @@ func demoCommand(ctx context.Context, args []string, stdin io.Reader, stdout, st
 	fmt.Fprintln(stdout, "\nagents done; waiting for the last findings...")
 	d.settle(ctx)
 	d.report(stdout)
+	fmt.Fprint(stdout, demoAfterword(*dataDir))
 	return nil
 }
 
@@ -398,7 +399,16 @@ func (d *demoRun) report(w io.Writer) {
 		fmt.Fprintf(tw, "  %s\t%d\t%s\n", k, total, strings.Join(names, ", "))
 	}
 	tw.Flush()
-	fmt.Fprintf(w, "\nmore: http://%s/api/v1/findings, /api/v1/slo, /metrics\n", d.srv.apiAddr)
+}
+
+// demoAfterword says where the demo's findings can still be read: its
+// collector stops when the demo returns, so its API address would lead
+// nowhere; only a data dir given with --data-dir is kept.
+func demoAfterword(dataDir string) string {
+	if dataDir == "" {
+		return "\nthe collector stops now and its temporary data dir is removed; run with --data-dir DIR to keep what it stored\n"
+	}
+	return fmt.Sprintf("\nthe collector stops now; what it stored stays in %[1]s: mcpaudit findings --data-dir %[1]s (or mcpaudit serve --data-dir %[1]s for the page)\n", dataDir)
 }
 
 // agentOf names the agent whose session a finding is about.

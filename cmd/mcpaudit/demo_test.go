@@ -156,3 +156,44 @@ func TestDemo_FaultsGiveTheExpectedFindings(t *testing.T) {
 		})
 	}
 }
+
+// TestDemo_AfterwordLeadsToTheFindings: the collector stops when the demo
+// ends, so its last line must not send the reader to its API; it names the
+// data dir, and the command it gives reads there every finding the demo
+// printed.
+func TestDemo_AfterwordLeadsToTheFindings(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the demo for about 15 s")
+	}
+	dir := filepath.Join(t.TempDir(), "demo data")
+	code, out, errs := cliRun("demo", "--duration", "3s", "--api-listen", "127.0.0.1:0", "--data-dir", dir)
+	if code != 0 {
+		t.Fatalf("demo exited %d: %s", code, errs)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	last := lines[len(lines)-1]
+	if strings.Contains(last, "http://") || !strings.Contains(last, "mcpaudit findings --data-dir "+dir) {
+		t.Fatalf("last line %q: want the data dir's findings command, not the stopped API", last)
+	}
+	printed := 0
+	for _, l := range lines {
+		for _, sev := range []string{"  critical ", "  warning  ", "  info     "} {
+			if strings.HasPrefix(l, sev) {
+				printed++
+			}
+		}
+	}
+	code, fout, ferrs := cliRun("findings", "--data-dir", dir, "--format", "json", "--limit", "1000")
+	if code != 0 {
+		t.Fatalf("findings --data-dir exited %d: %s", code, ferrs)
+	}
+	var page struct {
+		Findings []json.RawMessage `json:"findings"`
+	}
+	if err := json.Unmarshal([]byte(fout), &page); err != nil {
+		t.Fatalf("findings --format json: %v\n%s", err, fout)
+	}
+	if len(page.Findings) != printed {
+		t.Errorf("the data dir holds %d findings, the demo printed %d:\n%s", len(page.Findings), printed, out)
+	}
+}
