@@ -218,13 +218,19 @@ func (m *Metrics) newServer(label string) *serverLabels {
 	return s
 }
 
-// ServerLabel returns the label value of a server's series: its name, or
-// "other" past the cap or for a name that cannot be a label.
+// ServerLabel returns the label value of a server's series: its name if
+// it has a label of its own, else "other". It hands out no label: only
+// counting a server's calls, writes or findings does, so that reading the
+// metrics (a scrape, the web page's status line) cannot spend the cap on
+// the servers that happen to be listed first, such as the partitions a
+// restart restores before traffic resumes.
 func (m *Metrics) ServerLabel(name string) string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	label, _ := m.server(name)
-	return label
+	if m.servers[name] != nil {
+		return name
+	}
+	return Other
 }
 
 // tool bounds a tool label: empty is "other", and so is every new tool past

@@ -558,6 +558,10 @@ func TestDocs(t *testing.T) {
 // largest lags kept, sources counted once whatever partitions they feed.
 func TestPipelineStatus(t *testing.T) {
 	m, reg := newMetrics(t, metrics.Options{})
+	// A server's label is handed out when its calls are counted
+	// (TestPipelineStatus_NoLabelOnRead).
+	m.Call(call("thegram", "gram_read", audit.OutcomeOK, 0, nil))
+	m.Call(call("oddlynew", "documents.getDocument", audit.OutcomeOK, 0, nil))
 	src := func(name string, lag float64, idle bool) metrics.SourceView {
 		return metrics.SourceView{Name: name, LagSeconds: lag, Idle: idle}
 	}
@@ -690,4 +694,37 @@ func TestFindingLatencyBuckets(t *testing.T) {
 	if !slices.IsSorted(metrics.FindingLatencyBuckets) {
 		t.Errorf("buckets not in order: %v", metrics.FindingLatencyBuckets)
 	}
+}
+
+// TestPipelineStatus_NoLabelOnRead: reading the metrics hands out no server
+// label. After a restart the pipeline lists the partitions restored from
+// the store, most lagging first; if a scrape gave each a label, servers
+// that no longer send would spend the cap, and a busy server's calls and
+// findings, and the alerts on them, would be counted under "other".
+func TestPipelineStatus_NoLabelOnRead(t *testing.T) {
+	m, reg := newMetrics(t, metrics.Options{MaxServers: 2})
+	var status []metrics.PartitionView
+	for _, s := range []string{"old-1", "old-2", "old-3"} {
+		status = append(status, metrics.NewPartitionView(s, 3600, true, 0, 0, 0, 0, nil))
+	}
+	if err := m.WatchPipeline(reg, func() []metrics.PartitionView { return status }); err != nil {
+		t.Fatal(err)
+	}
+	compare(t, reg, `
+# HELP mcpaudit_pipeline_watermark_lag_seconds How far behind the wall clock the event time judged so far is, for the most lagging partition of the server.
+# TYPE mcpaudit_pipeline_watermark_lag_seconds gauge
+mcpaudit_pipeline_watermark_lag_seconds{server="other"} 3600
+`, metrics.PipelineWatermarkLagSeconds)
+	m.Call(call("thegram", "gram_patch", audit.OutcomeOK, 0, nil))
+	m.Finding(&audit.Finding{Kind: audit.KindDoubleAppliedWrite, Server: "thegram", Time: t0})
+	if got := m.ServerLabel("thegram"); got != "thegram" {
+		t.Errorf("ServerLabel(thegram) after a scrape of restored partitions = %q, want thegram", got)
+	}
+	status = append(status, metrics.NewPartitionView("thegram", 1, true, 0, 0, 0, 0, nil))
+	compare(t, reg, `
+# HELP mcpaudit_pipeline_watermark_lag_seconds How far behind the wall clock the event time judged so far is, for the most lagging partition of the server.
+# TYPE mcpaudit_pipeline_watermark_lag_seconds gauge
+mcpaudit_pipeline_watermark_lag_seconds{server="other"} 3600
+mcpaudit_pipeline_watermark_lag_seconds{server="thegram"} 1
+`, metrics.PipelineWatermarkLagSeconds)
 }
