@@ -155,6 +155,9 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		s.startSpooling(err)
 		s.modeMu.Unlock()
 	}
+	// Sign at once, when ClickHouse answers: the heads a crash left
+	// unsigned, or the replica's first (empty) checkpoint.
+	s.signNow(false)
 	s.wg.Add(3 + o.Inserters)
 	for range o.Inserters {
 		go s.writeLoop()

@@ -203,6 +203,32 @@ func TestVerify_Tampered(t *testing.T) {
 	})
 }
 
+// TestVerify_SignedBeforeFirstTick: a signed store verifies from the
+// start: New signs the replica's first checkpoint, so that calls stored
+// before the first tick are an unsigned tail (a note), not "none is
+// stored" (the sign of checkpoints deleted).
+func TestVerify_SignedBeforeFirstTick(t *testing.T) {
+	pub, priv, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := testOptions(t)
+	o.Ack = AckInsert
+	o.SigningKey = priv
+	o.CheckpointEvery = time.Hour
+	s := openStore(t, o)
+	ingest(t, s, exampleCalls(t))
+	r, err := Verify(context.Background(), o.DSN, o.Database, pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	r.Print(&b)
+	if !r.OK() || r.Checkpoints != 1 || !strings.Contains(b.String(), "not signed yet") {
+		t.Fatalf("a signed store before its first tick: want ok, 1 checkpoint and an unsigned tail:\n%s", b.String())
+	}
+}
+
 // TestVerify_Rewritten deletes a call and recomputes its tenant's chain
 // whole, as someone who can write the tables but lacks the signing key
 // would: the chains agree with themselves, the signed checkpoint does not.

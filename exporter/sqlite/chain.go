@@ -214,7 +214,11 @@ func checkpoint(ctx context.Context, tx *sql.Tx, key ed25519.PrivateKey, now tim
 			return nil
 		}
 	}
-	if len(body.Heads) == 0 && len(body.Cuts) == 0 {
+	// The first checkpoint of a signed store is made even with nothing to
+	// sign (Open makes it), so that verify can tell a store whose chain has
+	// not been signed yet (entries after a checkpoint: a note) from one whose
+	// checkpoints were deleted (none at all: a finding).
+	if len(body.Heads) == 0 && len(body.Cuts) == 0 && lastBody != nil {
 		return nil
 	}
 	cp := chain.Sign(last+1, body, key)

@@ -309,6 +309,12 @@ func Open(path string, opts Options) (*Store, error) {
 	}
 	go s.commitLoop()
 	if opts.SigningKey != nil {
+		// Sign at once: the heads a crash left unsigned, or a new store's
+		// first (empty) checkpoint.
+		if err := s.Checkpoint(context.Background()); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("cannot open store %s: %w", path, err)
+		}
 		s.stopCheckpoints = make(chan struct{})
 		s.checkpointsDone = make(chan struct{})
 		go s.checkpointLoop()

@@ -112,6 +112,36 @@ func TestVerify_Untouched(t *testing.T) {
 	}
 }
 
+// TestVerify_SignedBeforeFirstTick: a signed store verifies from the start.
+// Open signs its first checkpoint, so that calls appended before the first
+// tick are an unsigned tail (a note), not "no checkpoint is stored" (a
+// finding, the sign of checkpoints deleted).
+func TestVerify_SignedBeforeFirstTick(t *testing.T) {
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "mcpaudit.db")
+	s, err := Open(path, Options{SigningKey: priv, CheckpointEvery: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	g, err := storetest.NewGenerator(12, storetest.T0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AppendCalls(context.Background(), g.Records(50)); err != nil {
+		t.Fatal(err)
+	}
+	r := verify(t, path, pub)
+	var b strings.Builder
+	r.Print(&b)
+	if !r.OK() || r.Checkpoints != 1 || !strings.Contains(b.String(), "not signed yet") {
+		t.Fatalf("a signed store before its first tick: want ok, 1 checkpoint and an unsigned tail:\n%s", b.String())
+	}
+}
+
 // TestVerify_Tampered: each edit of the file is reported, with where.
 func TestVerify_Tampered(t *testing.T) {
 	path, pub, _ := tamperFixture(t)
@@ -153,8 +183,8 @@ func TestVerify_Tampered(t *testing.T) {
 	f("a state change deleted", []string{"changes rows 1 to 1", "1 rows recorded, 0 found"},
 		`DELETE FROM finding_changes`)
 	f("checkpoints deleted", []string{"none is stored"}, `DELETE FROM checkpoints`)
-	f("a checkpoint forged", []string{"checkpoint 1", "signature does not verify"},
-		`UPDATE checkpoints SET body = CAST(replace(CAST(body AS TEXT), '"globex"', '"globey"') AS BLOB) WHERE seq = 1`)
+	f("a checkpoint forged", []string{"checkpoint 2", "signature does not verify"},
+		`UPDATE checkpoints SET body = CAST(replace(CAST(body AS TEXT), '"globex"', '"globey"') AS BLOB) WHERE seq = 2`)
 }
 
 // TestVerify_Rewritten: someone edits a call and recomputes the whole
