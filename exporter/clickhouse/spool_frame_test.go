@@ -166,14 +166,14 @@ func TestSpoolFrame_HugeLength(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var err error
 			bytes := allocated(func() { _, err = decodeFrame(tc.data, tc.limit) })
-			var ce *corruptError
-			if !errors.As(err, &ce) || ce.offset != tc.off || ce.inBatch != tc.batch || !strings.Contains(ce.reason, tc.reason) {
-				t.Fatalf("err = %v; want corrupt at byte %d (in batch %v): %s", err, tc.off, tc.batch, tc.reason)
-			}
 			// What the file's own bytes need (the decoded batch, once
 			// as bytes and once as a string), not what its lengths say.
 			if max := uint64(4*len(tc.data)) + 16<<20; bytes > max {
 				t.Errorf("refusing it allocated %d bytes, want at most %d", bytes, max)
+			}
+			var ce *corruptError
+			if !errors.As(err, &ce) || ce.offset != tc.off || ce.inBatch != tc.batch || !strings.Contains(ce.reason, tc.reason) {
+				t.Errorf("err = %v; want corrupt at byte %d (in batch %v): %s", err, tc.off, tc.batch, tc.reason)
 			}
 		})
 	}
