@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -259,8 +260,23 @@ func (sp *spool) view(seq uint64) (b *batch, kept bool, err error) {
 // shows and what it is.
 func (sp *spool) decode(seq uint64) (*batch, error) {
 	path := sp.path(seq, spoolExt)
-	data, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
+		return nil, fmt.Errorf("cannot read spool file: %w", err)
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("cannot read spool file: %w", err)
+	}
+	// The writer never makes a file larger than the whole spool: one
+	// that is (not ours, or the limit lowered since) is not read in.
+	if info.Size() > sp.maxBytes {
+		return nil, &corruptError{path: path, offset: sp.maxBytes,
+			reason: fmt.Sprintf("the file has %d bytes, more than the spool's limit of %d (spool.max_bytes)", info.Size(), sp.maxBytes)}
+	}
+	data := make([]byte, info.Size())
+	if _, err := io.ReadFull(f, data); err != nil {
 		return nil, fmt.Errorf("cannot read spool file: %w", err)
 	}
 	b, err := decodeFrame(data, sp.maxBytes)

@@ -177,6 +177,22 @@ func TestSpoolFrame_HugeLength(t *testing.T) {
 			}
 		})
 	}
+	// A file larger than the whole spool is not read in.
+	sp, err := openSpool(t.TempDir(), 1<<20, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := sp.path(1, spoolExt)
+	if err := os.WriteFile(big, frameOf(make([]byte, 1<<20)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var err2 error
+	if n := allocated(func() { _, err2 = sp.decode(1) }); n > 64<<10 {
+		t.Errorf("refusing a file past the limit allocated %d bytes", n)
+	}
+	if !errors.Is(err2, errSpoolCorrupt) || !strings.Contains(err2.Error(), big+": corrupt at byte 1048576 of the file: the file has 1048591 bytes, more than the spool's limit of 1048576") {
+		t.Errorf("file past the limit: err = %v", err2)
+	}
 	// The writer holds a batch to the same limit, so that it never
 	// writes a file its reader refuses.
 	if _, _, err := encodeFrame(testBatch("c_1", "c_2"), 64); !errors.Is(err, errSpoolFull) {
