@@ -234,6 +234,7 @@ func TestGather_CorruptFrames(t *testing.T) {
 		{"bit_in_length", "corrupt at byte 7 of the file", func(d []byte) []byte { d[frameLenAt] ^= 0x10; return d }},
 		{"bit_in_magic", "corrupt at byte 0 of the file: unknown header", func(d []byte) []byte { d[5] ^= 1; return d }},
 		{"cut", "corrupt at byte 7 of the file", func(d []byte) []byte { return d[:len(d)-1] }},
+		{"empty", "corrupt at byte 0 of the file: the file is empty", func([]byte) []byte { return nil }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sp, err := openSpool(t.TempDir(), 1<<20, 0)

@@ -23,8 +23,9 @@ import (
 // The checksum is verified before anything is decompressed, so a flipped
 // bit is refused before a damaged length can size an allocation or a damaged
 // row can reach ClickHouse. Every length read from a file is bounded: the
-// decoded batch by the spool's limit (spool.max_bytes, which the writer
-// also holds a batch to), and every count inside it by the bytes left.
+// file and the decoded batch by the spool's limit (spool.max_bytes, which
+// the writer also holds them to), and every count inside it by the bytes
+// left.
 //
 // Files of earlier releases are still read: version 1 ("\x00mcsp1\n" and
 // the S2 block, no length and no checksum), and before it the bare gob of
@@ -118,6 +119,10 @@ func decodeFrame(data []byte, limit int64) (*batch, error) {
 	var block []byte
 	blockAt := len(spoolMagic)
 	switch {
+	case len(data) == 0:
+		// What a file system may leave of a file whose data never
+		// reached the disk.
+		return nil, bad(0, "the file is empty")
 	case bytes.HasPrefix(data, []byte(spoolMagic)):
 		if len(data) < frameHeaderLen {
 			return nil, bad(len(data), "the file ends inside its %d-byte frame header", frameHeaderLen)
