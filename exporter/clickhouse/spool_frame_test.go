@@ -210,6 +210,7 @@ func TestSpoolCodec_FieldRanges(t *testing.T) {
 			t.Errorf("%s: err = %v, want errSpoolCodec: %s", name, err, reason)
 		}
 	}
+	f("string", &batch{Token: "abc"}, func(d []byte) []byte { d[0] = 100; return d }, "corrupt at byte 0 of its decoded batch: a string of 100 bytes, more than the 8 left")
 	// Token "" (1 byte), then the acknowledged tables.
 	f("done", &batch{}, func(d []byte) []byte { return append([]byte{0, 0x7f}, d[2:]...) }, "the acknowledged tables 127")
 	one := &batch{Watermarks: []watermarkRow{{Replica: "r", TimeNanos: 1}}}

@@ -212,9 +212,9 @@ func (d *spoolDecoder) int32(field string) int32 {
 func (d *spoolDecoder) str() string {
 	at := d.off
 	n := d.uint()
-	if n > uint64(len(d.s)-d.off) {
+	if left := len(d.s) - d.off; n > uint64(left) {
 		d.off = at
-		d.fail("a string of %d bytes, more than the %d left", n, len(d.s)-d.off)
+		d.fail("a string of %d bytes, more than the %d left", n, left)
 		return ""
 	}
 	s := d.s[d.off : d.off+int(n)]
