@@ -86,7 +86,9 @@ type Spool struct {
 	// Dir holds one file per spooled batch. Default data/clickhouse-spool.
 	Dir string `yaml:"dir"`
 	// MaxBytes bounds the spool; past it AppendCalls fails with
-	// audit.ErrUnavailable. Default 1 GiB.
+	// audit.ErrUnavailable. It also bounds one batch's decoded size, which
+	// the reader of spool files checks: lower it only with an empty spool.
+	// Default 1 GiB.
 	MaxBytes int64 `yaml:"max_bytes"`
 }
 

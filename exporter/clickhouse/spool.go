@@ -1,24 +1,27 @@
 package clickhouse
 
 import (
-	"bytes"
 	"cmp"
-	"encoding/gob"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-
-	"github.com/klauspost/compress/s2"
 )
 
-// errSpoolFull is returned by spool.append when the batch would pass the
-// spool's size limit.
-var errSpoolFull = errors.New("spool full")
+var (
+	// errSpoolFull is returned by spool.append when the batch would pass
+	// the spool's size limit.
+	errSpoolFull = errors.New("spool full")
+	// errSpoolCorrupt is matched by the error of a spool file that cannot
+	// be trusted (a *corruptError): cut short, a checksum that does not
+	// match, a length past the spool's limit, an unknown header.
+	errSpoolCorrupt = errors.New("corrupt spool file")
+)
 
 // spool keeps acknowledged batches on local disk while ClickHouse is
 // unreachable: one file per batch, written to a temporary name, synced and
@@ -52,12 +55,6 @@ type spoolFile struct {
 	seq  uint64
 	size int64
 }
-
-// spoolMagic starts a spool file in the spool's own encoding
-// (spoolcodec.go), compressed with S2 (block format). Files of earlier
-// releases are the bare gob of the batch, whose first byte (a message
-// length) is never 0.
-const spoolMagic = "\x00mcsp1\n"
 
 // spoolBufs holds encoding buffers between appends: a batch of calls is
 // megabytes, and an acknowledgement should not wait for them to be
@@ -133,14 +130,11 @@ func (sp *spool) path(seq uint64, ext string) string {
 
 // append writes b durably: when it returns nil the batch survives a crash.
 func (sp *spool) append(b *batch) error {
-	raw := appendBatch(getSpoolBuf(encodedSize(b))[:0], b)
-	// Compressed, a batch is about a fifth of its bytes: what the
-	// acknowledgement waits for is mostly writing and syncing them.
-	out := getSpoolBuf(len(spoolMagic) + s2.MaxEncodedLen(len(raw)))
-	copy(out, spoolMagic)
-	data := out[:len(spoolMagic)+len(s2.Encode(out[len(spoolMagic):], raw))]
-	putSpoolBuf(raw)
-	defer putSpoolBuf(out)
+	data, _, err := encodeFrame(b, sp.maxBytes)
+	if err != nil {
+		return err
+	}
+	defer putSpoolBuf(data)
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
 	if sp.bytes+int64(len(data)) > sp.maxBytes {
@@ -261,31 +255,35 @@ func (sp *spool) view(seq uint64) (b *batch, kept bool, err error) {
 	return b, false, err
 }
 
-// decode reads and decodes the file of seq.
+// decode reads and decodes the file of seq. A file that cannot be trusted
+// is an error matching errSpoolCorrupt that names it, where the damage
+// shows and what it is.
 func (sp *spool) decode(seq uint64) (*batch, error) {
-	data, err := os.ReadFile(sp.path(seq, spoolExt))
+	path := sp.path(seq, spoolExt)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("cannot read spool file: %w", err)
 	}
-	if bytes.HasPrefix(data, []byte(spoolMagic)) {
-		raw, err := s2.Decode(nil, data[len(spoolMagic):])
-		if err != nil {
-			return nil, fmt.Errorf("cannot decompress spool file %s: %w", sp.path(seq, spoolExt), err)
-		}
-		b, err := decodeBatch(raw)
-		if err != nil {
-			return nil, fmt.Errorf("cannot decode spool file %s: %w", sp.path(seq, spoolExt), err)
-		}
-		b.spooled = true
-		return b, nil
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("cannot read spool file: %w", err)
 	}
-	// A file of an earlier release.
-	b := new(batch)
-	if err := gob.NewDecoder(bytes.NewReader(data)).Decode(b); err != nil {
-		return nil, fmt.Errorf("cannot decode spool file %s: %w", sp.path(seq, spoolExt), err)
+	// The writer never makes a file larger than the whole spool: one
+	// that is (not ours, or the limit lowered since) is not read in.
+	if info.Size() > sp.maxBytes {
+		return nil, &corruptError{path: path, offset: sp.maxBytes,
+			reason: fmt.Sprintf("the file has %d bytes, more than the spool's limit of %d (spool.max_bytes)", info.Size(), sp.maxBytes)}
 	}
-	b.spooled = true
-	return b, nil
+	data := make([]byte, info.Size())
+	if _, err := io.ReadFull(f, data); err != nil {
+		return nil, fmt.Errorf("cannot read spool file: %w", err)
+	}
+	b, err := decodeFrame(data, sp.maxBytes)
+	if ce, ok := err.(*corruptError); ok {
+		ce.path = path
+	}
+	return b, err
 }
 
 // remove forgets the batch of seq, which ClickHouse now has.

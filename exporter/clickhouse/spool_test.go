@@ -6,6 +6,7 @@ import (
 	"encoding/gob"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -411,8 +412,9 @@ func TestSpoolCodec_EveryField(t *testing.T) {
 
 // BenchmarkSpoolEncode measures what an acknowledgement with Ack "log"
 // spends making a 512-call batch into a spool file's bytes, before the
-// write and sync: the spool's codec and S2 (spool.append), against the gob
-// that earlier releases wrote.
+// write and sync: the spool's codec, S2 and the frame's checksum
+// (encodeFrame, as spool.append), against the gob that earlier releases
+// wrote.
 func BenchmarkSpoolEncode(b *testing.B) {
 	pool := benchPool(b, 512)
 	var rows []callRow
@@ -431,13 +433,26 @@ func BenchmarkSpoolEncode(b *testing.B) {
 		b.ReportAllocs()
 		var n int
 		for b.Loop() {
-			raw := appendBatch(getSpoolBuf(encodedSize(bt))[:0], bt)
-			out := getSpoolBuf(len(spoolMagic) + s2.MaxEncodedLen(len(raw)))
-			n = len(s2.Encode(out[len(spoolMagic):], raw))
-			putSpoolBuf(raw)
-			putSpoolBuf(out)
+			data, _, err := encodeFrame(bt, 1<<30)
+			if err != nil {
+				b.Fatal(err)
+			}
+			n = len(data)
+			putSpoolBuf(data)
 		}
-		b.ReportMetric(float64(n+len(spoolMagic))/float64(len(rows)), "file_B/call")
+		b.ReportMetric(float64(n)/float64(len(rows)), "file_B/call")
+	})
+	// The frame's CRC-32C alone, over the bytes it covers: what the
+	// checksum adds to encoding, and to decoding, a 512-call batch.
+	b.Run("crc32c", func(b *testing.B) {
+		data, _, err := encodeFrame(bt, 1<<30)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.SetBytes(int64(len(data)))
+		for b.Loop() {
+			crc32.Update(crc32.Checksum(data[:frameSumAt], castagnoli), castagnoli, data[frameHeaderLen:])
+		}
 	})
 	b.Run("gob", func(b *testing.B) {
 		b.ReportAllocs()
@@ -453,9 +468,10 @@ func BenchmarkSpoolEncode(b *testing.B) {
 	})
 }
 
-// TestGather_CorruptFile: a spool file cut short or broken (in its S2
-// block or in the batch encoding inside) is an error naming the file when
-// it is the first to drain, the batches before it still drain merged, and
+// TestGather_CorruptFile: a spool file cut short, or a version 1 file
+// (no checksum: what an earlier release left) broken in its S2 block or in
+// the batch encoding inside, is an error naming the file when it is the
+// first to drain, the batches before it still drain merged, and
 // none after it is read past: nothing is dropped unsaid, and the drain can
 // move the one file aside.
 func TestGather_CorruptFile(t *testing.T) {
@@ -467,13 +483,13 @@ func TestGather_CorruptFile(t *testing.T) {
 		{"cut", func(d []byte) []byte { return d[:len(d)-3] }},
 		{"magic_only", func(d []byte) []byte { return d[:len(spoolMagic)] }},
 		{"huge_length", func(d []byte) []byte {
-			return append([]byte(spoolMagic+"\xff\xff\xff\xff\x0f"), d[len(spoolMagic)+1:]...)
+			return append([]byte(spoolMagicV1+"\xff\xff\xff\xff\x0f"), raw...)
 		}},
 		{"batch_cut_inside_s2", func([]byte) []byte {
-			return append([]byte(spoolMagic), s2.Encode(nil, raw[:len(raw)/2])...)
+			return append([]byte(spoolMagicV1), s2.Encode(nil, raw[:len(raw)/2])...)
 		}},
 		{"batch_with_trailing_bytes", func([]byte) []byte {
-			return append([]byte(spoolMagic), s2.Encode(nil, append(slices.Clone(raw), 1, 2))...)
+			return append([]byte(spoolMagicV1), s2.Encode(nil, append(slices.Clone(raw), 1, 2))...)
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -505,7 +521,7 @@ func TestGather_CorruptFile(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, used, err = s.gather(sp.first(64), false)
-			if err == nil || !slices.Equal(used, seqs[1:2]) || !strings.Contains(err.Error(), path) {
+			if !errors.Is(err, errSpoolCorrupt) || !slices.Equal(used, seqs[1:2]) || !strings.Contains(err.Error(), path) {
 				t.Fatalf("gather of the broken file = %v, %v; want an error naming %s", used, err, path)
 			}
 			if _, err := sp.reject(seqs[1]); err != nil {
@@ -516,5 +532,38 @@ func TestGather_CorruptFile(t *testing.T) {
 				t.Fatalf("gather after the broken file = %v, %v; want the last batch", used, err)
 			}
 		})
+	}
+}
+
+// BenchmarkSpoolDecode measures what the drain spends reading a spooled
+// 512-call batch back from its file (in the page cache): checksum, S2 and
+// the spool's codec.
+func BenchmarkSpoolDecode(b *testing.B) {
+	pool := benchPool(b, 512)
+	var rows []callRow
+	for i := range pool {
+		r := fresh(pool[i], uint64(i))
+		row, err := callRowOf(&r)
+		if err != nil {
+			b.Fatal(err)
+		}
+		rows = append(rows, row)
+	}
+	bt := new(batch)
+	bt.addCalls(rows)
+	bt.seal()
+	sp, err := openSpool(b.TempDir(), 1<<30, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := sp.append(bt); err != nil {
+		b.Fatal(err)
+	}
+	seq := sp.first(1)[0]
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := sp.decode(seq); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

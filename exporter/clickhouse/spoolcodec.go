@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 )
 
 // The spool's own encoding of a batch: every field of every row in the
@@ -13,8 +14,9 @@ import (
 // largest cost of an acknowledgement after the sync. A field added to a row
 // type must be added here too: TestSpoolCodec_EveryField fails until it is.
 
-// errSpoolCodec is returned when a spool file ends early or holds more than
-// its batch.
+// errSpoolCodec is matched by the error of a batch encoding that ends
+// early, holds more than its batch, or a count or value no writer makes (a
+// *corruptError, inBatch).
 var errSpoolCodec = errors.New("malformed spool batch")
 
 type spoolEncoder struct{ b []byte }
@@ -151,9 +153,11 @@ type spoolDecoder struct {
 	err error
 }
 
-func (d *spoolDecoder) fail() {
+// fail records the first damage found, at the current offset, and stops
+// the decoding: every later read returns zero values.
+func (d *spoolDecoder) fail(format string, args ...any) {
 	if d.err == nil {
-		d.err = fmt.Errorf("%w: it ends or breaks at byte %d", errSpoolCodec, d.off)
+		d.err = &corruptError{offset: int64(d.off), inBatch: true, reason: fmt.Sprintf(format, args...)}
 	}
 	d.off = len(d.s)
 }
@@ -161,10 +165,26 @@ func (d *spoolDecoder) fail() {
 func (d *spoolDecoder) uint() uint64 {
 	v, n := uvarintString(d.s[d.off:])
 	if n <= 0 {
-		d.fail()
+		if n == 0 && len(d.s)-d.off < binary.MaxVarintLen64 {
+			d.fail("the batch ends inside a varint")
+		} else {
+			d.fail("a varint longer than 64 bits")
+		}
 		return 0
 	}
 	d.off += n
+	return v
+}
+
+// uintMax reads an unsigned value that must fit its field (at most max).
+func (d *spoolDecoder) uintMax(max uint64, field string) uint64 {
+	at := d.off
+	v := d.uint()
+	if v > max {
+		d.off = at
+		d.fail("%s %d does not fit its field (at most %d)", field, v, max)
+		return 0
+	}
 	return v
 }
 
@@ -177,10 +197,24 @@ func (d *spoolDecoder) int() int64 {
 	return v
 }
 
+// int32 reads a signed value that must fit 32 bits.
+func (d *spoolDecoder) int32(field string) int32 {
+	at := d.off
+	v := d.int()
+	if v != int64(int32(v)) {
+		d.off = at
+		d.fail("%s %d does not fit its field (32 bits)", field, v)
+		return 0
+	}
+	return int32(v)
+}
+
 func (d *spoolDecoder) str() string {
+	at := d.off
 	n := d.uint()
-	if n > uint64(len(d.s)-d.off) {
-		d.fail()
+	if left := len(d.s) - d.off; n > uint64(left) {
+		d.off = at
+		d.fail("a string of %d bytes, more than the %d left", n, left)
 		return ""
 	}
 	s := d.s[d.off : d.off+int(n)]
@@ -188,19 +222,22 @@ func (d *spoolDecoder) str() string {
 	return s
 }
 
-// count reads a list length, refusing one longer than the bytes left
-// (every element takes at least one byte).
-func (d *spoolDecoder) count() int {
+// count reads a list length, refusing one that the bytes left cannot
+// hold (every element takes at least minBytes), so that a damaged count
+// cannot size an allocation past what the batch's bytes make.
+func (d *spoolDecoder) count(minBytes int, what string) int {
+	at := d.off
 	n := d.uint()
-	if n > uint64(len(d.s)-d.off) {
-		d.fail()
+	if left := uint64(len(d.s) - d.off); n > left/uint64(minBytes) {
+		d.off = at
+		d.fail("a count of %d %s, more than the %d bytes left can hold", n, what, left)
 		return 0
 	}
 	return int(n)
 }
 
 func (d *spoolDecoder) strs() []string {
-	n := d.count()
+	n := d.count(1, "strings")
 	if n == 0 {
 		return nil
 	}
@@ -233,11 +270,11 @@ func uvarintString(s string) (uint64, int) {
 func decodeBatch(data []byte) (*batch, error) {
 	d := &spoolDecoder{s: string(data)}
 	b := &batch{Token: d.str()}
-	done := d.uint()
+	done := d.uintMax(1<<nTables-1, "the acknowledged tables")
 	for t := range b.Done {
 		b.Done[t] = done&(1<<t) != 0
 	}
-	if n := d.count(); n > 0 {
+	if n := d.count(minCallBytes, "calls"); n > 0 {
 		b.Calls = make([]callRow, n)
 		for i := range b.Calls {
 			r := &b.Calls[i]
@@ -245,7 +282,7 @@ func decodeBatch(data []byte) (*batch, error) {
 			r.Server = d.str()
 			r.Document = d.str()
 			r.Time = d.int()
-			r.TimeNanos = uint32(d.uint())
+			r.TimeNanos = uint32(d.uintMax(math.MaxUint32, "time_nanos"))
 			r.ID = d.str()
 			r.OtherDocuments = d.strs()
 			r.DurationNS = d.int()
@@ -270,12 +307,12 @@ func decodeBatch(data []byte) (*batch, error) {
 			r.FailureAction = d.str()
 			r.FailureMessage = d.str()
 			r.Reading = d.str()
-			r.Flags = uint8(d.uint())
+			r.Flags = uint8(d.uintMax(math.MaxUint8, "flags"))
 			r.Version = d.uint()
 			r.Chain = d.uint()
 		}
 	}
-	if n := d.count(); n > 0 {
+	if n := d.count(minWriteBytes, "writes"); n > 0 {
 		b.Writes = make([]writeRow, n)
 		for i := range b.Writes {
 			r := &b.Writes[i]
@@ -283,9 +320,9 @@ func decodeBatch(data []byte) (*batch, error) {
 			r.Server = d.str()
 			r.Document = d.str()
 			r.Time = d.int()
-			r.TimeNanos = uint32(d.uint())
+			r.TimeNanos = uint32(d.uintMax(math.MaxUint32, "time_nanos"))
 			r.CallID = d.str()
-			r.Seq = int32(d.int())
+			r.Seq = d.int32("seq")
 			r.Session = d.str()
 			r.Tool = d.str()
 			r.Key = d.str()
@@ -296,7 +333,7 @@ func decodeBatch(data []byte) (*batch, error) {
 			r.Version = d.uint()
 		}
 	}
-	if n := d.count(); n > 0 {
+	if n := d.count(minFindingBytes, "findings"); n > 0 {
 		b.Findings = make([]findingRow, n)
 		for i := range b.Findings {
 			r := &b.Findings[i]
@@ -304,7 +341,7 @@ func decodeBatch(data []byte) (*batch, error) {
 			r.Server = d.str()
 			r.Document = d.str()
 			r.Time = d.int()
-			r.TimeNanos = uint32(d.uint())
+			r.TimeNanos = uint32(d.uintMax(math.MaxUint32, "time_nanos"))
 			r.ID = d.str()
 			r.Kind = d.str()
 			r.Severity = d.str()
@@ -318,18 +355,18 @@ func decodeBatch(data []byte) (*batch, error) {
 			r.Chain = d.uint()
 		}
 	}
-	if n := d.count(); n > 0 {
+	if n := d.count(minWatermarkBytes, "watermarks"); n > 0 {
 		b.Watermarks = make([]watermarkRow, n)
 		for i := range b.Watermarks {
 			r := &b.Watermarks[i]
 			r.Replica = d.str()
 			r.Time = d.int()
-			r.TimeNanos = uint32(d.uint())
+			r.TimeNanos = uint32(d.uintMax(math.MaxUint32, "time_nanos"))
 			r.Version = d.uint()
 		}
 	}
 	if d.err == nil && d.off != len(d.s) {
-		d.err = fmt.Errorf("%w: %d bytes after the batch", errSpoolCodec, len(d.s)-d.off)
+		d.fail("%d bytes after the batch", len(d.s)-d.off)
 	}
 	if d.err != nil {
 		return nil, d.err

@@ -839,7 +839,13 @@ func (s *Store) drain() error {
 		}
 		path, rerr := s.spool.reject(used[0])
 		s.progressed()
-		s.log.Error("clickhouse: a spooled batch cannot be stored; moved aside for a person to look at", "file", path, "err", err)
+		if errors.Is(err, errSpoolCorrupt) {
+			// Its rows cannot be trusted: none of them is inserted. The
+			// batches before it were; the ones after it drain next.
+			s.log.Error("clickhouse: a spool file is corrupt; moved aside for a person to look at, the batches around it drain", "file", path, "err", err)
+		} else {
+			s.log.Error("clickhouse: a spooled batch cannot be stored; moved aside for a person to look at", "file", path, "err", err)
+		}
 		if rerr != nil {
 			return rerr
 		}
