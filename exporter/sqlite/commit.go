@@ -694,11 +694,14 @@ func (s *Store) deleteChunk(d *deleteRequest) (int64, error) {
 	}
 	defer tx.Rollback()
 	limit := s.opts.DeleteChunk
-	var n int64
+	var n, deletes int64
 	var gone []indexedCall
 	switch d.table {
 	case tableCalls:
-		if n, gone, err = deleteCalls(ctx, tx, d, limit); err == nil {
+		if n, gone, err = deleteCalls(ctx, tx, d, limit); err == nil && n > 0 {
+			err = tx.QueryRowContext(ctx, sqlCountDelete).Scan(&deletes)
+		}
+		if err == nil {
 			err = pruneSessions(ctx, tx)
 			// The minutes it cached may be gone.
 			clear(s.sessions)
@@ -716,7 +719,7 @@ func (s *Store) deleteChunk(d *deleteRequest) (int64, error) {
 	if err := tx.Commit(); err != nil {
 		return 0, wrap(err)
 	}
-	s.ids.remove(gone)
+	s.ids.remove(gone, deletes)
 	return n, nil
 }
 

@@ -10,12 +10,14 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/internal/datadir"
 )
 
@@ -44,19 +46,33 @@ const (
 )
 
 var (
-	idsMarkKey  = []byte("\x00mark")
-	idsEpochKey = []byte("\x00epoch")
+	idsMarkKey    = []byte("\x00mark")
+	idsEpochKey   = []byte("\x00epoch")
+	idsDeletesKey = []byte("\x00deletes")
 )
 
-// idsEpochMeta is the meta key holding the epoch of the index built from
-// the file.
-const idsEpochMeta = "ids_epoch"
+// Meta keys of the file for the index: the epoch of the index built from
+// it, and how many transactions deleted calls. The index stores the count
+// it applied: an index that applied more deletes than the file holds
+// (an older copy of the file restored, its calls deleted from the index
+// since) is rebuilt.
+const (
+	idsEpochMeta   = "ids_epoch"
+	idsDeletesMeta = "ids_deletes"
+)
+
+// sqlCountDelete counts a transaction that deletes calls.
+const sqlCountDelete = `INSERT INTO meta (key, value) VALUES ('` + idsDeletesMeta + `', 1)
+	ON CONFLICT (key) DO UPDATE SET value = value + 1 RETURNING value`
 
 // idIndex is the pebble index of call ids. The committer alone writes it;
 // lookups read it concurrently.
 type idIndex struct {
-	db    *pebble.DB
-	cache interface{ Unref() }
+	// mu orders lookups against close: pebble must not be used closed.
+	mu     sync.RWMutex
+	closed bool
+	db     *pebble.DB
+	cache  interface{ Unref() }
 	// mark is the highest rid through which every stored call is indexed.
 	mark atomic.Int64
 	// behind is set when an index write failed: the committer catches up
@@ -161,16 +177,17 @@ func openIDs(dir string, db *sql.DB) (*idIndex, error) {
 		return nil, err
 	}
 	// The highest rid ever given: rids of deleted calls are not reused.
-	var seq int64
-	if err := db.QueryRow(`SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'calls'), 0)`).Scan(&seq); err != nil {
+	var seq, deletes int64
+	if err := db.QueryRow(`SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'calls'), 0),
+		coalesce((SELECT value FROM meta WHERE key = ?), 0)`, idsDeletesMeta).Scan(&seq, &deletes); err != nil {
 		return nil, err
 	}
-	x, reason := tryOpenIDs(dir, epoch, seq)
+	x, reason := tryOpenIDs(dir, epoch, seq, deletes)
 	if x == nil {
 		if epoch != nil || reason != "missing" {
 			slog.Warn("rebuilding the call id index", "dir", dir, "reason", reason)
 		}
-		if x, err = rebuildIDs(dir, db); err != nil {
+		if x, err = rebuildIDs(dir, db, deletes); err != nil {
 			return nil, err
 		}
 	}
@@ -182,8 +199,8 @@ func openIDs(dir string, db *sql.DB) (*idIndex, error) {
 }
 
 // tryOpenIDs opens an existing index usable with a file of the given epoch
-// and highest rid; otherwise it returns nil and why.
-func tryOpenIDs(dir string, epoch []byte, seq int64) (*idIndex, string) {
+// highest rid and count of deletes; otherwise it returns nil and why.
+func tryOpenIDs(dir string, epoch []byte, seq, deletes int64) (*idIndex, string) {
 	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
 		return nil, "missing"
 	}
@@ -208,6 +225,10 @@ func tryOpenIDs(dir string, epoch []byte, seq int64) (*idIndex, string) {
 	if mark > seq {
 		x.close()
 		return nil, fmt.Sprintf("indexed through call %d, beyond the file's last call %d", mark, seq)
+	}
+	if d, err := x.get(idsDeletesKey); err == nil && len(d) == 8 && int64(binary.BigEndian.Uint64(d)) > deletes {
+		x.close()
+		return nil, fmt.Sprintf("%d deletes applied, the file has had %d", binary.BigEndian.Uint64(d), deletes)
 	}
 	x.mark.Store(mark)
 	return x, ""
@@ -251,14 +272,18 @@ func (x *idIndex) get(key []byte) ([]byte, error) {
 }
 
 func (x *idIndex) close() error {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.closed = true
 	err := x.db.Close()
 	x.cache.Unref()
 	return err
 }
 
 // rebuildIDs wipes dir and indexes every call of db into a new index of a
-// new epoch, which it then records in db.
-func rebuildIDs(dir string, db *sql.DB) (*idIndex, error) {
+// new epoch, which it then records in db; deletes is the file's count of
+// deletes.
+func rebuildIDs(dir string, db *sql.DB, deletes int64) (*idIndex, error) {
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, fmt.Errorf("cannot remove the call id index: %w", err)
 	}
@@ -273,7 +298,10 @@ func rebuildIDs(dir string, db *sql.DB) (*idIndex, error) {
 	epoch := make([]byte, 16)
 	rand.Read(epoch)
 	epoch = []byte(hex.EncodeToString(epoch))
-	if err := x.db.Set(idsEpochKey, epoch, pebble.Sync); err != nil {
+	b := x.db.NewBatch()
+	b.Set(idsDeletesKey, binary.BigEndian.AppendUint64(nil, uint64(deletes)), nil)
+	b.Set(idsEpochKey, epoch, nil)
+	if err := b.Commit(pebble.Sync); err != nil {
 		x.close()
 		return nil, fmt.Errorf("cannot index call ids: %w", err)
 	}
@@ -387,13 +415,15 @@ func (x *idIndex) failed(err error) {
 		"indexed_through", x.mark.Load(), "err", err)
 }
 
-// remove deletes the keys of deleted calls. A failure costs only space
-// (lookups check every entry), and is logged.
-func (x *idIndex) remove(calls []indexedCall) {
+// remove deletes the keys of deleted calls, and records the file's count
+// of deletes. A failure costs only space (lookups check every entry), and
+// is logged.
+func (x *idIndex) remove(calls []indexedCall, deletes int64) {
 	if len(calls) == 0 {
 		return
 	}
 	b := x.db.NewBatch()
+	b.Set(idsDeletesKey, binary.BigEndian.AppendUint64(nil, uint64(deletes)), nil)
 	var key []byte
 	for _, c := range calls {
 		key = idKey(key[:0], c.id, c.tenant)
@@ -408,6 +438,11 @@ func (x *idIndex) remove(calls []indexedCall) {
 // lookup returns the rids the index holds for the stored ids, and the mark
 // it held them through: calls past it must be looked for in SQLite.
 func (x *idIndex) lookup(ids []any) (rids []int64, mark int64, err error) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	if x.closed {
+		return nil, 0, audit.ErrClosed
+	}
 	// The mark first: every call through it is in the index by then.
 	mark = x.mark.Load()
 	it, err := x.db.NewIter(nil)
