@@ -8,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -72,6 +74,7 @@ type idIndex struct {
 	mu     sync.RWMutex
 	closed bool
 	db     *pebble.DB
+	lock   *pebble.Lock
 	cache  interface{ Unref() }
 	// mark is the highest rid through which every stored call is indexed.
 	mark atomic.Int64
@@ -170,6 +173,11 @@ func private(f io.Closer, err error, name string) error {
 // of the file (an older copy of the file restored beside it), and catching
 // it up with the calls past its mark otherwise. db is the writing
 // connection; the committer has not started.
+//
+// When another store holds the index (serve, while a command opens the
+// same file to read it), it returns nil: this store then looks calls up by
+// id by scanning the table, and indexes nothing; the holder catches up with
+// any call this store appends (add).
 func openIDs(dir string, db *sql.DB) (*idIndex, error) {
 	var epoch []byte
 	err := db.QueryRow(`SELECT value FROM meta WHERE key = ?`, idsEpochMeta).Scan(&epoch)
@@ -182,12 +190,28 @@ func openIDs(dir string, db *sql.DB) (*idIndex, error) {
 		coalesce((SELECT value FROM meta WHERE key = ?), 0)`, idsDeletesMeta).Scan(&seq, &deletes); err != nil {
 		return nil, err
 	}
-	x, reason := tryOpenIDs(dir, epoch, seq, deletes)
+	missing := false
+	if err := os.Mkdir(dir, datadir.DirMode); err == nil {
+		missing = true
+	} else if !errors.Is(err, fs.ErrExist) {
+		return nil, fmt.Errorf("cannot create the call id index: %w", err)
+	}
+	if err := datadir.Private(dir); err != nil {
+		return nil, err
+	}
+	lock, err := pebble.LockDirectory(dir, privateFS{vfs.Default})
+	if err != nil {
+		slog.Info("the call id index is held by another store: this one looks calls up by id by scanning them",
+			"dir", dir, "err", err)
+		return nil, nil
+	}
+	x, reason := tryOpenIDs(dir, lock, epoch, seq, deletes)
 	if x == nil {
-		if epoch != nil || reason != "missing" {
+		if !missing {
 			slog.Warn("rebuilding the call id index", "dir", dir, "reason", reason)
 		}
-		if x, err = rebuildIDs(dir, db, deletes); err != nil {
+		if x, err = rebuildIDs(dir, lock, db, deletes); err != nil {
+			lock.Close()
 			return nil, err
 		}
 	}
@@ -200,66 +224,55 @@ func openIDs(dir string, db *sql.DB) (*idIndex, error) {
 
 // tryOpenIDs opens an existing index usable with a file of the given epoch
 // highest rid and count of deletes; otherwise it returns nil and why.
-func tryOpenIDs(dir string, epoch []byte, seq, deletes int64) (*idIndex, string) {
-	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
-		return nil, "missing"
-	}
+func tryOpenIDs(dir string, lock *pebble.Lock, epoch []byte, seq, deletes int64) (*idIndex, string) {
 	if epoch == nil {
 		return nil, "the file has no index epoch"
 	}
-	x, err := openPebble(dir, false)
+	x, err := openPebble(dir, lock, false)
 	if err != nil {
 		return nil, err.Error()
 	}
+	fail := func(reason string) (*idIndex, string) {
+		x.release() // the lock stays held, for the rebuild
+		return nil, reason
+	}
 	got, err := x.get(idsEpochKey)
 	if err != nil || string(got) != string(epoch) {
-		x.close()
-		return nil, "another epoch"
+		return fail("another epoch")
 	}
 	m, err := x.get(idsMarkKey)
 	if err != nil || len(m) != 8 {
-		x.close()
-		return nil, "no mark"
+		return fail("no mark")
 	}
 	mark := int64(binary.BigEndian.Uint64(m))
 	if mark > seq {
-		x.close()
-		return nil, fmt.Sprintf("indexed through call %d, beyond the file's last call %d", mark, seq)
+		return fail(fmt.Sprintf("indexed through call %d, beyond the file's last call %d", mark, seq))
 	}
 	if d, err := x.get(idsDeletesKey); err == nil && len(d) == 8 && int64(binary.BigEndian.Uint64(d)) > deletes {
-		x.close()
-		return nil, fmt.Sprintf("%d deletes applied, the file has had %d", binary.BigEndian.Uint64(d), deletes)
+		return fail(fmt.Sprintf("%d deletes applied, the file has had %d", binary.BigEndian.Uint64(d), deletes))
 	}
 	x.mark.Store(mark)
 	return x, ""
 }
 
-func openPebble(dir string, create bool) (*idIndex, error) {
-	if create {
-		if err := os.Mkdir(dir, datadir.DirMode); err != nil {
-			return nil, err
-		}
-		if err := datadir.Private(dir); err != nil {
-			return nil, err
-		}
-	}
+// openPebble opens (or creates) the index in dir, whose lock the caller
+// holds.
+func openPebble(dir string, lock *pebble.Lock, create bool) (*idIndex, error) {
 	cache := pebble.NewCache(8 << 20)
 	opts := &pebble.Options{
-		Cache:                 cache,
-		MemTableSize:          4 << 20,
-		ErrorIfNotExists:      !create,
-		Logger:                pebbleLogger{},
-		FS:                    privateFS{vfs.Default},
-		MaxOpenFiles:          256,
-		DisableWAL:            false,
-		L0CompactionThreshold: 4,
+		Cache:            cache,
+		MemTableSize:     4 << 20,
+		ErrorIfNotExists: !create,
+		Lock:             lock,
+		Logger:           pebbleLogger{},
+		FS:               privateFS{vfs.Default},
 	}
 	db, err := pebble.Open(dir, opts)
 	if err != nil {
 		cache.Unref()
 		return nil, fmt.Errorf("cannot open the call id index %s: %w", dir, err)
 	}
-	return &idIndex{db: db, cache: cache, retryEvery: 5 * time.Second}, nil
+	return &idIndex{db: db, lock: lock, cache: cache, retryEvery: 5 * time.Second}, nil
 }
 
 func (x *idIndex) get(key []byte) ([]byte, error) {
@@ -271,28 +284,47 @@ func (x *idIndex) get(key []byte) ([]byte, error) {
 	return append([]byte(nil), v...), nil
 }
 
+// close closes the index and releases its lock; a nil index (held by
+// another store) has nothing to close.
 func (x *idIndex) close() error {
+	if x == nil {
+		return nil
+	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.closed = true
+	return errors.Join(x.release(), x.lock.Close())
+}
+
+// release closes the index but keeps its lock.
+func (x *idIndex) release() error {
 	err := x.db.Close()
 	x.cache.Unref()
 	return err
 }
 
-// rebuildIDs wipes dir and indexes every call of db into a new index of a
-// new epoch, which it then records in db; deletes is the file's count of
-// deletes.
-func rebuildIDs(dir string, db *sql.DB, deletes int64) (*idIndex, error) {
-	if err := os.RemoveAll(dir); err != nil {
-		return nil, fmt.Errorf("cannot remove the call id index: %w", err)
+// rebuildIDs empties dir (but for the lock the caller holds) and indexes
+// every call of db into a new index of a new epoch, which it then records
+// in db; deletes is the file's count of deletes.
+func rebuildIDs(dir string, lock *pebble.Lock, db *sql.DB, deletes int64) (*idIndex, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("cannot empty the call id index: %w", err)
 	}
-	x, err := openPebble(dir, true)
+	for _, e := range entries {
+		if e.Name() == "LOCK" {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return nil, fmt.Errorf("cannot empty the call id index: %w", err)
+		}
+	}
+	x, err := openPebble(dir, lock, true)
 	if err != nil {
 		return nil, err
 	}
 	if err := x.catchUp(db); err != nil {
-		x.close()
+		x.release()
 		return nil, fmt.Errorf("cannot index call ids: %w", err)
 	}
 	epoch := make([]byte, 16)
@@ -300,14 +332,15 @@ func rebuildIDs(dir string, db *sql.DB, deletes int64) (*idIndex, error) {
 	epoch = []byte(hex.EncodeToString(epoch))
 	b := x.db.NewBatch()
 	b.Set(idsDeletesKey, binary.BigEndian.AppendUint64(nil, uint64(deletes)), nil)
+	b.Set(idsMarkKey, binary.BigEndian.AppendUint64(nil, uint64(x.mark.Load())), nil)
 	b.Set(idsEpochKey, epoch, nil)
 	if err := b.Commit(pebble.Sync); err != nil {
-		x.close()
+		x.release()
 		return nil, fmt.Errorf("cannot index call ids: %w", err)
 	}
 	if _, err := db.Exec(`INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`,
 		idsEpochMeta, epoch); err != nil {
-		x.close()
+		x.release()
 		return nil, fmt.Errorf("cannot record the call id index's epoch: %w", err)
 	}
 	return x, nil
@@ -360,6 +393,28 @@ func (x *idIndex) catchUp(q interface {
 	}
 }
 
+// readRange adds to b the calls of q with rids in (from, to).
+func (x *idIndex) readRange(q interface {
+	Query(string, ...any) (*sql.Rows, error)
+}, b *pebble.Batch, from, to int64) error {
+	rows, err := q.Query(`SELECT rid, id, tenant FROM calls WHERE rid > ? AND rid < ?`, from, to)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	var key []byte
+	for rows.Next() {
+		var rid, tenant int64
+		var id any
+		if err := rows.Scan(&rid, &id, &tenant); err != nil {
+			return err
+		}
+		key = idKey(key[:0], id, tenant)
+		b.Set(key, binary.AppendUvarint(nil, uint64(rid)), nil)
+	}
+	return rows.Err()
+}
+
 // indexedCall is a call a commit stored, for the id index.
 type indexedCall struct {
 	id          any
@@ -375,6 +430,9 @@ type indexedCall struct {
 func (x *idIndex) add(q interface {
 	Query(string, ...any) (*sql.Rows, error)
 }, calls []indexedCall) {
+	if x == nil {
+		return
+	}
 	if x.behind {
 		// At most every few seconds: while the index cannot be written,
 		// commits go on without it.
@@ -394,6 +452,16 @@ func (x *idIndex) add(q interface {
 	}
 	b := x.db.NewBatch()
 	var key []byte
+	// Calls another store appended (a command opening the file beside
+	// serve) come before this commit's; rids that INSERT OR IGNORE used up
+	// leave gaps too, which this finds empty.
+	if mark := x.mark.Load(); calls[0].rid > mark+1 {
+		if err := x.readRange(q, b, mark, calls[0].rid); err != nil {
+			b.Close()
+			x.failed(err)
+			return
+		}
+	}
 	for _, c := range calls {
 		key = idKey(key[:0], c.id, c.tenant)
 		b.Set(key, binary.AppendUvarint(nil, uint64(c.rid)), nil)
@@ -419,7 +487,7 @@ func (x *idIndex) failed(err error) {
 // of deletes. A failure costs only space (lookups check every entry), and
 // is logged.
 func (x *idIndex) remove(calls []indexedCall, deletes int64) {
-	if len(calls) == 0 {
+	if x == nil || len(calls) == 0 {
 		return
 	}
 	b := x.db.NewBatch()
@@ -489,7 +557,12 @@ func roundedMilli(n int64) int64 {
 // IDIndexFailures returns how many writes of the call id index failed
 // since Open. Each is logged; lookups stay complete (they scan the calls
 // past the index), only slower, until the index catches up.
-func (s *Store) IDIndexFailures() int64 { return s.ids.failures.Load() }
+func (s *Store) IDIndexFailures() int64 {
+	if s.ids == nil {
+		return 0
+	}
+	return s.ids.failures.Load()
+}
 
 // IDIndexDir returns the directory of the id index of the store at path.
 // It is derived from the file: a backup need not copy it (it is rebuilt
