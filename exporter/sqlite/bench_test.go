@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -241,7 +242,22 @@ func storeTraffic(tb testing.TB, n int, captures []string) traffic {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tr.perCall = float64(st.Size()) / float64(n)
+	// The id index beside the file counts too (as closed: its log holds
+	// what it had not flushed).
+	var idx int64
+	if err := filepath.WalkDir(IDIndexDir(path), func(_ string, e fs.DirEntry, err error) error {
+		if err != nil || e.IsDir() {
+			return err
+		}
+		info, err := e.Info()
+		if err == nil {
+			idx += info.Size()
+		}
+		return err
+	}); err != nil {
+		tb.Fatal(err)
+	}
+	tr.perCall = float64(st.Size()+idx) / float64(n)
 
 	db, err := sql.Open("sqlite", path)
 	if err != nil {
@@ -261,6 +277,7 @@ func storeTraffic(tb testing.TB, n int, captures []string) traffic {
 		}
 		tr.tables[name] = size
 	}
+	tr.tables["(call id index, "+filepath.Base(IDIndexDir(path))+"/)"] = idx
 	return tr
 }
 
@@ -309,16 +326,19 @@ func BenchmarkBytesPerCall(b *testing.B) {
 // and the investigation page's session index costs about 7.5 bytes (300
 // before both); the target of docs/benchmarks.md is lower, and not met by
 // this store. The tamper-evidence chain (one entry per commit and tenant)
-// and the tenant in the call key cost about 2 bytes more (324). The mixed
-// traffic, with a finding every twenty calls, is logged.
+// and the tenant in the call key cost about 2 bytes more (324). Deduping
+// calls by (millisecond, tenant, id) instead of (id, tenant), which keeps
+// the random id out of SQLite's commits, costs 9 bytes more in SQLite, and
+// the id index beside the file (audit.db.ids/, counted here) about 19
+// (350). The mixed traffic, with a finding every twenty calls, is logged.
 func TestBytesPerCall(t *testing.T) {
 	if testing.Short() {
 		t.Skip("stores 60000 calls")
 	}
 	tr := storeTraffic(t, 30000, normalTraffic)
 	tr.log(t)
-	if tr.perCall > 324 {
-		t.Errorf("%.0f bytes per call, want at most 324", tr.perCall)
+	if tr.perCall > 350 {
+		t.Errorf("%.0f bytes per call, want at most 350", tr.perCall)
 	}
 	storeTraffic(t, 30000, mixedTraffic()).log(t)
 }

@@ -519,6 +519,7 @@ func (s *Store) commitBatch(batch []*request, calls int) (err error) {
 	// The new calls of each tenant, in rid order, for its chain entry.
 	chained := map[string][]rowHash{}
 	var lastRID int64 // of the calls stored
+	var stored []indexedCall
 	for _, req := range batch {
 		if len(req.calls) > 0 && insCall == nil {
 			if insCall, err = stmt(sqlInsertCall); err != nil {
@@ -551,6 +552,7 @@ func (s *Store) commitBatch(batch []*request, calls int) (err error) {
 				return wrap(err)
 			}
 			chained[c.tenant] = append(chained[c.tenant], rowHash{row: rid, hash: callHash(rid, c.id, c.tenant, c.time, c.rec)})
+			stored = append(stored, indexedCall{id: c.id, tenant: tenant, rid: rid})
 			for _, dh := range c.docs {
 				if _, err := insDoc.Exec(dh, c.time, rid); err != nil {
 					return wrap(err)
@@ -640,6 +642,10 @@ func (s *Store) commitBatch(batch []*request, calls int) (err error) {
 	if err = tx.Commit(); err != nil {
 		return wrap(err)
 	}
+	// Before the callers learn of the commit: a call is found by id once
+	// its append returned (and would be, by the scan past the mark, even
+	// when this fails).
+	s.ids.add(s.w, stored)
 	if s.opts.OnCommit != nil {
 		s.opts.OnCommit(time.Since(start), calls)
 	}
@@ -688,10 +694,14 @@ func (s *Store) deleteChunk(d *deleteRequest) (int64, error) {
 	}
 	defer tx.Rollback()
 	limit := s.opts.DeleteChunk
-	var n int64
+	var n, deletes int64
+	var gone []indexedCall
 	switch d.table {
 	case tableCalls:
-		if n, err = deleteCalls(ctx, tx, d, limit); err == nil {
+		if n, gone, err = deleteCalls(ctx, tx, d, limit); err == nil && n > 0 {
+			err = tx.QueryRowContext(ctx, sqlCountDelete).Scan(&deletes)
+		}
+		if err == nil {
 			err = pruneSessions(ctx, tx)
 			// The minutes it cached may be gone.
 			clear(s.sessions)
@@ -709,6 +719,7 @@ func (s *Store) deleteChunk(d *deleteRequest) (int64, error) {
 	if err := tx.Commit(); err != nil {
 		return 0, wrap(err)
 	}
+	s.ids.remove(gone, deletes)
 	return n, nil
 }
 
@@ -772,40 +783,42 @@ func pruneSessions(ctx context.Context, tx *sql.Tx) error {
 	return err
 }
 
-func deleteCalls(ctx context.Context, tx *sql.Tx, d *deleteRequest, limit int) (int64, error) {
+// deleteCalls deletes up to limit calls from d.from and returns them for
+// the id index.
+func deleteCalls(ctx context.Context, tx *sql.Tx, d *deleteRequest, limit int) (int64, []indexedCall, error) {
 	type victim struct {
-		rid, time int64
-		id        any
-		tenant    string
-		rec       []byte
+		rid, time, tenantID int64
+		id                  any
+		tenant              string
+		rec                 []byte
 	}
 	cond, args := tenantCond(d, "tenant", true)
-	rows, err := tx.QueryContext(ctx, `SELECT rid, id, coalesce((SELECT s FROM strs WHERE strs.id = calls.tenant), ''), time, rec
+	rows, err := tx.QueryContext(ctx, `SELECT rid, id, tenant, coalesce((SELECT s FROM strs WHERE strs.id = calls.tenant), ''), time, rec
 		FROM calls WHERE time >= ? AND time < ?`+cond+` ORDER BY time LIMIT ?`,
 		append([]any{d.from, d.before}, append(args, limit)...)...)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	var vs []victim
 	for rows.Next() {
 		var v victim
-		if err := rows.Scan(&v.rid, &v.id, &v.tenant, &v.time, &v.rec); err != nil {
+		if err := rows.Scan(&v.rid, &v.id, &v.tenantID, &v.tenant, &v.time, &v.rec); err != nil {
 			rows.Close()
-			return 0, err
+			return 0, nil, err
 		}
 		vs = append(vs, v)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	delDoc, err := tx.PrepareContext(ctx, `DELETE FROM call_documents WHERE dh = ? AND time = ? AND call = ?`)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	delCall, err := tx.PrepareContext(ctx, `DELETE FROM calls WHERE rid = ?`)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	var buf []byte
 	for _, v := range vs {
@@ -824,7 +837,7 @@ func deleteCalls(ctx context.Context, tx *sql.Tx, d *deleteRequest, limit int) (
 					}
 					seen[h] = true
 					if _, err := delDoc.Exec(h, v.time, v.rid); err != nil {
-						return 0, err
+						return 0, nil, err
 					}
 				}
 			}
@@ -833,22 +846,26 @@ func deleteCalls(ctx context.Context, tx *sql.Tx, d *deleteRequest, limit int) (
 		// verifies; entries that lose every row are cut (cutChains).
 		seq, err := entryOf(ctx, tx, v.tenant, chain.KindCalls, v.rid)
 		if err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		if seq > 0 {
 			h := callHash(v.rid, v.id, v.tenant, v.time, v.rec)
 			if _, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO chain_pruned (tenant, seq, row, hash) VALUES (?, ?, ?, ?)`,
 				v.tenant, seq, v.rid, h[:]); err != nil {
-				return 0, err
+				return 0, nil, err
 			}
 		}
 		if _, err := delCall.Exec(v.rid); err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		d.next = v.time
 	}
 	d.full = len(vs) == limit
-	return int64(len(vs)), nil
+	gone := make([]indexedCall, len(vs))
+	for i, v := range vs {
+		gone[i] = indexedCall{id: v.id, tenant: v.tenantID, rid: v.rid}
+	}
+	return int64(len(vs)), gone, nil
 }
 
 // deleteFindings deletes up to limit findings from d.from, keeping each

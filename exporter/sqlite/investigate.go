@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -632,47 +633,76 @@ func (s *Store) scanSession(ctx context.Context, session string, from *int64, un
 // cursorCalls marks cursors of Calls.
 const cursorCalls = 'c'
 
-// callsByID reads the calls with the given ids, in chunks.
+// callsByID reads the calls with the given ids, in chunks: the id index
+// names their rows (each checked to hold the id: an entry may be stale),
+// and the calls past its mark are looked for among the rows past it.
 func (s *Store) callsByID(ctx context.Context, ids []string) ([]audit.Record, error) {
 	var out []audit.Record
 	var buf []byte
+	seen := map[int64]bool{}
 	const chunk = 500
 	for i := 0; i < len(ids); i += chunk {
 		part := ids[i:min(i+chunk, len(ids))]
-		args := make([]any, len(part))
-		marks := make([]byte, 0, 2*len(part))
+		packed := make([]any, len(part))
+		want := make(map[string]bool, len(part))
 		for j, id := range part {
-			args[j] = packID(callPrefix, id)
-			if j > 0 {
-				marks = append(marks, ',')
-			}
-			marks = append(marks, '?')
+			packed[j] = packID(callPrefix, id)
+			want[string(idBytes(packed[j]))] = true
 		}
-		rows, err := s.r.QueryContext(ctx, `SELECT id, time, rec FROM calls WHERE id IN (`+string(marks)+`)`, args...)
-		if err != nil {
-			return nil, err
-		}
-		for rows.Next() {
-			var t int64
-			var id any
-			var blob []byte
-			if err := rows.Scan(&id, &t, &blob); err != nil {
-				rows.Close()
+		var rids []int64
+		var mark int64 // without an index (another store holds it), every row is past it
+		if s.ids != nil {
+			var err error
+			if rids, mark, err = s.ids.lookup(packed); err != nil {
 				return nil, err
 			}
-			var rec audit.Record
-			if buf, err = decodeCall(buf, id, t, blob, &rec); err != nil {
-				rows.Close()
+		}
+		read := func(query string, args ...any) error {
+			rows, err := s.r.QueryContext(ctx, query, args...)
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var rid, t int64
+				var id any
+				var blob []byte
+				if err := rows.Scan(&rid, &id, &t, &blob); err != nil {
+					return err
+				}
+				if seen[rid] || !want[string(idBytes(id))] {
+					continue // a stale entry, or found twice
+				}
+				seen[rid] = true
+				var rec audit.Record
+				if buf, err = decodeCall(buf, id, t, blob, &rec); err != nil {
+					return err
+				}
+				out = append(out, rec)
+			}
+			return rows.Err()
+		}
+		if len(rids) > 0 {
+			args := make([]any, len(rids))
+			for j, rid := range rids {
+				args[j] = rid
+			}
+			if err := read(`SELECT rid, id, time, rec FROM calls WHERE rid IN (`+marks(len(args))+`)`, args...); err != nil {
 				return nil, err
 			}
-			out = append(out, rec)
 		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+		// Normally none or the last commit's: rid is the table's key.
+		if err := read(`SELECT rid, id, time, rec FROM calls WHERE rid > ? AND id IN (`+marks(len(packed))+`)`,
+			append([]any{mark}, packed...)...); err != nil {
 			return nil, err
 		}
 	}
 	return out, nil
+}
+
+// marks returns n comma-separated placeholders.
+func marks(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?,", n), ",")
 }
 
 // FailureCounts counts the failed calls in a time range by retry action.

@@ -135,8 +135,56 @@ func migrate2to3(db *sql.DB) error {
 	if err := adoptHistory(tx); err != nil {
 		return fmt.Errorf("cannot migrate schema 2 to 3: %w", err)
 	}
-	if _, err := tx.Exec(fmt.Sprintf(`PRAGMA user_version = %d`, schemaVersion)); err != nil {
+	if _, err := tx.Exec(`PRAGMA user_version = 3`); err != nil {
 		return fmt.Errorf("cannot migrate schema 2 to 3: %w", err)
+	}
+	return tx.Commit()
+}
+
+// migrate3to4 rewrites the calls table of a store of schema 3, whose
+// constraint UNIQUE (id, tenant) SQLite cannot drop in place, into schema
+// 4's (calls_key). Calls keep their row ids, which the chain, the document
+// and the session indexes name, and the table keeps its highest rid given,
+// so that rids of deleted calls are not given again. The id index is built
+// when the store opens. It runs in one transaction: a failure leaves the
+// file at schema 3.
+func migrate3to4(db *sql.DB) error {
+	tx, err := db.Begin()
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	var seq int64
+	if err := tx.QueryRow(`SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'calls'), 0)`).Scan(&seq); err != nil {
+		return fmt.Errorf("cannot migrate schema 3 to 4: %w", err)
+	}
+	for _, stmt := range []string{
+		`CREATE TABLE calls4 (
+			rid    INTEGER PRIMARY KEY AUTOINCREMENT,
+			id     ANY     NOT NULL,
+			tenant INTEGER NOT NULL,
+			time   INTEGER NOT NULL,
+			rec    BLOB    NOT NULL
+		) STRICT`,
+		`INSERT INTO calls4 (rid, id, tenant, time, rec) SELECT rid, id, tenant, time, rec FROM calls ORDER BY rid`,
+		`DROP TABLE calls`, // and calls_time with it
+		`ALTER TABLE calls4 RENAME TO calls`,
+		`CREATE INDEX calls_time ON calls (time)`,
+		callsKeyIndex,
+	} {
+		if _, err := tx.Exec(stmt); err != nil {
+			return fmt.Errorf("cannot migrate schema 3 to 4: %w", err)
+		}
+	}
+	if _, err := tx.Exec(`UPDATE sqlite_sequence SET seq = max(seq, ?) WHERE name = 'calls'`, seq); err != nil {
+		return fmt.Errorf("cannot migrate schema 3 to 4: %w", err)
+	}
+	if _, err := tx.Exec(`INSERT INTO sqlite_sequence (name, seq) SELECT 'calls', ? WHERE NOT EXISTS
+		(SELECT 1 FROM sqlite_sequence WHERE name = 'calls')`, seq); err != nil {
+		return fmt.Errorf("cannot migrate schema 3 to 4: %w", err)
+	}
+	if _, err := tx.Exec(`PRAGMA user_version = 4`); err != nil {
+		return fmt.Errorf("cannot migrate schema 3 to 4: %w", err)
 	}
 	return tx.Commit()
 }

@@ -3,8 +3,10 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -33,8 +35,8 @@ func TestMigrate2to3(t *testing.T) {
 	defer s.Close()
 	ctx := context.Background()
 	var version int
-	if err := s.w.QueryRow(`PRAGMA user_version`).Scan(&version); err != nil || version != 3 {
-		t.Fatalf("schema version %d, %v; want 3", version, err)
+	if err := s.w.QueryRow(`PRAGMA user_version`).Scan(&version); err != nil || version != schemaVersion {
+		t.Fatalf("schema version %d, %v; want %d", version, err, schemaVersion)
 	}
 
 	// The generator that made the file gives the same calls again.
@@ -167,4 +169,102 @@ func TestMigrate2to3_FailureKeepsSchema2(t *testing.T) {
 	if version != 2 || calls != 300 {
 		t.Fatalf("after the failed migration: version %d, %d calls; want 2 and 300", version, calls)
 	}
+}
+
+// TestMigrate3to4 opens a store written by schema 3 (testdata/schema3.db:
+// the 300 generated calls of TestMigrate2to3 in rids 1-300, and ten older
+// calls given rids 301-310, then deleted by retention) and checks that the
+// calls keep their rids and the highest rid given, are found by id through
+// the id index built at open, are still deduplicated, and that the chain
+// verifies.
+func TestMigrate3to4(t *testing.T) {
+	raw, err := os.ReadFile("testdata/schema3.db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "mcpaudit.db")
+	if err := os.WriteFile(path, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	old, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := ridsOf(t, old)
+	old.Close()
+	if len(before) != 300 {
+		t.Fatalf("fixture holds %d calls, want 300", len(before))
+	}
+
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatalf("opening a schema-3 store: %v", err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	var version int
+	if err := s.w.QueryRow(`PRAGMA user_version`).Scan(&version); err != nil || version != 4 {
+		t.Fatalf("schema version %d, %v; want 4", version, err)
+	}
+	var unique int
+	if err := s.w.QueryRow(`SELECT count(*) FROM sqlite_schema WHERE tbl_name = 'calls' AND name LIKE 'sqlite_autoindex%'`).Scan(&unique); err != nil || unique != 0 {
+		t.Fatalf("calls keeps %d automatic indexes (UNIQUE (id, tenant)), %v; want none", unique, err)
+	}
+	if after := ridsOf(t, s.w); !maps.Equal(after, before) {
+		t.Fatal("calls changed rids in the migration")
+	}
+	if seq := maxRID(t, s); seq != 310 {
+		t.Fatalf("highest rid given %d after the migration, want 310", seq)
+	}
+	g, err := storetest.NewGenerator(7, storetest.T0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := g.Records(300)
+	for i := range want {
+		want[i].Call.Tenant = []string{"", "acme", "globex"}[i%3]
+	}
+	if got := lookupIDs(t, s, ids(want)); !slices.Equal(got, keysOf(want)) {
+		t.Fatalf("found %d of 300 migrated calls by id", len(got))
+	}
+	if mark := s.ids.mark.Load(); mark != 300 {
+		t.Fatalf("id index built through rid %d, want 300", mark)
+	}
+	more := withTenant(want[:5], "initech")
+	if n, err := s.AppendCalls(ctx, more); err != nil || n != 5 {
+		t.Fatalf("another tenant's copies: %d stored, %v; want 5", n, err)
+	}
+	var first int64
+	if err := s.w.QueryRow(`SELECT min(rid) FROM calls WHERE tenant = (SELECT id FROM strs WHERE s = 'initech')`).Scan(&first); err != nil || first != 311 {
+		t.Fatalf("the first call after the migration has rid %d, %v; want 311", first, err)
+	}
+	if n, err := s.AppendCalls(ctx, want); err != nil || n != 0 {
+		t.Fatalf("the migrated calls again: %d stored, %v; want 0", n, err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := Verify(ctx, path, nil)
+	if err != nil || !r.OK() || r.Calls != 305 {
+		t.Fatalf("Verify after migration: %+v, %v; want ok with 305 calls", r, err)
+	}
+}
+
+func ridsOf(t *testing.T, db *sql.DB) map[int64]string {
+	t.Helper()
+	rows, err := db.Query(`SELECT rid, hex(id) || '/' || tenant FROM calls`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[int64]string{}
+	for rows.Next() {
+		var rid int64
+		var key string
+		if err := rows.Scan(&rid, &key); err != nil {
+			t.Fatal(err)
+		}
+		out[rid] = key
+	}
+	return out
 }

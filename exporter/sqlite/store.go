@@ -137,6 +137,8 @@ type Store struct {
 
 	// inv serves the investigation side (investigate.go).
 	inv *investigation
+	// ids looks calls up by id (ids.go).
+	ids *idIndex
 
 	// The checkpoint loop, when a signing key is set.
 	stopCheckpoints, checkpointsDone chan struct{}
@@ -158,9 +160,11 @@ func (s *Store) checkpointLoop() {
 }
 
 // schemaVersion is stored in PRAGMA user_version. Version 3 keys calls and
-// writes by tenant too; a file of version 2 is migrated when opened
-// (migrate2to3).
-const schemaVersion = 3
+// writes by tenant too; version 4 dedupes calls by (millisecond, tenant,
+// id) instead of (id, tenant), and looks them up by id through the id index
+// (ids.go). Files of versions 2 and 3 are migrated when opened
+// (migrate2to3, migrate3to4).
+const schemaVersion = 4
 
 // schema creates the tables. Times are unix nanoseconds. Call and finding
 // ids are stored packed (packID). Calls are indexed by time, writes
@@ -177,18 +181,15 @@ var schema = []string{
 	// a table clustered by (time, id) leaves a tenth of them free and
 	// copies keys, blobs included, into its interior pages.
 	//
-	// A call is unique by (id, tenant): ids are tenant-agnostic (findings
-	// name them, and they equal analyze's), so two tenants posting the
-	// same exchange each keep their copy.
 	`CREATE TABLE calls (
 		rid    INTEGER PRIMARY KEY AUTOINCREMENT, -- never reused: the chain names calls by it
 		id     ANY     NOT NULL, -- packID
 		tenant INTEGER NOT NULL, -- strs.id
 		time   INTEGER NOT NULL,
-		rec    BLOB    NOT NULL, -- codec byte, then the compressed record (record.go)
-		UNIQUE (id, tenant)
+		rec    BLOB    NOT NULL -- codec byte, then the compressed record (record.go)
 	) STRICT`,
 	`CREATE INDEX calls_time ON calls (time)`,
+	callsKeyIndex,
 	// The documents each call touched, by a 32-bit hash of the document:
 	// the timeline checks the real name in the call's record.
 	`CREATE TABLE call_documents (
@@ -307,6 +308,12 @@ func Open(path string, opts Options) (*Store, error) {
 		r.Close()
 		return nil, fmt.Errorf("cannot open store %s: %w", path, err)
 	}
+	if s.ids, err = openIDs(IDIndexDir(path), w); err != nil {
+		s.closeSide()
+		w.Close()
+		r.Close()
+		return nil, fmt.Errorf("cannot open store %s: %w", path, wrap(err))
+	}
 	go s.commitLoop()
 	if opts.SigningKey != nil {
 		// Sign at once: the heads a crash left unsigned, or a new store's
@@ -322,6 +329,15 @@ func Open(path string, opts Options) (*Store, error) {
 	return s, nil
 }
 
+// callsKeyIndex dedupes calls. A call is unique by (id, tenant): ids are
+// tenant-agnostic (findings name them, and they equal analyze's), so two
+// tenants posting the same exchange each keep their copy. An id hashes its
+// call's time rounded to the millisecond, so the index leads with that
+// millisecond (callsKey): live traffic inserts at its right edge instead of
+// at a random page, as an index on the random ids did. Lookups by id alone
+// use the id index (ids.go).
+const callsKeyIndex = `CREATE UNIQUE INDEX calls_key ON calls (` + callsKey + `, tenant, id)`
+
 func migrate(db *sql.DB) error {
 	var version int
 	if err := db.QueryRow(`PRAGMA user_version`).Scan(&version); err != nil {
@@ -331,10 +347,15 @@ func migrate(db *sql.DB) error {
 	case schemaVersion:
 		return nil
 	case 2:
-		return migrate2to3(db)
+		if err := migrate2to3(db); err != nil {
+			return err
+		}
+		return migrate3to4(db)
+	case 3:
+		return migrate3to4(db)
 	case 0:
 	default:
-		return fmt.Errorf("schema version %d is not supported (this mcpaudit reads versions 2 and %d): "+
+		return fmt.Errorf("schema version %d is not supported (this mcpaudit reads versions 2 to %d): "+
 			"open it with the mcpaudit that wrote it, or move the file away to start an empty store", version, schemaVersion)
 	}
 	tx, err := db.Begin()
@@ -381,6 +402,9 @@ func (s *Store) Close() error {
 	var errs []error
 	if err := s.closeSide(); err != nil {
 		errs = append(errs, err)
+	}
+	if err := s.ids.close(); err != nil {
+		errs = append(errs, fmt.Errorf("cannot close the call id index: %w", err))
 	}
 	// The last heads are signed: a stop leaves no unsigned tail.
 	if _, err := s.chainStep(&chainRequest{}); err != nil {

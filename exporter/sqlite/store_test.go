@@ -416,6 +416,10 @@ func TestQueryPlans(t *testing.T) {
 	f(`SELECT rid, id, time, rec FROM calls WHERE (time, rid) > (?, ?) ORDER BY time, rid LIMIT ?`, []any{1, 2, 3},
 		"USING INDEX calls_time")
 	f(`SELECT rid, time, rec FROM calls WHERE time < ? ORDER BY time LIMIT ?`, []any{1, 2}, "USING INDEX calls_time")
+	// Lookups by id: the rows the id index names, and those past its mark.
+	f(`SELECT rid, id, time, rec FROM calls WHERE rid IN (?, ?)`, []any{1, 2}, "SEARCH calls USING INTEGER PRIMARY KEY (rowid=?)")
+	f(`SELECT rid, id, time, rec FROM calls WHERE rid > ? AND id IN (?, ?)`, []any{1, "a", "b"},
+		"SEARCH calls USING INTEGER PRIMARY KEY (rowid>?)")
 	f(`SELECT c.id, c.time, c.rec FROM call_documents d JOIN calls c ON c.rid = d.call
 		WHERE d.dh = ? AND d.time >= ? ORDER BY d.time, d.call`, []any{1, 2}, "SEARCH d USING PRIMARY KEY (dh=? AND time>?)")
 	f(`SELECT `+writeColumns+` FROM writes WHERE state = coalesce((SELECT id FROM strs WHERE s = ?), -1)

@@ -1,0 +1,570 @@
+package sqlite
+
+import (
+	"crypto/rand"
+	"database/sql"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/internal/datadir"
+)
+
+// The call-id index: calls are looked up by id alone (a finding's calls,
+// /calls/{id}), but a SQLite index on random ids makes every commit write a
+// random page of it. The calls table is kept unique by a near-sequential
+// key instead (calls_key: the id's millisecond first), and the lookup by id
+// goes through this LSM index beside the file, which appends sequentially.
+//
+// It is derived: SQLite is the truth, and the index can be rebuilt from
+// it at any time. Every entry a lookup finds is checked against the row it
+// names, so a stale entry (a deleted call) costs only a read. The index
+// holds the calls through a mark rid; calls past it (a failed or lost
+// index write) are found by scanning the rows past the mark, so a call can
+// be looked up as soon as its append returned whatever the index did.
+//
+// Keys: idKind, the id's length and bytes (packID), then the tenant's strs
+// id (a uvarint), so that a prefix scan by id finds every tenant's copy
+// (uvarints are self-delimiting: no id's prefix begins another's); the
+// value is the call's rid (a uvarint). Keys beginning
+// with 0 are the index's own: its mark and its epoch, a token it shares
+// with the SQLite file it was built from.
+const (
+	idKindBlob byte = 1 // a packed id
+	idKindText byte = 2 // an id stored as text
+)
+
+var (
+	idsMarkKey    = []byte("\x00mark")
+	idsEpochKey   = []byte("\x00epoch")
+	idsDeletesKey = []byte("\x00deletes")
+)
+
+// Meta keys of the file for the index: the epoch of the index built from
+// it, and how many transactions deleted calls. The index stores the count
+// it applied: an index that applied more deletes than the file holds
+// (an older copy of the file restored, its calls deleted from the index
+// since) is rebuilt.
+const (
+	idsEpochMeta   = "ids_epoch"
+	idsDeletesMeta = "ids_deletes"
+)
+
+// sqlCountDelete counts a transaction that deletes calls.
+const sqlCountDelete = `INSERT INTO meta (key, value) VALUES ('` + idsDeletesMeta + `', 1)
+	ON CONFLICT (key) DO UPDATE SET value = value + 1 RETURNING value`
+
+// idIndex is the pebble index of call ids. The committer alone writes it;
+// lookups read it concurrently.
+type idIndex struct {
+	// mu orders lookups against close: pebble must not be used closed.
+	mu     sync.RWMutex
+	closed bool
+	db     *pebble.DB
+	lock   *pebble.Lock
+	cache  interface{ Unref() }
+	// mark is the highest rid through which every stored call is indexed.
+	mark atomic.Int64
+	// behind is set when an index write failed: the committer catches up
+	// from SQLite before it moves the mark again.
+	behind     bool
+	lastRetry  time.Time
+	retryEvery time.Duration
+	// failures counts the index writes that failed.
+	failures atomic.Int64
+	// fault, when set (by tests), fails the index writes it returns an
+	// error for.
+	fault func() error
+}
+
+// commit writes b, unsynced: the index is rebuilt from SQLite when a crash
+// loses its tail.
+func (x *idIndex) commit(b *pebble.Batch) error {
+	if x.fault != nil {
+		if err := x.fault(); err != nil {
+			b.Close()
+			return err
+		}
+	}
+	return b.Commit(pebble.NoSync)
+}
+
+// idPrefix returns the key prefix of a stored id.
+func idPrefix(dst []byte, id any) []byte {
+	switch v := id.(type) {
+	case []byte:
+		dst = append(dst, idKindBlob)
+		dst = binary.AppendUvarint(dst, uint64(len(v)))
+		return append(dst, v...)
+	case string:
+		dst = append(dst, idKindText)
+		dst = binary.AppendUvarint(dst, uint64(len(v)))
+		return append(dst, v...)
+	}
+	return append(dst, idKindText, 0)
+}
+
+// idKey returns the key of a stored id and tenant.
+func idKey(dst []byte, id any, tenant int64) []byte {
+	return binary.AppendUvarint(idPrefix(dst, id), uint64(tenant))
+}
+
+// pebbleLogger routes pebble's messages to slog: errors as errors, the
+// rest (compactions, WAL recycling) at debug level.
+type pebbleLogger struct{}
+
+func (pebbleLogger) Infof(format string, args ...any) {
+	slog.Debug("id index: " + fmt.Sprintf(format, args...))
+}
+func (pebbleLogger) Errorf(format string, args ...any) {
+	slog.Error("id index: " + fmt.Sprintf(format, args...))
+}
+func (pebbleLogger) Fatalf(format string, args ...any) {
+	slog.Error("id index: " + fmt.Sprintf(format, args...))
+	os.Exit(1)
+}
+
+// privateFS creates pebble's files readable by their owner only, as
+// datadir wants every file of a store, whatever the umask.
+type privateFS struct{ vfs.FS }
+
+func (fs privateFS) Create(name string, category vfs.DiskWriteCategory) (vfs.File, error) {
+	f, err := fs.FS.Create(name, category)
+	return f, private(f, err, name)
+}
+
+func (fs privateFS) OpenReadWrite(name string, category vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
+	f, err := fs.FS.OpenReadWrite(name, category, opts...)
+	return f, private(f, err, name)
+}
+
+func (fs privateFS) Lock(name string) (io.Closer, error) {
+	c, err := fs.FS.Lock(name)
+	return c, private(c, err, name)
+}
+
+// private makes the file just opened private; on failure it closes it.
+func private(f io.Closer, err error, name string) error {
+	if err != nil {
+		return err
+	}
+	if err := datadir.Private(name); err != nil {
+		f.Close()
+		return err
+	}
+	return nil
+}
+
+// openIDs opens the id index in dir, rebuilding it from the calls of db
+// when it is missing, unreadable, of another epoch than the file, or ahead
+// of the file (an older copy of the file restored beside it), and catching
+// it up with the calls past its mark otherwise. db is the writing
+// connection; the committer has not started.
+//
+// When another store holds the index (serve, while a command opens the
+// same file to read it), it returns nil: this store then looks calls up by
+// id by scanning the table, and indexes nothing; the holder catches up with
+// any call this store appends (add).
+func openIDs(dir string, db *sql.DB) (*idIndex, error) {
+	var epoch []byte
+	err := db.QueryRow(`SELECT value FROM meta WHERE key = ?`, idsEpochMeta).Scan(&epoch)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return nil, err
+	}
+	// The highest rid ever given: rids of deleted calls are not reused.
+	var seq, deletes int64
+	if err := db.QueryRow(`SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'calls'), 0),
+		coalesce((SELECT value FROM meta WHERE key = ?), 0)`, idsDeletesMeta).Scan(&seq, &deletes); err != nil {
+		return nil, err
+	}
+	missing := false
+	if err := os.Mkdir(dir, datadir.DirMode); err == nil {
+		missing = true
+	} else if !errors.Is(err, fs.ErrExist) {
+		return nil, fmt.Errorf("cannot create the call id index: %w", err)
+	}
+	if err := datadir.Private(dir); err != nil {
+		return nil, err
+	}
+	lock, err := pebble.LockDirectory(dir, privateFS{vfs.Default})
+	if err != nil {
+		slog.Info("the call id index is held by another store: this one looks calls up by id by scanning them",
+			"dir", dir, "err", err)
+		return nil, nil
+	}
+	x, reason := tryOpenIDs(dir, lock, epoch, seq, deletes)
+	if x == nil {
+		if !missing {
+			slog.Warn("rebuilding the call id index", "dir", dir, "reason", reason)
+		}
+		if x, err = rebuildIDs(dir, lock, db, deletes); err != nil {
+			lock.Close()
+			return nil, err
+		}
+	}
+	if err := x.catchUp(db); err != nil {
+		x.close()
+		return nil, fmt.Errorf("cannot index call ids: %w", err)
+	}
+	return x, nil
+}
+
+// tryOpenIDs opens an existing index usable with a file of the given epoch
+// highest rid and count of deletes; otherwise it returns nil and why.
+func tryOpenIDs(dir string, lock *pebble.Lock, epoch []byte, seq, deletes int64) (*idIndex, string) {
+	if epoch == nil {
+		return nil, "the file has no index epoch"
+	}
+	x, err := openPebble(dir, lock, false)
+	if err != nil {
+		return nil, err.Error()
+	}
+	fail := func(reason string) (*idIndex, string) {
+		x.release() // the lock stays held, for the rebuild
+		return nil, reason
+	}
+	got, err := x.get(idsEpochKey)
+	if err != nil || string(got) != string(epoch) {
+		return fail("another epoch")
+	}
+	m, err := x.get(idsMarkKey)
+	if err != nil || len(m) != 8 {
+		return fail("no mark")
+	}
+	mark := int64(binary.BigEndian.Uint64(m))
+	if mark > seq {
+		return fail(fmt.Sprintf("indexed through call %d, beyond the file's last call %d", mark, seq))
+	}
+	if d, err := x.get(idsDeletesKey); err == nil && len(d) == 8 && int64(binary.BigEndian.Uint64(d)) > deletes {
+		return fail(fmt.Sprintf("%d deletes applied, the file has had %d", binary.BigEndian.Uint64(d), deletes))
+	}
+	x.mark.Store(mark)
+	return x, ""
+}
+
+// openPebble opens (or creates) the index in dir, whose lock the caller
+// holds.
+func openPebble(dir string, lock *pebble.Lock, create bool) (*idIndex, error) {
+	cache := pebble.NewCache(8 << 20)
+	opts := &pebble.Options{
+		Cache:            cache,
+		MemTableSize:     4 << 20,
+		ErrorIfNotExists: !create,
+		Lock:             lock,
+		Logger:           pebbleLogger{},
+		FS:               privateFS{vfs.Default},
+	}
+	db, err := pebble.Open(dir, opts)
+	if err != nil {
+		cache.Unref()
+		return nil, fmt.Errorf("cannot open the call id index %s: %w", dir, err)
+	}
+	return &idIndex{db: db, lock: lock, cache: cache, retryEvery: 5 * time.Second}, nil
+}
+
+func (x *idIndex) get(key []byte) ([]byte, error) {
+	v, closer, err := x.db.Get(key)
+	if err != nil {
+		return nil, err
+	}
+	defer closer.Close()
+	return append([]byte(nil), v...), nil
+}
+
+// close closes the index and releases its lock; a nil index (held by
+// another store) has nothing to close.
+func (x *idIndex) close() error {
+	if x == nil {
+		return nil
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.closed = true
+	return errors.Join(x.release(), x.lock.Close())
+}
+
+// release closes the index but keeps its lock.
+func (x *idIndex) release() error {
+	err := x.db.Close()
+	x.cache.Unref()
+	return err
+}
+
+// rebuildIDs empties dir (but for the lock the caller holds) and indexes
+// every call of db into a new index of a new epoch, which it then records
+// in db; deletes is the file's count of deletes.
+func rebuildIDs(dir string, lock *pebble.Lock, db *sql.DB, deletes int64) (*idIndex, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("cannot empty the call id index: %w", err)
+	}
+	for _, e := range entries {
+		if e.Name() == "LOCK" {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return nil, fmt.Errorf("cannot empty the call id index: %w", err)
+		}
+	}
+	x, err := openPebble(dir, lock, true)
+	if err != nil {
+		return nil, err
+	}
+	if err := x.catchUp(db); err != nil {
+		x.release()
+		return nil, fmt.Errorf("cannot index call ids: %w", err)
+	}
+	epoch := make([]byte, 16)
+	rand.Read(epoch)
+	epoch = []byte(hex.EncodeToString(epoch))
+	b := x.db.NewBatch()
+	b.Set(idsDeletesKey, binary.BigEndian.AppendUint64(nil, uint64(deletes)), nil)
+	b.Set(idsMarkKey, binary.BigEndian.AppendUint64(nil, uint64(x.mark.Load())), nil)
+	b.Set(idsEpochKey, epoch, nil)
+	if err := b.Commit(pebble.Sync); err != nil {
+		x.release()
+		return nil, fmt.Errorf("cannot index call ids: %w", err)
+	}
+	if _, err := db.Exec(`INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`,
+		idsEpochMeta, epoch); err != nil {
+		x.release()
+		return nil, fmt.Errorf("cannot record the call id index's epoch: %w", err)
+	}
+	return x, nil
+}
+
+// catchUp indexes the calls of q past the mark, in batches, and moves the
+// mark to the last.
+func (x *idIndex) catchUp(q interface {
+	Query(string, ...any) (*sql.Rows, error)
+}) error {
+	const page = 20000
+	var key []byte
+	for {
+		from := x.mark.Load()
+		rows, err := q.Query(`SELECT rid, id, tenant FROM calls WHERE rid > ? ORDER BY rid LIMIT ?`, from, page)
+		if err != nil {
+			return err
+		}
+		b := x.db.NewBatch()
+		n, last := 0, from
+		for rows.Next() {
+			var rid, tenant int64
+			var id any
+			if err := rows.Scan(&rid, &id, &tenant); err != nil {
+				rows.Close()
+				b.Close()
+				return err
+			}
+			key = idKey(key[:0], id, tenant)
+			b.Set(key, binary.AppendUvarint(nil, uint64(rid)), nil)
+			n, last = n+1, rid
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			b.Close()
+			return err
+		}
+		if n == 0 {
+			b.Close()
+			return nil
+		}
+		b.Set(idsMarkKey, binary.BigEndian.AppendUint64(nil, uint64(last)), nil)
+		if err := x.commit(b); err != nil {
+			return err
+		}
+		x.mark.Store(last)
+		if n < page {
+			return nil
+		}
+	}
+}
+
+// readRange adds to b the calls of q with rids in (from, to).
+func (x *idIndex) readRange(q interface {
+	Query(string, ...any) (*sql.Rows, error)
+}, b *pebble.Batch, from, to int64) error {
+	rows, err := q.Query(`SELECT rid, id, tenant FROM calls WHERE rid > ? AND rid < ?`, from, to)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	var key []byte
+	for rows.Next() {
+		var rid, tenant int64
+		var id any
+		if err := rows.Scan(&rid, &id, &tenant); err != nil {
+			return err
+		}
+		key = idKey(key[:0], id, tenant)
+		b.Set(key, binary.AppendUvarint(nil, uint64(rid)), nil)
+	}
+	return rows.Err()
+}
+
+// indexedCall is a call a commit stored, for the id index.
+type indexedCall struct {
+	id          any
+	tenant, rid int64
+}
+
+// add indexes the calls a commit stored (rids ascending, all past the
+// mark) and moves the mark to the last of them; q is the writing
+// connection, which catches the index up first when an earlier write
+// failed. A failure is logged and counted and leaves the mark behind: the
+// calls are found by the scan past the mark, and the next commit (or the
+// next open) catches up.
+func (x *idIndex) add(q interface {
+	Query(string, ...any) (*sql.Rows, error)
+}, calls []indexedCall) {
+	if x == nil {
+		return
+	}
+	if x.behind {
+		// At most every few seconds: while the index cannot be written,
+		// commits go on without it.
+		if time.Since(x.lastRetry) < x.retryEvery {
+			return
+		}
+		x.lastRetry = time.Now()
+		if err := x.catchUp(q); err != nil {
+			x.failed(err)
+			return
+		}
+		x.behind = false
+		return // the catch-up read this commit's calls too
+	}
+	if len(calls) == 0 {
+		return
+	}
+	b := x.db.NewBatch()
+	var key []byte
+	// Calls another store appended (a command opening the file beside
+	// serve) come before this commit's; rids that INSERT OR IGNORE used up
+	// leave gaps too, which this finds empty.
+	if mark := x.mark.Load(); calls[0].rid > mark+1 {
+		if err := x.readRange(q, b, mark, calls[0].rid); err != nil {
+			b.Close()
+			x.failed(err)
+			return
+		}
+	}
+	for _, c := range calls {
+		key = idKey(key[:0], c.id, c.tenant)
+		b.Set(key, binary.AppendUvarint(nil, uint64(c.rid)), nil)
+	}
+	last := calls[len(calls)-1].rid
+	b.Set(idsMarkKey, binary.BigEndian.AppendUint64(nil, uint64(last)), nil)
+	if err := x.commit(b); err != nil {
+		x.failed(err)
+		return
+	}
+	x.mark.Store(last)
+}
+
+func (x *idIndex) failed(err error) {
+	x.failures.Add(1)
+	x.behind = true
+	x.lastRetry = time.Now()
+	slog.Error("cannot write the call id index; lookups by id scan the calls past it until it catches up",
+		"indexed_through", x.mark.Load(), "err", err)
+}
+
+// remove deletes the keys of deleted calls, and records the file's count
+// of deletes. A failure costs only space (lookups check every entry), and
+// is logged.
+func (x *idIndex) remove(calls []indexedCall, deletes int64) {
+	if x == nil || len(calls) == 0 {
+		return
+	}
+	b := x.db.NewBatch()
+	b.Set(idsDeletesKey, binary.BigEndian.AppendUint64(nil, uint64(deletes)), nil)
+	var key []byte
+	for _, c := range calls {
+		key = idKey(key[:0], c.id, c.tenant)
+		b.Delete(key, nil)
+	}
+	if err := x.commit(b); err != nil {
+		x.failures.Add(1)
+		slog.Warn("cannot delete from the call id index; its stale entries are skipped", "err", err)
+	}
+}
+
+// lookup returns the rids the index holds for the stored ids, and the mark
+// it held them through: calls past it must be looked for in SQLite.
+func (x *idIndex) lookup(ids []any) (rids []int64, mark int64, err error) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	if x.closed {
+		return nil, 0, audit.ErrClosed
+	}
+	// The mark first: every call through it is in the index by then.
+	mark = x.mark.Load()
+	it, err := x.db.NewIter(nil)
+	if err != nil {
+		return nil, mark, err
+	}
+	defer it.Close()
+	var prefix []byte
+	for _, id := range ids {
+		prefix = idPrefix(prefix[:0], id)
+		for ok := it.SeekGE(prefix); ok; ok = it.Next() {
+			k := it.Key()
+			if len(k) <= len(prefix) || string(k[:len(prefix)]) != string(prefix) {
+				break
+			}
+			if rid, n := binary.Uvarint(it.Value()); n > 0 {
+				rids = append(rids, int64(rid))
+			}
+		}
+	}
+	return rids, mark, it.Error()
+}
+
+// callsKey is the expression of calls_key's first column: the millisecond
+// a stable id hashes (audit.StableID: time.Round(time.Millisecond), halves
+// up), from stored nanoseconds, with floor division written out because
+// SQLite's rounds toward zero. The zero time (math.MinInt64) shares the
+// key of the earliest storable time (1677). Times are stored whole, so two
+// copies of one call have the same key.
+const callsKey = `time / 1000000 + (time % 1000000 >= 500000) - (time % 1000000 < -500000)`
+
+// roundedMilli is callsKey in Go, for tests.
+func roundedMilli(n int64) int64 {
+	q, r := n/1e6, n%1e6
+	if r >= 500000 {
+		q++
+	}
+	if r < -500000 {
+		q--
+	}
+	return q
+}
+
+// IDIndexFailures returns how many writes of the call id index failed
+// since Open. Each is logged; lookups stay complete (they scan the calls
+// past the index), only slower, until the index catches up.
+func (s *Store) IDIndexFailures() int64 {
+	if s.ids == nil {
+		return 0
+	}
+	return s.ids.failures.Load()
+}
+
+// IDIndexDir returns the directory of the id index of the store at path.
+// It is derived from the file: a backup need not copy it (it is rebuilt
+// when missing), and a file restored without it gets a new one.
+func IDIndexDir(path string) string { return path + ".ids" }
