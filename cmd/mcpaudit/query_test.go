@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -23,17 +26,23 @@ func TestQueryCommands(t *testing.T) {
 	s := startTest(t, cfg)
 	recs := mergedCapture(t)
 	resp := postCalls(t, s, ndjson(recs), false)
-	io.Copy(io.Discard, resp.Body)
+	var ack struct{ New int }
+	json.NewDecoder(resp.Body).Decode(&ack)
 	resp.Body.Close()
+	if ack.New == 0 {
+		t.Fatal("the post stored no call")
+	}
 	want := analyzeFindings(t, cfg, ndjson(recs))
 	waitFindings(t, s, want)
 
+	var stderr string
 	cli := func(args ...string) string {
 		t.Helper()
 		var out, errb bytes.Buffer
 		if code := run(context.Background(), args, nil, &out, &errb); code != 0 {
 			t.Fatalf("%v: exit %d: %s", args, code, errb.String())
 		}
+		stderr = errb.String()
 		return out.String()
 	}
 	remote := []string{"--api-url", "http://" + s.apiAddr}
@@ -53,6 +62,15 @@ func TestQueryCommands(t *testing.T) {
 		tl := cli(append([]string{"timeline", "ops/notes-1d0459.gram"}, where...)...)
 		if !strings.Contains(tl, "Timeline of ops/notes-1d0459.gram (7 events)") || !strings.Contains(tl, "double_applied_write") {
 			t.Errorf("%v: timeline:\n%s", where, tl)
+		}
+		// Every stored call, one line each, counted: the ingest's "new".
+		calls := cli(append([]string{"calls", "--format", "json"}, where...)...)
+		if n := strings.Count(calls, "\n"); n != ack.New || stderr != fmt.Sprintf("%d calls\n", ack.New) {
+			t.Errorf("%v: calls printed %d lines and %q, want the %d stored", where, n, stderr, ack.New)
+		}
+		text = cli(append([]string{"calls", "--document", "ops/notes-1d0459.gram"}, where...)...)
+		if lines := strings.Split(strings.TrimSpace(text), "\n"); len(lines) < 3 || !strings.HasPrefix(lines[0], "TIME") || !strings.Contains(text, "gram_patch") {
+			t.Errorf("%v: calls of one document:\n%s", where, text)
 		}
 		slo := cli(append([]string{"slo", "--window", "3650d"}, where...)...)
 		if !strings.Contains(slo, "SLI: 0.") || !strings.Contains(slo, "double_applied") {
@@ -115,5 +133,89 @@ func TestTablesShowNoControlCharacters(t *testing.T) {
 		if !strings.Contains(out.String(), "ops/?]0;PWNED??[2J?.gram") || strings.ContainsAny(out.String(), "\x1b\x07\u202e") {
 			t.Errorf("%v printed:\n%q\nwant control characters shown as '?'", args, out.String())
 		}
+	}
+}
+
+// TestCallsCommand: calls follows next_cursor to the last page, asks for
+// pages of at most 1000, stops at --limit in all, passes the filters, and
+// prints one line per call: a table, or the API's call objects in JSON.
+func TestCallsCommand(t *testing.T) {
+	const total = 2345
+	var asked []url.Values
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		asked = append(asked, q)
+		if r.URL.Path != "/api/v1/calls" {
+			http.NotFound(w, r)
+			return
+		}
+		from, _ := strconv.Atoi(q.Get("cursor"))
+		n, _ := strconv.Atoi(q.Get("limit"))
+		if n <= 0 || n > 1000 {
+			w.WriteHeader(400)
+			io.WriteString(w, `{"error":"parameter limit"}`)
+			return
+		}
+		var calls []string
+		for i := from; i < min(from+n, total); i++ {
+			calls = append(calls, fmt.Sprintf(`{"time":"2026-11-02T09:00:%02d.000Z","type":"call","call_id":"c_%020d","server":"thegram","session":"s-\u001b[2J","tool":"gram_read","outcome":"tool_error","code":"E_X","retry_action":"fix_input"}`, i%60, i))
+		}
+		next := ""
+		if from+n < total {
+			next = strconv.Itoa(from + n)
+		}
+		fmt.Fprintf(w, `{"calls":[%s],"next_cursor":%q}`, strings.Join(calls, ","), next)
+	}))
+	defer hs.Close()
+	cli := func(args ...string) (string, string) {
+		t.Helper()
+		asked = nil
+		var out, errb bytes.Buffer
+		if code := run(context.Background(), append(args, "--api-url", hs.URL), nil, &out, &errb); code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, errb.String())
+		}
+		return out.String(), errb.String()
+	}
+	out, errs := cli("calls", "--mcp-server", "thegram", "--session", "s-1", "--document", "a.gram", "--since", "1h", "--until", "2026-11-03T00:00:00Z")
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if len(lines) != total+1 || !strings.HasPrefix(lines[0], "TIME") || errs != "2345 calls\n" {
+		t.Fatalf("%d lines (want a header and %d), stderr %q", len(lines), total, errs)
+	}
+	for i, l := range lines[1:] {
+		if !strings.Contains(l, fmt.Sprintf("c_%020d", i)) || !strings.Contains(l, "tool_error / E_X") || !strings.Contains(l, "fix_input") {
+			t.Fatalf("line %d: %q", i+1, l)
+		}
+	}
+	if strings.Contains(out, "\x1b") {
+		t.Error("a control character of a session reached the terminal")
+	}
+	if len(asked) != 3 || asked[0].Get("cursor") != "" || asked[1].Get("cursor") != "1000" || asked[2].Get("cursor") != "2000" {
+		t.Errorf("asked %v, want three pages following the cursor", asked)
+	}
+	for _, q := range asked {
+		if q.Get("server") != "thegram" || q.Get("session") != "s-1" || q.Get("document") != "a.gram" || q.Get("since") != "1h" || q.Get("until") != "2026-11-03T00:00:00Z" {
+			t.Errorf("asked %v: a filter is missing", q)
+		}
+	}
+
+	out, errs = cli("calls", "--limit", "1500", "--format", "json")
+	lines = strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if len(lines) != 1500 || errs != "1500 calls (--limit 1500; more follow)\n" {
+		t.Fatalf("--limit 1500: %d lines, stderr %q", len(lines), errs)
+	}
+	var last audit.TimelineEvent
+	if err := json.Unmarshal([]byte(lines[1499]), &last); err != nil || last.CallID != fmt.Sprintf("c_%020d", 1499) {
+		t.Errorf("last line %q: %v", lines[1499], err)
+	}
+	if len(asked) != 2 || asked[0].Get("limit") != "1000" || asked[1].Get("limit") != "500" {
+		t.Errorf("--limit 1500 asked %v, want pages of 1000 and 500", asked)
+	}
+	// A limit the listing does not reach is no cut.
+	if _, errs = cli("calls", "--limit", "5000"); errs != "2345 calls\n" {
+		t.Errorf("--limit 5000: %q", errs)
+	}
+	var errb bytes.Buffer
+	if code := run(context.Background(), []string{"calls", "--limit", "-1", "--api-url", hs.URL}, nil, io.Discard, &errb); code != 2 {
+		t.Errorf("--limit -1: exit %d %s", code, errb.String())
 	}
 }
