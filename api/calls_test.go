@@ -26,8 +26,8 @@ type storedCall struct {
 }
 
 // callFixture is the calls of newCallServer, in time order (then ID
-// order), with the ID of a call that touched no document and of a failed
-// one.
+// order, which is also the order they were stored in), with the ID of a
+// call that touched no document and of a failed one.
 type callFixture struct {
 	calls             []storedCall
 	noDocument, fails string
@@ -210,9 +210,9 @@ func listCalls(t *testing.T, hs *httptest.Server, path, token string, limit int)
 }
 
 // TestCalls_Paging: following next_cursor over more calls than a page
-// answers every call of the tenant exactly once, in time order (then ID
-// order), whatever the page size, including pages that end inside a run
-// of calls at one instant.
+// answers every call of the tenant exactly once, in time order, whatever
+// the page size, including pages that end inside a run of calls at one
+// instant (stored here in ID order, so the order is known).
 func TestCalls_Paging(t *testing.T) {
 	hs, fx := newCallServer(t)
 	acme := fx.want(func(c storedCall) bool { return c.rec.Call.Tenant == "acme" })
