@@ -15,6 +15,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mcpaudit/mcpaudit/api"
 	"github.com/mcpaudit/mcpaudit/audit"
 )
 
@@ -217,5 +218,36 @@ func TestCallsCommand(t *testing.T) {
 	var errb bytes.Buffer
 	if code := run(context.Background(), []string{"calls", "--limit", "-1", "--api-url", hs.URL}, nil, io.Discard, &errb); code != 2 {
 		t.Errorf("--limit -1: exit %d %s", code, errb.String())
+	}
+}
+
+// TestCalls_NoDocumentThroughServe: calls that name no document (a
+// gram_projects call, a record whose arguments are a string), acknowledged
+// by /v1/calls, are listed by /api/v1/calls and read by their id: before
+// the listing, nothing reached them.
+func TestCalls_NoDocumentThroughServe(t *testing.T) {
+	s := startTest(t, testConfig(t, t.TempDir()))
+	body := `{"time":"2026-11-02T09:01:10.110Z","server":"thegram","session":"s-1","duration_ms":8,"request":{"id":1,"jsonrpc":"2.0","method":"tools/call","params":{"arguments":{},"name":"gram_projects"}},"response":{"id":1,"jsonrpc":"2.0","result":{"isError":false,"structuredContent":{"projects":[]}}}}
+{"time":"2026-11-02T09:01:11.110Z","server":"thegram","session":"s-1","duration_ms":8,"request":{"id":2,"jsonrpc":"2.0","method":"tools/call","params":{"arguments":"ops/a.gram","name":"gram_patch"}},"response":{"id":2,"jsonrpc":"2.0","result":{"isError":true,"content":[{"type":"text","text":"bad arguments"}]}}}
+`
+	resp := postCalls(t, s, []byte(body), false)
+	var ack struct{ Accepted, New int }
+	json.NewDecoder(resp.Body).Decode(&ack)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || ack.New != 2 {
+		t.Fatalf("post: %s, %+v; want both calls stored", resp.Status, ack)
+	}
+	base := "http://" + s.apiAddr
+	var page api.CallPage
+	getJSON(t, base+"/api/v1/calls?server=thegram", &page)
+	if len(page.Calls) != 2 || page.Calls[0].Tool != "gram_projects" || page.Calls[1].Tool != "gram_patch" || page.NextCursor != "" {
+		t.Fatalf("listing: %+v, want both calls in time order", page)
+	}
+	for _, c := range page.Calls {
+		var d api.CallDetail
+		getJSON(t, base+"/api/v1/calls/"+c.CallID, &d)
+		if d.Call != c || d.Documents == nil || len(d.Documents) != 0 {
+			t.Errorf("call %s: %+v, want the listed call and no document", c.CallID, d)
+		}
 	}
 }
