@@ -39,6 +39,12 @@ func callsCommand(args []string, stdout, stderr io.Writer) error {
 	if *limit < 0 {
 		return &exitError{code: 2, err: fmt.Errorf("calls: --limit must not be negative")}
 	}
+	// A listing asks once a page: the data dir's store is opened once.
+	done, err := q.keepOpen()
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	defer done()
 	params := url.Values{}
 	for k, v := range filters {
 		if *v != "" {

@@ -14,13 +14,16 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mcpaudit/mcpaudit/api"
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
 )
 
-// TestQueryCommands: findings, timeline and slo answer the same through a
-// running server and straight from its data dir, in text and JSON.
+// TestQueryCommands: findings, timeline, calls and slo answer the same
+// through a running server and straight from its data dir, in text and
+// JSON.
 func TestQueryCommands(t *testing.T) {
 	dir := t.TempDir()
 	cfg := testConfig(t, dir)
@@ -248,6 +251,43 @@ func TestCalls_NoDocumentThroughServe(t *testing.T) {
 		getJSON(t, base+"/api/v1/calls/"+c.CallID, &d)
 		if d.Call != c || d.Documents == nil || len(d.Documents) != 0 {
 			t.Errorf("call %s: %+v, want the listed call and no document", c.CallID, d)
+		}
+	}
+}
+
+// TestCallsCommand_DataDir: calls reads a data dir over more than one page
+// (its store kept open from page to page) and prints every call once, in
+// time order.
+func TestCallsCommand_DataDir(t *testing.T) {
+	dir := t.TempDir()
+	st, err := sqlite.Open(filepath.Join(dir, "mcpaudit.db"), sqlite.NewDefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const total = 2100
+	t0 := time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)
+	var recs []audit.Record
+	for i := range total {
+		c := &audit.Call{ID: fmt.Sprintf("c_%020x", i), Time: t0.Add(time.Duration(i) * time.Millisecond), Server: "thegram",
+			Session: "s-1", RPCID: fmt.Sprint(i), Method: "tools/call", Tool: "gram_projects", Arguments: []byte(`{}`), Responded: true}
+		recs = append(recs, audit.Record{Call: c, Dialect: "thegram", Outcome: audit.OutcomeOK, Tool: c.Tool})
+	}
+	if _, err := st.AppendCalls(context.Background(), recs); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"calls", "--data-dir", dir, "--format", "json"}, nil, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	if len(lines) != total || errb.String() != fmt.Sprintf("%d calls\n", total) {
+		t.Fatalf("%d lines, stderr %q; want %d calls", len(lines), errb.String(), total)
+	}
+	for i, l := range lines {
+		var e audit.TimelineEvent
+		if err := json.Unmarshal([]byte(l), &e); err != nil || e.CallID != recs[i].Call.ID {
+			t.Fatalf("line %d: %s (%v), want %s", i, l, err, recs[i].Call.ID)
 		}
 	}
 }
