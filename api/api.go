@@ -1,7 +1,7 @@
-// Package api serves the query API of mcpaudit serve: findings, a
-// document's timeline, write attempts and the write-durability SLO, as JSON
-// (docs/api.md). It reads through audit.Store, so it answers the same on
-// every backend.
+// Package api serves the query API of mcpaudit serve: findings, stored
+// calls, a document's timeline, write attempts and the write-durability
+// SLO, as JSON (docs/api.md). It reads through audit.Store, so it answers
+// the same on every backend.
 package api
 
 import (
@@ -70,6 +70,8 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/v1/findings/{id}", s.finding)
 	mux.HandleFunc("POST /api/v1/findings/{id}/{action}", s.changeFinding)
 	mux.HandleFunc("GET /api/v1/status", s.status)
+	mux.HandleFunc("GET /api/v1/calls", s.calls)
+	mux.HandleFunc("GET /api/v1/calls/{id}", s.call)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, pattern := mux.Handler(r); pattern != "" {
 			mux.ServeHTTP(w, r)
@@ -265,8 +267,12 @@ func (s *Server) newParams(w http.ResponseWriter, r *http.Request, known ...stri
 	}
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
+		takes := strings.Join(known, ", ")
+		if len(known) == 0 {
+			takes = "no parameter but tenant"
+		}
 		writeJSON(w, http.StatusBadRequest, Error{fmt.Sprintf("unknown parameter %s; %s takes %s",
-			strings.Join(unknown, ", "), r.URL.Path, strings.Join(known, ", "))})
+			strings.Join(unknown, ", "), r.URL.Path, takes)})
 		return nil, "", false
 	}
 	return &params{q: q, now: s.Now()}, access.Tenant(p, r), true

@@ -105,7 +105,9 @@ type CallQuery struct {
 	Cursor   string // from a previous page
 }
 
-// CallPage is one page of calls in time order (then ID order).
+// CallPage is one page of calls in time order. Calls of one instant come
+// in an order the store keeps from page to page: ID order (ClickHouse), or
+// the order they were stored in (the embedded store); with IDs, ID order.
 type CallPage struct {
 	Calls      []Record
 	NextCursor string

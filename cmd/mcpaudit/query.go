@@ -28,6 +28,23 @@ type queryFlags struct {
 	server, dataDir, format, token string
 	positional                     []string
 	tls                            clientFlags
+	// local, when set by keepOpen, answers for the data dir with its store
+	// opened once, for a command that asks many times.
+	local http.Handler
+}
+
+// keepOpen opens the data dir's store for every later get, when there is
+// no --api-url; the returned function closes it.
+func (q *queryFlags) keepOpen() (func(), error) {
+	if q.server != "" {
+		return func() {}, nil
+	}
+	st, err := sqlite.Open(filepath.Join(q.dataDir, "mcpaudit.db"), sqlite.NewDefaultOptions())
+	if err != nil {
+		return nil, fmt.Errorf("cannot open the data dir %s: %w", q.dataDir, err)
+	}
+	q.local = api.New(st, NewDefaultConfig().Serve.SLOTarget).Handler()
+	return func() { q.local = nil; st.Close() }, nil
 }
 
 func (q *queryFlags) register(fs *flag.FlagSet) {
@@ -76,13 +93,17 @@ func (q *queryFlags) get(path string, params url.Values) ([]byte, error) {
 		}
 		return b, nil
 	}
-	st, err := sqlite.Open(filepath.Join(q.dataDir, "mcpaudit.db"), sqlite.NewDefaultOptions())
-	if err != nil {
-		return nil, fmt.Errorf("cannot open the data dir %s: %w", q.dataDir, err)
+	h := q.local
+	if h == nil {
+		done, err := q.keepOpen()
+		if err != nil {
+			return nil, err
+		}
+		defer done()
+		h = q.local
 	}
-	defer st.Close()
 	rec := httptest.NewRecorder()
-	api.New(st, NewDefaultConfig().Serve.SLOTarget).Handler().ServeHTTP(rec, httptest.NewRequest("GET", u, nil))
+	h.ServeHTTP(rec, httptest.NewRequest("GET", u, nil))
 	if rec.Code != http.StatusOK {
 		return nil, fmt.Errorf("%s", strings.TrimSpace(rec.Body.String()))
 	}

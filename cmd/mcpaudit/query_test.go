@@ -4,36 +4,49 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/mcpaudit/mcpaudit/api"
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
 )
 
-// TestQueryCommands: findings, timeline and slo answer the same through a
-// running server and straight from its data dir, in text and JSON.
+// TestQueryCommands: findings, timeline, calls and slo answer the same
+// through a running server and straight from its data dir, in text and
+// JSON.
 func TestQueryCommands(t *testing.T) {
 	dir := t.TempDir()
 	cfg := testConfig(t, dir)
 	s := startTest(t, cfg)
 	recs := mergedCapture(t)
 	resp := postCalls(t, s, ndjson(recs), false)
-	io.Copy(io.Discard, resp.Body)
+	var ack struct{ New int }
+	json.NewDecoder(resp.Body).Decode(&ack)
 	resp.Body.Close()
+	if ack.New == 0 {
+		t.Fatal("the post stored no call")
+	}
 	want := analyzeFindings(t, cfg, ndjson(recs))
 	waitFindings(t, s, want)
 
+	var stderr string
 	cli := func(args ...string) string {
 		t.Helper()
 		var out, errb bytes.Buffer
 		if code := run(context.Background(), args, nil, &out, &errb); code != 0 {
 			t.Fatalf("%v: exit %d: %s", args, code, errb.String())
 		}
+		stderr = errb.String()
 		return out.String()
 	}
 	remote := []string{"--api-url", "http://" + s.apiAddr}
@@ -53,6 +66,15 @@ func TestQueryCommands(t *testing.T) {
 		tl := cli(append([]string{"timeline", "ops/notes-1d0459.gram"}, where...)...)
 		if !strings.Contains(tl, "Timeline of ops/notes-1d0459.gram (7 events)") || !strings.Contains(tl, "double_applied_write") {
 			t.Errorf("%v: timeline:\n%s", where, tl)
+		}
+		// Every stored call, one line each, counted: the ingest's "new".
+		calls := cli(append([]string{"calls", "--format", "json"}, where...)...)
+		if n := strings.Count(calls, "\n"); n != ack.New || stderr != fmt.Sprintf("%d calls\n", ack.New) {
+			t.Errorf("%v: calls printed %d lines and %q, want the %d stored", where, n, stderr, ack.New)
+		}
+		text = cli(append([]string{"calls", "--document", "ops/notes-1d0459.gram"}, where...)...)
+		if lines := strings.Split(strings.TrimSpace(text), "\n"); len(lines) < 3 || !strings.HasPrefix(lines[0], "TIME") || !strings.Contains(text, "gram_patch") {
+			t.Errorf("%v: calls of one document:\n%s", where, text)
 		}
 		slo := cli(append([]string{"slo", "--window", "3650d"}, where...)...)
 		if !strings.Contains(slo, "SLI: 0.") || !strings.Contains(slo, "double_applied") {
@@ -114,6 +136,158 @@ func TestTablesShowNoControlCharacters(t *testing.T) {
 		}
 		if !strings.Contains(out.String(), "ops/?]0;PWNED??[2J?.gram") || strings.ContainsAny(out.String(), "\x1b\x07\u202e") {
 			t.Errorf("%v printed:\n%q\nwant control characters shown as '?'", args, out.String())
+		}
+	}
+}
+
+// TestCallsCommand: calls follows next_cursor to the last page, asks for
+// pages of at most 1000, stops at --limit in all, passes the filters, and
+// prints one line per call: a table, or the API's call objects in JSON.
+func TestCallsCommand(t *testing.T) {
+	const total = 2345
+	var asked []url.Values
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		asked = append(asked, q)
+		if r.URL.Path != "/api/v1/calls" {
+			http.NotFound(w, r)
+			return
+		}
+		from, _ := strconv.Atoi(q.Get("cursor"))
+		n, _ := strconv.Atoi(q.Get("limit"))
+		if n <= 0 || n > 1000 {
+			w.WriteHeader(400)
+			io.WriteString(w, `{"error":"parameter limit"}`)
+			return
+		}
+		var calls []string
+		for i := from; i < min(from+n, total); i++ {
+			calls = append(calls, fmt.Sprintf(`{"time":"2026-11-02T09:00:%02d.000Z","type":"call","call_id":"c_%020d","server":"thegram","session":"s-\u001b[2J","tool":"gram_read","outcome":"tool_error","code":"E_X","retry_action":"fix_input"}`, i%60, i))
+		}
+		next := ""
+		if from+n < total {
+			next = strconv.Itoa(from + n)
+		}
+		fmt.Fprintf(w, `{"calls":[%s],"next_cursor":%q}`, strings.Join(calls, ","), next)
+	}))
+	defer hs.Close()
+	cli := func(args ...string) (string, string) {
+		t.Helper()
+		asked = nil
+		var out, errb bytes.Buffer
+		if code := run(context.Background(), append(args, "--api-url", hs.URL), nil, &out, &errb); code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, errb.String())
+		}
+		return out.String(), errb.String()
+	}
+	out, errs := cli("calls", "--mcp-server", "thegram", "--session", "s-1", "--document", "a.gram", "--since", "1h", "--until", "2026-11-03T00:00:00Z")
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if len(lines) != total+1 || !strings.HasPrefix(lines[0], "TIME") || errs != "2345 calls\n" {
+		t.Fatalf("%d lines (want a header and %d), stderr %q", len(lines), total, errs)
+	}
+	for i, l := range lines[1:] {
+		if !strings.Contains(l, fmt.Sprintf("c_%020d", i)) || !strings.Contains(l, "tool_error / E_X") || !strings.Contains(l, "fix_input") {
+			t.Fatalf("line %d: %q", i+1, l)
+		}
+	}
+	if strings.Contains(out, "\x1b") {
+		t.Error("a control character of a session reached the terminal")
+	}
+	if len(asked) != 3 || asked[0].Get("cursor") != "" || asked[1].Get("cursor") != "1000" || asked[2].Get("cursor") != "2000" {
+		t.Errorf("asked %v, want three pages following the cursor", asked)
+	}
+	for _, q := range asked {
+		if q.Get("server") != "thegram" || q.Get("session") != "s-1" || q.Get("document") != "a.gram" || q.Get("since") != "1h" || q.Get("until") != "2026-11-03T00:00:00Z" {
+			t.Errorf("asked %v: a filter is missing", q)
+		}
+	}
+
+	out, errs = cli("calls", "--limit", "1500", "--format", "json")
+	lines = strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if len(lines) != 1500 || errs != "1500 calls (--limit 1500; more follow)\n" {
+		t.Fatalf("--limit 1500: %d lines, stderr %q", len(lines), errs)
+	}
+	var last audit.TimelineEvent
+	if err := json.Unmarshal([]byte(lines[1499]), &last); err != nil || last.CallID != fmt.Sprintf("c_%020d", 1499) {
+		t.Errorf("last line %q: %v", lines[1499], err)
+	}
+	if len(asked) != 2 || asked[0].Get("limit") != "1000" || asked[1].Get("limit") != "500" {
+		t.Errorf("--limit 1500 asked %v, want pages of 1000 and 500", asked)
+	}
+	// A limit the listing does not reach is no cut.
+	if _, errs = cli("calls", "--limit", "5000"); errs != "2345 calls\n" {
+		t.Errorf("--limit 5000: %q", errs)
+	}
+	var errb bytes.Buffer
+	if code := run(context.Background(), []string{"calls", "--limit", "-1", "--api-url", hs.URL}, nil, io.Discard, &errb); code != 2 {
+		t.Errorf("--limit -1: exit %d %s", code, errb.String())
+	}
+}
+
+// TestCalls_NoDocumentThroughServe: calls that name no document (a
+// gram_projects call, a record whose arguments are a string), acknowledged
+// by /v1/calls, are listed by /api/v1/calls and read by their id: before
+// the listing, nothing reached them.
+func TestCalls_NoDocumentThroughServe(t *testing.T) {
+	s := startTest(t, testConfig(t, t.TempDir()))
+	body := `{"time":"2026-11-02T09:01:10.110Z","server":"thegram","session":"s-1","duration_ms":8,"request":{"id":1,"jsonrpc":"2.0","method":"tools/call","params":{"arguments":{},"name":"gram_projects"}},"response":{"id":1,"jsonrpc":"2.0","result":{"isError":false,"structuredContent":{"projects":[]}}}}
+{"time":"2026-11-02T09:01:11.110Z","server":"thegram","session":"s-1","duration_ms":8,"request":{"id":2,"jsonrpc":"2.0","method":"tools/call","params":{"arguments":"ops/a.gram","name":"gram_patch"}},"response":{"id":2,"jsonrpc":"2.0","result":{"isError":true,"content":[{"type":"text","text":"bad arguments"}]}}}
+`
+	resp := postCalls(t, s, []byte(body), false)
+	var ack struct{ Accepted, New int }
+	json.NewDecoder(resp.Body).Decode(&ack)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || ack.New != 2 {
+		t.Fatalf("post: %s, %+v; want both calls stored", resp.Status, ack)
+	}
+	base := "http://" + s.apiAddr
+	var page api.CallPage
+	getJSON(t, base+"/api/v1/calls?server=thegram", &page)
+	if len(page.Calls) != 2 || page.Calls[0].Tool != "gram_projects" || page.Calls[1].Tool != "gram_patch" || page.NextCursor != "" {
+		t.Fatalf("listing: %+v, want both calls in time order", page)
+	}
+	for _, c := range page.Calls {
+		var d api.CallDetail
+		getJSON(t, base+"/api/v1/calls/"+c.CallID, &d)
+		if d.Call != c || d.Documents == nil || len(d.Documents) != 0 {
+			t.Errorf("call %s: %+v, want the listed call and no document", c.CallID, d)
+		}
+	}
+}
+
+// TestCallsCommand_DataDir: calls reads a data dir over more than one page
+// (its store kept open from page to page) and prints every call once, in
+// time order.
+func TestCallsCommand_DataDir(t *testing.T) {
+	dir := t.TempDir()
+	st, err := sqlite.Open(filepath.Join(dir, "mcpaudit.db"), sqlite.NewDefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const total = 2100
+	t0 := time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)
+	var recs []audit.Record
+	for i := range total {
+		c := &audit.Call{ID: fmt.Sprintf("c_%020x", i), Time: t0.Add(time.Duration(i) * time.Millisecond), Server: "thegram",
+			Session: "s-1", RPCID: fmt.Sprint(i), Method: "tools/call", Tool: "gram_projects", Arguments: []byte(`{}`), Responded: true}
+		recs = append(recs, audit.Record{Call: c, Dialect: "thegram", Outcome: audit.OutcomeOK, Tool: c.Tool})
+	}
+	if _, err := st.AppendCalls(context.Background(), recs); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"calls", "--data-dir", dir, "--format", "json"}, nil, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	if len(lines) != total || errb.String() != fmt.Sprintf("%d calls\n", total) {
+		t.Fatalf("%d lines, stderr %q; want %d calls", len(lines), errb.String(), total)
+	}
+	for i, l := range lines {
+		var e audit.TimelineEvent
+		if err := json.Unmarshal([]byte(l), &e); err != nil || e.CallID != recs[i].Call.ID {
+			t.Fatalf("line %d: %s (%v), want %s", i, l, err, recs[i].Call.ID)
 		}
 	}
 }

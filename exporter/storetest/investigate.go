@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/collector/canon"
 )
 
 // investigatorTests are the cases of audit.Investigator and of the query
@@ -25,6 +26,7 @@ var investigatorTests = []struct {
 	{"Lifecycle/counts", testFindingCounts},
 	{"Calls/by_id", testCallsByID},
 	{"Calls/by_document_and_session", testCallsBy},
+	{"Calls/by_server_and_tenant", testCallsList},
 	{"Writes/session", testWritesSession},
 	{"FailureCounts", testFailureCounts},
 	{"WriteCounts/hours", testWriteCountsHours},
@@ -330,6 +332,78 @@ func testCallsBy(t *testing.T, s audit.Store) {
 	}
 	if _, err := s.Calls(ctx(t), audit.CallQuery{Document: "doc-1.gram", Cursor: "garbage!"}); !errors.Is(err, audit.ErrBadCursor) {
 		t.Errorf("bad cursor: %v, want ErrBadCursor", err)
+	}
+}
+
+// testCallsList: the listing of /api/v1/calls. Filters without a document
+// or session (server, tenant, time) page over every call, calls that name
+// no document included, and a run of calls at one instant that pages end
+// inside of comes once each.
+func testCallsList(t *testing.T, s audit.Store) {
+	var recs []audit.Record
+	for i := range 60 {
+		sec := i
+		if i >= 20 && i < 35 {
+			sec = 20
+		}
+		r := rec(i, sec, fmt.Sprintf("doc-%d.gram", i%3))
+		if i%4 == 1 {
+			r.Call.Server = "oddlynew"
+		}
+		if i%5 == 4 {
+			r.Call.Tenant = "globex"
+		}
+		if i%10 == 7 {
+			// gram_projects names no document.
+			r.Call.Tool, r.Tool, r.Ops = "gram_projects", "gram_projects", nil
+			r.Call.Arguments = []byte(`{}`)
+			r.Call.Fingerprint = audit.Fingerprint(r.Call.Server, r.Call.Session, r.Call.RPCID, r.Call.Tool, canon.Bytes(r.Call.Arguments))
+		}
+		recs = append(recs, r)
+	}
+	// In two batches, the second out of time order: calls of one instant
+	// are stored out of ID order.
+	appendCalls(t, s, recs[:30]...)
+	later := slices.Clone(recs[30:])
+	slices.Reverse(later)
+	appendCalls(t, s, later...)
+	f := func(name string, q audit.CallQuery, keep func(r audit.Record) bool) {
+		t.Helper()
+		var want []string
+		for _, r := range recs {
+			if keep(r) {
+				want = append(want, r.Call.ID)
+			}
+		}
+		if len(want) == 0 || len(want) == len(recs) && name != "every call" {
+			t.Fatalf("%s: the query matches %d of %d calls: a useless case", name, len(want), len(recs))
+		}
+		for _, limit := range []int{0, 1, 3, 7} {
+			q.Limit = limit
+			got := allCalls(t, s, q)
+			// Time order is checked by allCalls; calls of one instant may
+			// come in an order of the store's own, each once.
+			sorted := slices.Clone(got)
+			slices.Sort(sorted)
+			if !slices.Equal(sorted, slices.Compact(slices.Clone(sorted))) || !slices.Equal(sorted, want) {
+				t.Errorf("%s, limit %d: %v, want each of %v once", name, limit, got, want)
+			}
+		}
+	}
+	f("every call", audit.CallQuery{}, func(audit.Record) bool { return true })
+	f("server", audit.CallQuery{Server: "oddlynew"}, func(r audit.Record) bool { return r.Call.Server == "oddlynew" })
+	f("tenant", audit.CallQuery{Tenant: "globex"}, func(r audit.Record) bool { return r.Call.Tenant == "globex" })
+	f("server of a tenant", audit.CallQuery{Server: "thegram", Tenant: "acme"}, func(r audit.Record) bool {
+		return r.Call.Server == "thegram" && r.Call.Tenant == "acme"
+	})
+	f("one instant", audit.CallQuery{Since: at(20), Until: at(20).Add(1)}, func(r audit.Record) bool { return r.Call.Time.Equal(at(20)) })
+	f("no document, by server and time", audit.CallQuery{Server: "thegram", Since: at(35)}, func(r audit.Record) bool {
+		return r.Call.Server == "thegram" && !r.Call.Time.Before(at(35))
+	})
+	// The call without a document comes back whole.
+	p, err := s.Calls(ctx(t), audit.CallQuery{Since: at(7), Until: at(8)})
+	if err != nil || len(p.Calls) != 1 || !reflect.DeepEqual(p.Calls[0], recs[7]) {
+		t.Errorf("call 7 (no document): %+v, %v; want %+v", p.Calls, err, recs[7])
 	}
 }
 

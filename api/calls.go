@@ -1,0 +1,87 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/exporter/store"
+)
+
+// CallPage is the answer of GET /api/v1/calls: stored calls in time order,
+// each as the call event of a document's timeline, so that a client reads
+// one call JSON wherever it meets one.
+type CallPage struct {
+	Calls      []audit.TimelineEvent `json:"calls"`
+	NextCursor string                `json:"next_cursor"`
+}
+
+// CallDetail is the answer of GET /api/v1/calls/{id}: the call, and the
+// documents it read or wrote (whose timelines hold it), empty for a call
+// that names none.
+type CallDetail struct {
+	Call      audit.TimelineEvent `json:"call"`
+	Documents []string            `json:"documents"`
+}
+
+// callParams are the parameters of /api/v1/calls, besides tenant.
+var callParams = []string{"server", "session", "document", "since", "until", "limit", "cursor"}
+
+// callEvent is the JSON of a stored call: its timeline event.
+func callEvent(r *audit.Record) audit.TimelineEvent {
+	return store.CallEvent(r.Call, r.Outcome, r.Failure)
+}
+
+func (s *Server) calls(w http.ResponseWriter, r *http.Request) {
+	p, tenant, ok := s.newParams(w, r, callParams...)
+	if !ok {
+		return
+	}
+	q := audit.CallQuery{Tenant: tenant, Server: p.str("server"), Session: p.str("session"), Document: p.str("document"),
+		Since: p.time("since"), Until: p.time("until"), Limit: p.int("limit"), Cursor: p.str("cursor")}
+	if p.err != nil {
+		s.fail(w, p.err)
+		return
+	}
+	page, err := s.store.Calls(r.Context(), q)
+	if errors.Is(err, audit.ErrBadCursor) {
+		// Name the parameter, as for every other bad one.
+		err = &paramError{"cursor", "not a next_cursor of /api/v1/calls (pass one back unchanged, with the same filters)"}
+	}
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	out := CallPage{Calls: make([]audit.TimelineEvent, len(page.Calls)), NextCursor: page.NextCursor}
+	for i := range page.Calls {
+		out.Calls[i] = callEvent(&page.Calls[i])
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) call(w http.ResponseWriter, r *http.Request) {
+	_, tenant, ok := s.newParams(w, r)
+	if !ok {
+		return
+	}
+	id := r.PathValue("id")
+	page, err := s.store.Calls(r.Context(), audit.CallQuery{IDs: []string{id}, Tenant: tenant})
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	if len(page.Calls) == 0 {
+		s.fail(w, fmt.Errorf("call %s: %w", id, audit.ErrNotFound))
+		return
+	}
+	// Without a tenant (authentication off, no tenant parameter), an
+	// exchange that two tenants both posted is stored once for each; the
+	// first is answered.
+	c := &page.Calls[0]
+	docs := c.Documents()
+	if docs == nil {
+		docs = []string{}
+	}
+	writeJSON(w, http.StatusOK, CallDetail{Call: callEvent(c), Documents: docs})
+}

@@ -1,0 +1,111 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"strconv"
+	"text/tabwriter"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+)
+
+// maxCallPage is the most calls the API answers on one page.
+const maxCallPage = 1000
+
+// callsCommand lists stored calls through /api/v1/calls, following
+// next_cursor until the last page or --limit calls: one line per call, a
+// table in text and the API's call object per line in JSON. The count goes
+// to standard error, so that standard output holds only the calls.
+func callsCommand(args []string, stdout, stderr io.Writer) error {
+	filters := map[string]*string{}
+	var limit *int
+	q, _, err := parseQueryFlags("calls", args, stderr, "calls [flags]", func(fs *flag.FlagSet) {
+		filters["server"] = fs.String("mcp-server", "", "MCP server name (default: every server)")
+		filters["session"] = fs.String("session", "", "MCP session id (mcp.session.id)")
+		filters["document"] = fs.String("document", "", "only calls that read or wrote this document (exact)")
+		filters["since"] = fs.String("since", "", "RFC 3339 time or a duration back from now (1h, 7d)")
+		filters["until"] = fs.String("until", "", "RFC 3339 time or a duration back from now")
+		limit = fs.Int("limit", 0, "print at most this many calls in all (default: every call)")
+	})
+	if err != nil {
+		return quietHelp(err)
+	}
+	if len(q.positional) > 0 {
+		return &exitError{code: 2, err: fmt.Errorf("calls: unexpected argument %q", q.positional[0])}
+	}
+	if *limit < 0 {
+		return &exitError{code: 2, err: fmt.Errorf("calls: --limit must not be negative")}
+	}
+	// A listing asks once a page: the data dir's store is opened once.
+	done, err := q.keepOpen()
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	defer done()
+	params := url.Values{}
+	for k, v := range filters {
+		if *v != "" {
+			params.Set(k, *v)
+		}
+	}
+	out := printable(stdout)
+	var tw *tabwriter.Writer
+	if q.format == "text" {
+		tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "TIME\tCALL\tSERVER\tSESSION\tTOOL\tOUTCOME / CODE\tRETRY ACTION")
+	}
+	n, more := 0, false
+	for {
+		size := maxCallPage
+		if *limit > 0 {
+			size = min(size, *limit-n)
+		}
+		params.Set("limit", strconv.Itoa(size))
+		b, err := q.get("/api/v1/calls", params)
+		if err != nil {
+			return &exitError{code: 2, err: err}
+		}
+		var page struct {
+			Calls      []json.RawMessage `json:"calls"`
+			NextCursor string            `json:"next_cursor"`
+		}
+		if err := json.Unmarshal(b, &page); err != nil {
+			return &exitError{code: 2, err: fmt.Errorf("calls: cannot read the answer: %w", err)}
+		}
+		for _, raw := range page.Calls {
+			if q.format == "json" {
+				// The API's bytes, as findings --format json prints them.
+				stdout.Write(append(raw, '\n'))
+				continue
+			}
+			var e audit.TimelineEvent
+			if err := json.Unmarshal(raw, &e); err != nil {
+				return &exitError{code: 2, err: fmt.Errorf("calls: cannot read a call: %w", err)}
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Time.UTC().Format("2006-01-02 15:04:05.000"), e.CallID,
+				e.Server, e.Session, e.Tool, joinNonEmpty(string(e.Outcome), e.Code), e.RetryAction)
+		}
+		n += len(page.Calls)
+		if tw != nil {
+			// A page at a time: a listing of every call is not held in memory.
+			tw.Flush()
+		}
+		if page.NextCursor == "" {
+			break
+		}
+		if *limit > 0 && n >= *limit {
+			more = true
+			break
+		}
+		params.Set("cursor", page.NextCursor)
+	}
+	if more {
+		fmt.Fprintf(stderr, "%d calls (--limit %d; more follow)\n", n, *limit)
+	} else {
+		fmt.Fprintf(stderr, "%d calls\n", n)
+	}
+	return nil
+}
