@@ -157,6 +157,13 @@ func joinTime(sec int64, nanos uint32) time.Time {
 }
 
 func callRowOf(r *audit.Record) (callRow, error) {
+	var scratch []byte
+	return callRowWith(r, &scratch)
+}
+
+// callRowWith is callRowOf with a buffer of the caller's to encode the
+// reading in before it is copied into the row.
+func callRowWith(r *audit.Record, scratch *[]byte) (callRow, error) {
 	c := r.Call
 	if c == nil {
 		return callRow{}, fmt.Errorf("call record without a call")
@@ -174,8 +181,9 @@ func callRowOf(r *audit.Record) (callRow, error) {
 		TraceID: c.TraceID, SpanID: c.SpanID, RPCID: c.RPCID, Method: c.Method, Tool: c.Tool,
 		ToolLabel: r.Tool, Arguments: string(c.Arguments), Result: string(c.Result),
 		TransportError: c.TransportError, Source: c.Source, Outcome: string(r.Outcome),
-		Reading: string(audit.AppendReading(nil, r)),
 	}
+	*scratch = audit.AppendReading((*scratch)[:0], r)
+	row.Reading = string(*scratch)
 	docs := r.Documents()
 	// The first document orders the table; the others are kept beside it.
 	// A first document "" would not come back apart from the others: such a
