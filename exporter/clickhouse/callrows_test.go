@@ -62,3 +62,16 @@ func BenchmarkCallRows(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(pool)), "ns/call")
 }
+
+// BenchmarkAddCalls measures taking one 512-call request into a new batch,
+// what the writer does before the batch is encoded for the spool.
+func BenchmarkAddCalls(b *testing.B) {
+	rows, err := callRows(benchPool(b, 512))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		new(batch).addCalls(rows)
+	}
+}

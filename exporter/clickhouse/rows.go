@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
@@ -384,9 +385,13 @@ func (b *batch) rows() int {
 
 // addCalls adds call rows, skipping ids the batch already has.
 func (b *batch) addCalls(rows []callRow) {
+	// Sized for the rows at once: a request of 512 calls is a batch of its
+	// own with one sender, and growing both step by step took as long as
+	// encoding the batch for the spool.
 	if b.callIndex == nil {
-		b.callIndex = map[callKey]bool{}
+		b.callIndex = make(map[callKey]bool, len(rows))
 	}
+	b.Calls = slices.Grow(b.Calls, len(rows))
 	for _, r := range rows {
 		if k := (callKey{r.Tenant, r.ID}); !b.callIndex[k] {
 			b.callIndex[k] = true
