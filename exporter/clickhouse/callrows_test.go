@@ -75,3 +75,61 @@ func BenchmarkAddCalls(b *testing.B) {
 		new(batch).addCalls(rows)
 	}
 }
+
+// TestTakeCalls checks that a batch taking a request's rows keeps the
+// first row of each id, in order, as addCalls does, whether it starts
+// empty or not.
+func TestTakeCalls(t *testing.T) {
+	pool, err := callRows(benchPool(t, 8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := func(rows []callRow) (out []string) {
+		for _, r := range rows {
+			out = append(out, r.ID+"/"+r.Server)
+		}
+		return out
+	}
+	// Rows 0..5 with row 1 repeated at 3 (another server: the first wins)
+	// and row 0 at 5.
+	req := func() []callRow {
+		rows := append([]callRow(nil), pool[:6]...)
+		rows[3] = pool[1]
+		rows[3].Server = "second copy"
+		rows[5] = pool[0]
+		rows[5].Server = "second copy"
+		return rows
+	}
+	var want batch
+	want.addCalls(req())
+	want.addCalls(pool[6:8])
+	want.addCalls(req())
+	var got batch
+	got.takeCalls(req())
+	got.takeCalls(pool[6:8])
+	got.takeCalls(req())
+	if !reflect.DeepEqual(ids(got.Calls), ids(want.Calls)) {
+		t.Fatalf("takeCalls kept %v, addCalls %v", ids(got.Calls), ids(want.Calls))
+	}
+	if len(got.Calls) != 6 {
+		t.Fatalf("kept %d rows, want 6 distinct ids", len(got.Calls))
+	}
+	for _, r := range got.Calls {
+		if r.Server == "second copy" {
+			t.Fatalf("a repeated id's second row was kept: %+v", r.ID)
+		}
+	}
+}
+
+// BenchmarkTakeCalls is BenchmarkAddCalls as the writer takes a request
+// now: the rows become the batch's.
+func BenchmarkTakeCalls(b *testing.B) {
+	rows, err := callRows(benchPool(b, 512))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		new(batch).takeCalls(rows)
+	}
+}

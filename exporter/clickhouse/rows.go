@@ -400,6 +400,25 @@ func (b *batch) addCalls(rows []callRow) {
 	}
 }
 
+// takeCalls is addCalls for rows that nobody reads after: the first rows of
+// an empty batch become its rows, without a copy (with one sender a batch
+// is one request), the ids repeated among them dropped in place.
+func (b *batch) takeCalls(rows []callRow) {
+	if len(b.Calls) > 0 || b.callIndex != nil {
+		b.addCalls(rows)
+		return
+	}
+	b.callIndex = make(map[callKey]bool, len(rows))
+	kept := rows[:0]
+	for i := range rows {
+		if k := (callKey{rows[i].Tenant, rows[i].ID}); !b.callIndex[k] {
+			b.callIndex[k] = true
+			kept = append(kept, rows[i])
+		}
+	}
+	b.Calls = kept
+}
+
 // addResults adds write, finding and watermark rows; of one write attempt
 // only the latest state is kept: the highest version, and within one
 // commit (one version) the later row.

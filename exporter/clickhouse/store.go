@@ -474,7 +474,7 @@ func (s *Store) collect() (b *batch, reqs []*request, more bool) {
 	b = new(batch)
 	add := func(r *request) {
 		reqs = append(reqs, r)
-		b.addCalls(r.calls)
+		b.takeCalls(r.calls)
 		b.addResults(r.writes, r.findings, r.watermark)
 	}
 	rows := 0
