@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
@@ -157,6 +158,13 @@ func joinTime(sec int64, nanos uint32) time.Time {
 }
 
 func callRowOf(r *audit.Record) (callRow, error) {
+	var scratch []byte
+	return callRowWith(r, &scratch)
+}
+
+// callRowWith is callRowOf with a buffer of the caller's to encode the
+// reading in before it is copied into the row.
+func callRowWith(r *audit.Record, scratch *[]byte) (callRow, error) {
 	c := r.Call
 	if c == nil {
 		return callRow{}, fmt.Errorf("call record without a call")
@@ -174,8 +182,9 @@ func callRowOf(r *audit.Record) (callRow, error) {
 		TraceID: c.TraceID, SpanID: c.SpanID, RPCID: c.RPCID, Method: c.Method, Tool: c.Tool,
 		ToolLabel: r.Tool, Arguments: string(c.Arguments), Result: string(c.Result),
 		TransportError: c.TransportError, Source: c.Source, Outcome: string(r.Outcome),
-		Reading: string(audit.AppendReading(nil, r)),
 	}
+	*scratch = audit.AppendReading((*scratch)[:0], r)
+	row.Reading = string(*scratch)
 	docs := r.Documents()
 	// The first document orders the table; the others are kept beside it.
 	// A first document "" would not come back apart from the others: such a
@@ -376,15 +385,38 @@ func (b *batch) rows() int {
 
 // addCalls adds call rows, skipping ids the batch already has.
 func (b *batch) addCalls(rows []callRow) {
+	// Sized for the rows at once: a request of 512 calls is a batch of its
+	// own with one sender, and growing both step by step took as long as
+	// encoding the batch for the spool.
 	if b.callIndex == nil {
-		b.callIndex = map[callKey]bool{}
+		b.callIndex = make(map[callKey]bool, len(rows))
 	}
+	b.Calls = slices.Grow(b.Calls, len(rows))
 	for _, r := range rows {
 		if k := (callKey{r.Tenant, r.ID}); !b.callIndex[k] {
 			b.callIndex[k] = true
 			b.Calls = append(b.Calls, r)
 		}
 	}
+}
+
+// takeCalls is addCalls for rows that nobody reads after: the first rows of
+// an empty batch become its rows, without a copy (with one sender a batch
+// is one request), the ids repeated among them dropped in place.
+func (b *batch) takeCalls(rows []callRow) {
+	if len(b.Calls) > 0 || b.callIndex != nil {
+		b.addCalls(rows)
+		return
+	}
+	b.callIndex = make(map[callKey]bool, len(rows))
+	kept := rows[:0]
+	for i := range rows {
+		if k := (callKey{rows[i].Tenant, rows[i].ID}); !b.callIndex[k] {
+			b.callIndex[k] = true
+			kept = append(kept, rows[i])
+		}
+	}
+	b.Calls = kept
 }
 
 // addResults adds write, finding and watermark rows; of one write attempt

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -316,18 +317,63 @@ func (s *Store) AppendCalls(ctx context.Context, calls []audit.Record) (int, err
 	if len(calls) == 0 {
 		return 0, nil
 	}
-	req := &request{calls: make([]callRow, 0, len(calls))}
-	for i := range calls {
-		row, err := callRowOf(&calls[i])
-		if err != nil {
-			return 0, fmt.Errorf("cannot store calls: %w", err)
-		}
-		req.calls = append(req.calls, row)
+	rows, err := callRows(calls)
+	if err != nil {
+		return 0, fmt.Errorf("cannot store calls: %w", err)
 	}
-	if err := s.submit(ctx, req); err != nil {
+	if err := s.submit(ctx, &request{calls: rows}); err != nil {
 		return 0, err
 	}
 	return len(calls), nil
+}
+
+// rowsPerWorker is the fewest calls worth a goroutine of their own in
+// callRows.
+const rowsPerWorker = 64
+
+// callRows makes the rows of calls, in order, on up to GOMAXPROCS
+// goroutines at once: the acknowledgement of a request waits for them, and
+// each row derives its call's fingerprint again (canonical JSON and a hash)
+// to know whether it may be left out. With one sender waiting for each
+// acknowledgement nothing else uses the other cores meanwhile. The error is
+// that of the first call that fails, as a loop would return it.
+func callRows(calls []audit.Record) ([]callRow, error) {
+	rows := make([]callRow, len(calls))
+	workers := min(runtime.GOMAXPROCS(0), len(calls)/rowsPerWorker)
+	if workers <= 1 {
+		var scratch []byte
+		for i := range calls {
+			row, err := callRowWith(&calls[i], &scratch)
+			if err != nil {
+				return nil, err
+			}
+			rows[i] = row
+		}
+		return rows, nil
+	}
+	errs := make([]error, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		lo, hi := w*len(calls)/workers, (w+1)*len(calls)/workers
+		wg.Go(func() {
+			var scratch []byte
+			for i := lo; i < hi; i++ {
+				row, err := callRowWith(&calls[i], &scratch)
+				if err != nil {
+					errs[w] = err
+					return
+				}
+				rows[i] = row
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return rows, nil
 }
 
 // Commit stores detector output and the watermark. ClickHouse has no
@@ -431,7 +477,7 @@ func (s *Store) collect() (b *batch, reqs []*request, more bool) {
 	b = new(batch)
 	add := func(r *request) {
 		reqs = append(reqs, r)
-		b.addCalls(r.calls)
+		b.takeCalls(r.calls)
 		b.addResults(r.writes, r.findings, r.watermark)
 	}
 	rows := 0

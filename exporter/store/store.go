@@ -6,6 +6,7 @@ import (
 
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/canon"
+	"github.com/valyala/fastjson"
 )
 
 // Page sizes: a query's Limit is clamped to them, and zero takes the
@@ -78,9 +79,39 @@ func SortTimeline(events []audit.TimelineEvent, limit int) []audit.TimelineEvent
 // keeps a mark instead of the 16 incompressible bytes when the call's
 // fingerprint is this one (Derived), and derives it again on reading.
 func Fingerprint(c *audit.Call) string {
-	return audit.Fingerprint(c.Server, c.Session, c.RPCID, c.Tool, canon.Bytes(c.Arguments))
+	return audit.Fingerprint(c.Server, c.Session, c.RPCID, c.Tool, canonicalArgs(c.Arguments))
+}
+
+// parsers serves canonicalArgs: a parser of its own per call allocated
+// more than the rest of a stored row, on the acknowledgement's path.
+var parsers fastjson.ParserPool
+
+// canonicalArgs returns canon.Bytes(raw), without building a parse tree
+// when raw is valid JSON already in its canonical form, as arguments
+// written by most encoders are (canon.Canonical may only judge JSON).
+func canonicalArgs(raw []byte) []byte {
+	if len(raw) == 0 {
+		return nil
+	}
+	if fastjson.ValidateBytes(raw) == nil && canon.Canonical(raw) {
+		return raw
+	}
+	p := parsers.Get()
+	defer parsers.Put(p)
+	v, err := p.ParseBytes(raw)
+	if err != nil {
+		return raw
+	}
+	return canon.Append(nil, v)
 }
 
 // Derived reports whether c's fingerprint is the one Fingerprint derives,
 // so that a store may keep a mark instead of it.
-func Derived(c *audit.Call) bool { return c.Fingerprint != "" && c.Fingerprint == Fingerprint(c) }
+func Derived(c *audit.Call) bool {
+	if c.Fingerprint == "" {
+		return false
+	}
+	// Compared where it is made: no string is allocated for it.
+	var out [32]byte
+	return string(audit.AppendFingerprint(out[:0], c.Server, c.Session, c.RPCID, c.Tool, canonicalArgs(c.Arguments))) == c.Fingerprint
+}

@@ -1,11 +1,13 @@
 package store
 
 import (
+	"bytes"
 	"reflect"
 	"testing"
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/collector/canon"
 )
 
 func TestLimits(t *testing.T) {
@@ -65,4 +67,49 @@ func TestFingerprint(t *testing.T) {
 	if Derived(&d) {
 		t.Error("an empty fingerprint counted as derived")
 	}
+}
+
+// canonicalArgs must agree with canon.Bytes on every input: a stored
+// fingerprint mark is read back with it.
+func TestCanonicalArgs(t *testing.T) {
+	f := func(raw string) {
+		t.Helper()
+		var in []byte
+		if raw != "<nil>" {
+			in = []byte(raw)
+		}
+		if got, want := canonicalArgs(in), canon.Bytes(in); !bytes.Equal(got, want) {
+			t.Errorf("canonicalArgs(%q) = %q, canon.Bytes gives %q", raw, got, want)
+		}
+	}
+	f("<nil>")
+	f("")
+	f(`{}`)
+	f(`{"a":2,"b":1}`)
+	f(`{"b":1, "a":2}`)
+	f(`{"b":1,"a":2}`)
+	f(`{"a":1,"a":2}`)
+	f(`{"a":"x\"y\\z\n"}`)
+	f(`{"a":"\u00e9"}`)
+	f(`{"a":"é"}`)
+	f(`{"a":"\/"}`)
+	f(`[1,2.50,-0,1e3,true,null,"s"]`)
+	f(`{"z":{"b":[{"d":1,"c":2}],"a":null}}`)
+	f(` {"a":1}`)
+	f(`{"a":1}x`)
+	f(`{"a":`)
+	f(`not json`)
+	f(`"just a string"`)
+	f(`{"\u0061":1}`)
+}
+
+func FuzzCanonicalArgs(f *testing.F) {
+	for _, s := range []string{`{"b":1, "a":2}`, `{"a":2,"b":1}`, `{"a":"\u00e9"}`, `[1,{"x":[]}]`, `{"a":`, ``} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		if got, want := canonicalArgs(raw), canon.Bytes(raw); !bytes.Equal(got, want) {
+			t.Fatalf("canonicalArgs(%q) = %q, canon.Bytes gives %q", raw, got, want)
+		}
+	})
 }
