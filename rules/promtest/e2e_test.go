@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -70,6 +71,13 @@ func TestEndToEnd(t *testing.T) {
 	if err := metrics.WatchFrontDoor(reg, func() []metrics.ListenerView {
 		return []metrics.ListenerView{{Name: metrics.ListenerIngest, Open: 3, Refused: 1}, {Name: metrics.ListenerGRPC, Open: 1}, {Name: metrics.ListenerAPI, Open: 2}}
 	}, func() int64 { return 1 << 20 }); err != nil {
+		t.Fatal(err)
+	}
+
+	// The store's faults, as serve exports them; both kinds of store at
+	// once here (in production one store exports its own).
+	st := &faultyStore{}
+	if err := metrics.WatchStore(reg, st); err != nil {
 		t.Fatal(err)
 	}
 
@@ -287,3 +295,9 @@ func (f *feeder) anomalies() {
 		f.m.ObserveStoreCommit(time.Duration(i+1) * time.Millisecond)
 	}
 }
+
+// faultyStore counts the faults of both stores.
+type faultyStore struct{ idIndex, spoolRejected atomic.Int64 }
+
+func (s *faultyStore) IDIndexFailures() int64    { return s.idIndex.Load() }
+func (s *faultyStore) SpoolFilesRejected() int64 { return s.spoolRejected.Load() }
