@@ -104,6 +104,8 @@ func TestEndToEnd(t *testing.T) {
 	f.anomalies()
 	relay.Forward(metrics.ForwardDropped, 3)
 	relay.Forward(metrics.ForwardRejected, 1)
+	st.idIndex.Add(1)
+	st.spoolRejected.Add(1)
 
 	want := []string{
 		"McpAuditWriteErrorBudgetBurnFast", "McpAuditWriteErrorBudgetBurnMedium", "McpAuditWriteErrorBudgetBurnSlow",
@@ -111,6 +113,7 @@ func TestEndToEnd(t *testing.T) {
 		"McpAuditUnverifiedWrites", "McpAuditWritesPendingNotDraining",
 		"McpAuditUnsafeRetries", "McpAuditWastedRetries", "McpAuditUncertainOutcomes", "McpAuditIngestRejections",
 		"McpAuditRelayDroppingRecords", "McpAuditRelayNotDelivering",
+		"McpAuditSpoolFileRejected", "McpAuditIDIndexWriteFailures",
 	}
 	alerts, err := prom.WaitFiring(ctx, want, 90*time.Second)
 	if err != nil {
