@@ -294,7 +294,7 @@ func findings() *dashboard.DashboardBuilder {
 
 func collector() *dashboard.DashboardBuilder {
 	return newBoard(UIDCollector, "mcpaudit / collector health",
-		"The mcpaudit service itself: ingestion by source, rejections, pending writes, store latency, versions, Go runtime and process.").
+		"The mcpaudit service itself: ingestion by source, rejections, pending writes, store latency and faults, versions, Go runtime and process.").
 		WithPanel(single("Targets up",
 			"mcpaudit targets that Prometheus scraped successfully at the last scrape, out of those it knows.",
 			units.Short,
@@ -329,6 +329,11 @@ func collector() *dashboard.DashboardBuilder {
 			"Duration of commits to the embedded store, observed by mcpaudit serve.",
 			units.Seconds,
 			quantiles(metrics.StoreCommitSeconds, "", jobMatcher)...)).
+		WithPanel(graph("Store faults",
+			"Faults of the store in use, by instance and fault, each counted when it happens: id_index_write, a failed write of the embedded store's call id index (nothing lost, lookups by id slower until it catches up; McpAuditIDIndexWriteFailures); spool_file_rejected, a ClickHouse spool file of acknowledged calls moved aside as .rejected, whose calls will not reach ClickHouse unless a person acts (McpAuditSpoolFileRejected pages). Flat at zero is healthy.",
+			units.Short,
+			query(fmt.Sprintf("sum by (instance, %s) (increase(%s[%s]))", metrics.LabelFault, sel(metrics.StoreFaultsTotal, jobMatcher), rate),
+				"{{instance}} {{fault}}"))).
 		WithPanel(graph("Ingest to finding latency",
 			"Wall time to a finding's commit, by what it waited for: evidence, from the acknowledgement of the call that completed it (a call waits until its partition's watermark passes it: its slowest active source, less the lateness bound); window, from the end of its verification window in event time (fair where the sources' clocks are right).",
 			units.Seconds,

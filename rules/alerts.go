@@ -69,9 +69,16 @@ const eventWindow = 10 * time.Minute
 // window ago, counts with its whole value instead.
 func newFindings(kind audit.Kind, window time.Duration) string {
 	sel := fmt.Sprintf(`%s{%s="%s"}`, metrics.FindingsTotal, metrics.LabelKind, kind)
+	return newEvents(sel, metrics.LabelServer, window)
+}
+
+// newEvents sums the increase of the counter series sel by the labels by
+// over window, counting a series absent one window ago with its whole value
+// (see newFindings).
+func newEvents(sel, by string, window time.Duration) string {
 	w := Duration(window)
 	return fmt.Sprintf("sum by (%s) (\n  (%s unless %s offset %s)\n  or\n  increase(%s[%s])\n)",
-		metrics.LabelServer, sel, sel, w, sel, w)
+		by, sel, sel, w, sel, w)
 }
 
 // recent keeps the servers whose newest finding of kind has an event time
@@ -237,6 +244,37 @@ func (b *builder) collectorAlerts() []Rule {
 			summary:  "No mcpaudit collector is known to Prometheus.",
 			description: "Prometheus has had no scrape target of job {{ $labels.job }} for 10 minutes: MCP writes are " +
 				"not being audited and no other mcpaudit alert can fire.",
+		}),
+	}
+}
+
+// storeAlerts watch the faults of the store in use (metrics.WatchStore),
+// per collector. A fault found at start (a spool file left damaged by a
+// crash, drained at Open) makes a series born non-zero: newEvents counts it.
+func (b *builder) storeAlerts() []Rule {
+	by := "job, instance"
+	fault := func(f string) string {
+		return fmt.Sprintf(`%s{%s="%s"}`, metrics.StoreFaultsTotal, metrics.LabelFault, f)
+	}
+	return []Rule{
+		b.rule(alert{
+			name:     "McpAuditSpoolFileRejected",
+			expr:     newEvents(fault(metrics.FaultSpoolFileRejected), by, eventWindow) + " > 0",
+			severity: SeverityCritical,
+			summary:  "Acknowledged calls were set aside and will not reach ClickHouse.",
+			description: "Collector {{ $labels.instance }} of job {{ $labels.job }} moved {{ $value | humanize }} spool file(s) " +
+				"aside as .rejected in the last 10m, damaged or refused by ClickHouse for good. Their calls were " +
+				"acknowledged to the senders and will not reach ClickHouse unless a person acts; the collector's " +
+				"error log names each file.",
+		}),
+		b.rule(alert{
+			name:     "McpAuditIDIndexWriteFailures",
+			expr:     newEvents(fault(metrics.FaultIDIndexWrite), by, time.Hour) + " > 0",
+			severity: SeverityWarning,
+			summary:  "Writes of the embedded store's call id index fail.",
+			description: "Collector {{ $labels.instance }} of job {{ $labels.job }} failed {{ $value | humanize }} write(s) of " +
+				"its call id index in the last hour. Nothing is lost: lookups by call id scan the calls past the " +
+				"index, slower, until it catches up; the collector's error log says why.",
 		}),
 	}
 }

@@ -312,6 +312,7 @@ func Build(o Options) (*File, error) {
 		{Name: "mcpaudit-writes", Rules: b.writeAlerts()},
 		{Name: "mcpaudit-clients", Rules: b.clientAlerts()},
 		{Name: "mcpaudit-collector", Rules: b.collectorAlerts()},
+		{Name: "mcpaudit-store", Rules: b.storeAlerts()},
 		{Name: "mcpaudit-relays", Rules: b.relayAlerts()},
 	}}, nil
 }

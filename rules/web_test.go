@@ -11,7 +11,8 @@ import (
 // the SLO links to the page view of its server, under the configured base.
 func TestInvestigationURL(t *testing.T) {
 	collector := map[string]bool{"McpAuditIngestRejections": true, "McpAuditSourceLagging": true, "McpAuditCollectorDown": true, "McpAuditCollectorAbsent": true,
-		"McpAuditRelayDroppingRecords": true, "McpAuditRelayNotDelivering": true}
+		"McpAuditRelayDroppingRecords": true, "McpAuditRelayNotDelivering": true,
+		"McpAuditSpoolFileRejected": true, "McpAuditIDIndexWriteFailures": true}
 	for _, base := range []string{"", "https://audit.example.com/mcp/"} {
 		o := rules.DefaultOptions()
 		if base != "" {

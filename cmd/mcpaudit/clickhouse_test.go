@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -55,6 +57,10 @@ func TestServe_ClickHouseMatchesEmbedded(t *testing.T) {
 	want := analyzeFindings(t, chCfg, body)
 	waitFindings(t, emb, want)
 	waitFindings(t, ch, want)
+	// Each store exports its own faults, at zero.
+	if m := scrapeMetrics(t, ch); !strings.Contains(m, `mcpaudit_store_faults_total{fault="spool_file_rejected"} 0`) {
+		t.Error("the ClickHouse store's /metrics lacks spool_file_rejected at 0")
+	}
 
 	same := func(path string) {
 		t.Helper()
@@ -146,4 +152,45 @@ func TestServe_ClickHouseMatchesEmbedded(t *testing.T) {
 	}
 	// The page over ClickHouse.
 	checkLinks(t, "http://"+ch.apiAddr, "/?kind=double_applied_write", 40)
+}
+
+// TestServe_ClickHouseSpoolFileRejected: a spool file left damaged by a
+// crash (renamed, its data never on disk: empty) is moved aside by the
+// drain at start, before Prometheus could scrape anything, and /metrics
+// counts it: spool_file_rejected is 1 from the first scrape, so that
+// McpAuditSpoolFileRejected pages.
+func TestServe_ClickHouseSpoolFileRejected(t *testing.T) {
+	dsn := clickhouseDSN(t)
+	cfg := testConfig(t, t.TempDir())
+	cfg.Serve.Store = "clickhouse"
+	cfg.Serve.ClickHouse.DSN = dsn
+	cfg.Serve.ClickHouse.Database = fmt.Sprintf("mcpaudit_serve_%d", time.Now().UnixNano())
+	cfg.Serve.ClickHouse.BatchAge = 50 * time.Millisecond
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	spool := filepath.Join(cfg.Serve.DataDir, "clickhouse-spool")
+	if err := os.MkdirAll(spool, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(spool, "00000000000000000001.batch"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startTest(t, cfg)
+	const want = `mcpaudit_store_faults_total{fault="spool_file_rejected"} 1`
+	var text string
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if text = scrapeMetrics(t, s); strings.Contains(text, want) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/metrics lacks %s", want)
+		}
+	}
+	if strings.Contains(text, `fault="id_index_write"`) {
+		t.Error("the ClickHouse store exports id_index_write, a fault of the embedded store")
+	}
+	if _, err := os.Stat(filepath.Join(spool, "00000000000000000001.rejected")); err != nil {
+		t.Errorf("the damaged file was not moved aside: %v", err)
+	}
 }

@@ -303,6 +303,13 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		s.closeAll()
 		return nil, err
 	}
+	// The store counts its faults from Open on; they are read at each
+	// scrape, so those of its first drain (before these metrics existed)
+	// are there too.
+	if err := metrics.WatchStore(s.registry, st); err != nil {
+		s.closeAll()
+		return nil, err
+	}
 
 	cc := cfg.Serve.Connections
 	ingestLn, lim, err := listen(cfg.Serve.IngestListen, cc.MaxPerListener, tc, true)

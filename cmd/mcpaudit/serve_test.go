@@ -519,3 +519,31 @@ func TestServe_QueueFull(t *testing.T) {
 		t.Fatalf("%d calls stored from a refused request", n)
 	}
 }
+
+// scrapeMetrics returns the exposition text of the server's /metrics.
+func scrapeMetrics(t *testing.T, s *server) string {
+	t.Helper()
+	r, err := http.Get("http://" + s.apiAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Body.Close()
+	b, err := io.ReadAll(r.Body)
+	if err != nil || r.StatusCode != http.StatusOK {
+		t.Fatalf("/metrics: %s %v", r.Status, err)
+	}
+	return string(b)
+}
+
+// TestServe_StoreFaults: the embedded store's faults are exported from the
+// start, at zero, and only the faults that store can have.
+func TestServe_StoreFaults(t *testing.T) {
+	s := startTest(t, testConfig(t, t.TempDir()))
+	text := scrapeMetrics(t, s)
+	if want := `mcpaudit_store_faults_total{fault="id_index_write"} 0`; !strings.Contains(text, want) {
+		t.Errorf("/metrics lacks %s", want)
+	}
+	if strings.Contains(text, `fault="spool_file_rejected"`) {
+		t.Error("the embedded store exports spool_file_rejected, a fault of the ClickHouse store")
+	}
+}

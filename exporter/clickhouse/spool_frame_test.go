@@ -7,6 +7,7 @@ import (
 	"errors"
 	"hash/crc32"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -18,9 +19,38 @@ import (
 	"time"
 
 	"github.com/klauspost/compress/s2"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/exporter/metrics"
 )
+
+// The store's count of rejected spool files is what serve exports.
+var _ metrics.SpoolRejecter = (*Store)(nil)
+
+// scrapeFaults returns the series of metrics.StoreFaultsTotal that reg
+// exports, by fault.
+func scrapeFaults(t *testing.T, reg prometheus.Gatherer) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != metrics.StoreFaultsTotal {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == metrics.LabelFault {
+					got[l.GetValue()] = m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return got
+}
 
 // fixtureBatch is the batch of testdata/spool/*-every-field.*: every field
 // of every row type holds a value of its own.
@@ -325,6 +355,14 @@ func TestDrain_CorruptFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The series exists at zero from the start.
+	reg := prometheus.NewPedanticRegistry()
+	if err := metrics.WatchStore(reg, s); err != nil {
+		t.Fatal(err)
+	}
+	if got := scrapeFaults(t, reg); !maps.Equal(got, map[string]float64{metrics.FaultSpoolFileRejected: 0}) {
+		t.Errorf("store faults of a fresh store %v, want spool_file_rejected at 0 alone", got)
+	}
 	rec := func(id string) audit.Record {
 		return audit.Record{Call: &audit.Call{ID: id, Time: time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC), Server: "thegram", Tool: "write_document", Arguments: []byte(`{"path":"a.gram"}`)}}
 	}
@@ -347,6 +385,10 @@ func TestDrain_CorruptFile(t *testing.T) {
 	var logs syncBuffer
 	o.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	s = openStore(t, o)
+	reg = prometheus.NewPedanticRegistry()
+	if err := metrics.WatchStore(reg, s); err != nil {
+		t.Fatal(err)
+	}
 	deadline := time.Now().Add(30 * time.Second)
 	for s.Ready() != nil {
 		if time.Now().After(deadline) {
@@ -373,6 +415,10 @@ func TestDrain_CorruptFile(t *testing.T) {
 	}
 	if _, err := os.Stat(strings.TrimSuffix(bad, spoolExt) + spoolBadExt); err != nil {
 		t.Errorf("the corrupt file was not moved aside: %v", err)
+	}
+	// Counted once, for the person who must act on it.
+	if got := scrapeFaults(t, reg); !maps.Equal(got, map[string]float64{metrics.FaultSpoolFileRejected: 1}) {
+		t.Errorf("store faults after the drain %v, want spool_file_rejected at 1", got)
 	}
 	if l := logs.String(); !strings.Contains(l, "spool file is corrupt") || !strings.Contains(l, bad+": corrupt at byte 11 of the file: checksum mismatch") {
 		t.Errorf("log lines %q; want the corrupt file named with its offset and reason", l)

@@ -65,6 +65,8 @@ type Store struct {
 	// skippedOnRetry counts the rows a retry found already stored and did
 	// not send again (servers without deduplication tokens).
 	skippedOnRetry atomic.Int64
+	// spoolRejected counts the spool files moved aside as .rejected.
+	spoolRejected atomic.Int64
 
 	collectMu sync.Mutex // held by the inserter filling the next batch
 
@@ -884,6 +886,11 @@ func (s *Store) drain() error {
 			}
 		}
 		path, rerr := s.spool.reject(used[0])
+		if rerr == nil {
+			// Counted before progressed, and before the spool can be seen
+			// empty: whoever sees the file gone sees it counted.
+			s.spoolRejected.Add(1)
+		}
 		s.progressed()
 		if errors.Is(err, errSpoolCorrupt) {
 			// Its rows cannot be trusted: none of them is inserted. The
@@ -897,6 +904,12 @@ func (s *Store) drain() error {
 		}
 	}
 }
+
+// SpoolFilesRejected returns how many spool files were moved aside as
+// NNNN.rejected since Open: damaged, or refused by ClickHouse for good.
+// Their calls were acknowledged and do not reach ClickHouse unless a
+// person acts; each is also logged at error level.
+func (s *Store) SpoolFilesRejected() int64 { return s.spoolRejected.Load() }
 
 // gather reads spooled batches in order and merges them, up to four batch
 // sizes of rows. A batch some of whose tables were acknowledged goes alone,

@@ -498,6 +498,9 @@ func TestFamilies(t *testing.T) {
 	}, func() int64 { return 42 }); err != nil {
 		t.Fatal(err)
 	}
+	if err := metrics.WatchStore(reg, &faultyStore{}); err != nil {
+		t.Fatal(err)
+	}
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -536,6 +539,7 @@ func TestDocs(t *testing.T) {
 		want = append(want, string(r))
 	}
 	want = append(want, metrics.Results...)
+	want = append(want, metrics.Faults...)
 	for _, a := range audit.RetryActions {
 		want = append(want, string(a))
 	}

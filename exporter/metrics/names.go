@@ -78,6 +78,10 @@ const (
 	// read and processed, as counted against
 	// serve.receiver.max_in_flight_bytes.
 	IngestBytesInFlight = "mcpaudit_ingest_bytes_in_flight"
+	// StoreFaultsTotal counts the faults of the store in use that lose
+	// nothing by themselves yet need a person (LabelFault), since the store
+	// was opened (serve only).
+	StoreFaultsTotal = "mcpaudit_store_faults_total"
 )
 
 // Label names.
@@ -100,6 +104,8 @@ const (
 	LabelRevision  = "revision"
 	LabelGoVersion = "goversion"
 	LabelListener  = "listener"
+	// LabelFault is the fault of StoreFaultsTotal: one of Faults.
+	LabelFault = "fault"
 )
 
 // Values of LabelWait.
@@ -116,6 +122,21 @@ const (
 	LateJudged   = "judged"
 	LateTooLate  = "too_late"
 )
+
+// Store faults, the values of LabelFault.
+const (
+	// FaultIDIndexWrite is a failed write of the embedded store's call id
+	// index (pebble): the append still succeeded, lookups by id scan the
+	// calls past the index until it catches up.
+	FaultIDIndexWrite = "id_index_write"
+	// FaultSpoolFileRejected is a ClickHouse spool file moved aside as
+	// NNNN.rejected, damaged or refused by ClickHouse for good: its calls
+	// were acknowledged and will not reach ClickHouse unless a person acts.
+	FaultSpoolFileRejected = "spool_file_rejected"
+)
+
+// Faults lists every store fault.
+var Faults = []string{FaultIDIndexWrite, FaultSpoolFileRejected}
 
 // Other replaces a label value outside its bounded set: an unknown tool or
 // code, a tool past the per-server cap, a server past the server cap, or a
@@ -257,6 +278,8 @@ var Families = []Family{
 		[]string{LabelListener}},
 	{IngestBytesInFlight, "gauge", "Memory held by the ingest requests being read and processed (four times their bytes), against serve.receiver.max_in_flight_bytes.",
 		nil},
+	{StoreFaultsTotal, "counter", "Faults of the store since it was opened: id_index_write (a failed write of the call id index; caught up later), spool_file_rejected (a ClickHouse spool file of acknowledged calls moved aside as .rejected).",
+		[]string{LabelFault}},
 }
 
 // family returns the entry of Families named name; it panics on a typo, which

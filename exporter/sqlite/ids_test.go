@@ -4,15 +4,24 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/exporter/metrics"
 )
+
+// The store's count of failed index writes is what serve exports.
+var _ metrics.IDIndexFaulter = (*Store)(nil)
 
 // TestCallsKey checks that calls_key's first column is the millisecond a
 // stable id hashes (time.Round, halves up), computed by SQLite as by Go,
@@ -283,6 +292,29 @@ func TestIDIndex_RestoredOlderFile(t *testing.T) {
 	}
 }
 
+// checkFaults checks what reg exports of the store's faults: the failed
+// index writes, and nothing else.
+func checkFaults(t *testing.T, reg prometheus.Gatherer, idIndexWrite int) {
+	t.Helper()
+	want := fmt.Sprintf(`# HELP %[1]s %[2]s
+# TYPE %[1]s counter
+%[1]s{%[3]s="%[4]s"} %[5]d
+`, metrics.StoreFaultsTotal, storeFaultsHelp(t), metrics.LabelFault, metrics.FaultIDIndexWrite, idIndexWrite)
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), metrics.StoreFaultsTotal); err != nil {
+		t.Error(err)
+	}
+}
+
+func storeFaultsHelp(t *testing.T) string {
+	for _, f := range metrics.Families {
+		if f.Name == metrics.StoreFaultsTotal {
+			return f.Help
+		}
+	}
+	t.Fatalf("no family %s", metrics.StoreFaultsTotal)
+	return ""
+}
+
 // TestIDIndex_FailedWrite: a failed index write neither fails the append
 // nor hides its calls (found past the mark); the committer catches up at
 // its next try, and Open at the latest.
@@ -292,11 +324,18 @@ func TestIDIndex_FailedWrite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Exported as serve does, at zero from the start.
+	reg := prometheus.NewPedanticRegistry()
+	if err := metrics.WatchStore(reg, s); err != nil {
+		t.Fatal(err)
+	}
+	checkFaults(t, reg, 0)
 	ctx := context.Background()
 	recs := records(t, 120)
 	if _, err := s.AppendCalls(ctx, recs[:40]); err != nil {
 		t.Fatal(err)
 	}
+	checkFaults(t, reg, 0)
 	s.ids.fault = func() error { return errors.New("disk full") }
 	if n, err := s.AppendCalls(ctx, recs[40:80]); err != nil || n != 40 {
 		t.Fatalf("AppendCalls with the index failing = %d, %v; want 40 stored", n, err)
@@ -304,6 +343,7 @@ func TestIDIndex_FailedWrite(t *testing.T) {
 	if got := s.IDIndexFailures(); got != 1 {
 		t.Errorf("IDIndexFailures = %d, want 1", got)
 	}
+	checkFaults(t, reg, 1)
 	if mark := s.ids.mark.Load(); mark != 40 {
 		t.Fatalf("mark moved to %d past a failed write, want 40", mark)
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -73,6 +74,13 @@ func TestEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// The store's faults, as serve exports them; both kinds of store at
+	// once here (in production one store exports its own).
+	st := &faultyStore{}
+	if err := metrics.WatchStore(reg, st); err != nil {
+		t.Fatal(err)
+	}
+
 	o := rules.DefaultOptions()
 	o.ForOverride = time.Second
 	rf, err := rules.Build(o)
@@ -96,6 +104,8 @@ func TestEndToEnd(t *testing.T) {
 	f.anomalies()
 	relay.Forward(metrics.ForwardDropped, 3)
 	relay.Forward(metrics.ForwardRejected, 1)
+	st.idIndex.Add(1)
+	st.spoolRejected.Add(1)
 
 	want := []string{
 		"McpAuditWriteErrorBudgetBurnFast", "McpAuditWriteErrorBudgetBurnMedium", "McpAuditWriteErrorBudgetBurnSlow",
@@ -103,6 +113,7 @@ func TestEndToEnd(t *testing.T) {
 		"McpAuditUnverifiedWrites", "McpAuditWritesPendingNotDraining",
 		"McpAuditUnsafeRetries", "McpAuditWastedRetries", "McpAuditUncertainOutcomes", "McpAuditIngestRejections",
 		"McpAuditRelayDroppingRecords", "McpAuditRelayNotDelivering",
+		"McpAuditSpoolFileRejected", "McpAuditIDIndexWriteFailures",
 	}
 	alerts, err := prom.WaitFiring(ctx, want, 90*time.Second)
 	if err != nil {
@@ -287,3 +298,9 @@ func (f *feeder) anomalies() {
 		f.m.ObserveStoreCommit(time.Duration(i+1) * time.Millisecond)
 	}
 }
+
+// faultyStore counts the faults of both stores.
+type faultyStore struct{ idIndex, spoolRejected atomic.Int64 }
+
+func (s *faultyStore) IDIndexFailures() int64    { return s.idIndex.Load() }
+func (s *faultyStore) SpoolFilesRejected() int64 { return s.spoolRejected.Load() }

@@ -1,0 +1,58 @@
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// IDIndexFaulter is a store with a call id index whose writes may fail
+// without failing an append: the embedded store.
+type IDIndexFaulter interface {
+	// IDIndexFailures returns how many writes of the index failed since
+	// the store was opened. It is safe for concurrent use.
+	IDIndexFailures() int64
+}
+
+// SpoolRejecter is a store that moves aside spool files it cannot deliver:
+// the ClickHouse store.
+type SpoolRejecter interface {
+	// SpoolFilesRejected returns how many spool files were moved aside
+	// since the store was opened. It is safe for concurrent use.
+	SpoolFilesRejected() int64
+}
+
+// storeFaults exports the store's fault counts, read at each scrape: the
+// store keeps them, and is opened before the metrics exist.
+type storeFaults struct {
+	desc   *prometheus.Desc
+	counts []func() int64 // by fault, as in faults
+	faults []string
+}
+
+// WatchStore has reg export StoreFaultsTotal for store, read from it at
+// each scrape: one series, from zero, for each fault the store can have
+// (FaultIDIndexWrite for an IDIndexFaulter, FaultSpoolFileRejected for a
+// SpoolRejecter). A store that can have none exports nothing.
+func WatchStore(reg prometheus.Registerer, store any) error {
+	f := family(StoreFaultsTotal)
+	c := &storeFaults{desc: prometheus.NewDesc(f.Name, f.Help, f.Labels, nil)}
+	if s, ok := store.(IDIndexFaulter); ok {
+		c.faults = append(c.faults, FaultIDIndexWrite)
+		c.counts = append(c.counts, s.IDIndexFailures)
+	}
+	if s, ok := store.(SpoolRejecter); ok {
+		c.faults = append(c.faults, FaultSpoolFileRejected)
+		c.counts = append(c.counts, s.SpoolFilesRejected)
+	}
+	if len(c.faults) == 0 {
+		return nil
+	}
+	return reg.Register(c)
+}
+
+func (c *storeFaults) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *storeFaults) Collect(ch chan<- prometheus.Metric) {
+	for i, fault := range c.faults {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(c.counts[i]()), fault)
+	}
+}
