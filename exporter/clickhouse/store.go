@@ -886,11 +886,14 @@ func (s *Store) drain() error {
 			}
 		}
 		path, rerr := s.spool.reject(used[0])
-		if rerr == nil {
-			// Counted before progressed, and before the spool can be seen
-			// empty: whoever sees the file gone sees it counted.
-			s.spoolRejected.Add(1)
+		if rerr != nil {
+			// Still in the spool: the drain stops here and tries again.
+			s.log.Error("clickhouse: a spooled batch cannot be stored, nor moved aside; the drain retries it", "file", s.spool.path(used[0], spoolExt), "err", err, "move_err", rerr)
+			return rerr
 		}
+		// Counted before progressed, and before the spool can be seen
+		// empty: whoever sees the file gone sees it counted.
+		s.spoolRejected.Add(1)
 		s.progressed()
 		if errors.Is(err, errSpoolCorrupt) {
 			// Its rows cannot be trusted: none of them is inserted. The
@@ -898,9 +901,6 @@ func (s *Store) drain() error {
 			s.log.Error("clickhouse: a spool file is corrupt; moved aside for a person to look at, the batches around it drain", "file", path, "err", err)
 		} else {
 			s.log.Error("clickhouse: a spooled batch cannot be stored; moved aside for a person to look at", "file", path, "err", err)
-		}
-		if rerr != nil {
-			return rerr
 		}
 	}
 }
