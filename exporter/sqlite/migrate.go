@@ -200,6 +200,9 @@ func migrate3to4(db *sql.DB, p *progress) error {
 	if p != nil {
 		p.log.Info("migrating the store: copied the calls, indexing them", "calls", done, "elapsed", p.elapsed())
 	}
+	// The sorts of the indexes and the commit (the WAL holds the whole
+	// copy) count nothing.
+	defer p.heartbeat("migrating the store: indexing the calls and committing")()
 	for _, stmt := range []string{
 		`DROP TABLE calls`, // and calls_time with it
 		`ALTER TABLE calls4 RENAME TO calls`,

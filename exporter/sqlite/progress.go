@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"log/slog"
+	"sync"
 	"time"
 )
 
@@ -42,3 +43,33 @@ func (p *progress) step(done int64) {
 
 // elapsed is the time since the step began, to the millisecond.
 func (p *progress) elapsed() time.Duration { return time.Since(p.start).Round(time.Millisecond) }
+
+// heartbeat logs msg every progressEvery (at least every millisecond)
+// until the returned function is called: a long statement that cannot
+// count its rows (an index sort) still shows that it runs. A nil progress
+// logs nothing.
+func (p *progress) heartbeat(msg string) (stop func()) {
+	if p == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(max(progressEvery, time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				p.log.Info(msg, "calls", p.total, "elapsed", p.elapsed())
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}

@@ -173,3 +173,29 @@ func TestOpen_LogsLongSteps(t *testing.T) {
 		}
 	})
 }
+
+// TestProgress_Heartbeat: a heartbeat logs while it runs, and nothing once
+// stopped; a nil progress logs nothing.
+func TestProgress_Heartbeat(t *testing.T) {
+	defer func(d time.Duration) { progressEvery = d }(progressEvery)
+	progressEvery = time.Millisecond
+	log, lines := captured(t)
+	stop := newProgress(log, "x", 7).heartbeat("still at it")
+	time.Sleep(50 * time.Millisecond)
+	stop()
+	got := lines()
+	if len(got) == 0 {
+		t.Fatal("no heartbeat line in 50 ms at one every millisecond")
+	}
+	for _, l := range got {
+		if l.Msg != "still at it" || l.Calls == nil || *l.Calls != 7 || l.Elapsed == nil {
+			t.Fatalf("heartbeat line %+v, want msg, calls 7 and elapsed", l)
+		}
+	}
+	time.Sleep(20 * time.Millisecond)
+	if l := lines(); len(l) != 0 {
+		t.Fatalf("%d heartbeat lines after stop", len(l))
+	}
+	var p *progress
+	p.heartbeat("nothing")()
+}
