@@ -164,6 +164,9 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (audit.Store, 
 				"cache_mib", c, "configured_cache_mib", o.CacheMiB, "memory_limit", formatBytes(int64(cfg.Serve.MemoryLimit)))
 			o.CacheMiB = c
 		}
+		// A migration or a rebuild of the id index logs its progress:
+		// serve answers nothing, /healthz included, until the store opens.
+		o.Logger = log
 		return sqlite.Open(filepath.Join(cfg.Serve.DataDir, "mcpaudit.db"), o)
 	case "clickhouse":
 		o := cfg.Serve.ClickHouse

@@ -85,6 +85,7 @@ type idIndex struct {
 	retryEvery time.Duration
 	// failures counts the index writes that failed.
 	failures atomic.Int64
+	log      *slog.Logger
 	// fault, when set (by tests), fails the index writes it returns an
 	// error for.
 	fault func() error
@@ -124,16 +125,16 @@ func idKey(dst []byte, id any, tenant int64) []byte {
 
 // pebbleLogger routes pebble's messages to slog: errors as errors, the
 // rest (compactions, WAL recycling) at debug level.
-type pebbleLogger struct{}
+type pebbleLogger struct{ log *slog.Logger }
 
-func (pebbleLogger) Infof(format string, args ...any) {
-	slog.Debug("id index: " + fmt.Sprintf(format, args...))
+func (l pebbleLogger) Infof(format string, args ...any) {
+	l.log.Debug("id index: " + fmt.Sprintf(format, args...))
 }
-func (pebbleLogger) Errorf(format string, args ...any) {
-	slog.Error("id index: " + fmt.Sprintf(format, args...))
+func (l pebbleLogger) Errorf(format string, args ...any) {
+	l.log.Error("id index: " + fmt.Sprintf(format, args...))
 }
-func (pebbleLogger) Fatalf(format string, args ...any) {
-	slog.Error("id index: " + fmt.Sprintf(format, args...))
+func (l pebbleLogger) Fatalf(format string, args ...any) {
+	l.log.Error("id index: " + fmt.Sprintf(format, args...))
 	os.Exit(1)
 }
 
@@ -178,7 +179,11 @@ func private(f io.Closer, err error, name string) error {
 // same file to read it), it returns nil: this store then looks calls up by
 // id by scanning the table, and indexes nothing; the holder catches up with
 // any call this store appends (add).
-func openIDs(dir string, db *sql.DB) (*idIndex, error) {
+//
+// A rebuild reads every call (about 7 s a million): it logs its start, its
+// progress every progressEvery and its end to log, unless the file holds no
+// call.
+func openIDs(dir string, db *sql.DB, log *slog.Logger) (*idIndex, error) {
 	var epoch []byte
 	err := db.QueryRow(`SELECT value FROM meta WHERE key = ?`, idsEpochMeta).Scan(&epoch)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
@@ -201,21 +206,36 @@ func openIDs(dir string, db *sql.DB) (*idIndex, error) {
 	}
 	lock, err := pebble.LockDirectory(dir, privateFS{vfs.Default})
 	if err != nil {
-		slog.Info("the call id index is held by another store: this one looks calls up by id by scanning them",
+		log.Info("the call id index is held by another store: this one looks calls up by id by scanning them",
 			"dir", dir, "err", err)
 		return nil, nil
 	}
-	x, reason := tryOpenIDs(dir, lock, epoch, seq, deletes)
+	x, reason := tryOpenIDs(dir, lock, epoch, seq, deletes, log)
 	if x == nil {
-		if !missing {
-			slog.Warn("rebuilding the call id index", "dir", dir, "reason", reason)
-		}
-		if x, err = rebuildIDs(dir, lock, db, deletes); err != nil {
+		var calls int64
+		if err := db.QueryRow(`SELECT count(*) FROM calls`).Scan(&calls); err != nil {
 			lock.Close()
 			return nil, err
 		}
+		var p *progress
+		switch {
+		case !missing:
+			log.Warn("rebuilding the call id index: the store answers when done", "dir", dir, "reason", reason, "calls", calls)
+		case calls > 0:
+			log.Info("building the call id index: the store answers when done", "dir", dir, "reason", "none beside the file", "calls", calls)
+		}
+		if !missing || calls > 0 {
+			p = newProgress(log, "building the call id index", calls)
+		}
+		if x, err = rebuildIDs(dir, lock, db, deletes, p, log); err != nil {
+			lock.Close()
+			return nil, err
+		}
+		if p != nil {
+			log.Info("built the call id index", "dir", dir, "calls", p.done, "elapsed", p.elapsed())
+		}
 	}
-	if err := x.catchUp(db); err != nil {
+	if _, err := x.catchUp(db, nil); err != nil {
 		x.close()
 		return nil, fmt.Errorf("cannot index call ids: %w", err)
 	}
@@ -224,11 +244,11 @@ func openIDs(dir string, db *sql.DB) (*idIndex, error) {
 
 // tryOpenIDs opens an existing index usable with a file of the given epoch
 // highest rid and count of deletes; otherwise it returns nil and why.
-func tryOpenIDs(dir string, lock *pebble.Lock, epoch []byte, seq, deletes int64) (*idIndex, string) {
+func tryOpenIDs(dir string, lock *pebble.Lock, epoch []byte, seq, deletes int64, log *slog.Logger) (*idIndex, string) {
 	if epoch == nil {
 		return nil, "the file has no index epoch"
 	}
-	x, err := openPebble(dir, lock, false)
+	x, err := openPebble(dir, lock, false, log)
 	if err != nil {
 		return nil, err.Error()
 	}
@@ -257,14 +277,14 @@ func tryOpenIDs(dir string, lock *pebble.Lock, epoch []byte, seq, deletes int64)
 
 // openPebble opens (or creates) the index in dir, whose lock the caller
 // holds.
-func openPebble(dir string, lock *pebble.Lock, create bool) (*idIndex, error) {
+func openPebble(dir string, lock *pebble.Lock, create bool, log *slog.Logger) (*idIndex, error) {
 	cache := pebble.NewCache(8 << 20)
 	opts := &pebble.Options{
 		Cache:            cache,
 		MemTableSize:     4 << 20,
 		ErrorIfNotExists: !create,
 		Lock:             lock,
-		Logger:           pebbleLogger{},
+		Logger:           pebbleLogger{log},
 		FS:               privateFS{vfs.Default},
 	}
 	db, err := pebble.Open(dir, opts)
@@ -272,7 +292,7 @@ func openPebble(dir string, lock *pebble.Lock, create bool) (*idIndex, error) {
 		cache.Unref()
 		return nil, fmt.Errorf("cannot open the call id index %s: %w", dir, err)
 	}
-	return &idIndex{db: db, lock: lock, cache: cache, retryEvery: 5 * time.Second}, nil
+	return &idIndex{db: db, lock: lock, cache: cache, retryEvery: 5 * time.Second, log: log}, nil
 }
 
 func (x *idIndex) get(key []byte) ([]byte, error) {
@@ -305,8 +325,9 @@ func (x *idIndex) release() error {
 
 // rebuildIDs empties dir (but for the lock the caller holds) and indexes
 // every call of db into a new index of a new epoch, which it then records
-// in db; deletes is the file's count of deletes.
-func rebuildIDs(dir string, lock *pebble.Lock, db *sql.DB, deletes int64) (*idIndex, error) {
+// in db; deletes is the file's count of deletes. p hears how many calls
+// were indexed.
+func rebuildIDs(dir string, lock *pebble.Lock, db *sql.DB, deletes int64, p *progress, log *slog.Logger) (*idIndex, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("cannot empty the call id index: %w", err)
@@ -319,11 +340,11 @@ func rebuildIDs(dir string, lock *pebble.Lock, db *sql.DB, deletes int64) (*idIn
 			return nil, fmt.Errorf("cannot empty the call id index: %w", err)
 		}
 	}
-	x, err := openPebble(dir, lock, true)
+	x, err := openPebble(dir, lock, true, log)
 	if err != nil {
 		return nil, err
 	}
-	if err := x.catchUp(db); err != nil {
+	if _, err := x.catchUp(db, p); err != nil {
 		x.release()
 		return nil, fmt.Errorf("cannot index call ids: %w", err)
 	}
@@ -347,17 +368,19 @@ func rebuildIDs(dir string, lock *pebble.Lock, db *sql.DB, deletes int64) (*idIn
 }
 
 // catchUp indexes the calls of q past the mark, in batches, and moves the
-// mark to the last.
+// mark to the last. It returns how many calls it indexed; p, when set,
+// hears them.
 func (x *idIndex) catchUp(q interface {
 	Query(string, ...any) (*sql.Rows, error)
-}) error {
+}, p *progress) (int64, error) {
 	const page = 20000
 	var key []byte
+	var done int64
 	for {
 		from := x.mark.Load()
 		rows, err := q.Query(`SELECT rid, id, tenant FROM calls WHERE rid > ? ORDER BY rid LIMIT ?`, from, page)
 		if err != nil {
-			return err
+			return done, err
 		}
 		b := x.db.NewBatch()
 		n, last := 0, from
@@ -367,7 +390,7 @@ func (x *idIndex) catchUp(q interface {
 			if err := rows.Scan(&rid, &id, &tenant); err != nil {
 				rows.Close()
 				b.Close()
-				return err
+				return done, err
 			}
 			key = idKey(key[:0], id, tenant)
 			b.Set(key, binary.AppendUvarint(nil, uint64(rid)), nil)
@@ -376,19 +399,21 @@ func (x *idIndex) catchUp(q interface {
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			b.Close()
-			return err
+			return done, err
 		}
 		if n == 0 {
 			b.Close()
-			return nil
+			return done, nil
 		}
 		b.Set(idsMarkKey, binary.BigEndian.AppendUint64(nil, uint64(last)), nil)
 		if err := x.commit(b); err != nil {
-			return err
+			return done, err
 		}
 		x.mark.Store(last)
+		done += int64(n)
+		p.step(done)
 		if n < page {
-			return nil
+			return done, nil
 		}
 	}
 }
@@ -440,7 +465,7 @@ func (x *idIndex) add(q interface {
 			return
 		}
 		x.lastRetry = time.Now()
-		if err := x.catchUp(q); err != nil {
+		if _, err := x.catchUp(q, nil); err != nil {
 			x.failed(err)
 			return
 		}
@@ -479,7 +504,7 @@ func (x *idIndex) failed(err error) {
 	x.failures.Add(1)
 	x.behind = true
 	x.lastRetry = time.Now()
-	slog.Error("cannot write the call id index; lookups by id scan the calls past it until it catches up",
+	x.log.Error("cannot write the call id index; lookups by id scan the calls past it until it catches up",
 		"indexed_through", x.mark.Load(), "err", err)
 }
 
@@ -499,7 +524,7 @@ func (x *idIndex) remove(calls []indexedCall, deletes int64) {
 	}
 	if err := x.commit(b); err != nil {
 		x.failures.Add(1)
-		slog.Warn("cannot delete from the call id index; its stale entries are skipped", "err", err)
+		x.log.Warn("cannot delete from the call id index; its stale entries are skipped", "err", err)
 	}
 }
 

@@ -13,8 +13,9 @@ import (
 // indexes stay valid; each call's tenant is read from its record. The
 // write_hours rollup is dropped with its triggers and rebuilt from the
 // writes when the store opens its investigation side. It runs in one
-// transaction: a failure leaves the file at schema 2.
-func migrate2to3(db *sql.DB) error {
+// transaction: a failure leaves the file at schema 2. p hears how many
+// calls were copied.
+func migrate2to3(db *sql.DB, p *progress) error {
 	tx, err := db.Begin()
 	if err != nil {
 		return err
@@ -54,6 +55,7 @@ func migrate2to3(db *sql.DB) error {
 		return fmt.Errorf("cannot migrate schema 2 to 3: %w", err)
 	}
 	var buf []byte
+	var done int64
 	for last := int64(-1); ; {
 		rows, err := tx.Query(`SELECT rid, id, time, rec FROM calls WHERE rid > ? ORDER BY rid LIMIT 5000`, last)
 		if err != nil {
@@ -91,6 +93,8 @@ func migrate2to3(db *sql.DB) error {
 			}
 			last = r.rid
 		}
+		done += int64(len(page))
+		p.step(done)
 		if len(page) < 5000 {
 			break
 		}
@@ -147,8 +151,9 @@ func migrate2to3(db *sql.DB) error {
 // and the session indexes name, and the table keeps its highest rid given,
 // so that rids of deleted calls are not given again. The id index is built
 // when the store opens. It runs in one transaction: a failure leaves the
-// file at schema 3.
-func migrate3to4(db *sql.DB) error {
+// file at schema 3. It copies the calls in pages of rids, so that p hears
+// how many were copied.
+func migrate3to4(db *sql.DB, p *progress) error {
 	tx, err := db.Begin()
 	if err != nil {
 		return err
@@ -166,7 +171,39 @@ func migrate3to4(db *sql.DB) error {
 			time   INTEGER NOT NULL,
 			rec    BLOB    NOT NULL
 		) STRICT`,
-		`INSERT INTO calls4 (rid, id, tenant, time, rec) SELECT rid, id, tenant, time, rec FROM calls ORDER BY rid`,
+	} {
+		if _, err := tx.Exec(stmt); err != nil {
+			return fmt.Errorf("cannot migrate schema 3 to 4: %w", err)
+		}
+	}
+	const page = 100000
+	var done int64
+	for last := int64(-1); ; {
+		res, err := tx.Exec(`INSERT INTO calls4 (rid, id, tenant, time, rec)
+			SELECT rid, id, tenant, time, rec FROM calls WHERE rid > ? ORDER BY rid LIMIT ?`, last, page)
+		if err != nil {
+			return fmt.Errorf("cannot migrate schema 3 to 4: %w", err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return fmt.Errorf("cannot migrate schema 3 to 4: %w", err)
+		}
+		done += n
+		p.step(done)
+		if n < page {
+			break
+		}
+		if err := tx.QueryRow(`SELECT max(rid) FROM calls4`).Scan(&last); err != nil {
+			return fmt.Errorf("cannot migrate schema 3 to 4: %w", err)
+		}
+	}
+	if p != nil {
+		p.log.Info("migrating the store: copied the calls, indexing them", "calls", done, "elapsed", p.elapsed())
+	}
+	// The sorts of the indexes and the commit (the WAL holds the whole
+	// copy) count nothing.
+	defer p.heartbeat("migrating the store: indexing the calls and committing")()
+	for _, stmt := range []string{
 		`DROP TABLE calls`, // and calls_time with it
 		`ALTER TABLE calls4 RENAME TO calls`,
 		`CREATE INDEX calls_time ON calls (time)`,

@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"slices"
 	"strings"
@@ -59,6 +60,10 @@ type Options struct {
 	// with its duration (BEGIN to COMMIT) and the calls it held; the serve
 	// command feeds metrics.ObserveStoreCommit with it.
 	OnCommit func(d time.Duration, calls int) `yaml:"-"`
+	// Logger receives the store's messages: the start, progress and end of
+	// a migration or a rebuild of the id index at Open, and the id index's
+	// failures. Default slog.Default(); serve passes its own.
+	Logger *slog.Logger `yaml:"-"`
 }
 
 // NewDefaultOptions returns the documented defaults.
@@ -111,6 +116,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.CheckpointEvery == 0 {
 		o.CheckpointEvery = d.CheckpointEvery
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
 	}
 	return o
 }
@@ -272,7 +280,7 @@ func Open(path string, opts Options) (*Store, error) {
 	w.SetMaxIdleConns(1)
 	w.SetConnMaxLifetime(0)
 	w.SetConnMaxIdleTime(0)
-	if err := migrate(w); err != nil {
+	if err := migrate(w, opts.Logger); err != nil {
 		w.Close()
 		return nil, fmt.Errorf("cannot open store %s: %w", path, wrap(err))
 	}
@@ -308,7 +316,7 @@ func Open(path string, opts Options) (*Store, error) {
 		r.Close()
 		return nil, fmt.Errorf("cannot open store %s: %w", path, err)
 	}
-	if s.ids, err = openIDs(IDIndexDir(path), w); err != nil {
+	if s.ids, err = openIDs(IDIndexDir(path), w, opts.Logger); err != nil {
 		s.closeSide()
 		w.Close()
 		r.Close()
@@ -338,7 +346,11 @@ func Open(path string, opts Options) (*Store, error) {
 // use the id index (ids.go).
 const callsKeyIndex = `CREATE UNIQUE INDEX calls_key ON calls (` + callsKey + `, tenant, id)`
 
-func migrate(db *sql.DB) error {
+// migrate brings the file to schemaVersion: it creates the schema in an
+// empty file, or migrates an older one, logging the migration's start, its
+// progress every progressEvery and its end to log: it copies every call,
+// and the store does not answer until it is done.
+func migrate(db *sql.DB, log *slog.Logger) error {
 	var version int
 	if err := db.QueryRow(`PRAGMA user_version`).Scan(&version); err != nil {
 		return err
@@ -346,13 +358,23 @@ func migrate(db *sql.DB) error {
 	switch version {
 	case schemaVersion:
 		return nil
-	case 2:
-		if err := migrate2to3(db); err != nil {
+	case 2, 3:
+		var calls int64
+		if err := db.QueryRow(`SELECT count(*) FROM calls`).Scan(&calls); err != nil {
 			return err
 		}
-		return migrate3to4(db)
-	case 3:
-		return migrate3to4(db)
+		log.Info("migrating the store: it answers when done", "from_schema", version, "to_schema", schemaVersion, "calls", calls)
+		p := newProgress(log, "migrating the store", calls)
+		if version == 2 {
+			if err := migrate2to3(db, p); err != nil {
+				return err
+			}
+		}
+		if err := migrate3to4(db, p); err != nil {
+			return err
+		}
+		log.Info("migrated the store", "from_schema", version, "to_schema", schemaVersion, "calls", calls, "elapsed", p.elapsed())
+		return nil
 	case 0:
 	default:
 		return fmt.Errorf("schema version %d is not supported (this mcpaudit reads versions 2 to %d): "+
