@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -136,6 +137,16 @@ func (l pebbleLogger) Errorf(format string, args ...any) {
 func (l pebbleLogger) Fatalf(format string, args ...any) {
 	l.log.Error("id index: " + fmt.Sprintf(format, args...))
 	os.Exit(1)
+}
+
+// firstLine is err's message without the stack traces pebble's errors
+// carry after it.
+func firstLine(err error) string {
+	if err == nil {
+		return ""
+	}
+	msg, _, _ := strings.Cut(err.Error(), "\n")
+	return msg
 }
 
 // privateFS creates pebble's files readable by their owner only, as
@@ -287,12 +298,26 @@ func openPebble(dir string, lock *pebble.Lock, create bool, log *slog.Logger) (*
 		Logger:           pebbleLogger{log},
 		FS:               privateFS{vfs.Default},
 	}
+	x := &idIndex{lock: lock, cache: cache, retryEvery: 5 * time.Second, log: log}
+	// Pebble's default for a corrupt block is Fatalf (the process exits),
+	// at every start while the damaged file stays: the index is derived,
+	// so a corruption is logged and counted, the read that met it fails
+	// (a lookup then scans the calls), and deleting the directory
+	// rebuilds it.
+	opts.EventListener = &pebble.EventListener{
+		DataCorruption: func(info pebble.DataCorruptionInfo) {
+			x.failures.Add(1)
+			log.Error("the call id index is corrupt: lookups that meet the damage scan the calls; stop serve and delete the directory to rebuild it",
+				"dir", dir, "file", info.Path, "err", firstLine(info.Details))
+		},
+	}
 	db, err := pebble.Open(dir, opts)
 	if err != nil {
 		cache.Unref()
 		return nil, fmt.Errorf("cannot open the call id index %s: %w", dir, err)
 	}
-	return &idIndex{db: db, lock: lock, cache: cache, retryEvery: 5 * time.Second, log: log}, nil
+	x.db = db
+	return x, nil
 }
 
 func (x *idIndex) get(key []byte) ([]byte, error) {
@@ -555,8 +580,13 @@ func (x *idIndex) lookup(ids []any) (rids []int64, mark int64, err error) {
 				rids = append(rids, int64(rid))
 			}
 		}
+		// Each seek resets the iterator's error: check it per id, or a
+		// block that failed to read reads as no entry.
+		if err := it.Error(); err != nil {
+			return nil, mark, err
+		}
 	}
-	return rids, mark, it.Error()
+	return rids, mark, nil
 }
 
 // callsKey is the expression of calls_key's first column: the millisecond

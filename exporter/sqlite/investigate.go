@@ -654,7 +654,9 @@ func (s *Store) callsByID(ctx context.Context, ids []string) ([]audit.Record, er
 		if s.ids != nil {
 			var err error
 			if rids, mark, err = s.ids.lookup(packed); err != nil {
-				return nil, err
+				// A damaged index: every row is past no mark.
+				s.ids.log.Warn("cannot look call ids up in the id index; scanning the calls", "err", firstLine(err))
+				rids, mark = nil, 0
 			}
 		}
 		read := func(query string, args ...any) error {
