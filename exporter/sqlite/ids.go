@@ -134,10 +134,19 @@ func (l pebbleLogger) Infof(format string, args ...any) {
 func (l pebbleLogger) Errorf(format string, args ...any) {
 	l.log.Error("id index: " + fmt.Sprintf(format, args...))
 }
+
+// Fatalf is what pebble calls when it cannot go on (a MANIFEST it cannot
+// create, in a directory it may not write). It panics with pebbleFatal
+// instead of exiting: openPebble turns that into Open's error, which names
+// the directory; anywhere else the process still stops, with the message.
 func (l pebbleLogger) Fatalf(format string, args ...any) {
-	l.log.Error("id index: " + fmt.Sprintf(format, args...))
-	os.Exit(1)
+	msg := fmt.Sprintf(format, args...)
+	l.log.Error("id index: " + msg)
+	panic(pebbleFatal(msg))
 }
+
+// pebbleFatal is the panic of pebbleLogger.Fatalf.
+type pebbleFatal string
 
 // firstLine is err's message without the stack traces pebble's errors
 // carry after it.
@@ -288,7 +297,16 @@ func tryOpenIDs(dir string, lock *pebble.Lock, epoch []byte, seq, deletes int64,
 
 // openPebble opens (or creates) the index in dir, whose lock the caller
 // holds.
-func openPebble(dir string, lock *pebble.Lock, create bool, log *slog.Logger) (*idIndex, error) {
+func openPebble(dir string, lock *pebble.Lock, create bool, log *slog.Logger) (x *idIndex, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			f, ok := r.(pebbleFatal)
+			if !ok {
+				panic(r)
+			}
+			x, err = nil, fmt.Errorf("cannot open the call id index %s: %s", dir, firstLine(errors.New(string(f))))
+		}
+	}()
 	cache := pebble.NewCache(8 << 20)
 	opts := &pebble.Options{
 		Cache:            cache,
@@ -298,7 +316,7 @@ func openPebble(dir string, lock *pebble.Lock, create bool, log *slog.Logger) (*
 		Logger:           pebbleLogger{log},
 		FS:               privateFS{vfs.Default},
 	}
-	x := &idIndex{lock: lock, cache: cache, retryEvery: 5 * time.Second, log: log}
+	x = &idIndex{lock: lock, cache: cache, retryEvery: 5 * time.Second, log: log}
 	// Pebble's default for a corrupt block is Fatalf (the process exits),
 	// at every start while the damaged file stays: the index is derived,
 	// so a corruption is logged and counted, the read that met it fails
