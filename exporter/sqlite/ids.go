@@ -227,7 +227,7 @@ func openIDs(dir string, db *sql.DB, log *slog.Logger) (*idIndex, error) {
 	lock, err := pebble.LockDirectory(dir, privateFS{vfs.Default})
 	if err != nil {
 		log.Info("the call id index is held by another store: this one looks calls up by id by scanning them",
-			"dir", dir, "err", err)
+			"dir", dir, "err", firstLine(err))
 		return nil, nil
 	}
 	x, reason := tryOpenIDs(dir, lock, epoch, seq, deletes, log)
@@ -548,7 +548,7 @@ func (x *idIndex) failed(err error) {
 	x.behind = true
 	x.lastRetry = time.Now()
 	x.log.Error("cannot write the call id index; lookups by id scan the calls past it until it catches up",
-		"indexed_through", x.mark.Load(), "err", err)
+		"indexed_through", x.mark.Load(), "err", firstLine(err))
 }
 
 // remove deletes the keys of deleted calls, and records the file's count
@@ -567,7 +567,7 @@ func (x *idIndex) remove(calls []indexedCall, deletes int64) {
 	}
 	if err := x.commit(b); err != nil {
 		x.failures.Add(1)
-		x.log.Warn("cannot delete from the call id index; its stale entries are skipped", "err", err)
+		x.log.Warn("cannot delete from the call id index; its stale entries are skipped", "err", firstLine(err))
 	}
 }
 
