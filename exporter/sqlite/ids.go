@@ -413,11 +413,8 @@ func rebuildIDs(dir string, lock *pebble.Lock, db *sql.DB, deletes int64, p *pro
 // catchUp indexes the calls of q past the mark, in batches, and moves the
 // mark to the last. It returns how many calls it indexed; p, when set,
 // hears them.
-func (x *idIndex) catchUp(q interface {
-	Query(string, ...any) (*sql.Rows, error)
-}, p *progress) (int64, error) {
+func (x *idIndex) catchUp(q querier, p *progress) (int64, error) {
 	const page = 20000
-	var key []byte
 	var done int64
 	for {
 		from := x.mark.Load()
@@ -426,21 +423,8 @@ func (x *idIndex) catchUp(q interface {
 			return done, err
 		}
 		b := x.db.NewBatch()
-		n, last := 0, from
-		for rows.Next() {
-			var rid, tenant int64
-			var id any
-			if err := rows.Scan(&rid, &id, &tenant); err != nil {
-				rows.Close()
-				b.Close()
-				return done, err
-			}
-			key = idKey(key[:0], id, tenant)
-			b.Set(key, binary.AppendUvarint(nil, uint64(rid)), nil)
-			n, last = n+1, rid
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+		n, last, err := indexRows(rows, b)
+		if err != nil {
 			b.Close()
 			return done, err
 		}
@@ -462,25 +446,43 @@ func (x *idIndex) catchUp(q interface {
 }
 
 // readRange adds to b the calls of q with rids in (from, to).
-func (x *idIndex) readRange(q interface {
-	Query(string, ...any) (*sql.Rows, error)
-}, b *pebble.Batch, from, to int64) error {
+func (x *idIndex) readRange(q querier, b *pebble.Batch, from, to int64) error {
 	rows, err := q.Query(`SELECT rid, id, tenant FROM calls WHERE rid > ? AND rid < ?`, from, to)
 	if err != nil {
 		return err
 	}
+	_, _, err = indexRows(rows, b)
+	return err
+}
+
+// querier is a connection or transaction the index reads calls through.
+type querier interface {
+	Query(string, ...any) (*sql.Rows, error)
+}
+
+// indexRows adds to b the calls of rows (rid, id, tenant, by ascending
+// rid) and closes rows; it returns how many there were and the last rid.
+func indexRows(rows *sql.Rows, b *pebble.Batch) (n int, last int64, err error) {
 	defer rows.Close()
 	var key []byte
 	for rows.Next() {
 		var rid, tenant int64
 		var id any
 		if err := rows.Scan(&rid, &id, &tenant); err != nil {
-			return err
+			return n, last, err
 		}
-		key = idKey(key[:0], id, tenant)
-		b.Set(key, binary.AppendUvarint(nil, uint64(rid)), nil)
+		key = setEntry(b, key, id, tenant, rid)
+		n, last = n+1, rid
 	}
-	return rows.Err()
+	return n, last, rows.Err()
+}
+
+// setEntry adds to b the entry of a call, built in key (returned for
+// reuse).
+func setEntry(b *pebble.Batch, key []byte, id any, tenant, rid int64) []byte {
+	key = idKey(key[:0], id, tenant)
+	b.Set(key, binary.AppendUvarint(nil, uint64(rid)), nil)
+	return key
 }
 
 // indexedCall is a call a commit stored, for the id index.
@@ -495,9 +497,7 @@ type indexedCall struct {
 // failed. A failure is logged and counted and leaves the mark behind: the
 // calls are found by the scan past the mark, and the next commit (or the
 // next open) catches up.
-func (x *idIndex) add(q interface {
-	Query(string, ...any) (*sql.Rows, error)
-}, calls []indexedCall) {
+func (x *idIndex) add(q querier, calls []indexedCall) {
 	if x == nil {
 		return
 	}
@@ -531,8 +531,7 @@ func (x *idIndex) add(q interface {
 		}
 	}
 	for _, c := range calls {
-		key = idKey(key[:0], c.id, c.tenant)
-		b.Set(key, binary.AppendUvarint(nil, uint64(c.rid)), nil)
+		key = setEntry(b, key, c.id, c.tenant, c.rid)
 	}
 	last := calls[len(calls)-1].rid
 	b.Set(idsMarkKey, binary.BigEndian.AppendUint64(nil, uint64(last)), nil)
