@@ -301,6 +301,13 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("cannot replay stored calls: %w", err)
 	}
+	// Every call up to a partition's mark was judged, and its windows
+	// closed, before the stop: the watermark goes on from there, not from
+	// the last replayed call (a quiet partition had moved on with the wall
+	// clock past it).
+	for k, m := range marks {
+		p.eng.RestoreWatermark(k, m.Watermark)
+	}
 	p.eng.Tick(p.now())
 	p.countOpen()
 	if n > 0 {
