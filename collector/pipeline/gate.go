@@ -168,6 +168,19 @@ func (g *gate) Write(w *audit.Write, prev audit.WriteState) {
 }
 
 func (g *gate) Finding(f *audit.Finding) {
+	// Made by a replayed call, or a window closing, that was judged and
+	// committed before the restart: stored then, though perhaps under
+	// another id (of two observations of one exchange that both came late,
+	// the one that arrived first stood for it; the replay, in time order,
+	// takes the earlier), and not made at all for a call that came too
+	// late to be judged then. Ids recognize what was made since.
+	t := f.Time
+	if f.Kind == audit.KindUnverifiedWrite {
+		t = t.Add(g.eng.Config().VerifyWindow) // its window closed then
+	}
+	if g.replayed(f.Tenant, f.Server, t) {
+		return
+	}
 	if g.known != nil {
 		id := f.ID()
 		if g.known[id] {
