@@ -283,6 +283,7 @@ func (p *Pipeline) recover(ctx context.Context) error {
 		return fmt.Errorf("cannot read stored findings: %w", err)
 	}
 	p.gate.recovering(wm, committed, known)
+	p.eng.OnDuplicate(p.gate.duplicate)
 	// The sources that held each partition back are known again before
 	// the replay, so that no watermark jumps to its fastest source.
 	for k, m := range marks {
