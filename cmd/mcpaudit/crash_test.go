@@ -9,8 +9,10 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -21,7 +23,9 @@ import (
 )
 
 // TestHelperServe is not a test: it is the child process of
-// TestServe_Kill9, running mcpaudit serve until it is killed.
+// TestServe_Kill9 (and of the other tests that start serve as a process),
+// running mcpaudit serve until it is killed, or stopped by SIGTERM or
+// SIGINT as main stops it.
 func TestHelperServe(t *testing.T) {
 	dir := os.Getenv("MCPAUDIT_CHILD_DATA_DIR")
 	if dir == "" {
@@ -36,7 +40,9 @@ func TestHelperServe(t *testing.T) {
 		}
 		args = append(args, more...)
 	}
-	run(context.Background(), args, nil, os.Stdout, os.Stderr)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	run(ctx, args, nil, os.Stdout, os.Stderr)
 }
 
 // TestServe_Kill9 kills the server with SIGKILL while clients are posting,

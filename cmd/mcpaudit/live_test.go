@@ -466,6 +466,30 @@ var liveScenarios = []struct {
 		}
 		return ds
 	}, 70 * time.Minute, false, false},
+	{"clocks_ahead_and_behind_one_exporter_lagging", func(recs []map[string]any) []delivery {
+		// Every pod exports at the real time its calls end (the existing
+		// skew scenario delivers the pod ahead after the others), while
+		// its clock dates them: thegram's pod-1 an hour ahead, pod-2 two
+		// hours behind, pod-3 right but exporting 10 min late; oddlynew's
+		// pod-1 two hours behind, pod-2 exporting 40 s late. The pods
+		// behind hold their partitions back (they deliver from the start,
+		// so they are not further behind than the allowance), the calls
+		// ahead are judged on arrival, and the rest are judged late
+		// against them: analyze's findings on the same calls in time
+		// order.
+		skew := map[string]time.Duration{"thegram/pod-1": time.Hour, "thegram/pod-2": -2 * time.Hour, "oddlynew/pod-1": -2 * time.Hour}
+		lag := map[string]time.Duration{"thegram/pod-3": 10 * time.Minute, "oddlynew/pod-2": 40 * time.Second}
+		var ds []delivery
+		for _, r := range recs {
+			server, pod := r["server"].(string), podOf(r, 4)
+			at := recEnd(r).Add(lag[server+"/"+pod])
+			if d := skew[server+"/"+pod]; d != 0 {
+				r = shifted(r, d)
+			}
+			ds = append(ds, delivery{rec: r, server: server, pod: pod, at: at})
+		}
+		return ds
+	}, 70 * time.Minute, false, false},
 	{"call_later_than_the_allowance", func(recs []map[string]any) []delivery {
 		// One timed-out write, early in the capture, is delivered after
 		// everything else, when its source has been quiet for longer than

@@ -82,8 +82,9 @@ func reqKey(c *audit.Call) string {
 // but not yet judged, which r then stands for (as it would had it come
 // first). When one observation saw no response and the other did, the one
 // kept takes the response and reading: the same request, so the same
-// operations.
-func (d *dedupe) take(r *audit.Record, src *source) (s *seen, replaced bool) {
+// operations. dropped is the observation of two waiting ones that does
+// not stand for the call.
+func (d *dedupe) take(r *audit.Record, src *source) (s *seen, replaced bool, dropped *audit.Record) {
 	c := r.Call
 	ct := etimeOf(c.Time)
 	var dup *seen
@@ -118,11 +119,11 @@ func (d *dedupe) take(r *audit.Record, src *source) (s *seen, replaced bool) {
 	}
 	if dup == nil && (d.old.near(fh, ct) || hasSpan && d.old.near(sh, ct)) {
 		// A second observation of a call judged a while ago.
-		return nil, false
+		return nil, false, nil
 	}
 	if dup != nil {
 		if dup.processed || dup.r == r {
-			return nil, false
+			return nil, false, nil
 		}
 		kept, other := dup.r, r
 		// The earlier observation stands for the call, the smaller id on a
@@ -138,7 +139,7 @@ func (d *dedupe) take(r *audit.Record, src *source) (s *seen, replaced bool) {
 		if earlier {
 			dup.src, dup.t = src, ct
 		}
-		return dup, earlier
+		return dup, earlier, other
 	}
 	s = d.byReq.at(fh, ct).add(seen{r: r, t: ct, src: src})
 	d.old.add(fh, ct)
@@ -146,7 +147,7 @@ func (d *dedupe) take(r *audit.Record, src *source) (s *seen, replaced bool) {
 		*d.bySpan.at(sh, ct) = s
 		d.old.add(sh, ct)
 	}
-	return s, false
+	return s, false, nil
 }
 
 // withResponse returns first with the response and reading of other, an

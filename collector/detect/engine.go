@@ -54,6 +54,9 @@ type Engine struct {
 	// per call cost more than comparing the names.
 	routes    [4]route
 	nextRoute int
+	// onDuplicate, when set, is told of each observation dropped for
+	// another that waits with it (OnDuplicate).
+	onDuplicate func(kept, dropped string)
 }
 
 // route is where calls of one tenant, server and source go.
@@ -156,6 +159,13 @@ func (e *Engine) ClockPerPartition() { e.perPartition = true }
 // re-sent upload. The live service leaves this to its store.
 func (e *Engine) DropRepeatedIDs() { e.ids = newRecentIDs(recentIDsKept) }
 
+// OnDuplicate has f told, for each pair of observations of one exchange
+// that wait together for the watermark, the id of the one that stands for
+// the call and of the one dropped. The live service uses it after a
+// restart: the replay takes such pairs in time order, where the live run
+// may have kept the other one.
+func (e *Engine) OnDuplicate(f func(kept, dropped string)) { e.onDuplicate = f }
+
 // Stats returns what was processed so far.
 func (e *Engine) Stats() *Stats { return &e.stats }
 
@@ -205,7 +215,10 @@ func (e *Engine) Add(src string, r *audit.Record, wall time.Time) {
 	// first with its response), and so is the same call sent again, while
 	// a call of its time can still be judged; with DropRepeatedIDs, a call
 	// sent again however late (a file given twice).
-	seen, replaced := p.dedupe.take(r, s)
+	seen, replaced, dropped := p.dedupe.take(r, s)
+	if dropped != nil && e.onDuplicate != nil {
+		e.onDuplicate(seen.r.Call.ID, dropped.Call.ID)
+	}
 	if seen != nil && seen.r != r && !replaced {
 		// A later observation completed a waiting one with its response.
 		seen = nil

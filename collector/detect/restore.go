@@ -57,6 +57,20 @@ func (e *Engine) RestoreSource(k PartitionKey, name string, clock, wall time.Tim
 	}
 }
 
+// RestoreWatermark raises partition k's watermark to wm, where it stood
+// when the last run stopped, judging the calls waiting up to it. It is
+// called after the stored calls are replayed: the replay's clock ends at
+// the last stored call, while a partition whose sources had gone quiet
+// had moved on with the wall clock, its windows closed and committed.
+// Without it a restart would open those windows again and take the
+// partition's mark back to its last call. A partition the engine does not
+// hold (no replayed call, no restored source) is left alone.
+func (e *Engine) RestoreWatermark(k PartitionKey, wm time.Time) {
+	if p := e.parts[k]; p != nil {
+		e.release(p, wm)
+	}
+}
+
 // Touch says that a source tried to deliver at wall time wall and was
 // refused (back-pressure, a store outage): it is not quiet, and keeps
 // holding its partitions back, for its calls are still to come. A source

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -33,6 +34,10 @@ type gate struct {
 	// those made since, until no replayed call or window can make one
 	// again (see forget); nil then.
 	known map[string]bool
+	// alt maps, while known is set, a call standing for an exchange to
+	// the other observations of it the engine dropped: the live run may
+	// have kept one of those, and cited it in a stored finding.
+	alt map[string][]string
 	// knownLen is len(known), for tests and status readers outside the
 	// engine goroutine.
 	knownLen atomic.Int64
@@ -101,7 +106,7 @@ func (g *gate) forget() {
 		}
 	}
 	if len(g.replayEnd) == 0 {
-		g.known, g.replayEnd = nil, nil
+		g.known, g.replayEnd, g.alt = nil, nil, nil
 		g.knownLen.Store(0)
 	}
 }
@@ -168,9 +173,22 @@ func (g *gate) Write(w *audit.Write, prev audit.WriteState) {
 }
 
 func (g *gate) Finding(f *audit.Finding) {
+	// Made by a replayed call, or a window closing, that was judged and
+	// committed before the restart: stored then, though perhaps under
+	// another id (of two observations of one exchange that both came late,
+	// the one that arrived first stood for it; the replay, in time order,
+	// takes the earlier), and not made at all for a call that came too
+	// late to be judged then. Ids recognize what was made since.
+	t := f.Time
+	if f.Kind == audit.KindUnverifiedWrite {
+		t = t.Add(g.eng.Config().VerifyWindow) // its window closed then
+	}
+	if g.replayed(f.Tenant, f.Server, t) {
+		return
+	}
 	if g.known != nil {
 		id := f.ID()
-		if g.known[id] {
+		if g.known[id] || g.knownAsOther(f) {
 			return
 		}
 		g.known[id] = true
@@ -188,6 +206,47 @@ func (g *gate) Finding(f *audit.Finding) {
 	for _, s := range g.sinks {
 		s.Finding(f)
 	}
+}
+
+// duplicate notes that the engine dropped observation dropped of the
+// exchange kept stands for, while stored findings are being recognized.
+func (g *gate) duplicate(kept, dropped string) {
+	if g.known == nil {
+		return
+	}
+	if g.alt == nil {
+		g.alt = map[string][]string{}
+	}
+	g.alt[kept] = append(g.alt[kept], dropped)
+}
+
+// knownAsOther reports whether f was stored citing, in place of one of
+// its calls, another observation of the same exchange: the one the live
+// run kept, where the replay keeps the earlier.
+func (g *gate) knownAsOther(f *audit.Finding) bool {
+	if len(g.alt) == 0 {
+		return false
+	}
+	for i, c := range f.Calls {
+		for _, other := range g.alt[c] {
+			calls := slices.Clone(f.Calls)
+			calls[i] = other
+			alt := *f
+			alt.Calls = calls
+			if g.known[alt.ID()] {
+				return true
+			}
+			// Evidence is cited in time order: the other observation may
+			// come after the other call.
+			if len(calls) == 2 {
+				calls[0], calls[1] = calls[1], calls[0]
+				if g.known[alt.ID()] {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // maxReusedWrites bounds the writes map kept from one commit to the next.

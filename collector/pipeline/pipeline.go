@@ -283,6 +283,7 @@ func (p *Pipeline) recover(ctx context.Context) error {
 		return fmt.Errorf("cannot read stored findings: %w", err)
 	}
 	p.gate.recovering(wm, committed, known)
+	p.eng.OnDuplicate(p.gate.duplicate)
 	// The sources that held each partition back are known again before
 	// the replay, so that no watermark jumps to its fastest source.
 	for k, m := range marks {
@@ -300,6 +301,13 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	})
 	if err != nil {
 		return fmt.Errorf("cannot replay stored calls: %w", err)
+	}
+	// Every call up to a partition's mark was judged, and its windows
+	// closed, before the stop: the watermark goes on from there, not from
+	// the last replayed call (a quiet partition had moved on with the wall
+	// clock past it).
+	for k, m := range marks {
+		p.eng.RestoreWatermark(k, m.Watermark)
 	}
 	p.eng.Tick(p.now())
 	p.countOpen()
