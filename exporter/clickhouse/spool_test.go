@@ -187,12 +187,13 @@ func TestSpool_GobFile(t *testing.T) {
 	if err := sp.append(a); err != nil {
 		t.Fatal(err)
 	}
-	data, err := os.ReadFile(sp.path(4, spoolExt))
+	path, off, _ := frameAt(t, sp, 4)
+	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.HasPrefix(data, []byte(spoolMagic)) {
-		t.Errorf("new spool file starts %q, want the S2 header", data[:min(len(data), 16)])
+	if off != 0 || !bytes.HasPrefix(data, []byte(spoolMagic)) {
+		t.Errorf("new segment starts %q (the frame at %d), want the S2 header", data[:min(len(data), 16)], off)
 	}
 	if got, err = sp.read(4); err != nil || !reflect.DeepEqual(got.Calls, a.Calls) {
 		t.Errorf("compressed file read back %+v, %v", got, err)
@@ -468,7 +469,7 @@ func BenchmarkSpoolEncode(b *testing.B) {
 	})
 }
 
-// TestGather_CorruptFile: a spool file cut short, or a version 1 file
+// TestGather_CorruptFile: a spool file of an earlier release cut short, or a version 1 file
 // (no checksum: what an earlier release left) broken in its S2 block or in
 // the batch encoding inside, is an error naming the file when it is the
 // first to drain, the batches before it still drain merged, and
@@ -494,24 +495,13 @@ func TestGather_CorruptFile(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
+			writeOldSpool(t, dir, encodeFrameCopy(t, testBatch("c_1")), tc.corrupt(encodeFrameCopy(t, testBatch("c_2"))), encodeFrameCopy(t, testBatch("c_3")))
 			sp, err := openSpool(dir, 1<<20, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, x := range []*batch{testBatch("c_1"), testBatch("c_2"), testBatch("c_3")} {
-				if err := sp.append(x); err != nil {
-					t.Fatal(err)
-				}
-			}
 			seqs := sp.first(64)
 			path := sp.path(seqs[1], spoolExt)
-			data, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(path, tc.corrupt(data), 0o600); err != nil {
-				t.Fatal(err)
-			}
 			s := &Store{spool: sp, opts: Options{BatchSize: 100}}
 			b, used, err := s.gather(sp.first(64), false)
 			if err != nil || !slices.Equal(used, seqs[:1]) || len(b.Calls) != 1 || b.Calls[0].ID != "c_1" {
