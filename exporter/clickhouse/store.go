@@ -860,6 +860,12 @@ func (s *Store) drain() error {
 				return nil
 			}
 			s.modeMu.Unlock()
+			if len(s.spool.first(1)) == 0 {
+				// Only appends whose sync is in flight (Ack "log"
+				// appends without modeMu): the next round takes them,
+				// rather than spinning until they are synced.
+				return nil
+			}
 			continue
 		}
 		b, used, err := s.gather(seqs, single)
