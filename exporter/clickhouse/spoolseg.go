@@ -368,8 +368,10 @@ func nextWholeFrame(r io.ReaderAt, from, size, limit int64) (next, n int64, err 
 }
 
 // close releases the spool's files: the spare segment is removed, and so
-// is the active one when none of its batches is left. The caller appends
-// and drains no more.
+// is the active one when none of its batches is left. A segment some of
+// whose batches the drain already has is copied without them, so that the
+// next start does not send them again. The caller appends and drains no
+// more.
 func (sp *spool) close() {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
@@ -382,13 +384,72 @@ func (sp *spool) close() {
 	if g := sp.active; g != nil && g.live == 0 {
 		sp.retire(g)
 	}
+	sp.active = nil
+	var segs []*segment
+	live := map[*segment][]spoolEntry{}
 	for _, e := range sp.entries {
-		if e.seg != nil && e.seg.f != nil {
+		if e.seg == nil {
+			continue
+		}
+		if e.seg.f != nil {
 			e.seg.f.Close()
 			e.seg.f = nil
 		}
+		if live[e.seg] == nil {
+			segs = append(segs, e.seg)
+		}
+		live[e.seg] = append(live[e.seg], e)
 	}
-	sp.active = nil
+	for _, g := range segs {
+		sp.compact(g, live[g])
+	}
+}
+
+// compact copies the batches es of segment g, all that is left of it, to a
+// new segment and removes g, when g also holds batches the drain has; the
+// caller holds mu. Best effort: on any failure g stays, and the next start
+// sends its drained batches again, which is harmless. A segment with a
+// damaged region stays as it is, so that recovery finds the damage where
+// it was and sets it aside again.
+func (sp *spool) compact(g *segment, es []spoolEntry) {
+	var n int64
+	for _, e := range es {
+		if e.damage != nil {
+			return
+		}
+		n += e.size
+	}
+	if n == g.size {
+		return
+	}
+	id := sp.nextSeg
+	sp.nextSeg++
+	path := sp.segmentPath(id)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return
+	}
+	ok := func() bool {
+		for _, e := range es {
+			data, err := g.read(e.off, e.size)
+			if err != nil {
+				return false
+			}
+			_, err = f.Write(data)
+			putSpoolBuf(data)
+			if err != nil {
+				return false
+			}
+		}
+		// The copy is durable before the original goes.
+		return f.Sync() == nil && syncDir(sp.dir) == nil
+	}()
+	f.Close()
+	if !ok {
+		os.Remove(path)
+		return
+	}
+	os.Remove(g.path)
 }
 
 // writeSynced writes data to a new file at path and syncs it and dir.

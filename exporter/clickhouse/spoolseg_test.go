@@ -556,3 +556,52 @@ func FuzzScanSegment(f *testing.F) {
 		}
 	})
 }
+
+// TestSpool_CloseCompacts: at Close, a segment some of whose batches the
+// drain already has is copied without them, so that the next start sends
+// only what is left; one with a damaged region stays as it is.
+func TestSpool_CloseCompacts(t *testing.T) {
+	dir := t.TempDir()
+	sp, err := openSpool(dir, 1<<20, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"c_1", "c_2", "c_3"} {
+		if err := sp.append(testBatch(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := sp.remove(sp.first(1)[0]); err != nil {
+		t.Fatal(err)
+	}
+	sp.close()
+	re, err := openSpool(dir, 1<<20, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := callIDs(t, re); !slices.Equal(got, []string{"c_2", "c_3"}) {
+		t.Errorf("calls after a restart %v, want the two not drained", got)
+	}
+	if segs := spoolFiles(t, dir, spoolSegExt); len(segs) != 1 {
+		t.Errorf("segments %v, want the copy alone", segs)
+	}
+	// A recovered segment with a damaged region in it is left whole.
+	path, off, _ := frameAt(t, re, re.first(1)[0])
+	re.close()
+	flip(t, path, off+3, 1) // the magic of c_2's frame
+	re, err = openSpool(dir, 1<<20, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := re.remove(re.entries[1].seq); err != nil { // c_3
+		t.Fatal(err)
+	}
+	re.close()
+	again, err := openSpool(dir, 1<<20, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := again.usage(); n != 2 || again.entries[0].damage == nil {
+		t.Errorf("after a restart: %d entries (first damaged: %v), want the damaged region and c_3 again", n, again.entries[0].damage != nil)
+	}
+}
