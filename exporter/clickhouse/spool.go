@@ -450,7 +450,10 @@ func (sp *spool) forget(i int) {
 	if e.seg != nil {
 		e.seg.live--
 		if e.seg.live == 0 {
-			sp.retire(e.seg)
+			// A segment that cannot be removed stays on disk: the
+			// next start sends its batches again, which is harmless,
+			// and this one is forgotten all the same.
+			_ = sp.retire(e.seg)
 		}
 	}
 }

@@ -75,9 +75,7 @@ func (sp *spool) segmentFor(n int64) (*segment, error) {
 		}
 		sp.active = nil
 		if a.live == 0 {
-			if err := sp.retire(a); err != nil {
-				return nil, err
-			}
+			_ = sp.retire(a) // best effort, as in forget
 		} else if a.synced == a.size && a.f != nil {
 			a.f.Close()
 			a.f = nil
