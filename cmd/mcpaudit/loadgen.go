@@ -72,6 +72,11 @@ type loadOptions struct {
 	// TLS is the client's TLS settings for https:// and TLS gRPC targets;
 	// nil: plain text for http:// and gRPC, Go's defaults for https://.
 	TLS *tls.Config
+
+	// For tests: sender replaces the protocol's sender of a client, and
+	// generated is called when a client's next batch is generated.
+	sender    func(source string) (sender, error)
+	generated func(client int)
 }
 
 // loadReport is what the server acknowledged.
@@ -236,6 +241,13 @@ type sendResult struct {
 	err             error
 }
 
+// genBatch is the calls of one request, generated ahead of its sending, and
+// the event time of the latest.
+type genBatch struct {
+	calls  []*capgen.Call
+	latest time.Time
+}
+
 // runLoad sends the load and returns what was acknowledged. Each client
 // generates its own sessions while it sends: the calls of its open
 // sessions are all it holds.
@@ -277,6 +289,10 @@ func runLoad(ctx context.Context, o loadOptions) (*loadReport, error) {
 	warm.Wait()
 	senders := make([]sender, o.Clients)
 	for w := range senders {
+		newSender := newSender
+		if o.sender != nil {
+			newSender = func(_ loadOptions, source string) (sender, error) { return o.sender(source) }
+		}
 		s, err := newSender(o, fmt.Sprintf("loadgen-%d", w))
 		if err != nil {
 			for _, s := range senders[:w] {
@@ -323,10 +339,51 @@ func runLoad(ctx context.Context, o loadOptions) (*loadReport, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			st, left := streams[w], share(w)
+			st := streams[w]
+			// The next batch is generated while the request before it
+			// waits for its answer, as an SDK's batch processor gathers
+			// spans while its exporter sends: one batch ahead, never two
+			// requests in flight. Turning it into a request stays on the
+			// sending path, as in the SDK's exporter.
+			batches, quit, generated := make(chan genBatch), make(chan struct{}), make(chan struct{})
+			go func() {
+				defer close(generated)
+				defer close(batches)
+				for left := share(w); left > 0; {
+					n := min(int64(o.Batch), left)
+					left -= n
+					gb := genBatch{calls: make([]*capgen.Call, 0, n)}
+					for len(gb.calls) < int(n) {
+						c, ok := st.Next()
+						if !ok {
+							break
+						}
+						c.Time = c.Time.Add(shift)
+						gb.calls = append(gb.calls, c)
+						// Not always the last: a duplicate observation is
+						// dated 200 ms after its original, which comes first.
+						if c.Time.After(gb.latest) {
+							gb.latest = c.Time
+						}
+					}
+					if len(gb.calls) == 0 {
+						return
+					}
+					if o.generated != nil {
+						o.generated(w)
+					}
+					select {
+					case batches <- gb:
+					case <-quit:
+						return
+					}
+				}
+			}()
 			var mine []time.Duration
 			var last time.Time
 			defer func() {
+				close(quit)
+				<-generated
 				mu.Lock()
 				rep.lat = append(rep.lat, mine...)
 				rep.MaxHeld += st.MaxHeld()
@@ -335,7 +392,6 @@ func runLoad(ctx context.Context, o loadOptions) (*loadReport, error) {
 				}
 				mu.Unlock()
 			}()
-			batch := make([]*capgen.Call, 0, o.Batch)
 			for stop.Err() == nil {
 				if pace != nil {
 					select {
@@ -344,28 +400,15 @@ func runLoad(ctx context.Context, o loadOptions) (*loadReport, error) {
 						return
 					}
 				}
-				n := min(int64(o.Batch), left)
-				if n <= 0 {
+				var gb genBatch
+				select {
+				case gb = <-batches:
+				case <-stop.Done():
 					return
 				}
-				left -= n
-				batch = batch[:0]
-				var latest time.Time
-				for len(batch) < int(n) {
-					c, ok := st.Next()
-					if !ok {
-						break
-					}
-					c.Time = c.Time.Add(shift)
-					batch = append(batch, c)
-					// Not always the last: a duplicate observation is
-					// dated 200 ms after its original, which comes first.
-					if c.Time.After(latest) {
-						latest = c.Time
-					}
-				}
+				batch, latest := gb.calls, gb.latest
 				if len(batch) == 0 {
-					return
+					return // the client's share is sent
 				}
 				if o.Live {
 					// A call is never sent before it happened: the plan's

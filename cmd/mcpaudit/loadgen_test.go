@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -267,5 +269,74 @@ func TestLoadgen_DefaultSeed(t *testing.T) {
 	}
 	if seeds[0] == seeds[1] {
 		t.Errorf("both runs used seed %d", seeds[0])
+	}
+}
+
+// pipelineSender is a sender for TestLoadgen_GeneratesAhead: each request
+// waits, while it is in flight, for its client's next batch to be
+// generated.
+type pipelineSender struct {
+	inFlight, maxInFlight *atomic.Int64
+	ahead                 func(sent int) bool
+	sent                  int
+	total                 int
+}
+
+func (s *pipelineSender) send(ctx context.Context, calls []*capgen.Call) sendResult {
+	n := s.inFlight.Add(1)
+	defer s.inFlight.Add(-1)
+	for m := s.maxInFlight.Load(); n > m && !s.maxInFlight.CompareAndSwap(m, n); m = s.maxInFlight.Load() {
+	}
+	s.sent++
+	if s.sent < s.total && !s.ahead(s.sent) {
+		return sendResult{failed: true, err: fmt.Errorf("request %d answered before the next batch was generated", s.sent)}
+	}
+	return sendResult{accepted: int64(len(calls)), new: -1}
+}
+
+func (s *pipelineSender) close() {}
+
+// TestLoadgen_GeneratesAhead: a client generates its next batch while its
+// request waits for the answer, as an SDK's batch processor gathers spans
+// while its exporter sends, and never has two requests in flight.
+func TestLoadgen_GeneratesAhead(t *testing.T) {
+	const batch, requests = 64, 10
+	var mu sync.Mutex
+	generated := 0
+	changed := sync.NewCond(&mu)
+	var inFlight, maxInFlight atomic.Int64
+	rep, err := runLoad(context.Background(), loadOptions{Target: "unused", Protocol: protoOTLPGRPC, Live: false,
+		Duration: time.Minute, Clients: 1, Batch: batch, Calls: batch * requests, Seed: 7,
+		generated: func(int) {
+			mu.Lock()
+			generated++
+			changed.Broadcast()
+			mu.Unlock()
+		},
+		sender: func(string) (sender, error) {
+			return &pipelineSender{inFlight: &inFlight, maxInFlight: &maxInFlight, total: requests,
+				ahead: func(sent int) bool {
+					// Batch sent+1 is generated while request sent is
+					// in flight, or never: a generator that waits for
+					// the answer would stall here for good.
+					deadline := time.AfterFunc(10*time.Second, func() { mu.Lock(); changed.Broadcast(); mu.Unlock() })
+					defer deadline.Stop()
+					start := time.Now()
+					mu.Lock()
+					defer mu.Unlock()
+					for generated < sent+1 && time.Since(start) < 10*time.Second {
+						changed.Wait()
+					}
+					return generated >= sent+1
+				}}, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Failed > 0 || rep.Sent != batch*requests {
+		t.Fatalf("%d of %d requests failed (%s), %d calls sent", rep.Failed, rep.Requests, rep.FirstError, rep.Sent)
+	}
+	if m := maxInFlight.Load(); m != 1 {
+		t.Errorf("%d requests in flight at once from one client, want 1", m)
 	}
 }

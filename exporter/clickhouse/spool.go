@@ -23,20 +23,40 @@ var (
 	errSpoolCorrupt = errors.New("corrupt spool file")
 )
 
-// spool keeps acknowledged batches on local disk while ClickHouse is
-// unreachable: one file per batch, written to a temporary name, synced and
-// renamed, so that a file either holds a whole batch or does not exist.
-// Files are drained oldest first and removed once ClickHouse has the batch;
-// a crash between the insert and the removal only re-sends a batch, which
-// its deduplication token (or the stored-row check) makes harmless.
+// spool keeps acknowledged batches on local disk: while ClickHouse is
+// unreachable, and with Ack "log" every batch. It is an append-only log of
+// segment files (spoolseg.go): each batch is one frame (spoolframe.go)
+// appended to the active segment and synced with fdatasync before its
+// append returns; appends that arrive while a sync is in flight share the
+// next one (group commit). A segment is created and its directory synced
+// ahead of the appends that use it, so that an acknowledgement waits for
+// one sync. Batches are drained oldest first and forgotten once ClickHouse
+// has them; a segment is removed once every batch in it is, so a crash
+// between an insert and the removal only re-sends batches, which their
+// deduplication token (or the stored-row check) makes harmless.
+//
+// Files of earlier releases, one batch per NNNN.batch file, are still
+// read and drained before the segments.
 type spool struct {
 	dir      string
 	maxBytes int64
+	// segmentBytes is the size past which the next append starts a new
+	// segment.
+	segmentBytes int64
 
-	mu    sync.Mutex
-	files []spoolFile // oldest first
-	bytes int64
-	next  uint64
+	// syncMu is held by the append syncing the active segment: the appends
+	// that write their frames meanwhile wait for it, and the first of them
+	// syncs for all (group commit).
+	syncMu sync.Mutex
+
+	mu      sync.Mutex
+	entries []spoolEntry // oldest first, by seq
+	bytes   int64
+	next    uint64
+	nextSeg uint64
+	lastSeg uint64   // the newest segment appended to
+	active  *segment // appended to; nil until an append needs one
+	spare   *segment // created and directory-synced ahead of the next rotation
 	// fresh holds the batches appended by this process that no insert
 	// has been tried with: ClickHouse cannot have their rows, so their
 	// first insert needs no check for rows already stored.
@@ -49,11 +69,25 @@ type spool struct {
 	kept     map[uint64]*batch
 	keptRows int
 	keepRows int
+	// torn lists the tails recovery cut off segments, for the store to log.
+	torn   []tornTail
+	closed bool
 }
 
-type spoolFile struct {
-	seq  uint64
-	size int64
+// spoolEntry is one batch in the spool.
+type spoolEntry struct {
+	seq uint64
+	// seg holds the batch's frame at off; nil for a file of its own
+	// (NNNN.batch, written by earlier releases).
+	seg       *segment
+	off, size int64
+	// pending is set from the write of the frame until the sync that
+	// makes it durable: the drain does not take it, nor anything after
+	// it, before its append is acknowledged.
+	pending bool
+	// damage, when set, says why the bytes at off are no frame: a region
+	// that recovery found between two frames (spoolseg.go).
+	damage *corruptError
 }
 
 // spoolBufs holds encoding buffers between appends: a batch of calls is
@@ -72,14 +106,21 @@ func putSpoolBuf(b []byte) { spoolBufs.Put(&b) }
 
 const (
 	spoolExt      = ".batch"
+	spoolSegExt   = ".log"
 	spoolTmpExt   = ".tmp"
 	spoolBadExt   = ".rejected"
 	spoolSeqWidth = 20
+	// defaultSegmentBytes is the size of a segment before the next append
+	// starts another: large enough that creating one (and syncing the
+	// directory) is rare, small enough that a crash re-sends little.
+	defaultSegmentBytes = 8 << 20
 )
 
 // openSpool opens (creating) dir, removes unfinished temporary files and
-// lists the batches left by an earlier run. Up to keepRows rows of the
-// batches appended from now on are also kept in memory for read.
+// lists the batches left by an earlier run: the files of earlier releases,
+// then the frames of each segment (a torn tail, never acknowledged, is cut
+// off). Up to keepRows rows of the batches appended from now on are also
+// kept in memory for read.
 func openSpool(dir string, maxBytes int64, keepRows int) (*spool, error) {
 	// Spooled batches hold tool arguments and results: private to the owner.
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -92,7 +133,8 @@ func openSpool(dir string, maxBytes int64, keepRows int) (*spool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot read spool directory: %w", err)
 	}
-	sp := &spool{dir: dir, maxBytes: maxBytes, next: 1, keepRows: keepRows}
+	sp := &spool{dir: dir, maxBytes: maxBytes, segmentBytes: min(defaultSegmentBytes, maxBytes), next: 1, nextSeg: 1, keepRows: keepRows}
+	var segs []uint64
 	for _, e := range entries {
 		name := e.Name()
 		switch {
@@ -110,9 +152,16 @@ func openSpool(dir string, maxBytes int64, keepRows int) (*spool, error) {
 			if err != nil {
 				return nil, fmt.Errorf("cannot stat spool file: %w", err)
 			}
-			sp.files = append(sp.files, spoolFile{seq: seq, size: info.Size()})
+			sp.entries = append(sp.entries, spoolEntry{seq: seq, size: info.Size()})
 			sp.bytes += info.Size()
 			sp.next = max(sp.next, seq+1)
+		case strings.HasSuffix(name, spoolSegExt):
+			id, err := strconv.ParseUint(strings.TrimSuffix(name, spoolSegExt), 10, 64)
+			if err != nil {
+				continue // not ours
+			}
+			segs = append(segs, id)
+			sp.nextSeg = max(sp.nextSeg, id+1)
 		case strings.HasSuffix(name, spoolBadExt):
 			seq, err := strconv.ParseUint(strings.TrimSuffix(name, spoolBadExt), 10, 64)
 			if err == nil {
@@ -120,12 +169,34 @@ func openSpool(dir string, maxBytes int64, keepRows int) (*spool, error) {
 			}
 		}
 	}
-	slices.SortFunc(sp.files, func(a, b spoolFile) int { return cmp.Compare(a.seq, b.seq) })
+	slices.SortFunc(sp.entries, func(a, b spoolEntry) int { return cmp.Compare(a.seq, b.seq) })
+	// The files of earlier releases were written before any segment.
+	slices.Sort(segs)
+	for _, id := range segs {
+		if err := sp.recoverSegment(id); err != nil {
+			return nil, err
+		}
+	}
 	return sp, nil
 }
 
 func (sp *spool) path(seq uint64, ext string) string {
 	return filepath.Join(sp.dir, fmt.Sprintf("%0*d%s", spoolSeqWidth, seq, ext))
+}
+
+// where returns the file that holds the batch of seq, for log lines.
+func (sp *spool) where(seq uint64) string {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	if i, ok := sp.find(seq); ok && sp.entries[i].seg != nil {
+		return fmt.Sprintf("%s (the frame at byte %d)", sp.entries[i].seg.path, sp.entries[i].off)
+	}
+	return sp.path(seq, spoolExt)
+}
+
+// find returns the index of seq in entries; the caller holds mu.
+func (sp *spool) find(seq uint64) (int, bool) {
+	return slices.BinarySearchFunc(sp.entries, seq, func(e spoolEntry, seq uint64) int { return cmp.Compare(e.seq, seq) })
 }
 
 // append writes b durably: when it returns nil the batch survives a crash.
@@ -136,81 +207,72 @@ func (sp *spool) append(b *batch) error {
 	}
 	defer putSpoolBuf(data)
 	sp.mu.Lock()
-	defer sp.mu.Unlock()
 	if sp.bytes+int64(len(data)) > sp.maxBytes {
+		sp.mu.Unlock()
 		return fmt.Errorf("cannot spool %d bytes (%d of %d used): %w", len(data), sp.bytes, sp.maxBytes, errSpoolFull)
 	}
+	seg, err := sp.segmentFor(int64(len(data)))
+	if err != nil {
+		sp.mu.Unlock()
+		return err
+	}
+	off := seg.size
+	if _, err := seg.f.WriteAt(data, off); err != nil {
+		// What it left after seg.size is a torn tail: no frame goes
+		// after it, the next append starts a new segment.
+		seg.failed = fmt.Errorf("cannot write spool segment %s: %w", seg.path, err)
+		sp.mu.Unlock()
+		return seg.failed
+	}
+	seg.size += int64(len(data))
+	seg.live++
 	seq := sp.next
-	tmp, final := sp.path(seq, spoolTmpExt), sp.path(seq, spoolExt)
-	if err := writeSynced(tmp, data); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	if err := os.Rename(tmp, final); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("cannot publish spool file: %w", err)
-	}
-	if err := syncDir(sp.dir); err != nil {
-		return err
-	}
 	sp.next++
-	if sp.fresh == nil {
-		sp.fresh = map[uint64]bool{}
-	}
-	sp.fresh[seq] = true
 	// Kept only when every batch before it still in the spool is: the
 	// drain takes the oldest first, so a kept batch behind one read from
 	// disk would stay in memory for the whole backlog.
-	if n := b.rows(); len(sp.kept) == len(sp.files) && sp.keptRows+n <= sp.keepRows {
+	if n := b.rows(); len(sp.kept) == len(sp.entries) && sp.keptRows+n <= sp.keepRows {
 		if sp.kept == nil {
 			sp.kept = map[uint64]*batch{}
 		}
 		sp.kept[seq] = b
 		sp.keptRows += n
 	}
-	sp.files = append(sp.files, spoolFile{seq: seq, size: int64(len(data))})
+	if sp.fresh == nil {
+		sp.fresh = map[uint64]bool{}
+	}
+	sp.fresh[seq] = true
+	sp.entries = append(sp.entries, spoolEntry{seq: seq, seg: seg, off: off, size: int64(len(data)), pending: true})
 	sp.bytes += int64(len(data))
-	return nil
-}
+	sp.mu.Unlock()
 
-func writeSynced(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	err = sp.sync(seg, off+int64(len(data)))
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	i, _ := sp.find(seq)
 	if err != nil {
-		return fmt.Errorf("cannot create spool file: %w", err)
+		// Not acknowledged. Its frame may still reach the disk; if a
+		// crash comes first, recovery finds it and it is drained, as a
+		// batch whose sender was told to send it again.
+		delete(sp.fresh, seq)
+		sp.forget(i)
+		return err
 	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return fmt.Errorf("cannot write spool file: %w", err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("cannot sync spool file: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("cannot close spool file: %w", err)
-	}
+	sp.entries[i].pending = false
 	return nil
 }
 
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("cannot open spool directory: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("cannot sync spool directory: %w", err)
-	}
-	return nil
-}
-
-// first returns the sequence numbers of the n oldest batches.
+// first returns the sequence numbers of the n oldest batches whose appends
+// are synced.
 func (sp *spool) first(n int) []uint64 {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
-	seqs := make([]uint64, 0, min(n, len(sp.files)))
-	for _, f := range sp.files[:min(n, len(sp.files))] {
-		seqs = append(seqs, f.seq)
+	seqs := make([]uint64, 0, min(n, len(sp.entries)))
+	for _, e := range sp.entries[:min(n, len(sp.entries))] {
+		if e.pending {
+			break // not acknowledged yet, nor is anything after it
+		}
+		seqs = append(seqs, e.seq)
 	}
 	return seqs
 }
@@ -255,11 +317,45 @@ func (sp *spool) view(seq uint64) (b *batch, kept bool, err error) {
 	return b, false, err
 }
 
-// decode reads and decodes the file of seq. A file that cannot be trusted
-// is an error matching errSpoolCorrupt that names it, where the damage
-// shows and what it is.
+// decode reads and decodes the frame of seq. A frame that cannot be
+// trusted is an error matching errSpoolCorrupt that names its file, where
+// the damage shows and what it is.
 func (sp *spool) decode(seq uint64) (*batch, error) {
-	path := sp.path(seq, spoolExt)
+	sp.mu.Lock()
+	i, ok := sp.find(seq)
+	var e spoolEntry
+	if ok {
+		e = sp.entries[i]
+	}
+	sp.mu.Unlock()
+	switch {
+	case !ok:
+		return nil, fmt.Errorf("cannot read spooled batch %d: %w", seq, os.ErrNotExist)
+	case e.damage != nil:
+		ce := *e.damage
+		ce.path = e.seg.path
+		return nil, &ce
+	case e.seg == nil:
+		return sp.decodeFile(sp.path(seq, spoolExt))
+	}
+	data, err := e.seg.read(e.off, e.size)
+	if err != nil {
+		return nil, err
+	}
+	defer putSpoolBuf(data)
+	b, err := decodeFrame(data, sp.maxBytes)
+	if ce, ok := err.(*corruptError); ok {
+		ce.path = e.seg.path
+		if !ce.inBatch {
+			ce.offset += e.off
+		}
+	}
+	return b, err
+}
+
+// decodeFile reads and decodes a spool file of an earlier release, one
+// batch in it.
+func (sp *spool) decodeFile(path string) (*batch, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("cannot read spool file: %w", err)
@@ -269,7 +365,7 @@ func (sp *spool) decode(seq uint64) (*batch, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot read spool file: %w", err)
 	}
-	// The writer never makes a file larger than the whole spool: one
+	// The writer never made a file larger than the whole spool: one
 	// that is (not ours, or the limit lowered since) is not read in.
 	if info.Size() > sp.maxBytes {
 		return nil, &corruptError{path: path, offset: sp.maxBytes,
@@ -288,43 +384,89 @@ func (sp *spool) decode(seq uint64) (*batch, error) {
 
 // remove forgets the batch of seq, which ClickHouse now has.
 func (sp *spool) remove(seq uint64) error {
-	return sp.drop(seq, func(path string) error { return os.Remove(path) })
+	return sp.drop(seq, func(e spoolEntry) error {
+		if e.seg != nil {
+			return nil // its segment goes once none of its batches is left
+		}
+		return os.Remove(sp.path(seq, spoolExt))
+	})
 }
 
-// reject moves the batch of seq aside, for a person to look at: ClickHouse
-// refused it for good.
+// reject sets the batch of seq aside, as NNNN.rejected, for a person to
+// look at: ClickHouse refused it for good, or its frame is damaged. From a
+// segment, the file holds the frame's bytes as they are there (a frame is
+// a spool file of its own).
 func (sp *spool) reject(seq uint64) (string, error) {
 	bad := sp.path(seq, spoolBadExt)
-	return bad, sp.drop(seq, func(path string) error { return os.Rename(path, bad) })
+	return bad, sp.drop(seq, func(e spoolEntry) error {
+		if e.seg == nil {
+			return os.Rename(sp.path(seq, spoolExt), bad)
+		}
+		data, err := e.seg.read(e.off, e.size)
+		if err != nil {
+			return err
+		}
+		defer putSpoolBuf(data)
+		return writeSynced(sp.dir, bad, data)
+	})
 }
 
-func (sp *spool) drop(seq uint64, op func(path string) error) error {
+// drop forgets the batch of seq after op has dealt with its bytes. The
+// drain calls it; once the last batch of a segment is gone, the segment
+// goes, and the spare segment of the next append is prepared here, off the
+// acknowledgement's path.
+func (sp *spool) drop(seq uint64, op func(spoolEntry) error) error {
 	sp.mu.Lock()
-	defer sp.mu.Unlock()
-	i := slices.IndexFunc(sp.files, func(f spoolFile) bool { return f.seq == seq })
-	if i < 0 {
+	i, ok := sp.find(seq)
+	if !ok {
+		sp.mu.Unlock()
 		return nil
 	}
-	if err := op(sp.path(seq, spoolExt)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("cannot remove spool file: %w", err)
+	if err := op(sp.entries[i]); err != nil && !errors.Is(err, os.ErrNotExist) {
+		sp.mu.Unlock()
+		return fmt.Errorf("cannot remove spooled batch: %w", err)
 	}
-	sp.bytes -= sp.files[i].size
-	sp.files = slices.Delete(sp.files, i, i+1)
-	if kb := sp.kept[seq]; kb != nil {
-		sp.keptRows -= kb.rows()
-		delete(sp.kept, seq)
+	sp.forget(i)
+	needSpare := sp.spare == nil && sp.lastSeg > 0
+	sp.mu.Unlock()
+	if needSpare {
+		// Best effort: without a spare, the next append that needs a
+		// segment creates it and reports what fails.
+		sp.prepareSpare()
 	}
 	return nil
+}
+
+// forget removes entries[i]; the caller holds mu. A segment left without
+// batches is removed.
+func (sp *spool) forget(i int) {
+	e := sp.entries[i]
+	sp.bytes -= e.size
+	sp.entries = slices.Delete(sp.entries, i, i+1)
+	if kb := sp.kept[e.seq]; kb != nil {
+		sp.keptRows -= kb.rows()
+		delete(sp.kept, e.seq)
+	}
+	if e.seg != nil {
+		e.seg.live--
+		if e.seg.live == 0 {
+			// A segment that cannot be removed stays on disk: the
+			// next start sends its batches again, which is harmless,
+			// and this one is forgotten all the same.
+			_ = sp.retire(e.seg)
+		}
+	}
 }
 
 // usage returns how many batches and bytes the spool holds.
 func (sp *spool) usage() (batches int, bytes int64) {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
-	return len(sp.files), sp.bytes
+	return len(sp.entries), sp.bytes
 }
 
-// lastAppended returns the seq of the last batch appended (0 when none).
+// lastAppended returns the seq of the last batch appended (0 when none),
+// its sync done or not.
 func (sp *spool) lastAppended() uint64 {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
@@ -336,10 +478,10 @@ func (sp *spool) lastAppended() uint64 {
 func (sp *spool) doneThrough() uint64 {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
-	if len(sp.files) == 0 {
+	if len(sp.entries) == 0 {
 		return sp.next - 1
 	}
-	return sp.files[0].seq - 1
+	return sp.entries[0].seq - 1
 }
 
 // tried reports whether an insert may have carried any of seqs already

@@ -143,6 +143,10 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		progress: make(chan struct{}),
 	}
 	close(s.drained)
+	for _, t := range sp.torn {
+		log.Warn("clickhouse: cut the torn tail off a spool segment: appends whose sync never returned, not acknowledged",
+			"file", t.path, "at_byte", t.at, "bytes", t.bytes)
+	}
 	if n, bytes := sp.usage(); n > 0 {
 		log.Warn("clickhouse: batches left in the spool; draining them", "batches", n, "bytes", bytes, "dir", o.Spool.Dir)
 		s.recoverWatermark()
@@ -856,6 +860,12 @@ func (s *Store) drain() error {
 				return nil
 			}
 			s.modeMu.Unlock()
+			if len(s.spool.first(1)) == 0 {
+				// Only appends whose sync is in flight (Ack "log"
+				// appends without modeMu): the next round takes them,
+				// rather than spinning until they are synced.
+				return nil
+			}
 			continue
 		}
 		b, used, err := s.gather(seqs, single)
@@ -888,7 +898,7 @@ func (s *Store) drain() error {
 		path, rerr := s.spool.reject(used[0])
 		if rerr != nil {
 			// Still in the spool: the drain stops here and tries again.
-			s.log.Error("clickhouse: a spooled batch cannot be stored, nor moved aside; the drain retries it", "file", s.spool.path(used[0], spoolExt), "err", err, "move_err", rerr)
+			s.log.Error("clickhouse: a spooled batch cannot be stored, nor moved aside; the drain retries it", "file", s.spool.where(used[0]), "err", err, "move_err", rerr)
 			return rerr
 		}
 		// Counted before progressed, and before the spool can be seen
@@ -976,8 +986,8 @@ func (s *Store) waitDrained(ctx context.Context) error {
 // recoverWatermark finds the latest watermark among spooled batches, so that
 // Watermark answers before they are drained.
 func (s *Store) recoverWatermark() {
-	for _, f := range s.spool.files {
-		b, err := s.spool.read(f.seq)
+	for _, e := range s.spool.entries {
+		b, err := s.spool.read(e.seq)
 		if err != nil {
 			continue // drain moves it aside
 		}
@@ -1006,6 +1016,7 @@ func (s *Store) Close() error {
 	s.sendMu.Unlock()
 	close(s.quit)
 	s.wg.Wait()
+	s.spool.close()
 	if s.connected() {
 		s.signNow(false)
 		return s.conn.Close()
