@@ -160,8 +160,9 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (audit.Store, 
 			o.SigningKey = key
 		}
 		if c := cacheWithin(o.CacheMiB, int64(cfg.Serve.MemoryLimit)); c != o.CacheMiB {
-			log.Info("the store's page cache is held to an eighth of serve.memory_limit",
-				"cache_mib", c, "configured_cache_mib", o.CacheMiB, "memory_limit", formatBytes(int64(cfg.Serve.MemoryLimit)))
+			log.Info("the store's page cache is held to an eighth of serve.memory_limit, less the id index's buffers",
+				"cache_mib", c, "configured_cache_mib", o.CacheMiB, "id_index_mib", sqlite.IDIndexOffHeapMiB,
+				"memory_limit", formatBytes(int64(cfg.Serve.MemoryLimit)))
 			o.CacheMiB = c
 		}
 		// A migration or a rebuild of the id index logs its progress:
