@@ -14,7 +14,7 @@ import (
 
 func TestCacheWithin(t *testing.T) {
 	// The id index's buffers outside the Go heap come out of the eighth:
-	// 16 MiB in a cgo build, none without cgo.
+	// 8 MiB in a cgo build, none without cgo.
 	const idx = sqlite.IDIndexOffHeapMiB
 	for _, c := range []struct {
 		cache int
@@ -25,7 +25,7 @@ func TestCacheWithin(t *testing.T) {
 		{128, 0, 128},                   // no limit: as configured
 		{0, 256 << 20, 32 - idx},        // the default 64 held to 256 MiB / 8
 		{16, 256 << 20, 16},             // already within
-		{64, 1 << 30, 64},               // within 128 - 16
+		{64, 1 << 30, 64},               // within 128 - 8
 		{64, 4 << 20, 1},                // never below 1 MiB
 		{100, (800 + 8*idx) << 20, 100}, // exactly an eighth less the index
 		{200, (800+8*idx)<<20 + 1, 100}, // rounded down

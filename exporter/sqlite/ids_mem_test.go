@@ -9,8 +9,8 @@ import (
 // its block cache, after enough calls to fill and flush several memtables
 // and after lookups, stays within IDIndexOffHeapMiB, which serve takes out
 // of the eighth of memory_limit left outside the Go heap. (Measured
-// 2026-12-02: 4 MiB of memtable, 4 MiB kept for reuse, and a block cache
-// that the lookups here miss and leave empty.)
+// 2026-12-02: 4 MiB of memtable and 4 MiB kept for reuse, reserved out of
+// the 8 MiB block cache, which the lookups here then miss every time.)
 func TestIDIndex_OffHeapWithinBudget(t *testing.T) {
 	if IDIndexOffHeapMiB == 0 {
 		t.Skip("built without cgo: pebble's buffers are Go heap, under the runtime's limit")

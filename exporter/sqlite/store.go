@@ -45,7 +45,7 @@ type Options struct {
 	// CacheMiB is SQLite's page cache of the writing connection, in MiB.
 	// Default 64. serve holds it to an eighth of serve.memory_limit when
 	// that is set (the share left outside the Go heap, where the cache
-	// lives), less the id index's buffers (16 MiB in a build with cgo,
+	// lives), less the id index's buffers (8 MiB in a build with cgo,
 	// IDIndexOffHeapMiB; none in the release image, built without), and
 	// logs the size it took.
 	CacheMiB int `yaml:"cache_mib"`
