@@ -160,8 +160,9 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (audit.Store, 
 			o.SigningKey = key
 		}
 		if c := cacheWithin(o.CacheMiB, int64(cfg.Serve.MemoryLimit)); c != o.CacheMiB {
-			log.Info("the store's page cache is held to an eighth of serve.memory_limit",
-				"cache_mib", c, "configured_cache_mib", o.CacheMiB, "memory_limit", formatBytes(int64(cfg.Serve.MemoryLimit)))
+			log.Info("the store's page cache is held to an eighth of serve.memory_limit, less the id index's buffers",
+				"cache_mib", c, "configured_cache_mib", o.CacheMiB, "id_index_mib", sqlite.IDIndexOffHeapMiB,
+				"memory_limit", formatBytes(int64(cfg.Serve.MemoryLimit)))
 			o.CacheMiB = c
 		}
 		// A migration or a rebuild of the id index logs its progress:
@@ -199,8 +200,11 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (audit.Store, 
 
 // cacheWithin returns the embedded store's page cache, in MiB, held to the
 // eighth of serve.memory_limit that applyMemoryLimit leaves outside the Go
-// heap: SQLite's cache lives outside it, where the runtime's limit does not
-// see it. Zero configured means the store's default; no limit leaves it.
+// heap, less what the store's id index holds there
+// (sqlite.IDIndexOffHeapMiB): SQLite's cache lives outside the Go heap,
+// where the runtime's limit does not see it, and so do the index's buffers
+// in a cgo build. Zero configured means the store's default; no limit
+// leaves it.
 func cacheWithin(cacheMiB int, memoryLimit int64) int {
 	if memoryLimit <= 0 {
 		return cacheMiB
@@ -208,7 +212,7 @@ func cacheWithin(cacheMiB int, memoryLimit int64) int {
 	if cacheMiB == 0 {
 		cacheMiB = sqlite.NewDefaultOptions().CacheMiB
 	}
-	return max(1, min(cacheMiB, int(memoryLimit/8>>20)))
+	return max(1, min(cacheMiB, int(memoryLimit/8>>20)-sqlite.IDIndexOffHeapMiB))
 }
 
 // startServer opens the store, rebuilds the detector's state and starts

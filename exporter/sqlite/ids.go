@@ -68,6 +68,14 @@ const (
 const sqlCountDelete = `INSERT INTO meta (key, value) VALUES ('` + idsDeletesMeta + `', 1)
 	ON CONFLICT (key) DO UPDATE SET value = value + 1 RETURNING value`
 
+// The id index's block cache and memtable, in bytes. Pebble allocates
+// both with its own allocator: in C memory when built with cgo, outside the
+// Go heap (IDIndexOffHeapMiB).
+const (
+	idsCacheBytes    = 8 << 20
+	idsMemTableBytes = 4 << 20
+)
+
 // idIndex is the pebble index of call ids. The committer alone writes it;
 // lookups read it concurrently.
 type idIndex struct {
@@ -307,10 +315,10 @@ func openPebble(dir string, lock *pebble.Lock, create bool, log *slog.Logger) (x
 			x, err = nil, fmt.Errorf("cannot open the call id index %s: %s", dir, firstLine(errors.New(string(f))))
 		}
 	}()
-	cache := pebble.NewCache(8 << 20)
+	cache := pebble.NewCache(idsCacheBytes)
 	opts := &pebble.Options{
 		Cache:            cache,
-		MemTableSize:     4 << 20,
+		MemTableSize:     idsMemTableBytes,
 		ErrorIfNotExists: !create,
 		Lock:             lock,
 		Logger:           pebbleLogger{log},

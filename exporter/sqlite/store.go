@@ -45,7 +45,9 @@ type Options struct {
 	// CacheMiB is SQLite's page cache of the writing connection, in MiB.
 	// Default 64. serve holds it to an eighth of serve.memory_limit when
 	// that is set (the share left outside the Go heap, where the cache
-	// lives) and logs the size it took.
+	// lives), less the id index's buffers (8 MiB in a build with cgo,
+	// IDIndexOffHeapMiB; none in the release image, built without), and
+	// logs the size it took.
 	CacheMiB int `yaml:"cache_mib"`
 	// ReadConns is how many connections serve queries at once. Default 4.
 	ReadConns int `yaml:"read_conns"`
