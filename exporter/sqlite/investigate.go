@@ -103,6 +103,11 @@ var writeHours = []string{
 	) WITHOUT ROWID, STRICT`,
 	`INSERT INTO write_hours (hour, tenant, server, state, n)
 		SELECT time / 3600000000000, tenant, server, state, count(*) FROM writes GROUP BY 1, 2, 3, 4`,
+}
+
+// writeHoursTriggers keep write_hours. They go with the writes table: a
+// migration that rebuilds it creates them again (migrate4to5).
+var writeHoursTriggers = []string{
 	`CREATE TRIGGER write_hours_insert AFTER INSERT ON writes BEGIN
 		INSERT INTO write_hours (hour, tenant, server, state, n)
 			VALUES (new.time / 3600000000000, new.tenant, new.server, new.state, 1)
@@ -137,7 +142,7 @@ func (s *Store) createRollup(db *sql.DB) (map[audit.WriteState]int64, error) {
 		return nil, err
 	}
 	if n == 0 {
-		for _, stmt := range writeHours {
+		for _, stmt := range append(slices.Clone(writeHours), writeHoursTriggers...) {
 			if _, err := tx.Exec(stmt); err != nil {
 				return nil, fmt.Errorf("cannot create write_hours: %w", err)
 			}

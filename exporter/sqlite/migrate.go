@@ -230,11 +230,12 @@ func migrate3to4(db *sql.DB, p *progress) error {
 // (call_documents: the index beside the file holds it since schema 5),
 // and rewrites writes without the constraint UNIQUE (call_id, seq, tenant),
 // which SQLite cannot drop in place: writes are upserted by their primary
-// key. The write_hours rollup, whose triggers go with the old table, is
-// rebuilt from the writes when the store opens its investigation side,
-// and the index beside the file is rebuilt with the documents (its epoch is
-// forgotten). It runs in one transaction: a failure leaves the file at
-// schema 4.
+// key. The rows are copied as they are, so the write_hours rollup stays
+// right: its triggers, which go with the old table, are created again (a
+// file without the rollup gets it from the writes when the store opens its
+// investigation side, as before). The index beside the file is rebuilt with
+// the documents (its epoch is forgotten). It runs in one transaction: a
+// failure leaves the file at schema 4.
 func migrate4to5(db *sql.DB, p *progress) error {
 	tx, err := db.Begin()
 	if err != nil {
@@ -264,12 +265,22 @@ func migrate4to5(db *sql.DB, p *progress) error {
 			session, document, key, state_after FROM writes ORDER BY time, call_id, seq, tenant`,
 		`DROP TABLE writes`, // its triggers and partial indexes go with it
 		`ALTER TABLE writes5 RENAME TO writes`,
-		`DROP TABLE IF EXISTS write_hours`,
 		`DELETE FROM meta WHERE key = '` + idsEpochMeta + `'`,
 		`PRAGMA user_version = 5`,
 	} {
 		if _, err := tx.Exec(stmt); err != nil {
 			return fmt.Errorf("cannot migrate schema 4 to 5: %w", err)
+		}
+	}
+	var rollup int
+	if err := tx.QueryRow(`SELECT count(*) FROM sqlite_schema WHERE name = 'write_hours'`).Scan(&rollup); err != nil {
+		return fmt.Errorf("cannot migrate schema 4 to 5: %w", err)
+	}
+	if rollup > 0 {
+		for _, stmt := range writeHoursTriggers {
+			if _, err := tx.Exec(stmt); err != nil {
+				return fmt.Errorf("cannot migrate schema 4 to 5: %w", err)
+			}
 		}
 	}
 	return tx.Commit()
