@@ -165,24 +165,10 @@ func encodeCalls(calls []audit.Record) ([]callRow, error) {
 		if r.Call.Session != "" {
 			row.session, row.ok = sessionMinute{sessionHash(r.Call.Session), bucketOf(t)}, true
 		}
-		for _, d := range r.Documents() {
-			h := docHash(d)
-			if !containsInt32(row.docs, h) {
-				row.docs = append(row.docs, h)
-			}
-		}
+		row.docs = docHashes(nil, r)
 		rows = append(rows, row)
 	}
 	return rows, nil
-}
-
-func containsInt32(s []int32, v int32) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 func encodeResults(r *audit.Results) (*request, error) {
@@ -440,11 +426,10 @@ func (s *Store) commitLoop() {
 
 const (
 	sqlInsertCall  = `INSERT OR IGNORE INTO calls (id, tenant, time, rec) VALUES (?, ?, ?, ?)`
-	sqlInsertDoc   = `INSERT OR IGNORE INTO call_documents (dh, time, call) VALUES (?, ?, ?)`
 	sqlUpsertWrite = `INSERT INTO writes (call_id, seq, time, state, server, tenant, tool, reason, action,
 			session, document, key, state_after)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT (call_id, seq, tenant) DO UPDATE SET time = excluded.time, state = excluded.state,
+		ON CONFLICT (time, call_id, seq, tenant) DO UPDATE SET state = excluded.state,
 			server = excluded.server, tool = excluded.tool, reason = excluded.reason,
 			action = excluded.action, session = excluded.session, document = excluded.document,
 			key = excluded.key, state_after = excluded.state_after`
@@ -515,7 +500,7 @@ func (s *Store) commitBatch(batch []*request, calls int) (err error) {
 		}
 	}()
 	stmt := func(query string) (*sql.Stmt, error) { return tx.PrepareContext(ctx, query) }
-	var insCall, insDoc, insSession, upWrite, insFinding *sql.Stmt
+	var insCall, insSession, upWrite, insFinding *sql.Stmt
 	// The new calls of each tenant, in rid order, for its chain entry.
 	chained := map[string][]rowHash{}
 	var lastRID int64 // of the calls stored
@@ -523,9 +508,6 @@ func (s *Store) commitBatch(batch []*request, calls int) (err error) {
 	for _, req := range batch {
 		if len(req.calls) > 0 && insCall == nil {
 			if insCall, err = stmt(sqlInsertCall); err != nil {
-				return wrap(err)
-			}
-			if insDoc, err = stmt(sqlInsertDoc); err != nil {
 				return wrap(err)
 			}
 			if insSession, err = stmt(sqlInsertSession); err != nil {
@@ -552,12 +534,7 @@ func (s *Store) commitBatch(batch []*request, calls int) (err error) {
 				return wrap(err)
 			}
 			chained[c.tenant] = append(chained[c.tenant], rowHash{row: rid, hash: callHash(rid, c.id, c.tenant, c.time, c.rec)})
-			stored = append(stored, indexedCall{id: c.id, tenant: tenant, rid: rid})
-			for _, dh := range c.docs {
-				if _, err := insDoc.Exec(dh, c.time, rid); err != nil {
-					return wrap(err)
-				}
-			}
+			stored = append(stored, indexedCall{id: c.id, tenant: tenant, rid: rid, time: c.time, docs: c.docs})
 			lastRID = rid
 			if _, seen := s.sessions[c.session]; c.ok && !seen {
 				if _, err := insSession.Exec(c.session.sh, c.session.minute); err != nil {
@@ -684,8 +661,8 @@ func tenantCond(d *deleteRequest, column string, interned bool) (string, []any) 
 // deleteChunk deletes at most DeleteChunk rows of one table in one
 // transaction, reading the table in time order from d.from, so that rows
 // kept (another tenant's) are passed over once, not at every chunk. A
-// call's document entries go with it: their keys are recomputed from the
-// documents in its record.
+// call's entries in the index go with it after the commit: the keys of
+// its documents are recomputed from its record.
 func (s *Store) deleteChunk(d *deleteRequest) (int64, error) {
 	ctx := context.Background()
 	tx, err := s.w.BeginTx(ctx, nil)
@@ -812,36 +789,18 @@ func deleteCalls(ctx context.Context, tx *sql.Tx, d *deleteRequest, limit int) (
 	if err := rows.Err(); err != nil {
 		return 0, nil, err
 	}
-	delDoc, err := tx.PrepareContext(ctx, `DELETE FROM call_documents WHERE dh = ? AND time = ? AND call = ?`)
-	if err != nil {
-		return 0, nil, err
-	}
 	delCall, err := tx.PrepareContext(ctx, `DELETE FROM calls WHERE rid = ?`)
 	if err != nil {
 		return 0, nil, err
 	}
 	var buf []byte
-	for _, v := range vs {
-		var rec audit.Record
-		if raw, err := decompress(buf, v.rec); err == nil {
-			buf = raw
-			rec.Call = &audit.Call{}
-			// A record that does not decode loses only its timeline
-			// entries, which then point at nothing and are skipped.
-			if readRecord(raw, &rec) == nil {
-				seen := map[int32]bool{}
-				for _, doc := range rec.Documents() {
-					h := docHash(doc)
-					if seen[h] {
-						continue
-					}
-					seen[h] = true
-					if _, err := delDoc.Exec(h, v.time, v.rid); err != nil {
-						return 0, nil, err
-					}
-				}
-			}
-		}
+	gone := make([]indexedCall, len(vs))
+	for i, v := range vs {
+		// The keys of its documents in the index, from its record; one
+		// that does not decode leaves its entries, which then point at
+		// nothing and are skipped.
+		gone[i] = indexedCall{id: v.id, tenant: v.tenantID, rid: v.rid, time: v.time}
+		gone[i].docs, buf = recordDocs(buf, v.rec)
 		// Its entry keeps its hash, so that the rest of the entry still
 		// verifies; entries that lose every row are cut (cutChains).
 		seq, err := entryOf(ctx, tx, v.tenant, chain.KindCalls, v.rid)
@@ -861,10 +820,6 @@ func deleteCalls(ctx context.Context, tx *sql.Tx, d *deleteRequest, limit int) (
 		d.next = v.time
 	}
 	d.full = len(vs) == limit
-	gone := make([]indexedCall, len(vs))
-	for i, v := range vs {
-		gone[i] = indexedCall{id: v.id, tenant: v.tenantID, rid: v.rid}
-	}
 	return int64(len(vs)), gone, nil
 }
 

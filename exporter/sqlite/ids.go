@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -43,9 +44,19 @@ import (
 // value is the call's rid (a uvarint). Keys beginning
 // with 0 are the index's own: its mark and its epoch, a token it shares
 // with the SQLite file it was built from.
+//
+// The same index holds the timeline's document index (schema 5; until then
+// the SQLite table call_documents, keyed by the same random hash): a key
+// per call and document it touched, docKind, the document's 32-bit hash
+// (docHash), the call's time and its rid, all fixed-width and ordered as
+// numbers, so that a document's calls read in (time, rid) order; no value.
+// It is written, marked, rebuilt and caught up with the ids, and read the
+// same way (docBatch): entries through the mark, each checked against its
+// row, and the rows past the mark scanned.
 const (
 	idKindBlob byte = 1 // a packed id
 	idKindText byte = 2 // an id stored as text
+	docKind    byte = 3 // a document hash, time and rid
 )
 
 var (
@@ -132,6 +143,30 @@ func idKey(dst []byte, id any, tenant int64) []byte {
 	return binary.AppendUvarint(idPrefix(dst, id), uint64(tenant))
 }
 
+// docKeyLen is the length of a document key: kind, hash, time, rid.
+const docKeyLen = 1 + 4 + 8 + 8
+
+// docPrefix returns the prefix of the document keys of hash dh.
+func docPrefix(dst []byte, dh int32) []byte {
+	return binary.BigEndian.AppendUint32(append(dst, docKind), uint32(dh))
+}
+
+// docKey returns the key of a call (time t, rid) on documents of hash dh.
+// The time's sign bit is flipped so that negative times sort first; rids
+// are not negative.
+func docKey(dst []byte, dh int32, t, rid int64) []byte {
+	dst = binary.BigEndian.AppendUint64(docPrefix(dst, dh), uint64(t)^1<<63)
+	return binary.BigEndian.AppendUint64(dst, uint64(rid))
+}
+
+// parseDocKey returns the time and rid of a document key.
+func parseDocKey(k []byte) (t, rid int64, ok bool) {
+	if len(k) != docKeyLen || k[0] != docKind {
+		return 0, 0, false
+	}
+	return int64(binary.BigEndian.Uint64(k[5:13]) ^ 1<<63), int64(binary.BigEndian.Uint64(k[13:])), true
+}
+
 // pebbleLogger routes pebble's messages to slog: errors as errors, the
 // rest (compactions, WAL recycling) at debug level.
 type pebbleLogger struct{ log *slog.Logger }
@@ -208,7 +243,9 @@ func private(f io.Closer, err error, name string) error {
 // id by scanning the table, and indexes nothing; the holder catches up with
 // any call this store appends (add).
 //
-// A rebuild reads every call (about 7 s a million): it logs its start, its
+// A rebuild reads and decodes every call for its id and documents (17-52 s
+// a million on a busy 2-core host; reading the ids alone took 4-13 s before
+// schema 5): it logs its start, its
 // progress every progressEvery and its end to log, unless the file holds no
 // call.
 func openIDs(dir string, db *sql.DB, log *slog.Logger) (*idIndex, error) {
@@ -426,7 +463,7 @@ func (x *idIndex) catchUp(q querier, p *progress) (int64, error) {
 	var done int64
 	for {
 		from := x.mark.Load()
-		rows, err := q.Query(`SELECT rid, id, tenant FROM calls WHERE rid > ? ORDER BY rid LIMIT ?`, from, page)
+		rows, err := q.Query(`SELECT rid, id, tenant, time, rec FROM calls WHERE rid > ? ORDER BY rid LIMIT ?`, from, page)
 		if err != nil {
 			return done, err
 		}
@@ -455,7 +492,7 @@ func (x *idIndex) catchUp(q querier, p *progress) (int64, error) {
 
 // readRange adds to b the calls of q with rids in (from, to).
 func (x *idIndex) readRange(q querier, b *pebble.Batch, from, to int64) error {
-	rows, err := q.Query(`SELECT rid, id, tenant FROM calls WHERE rid > ? AND rid < ?`, from, to)
+	rows, err := q.Query(`SELECT rid, id, tenant, time, rec FROM calls WHERE rid > ? AND rid < ?`, from, to)
 	if err != nil {
 		return err
 	}
@@ -468,35 +505,70 @@ type querier interface {
 	Query(string, ...any) (*sql.Rows, error)
 }
 
-// indexRows adds to b the calls of rows (rid, id, tenant, by ascending
-// rid) and closes rows; it returns how many there were and the last rid.
+// indexRows adds to b the calls of rows (rid, id, tenant, time, rec, by
+// ascending rid) and closes rows; it returns how many there were and the
+// last rid. The documents of a call are read from its record; one that
+// does not decode gets no document entries (the timeline could not show
+// it either).
 func indexRows(rows *sql.Rows, b *pebble.Batch) (n int, last int64, err error) {
 	defer rows.Close()
-	var key []byte
+	var key, buf []byte
 	for rows.Next() {
-		var rid, tenant int64
-		var id any
-		if err := rows.Scan(&rid, &id, &tenant); err != nil {
+		c := indexedCall{}
+		var blob []byte
+		if err := rows.Scan(&c.rid, &c.id, &c.tenant, &c.time, &blob); err != nil {
 			return n, last, err
 		}
-		key = setEntry(b, key, id, tenant, rid)
-		n, last = n+1, rid
+		c.docs, buf = recordDocs(buf, blob)
+		key = setEntry(b, key, &c)
+		n, last = n+1, c.rid
 	}
 	return n, last, rows.Err()
 }
 
-// setEntry adds to b the entry of a call, built in key (returned for
-// reuse).
-func setEntry(b *pebble.Batch, key []byte, id any, tenant, rid int64) []byte {
-	key = idKey(key[:0], id, tenant)
-	b.Set(key, binary.AppendUvarint(nil, uint64(rid)), nil)
+// recordDocs returns the hashes of the documents in a stored record, and
+// the buffer it decompressed into (for reuse); nil when it does not decode.
+func recordDocs(buf, blob []byte) ([]int32, []byte) {
+	raw, err := decompress(buf, blob)
+	if err != nil {
+		return nil, buf
+	}
+	rec := audit.Record{Call: &audit.Call{}}
+	if readRecord(raw, &rec) != nil {
+		return nil, raw
+	}
+	return docHashes(nil, &rec), raw
+}
+
+// docHashes appends to dst the distinct hashes of r's documents.
+func docHashes(dst []int32, r *audit.Record) []int32 {
+	for _, d := range r.Documents() {
+		if h := docHash(d); !slices.Contains(dst, h) {
+			dst = append(dst, h)
+		}
+	}
+	return dst
+}
+
+// setEntry adds to b the entries of a call (its id, its documents), built
+// in key (returned for reuse).
+func setEntry(b *pebble.Batch, key []byte, c *indexedCall) []byte {
+	key = idKey(key[:0], c.id, c.tenant)
+	b.Set(key, binary.AppendUvarint(nil, uint64(c.rid)), nil)
+	for _, dh := range c.docs {
+		key = docKey(key[:0], dh, c.time, c.rid)
+		b.Set(key, nil, nil)
+	}
 	return key
 }
 
-// indexedCall is a call a commit stored, for the id index.
+// indexedCall is a call a commit stored, for the index: its id, tenant,
+// rid, time and the hashes of its documents.
 type indexedCall struct {
 	id          any
 	tenant, rid int64
+	time        int64
+	docs        []int32
 }
 
 // add indexes the calls a commit stored (rids ascending, all past the
@@ -538,8 +610,8 @@ func (x *idIndex) add(q querier, calls []indexedCall) {
 			return
 		}
 	}
-	for _, c := range calls {
-		key = setEntry(b, key, c.id, c.tenant, c.rid)
+	for i := range calls {
+		key = setEntry(b, key, &calls[i])
 	}
 	last := calls[len(calls)-1].rid
 	b.Set(idsMarkKey, binary.BigEndian.AppendUint64(nil, uint64(last)), nil)
@@ -571,6 +643,10 @@ func (x *idIndex) remove(calls []indexedCall, deletes int64) {
 	for _, c := range calls {
 		key = idKey(key[:0], c.id, c.tenant)
 		b.Delete(key, nil)
+		for _, dh := range c.docs {
+			key = docKey(key[:0], dh, c.time, c.rid)
+			b.Delete(key, nil)
+		}
 	}
 	if err := x.commit(b); err != nil {
 		x.failures.Add(1)
@@ -612,6 +688,49 @@ func (x *idIndex) lookup(ids []any) (rids []int64, mark int64, err error) {
 		}
 	}
 	return rids, mark, nil
+}
+
+// docEntry is a call the document index names: its time and rid.
+type docEntry struct{ time, rid int64 }
+
+// docs returns up to n entries of documents of hash dh after the key
+// (t, rid) and before until (open when unbounded is set), in (time, rid)
+// order, and the mark it read them through: only entries through the mark
+// are returned, the rows past it must be looked for in SQLite.
+func (x *idIndex) docs(dh int32, t, rid, until int64, unbounded bool, n int) (ents []docEntry, mark int64, err error) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	if x.closed {
+		return nil, 0, audit.ErrClosed
+	}
+	mark = x.mark.Load()
+	// Just after (t, rid): rid -1 stands before every call at t.
+	lower := docKey(nil, dh, t, max(rid, 0))
+	if rid >= 0 {
+		lower = append(lower, 0)
+	}
+	upper := docKey(nil, dh, until, 0)
+	if unbounded {
+		// After every key of dh: its prefix, then more 0xff bytes than a
+		// key has.
+		upper = docPrefix(upper[:0], dh)
+		for len(upper) <= docKeyLen {
+			upper = append(upper, 0xff)
+		}
+	}
+	it, err := x.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return nil, mark, err
+	}
+	defer it.Close()
+	for ok := it.First(); ok && len(ents) < n; ok = it.Next() {
+		et, erid, ok := parseDocKey(it.Key())
+		if !ok || erid > mark {
+			continue // past the mark: the caller scans those rows
+		}
+		ents = append(ents, docEntry{et, erid})
+	}
+	return ents, mark, it.Error()
 }
 
 // callsKey is the expression of calls_key's first column: the millisecond

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -135,11 +137,56 @@ func indexedKeys(t *testing.T, s *Store) int {
 	defer it.Close()
 	n := 0
 	for ok := it.First(); ok; ok = it.Next() {
-		if it.Key()[0] != 0 {
+		if k := it.Key()[0]; k == idKindBlob || k == idKindText {
 			n++
 		}
 	}
 	return n
+}
+
+// checkDocIndex checks that the document entries of s's index are exactly
+// those of the calls stored: one per call and hash of a document it
+// touched, at its time and rid.
+func checkDocIndex(t *testing.T, s *Store) {
+	t.Helper()
+	rows, err := s.r.Query(`SELECT rid, time, rec FROM calls`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for rows.Next() {
+		var rid, tm int64
+		var blob []byte
+		if err := rows.Scan(&rid, &tm, &blob); err != nil {
+			t.Fatal(err)
+		}
+		docs, _ := recordDocs(nil, blob)
+		for _, dh := range docs {
+			want = append(want, fmt.Sprintf("%d/%d/%d", dh, tm, rid))
+		}
+	}
+	rows.Close()
+	it, err := s.ids.db.NewIter(&pebble.IterOptions{LowerBound: []byte{docKind}, UpperBound: []byte{docKind + 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Close()
+	var got []string
+	for ok := it.First(); ok; ok = it.Next() {
+		tm, rid, ok := parseDocKey(it.Key())
+		if !ok {
+			t.Fatalf("bad document key %x", it.Key())
+		}
+		got = append(got, fmt.Sprintf("%d/%d/%d", int32(binary.BigEndian.Uint32(it.Key()[1:5])), tm, rid))
+	}
+	slices.Sort(want)
+	slices.Sort(got)
+	if len(want) == 0 {
+		t.Fatal("no call has a document: the check checks nothing")
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("document entries:\n %v\nwant those of the stored calls:\n %v", got, want)
+	}
 }
 
 // TestIDIndex_LookupAfterAppend: every tenant's copy is found by id as soon
@@ -212,6 +259,7 @@ func TestIDIndex_RebuiltWhenMissing(t *testing.T) {
 	if got := indexedKeys(t, s); got != 100 {
 		t.Fatalf("rebuilt index holds %d entries, want 100", got)
 	}
+	checkDocIndex(t, s)
 	if mark := s.ids.mark.Load(); mark != 100 {
 		t.Fatalf("rebuilt index marked through %d, want 100", mark)
 	}
@@ -373,6 +421,7 @@ func TestIDIndex_FailedWrite(t *testing.T) {
 	if got := indexedKeys(t, s); got != 110 {
 		t.Fatalf("index holds %d entries after the catch-up, want 110", got)
 	}
+	checkDocIndex(t, s)
 	// A failure left behind at close is caught up at open.
 	s.ids.fault = func() error { return errors.New("disk full") }
 	if _, err := s.AppendCalls(ctx, recs[110:]); err != nil {
@@ -421,6 +470,7 @@ func TestIDIndex_Retention(t *testing.T) {
 	if got := indexedKeys(t, s); got != 30+1 {
 		t.Errorf("index holds %d entries after retention, want 30 and the stale one", got)
 	}
+	checkDocIndex(t, s)
 	if got, want := lookupIDs(t, s, ids(recs)), keysOf(recs[30:]); !slices.Equal(got, want) {
 		t.Fatalf("after retention found %v, want %v", got, want)
 	}
@@ -558,6 +608,7 @@ func TestIDIndex_TwoStores(t *testing.T) {
 	if got := indexedKeys(t, a); got != 90 {
 		t.Fatalf("index holds %d entries, want 90 (the other store's calls too)", got)
 	}
+	checkDocIndex(t, a)
 	if mark := a.ids.mark.Load(); mark != 90 {
 		t.Fatalf("index marked through %d, want 90", mark)
 	}

@@ -103,6 +103,11 @@ var writeHours = []string{
 	) WITHOUT ROWID, STRICT`,
 	`INSERT INTO write_hours (hour, tenant, server, state, n)
 		SELECT time / 3600000000000, tenant, server, state, count(*) FROM writes GROUP BY 1, 2, 3, 4`,
+}
+
+// writeHoursTriggers keep write_hours. They go with the writes table: a
+// migration that rebuilds it creates them again (migrate4to5).
+var writeHoursTriggers = []string{
 	`CREATE TRIGGER write_hours_insert AFTER INSERT ON writes BEGIN
 		INSERT INTO write_hours (hour, tenant, server, state, n)
 			VALUES (new.time / 3600000000000, new.tenant, new.server, new.state, 1)
@@ -137,7 +142,7 @@ func (s *Store) createRollup(db *sql.DB) (map[audit.WriteState]int64, error) {
 		return nil, err
 	}
 	if n == 0 {
-		for _, stmt := range writeHours {
+		for _, stmt := range append(slices.Clone(writeHours), writeHoursTriggers...) {
 			if _, err := tx.Exec(stmt); err != nil {
 				return nil, fmt.Errorf("cannot create write_hours: %w", err)
 			}
@@ -570,8 +575,7 @@ func (s *Store) Calls(ctx context.Context, q audit.CallQuery) (audit.CallPage, e
 	var err error
 	switch {
 	case q.Document != "":
-		_, err = scan(`SELECT c.rid, c.id, c.time, c.rec FROM call_documents d JOIN calls c ON c.rid = d.call
-			WHERE d.dh = ? AND (d.time, d.call) > (?, ?) AND d.time < ? ORDER BY d.time, d.call LIMIT ?`, docHash(q.Document), until)
+		err = s.docCalls(ctx, &docSpan{dh: docHash(q.Document), time: lastTime, rid: lastRID, until: until}, keep, limit, &page)
 	case q.Session != "":
 		err = s.scanSession(ctx, q.Session, &lastTime, until, func(end int64) (bool, error) { return scan(byTime, nil, end) })
 	default:
@@ -625,6 +629,37 @@ func (s *Store) scanSession(ctx context.Context, session string, from *int64, un
 			next = m + 1
 		}
 		if len(minutes) < 64 {
+			return nil
+		}
+	}
+}
+
+// docCalls fills page with the calls of the span that keep accepts, up to
+// limit, and sets its cursor when more may follow.
+func (s *Store) docCalls(ctx context.Context, sp *docSpan, keep func(*audit.Record) bool, limit int, page *audit.CallPage) error {
+	var buf []byte
+	// The cursor names the last call read before the page filled.
+	lastTime, lastRID := sp.time, sp.rid
+	for {
+		rows, done, err := s.docBatch(ctx, s.r, sp, docBatchSize)
+		if err != nil {
+			return err
+		}
+		for _, row := range rows {
+			var rec audit.Record
+			if buf, err = decodeCall(buf, row.id, row.time, row.blob, &rec); err != nil {
+				return err
+			}
+			if keep(&rec) {
+				if len(page.Calls) == limit {
+					page.NextCursor = makeCursor(cursorCalls, lastTime, binary.AppendVarint(nil, lastRID))
+					return nil
+				}
+				page.Calls = append(page.Calls, rec)
+			}
+			lastTime, lastRID = row.time, row.rid
+		}
+		if done {
 			return nil
 		}
 	}

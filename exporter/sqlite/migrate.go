@@ -225,3 +225,63 @@ func migrate3to4(db *sql.DB, p *progress) error {
 	}
 	return tx.Commit()
 }
+
+// migrate4to5 drops the document index of a store of schema 4
+// (call_documents: the index beside the file holds it since schema 5),
+// and rewrites writes without the constraint UNIQUE (call_id, seq, tenant),
+// which SQLite cannot drop in place: writes are upserted by their primary
+// key. The rows are copied as they are, so the write_hours rollup stays
+// right: its triggers, which go with the old table, are created again (a
+// file without the rollup gets it from the writes when the store opens its
+// investigation side, as before). The index beside the file is rebuilt with
+// the documents (its epoch is forgotten). It runs in one transaction: a
+// failure leaves the file at schema 4.
+func migrate4to5(db *sql.DB, p *progress) error {
+	tx, err := db.Begin()
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	defer p.heartbeat("migrating the store: copying the writes and committing")()
+	for _, stmt := range []string{
+		`DROP TABLE call_documents`,
+		`CREATE TABLE writes5 (
+			time        INTEGER NOT NULL,
+			call_id     ANY     NOT NULL,
+			seq         INTEGER NOT NULL,
+			state       INTEGER NOT NULL,
+			server      INTEGER NOT NULL,
+			tenant      INTEGER NOT NULL,
+			tool        INTEGER NOT NULL,
+			reason      INTEGER NOT NULL,
+			action      INTEGER NOT NULL,
+			session     TEXT    NOT NULL,
+			document    TEXT    NOT NULL,
+			key         TEXT    NOT NULL,
+			state_after INTEGER,
+			PRIMARY KEY (time, call_id, seq, tenant)
+		) WITHOUT ROWID, STRICT`,
+		`INSERT INTO writes5 SELECT time, call_id, seq, state, server, tenant, tool, reason, action,
+			session, document, key, state_after FROM writes ORDER BY time, call_id, seq, tenant`,
+		`DROP TABLE writes`, // its triggers and partial indexes go with it
+		`ALTER TABLE writes5 RENAME TO writes`,
+		`DELETE FROM meta WHERE key = '` + idsEpochMeta + `'`,
+		`PRAGMA user_version = 5`,
+	} {
+		if _, err := tx.Exec(stmt); err != nil {
+			return fmt.Errorf("cannot migrate schema 4 to 5: %w", err)
+		}
+	}
+	var rollup int
+	if err := tx.QueryRow(`SELECT count(*) FROM sqlite_schema WHERE name = 'write_hours'`).Scan(&rollup); err != nil {
+		return fmt.Errorf("cannot migrate schema 4 to 5: %w", err)
+	}
+	if rollup > 0 {
+		for _, stmt := range writeHoursTriggers {
+			if _, err := tx.Exec(stmt); err != nil {
+				return fmt.Errorf("cannot migrate schema 4 to 5: %w", err)
+			}
+		}
+	}
+	return tx.Commit()
+}

@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/base64"
@@ -443,7 +444,7 @@ func (s *Store) Timeline(ctx context.Context, q audit.TimelineQuery) ([]audit.Ti
 	}
 	defer tx.Rollback()
 
-	calls, truncated, err := timelineCalls(ctx, tx, q, limit)
+	calls, truncated, err := s.timelineCalls(ctx, tx, q, limit)
 	if err != nil {
 		return nil, s.fail("read timeline", err)
 	}
@@ -492,40 +493,40 @@ func (s *Store) Timeline(ctx context.Context, q audit.TimelineQuery) ([]audit.Ti
 
 // timelineCalls returns up to limit calls on the document, in time order,
 // and whether more were left out.
-func timelineCalls(ctx context.Context, tx *sql.Tx, q audit.TimelineQuery, limit int) ([]audit.Record, bool, error) {
-	var f filter
-	f.add("d.dh = ?", docHash(q.Document))
-	f.span("d.time", q.Since, q.Until)
-	rows, err := tx.QueryContext(ctx, `SELECT c.id, c.time, c.rec FROM call_documents d
-		JOIN calls c ON c.rid = d.call`+f.where()+` ORDER BY d.time, d.call`, f.args...)
-	if err != nil {
-		return nil, false, err
+func (s *Store) timelineCalls(ctx context.Context, tx *sql.Tx, q audit.TimelineQuery, limit int) ([]audit.Record, bool, error) {
+	sp := docSpan{dh: docHash(q.Document), time: zeroTime, rid: -1, unbounded: q.Until.IsZero()}
+	if !q.Since.IsZero() {
+		sp.time = clampNanos(q.Since)
 	}
-	defer rows.Close()
+	if !sp.unbounded {
+		sp.until = clampNanos(q.Until)
+	}
 	var out []audit.Record
 	var buf []byte
-	for rows.Next() {
-		var id any
-		var t int64
-		var blob []byte
-		if err := rows.Scan(&id, &t, &blob); err != nil {
+	for {
+		rows, done, err := s.docBatch(ctx, tx, &sp, min(limit+1, docBatchSize))
+		if err != nil {
 			return nil, false, err
 		}
-		var rec audit.Record
-		if buf, err = decodeCall(buf, id, t, blob, &rec); err != nil {
-			return nil, false, err
+		for _, row := range rows {
+			var rec audit.Record
+			if buf, err = decodeCall(buf, row.id, row.time, row.blob, &rec); err != nil {
+				return nil, false, err
+			}
+			c := rec.Call
+			if !slices.Contains(rec.Documents(), q.Document) ||
+				(q.Server != "" && c.Server != q.Server) || (q.Tenant != "" && c.Tenant != q.Tenant) {
+				continue // another document of the same hash, or filtered out
+			}
+			if len(out) == limit {
+				return out, true, nil
+			}
+			out = append(out, rec)
 		}
-		c := rec.Call
-		if !slices.Contains(rec.Documents(), q.Document) ||
-			(q.Server != "" && c.Server != q.Server) || (q.Tenant != "" && c.Tenant != q.Tenant) {
-			continue // another document of the same hash, or filtered out
+		if done {
+			return out, false, nil
 		}
-		if len(out) == limit {
-			return out, true, nil
-		}
-		out = append(out, rec)
 	}
-	return out, false, rows.Err()
 }
 
 // timelineWrites returns the writes on doc made by the given calls.
@@ -533,16 +534,21 @@ func timelineWrites(ctx context.Context, tx *sql.Tx, calls []audit.Record, doc s
 	if len(calls) == 0 {
 		return nil, nil
 	}
-	// The call's own writes: those of its id and tenant.
-	stmt, err := tx.PrepareContext(ctx, `SELECT `+writeColumns+` FROM writes WHERE call_id = ?1
-		AND tenant = CASE WHEN ?2 = '' THEN 0 ELSE coalesce((SELECT id FROM strs WHERE s = ?2), -1) END ORDER BY seq`)
+	// The call's own writes: those of its id and tenant, at its time (the
+	// primary key's first column). A call at the epoch's first nanosecond
+	// has its writes one nanosecond later (the detector keeps 0 for no
+	// time).
+	stmt, err := tx.PrepareContext(ctx, `SELECT `+writeColumns+` FROM writes WHERE time >= ?3 AND time <= ?3 + 1
+		AND call_id = ?1 AND tenant = CASE WHEN ?2 = '' THEN 0 ELSE coalesce((SELECT id FROM strs WHERE s = ?2), -1) END`)
 	if err != nil {
 		return nil, err
 	}
 	defer stmt.Close()
 	var out []audit.Write
 	for _, r := range calls {
-		rows, err := stmt.QueryContext(ctx, packID(callPrefix, r.Call.ID), r.Call.Tenant)
+		first := len(out)
+		t, _ := nanos(r.Call.Time) // stored, so in range
+		rows, err := stmt.QueryContext(ctx, packID(callPrefix, r.Call.ID), r.Call.Tenant, t)
 		if err != nil {
 			return nil, err
 		}
@@ -560,6 +566,8 @@ func timelineWrites(ctx context.Context, tx *sql.Tx, calls []audit.Record, doc s
 		if err := rows.Err(); err != nil {
 			return nil, err
 		}
+		// By seq: the key orders them so at one time only.
+		slices.SortStableFunc(out[first:], func(a, b audit.Write) int { return cmp.Compare(a.Seq, b.Seq) })
 	}
 	return out, nil
 }

@@ -172,9 +172,11 @@ func (s *Store) checkpointLoop() {
 // schemaVersion is stored in PRAGMA user_version. Version 3 keys calls and
 // writes by tenant too; version 4 dedupes calls by (millisecond, tenant,
 // id) instead of (id, tenant), and looks them up by id through the id index
-// (ids.go). Files of versions 2 and 3 are migrated when opened
-// (migrate2to3, migrate3to4).
-const schemaVersion = 4
+// (ids.go); version 5 moves the document index into the id index (no
+// call_documents) and upserts writes by their primary key (no UNIQUE
+// (call_id, seq, tenant)). Files of versions 2 to 4 are migrated when
+// opened (migrate2to3, migrate3to4, migrate4to5).
+const schemaVersion = 5
 
 // schema creates the tables. Times are unix nanoseconds. Call and finding
 // ids are stored packed (packID). Calls are indexed by time, writes
@@ -182,10 +184,11 @@ const schemaVersion = 4
 // enumerations and names of
 // writes (state, server, tenant, tool, reason, action) are interned in strs:
 // a write row holds their numbers, 0 standing for the empty string. Only
-// what queries need is indexed besides: call documents by
-// (document hash, time) for the timeline, findings by time and by document,
-// and the unique keys that dedupe and upserts need (call id; write call and
-// seq), the only indexes on random keys.
+// what queries need is indexed besides: findings by time and by document,
+// and calls by the near-sequential key that dedupes them (calls_key). No
+// SQLite index has a random key first: call ids and the documents calls
+// touched are indexed beside the file (ids.go), and writes are upserted by
+// their primary key, whose time is fixed (a write's Time is its call's).
 var schema = []string{
 	// A rowid table: rows appended in time order fill their pages, where
 	// a table clustered by (time, id) leaves a tenth of them free and
@@ -200,14 +203,6 @@ var schema = []string{
 	) STRICT`,
 	`CREATE INDEX calls_time ON calls (time)`,
 	callsKeyIndex,
-	// The documents each call touched, by a 32-bit hash of the document:
-	// the timeline checks the real name in the call's record.
-	`CREATE TABLE call_documents (
-		dh   INTEGER NOT NULL,
-		time INTEGER NOT NULL,
-		call INTEGER NOT NULL, -- calls.rid
-		PRIMARY KEY (dh, time, call)
-	) WITHOUT ROWID, STRICT`,
 	`CREATE TABLE strs (
 		id INTEGER PRIMARY KEY,
 		s  TEXT    NOT NULL UNIQUE
@@ -226,8 +221,7 @@ var schema = []string{
 		document    TEXT    NOT NULL,
 		key         TEXT    NOT NULL,
 		state_after INTEGER,          -- StateTime - Time; NULL for a zero StateTime
-		PRIMARY KEY (time, call_id, seq, tenant),
-		UNIQUE (call_id, seq, tenant)
+		PRIMARY KEY (time, call_id, seq, tenant)
 	) WITHOUT ROWID, STRICT`,
 	// A finding's filter fields are columns; the rest of it is in body.
 	`CREATE TABLE findings (
@@ -360,7 +354,7 @@ func migrate(db *sql.DB, log *slog.Logger) error {
 	switch version {
 	case schemaVersion:
 		return nil
-	case 2, 3:
+	case 2, 3, 4:
 		var calls int64
 		if err := db.QueryRow(`SELECT count(*) FROM calls`).Scan(&calls); err != nil {
 			return err
@@ -372,7 +366,12 @@ func migrate(db *sql.DB, log *slog.Logger) error {
 				return err
 			}
 		}
-		if err := migrate3to4(db, p); err != nil {
+		if version <= 3 {
+			if err := migrate3to4(db, p); err != nil {
+				return err
+			}
+		}
+		if err := migrate4to5(db, p); err != nil {
 			return err
 		}
 		log.Info("migrated the store", "from_schema", version, "to_schema", schemaVersion, "calls", calls, "elapsed", p.elapsed())
