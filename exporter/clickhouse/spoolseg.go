@@ -226,14 +226,17 @@ func (sp *spool) recoverSegment(id uint64) error {
 		// unless it is the last frame damaged after its sync, or a file of
 		// someone else's under a segment's name, which look the same. So
 		// the bytes are kept in a file of their own before they are cut.
-		kept, err := keepTail(sp.dir, path, f, end, info.Size()-end)
-		if err != nil {
-			return err
+		// When they cannot be kept (a full disk, where a write that failed
+		// for space leaves such a tail), they stay where they are: the
+		// segment is never appended to again, and the drain reads it by
+		// the offsets of its frames.
+		t := tornTail{path: path, at: end, bytes: info.Size() - end}
+		if t.kept, t.keepErr = keepTorn(sp.dir, path, f, end, t.bytes); t.keepErr == nil {
+			if err := f.Truncate(end); err != nil {
+				return fmt.Errorf("cannot cut the torn tail of spool segment %s: %w", path, err)
+			}
 		}
-		if err := f.Truncate(end); err != nil {
-			return fmt.Errorf("cannot cut the torn tail of spool segment %s: %w", path, err)
-		}
-		sp.torn = append(sp.torn, tornTail{path: path, at: end, bytes: info.Size() - end, kept: kept})
+		sp.torn = append(sp.torn, t)
 	}
 	if len(refs) == 0 {
 		if err := os.Remove(path); err != nil {
@@ -256,7 +259,11 @@ type tornTail struct {
 	path      string
 	at, bytes int64
 	kept      string
+	keepErr   error // why it could not be kept; then it was left in place
 }
+
+// keepTorn keeps a torn tail; tests replace it to fail.
+var keepTorn = keepTail
 
 // keepTail copies the n bytes of segment f (at path) from off to a new
 // file beside it, NNNN.log.TIME.torn, synced with its directory, and

@@ -401,6 +401,45 @@ func TestSpool_TornTail(t *testing.T) {
 	})
 }
 
+// TestSpool_TornTailNotKept: when the torn tail cannot be copied out (a
+// full disk), the spool still opens, with the frames before it, and the
+// tail stays in the segment rather than being destroyed.
+func TestSpool_TornTailNotKept(t *testing.T) {
+	dir := t.TempDir()
+	sp, err := openSpool(dir, 1<<20, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"c_1", "c_2"} {
+		if err := sp.append(testBatch(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path, off, size := frameAt(t, sp, 2)
+	sp.close()
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write(make([]byte, 100))
+	f.Close()
+	orig := keepTorn
+	keepTorn = func(string, string, *os.File, int64, int64) (string, error) {
+		return "", errors.New("no space left on device")
+	}
+	defer func() { keepTorn = orig }()
+	re, err := openSpool(dir, 1<<20, 0)
+	if err != nil {
+		t.Fatalf("the spool did not open: %v", err)
+	}
+	if got := callIDs(t, re); !slices.Equal(got, []string{"c_1", "c_2"}) || len(re.torn) != 1 || re.torn[0].keepErr == nil || re.torn[0].at != off+size {
+		t.Errorf("recovered calls %v, torn %+v", got, re.torn)
+	}
+	if info, err := os.Stat(path); err != nil || info.Size() != off+size+100 {
+		t.Errorf("the segment was cut although its tail was not kept: %v %v", info.Size(), err)
+	}
+}
+
 // checkKeptTail checks that dir holds one .torn file, with the bytes want.
 func checkKeptTail(t *testing.T, dir string, want []byte) {
 	t.Helper()
