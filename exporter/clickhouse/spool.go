@@ -105,10 +105,13 @@ func getSpoolBuf(n int) []byte {
 func putSpoolBuf(b []byte) { spoolBufs.Put(&b) }
 
 const (
-	spoolExt      = ".batch"
-	spoolSegExt   = ".log"
-	spoolTmpExt   = ".tmp"
-	spoolBadExt   = ".rejected"
+	spoolExt    = ".batch"
+	spoolSegExt = ".log"
+	spoolTmpExt = ".tmp"
+	spoolBadExt = ".rejected"
+	// spoolTornExt ends the files that keep what recovery cut off the end
+	// of a segment (keepTail); nothing reads them.
+	spoolTornExt  = ".torn"
 	spoolSeqWidth = 20
 	// defaultSegmentBytes is the size of a segment before the next append
 	// starts another: large enough that creating one (and syncing the

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"time"
 )
 
 // A segment is one file of the spool's log, NNNN.log (NNNN its id, which
@@ -221,11 +222,21 @@ func (sp *spool) recoverSegment(id uint64) error {
 		return fmt.Errorf("cannot read spool segment %s: %w", path, err)
 	}
 	if end < info.Size() {
-		// Appended after the last sync that returned: never acknowledged.
-		if err := f.Truncate(end); err != nil {
-			return fmt.Errorf("cannot cut the torn tail of spool segment %s: %w", path, err)
+		// Appended after the last sync that returned: never acknowledged,
+		// unless it is the last frame damaged after its sync, or a file of
+		// someone else's under a segment's name, which look the same. So
+		// the bytes are kept in a file of their own before they are cut.
+		// When they cannot be kept (a full disk, where a write that failed
+		// for space leaves such a tail), they stay where they are: the
+		// segment is never appended to again, and the drain reads it by
+		// the offsets of its frames.
+		t := tornTail{path: path, at: end, bytes: info.Size() - end}
+		if t.kept, t.keepErr = keepTorn(sp.dir, path, f, end, t.bytes); t.keepErr == nil {
+			if err := f.Truncate(end); err != nil {
+				return fmt.Errorf("cannot cut the torn tail of spool segment %s: %w", path, err)
+			}
 		}
-		sp.torn = append(sp.torn, tornTail{path: path, at: end, bytes: info.Size() - end})
+		sp.torn = append(sp.torn, t)
 	}
 	if len(refs) == 0 {
 		if err := os.Remove(path); err != nil {
@@ -242,10 +253,42 @@ func (sp *spool) recoverSegment(id uint64) error {
 	return nil
 }
 
-// tornTail is what recovery cut off the end of a segment.
+// tornTail is what recovery cut off the end of a segment, and the file
+// that keeps its bytes.
 type tornTail struct {
 	path      string
 	at, bytes int64
+	kept      string
+	keepErr   error // why it could not be kept; then it was left in place
+}
+
+// keepTorn keeps a torn tail; tests replace it to fail.
+var keepTorn = keepTail
+
+// keepTail copies the n bytes of segment f (at path) from off to a new
+// file beside it, NNNN.log.TIME.torn, synced with its directory, and
+// returns its path. The spool never reads such a file: it is for a person.
+func keepTail(dir, path string, f *os.File, off, n int64) (string, error) {
+	kept := fmt.Sprintf("%s.%d%s", path, time.Now().UnixNano(), spoolTornExt)
+	out, err := os.OpenFile(kept, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return "", fmt.Errorf("cannot keep the torn tail of spool segment %s: %w", path, err)
+	}
+	_, err = io.Copy(out, io.NewSectionReader(f, off, n))
+	if err == nil {
+		err = out.Sync()
+	}
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = syncDir(dir)
+	}
+	if err != nil {
+		os.Remove(kept)
+		return "", fmt.Errorf("cannot keep the torn tail of spool segment %s (%d bytes at byte %d) in %s: %w", path, n, off, kept, err)
+	}
+	return kept, nil
 }
 
 // frameRef is a frame found in a segment, or a damaged region between two.

@@ -339,6 +339,7 @@ func TestSpool_TornTail(t *testing.T) {
 			if len(re.torn) != 1 || re.torn[0].at != off+size || re.torn[0].bytes != int64(len(tc.tail)) {
 				t.Errorf("torn tails %+v, want %d bytes at %d", re.torn, len(tc.tail), off+size)
 			}
+			checkKeptTail(t, dir, tc.tail)
 		})
 	}
 	// The last acknowledged frame damaged, with nothing after it, is
@@ -358,6 +359,10 @@ func TestSpool_TornTail(t *testing.T) {
 		path, off, size := frameAt(t, sp, 2)
 		sp.close()
 		flip(t, path, off+size-2, 1)
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
 		re, err := openSpool(dir, 1<<20, 0)
 		if err != nil {
 			t.Fatal(err)
@@ -365,7 +370,93 @@ func TestSpool_TornTail(t *testing.T) {
 		if got := callIDs(t, re); !slices.Equal(got, []string{"c_1"}) || len(re.torn) != 1 || re.torn[0].at != off {
 			t.Errorf("recovered calls %v, torn %+v", got, re.torn)
 		}
+		// Acknowledged, then damaged: its bytes are kept, not destroyed.
+		checkKeptTail(t, dir, data[off:off+size])
+		// The kept file is not read as part of the spool at the next start.
+		again, err := openSpool(dir, 1<<20, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := callIDs(t, again); !slices.Equal(got, []string{"c_1"}) || len(again.torn) != 0 {
+			t.Errorf("second restart: calls %v, torn %+v", got, again.torn)
+		}
+		checkKeptTail(t, dir, data[off:off+size])
 	})
+	// A file of someone else's under a segment's name has no whole frame:
+	// it is cut off whole, and kept.
+	t.Run("stray_file", func(t *testing.T) {
+		dir := t.TempDir()
+		junk := bytes.Repeat([]byte("not a frame "), 250)
+		if err := os.WriteFile(filepath.Join(dir, "00000000000000000009.log"), junk, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		re, err := openSpool(dir, 1<<20, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, _ := re.usage(); n != 0 || len(re.torn) != 1 {
+			t.Errorf("%d batches, torn %+v", n, re.torn)
+		}
+		checkKeptTail(t, dir, junk)
+	})
+}
+
+// TestSpool_TornTailNotKept: when the torn tail cannot be copied out (a
+// full disk), the spool still opens, with the frames before it, and the
+// tail stays in the segment rather than being destroyed.
+func TestSpool_TornTailNotKept(t *testing.T) {
+	dir := t.TempDir()
+	sp, err := openSpool(dir, 1<<20, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"c_1", "c_2"} {
+		if err := sp.append(testBatch(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path, off, size := frameAt(t, sp, 2)
+	sp.close()
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write(make([]byte, 100))
+	f.Close()
+	orig := keepTorn
+	keepTorn = func(string, string, *os.File, int64, int64) (string, error) {
+		return "", errors.New("no space left on device")
+	}
+	defer func() { keepTorn = orig }()
+	re, err := openSpool(dir, 1<<20, 0)
+	if err != nil {
+		t.Fatalf("the spool did not open: %v", err)
+	}
+	if got := callIDs(t, re); !slices.Equal(got, []string{"c_1", "c_2"}) || len(re.torn) != 1 || re.torn[0].keepErr == nil || re.torn[0].at != off+size {
+		t.Errorf("recovered calls %v, torn %+v", got, re.torn)
+	}
+	if info, err := os.Stat(path); err != nil || info.Size() != off+size+100 {
+		t.Errorf("the segment was cut although its tail was not kept: %v %v", info.Size(), err)
+	}
+}
+
+// checkKeptTail checks that dir holds one .torn file, with the bytes want.
+func checkKeptTail(t *testing.T, dir string, want []byte) {
+	t.Helper()
+	kept, err := filepath.Glob(filepath.Join(dir, "*.torn"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(kept) != 1 {
+		t.Fatalf("files keeping a torn tail: %v, want one", kept)
+	}
+	got, err := os.ReadFile(kept[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s holds %d bytes, want the %d cut off", kept[0], len(got), len(want))
+	}
 }
 
 // TestSpool_SyncFails: an append whose sync fails is not acknowledged and

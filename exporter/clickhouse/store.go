@@ -144,8 +144,13 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	}
 	close(s.drained)
 	for _, t := range sp.torn {
-		log.Warn("clickhouse: cut the torn tail off a spool segment: appends whose sync never returned, not acknowledged",
-			"file", t.path, "at_byte", t.at, "bytes", t.bytes)
+		if t.keepErr != nil {
+			log.Error("clickhouse: a torn tail at the end of a spool segment could not be kept in a file of its own; left in place, not cut, and gone once the segment drains: appends whose sync never returned, not acknowledged (or the last frame, damaged after its sync)",
+				"file", t.path, "at_byte", t.at, "bytes", t.bytes, "err", t.keepErr)
+			continue
+		}
+		log.Warn("clickhouse: cut the torn tail off a spool segment, its bytes kept: appends whose sync never returned, not acknowledged (or the last frame, damaged after its sync)",
+			"file", t.path, "at_byte", t.at, "bytes", t.bytes, "kept", t.kept)
 	}
 	if n, bytes := sp.usage(); n > 0 {
 		log.Warn("clickhouse: batches left in the spool; draining them", "batches", n, "bytes", bytes, "dir", o.Spool.Dir)
