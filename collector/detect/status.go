@@ -132,3 +132,22 @@ func (e *Engine) BufferedBy(into map[string]int64) int {
 	}
 	return n
 }
+
+// Deferred returns, for every partition holding verification windows open
+// past their end for a source that is behind (see expire), the earliest
+// end of them: their output is yet to be made, though the watermark has
+// passed it.
+func (e *Engine) Deferred() map[PartitionKey]time.Time {
+	m := map[PartitionKey]time.Time{}
+	for k, p := range e.parts {
+		for _, w := range p.det.deferred {
+			if w.state != wPending {
+				continue
+			}
+			if t := p.det.deadline(w).Time(); m[k].IsZero() || t.Before(m[k]) {
+				m[k] = t
+			}
+		}
+	}
+	return m
+}

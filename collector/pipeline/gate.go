@@ -27,6 +27,11 @@ type gate struct {
 	// output caused by a replayed call or window up to settled(mark) was
 	// committed then.
 	marks map[detect.PartitionKey]time.Time
+	// deferred holds, for the partitions that held verification windows
+	// open past their end at the last saved mark (their source behind),
+	// the earliest end: a window ending from then on may have closed after
+	// the last commit, however far behind the mark its end is.
+	deferred map[detect.PartitionKey]time.Time
 	// settle is how far behind a mark output may still not have been
 	// committed: a late call judged just before the stop.
 	settle time.Duration
@@ -72,8 +77,8 @@ func newGate(sinks []audit.Sink, latency func(time.Duration, bool)) *gate {
 // recovering sets what was committed before a restart: the store's
 // watermark (the point commits continue from), each partition's mark and
 // the stored findings.
-func (g *gate) recovering(wm time.Time, marks map[detect.PartitionKey]time.Time, known map[string]bool) {
-	g.marks, g.known, g.committedWM = marks, known, wm
+func (g *gate) recovering(wm time.Time, marks, deferred map[detect.PartitionKey]time.Time, known map[string]bool) {
+	g.marks, g.deferred, g.known, g.committedWM = marks, deferred, known, wm
 	g.knownLen.Store(int64(len(known)))
 	g.settle = g.eng.Config().AllowedLateness + g.eng.Config().Lateness
 	g.replayEnd = map[detect.PartitionKey]time.Time{}
@@ -126,6 +131,17 @@ func (g *gate) committed(tenant, server string, t time.Time) bool {
 	return ok && !mark.IsZero() && t.Before(mark.Add(-g.settle))
 }
 
+// heldOpen reports whether a window of the partition of (tenant, server)
+// ending at end may have been held open (deferred for its source) past the
+// last commit before the restart: its output was then not committed,
+// whatever call or time the replay closes it at. Windows ending later
+// that did close before the stop are made again: findings are recognized
+// by their ids, write states stored over themselves.
+func (g *gate) heldOpen(tenant, server string, end time.Time) bool {
+	d, ok := g.deferred[detect.PartitionKey{Tenant: tenant, Server: server}]
+	return ok && !end.Before(d)
+}
+
 // replayed reports whether the output being made now comes from a call
 // replayed from the store, or a window closing, that was judged and
 // committed before the restart.
@@ -149,7 +165,9 @@ func (g *gate) Call(r *audit.Record) {
 }
 
 func (g *gate) Write(w *audit.Write, prev audit.WriteState) {
-	if g.replayed(w.Tenant, w.Server, w.StateTime) {
+	// A write made unverified is dated at the end of its window.
+	open := w.State == audit.StateUnverified && g.heldOpen(w.Tenant, w.Server, w.StateTime)
+	if !open && g.replayed(w.Tenant, w.Server, w.StateTime) {
 		return
 	}
 	k := writeKey{w.CallID, w.Seq}
@@ -179,11 +197,15 @@ func (g *gate) Finding(f *audit.Finding) {
 	// the one that arrived first stood for it; the replay, in time order,
 	// takes the earlier), and not made at all for a call that came too
 	// late to be judged then. Ids recognize what was made since.
-	t := f.Time
+	// A window may close later than its end, held open for a source
+	// behind it (detect's expire): one held past the last commit was not
+	// committed, though the mark may be far past its end.
+	t, open := f.Time, false
 	if f.Kind == audit.KindUnverifiedWrite {
-		t = t.Add(g.eng.Config().VerifyWindow) // its window closed then
+		t = t.Add(g.eng.Config().VerifyWindow) // its window ended then
+		open = g.heldOpen(f.Tenant, f.Server, t)
 	}
-	if g.replayed(f.Tenant, f.Server, t) {
+	if !open && g.replayed(f.Tenant, f.Server, t) {
 		return
 	}
 	if g.known != nil {

@@ -30,10 +30,16 @@ type mark struct {
 	// idle), with their clocks: restored at start before the replay, so
 	// that the partition waits for a lagging exporter as it did.
 	Sources []detect.SourceClock `json:"sources,omitempty"`
+	// Deferred is the end of the earliest verification window still held
+	// open for a source behind it (zero when none): the watermark passed
+	// it, but its output was not made, so not committed. The replay at
+	// start reaches back to it, and output of windows ending from it on
+	// is not taken as committed.
+	Deferred time.Time `json:"deferred,omitzero"`
 }
 
 func (a mark) equal(b mark) bool {
-	return a.Watermark.Equal(b.Watermark) && a.Waiting.Equal(b.Waiting) &&
+	return a.Watermark.Equal(b.Watermark) && a.Waiting.Equal(b.Waiting) && a.Deferred.Equal(b.Deferred) &&
 		slices.EqualFunc(a.Sources, b.Sources, func(x, y detect.SourceClock) bool { return x.Name == y.Name && x.Clock.Equal(y.Clock) })
 }
 
@@ -93,6 +99,11 @@ func marksOf(e *detect.Engine, now time.Time) map[detect.PartitionKey]mark {
 	for k, t := range e.Waiting() {
 		mk := m[k]
 		mk.Waiting = t
+		m[k] = mk
+	}
+	for k, t := range e.Deferred() {
+		mk := m[k]
+		mk.Deferred = t
 		m[k] = mk
 	}
 	for k, srcs := range e.ActiveSources(now, recoverySource) {

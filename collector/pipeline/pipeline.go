@@ -257,10 +257,14 @@ func (p *Pipeline) recover(ctx context.Context) error {
 		from = floor
 	}
 	p.floor = floor
-	committed := map[detect.PartitionKey]time.Time{}
+	committed, deferred := map[detect.PartitionKey]time.Time{}, map[detect.PartitionKey]time.Time{}
 	for k, m := range marks {
 		committed[k] = m.Watermark
-		for _, t := range []time.Time{m.Watermark, m.Waiting} {
+		if !m.Deferred.IsZero() {
+			deferred[k] = m.Deferred
+		}
+		// A deferred window's write is a verify window before its end.
+		for _, t := range []time.Time{m.Watermark, m.Waiting, m.Deferred} {
 			if !t.IsZero() && (from.IsZero() || t.Before(from)) {
 				from = t
 			}
@@ -282,7 +286,7 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("cannot read stored findings: %w", err)
 	}
-	p.gate.recovering(wm, committed, known)
+	p.gate.recovering(wm, committed, deferred, known)
 	p.eng.OnDuplicate(p.gate.duplicate)
 	// The sources that held each partition back are known again before
 	// the replay, so that no watermark jumps to its fastest source.
