@@ -330,7 +330,7 @@ func collector() *dashboard.DashboardBuilder {
 			units.Seconds,
 			quantiles(metrics.StoreCommitSeconds, "", jobMatcher)...)).
 		WithPanel(graph("Store faults",
-			"Faults of the store in use, by instance and fault, each counted when it happens: id_index_write, a failed write of the embedded store's call id index (nothing lost, lookups by id slower until it catches up; McpAuditIDIndexWriteFailures); spool_file_rejected, a ClickHouse spool file of acknowledged calls moved aside as .rejected, whose calls will not reach ClickHouse unless a person acts (McpAuditSpoolFileRejected pages). Flat at zero is healthy.",
+			"Faults of the store in use, by instance and fault, each counted when it happens: id_index_write, a failed write of the embedded store's call id index (nothing lost, lookups by id slower until it catches up; McpAuditIDIndexWriteFailures); id_index_corrupt, a corrupt block met in that index (lookups scan the calls until a person deletes the index to rebuild it; McpAuditIDIndexCorrupt); spool_file_rejected, a ClickHouse spool file of acknowledged calls moved aside as .rejected, whose calls will not reach ClickHouse unless a person acts (McpAuditSpoolFileRejected pages); spool_tail_cut, a torn tail cut off a ClickHouse spool segment at start and kept as .torn, expected after a crash (McpAuditSpoolTailCut). Flat at zero is healthy.",
 			units.Short,
 			query(fmt.Sprintf("sum by (instance, %s) (increase(%s[%s]))", metrics.LabelFault, sel(metrics.StoreFaultsTotal, jobMatcher), rate),
 				"{{instance}} {{fault}}"))).

@@ -276,6 +276,27 @@ func (b *builder) storeAlerts() []Rule {
 				"its call id index in the last hour. Nothing is lost: lookups by call id scan the calls past the " +
 				"index, slower, until it catches up; the collector's error log says why.",
 		}),
+		b.rule(alert{
+			name:     "McpAuditIDIndexCorrupt",
+			expr:     newEvents(fault(metrics.FaultIDIndexCorrupt), by, time.Hour) + " > 0",
+			severity: SeverityWarning,
+			summary:  "The embedded store's call id index has a corrupt block.",
+			description: "Collector {{ $labels.instance }} of job {{ $labels.job }} met a corrupt block of its call id index " +
+				"{{ $value | humanize }} time(s) in the last hour. Nothing is lost: lookups that meet it scan the calls, " +
+				"slower. The damage stays until a person stops serve and deletes mcpaudit.db.ids; the next start rebuilds it.",
+		}),
+		// Warning, not critical: recovery cannot tell the expected torn
+		// tail of a crash from an acknowledged last frame damaged on disk
+		// (docs/runbooks.md#mcpauditspooltailcut).
+		b.rule(alert{
+			name:     "McpAuditSpoolTailCut",
+			expr:     newEvents(fault(metrics.FaultSpoolTailCut), by, time.Hour) + " > 0",
+			severity: SeverityWarning,
+			summary:  "A torn tail was cut off a ClickHouse spool segment at start.",
+			description: "Collector {{ $labels.instance }} of job {{ $labels.job }} cut {{ $value | humanize }} torn tail(s) off " +
+				"its spool segments when it started, kept as NNNN.log.TIME.torn. After a crash these are unacknowledged " +
+				"writes and harmless; after a clean stop, the last frame may be acknowledged calls damaged on disk.",
+		}),
 	}
 }
 

@@ -12,7 +12,8 @@ import (
 func TestInvestigationURL(t *testing.T) {
 	collector := map[string]bool{"McpAuditIngestRejections": true, "McpAuditSourceLagging": true, "McpAuditCollectorDown": true, "McpAuditCollectorAbsent": true,
 		"McpAuditRelayDroppingRecords": true, "McpAuditRelayNotDelivering": true,
-		"McpAuditSpoolFileRejected": true, "McpAuditIDIndexWriteFailures": true}
+		"McpAuditSpoolFileRejected": true, "McpAuditIDIndexWriteFailures": true,
+		"McpAuditIDIndexCorrupt": true, "McpAuditSpoolTailCut": true}
 	for _, base := range []string{"", "https://audit.example.com/mcp/"} {
 		o := rules.DefaultOptions()
 		if base != "" {

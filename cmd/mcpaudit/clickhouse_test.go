@@ -58,8 +58,11 @@ func TestServe_ClickHouseMatchesEmbedded(t *testing.T) {
 	waitFindings(t, emb, want)
 	waitFindings(t, ch, want)
 	// Each store exports its own faults, at zero.
-	if m := scrapeMetrics(t, ch); !strings.Contains(m, `mcpaudit_store_faults_total{fault="spool_file_rejected"} 0`) {
-		t.Error("the ClickHouse store's /metrics lacks spool_file_rejected at 0")
+	m := scrapeMetrics(t, ch)
+	for _, f := range []string{"spool_file_rejected", "spool_tail_cut"} {
+		if !strings.Contains(m, `mcpaudit_store_faults_total{fault="`+f+`"} 0`) {
+			t.Errorf("the ClickHouse store's /metrics lacks %s at 0", f)
+		}
 	}
 
 	same := func(path string) {

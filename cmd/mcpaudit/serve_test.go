@@ -540,10 +540,17 @@ func scrapeMetrics(t *testing.T, s *server) string {
 func TestServe_StoreFaults(t *testing.T) {
 	s := startTest(t, testConfig(t, t.TempDir()))
 	text := scrapeMetrics(t, s)
-	if want := `mcpaudit_store_faults_total{fault="id_index_write"} 0`; !strings.Contains(text, want) {
-		t.Errorf("/metrics lacks %s", want)
+	for _, want := range []string{
+		`mcpaudit_store_faults_total{fault="id_index_write"} 0`,
+		`mcpaudit_store_faults_total{fault="id_index_corrupt"} 0`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
 	}
-	if strings.Contains(text, `fault="spool_file_rejected"`) {
-		t.Error("the embedded store exports spool_file_rejected, a fault of the ClickHouse store")
+	for _, f := range []string{"spool_file_rejected", "spool_tail_cut"} {
+		if strings.Contains(text, `fault="`+f+`"`) {
+			t.Errorf("the embedded store exports %s, a fault of the ClickHouse store", f)
+		}
 	}
 }

@@ -450,8 +450,8 @@ func TestDrain_CorruptFile(t *testing.T) {
 	if err := metrics.WatchStore(reg, s); err != nil {
 		t.Fatal(err)
 	}
-	if got := scrapeFaults(t, reg); !maps.Equal(got, map[string]float64{metrics.FaultSpoolFileRejected: 0}) {
-		t.Errorf("store faults of a fresh store %v, want spool_file_rejected at 0 alone", got)
+	if got := scrapeFaults(t, reg); !maps.Equal(got, map[string]float64{metrics.FaultSpoolFileRejected: 0, metrics.FaultSpoolTailCut: 0}) {
+		t.Errorf("store faults of a fresh store %v, want spool_file_rejected and spool_tail_cut at 0", got)
 	}
 	rec := func(id string) audit.Record {
 		return audit.Record{Call: &audit.Call{ID: id, Time: time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC), Server: "thegram", Tool: "write_document", Arguments: []byte(`{"path":"a.gram"}`)}}
@@ -503,8 +503,8 @@ func TestDrain_CorruptFile(t *testing.T) {
 		t.Errorf("the corrupt file was not moved aside: %v", err)
 	}
 	// Counted once, for the person who must act on it.
-	if got := scrapeFaults(t, reg); !maps.Equal(got, map[string]float64{metrics.FaultSpoolFileRejected: 1}) {
-		t.Errorf("store faults after the drain %v, want spool_file_rejected at 1", got)
+	if got := scrapeFaults(t, reg); !maps.Equal(got, map[string]float64{metrics.FaultSpoolFileRejected: 1, metrics.FaultSpoolTailCut: 0}) {
+		t.Errorf("store faults after the drain %v, want spool_file_rejected at 1, spool_tail_cut at 0", got)
 	}
 	if l := logs.String(); !strings.Contains(l, "spool file is corrupt") || !strings.Contains(l, fmt.Sprintf("%s: corrupt at byte %d of the file: checksum mismatch", segPath, off+11)) {
 		t.Errorf("log lines %q; want the corrupt file named with its offset and reason", l)
@@ -536,4 +536,70 @@ func FuzzSpoolFrame(f *testing.F) {
 			t.Error("a decoded batch is not marked spooled")
 		}
 	})
+}
+
+// TestStore_SpoolTailCutCounted: a torn tail that recovery cuts off a
+// segment at Open, kept as .torn or left in place when it cannot be, is
+// counted as spool_tail_cut from that Open on; the next Open, which finds
+// no tail, counts none. No server is needed: the store spools while
+// ClickHouse is down.
+func TestStore_SpoolTailCutCounted(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		keep func(string, string, *os.File, int64, int64) (string, error)
+	}{
+		{"kept", keepTail},
+		{"not_kept", func(string, string, *os.File, int64, int64) (string, error) {
+			return "", errors.New("no space left on device")
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := NewDefaultOptions()
+			o.DSN = "clickhouse://127.0.0.1:1/default?dial_timeout=200ms"
+			o.Spool.Dir = t.TempDir()
+			o.Logger = testLogger(t)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			faultsAfterOpen := func() map[string]float64 {
+				t.Helper()
+				s, err := Open(ctx, o)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer s.Close()
+				reg := prometheus.NewPedanticRegistry()
+				if err := metrics.WatchStore(reg, s); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := s.AppendCalls(ctx, []audit.Record{{Call: &audit.Call{ID: "c_" + tc.name, Time: time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC), Server: "thegram", Tool: "write_document", Arguments: []byte(`{"path":"a.gram"}`)}}}); err != nil {
+					t.Fatal(err)
+				}
+				return scrapeFaults(t, reg)
+			}
+			if got := faultsAfterOpen(); got[metrics.FaultSpoolTailCut] != 0 {
+				t.Fatalf("spool_tail_cut of a fresh store %v, want 0", got)
+			}
+			segs, err := filepath.Glob(filepath.Join(o.Spool.Dir, "*"+spoolSegExt))
+			if err != nil || len(segs) != 1 {
+				t.Fatalf("segments %v %v, want one", segs, err)
+			}
+			f, err := os.OpenFile(segs[0], os.O_WRONLY|os.O_APPEND, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.Write(make([]byte, 100)) // a write whose sync never returned
+			f.Close()
+			orig := keepTorn
+			keepTorn = tc.keep
+			defer func() { keepTorn = orig }()
+			if got := faultsAfterOpen(); got[metrics.FaultSpoolTailCut] != 1 {
+				t.Errorf("spool_tail_cut after recovery cut a tail %v, want 1", got)
+			}
+			if tc.name == "kept" {
+				if got := faultsAfterOpen(); got[metrics.FaultSpoolTailCut] != 0 {
+					t.Errorf("spool_tail_cut after an Open with no tail %v, want 0", got)
+				}
+			}
+		})
+	}
 }

@@ -67,6 +67,8 @@ type Store struct {
 	skippedOnRetry atomic.Int64
 	// spoolRejected counts the spool files moved aside as .rejected.
 	spoolRejected atomic.Int64
+	// spoolTailsCut counts the torn tails recovery cut off spool segments.
+	spoolTailsCut atomic.Int64
 
 	collectMu sync.Mutex // held by the inserter filling the next batch
 
@@ -143,6 +145,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		progress: make(chan struct{}),
 	}
 	close(s.drained)
+	s.spoolTailsCut.Store(int64(len(sp.torn)))
 	for _, t := range sp.torn {
 		if t.keepErr != nil {
 			log.Error("clickhouse: a torn tail at the end of a spool segment could not be kept in a file of its own; left in place, not cut, and gone once the segment drains: appends whose sync never returned, not acknowledged (or the last frame, damaged after its sync)",
@@ -925,6 +928,12 @@ func (s *Store) drain() error {
 // Their calls were acknowledged and do not reach ClickHouse unless a
 // person acts; each is also logged at error level.
 func (s *Store) SpoolFilesRejected() int64 { return s.spoolRejected.Load() }
+
+// SpoolTailsCut returns how many torn tails recovery cut off the ends of
+// spool segments at Open, kept or not (each is logged). One is expected
+// after a crash (appends whose sync never returned, not acknowledged);
+// after a clean stop it is the last frame, damaged after its sync.
+func (s *Store) SpoolTailsCut() int64 { return s.spoolTailsCut.Load() }
 
 // gather reads spooled batches in order and merges them, up to four batch
 // sizes of rows. A batch some of whose tables were acknowledged goes alone,

@@ -133,10 +133,20 @@ const (
 	// NNNN.rejected, damaged or refused by ClickHouse for good: its calls
 	// were acknowledged and will not reach ClickHouse unless a person acts.
 	FaultSpoolFileRejected = "spool_file_rejected"
+	// FaultIDIndexCorrupt is a corrupt block met in the embedded store's
+	// call id index (pebble): the read that met it fails and the lookup
+	// scans the calls; the damage stays until a person deletes the index
+	// (DATA_DIR/mcpaudit.db.ids) with serve stopped, and it is rebuilt.
+	FaultIDIndexCorrupt = "id_index_corrupt"
+	// FaultSpoolTailCut is a torn tail that recovery cut off the end of a
+	// ClickHouse spool segment at Open, kept as NNNN.log.TIME.torn: writes
+	// whose sync never returned (expected after a crash), or the last
+	// frame, damaged after its sync (acknowledged calls).
+	FaultSpoolTailCut = "spool_tail_cut"
 )
 
 // Faults lists every store fault.
-var Faults = []string{FaultIDIndexWrite, FaultSpoolFileRejected}
+var Faults = []string{FaultIDIndexWrite, FaultIDIndexCorrupt, FaultSpoolFileRejected, FaultSpoolTailCut}
 
 // Other replaces a label value outside its bounded set: an unknown tool or
 // code, a tool past the per-server cap, a server past the server cap, or a
@@ -278,7 +288,7 @@ var Families = []Family{
 		[]string{LabelListener}},
 	{IngestBytesInFlight, "gauge", "Memory held by the ingest requests being read and processed (four times their bytes), against serve.receiver.max_in_flight_bytes.",
 		nil},
-	{StoreFaultsTotal, "counter", "Faults of the store since it was opened: id_index_write (a failed write of the call id index; caught up later), spool_file_rejected (a ClickHouse spool file of acknowledged calls moved aside as .rejected).",
+	{StoreFaultsTotal, "counter", "Faults of the store since it was opened: id_index_write (a failed write of the call id index; caught up later), id_index_corrupt (a corrupt block met in the call id index; delete it to rebuild), spool_file_rejected (a ClickHouse spool file of acknowledged calls moved aside as .rejected), spool_tail_cut (a torn tail cut off a ClickHouse spool segment at open, kept as .torn).",
 		[]string{LabelFault}},
 }
 

@@ -20,6 +20,22 @@ type SpoolRejecter interface {
 	SpoolFilesRejected() int64
 }
 
+// IDIndexCorrupter is a store with a call id index that may meet corrupt
+// blocks: the embedded store.
+type IDIndexCorrupter interface {
+	// IDIndexCorruptions returns how many corrupt blocks of the index were
+	// met since the store was opened. It is safe for concurrent use.
+	IDIndexCorruptions() int64
+}
+
+// SpoolTailCutter is a store whose spool recovery cuts torn tails off its
+// segments: the ClickHouse store.
+type SpoolTailCutter interface {
+	// SpoolTailsCut returns how many torn tails recovery cut off spool
+	// segments since the store was opened. It is safe for concurrent use.
+	SpoolTailsCut() int64
+}
+
 // storeFaults exports the store's fault counts, read at each scrape: the
 // store keeps them, and is opened before the metrics exist.
 type storeFaults struct {
@@ -30,8 +46,9 @@ type storeFaults struct {
 
 // WatchStore has reg export StoreFaultsTotal for store, read from it at
 // each scrape: one series, from zero, for each fault the store can have
-// (FaultIDIndexWrite for an IDIndexFaulter, FaultSpoolFileRejected for a
-// SpoolRejecter). A store that can have none exports nothing.
+// (FaultIDIndexWrite for an IDIndexFaulter, FaultIDIndexCorrupt for an
+// IDIndexCorrupter, FaultSpoolFileRejected for a SpoolRejecter,
+// FaultSpoolTailCut for a SpoolTailCutter). A store that can have none exports nothing.
 func WatchStore(reg prometheus.Registerer, store any) error {
 	f := family(StoreFaultsTotal)
 	c := &storeFaults{desc: prometheus.NewDesc(f.Name, f.Help, f.Labels, nil)}
@@ -39,9 +56,17 @@ func WatchStore(reg prometheus.Registerer, store any) error {
 		c.faults = append(c.faults, FaultIDIndexWrite)
 		c.counts = append(c.counts, s.IDIndexFailures)
 	}
+	if s, ok := store.(IDIndexCorrupter); ok {
+		c.faults = append(c.faults, FaultIDIndexCorrupt)
+		c.counts = append(c.counts, s.IDIndexCorruptions)
+	}
 	if s, ok := store.(SpoolRejecter); ok {
 		c.faults = append(c.faults, FaultSpoolFileRejected)
 		c.counts = append(c.counts, s.SpoolFilesRejected)
+	}
+	if s, ok := store.(SpoolTailCutter); ok {
+		c.faults = append(c.faults, FaultSpoolTailCut)
+		c.counts = append(c.counts, s.SpoolTailsCut)
 	}
 	if len(c.faults) == 0 {
 		return nil

@@ -10,14 +10,16 @@ import (
 )
 
 // indexStore has an id index, as the embedded store does.
-type indexStore struct{ failures atomic.Int64 }
+type indexStore struct{ failures, corrupt atomic.Int64 }
 
-func (s *indexStore) IDIndexFailures() int64 { return s.failures.Load() }
+func (s *indexStore) IDIndexFailures() int64    { return s.failures.Load() }
+func (s *indexStore) IDIndexCorruptions() int64 { return s.corrupt.Load() }
 
 // spoolStore has a spool, as the ClickHouse store does.
-type spoolStore struct{ rejected atomic.Int64 }
+type spoolStore struct{ rejected, tailsCut atomic.Int64 }
 
 func (s *spoolStore) SpoolFilesRejected() int64 { return s.rejected.Load() }
+func (s *spoolStore) SpoolTailsCut() int64      { return s.tailsCut.Load() }
 
 // faultyStore has both.
 type faultyStore struct {
@@ -28,7 +30,7 @@ type faultyStore struct {
 // TestWatchStore: each store exports the faults it can have, at zero from
 // the start, and every scrape reads the store's count of the moment.
 func TestWatchStore(t *testing.T) {
-	const head = "# HELP mcpaudit_store_faults_total Faults of the store since it was opened: id_index_write (a failed write of the call id index; caught up later), spool_file_rejected (a ClickHouse spool file of acknowledged calls moved aside as .rejected).\n" +
+	const head = "# HELP mcpaudit_store_faults_total Faults of the store since it was opened: id_index_write (a failed write of the call id index; caught up later), id_index_corrupt (a corrupt block met in the call id index; delete it to rebuild), spool_file_rejected (a ClickHouse spool file of acknowledged calls moved aside as .rejected), spool_tail_cut (a torn tail cut off a ClickHouse spool segment at open, kept as .torn).\n" +
 		"# TYPE mcpaudit_store_faults_total counter\n"
 	t.Run("embedded", func(t *testing.T) {
 		reg := prometheus.NewPedanticRegistry()
@@ -36,10 +38,17 @@ func TestWatchStore(t *testing.T) {
 		if err := metrics.WatchStore(reg, st); err != nil {
 			t.Fatal(err)
 		}
-		compare(t, reg, head+`mcpaudit_store_faults_total{fault="id_index_write"} 0
+		compare(t, reg, head+`mcpaudit_store_faults_total{fault="id_index_corrupt"} 0
+mcpaudit_store_faults_total{fault="id_index_write"} 0
 `, metrics.StoreFaultsTotal)
 		st.failures.Add(2)
-		compare(t, reg, head+`mcpaudit_store_faults_total{fault="id_index_write"} 2
+		compare(t, reg, head+`mcpaudit_store_faults_total{fault="id_index_corrupt"} 0
+mcpaudit_store_faults_total{fault="id_index_write"} 2
+`, metrics.StoreFaultsTotal)
+		// A corrupt block is its own fault, not a failed write.
+		st.corrupt.Add(1)
+		compare(t, reg, head+`mcpaudit_store_faults_total{fault="id_index_corrupt"} 1
+mcpaudit_store_faults_total{fault="id_index_write"} 2
 `, metrics.StoreFaultsTotal)
 	})
 	t.Run("clickhouse", func(t *testing.T) {
@@ -49,9 +58,12 @@ func TestWatchStore(t *testing.T) {
 			t.Fatal(err)
 		}
 		compare(t, reg, head+`mcpaudit_store_faults_total{fault="spool_file_rejected"} 0
+mcpaudit_store_faults_total{fault="spool_tail_cut"} 0
 `, metrics.StoreFaultsTotal)
 		st.rejected.Add(1)
+		st.tailsCut.Add(2)
 		compare(t, reg, head+`mcpaudit_store_faults_total{fault="spool_file_rejected"} 1
+mcpaudit_store_faults_total{fault="spool_tail_cut"} 2
 `, metrics.StoreFaultsTotal)
 	})
 	t.Run("both", func(t *testing.T) {
@@ -61,8 +73,10 @@ func TestWatchStore(t *testing.T) {
 			t.Fatal(err)
 		}
 		st.rejected.Add(3)
-		compare(t, reg, head+`mcpaudit_store_faults_total{fault="id_index_write"} 0
+		compare(t, reg, head+`mcpaudit_store_faults_total{fault="id_index_corrupt"} 0
+mcpaudit_store_faults_total{fault="id_index_write"} 0
 mcpaudit_store_faults_total{fault="spool_file_rejected"} 3
+mcpaudit_store_faults_total{fault="spool_tail_cut"} 0
 `, metrics.StoreFaultsTotal)
 	})
 	t.Run("none", func(t *testing.T) {

@@ -105,7 +105,9 @@ type idIndex struct {
 	retryEvery time.Duration
 	// failures counts the index writes that failed.
 	failures atomic.Int64
-	log      *slog.Logger
+	// corruptions counts the corrupt blocks pebble met.
+	corruptions atomic.Int64
+	log         *slog.Logger
 	// fault, when set (by tests), fails the index writes it returns an
 	// error for.
 	fault func() error
@@ -369,7 +371,7 @@ func openPebble(dir string, lock *pebble.Lock, create bool, log *slog.Logger) (x
 	// rebuilds it.
 	opts.EventListener = &pebble.EventListener{
 		DataCorruption: func(info pebble.DataCorruptionInfo) {
-			x.failures.Add(1)
+			x.corruptions.Add(1)
 			log.Error("the call id index is corrupt: lookups that meet the damage scan the calls; stop serve and delete the directory to rebuild it",
 				"dir", dir, "file", info.Path, "err", firstLine(info.Details))
 		},
@@ -761,6 +763,17 @@ func (s *Store) IDIndexFailures() int64 {
 		return 0
 	}
 	return s.ids.failures.Load()
+}
+
+// IDIndexCorruptions returns how many corrupt blocks of the call id index
+// were met since Open. Each is logged; the lookup that met one scans the
+// calls instead, and the damage stays until the index is deleted (with
+// serve stopped) and rebuilt at the next Open.
+func (s *Store) IDIndexCorruptions() int64 {
+	if s.ids == nil {
+		return 0
+	}
+	return s.ids.corruptions.Load()
 }
 
 // IDIndexDir returns the directory of the id index of the store at path.

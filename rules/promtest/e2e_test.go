@@ -106,6 +106,8 @@ func TestEndToEnd(t *testing.T) {
 	relay.Forward(metrics.ForwardRejected, 1)
 	st.idIndex.Add(1)
 	st.spoolRejected.Add(1)
+	st.idCorrupt.Add(1)
+	st.tailsCut.Add(1)
 
 	want := []string{
 		"McpAuditWriteErrorBudgetBurnFast", "McpAuditWriteErrorBudgetBurnMedium", "McpAuditWriteErrorBudgetBurnSlow",
@@ -114,6 +116,7 @@ func TestEndToEnd(t *testing.T) {
 		"McpAuditUnsafeRetries", "McpAuditWastedRetries", "McpAuditUncertainOutcomes", "McpAuditIngestRejections",
 		"McpAuditRelayDroppingRecords", "McpAuditRelayNotDelivering",
 		"McpAuditSpoolFileRejected", "McpAuditIDIndexWriteFailures",
+		"McpAuditIDIndexCorrupt", "McpAuditSpoolTailCut",
 	}
 	alerts, err := prom.WaitFiring(ctx, want, 90*time.Second)
 	if err != nil {
@@ -300,7 +303,9 @@ func (f *feeder) anomalies() {
 }
 
 // faultyStore counts the faults of both stores.
-type faultyStore struct{ idIndex, spoolRejected atomic.Int64 }
+type faultyStore struct{ idIndex, spoolRejected, idCorrupt, tailsCut atomic.Int64 }
 
 func (s *faultyStore) IDIndexFailures() int64    { return s.idIndex.Load() }
 func (s *faultyStore) SpoolFilesRejected() int64 { return s.spoolRejected.Load() }
+func (s *faultyStore) IDIndexCorruptions() int64 { return s.idCorrupt.Load() }
+func (s *faultyStore) SpoolTailsCut() int64      { return s.tailsCut.Load() }
