@@ -216,10 +216,7 @@ func TestSpoolFrame_HugeLength(t *testing.T) {
 	if err := os.WriteFile(big, frameOf(make([]byte, 1<<20)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	sp, err := openSpool(dir, 1<<20, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sp := mustOpenSpool(t, dir)
 	var err2 error
 	if n := allocated(func() { _, err2 = sp.decode(1) }); n > 64<<10 {
 		t.Errorf("refusing a file past the limit allocated %d bytes", n)
@@ -343,10 +340,7 @@ func TestGather_CorruptFrames(t *testing.T) {
 		t.Run("file/"+tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			writeOldSpool(t, dir, encodeFrameCopy(t, testBatch("c_1")), tc.corrupt(encodeFrameCopy(t, testBatch("c_2"))), encodeFrameCopy(t, testBatch("c_3")))
-			sp, err := openSpool(dir, 1<<20, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
+			sp := mustOpenSpool(t, dir)
 			check(t, sp, sp.path(2, spoolExt), fmt.Sprintf("corrupt at byte %d of the file: %s", tc.at, tc.reason))
 		})
 		if tc.inPlace == -1 {
@@ -359,15 +353,8 @@ func TestGather_CorruptFrames(t *testing.T) {
 			}
 			t.Run(name, func(t *testing.T) {
 				dir := t.TempDir()
-				sp, err := openSpool(dir, 1<<20, 0)
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, id := range []string{"c_1", "c_2", "c_3"} {
-					if err := sp.append(testBatch(id)); err != nil {
-						t.Fatal(err)
-					}
-				}
+				sp := mustOpenSpool(t, dir)
+				appendBatches(t, sp, "c_1", "c_2", "c_3")
 				path, off, size := frameAt(t, sp, sp.first(64)[1])
 				at := int64(tc.inPlace)
 				if at == -2 {
@@ -377,9 +364,7 @@ func TestGather_CorruptFrames(t *testing.T) {
 				reason := fmt.Sprintf("corrupt at byte %d of the file: %s", off+tc.at, tc.reason)
 				if reopen {
 					sp.close()
-					if sp, err = openSpool(dir, 1<<20, 0); err != nil {
-						t.Fatal(err)
-					}
+					sp = mustOpenSpool(t, dir)
 					if tc.walk {
 						reason = fmt.Sprintf("corrupt at byte %d of the file: %d bytes that are no whole frame", off, size)
 					}

@@ -37,10 +37,7 @@ func testBatch(ids ...string) *batch {
 
 func TestSpool(t *testing.T) {
 	dir := t.TempDir()
-	sp, err := openSpool(dir, 1<<20, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sp := mustOpenSpool(t, dir)
 	a, b := testBatch("c_1", "c_2"), testBatch("c_3")
 	a.Done[tCalls] = true
 	for _, x := range []*batch{a, b} {
@@ -53,10 +50,7 @@ func TestSpool(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "00000000000000000009.tmp"), []byte(`{"calls":[`), 0o640); err != nil {
 		t.Fatal(err)
 	}
-	sp, err = openSpool(dir, 1<<20, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sp = mustOpenSpool(t, dir)
 	if n, _ := sp.usage(); n != 2 {
 		t.Fatalf("reopened spool holds %d batches, want 2", n)
 	}
@@ -175,10 +169,7 @@ func TestSpool_GobFile(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "00000000000000000003.batch"), buf.Bytes(), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	sp, err := openSpool(dir, 1<<20, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sp := mustOpenSpool(t, dir)
 	got, err := sp.read(3)
 	if err != nil {
 		t.Fatal(err)
@@ -326,10 +317,7 @@ func TestGather_Kept(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	disk, err := openSpool(dir, 1<<20, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	disk := mustOpenSpool(t, dir)
 	fromMem, used, err := (&Store{spool: mem, opts: Options{BatchSize: 100}}).gather(mem.first(64), false)
 	if err != nil || len(used) != 3 {
 		t.Fatalf("gather = %v, %v; want the three batches", used, err)
@@ -419,19 +407,8 @@ func TestSpoolCodec_EveryField(t *testing.T) {
 // (encodeFrame, as spool.append), against the gob that earlier releases
 // wrote.
 func BenchmarkSpoolEncode(b *testing.B) {
-	pool := benchPool(b, 512)
-	var rows []callRow
-	for i := range pool {
-		r := fresh(pool[i], uint64(i))
-		row, err := callRowOf(&r)
-		if err != nil {
-			b.Fatal(err)
-		}
-		rows = append(rows, row)
-	}
-	bt := new(batch)
-	bt.addCalls(rows)
-	bt.seal()
+	const calls = 512
+	bt := benchBatch(b, calls)
 	b.Run("codec+s2", func(b *testing.B) {
 		b.ReportAllocs()
 		var n int
@@ -443,7 +420,7 @@ func BenchmarkSpoolEncode(b *testing.B) {
 			n = len(data)
 			putSpoolBuf(data)
 		}
-		b.ReportMetric(float64(n)/float64(len(rows)), "file_B/call")
+		b.ReportMetric(float64(n)/float64(calls), "file_B/call")
 	})
 	// The frame's CRC-32C alone, over the bytes it covers: what the
 	// checksum adds to encoding, and to decoding, a 512-call batch.
@@ -467,7 +444,7 @@ func BenchmarkSpoolEncode(b *testing.B) {
 			}
 			n = buf.Len()
 		}
-		b.ReportMetric(float64(n)/float64(len(rows)), "file_B/call")
+		b.ReportMetric(float64(n)/float64(calls), "file_B/call")
 	})
 }
 
@@ -498,10 +475,7 @@ func TestGather_CorruptFile(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			writeOldSpool(t, dir, encodeFrameCopy(t, testBatch("c_1")), tc.corrupt(encodeFrameCopy(t, testBatch("c_2"))), encodeFrameCopy(t, testBatch("c_3")))
-			sp, err := openSpool(dir, 1<<20, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
+			sp := mustOpenSpool(t, dir)
 			seqs := sp.first(64)
 			path := sp.path(seqs[1], spoolExt)
 			s := &Store{spool: sp, opts: Options{BatchSize: 100}}
@@ -531,19 +505,7 @@ func TestGather_CorruptFile(t *testing.T) {
 // 512-call batch back from its file (in the page cache): checksum, S2 and
 // the spool's codec.
 func BenchmarkSpoolDecode(b *testing.B) {
-	pool := benchPool(b, 512)
-	var rows []callRow
-	for i := range pool {
-		r := fresh(pool[i], uint64(i))
-		row, err := callRowOf(&r)
-		if err != nil {
-			b.Fatal(err)
-		}
-		rows = append(rows, row)
-	}
-	bt := new(batch)
-	bt.addCalls(rows)
-	bt.seal()
+	bt := benchBatch(b, 512)
 	sp, err := openSpool(b.TempDir(), 1<<30, 0)
 	if err != nil {
 		b.Fatal(err)
@@ -566,19 +528,7 @@ func BenchmarkSpoolDecode(b *testing.B) {
 // requests). ns/op is per batch over all appenders; ack_p50_ms and
 // ack_p99_ms are one append's wait.
 func BenchmarkSpoolAppend(b *testing.B) {
-	pool := benchPool(b, 512)
-	var rows []callRow
-	for i := range pool {
-		r := fresh(pool[i], uint64(i))
-		row, err := callRowOf(&r)
-		if err != nil {
-			b.Fatal(err)
-		}
-		rows = append(rows, row)
-	}
-	bt := new(batch)
-	bt.addCalls(rows)
-	bt.seal()
+	bt := benchBatch(b, 512)
 	for _, appenders := range []int{1, 2, 8} {
 		b.Run(fmt.Sprint("appenders=", appenders), func(b *testing.B) {
 			sp, err := openSpool(b.TempDir(), 1<<40, 0)
@@ -613,4 +563,23 @@ func BenchmarkSpoolAppend(b *testing.B) {
 			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "ack_p99_ms")
 		})
 	}
+}
+
+// benchBatch is a sealed batch of n calls of the benchmark pool, as the
+// store spools a request's calls.
+func benchBatch(b *testing.B, n int) *batch {
+	pool := benchPool(b, n)
+	var rows []callRow
+	for i := range pool {
+		r := fresh(pool[i], uint64(i))
+		row, err := callRowOf(&r)
+		if err != nil {
+			b.Fatal(err)
+		}
+		rows = append(rows, row)
+	}
+	bt := new(batch)
+	bt.addCalls(rows)
+	bt.seal()
+	return bt
 }

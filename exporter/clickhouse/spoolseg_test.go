@@ -15,6 +15,28 @@ import (
 )
 
 // spoolFiles returns the names in dir with ext.
+// mustOpenSpool opens the spool in dir as the tests use it: 1 MiB at most,
+// no batch kept in memory.
+func mustOpenSpool(t *testing.T, dir string) *spool {
+	t.Helper()
+	sp, err := openSpool(dir, 1<<20, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sp
+}
+
+// appendBatches appends a batch of one call for each id, each acknowledged
+// (synced) before the next.
+func appendBatches(t *testing.T, sp *spool, ids ...string) {
+	t.Helper()
+	for _, id := range ids {
+		if err := sp.append(testBatch(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func spoolFiles(t *testing.T, dir, ext string) []string {
 	t.Helper()
 	entries, err := os.ReadDir(dir)
@@ -84,10 +106,7 @@ func TestSpool_OneSyncPerAppend(t *testing.T) {
 	var syncs atomic.Int64
 	hookSync(t, func(f *os.File) error { syncs.Add(1); return fdatasync(f) })
 	dir := t.TempDir()
-	sp, err := openSpool(dir, 1<<20, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sp := mustOpenSpool(t, dir)
 	for i := range 5 {
 		if err := sp.append(testBatch(fmt.Sprint("c_", i))); err != nil {
 			t.Fatal(err)
@@ -208,15 +227,8 @@ func TestSpool_GroupCommit(t *testing.T) {
 // told nothing about and sends again), and cut off as a torn tail if not.
 func TestSpool_CrashBeforeSync(t *testing.T) {
 	dir := t.TempDir()
-	sp, err := openSpool(dir, 1<<20, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, id := range []string{"c_1", "c_2"} {
-		if err := sp.append(testBatch(id)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	sp := mustOpenSpool(t, dir)
+	appendBatches(t, sp, "c_1", "c_2")
 	blocked, release := make(chan struct{}), make(chan struct{})
 	hookSync(t, func(f *os.File) error {
 		close(blocked)
@@ -243,10 +255,7 @@ func TestSpool_CrashBeforeSync(t *testing.T) {
 	}
 	t.Run("whole", func(t *testing.T) {
 		dir := copyDir(t, crashed)
-		re, err := openSpool(dir, 1<<20, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
+		re := mustOpenSpool(t, dir)
 		if got := callIDs(t, re); !slices.Equal(got, []string{"c_1", "c_2", "c_3"}) {
 			t.Errorf("recovered calls %v", got)
 		}
@@ -258,10 +267,7 @@ func TestSpool_CrashBeforeSync(t *testing.T) {
 			if err := os.Truncate(path, off3+cut); err != nil {
 				t.Fatal(err)
 			}
-			re, err := openSpool(dir, 1<<20, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
+			re := mustOpenSpool(t, dir)
 			if got := callIDs(t, re); !slices.Equal(got, []string{"c_1", "c_2"}) {
 				t.Errorf("recovered calls %v, want the two acknowledged", got)
 			}
@@ -276,10 +282,7 @@ func TestSpool_CrashBeforeSync(t *testing.T) {
 				t.Fatal(err)
 			}
 			re.close()
-			again, err := openSpool(dir, 1<<20, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
+			again := mustOpenSpool(t, dir)
 			if got := callIDs(t, again); !slices.Equal(got, []string{"c_1", "c_2", "c_4"}) {
 				t.Errorf("calls after a second restart %v", got)
 			}
@@ -312,15 +315,8 @@ func TestSpool_TornTail(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			sp, err := openSpool(dir, 1<<20, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, id := range []string{"c_1", "c_2", "c_3"} {
-				if err := sp.append(testBatch(id)); err != nil {
-					t.Fatal(err)
-				}
-			}
+			sp := mustOpenSpool(t, dir)
+			appendBatches(t, sp, "c_1", "c_2", "c_3")
 			path, off, size := frameAt(t, sp, 3)
 			sp.close()
 			f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
@@ -329,10 +325,7 @@ func TestSpool_TornTail(t *testing.T) {
 			}
 			f.Write(tc.tail)
 			f.Close()
-			re, err := openSpool(dir, 1<<20, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
+			re := mustOpenSpool(t, dir)
 			if got := callIDs(t, re); !slices.Equal(got, []string{"c_1", "c_2", "c_3"}) {
 				t.Errorf("recovered calls %v", got)
 			}
@@ -347,15 +340,8 @@ func TestSpool_TornTail(t *testing.T) {
 	// so (docs/clickhouse.md).
 	t.Run("last_frame_damaged", func(t *testing.T) {
 		dir := t.TempDir()
-		sp, err := openSpool(dir, 1<<20, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, id := range []string{"c_1", "c_2"} {
-			if err := sp.append(testBatch(id)); err != nil {
-				t.Fatal(err)
-			}
-		}
+		sp := mustOpenSpool(t, dir)
+		appendBatches(t, sp, "c_1", "c_2")
 		path, off, size := frameAt(t, sp, 2)
 		sp.close()
 		flip(t, path, off+size-2, 1)
@@ -363,20 +349,14 @@ func TestSpool_TornTail(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		re, err := openSpool(dir, 1<<20, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
+		re := mustOpenSpool(t, dir)
 		if got := callIDs(t, re); !slices.Equal(got, []string{"c_1"}) || len(re.torn) != 1 || re.torn[0].at != off {
 			t.Errorf("recovered calls %v, torn %+v", got, re.torn)
 		}
 		// Acknowledged, then damaged: its bytes are kept, not destroyed.
 		checkKeptTail(t, dir, data[off:off+size])
 		// The kept file is not read as part of the spool at the next start.
-		again, err := openSpool(dir, 1<<20, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
+		again := mustOpenSpool(t, dir)
 		if got := callIDs(t, again); !slices.Equal(got, []string{"c_1"}) || len(again.torn) != 0 {
 			t.Errorf("second restart: calls %v, torn %+v", got, again.torn)
 		}
@@ -390,10 +370,7 @@ func TestSpool_TornTail(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(dir, "00000000000000000009.log"), junk, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		re, err := openSpool(dir, 1<<20, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
+		re := mustOpenSpool(t, dir)
 		if n, _ := re.usage(); n != 0 || len(re.torn) != 1 {
 			t.Errorf("%d batches, torn %+v", n, re.torn)
 		}
@@ -406,15 +383,8 @@ func TestSpool_TornTail(t *testing.T) {
 // tail stays in the segment rather than being destroyed.
 func TestSpool_TornTailNotKept(t *testing.T) {
 	dir := t.TempDir()
-	sp, err := openSpool(dir, 1<<20, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, id := range []string{"c_1", "c_2"} {
-		if err := sp.append(testBatch(id)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	sp := mustOpenSpool(t, dir)
+	appendBatches(t, sp, "c_1", "c_2")
 	path, off, size := frameAt(t, sp, 2)
 	sp.close()
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
@@ -464,10 +434,7 @@ func checkKeptTail(t *testing.T, dir string, want []byte) {
 // its pages cannot be trusted), and the next append starts a new one.
 func TestSpool_SyncFails(t *testing.T) {
 	dir := t.TempDir()
-	sp, err := openSpool(dir, 1<<20, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sp := mustOpenSpool(t, dir)
 	if err := sp.append(testBatch("c_1")); err != nil {
 		t.Fatal(err)
 	}
@@ -506,10 +473,7 @@ func TestSpool_Segments(t *testing.T) {
 	var syncs atomic.Int64
 	hookSync(t, func(f *os.File) error { syncs.Add(1); return fdatasync(f) })
 	dir := t.TempDir()
-	sp, err := openSpool(dir, 1<<20, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sp := mustOpenSpool(t, dir)
 	frame := int64(len(encodeFrameCopy(t, testBatch("c_00"))))
 	sp.segmentBytes = 3 * frame
 	var ids []string
@@ -523,10 +487,7 @@ func TestSpool_Segments(t *testing.T) {
 	if segs := spoolFiles(t, dir, spoolSegExt); len(segs) != 3 {
 		t.Fatalf("7 frames of %d bytes in segments of %d: %v, want 3", frame, sp.segmentBytes, segs)
 	}
-	re, err := openSpool(dir, 1<<20, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	re := mustOpenSpool(t, dir)
 	if got := callIDs(t, re); !slices.Equal(got, ids) {
 		t.Fatalf("recovered calls %v, want %v in order", got, ids)
 	}
@@ -580,20 +541,10 @@ func TestSpool_OldReleases(t *testing.T) {
 		old = append(old, data)
 	}
 	writeOldSpool(t, dir, old...)
-	sp, err := openSpool(dir, 1<<20, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, id := range []string{"c_new_1", "c_new_2"} {
-		if err := sp.append(testBatch(id)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	sp := mustOpenSpool(t, dir)
+	appendBatches(t, sp, "c_new_1", "c_new_2")
 	sp.close()
-	re, err := openSpool(dir, 1<<20, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	re := mustOpenSpool(t, dir)
 	want := []string{"c_old_gob", "c_old_v1", "c_old_v2", "c_new_1", "c_new_2"}
 	if got := callIDs(t, re); !slices.Equal(got, want) {
 		t.Fatalf("calls %v, want %v", got, want)
@@ -653,23 +604,13 @@ func FuzzScanSegment(f *testing.F) {
 // only what is left; one with a damaged region stays as it is.
 func TestSpool_CloseCompacts(t *testing.T) {
 	dir := t.TempDir()
-	sp, err := openSpool(dir, 1<<20, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, id := range []string{"c_1", "c_2", "c_3"} {
-		if err := sp.append(testBatch(id)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	sp := mustOpenSpool(t, dir)
+	appendBatches(t, sp, "c_1", "c_2", "c_3")
 	if err := sp.remove(sp.first(1)[0]); err != nil {
 		t.Fatal(err)
 	}
 	sp.close()
-	re, err := openSpool(dir, 1<<20, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	re := mustOpenSpool(t, dir)
 	if got := callIDs(t, re); !slices.Equal(got, []string{"c_2", "c_3"}) {
 		t.Errorf("calls after a restart %v, want the two not drained", got)
 	}
@@ -680,18 +621,12 @@ func TestSpool_CloseCompacts(t *testing.T) {
 	path, off, _ := frameAt(t, re, re.first(1)[0])
 	re.close()
 	flip(t, path, off+3, 1) // the magic of c_2's frame
-	re, err = openSpool(dir, 1<<20, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	re = mustOpenSpool(t, dir)
 	if err := re.remove(re.entries[1].seq); err != nil { // c_3
 		t.Fatal(err)
 	}
 	re.close()
-	again, err := openSpool(dir, 1<<20, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	again := mustOpenSpool(t, dir)
 	if n, _ := again.usage(); n != 2 || again.entries[0].damage == nil {
 		t.Errorf("after a restart: %d entries (first damaged: %v), want the damaged region and c_3 again", n, again.entries[0].damage != nil)
 	}
