@@ -1,6 +1,7 @@
 package metrics_test
 
 import (
+	"slices"
 	"sync/atomic"
 	"testing"
 
@@ -30,8 +31,13 @@ type faultyStore struct {
 // TestWatchStore: each store exports the faults it can have, at zero from
 // the start, and every scrape reads the store's count of the moment.
 func TestWatchStore(t *testing.T) {
-	const head = "# HELP mcpaudit_store_faults_total Faults of the store since it was opened: id_index_write (a failed write of the call id index; caught up later), id_index_corrupt (a corrupt block met in the call id index; delete it to rebuild), spool_file_rejected (a ClickHouse spool file of acknowledged calls moved aside as .rejected), spool_tail_cut (a torn tail cut off a ClickHouse spool segment at open, kept as .torn).\n" +
-		"# TYPE mcpaudit_store_faults_total counter\n"
+	// The help text is the family's, whatever its words.
+	i := slices.IndexFunc(metrics.Families, func(f metrics.Family) bool { return f.Name == metrics.StoreFaultsTotal })
+	if i < 0 {
+		t.Fatalf("no family %s", metrics.StoreFaultsTotal)
+	}
+	head := "# HELP " + metrics.StoreFaultsTotal + " " + metrics.Families[i].Help + "\n" +
+		"# TYPE " + metrics.StoreFaultsTotal + " counter\n"
 	t.Run("embedded", func(t *testing.T) {
 		reg := prometheus.NewPedanticRegistry()
 		st := &indexStore{}
