@@ -334,6 +334,11 @@ func collector() *dashboard.DashboardBuilder {
 			units.Short,
 			query(fmt.Sprintf("sum by (instance, %s) (increase(%s[%s]))", metrics.LabelFault, sel(metrics.StoreFaultsTotal, jobMatcher), rate),
 				"{{instance}} {{fault}}"))).
+		WithPanel(graph("Spool files set aside",
+			"Files the ClickHouse store's spool directory holds for a person, by instance and kind, from any run until someone moves them out: rejected, batches of acknowledged calls that will not reach ClickHouse unless a person acts (McpAuditSpoolFilesSetAside after an hour); torn, tails cut off segments at start, expected after a crash. Empty for the embedded store; flat at zero is healthy.",
+			units.Short,
+			query(fmt.Sprintf("max by (instance, %s) (%s)", metrics.LabelFile, sel(metrics.SpoolFilesSetAside, jobMatcher)),
+				"{{instance}} {{file}}"))).
 		WithPanel(graph("Ingest to finding latency",
 			"Wall time to a finding's commit, by what it waited for: evidence, from the acknowledgement of the call that completed it (a call waits until its partition's watermark passes it: its slowest active source, less the lateness bound); window, from the end of its verification window in event time (fair where the sources' clocks are right).",
 			units.Seconds,

@@ -285,6 +285,20 @@ func (b *builder) storeAlerts() []Rule {
 				"{{ $value | humanize }} time(s) in the last hour. Nothing is lost: lookups that meet it scan the calls, " +
 				"slower. The damage stays until a person stops serve and deletes mcpaudit.db.ids; the next start rebuilds it.",
 		}),
+		// The count above pages when a file is set aside; this one keeps
+		// reminding while it is there, across restarts (the count starts
+		// again from 0).
+		b.rule(alert{
+			name: "McpAuditSpoolFilesSetAside",
+			expr: fmt.Sprintf(`max by (%s) (%s{%s="%s"}) > 0`, by, metrics.SpoolFilesSetAside,
+				metrics.LabelFile, metrics.FileRejected),
+			for_:     time.Hour,
+			severity: SeverityWarning,
+			summary:  "Spool files of acknowledged calls wait for a person.",
+			description: "The spool directory of collector {{ $labels.instance }} of job {{ $labels.job }} has held " +
+				"{{ $value | humanize }} .rejected file(s) for an hour: acknowledged calls that are not in ClickHouse. " +
+				"Handle each as the runbook of McpAuditSpoolFileRejected says, then move it out of spool.dir.",
+		}),
 		// Warning, not critical: recovery cannot tell the expected torn
 		// tail of a crash from an acknowledged last frame damaged on disk
 		// (docs/runbooks.md#mcpauditspooltailcut).

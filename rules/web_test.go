@@ -13,7 +13,7 @@ func TestInvestigationURL(t *testing.T) {
 	collector := map[string]bool{"McpAuditIngestRejections": true, "McpAuditSourceLagging": true, "McpAuditCollectorDown": true, "McpAuditCollectorAbsent": true,
 		"McpAuditRelayDroppingRecords": true, "McpAuditRelayNotDelivering": true,
 		"McpAuditSpoolFileRejected": true, "McpAuditIDIndexWriteFailures": true,
-		"McpAuditIDIndexCorrupt": true, "McpAuditSpoolTailCut": true}
+		"McpAuditIDIndexCorrupt": true, "McpAuditSpoolTailCut": true, "McpAuditSpoolFilesSetAside": true}
 	for _, base := range []string{"", "https://audit.example.com/mcp/"} {
 		o := rules.DefaultOptions()
 		if base != "" {

@@ -196,4 +196,30 @@ func TestServe_ClickHouseSpoolFileRejected(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(spool, "00000000000000000001.rejected")); err != nil {
 		t.Errorf("the damaged file was not moved aside: %v", err)
 	}
+	// The file is there until a person moves it out; the gauge follows the
+	// directory, not the count.
+	if !strings.Contains(text, `mcpaudit_spool_files_set_aside{file="rejected"} 1`) {
+		t.Errorf("/metrics lacks the rejected file set aside:\n%s", grepLines(text, "set_aside"))
+	}
+	if err := os.Rename(filepath.Join(spool, "00000000000000000001.rejected"), filepath.Join(t.TempDir(), "handled")); err != nil {
+		t.Fatal(err)
+	}
+	if text = scrapeMetrics(t, s); !strings.Contains(text, `mcpaudit_spool_files_set_aside{file="rejected"} 0`) ||
+		!strings.Contains(text, want) {
+		t.Errorf("after the file was moved out, /metrics says:\n%s", grepLines(text, "set_aside", "spool_file_rejected"))
+	}
+}
+
+// grepLines returns the lines of text that contain any of subs.
+func grepLines(text string, subs ...string) string {
+	var b strings.Builder
+	for _, l := range strings.Split(text, "\n") {
+		for _, sub := range subs {
+			if strings.Contains(l, sub) {
+				b.WriteString(l + "\n")
+				break
+			}
+		}
+	}
+	return b.String()
 }

@@ -553,4 +553,7 @@ func TestServe_StoreFaults(t *testing.T) {
 			t.Errorf("the embedded store exports %s, a fault of the ClickHouse store", f)
 		}
 	}
+	if strings.Contains(text, "mcpaudit_spool_files_set_aside") {
+		t.Error("the embedded store exports mcpaudit_spool_files_set_aside; it has no spool")
+	}
 }

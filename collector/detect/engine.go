@@ -56,7 +56,7 @@ type Engine struct {
 	nextRoute int
 	// onDuplicate, when set, is told of each observation dropped for
 	// another that waits with it (OnDuplicate).
-	onDuplicate func(kept, dropped string)
+	onDuplicate func(kept string, dropped *audit.Call)
 }
 
 // route is where calls of one tenant, server and source go.
@@ -161,10 +161,10 @@ func (e *Engine) DropRepeatedIDs() { e.ids = newRecentIDs(recentIDsKept) }
 
 // OnDuplicate has f told, for each pair of observations of one exchange
 // that wait together for the watermark, the id of the one that stands for
-// the call and of the one dropped. The live service uses it after a
-// restart: the replay takes such pairs in time order, where the live run
-// may have kept the other one.
-func (e *Engine) OnDuplicate(f func(kept, dropped string)) { e.onDuplicate = f }
+// the call and the one dropped. The live service uses it after a restart:
+// the replay takes such pairs in time order, where the live run may have
+// kept the other one.
+func (e *Engine) OnDuplicate(f func(kept string, dropped *audit.Call)) { e.onDuplicate = f }
 
 // Stats returns what was processed so far.
 func (e *Engine) Stats() *Stats { return &e.stats }
@@ -217,7 +217,7 @@ func (e *Engine) Add(src string, r *audit.Record, wall time.Time) {
 	// sent again however late (a file given twice).
 	seen, replaced, dropped := p.dedupe.take(r, s)
 	if dropped != nil && e.onDuplicate != nil {
-		e.onDuplicate(seen.r.Call.ID, dropped.Call.ID)
+		e.onDuplicate(seen.r.Call.ID, dropped.Call)
 	}
 	if seen != nil && seen.r != r && !replaced {
 		// A later observation completed a waiting one with its response.

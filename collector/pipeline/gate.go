@@ -41,8 +41,15 @@ type gate struct {
 	known map[string]bool
 	// alt maps, while known is set, a call standing for an exchange to
 	// the other observations of it the engine dropped: the live run may
-	// have kept one of those, and cited it in a stored finding.
-	alt map[string][]string
+	// have kept one of those, cited it in a stored finding and stored its
+	// write under it.
+	alt map[string][]*audit.Call
+	// storedWrite reports whether the store holds the write w under call
+	// c, another observation of its exchange (nil: never asked).
+	storedWrite func(w *audit.Write, c *audit.Call) bool
+	// aliases remembers, while known is set, which observation each write
+	// of alt's calls was found stored under (nil: none, or not stored).
+	aliases map[writeKey]*audit.Call
 	// knownLen is len(known), for tests and status readers outside the
 	// engine goroutine.
 	knownLen atomic.Int64
@@ -111,7 +118,7 @@ func (g *gate) forget() {
 		}
 	}
 	if len(g.replayEnd) == 0 {
-		g.known, g.replayEnd, g.alt = nil, nil, nil
+		g.known, g.replayEnd, g.alt, g.aliases = nil, nil, nil, nil
 		g.knownLen.Store(0)
 	}
 }
@@ -169,6 +176,13 @@ func (g *gate) Write(w *audit.Write, prev audit.WriteState) {
 	open := w.State == audit.StateUnverified && g.heldOpen(w.Tenant, w.Server, w.StateTime)
 	if !open && g.replayed(w.Tenant, w.Server, w.StateTime) {
 		return
+	}
+	if c := g.storedAs(w); c != nil {
+		// Stored before under the observation the live run kept: go on
+		// with that row, not a second one for the same write.
+		as := *w
+		as.CallID, as.Time = c.ID, c.Time
+		w = &as
 	}
 	k := writeKey{w.CallID, w.Seq}
 	if g.writes == nil {
@@ -232,14 +246,41 @@ func (g *gate) Finding(f *audit.Finding) {
 
 // duplicate notes that the engine dropped observation dropped of the
 // exchange kept stands for, while stored findings are being recognized.
-func (g *gate) duplicate(kept, dropped string) {
+func (g *gate) duplicate(kept string, dropped *audit.Call) {
 	if g.known == nil {
 		return
 	}
 	if g.alt == nil {
-		g.alt = map[string][]string{}
+		g.alt = map[string][]*audit.Call{}
 	}
 	g.alt[kept] = append(g.alt[kept], dropped)
+}
+
+// storedAs returns, while stored output is being recognized, the other
+// observation of w's exchange under which the store already holds w:
+// of two observations that both came late, the live run kept the first to
+// arrive and keyed the write by it, where the replay keeps the earlier.
+// It asks the store once per write, and only for such exchanges.
+func (g *gate) storedAs(w *audit.Write) *audit.Call {
+	if g.known == nil || g.storedWrite == nil || len(g.alt[w.CallID]) == 0 {
+		return nil
+	}
+	k := writeKey{w.CallID, w.Seq}
+	if c, ok := g.aliases[k]; ok {
+		return c
+	}
+	var as *audit.Call
+	for _, other := range g.alt[w.CallID] {
+		if g.storedWrite(w, other) {
+			as = other
+			break
+		}
+	}
+	if g.aliases == nil {
+		g.aliases = map[writeKey]*audit.Call{}
+	}
+	g.aliases[k] = as
+	return as
 }
 
 // knownAsOther reports whether f was stored citing, in place of one of
@@ -252,7 +293,7 @@ func (g *gate) knownAsOther(f *audit.Finding) bool {
 	for i, c := range f.Calls {
 		for _, other := range g.alt[c] {
 			calls := slices.Clone(f.Calls)
-			calls[i] = other
+			calls[i] = other.ID
 			alt := *f
 			alt.Calls = calls
 			if g.known[alt.ID()] {

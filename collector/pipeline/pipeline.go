@@ -288,6 +288,7 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	}
 	p.gate.recovering(wm, committed, deferred, known)
 	p.eng.OnDuplicate(p.gate.duplicate)
+	p.gate.storedWrite = p.storedWrite
 	// The sources that held each partition back are known again before
 	// the replay, so that no watermark jumps to its fastest source.
 	for k, m := range marks {
@@ -320,6 +321,35 @@ func (p *Pipeline) recover(ctx context.Context) error {
 			"replayed_calls", n, "known_findings", len(known), "took", p.now().Sub(start).Round(time.Millisecond))
 	}
 	return nil
+}
+
+// storedWrite reports whether the store holds the write w under call c,
+// another observation of its exchange, dated at c's time (a write's time is
+// its call's). Engine goroutine, after a restart, for the rare exchange
+// observed twice late; a store that cannot answer is taken as holding
+// nothing (the write is then stored under the replay's call as well).
+func (p *Pipeline) storedWrite(w *audit.Write, c *audit.Call) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// A millisecond either side: a store may keep times to the millisecond.
+	q := audit.WriteQuery{Server: w.Server, Tenant: w.Tenant, Since: c.Time.Add(-time.Millisecond),
+		Until: c.Time.Add(time.Millisecond), Limit: 1000}
+	for {
+		pg, err := p.store.Writes(ctx, q)
+		if err != nil {
+			p.log.Warn("cannot tell whether a write was stored under another observation of its call; storing it under this one", "call_id", w.CallID, "err", err)
+			return false
+		}
+		for _, s := range pg.Writes {
+			if s.CallID == c.ID && s.Seq == w.Seq && s.Tenant == w.Tenant {
+				return true
+			}
+		}
+		if pg.NextCursor == "" {
+			return false
+		}
+		q.Cursor = pg.NextCursor
+	}
 }
 
 // Ingest stores the records of one request durably, in one commit, and

@@ -2,6 +2,7 @@ package pipeline_test
 
 import (
 	"fmt"
+	"maps"
 	"testing"
 	"time"
 )
@@ -18,9 +19,11 @@ func timeoutPatchLine(session string, rpc int, t time.Time, path string) []byte 
 // observed by two observers whose clocks differ by 300 ms, both
 // delivering it behind the watermark, the later-dated observation first.
 // Live, the one that arrives first stands for the call and the
-// unverified_write cites it. A restart replays both in time order; it must
-// not store a second unverified_write for the same write, citing the other
-// observation.
+// unverified_write cites it, and the write is stored under it. A restart
+// replays both in time order; it must not store a second unverified_write
+// for the same write, citing the other observation, nor a second row of
+// the write under the other observation (the write would count twice in
+// the SLO).
 func TestRestart_TwoLateObservations(t *testing.T) {
 	// The restart comes when the window closed long before the stop (its
 	// output is older than the mark less the allowance), or just before.
@@ -62,7 +65,9 @@ func twoLateObservations(t *testing.T, steps int) {
 	clock.Add(3 * time.Second)
 	r.status()
 	got := r.stop()
-	t.Logf("write rows before %d, after %d", len(o.writes), len(got.writes))
+	if !maps.Equal(got.writes, o.writes) {
+		t.Errorf("write rows after the restart %v, want those before %v", got.writes, o.writes)
+	}
 	for id, f := range got.findings {
 		if _, ok := o.findings[id]; !ok {
 			t.Errorf("after the restart a new finding: %s %v", f.Kind, f.Calls)

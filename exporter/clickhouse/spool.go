@@ -414,6 +414,25 @@ func (sp *spool) reject(seq uint64) (string, error) {
 	})
 }
 
+// setAside counts the files of the directory set aside for a person:
+// rejected batches and cut tails.
+func (sp *spool) setAside() (rejected, torn int, err error) {
+	ents, err := os.ReadDir(sp.dir)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, e := range ents {
+		switch name := e.Name(); {
+		case e.IsDir():
+		case strings.HasSuffix(name, spoolBadExt):
+			rejected++
+		case strings.HasSuffix(name, spoolTornExt):
+			torn++
+		}
+	}
+	return rejected, torn, nil
+}
+
 // drop forgets the batch of seq after op has dealt with its bytes. The
 // drain calls it; once the last batch of a segment is gone, the segment
 // goes, and the spare segment of the next append is prepared here, off the

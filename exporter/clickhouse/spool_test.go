@@ -76,6 +76,9 @@ func TestSpool(t *testing.T) {
 	if !strings.HasSuffix(bad, spoolBadExt) {
 		t.Errorf("rejected batch moved to %s", bad)
 	}
+	if rejected, torn, err := sp.setAside(); err != nil || rejected != 1 || torn != 0 {
+		t.Errorf("files set aside: %d rejected, %d torn, %v; want 1, 0", rejected, torn, err)
+	}
 	if n, bytes := sp.usage(); n != 0 || bytes != 0 {
 		t.Errorf("spool holds %d batches, %d bytes after draining, want none", n, bytes)
 	}

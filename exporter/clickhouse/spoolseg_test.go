@@ -289,6 +289,10 @@ func TestSpool_CrashBeforeSync(t *testing.T) {
 			if len(again.torn) != 0 {
 				t.Errorf("the second restart found torn tails %+v", again.torn)
 			}
+			// The kept tail is still set aside, for a person to move out.
+			if rejected, torn, err := again.setAside(); err != nil || rejected != 0 || torn != 1 {
+				t.Errorf("files set aside after the second restart: %d rejected, %d torn, %v; want 0, 1", rejected, torn, err)
+			}
 		})
 	}
 }

@@ -935,6 +935,15 @@ func (s *Store) SpoolFilesRejected() int64 { return s.spoolRejected.Load() }
 // after a clean stop it is the last frame, damaged after its sync.
 func (s *Store) SpoolTailsCut() int64 { return s.spoolTailsCut.Load() }
 
+// SpoolFilesSetAside returns how many files the spool directory holds,
+// now, that were set aside for a person: NNNN.rejected (acknowledged calls
+// that will not reach ClickHouse unless someone acts) and *.torn (tails
+// recovery cut off segments), from this run and earlier ones, until
+// someone moves them out. It reads the directory at each call.
+func (s *Store) SpoolFilesSetAside() (rejected, torn int, err error) {
+	return s.spool.setAside()
+}
+
 // gather reads spooled batches in order and merges them, up to four batch
 // sizes of rows. A batch some of whose tables were acknowledged goes alone,
 // and so does every batch when single is set. err is set, with the one

@@ -540,6 +540,7 @@ func TestDocs(t *testing.T) {
 	}
 	want = append(want, metrics.Results...)
 	want = append(want, metrics.Faults...)
+	want = append(want, metrics.SetAsideFiles...)
 	for _, a := range audit.RetryActions {
 		want = append(want, string(a))
 	}

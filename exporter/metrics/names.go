@@ -82,6 +82,11 @@ const (
 	// nothing by themselves yet need a person (LabelFault), since the store
 	// was opened (serve only).
 	StoreFaultsTotal = "mcpaudit_store_faults_total"
+	// SpoolFilesSetAside is how many files the ClickHouse store's spool
+	// directory holds, set aside for a person (LabelFile), read from the
+	// directory at each scrape: from this run and earlier ones, until
+	// someone moves them out (serve only).
+	SpoolFilesSetAside = "mcpaudit_spool_files_set_aside"
 )
 
 // Label names.
@@ -106,6 +111,9 @@ const (
 	LabelListener  = "listener"
 	// LabelFault is the fault of StoreFaultsTotal: one of Faults.
 	LabelFault = "fault"
+	// LabelFile is the kind of file of SpoolFilesSetAside: one of
+	// SetAsideFiles.
+	LabelFile = "file"
 )
 
 // Values of LabelWait.
@@ -147,6 +155,20 @@ const (
 
 // Faults lists every store fault.
 var Faults = []string{FaultIDIndexWrite, FaultIDIndexCorrupt, FaultSpoolFileRejected, FaultSpoolTailCut}
+
+// Files set aside in the ClickHouse spool directory, the values of
+// LabelFile.
+const (
+	// FileRejected is a NNNN.rejected file: a batch of acknowledged calls,
+	// damaged or refused by ClickHouse for good (FaultSpoolFileRejected).
+	FileRejected = "rejected"
+	// FileTorn is a NNNN.log.TIME.torn file: a tail cut off a segment
+	// (FaultSpoolTailCut).
+	FileTorn = "torn"
+)
+
+// SetAsideFiles lists every kind of file set aside.
+var SetAsideFiles = []string{FileRejected, FileTorn}
 
 // Other replaces a label value outside its bounded set: an unknown tool or
 // code, a tool past the per-server cap, a server past the server cap, or a
@@ -290,6 +312,8 @@ var Families = []Family{
 		nil},
 	{StoreFaultsTotal, "counter", "Faults of the store since it was opened: id_index_write (a failed write of the call id index; caught up later), id_index_corrupt (a corrupt block met in the call id index; delete it to rebuild), spool_file_rejected (a ClickHouse spool file of acknowledged calls moved aside as .rejected), spool_tail_cut (a torn tail cut off a ClickHouse spool segment at open, kept as .torn).",
 		[]string{LabelFault}},
+	{SpoolFilesSetAside, "gauge", "Files the ClickHouse spool directory holds set aside for a person, from this run and earlier ones, until someone moves them out: rejected (NNNN.rejected, acknowledged calls that will not reach ClickHouse unless a person acts), torn (tails cut off segments at start, NNNN.log.TIME.torn).",
+		[]string{LabelFile}},
 }
 
 // family returns the entry of Families named name; it panics on a typo, which

@@ -36,6 +36,15 @@ type SpoolTailCutter interface {
 	SpoolTailsCut() int64
 }
 
+// SpoolSetAside is a store whose spool sets files aside for a person: the
+// ClickHouse store.
+type SpoolSetAside interface {
+	// SpoolFilesSetAside returns how many rejected batches and cut tails
+	// the spool directory holds now. It reads the directory, and is safe
+	// for concurrent use.
+	SpoolFilesSetAside() (rejected, torn int, err error)
+}
+
 // storeFaults exports the store's fault counts, read at each scrape: the
 // store keeps them, and is opened before the metrics exist.
 type storeFaults struct {
@@ -48,7 +57,8 @@ type storeFaults struct {
 // each scrape: one series, from zero, for each fault the store can have
 // (FaultIDIndexWrite for an IDIndexFaulter, FaultIDIndexCorrupt for an
 // IDIndexCorrupter, FaultSpoolFileRejected for a SpoolRejecter,
-// FaultSpoolTailCut for a SpoolTailCutter). A store that can have none exports nothing.
+// FaultSpoolTailCut for a SpoolTailCutter), and SpoolFilesSetAside for a
+// SpoolSetAside. A store that can have none exports nothing.
 func WatchStore(reg prometheus.Registerer, store any) error {
 	f := family(StoreFaultsTotal)
 	c := &storeFaults{desc: prometheus.NewDesc(f.Name, f.Help, f.Labels, nil)}
@@ -68,10 +78,35 @@ func WatchStore(reg prometheus.Registerer, store any) error {
 		c.faults = append(c.faults, FaultSpoolTailCut)
 		c.counts = append(c.counts, s.SpoolTailsCut)
 	}
+	if s, ok := store.(SpoolSetAside); ok {
+		f := family(SpoolFilesSetAside)
+		if err := reg.Register(&setAside{desc: prometheus.NewDesc(f.Name, f.Help, f.Labels, nil), store: s}); err != nil {
+			return err
+		}
+	}
 	if len(c.faults) == 0 {
 		return nil
 	}
 	return reg.Register(c)
+}
+
+// setAside exports the files a spool holds set aside, read at each scrape.
+type setAside struct {
+	desc  *prometheus.Desc
+	store SpoolSetAside
+}
+
+func (c *setAside) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+// Collect exports nothing when the directory cannot be read: the store's
+// own errors (its appends and drain) say why.
+func (c *setAside) Collect(ch chan<- prometheus.Metric) {
+	rejected, torn, err := c.store.SpoolFilesSetAside()
+	if err != nil {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(rejected), FileRejected)
+	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(torn), FileTorn)
 }
 
 func (c *storeFaults) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }

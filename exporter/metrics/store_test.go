@@ -1,6 +1,8 @@
 package metrics_test
 
 import (
+	"errors"
+	"slices"
 	"sync/atomic"
 	"testing"
 
@@ -16,10 +18,22 @@ func (s *indexStore) IDIndexFailures() int64    { return s.failures.Load() }
 func (s *indexStore) IDIndexCorruptions() int64 { return s.corrupt.Load() }
 
 // spoolStore has a spool, as the ClickHouse store does.
-type spoolStore struct{ rejected, tailsCut atomic.Int64 }
+type spoolStore struct {
+	rejected, tailsCut atomic.Int64
+	// filesRejected and filesTorn are the files its directory holds;
+	// unreadable fails its reading.
+	filesRejected, filesTorn atomic.Int64
+	unreadable               atomic.Bool
+}
 
 func (s *spoolStore) SpoolFilesRejected() int64 { return s.rejected.Load() }
 func (s *spoolStore) SpoolTailsCut() int64      { return s.tailsCut.Load() }
+func (s *spoolStore) SpoolFilesSetAside() (int, int, error) {
+	if s.unreadable.Load() {
+		return 0, 0, errors.New("permission denied")
+	}
+	return int(s.filesRejected.Load()), int(s.filesTorn.Load()), nil
+}
 
 // faultyStore has both.
 type faultyStore struct {
@@ -30,8 +44,13 @@ type faultyStore struct {
 // TestWatchStore: each store exports the faults it can have, at zero from
 // the start, and every scrape reads the store's count of the moment.
 func TestWatchStore(t *testing.T) {
-	const head = "# HELP mcpaudit_store_faults_total Faults of the store since it was opened: id_index_write (a failed write of the call id index; caught up later), id_index_corrupt (a corrupt block met in the call id index; delete it to rebuild), spool_file_rejected (a ClickHouse spool file of acknowledged calls moved aside as .rejected), spool_tail_cut (a torn tail cut off a ClickHouse spool segment at open, kept as .torn).\n" +
-		"# TYPE mcpaudit_store_faults_total counter\n"
+	// The help text is the family's, whatever its words.
+	i := slices.IndexFunc(metrics.Families, func(f metrics.Family) bool { return f.Name == metrics.StoreFaultsTotal })
+	if i < 0 {
+		t.Fatalf("no family %s", metrics.StoreFaultsTotal)
+	}
+	head := "# HELP " + metrics.StoreFaultsTotal + " " + metrics.Families[i].Help + "\n" +
+		"# TYPE " + metrics.StoreFaultsTotal + " counter\n"
 	t.Run("embedded", func(t *testing.T) {
 		reg := prometheus.NewPedanticRegistry()
 		st := &indexStore{}
@@ -78,6 +97,38 @@ mcpaudit_store_faults_total{fault="id_index_write"} 0
 mcpaudit_store_faults_total{fault="spool_file_rejected"} 3
 mcpaudit_store_faults_total{fault="spool_tail_cut"} 0
 `, metrics.StoreFaultsTotal)
+	})
+	// The files set aside are read at each scrape, not counted: they
+	// outlive the process and go when a person moves them out.
+	t.Run("files set aside", func(t *testing.T) {
+		reg := prometheus.NewPedanticRegistry()
+		st := &spoolStore{}
+		st.filesRejected.Store(2) // left by an earlier run
+		if err := metrics.WatchStore(reg, st); err != nil {
+			t.Fatal(err)
+		}
+		i := slices.IndexFunc(metrics.Families, func(f metrics.Family) bool { return f.Name == metrics.SpoolFilesSetAside })
+		head := "# HELP " + metrics.SpoolFilesSetAside + " " + metrics.Families[i].Help + "\n" +
+			"# TYPE " + metrics.SpoolFilesSetAside + " gauge\n"
+		compare(t, reg, head+`mcpaudit_spool_files_set_aside{file="rejected"} 2
+mcpaudit_spool_files_set_aside{file="torn"} 0
+`, metrics.SpoolFilesSetAside)
+		st.filesRejected.Store(0) // handled
+		st.filesTorn.Store(1)
+		compare(t, reg, head+`mcpaudit_spool_files_set_aside{file="rejected"} 0
+mcpaudit_spool_files_set_aside{file="torn"} 1
+`, metrics.SpoolFilesSetAside)
+		// An unreadable directory drops the series, not the scrape.
+		st.unreadable.Store(true)
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == metrics.SpoolFilesSetAside {
+				t.Errorf("an unreadable spool directory still exports %s", mf)
+			}
+		}
 	})
 	t.Run("none", func(t *testing.T) {
 		reg := prometheus.NewPedanticRegistry()

@@ -743,18 +743,6 @@ func (x *idIndex) docs(dh int32, t, rid, until int64, unbounded bool, n int) (en
 // copies of one call have the same key.
 const callsKey = `time / 1000000 + (time % 1000000 >= 500000) - (time % 1000000 < -500000)`
 
-// roundedMilli is callsKey in Go, for tests.
-func roundedMilli(n int64) int64 {
-	q, r := n/1e6, n%1e6
-	if r >= 500000 {
-		q++
-	}
-	if r < -500000 {
-		q--
-	}
-	return q
-}
-
 // IDIndexFailures returns how many writes of the call id index failed
 // since Open. Each is logged; lookups stay complete (they scan the calls
 // past the index), only slower, until the index catches up.

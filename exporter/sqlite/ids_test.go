@@ -672,3 +672,15 @@ func TestIDIndex_CorruptBlock(t *testing.T) {
 		checkFaults(t, reg, 0, int(n))
 	}
 }
+
+// roundedMilli is callsKey in Go, for tests.
+func roundedMilli(n int64) int64 {
+	q, r := n/1e6, n%1e6
+	if r >= 500000 {
+		q++
+	}
+	if r < -500000 {
+		q--
+	}
+	return q
+}

@@ -108,6 +108,7 @@ func TestEndToEnd(t *testing.T) {
 	st.spoolRejected.Add(1)
 	st.idCorrupt.Add(1)
 	st.tailsCut.Add(1)
+	st.filesRejected.Add(1)
 
 	want := []string{
 		"McpAuditWriteErrorBudgetBurnFast", "McpAuditWriteErrorBudgetBurnMedium", "McpAuditWriteErrorBudgetBurnSlow",
@@ -116,7 +117,7 @@ func TestEndToEnd(t *testing.T) {
 		"McpAuditUnsafeRetries", "McpAuditWastedRetries", "McpAuditUncertainOutcomes", "McpAuditIngestRejections",
 		"McpAuditRelayDroppingRecords", "McpAuditRelayNotDelivering",
 		"McpAuditSpoolFileRejected", "McpAuditIDIndexWriteFailures",
-		"McpAuditIDIndexCorrupt", "McpAuditSpoolTailCut",
+		"McpAuditIDIndexCorrupt", "McpAuditSpoolTailCut", "McpAuditSpoolFilesSetAside",
 	}
 	alerts, err := prom.WaitFiring(ctx, want, 90*time.Second)
 	if err != nil {
@@ -303,9 +304,12 @@ func (f *feeder) anomalies() {
 }
 
 // faultyStore counts the faults of both stores.
-type faultyStore struct{ idIndex, spoolRejected, idCorrupt, tailsCut atomic.Int64 }
+type faultyStore struct{ idIndex, spoolRejected, idCorrupt, tailsCut, filesRejected atomic.Int64 }
 
 func (s *faultyStore) IDIndexFailures() int64    { return s.idIndex.Load() }
 func (s *faultyStore) SpoolFilesRejected() int64 { return s.spoolRejected.Load() }
 func (s *faultyStore) IDIndexCorruptions() int64 { return s.idCorrupt.Load() }
 func (s *faultyStore) SpoolTailsCut() int64      { return s.tailsCut.Load() }
+func (s *faultyStore) SpoolFilesSetAside() (int, int, error) {
+	return int(s.filesRejected.Load()), 0, nil
+}
