@@ -52,9 +52,9 @@ type Options struct {
 	// ReadConns is how many connections serve queries at once. Default 4.
 	ReadConns int `yaml:"read_conns"`
 	// ReadCacheMiB is SQLite's page cache of each reading connection, in
-	// MiB. Default 16. serve holds the readers' caches together to a
-	// quarter of what it leaves cache_mib under serve.memory_limit, when
-	// that is set, and logs the size it took.
+	// MiB. Default 16. When serve.memory_limit is set, serve holds the
+	// readers' caches together to a quarter of the share it leaves the
+	// store's caches (see cache_mib), and logs the size it took.
 	ReadCacheMiB int `yaml:"read_cache_mib"`
 	// SigningKey, when set, signs checkpoints of the tamper-evidence chains
 	// (package chain) every CheckpointEvery, after retention and at Close.
