@@ -93,9 +93,10 @@ type ServeConfig struct {
 	// optional unit (384MiB, 1GiB, 400MB): the Go
 	// runtime is given seven eighths of it as its memory limit (GOMEMLIMIT,
 	// when set, wins and is taken as the runtime's limit), the rest is left
-	// to what the embedded store holds outside the Go heap: its page cache,
-	// held to it (serve.sqlite.cache_mib), and, in a build with cgo, the id
-	// index's 8 MiB of buffers.
+	// to what the embedded store holds outside the Go heap: its page
+	// caches, held to it (serve.sqlite.cache_mib for the writer, and at most
+	// a quarter for the readers' serve.sqlite.read_cache_mib), and, in a
+	// build with cgo, the id index's 8 MiB of buffers.
 	// It is not a hard cap: with 8 OTLP/gRPC clients at 15k calls/s a limit
 	// of 256MiB gave a peak RSS of 311 MiB (docs/benchmarks.md, "Memory
 	// limit"). The collector refuses new requests with

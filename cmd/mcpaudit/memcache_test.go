@@ -12,41 +12,49 @@ import (
 	"github.com/mcpaudit/mcpaudit/internal/conf"
 )
 
-func TestCacheWithin(t *testing.T) {
+func TestCachesWithin(t *testing.T) {
 	// The id index's buffers outside the Go heap come out of the eighth:
-	// 8 MiB in a cgo build, none without cgo.
+	// 8 MiB in a cgo build, none without cgo. limit(b) leaves b MiB for
+	// the caches.
 	const idx = sqlite.IDIndexOffHeapMiB
+	limit := func(b int64) int64 { return (b + idx) * 8 << 20 }
 	for _, c := range []struct {
-		cache int
-		limit int64
-		want  int
+		cache, readCache, conns int
+		limit                   int64
+		writer, reader          int
 	}{
-		{0, 0, 0},                       // no limit: the store's default
-		{128, 0, 128},                   // no limit: as configured
-		{0, 256 << 20, 32 - idx},        // the default 64 held to 256 MiB / 8
-		{16, 256 << 20, 16},             // already within
-		{64, 1 << 30, 64},               // within 128 - 8
-		{64, 4 << 20, 1},                // never below 1 MiB
-		{100, (800 + 8*idx) << 20, 100}, // exactly an eighth less the index
-		{200, (800+8*idx)<<20 + 1, 100}, // rounded down
-		{64, (64 + 8*idx) << 20, 8},     // the index's share first
-		{64, (8*idx + 4) << 20, 1},      // nothing left for the cache: 1 MiB
+		{64, 16, 4, 0, 64, 16},           // no limit: as configured
+		{128, 32, 8, 0, 128, 32},         // no limit: as configured
+		{64, 16, 4, limit(1000), 64, 16}, // already within
+		{64, 16, 4, limit(200), 64, 12},  // the readers held to a quarter
+		{64, 16, 4, limit(40), 32, 2},    // both held: the writer takes what the readers leave
+		{64, 16, 1, limit(100), 64, 16},  // one reader within its quarter
+		{64, 16, 4, limit(100), 64, 6},   // 100 / 4 / 4, rounded down
+		{64, 16, 4, limit(10), 6, 1},     // never below 1 MiB a reader
+		{64, 16, 4, limit(3), 1, 1},      // nor the writer
+		{64, 16, 4, 4 << 20, 1, 1},       // nothing left beside the index
 	} {
-		if got := cacheWithin(c.cache, c.limit); got != c.want {
-			t.Errorf("cacheWithin(%d, %d) = %d, want %d", c.cache, c.limit, got, c.want)
+		w, r := cachesWithin(c.cache, c.readCache, c.conns, c.limit)
+		if w != c.writer || r != c.reader {
+			t.Errorf("cachesWithin(%d, %d, %d, %d MiB) = %d, %d; want %d, %d", c.cache, c.readCache, c.conns, c.limit>>20, w, r, c.writer, c.reader)
+		}
+		if budget := int(c.limit/8>>20) - idx; c.limit > 0 && budget >= 1+c.conns && w+c.conns*r > budget {
+			t.Errorf("cachesWithin(%d, %d, %d, %d MiB): %d + %d × %d MiB outgrow the %d MiB left", c.cache, c.readCache, c.conns, c.limit>>20, w, c.conns, r, budget)
 		}
 	}
 }
 
 // TestOpenStore_CacheHeldToMemoryLimit: serve opens the embedded store with
-// its page cache within the eighth of serve.memory_limit left outside the Go
-// heap, and says so.
+// its page caches within the eighth of serve.memory_limit left outside the
+// Go heap, and says so.
 func TestOpenStore_CacheHeldToMemoryLimit(t *testing.T) {
 	for _, c := range []struct {
 		limit int64
 		want  string
 	}{
-		{256 << 20, fmt.Sprintf(`"cache_mib":%d`, 32-sqlite.IDIndexOffHeapMiB)},
+		// 32 MiB less the index: 24 (cgo) or 32; the 4 readers take a
+		// quarter, rounded down to whole MiB each.
+		{256 << 20, fmt.Sprintf(`"cache_mib":%d,"read_cache_mib":%d`, 32-sqlite.IDIndexOffHeapMiB-4*((32-sqlite.IDIndexOffHeapMiB)/16), (32-sqlite.IDIndexOffHeapMiB)/16)},
 		{0, ""},
 	} {
 		cfg := NewDefaultConfig()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -159,11 +160,14 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (audit.Store, 
 			}
 			o.SigningKey = key
 		}
-		if c := cacheWithin(o.CacheMiB, int64(cfg.Serve.MemoryLimit)); c != o.CacheMiB {
-			log.Info("the store's page cache is held to an eighth of serve.memory_limit, less the id index's buffers",
-				"cache_mib", c, "configured_cache_mib", o.CacheMiB, "id_index_mib", sqlite.IDIndexOffHeapMiB,
-				"memory_limit", formatBytes(int64(cfg.Serve.MemoryLimit)))
-			o.CacheMiB = c
+		d := sqlite.NewDefaultOptions()
+		o.CacheMiB, o.ReadConns, o.ReadCacheMiB = cmp.Or(o.CacheMiB, d.CacheMiB), cmp.Or(o.ReadConns, d.ReadConns), cmp.Or(o.ReadCacheMiB, d.ReadCacheMiB)
+		if w, r := cachesWithin(o.CacheMiB, o.ReadCacheMiB, o.ReadConns, int64(cfg.Serve.MemoryLimit)); w != o.CacheMiB || r != o.ReadCacheMiB {
+			log.Info("the store's page caches are held to an eighth of serve.memory_limit, less the id index's buffers",
+				"cache_mib", w, "read_cache_mib", r, "read_conns", o.ReadConns,
+				"configured_cache_mib", o.CacheMiB, "configured_read_cache_mib", o.ReadCacheMiB,
+				"id_index_mib", sqlite.IDIndexOffHeapMiB, "memory_limit", formatBytes(int64(cfg.Serve.MemoryLimit)))
+			o.CacheMiB, o.ReadCacheMiB = w, r
 		}
 		// A migration or a rebuild of the id index logs its progress:
 		// serve answers nothing, /healthz included, until the store opens.
@@ -198,21 +202,23 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (audit.Store, 
 	return nil, fmt.Errorf("unknown store %q", cfg.Serve.Store)
 }
 
-// cacheWithin returns the embedded store's page cache, in MiB, held to the
-// eighth of serve.memory_limit that applyMemoryLimit leaves outside the Go
-// heap, less what the store's id index holds there
-// (sqlite.IDIndexOffHeapMiB): SQLite's cache lives outside the Go heap,
-// where the runtime's limit does not see it, and so do the index's buffers
-// in a cgo build. Zero configured means the store's default; no limit
-// leaves it.
-func cacheWithin(cacheMiB int, memoryLimit int64) int {
+// cachesWithin returns the embedded store's page caches, in MiB: the
+// writing connection's and each of the readConns reading connections',
+// held together to the eighth of serve.memory_limit that applyMemoryLimit
+// leaves outside the Go heap, less what the store's id index holds there
+// (sqlite.IDIndexOffHeapMiB): SQLite's caches live outside the Go heap,
+// where the runtime's limit does not see them, and so do the index's
+// buffers in a cgo build. The readers take at most a quarter of it (the
+// OS page cache holds their pages too), the writer what the readers leave.
+// Neither goes below 1 MiB. No limit leaves them as configured.
+func cachesWithin(cacheMiB, readCacheMiB, readConns int, memoryLimit int64) (writer, reader int) {
 	if memoryLimit <= 0 {
-		return cacheMiB
+		return cacheMiB, readCacheMiB
 	}
-	if cacheMiB == 0 {
-		cacheMiB = sqlite.NewDefaultOptions().CacheMiB
-	}
-	return max(1, min(cacheMiB, int(memoryLimit/8>>20)-sqlite.IDIndexOffHeapMiB))
+	budget := int(memoryLimit/8>>20) - sqlite.IDIndexOffHeapMiB
+	reader = max(1, min(readCacheMiB, budget/4/max(1, readConns)))
+	writer = max(1, min(cacheMiB, budget-readConns*reader))
+	return writer, reader
 }
 
 // startServer opens the store, rebuilds the detector's state and starts

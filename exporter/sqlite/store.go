@@ -51,6 +51,11 @@ type Options struct {
 	CacheMiB int `yaml:"cache_mib"`
 	// ReadConns is how many connections serve queries at once. Default 4.
 	ReadConns int `yaml:"read_conns"`
+	// ReadCacheMiB is SQLite's page cache of each reading connection, in
+	// MiB. Default 16. When serve.memory_limit is set, serve holds the
+	// readers' caches together to a quarter of the share it leaves the
+	// store's caches (see cache_mib), and logs the size it took.
+	ReadCacheMiB int `yaml:"read_cache_mib"`
 	// SigningKey, when set, signs checkpoints of the tamper-evidence chains
 	// (package chain) every CheckpointEvery, after retention and at Close.
 	// serve reads it from serve.tamper.signing_key_file.
@@ -70,7 +75,7 @@ type Options struct {
 
 // NewDefaultOptions returns the documented defaults.
 func NewDefaultOptions() Options {
-	return Options{Synchronous: "full", MaxBatch: 2000, DeleteChunk: 2000, CacheMiB: 64, ReadConns: 4, CheckpointEvery: time.Minute}
+	return Options{Synchronous: "full", MaxBatch: 2000, DeleteChunk: 2000, CacheMiB: 64, ReadConns: 4, ReadCacheMiB: 16, CheckpointEvery: time.Minute}
 }
 
 // Validate checks the options; zero fields are valid (they take defaults).
@@ -84,7 +89,7 @@ func (o *Options) Validate() error {
 	for _, f := range []struct {
 		name string
 		v    int
-	}{{"max_batch", o.MaxBatch}, {"delete_chunk", o.DeleteChunk}, {"cache_mib", o.CacheMiB}, {"read_conns", o.ReadConns}} {
+	}{{"max_batch", o.MaxBatch}, {"delete_chunk", o.DeleteChunk}, {"cache_mib", o.CacheMiB}, {"read_conns", o.ReadConns}, {"read_cache_mib", o.ReadCacheMiB}} {
 		if f.v < 0 {
 			errs = append(errs, fmt.Errorf("%s: must not be negative", f.name))
 		}
@@ -115,6 +120,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.ReadConns == 0 {
 		o.ReadConns = d.ReadConns
+	}
+	if o.ReadCacheMiB == 0 {
+		o.ReadCacheMiB = d.ReadCacheMiB
 	}
 	if o.CheckpointEvery == 0 {
 		o.CheckpointEvery = d.CheckpointEvery
@@ -284,7 +292,7 @@ func Open(path string, opts Options) (*Store, error) {
 	rq := url.Values{}
 	rq.Set("_busy_timeout", "10000")
 	rq.Set("_query_only", "1")
-	rq.Add("_pragma", "cache_size(-16384)")
+	rq.Add("_pragma", fmt.Sprintf("cache_size(-%d)", opts.ReadCacheMiB<<10))
 	r, err := sql.Open("sqlite", base+"?"+rq.Encode())
 	if err != nil {
 		w.Close()

@@ -275,6 +275,31 @@ func TestOptions_Validate(t *testing.T) {
 	f(Options{MaxBatch: -1}, "max_batch")
 	f(Options{MaxDelay: -time.Second}, "max_delay")
 	f(Options{DeleteChunk: -1, ReadConns: -2}, "read_conns")
+	f(Options{ReadCacheMiB: -1}, "read_cache_mib")
+}
+
+// TestOptions_Caches: the writing and the reading connections take the
+// page caches of their options.
+func TestOptions_Caches(t *testing.T) {
+	for _, o := range []Options{{}, {CacheMiB: 5, ReadCacheMiB: 3}} {
+		s, err := Open(filepath.Join(t.TempDir(), "audit.db"), o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := o.withDefaults()
+		var w, r int
+		if err := s.w.QueryRow(`PRAGMA cache_size`).Scan(&w); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.r.QueryRow(`PRAGMA cache_size`).Scan(&r); err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+		// A negative cache_size is in KiB.
+		if w != -want.CacheMiB<<10 || r != -want.ReadCacheMiB<<10 {
+			t.Errorf("%+v: cache_size %d (writer), %d (reader); want -%d, -%d KiB", o, w, r, want.CacheMiB<<10, want.ReadCacheMiB<<10)
+		}
+	}
 }
 
 // TestCorruptRow checks that a damaged call blob is reported, not a panic.
