@@ -35,6 +35,8 @@ commands:
   healthcheck  exit 0 when a running collector answers /healthz (for container health checks)
   token     token new: draw a credential and print its line for the tokens file; token hash: hash a token
   verify    check a data dir's stored history against its tamper-evidence chains and signed checkpoints
+  backup    backup --data-dir DIR --out FILE: a consistent copy of the embedded store, while serve runs
+  restore   restore --data-dir DIR --from FILE: make a backup the embedded store (serve stopped)
   keygen    write an Ed25519 key pair for signing checkpoints (serve) and checking them (verify)
   version   print the version, commit and Go version (also --version)
 
@@ -98,6 +100,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = tokenCommand(args[1:], stdin, stdout, stderr)
 	case "verify":
 		err = verifyCommand(ctx, args[1:], stdout, stderr)
+	case "backup":
+		err = backupCommand(ctx, args[1:], stdout, stderr)
+	case "restore":
+		err = restoreCommand(ctx, args[1:], stdout, stderr)
 	case "keygen":
 		err = keygenCommand(args[1:], stdout, stderr)
 	case "proxy":

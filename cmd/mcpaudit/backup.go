@@ -1,0 +1,196 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
+	"github.com/mcpaudit/mcpaudit/internal/datadir"
+)
+
+const backupUsage = `usage: mcpaudit backup --data-dir DIR --out FILE
+
+Writes a consistent copy of the embedded store of DIR to FILE, which must
+not exist, while a collector keeps running on DIR: one read transaction
+copies the last commit before it (SQLite's VACUUM INTO, compacted), the copy
+is checked (integrity, schema, calls counted) and synced before it takes its
+name. The id index and the state file are not copied: both are rebuilt where
+the copy is restored (mcpaudit restore). The ClickHouse store is backed up
+with ClickHouse's own tools.
+
+flags:
+`
+
+// backupCommand implements mcpaudit backup.
+func backupCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("backup", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, backupUsage); fs.PrintDefaults() }
+	dir := fs.String("data-dir", "", "the data dir of the embedded store")
+	out := fs.String("out", "", "the file to write; it must not exist")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return &exitError{code: 2}
+	}
+	if *dir == "" || *out == "" {
+		return &exitError{code: 2, err: errors.New("--data-dir and --out are required")}
+	}
+	info, err := sqlite.Backup(ctx, filepath.Join(*dir, storeFile), *out)
+	if err != nil {
+		return &exitError{code: 1, err: err}
+	}
+	fmt.Fprintf(stdout, "wrote %s: %d calls, schema %d, %s, in %s\n", info.Path, info.Calls, info.Schema,
+		formatBytes(info.Bytes), info.Took.Round(time.Millisecond))
+	return nil
+}
+
+const restoreUsage = `usage: mcpaudit restore --data-dir DIR --from FILE
+
+Makes FILE, a copy written by mcpaudit backup, the embedded store of DIR.
+The collector must be stopped: restore takes the data dir's lock. FILE is
+checked first (integrity, schema); then the files it replaces (the store
+file and its write-ahead log, the id index, the state file partitions.json)
+are moved, not deleted, into DIR/before-restore-TIME/, and FILE is copied
+in. At its next start serve rebuilds the id index and, without a state
+file, judges every stored call again, so that the findings and write
+states are those of the restored calls (this takes longer than a normal
+start). Calls acknowledged after the backup are not in it: have their
+senders post them again (a call already stored is not stored twice).
+redact.key stays: restoring into a new data dir, copy it in from the old
+one (restore warns when it is missing).
+
+flags:
+`
+
+// restoreCommand implements mcpaudit restore.
+func restoreCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("restore", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, restoreUsage); fs.PrintDefaults() }
+	dir := fs.String("data-dir", "", "the data dir to restore into")
+	from := fs.String("from", "", "the copy written by mcpaudit backup")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return &exitError{code: 2}
+	}
+	if *dir == "" || *from == "" {
+		return &exitError{code: 2, err: errors.New("--data-dir and --from are required")}
+	}
+	info, err := sqlite.CheckCopy(ctx, *from)
+	if err != nil {
+		return &exitError{code: 1, err: fmt.Errorf("not restored: %w", err)}
+	}
+	d, err := datadir.Open(*dir)
+	if err != nil {
+		return &exitError{code: 1, err: fmt.Errorf("not restored: %w", err)}
+	}
+	defer d.Close()
+	aside, moved, err := moveAside(*dir)
+	if err != nil {
+		return &exitError{code: 1, err: err}
+	}
+	if err := copyInto(*from, filepath.Join(*dir, storeFile)); err != nil {
+		return &exitError{code: 1, err: fmt.Errorf("%w (the files it was to replace are in %s)", err, aside)}
+	}
+	if len(moved) > 0 {
+		fmt.Fprintf(stdout, "moved %v to %s\n", moved, aside)
+	}
+	fmt.Fprintf(stdout, "restored %s into %s: %d calls, schema %d. At its next start serve rebuilds the id index and judges every stored call again.\n",
+		*from, *dir, info.Calls, info.Schema)
+	if _, err := os.Stat(filepath.Join(*dir, "redact.key")); errors.Is(err, os.ErrNotExist) {
+		fmt.Fprintf(stdout, "warning: %s has no redact.key: copy in the one of the collector that wrote the backup (unless redact.secret_file names it), "+
+			"or serve creates a new key, and a secret masked from then on gets another mask than in the restored calls (docs/security.md)\n", *dir)
+	}
+	return nil
+}
+
+// storeFile is the embedded store's file in the data dir.
+const storeFile = "mcpaudit.db"
+
+// restoreReplaces are the files of a data dir that a restored store file
+// replaces: the store file and SQLite's files beside it, its derived id
+// index and the state file of the detector's watermarks, which speaks of
+// the store it was written beside.
+var restoreReplaces = []string{storeFile, storeFile + "-wal", storeFile + "-shm", storeFile + ".ids", "partitions.json"}
+
+// moveAside moves the files of dir that a restore replaces into a new
+// directory beside them, and returns it with the names moved.
+func moveAside(dir string) (string, []string, error) {
+	aside := filepath.Join(dir, "before-restore-"+time.Now().UTC().Format("20060102T150405Z"))
+	var moved []string
+	for _, name := range restoreReplaces {
+		p := filepath.Join(dir, name)
+		if _, err := os.Lstat(p); errors.Is(err, os.ErrNotExist) {
+			continue
+		} else if err != nil {
+			return aside, moved, fmt.Errorf("not restored: %w", err)
+		}
+		if len(moved) == 0 {
+			if err := os.Mkdir(aside, datadir.DirMode); err != nil {
+				return aside, moved, fmt.Errorf("not restored: %w", err)
+			}
+		}
+		if err := os.Rename(p, filepath.Join(aside, name)); err != nil {
+			return aside, moved, fmt.Errorf("restore stopped after moving %v to %s: %w", moved, aside, err)
+		}
+		moved = append(moved, name)
+	}
+	return aside, moved, syncDirOf(dir)
+}
+
+// copyInto copies src to dst through a temporary file beside dst, synced
+// before it takes dst's name, readable by its owner only.
+func copyInto(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	tmp := dst + ".restore-tmp"
+	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, datadir.FileMode)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		os.Remove(tmp)
+		return fmt.Errorf("cannot copy %s: %w", src, err)
+	}
+	if err := out.Sync(); err != nil {
+		out.Close()
+		os.Remove(tmp)
+		return fmt.Errorf("cannot copy %s: %w", src, err)
+	}
+	if err := out.Close(); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return syncDirOf(dst)
+}
+
+// syncDirOf syncs the directory p is, or is in.
+func syncDirOf(p string) error {
+	if st, err := os.Stat(p); err != nil || !st.IsDir() {
+		p = filepath.Dir(p)
+	}
+	d, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
