@@ -5,7 +5,6 @@ import (
 	"crypto/ed25519"
 	"database/sql"
 	"fmt"
-	"net/url"
 	"sort"
 	"time"
 
@@ -19,15 +18,11 @@ import (
 // state changes is reported with its tenant, chain entry and rows. An
 // error means the check could not run.
 func Verify(ctx context.Context, path string, pub ed25519.PublicKey) (*chain.Report, error) {
-	q := url.Values{}
-	q.Set("mode", "ro")
-	q.Set("_query_only", "1")
-	db, err := sql.Open("sqlite", "file:"+(&url.URL{Path: path}).EscapedPath()+"?"+q.Encode())
+	db, err := openReadOnly(path)
 	if err != nil {
-		return nil, fmt.Errorf("cannot open store %s: %w", path, err)
+		return nil, err
 	}
 	defer db.Close()
-	db.SetMaxOpenConns(1)
 	tx, err := db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return nil, fmt.Errorf("cannot read store %s: %w", path, err)
