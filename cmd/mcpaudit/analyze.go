@@ -194,6 +194,12 @@ func newAnalyzer(cfg Config, sinks ...audit.Sink) *analyzer {
 	// by its id is dropped.
 	e.DropRepeatedIDs()
 	a := &analyzer{eng: e, reader: dialect.NewReader(cfg.Dialects)}
+	if cfg.Redact.Off {
+		// Judged, a record read by ReadCopy is filled again with a later
+		// call: analyze's sinks keep no record. (Masked, records are
+		// copies: nothing to give back.)
+		e.OnJudged(a.reader.Recycle)
+	}
 	if !cfg.Redact.Off {
 		secret := make([]byte, 32)
 		rand.Read(secret)

@@ -57,6 +57,8 @@ type Engine struct {
 	// onDuplicate, when set, is told of each observation dropped for
 	// another that waits with it (OnDuplicate).
 	onDuplicate func(kept string, dropped *audit.Call)
+	// onJudged, when set, is given each record once judged (OnJudged).
+	onJudged func(*audit.Record)
 }
 
 // route is where calls of one tenant, server and source go.
@@ -165,6 +167,13 @@ func (e *Engine) DropRepeatedIDs() { e.ids = newRecentIDs(recentIDsKept) }
 // the replay takes such pairs in time order, where the live run may have
 // kept the other one.
 func (e *Engine) OnDuplicate(f func(kept string, dropped *audit.Call)) { e.onDuplicate = f }
+
+// OnJudged has f given each record once it is judged, when the engine
+// keeps no reference to the record, its call or its operations, so that
+// the caller may reuse them (dialect.Reader.Recycle). It holds only when no
+// sink keeps a record past its Call: analyze's sinks keep none. A record
+// dropped unjudged (a duplicate, too late) is not given.
+func (e *Engine) OnJudged(f func(*audit.Record)) { e.onJudged = f }
 
 // Stats returns what was processed so far.
 func (e *Engine) Stats() *Stats { return &e.stats }
@@ -332,7 +341,11 @@ func (e *Engine) judge(p *partition, s *seen, at pos) {
 	p.det.process(s.r, at, s.src)
 	e.current = nil
 	// Judged: what dedupe still needs of it is its time.
+	r := s.r
 	s.r = nil
+	if e.onJudged != nil {
+		e.onJudged(r)
+	}
 }
 
 // behind reports whether src, still active, has not yet delivered past t

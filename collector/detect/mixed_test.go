@@ -124,6 +124,7 @@ func BenchmarkAnalyze(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		d := newRunner(detect.NewDefaultConfig(), &discard{})
 		d.drop = true // as analyze reads
+		d.e.OnJudged(d.r.Recycle)
 		feed(b, d, data)
 	}
 	b.ReportMetric(float64(c.Calls)*float64(b.N)/b.Elapsed().Seconds(), "calls/s")

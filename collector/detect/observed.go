@@ -28,7 +28,13 @@ type observed struct {
 	seconds map[int64]*second
 	// from is the earliest second that may hold entries.
 	from int64
+	// free holds seconds forgotten, for add to fill again: a partition
+	// that takes about a call a second made one per call.
+	free []*second
 }
+
+// maxFreeSeconds bounds observed.free.
+const maxFreeSeconds = 64
 
 // second is the observations dated in one second. Most seconds of a
 // partition hold a few: those are a short list, scanned, which costs one
@@ -69,7 +75,13 @@ func (o *observed) add(h uint64, at etime) {
 	sec := int64(at) / 1e9
 	s := o.seconds[sec]
 	if s == nil {
-		s = &second{}
+		if n := len(o.free); n > 0 {
+			s = o.free[n-1]
+			o.free = o.free[:n-1]
+			*s = second{}
+		} else {
+			s = &second{}
+		}
 		s.list = s.inline[:0]
 		o.seconds[sec] = s
 		if len(o.seconds) == 1 || sec < o.from {
@@ -123,17 +135,28 @@ func (o *observed) forget(before etime) {
 	}
 	if end-o.from > int64(len(o.seconds)) {
 		// Sparse (a gap in time): visit the seconds held, not the range.
-		for sec := range o.seconds {
+		for sec, s := range o.seconds {
 			if sec <= end {
-				delete(o.seconds, sec)
+				o.drop(sec, s)
 			}
 		}
 	} else {
 		for sec := o.from; sec <= end; sec++ {
-			delete(o.seconds, sec)
+			if s := o.seconds[sec]; s != nil {
+				o.drop(sec, s)
+			}
 		}
 	}
 	o.from = end + 1
+}
+
+// drop forgets second sec, s, and keeps s to be filled again: nothing
+// else refers to a second.
+func (o *observed) drop(sec int64, s *second) {
+	delete(o.seconds, sec)
+	if len(o.free) < maxFreeSeconds {
+		o.free = append(o.free, s)
+	}
 }
 
 // len returns how many observations are remembered.

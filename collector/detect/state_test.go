@@ -63,5 +63,15 @@ func TestObservedListAndMap(t *testing.T) {
 		if o.near(1, base) || o.len() != 0 {
 			t.Errorf("n=%d: forgotten second still found (len %d)", n, o.len())
 		}
+		// A forgotten second is filled again, and holds only what comes
+		// after: hash 1 again, dated in another second.
+		if len(o.free) != 1 {
+			t.Fatalf("n=%d: %d seconds kept to fill again", n, len(o.free))
+		}
+		later := base + 10e9
+		o.add(1, later)
+		if len(o.free) != 0 || o.len() != 1 || !o.near(1, later) || o.near(2, later) || o.near(1, base) {
+			t.Errorf("n=%d: a second filled again holds %d observations", n, o.len())
+		}
 	}
 }

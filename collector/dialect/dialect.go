@@ -5,6 +5,7 @@ package dialect
 
 import (
 	"strings"
+	"unsafe"
 
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/canon"
@@ -84,6 +85,10 @@ func (c *Config) Of(server string) string {
 type Reader struct {
 	cfg Config
 	p   parsers
+	// free and freeOp hold the blocks that Recycle gave back, for ReadCopy
+	// to fill again instead of allocating.
+	free   []*recordCall
+	freeOp []*recordCallOp
 }
 
 // NewReader returns a Reader for cfg.
@@ -181,6 +186,35 @@ type (
 	}
 )
 
+// maxFree bounds the blocks a Reader keeps for reuse: about the calls that
+// wait to be judged at once in analyze.
+const maxFree = 4096
+
+// Recycle gives back a record that ReadCopy returned, once nothing refers
+// to it, its call or its operations any more (detect.Engine.OnJudged), so
+// that ReadCopy fills it again instead of allocating one. The strings it
+// refers to are not reused. A record that ReadCopy did not make is left
+// alone.
+func (r *Reader) Recycle(rec *audit.Record) {
+	// A block made by ReadCopy holds its call right after its record; any
+	// other record's call is elsewhere. The check compares addresses only.
+	base := uintptr(unsafe.Pointer(rec))
+	if rec == nil || uintptr(unsafe.Pointer(rec.Call)) != base+unsafe.Offsetof(recordCall{}.call) {
+		return
+	}
+	if len(rec.Ops) == 1 && uintptr(unsafe.Pointer(&rec.Ops[0])) == base+unsafe.Offsetof(recordCallOp{}.op) {
+		if len(r.freeOp) < maxFree {
+			r.freeOp = append(r.freeOp, (*recordCallOp)(unsafe.Pointer(rec)))
+		}
+		return
+	}
+	// A record and its call, or a block with its operation unused: the
+	// record and call at the head of either are a recordCall.
+	if len(r.free) < maxFree {
+		r.free = append(r.free, (*recordCall)(unsafe.Pointer(rec)))
+	}
+}
+
 // read reads c, or a copy of it.
 func (r *Reader) read(c *audit.Call, p *Payload, copyCall bool) *audit.Record {
 	var rec *audit.Record
@@ -189,7 +223,16 @@ func (r *Reader) read(c *audit.Call, p *Payload, copyCall bool) *audit.Record {
 		// A run carries any number of operations: they get their own.
 		var a *audit.Record
 		if copyCall {
-			b := &recordCall{call: *c}
+			var b *recordCall
+			if n := len(r.free); n > 0 {
+				b = r.free[n-1]
+				r.free = r.free[:n-1]
+				// The operations of the run it held are dead too.
+				r.p.spareOps = b.rec.Ops[:0]
+				*b = recordCall{call: *c}
+			} else {
+				b = &recordCall{call: *c}
+			}
 			a, c = &b.rec, &b.call
 		} else {
 			a = &audit.Record{}
@@ -200,7 +243,14 @@ func (r *Reader) read(c *audit.Call, p *Payload, copyCall bool) *audit.Record {
 		var a *audit.Record
 		var one *[1]audit.Op
 		if copyCall {
-			b := &recordCallOp{call: *c}
+			var b *recordCallOp
+			if n := len(r.freeOp); n > 0 {
+				b = r.freeOp[n-1]
+				r.freeOp = r.freeOp[:n-1]
+				*b = recordCallOp{call: *c}
+			} else {
+				b = &recordCallOp{call: *c}
+			}
 			a, one, c = &b.rec, &b.op, &b.call
 		} else {
 			b := &recordOp{}

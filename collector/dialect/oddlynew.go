@@ -165,7 +165,11 @@ func (r *Reader) oddlynew(a *audit.Record, c *audit.Call, p *Payload) *audit.Rec
 			}
 		}
 		if a.Ops == nil {
-			a.Ops = make([]audit.Op, 0, len(pcs))
+			if cap(r.p.spareOps) >= len(pcs) {
+				a.Ops, r.p.spareOps = r.p.spareOps[:0], nil
+			} else {
+				a.Ops = make([]audit.Op, 0, len(pcs))
+			}
 		}
 		a.Ops = append(a.Ops, op)
 	}

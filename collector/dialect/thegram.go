@@ -26,6 +26,9 @@ type parsers struct {
 	// own gathers what a reading keeps of one call, for one string.
 	own   []byte
 	strip []byte
+	// spareOps is a recycled record's operations (Recycle), for the next
+	// run to fill; nil when there is none.
+	spareOps []audit.Op
 }
 
 // parse returns the parsed value of raw, or nil when raw is empty or not
