@@ -111,9 +111,6 @@ type idIndex struct {
 	// fault, when set (by tests), fails the index writes it returns an
 	// error for.
 	fault func() error
-	// commitTimeout bounds a write of the index (see commit); 0 is
-	// defaultCommitTimeout.
-	commitTimeout time.Duration
 	// dead is set once the index is given up (giveUp): nothing reads or
 	// writes it until the store is opened again.
 	dead atomic.Bool
@@ -125,7 +122,7 @@ type idIndex struct {
 // Pebble does not return every failure: it panics when its log cannot be
 // written (a full disk), and a write waits without end while its memtables
 // cannot be flushed. The write therefore runs in a goroutine of its own,
-// which recovers the panic, and is waited for at most commitTimeout: either
+// which recovers the panic, and is waited for at most writeTimeout: either
 // way the index is given up (giveUp) and the store goes on without it.
 // After a panic pebble holds its commit lock, and a stalled write holds
 // it still, so the index is not used again until the next open.
@@ -153,10 +150,7 @@ func (x *idIndex) write(b *pebble.Batch, opts *pebble.WriteOptions) error {
 		}
 		done <- b.Commit(opts)
 	}()
-	timeout := x.commitTimeout
-	if timeout <= 0 {
-		timeout = defaultCommitTimeout
-	}
+	timeout := writeTimeout
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
@@ -172,10 +166,11 @@ func (x *idIndex) write(b *pebble.Batch, opts *pebble.WriteOptions) error {
 	}
 }
 
-// defaultCommitTimeout bounds a write of the index: a batch is written to
-// pebble's log and memtable in microseconds, and waits longer only for a
-// flush (a memtable of 4 MiB) that a failing disk never finishes.
-const defaultCommitTimeout = 30 * time.Second
+// writeTimeout bounds a write of the index: a batch is written to pebble's
+// log and memtable in microseconds, and waits longer only for a flush (a
+// memtable of 4 MiB) that a failing disk never finishes. A variable for
+// tests.
+var writeTimeout = 30 * time.Second
 
 // Errors of the index's writes.
 var (
@@ -187,6 +182,9 @@ var (
 	// errIndexWrite wraps a failure of pebble (not of SQLite) while the
 	// index is built or caught up at open.
 	errIndexWrite = errors.New("cannot write the call id index")
+	// errIndexStalled is returned when opening the index has not
+	// returned in time.
+	errIndexStalled = errors.New("pebble's open has not returned (it cannot flush its log: a full disk?)")
 )
 
 // deadIndex is an index given up at open (it could not be opened or
@@ -277,6 +275,27 @@ func (l pebbleLogger) Fatalf(format string, args ...any) {
 	panic(pebbleFatal(msg))
 }
 
+// everyFew logs pebble's background errors at most once every few
+// seconds, with how many it left out.
+type everyFew struct {
+	log     *slog.Logger
+	every   time.Duration
+	mu      sync.Mutex
+	last    time.Time
+	skipped int
+}
+
+func (e *everyFew) backgroundError(err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if now := time.Now(); now.Sub(e.last) >= e.every {
+		e.log.Error("id index: background error", "err", firstLine(err), "more_since_last", e.skipped)
+		e.last, e.skipped = now, 0
+		return
+	}
+	e.skipped++
+}
+
 // pebbleFatal is the panic of pebbleLogger.Fatalf.
 type pebbleFatal string
 
@@ -364,7 +383,12 @@ func openIDs(dir string, db *sql.DB, log *slog.Logger) (*idIndex, error) {
 			"dir", dir, "err", firstLine(err))
 		return nil, nil
 	}
-	x, reason := tryOpenIDs(dir, lock, epoch, seq, deletes, log)
+	x, reason, err := tryOpenIDs(dir, lock, epoch, seq, deletes, log)
+	if err != nil {
+		// Still opening in the background: its files cannot be removed
+		// for a rebuild under it.
+		return deadIndex(lock, log, err), nil
+	}
 	if x == nil {
 		var calls int64
 		if err := db.QueryRow(`SELECT count(*) FROM calls`).Scan(&calls); err != nil {
@@ -407,17 +431,22 @@ func openIDs(dir string, db *sql.DB, log *slog.Logger) (*idIndex, error) {
 
 // tryOpenIDs opens an existing index usable with a file of the given epoch
 // highest rid and count of deletes; otherwise it returns nil and why.
-func tryOpenIDs(dir string, lock *pebble.Lock, epoch []byte, seq, deletes int64, log *slog.Logger) (*idIndex, string) {
+// An open that stalled (errIndexStalled) is returned as an error: the
+// directory cannot be rebuilt under it.
+func tryOpenIDs(dir string, lock *pebble.Lock, epoch []byte, seq, deletes int64, log *slog.Logger) (*idIndex, string, error) {
 	if epoch == nil {
-		return nil, "the file has no index epoch"
+		return nil, "the file has no index epoch", nil
 	}
 	x, err := openPebble(dir, lock, false, log)
-	if err != nil {
-		return nil, err.Error()
+	if errors.Is(err, errIndexStalled) {
+		return nil, "", err
 	}
-	fail := func(reason string) (*idIndex, string) {
+	if err != nil {
+		return nil, err.Error(), nil
+	}
+	fail := func(reason string) (*idIndex, string, error) {
 		x.release() // the lock stays held, for the rebuild
-		return nil, reason
+		return nil, reason, nil
 	}
 	got, err := x.get(idsEpochKey)
 	if err != nil || string(got) != string(epoch) {
@@ -435,7 +464,7 @@ func tryOpenIDs(dir string, lock *pebble.Lock, epoch []byte, seq, deletes int64,
 		return fail(fmt.Sprintf("%d deletes applied, the file has had %d", binary.BigEndian.Uint64(d), deletes))
 	}
 	x.mark.Store(mark)
-	return x, ""
+	return x, "", nil
 }
 
 // openPebble opens (or creates) the index in dir, whose lock the caller
@@ -471,15 +500,49 @@ func openPebble(dir string, lock *pebble.Lock, create bool, log *slog.Logger) (x
 			log.Error("the call id index is corrupt: lookups that meet the damage scan the calls; stop serve and delete the directory to rebuild it",
 				"dir", dir, "file", info.Path, "err", firstLine(info.Details))
 		},
+		// A flush that fails (a full disk) is retried at once, again and
+		// again: logged each time, it wrote about 100 lines a second.
+		BackgroundError: (&everyFew{log: log, every: 10 * time.Second}).backgroundError,
 	}
-	db, err := pebble.Open(dir, opts)
-	if err != nil {
-		cache.Unref()
-		return nil, fmt.Errorf("cannot open the call id index %s: %w", dir, err)
+	// Opening replays pebble's log into memtables and may flush them: on a
+	// full disk the flush fails again and again and Open waits without
+	// end. It is waited for openTimeout at most; a pebble left opening
+	// keeps the directory (and the lock), so it is not rebuilt then.
+	type opened struct {
+		db  *pebble.DB
+		err error
 	}
-	x.db = db
-	return x, nil
+	ch := make(chan opened, 1)
+	go func() {
+		defer func() {
+			if r := recover(); r != nil {
+				f, ok := r.(pebbleFatal)
+				if !ok {
+					panic(r)
+				}
+				ch <- opened{err: errors.New(firstLine(errors.New(string(f))))}
+			}
+		}()
+		db, err := pebble.Open(dir, opts)
+		ch <- opened{db, err}
+	}()
+	t := time.NewTimer(openTimeout)
+	defer t.Stop()
+	select {
+	case o := <-ch:
+		if o.err != nil {
+			cache.Unref()
+			return nil, fmt.Errorf("cannot open the call id index %s: %w", dir, o.err)
+		}
+		x.db = o.db
+		return x, nil
+	case <-t.C:
+		return nil, fmt.Errorf("cannot open the call id index %s: %w after %s", dir, errIndexStalled, openTimeout)
+	}
 }
+
+// openTimeout bounds the opening of the index (a variable for tests).
+var openTimeout = time.Minute
 
 func (x *idIndex) get(key []byte) ([]byte, error) {
 	v, closer, err := x.db.Get(key)

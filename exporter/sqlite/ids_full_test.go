@@ -55,6 +55,13 @@ func copyClosed(t *testing.T, path string) string {
 	return dst
 }
 
+// shortTimeouts has the index's writes and opens waited for d at most.
+func shortTimeouts(t *testing.T, d time.Duration) {
+	w, o := writeTimeout, openTimeout
+	writeTimeout, openTimeout = d, d
+	t.Cleanup(func() { writeTimeout, openTimeout = w, o })
+}
+
 // within runs f, failing the test when it has not returned after d: a
 // write of the index that stalls must not hold the store.
 func within(t *testing.T, d time.Duration, what string, f func()) {
@@ -101,12 +108,12 @@ func docCalls(t *testing.T, s *Store, recs []audit.Record) map[string][]string {
 // .../000007.log: no space left on device" from the committer.
 func TestIDIndex_DiskFull(t *testing.T) {
 	full := noSpace(t)
+	shortTimeouts(t, time.Second)
 	path := filepath.Join(t.TempDir(), "audit.db")
 	s, err := Open(path, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.ids.commitTimeout = time.Second
 	ctx := context.Background()
 	// Enough calls after the disk fills for pebble to meet it: its log
 	// writes blocks of 32 KiB in the background and reports a failed one
@@ -135,6 +142,19 @@ func TestIDIndex_DiskFull(t *testing.T) {
 			t.Errorf("Close: %v", err)
 		}
 	})
+	// Started again on the still full disk (a new process, as below): the
+	// store opens without its index (pebble's open stalls, or its writes
+	// fail) and answers the same.
+	within(t, 20*time.Second, "Open on the full disk", func() {
+		s, err = Open(copyClosed(t, path), Options{})
+	})
+	if err != nil {
+		t.Fatalf("Open on the full disk: %v; want the store open without its index", err)
+	}
+	if got := lookupIDs(t, s, ids(recs)); !slices.Equal(got, keysOf(recs)) {
+		t.Errorf("found %d of %d calls by id, opened on the full disk", len(got), len(recs))
+	}
+	within(t, 10*time.Second, "Close", func() { s.Close() })
 	// Space again: the next start (a new process: this one's pebble,
 	// given up open, still holds its lock) catches the index up or
 	// rebuilds it from the file.
@@ -164,6 +184,7 @@ func TestIDIndex_DiskFull(t *testing.T) {
 // space.
 func TestIDIndex_OpenDiskFull(t *testing.T) {
 	full := noSpace(t)
+	shortTimeouts(t, time.Second)
 	path := filepath.Join(t.TempDir(), "audit.db")
 	s, err := Open(path, Options{})
 	if err != nil {
@@ -214,7 +235,7 @@ func TestIDIndex_OpenDiskFull(t *testing.T) {
 
 // TestIDIndex_StalledWrite: a write of the index that does not return (pebble
 // stalls writes while it cannot flush its memtables) holds the committer
-// commitTimeout at most; the index is then given up, and appends and
+// writeTimeout at most; the index is then given up, and appends and
 // lookups go on without it.
 func TestIDIndex_StalledWrite(t *testing.T) {
 	s := openTemp(t, Options{})
@@ -226,7 +247,7 @@ func TestIDIndex_StalledWrite(t *testing.T) {
 	}
 	release := make(chan struct{})
 	defer close(release)
-	s.ids.commitTimeout = 200 * time.Millisecond
+	shortTimeouts(t, 200*time.Millisecond)
 	s.ids.fault = func() error { <-release; return nil }
 	within(t, 5*time.Second, "AppendCalls with the index stalled", func() {
 		if _, err := s.AppendCalls(ctx, recs[20:40]); err != nil {
