@@ -111,18 +111,103 @@ type idIndex struct {
 	// fault, when set (by tests), fails the index writes it returns an
 	// error for.
 	fault func() error
+	// dead is set once the index is given up (giveUp): nothing reads or
+	// writes it until the store is opened again.
+	dead atomic.Bool
 }
 
 // commit writes b, unsynced: the index is rebuilt from SQLite when a crash
 // loses its tail.
-func (x *idIndex) commit(b *pebble.Batch) error {
-	if x.fault != nil {
-		if err := x.fault(); err != nil {
-			b.Close()
-			return err
-		}
+//
+// Pebble does not return every failure: it panics when its log cannot be
+// written (a full disk), and a write waits without end while its memtables
+// cannot be flushed. The write therefore runs in a goroutine of its own,
+// which recovers the panic, and is waited for at most writeTimeout: either
+// way the index is given up (giveUp) and the store goes on without it.
+// After a panic pebble holds its commit lock, and a stalled write holds
+// it still, so the index is not used again until the next open.
+func (x *idIndex) commit(b *pebble.Batch) error { return x.write(b, pebble.NoSync) }
+
+// write is commit with the given sync option.
+func (x *idIndex) write(b *pebble.Batch, opts *pebble.WriteOptions) error {
+	if x.dead.Load() {
+		b.Close()
+		return errIndexDead
 	}
-	return b.Commit(pebble.NoSync)
+	done := make(chan error, 1)
+	go func() {
+		defer func() {
+			if r := recover(); r != nil {
+				done <- fmt.Errorf("%w: %v", errIndexPanic, r)
+			}
+		}()
+		if x.fault != nil {
+			if err := x.fault(); err != nil {
+				b.Close()
+				done <- err
+				return
+			}
+		}
+		done <- b.Commit(opts)
+	}()
+	timeout := writeTimeout
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		if errors.Is(err, errIndexPanic) {
+			x.giveUp(err)
+			return errIndexDead
+		}
+		return err
+	case <-t.C:
+		x.giveUp(fmt.Errorf("a write has not returned after %s (pebble stalls writes while it cannot flush)", timeout))
+		return errIndexDead
+	}
+}
+
+// writeTimeout bounds a write of the index: a batch is written to pebble's
+// log and memtable in microseconds, and waits longer only for a flush (a
+// memtable of 4 MiB) that a failing disk never finishes. A variable for
+// tests.
+var writeTimeout = 30 * time.Second
+
+// Errors of the index's writes.
+var (
+	// errIndexPanic wraps what pebble panicked with in a write.
+	errIndexPanic = errors.New("pebble panicked")
+	// errIndexDead is returned by every use of an index given up after a
+	// write that panicked or stalled; lookups then scan the calls.
+	errIndexDead = errors.New("the call id index was given up after a failed write; it is rebuilt at the next open")
+	// errIndexWrite wraps a failure of pebble (not of SQLite) while the
+	// index is built or caught up at open.
+	errIndexWrite = errors.New("cannot write the call id index")
+	// errIndexStalled is returned when opening the index has not
+	// returned in time.
+	errIndexStalled = errors.New("pebble's open has not returned (it cannot flush its log: a full disk?)")
+)
+
+// deadIndex is an index given up at open (it could not be opened or
+// built: a full disk): the store opens without it, scanning, and counts
+// the failure; the next open builds it.
+func deadIndex(lock *pebble.Lock, log *slog.Logger, err error) *idIndex {
+	x := &idIndex{lock: lock, log: log}
+	x.giveUp(err)
+	return x
+}
+
+// giveUp stops using the index for the rest of the store's life: pebble
+// cannot be trusted (or even closed) after a write that panicked or
+// stalled. Lookups by id and by document scan the calls from then on; the
+// next Open finds the index behind, or unreadable, and catches it up or
+// rebuilds it. It is counted as a failed write.
+func (x *idIndex) giveUp(err error) {
+	if x.dead.Swap(true) {
+		return
+	}
+	x.failures.Add(1)
+	x.log.Error("the call id index cannot be written and is given up until the next start: lookups by call id and document timelines scan the calls (slower); free space under the data dir, then restart",
+		"indexed_through", x.mark.Load(), "err", firstLine(err))
 }
 
 // idPrefix returns the key prefix of a stored id.
@@ -188,6 +273,27 @@ func (l pebbleLogger) Fatalf(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	l.log.Error("id index: " + msg)
 	panic(pebbleFatal(msg))
+}
+
+// everyFew logs pebble's background errors at most once every few
+// seconds, with how many it left out.
+type everyFew struct {
+	log     *slog.Logger
+	every   time.Duration
+	mu      sync.Mutex
+	last    time.Time
+	skipped int
+}
+
+func (e *everyFew) backgroundError(err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if now := time.Now(); now.Sub(e.last) >= e.every {
+		e.log.Error("id index: background error", "err", firstLine(err), "more_since_last", e.skipped)
+		e.last, e.skipped = now, 0
+		return
+	}
+	e.skipped++
 }
 
 // pebbleFatal is the panic of pebbleLogger.Fatalf.
@@ -277,7 +383,12 @@ func openIDs(dir string, db *sql.DB, log *slog.Logger) (*idIndex, error) {
 			"dir", dir, "err", firstLine(err))
 		return nil, nil
 	}
-	x, reason := tryOpenIDs(dir, lock, epoch, seq, deletes, log)
+	x, reason, err := tryOpenIDs(dir, lock, epoch, seq, deletes, log)
+	if err != nil {
+		// Still opening in the background: its files cannot be removed
+		// for a rebuild under it.
+		return deadIndex(lock, log, err), nil
+	}
 	if x == nil {
 		var calls int64
 		if err := db.QueryRow(`SELECT count(*) FROM calls`).Scan(&calls); err != nil {
@@ -295,6 +406,11 @@ func openIDs(dir string, db *sql.DB, log *slog.Logger) (*idIndex, error) {
 			p = newProgress(log, "building the call id index", calls)
 		}
 		if x, err = rebuildIDs(dir, lock, db, deletes, p, log); err != nil {
+			if errors.Is(err, errIndexWrite) {
+				// Derived: the store opens without it rather than not at
+				// all (or, pebble stalling, never).
+				return deadIndex(lock, log, err), nil
+			}
 			lock.Close()
 			return nil, err
 		}
@@ -303,6 +419,10 @@ func openIDs(dir string, db *sql.DB, log *slog.Logger) (*idIndex, error) {
 		}
 	}
 	if _, err := x.catchUp(db, nil); err != nil {
+		if errors.Is(err, errIndexWrite) {
+			x.giveUp(err)
+			return x, nil
+		}
 		x.close()
 		return nil, fmt.Errorf("cannot index call ids: %w", err)
 	}
@@ -311,17 +431,22 @@ func openIDs(dir string, db *sql.DB, log *slog.Logger) (*idIndex, error) {
 
 // tryOpenIDs opens an existing index usable with a file of the given epoch
 // highest rid and count of deletes; otherwise it returns nil and why.
-func tryOpenIDs(dir string, lock *pebble.Lock, epoch []byte, seq, deletes int64, log *slog.Logger) (*idIndex, string) {
+// An open that stalled (errIndexStalled) is returned as an error: the
+// directory cannot be rebuilt under it.
+func tryOpenIDs(dir string, lock *pebble.Lock, epoch []byte, seq, deletes int64, log *slog.Logger) (*idIndex, string, error) {
 	if epoch == nil {
-		return nil, "the file has no index epoch"
+		return nil, "the file has no index epoch", nil
 	}
 	x, err := openPebble(dir, lock, false, log)
-	if err != nil {
-		return nil, err.Error()
+	if errors.Is(err, errIndexStalled) {
+		return nil, "", err
 	}
-	fail := func(reason string) (*idIndex, string) {
+	if err != nil {
+		return nil, err.Error(), nil
+	}
+	fail := func(reason string) (*idIndex, string, error) {
 		x.release() // the lock stays held, for the rebuild
-		return nil, reason
+		return nil, reason, nil
 	}
 	got, err := x.get(idsEpochKey)
 	if err != nil || string(got) != string(epoch) {
@@ -339,7 +464,7 @@ func tryOpenIDs(dir string, lock *pebble.Lock, epoch []byte, seq, deletes int64,
 		return fail(fmt.Sprintf("%d deletes applied, the file has had %d", binary.BigEndian.Uint64(d), deletes))
 	}
 	x.mark.Store(mark)
-	return x, ""
+	return x, "", nil
 }
 
 // openPebble opens (or creates) the index in dir, whose lock the caller
@@ -361,7 +486,7 @@ func openPebble(dir string, lock *pebble.Lock, create bool, log *slog.Logger) (x
 		ErrorIfNotExists: !create,
 		Lock:             lock,
 		Logger:           pebbleLogger{log},
-		FS:               privateFS{vfs.Default},
+		FS:               indexFS(),
 	}
 	x = &idIndex{lock: lock, cache: cache, retryEvery: 5 * time.Second, log: log}
 	// Pebble's default for a corrupt block is Fatalf (the process exits),
@@ -375,15 +500,49 @@ func openPebble(dir string, lock *pebble.Lock, create bool, log *slog.Logger) (x
 			log.Error("the call id index is corrupt: lookups that meet the damage scan the calls; stop serve and delete the directory to rebuild it",
 				"dir", dir, "file", info.Path, "err", firstLine(info.Details))
 		},
+		// A flush that fails (a full disk) is retried at once, again and
+		// again: logged each time, it wrote about 100 lines a second.
+		BackgroundError: (&everyFew{log: log, every: 10 * time.Second}).backgroundError,
 	}
-	db, err := pebble.Open(dir, opts)
-	if err != nil {
-		cache.Unref()
-		return nil, fmt.Errorf("cannot open the call id index %s: %w", dir, err)
+	// Opening replays pebble's log into memtables and may flush them: on a
+	// full disk the flush fails again and again and Open waits without
+	// end. It is waited for openTimeout at most; a pebble left opening
+	// keeps the directory (and the lock), so it is not rebuilt then.
+	type opened struct {
+		db  *pebble.DB
+		err error
 	}
-	x.db = db
-	return x, nil
+	ch := make(chan opened, 1)
+	go func() {
+		defer func() {
+			if r := recover(); r != nil {
+				f, ok := r.(pebbleFatal)
+				if !ok {
+					panic(r)
+				}
+				ch <- opened{err: errors.New(firstLine(errors.New(string(f))))}
+			}
+		}()
+		db, err := pebble.Open(dir, opts)
+		ch <- opened{db, err}
+	}()
+	t := time.NewTimer(openTimeout)
+	defer t.Stop()
+	select {
+	case o := <-ch:
+		if o.err != nil {
+			cache.Unref()
+			return nil, fmt.Errorf("cannot open the call id index %s: %w", dir, o.err)
+		}
+		x.db = o.db
+		return x, nil
+	case <-t.C:
+		return nil, fmt.Errorf("cannot open the call id index %s: %w after %s", dir, errIndexStalled, openTimeout)
+	}
 }
+
+// openTimeout bounds the opening of the index (a variable for tests).
+var openTimeout = time.Minute
 
 func (x *idIndex) get(key []byte) ([]byte, error) {
 	v, closer, err := x.db.Get(key)
@@ -403,6 +562,12 @@ func (x *idIndex) close() error {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.closed = true
+	if x.dead.Load() {
+		// Pebble may hold its commit lock for good (a write that
+		// panicked or stalls): closing it could wait without end. Its
+		// files are left as they are, for the next open to judge.
+		return x.lock.Close()
+	}
 	return errors.Join(x.release(), x.lock.Close())
 }
 
@@ -432,10 +597,12 @@ func rebuildIDs(dir string, lock *pebble.Lock, db *sql.DB, deletes int64, p *pro
 	}
 	x, err := openPebble(dir, lock, true, log)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", errIndexWrite, err)
 	}
 	if _, err := x.catchUp(db, p); err != nil {
-		x.release()
+		if !x.dead.Load() {
+			x.release()
+		}
 		return nil, fmt.Errorf("cannot index call ids: %w", err)
 	}
 	epoch := make([]byte, 16)
@@ -445,9 +612,11 @@ func rebuildIDs(dir string, lock *pebble.Lock, db *sql.DB, deletes int64, p *pro
 	b.Set(idsDeletesKey, binary.BigEndian.AppendUint64(nil, uint64(deletes)), nil)
 	b.Set(idsMarkKey, binary.BigEndian.AppendUint64(nil, uint64(x.mark.Load())), nil)
 	b.Set(idsEpochKey, epoch, nil)
-	if err := b.Commit(pebble.Sync); err != nil {
-		x.release()
-		return nil, fmt.Errorf("cannot index call ids: %w", err)
+	if err := x.write(b, pebble.Sync); err != nil {
+		if !x.dead.Load() {
+			x.release()
+		}
+		return nil, fmt.Errorf("%w: %w", errIndexWrite, err)
 	}
 	if _, err := db.Exec(`INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`,
 		idsEpochMeta, epoch); err != nil {
@@ -481,7 +650,7 @@ func (x *idIndex) catchUp(q querier, p *progress) (int64, error) {
 		}
 		b.Set(idsMarkKey, binary.BigEndian.AppendUint64(nil, uint64(last)), nil)
 		if err := x.commit(b); err != nil {
-			return done, err
+			return done, fmt.Errorf("%w: %w", errIndexWrite, err)
 		}
 		x.mark.Store(last)
 		done += int64(n)
@@ -580,7 +749,7 @@ type indexedCall struct {
 // calls are found by the scan past the mark, and the next commit (or the
 // next open) catches up.
 func (x *idIndex) add(q querier, calls []indexedCall) {
-	if x == nil {
+	if x == nil || x.dead.Load() {
 		return
 	}
 	if x.behind {
@@ -625,6 +794,9 @@ func (x *idIndex) add(q querier, calls []indexedCall) {
 }
 
 func (x *idIndex) failed(err error) {
+	if errors.Is(err, errIndexDead) {
+		return // given up, counted and logged once
+	}
 	x.failures.Add(1)
 	x.behind = true
 	x.lastRetry = time.Now()
@@ -636,7 +808,7 @@ func (x *idIndex) failed(err error) {
 // of deletes. A failure costs only space (lookups check every entry), and
 // is logged.
 func (x *idIndex) remove(calls []indexedCall, deletes int64) {
-	if x == nil || len(calls) == 0 {
+	if x == nil || x.dead.Load() || len(calls) == 0 {
 		return
 	}
 	b := x.db.NewBatch()
@@ -663,6 +835,9 @@ func (x *idIndex) lookup(ids []any) (rids []int64, mark int64, err error) {
 	defer x.mu.RUnlock()
 	if x.closed {
 		return nil, 0, audit.ErrClosed
+	}
+	if x.dead.Load() {
+		return nil, 0, errIndexDead
 	}
 	// The mark first: every call through it is in the index by then.
 	mark = x.mark.Load()
@@ -704,6 +879,9 @@ func (x *idIndex) docs(dh int32, t, rid, until int64, unbounded bool, n int) (en
 	defer x.mu.RUnlock()
 	if x.closed {
 		return nil, 0, audit.ErrClosed
+	}
+	if x.dead.Load() {
+		return nil, 0, errIndexDead
 	}
 	mark = x.mark.Load()
 	// Just after (t, rid): rid -1 stands before every call at t.
@@ -768,3 +946,16 @@ func (s *Store) IDIndexCorruptions() int64 {
 // It is derived from the file: a backup need not copy it (it is rebuilt
 // when missing), and a file restored without it gets a new one.
 func IDIndexDir(path string) string { return path + ".ids" }
+
+// idsFS, when set (by tests), wraps the filesystem the index writes
+// through: a disk that fills.
+var idsFS func(vfs.FS) vfs.FS
+
+// indexFS is the filesystem of the index's files.
+func indexFS() vfs.FS {
+	var fs vfs.FS = privateFS{vfs.Default}
+	if idsFS != nil {
+		fs = idsFS(fs)
+	}
+	return fs
+}
