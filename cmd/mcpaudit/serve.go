@@ -172,6 +172,10 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (audit.Store, 
 		// A migration or a rebuild of the id index logs its progress:
 		// serve answers nothing, /healthz included, until the store opens.
 		o.Logger = log
+		// A command reading the data dir (findings --data-dir...) holds
+		// the id index for its few seconds: wait for it rather than run
+		// without it until the next restart.
+		o.IDIndexWait = 30 * time.Second
 		return sqlite.Open(filepath.Join(cfg.Serve.DataDir, "mcpaudit.db"), o)
 	case "clickhouse":
 		o := cfg.Serve.ClickHouse

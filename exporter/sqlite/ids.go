@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"context"
 	"crypto/rand"
 	"database/sql"
 	"encoding/binary"
@@ -356,7 +357,7 @@ func private(f io.Closer, err error, name string) error {
 // schema 5): it logs its start, its
 // progress every progressEvery and its end to log, unless the file holds no
 // call.
-func openIDs(dir string, db *sql.DB, log *slog.Logger) (*idIndex, error) {
+func openIDs(dir string, db *sql.DB, log *slog.Logger, wait time.Duration) (*idIndex, error) {
 	var epoch []byte
 	err := db.QueryRow(`SELECT value FROM meta WHERE key = ?`, idsEpochMeta).Scan(&epoch)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
@@ -377,10 +378,16 @@ func openIDs(dir string, db *sql.DB, log *slog.Logger) (*idIndex, error) {
 	if err := datadir.Private(dir); err != nil {
 		return nil, err
 	}
-	lock, err := pebble.LockDirectory(dir, privateFS{vfs.Default})
+	lock, err := lockIDs(dir, wait, log)
 	if err != nil {
-		log.Info("the call id index is held by another store: this one looks calls up by id by scanning them",
-			"dir", dir, "err", firstLine(err))
+		level := slog.LevelInfo
+		if wait > 0 {
+			// A collector that runs without its index for its whole life
+			// scans for every lookup by id and every document timeline.
+			level = slog.LevelWarn
+		}
+		log.Log(context.Background(), level, "the call id index is held by another process: this store looks calls up by id and builds document timelines by scanning them, until it is opened again",
+			"dir", dir, "waited", wait, "err", firstLine(err))
 		return nil, nil
 	}
 	x, reason, err := tryOpenIDs(dir, lock, epoch, seq, deletes, log)
@@ -427,6 +434,24 @@ func openIDs(dir string, db *sql.DB, log *slog.Logger) (*idIndex, error) {
 		return nil, fmt.Errorf("cannot index call ids: %w", err)
 	}
 	return x, nil
+}
+
+// lockIDs takes the index directory's lock, trying again for up to wait
+// while another process holds it.
+func lockIDs(dir string, wait time.Duration, log *slog.Logger) (*pebble.Lock, error) {
+	deadline := time.Now().Add(wait)
+	logged := false
+	for {
+		lock, err := pebble.LockDirectory(dir, privateFS{vfs.Default})
+		if err == nil || !time.Now().Before(deadline) {
+			return lock, err
+		}
+		if !logged {
+			log.Info("waiting for the call id index, held by another process (a command reading this data dir?)", "dir", dir, "wait", wait)
+			logged = true
+		}
+		time.Sleep(min(250*time.Millisecond, time.Until(deadline)))
+	}
 }
 
 // tryOpenIDs opens an existing index usable with a file of the given epoch

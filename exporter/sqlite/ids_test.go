@@ -615,6 +615,60 @@ func TestIDIndex_TwoStores(t *testing.T) {
 	}
 }
 
+// TestIDIndex_WaitForHolder: a store opened with IDIndexWait (serve) while
+// a command holds the index waits for it, and takes it once the command
+// closes, instead of scanning for its whole life; one that waited in vain
+// opens without it.
+func TestIDIndex_WaitForHolder(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.db")
+	cmd, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := records(t, 40)
+	if _, err := cmd.AppendCalls(context.Background(), recs); err != nil {
+		t.Fatal(err)
+	}
+	// In vain: the command still holds it.
+	short, err := Open(path, Options{IDIndexWait: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if short.ids != nil {
+		t.Error("a store opened the index the command holds")
+	}
+	short.Close()
+	type opened struct {
+		s   *Store
+		err error
+	}
+	done := make(chan opened, 1)
+	go func() {
+		s, err := Open(path, Options{IDIndexWait: 20 * time.Second})
+		done <- opened{s, err}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	select {
+	case o := <-done:
+		t.Fatalf("Open returned while the command held the index: %v", o.err)
+	default:
+	}
+	if err := cmd.Close(); err != nil {
+		t.Fatal(err)
+	}
+	o := <-done
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	defer o.s.Close()
+	if o.s.ids == nil {
+		t.Fatal("the waiting store opened without the index the command let go")
+	}
+	if got := lookupIDs(t, o.s, ids(recs)); !slices.Equal(got, keysOf(recs)) {
+		t.Fatalf("found %d of 40 calls by id", len(got))
+	}
+}
+
 // TestIDIndex_CorruptBlock: a damaged block in the index (bit rot, a bad
 // copy) is met by a lookup; pebble's default would exit the process (at
 // every start, until the directory is deleted). The store counts it and

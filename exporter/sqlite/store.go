@@ -71,6 +71,12 @@ type Options struct {
 	// a migration or a rebuild of the id index at Open, and the id index's
 	// failures. Default slog.Default(); serve passes its own.
 	Logger *slog.Logger `yaml:"-"`
+	// IDIndexWait is how long Open waits for the id index when another
+	// process holds it (a command reading the same data dir, which holds
+	// it for its few seconds) before it opens without it, scanning for
+	// the store's whole life. Zero: it does not wait. serve waits 30 s;
+	// the commands that read a data dir do not.
+	IDIndexWait time.Duration `yaml:"-"`
 }
 
 // NewDefaultOptions returns the documented defaults.
@@ -320,7 +326,7 @@ func Open(path string, opts Options) (*Store, error) {
 		r.Close()
 		return nil, fmt.Errorf("cannot open store %s: %w", path, err)
 	}
-	if s.ids, err = openIDs(IDIndexDir(path), w, opts.Logger); err != nil {
+	if s.ids, err = openIDs(IDIndexDir(path), w, opts.Logger, opts.IDIndexWait); err != nil {
 		s.closeSide()
 		w.Close()
 		r.Close()
