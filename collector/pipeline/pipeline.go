@@ -20,6 +20,7 @@ import (
 
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/detect"
+	"github.com/mcpaudit/mcpaudit/internal/ratelog"
 )
 
 // Errors returned by Ingest. Both wrap audit.ErrOverloaded or are
@@ -105,7 +106,10 @@ type Pipeline struct {
 	dcfg  detect.Config
 	store audit.Store
 	log   *slog.Logger
-	now   func() time.Time
+	// rlog says what repeats at each tick (a commit the store refuses) a
+	// few times a minute, with how many it left out.
+	rlog *ratelog.Logger
+	now  func() time.Time
 
 	queue chan audit.Batch
 	// touches carries the sources whose deliveries were refused to the
@@ -162,6 +166,7 @@ func New(ctx context.Context, cfg Config, dcfg detect.Config, store audit.Store,
 		queued:    map[int64]int{},
 		load:      tenantLoad{queued: map[string]int64{}, open: map[string]int64{}},
 	}
+	p.rlog = ratelog.New(log, ratelog.NewDefaultConfig())
 	p.gate = newGate(sinks, cfg.FindingLatency)
 	p.eng = detect.NewEngine(dcfg, p.gate)
 	// An exporter or poster that sends several servers holds each back only
@@ -688,7 +693,7 @@ func (p *Pipeline) commit(ctx context.Context) error {
 		// Keep the output for the next attempt.
 		p.gate.putBack(r)
 		if ctx.Err() == nil {
-			p.log.Warn("cannot commit detector output; retrying", "err", err)
+			p.rlog.Warn("commit_retry", "cannot commit detector output; retrying", "err", err)
 		}
 		return err
 	}
