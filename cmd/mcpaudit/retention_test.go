@@ -14,6 +14,7 @@ import (
 // loses its calls past its own cutoff; the others keep serve.retention.
 func TestServe_TenantRetention(t *testing.T) {
 	cfg := testConfig(t, t.TempDir())
+	cfg.Serve.Retention = Duration(30 * 24 * time.Hour)
 	cfg.Serve.TenantRetention = map[string]Duration{"acme": Duration(time.Hour), "archive": Duration(90 * 24 * time.Hour)}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)

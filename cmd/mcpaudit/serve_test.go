@@ -41,6 +41,11 @@ func testConfig(t *testing.T, dataDir string) Config {
 	// Sources fall idle, and new partitions start judging, after a second.
 	cfg.Detect.IdleTimeout = time.Second
 	cfg.Serve.Pipeline.CommitEvery = 50 * time.Millisecond
+	// The example captures are dated from 2026-11-02: past the default
+	// 30 days from 2026-12-02 09:00 UTC on, a serve restarted on them
+	// would delete them in its first retention sweep. Tests of retention
+	// set their own.
+	cfg.Serve.Retention = Duration(100 * 365 * 24 * time.Hour)
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
