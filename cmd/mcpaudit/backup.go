@@ -145,7 +145,7 @@ func moveAside(dir string) (string, []string, error) {
 		}
 		moved = append(moved, name)
 	}
-	return aside, moved, syncDirOf(dir)
+	return aside, moved, datadir.SyncDir(dir)
 }
 
 // copyInto copies src to dst through a temporary file beside dst, synced
@@ -179,18 +179,5 @@ func copyInto(src, dst string) error {
 		os.Remove(tmp)
 		return err
 	}
-	return syncDirOf(dst)
-}
-
-// syncDirOf syncs the directory p is, or is in.
-func syncDirOf(p string) error {
-	if st, err := os.Stat(p); err != nil || !st.IsDir() {
-		p = filepath.Dir(p)
-	}
-	d, err := os.Open(p)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return datadir.SyncDir(filepath.Dir(dst))
 }

@@ -82,7 +82,7 @@ func (q *queryFlags) post(path string, body []byte) ([]byte, error) {
 		}
 		return b, nil
 	}
-	path0 := filepath.Join(q.dataDir, "mcpaudit.db")
+	path0 := filepath.Join(q.dataDir, storeFile)
 	if _, err := os.Stat(path0); err != nil {
 		return nil, fmt.Errorf("cannot open the data dir %s: %w", q.dataDir, err)
 	}

@@ -39,7 +39,7 @@ func (q *queryFlags) keepOpen() (func(), error) {
 	if q.server != "" {
 		return func() {}, nil
 	}
-	st, err := sqlite.Open(filepath.Join(q.dataDir, "mcpaudit.db"), sqlite.NewDefaultOptions())
+	st, err := sqlite.Open(filepath.Join(q.dataDir, storeFile), sqlite.NewDefaultOptions())
 	if err != nil {
 		return nil, fmt.Errorf("cannot open the data dir %s: %w", q.dataDir, err)
 	}

@@ -111,7 +111,7 @@ func reportCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 func openReportStore(ctx context.Context, cfg Config) (audit.Store, error) {
 	switch cfg.Serve.Store {
 	case "sqlite", "":
-		path := filepath.Join(cfg.Serve.DataDir, "mcpaudit.db")
+		path := filepath.Join(cfg.Serve.DataDir, storeFile)
 		if _, err := os.Stat(path); err != nil {
 			return nil, fmt.Errorf("cannot open the data dir %s: %w", cfg.Serve.DataDir, err)
 		}

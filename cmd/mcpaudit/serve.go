@@ -176,7 +176,7 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (audit.Store, 
 		// the id index for its few seconds: wait for it rather than run
 		// without it until the next restart.
 		o.IDIndexWait = 30 * time.Second
-		return sqlite.Open(filepath.Join(cfg.Serve.DataDir, "mcpaudit.db"), o)
+		return sqlite.Open(filepath.Join(cfg.Serve.DataDir, storeFile), o)
 	case "clickhouse":
 		o := cfg.Serve.ClickHouse
 		if o.Spool.Dir == "" || o.Spool.Dir == clickhouse.NewDefaultOptions().Spool.Dir {

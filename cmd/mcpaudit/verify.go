@@ -59,7 +59,7 @@ func verifyCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 		if *dir == "" {
 			return &exitError{code: 2, err: errors.New("--data-dir is required")}
 		}
-		path := filepath.Join(*dir, "mcpaudit.db")
+		path := filepath.Join(*dir, storeFile)
 		if _, err := os.Stat(path); err != nil {
 			return &exitError{code: 2, err: fmt.Errorf("cannot verify %s: %w", *dir, err)}
 		}

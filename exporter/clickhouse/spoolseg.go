@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/mcpaudit/mcpaudit/internal/datadir"
 )
 
 // A segment is one file of the spool's log, NNNN.log (NNNN its id, which
@@ -514,13 +516,8 @@ func writeSynced(dir, path string, data []byte) error {
 }
 
 func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("cannot open spool directory: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("cannot sync spool directory: %w", err)
+	if err := datadir.SyncDir(dir); err != nil {
+		return fmt.Errorf("spool: %w", err)
 	}
 	return nil
 }

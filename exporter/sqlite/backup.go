@@ -95,7 +95,7 @@ func Backup(ctx context.Context, path, out string) (BackupInfo, error) {
 	}
 	os.Remove(tmpPath)
 	done = true
-	if err := syncDir(filepath.Dir(out)); err != nil {
+	if err := datadir.SyncDir(filepath.Dir(out)); err != nil {
 		return info, fmt.Errorf("cannot back up to %s: %w", out, err)
 	}
 	info.Took = time.Since(start)
@@ -185,13 +185,4 @@ func syncFile(path string) error {
 	}
 	defer f.Close()
 	return f.Sync()
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }

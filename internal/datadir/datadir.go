@@ -152,6 +152,20 @@ func CreatePrivate(path string) error {
 	return Private(path)
 }
 
+// SyncDir syncs the directory dir, so that the names created, renamed or
+// removed in it survive a crash.
+func SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("cannot sync directory: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("cannot sync directory %s: %w", dir, err)
+	}
+	return nil
+}
+
 // Check walks dir and returns an error naming every file or directory
 // whose permissions give anything to group or others.
 func Check(dir string) error {

@@ -126,3 +126,15 @@ func TestOpen_CrashReleases(t *testing.T) {
 	}
 	d.Close()
 }
+
+// TestSyncDir: a directory syncs; a missing one is an error that names it.
+func TestSyncDir(t *testing.T) {
+	dir := t.TempDir()
+	if err := SyncDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "gone")
+	if err := SyncDir(missing); err == nil || !strings.Contains(err.Error(), missing) {
+		t.Errorf("SyncDir of a missing directory: %v, want an error naming it", err)
+	}
+}
