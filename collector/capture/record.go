@@ -150,17 +150,20 @@ func (rp *RecordParser) parse(data []byte, source string, line int, keep bool) (
 	if err != nil {
 		return nil, bad("time", "must be an RFC 3339 string")
 	}
-	// The time text is read in place, without the copy a conversion to
-	// string makes: time.Parse keeps its argument only in the error, which
-	// is dropped here, and the UTC time keeps nothing of it.
-	t, err := time.Parse(time.RFC3339Nano, unsafe.String(unsafe.SliceData(ts), len(ts)))
-	if err != nil {
-		return nil, bad("time", "not an RFC 3339 time: %q", ts)
-	}
-	// Most times are written to the microsecond or coarser: nothing to
-	// round.
-	if t = t.UTC(); t.Nanosecond()%1000 != 0 {
-		t = t.Round(time.Microsecond)
+	t, ok := parseUTCMicro(ts)
+	if !ok {
+		// The time text is read in place, without the copy a conversion to
+		// string makes: time.Parse keeps its argument only in the error, which
+		// is dropped here, and the UTC time keeps nothing of it.
+		t, err = time.Parse(time.RFC3339Nano, unsafe.String(unsafe.SliceData(ts), len(ts)))
+		if err != nil {
+			return nil, bad("time", "not an RFC 3339 time: %q", ts)
+		}
+		// Most times are written to the microsecond or coarser: nothing to
+		// round.
+		if t = t.UTC(); t.Nanosecond()%1000 != 0 {
+			t = t.Round(time.Microsecond)
+		}
 	}
 	c.Time = t
 
