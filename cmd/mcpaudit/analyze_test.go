@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/internal/capgen"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
@@ -161,5 +162,34 @@ func writeOTLPGrouped(t *testing.T, path string, recs [][]byte) {
 	}
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestPrintJSON_AsMarshal: analyze prints each finding as json.Marshal
+// would, byte for byte, with text it escapes (HTML, line separators,
+// invalid UTF-8) in every string field.
+func TestPrintJSON_AsMarshal(t *testing.T) {
+	odd := "a<b>&c\u2028d\xff\"e\\\n"
+	f := audit.Finding{
+		Kind: audit.Kind("double_apply"), Severity: audit.Severity("critical"), Server: "thegram" + odd, Tenant: odd,
+		Document: odd, Key: odd, Session: odd, Time: time.Date(2026, 11, 2, 9, 0, 0, 123456000, time.UTC),
+		Calls: []string{"c_1" + odd, "c_2"}, Reason: audit.Reason(odd), RetryAction: audit.RetryAction(odd), Summary: odd,
+	}
+	col := &collector{findings: []audit.Finding{f, {Kind: "unverified", Time: f.Time}}}
+	var got bytes.Buffer
+	col.printJSON(&got)
+	var want []byte
+	for i := range col.findings {
+		b, err := json.Marshal(&col.findings[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(append(want, b...), '\n')
+	}
+	if !bytes.Equal(got.Bytes(), want) {
+		t.Fatalf("printJSON wrote\n%s\njson.Marshal gives\n%s", got.Bytes(), want)
+	}
+	if !bytes.Contains(want, []byte(`\u003cb\u003e\u0026c\u2028d\ufffd`)) {
+		t.Fatalf("the test's text is no longer escaped: %s", want)
 	}
 }

@@ -121,6 +121,26 @@ const maxDepth = 32
 // canonical text (deep nesting, non-ASCII strings); it never says yes to
 // other text.
 func Canonical(raw []byte) bool {
+	_, ok := canonicalScan(raw, false)
+	return ok
+}
+
+// CanonicalPrefix reads the object or array that b starts with, in JSON
+// text that fastjson accepts (a record whose arguments are b's first
+// value), and returns its length when it is its own canonical form, as
+// Canonical(b[:n]) would say; ok is false when it is not, or when b does
+// not start with '{' or '['. It reads b once, where finding the value's
+// end and then calling Canonical read it twice.
+func CanonicalPrefix(b []byte) (n int, ok bool) {
+	if len(b) == 0 || b[0] != '{' && b[0] != '[' {
+		return 0, false
+	}
+	return canonicalScan(b, true)
+}
+
+// canonicalScan is Canonical, which reads all of raw, and with prefix
+// CanonicalPrefix, which stops where the first value closes.
+func canonicalScan(raw []byte, prefix bool) (int, bool) {
 	// prev holds the last key of each open object, nil before the first.
 	var prev [maxDepth][]byte
 	var inObject [maxDepth]bool
@@ -129,7 +149,7 @@ func Canonical(raw []byte) bool {
 		switch c := raw[i]; c {
 		case '{', '[':
 			if depth == maxDepth {
-				return false
+				return 0, false
 			}
 			prev[depth], inObject[depth] = nil, c == '{'
 			depth++
@@ -139,6 +159,9 @@ func Canonical(raw []byte) bool {
 			depth--
 			wantKey = false
 			i++
+			if prefix && depth == 0 {
+				return i, true
+			}
 		case ',':
 			wantKey = depth > 0 && inObject[depth-1]
 			i++
@@ -158,29 +181,32 @@ func Canonical(raw []byte) bool {
 				case '"', '\\', 'b', 'f', 'n', 'r', 't':
 					j += 2
 				default:
-					return false
+					return 0, false
 				}
 			}
 			if j == len(raw) || raw[j] != '"' {
-				return false // another escape, a control byte or non-ASCII
+				return 0, false // another escape, a control byte or non-ASCII
 			}
 			if wantKey {
 				key := raw[i+1 : j]
 				if p := prev[depth-1]; p != nil && string(p) >= string(key) {
-					return false
+					return 0, false
 				}
 				prev[depth-1], wantKey = key, false
 			}
 			i = j + 1
 		case ' ', '\t', '\n', '\r':
-			return false
+			return 0, false
 		default:
 			// ':' and the text of numbers and literals, which both forms
 			// keep as written.
 			i++
 		}
 	}
-	return depth == 0
+	if prefix {
+		return 0, false // the value does not close
+	}
+	return len(raw), depth == 0
 }
 
 // Bytes parses raw JSON and returns its canonical form. Invalid or empty

@@ -20,7 +20,29 @@ func FuzzCanonical(f *testing.F) {
 		if Canonical(raw) && !bytes.Equal(Bytes(raw), raw) {
 			t.Fatalf("Canonical(%q), but Bytes gives %q", raw, Bytes(raw))
 		}
+		checkPrefix(t, raw)
 	})
+}
+
+// checkPrefix checks that CanonicalPrefix of raw, a JSON value, followed
+// by more text, says what Canonical says of raw.
+func checkPrefix(t *testing.T, raw []byte) {
+	t.Helper()
+	raw = bytes.TrimLeft(raw, " \t\r\n")
+	if len(raw) == 0 || raw[0] != '{' && raw[0] != '[' {
+		if _, ok := CanonicalPrefix(raw); ok {
+			t.Fatalf("CanonicalPrefix(%q) ok, which is no object or array", raw)
+		}
+		return
+	}
+	raw = bytes.TrimRight(raw, " \t\r\n")
+	want := Canonical(raw)
+	for _, tail := range []string{"", `}`, `,"z":[1,"}"]}`, `]]`} {
+		n, ok := CanonicalPrefix(append(raw[:len(raw):len(raw)], tail...))
+		if ok != want || ok && n != len(raw) {
+			t.Fatalf("CanonicalPrefix(%q + %q) = %d, %v; Canonical says %v of %d bytes", raw, tail, n, ok, want, len(raw))
+		}
+	}
 }
 
 // TestAppendString: the quoting is strconv's, byte for byte, since
@@ -86,6 +108,7 @@ func TestCanonical(t *testing.T) {
 		if got && string(Bytes([]byte(in))) != in {
 			t.Errorf("Canonical(%s), but Bytes gives %s", in, Bytes([]byte(in)))
 		}
+		checkPrefix(t, []byte(in))
 	}
 	f(`{"a":1,"b":[true,null,"x",{"c":-1.5e3,"d":{}}],"e":[]}`, true)
 	f(`{"":1,"a":2}`, true)

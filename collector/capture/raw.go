@@ -82,29 +82,40 @@ func findMembers(b []byte, i int, wants []member) (end int, ok bool) {
 // name, as with fastjson's Get; nil when there is none. It stops there,
 // reading no further. ok is as for findMembers.
 func findPath(b []byte, i int, path ...string) (val []byte, ok bool) {
+	start, found := findPathStart(b, i, path...)
+	if !found {
+		return nil, start >= 0
+	}
+	return b[start:valueEnd(b, start)], true
+}
+
+// findPathStart is findPath that returns where the value starts, with
+// found set, instead of its text; start is -1 when findPath's ok would be
+// false, 0 when there is no such value.
+func findPathStart(b []byte, i int, path ...string) (start int, found bool) {
 	for depth, key := range path {
 		if i >= len(b) || b[i] != '{' {
-			return nil, true
+			return 0, false
 		}
 		i++
 		for {
 			i = skipSpace(b, i)
 			if i >= len(b) || b[i] != '"' {
-				return nil, true // after '}', or the end
+				return 0, false // after '}', or the end
 			}
 			kend := stringEnd(b, i)
 			k := b[i+1 : max(kend-1, i+1)]
 			if bytes.IndexByte(k, '\\') >= 0 {
-				return nil, false
+				return -1, false
 			}
 			i = skipSpace(b, kend)
 			if i >= len(b) || b[i] != ':' {
-				return nil, true
+				return 0, false
 			}
 			start := skipSpace(b, i+1)
 			if string(k) == key {
 				if depth == len(path)-1 {
-					return b[start:valueEnd(b, start)], true
+					return start, true
 				}
 				i = start
 				break
@@ -115,7 +126,7 @@ func findPath(b []byte, i int, path ...string) (val []byte, ok bool) {
 			}
 		}
 	}
-	return nil, true
+	return 0, false
 }
 
 // rawMember returns the text of the value of key in the JSON object obj,

@@ -150,17 +150,20 @@ func (rp *RecordParser) parse(data []byte, source string, line int, keep bool) (
 	if err != nil {
 		return nil, bad("time", "must be an RFC 3339 string")
 	}
-	// The time text is read in place, without the copy a conversion to
-	// string makes: time.Parse keeps its argument only in the error, which
-	// is dropped here, and the UTC time keeps nothing of it.
-	t, err := time.Parse(time.RFC3339Nano, unsafe.String(unsafe.SliceData(ts), len(ts)))
-	if err != nil {
-		return nil, bad("time", "not an RFC 3339 time: %q", ts)
-	}
-	// Most times are written to the microsecond or coarser: nothing to
-	// round.
-	if t = t.UTC(); t.Nanosecond()%1000 != 0 {
-		t = t.Round(time.Microsecond)
+	t, ok := parseUTCMicro(ts)
+	if !ok {
+		// The time text is read in place, without the copy a conversion to
+		// string makes: time.Parse keeps its argument only in the error, which
+		// is dropped here, and the UTC time keeps nothing of it.
+		t, err = time.Parse(time.RFC3339Nano, unsafe.String(unsafe.SliceData(ts), len(ts)))
+		if err != nil {
+			return nil, bad("time", "not an RFC 3339 time: %q", ts)
+		}
+		// Most times are written to the microsecond or coarser: nothing to
+		// round.
+		if t = t.UTC(); t.Nanosecond()%1000 != 0 {
+			t = t.Round(time.Microsecond)
+		}
 	}
 	c.Time = t
 
@@ -243,20 +246,21 @@ func (rp *RecordParser) parse(data []byte, source string, line int, keep bool) (
 	}
 
 	// Every check has passed: build the call.
+	// Arguments sent sorted and compact, as most encoders send them, are
+	// their own canonical form.
 	var rawArgs []byte
+	rawCanonical := false
 	if keep {
 		c.Arguments, c.Result = rawArgsResult(data, args, result)
 		rawArgs = c.Arguments
+		rawCanonical = rawArgs != nil && canon.Canonical(rawArgs)
 	} else if args != nil {
-		rawArgs = rawArguments(data)
+		rawArgs, rawCanonical = canonicalArguments(data)
 	}
-
-	// Arguments sent sorted and compact, as most encoders send them, are
-	// their own canonical form.
 	canonical := rp.canon[:0]
 	switch {
 	case args == nil:
-	case rawArgs != nil && canon.Canonical(rawArgs):
+	case rawCanonical:
 		canonical = rawArgs
 	default:
 		rp.canon = canon.Append(rp.canon[:0], args)
@@ -299,6 +303,26 @@ func rawArguments(data []byte) []byte {
 		return nil
 	}
 	return v
+}
+
+// canonicalArguments returns the text of request.params.arguments in the
+// record data, without a copy, when it is its own canonical form
+// (canon.Canonical); ok is false otherwise. An object or array is found
+// and checked in one read of its text (canon.CanonicalPrefix), where
+// rawArguments and canon.Canonical read it twice.
+func canonicalArguments(data []byte) (args []byte, ok bool) {
+	start, found := findPathStart(data, skipSpace(data, 0), "request", "params", "arguments")
+	if !found {
+		return nil, false
+	}
+	if n, ok := canon.CanonicalPrefix(data[start:]); ok {
+		return data[start : start+n], true
+	}
+	if start < len(data) && (data[start] == '{' || data[start] == '[') {
+		return nil, false
+	}
+	v := data[start:valueEnd(data, start)]
+	return v, canon.Canonical(v)
 }
 
 // rawArgsResult returns copies of the text of the record's arguments and

@@ -23,6 +23,8 @@ type parsers struct {
 	pcs        []providerCall
 	cands      []*fastjson.Value
 	code, text []byte
+	// members holds a gram_patch's member texts (patchMembers).
+	members [len(patchKeys)][]byte
 	// own gathers what a reading keeps of one call, for one string.
 	own   []byte
 	strip []byte
@@ -113,6 +115,30 @@ func (r *Reader) rpcFailure(c *audit.Call, p *Payload) *audit.Failure {
 	return &audit.Failure{Code: code, Action: classify.Action(code), Message: c.Error.Message}
 }
 
+// patchKeys are the members of a gram_patch's arguments that its intent
+// (the first four) and binding (all) hash, in that order.
+var patchKeys = [...]string{"path", "operations", "effective_at", "context", "base_revision", "expected_hash"}
+
+// patchMembers returns the canonical text of the members patchKeys name
+// (nil for one absent), cut from canonical, the canonical text of args;
+// nil when it cannot stand for canon.Append of args.Get(key): args is not
+// an object, or has a repeated key (Get takes the first, the canonical
+// form the last), which the count of members shows.
+func (r *Reader) patchMembers(args *fastjson.Value, canonical []byte) [][]byte {
+	if args == nil || len(canonical) == 0 {
+		return nil
+	}
+	o, err := args.Object()
+	if err != nil {
+		return nil
+	}
+	vals := r.p.members[:]
+	if canon.Members(canonical, patchKeys[:], vals) != o.Len() {
+		return nil
+	}
+	return vals
+}
+
 func (r *Reader) thegram(a *audit.Record, one *[1]audit.Op, c *audit.Call, p *Payload) *audit.Record {
 	*a = audit.Record{Dialect: Thegram, Tool: label(KnownTool(Thegram, c.Tool), c.Tool)}
 	args, res := p.Args, p.Result
@@ -125,16 +151,25 @@ func (r *Reader) thegram(a *audit.Record, one *[1]audit.Op, c *audit.Call, p *Pa
 	case "gram_patch":
 		op.Kind = audit.OpWrite
 		op.KeyKind = "request_id"
+		// The canonical text of each member, taken from the arguments'
+		// canonical text when that holds them all, else made again.
+		vals := r.patchMembers(args, p.CanonicalArgs)
+		var hs [2 * canon.HashLen]byte
+		h := hs[:0]
 		b := r.p.buf[:0]
 		b = append(b, "gram_patch\x00"...)
-		for _, k := range []string{"path", "operations", "effective_at", "context"} {
-			b = canon.Append(b, args.Get(k))
-			b = append(b, 0)
-		}
-		var hs [2 * canon.HashLen]byte
-		h := canon.AppendHash(hs[:0], b)
-		for _, k := range []string{"base_revision", "expected_hash"} {
-			b = canon.Append(b, args.Get(k))
+		for i, k := range patchKeys {
+			if i == 4 {
+				h = canon.AppendHash(h, b)
+			}
+			switch {
+			case vals == nil:
+				b = canon.Append(b, args.Get(k))
+			case vals[i] == nil:
+				b = append(b, "null"...)
+			default:
+				b = append(b, vals[i]...)
+			}
 			b = append(b, 0)
 		}
 		h = canon.AppendHash(h, b)
