@@ -318,7 +318,9 @@ func (cv *Converter) convert(res *Resource, source string, p path, rd *dialect.R
 
 	errType := a[attrErrorType]
 	rpcCode := a[attrRPCCode]
-	if rpcCode == "" {
+	if rpcCode == "" && errType != "" && (errType[0] == '-' || errType[0] == '+' || errType[0] >= '0' && errType[0] <= '9') {
+		// (Only what may be a number is parsed: ParseInt allocates its
+		// error, and most error.type values are words or absent.)
 		if _, err := strconv.ParseInt(errType, 10, 64); err == nil {
 			rpcCode = errType
 		}
