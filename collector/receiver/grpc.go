@@ -40,7 +40,12 @@ func (rc *Receiver) exportWire(ctx context.Context, src metrics.Source, tenant s
 	prefix := string(src) + ":"
 	tk := rc.newTaker(src, tenant)
 	defer tk.done()
-	return rc.exportRead(ctx, src, tenant, tk, prefix, otlp.NewConverter().ReadProto(m, prefix, tk.reader), nil)
+	// The converter's parsers and buffers keep their room from one
+	// request to the next; the records share nothing with it.
+	cv := rc.convs.Get().(*otlp.Converter)
+	res := cv.ReadProto(m, prefix, tk.reader)
+	rc.convs.Put(cv)
+	return rc.exportRead(ctx, src, tenant, tk, prefix, res, nil)
 }
 
 // exportRead checks and ingests the calls read of an OTLP request by tk's
