@@ -3,9 +3,11 @@
 // call, read by its dialect from the one parse of its payloads.
 //
 // Spans come decoded by the Collector's pdata library (OTLP protobuf and
-// JSON requests, Read) or parsed one at a time out of an OTLP JSON
-// document (Converter.JSONSpan, for inputs too large to decode whole); both
-// read the same fields with the same rules.
+// JSON requests, Read), read straight from an OTLP protobuf message
+// (CheckProto and Converter.ReadProto, what the receiver does with the
+// messages pdata is not needed for), or parsed one at a time out of an
+// OTLP JSON document (Converter.JSONSpan, for inputs too large to decode
+// whole); all read the same fields with the same rules.
 package otlp
 
 import (
