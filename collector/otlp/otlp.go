@@ -202,6 +202,8 @@ type Converter struct {
 	payload      dialect.Payload
 	// known is what the last span told beside its payloads.
 	known dialect.Known
+	// spans counts the spans CheckProto walked.
+	spans int
 	// Keep keeps each call's payloads (arguments, result) as sent; false
 	// leaves them out once read, where only the reading is needed.
 	Keep bool

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"strconv"
 
+	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/dialect"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
@@ -15,6 +16,7 @@ import (
 type Message struct {
 	b        []byte
 	maxAttrs int
+	spans    int
 }
 
 // CheckProto reports whether ReadProto can read the OTLP
@@ -38,7 +40,7 @@ func CheckProto(b []byte, maxAttrs int) (Message, bool) {
 	if !cv.walkProto(b, maxAttrs, nil, "", nil) {
 		return Message{}, false
 	}
-	return Message{b: b, maxAttrs: maxAttrs}, true
+	return Message{b: b, maxAttrs: maxAttrs, spans: cv.spans}, true
 }
 
 // ReadProto reads the spans of m as Read reads the same request decoded
@@ -49,8 +51,13 @@ func CheckProto(b []byte, maxAttrs int) (Message, bool) {
 // The records share nothing with m's bytes, which may be reused once
 // ReadProto returns.
 func (cv *Converter) ReadProto(m Message, source string, rd *dialect.Reader) Result {
-	var res Result
+	// Most spans of a request are calls: the lists are made once.
+	res := Result{Records: make([]*audit.Record, 0, m.spans), Sources: make([]string, 0, m.spans), Known: make([]dialect.Known, 0, m.spans)}
 	cv.walkProto(m.b, m.maxAttrs, &res, source, rd)
+	if len(res.Records) == 0 {
+		// As Read leaves them.
+		res.Records, res.Sources, res.Known = nil, nil, nil
+	}
 	return res
 }
 
@@ -68,6 +75,7 @@ const (
 // checked before).
 func (cv *Converter) walkProto(b []byte, maxAttrs int, res *Result, source string, rd *dialect.Reader) bool {
 	i := 0
+	cv.spans = 0
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 || num != 1 || typ != lenType {
@@ -172,6 +180,7 @@ func (cv *Converter) scopeSpans(b []byte, p path, r *Resource, maxAttrs int, res
 			if !cv.span(v, maxAttrs) {
 				return false
 			}
+			cv.spans++
 			if res != nil {
 				rec, ignored, reason := cv.convert(r, source, p, rd)
 				switch {
