@@ -1,6 +1,7 @@
 package otlp_test
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -17,7 +18,7 @@ import (
 
 // sameAsPdata checks ReadProto against pdata's decoding and Read on one
 // message: when CheckProto accepts it, pdata must decode it and Read must
-// give what ReadProto gives. It reports whether CheckProto accepted it.
+// give what ReadProto gave, after b was overwritten. It reports whether CheckProto accepted it.
 func sameAsPdata(t *testing.T, b []byte) bool {
 	t.Helper()
 	const maxAttrs = 64
@@ -25,9 +26,16 @@ func sameAsPdata(t *testing.T, b []byte) bool {
 	if !ok {
 		return false
 	}
+	orig := bytes.Clone(b)
 	got := otlp.NewConverter().ReadProto(m, "otlp:", dialect.NewReader(dialect.Config{}))
+	// The receiver gives the message's buffer back once ReadProto returns:
+	// nothing read may still point into it.
+	for i := range b {
+		b[i] = 0xa5
+	}
+	defer copy(b, orig)
 	req := ptraceotlp.NewExportRequest()
-	if err := req.UnmarshalProto(b); err != nil {
+	if err := req.UnmarshalProto(orig); err != nil {
 		t.Fatalf("ReadProto read a message pdata refuses: %v", err)
 	}
 	want := otlp.Read(req.Traces(), "otlp:", dialect.NewReader(dialect.Config{}))
@@ -119,4 +127,36 @@ func FuzzReadProto(f *testing.F) {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) { sameAsPdata(t, b) })
+}
+
+// TestReadProto_ConverterReused: the receiver pools its converters, so a
+// converter reads one request after another; what it read of the first
+// must not change when it reads the next (nothing of a Result may point
+// into the converter's parsers or buffers).
+func TestReadProto_ConverterReused(t *testing.T) {
+	seeds := protoSeeds(t)
+	cv := otlp.NewConverter()
+	var got []otlp.Result
+	var msgs [][]byte
+	for _, b := range seeds {
+		m, ok := otlp.CheckProto(b, 64)
+		if !ok {
+			continue
+		}
+		got = append(got, cv.ReadProto(m, "otlp:", dialect.NewReader(dialect.Config{})))
+		msgs = append(msgs, b)
+	}
+	if len(got) < 2 {
+		t.Fatalf("%d seeds read, want several", len(got))
+	}
+	for i, b := range msgs {
+		m, _ := otlp.CheckProto(b, 64)
+		want := otlp.NewConverter().ReadProto(m, "otlp:", dialect.NewReader(dialect.Config{}))
+		if len(want.Records) == 0 {
+			t.Fatalf("seed %d: no records", i)
+		}
+		if !reflect.DeepEqual(got[i], want) {
+			t.Errorf("seed %d: what a reused converter read changed once it read the next requests", i)
+		}
+	}
 }
