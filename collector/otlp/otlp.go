@@ -3,9 +3,11 @@
 // call, read by its dialect from the one parse of its payloads.
 //
 // Spans come decoded by the Collector's pdata library (OTLP protobuf and
-// JSON requests, Read) or parsed one at a time out of an OTLP JSON
-// document (Converter.JSONSpan, for inputs too large to decode whole); both
-// read the same fields with the same rules.
+// JSON requests, Read), read straight from an OTLP protobuf message
+// (CheckProto and Converter.ReadProto, what the receiver does with the
+// messages pdata is not needed for), or parsed one at a time out of an
+// OTLP JSON document (Converter.JSONSpan, for inputs too large to decode
+// whole); all read the same fields with the same rules.
 package otlp
 
 import (
@@ -200,6 +202,8 @@ type Converter struct {
 	payload      dialect.Payload
 	// known is what the last span told beside its payloads.
 	known dialect.Known
+	// spans counts the spans CheckProto walked.
+	spans int
 	// Keep keeps each call's payloads (arguments, result) as sent; false
 	// leaves them out once read, where only the reading is needed.
 	Keep bool
@@ -318,7 +322,9 @@ func (cv *Converter) convert(res *Resource, source string, p path, rd *dialect.R
 
 	errType := a[attrErrorType]
 	rpcCode := a[attrRPCCode]
-	if rpcCode == "" {
+	if rpcCode == "" && errType != "" && (errType[0] == '-' || errType[0] == '+' || errType[0] >= '0' && errType[0] <= '9') {
+		// (Only what may be a number is parsed: ParseInt allocates its
+		// error, and most error.type values are words or absent.)
 		if _, err := strconv.ParseInt(errType, 10, 64); err == nil {
 			rpcCode = errType
 		}

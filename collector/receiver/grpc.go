@@ -30,7 +30,27 @@ func (rc *Receiver) exportCtx(ctx context.Context, src metrics.Source, tenant st
 	prefix := string(src) + ":"
 	tk := rc.newTaker(src, tenant)
 	defer tk.done()
-	res := otlp.Read(td, prefix, tk.reader)
+	return rc.exportRead(ctx, src, tenant, tk, prefix, otlp.Read(td, prefix, tk.reader), crowded)
+}
+
+// exportWire is exportCtx for a request read straight from its bytes
+// (otlp.ReadProto). No span of it is crowded: CheckProto, with the same
+// limit, leaves those to pdata.
+func (rc *Receiver) exportWire(ctx context.Context, src metrics.Source, tenant string, m otlp.Message) (ptraceotlp.ExportResponse, *refusal) {
+	prefix := string(src) + ":"
+	tk := rc.newTaker(src, tenant)
+	defer tk.done()
+	// The converter's parsers and buffers keep their room from one
+	// request to the next; the records share nothing with it.
+	cv := rc.convs.Get().(*otlp.Converter)
+	res := cv.ReadProto(m, prefix, tk.reader)
+	rc.convs.Put(cv)
+	return rc.exportRead(ctx, src, tenant, tk, prefix, res, nil)
+}
+
+// exportRead checks and ingests the calls read of an OTLP request by tk's
+// reader; crowded names the spans with too many attributes.
+func (rc *Receiver) exportRead(ctx context.Context, src metrics.Source, tenant string, tk *taker, prefix string, res otlp.Result, crowded map[string]string) (ptraceotlp.ExportResponse, *refusal) {
 	rejected := res.Rejected
 	rc.rejected(src, metrics.RejectBadSpan, len(res.Rejected))
 	for _, r := range res.Rejected {
@@ -99,9 +119,63 @@ type GRPC struct {
 	rc *Receiver
 }
 
-// Register registers the OTLP trace service on s.
+// Register registers the OTLP trace service on s. Its requests reach
+// Export as they come on the wire (wireRequest): those otlp.CheckProto
+// accepts are read from their bytes, the others decoded by pdata.
 func (rc *Receiver) Register(s *grpc.Server) {
-	ptraceotlp.RegisterGRPCServer(s, &GRPC{rc: rc})
+	s.RegisterService(&traceServiceDesc, &GRPC{rc: rc})
+}
+
+// exportMethod is the OTLP trace service's one method.
+const exportMethod = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+
+// traceServiceDesc is pdata's OTLP trace service (ptraceotlp.RegisterGRPCServer)
+// with a request type of ours, so that the codec may keep the message's
+// bytes rather than decode it.
+var traceServiceDesc = grpc.ServiceDesc{
+	ServiceName: "opentelemetry.proto.collector.trace.v1.TraceService",
+	HandlerType: (*wireExporter)(nil),
+	Methods:     []grpc.MethodDesc{{MethodName: "Export", Handler: exportHandler}},
+	Streams:     []grpc.StreamDesc{},
+	Metadata:    "opentelemetry/proto/collector/trace/v1/trace_service.proto",
+}
+
+// wireExporter serves Export requests as wireRequests.
+type wireExporter interface {
+	exportWire(ctx context.Context, in *wireRequest) (ptraceotlp.ExportResponse, error)
+}
+
+// wireRequest is one Export request as depthCodec left it: the message
+// when otlp.CheckProto accepted it (msg, in buf, given back by free), else
+// pdata's decoding of it (req).
+type wireRequest struct {
+	buf  mem.Buffer
+	msg  otlp.Message
+	fast bool
+	req  ptraceotlp.ExportRequest
+}
+
+func (w *wireRequest) free() {
+	if w.buf != nil {
+		w.buf.Free()
+		w.buf, w.msg, w.fast = nil, otlp.Message{}, false
+	}
+}
+
+func exportHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+	in := &wireRequest{}
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	defer in.free()
+	g := srv.(wireExporter)
+	if interceptor == nil {
+		return g.exportWire(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: exportMethod}
+	return interceptor(ctx, in, info, func(ctx context.Context, req any) (any, error) {
+		return g.exportWire(ctx, req.(*wireRequest))
+	})
 }
 
 // ServerOptions are the options the gRPC server of the receiver needs: the
@@ -113,7 +187,7 @@ func (rc *Receiver) ServerOptions() []grpc.ServerOption {
 		grpc.MaxRecvMsgSize(int(rc.cfg.MaxBodyBytes)),
 		grpc.MaxConcurrentStreams(uint32(rc.cfg.MaxConcurrentStreams)),
 		grpc.InTapHandle(rc.tap),
-		grpc.ForceServerCodecV2(depthCodec{CodecV2: encoding.GetCodecV2("proto"), limit: rc.cfg.MaxDepth}),
+		grpc.ForceServerCodecV2(depthCodec{CodecV2: encoding.GetCodecV2("proto"), limit: rc.cfg.MaxDepth, maxAttrs: rc.cfg.MaxAttributes}),
 	}
 }
 
@@ -145,6 +219,11 @@ func (rc *Receiver) tap(ctx context.Context, info *tap.Info) (context.Context, e
 // PermissionDenied for one that may not ingest or a tenant header naming
 // another tenant, InvalidArgument for a request that cannot be taken.
 func (g *GRPC) Export(ctx context.Context, req ptraceotlp.ExportRequest) (ptraceotlp.ExportResponse, error) {
+	return g.exportWire(ctx, &wireRequest{req: req})
+}
+
+// exportWire is Export of a request as the codec left it.
+func (g *GRPC) exportWire(ctx context.Context, in *wireRequest) (ptraceotlp.ExportResponse, error) {
 	rc := g.rc
 	md, _ := metadata.FromIncomingContext(ctx)
 	method, _ := grpc.Method(ctx)
@@ -152,7 +231,13 @@ func (g *GRPC) Export(ctx context.Context, req ptraceotlp.ExportRequest) (ptrace
 	if err != nil {
 		return ptraceotlp.ExportResponse{}, err
 	}
-	resp, re := rc.exportCtx(ctx, metrics.SourceOTLPGRPC, p.Tenant, req)
+	var resp ptraceotlp.ExportResponse
+	var re *refusal
+	if in.fast {
+		resp, re = rc.exportWire(ctx, metrics.SourceOTLPGRPC, p.Tenant, in.msg)
+	} else {
+		resp, re = rc.exportCtx(ctx, metrics.SourceOTLPGRPC, p.Tenant, in.req)
+	}
 	if re != nil {
 		rc.logRejected(re.logKind(), metrics.SourceOTLPGRPC, p.Tenant, re.reason, re.msg)
 		if re.retryable() {
@@ -204,12 +289,44 @@ func (rc *Receiver) grpcPrincipal(ctx context.Context, method string, md metadat
 // depthCodec checks the nesting of an OTLP message on the wire before the
 // proto codec decodes it: a deep value costs many times its size once
 // decoded. gRPC answers its error with Internal and the message.
+//
+// An Export request (wireRequest) is kept as its bytes when
+// otlp.CheckProto accepts them with the attribute limit maxAttrs, and
+// decoded by pdata otherwise, which also answers its errors as before.
 type depthCodec struct {
 	encoding.CodecV2
-	limit int
+	limit    int
+	maxAttrs int
+}
+
+// Marshal encodes the Export response, which is pdata's.
+func (c depthCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if r, ok := v.(ptraceotlp.ExportResponse); ok {
+		b, err := r.MarshalProto()
+		if err != nil {
+			return nil, err
+		}
+		return mem.BufferSlice{mem.SliceBuffer(b)}, nil
+	}
+	return c.CodecV2.Marshal(v)
 }
 
 func (c depthCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	if w, ok := v.(*wireRequest); ok {
+		buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+		b := buf.ReadOnlyData()
+		if err := protoValueDepth(b, c.limit); err != nil {
+			buf.Free()
+			return fmt.Errorf("cannot take OTLP protobuf: %w", err)
+		}
+		if m, ok := otlp.CheckProto(b, c.maxAttrs); ok {
+			w.buf, w.msg, w.fast = buf, m, true
+			return nil
+		}
+		defer buf.Free()
+		w.req = ptraceotlp.NewExportRequest()
+		return w.req.UnmarshalProto(b)
+	}
 	m, ok := v.(interface{ UnmarshalProto([]byte) error })
 	if !ok {
 		return c.CodecV2.Unmarshal(data, v)

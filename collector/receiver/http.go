@@ -3,6 +3,7 @@ package receiver
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -479,31 +480,7 @@ func (rc *Receiver) traces(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
-	req := ptraceotlp.NewExportRequest()
-	if asProto {
-		if err := protoValueDepth(b, rc.cfg.MaxDepth); err != nil {
-			rc.fail(w, src, &refusal{400, "cannot take OTLP protobuf: " + err.Error(), metrics.RejectTooDeep}, asProto)
-			return
-		}
-		if err := req.UnmarshalProto(b); err != nil {
-			rc.fail(w, src, &refusal{400, "cannot decode OTLP protobuf: " + err.Error(), metrics.RejectDecodeError}, asProto)
-			return
-		}
-	} else {
-		if d, at := jsonDepth(b, jsonBodyDepth(rc.cfg.MaxDepth)); d > jsonBodyDepth(rc.cfg.MaxDepth) {
-			rc.fail(w, src, &refusal{400, fmt.Sprintf("cannot take OTLP JSON: nested deeper than %d levels at byte offset %d (serve.receiver.max_depth)", jsonBodyDepth(rc.cfg.MaxDepth), at), metrics.RejectTooDeep}, asProto)
-			return
-		}
-		if err := req.UnmarshalJSON(b); err != nil {
-			rc.fail(w, src, &refusal{400, "cannot decode OTLP JSON: " + err.Error(), metrics.RejectDecodeError}, asProto)
-			return
-		}
-	}
-	// pdata copies what it decodes (strings, bytes), protobuf and JSON
-	// alike: the body can serve the next request now.
-	rc.recycleBody(b)
-	b = nil
-	resp, re := rc.exportCtx(r.Context(), src, tenant, req)
+	resp, re := rc.exportBody(r.Context(), src, tenant, b, asProto)
 	if re != nil {
 		rc.fail(w, src, re, asProto)
 		return
@@ -546,4 +523,36 @@ func partialSuccess(rejected []otlp.RejectedSpan) ptraceotlp.ExportResponse {
 		ps.SetErrorMessage(strings.Join(msgs, "; "))
 	}
 	return resp
+}
+
+// exportBody decodes and exports the OTLP body b (protobuf or JSON), and
+// gives the body back for the next request once it is no longer read.
+func (rc *Receiver) exportBody(ctx context.Context, src metrics.Source, tenant string, b []byte, asProto bool) (ptraceotlp.ExportResponse, *refusal) {
+	req := ptraceotlp.NewExportRequest()
+	if asProto {
+		if err := protoValueDepth(b, rc.cfg.MaxDepth); err != nil {
+			return ptraceotlp.ExportResponse{}, &refusal{400, "cannot take OTLP protobuf: " + err.Error(), metrics.RejectTooDeep}
+		}
+		if m, ok := otlp.CheckProto(b, rc.cfg.MaxAttributes); ok {
+			// Read from the body, as OTLP/gRPC is; the records share
+			// nothing with it.
+			resp, re := rc.exportWire(ctx, src, tenant, m)
+			rc.recycleBody(b)
+			return resp, re
+		}
+		if err := req.UnmarshalProto(b); err != nil {
+			return ptraceotlp.ExportResponse{}, &refusal{400, "cannot decode OTLP protobuf: " + err.Error(), metrics.RejectDecodeError}
+		}
+	} else {
+		if d, at := jsonDepth(b, jsonBodyDepth(rc.cfg.MaxDepth)); d > jsonBodyDepth(rc.cfg.MaxDepth) {
+			return ptraceotlp.ExportResponse{}, &refusal{400, fmt.Sprintf("cannot take OTLP JSON: nested deeper than %d levels at byte offset %d (serve.receiver.max_depth)", jsonBodyDepth(rc.cfg.MaxDepth), at), metrics.RejectTooDeep}
+		}
+		if err := req.UnmarshalJSON(b); err != nil {
+			return ptraceotlp.ExportResponse{}, &refusal{400, "cannot decode OTLP JSON: " + err.Error(), metrics.RejectDecodeError}
+		}
+	}
+	// pdata copies what it decodes (strings, bytes), protobuf and JSON
+	// alike: the body can serve the next request now.
+	rc.recycleBody(b)
+	return rc.exportCtx(ctx, src, tenant, req)
 }

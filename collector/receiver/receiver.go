@@ -35,6 +35,7 @@ import (
 
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/dialect"
+	"github.com/mcpaudit/mcpaudit/collector/otlp"
 	"github.com/mcpaudit/mcpaudit/collector/redact"
 	"github.com/mcpaudit/mcpaudit/exporter/metrics"
 	"github.com/mcpaudit/mcpaudit/internal/access"
@@ -138,6 +139,7 @@ type Receiver struct {
 	log     *slog.Logger
 	rlog    *ratelog.Logger
 	readers sync.Pool // *dialect.Reader: one per request at a time
+	convs   sync.Pool // *otlp.Converter: one per OTLP protobuf request at a time
 	bodies  sync.Pool // *[]byte: request body buffers
 
 	// Access authenticates requests. Nil: built from Config.Tenants.
@@ -184,6 +186,7 @@ func New(cfg Config, dial dialect.Config, in Ingester, m *metrics.Metrics, log *
 	rc := &Receiver{cfg: cfg, in: in, metrics: m, log: log, rlog: ratelog.New(log, ratelog.NewDefaultConfig()),
 		inflight: newBudget(cfg.MaxInFlightBytes), streams: make(chan struct{}, cfg.MaxConcurrentStreams)}
 	rc.readers.New = func() any { return dialect.NewReader(dial) }
+	rc.convs.New = func() any { return otlp.NewConverter() }
 	return rc
 }
 

@@ -714,10 +714,39 @@ func TestGRPC(t *testing.T) {
 			t.Fatalf("%v, %d rejected; want one span rejected", err, resp.PartialSuccess().RejectedSpans())
 		}
 	})
+	// Requests the receiver reads from the wire (otlp.ReadProto) and those
+	// it leaves to pdata (a span event, 10k attributes, a boolean session
+	// id) are answered alike.
+	t.Run("left_to_pdata", func(t *testing.T) {
+		for _, tc := range []struct {
+			name     string
+			mutate   func(ptrace.Span)
+			rejected int64
+			want     string
+		}{
+			{"event", func(sp ptrace.Span) { sp.Events().AppendEmpty().SetName("retry") }, 0, ""},
+			{"bool_session", func(sp ptrace.Span) { sp.Attributes().PutBool("mcp.session.id", true) }, 0, ""},
+			{"10k_attributes", func(sp ptrace.Span) {
+				for i := range 10_000 {
+					sp.Attributes().PutStr(fmt.Sprintf("k%d", i), "v")
+				}
+			}, 1, "resourceSpans[0].scopeSpans[0].spans[0]: 10004 attributes, more than the limit of 1024"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				resp, err := call(tokAcme, traces("pdata-"+tc.name, 2, tc.mutate))
+				ps := resp.PartialSuccess()
+				if err != nil || ps.RejectedSpans() != tc.rejected || !strings.Contains(ps.ErrorMessage(), tc.want) {
+					t.Fatalf("%v, %d rejected %q; want %d rejected naming %q", err, ps.RejectedSpans(), ps.ErrorMessage(), tc.rejected, tc.want)
+				}
+			})
+		}
+	})
 	// Two good spans, then span 2 beside the bad one (span 1 was sent
-	// before: the same exchange, stored once).
-	if n := len(e.stored(t)); n != 3 {
-		t.Errorf("%d calls stored, want 3", n)
+	// before: the same exchange, stored once); two of the event's, two
+	// with the boolean session id (read as none), one beside the 10k
+	// attributes.
+	if n := len(e.stored(t)); n != 8 {
+		t.Errorf("%d calls stored, want 8", n)
 	}
 }
 

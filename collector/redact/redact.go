@@ -32,6 +32,7 @@ import (
 	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/canon"
@@ -685,14 +686,17 @@ func skipLiteral(b []byte, i int) (int, error) {
 	return j, nil
 }
 
-// unquote returns the text of a JSON string.
+// unquote returns the text of a JSON string. Without escapes it is a view
+// of raw, not a copy: a string read by the walker is matched, masked into
+// new text or left as it is, never kept, and raw does not change while it
+// is read.
 func unquote(raw []byte) (string, error) {
 	if len(raw) < 2 {
 		return "", errSyntax
 	}
 	body := raw[1 : len(raw)-1]
-	if !strings.ContainsRune(string(body), '\\') {
-		return string(body), nil
+	if bytes.IndexByte(body, '\\') < 0 {
+		return unsafe.String(unsafe.SliceData(body), len(body)), nil
 	}
 	out := make([]byte, 0, len(body))
 	for i := 0; i < len(body); i++ {
