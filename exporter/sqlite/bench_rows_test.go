@@ -26,22 +26,34 @@ const rowsPerTx = 512
 //	go test -run '^$' -bench RowStatements -benchtime 200x ./exporter/sqlite/
 func BenchmarkRowStatements(b *testing.B) {
 	recs := pool(b, 20000)
-	for _, chunk := range []int{1, 16, 64, 256} {
-		b.Run(fmt.Sprintf("calls/multi%d", chunk), func(b *testing.B) {
-			s := openTemp(b, Options{})
-			defer s.Close()
-			n := uint64(0)
-			benchRows(b, s, chunk, sqlInsertCall, 4, func() []any {
-				n++
-				r := fresh(recs[n%uint64(len(recs))], n)
-				rows, err := encodeCalls([]audit.Record{r})
-				if err != nil {
-					b.Fatal(err)
-				}
-				c := rows[0]
-				return []any{c.id, 1, c.time, c.rec}
+	// calls_returning reads the rows stored back (RETURNING rid, id,
+	// tenant, time), as a multi-row statement must to learn which input
+	// got which rid.
+	for _, bc := range []struct {
+		name   string
+		chunks []int
+		query  string
+	}{
+		{"calls", []int{1, 16, 64, 256}, sqlInsertCall},
+		{"calls_returning", []int{1, 64}, sqlInsertCall + ` RETURNING rid, id, tenant, time`},
+	} {
+		for _, chunk := range bc.chunks {
+			b.Run(fmt.Sprintf("%s/multi%d", bc.name, chunk), func(b *testing.B) {
+				s := openTemp(b, Options{})
+				defer s.Close()
+				n := uint64(0)
+				benchRows(b, s, chunk, bc.query, 4, func() []any {
+					n++
+					r := fresh(recs[n%uint64(len(recs))], n)
+					rows, err := encodeCalls([]audit.Record{r})
+					if err != nil {
+						b.Fatal(err)
+					}
+					c := rows[0]
+					return []any{c.id, 1, c.time, c.rec}
+				})
 			})
-		})
+		}
 	}
 	for _, triggers := range []bool{true, false} {
 		name := "writes"
@@ -116,13 +128,30 @@ func benchRows(b *testing.B, s *Store, chunk int, query string, cols int, args f
 			for _, r := range rows[i:min(i+chunk, len(rows))] {
 				flat = append(flat, r...)
 			}
+			st := stmt
 			if len(flat) < chunk*cols { // the last, short chunk
-				if _, err := tx.Exec(head+valuesList(len(flat)/cols, cols)+tail, flat...); err != nil {
+				if st, err = tx.Prepare(head + valuesList(len(flat)/cols, cols) + tail); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if !strings.Contains(query, "RETURNING") {
+				if _, err := st.Exec(flat...); err != nil {
 					b.Fatal(err)
 				}
 				continue
 			}
-			if _, err := stmt.Exec(flat...); err != nil {
+			rows, err := st.Query(flat...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for rows.Next() {
+				var rid, tenant, t int64
+				var id any
+				if err := rows.Scan(&rid, &id, &tenant, &t); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := rows.Close(); err != nil {
 				b.Fatal(err)
 			}
 		}
