@@ -220,3 +220,81 @@ func TestMultiRow_AsOneRow(t *testing.T) {
 		t.Errorf("tables: %d against %d", len(one), len(multi))
 	}
 }
+
+// TestWriteHours_MatchWrites checks that write_hours, which triggers keep
+// row by row, counts the writes by hour, tenant, server and state after
+// multi-row upserts (one holding two states of a write), state and server
+// changes, and retention.
+func TestWriteHours_MatchWrites(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.db")
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	db := side(t, path)
+	check := func(step string) {
+		t.Helper()
+		read := func(q string) []string {
+			rows, err := db.Query(q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rows.Close()
+			var out []string
+			for rows.Next() {
+				var h, tenant, server, state, n int64
+				if err := rows.Scan(&h, &tenant, &server, &state, &n); err != nil {
+					t.Fatal(err)
+				}
+				out = append(out, fmt.Sprint(h, tenant, server, state, n))
+			}
+			if err := rows.Err(); err != nil {
+				t.Fatal(err)
+			}
+			return out
+		}
+		hours := read(`SELECT hour, tenant, server, state, n FROM write_hours WHERE n != 0 ORDER BY 1, 2, 3, 4`)
+		want := read(`SELECT time / 3600000000000, tenant, server, state, count(*) FROM writes GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4`)
+		if len(want) == 0 {
+			t.Fatalf("%s: no writes", step)
+		}
+		if !reflect.DeepEqual(hours, want) {
+			t.Errorf("%s: write_hours\n%s\nwant\n%s", step, strings.Join(hours, "\n"), strings.Join(want, "\n"))
+		}
+	}
+	ctx := t.Context()
+	var ws []audit.Write
+	for i := range 300 {
+		w := benchWrite(i)
+		w.Time = storetest.T0.Add(time.Duration(i) * 36 * time.Second) // three hours
+		w.Tenant = []string{"", "acme"}[i%2]
+		ws = append(ws, w)
+		if i%5 == 0 { // its next state in the same statement
+			w.State, w.Reason = audit.StateDurable, ""
+			ws = append(ws, w)
+		}
+	}
+	if err := s.Commit(ctx, audit.Results{Writes: ws}); err != nil {
+		t.Fatal(err)
+	}
+	check("stored")
+	var next []audit.Write
+	for i, w := range ws {
+		switch i % 3 {
+		case 0:
+			w.State = audit.StateUnverified
+		case 1:
+			w.Server = "moved"
+		}
+		next = append(next, w)
+	}
+	if err := s.Commit(ctx, audit.Results{Writes: next}); err != nil {
+		t.Fatal(err)
+	}
+	check("updated")
+	if _, err := s.DeleteBefore(ctx, storetest.T0.Add(90*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	check("after retention")
+}
