@@ -426,8 +426,10 @@ func (s *Store) commitLoop() {
 
 const (
 	sqlInsertCall = `INSERT OR IGNORE INTO calls (id, tenant, time, rec) VALUES (?, ?, ?, ?)`
-	// The last rid given out, stored or not (AUTOINCREMENT).
-	sqlCallsSeq = `SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'calls'), 0)`
+	// The last rid given out, stored or not: AUTOINCREMENT's next is one
+	// past the larger of its sequence and the largest rid.
+	sqlCallsSeq = `SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'calls'), 0),
+		coalesce((SELECT max(rid) FROM calls), 0))`
 	// The calls stored after a rid, with their key.
 	sqlCallsAfter  = `SELECT rid, id, tenant, time FROM calls WHERE rid > ?`
 	sqlUpsertWrite = `INSERT INTO writes (call_id, seq, time, state, server, tenant, tool, reason, action,

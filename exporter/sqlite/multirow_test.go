@@ -298,3 +298,45 @@ func TestWriteHours_MatchWrites(t *testing.T) {
 	}
 	check("after retention")
 }
+
+// TestMultiRow_SequenceBehind checks that rids are found when
+// sqlite_sequence is behind the largest rid (a file edited or migrated by
+// hand): AUTOINCREMENT gives out rids past both.
+func TestMultiRow_SequenceBehind(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.db")
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := t.Context()
+	recs := records(t, 11)
+	if n, err := s.AppendCalls(ctx, recs[:10]); err != nil || n != 10 {
+		t.Fatalf("stored %d, %v; want 10", n, err)
+	}
+	if _, err := side(t, path).Exec(`UPDATE sqlite_sequence SET seq = 2 WHERE name = 'calls'`); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.AppendCalls(ctx, []audit.Record{recs[3], recs[10], recs[10]}); err != nil || n != 1 {
+		t.Fatalf("stored %d, %v; want 1", n, err)
+	}
+	if n, err := s.AppendCalls(ctx, recs[9:]); err != nil || n != 0 {
+		t.Fatalf("stored %d, %v; want 0", n, err)
+	}
+	if n := count(t, s); n != 11 {
+		t.Errorf("%d calls stored, want 11", n)
+	}
+	// The copy before it took rid 11 (one past the largest), the new
+	// call 12; the chain names it so.
+	var rid int64
+	if err := side(t, path).QueryRow(`SELECT last FROM chain ORDER BY seq DESC LIMIT 1`).Scan(&rid); err != nil || rid != 12 {
+		t.Errorf("last chained rid %d, %v; want 12", rid, err)
+	}
+	r, err := Verify(ctx, path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Problems) > 0 || r.Calls != 11 {
+		t.Errorf("verify: %d calls, problems %v", r.Calls, r.Problems)
+	}
+}
