@@ -425,7 +425,13 @@ func (s *Store) commitLoop() {
 }
 
 const (
-	sqlInsertCall  = `INSERT OR IGNORE INTO calls (id, tenant, time, rec) VALUES (?, ?, ?, ?)`
+	sqlInsertCall = `INSERT OR IGNORE INTO calls (id, tenant, time, rec) VALUES (?, ?, ?, ?)`
+	// The last rid given out, stored or not: AUTOINCREMENT's next is one
+	// past the larger of its sequence and the largest rid.
+	sqlCallsSeq = `SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'calls'), 0),
+		coalesce((SELECT max(rid) FROM calls), 0))`
+	// The calls stored after a rid, with their key.
+	sqlCallsAfter  = `SELECT rid, id, tenant, time FROM calls WHERE rid > ?`
 	sqlUpsertWrite = `INSERT INTO writes (call_id, seq, time, state, server, tenant, tool, reason, action,
 			session, document, key, state_after)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -480,12 +486,152 @@ type sessionMinute struct {
 // session and minute.
 const maxSessions = 100000
 
+// rowStatements are the committer's multi-row statements.
+type rowStatements struct {
+	calls, writes, sessions *multiRow
+}
+
+// Rows per statement at most: beyond 16 to 64 the CPU per row no longer
+// falls (BenchmarkRowStatements), and the statement takes longer to
+// prepare. Tests set 1 to compare with one statement per row.
+var (
+	callsPerStatement    = 64
+	writesPerStatement   = 32
+	sessionsPerStatement = 64
+)
+
+func newRowStatements() *rowStatements {
+	return &rowStatements{
+		calls:    newMultiRow(sqlInsertCall, 4, callsPerStatement),
+		writes:   newMultiRow(sqlUpsertWrite, 13, writesPerStatement),
+		sessions: newMultiRow(sqlInsertSession, 2, sessionsPerStatement),
+	}
+}
+
+// prepare prepares the statements not prepared yet, outside a
+// transaction (db has one connection).
+func (r *rowStatements) prepare(ctx context.Context, db *sql.DB) error {
+	for _, m := range []*multiRow{r.calls, r.writes, r.sessions} {
+		if err := m.prepare(ctx, db); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *rowStatements) close() {
+	for _, m := range []*multiRow{r.calls, r.writes, r.sessions} {
+		m.close()
+	}
+}
+
+// pendingCall is a call row of a batch on its way into calls; rid is set
+// when this row was stored, and stays 0 when it was already.
+type pendingCall struct {
+	req    *request
+	row    *callRow
+	tenant int64 // interned
+	rid    int64
+}
+
+// insertCalls stores calls with multi-row INSERT OR IGNORE statements and
+// sets the rid of each one stored.
+//
+// Each row of a statement takes the next rid in the order of its VALUES,
+// stored or not (AUTOINCREMENT), as with one statement per row; so when a
+// statement stored all of its n rows and the last of them got the rid n
+// past the last one given out before, row j got that rid + 1 + j. This is
+// the common case, and it costs no read: a RETURNING clause costs SQLite
+// more per row (about 4 µs, BenchmarkRowStatements) than the statements
+// save. Otherwise (copies of stored calls, or copies in the statement),
+// the rows the statement stored are read back (their rids are past the
+// last one given out before it) and matched to their inputs by their key
+// (id, tenant, time): rows of one key are copies of one call, and only
+// the first of them can have been stored (calls_key holds the key's
+// millisecond), so a row read goes to the first input of its key.
+func (s *Store) insertCalls(ctx context.Context, tx *sql.Tx, calls []pendingCall) error {
+	if len(calls) == 0 {
+		return nil
+	}
+	var seq int64
+	if err := tx.QueryRowContext(ctx, sqlCallsSeq).Scan(&seq); err != nil {
+		return err
+	}
+	m := s.rows.calls
+	args := make([]any, 0, m.cols*min(len(calls), m.max))
+	return m.chunks(len(calls), func(lo, hi int) error {
+		chunk := calls[lo:hi]
+		args = args[:0]
+		for _, c := range chunk {
+			args = append(args, c.row.id, c.tenant, c.row.time, c.row.rec)
+		}
+		st, err := m.stmt(ctx, tx, len(chunk))
+		if err != nil {
+			return err
+		}
+		res, err := st.ExecContext(ctx, args...)
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return err
+		}
+		last, err := res.LastInsertId()
+		if err != nil {
+			return err
+		}
+		if n == int64(len(chunk)) && last == seq+n {
+			for j := range chunk {
+				chunk[j].rid = seq + 1 + int64(j)
+			}
+			seq = last
+			return nil
+		}
+		if n > 0 {
+			if err := matchStored(ctx, tx, chunk, seq); err != nil {
+				return err
+			}
+		}
+		return tx.QueryRowContext(ctx, sqlCallsSeq).Scan(&seq)
+	})
+}
+
+// matchStored reads the calls stored after rid seq and sets the rid of
+// the first input of each one's key in chunk.
+func matchStored(ctx context.Context, tx *sql.Tx, chunk []pendingCall, seq int64) error {
+	rows, err := tx.QueryContext(ctx, sqlCallsAfter, seq)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var rid, tenant, t int64
+		var id any
+		if err := rows.Scan(&rid, &id, &tenant, &t); err != nil {
+			return err
+		}
+		j := 0
+		for j < len(chunk) && (chunk[j].tenant != tenant || chunk[j].row.time != t || !sameID(chunk[j].row.id, id)) {
+			j++
+		}
+		if j == len(chunk) || chunk[j].rid != 0 {
+			return fmt.Errorf("cannot match stored call row %d to the calls of its statement", rid)
+		}
+		chunk[j].rid = rid
+	}
+	return rows.Err()
+}
+
 // commitBatch runs a batch in one transaction. The transaction ignores the
 // callers' contexts: it is shared, and one caller giving up must not fail
 // the others.
 func (s *Store) commitBatch(batch []*request, calls int) (err error) {
 	start := time.Now()
 	ctx := context.Background()
+	if err := s.rows.prepare(ctx, s.w); err != nil {
+		return wrap(err)
+	}
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return wrap(err)
@@ -500,56 +646,21 @@ func (s *Store) commitBatch(batch []*request, calls int) (err error) {
 		}
 	}()
 	stmt := func(query string) (*sql.Stmt, error) { return tx.PrepareContext(ctx, query) }
-	var insCall, insSession, upWrite, insFinding *sql.Stmt
-	// The new calls of each tenant, in rid order, for its chain entry.
-	chained := map[string][]rowHash{}
-	var lastRID int64 // of the calls stored
-	var stored []indexedCall
+	var insFinding *sql.Stmt
+	// Strings are interned in the order in which one statement per row
+	// met them (each request's call tenants, then its writes' fields), so
+	// that strs numbers the same strings alike however rows are grouped.
+	var pending []pendingCall
+	var writeArgs []any
+	watermark := int64(zeroTime)
 	for _, req := range batch {
-		if len(req.calls) > 0 && insCall == nil {
-			if insCall, err = stmt(sqlInsertCall); err != nil {
-				return wrap(err)
-			}
-			if insSession, err = stmt(sqlInsertSession); err != nil {
-				return wrap(err)
-			}
-		}
 		for i := range req.calls {
 			c := &req.calls[i]
 			tenant, err := s.intern(tx, c.tenant)
 			if err != nil {
 				return wrap(err)
 			}
-			res, err := insCall.Exec(c.id, tenant, c.time, c.rec)
-			if err != nil {
-				return wrap(err)
-			}
-			n, _ := res.RowsAffected()
-			req.stored += n
-			if n == 0 {
-				continue // already stored
-			}
-			rid, err := res.LastInsertId()
-			if err != nil {
-				return wrap(err)
-			}
-			chained[c.tenant] = append(chained[c.tenant], rowHash{row: rid, hash: callHash(rid, c.id, c.tenant, c.time, c.rec)})
-			stored = append(stored, indexedCall{id: c.id, tenant: tenant, rid: rid, time: c.time, docs: c.docs})
-			lastRID = rid
-			if _, seen := s.sessions[c.session]; c.ok && !seen {
-				if _, err := insSession.Exec(c.session.sh, c.session.minute); err != nil {
-					return wrap(err)
-				}
-				if len(s.sessions) >= maxSessions {
-					clear(s.sessions)
-				}
-				s.sessions[c.session] = struct{}{}
-			}
-		}
-		if len(req.writes) > 0 && upWrite == nil {
-			if upWrite, err = stmt(sqlUpsertWrite); err != nil {
-				return wrap(err)
-			}
+			pending = append(pending, pendingCall{req: req, row: c, tenant: tenant})
 		}
 		for i := range req.writes {
 			w := &req.writes[i]
@@ -559,15 +670,53 @@ func (s *Store) commitBatch(batch []*request, calls int) (err error) {
 					return wrap(err)
 				}
 			}
-			if _, err := upWrite.Exec(w.callID, w.seq, w.time, ids[0], ids[1], ids[2], ids[3], ids[4], ids[5],
-				w.session, w.doc, w.key, w.stateTime); err != nil {
-				return wrap(err)
-			}
+			writeArgs = append(writeArgs, w.callID, w.seq, w.time, ids[0], ids[1], ids[2], ids[3], ids[4], ids[5],
+				w.session, w.doc, w.key, w.stateTime)
 		}
 		if req.watermark != zeroTime {
-			if _, err := tx.Exec(sqlSetWatermark, req.watermark); err != nil {
-				return wrap(err)
+			watermark = req.watermark // the last one stands, as it would after one upsert each
+		}
+	}
+	if err := s.insertCalls(ctx, tx, pending); err != nil {
+		return wrap(err)
+	}
+	// The new calls of each tenant, in rid order, for its chain entry.
+	chained := map[string][]rowHash{}
+	var lastRID int64 // of the calls stored
+	var stored []indexedCall
+	var sessions []any
+	for i := range pending {
+		p := &pending[i]
+		if p.rid == 0 {
+			continue // already stored
+		}
+		c := p.row
+		p.req.stored++
+		chained[c.tenant] = append(chained[c.tenant], rowHash{row: p.rid, hash: callHash(p.rid, c.id, c.tenant, c.time, c.rec)})
+		stored = append(stored, indexedCall{id: c.id, tenant: p.tenant, rid: p.rid, time: c.time, docs: c.docs})
+		lastRID = p.rid
+		if _, seen := s.sessions[c.session]; c.ok && !seen {
+			sessions = append(sessions, c.session.sh, c.session.minute)
+			if len(s.sessions) >= maxSessions {
+				clear(s.sessions)
 			}
+			s.sessions[c.session] = struct{}{}
+		}
+	}
+	if err := s.rows.sessions.chunks(len(sessions)/2, func(lo, hi int) error {
+		return s.rows.sessions.exec(ctx, tx, sessions[2*lo:2*hi])
+	}); err != nil {
+		return wrap(err)
+	}
+	up := s.rows.writes
+	if err := up.chunks(len(writeArgs)/up.cols, func(lo, hi int) error {
+		return up.exec(ctx, tx, writeArgs[lo*up.cols:hi*up.cols])
+	}); err != nil {
+		return wrap(err)
+	}
+	if watermark != zeroTime {
+		if _, err := tx.Exec(sqlSetWatermark, watermark); err != nil {
+			return wrap(err)
 		}
 	}
 	if lastRID > 0 {

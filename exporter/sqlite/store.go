@@ -158,6 +158,8 @@ type Store struct {
 	strs map[string]int64
 	// sessions caches the session minutes the committer stored.
 	sessions map[sessionMinute]struct{}
+	// rows are the committer's multi-row statements.
+	rows *rowStatements
 
 	// inv serves the investigation side (investigate.go).
 	inv *investigation
@@ -320,6 +322,7 @@ func Open(path string, opts Options) (*Store, error) {
 		done:     make(chan struct{}),
 		strs:     map[string]int64{},
 		sessions: map[sessionMinute]struct{}{},
+		rows:     newRowStatements(),
 	}
 	if err := s.openSide(base + "?" + q.Encode()); err != nil {
 		w.Close()
@@ -435,6 +438,7 @@ func (s *Store) Close() error {
 	close(s.reqs)
 	s.mu.Unlock()
 	<-s.done
+	s.rows.close()
 
 	var errs []error
 	if err := s.closeSide(); err != nil {
