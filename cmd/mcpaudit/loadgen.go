@@ -66,6 +66,9 @@ type loadOptions struct {
 	// Live dates calls now, as live traffic is: a call is never sent
 	// before its event time.
 	Live bool
+	// Start is when the calls of a load that is not live begin; they
+	// span the hour after it. Zero: the start of the previous hour.
+	Start time.Time
 	// Token is sent as Authorization: Bearer (gRPC: the authorization
 	// metadata) when set.
 	Token string
@@ -148,7 +151,8 @@ flags:`)
 	batch := fs.Int("batch", 200, "calls per request")
 	calls := fs.Int("calls", 1_000_000, "most calls to send (sending stops when they run out)")
 	seed := fs.Int64("seed", 0, "generator seed; 0 picks one from the clock (printed), so that a second run sends other calls, not the first run's again")
-	live := fs.Bool("live", true, "date calls now, as live traffic is: no call is sent before its event time; false dates them on 2026-11-02 and sends as fast as acknowledged")
+	live := fs.Bool("live", true, "date calls now, as live traffic is: no call is sent before its event time; false dates them in the hour from --start and sends as fast as acknowledged")
+	startAt := fs.String("start", "", "with --live=false, when the calls begin (RFC 3339; they span the hour after it); default the start of the previous hour, so that they are inside any retention. The same --seed and --start send the same calls")
 	dataDir := fs.String("data-dir", "", "the server's data dir, to report bytes per stored call")
 	format := fs.String("format", "text", "report as text or json")
 	token := fs.String("token", os.Getenv("MCPAUDIT_TOKEN"), "bearer token of an ingest credential (and of /metrics when it needs one; default $MCPAUDIT_TOKEN)")
@@ -166,9 +170,27 @@ flags:`)
 		// first run (its writes applied twice, its keys reused).
 		*seed = time.Now().UnixNano() & (1<<48 - 1)
 	}
-	fmt.Fprintf(stderr, "loadgen: seed %d (--seed %d sends the same calls again)\n", *seed, *seed)
 	opts := loadOptions{Target: *target, Protocol: *protocol, Rate: *rate, Duration: *duration, Clients: *clients,
 		Batch: *batch, Calls: *calls, Seed: *seed, Live: *live, Token: *token}
+	if *startAt != "" {
+		if opts.Live {
+			return &exitError{code: 2, err: errors.New("loadgen: --start dates a load that is not live: add --live=false")}
+		}
+		t, err := time.Parse(time.RFC3339Nano, *startAt)
+		if err != nil {
+			return &exitError{code: 2, err: fmt.Errorf("loadgen: --start: %w", err)}
+		}
+		opts.Start = t
+	}
+	if opts.Live {
+		fmt.Fprintf(stderr, "loadgen: seed %d (--seed %d sends the same calls again)\n", *seed, *seed)
+	} else {
+		if opts.Start.IsZero() {
+			opts.Start = defaultStart(time.Now())
+		}
+		start := opts.Start.Format(time.RFC3339Nano)
+		fmt.Fprintf(stderr, "loadgen: seed %d, calls dated from %s (--seed %d --start %s send the same calls again)\n", *seed, start, *seed, start)
+	}
 	if err := opts.validate(); err != nil {
 		return &exitError{code: 2, err: err}
 	}
@@ -248,6 +270,13 @@ type genBatch struct {
 	latest time.Time
 }
 
+// defaultStart is when the calls of a load that is not live begin unless
+// told: the start of the hour before now's, so that the hour they span
+// is inside any retention and never ahead of the server's clock.
+func defaultStart(now time.Time) time.Time {
+	return now.UTC().Truncate(time.Hour).Add(-time.Hour)
+}
+
 // runLoad sends the load and returns what was acknowledged. Each client
 // generates its own sessions while it sends: the calls of its open
 // sessions are all it holds.
@@ -255,7 +284,10 @@ func runLoad(ctx context.Context, o loadOptions) (*loadReport, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	start, span := time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC), time.Hour
+	start, span := o.Start, time.Hour
+	if start.IsZero() {
+		start = defaultStart(time.Now())
+	}
 	// Each client sends its share of the calls, from sessions of its own
 	// (with a margin: sessions make 2.9 calls on average).
 	share := func(w int) int64 {

@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -338,5 +340,74 @@ func TestLoadgen_GeneratesAhead(t *testing.T) {
 	}
 	if m := maxInFlight.Load(); m != 1 {
 		t.Errorf("%d requests in flight at once from one client, want 1", m)
+	}
+}
+
+// timesSender records the event times of the calls it is sent.
+type timesSender struct {
+	mu    *sync.Mutex
+	times *[]time.Time
+}
+
+func (s timesSender) send(_ context.Context, calls []*capgen.Call) sendResult {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range calls {
+		*s.times = append(*s.times, c.Time)
+	}
+	return sendResult{accepted: int64(len(calls)), new: -1}
+}
+
+func (timesSender) close() {}
+
+// TestLoadgen_Start: a load that is not live dates its calls in the hour
+// from --start, by default the hour before the current one (inside any
+// retention, never ahead of the clock), and the same seed and start send
+// the same calls.
+func TestLoadgen_Start(t *testing.T) {
+	load := func(start time.Time) []time.Time {
+		t.Helper()
+		var mu sync.Mutex
+		var times []time.Time
+		rep, err := runLoad(context.Background(), loadOptions{Target: "unused", Protocol: protoCalls, Start: start,
+			Duration: time.Minute, Clients: 2, Batch: 50, Calls: 400, Seed: 7,
+			sender: func(string) (sender, error) { return timesSender{&mu, &times}, nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Sent != 400 || len(times) != 400 {
+			t.Fatalf("%d calls sent, %d seen, want 400", rep.Sent, len(times))
+		}
+		slices.SortFunc(times, time.Time.Compare)
+		return times
+	}
+	within := func(times []time.Time, from time.Time) {
+		t.Helper()
+		if first, last := times[0], times[len(times)-1]; first.Before(from) || !last.Before(from.Add(time.Hour)) {
+			t.Errorf("calls dated %s to %s, want inside the hour from %s", first, last, from)
+		}
+	}
+	start := time.Date(2031, 5, 6, 7, 30, 0, 0, time.UTC)
+	a := load(start)
+	within(a, start)
+	if b := load(start); !slices.Equal(a, b) {
+		t.Error("the same seed and start dated the calls differently")
+	}
+	before := time.Now()
+	c := load(time.Time{})
+	if after := time.Now(); !c[len(c)-1].Before(after) {
+		t.Errorf("the default start dated a call at %s, after the load ended at %s", c[len(c)-1], after)
+	}
+	within(c, before.UTC().Truncate(time.Hour).Add(-time.Hour))
+
+	var errb bytes.Buffer
+	if code := run(context.Background(), []string{"loadgen", "--start", "2031-05-06T07:30:00Z", "--api", ""}, nil, io.Discard, &errb); code != 2 ||
+		!strings.Contains(errb.String(), "--live=false") {
+		t.Errorf("--start on a live load: exit %d, %q; want 2 and a hint to add --live=false", code, errb.String())
+	}
+	errb.Reset()
+	if code := run(context.Background(), []string{"loadgen", "--live=false", "--start", "yesterday", "--api", ""}, nil, io.Discard, &errb); code != 2 ||
+		!strings.Contains(errb.String(), "--start") {
+		t.Errorf("--start yesterday: exit %d, %q; want 2 and the flag named", code, errb.String())
 	}
 }

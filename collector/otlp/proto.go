@@ -26,9 +26,10 @@ type Message struct {
 //
 // It accepts only requests it can read exactly as pdata would: ok is
 // false when b holds anything it leaves to pdata: a field it does not know
-// (span events and links, the deprecated instrumentation_library_spans,
-// entity references), a singular message given twice (which protobuf
-// merges), a trace or span id of the wrong size, a wire type other than
+// (the deprecated instrumentation_library_spans, entity references, a
+// field unknown to an event or a link), a singular message given twice
+// (which protobuf merges), a trace or span id of the wrong size (a link's
+// too), a wire type other than
 // the field's, an attribute the conversion reads whose value is neither a
 // string nor an integer, values nested more than 64 deep, or a span or
 // resource with more than maxAttrs attributes. The caller then decodes b
@@ -270,6 +271,16 @@ func (cv *Converter) span(b []byte, maxAttrs int) bool {
 			}
 		case (num == 10 || num == 12 || num == 14) && typ == varType:
 			// dropped attributes, events, links
+		case num == 11 && typ == lenType:
+			// An event (SDKs record an error as one): not read, but
+			// checked as pdata would decode it.
+			if !checkEvent(v) {
+				return false
+			}
+		case num == 13 && typ == lenType:
+			if !checkLink(v) {
+				return false
+			}
 		case num == 15 && typ == lenType:
 			if haveStatus || !readStatus(v, s) {
 				return false
@@ -277,6 +288,58 @@ func (cv *Converter) span(b []byte, maxAttrs int) bool {
 			haveStatus = true
 		case num == 16 && typ == f32Type:
 			// flags
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// checkEvent checks a Span.Event, which the conversion does not read.
+func checkEvent(b []byte) bool {
+	for len(b) > 0 {
+		num, typ, v, n := pbField(b)
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+		switch {
+		case num == 1 && typ == f64Type, num == 2 && typ == lenType, num == 4 && typ == varType:
+			// time, name, dropped attributes
+		case num == 3 && typ == lenType:
+			if !readKeyValue(v, nil, nil) {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// checkLink checks a Span.Link, which the conversion does not read.
+func checkLink(b []byte) bool {
+	for len(b) > 0 {
+		num, typ, v, n := pbField(b)
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+		switch {
+		case num == 1 && typ == lenType:
+			if len(v) != 0 && len(v) != len(pcommon.TraceID{}) {
+				return false
+			}
+		case num == 2 && typ == lenType:
+			if len(v) != 0 && len(v) != len(pcommon.SpanID{}) {
+				return false
+			}
+		case num == 3 && typ == lenType, num == 5 && typ == varType, num == 6 && typ == f32Type:
+			// trace_state, dropped attributes, flags
+		case num == 4 && typ == lenType:
+			if !readKeyValue(v, nil, nil) {
+				return false
+			}
 		default:
 			return false
 		}

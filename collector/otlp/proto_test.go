@@ -14,6 +14,7 @@ import (
 	"github.com/mcpaudit/mcpaudit/collector/dialect"
 	"github.com/mcpaudit/mcpaudit/collector/otlp"
 	"github.com/mcpaudit/mcpaudit/internal/capgen"
+	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // sameAsPdata checks ReadProto against pdata's decoding and Read on one
@@ -96,12 +97,99 @@ func protoSeeds(t testing.TB) [][]byte {
 	sp.Status().SetCode(ptrace.StatusCodeError)
 	sp.Status().SetMessage("boom")
 	seeds = append(seeds, marshal(t, td))
+	// Events (SDKs record errors as events) and links are not read, but
+	// checked.
+	ev := sp.Events().AppendEmpty()
+	ev.SetName("exception")
+	ev.SetTimestamp(pcommon.Timestamp(1_800_000_000_000_000_001))
+	ev.Attributes().PutStr("exception.message", "boom")
+	ev.Attributes().PutEmptyMap("nested").PutDouble("d", 2.5)
+	ev.SetDroppedAttributesCount(1)
+	ln := sp.Links().AppendEmpty()
+	ln.SetTraceID(pcommon.TraceID{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16})
+	ln.SetSpanID(pcommon.SpanID{1, 2, 3, 4, 5, 6, 7, 8})
+	ln.TraceState().FromRaw("k=v")
+	ln.Attributes().PutInt("n", 3)
+	ln.SetFlags(1)
+	sp.SetDroppedEventsCount(2)
+	seeds = append(seeds, marshal(t, td))
+	// The last seed is pdata's: a session id that is not a string.
 	sp.Attributes().PutBool("mcp.session.id", true)
 	seeds = append(seeds, marshal(t, td))
-	sp.Attributes().Remove("mcp.session.id")
-	sp.Events().AppendEmpty().SetName("ev")
-	seeds = append(seeds, marshal(t, td))
 	return seeds
+}
+
+// withField returns b, a message of one ResourceSpans of one ScopeSpans
+// of one span, with field num of wire type typ and value v appended to the
+// span, and the lengths around it fixed up.
+func withField(t *testing.T, b []byte, num protowire.Number, v []byte) []byte {
+	t.Helper()
+	// Unwrap ResourceSpans(1) > ScopeSpans(2) > Span(2).
+	path := []protowire.Number{1, 2, 2}
+	var outer [][]byte // the bytes before each level's message
+	var tails [][]byte
+	cur := b
+	for _, want := range path {
+		var before []byte
+		found := false
+		for rest := cur; len(rest) > 0; {
+			n, typ, tl := protowire.ConsumeTag(rest)
+			if tl < 0 {
+				t.Fatal("bad seed")
+			}
+			fl := protowire.ConsumeFieldValue(n, typ, rest[tl:])
+			if n == want && typ == protowire.BytesType && !found {
+				val, _ := protowire.ConsumeBytes(rest[tl:])
+				outer = append(outer, append(before, rest[:0]...))
+				tails = append(tails, rest[tl+fl:])
+				cur, found = val, true
+				break
+			}
+			before = append(before, rest[:tl+fl]...)
+			rest = rest[tl+fl:]
+		}
+		if !found {
+			t.Fatal("seed without the path")
+		}
+	}
+	msg := append(bytes.Clone(cur), protowire.AppendTag(nil, num, protowire.BytesType)...)
+	msg = protowire.AppendBytes(msg, v)
+	for i := len(path) - 1; i >= 0; i-- {
+		w := append(bytes.Clone(outer[i]), protowire.AppendTag(nil, path[i], protowire.BytesType)...)
+		w = protowire.AppendBytes(w, msg)
+		msg = append(w, tails[i]...)
+	}
+	return msg
+}
+
+// TestReadProto_EventsAndLinks: spans with events and links are read from
+// the wire like any other; a link with an id of the wrong size is left to
+// pdata, which refuses it as before.
+func TestReadProto_EventsAndLinks(t *testing.T) {
+	seeds := protoSeeds(t)
+	b := seeds[len(seeds)-2]
+	if !sameAsPdata(t, b) {
+		t.Fatal("a span with an event and a link was left to pdata")
+	}
+	badLink := protowire.AppendTag(nil, 1, protowire.BytesType)
+	badLink = protowire.AppendBytes(badLink, []byte{1, 2, 3})
+	bad := withField(t, b, 13, badLink)
+	if _, ok := otlp.CheckProto(bad, 64); ok {
+		t.Error("CheckProto took a link whose trace id has 3 bytes")
+	}
+	if err := ptraceotlp.NewExportRequest().UnmarshalProto(bad); err == nil {
+		t.Error("pdata took a link whose trace id has 3 bytes: the test does not make what it means to")
+	}
+	badEvent := protowire.AppendTag(nil, 1, protowire.BytesType) // time as bytes
+	badEvent = protowire.AppendBytes(badEvent, []byte{1})
+	if _, ok := otlp.CheckProto(withField(t, b, 11, badEvent), 64); ok {
+		t.Error("CheckProto took an event whose time has the wrong wire type")
+	}
+	goodEvent := protowire.AppendTag(nil, 2, protowire.BytesType)
+	goodEvent = protowire.AppendBytes(goodEvent, []byte("retry"))
+	if !sameAsPdata(t, withField(t, b, 11, goodEvent)) {
+		t.Error("a second event, appended, was left to pdata")
+	}
 }
 
 func TestReadProto_SameAsPdata(t *testing.T) {
@@ -110,13 +198,13 @@ func TestReadProto_SameAsPdata(t *testing.T) {
 	for i, b := range seeds {
 		if sameAsPdata(t, b) {
 			read++
-		} else if i < len(seeds)-2 {
+		} else if i < len(seeds)-1 {
 			t.Errorf("seed %d: ReadProto left an ordinary message to pdata", i)
 		}
 	}
-	// The last two (a boolean session id, an event) are pdata's.
-	if read != len(seeds)-2 {
-		t.Errorf("ReadProto read %d of %d seeds, want all but the last two", read, len(seeds))
+	// The last (a boolean session id) is pdata's.
+	if read != len(seeds)-1 {
+		t.Errorf("ReadProto read %d of %d seeds, want all but the last", read, len(seeds))
 	}
 }
 
