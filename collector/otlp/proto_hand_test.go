@@ -10,7 +10,7 @@ import (
 
 // TestReadProto_HandMade holds ReadProto to pdata on messages made by
 // hand that an SDK does not send: fields repeated, out of order, of the
-// wrong size or wire type, values of odd kinds. Each either is read as
+// wrong size or wire type, values of odd kinds, events and links. Each either is read as
 // pdata would read it or is left to pdata (accepted false), never read
 // otherwise.
 func TestReadProto_HandMade(t *testing.T) {
@@ -81,7 +81,17 @@ func TestReadProto_HandMade(t *testing.T) {
 	f("flags", oneSpan(protowire.AppendFixed32(protowire.AppendTag(nil, 16, protowire.Fixed32Type), 1)), true)
 	f("deep_30", oneSpan(kv(9, "d", deep(30))), true)
 	f("invalid_utf8_session", oneSpan(kv(9, "mcp.session.id", str("s-\xc3\x28"))), true)
+	event := cat(fixed(1, 1793610020000000000), msg(2, []byte("exception")), kv(3, "exception.message", str("boom")), varint(4, 1))
+	link := cat(msg(1, bytes.Repeat([]byte{5}, 16)), msg(2, bytes.Repeat([]byte{6}, 8)), kv(4, "n", varint(3, 1)), varint(5, 2))
+	f("event_and_link", oneSpan(msg(11, event), msg(11, event), msg(13, link)), true)
+	f("event_empty_link_empty", oneSpan(msg(11, nil), msg(13, nil)), true)
 
+	f("event_unknown_field", oneSpan(msg(11, cat(event, varint(9, 1)))), false)
+	f("event_time_varint", oneSpan(msg(11, varint(1, 5))), false)
+	f("event_value_of_two_kinds", oneSpan(msg(11, kv(3, "x", cat(str("a"), varint(3, 9))))), false)
+	f("link_trace_id_short", oneSpan(msg(13, msg(1, []byte{1, 2}))), false)
+	f("link_span_id_long", oneSpan(msg(13, msg(2, make([]byte, 9)))), false)
+	f("event_deep_70", oneSpan(msg(11, kv(3, "d", deep(70)))), false)
 	f("status_twice", oneSpan(msg(15, varint(3, 2)), msg(15, msg(2, []byte("second")))), false)
 	f("status_deprecated_code", oneSpan(msg(15, varint(1, 2))), false)
 	f("resource_twice", request(cat(resource, msg(1, kv(1, "host.name", str("h"))), msg(2, msg(2, span())))), false)
