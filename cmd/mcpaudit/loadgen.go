@@ -152,7 +152,7 @@ flags:`)
 	calls := fs.Int("calls", 1_000_000, "most calls to send (sending stops when they run out)")
 	seed := fs.Int64("seed", 0, "generator seed; 0 picks one from the clock (printed), so that a second run sends other calls, not the first run's again")
 	live := fs.Bool("live", true, "date calls now, as live traffic is: no call is sent before its event time; false dates them in the hour from --start and sends as fast as acknowledged")
-	startAt := fs.String("start", "", "with --live=false, when the calls begin (RFC 3339; they span the hour after it); default the start of the previous hour, so that they are inside any retention. The same --seed and --start send the same calls")
+	startAt := fs.String("start", "", "with --live=false, when the calls begin (RFC 3339, an hour back at least: they span the hour after it); default the start of the previous hour, so that they are inside any retention. The same --seed and --start send the same calls")
 	dataDir := fs.String("data-dir", "", "the server's data dir, to report bytes per stored call")
 	format := fs.String("format", "text", "report as text or json")
 	token := fs.String("token", os.Getenv("MCPAUDIT_TOKEN"), "bearer token of an ingest credential (and of /metrics when it needs one; default $MCPAUDIT_TOKEN)")
@@ -179,6 +179,9 @@ flags:`)
 		t, err := time.Parse(time.RFC3339Nano, *startAt)
 		if err != nil {
 			return &exitError{code: 2, err: fmt.Errorf("loadgen: --start: %w", err)}
+		}
+		if end := t.Add(time.Hour); end.After(time.Now()) {
+			return &exitError{code: 2, err: fmt.Errorf("loadgen: --start %s: the calls span the hour after it, so it must be an hour back at least (to date calls now, leave --live on)", *startAt)}
 		}
 		opts.Start = t
 	}

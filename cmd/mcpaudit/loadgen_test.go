@@ -406,6 +406,12 @@ func TestLoadgen_Start(t *testing.T) {
 		t.Errorf("--start on a live load: exit %d, %q; want 2 and a hint to add --live=false", code, errb.String())
 	}
 	errb.Reset()
+	soon := time.Now().Add(-30 * time.Minute).Format(time.RFC3339)
+	if code := run(context.Background(), []string{"loadgen", "--live=false", "--start", soon, "--api", ""}, nil, io.Discard, &errb); code != 2 ||
+		!strings.Contains(errb.String(), "an hour back") {
+		t.Errorf("--start 30 minutes back (calls up to 30 minutes ahead): exit %d, %q; want 2 and the reason", code, errb.String())
+	}
+	errb.Reset()
 	if code := run(context.Background(), []string{"loadgen", "--live=false", "--start", "yesterday", "--api", ""}, nil, io.Discard, &errb); code != 2 ||
 		!strings.Contains(errb.String(), "--start") {
 		t.Errorf("--start yesterday: exit %d, %q; want 2 and the flag named", code, errb.String())
