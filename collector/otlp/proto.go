@@ -140,26 +140,16 @@ func (cv *Converter) resourceSpans(b []byte, i, maxAttrs int, res *Result, sourc
 // resourceAttrs reads a Resource's attributes into a.
 func resourceAttrs(b []byte, maxAttrs int, a *attrs) bool {
 	count := 0
-	for len(b) > 0 {
-		num, typ, v, n := pbField(b)
-		if n < 0 {
-			return false
-		}
-		b = b[n:]
+	return fields(b, func(num protowire.Number, typ protowire.Type, v []byte) bool {
 		switch {
 		case num == 1 && typ == lenType:
-			if count++; count > maxAttrs {
-				return false
-			}
-			if !readKeyValue(v, resRefs, a) {
-				return false
-			}
+			count++
+			return count <= maxAttrs && readKeyValue(v, resRefs, a)
 		case num == 2 && typ == varType:
-		default:
-			return false
+			return true // dropped attributes
 		}
-	}
-	return true
+		return false
+	})
 }
 
 // scopeSpans walks ScopeSpans p.rs, p.ss.
@@ -321,12 +311,7 @@ func checkLink(b []byte) bool {
 
 // readStatus reads a Status into s.
 func readStatus(b []byte, s *spanFields) bool {
-	for len(b) > 0 {
-		num, typ, v, n := pbField(b)
-		if n < 0 {
-			return false
-		}
-		b = b[n:]
+	return fields(b, func(num protowire.Number, typ protowire.Type, v []byte) bool {
 		switch {
 		case num == 2 && typ == lenType:
 			s.message = b2s(v)
@@ -335,8 +320,8 @@ func readStatus(b []byte, s *spanFields) bool {
 		default:
 			return false
 		}
-	}
-	return true
+		return true
+	})
 }
 
 // readKeyValue reads a KeyValue: with refs, into a when a wants its key
