@@ -39,21 +39,27 @@ func (cv *Converter) Read(td ptrace.Traces, source string, rd *dialect.Reader) R
 			spans := sss.At(j).Spans()
 			for k := 0; k < spans.Len(); k++ {
 				cv.pdataSpan(spans.At(k))
-				rec, ignored, reason := cv.convert(&r, source, path{i, j, k}, rd)
-				switch {
-				case reason != "":
-					res.Rejected = append(res.Rejected, RejectedSpan{Path: path{i, j, k}.String(), Reason: reason})
-				case ignored:
-					res.Ignored++
-				default:
-					res.Records = append(res.Records, rec)
-					res.Sources = append(res.Sources, r.Source)
-					res.Known = append(res.Known, cv.known)
-				}
+				cv.readSpan(&res, &r, source, path{i, j, k}, rd)
 			}
 		}
 	}
 	return res
+}
+
+// readSpan converts the span in cv.sp, at p in a resource r, into res:
+// a record, an ignored span or a rejected one.
+func (cv *Converter) readSpan(res *Result, r *Resource, source string, p path, rd *dialect.Reader) {
+	rec, ignored, reason := cv.convert(r, source, p, rd)
+	switch {
+	case reason != "":
+		res.Rejected = append(res.Rejected, RejectedSpan{Path: p.String(), Reason: reason})
+	case ignored:
+		res.Ignored++
+	default:
+		res.Records = append(res.Records, rec)
+		res.Sources = append(res.Sources, r.Source)
+		res.Known = append(res.Known, cv.known)
+	}
 }
 
 // Read reads td with a converter of its own that keeps payloads; see

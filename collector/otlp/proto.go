@@ -140,26 +140,16 @@ func (cv *Converter) resourceSpans(b []byte, i, maxAttrs int, res *Result, sourc
 // resourceAttrs reads a Resource's attributes into a.
 func resourceAttrs(b []byte, maxAttrs int, a *attrs) bool {
 	count := 0
-	for len(b) > 0 {
-		num, typ, v, n := pbField(b)
-		if n < 0 {
-			return false
-		}
-		b = b[n:]
+	return fields(b, func(num protowire.Number, typ protowire.Type, v []byte) bool {
 		switch {
 		case num == 1 && typ == lenType:
-			if count++; count > maxAttrs {
-				return false
-			}
-			if !readKeyValue(v, resRefs, a) {
-				return false
-			}
+			count++
+			return count <= maxAttrs && readKeyValue(v, resRefs, a)
 		case num == 2 && typ == varType:
-		default:
-			return false
+			return true // dropped attributes
 		}
-	}
-	return true
+		return false
+	})
 }
 
 // scopeSpans walks ScopeSpans p.rs, p.ss.
@@ -183,17 +173,7 @@ func (cv *Converter) scopeSpans(b []byte, p path, r *Resource, maxAttrs int, res
 			}
 			cv.spans++
 			if res != nil {
-				rec, ignored, reason := cv.convert(r, source, p, rd)
-				switch {
-				case reason != "":
-					res.Rejected = append(res.Rejected, RejectedSpan{Path: p.String(), Reason: reason})
-				case ignored:
-					res.Ignored++
-				default:
-					res.Records = append(res.Records, rec)
-					res.Sources = append(res.Sources, r.Source)
-					res.Known = append(res.Known, cv.known)
-				}
+				cv.readSpan(res, r, source, p, rd)
 			}
 			p.sp++
 		case num == 3 && typ == lenType:
@@ -204,26 +184,30 @@ func (cv *Converter) scopeSpans(b []byte, p path, r *Resource, maxAttrs int, res
 	return true
 }
 
-// checkScope checks an InstrumentationScope, which the conversion does not read.
-func checkScope(b []byte) bool {
+// fields calls check with each field of the message b, in order, and
+// reports whether b is well formed and check accepted every field.
+func fields(b []byte, check func(num protowire.Number, typ protowire.Type, v []byte) bool) bool {
 	for len(b) > 0 {
 		num, typ, v, n := pbField(b)
-		if n < 0 {
+		if n < 0 || !check(num, typ, v) {
 			return false
 		}
 		b = b[n:]
-		switch {
-		case (num == 1 || num == 2) && typ == lenType:
-		case num == 3 && typ == lenType:
-			if !readKeyValue(v, nil, nil) {
-				return false
-			}
-		case num == 4 && typ == varType:
-		default:
-			return false
-		}
 	}
 	return true
+}
+
+// checkScope checks an InstrumentationScope, which the conversion does not read.
+func checkScope(b []byte) bool {
+	return fields(b, func(num protowire.Number, typ protowire.Type, v []byte) bool {
+		switch {
+		case (num == 1 || num == 2) && typ == lenType, num == 4 && typ == varType:
+			return true // name, version, dropped attributes
+		case num == 3 && typ == lenType:
+			return readKeyValue(v, nil, nil)
+		}
+		return false
+	})
 }
 
 // span reads a Span into cv.sp, as pdataSpan does.
@@ -297,64 +281,37 @@ func (cv *Converter) span(b []byte, maxAttrs int) bool {
 
 // checkEvent checks a Span.Event, which the conversion does not read.
 func checkEvent(b []byte) bool {
-	for len(b) > 0 {
-		num, typ, v, n := pbField(b)
-		if n < 0 {
-			return false
-		}
-		b = b[n:]
+	return fields(b, func(num protowire.Number, typ protowire.Type, v []byte) bool {
 		switch {
 		case num == 1 && typ == f64Type, num == 2 && typ == lenType, num == 4 && typ == varType:
-			// time, name, dropped attributes
+			return true // time, name, dropped attributes
 		case num == 3 && typ == lenType:
-			if !readKeyValue(v, nil, nil) {
-				return false
-			}
-		default:
-			return false
+			return readKeyValue(v, nil, nil)
 		}
-	}
-	return true
+		return false
+	})
 }
 
 // checkLink checks a Span.Link, which the conversion does not read.
 func checkLink(b []byte) bool {
-	for len(b) > 0 {
-		num, typ, v, n := pbField(b)
-		if n < 0 {
-			return false
-		}
-		b = b[n:]
+	return fields(b, func(num protowire.Number, typ protowire.Type, v []byte) bool {
 		switch {
 		case num == 1 && typ == lenType:
-			if len(v) != 0 && len(v) != len(pcommon.TraceID{}) {
-				return false
-			}
+			return len(v) == 0 || len(v) == len(pcommon.TraceID{})
 		case num == 2 && typ == lenType:
-			if len(v) != 0 && len(v) != len(pcommon.SpanID{}) {
-				return false
-			}
+			return len(v) == 0 || len(v) == len(pcommon.SpanID{})
 		case num == 3 && typ == lenType, num == 5 && typ == varType, num == 6 && typ == f32Type:
-			// trace_state, dropped attributes, flags
+			return true // trace_state, dropped attributes, flags
 		case num == 4 && typ == lenType:
-			if !readKeyValue(v, nil, nil) {
-				return false
-			}
-		default:
-			return false
+			return readKeyValue(v, nil, nil)
 		}
-	}
-	return true
+		return false
+	})
 }
 
 // readStatus reads a Status into s.
 func readStatus(b []byte, s *spanFields) bool {
-	for len(b) > 0 {
-		num, typ, v, n := pbField(b)
-		if n < 0 {
-			return false
-		}
-		b = b[n:]
+	return fields(b, func(num protowire.Number, typ protowire.Type, v []byte) bool {
 		switch {
 		case num == 2 && typ == lenType:
 			s.message = b2s(v)
@@ -363,8 +320,8 @@ func readStatus(b []byte, s *spanFields) bool {
 		default:
 			return false
 		}
-	}
-	return true
+		return true
+	})
 }
 
 // readKeyValue reads a KeyValue: with refs, into a when a wants its key
