@@ -47,11 +47,8 @@ func analyzeCommand(ctx context.Context, args []string, stdin io.Reader, stdout,
 	fs.Var((*durationFlag)(&cfg.Detect.VerifyWindow), "verify-window", "how long an uncertain write may stay unverified (event time; 5m, 1h, 1d)")
 	fs.Var((*durationFlag)(&cfg.Detect.CorrelationWindow), "correlation-window", "how far apart correlated calls may be (event time; 1h, 1d)")
 	fs.Var((*durationFlag)(&cfg.Detect.Lateness), "lateness", "how far out of order calls may arrive (30s, 5m)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return &exitError{code: 2}
+	if help, err := parseFlags(fs, args); help || err != nil {
+		return err
 	}
 	usageErr := func(format string, a ...any) error {
 		return &exitError{code: 2, err: fmt.Errorf("analyze: "+format, a...)}

@@ -34,11 +34,8 @@ func backupCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs.Usage = func() { fmt.Fprint(stderr, backupUsage); fs.PrintDefaults() }
 	dir := fs.String("data-dir", "", "the data dir of the embedded store")
 	out := fs.String("out", "", "the file to write; it must not exist")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return &exitError{code: 2}
+	if help, err := parseFlags(fs, args); help || err != nil {
+		return err
 	}
 	if *dir == "" || *out == "" {
 		return &exitError{code: 2, err: errors.New("--data-dir and --out are required")}
@@ -77,11 +74,8 @@ func restoreCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	fs.Usage = func() { fmt.Fprint(stderr, restoreUsage); fs.PrintDefaults() }
 	dir := fs.String("data-dir", "", "the data dir to restore into")
 	from := fs.String("from", "", "the copy written by mcpaudit backup")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return &exitError{code: 2}
+	if help, err := parseFlags(fs, args); help || err != nil {
+		return err
 	}
 	if *dir == "" || *from == "" {
 		return &exitError{code: 2, err: errors.New("--data-dir and --from are required")}

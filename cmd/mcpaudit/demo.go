@@ -45,11 +45,8 @@ func demoCommand(ctx context.Context, args []string, stdin io.Reader, stdout, st
 	apiListen := fs.String("api-listen", "127.0.0.1:9464", "the collector's query API and /metrics")
 	dataDir := fs.String("data-dir", "", "the collector's data dir (default: a temporary dir, removed at the end)")
 	verbose := fs.Bool("v", false, "log the components' own messages to stderr")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return &exitError{code: 2}
+	if help, err := parseFlags(fs, args); help || err != nil {
+		return err
 	}
 	if *faults < 0 || *faults > 1 {
 		return &exitError{code: 2, err: errors.New("--faults: want a fraction between 0 and 1")}
@@ -458,11 +455,8 @@ func demoServerCommand(ctx context.Context, args []string, stdin io.Reader, stdo
 	stdio := fs.Bool("stdio", false, "serve on stdin and stdout")
 	faults := fs.Float64("faults", 0, "fraction of writes to fault (timeouts before or after applying, lost responses, COMMIT_UNKNOWN or in_flight_unknown); 0: none")
 	seed := fs.Uint64("seed", 1, "seed of the faults")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return &exitError{code: 2}
+	if help, err := parseFlags(fs, args); help || err != nil {
+		return err
 	}
 	var errs []error
 	if (*listen == "") == !*stdio {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -23,11 +22,8 @@ func healthcheckCommand(ctx context.Context, args []string, stdout, stderr io.Wr
 		fmt.Fprint(stderr, "usage: mcpaudit healthcheck [--url URL] [--timeout 3s]\n\nExit 0 when the collector answers 200, 1 when it does not.\n\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return &exitError{code: 2}
+	if help, err := parseFlags(fs, args); help || err != nil {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()

@@ -158,11 +158,8 @@ flags:`)
 	token := fs.String("token", os.Getenv("MCPAUDIT_TOKEN"), "bearer token of an ingest credential (and of /metrics when it needs one; default $MCPAUDIT_TOKEN)")
 	var ctls clientFlags
 	ctls.register(fs)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return &exitError{code: 2}
+	if help, err := parseFlags(fs, args); help || err != nil {
+		return err
 	}
 	if *seed == 0 {
 		// The same seed makes the same sessions, documents and request

@@ -5,6 +5,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -54,6 +56,19 @@ func (e *exitError) Error() string {
 		return fmt.Sprintf("exit status %d", e.code)
 	}
 	return e.err.Error()
+}
+
+// parseFlags parses a command's args into fs. help is set when -h or --help
+// asked for the usage, which fs has printed (the command then ends, exit
+// 0); a bad flag, which fs has printed too, is exit status 2.
+func parseFlags(fs *flag.FlagSet, args []string) (help bool, err error) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return true, nil
+		}
+		return false, &exitError{code: 2}
+	}
+	return false, nil
 }
 
 func main() {

@@ -32,11 +32,8 @@ func proxyCommand(ctx context.Context, args []string, stderr io.Writer) error {
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	var rf relayFlags
 	rf.register(fs)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return &exitError{code: 2}
+	if help, err := parseFlags(fs, args); help || err != nil {
+		return err
 	}
 	cfg := def
 	cfg.Upstream, cfg.Server, cfg.ResponseTimeout = *upstream, *server, *respTimeout

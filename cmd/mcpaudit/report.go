@@ -46,11 +46,8 @@ func reportCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 			"server, tool and client, findings by kind and state, the retry-action mix, the worst days.\n\nflags:\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return &exitError{code: 2}
+	if help, err := parseFlags(fs, args); help || err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return &exitError{code: 2, err: fmt.Errorf("report: unexpected argument %q", fs.Arg(0))}

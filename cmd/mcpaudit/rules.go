@@ -32,11 +32,8 @@ func rulesCommand(args []string, stdout, stderr io.Writer) error {
 			"Print the Prometheus recording and alerting rules as YAML.\n\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return &exitError{code: 2} // the flag package has printed the error
+	if help, err := parseFlags(fs, args); help || err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return &exitError{code: 2, err: fmt.Errorf("rules: unexpected argument %q", fs.Arg(0))}

@@ -58,11 +58,8 @@ func serveCommand(ctx context.Context, args []string, stderr io.Writer) error {
 	chDSN := fs.String("clickhouse-dsn", def.Serve.ClickHouse.DSN, "ClickHouse native-protocol DSN, with --store clickhouse")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	pprofOn := fs.Bool("pprof", false, "serve Go's /debug/pprof/ on the API listener")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return &exitError{code: 2}
+	if help, err := parseFlags(fs, args); help || err != nil {
+		return err
 	}
 	cfg := def
 	if *configFile != "" {

@@ -39,11 +39,8 @@ func verifyCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	store := fs.String("store", "sqlite", "the store: sqlite (the embedded store, --data-dir) or clickhouse (--clickhouse-dsn)")
 	chDSN := fs.String("clickhouse-dsn", "", "ClickHouse native-protocol DSN, with --store clickhouse")
 	chDB := fs.String("clickhouse-database", clickhouse.NewDefaultOptions().Database, "the database of the ClickHouse store (serve.clickhouse.database)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return &exitError{code: 2}
+	if help, err := parseFlags(fs, args); help || err != nil {
+		return err
 	}
 	var pub ed25519.PublicKey
 	if *pubFile != "" {
@@ -98,11 +95,8 @@ func keygenCommand(args []string, stdout, stderr io.Writer) error {
 	fs.Usage = func() { fmt.Fprint(stderr, keygenUsage); fs.PrintDefaults() }
 	privFile := fs.String("private-key", "", "where to write the private key")
 	pubFile := fs.String("public-key", "", "where to write the public key")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return &exitError{code: 2}
+	if help, err := parseFlags(fs, args); help || err != nil {
+		return err
 	}
 	if *privFile == "" || *pubFile == "" {
 		return &exitError{code: 2, err: errors.New("--private-key and --public-key are required")}

@@ -31,11 +31,8 @@ func wrapCommand(ctx context.Context, args []string, stdin io.Reader, stdout, st
 	logFile := fs.String("log-file", "", "write the wrapper's own log here (JSON lines); default: no log")
 	var rf relayFlags
 	rf.register(fs)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return &exitError{code: 2}
+	if help, err := parseFlags(fs, args); help || err != nil {
+		return err
 	}
 	argv := fs.Args()
 	if len(argv) == 0 {

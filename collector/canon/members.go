@@ -18,13 +18,13 @@ func Members(obj []byte, keys []string, vals [][]byte) int {
 		if obj[i] != '"' {
 			return -1
 		}
-		kend := stringEnd(obj, i)
-		if kend < 0 || kend >= len(obj) || obj[kend] != ':' {
+		kend := StringEnd(obj, i)
+		if kend >= len(obj) || obj[kend] != ':' {
 			return -1
 		}
 		key := obj[i+1 : kend-1]
 		start := kend + 1
-		end := valueEnd(obj, start)
+		end := ValueEnd(obj, start)
 		if end <= start || end >= len(obj) {
 			return -1
 		}
@@ -46,55 +46,4 @@ func Members(obj []byte, keys []string, vals [][]byte) int {
 			return -1
 		}
 	}
-}
-
-// stringEnd returns the index after the string whose opening quote is at
-// i, or -1 when it does not close.
-func stringEnd(b []byte, i int) int {
-	for j := i + 1; j < len(b); j++ {
-		switch b[j] {
-		case '"':
-			return j + 1
-		case '\\':
-			j++
-		}
-	}
-	return -1
-}
-
-// valueEnd returns the index after the compact JSON value at i, or -1
-// when it does not end within b.
-func valueEnd(b []byte, i int) int {
-	if i >= len(b) {
-		return -1
-	}
-	switch b[i] {
-	case '"':
-		return stringEnd(b, i)
-	case '{', '[':
-		depth := 0
-		for j := i; j < len(b); {
-			switch b[j] {
-			case '"':
-				if j = stringEnd(b, j); j < 0 {
-					return -1
-				}
-				continue
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return j + 1
-				}
-			}
-			j++
-		}
-		return -1
-	}
-	j := i
-	for j < len(b) && b[j] != ',' && b[j] != '}' && b[j] != ']' {
-		j++
-	}
-	return j
 }

@@ -1,6 +1,10 @@
 package capture
 
-import "bytes"
+import (
+	"bytes"
+
+	"github.com/mcpaudit/mcpaudit/collector/canon"
+)
 
 // fastjson keeps no byte offsets, so re-serializing a parsed value was the
 // only way to get the text of arguments and results, and it cost more than
@@ -28,7 +32,7 @@ type member struct {
 // back on the parsed tree.
 func findMembers(b []byte, i int, wants []member) (end int, ok bool) {
 	if i >= len(b) || b[i] != '{' {
-		return valueEnd(b, i), true
+		return canon.ValueEnd(b, i), true
 	}
 	left := len(wants)
 	i++
@@ -37,7 +41,7 @@ func findMembers(b []byte, i int, wants []member) (end int, ok bool) {
 		if i >= len(b) || b[i] != '"' {
 			return min(i+1, len(b)), true // after '}', or the end
 		}
-		kend := stringEnd(b, i)
+		kend := canon.StringEnd(b, i)
 		k := b[i+1 : max(kend-1, i+1)]
 		if left > 0 && bytes.IndexByte(k, '\\') >= 0 {
 			return len(b), false
@@ -58,13 +62,13 @@ func findMembers(b []byte, i int, wants []member) (end int, ok bool) {
 		}
 		switch {
 		case w == nil:
-			i = valueEnd(b, start)
+			i = canon.ValueEnd(b, start)
 		case w.sub != nil:
 			if i, ok = findMembers(b, start, w.sub); !ok {
 				return len(b), false
 			}
 		default:
-			i = valueEnd(b, start)
+			i = canon.ValueEnd(b, start)
 		}
 		if w != nil {
 			w.val, w.found = b[start:i], true
@@ -86,7 +90,7 @@ func findPath(b []byte, i int, path ...string) (val []byte, ok bool) {
 	if !found {
 		return nil, start >= 0
 	}
-	return b[start:valueEnd(b, start)], true
+	return b[start:canon.ValueEnd(b, start)], true
 }
 
 // findPathStart is findPath that returns where the value starts, with
@@ -103,7 +107,7 @@ func findPathStart(b []byte, i int, path ...string) (start int, found bool) {
 			if i >= len(b) || b[i] != '"' {
 				return 0, false // after '}', or the end
 			}
-			kend := stringEnd(b, i)
+			kend := canon.StringEnd(b, i)
 			k := b[i+1 : max(kend-1, i+1)]
 			if bytes.IndexByte(k, '\\') >= 0 {
 				return -1, false
@@ -120,7 +124,7 @@ func findPathStart(b []byte, i int, path ...string) (start int, found bool) {
 				i = start
 				break
 			}
-			i = skipSpace(b, valueEnd(b, start))
+			i = skipSpace(b, canon.ValueEnd(b, start))
 			if i < len(b) && b[i] == ',' {
 				i++
 			}
@@ -141,79 +145,6 @@ func rawMember(obj []byte, key string) (val []byte, ok bool) {
 // JSON white space.
 func skipSpace(b []byte, i int) int {
 	for i < len(b) && (b[i] == ' ' || b[i] == '\n' || b[i] == '\t' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// stringEnd returns the index after the string whose opening quote is at i.
-func stringEnd(b []byte, i int) int {
-	j := i + 1
-	// Most strings are short: a byte loop ends them sooner than a call.
-	for n := min(len(b), j+16); j < n; j++ {
-		switch b[j] {
-		case '"':
-			return j + 1
-		case '\\':
-			j++
-		}
-	}
-	// Long ones (run code, texts) are searched for their quote with
-	// bytes.IndexByte, a quote being theirs unless backslashes escape it.
-	for j < len(b) {
-		q := bytes.IndexByte(b[j:], '"')
-		if q < 0 {
-			return len(b)
-		}
-		q += j
-		n := 0
-		for k := q - 1; k > i && b[k] == '\\'; k-- {
-			n++
-		}
-		if n%2 == 0 {
-			return q + 1
-		}
-		j = q + 1
-	}
-	return len(b)
-}
-
-// valueEnd returns the index after the value that starts at i.
-func valueEnd(b []byte, i int) int {
-	if i >= len(b) {
-		return len(b)
-	}
-	switch b[i] {
-	case '"':
-		return stringEnd(b, i)
-	case '{', '[':
-		depth := 0
-		for i < len(b) {
-			for i < len(b) && !structural[b[i]] {
-				i++
-			}
-			if i == len(b) {
-				break
-			}
-			switch b[i] {
-			case '"':
-				i = stringEnd(b, i)
-				continue
-			case '{', '[':
-				depth++
-			default: // '}', ']'
-				depth--
-				if depth == 0 {
-					return i + 1
-				}
-			}
-			i++
-		}
-		return len(b)
-	}
-	// A number or a literal (true, false, null, and the NaN and Inf that
-	// fastjson accepts) ends at a delimiter.
-	for i < len(b) && !delimiter[b[i]] {
 		i++
 	}
 	return i

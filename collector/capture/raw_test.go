@@ -2,7 +2,6 @@ package capture
 
 import (
 	"reflect"
-	"strings"
 	"testing"
 
 	"github.com/valyala/fastjson"
@@ -79,22 +78,4 @@ func TestFindPath(t *testing.T) {
 	f(`{"a":{"b":1},"\u0061":{"b":2}}`, "1", true) // found before it
 	f(`{"a":{"b":`, "", true)
 	f(`[]`, "", true)
-}
-
-func TestStringEnd(t *testing.T) {
-	f := func(s string, want int) {
-		t.Helper()
-		if got := stringEnd([]byte(s), 0); got != want {
-			t.Errorf("stringEnd(%s) = %d, want %d", s, got, want)
-		}
-	}
-	long := strings.Repeat("x", 40)
-	f(`"a"`, 3)
-	f(`"a\"b"`, 6)
-	f(`"a\\"b`, 5)
-	f(`"`+long+`"`, 42)
-	f(`"`+long+`\"`+long+`"x`, 84)
-	f(`"`+long+`\\\\"x`, 46)
-	f(`"`+long+`\`, 42)
-	f(`"abc`, 4)
 }

@@ -321,7 +321,7 @@ func canonicalArguments(data []byte) (args []byte, ok bool) {
 	if start < len(data) && (data[start] == '{' || data[start] == '[') {
 		return nil, false
 	}
-	v := data[start:valueEnd(data, start)]
+	v := data[start:canon.ValueEnd(data, start)]
 	return v, canon.Canonical(v)
 }
 

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
+
+	"github.com/mcpaudit/mcpaudit/collector/canon"
 )
 
 // TestCursor_SkipString: a string ends at its first quote not escaped by
@@ -11,7 +13,7 @@ import (
 func TestCursor_SkipString(t *testing.T) {
 	f := func(s string) {
 		t.Helper()
-		want := stringEnd([]byte(s), 0)
+		want := canon.StringEnd([]byte(s), 0)
 		for _, one := range []bool{false, true} {
 			var r = strings.NewReader(s + "!")
 			c := newCursor(r, 64, 1<<20)

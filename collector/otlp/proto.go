@@ -77,22 +77,13 @@ const (
 func (cv *Converter) walkProto(b []byte, maxAttrs int, res *Result, source string, rd *dialect.Reader) bool {
 	i := 0
 	cv.spans = 0
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 || num != 1 || typ != lenType {
-			return false
-		}
-		v, m := protowire.ConsumeBytes(b[n:])
-		if m < 0 {
-			return false
-		}
-		b = b[n+m:]
-		if !cv.resourceSpans(v, i, maxAttrs, res, source, rd) {
+	return fields(b, func(num protowire.Number, typ protowire.Type, v []byte) bool {
+		if num != 1 || typ != lenType || !cv.resourceSpans(v, i, maxAttrs, res, source, rd) {
 			return false
 		}
 		i++
-	}
-	return true
+		return true
+	})
 }
 
 // resourceSpans walks ResourceSpans number i.
@@ -100,22 +91,20 @@ func (cv *Converter) resourceSpans(b []byte, i, maxAttrs int, res *Result, sourc
 	// The resource may come after its spans on the wire: it is found first.
 	var resource []byte
 	haveResource := false
-	for rest := b; len(rest) > 0; {
-		num, typ, v, n := pbField(rest)
-		if n < 0 {
-			return false
-		}
-		rest = rest[n:]
+	if !fields(b, func(num protowire.Number, typ protowire.Type, v []byte) bool {
 		switch {
 		case num == 1 && typ == lenType:
 			if haveResource {
 				return false
 			}
 			resource, haveResource = v, true
+			return true
 		case num == 2 && typ == lenType, num == 3 && typ == lenType:
-		default:
-			return false
+			return true // scope spans, schema URL
 		}
+		return false
+	}) {
+		return false
 	}
 	var ra attrs
 	if !resourceAttrs(resource, maxAttrs, &ra) {
@@ -155,12 +144,7 @@ func resourceAttrs(b []byte, maxAttrs int, a *attrs) bool {
 // scopeSpans walks ScopeSpans p.rs, p.ss.
 func (cv *Converter) scopeSpans(b []byte, p path, r *Resource, maxAttrs int, res *Result, source string, rd *dialect.Reader) bool {
 	haveScope := false
-	for len(b) > 0 {
-		num, typ, v, n := pbField(b)
-		if n < 0 {
-			return false
-		}
-		b = b[n:]
+	return fields(b, func(num protowire.Number, typ protowire.Type, v []byte) bool {
 		switch {
 		case num == 1 && typ == lenType:
 			if haveScope || !checkScope(v) {
@@ -177,11 +161,12 @@ func (cv *Converter) scopeSpans(b []byte, p path, r *Resource, maxAttrs int, res
 			}
 			p.sp++
 		case num == 3 && typ == lenType:
+			// schema URL
 		default:
 			return false
 		}
-	}
-	return true
+		return true
+	})
 }
 
 // fields calls check with each field of the message b, in order, and
@@ -215,12 +200,7 @@ func (cv *Converter) span(b []byte, maxAttrs int) bool {
 	s := &cv.sp
 	*s = spanFields{}
 	count, haveStatus := 0, false
-	for len(b) > 0 {
-		num, typ, v, n := pbField(b)
-		if n < 0 {
-			return false
-		}
-		b = b[n:]
+	return fields(b, func(num protowire.Number, typ protowire.Type, v []byte) bool {
 		switch {
 		case num == 1 && typ == lenType:
 			if len(v) != 0 && len(v) != len(s.traceID) {
@@ -275,8 +255,8 @@ func (cv *Converter) span(b []byte, maxAttrs int) bool {
 		default:
 			return false
 		}
-	}
-	return true
+		return true
+	})
 }
 
 // checkEvent checks a Span.Event, which the conversion does not read.
