@@ -178,3 +178,92 @@ func (d *dedupe) sweep(before time.Time) {
 		return !t.Before(horizon), t
 	})
 }
+
+// recentIDsKept is how many call ids the engine remembers to drop a call
+// taken again: about 10 MiB.
+const recentIDsKept = 200_000
+
+// recentIDs remembers the last ids taken, first in first out, by a 64-bit
+// hash of each (a collision, one in 2^64 per pair, would drop a call). The
+// hashes sit in an open-addressing table twice the size of the ring, so
+// that a lookup is mostly one cache line: every call of analyze passes
+// here, and a Go map of 200,000 entries, written and deleted from at each
+// call, cost as much as reading the call.
+type recentIDs struct {
+	table []uint64 // 0 is an empty slot; hashes have their low bit set
+	mask  uint64
+	ring  []uint64
+	next  int
+}
+
+func newRecentIDs(n int) *recentIDs {
+	size := 1
+	for size < 2*n {
+		size *= 2
+	}
+	return &recentIDs{table: make([]uint64, size), mask: uint64(size - 1), ring: make([]uint64, n)}
+}
+
+// add remembers the tenant's id; it returns false when it was already
+// remembered. An empty id (a call built by hand) is never a duplicate.
+func (r *recentIDs) add(tenant, id string) bool {
+	if id == "" {
+		return true
+	}
+	// Ids are unique within a tenant: another tenant's call of the same
+	// id is another call. The hash of the two written apart is the hash of
+	// their concatenation, without making it.
+	var mh maphash.Hash
+	mh.SetSeed(ordSeed)
+	mh.WriteString(tenant)
+	mh.WriteByte(0)
+	mh.WriteString(id)
+	h := mh.Sum64() | 1
+	i := h & r.mask
+	for ; r.table[i] != 0; i = (i + 1) & r.mask {
+		if r.table[i] == h {
+			return false
+		}
+	}
+	if old := r.ring[r.next]; old != 0 {
+		r.remove(old)
+		// The removal may have moved h's place: find it again.
+		for i = h & r.mask; r.table[i] != 0; i = (i + 1) & r.mask {
+		}
+	}
+	r.table[i] = h
+	r.ring[r.next] = h
+	r.next = (r.next + 1) % len(r.ring)
+	return true
+}
+
+// remove drops h from the table, moving back the entries after it in its
+// run that would no longer be found past the hole (linear probing's
+// deletion without tombstones).
+func (r *recentIDs) remove(h uint64) {
+	i := h & r.mask
+	for r.table[i] != h {
+		if r.table[i] == 0 {
+			return
+		}
+		i = (i + 1) & r.mask
+	}
+	for {
+		r.table[i] = 0
+		j := i
+		for {
+			j = (j + 1) & r.mask
+			if r.table[j] == 0 {
+				return
+			}
+			// The entry at j may fill the hole at i unless its home slot
+			// lies cyclically in (i, j].
+			home := r.table[j] & r.mask
+			if (j > i && (home <= i || home > j)) || (j < i && home <= i && home > j) {
+				r.table[i] = r.table[j]
+				i = j
+				break
+			}
+		}
+	}
+}

@@ -158,10 +158,8 @@ func (e *Engine) ClockPerPartition() { e.perPartition = true }
 
 // DropRepeatedIDs makes the engine drop a call whose id it took before
 // (among the last 200,000), however late it comes: a file given twice, a
-// re-sent upload. The call taken again must bear the same time to the
-// millisecond, as calls whose id is their audit.StableID do (it hashes
-// that time). The live service leaves this to its store.
-func (e *Engine) DropRepeatedIDs() { e.ids = newRecentIDs(recentIDsKept, recentIDsBlock) }
+// re-sent upload. The live service leaves this to its store.
+func (e *Engine) DropRepeatedIDs() { e.ids = newRecentIDs(recentIDsKept) }
 
 // OnDuplicate has f told, for each pair of observations of one exchange
 // that wait together for the watermark, the id of the one that stands for
@@ -234,7 +232,7 @@ func (e *Engine) Add(src string, r *audit.Record, wall time.Time) {
 		// A later observation completed a waiting one with its response.
 		seen = nil
 	}
-	if seen == nil || e.ids != nil && !e.ids.add(c.Tenant, c.ID, t.Round(time.Millisecond).UnixMilli()) {
+	if seen == nil || e.ids != nil && !e.ids.add(c.Tenant, c.ID) {
 		e.duplicate()
 		return
 	}

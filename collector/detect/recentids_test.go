@@ -6,54 +6,44 @@ import (
 	"testing"
 )
 
-// TestRecentIDs: the blocks remember exactly the last n ids taken, as a
-// map and a ring of them do, through many evictions, blocks forgotten and
-// filled again, and searches in old blocks: ids come back in time order
-// and out of it, each with its time, as a call's id is dated by its time.
+// TestRecentIDs: the table remembers exactly the last n ids taken, as a
+// map and a ring of them do, through many evictions and collisions of
+// slots (a table of 16 slots for 8 ids).
 func TestRecentIDs(t *testing.T) {
-	for _, c := range []struct{ n, size int }{{1, 1}, {1, 4}, {3, 2}, {3, 8}, {8, 3}, {100, 7}, {100, 1000}, {64, 16}} {
-		for _, ordered := range []bool{false, true} {
-			name := fmt.Sprintf("n=%d/size=%d/ordered=%v", c.n, c.size, ordered)
-			r := newRecentIDs(c.n, c.size)
-			ring := make([]string, 0, c.n)
-			set := map[string]bool{}
-			rng := rand.New(rand.NewPCG(uint64(c.n), uint64(c.size)))
-			for i := 0; i < 20000; i++ {
-				// Ordered, ids (and their times) mostly grow, and some come
-				// back from up to 3n ids before; otherwise any comes, any time.
-				k := rng.IntN(3*c.n + 2)
-				if ordered {
-					k = max(0, i/2-k)
+	for _, n := range []int{1, 3, 8, 100} {
+		r := newRecentIDs(n)
+		ring := make([]string, 0, n)
+		set := map[string]bool{}
+		rng := rand.New(rand.NewPCG(uint64(n), 1))
+		for i := 0; i < 20000; i++ {
+			id := fmt.Sprintf("c_%d", rng.IntN(3*n+2))
+			want := !set[id]
+			if got := r.add("t", id); got != want {
+				t.Fatalf("n=%d step %d: add(%s) = %v, want %v", n, i, id, got, want)
+			}
+			if want {
+				if len(ring) == n {
+					delete(set, ring[0])
+					ring = ring[1:]
 				}
-				id, ms := fmt.Sprintf("c_%d", k), int64(k*7919%5000)
-				if ordered {
-					ms = int64(k)
+				ring = append(ring, id)
+				set[id] = true
+			}
+			filled := 0
+			for _, h := range r.table {
+				if h != 0 {
+					filled++
 				}
-				want := !set[id]
-				if got := r.add("t", id, ms); got != want {
-					t.Fatalf("%s step %d: add(%s) = %v, want %v", name, i, id, got, want)
-				}
-				if want {
-					if len(ring) == c.n {
-						delete(set, ring[0])
-						ring = ring[1:]
-					}
-					ring = append(ring, id)
-					set[id] = true
-				}
-				if r.count != len(set) {
-					t.Fatalf("%s step %d: %d ids counted, %d remembered", name, i, r.count, len(set))
-				}
-				if held := len(r.blocks); held > (c.n+c.size-1)/c.size+1 {
-					t.Fatalf("%s step %d: %d blocks held for %d ids", name, i, held, c.n)
-				}
+			}
+			if filled != len(set) {
+				t.Fatalf("n=%d step %d: %d hashes in the table, %d ids remembered", n, i, filled, len(set))
 			}
 		}
 	}
-	if r := newRecentIDs(4, 2); !r.add("t", "", 1) || !r.add("t", "", 1) {
+	if r := newRecentIDs(4); !r.add("t", "") || !r.add("t", "") {
 		t.Fatal("an empty id is never a duplicate")
 	}
-	if r := newRecentIDs(4, 2); !r.add("a", "c_1", 1) || !r.add("b", "c_1", 1) || r.add("a", "c_1", 1) {
+	if r := newRecentIDs(4); !r.add("a", "c_1") || !r.add("b", "c_1") || r.add("a", "c_1") {
 		t.Fatal("an id is another tenant's call, and the same tenant's again")
 	}
 }
