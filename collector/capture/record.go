@@ -35,9 +35,6 @@ func (e *RecordError) Error() string {
 // safe for concurrent use, and the Call it returns does not alias data.
 type RecordParser struct {
 	p fastjson.Parser
-	// pa, pr and pe parse the arguments, result and error data of a
-	// record that parseFast reads.
-	pa, pr, pe fastjson.Parser
 	// canon holds canonical arguments while the ids are computed.
 	canon []byte
 	// text gathers the call's text fields; see texts.
@@ -116,16 +113,6 @@ func (rp *RecordParser) Read(data []byte, source string, line int, rd *dialect.R
 // its parsed payloads in rp.payload until the next parse. The call is
 // overwritten by the next parse: a caller keeps a copy.
 func (rp *RecordParser) parse(data []byte, source string, line int, keep bool) (*audit.Call, error) {
-	if !keep {
-		if c, ok := rp.parseFast(data, source, line); ok {
-			return c, nil
-		}
-	}
-	return rp.parseTree(data, source, line, keep)
-}
-
-// parseTree is parse from fastjson's tree of the whole record.
-func (rp *RecordParser) parseTree(data []byte, source string, line int, keep bool) (*audit.Call, error) {
 	bad := func(field, format string, args ...any) error {
 		return &RecordError{Source: source, Line: line, Field: field, Reason: fmt.Sprintf(format, args...)}
 	}
@@ -186,11 +173,17 @@ func (rp *RecordParser) parseTree(data []byte, source string, line int, keep boo
 	if serverSpan.start == serverSpan.end {
 		return nil, bad("server", "missing")
 	}
-	var rd recordRead
-	rd.src, rd.server = srcSpan, serverSpan
-	for i, m := range optionalMembers {
-		if rd.opt[i], err = optString(tx, top[m]); err != nil {
-			return nil, bad(memberNames[m], "%v", err)
+	optional := [...]struct {
+		name string
+		m    int
+		dst  *string
+		at   span
+	}{{name: "session", m: mSession, dst: &c.Session}, {name: "client", m: mClient, dst: &c.Client}, {name: "tenant", m: mTenant, dst: &c.Tenant},
+		{name: "trace_id", m: mTraceID, dst: &c.TraceID}, {name: "span_id", m: mSpanID, dst: &c.SpanID}, {name: "transport_error", m: mTransportError, dst: &c.TransportError}}
+	for i := range optional {
+		f := &optional[i]
+		if f.at, err = optString(tx, top[f.m]); err != nil {
+			return nil, bad(f.name, "%v", err)
 		}
 	}
 	if d := top[mDuration]; d != nil && d.Type() != fastjson.TypeNull {
@@ -255,50 +248,26 @@ func (rp *RecordParser) parseTree(data []byte, source string, line int, keep boo
 	// Every check has passed: build the call.
 	// Arguments sent sorted and compact, as most encoders send them, are
 	// their own canonical form.
+	var rawArgs []byte
+	rawCanonical := false
 	if keep {
 		c.Arguments, c.Result = rawArgsResult(data, args, result)
-		rd.rawArgs = c.Arguments
-		rd.rawCanonical = rd.rawArgs != nil && canon.Canonical(rd.rawArgs)
+		rawArgs = c.Arguments
+		rawCanonical = rawArgs != nil && canon.Canonical(rawArgs)
 	} else if args != nil {
-		rd.rawArgs, rd.rawCanonical = canonicalArguments(data)
+		rawArgs, rawCanonical = canonicalArguments(data)
 	}
-	rd.rpc, rd.method, rd.tool = rpcSpan, methodSpan, toolSpan
-	rd.args, rd.result, rd.errData = args, result, errData
-	return rp.finish(c, &rd), nil
-}
-
-// recordRead is what a reading of a record found, for finish: the places
-// of its texts in rp.text, its parsed payloads and its arguments' text.
-type recordRead struct {
-	src, server, rpc, method, tool span
-	// opt are the optionalMembers' texts, in their order.
-	opt                   [len(optionalMembers)]span
-	args, result, errData *fastjson.Value
-	// rawArgs is the arguments' text when rawCanonical says it is their
-	// canonical form.
-	rawArgs      []byte
-	rawCanonical bool
-}
-
-// optionalMembers are the record's optional texts, in the order of
-// recordRead.opt.
-var optionalMembers = [...]int{mSession, mClient, mTenant, mTraceID, mSpanID, mTransportError}
-
-// finish builds the call c of a record read, whose checks have all passed,
-// with its ids, and leaves its payloads in rp.payload.
-func (rp *RecordParser) finish(c *audit.Call, rd *recordRead) *audit.Call {
-	tx := &rp.text
 	canonical := rp.canon[:0]
 	switch {
-	case rd.args == nil:
-	case rd.rawCanonical:
-		canonical = rd.rawArgs
+	case args == nil:
+	case rawCanonical:
+		canonical = rawArgs
 	default:
-		rp.canon = canon.Append(rp.canon[:0], rd.args)
+		rp.canon = canon.Append(rp.canon[:0], args)
 		canonical = rp.canon
 	}
 	// The ids join the call's texts in their one allocation.
-	server, session, rpc, tool := tx.view(rd.server), tx.view(rd.opt[0]), tx.view(rd.rpc), tx.view(rd.tool)
+	server, session, rpc, tool := tx.view(serverSpan), tx.view(optional[0].at), tx.view(rpcSpan), tx.view(toolSpan)
 	idSpan, fpSpan := span{start: len(tx.buf)}, span{}
 	tx.buf = audit.AppendStableID(tx.buf, server, session, rpc, c.Time, tool, canonical)
 	idSpan.end, fpSpan.start = len(tx.buf), len(tx.buf)
@@ -306,22 +275,23 @@ func (rp *RecordParser) finish(c *audit.Call, rd *recordRead) *audit.Call {
 	fpSpan.end = len(tx.buf)
 
 	tx.done()
-	c.Source = tx.get(rd.src)
-	c.Server = tx.get(rd.server)
-	c.Session, c.Client, c.Tenant = tx.get(rd.opt[0]), tx.get(rd.opt[1]), tx.get(rd.opt[2])
-	c.TraceID, c.SpanID, c.TransportError = tx.get(rd.opt[3]), tx.get(rd.opt[4]), tx.get(rd.opt[5])
-	c.RPCID = tx.get(rd.rpc)
-	c.Method = tx.get(rd.method)
+	c.Source = tx.get(srcSpan)
+	c.Server = tx.get(serverSpan)
+	for i := range optional {
+		*optional[i].dst = tx.get(optional[i].at)
+	}
+	c.RPCID = tx.get(rpcSpan)
+	c.Method = tx.get(methodSpan)
 	if c.Method == "" || c.Method == "tools/call" {
 		c.Method = "tools/call"
 	}
-	c.Tool = tx.get(rd.tool)
+	c.Tool = tx.get(toolSpan)
 	c.ID, c.Fingerprint = tx.get(idSpan), tx.get(fpSpan)
-	rp.payload = dialect.Payload{Args: rd.args, Result: rd.result, ErrorData: rd.errData, CanonicalArgs: canonical}
-	if rd.args == nil {
+	rp.payload = dialect.Payload{Args: args, Result: result, ErrorData: errData, CanonicalArgs: canonical}
+	if args == nil {
 		rp.payload.CanonicalArgs = nil
 	}
-	return c
+	return c, nil
 }
 
 // rawArguments returns the text of request.params.arguments in the record
@@ -345,11 +315,6 @@ func canonicalArguments(data []byte) (args []byte, ok bool) {
 	if !found {
 		return nil, false
 	}
-	return canonicalAt(data, start)
-}
-
-// canonicalAt is canonicalArguments of the value at data[start:].
-func canonicalAt(data []byte, start int) (args []byte, ok bool) {
 	if n, ok := canon.CanonicalPrefix(data[start:]); ok {
 		return data[start : start+n], true
 	}
@@ -423,10 +388,6 @@ const (
 	mResponse
 	nMembers
 )
-
-// memberNames are the keys of the members, by member.
-var memberNames = [nMembers]string{mTime: "time", mServer: "server", mSession: "session", mClient: "client", mTenant: "tenant",
-	mTraceID: "trace_id", mSpanID: "span_id", mTransportError: "transport_error", mDuration: "duration_ms", mRequest: "request", mResponse: "response"}
 
 // memberOf returns the member a record's key names, or -1.
 func memberOf(k []byte) int {
