@@ -42,6 +42,9 @@ func Backup(ctx context.Context, path, out string) (BackupInfo, error) {
 	if _, err := os.Stat(path); err != nil {
 		return info, fmt.Errorf("cannot back up %s: %w", path, err)
 	}
+	if err := applyLog(path); err != nil {
+		return info, fmt.Errorf("cannot back up %s: %w", path, err)
+	}
 	if _, err := os.Lstat(out); err == nil {
 		return info, fmt.Errorf("cannot back up to %s: it exists; give a new file", out)
 	} else if !errors.Is(err, os.ErrNotExist) {

@@ -18,6 +18,9 @@ import (
 // state changes is reported with its tenant, chain entry and rows. An
 // error means the check could not run.
 func Verify(ctx context.Context, path string, pub ed25519.PublicKey) (*chain.Report, error) {
+	if err := applyLog(path); err != nil {
+		return nil, fmt.Errorf("cannot verify store %s: %w", path, err)
+	}
 	db, err := openReadOnly(path)
 	if err != nil {
 		return nil, err
