@@ -51,13 +51,17 @@ func LogDir(path string) string { return path + ".log" }
 // The counts AppendCalls returns are the ones a commit would return: a
 // call counts as new unless a call of its key (millisecond, tenant, id) is
 // stored, is in the log already (pending, counted by key), or comes
-// earlier in the same batch. The check runs under logMu, so concurrent
-// appends are counted as if they had committed one after another.
+// earlier in the same batch. The check runs under callLog.mu, so
+// concurrent appends are counted as if they had committed one after
+// another. One exception: when a frame's sync fails, a call that a
+// concurrent append counted as not new because that frame held it is
+// stored by the later frame, uncounted.
 //
 // Only one process opens the log: the first to lock its directory (serve).
 // A command reading the data dir meanwhile (findings --data-dir, verify,
 // backup) reads what serve has drained into the file; with serve stopped,
-// it applies the log first.
+// Verify and Backup apply the log first. At most maxBacklog calls wait
+// for the drain.
 
 // logBatch is one frame of the call log: the rows of one AppendCalls.
 type logBatch struct {
@@ -268,6 +272,8 @@ type callLog struct {
 	// recent holds the keys of the calls committed since Open past a
 	// floor, so that most calls are counted without a read.
 	recent recentKeys
+	// backlog counts the calls appended and not yet committed.
+	backlog int
 
 	// appendMu is held (read) by the appends in flight, and by Close to
 	// wait for them before the last drain; closing is set then.
@@ -296,6 +302,14 @@ const (
 	drainFrames = 256
 	drainCalls  = 16384
 )
+
+// maxBacklog is how many calls may be acknowledged and not committed: an
+// append waits while there are more (up to LogWait, then it is refused),
+// so that the acknowledgements do not outrun the committer for long, a
+// query waits for two drain transactions at most, and the engine does not
+// hold the state of calls the store is far behind on. A variable for
+// tests.
+var maxBacklog = 2 * drainCalls
 
 // openLog opens the call log in dir (created with Ack "log"), taking its
 // lock, and applies what it holds. With Ack "commit" it is closed again
@@ -393,7 +407,9 @@ func (s *Store) appendLog(ctx context.Context, rows []callRow) (int64, error) {
 	if cl.closing {
 		return 0, audit.ErrClosed
 	}
-	cl.mu.Lock()
+	if err := s.waitBacklog(ctx); err != nil {
+		return 0, err
+	}
 	n, err := s.countNew(ctx, rows)
 	if err != nil {
 		cl.mu.Unlock()
@@ -402,6 +418,7 @@ func (s *Store) appendLog(ctx context.Context, rows []callRow) (int64, error) {
 	for i := range rows {
 		cl.pending[hashKey(&rows[i])]++
 	}
+	cl.backlog += len(rows)
 	cl.mu.Unlock()
 	if err := cl.l.Append(&logBatch{calls: rows}); err != nil {
 		// Not acknowledged. Its frame was forgotten: the drain never
@@ -417,12 +434,46 @@ func (s *Store) appendLog(ctx context.Context, rows []callRow) (int64, error) {
 	return n, nil
 }
 
+// waitBacklog returns holding clog.mu once fewer than maxBacklog calls
+// wait for the drain; after LogWait it fails with audit.ErrUnavailable.
+func (s *Store) waitBacklog(ctx context.Context) error {
+	cl := s.clog
+	var timeout <-chan time.Time
+	for {
+		cl.mu.Lock()
+		if cl.backlog < maxBacklog {
+			return nil
+		}
+		// Taken under mu: the drain lowers the backlog under mu, then
+		// signals, so this wakeup is not missed.
+		cl.progressMu.Lock()
+		ch, failed := cl.progress, cl.failed
+		cl.progressMu.Unlock()
+		backlog := cl.backlog
+		cl.mu.Unlock()
+		if timeout == nil {
+			t := time.NewTimer(s.opts.LogWait)
+			defer t.Stop()
+			timeout = t.C
+		}
+		select {
+		case <-ch:
+		case <-timeout:
+			return fmt.Errorf("%d calls acknowledged from the call log are not committed after %s (the drain: %v): %w",
+				backlog, s.opts.LogWait, failed, audit.ErrUnavailable)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
 // unpend forgets rows from the pending keys: committed (then they are
 // stored keys from now on) or never to be.
 func (s *Store) unpend(rows []callRow, committed bool) {
 	cl := s.clog
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
+	cl.backlog = max(0, cl.backlog-len(rows)) // the replay at Open was never counted
 	for i := range rows {
 		k := hashKey(&rows[i])
 		if committed {

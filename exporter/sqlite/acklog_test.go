@@ -515,3 +515,41 @@ func TestAckLog_CommandWhileServed(t *testing.T) {
 		t.Errorf("a second store with ack log: %v, want the log refused", err)
 	}
 }
+
+// TestAckLog_Backlog: an append waits while maxBacklog calls are
+// acknowledged and not committed, and goes on once the drain commits
+// them; a drain held past log_wait refuses it, unavailable.
+func TestAckLog_Backlog(t *testing.T) {
+	old := maxBacklog
+	maxBacklog = 100
+	defer func() { maxBacklog = old }()
+	s := openTemp(t, Options{Ack: AckLog, LogWait: 300 * time.Millisecond})
+	defer s.Close()
+	recs := records(t, 300)
+	s.clog.gate.Lock()
+	if _, err := s.AppendCalls(t.Context(), recs[:100]); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.AppendCalls(t.Context(), recs[100:200])
+	if !errors.Is(err, audit.ErrUnavailable) || !strings.Contains(err.Error(), "100 calls acknowledged from the call log are not committed after 300ms") {
+		t.Errorf("an append past the backlog with the drain held: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.AppendCalls(context.Background(), recs[200:300])
+		done <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	select {
+	case err := <-done:
+		t.Fatalf("the append returned (%v) before the drain went on", err)
+	default:
+	}
+	s.clog.gate.Unlock()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, s); n != 200 {
+		t.Errorf("%d calls stored, want the 200 acknowledged", n)
+	}
+}
