@@ -357,6 +357,7 @@ func (s *Store) openLog(dir string) error {
 			more, err := s.drainOnce()
 			if err != nil {
 				s.closeLog()
+				s.clog = nil
 				return fmt.Errorf("cannot apply the call log %s: %w", dir, err)
 			}
 			if !more {
@@ -367,6 +368,7 @@ func (s *Store) openLog(dir string) error {
 	}
 	if s.opts.Ack != AckLog {
 		s.closeLog()
+		s.clog = nil // before Open returns: nothing reads it yet
 		return nil
 	}
 	go s.drainLoop()
@@ -388,14 +390,15 @@ func (s *Store) stopLog() {
 	<-cl.done
 }
 
-// closeLog releases the call log's files and lock.
+// closeLog releases the call log's files and lock. At Close the store
+// keeps clog (its appends refused since stopLog), as AppendCalls reads it
+// without a lock.
 func (s *Store) closeLog() {
 	if s.clog == nil {
 		return
 	}
 	s.clog.l.Close()
 	s.clog.lock.Close()
-	s.clog = nil
 }
 
 // appendLog appends rows to the call log as one frame and returns how

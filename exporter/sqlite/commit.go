@@ -231,9 +231,9 @@ func encodeResults(r *audit.Results) (*request, error) {
 // calls are synced to the call log (acklog.go), which the committer
 // drains behind. A call whose id is stored is skipped; the count returned
 // is of the calls stored for the first time, the same with either Ack. A
-// full call log fails with audit.ErrUnavailable (wrapping spool.ErrFull). When ctx ends
-// first, AppendCalls returns its error, and the calls may or may not be
-// committed: retrying is safe.
+// full call log fails with audit.ErrUnavailable (wrapping spool.ErrFull).
+// When ctx ends first, AppendCalls returns its error, and the calls may or
+// may not be committed: retrying is safe.
 func (s *Store) AppendCalls(ctx context.Context, calls []audit.Record) (int, error) {
 	rows, err := encodeCalls(calls)
 	if err != nil {

@@ -13,7 +13,9 @@ import (
 
 // Verify checks the store at path against its tamper-evidence chains and,
 // with pub, their signed checkpoints, reading the file only (a collector
-// may be writing it meanwhile: the check reads one snapshot). Every edit,
+// may be writing it meanwhile: the check reads one snapshot). A call log
+// (ack "log") that no process holds is applied to the file first, so that
+// the calls it acknowledged are checked too. Every edit,
 // deletion, insertion or reordering of stored calls, findings and finding
 // state changes is reported with its tenant, chain entry and rows. An
 // error means the check could not run.
