@@ -113,9 +113,10 @@ const storeFile = "mcpaudit.db"
 
 // restoreReplaces are the files of a data dir that a restored store file
 // replaces: the store file and SQLite's files beside it, its derived id
-// index and the state file of the detector's watermarks, which speaks of
-// the store it was written beside.
-var restoreReplaces = []string{storeFile, storeFile + "-wal", storeFile + "-shm", storeFile + ".ids", "partitions.json"}
+// index, its call log (ack "log"; the calls acknowledged after the backup
+// are not restored, as with ack "commit") and the state file of the
+// detector's watermarks, which speaks of the store it was written beside.
+var restoreReplaces = []string{storeFile, storeFile + "-wal", storeFile + "-shm", storeFile + ".ids", storeFile + ".log", "partitions.json"}
 
 // moveAside moves the files of dir that a restore replaces into a new
 // directory beside them, and returns it with the names moved.

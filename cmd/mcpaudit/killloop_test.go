@@ -68,6 +68,9 @@ func startChild(t *testing.T, dir, config, ingest, api string, extra ...string) 
 	sc := bufio.NewScanner(stderr)
 	var lines []string
 	for sc.Scan() {
+		if strings.Contains(sc.Text(), "applying the call log") {
+			logReplays.Add(1)
+		}
 		var m map[string]any
 		if json.Unmarshal(sc.Bytes(), &m) == nil && m["msg"] == "mcpaudit serving" {
 			go io.Copy(io.Discard, stderr)
@@ -118,7 +121,25 @@ func (c *child) kill() int64 {
 // MCPAUDIT_KILLS sets the number of kills (20, as issue 12 asks);
 // MCPAUDIT_KILL_SPAN spreads them over that long, with as many more
 // sessions (default: 100 sessions a kill, about as many seconds as kills).
-func TestServe_KillLoop(t *testing.T) { embeddedKillLoop(t, carrierCalls, 20) }
+func TestServe_KillLoop(t *testing.T) { embeddedKillLoop(t, carrierCalls, 20, "") }
+
+// logReplays counts the starts of serve that applied frames a kill left in
+// the call log (ack "log").
+var logReplays atomic.Int64
+
+// TestServe_KillLoopAckLog is TestServe_KillLoop with serve.sqlite.ack
+// "log": calls are acknowledged once synced to the call log, and each
+// restart (and the store opened to count them afterwards) applies what the
+// kill left in it. 10 kills, over OTLP/gRPC and call records.
+func TestServe_KillLoopAckLog(t *testing.T) {
+	for _, carrier := range []string{carrierCalls, carrierOTLPGRPC} {
+		t.Run(carrier, func(t *testing.T) {
+			t.Parallel()
+			embeddedKillLoop(t, carrier, 10, "  sqlite:\n    ack: log\n")
+		})
+	}
+	t.Cleanup(func() { t.Logf("%d restarts applied frames a kill left in the call log", logReplays.Load()) })
+}
 
 // TestServe_KillLoopOTLP is TestServe_KillLoop with the posters sending
 // OTLP spans, over OTLP/HTTP (protobuf) and OTLP/gRPC, each poster a
@@ -128,7 +149,7 @@ func TestServe_KillLoopOTLP(t *testing.T) {
 	for _, carrier := range []string{carrierOTLPHTTP, carrierOTLPGRPC} {
 		t.Run(carrier, func(t *testing.T) {
 			t.Parallel()
-			embeddedKillLoop(t, carrier, 8)
+			embeddedKillLoop(t, carrier, 8, "")
 		})
 	}
 }
@@ -140,7 +161,9 @@ const (
 	carrierOTLPGRPC = "otlp_grpc" // OTLP/gRPC Export
 )
 
-func embeddedKillLoop(t *testing.T, carrier string, kills int) {
+// embeddedKillLoop runs a kill loop on the embedded store; serveYAML is
+// added to the config's serve section.
+func embeddedKillLoop(t *testing.T, carrier string, kills int, serveYAML string) {
 	if n, err := strconv.Atoi(os.Getenv("MCPAUDIT_KILLS")); err == nil && n > 0 {
 		kills = n
 	}
@@ -152,8 +175,8 @@ func embeddedKillLoop(t *testing.T, carrier string, kills int) {
 	dir := t.TempDir()
 	cfg := liveConfig(t)
 	config := filepath.Join(t.TempDir(), "mcpaudit.yaml")
-	if err := os.WriteFile(config, []byte(fmt.Sprintf("detect:\n  verify_window: %s\n  idle_timeout: 3s\n  allowed_lateness: 10m\nserve:\n  pipeline:\n    commit_every: 50ms\n",
-		cfg.Detect.VerifyWindow)), 0o644); err != nil {
+	if err := os.WriteFile(config, []byte(fmt.Sprintf("detect:\n  verify_window: %s\n  idle_timeout: 3s\n  allowed_lateness: 10m\nserve:\n  pipeline:\n    commit_every: 50ms\n%s",
+		cfg.Detect.VerifyWindow, serveYAML)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	res := runKillLoop(t, killLoop{dir: dir, config: config, cfg: cfg, kills: kills, sessions: sessions, span: span, carrier: carrier,

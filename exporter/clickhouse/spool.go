@@ -1,291 +1,73 @@
 package clickhouse
 
 import (
-	"cmp"
-	"errors"
-	"fmt"
-	"io"
-	"os"
-	"path/filepath"
+	"bytes"
+	"encoding/gob"
+	"reflect"
 	"slices"
-	"strconv"
-	"strings"
-	"sync"
+
+	spoollog "github.com/mcpaudit/mcpaudit/internal/spool"
 )
+
+// The spool (package internal/spool) keeps acknowledged batches on local
+// disk while ClickHouse is unreachable, and with Ack "log" every batch; the
+// drain inserts them in order and forgets them once ClickHouse has them.
+// This file holds what is ClickHouse's in it: the batch's encoding
+// (spoolcodec.go), the gob of earlier releases, and the copy an insert may
+// change.
 
 var (
-	// errSpoolFull is returned by spool.append when the batch would pass
-	// the spool's size limit.
-	errSpoolFull = errors.New("spool full")
-	// errSpoolCorrupt is matched by the error of a spool file that cannot
-	// be trusted (a *corruptError): cut short, a checksum that does not
-	// match, a length past the spool's limit, an unknown header.
-	errSpoolCorrupt = errors.New("corrupt spool file")
+	errSpoolFull    = spoollog.ErrFull
+	errSpoolCorrupt = spoollog.ErrCorrupt
+	errSpoolCodec   = spoollog.ErrCodec
 )
 
-// spool keeps acknowledged batches on local disk: while ClickHouse is
-// unreachable, and with Ack "log" every batch. It is an append-only log of
-// segment files (spoolseg.go): each batch is one frame (spoolframe.go)
-// appended to the active segment and synced with fdatasync before its
-// append returns; appends that arrive while a sync is in flight share the
-// next one (group commit). A segment is created and its directory synced
-// ahead of the appends that use it, so that an acknowledgement waits for
-// one sync. Batches are drained oldest first and forgotten once ClickHouse
-// has them; a segment is removed once every batch in it is, so a crash
-// between an insert and the removal only re-sends batches, which their
-// deduplication token (or the stored-row check) makes harmless.
-//
-// Files of earlier releases, one batch per NNNN.batch file, are still
-// read and drained before the segments.
-type spool struct {
-	dir      string
-	maxBytes int64
-	// segmentBytes is the size past which the next append starts a new
-	// segment.
-	segmentBytes int64
-
-	// syncMu is held by the append syncing the active segment: the appends
-	// that write their frames meanwhile wait for it, and the first of them
-	// syncs for all (group commit).
-	syncMu sync.Mutex
-
-	mu      sync.Mutex
-	entries []spoolEntry // oldest first, by seq
-	bytes   int64
-	next    uint64
-	nextSeg uint64
-	lastSeg uint64   // the newest segment appended to
-	active  *segment // appended to; nil until an append needs one
-	spare   *segment // created and directory-synced ahead of the next rotation
-	// fresh holds the batches appended by this process that no insert
-	// has been tried with: ClickHouse cannot have their rows, so their
-	// first insert needs no check for rows already stored.
-	fresh map[uint64]bool
-	// kept holds the batches appended by this process, as appended, while
-	// they and the ones before them hold at most keepRows rows, so that
-	// the drain does not read and decode again what it has just encoded
-	// (with Ack "log" every acknowledged batch passes through here). The
-	// files stay the record; a batch not kept is read from its file.
-	kept     map[uint64]*batch
-	keptRows int
-	keepRows int
-	// torn lists the tails recovery cut off segments, for the store to log.
-	torn   []tornTail
-	closed bool
-}
-
-// spoolEntry is one batch in the spool.
-type spoolEntry struct {
-	seq uint64
-	// seg holds the batch's frame at off; nil for a file of its own
-	// (NNNN.batch, written by earlier releases).
-	seg       *segment
-	off, size int64
-	// pending is set from the write of the frame until the sync that
-	// makes it durable: the drain does not take it, nor anything after
-	// it, before its append is acknowledged.
-	pending bool
-	// damage, when set, says why the bytes at off are no frame: a region
-	// that recovery found between two frames (spoolseg.go).
-	damage *corruptError
-}
-
-// spoolBufs holds encoding buffers between appends: a batch of calls is
-// megabytes, and an acknowledgement should not wait for them to be
-// allocated and cleared again.
-var spoolBufs sync.Pool
-
-func getSpoolBuf(n int) []byte {
-	if p, ok := spoolBufs.Get().(*[]byte); ok && cap(*p) >= n {
-		return (*p)[:n]
-	}
-	return make([]byte, n)
-}
-
-func putSpoolBuf(b []byte) { spoolBufs.Put(&b) }
+type corruptError = spoollog.CorruptError
 
 const (
-	spoolExt    = ".batch"
-	spoolSegExt = ".log"
-	spoolTmpExt = ".tmp"
-	spoolBadExt = ".rejected"
-	// spoolTornExt ends the files that keep what recovery cut off the end
-	// of a segment (keepTail); nothing reads them.
-	spoolTornExt  = ".torn"
-	spoolSeqWidth = 20
-	// defaultSegmentBytes is the size of a segment before the next append
-	// starts another: large enough that creating one (and syncing the
-	// directory) is rare, small enough that a crash re-sends little.
-	defaultSegmentBytes = 8 << 20
+	spoolExt     = spoollog.Ext
+	spoolSegExt  = spoollog.SegExt
+	spoolBadExt  = spoollog.BadExt
+	spoolMagic   = spoollog.Magic
+	spoolMagicV1 = spoollog.MagicV1
 )
 
-// openSpool opens (creating) dir, removes unfinished temporary files and
-// lists the batches left by an earlier run: the files of earlier releases,
-// then the frames of each segment (a torn tail, never acknowledged, is cut
-// off). Up to keepRows rows of the batches appended from now on are also
-// kept in memory for read.
+// spool is the ClickHouse store's spool of batches.
+type spool struct {
+	*spoollog.Log[*batch]
+}
+
+// openSpool opens the spool in dir; up to keepRows rows of the batches
+// appended from now on are kept in memory for the drain.
 func openSpool(dir string, maxBytes int64, keepRows int) (*spool, error) {
-	// Spooled batches hold tool arguments and results: private to the owner.
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("cannot create spool directory: %w", err)
-	}
-	if err := os.Chmod(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("cannot make the spool directory private: %w", err)
-	}
-	entries, err := os.ReadDir(dir)
+	l, err := spoollog.Open[*batch](dir, maxBytes, keepRows, batchCodec{})
 	if err != nil {
-		return nil, fmt.Errorf("cannot read spool directory: %w", err)
+		return nil, err
 	}
-	sp := &spool{dir: dir, maxBytes: maxBytes, segmentBytes: min(defaultSegmentBytes, maxBytes), next: 1, nextSeg: 1, keepRows: keepRows}
-	var segs []uint64
-	for _, e := range entries {
-		name := e.Name()
-		switch {
-		case strings.HasSuffix(name, spoolTmpExt):
-			// Never acknowledged: the rename that publishes a batch did not happen.
-			if err := os.Remove(filepath.Join(dir, name)); err != nil {
-				return nil, fmt.Errorf("cannot remove unfinished spool file: %w", err)
-			}
-		case strings.HasSuffix(name, spoolExt):
-			seq, err := strconv.ParseUint(strings.TrimSuffix(name, spoolExt), 10, 64)
-			if err != nil {
-				continue // not ours
-			}
-			info, err := e.Info()
-			if err != nil {
-				return nil, fmt.Errorf("cannot stat spool file: %w", err)
-			}
-			sp.entries = append(sp.entries, spoolEntry{seq: seq, size: info.Size()})
-			sp.bytes += info.Size()
-			sp.next = max(sp.next, seq+1)
-		case strings.HasSuffix(name, spoolSegExt):
-			id, err := strconv.ParseUint(strings.TrimSuffix(name, spoolSegExt), 10, 64)
-			if err != nil {
-				continue // not ours
-			}
-			segs = append(segs, id)
-			sp.nextSeg = max(sp.nextSeg, id+1)
-		case strings.HasSuffix(name, spoolBadExt):
-			seq, err := strconv.ParseUint(strings.TrimSuffix(name, spoolBadExt), 10, 64)
-			if err == nil {
-				sp.next = max(sp.next, seq+1)
-			}
-		}
-	}
-	slices.SortFunc(sp.entries, func(a, b spoolEntry) int { return cmp.Compare(a.seq, b.seq) })
-	// The files of earlier releases were written before any segment.
-	slices.Sort(segs)
-	for _, id := range segs {
-		if err := sp.recoverSegment(id); err != nil {
-			return nil, err
-		}
-	}
-	return sp, nil
+	return &spool{l}, nil
 }
 
-func (sp *spool) path(seq uint64, ext string) string {
-	return filepath.Join(sp.dir, fmt.Sprintf("%0*d%s", spoolSeqWidth, seq, ext))
-}
-
-// where returns the file that holds the batch of seq, for log lines.
-func (sp *spool) where(seq uint64) string {
-	sp.mu.Lock()
-	defer sp.mu.Unlock()
-	if i, ok := sp.find(seq); ok && sp.entries[i].seg != nil {
-		return fmt.Sprintf("%s (the frame at byte %d)", sp.entries[i].seg.path, sp.entries[i].off)
-	}
-	return sp.path(seq, spoolExt)
-}
-
-// find returns the index of seq in entries; the caller holds mu.
-func (sp *spool) find(seq uint64) (int, bool) {
-	return slices.BinarySearchFunc(sp.entries, seq, func(e spoolEntry, seq uint64) int { return cmp.Compare(e.seq, seq) })
-}
-
-// append writes b durably: when it returns nil the batch survives a crash.
-func (sp *spool) append(b *batch) error {
-	data, _, err := encodeFrame(b, sp.maxBytes)
-	if err != nil {
-		return err
-	}
-	defer putSpoolBuf(data)
-	sp.mu.Lock()
-	if sp.bytes+int64(len(data)) > sp.maxBytes {
-		sp.mu.Unlock()
-		return fmt.Errorf("cannot spool %d bytes (%d of %d used): %w", len(data), sp.bytes, sp.maxBytes, errSpoolFull)
-	}
-	seg, err := sp.segmentFor(int64(len(data)))
-	if err != nil {
-		sp.mu.Unlock()
-		return err
-	}
-	off := seg.size
-	if _, err := seg.f.WriteAt(data, off); err != nil {
-		// What it left after seg.size is a torn tail: no frame goes
-		// after it, the next append starts a new segment.
-		seg.failed = fmt.Errorf("cannot write spool segment %s: %w", seg.path, err)
-		sp.mu.Unlock()
-		return seg.failed
-	}
-	seg.size += int64(len(data))
-	seg.live++
-	seq := sp.next
-	sp.next++
-	// Kept only when every batch before it still in the spool is: the
-	// drain takes the oldest first, so a kept batch behind one read from
-	// disk would stay in memory for the whole backlog.
-	if n := b.rows(); len(sp.kept) == len(sp.entries) && sp.keptRows+n <= sp.keepRows {
-		if sp.kept == nil {
-			sp.kept = map[uint64]*batch{}
-		}
-		sp.kept[seq] = b
-		sp.keptRows += n
-	}
-	if sp.fresh == nil {
-		sp.fresh = map[uint64]bool{}
-	}
-	sp.fresh[seq] = true
-	sp.entries = append(sp.entries, spoolEntry{seq: seq, seg: seg, off: off, size: int64(len(data)), pending: true})
-	sp.bytes += int64(len(data))
-	sp.mu.Unlock()
-
-	err = sp.sync(seg, off+int64(len(data)))
-	sp.mu.Lock()
-	defer sp.mu.Unlock()
-	i, _ := sp.find(seq)
-	if err != nil {
-		// Not acknowledged. Its frame may still reach the disk; if a
-		// crash comes first, recovery finds it and it is drained, as a
-		// batch whose sender was told to send it again.
-		delete(sp.fresh, seq)
-		sp.forget(i)
-		return err
-	}
-	sp.entries[i].pending = false
-	return nil
-}
-
-// first returns the sequence numbers of the n oldest batches whose appends
-// are synced.
-func (sp *spool) first(n int) []uint64 {
-	sp.mu.Lock()
-	defer sp.mu.Unlock()
-	seqs := make([]uint64, 0, min(n, len(sp.entries)))
-	for _, e := range sp.entries[:min(n, len(sp.entries))] {
-		if e.pending {
-			break // not acknowledged yet, nor is anything after it
-		}
-		seqs = append(seqs, e.seq)
-	}
-	return seqs
-}
+func (sp *spool) append(b *batch) error                     { return sp.Append(b) }
+func (sp *spool) first(n int) []uint64                      { return sp.First(n) }
+func (sp *spool) decode(seq uint64) (*batch, error)         { return sp.Decode(seq) }
+func (sp *spool) remove(seq uint64) error                   { return sp.Remove(seq) }
+func (sp *spool) reject(seq uint64) (string, error)         { return sp.Reject(seq) }
+func (sp *spool) setAside() (rejected, torn int, err error) { return sp.SetAside() }
+func (sp *spool) usage() (int, int64)                       { return sp.Usage() }
+func (sp *spool) lastAppended() uint64                      { return sp.LastAppended() }
+func (sp *spool) doneThrough() uint64                       { return sp.DoneThrough() }
+func (sp *spool) tried(seqs []uint64) bool                  { return sp.Tried(seqs) }
+func (sp *spool) where(seq uint64) string                   { return sp.Where(seq) }
+func (sp *spool) close()                                    { sp.Close() }
+func (sp *spool) path(seq uint64, ext string) string        { return sp.Path(seq, ext) }
+func (sp *spool) view(seq uint64) (*batch, bool, error)     { return sp.View(seq) }
 
 // read returns the batch of seq for an insert, which may change it: a
 // batch kept in memory comes back as its file would, a copy of the rows,
 // token and acknowledged tables with nothing of an insert tried before it
 // was spooled.
 func (sp *spool) read(seq uint64) (*batch, error) {
-	b, kept, err := sp.view(seq)
+	b, kept, err := sp.View(seq)
 	if err != nil {
 		return nil, err
 	}
@@ -307,216 +89,58 @@ func owned(b *batch, kept bool) *batch {
 	}
 }
 
-// view returns the batch of seq to read only: the one kept in memory
-// (kept) or the one its file decodes to.
-func (sp *spool) view(seq uint64) (b *batch, kept bool, err error) {
-	sp.mu.Lock()
-	kb := sp.kept[seq]
-	sp.mu.Unlock()
-	if kb != nil {
-		return kb, true, nil
-	}
-	b, err = sp.decode(seq)
-	return b, false, err
-}
+// batchCodec is the spool's Codec of ClickHouse batches.
+type batchCodec struct{}
 
-// decode reads and decodes the frame of seq. A frame that cannot be
-// trusted is an error matching errSpoolCorrupt that names its file, where
-// the damage shows and what it is.
-func (sp *spool) decode(seq uint64) (*batch, error) {
-	sp.mu.Lock()
-	i, ok := sp.find(seq)
-	var e spoolEntry
-	if ok {
-		e = sp.entries[i]
-	}
-	sp.mu.Unlock()
-	switch {
-	case !ok:
-		return nil, fmt.Errorf("cannot read spooled batch %d: %w", seq, os.ErrNotExist)
-	case e.damage != nil:
-		ce := *e.damage
-		ce.path = e.seg.path
-		return nil, &ce
-	case e.seg == nil:
-		return sp.decodeFile(sp.path(seq, spoolExt))
-	}
-	data, err := e.seg.read(e.off, e.size)
+var _ spoollog.Codec[*batch] = batchCodec{}
+
+func (batchCodec) Size(b *batch) int                        { return encodedSize(b) }
+func (batchCodec) Append(dst []byte, b *batch) []byte       { return appendBatch(dst, b) }
+func (batchCodec) Rows(b *batch) int                        { return b.rows() }
+func (batchCodec) DecodeLegacy(data []byte) (*batch, error) { return decodeGob(data) }
+
+func (batchCodec) Decode(raw []byte) (*batch, error) {
+	b, err := decodeBatch(raw)
 	if err != nil {
 		return nil, err
 	}
-	defer putSpoolBuf(data)
-	b, err := decodeFrame(data, sp.maxBytes)
-	if ce, ok := err.(*corruptError); ok {
-		ce.path = e.seg.path
-		if !ce.inBatch {
-			ce.offset += e.off
-		}
-	}
-	return b, err
+	b.spooled = true
+	return b, nil
 }
 
-// decodeFile reads and decodes a spool file of an earlier release, one
-// batch in it.
-func (sp *spool) decodeFile(path string) (*batch, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("cannot read spool file: %w", err)
-	}
-	defer f.Close()
-	info, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("cannot read spool file: %w", err)
-	}
-	// The writer never made a file larger than the whole spool: one
-	// that is (not ours, or the limit lowered since) is not read in.
-	if info.Size() > sp.maxBytes {
-		return nil, &corruptError{path: path, offset: sp.maxBytes,
-			reason: fmt.Sprintf("the file has %d bytes, more than the spool's limit of %d (spool.max_bytes)", info.Size(), sp.maxBytes)}
-	}
-	data := make([]byte, info.Size())
-	if _, err := io.ReadFull(f, data); err != nil {
-		return nil, fmt.Errorf("cannot read spool file: %w", err)
-	}
-	b, err := decodeFrame(data, sp.maxBytes)
-	if ce, ok := err.(*corruptError); ok {
-		ce.path = path
-	}
-	return b, err
+// encodeFrame returns the frame of b (spoollog.EncodeFrame).
+func encodeFrame(b *batch, limit int64) ([]byte, int, error) {
+	return spoollog.EncodeFrame[*batch](batchCodec{}, b, limit)
 }
 
-// remove forgets the batch of seq, which ClickHouse now has.
-func (sp *spool) remove(seq uint64) error {
-	return sp.drop(seq, func(e spoolEntry) error {
-		if e.seg != nil {
-			return nil // its segment goes once none of its batches is left
-		}
-		return os.Remove(sp.path(seq, spoolExt))
-	})
+// decodeFrame decodes a frame or a spool file of an earlier release.
+func decodeFrame(data []byte, limit int64) (*batch, error) {
+	return spoollog.DecodeFrame[*batch](batchCodec{}, data, limit)
 }
 
-// reject sets the batch of seq aside, as NNNN.rejected, for a person to
-// look at: ClickHouse refused it for good, or its frame is damaged. From a
-// segment, the file holds the frame's bytes as they are there (a frame is
-// a spool file of its own).
-func (sp *spool) reject(seq uint64) (string, error) {
-	bad := sp.path(seq, spoolBadExt)
-	return bad, sp.drop(seq, func(e spoolEntry) error {
-		if e.seg == nil {
-			return os.Rename(sp.path(seq, spoolExt), bad)
-		}
-		data, err := e.seg.read(e.off, e.size)
-		if err != nil {
-			return err
-		}
-		defer putSpoolBuf(data)
-		return writeSynced(sp.dir, bad, data)
-	})
-}
+func putSpoolBuf(b []byte) { spoollog.PutBuf(b) }
 
-// setAside counts the files of the directory set aside for a person:
-// rejected batches and cut tails.
-func (sp *spool) setAside() (rejected, torn int, err error) {
-	ents, err := os.ReadDir(sp.dir)
-	if err != nil {
-		return 0, 0, err
-	}
-	for _, e := range ents {
-		switch name := e.Name(); {
-		case e.IsDir():
-		case strings.HasSuffix(name, spoolBadExt):
-			rejected++
-		case strings.HasSuffix(name, spoolTornExt):
-			torn++
-		}
-	}
-	return rejected, torn, nil
-}
+// Minimum encoded size of each row type: every field takes at least one
+// byte (TestSpoolCodec_EveryField keeps every field encoded), so a count
+// of rows larger than the bytes left over this is refused before the rows
+// are allocated.
+var (
+	minCallBytes      = reflectNumField[callRow]()
+	minWriteBytes     = reflectNumField[writeRow]()
+	minFindingBytes   = reflectNumField[findingRow]()
+	minWatermarkBytes = reflectNumField[watermarkRow]()
+)
 
-// drop forgets the batch of seq after op has dealt with its bytes. The
-// drain calls it; once the last batch of a segment is gone, the segment
-// goes, and the spare segment of the next append is prepared here, off the
-// acknowledgement's path.
-func (sp *spool) drop(seq uint64, op func(spoolEntry) error) error {
-	sp.mu.Lock()
-	i, ok := sp.find(seq)
-	if !ok {
-		sp.mu.Unlock()
-		return nil
-	}
-	if err := op(sp.entries[i]); err != nil && !errors.Is(err, os.ErrNotExist) {
-		sp.mu.Unlock()
-		return fmt.Errorf("cannot remove spooled batch: %w", err)
-	}
-	sp.forget(i)
-	needSpare := sp.spare == nil && sp.lastSeg > 0
-	sp.mu.Unlock()
-	if needSpare {
-		// Best effort: without a spare, the next append that needs a
-		// segment creates it and reports what fails.
-		sp.prepareSpare()
-	}
-	return nil
-}
+func reflectNumField[T any]() int { return reflect.TypeFor[T]().NumField() }
 
-// forget removes entries[i]; the caller holds mu. A segment left without
-// batches is removed.
-func (sp *spool) forget(i int) {
-	e := sp.entries[i]
-	sp.bytes -= e.size
-	sp.entries = slices.Delete(sp.entries, i, i+1)
-	if kb := sp.kept[e.seq]; kb != nil {
-		sp.keptRows -= kb.rows()
-		delete(sp.kept, e.seq)
+// decodeGob decodes a file of the releases before version 1. gob bounds
+// its own allocations by the bytes it has read.
+func decodeGob(data []byte) (*batch, error) {
+	r := bytes.NewReader(data)
+	b := new(batch)
+	if err := gob.NewDecoder(r).Decode(b); err != nil {
+		return nil, &corruptError{Offset: int64(len(data) - r.Len()), Reason: "cannot decode the gob of an earlier release: " + err.Error()}
 	}
-	if e.seg != nil {
-		e.seg.live--
-		if e.seg.live == 0 {
-			// A segment that cannot be removed stays on disk: the
-			// next start sends its batches again, which is harmless,
-			// and this one is forgotten all the same.
-			_ = sp.retire(e.seg)
-		}
-	}
-}
-
-// usage returns how many batches and bytes the spool holds.
-func (sp *spool) usage() (batches int, bytes int64) {
-	sp.mu.Lock()
-	defer sp.mu.Unlock()
-	return len(sp.entries), sp.bytes
-}
-
-// lastAppended returns the seq of the last batch appended (0 when none),
-// its sync done or not.
-func (sp *spool) lastAppended() uint64 {
-	sp.mu.Lock()
-	defer sp.mu.Unlock()
-	return sp.next - 1
-}
-
-// doneThrough returns the seq up to which every batch has left the spool
-// (inserted, or moved aside).
-func (sp *spool) doneThrough() uint64 {
-	sp.mu.Lock()
-	defer sp.mu.Unlock()
-	if len(sp.entries) == 0 {
-		return sp.next - 1
-	}
-	return sp.entries[0].seq - 1
-}
-
-// tried reports whether an insert may have carried any of seqs already
-// (so that ClickHouse may hold some of their rows), and marks them tried.
-func (sp *spool) tried(seqs []uint64) bool {
-	sp.mu.Lock()
-	defer sp.mu.Unlock()
-	any := false
-	for _, seq := range seqs {
-		if !sp.fresh[seq] {
-			any = true
-		}
-		delete(sp.fresh, seq)
-	}
-	return any
+	b.spooled = true
+	return b, nil
 }

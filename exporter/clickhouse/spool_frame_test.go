@@ -149,7 +149,7 @@ func TestSpoolFrame_BitFlips(t *testing.T) {
 			b, err := decodeFrame(data, 1<<20)
 			var ce *corruptError
 			want, off := region(i)
-			if !errors.As(err, &ce) || !errors.Is(err, errSpoolCorrupt) || ce.offset != off || ce.inBatch || !strings.Contains(ce.reason, want) {
+			if !errors.As(err, &ce) || !errors.Is(err, errSpoolCorrupt) || ce.Offset != off || ce.InBatch || !strings.Contains(ce.Reason, want) {
 				t.Fatalf("bit %d of byte %d (of %d) flipped: batch %v, err %v; want corrupt at byte %d: %s", bit, i, len(good), b != nil, err, off, want)
 			}
 		}
@@ -204,7 +204,7 @@ func TestSpoolFrame_HugeLength(t *testing.T) {
 				t.Errorf("refusing it allocated %d bytes, want at most %d", bytes, max)
 			}
 			var ce *corruptError
-			if !errors.As(err, &ce) || ce.offset != tc.off || ce.inBatch != tc.batch || !strings.Contains(ce.reason, tc.reason) {
+			if !errors.As(err, &ce) || ce.Offset != tc.off || ce.InBatch != tc.batch || !strings.Contains(ce.Reason, tc.reason) {
 				t.Errorf("err = %v; want corrupt at byte %d (in batch %v): %s", err, tc.off, tc.batch, tc.reason)
 			}
 		})
@@ -212,7 +212,7 @@ func TestSpoolFrame_HugeLength(t *testing.T) {
 	// A file of an earlier release larger than the whole spool is not
 	// read in.
 	dir := t.TempDir()
-	big := (&spool{dir: dir}).path(1, spoolExt)
+	big := spoolPath(dir, 1, spoolExt)
 	if err := os.WriteFile(big, frameOf(make([]byte, 1<<20)), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -255,14 +255,11 @@ func TestSpoolCodec_FieldRanges(t *testing.T) {
 // frameAt returns the segment, offset and length of the frame of seq.
 func frameAt(t *testing.T, sp *spool, seq uint64) (path string, off, size int64) {
 	t.Helper()
-	sp.mu.Lock()
-	defer sp.mu.Unlock()
-	i, ok := sp.find(seq)
-	if !ok || sp.entries[i].seg == nil {
+	path, off, size, ok := sp.Frame(seq)
+	if !ok {
 		t.Fatalf("batch %d is not a frame of a segment", seq)
 	}
-	e := sp.entries[i]
-	return e.seg.path, e.off, e.size
+	return path, off, size
 }
 
 // flip xors the byte at off of the file at path with mask.
@@ -283,7 +280,7 @@ func flip(t *testing.T, path string, off int64, mask byte) {
 func writeOldSpool(t *testing.T, dir string, files ...[]byte) {
 	t.Helper()
 	for i, data := range files {
-		if err := os.WriteFile((&spool{dir: dir}).path(uint64(i+1), spoolExt), data, 0o600); err != nil {
+		if err := os.WriteFile(spoolPath(dir, uint64(i+1), spoolExt), data, 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -368,8 +365,8 @@ func TestGather_CorruptFrames(t *testing.T) {
 					if tc.walk {
 						reason = fmt.Sprintf("corrupt at byte %d of the file: %d bytes that are no whole frame", off, size)
 					}
-					if len(sp.torn) != 0 {
-						t.Errorf("recovery cut a tail %+v off a segment damaged in the middle", sp.torn)
+					if len(sp.Torn()) != 0 {
+						t.Errorf("recovery cut a tail %+v off a segment damaged in the middle", sp.Torn())
 					}
 				}
 				check(t, sp, path, reason)
@@ -414,8 +411,7 @@ func TestDrain_CorruptFile(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		sp := &spool{dir: dir}
-		if err := os.WriteFile(sp.path(uint64(i+1), spoolExt), data, 0o600); err != nil {
+		if err := os.WriteFile(spoolPath(dir, uint64(i+1), spoolExt), data, 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -451,7 +447,7 @@ func TestDrain_CorruptFile(t *testing.T) {
 	segPath, off, size := frameAt(t, s.spool, 5)
 	s.Close()
 	flip(t, segPath, off+size-5, 0x20)
-	bad := (&spool{dir: dir}).path(5, spoolExt)
+	bad := spoolPath(dir, 5, spoolExt)
 
 	var logs syncBuffer
 	o.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -574,9 +570,7 @@ func TestStore_SpoolTailCutCounted(t *testing.T) {
 			}
 			f.Write(make([]byte, 100)) // a write whose sync never returned
 			f.Close()
-			orig := keepTorn
-			keepTorn = tc.keep
-			defer func() { keepTorn = orig }()
+			hookKeepTorn(t, tc.keep)
 			if got := faultsAfterOpen(); got[metrics.FaultSpoolTailCut] != 1 {
 				t.Errorf("spool_tail_cut after recovery cut a tail %v, want 1", got)
 			}

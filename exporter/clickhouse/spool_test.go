@@ -111,8 +111,8 @@ func TestSpool_Kept(t *testing.T) {
 	// a (2 rows of calls, 1 write, 1 watermark) passes the limit of 3
 	// rows alone: nothing is kept, since a batch kept behind one that is
 	// not would wait in memory for the whole backlog.
-	if len(sp.kept) != 0 {
-		t.Fatalf("kept %d batches, want 0", len(sp.kept))
+	if n := sp.State().Kept; n != 0 {
+		t.Fatalf("kept %d batches, want 0", n)
 	}
 	sp, err = openSpool(t.TempDir(), 1<<20, 6)
 	if err != nil {
@@ -123,10 +123,10 @@ func TestSpool_Kept(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if len(sp.kept) != 1 || sp.kept[sp.first(1)[0]] != a {
-		t.Fatalf("kept %v, want the first batch only (4 rows, then 3 more pass 6)", sp.kept)
+	if kb, ok := sp.IsKept(sp.first(1)[0]); sp.State().Kept != 1 || !ok || kb != a {
+		t.Fatalf("kept %+v, want the first batch only (4 rows, then 3 more pass 6)", sp.State())
 	}
-	disk, err := openSpool(sp.dir, 1<<20, 0)
+	disk, err := openSpool(sp.Dir(), 1<<20, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,8 +155,8 @@ func TestSpool_Kept(t *testing.T) {
 	if err := sp.remove(seq); err != nil {
 		t.Fatal(err)
 	}
-	if len(sp.kept) != 0 || sp.keptRows != 0 {
-		t.Errorf("a removed batch is still kept: %d batches, %d rows", len(sp.kept), sp.keptRows)
+	if st := sp.State(); st.Kept != 0 || st.KeptRows != 0 {
+		t.Errorf("a removed batch is still kept: %d batches, %d rows", st.Kept, st.KeptRows)
 	}
 }
 

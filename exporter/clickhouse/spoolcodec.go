@@ -2,7 +2,6 @@ package clickhouse
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
 )
@@ -13,11 +12,6 @@ import (
 // allocated about as much again as the batch while encoding it and was the
 // largest cost of an acknowledgement after the sync. A field added to a row
 // type must be added here too: TestSpoolCodec_EveryField fails until it is.
-
-// errSpoolCodec is matched by the error of a batch encoding that ends
-// early, holds more than its batch, or a count or value no writer makes (a
-// *corruptError, inBatch).
-var errSpoolCodec = errors.New("malformed spool batch")
 
 type spoolEncoder struct{ b []byte }
 
@@ -157,7 +151,7 @@ type spoolDecoder struct {
 // the decoding: every later read returns zero values.
 func (d *spoolDecoder) fail(format string, args ...any) {
 	if d.err == nil {
-		d.err = &corruptError{offset: int64(d.off), inBatch: true, reason: fmt.Sprintf(format, args...)}
+		d.err = &corruptError{Offset: int64(d.off), InBatch: true, Reason: fmt.Sprintf(format, args...)}
 	}
 	d.off = len(d.s)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	spoollog "github.com/mcpaudit/mcpaudit/internal/spool"
 	"os"
 	"path/filepath"
 	"slices"
@@ -94,9 +95,7 @@ func copyDir(t *testing.T, dir string) string {
 // hookSync replaces the segments' sync for the test.
 func hookSync(t *testing.T, f func(*os.File) error) {
 	t.Helper()
-	old := syncSegment
-	syncSegment = f
-	t.Cleanup(func() { syncSegment = old })
+	t.Cleanup(spoollog.SetSync(f))
 }
 
 // TestSpool_OneSyncPerAppend: an append is one frame at the end of the
@@ -177,9 +176,7 @@ func TestSpool_GroupCommit(t *testing.T) {
 	// flight; none is acknowledged by it.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		sp.mu.Lock()
-		written := len(sp.entries)
-		sp.mu.Unlock()
+		written := sp.State().Entries
 		if written == n {
 			break
 		}
@@ -210,9 +207,7 @@ func TestSpool_GroupCommit(t *testing.T) {
 	}
 	// Every frame is covered by a sync that finished before its append
 	// returned: the last sync covered the whole file.
-	sp.mu.Lock()
-	size := sp.active.size
-	sp.mu.Unlock()
+	size := sp.State().ActiveSize
 	if last := calls[len(calls)-1].covered; last != size {
 		t.Errorf("the last sync covered %d bytes of %d", last, size)
 	}
@@ -243,7 +238,7 @@ func TestSpool_CrashBeforeSync(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	syncSegment = fdatasync
+	spoollog.SetSync(fdatasync)
 	seg := spoolFiles(t, crashed, spoolSegExt)[0]
 	info, err := os.Stat(filepath.Join(crashed, seg))
 	if err != nil {
@@ -271,8 +266,8 @@ func TestSpool_CrashBeforeSync(t *testing.T) {
 			if got := callIDs(t, re); !slices.Equal(got, []string{"c_1", "c_2"}) {
 				t.Errorf("recovered calls %v, want the two acknowledged", got)
 			}
-			if len(re.torn) != 1 || re.torn[0].at != off3 || re.torn[0].bytes != cut {
-				t.Errorf("torn tails %+v, want %d bytes at %d", re.torn, cut, off3)
+			if len(re.Torn()) != 1 || re.Torn()[0].At != off3 || re.Torn()[0].Bytes != cut {
+				t.Errorf("torn tails %+v, want %d bytes at %d", re.Torn(), cut, off3)
 			}
 			if info, err := os.Stat(path); err != nil || info.Size() != off3 {
 				t.Errorf("the segment was not cut back to %d bytes: %v, %v", off3, info.Size(), err)
@@ -286,8 +281,8 @@ func TestSpool_CrashBeforeSync(t *testing.T) {
 			if got := callIDs(t, again); !slices.Equal(got, []string{"c_1", "c_2", "c_4"}) {
 				t.Errorf("calls after a second restart %v", got)
 			}
-			if len(again.torn) != 0 {
-				t.Errorf("the second restart found torn tails %+v", again.torn)
+			if len(again.Torn()) != 0 {
+				t.Errorf("the second restart found torn tails %+v", again.Torn())
 			}
 			// The kept tail is still set aside, for a person to move out.
 			if rejected, torn, err := again.setAside(); err != nil || rejected != 0 || torn != 1 {
@@ -333,8 +328,8 @@ func TestSpool_TornTail(t *testing.T) {
 			if got := callIDs(t, re); !slices.Equal(got, []string{"c_1", "c_2", "c_3"}) {
 				t.Errorf("recovered calls %v", got)
 			}
-			if len(re.torn) != 1 || re.torn[0].at != off+size || re.torn[0].bytes != int64(len(tc.tail)) {
-				t.Errorf("torn tails %+v, want %d bytes at %d", re.torn, len(tc.tail), off+size)
+			if len(re.Torn()) != 1 || re.Torn()[0].At != off+size || re.Torn()[0].Bytes != int64(len(tc.tail)) {
+				t.Errorf("torn tails %+v, want %d bytes at %d", re.Torn(), len(tc.tail), off+size)
 			}
 			checkKeptTail(t, dir, tc.tail)
 		})
@@ -354,15 +349,15 @@ func TestSpool_TornTail(t *testing.T) {
 			t.Fatal(err)
 		}
 		re := mustOpenSpool(t, dir)
-		if got := callIDs(t, re); !slices.Equal(got, []string{"c_1"}) || len(re.torn) != 1 || re.torn[0].at != off {
-			t.Errorf("recovered calls %v, torn %+v", got, re.torn)
+		if got := callIDs(t, re); !slices.Equal(got, []string{"c_1"}) || len(re.Torn()) != 1 || re.Torn()[0].At != off {
+			t.Errorf("recovered calls %v, torn %+v", got, re.Torn())
 		}
 		// Acknowledged, then damaged: its bytes are kept, not destroyed.
 		checkKeptTail(t, dir, data[off:off+size])
 		// The kept file is not read as part of the spool at the next start.
 		again := mustOpenSpool(t, dir)
-		if got := callIDs(t, again); !slices.Equal(got, []string{"c_1"}) || len(again.torn) != 0 {
-			t.Errorf("second restart: calls %v, torn %+v", got, again.torn)
+		if got := callIDs(t, again); !slices.Equal(got, []string{"c_1"}) || len(again.Torn()) != 0 {
+			t.Errorf("second restart: calls %v, torn %+v", got, again.Torn())
 		}
 		checkKeptTail(t, dir, data[off:off+size])
 	})
@@ -375,8 +370,8 @@ func TestSpool_TornTail(t *testing.T) {
 			t.Fatal(err)
 		}
 		re := mustOpenSpool(t, dir)
-		if n, _ := re.usage(); n != 0 || len(re.torn) != 1 {
-			t.Errorf("%d batches, torn %+v", n, re.torn)
+		if n, _ := re.usage(); n != 0 || len(re.Torn()) != 1 {
+			t.Errorf("%d batches, torn %+v", n, re.Torn())
 		}
 		checkKeptTail(t, dir, junk)
 	})
@@ -397,17 +392,15 @@ func TestSpool_TornTailNotKept(t *testing.T) {
 	}
 	f.Write(make([]byte, 100))
 	f.Close()
-	orig := keepTorn
-	keepTorn = func(string, string, *os.File, int64, int64) (string, error) {
+	hookKeepTorn(t, func(string, string, *os.File, int64, int64) (string, error) {
 		return "", errors.New("no space left on device")
-	}
-	defer func() { keepTorn = orig }()
+	})
 	re, err := openSpool(dir, 1<<20, 0)
 	if err != nil {
 		t.Fatalf("the spool did not open: %v", err)
 	}
-	if got := callIDs(t, re); !slices.Equal(got, []string{"c_1", "c_2"}) || len(re.torn) != 1 || re.torn[0].keepErr == nil || re.torn[0].at != off+size {
-		t.Errorf("recovered calls %v, torn %+v", got, re.torn)
+	if got := callIDs(t, re); !slices.Equal(got, []string{"c_1", "c_2"}) || len(re.Torn()) != 1 || re.Torn()[0].KeepErr == nil || re.Torn()[0].At != off+size {
+		t.Errorf("recovered calls %v, torn %+v", got, re.Torn())
 	}
 	if info, err := os.Stat(path); err != nil || info.Size() != off+size+100 {
 		t.Errorf("the segment was cut although its tail was not kept: %v %v", info.Size(), err)
@@ -479,7 +472,7 @@ func TestSpool_Segments(t *testing.T) {
 	dir := t.TempDir()
 	sp := mustOpenSpool(t, dir)
 	frame := int64(len(encodeFrameCopy(t, testBatch("c_00"))))
-	sp.segmentBytes = 3 * frame
+	sp.SetSegmentBytes(3 * frame)
 	var ids []string
 	for i := range 7 {
 		id := fmt.Sprintf("c_%02d", i)
@@ -489,7 +482,7 @@ func TestSpool_Segments(t *testing.T) {
 		}
 	}
 	if segs := spoolFiles(t, dir, spoolSegExt); len(segs) != 3 {
-		t.Fatalf("7 frames of %d bytes in segments of %d: %v, want 3", frame, sp.segmentBytes, segs)
+		t.Fatalf("7 frames of %d bytes in segments of %d: %v, want 3", frame, 3*frame, segs)
 	}
 	re := mustOpenSpool(t, dir)
 	if got := callIDs(t, re); !slices.Equal(got, ids) {
@@ -505,21 +498,20 @@ func TestSpool_Segments(t *testing.T) {
 			t.Errorf("after draining the first segment: %v", segs)
 		}
 	}
-	sp.mu.Lock()
-	active, spare := sp.active, sp.spare
-	sp.mu.Unlock()
-	if active != nil || spare == nil {
-		t.Fatalf("drained spool: active %v, spare %v; want no active segment and a spare", active, spare)
+	st := sp.State()
+	if st.Active || !st.Spare {
+		t.Fatalf("drained spool: %+v; want no active segment and a spare", st)
 	}
-	if segs := spoolFiles(t, dir, spoolSegExt); !slices.Equal(segs, []string{filepath.Base(spare.path)}) {
+	sparePath := spoollog.SegmentPath(dir, st.SpareID)
+	if segs := spoolFiles(t, dir, spoolSegExt); !slices.Equal(segs, []string{filepath.Base(sparePath)}) {
 		t.Errorf("segments of a drained spool %v, want the empty spare alone", segs)
 	}
 	// The next append takes the spare: no segment created on its way.
 	if err := sp.append(testBatch("c_10")); err != nil {
 		t.Fatal(err)
 	}
-	if path, _, _ := frameAt(t, sp, sp.first(1)[0]); path != spare.path {
-		t.Errorf("the append after the drain went to %s, want the spare %s", path, spare.path)
+	if path, _, _ := frameAt(t, sp, sp.first(1)[0]); path != sparePath {
+		t.Errorf("the append after the drain went to %s, want the spare %s", path, sparePath)
 	}
 	if err := sp.remove(sp.first(1)[0]); err != nil {
 		t.Fatal(err)
@@ -580,21 +572,21 @@ func FuzzScanSegment(f *testing.F) {
 	f.Add(mid)
 	f.Add(append(slices.Clone(seg), make([]byte, 64)...))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		refs, end, err := scanSegment(bytes.NewReader(data), int64(len(data)), 1<<20)
+		refs, end, err := spoollog.ScanSegment(bytes.NewReader(data), int64(len(data)), 1<<20)
 		if err != nil {
-			t.Fatalf("scanSegment of bytes in memory: %v", err)
+			t.Fatalf("spoollog.ScanSegment of bytes in memory: %v", err)
 		}
 		at := int64(0)
 		for _, r := range refs {
-			if r.off != at || r.size <= 0 {
+			if r.Off != at || r.Size <= 0 {
 				t.Fatalf("refs %+v: a gap or an overlap at byte %d", refs, at)
 			}
-			at += r.size
-			if r.damage != nil {
+			at += r.Size
+			if r.Damage != nil {
 				continue
 			}
-			if _, err := decodeFrame(data[r.off:r.off+r.size], 1<<20); err != nil && !errors.Is(err, errSpoolCorrupt) {
-				t.Fatalf("frame at %d: %v", r.off, err)
+			if _, err := decodeFrame(data[r.Off:r.Off+r.Size], 1<<20); err != nil && !errors.Is(err, errSpoolCorrupt) {
+				t.Fatalf("frame at %d: %v", r.Off, err)
 			}
 		}
 		if at != end || end > int64(len(data)) {
@@ -626,12 +618,12 @@ func TestSpool_CloseCompacts(t *testing.T) {
 	re.close()
 	flip(t, path, off+3, 1) // the magic of c_2's frame
 	re = mustOpenSpool(t, dir)
-	if err := re.remove(re.entries[1].seq); err != nil { // c_3
+	if err := re.remove(re.Seqs()[1]); err != nil { // c_3
 		t.Fatal(err)
 	}
 	re.close()
 	again := mustOpenSpool(t, dir)
-	if n, _ := again.usage(); n != 2 || again.entries[0].damage == nil {
-		t.Errorf("after a restart: %d entries (first damaged: %v), want the damaged region and c_3 again", n, again.entries[0].damage != nil)
+	if n, _ := again.usage(); n != 2 || !again.Damaged(again.Seqs()[0]) {
+		t.Errorf("after a restart: %d entries (first damaged: %v), want the damaged region and c_3 again", n, again.Damaged(again.Seqs()[0]))
 	}
 }

@@ -145,15 +145,15 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		progress: make(chan struct{}),
 	}
 	close(s.drained)
-	s.spoolTailsCut.Store(int64(len(sp.torn)))
-	for _, t := range sp.torn {
-		if t.keepErr != nil {
+	s.spoolTailsCut.Store(int64(len(sp.Torn())))
+	for _, t := range sp.Torn() {
+		if t.KeepErr != nil {
 			log.Error("clickhouse: a torn tail at the end of a spool segment could not be kept in a file of its own; left in place, not cut, and gone once the segment drains: appends whose sync never returned, not acknowledged (or the last frame, damaged after its sync)",
-				"file", t.path, "at_byte", t.at, "bytes", t.bytes, "err", t.keepErr)
+				"file", t.Path, "at_byte", t.At, "bytes", t.Bytes, "err", t.KeepErr)
 			continue
 		}
 		log.Warn("clickhouse: cut the torn tail off a spool segment, its bytes kept: appends whose sync never returned, not acknowledged (or the last frame, damaged after its sync)",
-			"file", t.path, "at_byte", t.at, "bytes", t.bytes, "kept", t.kept)
+			"file", t.Path, "at_byte", t.At, "bytes", t.Bytes, "kept", t.Kept)
 	}
 	if n, bytes := sp.usage(); n > 0 {
 		log.Warn("clickhouse: batches left in the spool; draining them", "batches", n, "bytes", bytes, "dir", o.Spool.Dir)
@@ -1009,8 +1009,8 @@ func (s *Store) waitDrained(ctx context.Context) error {
 // recoverWatermark finds the latest watermark among spooled batches, so that
 // Watermark answers before they are drained.
 func (s *Store) recoverWatermark() {
-	for _, e := range s.spool.entries {
-		b, err := s.spool.read(e.seq)
+	for _, seq := range s.spool.Seqs() {
+		b, err := s.spool.read(seq)
 		if err != nil {
 			continue // drain moves it aside
 		}

@@ -36,10 +36,15 @@ type BackupInfo struct {
 // integrity check, its schema version and its calls counted), synced and
 // only then renamed to out, readable by its owner only. The id index is
 // not copied: it is derived, and rebuilt from the file where it is opened.
+// A call log (ack "log") that no process holds is applied to the file
+// first; one that serve holds is not copied (what serve has drained is).
 func Backup(ctx context.Context, path, out string) (BackupInfo, error) {
 	start := time.Now()
 	info := BackupInfo{Path: out}
 	if _, err := os.Stat(path); err != nil {
+		return info, fmt.Errorf("cannot back up %s: %w", path, err)
+	}
+	if err := applyLog(path); err != nil {
 		return info, fmt.Errorf("cannot back up %s: %w", path, err)
 	}
 	if _, err := os.Lstat(out); err == nil {

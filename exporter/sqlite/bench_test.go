@@ -79,6 +79,11 @@ func BenchmarkAppendCalls(b *testing.B) {
 	// its rate is one commit's latency (issue 9: >= 40,000 calls/s at an
 	// acknowledgement p99 <= 50 ms).
 	b.Run("sequential512", func(b *testing.B) { benchAppend(b, Options{}, 1, 512) })
+	// The same with ack "log": acknowledged once synced to the call log,
+	// committed behind (Close waits for the drain; the calls/s are the
+	// acknowledgements').
+	b.Run("full_acklog", func(b *testing.B) { benchAppend(b, Options{Ack: AckLog}, 8, 100) })
+	b.Run("sequential512_acklog", func(b *testing.B) { benchAppend(b, Options{Ack: AckLog}, 1, 512) })
 }
 
 func benchAppend(b *testing.B, opts Options, workers, batch int) {

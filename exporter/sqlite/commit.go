@@ -224,12 +224,16 @@ func encodeResults(r *audit.Results) (*request, error) {
 }
 
 // AppendCalls stores calls durably. The calls of concurrent callers are
-// committed together in one transaction by the committer goroutine; each
-// caller returns once the transaction holding its calls has committed
-// (with the default synchronous=full, once the log is synced), or with the
-// error that failed it. A call whose id is stored is skipped. When ctx ends
-// first, AppendCalls returns its error, and the calls may or may not be
-// committed: retrying is safe.
+// committed together in one transaction by the committer goroutine; with
+// Ack "commit" each caller returns once the transaction holding its calls
+// has committed (with the default synchronous=full, once the log is
+// synced), or with the error that failed it; with Ack "log", once its
+// calls are synced to the call log (acklog.go), which the committer
+// drains behind. A call whose id is stored is skipped; the count returned
+// is of the calls stored for the first time, the same with either Ack. A
+// full call log fails with audit.ErrUnavailable (wrapping spool.ErrFull).
+// When ctx ends first, AppendCalls returns its error, and the calls may or
+// may not be committed: retrying is safe.
 func (s *Store) AppendCalls(ctx context.Context, calls []audit.Record) (int, error) {
 	rows, err := encodeCalls(calls)
 	if err != nil {
@@ -240,6 +244,10 @@ func (s *Store) AppendCalls(ctx context.Context, calls []audit.Record) (int, err
 			return 0, errClosed("append calls")
 		}
 		return 0, nil
+	}
+	if s.clog != nil {
+		n, err := s.appendLog(ctx, rows)
+		return int(n), s.fail("append calls", err)
 	}
 	n, err := s.submit(ctx, &request{calls: rows, watermark: zeroTime})
 	return int(n), s.fail("append calls", err)
@@ -332,9 +340,15 @@ func (s *Store) Checkpoint(ctx context.Context) error {
 
 // submit queues req for the committer and waits for its reply.
 func (s *Store) submit(ctx context.Context, req *request) (int64, error) {
+	return s.send(ctx, req, false)
+}
+
+// send is submit; the drain of the call log sets closing, as it also runs
+// while Close waits for it, before the committer stops.
+func (s *Store) send(ctx context.Context, req *request, closing bool) (int64, error) {
 	req.done = make(chan reply, 1)
 	s.mu.RLock()
-	if s.closed.Load() {
+	if s.closed.Load() && !closing {
 		s.mu.RUnlock()
 		return 0, audit.ErrClosed
 	}
@@ -846,6 +860,13 @@ func (s *Store) deleteChunk(d *deleteRequest) (int64, error) {
 		return 0, wrap(err)
 	}
 	s.ids.remove(gone, deletes)
+	if len(gone) > 0 {
+		last := gone[0].time
+		for _, c := range gone {
+			last = max(last, c.time)
+		}
+		s.forgetDeleted(last)
+	}
 	return n, nil
 }
 

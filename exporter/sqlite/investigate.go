@@ -492,6 +492,9 @@ func (s *Store) Calls(ctx context.Context, q audit.CallQuery) (audit.CallPage, e
 	if s.closed.Load() {
 		return audit.CallPage{}, errClosed(op)
 	}
+	if err := s.caughtUp(ctx, op); err != nil {
+		return audit.CallPage{}, err
+	}
 	page := audit.CallPage{Calls: []audit.Record{}}
 	keep := func(r *audit.Record) bool {
 		c := r.Call
@@ -749,6 +752,9 @@ func (s *Store) FailureCounts(ctx context.Context, q audit.CountQuery) (map[audi
 	const op = "count failures"
 	if s.closed.Load() {
 		return nil, errClosed(op)
+	}
+	if err := s.caughtUp(ctx, op); err != nil {
+		return nil, err
 	}
 	out := map[audit.RetryAction]int64{}
 	lastTime, lastRID := clampNanos(q.Since), int64(-1)

@@ -47,6 +47,9 @@ func (s *Store) ScanCalls(ctx context.Context, since time.Time, fn func(*audit.R
 	if s.closed.Load() {
 		return errClosed("scan calls")
 	}
+	if err := s.caughtUp(ctx, "scan calls"); err != nil {
+		return err
+	}
 	lastTime, lastRID := clampNanos(since), int64(-1)
 	var buf []byte
 	for {
@@ -433,6 +436,9 @@ func (s *Store) WriteCounts(ctx context.Context, q audit.CountQuery) (map[audit.
 func (s *Store) Timeline(ctx context.Context, q audit.TimelineQuery) ([]audit.TimelineEvent, error) {
 	if s.closed.Load() {
 		return nil, errClosed("read timeline")
+	}
+	if err := s.caughtUp(ctx, "read timeline"); err != nil {
+		return nil, err
 	}
 	if q.Document == "" {
 		return nil, errors.New("cannot read timeline: no document given")

@@ -31,6 +31,22 @@ type Options struct {
 	// loss; "normal" syncs only at checkpoints and may lose the last
 	// commits on power loss (never on a process crash). Default "full".
 	Synchronous string `yaml:"synchronous"`
+	// Ack is when an append of calls is acknowledged: "commit", once the
+	// SQLite transaction holding them has committed; "log", once they are
+	// synced (fdatasync) to the call log beside the file (the file's name
+	// and ".log"), which the committer drains into SQLite behind the
+	// acknowledgements in large transactions. With "log", queries wait
+	// for the calls acknowledged before them to be committed (log_wait),
+	// and a restart applies the log before the store answers. Default
+	// "commit".
+	Ack string `yaml:"ack"`
+	// LogMaxBytes bounds the call log (ack "log"): an append that would
+	// pass it is refused (503) until the drain has made room. Default 1GiB.
+	LogMaxBytes int64 `yaml:"log_max_bytes"`
+	// LogWait is how long a query waits, with ack "log", for the calls
+	// acknowledged before it to be committed before it fails (503).
+	// Default 10s.
+	LogWait time.Duration `yaml:"log_wait"`
 	// MaxBatch is how many calls one group commit holds at most before it
 	// is committed. Default 2000.
 	MaxBatch int `yaml:"max_batch"`
@@ -81,7 +97,7 @@ type Options struct {
 
 // NewDefaultOptions returns the documented defaults.
 func NewDefaultOptions() Options {
-	return Options{Synchronous: "full", MaxBatch: 2000, DeleteChunk: 2000, CacheMiB: 64, ReadConns: 4, ReadCacheMiB: 16, CheckpointEvery: time.Minute}
+	return Options{Synchronous: "full", Ack: AckCommit, LogMaxBytes: 1 << 30, LogWait: 10 * time.Second, MaxBatch: 2000, DeleteChunk: 2000, CacheMiB: 64, ReadConns: 4, ReadCacheMiB: 16, CheckpointEvery: time.Minute}
 }
 
 // Validate checks the options; zero fields are valid (they take defaults).
@@ -91,6 +107,17 @@ func (o *Options) Validate() error {
 	case "", "full", "normal":
 	default:
 		errs = append(errs, fmt.Errorf("synchronous: must be full or normal, not %q", o.Synchronous))
+	}
+	switch o.Ack {
+	case "", AckCommit, AckLog:
+	default:
+		errs = append(errs, fmt.Errorf("ack: must be commit or log, not %q", o.Ack))
+	}
+	if o.LogMaxBytes < 0 {
+		errs = append(errs, errors.New("log_max_bytes: must not be negative"))
+	}
+	if o.LogWait < 0 {
+		errs = append(errs, errors.New("log_wait: must not be negative"))
 	}
 	for _, f := range []struct {
 		name string
@@ -115,6 +142,15 @@ func (o Options) withDefaults() Options {
 		o.Synchronous = d.Synchronous
 	}
 	o.Synchronous = strings.ToLower(o.Synchronous)
+	if o.Ack == "" {
+		o.Ack = d.Ack
+	}
+	if o.LogMaxBytes == 0 {
+		o.LogMaxBytes = d.LogMaxBytes
+	}
+	if o.LogWait == 0 {
+		o.LogWait = d.LogWait
+	}
 	if o.MaxBatch == 0 {
 		o.MaxBatch = d.MaxBatch
 	}
@@ -165,6 +201,9 @@ type Store struct {
 	inv *investigation
 	// ids looks calls up by id (ids.go).
 	ids *idIndex
+
+	// clog is the call log, with Ack "log" (acklog.go); nil otherwise.
+	clog *callLog
 
 	// The checkpoint loop, when a signing key is set.
 	stopCheckpoints, checkpointsDone chan struct{}
@@ -336,6 +375,10 @@ func Open(path string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("cannot open store %s: %w", path, wrap(err))
 	}
 	go s.commitLoop()
+	if err := s.openLog(LogDir(path)); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("cannot open store %s: %w", path, err)
+	}
 	if opts.SigningKey != nil {
 		// Sign at once: the heads a crash left unsigned, or a new store's
 		// first (empty) checkpoint.
@@ -435,10 +478,15 @@ func (s *Store) Close() error {
 		<-s.checkpointsDone
 	}
 	s.closed.Store(true)
+	s.mu.Unlock()
+	// Appends refused now; the call log drains through the committer.
+	s.stopLog()
+	s.mu.Lock()
 	close(s.reqs)
 	s.mu.Unlock()
 	<-s.done
 	s.rows.close()
+	s.closeLog()
 
 	var errs []error
 	if err := s.closeSide(); err != nil {

@@ -13,11 +13,16 @@ import (
 
 // Verify checks the store at path against its tamper-evidence chains and,
 // with pub, their signed checkpoints, reading the file only (a collector
-// may be writing it meanwhile: the check reads one snapshot). Every edit,
+// may be writing it meanwhile: the check reads one snapshot). A call log
+// (ack "log") that no process holds is applied to the file first, so that
+// the calls it acknowledged are checked too. Every edit,
 // deletion, insertion or reordering of stored calls, findings and finding
 // state changes is reported with its tenant, chain entry and rows. An
 // error means the check could not run.
 func Verify(ctx context.Context, path string, pub ed25519.PublicKey) (*chain.Report, error) {
+	if err := applyLog(path); err != nil {
+		return nil, fmt.Errorf("cannot verify store %s: %w", path, err)
+	}
 	db, err := openReadOnly(path)
 	if err != nil {
 		return nil, err

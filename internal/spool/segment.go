@@ -1,4 +1,4 @@
-package clickhouse
+package spool
 
 import (
 	"bytes"
@@ -28,7 +28,7 @@ import (
 // restart, after a failed write or sync, or once it passes the segment
 // size; it is removed when none of its batches is left in the spool.
 //
-// Recovery (scanSegment) walks the frames by their lengths. Bytes where no
+// Recovery (ScanSegment) walks the frames by their lengths. Bytes where no
 // frame header is, or a frame whose checksum fails, followed by a whole
 // frame, are damage in the middle: they become an entry of their own,
 // which the drain sets aside as .rejected while the frames around it drain.
@@ -64,14 +64,14 @@ func (g *segment) read(off, n int64) ([]byte, error) {
 	return data, nil
 }
 
-func (sp *spool) segmentPath(id uint64) string {
-	return filepath.Join(sp.dir, fmt.Sprintf("%0*d%s", spoolSeqWidth, id, spoolSegExt))
+func (sp *Log[T]) segmentPath(id uint64) string {
+	return filepath.Join(sp.dir, fmt.Sprintf("%0*d%s", seqWidth, id, SegExt))
 }
 
 // segmentFor returns the segment the next frame of n bytes goes to,
 // starting a new one when the active one is full or failed; the caller
 // holds mu.
-func (sp *spool) segmentFor(n int64) (*segment, error) {
+func (sp *Log[T]) segmentFor(n int64) (*segment, error) {
 	if a := sp.active; a != nil {
 		if a.failed == nil && (a.size == 0 || a.size+n <= sp.segmentBytes) {
 			return a, nil
@@ -107,7 +107,7 @@ func (sp *spool) segmentFor(n int64) (*segment, error) {
 // prepareSpare creates the segment the next rotation takes, so that the
 // append that rotates does not wait for a file to be created and its
 // directory synced.
-func (sp *spool) prepareSpare() {
+func (sp *Log[T]) prepareSpare() {
 	sp.mu.Lock()
 	if sp.spare != nil {
 		sp.mu.Unlock()
@@ -158,7 +158,7 @@ var syncSegment = fdatasync
 // retire removes a segment none of whose batches is left; the caller holds
 // mu. A crash before the removal reaches the disk only re-sends its
 // batches.
-func (sp *spool) retire(g *segment) error {
+func (sp *Log[T]) retire(g *segment) error {
 	if sp.active == g {
 		sp.active = nil
 	}
@@ -175,7 +175,7 @@ func (sp *spool) retire(g *segment) error {
 // sync returns once the bytes of g up to end are on disk. The first caller
 // to find them not synced syncs everything written so far, for the callers
 // that wrote meanwhile too (group commit).
-func (sp *spool) sync(g *segment, end int64) error {
+func (sp *Log[T]) sync(g *segment, end int64) error {
 	sp.syncMu.Lock()
 	defer sp.syncMu.Unlock()
 	sp.mu.Lock()
@@ -208,7 +208,7 @@ func (sp *spool) sync(g *segment, end int64) error {
 
 // recoverSegment lists the frames of a segment left by an earlier run and
 // cuts off its torn tail; an empty segment is removed.
-func (sp *spool) recoverSegment(id uint64) error {
+func (sp *Log[T]) recoverSegment(id uint64) error {
 	path := sp.segmentPath(id)
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
@@ -219,7 +219,7 @@ func (sp *spool) recoverSegment(id uint64) error {
 	if err != nil {
 		return fmt.Errorf("cannot stat spool segment: %w", err)
 	}
-	refs, end, err := scanSegment(f, info.Size(), sp.maxBytes)
+	refs, end, err := ScanSegment(f, info.Size(), sp.maxBytes)
 	if err != nil {
 		return fmt.Errorf("cannot read spool segment %s: %w", path, err)
 	}
@@ -232,8 +232,8 @@ func (sp *spool) recoverSegment(id uint64) error {
 		// for space leaves such a tail), they stay where they are: the
 		// segment is never appended to again, and the drain reads it by
 		// the offsets of its frames.
-		t := tornTail{path: path, at: end, bytes: info.Size() - end}
-		if t.kept, t.keepErr = keepTorn(sp.dir, path, f, end, t.bytes); t.keepErr == nil {
+		t := TornTail{Path: path, At: end, Bytes: info.Size() - end}
+		if t.Kept, t.KeepErr = keepTorn(sp.dir, path, f, end, t.Bytes); t.KeepErr == nil {
 			if err := f.Truncate(end); err != nil {
 				return fmt.Errorf("cannot cut the torn tail of spool segment %s: %w", path, err)
 			}
@@ -248,20 +248,20 @@ func (sp *spool) recoverSegment(id uint64) error {
 	}
 	g := &segment{id: id, path: path, size: end, synced: end, live: len(refs)}
 	for _, r := range refs {
-		sp.entries = append(sp.entries, spoolEntry{seq: sp.next, seg: g, off: r.off, size: r.size, damage: r.damage})
-		sp.bytes += r.size
+		sp.entries = append(sp.entries, spoolEntry{seq: sp.next, seg: g, off: r.Off, size: r.Size, damage: r.Damage})
+		sp.bytes += r.Size
 		sp.next++
 	}
 	return nil
 }
 
-// tornTail is what recovery cut off the end of a segment, and the file
+// TornTail is what recovery cut off the end of a segment, and the file
 // that keeps its bytes.
-type tornTail struct {
-	path      string
-	at, bytes int64
-	kept      string
-	keepErr   error // why it could not be kept; then it was left in place
+type TornTail struct {
+	Path      string
+	At, Bytes int64
+	Kept      string
+	KeepErr   error // why it could not be kept; then it was left in place
 }
 
 // keepTorn keeps a torn tail; tests replace it to fail.
@@ -271,7 +271,7 @@ var keepTorn = keepTail
 // file beside it, NNNN.log.TIME.torn, synced with its directory, and
 // returns its path. The spool never reads such a file: it is for a person.
 func keepTail(dir, path string, f *os.File, off, n int64) (string, error) {
-	kept := fmt.Sprintf("%s.%d%s", path, time.Now().UnixNano(), spoolTornExt)
+	kept := fmt.Sprintf("%s.%d%s", path, time.Now().UnixNano(), TornExt)
 	out, err := os.OpenFile(kept, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return "", fmt.Errorf("cannot keep the torn tail of spool segment %s: %w", path, err)
@@ -293,16 +293,16 @@ func keepTail(dir, path string, f *os.File, off, n int64) (string, error) {
 	return kept, nil
 }
 
-// frameRef is a frame found in a segment, or a damaged region between two.
-type frameRef struct {
-	off, size int64
-	damage    *corruptError
+// FrameRef is a frame found in a segment, or a damaged region between two.
+type FrameRef struct {
+	Off, Size int64
+	Damage    *CorruptError
 }
 
-// scanSegment walks the frames of a segment of size bytes and returns them
+// ScanSegment walks the frames of a segment of size bytes and returns them
 // in order, with end, where the whole frames end: what follows is a torn
 // tail. See segment for what recovery trusts.
-func scanSegment(r io.ReaderAt, size, limit int64) (refs []frameRef, end int64, err error) {
+func ScanSegment(r io.ReaderAt, size, limit int64) (refs []FrameRef, end int64, err error) {
 	var hdr [frameHeaderLen]byte
 	// frameLen returns the length of the frame whose header is at off,
 	// or 0 when none is there or it would pass the end of the file.
@@ -344,19 +344,19 @@ func scanSegment(r io.ReaderAt, size, limit int64) (refs []frameRef, end int64, 
 			if n == 0 {
 				break
 			}
-			refs = append(refs, frameRef{off: off, size: n})
+			refs = append(refs, FrameRef{Off: off, Size: n})
 			off += n
 		}
 		// A length is trusted without its checksum, except the last
 		// one's: a torn write can leave a whole header and a partial
 		// block, and a damaged length leads the walk astray right after.
-		if k := len(refs) - 1; k > checked && refs[k].damage == nil {
-			ok, err := whole(refs[k].off, refs[k].size)
+		if k := len(refs) - 1; k > checked && refs[k].Damage == nil {
+			ok, err := whole(refs[k].Off, refs[k].Size)
 			if err != nil {
 				return nil, 0, err
 			}
 			if !ok {
-				off = refs[k].off
+				off = refs[k].Off
 				refs = refs[:k]
 			}
 			checked = len(refs) - 1
@@ -371,9 +371,9 @@ func scanSegment(r io.ReaderAt, size, limit int64) (refs []frameRef, end int64, 
 		if next < 0 {
 			return refs, off, nil
 		}
-		refs = append(refs, frameRef{off: off, size: next - off, damage: &corruptError{offset: off,
-			reason: fmt.Sprintf("%d bytes that are no whole frame, up to the whole frame at byte %d", next-off, next)}})
-		refs = append(refs, frameRef{off: next, size: n})
+		refs = append(refs, FrameRef{Off: off, Size: next - off, Damage: &CorruptError{Offset: off,
+			Reason: fmt.Sprintf("%d bytes that are no whole frame, up to the whole frame at byte %d", next-off, next)}})
+		refs = append(refs, FrameRef{Off: next, Size: n})
 		checked = len(refs) - 1
 		off = next + n
 	}
@@ -410,12 +410,12 @@ func nextWholeFrame(r io.ReaderAt, from, size, limit int64) (next, n int64, err 
 	}
 }
 
-// close releases the spool's files: the spare segment is removed, and so
+// Close releases the spool's files: the spare segment is removed, and so
 // is the active one when none of its batches is left. A segment some of
 // whose batches the drain already has is copied without them, so that the
 // next start does not send them again. The caller appends and drains no
 // more.
-func (sp *spool) close() {
+func (sp *Log[T]) Close() {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
 	sp.closed = true
@@ -454,7 +454,7 @@ func (sp *spool) close() {
 // sends its drained batches again, which is harmless. A segment with a
 // damaged region stays as it is, so that recovery finds the damage where
 // it was and sets it aside again.
-func (sp *spool) compact(g *segment, es []spoolEntry) {
+func (sp *Log[T]) compact(g *segment, es []spoolEntry) {
 	var n int64
 	for _, e := range es {
 		if e.damage != nil {

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package clickhouse
+package spool
 
 import "os"
 

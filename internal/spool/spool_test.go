@@ -1,0 +1,168 @@
+package spool
+
+import (
+	"errors"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// textCodec spools strings, for the tests of the log itself; the stores'
+// codecs and their tests are in exporter/clickhouse and exporter/sqlite.
+type textCodec struct{}
+
+func (textCodec) Size(v string) int                  { return len(v) }
+func (textCodec) Append(dst []byte, v string) []byte { return append(dst, v...) }
+func (textCodec) Rows(v string) int                  { return 1 }
+func (textCodec) Decode(raw []byte) (string, error) {
+	if strings.HasPrefix(string(raw), "bad") {
+		return "", &CorruptError{InBatch: true, Reason: "bad"}
+	}
+	return string(raw), nil
+}
+func (textCodec) DecodeLegacy(data []byte) (string, error) {
+	return "", &CorruptError{Reason: "no legacy files"}
+}
+
+func open(t *testing.T, dir string, maxBytes int64) *Log[string] {
+	t.Helper()
+	l, err := Open[string](dir, maxBytes, 0, textCodec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func drain(t *testing.T, l *Log[string]) []string {
+	t.Helper()
+	var got []string
+	for _, seq := range l.First(1 << 20) {
+		v, _, err := l.View(seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, v)
+	}
+	return got
+}
+
+// TestLog_ReopenAndRemove: batches appended survive a reopen in order. A
+// removed one comes back after a crash while its segment holds others
+// (the store must recognize it: a crash between its store and its removal
+// looks the same), not after a Close, which compacts the segment; a
+// segment whose batches are all removed is deleted.
+func TestLog_ReopenAndRemove(t *testing.T) {
+	dir := t.TempDir()
+	l := open(t, dir, 1<<20)
+	for _, v := range []string{"a", "b", "c"} {
+		if err := l.Append(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Remove(l.First(1)[0]); err != nil {
+		t.Fatal(err)
+	}
+	// Not closed: as a crash leaves it.
+	crashed := t.TempDir()
+	for _, name := range segments(t, dir) {
+		data, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(crashed, name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := drain(t, open(t, crashed, 1<<20)); !slices.Equal(got, []string{"a", "b", "c"}) {
+		t.Fatalf("after a crash: %v, want [a b c]", got)
+	}
+	l.Close()
+	re := open(t, dir, 1<<20)
+	if got := drain(t, re); !slices.Equal(got, []string{"b", "c"}) {
+		t.Fatalf("after a close: %v, want [b c]", got)
+	}
+	for _, seq := range re.First(10) {
+		if err := re.Remove(seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, _ := re.Usage(); n != 0 || re.DoneThrough() != re.LastAppended() {
+		t.Errorf("drained log: %d batches, done through %d of %d", n, re.DoneThrough(), re.LastAppended())
+	}
+	re.Close()
+	if segs := segments(t, dir); len(segs) != 0 {
+		t.Errorf("segments left after every batch was removed: %v", segs)
+	}
+}
+
+// TestLog_Full: an append past maxBytes is refused with ErrFull and
+// leaves nothing behind.
+func TestLog_Full(t *testing.T) {
+	// Bytes S2 cannot shrink.
+	noise := func(seed uint64) string {
+		r := rand.New(rand.NewPCG(seed, seed))
+		b := make([]byte, 100)
+		for i := range b {
+			b[i] = byte(r.Uint32())
+		}
+		return string(b)
+	}
+	l := open(t, t.TempDir(), 200)
+	if err := l.Append(noise(1)); err != nil {
+		t.Fatal(err)
+	}
+	err := l.Append(noise(2))
+	if !errors.Is(err, ErrFull) {
+		t.Fatalf("append past the limit: %v, want ErrFull", err)
+	}
+	if n, _ := l.Usage(); n != 1 {
+		t.Errorf("%d batches after a refused append, want 1", n)
+	}
+}
+
+// TestLog_DamagedBatch: a frame whose batch does not decode is an error
+// matching ErrCorrupt and ErrCodec that names its segment; Reject sets it
+// aside and the batches after it still read.
+func TestLog_DamagedBatch(t *testing.T) {
+	dir := t.TempDir()
+	l := open(t, dir, 1<<20)
+	for _, v := range []string{"bad one", "good"} {
+		if err := l.Append(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seqs := l.First(2)
+	_, _, err := l.View(seqs[0])
+	if !errors.Is(err, ErrCorrupt) || !errors.Is(err, ErrCodec) || !strings.Contains(err.Error(), SegExt) {
+		t.Fatalf("a batch that does not decode: %v", err)
+	}
+	path, err := l.Reject(seqs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Errorf("the rejected frame: %v", err)
+	}
+	if got := drain(t, l); !slices.Equal(got, []string{"good"}) {
+		t.Errorf("after the rejection: %v", got)
+	}
+}
+
+// segments lists the segment files of dir.
+func segments(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), SegExt) {
+			names = append(names, e.Name())
+		}
+	}
+	return names
+}
