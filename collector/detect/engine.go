@@ -232,7 +232,19 @@ func (e *Engine) Add(src string, r *audit.Record, wall time.Time) {
 		// A later observation completed a waiting one with its response.
 		seen = nil
 	}
-	if seen == nil || e.ids != nil && !e.ids.add(c.Tenant, c.ID) {
+	if seen == nil {
+		e.duplicate()
+		return
+	}
+	if e.ids != nil && !e.ids.add(c.Tenant, c.ID) {
+		if !replaced {
+			// Taken before, and judged: the observation just filed
+			// stands for a judged call, and holds nothing. A call sent
+			// again that late moves no watermark, so no sweep would
+			// free its record before the input ends (a file given
+			// twice would be held whole).
+			seen.processed, seen.r = true, nil
+		}
 		e.duplicate()
 		return
 	}
@@ -245,6 +257,11 @@ func (e *Engine) Add(src string, r *audit.Record, wall time.Time) {
 	if t.Before(p.wm) {
 		seen.processed = true
 		if t.Before(p.wm.Add(-e.cfg.AllowedLateness)) {
+			// Not judged: nothing reads the record of a processed
+			// observation, and it would be held until a sweep passes
+			// its time, which a watermark that late calls do not move
+			// may never bring.
+			seen.r = nil
 			s.tooLate++
 			p.tooLate++
 			e.stats.TooLate++
