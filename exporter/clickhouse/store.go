@@ -688,9 +688,8 @@ func (s *Store) insertBatch(b *batch, retry bool) error {
 				return err
 			}
 		}
-		names, cols, n := src.columns(t)
-		if n > 0 {
-			if err := s.insert(b.Token+":"+tableNames[t], tableNames[t], names, cols); err != nil {
+		if src.tableRows(t) > 0 {
+			if err := s.insert(b.Token+":"+tableNames[t], t, src); err != nil {
 				return err
 			}
 		}
@@ -699,8 +698,21 @@ func (s *Store) insertBatch(b *batch, retry bool) error {
 	return nil
 }
 
-// insert sends one table's rows as one block.
-func (s *Store) insert(token, table string, names []string, cols []any) error {
+// insert sends the rows of table t of b in one INSERT, as blocks of a
+// bounded size (chunkEnd): the driver encodes and compresses one block at
+// a time.
+func (s *Store) insert(token string, t int, b *batch) error {
+	names, _ := b.columns(t, 0, 0)
+	return s.insertBlocks(token, tableNames[t], names, b.tableRows(t), func(lo int) (int, []any) {
+		hi := b.chunkEnd(t, lo)
+		_, cols := b.columns(t, lo, hi)
+		return hi, cols
+	})
+}
+
+// insertBlocks sends n rows in one INSERT, block by block: block returns
+// the end of the block that starts at row lo and its column values.
+func (s *Store) insertBlocks(token, table string, names []string, n int, block func(lo int) (hi int, cols []any)) error {
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.InsertTimeout)
 	defer cancel()
 	if s.caps.DedupToken {
@@ -710,10 +722,20 @@ func (s *Store) insert(token, table string, names []string, cols []any) error {
 	if err != nil {
 		return classify(fmt.Errorf("cannot insert into %s: %w", table, err))
 	}
-	for i, c := range cols {
-		if err := bt.Column(i).Append(c); err != nil {
-			bt.Abort()
-			return fmt.Errorf("cannot encode column %s of %s: %w", names[i], table, err)
+	for lo := 0; lo < n; {
+		hi, cols := block(lo)
+		for i, c := range cols {
+			if err := bt.Column(i).Append(c); err != nil {
+				bt.Abort()
+				return fmt.Errorf("cannot encode column %s of %s: %w", names[i], table, err)
+			}
+		}
+		if lo = hi; lo < n {
+			// The block goes now; the INSERT goes on.
+			if err := bt.Flush(); err != nil {
+				bt.Abort()
+				return classify(fmt.Errorf("cannot insert into %s: %w", table, err))
+			}
 		}
 	}
 	if err := bt.Send(); err != nil {
