@@ -586,6 +586,16 @@ func (b *batch) chunkEnd(t, lo int) int {
 	return hi
 }
 
+// textBytes is about what the texts of the batch's calls take (the rows of
+// the other tables are small).
+func (b *batch) textBytes() int64 {
+	var n int64
+	for i := range b.Calls {
+		n += int64(b.Calls[i].textBytes())
+	}
+	return n
+}
+
 // textBytes is about what the row's texts take encoded.
 func (r *callRow) textBytes() int {
 	n := len(r.Tenant) + len(r.Server) + len(r.Document) + len(r.ID) + len(r.Session) + len(r.Client) +

@@ -69,6 +69,9 @@ type spool struct {
 	kept     map[uint64]*batch
 	keptRows int
 	keepRows int
+	// keptBytes and keepBytes are the same in bytes of the batches' texts
+	// (batch.textBytes); keepBytes 0 bounds nothing.
+	keptBytes, keepBytes int64
 	// torn lists the tails recovery cut off segments, for the store to log.
 	torn   []tornTail
 	closed bool
@@ -209,6 +212,7 @@ func (sp *spool) append(b *batch) error {
 		return err
 	}
 	defer putSpoolBuf(data)
+	nb := sp.keptSize(b) // keepBytes is set before the first append
 	sp.mu.Lock()
 	if sp.bytes+int64(len(data)) > sp.maxBytes {
 		sp.mu.Unlock()
@@ -234,12 +238,14 @@ func (sp *spool) append(b *batch) error {
 	// Kept only when every batch before it still in the spool is: the
 	// drain takes the oldest first, so a kept batch behind one read from
 	// disk would stay in memory for the whole backlog.
-	if n := b.rows(); len(sp.kept) == len(sp.entries) && sp.keptRows+n <= sp.keepRows {
+	if n := b.rows(); len(sp.kept) == len(sp.entries) && sp.keptRows+n <= sp.keepRows &&
+		(sp.keepBytes == 0 || sp.keptBytes+nb <= sp.keepBytes) {
 		if sp.kept == nil {
 			sp.kept = map[uint64]*batch{}
 		}
 		sp.kept[seq] = b
 		sp.keptRows += n
+		sp.keptBytes += nb
 	}
 	if sp.fresh == nil {
 		sp.fresh = map[uint64]bool{}
@@ -263,6 +269,15 @@ func (sp *spool) append(b *batch) error {
 	}
 	sp.entries[i].pending = false
 	return nil
+}
+
+// keptSize is what a kept batch counts against keepBytes: its texts, when
+// they are bounded (the rows of a kept batch do not change).
+func (sp *spool) keptSize(b *batch) int64 {
+	if sp.keepBytes == 0 {
+		return 0
+	}
+	return b.textBytes()
 }
 
 // first returns the sequence numbers of the n oldest batches whose appends
@@ -467,6 +482,7 @@ func (sp *spool) forget(i int) {
 	sp.entries = slices.Delete(sp.entries, i, i+1)
 	if kb := sp.kept[e.seq]; kb != nil {
 		sp.keptRows -= kb.rows()
+		sp.keptBytes -= sp.keptSize(kb)
 		delete(sp.kept, e.seq)
 	}
 	if e.seg != nil {

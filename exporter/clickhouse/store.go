@@ -130,6 +130,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	sp.keepBytes = o.DrainBytes
 	s := &Store{
 		retries:  ratelog.New(log, ratelog.NewDefaultConfig()),
 		opts:     o,
@@ -967,13 +968,14 @@ func (s *Store) SpoolFilesSetAside() (rejected, torn int, err error) {
 }
 
 // gather reads spooled batches in order and merges them, up to four batch
-// sizes of rows. A batch some of whose tables were acknowledged goes alone,
-// and so does every batch when single is set. err is set, with the one
-// batch in used, when that batch cannot be read.
+// sizes of rows and DrainBytes of texts. A batch some of whose tables were
+// acknowledged goes alone, and so does every batch when single is set. err
+// is set, with the one batch in used, when that batch cannot be read.
 func (s *Store) gather(seqs []uint64, single bool) (b *batch, used []uint64, err error) {
 	var parts []*batch
 	firstKept := false
 	rows, calls, writes, findings := 0, 0, 0, 0
+	var texts int64
 	for _, seq := range seqs {
 		next, kept, err := s.spool.view(seq)
 		if err != nil {
@@ -982,7 +984,9 @@ func (s *Store) gather(seqs []uint64, single bool) (b *batch, used []uint64, err
 			}
 			break // read again, alone, next time
 		}
-		if len(parts) > 0 && (next.partial() || rows+next.rows() > 4*s.opts.BatchSize) {
+		nt := next.textBytes()
+		if len(parts) > 0 && (next.partial() || rows+next.rows() > 4*s.opts.BatchSize ||
+			s.opts.DrainBytes > 0 && texts+nt > s.opts.DrainBytes) {
 			break
 		}
 		if len(parts) == 0 {
@@ -990,6 +994,7 @@ func (s *Store) gather(seqs []uint64, single bool) (b *batch, used []uint64, err
 		}
 		parts, used = append(parts, next), append(used, seq)
 		rows += next.rows()
+		texts += nt
 		calls, writes, findings = calls+len(next.Calls), writes+len(next.Writes), findings+len(next.Findings)
 		if len(parts) == 1 && (single || next.partial()) {
 			break
