@@ -984,7 +984,10 @@ func (s *Store) gather(seqs []uint64, single bool) (b *batch, used []uint64, err
 			}
 			break // read again, alone, next time
 		}
-		nt := next.textBytes()
+		var nt int64
+		if s.opts.DrainBytes > 0 {
+			nt = next.textBytes()
+		}
 		if len(parts) > 0 && (next.partial() || rows+next.rows() > 4*s.opts.BatchSize ||
 			s.opts.DrainBytes > 0 && texts+nt > s.opts.DrainBytes) {
 			break
