@@ -102,7 +102,8 @@ type ServeConfig struct {
 	// limit"). The collector refuses new requests with
 	// 503 above serve.receiver.memory_soft_limit of the runtime's limit,
 	// new calls near it, and lets requests in flight hold half of it at
-	// most. Default 0: none.
+	// most. The ClickHouse store's drain is held to a sixteenth of it
+	// (serve.clickhouse.drain_bytes). Default 0: none.
 	MemoryLimit conf.Size `yaml:"memory_limit"`
 	// Receiver sets body limits, back-pressure and tenant credentials.
 	Receiver receiver.Config `yaml:"receiver"`

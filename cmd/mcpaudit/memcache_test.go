@@ -44,6 +44,21 @@ func TestCachesWithin(t *testing.T) {
 	}
 }
 
+func TestDrainWithin(t *testing.T) {
+	f := func(drainBytes, limit, want int64) {
+		t.Helper()
+		if got := drainWithin(drainBytes, limit); got != want {
+			t.Errorf("drainWithin(%d, %d) = %d, want %d", drainBytes, limit, got, want)
+		}
+	}
+	const mib = 1 << 20
+	f(0, 0, 0)                 // no limit: rows only, as configured
+	f(64*mib, 0, 64*mib)       // no limit: as configured
+	f(0, 256*mib, 16*mib)      // a sixteenth of the limit
+	f(64*mib, 256*mib, 16*mib) // held to it
+	f(4*mib, 256*mib, 4*mib)   // already within
+}
+
 // TestOpenStore_CacheHeldToMemoryLimit: serve opens the embedded store with
 // its page caches within the eighth of serve.memory_limit left outside the
 // Go heap, and says so.

@@ -197,10 +197,28 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (audit.Store, 
 			}
 			o.SigningKey = key
 		}
+		o.DrainBytes = drainWithin(o.DrainBytes, int64(cfg.Serve.MemoryLimit))
 		o.Logger = log
 		return clickhouse.Open(ctx, o)
 	}
 	return nil, fmt.Errorf("unknown store %q", cfg.Serve.Store)
+}
+
+// drainWithin returns the ClickHouse store's drain bound
+// (clickhouse.drain_bytes) under serve.memory_limit: a sixteenth of it at
+// most. The drain holds what it merges for an insert and the acknowledged
+// batches kept for it, each up to the bound in texts, with the rows'
+// structures and the block being sent beside them, so that the store's
+// share of the limit does not follow the size of the calls. No limit
+// leaves it as configured.
+func drainWithin(drainBytes, memoryLimit int64) int64 {
+	if memoryLimit <= 0 {
+		return drainBytes
+	}
+	if b := memoryLimit / 16; drainBytes == 0 || drainBytes > b {
+		return b
+	}
+	return drainBytes
 }
 
 // cachesWithin returns the embedded store's page caches, in MiB: the

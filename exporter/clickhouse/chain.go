@@ -260,7 +260,8 @@ func (s *Store) insertChain(b *batch, retry bool) error {
 		rows = keep
 	}
 	if len(rows) > 0 {
-		if err := s.insert(b.Token+":chain", "chain", chainColumns, chainColumnValues(rows)); err != nil {
+		one := func(int) (int, []any) { return len(rows), chainColumnValues(rows) }
+		if err := s.insertBlocks(b.Token+":chain", "chain", chainColumns, len(rows), one); err != nil {
 			return err
 		}
 	}

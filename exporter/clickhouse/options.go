@@ -41,6 +41,14 @@ type Options struct {
 	// BatchSize is how many rows a batch collects before it is inserted.
 	// Default 10000.
 	BatchSize int `yaml:"batch_size"`
+	// DrainBytes bounds, in bytes of row texts (arguments, results and the
+	// other texts of the calls), what the drain merges into one insert and
+	// what it keeps in memory of the batches acknowledged with Ack "log",
+	// besides the four BatchSize of rows each is held to: the drain holds
+	// both, the merged rows and the block being sent, so its memory
+	// follows this bound, not the rows' sizes. 0: rows only. serve sets it
+	// to a sixteenth of serve.memory_limit when that is smaller. Default 0.
+	DrainBytes int64 `yaml:"drain_bytes"`
 	// BatchAge is how long the first row of a batch may wait for more rows.
 	// AppendCalls returns after at most about this long plus the insert.
 	// Default 1s.
@@ -139,6 +147,9 @@ func (o *Options) Validate() error {
 	}
 	if o.BatchSize <= 0 {
 		bad("batch_size", "must be positive")
+	}
+	if o.DrainBytes < 0 {
+		bad("drain_bytes", "must not be negative")
 	}
 	if o.BatchAge <= 0 {
 		bad("batch_age", "must be positive")

@@ -620,7 +620,13 @@ func keepUnstored[R any](s *Store, t int, rows []R, idCol, keyExpr string, ident
 			return nil, classify(err)
 		}
 	}
-	var keep []R
+	if len(stored) == 0 {
+		// The common case, a batch no earlier attempt stored: its rows as
+		// they are, read only by the insert, rather than a copy of a drain's
+		// merge (tens of MB) and a key made per row.
+		return rows, nil
+	}
+	keep := make([]R, 0, len(rows)-min(len(rows), len(stored)))
 	for i := range rows {
 		if _, key, _ := ident(&rows[i]); !stored[key] {
 			keep = append(keep, rows[i])

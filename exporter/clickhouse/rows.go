@@ -525,18 +525,88 @@ func (b *batch) finish() {
 	b.callIndex, b.writeIndex, b.findingIndex = nil, nil, nil
 }
 
-// columns returns the column values of table t for a columnar insert.
-func (b *batch) columns(t int) (names []string, cols []any, n int) {
+// tableRows returns how many rows b holds for table t.
+func (b *batch) tableRows(t int) int {
 	switch t {
 	case tCalls:
-		return callColumns, callColumnValues(b.Calls), len(b.Calls)
+		return len(b.Calls)
 	case tWrites:
-		return writeColumns, writeColumnValues(b.Writes), len(b.Writes)
+		return len(b.Writes)
 	case tFindings:
-		return findingColumns, findingColumnValues(b.Findings), len(b.Findings)
+		return len(b.Findings)
 	default:
-		return watermarkColumns, watermarkColumnValues(b.Watermarks), len(b.Watermarks)
+		return len(b.Watermarks)
 	}
+}
+
+// columns returns the column names of table t and the values of its rows
+// lo to hi, for a columnar insert.
+func (b *batch) columns(t, lo, hi int) (names []string, cols []any) {
+	switch t {
+	case tCalls:
+		return callColumns, callColumnValues(b.Calls[lo:hi])
+	case tWrites:
+		return writeColumns, writeColumnValues(b.Writes[lo:hi])
+	case tFindings:
+		return findingColumns, findingColumnValues(b.Findings[lo:hi])
+	default:
+		return watermarkColumns, watermarkColumnValues(b.Watermarks[lo:hi])
+	}
+}
+
+// Limits of one block of an insert (chunkEnd). An insert of a drained
+// backlog holds up to four batch sizes of rows; encoded as one block, the
+// driver's column and compression buffers grew to the size of the whole
+// insert (tens of MB) and its connection kept them. Sent as blocks of about
+// insertBlockBytes, in one INSERT, the server still makes one part of them
+// (it squashes the blocks of an insert up to min_insert_block_size_rows,
+// about a million rows), and the client holds one block at a time.
+const (
+	insertBlockBytes = 2 << 20
+	insertBlockRows  = 16384
+)
+
+// chunkEnd returns where the block of table t that starts at row lo ends:
+// after insertBlockRows rows, or once the rows' texts pass
+// insertBlockBytes (calls carry their arguments and results; the rows of
+// the other tables are small).
+func (b *batch) chunkEnd(t, lo int) int {
+	n := b.tableRows(t)
+	hi := min(n, lo+insertBlockRows)
+	if t != tCalls {
+		return hi
+	}
+	size := 0
+	for i := lo; i < hi; i++ {
+		size += b.Calls[i].textBytes()
+		if size >= insertBlockBytes {
+			return i + 1
+		}
+	}
+	return hi
+}
+
+// textBytes is about what the texts of the batch's calls take (the rows of
+// the other tables are small).
+func (b *batch) textBytes() int64 {
+	var n int64
+	for i := range b.Calls {
+		n += int64(b.Calls[i].textBytes())
+	}
+	return n
+}
+
+// textBytes is about what the row's texts take encoded.
+func (r *callRow) textBytes() int {
+	n := len(r.Tenant) + len(r.Server) + len(r.Document) + len(r.ID) + len(r.Session) + len(r.Client) +
+		len(r.TraceID) + len(r.SpanID) + len(r.Fingerprint) + len(r.RPCID) + len(r.Method) + len(r.Tool) +
+		len(r.ToolLabel) + len(r.Arguments) + len(r.Result) + len(r.ErrorMessage) + len(r.ErrorData) +
+		len(r.TransportError) + len(r.Source) + len(r.Outcome) + len(r.FailureCode) + len(r.FailureAction) +
+		len(r.FailureMessage) + len(r.Reading)
+	for _, d := range r.OtherDocuments {
+		n += len(d)
+	}
+	return n
 }
 
 func callColumnValues(rows []callRow) []any {

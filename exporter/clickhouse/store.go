@@ -130,6 +130,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	sp.KeepBytes(o.DrainBytes, (*batch).textBytes)
 	s := &Store{
 		retries:  ratelog.New(log, ratelog.NewDefaultConfig()),
 		opts:     o,
@@ -688,9 +689,8 @@ func (s *Store) insertBatch(b *batch, retry bool) error {
 				return err
 			}
 		}
-		names, cols, n := src.columns(t)
-		if n > 0 {
-			if err := s.insert(b.Token+":"+tableNames[t], tableNames[t], names, cols); err != nil {
+		if src.tableRows(t) > 0 {
+			if err := s.insert(b.Token+":"+tableNames[t], t, src); err != nil {
 				return err
 			}
 		}
@@ -699,8 +699,21 @@ func (s *Store) insertBatch(b *batch, retry bool) error {
 	return nil
 }
 
-// insert sends one table's rows as one block.
-func (s *Store) insert(token, table string, names []string, cols []any) error {
+// insert sends the rows of table t of b in one INSERT, as blocks of a
+// bounded size (chunkEnd): the driver encodes and compresses one block at
+// a time.
+func (s *Store) insert(token string, t int, b *batch) error {
+	names, _ := b.columns(t, 0, 0)
+	return s.insertBlocks(token, tableNames[t], names, b.tableRows(t), func(lo int) (int, []any) {
+		hi := b.chunkEnd(t, lo)
+		_, cols := b.columns(t, lo, hi)
+		return hi, cols
+	})
+}
+
+// insertBlocks sends n rows in one INSERT, block by block: block returns
+// the end of the block that starts at row lo and its column values.
+func (s *Store) insertBlocks(token, table string, names []string, n int, block func(lo int) (hi int, cols []any)) error {
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.InsertTimeout)
 	defer cancel()
 	if s.caps.DedupToken {
@@ -710,10 +723,20 @@ func (s *Store) insert(token, table string, names []string, cols []any) error {
 	if err != nil {
 		return classify(fmt.Errorf("cannot insert into %s: %w", table, err))
 	}
-	for i, c := range cols {
-		if err := bt.Column(i).Append(c); err != nil {
-			bt.Abort()
-			return fmt.Errorf("cannot encode column %s of %s: %w", names[i], table, err)
+	for lo := 0; lo < n; {
+		hi, cols := block(lo)
+		for i, c := range cols {
+			if err := bt.Column(i).Append(c); err != nil {
+				bt.Abort()
+				return fmt.Errorf("cannot encode column %s of %s: %w", names[i], table, err)
+			}
+		}
+		if lo = hi; lo < n {
+			// The block goes now; the INSERT goes on.
+			if err := bt.Flush(); err != nil {
+				bt.Abort()
+				return classify(fmt.Errorf("cannot insert into %s: %w", table, err))
+			}
 		}
 	}
 	if err := bt.Send(); err != nil {
@@ -945,13 +968,14 @@ func (s *Store) SpoolFilesSetAside() (rejected, torn int, err error) {
 }
 
 // gather reads spooled batches in order and merges them, up to four batch
-// sizes of rows. A batch some of whose tables were acknowledged goes alone,
-// and so does every batch when single is set. err is set, with the one
-// batch in used, when that batch cannot be read.
+// sizes of rows and DrainBytes of texts. A batch some of whose tables were
+// acknowledged goes alone, and so does every batch when single is set. err
+// is set, with the one batch in used, when that batch cannot be read.
 func (s *Store) gather(seqs []uint64, single bool) (b *batch, used []uint64, err error) {
 	var parts []*batch
 	firstKept := false
 	rows, calls, writes, findings := 0, 0, 0, 0
+	var texts int64
 	for _, seq := range seqs {
 		next, kept, err := s.spool.view(seq)
 		if err != nil {
@@ -960,7 +984,12 @@ func (s *Store) gather(seqs []uint64, single bool) (b *batch, used []uint64, err
 			}
 			break // read again, alone, next time
 		}
-		if len(parts) > 0 && (next.partial() || rows+next.rows() > 4*s.opts.BatchSize) {
+		var nt int64
+		if s.opts.DrainBytes > 0 {
+			nt = next.textBytes()
+		}
+		if len(parts) > 0 && (next.partial() || rows+next.rows() > 4*s.opts.BatchSize ||
+			s.opts.DrainBytes > 0 && texts+nt > s.opts.DrainBytes) {
 			break
 		}
 		if len(parts) == 0 {
@@ -968,6 +997,7 @@ func (s *Store) gather(seqs []uint64, single bool) (b *batch, used []uint64, err
 		}
 		parts, used = append(parts, next), append(used, seq)
 		rows += next.rows()
+		texts += nt
 		calls, writes, findings = calls+len(next.Calls), writes+len(next.Writes), findings+len(next.Findings)
 		if len(parts) == 1 && (single || next.partial()) {
 			break

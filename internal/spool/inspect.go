@@ -16,8 +16,10 @@ func (sp *Log[T]) Dir() string { return sp.dir }
 type State struct {
 	// Entries counts the batches listed, synced or not.
 	Entries int
-	// Kept counts the batches kept in memory, and KeptRows their rows.
+	// Kept counts the batches kept in memory, KeptRows their rows and
+	// KeptBytes their size for KeepBytes (0 without a bound).
 	Kept, KeptRows int
+	KeptBytes      int64
 	// ActiveSize is the size of the segment appended to (0 when none);
 	// Active and Spare say whether there is one, and a spare.
 	ActiveSize    int64
@@ -30,7 +32,7 @@ type State struct {
 func (sp *Log[T]) State() State {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
-	st := State{Entries: len(sp.entries), Kept: len(sp.kept), KeptRows: sp.keptRows}
+	st := State{Entries: len(sp.entries), Kept: len(sp.kept), KeptRows: sp.keptRows, KeptBytes: sp.keptBytes}
 	if sp.active != nil {
 		st.Active, st.ActiveSize, st.ActiveID = true, sp.active.size, sp.active.id
 	}

@@ -95,6 +95,10 @@ type Log[T any] struct {
 	kept     map[uint64]T
 	keptRows int
 	keepRows int
+	// keptBytes and keepBytes are the same in keepSize's measure of the
+	// batches (KeepBytes); keepBytes 0 bounds nothing.
+	keptBytes, keepBytes int64
+	keepSize             func(T) int64
 	// torn lists the tails recovery cut off segments, for the store to log.
 	torn   []TornTail
 	closed bool
@@ -234,6 +238,21 @@ func (sp *Log[T]) find(seq uint64) (int, bool) {
 	return slices.BinarySearchFunc(sp.entries, seq, func(e spoolEntry, seq uint64) int { return cmp.Compare(e.seq, seq) })
 }
 
+// KeepBytes bounds the batches kept in memory by size as well as by rows:
+// at most n of it in all (0: no bound). size must give a batch the same
+// figure every time. Call it before the first Append.
+func (sp *Log[T]) KeepBytes(n int64, size func(T) int64) {
+	sp.keepBytes, sp.keepSize = n, size
+}
+
+// keptSize is what a kept batch counts against keepBytes.
+func (sp *Log[T]) keptSize(b T) int64 {
+	if sp.keepBytes == 0 {
+		return 0
+	}
+	return sp.keepSize(b)
+}
+
 // Append writes b durably: when it returns nil the batch survives a crash.
 func (sp *Log[T]) Append(b T) error {
 	data, _, err := EncodeFrame(sp.codec, b, sp.maxBytes)
@@ -241,6 +260,7 @@ func (sp *Log[T]) Append(b T) error {
 		return err
 	}
 	defer putSpoolBuf(data)
+	nb := sp.keptSize(b) // KeepBytes is called before the first append
 	sp.mu.Lock()
 	if sp.bytes+int64(len(data)) > sp.maxBytes {
 		sp.mu.Unlock()
@@ -266,12 +286,14 @@ func (sp *Log[T]) Append(b T) error {
 	// Kept only when every batch before it still in the spool is: the
 	// drain takes the oldest first, so a kept batch behind one read from
 	// disk would stay in memory for the whole backlog.
-	if n := sp.codec.Rows(b); len(sp.kept) == len(sp.entries) && sp.keptRows+n <= sp.keepRows {
+	if n := sp.codec.Rows(b); len(sp.kept) == len(sp.entries) && sp.keptRows+n <= sp.keepRows &&
+		(sp.keepBytes == 0 || sp.keptBytes+nb <= sp.keepBytes) {
 		if sp.kept == nil {
 			sp.kept = map[uint64]T{}
 		}
 		sp.kept[seq] = b
 		sp.keptRows += n
+		sp.keptBytes += nb
 	}
 	if sp.fresh == nil {
 		sp.fresh = map[uint64]bool{}
@@ -474,6 +496,7 @@ func (sp *Log[T]) forget(i int) {
 	sp.entries = slices.Delete(sp.entries, i, i+1)
 	if kb, ok := sp.kept[e.seq]; ok {
 		sp.keptRows -= sp.codec.Rows(kb)
+		sp.keptBytes -= sp.keptSize(kb)
 		delete(sp.kept, e.seq)
 	}
 	if e.seg != nil {
