@@ -441,7 +441,8 @@ func (s *Store) appendLog(ctx context.Context, rows []callRow) (int64, error) {
 // wait for the drain; after LogWait it fails with audit.ErrUnavailable.
 func (s *Store) waitBacklog(ctx context.Context) error {
 	cl := s.clog
-	var timeout <-chan time.Time
+	var timeout *time.Timer
+	defer stopTimer(&timeout)
 	for {
 		cl.mu.Lock()
 		if cl.backlog < maxBacklog {
@@ -449,24 +450,42 @@ func (s *Store) waitBacklog(ctx context.Context) error {
 		}
 		// Taken under mu: the drain lowers the backlog under mu, then
 		// signals, so this wakeup is not missed.
-		cl.progressMu.Lock()
-		ch, failed := cl.progress, cl.failed
-		cl.progressMu.Unlock()
+		ch, failed := cl.nextProgress()
 		backlog := cl.backlog
 		cl.mu.Unlock()
-		if timeout == nil {
-			t := time.NewTimer(s.opts.LogWait)
-			defer t.Stop()
-			timeout = t.C
-		}
-		select {
-		case <-ch:
-		case <-timeout:
+		if err := s.awaitProgress(ctx, ch, &timeout); errors.Is(err, errLogWait) {
 			return fmt.Errorf("%d calls acknowledged from the call log are not committed after %s (the drain: %v): %w",
 				backlog, s.opts.LogWait, failed, audit.ErrUnavailable)
-		case <-ctx.Done():
-			return ctx.Err()
+		} else if err != nil {
+			return err
 		}
+	}
+}
+
+// errLogWait: LogWait passed (awaitProgress).
+var errLogWait = errors.New("log_wait passed")
+
+// nextProgress returns what the drain's next progress will close, and its
+// last error.
+func (cl *callLog) nextProgress() (<-chan struct{}, error) {
+	cl.progressMu.Lock()
+	defer cl.progressMu.Unlock()
+	return cl.progress, cl.failed
+}
+
+// awaitProgress waits for ch (nextProgress), for ctx, or until LogWait has
+// passed since the first wait of the caller, which keeps the timer.
+func (s *Store) awaitProgress(ctx context.Context, ch <-chan struct{}, timer **time.Timer) error {
+	if *timer == nil {
+		*timer = time.NewTimer(s.opts.LogWait)
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-(*timer).C:
+		return errLogWait
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
@@ -848,27 +867,25 @@ func (s *Store) caughtUp(ctx context.Context, op string) error {
 		return nil
 	}
 	target := cl.l.LastAppended()
-	var timeout <-chan time.Time
+	var timeout *time.Timer
+	defer stopTimer(&timeout)
 	for {
-		cl.progressMu.Lock()
-		ch, failed := cl.progress, cl.failed
-		cl.progressMu.Unlock()
+		ch, failed := cl.nextProgress()
 		if cl.l.DoneThrough() >= target {
 			return nil
 		}
-		if timeout == nil {
-			t := time.NewTimer(s.opts.LogWait)
-			defer t.Stop()
-			timeout = t.C
-		}
-		select {
-		case <-ch:
-		case <-timeout:
+		if err := s.awaitProgress(ctx, ch, &timeout); errors.Is(err, errLogWait) {
 			return fmt.Errorf("cannot %s: calls acknowledged from the call log are not yet committed after %s (the drain: %v): %w",
 				op, s.opts.LogWait, failed, audit.ErrUnavailable)
-		case <-ctx.Done():
-			return fmt.Errorf("cannot %s: waiting for the call log to be committed: %w", op, ctx.Err())
+		} else if err != nil {
+			return fmt.Errorf("cannot %s: waiting for the call log to be committed: %w", op, err)
 		}
+	}
+}
+
+func stopTimer(t **time.Timer) {
+	if *t != nil {
+		(*t).Stop()
 	}
 }
 
