@@ -471,13 +471,20 @@ func TestSpool_Segments(t *testing.T) {
 	hookSync(t, func(f *os.File) error { syncs.Add(1); return fdatasync(f) })
 	dir := t.TempDir()
 	sp := mustOpenSpool(t, dir)
-	frame := int64(len(encodeFrameCopy(t, testBatch("c_00"))))
-	sp.SetSegmentBytes(3 * frame)
+	// A batch's version is the clock's, so its frame's size may differ by
+	// a byte from another's: the segments hold three of the largest.
 	var ids []string
+	var batches []*batch
+	var frame int64
 	for i := range 7 {
 		id := fmt.Sprintf("c_%02d", i)
 		ids = append(ids, id)
-		if err := sp.append(testBatch(id)); err != nil {
+		batches = append(batches, testBatch(id))
+		frame = max(frame, int64(len(encodeFrameCopy(t, batches[i]))))
+	}
+	sp.SetSegmentBytes(3 * frame)
+	for _, b := range batches {
+		if err := sp.append(b); err != nil {
 			t.Fatal(err)
 		}
 	}
