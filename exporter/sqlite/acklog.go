@@ -274,6 +274,9 @@ type callLog struct {
 	recent recentKeys
 	// backlog counts the calls appended and not yet committed.
 	backlog int
+	// appending counts the appends between their count (pending keys,
+	// backlog) and the return of their frame's append (settle).
+	appending int
 
 	// appendMu is held (read) by the appends in flight, and by Close to
 	// wait for them before the last drain; closing is set then.
@@ -422,12 +425,19 @@ func (s *Store) appendLog(ctx context.Context, rows []callRow) (int64, error) {
 		cl.pending[hashKey(&rows[i])]++
 	}
 	cl.backlog += len(rows)
+	cl.appending++
 	cl.mu.Unlock()
-	if err := cl.l.Append(&logBatch{calls: rows}); err != nil {
+	err = cl.l.Append(&logBatch{calls: rows})
+	if err != nil {
 		// Not acknowledged. Its frame was forgotten: the drain never
 		// commits it, unless a crash leaves it whole on disk first, and
 		// then the restart stores it as if its sender had sent it again.
 		s.unpend(rows, false)
+	}
+	cl.mu.Lock()
+	cl.appending--
+	cl.mu.Unlock()
+	if err != nil {
 		return 0, fmt.Errorf("%w: %w", err, audit.ErrUnavailable)
 	}
 	select {
@@ -486,6 +496,22 @@ func (s *Store) awaitProgress(ctx context.Context, ch <-chan struct{}, timer **t
 		return errLogWait
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// settle forgets the pending keys and the backlog once the log is empty
+// and no append is between its count and its frame: nothing can be
+// pending then. A frame the drain sets aside unread leaves its calls
+// counted (they cannot be read back to be forgotten one by one); they go
+// here, at the latest when the appends that wait for the backlog have let
+// the drain empty the log.
+func (s *Store) settle() {
+	cl := s.clog
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if n, _ := cl.l.Usage(); n == 0 && cl.appending == 0 {
+		cl.backlog = 0
+		clear(cl.pending)
 	}
 }
 
@@ -811,6 +837,7 @@ func (s *Store) drainOnce() (more bool, err error) {
 		if err != nil {
 			path, rerr := cl.l.Reject(seq)
 			s.opts.Logger.Error("a call log frame cannot be read; set aside", "file", path, "err", err, "move_err", rerr)
+			s.settle()
 			s.signalProgress(nil)
 			return true, nil
 		}
@@ -826,6 +853,7 @@ func (s *Store) drainOnce() (more bool, err error) {
 		if len(used) == 1 && !errors.Is(err, audit.ErrUnavailable) && !errors.Is(err, audit.ErrClosed) {
 			path, rerr := cl.l.Reject(used[0])
 			s.opts.Logger.Error("the store refused a call log frame; set aside", "file", path, "err", err, "move_err", rerr)
+			s.unpend(rows, false)
 			s.signalProgress(nil)
 			return true, nil
 		}
@@ -844,6 +872,7 @@ func (s *Store) drainOnce() (more bool, err error) {
 		}
 	}
 	s.unpend(rows, true)
+	s.settle()
 	s.signalProgress(nil)
 	return true, nil
 }

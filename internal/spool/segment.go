@@ -219,7 +219,7 @@ func (sp *Log[T]) recoverSegment(id uint64) error {
 	if err != nil {
 		return fmt.Errorf("cannot stat spool segment: %w", err)
 	}
-	refs, end, err := ScanSegment(f, info.Size(), sp.maxBytes)
+	refs, end, err := ScanSegment(f, info.Size(), sp.readLimit())
 	if err != nil {
 		return fmt.Errorf("cannot read spool segment %s: %w", path, err)
 	}

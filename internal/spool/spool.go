@@ -238,6 +238,17 @@ func (sp *Log[T]) find(seq uint64) (int, bool) {
 	return slices.BinarySearchFunc(sp.entries, seq, func(e spoolEntry, seq uint64) int { return cmp.Compare(e.seq, seq) })
 }
 
+// minReadLimit is the least readLimit: the default size of the stores'
+// logs.
+const minReadLimit = 1 << 30
+
+// readLimit bounds the frames read back: not the spool's maxBytes alone,
+// which may have been lowered since they were written (acknowledged
+// frames larger than the new limit must still be read, not cut off as a
+// torn tail), but at least minReadLimit, past which a frame's length is
+// taken for damage.
+func (sp *Log[T]) readLimit() int64 { return max(sp.maxBytes, minReadLimit) }
+
 // KeepBytes bounds the batches kept in memory by size as well as by rows:
 // at most n of it in all (0: no bound). size must give a batch the same
 // figure every time. Call it before the first Append.
@@ -374,7 +385,7 @@ func (sp *Log[T]) Decode(seq uint64) (T, error) {
 		return zero, err
 	}
 	defer putSpoolBuf(data)
-	b, err := DecodeFrame(sp.codec, data, sp.maxBytes)
+	b, err := DecodeFrame(sp.codec, data, sp.readLimit())
 	if ce, ok := err.(*CorruptError); ok {
 		ce.Path = e.seg.path
 		if !ce.InBatch {

@@ -1,0 +1,135 @@
+package sqlite
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// TestAckLog_SetAsideForgotten: a frame that the drain of a running store
+// sets aside (its bytes on disk damaged after the append was acknowledged)
+// no longer counts as pending nor in the backlog once the log is empty:
+// the same calls sent again are new, as with ack "commit". Before, they
+// were counted as not new although nothing held them, and the backlog
+// never went back to 0 (found by the adversarial pass of 2026-12-02).
+func TestAckLog_SetAsideForgotten(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "audit.db")
+	// MaxBatch 1: the spool keeps 8 rows in memory, so a frame of 10 is read back from its file.
+	s, err := Open(path, Options{Ack: AckLog, MaxBatch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	recs := records(t, 10)
+
+	s.clog.gate.Lock() // hold the drain
+	n, err := s.AppendCalls(ctx, recs)
+	if err != nil || n != 10 {
+		t.Fatalf("first append: %d, %v", n, err)
+	}
+	segs, _ := filepath.Glob(filepath.Join(LogDir(path), "*.log"))
+	var seg string
+	var size int64
+	for _, p := range segs {
+		if fi, _ := os.Stat(p); fi.Size() > size {
+			seg, size = p, fi.Size()
+		}
+	}
+	f, err := os.OpenFile(seg, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 1)
+	f.ReadAt(b, size/2)
+	b[0] ^= 0x5a
+	f.WriteAt(b, size/2)
+	f.Close()
+	s.clog.gate.Unlock()
+
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if fr, _ := s.LogUsage(); fr == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the drain did not take the frame")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	rej, _ := filepath.Glob(filepath.Join(LogDir(path), "*.rejected"))
+	s.clog.mu.Lock()
+	backlog, pending := s.clog.backlog, len(s.clog.pending)
+	s.clog.mu.Unlock()
+	t.Logf("after the drain set the frame aside (%v): backlog %d, pending keys %d", rej, backlog, pending)
+
+	// With ack "commit" (or a store that reopened), these 10 calls are new: none is stored.
+	n2, err := s.AppendCalls(ctx, recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.caughtUp(ctx, "test"); err != nil {
+		t.Fatal(err)
+	}
+	var stored int
+	s.w.QueryRow(`SELECT count(*) FROM calls`).Scan(&stored)
+	s.clog.mu.Lock()
+	backlog = s.clog.backlog
+	s.clog.mu.Unlock()
+	t.Logf("second append of the same 10 calls: counted new %d, stored now %d, backlog %d", n2, stored, backlog)
+	if n2 != stored || backlog != 0 {
+		t.Errorf("counted %d new, but the append stored %d (commit would count %d); backlog left at %d", n2, stored, stored, backlog)
+	}
+}
+
+// TestAckLog_SetAsideDoNotWedge: frames set aside at run time that hold
+// maxBacklog calls together must not make every later append wait
+// LogWait and be refused, with nothing left in the log (they did, until
+// the store was reopened).
+func TestAckLog_SetAsideDoNotWedge(t *testing.T) {
+	defer func(m int) { maxBacklog = m }(maxBacklog)
+	maxBacklog = 20 // a stand-in for 32,768: two frames of 10 set aside
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "audit.db")
+	s, err := Open(path, Options{Ack: AckLog, MaxBatch: 1, LogWait: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	recs := records(t, 40)
+	for round := 0; round < 2; round++ {
+		s.clog.gate.Lock()
+		if _, err := s.AppendCalls(ctx, recs[round*10:round*10+10]); err != nil {
+			t.Fatal(err)
+		}
+		segs, _ := filepath.Glob(filepath.Join(LogDir(path), "*.log"))
+		for _, p := range segs {
+			fi, _ := os.Stat(p)
+			if fi.Size() == 0 {
+				continue
+			}
+			f, _ := os.OpenFile(p, os.O_RDWR, 0)
+			b := make([]byte, 1)
+			f.ReadAt(b, fi.Size()-5)
+			b[0] ^= 0x5a
+			f.WriteAt(b, fi.Size()-5)
+			f.Close()
+		}
+		s.clog.gate.Unlock()
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if fr, _ := s.LogUsage(); fr == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the drain did not take the frame")
+			}
+		}
+	}
+	fr, by := s.LogUsage()
+	_, err = s.AppendCalls(ctx, recs[30:31])
+	t.Logf("log holds %d frames, %d bytes; a fresh append of 1 call: %v", fr, by, err)
+	if err != nil {
+		t.Errorf("an empty call log refuses appends: %v", err)
+	}
+}
