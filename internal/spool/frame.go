@@ -139,7 +139,7 @@ func DecodeFrame[T any](c Codec[T], data []byte, limit int64) (T, error) {
 		return bad(blockAt, "cannot read the S2 block's length: %v", err)
 	}
 	if int64(n) > limit {
-		return bad(blockAt, "the S2 block says it decodes to %d bytes, more than the %d bytes a spool frame may decode to", n, limit)
+		return bad(blockAt, "the S2 block says it decodes to %d bytes, more than the spool's limit of %d", n, limit)
 	}
 	raw, err := s2.Decode(getSpoolBuf(n), block)
 	if err != nil {
