@@ -330,15 +330,20 @@ func collector() *dashboard.DashboardBuilder {
 			units.Seconds,
 			quantiles(metrics.StoreCommitSeconds, "", jobMatcher)...)).
 		WithPanel(graph("Store faults",
-			"Faults of the store in use, by instance and fault, each counted when it happens: id_index_write, a failed write of the embedded store's call id index (nothing lost, lookups by id slower until it catches up; McpAuditIDIndexWriteFailures); id_index_corrupt, a corrupt block met in that index (lookups scan the calls until a person deletes the index to rebuild it; McpAuditIDIndexCorrupt); spool_file_rejected, a ClickHouse spool file of acknowledged calls moved aside as .rejected, whose calls will not reach ClickHouse unless a person acts (McpAuditSpoolFileRejected pages); spool_tail_cut, a torn tail cut off a ClickHouse spool segment at start and kept as .torn, expected after a crash (McpAuditSpoolTailCut). Flat at zero is healthy.",
+			"Faults of the store in use, by instance and fault, each counted when it happens: id_index_write, a failed write of the embedded store's call id index (nothing lost, lookups by id slower until it catches up; McpAuditIDIndexWriteFailures); id_index_corrupt, a corrupt block met in that index (lookups scan the calls until a person deletes the index to rebuild it; McpAuditIDIndexCorrupt); spool_file_rejected, a file of acknowledged calls of the ClickHouse spool (or of the embedded store's call log) moved aside as .rejected, whose calls will not reach the store unless a person acts (McpAuditSpoolFileRejected pages); spool_tail_cut, a torn tail cut off a segment of that log at start and kept as .torn, expected after a crash (McpAuditSpoolTailCut). Flat at zero is healthy.",
 			units.Short,
 			query(fmt.Sprintf("sum by (instance, %s) (increase(%s[%s]))", metrics.LabelFault, sel(metrics.StoreFaultsTotal, jobMatcher), rate),
 				"{{instance}} {{fault}}"))).
 		WithPanel(graph("Spool files set aside",
-			"Files the ClickHouse store's spool directory holds for a person, by instance and kind, from any run until someone moves them out: rejected, batches of acknowledged calls that will not reach ClickHouse unless a person acts (McpAuditSpoolFilesSetAside after an hour); torn, tails cut off segments at start, expected after a crash. Empty for the embedded store; flat at zero is healthy.",
+			"Files the ClickHouse store's spool directory (or the embedded store's call log) holds for a person, by instance and kind, from any run until someone moves them out: rejected, batches of acknowledged calls that will not reach the store unless a person acts (McpAuditSpoolFilesSetAside after an hour); torn, tails cut off segments at start, expected after a crash. Flat at zero is healthy.",
 			units.Short,
 			query(fmt.Sprintf("max by (instance, %s) (%s)", metrics.LabelFile, sel(metrics.SpoolFilesSetAside, jobMatcher)),
 				"{{instance}} {{file}}"))).
+		WithPanel(graph("Acknowledged calls waiting for the store",
+			"How full each instance's log of acknowledged calls not yet stored is, against its limit: the ClickHouse spool (it grows while ClickHouse is down or slow), or the embedded store's call log with ack log. At 100 % the collector refuses calls (503); past 50 % for 10m McpAuditSpoolFilling warns. Empty for the embedded store with ack commit, which has no log.",
+			units.PercentUnit,
+			query(fmt.Sprintf("max by (instance) (%s / %s)", sel(metrics.SpoolBytes, jobMatcher), sel(metrics.SpoolLimitBytes, jobMatcher)),
+				"{{instance}}"))).
 		WithPanel(graph("Ingest to finding latency",
 			"Wall time to a finding's commit, by what it waited for: evidence, from the acknowledgement of the call that completed it (a call waits until its partition's watermark passes it: its slowest active source, less the lateness bound); window, from the end of its verification window in event time (fair where the sources' clocks are right).",
 			units.Seconds,

@@ -261,10 +261,10 @@ func (b *builder) storeAlerts() []Rule {
 			name:     "McpAuditSpoolFileRejected",
 			expr:     newEvents(fault(metrics.FaultSpoolFileRejected), by, eventWindow) + " > 0",
 			severity: SeverityCritical,
-			summary:  "Acknowledged calls were set aside and will not reach ClickHouse.",
+			summary:  "Acknowledged calls were set aside and will not reach the store.",
 			description: "Collector {{ $labels.instance }} of job {{ $labels.job }} moved {{ $value | humanize }} spool file(s) " +
-				"aside as .rejected in the last 10m, damaged or refused by ClickHouse for good. Their calls were " +
-				"acknowledged to the senders and will not reach ClickHouse unless a person acts; the collector's " +
+				"aside as .rejected in the last 10m, damaged or refused by the store for good. Their calls were " +
+				"acknowledged to the senders and will not reach the store unless a person acts; the collector's " +
 				"error log names each file.",
 		}),
 		b.rule(alert{
@@ -296,8 +296,8 @@ func (b *builder) storeAlerts() []Rule {
 			severity: SeverityWarning,
 			summary:  "Spool files of acknowledged calls wait for a person.",
 			description: "The spool directory of collector {{ $labels.instance }} of job {{ $labels.job }} has held " +
-				"{{ $value | humanize }} .rejected file(s) for an hour: acknowledged calls that are not in ClickHouse. " +
-				"Handle each as the runbook of McpAuditSpoolFileRejected says, then move it out of spool.dir.",
+				"{{ $value | humanize }} .rejected file(s) for an hour: acknowledged calls that are not in the store. " +
+				"Handle each as the runbook of McpAuditSpoolFileRejected says, then move it out of the directory.",
 		}),
 		// Warning, not critical: recovery cannot tell the expected torn
 		// tail of a crash from an acknowledged last frame damaged on disk
@@ -306,10 +306,23 @@ func (b *builder) storeAlerts() []Rule {
 			name:     "McpAuditSpoolTailCut",
 			expr:     newEvents(fault(metrics.FaultSpoolTailCut), by, time.Hour) + " > 0",
 			severity: SeverityWarning,
-			summary:  "A torn tail was cut off a ClickHouse spool segment at start.",
+			summary:  "A torn tail was cut off a spool segment at start.",
 			description: "Collector {{ $labels.instance }} of job {{ $labels.job }} cut {{ $value | humanize }} torn tail(s) off " +
 				"its spool segments when it started, kept as NNNN.log.TIME.torn. After a crash these are unacknowledged " +
 				"writes and harmless; after a clean stop, the last frame may be acknowledged calls damaged on disk.",
+		}),
+		// Before the first refusal: a log past half its limit for 10m is
+		// a store that does not keep up, or one that is down.
+		b.rule(alert{
+			name:     "McpAuditSpoolFilling",
+			expr:     fmt.Sprintf(`max by (%s) (%s / %s) > 0.5`, by, metrics.SpoolBytes, metrics.SpoolLimitBytes),
+			for_:     10 * time.Minute,
+			severity: SeverityWarning,
+			summary:  "The log of acknowledged calls waiting for the store is filling.",
+			description: "The local log of acknowledged calls of collector {{ $labels.instance }} of job {{ $labels.job }} " +
+				"has been more than half full for 10m ({{ $value | humanizePercentage }} now): the store does not keep up " +
+				"(ClickHouse down or slow, or the embedded store's commits slower than the acknowledgements). " +
+				"When it is full the collector refuses calls (503) and the senders must hold them.",
 		}),
 	}
 }

@@ -13,7 +13,8 @@ func TestInvestigationURL(t *testing.T) {
 	collector := map[string]bool{"McpAuditIngestRejections": true, "McpAuditSourceLagging": true, "McpAuditCollectorDown": true, "McpAuditCollectorAbsent": true,
 		"McpAuditRelayDroppingRecords": true, "McpAuditRelayNotDelivering": true,
 		"McpAuditSpoolFileRejected": true, "McpAuditIDIndexWriteFailures": true,
-		"McpAuditIDIndexCorrupt": true, "McpAuditSpoolTailCut": true, "McpAuditSpoolFilesSetAside": true}
+		"McpAuditIDIndexCorrupt": true, "McpAuditSpoolTailCut": true, "McpAuditSpoolFilesSetAside": true,
+		"McpAuditSpoolFilling": true}
 	for _, base := range []string{"", "https://audit.example.com/mcp/"} {
 		o := rules.DefaultOptions()
 		if base != "" {

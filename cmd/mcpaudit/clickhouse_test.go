@@ -201,6 +201,10 @@ func TestServe_ClickHouseSpoolFileRejected(t *testing.T) {
 	if !strings.Contains(text, `mcpaudit_spool_files_set_aside{file="rejected"} 1`) {
 		t.Errorf("/metrics lacks the rejected file set aside:\n%s", grepLines(text, "set_aside"))
 	}
+	// The spool's usage, against its limit (1 GiB by default).
+	if !strings.Contains(text, "\nmcpaudit_spool_bytes ") || !strings.Contains(text, "\nmcpaudit_spool_limit_bytes 1.073741824e+09") {
+		t.Errorf("/metrics lacks the spool's usage:\n%s", grepLines(text, "spool_bytes", "spool_limit"))
+	}
 	if err := os.Rename(filepath.Join(spool, "00000000000000000001.rejected"), filepath.Join(t.TempDir(), "handled")); err != nil {
 		t.Fatal(err)
 	}

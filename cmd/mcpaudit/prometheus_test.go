@@ -328,7 +328,7 @@ func TestServe_Prometheus(t *testing.T) {
 		// Panels of the ClickHouse store's spool, which this serve (the
 		// embedded store) does not export; TestServe_ClickHouseSpoolFileRejected
 		// reads the series from a ClickHouse store.
-		spoolOnly := map[string]bool{"Spool files set aside": true}
+		spoolOnly := map[string]bool{"Spool files set aside": true, "Acknowledged calls waiting for the store": true}
 		checked := map[string]bool{}
 		n := 0
 		for _, name := range slices.Sorted(maps.Keys(files)) {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/capture"
+	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
@@ -558,7 +559,26 @@ func TestServe_StoreFaults(t *testing.T) {
 			t.Errorf("the embedded store exports %s, a fault of the ClickHouse store", f)
 		}
 	}
-	if strings.Contains(text, "mcpaudit_spool_files_set_aside") {
-		t.Error("the embedded store exports mcpaudit_spool_files_set_aside; it has no spool")
+	if strings.Contains(text, "mcpaudit_spool_files_set_aside") || strings.Contains(text, "mcpaudit_spool_bytes") {
+		t.Error("the embedded store exports the spool's gauges; it has no spool")
+	}
+
+	// With ack "log" its call log is a spool: the same faults and gauges
+	// as the ClickHouse store's.
+	cfg := testConfig(t, t.TempDir())
+	cfg.Serve.SQLite.Ack = sqlite.AckLog
+	s = startTest(t, cfg)
+	text = scrapeMetrics(t, s)
+	for _, want := range []string{
+		`mcpaudit_store_faults_total{fault="id_index_write"} 0`,
+		`mcpaudit_store_faults_total{fault="spool_file_rejected"} 0`,
+		`mcpaudit_store_faults_total{fault="spool_tail_cut"} 0`,
+		`mcpaudit_spool_files_set_aside{file="rejected"} 0`,
+		"mcpaudit_spool_bytes 0",
+		"mcpaudit_spool_limit_bytes 1.073741824e+09",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("ack log: /metrics lacks %s", want)
+		}
 	}
 }

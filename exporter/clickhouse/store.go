@@ -958,6 +958,13 @@ func (s *Store) SpoolFilesRejected() int64 { return s.spoolRejected.Load() }
 // after a clean stop it is the last frame, damaged after its sync.
 func (s *Store) SpoolTailsCut() int64 { return s.spoolTailsCut.Load() }
 
+// SpoolUsage returns the bytes the spool holds, acknowledged calls not yet
+// in ClickHouse, and its limit (spool.max_bytes).
+func (s *Store) SpoolUsage() (bytes, limit int64) {
+	_, bytes = s.spool.usage()
+	return bytes, s.opts.Spool.MaxBytes
+}
+
 // SpoolFilesSetAside returns how many files the spool directory holds,
 // now, that were set aside for a person: NNNN.rejected (acknowledged calls
 // that will not reach ClickHouse unless someone acts) and *.torn (tails

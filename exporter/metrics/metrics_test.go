@@ -498,7 +498,10 @@ func TestFamilies(t *testing.T) {
 	}, func() int64 { return 42 }); err != nil {
 		t.Fatal(err)
 	}
-	if err := metrics.WatchStore(reg, &faultyStore{}); err != nil {
+	if err := metrics.WatchStore(reg, &struct {
+		*faultyStore
+		*logStore
+	}{&faultyStore{}, &logStore{limit: 1 << 30}}); err != nil {
 		t.Fatal(err)
 	}
 	mfs, err := reg.Gather()

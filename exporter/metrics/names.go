@@ -87,6 +87,13 @@ const (
 	// directory at each scrape: from this run and earlier ones, until
 	// someone moves them out (serve only).
 	SpoolFilesSetAside = "mcpaudit_spool_files_set_aside"
+	// SpoolBytes is the bytes of the acknowledged calls a store holds in
+	// its local log and has not yet stored: the ClickHouse store's spool,
+	// the embedded store's call log with ack "log" (serve only).
+	SpoolBytes = "mcpaudit_spool_bytes"
+	// SpoolLimitBytes is the limit of that log, past which appends are
+	// refused (spool.max_bytes, sqlite.log_max_bytes).
+	SpoolLimitBytes = "mcpaudit_spool_limit_bytes"
 )
 
 // Label names.
@@ -310,10 +317,14 @@ var Families = []Family{
 		[]string{LabelListener}},
 	{IngestBytesInFlight, "gauge", "Memory held by the ingest requests being read and processed (four times their bytes), against serve.receiver.max_in_flight_bytes.",
 		nil},
-	{StoreFaultsTotal, "counter", "Faults of the store since it was opened: id_index_write (a failed write of the call id index; caught up later), id_index_corrupt (a corrupt block met in the call id index; delete it to rebuild), spool_file_rejected (a ClickHouse spool file of acknowledged calls moved aside as .rejected), spool_tail_cut (a torn tail cut off a ClickHouse spool segment at open, kept as .torn).",
+	{StoreFaultsTotal, "counter", "Faults of the store since it was opened: id_index_write (a failed write of the call id index; caught up later), id_index_corrupt (a corrupt block met in the call id index; delete it to rebuild), spool_file_rejected (a file of acknowledged calls in the ClickHouse spool or the embedded store's call log moved aside as .rejected), spool_tail_cut (a torn tail cut off a segment of that log at open, kept as .torn).",
 		[]string{LabelFault}},
-	{SpoolFilesSetAside, "gauge", "Files the ClickHouse spool directory holds set aside for a person, from this run and earlier ones, until someone moves them out: rejected (NNNN.rejected, acknowledged calls that will not reach ClickHouse unless a person acts), torn (tails cut off segments at start, NNNN.log.TIME.torn).",
+	{SpoolFilesSetAside, "gauge", "Files the ClickHouse spool directory (or the embedded store's call log) holds set aside for a person, from this run and earlier ones, until someone moves them out: rejected (NNNN.rejected, acknowledged calls that will not reach the store unless a person acts), torn (tails cut off segments at start, NNNN.log.TIME.torn).",
 		[]string{LabelFile}},
+	{SpoolBytes, "gauge", "Bytes of acknowledged calls held in the store's local log and not yet stored: the ClickHouse spool, or the embedded store's call log (ack log).",
+		nil},
+	{SpoolLimitBytes, "gauge", "The limit of the store's local log: past it, appends are refused (503) until the log drains.",
+		nil},
 }
 
 // family returns the entry of Families named name; it panics on a typo, which

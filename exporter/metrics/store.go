@@ -45,6 +45,23 @@ type SpoolSetAside interface {
 	SpoolFilesSetAside() (rejected, torn int, err error)
 }
 
+// SpoolUser is a store that acknowledges calls from a local log before
+// storing them: the ClickHouse store, the embedded store with ack "log".
+type SpoolUser interface {
+	// SpoolUsage returns the bytes the log holds and its limit; a limit of
+	// 0 is no log (the embedded store with ack "commit"). It is safe for
+	// concurrent use.
+	SpoolUsage() (bytes, limit int64)
+}
+
+// SpoolOptional is a store that has a spool only in some configurations:
+// the embedded store, with its call log. Spooled reports whether it has
+// one (or one left by an earlier run); the spool's faults, files and
+// usage are exported only then.
+type SpoolOptional interface {
+	Spooled() bool
+}
+
 // storeFaults exports the store's fault counts, read at each scrape: the
 // store keeps them, and is opened before the metrics exist.
 type storeFaults struct {
@@ -57,8 +74,10 @@ type storeFaults struct {
 // each scrape: one series, from zero, for each fault the store can have
 // (FaultIDIndexWrite for an IDIndexFaulter, FaultIDIndexCorrupt for an
 // IDIndexCorrupter, FaultSpoolFileRejected for a SpoolRejecter,
-// FaultSpoolTailCut for a SpoolTailCutter), and SpoolFilesSetAside for a
-// SpoolSetAside. A store that can have none exports nothing.
+// FaultSpoolTailCut for a SpoolTailCutter), SpoolFilesSetAside for a
+// SpoolSetAside, and SpoolBytes and SpoolLimitBytes for a SpoolUser with
+// a log; the last four not for a SpoolOptional without a spool. A store
+// that can have none exports nothing.
 func WatchStore(reg prometheus.Registerer, store any) error {
 	f := family(StoreFaultsTotal)
 	c := &storeFaults{desc: prometheus.NewDesc(f.Name, f.Help, f.Labels, nil)}
@@ -70,24 +89,54 @@ func WatchStore(reg prometheus.Registerer, store any) error {
 		c.faults = append(c.faults, FaultIDIndexCorrupt)
 		c.counts = append(c.counts, s.IDIndexCorruptions)
 	}
-	if s, ok := store.(SpoolRejecter); ok {
+	spooled := true
+	if s, ok := store.(SpoolOptional); ok {
+		spooled = s.Spooled()
+	}
+	if s, ok := store.(SpoolRejecter); ok && spooled {
 		c.faults = append(c.faults, FaultSpoolFileRejected)
 		c.counts = append(c.counts, s.SpoolFilesRejected)
 	}
-	if s, ok := store.(SpoolTailCutter); ok {
+	if s, ok := store.(SpoolTailCutter); ok && spooled {
 		c.faults = append(c.faults, FaultSpoolTailCut)
 		c.counts = append(c.counts, s.SpoolTailsCut)
 	}
-	if s, ok := store.(SpoolSetAside); ok {
+	if s, ok := store.(SpoolSetAside); ok && spooled {
 		f := family(SpoolFilesSetAside)
 		if err := reg.Register(&setAside{desc: prometheus.NewDesc(f.Name, f.Help, f.Labels, nil), store: s}); err != nil {
 			return err
+		}
+	}
+	if s, ok := store.(SpoolUser); ok && spooled {
+		if _, limit := s.SpoolUsage(); limit > 0 {
+			used, lim := family(SpoolBytes), family(SpoolLimitBytes)
+			if err := reg.Register(&spoolUsage{
+				used:  prometheus.NewDesc(used.Name, used.Help, used.Labels, nil),
+				limit: prometheus.NewDesc(lim.Name, lim.Help, lim.Labels, nil),
+				store: s,
+			}); err != nil {
+				return err
+			}
 		}
 	}
 	if len(c.faults) == 0 {
 		return nil
 	}
 	return reg.Register(c)
+}
+
+// spoolUsage exports a store's log usage, read at each scrape.
+type spoolUsage struct {
+	used, limit *prometheus.Desc
+	store       SpoolUser
+}
+
+func (c *spoolUsage) Describe(ch chan<- *prometheus.Desc) { ch <- c.used; ch <- c.limit }
+
+func (c *spoolUsage) Collect(ch chan<- prometheus.Metric) {
+	used, limit := c.store.SpoolUsage()
+	ch <- prometheus.MustNewConstMetric(c.used, prometheus.GaugeValue, float64(used))
+	ch <- prometheus.MustNewConstMetric(c.limit, prometheus.GaugeValue, float64(limit))
 }
 
 // setAside exports the files a spool holds set aside, read at each scrape.

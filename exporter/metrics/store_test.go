@@ -35,6 +35,25 @@ func (s *spoolStore) SpoolFilesSetAside() (int, int, error) {
 	return int(s.filesRejected.Load()), int(s.filesTorn.Load()), nil
 }
 
+// logStore acknowledges from a log of limit bytes (0: none).
+type logStore struct {
+	used  atomic.Int64
+	limit int64
+}
+
+func (s *logStore) SpoolUsage() (int64, int64) { return s.used.Load(), s.limit }
+
+// optionalSpool is the embedded store: an id index, and a spool when
+// spooled.
+type optionalSpool struct {
+	indexStore
+	spoolStore
+	logStore
+	spooled bool
+}
+
+func (s *optionalSpool) Spooled() bool { return s.spooled }
+
 // faultyStore has both.
 type faultyStore struct {
 	indexStore
@@ -127,6 +146,61 @@ mcpaudit_spool_files_set_aside{file="torn"} 1
 		for _, mf := range mfs {
 			if mf.GetName() == metrics.SpoolFilesSetAside {
 				t.Errorf("an unreadable spool directory still exports %s", mf)
+			}
+		}
+	})
+	// The log's usage is read at each scrape; a store without a log (the
+	// embedded store acknowledging after commit) exports none.
+	t.Run("log usage", func(t *testing.T) {
+		head := func(name string) string {
+			i := slices.IndexFunc(metrics.Families, func(f metrics.Family) bool { return f.Name == name })
+			return "# HELP " + name + " " + metrics.Families[i].Help + "\n# TYPE " + name + " gauge\n"
+		}
+		reg := prometheus.NewPedanticRegistry()
+		st := &logStore{limit: 1 << 30}
+		st.used.Store(4096)
+		if err := metrics.WatchStore(reg, st); err != nil {
+			t.Fatal(err)
+		}
+		compare(t, reg, head(metrics.SpoolBytes)+"mcpaudit_spool_bytes 4096\n", metrics.SpoolBytes)
+		compare(t, reg, head(metrics.SpoolLimitBytes)+"mcpaudit_spool_limit_bytes 1.073741824e+09\n", metrics.SpoolLimitBytes)
+		st.used.Store(0) // drained
+		compare(t, reg, head(metrics.SpoolBytes)+"mcpaudit_spool_bytes 0\n", metrics.SpoolBytes)
+
+		reg = prometheus.NewPedanticRegistry()
+		if err := metrics.WatchStore(reg, &logStore{}); err != nil {
+			t.Fatal(err)
+		}
+		if mfs, err := reg.Gather(); err != nil || len(mfs) != 0 {
+			t.Errorf("a store without a log exports %d families (%v), want none", len(mfs), err)
+		}
+	})
+	// The embedded store has the spool's faults only with its call log.
+	t.Run("optional spool", func(t *testing.T) {
+		for _, spooled := range []bool{false, true} {
+			reg := prometheus.NewPedanticRegistry()
+			st := &optionalSpool{spooled: spooled, logStore: logStore{limit: 1 << 20}}
+			if err := metrics.WatchStore(reg, st); err != nil {
+				t.Fatal(err)
+			}
+			mfs, err := reg.Gather()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, mf := range mfs {
+				names = append(names, mf.GetName())
+				for _, m := range mf.GetMetric() {
+					for _, l := range m.GetLabel() {
+						if l.GetName() == metrics.LabelFault && l.GetValue() != metrics.FaultIDIndexWrite && l.GetValue() != metrics.FaultIDIndexCorrupt && !spooled {
+							t.Errorf("without a spool: %s{fault=%q} exported", mf.GetName(), l.GetValue())
+						}
+					}
+				}
+			}
+			has := slices.Contains(names, metrics.SpoolBytes) && slices.Contains(names, metrics.SpoolFilesSetAside)
+			if has != spooled {
+				t.Errorf("spooled %v: families %v", spooled, names)
 			}
 		}
 	})

@@ -294,10 +294,19 @@ type callLog struct {
 	// failed is the last error of the drain, nil after a success.
 	failed error
 
+	// isolate, when not 0, is the last frame of a drain transaction that
+	// SQLite refused for good: the drain then commits the frames up to it
+	// one at a time, so that the one refused is set aside alone and the
+	// others are stored. The drain alone uses it.
+	isolate uint64
+
 	// Tests hold gate to stop the drain, and set committed to stop it
-	// between a commit and the removal of its frames (a crash there).
+	// between a commit and the removal of its frames (a crash there), and
+	// refuse to have the commit of some rows fail for good (no real
+	// fault does it on demand: rows are checked before they are logged).
 	gate      sync.Mutex
 	committed func()
+	refuse    func([]callRow) error
 }
 
 // Bounds of one drain transaction: frames, and calls.
@@ -341,6 +350,8 @@ func (s *Store) openLog(dir string) error {
 		lock.Close()
 		return fmt.Errorf("cannot open the call log: %w", err)
 	}
+	l.LimitKey("serve.sqlite.log_max_bytes")
+	s.logTailsCut.Store(int64(len(l.Torn())))
 	for _, t := range l.Torn() {
 		s.opts.Logger.Warn("cut the torn tail off a call log segment: appends whose sync never returned, not acknowledged",
 			"file", t.Path, "at_byte", t.At, "bytes", t.Bytes, "kept", t.Kept, "keep_err", t.KeepErr)
@@ -826,9 +837,17 @@ func (s *Store) drainOnce() (more bool, err error) {
 	cl := s.clog
 	cl.gate.Lock()
 	defer cl.gate.Unlock()
-	seqs := cl.l.First(drainFrames)
+	limit := drainFrames
+	if cl.isolate != 0 {
+		limit = 1
+	}
+	seqs := cl.l.First(limit)
 	if len(seqs) == 0 {
+		cl.isolate = 0
 		return false, nil
+	}
+	if cl.isolate != 0 && seqs[0] >= cl.isolate {
+		cl.isolate = 0 // the frame refused was the last one
 	}
 	var rows []callRow
 	var used []uint64
@@ -836,6 +855,7 @@ func (s *Store) drainOnce() (more bool, err error) {
 		b, _, err := cl.l.View(seq)
 		if err != nil {
 			path, rerr := cl.l.Reject(seq)
+			s.logRejected.Add(1)
 			s.opts.Logger.Error("a call log frame cannot be read; set aside", "file", path, "err", err, "move_err", rerr)
 			s.settle()
 			s.signalProgress(nil)
@@ -847,14 +867,29 @@ func (s *Store) drainOnce() (more bool, err error) {
 		rows = append(rows, b.calls...)
 		used = append(used, seq)
 	}
-	_, err = s.send(context.Background(), &request{calls: rows, watermark: zeroTime}, true)
+	if cl.refuse != nil {
+		err = cl.refuse(rows)
+	}
+	if err == nil {
+		_, err = s.send(context.Background(), &request{calls: rows, watermark: zeroTime}, true)
+	}
 	if err != nil {
 		err = s.fail("apply the call log", err)
-		if len(used) == 1 && !errors.Is(err, audit.ErrUnavailable) && !errors.Is(err, audit.ErrClosed) {
+		forGood := !errors.Is(err, audit.ErrUnavailable) && !errors.Is(err, audit.ErrClosed)
+		if forGood && len(used) == 1 {
 			path, rerr := cl.l.Reject(used[0])
+			s.logRejected.Add(1)
 			s.opts.Logger.Error("the store refused a call log frame; set aside", "file", path, "err", err, "move_err", rerr)
 			s.unpend(rows, false)
 			s.signalProgress(nil)
+			return true, nil
+		}
+		if forGood {
+			// One of the frames is refused, and would be with the others
+			// at every retry: find it.
+			cl.isolate = used[len(used)-1]
+			s.opts.Logger.Warn("the store refused a transaction of call log frames; committing them one at a time to set the refused one aside",
+				"frames", len(used), "calls", len(rows), "err", err)
 			return true, nil
 		}
 		s.opts.Logger.Warn("cannot apply the call log; retrying", "frames", len(used), "calls", len(rows), "err", err)
@@ -925,6 +960,66 @@ func (s *Store) LogUsage() (frames int, bytes int64) {
 		return 0, 0
 	}
 	return s.clog.l.Usage()
+}
+
+// SpoolUsage returns the bytes of the call log's frames, acknowledged and
+// not yet committed, and the log's limit (LogMaxBytes); zeros with Ack
+// "commit", which has no log.
+func (s *Store) SpoolUsage() (bytes, limit int64) {
+	if s.clog == nil {
+		return 0, 0
+	}
+	_, bytes = s.clog.l.Usage()
+	return bytes, s.opts.LogMaxBytes
+}
+
+// Spooled reports whether the store has a call log: with Ack "log", or
+// left by a run with it (applied at Open; its set-aside files stay).
+func (s *Store) Spooled() bool {
+	if s.clog != nil {
+		return true
+	}
+	_, err := os.Stat(s.logDir)
+	return err == nil
+}
+
+// SpoolFilesRejected returns how many call log frames were set aside as
+// NNNN.rejected since Open: their calls were acknowledged and are not
+// stored unless a person acts.
+func (s *Store) SpoolFilesRejected() int64 { return s.logRejected.Load() }
+
+// SpoolTailsCut returns how many torn tails Open cut off the call log's
+// segments: after a crash, appends whose sync never returned (not
+// acknowledged); after a clean stop, the last frame damaged on disk.
+func (s *Store) SpoolTailsCut() int64 { return s.logTailsCut.Load() }
+
+// SpoolFilesSetAside returns how many files of the call log's directory
+// were set aside for a person (rejected frames, cut tails), from this run
+// and earlier ones. No directory is none.
+func (s *Store) SpoolFilesSetAside() (rejected, torn int, err error) {
+	if s.clog != nil {
+		return s.clog.l.SetAside()
+	}
+	return spool.SetAsideIn(s.logDir)
+}
+
+// Ready fails while the drain of the call log fails: what was
+// acknowledged is not committed, and queries wait for it (LogWait) and
+// then fail.
+func (s *Store) Ready() error {
+	if s.closed.Load() {
+		return audit.ErrClosed
+	}
+	cl := s.clog
+	if cl == nil {
+		return nil
+	}
+	_, failed := cl.nextProgress()
+	if failed == nil {
+		return nil
+	}
+	frames, bytes := cl.l.Usage()
+	return fmt.Errorf("the call log cannot be committed (%d frames, %d bytes acknowledged wait): %w: %w", frames, bytes, audit.ErrUnavailable, failed)
 }
 
 // applyLog applies the call log of the store file at path, when it holds

@@ -1,10 +1,16 @@
 package sqlite
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/mcpaudit/mcpaudit/audit"
 )
 
 // TestAckLog_SetAsideForgotten: a frame that the drain of a running store
@@ -131,5 +137,109 @@ func TestAckLog_SetAsideDoNotWedge(t *testing.T) {
 	t.Logf("log holds %d frames, %d bytes; a fresh append of 1 call: %v", fr, by, err)
 	if err != nil {
 		t.Errorf("an empty call log refuses appends: %v", err)
+	}
+}
+
+// TestAckLog_RefusedFrameIsolated: when SQLite refuses a transaction of
+// several frames for good, the drain commits them one at a time, sets the
+// one refused aside, stores the others, and counts the fault; it used to
+// retry the same transaction forever, storing nothing after it.
+func TestAckLog_RefusedFrameIsolated(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "audit.db")
+	s, err := Open(path, Options{Ack: AckLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	recs := records(t, 50)
+	bad := fmt.Sprint(packID(callPrefix, recs[25].Call.ID)) // in the third frame
+	s.clog.gate.Lock()
+	for i := 0; i < len(recs); i += 10 {
+		if _, err := s.AppendCalls(ctx, recs[i:i+10]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var tries atomic.Int64
+	s.clog.refuse = func(rows []callRow) error {
+		tries.Add(1)
+		for _, r := range rows {
+			if fmt.Sprint(r.id) == bad {
+				return errors.New("refused for good")
+			}
+		}
+		return nil
+	}
+	s.clog.gate.Unlock()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if fr, _ := s.LogUsage(); fr == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the drain still holds frames after %d tries: it retries the refused transaction", tries.Load())
+		}
+	}
+	if n := count(t, s); n != 40 {
+		t.Errorf("%d calls stored, want the 40 of the four frames not refused", n)
+	}
+	if n := s.SpoolFilesRejected(); n != 1 {
+		t.Errorf("SpoolFilesRejected = %d, want 1", n)
+	}
+	if rej, _, err := s.SpoolFilesSetAside(); err != nil || rej != 1 {
+		t.Errorf("SpoolFilesSetAside = %d, %v; want 1 rejected", rej, err)
+	}
+	// Later frames go in transactions of many again.
+	s.clog.gate.Lock()
+	for i := 0; i < 20; i += 10 {
+		if _, err := s.AppendCalls(ctx, records(t, 70)[50+i:60+i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := tries.Load()
+	s.clog.gate.Unlock()
+	if err := s.caughtUp(ctx, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if n := tries.Load() - before; n != 1 {
+		t.Errorf("two frames after the refused one took %d transactions, want 1", n)
+	}
+}
+
+// TestAckLog_Ready: while the drain fails, the store is not ready, and
+// says how much acknowledged waits; it is again once the drain succeeds.
+// The failure is set as the drain sets it (a SQLite lock held past the
+// 10 s busy timeout would show the same, slowly).
+func TestAckLog_Ready(t *testing.T) {
+	s := openTemp(t, Options{Ack: AckLog})
+	defer s.Close()
+	if err := s.Ready(); err != nil {
+		t.Fatalf("a fresh store: %v", err)
+	}
+	s.clog.gate.Lock()
+	if _, err := s.AppendCalls(t.Context(), records(t, 10)); err != nil {
+		t.Fatal(err)
+	}
+	if used, limit := s.SpoolUsage(); used == 0 || limit != 1<<30 {
+		t.Errorf("SpoolUsage = %d, %d; want the frame's bytes and 1 GiB", used, limit)
+	}
+	s.signalProgress(fmt.Errorf("cannot apply the call log: %w", audit.ErrUnavailable))
+	err := s.Ready()
+	if !errors.Is(err, audit.ErrUnavailable) || !strings.Contains(err.Error(), "1 frames") {
+		t.Errorf("Ready with the drain failing = %v, want unavailable naming the frames waiting", err)
+	}
+	s.clog.gate.Unlock()
+	if err := s.caughtUp(t.Context(), "test"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Ready(); err != nil {
+		t.Errorf("Ready after the drain went on: %v", err)
+	}
+	if used, _ := s.SpoolUsage(); used != 0 {
+		t.Errorf("SpoolUsage after the drain = %d, want 0", used)
+	}
+	c := openTemp(t, Options{})
+	defer c.Close()
+	if used, limit := c.SpoolUsage(); used != 0 || limit != 0 {
+		t.Errorf("ack commit: SpoolUsage = %d, %d; want no log", used, limit)
 	}
 }

@@ -435,7 +435,7 @@ func TestAckLog_Full(t *testing.T) {
 		t.Fatal("2000 calls fit a call log of 64 KiB")
 	}
 	if !errors.Is(refused, audit.ErrUnavailable) || !errors.Is(refused, spool.ErrFull) ||
-		!strings.Contains(refused.Error(), "cannot append calls: cannot spool") || !strings.Contains(refused.Error(), "of 65536 used): spool full") {
+		!strings.Contains(refused.Error(), "cannot append calls: cannot spool") || !strings.Contains(refused.Error(), "of 65536 used, serve.sqlite.log_max_bytes): spool full") {
 		t.Errorf("refusal %q: want unavailable, spool full, with the sizes", refused)
 	}
 	s.clog.gate.Unlock()

@@ -204,6 +204,12 @@ type Store struct {
 
 	// clog is the call log, with Ack "log" (acklog.go); nil otherwise.
 	clog *callLog
+	// logDir is the call log's directory, whatever Ack says: a log left
+	// by a run with Ack "log" is applied at Open.
+	logDir string
+	// logRejected counts the call log frames set aside since Open, and
+	// logTailsCut the torn tails Open cut off its segments.
+	logRejected, logTailsCut atomic.Int64
 
 	// The checkpoint loop, when a signing key is set.
 	stopCheckpoints, checkpointsDone chan struct{}
@@ -375,7 +381,8 @@ func Open(path string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("cannot open store %s: %w", path, wrap(err))
 	}
 	go s.commitLoop()
-	if err := s.openLog(LogDir(path)); err != nil {
+	s.logDir = LogDir(path)
+	if err := s.openLog(s.logDir); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("cannot open store %s: %w", path, err)
 	}

@@ -81,7 +81,7 @@ func EncodeFrame[T any](c Codec[T], b T, limit int64) (data []byte, rawLen int, 
 	raw := c.Append(getSpoolBuf(c.Size(b))[:0], b)
 	defer putSpoolBuf(raw)
 	if int64(len(raw)) > min(limit, maxFrameRaw) {
-		return nil, len(raw), fmt.Errorf("cannot spool a batch of %d bytes encoded: more than the spool's limit of %d (spool.max_bytes): %w",
+		return nil, len(raw), fmt.Errorf("cannot spool a batch of %d bytes encoded: more than the spool's limit of %d: %w",
 			len(raw), min(limit, maxFrameRaw), ErrFull)
 	}
 	// Compressed, a batch is about a fifth of its bytes: what the
@@ -139,7 +139,7 @@ func DecodeFrame[T any](c Codec[T], data []byte, limit int64) (T, error) {
 		return bad(blockAt, "cannot read the S2 block's length: %v", err)
 	}
 	if int64(n) > limit {
-		return bad(blockAt, "the S2 block says it decodes to %d bytes, more than the spool's limit of %d (spool.max_bytes)", n, limit)
+		return bad(blockAt, "the S2 block says it decodes to %d bytes, more than the spool's limit of %d", n, limit)
 	}
 	raw, err := s2.Decode(getSpoolBuf(n), block)
 	if err != nil {

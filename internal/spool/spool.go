@@ -66,6 +66,8 @@ type Log[T any] struct {
 	codec    Codec[T]
 	dir      string
 	maxBytes int64
+	// limitKey names maxBytes' setting in errors (LimitKey).
+	limitKey string
 	// segmentBytes is the size past which the next append starts a new
 	// segment.
 	segmentBytes int64
@@ -171,7 +173,7 @@ func Open[T any](dir string, maxBytes int64, keepRows int, codec Codec[T]) (*Log
 	if err != nil {
 		return nil, fmt.Errorf("cannot read spool directory: %w", err)
 	}
-	sp := &Log[T]{codec: codec, dir: dir, maxBytes: maxBytes, segmentBytes: min(defaultSegmentBytes, maxBytes), next: 1, nextSeg: 1, keepRows: keepRows}
+	sp := &Log[T]{codec: codec, dir: dir, maxBytes: maxBytes, limitKey: DefaultLimitKey, segmentBytes: min(defaultSegmentBytes, maxBytes), next: 1, nextSeg: 1, keepRows: keepRows}
 	var segs []uint64
 	for _, e := range entries {
 		name := e.Name()
@@ -264,18 +266,26 @@ func (sp *Log[T]) keptSize(b T) int64 {
 	return sp.keepSize(b)
 }
 
+// DefaultLimitKey is the setting errors name for a spool's limit until
+// LimitKey says otherwise: the ClickHouse store's.
+const DefaultLimitKey = "spool.max_bytes"
+
+// LimitKey names the setting of the spool's limit in its errors; call it
+// before the first append.
+func (sp *Log[T]) LimitKey(key string) { sp.limitKey = key }
+
 // Append writes b durably: when it returns nil the batch survives a crash.
 func (sp *Log[T]) Append(b T) error {
 	data, _, err := EncodeFrame(sp.codec, b, sp.maxBytes)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w (%s)", err, sp.limitKey)
 	}
 	defer putSpoolBuf(data)
 	nb := sp.keptSize(b) // KeepBytes is called before the first append
 	sp.mu.Lock()
 	if sp.bytes+int64(len(data)) > sp.maxBytes {
 		sp.mu.Unlock()
-		return fmt.Errorf("cannot spool %d bytes (%d of %d used): %w", len(data), sp.bytes, sp.maxBytes, ErrFull)
+		return fmt.Errorf("cannot spool %d bytes (%d of %d used, %s): %w", len(data), sp.bytes, sp.maxBytes, sp.limitKey, ErrFull)
 	}
 	seg, err := sp.segmentFor(int64(len(data)))
 	if err != nil {
@@ -412,7 +422,7 @@ func (sp *Log[T]) decodeFile(path string) (T, error) {
 	// that is (not ours, or the limit lowered since) is not read in.
 	if info.Size() > sp.maxBytes {
 		return zero, &CorruptError{Path: path, Offset: sp.maxBytes,
-			Reason: fmt.Sprintf("the file has %d bytes, more than the spool's limit of %d (spool.max_bytes)", info.Size(), sp.maxBytes)}
+			Reason: fmt.Sprintf("the file has %d bytes, more than the spool's limit of %d (%s)", info.Size(), sp.maxBytes, sp.limitKey)}
 	}
 	data := make([]byte, info.Size())
 	if _, err := io.ReadFull(f, data); err != nil {
@@ -456,8 +466,17 @@ func (sp *Log[T]) Reject(seq uint64) (string, error) {
 
 // SetAside counts the files of the directory set aside for a person:
 // rejected batches and cut tails.
-func (sp *Log[T]) SetAside() (rejected, torn int, err error) {
-	ents, err := os.ReadDir(sp.dir)
+func (sp *Log[T]) SetAside() (rejected, torn int, err error) { return setAside(sp.dir, false) }
+
+// SetAsideIn is SetAside for the spool directory dir, open or not; a
+// directory that does not exist holds none.
+func SetAsideIn(dir string) (rejected, torn int, err error) { return setAside(dir, true) }
+
+func setAside(dir string, missingOK bool) (rejected, torn int, err error) {
+	ents, err := os.ReadDir(dir)
+	if missingOK && errors.Is(err, os.ErrNotExist) {
+		return 0, 0, nil
+	}
 	if err != nil {
 		return 0, 0, err
 	}

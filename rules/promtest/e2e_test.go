@@ -109,6 +109,7 @@ func TestEndToEnd(t *testing.T) {
 	st.idCorrupt.Add(1)
 	st.tailsCut.Add(1)
 	st.filesRejected.Add(1)
+	st.spoolBytes.Store(700)
 
 	want := []string{
 		"McpAuditWriteErrorBudgetBurnFast", "McpAuditWriteErrorBudgetBurnMedium", "McpAuditWriteErrorBudgetBurnSlow",
@@ -117,7 +118,7 @@ func TestEndToEnd(t *testing.T) {
 		"McpAuditUnsafeRetries", "McpAuditWastedRetries", "McpAuditUncertainOutcomes", "McpAuditIngestRejections",
 		"McpAuditRelayDroppingRecords", "McpAuditRelayNotDelivering",
 		"McpAuditSpoolFileRejected", "McpAuditIDIndexWriteFailures",
-		"McpAuditIDIndexCorrupt", "McpAuditSpoolTailCut", "McpAuditSpoolFilesSetAside",
+		"McpAuditIDIndexCorrupt", "McpAuditSpoolTailCut", "McpAuditSpoolFilesSetAside", "McpAuditSpoolFilling",
 	}
 	alerts, err := prom.WaitFiring(ctx, want, 90*time.Second)
 	if err != nil {
@@ -304,7 +305,13 @@ func (f *feeder) anomalies() {
 }
 
 // faultyStore counts the faults of both stores.
-type faultyStore struct{ idIndex, spoolRejected, idCorrupt, tailsCut, filesRejected atomic.Int64 }
+type faultyStore struct {
+	idIndex, spoolRejected, idCorrupt, tailsCut, filesRejected atomic.Int64
+	// spoolBytes is what its log holds, of a limit of 1000 bytes.
+	spoolBytes atomic.Int64
+}
+
+func (s *faultyStore) SpoolUsage() (int64, int64) { return s.spoolBytes.Load(), 1000 }
 
 func (s *faultyStore) IDIndexFailures() int64    { return s.idIndex.Load() }
 func (s *faultyStore) SpoolFilesRejected() int64 { return s.spoolRejected.Load() }
