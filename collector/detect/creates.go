@@ -6,25 +6,29 @@ import "github.com/mcpaudit/mcpaudit/audit"
 // one client" (findings.md §4), so creates are indexed by both, and an
 // agent that came back in a new session and created the same document
 // again is seen.
-func createKeys(c *audit.Call, identity uint64) []createKey {
-	var keys []createKey
+// They come back in an array, which costs no allocation per create.
+func createKeys(c *audit.Call, identity uint64) (keys [2]createKey, n int) {
 	if c.Session != "" {
-		keys = append(keys, createKey{actor{'s', c.Session}, identity})
+		keys[n] = createKey{actor{'s', c.Session}, identity}
+		n++
 	}
 	if c.Client != "" {
-		keys = append(keys, createKey{actor{'c', c.Client}, identity})
+		keys[n] = createKey{actor{'c', c.Client}, identity}
+		n++
 	}
-	if len(keys) == 0 {
-		keys = append(keys, createKey{actor{}, identity})
+	if n == 0 {
+		keys[n] = createKey{actor{}, identity}
+		n++
 	}
-	return keys
+	return keys, n
 }
 
 // checkCreate looks for a duplicate create: two creates of one identity by
 // one session or client, both answered created, under different keys.
 func (d *detector) checkCreate(ev *event, op *audit.Op, w *writeRec) bool {
 	t := ev.at.t
-	keys := createKeys(ev.call, fp(op.Identity))
+	all, n := createKeys(ev.call, fp(op.Identity))
+	keys := all[:n]
 	isCreated := op.Status == audit.OpSucceeded && op.Action == "created"
 	if isCreated && !w.replay {
 	search:
@@ -70,7 +74,8 @@ func (d *detector) createsAfter(ev *event, op *audit.Op, w *writeRec) {
 	if !(op.Status == audit.OpSucceeded && op.Action == "created") || w.replay {
 		return
 	}
-	for _, k := range createKeys(ev.call, fp(op.Identity)) {
+	all, n := createKeys(ev.call, fp(op.Identity))
+	for _, k := range all[:n] {
 		l := d.creates.get(k)
 		if l == nil {
 			continue
