@@ -6,29 +6,25 @@ import "github.com/mcpaudit/mcpaudit/audit"
 // one client" (findings.md §4), so creates are indexed by both, and an
 // agent that came back in a new session and created the same document
 // again is seen.
-// They come back in an array, which costs no allocation per create.
-func createKeys(c *audit.Call, identity uint64) (keys [2]createKey, n int) {
+func createKeys(c *audit.Call, identity uint64) []createKey {
+	var keys []createKey
 	if c.Session != "" {
-		keys[n] = createKey{actor{'s', c.Session}, identity}
-		n++
+		keys = append(keys, createKey{actor{'s', c.Session}, identity})
 	}
 	if c.Client != "" {
-		keys[n] = createKey{actor{'c', c.Client}, identity}
-		n++
+		keys = append(keys, createKey{actor{'c', c.Client}, identity})
 	}
-	if n == 0 {
-		keys[n] = createKey{actor{}, identity}
-		n++
+	if len(keys) == 0 {
+		keys = append(keys, createKey{actor{}, identity})
 	}
-	return keys, n
+	return keys
 }
 
 // checkCreate looks for a duplicate create: two creates of one identity by
 // one session or client, both answered created, under different keys.
 func (d *detector) checkCreate(ev *event, op *audit.Op, w *writeRec) bool {
 	t := ev.at.t
-	all, n := createKeys(ev.call, fp(op.Identity))
-	keys := all[:n]
+	keys := createKeys(ev.call, fp(op.Identity))
 	isCreated := op.Status == audit.OpSucceeded && op.Action == "created"
 	if isCreated && !w.replay {
 	search:
@@ -74,8 +70,7 @@ func (d *detector) createsAfter(ev *event, op *audit.Op, w *writeRec) {
 	if !(op.Status == audit.OpSucceeded && op.Action == "created") || w.replay {
 		return
 	}
-	all, n := createKeys(ev.call, fp(op.Identity))
-	for _, k := range all[:n] {
+	for _, k := range createKeys(ev.call, fp(op.Identity)) {
 		l := d.creates.get(k)
 		if l == nil {
 			continue

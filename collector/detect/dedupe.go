@@ -65,7 +65,7 @@ type seen struct {
 }
 
 func newDedupe() dedupe {
-	return dedupe{byReq: newExpMap[uint64, reqSeen](hashUint64), bySpan: newExpMap[uint64, *seen](hashUint64), old: newObserved()}
+	return dedupe{byReq: newExpMap[uint64, reqSeen](), bySpan: newExpMap[uint64, *seen](), old: newObserved()}
 }
 
 // reqKey is the request part of the duplicate key; calls built without a

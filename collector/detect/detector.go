@@ -46,9 +46,9 @@ type detector struct {
 func newDetector(cfg Config, out *emitter, k PartitionKey) *detector {
 	return &detector{
 		cfg: cfg, out: out, server: k.Server, tenant: k.Tenant,
-		docs: newExpMap[string, docState](hashText), reads: newExpMap[string, readList](hashText),
-		keys: newExpMap[keyID, keyState](hashKey), creates: newExpMap[createKey, []*createRec](hashCreate),
-		failed: newExpMap[uint64, []*failedReq](hashUint64),
+		docs: newExpMap[string, docState](), reads: newExpMap[string, readList](),
+		keys: newExpMap[keyID, keyState](), creates: newExpMap[createKey, []*createRec](),
+		failed: newExpMap[uint64, []*failedReq](),
 	}
 }
 
@@ -242,14 +242,13 @@ func (d *detector) read(ev *event, op *audit.Op) {
 	if op.Target == "" {
 		return
 	}
-	h := hashText(op.Target)
-	rs := d.reads.atH(h, op.Target, t)
+	rs := d.reads.at(op.Target, t)
 	rs.add(readRec{at: ev.at, actor: actorKey(ev.actor), rev: op.Rev, flags: readFlags(op.Sync, op.SaveState)})
-	ds := d.docs.getH(h, op.Target)
+	ds := d.docs.get(op.Target)
 	if ds == nil {
 		return
 	}
-	d.docs.holdsH(h, op.Target, t)
+	d.docs.holds(op.Target, t)
 	for _, w := range ds.uncertainWrites() {
 		if w.who() == ev.actor && w.at.before(ev.at) {
 			d.settleByRead(w, ev.at)

@@ -8,50 +8,26 @@ package detect
 //
 // Values live behind pointers that stay valid while the entry is in the
 // map, so that state can point at other state.
-//
-// Entries are filed by a 64-bit hash of their key, which a caller that
-// looks one key up in several maps computes once (the getH, atH and holdsH
-// forms); a Go map of uint64 keys costs less than one of strings or of
-// structs of strings, whose every lookup, insert and delete hashes the key
-// again. The hash only files: each entry keeps its key, a lookup compares
-// it, and a key whose hash another key already holds goes to spill, so two
-// keys are never taken for one.
 type expMap[K comparable, V any] struct {
-	m     map[uint64]*slot[K, V]
-	spill map[K]*slot[K, V]
-	hash  func(K) uint64
-	q     expiry[*slot[K, V]]
+	m map[K]*slot[V]
+	q expiry[qitem[K, V]]
 }
 
-type slot[K comparable, V any] struct {
+type slot[V any] struct {
 	v     V
 	stamp stamp
-	h     uint64
-	k     K
 }
 
-// newExpMap returns an empty map filing its keys by hash.
-func newExpMap[K comparable, V any](hash func(K) uint64) expMap[K, V] {
-	return expMap[K, V]{m: map[uint64]*slot[K, V]{}, hash: hash}
+type qitem[K comparable, V any] struct {
+	k K
+	s *slot[V]
 }
 
-// find returns the entry of k, whose hash is h, or nil.
-func (e *expMap[K, V]) find(h uint64, k K) *slot[K, V] {
-	if s := e.m[h]; s != nil && s.k == k {
-		return s
-	}
-	if len(e.spill) > 0 {
-		return e.spill[k]
-	}
-	return nil
-}
+func newExpMap[K comparable, V any]() expMap[K, V] { return expMap[K, V]{m: map[K]*slot[V]{}} }
 
 // get returns the value of k, or nil.
-func (e *expMap[K, V]) get(k K) *V { return e.getH(e.hash(k), k) }
-
-// getH is get of k, whose hash is h.
-func (e *expMap[K, V]) getH(h uint64, k K) *V {
-	if s := e.find(h, k); s != nil {
+func (e *expMap[K, V]) get(k K) *V {
+	if s := e.m[k]; s != nil {
 		return &s.v
 	}
 	return nil
@@ -59,76 +35,57 @@ func (e *expMap[K, V]) getH(h uint64, k K) *V {
 
 // at returns the value of k, created as the zero value when absent, and
 // notes that it holds time t.
-func (e *expMap[K, V]) at(k K, t etime) *V { return e.atH(e.hash(k), k, t) }
-
-// atH is at of k, whose hash is h.
-func (e *expMap[K, V]) atH(h uint64, k K, t etime) *V {
-	s := e.find(h, k)
+func (e *expMap[K, V]) at(k K, t etime) *V {
+	s := e.m[k]
 	if s == nil {
-		s = &slot[K, V]{h: h, k: k}
-		if e.m[h] == nil {
-			e.m[h] = s
-		} else {
-			if e.spill == nil {
-				e.spill = map[K]*slot[K, V]{}
-			}
-			e.spill[k] = s
-		}
+		s = &slot[V]{}
+		e.m[k] = s
 	}
 	if s.stamp.needs(t) {
-		e.q.push(s, s.stamp.set(t))
+		e.q.push(qitem[K, V]{k, s}, s.stamp.set(t))
 	}
 	return &s.v
 }
 
-// holdsH notes that the value of k, whose hash is h and which must exist,
-// holds time t.
-func (e *expMap[K, V]) holdsH(h uint64, k K, t etime) {
-	if s := e.find(h, k); s != nil && s.stamp.needs(t) {
-		e.q.push(s, s.stamp.set(t))
+// holds notes that the value of k, which must exist, holds time t.
+func (e *expMap[K, V]) holds(k K, t etime) {
+	if s := e.m[k]; s != nil && s.stamp.needs(t) {
+		e.q.push(qitem[K, V]{k, s}, s.stamp.set(t))
 	}
-}
-
-// drop removes the entry s.
-func (e *expMap[K, V]) drop(s *slot[K, V]) {
-	if e.m[s.h] == s {
-		delete(e.m, s.h)
-		return
-	}
-	delete(e.spill, s.k)
 }
 
 // len returns how many entries the map holds.
-func (e *expMap[K, V]) len() int { return len(e.m) + len(e.spill) }
+func (e *expMap[K, V]) len() int { return len(e.m) }
 
 // sweep visits the entries queued before horizon. trim drops what v holds
 // before horizon and returns whether v still holds anything, and the
 // earliest time it holds.
 func (e *expMap[K, V]) sweep(horizon etime, trim func(k K, v *V) (keep bool, first etime)) {
-	var again []*slot[K, V]
+	var again []qitem[K, V]
 	var at []etime
 	for {
-		s, when, ok := e.q.popBefore(horizon)
+		it, when, ok := e.q.popBefore(horizon)
 		if !ok {
 			break
 		}
+		s := it.s
 		if !s.stamp.is(when) {
 			continue // dropped, or queued again since
 		}
 		s.stamp.queued = false
-		keep, first := trim(s.k, &s.v)
+		keep, first := trim(it.k, &s.v)
 		if !keep {
-			e.drop(s)
+			delete(e.m, it.k)
 			continue
 		}
 		// Queued again after the loop: an entry whose earliest time is
 		// still before the horizon (a pending write keeps it) must not be
 		// popped again in this sweep.
-		again = append(again, s)
+		again = append(again, it)
 		at = append(at, first)
 	}
-	for i, s := range again {
-		e.q.push(s, s.stamp.set(at[i]))
+	for i, it := range again {
+		e.q.push(it, it.s.stamp.set(at[i]))
 	}
 }
 

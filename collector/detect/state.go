@@ -325,21 +325,6 @@ func actorKey(a actor) uint64 {
 // keyID names an idempotency key within a partition.
 type keyID struct{ kind, key string }
 
-// hashKey files a key in the partition's map of keys (expMap compares the
-// keys themselves).
-func hashKey(k keyID) uint64 {
-	return maphash.String(ordSeed, k.key) ^ maphash.String(kindSeed, k.kind)
-}
-
-// hashText files a document in the maps of documents and reads.
-func hashText(s string) uint64 { return maphash.String(ordSeed, s) }
-
-// hashUint64 files an entry whose key is a hash already.
-func hashUint64(k uint64) uint64 { return k }
-
-// kindSeed hashes key kinds apart from key texts.
-var kindSeed = maphash.MakeSeed()
-
 // keyEvent is one use of a key that may bind it to an intent.
 type keyEvent struct {
 	binding uint64
@@ -472,11 +457,6 @@ type blockedPlan struct {
 type createKey struct {
 	actor    actor
 	identity uint64
-}
-
-// hashCreate files a create key in the partition's map of creates.
-func hashCreate(k createKey) uint64 {
-	return maphash.String(ordSeed, k.actor.id) ^ (k.identity * 0x9e3779b97f4a7c15) ^ uint64(k.actor.kind)
 }
 
 // createRec remembers a create for duplicate and blind re-create checks.
