@@ -106,6 +106,10 @@ func TestDecoder_Formats(t *testing.T) {
 	// What follows the array is not dropped unsaid.
 	f("two arrays", []byte("["+good+"]\n["+good+"]\n"), FormatRecordArray, 1, 1)
 	f("array then a record", []byte("["+good+"]\n"+good+"\n"), FormatRecordArray, 1, 1)
+	// An array that breaks off or closes with a brace has lost what
+	// follows: that is said, not taken for its end.
+	f("array without its end", []byte("["+good+",\n"+good), FormatRecordArray, 2, 1)
+	f("array closed by a brace", []byte("["+good+"}, "+good+"]"), FormatRecordArray, 1, 1)
 	f("empty", nil, FormatRecords, 0, 0)
 	f("otlp document", otlp, FormatOTLP, 5, 0)
 	f("otlp json lines", append(append(append([]byte{}, oneLine...), '\n'), oneLine...), FormatOTLP, 10, 0)

@@ -411,8 +411,23 @@ func (d *Decoder) nextArray(rd *dialect.Reader) (*audit.Record, error) {
 	if !d.jd.More() {
 		d.done = true
 		// The closing bracket, then nothing but white space: what follows
-		// the array (a second array, a record) would be lost unsaid.
-		if _, err := d.jd.Token(); err == nil {
+		// the array (a second array, a record) would be lost unsaid, and so
+		// would the rest of an array that breaks off or is closed by a
+		// brace.
+		tok, err := d.jd.Token()
+		switch {
+		case err != nil:
+			if re := d.gzipFault(err); re != nil {
+				d.errs = append(d.errs, re)
+				break
+			}
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			d.errs = append(d.errs, &RecordError{Source: d.name, Line: d.line + 1, Reason: fmt.Sprintf("broken JSON array after element %d: %v; what follows is not read", d.line, err)})
+		case tok != json.Delim(']'):
+			d.errs = append(d.errs, &RecordError{Source: d.name, Line: d.line + 1, Reason: fmt.Sprintf("broken JSON array after element %d: %v instead of , or ]; what follows is not read", d.line, tok)})
+		default:
 			if _, err = d.jd.Token(); err != io.EOF {
 				d.errs = append(d.errs, &RecordError{Source: d.name, Line: d.line + 1, Reason: fmt.Sprintf("content after the JSON array of %d records, not read: send one array, or NDJSON", d.line)})
 			}
