@@ -48,9 +48,8 @@ func (cv *Converter) JSONSpan(v *fastjson.Value, res *Resource, source string, r
 
 // CheckSpanJSON returns why the span object v of OTLP JSON cannot be
 // read (its path aside: "spanId: must be hex digits of the id's length"),
-// or "" when it can.
-func CheckSpanJSON(v *fastjson.Value) string {
-	var cv Converter
+// or "" when it can. It reads the span into cv, as JSONSpan does.
+func (cv *Converter) CheckSpanJSON(v *fastjson.Value) string {
 	return cv.jsonSpan(v)
 }
 

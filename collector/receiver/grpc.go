@@ -342,7 +342,12 @@ func (c depthCodec) Unmarshal(data mem.BufferSlice, v any) error {
 		w.req = ptraceotlp.NewExportRequest()
 		err := w.req.UnmarshalProto(b)
 		if err != nil {
-			if s, ok := salvageProto(b); ok {
+			var s salvaged
+			ok := false
+			// The codec has no context: the wait is bounded by the
+			// streams a connection may hold (max_concurrent_streams).
+			salvage(context.Background(), func() { s, ok = salvageProto(b) })
+			if ok {
 				w.req = ptraceotlp.NewExportRequest()
 				if w.req.UnmarshalProto(s.b) == nil {
 					w.bad = s.bad

@@ -544,7 +544,9 @@ func (rc *Receiver) exportBody(ctx context.Context, src metrics.Source, tenant s
 			return resp, re
 		}
 		if err := req.UnmarshalProto(b); err != nil {
-			s, ok := salvageProto(b)
+			var s salvaged
+			ok := false
+			salvage(ctx, func() { s, ok = salvageProto(b) })
 			if !ok {
 				return ptraceotlp.ExportResponse{}, &refusal{400, "cannot decode OTLP protobuf: " + err.Error(), metrics.RejectDecodeError}
 			}
@@ -559,7 +561,9 @@ func (rc *Receiver) exportBody(ctx context.Context, src metrics.Source, tenant s
 			return ptraceotlp.ExportResponse{}, &refusal{400, fmt.Sprintf("cannot take OTLP JSON: nested deeper than %d levels at byte offset %d (serve.receiver.max_depth)", jsonBodyDepth(rc.cfg.MaxDepth), at), metrics.RejectTooDeep}
 		}
 		if err := req.UnmarshalJSON(b); err != nil {
-			s, ok := salvageJSON(b)
+			var s salvaged
+			ok := false
+			salvage(ctx, func() { s, ok = salvageJSON(b) })
 			if !ok {
 				return ptraceotlp.ExportResponse{}, &refusal{400, "cannot decode OTLP JSON: " + err.Error(), metrics.RejectDecodeError}
 			}

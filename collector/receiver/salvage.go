@@ -1,6 +1,7 @@
 package receiver
 
 import (
+	"context"
 	"fmt"
 	"strings"
 
@@ -17,7 +18,39 @@ import (
 // not decode on their own, puts an empty span in the place of each (a span
 // without attributes is not an MCP call: the conversion ignores it, and the
 // paths of the others do not move), and reports them as rejected. Only the
-// failure path pays for it.
+// failure path pays for it, and it is bounded: a first pass looks at each
+// span's fields without decoding it (ids, times, attribute values); only
+// when that does not find every fault, and the request holds at most
+// maxProbed spans, is each span decoded on its own by pdata.
+
+// maxProbed is the most spans of a request that the salvage decodes one
+// by one; a larger request whose faults the first pass does not find is
+// refused whole, as pdata refuses it.
+const maxProbed = 10_000
+
+// maxSalvagedJSON is the largest OTLP JSON body salvaged. The salvage
+// parses it into a tree, which costs up to 45 times its bytes for tiny
+// spans (BenchmarkSalvageJSON); a larger broken body is refused whole.
+// Protobuf is walked where it lies, at about the cost of decoding it.
+const maxSalvagedJSON = 4 << 20
+
+// salvageSlot lets one salvage run at a time: its memory comes on top of
+// the request's, which the bytes in flight account for, and a flood of
+// broken requests must not multiply it.
+var salvageSlot = make(chan struct{}, 1)
+
+// salvage runs fn in the salvage slot, waiting for it until ctx ends;
+// it reports whether fn ran.
+func salvage(ctx context.Context, fn func()) bool {
+	select {
+	case salvageSlot <- struct{}{}:
+		defer func() { <-salvageSlot }()
+		fn()
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
 
 // salvaged is a request that decodes once its broken spans are emptied.
 type salvaged struct {
@@ -31,6 +64,18 @@ type salvaged struct {
 // false when the framing is broken, no span is to blame, or the request
 // still does not decode without the broken spans.
 func salvageProto(b []byte) (s salvaged, ok bool) {
+	if s, ok = rebuildProto(b, protoIDFault); ok {
+		return s, true
+	}
+	if countProtoSpans(b) > maxProbed {
+		return salvaged{}, false
+	}
+	return rebuildProto(b, protoSpanFault)
+}
+
+// rebuildProto returns b with each span that fault blames emptied, when
+// that decodes.
+func rebuildProto(b []byte, fault func([]byte) string) (s salvaged, ok bool) {
 	var out []byte
 	rs := 0
 	if !eachField(b, func(num protowire.Number, typ protowire.Type, v, raw []byte) bool {
@@ -52,7 +97,7 @@ func salvageProto(b []byte) (s salvaged, ok bool) {
 					spans = append(spans, raw...)
 					return true
 				}
-				if why := protoSpanFault(v); why != "" {
+				if why := fault(v); why != "" {
 					s.bad = append(s.bad, otlp.RejectedSpan{Path: spanPath(rs, ss, sp), Reason: why})
 					spans = protowire.AppendTag(spans, 2, protowire.BytesType)
 					spans = protowire.AppendBytes(spans, nil)
@@ -85,18 +130,31 @@ func salvageProto(b []byte) (s salvaged, ok bool) {
 	return s, true
 }
 
-// protoSpanFault returns why the Span message b does not decode, or "".
-func protoSpanFault(b []byte) string {
-	one := protowire.AppendTag(nil, 2, protowire.BytesType)
-	one = protowire.AppendBytes(one, b)
-	sc := protowire.AppendTag(nil, 2, protowire.BytesType)
-	sc = protowire.AppendBytes(sc, one)
-	req := protowire.AppendTag(nil, 1, protowire.BytesType)
-	req = protowire.AppendBytes(req, sc)
-	err := ptraceotlp.NewExportRequest().UnmarshalProto(req)
-	if err == nil {
-		return ""
-	}
+// countProtoSpans counts the spans of a well-framed request.
+func countProtoSpans(b []byte) int {
+	n := 0
+	eachField(b, func(num protowire.Number, _ protowire.Type, v, _ []byte) bool {
+		if num == 1 {
+			eachField(v, func(num protowire.Number, _ protowire.Type, v, _ []byte) bool {
+				if num == 2 {
+					eachField(v, func(num protowire.Number, _ protowire.Type, _, _ []byte) bool {
+						if num == 2 {
+							n++
+						}
+						return true
+					})
+				}
+				return true
+			})
+		}
+		return true
+	})
+	return n
+}
+
+// protoIDFault returns why the ids of the Span message b do not decode,
+// or "".
+func protoIDFault(b []byte) string {
 	why := ""
 	eachField(b, func(num protowire.Number, typ protowire.Type, v, _ []byte) bool {
 		if typ != protowire.BytesType || len(v) == 0 {
@@ -112,7 +170,23 @@ func protoSpanFault(b []byte) string {
 		}
 		return why == ""
 	})
-	if why != "" {
+	return why
+}
+
+// protoSpanFault returns why the Span message b does not decode on its
+// own, or "".
+func protoSpanFault(b []byte) string {
+	one := protowire.AppendTag(nil, 2, protowire.BytesType)
+	one = protowire.AppendBytes(one, b)
+	sc := protowire.AppendTag(nil, 2, protowire.BytesType)
+	sc = protowire.AppendBytes(sc, one)
+	req := protowire.AppendTag(nil, 1, protowire.BytesType)
+	req = protowire.AppendBytes(req, sc)
+	err := ptraceotlp.NewExportRequest().UnmarshalProto(req)
+	if err == nil {
+		return ""
+	}
+	if why := protoIDFault(b); why != "" {
 		return why
 	}
 	return "cannot decode the span: " + strings.TrimPrefix(err.Error(), "unmarshal: ")
@@ -146,20 +220,41 @@ func eachField(b []byte, fn func(num protowire.Number, typ protowire.Type, v, ra
 // salvageJSON salvages an OTLP JSON request that pdata refused, as
 // salvageProto does.
 func salvageJSON(b []byte) (s salvaged, ok bool) {
+	if len(b) > maxSalvagedJSON {
+		return salvaged{}, false
+	}
 	var p fastjson.Parser
 	root, err := p.ParseBytes(b)
 	if err != nil || root.Type() != fastjson.TypeObject {
 		return salvaged{}, false
 	}
+	// One converter reads every span: one made per span would cost more
+	// than the span.
+	cv := otlp.NewConverter()
+	if s, ok = rebuildJSON(root, cv.CheckSpanJSON); ok {
+		return s, true
+	}
+	// The first pass emptied the spans it blamed: the second starts from
+	// the request again.
+	if root, err = p.ParseBytes(b); err != nil || countJSONSpans(root) > maxProbed {
+		return salvaged{}, false
+	}
+	return rebuildJSON(root, func(v *fastjson.Value) string { return jsonSpanFault(cv, v) })
+}
+
+// rebuildJSON empties, in root, each span that fault blames (or that an
+// earlier pass emptied), and returns root when it then decodes.
+func rebuildJSON(root *fastjson.Value, fault func(*fastjson.Value) string) (s salvaged, ok bool) {
 	var a fastjson.Arena
 	for i, rs := range jsonList(root, "resourceSpans", "resource_spans") {
 		for j, ss := range jsonList(rs, "scopeSpans", "scope_spans") {
 			for k, sp := range jsonList(ss, "spans") {
-				if why := jsonSpanFault(sp); why != "" {
-					s.bad = append(s.bad, otlp.RejectedSpan{Path: spanPath(i, j, k), Reason: why})
-					spans := ss.Get("spans")
-					spans.SetArrayItem(k, a.NewObject())
+				why := fault(sp)
+				if why == "" {
+					continue
 				}
+				s.bad = append(s.bad, otlp.RejectedSpan{Path: spanPath(i, j, k), Reason: why})
+				ss.Get("spans").SetArrayItem(k, a.NewObject())
 			}
 		}
 	}
@@ -172,6 +267,17 @@ func salvageJSON(b []byte) (s salvaged, ok bool) {
 	}
 	s.b = out
 	return s, true
+}
+
+// countJSONSpans counts the spans of an OTLP JSON request.
+func countJSONSpans(root *fastjson.Value) int {
+	n := 0
+	for _, rs := range jsonList(root, "resourceSpans", "resource_spans") {
+		for _, ss := range jsonList(rs, "scopeSpans", "scope_spans") {
+			n += len(jsonList(ss, "spans"))
+		}
+	}
+	return n
 }
 
 // jsonList returns the items of the array under the first of keys that v
@@ -189,13 +295,13 @@ func jsonList(v *fastjson.Value, keys ...string) []*fastjson.Value {
 
 // jsonSpanFault returns why the span object v of OTLP JSON does not
 // decode, or "".
-func jsonSpanFault(v *fastjson.Value) string {
+func jsonSpanFault(cv *otlp.Converter, v *fastjson.Value) string {
 	doc := `{"resourceSpans":[{"scopeSpans":[{"spans":[` + string(v.MarshalTo(nil)) + `]}]}]}`
 	err := ptraceotlp.NewExportRequest().UnmarshalJSON([]byte(doc))
 	if err == nil {
 		return ""
 	}
-	if why := otlp.CheckSpanJSON(v); why != "" {
+	if why := cv.CheckSpanJSON(v); why != "" {
 		return why
 	}
 	// jsoniter's message ends with the bytes around the fault, which the

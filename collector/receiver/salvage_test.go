@@ -1,6 +1,7 @@
 package receiver_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"net"
@@ -21,38 +22,62 @@ import (
 // sp (of the first scope of the first resource) cut to 3 bytes.
 func breakSpanProto(t *testing.T, b []byte, sp int) []byte {
 	t.Helper()
-	// rewrite returns msg with fn applied to the value of each field num
-	// that is a message, in order.
-	rewrite := func(msg []byte, num protowire.Number, fn func(i int, v []byte) []byte) []byte {
-		var out []byte
-		i := 0
-		for len(msg) > 0 {
-			n, typ, tl := protowire.ConsumeTag(msg)
-			fl := protowire.ConsumeFieldValue(n, typ, msg[tl:])
-			if tl < 0 || fl < 0 {
-				t.Fatal("bad message")
-			}
-			if n == num && typ == protowire.BytesType {
-				v, _ := protowire.ConsumeBytes(msg[tl:])
-				out = protowire.AppendTag(out, n, typ)
-				out = protowire.AppendBytes(out, fn(i, v))
-				i++
-			} else {
-				out = append(out, msg[:tl+fl]...)
-			}
-			msg = msg[tl+fl:]
-		}
-		return out
-	}
-	return rewrite(b, 1, func(_ int, rs []byte) []byte {
-		return rewrite(rs, 2, func(_ int, ss []byte) []byte {
-			return rewrite(ss, 2, func(i int, span []byte) []byte {
+	return rewriteSpanProto(t, b, sp, func(span []byte) []byte {
+		return rewriteField(t, span, 2, func(int, []byte) []byte { return []byte{1, 2, 3} })
+	})
+}
+
+// rewriteSpanProto returns the protobuf request b with span sp (of the
+// first scope of the first resource) replaced by fn of it.
+func rewriteSpanProto(t *testing.T, b []byte, sp int, fn func([]byte) []byte) []byte {
+	t.Helper()
+	return rewriteField(t, b, 1, func(_ int, rs []byte) []byte {
+		return rewriteField(t, rs, 2, func(_ int, ss []byte) []byte {
+			return rewriteField(t, ss, 2, func(i int, span []byte) []byte {
 				if i != sp {
 					return span
 				}
-				return rewrite(span, 2, func(int, []byte) []byte { return []byte{1, 2, 3} })
+				return fn(bytes.Clone(span))
 			})
 		})
+	})
+}
+
+// rewriteField returns msg with fn applied to the value of each field num
+// that is a message, in order.
+func rewriteField(t *testing.T, msg []byte, num protowire.Number, fn func(i int, v []byte) []byte) []byte {
+	t.Helper()
+	var out []byte
+	i := 0
+	for len(msg) > 0 {
+		n, typ, tl := protowire.ConsumeTag(msg)
+		if tl < 0 {
+			t.Fatal("bad message")
+		}
+		fl := protowire.ConsumeFieldValue(n, typ, msg[tl:])
+		if fl < 0 {
+			t.Fatal("bad message")
+		}
+		if n == num && typ == protowire.BytesType {
+			v, _ := protowire.ConsumeBytes(msg[tl:])
+			out = protowire.AppendTag(out, n, typ)
+			out = protowire.AppendBytes(out, fn(i, v))
+			i++
+		} else {
+			out = append(out, msg[:tl+fl]...)
+		}
+		msg = msg[tl+fl:]
+	}
+	return out
+}
+
+// appendToSpanProto returns the protobuf request b with field num, of
+// bytes v, appended to span sp (of the first scope of the first resource).
+func appendToSpanProto(t *testing.T, b []byte, sp int, num protowire.Number, v []byte) []byte {
+	t.Helper()
+	return rewriteSpanProto(t, b, sp, func(span []byte) []byte {
+		span = protowire.AppendTag(span, num, protowire.BytesType)
+		return protowire.AppendBytes(span, v)
 	})
 }
 
@@ -174,6 +199,58 @@ func TestOTLP_BrokenSpanBesideGoodOnes(t *testing.T) {
 			t.Fatal(err)
 		}
 		check(t, "salvage-grpc", r, 1, "resourceSpans[0].scopeSpans[0].spans[2]: spanId: must be 8 bytes, not 3")
+	})
+	// A fault the first pass does not look for (an event's time) is found
+	// by decoding each span on its own; past maxProbed spans that is not
+	// tried and the request is refused whole, as before.
+	brokenEvent := func(t *testing.T, server string, n int) []byte {
+		t.Helper()
+		b, _ := traces(server, n, nil).MarshalJSON()
+		var doc map[string]any
+		if err := json.Unmarshal(b, &doc); err != nil {
+			t.Fatal(err)
+		}
+		spans := doc["resourceSpans"].([]any)[0].(map[string]any)["scopeSpans"].([]any)[0].(map[string]any)["spans"].([]any)
+		spans[1].(map[string]any)["events"] = []any{map[string]any{"timeUnixNano": map[string]any{"x": 1}}}
+		out, _ := json.Marshal(doc)
+		return out
+	}
+	t.Run("fault_found_by_decoding_each_span", func(t *testing.T) {
+		a := e.post(t, "/v1/traces", "application/json", tokAcme, brokenEvent(t, "salvage-event", 4))
+		if a.status != 200 {
+			t.Fatalf("%d %s, want 200", a.status, a.body)
+		}
+		resp := ptraceotlp.NewExportResponse()
+		if err := resp.UnmarshalJSON([]byte(a.body)); err != nil {
+			t.Fatal(err)
+		}
+		check(t, "salvage-event", resp, 1, "resourceSpans[0].scopeSpans[0].spans[1]: cannot decode the span")
+	})
+	t.Run("too_many_spans_to_decode_each", func(t *testing.T) {
+		// Protobuf, which has no size cap: an event whose time has the
+		// wrong wire type, in span 1 of 10,001.
+		b, _ := traces("salvage-many", 10_001, nil).MarshalProto()
+		ev := protowire.AppendTag(nil, 1, protowire.BytesType)
+		ev = protowire.AppendBytes(ev, []byte{1})
+		a := e.post(t, "/v1/traces", "application/x-protobuf", tokAcme, appendToSpanProto(t, b, 1, 11, ev))
+		if a.status != 400 || stored("salvage-many") != 0 {
+			t.Fatalf("%d %.200s, %d stored; want 400 and nothing stored", a.status, a.body, stored("salvage-many"))
+		}
+		b, _ = traces("salvage-few", 4, nil).MarshalProto()
+		a = e.post(t, "/v1/traces", "application/x-protobuf", tokAcme, appendToSpanProto(t, b, 1, 11, ev))
+		if a.status != 200 || stored("salvage-few") != 3 {
+			t.Fatalf("%d %.200s, %d stored; want the same fault in a request of 4 spans salvaged", a.status, a.body, stored("salvage-few"))
+		}
+	})
+	t.Run("json_too_large_to_salvage", func(t *testing.T) {
+		b, _ := traces("salvage-large", 10_001, nil).MarshalJSON()
+		if len(b) <= 4<<20 {
+			t.Fatalf("the request has %d bytes, not more than 4 MiB", len(b))
+		}
+		a := e.post(t, "/v1/traces", "application/json", tokAcme, breakSpansJSON(t, b))
+		if a.status != 400 || stored("salvage-large") != 0 {
+			t.Fatalf("%d %.200s, %d stored; want 400 and nothing stored", a.status, a.body, stored("salvage-large"))
+		}
 	})
 	t.Run("broken_resource_refused_whole", func(t *testing.T) {
 		b, _ := traces("salvage-resource", 2, nil).MarshalJSON()
