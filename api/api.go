@@ -275,7 +275,27 @@ func (s *Server) newParams(w http.ResponseWriter, r *http.Request, known ...stri
 			strings.Join(unknown, ", "), r.URL.Path, takes)})
 		return nil, "", false
 	}
-	return &params{q: q, now: s.Now()}, access.Tenant(p, r), true
+	for name, vs := range q {
+		if len(vs) > 1 {
+			// Only the first would be read: the others would be dropped
+			// unsaid.
+			writeJSON(w, http.StatusBadRequest, Error{(&paramError{name, fmt.Sprintf("given %d times; give it once", len(vs))}).Error()})
+			return nil, "", false
+		}
+	}
+	pp := &params{q: q, now: s.Now()}
+	if slices.Contains(known, "since") && slices.Contains(known, "until") {
+		// A range that ends before it begins is empty: an answer of
+		// nothing would hide the mistake (since and until swapped).
+		check := *pp
+		since, until := check.time("since"), check.time("until")
+		if check.err == nil && !since.IsZero() && !until.IsZero() && since.After(until) {
+			writeJSON(w, http.StatusBadRequest, Error{(&paramError{"until", fmt.Sprintf("%s is before since (%s): the range is empty",
+				until.UTC().Format(time.RFC3339Nano), since.UTC().Format(time.RFC3339Nano))}).Error()})
+			return nil, "", false
+		}
+	}
+	return pp, access.Tenant(p, r), true
 }
 
 // Parameters of each endpoint, besides tenant.

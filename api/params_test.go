@@ -71,6 +71,15 @@ func TestBadParameters(t *testing.T) {
 		{"/api/v1/slo?until=9999-01-01T00:00:00Z", "until"},
 		{"/api/v1/findings?since=0001-01-01T00:00:00Z", "since"},
 		{"/api/v1/writes?until=2300-01-01T00:00:00Z", "until"},
+		// An empty range or a parameter given twice is a mistake that an
+		// empty answer would hide.
+		{"/api/v1/findings?since=1h&until=2h", "until"},
+		{"/api/v1/calls?since=2026-11-02T10:00:00Z&until=2026-11-02T09:00:00Z", "until"},
+		{"/api/v1/writes?since=2026-11-02T10:00:00Z&until=2026-11-02T09:00:00Z", "until"},
+		{"/api/v1/documents/ops%2Fa.gram/timeline?since=1h&until=2h", "until"},
+		{"/api/v1/findings/counts?since=1h&until=2h", "until"},
+		{"/api/v1/findings?kind=unsafe_retry&kind=double_applied_write", "kind"},
+		{"/api/v1/calls?since=1h&since=2h", "since"},
 	} {
 		status, _, body := do(t, "GET", srv.URL+tc.path, "")
 		var e api.Error

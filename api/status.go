@@ -106,17 +106,22 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 		out.TooLate += ps.TooLate
 		out.Partitions = append(out.Partitions, v)
 		for _, src := range ps.Sources {
-			// A source's counts are its own over every partition it feeds:
-			// told once, with the servers it fed.
+			// The pipeline keeps a source's clock and counts per partition
+			// (detect.Engine.ClockPerPartition): a source is told once, with
+			// the sum of its counts over the servers it fed.
 			k := [2]string{ps.Tenant, src.Name}
 			i, seen := totals[k]
 			if !seen {
 				i = len(out.Sources)
 				totals[k] = i
-				out.Sources = append(out.Sources, SourceTotals{Tenant: ps.Tenant, Name: src.Name,
-					Calls: src.Calls, Late: src.Late, TooLate: src.TooLate, Ahead: src.Ahead})
+				out.Sources = append(out.Sources, SourceTotals{Tenant: ps.Tenant, Name: src.Name})
 			}
-			out.Sources[i].Servers = append(out.Sources[i].Servers, ps.Server)
+			t := &out.Sources[i]
+			t.Servers = append(t.Servers, ps.Server)
+			t.Calls += src.Calls
+			t.Late += src.Late
+			t.TooLate += src.TooLate
+			t.Ahead += src.Ahead
 		}
 	}
 	writeJSON(w, http.StatusOK, out)

@@ -23,6 +23,9 @@ type analyzeSummary struct {
 	Duplicates int64 `json:"duplicates"`
 	// Late are calls that arrived later than the lateness bound.
 	Late int64 `json:"late"`
+	// TooLate are calls later than detect.allowed_lateness behind the
+	// input's time: counted, never judged.
+	TooLate int64 `json:"too_late"`
 	// Outcomes counts calls by outcome, every outcome present.
 	Outcomes map[audit.Outcome]int64 `json:"outcomes"`
 	// Writes counts write attempts by current state, every state present.
@@ -50,7 +53,7 @@ func newSummary(det *analyzer, rejects *rejectLog, col *collector) analyzeSummar
 	s := det.eng.Stats()
 	out := analyzeSummary{
 		SummaryVersion: 1,
-		Calls:          s.Calls, Duplicates: s.Duplicates, Late: s.Late,
+		Calls:          s.Calls, Duplicates: s.Duplicates, Late: s.Late, TooLate: s.TooLate,
 		Outcomes:           map[audit.Outcome]int64{},
 		Writes:             map[audit.WriteState]int64{},
 		Failures:           map[audit.RetryAction]map[string]int64{},

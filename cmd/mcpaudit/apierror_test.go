@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -35,5 +36,30 @@ func TestAPIError_SaysHowToAuthenticate(t *testing.T) {
 	run(context.Background(), []string{"findings", "--api-url", srv.URL}, nil, &out, &errs)
 	if !strings.Contains(errs.String(), "403") || strings.Contains(errs.String(), "--token") {
 		t.Errorf("403: %q, want the status without the token hint", errs.String())
+	}
+}
+
+// TestAPIError_MessageNotJSON: a refused parameter is told as the API's
+// message, whether the command asks a collector or reads a data dir, not
+// as the JSON object that carries it.
+func TestAPIError_MessageNotJSON(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		io.WriteString(w, `{"error":"parameter since: want an RFC 3339 time or a duration such as 1h or 30d, not \"09:00\""}`+"\n")
+	}))
+	defer srv.Close()
+	for _, args := range [][]string{
+		{"findings", "--api-url", srv.URL, "--since", "09:00"},
+		{"findings", "--data-dir", t.TempDir(), "--since", "09:00"},
+	} {
+		var out, errs bytes.Buffer
+		if code := run(context.Background(), args, nil, &out, &errs); code == 0 {
+			t.Fatalf("%v: exit 0", args)
+		}
+		msg := errs.String()
+		if !strings.Contains(msg, `parameter since: want an RFC 3339 time or a duration such as 1h or 30d, not "09:00"`) || strings.Contains(msg, `{"error"`) {
+			t.Errorf("%v: %q, want the message itself", args, msg)
+		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
+	"github.com/mcpaudit/mcpaudit/internal/conf"
 	"github.com/mcpaudit/mcpaudit/internal/datadir"
 )
 
@@ -61,6 +62,9 @@ file, judges every stored call again, so that the findings and write
 states are those of the restored calls (this takes longer than a normal
 start). Calls acknowledged after the backup are not in it: have their
 senders post them again (a call already stored is not stored twice).
+serve's first retention sweep comes at its start: raise serve.retention
+above the age of the restored calls (restore prints their span) to keep
+an old backup.
 redact.key stays: restoring into a new data dir, copy it in from the old
 one (restore warns when it is missing).
 
@@ -101,6 +105,18 @@ func restoreCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	fmt.Fprintf(stdout, "restored %s into %s: %d calls, schema %d. At its next start serve rebuilds the id index and judges every stored call again.\n",
 		*from, *dir, info.Calls, info.Schema)
+	if !info.Oldest.IsZero() {
+		fmt.Fprintf(stdout, "its calls run from %s to %s\n", info.Oldest.Format(time.RFC3339), info.Newest.Format(time.RFC3339))
+		// serve's first retention sweep comes at its start: a backup older
+		// than the retention, restored to be looked into, would be
+		// deleted again at once.
+		if ret := time.Duration(NewDefaultConfig().Serve.Retention); time.Since(info.Oldest) > ret {
+			age := time.Since(info.Oldest)
+			fmt.Fprintf(stdout, "warning: calls go back %d days, past the default serve.retention (%s): serve deletes calls, writes and findings older "+
+				"than serve.retention (and serve.tenant_retention) at its start; raise it above that age before starting serve on %s to keep them\n",
+				int(age.Hours()/24), conf.FormatDuration(ret), *dir)
+		}
+	}
 	if _, err := os.Stat(filepath.Join(*dir, "redact.key")); errors.Is(err, os.ErrNotExist) {
 		fmt.Fprintf(stdout, "warning: %s has no redact.key: copy in the one of the collector that wrote the backup (unless redact.secret_file names it), "+
 			"or serve creates a new key, and a secret masked from then on gets another mask than in the restored calls (docs/security.md)\n", *dir)

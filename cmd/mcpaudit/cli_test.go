@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -238,5 +239,31 @@ func TestAnalyze_MetricsIngest(t *testing.T) {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("metrics file lacks %s", want)
 		}
+	}
+}
+
+// TestAnalyze_SummaryTooLate: the JSON summary counts the calls later than
+// detect.allowed_lateness, which are not judged, as the text summary does:
+// a gate reading it must see that part of its input was not looked at.
+func TestAnalyze_SummaryTooLate(t *testing.T) {
+	rec := func(at string, id int) string {
+		return fmt.Sprintf(`{"time":%q,"server":"thegram","session":"s","request":{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"gram_read","arguments":{"path":"a.gram"}}},"response":{"jsonrpc":"2.0","id":%d,"result":{}}}`, at, id, id)
+	}
+	p := filepath.Join(t.TempDir(), "late.ndjson")
+	in := rec("2026-11-02T09:10:00Z", 1) + "\n" + rec("2026-11-02T09:00:00Z", 2) + "\n" + rec("2026-11-02T09:00:01Z", 3) + "\n"
+	if err := os.WriteFile(p, []byte(in), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errs := cliRun("analyze", "--progress", "never", "--format", "json", "--summary", "json", "--fail-on", "never", p)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	lines := strings.Split(strings.TrimSpace(errs), "\n")
+	var sum map[string]any
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &sum); err != nil {
+		t.Fatalf("last stderr line is not the summary: %v\n%s", err, errs)
+	}
+	if sum["calls"] != 1.0 || sum["too_late"] != 2.0 {
+		t.Errorf("summary calls %v too_late %v, want 1 call judged and 2 too late", sum["calls"], sum["too_late"])
 	}
 }

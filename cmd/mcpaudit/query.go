@@ -105,7 +105,7 @@ func (q *queryFlags) get(path string, params url.Values) ([]byte, error) {
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest("GET", u, nil))
 	if rec.Code != http.StatusOK {
-		return nil, fmt.Errorf("%s", strings.TrimSpace(rec.Body.String()))
+		return nil, errors.New(apiMessage(rec.Body.Bytes()))
 	}
 	return rec.Body.Bytes(), nil
 }
@@ -384,10 +384,22 @@ func docSegment(doc string) string {
 	return url.PathEscape(doc)
 }
 
+// apiMessage is the message of an API error answer: the "error" of its
+// JSON object, or the body as it is when it is not one (a proxy's page).
+func apiMessage(body []byte) string {
+	var e struct {
+		Error string `json:"error"`
+	}
+	if json.Unmarshal(body, &e) == nil && e.Error != "" {
+		return e.Error
+	}
+	return strings.TrimSpace(string(body))
+}
+
 // apiError is the error of an API answer other than 200: its status and
 // message, and for 401 how to give a credential.
 func apiError(resp *http.Response, body []byte) error {
-	msg := strings.TrimSpace(string(body))
+	msg := apiMessage(body)
 	if resp.StatusCode == http.StatusUnauthorized {
 		return fmt.Errorf("%s: %s (give a token with --token or $MCPAUDIT_TOKEN)", resp.Status, msg)
 	}

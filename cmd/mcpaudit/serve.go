@@ -347,7 +347,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	ingestLn, lim, err := listen(cfg.Serve.IngestListen, cc.MaxPerListener, tc, true)
 	if err != nil {
 		s.closeAll()
-		return nil, err
+		return nil, fmt.Errorf("%w (serve.ingest_listen, --ingest-listen)", err)
 	}
 	s.limits = map[string]*connlimit.Listener{metrics.ListenerIngest: lim}
 	s.ingestAddr = ingestLn.Addr().String()
@@ -360,7 +360,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		ln, lim, err := listen(cfg.Serve.GRPCListen, cc.MaxPerListener, tc, false)
 		if err != nil {
 			s.closeAll()
-			return nil, err
+			return nil, fmt.Errorf("%w (serve.grpc_listen, --grpc-listen; empty to disable)", err)
 		}
 		s.limits[metrics.ListenerGRPC] = lim
 		s.grpcAddr = ln.Addr().String()
@@ -369,7 +369,9 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			if err := s.grpc.Serve(ln); err != nil {
+			// ErrServerStopped: stopped before it served, as when a later
+			// listener of the start fails.
+			if err := s.grpc.Serve(ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 				log.Error("gRPC server stopped", "err", err)
 			}
 		}()
@@ -378,7 +380,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	apiLn, lim, err := listen(cfg.Serve.APIListen, cc.MaxPerListener, tc, true)
 	if err != nil {
 		s.closeAll()
-		return nil, err
+		return nil, fmt.Errorf("%w (serve.api_listen, --api-listen)", err)
 	}
 	s.limits[metrics.ListenerAPI] = lim
 	if err := metrics.WatchFrontDoor(s.registry, s.listenerViews, rc.InFlightBytes); err != nil {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -579,6 +580,36 @@ func TestServe_StoreFaults(t *testing.T) {
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("ack log: /metrics lacks %s", want)
+		}
+	}
+}
+
+// TestServe_ListenerTaken: a listen address already in use is refused
+// naming the address and the key and flag that set it, so that the
+// operator knows which of the three listeners to move.
+func TestServe_ListenerTaken(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	for _, tc := range []struct {
+		set  func(*Config)
+		want string
+	}{
+		{func(c *Config) { c.Serve.IngestListen = taken.Addr().String() }, "serve.ingest_listen, --ingest-listen"},
+		{func(c *Config) { c.Serve.GRPCListen = taken.Addr().String() }, "serve.grpc_listen, --grpc-listen"},
+		{func(c *Config) { c.Serve.APIListen = taken.Addr().String() }, "serve.api_listen, --api-listen"},
+	} {
+		cfg := testConfig(t, t.TempDir())
+		tc.set(&cfg)
+		s, err := startServer(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		if err == nil {
+			s.shutdown(context.Background())
+			t.Fatalf("%s: started on a taken address", tc.want)
+		}
+		if !strings.Contains(err.Error(), taken.Addr().String()) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("error %q: want the address %s and %q", err, taken.Addr(), tc.want)
 		}
 	}
 }

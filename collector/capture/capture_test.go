@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"strings"
@@ -105,6 +106,10 @@ func TestDecoder_Formats(t *testing.T) {
 	// What follows the array is not dropped unsaid.
 	f("two arrays", []byte("["+good+"]\n["+good+"]\n"), FormatRecordArray, 1, 1)
 	f("array then a record", []byte("["+good+"]\n"+good+"\n"), FormatRecordArray, 1, 1)
+	// An array that breaks off or closes with a brace has lost what
+	// follows: that is said, not taken for its end.
+	f("array without its end", []byte("["+good+",\n"+good), FormatRecordArray, 2, 1)
+	f("array closed by a brace", []byte("["+good+"}, "+good+"]"), FormatRecordArray, 1, 1)
 	f("empty", nil, FormatRecords, 0, 0)
 	f("otlp document", otlp, FormatOTLP, 5, 0)
 	f("otlp json lines", append(append(append([]byte{}, oneLine...), '\n'), oneLine...), FormatOTLP, 10, 0)
@@ -134,5 +139,51 @@ func TestRecordParser_IDAgreesAcrossEncodings(t *testing.T) {
 	}
 	if a.Responded || a.TransportError != "" {
 		t.Fatalf("a record without response must be an unknown outcome: %+v", a)
+	}
+}
+
+// TestDecoder_TruncatedGzip: a gzip capture cut off (a copy interrupted, a
+// disk that filled up) keeps the records before the cut, and the cut is
+// one reject naming the line it falls in and the compressed byte offset,
+// not an error that drops the whole input. In every format.
+func TestDecoder_TruncatedGzip(t *testing.T) {
+	gz := func(b []byte) []byte {
+		var buf bytes.Buffer
+		zw, _ := gzip.NewWriterLevel(&buf, gzip.NoCompression)
+		zw.Write(b)
+		zw.Close()
+		return buf.Bytes()
+	}
+	var lines []string
+	for range 400 {
+		lines = append(lines, good)
+	}
+	ndjson := []byte(strings.Join(lines, "\n") + "\n")
+	// Stored (level 0), so that the cut falls at a known place: half-way,
+	// in line 201.
+	cut := gz(ndjson)[:10+len(ndjson)/2+len(good)/2]
+	n, rejects, format := decodeAll(t, cut)
+	if format != FormatRecords || n < 190 || n > 200 || len(rejects) != 1 {
+		t.Fatalf("format %v, %d calls, rejects %v; want the ~200 records before the cut and one reject", format, n, rejects)
+	}
+	var re *RecordError
+	if !errors.As(rejects[0], &re) || re.Line != n+1 || !strings.Contains(re.Error(), "gzip") || !strings.Contains(re.Error(), fmt.Sprintf("byte %d", len(cut))) {
+		t.Errorf("reject %q: want line %d, the gzip stream named and its end at byte %d", rejects[0], n+1, len(cut))
+	}
+	arr := []byte("[" + strings.Join(lines, ",\n") + "]")
+	n, rejects, _ = decodeAll(t, gz(arr)[:10+len(arr)/2])
+	if n < 190 || len(rejects) != 1 || !strings.Contains(rejects[0].Error(), "gzip") {
+		t.Errorf("array: %d calls, rejects %v; want the ~200 records before the cut and one reject naming gzip", n, rejects)
+	}
+	// OTLP JSON, one document a line: the documents before the cut.
+	otlpDoc, err := os.ReadFile("../../testdata/examples/thegram-normal-edit.otlp.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	oneLine := append(bytes.Join(bytes.Fields(otlpDoc), []byte(" ")), '\n')
+	docs := bytes.Repeat(oneLine, 10)
+	n, rejects, _ = decodeAll(t, gz(docs)[:10+len(docs)/2+len(oneLine)/2])
+	if n != 5*5 || len(rejects) != 1 || !strings.Contains(rejects[0].Error(), "in:6: the gzip stream") {
+		t.Errorf("OTLP JSON lines: %d calls, rejects %v; want the 25 calls of the 5 documents before the cut, and line 6 rejected naming gzip", n, rejects)
 	}
 }

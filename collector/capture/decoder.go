@@ -3,6 +3,7 @@ package capture
 import (
 	"bufio"
 	"bytes"
+	"compress/flate"
 	"compress/gzip"
 	"encoding/json"
 	"errors"
@@ -84,6 +85,8 @@ type Decoder struct {
 	keep bool
 	// known is what the decoder knew of the last call beside its JSON.
 	known dialect.Known
+	// gz counts the compressed bytes read, nil when the input is not gzip.
+	gz *countReader
 	// Ignored counts records and spans of methods other than tools/call.
 	Ignored int
 }
@@ -105,15 +108,17 @@ func NewDecoder(r io.Reader, name string) (*Decoder, error) {
 		}
 	}
 	br := bufio.NewReaderSize(r, 1<<16)
+	var gz *countReader
 	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
-		zr, err := gzip.NewReader(br)
+		gz = &countReader{r: br}
+		zr, err := gzip.NewReader(gz)
 		if err != nil {
 			return nil, fmt.Errorf("cannot read gzip input %s: %w", name, err)
 		}
 		br = bufio.NewReaderSize(zr, 1<<16)
 		at = nil
 	}
-	d := &Decoder{name: name, r: br, keep: true}
+	d := &Decoder{name: name, r: br, keep: true, gz: gz}
 	f, err := detect(br)
 	if err != nil {
 		return nil, fmt.Errorf("cannot detect the format of %s: %w", name, err)
@@ -127,6 +132,7 @@ func NewDecoder(r io.Reader, name string) (*Decoder, error) {
 		}
 	case FormatOTLP:
 		d.otlp = newOTLPReader(name, br, at, base, true, func(err error) { d.errs = append(d.errs, err) }, &d.Ignored)
+		d.otlp.fault = d.gzipFault
 	}
 	return d, nil
 }
@@ -274,6 +280,41 @@ func (d *Decoder) next(rd *dialect.Reader) (*audit.Record, error) {
 	}
 }
 
+// countReader counts the bytes read through it. It is an io.ByteReader,
+// so that gzip reads through it without a buffer of its own and the count
+// is what the decompressor consumed.
+type countReader struct {
+	r *bufio.Reader
+	n int64
+}
+
+func (c *countReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+func (c *countReader) ReadByte() (byte, error) {
+	b, err := c.r.ReadByte()
+	if err == nil {
+		c.n++
+	}
+	return b, err
+}
+
+// gzipFault returns the reject of the rest of a gzip input whose stream
+// breaks off or is damaged (err, from reading it), or nil for another
+// error. What was read before it stands: a capture cut off by an
+// interrupted copy or a full disk keeps its records up to the cut.
+func (d *Decoder) gzipFault(err error) *RecordError {
+	var corrupt flate.CorruptInputError
+	if d.gz == nil || !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, gzip.ErrChecksum) && !errors.Is(err, gzip.ErrHeader) && !errors.As(err, &corrupt) {
+		return nil
+	}
+	return &RecordError{Source: d.name, Line: d.line + 1, Reason: fmt.Sprintf(
+		"the gzip stream is cut off or damaged at compressed byte %d (%v): the input ends here, what follows is lost", d.gz.n, err)}
+}
+
 // readLine returns the next line without its newline. Lines longer than
 // MaxLine are consumed and reported as too long.
 func (d *Decoder) readLine() ([]byte, bool, error) {
@@ -319,6 +360,11 @@ func (d *Decoder) nextRecord(rd *dialect.Reader) (*audit.Record, error) {
 		return nil, nil
 	}
 	if err != nil {
+		if re := d.gzipFault(err); re != nil {
+			d.done = true
+			d.errs = append(d.errs, re)
+			return nil, nil
+		}
 		return nil, fmt.Errorf("cannot read %s: %w", d.name, err)
 	}
 	if tooLong {
@@ -365,8 +411,23 @@ func (d *Decoder) nextArray(rd *dialect.Reader) (*audit.Record, error) {
 	if !d.jd.More() {
 		d.done = true
 		// The closing bracket, then nothing but white space: what follows
-		// the array (a second array, a record) would be lost unsaid.
-		if _, err := d.jd.Token(); err == nil {
+		// the array (a second array, a record) would be lost unsaid, and so
+		// would the rest of an array that breaks off or is closed by a
+		// brace.
+		tok, err := d.jd.Token()
+		switch {
+		case err != nil:
+			if re := d.gzipFault(err); re != nil {
+				d.errs = append(d.errs, re)
+				break
+			}
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			d.errs = append(d.errs, &RecordError{Source: d.name, Line: d.line + 1, Reason: fmt.Sprintf("broken JSON array after element %d: %v; what follows is not read", d.line, err)})
+		case tok != json.Delim(']'):
+			d.errs = append(d.errs, &RecordError{Source: d.name, Line: d.line + 1, Reason: fmt.Sprintf("broken JSON array after element %d: %v instead of , or ]; what follows is not read", d.line, tok)})
+		default:
 			if _, err = d.jd.Token(); err != io.EOF {
 				d.errs = append(d.errs, &RecordError{Source: d.name, Line: d.line + 1, Reason: fmt.Sprintf("content after the JSON array of %d records, not read: send one array, or NDJSON", d.line)})
 			}
@@ -379,6 +440,11 @@ func (d *Decoder) nextArray(rd *dialect.Reader) (*audit.Record, error) {
 		// The array itself is broken: nothing after this point can be
 		// located, so the input ends here with what was read.
 		d.done = true
+		if re := d.gzipFault(err); re != nil {
+			re.Line = d.line
+			d.errs = append(d.errs, re)
+			return nil, nil
+		}
 		d.errs = append(d.errs, &RecordError{Source: d.name, Line: d.line, Reason: fmt.Sprintf("broken JSON array after element %d: %v", d.line-1, err)})
 		return nil, nil
 	}

@@ -284,6 +284,24 @@ type otlpReader struct {
 	// out receives the rejects and the count of ignored spans.
 	reject  func(error)
 	ignored *int
+	// fault, when set, turns an error reading the input into the reject
+	// of its rest (a gzip stream cut off), nil for another error.
+	fault func(error) *RecordError
+}
+
+// readFault ends the input at err, an error reading it: when fault makes
+// it a reject of the rest, that is reported and nil returned; otherwise
+// the error.
+func (o *otlpReader) readFault(err error) error {
+	if o.fault != nil {
+		if re := o.fault(err); re != nil {
+			o.done = true
+			re.Line = o.c.line()
+			o.reject(re)
+			return nil
+		}
+	}
+	return fmt.Errorf("cannot read %s: %w", o.name, err)
 }
 
 func newOTLPReader(name string, r io.Reader, at io.ReaderAt, base int64, keep bool, reject func(error), ignored *int) *otlpReader {
@@ -353,7 +371,7 @@ func (o *otlpReader) nextDocument() error {
 	if _, ok := c.peek(); !ok {
 		o.done = true
 		if c.rerr != nil && c.rerr != io.EOF {
-			return fmt.Errorf("cannot read %s: %w", o.name, c.rerr)
+			return o.readFault(c.rerr)
 		}
 		return nil
 	}
@@ -365,7 +383,9 @@ func (o *otlpReader) nextDocument() error {
 			doc.oneLine = se.Line == doc.line
 			o.reject(&RecordError{Source: o.name, Line: se.Line, Reason: o.broken(doc, se)})
 		} else {
-			return fmt.Errorf("cannot read %s: %w", o.name, err)
+			// The document being indexed is lost with the rest: its
+			// calls come out only once it is whole.
+			return o.readFault(err)
 		}
 	} else if doc.oneLine {
 		// A document on one line: the input is read as one document per

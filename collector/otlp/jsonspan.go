@@ -46,6 +46,13 @@ func (cv *Converter) JSONSpan(v *fastjson.Value, res *Resource, source string, r
 	return cv.convert(res, source, path{rs, ss, sp}, rd)
 }
 
+// CheckSpanJSON returns why the span object v of OTLP JSON cannot be
+// read (its path aside: "spanId: must be hex digits of the id's length"),
+// or "" when it can. It reads the span into cv, as JSONSpan does.
+func (cv *Converter) CheckSpanJSON(v *fastjson.Value) string {
+	return cv.jsonSpan(v)
+}
+
 // StartJSON returns the start time of a span object of OTLP JSON, in
 // nanoseconds since 1970; 0 when it has none that can be read.
 func StartJSON(v *fastjson.Value) uint64 {

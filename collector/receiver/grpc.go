@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/mcpaudit/mcpaudit/collector/otlp"
@@ -23,27 +24,40 @@ import (
 )
 
 // exportCtx checks and ingests the calls of an OTLP request; unusable
-// spans are reported as a partial success.
-func (rc *Receiver) exportCtx(ctx context.Context, src metrics.Source, tenant string, req ptraceotlp.ExportRequest) (ptraceotlp.ExportResponse, *refusal) {
+// spans are reported as a partial success, with pre, the spans a salvage
+// emptied (salvageProto, salvageJSON).
+func (rc *Receiver) exportCtx(ctx context.Context, src metrics.Source, tenant string, req ptraceotlp.ExportRequest, pre []otlp.RejectedSpan) (ptraceotlp.ExportResponse, *refusal) {
 	td := req.Traces()
 	crowded := rc.crowded(td)
 	prefix := string(src) + ":"
 	tk := rc.newTaker(src, tenant)
 	defer tk.done()
-	return rc.exportRead(ctx, src, tenant, tk, prefix, otlp.Read(td, prefix, tk.reader), crowded)
+	return rc.exportRead(ctx, src, tenant, tk, prefix, withRejected(otlp.Read(td, prefix, tk.reader), pre), crowded)
+}
+
+// withRejected puts the spans a salvage emptied (pre) first among res's
+// rejected spans, and takes them out of its ignored ones: each was read
+// as an empty span, which is not an MCP call.
+func withRejected(res otlp.Result, pre []otlp.RejectedSpan) otlp.Result {
+	if len(pre) == 0 {
+		return res
+	}
+	res.Rejected = append(slices.Clip(pre), res.Rejected...)
+	res.Ignored = max(0, res.Ignored-len(pre))
+	return res
 }
 
 // exportWire is exportCtx for a request read straight from its bytes
 // (otlp.ReadProto). No span of it is crowded: CheckProto, with the same
 // limit, leaves those to pdata.
-func (rc *Receiver) exportWire(ctx context.Context, src metrics.Source, tenant string, m otlp.Message) (ptraceotlp.ExportResponse, *refusal) {
+func (rc *Receiver) exportWire(ctx context.Context, src metrics.Source, tenant string, m otlp.Message, pre []otlp.RejectedSpan) (ptraceotlp.ExportResponse, *refusal) {
 	prefix := string(src) + ":"
 	tk := rc.newTaker(src, tenant)
 	defer tk.done()
 	// The converter's parsers and buffers keep their room from one
 	// request to the next; the records share nothing with it.
 	cv := rc.convs.Get().(*otlp.Converter)
-	res := cv.ReadProto(m, prefix, tk.reader)
+	res := withRejected(cv.ReadProto(m, prefix, tk.reader), pre)
 	rc.convs.Put(cv)
 	return rc.exportRead(ctx, src, tenant, tk, prefix, res, nil)
 }
@@ -147,12 +161,13 @@ type wireExporter interface {
 
 // wireRequest is one Export request as depthCodec left it: the message
 // when otlp.CheckProto accepted it (msg, in buf, given back by free), else
-// pdata's decoding of it (req).
+// pdata's decoding of it (req); bad are the spans a salvage emptied.
 type wireRequest struct {
 	buf  mem.Buffer
 	msg  otlp.Message
 	fast bool
 	req  ptraceotlp.ExportRequest
+	bad  []otlp.RejectedSpan
 }
 
 func (w *wireRequest) free() {
@@ -234,9 +249,9 @@ func (g *GRPC) exportWire(ctx context.Context, in *wireRequest) (ptraceotlp.Expo
 	var resp ptraceotlp.ExportResponse
 	var re *refusal
 	if in.fast {
-		resp, re = rc.exportWire(ctx, metrics.SourceOTLPGRPC, p.Tenant, in.msg)
+		resp, re = rc.exportWire(ctx, metrics.SourceOTLPGRPC, p.Tenant, in.msg, in.bad)
 	} else {
-		resp, re = rc.exportCtx(ctx, metrics.SourceOTLPGRPC, p.Tenant, in.req)
+		resp, re = rc.exportCtx(ctx, metrics.SourceOTLPGRPC, p.Tenant, in.req, in.bad)
 	}
 	if re != nil {
 		rc.logRejected(re.logKind(), metrics.SourceOTLPGRPC, p.Tenant, re.reason, re.msg)
@@ -325,7 +340,22 @@ func (c depthCodec) Unmarshal(data mem.BufferSlice, v any) error {
 		}
 		defer buf.Free()
 		w.req = ptraceotlp.NewExportRequest()
-		return w.req.UnmarshalProto(b)
+		err := w.req.UnmarshalProto(b)
+		if err != nil {
+			var s salvaged
+			ok := false
+			// The codec has no context: the wait is bounded by the
+			// streams a connection may hold (max_concurrent_streams).
+			salvage(context.Background(), func() { s, ok = salvageProto(b) })
+			if ok {
+				w.req = ptraceotlp.NewExportRequest()
+				if w.req.UnmarshalProto(s.b) == nil {
+					w.bad = s.bad
+					return nil
+				}
+			}
+		}
+		return err
 	}
 	m, ok := v.(interface{ UnmarshalProto([]byte) error })
 	if !ok {

@@ -529,6 +529,9 @@ func partialSuccess(rejected []otlp.RejectedSpan) ptraceotlp.ExportResponse {
 // gives the body back for the next request once it is no longer read.
 func (rc *Receiver) exportBody(ctx context.Context, src metrics.Source, tenant string, b []byte, asProto bool) (ptraceotlp.ExportResponse, *refusal) {
 	req := ptraceotlp.NewExportRequest()
+	// pre are the spans that would not decode, when the request is taken
+	// without them (salvageProto, salvageJSON).
+	var pre []otlp.RejectedSpan
 	if asProto {
 		if err := protoValueDepth(b, rc.cfg.MaxDepth); err != nil {
 			return ptraceotlp.ExportResponse{}, &refusal{400, "cannot take OTLP protobuf: " + err.Error(), metrics.RejectTooDeep}
@@ -536,23 +539,43 @@ func (rc *Receiver) exportBody(ctx context.Context, src metrics.Source, tenant s
 		if m, ok := otlp.CheckProto(b, rc.cfg.MaxAttributes); ok {
 			// Read from the body, as OTLP/gRPC is; the records share
 			// nothing with it.
-			resp, re := rc.exportWire(ctx, src, tenant, m)
+			resp, re := rc.exportWire(ctx, src, tenant, m, nil)
 			rc.recycleBody(b)
 			return resp, re
 		}
 		if err := req.UnmarshalProto(b); err != nil {
-			return ptraceotlp.ExportResponse{}, &refusal{400, "cannot decode OTLP protobuf: " + err.Error(), metrics.RejectDecodeError}
+			var s salvaged
+			ok := false
+			salvage(ctx, func() { s, ok = salvageProto(b) })
+			if !ok {
+				return ptraceotlp.ExportResponse{}, &refusal{400, "cannot decode OTLP protobuf: " + err.Error(), metrics.RejectDecodeError}
+			}
+			req = ptraceotlp.NewExportRequest()
+			if err := req.UnmarshalProto(s.b); err != nil {
+				return ptraceotlp.ExportResponse{}, &refusal{400, "cannot decode OTLP protobuf: " + err.Error(), metrics.RejectDecodeError}
+			}
+			pre = s.bad
 		}
 	} else {
 		if d, at := jsonDepth(b, jsonBodyDepth(rc.cfg.MaxDepth)); d > jsonBodyDepth(rc.cfg.MaxDepth) {
 			return ptraceotlp.ExportResponse{}, &refusal{400, fmt.Sprintf("cannot take OTLP JSON: nested deeper than %d levels at byte offset %d (serve.receiver.max_depth)", jsonBodyDepth(rc.cfg.MaxDepth), at), metrics.RejectTooDeep}
 		}
 		if err := req.UnmarshalJSON(b); err != nil {
-			return ptraceotlp.ExportResponse{}, &refusal{400, "cannot decode OTLP JSON: " + err.Error(), metrics.RejectDecodeError}
+			var s salvaged
+			ok := false
+			salvage(ctx, func() { s, ok = salvageJSON(b) })
+			if !ok {
+				return ptraceotlp.ExportResponse{}, &refusal{400, "cannot decode OTLP JSON: " + err.Error(), metrics.RejectDecodeError}
+			}
+			req = ptraceotlp.NewExportRequest()
+			if err := req.UnmarshalJSON(s.b); err != nil {
+				return ptraceotlp.ExportResponse{}, &refusal{400, "cannot decode OTLP JSON: " + err.Error(), metrics.RejectDecodeError}
+			}
+			pre = s.bad
 		}
 	}
 	// pdata copies what it decodes (strings, bytes), protobuf and JSON
 	// alike: the body can serve the next request now.
 	rc.recycleBody(b)
-	return rc.exportCtx(ctx, src, tenant, req)
+	return rc.exportCtx(ctx, src, tenant, req, pre)
 }

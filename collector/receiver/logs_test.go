@@ -91,12 +91,14 @@ func TestLogs(t *testing.T) {
 // TestLogs_OTLPJSONContextNotLogged: an OTLP JSON body the decoder cannot
 // read is refused with its error, and the log line keeps the error but not
 // the bytes of the body it cites around it, which are not all inside
-// quotes: here the end of a trace id that holds a secret.
+// quotes: here a resource's count that holds a secret. A span the decoder
+// cannot read is rejected alone, and its line does not quote it either:
+// here the end of a trace id that holds a secret.
 func TestLogs_OTLPJSONContextNotLogged(t *testing.T) {
 	e := newEnv(t, nil)
 	const secret = "hunter2-not-for-logs"
-	body := `{"resourceSpans":[{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"thegram"}}]},` +
-		`"scopeSpans":[{"spans":[{"traceId":"` + secret + `","spanId":"0900000000000000"}]}]}]}`
+	body := `{"resourceSpans":[{"resource":{"droppedAttributesCount":"` + secret + `","attributes":[{"key":"service.name","value":{"stringValue":"thegram"}}]},` +
+		`"scopeSpans":[{"spans":[{"traceId":"0a000000000000000000000000000000","spanId":"0900000000000000"}]}]}]}`
 	if a := e.post(t, "/v1/traces", "application/json", tokAcme, []byte(body)); a.status != 400 {
 		t.Fatalf("%d %s, want 400", a.status, a.body)
 	}
@@ -106,6 +108,17 @@ func TestLogs_OTLPJSONContextNotLogged(t *testing.T) {
 	}
 	if s := fmt.Sprint(got[0]["error"]); strings.Contains(s, "for-logs") || strings.Contains(s, "hunter2") {
 		t.Errorf("the log line quotes the body: %s", s)
+	}
+	span := `{"resourceSpans":[{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"thegram"}}]},` +
+		`"scopeSpans":[{"spans":[{"traceId":"` + secret + `","spanId":"0900000000000000","attributes":[{"key":"gen_ai.tool.name","value":{"stringValue":"gram_read"}}]}]}]}]}`
+	if a := e.post(t, "/v1/traces", "application/json", tokAcme, []byte(span)); a.status != 200 || !strings.Contains(a.body, "spans[0]: traceId") {
+		t.Fatalf("%d %s, want 200 with span 0 rejected for its trace id", a.status, a.body)
+	}
+	e.logs.mu.Lock()
+	all := e.logs.b.String()
+	e.logs.mu.Unlock()
+	if strings.Contains(all, "for-logs") || strings.Contains(all, "hunter2") {
+		t.Errorf("the log quotes the body: %s", all)
 	}
 }
 

@@ -26,6 +26,9 @@ type BackupInfo struct {
 	Bytes int64
 	// Took is how long the copy and its check took.
 	Took time.Duration
+	// Oldest and Newest are the times of the earliest and the latest
+	// call; zero when the copy holds none.
+	Oldest, Newest time.Time
 }
 
 // Backup writes a consistent copy of the store file at path to out, which
@@ -159,8 +162,12 @@ func checkCopy(ctx context.Context, path string) (BackupInfo, error) {
 	case info.Schema > schemaVersion:
 		return info, fmt.Errorf("%s: schema version %d is newer than this build's %d", path, info.Schema, schemaVersion)
 	}
-	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM calls`).Scan(&info.Calls); err != nil {
+	var lo, hi sql.NullInt64
+	if err := db.QueryRowContext(ctx, `SELECT count(*), min(time), max(time) FROM calls`).Scan(&info.Calls, &lo, &hi); err != nil {
 		return info, fmt.Errorf("%s: %w", path, err)
+	}
+	if lo.Valid && hi.Valid {
+		info.Oldest, info.Newest = time.Unix(0, lo.Int64).UTC(), time.Unix(0, hi.Int64).UTC()
 	}
 	st, err := os.Stat(path)
 	if err != nil {

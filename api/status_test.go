@@ -1,0 +1,73 @@
+package api_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/api"
+	"github.com/mcpaudit/mcpaudit/collector/detect"
+	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
+)
+
+// newStatusServer serves the API with a pipeline whose status is parts.
+func newStatusServer(t *testing.T, parts []detect.PartitionStatus) string {
+	t.Helper()
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "mcpaudit.db"), sqlite.NewDefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	q := api.New(st, 0.999)
+	q.Now = func() time.Time { return t0.Add(2 * time.Hour) }
+	q.Status = func() ([]detect.PartitionStatus, int64) { return parts, 0 }
+	srv := httptest.NewServer(q.Handler())
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// TestStatus_SourceTotals: serve keeps a source's clock and counts per
+// partition, so a poster that feeds two servers is told once with the sum
+// of its counts over both, not with the first partition's.
+func TestStatus_SourceTotals(t *testing.T) {
+	wm := t0.Add(time.Minute)
+	parts := []detect.PartitionStatus{
+		{PartitionKey: detect.PartitionKey{Server: "oddlynew"}, Watermark: wm, Calls: 21, Sources: []detect.SourceStatus{
+			{Name: "calls:10.0.0.7", LastEvent: wm, Calls: 21, Late: 1},
+			{Name: "otlp:oddlynew", LastEvent: wm, Calls: 4},
+		}},
+		{PartitionKey: detect.PartitionKey{Server: "thegram"}, Watermark: wm, Calls: 48, Sources: []detect.SourceStatus{
+			{Name: "calls:10.0.0.7", LastEvent: wm, Calls: 45, TooLate: 3, Ahead: 2},
+		}},
+		{PartitionKey: detect.PartitionKey{Tenant: "acme", Server: "thegram"}, Watermark: wm, Calls: 7, Sources: []detect.SourceStatus{
+			{Name: "calls:10.0.0.7", LastEvent: wm, Calls: 7},
+		}},
+	}
+	s := newStatusServer(t, parts)
+	code, _, body := do(t, http.MethodGet, s+"/api/v1/status", "")
+	if code != http.StatusOK {
+		t.Fatalf("status %d: %s", code, body)
+	}
+	var got api.StatusResponse
+	if err := json.Unmarshal(body, &got); err != nil {
+		t.Fatal(err)
+	}
+	want := map[[2]string]api.SourceTotals{
+		{"", "calls:10.0.0.7"}:     {Servers: []string{"oddlynew", "thegram"}, Calls: 66, Late: 1, TooLate: 3, Ahead: 2},
+		{"", "otlp:oddlynew"}:      {Servers: []string{"oddlynew"}, Calls: 4},
+		{"acme", "calls:10.0.0.7"}: {Servers: []string{"thegram"}, Calls: 7},
+	}
+	if len(got.Sources) != len(want) {
+		t.Fatalf("%d sources, want %d: %+v", len(got.Sources), len(want), got.Sources)
+	}
+	for _, s := range got.Sources {
+		w, ok := want[[2]string{s.Tenant, s.Name}]
+		w.Tenant, w.Name = s.Tenant, s.Name
+		if !ok || s.Calls != w.Calls || s.Late != w.Late || s.TooLate != w.TooLate || s.Ahead != w.Ahead || len(s.Servers) != len(w.Servers) {
+			t.Errorf("source %+v, want %+v", s, w)
+		}
+	}
+}

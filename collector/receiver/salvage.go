@@ -1,0 +1,316 @@
+package receiver
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/valyala/fastjson"
+	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/mcpaudit/mcpaudit/collector/otlp"
+)
+
+// pdata decodes a request whole or not at all: one span with an id of the
+// wrong length, or a time that is not an integer, refuses every span beside
+// it. When a request does not decode, the salvage finds the spans that do
+// not decode on their own, puts an empty span in the place of each (a span
+// without attributes is not an MCP call: the conversion ignores it, and the
+// paths of the others do not move), and reports them as rejected. Only the
+// failure path pays for it, and it is bounded: a first pass looks at each
+// span's fields without decoding it (ids, times, attribute values); only
+// when that does not find every fault, and the request holds at most
+// maxProbed spans, is each span decoded on its own by pdata.
+
+// maxProbed is the most spans of a request that the salvage decodes one
+// by one; a larger request whose faults the first pass does not find is
+// refused whole, as pdata refuses it.
+const maxProbed = 10_000
+
+// maxSalvagedJSON is the largest OTLP JSON body salvaged. The salvage
+// parses it into a tree, which costs up to 45 times its bytes for tiny
+// spans (BenchmarkSalvageJSON); a larger broken body is refused whole.
+// Protobuf is walked where it lies, at about the cost of decoding it.
+const maxSalvagedJSON = 4 << 20
+
+// salvageSlot lets one salvage run at a time: its memory comes on top of
+// the request's, which the bytes in flight account for, and a flood of
+// broken requests must not multiply it.
+var salvageSlot = make(chan struct{}, 1)
+
+// salvage runs fn in the salvage slot, waiting for it until ctx ends;
+// it reports whether fn ran.
+func salvage(ctx context.Context, fn func()) bool {
+	select {
+	case salvageSlot <- struct{}{}:
+		defer func() { <-salvageSlot }()
+		fn()
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// salvaged is a request that decodes once its broken spans are emptied.
+type salvaged struct {
+	// b is the request with the broken spans emptied.
+	b []byte
+	// bad are the emptied spans, with why each was refused.
+	bad []otlp.RejectedSpan
+}
+
+// salvageProto salvages an OTLP protobuf request that pdata refused. ok is
+// false when the framing is broken, no span is to blame, or the request
+// still does not decode without the broken spans.
+func salvageProto(b []byte) (s salvaged, ok bool) {
+	if s, ok = rebuildProto(b, protoIDFault); ok {
+		return s, true
+	}
+	if countProtoSpans(b) > maxProbed {
+		return salvaged{}, false
+	}
+	return rebuildProto(b, protoSpanFault)
+}
+
+// rebuildProto returns b with each span that fault blames emptied, when
+// that decodes.
+func rebuildProto(b []byte, fault func([]byte) string) (s salvaged, ok bool) {
+	var out []byte
+	rs := 0
+	if !eachField(b, func(num protowire.Number, typ protowire.Type, v, raw []byte) bool {
+		if num != 1 || typ != protowire.BytesType {
+			out = append(out, raw...)
+			return true
+		}
+		var inner []byte
+		ss := 0
+		if !eachField(v, func(num protowire.Number, typ protowire.Type, v, raw []byte) bool {
+			if num != 2 || typ != protowire.BytesType {
+				inner = append(inner, raw...)
+				return true
+			}
+			var spans []byte
+			sp := 0
+			if !eachField(v, func(num protowire.Number, typ protowire.Type, v, raw []byte) bool {
+				if num != 2 || typ != protowire.BytesType {
+					spans = append(spans, raw...)
+					return true
+				}
+				if why := fault(v); why != "" {
+					s.bad = append(s.bad, otlp.RejectedSpan{Path: spanPath(rs, ss, sp), Reason: why})
+					spans = protowire.AppendTag(spans, 2, protowire.BytesType)
+					spans = protowire.AppendBytes(spans, nil)
+				} else {
+					spans = append(spans, raw...)
+				}
+				sp++
+				return true
+			}) {
+				return false
+			}
+			inner = protowire.AppendTag(inner, 2, protowire.BytesType)
+			inner = protowire.AppendBytes(inner, spans)
+			ss++
+			return true
+		}) {
+			return false
+		}
+		out = protowire.AppendTag(out, 1, protowire.BytesType)
+		out = protowire.AppendBytes(out, inner)
+		rs++
+		return true
+	}) || len(s.bad) == 0 {
+		return salvaged{}, false
+	}
+	if ptraceotlp.NewExportRequest().UnmarshalProto(out) != nil {
+		return salvaged{}, false
+	}
+	s.b = out
+	return s, true
+}
+
+// countProtoSpans counts the spans of a well-framed request.
+func countProtoSpans(b []byte) int {
+	n := 0
+	eachField(b, func(num protowire.Number, _ protowire.Type, v, _ []byte) bool {
+		if num == 1 {
+			eachField(v, func(num protowire.Number, _ protowire.Type, v, _ []byte) bool {
+				if num == 2 {
+					eachField(v, func(num protowire.Number, _ protowire.Type, _, _ []byte) bool {
+						if num == 2 {
+							n++
+						}
+						return true
+					})
+				}
+				return true
+			})
+		}
+		return true
+	})
+	return n
+}
+
+// protoIDFault returns why the ids of the Span message b do not decode,
+// or "".
+func protoIDFault(b []byte) string {
+	why := ""
+	eachField(b, func(num protowire.Number, typ protowire.Type, v, _ []byte) bool {
+		if typ != protowire.BytesType || len(v) == 0 {
+			return true
+		}
+		switch {
+		case num == 1 && len(v) != 16:
+			why = fmt.Sprintf("traceId: must be 16 bytes, not %d", len(v))
+		case num == 2 && len(v) != 8:
+			why = fmt.Sprintf("spanId: must be 8 bytes, not %d", len(v))
+		case num == 4 && len(v) != 8:
+			why = fmt.Sprintf("parentSpanId: must be 8 bytes, not %d", len(v))
+		}
+		return why == ""
+	})
+	return why
+}
+
+// protoSpanFault returns why the Span message b does not decode on its
+// own, or "".
+func protoSpanFault(b []byte) string {
+	one := protowire.AppendTag(nil, 2, protowire.BytesType)
+	one = protowire.AppendBytes(one, b)
+	sc := protowire.AppendTag(nil, 2, protowire.BytesType)
+	sc = protowire.AppendBytes(sc, one)
+	req := protowire.AppendTag(nil, 1, protowire.BytesType)
+	req = protowire.AppendBytes(req, sc)
+	err := ptraceotlp.NewExportRequest().UnmarshalProto(req)
+	if err == nil {
+		return ""
+	}
+	if why := protoIDFault(b); why != "" {
+		return why
+	}
+	return "cannot decode the span: " + strings.TrimPrefix(err.Error(), "unmarshal: ")
+}
+
+// eachField calls fn with each field of the message b, its value and its
+// bytes on the wire; it reports whether b is well framed and fn accepted
+// every field.
+func eachField(b []byte, fn func(num protowire.Number, typ protowire.Type, v, raw []byte) bool) bool {
+	for len(b) > 0 {
+		num, typ, tl := protowire.ConsumeTag(b)
+		if tl < 0 {
+			return false
+		}
+		fl := protowire.ConsumeFieldValue(num, typ, b[tl:])
+		if fl < 0 {
+			return false
+		}
+		var v []byte
+		if typ == protowire.BytesType {
+			v, _ = protowire.ConsumeBytes(b[tl:])
+		}
+		if !fn(num, typ, v, b[:tl+fl]) {
+			return false
+		}
+		b = b[tl+fl:]
+	}
+	return true
+}
+
+// salvageJSON salvages an OTLP JSON request that pdata refused, as
+// salvageProto does.
+func salvageJSON(b []byte) (s salvaged, ok bool) {
+	if len(b) > maxSalvagedJSON {
+		return salvaged{}, false
+	}
+	var p fastjson.Parser
+	root, err := p.ParseBytes(b)
+	if err != nil || root.Type() != fastjson.TypeObject {
+		return salvaged{}, false
+	}
+	// One converter reads every span: one made per span would cost more
+	// than the span.
+	cv := otlp.NewConverter()
+	if s, ok = rebuildJSON(root, cv.CheckSpanJSON); ok {
+		return s, true
+	}
+	// The first pass emptied the spans it blamed: the second starts from
+	// the request again.
+	if root, err = p.ParseBytes(b); err != nil || countJSONSpans(root) > maxProbed {
+		return salvaged{}, false
+	}
+	return rebuildJSON(root, func(v *fastjson.Value) string { return jsonSpanFault(cv, v) })
+}
+
+// rebuildJSON empties, in root, each span that fault blames (or that an
+// earlier pass emptied), and returns root when it then decodes.
+func rebuildJSON(root *fastjson.Value, fault func(*fastjson.Value) string) (s salvaged, ok bool) {
+	var a fastjson.Arena
+	for i, rs := range jsonList(root, "resourceSpans", "resource_spans") {
+		for j, ss := range jsonList(rs, "scopeSpans", "scope_spans") {
+			for k, sp := range jsonList(ss, "spans") {
+				why := fault(sp)
+				if why == "" {
+					continue
+				}
+				s.bad = append(s.bad, otlp.RejectedSpan{Path: spanPath(i, j, k), Reason: why})
+				ss.Get("spans").SetArrayItem(k, a.NewObject())
+			}
+		}
+	}
+	if len(s.bad) == 0 {
+		return salvaged{}, false
+	}
+	out := root.MarshalTo(nil)
+	if ptraceotlp.NewExportRequest().UnmarshalJSON(out) != nil {
+		return salvaged{}, false
+	}
+	s.b = out
+	return s, true
+}
+
+// countJSONSpans counts the spans of an OTLP JSON request.
+func countJSONSpans(root *fastjson.Value) int {
+	n := 0
+	for _, rs := range jsonList(root, "resourceSpans", "resource_spans") {
+		for _, ss := range jsonList(rs, "scopeSpans", "scope_spans") {
+			n += len(jsonList(ss, "spans"))
+		}
+	}
+	return n
+}
+
+// jsonList returns the items of the array under the first of keys that v
+// has, nil when v is not an object or the value not an array. pdata reads
+// both the lowerCamelCase and the snake_case names.
+func jsonList(v *fastjson.Value, keys ...string) []*fastjson.Value {
+	for _, k := range keys {
+		if f := v.Get(k); f != nil {
+			items, _ := f.Array()
+			return items
+		}
+	}
+	return nil
+}
+
+// jsonSpanFault returns why the span object v of OTLP JSON does not
+// decode, or "".
+func jsonSpanFault(cv *otlp.Converter, v *fastjson.Value) string {
+	doc := `{"resourceSpans":[{"scopeSpans":[{"spans":[` + string(v.MarshalTo(nil)) + `]}]}]}`
+	err := ptraceotlp.NewExportRequest().UnmarshalJSON([]byte(doc))
+	if err == nil {
+		return ""
+	}
+	if why := cv.CheckSpanJSON(v); why != "" {
+		return why
+	}
+	// jsoniter's message ends with the bytes around the fault, which the
+	// path already locates.
+	msg, _, _ := strings.Cut(err.Error(), ", error found in")
+	return "cannot decode the span: " + msg
+}
+
+// spanPath locates a span as otlp.RejectedSpan.Path does.
+func spanPath(rs, ss, sp int) string {
+	return fmt.Sprintf("resourceSpans[%d].scopeSpans[%d].spans[%d]", rs, ss, sp)
+}
