@@ -6,8 +6,13 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
 )
 
 // TestAPIError_SaysHowToAuthenticate: a command refused with 401 says how
@@ -49,9 +54,15 @@ func TestAPIError_MessageNotJSON(t *testing.T) {
 		io.WriteString(w, `{"error":"parameter since: want an RFC 3339 time or a duration such as 1h or 30d, not \"09:00\""}`+"\n")
 	}))
 	defer srv.Close()
+	dir := t.TempDir()
+	st, err := sqlite.Open(filepath.Join(dir, storeFile), sqlite.NewDefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
 	for _, args := range [][]string{
 		{"findings", "--api-url", srv.URL, "--since", "09:00"},
-		{"findings", "--data-dir", t.TempDir(), "--since", "09:00"},
+		{"findings", "--data-dir", dir, "--since", "09:00"},
 	} {
 		var out, errs bytes.Buffer
 		if code := run(context.Background(), args, nil, &out, &errs); code == 0 {
@@ -60,6 +71,26 @@ func TestAPIError_MessageNotJSON(t *testing.T) {
 		msg := errs.String()
 		if !strings.Contains(msg, `parameter since: want an RFC 3339 time or a duration such as 1h or 30d, not "09:00"`) || strings.Contains(msg, `{"error"`) {
 			t.Errorf("%v: %q, want the message itself", args, msg)
+		}
+	}
+}
+
+// TestQuery_NoStore: a command that reads a data dir holding no store
+// fails saying so and what to give, and creates nothing there (it used
+// to create an empty store and answer every question with nothing).
+func TestQuery_NoStore(t *testing.T) {
+	for _, cmd := range [][]string{{"findings"}, {"calls"}, {"slo"}, {"timeline", "vault/a.md"}} {
+		dir := t.TempDir()
+		args := append(slices.Clone(cmd), "--data-dir", dir)
+		var out, errs bytes.Buffer
+		if code := run(context.Background(), args, nil, &out, &errs); code == 0 {
+			t.Errorf("%v: exit 0", args)
+		}
+		if msg := errs.String(); !strings.Contains(msg, "no store in the data dir "+dir) || !strings.Contains(msg, "--api-url") {
+			t.Errorf("%v: %q, want it to say there is no store and what to give", args, msg)
+		}
+		if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+			t.Errorf("%v: the data dir now holds %d files (%s...), want none", args, len(ents), ents[0].Name())
 		}
 	}
 }

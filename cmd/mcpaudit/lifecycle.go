@@ -83,8 +83,8 @@ func (q *queryFlags) post(path string, body []byte) ([]byte, error) {
 		return b, nil
 	}
 	path0 := filepath.Join(q.dataDir, storeFile)
-	if _, err := os.Stat(path0); err != nil {
-		return nil, fmt.Errorf("cannot open the data dir %s: %w", q.dataDir, err)
+	if err := storeExists(q.dataDir, path0); err != nil {
+		return nil, err
 	}
 	st, err := sqlite.Open(path0, sqlite.NewDefaultOptions())
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -39,12 +40,30 @@ func (q *queryFlags) keepOpen() (func(), error) {
 	if q.server != "" {
 		return func() {}, nil
 	}
-	st, err := sqlite.Open(filepath.Join(q.dataDir, storeFile), sqlite.NewDefaultOptions())
+	path := filepath.Join(q.dataDir, storeFile)
+	if err := storeExists(q.dataDir, path); err != nil {
+		return nil, err
+	}
+	st, err := sqlite.Open(path, sqlite.NewDefaultOptions())
 	if err != nil {
 		return nil, fmt.Errorf("cannot open the data dir %s: %w", q.dataDir, err)
 	}
 	q.local = api.New(st, NewDefaultConfig().Serve.SLOTarget).Handler()
 	return func() { q.local = nil; st.Close() }, nil
+}
+
+// storeExists fails, saying what to do, when the data dir holds no store
+// at path: a command that reads must not create one (an empty store would
+// answer every question with nothing).
+func storeExists(dataDir, path string) error {
+	_, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("no store in the data dir %s (%s does not exist): give the data dir of mcpaudit serve with --data-dir, or ask a running serve with --api-url", dataDir, filepath.Base(path))
+	}
+	if err != nil {
+		return fmt.Errorf("cannot open the data dir %s: %w", dataDir, err)
+	}
+	return nil
 }
 
 func (q *queryFlags) register(fs *flag.FlagSet) {

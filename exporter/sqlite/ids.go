@@ -380,7 +380,8 @@ func openIDs(dir string, db *sql.DB, log *slog.Logger, wait time.Duration) (*idI
 	}
 	lock, err := lockIDs(dir, wait, log)
 	if err != nil {
-		level := slog.LevelInfo
+		// A command beside serve (wait 0) meets this every time: not news.
+		level := slog.LevelDebug
 		if wait > 0 {
 			// A collector that runs without its index for its whole life
 			// scans for every lookup by id and every document timeline.
