@@ -2,6 +2,7 @@ package receiver
 
 import (
 	"bytes"
+	"compress/flate"
 	"compress/gzip"
 	"context"
 	"encoding/json"
@@ -132,6 +133,9 @@ func (rc *Receiver) body(w http.ResponseWriter, r *http.Request) ([]byte, func()
 		size = r.ContentLength
 	}
 	b, err := rc.readCounted(src, size, held, rc.bodyBuffer())
+	if err != nil && gz && isGzipDamage(err) && readRefusal(err, rc.cfg.BodyTimeout) == nil {
+		return fail(&refusal{400, "cannot read gzip body (Content-Encoding: gzip): the compressed stream is cut short or damaged (" + err.Error() + "); nothing of the request was taken: send it whole again", metrics.RejectDecodeError})
+	}
 	for layers := 0; err == nil && len(b) >= 2 && b[0] == 0x1f && b[1] == 0x8b; layers++ {
 		// A gzip body sent without Content-Encoding (curl --data-binary of
 		// a .gz file), or a .gz file sent with it (gzip inside gzip): the
@@ -143,6 +147,9 @@ func (rc *Receiver) body(w http.ResponseWriter, r *http.Request) ([]byte, func()
 		var zr *gzip.Reader
 		if zr, err = gzip.NewReader(bytes.NewReader(b)); err == nil {
 			b, err = rc.readCounted(zr, 0, held, nil)
+		}
+		if err != nil && isGzipDamage(err) {
+			return fail(&refusal{400, "cannot read the gzip file in the body: the compressed stream is cut short or damaged (" + err.Error() + "); nothing of the request was taken: send it whole again", metrics.RejectDecodeError})
 		}
 	}
 	switch {
@@ -578,4 +585,11 @@ func (rc *Receiver) exportBody(ctx context.Context, src metrics.Source, tenant s
 	// alike: the body can serve the next request now.
 	rc.recycleBody(b)
 	return rc.exportCtx(ctx, src, tenant, req, pre)
+}
+
+// isGzipDamage reports whether err is a gzip stream's fault (cut short, a
+// checksum or header that does not match), not the connection's.
+func isGzipDamage(err error) bool {
+	var c flate.CorruptInputError
+	return errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, gzip.ErrChecksum) || errors.Is(err, gzip.ErrHeader) || errors.As(err, &c)
 }

@@ -524,6 +524,19 @@ func TestBodies(t *testing.T) {
 			t.Errorf("gzip four deep: %d %s, want 400", a.status, a.body)
 		}
 	})
+	// A gzip body cut short is refused saying so, whether it came with
+	// Content-Encoding or as a .gz file without it.
+	t.Run("gzip_cut_short", func(t *testing.T) {
+		recs := []byte(strings.Repeat(record("thegram", "gram_read", now, 3)+"\n", 50))
+		whole := gz(recs)
+		cut := whole[:len(whole)-20]
+		for _, enc := range [][]string{{"Content-Encoding", "gzip"}, nil} {
+			a := e.post(t, "/v1/calls", "application/x-ndjson", tokAcme, cut, enc...)
+			if a.status != 400 || !strings.Contains(a.body, "cut short or damaged") || !strings.Contains(a.body, "nothing of the request was taken") {
+				t.Errorf("%v: %d %s, want 400 saying the gzip stream is cut short", enc, a.status, a.body)
+			}
+		}
+	})
 	t.Run("unsupported", func(t *testing.T) {
 		if a := e.post(t, "/v1/calls", "text/csv", tokAcme, []byte("x")); a.status != 415 {
 			t.Errorf("Content-Type text/csv: %d, want 415", a.status)
