@@ -318,7 +318,7 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	// the last replayed call (a quiet partition had moved on with the wall
 	// clock past it).
 	for k, m := range marks {
-		p.eng.RestoreWatermark(k, m.Watermark)
+		p.eng.RestoreWatermark(k, m.Watermark, m.At)
 	}
 	p.eng.Tick(p.now())
 	p.countOpen()
