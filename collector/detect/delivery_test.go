@@ -120,9 +120,19 @@ func compare(t *testing.T, name string, want, got *outcome) {
 			missing = append(missing, fmt.Sprintf("%s %s %v", f.Kind, f.Document, f.Calls))
 		}
 	}
+	var differ []string
 	for id, f := range got.findings {
-		if _, ok := want.findings[id]; !ok {
+		w, ok := want.findings[id]
+		if !ok {
 			extra = append(extra, fmt.Sprintf("%s %s %v: %s", f.Kind, f.Document, f.Calls, f.Summary))
+			continue
+		}
+		// The same finding says the same: a call judged late must not
+		// lose what judging in order would have written of it.
+		a, b := w, f
+		a.Status, b.Status = nil, nil // where a store keeps it: a pointer, and not the finding's content
+		if wj, gj := fmt.Sprintf("%+v", a), fmt.Sprintf("%+v", b); wj != gj {
+			differ = append(differ, fmt.Sprintf("%s %s\n    want %s\n    got  %s", f.Kind, f.Document, wj, gj))
 		}
 	}
 	states := 0
@@ -146,6 +156,10 @@ func compare(t *testing.T, name string, want, got *outcome) {
 	}
 	sort.Strings(missing)
 	sort.Strings(extra)
+	sort.Strings(differ)
+	if len(differ) > 0 {
+		t.Errorf("%s: %d findings differ from judging in order:\n  %s", name, len(differ), strings.Join(first(differ, 5), "\n  "))
+	}
 	if len(missing)+len(extra) > 0 || states > 0 {
 		t.Errorf("%s: %d findings; %d missing, %d extra, %d write states differ\nmissing:\n  %s\nextra:\n  %s", name, len(want.findings),
 			len(missing), len(extra), states, strings.Join(first(missing, 10), "\n  "), strings.Join(first(extra, 10), "\n  "))

@@ -207,6 +207,9 @@ func (d *detector) write(ev *event, op *audit.Op) {
 // lookForward applies to a late write what the calls after it, already
 // judged, say about it, and what it changes for them.
 func (d *detector) lookForward(ev *event, op *audit.Op, w *writeRec, ks *keyState, ds *docState) {
+	// Why the outcome was uncertain, before a later read settles the write
+	// (and clears it): an unsafe retry found below still names it.
+	reason := w.reason
 	if w.state == wPending {
 		d.settleLate(w, ks, ds)
 	}
@@ -214,7 +217,7 @@ func (d *detector) lookForward(ev *event, op *audit.Op, w *writeRec, ks *keyStat
 		d.rejudgeAccepted(ev, ds, w.op.intent, w.at)
 	}
 	if op.Status == audit.OpUncertain {
-		d.unsafeAfter(ev, op, w, ds)
+		d.unsafeAfter(ev, op, w, ds, reason)
 	}
 	if op.Tool == toolCreate {
 		d.createsAfter(ev, op, w)

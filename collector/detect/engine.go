@@ -403,7 +403,7 @@ func (e *Engine) advance(p *partition, wall time.Time) {
 	var wm, quiet time.Time
 	active := false
 	for _, s := range p.sources {
-		if !wall.IsZero() && wall.Sub(s.alive) >= e.cfg.IdleTimeout {
+		if e.quiet(s, wall) {
 			// Quiet: its clock goes on at the pace of the wall clock since
 			// it was last known active, but not past the wall clock: a
 			// clock that ran ahead (clamped to the skew) waits for the wall
@@ -420,7 +420,7 @@ func (e *Engine) advance(p *partition, wall time.Time) {
 			}
 			continue
 		}
-		if !p.wm.IsZero() && s.max.Before(p.wm.Add(-e.cfg.AllowedLateness)) {
+		if e.tooFarBehind(p, s) {
 			// Further behind the watermark than the allowance (it joined
 			// or came back that far behind): its calls are too late to be
 			// judged, so it holds nothing back; otherwise one exporter
@@ -446,6 +446,55 @@ func (e *Engine) advance(p *partition, wall time.Time) {
 		}
 	}
 	e.release(p, wm)
+}
+
+// quiet reports whether source s has been quiet for the idle timeout at
+// wall, and so holds no partition back (never, without a wall clock).
+func (e *Engine) quiet(s *source, wall time.Time) bool {
+	return !wall.IsZero() && wall.Sub(s.alive) >= e.cfg.IdleTimeout
+}
+
+// tooFarBehind reports whether source s is further behind partition p's
+// watermark than the allowed lateness, and so holds it back no more.
+func (e *Engine) tooFarBehind(p *partition, s *source) bool {
+	return !p.wm.IsZero() && s.max.Before(p.wm.Add(-e.cfg.AllowedLateness))
+}
+
+// SourceName is a source as its sender names it, within a tenant.
+type SourceName struct{ Tenant, Name string }
+
+// HoldingBack fills into, cleared first, with the source that each
+// partition with calls waiting holds its watermark for, while other
+// sources of it are ahead: its active source with the earliest clock.
+// The other sources' calls wait for that source's next ones, so the live
+// service takes them even when the open calls are at their limit;
+// refused, the source would stay active by retrying and hold its
+// partition, and every call waiting in it, for as long as it tries.
+func (e *Engine) HoldingBack(into map[SourceName]bool) {
+	clear(into)
+	for _, p := range e.parts {
+		if p.buf.Len() == 0 {
+			continue
+		}
+		var h *source
+		ahead := false
+		for _, s := range p.sources {
+			if e.quiet(s, e.wall) || e.tooFarBehind(p, s) {
+				continue
+			}
+			switch {
+			case h == nil:
+				h = s
+			case s.max.Before(h.max):
+				h, ahead = s, true
+			case s.max.After(h.max):
+				ahead = true
+			}
+		}
+		if h != nil && ahead {
+			into[SourceName{Tenant: p.key.Tenant, Name: h.key.name}] = true
+		}
+	}
 }
 
 // release judges the waiting calls up to wm in time order and moves the

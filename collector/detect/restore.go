@@ -65,9 +65,27 @@ func (e *Engine) RestoreSource(k PartitionKey, name string, clock, wall time.Tim
 // Without it a restart would open those windows again and take the
 // partition's mark back to its last call. A partition the engine does not
 // hold (no replayed call, no restored source) is left alone.
-func (e *Engine) RestoreWatermark(k PartitionKey, wm time.Time) {
-	if p := e.parts[k]; p != nil {
-		e.release(p, wm)
+//
+// at, if set, is the wall time the mark was taken. The sources behind the
+// mark (the replay's, whose clock ends at the last stored call) take the
+// mark as their clock and at as their last sign of life: quiet since then,
+// the partition goes on with the wall clock from the mark as it would have
+// had the collector stayed up, and the windows that ended meanwhile close
+// now. Restored sources that held the partition (ahead of the mark, in
+// their grace) still hold it.
+func (e *Engine) RestoreWatermark(k PartitionKey, wm, at time.Time) {
+	p := e.parts[k]
+	if p == nil {
+		return
+	}
+	e.release(p, wm)
+	if at.IsZero() {
+		return
+	}
+	for _, s := range p.sources {
+		if s.max.Before(wm) && at.Before(s.alive) {
+			s.max, s.alive = wm, at
+		}
 	}
 }
 

@@ -34,7 +34,7 @@ func (d *detector) checkUnsafe(ev *event, op *audit.Op, w *writeRec, ds *docStat
 		}
 	}
 	if prior != nil {
-		d.emitUnsafe(ev.call, prior, w)
+		d.emitUnsafe(ev.call, prior, w, prior.reason)
 	}
 }
 
@@ -46,21 +46,24 @@ func (d *detector) blindAfter(u, w *writeRec) bool {
 		(u.key == "" || u.key != w.key) && within(u.at.t, w.at.t, d.cfg.CorrelationWindow)
 }
 
-// emitUnsafe reports w as a blind re-send of prior.
-func (d *detector) emitUnsafe(c *audit.Call, prior, w *writeRec) {
+// emitUnsafe reports w as a blind re-send of prior, whose outcome was
+// uncertain for reason.
+func (d *detector) emitUnsafe(c *audit.Call, prior, w *writeRec, reason word) {
 	prior.unsafe, w.retried = true, true
 	d.out.finding(&audit.Finding{
 		Kind: audit.KindUnsafeRetry, Server: c.Server, Tenant: c.Tenant,
 		Document: firstNonEmpty(w.doc, prior.doc), Key: firstNonEmpty(w.key, prior.key), Session: w.session(),
 		Time: prior.at.t.Time(), Calls: callIDs(prior.callID, w.callID), RetryAction: actionWords.word(prior.action),
 		Summary: sprintf("After a write to %s with an uncertain outcome at %s (%s), the client wrote again at %s under %s without reading the target first; the safe step was %s.",
-			firstNonEmpty(w.doc, prior.doc, "a new document"), hhmmss(prior.at.t), reasonWords.word(prior.reason), hhmmss(w.at.t), keyPhrase(w.key), actionWords.word(prior.action)),
+			firstNonEmpty(w.doc, prior.doc, "a new document"), hhmmss(prior.at.t), reasonWords.word(reason), hhmmss(w.at.t), keyPhrase(w.key), actionWords.word(prior.action)),
 	})
 }
 
 // unsafeAfter looks, for a late uncertain write u, at the writes its
-// writer sent after it: the first blind re-send is an unsafe retry.
-func (d *detector) unsafeAfter(ev *event, op *audit.Op, u *writeRec, ds *docState) {
+// writer sent after it: the first blind re-send is an unsafe retry. reason
+// is why u's outcome was uncertain: a later read may have settled u, and
+// cleared its own, before u came.
+func (d *detector) unsafeAfter(ev *event, op *audit.Op, u *writeRec, ds *docState, reason word) {
 	var after []*writeRec
 	if op.Tool == toolCreate {
 		if l := d.creates.get(createKey{u.who(), fp(op.Identity)}); l != nil {
@@ -79,7 +82,7 @@ func (d *detector) unsafeAfter(ev *event, op *audit.Op, u *writeRec, ds *docStat
 			continue
 		}
 		if d.blindAfter(u, s) {
-			d.emitUnsafe(ev.call, u, s)
+			d.emitUnsafe(ev.call, u, s, reason)
 			return
 		}
 	}

@@ -144,3 +144,69 @@ func TestIngest_TenantShare(t *testing.T) {
 		}
 	}
 }
+
+// TestIngest_HolderAdmittedAtCap: at max_open_calls, a request of the
+// source that holds a partition's watermark back is still taken, for
+// taking it is what lets the watermark move and the waiting calls go.
+// Found from outside (an exporter 100 s behind beside an on-time one):
+// the on-time source fills the budget with small batches, the lagging
+// one's larger batch no longer fits, and each refusal counts as a sign of
+// life, so it keeps holding its partition while it retries. Nothing was
+// judged again until it stopped sending.
+func TestIngest_HolderAdmittedAtCap(t *testing.T) {
+	clock := newClock(wallStart)
+	r := openRun(t, t.TempDir(), clock, func(c *pipeline.Config) { c.MaxOpenCalls = 50 }, nil)
+	t0 := wallStart.Add(-time.Hour)
+	rpc := 0
+	reads := func(source string, n int, from time.Time) audit.Batch {
+		var lines [][]byte
+		for i := range n {
+			rpc++
+			lines = append(lines, callLine("thegram", source, rpc, from.Add(time.Duration(i)*time.Second)))
+		}
+		return batch(t, "calls:"+source, lines...)
+	}
+	// The lagging source delivers first, a minute behind the on-time one.
+	if _, err := r.ingest(reads("lagging", 1, t0)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.ingest(reads("ontime", 10, t0.Add(time.Minute))); err != nil {
+		t.Fatal(err)
+	}
+	clock.Add(3 * time.Second) // past the hold of a new partition
+	for i := range 3 {
+		if _, err := r.ingest(reads("ontime", 10, t0.Add(time.Minute+time.Duration(10*(i+1))*time.Second))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := r.status()[detect.PartitionKey{Server: "thegram"}]
+	if st.Buffered != 41 {
+		t.Fatalf("%d calls buffered, want 41 (the lagging source holds the watermark back)", st.Buffered)
+	}
+	// The on-time source fills what is left of the budget.
+	if _, err := r.ingest(reads("ontime", 9, t0.Add(2*time.Minute))); err != nil {
+		t.Fatal(err)
+	}
+	// The lagging source's next batch is larger than the room left. It
+	// retries every 5 s, longer than the idle timeout in all.
+	next := reads("lagging", 20, t0.Add(time.Second))
+	var err error
+	for range 4 {
+		if _, err = r.ingest(next); err == nil {
+			break
+		}
+		clock.Add(5 * time.Second)
+		r.status()
+	}
+	if err != nil {
+		t.Fatalf("the source holding the watermark back is refused at the cap: %v; nothing can be judged until it stops", err)
+	}
+	st = r.status()[detect.PartitionKey{Server: "thegram"}]
+	if want := t0.Add(20*time.Second - time.Second); st.Watermark.Before(want) {
+		t.Errorf("watermark %s, want it moved to the lagging source's clock (%s)", st.Watermark, want)
+	}
+	// The on-time source is still refused until room is made.
+	if _, err := r.ingest(reads("ontime", 10, t0.Add(3*time.Minute))); !errors.Is(err, pipeline.ErrOpenState) {
+		t.Errorf("the on-time source at the cap: %v, want ErrOpenState", err)
+	}
+}

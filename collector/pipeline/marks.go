@@ -36,6 +36,14 @@ type mark struct {
 	// start reaches back to it, and output of windows ending from it on
 	// is not taken as committed.
 	Deferred time.Time `json:"deferred,omitzero"`
+	// At is the wall time the mark was taken. A partition whose sources
+	// had all gone quiet moved on with the wall clock from its mark; after
+	// a restart it goes on from there as if the collector had stayed up,
+	// not from its last stored call at the wall clock's pace (which would
+	// keep it behind by the time since that call, and close the windows
+	// open at the stop that much late). Not compared by equal: a quiet
+	// partition's watermark moves, and its mark is rewritten, each second.
+	At time.Time `json:"at,omitzero"`
 }
 
 func (a mark) equal(b mark) bool {
@@ -94,7 +102,7 @@ func readMarks(path string, log *slog.Logger) (marks map[detect.PartitionKey]mar
 func marksOf(e *detect.Engine, now time.Time) map[detect.PartitionKey]mark {
 	m := map[detect.PartitionKey]mark{}
 	for k, t := range e.Watermarks() {
-		m[k] = mark{Watermark: t}
+		m[k] = mark{Watermark: t, At: now}
 	}
 	for k, t := range e.Waiting() {
 		mk := m[k]

@@ -45,9 +45,10 @@ type Config struct {
 	QueueCalls int `yaml:"queue_calls"`
 	// MaxOpenCalls is how many calls the engine may hold waiting for
 	// their partitions' watermarks (a source far behind holds the others'
-	// calls) before Ingest refuses more. Once half is taken, each tenant
-	// may hold its share: this divided among the tenants with a partition
-	// in use. Default 1000000.
+	// calls) before Ingest refuses more, but for the source a partition
+	// waits for, whose calls let the waiting ones go. Once half is taken,
+	// each tenant may hold its share: this divided among the tenants with
+	// a partition in use. Default 1000000.
 	MaxOpenCalls int `yaml:"max_open_calls"`
 	// CommitEvery is how often the engine's output is committed and the
 	// wall clock moves the watermarks. Default 100ms.
@@ -317,7 +318,7 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	// the last replayed call (a quiet partition had moved on with the wall
 	// clock past it).
 	for k, m := range marks {
-		p.eng.RestoreWatermark(k, m.Watermark)
+		p.eng.RestoreWatermark(k, m.Watermark, m.At)
 	}
 	p.eng.Tick(p.now())
 	p.countOpen()
@@ -379,11 +380,14 @@ func (p *Pipeline) Ingest(ctx context.Context, batches ...audit.Batch) (int, err
 	// A tenant over its share is told so first: it is the one to slow
 	// down, whatever the others hold.
 	perTenant := countTenants(batches...)
-	if err := p.reserveShare(perTenant); err != nil {
+	// The source a partition's watermark waits for is taken past the
+	// limits on open calls: only its calls let the waiting ones go.
+	holder := p.holdsBack(batches)
+	if err := p.reserveShare(perTenant, holder); err != nil {
 		p.refused(batches)
 		return 0, err
 	}
-	if p.open.Load()+p.inflight.Load()+n > int64(p.cfg.MaxOpenCalls) || nearMemoryLimit() {
+	if !holder && (p.open.Load()+p.inflight.Load()+n > int64(p.cfg.MaxOpenCalls) || nearMemoryLimit()) {
 		p.unqueue(perTenant)
 		p.refused(batches)
 		return 0, ErrOpenState

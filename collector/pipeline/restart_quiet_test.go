@@ -63,3 +63,56 @@ func TestRestart_QuietPartitionKeepsItsWatermark(t *testing.T) {
 		}
 	}
 }
+
+// TestRestart_QuietPartitionClosesWindowsOnTime: a write is left pending
+// and its poster goes quiet; the collector stops with the write's window
+// still open, and starts again after the window's end. The window closes
+// at once, as it would have had the collector stayed up: not only once the
+// replayed calls' clock, going on at the wall clock's pace from the last
+// stored call, reaches its end (as long after the start as the window's
+// end was after that call). Found from outside: a quiet server restarted
+// 2.5 minutes after a stop gave its unverified_write 3.5 minutes late,
+// and a partition's lag stayed that much behind the wall clock.
+func TestRestart_QuietPartitionClosesWindowsOnTime(t *testing.T) {
+	dir := t.TempDir()
+	clock := newClock(wallStart)
+	key := detect.PartitionKey{Server: "thegram"}
+	r := openRun(t, dir, clock, nil, nil)
+	t0 := wallStart.Add(-time.Minute)
+	if _, err := r.ingest(batch(t, "poster", pendingPatchLine("s0", 1, t0, "team/x.gram"))); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		if _, err := r.ingest(batch(t, "poster", callLine("thegram", "s1", 10+i, t0.Add(time.Duration(i+1)*time.Second)))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Quiet for 2 minutes: the watermark follows the wall clock, the
+	// window (5 min from t0) is still open at the stop.
+	for range 4 {
+		clock.Add(30 * time.Second)
+		r.status()
+	}
+	if o := r.stop(); len(o.findings) != 0 {
+		t.Fatalf("%d findings before the stop, want none yet", len(o.findings))
+	}
+	clock.Add(6 * time.Minute) // down past the window's end
+	r = openRun(t, dir, clock, nil, nil)
+	start := clock.Now()
+	for clock.Now().Sub(start) < 5*time.Minute {
+		clock.Add(5 * time.Second)
+		r.status()
+		if _, fs := r.rec.snapshot(); len(fs) > 0 {
+			break
+		}
+	}
+	if _, fs := r.rec.snapshot(); len(fs) != 1 {
+		t.Fatalf("%d findings 5 minutes after the restart, want the unverified_write", len(fs))
+	}
+	if took := clock.Now().Sub(start); took > time.Minute {
+		t.Errorf("the unverified_write came %s after the restart; its window had ended before it", took)
+	}
+	if wm := r.status()[key].Watermark; clock.Now().Sub(wm) > time.Minute {
+		t.Errorf("the quiet partition's watermark is %s behind the wall clock after the restart", clock.Now().Sub(wm))
+	}
+}

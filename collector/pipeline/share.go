@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/collector/detect"
 )
 
 // TenantShareError is returned by Ingest when, with more than half of
@@ -40,6 +41,10 @@ type tenantLoad struct {
 	open map[string]int64
 	// scratch is filled by the engine goroutine and swapped with open.
 	scratch map[string]int64
+	// holders are the sources partitions with calls waiting hold their
+	// watermarks for, as of the engine's last take or tick; holdersNext is
+	// filled by the engine goroutine and swapped with it.
+	holders, holdersNext map[detect.SourceName]bool
 }
 
 // countTenants returns how many calls of each tenant a request holds.
@@ -61,8 +66,9 @@ func countTenants(batches ...audit.Batch) map[string]int64 {
 // budget is mostly free. One tenant whose exporter lags, holding its
 // partitions back, is refused past its share while the others are
 // admitted, into the half left at least. Alone, a tenant has the whole
-// budget.
-func (p *Pipeline) reserveShare(n map[string]int64) error {
+// budget. A request of holders only (holdsBack) is not refused: its calls
+// are counted, and taking them lets the watermark move.
+func (p *Pipeline) reserveShare(n map[string]int64, holder bool) error {
 	tenants := int64(max(p.admittedTenants(), len(n), 1))
 	budget := int64(p.cfg.MaxOpenCalls)
 	share := budget / tenants
@@ -75,7 +81,7 @@ func (p *Pipeline) reserveShare(n map[string]int64) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for t, c := range n {
-		if held := l.queued[t] + l.open[t]; pressed && held+c > share {
+		if held := l.queued[t] + l.open[t]; pressed && !holder && held+c > share {
 			return &TenantShareError{Tenant: t, Held: held, Share: share}
 		}
 	}
@@ -105,10 +111,38 @@ func (p *Pipeline) countOpen() {
 	if l.scratch == nil {
 		l.scratch = map[string]int64{}
 	}
+	if l.holdersNext == nil {
+		l.holdersNext = map[detect.SourceName]bool{}
+	}
 	p.open.Store(int64(p.eng.BufferedBy(l.scratch)))
+	p.eng.HoldingBack(l.holdersNext)
 	l.mu.Lock()
 	l.open, l.scratch = l.scratch, l.open
+	l.holders, l.holdersNext = l.holdersNext, l.holders
 	l.mu.Unlock()
+}
+
+// holdsBack reports whether every batch of a request comes from a source
+// that a partition with calls waiting holds its watermark for (as of the
+// engine's last take or tick). Such a request is taken past
+// max_open_calls and the tenant's share: refused, the source would keep
+// the watermark where it is while it retries (a refusal is a sign of
+// life), and with it every call waiting behind it.
+func (p *Pipeline) holdsBack(batches []audit.Batch) bool {
+	l := &p.load
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	some := false
+	for _, b := range batches {
+		if len(b.Records) == 0 {
+			continue
+		}
+		if !l.holders[detect.SourceName{Tenant: b.Records[0].Call.Tenant, Name: b.Source}] {
+			return false
+		}
+		some = true
+	}
+	return some
 }
 
 // admittedTenants counts the tenants with a partition admitted.
