@@ -36,9 +36,12 @@ const (
 // inside an Oddlynew run. Its dialect reads it once, when the call arrives;
 // the store keeps it beside the call and the detector correlates it.
 type Op struct {
+	// The fields are ordered by size, the flags last, so that no padding
+	// sits between them: a call waiting for its watermark holds its
+	// operations.
+
 	Seq  int
 	Tool string
-	Kind OpKind
 	// Target is the document: a Thegram path or an Oddlynew documentId.
 	Target string
 	// Key is the idempotency key and KeyKind its name (request_id,
@@ -54,6 +57,26 @@ type Op struct {
 	// Identity fingerprints a create's identity (title and type) regardless
 	// of its key, for duplicate creates and blind re-creates.
 	Identity string
+	// Failure classifies a failed or uncertain operation.
+	Failure *Failure
+	// Reason is why an accepted or uncertain write is not yet durable.
+	Reason Reason
+
+	// What the response tells.
+	BaseRev   int64
+	Rev       int64 // revision reported by the response, 0 if none
+	Sync      string
+	SaveState string
+	// Create results (Oddlynew).
+	Action     string // created | alreadyBootstrapped
+	DocumentID string
+	// Copy receipts.
+	CopyState  string
+	NextAction string
+	RetryAfter time.Time
+
+	Kind   OpKind
+	Status OpStatus
 	// KeyProtected: re-sending with the same key is a replay, never a
 	// second application (gram_patch, createDocument with creationId,
 	// applyDocumentCopy).
@@ -61,31 +84,13 @@ type Op struct {
 	// Protected: re-sending can never apply twice, whatever the key
 	// (gram_create, archiveDocument, restoreDocument).
 	Protected bool
-	Status    OpStatus
-	// Failure classifies a failed or uncertain operation.
-	Failure *Failure
-	// Reason is why an accepted or uncertain write is not yet durable.
-	Reason Reason
 	// Pending is set on accepted writes whose durability still needs proof
 	// (sync not confirmed, save blocked).
-	Pending bool
-
-	// What the response tells.
+	Pending    bool
 	HasBaseRev bool
-	BaseRev    int64
-	Rev        int64 // revision reported by the response, 0 if none
-	Sync       string
-	SaveState  string
 	Replayed   bool
-	// Create results (Oddlynew).
-	Action     string // created | alreadyBootstrapped
-	DocumentID string
 	// Reads that find corruption.
 	JournalCorrupt bool
-	// Copy receipts.
-	CopyState  string
-	NextAction string
-	RetryAfter time.Time
 }
 
 // Document returns the document the operation is on: the id a create
