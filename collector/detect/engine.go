@@ -18,6 +18,7 @@ package detect
 
 import (
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
@@ -344,6 +345,9 @@ func (e *Engine) partition(c *audit.Call) *partition {
 func (e *Engine) partitionOf(k PartitionKey) *partition {
 	p := e.parts[k]
 	if p == nil {
+		// Its own copy of the names, kept for the life of the engine: a
+		// call's texts are one allocation (audit.Record.Lean).
+		k = PartitionKey{Tenant: strings.Clone(k.Tenant), Server: strings.Clone(k.Server)}
 		p = &partition{key: k, det: newDetector(e.cfg, &e.out, k), dedupe: newDedupe()}
 		p.det.behind = e.behind
 		e.parts[k] = p

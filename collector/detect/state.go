@@ -2,6 +2,7 @@ package detect
 
 import (
 	"hash/maphash"
+	"strings"
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
@@ -129,21 +130,28 @@ func hex64(s string) (uint64, bool) {
 }
 
 // writeRec is one write attempt in the ledger, kept compact: the ledger
-// holds one for every write of the correlation window. Its strings share
-// the call's (the record itself is not kept); the partition's server and
+// holds one for every write of the correlation window. Its texts are its
+// own, in one allocation (txt): strings cut from the call would keep the
+// call's texts (audit.Record.Lean holds them in one), and four of its own
+// would be four allocations, each rounded up. The partition's server and
 // tenant are the detector's.
 type writeRec struct {
-	// actorID and actorKind are the writer's actor (who).
-	callID, tool, doc, key, actorID string
+	// txt is the call id, the document, the key and the writer's actor id,
+	// one after the other; idEnd, docEnd and keyEnd say where the first
+	// three end.
+	txt                   string
+	tool                  string
+	idEnd, docEnd, keyEnd uint32
+	// index is the write's place in the deadline heap, -1 when not there.
+	index int32
 	// at is the write's place: its call's time, tie-break and the
 	// operation's place in the call (the provider call index of a run).
 	at pos
 	op wop
 	// state, reason and action are numbered words (words.go).
 	state, reason, action word
-	actorKind             byte
-	// index is the write's place in the deadline heap, -1 when not there.
-	index int32
+	// actorKind is the writer's kind (actor), its id in txt.
+	actorKind byte
 	// unsafe is set once the write is the uncertain first half of an
 	// unsafe retry or of a rebased double apply: it is reported once.
 	unsafe bool
@@ -162,6 +170,32 @@ type writeRec struct {
 	// more is what only uncertain writes have, nil for the others.
 	more *uncertainMore
 }
+
+// setTexts copies the write's texts into one allocation of its own.
+func (w *writeRec) setTexts(callID, doc, key, actorID string) {
+	var b strings.Builder
+	b.Grow(len(callID) + len(doc) + len(key) + len(actorID))
+	b.WriteString(callID)
+	b.WriteString(doc)
+	b.WriteString(key)
+	b.WriteString(actorID)
+	w.txt = b.String()
+	w.idEnd = uint32(len(callID))
+	w.docEnd = w.idEnd + uint32(len(doc))
+	w.keyEnd = w.docEnd + uint32(len(key))
+}
+
+// callID returns the id of the write's call.
+func (w *writeRec) callID() string { return w.txt[:w.idEnd] }
+
+// doc returns the document written, "" when none.
+func (w *writeRec) doc() string { return w.txt[w.idEnd:w.docEnd] }
+
+// key returns the idempotency key, "" when none.
+func (w *writeRec) key() string { return w.txt[w.docEnd:w.keyEnd] }
+
+// actorID returns the writer's session or client, "" when anonymous.
+func (w *writeRec) actorID() string { return w.txt[w.keyEnd:] }
 
 // uncertainMore is what the ledger remembers of an uncertain write beyond
 // what every write has.
@@ -193,13 +227,13 @@ func (w *writeRec) setFollows(u *writeRec) {
 // session returns the session of the write's call, "" when it had none.
 func (w *writeRec) session() string {
 	if w.actorKind == 's' {
-		return w.actorID
+		return w.actorID()
 	}
 	return ""
 }
 
 // who returns the writer.
-func (w *writeRec) who() actor { return actor{w.actorKind, w.actorID} }
+func (w *writeRec) who() actor { return actor{w.actorKind, w.actorID()} }
 
 // doubled reports whether the write is the second application of an edit.
 func (w *writeRec) doubled() bool { return w.state == wDoubleApplied }
@@ -314,16 +348,38 @@ func readFlags(sync, saveState string) uint8 {
 	return f
 }
 
-// actorKey is a number for an actor, for the reads kept.
+// actorKey is a number for an actor, for the reads and creates kept.
 func actorKey(a actor) uint64 {
 	if a.id == "" && a.kind == 0 {
 		return 0
 	}
-	return maphash.String(ordSeed, string(a.kind)+a.id) | 1
+	var h maphash.Hash
+	h.SetSeed(ordSeed)
+	h.WriteByte(a.kind)
+	h.WriteString(a.id)
+	return h.Sum64() | 1
 }
+
+// docKey is the number a document is kept under.
+func docKey(doc string) uint64 { return maphash.String(docSeed, doc) }
+
+// docSeed hashes documents apart from the other names.
+var docSeed = maphash.MakeSeed()
 
 // keyID names an idempotency key within a partition.
 type keyID struct{ kind, key string }
+
+// keyHash is the number a key is kept under: its kind's length, its kind
+// and the key, so that no two keyIDs hash alike by concatenation.
+func keyHash(k keyID) uint64 {
+	var h maphash.Hash
+	h.SetSeed(docSeed)
+	h.WriteByte(byte(len(k.kind)))
+	h.WriteByte(byte(len(k.kind) >> 8))
+	h.WriteString(k.kind)
+	h.WriteString(k.key)
+	return h.Sum64()
+}
 
 // keyEvent is one use of a key that may bind it to an intent.
 type keyEvent struct {
@@ -352,7 +408,7 @@ func (e *keyEvent) pos() pos {
 
 func (e *keyEvent) callID() string {
 	if e.w != nil {
-		return e.w.callID
+		return e.w.callID()
 	}
 	return e.plan.callID
 }
@@ -366,7 +422,7 @@ func (e *keyEvent) session() string {
 
 func (e *keyEvent) doc() string {
 	if e.w != nil {
-		return e.w.doc
+		return e.w.doc()
 	}
 	return e.plan.doc
 }
@@ -453,10 +509,9 @@ type blockedPlan struct {
 	reported bool
 }
 
-// createKey names the creates of one actor and identity.
+// createKey names the creates of one actor (actorKey) and identity.
 type createKey struct {
-	actor    actor
-	identity uint64
+	actor, identity uint64
 }
 
 // createRec remembers a create for duplicate and blind re-create checks.
