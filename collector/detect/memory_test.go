@@ -66,10 +66,16 @@ func BenchmarkOpenState(b *testing.B) {
 // partition's watermark: the same traffic as BenchmarkOpenState, but the
 // first call of each partition comes from a source that sends nothing
 // more and never goes idle (no wall clock, as in analyze), so that every
-// other call waits, as behind a lagging exporter in serve:
+// other call waits, as behind a lagging exporter in serve; "packed" as
+// serve keeps them (Engine.PackWaiting), "lean" as analyze does:
 //
 //	go test ./collector/detect -run '^$' -bench Waiting -benchtime 1x
 func BenchmarkWaiting(b *testing.B) {
+	b.Run("lean", func(b *testing.B) { benchmarkWaiting(b, false) })
+	b.Run("packed", func(b *testing.B) { benchmarkWaiting(b, true) })
+}
+
+func benchmarkWaiting(b *testing.B, packed bool) {
 	const rate, seconds = 10_000, 20
 	start := time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)
 	c := capgen.Generate(capgen.Config{Seed: 3, Sessions: rate * seconds * 10 / 27, Start: start, Span: seconds * time.Second, AnomalyRate: 0.1, NoiseRate: 0.0001})
@@ -85,6 +91,9 @@ func BenchmarkWaiting(b *testing.B) {
 		recs = nil
 		e := detect.NewEngine(detect.NewDefaultConfig(), discardSink{})
 		e.ClockPerPartition()
+		if packed {
+			e.PackWaiting()
+		}
 		stuck := map[detect.PartitionKey]bool{}
 		for i, r := range held {
 			held[i] = nil
