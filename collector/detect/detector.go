@@ -19,9 +19,10 @@ type detector struct {
 
 	// server and tenant name the partition.
 	server, tenant string
-	// tools holds one copy of each tool name the ledger keeps (at most
-	// maxTools; others are kept as they come).
-	tools map[string]string
+	// toolNames lists the tool names of the ledger's writes, tools their
+	// places (at most maxTools; a write keeps others in its texts).
+	toolNames []string
+	tools     map[string]uint16
 	// clock is the watermark: every call up to it was processed and every
 	// verification window that ended before it closed.
 	clock etime
@@ -107,24 +108,36 @@ func (d *detector) doc(target string, t etime) *docState {
 	return s
 }
 
-// maxTools bounds the tool names a partition shares among its writes.
+// maxTools bounds the tool names a partition lists for its writes.
 const maxTools = 1024
 
-// tool returns the partition's copy of a tool name.
-func (d *detector) tool(name string) string {
-	if s, ok := d.tools[name]; ok {
-		return s
+// tool returns the place of a tool name in the partition's list, or
+// unlisted once the list is full.
+func (d *detector) tool(name string) uint16 {
+	if i, ok := d.tools[name]; ok {
+		return i
 	}
 	if d.tools == nil {
-		d.tools = map[string]string{}
+		d.tools = map[string]uint16{}
 	}
-	if len(d.tools) < maxTools {
-		// Its own copy: the call's texts are one allocation
-		// (audit.Record.Lean), which the name would keep.
-		name = strings.Clone(name)
-		d.tools[name] = name
+	if len(d.toolNames) >= maxTools {
+		return unlisted
 	}
-	return name
+	// Its own copy: the call's texts are one allocation
+	// (audit.Record.Lean), which the name would keep.
+	name = strings.Clone(name)
+	i := uint16(len(d.toolNames))
+	d.tools[name] = i
+	d.toolNames = append(d.toolNames, name)
+	return i
+}
+
+// toolOf returns the name of the write's tool.
+func (d *detector) toolOf(w *writeRec) string {
+	if w.tool == unlisted {
+		return w.text(3)
+	}
+	return d.toolNames[w.tool]
 }
 
 func (d *detector) key(k keyID, t etime) *keyState {
@@ -146,7 +159,11 @@ func (d *detector) write(ev *event, op *audit.Op) {
 		index:     -1,
 		src:       ev.src,
 	}
-	w.setTexts(c.ID, op.Document(), op.Key, ev.actor.id)
+	unlistedTool := ""
+	if w.tool == unlisted {
+		unlistedTool = op.Tool
+	}
+	w.setTexts(c.ID, op.Document(), op.Key, unlistedTool, ev.actor.id)
 	if op.Failure != nil {
 		w.action = actionWords.of(op.Failure.Action)
 	}

@@ -1,8 +1,8 @@
 package detect
 
 import (
+	"encoding/binary"
 	"hash/maphash"
-	"strings"
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
@@ -129,25 +129,33 @@ func hex64(s string) (uint64, bool) {
 	return v, true
 }
 
-// writeRec is one write attempt in the ledger, kept compact: the ledger
-// holds one for every write of the correlation window. Its texts are its
-// own, in one allocation (txt): strings cut from the call would keep the
-// call's texts (audit.Record.Lean holds them in one), and four of its own
-// would be four allocations, each rounded up. The partition's server and
-// tenant are the detector's.
+// writeRec is one write attempt in the ledger, kept compact (112 bytes):
+// the ledger holds one for every write of the correlation window. Its
+// texts are its own, in one allocation (txt): strings cut from the call
+// would keep the call's texts (audit.Record.Lean holds them in one), and
+// four of its own would be four allocations, each rounded up. The
+// partition's server and tenant are the detector's, and so is its list of
+// tool names.
 type writeRec struct {
-	// txt is the call id, the document, the key and the writer's actor id,
-	// one after the other; idEnd, docEnd and keyEnd say where the first
-	// three end.
-	txt                   string
-	tool                  string
-	idEnd, docEnd, keyEnd uint32
-	// index is the write's place in the deadline heap, -1 when not there.
-	index int32
+	// txt is the call id, the document, the key and a tool name the
+	// detector does not list, each a uvarint length and its bytes, then
+	// the writer's actor id (writeTexts).
+	txt string
 	// at is the write's place: its call's time, tie-break and the
 	// operation's place in the call (the provider call index of a run).
 	at pos
 	op wop
+	// src is the source that delivered the write: a write that came late
+	// with its source behind keeps its window open until the source has
+	// delivered what followed it.
+	src *source
+	// more is what only uncertain writes have, nil for the others.
+	more *uncertainMore
+	// index is the write's place in the deadline heap, -1 when not there.
+	index int32
+	// tool is the tool's place in the detector's list (detector.tool),
+	// or unlisted when the name is in txt.
+	tool uint16
 	// state, reason and action are numbered words (words.go).
 	state, reason, action word
 	// actorKind is the writer's kind (actor), its id in txt.
@@ -163,39 +171,65 @@ type writeRec struct {
 	// accepted: an accepted non-idempotent write, a candidate for the
 	// double-apply rules (not a replay).
 	accepted bool
-	// src is the source that delivered the write: a write that came late
-	// with its source behind keeps its window open until the source has
-	// delivered what followed it.
-	src *source
-	// more is what only uncertain writes have, nil for the others.
-	more *uncertainMore
 }
 
-// setTexts copies the write's texts into one allocation of its own.
-func (w *writeRec) setTexts(callID, doc, key, actorID string) {
-	var b strings.Builder
-	b.Grow(len(callID) + len(doc) + len(key) + len(actorID))
-	b.WriteString(callID)
-	b.WriteString(doc)
-	b.WriteString(key)
-	b.WriteString(actorID)
-	w.txt = b.String()
-	w.idEnd = uint32(len(callID))
-	w.docEnd = w.idEnd + uint32(len(doc))
-	w.keyEnd = w.docEnd + uint32(len(key))
+// unlisted marks a write whose tool name is in its texts.
+const unlisted = 1<<16 - 1
+
+// setTexts copies the write's texts into one allocation of its own;
+// tool is "" when the detector lists the write's tool.
+func (w *writeRec) setTexts(callID, doc, key, tool, actorID string) {
+	parts := [...]string{callID, doc, key, tool}
+	n := len(actorID)
+	for _, p := range parts {
+		n += len(p) + binary.MaxVarintLen64
+	}
+	b := make([]byte, 0, n)
+	for _, p := range parts {
+		b = binary.AppendUvarint(b, uint64(len(p)))
+		b = append(b, p...)
+	}
+	w.txt = string(append(b, actorID...))
+}
+
+// text returns the i-th of the write's texts (0 the call id, 1 the
+// document, 2 the key, 3 an unlisted tool, 4 the actor id).
+func (w *writeRec) text(i int) string {
+	s := w.txt
+	for j := 0; j < 4; j++ {
+		n, k := uvarintOf(s)
+		if j == i {
+			return s[k : k+int(n)]
+		}
+		s = s[k+int(n):]
+	}
+	return s
+}
+
+// uvarintOf reads a uvarint from the start of s, which setTexts wrote:
+// its value and its length.
+func uvarintOf(s string) (uint64, int) {
+	var v uint64
+	for i := 0; ; i++ {
+		c := s[i]
+		v |= uint64(c&0x7f) << (7 * i)
+		if c < 0x80 {
+			return v, i + 1
+		}
+	}
 }
 
 // callID returns the id of the write's call.
-func (w *writeRec) callID() string { return w.txt[:w.idEnd] }
+func (w *writeRec) callID() string { return w.text(0) }
 
 // doc returns the document written, "" when none.
-func (w *writeRec) doc() string { return w.txt[w.idEnd:w.docEnd] }
+func (w *writeRec) doc() string { return w.text(1) }
 
 // key returns the idempotency key, "" when none.
-func (w *writeRec) key() string { return w.txt[w.docEnd:w.keyEnd] }
+func (w *writeRec) key() string { return w.text(2) }
 
 // actorID returns the writer's session or client, "" when anonymous.
-func (w *writeRec) actorID() string { return w.txt[w.keyEnd:] }
+func (w *writeRec) actorID() string { return w.text(4) }
 
 // uncertainMore is what the ledger remembers of an uncertain write beyond
 // what every write has.
