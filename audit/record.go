@@ -36,9 +36,12 @@ const (
 // inside an Oddlynew run. Its dialect reads it once, when the call arrives;
 // the store keeps it beside the call and the detector correlates it.
 type Op struct {
+	// The fields are ordered by size, the flags last, so that no padding
+	// sits between them: a call waiting for its watermark holds its
+	// operations.
+
 	Seq  int
 	Tool string
-	Kind OpKind
 	// Target is the document: a Thegram path or an Oddlynew documentId.
 	Target string
 	// Key is the idempotency key and KeyKind its name (request_id,
@@ -54,6 +57,26 @@ type Op struct {
 	// Identity fingerprints a create's identity (title and type) regardless
 	// of its key, for duplicate creates and blind re-creates.
 	Identity string
+	// Failure classifies a failed or uncertain operation.
+	Failure *Failure
+	// Reason is why an accepted or uncertain write is not yet durable.
+	Reason Reason
+
+	// What the response tells.
+	BaseRev   int64
+	Rev       int64 // revision reported by the response, 0 if none
+	Sync      string
+	SaveState string
+	// Create results (Oddlynew).
+	Action     string // created | alreadyBootstrapped
+	DocumentID string
+	// Copy receipts.
+	CopyState  string
+	NextAction string
+	RetryAfter time.Time
+
+	Kind   OpKind
+	Status OpStatus
 	// KeyProtected: re-sending with the same key is a replay, never a
 	// second application (gram_patch, createDocument with creationId,
 	// applyDocumentCopy).
@@ -61,31 +84,13 @@ type Op struct {
 	// Protected: re-sending can never apply twice, whatever the key
 	// (gram_create, archiveDocument, restoreDocument).
 	Protected bool
-	Status    OpStatus
-	// Failure classifies a failed or uncertain operation.
-	Failure *Failure
-	// Reason is why an accepted or uncertain write is not yet durable.
-	Reason Reason
 	// Pending is set on accepted writes whose durability still needs proof
 	// (sync not confirmed, save blocked).
-	Pending bool
-
-	// What the response tells.
+	Pending    bool
 	HasBaseRev bool
-	BaseRev    int64
-	Rev        int64 // revision reported by the response, 0 if none
-	Sync       string
-	SaveState  string
 	Replayed   bool
-	// Create results (Oddlynew).
-	Action     string // created | alreadyBootstrapped
-	DocumentID string
 	// Reads that find corruption.
 	JournalCorrupt bool
-	// Copy receipts.
-	CopyState  string
-	NextAction string
-	RetryAfter time.Time
 }
 
 // Document returns the document the operation is on: the id a create
@@ -167,33 +172,139 @@ type Batch struct {
 
 // Lean returns the record as correlation keeps it: the call without its
 // payloads (arguments, result, error), every text copied apart from the
-// decoded request it was cut from, so that the request's memory is freed.
+// decoded request it was cut from, so that the request's memory is freed
+// (the reading's texts and failures too: a failure's message, the bounded
+// tool are views of the request). The record and its call are one
+// allocation, and all the texts another: a call waiting for its watermark
+// was a dozen small objects, each rounded up to its size class and each
+// for the collector to visit. Whoever keeps one of the texts past the
+// record keeps them all: copy it instead.
 func (r *Record) Lean() *Record {
 	c := r.Call
-	lc := &Call{
-		ID: strings.Clone(c.ID), Fingerprint: strings.Clone(c.Fingerprint), Time: c.Time, Duration: c.Duration,
-		Server: strings.Clone(c.Server), Session: strings.Clone(c.Session), Client: strings.Clone(c.Client),
-		Tenant: strings.Clone(c.Tenant), TraceID: strings.Clone(c.TraceID), SpanID: strings.Clone(c.SpanID),
-		RPCID: strings.Clone(c.RPCID), Method: strings.Clone(c.Method), Tool: strings.Clone(c.Tool),
+	callTexts := [...]string{c.ID, c.Fingerprint, c.Server, c.Session, c.Client, c.Tenant, c.TraceID, c.SpanID, c.RPCID, c.Method, c.Tool}
+	// The failures, each once: an operation may share the call's.
+	var fails [4]*Failure
+	failures := fails[:0]
+	addFailure := func(f *Failure) {
+		if f != nil && !slices.Contains(failures, f) {
+			failures = append(failures, f)
+		}
+	}
+	addFailure(r.Failure)
+	n := len(r.RequestHash)
+	if r.Tool != c.Tool {
+		n += len(r.Tool)
+	}
+	for _, s := range callTexts {
+		n += len(s)
+	}
+	for i := range r.Ops {
+		op := &r.Ops[i]
+		n += len(op.Target) + len(op.Key) + len(op.Intent) + len(op.Binding) + len(op.Identity)
+		if op.DocumentID != op.Target {
+			n += len(op.DocumentID)
+		}
+		if op.Tool != c.Tool {
+			n += len(op.Tool)
+		}
+		addFailure(op.Failure)
+	}
+	for _, f := range failures {
+		n += len(f.Code) + len(f.Message)
+	}
+	var b strings.Builder
+	b.Grow(n)
+	for _, s := range callTexts {
+		b.WriteString(s)
+	}
+	if r.Tool != c.Tool {
+		b.WriteString(r.Tool)
+	}
+	b.WriteString(r.RequestHash)
+	for _, f := range failures {
+		b.WriteString(f.Code)
+		b.WriteString(f.Message)
+	}
+	for i := range r.Ops {
+		op := &r.Ops[i]
+		b.WriteString(op.Target)
+		b.WriteString(op.Key)
+		if op.DocumentID != op.Target {
+			b.WriteString(op.DocumentID)
+		}
+		if op.Tool != c.Tool {
+			b.WriteString(op.Tool)
+		}
+		b.WriteString(op.Intent)
+		b.WriteString(op.Binding)
+		b.WriteString(op.Identity)
+	}
+	// Cut back in the order written.
+	texts := b.String()
+	cut := func(s string) string {
+		if s == "" {
+			return ""
+		}
+		t := texts[:len(s)]
+		texts = texts[len(s):]
+		return t
+	}
+	l := &struct {
+		r Record
+		c Call
+	}{r: *r}
+	l.c = Call{
+		ID: cut(c.ID), Fingerprint: cut(c.Fingerprint), Time: c.Time, Duration: c.Duration,
+		Server: cut(c.Server), Session: cut(c.Session), Client: cut(c.Client),
+		Tenant: cut(c.Tenant), TraceID: cut(c.TraceID), SpanID: cut(c.SpanID),
+		RPCID: cut(c.RPCID), Method: cut(c.Method), Tool: cut(c.Tool),
 		Responded: c.Responded, Received: c.Received,
 	}
-	l := *r
-	l.Call = lc
+	l.r.Call = &l.c
+	if r.Tool == c.Tool {
+		l.r.Tool = l.c.Tool
+	} else {
+		l.r.Tool = cut(r.Tool)
+	}
+	l.r.RequestHash = cut(r.RequestHash)
+	var copies [4]*Failure
+	copied := copies[:0]
+	if len(failures) > 0 {
+		fs := make([]Failure, len(failures))
+		for i, f := range failures {
+			fs[i] = Failure{Code: cut(f.Code), Action: f.Action, Message: cut(f.Message)}
+			copied = append(copied, &fs[i])
+		}
+	}
+	copyOf := func(f *Failure) *Failure {
+		if f == nil {
+			return nil
+		}
+		return copied[slices.Index(failures, f)]
+	}
+	l.r.Failure = copyOf(r.Failure)
 	if len(r.Ops) > 0 {
-		// The reading's fingerprints and words are its own; targets and
-		// keys may be cut from a run's code.
-		l.Ops = make([]Op, len(r.Ops))
+		l.r.Ops = make([]Op, len(r.Ops))
 		for i, op := range r.Ops {
-			op.Target, op.Key, op.DocumentID = strings.Clone(op.Target), strings.Clone(op.Key), strings.Clone(op.DocumentID)
+			target := cut(op.Target)
+			op.Key = cut(op.Key)
+			if op.DocumentID == op.Target {
+				op.DocumentID = target
+			} else {
+				op.DocumentID = cut(op.DocumentID)
+			}
+			op.Target = target
 			// The tool is most often the call's own (a run's provider
 			// calls name theirs): share the call's copy.
 			if op.Tool == c.Tool {
-				op.Tool = lc.Tool
+				op.Tool = l.c.Tool
 			} else {
-				op.Tool = strings.Clone(op.Tool)
+				op.Tool = cut(op.Tool)
 			}
-			l.Ops[i] = op
+			op.Intent, op.Binding, op.Identity = cut(op.Intent), cut(op.Binding), cut(op.Identity)
+			op.Failure = copyOf(op.Failure)
+			l.r.Ops[i] = op
 		}
 	}
-	return &l
+	return &l.r
 }

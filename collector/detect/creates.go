@@ -9,13 +9,13 @@ import "github.com/mcpaudit/mcpaudit/audit"
 func createKeys(c *audit.Call, identity uint64) []createKey {
 	var keys []createKey
 	if c.Session != "" {
-		keys = append(keys, createKey{actor{'s', c.Session}, identity})
+		keys = append(keys, createKey{actorKey(actor{'s', c.Session}), identity})
 	}
 	if c.Client != "" {
-		keys = append(keys, createKey{actor{'c', c.Client}, identity})
+		keys = append(keys, createKey{actorKey(actor{'c', c.Client}), identity})
 	}
 	if len(keys) == 0 {
-		keys = append(keys, createKey{actor{}, identity})
+		keys = append(keys, createKey{0, identity})
 	}
 	return keys
 }
@@ -39,7 +39,7 @@ func (d *detector) checkCreate(ev *event, op *audit.Op, w *writeRec) bool {
 				}
 				// Two creates in one run count as well: only the same
 				// provider call is skipped.
-				if !r.created || !within(r.w.at.t, t, d.cfg.CorrelationWindow) || op.Key != "" && r.w.key == op.Key {
+				if !r.created || !within(r.w.at.t, t, d.cfg.CorrelationWindow) || op.Key != "" && r.w.key() == op.Key {
 					continue
 				}
 				d.emitDuplicate(ev.call, r.w, w)
@@ -58,9 +58,9 @@ func (d *detector) emitDuplicate(c *audit.Call, first, w *writeRec) {
 	w.duplicate = true
 	d.out.finding(&audit.Finding{
 		Kind: audit.KindDuplicateCreate, Server: c.Server, Tenant: c.Tenant,
-		Document: w.doc, Key: w.key, Session: w.session(), Time: first.at.t.Time(),
-		Calls:   callIDs(first.callID, w.callID),
-		Summary: sprintf("One intended document was created twice: %s (at %s) and %s (at %s), under %s.", first.doc, hhmmss(first.at.t), w.doc, hhmmss(w.at.t), keyPhrase(w.key)),
+		Document: w.doc(), Key: w.key(), Session: w.session(), Time: first.at.t.Time(),
+		Calls:   callIDs(first.callID(), w.callID()),
+		Summary: sprintf("One intended document was created twice: %s (at %s) and %s (at %s), under %s.", first.doc(), hhmmss(first.at.t), w.doc(), hhmmss(w.at.t), keyPhrase(w.key())),
 	})
 }
 
@@ -77,7 +77,7 @@ func (d *detector) createsAfter(ev *event, op *audit.Op, w *writeRec) {
 		}
 		for _, r := range *l {
 			s := r.w
-			if !w.at.before(s.at) || !r.created || s.duplicate || s.replay || !within(w.at.t, s.at.t, d.cfg.CorrelationWindow) || s.key != "" && w.key == s.key {
+			if !w.at.before(s.at) || !r.created || s.duplicate || s.replay || !within(w.at.t, s.at.t, d.cfg.CorrelationWindow) || s.key() != "" && w.key() == s.key() {
 				continue
 			}
 			d.emitDuplicate(ev.call, w, s)

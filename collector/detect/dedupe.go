@@ -50,8 +50,11 @@ func (q *reqSeen) add(s seen) *seen {
 
 // seen is one observation taken.
 type seen struct {
-	// r is the record, until it is judged.
+	// r is the record, until it is judged; nil while it waits packed.
 	r *audit.Record
+	// packed is the record while it waits for the watermark, when the
+	// engine packs waiting calls (waiting.go).
+	packed string
 	// t is the call's time.
 	t etime
 	// src is the source that delivered it.
@@ -125,7 +128,7 @@ func (d *dedupe) take(r *audit.Record, src *source) (s *seen, replaced bool, dro
 		if dup.processed || dup.r == r {
 			return nil, false, nil
 		}
-		kept, other := dup.r, r
+		kept, other := dup.record(), r
 		// The earlier observation stands for the call, the smaller id on a
 		// tie, as in time order whatever the arrival order.
 		earlier := c.Time.Before(kept.Call.Time) || c.Time.Equal(kept.Call.Time) && c.ID < kept.Call.ID

@@ -86,9 +86,12 @@ func inOrderCfg(recs []*audit.Record, cfg detect.Config) *outcome {
 // live judges deliveries as the live service does: in arrival order, with
 // a wall clock that ticks every 200 ms, then an hour of quiet so that
 // every window closes.
-func live(cfg detect.Config, ds []delivered) *outcome {
+func live(cfg detect.Config, ds []delivered, opts ...func(*detect.Engine)) *outcome {
 	o := newOutcome()
 	e := detect.NewEngine(cfg, outcomeSink{o})
+	for _, opt := range opts {
+		opt(e)
+	}
 	defer func() { o.stats = *e.Stats() }()
 	e.DropRepeatedIDs()
 	sort.SliceStable(ds, func(i, j int) bool { return ds[i].wall.Before(ds[j].wall) })

@@ -1,6 +1,8 @@
 package detect
 
 import (
+	"strings"
+
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/classify"
 )
@@ -17,18 +19,23 @@ type detector struct {
 
 	// server and tenant name the partition.
 	server, tenant string
-	// tools holds one copy of each tool name the ledger keeps (at most
-	// maxTools; others are kept as they come).
-	tools map[string]string
+	// toolNames lists the tool names of the ledger's writes, tools their
+	// places (at most maxTools; a write keeps others in its texts).
+	toolNames []string
+	tools     map[string]uint16
 	// clock is the watermark: every call up to it was processed and every
 	// verification window that ended before it closed.
 	clock etime
 	// last is the position of the latest operation processed.
 	last pos
 
-	docs    expMap[string, docState]
-	reads   expMap[string, readList]
-	keys    expMap[keyID, keyState]
+	// The maps are keyed by 64-bit hashes of their names (docKey,
+	// keyHash, actorKey), as dedupe's are: a number costs less to keep and
+	// to look up than the text, and the findings take the texts from the
+	// writes and the call.
+	docs    expMap[uint64, docState]
+	reads   expMap[uint64, readList]
+	keys    expMap[uint64, keyState]
 	creates expMap[createKey, []*createRec]
 	failed  expMap[uint64, []*failedReq]
 
@@ -46,8 +53,8 @@ type detector struct {
 func newDetector(cfg Config, out *emitter, k PartitionKey) *detector {
 	return &detector{
 		cfg: cfg, out: out, server: k.Server, tenant: k.Tenant,
-		docs: newExpMap[string, docState](), reads: newExpMap[string, readList](),
-		keys: newExpMap[keyID, keyState](), creates: newExpMap[createKey, []*createRec](),
+		docs: newExpMap[uint64, docState](), reads: newExpMap[uint64, readList](),
+		keys: newExpMap[uint64, keyState](), creates: newExpMap[createKey, []*createRec](),
 		failed: newExpMap[uint64, []*failedReq](),
 	}
 }
@@ -94,32 +101,47 @@ func (d *detector) process(r *audit.Record, at pos, src *source) {
 }
 
 func (d *detector) doc(target string, t etime) *docState {
-	s := d.docs.at(target, t)
+	s := d.docs.at(docKey(target), t)
 	if t.After(s.last) {
 		s.last = t
 	}
 	return s
 }
 
-// maxTools bounds the tool names a partition shares among its writes.
+// maxTools bounds the tool names a partition lists for its writes.
 const maxTools = 1024
 
-// tool returns the partition's copy of a tool name.
-func (d *detector) tool(name string) string {
-	if s, ok := d.tools[name]; ok {
-		return s
+// tool returns the place of a tool name in the partition's list, or
+// unlisted once the list is full.
+func (d *detector) tool(name string) uint16 {
+	if i, ok := d.tools[name]; ok {
+		return i
 	}
 	if d.tools == nil {
-		d.tools = map[string]string{}
+		d.tools = map[string]uint16{}
 	}
-	if len(d.tools) < maxTools {
-		d.tools[name] = name
+	if len(d.toolNames) >= maxTools {
+		return unlisted
 	}
-	return name
+	// Its own copy: the call's texts are one allocation
+	// (audit.Record.Lean), which the name would keep.
+	name = strings.Clone(name)
+	i := uint16(len(d.toolNames))
+	d.tools[name] = i
+	d.toolNames = append(d.toolNames, name)
+	return i
+}
+
+// toolOf returns the name of the write's tool.
+func (d *detector) toolOf(w *writeRec) string {
+	if w.tool == unlisted {
+		return w.text(3)
+	}
+	return d.toolNames[w.tool]
 }
 
 func (d *detector) key(k keyID, t etime) *keyState {
-	s := d.keys.at(k, t)
+	s := d.keys.at(keyHash(k), t)
 	if t.After(s.last) {
 		s.last = t
 	}
@@ -130,13 +152,18 @@ func (d *detector) key(k keyID, t etime) *keyState {
 func (d *detector) write(ev *event, op *audit.Op) {
 	c, t := ev.call, ev.at.t
 	w := &writeRec{
-		callID: c.ID, tool: d.tool(op.Tool), doc: op.Document(), key: op.Key,
-		at:      ev.at,
-		op:      wopOf(op),
-		actorID: ev.actor.id, actorKind: ev.actor.kind,
-		index: -1,
-		src:   ev.src,
+		tool:      d.tool(op.Tool),
+		at:        ev.at,
+		op:        wopOf(op),
+		actorKind: ev.actor.kind,
+		index:     -1,
+		src:       ev.src,
 	}
+	unlistedTool := ""
+	if w.tool == unlisted {
+		unlistedTool = op.Tool
+	}
+	w.setTexts(c.ID, op.Document(), op.Key, unlistedTool, ev.actor.id)
 	if op.Failure != nil {
 		w.action = actionWords.of(op.Failure.Action)
 	}
@@ -147,8 +174,8 @@ func (d *detector) write(ev *event, op *audit.Op) {
 		d.keyed(ev, op, w, ks)
 	}
 	var ds *docState
-	if w.doc != "" {
-		ds = d.doc(w.doc, t)
+	if w.doc() != "" {
+		ds = d.doc(w.doc(), t)
 		if ds.writes == nil {
 			ds.writes = ds.one[:0]
 		}
@@ -245,13 +272,14 @@ func (d *detector) read(ev *event, op *audit.Op) {
 	if op.Target == "" {
 		return
 	}
-	rs := d.reads.at(op.Target, t)
+	dk := docKey(op.Target)
+	rs := d.reads.at(dk, t)
 	rs.add(readRec{at: ev.at, actor: actorKey(ev.actor), rev: op.Rev, flags: readFlags(op.Sync, op.SaveState)})
-	ds := d.docs.get(op.Target)
+	ds := d.docs.get(dk)
 	if ds == nil {
 		return
 	}
-	d.docs.holds(op.Target, t)
+	d.docs.holds(dk, t)
 	for _, w := range ds.uncertainWrites() {
 		if w.who() == ev.actor && w.at.before(ev.at) {
 			d.settleByRead(w, ev.at)
@@ -311,7 +339,7 @@ func (d *detector) settleByIdempotent(w *writeRec, ds *docState) {
 // established: the writer's read of the target, a replay under its key
 // that was accepted, an idempotent re-send, or a read proving its sync.
 func (d *detector) settleLate(w *writeRec, ks *keyState, ds *docState) {
-	if rs := d.reads.get(w.doc); rs != nil && w.doc != "" {
+	if rs := d.reads.get(docKey(w.doc())); rs != nil && w.doc() != "" {
 		writer := actorKey(w.who())
 		for _, r := range rs.l {
 			if !w.at.before(r.at) {

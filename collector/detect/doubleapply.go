@@ -22,12 +22,12 @@ func (d *detector) doubleApplied(c *audit.Call, ds *docState, w *writeRec) bool 
 	op := &w.op
 	t := w.at.t
 	if first := d.storedFirst(ds, op.intent, w.at); first != nil && within(first.at.t, t, d.cfg.CorrelationWindow) &&
-		first.callID != w.callID && (w.key == "" || first.key != w.key) {
+		first.callID() != w.callID() && (w.key() == "" || first.key() != w.key()) {
 		d.out.finding(&audit.Finding{
 			Kind: audit.KindDoubleAppliedWrite, Server: c.Server, Tenant: c.Tenant,
-			Document: w.doc, Key: w.key, Session: w.session(), Time: first.at.t.Time(),
-			Calls:   callIDs(first.callID, w.callID),
-			Summary: sprintf("The same edit landed twice on %s: it was accepted at %s and again at %s under %s.", w.doc, hhmmss(first.at.t), hhmmss(t), keyPhrase(w.key)),
+			Document: w.doc(), Key: w.key(), Session: w.session(), Time: first.at.t.Time(),
+			Calls:   callIDs(first.callID(), w.callID()),
+			Summary: sprintf("The same edit landed twice on %s: it was accepted at %s and again at %s under %s.", w.doc(), hhmmss(first.at.t), hhmmss(t), keyPhrase(w.key())),
 		})
 		return true
 	}
@@ -36,13 +36,13 @@ func (d *detector) doubleApplied(c *audit.Call, ds *docState, w *writeRec) bool 
 			if !u.at.before(w.at) {
 				break
 			}
-			if u.op.intent == op.intent && u.key != w.key && u.op.hasBaseRev && op.baseRev > u.op.baseRev &&
+			if u.op.intent == op.intent && u.key() != w.key() && u.op.hasBaseRev && op.baseRev > u.op.baseRev &&
 				within(u.at.t, t, d.cfg.CorrelationWindow) {
 				d.out.finding(&audit.Finding{
 					Kind: audit.KindDoubleAppliedWrite, Server: c.Server, Tenant: c.Tenant,
-					Document: w.doc, Key: w.key, Session: w.session(), Time: u.at.t.Time(),
-					Calls: callIDs(u.callID, w.callID), RetryAction: actionWords.word(u.action),
-					Summary: sprintf("An edit to %s whose outcome was uncertain at %s was sent again under a new key on revision %d, after it had already landed: it is now applied twice.", w.doc, hhmmss(u.at.t), op.baseRev),
+					Document: w.doc(), Key: w.key(), Session: w.session(), Time: u.at.t.Time(),
+					Calls: callIDs(u.callID(), w.callID()), RetryAction: actionWords.word(u.action),
+					Summary: sprintf("An edit to %s whose outcome was uncertain at %s was sent again under a new key on revision %d, after it had already landed: it is now applied twice.", w.doc(), hhmmss(u.at.t), op.baseRev),
 				})
 				u.unsafe = true
 				return true

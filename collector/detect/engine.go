@@ -18,6 +18,7 @@ package detect
 
 import (
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
@@ -59,6 +60,10 @@ type Engine struct {
 	onDuplicate func(kept string, dropped *audit.Call)
 	// onJudged, when set, is given each record once judged (OnJudged).
 	onJudged func(*audit.Record)
+	// pack is set when waiting calls are kept packed (PackWaiting);
+	// scratch is the buffer they are packed in.
+	pack    bool
+	scratch []byte
 }
 
 // route is where calls of one tenant, server and source go.
@@ -175,6 +180,13 @@ func (e *Engine) OnDuplicate(f func(kept string, dropped *audit.Call)) { e.onDup
 // dropped unjudged (a duplicate, too late) is not given.
 func (e *Engine) OnJudged(f func(*audit.Record)) { e.onJudged = f }
 
+// PackWaiting has the engine keep the lean records (audit.Record.Lean)
+// of calls waiting for their watermark packed, in a quarter of the memory,
+// and unpack each to judge it. The live service uses it: there a lagging
+// exporter keeps tens of thousands of calls waiting. analyze does not: its
+// calls wait a moment each, and it recycles their records (OnJudged).
+func (e *Engine) PackWaiting() { e.pack = true }
+
 // Stats returns what was processed so far.
 func (e *Engine) Stats() *Stats { return &e.stats }
 
@@ -243,7 +255,8 @@ func (e *Engine) Add(src string, r *audit.Record, wall time.Time) {
 			// again that late moves no watermark, so no sweep would
 			// free its record before the input ends (a file given
 			// twice would be held whole).
-			seen.processed, seen.r = true, nil
+			seen.processed = true
+			seen.forget()
 		}
 		e.duplicate()
 		return
@@ -261,7 +274,7 @@ func (e *Engine) Add(src string, r *audit.Record, wall time.Time) {
 			// observation, and it would be held until a sweep passes
 			// its time, which a watermark that late calls do not move
 			// may never bring.
-			seen.r = nil
+			seen.forget()
 			s.tooLate++
 			p.tooLate++
 			e.stats.TooLate++
@@ -282,6 +295,9 @@ func (e *Engine) Add(src string, r *audit.Record, wall time.Time) {
 		// judged now, at its place in event time, as a late call is.
 		e.judge(p, seen, at)
 		return
+	}
+	if e.pack {
+		e.scratch = seen.pack(e.scratch)
 	}
 	p.buf.push(entry{seen, at})
 	if moved {
@@ -344,6 +360,9 @@ func (e *Engine) partition(c *audit.Call) *partition {
 func (e *Engine) partitionOf(k PartitionKey) *partition {
 	p := e.parts[k]
 	if p == nil {
+		// Its own copy of the names, kept for the life of the engine: a
+		// call's texts are one allocation (audit.Record.Lean).
+		k = PartitionKey{Tenant: strings.Clone(k.Tenant), Server: strings.Clone(k.Server)}
 		p = &partition{key: k, det: newDetector(e.cfg, &e.out, k), dedupe: newDedupe()}
 		p.det.behind = e.behind
 		e.parts[k] = p
@@ -354,12 +373,12 @@ func (e *Engine) partitionOf(k PartitionKey) *partition {
 // judge has the partition's detector judge one call.
 func (e *Engine) judge(p *partition, s *seen, at pos) {
 	s.processed = true
-	e.current = s.r
-	p.det.process(s.r, at, s.src)
+	r := s.record()
+	e.current = r
+	p.det.process(r, at, s.src)
 	e.current = nil
 	// Judged: what dedupe still needs of it is its time.
-	r := s.r
-	s.r = nil
+	s.forget()
 	if e.onJudged != nil {
 		e.onJudged(r)
 	}

@@ -1,5 +1,7 @@
 package detect
 
+import "math"
+
 // expMap is a map whose entries age out: each entry is queued at the
 // earliest time it holds, and sweep visits only the entries queued before
 // its horizon, never the whole map. A visit trims what the entry holds
@@ -38,7 +40,7 @@ func (e *expMap[K, V]) get(k K) *V {
 func (e *expMap[K, V]) at(k K, t etime) *V {
 	s := e.m[k]
 	if s == nil {
-		s = &slot[V]{}
+		s = &slot[V]{stamp: stamp{notQueued}}
 		e.m[k] = s
 	}
 	if s.stamp.needs(t) {
@@ -72,7 +74,7 @@ func (e *expMap[K, V]) sweep(horizon etime, trim func(k K, v *V) (keep bool, fir
 		if !s.stamp.is(when) {
 			continue // dropped, or queued again since
 		}
-		s.stamp.queued = false
+		s.stamp.unqueue()
 		keep, first := trim(it.k, &s.v)
 		if !keep {
 			delete(e.m, it.k)
@@ -178,25 +180,32 @@ func (e *expiry[T]) popLate() {
 // Len returns how many items are queued, stale ones included.
 func (e *expiry[T]) Len() int { return len(e.fifo) - e.head + len(e.late) }
 
-// stamp is the time an entry is queued at in its expiry.
+// stamp is the time an entry is queued at in its expiry, notQueued when
+// it is not: 8 bytes where a time and a flag took 16, in every entry of
+// every map.
 type stamp struct {
-	at     etime
-	queued bool
+	at etime
 }
+
+// notQueued is no event time: etimeOf pins the earliest to one above it.
+const notQueued etime = math.MinInt64
 
 // needs reports whether storing time t in the entry needs it queued (again):
 // it is not queued, or only at a later time.
-func (s *stamp) needs(t etime) bool { return !s.queued || t.Before(s.at) }
+func (s *stamp) needs(t etime) bool { return s.at == notQueued || t.Before(s.at) }
 
 // set records that the entry is queued at t, and returns t.
 func (s *stamp) set(t etime) etime {
-	s.at, s.queued = t, true
+	s.at = t
 	return t
 }
 
+// unqueue records that the entry is not queued.
+func (s *stamp) unqueue() { s.at = notQueued }
+
 // is reports whether an item popped with time at is the entry's current
 // place in the queue; other places are stale.
-func (s *stamp) is(at etime) bool { return s.queued && s.at.Equal(at) }
+func (s *stamp) is(at etime) bool { return s.at != notQueued && s.at.Equal(at) }
 
 // keepSince keeps, in place and in order, the items whose time is not
 // before horizon, and returns them with the earliest of their times.

@@ -1,6 +1,8 @@
 package detect
 
 import (
+	"strings"
+
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/classify"
 )
@@ -67,7 +69,8 @@ func (d *detector) checkReuse(ev *event, op *audit.Op, k keyID, ks *keyState, w 
 	binding := fp(op.Binding)
 	use := keyEvent{binding: binding, w: w, operationID: k.kind == "operationId"}
 	if w == nil {
-		use.plan = &planUse{at: ev.at, callID: ev.call.ID, session: ev.call.Session, doc: op.Document()}
+		// Copies: the call's texts are one allocation (audit.Record.Lean).
+		use.plan = &planUse{at: ev.at, callID: strings.Clone(ev.call.ID), session: strings.Clone(ev.call.Session), doc: strings.Clone(op.Document())}
 	}
 	if k.kind == "operationId" {
 		// The platform mints operationIds; a wrong planToken under one is
@@ -185,7 +188,7 @@ func (d *detector) plan(ev *event, op *audit.Op) {
 	}
 	d.checkReuse(ev, op, keyID{op.KeyKind, op.Key}, ks, nil)
 	if op.Status == audit.OpSucceeded && op.Failure != nil && op.Failure.Action == audit.ActionNewPlan && ks.blocked() == nil {
-		ks.m().blocked = &blockedPlan{callID: ev.call.ID, time: t, binding: fp(op.Binding), action: op.Failure.Action}
+		ks.m().blocked = &blockedPlan{callID: strings.Clone(ev.call.ID), time: t, binding: fp(op.Binding), action: op.Failure.Action}
 	}
 }
 
@@ -220,5 +223,5 @@ func (d *detector) renewLease(ks *keyState, ev *event, op *audit.Op) {
 	if l := ks.lease(); l != nil && l.until == until {
 		return
 	}
-	ks.m().lease = &lease{until: until, callID: ev.call.ID, callTime: ev.at.t}
+	ks.m().lease = &lease{until: until, callID: strings.Clone(ev.call.ID), callTime: ev.at.t}
 }

@@ -28,7 +28,7 @@ func TestKeyInUseForHours(t *testing.T) {
 		e.Add("poster", r, at.Add(time.Second))
 	}
 	e.Flush()
-	ks := e.parts[PartitionKey{Server: "thegram"}].det.keys.get(keyID{"request_id", "req-same"})
+	ks := e.parts[PartitionKey{Server: "thegram"}].det.keys.get(keyHash(keyID{"request_id", "req-same"}))
 	if ks == nil {
 		t.Fatal("the key is not held")
 	}

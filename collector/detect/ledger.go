@@ -49,9 +49,9 @@ func (d *detector) closeWindow(w *writeRec) {
 	}
 	d.out.finding(&audit.Finding{
 		Kind: audit.KindUnverifiedWrite, Server: d.server, Tenant: d.tenant,
-		Document: w.doc, Key: w.key, Session: w.session(), Time: w.at.t.Time(),
-		Calls: []string{w.callID}, Reason: reasonWords.word(w.reason), RetryAction: actionWords.word(w.action),
-		Summary: sprintf("Nobody established whether the %s write to %s at %s is durable (%s) within %s.", w.tool, firstNonEmpty(w.doc, "a new document"), hhmmss(w.at.t), reasonWords.word(w.reason), d.cfg.VerifyWindow),
+		Document: w.doc(), Key: w.key(), Session: w.session(), Time: w.at.t.Time(),
+		Calls: []string{w.callID()}, Reason: reasonWords.word(w.reason), RetryAction: actionWords.word(w.action),
+		Summary: sprintf("Nobody established whether the %s write to %s at %s is durable (%s) within %s.", d.toolOf(w), firstNonEmpty(w.doc(), "a new document"), hhmmss(w.at.t), reasonWords.word(w.reason), d.cfg.VerifyWindow),
 	})
 }
 
@@ -128,8 +128,8 @@ func (d *detector) emitWrite(w *writeRec, prev audit.WriteState, at etime) {
 	}
 	aw := &o.w
 	*aw = audit.Write{
-		CallID: w.callID, Seq: int(w.at.seq), Time: w.at.t.Time(), Server: d.server, Tenant: d.tenant,
-		Session: w.session(), Tool: w.tool, Document: w.doc, Key: w.key,
+		CallID: w.callID(), Seq: int(w.at.seq), Time: w.at.t.Time(), Server: d.server, Tenant: d.tenant,
+		Session: w.session(), Tool: d.toolOf(w), Document: w.doc(), Key: w.key(),
 		State: state, Reason: reasonWords.word(w.reason), Action: actionWords.word(w.action), StateTime: at.Time(),
 	}
 	for _, s := range o.sinks {

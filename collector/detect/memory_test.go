@@ -62,6 +62,67 @@ func BenchmarkOpenState(b *testing.B) {
 	}
 }
 
+// BenchmarkWaiting reports the heap held per call waiting for its
+// partition's watermark: the same traffic as BenchmarkOpenState, but the
+// first call of each partition comes from a source that sends nothing
+// more and never goes idle (no wall clock, as in analyze), so that every
+// other call waits, as behind a lagging exporter in serve; "packed" as
+// serve keeps them (Engine.PackWaiting), "lean" as analyze does:
+//
+//	go test ./collector/detect -run '^$' -bench Waiting -benchtime 1x
+func BenchmarkWaiting(b *testing.B) {
+	b.Run("lean", func(b *testing.B) { benchmarkWaiting(b, false) })
+	b.Run("packed", func(b *testing.B) { benchmarkWaiting(b, true) })
+}
+
+func benchmarkWaiting(b *testing.B, packed bool) {
+	const rate, seconds = 10_000, 20
+	start := time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)
+	c := capgen.Generate(capgen.Config{Seed: 3, Sessions: rate * seconds * 10 / 27, Start: start, Span: seconds * time.Second, AnomalyRate: 0.1, NoiseRate: 0.0001})
+	recs := readRecords(b, c.Lines)
+	c.Lines = nil
+	for i, r := range recs {
+		recs[i] = r.Lean()
+	}
+	b.ResetTimer()
+	for range b.N {
+		held := make([]*audit.Record, len(recs))
+		copy(held, recs)
+		recs = nil
+		e := detect.NewEngine(detect.NewDefaultConfig(), discardSink{})
+		e.ClockPerPartition()
+		if packed {
+			e.PackWaiting()
+		}
+		stuck := map[detect.PartitionKey]bool{}
+		for i, r := range held {
+			held[i] = nil
+			k := detect.PartitionKey{Tenant: r.Call.Tenant, Server: r.Call.Server}
+			if !stuck[k] {
+				stuck[k] = true
+				e.Add("stuck", r, time.Time{})
+				continue
+			}
+			e.Add("poster-"+string(rune('a'+i%16)), r, time.Time{})
+		}
+		held = nil
+		with := heapInUse()
+		if path := os.Getenv("MCPAUDIT_HEAP_PROFILE"); path != "" {
+			if f, err := os.Create(path); err == nil {
+				pprof.WriteHeapProfile(f)
+				f.Close()
+			}
+		}
+		buffered := e.Buffered()
+		runtime.KeepAlive(e)
+		e = nil
+		retained := float64(with - heapInUse())
+		b.ReportMetric(retained/float64(buffered), "B/waiting-call")
+		b.ReportMetric(float64(buffered), "buffered")
+		b.ReportMetric(retained/(1<<20), "MiB")
+	}
+}
+
 type discardSink struct{}
 
 func (discardSink) Call(*audit.Record)                   {}

@@ -1,6 +1,7 @@
 package detect
 
 import (
+	"encoding/binary"
 	"hash/maphash"
 	"time"
 
@@ -128,22 +129,37 @@ func hex64(s string) (uint64, bool) {
 	return v, true
 }
 
-// writeRec is one write attempt in the ledger, kept compact: the ledger
-// holds one for every write of the correlation window. Its strings share
-// the call's (the record itself is not kept); the partition's server and
-// tenant are the detector's.
+// writeRec is one write attempt in the ledger, kept compact (112 bytes):
+// the ledger holds one for every write of the correlation window. Its
+// texts are its own, in one allocation (txt): strings cut from the call
+// would keep the call's texts (audit.Record.Lean holds them in one), and
+// four of its own would be four allocations, each rounded up. The
+// partition's server and tenant are the detector's, and so is its list of
+// tool names.
 type writeRec struct {
-	// actorID and actorKind are the writer's actor (who).
-	callID, tool, doc, key, actorID string
+	// txt is the call id, the document, the key and a tool name the
+	// detector does not list, each a uvarint length and its bytes, then
+	// the writer's actor id (writeTexts).
+	txt string
 	// at is the write's place: its call's time, tie-break and the
 	// operation's place in the call (the provider call index of a run).
 	at pos
 	op wop
-	// state, reason and action are numbered words (words.go).
-	state, reason, action word
-	actorKind             byte
+	// src is the source that delivered the write: a write that came late
+	// with its source behind keeps its window open until the source has
+	// delivered what followed it.
+	src *source
+	// more is what only uncertain writes have, nil for the others.
+	more *uncertainMore
 	// index is the write's place in the deadline heap, -1 when not there.
 	index int32
+	// tool is the tool's place in the detector's list (detector.tool),
+	// or unlisted when the name is in txt.
+	tool uint16
+	// state, reason and action are numbered words (words.go).
+	state, reason, action word
+	// actorKind is the writer's kind (actor), its id in txt.
+	actorKind byte
 	// unsafe is set once the write is the uncertain first half of an
 	// unsafe retry or of a rebased double apply: it is reported once.
 	unsafe bool
@@ -155,13 +171,65 @@ type writeRec struct {
 	// accepted: an accepted non-idempotent write, a candidate for the
 	// double-apply rules (not a replay).
 	accepted bool
-	// src is the source that delivered the write: a write that came late
-	// with its source behind keeps its window open until the source has
-	// delivered what followed it.
-	src *source
-	// more is what only uncertain writes have, nil for the others.
-	more *uncertainMore
 }
+
+// unlisted marks a write whose tool name is in its texts.
+const unlisted = 1<<16 - 1
+
+// setTexts copies the write's texts into one allocation of its own;
+// tool is "" when the detector lists the write's tool.
+func (w *writeRec) setTexts(callID, doc, key, tool, actorID string) {
+	parts := [...]string{callID, doc, key, tool}
+	n := len(actorID)
+	for _, p := range parts {
+		n += len(p) + binary.MaxVarintLen64
+	}
+	b := make([]byte, 0, n)
+	for _, p := range parts {
+		b = binary.AppendUvarint(b, uint64(len(p)))
+		b = append(b, p...)
+	}
+	w.txt = string(append(b, actorID...))
+}
+
+// text returns the i-th of the write's texts (0 the call id, 1 the
+// document, 2 the key, 3 an unlisted tool, 4 the actor id).
+func (w *writeRec) text(i int) string {
+	s := w.txt
+	for j := 0; j < 4; j++ {
+		n, k := uvarintOf(s)
+		if j == i {
+			return s[k : k+int(n)]
+		}
+		s = s[k+int(n):]
+	}
+	return s
+}
+
+// uvarintOf reads a uvarint from the start of s, which setTexts wrote:
+// its value and its length.
+func uvarintOf(s string) (uint64, int) {
+	var v uint64
+	for i := 0; ; i++ {
+		c := s[i]
+		v |= uint64(c&0x7f) << (7 * i)
+		if c < 0x80 {
+			return v, i + 1
+		}
+	}
+}
+
+// callID returns the id of the write's call.
+func (w *writeRec) callID() string { return w.text(0) }
+
+// doc returns the document written, "" when none.
+func (w *writeRec) doc() string { return w.text(1) }
+
+// key returns the idempotency key, "" when none.
+func (w *writeRec) key() string { return w.text(2) }
+
+// actorID returns the writer's session or client, "" when anonymous.
+func (w *writeRec) actorID() string { return w.text(4) }
 
 // uncertainMore is what the ledger remembers of an uncertain write beyond
 // what every write has.
@@ -193,13 +261,13 @@ func (w *writeRec) setFollows(u *writeRec) {
 // session returns the session of the write's call, "" when it had none.
 func (w *writeRec) session() string {
 	if w.actorKind == 's' {
-		return w.actorID
+		return w.actorID()
 	}
 	return ""
 }
 
 // who returns the writer.
-func (w *writeRec) who() actor { return actor{w.actorKind, w.actorID} }
+func (w *writeRec) who() actor { return actor{w.actorKind, w.actorID()} }
 
 // doubled reports whether the write is the second application of an edit.
 func (w *writeRec) doubled() bool { return w.state == wDoubleApplied }
@@ -314,16 +382,38 @@ func readFlags(sync, saveState string) uint8 {
 	return f
 }
 
-// actorKey is a number for an actor, for the reads kept.
+// actorKey is a number for an actor, for the reads and creates kept.
 func actorKey(a actor) uint64 {
 	if a.id == "" && a.kind == 0 {
 		return 0
 	}
-	return maphash.String(ordSeed, string(a.kind)+a.id) | 1
+	var h maphash.Hash
+	h.SetSeed(ordSeed)
+	h.WriteByte(a.kind)
+	h.WriteString(a.id)
+	return h.Sum64() | 1
 }
+
+// docKey is the number a document is kept under.
+func docKey(doc string) uint64 { return maphash.String(docSeed, doc) }
+
+// docSeed hashes documents apart from the other names.
+var docSeed = maphash.MakeSeed()
 
 // keyID names an idempotency key within a partition.
 type keyID struct{ kind, key string }
+
+// keyHash is the number a key is kept under: its kind's length, its kind
+// and the key, so that no two keyIDs hash alike by concatenation.
+func keyHash(k keyID) uint64 {
+	var h maphash.Hash
+	h.SetSeed(docSeed)
+	h.WriteByte(byte(len(k.kind)))
+	h.WriteByte(byte(len(k.kind) >> 8))
+	h.WriteString(k.kind)
+	h.WriteString(k.key)
+	return h.Sum64()
+}
 
 // keyEvent is one use of a key that may bind it to an intent.
 type keyEvent struct {
@@ -352,7 +442,7 @@ func (e *keyEvent) pos() pos {
 
 func (e *keyEvent) callID() string {
 	if e.w != nil {
-		return e.w.callID
+		return e.w.callID()
 	}
 	return e.plan.callID
 }
@@ -366,7 +456,7 @@ func (e *keyEvent) session() string {
 
 func (e *keyEvent) doc() string {
 	if e.w != nil {
-		return e.w.doc
+		return e.w.doc()
 	}
 	return e.plan.doc
 }
@@ -453,10 +543,9 @@ type blockedPlan struct {
 	reported bool
 }
 
-// createKey names the creates of one actor and identity.
+// createKey names the creates of one actor (actorKey) and identity.
 type createKey struct {
-	actor    actor
-	identity uint64
+	actor, identity uint64
 }
 
 // createRec remembers a create for duplicate and blind re-create checks.

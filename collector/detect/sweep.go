@@ -12,7 +12,7 @@ func (d *detector) sweep() {
 	}
 	d.lastSweep = d.clock
 	horizon := d.clock.Add(-d.cfg.horizon())
-	d.docs.sweep(horizon, func(_ string, s *docState) (bool, etime) {
+	d.docs.sweep(horizon, func(_ uint64, s *docState) (bool, etime) {
 		first := s.last
 		keep := func(w *writeRec) bool {
 			if !w.at.t.Before(horizon) || w.state == wPending {
@@ -35,12 +35,12 @@ func (d *detector) sweep() {
 		}
 		return !s.last.Before(horizon) || len(s.writes) > 0 || proof > 0, first
 	})
-	d.reads.sweep(d.clock.Add(-d.cfg.AllowedLateness-d.cfg.Lateness), func(_ string, rs *readList) (bool, etime) {
+	d.reads.sweep(d.clock.Add(-d.cfg.AllowedLateness-d.cfg.Lateness), func(_ uint64, rs *readList) (bool, etime) {
 		kept, first := keepSince(rs.l, d.clock.Add(-d.cfg.AllowedLateness-d.cfg.Lateness), func(r readRec) etime { return r.at.t })
 		rs.l = kept
 		return len(kept) > 0, first
 	})
-	d.keys.sweep(horizon, func(_ keyID, s *keyState) (bool, etime) {
+	d.keys.sweep(horizon, func(_ uint64, s *keyState) (bool, etime) {
 		if s.last.Before(horizon) {
 			return false, 0
 		}

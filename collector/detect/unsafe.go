@@ -8,7 +8,7 @@ import "github.com/mcpaudit/mcpaudit/audit"
 func (d *detector) checkUnsafe(ev *event, op *audit.Op, w *writeRec, ds *docState) {
 	var prior *writeRec
 	if op.Tool == toolCreate {
-		if l := d.creates.get(createKey{ev.actor, fp(op.Identity)}); l != nil {
+		if l := d.creates.get(createKey{actorKey(ev.actor), fp(op.Identity)}); l != nil {
 			for _, r := range *l {
 				u := r.w
 				if !u.at.before(w.at) {
@@ -27,7 +27,7 @@ func (d *detector) checkUnsafe(ev *event, op *audit.Op, w *writeRec, ds *docStat
 			if !u.at.before(w.at) {
 				break
 			}
-			if u.who() == ev.actor && u.callID != w.callID && d.blindAfter(u, w) {
+			if u.who() == ev.actor && u.callID() != w.callID() && d.blindAfter(u, w) {
 				prior = u
 				break
 			}
@@ -43,7 +43,7 @@ func (d *detector) checkUnsafe(ev *event, op *audit.Op, w *writeRec, ds *docStat
 // the correlation window, and w is not under u's key.
 func (d *detector) blindAfter(u, w *writeRec) bool {
 	return u != w && u.op.status == audit.OpUncertain && !u.readBefore(w.at) && !u.unsafe &&
-		(u.key == "" || u.key != w.key) && within(u.at.t, w.at.t, d.cfg.CorrelationWindow)
+		(u.key() == "" || u.key() != w.key()) && within(u.at.t, w.at.t, d.cfg.CorrelationWindow)
 }
 
 // emitUnsafe reports w as a blind re-send of prior, whose outcome was
@@ -52,10 +52,10 @@ func (d *detector) emitUnsafe(c *audit.Call, prior, w *writeRec, reason word) {
 	prior.unsafe, w.retried = true, true
 	d.out.finding(&audit.Finding{
 		Kind: audit.KindUnsafeRetry, Server: c.Server, Tenant: c.Tenant,
-		Document: firstNonEmpty(w.doc, prior.doc), Key: firstNonEmpty(w.key, prior.key), Session: w.session(),
-		Time: prior.at.t.Time(), Calls: callIDs(prior.callID, w.callID), RetryAction: actionWords.word(prior.action),
+		Document: firstNonEmpty(w.doc(), prior.doc()), Key: firstNonEmpty(w.key(), prior.key()), Session: w.session(),
+		Time: prior.at.t.Time(), Calls: callIDs(prior.callID(), w.callID()), RetryAction: actionWords.word(prior.action),
 		Summary: sprintf("After a write to %s with an uncertain outcome at %s (%s), the client wrote again at %s under %s without reading the target first; the safe step was %s.",
-			firstNonEmpty(w.doc, prior.doc, "a new document"), hhmmss(prior.at.t), reasonWords.word(reason), hhmmss(w.at.t), keyPhrase(w.key), actionWords.word(prior.action)),
+			firstNonEmpty(w.doc(), prior.doc(), "a new document"), hhmmss(prior.at.t), reasonWords.word(reason), hhmmss(w.at.t), keyPhrase(w.key()), actionWords.word(prior.action)),
 	})
 }
 
@@ -66,7 +66,7 @@ func (d *detector) emitUnsafe(c *audit.Call, prior, w *writeRec, reason word) {
 func (d *detector) unsafeAfter(ev *event, op *audit.Op, u *writeRec, ds *docState, reason word) {
 	var after []*writeRec
 	if op.Tool == toolCreate {
-		if l := d.creates.get(createKey{u.who(), fp(op.Identity)}); l != nil {
+		if l := d.creates.get(createKey{actorKey(u.who()), fp(op.Identity)}); l != nil {
 			for _, r := range *l {
 				after = append(after, r.w)
 			}
@@ -75,7 +75,7 @@ func (d *detector) unsafeAfter(ev *event, op *audit.Op, u *writeRec, ds *docStat
 		after = ds.writes
 	}
 	for _, s := range after {
-		if !u.at.before(s.at) || s.who() != u.who() || s.callID == u.callID {
+		if !u.at.before(s.at) || s.who() != u.who() || s.callID() == u.callID() {
 			continue
 		}
 		if s.replay || s.op.protected || s.doubled() || s.duplicate || s.retried {

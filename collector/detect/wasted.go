@@ -1,6 +1,10 @@
 package detect
 
-import "github.com/mcpaudit/mcpaudit/audit"
+import (
+	"strings"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+)
 
 // checkWasted reports an identical request re-sent after an error that a
 // retry cannot help (fix_input, reauthorize), and remembers such errors.
@@ -20,6 +24,10 @@ func (d *detector) checkWasted(ev *event) {
 		fr.key = firstNonEmpty(fr.key, op.Key)
 	}
 	fr.session, fr.tool = c.Session, c.Tool
+	// Copies: the call's texts are one allocation (audit.Record.Lean),
+	// which the request kept for the correlation window would keep.
+	fr.callID, fr.doc, fr.key = strings.Clone(fr.callID), strings.Clone(fr.doc), strings.Clone(fr.key)
+	fr.session, fr.tool = strings.Clone(fr.session), strings.Clone(fr.tool)
 	l := d.failed.at(fp(r.RequestHash), ev.at.t)
 	*l = insertAt(*l, fr, failedAt)
 	var first *failedReq

@@ -173,6 +173,9 @@ func New(ctx context.Context, cfg Config, dcfg detect.Config, store audit.Store,
 	// An exporter or poster that sends several servers holds each back only
 	// by what it delivered for it (docs/detection.md, "Sources").
 	p.eng.ClockPerPartition()
+	// A lagging exporter keeps tens of thousands of calls waiting for
+	// their watermark: they wait packed, in a quarter of the memory.
+	p.eng.PackWaiting()
 	// The store refuses stored ids; the engine drops a call re-sent while
 	// it could still be judged (a re-send after a lost acknowledgement,
 	// a replay after a restart).
