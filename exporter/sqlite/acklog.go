@@ -517,21 +517,48 @@ func (s *Store) awaitProgress(ctx context.Context, ch <-chan struct{}, timer **t
 // here, at the latest when the appends that wait for the backlog have let
 // the drain empty the log.
 func (s *Store) settle() {
+	s.clog.mu.Lock()
+	defer s.clog.mu.Unlock()
+	s.settleLocked()
+}
+
+// settleLocked is settle with clog.mu held.
+func (s *Store) settleLocked() {
 	cl := s.clog
-	cl.mu.Lock()
-	defer cl.mu.Unlock()
 	if n, _ := cl.l.Usage(); n == 0 && cl.appending == 0 {
 		cl.backlog = 0
 		clear(cl.pending)
 	}
 }
 
-// unpend forgets rows from the pending keys: committed (then they are
-// stored keys from now on) or never to be.
-func (s *Store) unpend(rows []callRow, committed bool) {
+// reject sets frame seq aside and forgets its rows (nil when the frame
+// could not be read: settleLocked then), both under clog.mu, so that no
+// count sees the frame gone from the log and its calls still pending (a
+// call sent again then was counted not new, and stored).
+func (s *Store) reject(seq uint64, rows []callRow) (string, error) {
 	cl := s.clog
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
+	path, err := cl.l.Reject(seq)
+	s.logRejected.Add(1)
+	if rows != nil {
+		s.unpendLocked(rows, false)
+	}
+	s.settleLocked()
+	return path, err
+}
+
+// unpend forgets rows from the pending keys: committed (then they are
+// stored keys from now on) or never to be.
+func (s *Store) unpend(rows []callRow, committed bool) {
+	s.clog.mu.Lock()
+	defer s.clog.mu.Unlock()
+	s.unpendLocked(rows, committed)
+}
+
+// unpendLocked is unpend with clog.mu held.
+func (s *Store) unpendLocked(rows []callRow, committed bool) {
+	cl := s.clog
 	cl.backlog = max(0, cl.backlog-len(rows)) // the replay at Open was never counted
 	for i := range rows {
 		k := hashKey(&rows[i])
@@ -854,10 +881,8 @@ func (s *Store) drainOnce() (more bool, err error) {
 	for _, seq := range seqs {
 		b, _, err := cl.l.View(seq)
 		if err != nil {
-			path, rerr := cl.l.Reject(seq)
-			s.logRejected.Add(1)
+			path, rerr := s.reject(seq, nil)
 			s.opts.Logger.Error("a call log frame cannot be read; set aside", "file", path, "err", err, "move_err", rerr)
-			s.settle()
 			s.signalProgress(nil)
 			return true, nil
 		}
@@ -877,10 +902,8 @@ func (s *Store) drainOnce() (more bool, err error) {
 		err = s.fail("apply the call log", err)
 		forGood := !errors.Is(err, audit.ErrUnavailable) && !errors.Is(err, audit.ErrClosed)
 		if forGood && len(used) == 1 {
-			path, rerr := cl.l.Reject(used[0])
-			s.logRejected.Add(1)
+			path, rerr := s.reject(used[0], rows)
 			s.opts.Logger.Error("the store refused a call log frame; set aside", "file", path, "err", err, "move_err", rerr)
-			s.unpend(rows, false)
 			s.signalProgress(nil)
 			return true, nil
 		}
