@@ -22,6 +22,7 @@ targets=(
 	collector/dialect:FuzzOddlynewRun
 	collector/receiver:FuzzCalls
 	collector/receiver:FuzzTraces
+	collector/receiver:FuzzSalvage
 	collector/otlp:FuzzReadProto
 	collector/redact:FuzzJSON
 	collector/tap:FuzzSSE
