@@ -206,7 +206,9 @@ func TestIngest_HolderAdmittedAtCap(t *testing.T) {
 		t.Errorf("watermark %s, want it moved to the lagging source's clock (%s)", st.Watermark, want)
 	}
 	// The on-time source is still refused until room is made.
-	if _, err := r.ingest(reads("ontime", 10, t0.Add(3*time.Minute))); !errors.Is(err, pipeline.ErrOpenState) {
-		t.Errorf("the on-time source at the cap: %v, want ErrOpenState", err)
+	_, err = r.ingest(reads("ontime", 10, t0.Add(3*time.Minute)))
+	var share *pipeline.TenantShareError
+	if !errors.Is(err, pipeline.ErrOpenState) || errors.As(err, &share) {
+		t.Errorf("the on-time source at the cap: %v, want ErrOpenState, not a tenant's share (there is one tenant)", err)
 	}
 }
