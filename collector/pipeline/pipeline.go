@@ -523,7 +523,7 @@ func (p *Pipeline) updateStatus() {
 
 // logLate logs, once per status update and partition, the calls that came
 // late, too late or dated ahead since the last update, with the sources
-// that sent them.
+// that sent them; each of the three a few times a minute at most.
 func (p *Pipeline) logLate(prev, now []detect.PartitionStatus) {
 	before := make(map[detect.PartitionKey]detect.PartitionStatus, len(prev))
 	for _, s := range prev {
@@ -547,14 +547,17 @@ func (p *Pipeline) logLate(prev, now []detect.PartitionStatus) {
 			}
 		}
 		args := []any{"tenant", s.Tenant, "server", s.Server, "watermark", s.Watermark, "sources", from}
+		// A source with a wrong clock, or one far behind, makes these at
+		// every update while it sends: a few lines a minute of each, the
+		// rest counted (the metrics count every call).
 		if late > 0 {
-			p.log.Info("late calls judged against open state", append(args, "calls", late)...)
+			p.rlog.Info("late_calls", "late calls judged against open state", append(args, "calls", late)...)
 		}
 		if tooLate > 0 {
-			p.log.Warn("calls later than detect.allowed_lateness behind their partition: stored, not judged", append(args, "calls", tooLate)...)
+			p.rlog.Warn("too_late_calls", "calls later than detect.allowed_lateness behind their partition: stored, not judged", append(args, "calls", tooLate)...)
 		}
 		if ahead > 0 {
-			p.log.Warn("calls dated ahead of the collector's clock by more than detect.max_clock_skew: judged on arrival", append(args, "calls", ahead)...)
+			p.rlog.Warn("clock_ahead_calls", "calls dated ahead of the collector's clock by more than detect.max_clock_skew: judged on arrival", append(args, "calls", ahead)...)
 		}
 	}
 }

@@ -360,6 +360,20 @@ func TestStatus(t *testing.T) {
 			t.Errorf("the log does not name the sources:\n%s", logs)
 		}
 	})
+
+	// A source whose clock is ahead sends on: a few lines a minute say so,
+	// not one at every status update.
+	t.Run("ahead_logged_at_a_bounded_rate", func(t *testing.T) {
+		before := strings.Count(r.logs.String(), "judged on arrival")
+		for i := range 30 {
+			mustIngest(batch(t, "calls:d", callLine("thegram", "s4", 10+i, clock.Now().Add(2*time.Hour))))
+			r.status()
+		}
+		logs := r.logs.String()
+		if n := strings.Count(logs, "judged on arrival") - before; n == 0 || n > 10 {
+			t.Errorf("30 updates with calls ahead wrote %d lines, want 1 to 10", n)
+		}
+	})
 }
 
 // plannedBatch is one request of one source: capture lines, decoded
