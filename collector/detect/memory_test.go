@@ -19,14 +19,7 @@ import (
 //
 //	go test ./collector/detect -run '^$' -bench OpenState -benchtime 1x
 func BenchmarkOpenState(b *testing.B) {
-	const rate, seconds = 10_000, 60
-	start := time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)
-	c := capgen.Generate(capgen.Config{Seed: 3, Sessions: rate * seconds * 10 / 27, Start: start, Span: seconds * time.Second, AnomalyRate: 0.1, NoiseRate: 0.0001})
-	recs := readRecords(b, c.Lines)
-	c.Lines = nil
-	for i, r := range recs {
-		recs[i] = r.Lean()
-	}
+	recs := leanTraffic(b, 60)
 	b.ResetTimer()
 	for range b.N {
 		held := make([]*audit.Record, len(recs))
@@ -76,14 +69,7 @@ func BenchmarkWaiting(b *testing.B) {
 }
 
 func benchmarkWaiting(b *testing.B, packed bool) {
-	const rate, seconds = 10_000, 20
-	start := time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)
-	c := capgen.Generate(capgen.Config{Seed: 3, Sessions: rate * seconds * 10 / 27, Start: start, Span: seconds * time.Second, AnomalyRate: 0.1, NoiseRate: 0.0001})
-	recs := readRecords(b, c.Lines)
-	c.Lines = nil
-	for i, r := range recs {
-		recs[i] = r.Lean()
-	}
+	recs := leanTraffic(b, 20)
 	b.ResetTimer()
 	for range b.N {
 		held := make([]*audit.Record, len(recs))
@@ -121,6 +107,20 @@ func benchmarkWaiting(b *testing.B, packed bool) {
 		b.ReportMetric(float64(buffered), "buffered")
 		b.ReportMetric(retained/(1<<20), "MiB")
 	}
+}
+
+// leanTraffic returns seconds of a generated mixed capture at 10,000 calls
+// a second, its records lean as the live service keeps them.
+func leanTraffic(b *testing.B, seconds int) []*audit.Record {
+	const rate = 10_000
+	start := time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)
+	c := capgen.Generate(capgen.Config{Seed: 3, Sessions: rate * seconds * 10 / 27, Start: start, Span: time.Duration(seconds) * time.Second, AnomalyRate: 0.1, NoiseRate: 0.0001})
+	recs := readRecords(b, c.Lines)
+	c.Lines = nil
+	for i, r := range recs {
+		recs[i] = r.Lean()
+	}
+	return recs
 }
 
 type discardSink struct{}

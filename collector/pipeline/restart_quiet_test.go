@@ -22,14 +22,7 @@ func TestRestart_QuietPartitionKeepsItsWatermark(t *testing.T) {
 	key := detect.PartitionKey{Server: "thegram"}
 	r := openRun(t, dir, clock, nil, nil)
 	t0 := wallStart.Add(-time.Minute)
-	if _, err := r.ingest(batch(t, "poster", pendingPatchLine("s0", 1, t0, "team/x.gram"))); err != nil {
-		t.Fatal(err)
-	}
-	for i := range 10 {
-		if _, err := r.ingest(batch(t, "poster", callLine("thegram", "s1", 10+i, t0.Add(time.Duration(i+1)*time.Second)))); err != nil {
-			t.Fatal(err)
-		}
-	}
+	sendPendingThenReads(t, r, t0)
 	// Quiet for 20 minutes: the window (5 min) closes on the wall clock.
 	for range 40 {
 		clock.Add(30 * time.Second)
@@ -79,14 +72,7 @@ func TestRestart_QuietPartitionClosesWindowsOnTime(t *testing.T) {
 	key := detect.PartitionKey{Server: "thegram"}
 	r := openRun(t, dir, clock, nil, nil)
 	t0 := wallStart.Add(-time.Minute)
-	if _, err := r.ingest(batch(t, "poster", pendingPatchLine("s0", 1, t0, "team/x.gram"))); err != nil {
-		t.Fatal(err)
-	}
-	for i := range 10 {
-		if _, err := r.ingest(batch(t, "poster", callLine("thegram", "s1", 10+i, t0.Add(time.Duration(i+1)*time.Second)))); err != nil {
-			t.Fatal(err)
-		}
-	}
+	sendPendingThenReads(t, r, t0)
 	// Quiet for 2 minutes: the watermark follows the wall clock, the
 	// window (5 min from t0) is still open at the stop.
 	for range 4 {
@@ -114,5 +100,19 @@ func TestRestart_QuietPartitionClosesWindowsOnTime(t *testing.T) {
 	}
 	if wm := r.status()[key].Watermark; clock.Now().Sub(wm) > time.Minute {
 		t.Errorf("the quiet partition's watermark is %s behind the wall clock after the restart", clock.Now().Sub(wm))
+	}
+}
+
+// sendPendingThenReads has a poster send, from t0, a write left pending
+// and ten reads a second apart.
+func sendPendingThenReads(t *testing.T, r *run, t0 time.Time) {
+	t.Helper()
+	if _, err := r.ingest(batch(t, "poster", pendingPatchLine("s0", 1, t0, "team/x.gram"))); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		if _, err := r.ingest(batch(t, "poster", callLine("thegram", "s1", 10+i, t0.Add(time.Duration(i+1)*time.Second)))); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -342,17 +342,11 @@ func (c depthCodec) Unmarshal(data mem.BufferSlice, v any) error {
 		w.req = ptraceotlp.NewExportRequest()
 		err := w.req.UnmarshalProto(b)
 		if err != nil {
-			var s salvaged
-			ok := false
 			// The codec has no context: the wait is bounded by the
 			// streams a connection may hold (max_concurrent_streams).
-			salvage(context.Background(), func() { s, ok = salvageProto(b) })
-			if ok {
-				w.req = ptraceotlp.NewExportRequest()
-				if w.req.UnmarshalProto(s.b) == nil {
-					w.bad = s.bad
-					return nil
-				}
+			if req, bad, ok := salvageRequest(context.Background(), b, true); ok {
+				w.req, w.bad = req, bad
+				return nil
 			}
 		}
 		return err

@@ -133,9 +133,8 @@ func (rc *Receiver) body(w http.ResponseWriter, r *http.Request) ([]byte, func()
 		size = r.ContentLength
 	}
 	b, err := rc.readCounted(src, size, held, rc.bodyBuffer())
-	if err != nil && gz && isGzipDamage(err) && readRefusal(err, rc.cfg.BodyTimeout) == nil {
-		return fail(&refusal{400, "cannot read gzip body (Content-Encoding: gzip): the compressed stream is cut short or damaged (" + err.Error() + "); nothing of the request was taken: send it whole again", metrics.RejectDecodeError})
-	}
+	// unzipped: the last read was of a gzip stream.
+	unzipped := gz
 	for layers := 0; err == nil && len(b) >= 2 && b[0] == 0x1f && b[1] == 0x8b; layers++ {
 		// A gzip body sent without Content-Encoding (curl --data-binary of
 		// a .gz file), or a .gz file sent with it (gzip inside gzip): the
@@ -145,11 +144,9 @@ func (rc *Receiver) body(w http.ResponseWriter, r *http.Request) ([]byte, func()
 			return fail(&refusal{400, fmt.Sprintf("body is gzip inside gzip more than %d deep", maxGzipLayers), metrics.RejectDecodeError})
 		}
 		var zr *gzip.Reader
+		unzipped = true
 		if zr, err = gzip.NewReader(bytes.NewReader(b)); err == nil {
 			b, err = rc.readCounted(zr, 0, held, nil)
-		}
-		if err != nil && isGzipDamage(err) {
-			return fail(&refusal{400, "cannot read the gzip file in the body: the compressed stream is cut short or damaged (" + err.Error() + "); nothing of the request was taken: send it whole again", metrics.RejectDecodeError})
 		}
 	}
 	switch {
@@ -160,6 +157,9 @@ func (rc *Receiver) body(w http.ResponseWriter, r *http.Request) ([]byte, func()
 	case err != nil:
 		if re := readRefusal(err, rc.cfg.BodyTimeout); re != nil {
 			return fail(re)
+		}
+		if unzipped && isGzipDamage(err) {
+			return fail(&refusal{400, "cannot read the gzip body: the compressed stream is cut short or damaged (" + err.Error() + "); nothing of the request was taken: send it whole again", metrics.RejectDecodeError})
 		}
 		return fail(&refusal{400, "cannot read body: " + err.Error(), metrics.RejectDecodeError})
 	}
@@ -551,34 +551,20 @@ func (rc *Receiver) exportBody(ctx context.Context, src metrics.Source, tenant s
 			return resp, re
 		}
 		if err := req.UnmarshalProto(b); err != nil {
-			var s salvaged
-			ok := false
-			salvage(ctx, func() { s, ok = salvageProto(b) })
-			if !ok {
+			var ok bool
+			if req, pre, ok = salvageRequest(ctx, b, true); !ok {
 				return ptraceotlp.ExportResponse{}, &refusal{400, "cannot decode OTLP protobuf: " + err.Error(), metrics.RejectDecodeError}
 			}
-			req = ptraceotlp.NewExportRequest()
-			if err := req.UnmarshalProto(s.b); err != nil {
-				return ptraceotlp.ExportResponse{}, &refusal{400, "cannot decode OTLP protobuf: " + err.Error(), metrics.RejectDecodeError}
-			}
-			pre = s.bad
 		}
 	} else {
 		if d, at := jsonDepth(b, jsonBodyDepth(rc.cfg.MaxDepth)); d > jsonBodyDepth(rc.cfg.MaxDepth) {
 			return ptraceotlp.ExportResponse{}, &refusal{400, fmt.Sprintf("cannot take OTLP JSON: nested deeper than %d levels at byte offset %d (serve.receiver.max_depth)", jsonBodyDepth(rc.cfg.MaxDepth), at), metrics.RejectTooDeep}
 		}
 		if err := req.UnmarshalJSON(b); err != nil {
-			var s salvaged
-			ok := false
-			salvage(ctx, func() { s, ok = salvageJSON(b) })
-			if !ok {
+			var ok bool
+			if req, pre, ok = salvageRequest(ctx, b, false); !ok {
 				return ptraceotlp.ExportResponse{}, &refusal{400, "cannot decode OTLP JSON: " + err.Error(), metrics.RejectDecodeError}
 			}
-			req = ptraceotlp.NewExportRequest()
-			if err := req.UnmarshalJSON(s.b); err != nil {
-				return ptraceotlp.ExportResponse{}, &refusal{400, "cannot decode OTLP JSON: " + err.Error(), metrics.RejectDecodeError}
-			}
-			pre = s.bad
 		}
 	}
 	// pdata copies what it decodes (strings, bytes), protobuf and JSON

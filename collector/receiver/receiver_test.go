@@ -652,12 +652,10 @@ func TestRedaction(t *testing.T) {
 	}
 }
 
-// TestGRPC: OTLP/gRPC answers Unauthenticated without a known token,
-// PermissionDenied for a token that may not ingest or a tenant header of
-// another tenant, an error naming max_depth for values nested too deep
-// (before they are decoded), and takes good spans.
-func TestGRPC(t *testing.T) {
-	e := newEnv(t, nil)
+// dialGRPC serves e's receiver over OTLP/gRPC on a port of its own, until
+// the test ends, and returns a client connection to it.
+func dialGRPC(t *testing.T, e *env) *grpc.ClientConn {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -670,7 +668,17 @@ func TestGRPC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cc.Close()
+	t.Cleanup(func() { cc.Close() })
+	return cc
+}
+
+// TestGRPC: OTLP/gRPC answers Unauthenticated without a known token,
+// PermissionDenied for a token that may not ingest or a tenant header of
+// another tenant, an error naming max_depth for values nested too deep
+// (before they are decoded), and takes good spans.
+func TestGRPC(t *testing.T) {
+	e := newEnv(t, nil)
+	cc := dialGRPC(t, e)
 	client := ptraceotlp.NewGRPCClient(cc)
 	call := func(token string, req ptraceotlp.ExportRequest, md ...string) (ptraceotlp.ExportResponse, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -54,10 +54,28 @@ func salvage(ctx context.Context, fn func()) bool {
 
 // salvaged is a request that decodes once its broken spans are emptied.
 type salvaged struct {
-	// b is the request with the broken spans emptied.
-	b []byte
+	// b is the request with the broken spans emptied, and req its
+	// decoding.
+	b   []byte
+	req ptraceotlp.ExportRequest
 	// bad are the emptied spans, with why each was refused.
 	bad []otlp.RejectedSpan
+}
+
+// salvageRequest decodes b, a request pdata refused, without its broken
+// spans (salvageProto or salvageJSON, one salvage at a time: salvage); it
+// returns the request and the spans emptied, or ok false when b cannot be
+// salvaged or ctx ends first.
+func salvageRequest(ctx context.Context, b []byte, asProto bool) (req ptraceotlp.ExportRequest, bad []otlp.RejectedSpan, ok bool) {
+	var s salvaged
+	salvage(ctx, func() {
+		if asProto {
+			s, ok = salvageProto(b)
+		} else {
+			s, ok = salvageJSON(b)
+		}
+	})
+	return s.req, s.bad, ok
 }
 
 // salvageProto salvages an OTLP protobuf request that pdata refused. ok is
@@ -123,7 +141,8 @@ func rebuildProto(b []byte, fault func([]byte) string) (s salvaged, ok bool) {
 	}) || len(s.bad) == 0 {
 		return salvaged{}, false
 	}
-	if ptraceotlp.NewExportRequest().UnmarshalProto(out) != nil {
+	s.req = ptraceotlp.NewExportRequest()
+	if s.req.UnmarshalProto(out) != nil {
 		return salvaged{}, false
 	}
 	s.b = out
@@ -262,7 +281,8 @@ func rebuildJSON(root *fastjson.Value, fault func(*fastjson.Value) string) (s sa
 		return salvaged{}, false
 	}
 	out := root.MarshalTo(nil)
-	if ptraceotlp.NewExportRequest().UnmarshalJSON(out) != nil {
+	s.req = ptraceotlp.NewExportRequest()
+	if s.req.UnmarshalJSON(out) != nil {
 		return salvaged{}, false
 	}
 	s.b = out

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -12,7 +11,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -169,19 +167,7 @@ func TestOTLP_BrokenSpanBesideGoodOnes(t *testing.T) {
 			"resourceSpans[0].scopeSpans[0].spans[2]: startTimeUnixNano: must be an integer")
 	})
 	t.Run("grpc", func(t *testing.T) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := grpc.NewServer(e.rc.ServerOptions()...)
-		e.rc.Register(s)
-		go s.Serve(ln)
-		t.Cleanup(s.Stop)
-		cc, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cc.Close()
+		cc := dialGRPC(t, e)
 		b, _ := traces("salvage-grpc", 4, nil).MarshalProto()
 		// The client marshals what it is given: a request built from the
 		// broken bytes would not unmarshal, so they go raw.
@@ -189,7 +175,7 @@ func TestOTLP_BrokenSpanBesideGoodOnes(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tokAcme)
-		err = cc.Invoke(ctx, "/opentelemetry.proto.collector.trace.v1.TraceService/Export", &req, &resp,
+		err := cc.Invoke(ctx, "/opentelemetry.proto.collector.trace.v1.TraceService/Export", &req, &resp,
 			grpc.ForceCodecV2(rawCodec{}))
 		if err != nil {
 			t.Fatal(err)

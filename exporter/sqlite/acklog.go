@@ -1020,9 +1020,6 @@ func (s *Store) SpoolTailsCut() int64 { return s.logTailsCut.Load() }
 // were set aside for a person (rejected frames, cut tails), from this run
 // and earlier ones. No directory is none.
 func (s *Store) SpoolFilesSetAside() (rejected, torn int, err error) {
-	if s.clog != nil {
-		return s.clog.l.SetAside()
-	}
 	return spool.SetAsideIn(s.logDir)
 }
 
