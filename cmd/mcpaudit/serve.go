@@ -392,7 +392,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	q := api.New(st, cfg.Serve.SLOTarget)
 	q.Tenants = cfg.Serve.Receiver.Tenants
 	q.Log = ratelog.New(log, ratelog.NewDefaultConfig())
-	q.Status = s.pipe.Status
+	q.Status = s.pipe.Report
 	q.Credentials = cfg.Serve.Credentials
 	q.Access = s.access
 	mux := http.NewServeMux()
