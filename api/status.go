@@ -19,6 +19,11 @@ type StatusResponse struct {
 	// (TooLate) are not waiting: they were stored and will never be
 	// judged.
 	Judged bool `json:"judged"`
+	// Unstored counts the findings and write states judged but not yet
+	// stored (the store refused them; they are retried). Judged is false
+	// while there are any: what a status calls judged can be read from
+	// the store.
+	Unstored int `json:"unstored"`
 	// TooLate counts, over the partitions shown, the calls that arrived
 	// later than detect.allowed_lateness behind their partition's
 	// watermark: stored, counted, not judged.
@@ -76,9 +81,10 @@ type SourceTotals struct {
 	Ahead   int64    `json:"clock_ahead"`
 }
 
-// StatusSource gives the pipeline's status: every partition, and how many
-// calls are acknowledged but not yet handed to the engine.
-type StatusSource func() (parts []detect.PartitionStatus, queued int64)
+// StatusSource gives the pipeline's status: every partition, how many
+// calls are acknowledged but not yet handed to the engine, and how many
+// findings and write states are judged but not stored.
+type StatusSource func() (parts []detect.PartitionStatus, queued int64, unstored int)
 
 var statusParams = []string{"server"}
 
@@ -91,8 +97,8 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, Error{"no pipeline: this server answers queries only"})
 		return
 	}
-	parts, queued := s.Status()
-	out := StatusResponse{Time: p.now, Queued: queued, Judged: queued == 0, Partitions: []PartitionStatus{}, Sources: []SourceTotals{}}
+	parts, queued, unstored := s.Status()
+	out := StatusResponse{Time: p.now, Queued: queued, Unstored: unstored, Judged: queued == 0 && unstored == 0, Partitions: []PartitionStatus{}, Sources: []SourceTotals{}}
 	server := p.str("server")
 	totals := map[[2]string]int{} // (tenant, name) -> index in out.Sources
 	for _, ps := range parts {

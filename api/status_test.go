@@ -23,7 +23,7 @@ func newStatusServer(t *testing.T, parts []detect.PartitionStatus) string {
 	t.Cleanup(func() { st.Close() })
 	q := api.New(st, 0.999)
 	q.Now = func() time.Time { return t0.Add(2 * time.Hour) }
-	q.Status = func() ([]detect.PartitionStatus, int64) { return parts, 0 }
+	q.Status = func() ([]detect.PartitionStatus, int64, int) { return parts, 0, 0 }
 	srv := httptest.NewServer(q.Handler())
 	t.Cleanup(srv.Close)
 	return srv.URL

@@ -62,9 +62,10 @@ file, judges every stored call again, so that the findings and write
 states are those of the restored calls (this takes longer than a normal
 start). Calls acknowledged after the backup are not in it: have their
 senders post them again (a call already stored is not stored twice).
-serve's first retention sweep comes at its start: raise serve.retention
-above the age of the restored calls (restore prints their span) to keep
-an old backup.
+serve's retention counts back from the newest stored call (by default,
+serve.retention_from): an old backup is kept until newer calls are
+stored; raise serve.retention above the age of the restored calls
+(restore prints their span) to keep it beside live traffic.
 redact.key stays: restoring into a new data dir, copy it in from the old
 one (restore warns when it is missing).
 
@@ -107,14 +108,18 @@ func restoreCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 		*from, *dir, info.Calls, info.Schema)
 	if !info.Oldest.IsZero() {
 		fmt.Fprintf(stdout, "its calls run from %s to %s\n", info.Oldest.Format(time.RFC3339), info.Newest.Format(time.RFC3339))
-		// serve's first retention sweep comes at its start: a backup older
-		// than the retention, restored to be looked into, would be
-		// deleted again at once.
+		// serve's retention counts back from the newest stored call by
+		// default: a backup older than the retention, restored to be
+		// looked into, is kept until newer calls come, and then deleted.
 		if ret := time.Duration(NewDefaultConfig().Serve.Retention); time.Since(info.Oldest) > ret {
 			age := time.Since(info.Oldest)
+			when := "once newer calls are stored (live traffic), or at its start with serve.retention_from: now"
+			if info.Newest.Sub(info.Oldest) > ret {
+				when = "at its start (they span more than that before the newest), and more once newer calls are stored"
+			}
 			fmt.Fprintf(stdout, "warning: calls go back %d days, past the default serve.retention (%s): serve deletes calls, writes and findings older "+
-				"than serve.retention (and serve.tenant_retention) at its start; raise it above that age before starting serve on %s to keep them\n",
-				int(age.Hours()/24), conf.FormatDuration(ret), *dir)
+				"than serve.retention (and serve.tenant_retention) before the newest stored call %s; raise it above that age before starting serve on %s to keep them\n",
+				int(age.Hours()/24), conf.FormatDuration(ret), when, *dir)
 		}
 	}
 	if _, err := os.Stat(filepath.Join(*dir, "redact.key")); errors.Is(err, os.ErrNotExist) {

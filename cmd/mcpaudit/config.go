@@ -73,6 +73,14 @@ type ServeConfig struct {
 	Store string `yaml:"store"`
 	// Retention is how long calls, writes and findings are kept. Default 30d.
 	Retention Duration `yaml:"retention"`
+	// RetentionFrom is what the embedded store's retention counts back
+	// from: newest_call, the time of the newest stored call (or now, when
+	// that is later), so that a collector that receives nothing, or is
+	// given old calls to look into, does not delete them on the wall
+	// clock, as Prometheus counts its retention back from its newest
+	// block; or now, the wall clock, for a hard age limit. With live
+	// traffic the two are the same. Default newest_call.
+	RetentionFrom string `yaml:"retention_from"`
 	// TenantRetention overrides Retention for the tenants it lists (tenant
 	// name: duration), longer or shorter. Default none: every tenant keeps
 	// Retention.
@@ -163,7 +171,7 @@ func NewDefaultConfig() Config {
 		Serve: ServeConfig{
 			IngestListen: ":4318", GRPCListen: ":4317", APIListen: ":9464",
 			DataDir: "./mcpaudit-data", Store: "sqlite",
-			Retention: Duration(30 * 24 * time.Hour), RetentionEvery: Duration(time.Hour),
+			Retention: Duration(30 * 24 * time.Hour), RetentionEvery: Duration(time.Hour), RetentionFrom: RetentionFromNewestCall,
 			SLOTarget:   0.999,
 			Web:         NewDefaultWebConfig(),
 			Receiver:    receiver.NewDefaultConfig(),
@@ -235,6 +243,9 @@ func (c *Config) Validate() error {
 	}
 	if sv.RetentionEvery <= 0 {
 		errs = append(errs, errors.New("serve.retention_every: must be positive"))
+	}
+	if sv.RetentionFrom != RetentionFromNewestCall && sv.RetentionFrom != RetentionFromNow {
+		errs = append(errs, fmt.Errorf("serve.retention_from: want %s or %s, not %q", RetentionFromNewestCall, RetentionFromNow, sv.RetentionFrom))
 	}
 	if err := rules.ValidateSLOTarget(sv.SLOTarget); err != nil {
 		errs = append(errs, fmt.Errorf("serve.slo_target: %w", err))

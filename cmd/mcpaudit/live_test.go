@@ -94,7 +94,13 @@ func liveCapture(t *testing.T, seed int64) []map[string]any { return liveCapture
 
 func liveCaptureOf(t *testing.T, seed int64, sessions int) []map[string]any {
 	t.Helper()
-	start := time.Now().Add(-50 * time.Minute).Truncate(time.Second)
+	return captureFrom(t, seed, sessions, time.Now().Add(-50*time.Minute).Truncate(time.Second))
+}
+
+// captureFrom is a generated mixed capture of both servers whose calls
+// span the 10 minutes from start, as call records.
+func captureFrom(t *testing.T, seed int64, sessions int, start time.Time) []map[string]any {
+	t.Helper()
 	c := capgen.Generate(capgen.Config{Seed: seed, Sessions: sessions, Start: start, Span: 10 * time.Minute, AnomalyRate: 0.4, NoiseRate: 0.0001})
 	var out []map[string]any
 	for _, l := range c.Lines {

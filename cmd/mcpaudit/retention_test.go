@@ -1,12 +1,19 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/collector/receiver"
 	"github.com/mcpaudit/mcpaudit/exporter/storetest"
 )
 
@@ -55,5 +62,121 @@ func TestServe_TenantRetention(t *testing.T) {
 	bad.Serve.TenantRetention = map[string]Duration{"acme": 0}
 	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "serve.tenant_retention.acme: must be positive") {
 		t.Fatalf("Validate with a zero tenant retention = %v", err)
+	}
+}
+
+// TestServe_RetentionFromNewestCall: by default retention counts back from
+// the newest stored call, so a collector holding only old calls (a capture
+// posted to look into, a restored backup) keeps them until newer calls
+// come; serve.retention_from: now deletes on the wall clock.
+func TestServe_RetentionFromNewestCall(t *testing.T) {
+	now := time.Now()
+	start := func(from string) (*server, func(age time.Duration), func() int) {
+		cfg := testConfig(t, t.TempDir())
+		cfg.Serve.Retention = Duration(30 * 24 * time.Hour)
+		cfg.Serve.RetentionFrom = from
+		if err := cfg.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		s := startTest(t, cfg)
+		g, err := storetest.NewGenerator(5, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		put := func(age time.Duration) {
+			r := g.Next()
+			c := *r.Call
+			c.Time = now.Add(-age)
+			r.Call = &c
+			if _, err := s.store.AppendCalls(context.Background(), []audit.Record{r}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		count := func() int {
+			n := 0
+			if err := s.store.ScanCalls(context.Background(), time.Time{}, func(*audit.Record) error { n++; return nil }); err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		return s, put, count
+	}
+
+	s, put, count := start(RetentionFromNewestCall)
+	put(45 * 24 * time.Hour)
+	put(40 * 24 * time.Hour)
+	s.expire(context.Background(), now)
+	if n := count(); n != 2 {
+		t.Fatalf("old calls only, retention from the newest call: %d of 2 left", n)
+	}
+	put(80 * 24 * time.Hour) // 40 days before the newest: past serve.retention
+	s.expire(context.Background(), now)
+	if n := count(); n != 2 {
+		t.Fatalf("a call 40 days before the newest stored one: %d calls left, want the 2 within 30 days of it", n)
+	}
+	put(time.Minute) // live traffic: the old calls go
+	s.expire(context.Background(), now)
+	if n := count(); n != 1 {
+		t.Fatalf("after a live call: %d calls left, want 1", n)
+	}
+
+	s, put, count = start(RetentionFromNow)
+	put(45 * 24 * time.Hour)
+	put(2 * time.Hour)
+	s.expire(context.Background(), now)
+	if n := count(); n != 1 {
+		t.Fatalf("retention_from now: %d calls left, want the one of 2 hours ago", n)
+	}
+
+	bad := testConfig(t, t.TempDir())
+	bad.Serve.RetentionFrom = "oldest"
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), `serve.retention_from: want newest_call or now, not "oldest"`) {
+		t.Fatalf("Validate with retention_from oldest = %v", err)
+	}
+}
+
+// TestServe_OldCaptureKeptAcrossRestart: a capture from two months ago,
+// posted to a serve with the default retention (30 days, counted back from
+// the newest stored call), is judged, and a restart, whose first
+// retention sweep comes at its start, keeps its findings. Counted on the
+// wall clock, that sweep deleted everything acknowledged.
+func TestServe_OldCaptureKeptAcrossRestart(t *testing.T) {
+	dir := t.TempDir()
+	cfg := liveConfig(t)
+	config := filepath.Join(t.TempDir(), "mcpaudit.yaml")
+	if err := os.WriteFile(config, []byte(fmt.Sprintf("detect:\n  verify_window: %s\n  idle_timeout: %s\n  allowed_lateness: %s\nserve:\n  pipeline:\n    commit_every: 50ms\n    restart_grace: 1s\n",
+		cfg.Detect.VerifyWindow, cfg.Detect.IdleTimeout, cfg.Detect.AllowedLateness)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	recs := captureFrom(t, 17, 60, time.Now().Add(-60*24*time.Hour).Truncate(time.Second))
+	want := analyzeFindings(t, cfg, ndjson(recs))
+	if len(want) < 5 {
+		t.Fatalf("the capture gives %d findings", len(want))
+	}
+	ingest, apiAddr := freePort(t), freePort(t)
+	s := &server{apiAddr: apiAddr}
+	c := startChild(t, dir, config, ingest, apiAddr)
+	defer func() { c.kill() }()
+	req, _ := http.NewRequest("POST", "http://"+ingest+"/v1/calls", bytes.NewReader(ndjson(recs)))
+	req.Header.Set(receiver.SourceHeader, "poster")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("post: %s", resp.Status)
+	}
+	diffFindings(t, "before the restart", want, waitJudged(t, s, want, false))
+	stored := findingBodies(t, s)
+	if len(stored) != len(want) {
+		t.Fatalf("%d findings stored, analyze finds %d", len(stored), len(want))
+	}
+	c.cmd.Process.Signal(syscall.SIGTERM)
+	c.cmd.Wait()
+	c = startChild(t, dir, config, ingest, apiAddr)
+	time.Sleep(2 * time.Second) // the first retention sweep runs as serve starts
+	if now := findingBodies(t, s); !equalBodies(now, stored) {
+		t.Errorf("after the restart %d findings are stored, %d before", len(now), len(stored))
 	}
 }

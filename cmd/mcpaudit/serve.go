@@ -392,7 +392,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	q := api.New(st, cfg.Serve.SLOTarget)
 	q.Tenants = cfg.Serve.Receiver.Tenants
 	q.Log = ratelog.New(log, ratelog.NewDefaultConfig())
-	q.Status = s.pipe.Status
+	q.Status = s.pipe.Report
 	q.Credentials = cfg.Serve.Credentials
 	q.Access = s.access
 	mux := http.NewServeMux()
@@ -496,7 +496,17 @@ func (s *server) retention(ctx context.Context) {
 	}
 }
 
-// expire runs one round of retention at now.
+// Values of serve.retention_from.
+const (
+	RetentionFromNewestCall = "newest_call"
+	RetentionFromNow        = "now"
+)
+
+// expire runs one round of retention at now. Its cutoffs count back from
+// now, or, by default (serve.retention_from), from the newest stored call
+// when that is older: a collector left with old calls only (a capture
+// posted to look into, a restored backup, a fleet gone quiet) keeps them
+// until newer calls come.
 func (s *server) expire(ctx context.Context, now time.Time) {
 	report := func(tenant string, cutoff time.Time, n int64, err error) {
 		switch {
@@ -506,13 +516,32 @@ func (s *server) expire(ctx context.Context, now time.Time) {
 			s.log.Info("retention deleted old rows", "tenant", tenant, "rows", n, "before", cutoff)
 		}
 	}
+	from := now
+	if nc, ok := s.store.(interface {
+		NewestCall(context.Context) (time.Time, error)
+	}); ok && s.cfg.Serve.RetentionFrom != RetentionFromNow {
+		newest, err := nc.NewestCall(ctx)
+		if err != nil {
+			// Deleting on the wall clock could take what the default
+			// keeps; the next round tries again.
+			report("*", time.Time{}, 0, err)
+			return
+		}
+		if !newest.IsZero() && newest.Before(now) {
+			from = newest
+		}
+		if now.Sub(from) > s.cfg.Serve.RetentionEvery.D() {
+			s.log.Info("retention counts back from the newest stored call (serve.retention_from: newest_call)",
+				"newest_call", from, "behind_now", now.Sub(from).Round(time.Second))
+		}
+	}
 	own := sortedTenants(s.cfg.Serve.TenantRetention)
 	for _, tenant := range own {
-		cutoff := now.Add(-s.cfg.Serve.TenantRetention[tenant].D())
+		cutoff := from.Add(-s.cfg.Serve.TenantRetention[tenant].D())
 		n, err := s.store.DeleteTenantBefore(ctx, tenant, cutoff)
 		report(tenant, cutoff, n, err)
 	}
-	cutoff := now.Add(-s.cfg.Serve.Retention.D())
+	cutoff := from.Add(-s.cfg.Serve.Retention.D())
 	n, err := s.store.DeleteBefore(ctx, cutoff, own...)
 	report("*", cutoff, n, err)
 }

@@ -43,10 +43,10 @@ func testConfig(t *testing.T, dataDir string) Config {
 	// Sources fall idle, and new partitions start judging, after a second.
 	cfg.Detect.IdleTimeout = time.Second
 	cfg.Serve.Pipeline.CommitEvery = 50 * time.Millisecond
-	// The example captures are dated from 2026-11-02: past the default
-	// 30 days from 2026-12-02 09:00 UTC on, a serve restarted on them
-	// would delete them in its first retention sweep. Tests of retention
-	// set their own.
+	// The example captures are dated from 2026-11-02, and some tests add
+	// live calls beside them: retention counts back from the newest call,
+	// so a restart would delete the examples in its first sweep. Tests of
+	// retention set their own.
 	cfg.Serve.Retention = Duration(100 * 365 * 24 * time.Hour)
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)

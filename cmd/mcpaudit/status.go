@@ -85,7 +85,8 @@ func acknowledged(st api.StatusResponse) map[[2]string]time.Time {
 }
 
 // judgedSince reports whether everything acknowledged up to targets was
-// judged: nothing waits at all, or every partition's watermark has
+// judged and its output stored: nothing waits at all, or nothing judged
+// is left unstored and every partition's watermark has
 // reached its target (or the partition is gone: it held nothing). Calls
 // acknowledged since may still wait; under steady traffic some always do.
 // Calls queued when a status is asked are taken into their partitions
@@ -93,6 +94,9 @@ func acknowledged(st api.StatusResponse) map[[2]string]time.Time {
 func judgedSince(targets map[[2]string]time.Time, st api.StatusResponse) bool {
 	if st.Judged {
 		return true
+	}
+	if st.Unstored > 0 {
+		return false // judged, but not to be read from the store yet
 	}
 	wms := map[[2]string]*time.Time{}
 	for _, p := range st.Partitions {
@@ -121,8 +125,11 @@ func printStatus(w io.Writer, st api.StatusResponse, waited bool) {
 	}
 	fmt.Fprintf(w, "At %s: %d calls queued, %d waiting for their watermark, %d too late (stored, never judged); everything acknowledged judged: %s\n",
 		st.Time.UTC().Format(time.RFC3339), st.Queued, waiting, st.TooLate, judged)
+	if st.Unstored > 0 {
+		fmt.Fprintf(w, "%d findings and write states are judged but not stored yet: the store refused them, and they are retried.\n", st.Unstored)
+	}
 	if waited {
-		fmt.Fprintln(w, "Everything acknowledged before the wait began is judged.")
+		fmt.Fprintln(w, "Everything acknowledged before the wait began is judged, and stored.")
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)

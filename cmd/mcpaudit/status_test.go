@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/receiver"
 )
 
@@ -76,7 +78,7 @@ func TestStatus_WaitUnderTraffic(t *testing.T) {
 	}
 	text := out.String()
 	for _, want := range []string{
-		"Everything acknowledged before the wait began is judged.",
+		"Everything acknowledged before the wait began is judged, and stored.",
 		"1 too late (stored, never judged)",
 	} {
 		if !strings.Contains(text, want) {
@@ -97,5 +99,31 @@ func TestStatus_WaitUnderTraffic(t *testing.T) {
 	}
 	if counted != 1 {
 		t.Errorf("pod-0's counts printed %d times, want once:\n%s", counted, text)
+	}
+}
+
+// TestStatus_WaitThenFindings: `status --wait` succeeds only once what it
+// calls judged is stored, so the findings read right after it are there.
+// The periodic commit is an hour away here: the status itself must store
+// what the engine judged (before, it said judged while the finding was
+// still in memory, and a read right after found none, 4 times in 6 with
+// the default commit_every).
+func TestStatus_WaitThenFindings(t *testing.T) {
+	cfg := testConfig(t, t.TempDir())
+	cfg.Serve.Pipeline.CommitEvery = time.Hour
+	s := startTest(t, cfg)
+	body, err := os.ReadFile("../../testdata/examples/oddlynew-copy-blocked-replay.ndjson")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp := postCalls(t, s, body, false); resp.StatusCode != http.StatusOK {
+		t.Fatalf("POST /v1/calls: %s", resp.Status)
+	}
+	if code, out, errs := cliRun("status", "--api-url", "http://"+s.apiAddr, "--wait", "30s"); code != 0 {
+		t.Fatalf("status --wait: exit %d\n%s%s", code, out, errs)
+	}
+	got := apiFindings(t, s, "")
+	if len(got) != 1 || got[0].Kind != audit.KindWastedRetry {
+		t.Fatalf("findings read right after status --wait: %v, want the wasted_retry", got)
 	}
 }

@@ -125,7 +125,7 @@ type Pipeline struct {
 
 	statusMu  sync.Mutex
 	status    []detect.PartitionStatus
-	statusReq chan chan []detect.PartitionStatus
+	statusReq chan chan statusReply
 
 	// floorMu guards what the state file holds and what it must cover:
 	// the partitions' marks and floor last saved, and the earliest call
@@ -163,7 +163,7 @@ func New(ctx context.Context, cfg Config, dcfg detect.Config, store audit.Store,
 		queue:     make(chan audit.Batch, 1024),
 		touches:   make(chan touch, 256),
 		done:      make(chan struct{}),
-		statusReq: make(chan chan []detect.PartitionStatus),
+		statusReq: make(chan chan statusReply),
 		queued:    map[int64]int{},
 		load:      tenantLoad{queued: map[string]int64{}, open: map[string]int64{}},
 	}
@@ -487,22 +487,38 @@ func (p *Pipeline) Close(ctx context.Context) error {
 // many acknowledged calls are not yet handed to the engine. It asks the
 // engine goroutine; once that has stopped, it returns the last status.
 func (p *Pipeline) Status() ([]detect.PartitionStatus, int64) {
+	parts, queued, _ := p.Report()
+	return parts, queued
+}
+
+// statusReply is the engine goroutine's answer to a status question.
+type statusReply struct {
+	parts    []detect.PartitionStatus
+	unstored int
+}
+
+// Report is Status, and how many findings and write states are judged but
+// not stored: the engine goroutine stores what it has judged before it
+// answers, so that what a status calls judged can be read from the store
+// at once; they are left only when the store refused them (retried at the
+// next commit).
+func (p *Pipeline) Report() (parts []detect.PartitionStatus, queued int64, unstored int) {
 	// Calls acknowledged before now are queued or taken: count the queue
 	// before asking, so that a call taken meanwhile shows in the status.
-	queued := p.inflight.Load()
-	reply := make(chan []detect.PartitionStatus, 1)
+	queued = p.inflight.Load()
+	reply := make(chan statusReply, 1)
 	select {
 	case p.statusReq <- reply:
 		select {
 		case st := <-reply:
-			return st, queued
+			return st.parts, queued, st.unstored
 		case <-p.done:
 		}
 	case <-p.done:
 	}
 	p.statusMu.Lock()
 	defer p.statusMu.Unlock()
-	return p.status, p.inflight.Load()
+	return p.status, p.inflight.Load(), 0
 }
 
 // lastStatus returns the last status taken; the engine goroutine's view.
@@ -585,8 +601,14 @@ func (p *Pipeline) run(ctx context.Context) {
 			now := p.now()
 			p.applyTouches()
 			p.eng.Tick(now)
+			// ... and stored: a caller that waits for the status to say
+			// judged and then reads the findings finds them (without
+			// this it could ask before the next commit, CommitEvery).
+			if p.gate.pending() > 0 && ctx.Err() == nil {
+				p.commit(ctx)
+			}
 			p.updateStatus()
-			reply <- p.lastStatus()
+			reply <- statusReply{parts: p.lastStatus(), unstored: p.gate.pending()}
 		case <-tick.C:
 			if ctx.Err() != nil {
 				continue // stopping: the shutdown branch commits

@@ -38,6 +38,24 @@ func (s *Store) Watermark(ctx context.Context) (time.Time, error) {
 	return fromNanos(n), nil
 }
 
+// NewestCall returns the time of the latest stored call (zero when none is
+// stored): what serve's retention counts back from by default
+// (serve.retention_from). Calls acknowledged from the call log and not yet
+// committed are not counted; they are newer than the ones that are.
+func (s *Store) NewestCall(ctx context.Context) (time.Time, error) {
+	if s.closed.Load() {
+		return time.Time{}, errClosed("read the newest call")
+	}
+	var n sql.NullInt64
+	if err := s.r.QueryRowContext(ctx, `SELECT max(time) FROM calls`).Scan(&n); err != nil {
+		return time.Time{}, s.fail("read the newest call", err)
+	}
+	if !n.Valid {
+		return time.Time{}, nil
+	}
+	return fromNanos(n.Int64), nil
+}
+
 // ScanCalls calls fn with every stored call whose Time >= since, in time
 // order (calls of equal time in the order they were stored). It reads in
 // pages of its own transactions: calls appended during the scan with a time
