@@ -229,6 +229,9 @@ type refusal struct {
 	status int
 	msg    string
 	reason metrics.RejectReason
+	// counted is set when the request's records are counted as rejected
+	// already (by ingest): fail does not count the request again.
+	counted bool
 }
 
 func (e *refusal) Error() string { return e.msg }
@@ -281,11 +284,17 @@ func (rc *Receiver) ingest(ctx context.Context, src metrics.Source, recs []*audi
 			reason = metrics.RejectTenantShare
 		}
 		rc.rejected(src, reason, len(recs))
-		return 0, &refusal{429, err.Error() + "; retry later", reason}
+		return 0, &refusal{429, err.Error() + "; retry later", reason, false}
+	case errors.Is(err, audit.ErrTooLarge):
+		// Never fits the store however long the sender waits: refused
+		// for good (413; InvalidArgument over gRPC), the setting and the
+		// sizes in the message.
+		rc.rejected(src, metrics.RejectTooLarge, len(recs))
+		return 0, &refusal{413, err.Error() + "; send fewer calls per request", metrics.RejectTooLarge, true}
 	default:
 		rc.rejected(src, metrics.RejectStoreDown, len(recs))
 		rc.rlog.Warn("store_unavailable", "cannot store calls", "err", err, "calls", len(recs))
-		return 0, &refusal{503, "cannot store calls now; retry later", metrics.RejectStoreDown}
+		return 0, &refusal{503, "cannot store calls now; retry later", metrics.RejectStoreDown, false}
 	}
 }
 

@@ -91,7 +91,13 @@ const (
 
 func newEnv(t testing.TB, mutate func(*receiver.Config, *pipeline.Config)) *env {
 	t.Helper()
-	st, err := sqlite.Open(filepath.Join(t.TempDir(), "mcpaudit.db"), sqlite.NewDefaultOptions())
+	return newEnvStore(t, sqlite.NewDefaultOptions(), mutate)
+}
+
+// newEnvStore is newEnv with a store opened with so.
+func newEnvStore(t testing.TB, so sqlite.Options, mutate func(*receiver.Config, *pipeline.Config)) *env {
+	t.Helper()
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "mcpaudit.db"), so)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -558,7 +558,7 @@ func (s *Store) ship(b *batch, reqs []*request) {
 	if results {
 		s.commitMu.Lock()
 	}
-	err := s.deliver(b)
+	err := s.deliver(b, len(reqs))
 	if err == nil {
 		for _, w := range b.Watermarks {
 			s.mu.Lock()
@@ -576,9 +576,10 @@ func (s *Store) ship(b *batch, reqs []*request) {
 	}
 }
 
-// deliver inserts b, retrying for RetryFor; if ClickHouse stays unreachable
-// it spools b instead. While the spool holds batches, b goes straight to it.
-func (s *Store) deliver(b *batch) error {
+// deliver inserts b, the calls and results of requests requests, retrying
+// for RetryFor; if ClickHouse stays unreachable it spools b instead. While
+// the spool holds batches, b goes straight to it.
+func (s *Store) deliver(b *batch, requests int) error {
 	if b.rows() == 0 {
 		return nil
 	}
@@ -586,6 +587,13 @@ func (s *Store) deliver(b *batch) error {
 		// Durable once synced: the drain inserts it behind, merged with
 		// the batches around it.
 		if err := s.spool.append(b); err != nil {
+			if errors.Is(err, errSpoolTooLarge) && requests == 1 {
+				// Every batch goes through the spool: draining never
+				// makes room for this one.
+				return fmt.Errorf("cannot store: %w: %w", err, audit.ErrTooLarge)
+			}
+			// A batch of several requests may be too large where each
+			// alone fits: they are sent again, most likely apart.
 			return fmt.Errorf("cannot store: %w: %w", err, audit.ErrUnavailable)
 		}
 		return nil

@@ -41,7 +41,9 @@ type Options struct {
 	// "commit".
 	Ack string `yaml:"ack"`
 	// LogMaxBytes bounds the call log (ack "log"): an append that would
-	// pass it is refused (503) until the drain has made room. Default 1GiB.
+	// pass it is refused (503) until the drain has made room; one request
+	// larger than the whole log never fits and is refused for good (413,
+	// gRPC InvalidArgument). Default 1GiB.
 	LogMaxBytes int64 `yaml:"log_max_bytes"`
 	// LogWait is how long a query waits, with ack "log", for the calls
 	// acknowledged before it to be committed before it fails (503).

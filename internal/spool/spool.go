@@ -15,8 +15,13 @@ import (
 
 var (
 	// ErrFull is returned by Log.Append when the batch would pass the
-	// spool's size limit.
+	// spool's size limit with the batches it holds: it fits once they are
+	// drained.
 	ErrFull = errors.New("spool full")
+	// ErrTooLarge is returned by Log.Append (and EncodeFrame) for a batch
+	// larger than the spool's whole limit: it never fits, however much is
+	// drained.
+	ErrTooLarge = errors.New("batch too large for the spool")
 	// ErrCorrupt is matched by the error of a spool file that cannot be
 	// trusted (a *CorruptError): cut short, a checksum that does not
 	// match, a length past the spool's limit, an unknown header.
@@ -281,6 +286,9 @@ func (sp *Log[T]) Append(b T) error {
 		return fmt.Errorf("%w (%s)", err, sp.limitKey)
 	}
 	defer putSpoolBuf(data)
+	if int64(len(data)) > sp.maxBytes {
+		return fmt.Errorf("cannot spool a batch of %d bytes: more than the spool's limit of %d (%s): %w", len(data), sp.maxBytes, sp.limitKey, ErrTooLarge)
+	}
 	nb := sp.keptSize(b) // KeepBytes is called before the first append
 	sp.mu.Lock()
 	if sp.bytes+int64(len(data)) > sp.maxBytes {

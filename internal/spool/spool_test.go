@@ -118,8 +118,44 @@ func TestLog_Full(t *testing.T) {
 	if !errors.Is(err, ErrFull) {
 		t.Fatalf("append past the limit: %v, want ErrFull", err)
 	}
+	if errors.Is(err, ErrTooLarge) {
+		t.Errorf("a batch that fits once the spool drains was refused for good: %v", err)
+	}
 	if n, _ := l.Usage(); n != 1 {
 		t.Errorf("%d batches after a refused append, want 1", n)
+	}
+}
+
+// TestLog_TooLarge: a batch larger than the whole limit never fits,
+// however much is drained: ErrTooLarge, not ErrFull, naming the setting
+// and both sizes, whether its encoding or its compressed frame passes the
+// limit, and in an empty spool.
+func TestLog_TooLarge(t *testing.T) {
+	noise := func(n int) string {
+		r := rand.New(rand.NewPCG(7, 7))
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(r.Uint32())
+		}
+		return string(b)
+	}
+	l := open(t, t.TempDir(), 200)
+	l.LimitKey("serve.sqlite.log_max_bytes")
+	f := func(batch, want string) {
+		t.Helper()
+		err := l.Append(batch)
+		if !errors.Is(err, ErrTooLarge) || errors.Is(err, ErrFull) {
+			t.Errorf("append of %d bytes to an empty spool of 200: %v, want ErrTooLarge only", len(batch), err)
+		} else if err.Error() != want {
+			t.Errorf("append of %d bytes: %q, want %q", len(batch), err, want)
+		}
+	}
+	// The encoding alone passes the limit.
+	f(noise(300), "cannot spool a batch of 300 bytes encoded: more than the spool's limit of 200: batch too large for the spool (serve.sqlite.log_max_bytes)")
+	// The encoding fits, its frame (header, incompressible block) does not.
+	f(noise(195), "cannot spool a batch of 214 bytes: more than the spool's limit of 200 (serve.sqlite.log_max_bytes): batch too large for the spool")
+	if n, _ := l.Usage(); n != 0 {
+		t.Errorf("%d batches after refused appends, want 0", n)
 	}
 }
 
@@ -196,7 +232,7 @@ func TestLog_LimitLowered(t *testing.T) {
 		t.Errorf("read back %d batches, want the 3 appended", len(got))
 	}
 	// New appends are held to the new limit.
-	if err := re.Append(want[0]); !errors.Is(err, ErrFull) {
-		t.Errorf("append past the lowered limit: %v, want ErrFull", err)
+	if err := re.Append(want[0]); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("append past the lowered limit: %v, want ErrTooLarge", err)
 	}
 }
