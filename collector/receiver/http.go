@@ -336,7 +336,11 @@ func (t *taker) done() { t.rc.readers.Put(t.reader) }
 // it in errors.
 func (t *taker) take(rec *audit.Record, known dialect.Known, source, where string) *recordError {
 	c := rec.Call
-	if err := t.rc.check(c, where); err != nil {
+	timeField := "start_time_unix_nano"
+	if t.src == metrics.SourceCallsHTTP {
+		timeField = "time"
+	}
+	if err := t.rc.check(c, where, timeField); err != nil {
 		return err
 	}
 	if source != t.sourceOK {

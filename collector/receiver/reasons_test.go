@@ -98,6 +98,33 @@ func TestRejectReasons(t *testing.T) {
 			t.Errorf("%v records counted as invalid_json, want 0", n)
 		}
 	})
+	t.Run("far_future", func(t *testing.T) {
+		// A call dated more than serve.receiver.max_future (24h) ahead of
+		// the collector's clock is a bad time, rejected on its line, its
+		// neighbours taken: retention deletes by event time and would
+		// keep it for ever. An hour ahead is a clock's skew: taken.
+		e := newEnv(t, nil)
+		lines := []string{
+			record("thegram", "gram_read", now, 1),
+			record("thegram", "gram_read", time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC), 2),
+			record("thegram", "gram_read", time.Now().Add(25*time.Hour), 3),
+			record("thegram", "gram_read", time.Now().Add(time.Hour), 4),
+		}
+		a := e.post(t, "/v1/calls", "application/x-ndjson", tokAcme, []byte(strings.Join(lines, "\n")+"\n"))
+		if a.status != 200 || !strings.Contains(a.body, `"accepted":2`) || !strings.Contains(a.body, `"rejected":2`) {
+			t.Fatalf("%d %s, want 200 with 2 accepted, 2 rejected", a.status, a.body)
+		}
+		if !strings.Contains(a.body, `body:2: field time: 2200-01-01T00:00:00Z is more than 24h0m0s ahead of the collector's clock`) ||
+			!strings.Contains(a.body, `body:3: field time: `) || !strings.Contains(a.body, `serve.receiver.max_future`) {
+			t.Errorf("errors %s: want lines 2 and 3 naming the field, the reason and the setting", a.body)
+		}
+		if got := len(e.stored(t)); got != 2 {
+			t.Errorf("%d calls stored, want the 2 good ones", got)
+		}
+		if n := e.rejectedCount(t, metrics.RejectBadTime, metrics.SourceCallsHTTP); n != 2 {
+			t.Errorf("%v records counted as bad_time, want 2", n)
+		}
+	})
 	t.Run("store_unavailable", func(t *testing.T) {
 		e := newEnv(t, nil)
 		e.store.Close()
