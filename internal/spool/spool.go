@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 )
 
 var (
@@ -271,6 +273,19 @@ func (sp *Log[T]) keptSize(b T) int64 {
 	return sp.keepSize(b)
 }
 
+// ioError is the error of op on the spool file path: err without path
+// again (the *fs.PathError of a write says it), and for a full disk what
+// to look at, so that an operator reads the cause once.
+func (sp *Log[T]) ioError(op, path string, err error) error {
+	if pe, ok := err.(*fs.PathError); ok && pe.Path == path {
+		err = pe.Err
+	}
+	if errors.Is(err, syscall.ENOSPC) {
+		return fmt.Errorf("cannot %s %s: %w (the disk is full: free space on it; %s bounds the log, not the disk)", op, path, err, sp.limitKey)
+	}
+	return fmt.Errorf("cannot %s %s: %w", op, path, err)
+}
+
 // DefaultLimitKey is the setting errors name for a spool's limit until
 // LimitKey says otherwise: the ClickHouse store's.
 const DefaultLimitKey = "spool.max_bytes"
@@ -304,7 +319,7 @@ func (sp *Log[T]) Append(b T) error {
 	if _, err := seg.f.WriteAt(data, off); err != nil {
 		// What it left after seg.size is a torn tail: no frame goes
 		// after it, the next append starts a new segment.
-		seg.failed = fmt.Errorf("cannot write spool segment %s: %w", seg.path, err)
+		seg.failed = sp.ioError("write spool segment", seg.path, err)
 		sp.mu.Unlock()
 		return seg.failed
 	}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -234,5 +235,38 @@ func TestLog_LimitLowered(t *testing.T) {
 	// New appends are held to the new limit.
 	if err := re.Append(want[0]); !errors.Is(err, ErrTooLarge) {
 		t.Errorf("append past the lowered limit: %v, want ErrTooLarge", err)
+	}
+}
+
+// TestLog_DiskFullSaysItOnce: the error of a write or a sync that the
+// disk refuses names the segment once and says what to look at; before,
+// a write's read "cannot write spool segment P: write P: no space left on
+// device". The write's error is a real one (/dev/full refuses every write
+// with ENOSPC); the sync's is injected (fdatasync fails with ENOSPC on a
+// full disk with delayed allocation, which a test cannot make on demand).
+func TestLog_DiskFullSaysItOnce(t *testing.T) {
+	l := open(t, t.TempDir(), 1<<20)
+	l.LimitKey("serve.sqlite.log_max_bytes")
+	f, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
+	if err != nil {
+		t.Skipf("SKIPPING the write: no /dev/full: %v", err)
+	}
+	_, werr := f.WriteAt([]byte("frame"), 0)
+	f.Close()
+	if !errors.Is(werr, syscall.ENOSPC) {
+		t.Fatalf("a write to /dev/full: %v, want ENOSPC", werr)
+	}
+	err = l.ioError("write spool segment", "/dev/full", werr)
+	want := "cannot write spool segment /dev/full: no space left on device (the disk is full: free space on it; serve.sqlite.log_max_bytes bounds the log, not the disk)"
+	if err.Error() != want || !errors.Is(err, syscall.ENOSPC) {
+		t.Errorf("write error %q, want %q matching ENOSPC", err, want)
+	}
+
+	defer func(s func(*os.File) error) { syncSegment = s }(syncSegment)
+	syncSegment = func(*os.File) error { return syscall.ENOSPC }
+	err = l.Append("batch")
+	if err == nil || strings.Count(err.Error(), "no space left on device") != 1 ||
+		!strings.Contains(err.Error(), "cannot sync spool segment "+l.dir) || !strings.Contains(err.Error(), "serve.sqlite.log_max_bytes") {
+		t.Errorf("sync error %q: want the segment and the cause once, and the setting", err)
 	}
 }
