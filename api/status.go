@@ -62,9 +62,12 @@ type PartitionStatus struct {
 // SourceStatus is where one source feeding a partition stands. Its
 // counts are in StatusResponse.Sources, once per source.
 type SourceStatus struct {
-	Name       string    `json:"name"`
-	LastEvent  time.Time `json:"last_event"`
-	LastSeen   time.Time `json:"last_seen"`
+	Name      string    `json:"name"`
+	LastEvent time.Time `json:"last_event"`
+	// LastSeen is the wall time of its last delivery; omitted when
+	// unknown (a source restored from a state file of an earlier release
+	// that has not delivered since the restart).
+	LastSeen   time.Time `json:"last_seen,omitzero"`
 	LagSeconds float64   `json:"lag_seconds"`
 	Idle       bool      `json:"idle"`
 }

@@ -71,3 +71,43 @@ func TestStatus_SourceTotals(t *testing.T) {
 		}
 	}
 }
+
+// TestStatus_LastSeenUnknown: a source whose last delivery is unknown
+// (restored from a state file that did not keep it, and quiet since) has
+// no last_seen in the answer, rather than 0001-01-01; a known one is
+// given.
+func TestStatus_LastSeenUnknown(t *testing.T) {
+	wm := t0.Add(time.Minute)
+	parts := []detect.PartitionStatus{
+		{PartitionKey: detect.PartitionKey{Server: "thegram"}, Watermark: wm, Sources: []detect.SourceStatus{
+			{Name: "calls:restored", LastEvent: wm},
+			{Name: "calls:live", LastEvent: wm, LastSeen: wm.Add(time.Second)},
+		}},
+	}
+	s := newStatusServer(t, parts)
+	code, _, body := do(t, http.MethodGet, s+"/api/v1/status", "")
+	if code != http.StatusOK {
+		t.Fatalf("status %d: %s", code, body)
+	}
+	var got struct {
+		Partitions []struct {
+			Sources []map[string]any `json:"sources"`
+		} `json:"partitions"`
+	}
+	if err := json.Unmarshal(body, &got); err != nil || len(got.Partitions) != 1 {
+		t.Fatalf("%v: %s", err, body)
+	}
+	for _, src := range got.Partitions[0].Sources {
+		seen, ok := src["last_seen"]
+		switch src["name"] {
+		case "calls:restored":
+			if ok {
+				t.Errorf("restored source: last_seen %v, want none", seen)
+			}
+		case "calls:live":
+			if seen != wm.Add(time.Second).Format(time.RFC3339Nano) {
+				t.Errorf("live source: last_seen %v, want %s", seen, wm.Add(time.Second).Format(time.RFC3339Nano))
+			}
+		}
+	}
+}

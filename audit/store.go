@@ -21,6 +21,12 @@ var (
 	// configured to (queued calls, open correlation state, memory) and
 	// refuses more for now: nothing of the request was kept. Retryable.
 	ErrOverloaded = errors.New("overloaded")
+	// ErrTooLarge is returned when one request's calls are more than the
+	// store can take at once however long the sender waits (larger than
+	// its whole call log or spool): not retryable; the sender must send
+	// fewer calls per request, or the operator raise the setting the
+	// error names.
+	ErrTooLarge = errors.New("request too large for the store")
 )
 
 // Results is one batch of detector output, committed atomically with the

@@ -66,10 +66,16 @@ func storeExists(dataDir, path string) error {
 	return nil
 }
 
-func (q *queryFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&q.server, "api-url", "", "URL of a running mcpaudit serve API (e.g. http://localhost:9464); without it the data dir is read directly")
+func (q *queryFlags) register(fs *flag.FlagSet, apiOnly bool) {
+	if apiOnly {
+		fs.StringVar(&q.server, "api-url", "", "URL of the running mcpaudit serve API to ask (e.g. http://localhost:9464); required")
+	} else {
+		fs.StringVar(&q.server, "api-url", "", "URL of a running mcpaudit serve API (e.g. http://localhost:9464); without it the data dir is read directly")
+	}
 	fs.StringVar(&q.server, "server", "", "deprecated: use --api-url")
-	fs.StringVar(&q.dataDir, "data-dir", "./mcpaudit-data", "data dir of the embedded store, read when --api-url is not given")
+	if !apiOnly {
+		fs.StringVar(&q.dataDir, "data-dir", "./mcpaudit-data", "data dir of the embedded store, read when --api-url is not given")
+	}
 	fs.StringVar(&q.format, "format", "text", "text or json")
 	fs.StringVar(&q.token, "token", os.Getenv("MCPAUDIT_TOKEN"), "bearer token, when the server maps tokens to tenants (default $MCPAUDIT_TOKEN)")
 	q.tls.register(fs)
@@ -129,6 +135,10 @@ func (q *queryFlags) get(path string, params url.Values) ([]byte, error) {
 	return rec.Body.Bytes(), nil
 }
 
+// apiOnly names the query commands that only ask a running serve: what
+// they show is in its memory, not in the data dir (no --data-dir).
+var apiOnly = map[string]bool{"status": true}
+
 func parseQueryFlags(name string, args []string, stderr io.Writer, usage string, extra func(fs *flag.FlagSet)) (*queryFlags, *flag.FlagSet, error) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -137,7 +147,7 @@ func parseQueryFlags(name string, args []string, stderr io.Writer, usage string,
 		fs.PrintDefaults()
 	}
 	q := &queryFlags{}
-	q.register(fs)
+	q.register(fs, apiOnly[name])
 	extra(fs)
 	usedServer := false
 	// Flags may follow the positional arguments: mcpaudit timeline DOC --server URL.

@@ -331,6 +331,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	}
 	rc := receiver.New(rcfg, cfg.Dialects, tracedIngester{s.pipe}, s.metrics, log)
 	rc.Access, rc.Redactor, rc.Admit = s.access, s.redactor, s.pipe.Admit
+	rc.Now = cfg.Serve.Pipeline.Now // nil: time.Now, as the pipeline's
 	if err := s.metrics.WatchPipeline(s.registry, s.pipelineViews); err != nil {
 		s.closeAll()
 		return nil, err

@@ -127,3 +127,20 @@ func TestStatus_WaitThenFindings(t *testing.T) {
 		t.Fatalf("findings read right after status --wait: %v, want the wasted_retry", got)
 	}
 }
+
+// TestStatus_Help: status asks a running serve only (the event-time status
+// is in its memory): its help offers no --data-dir, which it never read,
+// and says --api-url is required.
+func TestStatus_Help(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"status", "--help"}, nil, &out, &errb); code != 0 {
+		t.Fatalf("status --help: exit %d", code)
+	}
+	help := out.String() + errb.String()
+	if strings.Contains(help, "-data-dir") || strings.Contains(help, "data dir is read") || !strings.Contains(help, "required") {
+		t.Errorf("status --help offers the data dir, or does not say --api-url is required:\n%s", help)
+	}
+	if code := run(context.Background(), []string{"status"}, nil, &out, &errb); code != 2 || !strings.Contains(errb.String(), "needs --api-url") {
+		t.Errorf("status without --api-url: exit %d, %q", code, errb.String())
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"unicode"
 
 	"github.com/mcpaudit/mcpaudit/internal/access"
 )
@@ -26,6 +27,25 @@ Scopes: ingest (send calls), query (the API, the page, the report), metrics
 (query, metrics). Send SIGHUP to serve to read the file again.
 `
 
+const tokenNewUsage = `usage: mcpaudit token new --name NAME --tenant TENANT [--scopes SCOPES]
+
+Draws a random token (mcpa_ and 43 characters) and prints it once, on standard
+error: give it to the client (Authorization: Bearer TOKEN). On standard output
+it prints the token's line for serve.auth.tokens_file,
+
+  NAME TENANT SCOPES sha256:HEX
+
+which holds only the token's hash: append it to the file and send SIGHUP to
+serve (or restart it). A lost token cannot be shown again: draw a new one and
+delete the old line. Nothing else is written.
+
+Scopes: ingest (send calls), query (the API, the page, the report), metrics
+(/metrics with serve.auth.metrics_token). Tenant * reads every tenant: query
+and metrics only, never with ingest.
+
+flags:
+`
+
 // tokenCommand implements mcpaudit token new and hash.
 func tokenCommand(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
@@ -39,15 +59,29 @@ func tokenCommand(args []string, stdin io.Reader, stdout, stderr io.Writer) erro
 	case "new":
 		fs := flag.NewFlagSet("token new", flag.ContinueOnError)
 		fs.SetOutput(stderr)
-		fs.Usage = func() { fmt.Fprint(stderr, tokenUsage) }
-		name := fs.String("name", "", "the credential's name, recorded with what it does (required)")
-		tenant := fs.String("tenant", "", "its tenant, or * for every tenant (required)")
-		scopes := fs.String("scopes", "ingest", "what it may do, comma-separated: ingest, query, metrics")
+		fs.Usage = func() {
+			fmt.Fprint(stderr, tokenNewUsage)
+			fs.PrintDefaults()
+		}
+		name := fs.String("name", "", "the credential's name, one word: the logs, and the findings it acknowledges or resolves, name it (required)")
+		tenant := fs.String("tenant", "", "the tenant its calls and queries belong to, one word, or * for every tenant (required)")
+		scopes := fs.String("scopes", "ingest", "what it may do, comma-separated without spaces: ingest, query, metrics")
 		if err := fs.Parse(args[1:]); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
 				return nil
 			}
 			return &exitError{code: 2}
+		}
+		if fs.NArg() > 0 {
+			return &exitError{code: 2, err: fmt.Errorf("token new: unexpected argument %q: it takes flags only (mcpaudit token new --help)", fs.Arg(0))}
+		}
+		for _, f := range []struct{ flag, v string }{{"name", *name}, {"tenant", *tenant}, {"scopes", *scopes}} {
+			switch {
+			case f.v == "":
+				return &exitError{code: 2, err: fmt.Errorf("token new: --%s is required (mcpaudit token new --help)", f.flag)}
+			case strings.ContainsFunc(f.v, unicode.IsSpace):
+				return &exitError{code: 2, err: fmt.Errorf("token new: --%s %q: must be one word, as the tokens file splits its lines at spaces", f.flag, f.v)}
+			}
 		}
 		raw := make([]byte, 32)
 		rand.Read(raw)

@@ -384,3 +384,38 @@ func TestTokenCommand(t *testing.T) {
 		t.Errorf("token new for every tenant with ingest: exit %d, want 2", code)
 	}
 }
+
+// TestTokenNewHelp: token new --help tells what the command prints and
+// where, with its own flags (it printed token's general usage, without
+// them); a missing flag, a flag of two words or an argument is refused by
+// name, not as "line 1: want 4 fields" of the tokens file.
+func TestTokenNewHelp(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"token", "new", "--help"}, nil, &out, &errb); code != 0 {
+		t.Fatalf("token new --help: exit %d", code)
+	}
+	help := out.String() + errb.String()
+	for _, want := range []string{"usage: mcpaudit token new --name NAME --tenant TENANT", "-name", "-tenant", "-scopes", `(default "ingest")`,
+		"on standard\nerror", "On standard output", "serve.auth.tokens_file", "SIGHUP", "never with ingest"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("token new --help lacks %q:\n%s", want, help)
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--tenant", "acme"}, "--name is required"},
+		{[]string{"--name", "agents"}, "--tenant is required"},
+		{[]string{"--name", "agents acme", "--tenant", "acme"}, `--name "agents acme": must be one word`},
+		{[]string{"--name", "agents", "--tenant", "acme", "--scopes", "ingest, query"}, `--scopes "ingest, query": must be one word`},
+		{[]string{"--name", "agents", "--tenant", "acme", "extra"}, `unexpected argument "extra"`},
+	} {
+		out.Reset()
+		errb.Reset()
+		if code := run(context.Background(), append([]string{"token", "new"}, tc.args...), nil, &out, &errb); code != 2 ||
+			!strings.Contains(errb.String(), tc.want) || out.Len() != 0 {
+			t.Errorf("token new %q: exit %d, stdout %q, stderr %q; want 2 naming %q and no line", tc.args, code, out.String(), errb.String(), tc.want)
+		}
+	}
+}

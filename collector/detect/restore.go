@@ -6,11 +6,13 @@ import (
 	"time"
 )
 
-// SourceClock is where one source of a partition stood: its name and the
-// latest event time it delivered.
+// SourceClock is where one source of a partition stood: its name, the
+// latest event time it delivered, and the wall time of its latest delivery
+// (zero when unknown: a state file of a release before it was kept).
 type SourceClock struct {
 	Name  string    `json:"name"`
 	Clock time.Time `json:"clock"`
+	Seen  time.Time `json:"seen,omitzero"`
 }
 
 // ActiveSources returns, for every partition, the sources still holding it
@@ -23,7 +25,7 @@ func (e *Engine) ActiveSources(wall time.Time, skip string) map[PartitionKey][]S
 			if s.key.name == skip || e.idle(s, wall) {
 				continue
 			}
-			m[k] = append(m[k], SourceClock{Name: s.key.name, Clock: s.max})
+			m[k] = append(m[k], SourceClock{Name: s.key.name, Clock: s.max, Seen: s.lastSeen})
 		}
 		slices.SortFunc(m[k], func(a, b SourceClock) int { return strings.Compare(a.Name, b.Name) })
 	}
@@ -31,14 +33,16 @@ func (e *Engine) ActiveSources(wall time.Time, skip string) map[PartitionKey][]S
 }
 
 // RestoreSource makes the engine know, before anything else arrives, a
-// source that fed partition k up to clock when the last run stopped, at
-// wall time wall: it holds the partition back as it did, until it delivers
-// again or has been quiet for the idle timeout after wall + grace (its
-// exporter retries after a backoff, and the collector may take a while to
-// listen again).
+// source that fed partition k up to src.Clock when the last run stopped,
+// at wall time wall: it holds the partition back as it did, until it
+// delivers again or has been quiet for the idle timeout after wall + grace
+// (its exporter retries after a backoff, and the collector may take a
+// while to listen again). src.Seen, when known, is its last delivery, as
+// its status shows until it delivers again.
 // Without it a restart would let the partition's watermark jump to its
 // fastest source, and a lagging exporter's calls would come too late.
-func (e *Engine) RestoreSource(k PartitionKey, name string, clock, wall time.Time, grace time.Duration) {
+func (e *Engine) RestoreSource(k PartitionKey, src SourceClock, wall time.Time, grace time.Duration) {
+	name, clock := src.Name, src.Clock
 	p := e.partitionOf(k)
 	if p.born.IsZero() {
 		p.born = wall
@@ -51,6 +55,9 @@ func (e *Engine) RestoreSource(k PartitionKey, name string, clock, wall time.Tim
 	}
 	if clock.After(s.max) {
 		s.max = clock
+	}
+	if src.Seen.After(s.lastSeen) {
+		s.lastSeen = src.Seen
 	}
 	if alive.After(s.alive) {
 		s.alive = alive

@@ -27,8 +27,10 @@ type mark struct {
 	// reach back to it.
 	Waiting time.Time `json:"waiting"`
 	// Sources are the sources that still held the partition back (not
-	// idle), with their clocks: restored at start before the replay, so
-	// that the partition waits for a lagging exporter as it did.
+	// idle), with their clocks and last deliveries: restored at start
+	// before the replay, so that the partition waits for a lagging
+	// exporter as it did. A source's last delivery is not compared by
+	// equal: the file keeps the one of its last write.
 	Sources []detect.SourceClock `json:"sources,omitempty"`
 	// Deferred is the end of the earliest verification window still held
 	// open for a source behind it (zero when none): the watermark passed

@@ -302,7 +302,7 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	// the replay, so that no watermark jumps to its fastest source.
 	for k, m := range marks {
 		for _, src := range m.Sources {
-			p.eng.RestoreSource(k, src.Name, src.Clock, p.now(), p.cfg.RestartGrace)
+			p.eng.RestoreSource(k, src, p.now(), p.cfg.RestartGrace)
 		}
 	}
 	start := p.now()

@@ -1,7 +1,11 @@
 package pipeline_test
 
 import (
+	"bytes"
 	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
 	"testing"
 	"time"
 
@@ -218,5 +222,58 @@ func TestRefused_SourcesHoldPartition(t *testing.T) {
 	st := r.status()[detect.PartitionKey{Server: "thegram"}]
 	if st.Late+st.TooLate > 0 {
 		t.Errorf("after the outage %d calls were late and %d too late", st.Late, st.TooLate)
+	}
+}
+
+// TestRestart_SourceLastSeen: a source restored from the state file shows
+// the wall time of its last delivery before the restart as last_seen (the
+// file keeps it), not the zero time; one of a state file written before it
+// was kept shows none (the zero time, omitted by the API) until it delivers.
+func TestRestart_SourceLastSeen(t *testing.T) {
+	dir := t.TempDir()
+	clock := newClock(wallStart)
+	r := openRun(t, dir, clock, nil, nil)
+	for i := range 3 {
+		if _, err := r.ingest(batch(t, "pod-1", callLine("thegram", "s1", i+1, clock.Now().Add(-time.Minute)))); err != nil {
+			t.Fatal(err)
+		}
+		clock.Add(time.Second)
+	}
+	seen := clock.Now().Add(-time.Second)
+	r.stop()
+	clock.Add(10 * time.Second)
+	lastSeen := func(r *run) time.Time {
+		t.Helper()
+		for _, s := range r.status()[detect.PartitionKey{Server: "thegram"}].Sources {
+			if s.Name == "pod-1" {
+				return s.LastSeen
+			}
+		}
+		t.Fatalf("pod-1 not restored: %+v", r.status())
+		return time.Time{}
+	}
+	r = openRun(t, dir, clock, nil, nil)
+	if got := lastSeen(r); !got.Equal(seen) {
+		t.Errorf("restored pod-1 last seen %s, want %s, its last delivery before the restart", got, seen)
+	}
+	r.stop()
+
+	// A state file of an earlier release has no "seen": unknown, zero.
+	path := filepath.Join(dir, "partitions.json")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := regexp.MustCompile(`,"seen":"[^"]*"`).ReplaceAll(b, nil)
+	if bytes.Equal(old, b) {
+		t.Fatalf("no seen in %s", b)
+	}
+	if err := os.WriteFile(path, old, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r = openRun(t, dir, clock, nil, nil)
+	defer r.stop()
+	if got := lastSeen(r); !got.IsZero() {
+		t.Errorf("pod-1 restored from a file without seen: last seen %s, want unknown (zero)", got)
 	}
 }

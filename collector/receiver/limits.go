@@ -30,8 +30,9 @@ func reject(reason mx.RejectReason, format string, args ...any) *recordError {
 
 // check applies the per-call limits: printable UTF-8 names and ids under
 // their cap, payloads under theirs and no deeper than the limit, valid UTF-8
-// JSON, a storable time. where names the record in the error.
-func (rc *Receiver) check(c *audit.Call, where string) *recordError {
+// JSON, a storable time no more than MaxFuture ahead of the clock. where
+// names the record in the error, timeField the field its time came from.
+func (rc *Receiver) check(c *audit.Call, where, timeField string) *recordError {
 	for _, f := range []struct{ name, v string }{
 		{"server", c.Server}, {"tool", c.Tool}, {"session", c.Session}, {"client", c.Client},
 		{"method", c.Method}, {"id", c.RPCID}, {"trace_id", c.TraceID}, {"span_id", c.SpanID},
@@ -69,7 +70,17 @@ func (rc *Receiver) check(c *audit.Call, where string) *recordError {
 		}
 	}
 	if y := c.Time.Year(); y < 1678 || y > 2261 {
-		return reject(mx.RejectBadTime, "%s: field time: %s is outside 1678-2261, which cannot be stored", where, c.Time.Format(time.RFC3339))
+		return reject(mx.RejectBadTime, "%s: field %s: %s is outside 1678-2261, which cannot be stored", where, timeField, c.Time.Format(time.RFC3339))
+	}
+	now := time.Now
+	if rc.Now != nil {
+		now = rc.Now
+	}
+	if clock := now(); c.Time.Sub(clock) > rc.cfg.MaxFuture {
+		// Retention deletes by event time: such a call would be kept for
+		// ever, and a source's clock this wrong is no skew to take.
+		return reject(mx.RejectBadTime, "%s: field %s: %s is more than %s ahead of the collector's clock (%s; serve.receiver.max_future)",
+			where, timeField, c.Time.Format(time.RFC3339), rc.cfg.MaxFuture, clock.UTC().Format(time.RFC3339))
 	}
 	return nil
 }

@@ -1,13 +1,21 @@
 package receiver_test
 
 import (
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
 	"github.com/mcpaudit/mcpaudit/collector/pipeline"
 	"github.com/mcpaudit/mcpaudit/collector/receiver"
 	"github.com/mcpaudit/mcpaudit/exporter/metrics"
+	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
 )
 
 // rejectedCount reads mcpaudit_ingest_rejected_total for a reason and
@@ -90,6 +98,33 @@ func TestRejectReasons(t *testing.T) {
 			t.Errorf("%v records counted as invalid_json, want 0", n)
 		}
 	})
+	t.Run("far_future", func(t *testing.T) {
+		// A call dated more than serve.receiver.max_future (24h) ahead of
+		// the collector's clock is a bad time, rejected on its line, its
+		// neighbours taken: retention deletes by event time and would
+		// keep it for ever. An hour ahead is a clock's skew: taken.
+		e := newEnv(t, nil)
+		lines := []string{
+			record("thegram", "gram_read", now, 1),
+			record("thegram", "gram_read", time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC), 2),
+			record("thegram", "gram_read", time.Now().Add(25*time.Hour), 3),
+			record("thegram", "gram_read", time.Now().Add(time.Hour), 4),
+		}
+		a := e.post(t, "/v1/calls", "application/x-ndjson", tokAcme, []byte(strings.Join(lines, "\n")+"\n"))
+		if a.status != 200 || !strings.Contains(a.body, `"accepted":2`) || !strings.Contains(a.body, `"rejected":2`) {
+			t.Fatalf("%d %s, want 200 with 2 accepted, 2 rejected", a.status, a.body)
+		}
+		if !strings.Contains(a.body, `body:2: field time: 2200-01-01T00:00:00Z is more than 24h0m0s ahead of the collector's clock`) ||
+			!strings.Contains(a.body, `body:3: field time: `) || !strings.Contains(a.body, `serve.receiver.max_future`) {
+			t.Errorf("errors %s: want lines 2 and 3 naming the field, the reason and the setting", a.body)
+		}
+		if got := len(e.stored(t)); got != 2 {
+			t.Errorf("%d calls stored, want the 2 good ones", got)
+		}
+		if n := e.rejectedCount(t, metrics.RejectBadTime, metrics.SourceCallsHTTP); n != 2 {
+			t.Errorf("%v records counted as bad_time, want 2", n)
+		}
+	})
 	t.Run("store_unavailable", func(t *testing.T) {
 		e := newEnv(t, nil)
 		e.store.Close()
@@ -101,4 +136,68 @@ func TestRejectReasons(t *testing.T) {
 			t.Errorf("%v calls counted as store_unavailable, want 1", n)
 		}
 	})
+}
+
+// TestTooLargeForStore: a request larger than the store's whole call log
+// (serve.sqlite.log_max_bytes) never fits, however long its sender waits:
+// it is refused for good, 413 without Retry-After over HTTP (both paths)
+// and InvalidArgument over gRPC, with the setting and both sizes in the
+// message, its records counted once as too_large. A request that fits is
+// still taken; a full log stays 503 (TestAckLog_Full in exporter/sqlite).
+func TestTooLargeForStore(t *testing.T) {
+	so := sqlite.NewDefaultOptions()
+	so.Ack, so.LogMaxBytes = sqlite.AckLog, 64<<10
+	e := newEnvStore(t, so, nil)
+	// 400 KB of arguments, short random words (no secret for the
+	// redactor to mask), that compression does not bring under the whole
+	// log: under max_payload_bytes.
+	r := rand.New(rand.NewPCG(1, 1))
+	var words []byte
+	for len(words) < 400_000 {
+		for range 3 + r.IntN(6) {
+			words = append(words, byte('a'+r.IntN(26)))
+		}
+		words = append(words, ' ')
+	}
+	big := string(words)
+	bigRecord := strings.Replace(record("thegram", "gram_read", now, 1), `{"path":"a.gram"}`, `{"path":"`+big+`"}`, 1)
+	wantMsg := func(t *testing.T, msg string) {
+		t.Helper()
+		if !strings.Contains(msg, "more than the spool's limit of 65536") || !strings.Contains(msg, "serve.sqlite.log_max_bytes") ||
+			!strings.Contains(msg, "cannot spool a batch of ") {
+			t.Errorf("refusal %q: want the setting and both sizes", msg)
+		}
+	}
+
+	a := e.post(t, "/v1/calls", "application/x-ndjson", tokAcme, []byte(record("thegram", "gram_read", now, 2)+"\n"+bigRecord+"\n"))
+	if a.status != 413 || a.header.Get("Retry-After") != "" {
+		t.Fatalf("/v1/calls larger than the call log: %d %q (Retry-After %q); want 413 without Retry-After", a.status, a.body, a.header.Get("Retry-After"))
+	}
+	wantMsg(t, a.body)
+	if n := e.rejectedCount(t, metrics.RejectTooLarge, metrics.SourceCallsHTTP); n != 2 {
+		t.Errorf("%v calls counted as too_large, want the request's 2", n)
+	}
+
+	spans := traces("thegram", 2, func(sp ptrace.Span) { sp.Attributes().PutStr("gen_ai.tool.call.arguments", `{"path":"`+big+`"}`) })
+	body, _ := spans.MarshalProto()
+	a = e.post(t, "/v1/traces", "application/x-protobuf", tokAcme, body)
+	if a.status != 413 || a.header.Get("Retry-After") != "" {
+		t.Fatalf("/v1/traces larger than the call log: %d %q; want 413 without Retry-After", a.status, a.body)
+	}
+	wantMsg(t, a.body)
+
+	client := ptraceotlp.NewGRPCClient(dialGRPC(t, e))
+	ctx := metadata.AppendToOutgoingContext(t.Context(), "authorization", "Bearer "+tokAcme)
+	_, err := client.Export(ctx, spans)
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("gRPC larger than the call log: %v; want InvalidArgument (not retried under OTLP)", err)
+	}
+	wantMsg(t, status.Convert(err).Message())
+
+	if a := e.post(t, "/v1/calls", "application/x-ndjson", tokAcme, []byte(record("thegram", "gram_read", now, 3)+"\n")); a.status != 200 {
+		t.Errorf("a request that fits, after the refusals: %d %s", a.status, a.body)
+	}
+	if n := e.rejectedCount(t, metrics.RejectStoreDown, metrics.SourceCallsHTTP); n != 0 {
+		t.Errorf("%v calls counted as store_unavailable, want 0", n)
+	}
 }

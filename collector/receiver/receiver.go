@@ -90,13 +90,19 @@ type Config struct {
 	// serve.memory_limit) above which the heap makes new requests be
 	// refused with 503 before they are read. Default 0.8.
 	MemorySoftLimit float64 `yaml:"memory_soft_limit"`
+	// MaxFuture is how far ahead of the collector's clock a call or span
+	// may be dated; a later one is rejected as a bad time, the others of
+	// its request taken: retention deletes by event time and would keep
+	// it for ever. Default 24h (a clock a day wrong, far past any skew
+	// the detector takes: detect.max_clock_skew).
+	MaxFuture time.Duration `yaml:"max_future"`
 }
 
 // NewDefaultConfig returns the defaults.
 func NewDefaultConfig() Config {
 	return Config{MaxBodyBytes: 20 << 20, RetryAfterSeconds: 5, MaxNameBytes: 256, MaxPayloadBytes: 8 << 20,
 		MaxAttributes: 1024, MaxDepth: 32, MaxInFlightBytes: 256 << 20, MaxConcurrentStreams: 16,
-		BodyTimeout: 30 * time.Second, MemorySoftLimit: 0.8}
+		BodyTimeout: 30 * time.Second, MemorySoftLimit: 0.8, MaxFuture: 24 * time.Hour}
 }
 
 // Validate checks the limits.
@@ -116,6 +122,7 @@ func (c *Config) Validate() error {
 	positive("max_in_flight_bytes", c.MaxInFlightBytes)
 	positive("max_concurrent_streams", int64(c.MaxConcurrentStreams))
 	positive("body_timeout", int64(c.BodyTimeout))
+	positive("max_future", int64(c.MaxFuture))
 	if c.MaxInFlightBytes > 0 && c.MaxInFlightBytes < decodeCost*c.MaxBodyBytes {
 		errs = append(errs, fmt.Errorf("max_in_flight_bytes: must be at least %d times max_body_bytes, or the largest request could never be read", decodeCost))
 	}
@@ -151,6 +158,9 @@ type Receiver struct {
 	// tenant (the pipeline's cap of partitions per tenant); its error
 	// rejects the record.
 	Admit func(tenant, server string) error
+	// Now is the collector's clock, which MaxFuture counts from (serve
+	// gives the pipeline's). Nil: time.Now.
+	Now func() time.Time
 
 	inflight *budget
 	streams  chan struct{}
@@ -179,6 +189,9 @@ func New(cfg Config, dial dialect.Config, in Ingester, m *metrics.Metrics, log *
 	}
 	if cfg.BodyTimeout <= 0 {
 		cfg.BodyTimeout = def.BodyTimeout
+	}
+	if cfg.MaxFuture <= 0 {
+		cfg.MaxFuture = def.MaxFuture
 	}
 	if !(cfg.MemorySoftLimit > 0 && cfg.MemorySoftLimit <= 1) {
 		cfg.MemorySoftLimit = def.MemorySoftLimit
@@ -229,6 +242,9 @@ type refusal struct {
 	status int
 	msg    string
 	reason metrics.RejectReason
+	// counted is set when the request's records are counted as rejected
+	// already (by ingest): fail does not count the request again.
+	counted bool
 }
 
 func (e *refusal) Error() string { return e.msg }
@@ -281,11 +297,17 @@ func (rc *Receiver) ingest(ctx context.Context, src metrics.Source, recs []*audi
 			reason = metrics.RejectTenantShare
 		}
 		rc.rejected(src, reason, len(recs))
-		return 0, &refusal{429, err.Error() + "; retry later", reason}
+		return 0, &refusal{429, err.Error() + "; retry later", reason, false}
+	case errors.Is(err, audit.ErrTooLarge):
+		// Never fits the store however long the sender waits: refused
+		// for good (413; InvalidArgument over gRPC), the setting and the
+		// sizes in the message.
+		rc.rejected(src, metrics.RejectTooLarge, len(recs))
+		return 0, &refusal{413, err.Error() + "; send fewer calls per request", metrics.RejectTooLarge, true}
 	default:
 		rc.rejected(src, metrics.RejectStoreDown, len(recs))
 		rc.rlog.Warn("store_unavailable", "cannot store calls", "err", err, "calls", len(recs))
-		return 0, &refusal{503, "cannot store calls now; retry later", metrics.RejectStoreDown}
+		return 0, &refusal{503, "cannot store calls now; retry later", metrics.RejectStoreDown, false}
 	}
 }
 

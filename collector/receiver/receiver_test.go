@@ -91,7 +91,13 @@ const (
 
 func newEnv(t testing.TB, mutate func(*receiver.Config, *pipeline.Config)) *env {
 	t.Helper()
-	st, err := sqlite.Open(filepath.Join(t.TempDir(), "mcpaudit.db"), sqlite.NewDefaultOptions())
+	return newEnvStore(t, sqlite.NewDefaultOptions(), mutate)
+}
+
+// newEnvStore is newEnv with a store opened with so.
+func newEnvStore(t testing.TB, so sqlite.Options, mutate func(*receiver.Config, *pipeline.Config)) *env {
+	t.Helper()
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "mcpaudit.db"), so)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -420,6 +426,18 @@ func TestOTLPLimits(t *testing.T) {
 			{"year_9999", func(sp ptrace.Span) {
 				sp.SetStartTimestamp(pcommon.Timestamp(uint64(1<<63 - 1)))
 			}, "outside 1678-2261"},
+			// Dated far ahead of the clock: retention, which deletes by
+			// event time, would keep them for ever (serve.receiver.max_future).
+			{"year_2200", func(sp ptrace.Span) {
+				sp.SetStartTimestamp(pcommon.NewTimestampFromTime(time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)))
+			}, "field start_time_unix_nano: 2200-01-01T00:00:00Z is more than 24h0m0s ahead of the collector's clock"},
+			{"garbage_nanos_2116", func(sp ptrace.Span) { sp.SetStartTimestamp(pcommon.Timestamp(1 << 62)) }, "ahead of the collector's clock"},
+			{"25h_ahead", func(sp ptrace.Span) {
+				sp.SetStartTimestamp(pcommon.NewTimestampFromTime(time.Now().Add(25 * time.Hour)))
+			}, "serve.receiver.max_future"},
+			{"1h_ahead_taken", func(sp ptrace.Span) {
+				sp.SetStartTimestamp(pcommon.NewTimestampFromTime(time.Now().Add(time.Hour)))
+			}, ""},
 			{"1MB_tool", func(sp ptrace.Span) { sp.Attributes().PutStr("gen_ai.tool.name", strings.Repeat("x", 1<<20)) }, "more than the limit of 256"},
 			{"nested_within_limit", func(sp ptrace.Span) { nested(sp, 20) }, ""},
 		} {

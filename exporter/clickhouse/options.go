@@ -94,9 +94,10 @@ type Spool struct {
 	// Dir holds one file per spooled batch. Default data/clickhouse-spool.
 	Dir string `yaml:"dir"`
 	// MaxBytes bounds the spool; past it AppendCalls fails with
-	// audit.ErrUnavailable. It also bounds one batch's decoded size, which
-	// the reader of spool files checks: lower it only with an empty spool.
-	// Default 1 GiB.
+	// audit.ErrUnavailable (503). It also bounds one batch's decoded size,
+	// which the reader of spool files checks: lower it only with an empty
+	// spool. With ack "log" one request larger than it never fits and
+	// fails with audit.ErrTooLarge (413). Default 1 GiB.
 	MaxBytes int64 `yaml:"max_bytes"`
 }
 

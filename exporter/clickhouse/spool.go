@@ -17,9 +17,10 @@ import (
 // change.
 
 var (
-	errSpoolFull    = spoollog.ErrFull
-	errSpoolCorrupt = spoollog.ErrCorrupt
-	errSpoolCodec   = spoollog.ErrCodec
+	errSpoolFull     = spoollog.ErrFull
+	errSpoolTooLarge = spoollog.ErrTooLarge
+	errSpoolCorrupt  = spoollog.ErrCorrupt
+	errSpoolCodec    = spoollog.ErrCodec
 )
 
 type corruptError = spoollog.CorruptError

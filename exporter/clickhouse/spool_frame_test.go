@@ -226,8 +226,8 @@ func TestSpoolFrame_HugeLength(t *testing.T) {
 	}
 	// The writer holds a batch to the same limit, so that it never
 	// writes a file its reader refuses.
-	if _, _, err := encodeFrame(testBatch("c_1", "c_2"), 64); !errors.Is(err, errSpoolFull) {
-		t.Errorf("encodeFrame past the limit = %v, want errSpoolFull", err)
+	if _, _, err := encodeFrame(testBatch("c_1", "c_2"), 64); !errors.Is(err, errSpoolTooLarge) {
+		t.Errorf("encodeFrame past the limit = %v, want errSpoolTooLarge", err)
 	}
 }
 

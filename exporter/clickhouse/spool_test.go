@@ -586,3 +586,53 @@ func benchBatch(b *testing.B, n int) *batch {
 	bt.seal()
 	return bt
 }
+
+// TestStore_TooLargeForSpool: with Ack "log" every batch passes the spool,
+// so one request larger than spool.max_bytes never fits: AppendCalls fails
+// with audit.ErrTooLarge (not retryable), naming the setting and both
+// sizes. With Ack "insert" the spool only stands in while ClickHouse is
+// unreachable and the same request is inserted once it is back: there it
+// stays audit.ErrUnavailable. No server is needed: neither reaches it.
+func TestStore_TooLargeForSpool(t *testing.T) {
+	rec := func(i int) audit.Record {
+		var args []byte
+		for j := uint64(0); len(args) < 4000; j++ {
+			args = fmt.Appendf(args, "%016x", splitmix(j^uint64(i)<<32))
+		}
+		return audit.Record{Call: &audit.Call{ID: fmt.Sprintf("c_%d", i), Time: time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC), Server: "thegram", Arguments: args}}
+	}
+	var big []audit.Record
+	for i := range 40 { // about 160 KB that does not compress
+		big = append(big, rec(i))
+	}
+	for _, tc := range []struct {
+		ack  string
+		want error
+	}{{AckLog, audit.ErrTooLarge}, {AckInsert, audit.ErrUnavailable}} {
+		t.Run(tc.ack, func(t *testing.T) {
+			o := NewDefaultOptions()
+			o.DSN = "clickhouse://127.0.0.1:1/default?dial_timeout=200ms"
+			o.Ack = tc.ack
+			o.RetryFor = 0
+			o.Spool.Dir = t.TempDir()
+			o.Spool.MaxBytes = 64 << 10
+			o.BatchAge = 5 * time.Millisecond
+			o.Logger = testLogger(t)
+			s, err := Open(t.Context(), o)
+			if err != nil {
+				t.Fatalf("Open: %v", err)
+			}
+			defer s.Close()
+			_, err = s.AppendCalls(t.Context(), big)
+			if !errors.Is(err, tc.want) || (tc.want == audit.ErrTooLarge) == errors.Is(err, audit.ErrUnavailable) {
+				t.Fatalf("AppendCalls of 160 KB with a spool of 64 KiB = %v, want %v only", err, tc.want)
+			}
+			if !strings.Contains(err.Error(), "more than the spool's limit of 65536") || !strings.Contains(err.Error(), "(spool.max_bytes)") {
+				t.Errorf("refusal %q: want the setting and both sizes", err)
+			}
+			if _, err := s.AppendCalls(t.Context(), big[:1]); err != nil {
+				t.Errorf("a request that fits, after the refusal: %v", err)
+			}
+		})
+	}
+}

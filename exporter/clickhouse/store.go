@@ -558,7 +558,10 @@ func (s *Store) ship(b *batch, reqs []*request) {
 	if results {
 		s.commitMu.Lock()
 	}
-	err := s.deliver(b)
+	// Only the calls of one sender's request can be refused for good:
+	// detector output is the pipeline's, which keeps it and tries again.
+	callsAlone := len(reqs) == 1 && reqs[0].rows() == len(reqs[0].calls)
+	err := s.deliver(b, callsAlone)
 	if err == nil {
 		for _, w := range b.Watermarks {
 			s.mu.Lock()
@@ -576,9 +579,11 @@ func (s *Store) ship(b *batch, reqs []*request) {
 	}
 }
 
-// deliver inserts b, retrying for RetryFor; if ClickHouse stays unreachable
-// it spools b instead. While the spool holds batches, b goes straight to it.
-func (s *Store) deliver(b *batch) error {
+// deliver inserts b, retrying for RetryFor; if ClickHouse stays
+// unreachable it spools b instead. While the spool holds batches, b goes
+// straight to it. callsAlone says that b is the calls of one request only:
+// with Ack "log", too large for the whole spool, they are refused for good.
+func (s *Store) deliver(b *batch, callsAlone bool) error {
 	if b.rows() == 0 {
 		return nil
 	}
@@ -586,6 +591,14 @@ func (s *Store) deliver(b *batch) error {
 		// Durable once synced: the drain inserts it behind, merged with
 		// the batches around it.
 		if err := s.spool.append(b); err != nil {
+			if errors.Is(err, errSpoolTooLarge) && callsAlone {
+				// Every batch goes through the spool: draining never
+				// makes room for this one.
+				return fmt.Errorf("cannot store: %w: %w", err, audit.ErrTooLarge)
+			}
+			// A batch of several requests may be too large where each
+			// alone fits: they are sent again, most likely apart.
+			// Detector output is tried again by the pipeline.
 			return fmt.Errorf("cannot store: %w: %w", err, audit.ErrUnavailable)
 		}
 		return nil

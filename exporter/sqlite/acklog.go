@@ -448,6 +448,10 @@ func (s *Store) appendLog(ctx context.Context, rows []callRow) (int64, error) {
 	cl.mu.Lock()
 	cl.appending--
 	cl.mu.Unlock()
+	if errors.Is(err, spool.ErrTooLarge) {
+		// Larger than the whole log: draining never makes room for it.
+		return 0, fmt.Errorf("%w: %w", err, audit.ErrTooLarge)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("%w: %w", err, audit.ErrUnavailable)
 	}

@@ -448,6 +448,33 @@ func TestAckLog_Full(t *testing.T) {
 	}
 }
 
+// TestAckLog_TooLarge: one request larger than the whole call log is
+// refused for good (audit.ErrTooLarge, not unavailable: waiting for the
+// drain never makes room for it), naming the setting and both sizes; the
+// log stays empty and a request that fits is taken after it.
+func TestAckLog_TooLarge(t *testing.T) {
+	s := openTemp(t, Options{Ack: AckLog, LogMaxBytes: 64 << 10})
+	defer s.Close()
+	recs := records(t, 2000)
+	n, err := s.AppendCalls(t.Context(), recs)
+	if n != 0 || !errors.Is(err, audit.ErrTooLarge) || errors.Is(err, audit.ErrUnavailable) {
+		t.Fatalf("append of 2000 calls to a call log of 64 KiB: %d, %v; want ErrTooLarge only", n, err)
+	}
+	if msg := err.Error(); !strings.Contains(msg, "more than the spool's limit of 65536") ||
+		!strings.Contains(msg, "serve.sqlite.log_max_bytes") || !strings.Contains(msg, "cannot spool a batch of ") {
+		t.Errorf("refusal %q: want the setting and both sizes", msg)
+	}
+	if frames, _ := s.clog.l.Usage(); frames != 0 {
+		t.Errorf("%d frames in the call log after the refusal", frames)
+	}
+	if _, err := s.AppendCalls(t.Context(), recs[:20]); err != nil {
+		t.Errorf("a request that fits, after the refusal: %v", err)
+	}
+	if got := count(t, s); got != 20 {
+		t.Errorf("%d calls stored, want 20", got)
+	}
+}
+
 // TestAckLog_ReadersWait: a query returns the calls acknowledged before it
 // started, waiting for the drain; past log_wait it fails, unavailable,
 // saying why.

@@ -231,7 +231,8 @@ func encodeResults(r *audit.Results) (*request, error) {
 // calls are synced to the call log (acklog.go), which the committer
 // drains behind. A call whose id is stored is skipped; the count returned
 // is of the calls stored for the first time, the same with either Ack. A
-// full call log fails with audit.ErrUnavailable (wrapping spool.ErrFull).
+// full call log fails with audit.ErrUnavailable (wrapping spool.ErrFull),
+// calls that never fit it (more than log_max_bytes) with audit.ErrTooLarge.
 // When ctx ends first, AppendCalls returns its error, and the calls may or
 // may not be committed: retrying is safe.
 func (s *Store) AppendCalls(ctx context.Context, calls []audit.Record) (int, error) {

@@ -41,7 +41,9 @@ type Options struct {
 	// "commit".
 	Ack string `yaml:"ack"`
 	// LogMaxBytes bounds the call log (ack "log"): an append that would
-	// pass it is refused (503) until the drain has made room. Default 1GiB.
+	// pass it is refused (503) until the drain has made room; one request
+	// larger than the whole log never fits and is refused for good (413,
+	// gRPC InvalidArgument). Default 1GiB.
 	LogMaxBytes int64 `yaml:"log_max_bytes"`
 	// LogWait is how long a query waits, with ack "log", for the calls
 	// acknowledged before it to be committed before it fails (503).
@@ -181,6 +183,8 @@ func (o Options) withDefaults() Options {
 // WAL lets run beside it. It is safe for concurrent use.
 type Store struct {
 	opts Options
+	// path is the database file, named by the errors of a full disk.
+	path string
 	w    *sql.DB // one connection, used by the committer only
 	r    *sql.DB // read-only connections
 
@@ -381,7 +385,7 @@ func Open(path string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("cannot open store %s: %w", path, wrap(err))
 	}
 	go s.commitLoop()
-	s.logDir = LogDir(path)
+	s.path, s.logDir = path, LogDir(path)
 	if err := s.openLog(s.logDir); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("cannot open store %s: %w", path, err)
@@ -507,7 +511,7 @@ func (s *Store) Close() error {
 		errs = append(errs, fmt.Errorf("cannot sign the last checkpoint: %w", err))
 	}
 	if _, err := s.w.Exec(`PRAGMA wal_checkpoint(TRUNCATE)`); err != nil {
-		errs = append(errs, fmt.Errorf("cannot checkpoint: %w", err))
+		errs = append(errs, fmt.Errorf("cannot checkpoint: %w", s.full(err)))
 	}
 	if err := s.r.Close(); err != nil {
 		errs = append(errs, err)
@@ -537,12 +541,39 @@ func (s *Store) fail(op string, err error) error {
 	if s.closed.Load() && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 		return errClosed(op)
 	}
-	return fmt.Errorf("cannot %s: %w", op, wrap(err))
+	return fmt.Errorf("cannot %s: %w", op, wrap(s.full(err)))
 }
 
+// full names the file and the setting to look at in SQLite's "database or
+// disk is full", once.
+func (s *Store) full(err error) error {
+	var se *sqlite.Error
+	var df *diskFull
+	if errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_FULL && !errors.As(err, &df) {
+		return &diskFull{path: s.path, err: err}
+	}
+	return err
+}
+
+// diskFull is SQLite's "database or disk is full" with the file and the
+// setting an operator looks at.
+type diskFull struct {
+	path string
+	err  error
+}
+
+func (e *diskFull) Error() string {
+	return fmt.Sprintf("%v (the disk of %s is full: free space on it, or move serve.data_dir to a larger one)", e.err, e.path)
+}
+
+func (e *diskFull) Unwrap() error { return e.err }
+
 // wrap marks the SQLite errors that may pass with time as
-// audit.ErrUnavailable.
+// audit.ErrUnavailable, once.
 func wrap(err error) error {
+	if errors.Is(err, audit.ErrUnavailable) {
+		return err
+	}
 	var se *sqlite.Error
 	if errors.As(err, &se) {
 		switch se.Code() & 0xff {

@@ -76,13 +76,14 @@ func (e *CorruptError) Unwrap() []error {
 
 // EncodeFrame returns the bytes of b's spool file, in a buffer from
 // spoolBufs (PutBuf it back when written), and the length of b's encoding.
-// It refuses a batch whose encoding passes limit: a reader would refuse it.
+// It refuses a batch whose encoding passes limit (ErrTooLarge): a reader
+// would refuse it.
 func EncodeFrame[T any](c Codec[T], b T, limit int64) (data []byte, rawLen int, err error) {
 	raw := c.Append(getSpoolBuf(c.Size(b))[:0], b)
 	defer putSpoolBuf(raw)
 	if int64(len(raw)) > min(limit, maxFrameRaw) {
 		return nil, len(raw), fmt.Errorf("cannot spool a batch of %d bytes encoded: more than the spool's limit of %d: %w",
-			len(raw), min(limit, maxFrameRaw), ErrFull)
+			len(raw), min(limit, maxFrameRaw), ErrTooLarge)
 	}
 	// Compressed, a batch is about a fifth of its bytes: what the
 	// acknowledgement waits for is mostly writing and syncing them.

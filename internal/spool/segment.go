@@ -195,7 +195,7 @@ func (sp *Log[T]) sync(g *segment, end int64) error {
 	if err != nil {
 		// After a failed sync the kernel may have dropped the pages it
 		// could not write: a later sync that succeeds proves nothing.
-		g.failed = fmt.Errorf("cannot sync spool segment %s: %w", g.path, err)
+		g.failed = sp.ioError("sync spool segment", g.path, err)
 		return g.failed
 	}
 	g.synced = target

@@ -5,18 +5,25 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 )
 
 var (
 	// ErrFull is returned by Log.Append when the batch would pass the
-	// spool's size limit.
+	// spool's size limit with the batches it holds: it fits once they are
+	// drained.
 	ErrFull = errors.New("spool full")
+	// ErrTooLarge is returned by Log.Append (and EncodeFrame) for a batch
+	// larger than the spool's whole limit: it never fits, however much is
+	// drained.
+	ErrTooLarge = errors.New("batch too large for the spool")
 	// ErrCorrupt is matched by the error of a spool file that cannot be
 	// trusted (a *CorruptError): cut short, a checksum that does not
 	// match, a length past the spool's limit, an unknown header.
@@ -266,6 +273,19 @@ func (sp *Log[T]) keptSize(b T) int64 {
 	return sp.keepSize(b)
 }
 
+// ioError is the error of op on the spool file path: err without path
+// again (the *fs.PathError of a write says it), and for a full disk what
+// to look at, so that an operator reads the cause once.
+func (sp *Log[T]) ioError(op, path string, err error) error {
+	if pe, ok := err.(*fs.PathError); ok && pe.Path == path {
+		err = pe.Err
+	}
+	if errors.Is(err, syscall.ENOSPC) {
+		return fmt.Errorf("cannot %s %s: %w (the disk is full: free space on it; %s bounds the log, not the disk)", op, path, err, sp.limitKey)
+	}
+	return fmt.Errorf("cannot %s %s: %w", op, path, err)
+}
+
 // DefaultLimitKey is the setting errors name for a spool's limit until
 // LimitKey says otherwise: the ClickHouse store's.
 const DefaultLimitKey = "spool.max_bytes"
@@ -281,6 +301,9 @@ func (sp *Log[T]) Append(b T) error {
 		return fmt.Errorf("%w (%s)", err, sp.limitKey)
 	}
 	defer putSpoolBuf(data)
+	if int64(len(data)) > sp.maxBytes {
+		return fmt.Errorf("cannot spool a batch of %d bytes: more than the spool's limit of %d (%s): %w", len(data), sp.maxBytes, sp.limitKey, ErrTooLarge)
+	}
 	nb := sp.keptSize(b) // KeepBytes is called before the first append
 	sp.mu.Lock()
 	if sp.bytes+int64(len(data)) > sp.maxBytes {
@@ -296,7 +319,7 @@ func (sp *Log[T]) Append(b T) error {
 	if _, err := seg.f.WriteAt(data, off); err != nil {
 		// What it left after seg.size is a torn tail: no frame goes
 		// after it, the next append starts a new segment.
-		seg.failed = fmt.Errorf("cannot write spool segment %s: %w", seg.path, err)
+		seg.failed = sp.ioError("write spool segment", seg.path, err)
 		sp.mu.Unlock()
 		return seg.failed
 	}

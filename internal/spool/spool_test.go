@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -118,8 +119,44 @@ func TestLog_Full(t *testing.T) {
 	if !errors.Is(err, ErrFull) {
 		t.Fatalf("append past the limit: %v, want ErrFull", err)
 	}
+	if errors.Is(err, ErrTooLarge) {
+		t.Errorf("a batch that fits once the spool drains was refused for good: %v", err)
+	}
 	if n, _ := l.Usage(); n != 1 {
 		t.Errorf("%d batches after a refused append, want 1", n)
+	}
+}
+
+// TestLog_TooLarge: a batch larger than the whole limit never fits,
+// however much is drained: ErrTooLarge, not ErrFull, naming the setting
+// and both sizes, whether its encoding or its compressed frame passes the
+// limit, and in an empty spool.
+func TestLog_TooLarge(t *testing.T) {
+	noise := func(n int) string {
+		r := rand.New(rand.NewPCG(7, 7))
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(r.Uint32())
+		}
+		return string(b)
+	}
+	l := open(t, t.TempDir(), 200)
+	l.LimitKey("serve.sqlite.log_max_bytes")
+	f := func(batch, want string) {
+		t.Helper()
+		err := l.Append(batch)
+		if !errors.Is(err, ErrTooLarge) || errors.Is(err, ErrFull) {
+			t.Errorf("append of %d bytes to an empty spool of 200: %v, want ErrTooLarge only", len(batch), err)
+		} else if err.Error() != want {
+			t.Errorf("append of %d bytes: %q, want %q", len(batch), err, want)
+		}
+	}
+	// The encoding alone passes the limit.
+	f(noise(300), "cannot spool a batch of 300 bytes encoded: more than the spool's limit of 200: batch too large for the spool (serve.sqlite.log_max_bytes)")
+	// The encoding fits, its frame (header, incompressible block) does not.
+	f(noise(195), "cannot spool a batch of 214 bytes: more than the spool's limit of 200 (serve.sqlite.log_max_bytes): batch too large for the spool")
+	if n, _ := l.Usage(); n != 0 {
+		t.Errorf("%d batches after refused appends, want 0", n)
 	}
 }
 
@@ -196,7 +233,40 @@ func TestLog_LimitLowered(t *testing.T) {
 		t.Errorf("read back %d batches, want the 3 appended", len(got))
 	}
 	// New appends are held to the new limit.
-	if err := re.Append(want[0]); !errors.Is(err, ErrFull) {
-		t.Errorf("append past the lowered limit: %v, want ErrFull", err)
+	if err := re.Append(want[0]); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("append past the lowered limit: %v, want ErrTooLarge", err)
+	}
+}
+
+// TestLog_DiskFullSaysItOnce: the error of a write or a sync that the
+// disk refuses names the segment once and says what to look at; before,
+// a write's read "cannot write spool segment P: write P: no space left on
+// device". The write's error is a real one (/dev/full refuses every write
+// with ENOSPC); the sync's is injected (fdatasync fails with ENOSPC on a
+// full disk with delayed allocation, which a test cannot make on demand).
+func TestLog_DiskFullSaysItOnce(t *testing.T) {
+	l := open(t, t.TempDir(), 1<<20)
+	l.LimitKey("serve.sqlite.log_max_bytes")
+	f, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
+	if err != nil {
+		t.Skipf("SKIPPING the write: no /dev/full: %v", err)
+	}
+	_, werr := f.WriteAt([]byte("frame"), 0)
+	f.Close()
+	if !errors.Is(werr, syscall.ENOSPC) {
+		t.Fatalf("a write to /dev/full: %v, want ENOSPC", werr)
+	}
+	err = l.ioError("write spool segment", "/dev/full", werr)
+	want := "cannot write spool segment /dev/full: no space left on device (the disk is full: free space on it; serve.sqlite.log_max_bytes bounds the log, not the disk)"
+	if err.Error() != want || !errors.Is(err, syscall.ENOSPC) {
+		t.Errorf("write error %q, want %q matching ENOSPC", err, want)
+	}
+
+	defer func(s func(*os.File) error) { syncSegment = s }(syncSegment)
+	syncSegment = func(*os.File) error { return syscall.ENOSPC }
+	err = l.Append("batch")
+	if err == nil || strings.Count(err.Error(), "no space left on device") != 1 ||
+		!strings.Contains(err.Error(), "cannot sync spool segment "+l.dir) || !strings.Contains(err.Error(), "serve.sqlite.log_max_bytes") {
+		t.Errorf("sync error %q: want the segment and the cause once, and the setting", err)
 	}
 }
