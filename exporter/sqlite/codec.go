@@ -52,7 +52,7 @@ func compress(rec []byte) []byte {
 // tmp is scratch space for the compressor, returned for reuse. The blobs
 // of many records appended to one dst take a few allocations of their
 // total size, where compressing each into a buffer of its own took one of
-// the worst case's size (four to five times a compressed record) per
+// the worst case's size (several times a compressed record) per
 // record.
 func appendCompressed(dst, tmp, rec []byte) (out, tmpOut []byte) {
 	n := s2.MaxEncodedLen(len(rec))

@@ -518,7 +518,7 @@ func openPebble(dir string, lock *pebble.Lock, create bool, log *slog.Logger) (x
 		// Call ids are random: every file flushed from a memtable spans
 		// the whole key range, so each compaction out of L0 rewrites all
 		// of Lbase. Waiting for 16 files instead of pebble's 4 rewrites
-		// Lbase a quarter as often (a 20 s run of serve: 12 MB written by
+		// Lbase a quarter as often (a 20 s run of serve: 8 MB written by
 		// compactions instead of 43 MB); a lookup (the API's alone: the
 		// commit path does not read the index) checks up to 16 files of
 		// L0 instead of 4. Writes stop at 64 files of L0 (by default at
