@@ -44,20 +44,30 @@ const maxRecord = 64 << 20
 
 // compress returns the stored blob of an encoded record.
 func compress(rec []byte) []byte {
+	blob, _ := appendCompressed(nil, nil, rec)
+	return blob
+}
+
+// appendCompressed appends the stored blob of an encoded record to dst;
+// tmp is scratch space for the compressor, returned for reuse. The blobs
+// of many records appended to one dst take a few allocations of their
+// total size, where compressing each into a buffer of its own took one of
+// the worst case's size (several times a compressed record) per
+// record.
+func appendCompressed(dst, tmp, rec []byte) (out, tmpOut []byte) {
 	n := s2.MaxEncodedLen(len(rec))
 	if n < 0 {
-		return append([]byte{codecRaw}, rec...)
+		return append(append(dst, codecRaw), rec...), tmp
 	}
-	out := make([]byte, 1+n)
-	out[0] = codecS2Dv2
-	enc := s2Dict.Encode(out[1:], rec) // writes into out: it is large enough
+	if cap(tmp) < n {
+		tmp = make([]byte, n)
+	}
+	enc := s2Dict.Encode(tmp[:n], rec) // writes into tmp: it is large enough
 	if len(enc) >= len(rec) {
 		// Incompressible: store as is.
-		out = append(out[:1], rec...)
-		out[0] = codecRaw
-		return out
+		return append(append(dst, codecRaw), rec...), tmp
 	}
-	return out[:1+len(enc)]
+	return append(append(dst, codecS2Dv2), enc...), tmp
 }
 
 // decompress returns the record of a stored blob. buf may be reused.

@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"bytes"
+	"hash/fnv"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -94,4 +95,54 @@ func TestCompressionHeldOut(t *testing.T) {
 	if heldOut >= none {
 		t.Errorf("a held-out dictionary (%d B) does not beat none (%d B)", heldOut/n, none/n)
 	}
+}
+
+// TestEncodeCalls_Blobs checks that the blobs encodeCalls packs into one
+// allocation are each what compress makes of the call's record, that none
+// can be appended to over the next, and that the scratch space it reuses
+// for the next request leaves the rows of the first as they were.
+func TestEncodeCalls_Blobs(t *testing.T) {
+	g, err := storetest.NewGenerator(5, storetest.T0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := g.Records(300)
+	first, err := encodeCalls(recs[:200])
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([][]byte, len(first))
+	for i := range first {
+		want[i] = compress(appendRecord(nil, &recs[i]))
+		if !bytes.Equal(first[i].rec, want[i]) {
+			t.Fatalf("call %d: blob of %d bytes differs from compress's %d", i, len(first[i].rec), len(want[i]))
+		}
+		if cap(first[i].rec) != len(first[i].rec) {
+			t.Fatalf("call %d: blob capacity %d beyond its length %d", i, cap(first[i].rec), len(first[i].rec))
+		}
+	}
+	if _, err := encodeCalls(recs[200:]); err != nil {
+		t.Fatal(err)
+	}
+	for i := range first {
+		if !bytes.Equal(first[i].rec, want[i]) {
+			t.Fatalf("call %d: blob changed by the next request's encoding", i)
+		}
+	}
+}
+
+func TestDocHash(t *testing.T) {
+	f := func(doc string) {
+		t.Helper()
+		h := fnv.New32a()
+		h.Write([]byte(doc))
+		if got, want := docHash(doc), int32(h.Sum32()); got != want {
+			t.Errorf("docHash(%q) = %d, want FNV-1a's %d", doc, got, want)
+		}
+	}
+	f("")
+	f("a")
+	f("notes/a.gram")
+	f("h1-30 \xff\x00 é")
+	f(strings.Repeat("doc/", 100))
 }

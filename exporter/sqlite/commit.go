@@ -6,9 +6,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"hash/fnv"
 	"math"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
@@ -128,9 +128,13 @@ func unpackID(prefix string, v any) string {
 // docHash keys the timeline index: 32 bits are enough because every hit is
 // checked against the document names in the call's record.
 func docHash(doc string) int32 {
-	h := fnv.New32a()
-	h.Write([]byte(doc))
-	return int32(h.Sum32())
+	// FNV-1a, as hash/fnv's New32a computes it, without its allocations.
+	h := uint32(2166136261)
+	for i := 0; i < len(doc); i++ {
+		h ^= uint32(doc[i])
+		h *= 16777619
+	}
+	return int32(h)
 }
 
 // clampNanos stores t for a range condition: times beyond what nanoseconds
@@ -147,7 +151,13 @@ func clampNanos(t time.Time) int64 {
 
 func encodeCalls(calls []audit.Record) ([]callRow, error) {
 	rows := make([]callRow, 0, len(calls))
-	var buf []byte
+	// The calls' blobs are compressed one after the other into scratch
+	// space, then copied into one allocation of their size: ends[i] is
+	// where row i's ends.
+	sp := blobScratch.Get().(*[]byte)
+	var buf, tmp []byte
+	blobs := (*sp)[:0]
+	ends := make([]int, 0, len(calls))
 	for i := range calls {
 		r := &calls[i]
 		if r.Call == nil {
@@ -161,18 +171,38 @@ func encodeCalls(calls []audit.Record) ([]callRow, error) {
 			return nil, fmt.Errorf("call %s: time %s is out of range", r.Call.ID, r.Call.Time)
 		}
 		buf = appendRecord(buf[:0], r)
-		row := callRow{id: packID(callPrefix, r.Call.ID), tenant: r.Call.Tenant, time: t, rec: compress(buf)}
+		row := callRow{id: packID(callPrefix, r.Call.ID), tenant: r.Call.Tenant, time: t}
+		blobs, tmp = appendCompressed(blobs, tmp, buf)
+		ends = append(ends, len(blobs))
 		if r.Call.Session != "" {
 			row.session, row.ok = sessionMinute{sessionHash(r.Call.Session), bucketOf(t)}, true
 		}
 		row.docs = docHashes(nil, r)
 		rows = append(rows, row)
 	}
+	all := make([]byte, len(blobs))
+	copy(all, blobs)
+	if cap(blobs) <= maxBlobScratch {
+		*sp = blobs[:0]
+		blobScratch.Put(sp)
+	}
+	start := 0
+	for i, end := range ends {
+		rows[i].rec = all[start:end:end]
+		start = end
+	}
 	return rows, nil
 }
 
+// blobScratch holds the scratch space of encodeCalls, up to maxBlobScratch
+// bytes each.
+var blobScratch = sync.Pool{New: func() any { return new([]byte) }}
+
+const maxBlobScratch = 4 << 20
+
 func encodeResults(r *audit.Results) (*request, error) {
-	req := &request{watermark: zeroTime}
+	req := &request{watermark: zeroTime, writes: make([]writeRow, 0, len(r.Writes))}
+	var tmp []byte // the compressor's scratch space
 	for i := range r.Writes {
 		w := &r.Writes[i]
 		t, ok1 := nanos(w.Time)
@@ -207,7 +237,7 @@ func encodeResults(r *audit.Results) (*request, error) {
 		if err != nil {
 			return nil, fmt.Errorf("finding %s: %w", f.ID(), err)
 		}
-		body = compress(body)
+		body, tmp = appendCompressed(nil, tmp, body)
 		req.findings = append(req.findings, findingRow{
 			id: packID(findingPrefix, f.ID()), time: t, kind: string(f.Kind), severity: f.Severity.Rank(),
 			server: f.Server, tenant: f.Tenant, doc: f.Document, key: f.Key, session: f.Session, body: body,
@@ -665,8 +695,12 @@ func (s *Store) commitBatch(batch []*request, calls int) (err error) {
 	// Strings are interned in the order in which one statement per row
 	// met them (each request's call tenants, then its writes' fields), so
 	// that strs numbers the same strings alike however rows are grouped.
-	var pending []pendingCall
-	var writeArgs []any
+	nWrites := 0
+	for _, req := range batch {
+		nWrites += len(req.writes)
+	}
+	pending := make([]pendingCall, 0, calls)
+	writeArgs := make([]any, 0, nWrites*s.rows.writes.cols)
 	watermark := int64(zeroTime)
 	for _, req := range batch {
 		for i := range req.calls {
@@ -698,7 +732,7 @@ func (s *Store) commitBatch(batch []*request, calls int) (err error) {
 	// The new calls of each tenant, in rid order, for its chain entry.
 	chained := map[string][]rowHash{}
 	var lastRID int64 // of the calls stored
-	var stored []indexedCall
+	stored := make([]indexedCall, 0, len(pending))
 	var sessions []any
 	for i := range pending {
 		p := &pending[i]
