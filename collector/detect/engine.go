@@ -84,7 +84,10 @@ type partition struct {
 	wm time.Time
 	// born is the wall time of the partition's first call: for the idle
 	// timeout after it, the watermark waits for every source to show up.
-	born                        time.Time
+	born time.Time
+	// hold, after a restart, is the wall time until which the watermark
+	// stays where it was restored (HoldAfterRestart).
+	hold                        time.Time
 	calls, late, tooLate, ahead int64
 }
 
@@ -416,7 +419,7 @@ func (e *Engine) Tick(wall time.Time) {
 // event time when a backlog is replayed, and the first must not make the
 // others' calls late.
 func (e *Engine) advance(p *partition, wall time.Time) {
-	if !wall.IsZero() && wall.Sub(p.born) < min(2*e.cfg.Lateness, e.cfg.IdleTimeout) {
+	if !wall.IsZero() && (wall.Sub(p.born) < min(2*e.cfg.Lateness, e.cfg.IdleTimeout) || wall.Before(p.hold)) {
 		return
 	}
 	var wm, quiet time.Time

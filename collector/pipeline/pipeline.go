@@ -323,6 +323,16 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	for k, m := range marks {
 		p.eng.RestoreWatermark(k, m.Watermark, m.At)
 	}
+	// The partitions whose sources were delivering when the collector
+	// stopped wait for their senders' retries, which may bring the
+	// backlog out of order (detect.Engine.HoldAfterRestart), for as long
+	// as a restored source holds its partition without delivering.
+	hold := p.now().Add(p.cfg.RestartGrace + p.dcfg.IdleTimeout)
+	for k, m := range marks {
+		if len(m.Sources) > 0 {
+			p.eng.HoldAfterRestart(k, hold)
+		}
+	}
 	p.eng.Tick(p.now())
 	p.countOpen()
 	if n > 0 {
