@@ -89,6 +89,20 @@ type partition struct {
 	// stays where it was restored (HoldAfterRestart).
 	hold                        time.Time
 	calls, late, tooLate, ahead int64
+	// tooLateSpan is the event-time span of the calls counted too late.
+	tooLateSpan span
+}
+
+// span is an event-time span, [From, To]; zero when nothing is in it.
+type span struct{ From, To time.Time }
+
+func (s *span) add(t time.Time) {
+	if s.From.IsZero() || t.Before(s.From) {
+		s.From = t
+	}
+	if t.After(s.To) {
+		s.To = t
+	}
 }
 
 // sourceKey names a source; sources of different tenants never mix. server
@@ -136,6 +150,8 @@ type source struct {
 	// (RestoreSource). It goes idle the idle timeout after.
 	alive                       time.Time
 	calls, late, tooLate, ahead int64
+	// tooLateSpan is the event-time span of its calls counted too late.
+	tooLateSpan span
 	// parts are the partitions the source fed.
 	parts []*partition
 }
@@ -280,6 +296,8 @@ func (e *Engine) Add(src string, r *audit.Record, wall time.Time) {
 			seen.forget()
 			s.tooLate++
 			p.tooLate++
+			s.tooLateSpan.add(t)
+			p.tooLateSpan.add(t)
 			e.stats.TooLate++
 			return
 		}
