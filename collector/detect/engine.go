@@ -86,8 +86,8 @@ type partition struct {
 	// timeout after it, the watermark waits for every source to show up.
 	born time.Time
 	// hold, after a restart, is the wall time until which the watermark
-	// stays where it was restored (HoldAfterRestart).
-	hold                        time.Time
+	// does not pass holdAt (HoldAfterRestart).
+	hold, holdAt                time.Time
 	calls, late, tooLate, ahead int64
 	// tooLateSpan is the event-time span of the calls counted too late.
 	tooLateSpan span
@@ -437,7 +437,7 @@ func (e *Engine) Tick(wall time.Time) {
 // event time when a backlog is replayed, and the first must not make the
 // others' calls late.
 func (e *Engine) advance(p *partition, wall time.Time) {
-	if !wall.IsZero() && (wall.Sub(p.born) < min(2*e.cfg.Lateness, e.cfg.IdleTimeout) || wall.Before(p.hold)) {
+	if !wall.IsZero() && wall.Sub(p.born) < min(2*e.cfg.Lateness, e.cfg.IdleTimeout) {
 		return
 	}
 	var wm, quiet time.Time
@@ -483,6 +483,9 @@ func (e *Engine) advance(p *partition, wall time.Time) {
 	if !wall.IsZero() {
 		if limit := wall.Add(e.cfg.MaxClockSkew); wm.After(limit) {
 			wm = limit
+		}
+		if wall.Before(p.hold) && wm.After(p.holdAt) {
+			wm = p.holdAt
 		}
 	}
 	e.release(p, wm)

@@ -56,7 +56,8 @@ type Config struct {
 	// RestartGrace is how long after a restart the sources that held a
 	// partition back (in the state file) still hold it without delivering,
 	// before the idle timeout starts, and, with the idle timeout, how long
-	// such a partition's watermark stays where it stopped: senders retry
+	// such a partition's watermark does not pass what they had delivered
+	// before the stop: senders retry
 	// after a backoff (the OpenTelemetry SDK and Collector wait up to
 	// 30 s ± 50 % between tries; a gRPC sender's connection, after an
 	// outage of minutes, up to 2 m more), and a Collector's sending queue
@@ -327,13 +328,20 @@ func (p *Pipeline) recover(ctx context.Context) error {
 		p.eng.RestoreWatermark(k, m.Watermark, m.At)
 	}
 	// The partitions whose sources were delivering when the collector
-	// stopped wait for their senders' retries, which may bring the
-	// backlog out of order (detect.Engine.HoldAfterRestart), for as long
-	// as a restored source holds its partition without delivering.
+	// stopped judge what those sources had delivered, and wait for the
+	// rest, their senders' retries, which may bring the backlog out of
+	// order (detect.Engine.HoldAfterRestart), for as long as a restored
+	// source holds its partition without delivering.
 	hold := p.now().Add(p.cfg.RestartGrace + p.dcfg.IdleTimeout)
 	for k, m := range marks {
+		var at time.Time
+		for i, src := range m.Sources {
+			if i == 0 || src.Clock.Before(at) {
+				at = src.Clock
+			}
+		}
 		if len(m.Sources) > 0 {
-			p.eng.HoldAfterRestart(k, hold)
+			p.eng.HoldAfterRestart(k, at, hold)
 		}
 	}
 	p.eng.Tick(p.now())
