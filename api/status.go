@@ -53,6 +53,12 @@ type PartitionStatus struct {
 	Late    int64 `json:"late"`
 	TooLate int64 `json:"too_late"`
 	Ahead   int64 `json:"clock_ahead"`
+	// TooLateFrom and TooLateTo span the event times of the calls counted
+	// too late since the collector started: stored, never judged, so the
+	// findings they take part in may be missing. Absent when there are
+	// none.
+	TooLateFrom *time.Time `json:"too_late_from,omitempty"`
+	TooLateTo   *time.Time `json:"too_late_to,omitempty"`
 	// HeldBy names the active source whose clock is the watermark: the
 	// one the partition waits for.
 	HeldBy  string         `json:"held_by,omitempty"`
@@ -82,6 +88,11 @@ type SourceTotals struct {
 	Late    int64    `json:"late"`
 	TooLate int64    `json:"too_late"`
 	Ahead   int64    `json:"clock_ahead"`
+	// TooLateFrom and TooLateTo span the event times of its calls counted
+	// too late since the collector started, over every server it feeds.
+	// Absent when there are none.
+	TooLateFrom *time.Time `json:"too_late_from,omitempty"`
+	TooLateTo   *time.Time `json:"too_late_to,omitempty"`
 }
 
 // StatusSource gives the pipeline's status: every partition, how many
@@ -131,6 +142,7 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 			t.Late += src.Late
 			t.TooLate += src.TooLate
 			t.Ahead += src.Ahead
+			t.TooLateFrom, t.TooLateTo = widen(t.TooLateFrom, t.TooLateTo, src.TooLateFrom, src.TooLateTo)
 		}
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -146,6 +158,7 @@ func partitionStatus(ps detect.PartitionStatus) PartitionStatus {
 		wm, lag := ps.Watermark, ps.Lag.Seconds()
 		v.Watermark, v.LagSeconds = &wm, &lag
 	}
+	v.TooLateFrom, v.TooLateTo = widen(nil, nil, ps.TooLateFrom, ps.TooLateTo)
 	var held *detect.SourceStatus
 	for i, src := range ps.Sources {
 		v.Sources = append(v.Sources, SourceStatus{Name: src.Name, LastEvent: src.LastEvent, LastSeen: src.LastSeen,
@@ -162,4 +175,19 @@ func partitionStatus(ps detect.PartitionStatus) PartitionStatus {
 		v.HeldBy = held.Name
 	}
 	return v
+}
+
+// widen returns the span [from, to] widened to hold [f, t]; a zero f
+// (nothing too late) leaves it as it is.
+func widen(from, to *time.Time, f, t time.Time) (*time.Time, *time.Time) {
+	if f.IsZero() {
+		return from, to
+	}
+	if from == nil || f.Before(*from) {
+		from = &f
+	}
+	if to == nil || t.After(*to) {
+		to = &t
+	}
+	return from, to
 }

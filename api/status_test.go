@@ -111,3 +111,48 @@ func TestStatus_LastSeenUnknown(t *testing.T) {
 		}
 	}
 }
+
+// TestStatus_TooLateSpan: the status tells, for each partition and source,
+// the event-time span of the calls not judged (too late), so that an
+// operator knows which findings may be missing; a source feeding two
+// servers gets the span over both, and a source with none has no span.
+func TestStatus_TooLateSpan(t *testing.T) {
+	wm := t0.Add(10 * time.Minute)
+	a, b, c, d := t0.Add(time.Minute), t0.Add(2*time.Minute), t0.Add(3*time.Minute), t0.Add(4*time.Minute)
+	parts := []detect.PartitionStatus{
+		{PartitionKey: detect.PartitionKey{Server: "oddlynew"}, Watermark: wm, TooLate: 5, TooLateFrom: c, TooLateTo: d, Sources: []detect.SourceStatus{
+			{Name: "shipper", LastEvent: wm, TooLate: 5, TooLateFrom: c, TooLateTo: d},
+			{Name: "otlp:oddlynew", LastEvent: wm, Calls: 4},
+		}},
+		{PartitionKey: detect.PartitionKey{Server: "thegram"}, Watermark: wm, TooLate: 2, TooLateFrom: a, TooLateTo: b, Sources: []detect.SourceStatus{
+			{Name: "shipper", LastEvent: wm, TooLate: 2, TooLateFrom: a, TooLateTo: b},
+		}},
+	}
+	s := newStatusServer(t, parts)
+	code, _, body := do(t, http.MethodGet, s+"/api/v1/status", "")
+	if code != http.StatusOK {
+		t.Fatalf("status %d: %s", code, body)
+	}
+	var got api.StatusResponse
+	if err := json.Unmarshal(body, &got); err != nil {
+		t.Fatal(err)
+	}
+	span := func(from, to *time.Time) string {
+		if from == nil || to == nil {
+			return "none"
+		}
+		return from.Sub(t0).String() + ".." + to.Sub(t0).String()
+	}
+	for _, p := range got.Partitions {
+		want := map[string]string{"oddlynew": "3m0s..4m0s", "thegram": "1m0s..2m0s"}[p.Server]
+		if g := span(p.TooLateFrom, p.TooLateTo); g != want {
+			t.Errorf("partition %s: too late %s, want %s", p.Server, g, want)
+		}
+	}
+	for _, src := range got.Sources {
+		want := map[string]string{"shipper": "1m0s..4m0s", "otlp:oddlynew": "none"}[src.Name]
+		if g := span(src.TooLateFrom, src.TooLateTo); g != want {
+			t.Errorf("source %s: too late %s, want %s", src.Name, g, want)
+		}
+	}
+}

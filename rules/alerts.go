@@ -228,6 +228,20 @@ func (b *builder) collectorAlerts() []Rule {
 				"mcpaudit status (or /api/v1/status) names the source.",
 		}),
 		b.rule(alert{
+			name: "McpAuditCallsNotJudged",
+			// Any: each such call is stored and never judged, so the findings
+			// it takes part in may be missing. A series born non-zero (the
+			// first too-late call of a server after a start) counts whole.
+			expr: newEvents(fmt.Sprintf(`%s{%s="%s"}`, metrics.PipelineLateCallsTotal, metrics.LabelResult, metrics.LateTooLate),
+				"job, "+metrics.LabelServer, eventWindow) + " > 0",
+			severity: SeverityWarning,
+			summary:  "Calls came too late to be judged: findings may be missing.",
+			description: "{{ $value | humanize }} call(s) to server {{ $labels.server }} in the last 10m came later than " +
+				"detect.allowed_lateness behind its watermark (a sender replaying a backlog after an outage or a cut): " +
+				"stored, never judged, so findings about them may be missing. mcpaudit status (or /api/v1/status) " +
+				"names the sources and the event-time span not judged.",
+		}),
+		b.rule(alert{
 			name:     "McpAuditCollectorDown",
 			expr:     up + " == 0",
 			for_:     5 * time.Minute,

@@ -43,6 +43,11 @@ func testConfig(t *testing.T, dataDir string) Config {
 	// Sources fall idle, and new partitions start judging, after a second.
 	cfg.Detect.IdleTimeout = time.Second
 	cfg.Serve.Pipeline.CommitEvery = 50 * time.Millisecond
+	// After a restart, a partition whose sources were delivering holds its
+	// watermark at what they had delivered for restart_grace + idle_timeout
+	// (docs/detection.md): the tests that restart deliver again at once and
+	// wait 20 s for the findings.
+	cfg.Serve.Pipeline.RestartGrace = 5 * time.Second
 	// The example captures are dated from 2026-11-02, and some tests add
 	// live calls beside them: retention counts back from the newest call,
 	// so a restart would delete the examples in its first sweep. Tests of

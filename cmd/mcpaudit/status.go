@@ -166,6 +166,21 @@ func printStatus(w io.Writer, st api.StatusResponse, waited bool) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\n", orDash(s.Tenant), s.Name, strings.Join(s.Servers, ","), s.Calls, s.Late, s.TooLate, s.Ahead)
 	}
 	tw.Flush()
+	// What was not judged, and so which findings may be missing: by
+	// source, the span of event time its too-late calls fall in.
+	first := true
+	for _, s := range st.Sources {
+		if s.TooLate == 0 || s.TooLateFrom == nil {
+			continue
+		}
+		if first {
+			fmt.Fprintln(w)
+			first = false
+		}
+		fmt.Fprintf(w, "Not judged: %d calls of %s (%s) dated %s to %s came later than detect.allowed_lateness; findings about them may be missing (listed by mcpaudit calls --mcp-server SERVER --since %s --until %s).\n",
+			s.TooLate, s.Name, strings.Join(s.Servers, ","), s.TooLateFrom.UTC().Format(time.RFC3339), s.TooLateTo.UTC().Format(time.RFC3339),
+			s.TooLateFrom.UTC().Format(time.RFC3339), s.TooLateTo.Add(time.Second).UTC().Format(time.RFC3339))
+	}
 }
 
 func orDash(s string) string {

@@ -201,6 +201,7 @@ func (d *detector) write(ev *event, op *audit.Op) {
 		w.state = wRejected
 	case op.Status == audit.OpUncertain:
 		w.state, w.reason = wPending, reasonWords.of(op.Reason)
+		w.uncertain = w.reason
 		if ds != nil {
 			ds.m().uncertain = insertAt(ds.uncertainWrites(), w, writeAt)
 		}

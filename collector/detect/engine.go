@@ -84,8 +84,25 @@ type partition struct {
 	wm time.Time
 	// born is the wall time of the partition's first call: for the idle
 	// timeout after it, the watermark waits for every source to show up.
-	born                        time.Time
+	born time.Time
+	// hold, after a restart, is the wall time until which the watermark
+	// does not pass holdAt (HoldAfterRestart).
+	hold, holdAt                time.Time
 	calls, late, tooLate, ahead int64
+	// tooLateSpan is the event-time span of the calls counted too late.
+	tooLateSpan span
+}
+
+// span is an event-time span, [From, To]; zero when nothing is in it.
+type span struct{ From, To time.Time }
+
+func (s *span) add(t time.Time) {
+	if s.From.IsZero() || t.Before(s.From) {
+		s.From = t
+	}
+	if t.After(s.To) {
+		s.To = t
+	}
 }
 
 // sourceKey names a source; sources of different tenants never mix. server
@@ -133,6 +150,8 @@ type source struct {
 	// (RestoreSource). It goes idle the idle timeout after.
 	alive                       time.Time
 	calls, late, tooLate, ahead int64
+	// tooLateSpan is the event-time span of its calls counted too late.
+	tooLateSpan span
 	// parts are the partitions the source fed.
 	parts []*partition
 }
@@ -277,6 +296,8 @@ func (e *Engine) Add(src string, r *audit.Record, wall time.Time) {
 			seen.forget()
 			s.tooLate++
 			p.tooLate++
+			s.tooLateSpan.add(t)
+			p.tooLateSpan.add(t)
 			e.stats.TooLate++
 			return
 		}
@@ -462,6 +483,9 @@ func (e *Engine) advance(p *partition, wall time.Time) {
 	if !wall.IsZero() {
 		if limit := wall.Add(e.cfg.MaxClockSkew); wm.After(limit) {
 			wm = limit
+		}
+		if wall.Before(p.hold) && wm.After(p.holdAt) {
+			wm = p.holdAt
 		}
 	}
 	e.release(p, wm)

@@ -96,6 +96,27 @@ func (e *Engine) RestoreWatermark(k PartitionKey, wm, at time.Time) {
 	}
 }
 
+// HoldAfterRestart keeps partition k's watermark from passing at (what
+// its sources had delivered before the stop, less the lateness bound)
+// until wall time until, after a restart: the senders whose calls were
+// not acknowledged while the collector was down deliver them as their
+// retries come back, and a sender that retries several requests at once
+// (an OpenTelemetry Collector's sending queue has 10 consumers, each with
+// its own backoff of up to 30 s ± 50 %) delivers its backlog out of order:
+// the first retry to succeed takes the rest of the queue, minutes of every
+// source's calls, in seconds, and the oldest request, taken by a consumer
+// still waiting, comes up to its backoff later. Moved on meanwhile, the
+// watermark would close the windows its calls settle, and leave them later
+// than the allowed lateness when the outage was longer. The calls
+// delivered meanwhile wait, and are judged in time order once the hold
+// ends; those acknowledged before the stop are judged at once. A
+// partition the engine does not hold is left alone.
+func (e *Engine) HoldAfterRestart(k PartitionKey, at, until time.Time) {
+	if p := e.parts[k]; p != nil && until.After(p.hold) {
+		p.hold, p.holdAt = until, at.Add(-e.cfg.Lateness)
+	}
+}
+
 // Touch says that a source tried to deliver at wall time wall and was
 // refused (back-pressure, a store outage): it is not quiet, and keeps
 // holding its partitions back, for its calls are still to come. A source

@@ -158,6 +158,11 @@ type writeRec struct {
 	tool uint16
 	// state, reason and action are numbered words (words.go).
 	state, reason, action word
+	// uncertain is why an uncertain write's outcome was uncertain (a
+	// numbered reason), kept once a read settles it (which clears reason):
+	// a blind re-send judged after that read, having come late, still
+	// names it.
+	uncertain word
 	// actorKind is the writer's kind (actor), its id in txt.
 	actorKind byte
 	// unsafe is set once the write is the uncertain first half of an

@@ -18,11 +18,16 @@ type PartitionStatus struct {
 	// Calls counts calls delivered; Late those judged behind the
 	// watermark; TooLate those beyond the allowed lateness, not judged;
 	// Ahead those dated beyond the allowed clock skew.
-	Calls   int64          `json:"calls"`
-	Late    int64          `json:"late"`
-	TooLate int64          `json:"too_late"`
-	Ahead   int64          `json:"ahead"`
-	Sources []SourceStatus `json:"sources"`
+	Calls   int64 `json:"calls"`
+	Late    int64 `json:"late"`
+	TooLate int64 `json:"too_late"`
+	Ahead   int64 `json:"ahead"`
+	// TooLateFrom and TooLateTo span the event times of the calls counted
+	// too late since the start: the calls whose findings may be missing.
+	// Zero when there are none.
+	TooLateFrom time.Time      `json:"too_late_from"`
+	TooLateTo   time.Time      `json:"too_late_to"`
+	Sources     []SourceStatus `json:"sources"`
 }
 
 // SourceStatus is where one source stands.
@@ -43,6 +48,10 @@ type SourceStatus struct {
 	Late    int64 `json:"late"`
 	TooLate int64 `json:"too_late"`
 	Ahead   int64 `json:"ahead"`
+	// TooLateFrom and TooLateTo span the event times of its calls counted
+	// too late since the start; zero when there are none.
+	TooLateFrom time.Time `json:"too_late_from"`
+	TooLateTo   time.Time `json:"too_late_to"`
 }
 
 // Status returns every partition and its sources at wall time now, the
@@ -53,6 +62,7 @@ func (e *Engine) Status(now time.Time) []PartitionStatus {
 		ps := PartitionStatus{
 			PartitionKey: p.key, Watermark: p.wm, Buffered: p.buf.Len(),
 			Calls: p.calls, Late: p.late, TooLate: p.tooLate, Ahead: p.ahead,
+			TooLateFrom: p.tooLateSpan.From, TooLateTo: p.tooLateSpan.To,
 		}
 		if !p.wm.IsZero() {
 			ps.Lag = now.Sub(p.wm)
@@ -62,6 +72,7 @@ func (e *Engine) Status(now time.Time) []PartitionStatus {
 				Name: s.key.name, LastEvent: s.max, LastSeen: s.lastSeen,
 				Idle:  !s.alive.IsZero() && now.Sub(s.alive) >= e.cfg.IdleTimeout,
 				Calls: s.calls, Late: s.late, TooLate: s.tooLate, Ahead: s.ahead,
+				TooLateFrom: s.tooLateSpan.From, TooLateTo: s.tooLateSpan.To,
 			}
 			if !s.max.IsZero() {
 				ss.Lag = now.Sub(s.max)

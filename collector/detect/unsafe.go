@@ -34,7 +34,9 @@ func (d *detector) checkUnsafe(ev *event, op *audit.Op, w *writeRec, ds *docStat
 		}
 	}
 	if prior != nil {
-		d.emitUnsafe(ev.call, prior, w, prior.reason)
+		// Not prior.reason: a read after w (judged before w, which came
+		// late) may have settled prior and cleared it.
+		d.emitUnsafe(ev.call, prior, w, prior.uncertain)
 	}
 }
 

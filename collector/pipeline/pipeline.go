@@ -55,9 +55,13 @@ type Config struct {
 	CommitEvery time.Duration `yaml:"commit_every"`
 	// RestartGrace is how long after a restart the sources that held a
 	// partition back (in the state file) still hold it without delivering,
-	// before the idle timeout starts: their exporters retry after a
-	// backoff (the OpenTelemetry SDK waits up to 30 s between tries).
-	// Default 30s.
+	// before the idle timeout starts, and, with the idle timeout, how long
+	// such a partition's watermark does not pass what they had delivered
+	// before the stop: senders retry
+	// after a backoff (the OpenTelemetry SDK and Collector wait up to
+	// 30 s ± 50 % between tries; a gRPC sender's connection, after an
+	// outage of minutes, up to 2 m more), and a Collector's sending queue
+	// replays its backlog out of order. Calls wait meanwhile. Default 30s.
 	RestartGrace time.Duration `yaml:"restart_grace"`
 	// MaxServersPerTenant caps the partitions (servers) of one tenant:
 	// calls of a new server past it are refused, per record, until an idle
@@ -323,6 +327,23 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	for k, m := range marks {
 		p.eng.RestoreWatermark(k, m.Watermark, m.At)
 	}
+	// The partitions whose sources were delivering when the collector
+	// stopped judge what those sources had delivered, and wait for the
+	// rest, their senders' retries, which may bring the backlog out of
+	// order (detect.Engine.HoldAfterRestart), for as long as a restored
+	// source holds its partition without delivering.
+	hold := p.now().Add(p.cfg.RestartGrace + p.dcfg.IdleTimeout)
+	for k, m := range marks {
+		var at time.Time
+		for i, src := range m.Sources {
+			if i == 0 || src.Clock.Before(at) {
+				at = src.Clock
+			}
+		}
+		if len(m.Sources) > 0 {
+			p.eng.HoldAfterRestart(k, at, hold)
+		}
+	}
 	p.eng.Tick(p.now())
 	p.countOpen()
 	if n > 0 {
@@ -552,6 +573,7 @@ func (p *Pipeline) logLate(prev, now []detect.PartitionStatus) {
 			continue
 		}
 		var from []string
+		var tlFrom, tlTo time.Time // the event times the too-late sources' calls not judged span
 		old := map[string]detect.SourceStatus{}
 		for _, src := range b.Sources {
 			old[src.Name] = src
@@ -560,6 +582,14 @@ func (p *Pipeline) logLate(prev, now []detect.PartitionStatus) {
 			o := old[src.Name]
 			if src.Late > o.Late || src.TooLate > o.TooLate || src.Ahead > o.Ahead {
 				from = append(from, src.Name)
+			}
+			if src.TooLate > o.TooLate {
+				if tlFrom.IsZero() || src.TooLateFrom.Before(tlFrom) {
+					tlFrom = src.TooLateFrom
+				}
+				if src.TooLateTo.After(tlTo) {
+					tlTo = src.TooLateTo
+				}
 			}
 		}
 		args := []any{"tenant", s.Tenant, "server", s.Server, "watermark", s.Watermark, "sources", from}
@@ -570,7 +600,11 @@ func (p *Pipeline) logLate(prev, now []detect.PartitionStatus) {
 			p.rlog.Info("late_calls", "late calls judged against open state", append(args, "calls", late)...)
 		}
 		if tooLate > 0 {
-			p.rlog.Warn("too_late_calls", "calls later than detect.allowed_lateness behind their partition: stored, not judged", append(args, "calls", tooLate)...)
+			// The span is every call of those sources not judged since the
+			// start (the status has it too): the findings that may be
+			// missing are about calls of that time.
+			p.rlog.Warn("too_late_calls", "calls later than detect.allowed_lateness behind their partition: stored, not judged; findings about calls of the sources' too-late span may be missing",
+				append(args, "calls", tooLate, "too_late_from", tlFrom, "too_late_to", tlTo)...)
 		}
 		if ahead > 0 {
 			p.rlog.Warn("clock_ahead_calls", "calls dated ahead of the collector's clock by more than detect.max_clock_skew: judged on arrival", append(args, "calls", ahead)...)
