@@ -115,6 +115,7 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	out := StatusResponse{Time: p.now, Queued: queued, Unstored: unstored, Judged: queued == 0 && unstored == 0, Partitions: []PartitionStatus{}, Sources: []SourceTotals{}}
 	server := p.str("server")
 	totals := map[[2]string]int{} // (tenant, name) -> index in out.Sources
+	var tooLate []detect.Span     // each source's span, by its index in out.Sources
 	for _, ps := range parts {
 		if tenant != "" && ps.Tenant != tenant || server != "" && ps.Server != server {
 			continue
@@ -135,6 +136,7 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 				i = len(out.Sources)
 				totals[k] = i
 				out.Sources = append(out.Sources, SourceTotals{Tenant: ps.Tenant, Name: src.Name})
+				tooLate = append(tooLate, detect.Span{})
 			}
 			t := &out.Sources[i]
 			t.Servers = append(t.Servers, ps.Server)
@@ -142,8 +144,11 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 			t.Late += src.Late
 			t.TooLate += src.TooLate
 			t.Ahead += src.Ahead
-			t.TooLateFrom, t.TooLateTo = widen(t.TooLateFrom, t.TooLateTo, src.TooLateFrom, src.TooLateTo)
+			tooLate[i].Merge(detect.Span{From: src.TooLateFrom, To: src.TooLateTo})
 		}
+	}
+	for i, sp := range tooLate {
+		out.Sources[i].TooLateFrom, out.Sources[i].TooLateTo = spanTimes(sp)
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -158,7 +163,7 @@ func partitionStatus(ps detect.PartitionStatus) PartitionStatus {
 		wm, lag := ps.Watermark, ps.Lag.Seconds()
 		v.Watermark, v.LagSeconds = &wm, &lag
 	}
-	v.TooLateFrom, v.TooLateTo = widen(nil, nil, ps.TooLateFrom, ps.TooLateTo)
+	v.TooLateFrom, v.TooLateTo = spanTimes(detect.Span{From: ps.TooLateFrom, To: ps.TooLateTo})
 	var held *detect.SourceStatus
 	for i, src := range ps.Sources {
 		v.Sources = append(v.Sources, SourceStatus{Name: src.Name, LastEvent: src.LastEvent, LastSeen: src.LastSeen,
@@ -177,17 +182,10 @@ func partitionStatus(ps detect.PartitionStatus) PartitionStatus {
 	return v
 }
 
-// widen returns the span [from, to] widened to hold [f, t]; a zero f
-// (nothing too late) leaves it as it is.
-func widen(from, to *time.Time, f, t time.Time) (*time.Time, *time.Time) {
-	if f.IsZero() {
-		return from, to
+// spanTimes returns s as the answer's optional times: absent when empty.
+func spanTimes(s detect.Span) (from, to *time.Time) {
+	if s.Empty() {
+		return nil, nil
 	}
-	if from == nil || f.Before(*from) {
-		from = &f
-	}
-	if to == nil || t.After(*to) {
-		to = &t
-	}
-	return from, to
+	return &s.From, &s.To
 }

@@ -90,19 +90,7 @@ type partition struct {
 	hold, holdAt                time.Time
 	calls, late, tooLate, ahead int64
 	// tooLateSpan is the event-time span of the calls counted too late.
-	tooLateSpan span
-}
-
-// span is an event-time span, [From, To]; zero when nothing is in it.
-type span struct{ From, To time.Time }
-
-func (s *span) add(t time.Time) {
-	if s.From.IsZero() || t.Before(s.From) {
-		s.From = t
-	}
-	if t.After(s.To) {
-		s.To = t
-	}
+	tooLateSpan Span
 }
 
 // sourceKey names a source; sources of different tenants never mix. server
@@ -151,7 +139,7 @@ type source struct {
 	alive                       time.Time
 	calls, late, tooLate, ahead int64
 	// tooLateSpan is the event-time span of its calls counted too late.
-	tooLateSpan span
+	tooLateSpan Span
 	// parts are the partitions the source fed.
 	parts []*partition
 }
@@ -296,8 +284,8 @@ func (e *Engine) Add(src string, r *audit.Record, wall time.Time) {
 			seen.forget()
 			s.tooLate++
 			p.tooLate++
-			s.tooLateSpan.add(t)
-			p.tooLateSpan.add(t)
+			s.tooLateSpan.Add(t)
+			p.tooLateSpan.Add(t)
 			e.stats.TooLate++
 			return
 		}
