@@ -144,7 +144,7 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 			t.Late += src.Late
 			t.TooLate += src.TooLate
 			t.Ahead += src.Ahead
-			tooLate[i].Merge(detect.Span{From: src.TooLateFrom, To: src.TooLateTo})
+			tooLate[i].Merge(src.TooLateSpan())
 		}
 	}
 	for i, sp := range tooLate {
@@ -163,7 +163,7 @@ func partitionStatus(ps detect.PartitionStatus) PartitionStatus {
 		wm, lag := ps.Watermark, ps.Lag.Seconds()
 		v.Watermark, v.LagSeconds = &wm, &lag
 	}
-	v.TooLateFrom, v.TooLateTo = spanTimes(detect.Span{From: ps.TooLateFrom, To: ps.TooLateTo})
+	v.TooLateFrom, v.TooLateTo = spanTimes(ps.TooLateSpan())
 	var held *detect.SourceStatus
 	for i, src := range ps.Sources {
 		v.Sources = append(v.Sources, SourceStatus{Name: src.Name, LastEvent: src.LastEvent, LastSeen: src.LastSeen,

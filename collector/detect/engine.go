@@ -87,10 +87,8 @@ type partition struct {
 	born time.Time
 	// hold, after a restart, is the wall time until which the watermark
 	// does not pass holdAt (HoldAfterRestart).
-	hold, holdAt                time.Time
-	calls, late, tooLate, ahead int64
-	// tooLateSpan is the event-time span of the calls counted too late.
-	tooLateSpan Span
+	hold, holdAt time.Time
+	Counts
 }
 
 // sourceKey names a source; sources of different tenants never mix. server
@@ -136,10 +134,8 @@ type source struct {
 	// its latest delivery, an attempt the collector refused (Touch), or,
 	// after a restart, a grace for its exporter to come back
 	// (RestoreSource). It goes idle the idle timeout after.
-	alive                       time.Time
-	calls, late, tooLate, ahead int64
-	// tooLateSpan is the event-time span of its calls counted too late.
-	tooLateSpan Span
+	alive time.Time
+	Counts
 	// parts are the partitions the source fed.
 	parts []*partition
 }
@@ -218,8 +214,7 @@ func (e *Engine) Add(src string, r *audit.Record, wall time.Time) {
 		p.sources = append(p.sources, s)
 		s.parts = append(s.parts, p)
 	}
-	s.calls++
-	p.calls++
+	count(p, s, countCall, c.Time)
 	t := c.Time
 	m := t
 	ahead := false
@@ -230,8 +225,7 @@ func (e *Engine) Add(src string, r *audit.Record, wall time.Time) {
 		}
 		if limit := wall.Add(e.cfg.MaxClockSkew); t.After(limit) {
 			m, ahead = limit, true
-			s.ahead++
-			p.ahead++
+			count(p, s, countAhead, t)
 			e.stats.Ahead++
 		}
 	}
@@ -282,15 +276,11 @@ func (e *Engine) Add(src string, r *audit.Record, wall time.Time) {
 			// its time, which a watermark that late calls do not move
 			// may never bring.
 			seen.forget()
-			s.tooLate++
-			p.tooLate++
-			s.tooLateSpan.Add(t)
-			p.tooLateSpan.Add(t)
+			count(p, s, countTooLate, t)
 			e.stats.TooLate++
 			return
 		}
-		s.late++
-		p.late++
+		count(p, s, countLate, t)
 		e.stats.Late++
 		e.judge(p, seen, at)
 		return

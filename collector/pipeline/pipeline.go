@@ -584,7 +584,7 @@ func (p *Pipeline) logLate(prev, now []detect.PartitionStatus) {
 				from = append(from, src.Name)
 			}
 			if src.TooLate > o.TooLate {
-				tl.Merge(detect.Span{From: src.TooLateFrom, To: src.TooLateTo})
+				tl.Merge(src.TooLateSpan())
 			}
 		}
 		args := []any{"tenant", s.Tenant, "server", s.Server, "watermark", s.Watermark, "sources", from}
