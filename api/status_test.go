@@ -56,9 +56,9 @@ func TestStatus_SourceTotals(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[[2]string]api.SourceTotals{
-		{"", "calls:10.0.0.7"}:     {Servers: []string{"oddlynew", "thegram"}, Calls: 66, Late: 1, TooLate: 3, Ahead: 2},
-		{"", "otlp:oddlynew"}:      {Servers: []string{"oddlynew"}, Calls: 4},
-		{"acme", "calls:10.0.0.7"}: {Servers: []string{"thegram"}, Calls: 7},
+		{"", "calls:10.0.0.7"}:     {Servers: []string{"oddlynew", "thegram"}, Counts: api.Counts{Calls: 66, Late: 1, TooLate: 3, Ahead: 2}},
+		{"", "otlp:oddlynew"}:      {Servers: []string{"oddlynew"}, Counts: api.Counts{Calls: 4}},
+		{"acme", "calls:10.0.0.7"}: {Servers: []string{"thegram"}, Counts: api.Counts{Calls: 7}},
 	}
 	if len(got.Sources) != len(want) {
 		t.Fatalf("%d sources, want %d: %+v", len(got.Sources), len(want), got.Sources)
