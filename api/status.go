@@ -48,17 +48,7 @@ type PartitionStatus struct {
 	Acknowledged *time.Time `json:"acknowledged"`
 	// Buffered counts calls waiting for the watermark.
 	Buffered int `json:"buffered"`
-	// Calls, Late, TooLate and Ahead count the partition's calls.
-	Calls   int64 `json:"calls"`
-	Late    int64 `json:"late"`
-	TooLate int64 `json:"too_late"`
-	Ahead   int64 `json:"clock_ahead"`
-	// TooLateFrom and TooLateTo span the event times of the calls counted
-	// too late since the collector started: stored, never judged, so the
-	// findings they take part in may be missing. Absent when there are
-	// none.
-	TooLateFrom *time.Time `json:"too_late_from,omitempty"`
-	TooLateTo   *time.Time `json:"too_late_to,omitempty"`
+	Counts
 	// HeldBy names the active source whose clock is the watermark: the
 	// one the partition waits for.
 	HeldBy  string         `json:"held_by,omitempty"`
@@ -84,15 +74,39 @@ type SourceTotals struct {
 	Tenant  string   `json:"tenant"`
 	Name    string   `json:"name"`
 	Servers []string `json:"servers"`
-	Calls   int64    `json:"calls"`
-	Late    int64    `json:"late"`
-	TooLate int64    `json:"too_late"`
-	Ahead   int64    `json:"clock_ahead"`
-	// TooLateFrom and TooLateTo span the event times of its calls counted
-	// too late since the collector started, over every server it feeds.
-	// Absent when there are none.
+	Counts
+}
+
+// Counts counts the calls of a partition, or of a source over every
+// partition (server) it feeds.
+type Counts struct {
+	// Calls counts calls delivered; Late those judged behind the
+	// watermark; TooLate those later than detect.allowed_lateness behind
+	// it, stored and not judged; Ahead those dated beyond the allowed
+	// clock skew.
+	Calls   int64 `json:"calls"`
+	Late    int64 `json:"late"`
+	TooLate int64 `json:"too_late"`
+	Ahead   int64 `json:"clock_ahead"`
+	// TooLateFrom and TooLateTo span the event times of the calls counted
+	// too late since the collector started: stored, never judged, so the
+	// findings they take part in may be missing. Absent when there are
+	// none.
 	TooLateFrom *time.Time `json:"too_late_from,omitempty"`
 	TooLateTo   *time.Time `json:"too_late_to,omitempty"`
+}
+
+// add adds the engine's counts c, and widens the span to hold c's.
+func (t *Counts) add(c *detect.Counts) {
+	t.Calls += c.Calls
+	t.Late += c.Late
+	t.TooLate += c.TooLate
+	t.Ahead += c.Ahead
+	sp := c.TooLateSpan()
+	if t.TooLateFrom != nil {
+		sp.Merge(detect.Span{From: *t.TooLateFrom, To: *t.TooLateTo})
+	}
+	t.TooLateFrom, t.TooLateTo = spanTimes(sp)
 }
 
 // StatusSource gives the pipeline's status: every partition, how many
@@ -138,11 +152,7 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 			}
 			t := &out.Sources[i]
 			t.Servers = append(t.Servers, ps.Server)
-			t.Calls += src.Calls
-			t.Late += src.Late
-			t.TooLate += src.TooLate
-			t.Ahead += src.Ahead
-			t.TooLateFrom, t.TooLateTo = widen(t.TooLateFrom, t.TooLateTo, src.TooLateFrom, src.TooLateTo)
+			t.add(&src.Counts)
 		}
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -152,13 +162,12 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 // without their counts, the one holding it back, and the latest event
 // time acknowledged.
 func partitionStatus(ps detect.PartitionStatus) PartitionStatus {
-	v := PartitionStatus{Tenant: ps.Tenant, Server: ps.Server, Buffered: ps.Buffered, Calls: ps.Calls,
-		Late: ps.Late, TooLate: ps.TooLate, Ahead: ps.Ahead, Sources: []SourceStatus{}}
+	v := PartitionStatus{Tenant: ps.Tenant, Server: ps.Server, Buffered: ps.Buffered, Sources: []SourceStatus{}}
+	v.add(&ps.Counts)
 	if !ps.Watermark.IsZero() {
 		wm, lag := ps.Watermark, ps.Lag.Seconds()
 		v.Watermark, v.LagSeconds = &wm, &lag
 	}
-	v.TooLateFrom, v.TooLateTo = widen(nil, nil, ps.TooLateFrom, ps.TooLateTo)
 	var held *detect.SourceStatus
 	for i, src := range ps.Sources {
 		v.Sources = append(v.Sources, SourceStatus{Name: src.Name, LastEvent: src.LastEvent, LastSeen: src.LastSeen,
@@ -177,17 +186,10 @@ func partitionStatus(ps detect.PartitionStatus) PartitionStatus {
 	return v
 }
 
-// widen returns the span [from, to] widened to hold [f, t]; a zero f
-// (nothing too late) leaves it as it is.
-func widen(from, to *time.Time, f, t time.Time) (*time.Time, *time.Time) {
-	if f.IsZero() {
-		return from, to
+// spanTimes returns s as the answer's optional times: absent when empty.
+func spanTimes(s detect.Span) (from, to *time.Time) {
+	if s.Empty() {
+		return nil, nil
 	}
-	if from == nil || f.Before(*from) {
-		from = &f
-	}
-	if to == nil || t.After(*to) {
-		to = &t
-	}
-	return from, to
+	return &s.From, &s.To
 }

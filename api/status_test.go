@@ -35,15 +35,15 @@ func newStatusServer(t *testing.T, parts []detect.PartitionStatus) string {
 func TestStatus_SourceTotals(t *testing.T) {
 	wm := t0.Add(time.Minute)
 	parts := []detect.PartitionStatus{
-		{PartitionKey: detect.PartitionKey{Server: "oddlynew"}, Watermark: wm, Calls: 21, Sources: []detect.SourceStatus{
-			{Name: "calls:10.0.0.7", LastEvent: wm, Calls: 21, Late: 1},
-			{Name: "otlp:oddlynew", LastEvent: wm, Calls: 4},
+		{PartitionKey: detect.PartitionKey{Server: "oddlynew"}, Watermark: wm, Counts: detect.Counts{Calls: 21}, Sources: []detect.SourceStatus{
+			{Name: "calls:10.0.0.7", LastEvent: wm, Counts: detect.Counts{Calls: 21, Late: 1}},
+			{Name: "otlp:oddlynew", LastEvent: wm, Counts: detect.Counts{Calls: 4}},
 		}},
-		{PartitionKey: detect.PartitionKey{Server: "thegram"}, Watermark: wm, Calls: 48, Sources: []detect.SourceStatus{
-			{Name: "calls:10.0.0.7", LastEvent: wm, Calls: 45, TooLate: 3, Ahead: 2},
+		{PartitionKey: detect.PartitionKey{Server: "thegram"}, Watermark: wm, Counts: detect.Counts{Calls: 48}, Sources: []detect.SourceStatus{
+			{Name: "calls:10.0.0.7", LastEvent: wm, Counts: detect.Counts{Calls: 45, TooLate: 3, Ahead: 2}},
 		}},
-		{PartitionKey: detect.PartitionKey{Tenant: "acme", Server: "thegram"}, Watermark: wm, Calls: 7, Sources: []detect.SourceStatus{
-			{Name: "calls:10.0.0.7", LastEvent: wm, Calls: 7},
+		{PartitionKey: detect.PartitionKey{Tenant: "acme", Server: "thegram"}, Watermark: wm, Counts: detect.Counts{Calls: 7}, Sources: []detect.SourceStatus{
+			{Name: "calls:10.0.0.7", LastEvent: wm, Counts: detect.Counts{Calls: 7}},
 		}},
 	}
 	s := newStatusServer(t, parts)
@@ -56,9 +56,9 @@ func TestStatus_SourceTotals(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[[2]string]api.SourceTotals{
-		{"", "calls:10.0.0.7"}:     {Servers: []string{"oddlynew", "thegram"}, Calls: 66, Late: 1, TooLate: 3, Ahead: 2},
-		{"", "otlp:oddlynew"}:      {Servers: []string{"oddlynew"}, Calls: 4},
-		{"acme", "calls:10.0.0.7"}: {Servers: []string{"thegram"}, Calls: 7},
+		{"", "calls:10.0.0.7"}:     {Servers: []string{"oddlynew", "thegram"}, Counts: api.Counts{Calls: 66, Late: 1, TooLate: 3, Ahead: 2}},
+		{"", "otlp:oddlynew"}:      {Servers: []string{"oddlynew"}, Counts: api.Counts{Calls: 4}},
+		{"acme", "calls:10.0.0.7"}: {Servers: []string{"thegram"}, Counts: api.Counts{Calls: 7}},
 	}
 	if len(got.Sources) != len(want) {
 		t.Fatalf("%d sources, want %d: %+v", len(got.Sources), len(want), got.Sources)
@@ -120,12 +120,12 @@ func TestStatus_TooLateSpan(t *testing.T) {
 	wm := t0.Add(10 * time.Minute)
 	a, b, c, d := t0.Add(time.Minute), t0.Add(2*time.Minute), t0.Add(3*time.Minute), t0.Add(4*time.Minute)
 	parts := []detect.PartitionStatus{
-		{PartitionKey: detect.PartitionKey{Server: "oddlynew"}, Watermark: wm, TooLate: 5, TooLateFrom: c, TooLateTo: d, Sources: []detect.SourceStatus{
-			{Name: "shipper", LastEvent: wm, TooLate: 5, TooLateFrom: c, TooLateTo: d},
-			{Name: "otlp:oddlynew", LastEvent: wm, Calls: 4},
+		{PartitionKey: detect.PartitionKey{Server: "oddlynew"}, Watermark: wm, Counts: detect.Counts{TooLate: 5, TooLateFrom: c, TooLateTo: d}, Sources: []detect.SourceStatus{
+			{Name: "shipper", LastEvent: wm, Counts: detect.Counts{TooLate: 5, TooLateFrom: c, TooLateTo: d}},
+			{Name: "otlp:oddlynew", LastEvent: wm, Counts: detect.Counts{Calls: 4}},
 		}},
-		{PartitionKey: detect.PartitionKey{Server: "thegram"}, Watermark: wm, TooLate: 2, TooLateFrom: a, TooLateTo: b, Sources: []detect.SourceStatus{
-			{Name: "shipper", LastEvent: wm, TooLate: 2, TooLateFrom: a, TooLateTo: b},
+		{PartitionKey: detect.PartitionKey{Server: "thegram"}, Watermark: wm, Counts: detect.Counts{TooLate: 2, TooLateFrom: a, TooLateTo: b}, Sources: []detect.SourceStatus{
+			{Name: "shipper", LastEvent: wm, Counts: detect.Counts{TooLate: 2, TooLateFrom: a, TooLateTo: b}},
 		}},
 	}
 	s := newStatusServer(t, parts)

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
-	"net/http"
 	"sort"
 	"strings"
 	"sync"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/mcpaudit/mcpaudit/api"
 	"github.com/mcpaudit/mcpaudit/audit"
-	"github.com/mcpaudit/mcpaudit/collector/receiver"
 	"github.com/mcpaudit/mcpaudit/internal/capgen"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -246,17 +244,7 @@ func deliverCalls(t *testing.T, s *server, ds []delivery) {
 		if len(b) == 0 {
 			return
 		}
-		req, _ := http.NewRequest("POST", "http://"+s.ingestAddr+"/v1/calls", bytes.NewReader(ndjson(b)))
-		req.Header.Set("Content-Type", "application/x-ndjson")
-		req.Header.Set(receiver.SourceHeader, src)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("POST /v1/calls: %s", resp.Status)
-		}
+		postAs(t, s.ingestAddr, src, ndjson(b))
 		batches[src] = nil
 	}
 	var pace pacer

@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -14,7 +12,6 @@ import (
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/api"
-	"github.com/mcpaudit/mcpaudit/collector/receiver"
 )
 
 // TestServe_RestartsWithoutCalls posts a capture to serve, waits until its
@@ -55,16 +52,7 @@ func TestServe_RestartsWithoutCalls(t *testing.T) {
 	c := startChild(t, dir, config, ingest, apiAddr)
 	defer func() { c.kill() }()
 	for i := 0; i < len(recs); i += 100 {
-		req, _ := http.NewRequest("POST", "http://"+ingest+"/v1/calls", bytes.NewReader(ndjson(recs[i:min(i+100, len(recs))])))
-		req.Header.Set(receiver.SourceHeader, "poster")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("post: %s", resp.Status)
-		}
+		postAs(t, ingest, "poster", ndjson(recs[i:min(i+100, len(recs))]))
 	}
 	got := waitJudged(t, s, want, false)
 	diffFindings(t, "before the restarts", want, got)

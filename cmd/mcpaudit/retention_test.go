@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,7 +11,6 @@ import (
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
-	"github.com/mcpaudit/mcpaudit/collector/receiver"
 	"github.com/mcpaudit/mcpaudit/exporter/storetest"
 )
 
@@ -157,16 +154,7 @@ func TestServe_OldCaptureKeptAcrossRestart(t *testing.T) {
 	s := &server{apiAddr: apiAddr}
 	c := startChild(t, dir, config, ingest, apiAddr)
 	defer func() { c.kill() }()
-	req, _ := http.NewRequest("POST", "http://"+ingest+"/v1/calls", bytes.NewReader(ndjson(recs)))
-	req.Header.Set(receiver.SourceHeader, "poster")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("post: %s", resp.Status)
-	}
+	postAs(t, ingest, "poster", ndjson(recs))
 	diffFindings(t, "before the restart", want, waitJudged(t, s, want, false))
 	stored := findingBodies(t, s)
 	if len(stored) != len(want) {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/capture"
+	"github.com/mcpaudit/mcpaudit/collector/receiver"
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -100,6 +101,37 @@ func mergedCapture(t *testing.T) []map[string]any {
 		}
 	}
 	return out
+}
+
+// postCallsAs posts body, call records, to the ingest listener at addr as
+// the poster source (Mcpaudit-Source); an error unless it is acknowledged.
+// Safe from any goroutine.
+func postCallsAs(addr, source string, body []byte) error {
+	req, err := http.NewRequest("POST", "http://"+addr+"/v1/calls", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/x-ndjson")
+	req.Header.Set(receiver.SourceHeader, source)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("POST /v1/calls from %s: %s", source, resp.Status)
+	}
+	return nil
+}
+
+// postAs is postCallsAs that stops the test unless the calls are
+// acknowledged.
+func postAs(t *testing.T, addr, source string, body []byte) {
+	t.Helper()
+	if err := postCallsAs(addr, source, body); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func ndjson(recs []map[string]any) []byte {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"strings"
@@ -13,7 +12,6 @@ import (
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
-	"github.com/mcpaudit/mcpaudit/collector/receiver"
 )
 
 // TestStatus_WaitUnderTraffic: two posters send reads to one server
@@ -26,18 +24,8 @@ func TestStatus_WaitUnderTraffic(t *testing.T) {
 	s := startTest(t, testConfig(t, t.TempDir()))
 	post := func(source string, lines ...string) {
 		t.Helper()
-		req, _ := http.NewRequest("POST", "http://"+s.ingestAddr+"/v1/calls", strings.NewReader(strings.Join(lines, "\n")+"\n"))
-		req.Header.Set("Content-Type", "application/x-ndjson")
-		req.Header.Set(receiver.SourceHeader, source)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
+		if err := postCallsAs(s.ingestAddr, source, []byte(strings.Join(lines, "\n")+"\n")); err != nil {
 			t.Error(err)
-			return
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			t.Errorf("POST /v1/calls from %s: %s", source, resp.Status)
 		}
 	}
 	var readOn func(server, session string, rpc int, at time.Time) string

@@ -17,8 +17,8 @@ func TestStatus_PrintsWhatWasNotJudged(t *testing.T) {
 	from := time.Date(2026, 12, 4, 11, 49, 42, 0, time.UTC)
 	to := from.Add(4 * time.Minute)
 	st := api.StatusResponse{Time: to.Add(5 * time.Minute), TooLate: 310, Partitions: []api.PartitionStatus{}, Sources: []api.SourceTotals{
-		{Name: "otlp:thegram/pod-1", Servers: []string{"thegram"}, Calls: 900, TooLate: 310, TooLateFrom: &from, TooLateTo: &to},
-		{Name: "otlp:thegram/pod-0", Servers: []string{"thegram"}, Calls: 1200},
+		{Name: "otlp:thegram/pod-1", Servers: []string{"thegram"}, Counts: api.Counts{Calls: 900, TooLate: 310, TooLateFrom: &from, TooLateTo: &to}},
+		{Name: "otlp:thegram/pod-0", Servers: []string{"thegram"}, Counts: api.Counts{Calls: 1200}},
 	}}
 	var b bytes.Buffer
 	printStatus(&b, st, false)

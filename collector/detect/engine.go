@@ -87,22 +87,8 @@ type partition struct {
 	born time.Time
 	// hold, after a restart, is the wall time until which the watermark
 	// does not pass holdAt (HoldAfterRestart).
-	hold, holdAt                time.Time
-	calls, late, tooLate, ahead int64
-	// tooLateSpan is the event-time span of the calls counted too late.
-	tooLateSpan span
-}
-
-// span is an event-time span, [From, To]; zero when nothing is in it.
-type span struct{ From, To time.Time }
-
-func (s *span) add(t time.Time) {
-	if s.From.IsZero() || t.Before(s.From) {
-		s.From = t
-	}
-	if t.After(s.To) {
-		s.To = t
-	}
+	hold, holdAt time.Time
+	Counts
 }
 
 // sourceKey names a source; sources of different tenants never mix. server
@@ -148,10 +134,8 @@ type source struct {
 	// its latest delivery, an attempt the collector refused (Touch), or,
 	// after a restart, a grace for its exporter to come back
 	// (RestoreSource). It goes idle the idle timeout after.
-	alive                       time.Time
-	calls, late, tooLate, ahead int64
-	// tooLateSpan is the event-time span of its calls counted too late.
-	tooLateSpan span
+	alive time.Time
+	Counts
 	// parts are the partitions the source fed.
 	parts []*partition
 }
@@ -230,8 +214,7 @@ func (e *Engine) Add(src string, r *audit.Record, wall time.Time) {
 		p.sources = append(p.sources, s)
 		s.parts = append(s.parts, p)
 	}
-	s.calls++
-	p.calls++
+	count(p, s, countCall, c.Time)
 	t := c.Time
 	m := t
 	ahead := false
@@ -242,8 +225,7 @@ func (e *Engine) Add(src string, r *audit.Record, wall time.Time) {
 		}
 		if limit := wall.Add(e.cfg.MaxClockSkew); t.After(limit) {
 			m, ahead = limit, true
-			s.ahead++
-			p.ahead++
+			count(p, s, countAhead, t)
 			e.stats.Ahead++
 		}
 	}
@@ -294,15 +276,11 @@ func (e *Engine) Add(src string, r *audit.Record, wall time.Time) {
 			// its time, which a watermark that late calls do not move
 			// may never bring.
 			seen.forget()
-			s.tooLate++
-			p.tooLate++
-			s.tooLateSpan.add(t)
-			p.tooLateSpan.add(t)
+			count(p, s, countTooLate, t)
 			e.stats.TooLate++
 			return
 		}
-		s.late++
-		p.late++
+		count(p, s, countLate, t)
 		e.stats.Late++
 		e.judge(p, seen, at)
 		return

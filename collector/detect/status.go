@@ -15,19 +15,8 @@ type PartitionStatus struct {
 	Lag time.Duration `json:"lag_ns"`
 	// Buffered counts calls waiting for the watermark.
 	Buffered int `json:"buffered"`
-	// Calls counts calls delivered; Late those judged behind the
-	// watermark; TooLate those beyond the allowed lateness, not judged;
-	// Ahead those dated beyond the allowed clock skew.
-	Calls   int64 `json:"calls"`
-	Late    int64 `json:"late"`
-	TooLate int64 `json:"too_late"`
-	Ahead   int64 `json:"ahead"`
-	// TooLateFrom and TooLateTo span the event times of the calls counted
-	// too late since the start: the calls whose findings may be missing.
-	// Zero when there are none.
-	TooLateFrom time.Time      `json:"too_late_from"`
-	TooLateTo   time.Time      `json:"too_late_to"`
-	Sources     []SourceStatus `json:"sources"`
+	Counts
+	Sources []SourceStatus `json:"sources"`
 }
 
 // SourceStatus is where one source stands.
@@ -42,16 +31,60 @@ type SourceStatus struct {
 	Lag time.Duration `json:"lag_ns"`
 	// Idle: quiet for the idle timeout, it no longer holds its partitions.
 	Idle bool `json:"idle"`
-	// Calls counts calls delivered; Late, TooLate as for its partitions;
+	Counts
+}
+
+// Counts counts the calls of a partition, or of a source in it.
+type Counts struct {
+	// Calls counts calls delivered; Late those judged behind the
+	// watermark; TooLate those beyond the allowed lateness, not judged;
 	// Ahead those dated beyond the allowed clock skew.
 	Calls   int64 `json:"calls"`
 	Late    int64 `json:"late"`
 	TooLate int64 `json:"too_late"`
 	Ahead   int64 `json:"ahead"`
-	// TooLateFrom and TooLateTo span the event times of its calls counted
-	// too late since the start; zero when there are none.
+	// TooLateFrom and TooLateTo span the event times of the calls counted
+	// too late since the start: the calls whose findings may be missing.
+	// Zero when there are none.
 	TooLateFrom time.Time `json:"too_late_from"`
 	TooLateTo   time.Time `json:"too_late_to"`
+}
+
+// TooLateSpan returns the event-time span of the calls counted too late.
+func (c *Counts) TooLateSpan() Span { return Span{From: c.TooLateFrom, To: c.TooLateTo} }
+
+// countKind is what a call is counted as.
+type countKind uint8
+
+const (
+	countCall    countKind = iota // delivered
+	countLate                     // judged behind the watermark
+	countTooLate                  // beyond the allowed lateness, not judged
+	countAhead                    // dated beyond the allowed clock skew
+)
+
+// add counts one call of kind k dated t.
+func (c *Counts) add(k countKind, t time.Time) {
+	switch k {
+	case countCall:
+		c.Calls++
+	case countLate:
+		c.Late++
+	case countTooLate:
+		c.TooLate++
+		sp := c.TooLateSpan()
+		sp.Add(t)
+		c.TooLateFrom, c.TooLateTo = sp.From, sp.To
+	case countAhead:
+		c.Ahead++
+	}
+}
+
+// count counts one call of kind k dated t for its partition p and its
+// source s.
+func count(p *partition, s *source, k countKind, t time.Time) {
+	p.add(k, t)
+	s.add(k, t)
 }
 
 // Status returns every partition and its sources at wall time now, the
@@ -60,9 +93,7 @@ func (e *Engine) Status(now time.Time) []PartitionStatus {
 	out := make([]PartitionStatus, 0, len(e.parts))
 	for _, p := range e.parts {
 		ps := PartitionStatus{
-			PartitionKey: p.key, Watermark: p.wm, Buffered: p.buf.Len(),
-			Calls: p.calls, Late: p.late, TooLate: p.tooLate, Ahead: p.ahead,
-			TooLateFrom: p.tooLateSpan.From, TooLateTo: p.tooLateSpan.To,
+			PartitionKey: p.key, Watermark: p.wm, Buffered: p.buf.Len(), Counts: p.Counts,
 		}
 		if !p.wm.IsZero() {
 			ps.Lag = now.Sub(p.wm)
@@ -70,9 +101,8 @@ func (e *Engine) Status(now time.Time) []PartitionStatus {
 		for _, s := range p.sources {
 			ss := SourceStatus{
 				Name: s.key.name, LastEvent: s.max, LastSeen: s.lastSeen,
-				Idle:  !s.alive.IsZero() && now.Sub(s.alive) >= e.cfg.IdleTimeout,
-				Calls: s.calls, Late: s.late, TooLate: s.tooLate, Ahead: s.ahead,
-				TooLateFrom: s.tooLateSpan.From, TooLateTo: s.tooLateSpan.To,
+				Idle:   !s.alive.IsZero() && now.Sub(s.alive) >= e.cfg.IdleTimeout,
+				Counts: s.Counts,
 			}
 			if !s.max.IsZero() {
 				ss.Lag = now.Sub(s.max)

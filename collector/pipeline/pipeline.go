@@ -573,7 +573,7 @@ func (p *Pipeline) logLate(prev, now []detect.PartitionStatus) {
 			continue
 		}
 		var from []string
-		var tlFrom, tlTo time.Time // the event times the too-late sources' calls not judged span
+		var tl detect.Span // the event times the too-late sources' calls not judged span
 		old := map[string]detect.SourceStatus{}
 		for _, src := range b.Sources {
 			old[src.Name] = src
@@ -584,12 +584,7 @@ func (p *Pipeline) logLate(prev, now []detect.PartitionStatus) {
 				from = append(from, src.Name)
 			}
 			if src.TooLate > o.TooLate {
-				if tlFrom.IsZero() || src.TooLateFrom.Before(tlFrom) {
-					tlFrom = src.TooLateFrom
-				}
-				if src.TooLateTo.After(tlTo) {
-					tlTo = src.TooLateTo
-				}
+				tl.Merge(src.TooLateSpan())
 			}
 		}
 		args := []any{"tenant", s.Tenant, "server", s.Server, "watermark", s.Watermark, "sources", from}
@@ -604,7 +599,7 @@ func (p *Pipeline) logLate(prev, now []detect.PartitionStatus) {
 			// start (the status has it too): the findings that may be
 			// missing are about calls of that time.
 			p.rlog.Warn("too_late_calls", "calls later than detect.allowed_lateness behind their partition: stored, not judged; findings about calls of the sources' too-late span may be missing",
-				append(args, "calls", tooLate, "too_late_from", tlFrom, "too_late_to", tlTo)...)
+				append(args, "calls", tooLate, "too_late_from", tl.From, "too_late_to", tl.To)...)
 		}
 		if ahead > 0 {
 			p.rlog.Warn("clock_ahead_calls", "calls dated ahead of the collector's clock by more than detect.max_clock_skew: judged on arrival", append(args, "calls", ahead)...)

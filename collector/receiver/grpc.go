@@ -157,17 +157,20 @@ var traceServiceDesc = grpc.ServiceDesc{
 // wireExporter serves Export requests as wireRequests.
 type wireExporter interface {
 	exportWire(ctx context.Context, in *wireRequest) (ptraceotlp.ExportResponse, error)
+	refused(in *wireRequest, err error)
 }
 
 // wireRequest is one Export request as depthCodec left it: the message
 // when otlp.CheckProto accepted it (msg, in buf, given back by free), else
 // pdata's decoding of it (req); bad are the spans a salvage emptied.
+// reason is why the codec refused the message, if it did.
 type wireRequest struct {
-	buf  mem.Buffer
-	msg  otlp.Message
-	fast bool
-	req  ptraceotlp.ExportRequest
-	bad  []otlp.RejectedSpan
+	buf    mem.Buffer
+	msg    otlp.Message
+	fast   bool
+	req    ptraceotlp.ExportRequest
+	bad    []otlp.RejectedSpan
+	reason metrics.RejectReason
 }
 
 func (w *wireRequest) free() {
@@ -179,11 +182,12 @@ func (w *wireRequest) free() {
 
 func exportHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
 	in := &wireRequest{}
+	g := srv.(wireExporter)
 	if err := dec(in); err != nil {
+		g.refused(in, err)
 		return nil, err
 	}
 	defer in.free()
-	g := srv.(wireExporter)
 	if interceptor == nil {
 		return g.exportWire(ctx, in)
 	}
@@ -263,6 +267,29 @@ func (g *GRPC) exportWire(ctx context.Context, in *wireRequest) (ptraceotlp.Expo
 	return resp, nil
 }
 
+// refused counts and logs an Export request refused whole before it was
+// read, as OTLP/HTTP counts its refusals: under the codec's reason (values
+// nested too deep, bytes pdata cannot decode), too_large for a message
+// gRPC refused over serve.receiver.max_body_bytes (ResourceExhausted,
+// before or after decompression), decode_error for one it could not
+// decompress or that was cut short (Internal). A request whose sender went
+// away (Canceled, DeadlineExceeded) is not a refusal.
+func (g *GRPC) refused(in *wireRequest, err error) {
+	reason := in.reason
+	if reason == "" {
+		switch status.Code(err) {
+		case codes.ResourceExhausted:
+			reason = metrics.RejectTooLarge
+		case codes.Internal:
+			reason = metrics.RejectDecodeError
+		default:
+			return
+		}
+	}
+	g.rc.rejected(metrics.SourceOTLPGRPC, reason, 1)
+	g.rc.logRejected("rejected_request", metrics.SourceOTLPGRPC, "", reason, status.Convert(err).Message())
+}
+
 // grpcPrincipal authenticates a gRPC request by its metadata and its
 // verified client certificate; the error is the status to answer. method
 // is the full method name, logged as the path of a refused request.
@@ -332,6 +359,7 @@ func (c depthCodec) Unmarshal(data mem.BufferSlice, v any) error {
 		b := buf.ReadOnlyData()
 		if err := protoValueDepth(b, c.limit); err != nil {
 			buf.Free()
+			w.reason = metrics.RejectTooDeep
 			return fmt.Errorf("cannot take OTLP protobuf: %w", err)
 		}
 		if m, ok := otlp.CheckProto(b, c.maxAttrs); ok {
@@ -348,6 +376,7 @@ func (c depthCodec) Unmarshal(data mem.BufferSlice, v any) error {
 				w.req, w.bad = req, bad
 				return nil
 			}
+			w.reason = metrics.RejectDecodeError
 		}
 		return err
 	}

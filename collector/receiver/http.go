@@ -92,7 +92,7 @@ func (rc *Receiver) authenticate(w http.ResponseWriter, r *http.Request) (string
 func (rc *Receiver) body(w http.ResponseWriter, r *http.Request) ([]byte, func(), *refusal) {
 	none := func() {}
 	if overMemory(rc.cfg.MemorySoftLimit) {
-		return nil, none, &refusal{503, "the collector is near its memory limit; retry later", metrics.RejectOverloaded, false}
+		return nil, none, newRefusal(503, "the collector is near its memory limit; retry later", metrics.RejectOverloaded)
 	}
 	var src io.Reader = r.Body
 	gz := false
@@ -101,13 +101,13 @@ func (rc *Receiver) body(w http.ResponseWriter, r *http.Request) ([]byte, func()
 	case "gzip", "x-gzip":
 		gz = true
 	default:
-		return nil, none, &refusal{415, "unsupported Content-Encoding " + strconv.Quote(enc) + ": send gzip or nothing", metrics.RejectDecodeError, false}
+		return nil, none, newRefusal(415, "unsupported Content-Encoding "+strconv.Quote(enc)+": send gzip or nothing", metrics.RejectDecodeError)
 	}
 	// A declared length over the limit is refused before a byte is read:
 	// gzip cannot make a body smaller than its compressed form by more
 	// than its header.
 	if r.ContentLength > rc.cfg.MaxBodyBytes+64 {
-		return nil, none, &refusal{413, fmt.Sprintf("body larger than the limit: %d bytes declared, more than %d (serve.receiver.max_body_bytes)", r.ContentLength, rc.cfg.MaxBodyBytes), metrics.RejectTooLarge, false}
+		return nil, none, newRefusal(413, fmt.Sprintf("body larger than the limit: %d bytes declared, more than %d (serve.receiver.max_body_bytes)", r.ContentLength, rc.cfg.MaxBodyBytes), metrics.RejectTooLarge)
 	}
 	ctl := http.NewResponseController(w)
 	ctl.SetReadDeadline(time.Now().Add(rc.cfg.BodyTimeout))
@@ -123,7 +123,7 @@ func (rc *Receiver) body(w http.ResponseWriter, r *http.Request) ([]byte, func()
 			if re := readRefusal(err, rc.cfg.BodyTimeout); re != nil {
 				return fail(re)
 			}
-			return fail(&refusal{400, "cannot read gzip body: " + err.Error(), metrics.RejectDecodeError, false})
+			return fail(newRefusal(400, "cannot read gzip body: "+err.Error(), metrics.RejectDecodeError))
 		}
 		defer zr.Close()
 		src = zr
@@ -141,7 +141,7 @@ func (rc *Receiver) body(w http.ResponseWriter, r *http.Request) ([]byte, func()
 		// capture decoder would unwrap it without any limit, so it is
 		// unwrapped here, under the same one, and a few layers at most.
 		if layers == maxGzipLayers {
-			return fail(&refusal{400, fmt.Sprintf("body is gzip inside gzip more than %d deep", maxGzipLayers), metrics.RejectDecodeError, false})
+			return fail(newRefusal(400, fmt.Sprintf("body is gzip inside gzip more than %d deep", maxGzipLayers), metrics.RejectDecodeError))
 		}
 		var zr *gzip.Reader
 		unzipped = true
@@ -151,17 +151,17 @@ func (rc *Receiver) body(w http.ResponseWriter, r *http.Request) ([]byte, func()
 	}
 	switch {
 	case errors.Is(err, errTooLarge):
-		return fail(&refusal{413, fmt.Sprintf("body larger than %d bytes after decompression (serve.receiver.max_body_bytes)", rc.cfg.MaxBodyBytes), metrics.RejectTooLarge, false})
+		return fail(newRefusal(413, fmt.Sprintf("body larger than %d bytes after decompression (serve.receiver.max_body_bytes)", rc.cfg.MaxBodyBytes), metrics.RejectTooLarge))
 	case errors.Is(err, errInFlight):
-		return fail(&refusal{429, fmt.Sprintf("the collector holds %d bytes of requests in flight, its limit (serve.receiver.max_in_flight_bytes); retry later", rc.inflight.Used()), metrics.RejectOverloaded, false})
+		return fail(newRefusal(429, fmt.Sprintf("the collector holds %d bytes of requests in flight, its limit (serve.receiver.max_in_flight_bytes); retry later", rc.inflight.Used()), metrics.RejectOverloaded))
 	case err != nil:
 		if re := readRefusal(err, rc.cfg.BodyTimeout); re != nil {
 			return fail(re)
 		}
 		if unzipped && isGzipDamage(err) {
-			return fail(&refusal{400, "cannot read the gzip body: the compressed stream is cut short or damaged (" + err.Error() + "); nothing of the request was taken: send it whole again", metrics.RejectDecodeError, false})
+			return fail(newRefusal(400, "cannot read the gzip body: the compressed stream is cut short or damaged ("+err.Error()+"); nothing of the request was taken: send it whole again", metrics.RejectDecodeError))
 		}
-		return fail(&refusal{400, "cannot read body: " + err.Error(), metrics.RejectDecodeError, false})
+		return fail(newRefusal(400, "cannot read body: "+err.Error(), metrics.RejectDecodeError))
 	}
 	return b, held.release, nil
 }
@@ -266,7 +266,7 @@ func (rc *Receiver) readCounted(r io.Reader, size int64, held *holding, buf []by
 func readRefusal(err error, timeout time.Duration) *refusal {
 	var ne net.Error
 	if errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout() {
-		return &refusal{408, fmt.Sprintf("the body did not arrive within %s (serve.receiver.body_timeout)", timeout), metrics.RejectTimeout, false}
+		return newRefusal(408, fmt.Sprintf("the body did not arrive within %s (serve.receiver.body_timeout)", timeout), metrics.RejectTimeout)
 	}
 	return nil
 }
@@ -373,13 +373,13 @@ func (rc *Receiver) calls(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); !slices.Contains(callTypes, ct) {
-		rc.fail(w, src, &refusal{415, "Content-Type " + strconv.Quote(ct) +
-			" is not call records: send application/x-ndjson or application/json", metrics.RejectDecodeError, false}, false)
+		rc.fail(w, src, newRefusal(415, "Content-Type "+strconv.Quote(ct)+
+			" is not call records: send application/x-ndjson or application/json", metrics.RejectDecodeError), false)
 		return
 	}
 	source, err := callsSource(r)
 	if err != nil {
-		rc.fail(w, src, &refusal{400, err.Error(), metrics.RejectInvalidText, false}, false)
+		rc.fail(w, src, newRefusal(400, err.Error(), metrics.RejectInvalidText), false)
 		return
 	}
 	b, release, re := rc.body(w, r)
@@ -394,16 +394,16 @@ func (rc *Receiver) calls(w http.ResponseWriter, r *http.Request) {
 	// request once this one is answered.
 	defer rc.recycleBody(b)
 	if len(bytes.TrimSpace(b)) == 0 {
-		rc.fail(w, src, &refusal{400, "empty body: send call records, one JSON object per line or a JSON array", metrics.RejectDecodeError, false}, false)
+		rc.fail(w, src, newRefusal(400, "empty body: send call records, one JSON object per line or a JSON array", metrics.RejectDecodeError), false)
 		return
 	}
 	dec, err := capture.NewDecoder(bytes.NewReader(b), "body")
 	if err != nil {
-		rc.fail(w, src, &refusal{400, err.Error(), metrics.RejectDecodeError, false}, false)
+		rc.fail(w, src, newRefusal(400, err.Error(), metrics.RejectDecodeError), false)
 		return
 	}
 	if dec.Format() == capture.FormatOTLP {
-		rc.fail(w, src, &refusal{400, "this is OTLP: send it to /v1/traces", metrics.RejectInvalidJSON, false}, false)
+		rc.fail(w, src, newRefusal(400, "this is OTLP: send it to /v1/traces", metrics.RejectInvalidJSON), false)
 		return
 	}
 	resp := CallsResponse{Source: source}
@@ -438,7 +438,7 @@ func (rc *Receiver) calls(w http.ResponseWriter, r *http.Request) {
 			case capture.IsReject(err):
 				refuse(err, metrics.RejectInvalidJSON)
 			default:
-				rc.fail(w, src, &refusal{400, err.Error(), metrics.RejectDecodeError, false}, false)
+				rc.fail(w, src, newRefusal(400, err.Error(), metrics.RejectDecodeError), false)
 				return
 			}
 			continue
@@ -482,7 +482,7 @@ func (rc *Receiver) traces(w http.ResponseWriter, r *http.Request) {
 		asProto = true
 	case "application/json":
 	default:
-		rc.fail(w, src, &refusal{415, "Content-Type must be application/x-protobuf or application/json, not " + strconv.Quote(ct), metrics.RejectDecodeError, false}, false)
+		rc.fail(w, src, newRefusal(415, "Content-Type must be application/x-protobuf or application/json, not "+strconv.Quote(ct), metrics.RejectDecodeError), false)
 		return
 	}
 	b, release, re := rc.body(w, r)
@@ -509,7 +509,7 @@ func (rc *Receiver) traces(w http.ResponseWriter, r *http.Request) {
 		// The response is a count and a message made here: it cannot fail
 		// to encode; if it did, the calls are stored and the sender may
 		// send them again without harm.
-		rc.fail(w, src, &refusal{503, "cannot encode the response; the calls are stored, send them again", metrics.RejectDecodeError, false}, asProto)
+		rc.fail(w, src, newRefusal(503, "cannot encode the response; the calls are stored, send them again", metrics.RejectDecodeError), asProto)
 		return
 	}
 	w.WriteHeader(http.StatusOK)
@@ -545,7 +545,7 @@ func (rc *Receiver) exportBody(ctx context.Context, src metrics.Source, tenant s
 	var pre []otlp.RejectedSpan
 	if asProto {
 		if err := protoValueDepth(b, rc.cfg.MaxDepth); err != nil {
-			return ptraceotlp.ExportResponse{}, &refusal{400, "cannot take OTLP protobuf: " + err.Error(), metrics.RejectTooDeep, false}
+			return ptraceotlp.ExportResponse{}, newRefusal(400, "cannot take OTLP protobuf: "+err.Error(), metrics.RejectTooDeep)
 		}
 		if m, ok := otlp.CheckProto(b, rc.cfg.MaxAttributes); ok {
 			// Read from the body, as OTLP/gRPC is; the records share
@@ -557,17 +557,17 @@ func (rc *Receiver) exportBody(ctx context.Context, src metrics.Source, tenant s
 		if err := req.UnmarshalProto(b); err != nil {
 			var ok bool
 			if req, pre, ok = salvageRequest(ctx, b, true); !ok {
-				return ptraceotlp.ExportResponse{}, &refusal{400, "cannot decode OTLP protobuf: " + err.Error(), metrics.RejectDecodeError, false}
+				return ptraceotlp.ExportResponse{}, newRefusal(400, "cannot decode OTLP protobuf: "+err.Error(), metrics.RejectDecodeError)
 			}
 		}
 	} else {
 		if d, at := jsonDepth(b, jsonBodyDepth(rc.cfg.MaxDepth)); d > jsonBodyDepth(rc.cfg.MaxDepth) {
-			return ptraceotlp.ExportResponse{}, &refusal{400, fmt.Sprintf("cannot take OTLP JSON: nested deeper than %d levels at byte offset %d (serve.receiver.max_depth)", jsonBodyDepth(rc.cfg.MaxDepth), at), metrics.RejectTooDeep, false}
+			return ptraceotlp.ExportResponse{}, newRefusal(400, fmt.Sprintf("cannot take OTLP JSON: nested deeper than %d levels at byte offset %d (serve.receiver.max_depth)", jsonBodyDepth(rc.cfg.MaxDepth), at), metrics.RejectTooDeep)
 		}
 		if err := req.UnmarshalJSON(b); err != nil {
 			var ok bool
 			if req, pre, ok = salvageRequest(ctx, b, false); !ok {
-				return ptraceotlp.ExportResponse{}, &refusal{400, "cannot decode OTLP JSON: " + err.Error(), metrics.RejectDecodeError, false}
+				return ptraceotlp.ExportResponse{}, newRefusal(400, "cannot decode OTLP JSON: "+err.Error(), metrics.RejectDecodeError)
 			}
 		}
 	}

@@ -1,6 +1,7 @@
 package receiver_test
 
 import (
+	"context"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -8,6 +9,7 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -199,5 +201,56 @@ func TestTooLargeForStore(t *testing.T) {
 	}
 	if n := e.rejectedCount(t, metrics.RejectStoreDown, metrics.SourceCallsHTTP); n != 0 {
 		t.Errorf("%v calls counted as store_unavailable, want 0", n)
+	}
+}
+
+// TestGRPCWholeRequestRefusals: a request refused whole before its spans
+// are read (values nested too deep, a message over the size limit, bytes
+// that are not OTLP) is counted in mcpaudit_ingest_rejected_total over
+// OTLP/gRPC under the reason OTLP/HTTP counts it under, once per request.
+func TestGRPCWholeRequestRefusals(t *testing.T) {
+	e := newEnv(t, func(c *receiver.Config, _ *pipeline.Config) { c.MaxBodyBytes = 1 << 20 })
+	cc := dialGRPC(t, e)
+	deep, _ := traces("thegram", 1, func(sp ptrace.Span) {
+		v := sp.Attributes().PutEmptySlice("deep")
+		for range 5000 {
+			v = v.AppendEmpty().SetEmptySlice()
+		}
+	}).MarshalProto()
+	large, _ := traces("thegram", 1, func(sp ptrace.Span) {
+		sp.Attributes().PutStr("gen_ai.tool.call.arguments", strings.Repeat("a", 2<<20))
+	}).MarshalProto()
+	for _, tc := range []struct {
+		name   string
+		body   []byte
+		reason metrics.RejectReason
+		status int
+		code   codes.Code
+	}{
+		{"too_deep", deep, metrics.RejectTooDeep, 400, codes.Internal},
+		{"too_large", large, metrics.RejectTooLarge, 413, codes.ResourceExhausted},
+		// A resource's field 1 that declares more bytes than follow.
+		{"not_otlp", []byte{0x0a, 0x05, 0x0a, 0x7f, 0x00}, metrics.RejectDecodeError, 400, codes.Internal},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if a := e.post(t, "/v1/traces", "application/x-protobuf", tokAcme, tc.body); a.status != tc.status {
+				t.Fatalf("OTLP/HTTP: %d %.200s, want %d", a.status, a.body, tc.status)
+			}
+			if n := e.rejectedCount(t, tc.reason, metrics.SourceOTLPHTTP); n != 1 {
+				t.Fatalf("OTLP/HTTP: %v requests counted as %s, want 1", n, tc.reason)
+			}
+			req, resp := rawMessage(tc.body), rawMessage(nil)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tokAcme)
+			err := cc.Invoke(ctx, "/opentelemetry.proto.collector.trace.v1.TraceService/Export", &req, &resp,
+				grpc.ForceCodecV2(rawCodec{}))
+			if status.Code(err) != tc.code {
+				t.Fatalf("OTLP/gRPC: %v, want %s", err, tc.code)
+			}
+			if n := e.rejectedCount(t, tc.reason, metrics.SourceOTLPGRPC); n != 1 {
+				t.Errorf("OTLP/gRPC: %v requests counted as %s, want 1 as over OTLP/HTTP", n, tc.reason)
+			}
+		})
 	}
 }

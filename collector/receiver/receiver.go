@@ -247,6 +247,11 @@ type refusal struct {
 	counted bool
 }
 
+// newRefusal returns a refusal with counted unset, as all are but one.
+func newRefusal(status int, msg string, reason metrics.RejectReason) *refusal {
+	return &refusal{status: status, msg: msg, reason: reason}
+}
+
 func (e *refusal) Error() string { return e.msg }
 
 // retryable reports whether the sender should send the request again later.
@@ -297,17 +302,17 @@ func (rc *Receiver) ingest(ctx context.Context, src metrics.Source, recs []*audi
 			reason = metrics.RejectTenantShare
 		}
 		rc.rejected(src, reason, len(recs))
-		return 0, &refusal{429, err.Error() + "; retry later", reason, false}
+		return 0, newRefusal(429, err.Error()+"; retry later", reason)
 	case errors.Is(err, audit.ErrTooLarge):
 		// Never fits the store however long the sender waits: refused
 		// for good (413; InvalidArgument over gRPC), the setting and the
 		// sizes in the message.
 		rc.rejected(src, metrics.RejectTooLarge, len(recs))
-		return 0, &refusal{413, err.Error() + "; send fewer calls per request", metrics.RejectTooLarge, true}
+		return 0, &refusal{status: 413, msg: err.Error() + "; send fewer calls per request", reason: metrics.RejectTooLarge, counted: true}
 	default:
 		rc.rejected(src, metrics.RejectStoreDown, len(recs))
 		rc.rlog.Warn("store_unavailable", "cannot store calls", "err", err, "calls", len(recs))
-		return 0, &refusal{503, "cannot store calls now; retry later", metrics.RejectStoreDown, false}
+		return 0, newRefusal(503, "cannot store calls now; retry later", metrics.RejectStoreDown)
 	}
 }
 
