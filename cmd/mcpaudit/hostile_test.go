@@ -25,7 +25,10 @@ import (
 // hostileConfig is the configuration of the server under attack: a memory
 // limit, short timeouts so that the test is quick (a body timeout of 5 s:
 // with 2 s, a loaded machine cut a gzip bomb's body before it was read to
-// the size limit), a small connection cap so that slowloris reaches it.
+// the size limit), a small connection cap so that slowloris reaches it, and
+// a header timeout of 4 s (with 2 s, on a loaded machine the connections
+// slowloris held first were cut before its probe, which then found the cap
+// not full).
 const hostileConfig = `detect:
   idle_timeout: 1s
   lateness: 1s
@@ -35,7 +38,7 @@ serve:
     body_timeout: 5s
   connections:
     max_per_listener: 64
-    read_header_timeout: 2s
+    read_header_timeout: 4s
     idle_timeout: 5s
   pipeline:
     commit_every: 50ms
@@ -431,7 +434,7 @@ func slowloris(t *testing.T, ingest, api string) (int, string) {
 	if status != 503 || !strings.Contains(line, "Retry-After") {
 		return status, "a new connection during slowloris: " + line
 	}
-	// The held connections are cut at the header timeout (2s). Each try
+	// The held connections are cut at the header timeout (4s). Each try
 	// is a new connection (an idle keep-alive one of an earlier probe is
 	// not under the cap's test).
 	fresh := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
