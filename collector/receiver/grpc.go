@@ -168,6 +168,12 @@ type wireRequest struct {
 	fast bool
 	req  ptraceotlp.ExportRequest
 	bad  []otlp.RejectedSpan
+	// refused is set when the message cannot be taken at all (nested too
+	// deep, or not decodable even without its broken spans). The codec
+	// leaves it to exportWire rather than failing: gRPC would answer a
+	// codec's error with Internal, before the request is counted or
+	// logged as the same request over HTTP is.
+	refused *refusal
 }
 
 func (w *wireRequest) free() {
@@ -246,6 +252,11 @@ func (g *GRPC) exportWire(ctx context.Context, in *wireRequest) (ptraceotlp.Expo
 	if err != nil {
 		return ptraceotlp.ExportResponse{}, err
 	}
+	if re := in.refused; re != nil {
+		rc.rejected(metrics.SourceOTLPGRPC, re.reason, 1)
+		rc.logRejected(re.logKind(), metrics.SourceOTLPGRPC, p.Tenant, re.reason, re.msg)
+		return ptraceotlp.ExportResponse{}, status.Error(codes.InvalidArgument, re.msg)
+	}
 	var resp ptraceotlp.ExportResponse
 	var re *refusal
 	if in.fast {
@@ -303,7 +314,8 @@ func (rc *Receiver) grpcPrincipal(ctx context.Context, method string, md metadat
 
 // depthCodec checks the nesting of an OTLP message on the wire before the
 // proto codec decodes it: a deep value costs many times its size once
-// decoded. gRPC answers its error with Internal and the message.
+// decoded. A request it cannot take is marked (wireRequest.refused) and
+// answered by exportWire with InvalidArgument, counted and logged.
 //
 // An Export request (wireRequest) is kept as its bytes when
 // otlp.CheckProto accepts them with the attribute limit maxAttrs, and
@@ -332,7 +344,8 @@ func (c depthCodec) Unmarshal(data mem.BufferSlice, v any) error {
 		b := buf.ReadOnlyData()
 		if err := protoValueDepth(b, c.limit); err != nil {
 			buf.Free()
-			return fmt.Errorf("cannot take OTLP protobuf: %w", err)
+			w.refused = &refusal{400, "cannot take OTLP protobuf: " + err.Error(), metrics.RejectTooDeep, false}
+			return nil
 		}
 		if m, ok := otlp.CheckProto(b, c.maxAttrs); ok {
 			w.buf, w.msg, w.fast = buf, m, true
@@ -348,8 +361,9 @@ func (c depthCodec) Unmarshal(data mem.BufferSlice, v any) error {
 				w.req, w.bad = req, bad
 				return nil
 			}
+			w.refused = &refusal{400, "cannot decode OTLP protobuf: " + err.Error(), metrics.RejectDecodeError, false}
 		}
-		return err
+		return nil
 	}
 	m, ok := v.(interface{ UnmarshalProto([]byte) error })
 	if !ok {
