@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 )
@@ -209,7 +210,45 @@ func (rc *Receiver) ServerOptions() []grpc.ServerOption {
 		grpc.MaxConcurrentStreams(uint32(rc.cfg.MaxConcurrentStreams)),
 		grpc.InTapHandle(rc.tap),
 		grpc.ForceServerCodecV2(depthCodec{CodecV2: encoding.GetCodecV2("proto"), limit: rc.cfg.MaxDepth, maxAttrs: rc.cfg.MaxAttributes}),
+		grpc.StatsHandler(oversized{rc}),
 	}
+}
+
+// oversized counts and logs the Export requests gRPC refuses itself
+// before any handler runs: a message over serve.receiver.max_body_bytes,
+// plain or once decompressed, answered ResourceExhausted ("received
+// message larger than max"). Over OTLP/HTTP such a request is a 413,
+// counted as too_large and logged; over gRPC it was neither.
+type oversized struct{ rc *Receiver }
+
+func (oversized) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+func (oversized) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
+	return ctx
+}
+func (oversized) HandleConn(context.Context, stats.ConnStats) {}
+
+// HandleRPC sees the end of every RPC. The receiver's own refusals are
+// Unavailable, InvalidArgument, Unauthenticated or PermissionDenied, so a
+// ResourceExhausted end of Export is gRPC's size limit.
+func (o oversized) HandleRPC(ctx context.Context, s stats.RPCStats) {
+	end, ok := s.(*stats.End)
+	if !ok || end.Client || end.Error == nil || status.Code(end.Error) != codes.ResourceExhausted {
+		return
+	}
+	method, _ := grpc.Method(ctx)
+	if method != exportMethod {
+		return
+	}
+	// The tap authenticated the request before its message was read.
+	md, _ := metadata.FromIncomingContext(ctx)
+	p, err := o.rc.grpcPrincipal(ctx, method, md)
+	if err != nil {
+		return
+	}
+	tenant := p.Tenant
+	msg := fmt.Sprintf("%s (serve.receiver.max_body_bytes)", status.Convert(end.Error).Message())
+	o.rc.rejected(metrics.SourceOTLPGRPC, metrics.RejectTooLarge, 1)
+	o.rc.logRejected("rejected_request", metrics.SourceOTLPGRPC, tenant, metrics.RejectTooLarge, msg)
 }
 
 // tap admits one gRPC request before its message is read: a request

@@ -11,8 +11,12 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding/gzip"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/mcpaudit/mcpaudit/collector/pipeline"
+	"github.com/mcpaudit/mcpaudit/collector/receiver"
 )
 
 // TestGRPC_RequestRefusedWhole: an OTLP/gRPC request that cannot be taken
@@ -90,5 +94,62 @@ func TestGRPC_RequestRefusedWhole(t *testing.T) {
 	}
 	if n := len(e.stored(t)); n != 3 {
 		t.Errorf("%d calls stored, want the 3 of the good request", n)
+	}
+}
+
+// TestGRPC_MessageOverLimit: an OTLP/gRPC message over
+// serve.receiver.max_body_bytes, plain or gzip (a bomb that inflates past
+// it), is answered by gRPC itself with ResourceExhausted before any
+// handler runs, and is counted as too_large and logged (naming the
+// setting), as the 413 over HTTP is. Found from outside: it appeared in no
+// metric and no log line.
+func TestGRPC_MessageOverLimit(t *testing.T) {
+	e := newEnv(t, func(c *receiver.Config, _ *pipeline.Config) { c.MaxBodyBytes = 1 << 20 })
+	cc := dialGRPC(t, e)
+	client := ptraceotlp.NewGRPCClient(cc)
+	big := traces("thegram", 3, func(sp ptrace.Span) {
+		sp.Attributes().PutStr("gen_ai.tool.call.result", `{"isError":false,"structuredContent":{"text":"`+strings.Repeat("a", 2<<20)+`"}}`)
+	})
+	for _, tc := range []struct {
+		name string
+		opts []grpc.CallOption
+	}{
+		{"plain", nil},
+		{"gzip_bomb", []grpc.CallOption{grpc.UseCompressor(gzip.Name)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tokAcme)
+			_, err := client.Export(ctx, big, tc.opts...)
+			if status.Code(err) != codes.ResourceExhausted {
+				t.Fatalf("%v; want ResourceExhausted", err)
+			}
+		})
+	}
+	// The stats handler sees the end of the RPC after the client does.
+	var lines []map[string]any
+	for range 100 {
+		if lines = e.logs.lines(t, "rejected_request"); len(lines) >= 2 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if len(lines) != 2 {
+		t.Errorf("%d rejected_request log lines, want 2: %v", len(lines), lines)
+	}
+	for _, l := range lines {
+		if l["transport"] != "otlp_grpc" || l["tenant"] != "acme" || l["reason"] != "too_large" || !strings.Contains(l["error"].(string), "serve.receiver.max_body_bytes") {
+			t.Errorf("log line %v: want otlp_grpc, tenant acme, too_large, naming serve.receiver.max_body_bytes", l)
+		}
+	}
+	if got := testutil.ToFloat64(counter(t, e.reg, "mcpaudit_ingest_rejected_total", map[string]string{"source": "otlp_grpc", "reason": "too_large"})); got != 2 {
+		t.Errorf("mcpaudit_ingest_rejected_total{source=otlp_grpc,reason=too_large} = %v, want 2", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tokAcme)
+	if _, err := client.Export(ctx, traces("thegram", 2, nil)); err != nil {
+		t.Fatalf("good request after the refused ones: %v", err)
 	}
 }
