@@ -50,7 +50,8 @@ type PartitionStatus struct {
 	Buffered int `json:"buffered"`
 	Counts
 	// HeldBy names the active source whose clock is the watermark: the
-	// one the partition waits for.
+	// one the partition waits for. A source further behind the watermark
+	// than detect.allowed_lateness holds nothing back and is not named.
 	HeldBy  string         `json:"held_by,omitempty"`
 	Sources []SourceStatus `json:"sources"`
 }
@@ -168,20 +169,16 @@ func partitionStatus(ps detect.PartitionStatus) PartitionStatus {
 		wm, lag := ps.Watermark, ps.Lag.Seconds()
 		v.Watermark, v.LagSeconds = &wm, &lag
 	}
-	var held *detect.SourceStatus
-	for i, src := range ps.Sources {
+	// The engine names the holder: it alone knows which sources are too
+	// far behind to hold anything (a pod whose clock is hours slow).
+	v.HeldBy = ps.HeldBy
+	for _, src := range ps.Sources {
 		v.Sources = append(v.Sources, SourceStatus{Name: src.Name, LastEvent: src.LastEvent, LastSeen: src.LastSeen,
 			LagSeconds: src.Lag.Seconds(), Idle: src.Idle})
-		if !src.Idle && (held == nil || src.LastEvent.Before(held.LastEvent)) {
-			held = &ps.Sources[i]
-		}
 		if !src.LastEvent.IsZero() && (v.Acknowledged == nil || src.LastEvent.After(*v.Acknowledged)) {
 			t := src.LastEvent
 			v.Acknowledged = &t
 		}
-	}
-	if held != nil {
-		v.HeldBy = held.Name
 	}
 	return v
 }

@@ -166,9 +166,24 @@ func printStatus(w io.Writer, st api.StatusResponse, waited bool) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\n", orDash(s.Tenant), s.Name, strings.Join(s.Servers, ","), s.Calls, s.Late, s.TooLate, s.Ahead)
 	}
 	tw.Flush()
+	// What holds a server's findings back: a source far behind the others
+	// of its partition (an exporter that lags, or a clock that is slow)
+	// keeps every call of the others waiting for as long as it is behind.
+	first := true
+	for _, p := range st.Partitions {
+		line, ok := heldBack(p)
+		if !ok {
+			continue
+		}
+		if first {
+			fmt.Fprintln(w)
+			first = false
+		}
+		fmt.Fprintln(w, line)
+	}
 	// What was not judged, and so which findings may be missing: by
 	// source, the span of event time its too-late calls fall in.
-	first := true
+	first = true
 	for _, s := range st.Sources {
 		if s.TooLate == 0 || s.TooLateFrom == nil {
 			continue
@@ -188,4 +203,42 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// heldBackGap is how far the source holding a partition must be behind
+// the partition's other active sources for the status to point it out.
+const heldBackGap = time.Minute
+
+// heldBack returns the line telling that partition p waits for a source
+// further behind its other active sources than heldBackGap, and whether
+// there is one.
+func heldBack(p api.PartitionStatus) (string, bool) {
+	if p.HeldBy == "" {
+		return "", false
+	}
+	var holder *api.SourceStatus
+	others := time.Duration(-1)
+	for i, s := range p.Sources {
+		switch {
+		case s.Name == p.HeldBy:
+			holder = &p.Sources[i]
+		case !s.Idle:
+			if lag := time.Duration(s.LagSeconds * float64(time.Second)); others < 0 || lag < others {
+				others = lag
+			}
+		}
+	}
+	if holder == nil || others < 0 {
+		return "", false
+	}
+	lag := time.Duration(holder.LagSeconds * float64(time.Second))
+	if lag-others < heldBackGap {
+		return "", false
+	}
+	server := p.Server
+	if p.Tenant != "" {
+		server = p.Tenant + "/" + server
+	}
+	return fmt.Sprintf("Held back: %d calls of %s wait for %s, whose latest call is %s behind the wall clock while the other sources of %s are %s behind: its exporter lags or its clock is slow (a slow clock holds %s's findings back for as long as it runs; docs/detection.md#time).",
+		p.Buffered, server, p.HeldBy, lag.Round(time.Second), server, others.Round(time.Second), server), true
 }

@@ -16,6 +16,11 @@ type PartitionStatus struct {
 	// Buffered counts calls waiting for the watermark.
 	Buffered int `json:"buffered"`
 	Counts
+	// HeldBy names the source the watermark waits for: the active source
+	// with the earliest clock, leaving out those further behind the
+	// watermark than the allowed lateness, which hold nothing back.
+	// Empty when every source is idle.
+	HeldBy  string         `json:"held_by,omitempty"`
 	Sources []SourceStatus `json:"sources"`
 }
 
@@ -98,6 +103,7 @@ func (e *Engine) Status(now time.Time) []PartitionStatus {
 		if !p.wm.IsZero() {
 			ps.Lag = now.Sub(p.wm)
 		}
+		var held *source
 		for _, s := range p.sources {
 			ss := SourceStatus{
 				Name: s.key.name, LastEvent: s.max, LastSeen: s.lastSeen,
@@ -107,7 +113,13 @@ func (e *Engine) Status(now time.Time) []PartitionStatus {
 			if !s.max.IsZero() {
 				ss.Lag = now.Sub(s.max)
 			}
+			if !ss.Idle && !e.tooFarBehind(p, s) && (held == nil || s.max.Before(held.max)) {
+				held = s
+			}
 			ps.Sources = append(ps.Sources, ss)
+		}
+		if held != nil {
+			ps.HeldBy = held.key.name
 		}
 		slices.SortFunc(ps.Sources, func(a, b SourceStatus) int { return cmp.Compare(b.Lag, a.Lag) })
 		out = append(out, ps)

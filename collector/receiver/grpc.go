@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 )
@@ -163,14 +164,18 @@ type wireExporter interface {
 // wireRequest is one Export request as depthCodec left it: the message
 // when otlp.CheckProto accepted it (msg, in buf, given back by free), else
 // pdata's decoding of it (req); bad are the spans a salvage emptied.
-// reason is why the codec refused the message, if it did.
 type wireRequest struct {
-	buf    mem.Buffer
-	msg    otlp.Message
-	fast   bool
-	req    ptraceotlp.ExportRequest
-	bad    []otlp.RejectedSpan
-	reason metrics.RejectReason
+	buf  mem.Buffer
+	msg  otlp.Message
+	fast bool
+	req  ptraceotlp.ExportRequest
+	bad  []otlp.RejectedSpan
+	// refused is set when the message cannot be taken at all (nested too
+	// deep, or not decodable even without its broken spans). The codec
+	// leaves it to exportWire rather than failing: gRPC would answer a
+	// codec's error with Internal, before the request is counted or
+	// logged as the same request over HTTP is.
+	refused *refusal
 }
 
 func (w *wireRequest) free() {
@@ -207,7 +212,45 @@ func (rc *Receiver) ServerOptions() []grpc.ServerOption {
 		grpc.MaxConcurrentStreams(uint32(rc.cfg.MaxConcurrentStreams)),
 		grpc.InTapHandle(rc.tap),
 		grpc.ForceServerCodecV2(depthCodec{CodecV2: encoding.GetCodecV2("proto"), limit: rc.cfg.MaxDepth, maxAttrs: rc.cfg.MaxAttributes}),
+		grpc.StatsHandler(oversized{rc}),
 	}
+}
+
+// oversized counts and logs the Export requests gRPC refuses itself
+// before any handler runs: a message over serve.receiver.max_body_bytes,
+// plain or once decompressed, answered ResourceExhausted ("received
+// message larger than max"). Over OTLP/HTTP such a request is a 413,
+// counted as too_large and logged; over gRPC it was neither.
+type oversized struct{ rc *Receiver }
+
+func (oversized) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+func (oversized) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
+	return ctx
+}
+func (oversized) HandleConn(context.Context, stats.ConnStats) {}
+
+// HandleRPC sees the end of every RPC. The receiver's own refusals are
+// Unavailable, InvalidArgument, Unauthenticated or PermissionDenied, so a
+// ResourceExhausted end of Export is gRPC's size limit.
+func (o oversized) HandleRPC(ctx context.Context, s stats.RPCStats) {
+	end, ok := s.(*stats.End)
+	if !ok || end.Client || end.Error == nil || status.Code(end.Error) != codes.ResourceExhausted {
+		return
+	}
+	method, _ := grpc.Method(ctx)
+	if method != exportMethod {
+		return
+	}
+	// The tap authenticated the request before its message was read.
+	md, _ := metadata.FromIncomingContext(ctx)
+	p, err := o.rc.grpcPrincipal(ctx, method, md)
+	if err != nil {
+		return
+	}
+	tenant := p.Tenant
+	msg := fmt.Sprintf("%s (serve.receiver.max_body_bytes)", status.Convert(end.Error).Message())
+	o.rc.rejected(metrics.SourceOTLPGRPC, metrics.RejectTooLarge, 1)
+	o.rc.logRejected("rejected_request", metrics.SourceOTLPGRPC, tenant, metrics.RejectTooLarge, msg)
 }
 
 // tap admits one gRPC request before its message is read: a request
@@ -250,6 +293,11 @@ func (g *GRPC) exportWire(ctx context.Context, in *wireRequest) (ptraceotlp.Expo
 	if err != nil {
 		return ptraceotlp.ExportResponse{}, err
 	}
+	if re := in.refused; re != nil {
+		rc.rejected(metrics.SourceOTLPGRPC, re.reason, 1)
+		rc.logRejected(re.logKind(), metrics.SourceOTLPGRPC, p.Tenant, re.reason, re.msg)
+		return ptraceotlp.ExportResponse{}, status.Error(codes.InvalidArgument, re.msg)
+	}
 	var resp ptraceotlp.ExportResponse
 	var re *refusal
 	if in.fast {
@@ -267,27 +315,20 @@ func (g *GRPC) exportWire(ctx context.Context, in *wireRequest) (ptraceotlp.Expo
 	return resp, nil
 }
 
-// refused counts and logs an Export request refused whole before it was
-// read, as OTLP/HTTP counts its refusals: under the codec's reason (values
-// nested too deep, bytes pdata cannot decode), too_large for a message
-// gRPC refused over serve.receiver.max_body_bytes (ResourceExhausted,
-// before or after decompression), decode_error for one it could not
-// decompress or that was cut short (Internal). A request whose sender went
-// away (Canceled, DeadlineExceeded) is not a refusal.
-func (g *GRPC) refused(in *wireRequest, err error) {
-	reason := in.reason
-	if reason == "" {
-		switch status.Code(err) {
-		case codes.ResourceExhausted:
-			reason = metrics.RejectTooLarge
-		case codes.Internal:
-			reason = metrics.RejectDecodeError
-		default:
-			return
-		}
+// refused counts and logs an Export request gRPC could not hand to the
+// codec, as OTLP/HTTP counts its refusals: decode_error for one it could
+// not decompress or that was cut short (Internal). The codec's own
+// refusals (values nested too deep, bytes pdata cannot decode) are
+// answered by exportWire, and a message over serve.receiver.max_body_bytes
+// (ResourceExhausted) is counted by oversized, which sees it whether gRPC
+// refuses it before the handler or in its decode. A request whose sender
+// went away (Canceled, DeadlineExceeded) is not a refusal.
+func (g *GRPC) refused(_ *wireRequest, err error) {
+	if status.Code(err) != codes.Internal {
+		return
 	}
-	g.rc.rejected(metrics.SourceOTLPGRPC, reason, 1)
-	g.rc.logRejected("rejected_request", metrics.SourceOTLPGRPC, "", reason, status.Convert(err).Message())
+	g.rc.rejected(metrics.SourceOTLPGRPC, metrics.RejectDecodeError, 1)
+	g.rc.logRejected("rejected_request", metrics.SourceOTLPGRPC, "", metrics.RejectDecodeError, status.Convert(err).Message())
 }
 
 // grpcPrincipal authenticates a gRPC request by its metadata and its
@@ -330,7 +371,8 @@ func (rc *Receiver) grpcPrincipal(ctx context.Context, method string, md metadat
 
 // depthCodec checks the nesting of an OTLP message on the wire before the
 // proto codec decodes it: a deep value costs many times its size once
-// decoded. gRPC answers its error with Internal and the message.
+// decoded. A request it cannot take is marked (wireRequest.refused) and
+// answered by exportWire with InvalidArgument, counted and logged.
 //
 // An Export request (wireRequest) is kept as its bytes when
 // otlp.CheckProto accepts them with the attribute limit maxAttrs, and
@@ -359,8 +401,8 @@ func (c depthCodec) Unmarshal(data mem.BufferSlice, v any) error {
 		b := buf.ReadOnlyData()
 		if err := protoValueDepth(b, c.limit); err != nil {
 			buf.Free()
-			w.reason = metrics.RejectTooDeep
-			return fmt.Errorf("cannot take OTLP protobuf: %w", err)
+			w.refused = newRefusal(400, "cannot take OTLP protobuf: "+err.Error(), metrics.RejectTooDeep)
+			return nil
 		}
 		if m, ok := otlp.CheckProto(b, c.maxAttrs); ok {
 			w.buf, w.msg, w.fast = buf, m, true
@@ -376,9 +418,9 @@ func (c depthCodec) Unmarshal(data mem.BufferSlice, v any) error {
 				w.req, w.bad = req, bad
 				return nil
 			}
-			w.reason = metrics.RejectDecodeError
+			w.refused = newRefusal(400, "cannot decode OTLP protobuf: "+err.Error(), metrics.RejectDecodeError)
 		}
-		return err
+		return nil
 	}
 	m, ok := v.(interface{ UnmarshalProto([]byte) error })
 	if !ok {

@@ -564,10 +564,16 @@ func (rc *Receiver) exportBody(ctx context.Context, src metrics.Source, tenant s
 		if d, at := jsonDepth(b, jsonBodyDepth(rc.cfg.MaxDepth)); d > jsonBodyDepth(rc.cfg.MaxDepth) {
 			return ptraceotlp.ExportResponse{}, newRefusal(400, fmt.Sprintf("cannot take OTLP JSON: nested deeper than %d levels at byte offset %d (serve.receiver.max_depth)", jsonBodyDepth(rc.cfg.MaxDepth), at), metrics.RejectTooDeep)
 		}
+		// pdata decodes the first JSON value and ignores what follows it:
+		// a second document (OTLP JSON lines, as a file exporter writes
+		// them) would be acknowledged and dropped.
+		if end := jsonValueEnd(b); end >= 0 && len(bytes.TrimSpace(b[end:])) > 0 {
+			return ptraceotlp.ExportResponse{}, newRefusal(400, fmt.Sprintf("cannot decode OTLP JSON: more after the request at byte offset %d; a request carries one ExportTraceServiceRequest (send one document a request, or read a file of them with mcpaudit analyze)", end), metrics.RejectDecodeError)
+		}
 		if err := req.UnmarshalJSON(b); err != nil {
 			var ok bool
 			if req, pre, ok = salvageRequest(ctx, b, false); !ok {
-				return ptraceotlp.ExportResponse{}, newRefusal(400, "cannot decode OTLP JSON: "+err.Error(), metrics.RejectDecodeError)
+				return ptraceotlp.ExportResponse{}, newRefusal(400, "cannot decode OTLP JSON: "+jsonFault(b, err), metrics.RejectDecodeError)
 			}
 		}
 	}
@@ -575,6 +581,26 @@ func (rc *Receiver) exportBody(ctx context.Context, src metrics.Source, tenant s
 	// alike: the body can serve the next request now.
 	rc.recycleBody(b)
 	return rc.exportCtx(ctx, src, tenant, req, pre)
+}
+
+// jsonFault says why body b, which pdata could not decode (err), is not
+// OTLP JSON: where its JSON syntax breaks, as a byte offset in the body
+// (pdata's decoder counts bytes within the window of the body it quotes,
+// "error found in #10 byte of ...|...|", which is no place in the body),
+// else pdata's error (valid JSON that is not OTLP).
+func jsonFault(b []byte, err error) string {
+	var se *json.SyntaxError
+	if e := json.Unmarshal(b, new(json.RawMessage)); !errors.As(e, &se) {
+		return err.Error()
+	}
+	if se.Offset >= int64(len(b)) {
+		return fmt.Sprintf("%s: the body is cut short at byte offset %d", se, len(b))
+	}
+	msg := fmt.Sprintf("%s at byte offset %d", se, se.Offset-1) // Offset counts the bad byte
+	if i := bytes.IndexFunc(b, func(r rune) bool { return r != ' ' && r != '\t' && r != '\r' && r != '\n' }); i >= 0 && b[i] != '{' && b[i] != '[' {
+		msg += " (not JSON: is it protobuf, sent as application/json? Send it as application/x-protobuf)"
+	}
+	return msg
 }
 
 // isGzipDamage reports whether err is a gzip stream's fault (cut short, a

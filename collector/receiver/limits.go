@@ -190,6 +190,31 @@ func jsonDepth(b []byte, limit int) (depth, at int) {
 	return depth, -1
 }
 
+// jsonValueEnd returns the offset just after the JSON object that b
+// starts with (after white space) closes, or -1 when b does not start
+// with one or it does not close (b cut short, or not JSON).
+func jsonValueEnd(b []byte) int {
+	start := len(b) - len(bytes.TrimLeft(b, " \t\r\n"))
+	if start == len(b) || b[start] != '{' {
+		return -1
+	}
+	d := 0
+	for i := start; i < len(b); i++ {
+		switch b[i] {
+		case '"':
+			i = stringEnd(b, i+1)
+		case '{', '[':
+			d++
+		case '}', ']':
+			d--
+			if d == 0 {
+				return i + 1
+			}
+		}
+	}
+	return -1
+}
+
 // stringEnd returns the offset of the quote that closes the JSON string
 // whose text starts at b[i:], or len(b). Payloads are mostly string bytes:
 // the closing quote is searched for rather than stepped to, and a quote

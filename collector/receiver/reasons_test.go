@@ -227,10 +227,10 @@ func TestGRPCWholeRequestRefusals(t *testing.T) {
 		status int
 		code   codes.Code
 	}{
-		{"too_deep", deep, metrics.RejectTooDeep, 400, codes.Internal},
+		{"too_deep", deep, metrics.RejectTooDeep, 400, codes.InvalidArgument},
 		{"too_large", large, metrics.RejectTooLarge, 413, codes.ResourceExhausted},
 		// A resource's field 1 that declares more bytes than follow.
-		{"not_otlp", []byte{0x0a, 0x05, 0x0a, 0x7f, 0x00}, metrics.RejectDecodeError, 400, codes.Internal},
+		{"not_otlp", []byte{0x0a, 0x05, 0x0a, 0x7f, 0x00}, metrics.RejectDecodeError, 400, codes.InvalidArgument},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if a := e.post(t, "/v1/traces", "application/x-protobuf", tokAcme, tc.body); a.status != tc.status {

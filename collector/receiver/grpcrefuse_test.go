@@ -1,0 +1,155 @@
+package receiver_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding/gzip"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/mcpaudit/mcpaudit/collector/pipeline"
+	"github.com/mcpaudit/mcpaudit/collector/receiver"
+)
+
+// TestGRPC_RequestRefusedWhole: an OTLP/gRPC request that cannot be taken
+// at all (cut short, or nested too deep) is answered InvalidArgument (the
+// OTLP status for a request refused for good, not gRPC's Internal) with
+// the reason, and counted and logged as the same request over OTLP/HTTP
+// is; the good request after it on the same connection is taken. Found
+// from outside: such requests were answered "grpc: failed to unmarshal
+// the received message: unexpected EOF" (Internal) and appeared in no
+// metric and no log line.
+func TestGRPC_RequestRefusedWhole(t *testing.T) {
+	e := newEnv(t, nil)
+	cc := dialGRPC(t, e)
+	send := func(body []byte) (ptraceotlp.ExportResponse, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tokAcme)
+		// A real OTLP exporter cannot send a cut-short message, which a
+		// broken client or proxy can: the bytes go raw.
+		in, out := rawMessage(body), rawMessage(nil)
+		err := cc.Invoke(ctx, "/opentelemetry.proto.collector.trace.v1.TraceService/Export", &in, &out, grpc.ForceCodecV2(rawCodec{}))
+		resp := ptraceotlp.NewExportResponse()
+		if err == nil {
+			if err := resp.UnmarshalProto(out); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return resp, err
+	}
+	good, err := traces("thegram", 3, nil).MarshalProto()
+	if err != nil {
+		t.Fatal(err)
+	}
+	deep, err := traces("thegram", 1, func(sp ptrace.Span) {
+		v := sp.Attributes().PutEmptySlice("deep")
+		for range 5000 {
+			v = v.AppendEmpty().SetEmptySlice()
+		}
+	}).MarshalProto()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, reason, want string
+		body               []byte
+	}{
+		{"cut_short", "decode_error", "cannot decode OTLP protobuf: ", good[:len(good)-7]},
+		{"not_otlp", "decode_error", "cannot decode OTLP protobuf: ", []byte("\xff\xff\xff\xff not protobuf")},
+		{"too_deep", "too_deep", "max_depth", deep},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := send(tc.body)
+			if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), tc.want) {
+				t.Fatalf("%v; want InvalidArgument naming %q", err, tc.want)
+			}
+		})
+	}
+	for reason, want := range map[string]float64{"decode_error": 2, "too_deep": 1} {
+		got := testutil.ToFloat64(counter(t, e.reg, "mcpaudit_ingest_rejected_total", map[string]string{"source": "otlp_grpc", "reason": reason}))
+		if got != want {
+			t.Errorf("mcpaudit_ingest_rejected_total{source=otlp_grpc,reason=%s} = %v, want %v", reason, got, want)
+		}
+	}
+	lines := e.logs.lines(t, "rejected_request")
+	if len(lines) != 3 {
+		t.Errorf("%d rejected_request log lines, want 3: %v", len(lines), lines)
+	}
+	for _, l := range lines {
+		if l["transport"] != "otlp_grpc" || l["tenant"] != "acme" {
+			t.Errorf("log line %v: want transport otlp_grpc and tenant acme", l)
+		}
+	}
+	if resp, err := send(good); err != nil || resp.PartialSuccess().RejectedSpans() != 0 {
+		t.Fatalf("good request after the refused ones: %v, %d rejected", err, resp.PartialSuccess().RejectedSpans())
+	}
+	if n := len(e.stored(t)); n != 3 {
+		t.Errorf("%d calls stored, want the 3 of the good request", n)
+	}
+}
+
+// TestGRPC_MessageOverLimit: an OTLP/gRPC message over
+// serve.receiver.max_body_bytes, plain or gzip (a bomb that inflates past
+// it), is answered by gRPC itself with ResourceExhausted before any
+// handler runs, and is counted as too_large and logged (naming the
+// setting), as the 413 over HTTP is. Found from outside: it appeared in no
+// metric and no log line.
+func TestGRPC_MessageOverLimit(t *testing.T) {
+	e := newEnv(t, func(c *receiver.Config, _ *pipeline.Config) { c.MaxBodyBytes = 1 << 20 })
+	cc := dialGRPC(t, e)
+	client := ptraceotlp.NewGRPCClient(cc)
+	big := traces("thegram", 3, func(sp ptrace.Span) {
+		sp.Attributes().PutStr("gen_ai.tool.call.result", `{"isError":false,"structuredContent":{"text":"`+strings.Repeat("a", 2<<20)+`"}}`)
+	})
+	for _, tc := range []struct {
+		name string
+		opts []grpc.CallOption
+	}{
+		{"plain", nil},
+		{"gzip_bomb", []grpc.CallOption{grpc.UseCompressor(gzip.Name)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tokAcme)
+			_, err := client.Export(ctx, big, tc.opts...)
+			if status.Code(err) != codes.ResourceExhausted {
+				t.Fatalf("%v; want ResourceExhausted", err)
+			}
+		})
+	}
+	// The stats handler sees the end of the RPC after the client does.
+	var lines []map[string]any
+	for range 100 {
+		if lines = e.logs.lines(t, "rejected_request"); len(lines) >= 2 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if len(lines) != 2 {
+		t.Errorf("%d rejected_request log lines, want 2: %v", len(lines), lines)
+	}
+	for _, l := range lines {
+		if l["transport"] != "otlp_grpc" || l["tenant"] != "acme" || l["reason"] != "too_large" || !strings.Contains(l["error"].(string), "serve.receiver.max_body_bytes") {
+			t.Errorf("log line %v: want otlp_grpc, tenant acme, too_large, naming serve.receiver.max_body_bytes", l)
+		}
+	}
+	if got := testutil.ToFloat64(counter(t, e.reg, "mcpaudit_ingest_rejected_total", map[string]string{"source": "otlp_grpc", "reason": "too_large"})); got != 2 {
+		t.Errorf("mcpaudit_ingest_rejected_total{source=otlp_grpc,reason=too_large} = %v, want 2", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tokAcme)
+	if _, err := client.Export(ctx, traces("thegram", 2, nil)); err != nil {
+		t.Fatalf("good request after the refused ones: %v", err)
+	}
+}
