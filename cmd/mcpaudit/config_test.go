@@ -92,6 +92,7 @@ serve:
   store: clickhouse
   clickhouse: {dsn: "http://x"}
   slo_target: 1.5
+  pipeline: {restart_grace_max: -1m}
   recevier: {}
 rules: {runbook_url: "docs/runbooks.md"}
 `)
@@ -109,8 +110,9 @@ rules: {runbook_url: "docs/runbooks.md"}
 		`line 9: serve.retention: want a duration such as 30d, 1d12h, 5m, 30s or 500ms, not "30 days"`,
 		`line 11: serve.clickhouse.dsn: must use the native protocol (clickhouse:// or tcp://), not "http"`,
 		"line 12: serve.slo_target: 1.5 is not a fraction between 0 and 1",
-		"line 13: serve.recevier: unknown key (did you mean serve.receiver?)",
-		"line 14: rules.runbook_url: want an absolute URL",
+		"line 13: serve.pipeline.restart_grace_max: must not be negative",
+		"line 14: serve.recevier: unknown key (did you mean serve.receiver?)",
+		"line 15: rules.runbook_url: want an absolute URL",
 	}
 	got := strings.Split(ce.Errors.Error(), "\n")
 	if len(got) != len(want) {

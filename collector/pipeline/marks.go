@@ -64,7 +64,16 @@ type markFile struct {
 	// mark (a backlog replayed), lowers it before it is acknowledged, so
 	// that the replay at start reaches back to it.
 	Floor time.Time `json:"floor,omitzero"`
+	// Saved is the wall time the file was written (zero in a file of a
+	// release before it was kept). It is rewritten at least every
+	// stateRefresh while the collector runs, so that at the next start
+	// the time since tells how long the collector was down, within that.
+	Saved time.Time `json:"saved,omitzero"`
 }
+
+// stateRefresh is how often the state file is rewritten when nothing in
+// it changed: how far its Saved time may be behind a crash.
+const stateRefresh = 10 * time.Second
 
 type markLine struct {
 	Tenant string `json:"tenant"`
@@ -72,32 +81,44 @@ type markLine struct {
 	mark
 }
 
-// readMarks reads the partitions' marks kept by the last run. lost is set
-// when the file exists but cannot be read or understood: what it said is
-// unknown (so is a file missing where the store holds output; recover
-// tells that case).
-func readMarks(path string, log *slog.Logger) (marks map[detect.PartitionKey]mark, floor time.Time, lost bool) {
+// readMarks reads the partitions' marks kept by the last run. saved is
+// the latest wall time the file shows that run alive (its Saved time, or
+// in an older file the latest mark or delivery in it; zero when it shows
+// none). lost is set when the file exists but cannot be read or
+// understood: what it said is unknown (so is a file missing where the
+// store holds output; recover tells that case).
+func readMarks(path string, log *slog.Logger) (marks map[detect.PartitionKey]mark, floor, saved time.Time, lost bool) {
 	if path == "" {
-		return nil, time.Time{}, false
+		return nil, time.Time{}, time.Time{}, false
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
 			log.Warn("cannot read the partitions' watermarks", "path", path, "err", err)
-			return nil, time.Time{}, true
+			return nil, time.Time{}, time.Time{}, true
 		}
-		return nil, time.Time{}, false
+		return nil, time.Time{}, time.Time{}, false
 	}
 	var f markFile
 	if err := json.Unmarshal(b, &f); err != nil || f.Version != 2 {
 		log.Warn("cannot read the partitions' watermarks", "path", path, "err", err, "version", f.Version)
-		return nil, time.Time{}, true
+		return nil, time.Time{}, time.Time{}, true
+	}
+	saved = f.Saved
+	later := func(t time.Time) {
+		if t.After(saved) {
+			saved = t
+		}
 	}
 	m := make(map[detect.PartitionKey]mark, len(f.Partitions))
 	for _, l := range f.Partitions {
 		m[detect.PartitionKey{Tenant: l.Tenant, Server: l.Server}] = l.mark
+		later(l.At)
+		for _, s := range l.Sources {
+			later(s.Seen)
+		}
 	}
-	return m, f.Floor, false
+	return m, f.Floor, saved, false
 }
 
 // marksOf returns the marks of the engine's partitions at wall time now.
@@ -136,10 +157,11 @@ func (p *Pipeline) saveMarks(marks map[detect.PartitionKey]mark, force bool) {
 	p.floorMu.Lock()
 	defer p.floorMu.Unlock()
 	floor := floorOf(marks, p.queued)
-	if maps.EqualFunc(marks, p.savedMarks, mark.equal) && floor.Equal(p.floor) || !force && p.now().Sub(p.marksSaved) < time.Second {
+	since := p.now().Sub(p.marksSaved)
+	if maps.EqualFunc(marks, p.savedMarks, mark.equal) && floor.Equal(p.floor) && since < stateRefresh || !force && since < time.Second {
 		return
 	}
-	if err := writeMarks(p.cfg.StateFile, marks, floor); err != nil {
+	if err := writeMarks(p.cfg.StateFile, marks, floor, p.now()); err != nil {
 		p.warnStateLocked(err)
 		return
 	}
@@ -180,7 +202,7 @@ func (p *Pipeline) lowerFloor(t time.Time) error {
 	}
 	// Nothing was saved yet, or the batch reaches behind what was: the
 	// file must say so before the calls are acknowledged.
-	if err := writeMarks(p.cfg.StateFile, p.savedMarks, t); err != nil {
+	if err := writeMarks(p.cfg.StateFile, p.savedMarks, t, p.now()); err != nil {
 		return fmt.Errorf("cannot save the state file: %w", err)
 	}
 	p.floor = t
@@ -229,8 +251,9 @@ func earliest(b audit.Batch) time.Time {
 	return t
 }
 
-func writeMarks(path string, marks map[detect.PartitionKey]mark, floor time.Time) error {
-	f := markFile{Version: 2, Floor: floor}
+// writeMarks writes the state file at path, saved at wall time saved.
+func writeMarks(path string, marks map[detect.PartitionKey]mark, floor, saved time.Time) error {
+	f := markFile{Version: 2, Floor: floor, Saved: saved}
 	for k, m := range marks {
 		f.Partitions = append(f.Partitions, markLine{Tenant: k.Tenant, Server: k.Server, mark: m})
 	}

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"bytes"
+	"io"
 	"log/slog"
 	"maps"
 	"os"
@@ -22,16 +23,20 @@ func TestMarks_RoundTrip(t *testing.T) {
 		{Tenant: "acme", Server: "thegram"}:  {Waiting: t0.Add(time.Minute)},
 	}
 	floor := t0.Add(-3 * time.Hour)
-	if err := writeMarks(path, want, floor); err != nil {
+	saved := t0.Add(2 * time.Hour)
+	if err := writeMarks(path, want, floor, saved); err != nil {
 		t.Fatal(err)
 	}
 	var log bytes.Buffer
-	got, gotFloor, lost := readMarks(path, slog.New(slog.NewTextHandler(&log, nil)))
+	got, gotFloor, gotSaved, lost := readMarks(path, slog.New(slog.NewTextHandler(&log, nil)))
 	if lost {
 		t.Error("a good state file was taken as lost")
 	}
 	if !gotFloor.Equal(floor) {
 		t.Errorf("floor read back %v, want %v", gotFloor, floor)
+	}
+	if !gotSaved.Equal(saved) {
+		t.Errorf("saved time read back %v, want %v", gotSaved, saved)
 	}
 	if !maps.EqualFunc(got, want, func(a, b mark) bool {
 		return a.Watermark.Equal(b.Watermark) && a.Waiting.Equal(b.Waiting)
@@ -58,8 +63,8 @@ func TestMarks_Unreadable(t *testing.T) {
 			}
 		}
 		var log bytes.Buffer
-		got, floor, lost := readMarks(path, slog.New(slog.NewTextHandler(&log, nil)))
-		if got != nil || !floor.IsZero() {
+		got, floor, saved, lost := readMarks(path, slog.New(slog.NewTextHandler(&log, nil)))
+		if got != nil || !floor.IsZero() || !saved.IsZero() {
 			t.Errorf("%s: read %v and floor %v, want no marks", name, got, floor)
 		}
 		// A file that exists and cannot be read is lost: what it said is
@@ -77,4 +82,55 @@ func TestMarks_Unreadable(t *testing.T) {
 	f("truncated", []byte(`{"version":2,"partitions":[{"tenant":"","server":"thegr`), true)
 	f("other version", []byte(`{"version":1,"partitions":[]}`), true)
 	f("wrong type", []byte(`{"version":2,"partitions":{"server":"thegram"}}`), true)
+}
+
+// TestMarks_SavedOfOlderFile: a state file of a release that did not keep
+// its saved time tells the last run alive at its latest mark or delivery
+// (how long the collector was down sets the hold after a restart); one
+// without either, at no time.
+func TestMarks_SavedOfOlderFile(t *testing.T) {
+	f := func(content string, want time.Time) {
+		t.Helper()
+		path := filepath.Join(t.TempDir(), "partitions.json")
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, _, saved, lost := readMarks(path, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		if lost || !saved.Equal(want) {
+			t.Errorf("%s: saved %v (lost %v), want %v", content, saved, lost, want)
+		}
+	}
+	t0 := time.Date(2026, 12, 4, 11, 0, 0, 0, time.UTC)
+	f(`{"version":2,"partitions":[{"tenant":"","server":"thegram","watermark":"2026-12-04T10:59:00Z","waiting":"0001-01-01T00:00:00Z"}]}`, time.Time{})
+	f(`{"version":2,"partitions":[{"tenant":"","server":"thegram","watermark":"2026-12-04T10:59:00Z","waiting":"0001-01-01T00:00:00Z","at":"2026-12-04T10:59:58Z"},`+
+		`{"tenant":"","server":"oddlynew","watermark":"2026-12-04T10:59:00Z","waiting":"0001-01-01T00:00:00Z","at":"2026-12-04T10:59:59Z","sources":[{"name":"pod-0","clock":"2026-12-04T10:59:00Z","seen":"2026-12-04T11:00:00Z"}]}]}`, t0)
+	f(`{"version":2,"partitions":[{"tenant":"","server":"thegram","watermark":"2026-12-04T10:59:00Z","waiting":"0001-01-01T00:00:00Z","at":"2026-12-04T10:59:58Z"}],"saved":"2026-12-04T11:00:00Z"}`, t0)
+}
+
+// TestRestartGrace: the grace after a restart is the downtime between
+// restart_grace and restart_grace_max; restart_grace when the state file
+// does not say when the last run stopped, or when it is the larger.
+func TestRestartGrace(t *testing.T) {
+	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	f := func(grace, graceMax, down time.Duration, want time.Duration) {
+		t.Helper()
+		cfg := NewDefaultConfig()
+		cfg.RestartGrace, cfg.RestartGraceMax = grace, graceMax
+		var saved time.Time
+		if down != -1 {
+			saved = now.Add(-down)
+		}
+		if got, _ := restartGrace(cfg, saved, now); got != want {
+			t.Errorf("restart_grace %v, restart_grace_max %v, down %v: grace %v, want %v", grace, graceMax, down, got, want)
+		}
+	}
+	const s, m = time.Second, time.Minute
+	f(30*s, 3*m, -1, 30*s)         // downtime unknown: as before
+	f(30*s, 3*m, 5*s, 30*s)        // a rolling restart: the floor
+	f(30*s, 3*m, 90*s, 90*s)       // the downtime
+	f(30*s, 3*m, 6*m, 3*m)         // capped
+	f(30*s, 0, 6*m, 30*s)          // restart_grace_max 0: fixed, as before
+	f(5*m, 3*m, 4*m, 5*m)          // an explicit larger restart_grace wins
+	f(0, 3*m, 2*s, 2*s)            // no floor
+	f(30*s, 3*m, -time.Hour, 30*s) // saved ahead: the clock went back
 }

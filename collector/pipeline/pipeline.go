@@ -53,16 +53,23 @@ type Config struct {
 	// CommitEvery is how often the engine's output is committed and the
 	// wall clock moves the watermarks. Default 100ms.
 	CommitEvery time.Duration `yaml:"commit_every"`
-	// RestartGrace is how long after a restart the sources that held a
-	// partition back (in the state file) still hold it without delivering,
-	// before the idle timeout starts, and, with the idle timeout, how long
-	// such a partition's watermark does not pass what they had delivered
-	// before the stop: senders retry
-	// after a backoff (the OpenTelemetry SDK and Collector wait up to
-	// 30 s ± 50 % between tries; a gRPC sender's connection, after an
-	// outage of minutes, up to 2 m more), and a Collector's sending queue
-	// replays its backlog out of order. Calls wait meanwhile. Default 30s.
+	// RestartGrace is the shortest time after a restart that the sources
+	// that held a partition back (in the state file) still hold it without
+	// delivering, before the idle timeout starts, and, with the idle
+	// timeout, that such a partition's watermark does not pass what they
+	// had delivered before the stop: senders retry after a backoff (the
+	// OpenTelemetry SDK and Collector wait up to 30 s ± 50 % between
+	// tries), and a Collector's sending queue replays its backlog out of
+	// order. Calls wait meanwhile. After a longer stop the grace is the
+	// time serve was down, up to restart_grace_max. Default 30s.
 	RestartGrace time.Duration `yaml:"restart_grace"`
+	// RestartGraceMax caps the grace after a restart, which is the time
+	// serve was down (from the state file's last save to the start) when
+	// that is longer than restart_grace: a gRPC sender's reconnect backoff
+	// grows with the outage, to 2 m ± 20 %, and a Collector's retry adds
+	// up to 45 s. 0 keeps the grace at restart_grace whatever the
+	// downtime; a restart_grace above it wins. Default 3m.
+	RestartGraceMax time.Duration `yaml:"restart_grace_max"`
 	// MaxServersPerTenant caps the partitions (servers) of one tenant:
 	// calls of a new server past it are refused, per record, until an idle
 	// partition is freed. Default 1000.
@@ -81,7 +88,8 @@ type Config struct {
 
 // NewDefaultConfig returns the defaults.
 func NewDefaultConfig() Config {
-	return Config{QueueCalls: 200_000, MaxOpenCalls: 1_000_000, CommitEvery: 100 * time.Millisecond, RestartGrace: 30 * time.Second, MaxServersPerTenant: 1000}
+	return Config{QueueCalls: 200_000, MaxOpenCalls: 1_000_000, CommitEvery: 100 * time.Millisecond, RestartGrace: 30 * time.Second, RestartGraceMax: 3 * time.Minute,
+		MaxServersPerTenant: 1000}
 }
 
 // Validate checks the limits.
@@ -101,6 +109,9 @@ func (c *Config) Validate() error {
 	}
 	if c.RestartGrace < 0 {
 		errs = append(errs, errors.New("restart_grace: must not be negative"))
+	}
+	if c.RestartGraceMax < 0 {
+		errs = append(errs, errors.New("restart_grace_max: must not be negative"))
 	}
 	return errors.Join(errs...)
 }
@@ -255,7 +266,7 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("cannot read the watermark: %w", err)
 	}
-	marks, floor, lost := readMarks(p.cfg.StateFile, p.log)
+	marks, floor, saved, lost := readMarks(p.cfg.StateFile, p.log)
 	if !lost && p.cfg.StateFile != "" && marks == nil && !wm.IsZero() {
 		// The store holds output, so the file was written (before the
 		// first call was acknowledged) and is gone.
@@ -303,10 +314,13 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	p.eng.OnDuplicate(p.gate.duplicate)
 	p.gate.storedWrite = p.storedWrite
 	// The sources that held each partition back are known again before
-	// the replay, so that no watermark jumps to its fastest source.
+	// the replay, so that no watermark jumps to its fastest source. Their
+	// grace grows with the time the collector was down: so does their
+	// senders' backoff.
+	grace, down := restartGrace(p.cfg, saved, p.now())
 	for k, m := range marks {
 		for _, src := range m.Sources {
-			p.eng.RestoreSource(k, src, p.now(), p.cfg.RestartGrace)
+			p.eng.RestoreSource(k, src, p.now(), grace)
 		}
 	}
 	start := p.now()
@@ -332,7 +346,8 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	// rest, their senders' retries, which may bring the backlog out of
 	// order (detect.Engine.HoldAfterRestart), for as long as a restored
 	// source holds its partition without delivering.
-	hold := p.now().Add(p.cfg.RestartGrace + p.dcfg.IdleTimeout)
+	hold := p.now().Add(grace + p.dcfg.IdleTimeout)
+	held := 0
 	for k, m := range marks {
 		var at time.Time
 		for i, src := range m.Sources {
@@ -342,7 +357,25 @@ func (p *Pipeline) recover(ctx context.Context) error {
 		}
 		if len(m.Sources) > 0 {
 			p.eng.HoldAfterRestart(k, at, hold)
+			held++
 		}
+	}
+	if held > 0 {
+		args := []any{"partitions", held, "hold", grace + p.dcfg.IdleTimeout, "until", hold}
+		switch {
+		case down < 0:
+			args = append(args, "downtime", "unknown", "why", "restart_grace + idle_timeout: the state file does not say when the last run stopped")
+		case down <= p.cfg.RestartGrace:
+			args = append(args, "downtime", down, "why", "restart_grace + idle_timeout: down for less than restart_grace")
+		case grace < down && grace == p.cfg.RestartGrace:
+			args = append(args, "downtime", down, "why", "restart_grace + idle_timeout: restart_grace_max is below restart_grace")
+		case grace < down:
+			args = append(args, "downtime", down, "why", "restart_grace_max + idle_timeout: down for longer than restart_grace_max")
+		default:
+			args = append(args, "downtime", down, "why", "downtime + idle_timeout: senders' reconnect backoff grows with the outage")
+		}
+		p.log.Info("partitions whose sources were delivering at the stop hold their watermarks at what those had delivered, for their senders' backlogs: findings about later calls wait until then",
+			append(args, "restart_grace", p.cfg.RestartGrace, "restart_grace_max", p.cfg.RestartGraceMax, "idle_timeout", p.dcfg.IdleTimeout)...)
 	}
 	p.eng.Tick(p.now())
 	p.countOpen()
@@ -351,6 +384,23 @@ func (p *Pipeline) recover(ctx context.Context) error {
 			"replayed_calls", n, "known_findings", len(known), "took", p.now().Sub(start).Round(time.Millisecond))
 	}
 	return nil
+}
+
+// restartGrace returns how long after a restart at wall time now the
+// sources that held their partitions at the stop hold them without
+// delivering (the idle timeout comes on top): the time the collector was
+// down, since saved (its state file's last save), between
+// cfg.RestartGrace and cfg.RestartGraceMax, and RestartGrace when saved is
+// unknown (down is then negative). A sender's reconnect backoff grows with
+// the outage: gRPC's to about 0.7 times the time it has been failing, up
+// to 2 m ± 20 %, and an OpenTelemetry Collector's retry adds up to 45 s.
+// A quick restart keeps the short grace, so its findings wait no longer.
+func restartGrace(cfg Config, saved, now time.Time) (grace, down time.Duration) {
+	if saved.IsZero() {
+		return cfg.RestartGrace, -1
+	}
+	down = max(now.Sub(saved), 0).Round(time.Second)
+	return max(cfg.RestartGrace, min(down, cfg.RestartGraceMax)), down
 }
 
 // storedWrite reports whether the store holds the write w under call c,

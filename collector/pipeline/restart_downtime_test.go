@@ -1,0 +1,213 @@
+package pipeline_test
+
+import (
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/collector/detect"
+)
+
+// TestRestart_HoldScalesWithDowntime: the hold after a restart
+// (Engine.HoldAfterRestart) lasts as long as serve was down, between
+// restart_grace (30 s) and restart_grace_max (3 m), plus the idle timeout,
+// with the default settings. Measured from outside (docs/detection.md,
+// "Backlogs replayed after an outage"): after an outage of minutes, a gRPC
+// sender's reconnect backoff has grown to up to 2 minutes, and a
+// Collector's queue comes back 43 s to 150 s after serve listens again,
+// its oldest request, held by a consumer still backing off, later still.
+// With a fixed 30 s grace that backlog came after the hold: too late to be
+// judged, and the windows its reads settle closed without them (false
+// unverified_writes). After a quick restart the senders come back at once,
+// and the findings must not wait longer than they did with the fixed
+// grace.
+//
+// Two pods of thegram deliver live, one call a second each. w1 (sync
+// pending) is read synced 3 s after the stop, a read in the oldest
+// request of the queue; w2 is never read: its unverified_write is due.
+func TestRestart_HoldScalesWithDowntime(t *testing.T) {
+	type scenario struct {
+		down time.Duration // how long serve is down
+		back time.Duration // when, after the restart, the queue comes
+		// held is how much later than the rest the queue's first 5 s come
+		// (a consumer still backing off).
+		held time.Duration
+		// w2Due is the wall time after the restart from which w2's
+		// finding must be stored; w2Early the latest at which it must
+		// not be yet (the hold is not shorter than restart_grace).
+		w2Early, w2Due time.Duration
+		log            string
+		// kill: the process is killed (the state file is as last saved).
+		kill bool
+	}
+	for name, sc := range map[string]scenario{
+		// Down 3 minutes, senders back 90 s after the restart, the oldest
+		// request 30 s later.
+		"down_3m_senders_back_after_90s": {down: 3 * time.Minute, back: 90 * time.Second, held: 30 * time.Second,
+			w2Early: 3 * time.Minute, w2Due: 3*time.Minute + 15*time.Second, log: "downtime=3m0s"},
+		// The same, killed: the downtime is counted from the state file's
+		// last save, at most a second before.
+		"killed_3m_senders_back_after_90s": {down: 3 * time.Minute, back: 90 * time.Second, held: 30 * time.Second,
+			w2Early: 3 * time.Minute, w2Due: 3*time.Minute + 15*time.Second, log: "downtime=3m", kill: true},
+		// A rolling restart: down 5 s, senders back at once. The hold is
+		// restart_grace + idle_timeout (40 s), as before.
+		"down_5s_released_after_floor": {down: 5 * time.Second, back: 0, held: 2 * time.Second,
+			w2Early: 35 * time.Second, w2Due: 45 * time.Second, log: "downtime=5s"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			clock := newClock(wallStart)
+			r := openRun(t, dir, clock, nil, nil)
+			rpc := 0
+			line := func(pod string, at time.Time) []byte {
+				rpc++
+				return callLine("thegram", "s-"+pod, rpc, at)
+			}
+			ingest := func(b audit.Batch) {
+				t.Helper()
+				if _, err := r.ingest(b); err != nil {
+					t.Fatal(err)
+				}
+			}
+			live := func(n int) {
+				for i := 0; i < n; i++ {
+					now := clock.Now()
+					for _, pod := range []string{"pod-0", "pod-1"} {
+						ingest(batch(t, pod, line(pod, now.Add(-time.Second))))
+					}
+					clock.Add(time.Second)
+				}
+			}
+			live(30)
+			// w1's window (5 m) ends 30 s after the stop, w2's 10 s after
+			// the restart: the hold is what keeps it open.
+			stop := clock.Now().Add(5 * time.Second)
+			restart := stop.Add(sc.down)
+			w1 := stop.Add(-4*time.Minute - 30*time.Second)
+			w2 := restart.Add(10*time.Second - 5*time.Minute)
+			ingest(batch(t, "pod-1", pendingPatchLine("s-w1", 900001, w1, "team/x.gram")))
+			ingest(batch(t, "pod-0", pendingPatchLine("s-w2", 900003, w2, "team/y.gram")))
+			live(5)
+			if sc.kill {
+				r.crash()
+			} else {
+				r.stop()
+			}
+			// What each pod's calls of the downtime are, per second, in
+			// the Collector's queue.
+			type req struct {
+				pod   string
+				lines [][]byte
+			}
+			var queue []req
+			for s := 0; s < int(sc.down/time.Second); s++ {
+				at := stop.Add(time.Duration(s) * time.Second)
+				for _, pod := range []string{"pod-0", "pod-1"} {
+					lines := [][]byte{line(pod, at)}
+					if pod == "pod-1" && s == 3 {
+						lines = append(lines, readSyncedLine("s-w1", 900002, at, "team/x.gram"))
+					}
+					queue = append(queue, req{pod, lines})
+				}
+			}
+			clock.Add(sc.down)
+			r = openRun(t, dir, clock, nil, nil)
+			if !strings.Contains(r.logs.String(), sc.log) {
+				t.Errorf("the start-up log does not say %q:\n%s", sc.log, r.logs.String())
+			}
+			// Nothing arrives until the senders reconnect; the wall clock
+			// goes on.
+			findingAt := time.Duration(-1)
+			wait := func(d time.Duration) {
+				for ; d > 0; d -= time.Second {
+					clock.Add(time.Second)
+					r.status()
+					if findingAt < 0 && len(r.read().findings) > 0 {
+						findingAt = clock.Now().Sub(restart)
+					}
+				}
+			}
+			wait(sc.back)
+			held, rest := queue[:10], queue[10:]
+			for _, q := range rest {
+				ingest(batch(t, q.pod, q.lines...))
+			}
+			// Live traffic as the held consumer backs off, then its
+			// request, then live traffic until well past the hold.
+			step := func(n int) {
+				for i := 0; i < n; i++ {
+					live(1)
+					r.status()
+					if findingAt < 0 && len(r.read().findings) > 0 {
+						findingAt = clock.Now().Sub(restart)
+					}
+				}
+			}
+			step(int(sc.held / time.Second))
+			for _, q := range held {
+				ingest(batch(t, q.pod, q.lines...))
+			}
+			step(int((sc.w2Due - clock.Now().Sub(restart)) / time.Second))
+			st := r.status()[detect.PartitionKey{Server: "thegram"}]
+			t.Logf("after the restart: watermark %s, %d late, %d too late; first finding %v after the restart",
+				st.Watermark.Format(time.TimeOnly), st.Late, st.TooLate, findingAt)
+			if st.TooLate != 0 {
+				t.Errorf("%d calls of the backlog too late to be judged", st.TooLate)
+			}
+			if findingAt >= 0 && findingAt <= sc.w2Early {
+				t.Errorf("a finding was stored %v after the restart, before the hold's end", findingAt)
+			}
+			o := r.stop()
+			var got []string
+			for _, f := range o.findings {
+				got = append(got, string(f.Kind)+" "+f.Document)
+			}
+			if len(got) != 1 || got[0] != "unverified_write team/y.gram" {
+				t.Errorf("findings %v, want only w2's unverified_write (team/y.gram)", got)
+			}
+			if findingAt < 0 {
+				t.Errorf("w2's finding not stored %v after the restart", sc.w2Due)
+			}
+		})
+	}
+}
+
+// TestRestart_StateFileSavedWhileUnchanged: the state file is rewritten
+// every 10 s even when nothing in it changed (no partition, or one whose
+// watermark waits for a refused source), so that after a crash its saved
+// time tells how long the collector was down within that, and the hold
+// after the restart is not made longer by the time the file stood still.
+func TestRestart_StateFileSavedWhileUnchanged(t *testing.T) {
+	dir := t.TempDir()
+	clock := newClock(wallStart)
+	openRun(t, dir, clock, nil, nil)
+	saved := func() time.Time {
+		var f struct {
+			Saved time.Time `json:"saved"`
+		}
+		b, err := os.ReadFile(filepath.Join(dir, "partitions.json"))
+		if err == nil {
+			err = json.Unmarshal(b, &f)
+		}
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			t.Fatal(err)
+		}
+		return f.Saved
+	}
+	for i := 0; i < 3; i++ {
+		want := clock.Now()
+		// The engine goroutine saves at its next commit tick (10 ms).
+		for deadline := time.Now().Add(10 * time.Second); saved().Before(want); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the state file was saved at %v, not since %v", saved(), want)
+			}
+		}
+		clock.Add(11 * time.Second)
+	}
+}
