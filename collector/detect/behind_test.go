@@ -85,3 +85,81 @@ func TestStatus_HeldByLeavesOutSourceTooFarBehind(t *testing.T) {
 		t.Errorf("held_by %q with every source idle, want none", got)
 	}
 }
+
+// TestWrongClockFromTheStart: a pod whose clock is 2 h slow, delivering
+// from the partition's first second beside an on-time pod, holds nothing
+// back: the on-time pod's calls are judged as they come, the slow pod's are
+// counted too late, as they are when it joins later. Before, the partition
+// followed the slow pod, and every call of the server waited 2 h.
+func TestWrongClockFromTheStart(t *testing.T) {
+	e := NewEngine(NewDefaultConfig())
+	e.ClockPerPartition()
+	rd := dialect.NewReader(dialect.Config{})
+	read := func(at time.Time, id int) []byte {
+		return fmt.Appendf(nil, `{"time":%q,"server":"thegram","session":"s%d","request":{"id":%d,"jsonrpc":"2.0","method":"tools/call","params":{"name":"gram_read","arguments":{"path":"d.gram"}}},"response":{"id":%d,"jsonrpc":"2.0","result":{"isError":false}}}`,
+			at.Format(time.RFC3339Nano), id%7, id, id)
+	}
+	wall := time.Date(2026, 12, 4, 15, 30, 0, 0, time.UTC)
+	id := 0
+	for range 60 {
+		// The slow pod first: the partition is born on its clock.
+		id++
+		e.Add("otlp:thegram/slow2h", leanRecord(t, rd, read(wall.Add(-2*time.Hour), id)), wall)
+		id++
+		e.Add("otlp:thegram/on-time", leanRecord(t, rd, read(wall.Add(-time.Second), id)), wall)
+		wall = wall.Add(time.Second)
+		e.Tick(wall)
+	}
+	ps := e.Status(wall)[0]
+	if ps.Lag > 10*time.Second {
+		t.Errorf("watermark %s behind the wall clock, want the on-time pod's (seconds): the slow pod holds the partition", ps.Lag)
+	}
+	if ps.HeldBy != "otlp:thegram/on-time" {
+		t.Errorf("held_by %q, want otlp:thegram/on-time", ps.HeldBy)
+	}
+	if ps.Buffered > 5 {
+		t.Errorf("%d calls waiting, want the on-time pod's judged as they come", ps.Buffered)
+	}
+	var slow SourceStatus
+	for _, s := range ps.Sources {
+		if s.Name == "otlp:thegram/slow2h" {
+			slow = s
+		}
+	}
+	if slow.TooLate < 50 {
+		t.Errorf("%d of the slow pod's 60 calls counted too late, want all but those before the partition's first watermark", slow.TooLate)
+	}
+}
+
+// TestOldBacklogsHoldWithoutCurrentSource: sources that all deliver calls
+// from long ago (backlogs replayed to a collector started late, a capture
+// posted) hold their partition as always: none is current, so none is
+// taken for a wrong clock, and the earliest holds the watermark.
+func TestOldBacklogsHoldWithoutCurrentSource(t *testing.T) {
+	e := NewEngine(NewDefaultConfig())
+	e.ClockPerPartition()
+	rd := dialect.NewReader(dialect.Config{})
+	read := func(at time.Time, id int) []byte {
+		return fmt.Appendf(nil, `{"time":%q,"server":"thegram","session":"s%d","request":{"id":%d,"jsonrpc":"2.0","method":"tools/call","params":{"name":"gram_read","arguments":{"path":"d.gram"}}},"response":{"id":%d,"jsonrpc":"2.0","result":{"isError":false}}}`,
+			at.Format(time.RFC3339Nano), id%7, id, id)
+	}
+	wall := time.Date(2026, 12, 4, 15, 30, 0, 0, time.UTC)
+	id := 0
+	for i := range 60 {
+		id++
+		e.Add("otlp:thegram/pod-a", leanRecord(t, rd, read(wall.Add(-3*time.Hour+time.Duration(i)*time.Second), id)), wall)
+		id++
+		e.Add("otlp:thegram/pod-b", leanRecord(t, rd, read(wall.Add(-time.Hour+time.Duration(i)*time.Second), id)), wall)
+		wall = wall.Add(time.Second)
+		e.Tick(wall)
+	}
+	ps := e.Status(wall)[0]
+	if ps.HeldBy != "otlp:thegram/pod-a" {
+		t.Errorf("held_by %q, want otlp:thegram/pod-a, the earliest backlog", ps.HeldBy)
+	}
+	for _, s := range ps.Sources {
+		if s.TooLate != 0 {
+			t.Errorf("%s: %d calls too late, want none", s.Name, s.TooLate)
+		}
+	}
+}

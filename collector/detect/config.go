@@ -30,6 +30,16 @@ type Config struct {
 	// may run: a partition's watermark never passes the wall clock by more,
 	// and calls dated beyond it are counted as ahead. Default 1m.
 	MaxClockSkew time.Duration `yaml:"max_clock_skew"`
+	// MaxClockLag is how far behind the wall clock a source's calls may be
+	// dated, from its first, and the source still hold its partition's
+	// watermark back beside another source of it that is current: one
+	// further behind (a clock hours slow) would hold every finding of its
+	// server for as long as it runs. Its calls are then too late, counted
+	// and named as those of a source that joins that far behind. A source
+	// once current (a pod whose exporter falls behind, a sender replaying
+	// its backlog after a restart) is not subject to it. 0 turns it off.
+	// Default 15m.
+	MaxClockLag time.Duration `yaml:"max_clock_lag"`
 }
 
 // NewDefaultConfig returns the documented defaults.
@@ -41,6 +51,7 @@ func NewDefaultConfig() Config {
 		AllowedLateness:   2 * time.Minute,
 		IdleTimeout:       10 * time.Second,
 		MaxClockSkew:      time.Minute,
+		MaxClockLag:       15 * time.Minute,
 	}
 }
 
@@ -58,6 +69,9 @@ func (c *Config) Validate() error {
 	positive("max_clock_skew", c.MaxClockSkew)
 	if c.Lateness < 0 {
 		errs = append(errs, errors.New("lateness: must not be negative"))
+	}
+	if c.MaxClockLag < 0 {
+		errs = append(errs, errors.New("max_clock_lag: must not be negative"))
 	}
 	if c.AllowedLateness < 0 {
 		errs = append(errs, errors.New("allowed_lateness: must not be negative"))

@@ -135,6 +135,11 @@ type source struct {
 	// after a restart, a grace for its exporter to come back
 	// (RestoreSource). It goes idle the idle timeout after.
 	alive time.Time
+	// current is set once the source delivered a call dated within
+	// MaxClockLag of the wall time of its delivery, or was restored after
+	// a restart: a source that never was may have a wrong clock
+	// (wrongClock).
+	current bool
 	Counts
 	// parts are the partitions the source fed.
 	parts []*partition
@@ -228,6 +233,9 @@ func (e *Engine) Add(src string, r *audit.Record, wall time.Time) {
 			count(p, s, countAhead, t)
 			e.stats.Ahead++
 		}
+	}
+	if !s.current && !wall.IsZero() && !m.Before(wall.Add(-e.cfg.MaxClockLag)) {
+		s.current = true
 	}
 	moved := m.After(s.max)
 	if moved {
@@ -438,12 +446,13 @@ func (e *Engine) advance(p *partition, wall time.Time) {
 			}
 			continue
 		}
-		if e.tooFarBehind(p, s) {
+		if e.holdsNothing(p, s, wall) {
 			// Further behind the watermark than the allowance (it joined
-			// or came back that far behind): its calls are too late to be
-			// judged, so it holds nothing back; otherwise one exporter
-			// with a slow clock or queue would stop its partition, and the
-			// other sources' calls would pile up until back-pressure.
+			// or came back that far behind), or never current beside a
+			// source that is: its calls are too late to be judged, so it
+			// holds nothing back; otherwise one exporter with a slow clock
+			// or queue would stop its partition, and the other sources'
+			// calls would pile up until back-pressure.
 			continue
 		}
 		m := s.max.Add(-e.cfg.Lateness)
@@ -475,10 +484,37 @@ func (e *Engine) quiet(s *source, wall time.Time) bool {
 	return !wall.IsZero() && wall.Sub(s.alive) >= e.cfg.IdleTimeout
 }
 
+// holdsNothing reports whether source s, active, holds partition p's
+// watermark back no more at wall: it is further behind the watermark than
+// the allowed lateness, or its clock looks wrong (wrongClock).
+func (e *Engine) holdsNothing(p *partition, s *source, wall time.Time) bool {
+	return e.tooFarBehind(p, s) || e.wrongClock(p, s, wall)
+}
+
 // tooFarBehind reports whether source s is further behind partition p's
 // watermark than the allowed lateness, and so holds it back no more.
 func (e *Engine) tooFarBehind(p *partition, s *source) bool {
 	return !p.wm.IsZero() && s.max.Before(p.wm.Add(-e.cfg.AllowedLateness))
+}
+
+// wrongClock reports whether source s has never been current (every call
+// it delivered dated more than MaxClockLag before its arrival) while
+// another active source of partition p is current at wall. Such a source
+// would otherwise hold p from the start, when p has no watermark yet for
+// tooFarBehind to measure against: a pod whose clock is 2 h slow held
+// every finding of its server 2 h, for as long as it ran, where the same
+// pod joining a minute later has its calls counted too late.
+func (e *Engine) wrongClock(p *partition, s *source, wall time.Time) bool {
+	if s.current || wall.IsZero() || e.cfg.MaxClockLag <= 0 {
+		return false
+	}
+	since := wall.Add(-e.cfg.MaxClockLag)
+	for _, o := range p.sources {
+		if o != s && o.current && !e.quiet(o, wall) && !o.max.Before(since) {
+			return true
+		}
+	}
+	return false
 }
 
 // SourceName is a source as its sender names it, within a tenant.
@@ -500,7 +536,7 @@ func (e *Engine) HoldingBack(into map[SourceName]bool) {
 		var h *source
 		ahead := false
 		for _, s := range p.sources {
-			if e.quiet(s, e.wall) || e.tooFarBehind(p, s) {
+			if e.quiet(s, e.wall) || e.holdsNothing(p, s, e.wall) {
 				continue
 			}
 			switch {

@@ -62,6 +62,9 @@ func (e *Engine) RestoreSource(k PartitionKey, src SourceClock, wall time.Time, 
 	if alive.After(s.alive) {
 		s.alive = alive
 	}
+	// It was delivering when the last run stopped: what it delivers now
+	// may be its backlog, however old (wrongClock).
+	s.current = true
 }
 
 // RestoreWatermark raises partition k's watermark to wm, where it stood

@@ -113,7 +113,7 @@ func (e *Engine) Status(now time.Time) []PartitionStatus {
 			if !s.max.IsZero() {
 				ss.Lag = now.Sub(s.max)
 			}
-			if !ss.Idle && !e.tooFarBehind(p, s) && (held == nil || s.max.Before(held.max)) {
+			if !ss.Idle && !e.holdsNothing(p, s, now) && (held == nil || s.max.Before(held.max)) {
 				held = s
 			}
 			ps.Sources = append(ps.Sources, ss)
