@@ -503,6 +503,10 @@ const (
 	RetentionFromNow        = "now"
 )
 
+// testHookAfterNewest, when set by a test, runs in expire once the newest
+// stored call is read, before anything is deleted.
+var testHookAfterNewest func()
+
 // expire runs one round of retention at now. Its cutoffs count back from
 // now, or, by default (serve.retention_from), from the newest stored call
 // when that is older: a collector left with old calls only (a capture
@@ -528,7 +532,16 @@ func (s *server) expire(ctx context.Context, now time.Time) {
 			report("*", time.Time{}, 0, err)
 			return
 		}
-		if !newest.IsZero() && newest.Before(now) {
+		if testHookAfterNewest != nil {
+			testHookAfterNewest()
+		}
+		if newest.IsZero() {
+			// No call stored: nothing to delete. Counting back from now
+			// instead would delete an old capture posted while this
+			// round runs, acknowledged and expected kept.
+			return
+		}
+		if newest.Before(now) {
 			from = newest
 		}
 		if now.Sub(from) > s.cfg.Serve.RetentionEvery.D() {
