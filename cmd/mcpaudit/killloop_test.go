@@ -38,13 +38,29 @@ import (
 // freePort returns a loopback port nothing listens on now.
 func freePort(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	givenPorts.Lock()
+	defer givenPorts.Unlock()
+	for {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		// The kernel may give a port just closed again: two calls in a
+		// row gave one server the same port for two listeners.
+		if !givenPorts.m[addr] {
+			givenPorts.m[addr] = true
+			return addr
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
+
+// givenPorts are the addresses freePort gave, never given twice.
+var givenPorts = struct {
+	sync.Mutex
+	m map[string]bool
+}{m: map[string]bool{}}
 
 // child is mcpaudit serve running as a process of its own.
 type child struct {
