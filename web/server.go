@@ -210,21 +210,16 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 // errBadParam marks a bad query parameter.
 var errBadParam = errors.New("bad parameter")
 
-// parseTime reads an RFC 3339 time or a duration back from now.
+// parseTime reads a time or a duration back from now (api.ParseTime).
 func parseTime(name, v string, now time.Time) (time.Time, error) {
 	if v == "" {
 		return time.Time{}, nil
 	}
-	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
-		if err := api.CheckTime(t); err != nil {
-			return time.Time{}, fmt.Errorf("%w %s: %v", errBadParam, name, err)
-		}
-		return t, nil
+	t, err := api.ParseTime(v, now)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%w %s: %v", errBadParam, name, err)
 	}
-	if d, err := api.ParseWindow(v); err == nil {
-		return now.Add(-d), nil
-	}
-	return time.Time{}, fmt.Errorf("%w %s: want an RFC 3339 time or a duration such as 1h or 7d, not %q", errBadParam, name, v)
+	return t, nil
 }
 
 // row is one line of a timeline: a call and what the store knows about it.
@@ -348,6 +343,20 @@ func (s *Server) renderTimeline(w http.ResponseWriter, r *http.Request, p api.Pr
 	if err != nil {
 		s.fail(w, r, err)
 		return
+	}
+	if len(page.Calls) == 0 && len(findings) == 0 {
+		// An empty page is "nothing in this range" only for a name the
+		// store knows: a mistyped or unknown one says so.
+		known, err := s.store.Calls(ctx, audit.CallQuery{Tenant: p.Tenant, Document: cq.Document, Session: cq.Session, Limit: 1})
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		if len(known.Calls) == 0 {
+			s.fail(w, r, fmt.Errorf("%s %q: no stored call or finding names it (names must match exactly; the findings page filters by document and session): %w",
+				kind, name, audit.ErrNotFound))
+			return
+		}
 	}
 	if kind == "document" {
 		// Evidence on this document of findings filed under another

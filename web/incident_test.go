@@ -1,0 +1,126 @@
+package web
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/api"
+	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
+)
+
+// incidentServer is the page without credentials over a real embedded
+// store holding three writes to team/notes.gram: at 14:01:30, 14:02:05 and
+// 14:09:00 on 2026-12-04.
+func incidentServer(t *testing.T) *httptest.Server {
+	t.Helper()
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "mcpaudit.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	const doc = "team/notes.gram"
+	base := time.Date(2026, 12, 4, 14, 0, 0, 0, time.UTC)
+	for i, at := range []time.Duration{90 * time.Second, 125 * time.Second, 9 * time.Minute} {
+		c := &audit.Call{ID: []string{"c_00000000000000000011", "c_00000000000000000012", "c_00000000000000000013"}[i],
+			Time: base.Add(at), Server: "thegram", Session: "s-incident", Tool: "gram_patch", Method: "tools/call", Responded: true,
+			Arguments: []byte(`{"path":"` + doc + `","base_revision":3}`), Result: []byte(`{"isError":false,"structuredContent":{"path":"` + doc + `","rev":4}}`)}
+		rec := audit.Record{Call: c, Outcome: audit.OutcomeOK, Tool: c.Tool,
+			Ops: []audit.Op{{Tool: c.Tool, Kind: audit.OpWrite, Target: doc, Status: audit.OpSucceeded}}}
+		if _, err := st.AppendCalls(context.Background(), []audit.Record{rec}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, err := New(st, api.New(st, 0.999), Config{}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(p.Handler())
+	t.Cleanup(hs.Close)
+	return hs
+}
+
+// shownCalls returns the ids of the calls on a timeline page.
+func shownCalls(page string) []string {
+	var ids []string
+	for _, m := range regexp.MustCompile(`<tr class="call[^"]*" data-call="([^"]+)"`).FindAllStringSubmatch(page, -1) {
+		ids = append(ids, m[1])
+	}
+	return ids
+}
+
+// TestTimelineTimes: since and until take the times the page shows
+// ("2026-12-04 14:02:05.000", UTC), a minute typed by hand and RFC 3339
+// alike, and a time it cannot read is named with the forms it takes.
+func TestTimelineTimes(t *testing.T) {
+	hs := incidentServer(t)
+	c := client(t)
+	f := func(query string, want ...string) {
+		t.Helper()
+		code, page := body(t, c, "GET", hs.URL+"/documents/team%2Fnotes.gram?"+query, nil)
+		if got := shownCalls(page); code != 200 || strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Errorf("?%s: %d, calls %v, want 200 and %v", query, code, got, want)
+		}
+	}
+	f("since=2026-12-04+14:02:05.000", "c_00000000000000000012", "c_00000000000000000013")
+	f("since=2026-12-04+14:02&until=2026-12-04+14:03", "c_00000000000000000012")
+	f("since=2026-12-04T14:02&until=2026-12-04T14:03", "c_00000000000000000012")
+	f("since=2026-12-04T14:02:00Z&until=2026-12-04T14:03:00Z", "c_00000000000000000012")
+	f("since=2026-12-04+14:02:00%2B01:00", "c_00000000000000000011", "c_00000000000000000012", "c_00000000000000000013")
+	f("until=2026-12-04+14:01:30.001", "c_00000000000000000011")
+	f("since=2026-12-04", "c_00000000000000000011", "c_00000000000000000012", "c_00000000000000000013")
+	for _, bad := range []string{"14:02", "yesterday", "2026-13-01+14:02"} {
+		code, page := body(t, c, "GET", hs.URL+"/documents/team%2Fnotes.gram?since="+bad, nil)
+		if code != http.StatusBadRequest || !strings.Contains(page, "since") || !strings.Contains(page, "2026-12-04 14:02") {
+			t.Errorf("since=%s: %d, want 400 naming since and the forms it takes:\n%s", bad, code, page)
+		}
+	}
+	// The findings page reads the same forms.
+	if code, _ := body(t, c, "GET", hs.URL+"/?since=2026-12-04+14:02:05.000", nil); code != 200 {
+		t.Errorf("/?since= in the page's own format: %d, want 200", code)
+	}
+}
+
+// TestTimelineUnknownName: a document or session no stored call names is
+// a clear 404, not an empty timeline; a known one with nothing in the
+// range is an empty page.
+func TestTimelineUnknownName(t *testing.T) {
+	hs := incidentServer(t)
+	c := client(t)
+	for _, u := range []string{"/documents/team%2Fnotes.grm", "/documents/notes.gram", "/sessions/s-nobody"} {
+		code, page := body(t, c, "GET", hs.URL+u, nil)
+		if code != http.StatusNotFound || !strings.Contains(page, "no stored call or finding names it") {
+			t.Errorf("GET %s: %d, want 404 saying nothing names it:\n%s", u, code, page)
+		}
+	}
+	code, page := body(t, c, "GET", hs.URL+"/documents/team%2Fnotes.gram?since=2026-12-04+15:00", nil)
+	if code != 200 || !strings.Contains(page, "No calls in this range.") {
+		t.Errorf("a known document with no call in the range: %d:\n%s", code, page)
+	}
+}
+
+// TestPageIcon: the page names its icon and serves it, so that a browser
+// does not ask for /favicon.ico and log a 404 in the console.
+func TestPageIcon(t *testing.T) {
+	hs := incidentServer(t)
+	c := client(t)
+	_, page := body(t, c, "GET", hs.URL+"/documents/team%2Fnotes.gram", nil)
+	m := regexp.MustCompile(`<link rel="icon" href="(/[^"]+)"`).FindStringSubmatch(page)
+	if m == nil {
+		t.Fatal("the page names no icon: browsers ask for /favicon.ico, which answers 404")
+	}
+	resp, err := c.Get(hs.URL + m[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "image/") {
+		t.Errorf("GET %s: %d %s, want 200 and an image", m[1], resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+}
