@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,7 +18,8 @@ import (
 
 // incidentServer is the page without credentials over a real embedded
 // store holding three writes to team/notes.gram: at 14:01:30, 14:02:05 and
-// 14:09:00 on 2026-12-04.
+// 14:09:00 on 2026-12-04, and findings about them: one double_applied_write
+// and two unverified_write.
 func incidentServer(t *testing.T) *httptest.Server {
 	t.Helper()
 	st, err := sqlite.Open(filepath.Join(t.TempDir(), "mcpaudit.db"), sqlite.Options{})
@@ -34,6 +36,13 @@ func incidentServer(t *testing.T) *httptest.Server {
 		rec := audit.Record{Call: c, Outcome: audit.OutcomeOK, Tool: c.Tool,
 			Ops: []audit.Op{{Tool: c.Tool, Kind: audit.OpWrite, Target: doc, Status: audit.OpSucceeded}}}
 		if _, err := st.AppendCalls(context.Background(), []audit.Record{rec}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, k := range []audit.Kind{audit.KindDoubleAppliedWrite, audit.KindUnverifiedWrite, audit.KindUnverifiedWrite} {
+		f := audit.Finding{Kind: k, Severity: k.Severity(), Server: "thegram", Document: doc, Session: "s-incident",
+			Time: base.Add(time.Duration(i) * time.Minute), Calls: []string{"c_0000000000000000001" + string(rune('1'+i))}, Summary: string(k)}
+		if err := st.Commit(context.Background(), audit.Results{Findings: []audit.Finding{f}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -123,4 +132,26 @@ func TestPageIcon(t *testing.T) {
 	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "image/") {
 		t.Errorf("GET %s: %d %s, want 200 and an image", m[1], resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
+}
+
+// TestIndexTotalFollowsKind: "findings matching" counts what the filter
+// matches: an alert's investigation_url (/?kind=K&server=S) must not show
+// the count of every kind beside the one finding listed.
+func TestIndexTotalFollowsKind(t *testing.T) {
+	hs := incidentServer(t)
+	c := client(t)
+	f := func(query string, want int) {
+		t.Helper()
+		_, page := body(t, c, "GET", hs.URL+"/?"+query, nil)
+		m := regexp.MustCompile(`id="total">(\d+)<`).FindStringSubmatch(page)
+		rows := strings.Count(page, `<tr class="finding"`)
+		if m == nil || m[1] != strconv.Itoa(want) || rows != want {
+			t.Errorf("/?%s: findings matching %v, %d rows; want %d", query, m, rows, want)
+		}
+	}
+	f("", 3)
+	f("kind=double_applied_write&server=thegram", 1)
+	f("kind=unverified_write", 2)
+	f("kind=duplicate_create", 0)
+	f("severity=critical", 1)
 }

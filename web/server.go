@@ -516,7 +516,11 @@ func (s *Server) index(w http.ResponseWriter, r *http.Request) {
 			k.Open += c.Count
 		}
 		k.Total += c.Count
-		v.Total += c.Count
+		// The table counts every kind, so that the others stay one
+		// click away; "findings matching" is what the filter matches.
+		if q.Kind == "" || c.Kind == q.Kind {
+			v.Total += c.Count
+		}
 	}
 	for _, k := range audit.Kinds {
 		if c := byKind[k]; c != nil {
