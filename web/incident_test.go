@@ -2,8 +2,10 @@ package web
 
 import (
 	"context"
+	"html"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -21,6 +23,12 @@ import (
 // 14:09:00 on 2026-12-04, and findings about them: one double_applied_write
 // and two unverified_write.
 func incidentServer(t *testing.T) *httptest.Server {
+	t.Helper()
+	return incidentServerWith(t, Config{})
+}
+
+// incidentServerWith is incidentServer with cfg.
+func incidentServerWith(t *testing.T, cfg Config) *httptest.Server {
 	t.Helper()
 	st, err := sqlite.Open(filepath.Join(t.TempDir(), "mcpaudit.db"), sqlite.Options{})
 	if err != nil {
@@ -46,7 +54,7 @@ func incidentServer(t *testing.T) *httptest.Server {
 			t.Fatal(err)
 		}
 	}
-	p, err := New(st, api.New(st, 0.999), Config{}, nil, nil)
+	p, err := New(st, api.New(st, 0.999), cfg, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,4 +162,46 @@ func TestIndexTotalFollowsKind(t *testing.T) {
 	f("kind=unverified_write", 2)
 	f("kind=duplicate_create", 0)
 	f("severity=critical", 1)
+}
+
+// TestPagerMovesOn: "Later calls" and "Older findings" lead to the next
+// page, not back to the first.
+func TestPagerMovesOn(t *testing.T) {
+	hs := incidentServerWith(t, Config{PageSize: 2})
+	c := client(t)
+	// next resolves the page's link to its next page as a browser does.
+	next := func(from, page string) string {
+		t.Helper()
+		m := regexp.MustCompile(`<a id="next" href="([^"]+)"`).FindStringSubmatch(page)
+		if m == nil {
+			t.Fatalf("no link to the next page on %s:\n%s", from, page)
+		}
+		base, _ := url.Parse(from)
+		ref, err := url.Parse(html.UnescapeString(m[1]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return base.ResolveReference(ref).String()
+	}
+	u := hs.URL + "/documents/team%2Fnotes.gram"
+	_, page := body(t, c, "GET", u, nil)
+	if got := shownCalls(page); len(got) != 2 {
+		t.Fatalf("first page: %v", got)
+	}
+	u = next(u, page)
+	_, page = body(t, c, "GET", u, nil)
+	if got := shownCalls(page); strings.Join(got, " ") != "c_00000000000000000013" {
+		t.Errorf("second page of the timeline (%s): calls %v, want [c_00000000000000000013]", u, got)
+	}
+
+	ids := regexp.MustCompile(`<tr class="finding" data-kind="[^"]+" data-id="([^"]+)"`)
+	u = hs.URL + "/"
+	_, page = body(t, c, "GET", u, nil)
+	first := ids.FindAllStringSubmatch(page, -1)
+	u = next(u, page)
+	_, page = body(t, c, "GET", u, nil)
+	second := ids.FindAllStringSubmatch(page, -1)
+	if len(first) != 2 || len(second) != 1 || second[0][1] == first[0][1] || second[0][1] == first[1][1] {
+		t.Errorf("findings pages: %v then (%s) %v, want 2 then the third", first, u, second)
+	}
 }

@@ -244,7 +244,11 @@ type timeline struct {
 	Name     string
 	Rows     []row
 	Findings []audit.Finding
-	Next     string // query string of the next page, empty on the last
+	// Next is the link to the next page ("?" and its query), empty on the
+	// last. A template.URL: html/template escapes a string after "?" as
+	// one query component, so "cursor=X" became "cursor%3dX" and the link
+	// led back to the first page.
+	Next     template.URL
 	Since    string
 	Until    string
 	Payloads bool
@@ -376,7 +380,7 @@ func (s *Server) renderTimeline(w http.ResponseWriter, r *http.Request, p api.Pr
 			v[k] = x
 		}
 		v.Set("cursor", page.NextCursor)
-		tl.Next = v.Encode()
+		tl.Next = template.URL("?" + v.Encode())
 	}
 	title := "Document " + name
 	if kind == "session" {
@@ -458,7 +462,7 @@ type indexView struct {
 	Findings []audit.Finding
 	Counts   []kindCount
 	Total    int64
-	Next     string
+	Next     template.URL // as timeline.Next
 	Kinds    []audit.Kind
 	States   []audit.FindingState
 	SLI      *float64
@@ -542,7 +546,7 @@ func (s *Server) index(w http.ResponseWriter, r *http.Request) {
 			nv[k] = x
 		}
 		nv.Set("cursor", page.NextCursor)
-		v.Next = nv.Encode()
+		v.Next = template.URL("/?" + nv.Encode())
 	}
 	s.render(w, r, "index", http.StatusOK, "Findings", &v)
 }
