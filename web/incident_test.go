@@ -205,3 +205,21 @@ func TestPagerMovesOn(t *testing.T) {
 		t.Errorf("findings pages: %v then (%s) %v, want 2 then the third", first, u, second)
 	}
 }
+
+// TestIndexLinksToTimeline: filtering the findings by a document or a
+// session links to its whole timeline, which holds calls without findings
+// too.
+func TestIndexLinksToTimeline(t *testing.T) {
+	hs := incidentServer(t)
+	c := client(t)
+	f := func(query, want string) {
+		t.Helper()
+		_, page := body(t, c, "GET", hs.URL+"/?"+query, nil)
+		if !strings.Contains(page, `href="`+want+`"`) {
+			t.Errorf("/?%s has no link to %s", query, want)
+		}
+	}
+	f("document=team/notes.gram", "/documents/team%2Fnotes.gram")
+	f("document=team/notes.gram&kind=duplicate_create", "/documents/team%2Fnotes.gram")
+	f("session=s-incident", "/sessions/s-incident")
+}
