@@ -156,24 +156,52 @@ type params struct {
 
 func (p *params) str(name string) string { return p.q.Get(name) }
 
-// time reads an RFC 3339 time or a duration back from now ("1h", "30d").
+// time reads a time (ParseTime) of the query parameter name.
 func (p *params) time(name string) time.Time {
 	v := p.q.Get(name)
 	if v == "" || p.err != nil {
 		return time.Time{}
 	}
-	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
-		if err := CheckTime(t); err != nil {
-			p.err = &paramError{name, err.Error()}
-			return time.Time{}
+	t, err := ParseTime(v, p.now)
+	if err != nil {
+		p.err = &paramError{name, err.Error()}
+	}
+	return t
+}
+
+// zonelessLayouts are the times without a zone that ParseTime reads as UTC:
+// the investigation page shows times as "2006-01-02 15:04:05.000" in UTC,
+// and a person copies them, or types a minute, into since and until.
+var zonelessLayouts = []string{
+	"2006-01-02 15:04:05.999999999",
+	"2006-01-02T15:04:05.999999999",
+	"2006-01-02 15:04",
+	"2006-01-02T15:04",
+	"2006-01-02",
+}
+
+// ParseTime reads a time given to since or until: RFC 3339 ("2026-12-04T14:02:00Z",
+// also with a space for the T), a time without a zone taken as UTC, as the page
+// shows them ("2026-12-04 14:02:05.123", "2026-12-04 14:02", "2026-12-04"), or a
+// duration back from now ("1h", "30d"). The time must be within 1678-2261.
+func ParseTime(v string, now time.Time) (time.Time, error) {
+	t, err := time.Parse(time.RFC3339Nano, strings.Replace(v, " ", "T", 1))
+	for _, layout := range zonelessLayouts {
+		if err == nil {
+			break
 		}
-		return t
+		t, err = time.Parse(layout, v)
+	}
+	if err == nil {
+		if err := CheckTime(t); err != nil {
+			return time.Time{}, err
+		}
+		return t, nil
 	}
 	if d, err := ParseWindow(v); err == nil {
-		return p.now.Add(-d)
+		return now.Add(-d), nil
 	}
-	p.err = &paramError{name, "want an RFC 3339 time or a duration such as 1h or 30d, not " + strconv.Quote(v)}
-	return time.Time{}
+	return time.Time{}, fmt.Errorf("want an RFC 3339 time, a UTC time such as 2026-12-04 14:02, or a duration such as 1h or 30d, not %s", strconv.Quote(v))
 }
 
 // CheckTime rejects a time the stores cannot hold: nanoseconds since 1970

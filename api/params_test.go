@@ -37,6 +37,31 @@ func TestParseWindow(t *testing.T) {
 	f("d", 0, true)
 }
 
+func TestParseTime(t *testing.T) {
+	now := time.Date(2026, 12, 4, 15, 0, 0, 0, time.UTC)
+	f := func(in string, want time.Time, wantErr bool) {
+		t.Helper()
+		got, err := api.ParseTime(in, now)
+		if (err != nil) != wantErr || !got.Equal(want) {
+			t.Errorf("ParseTime(%q) = %v, %v; want %v, error %v", in, got, err, want, wantErr)
+		}
+	}
+	at := func(h, m, s, ms int) time.Time { return time.Date(2026, 12, 4, h, m, s, ms*1e6, time.UTC) }
+	f("2026-12-04T14:02:05.123Z", at(14, 2, 5, 123), false)
+	f("2026-12-04T15:02:05+01:00", at(14, 2, 5, 0), false)
+	f("2026-12-04 15:02:05+01:00", at(14, 2, 5, 0), false)
+	f("2026-12-04 14:02:05.123", at(14, 2, 5, 123), false) // as the page shows it, UTC
+	f("2026-12-04T14:02:05", at(14, 2, 5, 0), false)
+	f("2026-12-04 14:02", at(14, 2, 0, 0), false)
+	f("2026-12-04T14:02", at(14, 2, 0, 0), false) // an <input type="datetime-local">
+	f("2026-12-04", at(0, 0, 0, 0), false)
+	f("1h", at(14, 0, 0, 0), false)
+	f("14:02", time.Time{}, true)
+	f("2026-13-01 14:02", time.Time{}, true)
+	f("2300-01-01 00:00", time.Time{}, true)
+	f("yesterday", time.Time{}, true)
+}
+
 func TestParseTarget(t *testing.T) {
 	f := func(in string, allowOne bool, want float64, wantErr bool) {
 		t.Helper()

@@ -210,21 +210,16 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 // errBadParam marks a bad query parameter.
 var errBadParam = errors.New("bad parameter")
 
-// parseTime reads an RFC 3339 time or a duration back from now.
+// parseTime reads a time or a duration back from now (api.ParseTime).
 func parseTime(name, v string, now time.Time) (time.Time, error) {
 	if v == "" {
 		return time.Time{}, nil
 	}
-	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
-		if err := api.CheckTime(t); err != nil {
-			return time.Time{}, fmt.Errorf("%w %s: %v", errBadParam, name, err)
-		}
-		return t, nil
+	t, err := api.ParseTime(v, now)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%w %s: %v", errBadParam, name, err)
 	}
-	if d, err := api.ParseWindow(v); err == nil {
-		return now.Add(-d), nil
-	}
-	return time.Time{}, fmt.Errorf("%w %s: want an RFC 3339 time or a duration such as 1h or 7d, not %q", errBadParam, name, v)
+	return t, nil
 }
 
 // row is one line of a timeline: a call and what the store knows about it.
@@ -249,7 +244,11 @@ type timeline struct {
 	Name     string
 	Rows     []row
 	Findings []audit.Finding
-	Next     string // query string of the next page, empty on the last
+	// Next is the link to the next page ("?" and its query), empty on the
+	// last. A template.URL: html/template escapes a string after "?" as
+	// one query component, so "cursor=X" became "cursor%3dX" and the link
+	// led back to the first page.
+	Next     template.URL
 	Since    string
 	Until    string
 	Payloads bool
@@ -349,6 +348,20 @@ func (s *Server) renderTimeline(w http.ResponseWriter, r *http.Request, p api.Pr
 		s.fail(w, r, err)
 		return
 	}
+	if len(page.Calls) == 0 && len(findings) == 0 {
+		// An empty page is "nothing in this range" only for a name the
+		// store knows: a mistyped or unknown one says so.
+		known, err := s.store.Calls(ctx, audit.CallQuery{Tenant: p.Tenant, Document: cq.Document, Session: cq.Session, Limit: 1})
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		if len(known.Calls) == 0 {
+			s.fail(w, r, fmt.Errorf("%s %q: no stored call or finding names it (names must match exactly; the findings page filters by document and session): %w",
+				kind, name, audit.ErrNotFound))
+			return
+		}
+	}
 	if kind == "document" {
 		// Evidence on this document of findings filed under another
 		// (a duplicate create names the later document).
@@ -367,7 +380,7 @@ func (s *Server) renderTimeline(w http.ResponseWriter, r *http.Request, p api.Pr
 			v[k] = x
 		}
 		v.Set("cursor", page.NextCursor)
-		tl.Next = v.Encode()
+		tl.Next = template.URL("?" + v.Encode())
 	}
 	title := "Document " + name
 	if kind == "session" {
@@ -449,7 +462,7 @@ type indexView struct {
 	Findings []audit.Finding
 	Counts   []kindCount
 	Total    int64
-	Next     string
+	Next     template.URL // as timeline.Next
 	Kinds    []audit.Kind
 	States   []audit.FindingState
 	SLI      *float64
@@ -507,7 +520,11 @@ func (s *Server) index(w http.ResponseWriter, r *http.Request) {
 			k.Open += c.Count
 		}
 		k.Total += c.Count
-		v.Total += c.Count
+		// The table counts every kind, so that the others stay one
+		// click away; "findings matching" is what the filter matches.
+		if q.Kind == "" || c.Kind == q.Kind {
+			v.Total += c.Count
+		}
 	}
 	for _, k := range audit.Kinds {
 		if c := byKind[k]; c != nil {
@@ -529,7 +546,7 @@ func (s *Server) index(w http.ResponseWriter, r *http.Request) {
 			nv[k] = x
 		}
 		nv.Set("cursor", page.NextCursor)
-		v.Next = nv.Encode()
+		v.Next = template.URL("/?" + nv.Encode())
 	}
 	s.render(w, r, "index", http.StatusOK, "Findings", &v)
 }

@@ -51,7 +51,7 @@ func TestAPIError_MessageNotJSON(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusBadRequest)
-		io.WriteString(w, `{"error":"parameter since: want an RFC 3339 time or a duration such as 1h or 30d, not \"09:00\""}`+"\n")
+		io.WriteString(w, `{"error":"parameter since: want an RFC 3339 time, a UTC time such as 2026-12-04 14:02, or a duration such as 1h or 30d, not \"09:00\""}`+"\n")
 	}))
 	defer srv.Close()
 	dir := t.TempDir()
@@ -69,7 +69,7 @@ func TestAPIError_MessageNotJSON(t *testing.T) {
 			t.Fatalf("%v: exit 0", args)
 		}
 		msg := errs.String()
-		if !strings.Contains(msg, `parameter since: want an RFC 3339 time or a duration such as 1h or 30d, not "09:00"`) || strings.Contains(msg, `{"error"`) {
+		if !strings.Contains(msg, `parameter since: want an RFC 3339 time, a UTC time such as 2026-12-04 14:02, or a duration such as 1h or 30d, not "09:00"`) || strings.Contains(msg, `{"error"`) {
 			t.Errorf("%v: %q, want the message itself", args, msg)
 		}
 	}
