@@ -8,28 +8,42 @@ import (
 	"github.com/mcpaudit/mcpaudit/collector/dialect"
 )
 
+// podFeed delivers reads of thegram to an engine with a clock per
+// partition, as the pods of a server deliver them, each call its own.
+type podFeed struct {
+	t  *testing.T
+	e  *Engine
+	rd *dialect.Reader
+	id int
+}
+
+func newPodFeed(t *testing.T) *podFeed {
+	e := NewEngine(NewDefaultConfig())
+	e.ClockPerPartition()
+	return &podFeed{t: t, e: e, rd: dialect.NewReader(dialect.Config{})}
+}
+
+// add delivers from source src, at wall time wall, one call dated at.
+func (f *podFeed) add(src string, at, wall time.Time) {
+	f.id++
+	b := fmt.Appendf(nil, `{"time":%q,"server":"thegram","session":"s%d","request":{"id":%d,"jsonrpc":"2.0","method":"tools/call","params":{"name":"gram_read","arguments":{"path":"d.gram"}}},"response":{"id":%d,"jsonrpc":"2.0","result":{"isError":false}}}`,
+		at.Format(time.RFC3339Nano), f.id%7, f.id, f.id)
+	f.e.Add(src, leanRecord(f.t, f.rd, b), wall)
+}
+
 // TestSourceTooFarBehindHoldsNothing: a live pod of thegram delivers on
 // time; a second pod joins with its calls 10 minutes behind (its clock or
 // its queue), more than the allowance (2 m). Its calls are too late to be
 // judged whatever the partition does; it must not also stop the partition,
 // or the live pod's calls wait for it and pile up until back-pressure.
 func TestSourceTooFarBehindHoldsNothing(t *testing.T) {
-	cfg := NewDefaultConfig()
-	e := NewEngine(cfg)
-	e.ClockPerPartition()
-	rd := dialect.NewReader(dialect.Config{})
-	read := func(at time.Time, id int) []byte {
-		return fmt.Appendf(nil, `{"time":%q,"server":"thegram","session":"s%d","request":{"id":%d,"jsonrpc":"2.0","method":"tools/call","params":{"name":"gram_read","arguments":{"path":"d.gram"}}},"response":{"id":%d,"jsonrpc":"2.0","result":{"isError":false}}}`,
-			at.Format(time.RFC3339Nano), id%7, id, id)
-	}
+	f := newPodFeed(t)
+	e := f.e
 	wall := time.Date(2026, 12, 1, 22, 0, 0, 0, time.UTC)
-	id := 0
 	for i := range 300 {
-		id++
-		e.Add("pod-0", leanRecord(t, rd, read(wall.Add(-time.Second), id)), wall)
+		f.add("pod-0", wall.Add(-time.Second), wall)
 		if i >= 60 {
-			id++
-			e.Add("pod-1", leanRecord(t, rd, read(wall.Add(-10*time.Minute), id)), wall)
+			f.add("pod-1", wall.Add(-10*time.Minute), wall)
 		}
 		wall = wall.Add(time.Second)
 		e.Tick(wall)
@@ -50,22 +64,14 @@ func TestSourceTooFarBehindHoldsNothing(t *testing.T) {
 // HELD BY otlp:thegram/slow2h while the watermark followed the on-time pod,
 // pointing the operator at the wrong source.
 func TestStatus_HeldByLeavesOutSourceTooFarBehind(t *testing.T) {
-	e := NewEngine(NewDefaultConfig())
-	e.ClockPerPartition()
-	rd := dialect.NewReader(dialect.Config{})
-	read := func(at time.Time, id int) []byte {
-		return fmt.Appendf(nil, `{"time":%q,"server":"thegram","session":"s%d","request":{"id":%d,"jsonrpc":"2.0","method":"tools/call","params":{"name":"gram_read","arguments":{"path":"d.gram"}}},"response":{"id":%d,"jsonrpc":"2.0","result":{"isError":false}}}`,
-			at.Format(time.RFC3339Nano), id%7, id, id)
-	}
+	f := newPodFeed(t)
+	e := f.e
 	wall := time.Date(2026, 12, 4, 14, 33, 40, 0, time.UTC)
-	id := 0
 	heldBy := func() string { return e.Status(wall)[0].HeldBy }
 	for i := range 60 {
-		id++
-		e.Add("otlp:thegram/on-time", leanRecord(t, rd, read(wall.Add(-time.Second), id)), wall)
+		f.add("otlp:thegram/on-time", wall.Add(-time.Second), wall)
 		if i >= 30 {
-			id++
-			e.Add("otlp:thegram/slow2h", leanRecord(t, rd, read(wall.Add(-2*time.Hour), id)), wall)
+			f.add("otlp:thegram/slow2h", wall.Add(-2*time.Hour), wall)
 		}
 		wall = wall.Add(time.Second)
 		e.Tick(wall)
@@ -92,21 +98,13 @@ func TestStatus_HeldByLeavesOutSourceTooFarBehind(t *testing.T) {
 // counted too late, as they are when it joins later. Before, the partition
 // followed the slow pod, and every call of the server waited 2 h.
 func TestWrongClockFromTheStart(t *testing.T) {
-	e := NewEngine(NewDefaultConfig())
-	e.ClockPerPartition()
-	rd := dialect.NewReader(dialect.Config{})
-	read := func(at time.Time, id int) []byte {
-		return fmt.Appendf(nil, `{"time":%q,"server":"thegram","session":"s%d","request":{"id":%d,"jsonrpc":"2.0","method":"tools/call","params":{"name":"gram_read","arguments":{"path":"d.gram"}}},"response":{"id":%d,"jsonrpc":"2.0","result":{"isError":false}}}`,
-			at.Format(time.RFC3339Nano), id%7, id, id)
-	}
+	f := newPodFeed(t)
+	e := f.e
 	wall := time.Date(2026, 12, 4, 15, 30, 0, 0, time.UTC)
-	id := 0
 	for range 60 {
 		// The slow pod first: the partition is born on its clock.
-		id++
-		e.Add("otlp:thegram/slow2h", leanRecord(t, rd, read(wall.Add(-2*time.Hour), id)), wall)
-		id++
-		e.Add("otlp:thegram/on-time", leanRecord(t, rd, read(wall.Add(-time.Second), id)), wall)
+		f.add("otlp:thegram/slow2h", wall.Add(-2*time.Hour), wall)
+		f.add("otlp:thegram/on-time", wall.Add(-time.Second), wall)
 		wall = wall.Add(time.Second)
 		e.Tick(wall)
 	}
@@ -136,20 +134,12 @@ func TestWrongClockFromTheStart(t *testing.T) {
 // posted) hold their partition as always: none is current, so none is
 // taken for a wrong clock, and the earliest holds the watermark.
 func TestOldBacklogsHoldWithoutCurrentSource(t *testing.T) {
-	e := NewEngine(NewDefaultConfig())
-	e.ClockPerPartition()
-	rd := dialect.NewReader(dialect.Config{})
-	read := func(at time.Time, id int) []byte {
-		return fmt.Appendf(nil, `{"time":%q,"server":"thegram","session":"s%d","request":{"id":%d,"jsonrpc":"2.0","method":"tools/call","params":{"name":"gram_read","arguments":{"path":"d.gram"}}},"response":{"id":%d,"jsonrpc":"2.0","result":{"isError":false}}}`,
-			at.Format(time.RFC3339Nano), id%7, id, id)
-	}
+	f := newPodFeed(t)
+	e := f.e
 	wall := time.Date(2026, 12, 4, 15, 30, 0, 0, time.UTC)
-	id := 0
 	for i := range 60 {
-		id++
-		e.Add("otlp:thegram/pod-a", leanRecord(t, rd, read(wall.Add(-3*time.Hour+time.Duration(i)*time.Second), id)), wall)
-		id++
-		e.Add("otlp:thegram/pod-b", leanRecord(t, rd, read(wall.Add(-time.Hour+time.Duration(i)*time.Second), id)), wall)
+		f.add("otlp:thegram/pod-a", wall.Add(-3*time.Hour+time.Duration(i)*time.Second), wall)
+		f.add("otlp:thegram/pod-b", wall.Add(-time.Hour+time.Duration(i)*time.Second), wall)
 		wall = wall.Add(time.Second)
 		e.Tick(wall)
 	}
