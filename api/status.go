@@ -54,6 +54,15 @@ type PartitionStatus struct {
 	// than detect.allowed_lateness holds nothing back and is not named.
 	HeldBy  string         `json:"held_by,omitempty"`
 	Sources []SourceStatus `json:"sources"`
+	// HeldUntil is, for a while after a restart, the wall time until
+	// which the watermark stays at or before HeldAt (what the partition's
+	// sources had delivered before the stop, less detect.lateness), so
+	// that the backlogs their senders retry are judged in time order:
+	// clamp(downtime, serve.pipeline.restart_grace, restart_grace_max) +
+	// detect.idle_timeout after the start. Calls dated after HeldAt wait
+	// until then. Absent when no such hold is in force.
+	HeldUntil *time.Time `json:"held_until,omitempty"`
+	HeldAt    *time.Time `json:"held_at,omitempty"`
 }
 
 // SourceStatus is where one source feeding a partition stands. Its
@@ -172,6 +181,10 @@ func partitionStatus(ps detect.PartitionStatus) PartitionStatus {
 	// The engine names the holder: it alone knows which sources are too
 	// far behind to hold anything (a pod whose clock is hours slow).
 	v.HeldBy = ps.HeldBy
+	if !ps.HeldUntil.IsZero() {
+		until, at := ps.HeldUntil, ps.HeldAt
+		v.HeldUntil, v.HeldAt = &until, &at
+	}
 	for _, src := range ps.Sources {
 		v.Sources = append(v.Sources, SourceStatus{Name: src.Name, LastEvent: src.LastEvent, LastSeen: src.LastSeen,
 			LagSeconds: src.Lag.Seconds(), Idle: src.Idle})

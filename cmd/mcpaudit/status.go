@@ -166,6 +166,12 @@ func printStatus(w io.Writer, st api.StatusResponse, waited bool) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\n", orDash(s.Tenant), s.Name, strings.Join(s.Servers, ","), s.Calls, s.Late, s.TooLate, s.Ahead)
 	}
 	tw.Flush()
+	// Why calls wait for a while after a restart, when no source is
+	// behind: the watermarks are held for the senders' backlogs.
+	if line, ok := restartHold(st); ok {
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, line)
+	}
 	// What holds a server's findings back: a source far behind the others
 	// of its partition (an exporter that lags, or a clock that is slow)
 	// keeps every call of the others waiting for as long as it is behind.
@@ -203,6 +209,50 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// restartHoldNamed is how many partitions held after a restart the
+// status names; the rest are counted.
+const restartHoldNamed = 5
+
+// restartHold returns the line telling that partitions hold their
+// watermarks after a restart (api.PartitionStatus.HeldUntil), until when
+// and how many calls wait for it, and whether any does. The downtime that
+// set the hold's length is not in the status answer: the start-up log
+// tells it.
+func restartHold(st api.StatusResponse) (string, bool) {
+	var names []string
+	var until time.Time
+	waiting := 0
+	for _, p := range st.Partitions {
+		if p.HeldUntil == nil {
+			continue
+		}
+		server := p.Server
+		if p.Tenant != "" {
+			server = p.Tenant + "/" + server
+		}
+		names = append(names, server)
+		waiting += p.Buffered
+		if p.HeldUntil.After(until) {
+			until = *p.HeldUntil
+		}
+	}
+	if len(names) == 0 {
+		return "", false
+	}
+	n := len(names)
+	what, verb := fmt.Sprintf("%d partitions", n), "wait"
+	if n == 1 {
+		what, verb = "1 partition", "waits"
+	}
+	if n > restartHoldNamed {
+		names = append(names[:restartHoldNamed], fmt.Sprintf("%d more", n-restartHoldNamed))
+	}
+	more := max(until.Sub(st.Time), 0)
+	secs := int64((more + time.Second - 1) / time.Second)
+	return fmt.Sprintf("Restart hold: %s (%s) %s until %s (%d s more) for senders' backlogs after a downtime; the %d calls waiting there are judged in time order once the hold ends (it is clamp(downtime, serve.pipeline.restart_grace, restart_grace_max) + detect.idle_timeout, the downtime in serve's start-up log; see serve.pipeline.restart_grace_max and docs/detection.md#time).",
+		what, strings.Join(names, ", "), verb, until.UTC().Format("15:04:05Z"), secs, waiting), true
 }
 
 // heldBackGap is how far the source holding a partition must be behind

@@ -22,6 +22,12 @@ type PartitionStatus struct {
 	// Empty when every source is idle.
 	HeldBy  string         `json:"held_by,omitempty"`
 	Sources []SourceStatus `json:"sources"`
+	// HeldUntil is, after a restart, the wall time until which the
+	// watermark does not pass HeldAt, what the partition's sources had
+	// delivered at the stop less the lateness bound, while their senders'
+	// backlogs come (HoldAfterRestart). Zero when no such hold is in force.
+	HeldUntil time.Time `json:"held_until,omitzero"`
+	HeldAt    time.Time `json:"held_at,omitzero"`
 }
 
 // SourceStatus is where one source stands.
@@ -102,6 +108,9 @@ func (e *Engine) Status(now time.Time) []PartitionStatus {
 		}
 		if !p.wm.IsZero() {
 			ps.Lag = now.Sub(p.wm)
+		}
+		if now.Before(p.hold) {
+			ps.HeldUntil, ps.HeldAt = p.hold, p.holdAt
 		}
 		var held *source
 		for _, s := range p.sources {

@@ -45,20 +45,24 @@ func TestRestart_HoldScalesWithDowntime(t *testing.T) {
 		log            string
 		// kill: the process is killed (the state file is as last saved).
 		kill bool
+		// hold is how long the status tells the hold lasts after the
+		// restart (a second less, killed: the downtime is counted from
+		// the last save).
+		hold time.Duration
 	}
 	for name, sc := range map[string]scenario{
 		// Down 3 minutes, senders back 90 s after the restart, the oldest
 		// request 30 s later.
 		"down_3m_senders_back_after_90s": {down: 3 * time.Minute, back: 90 * time.Second, held: 30 * time.Second,
-			w2Early: 3 * time.Minute, w2Due: 3*time.Minute + 15*time.Second, log: "downtime=3m0s"},
+			w2Early: 3 * time.Minute, w2Due: 3*time.Minute + 15*time.Second, log: "downtime=3m0s", hold: 3*time.Minute + 10*time.Second},
 		// The same, killed: the downtime is counted from the state file's
 		// last save, at most a second before.
 		"killed_3m_senders_back_after_90s": {down: 3 * time.Minute, back: 90 * time.Second, held: 30 * time.Second,
-			w2Early: 3 * time.Minute, w2Due: 3*time.Minute + 15*time.Second, log: "downtime=3m", kill: true},
+			w2Early: 3 * time.Minute, w2Due: 3*time.Minute + 15*time.Second, log: "downtime=3m", kill: true, hold: 3*time.Minute + 10*time.Second},
 		// A rolling restart: down 5 s, senders back at once. The hold is
 		// restart_grace + idle_timeout (40 s), as before.
 		"down_5s_released_after_floor": {down: 5 * time.Second, back: 0, held: 2 * time.Second,
-			w2Early: 35 * time.Second, w2Due: 45 * time.Second, log: "downtime=5s"},
+			w2Early: 35 * time.Second, w2Due: 45 * time.Second, log: "downtime=5s", hold: 40 * time.Second},
 	} {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -121,6 +125,11 @@ func TestRestart_HoldScalesWithDowntime(t *testing.T) {
 			if !strings.Contains(r.logs.String(), sc.log) {
 				t.Errorf("the start-up log does not say %q:\n%s", sc.log, r.logs.String())
 			}
+			// The status tells the hold while it is in force.
+			thegram := detect.PartitionKey{Server: "thegram"}
+			if st := r.status()[thegram]; st.HeldUntil.After(restart.Add(sc.hold)) || st.HeldUntil.Before(restart.Add(sc.hold-time.Second)) {
+				t.Errorf("status after the restart: held until %s, want %s after the restart (%s)", st.HeldUntil, sc.hold, restart.Add(sc.hold))
+			}
 			// Nothing arrives until the senders reconnect; the wall clock
 			// goes on.
 			findingAt := time.Duration(-1)
@@ -154,7 +163,10 @@ func TestRestart_HoldScalesWithDowntime(t *testing.T) {
 				ingest(batch(t, q.pod, q.lines...))
 			}
 			step(int((sc.w2Due - clock.Now().Sub(restart)) / time.Second))
-			st := r.status()[detect.PartitionKey{Server: "thegram"}]
+			st := r.status()[thegram]
+			if !st.HeldUntil.IsZero() {
+				t.Errorf("status %v after the restart, past the hold: still held until %s", clock.Now().Sub(restart), st.HeldUntil)
+			}
 			t.Logf("after the restart: watermark %s, %d late, %d too late; first finding %v after the restart",
 				st.Watermark.Format(time.TimeOnly), st.Late, st.TooLate, findingAt)
 			if st.TooLate != 0 {
