@@ -157,15 +157,19 @@ func (p *Pipeline) saveMarks(marks map[detect.PartitionKey]mark, force bool) {
 	p.floorMu.Lock()
 	defer p.floorMu.Unlock()
 	floor := floorOf(marks, p.queued)
-	since := p.now().Sub(p.marksSaved)
+	// One reading of the clock: the file's Saved time and marksSaved must
+	// agree, or the next refresh is put off by what the clock moved
+	// between two readings.
+	now := p.now()
+	since := now.Sub(p.marksSaved)
 	if maps.EqualFunc(marks, p.savedMarks, mark.equal) && floor.Equal(p.floor) && since < stateRefresh || !force && since < time.Second {
 		return
 	}
-	if err := writeMarks(p.cfg.StateFile, marks, floor, p.now()); err != nil {
+	if err := writeMarks(p.cfg.StateFile, marks, floor, now); err != nil {
 		p.warnStateLocked(err)
 		return
 	}
-	p.savedMarks, p.marksSaved, p.floor = marks, p.now(), floor
+	p.savedMarks, p.marksSaved, p.floor = marks, now, floor
 }
 
 // floorOf returns the earliest event time a call not yet judged and
