@@ -1,15 +1,11 @@
 package api_test
 
 import (
-	"bytes"
 	"encoding/json"
-	"fmt"
-	"net/http"
 	"slices"
 	"testing"
 	"time"
 
-	"github.com/mcpaudit/mcpaudit/collector/capture"
 	"github.com/mcpaudit/mcpaudit/collector/detect"
 	"github.com/mcpaudit/mcpaudit/collector/dialect"
 )
@@ -29,17 +25,7 @@ func TestStatus_RestartHold(t *testing.T) {
 	live := func(n int) {
 		for range n {
 			id++
-			line := fmt.Appendf(nil, `{"time":%q,"server":"thegram","session":"s%d","request":{"id":%d,"jsonrpc":"2.0","method":"tools/call","params":{"name":"gram_read","arguments":{"path":"d.gram"}}},"response":{"id":%d,"jsonrpc":"2.0","result":{"isError":false}}}`,
-				wall.Add(-time.Second).Format(time.RFC3339Nano), id%7, id, id)
-			dec, err := capture.NewDecoder(bytes.NewReader(line), "line")
-			if err != nil {
-				t.Fatal(err)
-			}
-			c, err := dec.Next()
-			if err != nil {
-				t.Fatal(err)
-			}
-			e.Add("otlp:thegram/pod-0", rd.Read(c).Lean(), wall)
+			e.Add("otlp:thegram/pod-0", gramRead(t, rd, wall.Add(-time.Second), id), wall)
 			wall = wall.Add(time.Second)
 			e.Tick(wall)
 		}
@@ -49,11 +35,7 @@ func TestStatus_RestartHold(t *testing.T) {
 	e.HoldAfterRestart(detect.PartitionKey{Server: "thegram"}, at, until)
 	partition := func() map[string]any {
 		t.Helper()
-		s := newStatusServer(t, e.Status(wall))
-		code, _, body := do(t, http.MethodGet, s+"/api/v1/status", "")
-		if code != http.StatusOK {
-			t.Fatalf("status %d: %s", code, body)
-		}
+		body := statusBody(t, e.Status(wall))
 		var got struct {
 			Partitions []map[string]any `json:"partitions"`
 		}

@@ -2,7 +2,6 @@ package api_test
 
 import (
 	"encoding/json"
-	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"testing"
@@ -46,15 +45,7 @@ func TestStatus_SourceTotals(t *testing.T) {
 			{Name: "calls:10.0.0.7", LastEvent: wm, Counts: detect.Counts{Calls: 7}},
 		}},
 	}
-	s := newStatusServer(t, parts)
-	code, _, body := do(t, http.MethodGet, s+"/api/v1/status", "")
-	if code != http.StatusOK {
-		t.Fatalf("status %d: %s", code, body)
-	}
-	var got api.StatusResponse
-	if err := json.Unmarshal(body, &got); err != nil {
-		t.Fatal(err)
-	}
+	got := statusOf(t, parts)
 	want := map[[2]string]api.SourceTotals{
 		{"", "calls:10.0.0.7"}:     {Servers: []string{"oddlynew", "thegram"}, Counts: api.Counts{Calls: 66, Late: 1, TooLate: 3, Ahead: 2}},
 		{"", "otlp:oddlynew"}:      {Servers: []string{"oddlynew"}, Counts: api.Counts{Calls: 4}},
@@ -84,11 +75,7 @@ func TestStatus_LastSeenUnknown(t *testing.T) {
 			{Name: "calls:live", LastEvent: wm, LastSeen: wm.Add(time.Second)},
 		}},
 	}
-	s := newStatusServer(t, parts)
-	code, _, body := do(t, http.MethodGet, s+"/api/v1/status", "")
-	if code != http.StatusOK {
-		t.Fatalf("status %d: %s", code, body)
-	}
+	body := statusBody(t, parts)
 	var got struct {
 		Partitions []struct {
 			Sources []map[string]any `json:"sources"`
@@ -128,15 +115,7 @@ func TestStatus_TooLateSpan(t *testing.T) {
 			{Name: "shipper", LastEvent: wm, Counts: detect.Counts{TooLate: 2, TooLateFrom: a, TooLateTo: b}},
 		}},
 	}
-	s := newStatusServer(t, parts)
-	code, _, body := do(t, http.MethodGet, s+"/api/v1/status", "")
-	if code != http.StatusOK {
-		t.Fatalf("status %d: %s", code, body)
-	}
-	var got api.StatusResponse
-	if err := json.Unmarshal(body, &got); err != nil {
-		t.Fatal(err)
-	}
+	got := statusOf(t, parts)
 	span := func(from, to *time.Time) string {
 		if from == nil || to == nil {
 			return "none"
