@@ -98,6 +98,10 @@ type Counts struct {
 	Late    int64 `json:"late"`
 	TooLate int64 `json:"too_late"`
 	Ahead   int64 `json:"clock_ahead"`
+	// IDCollisions counts calls stored and not judged because a different
+	// call came under the same trace and span id (detect.Collision); for
+	// a source, those its deliveries revealed.
+	IDCollisions int64 `json:"id_collisions"`
 	// TooLateFrom and TooLateTo span the event times of the calls counted
 	// too late since the collector started: stored, never judged, so the
 	// findings they take part in may be missing. Absent when there are
@@ -112,6 +116,7 @@ func (t *Counts) add(c *detect.Counts) {
 	t.Late += c.Late
 	t.TooLate += c.TooLate
 	t.Ahead += c.Ahead
+	t.IDCollisions += c.IDCollisions
 	sp := c.TooLateSpan()
 	if t.TooLateFrom != nil {
 		sp.Merge(detect.Span{From: *t.TooLateFrom, To: *t.TooLateTo})

@@ -359,12 +359,14 @@ func collector() *dashboard.DashboardBuilder {
 			query(fmt.Sprintf("sum by (%s) (%s)", metrics.LabelState, sel(metrics.PipelineSources, jobMatcher)), "{{state}} sources"),
 			query(fmt.Sprintf("sum(%s)", sel(metrics.PipelineBufferedCalls, jobMatcher)), "waiting calls"))).
 		WithPanel(graph("Late and clock-ahead calls",
-			"Calls per second that arrived behind their partition's watermark (judged late, or too late: stored, not judged) and calls dated ahead of the collector's clock beyond the allowed skew.",
+			"Calls per second that arrived behind their partition's watermark (judged late, or too late: stored, not judged), calls dated ahead of the collector's clock beyond the allowed skew, and calls stored but not judged because a different call came under the same trace and span id (id collisions: the WARN lines kind=id_collision name them).",
 			units.OpsPerSecond,
 			query(fmt.Sprintf("sum by (%s, %s) (rate(%s[%s]))", metrics.LabelServer, metrics.LabelResult,
 				sel(metrics.PipelineLateCallsTotal, serverMatcher), rate), "{{server}} late {{result}}"),
 			query(fmt.Sprintf("sum by (%s) (rate(%s[%s]))", metrics.LabelServer,
-				sel(metrics.PipelineClockAheadCallsTotal, serverMatcher), rate), "{{server}} clock ahead"))).
+				sel(metrics.PipelineClockAheadCallsTotal, serverMatcher), rate), "{{server}} clock ahead"),
+			query(fmt.Sprintf("sum by (%s) (rate(%s[%s]))", metrics.LabelServer,
+				sel(metrics.PipelineIDCollisionsTotal, serverMatcher), rate), "{{server}} id collisions"))).
 		WithPanel(graph("Connections and bytes in flight",
 			"Connections each listener holds, those refused per second at its cap (serve.connections.max_per_listener; a flood of held connections shows here), and the memory the ingest requests in flight hold against serve.receiver.max_in_flight_bytes (right axis, bytes).",
 			units.Short,

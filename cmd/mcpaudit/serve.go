@@ -449,7 +449,9 @@ func (s *server) pipelineViews() []metrics.PartitionView {
 		for _, src := range p.Sources {
 			srcs = append(srcs, metrics.SourceView{Name: src.Name, LagSeconds: src.Lag.Seconds(), Idle: src.Idle})
 		}
-		views = append(views, metrics.NewPartitionView(p.Server, p.Lag.Seconds(), !p.Watermark.IsZero(), p.Buffered, p.Late, p.TooLate, p.Ahead, srcs))
+		v := metrics.NewPartitionView(p.Server, p.Lag.Seconds(), !p.Watermark.IsZero(), p.Buffered, p.Late, p.TooLate, p.Ahead, srcs)
+		v.IDCollisions = p.IDCollisions
+		views = append(views, v)
 	}
 	return views
 }

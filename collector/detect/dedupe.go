@@ -2,6 +2,7 @@ package detect
 
 import (
 	"hash/maphash"
+	"slices"
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
@@ -80,17 +81,37 @@ func reqKey(c *audit.Call) string {
 	return c.Fingerprint
 }
 
+// clash is an id collision: an observation dropped for sharing its
+// (trace_id, span_id) with another whose request differs, which is not
+// a second observation of one exchange but another exchange under the
+// same ids (a broken exporter, a replay tool rewriting ids).
+type clash struct {
+	// kept is the call that stands for the ids; empty when it was judged
+	// and is no longer held. keptSrc delivered it (nil when unknown).
+	kept    string
+	keptSrc *source
+	// dropped is the observation that is not judged, and droppedSrc the
+	// source that delivered it.
+	dropped    *audit.Call
+	droppedSrc *source
+	// differs names what differs between the two (Collision.Differs).
+	differs []string
+}
+
 // take returns the entry of r, or nil when r duplicates a call already
 // taken; replaced is set when r is an earlier observation of a call taken
 // but not yet judged, which r then stands for (as it would had it come
 // first). When one observation saw no response and the other did, the one
 // kept takes the response and reading: the same request, so the same
 // operations. dropped is the observation of two waiting ones that does
-// not stand for the call.
-func (d *dedupe) take(r *audit.Record, src *source) (s *seen, replaced bool, dropped *audit.Record) {
+// not stand for the call. col is set when the two share their span ids
+// but not their request: only then, after a match by span, is anything
+// more compared, so an exact duplicate costs nothing more.
+func (d *dedupe) take(r *audit.Record, src *source) (s *seen, replaced bool, dropped *audit.Record, col *clash) {
 	c := r.Call
 	ct := etimeOf(c.Time)
 	var dup *seen
+	var bySpan bool
 	var sh uint64
 	hasSpan := c.TraceID != "" && c.SpanID != ""
 	if hasSpan {
@@ -102,10 +123,13 @@ func (d *dedupe) take(r *audit.Record, src *source) (s *seen, replaced bool, dro
 		mh.WriteString(c.SpanID)
 		sh = mh.Sum64()
 		if s := d.bySpan.get(sh); s != nil {
-			dup = *s
+			dup, bySpan = *s, true
 		}
 	}
 	fh := maphash.String(ordSeed, reqKey(c))
+	if bySpan && dup.r != r {
+		col = d.clashWith(dup, fh, c, ct, src)
+	}
 	if dup == nil {
 		if q := d.byReq.get(fh); q != nil {
 			for _, s := range q.l {
@@ -121,12 +145,18 @@ func (d *dedupe) take(r *audit.Record, src *source) (s *seen, replaced bool, dro
 		}
 	}
 	if dup == nil && (d.old.near(fh, ct) || hasSpan && d.old.near(sh, ct)) {
-		// A second observation of a call judged a while ago.
-		return nil, false, nil
+		// A second observation of a call judged a while ago; or, when
+		// only its span ids were seen within the second and not its
+		// request, another exchange under the same ids. The two hashes
+		// are filed together, so the same request would be near too.
+		if hasSpan && !d.old.near(fh, ct) {
+			col = &clash{dropped: c, droppedSrc: src, differs: []string{DiffRequest}}
+		}
+		return nil, false, nil, col
 	}
 	if dup != nil {
 		if dup.processed || dup.r == r {
-			return nil, false, nil
+			return nil, false, nil, col
 		}
 		kept, other := dup.record(), r
 		// The earlier observation stands for the call, the smaller id on a
@@ -138,11 +168,15 @@ func (d *dedupe) take(r *audit.Record, src *source) (s *seen, replaced bool, dro
 		if !kept.Call.Responded && other.Call.Responded {
 			kept = withResponse(kept, other)
 		}
+		if col != nil && earlier {
+			// r stands for the ids now: the one waiting is dropped.
+			col.kept, col.keptSrc, col.dropped, col.droppedSrc = c.ID, src, other.Call, dup.src
+		}
 		dup.r = kept
 		if earlier {
 			dup.src, dup.t = src, ct
 		}
-		return dup, earlier, other
+		return dup, earlier, other, col
 	}
 	s = d.byReq.at(fh, ct).add(seen{r: r, t: ct, src: src})
 	d.old.add(fh, ct)
@@ -150,7 +184,69 @@ func (d *dedupe) take(r *audit.Record, src *source) (s *seen, replaced bool, dro
 		*d.bySpan.at(sh, ct) = s
 		d.old.add(sh, ct)
 	}
-	return s, false, nil
+	return s, false, nil, nil
+}
+
+// What differs between two exchanges under the same span ids, the values
+// of Collision.Differs.
+const (
+	DiffSession   = "session"
+	DiffRPCID     = "rpc_id"
+	DiffTool      = "tool"
+	DiffArguments = "arguments"
+	// DiffTime: the two are more than a second apart; a span has one
+	// start time however often it is sent.
+	DiffTime = "time"
+	// DiffRequest: the request differs, but the kept one was judged and
+	// is no longer held, so what in it is not known.
+	DiffRequest = "request"
+)
+
+// clashWith returns the collision of c, dated ct and of request hash fh,
+// with dup, the observation taken under the same span ids; nil when c is
+// the same exchange (same request, within a second). It runs only for a
+// match by span, which an exact duplicate is too: the comparison reads
+// what the observations already hold (fingerprints, lean texts), never
+// the arguments again.
+func (d *dedupe) clashWith(dup *seen, fh uint64, c *audit.Call, ct etime, src *source) *clash {
+	dt := ct.Sub(dup.t)
+	if dt < 0 {
+		dt = -dt
+	}
+	var differs []string
+	col := &clash{keptSrc: dup.src, dropped: c, droppedSrc: src}
+	if k := dup.record(); k != nil {
+		kc := k.Call
+		col.kept = kc.ID
+		if kc.Fingerprint != c.Fingerprint {
+			if kc.Session != c.Session {
+				differs = append(differs, DiffSession)
+			}
+			if kc.RPCID != c.RPCID {
+				differs = append(differs, DiffRPCID)
+			}
+			if kc.Tool != c.Tool {
+				differs = append(differs, DiffTool)
+			}
+			if len(differs) == 0 {
+				// The fingerprint is of these, the server (one per
+				// partition) and the canonical arguments.
+				differs = append(differs, DiffArguments)
+			}
+		}
+	} else if q := d.byReq.get(fh); q == nil || !slices.Contains(q.l, dup) {
+		// Judged and forgotten: its request is known only as the hash it
+		// is filed under.
+		differs = append(differs, DiffRequest)
+	}
+	if dt > time.Second {
+		differs = append(differs, DiffTime)
+	}
+	if len(differs) == 0 {
+		return nil
+	}
+	col.differs = differs
+	return col
 }
 
 // withResponse returns first with the response and reading of other, an

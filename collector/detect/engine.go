@@ -58,6 +58,8 @@ type Engine struct {
 	// onDuplicate, when set, is told of each observation dropped for
 	// another that waits with it (OnDuplicate).
 	onDuplicate func(kept string, dropped *audit.Call)
+	// onCollision, when set, is told of each id collision (OnCollision).
+	onCollision func(Collision)
 	// onJudged, when set, is given each record once judged (OnJudged).
 	onJudged func(*audit.Record)
 	// pack is set when waiting calls are kept packed (PackWaiting);
@@ -181,6 +183,33 @@ func (e *Engine) DropRepeatedIDs() { e.ids = newRecentIDs(recentIDsKept) }
 // kept the other one.
 func (e *Engine) OnDuplicate(f func(kept string, dropped *audit.Call)) { e.onDuplicate = f }
 
+// Collision is an id collision: two different exchanges delivered under
+// the same (trace_id, span_id). The spec counts a second observation of
+// one exchange once, by its span ids; two exchanges that share them are a
+// broken exporter or a replay tool rewriting ids. The engine still keeps
+// one of the two, as it keeps one of two observations, and drops the
+// other unjudged (it is stored all the same).
+type Collision struct {
+	PartitionKey
+	TraceID, SpanID string
+	// Kept is the id of the call that stands for the span ids; empty when
+	// it was judged a while ago and is no longer held. KeptSource is the
+	// source that delivered it, empty when unknown.
+	Kept, KeptSource string
+	// Dropped is the call not judged, DroppedSource its source.
+	Dropped       *audit.Call
+	DroppedSource string
+	// Differs names what differs: DiffSession, DiffRPCID, DiffTool,
+	// DiffArguments, DiffTime, or DiffRequest when the kept call is no
+	// longer held.
+	Differs []string
+}
+
+// OnCollision has f told of each id collision (Collision), when the
+// colliding observation is dropped. It is called from Add, on the
+// engine's goroutine; f must not keep Dropped past its return.
+func (e *Engine) OnCollision(f func(Collision)) { e.onCollision = f }
+
 // OnJudged has f given each record once it is judged, when the engine
 // keeps no reference to the record, its call or its operations, so that
 // the caller may reuse them (dialect.Reader.Recycle). It holds only when no
@@ -245,9 +274,12 @@ func (e *Engine) Add(src string, r *audit.Record, wall time.Time) {
 	// first with its response), and so is the same call sent again, while
 	// a call of its time can still be judged; with DropRepeatedIDs, a call
 	// sent again however late (a file given twice).
-	seen, replaced, dropped := p.dedupe.take(r, s)
+	seen, replaced, dropped, col := p.dedupe.take(r, s)
 	if dropped != nil && e.onDuplicate != nil {
 		e.onDuplicate(seen.r.Call.ID, dropped.Call)
+	}
+	if col != nil {
+		e.collision(p, s, col)
 	}
 	if seen != nil && seen.r != r && !replaced {
 		// A later observation completed a waiting one with its response.
@@ -359,6 +391,27 @@ func (e *Engine) EndSource(tenant, name string) {
 }
 
 func (e *Engine) duplicate() { e.stats.Duplicates++ }
+
+// collision counts an id collision for the partition and the source whose
+// delivery revealed it, and tells the caller (OnCollision).
+func (e *Engine) collision(p *partition, s *source, col *clash) {
+	count(p, s, countCollision, col.dropped.Time)
+	e.stats.Collisions++
+	if e.onCollision == nil {
+		return
+	}
+	name := func(s *source) string {
+		if s == nil {
+			return ""
+		}
+		return s.key.name
+	}
+	e.onCollision(Collision{
+		PartitionKey: p.key, TraceID: col.dropped.TraceID, SpanID: col.dropped.SpanID,
+		Kept: col.kept, KeptSource: name(col.keptSrc),
+		Dropped: col.dropped, DroppedSource: name(col.droppedSrc), Differs: col.differs,
+	})
+}
 
 func (e *Engine) partition(c *audit.Call) *partition {
 	return e.partitionOf(PartitionKey{Tenant: c.Tenant, Server: c.Server})

@@ -14,6 +14,9 @@ type Stats struct {
 	Failures   map[audit.RetryAction]map[string]int64
 	Findings   map[audit.Kind]int64
 	Duplicates int64
+	// Collisions counts the duplicates that were id collisions: another
+	// exchange under the span ids of one taken (Collision).
+	Collisions int64
 	// Late counts calls judged behind their partition's watermark; TooLate
 	// those beyond the allowed lateness, stored but not judged.
 	Late, TooLate int64

@@ -54,6 +54,10 @@ type Counts struct {
 	Late    int64 `json:"late"`
 	TooLate int64 `json:"too_late"`
 	Ahead   int64 `json:"ahead"`
+	// IDCollisions counts calls dropped unjudged for sharing their
+	// (trace_id, span_id) with another call whose request differs
+	// (Collision); for a source, those its deliveries revealed.
+	IDCollisions int64 `json:"id_collisions"`
 	// TooLateFrom and TooLateTo span the event times of the calls counted
 	// too late since the start: the calls whose findings may be missing.
 	// Zero when there are none.
@@ -68,10 +72,11 @@ func (c *Counts) TooLateSpan() Span { return Span{From: c.TooLateFrom, To: c.Too
 type countKind uint8
 
 const (
-	countCall    countKind = iota // delivered
-	countLate                     // judged behind the watermark
-	countTooLate                  // beyond the allowed lateness, not judged
-	countAhead                    // dated beyond the allowed clock skew
+	countCall      countKind = iota // delivered
+	countLate                       // judged behind the watermark
+	countTooLate                    // beyond the allowed lateness, not judged
+	countAhead                      // dated beyond the allowed clock skew
+	countCollision                  // dropped for another call under its span ids
 )
 
 // add counts one call of kind k dated t.
@@ -88,6 +93,8 @@ func (c *Counts) add(k countKind, t time.Time) {
 		c.TooLateFrom, c.TooLateTo = sp.From, sp.To
 	case countAhead:
 		c.Ahead++
+	case countCollision:
+		c.IDCollisions++
 	}
 }
 

@@ -195,6 +195,7 @@ func New(ctx context.Context, cfg Config, dcfg detect.Config, store audit.Store,
 	// it could still be judged (a re-send after a lost acknowledgement,
 	// a replay after a restart).
 	p.gate.eng = p.eng
+	p.eng.OnCollision(p.collision)
 	if err := waitReady(ctx, store, log); err != nil {
 		return nil, err
 	}
@@ -655,6 +656,26 @@ func (p *Pipeline) logLate(prev, now []detect.PartitionStatus) {
 			p.rlog.Warn("clock_ahead_calls", "calls dated ahead of the collector's clock by more than detect.max_clock_skew: judged on arrival", append(args, "calls", ahead)...)
 		}
 	}
+}
+
+// collision logs an id collision: another exchange under the span ids of
+// a call taken, dropped unjudged (stored all the same). A broken exporter
+// or a replay tool makes one per span: a few lines a minute, the rest
+// counted (mcpaudit_pipeline_id_collisions_total). A call replayed after
+// a restart whose output was committed before was logged then. Engine
+// goroutine.
+func (p *Pipeline) collision(c detect.Collision) {
+	d := c.Dropped
+	if d.Received.IsZero() && p.gate.committed(d.Tenant, d.Server, d.Time) {
+		return
+	}
+	kept := c.Kept
+	if kept == "" {
+		kept = "(judged earlier, no longer held)"
+	}
+	p.rlog.Warn("id_collision", "two different calls share a trace and span id (a broken exporter, or a replay tool rewriting ids): the call of call_id is stored but not judged",
+		"tenant", c.Tenant, "server", c.Server, "source", c.DroppedSource, "call_id", d.ID, "time", d.Time,
+		"kept_call_id", kept, "kept_source", c.KeptSource, "trace_id", c.TraceID, "span_id", c.SpanID, "differs", c.Differs)
 }
 
 // run is the engine goroutine.

@@ -46,6 +46,7 @@ type env struct {
 	reg   *prometheus.Registry
 	rc    *receiver.Receiver
 	pipe  *pipeline.Pipeline
+	m     *metrics.Metrics
 	logs  *logBuffer
 }
 
@@ -136,7 +137,7 @@ func newEnvStore(t testing.TB, so sqlite.Options, mutate func(*receiver.Config, 
 	rc.Admit = p.Admit
 	srv := httptest.NewServer(rc.Handler())
 	t.Cleanup(srv.Close)
-	return &env{url: srv.URL, store: st, reg: reg, rc: rc, pipe: p, logs: logs}
+	return &env{url: srv.URL, store: st, reg: reg, rc: rc, pipe: p, m: m, logs: logs}
 }
 
 // record returns a call record line of a read on server, at t. The names

@@ -580,6 +580,8 @@ func TestPipelineStatus(t *testing.T) {
 		// Nothing judged yet: no lag.
 		metrics.NewPartitionView("oddlynew", 0, false, 4, 0, 0, 0, []metrics.SourceView{src("otlp:oddlynew/x", 0.5, false)}),
 	}
+	// Id collisions of both tenants of thegram add up.
+	status[0].IDCollisions, status[1].IDCollisions = 2, 3
 	if err := m.WatchPipeline(reg, func() []metrics.PartitionView { return status }); err != nil {
 		t.Fatal(err)
 	}
@@ -609,8 +611,13 @@ mcpaudit_pipeline_late_calls_total{result="too_late",server="thegram"} 1
 # TYPE mcpaudit_pipeline_clock_ahead_calls_total counter
 mcpaudit_pipeline_clock_ahead_calls_total{server="oddlynew"} 0
 mcpaudit_pipeline_clock_ahead_calls_total{server="thegram"} 2
+# HELP mcpaudit_pipeline_id_collisions_total Calls stored but not judged because a different call came under the same trace and span id (a broken exporter, or a replay tool rewriting ids).
+# TYPE mcpaudit_pipeline_id_collisions_total counter
+mcpaudit_pipeline_id_collisions_total{server="oddlynew"} 0
+mcpaudit_pipeline_id_collisions_total{server="thegram"} 5
 `, metrics.PipelineWatermarkLagSeconds, metrics.PipelineSourceLagSeconds, metrics.PipelineSources,
-		metrics.PipelineBufferedCalls, metrics.PipelineLateCallsTotal, metrics.PipelineClockAheadCallsTotal)
+		metrics.PipelineBufferedCalls, metrics.PipelineLateCallsTotal, metrics.PipelineClockAheadCallsTotal,
+		metrics.PipelineIDCollisionsTotal)
 }
 
 // TestMetrics_ServerCap: past MaxServers, new servers are counted as

@@ -69,6 +69,11 @@ const (
 	// PipelineClockAheadCallsTotal counts calls dated beyond the allowed
 	// clock skew ahead of the collector's clock.
 	PipelineClockAheadCallsTotal = "mcpaudit_pipeline_clock_ahead_calls_total"
+	// PipelineIDCollisionsTotal counts calls dropped unjudged for sharing
+	// their trace and span id with a different call (another session,
+	// JSON-RPC id, tool, arguments or time): an id collision, not a second
+	// observation of one exchange.
+	PipelineIDCollisionsTotal = "mcpaudit_pipeline_id_collisions_total"
 	// ConnectionsOpen counts the connections each listener holds open.
 	ConnectionsOpen = "mcpaudit_connections_open"
 	// ConnectionsRefusedTotal counts the connections a listener refused at
@@ -310,6 +315,8 @@ var Families = []Family{
 	{PipelineLateCallsTotal, "counter", "Calls that arrived behind their partition's watermark, judged late or too late to judge.",
 		[]string{LabelServer, LabelResult}},
 	{PipelineClockAheadCallsTotal, "counter", "Calls dated beyond the allowed clock skew ahead of the collector's clock.",
+		[]string{LabelServer}},
+	{PipelineIDCollisionsTotal, "counter", "Calls stored but not judged because a different call came under the same trace and span id (a broken exporter, or a replay tool rewriting ids).",
 		[]string{LabelServer}},
 	{ConnectionsOpen, "gauge", "Connections each listener holds open.",
 		[]string{LabelListener}},

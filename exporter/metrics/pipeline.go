@@ -13,8 +13,11 @@ type PartitionView struct {
 	LagSeconds           float64
 	Buffered             int
 	Late, TooLate, Ahead int64
-	Sources              []SourceView
-	hasWatermark         bool
+	// IDCollisions counts the partition's calls dropped for a different
+	// call under their span ids (PipelineIDCollisionsTotal).
+	IDCollisions int64
+	Sources      []SourceView
+	hasWatermark bool
 }
 
 // SourceView is what the pipeline metrics need of one source feeding a
@@ -48,7 +51,7 @@ type pipelineCollector struct {
 func (m *Metrics) WatchPipeline(reg prometheus.Registerer, status func() []PartitionView) error {
 	c := &pipelineCollector{m: m, status: status, descs: map[string]*prometheus.Desc{}}
 	for _, name := range []string{PipelineWatermarkLagSeconds, PipelineSourceLagSeconds, PipelineSources,
-		PipelineBufferedCalls, PipelineLateCallsTotal, PipelineClockAheadCallsTotal} {
+		PipelineBufferedCalls, PipelineLateCallsTotal, PipelineClockAheadCallsTotal, PipelineIDCollisionsTotal} {
 		f := family(name)
 		c.descs[name] = prometheus.NewDesc(f.Name, f.Help, f.Labels, nil)
 	}
@@ -69,6 +72,7 @@ func (c *pipelineCollector) Collect(ch chan<- prometheus.Metric) {
 		hasLag               bool
 		sourceLag            map[string]float64 // by state
 		late, tooLate, ahead int64
+		collisions           int64
 	}
 	servers := map[string]*server{}
 	seen := map[string]bool{}
@@ -88,6 +92,7 @@ func (c *pipelineCollector) Collect(ch chan<- prometheus.Metric) {
 		s.late += p.Late
 		s.tooLate += p.TooLate
 		s.ahead += p.Ahead
+		s.collisions += p.IDCollisions
 		buffered += p.Buffered
 		for _, src := range p.Sources {
 			state := SourceActive
@@ -118,6 +123,7 @@ func (c *pipelineCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.descs[PipelineLateCallsTotal], prometheus.CounterValue, float64(s.late), name, LateJudged)
 		ch <- prometheus.MustNewConstMetric(c.descs[PipelineLateCallsTotal], prometheus.CounterValue, float64(s.tooLate), name, LateTooLate)
 		ch <- prometheus.MustNewConstMetric(c.descs[PipelineClockAheadCallsTotal], prometheus.CounterValue, float64(s.ahead), name)
+		ch <- prometheus.MustNewConstMetric(c.descs[PipelineIDCollisionsTotal], prometheus.CounterValue, float64(s.collisions), name)
 	}
 	ch <- prometheus.MustNewConstMetric(c.descs[PipelineSources], prometheus.GaugeValue, float64(active), SourceActive)
 	ch <- prometheus.MustNewConstMetric(c.descs[PipelineSources], prometheus.GaugeValue, float64(idle), SourceIdle)
