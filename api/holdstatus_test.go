@@ -53,7 +53,7 @@ func TestStatus_RestartHold(t *testing.T) {
 		return k
 	}
 	// What a partition told before the hold was shown.
-	old := []string{"acknowledged", "buffered", "calls", "clock_ahead", "held_by", "lag_seconds", "late", "server", "sources", "tenant", "too_late", "watermark"}
+	old := []string{"acknowledged", "buffered", "calls", "clock_ahead", "held_by", "id_collisions", "lag_seconds", "late", "server", "sources", "tenant", "too_late", "watermark"}
 
 	live(20)
 	p := partition()
