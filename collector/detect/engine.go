@@ -586,25 +586,31 @@ func (e *Engine) HoldingBack(into map[SourceName]bool) {
 		if p.buf.Len() == 0 {
 			continue
 		}
-		var h *source
-		ahead := false
-		for _, s := range p.sources {
-			if e.quiet(s, e.wall) || e.holdsNothing(p, s, e.wall) {
-				continue
-			}
-			switch {
-			case h == nil:
-				h = s
-			case s.max.Before(h.max):
-				h, ahead = s, true
-			case s.max.After(h.max):
-				ahead = true
-			}
-		}
-		if h != nil && ahead {
+		if h, ahead := e.holder(p, e.wall); h != nil && ahead {
 			into[SourceName{Tenant: p.key.Tenant, Name: h.key.name}] = true
 		}
 	}
+}
+
+// holder returns the source partition p's watermark waits for at wall,
+// by advance's rule: its active source with the earliest clock, leaving
+// out those that hold nothing back (holdsNothing); nil when there is none.
+// ahead reports whether another such source is ahead of it.
+func (e *Engine) holder(p *partition, wall time.Time) (h *source, ahead bool) {
+	for _, s := range p.sources {
+		if e.quiet(s, wall) || e.holdsNothing(p, s, wall) {
+			continue
+		}
+		switch {
+		case h == nil:
+			h = s
+		case s.max.Before(h.max):
+			h, ahead = s, true
+		case s.max.After(h.max):
+			ahead = true
+		}
+	}
+	return h, ahead
 }
 
 // release judges the waiting calls up to wm in time order and moves the

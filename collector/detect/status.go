@@ -119,7 +119,6 @@ func (e *Engine) Status(now time.Time) []PartitionStatus {
 		if now.Before(p.hold) {
 			ps.HeldUntil, ps.HeldAt = p.hold, p.holdAt
 		}
-		var held *source
 		for _, s := range p.sources {
 			ss := SourceStatus{
 				Name: s.key.name, LastEvent: s.max, LastSeen: s.lastSeen,
@@ -129,13 +128,10 @@ func (e *Engine) Status(now time.Time) []PartitionStatus {
 			if !s.max.IsZero() {
 				ss.Lag = now.Sub(s.max)
 			}
-			if !ss.Idle && !e.holdsNothing(p, s, now) && (held == nil || s.max.Before(held.max)) {
-				held = s
-			}
 			ps.Sources = append(ps.Sources, ss)
 		}
-		if held != nil {
-			ps.HeldBy = held.key.name
+		if h, _ := e.holder(p, now); h != nil {
+			ps.HeldBy = h.key.name
 		}
 		slices.SortFunc(ps.Sources, func(a, b SourceStatus) int { return cmp.Compare(b.Lag, a.Lag) })
 		out = append(out, ps)
