@@ -240,10 +240,19 @@ func (r row) Evidence() bool { return len(r.Findings) > 0 }
 
 // timeline is a document's or a session's calls, one page.
 type timeline struct {
-	Kind     string // "document" or "session"
-	Name     string
-	Rows     []row
-	Findings []audit.Finding
+	Kind string // "document" or "session"
+	Name string
+	Rows []row
+	// Findings are those in the range (since, until) as the calls are,
+	// up to 500, newest first; FindingsInRange counts them all and
+	// FindingsOutside those before or after the range, which AllFindings
+	// (this page without a range) lists.
+	Findings        []audit.Finding
+	FindingsInRange int64
+	FindingsOutside int64
+	AllFindings     template.URL
+	// Capped is true when FindingsInRange is more than the list holds.
+	Capped bool
 	// Next is the link to the next page ("?" and its query), empty on the
 	// last. A template.URL: html/template escapes a string after "?" as
 	// one query component, so "cursor=X" became "cursor%3dX" and the link
@@ -298,6 +307,19 @@ func (s *Server) buildTimeline(ctx context.Context, tenant string, calls []audit
 	return rows, nil
 }
 
+// countFindings counts the findings of q, in every state.
+func (s *Server) countFindings(ctx context.Context, q audit.FindingQuery) (int64, error) {
+	counts, err := s.store.FindingCounts(ctx, q)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, c := range counts {
+		n += c.Count
+	}
+	return n, nil
+}
+
 // allFindings reads up to 500 findings of q, newest first.
 func (s *Server) allFindings(ctx context.Context, q audit.FindingQuery) ([]audit.Finding, error) {
 	q.Limit, q.Newest = 500, true
@@ -343,12 +365,34 @@ func (s *Server) renderTimeline(w http.ResponseWriter, r *http.Request, p api.Pr
 		s.fail(w, r, err)
 		return
 	}
-	findings, err := s.allFindings(ctx, fq)
+	// The list follows the range as the calls do; the calls shown are
+	// marked with every finding they are evidence of, in the range or not
+	// (a finding is dated by its first evidence call, and a later one may
+	// be in the range when the first is not).
+	evidence, err := s.allFindings(ctx, fq)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	if len(page.Calls) == 0 && len(findings) == 0 {
+	all, err := s.countFindings(ctx, fq)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	findings, inRange := evidence, all
+	if !since.IsZero() || !until.IsZero() {
+		rq := fq
+		rq.Since, rq.Until = since, until
+		if findings, err = s.allFindings(ctx, rq); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		if inRange, err = s.countFindings(ctx, rq); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	}
+	if len(page.Calls) == 0 && all == 0 {
 		// An empty page is "nothing in this range" only for a name the
 		// store knows: a mistyped or unknown one says so.
 		known, err := s.store.Calls(ctx, audit.CallQuery{Tenant: p.Tenant, Document: cq.Document, Session: cq.Session, Limit: 1})
@@ -366,14 +410,25 @@ func (s *Server) renderTimeline(w http.ResponseWriter, r *http.Request, p api.Pr
 		// Evidence on this document of findings filed under another
 		// (a duplicate create names the later document).
 		slices.SortFunc(findings, func(a, b audit.Finding) int { return a.Time.Compare(b.Time) })
+		slices.SortFunc(evidence, func(a, b audit.Finding) int { return a.Time.Compare(b.Time) })
 	}
-	rows, err := s.buildTimeline(ctx, p.Tenant, page.Calls, doc, session, findings)
+	rows, err := s.buildTimeline(ctx, p.Tenant, page.Calls, doc, session, evidence)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	tl := timeline{Kind: kind, Name: name, Rows: rows, Findings: findings, Payloads: !s.cfg.HidePayloads,
-		Since: r.URL.Query().Get("since"), Until: r.URL.Query().Get("until")}
+		Since: r.URL.Query().Get("since"), Until: r.URL.Query().Get("until"),
+		FindingsInRange: inRange, FindingsOutside: all - inRange, Capped: int64(len(findings)) < inRange}
+	if tl.FindingsOutside > 0 {
+		v := url.Values{}
+		for k, x := range r.URL.Query() {
+			if k != "since" && k != "until" && k != "cursor" {
+				v[k] = x
+			}
+		}
+		tl.AllFindings = template.URL("?" + v.Encode())
+	}
 	if page.NextCursor != "" {
 		v := url.Values{}
 		for k, x := range r.URL.Query() {
