@@ -275,3 +275,47 @@ func TestTimelineFindingsFollowRange(t *testing.T) {
 		t.Errorf("a call in the range lost its mark as evidence of a finding dated before the range:\n%s", page)
 	}
 }
+
+// TestTimelineFindingsCapped: past the 500 findings a page lists, the
+// counts come from the store and still follow the range.
+func TestTimelineFindingsCapped(t *testing.T) {
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "mcpaudit.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	base := time.Date(2026, 12, 4, 14, 0, 0, 0, time.UTC)
+	var fs []audit.Finding
+	for i := range findingsListed + 3 {
+		fs = append(fs, audit.Finding{Kind: audit.KindUnverifiedWrite, Severity: audit.KindUnverifiedWrite.Severity(), Server: "thegram",
+			Document: "big.gram", Session: "s-big", Time: base.Add(time.Duration(i) * time.Second), Calls: []string{"c_" + strconv.Itoa(100000+i)}, Summary: "u"})
+	}
+	if err := st.Commit(context.Background(), audit.Results{Findings: fs}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(st, api.New(st, 0.999), Config{}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(p.Handler())
+	t.Cleanup(hs.Close)
+	c := client(t)
+	f := func(query string, count, listed, outside int) {
+		t.Helper()
+		code, page := body(t, c, "GET", hs.URL+"/documents/big.gram?"+query, nil)
+		n := strings.Count(page, `<tr data-kind="unverified_write">`)
+		m := regexp.MustCompile(`id="findings-count">\((\d+)\)<`).FindStringSubmatch(page)
+		o := regexp.MustCompile(`id="findings-outside">(\d+) more`).FindStringSubmatch(page)
+		capped := strings.Contains(page, `id="findings-capped"`)
+		gotOutside := 0
+		if o != nil {
+			gotOutside, _ = strconv.Atoi(o[1])
+		}
+		if code != 200 || m == nil || m[1] != strconv.Itoa(count) || n != listed || gotOutside != outside || capped != (listed < count) {
+			t.Errorf("?%s: %d, count %v, %d listed, %d outside, capped %v; want (%d), %d, %d, %v", query, code, m, n, gotOutside, capped, count, listed, outside, listed < count)
+		}
+	}
+	f("", findingsListed+3, findingsListed, 0)
+	f("since=2026-12-04+14:00:02", findingsListed+1, findingsListed, 2)
+	f("since=2026-12-04+14:00:02&until=2026-12-04+14:00:12", 10, 10, findingsListed-7)
+}

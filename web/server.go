@@ -320,9 +320,41 @@ func (s *Server) countFindings(ctx context.Context, q audit.FindingQuery) (int64
 	return n, nil
 }
 
-// allFindings reads up to 500 findings of q, newest first.
+// rangeFindings returns the findings of q in [since, until) (a zero bound
+// is open), newest first, how many q selects in all and how many in the
+// range. every is allFindings(q): when it holds them all, they are taken
+// from it, without reading the store again.
+func (s *Server) rangeFindings(ctx context.Context, q audit.FindingQuery, every []audit.Finding, since, until time.Time) (in []audit.Finding, all, inRange int64, err error) {
+	if len(every) < findingsListed {
+		for _, f := range every {
+			if (since.IsZero() || !f.Time.Before(since)) && (until.IsZero() || f.Time.Before(until)) {
+				in = append(in, f)
+			}
+		}
+		return in, int64(len(every)), int64(len(in)), nil
+	}
+	if all, err = s.countFindings(ctx, q); err != nil {
+		return nil, 0, 0, err
+	}
+	if since.IsZero() && until.IsZero() {
+		return every, all, all, nil
+	}
+	q.Since, q.Until = since, until
+	if in, err = s.allFindings(ctx, q); err != nil {
+		return nil, 0, 0, err
+	}
+	if inRange, err = s.countFindings(ctx, q); err != nil {
+		return nil, 0, 0, err
+	}
+	return in, all, inRange, nil
+}
+
+// findingsListed is how many findings a timeline lists at most.
+const findingsListed = 500
+
+// allFindings reads up to findingsListed findings of q, newest first.
 func (s *Server) allFindings(ctx context.Context, q audit.FindingQuery) ([]audit.Finding, error) {
-	q.Limit, q.Newest = 500, true
+	q.Limit, q.Newest = findingsListed, true
 	p, err := s.store.Findings(ctx, q)
 	if err != nil {
 		return nil, err
@@ -374,23 +406,10 @@ func (s *Server) renderTimeline(w http.ResponseWriter, r *http.Request, p api.Pr
 		s.fail(w, r, err)
 		return
 	}
-	all, err := s.countFindings(ctx, fq)
+	findings, all, inRange, err := s.rangeFindings(ctx, fq, evidence, since, until)
 	if err != nil {
 		s.fail(w, r, err)
 		return
-	}
-	findings, inRange := evidence, all
-	if !since.IsZero() || !until.IsZero() {
-		rq := fq
-		rq.Since, rq.Until = since, until
-		if findings, err = s.allFindings(ctx, rq); err != nil {
-			s.fail(w, r, err)
-			return
-		}
-		if inRange, err = s.countFindings(ctx, rq); err != nil {
-			s.fail(w, r, err)
-			return
-		}
 	}
 	if len(page.Calls) == 0 && all == 0 {
 		// An empty page is "nothing in this range" only for a name the
