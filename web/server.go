@@ -165,8 +165,13 @@ type page struct {
 	AuthOn    bool
 	CSRF      string
 	Status    *Status
-	Error     string
-	Data      any
+	// Hold and HeldBack are the "Restart hold:" and "Held back:" lines of
+	// mcpaudit status (api.RestartHold, api.HeldBack) for the caller's
+	// tenant, when the pipeline has them.
+	Hold     string
+	HeldBack []string
+	Error    string
+	Data     any
 }
 
 func (s *Server) render(w http.ResponseWriter, r *http.Request, view string, status int, title string, data any) {
@@ -177,6 +182,14 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, view string, sta
 		st := s.status(ctx)
 		cancel()
 		p.Status = &st
+	}
+	if st, ok := s.api.StatusOf(p.Principal.Tenant, "", s.api.Now()); ok {
+		p.Hold, _ = api.RestartHold(st)
+		for _, ps := range st.Partitions {
+			if line, ok := api.HeldBack(ps); ok {
+				p.HeldBack = append(p.HeldBack, line)
+			}
+		}
 	}
 	var b strings.Builder
 	if err := t.Execute(&b, p); err != nil {
