@@ -136,13 +136,23 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if s.Status == nil {
+	out, ok := s.StatusOf(tenant, p.str("server"), p.now)
+	if !ok {
 		writeJSON(w, http.StatusNotFound, Error{"no pipeline: this server answers queries only"})
 		return
 	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// StatusOf returns the answer of GET /api/v1/status for tenant (empty:
+// every tenant) and server (empty: every server) at now, and false when
+// this server has no pipeline (Status is nil).
+func (s *Server) StatusOf(tenant, server string, now time.Time) (StatusResponse, bool) {
+	if s.Status == nil {
+		return StatusResponse{}, false
+	}
 	parts, queued, unstored := s.Status()
-	out := StatusResponse{Time: p.now, Queued: queued, Unstored: unstored, Judged: queued == 0 && unstored == 0, Partitions: []PartitionStatus{}, Sources: []SourceTotals{}}
-	server := p.str("server")
+	out := StatusResponse{Time: now, Queued: queued, Unstored: unstored, Judged: queued == 0 && unstored == 0, Partitions: []PartitionStatus{}, Sources: []SourceTotals{}}
 	totals := map[[2]string]int{} // (tenant, name) -> index in out.Sources
 	for _, ps := range parts {
 		if tenant != "" && ps.Tenant != tenant || server != "" && ps.Server != server {
@@ -170,7 +180,7 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 			t.add(&src.Counts)
 		}
 	}
-	writeJSON(w, http.StatusOK, out)
+	return out, true
 }
 
 // partitionStatus is the answer's view of one partition: its sources

@@ -62,14 +62,19 @@ func (b *builder) sloAlerts() []Rule {
 // eventWindow is how long an immediate alert stays firing after its event.
 const eventWindow = 10 * time.Minute
 
-// newFindings counts the findings of kind per server over window.
+// byServer groups the per-server alerts: by job and server, so that they
+// carry the job label as the collector's and the SLO's alerts do (both
+// bounded: a job per scrape config, a server per audited MCP server).
+const byServer = "job, " + metrics.LabelServer
+
+// newFindings counts the findings of kind per job and server over window.
 // increase() cannot see the first increment of a series that is born
 // non-zero (a finding of a server the exporter had not seen before the
 // scrape, or any counter when Prometheus starts): such a series, absent one
 // window ago, counts with its whole value instead.
 func newFindings(kind audit.Kind, window time.Duration) string {
 	sel := fmt.Sprintf(`%s{%s="%s"}`, metrics.FindingsTotal, metrics.LabelKind, kind)
-	return newEvents(sel, metrics.LabelServer, window)
+	return newEvents(sel, byServer, window)
 }
 
 // newEvents sums the increase of the counter series sel by the labels by
@@ -86,7 +91,7 @@ func newEvents(sel, by string, window time.Duration) string {
 // not about findings of the past that reach the collector now.
 func recent(kind audit.Kind, maxAge time.Duration) string {
 	return fmt.Sprintf("and on (%s)\n(time() - max by (%s) (%s{%s=\"%s\"}) < %s)",
-		metrics.LabelServer, metrics.LabelServer, metrics.FindingLastEventTimestampSeconds, metrics.LabelKind, kind,
+		byServer, byServer, metrics.FindingLastEventTimestampSeconds, metrics.LabelKind, kind,
 		number(maxAge.Seconds()))
 }
 
@@ -129,7 +134,7 @@ func (b *builder) writeAlerts() []Rule {
 		b.rule(alert{
 			name: "McpAuditUnverifiedWrites",
 			expr: fmt.Sprintf("sum by (%s) (increase(%s[1h])) >= %s",
-				metrics.LabelServer, unverified, number(b.o.UnverifiedWritesPerHour)),
+				byServer, unverified, number(b.o.UnverifiedWritesPerHour)),
 			for_:     15 * time.Minute,
 			severity: SeverityWarning,
 			summary:  "Writes are ending unverified.",
@@ -143,7 +148,7 @@ func (b *builder) writeAlerts() []Rule {
 			// left pending. None in 15 minutes, three default verification
 			// windows, means the verification clock is stuck.
 			expr: fmt.Sprintf("(max by (%s) (%s) > 0)\nunless on (%s)\n(max by (%s) (resets(%s[15m])) > 0)",
-				metrics.LabelServer, pending, metrics.LabelServer, metrics.LabelServer, pending),
+				byServer, pending, byServer, byServer, pending),
 			for_:     15 * time.Minute,
 			severity: SeverityWarning,
 			summary:  "Pending writes are not draining.",
@@ -156,7 +161,7 @@ func (b *builder) writeAlerts() []Rule {
 
 func (b *builder) clientAlerts() []Rule {
 	calls := metrics.ToolCallsTotal
-	server := metrics.LabelServer
+	server := byServer
 	wasted := fmt.Sprintf(`%s{%s=~"%s|%s"}`, metrics.FindingsTotal, metrics.LabelKind,
 		audit.KindWastedRetry, audit.KindPrematureRetry)
 	uncertain := fmt.Sprintf(`%s{%s=~"COMMIT_UNKNOWN|in_flight_unknown"}`, metrics.CallFailuresTotal, metrics.LabelCode)
@@ -207,7 +212,7 @@ func (b *builder) collectorAlerts() []Rule {
 			// The denominator is every MCP record received: the results are
 			// disjoint, and ignored records (spans of other operations) would
 			// dilute the ratio of a source that forwards all its traces.
-			expr: fmt.Sprintf("sum by (%s, %s) (rate(%s[10m]))\n/ on (%s) group_left\nsum by (%s) (rate(%s{%s!=\"%s\"}[10m]))\n> %s",
+			expr: fmt.Sprintf("sum by (job, %s, %s) (rate(%s[10m]))\n/ on (job, %s) group_left\nsum by (job, %s) (rate(%s{%s!=\"%s\"}[10m]))\n> %s",
 				metrics.LabelSource, metrics.LabelReason, metrics.IngestRejectedTotal, metrics.LabelSource,
 				metrics.LabelSource, metrics.IngestRecordsTotal, metrics.LabelResult, metrics.ResultIgnored, number(b.o.IngestRejectRatio)),
 			for_:     10 * time.Minute,
@@ -240,6 +245,24 @@ func (b *builder) collectorAlerts() []Rule {
 				"detect.allowed_lateness behind its watermark (a sender replaying a backlog after an outage or a cut): " +
 				"stored, never judged, so findings about them may be missing. mcpaudit status (or /api/v1/status) " +
 				"names the sources and the event-time span not judged.",
+		}),
+		b.rule(alert{
+			name: "McpAuditIDCollisions",
+			// Any: each collision is a call stored and never judged. Plain
+			// increase(), not newEvents: a restart's replay counts again the
+			// collisions it meets, and the series it is born with after a
+			// start is not new. The 15m window and the 5m for let a burst
+			// (a replay tool rewriting ids) and a steady stream (an exporter
+			// reusing ids) both fire, and keep the alert up 15m after the
+			// last collision for the runbook's log search.
+			expr:     fmt.Sprintf("sum by (%s) (increase(%s[15m])) > 0", byServer, metrics.PipelineIDCollisionsTotal),
+			for_:     5 * time.Minute,
+			severity: SeverityWarning,
+			summary:  "Different calls came under one trace and span id: some calls are not judged.",
+			description: "{{ $value | humanize }} call(s) to server {{ $labels.server }} in the last 15m shared their " +
+				"trace and span id with a different call (an exporter that reuses ids, or a replay tool rewriting them): " +
+				"each is stored, never judged, so findings about them may be missing. The collector's WARN lines " +
+				"kind=id_collision name the sources and both calls.",
 		}),
 		b.rule(alert{
 			name:     "McpAuditCollectorDown",

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -222,4 +223,99 @@ func TestIndexLinksToTimeline(t *testing.T) {
 	f("document=team/notes.gram", "/documents/team%2Fnotes.gram")
 	f("document=team/notes.gram&kind=duplicate_create", "/documents/team%2Fnotes.gram")
 	f("session=s-incident", "/sessions/s-incident")
+}
+
+// TestTimelineFindingsFollowRange: the findings listed on a document's or
+// a session's page are those of its since/until, as its calls are, their
+// count is what is listed, the page says how many fall outside the range
+// and links to them, and a call in the range stays marked as evidence of
+// a finding dated before it.
+func TestTimelineFindingsFollowRange(t *testing.T) {
+	hs := incidentServer(t)
+	c := client(t)
+	listed := regexp.MustCompile(`<tr data-kind="([^"]+)"><td class="mono"><a href="/findings/[^"]+">([^<]+)</a>`)
+	f := func(path, query string, wantTimes []string, wantOutside int) {
+		t.Helper()
+		code, page := body(t, c, "GET", hs.URL+path+"?"+query, nil)
+		var got []string
+		for _, m := range listed.FindAllStringSubmatch(page, -1) {
+			got = append(got, m[2])
+		}
+		if code != 200 || strings.Join(got, ",") != strings.Join(wantTimes, ",") {
+			t.Errorf("%s?%s: %d, findings at %v, want %v", path, query, code, got, wantTimes)
+		}
+		if m := regexp.MustCompile(`id="findings-count">\((\d+)\)<`).FindStringSubmatch(page); m == nil || m[1] != strconv.Itoa(len(wantTimes)) {
+			t.Errorf("%s?%s: count %v, want (%d), what is listed", path, query, m, len(wantTimes))
+		}
+		m := regexp.MustCompile(`id="findings-outside">(\d+) more finding`).FindStringSubmatch(page)
+		switch {
+		case wantOutside == 0 && m != nil:
+			t.Errorf("%s?%s: says %s findings are outside the range, want none said", path, query, m[1])
+		case wantOutside > 0 && (m == nil || m[1] != strconv.Itoa(wantOutside)):
+			t.Errorf("%s?%s: outside the range %v, want %d", path, query, m, wantOutside)
+		}
+		if wantOutside > 0 && !strings.Contains(page, `show every time`) {
+			t.Errorf("%s?%s: no link to the findings outside the range", path, query)
+		}
+	}
+	for _, path := range []string{"/documents/team%2Fnotes.gram", "/sessions/s-incident"} {
+		all := []string{"2026-12-04 14:00:00.000", "2026-12-04 14:01:00.000", "2026-12-04 14:02:00.000"}
+		if path == "/sessions/s-incident" {
+			slices.Reverse(all) // newest first
+		}
+		f(path, "", all, 0)
+		f(path, "since=2026-12-04+14:00:30&until=2026-12-04+14:01:30", []string{"2026-12-04 14:01:00.000"}, 2)
+		f(path, "since=2026-12-04+14:05", nil, 3)
+		f(path, "until=2026-12-04+14:01", []string{"2026-12-04 14:00:00.000"}, 2)
+	}
+	// c_...11 (14:01:30) is the evidence of the double-applied write of
+	// 14:00, which is outside the range: the row still says so.
+	_, page := body(t, c, "GET", hs.URL+"/documents/team%2Fnotes.gram?since=2026-12-04+14:01:30", nil)
+	if !regexp.MustCompile(`data-call="c_00000000000000000011" data-kinds="double_applied_write"`).MatchString(page) {
+		t.Errorf("a call in the range lost its mark as evidence of a finding dated before the range:\n%s", page)
+	}
+}
+
+// TestTimelineFindingsCapped: past the 500 findings a page lists, the
+// counts come from the store and still follow the range.
+func TestTimelineFindingsCapped(t *testing.T) {
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "mcpaudit.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	base := time.Date(2026, 12, 4, 14, 0, 0, 0, time.UTC)
+	var fs []audit.Finding
+	for i := range findingsListed + 3 {
+		fs = append(fs, audit.Finding{Kind: audit.KindUnverifiedWrite, Severity: audit.KindUnverifiedWrite.Severity(), Server: "thegram",
+			Document: "big.gram", Session: "s-big", Time: base.Add(time.Duration(i) * time.Second), Calls: []string{"c_" + strconv.Itoa(100000+i)}, Summary: "u"})
+	}
+	if err := st.Commit(context.Background(), audit.Results{Findings: fs}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(st, api.New(st, 0.999), Config{}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(p.Handler())
+	t.Cleanup(hs.Close)
+	c := client(t)
+	f := func(query string, count, listed, outside int) {
+		t.Helper()
+		code, page := body(t, c, "GET", hs.URL+"/documents/big.gram?"+query, nil)
+		n := strings.Count(page, `<tr data-kind="unverified_write">`)
+		m := regexp.MustCompile(`id="findings-count">\((\d+)\)<`).FindStringSubmatch(page)
+		o := regexp.MustCompile(`id="findings-outside">(\d+) more`).FindStringSubmatch(page)
+		capped := strings.Contains(page, `id="findings-capped"`)
+		gotOutside := 0
+		if o != nil {
+			gotOutside, _ = strconv.Atoi(o[1])
+		}
+		if code != 200 || m == nil || m[1] != strconv.Itoa(count) || n != listed || gotOutside != outside || capped != (listed < count) {
+			t.Errorf("?%s: %d, count %v, %d listed, %d outside, capped %v; want (%d), %d, %d, %v", query, code, m, n, gotOutside, capped, count, listed, outside, listed < count)
+		}
+	}
+	f("", findingsListed+3, findingsListed, 0)
+	f("since=2026-12-04+14:00:02", findingsListed+1, findingsListed, 2)
+	f("since=2026-12-04+14:00:02&until=2026-12-04+14:00:12", 10, 10, findingsListed-7)
 }

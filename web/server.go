@@ -165,8 +165,13 @@ type page struct {
 	AuthOn    bool
 	CSRF      string
 	Status    *Status
-	Error     string
-	Data      any
+	// Hold and HeldBack are the "Restart hold:" and "Held back:" lines of
+	// mcpaudit status (api.RestartHold, api.HeldBack) for the caller's
+	// tenant, when the pipeline has them.
+	Hold     string
+	HeldBack []string
+	Error    string
+	Data     any
 }
 
 func (s *Server) render(w http.ResponseWriter, r *http.Request, view string, status int, title string, data any) {
@@ -177,6 +182,14 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, view string, sta
 		st := s.status(ctx)
 		cancel()
 		p.Status = &st
+	}
+	if st, ok := s.api.StatusOf(p.Principal.Tenant, "", s.api.Now()); ok {
+		p.Hold, _ = api.RestartHold(st)
+		for _, ps := range st.Partitions {
+			if line, ok := api.HeldBack(ps); ok {
+				p.HeldBack = append(p.HeldBack, line)
+			}
+		}
 	}
 	var b strings.Builder
 	if err := t.Execute(&b, p); err != nil {
@@ -240,10 +253,19 @@ func (r row) Evidence() bool { return len(r.Findings) > 0 }
 
 // timeline is a document's or a session's calls, one page.
 type timeline struct {
-	Kind     string // "document" or "session"
-	Name     string
-	Rows     []row
-	Findings []audit.Finding
+	Kind string // "document" or "session"
+	Name string
+	Rows []row
+	// Findings are those in the range (since, until) as the calls are,
+	// up to 500, newest first; FindingsInRange counts them all and
+	// FindingsOutside those before or after the range, which AllFindings
+	// (this page without a range) lists.
+	Findings        []audit.Finding
+	FindingsInRange int64
+	FindingsOutside int64
+	AllFindings     template.URL
+	// Capped is true when FindingsInRange is more than the list holds.
+	Capped bool
 	// Next is the link to the next page ("?" and its query), empty on the
 	// last. A template.URL: html/template escapes a string after "?" as
 	// one query component, so "cursor=X" became "cursor%3dX" and the link
@@ -298,9 +320,54 @@ func (s *Server) buildTimeline(ctx context.Context, tenant string, calls []audit
 	return rows, nil
 }
 
-// allFindings reads up to 500 findings of q, newest first.
+// countFindings counts the findings of q, in every state.
+func (s *Server) countFindings(ctx context.Context, q audit.FindingQuery) (int64, error) {
+	counts, err := s.store.FindingCounts(ctx, q)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, c := range counts {
+		n += c.Count
+	}
+	return n, nil
+}
+
+// rangeFindings returns the findings of q in [since, until) (a zero bound
+// is open), newest first, how many q selects in all and how many in the
+// range. every is allFindings(q): when it holds them all, they are taken
+// from it, without reading the store again.
+func (s *Server) rangeFindings(ctx context.Context, q audit.FindingQuery, every []audit.Finding, since, until time.Time) (in []audit.Finding, all, inRange int64, err error) {
+	if len(every) < findingsListed {
+		for _, f := range every {
+			if (since.IsZero() || !f.Time.Before(since)) && (until.IsZero() || f.Time.Before(until)) {
+				in = append(in, f)
+			}
+		}
+		return in, int64(len(every)), int64(len(in)), nil
+	}
+	if all, err = s.countFindings(ctx, q); err != nil {
+		return nil, 0, 0, err
+	}
+	if since.IsZero() && until.IsZero() {
+		return every, all, all, nil
+	}
+	q.Since, q.Until = since, until
+	if in, err = s.allFindings(ctx, q); err != nil {
+		return nil, 0, 0, err
+	}
+	if inRange, err = s.countFindings(ctx, q); err != nil {
+		return nil, 0, 0, err
+	}
+	return in, all, inRange, nil
+}
+
+// findingsListed is how many findings a timeline lists at most.
+const findingsListed = 500
+
+// allFindings reads up to findingsListed findings of q, newest first.
 func (s *Server) allFindings(ctx context.Context, q audit.FindingQuery) ([]audit.Finding, error) {
-	q.Limit, q.Newest = 500, true
+	q.Limit, q.Newest = findingsListed, true
 	p, err := s.store.Findings(ctx, q)
 	if err != nil {
 		return nil, err
@@ -343,12 +410,21 @@ func (s *Server) renderTimeline(w http.ResponseWriter, r *http.Request, p api.Pr
 		s.fail(w, r, err)
 		return
 	}
-	findings, err := s.allFindings(ctx, fq)
+	// The list follows the range as the calls do; the calls shown are
+	// marked with every finding they are evidence of, in the range or not
+	// (a finding is dated by its first evidence call, and a later one may
+	// be in the range when the first is not).
+	evidence, err := s.allFindings(ctx, fq)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	if len(page.Calls) == 0 && len(findings) == 0 {
+	findings, all, inRange, err := s.rangeFindings(ctx, fq, evidence, since, until)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if len(page.Calls) == 0 && all == 0 {
 		// An empty page is "nothing in this range" only for a name the
 		// store knows: a mistyped or unknown one says so.
 		known, err := s.store.Calls(ctx, audit.CallQuery{Tenant: p.Tenant, Document: cq.Document, Session: cq.Session, Limit: 1})
@@ -366,14 +442,25 @@ func (s *Server) renderTimeline(w http.ResponseWriter, r *http.Request, p api.Pr
 		// Evidence on this document of findings filed under another
 		// (a duplicate create names the later document).
 		slices.SortFunc(findings, func(a, b audit.Finding) int { return a.Time.Compare(b.Time) })
+		slices.SortFunc(evidence, func(a, b audit.Finding) int { return a.Time.Compare(b.Time) })
 	}
-	rows, err := s.buildTimeline(ctx, p.Tenant, page.Calls, doc, session, findings)
+	rows, err := s.buildTimeline(ctx, p.Tenant, page.Calls, doc, session, evidence)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	tl := timeline{Kind: kind, Name: name, Rows: rows, Findings: findings, Payloads: !s.cfg.HidePayloads,
-		Since: r.URL.Query().Get("since"), Until: r.URL.Query().Get("until")}
+		Since: r.URL.Query().Get("since"), Until: r.URL.Query().Get("until"),
+		FindingsInRange: inRange, FindingsOutside: all - inRange, Capped: int64(len(findings)) < inRange}
+	if tl.FindingsOutside > 0 {
+		v := url.Values{}
+		for k, x := range r.URL.Query() {
+			if k != "since" && k != "until" && k != "cursor" {
+				v[k] = x
+			}
+		}
+		tl.AllFindings = template.URL("?" + v.Encode())
+	}
 	if page.NextCursor != "" {
 		v := url.Values{}
 		for k, x := range r.URL.Query() {

@@ -421,8 +421,14 @@ func (r *rejectLog) add(err error) {
 func printSummary(w io.Writer, det *analyzer, rejects *rejectLog) {
 	s := det.eng.Stats()
 	fmt.Fprintf(w, "Calls: %d", s.Calls)
-	if s.Duplicates > 0 {
-		fmt.Fprintf(w, " (%d duplicate observations dropped)", s.Duplicates)
+	if s.Duplicates > 0 || s.Collisions > 0 {
+		fmt.Fprintf(w, " (%d duplicate observations dropped", s.Duplicates)
+		if s.Collisions > 0 {
+			// Counted among the duplicates, but they are calls of their
+			// own that nothing judged: findings about them may be missing.
+			fmt.Fprintf(w, ", %d of them id collisions: another call under the trace and span id of one taken, never judged", s.Collisions)
+		}
+		fmt.Fprint(w, ")")
 	}
 	if s.Late > 0 {
 		fmt.Fprintf(w, " (%d out of time order by more than the lateness bound, judged late)", s.Late)

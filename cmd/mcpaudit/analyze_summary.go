@@ -21,6 +21,10 @@ type analyzeSummary struct {
 	Calls int64 `json:"calls"`
 	// Duplicates are second observations of an exchange, dropped.
 	Duplicates int64 `json:"duplicates"`
+	// IDCollisions are the duplicates that were another exchange under
+	// the trace and span id of one taken (detect.Stats.Collisions):
+	// dropped, never judged.
+	IDCollisions int64 `json:"id_collisions"`
 	// Late are calls that arrived later than the lateness bound.
 	Late int64 `json:"late"`
 	// TooLate are calls later than detect.allowed_lateness behind the
@@ -53,7 +57,7 @@ func newSummary(det *analyzer, rejects *rejectLog, col *collector) analyzeSummar
 	s := det.eng.Stats()
 	out := analyzeSummary{
 		SummaryVersion: 1,
-		Calls:          s.Calls, Duplicates: s.Duplicates, Late: s.Late, TooLate: s.TooLate,
+		Calls:          s.Calls, Duplicates: s.Duplicates, IDCollisions: s.Collisions, Late: s.Late, TooLate: s.TooLate,
 		Outcomes:           map[audit.Outcome]int64{},
 		Writes:             map[audit.WriteState]int64{},
 		Failures:           map[audit.RetryAction]map[string]int64{},

@@ -193,3 +193,40 @@ func TestPrintJSON_AsMarshal(t *testing.T) {
 		t.Fatalf("the test's text is no longer escaped: %s", want)
 	}
 }
+
+// TestAnalyze_SummaryIDCollisions: a call under the trace and span id of
+// another exchange is dropped unjudged; the summary says how many, in the
+// text only when there are any (as the other dropped counts), in the JSON
+// always. An exact second observation is a duplicate, not a collision.
+func TestAnalyze_SummaryIDCollisions(t *testing.T) {
+	dir := t.TempDir()
+	line := func(session string, id int) []byte {
+		return fmt.Appendf(nil, `{"time":"2026-12-04T10:00:00Z","server":"thegram","session":%q,"trace_id":"0af7651916cd43dd8448eb211c80319c","span_id":"b7ad6b7169203331","request":{"id":%d,"jsonrpc":"2.0","method":"tools/call","params":{"name":"gram_read","arguments":{"path":"d.gram"}}},"response":{"id":%d,"jsonrpc":"2.0","result":{"isError":false}}}`, session, id, id)
+	}
+	f := func(name string, lines [][]byte, dups, collisions int) {
+		t.Helper()
+		path := filepath.Join(dir, name+".ndjson")
+		writeLines(t, path, lines)
+		var out, errb bytes.Buffer
+		if code := run(context.Background(), []string{"analyze", "--progress", "never", path}, nil, &out, &errb); code != 0 {
+			t.Fatalf("%s: exit %d: %s", name, code, errb.String())
+		}
+		text := out.String()
+		said := fmt.Sprintf("(%d duplicate observations dropped, %d of them id collisions", dups, collisions)
+		if collisions > 0 && !strings.Contains(text, said) || collisions == 0 && strings.Contains(text, "collision") {
+			t.Errorf("%s: text summary\n%s\nwant %q only when there are collisions", name, text, said)
+		}
+		out.Reset()
+		errb.Reset()
+		run(context.Background(), []string{"analyze", "--progress", "never", "--format", "json", "--summary", "json", path}, nil, &out, &errb)
+		var sum map[string]any
+		if err := json.Unmarshal(errb.Bytes(), &sum); err != nil {
+			t.Fatalf("%s: JSON summary: %v: %s", name, err, errb.String())
+		}
+		if sum["id_collisions"] != float64(collisions) || sum["duplicates"] != float64(dups) {
+			t.Errorf("%s: JSON summary id_collisions %v, duplicates %v; want %d, %d", name, sum["id_collisions"], sum["duplicates"], collisions, dups)
+		}
+	}
+	f("collision", [][]byte{line("s-a", 1), line("s-b", 2)}, 1, 1)
+	f("exact", [][]byte{line("s-a", 1), line("s-a", 1)}, 1, 0)
+}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/klauspost/compress/s2"
 
+	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/dialect"
 	"github.com/mcpaudit/mcpaudit/exporter/storetest"
 )
@@ -145,4 +146,27 @@ func TestDocHash(t *testing.T) {
 	f("notes/a.gram")
 	f("h1-30 \xff\x00 é")
 	f(strings.Repeat("doc/", 100))
+}
+
+// TestRecordHead: the head read without decoding a record is the server,
+// session and tenant appendRecord wrote, for every length of them; a
+// record cut short says so instead of naming a wrong session.
+func TestRecordHead(t *testing.T) {
+	f := func(server, session, client, tenant string) {
+		t.Helper()
+		r := audit.Record{Call: &audit.Call{ID: "c_1", Server: server, Session: session, Client: client, Tenant: tenant,
+			Arguments: []byte(`{"path":"a.gram"}`)}}
+		b := appendRecord(nil, &r)
+		sv, se, te, ok := recordHead(b)
+		if !ok || string(sv) != server || string(se) != session || string(te) != tenant {
+			t.Errorf("recordHead(%q, %q, %q, %q) = %q, %q, %q, %v", server, session, client, tenant, sv, se, te, ok)
+		}
+		cut := 1 + len(server) + 1 + len(session) + 1 + len(client) // short of the tenant's length
+		if _, _, _, ok := recordHead(b[:cut]); ok {
+			t.Errorf("recordHead of a record cut before its tenant: ok")
+		}
+	}
+	f("thegram", "s-1", "agent", "")
+	f("", "", "", "")
+	f("oddlynew", strings.Repeat("s", 300), "", "acme")
 }

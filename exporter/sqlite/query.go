@@ -114,11 +114,17 @@ func decodeCall(buf []byte, id any, t int64, blob []byte, rec *audit.Record) ([]
 	if err != nil {
 		return buf, fmt.Errorf("call %s: %w", unpackID(callPrefix, id), err)
 	}
+	return raw, readCall(raw, id, t, rec)
+}
+
+// readCall decodes the record raw of the call with packed id and time t
+// into rec (decodeCall after the decompression).
+func readCall(raw []byte, id any, t int64, rec *audit.Record) error {
 	rec.Call = &audit.Call{ID: unpackID(callPrefix, id), Time: fromNanos(t)}
 	if err := readRecord(raw, rec); err != nil {
-		return raw, fmt.Errorf("call %s: %w", rec.Call.ID, err)
+		return fmt.Errorf("call %s: %w", rec.Call.ID, err)
 	}
-	return raw, nil
+	return nil
 }
 
 // FindingIDs returns the IDs of the findings whose Time >= since.

@@ -251,3 +251,19 @@ func fromNanos(n int64) time.Time {
 	}
 	return time.Unix(0, n).UTC()
 }
+
+// recordHead returns the server, session and tenant of an encoded record
+// (appendRecord writes them first) without decoding the rest, and false
+// when the record is too short to hold them. A scan that filters on them
+// skips the full decoding of the records it does not keep: a session's
+// calls are read from every call of the minutes it made calls in
+// (session_minutes), thousands for each of its own on a busy store.
+func recordHead(b []byte) (server, session, tenant []byte, ok bool) {
+	d := decoder{b: b}
+	d.varint()
+	server = d.bytes(d.uvarint())
+	session = d.bytes(d.uvarint())
+	d.bytes(d.uvarint()) // client
+	tenant = d.bytes(d.uvarint())
+	return server, session, tenant, !d.bad
+}

@@ -1,0 +1,94 @@
+package api
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// The lines mcpaudit status prints under its tables and the investigation
+// page shows under its status line: why calls wait after a restart, and
+// which source holds a partition back. One function each, so that both
+// tell the same facts in the same words.
+
+// restartHoldNamed is how many partitions held after a restart the
+// status names; the rest are counted.
+const restartHoldNamed = 5
+
+// RestartHold returns the line telling that partitions hold their
+// watermarks after a restart (PartitionStatus.HeldUntil), until when
+// and how many calls wait for it, and whether any does. The downtime that
+// set the hold's length is not in the status answer: the start-up log
+// tells it.
+func RestartHold(st StatusResponse) (string, bool) {
+	var names []string
+	var until time.Time
+	waiting := 0
+	for _, p := range st.Partitions {
+		if p.HeldUntil == nil {
+			continue
+		}
+		server := p.Server
+		if p.Tenant != "" {
+			server = p.Tenant + "/" + server
+		}
+		names = append(names, server)
+		waiting += p.Buffered
+		if p.HeldUntil.After(until) {
+			until = *p.HeldUntil
+		}
+	}
+	if len(names) == 0 {
+		return "", false
+	}
+	n := len(names)
+	what, verb := fmt.Sprintf("%d partitions", n), "wait"
+	if n == 1 {
+		what, verb = "1 partition", "waits"
+	}
+	if n > restartHoldNamed {
+		names = append(names[:restartHoldNamed], fmt.Sprintf("%d more", n-restartHoldNamed))
+	}
+	more := max(until.Sub(st.Time), 0)
+	secs := int64((more + time.Second - 1) / time.Second)
+	return fmt.Sprintf("Restart hold: %s (%s) %s until %s (%d s more) for senders' backlogs after a downtime; the %d calls waiting there are judged in time order once the hold ends (it is clamp(downtime, serve.pipeline.restart_grace, restart_grace_max) + detect.idle_timeout, the downtime in serve's start-up log; see serve.pipeline.restart_grace_max and docs/detection.md#time).",
+		what, strings.Join(names, ", "), verb, until.UTC().Format("15:04:05Z"), secs, waiting), true
+}
+
+// heldBackGap is how far the source holding a partition must be behind
+// the partition's other active sources for the status to point it out.
+const heldBackGap = time.Minute
+
+// HeldBack returns the line telling that partition p waits for a source
+// further behind its other active sources than heldBackGap, and whether
+// there is one.
+func HeldBack(p PartitionStatus) (string, bool) {
+	if p.HeldBy == "" {
+		return "", false
+	}
+	var holder *SourceStatus
+	others := time.Duration(-1)
+	for i, s := range p.Sources {
+		switch {
+		case s.Name == p.HeldBy:
+			holder = &p.Sources[i]
+		case !s.Idle:
+			if lag := time.Duration(s.LagSeconds * float64(time.Second)); others < 0 || lag < others {
+				others = lag
+			}
+		}
+	}
+	if holder == nil || others < 0 {
+		return "", false
+	}
+	lag := time.Duration(holder.LagSeconds * float64(time.Second))
+	if lag-others < heldBackGap {
+		return "", false
+	}
+	server := p.Server
+	if p.Tenant != "" {
+		server = p.Tenant + "/" + server
+	}
+	return fmt.Sprintf("Held back: %d calls of %s wait for %s, whose latest call is %s behind the wall clock while the other sources of %s are %s behind: its exporter lags or its clock is slow (a slow clock holds %s's findings back for as long as it runs; docs/detection.md#time).",
+		p.Buffered, server, p.HeldBy, lag.Round(time.Second), server, others.Round(time.Second), server), true
+}

@@ -1,0 +1,142 @@
+package web
+
+import (
+	"bytes"
+	"fmt"
+	"html"
+	"net/http/httptest"
+	"path/filepath"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/api"
+	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/collector/capture"
+	"github.com/mcpaudit/mcpaudit/collector/detect"
+	"github.com/mcpaudit/mcpaudit/collector/dialect"
+	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
+)
+
+// gramRead is a gram_read call on d.gram at at, read by the dialect.
+func gramRead(t *testing.T, rd *dialect.Reader, at time.Time, id int) *audit.Record {
+	t.Helper()
+	line := fmt.Appendf(nil, `{"time":%q,"server":"thegram","session":"s%d","request":{"id":%d,"jsonrpc":"2.0","method":"tools/call","params":{"name":"gram_read","arguments":{"path":"d.gram"}}},"response":{"id":%d,"jsonrpc":"2.0","result":{"isError":false}}}`,
+		at.Format(time.RFC3339Nano), id%7, id, id)
+	dec, err := capture.NewDecoder(bytes.NewReader(line), "line")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := dec.Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rd.Read(c).Lean()
+}
+
+// engineStatusPage is the page over an empty store whose query API reports
+// the status of a real engine e at the wall time *wall.
+func engineStatusPage(t *testing.T, e *detect.Engine, wall *time.Time) (*httptest.Server, *api.Server) {
+	t.Helper()
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "mcpaudit.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	q := api.New(st, 0.999)
+	q.Now = func() time.Time { return *wall }
+	q.Status = func() ([]detect.PartitionStatus, int64, int) { return e.Status(*wall), 0, 0 }
+	p, err := New(st, q, Config{}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(p.Handler())
+	t.Cleanup(hs.Close)
+	return hs, q
+}
+
+// TestStatusLines_RestartHold: while a partition of a real engine holds
+// its watermark after a restart, every page says so with the "Restart
+// hold:" line of mcpaudit status (held_until, the calls waiting), and
+// stops once the hold is over.
+func TestStatusLines_RestartHold(t *testing.T) {
+	e := detect.NewEngine(detect.NewDefaultConfig())
+	e.ClockPerPartition()
+	rd := dialect.NewReader(dialect.Config{})
+	wall := time.Date(2026, 12, 4, 15, 40, 0, 0, time.UTC)
+	id := 0
+	live := func(n int) {
+		for range n {
+			id++
+			e.Add("otlp:thegram/pod-0", gramRead(t, rd, wall.Add(-time.Second), id), wall)
+			wall = wall.Add(time.Second)
+			e.Tick(wall)
+		}
+	}
+	live(60)
+	e.HoldAfterRestart(detect.PartitionKey{Server: "thegram"}, wall.Add(-time.Second), wall.Add(40*time.Second))
+	hs, q := engineStatusPage(t, e, &wall)
+	c := client(t)
+	hold := regexp.MustCompile(`<p id="restart-hold">([^<]+)</p>`)
+
+	live(20)
+	st, _ := q.StatusOf("", "", wall)
+	want, ok := api.RestartHold(st)
+	if !ok || st.Partitions[0].HeldUntil == nil {
+		t.Fatalf("the engine's status shows no hold: %+v", st)
+	}
+	for _, path := range []string{"/", "/slo"} {
+		_, page := body(t, c, "GET", hs.URL+path, nil)
+		m := hold.FindStringSubmatch(page)
+		if m == nil || html.UnescapeString(m[1]) != want {
+			t.Errorf("%s during the hold: %v, want the line of mcpaudit status:\n%s", path, m, want)
+		}
+	}
+	if !regexp.MustCompile(`Restart hold: 1 partition \(thegram\) waits until 15:41:40Z \(20 s more\)`).MatchString(want) {
+		t.Errorf("the line does not give the partition, held_until and the time left: %s", want)
+	}
+
+	live(30)
+	if _, page := body(t, c, "GET", hs.URL+"/", nil); hold.MatchString(page) {
+		t.Errorf("after the hold (%s) the page still shows one", wall)
+	}
+}
+
+// TestStatusLines_HeldBack: a real engine fed by a pod on time and a pod
+// 90 s behind it (inside the allowed lateness: it holds the watermark);
+// the page names the pod with the "Held back:" line of mcpaudit status
+// (held_by), and a page of a tenant it is not shows none.
+func TestStatusLines_HeldBack(t *testing.T) {
+	e := detect.NewEngine(detect.NewDefaultConfig())
+	e.ClockPerPartition()
+	rd := dialect.NewReader(dialect.Config{})
+	wall := time.Date(2026, 12, 4, 14, 33, 40, 0, time.UTC)
+	id := 0
+	for range 60 {
+		id++
+		e.Add("otlp:thegram/on-time", gramRead(t, rd, wall.Add(-time.Second), id), wall)
+		id++
+		e.Add("otlp:thegram/slow", gramRead(t, rd, wall.Add(-90*time.Second), id), wall)
+		wall = wall.Add(time.Second)
+		e.Tick(wall)
+	}
+	hs, q := engineStatusPage(t, e, &wall)
+	st, _ := q.StatusOf("", "", wall)
+	want, ok := api.HeldBack(st.Partitions[0])
+	if !ok || st.Partitions[0].HeldBy != "otlp:thegram/slow" {
+		t.Fatalf("the engine's status holds nothing back: %+v", st.Partitions)
+	}
+	c := client(t)
+	held := regexp.MustCompile(`<p class="held-back">([^<]+)</p>`)
+	_, page := body(t, c, "GET", hs.URL+"/", nil)
+	m := held.FindStringSubmatch(page)
+	if m == nil || html.UnescapeString(m[1]) != want {
+		t.Errorf("the page: %v, want the line of mcpaudit status:\n%s", m, want)
+	}
+	if !regexp.MustCompile(`^Held back: \d+ calls of thegram wait for otlp:thegram/slow, whose latest call is 1m3\ds behind`).MatchString(want) {
+		t.Errorf("the line does not name the source and its lag: %s", want)
+	}
+	if _, page := body(t, c, "GET", hs.URL+"/?tenant=acme", nil); held.MatchString(page) {
+		t.Errorf("the page of tenant acme shows the default tenant's held-back partition")
+	}
+}
