@@ -557,7 +557,7 @@ func (rc *Receiver) exportBody(ctx context.Context, src metrics.Source, tenant s
 		if err := req.UnmarshalProto(b); err != nil {
 			var ok bool
 			if req, pre, ok = salvageRequest(ctx, b, true); !ok {
-				return ptraceotlp.ExportResponse{}, newRefusal(400, "cannot decode OTLP protobuf: "+err.Error(), metrics.RejectDecodeError)
+				return ptraceotlp.ExportResponse{}, newRefusal(400, "cannot decode OTLP protobuf: "+protoFault(b, err), metrics.RejectDecodeError)
 			}
 		}
 	} else {
