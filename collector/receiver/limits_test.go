@@ -119,11 +119,7 @@ func jsonValueEndSlow(b []byte) int {
 	for i := start; i < len(b); i++ {
 		switch b[i] {
 		case '"':
-			for i++; i < len(b) && b[i] != '"'; i++ {
-				if b[i] == '\\' {
-					i++
-				}
-			}
+			i = stringEndSlow(b, i+1)
 		case '{', '[':
 			d++
 		case '}', ']':
@@ -136,16 +132,22 @@ func jsonValueEndSlow(b []byte) int {
 	return -1
 }
 
+// stringEndSlow is stringEnd a byte at a time.
+func stringEndSlow(b []byte, i int) int {
+	for ; i < len(b) && b[i] != '"'; i++ {
+		if b[i] == '\\' {
+			i++
+		}
+	}
+	return i
+}
+
 func jsonDepthSlow(b []byte, limit int) (depth, at int) {
 	d := 0
 	for i := 0; i < len(b); i++ {
 		switch b[i] {
 		case '"':
-			for i++; i < len(b) && b[i] != '"'; i++ {
-				if b[i] == '\\' {
-					i++
-				}
-			}
+			i = stringEndSlow(b, i+1)
 		case '{', '[':
 			d++
 			if d > depth {
