@@ -41,15 +41,10 @@ func testNoStateFileHolds(t *testing.T, lose func(path string) error) {
 		t.Errorf("a new data directory holds its partition until %s", st.HeldUntil)
 	}
 	p.live(29)
-	stop := p.clock.Now()
-	w := stop.Add(-4*time.Minute - 30*time.Second)
-	p.ingest("pod-1", pendingPatchLine("s-w", 900001, w, "team/x.gram"))
-	p.live(5)
-	p.r.stop()
+	queue := p.stopWithWrite(3 * time.Minute)
 	if err := lose(filepath.Join(p.dir, "partitions.json")); err != nil {
 		t.Fatal(err)
 	}
-	queue := p.queue(p.clock.Now(), 3*time.Minute, func(at time.Time) []byte { return readSyncedLine("s-w", 900002, at, "team/x.gram") })
 	p.clock.Add(3 * time.Minute)
 	p.restart()
 	restart := p.clock.Now()
@@ -61,24 +56,8 @@ func testNoStateFileHolds(t *testing.T, lose func(path string) error) {
 	if st := p.r.status()[thegram]; st.HeldUntil.Before(restart.Add(40*time.Second)) || st.HeldUntil.After(restart.Add(41*time.Second)) {
 		t.Errorf("status after the restart: held until %s, want 40 s after the restart (%s)", st.HeldUntil, restart.Add(40*time.Second))
 	}
-	held, rest := queue[:10], queue[10:]
-	p.deliver(rest)
-	p.live(20)
-	p.deliver(held)
-	p.live(30)
-	st := p.r.status()[thegram]
-	t.Logf("after the restart: watermark %s, %d late, %d too late", st.Watermark.Format(time.TimeOnly), st.Late, st.TooLate)
-	if !st.HeldUntil.IsZero() {
+	p.retry(queue, 20)
+	if st := p.settled(2*(30+5+180+20+30) + 2); !st.HeldUntil.IsZero() {
 		t.Errorf("still held until %s, 50 s after the restart", st.HeldUntil)
-	}
-	if st.TooLate != 0 {
-		t.Errorf("%d calls of the backlog too late to be judged", st.TooLate)
-	}
-	o := p.r.stop()
-	for _, f := range o.findings {
-		t.Errorf("finding %s %s %v", f.Kind, f.Document, f.Calls)
-	}
-	if n := len(o.calls); n != 2*(30+5+180+20+30)+2 {
-		t.Errorf("%d calls stored, want %d", n, 2*(30+5+180+20+30)+2)
 	}
 }

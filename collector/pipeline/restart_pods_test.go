@@ -3,6 +3,8 @@ package pipeline_test
 import (
 	"testing"
 	"time"
+
+	"github.com/mcpaudit/mcpaudit/collector/detect"
 )
 
 // pods is the traffic of the restart tests that a sender's queue brings
@@ -88,4 +90,52 @@ func (p *pods) deliver(q []podRequest) {
 	for _, r := range q {
 		p.ingest(r.pod, r.lines...)
 	}
+}
+
+// stopWithWrite delivers a write of pod-1's (session s-w, sync pending)
+// dated 4m30s before now, its window (5 m) ending 30 s later, then 5 s more
+// of live traffic, and stops the run. It returns what the pods' senders
+// queue while the collector is down for down, in which pod-1's request of
+// second 3 reads the write synced.
+func (p *pods) stopWithWrite(down time.Duration) []podRequest {
+	p.t.Helper()
+	w := p.clock.Now().Add(-4*time.Minute - 30*time.Second)
+	p.ingest("pod-1", pendingPatchLine("s-w", 900001, w, "team/x.gram"))
+	p.live(5)
+	p.r.stop()
+	return p.queue(p.clock.Now(), down, func(at time.Time) []byte { return readSyncedLine("s-w", 900002, at, "team/x.gram") })
+}
+
+// retry delivers queue as an OpenTelemetry Collector's sending queue does
+// after a restart: the first consumer whose backoff ends takes the rest of
+// the queue at once; another, still backing off, brings the first 5 s
+// (10 requests) behind seconds later, behind live traffic; then live
+// traffic goes on for 30 s.
+func (p *pods) retry(queue []podRequest, behind int) {
+	p.t.Helper()
+	held, rest := queue[:10], queue[10:]
+	p.deliver(rest)
+	p.live(behind)
+	p.deliver(held)
+	p.live(30)
+}
+
+// settled checks that no call came too late to be judged, stops the run,
+// and checks that it made no finding and stored want calls. It returns
+// thegram's status before the stop.
+func (p *pods) settled(want int) detect.PartitionStatus {
+	p.t.Helper()
+	st := p.r.status()[detect.PartitionKey{Server: "thegram"}]
+	p.t.Logf("after the restart: watermark %s, %d late, %d too late", st.Watermark.Format(time.TimeOnly), st.Late, st.TooLate)
+	if st.TooLate != 0 {
+		p.t.Errorf("%d calls of the backlog too late to be judged", st.TooLate)
+	}
+	o := p.r.stop()
+	for _, f := range o.findings {
+		p.t.Errorf("finding %s %s %v", f.Kind, f.Document, f.Calls)
+	}
+	if n := len(o.calls); n != want {
+		p.t.Errorf("%d calls stored, want %d", n, want)
+	}
+	return st
 }
