@@ -98,16 +98,28 @@ type clash struct {
 	differs []string
 }
 
-// take returns the entry of r, or nil when r duplicates a call already
-// taken; replaced is set when r is an earlier observation of a call taken
-// but not yet judged, which r then stands for (as it would had it come
-// first). When one observation saw no response and the other did, the one
-// kept takes the response and reading: the same request, so the same
-// operations. dropped is the observation of two waiting ones that does
-// not stand for the call. col is set when the two share their span ids
-// but not their request: only then, after a match by span, is anything
-// more compared, so an exact duplicate costs nothing more.
-func (d *dedupe) take(r *audit.Record, src *source) (s *seen, replaced bool, dropped *audit.Record, col *clash) {
+// taken is what take made of an observation.
+type taken struct {
+	// s is the entry of the call, nil when the observation duplicates a
+	// call already taken.
+	s *seen
+	// replaced is set when the observation is an earlier one of a call
+	// taken but not yet judged, which it then stands for (as it would had
+	// it come first).
+	replaced bool
+	// dropped is the observation of two waiting ones that does not stand
+	// for the call.
+	dropped *audit.Record
+	// col is set when the two share their span ids but not their request.
+	col *clash
+}
+
+// take files r, delivered by src, and says what it is (taken). When one
+// observation saw no response and the other did, the one kept takes the
+// response and reading: the same request, so the same operations. Only
+// after a match by span is anything more compared (col), so an exact
+// duplicate costs nothing more.
+func (d *dedupe) take(r *audit.Record, src *source) (t taken) {
 	c := r.Call
 	ct := etimeOf(c.Time)
 	var dup *seen
@@ -128,7 +140,7 @@ func (d *dedupe) take(r *audit.Record, src *source) (s *seen, replaced bool, dro
 	}
 	fh := maphash.String(ordSeed, reqKey(c))
 	if bySpan && dup.r != r {
-		col = d.clashWith(dup, fh, c, ct, src)
+		t.col = d.clashWith(dup, fh, c, ct, src)
 	}
 	if dup == nil {
 		if q := d.byReq.get(fh); q != nil {
@@ -150,13 +162,13 @@ func (d *dedupe) take(r *audit.Record, src *source) (s *seen, replaced bool, dro
 		// request, another exchange under the same ids. The two hashes
 		// are filed together, so the same request would be near too.
 		if hasSpan && !d.old.near(fh, ct) {
-			col = &clash{dropped: c, droppedSrc: src, differs: []string{DiffRequest}}
+			t.col = &clash{dropped: c, droppedSrc: src, differs: []string{DiffRequest}}
 		}
-		return nil, false, nil, col
+		return t
 	}
 	if dup != nil {
 		if dup.processed || dup.r == r {
-			return nil, false, nil, col
+			return t
 		}
 		kept, other := dup.record(), r
 		// The earlier observation stands for the call, the smaller id on a
@@ -168,7 +180,7 @@ func (d *dedupe) take(r *audit.Record, src *source) (s *seen, replaced bool, dro
 		if !kept.Call.Responded && other.Call.Responded {
 			kept = withResponse(kept, other)
 		}
-		if col != nil && earlier {
+		if col := t.col; col != nil && earlier {
 			// r stands for the ids now: the one waiting is dropped.
 			col.kept, col.keptSrc, col.dropped, col.droppedSrc = c.ID, src, other.Call, dup.src
 		}
@@ -176,15 +188,16 @@ func (d *dedupe) take(r *audit.Record, src *source) (s *seen, replaced bool, dro
 		if earlier {
 			dup.src, dup.t = src, ct
 		}
-		return dup, earlier, other, col
+		t.s, t.replaced, t.dropped = dup, earlier, other
+		return t
 	}
-	s = d.byReq.at(fh, ct).add(seen{r: r, t: ct, src: src})
+	t.s = d.byReq.at(fh, ct).add(seen{r: r, t: ct, src: src})
 	d.old.add(fh, ct)
 	if hasSpan {
-		*d.bySpan.at(sh, ct) = s
+		*d.bySpan.at(sh, ct) = t.s
 		d.old.add(sh, ct)
 	}
-	return s, false, nil, nil
+	return t
 }
 
 // What differs between two exchanges under the same span ids, the values

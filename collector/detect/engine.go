@@ -274,12 +274,13 @@ func (e *Engine) Add(src string, r *audit.Record, wall time.Time) {
 	// first with its response), and so is the same call sent again, while
 	// a call of its time can still be judged; with DropRepeatedIDs, a call
 	// sent again however late (a file given twice).
-	seen, replaced, dropped, col := p.dedupe.take(r, s)
-	if dropped != nil && e.onDuplicate != nil {
-		e.onDuplicate(seen.r.Call.ID, dropped.Call)
+	tk := p.dedupe.take(r, s)
+	seen, replaced := tk.s, tk.replaced
+	if tk.dropped != nil && e.onDuplicate != nil {
+		e.onDuplicate(seen.r.Call.ID, tk.dropped.Call)
 	}
-	if col != nil {
-		e.collision(p, s, col)
+	if tk.col != nil {
+		e.collision(p, s, tk.col)
 	}
 	if seen != nil && seen.r != r && !replaced {
 		// A later observation completed a waiting one with its response.

@@ -361,9 +361,30 @@ func (p *Pipeline) recover(ctx context.Context) error {
 			held++
 		}
 	}
+	// Without a state file (lost, or damaged) while the store holds calls,
+	// which sources were delivering at the stop, and when it was, are
+	// unknown: every partition with a stored call holds at its last one
+	// for restart_grace + idle_timeout, as a sender's backlog may come
+	// after any outage. A new data directory (no call stored) holds
+	// nothing.
+	unknown := p.cfg.StateFile != "" && marks == nil && n > 0
+	if unknown {
+		for k, srcs := range p.eng.ActiveSources(p.now(), "") {
+			for _, src := range srcs {
+				if src.Name == recoverySource {
+					p.eng.HoldAfterRestart(k, src.Clock, hold)
+					held++
+				}
+			}
+		}
+	}
 	if held > 0 {
+		msg := "partitions whose sources were delivering at the stop hold their watermarks at what those had delivered, for their senders' backlogs: findings about later calls wait until then"
 		args := []any{"partitions", held, "hold", grace + p.dcfg.IdleTimeout, "until", hold}
 		switch {
+		case unknown:
+			msg = "no state file while the store holds calls: partitions with stored calls hold their watermarks at their last stored call, for senders' backlogs: findings about later calls wait until then"
+			args = append(args, "downtime", "unknown", "why", "restart_grace + idle_timeout: without the state file (partitions.json) the downtime and the sources delivering at the stop are unknown")
 		case down < 0:
 			args = append(args, "downtime", "unknown", "why", "restart_grace + idle_timeout: the state file does not say when the last run stopped")
 		case down <= p.cfg.RestartGrace:
@@ -375,7 +396,7 @@ func (p *Pipeline) recover(ctx context.Context) error {
 		default:
 			args = append(args, "downtime", down, "why", "downtime + idle_timeout: senders' reconnect backoff grows with the outage")
 		}
-		p.log.Info("partitions whose sources were delivering at the stop hold their watermarks at what those had delivered, for their senders' backlogs: findings about later calls wait until then",
+		p.log.Info(msg,
 			append(args, "restart_grace", p.cfg.RestartGrace, "restart_grace_max", p.cfg.RestartGraceMax, "idle_timeout", p.dcfg.IdleTimeout)...)
 	}
 	p.eng.Tick(p.now())

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/detect"
 )
 
@@ -65,63 +64,28 @@ func TestRestart_HoldScalesWithDowntime(t *testing.T) {
 			w2Early: 35 * time.Second, w2Due: 45 * time.Second, log: "downtime=5s", hold: 40 * time.Second},
 	} {
 		t.Run(name, func(t *testing.T) {
-			dir := t.TempDir()
-			clock := newClock(wallStart)
-			r := openRun(t, dir, clock, nil, nil)
-			rpc := 0
-			line := func(pod string, at time.Time) []byte {
-				rpc++
-				return callLine("thegram", "s-"+pod, rpc, at)
-			}
-			ingest := func(b audit.Batch) {
-				t.Helper()
-				if _, err := r.ingest(b); err != nil {
-					t.Fatal(err)
-				}
-			}
-			live := func(n int) {
-				for i := 0; i < n; i++ {
-					now := clock.Now()
-					for _, pod := range []string{"pod-0", "pod-1"} {
-						ingest(batch(t, pod, line(pod, now.Add(-time.Second))))
-					}
-					clock.Add(time.Second)
-				}
-			}
-			live(30)
+			p := newPods(t)
+			p.live(30)
 			// w1's window (5 m) ends 30 s after the stop, w2's 10 s after
 			// the restart: the hold is what keeps it open.
-			stop := clock.Now().Add(5 * time.Second)
+			stop := p.clock.Now().Add(5 * time.Second)
 			restart := stop.Add(sc.down)
 			w1 := stop.Add(-4*time.Minute - 30*time.Second)
 			w2 := restart.Add(10*time.Second - 5*time.Minute)
-			ingest(batch(t, "pod-1", pendingPatchLine("s-w1", 900001, w1, "team/x.gram")))
-			ingest(batch(t, "pod-0", pendingPatchLine("s-w2", 900003, w2, "team/y.gram")))
-			live(5)
+			p.ingest("pod-1", pendingPatchLine("s-w1", 900001, w1, "team/x.gram"))
+			p.ingest("pod-0", pendingPatchLine("s-w2", 900003, w2, "team/y.gram"))
+			p.live(5)
 			if sc.kill {
-				r.crash()
+				p.r.crash()
 			} else {
-				r.stop()
+				p.r.stop()
 			}
 			// What each pod's calls of the downtime are, per second, in
 			// the Collector's queue.
-			type req struct {
-				pod   string
-				lines [][]byte
-			}
-			var queue []req
-			for s := 0; s < int(sc.down/time.Second); s++ {
-				at := stop.Add(time.Duration(s) * time.Second)
-				for _, pod := range []string{"pod-0", "pod-1"} {
-					lines := [][]byte{line(pod, at)}
-					if pod == "pod-1" && s == 3 {
-						lines = append(lines, readSyncedLine("s-w1", 900002, at, "team/x.gram"))
-					}
-					queue = append(queue, req{pod, lines})
-				}
-			}
-			clock.Add(sc.down)
-			r = openRun(t, dir, clock, nil, nil)
+			queue := p.queue(stop, sc.down, func(at time.Time) []byte { return readSyncedLine("s-w1", 900002, at, "team/x.gram") })
+			p.clock.Add(sc.down)
+			p.restart()
+			r, clock := p.r, p.clock
 			if !strings.Contains(r.logs.String(), sc.log) {
 				t.Errorf("the start-up log does not say %q:\n%s", sc.log, r.logs.String())
 			}
@@ -133,35 +97,25 @@ func TestRestart_HoldScalesWithDowntime(t *testing.T) {
 			// Nothing arrives until the senders reconnect; the wall clock
 			// goes on.
 			findingAt := time.Duration(-1)
-			wait := func(d time.Duration) {
-				for ; d > 0; d -= time.Second {
-					clock.Add(time.Second)
+			// each moves the clock on n seconds, a second at a time by
+			// tick, noting when the first finding is stored.
+			each := func(n int, tick func()) {
+				for range n {
+					tick()
 					r.status()
 					if findingAt < 0 && len(r.read().findings) > 0 {
 						findingAt = clock.Now().Sub(restart)
 					}
 				}
 			}
-			wait(sc.back)
+			each(int(sc.back/time.Second), func() { clock.Add(time.Second) })
 			held, rest := queue[:10], queue[10:]
-			for _, q := range rest {
-				ingest(batch(t, q.pod, q.lines...))
-			}
+			p.deliver(rest)
 			// Live traffic as the held consumer backs off, then its
 			// request, then live traffic until well past the hold.
-			step := func(n int) {
-				for i := 0; i < n; i++ {
-					live(1)
-					r.status()
-					if findingAt < 0 && len(r.read().findings) > 0 {
-						findingAt = clock.Now().Sub(restart)
-					}
-				}
-			}
+			step := func(n int) { each(n, func() { p.live(1) }) }
 			step(int(sc.held / time.Second))
-			for _, q := range held {
-				ingest(batch(t, q.pod, q.lines...))
-			}
+			p.deliver(held)
 			step(int((sc.w2Due - clock.Now().Sub(restart)) / time.Second))
 			st := r.status()[thegram]
 			if !st.HeldUntil.IsZero() {

@@ -3,8 +3,6 @@ package pipeline_test
 import (
 	"testing"
 	"time"
-
-	"github.com/mcpaudit/mcpaudit/collector/detect"
 )
 
 // TestRestart_BacklogRetriedInParallel is a restart as an OpenTelemetry
@@ -24,79 +22,14 @@ import (
 // watermark 3 minutes on, the write's window closed without the read (a
 // false unverified_write), and the held request was too late to be judged.
 func TestRestart_BacklogRetriedInParallel(t *testing.T) {
-	dir := t.TempDir()
-	clock := newClock(wallStart)
-	r := openRun(t, dir, clock, nil, nil)
-	rpc := 0
-	// line is one harmless call of pod's session at t.
-	line := func(pod string, at time.Time) []byte {
-		rpc++
-		return callLine("thegram", "s-"+pod, rpc, at)
-	}
-	live := func(n int) {
-		for i := 0; i < n; i++ {
-			now := clock.Now()
-			for _, pod := range []string{"pod-0", "pod-1"} {
-				if _, err := r.ingest(batch(t, pod, line(pod, now.Add(-time.Second)))); err != nil {
-					t.Fatal(err)
-				}
-			}
-			clock.Add(time.Second)
-		}
-	}
-	live(30)
-	// Written 4m30s before the stop: its window (5 m) ends 30 s after it.
-	stop := clock.Now()
-	w := stop.Add(-4*time.Minute - 30*time.Second)
-	if _, err := r.ingest(batch(t, "pod-1", pendingPatchLine("s-w", 900001, w, "team/x.gram"))); err != nil {
-		t.Fatal(err)
-	}
-	live(5)
-	r.stop()
-	stop = clock.Now()
+	p := newPods(t)
+	p.live(30)
 	// Down for 3 minutes: what each pod's calls of those minutes are, per
 	// second, in the Collector's queue.
-	type req struct {
-		pod   string
-		lines [][]byte
-	}
-	var queue []req
-	for s := 0; s < 180; s++ {
-		at := stop.Add(time.Duration(s) * time.Second)
-		for _, pod := range []string{"pod-0", "pod-1"} {
-			lines := [][]byte{line(pod, at)}
-			if pod == "pod-1" && s == 3 {
-				lines = append(lines, readSyncedLine("s-w", 900002, at, "team/x.gram"))
-			}
-			queue = append(queue, req{pod, lines})
-		}
-	}
-	clock.Add(3 * time.Minute)
-	r = openRun(t, dir, clock, nil, nil)
-	// The consumer held back has the first 5 s of both pods.
-	held, rest := queue[:10], queue[10:]
-	for _, q := range rest {
-		if _, err := r.ingest(batch(t, q.pod, q.lines...)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	live(35)
-	for _, q := range held {
-		if _, err := r.ingest(batch(t, q.pod, q.lines...)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	live(30)
-	st := r.status()[detect.PartitionKey{Server: "thegram"}]
-	t.Logf("after the restart: watermark %s, %d late, %d too late", st.Watermark.Format(time.TimeOnly), st.Late, st.TooLate)
-	if st.TooLate != 0 {
-		t.Errorf("%d calls of the backlog too late to be judged", st.TooLate)
-	}
-	o := r.stop()
-	for _, f := range o.findings {
-		t.Errorf("finding %s %s %v", f.Kind, f.Document, f.Calls)
-	}
-	if n := len(o.calls); n != 2*(30+5+180+35+30)+2 {
-		t.Errorf("%d calls stored, want %d", n, 2*(30+5+180+35+30)+2)
-	}
+	queue := p.stopWithWrite(3 * time.Minute)
+	p.clock.Add(3 * time.Minute)
+	p.restart()
+	// The consumer held back has the first 5 s of both pods, 35 s late.
+	p.retry(queue, 35)
+	p.settled(2*(30+5+180+35+30) + 2)
 }

@@ -68,7 +68,7 @@ func benchCalls(n, batch int) [][]*capgen.Call {
 //	go test ./collector/receiver -run '^$' -bench GRPCExport -benchmem
 func BenchmarkGRPCExport(b *testing.B) {
 	rc, in := benchReceiver(b)
-	bodies := benchBodies(b)
+	bodies := benchBodies(b, ptraceotlp.ExportRequest.MarshalProto)
 	ctx := context.Background()
 	b.ReportAllocs()
 	i := 0
@@ -82,13 +82,14 @@ func BenchmarkGRPCExport(b *testing.B) {
 	b.ReportMetric(float64(in.n)/float64(i), "calls/op")
 }
 
-// benchBodies returns 16 OTLP/gRPC Export messages of 512 spans.
-func benchBodies(b *testing.B) [][]byte {
+// benchBodies returns 16 OTLP Export requests of 512 spans, encoded by
+// marshal (MarshalProto, as OTLP/gRPC messages; or MarshalJSON).
+func benchBodies(b *testing.B, marshal func(ptraceotlp.ExportRequest) ([]byte, error)) [][]byte {
 	var bodies [][]byte
 	for _, calls := range benchCalls(16, 512) {
 		req := ptraceotlp.NewExportRequest()
 		capgen.AppendTraces(req.Traces(), "bench", calls)
-		body, err := req.MarshalProto()
+		body, err := marshal(req)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -104,7 +105,7 @@ func benchBodies(b *testing.B) [][]byte {
 //	go test ./collector/receiver -run '^$' -bench GRPCExportPdata -benchmem
 func BenchmarkGRPCExportPdata(b *testing.B) {
 	rc, in := benchReceiver(b)
-	bodies := benchBodies(b)
+	bodies := benchBodies(b, ptraceotlp.ExportRequest.MarshalProto)
 	g := rc.GRPCServer()
 	ctx := context.Background()
 	b.ReportAllocs()
@@ -140,12 +141,18 @@ func BenchmarkCalls(b *testing.B) {
 		}
 		bodies = append(bodies, body)
 	}
+	benchPost(b, rc, in, "/v1/calls", "application/x-ndjson", bodies)
+}
+
+// benchPost posts bodies of contentType to path in turn, as the source
+// "bench", each answered 200, and reports the time per call.
+func benchPost(b *testing.B, rc *receiver.Receiver, in *countIngester, path, contentType string, bodies [][]byte) {
 	h := rc.Handler()
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
-		req := httptest.NewRequest("POST", "/v1/calls", bytes.NewReader(bodies[i%len(bodies)]))
-		req.Header.Set("Content-Type", "application/x-ndjson")
+		req := httptest.NewRequest("POST", path, bytes.NewReader(bodies[i%len(bodies)]))
+		req.Header.Set("Content-Type", contentType)
 		req.Header.Set(receiver.SourceHeader, "bench")
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, req)

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 
@@ -34,32 +33,30 @@ func TestOTLP_IDCollision(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	// The spans of each pod, the i-th under trace and span ids made of i.
+	// Three of pod-b's are other exchanges, 100 ms later: pod-a's call
+	// stands for the ids (the earlier one does, whatever the order they
+	// come in). The fourth is the same exchange as pod-a's.
+	type call struct {
+		session, path string
+		later         time.Duration
+	}
+	same, other := call{"s1", "a.gram", 0}, call{"s2", "b.gram", 100 * time.Millisecond}
 	td := ptrace.NewTraces()
-	for _, pod := range []string{"pod-a", "pod-b"} {
+	for _, pod := range []struct {
+		name  string
+		calls []call
+	}{
+		{"pod-a", []call{same, same, same, same}},
+		{"pod-b", []call{other, other, other, same}},
+	} {
 		rs := td.ResourceSpans().AppendEmpty()
 		rs.Resource().Attributes().PutStr("service.name", "thegram")
-		rs.Resource().Attributes().PutStr("service.instance.id", pod)
+		rs.Resource().Attributes().PutStr("service.instance.id", pod.name)
 		ss := rs.ScopeSpans().AppendEmpty()
-		for i := range 4 {
-			session, path := "s1", "a.gram"
-			at := now.Add(time.Duration(i) * time.Millisecond)
-			if pod == "pod-b" && i < 3 {
-				// Later: pod-a's call stands for the ids (the earlier one
-				// does, whatever the order they come in).
-				session, path, at = "s2", "b.gram", at.Add(100*time.Millisecond)
-			}
-			sp := ss.Spans().AppendEmpty()
-			sp.SetName("tools/call gram_read")
-			sp.SetKind(ptrace.SpanKindServer)
-			sp.SetTraceID(pcommon.TraceID([16]byte{1, byte(i)}))
-			sp.SetSpanID(pcommon.SpanID([8]byte{2, byte(i)}))
-			sp.SetStartTimestamp(pcommon.NewTimestampFromTime(at))
-			sp.SetEndTimestamp(pcommon.NewTimestampFromTime(at.Add(time.Millisecond)))
-			sp.Attributes().PutStr("mcp.method.name", "tools/call")
-			sp.Attributes().PutStr("gen_ai.tool.name", "gram_read")
-			sp.Attributes().PutStr("mcp.session.id", session)
-			sp.Attributes().PutStr("jsonrpc.request.id", fmt.Sprint(i))
-			sp.Attributes().PutStr("gen_ai.tool.call.arguments", `{"path":"`+path+`"}`)
+		for i, c := range pod.calls {
+			sp := appendCall(ss, i, c.session, now.Add(time.Duration(i)*time.Millisecond+c.later))
+			sp.Attributes().PutStr("gen_ai.tool.call.arguments", `{"path":"`+c.path+`"}`)
 		}
 	}
 	body, err := ptraceotlp.NewExportRequestFromTraces(td).MarshalProto()

@@ -557,17 +557,19 @@ func (rc *Receiver) exportBody(ctx context.Context, src metrics.Source, tenant s
 		if err := req.UnmarshalProto(b); err != nil {
 			var ok bool
 			if req, pre, ok = salvageRequest(ctx, b, true); !ok {
-				return ptraceotlp.ExportResponse{}, newRefusal(400, "cannot decode OTLP protobuf: "+err.Error(), metrics.RejectDecodeError)
+				return ptraceotlp.ExportResponse{}, newRefusal(400, "cannot decode OTLP protobuf: "+protoFault(b, err), metrics.RejectDecodeError)
 			}
 		}
 	} else {
-		if d, at := jsonDepth(b, jsonBodyDepth(rc.cfg.MaxDepth)); d > jsonBodyDepth(rc.cfg.MaxDepth) {
-			return ptraceotlp.ExportResponse{}, newRefusal(400, fmt.Sprintf("cannot take OTLP JSON: nested deeper than %d levels at byte offset %d (serve.receiver.max_depth)", jsonBodyDepth(rc.cfg.MaxDepth), at), metrics.RejectTooDeep)
+		limit := jsonBodyDepth(rc.cfg.MaxDepth)
+		d, at, end := jsonScan(b, limit)
+		if d > limit {
+			return ptraceotlp.ExportResponse{}, newRefusal(400, fmt.Sprintf("cannot take OTLP JSON: nested deeper than %d levels at byte offset %d (serve.receiver.max_depth)", limit, at), metrics.RejectTooDeep)
 		}
 		// pdata decodes the first JSON value and ignores what follows it:
 		// a second document (OTLP JSON lines, as a file exporter writes
 		// them) would be acknowledged and dropped.
-		if end := jsonValueEnd(b); end >= 0 && len(bytes.TrimSpace(b[end:])) > 0 {
+		if end >= 0 && len(bytes.TrimSpace(b[end:])) > 0 {
 			return ptraceotlp.ExportResponse{}, newRefusal(400, fmt.Sprintf("cannot decode OTLP JSON: more after the request at byte offset %d; a request carries one ExportTraceServiceRequest (send one document a request, or read a file of them with mcpaudit analyze)", end), metrics.RejectDecodeError)
 		}
 		if err := req.UnmarshalJSON(b); err != nil {

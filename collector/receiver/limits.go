@@ -57,7 +57,7 @@ func (rc *Receiver) check(c *audit.Call, where, timeField string) *recordError {
 		if !utf8.Valid(f.v) {
 			return reject(mx.RejectInvalidText, "%s: field %s: invalid UTF-8 at byte offset %d", where, f.name, invalidAt(f.v))
 		}
-		if d, at := jsonDepth(f.v, rc.cfg.MaxDepth); d > rc.cfg.MaxDepth {
+		if d, at, _ := jsonScan(f.v, rc.cfg.MaxDepth); d > rc.cfg.MaxDepth {
 			return reject(mx.RejectTooDeep, "%s: field %s: nested deeper than %d levels at byte offset %d (serve.receiver.max_depth)", where, f.name, rc.cfg.MaxDepth, at)
 		}
 	}
@@ -167,11 +167,24 @@ func invalidAt(b []byte) int {
 	return -1
 }
 
-// jsonDepth returns how deeply the JSON text b nests, stopping once it
-// passes limit, and the byte offset where it did. Strings are skipped.
-func jsonDepth(b []byte, limit int) (depth, at int) {
+// jsonScan reads the JSON text b once for two answers. depth is how
+// deeply b nests, the scan stopping once it passes limit, and at the byte
+// offset where it did (-1 when it did not). end is the offset just after
+// the object that b starts with (after white space), once it closes, or
+// -1 when b does not start with one, it does not close (b cut short, or
+// not JSON), or the scan stopped at the limit before it closed. Strings
+// are skipped. Brackets are only counted, not matched: what is not JSON
+// is left to the decoder to report.
+func jsonScan(b []byte, limit int) (depth, at, end int) {
+	end = -1
+	start := 0
+	for start < len(b) && (b[start] == ' ' || b[start] == '\t' || b[start] == '\r' || b[start] == '\n') {
+		start++
+	}
+	// Only an object's end is looked for; past it, the depth alone.
+	open := start < len(b) && b[start] == '{'
 	d := 0
-	for i := 0; i < len(b); i++ {
+	for i := start; i < len(b); i++ {
 		switch b[i] {
 		case '"':
 			i = stringEnd(b, i+1)
@@ -180,39 +193,17 @@ func jsonDepth(b []byte, limit int) (depth, at int) {
 			if d > depth {
 				depth = d
 				if depth > limit {
-					return depth, i
+					return depth, i, end
 				}
 			}
 		case '}', ']':
 			d--
-		}
-	}
-	return depth, -1
-}
-
-// jsonValueEnd returns the offset just after the JSON object that b
-// starts with (after white space) closes, or -1 when b does not start
-// with one or it does not close (b cut short, or not JSON).
-func jsonValueEnd(b []byte) int {
-	start := len(b) - len(bytes.TrimLeft(b, " \t\r\n"))
-	if start == len(b) || b[start] != '{' {
-		return -1
-	}
-	d := 0
-	for i := start; i < len(b); i++ {
-		switch b[i] {
-		case '"':
-			i = stringEnd(b, i+1)
-		case '{', '[':
-			d++
-		case '}', ']':
-			d--
-			if d == 0 {
-				return i + 1
+			if d == 0 && open {
+				end, open = i+1, false
 			}
 		}
 	}
-	return -1
+	return depth, -1, end
 }
 
 // stringEnd returns the offset of the quote that closes the JSON string

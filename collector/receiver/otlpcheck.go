@@ -3,6 +3,7 @@ package receiver
 import (
 	"errors"
 	"fmt"
+	"io"
 
 	"google.golang.org/protobuf/encoding/protowire"
 )
@@ -136,3 +137,79 @@ func pbWalk(b []byte, k pbKind, depth, limit int) error {
 // (resourceSpans, scopeSpans, spans, attributes, value: about 10 levels)
 // and three levels per nested array or key-value list value.
 func jsonBodyDepth(limit int) int { return 16 + 3*limit }
+
+// protoFault says why body b, which pdata could not decode (err), is not
+// OTLP protobuf. pdata's decoder reads each message from a slice of its
+// own and its errors carry no position ("unexpected EOF"): when it ran out
+// of bytes, the framing is walked here, down the messages that lead to
+// attribute values (pbChild), for the first field whose tag, length or
+// bytes run past the end of the message holding it; when that message
+// ends where the body does, the body is cut short, and the answer says
+// where it ends and inside which field. The framing of fields in other
+// messages (a span's status, unknown fields) is not walked: a fault there
+// is given as pdata says it, without an offset.
+func protoFault(b []byte, err error) string {
+	if !errors.Is(err, io.ErrUnexpectedEOF) {
+		return err.Error()
+	}
+	f, ok := pbFrame(b, 0, len(b), pbRequest, 0)
+	switch {
+	case !ok:
+		return err.Error()
+	case f.cut:
+		return fmt.Sprintf("%s: the body is cut short at byte offset %d, inside %s", err, len(b), f.where)
+	default:
+		return fmt.Sprintf("%s: %s runs past the end of the message that holds it, at byte offset %d", err, f.where, f.end)
+	}
+}
+
+// pbBreak is where the framing of an OTLP protobuf body breaks: in the
+// field where (its tag, length or bytes, with its byte offset), which runs
+// past the end of its message, at byte offset end. cut is set when that
+// message is the request, which ends where the body does: the body is cut
+// short. (A message inside it ends where its holder's length says: one
+// of its fields that runs past that end has a wrong length.)
+type pbBreak struct {
+	where string
+	end   int
+	cut   bool
+}
+
+// pbFrame walks the fields of the message of kind k in b[lo:hi], and of
+// the messages below it, and returns the first field that runs past the
+// end of its message; ok is false when none does, or the first fault met
+// is another (a field number 0, a varint too long). Values nest no deeper
+// than the depth check let through (protoValueDepth); the walk stops
+// 100 levels down all the same.
+func pbFrame(b []byte, lo, hi int, k pbKind, depth int) (f pbBreak, ok bool) {
+	short := func(n int) bool { return errors.Is(protowire.ParseError(n), io.ErrUnexpectedEOF) }
+	for i := lo; i < hi; {
+		num, typ, n := protowire.ConsumeTag(b[i:hi])
+		if n < 0 {
+			return pbBreak{fmt.Sprintf("the tag of the field at byte offset %d", i), hi, depth == 0}, short(n)
+		}
+		v := i + n
+		if typ != protowire.BytesType {
+			m := protowire.ConsumeFieldValue(num, typ, b[v:hi])
+			if m < 0 {
+				return pbBreak{fmt.Sprintf("the value of field %d at byte offset %d", num, i), hi, depth == 0}, short(m)
+			}
+			i = v + m
+			continue
+		}
+		l, m := protowire.ConsumeVarint(b[v:hi])
+		if m < 0 {
+			return pbBreak{fmt.Sprintf("the length of field %d at byte offset %d", num, i), hi, depth == 0}, short(m)
+		}
+		if left := hi - v - m; l > uint64(left) {
+			return pbBreak{fmt.Sprintf("field %d at byte offset %d (%d bytes long, %d left)", num, i, l, left), hi, depth == 0}, true
+		}
+		if child, ok := pbChild(k, num); ok && depth < 100 {
+			if f, ok := pbFrame(b, v+m, v+m+int(l), child, depth+1); ok || f.where != "" {
+				return f, ok
+			}
+		}
+		i = v + m + int(l)
+	}
+	return pbBreak{}, false
+}

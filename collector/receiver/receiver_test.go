@@ -360,22 +360,30 @@ func traces(server string, n int, mutate func(ptrace.Span)) ptraceotlp.ExportReq
 	rs.Resource().Attributes().PutStr("service.name", server)
 	ss := rs.ScopeSpans().AppendEmpty()
 	for i := range n {
-		sp := ss.Spans().AppendEmpty()
-		sp.SetName("tools/call gram_read")
-		sp.SetKind(ptrace.SpanKindServer)
-		sp.SetTraceID(pcommon.TraceID([16]byte{1, byte(i)}))
-		sp.SetSpanID(pcommon.SpanID([8]byte{2, byte(i)}))
-		sp.SetStartTimestamp(pcommon.NewTimestampFromTime(now.Add(time.Duration(i) * time.Millisecond)))
-		sp.SetEndTimestamp(pcommon.NewTimestampFromTime(now.Add(time.Duration(i)*time.Millisecond + time.Millisecond)))
-		sp.Attributes().PutStr("mcp.method.name", "tools/call")
-		sp.Attributes().PutStr("gen_ai.tool.name", "gram_read")
-		sp.Attributes().PutStr("mcp.session.id", "s1")
-		sp.Attributes().PutStr("jsonrpc.request.id", fmt.Sprint(i))
+		sp := appendCall(ss, i, "s1", now.Add(time.Duration(i)*time.Millisecond))
 		if mutate != nil && i == 0 {
 			mutate(sp)
 		}
 	}
 	return ptraceotlp.NewExportRequestFromTraces(td)
+}
+
+// appendCall appends to ss a tools/call gram_read span of session with
+// JSON-RPC id i, under trace and span ids made of i, that starts at at and
+// lasts a millisecond.
+func appendCall(ss ptrace.ScopeSpans, i int, session string, at time.Time) ptrace.Span {
+	sp := ss.Spans().AppendEmpty()
+	sp.SetName("tools/call gram_read")
+	sp.SetKind(ptrace.SpanKindServer)
+	sp.SetTraceID(pcommon.TraceID([16]byte{1, byte(i)}))
+	sp.SetSpanID(pcommon.SpanID([8]byte{2, byte(i)}))
+	sp.SetStartTimestamp(pcommon.NewTimestampFromTime(at))
+	sp.SetEndTimestamp(pcommon.NewTimestampFromTime(at.Add(time.Millisecond)))
+	sp.Attributes().PutStr("mcp.method.name", "tools/call")
+	sp.Attributes().PutStr("gen_ai.tool.name", "gram_read")
+	sp.Attributes().PutStr("mcp.session.id", session)
+	sp.Attributes().PutStr("jsonrpc.request.id", fmt.Sprint(i))
+	return sp
 }
 
 // TestOTLPLimits: over OTLP/HTTP, a span with invalid UTF-8, too many

@@ -1,0 +1,19 @@
+package receiver_test
+
+import (
+	"testing"
+
+	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
+)
+
+// BenchmarkTracesJSON measures the receiver's CPU and allocations per call
+// for POST /v1/traces of OTLP JSON requests of 512 spans: the body's
+// depth and end check (one pass), pdata's decoding, reading the spans,
+// checks, masking, grouping. The pipeline and the store are left out
+// (countIngester).
+//
+//	go test ./collector/receiver -run '^$' -bench TracesJSON -benchmem
+func BenchmarkTracesJSON(b *testing.B) {
+	rc, in := benchReceiver(b)
+	benchPost(b, rc, in, "/v1/traces", "application/json", benchBodies(b, ptraceotlp.ExportRequest.MarshalJSON))
+}
