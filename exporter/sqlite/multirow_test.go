@@ -340,3 +340,22 @@ func TestMultiRow_SequenceBehind(t *testing.T) {
 		t.Errorf("verify: %d calls, problems %v", r.Calls, r.Problems)
 	}
 }
+
+// TestWriter_TempStoreMemory checks that the committer's connection keeps
+// its statement journals in memory (PRAGMA temp_store 2): a multi-row
+// upsert of write states spilled its journal to a temporary file, a pwrite
+// per page changed.
+func TestWriter_TempStoreMemory(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "audit.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var mode int
+	if err := s.w.QueryRow(`PRAGMA temp_store`).Scan(&mode); err != nil {
+		t.Fatal(err)
+	}
+	if mode != 2 {
+		t.Errorf("temp_store %d on the writer, want 2 (memory)", mode)
+	}
+}

@@ -345,6 +345,16 @@ func Open(path string, opts Options) (*Store, error) {
 		w.Close()
 		return nil, fmt.Errorf("cannot open store %s: %w", path, wrap(err))
 	}
+	// A write-state upsert of several rows keeps a statement journal (its
+	// NOT NULL columns may abort it halfway), which SQLite spills to a
+	// temporary file past 64 KiB: a pwrite per page, 2 % of serve's CPU.
+	// In memory it holds the pages one statement changed, and nothing
+	// stored changes. Set after the migrations, whose sorts may be large;
+	// a connection opened again without it only spills again.
+	if _, err := w.Exec(`PRAGMA temp_store = MEMORY`); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("cannot open store %s: %w", path, wrap(err))
+	}
 
 	rq := url.Values{}
 	rq.Set("_busy_timeout", "10000")
