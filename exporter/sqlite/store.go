@@ -506,7 +506,7 @@ func (s *Store) Close() error {
 	close(s.reqs)
 	s.mu.Unlock()
 	<-s.done
-	s.rows.close()
+	s.rows.close(s.w)
 	s.closeLog()
 
 	var errs []error
