@@ -160,6 +160,11 @@ func storeRowBatches(t *testing.T, perStatement int) map[string][]string {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
+	// Each chain entry digests the calls it names, as stored: a commit
+	// that chained another tenant's hashes, or the last batch's, fails it.
+	if r := verify(t, path, nil); len(r.Problems) > 0 || r.Calls == 0 || r.Tenants < 2 {
+		t.Errorf("%d per statement: verify: %d tenants, %d calls, problems %+v", perStatement, r.Tenants, r.Calls, r.Problems)
+	}
 	db := side(t, path)
 	out := map[string][]string{}
 	for name, q := range map[string]string{

@@ -200,6 +200,8 @@ type Store struct {
 	sessions map[sessionMinute]struct{}
 	// rows are the committer's multi-row statements.
 	rows *rowStatements
+	// scratch is the committer's space, reused from one commit to the next.
+	scratch commitScratch
 
 	// inv serves the investigation side (investigate.go).
 	inv *investigation
