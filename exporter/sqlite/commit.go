@@ -553,9 +553,13 @@ func newRowStatements() *rowStatements {
 	}
 }
 
-// prepare prepares the statements not prepared yet, outside a
-// transaction (db has one connection).
+// prepare prepares database/sql's statements not prepared yet
+// (driverStatements false), outside a transaction (db has one
+// connection). The driver's are prepared when first executed.
 func (r *rowStatements) prepare(ctx context.Context, db *sql.DB) error {
+	if driverStatements {
+		return nil
+	}
 	for _, m := range []*multiRow{r.calls, r.writes, r.sessions} {
 		if err := m.prepare(ctx, db); err != nil {
 			return err
@@ -564,9 +568,24 @@ func (r *rowStatements) prepare(ctx context.Context, db *sql.DB) error {
 	return nil
 }
 
-func (r *rowStatements) close() {
-	for _, m := range []*multiRow{r.calls, r.writes, r.sessions} {
+// close closes the statements, those prepared on db's connection too
+// (while the committer is stopped: db has one connection).
+func (r *rowStatements) close(db *sql.DB) {
+	all := []*multiRow{r.calls, r.writes, r.sessions}
+	for _, m := range all {
 		m.close()
+	}
+	if conn, err := db.Conn(context.Background()); err == nil {
+		conn.Raw(func(dc any) error {
+			for _, m := range all {
+				m.closeDriver(dc)
+			}
+			return nil
+		})
+		conn.Close()
+	}
+	for _, m := range all {
+		m.closeDriver(nil) // forgets them, closed above or not
 	}
 }
 
@@ -594,7 +613,7 @@ type pendingCall struct {
 // (id, tenant, time): rows of one key are copies of one call, and only
 // the first of them can have been stored (calls_key holds the key's
 // millisecond), so a row read goes to the first input of its key.
-func (s *Store) insertCalls(ctx context.Context, tx *sql.Tx, calls []pendingCall) error {
+func (s *Store) insertCalls(ctx context.Context, conn *sql.Conn, tx *sql.Tx, calls []pendingCall) error {
 	if len(calls) == 0 {
 		return nil
 	}
@@ -610,11 +629,7 @@ func (s *Store) insertCalls(ctx context.Context, tx *sql.Tx, calls []pendingCall
 		for _, c := range chunk {
 			args = append(args, c.row.id, c.tenant, c.row.time, c.row.rec)
 		}
-		st, err := m.stmt(ctx, tx, len(chunk))
-		if err != nil {
-			return err
-		}
-		res, err := st.ExecContext(ctx, args...)
+		res, err := m.exec(ctx, conn, tx, args)
 		if err != nil {
 			return err
 		}
@@ -671,15 +686,83 @@ func matchStored(ctx context.Context, tx *sql.Tx, chunk []pendingCall, seq int64
 // commitBatch runs a batch in one transaction. The transaction ignores the
 // callers' contexts: it is shared, and one caller giving up must not fail
 // the others.
-func (s *Store) commitBatch(batch []*request, calls int) (err error) {
+func (s *Store) commitBatch(batch []*request, calls int) error {
 	start := time.Now()
 	ctx := context.Background()
 	if err := s.rows.prepare(ctx, s.w); err != nil {
 		return wrap(err)
 	}
-	tx, err := s.w.BeginTx(ctx, nil)
+	// The committer's connection, held for the transaction so that the
+	// multi-row statements run on it through its driver (multiRow.exec);
+	// given back before the id index reads through s.w.
+	conn, err := s.w.Conn(ctx)
 	if err != nil {
 		return wrap(err)
+	}
+	stored, err := s.commitOn(ctx, conn, batch, calls)
+	conn.Close()
+	if err != nil {
+		return err
+	}
+	// Before the callers learn of the commit: a call is found by id once
+	// its append returned (and would be, by the scan past the mark, even
+	// when this fails).
+	s.ids.add(s.w, stored)
+	s.scratch.release()
+	if s.opts.OnCommit != nil {
+		s.opts.OnCommit(time.Since(start), calls)
+	}
+	return nil
+}
+
+// commitScratch is the committer's space for a batch's rows, their
+// statements' arguments and their chain hashes, kept for the next batch
+// (they were a tenth of the bytes serve allocated). Only the committer
+// goroutine uses it.
+type commitScratch struct {
+	pending   []pendingCall
+	writeArgs []any
+	sessions  []any
+	stored    []indexedCall
+	hashes    []rowHash
+}
+
+// maxScratch is the most elements of each slice kept for the next batch
+// (a batch holds MaxBatch calls and their writes, 2,000 by default).
+const maxScratch = 1 << 15
+
+// release forgets what the batch's slices point to and keeps their room
+// up to maxScratch elements.
+func (c *commitScratch) release() {
+	c.pending = keep(c.pending)
+	c.writeArgs = keep(c.writeArgs)
+	c.sessions = keep(c.sessions)
+	c.stored = keep(c.stored)
+	c.hashes = keep(c.hashes)
+}
+
+func keep[T any](s []T) []T {
+	if cap(s) > maxScratch {
+		return nil
+	}
+	clear(s) // what is past len was cleared before
+	return s[:0]
+}
+
+// room returns s emptied, with room for n elements.
+func room[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, 0, n)
+	}
+	return s[:0]
+}
+
+// commitOn runs commitBatch's transaction on conn and returns the calls it
+// stored, for the id index.
+func (s *Store) commitOn(ctx context.Context, conn *sql.Conn, batch []*request, calls int) (_ []indexedCall, err error) {
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, wrap(err)
 	}
 	defer func() {
 		if err != nil {
@@ -699,15 +782,22 @@ func (s *Store) commitBatch(batch []*request, calls int) (err error) {
 	for _, req := range batch {
 		nWrites += len(req.writes)
 	}
-	pending := make([]pendingCall, 0, calls)
-	writeArgs := make([]any, 0, nWrites*s.rows.writes.cols)
+	sc := &s.scratch
+	defer func() {
+		if err != nil {
+			sc.release()
+		}
+	}()
+	pending := room(sc.pending, calls)
+	writeArgs := room(sc.writeArgs, nWrites*s.rows.writes.cols)
+	defer func() { sc.pending, sc.writeArgs = pending, writeArgs }()
 	watermark := int64(zeroTime)
 	for _, req := range batch {
 		for i := range req.calls {
 			c := &req.calls[i]
 			tenant, err := s.intern(tx, c.tenant)
 			if err != nil {
-				return wrap(err)
+				return nil, wrap(err)
 			}
 			pending = append(pending, pendingCall{req: req, row: c, tenant: tenant})
 		}
@@ -716,24 +806,40 @@ func (s *Store) commitBatch(batch []*request, calls int) (err error) {
 			var ids [6]int64
 			for j, v := range [...]string{w.state, w.server, w.tenant, w.tool, w.reason, w.action} {
 				if ids[j], err = s.intern(tx, v); err != nil {
-					return wrap(err)
+					return nil, wrap(err)
 				}
 			}
-			writeArgs = append(writeArgs, w.callID, w.seq, w.time, ids[0], ids[1], ids[2], ids[3], ids[4], ids[5],
+			writeArgs = append(writeArgs, w.callID, int64(w.seq), w.time, ids[0], ids[1], ids[2], ids[3], ids[4], ids[5],
 				w.session, w.doc, w.key, w.stateTime)
 		}
 		if req.watermark != zeroTime {
 			watermark = req.watermark // the last one stands, as it would after one upsert each
 		}
 	}
-	if err := s.insertCalls(ctx, tx, pending); err != nil {
-		return wrap(err)
+	if err := s.insertCalls(ctx, conn, tx, pending); err != nil {
+		return nil, wrap(err)
 	}
-	// The new calls of each tenant, in rid order, for its chain entry.
-	chained := map[string][]rowHash{}
+	// The new calls of each tenant, in rid order, for its chain entry:
+	// each tenant's slice is cut from one of all the calls stored.
+	counts := map[string]int{}
+	nStored := 0
+	for i := range pending {
+		if pending[i].rid != 0 {
+			counts[pending[i].row.tenant]++
+			nStored++
+		}
+	}
+	sc.hashes = room(sc.hashes, nStored)[:nStored]
+	chained := make(map[string][]rowHash, len(counts))
+	off := 0
+	for tenant, n := range counts {
+		chained[tenant] = sc.hashes[off : off : off+n]
+		off += n
+	}
 	var lastRID int64 // of the calls stored
-	stored := make([]indexedCall, 0, len(pending))
-	var sessions []any
+	stored := room(sc.stored, nStored)
+	sessions := sc.sessions[:0]
+	defer func() { sc.stored, sc.sessions = stored, sessions }()
 	for i := range pending {
 		p := &pending[i]
 		if p.rid == 0 {
@@ -745,7 +851,7 @@ func (s *Store) commitBatch(batch []*request, calls int) (err error) {
 		stored = append(stored, indexedCall{id: c.id, tenant: p.tenant, rid: p.rid, time: c.time, docs: c.docs})
 		lastRID = p.rid
 		if _, seen := s.sessions[c.session]; c.ok && !seen {
-			sessions = append(sessions, c.session.sh, c.session.minute)
+			sessions = append(sessions, int64(c.session.sh), c.session.minute)
 			if len(s.sessions) >= maxSessions {
 				clear(s.sessions)
 			}
@@ -753,29 +859,31 @@ func (s *Store) commitBatch(batch []*request, calls int) (err error) {
 		}
 	}
 	if err := s.rows.sessions.chunks(len(sessions)/2, func(lo, hi int) error {
-		return s.rows.sessions.exec(ctx, tx, sessions[2*lo:2*hi])
+		_, err := s.rows.sessions.exec(ctx, conn, tx, sessions[2*lo:2*hi])
+		return err
 	}); err != nil {
-		return wrap(err)
+		return nil, wrap(err)
 	}
 	up := s.rows.writes
 	if err := up.chunks(len(writeArgs)/up.cols, func(lo, hi int) error {
-		return up.exec(ctx, tx, writeArgs[lo*up.cols:hi*up.cols])
+		_, err := up.exec(ctx, conn, tx, writeArgs[lo*up.cols:hi*up.cols])
+		return err
 	}); err != nil {
-		return wrap(err)
+		return nil, wrap(err)
 	}
 	if watermark != zeroTime {
 		if _, err := tx.Exec(sqlSetWatermark, watermark); err != nil {
-			return wrap(err)
+			return nil, wrap(err)
 		}
 	}
 	if lastRID > 0 {
 		if _, err := tx.Exec(sqlSetIndexed, lastRID); err != nil {
-			return wrap(err)
+			return nil, wrap(err)
 		}
 	}
 	now := time.Now()
 	if err := chainCalls(ctx, tx, chained, now); err != nil {
-		return wrap(err)
+		return nil, wrap(err)
 	}
 	// Findings carry the seq of their tenant's entry, which follows the
 	// calls entry just made.
@@ -784,7 +892,7 @@ func (s *Store) commitBatch(batch []*request, calls int) (err error) {
 	for _, req := range batch {
 		if len(req.findings) > 0 && insFinding == nil {
 			if insFinding, err = stmt(sqlInsertFinding); err != nil {
-				return wrap(err)
+				return nil, wrap(err)
 			}
 		}
 		for i := range req.findings {
@@ -793,14 +901,14 @@ func (s *Store) commitBatch(batch []*request, calls int) (err error) {
 			if !ok {
 				last, _, err := head(ctx, tx, f.tenant)
 				if err != nil {
-					return wrap(err)
+					return nil, wrap(err)
 				}
 				seq = last + 1
 				entrySeq[f.tenant] = seq
 			}
 			res, err := insFinding.Exec(f.id, f.time, f.kind, f.severity, f.server, f.tenant, f.doc, f.key, f.session, f.body, seq)
 			if err != nil {
-				return wrap(err)
+				return nil, wrap(err)
 			}
 			if n, _ := res.RowsAffected(); n > 0 {
 				newFindings[f.tenant] = append(newFindings[f.tenant], rowHash{id: idBytes(f.id), hash: findingHash(f)})
@@ -811,20 +919,13 @@ func (s *Store) commitBatch(batch []*request, calls int) (err error) {
 		rows := newFindings[tenant]
 		if _, err := appendEntry(ctx, tx, chain.Entry{Tenant: tenant, Kind: chain.KindFindings, N: int64(len(rows)),
 			Digest: findingsDigest(rows), Time: now}); err != nil {
-			return wrap(err)
+			return nil, wrap(err)
 		}
 	}
 	if err = tx.Commit(); err != nil {
-		return wrap(err)
+		return nil, wrap(err)
 	}
-	// Before the callers learn of the commit: a call is found by id once
-	// its append returned (and would be, by the scan past the mark, even
-	// when this fails).
-	s.ids.add(s.w, stored)
-	if s.opts.OnCommit != nil {
-		s.opts.OnCommit(time.Since(start), calls)
-	}
-	return nil
+	return stored, nil
 }
 
 // tenantCond returns the SQL condition on column that selects d's tenants

@@ -160,6 +160,11 @@ func storeRowBatches(t *testing.T, perStatement int) map[string][]string {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
+	// Each chain entry digests the calls it names, as stored: a commit
+	// that chained another tenant's hashes, or the last batch's, fails it.
+	if r := verify(t, path, nil); len(r.Problems) > 0 || r.Calls == 0 || r.Tenants < 2 {
+		t.Errorf("%d per statement: verify: %d tenants, %d calls, problems %+v", perStatement, r.Tenants, r.Calls, r.Problems)
+	}
 	db := side(t, path)
 	out := map[string][]string{}
 	for name, q := range map[string]string{
@@ -173,6 +178,14 @@ func storeRowBatches(t *testing.T, perStatement int) map[string][]string {
 		// hashes; what they cover does not.
 		"chain":     `SELECT tenant, seq, kind, first, last, n, hex(digest) FROM chain ORDER BY tenant, seq`,
 		"sequences": `SELECT name, seq FROM sqlite_sequence ORDER BY name`,
+		// The storage classes, which fmt.Sprint above does not tell apart
+		// (an integer 7 and a text "7" print alike).
+		"types": `SELECT 'calls', typeof(rid), typeof(id), typeof(tenant), typeof(time), typeof(rec), count(*) FROM calls GROUP BY 2, 3, 4, 5, 6
+			UNION ALL SELECT 'writes', typeof(time) || typeof(call_id) || typeof(seq) || typeof(state) || typeof(server) || typeof(tenant),
+				typeof(tool) || typeof(reason) || typeof(action), typeof(session) || typeof(document) || typeof(key), typeof(state_after), '', count(*)
+				FROM writes GROUP BY 2, 3, 4, 5
+			UNION ALL SELECT 'session_minutes', typeof(sh), typeof(minute), '', '', '', count(*) FROM session_minutes GROUP BY 2, 3
+			ORDER BY 1, 2, 3, 4, 5, 6`,
 	} {
 		rows, err := db.Query(q)
 		if err != nil {
@@ -218,6 +231,32 @@ func TestMultiRow_AsOneRow(t *testing.T) {
 	}
 	if len(one) != len(multi) {
 		t.Errorf("tables: %d against %d", len(one), len(multi))
+	}
+}
+
+// TestMultiRow_DriverAsDatabaseSQL checks that the multi-row statements
+// store through the driver connection (multiRow.exec) exactly what they
+// store through database/sql, which converts each argument itself: the
+// same rows, values and storage classes, rids, rollups and chain entries.
+func TestMultiRow_DriverAsDatabaseSQL(t *testing.T) {
+	defer func(d bool) { driverStatements = d }(driverStatements)
+	driverStatements = false
+	viaSQL := storeRowBatches(t, 0)
+	driverStatements = true
+	viaDriver := storeRowBatches(t, 0)
+	if len(viaSQL["types"]) < 3 {
+		t.Errorf("storage classes: %q", viaSQL["types"])
+	}
+	for name, rows := range viaSQL {
+		if len(rows) == 0 {
+			t.Errorf("%s: no rows", name)
+		}
+		if !reflect.DeepEqual(rows, viaDriver[name]) {
+			t.Errorf("%s differs:\nthrough database/sql:\n%s\nthrough the driver:\n%s", name, strings.Join(rows, "\n"), strings.Join(viaDriver[name], "\n"))
+		}
+	}
+	if len(viaSQL) != len(viaDriver) {
+		t.Errorf("tables: %d against %d", len(viaSQL), len(viaDriver))
 	}
 }
 
@@ -338,5 +377,24 @@ func TestMultiRow_SequenceBehind(t *testing.T) {
 	}
 	if len(r.Problems) > 0 || r.Calls != 11 {
 		t.Errorf("verify: %d calls, problems %v", r.Calls, r.Problems)
+	}
+}
+
+// TestWriter_TempStoreMemory checks that the committer's connection keeps
+// its statement journals in memory (PRAGMA temp_store 2): a multi-row
+// upsert of write states spilled its journal to a temporary file, a pwrite
+// per page changed.
+func TestWriter_TempStoreMemory(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "audit.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var mode int
+	if err := s.w.QueryRow(`PRAGMA temp_store`).Scan(&mode); err != nil {
+		t.Fatal(err)
+	}
+	if mode != 2 {
+		t.Errorf("temp_store %d on the writer, want 2 (memory)", mode)
 	}
 }
