@@ -210,6 +210,10 @@ var Actions = map[string]audit.FindingState{
 // maxNote bounds a note, in bytes.
 const maxNote = 4096
 
+// maxChangeBody bounds the body of a state change, in bytes: a note of
+// maxNote bytes, escaped, with room to spare.
+const maxChangeBody = 64 << 10
+
 func (s *Server) changeFinding(w http.ResponseWriter, r *http.Request) {
 	p, ok := s.Authenticate(r)
 	if !ok {
@@ -222,9 +226,14 @@ func (s *Server) changeFinding(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req ChangeRequest
-	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<10))
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxChangeBody+1))
 	if err != nil {
 		s.fail(w, &paramError{"body", err.Error()})
+		return
+	}
+	if len(body) > maxChangeBody {
+		// Cut, it would be answered "unexpected EOF": say what is too long.
+		s.fail(w, &paramError{"body", fmt.Sprintf("longer than %d bytes; a note holds at most %d", maxChangeBody, maxNote)})
 		return
 	}
 	if len(strings.TrimSpace(string(body))) > 0 {
