@@ -120,7 +120,10 @@ func findingQuery(p *params, tenant string) audit.FindingQuery {
 func (s *Server) FindingQueryOf(r *http.Request, tenant string) (audit.FindingQuery, error) {
 	p := &params{q: r.URL.Query(), now: s.Now()}
 	q := findingQuery(p, tenant)
-	return q, p.err
+	if p.err != nil {
+		return q, p.err
+	}
+	return q, CheckRange(q.Since, q.Until)
 }
 
 // withStatus gives every finding a status: open when nobody changed it.
