@@ -187,3 +187,24 @@ func TestDecoder_TruncatedGzip(t *testing.T) {
 		t.Errorf("OTLP JSON lines: %d calls, rejects %v; want the 25 calls of the 5 documents before the cut, and line 6 rejected naming gzip", n, rejects)
 	}
 }
+
+// TestDecoder_BrokenArraySaysWhereAndWhatIsLost: an element of a JSON
+// array that breaks its syntax is named with the byte offset it breaks at,
+// and the answer says the elements after it are not read (they cannot be
+// told apart without the array's syntax), so a sender does not take them
+// for stored.
+func TestDecoder_BrokenArraySaysWhereAndWhatIsLost(t *testing.T) {
+	f := func(in, want string) {
+		t.Helper()
+		n, rejects, _ := decodeAll(t, []byte(in))
+		if n != 1 || len(rejects) != 1 || rejects[0].Error() != want {
+			t.Errorf("%d calls, rejects %q; want 1 and %q", n, rejects, want)
+		}
+	}
+	f("["+good+",\n{\"time\": x},\n"+good+"]",
+		"in:2: broken JSON array after element 1 at byte offset "+fmt.Sprint(1+len(good)+len(",\n{\"time\": "))+": invalid character 'x' looking for beginning of value; what follows is not read")
+	// Nested past encoding/json's limit of 10000, counted within the
+	// element: its 10001st bracket.
+	f("["+good+",\n"+strings.Repeat("[", 10001)+"\n"+good+"]",
+		"in:2: broken JSON array after element 1 at byte offset "+fmt.Sprint(1+len(good)+len(",\n")+10000)+": invalid character '[' exceeded max depth; what follows is not read")
+}
