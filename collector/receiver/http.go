@@ -294,9 +294,9 @@ var callTypes = []string{"", "application/json", "application/x-ndjson", "applic
 // callsSource names the source of a request of call records: what the
 // poster says, else its address.
 func callsSource(r *http.Request) (string, error) {
-	name := r.Header.Get(SourceHeader)
+	name, from := r.Header.Get(SourceHeader), SourceHeader
 	if name == "" {
-		name = r.URL.Query().Get("source")
+		name, from = r.URL.Query().Get("source"), "parameter source"
 	}
 	if name == "" {
 		host, _, err := net.SplitHostPort(r.RemoteAddr)
@@ -306,7 +306,7 @@ func callsSource(r *http.Request) (string, error) {
 		return "calls:" + host, nil
 	}
 	if why := badSourceName(name); why != "" {
-		return "", fmt.Errorf("%s %s", SourceHeader, why)
+		return "", fmt.Errorf("%s: %s", from, why)
 	}
 	return "calls:" + name, nil
 }

@@ -49,3 +49,25 @@ func itoa(n int) string {
 	b, _ := json.Marshal(n)
 	return string(b)
 }
+
+// TestCalls_BadSourceNamed: a source name that cannot be taken is refused
+// naming where it came from (the header or ?source=) and what is wrong
+// with it, with its byte offset: the answer named the header for a bad
+// ?source= and said only the rule.
+func TestCalls_BadSourceNamed(t *testing.T) {
+	e := newEnv(t, nil)
+	body := []byte(record("thegram", "gram_read", now, 1) + "\n")
+	f := func(path string, headers []string, want string) {
+		t.Helper()
+		a := e.post(t, path, "application/x-ndjson", tokAcme, body, headers...)
+		if a.status != 400 || !strings.HasPrefix(a.body, want) {
+			t.Errorf("%s %v: %d %q, want 400 starting %q", path, headers, a.status, a.body, want)
+		}
+	}
+	f("/v1/calls", []string{"Mcpaudit-Source", "relay\xff-1"}, "Mcpaudit-Source: invalid UTF-8 at byte offset 5;")
+	f("/v1/calls", []string{"Mcpaudit-Source", strings.Repeat("a", 300)}, "Mcpaudit-Source: 300 bytes, more than the limit of 256;")
+	f("/v1/calls?source=relay%01", nil, "parameter source: a control character at byte offset 5;")
+	if n := len(e.stored(t)); n != 0 {
+		t.Errorf("%d calls stored from refused requests", n)
+	}
+}
