@@ -3,6 +3,7 @@ package capture
 import (
 	"bytes"
 	"compress/gzip"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -207,4 +208,40 @@ func TestDecoder_BrokenArraySaysWhereAndWhatIsLost(t *testing.T) {
 	// element: its 10001st bracket.
 	f("["+good+",\n"+strings.Repeat("[", 10001)+"\n"+good+"]",
 		"in:2: broken JSON array after element 1 at byte offset "+fmt.Sprint(1+len(good)+len(",\n")+10000)+": invalid character '[' exceeded max depth; what follows is not read")
+}
+
+// TestDecoder_OTLPDeepSpanAlone: a span whose attribute value nests deep
+// is read, or rejected alone with its path, and never takes the spans
+// beside it down: at 16 OTLP levels (64 of JSON and more), which serve
+// takes, the whole document was refused ("nested deeper than 64").
+func TestDecoder_OTLPDeepSpanAlone(t *testing.T) {
+	in, err := os.ReadFile("../../testdata/examples/thegram-normal-edit.otlp.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	withDeep := func(levels int) []byte {
+		var doc map[string]any
+		if err := json.Unmarshal(in, &doc); err != nil {
+			t.Fatal(err)
+		}
+		v := strings.Repeat(`{"kvlistValue":{"values":[{"key":"a","value":`, levels) + `{"stringValue":"x"}` + strings.Repeat(`}]}}`, levels)
+		var deep any
+		if err := json.Unmarshal([]byte(v), &deep); err != nil {
+			t.Fatal(err)
+		}
+		sp := doc["resourceSpans"].([]any)[0].(map[string]any)["scopeSpans"].([]any)[0].(map[string]any)["spans"].([]any)[1].(map[string]any)
+		sp["attributes"] = append(sp["attributes"].([]any), map[string]any{"key": "deep", "value": deep})
+		b, err := json.Marshal(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	if n, rejects, _ := decodeAll(t, withDeep(20)); n != 5 || len(rejects) != 0 {
+		t.Errorf("an attribute 20 OTLP levels deep: %d calls, rejects %v; want 5 and none", n, rejects)
+	}
+	n, rejects, _ := decodeAll(t, withDeep(80))
+	if n != 4 || len(rejects) != 1 || !strings.Contains(rejects[0].Error(), "resourceSpans[0].scopeSpans[0].spans[1]: not JSON: nested deeper than 300 levels at byte offset ") {
+		t.Errorf("an attribute 80 OTLP levels deep: %d calls, rejects %v; want 4 and that span rejected alone", n, rejects)
+	}
 }
