@@ -120,8 +120,9 @@ func (rc *Receiver) body(w http.ResponseWriter, r *http.Request) ([]byte, func()
 	// read counts the compressed bytes taken from the body, to say where
 	// a damaged gzip stream stops (gzip reads ahead through its own
 	// buffer: the damage is in the last few KiB before the count).
-	read := &countReader{r: r.Body}
+	var read *countReader
 	if gz {
+		read = &countReader{r: r.Body}
 		zr, err := gzip.NewReader(read)
 		if err != nil {
 			if re := readRefusal(err, rc.cfg.BodyTimeout); re != nil {
