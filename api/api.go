@@ -147,6 +147,18 @@ type paramError struct {
 
 func (e *paramError) Error() string { return "parameter " + e.name + ": " + e.reason }
 
+// CheckRange returns an error naming until when since and until are both
+// given and until is before since: the range is empty, and an answer of
+// nothing would hide the mistake (since and until swapped). The query API
+// and the pages both refuse such a range.
+func CheckRange(since, until time.Time) error {
+	if !since.IsZero() && !until.IsZero() && since.After(until) {
+		return &paramError{"until", fmt.Sprintf("%s is before since (%s): the range is empty",
+			until.UTC().Format(time.RFC3339Nano), since.UTC().Format(time.RFC3339Nano))}
+	}
+	return nil
+}
+
 // params reads query parameters, remembering the first error.
 type params struct {
 	q   url.Values
@@ -317,9 +329,8 @@ func (s *Server) newParams(w http.ResponseWriter, r *http.Request, known ...stri
 		// nothing would hide the mistake (since and until swapped).
 		check := *pp
 		since, until := check.time("since"), check.time("until")
-		if check.err == nil && !since.IsZero() && !until.IsZero() && since.After(until) {
-			writeJSON(w, http.StatusBadRequest, Error{(&paramError{"until", fmt.Sprintf("%s is before since (%s): the range is empty",
-				until.UTC().Format(time.RFC3339Nano), since.UTC().Format(time.RFC3339Nano))}).Error()})
+		if err := CheckRange(since, until); check.err == nil && err != nil {
+			writeJSON(w, http.StatusBadRequest, Error{err.Error()})
 			return nil, "", false
 		}
 	}

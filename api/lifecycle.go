@@ -120,7 +120,10 @@ func findingQuery(p *params, tenant string) audit.FindingQuery {
 func (s *Server) FindingQueryOf(r *http.Request, tenant string) (audit.FindingQuery, error) {
 	p := &params{q: r.URL.Query(), now: s.Now()}
 	q := findingQuery(p, tenant)
-	return q, p.err
+	if p.err != nil {
+		return q, p.err
+	}
+	return q, CheckRange(q.Since, q.Until)
 }
 
 // withStatus gives every finding a status: open when nobody changed it.
@@ -210,6 +213,10 @@ var Actions = map[string]audit.FindingState{
 // maxNote bounds a note, in bytes.
 const maxNote = 4096
 
+// maxChangeBody bounds the body of a state change, in bytes: a note of
+// maxNote bytes, escaped, with room to spare.
+const maxChangeBody = 64 << 10
+
 func (s *Server) changeFinding(w http.ResponseWriter, r *http.Request) {
 	p, ok := s.Authenticate(r)
 	if !ok {
@@ -222,9 +229,14 @@ func (s *Server) changeFinding(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req ChangeRequest
-	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<10))
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxChangeBody+1))
 	if err != nil {
 		s.fail(w, &paramError{"body", err.Error()})
+		return
+	}
+	if len(body) > maxChangeBody {
+		// Cut, it would be answered "unexpected EOF": say what is too long.
+		s.fail(w, &paramError{"body", fmt.Sprintf("longer than %d bytes; a note holds at most %d", maxChangeBody, maxNote)})
 		return
 	}
 	if len(strings.TrimSpace(string(body))) > 0 {

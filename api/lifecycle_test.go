@@ -106,6 +106,17 @@ func TestFindingLifecycle(t *testing.T) {
 			t.Fatalf("ack after resolve: %d %q, want 409 naming resolved", code, e.Error)
 		}
 	})
+	t.Run("a note too long is named, however long the body", func(t *testing.T) {
+		// A body past the 64 KiB read was cut and answered "unexpected
+		// EOF", which named neither the note nor its limit.
+		for _, n := range []int{5000, 100000} {
+			var e api.Error
+			body := `{"note":"` + strings.Repeat("x", n) + `"}`
+			if code := call(t, hs, "POST", "/api/v1/findings/"+fs[1].ID()+"/ack", "tok-alice", body, &e); code != http.StatusBadRequest || !strings.Contains(e.Error, "note") || !strings.Contains(e.Error, "4096") {
+				t.Errorf("ack with a note of %d bytes: %d %q, want 400 naming the note and its limit of 4096 bytes", n, code, e.Error)
+			}
+		}
+	})
 	t.Run("another tenant's finding is not found", func(t *testing.T) {
 		var e api.Error
 		if code := call(t, hs, "POST", "/api/v1/findings/"+globex+"/ack", "tok-alice", ``, &e); code != http.StatusNotFound {

@@ -14,6 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 t=${1:-30s}
 targets=(
+	collector/canon:FuzzParseError
 	collector/capture:FuzzRecordParser
 	collector/capture:FuzzDecoder
 	collector/capture:FuzzOTLPJSON

@@ -388,8 +388,11 @@ func (s *Server) timelineView(w http.ResponseWriter, r *http.Request, kind, name
 		var until time.Time
 		until, err = parseTime("until", qv.Get("until"), now)
 		if err == nil {
-			s.renderTimeline(w, r, p, kind, name, since, until)
-			return
+			if err = api.CheckRange(since, until); err == nil {
+				s.renderTimeline(w, r, p, kind, name, since, until)
+				return
+			}
+			err = fmt.Errorf("%w: %w", errBadParam, err)
 		}
 	}
 	s.fail(w, r, err)

@@ -3,6 +3,7 @@ package capture
 import (
 	"bytes"
 	"compress/gzip"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -185,5 +186,62 @@ func TestDecoder_TruncatedGzip(t *testing.T) {
 	n, rejects, _ = decodeAll(t, gz(docs)[:10+len(docs)/2+len(oneLine)/2])
 	if n != 5*5 || len(rejects) != 1 || !strings.Contains(rejects[0].Error(), "in:6: the gzip stream") {
 		t.Errorf("OTLP JSON lines: %d calls, rejects %v; want the 25 calls of the 5 documents before the cut, and line 6 rejected naming gzip", n, rejects)
+	}
+}
+
+// TestDecoder_BrokenArraySaysWhereAndWhatIsLost: an element of a JSON
+// array that breaks its syntax is named with the byte offset it breaks at,
+// and the answer says the elements after it are not read (they cannot be
+// told apart without the array's syntax), so a sender does not take them
+// for stored.
+func TestDecoder_BrokenArraySaysWhereAndWhatIsLost(t *testing.T) {
+	f := func(in, want string) {
+		t.Helper()
+		n, rejects, _ := decodeAll(t, []byte(in))
+		if n != 1 || len(rejects) != 1 || rejects[0].Error() != want {
+			t.Errorf("%d calls, rejects %q; want 1 and %q", n, rejects, want)
+		}
+	}
+	f("["+good+",\n{\"time\": x},\n"+good+"]",
+		"in:2: broken JSON array after element 1 at byte offset "+fmt.Sprint(1+len(good)+len(",\n{\"time\": "))+": invalid character 'x' looking for beginning of value; what follows is not read")
+	// Nested past encoding/json's limit of 10000, counted within the
+	// element: its 10001st bracket.
+	f("["+good+",\n"+strings.Repeat("[", 10001)+"\n"+good+"]",
+		"in:2: broken JSON array after element 1 at byte offset "+fmt.Sprint(1+len(good)+len(",\n")+10000)+": invalid character '[' exceeded max depth; what follows is not read")
+}
+
+// TestDecoder_OTLPDeepSpanAlone: a span whose attribute value nests deep
+// is read, or rejected alone with its path, and never takes the spans
+// beside it down: at 16 OTLP levels (64 of JSON and more), which serve
+// takes, the whole document was refused ("nested deeper than 64").
+func TestDecoder_OTLPDeepSpanAlone(t *testing.T) {
+	in, err := os.ReadFile("../../testdata/examples/thegram-normal-edit.otlp.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	withDeep := func(levels int) []byte {
+		var doc map[string]any
+		if err := json.Unmarshal(in, &doc); err != nil {
+			t.Fatal(err)
+		}
+		v := strings.Repeat(`{"kvlistValue":{"values":[{"key":"a","value":`, levels) + `{"stringValue":"x"}` + strings.Repeat(`}]}}`, levels)
+		var deep any
+		if err := json.Unmarshal([]byte(v), &deep); err != nil {
+			t.Fatal(err)
+		}
+		sp := doc["resourceSpans"].([]any)[0].(map[string]any)["scopeSpans"].([]any)[0].(map[string]any)["spans"].([]any)[1].(map[string]any)
+		sp["attributes"] = append(sp["attributes"].([]any), map[string]any{"key": "deep", "value": deep})
+		b, err := json.Marshal(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	if n, rejects, _ := decodeAll(t, withDeep(20)); n != 5 || len(rejects) != 0 {
+		t.Errorf("an attribute 20 OTLP levels deep: %d calls, rejects %v; want 5 and none", n, rejects)
+	}
+	n, rejects, _ := decodeAll(t, withDeep(80))
+	if n != 4 || len(rejects) != 1 || !strings.Contains(rejects[0].Error(), "resourceSpans[0].scopeSpans[0].spans[1]: not JSON: nested deeper than 300 levels at byte offset ") {
+		t.Errorf("an attribute 80 OTLP levels deep: %d calls, rejects %v; want 4 and that span rejected alone", n, rejects)
 	}
 }

@@ -445,7 +445,22 @@ func (d *Decoder) nextArray(rd *dialect.Reader) (*audit.Record, error) {
 			d.errs = append(d.errs, re)
 			return nil, nil
 		}
-		d.errs = append(d.errs, &RecordError{Source: d.name, Line: d.line, Reason: fmt.Sprintf("broken JSON array after element %d: %v", d.line-1, err)})
+		// Where it broke, and that the elements after it are lost with
+		// it. The decoder's SyntaxError counts from where its scanner
+		// began, not from the body's start (tokens read apart are not
+		// counted): the element is scanned again from its start, where the
+		// failed Decode left the decoder, for the byte it breaks at, an
+		// offset of the (decompressed) body.
+		at := ""
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			start := d.jd.InputOffset()
+			var again json.RawMessage
+			if errors.As(json.NewDecoder(d.jd.Buffered()).Decode(&again), &se) {
+				at = fmt.Sprintf(" at byte offset %d", start+se.Offset-1)
+			}
+		}
+		d.errs = append(d.errs, &RecordError{Source: d.name, Line: d.line, Reason: fmt.Sprintf("broken JSON array after element %d%s: %v; what follows is not read", d.line-1, at, err)})
 		return nil, nil
 	}
 	return d.parse(raw, rd), nil

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/collector/canon"
 	"github.com/mcpaudit/mcpaudit/collector/dialect"
 	"github.com/mcpaudit/mcpaudit/collector/otlp"
 	"github.com/valyala/fastjson"
@@ -455,7 +456,7 @@ func (o *otlpReader) openBlock(b *block) (*blockStream, error) {
 		}
 		v, err := p.ParseBytes(o.resBuf)
 		if err != nil {
-			o.reject(&RecordError{Source: o.name, Line: o.spanLine(), Reason: fmt.Sprintf("resourceSpans[%d].resource: %v", b.index, err)})
+			o.reject(&RecordError{Source: o.name, Line: o.spanLine(), Reason: fmt.Sprintf("resourceSpans[%d].resource: not JSON: %s", b.index, canon.ParseError(o.resBuf, err))})
 			continue
 		}
 		objs = append(objs, v)
@@ -524,7 +525,7 @@ func (bs *blockStream) advance(rd *dialect.Reader) error {
 		o := bs.o
 		v, err := o.spanP.ParseBytes(text)
 		if err != nil {
-			o.reject(&SpanError{Source: o.name, Line: o.spanLine(), RejectedSpan: otlp.RejectedSpan{Path: spanPath(bs.b.index, j, k), Reason: "not JSON: " + err.Error()}})
+			o.reject(&SpanError{Source: o.name, Line: o.spanLine(), RejectedSpan: otlp.RejectedSpan{Path: spanPath(bs.b.index, j, k), Reason: "not JSON: " + canon.ParseError(text, err)}})
 			continue
 		}
 		if ns := otlp.StartJSON(v); ns > 0 {

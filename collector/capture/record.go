@@ -118,7 +118,7 @@ func (rp *RecordParser) parse(data []byte, source string, line int, keep bool) (
 	}
 	v, err := rp.p.ParseBytes(data)
 	if err != nil {
-		return nil, bad("", "not JSON: %v", err)
+		return nil, bad("", "not JSON: %s", canon.ParseError(data, err))
 	}
 	if v.Type() != fastjson.TypeObject {
 		return nil, bad("", "a call record must be a JSON object, not %s", v.Type())

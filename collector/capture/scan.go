@@ -289,12 +289,22 @@ func (c *cursor) skip() error {
 	}
 }
 
+// maxSkipDepth bounds the nesting skipNested follows. Past fastjson's
+// 300 levels, which the parser of each span enforces, and past an OTLP
+// envelope around them: a span nested too deep is rejected alone by that
+// parser, with its path, and the spans beside it are read. (At 64, the
+// bound before, a span with an attribute value 16 OTLP levels deep, which
+// serve takes up to serve.receiver.max_depth, 32, lost its whole document.)
+const maxSkipDepth = 10_000
+
 // skipNested takes the object or array at the cursor. It checks that
 // brackets balance and strings end; the rest of its structure is left to
 // whoever parses it.
 func (c *cursor) skipNested() error {
-	var stack [64]byte
-	depth := 0
+	// Most values nest a few levels: the stack starts in a local array
+	// and goes to the heap only past it.
+	var small [64]byte
+	stack := small[:0]
 	stops := &structural
 	if c.lineMode {
 		stops = &structuralLine
@@ -315,17 +325,16 @@ func (c *cursor) skipNested() error {
 				}
 				continue
 			case '{', '[':
-				if depth == len(stack) {
-					return c.fail("nested deeper than %d", len(stack))
+				if len(stack) == maxSkipDepth {
+					return c.fail("nested deeper than %d", maxSkipDepth)
 				}
-				stack[depth] = b
-				depth++
+				stack = append(stack, b)
 			default: // '}', ']'
-				if depth == 0 || b != stack[depth-1]+2 { // '[' + 2 == ']', '{' + 2 == '}'
+				if len(stack) == 0 || b != stack[len(stack)-1]+2 { // '[' + 2 == ']', '{' + 2 == '}'
 					return c.fail("unbalanced %q", b)
 				}
-				depth--
-				if depth == 0 {
+				stack = stack[:len(stack)-1]
+				if len(stack) == 0 {
 					c.i++
 					return nil
 				}

@@ -273,12 +273,12 @@ func (cv *Converter) convert(res *Resource, source string, p path, rd *dialect.R
 	var err error
 	if s := a[attrArgs]; s != "" {
 		if args, err = cv.args.Parse(s); err != nil {
-			return nil, false, "gen_ai.tool.call.arguments is not JSON"
+			return nil, false, "gen_ai.tool.call.arguments is not JSON: " + canon.ParseError([]byte(s), err)
 		}
 	}
 	if s := a[attrResult]; s != "" {
 		if result, err = cv.result.Parse(s); err != nil {
-			return nil, false, "gen_ai.tool.call.result is not JSON"
+			return nil, false, "gen_ai.tool.call.result is not JSON: " + canon.ParseError([]byte(s), err)
 		}
 	}
 

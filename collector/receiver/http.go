@@ -117,8 +117,13 @@ func (rc *Receiver) body(w http.ResponseWriter, r *http.Request) ([]byte, func()
 		held.release()
 		return nil, none, re
 	}
+	// read counts the compressed bytes taken from the body, to say where
+	// a damaged gzip stream stops (gzip reads ahead through its own
+	// buffer: the damage is in the last few KiB before the count).
+	var read *countReader
 	if gz {
-		zr, err := gzip.NewReader(r.Body)
+		read = &countReader{r: r.Body}
+		zr, err := gzip.NewReader(read)
 		if err != nil {
 			if re := readRefusal(err, rc.cfg.BodyTimeout); re != nil {
 				return fail(re)
@@ -145,7 +150,8 @@ func (rc *Receiver) body(w http.ResponseWriter, r *http.Request) ([]byte, func()
 		}
 		var zr *gzip.Reader
 		unzipped = true
-		if zr, err = gzip.NewReader(bytes.NewReader(b)); err == nil {
+		read = &countReader{r: bytes.NewReader(b)}
+		if zr, err = gzip.NewReader(read); err == nil {
 			b, err = rc.readCounted(zr, 0, held, nil)
 		}
 	}
@@ -159,11 +165,23 @@ func (rc *Receiver) body(w http.ResponseWriter, r *http.Request) ([]byte, func()
 			return fail(re)
 		}
 		if unzipped && isGzipDamage(err) {
-			return fail(newRefusal(400, "cannot read the gzip body: the compressed stream is cut short or damaged ("+err.Error()+"); nothing of the request was taken: send it whole again", metrics.RejectDecodeError))
+			return fail(newRefusal(400, fmt.Sprintf("cannot read the gzip body: the compressed stream is cut short or damaged (%v), by compressed byte %d; nothing of the request was taken: send it whole again", err, read.n), metrics.RejectDecodeError))
 		}
 		return fail(newRefusal(400, "cannot read body: "+err.Error(), metrics.RejectDecodeError))
 	}
 	return b, held.release, nil
+}
+
+// countReader counts the bytes read through it.
+type countReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // maxGzipLayers bounds the gzip layers unwrapped inside a body (besides
@@ -294,9 +312,9 @@ var callTypes = []string{"", "application/json", "application/x-ndjson", "applic
 // callsSource names the source of a request of call records: what the
 // poster says, else its address.
 func callsSource(r *http.Request) (string, error) {
-	name := r.Header.Get(SourceHeader)
+	name, from := r.Header.Get(SourceHeader), SourceHeader
 	if name == "" {
-		name = r.URL.Query().Get("source")
+		name, from = r.URL.Query().Get("source"), "parameter source"
 	}
 	if name == "" {
 		host, _, err := net.SplitHostPort(r.RemoteAddr)
@@ -306,7 +324,7 @@ func callsSource(r *http.Request) (string, error) {
 		return "calls:" + host, nil
 	}
 	if why := badSourceName(name); why != "" {
-		return "", fmt.Errorf("%s %s", SourceHeader, why)
+		return "", fmt.Errorf("%s: %s", from, why)
 	}
 	return "calls:" + name, nil
 }

@@ -231,8 +231,14 @@ func stringEnd(b []byte, i int) int {
 
 // badSourceName reports what is wrong with a source name, or "".
 func badSourceName(name string) string {
-	if len(name) > maxSourceName || !utf8.ValidString(name) || strings.ContainsFunc(name, unicode.IsControl) {
-		return fmt.Sprintf("must be printable UTF-8 of at most %d bytes", maxSourceName)
+	if len(name) > maxSourceName {
+		return fmt.Sprintf("%d bytes, more than the limit of %d; it must be printable UTF-8 of at most %d bytes", len(name), maxSourceName, maxSourceName)
+	}
+	if i := badText(name); i >= 0 {
+		return fmt.Sprintf("%s at byte offset %d; it must be printable UTF-8 of at most %d bytes", badTextReason(name, i), i, maxSourceName)
+	}
+	if strings.ContainsFunc(name, unicode.IsControl) {
+		return fmt.Sprintf("a control character; it must be printable UTF-8 of at most %d bytes", maxSourceName)
 	}
 	return ""
 }
