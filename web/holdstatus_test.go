@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"fmt"
 	"html"
+	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -138,5 +141,55 @@ func TestStatusLines_HeldBack(t *testing.T) {
 	}
 	if _, page := body(t, c, "GET", hs.URL+"/?tenant=acme", nil); held.MatchString(page) {
 		t.Errorf("the page of tenant acme shows the default tenant's held-back partition")
+	}
+}
+
+// TestStatusLines_NotBeforeSignIn: with authentication on, the sign-in
+// page (no credential yet: the zero principal, whose empty tenant means
+// every tenant) shows no status line, which would name tenants' servers
+// and sources to anyone; a signed-in caller of the tenant sees it.
+func TestStatusLines_NotBeforeSignIn(t *testing.T) {
+	e := detect.NewEngine(detect.NewDefaultConfig())
+	e.ClockPerPartition()
+	rd := dialect.NewReader(dialect.Config{})
+	wall := time.Date(2026, 12, 4, 14, 33, 40, 0, time.UTC)
+	id := 0
+	for range 60 {
+		id++
+		e.Add("otlp:thegram/on-time", gramRead(t, rd, wall.Add(-time.Second), id), wall)
+		id++
+		e.Add("otlp:thegram/slow", gramRead(t, rd, wall.Add(-90*time.Second), id), wall)
+		wall = wall.Add(time.Second)
+		e.Tick(wall)
+	}
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "mcpaudit.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	q := api.New(st, 0.999)
+	q.Now = func() time.Time { return wall }
+	q.Status = func() ([]detect.PartitionStatus, int64, int) { return e.Status(wall), 0, 0 }
+	q.Credentials = map[string]api.Credential{"root": {Token: "tok-root", Tenant: "*"}}
+	p, err := New(st, q, Config{}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(p.Handler())
+	t.Cleanup(hs.Close)
+	held := regexp.MustCompile(`<p class="held-back">`)
+
+	c := client(t)
+	for _, path := range []string{"/", "/login"} {
+		if _, page := body(t, c, "GET", hs.URL+path, nil); held.MatchString(page) || strings.Contains(page, "otlp:thegram/slow") {
+			t.Errorf("GET %s without a credential shows the status lines:\n%s", path, page)
+		}
+	}
+	if code, page := body(t, c, "POST", hs.URL+"/login", url.Values{"token": {"wrong"}}); code != http.StatusUnauthorized || held.MatchString(page) {
+		t.Errorf("a refused sign-in (%d) shows the status lines", code)
+	}
+	body(t, c, "POST", hs.URL+"/login", url.Values{"token": {"tok-root"}, "next": {"/"}})
+	if _, page := body(t, c, "GET", hs.URL+"/", nil); !held.MatchString(page) {
+		t.Errorf("signed in with a credential of every tenant, the page shows no held-back line")
 	}
 }
