@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"fmt"
 	"html"
+	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -35,8 +38,9 @@ func gramRead(t *testing.T, rd *dialect.Reader, at time.Time, id int) *audit.Rec
 }
 
 // engineStatusPage is the page over an empty store whose query API reports
-// the status of a real engine e at the wall time *wall.
-func engineStatusPage(t *testing.T, e *detect.Engine, wall *time.Time) (*httptest.Server, *api.Server) {
+// the status of a real engine e at the wall time *wall; setup, when given,
+// configures the query API (credentials) before it serves.
+func engineStatusPage(t *testing.T, e *detect.Engine, wall *time.Time, setup ...func(*api.Server)) (*httptest.Server, *api.Server) {
 	t.Helper()
 	st, err := sqlite.Open(filepath.Join(t.TempDir(), "mcpaudit.db"), sqlite.Options{})
 	if err != nil {
@@ -46,6 +50,9 @@ func engineStatusPage(t *testing.T, e *detect.Engine, wall *time.Time) (*httptes
 	q := api.New(st, 0.999)
 	q.Now = func() time.Time { return *wall }
 	q.Status = func() ([]detect.PartitionStatus, int64, int) { return e.Status(*wall), 0, 0 }
+	for _, f := range setup {
+		f(q)
+	}
 	p, err := New(st, q, Config{}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -102,11 +109,11 @@ func TestStatusLines_RestartHold(t *testing.T) {
 	}
 }
 
-// TestStatusLines_HeldBack: a real engine fed by a pod on time and a pod
-// 90 s behind it (inside the allowed lateness: it holds the watermark);
-// the page names the pod with the "Held back:" line of mcpaudit status
-// (held_by), and a page of a tenant it is not shows none.
-func TestStatusLines_HeldBack(t *testing.T) {
+// heldBackEngine is a real engine fed by a pod on time and a pod 90 s
+// behind it (inside the allowed lateness: it holds the watermark), and
+// the wall time after the feed.
+func heldBackEngine(t *testing.T) (*detect.Engine, time.Time) {
+	t.Helper()
 	e := detect.NewEngine(detect.NewDefaultConfig())
 	e.ClockPerPartition()
 	rd := dialect.NewReader(dialect.Config{})
@@ -120,6 +127,15 @@ func TestStatusLines_HeldBack(t *testing.T) {
 		wall = wall.Add(time.Second)
 		e.Tick(wall)
 	}
+	return e, wall
+}
+
+// TestStatusLines_HeldBack: a real engine fed by a pod on time and a pod
+// 90 s behind it (inside the allowed lateness: it holds the watermark);
+// the page names the pod with the "Held back:" line of mcpaudit status
+// (held_by), and a page of a tenant it is not shows none.
+func TestStatusLines_HeldBack(t *testing.T) {
+	e, wall := heldBackEngine(t)
 	hs, q := engineStatusPage(t, e, &wall)
 	st, _ := q.StatusOf("", "", wall)
 	want, ok := api.HeldBack(st.Partitions[0])
@@ -138,5 +154,31 @@ func TestStatusLines_HeldBack(t *testing.T) {
 	}
 	if _, page := body(t, c, "GET", hs.URL+"/?tenant=acme", nil); held.MatchString(page) {
 		t.Errorf("the page of tenant acme shows the default tenant's held-back partition")
+	}
+}
+
+// TestStatusLines_NotBeforeSignIn: with authentication on, the sign-in
+// page (no credential yet: the zero principal, whose empty tenant means
+// every tenant) shows no status line, which would name tenants' servers
+// and sources to anyone; a signed-in caller of the tenant sees it.
+func TestStatusLines_NotBeforeSignIn(t *testing.T) {
+	e, wall := heldBackEngine(t)
+	hs, _ := engineStatusPage(t, e, &wall, func(q *api.Server) {
+		q.Credentials = map[string]api.Credential{"root": {Token: "tok-root", Tenant: "*"}}
+	})
+	held := regexp.MustCompile(`<p class="held-back">`)
+
+	c := client(t)
+	for _, path := range []string{"/", "/login"} {
+		if _, page := body(t, c, "GET", hs.URL+path, nil); held.MatchString(page) || strings.Contains(page, "otlp:thegram/slow") {
+			t.Errorf("GET %s without a credential shows the status lines:\n%s", path, page)
+		}
+	}
+	if code, page := body(t, c, "POST", hs.URL+"/login", url.Values{"token": {"wrong"}}); code != http.StatusUnauthorized || held.MatchString(page) {
+		t.Errorf("a refused sign-in (%d) shows the status lines", code)
+	}
+	body(t, c, "POST", hs.URL+"/login", url.Values{"token": {"tok-root"}, "next": {"/"}})
+	if _, page := body(t, c, "GET", hs.URL+"/", nil); !held.MatchString(page) {
+		t.Errorf("signed in with a credential of every tenant, the page shows no held-back line")
 	}
 }

@@ -174,6 +174,21 @@ type page struct {
 	Data     any
 }
 
+// statusLines sets the page's status lines for its principal's tenant,
+// when this server has a pipeline.
+func (p *page) statusLines(q *api.Server) {
+	st, ok := q.StatusOf(p.Principal.Tenant, "", q.Now())
+	if !ok {
+		return
+	}
+	p.Hold, _ = api.RestartHold(st)
+	for _, ps := range st.Partitions {
+		if line, ok := api.HeldBack(ps); ok {
+			p.HeldBack = append(p.HeldBack, line)
+		}
+	}
+}
+
 func (s *Server) render(w http.ResponseWriter, r *http.Request, view string, status int, title string, data any) {
 	t := s.views[view]
 	p := page{Title: title, Path: r.URL.Path, Principal: principal(r), AuthOn: s.api.AuthOn(), CSRF: s.csrf(r), Data: data}
@@ -183,13 +198,10 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, view string, sta
 		cancel()
 		p.Status = &st
 	}
-	if st, ok := s.api.StatusOf(p.Principal.Tenant, "", s.api.Now()); ok {
-		p.Hold, _ = api.RestartHold(st)
-		for _, ps := range st.Partitions {
-			if line, ok := api.HeldBack(ps); ok {
-				p.HeldBack = append(p.HeldBack, line)
-			}
-		}
+	// The zero principal (no credential yet: the sign-in page) has the
+	// empty tenant, which is every tenant: it is shown no status lines.
+	if !p.AuthOn || p.Principal.Authenticated {
+		p.statusLines(s.api)
 	}
 	var b strings.Builder
 	if err := t.Execute(&b, p); err != nil {
