@@ -15,6 +15,7 @@ cd "$(dirname "$0")/.."
 t=${1:-30s}
 targets=(
 	collector/canon:FuzzParseError
+	collector/canon:FuzzBadNumber
 	collector/capture:FuzzRecordParser
 	collector/capture:FuzzDecoder
 	collector/capture:FuzzOTLPJSON

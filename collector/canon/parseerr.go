@@ -15,7 +15,8 @@ import (
 // ("cannot parse object: cannot parse object value: cannot parse array:
 // ..."): 14 kB of links for a value nested past its depth limit, and no
 // offset. A reason it gives without an offset, and an offset it cannot
-// tell, are left out.
+// tell, are left out. A number that is not JSON at or before where it
+// failed is named instead (BadNumber), as "0x10 is not a JSON number".
 func ParseError(data []byte, err error) string {
 	msg := err.Error()
 	tail := ""
@@ -47,6 +48,12 @@ func ParseError(data []byte, err error) string {
 				at--
 			}
 		}
+	}
+	if nat, t := BadNumber(data); nat >= 0 && (at < 0 || nat <= at) && !strings.HasPrefix(msg, "nested deeper") {
+		// fastjson stops inside a number it cannot read ("-Infinity" after
+		// "-Inf", "0x10" after "0"), or past one it took ("1.2.3"): the
+		// number is the fault to name.
+		msg, at = numberReason(t), nat
 	}
 	if at >= 0 {
 		msg += " at byte offset " + strconv.Itoa(at)

@@ -459,6 +459,10 @@ func (o *otlpReader) openBlock(b *block) (*blockStream, error) {
 			o.reject(&RecordError{Source: o.name, Line: o.spanLine(), Reason: fmt.Sprintf("resourceSpans[%d].resource: not JSON: %s", b.index, canon.ParseError(o.resBuf, err))})
 			continue
 		}
+		if !canon.NumbersValid(v) {
+			o.reject(&RecordError{Source: o.name, Line: o.spanLine(), Reason: fmt.Sprintf("resourceSpans[%d].resource: not JSON: %s", b.index, canon.NumberError(o.resBuf))})
+			continue
+		}
 		objs = append(objs, v)
 	}
 	bs := &blockStream{o: o, b: b, res: otlp.ResourceJSON(objs)}
@@ -526,6 +530,11 @@ func (bs *blockStream) advance(rd *dialect.Reader) error {
 		v, err := o.spanP.ParseBytes(text)
 		if err != nil {
 			o.reject(&SpanError{Source: o.name, Line: o.spanLine(), RejectedSpan: otlp.RejectedSpan{Path: spanPath(bs.b.index, j, k), Reason: "not JSON: " + canon.ParseError(text, err)}})
+			continue
+		}
+		if !canon.NumbersValid(v) {
+			// fastjson takes NaN and 1.2.3 as numbers; JSON does not.
+			o.reject(&SpanError{Source: o.name, Line: o.spanLine(), RejectedSpan: otlp.RejectedSpan{Path: spanPath(bs.b.index, j, k), Reason: "not JSON: " + canon.NumberError(text)}})
 			continue
 		}
 		if ns := otlp.StartJSON(v); ns > 0 {

@@ -275,10 +275,16 @@ func (cv *Converter) convert(res *Resource, source string, p path, rd *dialect.R
 		if args, err = cv.args.Parse(s); err != nil {
 			return nil, false, "gen_ai.tool.call.arguments is not JSON: " + canon.ParseError([]byte(s), err)
 		}
+		if !canon.NumbersValid(args) {
+			return nil, false, "gen_ai.tool.call.arguments is not JSON: " + canon.NumberError(textBytes(s))
+		}
 	}
 	if s := a[attrResult]; s != "" {
 		if result, err = cv.result.Parse(s); err != nil {
 			return nil, false, "gen_ai.tool.call.result is not JSON: " + canon.ParseError([]byte(s), err)
+		}
+		if !canon.NumbersValid(result) {
+			return nil, false, "gen_ai.tool.call.result is not JSON: " + canon.NumberError(textBytes(s))
 		}
 	}
 
@@ -465,3 +471,6 @@ func isServerCode(s string) bool {
 	}
 	return true
 }
+
+// textBytes returns the bytes of s without a copy, for reading only.
+func textBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
