@@ -562,21 +562,29 @@ func (rc *Receiver) exportBody(ctx context.Context, src metrics.Source, tenant s
 	// without them (salvageProto, salvageJSON).
 	var pre []otlp.RejectedSpan
 	if asProto {
+		// wire is the body, or the body rebuilt without the spans that
+		// hold values nested too deep (salvageDeepProto), which pre names.
+		wire := b
 		if err := protoValueDepth(b, rc.cfg.MaxDepth); err != nil {
-			return ptraceotlp.ExportResponse{}, newRefusal(400, "cannot take OTLP protobuf: "+err.Error(), metrics.RejectTooDeep)
+			var ok bool
+			if wire, pre, ok = salvageDeep(ctx, b, rc.cfg.MaxDepth); !ok {
+				return ptraceotlp.ExportResponse{}, newRefusal(400, "cannot take OTLP protobuf: "+err.Error(), metrics.RejectTooDeep)
+			}
 		}
-		if m, ok := otlp.CheckProto(b, rc.cfg.MaxAttributes); ok {
+		if m, ok := otlp.CheckProto(wire, rc.cfg.MaxAttributes); ok {
 			// Read from the body, as OTLP/gRPC is; the records share
 			// nothing with it.
-			resp, re := rc.exportWire(ctx, src, tenant, m, nil)
+			resp, re := rc.exportWire(ctx, src, tenant, m, pre)
 			rc.recycleBody(b)
 			return resp, re
 		}
-		if err := req.UnmarshalProto(b); err != nil {
+		if err := req.UnmarshalProto(wire); err != nil {
 			var ok bool
-			if req, pre, ok = salvageRequest(ctx, b, true); !ok {
-				return ptraceotlp.ExportResponse{}, newRefusal(400, "cannot decode OTLP protobuf: "+protoFault(b, err), metrics.RejectDecodeError)
+			var bad []otlp.RejectedSpan
+			if req, bad, ok = salvageRequest(ctx, wire, true); !ok {
+				return ptraceotlp.ExportResponse{}, newRefusal(400, "cannot decode OTLP protobuf: "+protoFault(wire, err), metrics.RejectDecodeError)
 			}
+			pre = append(pre, bad...)
 		}
 	} else {
 		limit := jsonBodyDepth(rc.cfg.MaxDepth)

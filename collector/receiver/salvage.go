@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/mcpaudit/mcpaudit/collector/otlp"
+	"github.com/mcpaudit/mcpaudit/exporter/metrics"
 )
 
 // pdata decodes a request whole or not at all: one span with an id of the
@@ -76,6 +77,13 @@ func salvageRequest(ctx context.Context, b []byte, asProto bool) (req ptraceotlp
 		}
 	})
 	return s.req, s.bad, ok
+}
+
+// salvageDeep runs salvageDeepProto in the salvage slot (salvage); ok
+// is false when it cannot salvage b or ctx ends first.
+func salvageDeep(ctx context.Context, b []byte, limit int) (out []byte, bad []otlp.RejectedSpan, ok bool) {
+	salvage(ctx, func() { out, bad, ok = salvageDeepProto(b, limit) })
+	return out, bad, ok
 }
 
 // salvageProto salvages an OTLP protobuf request that pdata refused. ok is
@@ -333,4 +341,133 @@ func jsonSpanFault(cv *otlp.Converter, v *fastjson.Value) string {
 // spanPath locates a span as otlp.RejectedSpan.Path does.
 func spanPath(rs, ss, sp int) string {
 	return fmt.Sprintf("resourceSpans[%d].scopeSpans[%d].spans[%d]", rs, ss, sp)
+}
+
+// tooDeepReason is why a value nested deeper than serve.receiver.max_depth
+// is refused: the whole request's, or one span's, in the same words.
+func tooDeepReason(limit int) string {
+	return fmt.Sprintf("an attribute value nests more than %d arrays or key-value lists (serve.receiver.max_depth)", limit)
+}
+
+// salvageDeepProto empties, in the OTLP protobuf request b that
+// protoValueDepth refused, each span holding an attribute value nested
+// more than limit deep (in its attributes, events or links), and every
+// span of a resource or scope that holds one (the resource or scope is
+// emptied too). It returns the request rebuilt, whose depth is checked
+// again, and the spans emptied with why (in the words of the request's
+// refusal, so that they are counted under the same reason: rejectReason);
+// ok is false when b's framing breaks, or a deep resource or scope holds
+// no span to blame. The walk that finds the deep values stops at limit:
+// it goes no deeper than protoValueDepth did. Only the refused request
+// pays for it: about one more walk of its bytes, and one copy.
+func salvageDeepProto(b []byte, limit int) (out []byte, bad []otlp.RejectedSpan, ok bool) {
+	deep := func(v []byte, k pbKind) bool { return pbWalk(v, k, 0, limit) != nil }
+	why := tooDeepReason(limit)
+	// heldDeep reports whether a field num of message m, the resource or
+	// scope of its spans, nests too deep; a message may repeat it.
+	heldDeep := func(m []byte, num protowire.Number, k pbKind) bool {
+		found := false
+		eachField(m, func(n protowire.Number, typ protowire.Type, v, _ []byte) bool {
+			found = n == num && typ == protowire.BytesType && deep(v, k)
+			return !found
+		})
+		return found
+	}
+	unblamed := false
+	out = make([]byte, 0, len(b))
+	rs := 0
+	if !eachField(b, func(num protowire.Number, typ protowire.Type, v, raw []byte) bool {
+		if num != 1 || typ != protowire.BytesType {
+			out = append(out, raw...)
+			return true
+		}
+		resDeep := heldDeep(v, 1, pbResource)
+		blamed := 0
+		var inner []byte
+		ss := 0
+		if !eachField(v, func(num protowire.Number, typ protowire.Type, v, raw []byte) bool {
+			switch {
+			case typ != protowire.BytesType || (num != 1 && num != 2):
+				inner = append(inner, raw...)
+				return true
+			case num == 1:
+				if resDeep {
+					inner = protowire.AppendTag(inner, 1, protowire.BytesType)
+					inner = protowire.AppendBytes(inner, nil)
+				} else {
+					inner = append(inner, raw...)
+				}
+				return true
+			}
+			scopeDeep := heldDeep(v, 1, pbScope)
+			var spans []byte
+			sp := 0
+			if !eachField(v, func(num protowire.Number, typ protowire.Type, v, raw []byte) bool {
+				if typ != protowire.BytesType || (num != 1 && num != 2) {
+					spans = append(spans, raw...)
+					return true
+				}
+				if num == 1 {
+					if scopeDeep {
+						spans = protowire.AppendTag(spans, 1, protowire.BytesType)
+						spans = protowire.AppendBytes(spans, nil)
+					} else {
+						spans = append(spans, raw...)
+					}
+					return true
+				}
+				reason := ""
+				switch {
+				case resDeep:
+					reason = "its resource: " + why
+				case scopeDeep:
+					reason = "its scope: " + why
+				case deep(v, pbSpan):
+					reason = why
+				}
+				if reason != "" {
+					bad = append(bad, otlp.RejectedSpan{Path: spanPath(rs, ss, sp), Reason: reason})
+					spans = protowire.AppendTag(spans, 2, protowire.BytesType)
+					spans = protowire.AppendBytes(spans, nil)
+					blamed++
+				} else {
+					spans = append(spans, raw...)
+				}
+				sp++
+				return true
+			}) {
+				return false
+			}
+			if scopeDeep && sp == 0 {
+				unblamed = true
+			}
+			inner = protowire.AppendTag(inner, 2, protowire.BytesType)
+			inner = protowire.AppendBytes(inner, spans)
+			ss++
+			return true
+		}) {
+			return false
+		}
+		if resDeep && blamed == 0 {
+			unblamed = true
+		}
+		out = protowire.AppendTag(out, 1, protowire.BytesType)
+		out = protowire.AppendBytes(out, inner)
+		rs++
+		return true
+	}) || unblamed || len(bad) == 0 || protoValueDepth(out, limit) != nil {
+		return nil, nil, false
+	}
+	return out, bad, true
+}
+
+// rejectReason is the reason a span rejected before it was read (pre, of
+// a salvage) is counted under in mcpaudit_ingest_rejected_total: too_deep
+// for a value nested too deep (salvageDeepProto), as the request refused
+// whole for one is, else bad_span.
+func rejectReason(r otlp.RejectedSpan) metrics.RejectReason {
+	if strings.HasSuffix(r.Reason, "(serve.receiver.max_depth)") {
+		return metrics.RejectTooDeep
+	}
+	return metrics.RejectBadSpan
 }

@@ -31,6 +31,7 @@ func FuzzSalvage(f *testing.F) {
 	pb, js := salvageSeed()
 	f.Add(pb, false)
 	f.Add(js, true)
+	f.Add(deepSeed(), false)
 	f.Add([]byte(`{"resourceSpans":[{"scopeSpans":[{"spans":[{"spanId":"ab"},{"traceId":"00"},{}]}]}]}`), true)
 	f.Fuzz(func(t *testing.T, b []byte, asJSON bool) {
 		var s salvaged
@@ -48,7 +49,67 @@ func FuzzSalvage(f *testing.F) {
 		if ok && len(s.bad) == 0 {
 			t.Fatal("salvaged with no span to blame")
 		}
+		if asJSON {
+			return
+		}
+		// A request refused for a value nested too deep (the limit is
+		// 2 here, so that the fuzzer reaches it) is rebuilt with as many
+		// spans, none too deep, and decodes unless another fault is left
+		// to salvageProto.
+		const limit = 2
+		if protoValueDepth(b, limit) == nil {
+			return
+		}
+		out, bad, ok := salvageDeepProto(b, limit)
+		if !ok {
+			return
+		}
+		if len(bad) == 0 {
+			t.Fatal("salvaged a deep request with no span to blame")
+		}
+		if protoValueDepth(out, limit) != nil {
+			t.Fatal("the rebuilt request still nests too deep")
+		}
+		if n, m := countProtoSpans(out), countProtoSpans(b); n != m {
+			t.Fatalf("rebuilt with %d spans, want the %d of the request", n, m)
+		}
+		if req.UnmarshalProto(out) != nil {
+			if _, ok := salvageProto(out); !ok && req.UnmarshalProto(b) == nil {
+				t.Fatal("a request that decoded does not once rebuilt")
+			}
+		}
 	})
+}
+
+// deepSeed is salvageSeed's protobuf with span 1 nested 4 deep, its
+// resource's second copy 3 deep.
+func deepSeed() []byte {
+	td := ptrace.NewTraces()
+	for r := range 2 {
+		rs := td.ResourceSpans().AppendEmpty()
+		if r == 1 {
+			nest(rs.Resource().Attributes(), 3)
+		}
+		ss := rs.ScopeSpans().AppendEmpty()
+		for i := range 3 {
+			sp := ss.Spans().AppendEmpty()
+			sp.SetSpanID(pcommon.SpanID{1, byte(i)})
+			sp.SetTraceID(pcommon.TraceID{2, byte(i)})
+			sp.Attributes().PutStr("gen_ai.tool.name", "gram_read")
+			if i == 1 {
+				nest(sp.Attributes(), 4)
+			}
+		}
+	}
+	b, _ := ptraceotlp.NewExportRequestFromTraces(td).MarshalProto()
+	return b
+}
+
+func nest(m pcommon.Map, depth int) {
+	v := m.PutEmptySlice("deep")
+	for range depth {
+		v = v.AppendEmpty().SetEmptySlice()
+	}
 }
 
 // BenchmarkSalvageJSON measures the salvage of an OTLP JSON body of tiny
