@@ -69,14 +69,30 @@ func deepSpansRequest() (req ptraceotlp.ExportRequest, want, deep []string) {
 	add("deep-c", ss, false)
 	add("deep-c", ss, false)
 	deep = []string{
-		"resourceSpans[0].scopeSpans[0].spans[1]: an attribute value nests more than 32",
-		"resourceSpans[0].scopeSpans[1].spans[0]: its scope: an attribute value nests more than 32",
-		"resourceSpans[1].scopeSpans[0].spans[0]: its resource: an attribute value nests more than 32",
-		"resourceSpans[1].scopeSpans[0].spans[1]: its resource: an attribute value nests more than 32",
-		"resourceSpans[2].scopeSpans[0].spans[0]: an attribute value nests more than 32",
+		"resourceSpans[0].scopeSpans[0].spans[1]: ",
+		"resourceSpans[0].scopeSpans[1].spans[0]: its scope: ",
+		"resourceSpans[1].scopeSpans[0].spans[0]: its resource: ",
+		"resourceSpans[1].scopeSpans[0].spans[1]: its resource: ",
+		"resourceSpans[2].scopeSpans[0].spans[0]: ",
 	}
 	return ptraceotlp.NewExportRequestFromTraces(td), want, deep
 }
+
+// withReason returns each of deep followed by why.
+func withReason(deep []string, why string) []string {
+	out := make([]string, len(deep))
+	for i, d := range deep {
+		out[i] = d + why
+	}
+	return out
+}
+
+// protoDeep is why a span is rejected over protobuf, jsonDeep the start
+// of why over JSON (the byte offset follows).
+const (
+	protoDeep = "an attribute value nests more than 32 arrays or key-value lists (serve.receiver.max_depth)"
+	jsonDeep  = "nested deeper than 112 levels at byte offset "
+)
 
 // storedCalls returns the calls stored, as server/JSON-RPC id, sorted.
 func (e *env) storedCalls(t *testing.T) []string {
@@ -143,7 +159,7 @@ func TestOTLPProto_DeepSpanRejectedAlone(t *testing.T) {
 	if a.status != 200 || resp.UnmarshalProto([]byte(a.body)) != nil {
 		t.Fatalf("%d %.300q, want 200 with a partial success", a.status, a.body)
 	}
-	checkDeepRejected(t, e, metrics.SourceOTLPHTTP, resp.PartialSuccess(), want, deep)
+	checkDeepRejected(t, e, metrics.SourceOTLPHTTP, resp.PartialSuccess(), want, withReason(deep, protoDeep))
 }
 
 // TestGRPC_DeepSpanRejectedAlone is TestOTLPProto_DeepSpanRejectedAlone
@@ -158,7 +174,45 @@ func TestGRPC_DeepSpanRejectedAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkDeepRejected(t, e, metrics.SourceOTLPGRPC, resp.PartialSuccess(), want, deep)
+	checkDeepRejected(t, e, metrics.SourceOTLPGRPC, resp.PartialSuccess(), want, withReason(deep, protoDeep))
+}
+
+// TestOTLPJSON_DeepSpanRejectedAlone is TestOTLPProto_DeepSpanRejectedAlone
+// over OTLP/HTTP JSON: each span is named with the byte offset where its
+// nesting passes the limit.
+func TestOTLPJSON_DeepSpanRejectedAlone(t *testing.T) {
+	e := newEnv(t, nil)
+	req, want, deep := deepSpansRequest()
+	b, err := req.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := e.post(t, "/v1/traces", "application/json", tokAcme, b)
+	resp := ptraceotlp.NewExportResponse()
+	if a.status != 200 || resp.UnmarshalJSON([]byte(a.body)) != nil {
+		t.Fatalf("%d %.300q, want 200 with a partial success", a.status, a.body)
+	}
+	checkDeepRejected(t, e, metrics.SourceOTLPHTTP, resp.PartialSuccess(), want, withReason(deep, jsonDeep))
+	// The offset named is where the body passes 112 levels: the 113th
+	// bracket open there.
+	msg := resp.PartialSuccess().ErrorMessage()
+	i := strings.Index(msg, jsonDeep)
+	var at int
+	if _, err := fmt.Sscanf(msg[i+len(jsonDeep):], "%d", &at); err != nil || at <= 0 || at >= len(b) || (b[at] != '[' && b[at] != '{') {
+		t.Fatalf("offset in %q: %d, %v; want a bracket of the body", msg, at, err)
+	}
+	depth := 0
+	for _, c := range b[:at+1] {
+		switch c {
+		case '[', '{':
+			depth++
+		case ']', '}':
+			depth--
+		}
+	}
+	if depth != 113 {
+		t.Errorf("the body is %d levels deep at byte offset %d, want 113", depth, at)
+	}
 }
 
 // TestOTLPProto_DeepAndBrokenSpans: a request with a span nested too deep

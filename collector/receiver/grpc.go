@@ -400,7 +400,9 @@ func (c depthCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	if w, ok := v.(*wireRequest); ok {
 		buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 		b := buf.ReadOnlyData()
+		var deep *refusal
 		if err := protoValueDepth(b, c.limit); err != nil {
+			deep = newRefusal(400, "cannot take OTLP protobuf: "+err.Error(), metrics.RejectTooDeep)
 			// The spans that hold values nested too deep are emptied
 			// (salvageDeepProto); the rest is read from a copy. The
 			// codec has no context: the wait for the salvage slot is
@@ -409,7 +411,7 @@ func (c depthCodec) Unmarshal(data mem.BufferSlice, v any) error {
 			wire, bad, ok := salvageDeep(context.Background(), b, c.limit)
 			buf.Free()
 			if !ok {
-				w.refused = newRefusal(400, "cannot take OTLP protobuf: "+err.Error(), metrics.RejectTooDeep)
+				w.refused = deep
 				return nil
 			}
 			buf, b, w.bad = mem.SliceBuffer(wire), wire, bad
@@ -427,6 +429,10 @@ func (c depthCodec) Unmarshal(data mem.BufferSlice, v any) error {
 				return nil
 			}
 			w.refused = newRefusal(400, "cannot decode OTLP protobuf: "+err.Error(), metrics.RejectDecodeError)
+			if deep != nil {
+				// Refused as it was before the deep spans were emptied.
+				w.refused = deep
+			}
 		}
 		return nil
 	}
