@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/mcpaudit/mcpaudit/exporter/metrics"
 )
@@ -299,4 +300,36 @@ func sendRawGRPC(t *testing.T, cc *grpc.ClientConn, b []byte) (ptraceotlp.Export
 		return resp, err
 	}
 	return resp, resp.UnmarshalProto(out)
+}
+
+// TestOTLPProto_DeepAndUndecodable: a request with a span nested too deep
+// and a fault no span is to blame for (a resource's schema_url sent as a
+// varint, which pdata refuses) is refused whole as it was before, for its
+// depth: the offsets of the rebuilt request would name no place in the
+// body sent.
+func TestOTLPProto_DeepAndUndecodable(t *testing.T) {
+	e := newEnv(t, nil)
+	b, err := traces("thegram", 3, func(sp ptrace.Span) { nestSlice(sp.Attributes(), "deep", 200) }).MarshalProto()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = rewriteField(t, b, 1, func(_ int, rs []byte) []byte {
+		rs = protowire.AppendTag(rs, 3, protowire.VarintType)
+		return protowire.AppendVarint(rs, 7)
+	})
+	a := e.post(t, "/v1/traces", "application/x-protobuf", tokAcme, b)
+	if a.status != 400 || !strings.Contains(a.body, "cannot take OTLP protobuf: an attribute value nests more than 32") {
+		t.Fatalf("%d %.300q, want 400 refusing the request for its depth", a.status, a.body)
+	}
+	if _, err := sendRawGRPC(t, dialGRPC(t, e), b); err == nil || !strings.Contains(err.Error(), "cannot take OTLP protobuf: an attribute value nests more than 32") {
+		t.Fatalf("OTLP/gRPC: %v, want the request refused for its depth", err)
+	}
+	for _, src := range []metrics.Source{metrics.SourceOTLPHTTP, metrics.SourceOTLPGRPC} {
+		if n := e.rejectedCount(t, metrics.RejectTooDeep, src); n != 1 {
+			t.Errorf("%s: %v counted as too_deep, want 1", src, n)
+		}
+	}
+	if n := len(e.stored(t)); n != 0 {
+		t.Errorf("%d calls stored, want none", n)
+	}
 }
