@@ -67,9 +67,10 @@ func (rc *Receiver) exportWire(ctx context.Context, src metrics.Source, tenant s
 // reader; crowded names the spans with too many attributes.
 func (rc *Receiver) exportRead(ctx context.Context, src metrics.Source, tenant string, tk *taker, prefix string, res otlp.Result, crowded map[string]string) (ptraceotlp.ExportResponse, *refusal) {
 	rejected := res.Rejected
-	rc.rejected(src, metrics.RejectBadSpan, len(res.Rejected))
 	for _, r := range res.Rejected {
-		rc.logRejected("rejected_span", src, tenant, metrics.RejectBadSpan, r.Path+": "+r.Reason)
+		reason := rejectReason(r)
+		rc.rejected(src, reason, 1)
+		rc.logRejected("rejected_span", src, tenant, reason, r.Path+": "+r.Reason)
 	}
 	if rc.metrics != nil {
 		rc.metrics.IngestIgnored(src, res.Ignored)
@@ -399,10 +400,21 @@ func (c depthCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	if w, ok := v.(*wireRequest); ok {
 		buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 		b := buf.ReadOnlyData()
+		var deep *refusal
 		if err := protoValueDepth(b, c.limit); err != nil {
+			deep = newRefusal(400, "cannot take OTLP protobuf: "+err.Error(), metrics.RejectTooDeep)
+			// The spans that hold values nested too deep are emptied
+			// (salvageDeepProto); the rest is read from a copy. The
+			// codec has no context: the wait for the salvage slot is
+			// bounded by the streams a connection may hold
+			// (max_concurrent_streams).
+			wire, bad, ok := salvageDeep(context.Background(), b, c.limit)
 			buf.Free()
-			w.refused = newRefusal(400, "cannot take OTLP protobuf: "+err.Error(), metrics.RejectTooDeep)
-			return nil
+			if !ok {
+				w.refused = deep
+				return nil
+			}
+			buf, b, w.bad = mem.SliceBuffer(wire), wire, bad
 		}
 		if m, ok := otlp.CheckProto(b, c.maxAttrs); ok {
 			w.buf, w.msg, w.fast = buf, m, true
@@ -412,13 +424,15 @@ func (c depthCodec) Unmarshal(data mem.BufferSlice, v any) error {
 		w.req = ptraceotlp.NewExportRequest()
 		err := w.req.UnmarshalProto(b)
 		if err != nil {
-			// The codec has no context: the wait is bounded by the
-			// streams a connection may hold (max_concurrent_streams).
 			if req, bad, ok := salvageRequest(context.Background(), b, true); ok {
-				w.req, w.bad = req, bad
+				w.req, w.bad = req, append(w.bad, bad...)
 				return nil
 			}
 			w.refused = newRefusal(400, "cannot decode OTLP protobuf: "+err.Error(), metrics.RejectDecodeError)
+			if deep != nil {
+				// Refused as it was before the deep spans were emptied.
+				w.refused = deep
+			}
 		}
 		return nil
 	}

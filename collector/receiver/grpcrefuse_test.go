@@ -50,15 +50,9 @@ func TestGRPC_RequestRefusedWhole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deep, err := traces("thegram", 1, func(sp ptrace.Span) {
-		v := sp.Attributes().PutEmptySlice("deep")
-		for range 5000 {
-			v = v.AppendEmpty().SetEmptySlice()
-		}
-	}).MarshalProto()
-	if err != nil {
-		t.Fatal(err)
-	}
+	// A deep value no span can be blamed for (a span's own is rejected
+	// alone: TestGRPC_DeepSpanRejectedAlone).
+	deep := deepResourceAlone(t)
 	for _, tc := range []struct {
 		name, reason, want string
 		body               []byte

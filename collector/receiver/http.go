@@ -562,27 +562,52 @@ func (rc *Receiver) exportBody(ctx context.Context, src metrics.Source, tenant s
 	// without them (salvageProto, salvageJSON).
 	var pre []otlp.RejectedSpan
 	if asProto {
+		// wire is the body, or the body rebuilt without the spans that
+		// hold values nested too deep (salvageDeepProto), which pre names.
+		wire := b
+		var deep *refusal
 		if err := protoValueDepth(b, rc.cfg.MaxDepth); err != nil {
-			return ptraceotlp.ExportResponse{}, newRefusal(400, "cannot take OTLP protobuf: "+err.Error(), metrics.RejectTooDeep)
+			deep = newRefusal(400, "cannot take OTLP protobuf: "+err.Error(), metrics.RejectTooDeep)
+			var ok bool
+			if wire, pre, ok = salvageDeep(ctx, b, rc.cfg.MaxDepth); !ok {
+				return ptraceotlp.ExportResponse{}, deep
+			}
 		}
-		if m, ok := otlp.CheckProto(b, rc.cfg.MaxAttributes); ok {
+		if m, ok := otlp.CheckProto(wire, rc.cfg.MaxAttributes); ok {
 			// Read from the body, as OTLP/gRPC is; the records share
 			// nothing with it.
-			resp, re := rc.exportWire(ctx, src, tenant, m, nil)
+			resp, re := rc.exportWire(ctx, src, tenant, m, pre)
 			rc.recycleBody(b)
 			return resp, re
 		}
-		if err := req.UnmarshalProto(b); err != nil {
+		if err := req.UnmarshalProto(wire); err != nil {
 			var ok bool
-			if req, pre, ok = salvageRequest(ctx, b, true); !ok {
-				return ptraceotlp.ExportResponse{}, newRefusal(400, "cannot decode OTLP protobuf: "+protoFault(b, err), metrics.RejectDecodeError)
+			var bad []otlp.RejectedSpan
+			if req, bad, ok = salvageRequest(ctx, wire, true); !ok {
+				if deep != nil {
+					// Offsets in the rebuilt body would name no place in
+					// the body sent: it is refused as it was before.
+					return ptraceotlp.ExportResponse{}, deep
+				}
+				return ptraceotlp.ExportResponse{}, newRefusal(400, "cannot decode OTLP protobuf: "+protoFault(wire, err), metrics.RejectDecodeError)
 			}
+			pre = append(pre, bad...)
 		}
 	} else {
 		limit := jsonBodyDepth(rc.cfg.MaxDepth)
 		d, at, end := jsonScan(b, limit)
+		// wire is the body, or the body rebuilt without the spans nested
+		// too deep (salvageDeepJSON), which pre names.
+		wire := b
+		var deep *refusal
 		if d > limit {
-			return ptraceotlp.ExportResponse{}, newRefusal(400, fmt.Sprintf("cannot take OTLP JSON: nested deeper than %d levels at byte offset %d (serve.receiver.max_depth)", limit, at), metrics.RejectTooDeep)
+			deep = newRefusal(400, fmt.Sprintf("cannot take OTLP JSON: nested deeper than %d levels at byte offset %d (serve.receiver.max_depth)", limit, at), metrics.RejectTooDeep)
+			var ok bool
+			if wire, pre, ok = salvageDeepJ(ctx, b, limit); !ok {
+				return ptraceotlp.ExportResponse{}, deep
+			}
+			// Nothing follows the request (salvageDeepJSON checks it).
+			end = -1
 		}
 		// pdata decodes the first JSON value and ignores what follows it:
 		// a second document (OTLP JSON lines, as a file exporter writes
@@ -590,11 +615,16 @@ func (rc *Receiver) exportBody(ctx context.Context, src metrics.Source, tenant s
 		if end >= 0 && len(bytes.TrimSpace(b[end:])) > 0 {
 			return ptraceotlp.ExportResponse{}, newRefusal(400, fmt.Sprintf("cannot decode OTLP JSON: more after the request at byte offset %d; a request carries one ExportTraceServiceRequest (send one document a request, or read a file of them with mcpaudit analyze)", end), metrics.RejectDecodeError)
 		}
-		if err := req.UnmarshalJSON(b); err != nil {
+		if err := req.UnmarshalJSON(wire); err != nil {
 			var ok bool
-			if req, pre, ok = salvageRequest(ctx, b, false); !ok {
-				return ptraceotlp.ExportResponse{}, newRefusal(400, "cannot decode OTLP JSON: "+jsonFault(b, err), metrics.RejectDecodeError)
+			var bad []otlp.RejectedSpan
+			if req, bad, ok = salvageRequest(ctx, wire, false); !ok {
+				if deep != nil {
+					return ptraceotlp.ExportResponse{}, deep
+				}
+				return ptraceotlp.ExportResponse{}, newRefusal(400, "cannot decode OTLP JSON: "+jsonFault(wire, err), metrics.RejectDecodeError)
 			}
+			pre = append(pre, bad...)
 		}
 	}
 	// pdata copies what it decodes (strings, bytes), protobuf and JSON

@@ -93,7 +93,7 @@ var errTooDeep = errors.New("too deep")
 func protoValueDepth(b []byte, limit int) error {
 	err := pbWalk(b, pbRequest, 0, limit)
 	if errors.Is(err, errTooDeep) {
-		return fmt.Errorf("an attribute value nests more than %d arrays or key-value lists (serve.receiver.max_depth)", limit)
+		return errors.New(tooDeepReason(limit))
 	}
 	return nil
 }

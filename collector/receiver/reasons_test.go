@@ -205,18 +205,15 @@ func TestTooLargeForStore(t *testing.T) {
 }
 
 // TestGRPCWholeRequestRefusals: a request refused whole before its spans
-// are read (values nested too deep, a message over the size limit, bytes
+// are read (values nested too deep where no span holds them, a message over the size limit, bytes
 // that are not OTLP) is counted in mcpaudit_ingest_rejected_total over
 // OTLP/gRPC under the reason OTLP/HTTP counts it under, once per request.
 func TestGRPCWholeRequestRefusals(t *testing.T) {
 	e := newEnv(t, func(c *receiver.Config, _ *pipeline.Config) { c.MaxBodyBytes = 1 << 20 })
 	cc := dialGRPC(t, e)
-	deep, _ := traces("thegram", 1, func(sp ptrace.Span) {
-		v := sp.Attributes().PutEmptySlice("deep")
-		for range 5000 {
-			v = v.AppendEmpty().SetEmptySlice()
-		}
-	}).MarshalProto()
+	// A deep value no span can be blamed for (a span's own is rejected
+	// alone: TestOTLPProto_DeepSpanRejectedAlone).
+	deep := deepResourceAlone(t)
 	large, _ := traces("thegram", 1, func(sp ptrace.Span) {
 		sp.Attributes().PutStr("gen_ai.tool.call.arguments", strings.Repeat("a", 2<<20))
 	}).MarshalProto()

@@ -72,7 +72,8 @@ type Config struct {
 	MaxAttributes int `yaml:"max_attributes"`
 	// MaxDepth caps how deeply the arguments and results of a call, and
 	// the attribute values of OTLP, may nest. Deeper values reject the
-	// record, or the whole OTLP request. Default 32.
+	// record, or the OTLP span that holds them (every span of a resource
+	// or scope that holds them). Default 32.
 	MaxDepth int `yaml:"max_depth"`
 	// MaxInFlightBytes caps the memory held by all HTTP requests being read
 	// and processed at once, each counted at four times its bytes after

@@ -388,8 +388,8 @@ func appendCall(ss ptrace.ScopeSpans, i int, session string, at time.Time) ptrac
 
 // TestOTLPLimits: over OTLP/HTTP, a span with invalid UTF-8, too many
 // attributes or a bad time is rejected as a partial success and the others
-// are kept; values nested too deep reject the request before it is
-// decoded.
+// are kept; so is a span holding a value nested too deep (found on the
+// wire, before anything is decoded).
 func TestOTLPLimits(t *testing.T) {
 	e := newEnv(t, nil)
 	send := func(req ptraceotlp.ExportRequest, asJSON bool) (answer, ptraceotlp.ExportResponse) {
@@ -466,9 +466,11 @@ func TestOTLPLimits(t *testing.T) {
 			})
 		}
 		t.Run(carrier+"/nested_too_deep", func(t *testing.T) {
-			a, _ := send(traces("thegram", 1, func(sp ptrace.Span) { nested(sp, 200) }), asJSON)
-			if a.status != 400 || !strings.Contains(a.body, "max_depth") {
-				t.Fatalf("%d %s, want 400 naming max_depth", a.status, a.body)
+			a, resp := send(traces("thegram", 3, func(sp ptrace.Span) { nested(sp, 200) }), asJSON)
+			ps := resp.PartialSuccess()
+			if a.status != 200 || ps.RejectedSpans() != 1 || !strings.Contains(ps.ErrorMessage(), "resourceSpans[0].scopeSpans[0].spans[0]: ") ||
+				!strings.Contains(ps.ErrorMessage(), "(serve.receiver.max_depth)") {
+				t.Fatalf("%d %.200q, partial success %d %q; want 200 with span 0 rejected naming max_depth", a.status, a.body, ps.RejectedSpans(), ps.ErrorMessage())
 			}
 		})
 	}
@@ -702,8 +704,8 @@ func dialGRPC(t *testing.T, e *env) *grpc.ClientConn {
 
 // TestGRPC: OTLP/gRPC answers Unauthenticated without a known token,
 // PermissionDenied for a token that may not ingest or a tenant header of
-// another tenant, an error naming max_depth for values nested too deep
-// (before they are decoded), and takes good spans.
+// another tenant, a span rejected naming max_depth for values nested too
+// deep (found before they are decoded), and takes good spans.
 func TestGRPC(t *testing.T) {
 	e := newEnv(t, nil)
 	cc := dialGRPC(t, e)
@@ -753,8 +755,12 @@ func TestGRPC(t *testing.T) {
 				v = v.AppendEmpty().SetEmptySlice()
 			}
 		})
-		if _, err := call(tokAcme, req); err == nil || !strings.Contains(err.Error(), "max_depth") {
-			t.Fatalf("%v, want an error naming max_depth", err)
+		resp, err := call(tokAcme, req)
+		if err != nil {
+			t.Fatalf("%v, want the span rejected naming max_depth", err)
+		}
+		if ps := resp.PartialSuccess(); ps.RejectedSpans() != 1 || !strings.Contains(ps.ErrorMessage(), "max_depth") {
+			t.Fatalf("%d rejected %q; want the span rejected naming max_depth", ps.RejectedSpans(), ps.ErrorMessage())
 		}
 	})
 	t.Run("invalid_utf8_partial", func(t *testing.T) {

@@ -1,8 +1,10 @@
 package receiver
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/valyala/fastjson"
@@ -10,6 +12,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/mcpaudit/mcpaudit/collector/otlp"
+	"github.com/mcpaudit/mcpaudit/exporter/metrics"
 )
 
 // pdata decodes a request whole or not at all: one span with an id of the
@@ -76,6 +79,19 @@ func salvageRequest(ctx context.Context, b []byte, asProto bool) (req ptraceotlp
 		}
 	})
 	return s.req, s.bad, ok
+}
+
+// salvageDeep runs salvageDeepProto in the salvage slot (salvage); ok
+// is false when it cannot salvage b or ctx ends first.
+func salvageDeep(ctx context.Context, b []byte, limit int) (out []byte, bad []otlp.RejectedSpan, ok bool) {
+	salvage(ctx, func() { out, bad, ok = salvageDeepProto(b, limit) })
+	return out, bad, ok
+}
+
+// salvageDeepJ runs salvageDeepJSON in the salvage slot (salvage).
+func salvageDeepJ(ctx context.Context, b []byte, limit int) (out []byte, bad []otlp.RejectedSpan, ok bool) {
+	salvage(ctx, func() { out, bad, ok = salvageDeepJSON(b, limit) })
+	return out, bad, ok
 }
 
 // salvageProto salvages an OTLP protobuf request that pdata refused. ok is
@@ -333,4 +349,350 @@ func jsonSpanFault(cv *otlp.Converter, v *fastjson.Value) string {
 // spanPath locates a span as otlp.RejectedSpan.Path does.
 func spanPath(rs, ss, sp int) string {
 	return fmt.Sprintf("resourceSpans[%d].scopeSpans[%d].spans[%d]", rs, ss, sp)
+}
+
+// tooDeepReason is why a value nested deeper than serve.receiver.max_depth
+// is refused: the whole request's, or one span's, in the same words.
+func tooDeepReason(limit int) string {
+	return fmt.Sprintf("an attribute value nests more than %d arrays or key-value lists (serve.receiver.max_depth)", limit)
+}
+
+// salvageDeepProto empties, in the OTLP protobuf request b that
+// protoValueDepth refused, each span holding an attribute value nested
+// more than limit deep (in its attributes, events or links), and every
+// span of a resource or scope that holds one (the resource or scope is
+// emptied too). It returns the request rebuilt, whose depth is checked
+// again, and the spans emptied with why (in the words of the request's
+// refusal, so that they are counted under the same reason: rejectReason);
+// ok is false when b's framing breaks, or a deep resource or scope holds
+// no span to blame. The walk that finds the deep values stops at limit:
+// it goes no deeper than protoValueDepth did. Only the refused request
+// pays for it: about one more walk of its bytes, and one copy.
+func salvageDeepProto(b []byte, limit int) (out []byte, bad []otlp.RejectedSpan, ok bool) {
+	deep := func(v []byte, k pbKind) bool { return pbWalk(v, k, 0, limit) != nil }
+	why := tooDeepReason(limit)
+	// heldDeep reports whether a field num of message m, the resource or
+	// scope of its spans, nests too deep; a message may repeat it.
+	heldDeep := func(m []byte, num protowire.Number, k pbKind) bool {
+		found := false
+		eachField(m, func(n protowire.Number, typ protowire.Type, v, _ []byte) bool {
+			found = n == num && typ == protowire.BytesType && deep(v, k)
+			return !found
+		})
+		return found
+	}
+	unblamed := false
+	out = make([]byte, 0, len(b))
+	rs := 0
+	if !eachField(b, func(num protowire.Number, typ protowire.Type, v, raw []byte) bool {
+		if num != 1 || typ != protowire.BytesType {
+			out = append(out, raw...)
+			return true
+		}
+		resDeep := heldDeep(v, 1, pbResource)
+		blamed := 0
+		var inner []byte
+		ss := 0
+		if !eachField(v, func(num protowire.Number, typ protowire.Type, v, raw []byte) bool {
+			switch {
+			case typ != protowire.BytesType || (num != 1 && num != 2):
+				inner = append(inner, raw...)
+				return true
+			case num == 1:
+				if resDeep {
+					inner = protowire.AppendTag(inner, 1, protowire.BytesType)
+					inner = protowire.AppendBytes(inner, nil)
+				} else {
+					inner = append(inner, raw...)
+				}
+				return true
+			}
+			scopeDeep := heldDeep(v, 1, pbScope)
+			var spans []byte
+			sp := 0
+			if !eachField(v, func(num protowire.Number, typ protowire.Type, v, raw []byte) bool {
+				if typ != protowire.BytesType || (num != 1 && num != 2) {
+					spans = append(spans, raw...)
+					return true
+				}
+				if num == 1 {
+					if scopeDeep {
+						spans = protowire.AppendTag(spans, 1, protowire.BytesType)
+						spans = protowire.AppendBytes(spans, nil)
+					} else {
+						spans = append(spans, raw...)
+					}
+					return true
+				}
+				reason := ""
+				switch {
+				case resDeep:
+					reason = "its resource: " + why
+				case scopeDeep:
+					reason = "its scope: " + why
+				case deep(v, pbSpan):
+					reason = why
+				}
+				if reason != "" {
+					bad = append(bad, otlp.RejectedSpan{Path: spanPath(rs, ss, sp), Reason: reason})
+					spans = protowire.AppendTag(spans, 2, protowire.BytesType)
+					spans = protowire.AppendBytes(spans, nil)
+					blamed++
+				} else {
+					spans = append(spans, raw...)
+				}
+				sp++
+				return true
+			}) {
+				return false
+			}
+			if scopeDeep && sp == 0 {
+				unblamed = true
+			}
+			inner = protowire.AppendTag(inner, 2, protowire.BytesType)
+			inner = protowire.AppendBytes(inner, spans)
+			ss++
+			return true
+		}) {
+			return false
+		}
+		if resDeep && blamed == 0 {
+			unblamed = true
+		}
+		out = protowire.AppendTag(out, 1, protowire.BytesType)
+		out = protowire.AppendBytes(out, inner)
+		rs++
+		return true
+	}) || unblamed || len(bad) == 0 || protoValueDepth(out, limit) != nil {
+		return nil, nil, false
+	}
+	return out, bad, true
+}
+
+// rejectReason is the reason a span rejected before it was read (pre, of
+// a salvage) is counted under in mcpaudit_ingest_rejected_total: too_deep
+// for a value nested too deep (salvageDeepProto), as the request refused
+// whole for one is, else bad_span.
+func rejectReason(r otlp.RejectedSpan) metrics.RejectReason {
+	if strings.HasSuffix(r.Reason, "(serve.receiver.max_depth)") {
+		return metrics.RejectTooDeep
+	}
+	return metrics.RejectBadSpan
+}
+
+// salvageDeepJSON is salvageDeepProto for an OTLP JSON body b that
+// jsonScan found nested deeper than limit levels (jsonBodyDepth): a second
+// scan, of the refused body only, follows the keys and array indexes of
+// the envelope down to the spans (nothing is decoded, and no tree built),
+// and each span, resource or scope inside which the nesting passes the
+// limit is replaced by {}, with every span of such a resource or scope.
+// Each span is named with the byte offset, in b, where its nesting passes
+// the limit. ok is false when b is not one object of well-matched
+// brackets with nothing after it, a key of the envelope is not spelt
+// plainly (escaped) so that the depth falls outside every span, a deep
+// resource or scope holds no span, or the rebuilt body still nests too
+// deep (it is scanned again).
+func salvageDeepJSON(b []byte, limit int) (out []byte, bad []otlp.RejectedSpan, ok bool) {
+	// role of a container of the envelope, by its level (1 the request).
+	const (
+		jOther = iota
+		jRequest
+		jRSList
+		jRS
+		jResource
+		jSSList
+		jSS
+		jScope
+		jSpanList
+		jSpan
+	)
+	type frame struct {
+		role    int
+		wantKey bool
+		key     []byte
+		n       int // resource spans, scope spans or spans met (request, rs, ss)
+		idx     [3]int
+		start   int
+	}
+	type cut struct {
+		start, end int
+		idx        [3]int
+		role       int
+		at         int // where the nesting passes the limit, or -1
+	}
+	var (
+		brackets []byte // the open brackets, each level
+		env      []frame
+		cuts     []cut
+		deepAt   = map[[3]int]int{} // span, resource or scope (idx, -1 for the levels above) -> offset
+		rootEnd  = -1
+	)
+	key := func(k []byte, names ...string) bool {
+		for _, n := range names {
+			if string(k) == n {
+				return true
+			}
+		}
+		return false
+	}
+	for i := 0; i < len(b) && rootEnd < 0; i++ {
+		c := b[i]
+		switch c {
+		case ' ', '\t', '\r', '\n':
+		case '"':
+			end := stringEnd(b, i+1)
+			if len(env) == len(brackets) && len(env) > 0 && env[len(env)-1].wantKey {
+				env[len(env)-1].key, env[len(env)-1].wantKey = b[i+1:min(end, len(b))], false
+			}
+			i = end
+		case ',':
+			if len(env) == len(brackets) && len(env) > 0 && brackets[len(brackets)-1] == '{' {
+				env[len(env)-1].wantKey = true
+			}
+		case '{', '[':
+			if len(brackets) == 0 && (c != '{' || i != bytesStart(b)) {
+				return nil, nil, false
+			}
+			brackets = append(brackets, c)
+			if len(brackets) > limit {
+				// Blame the innermost span, scope or resource open.
+				idx, found := [3]int{}, false
+				for l := len(env) - 1; l >= 0 && !found; l-- {
+					switch env[l].role {
+					case jSpan:
+						idx, found = env[l].idx, true
+					case jScope:
+						idx, found = [3]int{env[l].idx[0], env[l].idx[1], -1}, true
+					case jResource:
+						idx, found = [3]int{env[l].idx[0], -1, -1}, true
+					}
+				}
+				if !found {
+					return nil, nil, false
+				}
+				if _, seen := deepAt[idx]; !seen {
+					deepAt[idx] = i
+				}
+			}
+			if len(env) != len(brackets)-1 || len(env) >= 7 {
+				continue
+			}
+			f := frame{role: jOther, start: i, wantKey: c == '{'}
+			if len(env) == 0 {
+				f.role = jRequest
+			} else {
+				p := &env[len(env)-1]
+				switch {
+				case p.role == jRequest && c == '[' && key(p.key, "resourceSpans", "resource_spans"):
+					f.role = jRSList
+				case p.role == jRSList && c == '{':
+					f.role, f.idx = jRS, [3]int{env[0].n, -1, -1}
+					env[0].n++
+				case p.role == jRS && c == '{' && key(p.key, "resource"):
+					f.role, f.idx = jResource, p.idx
+				case p.role == jRS && c == '[' && key(p.key, "scopeSpans", "scope_spans"):
+					f.role, f.idx = jSSList, p.idx
+				case p.role == jSSList && c == '{':
+					rs := &env[len(env)-2]
+					f.role, f.idx = jSS, [3]int{p.idx[0], rs.n, -1}
+					rs.n++
+				case p.role == jSS && c == '{' && key(p.key, "scope"):
+					f.role, f.idx = jScope, p.idx
+				case p.role == jSS && c == '[' && key(p.key, "spans"):
+					f.role, f.idx = jSpanList, p.idx
+				case p.role == jSpanList && c == '{':
+					ss := &env[len(env)-2]
+					f.role, f.idx = jSpan, [3]int{p.idx[0], p.idx[1], ss.n}
+					ss.n++
+				}
+			}
+			env = append(env, f)
+		case '}', ']':
+			if len(brackets) == 0 || brackets[len(brackets)-1] != c-2 { // '{'+2 == '}', '['+2 == ']'
+				return nil, nil, false
+			}
+			brackets = brackets[:len(brackets)-1]
+			if len(env) == len(brackets)+1 {
+				f := env[len(env)-1]
+				env = env[:len(env)-1]
+				switch f.role {
+				case jSpan, jResource, jScope:
+					cuts = append(cuts, cut{start: f.start, end: i + 1, idx: f.idx, role: f.role})
+				}
+			}
+			if len(brackets) == 0 {
+				rootEnd = i + 1
+			}
+		}
+	}
+	if rootEnd < 0 || len(bytes.TrimSpace(b[rootEnd:])) > 0 {
+		return nil, nil, false
+	}
+	// The spans to empty: those deep themselves or under a deep resource
+	// or scope; and those resources and scopes.
+	why := func(at int) string {
+		return fmt.Sprintf("nested deeper than %d levels at byte offset %d (serve.receiver.max_depth)", limit, at)
+	}
+	blamed := map[[3]int]bool{}
+	var keep []cut
+	for _, c := range cuts {
+		rsKey, ssKey := [3]int{c.idx[0], -1, -1}, [3]int{c.idx[0], c.idx[1], -1}
+		switch c.role {
+		case jSpan:
+			reason := ""
+			if at, ok := deepAt[c.idx]; ok {
+				reason = why(at)
+			}
+			if at, ok := deepAt[ssKey]; ok {
+				reason = "its scope: " + why(at)
+			}
+			if at, ok := deepAt[rsKey]; ok {
+				reason = "its resource: " + why(at)
+			}
+			if reason == "" {
+				continue
+			}
+			blamed[c.idx], blamed[ssKey], blamed[rsKey] = true, true, true
+			bad = append(bad, otlp.RejectedSpan{Path: spanPath(c.idx[0], c.idx[1], c.idx[2]), Reason: reason})
+		case jResource:
+			if _, ok := deepAt[rsKey]; !ok {
+				continue
+			}
+		case jScope:
+			if _, ok := deepAt[ssKey]; !ok {
+				continue
+			}
+		}
+		keep = append(keep, c)
+	}
+	for k := range deepAt {
+		if !blamed[k] {
+			return nil, nil, false
+		}
+	}
+	if len(bad) == 0 {
+		return nil, nil, false
+	}
+	slices.SortFunc(keep, func(x, y cut) int { return x.start - y.start })
+	out = make([]byte, 0, len(b))
+	from := 0
+	for _, c := range keep {
+		out = append(append(out, b[from:c.start]...), "{}"...)
+		from = c.end
+	}
+	out = append(out, b[from:]...)
+	if d, _, _ := jsonScan(out, limit); d > limit {
+		return nil, nil, false
+	}
+	return out, bad, true
+}
+
+// bytesStart returns the offset of the first byte of b that is not JSON
+// white space.
+func bytesStart(b []byte) int {
+	i := 0
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\r' || b[i] == '\n') {
+		i++
+	}
+	return i
 }

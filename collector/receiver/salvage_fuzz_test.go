@@ -2,7 +2,10 @@ package receiver
 
 import (
 	"fmt"
+	"strings"
 	"testing"
+
+	"github.com/valyala/fastjson"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
@@ -31,6 +34,8 @@ func FuzzSalvage(f *testing.F) {
 	pb, js := salvageSeed()
 	f.Add(pb, false)
 	f.Add(js, true)
+	f.Add(deepSeed(), false)
+	f.Add(deepSeedJSON(), true)
 	f.Add([]byte(`{"resourceSpans":[{"scopeSpans":[{"spans":[{"spanId":"ab"},{"traceId":"00"},{}]}]}]}`), true)
 	f.Fuzz(func(t *testing.T, b []byte, asJSON bool) {
 		var s salvaged
@@ -48,7 +53,101 @@ func FuzzSalvage(f *testing.F) {
 		if ok && len(s.bad) == 0 {
 			t.Fatal("salvaged with no span to blame")
 		}
+		if asJSON {
+			// As below, over JSON (the limit 12 lets an attribute value
+			// of OTLP JSON nest one array).
+			const limit = 12
+			if d, _, _ := jsonScan(b, limit); d <= limit {
+				return
+			}
+			out, bad, ok := salvageDeepJSON(b, limit)
+			if !ok {
+				return
+			}
+			if len(bad) == 0 {
+				t.Fatal("salvaged a deep request with no span to blame")
+			}
+			if d, _, _ := jsonScan(out, limit); d > limit {
+				t.Fatal("the rebuilt request still nests too deep")
+			}
+			in, rebuilt := ptraceotlp.NewExportRequest(), ptraceotlp.NewExportRequest()
+			if in.UnmarshalJSON(b) == nil {
+				if err := rebuilt.UnmarshalJSON(out); err != nil {
+					t.Fatalf("a request that decoded does not once rebuilt: %v\n%s", err, out)
+				}
+			}
+			// Spans are emptied in place, none taken out. (Counted as
+			// the JSON holds them: pdata reads 3 spans of the one in
+			// testdata/fuzz/FuzzSalvage/9ce850119295d606, whose keys
+			// are "" and digits.)
+			var p1, p2 fastjson.Parser
+			r1, err1 := p1.ParseBytes(b)
+			r2, err2 := p2.ParseBytes(out)
+			if err1 == nil && err2 == nil {
+				if n, m := countJSONSpans(r2), countJSONSpans(r1); n != m {
+					t.Fatalf("rebuilt with %d spans, want the %d of the request", n, m)
+				}
+			}
+			return
+		}
+		// A request refused for a value nested too deep (the limit is
+		// 2 here, so that the fuzzer reaches it) is rebuilt with as many
+		// spans, none too deep, and decodes unless another fault is left
+		// to salvageProto.
+		const limit = 2
+		if protoValueDepth(b, limit) == nil {
+			return
+		}
+		out, bad, ok := salvageDeepProto(b, limit)
+		if !ok {
+			return
+		}
+		if len(bad) == 0 {
+			t.Fatal("salvaged a deep request with no span to blame")
+		}
+		if protoValueDepth(out, limit) != nil {
+			t.Fatal("the rebuilt request still nests too deep")
+		}
+		if n, m := countProtoSpans(out), countProtoSpans(b); n != m {
+			t.Fatalf("rebuilt with %d spans, want the %d of the request", n, m)
+		}
+		if req.UnmarshalProto(out) != nil {
+			if _, ok := salvageProto(out); !ok && req.UnmarshalProto(b) == nil {
+				t.Fatal("a request that decoded does not once rebuilt")
+			}
+		}
 	})
+}
+
+// deepSeed is salvageSeed's protobuf with span 1 nested 4 deep, its
+// resource's second copy 3 deep.
+func deepSeed() []byte {
+	td := ptrace.NewTraces()
+	for r := range 2 {
+		rs := td.ResourceSpans().AppendEmpty()
+		if r == 1 {
+			nest(rs.Resource().Attributes(), 3)
+		}
+		ss := rs.ScopeSpans().AppendEmpty()
+		for i := range 3 {
+			sp := ss.Spans().AppendEmpty()
+			sp.SetSpanID(pcommon.SpanID{1, byte(i)})
+			sp.SetTraceID(pcommon.TraceID{2, byte(i)})
+			sp.Attributes().PutStr("gen_ai.tool.name", "gram_read")
+			if i == 1 {
+				nest(sp.Attributes(), 4)
+			}
+		}
+	}
+	b, _ := ptraceotlp.NewExportRequestFromTraces(td).MarshalProto()
+	return b
+}
+
+func nest(m pcommon.Map, depth int) {
+	v := m.PutEmptySlice("deep")
+	for range depth {
+		v = v.AppendEmpty().SetEmptySlice()
+	}
 }
 
 // BenchmarkSalvageJSON measures the salvage of an OTLP JSON body of tiny
@@ -68,5 +167,70 @@ func BenchmarkSalvageJSON(b *testing.B) {
 		if _, ok := salvageJSON(body); !ok {
 			b.Fatal("not salvaged")
 		}
+	}
+}
+
+// deepSeedJSON is deepSeed as OTLP JSON.
+func deepSeedJSON() []byte {
+	req := ptraceotlp.NewExportRequest()
+	if err := req.UnmarshalProto(deepSeed()); err != nil {
+		panic(err)
+	}
+	b, _ := req.MarshalJSON()
+	return b
+}
+
+// TestSalvageDeepJSON: the second scan of a JSON body nested too deep
+// blames the span, scope or resource the depth is in, and refuses (ok
+// false) what it cannot place or read.
+func TestSalvageDeepJSON(t *testing.T) {
+	deepVal := strings.Repeat(`{"arrayValue":{"values":[`, 5) + `{"intValue":"1"}` + strings.Repeat(`]}}`, 5)
+	attr := `[{"key":"deep","value":` + deepVal + `}]`
+	span := func(id int, attrs string) string {
+		return fmt.Sprintf(`{"traceId":"0100000000000000000000000000000%d","spanId":"020000000000000%d","attributes":%s}`, id, id, attrs)
+	}
+	good := `[{"key":"gen_ai.tool.name","value":{"stringValue":"gram_read"}}]`
+	for _, tc := range []struct {
+		name, body string
+		want       []string // paths blamed; nil: not salvaged
+	}{
+		{"span", `{"resourceSpans":[{"scopeSpans":[{"spans":[` + span(0, good) + `,` + span(1, attr) + `,` + span(2, good) + `]}]}]}`,
+			[]string{"resourceSpans[0].scopeSpans[0].spans[1]: nested deeper than 12 levels at byte offset "}},
+		{"snake_case", `{"resource_spans":[{"scope_spans":[{"spans":[` + span(0, attr) + `,` + span(1, good) + `]}]}]}`,
+			[]string{"resourceSpans[0].scopeSpans[0].spans[0]: nested"}},
+		{"resource_after_its_spans", `{"resourceSpans":[{"scopeSpans":[{"spans":[` + span(0, good) + `,` + span(1, good) + `]}],"resource":{"attributes":` + attr + `}},{"scopeSpans":[{"spans":[` + span(2, good) + `]}]}]}`,
+			[]string{"resourceSpans[0].scopeSpans[0].spans[0]: its resource: nested", "resourceSpans[0].scopeSpans[0].spans[1]: its resource: nested"}},
+		{"scope", `{"resourceSpans":[{"scopeSpans":[{"scope":{"attributes":` + attr + `},"spans":[` + span(0, good) + `]},{"spans":[` + span(1, good) + `]}]}]}`,
+			[]string{"resourceSpans[0].scopeSpans[0].spans[0]: its scope: nested"}},
+		{"resource_without_spans", `{"resourceSpans":[{"resource":{"attributes":` + attr + `}},{"scopeSpans":[{"spans":[` + span(1, good) + `]}]}]}`, nil},
+		{"escaped_key", `{"resource\u0053pans":[{"scopeSpans":[{"spans":[` + span(0, attr) + `]}]}]}`, nil},
+		{"more_after", `{"resourceSpans":[{"scopeSpans":[{"spans":[` + span(0, attr) + `]}]}]} {}`, nil},
+		{"brackets_mismatched", `{"resourceSpans":[{"scopeSpans":[{"spans":[` + strings.Replace(span(0, attr), "]}}]", "}}}]", 1) + `]}]}]}`, nil},
+		{"cut_short", `{"resourceSpans":[{"scopeSpans":[{"spans":[` + span(0, attr), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, bad, ok := salvageDeepJSON([]byte(tc.body), 12)
+			if tc.want == nil {
+				if ok {
+					t.Fatalf("salvaged %s, blaming %v; want it refused whole", out, bad)
+				}
+				return
+			}
+			if !ok || len(bad) != len(tc.want) {
+				t.Fatalf("ok %v, blamed %v; want %q", ok, bad, tc.want)
+			}
+			for i, w := range tc.want {
+				if got := bad[i].Error(); !strings.HasPrefix(got, w) || !strings.HasSuffix(got, "(serve.receiver.max_depth)") {
+					t.Errorf("blamed %q, want %q...", got, w)
+				}
+			}
+			req := ptraceotlp.NewExportRequest()
+			if err := req.UnmarshalJSON(out); err != nil {
+				t.Fatalf("rebuilt %s does not decode: %v", out, err)
+			}
+			if strings.Contains(string(out), "arrayValue") {
+				t.Errorf("rebuilt %s still holds the deep value", out)
+			}
+		})
 	}
 }
