@@ -19,6 +19,7 @@ import (
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/canon"
 	"github.com/mcpaudit/mcpaudit/collector/dialect"
+	"github.com/mcpaudit/mcpaudit/exporter/metrics"
 	"github.com/valyala/fastjson"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
@@ -130,8 +131,13 @@ func (a *attrs) set(ref attrRef, v string) {
 // RejectedSpan says why one span could not be used.
 type RejectedSpan struct {
 	// Path locates the span: resourceSpans[i].scopeSpans[j].spans[k].
-	Path   string
+	Path string
+	// Reason says why, in words for the sender and the log.
 	Reason string
+	// Kind is the reason the span is counted under in
+	// mcpaudit_ingest_rejected_total, set where the span is rejected: a
+	// count never depends on Reason's wording.
+	Kind metrics.RejectReason
 }
 
 func (r RejectedSpan) Error() string { return r.Path + ": " + r.Reason }

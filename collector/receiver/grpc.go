@@ -68,9 +68,8 @@ func (rc *Receiver) exportWire(ctx context.Context, src metrics.Source, tenant s
 func (rc *Receiver) exportRead(ctx context.Context, src metrics.Source, tenant string, tk *taker, prefix string, res otlp.Result, crowded map[string]string) (ptraceotlp.ExportResponse, *refusal) {
 	rejected := res.Rejected
 	for _, r := range res.Rejected {
-		reason := rejectReason(r)
-		rc.rejected(src, reason, 1)
-		rc.logRejected("rejected_span", src, tenant, reason, r.Path+": "+r.Reason)
+		rc.rejected(src, r.Kind, 1)
+		rc.logRejected("rejected_span", src, tenant, r.Kind, r.Path+": "+r.Reason)
 	}
 	if rc.metrics != nil {
 		rc.metrics.IngestIgnored(src, res.Ignored)
@@ -79,13 +78,13 @@ func (rc *Receiver) exportRead(ctx context.Context, src metrics.Source, tenant s
 	for i, c := range res.Records {
 		path := strings.TrimPrefix(c.Call.Source, prefix)
 		if why, ok := crowded[path]; ok {
-			rejected = append(rejected, otlp.RejectedSpan{Path: path, Reason: why})
+			rejected = append(rejected, otlp.RejectedSpan{Path: path, Reason: why, Kind: metrics.RejectTooLong})
 			rc.rejected(src, metrics.RejectTooLong, 1)
 			rc.logRejected("rejected_span", src, tenant, metrics.RejectTooLong, path+": "+why)
 			continue
 		}
 		if err := tk.take(c, res.Known[i], res.Sources[i], path); err != nil {
-			rejected = append(rejected, otlp.RejectedSpan{Path: path, Reason: strings.TrimPrefix(err.msg, path+": ")})
+			rejected = append(rejected, otlp.RejectedSpan{Path: path, Reason: strings.TrimPrefix(err.msg, path+": "), Kind: err.reason})
 			rc.rejected(src, err.reason, 1)
 			rc.logRejected("rejected_span", src, tenant, err.reason, err.msg)
 		}
