@@ -12,7 +12,6 @@ import (
 	"github.com/mcpaudit/mcpaudit/collector/canon"
 	"github.com/mcpaudit/mcpaudit/collector/dialect"
 	"github.com/mcpaudit/mcpaudit/collector/otlp"
-	"github.com/mcpaudit/mcpaudit/exporter/metrics"
 	"github.com/valyala/fastjson"
 )
 
@@ -530,12 +529,12 @@ func (bs *blockStream) advance(rd *dialect.Reader) error {
 		o := bs.o
 		v, err := o.spanP.ParseBytes(text)
 		if err != nil {
-			o.reject(&SpanError{Source: o.name, Line: o.spanLine(), RejectedSpan: otlp.RejectedSpan{Path: spanPath(bs.b.index, j, k), Reason: "not JSON: " + canon.ParseError(text, err), Kind: metrics.RejectBadSpan}})
+			o.reject(&SpanError{Source: o.name, Line: o.spanLine(), RejectedSpan: otlp.RejectedSpan{Path: spanPath(bs.b.index, j, k), Reason: "not JSON: " + canon.ParseError(text, err)}})
 			continue
 		}
 		if !canon.NumbersValid(v) {
 			// fastjson takes NaN and 1.2.3 as numbers; JSON does not.
-			o.reject(&SpanError{Source: o.name, Line: o.spanLine(), RejectedSpan: otlp.RejectedSpan{Path: spanPath(bs.b.index, j, k), Reason: "not JSON: " + canon.NumberError(text), Kind: metrics.RejectBadSpan}})
+			o.reject(&SpanError{Source: o.name, Line: o.spanLine(), RejectedSpan: otlp.RejectedSpan{Path: spanPath(bs.b.index, j, k), Reason: "not JSON: " + canon.NumberError(text)}})
 			continue
 		}
 		if ns := otlp.StartJSON(v); ns > 0 {
@@ -546,7 +545,7 @@ func (bs *blockStream) advance(rd *dialect.Reader) error {
 		rec, ignored, reason := o.conv.JSONSpan(v, &bs.res, o.name+":", bs.b.index, j, k, rd)
 		switch {
 		case reason != "":
-			o.reject(&SpanError{Source: o.name, Line: o.spanLine(), RejectedSpan: otlp.RejectedSpan{Path: spanPath(bs.b.index, j, k), Reason: reason, Kind: metrics.RejectBadSpan}})
+			o.reject(&SpanError{Source: o.name, Line: o.spanLine(), RejectedSpan: otlp.RejectedSpan{Path: spanPath(bs.b.index, j, k), Reason: reason}})
 		case ignored:
 			*o.ignored++
 		default:
@@ -656,7 +655,7 @@ func (bs *blockStream) nextSpan() (text []byte, j, k int, ok bool) {
 			}
 			if long {
 				o := bs.o
-				o.reject(&SpanError{Source: o.name, Line: o.spanLine(), RejectedSpan: otlp.RejectedSpan{Path: spanPath(bs.b.index, bs.j, bs.k), Reason: fmt.Sprintf("longer than %d bytes", MaxLine), Kind: metrics.RejectBadSpan}})
+				o.reject(&SpanError{Source: o.name, Line: o.spanLine(), RejectedSpan: otlp.RejectedSpan{Path: spanPath(bs.b.index, bs.j, bs.k), Reason: fmt.Sprintf("longer than %d bytes", MaxLine)}})
 				return nil, bs.j, bs.k, true
 			}
 			return text, bs.j, bs.k, true

@@ -19,7 +19,6 @@ import (
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/canon"
 	"github.com/mcpaudit/mcpaudit/collector/dialect"
-	"github.com/mcpaudit/mcpaudit/exporter/metrics"
 	"github.com/valyala/fastjson"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
@@ -135,9 +134,11 @@ type RejectedSpan struct {
 	// Reason says why, in words for the sender and the log.
 	Reason string
 	// Kind is the reason the span is counted under in
-	// mcpaudit_ingest_rejected_total, set where the span is rejected: a
-	// count never depends on Reason's wording.
-	Kind metrics.RejectReason
+	// mcpaudit_ingest_rejected_total (one of exporter/metrics'
+	// RejectReasons), set where the span is rejected, so that a count
+	// never depends on Reason's wording; empty is bad_span, a span that
+	// cannot be read as a call.
+	Kind string
 }
 
 func (r RejectedSpan) Error() string { return r.Path + ": " + r.Reason }

@@ -3,7 +3,6 @@ package otlp
 import (
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/dialect"
-	"github.com/mcpaudit/mcpaudit/exporter/metrics"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 )
@@ -53,7 +52,7 @@ func (cv *Converter) readSpan(res *Result, r *Resource, source string, p path, r
 	rec, ignored, reason := cv.convert(r, source, p, rd)
 	switch {
 	case reason != "":
-		res.Rejected = append(res.Rejected, RejectedSpan{Path: p.String(), Reason: reason, Kind: metrics.RejectBadSpan})
+		res.Rejected = append(res.Rejected, RejectedSpan{Path: p.String(), Reason: reason})
 	case ignored:
 		res.Ignored++
 	default:

@@ -31,3 +31,6 @@ func (rc *Receiver) ExportRejected(ctx context.Context, tenant string, pre []otl
 	resp, re := rc.exportCtx(ctx, metrics.SourceOTLPHTTP, tenant, ptraceotlp.NewExportRequest(), pre)
 	return resp, re != nil
 }
+
+// SpanReason is spanReason, for the reason tests.
+var SpanReason = spanReason

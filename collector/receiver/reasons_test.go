@@ -262,9 +262,9 @@ func TestGRPCWholeRequestRefusals(t *testing.T) {
 func TestRejectedSpan_CountedByKind(t *testing.T) {
 	e := newEnv(t, nil)
 	pre := []otlp.RejectedSpan{
-		{Path: "resourceSpans[0].scopeSpans[0].spans[0]", Reason: "an attribute value nests too deep, past serve.receiver.max_depth", Kind: metrics.RejectTooDeep},
-		{Path: "resourceSpans[0].scopeSpans[0].spans[1]", Reason: "traceId: must be 16 bytes, not 3 (serve.receiver.max_depth)", Kind: metrics.RejectBadSpan},
-		{Path: "resourceSpans[1].scopeSpans[0].spans[0]", Reason: "its resource: nested too deep", Kind: metrics.RejectTooDeep},
+		{Path: "resourceSpans[0].scopeSpans[0].spans[0]", Reason: "an attribute value nests too deep, past serve.receiver.max_depth", Kind: string(metrics.RejectTooDeep)},
+		{Path: "resourceSpans[0].scopeSpans[0].spans[1]", Reason: "traceId: must be 16 bytes, not 3 (serve.receiver.max_depth)"}, // no Kind: bad_span
+		{Path: "resourceSpans[1].scopeSpans[0].spans[0]", Reason: "its resource: nested too deep", Kind: string(metrics.RejectTooDeep)},
 	}
 	resp, refused := e.rc.ExportRejected(context.Background(), "acme", pre)
 	if refused {
@@ -285,8 +285,8 @@ func TestRejectedSpan_CountedByKind(t *testing.T) {
 		t.Fatalf("%d rejected_span log lines, want %d: %v", len(ls), len(pre), ls)
 	}
 	for i, l := range ls {
-		if l["reason"] != string(pre[i].Kind) || l["error"] != pre[i].Error() {
-			t.Errorf("log line %v: want reason %s, error %q", l, pre[i].Kind, pre[i].Error())
+		if l["reason"] != string(receiver.SpanReason(pre[i])) || l["error"] != pre[i].Error() {
+			t.Errorf("log line %v: want reason %s, error %q", l, receiver.SpanReason(pre[i]), pre[i].Error())
 		}
 	}
 }

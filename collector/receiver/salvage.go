@@ -132,7 +132,7 @@ func rebuildProto(b []byte, fault func([]byte) string) (s salvaged, ok bool) {
 					return true
 				}
 				if why := fault(v); why != "" {
-					s.bad = append(s.bad, otlp.RejectedSpan{Path: spanPath(rs, ss, sp), Reason: why, Kind: metrics.RejectBadSpan})
+					s.bad = append(s.bad, otlp.RejectedSpan{Path: spanPath(rs, ss, sp), Reason: why, Kind: string(metrics.RejectBadSpan)})
 					spans = protowire.AppendTag(spans, 2, protowire.BytesType)
 					spans = protowire.AppendBytes(spans, nil)
 				} else {
@@ -288,7 +288,7 @@ func rebuildJSON(root *fastjson.Value, fault func(*fastjson.Value) string) (s sa
 				if why == "" {
 					continue
 				}
-				s.bad = append(s.bad, otlp.RejectedSpan{Path: spanPath(i, j, k), Reason: why, Kind: metrics.RejectBadSpan})
+				s.bad = append(s.bad, otlp.RejectedSpan{Path: spanPath(i, j, k), Reason: why, Kind: string(metrics.RejectBadSpan)})
 				ss.Get("spans").SetArrayItem(k, a.NewObject())
 			}
 		}
@@ -434,7 +434,7 @@ func salvageDeepProto(b []byte, limit int) (out []byte, bad []otlp.RejectedSpan,
 					reason = why
 				}
 				if reason != "" {
-					bad = append(bad, otlp.RejectedSpan{Path: spanPath(rs, ss, sp), Reason: reason, Kind: metrics.RejectTooDeep})
+					bad = append(bad, otlp.RejectedSpan{Path: spanPath(rs, ss, sp), Reason: reason, Kind: string(metrics.RejectTooDeep)})
 					spans = protowire.AppendTag(spans, 2, protowire.BytesType)
 					spans = protowire.AppendBytes(spans, nil)
 					blamed++
@@ -642,7 +642,7 @@ func salvageDeepJSON(b []byte, limit int) (out []byte, bad []otlp.RejectedSpan, 
 				continue
 			}
 			blamed[c.idx], blamed[ssKey], blamed[rsKey] = true, true, true
-			bad = append(bad, otlp.RejectedSpan{Path: spanPath(c.idx[0], c.idx[1], c.idx[2]), Reason: reason, Kind: metrics.RejectTooDeep})
+			bad = append(bad, otlp.RejectedSpan{Path: spanPath(c.idx[0], c.idx[1], c.idx[2]), Reason: reason, Kind: string(metrics.RejectTooDeep)})
 		case jResource:
 			if _, ok := deepAt[rsKey]; !ok {
 				continue
