@@ -152,6 +152,14 @@ func (s *Server) StatusOf(tenant, server string, now time.Time) (StatusResponse,
 		return StatusResponse{}, false
 	}
 	parts, queued, unstored := s.Status()
+	return StatusFrom(parts, queued, unstored, tenant, server, now), true
+}
+
+// StatusFrom is StatusOf for an answer of the pipeline already taken
+// (parts, queued and unstored, as StatusSource gives them), for a caller
+// that builds more than one view of the status: each ask of the pipeline
+// drains its queue and ticks the engine, and may commit.
+func StatusFrom(parts []detect.PartitionStatus, queued int64, unstored int, tenant, server string, now time.Time) StatusResponse {
 	out := StatusResponse{Time: now, Queued: queued, Unstored: unstored, Judged: queued == 0 && unstored == 0, Partitions: []PartitionStatus{}, Sources: []SourceTotals{}}
 	totals := map[[2]string]int{} // (tenant, name) -> index in out.Sources
 	for _, ps := range parts {
@@ -180,7 +188,7 @@ func (s *Server) StatusOf(tenant, server string, now time.Time) (StatusResponse,
 			t.add(&src.Counts)
 		}
 	}
-	return out, true
+	return out
 }
 
 // partitionStatus is the answer's view of one partition: its sources

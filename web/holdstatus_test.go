@@ -2,6 +2,7 @@ package web
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"html"
 	"net/http"
@@ -10,8 +11,11 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/mcpaudit/mcpaudit/api"
 	"github.com/mcpaudit/mcpaudit/audit"
@@ -180,5 +184,55 @@ func TestStatusLines_NotBeforeSignIn(t *testing.T) {
 	body(t, c, "POST", hs.URL+"/login", url.Values{"token": {"tok-root"}, "next": {"/"}})
 	if _, page := body(t, c, "GET", hs.URL+"/", nil); !held.MatchString(page) {
 		t.Errorf("signed in with a credential of every tenant, the page shows no held-back line")
+	}
+}
+
+// TestStatusPage_OneAskPerView: a page view asks the pipeline for its
+// status once, for the status bar and the status lines both, wired as
+// serve wires them (the query API's Status and WithPartitions ask the same
+// pipeline, here a real engine): each ask drains the pipeline's queue and
+// ticks its engine, and may commit. Each page asked twice before.
+func TestStatusPage_OneAskPerView(t *testing.T) {
+	e, wall := heldBackEngine(t)
+	var asks atomic.Int32
+	ask := func() []detect.PartitionStatus {
+		asks.Add(1)
+		return e.Status(wall)
+	}
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "mcpaudit.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	q := api.New(st, 0.999)
+	q.Now = func() time.Time { return wall }
+	q.Status = func() ([]detect.PartitionStatus, int64, int) { return ask(), 0, 0 }
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	status := WithPartitions(NewMetricsStatus(ctx, prometheus.NewRegistry(), st), ask, time.Minute)
+	want := WithPartitions(func(context.Context) Status { return Status{} }, func() []detect.PartitionStatus { return e.Status(wall) }, time.Minute)(ctx)
+	if want.MaxLag <= 0 {
+		t.Fatalf("the engine shows no lag: %+v", want)
+	}
+	p, err := New(st, q, Config{}, status, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(p.Handler())
+	t.Cleanup(hs.Close)
+	c := client(t)
+	lag := regexp.MustCompile(`<b id="max-lag">([^<]+)</b>`)
+	for _, path := range []string{"/", "/slo"} {
+		asks.Store(0)
+		_, page := body(t, c, "GET", hs.URL+path, nil)
+		if n := asks.Load(); n != 1 {
+			t.Errorf("%s: %d asks of the pipeline, want 1", path, n)
+		}
+		if m := lag.FindStringSubmatch(page); m == nil || m[1] != want.MaxLag.Round(time.Millisecond).String() {
+			t.Errorf("%s: max lag %v, want %s from the pipeline's answer", path, m, want.MaxLag.Round(time.Millisecond))
+		}
+		if !strings.Contains(page, `<p class="held-back">`) {
+			t.Errorf("%s shows no held-back line", path)
+		}
 	}
 }

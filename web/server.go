@@ -174,13 +174,9 @@ type page struct {
 	Data     any
 }
 
-// statusLines sets the page's status lines for its principal's tenant,
-// when this server has a pipeline.
-func (p *page) statusLines(q *api.Server) {
-	st, ok := q.StatusOf(p.Principal.Tenant, "", q.Now())
-	if !ok {
-		return
-	}
+// statusLines sets the page's status lines from st, the status of its
+// principal's tenant.
+func (p *page) statusLines(st api.StatusResponse) {
 	p.Hold, _ = api.RestartHold(st)
 	for _, ps := range st.Partitions {
 		if line, ok := api.HeldBack(ps); ok {
@@ -192,16 +188,22 @@ func (p *page) statusLines(q *api.Server) {
 func (s *Server) render(w http.ResponseWriter, r *http.Request, view string, status int, title string, data any) {
 	t := s.views[view]
 	p := page{Title: title, Path: r.URL.Path, Principal: principal(r), AuthOn: s.api.AuthOn(), CSRF: s.csrf(r), Data: data}
+	ctx := r.Context()
+	// The zero principal (no credential yet: the sign-in page) has the
+	// empty tenant, which is every tenant: it is shown no status lines.
+	// The lines and the status bar are built from one ask of the pipeline
+	// (partsFrom): each ask drains its queue and ticks the engine, and
+	// may commit.
+	if s.api.Status != nil && (!p.AuthOn || p.Principal.Authenticated) {
+		parts, queued, unstored := s.api.Status()
+		p.statusLines(api.StatusFrom(parts, queued, unstored, p.Principal.Tenant, "", s.api.Now()))
+		ctx = withParts(ctx, parts)
+	}
 	if s.status != nil {
-		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+		ctx, cancel := context.WithTimeout(ctx, time.Second)
 		st := s.status(ctx)
 		cancel()
 		p.Status = &st
-	}
-	// The zero principal (no credential yet: the sign-in page) has the
-	// empty tenant, which is every tenant: it is shown no status lines.
-	if !p.AuthOn || p.Principal.Authenticated {
-		p.statusLines(s.api)
 	}
 	var b strings.Builder
 	if err := t.Execute(&b, p); err != nil {

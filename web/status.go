@@ -90,15 +90,38 @@ func NewMetricsStatus(ctx context.Context, g prometheus.Gatherer, store audit.St
 	}
 }
 
+// partsKey keys, in a page view's context, the pipeline's partitions the
+// page already asked for (withParts).
+type partsKey struct{}
+
+// withParts returns ctx carrying parts, the pipeline's partitions asked
+// for by the page view, so that WithPartitions builds the status bar from
+// them rather than ask again.
+func withParts(ctx context.Context, parts []detect.PartitionStatus) context.Context {
+	return context.WithValue(ctx, partsKey{}, parts)
+}
+
+// partsFrom returns the partitions ctx carries (withParts), else asks
+// parts.
+func partsFrom(ctx context.Context, parts func() []detect.PartitionStatus) []detect.PartitionStatus {
+	if ps, ok := ctx.Value(partsKey{}).([]detect.PartitionStatus); ok {
+		return ps
+	}
+	return parts()
+}
+
 // WithPartitions completes base with the pipeline's partitions (parts, as
 // detect.Engine.Status gives them): the largest watermark lag, the
-// partitions lagging more than behind, and the earliest watermark.
+// partitions lagging more than behind, and the earliest watermark. When
+// the page has asked the pipeline already for the view (withParts), its
+// answer is used and parts is not called: parts must ask the pipeline
+// the query API's Status asks.
 func WithPartitions(base StatusFunc, parts func() []detect.PartitionStatus, behind time.Duration) StatusFunc {
 	return func(ctx context.Context) Status {
 		st := base(ctx)
 		st.MaxLag, st.PartitionsBehind = 0, 0
 		var wm time.Time
-		for _, p := range parts() {
+		for _, p := range partsFrom(ctx, parts) {
 			if p.Watermark.IsZero() {
 				continue
 			}

@@ -130,8 +130,15 @@ func (a *attrs) set(ref attrRef, v string) {
 // RejectedSpan says why one span could not be used.
 type RejectedSpan struct {
 	// Path locates the span: resourceSpans[i].scopeSpans[j].spans[k].
-	Path   string
+	Path string
+	// Reason says why, in words for the sender and the log.
 	Reason string
+	// Kind is the reason the span is counted under in
+	// mcpaudit_ingest_rejected_total (one of exporter/metrics'
+	// RejectReasons), set where the span is rejected, so that a count
+	// never depends on Reason's wording; empty is bad_span, a span that
+	// cannot be read as a call.
+	Kind string
 }
 
 func (r RejectedSpan) Error() string { return r.Path + ": " + r.Reason }

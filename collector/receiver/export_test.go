@@ -3,8 +3,12 @@ package receiver
 import (
 	"context"
 
+	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
+
+	"github.com/mcpaudit/mcpaudit/collector/otlp"
+	"github.com/mcpaudit/mcpaudit/exporter/metrics"
 )
 
 // GRPCServer returns the OTLP trace service of rc, for benchmarks that
@@ -19,3 +23,14 @@ func (rc *Receiver) ExportMessage(ctx context.Context, msg []byte) error {
 	_, err := exportHandler(&GRPC{rc: rc}, ctx, dec, nil)
 	return err
 }
+
+// ExportRejected answers, over OTLP/HTTP, a request of no spans for
+// tenant whose spans pre were rejected before it was read, as the spans
+// a salvage empties are; refused reports a refusal of the request.
+func (rc *Receiver) ExportRejected(ctx context.Context, tenant string, pre []otlp.RejectedSpan) (resp ptraceotlp.ExportResponse, refused bool) {
+	resp, re := rc.exportCtx(ctx, metrics.SourceOTLPHTTP, tenant, ptraceotlp.NewExportRequest(), pre)
+	return resp, re != nil
+}
+
+// SpanReason is spanReason, for the reason tests.
+var SpanReason = spanReason

@@ -63,12 +63,21 @@ func (rc *Receiver) exportWire(ctx context.Context, src metrics.Source, tenant s
 	return rc.exportRead(ctx, src, tenant, tk, prefix, res, nil)
 }
 
+// spanReason is the reason a rejected span is counted under: its Kind,
+// bad_span when the converter left it empty.
+func spanReason(r otlp.RejectedSpan) metrics.RejectReason {
+	if r.Kind == "" {
+		return metrics.RejectBadSpan
+	}
+	return metrics.RejectReason(r.Kind)
+}
+
 // exportRead checks and ingests the calls read of an OTLP request by tk's
 // reader; crowded names the spans with too many attributes.
 func (rc *Receiver) exportRead(ctx context.Context, src metrics.Source, tenant string, tk *taker, prefix string, res otlp.Result, crowded map[string]string) (ptraceotlp.ExportResponse, *refusal) {
 	rejected := res.Rejected
 	for _, r := range res.Rejected {
-		reason := rejectReason(r)
+		reason := spanReason(r)
 		rc.rejected(src, reason, 1)
 		rc.logRejected("rejected_span", src, tenant, reason, r.Path+": "+r.Reason)
 	}
@@ -79,13 +88,13 @@ func (rc *Receiver) exportRead(ctx context.Context, src metrics.Source, tenant s
 	for i, c := range res.Records {
 		path := strings.TrimPrefix(c.Call.Source, prefix)
 		if why, ok := crowded[path]; ok {
-			rejected = append(rejected, otlp.RejectedSpan{Path: path, Reason: why})
+			rejected = append(rejected, otlp.RejectedSpan{Path: path, Reason: why, Kind: string(metrics.RejectTooLong)})
 			rc.rejected(src, metrics.RejectTooLong, 1)
 			rc.logRejected("rejected_span", src, tenant, metrics.RejectTooLong, path+": "+why)
 			continue
 		}
 		if err := tk.take(c, res.Known[i], res.Sources[i], path); err != nil {
-			rejected = append(rejected, otlp.RejectedSpan{Path: path, Reason: strings.TrimPrefix(err.msg, path+": ")})
+			rejected = append(rejected, otlp.RejectedSpan{Path: path, Reason: strings.TrimPrefix(err.msg, path+": "), Kind: string(err.reason)})
 			rc.rejected(src, err.reason, 1)
 			rc.logRejected("rejected_span", src, tenant, err.reason, err.msg)
 		}

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/mcpaudit/mcpaudit/collector/otlp"
 	"github.com/mcpaudit/mcpaudit/collector/pipeline"
 	"github.com/mcpaudit/mcpaudit/collector/receiver"
 	"github.com/mcpaudit/mcpaudit/exporter/metrics"
@@ -249,5 +250,43 @@ func TestGRPCWholeRequestRefusals(t *testing.T) {
 				t.Errorf("OTLP/gRPC: %v requests counted as %s, want 1 as over OTLP/HTTP", n, tc.reason)
 			}
 		})
+	}
+}
+
+// TestRejectedSpan_CountedByKind: a rejected span is counted and logged
+// under the reason it was rejected for (otlp.RejectedSpan.Kind), whatever
+// its words: a span nested too deep whose words do not end in
+// "(serve.receiver.max_depth)" is still too_deep, and a span that is not
+// a usable call whose words do is still bad_span. The words reach the
+// sender and the log as they are. The count was once read off the words.
+func TestRejectedSpan_CountedByKind(t *testing.T) {
+	e := newEnv(t, nil)
+	pre := []otlp.RejectedSpan{
+		{Path: "resourceSpans[0].scopeSpans[0].spans[0]", Reason: "an attribute value nests too deep, past serve.receiver.max_depth", Kind: string(metrics.RejectTooDeep)},
+		{Path: "resourceSpans[0].scopeSpans[0].spans[1]", Reason: "traceId: must be 16 bytes, not 3 (serve.receiver.max_depth)"}, // no Kind: bad_span
+		{Path: "resourceSpans[1].scopeSpans[0].spans[0]", Reason: "its resource: nested too deep", Kind: string(metrics.RejectTooDeep)},
+	}
+	resp, refused := e.rc.ExportRejected(context.Background(), "acme", pre)
+	if refused {
+		t.Fatal("the request was refused, want a partial success")
+	}
+	ps := resp.PartialSuccess()
+	if want := pre[0].Error() + "; " + pre[1].Error() + "; " + pre[2].Error(); ps.RejectedSpans() != 3 || ps.ErrorMessage() != want {
+		t.Errorf("partial success %d %q, want 3 %q", ps.RejectedSpans(), ps.ErrorMessage(), want)
+	}
+	if n := e.rejectedCount(t, metrics.RejectTooDeep, metrics.SourceOTLPHTTP); n != 2 {
+		t.Errorf("%v spans counted as too_deep, want 2", n)
+	}
+	if n := e.rejectedCount(t, metrics.RejectBadSpan, metrics.SourceOTLPHTTP); n != 1 {
+		t.Errorf("%v spans counted as bad_span, want 1", n)
+	}
+	ls := e.logs.lines(t, "rejected_span")
+	if len(ls) != len(pre) {
+		t.Fatalf("%d rejected_span log lines, want %d: %v", len(ls), len(pre), ls)
+	}
+	for i, l := range ls {
+		if l["reason"] != string(receiver.SpanReason(pre[i])) || l["error"] != pre[i].Error() {
+			t.Errorf("log line %v: want reason %s, error %q", l, receiver.SpanReason(pre[i]), pre[i].Error())
+		}
 	}
 }

@@ -132,7 +132,7 @@ func rebuildProto(b []byte, fault func([]byte) string) (s salvaged, ok bool) {
 					return true
 				}
 				if why := fault(v); why != "" {
-					s.bad = append(s.bad, otlp.RejectedSpan{Path: spanPath(rs, ss, sp), Reason: why})
+					s.bad = append(s.bad, otlp.RejectedSpan{Path: spanPath(rs, ss, sp), Reason: why, Kind: string(metrics.RejectBadSpan)})
 					spans = protowire.AppendTag(spans, 2, protowire.BytesType)
 					spans = protowire.AppendBytes(spans, nil)
 				} else {
@@ -288,7 +288,7 @@ func rebuildJSON(root *fastjson.Value, fault func(*fastjson.Value) string) (s sa
 				if why == "" {
 					continue
 				}
-				s.bad = append(s.bad, otlp.RejectedSpan{Path: spanPath(i, j, k), Reason: why})
+				s.bad = append(s.bad, otlp.RejectedSpan{Path: spanPath(i, j, k), Reason: why, Kind: string(metrics.RejectBadSpan)})
 				ss.Get("spans").SetArrayItem(k, a.NewObject())
 			}
 		}
@@ -363,7 +363,7 @@ func tooDeepReason(limit int) string {
 // span of a resource or scope that holds one (the resource or scope is
 // emptied too). It returns the request rebuilt, whose depth is checked
 // again, and the spans emptied with why (in the words of the request's
-// refusal, so that they are counted under the same reason: rejectReason);
+// refusal), each counted under the same reason, too_deep;
 // ok is false when b's framing breaks, or a deep resource or scope holds
 // no span to blame. The walk that finds the deep values stops at limit:
 // it goes no deeper than protoValueDepth did. Only the refused request
@@ -434,7 +434,7 @@ func salvageDeepProto(b []byte, limit int) (out []byte, bad []otlp.RejectedSpan,
 					reason = why
 				}
 				if reason != "" {
-					bad = append(bad, otlp.RejectedSpan{Path: spanPath(rs, ss, sp), Reason: reason})
+					bad = append(bad, otlp.RejectedSpan{Path: spanPath(rs, ss, sp), Reason: reason, Kind: string(metrics.RejectTooDeep)})
 					spans = protowire.AppendTag(spans, 2, protowire.BytesType)
 					spans = protowire.AppendBytes(spans, nil)
 					blamed++
@@ -467,17 +467,6 @@ func salvageDeepProto(b []byte, limit int) (out []byte, bad []otlp.RejectedSpan,
 		return nil, nil, false
 	}
 	return out, bad, true
-}
-
-// rejectReason is the reason a span rejected before it was read (pre, of
-// a salvage) is counted under in mcpaudit_ingest_rejected_total: too_deep
-// for a value nested too deep (salvageDeepProto), as the request refused
-// whole for one is, else bad_span.
-func rejectReason(r otlp.RejectedSpan) metrics.RejectReason {
-	if strings.HasSuffix(r.Reason, "(serve.receiver.max_depth)") {
-		return metrics.RejectTooDeep
-	}
-	return metrics.RejectBadSpan
 }
 
 // salvageDeepJSON is salvageDeepProto for an OTLP JSON body b that
@@ -653,7 +642,7 @@ func salvageDeepJSON(b []byte, limit int) (out []byte, bad []otlp.RejectedSpan, 
 				continue
 			}
 			blamed[c.idx], blamed[ssKey], blamed[rsKey] = true, true, true
-			bad = append(bad, otlp.RejectedSpan{Path: spanPath(c.idx[0], c.idx[1], c.idx[2]), Reason: reason})
+			bad = append(bad, otlp.RejectedSpan{Path: spanPath(c.idx[0], c.idx[1], c.idx[2]), Reason: reason, Kind: string(metrics.RejectTooDeep)})
 		case jResource:
 			if _, ok := deepAt[rsKey]; !ok {
 				continue
