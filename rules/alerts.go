@@ -78,12 +78,17 @@ func newFindings(kind audit.Kind, window time.Duration) string {
 }
 
 // newEvents sums the increase of the counter series sel by the labels by
-// over window, counting a series absent one window ago with its whole value
-// (see newFindings).
+// over window, counting a series absent one window ago with the largest
+// value it had in the window (see newFindings). The largest, not the
+// last: a collector restarted within the window starts the series again
+// at 0, and its events before the restart must still count until the
+// window has passed them (with the last value, an alert born that way
+// went silent at the restart: found by the incident walkthrough,
+// docs/incident.md).
 func newEvents(sel, by string, window time.Duration) string {
 	w := Duration(window)
-	return fmt.Sprintf("sum by (%s) (\n  (%s unless %s offset %s)\n  or\n  increase(%s[%s])\n)",
-		by, sel, sel, w, sel, w)
+	return fmt.Sprintf("sum by (%s) (\n  (max_over_time(%s[%s]) unless %s offset %s)\n  or\n  increase(%s[%s])\n)",
+		by, sel, w, sel, w, sel, w)
 }
 
 // recent keeps the servers whose newest finding of kind has an event time
