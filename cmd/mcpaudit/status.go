@@ -198,9 +198,15 @@ func printStatus(w io.Writer, st api.StatusResponse, waited bool) {
 			fmt.Fprintln(w)
 			first = false
 		}
-		fmt.Fprintf(w, "Not judged: %d calls of %s (%s) dated %s to %s came later than detect.allowed_lateness; findings about them may be missing (listed by mcpaudit calls --mcp-server SERVER --since %s --until %s).\n",
+		// The command that lists them names the server when the source
+		// feeds one; a source of several leaves the operator to choose.
+		server := "SERVER"
+		if len(s.Servers) == 1 {
+			server = s.Servers[0]
+		}
+		fmt.Fprintf(w, "Not judged: %d calls of %s (%s) dated %s to %s came later than detect.allowed_lateness; findings about them may be missing (listed by mcpaudit calls --mcp-server %s --since %s --until %s).\n",
 			s.TooLate, s.Name, strings.Join(s.Servers, ","), s.TooLateFrom.UTC().Format(time.RFC3339), s.TooLateTo.UTC().Format(time.RFC3339),
-			s.TooLateFrom.UTC().Format(time.RFC3339), s.TooLateTo.Add(time.Second).UTC().Format(time.RFC3339))
+			server, s.TooLateFrom.UTC().Format(time.RFC3339), s.TooLateTo.Add(time.Second).UTC().Format(time.RFC3339))
 	}
 }
 
