@@ -186,7 +186,7 @@ func findingsCommand(args []string, stdout, stderr io.Writer) error {
 			{"kind", "finding kind: " + kindList()}, {"severity", "this severity or higher: info, warning or critical"}, {"server", ""},
 			{"document", "document path or id the finding is about (exact)"}, {"key", "idempotency key (requestId, operationId, creationId)"},
 			{"session", "MCP session id (mcp.session.id)"},
-			{"since", "RFC 3339 time or a duration back from now (1h, 7d)"}, {"until", "RFC 3339 time or a duration back from now"},
+			{"since", "RFC 3339 time, the page's \"2026-12-04 14:02\" (UTC), or a duration back from now (1h, 7d)"}, {"until", "RFC 3339 time, the page's \"2026-12-04 14:02\" (UTC), or a duration back from now"},
 			{"limit", "findings per page"}, {"cursor", "page cursor from a previous answer"},
 			{"state", "lifecycle state: open, acknowledged or resolved"}, {"order", "time (default) or newest"},
 		} {
@@ -238,8 +238,8 @@ func timelineCommand(args []string, stdout, stderr io.Writer) error {
 	var mcpServer, since, until *string
 	q, _, err := parseQueryFlags("timeline", args, stderr, "timeline [flags] DOCUMENT", func(fs *flag.FlagSet) {
 		mcpServer = fs.String("mcp-server", "", "MCP server name (default: every server)")
-		since = fs.String("since", "", "RFC 3339 time or a duration back from now")
-		until = fs.String("until", "", "RFC 3339 time or a duration back from now")
+		since = fs.String("since", "", "RFC 3339 time, the page's \"2026-12-04 14:02\" (UTC), or a duration back from now")
+		until = fs.String("until", "", "RFC 3339 time, the page's \"2026-12-04 14:02\" (UTC), or a duration back from now")
 	})
 	if err != nil {
 		return quietHelp(err)
