@@ -16,6 +16,7 @@ import (
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/detect"
 	"github.com/mcpaudit/mcpaudit/collector/dialect"
+	"github.com/mcpaudit/mcpaudit/exporter/metrics"
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
 )
 
@@ -120,5 +121,45 @@ func TestStatusBar_Tenant(t *testing.T) {
 					tc.token, path, m[1], m[2], m[3], tc.lag, tc.behind, tc.watermark)
 			}
 		}
+	}
+}
+
+// TestMetricsStatus_TenantScope: the ingest rate and the store's
+// watermark count every tenant (the counter has no tenant label, the
+// store keeps one watermark), so NewMetricsStatus shows them to a view of
+// every tenant and neither to a view of one tenant. Real registry,
+// metrics and store; it waits for the second sample of the counter (5 s).
+func TestMetricsStatus_TenantScope(t *testing.T) {
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "mcpaudit.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	stored := time.Date(2026, 12, 4, 18, 0, 0, 0, time.UTC)
+	if err := st.Commit(context.Background(), audit.Results{Watermark: stored}); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, metrics.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	status := NewMetricsStatus(ctx, reg, st)
+	every := withScope(ctx, "", false, nil)
+	var all Status
+	for range 1200 { // the sampler's second take, sampleEvery after the first
+		m.IngestAccepted(metrics.SourceCallsHTTP, 10)
+		if all = status(every); all.IngestRate >= 0 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if all.IngestRate <= 0 || !all.Watermark.Equal(stored) {
+		t.Fatalf("every tenant: ingest %v, watermark %s; want a rate and the store's %s", all.IngestRate, all.Watermark, stored)
+	}
+	if one := status(withScope(ctx, "acme", false, nil)); one.IngestRate >= 0 || !one.Watermark.IsZero() {
+		t.Errorf("tenant acme: ingest %v, watermark %s; want neither (n/a, none yet): both count every tenant", one.IngestRate, one.Watermark)
 	}
 }
