@@ -15,7 +15,8 @@ import (
 // Status is what the page shows at its top about the collector.
 type Status struct {
 	// IngestRate is the calls accepted per second over about the last
-	// minute; negative when not known.
+	// minute, over every tenant; negative when not known, and to a view
+	// of one tenant.
 	IngestRate float64
 	// MaxLag is how far the slowest partition's watermark is behind the
 	// wall clock (the LAG of mcpaudit status); negative when not known.
@@ -30,7 +31,8 @@ type Status struct {
 }
 
 // StatusFunc reports the collector's status. It must answer quickly; the
-// page shows what it returns as is.
+// page shows what it returns as is, so it must keep to the view's tenant
+// that ctx carries (withScope), as NewMetricsStatus and WithPartitions do.
 type StatusFunc func(ctx context.Context) Status
 
 // sampleEvery is how often NewMetricsStatus reads the ingest counter.
