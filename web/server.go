@@ -188,22 +188,27 @@ func (p *page) statusLines(st api.StatusResponse) {
 func (s *Server) render(w http.ResponseWriter, r *http.Request, view string, status int, title string, data any) {
 	t := s.views[view]
 	p := page{Title: title, Path: r.URL.Path, Principal: principal(r), AuthOn: s.api.AuthOn(), CSRF: s.csrf(r), Data: data}
-	ctx := r.Context()
 	// The zero principal (no credential yet: the sign-in page) has the
-	// empty tenant, which is every tenant: it is shown no status lines.
-	// The lines and the status bar are built from one ask of the pipeline
-	// (partsFrom): each ask drains its queue and ticks the engine, and
-	// may commit.
-	if s.api.Status != nil && (!p.AuthOn || p.Principal.Authenticated) {
-		parts, queued, unstored := s.api.Status()
-		p.statusLines(api.StatusFrom(parts, queued, unstored, p.Principal.Tenant, "", s.api.Now()))
-		ctx = withParts(ctx, parts)
-	}
-	if s.status != nil {
-		ctx, cancel := context.WithTimeout(ctx, time.Second)
-		st := s.status(ctx)
-		cancel()
-		p.Status = &st
+	// empty tenant, which is every tenant: it is shown no status lines and
+	// no status bar. Everyone else is shown those of the tenant they read
+	// (empty for the "*" credential and with authentication off: every
+	// tenant). The lines and the bar are built from one ask of the
+	// pipeline (withScope): each ask drains its queue and ticks the
+	// engine, and may commit.
+	if !p.AuthOn || p.Principal.Authenticated {
+		tenant := p.Principal.Tenant
+		ctx := withScope(r.Context(), tenant, false, nil)
+		if s.api.Status != nil {
+			parts, queued, unstored := s.api.Status()
+			p.statusLines(api.StatusFrom(parts, queued, unstored, tenant, "", s.api.Now()))
+			ctx = withScope(r.Context(), tenant, true, parts)
+		}
+		if s.status != nil {
+			ctx, cancel := context.WithTimeout(ctx, time.Second)
+			st := s.status(ctx)
+			cancel()
+			p.Status = &st
+		}
 	}
 	var b strings.Builder
 	if err := t.Execute(&b, p); err != nil {

@@ -15,7 +15,8 @@ import (
 // Status is what the page shows at its top about the collector.
 type Status struct {
 	// IngestRate is the calls accepted per second over about the last
-	// minute; negative when not known.
+	// minute, over every tenant; negative when not known, and to a view
+	// of one tenant.
 	IngestRate float64
 	// MaxLag is how far the slowest partition's watermark is behind the
 	// wall clock (the LAG of mcpaudit status); negative when not known.
@@ -30,7 +31,8 @@ type Status struct {
 }
 
 // StatusFunc reports the collector's status. It must answer quickly; the
-// page shows what it returns as is.
+// page shows what it returns as is, so it must keep to the view's tenant
+// that ctx carries (withScope), as NewMetricsStatus and WithPartitions do.
 type StatusFunc func(ctx context.Context) Status
 
 // sampleEvery is how often NewMetricsStatus reads the ingest counter.
@@ -39,7 +41,9 @@ const sampleEvery = 5 * time.Second
 // NewMetricsStatus returns a StatusFunc built from what serve has today:
 // the ingest rate from the accepted-records counter of g, sampled every
 // five seconds until ctx ends, and the watermark of store. Lag and
-// partitions behind are unknown to it: WithPartitions adds them.
+// partitions behind are unknown to it: WithPartitions adds them. The
+// counter and the store's watermark count every tenant: to a view of one
+// tenant (withScope) it shows neither.
 func NewMetricsStatus(ctx context.Context, g prometheus.Gatherer, store audit.Store) StatusFunc {
 	type sample struct {
 		at time.Time
@@ -75,6 +79,9 @@ func NewMetricsStatus(ctx context.Context, g prometheus.Gatherer, store audit.St
 	}()
 	return func(ctx context.Context) Status {
 		st := Status{IngestRate: -1, MaxLag: -1, PartitionsBehind: -1}
+		if scopeOf(ctx).tenant != "" {
+			return st
+		}
 		mu.Lock()
 		if len(samples) >= 2 {
 			a, b := samples[0], samples[len(samples)-1]
@@ -90,39 +97,52 @@ func NewMetricsStatus(ctx context.Context, g prometheus.Gatherer, store audit.St
 	}
 }
 
-// partsKey keys, in a page view's context, the pipeline's partitions the
-// page already asked for (withParts).
-type partsKey struct{}
+// scopeKey keys, in a page view's context, what the view may show of the
+// pipeline (withScope).
+type scopeKey struct{}
 
-// withParts returns ctx carrying parts, the pipeline's partitions asked
-// for by the page view, so that WithPartitions builds the status bar from
-// them rather than ask again.
-func withParts(ctx context.Context, parts []detect.PartitionStatus) context.Context {
-	return context.WithValue(ctx, partsKey{}, parts)
+// scope is a page view's share of the pipeline: the caller's tenant
+// (empty: every tenant, for the admin "*" credential and with
+// authentication off) and, when the page asked the pipeline already
+// (asked), its partitions.
+type scope struct {
+	tenant string
+	asked  bool
+	parts  []detect.PartitionStatus
 }
 
-// partsFrom returns the partitions ctx carries (withParts), else asks
-// parts.
-func partsFrom(ctx context.Context, parts func() []detect.PartitionStatus) []detect.PartitionStatus {
-	if ps, ok := ctx.Value(partsKey{}).([]detect.PartitionStatus); ok {
-		return ps
-	}
-	return parts()
+// withScope returns ctx carrying the caller's tenant and, when asked,
+// parts, the pipeline's partitions asked for by the page view, so that
+// the StatusFuncs show the tenant's figures only and WithPartitions builds
+// the status bar from parts rather than ask again.
+func withScope(ctx context.Context, tenant string, asked bool, parts []detect.PartitionStatus) context.Context {
+	return context.WithValue(ctx, scopeKey{}, scope{tenant: tenant, asked: asked, parts: parts})
+}
+
+// scopeOf returns the scope ctx carries; without one, every tenant.
+func scopeOf(ctx context.Context) scope {
+	sc, _ := ctx.Value(scopeKey{}).(scope)
+	return sc
 }
 
 // WithPartitions completes base with the pipeline's partitions (parts, as
-// detect.Engine.Status gives them): the largest watermark lag, the
-// partitions lagging more than behind, and the earliest watermark. When
-// the page has asked the pipeline already for the view (withParts), its
-// answer is used and parts is not called: parts must ask the pipeline
-// the query API's Status asks.
+// detect.Engine.Status gives them) of the view's tenant (withScope): the
+// largest watermark lag, the partitions lagging more than behind, and the
+// earliest watermark. When the page has asked the pipeline already for
+// the view, its answer is used and parts is not called: parts must ask
+// the pipeline the query API's Status asks.
 func WithPartitions(base StatusFunc, parts func() []detect.PartitionStatus, behind time.Duration) StatusFunc {
 	return func(ctx context.Context) Status {
 		st := base(ctx)
 		st.MaxLag, st.PartitionsBehind = 0, 0
+		sc := scopeOf(ctx)
+		ps := sc.parts
+		if !sc.asked {
+			ps = parts()
+		}
 		var wm time.Time
-		for _, p := range partsFrom(ctx, parts) {
-			if p.Watermark.IsZero() {
+		for _, p := range ps {
+			if p.Watermark.IsZero() || sc.tenant != "" && p.Tenant != sc.tenant {
 				continue
 			}
 			st.MaxLag = max(st.MaxLag, p.Lag)

@@ -214,13 +214,16 @@ func findingsCommand(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
-	if q.format == "json" {
-		stdout.Write(b)
-		return nil
-	}
 	var page audit.FindingPage
 	if err := json.Unmarshal(b, &page); err != nil {
 		return &exitError{code: 2, err: err}
+	}
+	if doc := *filters["document"]; doc != "" && len(page.Findings) == 0 {
+		q.hintUnknownDocument(stderr, "findings", doc)
+	}
+	if q.format == "json" {
+		stdout.Write(b)
+		return nil
 	}
 	tw := tabwriter.NewWriter(printable(stdout), 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "TIME\tID\tSEVERITY\tKIND\tSTATE\tSERVER\tDOCUMENT / KEY\tSUMMARY")
@@ -258,13 +261,16 @@ func timelineCommand(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
-	if q.format == "json" {
-		stdout.Write(b)
-		return nil
-	}
 	var tl api.Timeline
 	if err := json.Unmarshal(b, &tl); err != nil {
 		return &exitError{code: 2, err: err}
+	}
+	if len(tl.Events) == 0 {
+		q.hintUnknownDocument(stderr, "timeline", doc)
+	}
+	if q.format == "json" {
+		stdout.Write(b)
+		return nil
 	}
 	out := printable(stdout)
 	fmt.Fprintf(out, "Timeline of %s (%d events)\n", tl.Document, len(tl.Events))
@@ -285,6 +291,26 @@ func timelineCommand(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", e.Time.UTC().Format("2006-01-02 15:04:05.000"), e.Type, e.Session, e.Tool, what, e.RetryAction)
 	}
 	return tw.Flush()
+}
+
+// hintUnknownDocument tells stderr, when no stored call of the caller's
+// tenant names doc, that the name is unknown and that names match exactly,
+// as the page's 404 does: the API answers an unknown document with an
+// empty list (200, which clients rely on), and an empty list alone reads
+// as a quiet document. Called after an empty answer; when the check
+// itself fails it says nothing, as the answer printed is still right.
+func (q *queryFlags) hintUnknownDocument(stderr io.Writer, cmd, doc string) {
+	b, err := q.get("/api/v1/calls", url.Values{"document": {doc}, "limit": {"1"}})
+	if err != nil {
+		return
+	}
+	var page struct {
+		Calls []json.RawMessage `json:"calls"`
+	}
+	if json.Unmarshal(b, &page) != nil || len(page.Calls) > 0 {
+		return
+	}
+	fmt.Fprintf(printable(stderr), "mcpaudit %s: no stored call names document %q: names match exactly, case and path separators included (the document's path as its calls give it); mcpaudit calls lists the stored calls and the documents they name\n", cmd, doc)
 }
 
 func sloCommand(args []string, stdout, stderr io.Writer) error {
