@@ -135,8 +135,9 @@ func TestNumbersValid(t *testing.T) {
 }
 
 // BenchmarkNumbers: the cost per call record of the number check, as the
-// tree walk (NumbersValid, what ingest runs) and as a read of the bytes
-// (BadNumber), beside fastjson's parse of the same line.
+// tree walk (NumbersValid; Valid, which checks strings and keys too, is what
+// ingest runs) and as a read of the bytes (BadNumber), beside fastjson's
+// parse of the same line.
 func BenchmarkNumbers(b *testing.B) {
 	line := []byte(`{"time":"2026-11-02T10:00:01.123456Z","server":"thegram","session":"s-0042","client":"claude-code/1.2","request":{"jsonrpc":"2.0","id":17,"method":"tools/call","params":{"name":"gram_patch","arguments":{"base_revision":41,"context":{"note":"fix the heading"},"expected_hash":"9f2c1e","operations":[{"op":"replace","path":"/title","value":"Quarterly report, Q3 \"draft\""},{"op":"add","path":"/tags/-","value":"finance"}],"path":"reports/q3.gram","request_id":"b6c1f0e2-5d7a-4b8e-9a3f-1c2d3e4f5a6b"}}},"response":{"jsonrpc":"2.0","id":17,"result":{"content":[{"type":"text","text":"patched reports/q3.gram to rev 42"}],"structuredContent":{"hash":"a81b2c","path":"reports/q3.gram","rev":42}}},"duration_ms":38.5}`)
 	var p fastjson.Parser
@@ -155,6 +156,15 @@ func BenchmarkNumbers(b *testing.B) {
 		b.SetBytes(int64(len(line)))
 		for range b.N {
 			if !NumbersValid(v) {
+				b.Fatal("bad")
+			}
+		}
+	})
+	b.Run("Valid", func(b *testing.B) {
+		// Numbers, strings and keys: what ingest runs.
+		b.SetBytes(int64(len(line)))
+		for range b.N {
+			if !Valid(v) {
 				b.Fatal("bad")
 			}
 		}

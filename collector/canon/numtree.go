@@ -22,28 +22,56 @@ func NumbersValid(v *fastjson.Value) bool {
 		at, _ := BadNumber(v.MarshalTo(buf))
 		return at < 0
 	}
-	return numbersValid(asMirror(v))
+	return valid(asMirror(v), false)
 }
 
-func numbersValid(m *valueMirror) bool {
+// Valid reports whether v, a value fastjson parsed, is JSON: every number
+// a JSON number (ValidNumber) and every string and object key a JSON
+// string (StringFault), fastjson taking both loosely. Like NumbersValid it
+// walks the parsed tree: it reads the text fastjson cut out for each
+// number, string and key, and no byte between them. v must be as Parse
+// left it: Type, Get, Visit and the string accessors unescape strings and
+// keys in place, after which their raw text is gone and a \n of it reads
+// as a control byte. Fault names what Valid found.
+func Valid(v *fastjson.Value) bool {
+	if !mirrorFits {
+		var buf []byte
+		return Fault(v.MarshalTo(buf)) == ""
+	}
+	return valid(asMirror(v), true)
+}
+
+// typeRawString is fastjson's type of a string not yet unescaped: its s is
+// the text between the quotes as sent.
+const typeRawString fastjson.Type = 7
+
+func valid(m *valueMirror, strs bool) bool {
 	switch m.t {
 	case fastjson.TypeObject:
 		for i := range m.o.kvs {
-			if !numbersValid(asMirror(m.o.kvs[i].v)) {
+			kv := &m.o.kvs[i]
+			if strs && !m.o.keysUnescaped && StringFault(textOf(kv.k)) >= 0 {
+				return false
+			}
+			if !valid(asMirror(kv.v), strs) {
 				return false
 			}
 		}
 	case fastjson.TypeArray:
 		for _, x := range m.a {
-			if !numbersValid(asMirror(x)) {
+			if !valid(asMirror(x), strs) {
 				return false
 			}
 		}
 	case fastjson.TypeNumber:
-		return ValidNumber(unsafe.Slice(unsafe.StringData(m.s), len(m.s)))
+		return ValidNumber(textOf(m.s))
+	case typeRawString:
+		return !strs || StringFault(textOf(m.s)) < 0
 	}
 	return true
 }
+
+func textOf(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
 
 // valueMirror is fastjson.Value's layout (v1.6.10: parser.go, Value,
 // Object and kv), read only.
@@ -89,5 +117,9 @@ var mirrorFits = func() bool {
 		return false
 	}
 	// Strings last: Type unescapes them in place (none here needs it).
-	return asMirror(a.a[1]).s == "x" && a.a[1].Type() == fastjson.TypeString
+	if asMirror(a.a[1]).t != typeRawString || asMirror(a.a[1]).s != "x" || a.a[1].Type() != fastjson.TypeString || m.o.keysUnescaped {
+		return false
+	}
+	// A key not found unescapes the keys.
+	return v.Get("z") == nil && m.o.keysUnescaped
 }()

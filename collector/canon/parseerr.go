@@ -16,7 +16,8 @@ import (
 // ..."): 14 kB of links for a value nested past its depth limit, and no
 // offset. A reason it gives without an offset, and an offset it cannot
 // tell, are left out. A number that is not JSON at or before where it
-// failed is named instead (BadNumber), as "0x10 is not a JSON number".
+// failed is named instead (BadNumber), as "0x10 is not a JSON number", and
+// so is a string that is not JSON before it (BadString).
 func ParseError(data []byte, err error) string {
 	msg := err.Error()
 	tail := ""
@@ -54,6 +55,11 @@ func ParseError(data []byte, err error) string {
 		// "-Inf", "0x10" after "0"), or past one it took ("1.2.3"): the
 		// number is the fault to name.
 		msg, at = numberReason(t), nat
+	}
+	if sat, reason := BadString(data); sat >= 0 && at >= 0 && sat < at && !strings.HasPrefix(msg, "nested deeper") {
+		// A string fastjson read past that is not JSON (a control byte, \x)
+		// comes before where it failed: it is the first fault.
+		msg, at = reason, sat
 	}
 	if at >= 0 {
 		msg += " at byte offset " + strconv.Itoa(at)

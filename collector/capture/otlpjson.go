@@ -459,8 +459,8 @@ func (o *otlpReader) openBlock(b *block) (*blockStream, error) {
 			o.reject(&RecordError{Source: o.name, Line: o.spanLine(), Reason: fmt.Sprintf("resourceSpans[%d].resource: not JSON: %s", b.index, canon.ParseError(o.resBuf, err))})
 			continue
 		}
-		if !canon.NumbersValid(v) {
-			o.reject(&RecordError{Source: o.name, Line: o.spanLine(), Reason: fmt.Sprintf("resourceSpans[%d].resource: not JSON: %s", b.index, canon.NumberError(o.resBuf))})
+		if !canon.Valid(v) {
+			o.reject(&RecordError{Source: o.name, Line: o.spanLine(), Reason: fmt.Sprintf("resourceSpans[%d].resource: not JSON: %s", b.index, canon.Fault(o.resBuf))})
 			continue
 		}
 		objs = append(objs, v)
@@ -532,9 +532,10 @@ func (bs *blockStream) advance(rd *dialect.Reader) error {
 			o.reject(&SpanError{Source: o.name, Line: o.spanLine(), RejectedSpan: otlp.RejectedSpan{Path: spanPath(bs.b.index, j, k), Reason: "not JSON: " + canon.ParseError(text, err)}})
 			continue
 		}
-		if !canon.NumbersValid(v) {
-			// fastjson takes NaN and 1.2.3 as numbers; JSON does not.
-			o.reject(&SpanError{Source: o.name, Line: o.spanLine(), RejectedSpan: otlp.RejectedSpan{Path: spanPath(bs.b.index, j, k), Reason: "not JSON: " + canon.NumberError(text)}})
+		if !canon.Valid(v) {
+			// fastjson takes NaN and 1.2.3 as numbers and control bytes and
+			// \x in strings; JSON does not.
+			o.reject(&SpanError{Source: o.name, Line: o.spanLine(), RejectedSpan: otlp.RejectedSpan{Path: spanPath(bs.b.index, j, k), Reason: "not JSON: " + canon.Fault(text)}})
 			continue
 		}
 		if ns := otlp.StartJSON(v); ns > 0 {

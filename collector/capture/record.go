@@ -120,10 +120,11 @@ func (rp *RecordParser) parse(data []byte, source string, line int, keep bool) (
 	if err != nil {
 		return nil, bad("", "not JSON: %s", canon.ParseError(data, err))
 	}
-	if !canon.NumbersValid(v) {
-		// NaN, Infinity, 1.2.3: fastjson takes them, JSON has no such
-		// number (capture-format.md §1: a line that is not JSON is rejected).
-		return nil, bad("", "not JSON: %s", canon.NumberError(data))
+	if !canon.Valid(v) {
+		// NaN, Infinity, 1.2.3, a control byte or \x in a string:
+		// fastjson takes them, JSON has none (capture-format.md §1: a line
+		// that is not JSON is rejected).
+		return nil, bad("", "not JSON: %s", canon.Fault(data))
 	}
 	if v.Type() != fastjson.TypeObject {
 		return nil, bad("", "a call record must be a JSON object, not %s", v.Type())

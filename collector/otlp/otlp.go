@@ -282,16 +282,16 @@ func (cv *Converter) convert(res *Resource, source string, p path, rd *dialect.R
 		if args, err = cv.args.Parse(s); err != nil {
 			return nil, false, "gen_ai.tool.call.arguments is not JSON: " + canon.ParseError([]byte(s), err)
 		}
-		if !canon.NumbersValid(args) {
-			return nil, false, "gen_ai.tool.call.arguments is not JSON: " + canon.NumberError(textBytes(s))
+		if !canon.Valid(args) {
+			return nil, false, "gen_ai.tool.call.arguments is not JSON: " + canon.Fault(textBytes(s))
 		}
 	}
 	if s := a[attrResult]; s != "" {
 		if result, err = cv.result.Parse(s); err != nil {
 			return nil, false, "gen_ai.tool.call.result is not JSON: " + canon.ParseError([]byte(s), err)
 		}
-		if !canon.NumbersValid(result) {
-			return nil, false, "gen_ai.tool.call.result is not JSON: " + canon.NumberError(textBytes(s))
+		if !canon.Valid(result) {
+			return nil, false, "gen_ai.tool.call.result is not JSON: " + canon.Fault(textBytes(s))
 		}
 	}
 
