@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"go.opentelemetry.io/collector/pdata/ptrace"
-	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 )
 
 // notJSON is a value fastjson takes (or trips on) that is not JSON: text
@@ -139,21 +138,7 @@ func otlpNotJSON(t *testing.T, bad []notJSON, good string) {
 					for k := range rs.Len() {
 						rs.At(k).Attributes().PutStr("mcp.session.id", fmt.Sprintf("s-%d-%d", seq, k))
 					}
-					var b []byte
-					ct := "application/x-protobuf"
-					if asJSON {
-						b, _ = req.MarshalJSON()
-						ct = "application/json"
-					} else {
-						b, _ = req.MarshalProto()
-					}
-					a := e.post(t, "/v1/traces", ct, tokAcme, b)
-					resp := ptraceotlp.NewExportResponse()
-					if asJSON {
-						resp.UnmarshalJSON([]byte(a.body))
-					} else {
-						resp.UnmarshalProto([]byte(a.body))
-					}
+					a, resp := e.postTraces(t, req, asJSON)
 					ps := resp.PartialSuccess()
 					want := fmt.Sprintf("gen_ai.tool.call.%s is not JSON: %s at byte offset %d", attr, v.reason, 5+v.at)
 					kept := 2

@@ -161,6 +161,30 @@ type answer struct {
 	body   string
 }
 
+// postTraces posts req to /v1/traces as protobuf or, asJSON, as JSON,
+// with acme's token, and reads the export response of a 200.
+func (e *env) postTraces(t *testing.T, req ptraceotlp.ExportRequest, asJSON bool) (answer, ptraceotlp.ExportResponse) {
+	t.Helper()
+	var b []byte
+	ct := "application/x-protobuf"
+	if asJSON {
+		b, _ = req.MarshalJSON()
+		ct = "application/json"
+	} else {
+		b, _ = req.MarshalProto()
+	}
+	a := e.post(t, "/v1/traces", ct, tokAcme, b)
+	resp := ptraceotlp.NewExportResponse()
+	if a.status == 200 {
+		if asJSON {
+			resp.UnmarshalJSON([]byte(a.body))
+		} else {
+			resp.UnmarshalProto([]byte(a.body))
+		}
+	}
+	return a, resp
+}
+
 func (e *env) post(t *testing.T, path, ctype, token string, body []byte, headers ...string) answer {
 	t.Helper()
 	req, _ := http.NewRequest("POST", e.url+path, bytes.NewReader(body))
@@ -392,27 +416,6 @@ func appendCall(ss ptrace.ScopeSpans, i int, session string, at time.Time) ptrac
 // wire, before anything is decoded).
 func TestOTLPLimits(t *testing.T) {
 	e := newEnv(t, nil)
-	send := func(req ptraceotlp.ExportRequest, asJSON bool) (answer, ptraceotlp.ExportResponse) {
-		t.Helper()
-		var b []byte
-		ct := "application/x-protobuf"
-		if asJSON {
-			b, _ = req.MarshalJSON()
-			ct = "application/json"
-		} else {
-			b, _ = req.MarshalProto()
-		}
-		a := e.post(t, "/v1/traces", ct, tokAcme, b)
-		resp := ptraceotlp.NewExportResponse()
-		if a.status == 200 {
-			if asJSON {
-				resp.UnmarshalJSON([]byte(a.body))
-			} else {
-				resp.UnmarshalProto([]byte(a.body))
-			}
-		}
-		return a, resp
-	}
 	nested := func(sp ptrace.Span, depth int) {
 		v := sp.Attributes().PutEmptySlice("deep")
 		for range depth {
@@ -451,7 +454,7 @@ func TestOTLPLimits(t *testing.T) {
 			{"nested_within_limit", func(sp ptrace.Span) { nested(sp, 20) }, ""},
 		} {
 			t.Run(carrier+"/"+tc.name, func(t *testing.T) {
-				a, resp := send(traces("thegram", 3, tc.mutate), asJSON)
+				a, resp := e.postTraces(t, traces("thegram", 3, tc.mutate), asJSON)
 				ps := resp.PartialSuccess()
 				if tc.want == "" {
 					if a.status != 200 || ps.RejectedSpans() != 0 {
@@ -466,7 +469,7 @@ func TestOTLPLimits(t *testing.T) {
 			})
 		}
 		t.Run(carrier+"/nested_too_deep", func(t *testing.T) {
-			a, resp := send(traces("thegram", 3, func(sp ptrace.Span) { nested(sp, 200) }), asJSON)
+			a, resp := e.postTraces(t, traces("thegram", 3, func(sp ptrace.Span) { nested(sp, 200) }), asJSON)
 			ps := resp.PartialSuccess()
 			if a.status != 200 || ps.RejectedSpans() != 1 || !strings.Contains(ps.ErrorMessage(), "resourceSpans[0].scopeSpans[0].spans[0]: ") ||
 				!strings.Contains(ps.ErrorMessage(), "(serve.receiver.max_depth)") {
