@@ -91,8 +91,16 @@ const idsFormat = 2
 // it applied: an index that applied more deletes than the file holds
 // (an older copy of the file restored, its calls deleted from the index
 // since) is rebuilt.
+//
+// The epoch moved to a key of its own with index format 2: releases before
+// it read idsEpochLegacy and do not know the format, so that one of them
+// opening a file after this version (a downgrade) finds no epoch (or an
+// old one) and rebuilds the index without the format key, and this
+// version, opened again, rebuilds it with its session entries: otherwise
+// the calls the older release stored would have none.
 const (
-	idsEpochMeta   = "ids_epoch"
+	idsEpochMeta   = "ids_epoch2"
+	idsEpochLegacy = "ids_epoch"
 	idsDeletesMeta = "ids_deletes"
 )
 
@@ -413,7 +421,11 @@ func private(f io.Closer, err error, name string) error {
 // call.
 func openIDs(dir string, db *sql.DB, log *slog.Logger, wait time.Duration) (*idIndex, error) {
 	var epoch []byte
-	err := db.QueryRow(`SELECT value FROM meta WHERE key = ?`, idsEpochMeta).Scan(&epoch)
+	// A file indexed by a release before format 2 has its epoch under the
+	// legacy key: its index is then rebuilt for its format, which is the
+	// reason logged.
+	err := db.QueryRow(`SELECT value FROM meta WHERE key = ? UNION ALL SELECT value FROM meta WHERE key = ? LIMIT 1`,
+		idsEpochMeta, idsEpochLegacy).Scan(&epoch)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return nil, err
 	}
@@ -718,6 +730,10 @@ func rebuildIDs(dir string, lock *pebble.Lock, db *sql.DB, deletes int64, p *pro
 	}
 	if _, err := db.Exec(`INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`,
 		idsEpochMeta, epoch); err != nil {
+		x.release()
+		return nil, fmt.Errorf("cannot record the call id index's epoch: %w", err)
+	}
+	if _, err := db.Exec(`DELETE FROM meta WHERE key = ?`, idsEpochLegacy); err != nil {
 		x.release()
 		return nil, fmt.Errorf("cannot record the call id index's epoch: %w", err)
 	}

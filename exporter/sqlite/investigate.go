@@ -48,8 +48,9 @@ var sideSchema = []string{
 	) STRICT`,
 	`CREATE INDEX IF NOT EXISTS finding_changes_fid ON finding_changes (fid, seq)`,
 	// The minutes in which each session made calls, by a 32-bit hash of the
-	// session: a session's calls are read from the time index in those
-	// minutes and checked against their records. One row per session and
+	// session: without the index beside the file (sessions.go), a
+	// session's calls are read from the time index in those minutes and
+	// checked against their records. One row per session and
 	// minute costs a few bytes per call where a row per call would cost 20.
 	// The committer fills it in the transaction that stores the calls, and
 	// keeps in meta under sessionsIndexed the rid up to which it is

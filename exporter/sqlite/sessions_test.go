@@ -225,7 +225,35 @@ func TestSessIndex_Rebuilt(t *testing.T) {
 	if got := sessEntries(t, s); !slices.Equal(got, want) {
 		t.Errorf("rebuilt: %d session entries, want %d", len(got), len(want))
 	}
-	// Format 1: no format key, no session entries.
+	// An older release reads the epoch under the legacy key: this one
+	// leaves none there, so that such a release rebuilds the index (as
+	// format 1) rather than append calls without session entries to it.
+	metaKeys := func() []string {
+		t.Helper()
+		var keys []string
+		rows, err := s.r.Query(`SELECT key FROM meta WHERE key LIKE 'ids_epoch%' ORDER BY key`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var k string
+			if err := rows.Scan(&k); err != nil {
+				t.Fatal(err)
+			}
+			keys = append(keys, k)
+		}
+		return keys
+	}
+	if got := metaKeys(); !slices.Equal(got, []string{idsEpochMeta}) {
+		t.Errorf("epoch keys in meta: %v, want only %s", got, idsEpochMeta)
+	}
+	// Format 1, as such a release rebuilds it: no format key, no session
+	// entries, its epoch under the legacy key.
+	epoch, err := s.ids.get(idsEpochKey)
+	if err != nil {
+		t.Fatal(err)
+	}
 	b := s.ids.db.NewBatch()
 	b.Delete(idsFormatKey, nil)
 	b.DeleteRange([]byte{sessKind}, []byte{sessKind + 1}, nil)
@@ -236,12 +264,20 @@ func TestSessIndex_Rebuilt(t *testing.T) {
 		t.Fatalf("%d session entries left", len(got))
 	}
 	s.Close()
+	db := side(t, path)
+	if _, err := db.Exec(`UPDATE meta SET key = ?, value = ? WHERE key = ?`, idsEpochLegacy, epoch, idsEpochMeta); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
 	var log bytes.Buffer
 	if s, err = Open(path, Options{Logger: slog.New(slog.NewTextHandler(&log, nil))}); err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
 	checkSessIndex(t, s)
+	if got := metaKeys(); !slices.Equal(got, []string{idsEpochMeta}) {
+		t.Errorf("epoch keys in meta after the rebuild: %v, want only %s", got, idsEpochMeta)
+	}
 	if !strings.Contains(log.String(), "index format 1, this version's is 2") {
 		t.Errorf("the rebuild of a format-1 index is not logged with its reason:\n%s", log.String())
 	}
