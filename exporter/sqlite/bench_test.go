@@ -347,16 +347,20 @@ func BenchmarkBytesPerCall(b *testing.B) {
 // the random id out of SQLite's commits, costs 9 bytes more in SQLite, and
 // the id index beside the file (audit.db.ids/, counted here) about 19
 // (350). Moving the document index into it and dropping writes' second key
-// (schema 5) saves about 4 (353 on 200,000 calls). The mixed traffic, with
-// a finding every twenty calls, is logged.
+// (schema 5) saves about 4 (353 on 200,000 calls). The session entries of
+// the index (format 2: a 25-byte key per call with a session) cost about
+// 10 bytes on 200,000 calls and 19 on a million once compacted; on these
+// 30,000 calls, whose index is still mostly pebble's log, 37 (332 before,
+// 369 after): 375. The mixed traffic, with a finding every twenty calls,
+// is logged.
 func TestBytesPerCall(t *testing.T) {
 	if testing.Short() {
 		t.Skip("stores 60000 calls")
 	}
 	tr := storeTraffic(t, 30000, normalTraffic)
 	tr.log(t)
-	if tr.perCall > 350 {
-		t.Errorf("%.0f bytes per call, want at most 350", tr.perCall)
+	if tr.perCall > 375 {
+		t.Errorf("%.0f bytes per call, want at most 375", tr.perCall)
 	}
 	storeTraffic(t, 30000, mixedTraffic()).log(t)
 }

@@ -848,7 +848,8 @@ func (s *Store) commitOn(ctx context.Context, conn *sql.Conn, batch []*request, 
 		c := p.row
 		p.req.stored++
 		chained[c.tenant] = append(chained[c.tenant], rowHash{row: p.rid, hash: callHash(p.rid, c.id, c.tenant, c.time, c.rec)})
-		stored = append(stored, indexedCall{id: c.id, tenant: p.tenant, rid: p.rid, time: c.time, docs: c.docs})
+		stored = append(stored, indexedCall{id: c.id, tenant: p.tenant, rid: p.rid, time: c.time, docs: c.docs,
+			session: c.session.sh, hasSession: c.ok})
 		lastRID = p.rid
 		if _, seen := s.sessions[c.session]; c.ok && !seen {
 			sessions = append(sessions, int64(c.session.sh), c.session.minute)
@@ -1106,7 +1107,7 @@ func deleteCalls(ctx context.Context, tx *sql.Tx, d *deleteRequest, limit int) (
 		// that does not decode leaves its entries, which then point at
 		// nothing and are skipped.
 		gone[i] = indexedCall{id: v.id, tenant: v.tenantID, rid: v.rid, time: v.time}
-		gone[i].docs, buf = recordDocs(buf, v.rec)
+		gone[i].docs, gone[i].session, gone[i].hasSession, buf = recordKeys(buf, v.rec)
 		// Its entry keeps its hash, so that the rest of the entry still
 		// verifies; entries that lose every row are cut (cutChains).
 		seq, err := entryOf(ctx, tx, v.tenant, chain.KindCalls, v.rid)

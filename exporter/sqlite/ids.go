@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"database/sql"
@@ -11,6 +12,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -54,25 +56,51 @@ import (
 // It is written, marked, rebuilt and caught up with the ids, and read the
 // same way (docBatch): entries through the mark, each checked against its
 // row, and the rows past the mark scanned.
+//
+// And a session index (index format 2): a key per call with a session,
+// sessKind, the session's 32-bit hash (sessionHash), the tenant's strs id
+// (4 bytes), the call's time and its rid; no value. The tenant comes
+// before the time so that a tenant's session page reads its own calls
+// only, however many another tenant stores under the same session name; a
+// page of every tenant merges the tenants' runs (sessBatch). Until format
+// 2 a session's calls were read from every call of the minutes
+// session_minutes names, about 16,700 a minute at a million calls an hour.
 const (
 	idKindBlob byte = 1 // a packed id
 	idKindText byte = 2 // an id stored as text
 	docKind    byte = 3 // a document hash, time and rid
+	sessKind   byte = 4 // a session hash, tenant, time and rid
 )
 
 var (
 	idsMarkKey    = []byte("\x00mark")
 	idsEpochKey   = []byte("\x00epoch")
 	idsDeletesKey = []byte("\x00deletes")
+	// idsFormatKey holds the index's format (idsFormat, a byte); an index
+	// without it, or of an older format, is rebuilt at open.
+	idsFormatKey = []byte("\x00format")
 )
+
+// idsFormat is the format of the index this version writes: 2 adds the
+// session entries. An index of format 1 (no format key: ids and documents)
+// lacks them, and is rebuilt at its first open by this version.
+const idsFormat = 2
 
 // Meta keys of the file for the index: the epoch of the index built from
 // it, and how many transactions deleted calls. The index stores the count
 // it applied: an index that applied more deletes than the file holds
 // (an older copy of the file restored, its calls deleted from the index
 // since) is rebuilt.
+//
+// The epoch moved to a key of its own with index format 2: releases before
+// it read idsEpochLegacy and do not know the format, so that one of them
+// opening a file after this version (a downgrade) finds no epoch (or an
+// old one) and rebuilds the index without the format key, and this
+// version, opened again, rebuilds it with its session entries: otherwise
+// the calls the older release stored would have none.
 const (
-	idsEpochMeta   = "ids_epoch"
+	idsEpochMeta   = "ids_epoch2"
+	idsEpochLegacy = "ids_epoch"
 	idsDeletesMeta = "ids_deletes"
 )
 
@@ -257,6 +285,38 @@ func parseDocKey(k []byte) (t, rid int64, ok bool) {
 	return int64(binary.BigEndian.Uint64(k[5:13]) ^ 1<<63), int64(binary.BigEndian.Uint64(k[13:])), true
 }
 
+// sessKeyLen is the length of a session key: kind, hash, tenant, time,
+// rid.
+const sessKeyLen = 1 + 4 + 4 + 8 + 8
+
+// sessPrefix returns the prefix of the session keys of hash sh.
+func sessPrefix(dst []byte, sh int32) []byte {
+	return binary.BigEndian.AppendUint32(append(dst, sessKind), uint32(sh))
+}
+
+// sessTenantPrefix returns the prefix of the session keys of hash sh and
+// a tenant's strs id. Ids past 32 bits (never given: strs holds the few
+// servers, tenants, tools and states) share the last value.
+func sessTenantPrefix(dst []byte, sh int32, tenant int64) []byte {
+	return binary.BigEndian.AppendUint32(sessPrefix(dst, sh), uint32(min(max(tenant, 0), math.MaxUint32)))
+}
+
+// sessKey returns the key of a call (tenant, time t, rid) of a session of
+// hash sh, its time ordered as docKey's.
+func sessKey(dst []byte, sh int32, tenant, t, rid int64) []byte {
+	dst = binary.BigEndian.AppendUint64(sessTenantPrefix(dst, sh, tenant), uint64(t)^1<<63)
+	return binary.BigEndian.AppendUint64(dst, uint64(rid))
+}
+
+// parseSessKey returns the tenant, time and rid of a session key.
+func parseSessKey(k []byte) (tenant, t, rid int64, ok bool) {
+	if len(k) != sessKeyLen || k[0] != sessKind {
+		return 0, 0, 0, false
+	}
+	return int64(binary.BigEndian.Uint32(k[5:9])), int64(binary.BigEndian.Uint64(k[9:17]) ^ 1<<63),
+		int64(binary.BigEndian.Uint64(k[17:])), true
+}
+
 // pebbleLogger routes pebble's messages to slog: errors as errors, the
 // rest (compactions, WAL recycling) at debug level.
 type pebbleLogger struct{ log *slog.Logger }
@@ -361,7 +421,11 @@ func private(f io.Closer, err error, name string) error {
 // call.
 func openIDs(dir string, db *sql.DB, log *slog.Logger, wait time.Duration) (*idIndex, error) {
 	var epoch []byte
-	err := db.QueryRow(`SELECT value FROM meta WHERE key = ?`, idsEpochMeta).Scan(&epoch)
+	// A file indexed by a release before format 2 has its epoch under the
+	// legacy key: its index is then rebuilt for its format, which is the
+	// reason logged.
+	err := db.QueryRow(`SELECT value FROM meta WHERE key = ? UNION ALL SELECT value FROM meta WHERE key = ? LIMIT 1`,
+		idsEpochMeta, idsEpochLegacy).Scan(&epoch)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return nil, err
 	}
@@ -490,6 +554,13 @@ func tryOpenIDs(dir string, lock *pebble.Lock, epoch []byte, seq, deletes int64,
 	}
 	if d, err := x.get(idsDeletesKey); err == nil && len(d) == 8 && int64(binary.BigEndian.Uint64(d)) > deletes {
 		return fail(fmt.Sprintf("%d deletes applied, the file has had %d", binary.BigEndian.Uint64(d), deletes))
+	}
+	if f, err := x.get(idsFormatKey); err != nil || len(f) != 1 || f[0] != idsFormat {
+		format := 1
+		if err == nil && len(f) == 1 {
+			format = int(f[0])
+		}
+		return fail(fmt.Sprintf("index format %d, this version's is %d (session entries)", format, idsFormat))
 	}
 	x.mark.Store(mark)
 	return x, "", nil
@@ -649,6 +720,7 @@ func rebuildIDs(dir string, lock *pebble.Lock, db *sql.DB, deletes int64, p *pro
 	b := x.db.NewBatch()
 	b.Set(idsDeletesKey, binary.BigEndian.AppendUint64(nil, uint64(deletes)), nil)
 	b.Set(idsMarkKey, binary.BigEndian.AppendUint64(nil, uint64(x.mark.Load())), nil)
+	b.Set(idsFormatKey, []byte{idsFormat}, nil)
 	b.Set(idsEpochKey, epoch, nil)
 	if err := x.write(b, pebble.Sync); err != nil {
 		if !x.dead.Load() {
@@ -658,6 +730,10 @@ func rebuildIDs(dir string, lock *pebble.Lock, db *sql.DB, deletes int64, p *pro
 	}
 	if _, err := db.Exec(`INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`,
 		idsEpochMeta, epoch); err != nil {
+		x.release()
+		return nil, fmt.Errorf("cannot record the call id index's epoch: %w", err)
+	}
+	if _, err := db.Exec(`DELETE FROM meta WHERE key = ?`, idsEpochLegacy); err != nil {
 		x.release()
 		return nil, fmt.Errorf("cannot record the call id index's epoch: %w", err)
 	}
@@ -728,7 +804,7 @@ func indexRows(rows *sql.Rows, b *pebble.Batch) (n int, last int64, err error) {
 		if err := rows.Scan(&c.rid, &c.id, &c.tenant, &c.time, &blob); err != nil {
 			return n, last, err
 		}
-		c.docs, buf = recordDocs(buf, blob)
+		c.docs, c.session, c.hasSession, buf = recordKeys(buf, blob)
 		key = setEntry(b, key, &c)
 		n, last = n+1, c.rid
 	}
@@ -738,15 +814,27 @@ func indexRows(rows *sql.Rows, b *pebble.Batch) (n int, last int64, err error) {
 // recordDocs returns the hashes of the documents in a stored record, and
 // the buffer it decompressed into (for reuse); nil when it does not decode.
 func recordDocs(buf, blob []byte) ([]int32, []byte) {
+	docs, _, _, buf := recordKeys(buf, blob)
+	return docs, buf
+}
+
+// recordKeys returns what the index keys a stored record by: the hashes
+// of its documents and the hash of its session (ok when it has one), and
+// the buffer it decompressed into (for reuse). A record that does not
+// decode has neither (no page could show it).
+func recordKeys(buf, blob []byte) (docs []int32, session int32, ok bool, _ []byte) {
 	raw, err := decompress(buf, blob)
 	if err != nil {
-		return nil, buf
+		return nil, 0, false, buf
 	}
 	rec := audit.Record{Call: &audit.Call{}}
 	if readRecord(raw, &rec) != nil {
-		return nil, raw
+		return nil, 0, false, raw
 	}
-	return docHashes(nil, &rec), raw
+	if rec.Call.Session != "" {
+		session, ok = sessionHash(rec.Call.Session), true
+	}
+	return docHashes(nil, &rec), session, ok, raw
 }
 
 // docHashes appends to dst the distinct hashes of r's documents.
@@ -769,16 +857,23 @@ func setEntry(b *pebble.Batch, key []byte, c *indexedCall) []byte {
 		key = docKey(key[:0], dh, c.time, c.rid)
 		b.Set(key, nil, nil)
 	}
+	if c.hasSession {
+		key = sessKey(key[:0], c.session, c.tenant, c.time, c.rid)
+		b.Set(key, nil, nil)
+	}
 	return key
 }
 
 // indexedCall is a call a commit stored, for the index: its id, tenant,
-// rid, time and the hashes of its documents.
+// rid, time, the hashes of its documents and of its session (when
+// hasSession).
 type indexedCall struct {
 	id          any
 	tenant, rid int64
 	time        int64
 	docs        []int32
+	session     int32
+	hasSession  bool
 }
 
 // add indexes the calls a commit stored (rids ascending, all past the
@@ -858,6 +953,10 @@ func (x *idIndex) remove(calls []indexedCall, deletes int64) {
 		b.Delete(key, nil)
 		for _, dh := range c.docs {
 			key = docKey(key[:0], dh, c.time, c.rid)
+			b.Delete(key, nil)
+		}
+		if c.hasSession {
+			key = sessKey(key[:0], c.session, c.tenant, c.time, c.rid)
 			b.Delete(key, nil)
 		}
 	}
@@ -948,6 +1047,85 @@ func (x *idIndex) docs(dh int32, t, rid, until int64, unbounded bool, n int) (en
 			continue // past the mark: the caller scans those rows
 		}
 		ents = append(ents, docEntry{et, erid})
+	}
+	return ents, mark, it.Error()
+}
+
+// sessions returns up to n entries of sessions of hash sh after the key
+// (t, rid) and before until (open when unbounded is set), in (time, rid)
+// order, and the mark it read them through, as docs does. With tenant >= 0
+// only that tenant's (a strs id) are read; with tenant < 0 every tenant's:
+// each tenant's run gives up to n, and the runs are merged.
+func (x *idIndex) sessions(sh int32, tenant, t, rid, until int64, unbounded bool, n int) (ents []docEntry, mark int64, err error) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	if x.closed {
+		return nil, 0, audit.ErrClosed
+	}
+	if x.dead.Load() {
+		return nil, 0, errIndexDead
+	}
+	mark = x.mark.Load()
+	it, err := x.db.NewIter(nil)
+	if err != nil {
+		return nil, mark, err
+	}
+	defer it.Close()
+	// run appends the entries of one tenant in the span.
+	var lower, upper []byte
+	run := func(tn int64) {
+		lower = sessKey(lower[:0], sh, tn, t, max(rid, 0))
+		if rid >= 0 {
+			lower = append(lower, 0)
+		}
+		upper = sessKey(upper[:0], sh, tn, until, 0)
+		if unbounded {
+			upper = sessTenantPrefix(upper[:0], sh, tn)
+			for len(upper) <= sessKeyLen {
+				upper = append(upper, 0xff)
+			}
+		}
+		got := 0
+		for ok := it.SeekGE(lower); ok && got < n; ok = it.Next() {
+			k := it.Key()
+			if string(k) >= string(upper) {
+				break
+			}
+			_, et, erid, ok := parseSessKey(k)
+			if !ok || erid > mark {
+				continue // past the mark: the caller scans those rows
+			}
+			ents = append(ents, docEntry{et, erid})
+			got++
+		}
+	}
+	if tenant >= 0 {
+		run(tenant)
+		return ents, mark, it.Error()
+	}
+	merged := false
+	prefix := sessPrefix(nil, sh)
+	for ok := it.SeekGE(prefix); ok; {
+		k := it.Key()
+		if len(k) < len(prefix)+4 || string(k[:len(prefix)]) != string(prefix) {
+			break
+		}
+		tn := int64(binary.BigEndian.Uint32(k[len(prefix):]))
+		if len(ents) > 0 {
+			merged = true
+		}
+		run(tn)
+		if err := it.Error(); err != nil {
+			return nil, mark, err
+		}
+		if tn == math.MaxUint32 {
+			break
+		}
+		ok = it.SeekGE(sessTenantPrefix(lower[:0], sh, tn+1))
+	}
+	if merged {
+		slices.SortFunc(ents, func(a, b docEntry) int { return cmp.Or(cmp.Compare(a.time, b.time), cmp.Compare(a.rid, b.rid)) })
+		ents = ents[:min(len(ents), n)]
 	}
 	return ents, mark, it.Error()
 }

@@ -265,7 +265,7 @@ func migrate4to5(db *sql.DB, p *progress) error {
 			session, document, key, state_after FROM writes ORDER BY time, call_id, seq, tenant`,
 		`DROP TABLE writes`, // its triggers and partial indexes go with it
 		`ALTER TABLE writes5 RENAME TO writes`,
-		`DELETE FROM meta WHERE key = '` + idsEpochMeta + `'`,
+		`DELETE FROM meta WHERE key IN ('` + idsEpochMeta + `', '` + idsEpochLegacy + `')`,
 		`PRAGMA user_version = 5`,
 	} {
 		if _, err := tx.Exec(stmt); err != nil {

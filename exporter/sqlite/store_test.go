@@ -451,6 +451,9 @@ func TestQueryPlans(t *testing.T) {
 		[]any{"x", 1, "x", 10}, "USING INDEX findings_time")
 	f(`SELECT `+findingColumns+` FROM findings WHERE document = ? AND time >= ? ORDER BY time, id LIMIT ?`,
 		[]any{"x", 1, 10}, "USING INDEX findings_document")
+	// A session page's findings, newest first.
+	f(`SELECT `+findingColumns+statusColumns+findingFrom+` WHERE session = ? ORDER BY time DESC, id DESC LIMIT ?`,
+		[]any{"x", 10}, "USING INDEX findings_session")
 }
 
 // errOnly drops the count of AppendCalls.

@@ -26,6 +26,7 @@ var investigatorTests = []struct {
 	{"Lifecycle/counts", testFindingCounts},
 	{"Calls/by_id", testCallsByID},
 	{"Calls/by_document_and_session", testCallsBy},
+	{"Calls/session_among_others", testCallsSession},
 	{"Calls/by_server_and_tenant", testCallsList},
 	{"Writes/session", testWritesSession},
 	{"FailureCounts", testFailureCounts},
@@ -523,4 +524,90 @@ func testWriteCountsHours(t *testing.T, s audit.Store) {
 	ws = slices.DeleteFunc(ws, func(w audit.Write) bool { return w.Time.Before(at(100_000)) })
 	check("after retention", audit.CountQuery{})
 	check("after retention, a range", audit.CountQuery{Since: at(90_000), Until: at(150_500)})
+}
+
+// testCallsSession: a session's calls among many other sessions calling in
+// the same seconds (each minute holds every session), under a session name
+// that two tenants use, paged, in a span, after retention deleted the
+// oldest calls, and with calls of the session stored after that.
+func testCallsSession(t *testing.T, s audit.Store) {
+	var recs []audit.Record
+	for i := range 240 {
+		r := rec(i, 0)
+		r.Call.Time = at(0).Add(time.Duration(i) * 250 * time.Millisecond) // four calls a second for a minute
+		r.Call.Session = fmt.Sprintf("busy-%d", i%40)
+		switch {
+		case i%17 == 3:
+			r.Call.Session = "s-x"
+		case i%23 == 5:
+			r.Call.Session, r.Call.Tenant = "s-x", "globex"
+		case i%29 == 7:
+			r.Call.Tenant = "globex"
+		case i%31 == 11:
+			r.Call.Session = ""
+		}
+		recs = append(recs, r)
+	}
+	// In three batches, the second out of time order.
+	appendCalls(t, s, recs[:100]...)
+	later := slices.Clone(recs[100:180])
+	slices.Reverse(later)
+	appendCalls(t, s, later...)
+	appendCalls(t, s, recs[180:]...)
+	check := func(stage string) {
+		t.Helper()
+		f := func(name string, q audit.CallQuery, keep func(c *audit.Call) bool) {
+			t.Helper()
+			var want []string
+			for _, r := range recs {
+				if keep(r.Call) && (q.Since.IsZero() || !r.Call.Time.Before(q.Since)) && (q.Until.IsZero() || r.Call.Time.Before(q.Until)) {
+					want = append(want, r.Call.ID)
+				}
+			}
+			if len(want) == 0 {
+				t.Fatalf("%s, %s: the query matches nothing: a useless case", stage, name)
+			}
+			for _, limit := range []int{0, 1, 3, 7} {
+				q.Limit = limit
+				if got := allCalls(t, s, q); !reflect.DeepEqual(got, want) {
+					t.Errorf("%s, %s, limit %d: %v, want %v", stage, name, limit, got, want)
+				}
+			}
+		}
+		f("both tenants", audit.CallQuery{Session: "s-x"}, func(c *audit.Call) bool { return c.Session == "s-x" })
+		f("one tenant", audit.CallQuery{Session: "s-x", Tenant: "acme"}, func(c *audit.Call) bool {
+			return c.Session == "s-x" && c.Tenant == "acme"
+		})
+		f("the other tenant", audit.CallQuery{Session: "s-x", Tenant: "globex"}, func(c *audit.Call) bool {
+			return c.Session == "s-x" && c.Tenant == "globex"
+		})
+		f("a busy session", audit.CallQuery{Session: "busy-7"}, func(c *audit.Call) bool { return c.Session == "busy-7" })
+		f("in a span", audit.CallQuery{Session: "s-x", Since: at(40), Until: at(55)}, func(c *audit.Call) bool {
+			return c.Session == "s-x"
+		})
+		for _, q := range []audit.CallQuery{{Session: "s-x", Tenant: "initech"}, {Session: "s-"}, {Session: "s-xx"}} {
+			if got := allCalls(t, s, q); len(got) != 0 {
+				t.Errorf("%s, %+v: %v, want none", stage, q, got)
+			}
+		}
+	}
+	check("stored")
+	if _, err := s.DeleteBefore(ctx(t), at(30)); err != nil {
+		t.Fatal(err)
+	}
+	recs = slices.DeleteFunc(recs, func(r audit.Record) bool { return r.Call.Time.Before(at(30)) })
+	check("after retention")
+	var more []audit.Record
+	for i := 240; i < 260; i++ {
+		r := rec(i, 0)
+		r.Call.Time = at(70).Add(time.Duration(i) * 10 * time.Millisecond)
+		r.Call.Session = "s-x"
+		if i%2 == 0 {
+			r.Call.Tenant = "globex"
+		}
+		more = append(more, r)
+	}
+	appendCalls(t, s, more...)
+	recs = append(recs, more...)
+	check("stored after retention")
 }

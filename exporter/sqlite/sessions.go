@@ -1,0 +1,141 @@
+package sqlite
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"encoding/binary"
+	"errors"
+	"slices"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+)
+
+// The calls of a session: the session page reads them in (time, rid)
+// order, a batch at a time, from the session entries of the index (ids.go,
+// format 2), checked against their rows, and from the rows past its mark,
+// as a document's calls are read (docs.go). Without the index (another
+// store holds it, or it is damaged) they are read through session_minutes:
+// every call of the minutes the session made calls in (scanSession).
+
+// sessSpan is where a read of a session's calls stands: docSpan's place
+// and end, the session's hash and name, and its tenant's strs id (-1: every
+// tenant).
+type sessSpan struct {
+	docSpan
+	name   string
+	tenant int64
+}
+
+// errNoSessionIndex is returned by sessBatch when the store has no usable
+// index: the caller reads the session through session_minutes.
+var errNoSessionIndex = errors.New("no session index")
+
+// sessBatch reads the next calls of the span through q, in (time, rid)
+// order, about batch of them (calls of another session of the same hash
+// are left out by their record's head), and moves the span past them. It
+// returns done when no call is left.
+func (s *Store) sessBatch(ctx context.Context, q ctxQuerier, sp *sessSpan, batch int) (rows []storedCall, done bool, err error) {
+	if s.ids == nil {
+		return nil, false, errNoSessionIndex
+	}
+	ents, mark, err := s.ids.sessions(sp.dh, sp.tenant, sp.time, sp.rid, sp.until, sp.unbounded, batch)
+	if err != nil {
+		s.ids.log.Warn("cannot read the session index; reading the session's minutes", "err", firstLine(err))
+		return nil, false, errNoSessionIndex
+	}
+	if len(ents) > 0 {
+		args := make([]any, len(ents))
+		for i, e := range ents {
+			args[i] = e.rid
+		}
+		// A rid whose row is gone (a stale entry) reads nothing.
+		if rows, err = readCalls(ctx, q, rows, `SELECT rid, id, time, rec FROM calls WHERE rid IN (`+marks(len(args))+`)`, args...); err != nil {
+			return nil, false, err
+		}
+	}
+	full := len(ents) == batch
+	// The calls past the mark (normally none, or the last commit's).
+	past, err := readCalls(ctx, q, nil, `SELECT rid, id, time, rec FROM calls WHERE rid > ?`, mark)
+	if err != nil {
+		return nil, false, err
+	}
+	var buf []byte
+	for _, c := range past {
+		if !sp.holds(c.time, c.rid) {
+			continue
+		}
+		if full {
+			// Entries beyond the last one read may come before it.
+			last := ents[len(ents)-1]
+			if c.time > last.time || c.time == last.time && c.rid > last.rid {
+				continue
+			}
+		}
+		raw, err := decompress(buf, c.blob)
+		if err != nil {
+			continue // undecodable: no page can show it
+		}
+		if c.blob[0] != codecRaw {
+			buf = raw[:0]
+		}
+		if _, session, _, ok := recordHead(raw); ok && string(session) == sp.name {
+			rows = append(rows, c) // the tenant is checked with the record
+		}
+	}
+	slices.SortFunc(rows, func(a, b storedCall) int { return cmp.Or(cmp.Compare(a.time, b.time), cmp.Compare(a.rid, b.rid)) })
+	if !full {
+		return rows, true, nil
+	}
+	last := ents[len(ents)-1]
+	sp.time, sp.rid = last.time, last.rid
+	return rows, false, nil
+}
+
+// tenantStr returns the strs id of a tenant, and false when no string of
+// that name is stored (no call of that tenant is stored either).
+func (s *Store) tenantStr(ctx context.Context, tenant string) (int64, bool, error) {
+	var id int64
+	err := s.r.QueryRowContext(ctx, `SELECT id FROM strs WHERE s = ?`, tenant).Scan(&id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, false, nil
+	}
+	return id, err == nil, err
+}
+
+// sessionCalls fills page with the calls of the span that keep accepts, up
+// to limit, and sets its cursor when more may follow; *lastTime and
+// *lastRID follow the last call read. It returns errNoSessionIndex, before
+// or between batches, when the index cannot serve the read: the caller
+// goes on through session_minutes from where it stopped.
+func (s *Store) sessionCalls(ctx context.Context, sp *sessSpan, keep func(*audit.Record) bool, limit int, page *audit.CallPage, lastTime, lastRID *int64) error {
+	var buf []byte
+	for {
+		rows, done, err := s.sessBatch(ctx, s.r, sp, docBatchSize)
+		if err != nil {
+			return err
+		}
+		for _, row := range rows {
+			var rec audit.Record
+			if buf, err = decodeCall(buf, row.id, row.time, row.blob, &rec); err != nil {
+				return err
+			}
+			if keep(&rec) {
+				if len(page.Calls) == limit {
+					page.NextCursor = makeCursor(cursorCalls, *lastTime, binary.AppendVarint(nil, *lastRID))
+					return nil
+				}
+				page.Calls = append(page.Calls, rec)
+			}
+			*lastTime, *lastRID = row.time, row.rid
+		}
+		if done {
+			return nil
+		}
+		// The next batch starts after the last entry read, which may be
+		// past the last row kept (a stale entry).
+		if sp.time > *lastTime || sp.time == *lastTime && sp.rid > *lastRID {
+			*lastTime, *lastRID = sp.time, sp.rid
+		}
+	}
+}
