@@ -252,6 +252,28 @@ func metricsHandler(h http.Handler, a *access.Authenticator) http.Handler {
 	})
 }
 
+// requireScope guards h with a credential of scope when authentication is
+// on: 401 with WWW-Authenticate for a missing or unknown credential, 403
+// for a known one without the scope. With authentication off it is h.
+func requireScope(h http.Handler, a *access.Authenticator, scope access.Scope, what string) http.Handler {
+	if !a.On() {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p, ok := a.Request(r)
+		if !ok {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="mcpaudit"`)
+			http.Error(w, what+" needs a credential with the "+scope.String()+" scope: missing or unknown bearer token", http.StatusUnauthorized)
+			return
+		}
+		if !p.Can(scope) {
+			http.Error(w, "credential "+p.Name+" may not read "+what+" (no "+scope.String()+" scope)", http.StatusForbidden)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
 // reload reads the tokens file and the TLS certificate again (SIGHUP). A
 // file that cannot be read leaves what is in force.
 func (s *server) reload() {
