@@ -279,23 +279,8 @@ func ParseWindow(s string) (time.Duration, error) {
 // parameters in known (and tenant); it answers the request itself and
 // returns false when it may not go on.
 func (s *Server) newParams(w http.ResponseWriter, r *http.Request, known ...string) (*params, string, bool) {
-	p, ok := s.Authenticate(r)
+	p, ok := s.Authorize(w, r)
 	if !ok {
-		// The route, not the path: a timeline's path holds a document's
-		// name, which no log line holds (docs/metrics.md).
-		path := r.URL.Path
-		if strings.HasPrefix(path, "/api/v1/documents/") {
-			path = "/api/v1/documents/{document}/timeline"
-		}
-		s.Log.Warn("auth_failure", "query API request refused: missing or unknown bearer token",
-			"remote", r.RemoteAddr, "path", path, "has_authorization", r.Header.Get("Authorization") != "")
-		writeJSON(w, http.StatusUnauthorized, Error{"missing or unknown bearer token"})
-		return nil, "", false
-	}
-	if err := access.Conflict(p, r); err != nil {
-		s.Log.Warn("tenant_conflict", "query API request refused: it names another tenant than its credential's",
-			"remote", r.RemoteAddr, "path", r.URL.Path, "credential", p.Name)
-		writeJSON(w, http.StatusForbidden, Error{err.Error()})
 		return nil, "", false
 	}
 	q := r.URL.Query()

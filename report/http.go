@@ -17,13 +17,10 @@ import (
 // reads it.
 func Handler(store audit.Store, auth *api.Server) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p, ok := auth.Authenticate(r)
+		// 401 without a known credential, 403 without the query scope or
+		// for another tenant, as the query API answers.
+		p, ok := auth.Authorize(w, r)
 		if !ok {
-			httpError(w, http.StatusUnauthorized, "missing or unknown bearer token")
-			return
-		}
-		if err := access.Conflict(p, r); err != nil {
-			httpError(w, http.StatusForbidden, err.Error())
 			return
 		}
 		qv := r.URL.Query()

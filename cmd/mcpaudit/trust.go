@@ -236,20 +236,13 @@ func grpcOptions(tc *tls.Config, cc ConnectionsConfig) []grpc.ServerOption {
 }
 
 // metricsHandler guards /metrics with a credential of the metrics scope when
-// serve.auth.metrics_token is set. A refusal creates no series.
+// serve.auth.metrics_token is set (401 without a known credential, 403
+// without the scope). A refusal creates no series.
 func metricsHandler(h http.Handler, a *access.Authenticator) http.Handler {
 	if a.MetricsOpen() {
 		return h
 	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p, ok := a.Request(r)
-		if !ok || !p.Can(access.ScopeMetrics) {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="mcpaudit"`)
-			http.Error(w, "/metrics needs a credential with the metrics scope (serve.auth.metrics_token)", http.StatusUnauthorized)
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
+	return requireScope(h, a, access.ScopeMetrics, "/metrics (serve.auth.metrics_token)")
 }
 
 // requireScope guards h with a credential of scope when authentication is
