@@ -86,11 +86,18 @@ func (s *Server) Handler() http.Handler {
 		}
 		switch rec.status {
 		case http.StatusMethodNotAllowed:
-			writeJSON(w, rec.status, Error{fmt.Sprintf("method %s not allowed on %s; allowed: %s", r.Method, r.URL.Path, rec.header.Get("Allow"))})
+			NotAllowed(w, r, rec.header.Get("Allow"))
 		default:
 			writeJSON(w, http.StatusNotFound, Error{fmt.Sprintf("no endpoint %s; see docs/api.md for the endpoints of API version %s", r.URL.Path, Version)})
 		}
 	})
+}
+
+// NotAllowed answers a method an endpoint does not take: 405, with Allow
+// naming those it does, and the error as JSON.
+func NotAllowed(w http.ResponseWriter, r *http.Request, allow string) {
+	w.Header().Set("Allow", allow)
+	writeJSON(w, http.StatusMethodNotAllowed, Error{fmt.Sprintf("method %s not allowed on %s; allowed: %s", r.Method, r.URL.Path, allow)})
 }
 
 // Version is the version of the API's schema (docs/api.md). Additive
@@ -279,23 +286,8 @@ func ParseWindow(s string) (time.Duration, error) {
 // parameters in known (and tenant); it answers the request itself and
 // returns false when it may not go on.
 func (s *Server) newParams(w http.ResponseWriter, r *http.Request, known ...string) (*params, string, bool) {
-	p, ok := s.Authenticate(r)
+	p, ok := s.Authorize(w, r)
 	if !ok {
-		// The route, not the path: a timeline's path holds a document's
-		// name, which no log line holds (docs/metrics.md).
-		path := r.URL.Path
-		if strings.HasPrefix(path, "/api/v1/documents/") {
-			path = "/api/v1/documents/{document}/timeline"
-		}
-		s.Log.Warn("auth_failure", "query API request refused: missing or unknown bearer token",
-			"remote", r.RemoteAddr, "path", path, "has_authorization", r.Header.Get("Authorization") != "")
-		writeJSON(w, http.StatusUnauthorized, Error{"missing or unknown bearer token"})
-		return nil, "", false
-	}
-	if err := access.Conflict(p, r); err != nil {
-		s.Log.Warn("tenant_conflict", "query API request refused: it names another tenant than its credential's",
-			"remote", r.RemoteAddr, "path", r.URL.Path, "credential", p.Name)
-		writeJSON(w, http.StatusForbidden, Error{err.Error()})
 		return nil, "", false
 	}
 	q := r.URL.Query()
@@ -335,6 +327,18 @@ func (s *Server) newParams(w http.ResponseWriter, r *http.Request, known ...stri
 		}
 	}
 	return pp, access.Tenant(p, r), true
+}
+
+// CheckParams applies the rules every endpoint of the API follows to a
+// request of an endpoint that takes the parameters known (and tenant): a
+// credential of the query scope for its tenant, no unknown parameter, none
+// given twice, and until not before since. It answers the request itself
+// and returns false when it may not go on; otherwise it returns the tenant
+// the request reads. Endpoints served beside the API (the report) use it
+// so that the rules are written once.
+func (s *Server) CheckParams(w http.ResponseWriter, r *http.Request, known ...string) (string, bool) {
+	_, tenant, ok := s.newParams(w, r, known...)
+	return tenant, ok
 }
 
 // Parameters of each endpoint, besides tenant.

@@ -4,30 +4,33 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/api"
 	"github.com/mcpaudit/mcpaudit/audit"
-	"github.com/mcpaudit/mcpaudit/internal/access"
 )
 
-// Handler serves GET /api/v1/report?window=30d[&until=RFC3339][&server=S]
+// Params are the parameters of GET /api/v1/report, besides tenant.
+var Params = []string{"window", "until", "server", "target", "format"}
+
+// Handler serves GET /api/v1/report?window=30d[&until=T][&server=S]
 // [&target=0.999][&format=json|html|md] from store, for the tenant of the
-// caller's credential as the query API sees it. `mcpaudit report --server`
-// reads it.
+// caller's credential, under the rules of the query API (api.CheckParams):
+// 401/403 as it refuses, 400 for an unknown or repeated parameter, until
+// as every endpoint reads a time (api.ParseTime), and 405 with Allow for a
+// method other than GET and HEAD. `mcpaudit report --api-url` reads it.
 func Handler(store audit.Store, auth *api.Server) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p, ok := auth.Authenticate(r)
-		if !ok {
-			httpError(w, http.StatusUnauthorized, "missing or unknown bearer token")
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			api.NotAllowed(w, r, "GET, HEAD")
 			return
 		}
-		if err := access.Conflict(p, r); err != nil {
-			httpError(w, http.StatusForbidden, err.Error())
+		tenant, ok := auth.CheckParams(w, r, Params...)
+		if !ok {
 			return
 		}
 		qv := r.URL.Query()
-		tenant := access.Tenant(p, r)
 		q, err := QueryOf(qv.Get("window"), qv.Get("until"), qv.Get("target"), auth.SLOTarget, auth.Now())
 		if err != nil {
 			httpError(w, http.StatusBadRequest, err.Error())
@@ -38,15 +41,6 @@ func Handler(store audit.Store, auth *api.Server) http.Handler {
 		if format == "" {
 			format = "json"
 		}
-		rep, err := Build(r.Context(), store, q)
-		if err != nil {
-			status := http.StatusInternalServerError
-			if errors.Is(err, audit.ErrUnavailable) {
-				status = http.StatusServiceUnavailable
-			}
-			httpError(w, status, err.Error())
-			return
-		}
 		switch format {
 		case "html":
 			w.Header().Set("Content-Type", "text/html; charset=utf-8")
@@ -55,16 +49,28 @@ func Handler(store audit.Store, auth *api.Server) http.Handler {
 		case "json":
 			w.Header().Set("Content-Type", "application/json")
 		default:
-			httpError(w, http.StatusBadRequest, "parameter format: want json, html or md")
+			httpError(w, http.StatusBadRequest, "parameter format: want json, html or md, not "+strconv.Quote(format))
+			return
+		}
+		rep, err := Build(r.Context(), store, q)
+		if err != nil {
+			status := http.StatusInternalServerError
+			if errors.Is(err, audit.ErrUnavailable) {
+				status = http.StatusServiceUnavailable
+				w.Header().Set("Retry-After", "5")
+			}
+			httpError(w, status, err.Error())
 			return
 		}
 		Render(w, rep, format)
 	})
 }
 
-// QueryOf reads a report's window, end and target as the API spells them:
-// window "30d" (default), until an RFC 3339 time (default now), target a
-// fraction in (0, 1) (default def).
+// QueryOf reads a report's window, end and target as the query API spells
+// them: window a duration such as "30d" (default), until a time as
+// api.ParseTime reads it (RFC 3339, a UTC time without a zone, or a
+// duration back from now; default now), target a fraction in (0, 1]
+// (default def; 1 is 100 %: no error budget, as /api/v1/slo takes it).
 func QueryOf(window, until, target string, def float64, now time.Time) (Query, error) {
 	if window == "" {
 		window = "30d"
@@ -75,17 +81,14 @@ func QueryOf(window, until, target string, def float64, now time.Time) (Query, e
 	}
 	q := Query{Window: d, WindowName: window, Target: def, Until: now}
 	if until != "" {
-		t, err := time.Parse(time.RFC3339Nano, until)
+		t, err := api.ParseTime(until, now)
 		if err != nil {
-			return Query{}, errors.New("parameter until: want an RFC 3339 time")
-		}
-		if err := api.CheckTime(t); err != nil {
 			return Query{}, errors.New("parameter until: " + err.Error())
 		}
 		q.Until = t
 	}
 	if target != "" {
-		f, err := api.ParseTarget(target, false)
+		f, err := api.ParseTarget(target, true)
 		if err != nil {
 			return Query{}, errors.New("parameter target: " + err.Error())
 		}

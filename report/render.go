@@ -49,6 +49,9 @@ func funcs() map[string]any {
 		},
 		"bars": BarsSVG,
 		"burndown": func(r *Report) htmltemplate.HTML {
+			if r.Target >= 1 && Counted(r.Counts) > 0 {
+				return NoBudgetSVG(r.BadEvents)
+			}
 			start := r.Since
 			if len(r.Days) > 0 {
 				start = r.Days[0].Start

@@ -22,7 +22,9 @@ type Query struct {
 	Until  time.Time
 	Tenant string
 	Server string
-	// Target is the write-durability objective, in (0, 1).
+	// Target is the write-durability objective, in (0, 1]. At 1 (100 %)
+	// there is no error budget: it is all left while no write is bad, and
+	// overspent (null in JSON, n/a on the page) at the first bad one.
 	Target float64
 	// Top is how many rows the breakdowns keep. Default 10.
 	Top int
@@ -140,8 +142,8 @@ func Build(ctx context.Context, store audit.Store, q Query) (*Report, error) {
 	if q.Window <= 0 {
 		return nil, fmt.Errorf("cannot build report: window must be positive")
 	}
-	if !(q.Target > 0 && q.Target < 1) {
-		return nil, fmt.Errorf("cannot build report: target %v is not in (0, 1)", q.Target)
+	if !(q.Target > 0 && q.Target <= 1) {
+		return nil, fmt.Errorf("cannot build report: target %v is not in (0, 1]", q.Target)
 	}
 	r := &Report{Window: q.WindowName, Until: q.Until.UTC(), Since: q.Until.Add(-q.Window).UTC(),
 		Tenant: q.Tenant, Server: q.Server, Target: q.Target, Generated: time.Now().UTC()}

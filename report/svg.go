@@ -50,6 +50,18 @@ func BurnDownSVG(points []Point, start, until time.Time) template.HTML {
 	return template.HTML(b.String())
 }
 
+// NoBudgetSVG stands for the burn-down when the target is 1 (100 %): there
+// is no error budget to burn down, and bad writes overspend it at once.
+func NoBudgetSVG(bad int64) template.HTML {
+	const w, h = 640, 200
+	msg := "A target of 100% leaves no error budget: no write was bad, none of it is spent."
+	if bad > 0 {
+		msg = fmt.Sprintf("A target of 100%% leaves no error budget: %d bad writes overspend it.", bad)
+	}
+	return template.HTML(fmt.Sprintf(`<svg class="chart" role="img" aria-label="error budget burn-down" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 %d %d" width="%d" height="%d"><text x="20" y="100" font-size="13">%s</text></svg>`,
+		w, h, w, h, template.HTMLEscapeString(msg)))
+}
+
 // DaysSVG draws the bad events of each bucket as bars.
 func DaysSVG(days []Day) template.HTML {
 	const w, h, pad = 640, 140, 24

@@ -113,13 +113,17 @@ const tokenCookie = "mcpaudit_token"
 type principalKey struct{}
 
 // auth resolves the caller's principal from the Authorization header or
-// the login cookie, and sends a browser without one to /login.
+// the login cookie, and sends a browser without one to /login. A known
+// credential without the query scope is answered 403 with the reason:
+// sending it to /login would loop, as it is signed in already.
 func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		p, ok := s.api.Authenticate(r)
-		if !ok && s.api.AuthOn() {
+		p, ok := s.api.Identify(r)
+		if (!ok || !p.Can(access.ScopeQuery)) && s.api.AuthOn() {
 			if c, err := r.Cookie(tokenCookie); err == nil {
-				p, ok = s.api.PrincipalOf(c.Value)
+				if cp, cok := s.api.IdentifyToken(c.Value); cok && (!ok || cp.Can(access.ScopeQuery)) {
+					p, ok = cp, true
+				}
 			}
 		}
 		if !ok {
@@ -127,7 +131,13 @@ func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
 				http.Redirect(w, r, "/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
 				return
 			}
+			w.Header().Set("WWW-Authenticate", `Bearer realm="mcpaudit"`)
 			http.Error(w, "missing or unknown token", http.StatusUnauthorized)
+			return
+		}
+		if !p.Can(access.ScopeQuery) {
+			s.render(w, r, "error", http.StatusForbidden, http.StatusText(http.StatusForbidden),
+				api.NoScope(p)+": the page needs a credential with the query scope; sign in with another at /login")
 			return
 		}
 		if err := access.Conflict(p, r); err != nil {
@@ -742,8 +752,15 @@ func (s *Server) loginForm(w http.ResponseWriter, r *http.Request) {
 func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	tok := strings.TrimSpace(r.PostFormValue("token"))
 	next := localNext(r.PostFormValue("next"))
-	if _, ok := s.api.PrincipalOf(tok); !ok {
+	p, ok := s.api.IdentifyToken(tok)
+	if !ok {
 		s.render(w, r, "login", http.StatusUnauthorized, "Sign in", next)
+		return
+	}
+	if !p.Can(access.ScopeQuery) {
+		// Signed in, it would be refused on every page: say so now.
+		s.render(w, r, "error", http.StatusForbidden, http.StatusText(http.StatusForbidden),
+			api.NoScope(p)+": the page needs a credential with the query scope")
 		return
 	}
 	http.SetCookie(w, &http.Cookie{Name: tokenCookie, Value: tok, Path: "/", HttpOnly: true,

@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -378,7 +380,9 @@ commands:
   validate FILE...   check configuration files; every problem of each is listed with
                      its line and key path (exit 0 valid, 2 invalid)
   print [FILE]       print the effective configuration: FILE (or nothing) over the
-                     defaults, secrets redacted
+                     defaults, secrets redacted (tokens, notify header values, and the
+                     passwords, secret query parameters and token-like path segments
+                     of every URL)
 
 Every key, its type, default and meaning: docs/config.md.
 `
@@ -451,42 +455,219 @@ func configCommand(args []string, stdout, stderr io.Writer) error {
 	return &exitError{code: 2}
 }
 
-// redacted returns cfg with its secrets replaced: the tenant tokens, the
-// named credentials' tokens and the ClickHouse password, as the
-// OpenTelemetry Collector's print-config does.
+// secretKind says how config print hides a field that holds a secret.
+type secretKind int
+
+const (
+	// secretWhole replaces the value.
+	secretWhole secretKind = iota + 1
+	// secretMapKeys replaces the keys of a map of strings, which are
+	// tokens, by [REDACTED n] in the order of their values.
+	secretMapKeys
+	// secretMapValues replaces every value of a map of strings.
+	secretMapValues
+	// secretURL hides what a URL may carry: the password of its userinfo
+	// (and a user name that looks like a token), the values of query
+	// parameters named as secrets, token-like path segments (webhook URLs
+	// such as Slack's and Discord's hold their secret in the path) and
+	// the fragment.
+	secretURL
+)
+
+// configSecrets are the keys of Config that may hold a secret, by their
+// path ("*" for a map's key), and how config print hides each.
+// TestConfigSecrets fails when a key named like a secret (token, password,
+// secret, key, url, dsn, header, credential) is in neither this nor
+// configNotSecrets.
+var configSecrets = map[string]secretKind{
+	"serve.receiver.tenants":    secretMapKeys,
+	"serve.credentials.*.token": secretWhole,
+	"serve.web.notify.headers":  secretMapValues,
+	"serve.web.notify.url":      secretURL,
+	"serve.web.base_url":        secretURL,
+	"serve.clickhouse.dsn":      secretURL,
+	"rules.runbook_url":         secretURL,
+}
+
+// redacted returns cfg with the secrets of configSecrets hidden, as the
+// OpenTelemetry Collector's print-config does. The maps it changes are
+// copies: cfg's own are left as they are.
 func redacted(cfg Config) Config {
-	if len(cfg.Serve.Receiver.Tenants) > 0 {
-		red := make(map[string]string, len(cfg.Serve.Receiver.Tenants))
-		i := 0
-		for _, tenant := range sortedValues(cfg.Serve.Receiver.Tenants) {
-			i++
-			red[fmt.Sprintf("[REDACTED %d]", i)] = tenant
-		}
-		cfg.Serve.Receiver.Tenants = red
-	}
-	if len(cfg.Serve.Credentials) > 0 {
-		red := make(map[string]api.Credential, len(cfg.Serve.Credentials))
-		for name, c := range cfg.Serve.Credentials {
-			c.Token = "[REDACTED]"
-			red[name] = c
-		}
-		cfg.Serve.Credentials = red
-	}
-	if u, err := url.Parse(cfg.Serve.ClickHouse.DSN); err == nil && u.User != nil {
-		if _, ok := u.User.Password(); ok {
-			u.User = url.UserPassword(u.User.Username(), "REDACTED")
-			cfg.Serve.ClickHouse.DSN = u.String()
-		}
-	}
-	if u, err := url.Parse(cfg.Serve.ClickHouse.DSN); err == nil {
-		q := u.Query()
-		if q.Has("password") {
-			q.Set("password", "REDACTED")
-			u.RawQuery = q.Encode()
-			cfg.Serve.ClickHouse.DSN = u.String()
-		}
-	}
+	v := reflect.ValueOf(&cfg).Elem()
+	redactValue(v, "")
 	return cfg
+}
+
+// underSecret reports whether path is a secret's or leads to one.
+func underSecret(path string) bool {
+	for p := range configSecrets {
+		if p == path || strings.HasPrefix(p, path+".") {
+			return true
+		}
+	}
+	return false
+}
+
+// redactValue hides the secrets of the settable value v at path.
+func redactValue(v reflect.Value, path string) {
+	kind := configSecrets[path]
+	switch v.Kind() {
+	case reflect.Struct:
+		t := v.Type()
+		for i := 0; i < t.NumField(); i++ {
+			f := t.Field(i)
+			if !f.IsExported() {
+				continue
+			}
+			name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+			child := path
+			if !(f.Anonymous && strings.Contains(opts, "inline")) {
+				if name == "" || name == "-" {
+					continue
+				}
+				child = strings.TrimPrefix(path+"."+name, ".")
+			}
+			if underSecret(child) {
+				redactValue(v.Field(i), child)
+			}
+		}
+	case reflect.Pointer:
+		if !v.IsNil() {
+			cp := reflect.New(v.Type().Elem())
+			cp.Elem().Set(v.Elem())
+			redactValue(cp.Elem(), path)
+			v.Set(cp)
+		}
+	case reflect.Map:
+		if v.Len() == 0 {
+			return
+		}
+		out := reflect.MakeMapWithSize(v.Type(), v.Len())
+		switch kind {
+		case secretMapKeys:
+			// The values name the tenants: keep them, in order.
+			var vals []string
+			for _, k := range v.MapKeys() {
+				vals = append(vals, v.MapIndex(k).String())
+			}
+			sort.Strings(vals)
+			for i, val := range vals {
+				out.SetMapIndex(reflect.ValueOf(fmt.Sprintf("[REDACTED %d]", i+1)).Convert(v.Type().Key()), reflect.ValueOf(val).Convert(v.Type().Elem()))
+			}
+		default:
+			for _, k := range v.MapKeys() {
+				e := reflect.New(v.Type().Elem()).Elem()
+				e.Set(v.MapIndex(k))
+				if kind == secretMapValues {
+					redactString(e, secretWhole)
+				} else {
+					redactValue(e, path+".*")
+				}
+				out.SetMapIndex(k, e)
+			}
+		}
+		v.Set(out)
+	case reflect.String:
+		redactString(v, kind)
+	}
+}
+
+func redactString(v reflect.Value, kind secretKind) {
+	if v.Kind() != reflect.String || v.String() == "" {
+		return
+	}
+	switch kind {
+	case secretWhole:
+		v.SetString("[REDACTED]")
+	case secretURL:
+		v.SetString(redactURL(v.String()))
+	}
+}
+
+// redactURL hides the secrets a URL may carry (see secretURL). A URL that
+// does not parse is hidden whole.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "REDACTED"
+	}
+	if u.User != nil {
+		name := u.User.Username()
+		if tokenLike(name) {
+			name = "REDACTED"
+		}
+		if _, ok := u.User.Password(); ok {
+			u.User = url.UserPassword(name, "REDACTED")
+		} else {
+			u.User = url.User(name)
+		}
+	}
+	if u.RawQuery != "" {
+		q := u.Query()
+		changed := false
+		for k := range q {
+			if secretName(k) || slices.ContainsFunc(q[k], tokenLike) {
+				q[k] = []string{"REDACTED"}
+				changed = true
+			}
+		}
+		if changed {
+			u.RawQuery = q.Encode()
+		}
+	}
+	if u.Path != "" {
+		segs := strings.Split(u.Path, "/")
+		changed := false
+		for i, seg := range segs {
+			if tokenLike(seg) {
+				segs[i], changed = "REDACTED", true
+			}
+		}
+		if changed {
+			u.Path, u.RawPath = strings.Join(segs, "/"), ""
+		}
+	}
+	if u.Fragment != "" {
+		u.Fragment, u.RawFragment = "REDACTED", ""
+	}
+	return u.String()
+}
+
+// secretWords are the parts of a name that say it holds a secret.
+var secretWords = []string{"token", "password", "passwd", "pwd", "secret", "key", "sig", "auth", "credential", "session"}
+
+// secretName reports whether a query parameter's name says it holds a
+// secret (password, api_key, access_token, sig, ...).
+func secretName(name string) bool {
+	name = strings.ToLower(name)
+	for _, w := range secretWords {
+		if strings.Contains(name, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// tokenLike reports whether s looks like a drawn token rather than a name:
+// 16 or more characters of letters, digits, - and _, with both letters and
+// digits. Hiding a name that happens to look so is the safe mistake.
+func tokenLike(s string) bool {
+	if len(s) < 16 {
+		return false
+	}
+	letter, digit := false, false
+	for _, r := range s {
+		switch {
+		case r >= '0' && r <= '9':
+			digit = true
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z':
+			letter = true
+		case r == '-', r == '_':
+		default:
+			return false
+		}
+	}
+	return letter && digit
 }
 
 func sortedValues(m map[string]string) []string {

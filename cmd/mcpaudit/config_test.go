@@ -280,7 +280,10 @@ with no file at all. Flags given on the command line win over the file.
   (` + "`kB`, `MB`, `GB`, `TB`" + ` are powers of 1000, ` + "`KiB`, `MiB`, `GiB`, `TiB`" + ` of 1024).
 - **Checks.** ` + "`mcpaudit config validate FILE...`" + ` checks files (exit 0 valid, 2 invalid);
   ` + "`mcpaudit config print [FILE]`" + ` prints the effective configuration, the file over the defaults,
-  with tenant tokens and passwords redacted.
+  with its secrets redacted: the tenant and credential tokens, the values of
+  ` + "`serve.web.notify.headers`" + `, and in every URL (` + "`serve.web.notify.url`, `serve.web.base_url`, `serve.clickhouse.dsn`, `rules.runbook_url`" + `)
+  a password, query parameters named as secrets (` + "`token`, `password`, `api_key`, `sig`" + `...), token-like path
+  segments (webhook URLs carry their secret there) and the fragment.
 
 A name you choose (a server, a tool, a tenant) is written ` + "`<name>`" + ` below.
 `)

@@ -402,8 +402,13 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /readyz", s.ready)
 	if cfg.Serve.pprof {
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		// Profiles are the whole process's: with authentication on they
+		// need the debug scope; with it off they are as open as the rest.
+		mux.Handle("/debug/pprof/", requireScope(http.HandlerFunc(pprof.Index), s.access, access.ScopeDebug, "/debug/pprof/"))
+		mux.Handle("/debug/pprof/profile", requireScope(http.HandlerFunc(pprof.Profile), s.access, access.ScopeDebug, "/debug/pprof/"))
+		if !s.access.On() {
+			log.Warn("--pprof with authentication off: anyone who reaches the API listener reads Go's profiles under /debug/pprof/", "api", apiLn.Addr().String())
+		}
 	}
 	if err := s.mountWeb(mux, q); err != nil {
 		apiLn.Close()

@@ -23,8 +23,9 @@ commands:
   hash           read a token on standard input and print its hash (sha256:HEX)
 
 Scopes: ingest (send calls), query (the API, the page, the report), metrics
-(/metrics with serve.auth.metrics_token). Tenant * reads every tenant
-(query, metrics). Send SIGHUP to serve to read the file again.
+(/metrics with serve.auth.metrics_token), debug (/debug/pprof/ of serve --pprof,
+tenant * only). Tenant * reads every tenant (query, metrics, debug). Send SIGHUP
+to serve to read the file again.
 `
 
 const tokenNewUsage = `usage: mcpaudit token new --name NAME --tenant TENANT [--scopes SCOPES]
@@ -65,7 +66,7 @@ func tokenCommand(args []string, stdin io.Reader, stdout, stderr io.Writer) erro
 		}
 		name := fs.String("name", "", "the credential's name, one word: the logs, and the findings it acknowledges or resolves, name it (required)")
 		tenant := fs.String("tenant", "", "the tenant its calls and queries belong to, one word, or * for every tenant (required)")
-		scopes := fs.String("scopes", "ingest", "what it may do, comma-separated without spaces: ingest, query, metrics")
+		scopes := fs.String("scopes", "ingest", "what it may do, comma-separated without spaces: ingest, query, metrics, debug (debug: tenant * only)")
 		if err := fs.Parse(args[1:]); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
 				return nil

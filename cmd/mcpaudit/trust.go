@@ -236,16 +236,31 @@ func grpcOptions(tc *tls.Config, cc ConnectionsConfig) []grpc.ServerOption {
 }
 
 // metricsHandler guards /metrics with a credential of the metrics scope when
-// serve.auth.metrics_token is set. A refusal creates no series.
+// serve.auth.metrics_token is set (401 without a known credential, 403
+// without the scope). A refusal creates no series.
 func metricsHandler(h http.Handler, a *access.Authenticator) http.Handler {
 	if a.MetricsOpen() {
 		return h
 	}
+	return requireScope(h, a, access.ScopeMetrics, "/metrics (serve.auth.metrics_token)")
+}
+
+// requireScope guards h with a credential of scope when authentication is
+// on: 401 with WWW-Authenticate for a missing or unknown credential, 403
+// for a known one without the scope. With authentication off it is h.
+func requireScope(h http.Handler, a *access.Authenticator, scope access.Scope, what string) http.Handler {
+	if !a.On() {
+		return h
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p, ok := a.Request(r)
-		if !ok || !p.Can(access.ScopeMetrics) {
+		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="mcpaudit"`)
-			http.Error(w, "/metrics needs a credential with the metrics scope (serve.auth.metrics_token)", http.StatusUnauthorized)
+			http.Error(w, what+" needs a credential with the "+scope.String()+" scope: missing or unknown bearer token", http.StatusUnauthorized)
+			return
+		}
+		if !p.Can(scope) {
+			http.Error(w, "credential "+p.Name+" may not read "+what+" (no "+scope.String()+" scope)", http.StatusForbidden)
 			return
 		}
 		h.ServeHTTP(w, r)

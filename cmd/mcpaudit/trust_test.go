@@ -235,7 +235,7 @@ func TestServe_Auth(t *testing.T) {
 		for _, tc := range []struct {
 			token  string
 			status int
-		}{{"", 401}, {tokIngestAcme, 401}, {tokQueryAcme, 401}, {tokOps, 200}} {
+		}{{"", 401}, {"mcpa_wrong", 401}, {tokIngestAcme, 403}, {tokQueryAcme, 403}, {tokOps, 200}} {
 			if status, _ := doReq(t, plain, "GET", apiURL+"/metrics", tc.token, nil); status != tc.status {
 				t.Errorf("/metrics with %q: %d, want %d", tc.token, status, tc.status)
 			}
@@ -281,7 +281,7 @@ func TestServe_Auth(t *testing.T) {
 			{"other_by_header", timeline, tokQueryAcme, []string{"X-Scope-OrgID", "globex"}, 403, ""},
 			{"other_by_tenant_header", timeline, tokQueryAcme, []string{"Mcpaudit-Tenant", "globex"}, 403, ""},
 			{"globex_own", timeline, tokGlobex, nil, 200, "s3"},
-			{"ingest_token_reading", timeline, tokIngestAcme, nil, 401, ""},
+			{"ingest_token_reading", timeline, tokIngestAcme, nil, 403, ""},
 			{"all_tenants_narrowed", timeline + "?tenant=globex", tokOps, nil, 200, "s3"},
 			{"all_tenants", timeline, tokOps, nil, 200, "s2,s3"},
 		} {

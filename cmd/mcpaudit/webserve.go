@@ -67,7 +67,8 @@ func (s *server) mountWeb(mux *http.ServeMux, q *api.Server) error {
 		cancel()
 		return fmt.Errorf("cannot start the page: %w", err)
 	}
-	mux.Handle("GET /api/v1/report", report.Handler(s.store, q))
+	// Every method: the report answers 405 itself, as the API does.
+	mux.Handle("/api/v1/report", report.Handler(s.store, q))
 	mux.Handle("/", page.Handler())
 	return nil
 }

@@ -32,12 +32,17 @@ const (
 	// ScopeMetrics lets a credential scrape /metrics when it requires a
 	// token.
 	ScopeMetrics
+	// ScopeDebug lets a credential read Go's profiles under /debug/pprof/
+	// (serve --pprof). A profile is the whole process's, every tenant's,
+	// and a CPU profile costs CPU while it runs, so the scope is never
+	// implied: it is granted by name, to a credential of tenant "*".
+	ScopeDebug
 )
 
 var scopeNames = []struct {
 	s    Scope
 	name string
-}{{ScopeIngest, "ingest"}, {ScopeQuery, "query"}, {ScopeMetrics, "metrics"}}
+}{{ScopeIngest, "ingest"}, {ScopeQuery, "query"}, {ScopeMetrics, "metrics"}, {ScopeDebug, "debug"}}
 
 // ParseScopes reads a comma-separated list of scope names.
 func ParseScopes(s string) (Scope, error) {
@@ -52,7 +57,7 @@ func ParseScopes(s string) (Scope, error) {
 			}
 		}
 		if !found {
-			return 0, fmt.Errorf("unknown scope %q (want ingest, query or metrics)", part)
+			return 0, fmt.Errorf("unknown scope %q (want ingest, query, metrics or debug)", part)
 		}
 	}
 	return out, nil
@@ -111,8 +116,8 @@ type CertPrincipal struct {
 	// Tenant is the certificate's tenant, or "*" for every tenant (query
 	// and metrics only).
 	Tenant string `yaml:"tenant"`
-	// Scopes lists what the certificate may do: ingest, query, metrics.
-	// Default ingest.
+	// Scopes lists what the certificate may do: ingest, query, metrics,
+	// debug. Default ingest.
 	Scopes []string `yaml:"scopes"`
 }
 
@@ -160,8 +165,9 @@ func (cp CertPrincipal) entry(subject string) (Entry, error) {
 }
 
 // checkEntry rejects a credential that cannot work: an empty or
-// unprintable tenant, or "*" with the ingest scope (calls belong to one
-// tenant).
+// unprintable tenant, "*" with the ingest scope (calls belong to one
+// tenant), or the debug scope for one tenant (a profile is every
+// tenant's).
 func checkEntry(e Entry) error {
 	switch {
 	case e.Tenant == "":
@@ -170,6 +176,8 @@ func checkEntry(e Entry) error {
 		return errors.New("tenant must be printable UTF-8 of at most 128 bytes")
 	case e.Tenant == AllTenants && e.Scopes&ScopeIngest != 0:
 		return errors.New("tenant * cannot have the ingest scope: every call belongs to one tenant")
+	case e.Tenant != AllTenants && e.Scopes&ScopeDebug != 0:
+		return errors.New("the debug scope needs tenant *: a profile is the whole process's, every tenant's")
 	case e.Scopes == 0:
 		return errors.New("no scope")
 	}
@@ -257,7 +265,7 @@ func (a *Authenticator) On() bool {
 func (a *Authenticator) MetricsOpen() bool { return a == nil || !a.cfg.MetricsToken }
 
 // anonymous is the principal of every request when authentication is off.
-var anonymous = Principal{Scopes: ScopeIngest | ScopeQuery | ScopeMetrics}
+var anonymous = Principal{Scopes: ScopeIngest | ScopeQuery | ScopeMetrics | ScopeDebug}
 
 // Token returns the principal of a bearer token; ok is false for an
 // unknown or empty token.

@@ -34,6 +34,9 @@ func TestParseTokens(t *testing.T) {
 	f(line("a", "acme", "ingest", "t1")+line("a", "acme", "query", "t2"), "line 2: name a is line 1's too", 0)
 	f(line("a", "*", "ingest", "t1"), "line 1: tenant * cannot have the ingest scope", 0)
 	f(line("a", "acme", "write", "t1"), `line 1: unknown scope "write"`, 0)
+	// Profiles are the whole process's: debug is for tenant * only.
+	f(line("a", "acme", "query,debug", "t1"), "line 1: the debug scope needs tenant *", 0)
+	f(line("a", "*", "debug", "t1"), "", 1)
 	f("a acme ingest\n", "line 1: want 4 fields", 0)
 	f("a acme ingest sha256:abcd\n", "line 1: the hash must be", 0)
 	// Every bad line is reported, not only the first.

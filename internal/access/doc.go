@@ -7,7 +7,7 @@
 // and the named query credentials) and from a tokens file that holds only
 // their SHA-256 hashes and is read again on SIGHUP. Each credential names
 // one tenant (or "*", every tenant, for reading) and the scopes it may use:
-// ingest, query, metrics. The tenant of a request always comes from its
+// ingest, query, metrics, debug. The tenant of a request always comes from its
 // credential: a tenant named in a query parameter or a header that differs
 // from it is refused (Conflict), and one in a payload is never read.
 //

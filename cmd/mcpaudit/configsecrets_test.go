@@ -1,0 +1,147 @@
+package main
+
+import (
+	"reflect"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// configNotSecrets are the keys named like a secret that hold none, and
+// why.
+var configNotSecrets = map[string]string{
+	"serve.signing_key_file":      "a path; the key stays in its file",
+	"serve.tls.key_file":          "a path; the key stays in its file",
+	"serve.auth.tokens_file":      "a path; the file holds hashes",
+	"serve.auth.client_certs":     "certificate subjects, which are public",
+	"serve.credentials":           "the credentials' names; their tokens are serve.credentials.*.token",
+	"serve.tls.cert_file":         "a path to a public certificate",
+	"serve.tls.client_auth":       "optional or require",
+	"redact.secret_file":          "a path; the key stays in its file",
+	"redact.keys":                 "regular expressions over argument names",
+	"redact.keep":                 "argument names",
+	"dialects.writes.*.*.key_arg": "the name of an argument",
+}
+
+// secretNamed matches a key named like one that holds a secret.
+var secretNamed = regexp.MustCompile(`(?i)token|passw|secret|key|url|dsn|header|credential|auth|cert`)
+
+// configKeys lists the keys of t that hold text (strings, lists and maps
+// of them), by path as configSecrets writes them.
+func configKeys(t reflect.Type, path string, out map[string]reflect.Type) {
+	switch t.Kind() {
+	case reflect.Struct:
+		for i := 0; i < t.NumField(); i++ {
+			f := t.Field(i)
+			if !f.IsExported() {
+				continue
+			}
+			name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+			child := path
+			if !(f.Anonymous && strings.Contains(opts, "inline")) {
+				if name == "" || name == "-" {
+					continue
+				}
+				child = strings.TrimPrefix(path+"."+name, ".")
+			}
+			configKeys(f.Type, child, out)
+		}
+	case reflect.Pointer:
+		configKeys(t.Elem(), path, out)
+	case reflect.Map:
+		out[path] = t
+		configKeys(t.Elem(), path+".*", out)
+	case reflect.Slice:
+		if t.Elem().Kind() == reflect.String {
+			out[path] = t
+		}
+	case reflect.String:
+		out[path] = t
+	}
+}
+
+// TestConfigSecrets keeps configSecrets honest: every key of Config named
+// like a secret is redacted by config print or said not to be a secret,
+// and every entry of configSecrets is a key.
+func TestConfigSecrets(t *testing.T) {
+	keys := map[string]reflect.Type{}
+	configKeys(reflect.TypeOf(Config{}), "", keys)
+	var paths []string
+	for p := range keys {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	for _, p := range paths {
+		last := p[strings.LastIndexByte(p, '.')+1:]
+		if last == "*" {
+			continue // the values of a map: their map was checked
+		}
+		_, secret := configSecrets[p]
+		_, not := configNotSecrets[p]
+		if secretNamed.MatchString(last) && !secret && !not {
+			t.Errorf("%s is named like a secret: add it to configSecrets (config print hides it) or configNotSecrets (with the reason)", p)
+		}
+	}
+	for p := range configSecrets {
+		if _, ok := keys[p]; !ok {
+			t.Errorf("configSecrets names %s, which is no key of Config", p)
+		}
+	}
+	for p := range configNotSecrets {
+		if _, ok := keys[p]; !ok {
+			t.Errorf("configNotSecrets names %s, which is no key of Config", p)
+		}
+	}
+}
+
+// TestConfigPrint_HidesEverySecret: config print shows none of the
+// secrets put in every key of configSecrets, and what it prints loads.
+func TestConfigPrint_HidesEverySecret(t *testing.T) {
+	const (
+		pass  = "hunter2pass"
+		tok   = "T0kenSecretValue12345"
+		query = "qsecretvalue"
+	)
+	fills := map[string]string{
+		"serve.receiver.tenants":    "  receiver: {tenants: {\"" + tok + "-rx\": acme}}\n",
+		"serve.credentials.*.token": "  credentials: {ops: {token: " + tok + "-cred, tenant: \"*\"}}\n",
+		"serve.web.notify.headers":  "",
+		"serve.web.notify.url":      "",
+		"serve.web.base_url":        "",
+		"serve.clickhouse.dsn":      "  clickhouse: {dsn: \"clickhouse://app:" + pass + "@ch.example.com:9000/default?password=" + query + "\"}\n",
+		"rules.runbook_url":         "",
+	}
+	for p := range configSecrets {
+		if _, ok := fills[p]; !ok {
+			t.Fatalf("no secret is put in %s: add one to this test", p)
+		}
+	}
+	p := writeConfig(t, "serve:\n"+fills["serve.receiver.tenants"]+fills["serve.credentials.*.token"]+fills["serve.clickhouse.dsn"]+
+		"  web:\n"+
+		"    base_url: \"https://viewer:"+pass+"@mcpaudit.example.com/?access_token="+query+"\"\n"+
+		"    notify:\n"+
+		"      url: \"https://bot:"+pass+"@hooks.example.com/services/T0001/B0001/"+tok+"?token="+query+"&channel=ops\"\n"+
+		"      headers: {Authorization: \"Bearer "+tok+"-hdr\", X-Api-Key: \"raw-"+query+"\"}\n"+
+		"rules:\n"+
+		"  runbook_url: \"https://wiki:"+pass+"@wiki.example.com/runbooks?sig="+query+"\"\n")
+	code, out, errs := cliRun("config", "print", p)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, secret := range []string{pass, tok, query} {
+		if strings.Contains(out, secret) {
+			t.Errorf("config print shows the secret %q:\n%s", secret, out)
+		}
+	}
+	// What is not secret stays: the hosts, the user names, the header
+	// names, a plain query parameter, the tenant.
+	for _, want := range []string{"hooks.example.com/services/T0001/B0001/REDACTED", "channel=ops", "Authorization: '[REDACTED]'", "X-Api-Key:", "app:REDACTED@ch.example.com", "acme"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("config print lacks %q:\n%s", want, out)
+		}
+	}
+	if _, err := LoadConfig(writeConfig(t, out)); err != nil {
+		t.Errorf("the printed config does not load: %v\n%s", err, out)
+	}
+}
