@@ -63,18 +63,6 @@ func Entries(tenants map[string]string, creds map[string]Credential) []access.En
 	return out
 }
 
-// Authenticate returns the principal of the request's bearer token or
-// client certificate; ok is false when authentication is on and neither is
-// known, or the credential may not query. With authentication off, every
-// request is an anonymous principal of every tenant.
-func (s *Server) Authenticate(r *http.Request) (Principal, bool) {
-	p, ok := s.auth().Request(r)
-	if !ok || !p.Can(access.ScopeQuery) {
-		return Principal{}, false
-	}
-	return p, true
-}
-
 // Identify returns the principal of the request's bearer token or client
 // certificate whatever its scopes; ok is false when authentication is on
 // and neither is known.
@@ -119,16 +107,6 @@ func (s *Server) Authorize(w http.ResponseWriter, r *http.Request) (Principal, b
 		s.Log.Warn("tenant_conflict", "query API request refused: it names another tenant than its credential's",
 			"remote", r.RemoteAddr, "path", path, "credential", p.Name)
 		writeJSON(w, http.StatusForbidden, Error{err.Error()})
-		return Principal{}, false
-	}
-	return p, true
-}
-
-// PrincipalOf returns the principal of a token; ok is false for an unknown
-// token or one that may not query.
-func (s *Server) PrincipalOf(tok string) (Principal, bool) {
-	p, ok := s.auth().Token(tok)
-	if !ok || !p.Can(access.ScopeQuery) {
 		return Principal{}, false
 	}
 	return p, true
