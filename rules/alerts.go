@@ -62,6 +62,12 @@ func (b *builder) sloAlerts() []Rule {
 // eventWindow is how long an immediate alert stays firing after its event.
 const eventWindow = 10 * time.Minute
 
+// eventCount prints $value, a count of events over a window that
+// increase() estimated, as a whole number. increase() extrapolates to the
+// window's edges: 3 collisions whose first sample falls inside the window
+// read "3.214 call(s)" through humanize.
+const eventCount = `{{ printf "%.0f" $value }}`
+
 // byServer groups the per-server alerts: by job and server, so that they
 // carry the job label as the collector's and the SLO's alerts do (both
 // bounded: a job per scrape config, a server per audited MCP server).
@@ -124,7 +130,7 @@ func (b *builder) findingAlerts() []Rule {
 			expr:     newFindings(a.kind, eventWindow) + " > 0\n" + recent(a.kind, b.o.FindingMaxAge),
 			severity: SeverityCritical,
 			summary:  a.summary,
-			description: "Server {{ $labels.server }} produced {{ $value | humanize }} " +
+			description: "Server {{ $labels.server }} produced " + eventCount + " " +
 				fmt.Sprintf(a.what, Duration(eventWindow)) + ".",
 			view: findingsView(a.kind),
 		}))
@@ -143,7 +149,7 @@ func (b *builder) writeAlerts() []Rule {
 			for_:     15 * time.Minute,
 			severity: SeverityWarning,
 			summary:  "Writes are ending unverified.",
-			description: "{{ $value | humanize }} writes to server {{ $labels.server }} became unverified in the last hour: " +
+			description: eventCount + " writes to server {{ $labels.server }} became unverified in the last hour: " +
 				"their verification window passed with no proof that they were applied and no client check.",
 			view: findingsView(audit.KindUnverifiedWrite),
 		}),
@@ -177,7 +183,7 @@ func (b *builder) clientAlerts() []Rule {
 			for_:     5 * time.Minute,
 			severity: SeverityWarning,
 			summary:  "Clients re-send uncertain writes without the safe step.",
-			description: "Server {{ $labels.server }} saw {{ $value | humanize }} unsafe retry finding(s) in the last hour: after an " +
+			description: "Server {{ $labels.server }} saw " + eventCount + " unsafe retry finding(s) in the last hour: after an " +
 				"uncertain write a client sent the same intent under a new key, or a non-idempotent write to the same " +
 				"target, without reading the target first.",
 			view: findingsView(audit.KindUnsafeRetry),
@@ -246,7 +252,7 @@ func (b *builder) collectorAlerts() []Rule {
 				"job, "+metrics.LabelServer, eventWindow) + " > 0",
 			severity: SeverityWarning,
 			summary:  "Calls came too late to be judged: findings may be missing.",
-			description: "{{ $value | humanize }} call(s) to server {{ $labels.server }} in the last 10m came later than " +
+			description: eventCount + " call(s) to server {{ $labels.server }} in the last 10m came later than " +
 				"detect.allowed_lateness behind its watermark (a sender replaying a backlog after an outage or a cut): " +
 				"stored, never judged, so findings about them may be missing. mcpaudit status (or /api/v1/status) " +
 				"names the sources and the event-time span not judged.",
@@ -264,7 +270,7 @@ func (b *builder) collectorAlerts() []Rule {
 			for_:     5 * time.Minute,
 			severity: SeverityWarning,
 			summary:  "Different calls came under one trace and span id: some calls are not judged.",
-			description: "{{ $value | humanize }} call(s) to server {{ $labels.server }} in the last 15m shared their " +
+			description: eventCount + " call(s) to server {{ $labels.server }} in the last 15m shared their " +
 				"trace and span id with a different call (an exporter that reuses ids, or a replay tool rewriting them): " +
 				"each is stored, never judged, so findings about them may be missing. The collector's WARN lines " +
 				"kind=id_collision name the sources and both calls.",
@@ -304,7 +310,7 @@ func (b *builder) storeAlerts() []Rule {
 			expr:     newEvents(fault(metrics.FaultSpoolFileRejected), by, eventWindow) + " > 0",
 			severity: SeverityCritical,
 			summary:  "Acknowledged calls were set aside and will not reach the store.",
-			description: "Collector {{ $labels.instance }} of job {{ $labels.job }} moved {{ $value | humanize }} spool file(s) " +
+			description: "Collector {{ $labels.instance }} of job {{ $labels.job }} moved " + eventCount + " spool file(s) " +
 				"aside as .rejected in the last 10m, damaged or refused by the store for good. Their calls were " +
 				"acknowledged to the senders and will not reach the store unless a person acts; the collector's " +
 				"error log names each file.",
@@ -314,7 +320,7 @@ func (b *builder) storeAlerts() []Rule {
 			expr:     newEvents(fault(metrics.FaultIDIndexWrite), by, time.Hour) + " > 0",
 			severity: SeverityWarning,
 			summary:  "Writes of the embedded store's call id index fail.",
-			description: "Collector {{ $labels.instance }} of job {{ $labels.job }} failed {{ $value | humanize }} write(s) of " +
+			description: "Collector {{ $labels.instance }} of job {{ $labels.job }} failed " + eventCount + " write(s) of " +
 				"its call id index in the last hour. Nothing is lost: lookups by call id scan the calls past the " +
 				"index, slower, until it catches up; the collector's error log says why.",
 		}),
@@ -324,7 +330,7 @@ func (b *builder) storeAlerts() []Rule {
 			severity: SeverityWarning,
 			summary:  "The embedded store's call id index has a corrupt block.",
 			description: "Collector {{ $labels.instance }} of job {{ $labels.job }} met a corrupt block of its call id index " +
-				"{{ $value | humanize }} time(s) in the last hour. Nothing is lost: lookups that meet it scan the calls, " +
+				eventCount + " time(s) in the last hour. Nothing is lost: lookups that meet it scan the calls, " +
 				"slower. The damage stays until a person stops serve and deletes mcpaudit.db.ids; the next start rebuilds it.",
 		}),
 		// The count above pages when a file is set aside; this one keeps
@@ -349,7 +355,7 @@ func (b *builder) storeAlerts() []Rule {
 			expr:     newEvents(fault(metrics.FaultSpoolTailCut), by, time.Hour) + " > 0",
 			severity: SeverityWarning,
 			summary:  "A torn tail was cut off a spool segment at start.",
-			description: "Collector {{ $labels.instance }} of job {{ $labels.job }} cut {{ $value | humanize }} torn tail(s) off " +
+			description: "Collector {{ $labels.instance }} of job {{ $labels.job }} cut " + eventCount + " torn tail(s) off " +
 				"its spool segments when it started, kept as NNNN.log.TIME.torn. After a crash these are unacknowledged " +
 				"writes and harmless; after a clean stop, the last frame may be acknowledged calls damaged on disk.",
 		}),
@@ -382,7 +388,7 @@ func (b *builder) relayAlerts() []Rule {
 			expr:     fmt.Sprintf("sum by (%s) (increase(%s[10m])) > 0", by, dropped),
 			severity: SeverityCritical,
 			summary:  "A capture relay is losing call records.",
-			description: "Relay {{ $labels.instance }} of job {{ $labels.job }} dropped {{ $value | humanize }} call record(s) " +
+			description: "Relay {{ $labels.instance }} of job {{ $labels.job }} dropped " + eventCount + " call record(s) " +
 				"in the last 10m: its disk buffer is full or cannot be written. The calls were relayed to the MCP server " +
 				"but will never be audited.",
 		}),

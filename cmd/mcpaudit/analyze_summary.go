@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"strings"
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
@@ -97,20 +96,19 @@ func newSummary(det *analyzer, rejects *rejectLog, col *collector) analyzeSummar
 }
 
 // rejectReason says why a record or span of a file was rejected, in the
-// reasons of mcpaudit_ingest_rejected_total.
+// reasons of mcpaudit_ingest_rejected_total: the Kind its error was given
+// where it was rejected, never its wording (which is for display).
 func rejectReason(err error) metrics.RejectReason {
 	var se *capture.SpanError
 	if errors.As(err, &se) {
-		return metrics.RejectBadSpan
+		if se.Kind == "" {
+			return metrics.RejectBadSpan
+		}
+		return metrics.RejectReason(se.Kind)
 	}
 	var re *capture.RecordError
-	if errors.As(err, &re) {
-		switch {
-		case re.Field == "" && strings.HasPrefix(re.Reason, "line longer than"):
-			return metrics.RejectTooLarge
-		case re.Field != "" && strings.HasPrefix(re.Reason, "missing"):
-			return metrics.RejectMissingField
-		}
+	if errors.As(err, &re) && re.Kind != "" {
+		return metrics.RejectReason(re.Kind)
 	}
 	return metrics.RejectInvalidJSON
 }

@@ -9,8 +9,8 @@ import (
 // 'E' ("1.2.3", "+01", "1e", "-") and NaN and Inf in any case ("nan",
 // "-inf"), none of which is JSON (RFC 8259 §6): Python's json.dumps writes
 // NaN and Infinity by default. A value parsed as the contract's JSON is
-// checked with NumbersValid once fastjson has taken it; NumberError names
-// the fault in its text.
+// checked with Valid once fastjson has taken it; Fault names the fault in
+// its text.
 
 // ValidNumber reports whether b is a JSON number: -?(0|[1-9][0-9]*)
 // (\.[0-9]+)?([eE][+-]?[0-9]+)?.
@@ -58,9 +58,9 @@ func isDigit(c byte) bool { return c >= '0' && c <= '9' }
 // without a tree or an allocation: strings are skipped as StringEnd finds
 // their end (a search for the quote in long ones), and the bytes between
 // them are tokens and structure. On text fastjson has parsed, BadNumber
-// finds a number where NumbersValid says no (FuzzBadNumber holds both to
-// encoding/json's Valid); on other text it names a number that may be why
-// the parser failed.
+// finds a number exactly where Valid's walk finds one that is not JSON
+// (FuzzBadNumber holds both to encoding/json's Valid); on other text it
+// names a number that may be why the parser failed.
 func BadNumber(data []byte) (at int, token []byte) {
 	for i := 0; i < len(data); {
 		c := data[i]
@@ -102,17 +102,6 @@ func numberLike(t []byte) bool {
 		return true
 	}
 	return len(t) >= 3 && (strings.EqualFold(string(t[:3]), "nan") || strings.EqualFold(string(t[:3]), "inf"))
-}
-
-// NumberError names the first number of data that is not JSON, as
-// "NaN is not a JSON number at byte offset 17", or "" when BadNumber finds
-// none.
-func NumberError(data []byte) string {
-	at, t := BadNumber(data)
-	if at < 0 {
-		return ""
-	}
-	return numberReason(t) + " at byte offset " + strconv.Itoa(at)
 }
 
 // numberReason says the token t is no JSON number, quoting it when it is

@@ -3,6 +3,7 @@ package canon
 import (
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -69,8 +70,9 @@ func TestParseError_Number(t *testing.T) {
 
 // FuzzBadNumber: text fastjson takes and in which BadNumber finds no
 // number that is not JSON is JSON, and the other way round, as
-// encoding/json's Valid says; NumbersValid of its parse says what
-// BadNumber does.
+// encoding/json's Valid says; Valid of its parse finds a fault exactly
+// where BadNumber or BadString finds one, and Fault names the number when
+// it comes first.
 func FuzzBadNumber(f *testing.F) {
 	for _, s := range []string{`{"a":[1,-0,1e-7,1E+2,0.5]}`, `NaN`, `[nan]`, `{"a":1.2.3}`, `[+1,01,1.,.5,1e,0x10]`, `"\"1.2\\"`, `{"n":-Infinity}`, `[inf,-inf]`, `123456789012345678901234567890`} {
 		f.Add([]byte(s))
@@ -82,8 +84,14 @@ func FuzzBadNumber(f *testing.F) {
 		var p fastjson.Parser
 		v, err := p.ParseBytes(b)
 		at, tok := BadNumber(b)
-		if err == nil && NumbersValid(v) != (at < 0) {
-			t.Fatalf("%q: NumbersValid %v, BadNumber %d %q", b, NumbersValid(v), at, tok)
+		if err == nil {
+			sat, _ := BadString(b)
+			if ok := Valid(v); ok != (at < 0 && sat < 0) {
+				t.Fatalf("%q: Valid %v, BadNumber %d %q, BadString %d", b, ok, at, tok, sat)
+			}
+			if want := numberReason(tok) + " at byte offset " + strconv.Itoa(at); at >= 0 && (sat < 0 || at < sat) && Fault(b) != want {
+				t.Fatalf("%q: Fault %q, want %q", b, Fault(b), want)
+			}
 		}
 		if err == nil && at < 0 && !json.Valid(b) {
 			// fastjson also takes strings encoding/json refuses (control
@@ -102,42 +110,10 @@ func FuzzBadNumber(f *testing.F) {
 	})
 }
 
-// TestNumbersValid: the walk of fastjson's tree reads its Value as it is
-// (a fastjson whose Value changed fails here first), and says what
-// BadNumber says, through the mirror and without it.
-func TestNumbersValid(t *testing.T) {
-	if !mirrorFits {
-		t.Fatal("valueMirror does not fit fastjson.Value: update it to the fastjson in go.mod")
-	}
-	defer func(fits bool) { mirrorFits = fits }(mirrorFits)
-	for _, fits := range []bool{true, false} {
-		mirrorFits = fits
-		f := func(s string, want bool) {
-			t.Helper()
-			var p fastjson.Parser
-			v, err := p.Parse(s)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := NumbersValid(v); got != want {
-				t.Errorf("mirror %v: NumbersValid(%s) = %v, want %v", fits, s, got, want)
-			}
-		}
-		f(`{"a":[-0,1e-7,1E+2,0.5,123456789012345678901234567890,"NaN",true,null,{"b":{"c":[7]}}]}`, true)
-		f(`7`, true)
-		f(`"\u00e9"`, true)
-		for _, tok := range []string{"NaN", "nan", "inf", "+1", "01", "1.", ".5", "1.2.3", "1e", "1e+", "-1-"} {
-			f(tok, false)
-			f(`{"a":[1,{"b":`+tok+`}]}`, false)
-			f(`{"z":"y","a":`+tok+`}`, false)
-		}
-	}
-}
-
-// BenchmarkNumbers: the cost per call record of the number check, as the
-// tree walk (NumbersValid; Valid, which checks strings and keys too, is what
-// ingest runs) and as a read of the bytes (BadNumber), beside fastjson's
-// parse of the same line.
+// BenchmarkNumbers: the cost per call record of the check, as the tree
+// walk (Valid: numbers, strings and keys, what ingest runs) and as a read
+// of the bytes for numbers (BadNumber), beside fastjson's parse of the
+// same line.
 func BenchmarkNumbers(b *testing.B) {
 	line := []byte(`{"time":"2026-11-02T10:00:01.123456Z","server":"thegram","session":"s-0042","client":"claude-code/1.2","request":{"jsonrpc":"2.0","id":17,"method":"tools/call","params":{"name":"gram_patch","arguments":{"base_revision":41,"context":{"note":"fix the heading"},"expected_hash":"9f2c1e","operations":[{"op":"replace","path":"/title","value":"Quarterly report, Q3 \"draft\""},{"op":"add","path":"/tags/-","value":"finance"}],"path":"reports/q3.gram","request_id":"b6c1f0e2-5d7a-4b8e-9a3f-1c2d3e4f5a6b"}}},"response":{"jsonrpc":"2.0","id":17,"result":{"content":[{"type":"text","text":"patched reports/q3.gram to rev 42"}],"structuredContent":{"hash":"a81b2c","path":"reports/q3.gram","rev":42}}},"duration_ms":38.5}`)
 	var p fastjson.Parser
@@ -152,14 +128,6 @@ func BenchmarkNumbers(b *testing.B) {
 		}
 	})
 	v, _ = p.ParseBytes(line)
-	b.Run("NumbersValid", func(b *testing.B) {
-		b.SetBytes(int64(len(line)))
-		for range b.N {
-			if !NumbersValid(v) {
-				b.Fatal("bad")
-			}
-		}
-	})
 	b.Run("Valid", func(b *testing.B) {
 		// Numbers, strings and keys: what ingest runs.
 		b.SetBytes(int64(len(line)))

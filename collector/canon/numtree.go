@@ -6,67 +6,54 @@ import (
 	"github.com/valyala/fastjson"
 )
 
-// NumbersValid reports whether every number of v, a value fastjson
-// parsed, is a JSON number (ValidNumber). It walks the parsed tree and
-// reads the text fastjson cut out for each number: no byte of the input is
-// read again, where BadNumber reads them all (a tenth of analyze's time per
-// call, measured in docs/benchmarks.md). fastjson's public accessors cannot
+// Valid reports whether v, a value fastjson parsed, is JSON: every number
+// a JSON number (ValidNumber) and every string and object key a JSON
+// string (StringFault), fastjson taking both loosely. It walks the parsed
+// tree and reads the text fastjson cut out for each number, string and
+// key, and no byte between them, where BadNumber and BadString read every
+// byte again (docs/benchmarks.md). fastjson's public accessors cannot
 // serve: Type unescapes a string in the parser's buffer as it answers, and
 // the others allocate an error for a value of another type. The walk reads
 // fastjson's fields through a mirror of its Value; if the mirror does not
-// fit the fastjson built in (checked once, at start), NumbersValid reads
-// v's text again with BadNumber instead.
-func NumbersValid(v *fastjson.Value) bool {
-	if !mirrorFits {
-		var buf []byte
-		at, _ := BadNumber(v.MarshalTo(buf))
-		return at < 0
-	}
-	return valid(asMirror(v), false)
-}
-
-// Valid reports whether v, a value fastjson parsed, is JSON: every number
-// a JSON number (ValidNumber) and every string and object key a JSON
-// string (StringFault), fastjson taking both loosely. Like NumbersValid it
-// walks the parsed tree: it reads the text fastjson cut out for each
-// number, string and key, and no byte between them. v must be as Parse
-// left it: Type, Get, Visit and the string accessors unescape strings and
-// keys in place, after which their raw text is gone and a \n of it reads
-// as a control byte. Fault names what Valid found.
+// fit the fastjson built in (checked once, at start), Valid reads v's text
+// again with Fault instead. v must be as Parse left it: Type, Get, Visit
+// and the string accessors unescape strings and keys in place, after which
+// their raw text is gone and a \n of it reads as a control byte. Fault
+// names what Valid found.
 func Valid(v *fastjson.Value) bool {
 	if !mirrorFits {
 		var buf []byte
 		return Fault(v.MarshalTo(buf)) == ""
 	}
-	return valid(asMirror(v), true)
+	return valid(asMirror(v))
 }
 
 // typeRawString is fastjson's type of a string not yet unescaped: its s is
 // the text between the quotes as sent.
 const typeRawString fastjson.Type = 7
 
-func valid(m *valueMirror, strs bool) bool {
+func valid(m *valueMirror) bool {
 	switch m.t {
 	case fastjson.TypeObject:
 		for i := range m.o.kvs {
 			kv := &m.o.kvs[i]
-			if strs && !m.o.keysUnescaped && StringFault(textOf(kv.k)) >= 0 {
+			if !m.o.keysUnescaped && StringFault(textOf(kv.k)) >= 0 {
 				return false
 			}
-			if !valid(asMirror(kv.v), strs) {
+			if !valid(asMirror(kv.v)) {
 				return false
 			}
 		}
 	case fastjson.TypeArray:
 		for _, x := range m.a {
-			if !valid(asMirror(x), strs) {
+			if !valid(asMirror(x)) {
 				return false
 			}
 		}
 	case fastjson.TypeNumber:
 		return ValidNumber(textOf(m.s))
 	case typeRawString:
-		return !strs || StringFault(textOf(m.s)) < 0
+		return StringFault(textOf(m.s)) < 0
 	}
 	return true
 }

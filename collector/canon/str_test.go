@@ -61,9 +61,10 @@ func TestFault(t *testing.T) {
 	f(`["\\",  "\\\x"]`, `invalid escape \x at byte offset 11`)
 }
 
-// TestValid: the walk of fastjson's tree checks numbers, strings and keys
-// as Fault does, through the mirror and without it; NumbersValid still
-// checks numbers only.
+// TestValid: the walk of fastjson's tree reads its Value as it is (a
+// fastjson whose Value changed fails here first), and finds a number,
+// string or key that is not JSON where Fault does, and none where Fault
+// finds none, through the mirror and without it.
 func TestValid(t *testing.T) {
 	if !mirrorFits {
 		t.Fatal("valueMirror does not fit fastjson.Value: update it to the fastjson in go.mod")
@@ -71,28 +72,36 @@ func TestValid(t *testing.T) {
 	defer func(fits bool) { mirrorFits = fits }(mirrorFits)
 	for _, fits := range []bool{true, false} {
 		mirrorFits = fits
-		f := func(s string, want, wantNumbers bool) {
+		f := func(s, wantFault string) {
 			t.Helper()
 			var p fastjson.Parser
 			v, err := p.Parse(s)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := Valid(v); got != want {
-				t.Errorf("mirror %v: Valid(%q) = %v, want %v", fits, s, got, want)
+			if got := Valid(v); got != (wantFault == "") {
+				t.Errorf("mirror %v: Valid(%q) = %v, want %v", fits, s, got, wantFault == "")
 			}
-			if got := NumbersValid(v); got != wantNumbers {
-				t.Errorf("mirror %v: NumbersValid(%q) = %v, want %v", fits, s, got, wantNumbers)
+			if got := Fault([]byte(s)); got != wantFault {
+				t.Errorf("Fault(%q) = %q, want %q", s, got, wantFault)
 			}
 		}
-		f(`{"a\n\u00e9":[1,"\"\\\/\b\f\n\r\t\ud83d\ude00",true,null,{"b\"":{"c":["x"]}}]}`, true, true)
-		f(`"\u00e9"`, true, true)
-		f(`"\u12"`, false, true)
-		f(`{"z":"y","a":[1,{"b":"\x"}]}`, false, true)
-		f(`{"z":"y","a":[1,{"\x":"b"}]}`, false, true)
-		f("[\"a\x01\"]", false, true)
-		f("{\"a\x01\":{}}", false, true)
-		f(`["\0",NaN]`, false, false)
+		f(`{"a\n\u00e9":[1,"\"\\\/\b\f\n\r\t\ud83d\ude00",true,null,{"b\"":{"c":["x"]}}]}`, "")
+		f(`{"a":[-0,1e-7,1E+2,0.5,123456789012345678901234567890,"NaN",true,null,{"b":{"c":[7]}}]}`, "")
+		f(`7`, "")
+		f(`"\u00e9"`, "")
+		f(`"\u12"`, `invalid escape \u12 (\u takes 4 hex digits) at byte offset 1`)
+		f(`{"z":"y","a":[1,{"b":"\x"}]}`, `invalid escape \x at byte offset 22`)
+		f(`{"z":"y","a":[1,{"\x":"b"}]}`, `invalid escape \x at byte offset 18`)
+		f("[\"a\x01\"]", `a control byte 0x01 inside a string at byte offset 3`)
+		f("{\"a\x01\":{}}", `a control byte 0x01 inside a string at byte offset 3`)
+		f(`["\0",NaN]`, `invalid escape \0 at byte offset 2`)
+		f(`["x",NaN]`, `NaN is not a JSON number at byte offset 5`)
+		for _, tok := range []string{"NaN", "nan", "inf", "+1", "01", "1.", ".5", "1.2.3", "1e", "1e+", "-1-"} {
+			f(tok, tok+" is not a JSON number at byte offset 0")
+			f(`{"a":[1,{"b":`+tok+`}]}`, tok+" is not a JSON number at byte offset 13")
+			f(`{"z":"y","a":`+tok+`}`, tok+" is not a JSON number at byte offset 13")
+		}
 	}
 }
 

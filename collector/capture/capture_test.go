@@ -10,6 +10,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/mcpaudit/mcpaudit/exporter/metrics"
 )
 
 func decodeAll(t *testing.T, in []byte) (calls int, rejects []error, format Format) {
@@ -56,25 +58,30 @@ func TestDecoder_BadLinesKeepGoodOnes(t *testing.T) {
 	if f != FormatRecords || n != 2 {
 		t.Fatalf("format %v, %d calls, want NDJSON and 2", f, n)
 	}
-	want := []string{
-		"in:2: not JSON",
-		"in:3: field time: missing",
-		"in:4: field time: not an RFC 3339 time",
-		"in:5: field server: missing",
-		"in:6: field request: must be a JSON-RPC request object",
-		"in:7: field request.params.name: missing tool name",
-		"in:8: field duration_ms: must be a non-negative number",
+	// Each reject with the reason it is counted under (Kind, "" being
+	// invalid_json), whatever its words.
+	missing := string(metrics.RejectMissingField)
+	want := []struct{ msg, kind string }{
+		{"in:2: not JSON", ""},
+		{"in:3: field time: missing", missing},
+		{"in:4: field time: not an RFC 3339 time", ""},
+		{"in:5: field server: missing", missing},
+		{"in:6: field request: must be a JSON-RPC request object", ""},
+		{"in:7: field request.params.name: missing tool name", missing},
+		{"in:8: field duration_ms: must be a non-negative number", ""},
 	}
 	if len(rejects) != len(want) {
 		t.Fatalf("rejects = %v", rejects)
 	}
 	for i, w := range want {
-		if !strings.HasPrefix(rejects[i].Error(), w) {
-			t.Errorf("reject %d = %q, want prefix %q", i, rejects[i], w)
+		if !strings.HasPrefix(rejects[i].Error(), w.msg) {
+			t.Errorf("reject %d = %q, want prefix %q", i, rejects[i], w.msg)
 		}
 		var re *RecordError
 		if !errors.As(rejects[i], &re) || re.Line != i+2 {
 			t.Errorf("reject %d has no line %d", i, i+2)
+		} else if re.Kind != w.kind {
+			t.Errorf("reject %d (%s) of kind %q, want %q", i, re, re.Kind, w.kind)
 		}
 	}
 }
@@ -122,6 +129,9 @@ func TestDecoder_LongLine(t *testing.T) {
 	n, rejects, _ := decodeAll(t, []byte(good+"\n"+long+"\n"+good+"\n"))
 	if n != 2 || len(rejects) != 1 || !strings.Contains(rejects[0].Error(), "in:2: line longer") {
 		t.Fatalf("calls %d rejects %v", n, rejects)
+	}
+	if re := (*RecordError)(nil); !errors.As(rejects[0], &re) || re.Kind != string(metrics.RejectTooLarge) {
+		t.Errorf("%v: of kind %q, want too_large", rejects[0], re.Kind)
 	}
 }
 

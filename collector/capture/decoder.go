@@ -368,7 +368,7 @@ func (d *Decoder) nextRecord(rd *dialect.Reader) (*audit.Record, error) {
 		return nil, fmt.Errorf("cannot read %s: %w", d.name, err)
 	}
 	if tooLong {
-		d.errs = append(d.errs, &RecordError{Source: d.name, Line: d.line, Reason: fmt.Sprintf("line longer than %d bytes", MaxLine)})
+		d.errs = append(d.errs, &RecordError{Source: d.name, Line: d.line, Reason: fmt.Sprintf("line longer than %d bytes", MaxLine), Kind: kindTooLarge})
 		return nil, nil
 	}
 	if d.line == 1 {

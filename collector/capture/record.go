@@ -17,8 +17,21 @@ type RecordError struct {
 	Source string // file name or "-"
 	Line   int    // 1-based line (NDJSON) or element (JSON array); 0 if unknown
 	Field  string // the offending field, empty when the record is not JSON
+	// Reason says why, in words for the sender and the log.
 	Reason string
+	// Kind is the reason the record is counted under in
+	// mcpaudit_ingest_rejected_total (one of exporter/metrics'
+	// RejectReasons), set where the record is rejected, so that a count
+	// never depends on Reason's wording; empty is invalid_json.
+	Kind string
 }
+
+// The Kinds of a RecordError, as exporter/metrics spells them
+// (RejectMissingField, RejectTooLarge), which capture does not import.
+const (
+	kindMissingField = "missing_field"
+	kindTooLarge     = "too_large"
+)
 
 func (e *RecordError) Error() string {
 	loc := e.Source
@@ -116,6 +129,9 @@ func (rp *RecordParser) parse(data []byte, source string, line int, keep bool) (
 	bad := func(field, format string, args ...any) error {
 		return &RecordError{Source: source, Line: line, Field: field, Reason: fmt.Sprintf(format, args...)}
 	}
+	missing := func(field, reason string) error {
+		return &RecordError{Source: source, Line: line, Field: field, Reason: reason, Kind: kindMissingField}
+	}
 	v, err := rp.p.ParseBytes(data)
 	if err != nil {
 		return nil, bad("", "not JSON: %s", canon.ParseError(data, err))
@@ -150,7 +166,7 @@ func (rp *RecordParser) parse(data []byte, source string, line int, keep bool) (
 
 	tv := top[mTime]
 	if tv == nil {
-		return nil, bad("time", "missing")
+		return nil, missing("time", "missing")
 	}
 	ts, err := tv.StringBytes()
 	if err != nil {
@@ -177,7 +193,7 @@ func (rp *RecordParser) parse(data []byte, source string, line int, keep bool) (
 		return nil, bad("server", "%v", err)
 	}
 	if serverSpan.start == serverSpan.end {
-		return nil, bad("server", "missing")
+		return nil, missing("server", "missing")
 	}
 	optional := [...]struct {
 		name string
@@ -202,7 +218,7 @@ func (rp *RecordParser) parse(data []byte, source string, line int, keep bool) (
 
 	req := top[mRequest]
 	if req == nil {
-		return nil, bad("request", "missing")
+		return nil, missing("request", "missing")
 	}
 	if req.Type() != fastjson.TypeObject {
 		return nil, bad("request", "must be a JSON-RPC request object")
@@ -218,7 +234,7 @@ func (rp *RecordParser) parse(data []byte, source string, line int, keep bool) (
 	}
 	method := tx.buf[methodSpan.start:methodSpan.end]
 	if (len(method) == 0 || string(method) == "tools/call") && toolSpan.start == toolSpan.end {
-		return nil, bad("request.params.name", "missing tool name")
+		return nil, missing("request.params.name", "missing tool name")
 	}
 
 	var result, errData *fastjson.Value

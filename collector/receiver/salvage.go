@@ -110,39 +110,113 @@ func salvageProto(b []byte) (s salvaged, ok bool) {
 // rebuildProto returns b with each span that fault blames emptied, when
 // that decodes.
 func rebuildProto(b []byte, fault func([]byte) string) (s salvaged, ok bool) {
-	var out []byte
+	out, bad, _, ok := emptyBlamed(b, protoBlame{span: fault, kind: metrics.RejectBadSpan})
+	if !ok || len(bad) == 0 {
+		return salvaged{}, false
+	}
+	s.req = ptraceotlp.NewExportRequest()
+	if s.req.UnmarshalProto(out) != nil {
+		return salvaged{}, false
+	}
+	s.b, s.bad = out, bad
+	return s, true
+}
+
+// protoBlame says why a resource, a scope or a span of an OTLP protobuf
+// request is refused ("" when it is not), each given its own message; a
+// nil func blames nothing at its level.
+type protoBlame struct {
+	resource, scope, span func([]byte) string
+	// kind counts every span emptied.
+	kind metrics.RejectReason
+}
+
+// emptyBlamed walks the ResourceSpans, ScopeSpans and spans of the OTLP
+// protobuf request b and returns it with each blamed resource, scope and
+// span emptied (an empty message in its place, so the paths of the others
+// do not move) and every other field as it came. A span is blamed for its
+// resource first, then its scope, then itself; each is reported with its
+// path and why. unblamed counts the blamed resources and scopes that hold
+// no span to report. ok is false when b's framing breaks.
+func emptyBlamed(b []byte, blame protoBlame) (out []byte, bad []otlp.RejectedSpan, unblamed int, ok bool) {
+	// held returns why the first field num of message m that the level's
+	// blame finds fault with is refused: a message may repeat a field, and
+	// it may come after the spans it concerns.
+	held := func(m []byte, num protowire.Number, fault func([]byte) string) string {
+		why := ""
+		if fault != nil {
+			eachField(m, func(n protowire.Number, typ protowire.Type, v, _ []byte) bool {
+				if n == num && typ == protowire.BytesType {
+					why = fault(v)
+				}
+				return why == ""
+			})
+		}
+		return why
+	}
+	// field appends raw to dst, or an empty message numbered num in its
+	// place when emptied.
+	field := func(dst []byte, num protowire.Number, raw []byte, emptied bool) []byte {
+		if !emptied {
+			return append(dst, raw...)
+		}
+		dst = protowire.AppendTag(dst, num, protowire.BytesType)
+		return protowire.AppendBytes(dst, nil)
+	}
+	out = make([]byte, 0, len(b))
 	rs := 0
-	if !eachField(b, func(num protowire.Number, typ protowire.Type, v, raw []byte) bool {
+	ok = eachField(b, func(num protowire.Number, typ protowire.Type, v, raw []byte) bool {
 		if num != 1 || typ != protowire.BytesType {
 			out = append(out, raw...)
 			return true
 		}
+		resWhy := held(v, 1, blame.resource)
+		spansInRS := 0
 		var inner []byte
 		ss := 0
 		if !eachField(v, func(num protowire.Number, typ protowire.Type, v, raw []byte) bool {
-			if num != 2 || typ != protowire.BytesType {
+			switch {
+			case typ != protowire.BytesType || (num != 1 && num != 2):
 				inner = append(inner, raw...)
 				return true
+			case num == 1:
+				inner = field(inner, 1, raw, resWhy != "")
+				return true
 			}
+			scopeWhy := held(v, 1, blame.scope)
 			var spans []byte
 			sp := 0
 			if !eachField(v, func(num protowire.Number, typ protowire.Type, v, raw []byte) bool {
-				if num != 2 || typ != protowire.BytesType {
+				switch {
+				case typ != protowire.BytesType || (num != 1 && num != 2):
 					spans = append(spans, raw...)
 					return true
+				case num == 1:
+					spans = field(spans, 1, raw, scopeWhy != "")
+					return true
 				}
-				if why := fault(v); why != "" {
-					s.bad = append(s.bad, otlp.RejectedSpan{Path: spanPath(rs, ss, sp), Reason: why, Kind: string(metrics.RejectBadSpan)})
-					spans = protowire.AppendTag(spans, 2, protowire.BytesType)
-					spans = protowire.AppendBytes(spans, nil)
-				} else {
-					spans = append(spans, raw...)
+				reason := ""
+				switch {
+				case resWhy != "":
+					reason = "its resource: " + resWhy
+				case scopeWhy != "":
+					reason = "its scope: " + scopeWhy
+				case blame.span != nil:
+					reason = blame.span(v)
 				}
+				if reason != "" {
+					bad = append(bad, otlp.RejectedSpan{Path: spanPath(rs, ss, sp), Reason: reason, Kind: string(blame.kind)})
+				}
+				spans = field(spans, 2, raw, reason != "")
 				sp++
 				return true
 			}) {
 				return false
 			}
+			if scopeWhy != "" && sp == 0 {
+				unblamed++
+			}
+			spansInRS += sp
 			inner = protowire.AppendTag(inner, 2, protowire.BytesType)
 			inner = protowire.AppendBytes(inner, spans)
 			ss++
@@ -150,19 +224,18 @@ func rebuildProto(b []byte, fault func([]byte) string) (s salvaged, ok bool) {
 		}) {
 			return false
 		}
+		if resWhy != "" && spansInRS == 0 {
+			unblamed++
+		}
 		out = protowire.AppendTag(out, 1, protowire.BytesType)
 		out = protowire.AppendBytes(out, inner)
 		rs++
 		return true
-	}) || len(s.bad) == 0 {
-		return salvaged{}, false
+	})
+	if !ok {
+		return nil, nil, 0, false
 	}
-	s.req = ptraceotlp.NewExportRequest()
-	if s.req.UnmarshalProto(out) != nil {
-		return salvaged{}, false
-	}
-	s.b = out
-	return s, true
+	return out, bad, unblamed, true
 }
 
 // countProtoSpans counts the spans of a well-framed request.
@@ -369,101 +442,20 @@ func tooDeepReason(limit int) string {
 // it goes no deeper than protoValueDepth did. Only the refused request
 // pays for it: about one more walk of its bytes, and one copy.
 func salvageDeepProto(b []byte, limit int) (out []byte, bad []otlp.RejectedSpan, ok bool) {
-	deep := func(v []byte, k pbKind) bool { return pbWalk(v, k, 0, limit) != nil }
 	why := tooDeepReason(limit)
-	// heldDeep reports whether a field num of message m, the resource or
-	// scope of its spans, nests too deep; a message may repeat it.
-	heldDeep := func(m []byte, num protowire.Number, k pbKind) bool {
-		found := false
-		eachField(m, func(n protowire.Number, typ protowire.Type, v, _ []byte) bool {
-			found = n == num && typ == protowire.BytesType && deep(v, k)
-			return !found
-		})
-		return found
+	deep := func(k pbKind) func([]byte) string {
+		return func(v []byte) string {
+			if pbWalk(v, k, 0, limit) != nil {
+				return why
+			}
+			return ""
+		}
 	}
-	unblamed := false
-	out = make([]byte, 0, len(b))
-	rs := 0
-	if !eachField(b, func(num protowire.Number, typ protowire.Type, v, raw []byte) bool {
-		if num != 1 || typ != protowire.BytesType {
-			out = append(out, raw...)
-			return true
-		}
-		resDeep := heldDeep(v, 1, pbResource)
-		blamed := 0
-		var inner []byte
-		ss := 0
-		if !eachField(v, func(num protowire.Number, typ protowire.Type, v, raw []byte) bool {
-			switch {
-			case typ != protowire.BytesType || (num != 1 && num != 2):
-				inner = append(inner, raw...)
-				return true
-			case num == 1:
-				if resDeep {
-					inner = protowire.AppendTag(inner, 1, protowire.BytesType)
-					inner = protowire.AppendBytes(inner, nil)
-				} else {
-					inner = append(inner, raw...)
-				}
-				return true
-			}
-			scopeDeep := heldDeep(v, 1, pbScope)
-			var spans []byte
-			sp := 0
-			if !eachField(v, func(num protowire.Number, typ protowire.Type, v, raw []byte) bool {
-				if typ != protowire.BytesType || (num != 1 && num != 2) {
-					spans = append(spans, raw...)
-					return true
-				}
-				if num == 1 {
-					if scopeDeep {
-						spans = protowire.AppendTag(spans, 1, protowire.BytesType)
-						spans = protowire.AppendBytes(spans, nil)
-					} else {
-						spans = append(spans, raw...)
-					}
-					return true
-				}
-				reason := ""
-				switch {
-				case resDeep:
-					reason = "its resource: " + why
-				case scopeDeep:
-					reason = "its scope: " + why
-				case deep(v, pbSpan):
-					reason = why
-				}
-				if reason != "" {
-					bad = append(bad, otlp.RejectedSpan{Path: spanPath(rs, ss, sp), Reason: reason, Kind: string(metrics.RejectTooDeep)})
-					spans = protowire.AppendTag(spans, 2, protowire.BytesType)
-					spans = protowire.AppendBytes(spans, nil)
-					blamed++
-				} else {
-					spans = append(spans, raw...)
-				}
-				sp++
-				return true
-			}) {
-				return false
-			}
-			if scopeDeep && sp == 0 {
-				unblamed = true
-			}
-			inner = protowire.AppendTag(inner, 2, protowire.BytesType)
-			inner = protowire.AppendBytes(inner, spans)
-			ss++
-			return true
-		}) {
-			return false
-		}
-		if resDeep && blamed == 0 {
-			unblamed = true
-		}
-		out = protowire.AppendTag(out, 1, protowire.BytesType)
-		out = protowire.AppendBytes(out, inner)
-		rs++
-		return true
-	}) || unblamed || len(bad) == 0 || protoValueDepth(out, limit) != nil {
+	out, bad, unblamed, ok := emptyBlamed(b, protoBlame{
+		resource: deep(pbResource), scope: deep(pbScope), span: deep(pbSpan),
+		kind: metrics.RejectTooDeep,
+	})
+	if !ok || unblamed > 0 || len(bad) == 0 || protoValueDepth(out, limit) != nil {
 		return nil, nil, false
 	}
 	return out, bad, true

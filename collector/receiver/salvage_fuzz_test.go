@@ -2,6 +2,7 @@ package receiver
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -10,6 +11,8 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
+
+	"github.com/mcpaudit/mcpaudit/exporter/metrics"
 )
 
 // salvageSeed is a request of three spans, as protobuf and as JSON.
@@ -230,6 +233,114 @@ func TestSalvageDeepJSON(t *testing.T) {
 			}
 			if strings.Contains(string(out), "arrayValue") {
 				t.Errorf("rebuilt %s still holds the deep value", out)
+			}
+		})
+	}
+}
+
+// TestSalvageDeepProto: salvageDeepProto blames the span, scope or
+// resource the depth is in, empties it, and refuses (ok false) a request
+// whose deep resource or scope holds no span to blame, even beside a deep
+// span it could blame.
+func TestSalvageDeepProto(t *testing.T) {
+	const limit = 2
+	why := tooDeepReason(limit)
+	// spans appends n spans to ss, those in deep nested too deep.
+	spans := func(ss ptrace.ScopeSpans, n int, deep ...int) {
+		for i := range n {
+			sp := ss.Spans().AppendEmpty()
+			sp.SetSpanID(pcommon.SpanID{1, byte(i)})
+			sp.SetTraceID(pcommon.TraceID{2, byte(i)})
+			sp.Attributes().PutStr("gen_ai.tool.name", "gram_read")
+			if slices.Contains(deep, i) {
+				nest(sp.Attributes(), limit+1)
+			}
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		build func(td ptrace.Traces)
+		want  []string // spans blamed; nil: not salvaged
+	}{
+		{"span", func(td ptrace.Traces) {
+			spans(td.ResourceSpans().AppendEmpty().ScopeSpans().AppendEmpty(), 3, 1)
+		}, []string{"resourceSpans[0].scopeSpans[0].spans[1]: " + why}},
+		{"resource", func(td ptrace.Traces) {
+			rs := td.ResourceSpans().AppendEmpty()
+			nest(rs.Resource().Attributes(), limit+1)
+			spans(rs.ScopeSpans().AppendEmpty(), 1)
+			spans(rs.ScopeSpans().AppendEmpty(), 1)
+			spans(td.ResourceSpans().AppendEmpty().ScopeSpans().AppendEmpty(), 1)
+		}, []string{
+			"resourceSpans[0].scopeSpans[0].spans[0]: its resource: " + why,
+			"resourceSpans[0].scopeSpans[1].spans[0]: its resource: " + why,
+		}},
+		{"scope", func(td ptrace.Traces) {
+			rs := td.ResourceSpans().AppendEmpty()
+			ss := rs.ScopeSpans().AppendEmpty()
+			nest(ss.Scope().Attributes(), limit+1)
+			spans(ss, 2)
+			spans(rs.ScopeSpans().AppendEmpty(), 2, 1)
+		}, []string{
+			"resourceSpans[0].scopeSpans[0].spans[0]: its scope: " + why,
+			"resourceSpans[0].scopeSpans[0].spans[1]: its scope: " + why,
+			"resourceSpans[0].scopeSpans[1].spans[1]: " + why,
+		}},
+		{"resource_without_spans", func(td ptrace.Traces) {
+			nest(td.ResourceSpans().AppendEmpty().Resource().Attributes(), limit+1)
+			spans(td.ResourceSpans().AppendEmpty().ScopeSpans().AppendEmpty(), 2, 0)
+		}, nil},
+		{"resource_with_an_empty_scope", func(td ptrace.Traces) {
+			rs := td.ResourceSpans().AppendEmpty()
+			nest(rs.Resource().Attributes(), limit+1)
+			rs.ScopeSpans().AppendEmpty()
+			spans(td.ResourceSpans().AppendEmpty().ScopeSpans().AppendEmpty(), 2, 0)
+		}, nil},
+		{"scope_without_spans", func(td ptrace.Traces) {
+			rs := td.ResourceSpans().AppendEmpty()
+			nest(rs.ScopeSpans().AppendEmpty().Scope().Attributes(), limit+1)
+			spans(rs.ScopeSpans().AppendEmpty(), 2, 0)
+		}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			td := ptrace.NewTraces()
+			tc.build(td)
+			b, err := ptraceotlp.NewExportRequestFromTraces(td).MarshalProto()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if protoValueDepth(b, limit) == nil {
+				t.Fatal("the request is not too deep")
+			}
+			out, bad, ok := salvageDeepProto(b, limit)
+			if tc.want == nil {
+				if ok {
+					t.Fatalf("salvaged, blaming %v; want it refused whole", bad)
+				}
+				return
+			}
+			if !ok {
+				t.Fatalf("not salvaged; want %q", tc.want)
+			}
+			var got []string
+			for _, s := range bad {
+				if s.Kind != string(metrics.RejectTooDeep) {
+					t.Errorf("%s counted as %q, want too_deep", s.Path, s.Kind)
+				}
+				got = append(got, s.Error())
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("blamed %q\nwant    %q", got, tc.want)
+			}
+			req := ptraceotlp.NewExportRequest()
+			if err := req.UnmarshalProto(out); err != nil {
+				t.Fatalf("the rebuilt request does not decode: %v", err)
+			}
+			if err := protoValueDepth(out, limit); err != nil {
+				t.Errorf("the rebuilt request: %v", err)
+			}
+			if n, m := countProtoSpans(out), countProtoSpans(b); n != m {
+				t.Errorf("rebuilt with %d spans, want the %d of the request", n, m)
 			}
 		})
 	}

@@ -569,23 +569,20 @@ func (r *rowStatements) prepare(ctx context.Context, db *sql.DB) error {
 }
 
 // close closes the statements, those prepared on db's connection too
-// (while the committer is stopped: db has one connection).
+// (while the committer is stopped: db has one connection), which its
+// Close would also do.
 func (r *rowStatements) close(db *sql.DB) {
-	all := []*multiRow{r.calls, r.writes, r.sessions}
-	for _, m := range all {
+	for _, m := range []*multiRow{r.calls, r.writes, r.sessions} {
 		m.close()
 	}
 	if conn, err := db.Conn(context.Background()); err == nil {
 		conn.Raw(func(dc any) error {
-			for _, m := range all {
-				m.closeDriver(dc)
+			if wc, ok := dc.(*writerConn); ok {
+				wc.closeStmts()
 			}
 			return nil
 		})
 		conn.Close()
-	}
-	for _, m := range all {
-		m.closeDriver(nil) // forgets them, closed above or not
 	}
 }
 

@@ -29,10 +29,8 @@ import (
 type multiRow struct {
 	head, tail string // the statement before and after its VALUES list
 	cols, max  int
-	// ds are the statements by rows, prepared on the driver connection
-	// dc; nv is the arguments of the one being executed.
-	dc any
-	ds map[int]driver.Stmt
+	// nv is the arguments of the driver statement being executed (those
+	// are kept on the connection: writerConn).
 	nv []driver.NamedValue
 	// stmts are database/sql's statements by rows, used when
 	// driverStatements is false.
@@ -50,7 +48,7 @@ func newMultiRow(query string, cols, max int) *multiRow {
 	if !ok {
 		panic(fmt.Sprintf("sqlite: no VALUES list of %d columns in %s", cols, query))
 	}
-	return &multiRow{head: head, tail: tail, cols: cols, max: max, stmts: map[int]*sql.Stmt{}, ds: map[int]driver.Stmt{}}
+	return &multiRow{head: head, tail: tail, cols: cols, max: max, stmts: map[int]*sql.Stmt{}}
 }
 
 // valuesList returns "(?, ?), (?, ?)" for rows rows of cols columns.
@@ -82,19 +80,6 @@ func (m *multiRow) close() {
 		st.Close()
 	}
 	clear(m.stmts)
-}
-
-// closeDriver closes the driver's statements when dc is the connection
-// they were prepared on (those of a connection that is gone went with it),
-// and forgets them.
-func (m *multiRow) closeDriver(dc any) {
-	if dc != nil && dc == m.dc {
-		for _, st := range m.ds {
-			st.Close()
-		}
-	}
-	clear(m.ds)
-	m.dc = nil
 }
 
 // chunks calls f with the bounds of each chunk of n rows, in order.
@@ -144,29 +129,27 @@ func (m *multiRow) exec(ctx context.Context, conn *sql.Conn, tx *sql.Tx, args []
 	return res, nil
 }
 
-// driverStmt returns the statement of rows rows prepared on the driver
-// connection dc, preparing it when it is not (SQLite prepares within a
-// transaction as well). A new connection (the old one failed) has the
-// statements prepared again.
+// driverStmt returns the statement of rows rows prepared on the writer's
+// driver connection dc, preparing it when it is not (SQLite prepares
+// within a transaction as well). A new connection (database/sql closed the
+// one before, whose Close finalized the statements prepared on it) has
+// them prepared again.
 func (m *multiRow) driverStmt(ctx context.Context, dc any, rows int) (driver.StmtExecContext, error) {
-	if dc != m.dc {
-		clear(m.ds)
-		m.dc = dc
+	wc, ok := dc.(*writerConn)
+	if !ok {
+		return nil, fmt.Errorf("driver connection %T is not the writer's", dc)
 	}
-	st := m.ds[rows]
+	key := stmtKey{m, rows}
+	st := wc.stmts[key]
 	if st == nil {
 		if rows < 1 || rows > m.max || rows&(rows-1) != 0 {
 			return nil, fmt.Errorf("no statement of %d rows", rows)
 		}
-		pc, ok := dc.(driver.ConnPrepareContext)
-		if !ok {
-			return nil, fmt.Errorf("driver connection %T cannot prepare with a context", dc)
-		}
 		var err error
-		if st, err = pc.PrepareContext(ctx, m.head+valuesList(rows, m.cols)+m.tail); err != nil {
+		if st, err = wc.PrepareContext(ctx, m.head+valuesList(rows, m.cols)+m.tail); err != nil {
 			return nil, err
 		}
-		m.ds[rows] = st
+		wc.stmts[key] = st
 	}
 	ex, ok := st.(driver.StmtExecContext)
 	if !ok {

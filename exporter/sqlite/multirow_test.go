@@ -1,12 +1,17 @@
 package sqlite
 
 import (
+	"context"
+	"database/sql/driver"
 	"fmt"
+	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	sqlite "modernc.org/sqlite"
 
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/exporter/storetest"
@@ -396,5 +401,117 @@ func TestWriter_TempStoreMemory(t *testing.T) {
 	}
 	if mode != 2 {
 		t.Errorf("temp_store %d on the writer, want 2 (memory)", mode)
+	}
+}
+
+// writerDriverConn returns the driver connection the writer holds now.
+func writerDriverConn(t *testing.T, s *Store) any {
+	t.Helper()
+	conn, err := s.w.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var dc any
+	conn.Raw(func(c any) error { dc = c; return nil })
+	return dc
+}
+
+// openFiles counts this process's open file descriptors on the files
+// whose names start with path (the database, its log and its index).
+func openFiles(t *testing.T, path string) int {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skipf("SKIPPED: cannot count open files without /proc/self/fd: %v", err)
+	}
+	n := 0
+	for _, fd := range fds {
+		if target, err := os.Readlink(filepath.Join("/proc/self/fd", fd.Name())); err == nil && strings.HasPrefix(target, path) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestMultiRow_ConnectionReplaced: when database/sql closes the writer's
+// connection by itself and opens another, the multi-row statements
+// prepared on the old one are finalized with it. They were forgotten
+// instead, which left the old SQLite connection open as a zombie (its
+// file descriptors and cache) for as long as the process ran. The real
+// driver shows it: a statement on the writer interrupted by its context
+// makes the connection unusable, and database/sql replaces it. (No path
+// of the store runs a writer statement under a context that ends today;
+// the commits run under context.Background.)
+func TestMultiRow_ConnectionReplaced(t *testing.T) {
+	s := openTemp(t, Options{})
+	defer s.Close()
+	ctx := context.Background()
+	recs := records(t, 130)
+	if _, err := s.AppendCalls(ctx, recs[:100]); err != nil {
+		t.Fatal(err)
+	}
+	files := openFiles(t, s.path)
+	old := writerDriverConn(t, s)
+	// A statement that ends only when interrupted. When its context ends
+	// before the driver starts it, it is not interrupted: try again,
+	// waiting longer.
+	for wait := time.Millisecond; writerDriverConn(t, s) == old; wait *= 4 {
+		if wait > 10*time.Second {
+			t.Fatal("the writer's connection was not replaced")
+		}
+		qctx, cancel := context.WithTimeout(ctx, wait)
+		var n int64
+		err := s.w.QueryRowContext(qctx, `WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c) SELECT count(*) FROM c`).Scan(&n)
+		cancel()
+		if err == nil {
+			t.Fatalf("an endless statement ended with %d rows", n)
+		}
+	}
+	if _, err := s.AppendCalls(ctx, recs[100:]); err != nil {
+		t.Fatalf("the commit on the new connection: %v", err)
+	}
+	if n := count(t, s); n != len(recs) {
+		t.Errorf("%d calls stored, want %d", n, len(recs))
+	}
+	if now := openFiles(t, s.path); now != files {
+		t.Errorf("%d files open on the store, %d before its connection was replaced: the old connection was not closed", now, files)
+	}
+}
+
+// TestWriterConn_Interfaces: a writerConn offers every optional interface
+// of database/sql that the driver's connection implements, so that
+// database/sql uses the writer's connections as it would the driver's.
+func TestWriterConn_Interfaces(t *testing.T) {
+	cn, err := sqlite.NewConnector("file:" + filepath.Join(t.TempDir(), "a.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dc, err := cn.Connect(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dc.Close()
+	wc, err := writerConnector{cn}.Connect(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wc.Close()
+	for _, iface := range []reflect.Type{
+		reflect.TypeFor[driver.Conn](),
+		reflect.TypeFor[driver.ConnBeginTx](),
+		reflect.TypeFor[driver.ConnPrepareContext](),
+		reflect.TypeFor[driver.Execer](),
+		reflect.TypeFor[driver.ExecerContext](),
+		reflect.TypeFor[driver.Queryer](),
+		reflect.TypeFor[driver.QueryerContext](),
+		reflect.TypeFor[driver.Pinger](),
+		reflect.TypeFor[driver.SessionResetter](),
+		reflect.TypeFor[driver.Validator](),
+		reflect.TypeFor[driver.NamedValueChecker](),
+	} {
+		if reflect.TypeOf(dc).Implements(iface) && !reflect.TypeOf(wc).Implements(iface) {
+			t.Errorf("the driver's connection %T is a %v, a writerConn is not", dc, iface)
+		}
 	}
 }

@@ -335,10 +335,11 @@ func Open(path string, opts Options) (*Store, error) {
 	// Checkpoints keep SQLite's default (every 1000 pages of log); after
 	// one, a log grown past 16 MiB is truncated back to that size.
 	q.Add("_pragma", "journal_size_limit(16777216)")
-	w, err := sql.Open("sqlite", base+"?"+q.Encode())
+	cn, err := sqlite.NewConnector(base + "?" + q.Encode())
 	if err != nil {
 		return nil, fmt.Errorf("cannot open store %s: %w", path, err)
 	}
+	w := sql.OpenDB(writerConnector{cn})
 	w.SetMaxOpenConns(1)
 	w.SetMaxIdleConns(1)
 	w.SetConnMaxLifetime(0)

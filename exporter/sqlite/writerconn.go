@@ -1,0 +1,81 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql/driver"
+	"fmt"
+)
+
+// The committer's multi-row statements are prepared on the writer's
+// driver connection (multiRow.exec) and kept for the batches after. But
+// database/sql may close that connection by itself and open another: it
+// discards one the driver calls unusable when it is given back (this
+// driver does after a statement on it was interrupted by its context). A
+// SQLite connection closed while statements prepared on it are not
+// finalized stays open, a zombie holding its file descriptors and cache,
+// until they are; and this driver cannot finalize them once it closed the
+// connection (it panics). So the statements are kept on the connection
+// they were prepared on, and its Close finalizes them first.
+
+// writerConnector makes the writer's connections writerConns.
+type writerConnector struct {
+	driver.Connector
+}
+
+// Connect opens a connection of the writer.
+func (c writerConnector) Connect(ctx context.Context) (driver.Conn, error) {
+	dc, err := c.Connector.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sc, ok := dc.(sqliteConn)
+	if !ok {
+		dc.Close()
+		return nil, fmt.Errorf("cannot use driver connection %T: it lacks an interface database/sql uses", dc)
+	}
+	return &writerConn{sqliteConn: sc, stmts: map[stmtKey]driver.Stmt{}}, nil
+}
+
+// sqliteConn is the driver's connection as database/sql uses it: every
+// optional interface it implements, so that a writerConn offers them too
+// (TestWriterConn_Interfaces).
+type sqliteConn interface {
+	driver.Conn
+	driver.ConnBeginTx
+	driver.ConnPrepareContext
+	driver.Execer
+	driver.ExecerContext
+	driver.Queryer
+	driver.QueryerContext
+	driver.Pinger
+	driver.SessionResetter
+	driver.Validator
+}
+
+// writerConn is a connection of the writer with the multi-row statements
+// prepared on it. database/sql does not use a connection from two
+// goroutines at once, nor close one in use, so stmts needs no lock.
+type writerConn struct {
+	sqliteConn
+	stmts map[stmtKey]driver.Stmt
+}
+
+// stmtKey names a multi-row statement: its multiRow and its rows.
+type stmtKey struct {
+	m    *multiRow
+	rows int
+}
+
+// Close finalizes the statements prepared on c, then closes it.
+func (c *writerConn) Close() error {
+	c.closeStmts()
+	return c.sqliteConn.Close()
+}
+
+// closeStmts finalizes the statements prepared on c.
+func (c *writerConn) closeStmts() {
+	for _, st := range c.stmts {
+		st.Close()
+	}
+	clear(c.stmts)
+}
