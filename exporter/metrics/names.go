@@ -222,7 +222,7 @@ const (
 	RejectInvalidText  RejectReason = "invalid_text"      // a name or id that is not printable UTF-8
 	RejectTooLong      RejectReason = "too_long"          // a name, id or payload over its cap, or too many attributes
 	RejectTooDeep      RejectReason = "too_deep"          // JSON or OTLP values nested deeper than the limit
-	RejectBadTime      RejectReason = "bad_time"          // a time the store cannot hold (outside 1678-2261)
+	RejectBadTime      RejectReason = "bad_time"          // a time the store cannot hold (outside 1678-2261), too far ahead, before retention's cutoff, or a bad duration
 	RejectServerLimit  RejectReason = "server_limit"      // a new server past the tenant's cap of partitions
 	RejectOverloaded   RejectReason = "overloaded"        // refused before reading: memory, bytes in flight or connections at their limit
 	RejectTimeout      RejectReason = "timeout"           // the body did not arrive in time
