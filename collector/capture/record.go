@@ -318,6 +318,7 @@ func (rp *RecordParser) parse(data []byte, source string, line int, keep bool) (
 	}
 	c.Tool = tx.get(toolSpan)
 	c.ID, c.Fingerprint = tx.get(idSpan), tx.get(fpSpan)
+	c.RespSum = audit.ResponseSum(c, canon.Sum(result), canon.Sum(errData))
 	rp.payload = dialect.Payload{Args: args, Result: result, ErrorData: errData, CanonicalArgs: canonical}
 	if args == nil {
 		rp.payload.CanonicalArgs = nil

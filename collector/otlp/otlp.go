@@ -427,6 +427,14 @@ func (cv *Converter) convert(res *Resource, source string, p path, rd *dialect.R
 	c.Source, c.Server, c.Tool, c.Session, c.Client = get(fSource), get(fServer), get(fTool), get(fSession), get(fClient)
 	c.Tenant, c.RPCID, c.TraceID, c.SpanID, c.TransportError = get(fTenant), get(fRPC), get(fTrace), get(fSpan), get(fTransport)
 	c.ID, c.Fingerprint = get(fID), get(fFP)
+	if result != nil {
+		// The response is known only where the opt-in result is recorded,
+		// and then it sums as a call record's response.result does: the
+		// same exchange on both carriers has one sum. A span that records
+		// an error code, or no payload, says too little of its response to
+		// tell it from another (its sum is unknown, 0).
+		c.RespSum = audit.ResponseSum(c, canon.Sum(result), 0)
+	}
 	if cv.Keep && (args != nil || result != nil) {
 		sa, sr := a[attrArgs], a[attrResult]
 		buf := make([]byte, 0, len(sa)+len(sr))
