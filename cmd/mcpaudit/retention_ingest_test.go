@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/exporter/clickhouse"
 )
 
 // TestServe_RetainedCutoff: the earliest time serve takes a call at is
@@ -22,11 +23,13 @@ import (
 func TestServe_RetainedCutoff(t *testing.T) {
 	now := time.Now()
 	day := 24 * time.Hour
+	var ch clickhouse.Retention
 	f := func(store, from string, stored time.Time, tenant string, newest time.Time, want time.Time, wantSetting string) {
 		t.Helper()
 		cfg := NewDefaultConfig()
 		cfg.Serve.Store, cfg.Serve.RetentionFrom = store, from
 		cfg.Serve.TenantRetention = map[string]Duration{"acme": Duration(time.Hour)}
+		cfg.Serve.ClickHouse.Retention = ch
 		cfg.Serve.Pipeline.Now = func() time.Time { return now }
 		s := &server{cfg: cfg}
 		if !stored.IsZero() {
@@ -48,6 +51,14 @@ func TestServe_RetainedCutoff(t *testing.T) {
 	f("sqlite", RetentionFromNewestCall, time.Time{}, "acme", now, now.Add(-time.Hour), "serve.tenant_retention.acme 1h, counted back from now")
 	f("sqlite", RetentionFromNow, time.Time{}, "", old, now.Add(-30*day), "serve.retention 30d, counted back from now")
 	f("clickhouse", RetentionFromNewestCall, time.Time{}, "", old, now.Add(-30*day), "serve.retention 30d, counted back from now")
+	f("clickhouse", RetentionFromNewestCall, time.Time{}, "acme", old, now.Add(-time.Hour), "serve.tenant_retention.acme 1h, counted back from now")
+	// ClickHouse's own retention, when set, is the one its store keeps.
+	ch = clickhouse.Retention{Default: 7 * day, Tenants: map[string]time.Duration{"globex": 2 * day}}
+	f("clickhouse", RetentionFromNewestCall, time.Time{}, "", old, now.Add(-7*day), "serve.clickhouse.retention.default 1w, counted back from now")
+	f("clickhouse", RetentionFromNewestCall, time.Time{}, "globex", old, now.Add(-2*day), "serve.clickhouse.retention.tenants.globex 2d, counted back from now")
+	// Its tenants listed replace serve.tenant_retention's.
+	f("clickhouse", RetentionFromNewestCall, time.Time{}, "acme", old, now.Add(-7*day), "serve.clickhouse.retention.default 1w, counted back from now")
+	f("sqlite", RetentionFromNewestCall, time.Time{}, "acme", now, now.Add(-time.Hour), "serve.tenant_retention.acme 1h, counted back from now")
 }
 
 // TestServe_RefusesWhatRetentionDeletes: a call older than retention keeps

@@ -604,8 +604,19 @@ func (s *server) raiseNewest(t time.Time) {
 // its calls by TTL, counted back from now.
 func (s *server) retained(tenant string, newest time.Time) (time.Time, string) {
 	keep, setting := s.cfg.Serve.Retention.D(), "serve.retention"
-	if d, ok := s.cfg.Serve.TenantRetention[tenant]; ok {
+	ch := s.cfg.Serve.ClickHouse.Retention
+	onCH := s.cfg.Serve.Store == "clickhouse"
+	if onCH && ch.Default > 0 {
+		// ClickHouse's own settings win where set, as openStore gives them.
+		keep, setting = ch.Default, "serve.clickhouse.retention.default"
+	}
+	if d, ok := ch.Tenants[tenant]; onCH && ok {
+		keep, setting = d, "serve.clickhouse.retention.tenants."+tenant
+	} else if d, ok := s.cfg.Serve.TenantRetention[tenant]; ok && (!onCH || len(ch.Tenants) == 0) {
 		keep, setting = d.D(), "serve.tenant_retention."+tenant
+	}
+	if keep <= 0 {
+		return time.Time{}, ""
 	}
 	now := time.Now()
 	if s.cfg.Serve.Pipeline.Now != nil {
