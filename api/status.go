@@ -98,9 +98,10 @@ type Counts struct {
 	Late    int64 `json:"late"`
 	TooLate int64 `json:"too_late"`
 	Ahead   int64 `json:"clock_ahead"`
-	// IDCollisions counts calls stored and not judged because a different
-	// call came under the same trace and span id (detect.Collision); for
-	// a source, those its deliveries revealed.
+	// IDCollisions counts calls not judged because a different call came
+	// under the same trace and span id (stored), or another response under
+	// the same call id (not stored: the store keeps one per id)
+	// (detect.Collision); for a source, those its deliveries revealed.
 	IDCollisions int64 `json:"id_collisions"`
 	// TooLateFrom and TooLateTo span the event times of the calls counted
 	// too late since the collector started: stored, never judged, so the

@@ -1,6 +1,8 @@
 package audit
 
 import (
+	"encoding/binary"
+	"hash/maphash"
 	"time"
 )
 
@@ -199,6 +201,43 @@ type Call struct {
 	// Received is the wall time the live service acknowledged the call;
 	// zero for files. It is not stored.
 	Received time.Time
+	// RespSum identifies the response observed (ResponseSum), so that two
+	// observations under one call id that answered differently are told
+	// apart from a second observation of one exchange. 0 when no response
+	// was observed or it is not known (a call read back from the store).
+	// It is not stored.
+	RespSum uint64
+}
+
+// respSeed seeds ResponseSum: sums compare within one process.
+var respSeed = maphash.MakeSeed()
+
+// ResponseSum returns c's RespSum for a response whose result and error
+// data sum to result and errData (the decoder's hash of each JSON value,
+// 0 when absent), with c's JSON-RPC error and the texts of extra (what
+// else the carrier says of the response); 0 when c saw no response.
+func ResponseSum(c *Call, result, errData uint64, extra ...string) uint64 {
+	if !c.Responded {
+		return 0
+	}
+	var h maphash.Hash
+	h.SetSeed(respSeed)
+	var b [8 * 4]byte
+	binary.LittleEndian.PutUint64(b[0:], result)
+	binary.LittleEndian.PutUint64(b[8:], errData)
+	if c.Error != nil {
+		b[16] = 1
+		binary.LittleEndian.PutUint64(b[24:], uint64(c.Error.Code))
+		h.Write(b[:])
+		h.WriteString(c.Error.Message)
+	} else {
+		h.Write(b[:])
+	}
+	for _, s := range extra {
+		h.WriteByte(0)
+		h.WriteString(s)
+	}
+	return h.Sum64() | 1
 }
 
 // Failure is the classification of one failed or uncertain call, or of one

@@ -258,7 +258,7 @@ func (r *Record) Lean() *Record {
 		Server: cut(c.Server), Session: cut(c.Session), Client: cut(c.Client),
 		Tenant: cut(c.Tenant), TraceID: cut(c.TraceID), SpanID: cut(c.SpanID),
 		RPCID: cut(c.RPCID), Method: cut(c.Method), Tool: cut(c.Tool),
-		Responded: c.Responded, Received: c.Received,
+		Responded: c.Responded, Received: c.Received, RespSum: c.RespSum,
 	}
 	l.r.Call = &l.c
 	if r.Tool == c.Tool {

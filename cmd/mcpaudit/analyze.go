@@ -426,7 +426,7 @@ func printSummary(w io.Writer, det *analyzer, rejects *rejectLog) {
 		if s.Collisions > 0 {
 			// Counted among the duplicates, but they are calls of their
 			// own that nothing judged: findings about them may be missing.
-			fmt.Fprintf(w, ", %d of them id collisions: another call under the trace and span id of one taken, never judged", s.Collisions)
+			fmt.Fprintf(w, ", %d of them id collisions: another call under the trace and span id of one taken, or another response under its call id, never judged", s.Collisions)
 		}
 		fmt.Fprint(w, ")")
 	}

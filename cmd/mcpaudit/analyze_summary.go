@@ -21,8 +21,8 @@ type analyzeSummary struct {
 	// Duplicates are second observations of an exchange, dropped.
 	Duplicates int64 `json:"duplicates"`
 	// IDCollisions are the duplicates that were another exchange under
-	// the trace and span id of one taken (detect.Stats.Collisions):
-	// dropped, never judged.
+	// the trace and span id of one taken, or another response under its
+	// call id (detect.Stats.Collisions): dropped, never judged.
 	IDCollisions int64 `json:"id_collisions"`
 	// Late are calls that arrived later than the lateness bound.
 	Late int64 `json:"late"`

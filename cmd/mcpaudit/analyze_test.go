@@ -197,7 +197,8 @@ func TestPrintJSON_AsMarshal(t *testing.T) {
 // TestAnalyze_SummaryIDCollisions: a call under the trace and span id of
 // another exchange is dropped unjudged; the summary says how many, in the
 // text only when there are any (as the other dropped counts), in the JSON
-// always. An exact second observation is a duplicate, not a collision.
+// always. An exact second observation is a duplicate, not a collision;
+// another response under one call id is one.
 func TestAnalyze_SummaryIDCollisions(t *testing.T) {
 	dir := t.TempDir()
 	line := func(session string, id int) []byte {
@@ -229,4 +230,12 @@ func TestAnalyze_SummaryIDCollisions(t *testing.T) {
 	}
 	f("collision", [][]byte{line("s-a", 1), line("s-b", 2)}, 1, 1)
 	f("exact", [][]byte{line("s-a", 1), line("s-a", 1)}, 1, 0)
+	// One call id (the same request at the same millisecond, without
+	// span ids) with another response is a collision too; the same
+	// response reformatted is not.
+	record := func(result string) []byte {
+		return fmt.Appendf(nil, `{"time":"2026-12-04T10:00:00Z","server":"thegram","session":"s-c","request":{"id":7,"jsonrpc":"2.0","method":"tools/call","params":{"name":"gram_read","arguments":{"path":"d.gram"}}},"response":{"id":7,"jsonrpc":"2.0","result":%s}}`, result)
+	}
+	f("response", [][]byte{record(`{"isError":false,"structuredContent":{"rev":1}}`), record(`{"isError":true}`)}, 1, 1)
+	f("response_reformatted", [][]byte{record(`{"isError":false,"structuredContent":{"rev":1}}`), record(`{ "structuredContent" : {"rev":1}, "isError":false }`)}, 1, 0)
 }

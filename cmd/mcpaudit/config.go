@@ -73,7 +73,9 @@ type ServeConfig struct {
 	DataDir string `yaml:"data_dir"`
 	// Store is the backend: sqlite (embedded, default) or clickhouse.
 	Store string `yaml:"store"`
-	// Retention is how long calls, writes and findings are kept. Default 30d.
+	// Retention is how long calls, writes and findings are kept; ingest
+	// refuses a call older than the next retention round keeps, which it
+	// would delete once acknowledged. Default 30d.
 	Retention Duration `yaml:"retention"`
 	// RetentionFrom is what the embedded store's retention counts back
 	// from: newest_call, the time of the newest stored call (or now, when

@@ -211,7 +211,12 @@ func TestServe_HostileInputs(t *testing.T) {
 			return post("/v1/calls", "application/x-ndjson", hostileRecord("thegram", "gram_read", `"-0001-01-01T00:00:00Z"`, 6))
 		}, 400, "time"},
 		{"time_year_9999_otlp", func() (int, string) {
-			return post("/v1/traces", "application/x-protobuf", proto(span(func(sp ptrace.Span) { sp.SetStartTimestamp(pcommon.Timestamp(1<<63 + 5)) })))
+			return post("/v1/traces", "application/x-protobuf", proto(span(func(sp ptrace.Span) {
+				// Its end after its start: a span that ends before it
+				// starts is rejected for that.
+				sp.SetStartTimestamp(pcommon.Timestamp(1<<63 + 5))
+				sp.SetEndTimestamp(pcommon.Timestamp(1<<63 + 5 + 1e6))
+			})))
 		}, 200, "outside 1678-2261"},
 		{"tool_name_1MB", func() (int, string) {
 			return post("/v1/calls", "application/x-ndjson", hostileRecord("thegram", strings.Repeat("t", 1<<20), quoted(now), 7))

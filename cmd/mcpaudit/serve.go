@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -32,6 +33,7 @@ import (
 	"github.com/mcpaudit/mcpaudit/exporter/notify"
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
 	"github.com/mcpaudit/mcpaudit/internal/access"
+	"github.com/mcpaudit/mcpaudit/internal/conf"
 	"github.com/mcpaudit/mcpaudit/internal/connlimit"
 	"github.com/mcpaudit/mcpaudit/internal/datadir"
 	"github.com/mcpaudit/mcpaudit/internal/ratelog"
@@ -142,6 +144,11 @@ type server struct {
 	certs    *access.Certificates
 	redactor *redact.Redactor
 	limits   map[string]*connlimit.Listener
+	// newest is the newest call known stored (Unix nanoseconds): read at
+	// start and by each retention round, raised by each request taken. The
+	// retention cutoff counts back from it (serve.retention_from), so that
+	// ingest refuses what the next round would delete (retained).
+	newest atomic.Int64
 }
 
 // openStore opens the configured store. The caller holds the data dir
@@ -332,6 +339,14 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	rc := receiver.New(rcfg, cfg.Dialects, tracedIngester{s.pipe}, s.metrics, log)
 	rc.Access, rc.Redactor, rc.Admit = s.access, s.redactor, s.pipe.Admit
 	rc.Now = cfg.Serve.Pipeline.Now // nil: time.Now, as the pipeline's
+	if nc, ok := st.(interface {
+		NewestCall(context.Context) (time.Time, error)
+	}); ok {
+		if newest, err := nc.NewestCall(ctx); err == nil && !newest.IsZero() {
+			s.newest.Store(newest.UnixNano())
+		}
+	}
+	rc.Retained = s.retained
 	if err := s.metrics.WatchPipeline(s.registry, s.pipelineViews); err != nil {
 		s.closeAll()
 		return nil, err
@@ -548,6 +563,7 @@ func (s *server) expire(ctx context.Context, now time.Time) {
 			// round runs, acknowledged and expected kept.
 			return
 		}
+		s.raiseNewest(newest)
 		if newest.Before(now) {
 			from = newest
 		}
@@ -565,6 +581,55 @@ func (s *server) expire(ctx context.Context, now time.Time) {
 	cutoff := from.Add(-s.cfg.Serve.Retention.D())
 	n, err := s.store.DeleteBefore(ctx, cutoff, own...)
 	report("*", cutoff, n, err)
+}
+
+// raiseNewest makes t the newest call known stored, if it is newer.
+func (s *server) raiseNewest(t time.Time) {
+	n := t.UnixNano()
+	for {
+		old := s.newest.Load()
+		if n <= old || s.newest.CompareAndSwap(old, n) {
+			return
+		}
+	}
+}
+
+// retained returns the earliest time a call of tenant must be dated for
+// retention to keep it once a request whose newest call is dated newest
+// is stored, and the setting that says so (receiver.Receiver.Retained):
+// the cutoff of the next retention round (expire), counted back from now,
+// or, by default (serve.retention_from: newest_call) from the newest call
+// stored or in the request, when that is older. An older call would be
+// acknowledged and then deleted: it is refused instead. ClickHouse keeps
+// its calls by TTL, counted back from now.
+func (s *server) retained(tenant string, newest time.Time) (time.Time, string) {
+	keep, setting := s.cfg.Serve.Retention.D(), "serve.retention"
+	ch := s.cfg.Serve.ClickHouse.Retention
+	onCH := s.cfg.Serve.Store == "clickhouse"
+	if onCH && ch.Default > 0 {
+		// ClickHouse's own settings win where set, as openStore gives them.
+		keep, setting = ch.Default, "serve.clickhouse.retention.default"
+	}
+	if d, ok := ch.Tenants[tenant]; onCH && ok {
+		keep, setting = d, "serve.clickhouse.retention.tenants."+tenant
+	} else if d, ok := s.cfg.Serve.TenantRetention[tenant]; ok && (!onCH || len(ch.Tenants) == 0) {
+		keep, setting = d.D(), "serve.tenant_retention."+tenant
+	}
+	if keep <= 0 {
+		return time.Time{}, ""
+	}
+	now := time.Now()
+	if s.cfg.Serve.Pipeline.Now != nil {
+		now = s.cfg.Serve.Pipeline.Now()
+	}
+	from, since := now, "now"
+	if s.cfg.Serve.Store != "clickhouse" && s.cfg.Serve.RetentionFrom != RetentionFromNow {
+		s.raiseNewest(newest)
+		if n := time.Unix(0, s.newest.Load()); n.Before(now) {
+			from, since = n, "the newest call "+n.UTC().Format(time.RFC3339)
+		}
+	}
+	return from.Add(-keep), fmt.Sprintf("%s %s, counted back from %s", setting, conf.FormatDuration(keep), since)
 }
 
 // shutdown stops accepting traffic, lets in-flight requests finish, commits

@@ -543,10 +543,10 @@ func (bs *blockStream) advance(rd *dialect.Reader) error {
 				bs.latest, bs.any = t, true
 			}
 		}
-		rec, ignored, reason := o.conv.JSONSpan(v, &bs.res, o.name+":", bs.b.index, j, k, rd)
+		rec, ignored, reason, kind := o.conv.JSONSpan(v, &bs.res, o.name+":", bs.b.index, j, k, rd)
 		switch {
 		case reason != "":
-			o.reject(&SpanError{Source: o.name, Line: o.spanLine(), RejectedSpan: otlp.RejectedSpan{Path: spanPath(bs.b.index, j, k), Reason: reason}})
+			o.reject(&SpanError{Source: o.name, Line: o.spanLine(), RejectedSpan: otlp.RejectedSpan{Path: spanPath(bs.b.index, j, k), Reason: reason, Kind: kind}})
 		case ignored:
 			*o.ignored++
 		default:

@@ -2,6 +2,7 @@ package capture
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 	"unsafe"
@@ -43,6 +44,10 @@ func (e *RecordError) Error() string {
 	}
 	return loc + ": " + e.Reason
 }
+
+// maxDurationMS is the longest duration_ms a time.Duration holds, in whole
+// milliseconds.
+const maxDurationMS = float64(math.MaxInt64 / int64(time.Millisecond))
 
 // RecordParser parses call records. It reuses its buffers: a parser is not
 // safe for concurrent use, and the Call it returns does not alias data.
@@ -210,8 +215,12 @@ func (rp *RecordParser) parse(data []byte, source string, line int, keep bool) (
 	}
 	if d := top[mDuration]; d != nil && d.Type() != fastjson.TypeNull {
 		ms, err := d.Float64()
-		if err != nil || ms < 0 {
+		if err != nil && !math.IsInf(ms, 1) || !(ms >= 0) {
 			return nil, bad("duration_ms", "must be a non-negative number")
+		}
+		if ms > maxDurationMS {
+			// The conversion would wrap to a large negative duration.
+			return nil, bad("duration_ms", "%s ms is longer than a duration can hold (at most %d ms, about 292 years)", d, int64(maxDurationMS))
 		}
 		c.Duration = time.Duration(ms * float64(time.Millisecond))
 	}
@@ -309,6 +318,7 @@ func (rp *RecordParser) parse(data []byte, source string, line int, keep bool) (
 	}
 	c.Tool = tx.get(toolSpan)
 	c.ID, c.Fingerprint = tx.get(idSpan), tx.get(fpSpan)
+	c.RespSum = audit.ResponseSum(c, canon.Sum(result), canon.Sum(errData))
 	rp.payload = dialect.Payload{Args: args, Result: result, ErrorData: errData, CanonicalArgs: canonical}
 	if args == nil {
 		rp.payload.CanonicalArgs = nil

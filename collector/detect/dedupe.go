@@ -66,6 +66,10 @@ type seen struct {
 	// processed is set once the detector judged the call: a second
 	// observation can no longer complete it.
 	processed bool
+	// resp is the call's audit.Call.RespSum: what it answered, kept past
+	// its record to tell a second observation of the call id that
+	// answered otherwise (responseClash).
+	resp uint64
 }
 
 func newDedupe() dedupe {
@@ -167,6 +171,14 @@ func (d *dedupe) take(r *audit.Record, src *source) (t taken) {
 		return t
 	}
 	if dup != nil {
+		if t.col == nil && dup.r != r {
+			if col := responseClash(dup, c, src); col != nil {
+				// Another response under the call id: dropped, as a
+				// second observation is, and counted as a collision.
+				t.col = col
+				return t
+			}
+		}
 		if dup.processed || dup.r == r {
 			return t
 		}
@@ -191,7 +203,7 @@ func (d *dedupe) take(r *audit.Record, src *source) (t taken) {
 		t.s, t.replaced, t.dropped = dup, earlier, other
 		return t
 	}
-	t.s = d.byReq.at(fh, ct).add(seen{r: r, t: ct, src: src})
+	t.s = d.byReq.at(fh, ct).add(seen{r: r, t: ct, src: src, resp: c.RespSum})
 	d.old.add(fh, ct)
 	if hasSpan {
 		*d.bySpan.at(sh, ct) = t.s
@@ -213,7 +225,34 @@ const (
 	// DiffRequest: the request differs, but the kept one was judged and
 	// is no longer held, so what in it is not known.
 	DiffRequest = "request"
+	// DiffResponse: the same request at the same millisecond, so the same
+	// call id, answered with another response (result, error or its
+	// data): not a second observation of one exchange.
+	DiffResponse = "response"
 )
+
+// responseClash returns the collision of c, delivered by src, with dup,
+// an observation of the same request within a second that both answered:
+// nil unless the two share their call id (the same millisecond) and their
+// responses differ (audit.Call.RespSum; an unknown one, 0, differs from
+// nothing). One observation without a response and one with is the same
+// exchange seen from two places: take merges them.
+func responseClash(dup *seen, c *audit.Call, src *source) *clash {
+	if dup.resp == 0 || c.RespSum == 0 || dup.resp == c.RespSum {
+		return nil
+	}
+	kept := c.ID
+	if k := dup.record(); k != nil {
+		if k.Call.ID != c.ID {
+			return nil
+		}
+	} else if !dup.t.Time().Round(time.Millisecond).Equal(c.Time.Round(time.Millisecond)) {
+		// Judged and forgotten: the same request (the hash it is filed
+		// under) at the same millisecond is the same call id.
+		return nil
+	}
+	return &clash{kept: kept, keptSrc: dup.src, dropped: c, droppedSrc: src, differs: []string{DiffResponse}}
+}
 
 // clashWith returns the collision of c, dated ct and of request hash fh,
 // with dup, the observation taken under the same span ids; nil when c is

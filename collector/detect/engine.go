@@ -184,7 +184,9 @@ func (e *Engine) DropRepeatedIDs() { e.ids = newRecentIDs(recentIDsKept) }
 func (e *Engine) OnDuplicate(f func(kept string, dropped *audit.Call)) { e.onDuplicate = f }
 
 // Collision is an id collision: two different exchanges delivered under
-// the same (trace_id, span_id). The spec counts a second observation of
+// the same (trace_id, span_id), or two observations of one call id (the
+// same request at the same millisecond) that answered differently
+// (Differs holds DiffResponse). The spec counts a second observation of
 // one exchange once, by its span ids; two exchanges that share them are a
 // broken exporter or a replay tool rewriting ids. The engine still keeps
 // one of the two, as it keeps one of two observations, and drops the

@@ -15,7 +15,8 @@ type Stats struct {
 	Findings   map[audit.Kind]int64
 	Duplicates int64
 	// Collisions counts the duplicates that were id collisions: another
-	// exchange under the span ids of one taken (Collision).
+	// exchange under the span ids of one taken, or another response under
+	// its call id (Collision).
 	Collisions int64
 	// Late counts calls judged behind their partition's watermark; TooLate
 	// those beyond the allowed lateness, stored but not judged.

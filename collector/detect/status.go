@@ -55,8 +55,9 @@ type Counts struct {
 	TooLate int64 `json:"too_late"`
 	Ahead   int64 `json:"ahead"`
 	// IDCollisions counts calls dropped unjudged for sharing their
-	// (trace_id, span_id) with another call whose request differs
-	// (Collision); for a source, those its deliveries revealed.
+	// (trace_id, span_id) with another call whose request differs, or
+	// their call id with one that answered otherwise (Collision); for a
+	// source, those its deliveries revealed.
 	IDCollisions int64 `json:"id_collisions"`
 	// TooLateFrom and TooLateTo span the event times of the calls counted
 	// too late since the start: the calls whose findings may be missing.

@@ -78,6 +78,9 @@ func normalized(r *audit.Record) audit.Record {
 		return time.Unix(0, t.UnixNano()).UTC()
 	}
 	c.Time, c.Received = utc(c.Time), utc(c.Received)
+	// The response's sum is not packed: the engine keeps it beside the
+	// packed record, in its dedupe entry (seen.resp).
+	c.RespSum = 0
 	n.Call = &c
 	n.Ops = append([]audit.Op(nil), r.Ops...)
 	for i := range n.Ops {

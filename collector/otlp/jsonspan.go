@@ -39,9 +39,9 @@ func ResourceJSON(objs []*fastjson.Value) Resource {
 // source, of resource res, and returns its record read by rd; ignored for a
 // span of another method, or the reason it cannot be used. The span's
 // strings are copied: v may be reused once JSONSpan returns.
-func (cv *Converter) JSONSpan(v *fastjson.Value, res *Resource, source string, rs, ss, sp int, rd *dialect.Reader) (rec *audit.Record, ignored bool, reason string) {
+func (cv *Converter) JSONSpan(v *fastjson.Value, res *Resource, source string, rs, ss, sp int, rd *dialect.Reader) (rec *audit.Record, ignored bool, reason, kind string) {
 	if reason := cv.jsonSpan(v); reason != "" {
-		return nil, false, reason
+		return nil, false, reason, ""
 	}
 	return cv.convert(res, source, path{rs, ss, sp}, rd)
 }

@@ -141,6 +141,11 @@ type RejectedSpan struct {
 	Kind string
 }
 
+// KindBadTime is the Kind of a span whose times cannot be taken (it ends
+// before it starts): exporter/metrics' RejectBadTime, as a call record with
+// a bad time is counted.
+const KindBadTime = "bad_time"
+
 func (r RejectedSpan) Error() string { return r.Path + ": " + r.Reason }
 
 // Resource is what the conversion reads of a resource.
@@ -251,7 +256,10 @@ func (cv *Converter) add(s string) field {
 // convert reads cv.sp, of resource res at p in a document named source,
 // and returns its record; ignored for a span of another method, or the
 // reason it cannot be used. rd nil leaves the record without a reading.
-func (cv *Converter) convert(res *Resource, source string, p path, rd *dialect.Reader) (rec *audit.Record, ignored bool, reason string) {
+//
+// kind, beside a reason, is the RejectedSpan.Kind it is counted under
+// (empty: bad_span).
+func (cv *Converter) convert(res *Resource, source string, p path, rd *dialect.Reader) (rec *audit.Record, ignored bool, reason, kind string) {
 	sp := &cv.sp
 	a := &sp.attrs.val
 	method, tool := a[attrMethod], a[attrTool]
@@ -259,10 +267,10 @@ func (cv *Converter) convert(res *Resource, source string, p path, rd *dialect.R
 		method = "tools/call"
 	}
 	if method != "tools/call" {
-		return nil, true, ""
+		return nil, true, "", ""
 	}
 	if tool == "" {
-		return nil, false, "tools/call span without gen_ai.tool.name"
+		return nil, false, "tools/call span without gen_ai.tool.name", ""
 	}
 	server := res.Service
 	if sp.kind == ptrace.SpanKindClient || server == "" {
@@ -271,27 +279,27 @@ func (cv *Converter) convert(res *Resource, source string, p path, rd *dialect.R
 		}
 	}
 	if server == "" {
-		return nil, false, "no server identity: neither resource service.name nor server.address"
+		return nil, false, "no server identity: neither resource service.name nor server.address", ""
 	}
 	if sp.start == 0 {
-		return nil, false, "span without start time"
+		return nil, false, "span without start time", ""
 	}
 	var args, result *fastjson.Value
 	var err error
 	if s := a[attrArgs]; s != "" {
 		if args, err = cv.args.Parse(s); err != nil {
-			return nil, false, "gen_ai.tool.call.arguments is not JSON: " + canon.ParseError([]byte(s), err)
+			return nil, false, "gen_ai.tool.call.arguments is not JSON: " + canon.ParseError([]byte(s), err), ""
 		}
 		if !canon.Valid(args) {
-			return nil, false, "gen_ai.tool.call.arguments is not JSON: " + canon.Fault(textBytes(s))
+			return nil, false, "gen_ai.tool.call.arguments is not JSON: " + canon.Fault(textBytes(s)), ""
 		}
 	}
 	if s := a[attrResult]; s != "" {
 		if result, err = cv.result.Parse(s); err != nil {
-			return nil, false, "gen_ai.tool.call.result is not JSON: " + canon.ParseError([]byte(s), err)
+			return nil, false, "gen_ai.tool.call.result is not JSON: " + canon.ParseError([]byte(s), err), ""
 		}
 		if !canon.Valid(result) {
-			return nil, false, "gen_ai.tool.call.result is not JSON: " + canon.Fault(textBytes(s))
+			return nil, false, "gen_ai.tool.call.result is not JSON: " + canon.Fault(textBytes(s)), ""
 		}
 	}
 
@@ -302,8 +310,15 @@ func (cv *Converter) convert(res *Resource, source string, p path, rd *dialect.R
 		Method:    "tools/call",
 		Responded: result != nil,
 	}
-	if end := sp.end; end > sp.start {
+	switch end := sp.end; {
+	case end > sp.start:
 		c.Duration = end.AsTime().Sub(sp.start.AsTime())
+	case end != 0 && end < sp.start:
+		// A span that ends before it starts has no duration to take, as a
+		// call record's negative duration_ms has none. An end of 0 is an
+		// end not recorded: the duration is unknown (0).
+		return nil, false, "field end_time_unix_nano: the span ends " + sp.start.AsTime().Sub(end.AsTime()).String() +
+			" before it starts (start_time_unix_nano)", KindBadTime
 	}
 	cv.payload = dialect.Payload{Args: args, Result: result}
 	cv.text = cv.text[:0]
@@ -347,7 +362,7 @@ func (cv *Converter) convert(res *Resource, source string, p path, rd *dialect.R
 	case rpcCode != "":
 		code, err := strconv.ParseInt(rpcCode, 10, 64)
 		if err != nil {
-			return nil, false, "JSON-RPC error code " + strconv.Quote(rpcCode) + " is not an integer"
+			return nil, false, "JSON-RPC error code " + strconv.Quote(rpcCode) + " is not an integer", ""
 		}
 		msg := a[attrRPCMsg]
 		if msg == "" {
@@ -412,6 +427,14 @@ func (cv *Converter) convert(res *Resource, source string, p path, rd *dialect.R
 	c.Source, c.Server, c.Tool, c.Session, c.Client = get(fSource), get(fServer), get(fTool), get(fSession), get(fClient)
 	c.Tenant, c.RPCID, c.TraceID, c.SpanID, c.TransportError = get(fTenant), get(fRPC), get(fTrace), get(fSpan), get(fTransport)
 	c.ID, c.Fingerprint = get(fID), get(fFP)
+	if result != nil {
+		// The response is known only where the opt-in result is recorded,
+		// and then it sums as a call record's response.result does: the
+		// same exchange on both carriers has one sum. A span that records
+		// an error code, or no payload, says too little of its response to
+		// tell it from another (its sum is unknown, 0).
+		c.RespSum = audit.ResponseSum(c, canon.Sum(result), 0)
+	}
 	if cv.Keep && (args != nil || result != nil) {
 		sa, sr := a[attrArgs], a[attrResult]
 		buf := make([]byte, 0, len(sa)+len(sr))
@@ -426,12 +449,12 @@ func (cv *Converter) convert(res *Resource, source string, p path, rd *dialect.R
 	}
 	cv.known = cv.payload.Known
 	if rd == nil {
-		return &audit.Record{Call: c}, false, ""
+		return &audit.Record{Call: c}, false, "", ""
 	}
 	cv.payload.CanonicalArgs = canonical
 	rec = rd.ReadPayload(c, &cv.payload)
 	cv.payload = dialect.Payload{}
-	return rec, false, ""
+	return rec, false, "", ""
 }
 
 // canonical returns the canonical JSON of the arguments raw, parsed into

@@ -49,10 +49,10 @@ func (cv *Converter) Read(td ptrace.Traces, source string, rd *dialect.Reader) R
 // readSpan converts the span in cv.sp, at p in a resource r, into res:
 // a record, an ignored span or a rejected one.
 func (cv *Converter) readSpan(res *Result, r *Resource, source string, p path, rd *dialect.Reader) {
-	rec, ignored, reason := cv.convert(r, source, p, rd)
+	rec, ignored, reason, kind := cv.convert(r, source, p, rd)
 	switch {
 	case reason != "":
-		res.Rejected = append(res.Rejected, RejectedSpan{Path: p.String(), Reason: reason})
+		res.Rejected = append(res.Rejected, RejectedSpan{Path: p.String(), Reason: reason, Kind: kind})
 	case ignored:
 		res.Ignored++
 	default:

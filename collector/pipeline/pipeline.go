@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"math"
 	"runtime/metrics"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -693,6 +694,14 @@ func (p *Pipeline) collision(c detect.Collision) {
 	kept := c.Kept
 	if kept == "" {
 		kept = "(judged earlier, no longer held)"
+	}
+	if slices.Contains(c.Differs, detect.DiffResponse) {
+		// One call id: the store took one of the two (the first it was
+		// given) and skipped the other.
+		p.rlog.Warn("id_collision", "two observations of one call id (the same request at the same millisecond) carry different responses (a broken exporter or poster, or a replay tool rewriting responses): one is stored and judged; the other response, of the observation from source, is neither stored nor judged",
+			"tenant", c.Tenant, "server", c.Server, "source", c.DroppedSource, "call_id", d.ID, "time", d.Time,
+			"kept_call_id", kept, "kept_source", c.KeptSource, "trace_id", c.TraceID, "span_id", c.SpanID, "differs", c.Differs)
+		return
 	}
 	p.rlog.Warn("id_collision", "two different calls share a trace and span id (a broken exporter, or a replay tool rewriting ids): the call of call_id is stored but not judged",
 		"tenant", c.Tenant, "server", c.Server, "source", c.DroppedSource, "call_id", d.ID, "time", d.Time,

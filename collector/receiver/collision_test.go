@@ -81,7 +81,7 @@ func TestOTLP_IDCollision(t *testing.T) {
 	// The server's series is "other": no sink here counts its calls, which
 	// is what hands a server its own label (serve counts them).
 	if err := testutil.GatherAndCompare(e.reg, strings.NewReader(`
-# HELP mcpaudit_pipeline_id_collisions_total Calls stored but not judged because a different call came under the same trace and span id (a broken exporter, or a replay tool rewriting ids).
+# HELP mcpaudit_pipeline_id_collisions_total Calls not judged because a different call came under the same trace and span id, or another response under the same call id (a broken exporter, or a replay tool rewriting ids).
 # TYPE mcpaudit_pipeline_id_collisions_total counter
 mcpaudit_pipeline_id_collisions_total{server="other"} 3
 `), metrics.PipelineIDCollisionsTotal); err != nil {

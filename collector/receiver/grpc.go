@@ -99,6 +99,11 @@ func (rc *Receiver) exportRead(ctx context.Context, src metrics.Source, tenant s
 			rc.logRejected("rejected_span", src, tenant, err.reason, err.msg)
 		}
 	}
+	tk.retained(func(path string, err *recordError) {
+		rejected = append(rejected, otlp.RejectedSpan{Path: path, Reason: strings.TrimPrefix(err.msg, path+": "), Kind: string(err.reason)})
+		rc.rejected(src, err.reason, 1)
+		rc.logRejected("rejected_span", src, tenant, err.reason, err.msg)
+	})
 	if len(tk.recs) > 0 {
 		if _, re := rc.ingest(ctx, src, tk.recs, tk.srcs); re != nil {
 			return ptraceotlp.ExportResponse{}, re

@@ -338,6 +338,8 @@ type taker struct {
 	reader *dialect.Reader
 	recs   []*audit.Record
 	srcs   []string
+	// wheres names each record taken in errors.
+	wheres []string
 	// sourceOK is the last source name checkSource passed: the calls of a
 	// request mostly come on one source, checked once.
 	sourceOK string
@@ -354,11 +356,7 @@ func (t *taker) done() { t.rc.readers.Put(t.reader) }
 // it in errors.
 func (t *taker) take(rec *audit.Record, known dialect.Known, source, where string) *recordError {
 	c := rec.Call
-	timeField := "start_time_unix_nano"
-	if t.src == metrics.SourceCallsHTTP {
-		timeField = "time"
-	}
-	if err := t.rc.check(c, where, timeField); err != nil {
+	if err := t.rc.check(c, where, t.timeField()); err != nil {
 		return err
 	}
 	if source != t.sourceOK {
@@ -381,7 +379,16 @@ func (t *taker) take(rec *audit.Record, known dialect.Known, source, where strin
 	}
 	t.recs = append(t.recs, rec)
 	t.srcs = append(t.srcs, source)
+	t.wheres = append(t.wheres, where)
 	return nil
+}
+
+// timeField names the field a call's time came from.
+func (t *taker) timeField() string {
+	if t.src == metrics.SourceCallsHTTP {
+		return "time"
+	}
+	return "start_time_unix_nano"
 }
 
 func (rc *Receiver) calls(w http.ResponseWriter, r *http.Request) {
@@ -465,6 +472,7 @@ func (rc *Receiver) calls(w http.ResponseWriter, r *http.Request) {
 			refuse(rerr, rerr.reason)
 		}
 	}
+	tk.retained(func(_ string, rerr *recordError) { refuse(rerr, rerr.reason) })
 	if len(tk.recs) == 0 {
 		if resp.Rejected == 0 {
 			resp.Errors = append(resp.Errors, "no call record: the body holds no tools/call exchange")

@@ -72,6 +72,12 @@ func (rc *Receiver) check(c *audit.Call, where, timeField string) *recordError {
 	if y := c.Time.Year(); y < 1678 || y > 2261 {
 		return reject(mx.RejectBadTime, "%s: field %s: %s is outside 1678-2261, which cannot be stored", where, timeField, c.Time.Format(time.RFC3339))
 	}
+	if !c.Time.After(epoch) {
+		// A clock never set, or a time written as 0: no call of MCP is
+		// that old, and retention would take it at its next round.
+		return reject(mx.RejectBadTime, "%s: field %s: %s is not after the Unix epoch (1970-01-01T00:00:00Z): a clock not set, or a zero time",
+			where, timeField, c.Time.Format(time.RFC3339Nano))
+	}
 	now := time.Now
 	if rc.Now != nil {
 		now = rc.Now
@@ -83,6 +89,43 @@ func (rc *Receiver) check(c *audit.Call, where, timeField string) *recordError {
 			where, timeField, c.Time.Format(time.RFC3339), rc.cfg.MaxFuture, clock.UTC().Format(time.RFC3339))
 	}
 	return nil
+}
+
+// epoch is the Unix epoch, which no call's time may be at or before.
+var epoch = time.Unix(0, 0)
+
+// retained rejects, with its error and where it is, each call of t older
+// than retention keeps once the request's calls are stored (Retained),
+// and keeps the others. It runs once every call of the request is taken:
+// the request's newest call moves retention's cutoff.
+func (t *taker) retained(fn func(where string, err *recordError)) {
+	if t.rc.Retained == nil || len(t.recs) == 0 {
+		return
+	}
+	var newest time.Time
+	for _, r := range t.recs {
+		if r.Call.Time.After(newest) {
+			newest = r.Call.Time
+		}
+	}
+	oldest, setting := t.rc.Retained(t.tenant, newest)
+	if oldest.IsZero() {
+		return
+	}
+	n := 0
+	for i, r := range t.recs {
+		c := r.Call
+		if !c.Time.Before(oldest) {
+			t.recs[n], t.srcs[n], t.wheres[n] = r, t.srcs[i], t.wheres[i]
+			n++
+			continue
+		}
+		where := t.wheres[i]
+		fn(where, reject(mx.RejectBadTime, "%s: field %s: %s is older than retention keeps: calls before %s are deleted (%s); it would be acknowledged, then deleted",
+			where, t.timeField(), c.Time.Format(time.RFC3339Nano), oldest.UTC().Format(time.RFC3339), setting))
+	}
+	clear(t.recs[n:])
+	t.recs, t.srcs, t.wheres = t.recs[:n], t.srcs[:n], t.wheres[:n]
 }
 
 // checkSource checks the name of the source a call came on. A poster's

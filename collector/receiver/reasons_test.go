@@ -101,6 +101,31 @@ func TestRejectReasons(t *testing.T) {
 			t.Errorf("%v records counted as invalid_json, want 0", n)
 		}
 	})
+	t.Run("duration_overflow", func(t *testing.T) {
+		// A duration_ms past what a time.Duration holds would wrap to a
+		// large negative duration: its record is rejected, named with its
+		// line, the field and why, and the lines around it are stored.
+		e := newEnv(t, nil)
+		huge := strings.Replace(record("thegram", "gram_read", now, 2), `"session":"s1"`, `"session":"s1","duration_ms":1e308`, 1)
+		body := record("thegram", "gram_read", now, 1) + "\n" + huge + "\n" + record("thegram", "gram_read", now, 3) + "\n"
+		a := e.post(t, "/v1/calls", "application/x-ndjson", tokAcme, []byte(body))
+		if a.status != 200 || !strings.Contains(a.body, `"accepted":2`) || !strings.Contains(a.body, `"rejected":1`) ||
+			!strings.Contains(a.body, `body:2: field duration_ms: 1e308 ms is longer than a duration can hold`) {
+			t.Fatalf("%d %s, want 200 with 2 accepted and line 2 rejected for its duration_ms", a.status, a.body)
+		}
+		stored := e.stored(t)
+		if len(stored) != 2 {
+			t.Fatalf("%d calls stored, want the 2 good ones", len(stored))
+		}
+		for _, c := range stored {
+			if c.Duration < 0 {
+				t.Errorf("call %s stored with duration %v", c.ID, c.Duration)
+			}
+		}
+		if n := e.rejectedCount(t, metrics.RejectBadTime, metrics.SourceCallsHTTP); n != 1 {
+			t.Errorf("%v records counted as bad_time, want 1", n)
+		}
+	})
 	t.Run("far_future", func(t *testing.T) {
 		// A call dated more than serve.receiver.max_future (24h) ahead of
 		// the collector's clock is a bad time, rejected on its line, its

@@ -162,6 +162,14 @@ type Receiver struct {
 	// Now is the collector's clock, which MaxFuture counts from (serve
 	// gives the pipeline's). Nil: time.Now.
 	Now func() time.Time
+	// Retained, if set, returns the earliest time a call of tenant may be
+	// dated to be kept by retention once the calls of a request, the
+	// newest dated newest, are stored, and the setting that says so (for
+	// the error): an older call would be acknowledged, then deleted by
+	// the next retention round. Such a call is rejected alone as a bad
+	// time. serve gives its retention's cutoff; nil keeps every call
+	// after the Unix epoch.
+	Retained func(tenant string, newest time.Time) (oldest time.Time, setting string)
 
 	inflight *budget
 	streams  chan struct{}

@@ -410,6 +410,13 @@ func appendCall(ss ptrace.ScopeSpans, i int, session string, at time.Time) ptrac
 	return sp
 }
 
+// startAt moves sp to start at ts, lasting a millisecond: a span that
+// ends before it starts is rejected for that (TestOTLP_EndBeforeStart).
+func startAt(sp ptrace.Span, ts pcommon.Timestamp) {
+	sp.SetStartTimestamp(ts)
+	sp.SetEndTimestamp(ts + pcommon.Timestamp(time.Millisecond))
+}
+
 // TestOTLPLimits: over OTLP/HTTP, a span with invalid UTF-8, too many
 // attributes or a bad time is rejected as a partial success and the others
 // are kept; so is a span holding a value nested too deep (found on the
@@ -436,19 +443,19 @@ func TestOTLPLimits(t *testing.T) {
 				}
 			}, "attributes, more than the limit of 1024"},
 			{"year_9999", func(sp ptrace.Span) {
-				sp.SetStartTimestamp(pcommon.Timestamp(uint64(1<<63 - 1)))
+				startAt(sp, pcommon.Timestamp(uint64(1<<63-1)))
 			}, "outside 1678-2261"},
 			// Dated far ahead of the clock: retention, which deletes by
 			// event time, would keep them for ever (serve.receiver.max_future).
 			{"year_2200", func(sp ptrace.Span) {
-				sp.SetStartTimestamp(pcommon.NewTimestampFromTime(time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)))
+				startAt(sp, pcommon.NewTimestampFromTime(time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)))
 			}, "field start_time_unix_nano: 2200-01-01T00:00:00Z is more than 24h0m0s ahead of the collector's clock"},
-			{"garbage_nanos_2116", func(sp ptrace.Span) { sp.SetStartTimestamp(pcommon.Timestamp(1 << 62)) }, "ahead of the collector's clock"},
+			{"garbage_nanos_2116", func(sp ptrace.Span) { startAt(sp, pcommon.Timestamp(1<<62)) }, "ahead of the collector's clock"},
 			{"25h_ahead", func(sp ptrace.Span) {
-				sp.SetStartTimestamp(pcommon.NewTimestampFromTime(time.Now().Add(25 * time.Hour)))
+				startAt(sp, pcommon.NewTimestampFromTime(time.Now().Add(25*time.Hour)))
 			}, "serve.receiver.max_future"},
 			{"1h_ahead_taken", func(sp ptrace.Span) {
-				sp.SetStartTimestamp(pcommon.NewTimestampFromTime(time.Now().Add(time.Hour)))
+				startAt(sp, pcommon.NewTimestampFromTime(time.Now().Add(time.Hour)))
 			}, ""},
 			{"1MB_tool", func(sp ptrace.Span) { sp.Attributes().PutStr("gen_ai.tool.name", strings.Repeat("x", 1<<20)) }, "more than the limit of 256"},
 			{"nested_within_limit", func(sp ptrace.Span) { nested(sp, 20) }, ""},

@@ -611,7 +611,7 @@ mcpaudit_pipeline_late_calls_total{result="too_late",server="thegram"} 1
 # TYPE mcpaudit_pipeline_clock_ahead_calls_total counter
 mcpaudit_pipeline_clock_ahead_calls_total{server="oddlynew"} 0
 mcpaudit_pipeline_clock_ahead_calls_total{server="thegram"} 2
-# HELP mcpaudit_pipeline_id_collisions_total Calls stored but not judged because a different call came under the same trace and span id (a broken exporter, or a replay tool rewriting ids).
+# HELP mcpaudit_pipeline_id_collisions_total Calls not judged because a different call came under the same trace and span id, or another response under the same call id (a broken exporter, or a replay tool rewriting ids).
 # TYPE mcpaudit_pipeline_id_collisions_total counter
 mcpaudit_pipeline_id_collisions_total{server="oddlynew"} 0
 mcpaudit_pipeline_id_collisions_total{server="thegram"} 5

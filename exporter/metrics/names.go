@@ -71,8 +71,9 @@ const (
 	PipelineClockAheadCallsTotal = "mcpaudit_pipeline_clock_ahead_calls_total"
 	// PipelineIDCollisionsTotal counts calls dropped unjudged for sharing
 	// their trace and span id with a different call (another session,
-	// JSON-RPC id, tool, arguments or time): an id collision, not a second
-	// observation of one exchange.
+	// JSON-RPC id, tool, arguments or time), or their call id with one
+	// that answered otherwise: an id collision, not a second observation
+	// of one exchange.
 	PipelineIDCollisionsTotal = "mcpaudit_pipeline_id_collisions_total"
 	// ConnectionsOpen counts the connections each listener holds open.
 	ConnectionsOpen = "mcpaudit_connections_open"
@@ -222,7 +223,7 @@ const (
 	RejectInvalidText  RejectReason = "invalid_text"      // a name or id that is not printable UTF-8
 	RejectTooLong      RejectReason = "too_long"          // a name, id or payload over its cap, or too many attributes
 	RejectTooDeep      RejectReason = "too_deep"          // JSON or OTLP values nested deeper than the limit
-	RejectBadTime      RejectReason = "bad_time"          // a time the store cannot hold (outside 1678-2261)
+	RejectBadTime      RejectReason = "bad_time"          // a time the store cannot hold (outside 1678-2261), too far ahead, before retention's cutoff, or a bad duration
 	RejectServerLimit  RejectReason = "server_limit"      // a new server past the tenant's cap of partitions
 	RejectOverloaded   RejectReason = "overloaded"        // refused before reading: memory, bytes in flight or connections at their limit
 	RejectTimeout      RejectReason = "timeout"           // the body did not arrive in time
@@ -316,7 +317,7 @@ var Families = []Family{
 		[]string{LabelServer, LabelResult}},
 	{PipelineClockAheadCallsTotal, "counter", "Calls dated beyond the allowed clock skew ahead of the collector's clock.",
 		[]string{LabelServer}},
-	{PipelineIDCollisionsTotal, "counter", "Calls stored but not judged because a different call came under the same trace and span id (a broken exporter, or a replay tool rewriting ids).",
+	{PipelineIDCollisionsTotal, "counter", "Calls not judged because a different call came under the same trace and span id, or another response under the same call id (a broken exporter, or a replay tool rewriting ids).",
 		[]string{LabelServer}},
 	{ConnectionsOpen, "gauge", "Connections each listener holds open.",
 		[]string{LabelListener}},

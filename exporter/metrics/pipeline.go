@@ -14,7 +14,8 @@ type PartitionView struct {
 	Buffered             int
 	Late, TooLate, Ahead int64
 	// IDCollisions counts the partition's calls dropped for a different
-	// call under their span ids (PipelineIDCollisionsTotal).
+	// call under their span ids, or another response under their call id
+	// (PipelineIDCollisionsTotal).
 	IDCollisions int64
 	Sources      []SourceView
 	hasWatermark bool

@@ -1,0 +1,77 @@
+package receiver_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/mcpaudit/mcpaudit/exporter/metrics"
+)
+
+// TestOTLP_EndBeforeStart: a span that ends before it starts has no
+// duration to take (a call record's negative duration_ms is refused): it
+// is rejected alone as a bad time, named by its path and why in the
+// partial success, counted under bad_time and logged as a rejected_span;
+// the spans beside it are stored. Over OTLP/HTTP protobuf, OTLP/HTTP JSON
+// and OTLP/gRPC. A span without an end time (0) is taken, its duration
+// unknown.
+func TestOTLP_EndBeforeStart(t *testing.T) {
+	endBefore := func(sp ptrace.Span) {
+		sp.SetEndTimestamp(pcommon.NewTimestampFromTime(now.Add(-1500 * time.Millisecond)))
+	}
+	const want = "resourceSpans[0].scopeSpans[0].spans[0]: field end_time_unix_nano: the span ends 1.5s before it starts (start_time_unix_nano)"
+	for _, carrier := range []string{"protobuf", "json", "grpc"} {
+		t.Run(carrier, func(t *testing.T) {
+			e := newEnv(t, nil)
+			req := traces("thegram", 3, endBefore)
+			var resp ptraceotlp.ExportResponse
+			src := metrics.SourceOTLPHTTP
+			if carrier == "grpc" {
+				src = metrics.SourceOTLPGRPC
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				var err error
+				resp, err = ptraceotlp.NewGRPCClient(dialGRPC(t, e)).Export(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tokAcme), req)
+				if err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				var a answer
+				a, resp = e.postTraces(t, req, carrier == "json")
+				if a.status != 200 {
+					t.Fatalf("%d %.300q, want 200 with a partial success", a.status, a.body)
+				}
+			}
+			ps := resp.PartialSuccess()
+			if ps.RejectedSpans() != 1 || ps.ErrorMessage() != want {
+				t.Errorf("partial success %d %q, want 1 %q", ps.RejectedSpans(), ps.ErrorMessage(), want)
+			}
+			if n := len(e.stored(t)); n != 2 {
+				t.Errorf("%d calls stored, want the 2 other spans", n)
+			}
+			if n := e.rejectedCount(t, metrics.RejectBadTime, src); n != 1 {
+				t.Errorf("%v spans counted as bad_time, want 1", n)
+			}
+			ls := e.logs.lines(t, "rejected_span")
+			if len(ls) != 1 || ls[0]["reason"] != string(metrics.RejectBadTime) || !strings.HasPrefix(want, ls[0]["error"].(string)) {
+				t.Errorf("rejected_span lines %v, want one of reason bad_time naming the span", ls)
+			}
+		})
+	}
+	t.Run("no_end_time", func(t *testing.T) {
+		e := newEnv(t, nil)
+		a, resp := e.postTraces(t, traces("thegram", 3, func(sp ptrace.Span) { sp.SetEndTimestamp(0) }), false)
+		if a.status != 200 || resp.PartialSuccess().RejectedSpans() != 0 {
+			t.Fatalf("%d %q %q, want 200 with nothing rejected", a.status, a.body, resp.PartialSuccess().ErrorMessage())
+		}
+		if n := len(e.stored(t)); n != 3 {
+			t.Errorf("%d calls stored, want 3", n)
+		}
+	})
+}
