@@ -359,7 +359,7 @@ func collector() *dashboard.DashboardBuilder {
 			query(fmt.Sprintf("sum by (%s) (%s)", metrics.LabelState, sel(metrics.PipelineSources, jobMatcher)), "{{state}} sources"),
 			query(fmt.Sprintf("sum(%s)", sel(metrics.PipelineBufferedCalls, jobMatcher)), "waiting calls"))).
 		WithPanel(graph("Late and clock-ahead calls",
-			"Calls per second that arrived behind their partition's watermark (judged late, or too late: stored, not judged), calls dated ahead of the collector's clock beyond the allowed skew, and calls stored but not judged because a different call came under the same trace and span id (id collisions: the WARN lines kind=id_collision name them).",
+			"Calls per second that arrived behind their partition's watermark (judged late, or too late: stored, not judged), calls dated ahead of the collector's clock beyond the allowed skew, and id collisions: calls not judged because a different call came under their id (another exchange under the same trace and span id, stored; or another response to the same request at the same millisecond, not stored; the WARN lines kind=id_collision name them).",
 			units.OpsPerSecond,
 			query(fmt.Sprintf("sum by (%s, %s) (rate(%s[%s]))", metrics.LabelServer, metrics.LabelResult,
 				sel(metrics.PipelineLateCallsTotal, serverMatcher), rate), "{{server}} late {{result}}"),

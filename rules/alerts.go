@@ -269,11 +269,12 @@ func (b *builder) collectorAlerts() []Rule {
 			expr:     fmt.Sprintf("sum by (%s) (increase(%s[15m])) > 0", byServer, metrics.PipelineIDCollisionsTotal),
 			for_:     5 * time.Minute,
 			severity: SeverityWarning,
-			summary:  "Different calls came under one trace and span id: some calls are not judged.",
-			description: eventCount + " call(s) to server {{ $labels.server }} in the last 15m shared their " +
-				"trace and span id with a different call (an exporter that reuses ids, or a replay tool rewriting them): " +
-				"each is stored, never judged, so findings about them may be missing. The collector's WARN lines " +
-				"kind=id_collision name the sources and both calls.",
+			summary:  "Different calls came under one id: some calls are not judged.",
+			description: eventCount + " call(s) to server {{ $labels.server }} in the last 15m came under the id of " +
+				"a different call: another exchange under the same trace and span id (an exporter that reuses ids, or a " +
+				"replay tool rewriting them), stored and never judged; or another response to the same request at the " +
+				"same millisecond, neither stored nor judged. Findings about them may be missing. The collector's WARN " +
+				"lines kind=id_collision name the sources, both calls and what differs.",
 		}),
 		b.rule(alert{
 			name:     "McpAuditCollectorDown",
