@@ -414,10 +414,12 @@ func (s *Server) writes(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, page)
 }
 
-// Timeline is the answer of GET /api/v1/documents/{document}/timeline.
+// Timeline is the answer of GET /api/v1/documents/{document}/timeline:
+// the document, its earliest events in the range and, when the range held
+// more, truncated and the since to continue from (next_since).
 type Timeline struct {
-	Document string                `json:"document"`
-	Events   []audit.TimelineEvent `json:"events"`
+	Document string `json:"document"`
+	audit.TimelinePage
 }
 
 func (s *Server) timeline(w http.ResponseWriter, r *http.Request) {
@@ -444,15 +446,15 @@ func (s *Server) timeline(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, p.err)
 		return
 	}
-	evs, err := s.store.Timeline(r.Context(), q)
+	page, err := s.store.Timeline(r.Context(), q)
 	if err != nil {
 		s.fail(w, err)
 		return
 	}
-	if evs == nil {
-		evs = []audit.TimelineEvent{}
+	if page.Events == nil {
+		page.Events = []audit.TimelineEvent{}
 	}
-	writeJSON(w, http.StatusOK, Timeline{Document: doc, Events: evs})
+	writeJSON(w, http.StatusOK, Timeline{Document: doc, TimelinePage: page})
 }
 
 // SLO is the answer of GET /api/v1/slo.

@@ -125,6 +125,18 @@ type TimelineEvent struct {
 	Finding     *Finding    `json:"finding,omitempty"`
 }
 
+// TimelinePage is the start of a document's timeline: its earliest events
+// in time order, and whether the range held more.
+type TimelinePage struct {
+	Events []TimelineEvent `json:"events"`
+	// Truncated reports that the range held events after those returned.
+	Truncated bool `json:"truncated"`
+	// NextSince, when Truncated, is the time of the earliest event left
+	// out: a query with it as Since continues where this one stopped (the
+	// events of that instant already returned come again). Zero otherwise.
+	NextSince time.Time `json:"next_since,omitzero"`
+}
+
 // CountQuery selects the writes counted for the SLO: those whose Time is in
 // [Since, Until), by their current state.
 type CountQuery struct {
@@ -159,9 +171,10 @@ type Store interface {
 	Findings(ctx context.Context, q FindingQuery) (FindingPage, error)
 	// Writes returns one page of write attempts with their current state.
 	Writes(ctx context.Context, q WriteQuery) (WritePage, error)
-	// Timeline returns every call, write state and finding on a document in
-	// time order.
-	Timeline(ctx context.Context, q TimelineQuery) ([]TimelineEvent, error)
+	// Timeline returns the earliest calls, write states and findings on a
+	// document in time order, up to the query's limit, and says when the
+	// range held more.
+	Timeline(ctx context.Context, q TimelineQuery) (TimelinePage, error)
 	// WriteCounts counts write attempts by current state.
 	WriteCounts(ctx context.Context, q CountQuery) (map[WriteState]int64, error)
 	// DeleteBefore removes every call, write and finding whose Time is

@@ -181,6 +181,14 @@ func (o Options) Validate() error {
 			errs = append(errs, fmt.Errorf("%s: %v is not positive", f.name, f.v))
 		}
 	}
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"wasted_retry_ratio", o.WastedRetryRatio}, {"uncertain_ratio", o.UncertainRatio}, {"ingest_reject_ratio", o.IngestRejectRatio}} {
+		if f.v >= 1 {
+			errs = append(errs, fmt.Errorf("%s: %v is not below 1: no share of calls exceeds it, so its alert would never fire", f.name, f.v))
+		}
+	}
 	if o.FindingMaxAge < 0 {
 		errs = append(errs, fmt.Errorf("finding_max_age: %v is negative", o.FindingMaxAge))
 	}

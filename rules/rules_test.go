@@ -266,6 +266,7 @@ func TestOptions(t *testing.T) {
 		f(rules.Options{SLOTarget: -0.5}, "slo_target")
 		f(rules.Options{Job: `a"b`}, "job")
 		f(rules.Options{WastedRetryRatio: -1}, "wasted_retry_ratio")
+		f(rules.Options{UncertainRatio: 1}, "uncertain_ratio: 1 is not below 1")
 		f(rules.Options{ForOverride: -time.Second}, "for_override")
 	})
 }

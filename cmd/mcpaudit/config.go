@@ -85,9 +85,9 @@ type ServeConfig struct {
 	// block; or now, the wall clock, for a hard age limit. With live
 	// traffic the two are the same. Default newest_call.
 	RetentionFrom string `yaml:"retention_from"`
-	// TenantRetention overrides Retention for the tenants it lists (tenant
-	// name: duration), longer or shorter. Default none: every tenant keeps
-	// Retention.
+	// TenantRetention overrides serve.retention for the tenants it lists
+	// (tenant name: duration), longer or shorter. Default none: every
+	// tenant keeps serve.retention.
 	TenantRetention map[string]Duration `yaml:"tenant_retention"`
 	// SigningKeyFile is a PEM file of the Ed25519 private key (PKCS #8,
 	// mcpaudit keygen) that signs the tamper-evidence checkpoints of the

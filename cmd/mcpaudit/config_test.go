@@ -243,6 +243,7 @@ func TestConfigReference(t *testing.T) {
 		}
 	}
 	got := configReference(keys)
+	checkReference(t, got)
 	if *update {
 		if err := os.WriteFile(configDoc, got, 0o644); err != nil {
 			t.Fatal(err)
@@ -257,6 +258,34 @@ func TestConfigReference(t *testing.T) {
 	}
 }
 
+// checkReference checks that the reference reads as an operator needs:
+// each section once, config keys rather than Go names (a CamelCase word
+// that is not a product's or protocol's name), every command that reads
+// the file, and the defaults serve applies.
+func checkReference(t *testing.T, doc []byte) {
+	t.Helper()
+	heads := map[string]int{}
+	for _, l := range strings.Split(string(doc), "\n") {
+		if h, ok := strings.CutPrefix(l, "## "); ok {
+			if heads[h]++; heads[h] == 2 {
+				t.Errorf("section %q comes twice", h)
+			}
+		}
+	}
+	names := map[string]bool{"ClickHouse": true, "OpenTelemetry": true, "InvalidArgument": true, "TestConfigReference": true}
+	for _, w := range regexp.MustCompile(`\b(?:[a-z]+\.)?[A-Z][A-Za-z0-9]*[a-z][A-Z][A-Za-z0-9]*\b`).FindAllString(string(doc), -1) {
+		if !names[w] && !regexp.MustCompile(`^[KMGT]iB$`).MatchString(w) {
+			t.Errorf("the reference names %s: write the config key (or the behaviour) instead", w)
+		}
+	}
+	for _, want := range []string{"`mcpaudit report --config FILE`", "| `serve.clickhouse.spool.dir` | string | `<serve.data_dir>/clickhouse-spool` |",
+		"| `serve.clickhouse.retention.default` | duration | `serve.retention` |"} {
+		if !bytes.Contains(doc, []byte(want)) {
+			t.Errorf("the reference lacks %s", want)
+		}
+	}
+}
+
 // configReference renders docs/config.md.
 func configReference(keys []conf.Key) []byte {
 	var b bytes.Buffer
@@ -264,8 +293,8 @@ func configReference(keys []conf.Key) []byte {
 
 <!-- Generated from the code by ` + "`go test ./cmd/mcpaudit -run TestConfigReference -update`" + ` (make generate). DO NOT EDIT. -->
 
-` + "`mcpaudit serve --config FILE`, `mcpaudit analyze --config FILE` and `mcpaudit rules --config FILE`" + ` read one
-YAML file. Every key is optional: a key left out keeps its default, and ` + "`mcpaudit serve`" + ` runs
+` + "`mcpaudit serve --config FILE`, `mcpaudit analyze --config FILE`, `mcpaudit report --config FILE` and `mcpaudit rules --config FILE`" + `
+read one YAML file. Every key is optional: a key left out keeps its default, and ` + "`mcpaudit serve`" + ` runs
 with no file at all. Flags given on the command line win over the file.
 
 - **Strict.** An unknown key is an error, with the nearest known key suggested. Every problem of
@@ -287,22 +316,41 @@ with no file at all. Flags given on the command line win over the file.
 
 A name you choose (a server, a tool, a tenant) is written ` + "`<name>`" + ` below.
 `)
-	section := ""
+	// One section per key prefix, in the order the prefixes first come:
+	// a section's keys stay together even when a subsection's keys come
+	// between them in the code (serve's leaf keys after serve.receiver).
+	var sections []string
+	bySection := map[string][]conf.Key{}
 	for _, k := range keys {
 		parts := strings.Split(k.Path, ".")
 		s := parts[0]
 		if len(parts) > 2 {
 			s = parts[0] + "." + parts[1]
 		}
-		if s != section {
-			section = s
-			fmt.Fprintf(&b, "\n## %s\n\n| key | type | default | description |\n| --- | --- | --- | --- |\n", section)
+		if _, ok := bySection[s]; !ok {
+			sections = append(sections, s)
 		}
-		def := k.Default
-		if def != "" {
-			def = "`" + def + "`"
+		bySection[s] = append(bySection[s], k)
+	}
+	for _, s := range sections {
+		fmt.Fprintf(&b, "\n## %s\n\n| key | type | default | description |\n| --- | --- | --- | --- |\n", s)
+		for _, k := range bySection[s] {
+			def := k.Default
+			if def != "" {
+				def = "`" + def + "`"
+			}
+			if d, ok := servedDefaults[k.Path]; ok {
+				def = d
+			}
+			fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", k.Path, k.Type, def, strings.ReplaceAll(k.Doc, "|", `\|`))
 		}
-		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", k.Path, k.Type, def, strings.ReplaceAll(k.Doc, "|", `\|`))
 	}
 	return b.Bytes()
+}
+
+// servedDefaults are the defaults serve applies where they differ from the
+// option's own (openStore replaces them), as the reference shows them.
+var servedDefaults = map[string]string{
+	"serve.clickhouse.spool.dir":         "`<serve.data_dir>/clickhouse-spool`",
+	"serve.clickhouse.retention.default": "`serve.retention`",
 }

@@ -31,7 +31,7 @@ func proxyCommand(ctx context.Context, args []string, stderr io.Writer) error {
 	respTimeout := fs.Duration("response-timeout", def.ResponseTimeout, "end a tools/call with no response after this and record it as a timeout; 0: never")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	var rf relayFlags
-	rf.register(fs)
+	rf.register(fs, "proxy")
 	if help, err := parseFlags(fs, args); help || err != nil {
 		return err
 	}
@@ -46,7 +46,7 @@ func proxyCommand(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	log := newJSONLogger(stderr, level)
 	if rf.source == "" {
-		rf.source = "proxy/" + *server + "/" + hostname()
+		rf.source = relaySource("proxy", *server, hostname(), "")
 	}
 	reg := metrics.NewRegistry()
 	m, err := metrics.NewRelay(reg, *server)

@@ -21,6 +21,7 @@ import (
 	"github.com/mcpaudit/mcpaudit/api"
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
+	"github.com/mcpaudit/mcpaudit/exporter/store"
 )
 
 // queryFlags are the flags every query command shares: where to ask, and
@@ -239,13 +240,18 @@ func findingsCommand(args []string, stdout, stderr io.Writer) error {
 
 func timelineCommand(args []string, stdout, stderr io.Writer) error {
 	var mcpServer, since, until *string
+	var limit *int
 	q, _, err := parseQueryFlags("timeline", args, stderr, "timeline [flags] DOCUMENT", func(fs *flag.FlagSet) {
 		mcpServer = fs.String("mcp-server", "", "MCP server name (default: every server)")
 		since = fs.String("since", "", "RFC 3339 time, the page's \"2026-12-04 14:02\" (UTC), or a duration back from now")
 		until = fs.String("until", "", "RFC 3339 time, the page's \"2026-12-04 14:02\" (UTC), or a duration back from now")
+		limit = fs.Int("limit", store.DefaultTimeline, fmt.Sprintf("the earliest N events of the range at most (1 to %d)", store.MaxTimeline))
 	})
 	if err != nil {
 		return quietHelp(err)
+	}
+	if *limit < 1 || *limit > store.MaxTimeline {
+		return &exitError{code: 2, err: fmt.Errorf("timeline: --limit %d: want 1 to %d", *limit, store.MaxTimeline)}
 	}
 	if len(q.positional) != 1 {
 		return &exitError{code: 2, err: errors.New("timeline: name one document")}
@@ -257,6 +263,9 @@ func timelineCommand(args []string, stdout, stderr io.Writer) error {
 			params.Set(k, v)
 		}
 	}
+	if *limit != store.DefaultTimeline {
+		params.Set("limit", strconv.Itoa(*limit))
+	}
 	b, err := q.get("/api/v1/documents/"+docSegment(doc)+"/timeline", params)
 	if err != nil {
 		return &exitError{code: 2, err: err}
@@ -267,6 +276,9 @@ func timelineCommand(args []string, stdout, stderr io.Writer) error {
 	}
 	if len(tl.Events) == 0 {
 		q.hintUnknownDocument(stderr, "timeline", doc)
+	}
+	if tl.Truncated {
+		defer truncatedNote(stderr, len(tl.Events), *limit, tl.NextSince)
 	}
 	if q.format == "json" {
 		stdout.Write(b)
@@ -291,6 +303,19 @@ func timelineCommand(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", e.Time.UTC().Format("2006-01-02 15:04:05.000"), e.Type, e.Session, e.Tool, what, e.RetryAction)
 	}
 	return tw.Flush()
+}
+
+// truncatedNote tells stderr that a timeline holds more than the n events
+// printed, and how to read the rest: from next_since, or with a larger
+// limit when one instant holds more events than the limit.
+func truncatedNote(stderr io.Writer, n, limit int, next time.Time) {
+	fmt.Fprintf(stderr, "mcpaudit timeline: stopped after %d events (--limit %d): the range holds more; "+
+		"to see the rest, run it again with --since %s (events of that instant shown already come again)",
+		n, limit, next.UTC().Format(time.RFC3339Nano))
+	if limit < store.MaxTimeline {
+		fmt.Fprintf(stderr, " or a larger --limit (at most %d)", store.MaxTimeline)
+	}
+	fmt.Fprintln(stderr)
 }
 
 // hintUnknownDocument tells stderr, when no stored call of the caller's

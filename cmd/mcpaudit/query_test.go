@@ -292,3 +292,90 @@ func TestCallsCommand_DataDir(t *testing.T) {
 		}
 	}
 }
+
+// TestTimelineCommand_Truncated: a timeline longer than the limit says so
+// on standard error with the --since to read on from, and following it
+// reads every event once (the instant it starts from is shown again).
+func TestTimelineCommand_Truncated(t *testing.T) {
+	dir := t.TempDir()
+	st, err := sqlite.Open(filepath.Join(dir, "mcpaudit.db"), sqlite.NewDefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const total = 1005
+	t0 := time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)
+	var recs []audit.Record
+	for i := range total {
+		c := &audit.Call{ID: fmt.Sprintf("c_%020x", i), Time: t0.Add(time.Duration(i) * time.Millisecond), Server: "thegram",
+			Session: "s-1", RPCID: fmt.Sprint(i), Method: "tools/call", Tool: "gram_read", Arguments: []byte(`{"path":"a.gram"}`), Responded: true}
+		recs = append(recs, audit.Record{Call: c, Dialect: "thegram", Outcome: audit.OutcomeOK, Tool: c.Tool,
+			Ops: []audit.Op{{Tool: c.Tool, Kind: audit.OpRead, Target: "a.gram", Status: audit.OpSucceeded}}})
+	}
+	if _, err := st.AppendCalls(context.Background(), recs); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	timeline := func(args ...string) (string, string) {
+		t.Helper()
+		var out, errb bytes.Buffer
+		if code := run(context.Background(), append([]string{"timeline", "--data-dir", dir}, args...), nil, &out, &errb); code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, errb.String())
+		}
+		return out.String(), errb.String()
+	}
+	// The default limit: 1000 of the 1005, and a note.
+	// The rest begins after the 1000th call (999 ms), at the 1001st at
+	// the latest.
+	out, errs := timeline("a.gram")
+	_, after, _ := strings.Cut(errs, "--since ")
+	next, err := time.Parse(time.RFC3339Nano, firstWord(after))
+	if !strings.Contains(out, "(1000 events)") || !strings.Contains(errs, "stopped after 1000 events (--limit 1000)") ||
+		err != nil || !next.After(t0.Add(999*time.Millisecond)) || next.After(t0.Add(1000*time.Millisecond)) {
+		t.Errorf("default limit: %s\nstderr: %q", firstLine(out), errs)
+	}
+	// Enough: every event, no note.
+	if out, errs := timeline("--limit", "2000", "a.gram"); !strings.Contains(out, "(1005 events)") || errs != "" {
+		t.Errorf("--limit 2000: %s\nstderr: %q", firstLine(out), errs)
+	}
+	// Page by page, as the note says.
+	seen := map[string]bool{}
+	since := ""
+	for range 10 {
+		args := []string{"--limit", "300", "--format", "json", "a.gram"}
+		if since != "" {
+			args = append(args, "--since", since)
+		}
+		out, errs := timeline(args...)
+		var tl api.Timeline
+		if err := json.Unmarshal([]byte(out), &tl); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range tl.Events {
+			seen[e.CallID] = true
+		}
+		if !tl.Truncated {
+			if errs != "" {
+				t.Errorf("last page: stderr %q", errs)
+			}
+			break
+		}
+		since = tl.NextSince.Format(time.RFC3339Nano)
+		if !strings.Contains(errs, "--since "+since+" ") {
+			t.Fatalf("page from %q: stderr %q does not give --since %s", args, errs, since)
+		}
+	}
+	if len(seen) != total {
+		t.Errorf("paging read %d calls, want %d", len(seen), total)
+	}
+	for _, bad := range []string{"0", "10001"} {
+		var out, errb bytes.Buffer
+		if code := run(context.Background(), []string{"timeline", "--data-dir", dir, "--limit", bad, "a.gram"}, nil, &out, &errb); code != 2 ||
+			!strings.Contains(errb.String(), "--limit "+bad+": want 1 to 10000") {
+			t.Errorf("--limit %s: exit %d, stderr %q", bad, code, errb.String())
+		}
+	}
+}
+
+func firstLine(s string) string { first, _, _ := strings.Cut(s, "\n"); return first }
+
+func firstWord(s string) string { first, _, _ := strings.Cut(s, " "); return first }

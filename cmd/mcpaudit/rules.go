@@ -5,7 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
+	"strings"
 
 	"github.com/mcpaudit/mcpaudit/internal/conf"
 	"github.com/mcpaudit/mcpaudit/rules"
@@ -25,10 +27,17 @@ func rulesCommand(args []string, stdout, stderr io.Writer) error {
 	runbook := fs.String("runbook-url", d.RunbookURL, "runbook document the alerts link to; each alert appends #<alert name in lowercase>")
 	findingAge := fs.String("finding-max-age", conf.FormatDuration(d.FindingMaxAge),
 		"the immediate finding alerts ignore findings whose event time is older than this (keep it above detect.correlation_window + detect.lateness)")
+	unverified := fs.String("unverified-writes-per-hour", number(d.UnverifiedWritesPerHour),
+		"McpAuditUnverifiedWrites fires when this many writes of one server (or more) became unverified in an hour: a positive number")
+	wasted := fs.String("wasted-retry-ratio", number(d.WastedRetryRatio),
+		"McpAuditWastedRetries fires when more than this share of a server's calls over 30m are wasted or premature retries: a fraction in (0, 1) such as 0.05, or a percentage such as 5%")
+	uncertain := fs.String("uncertain-ratio", number(d.UncertainRatio),
+		"McpAuditUncertainOutcomes fires when more than this share of a server's calls over 10m end with COMMIT_UNKNOWN or in_flight_unknown: a fraction in (0, 1) such as 0.01, or a percentage such as 1%")
 	webURL := fs.String("web-url", d.WebURL, "base URL of the investigation page (serve's API listener as people reach it), for investigation_url")
 	configFile := fs.String("config", "", "YAML config file: serve.slo_target and the rules section (flags win over it)")
 	fs.Usage = func() {
-		fmt.Fprint(stderr, "usage: mcpaudit rules [--slo-target 0.999] [--job mcpaudit] [--runbook-url URL] [--web-url URL] [--config FILE]\n\n"+
+		fmt.Fprint(stderr, "usage: mcpaudit rules [--slo-target 0.999] [--job mcpaudit] [--runbook-url URL] [--web-url URL]\n"+
+			"                      [--unverified-writes-per-hour 5] [--wasted-retry-ratio 0.05] [--uncertain-ratio 0.01] [--config FILE]\n\n"+
 			"Print the Prometheus recording and alerting rules as YAML.\n\n")
 		fs.PrintDefaults()
 	}
@@ -66,6 +75,27 @@ func rulesCommand(args []string, stdout, stderr io.Writer) error {
 			o.RunbookURL = *runbook
 		case "web-url":
 			o.WebURL = *webURL
+		case "unverified-writes-per-hour":
+			v, err := strconv.ParseFloat(*unverified, 64)
+			if err != nil || !(v > 0) || math.IsInf(v, 0) {
+				errs = append(errs, fmt.Errorf("--unverified-writes-per-hour: want a positive number of writes such as 5, not %q", *unverified))
+				return
+			}
+			o.UnverifiedWritesPerHour = v
+		case "wasted-retry-ratio":
+			v, err := parseRatio(*wasted)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("--wasted-retry-ratio: %w", err))
+				return
+			}
+			o.WastedRetryRatio = v
+		case "uncertain-ratio":
+			v, err := parseRatio(*uncertain)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("--uncertain-ratio: %w", err))
+				return
+			}
+			o.UncertainRatio = v
 		case "finding-max-age":
 			v, err := conf.ParseDuration(*findingAge)
 			if err != nil || v <= 0 {
@@ -87,3 +117,24 @@ func rulesCommand(args []string, stdout, stderr io.Writer) error {
 	}
 	return nil
 }
+
+// parseRatio reads an alert's share of calls: a fraction such as 0.05 or a
+// percentage such as 5%, strictly between 0 and 1 (a share of 1 or more
+// could never be exceeded, so its alert would never fire).
+func parseRatio(s string) (float64, error) {
+	num, percent := strings.CutSuffix(strings.TrimSpace(s), "%")
+	v, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
+	if err != nil {
+		return 0, fmt.Errorf("want a fraction such as 0.05 or a percentage such as 5%%, not %q", s)
+	}
+	if percent {
+		v /= 100
+	}
+	if !(v > 0 && v < 1) {
+		return 0, fmt.Errorf("%q is not between 0 and 1 (0 %% and 100 %%, both excluded): the share of calls above which the alert fires", s)
+	}
+	return v, nil
+}
+
+// number prints a threshold as the rules file does: the shortest form.
+func number(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }

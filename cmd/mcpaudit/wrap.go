@@ -30,7 +30,7 @@ func wrapCommand(ctx context.Context, args []string, stdin io.Reader, stdout, st
 	server := fs.String("server", "", "the server's name in call records, e.g. oddlynew")
 	logFile := fs.String("log-file", "", "write the wrapper's own log here (JSON lines); default: no log")
 	var rf relayFlags
-	rf.register(fs)
+	rf.register(fs, "wrap")
 	if help, err := parseFlags(fs, args); help || err != nil {
 		return err
 	}
@@ -51,7 +51,7 @@ func wrapCommand(ctx context.Context, args []string, stdin io.Reader, stdout, st
 		log = newJSONLogger(f, slog.LevelInfo)
 	}
 	if rf.source == "" {
-		rf.source = "wrap/" + *server + "/" + hostname() + "-" + strconv.Itoa(os.Getpid())
+		rf.source = relaySource("wrap", *server, hostname(), strconv.Itoa(os.Getpid()))
 	}
 	reg := metrics.NewRegistry()
 	m, err := metrics.NewRelay(reg, *server)

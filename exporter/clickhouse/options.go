@@ -20,8 +20,8 @@ type Options struct {
 	// clickhouse://user:password@host:9000/default?dial_timeout=5s.
 	// Default clickhouse://127.0.0.1:9000/default.
 	DSN string `yaml:"dsn"`
-	// Database holds the tables; created when CreateSchema is set. Default
-	// mcpaudit.
+	// Database holds the tables; created when create_schema is set.
+	// Default mcpaudit.
 	Database string `yaml:"database"`
 	// CreateSchema creates the database and tables and migrates them forward
 	// at start. Default true.
@@ -32,26 +32,27 @@ type Options struct {
 	// Replica names this collector replica; the watermark is kept per
 	// replica. Default empty (one replica).
 	Replica string `yaml:"replica"`
-	// Ack says when AppendCalls and Commit return: "insert", once
-	// ClickHouse acknowledged the batch (which waits up to BatchAge for
-	// the batch to fill); or "log", once the batch is synced to the local
-	// spool, which is then inserted behind the acknowledgements in large
-	// batches, every BatchAge or when a query needs it. Default log.
+	// Ack says when an append of calls (and a commit of the detector's
+	// results) is acknowledged: "insert", once ClickHouse acknowledged the
+	// batch (which waits up to batch_age for the batch to fill); or "log",
+	// once the batch is synced to the local spool, which is then inserted
+	// behind the acknowledgements in large batches, every batch_age or when
+	// a query needs it. Default log.
 	Ack string `yaml:"ack"`
 	// BatchSize is how many rows a batch collects before it is inserted.
 	// Default 10000.
 	BatchSize int `yaml:"batch_size"`
 	// DrainBytes bounds, in bytes of row texts (arguments, results and the
 	// other texts of the calls), what the drain merges into one insert and
-	// what it keeps in memory of the batches acknowledged with Ack "log",
-	// besides the four BatchSize of rows each is held to: the drain holds
+	// what it keeps in memory of the batches acknowledged with ack "log",
+	// besides the four batch_size of rows each is held to: the drain holds
 	// both, the merged rows and the block being sent, so its memory
 	// follows this bound, not the rows' sizes. 0: rows only. serve sets it
 	// to a sixteenth of serve.memory_limit when that is smaller. Default 0.
 	DrainBytes int64 `yaml:"drain_bytes"`
 	// BatchAge is how long the first row of a batch may wait for more rows.
-	// AppendCalls returns after at most about this long plus the insert.
-	// Default 1s.
+	// With ack "insert", an append of calls is acknowledged after at most
+	// about this long plus the insert. Default 1s.
 	BatchAge time.Duration `yaml:"batch_age"`
 	// Inserters is how many batches may be in flight at once: one is
 	// encoded while another is written by the server. Default 2.
@@ -67,7 +68,7 @@ type Options struct {
 	// unreachable.
 	Spool Spool `yaml:"spool"`
 	// CheckpointEvery is how often the chains' heads are signed, when they
-	// moved (SigningKey). Default 1m.
+	// moved (with serve.signing_key_file). Default 1m.
 	CheckpointEvery time.Duration `yaml:"checkpoint_every"`
 	// SigningKey signs the checkpoints of the tamper-evidence chains; nil
 	// keeps the chains unsigned. Set by serve from serve.signing_key_file.
@@ -79,10 +80,12 @@ type Options struct {
 // Retention says how long calls, write attempts and findings are kept, by
 // their event time.
 type Retention struct {
-	// Default applies to every tenant not listed in Tenants. Default 0:
-	// keep forever.
+	// Default applies to every tenant not listed in tenants; 0 keeps rows
+	// forever. Default 0, which serve replaces with serve.retention (always
+	// positive, default 30d): under serve, rows are never kept forever.
 	Default time.Duration `yaml:"default"`
-	// Tenants overrides Default per tenant. Default none.
+	// Tenants overrides default per tenant. Default none; serve fills it
+	// from serve.tenant_retention when it is empty.
 	Tenants map[string]time.Duration `yaml:"tenants"`
 	// CheckInterval is how often old rows are removed on servers without
 	// TTL (they drop partitions and delete instead). Default 1h.
@@ -91,13 +94,16 @@ type Retention struct {
 
 // Spool configures the local spool used while ClickHouse is unreachable.
 type Spool struct {
-	// Dir holds one file per spooled batch. Default data/clickhouse-spool.
+	// Dir holds one file per spooled batch. Default clickhouse-spool in
+	// serve.data_dir: serve puts the spool there when dir is empty or the
+	// store's own default, data/clickhouse-spool (relative to the working
+	// directory, for a program using the store without serve).
 	Dir string `yaml:"dir"`
-	// MaxBytes bounds the spool; past it AppendCalls fails with
-	// audit.ErrUnavailable (503). It also bounds one batch's decoded size,
-	// which the reader of spool files checks: lower it only with an empty
-	// spool. With ack "log" one request larger than it never fits and
-	// fails with audit.ErrTooLarge (413). Default 1 GiB.
+	// MaxBytes bounds the spool; past it an append of calls is refused
+	// with 503 (retryable). It also bounds one batch's decoded size, which
+	// the reader of spool files checks: lower it only with an empty spool.
+	// With ack "log" one request larger than it never fits and is refused
+	// for good with 413. Default 1 GiB.
 	MaxBytes int64 `yaml:"max_bytes"`
 }
 

@@ -290,14 +290,15 @@ func (s *Store) Writes(ctx context.Context, q audit.WriteQuery) (audit.WritePage
 // calls made on it (each at its Time, in its latest state) and the findings
 // on it, in time order; at equal times calls come first, then writes, then
 // findings. When the calls fill the limit, findings after the last call are
-// left out too, so that the timeline has no gap.
-func (s *Store) Timeline(ctx context.Context, q audit.TimelineQuery) ([]audit.TimelineEvent, error) {
+// left out too, so that the timeline has no gap; the page says when the
+// range held more.
+func (s *Store) Timeline(ctx context.Context, q audit.TimelineQuery) (audit.TimelinePage, error) {
 	conn, err := s.settledReader(ctx)
 	if err != nil {
-		return nil, err
+		return audit.TimelinePage{}, err
 	}
 	if q.Document == "" {
-		return nil, fmt.Errorf("cannot read a timeline: no document given")
+		return audit.TimelinePage{}, fmt.Errorf("cannot read a timeline: no document given")
 	}
 	limit := store.TimelineLimit(q.Limit)
 	var base conds
@@ -319,10 +320,12 @@ func (s *Store) Timeline(ctx context.Context, q audit.TimelineQuery) ([]audit.Ti
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return audit.TimelinePage{}, err
 	}
 	truncated := len(calls) > limit
+	var next time.Time // the first call left out
 	if truncated {
+		next = joinTime(calls[limit].Time, calls[limit].TimeNanos)
 		calls = calls[:limit]
 	}
 	ids := make([]string, 0, len(calls))
@@ -363,19 +366,23 @@ func (s *Store) Timeline(ctx context.Context, q audit.TimelineQuery) ([]audit.Ti
 				return nil
 			})
 			if err != nil {
-				return nil, err
+				return audit.TimelinePage{}, err
 			}
 		}
 	}
 
 	fc := append(slices.Clone(base), "document = "+quote(q.Document))
 	until := q.Until
+	var leftOut []time.Time
 	if truncated {
 		until = joinTime(calls[len(calls)-1].Time, calls[len(calls)-1].TimeNanos).Add(1)
+		leftOut = append(leftOut, next, until)
 	}
 	fc.span(q.Since, until)
+	// One finding more than the limit: CutTimeline cuts it, and so knows
+	// that more followed.
 	query = fmt.Sprintf("SELECT %s FROM %s FINAL%s ORDER BY time, time_nanos, id LIMIT %d",
-		findingSelect, s.layout.table("findings"), fc.where(), limit)
+		findingSelect, s.layout.table("findings"), fc.where(), limit+1)
 	err = each(ctx, conn, "query the timeline", query, func(rows driver.Rows) error {
 		r, err := scanFinding(rows)
 		if err != nil {
@@ -386,9 +393,9 @@ func (s *Store) Timeline(ctx context.Context, q audit.TimelineQuery) ([]audit.Ti
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return audit.TimelinePage{}, err
 	}
-	return store.SortTimeline(events, limit), nil
+	return store.CutTimeline(events, limit, leftOut...), nil
 }
 
 // WriteCounts counts write attempts by their latest state.

@@ -296,7 +296,7 @@ func TestStore_RoundTripExamples(t *testing.T) {
 				break
 			}
 		}
-		evs, err := s.Timeline(ctx, audit.TimelineQuery{Tenant: doc.Tenant, Document: doc.Document})
+		evs, err := eventsOf(s.Timeline(ctx, audit.TimelineQuery{Tenant: doc.Tenant, Document: doc.Document}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -363,3 +363,6 @@ func TestStore_RoundTripExamples(t *testing.T) {
 
 // errOnly drops the count of AppendCalls.
 func errOnly(_ int, err error) error { return err }
+
+// eventsOf is the events of a timeline page.
+func eventsOf(p audit.TimelinePage, err error) ([]audit.TimelineEvent, error) { return p.Events, err }

@@ -120,6 +120,7 @@ const (
 	sealedExt = ".ndjson"
 	openExt   = ".ndjson.part"
 	rejectDir = "rejected"
+	reasonExt = ".reason" // beside a segment in rejectDir: why it is there
 	// maxRetryAfter caps how long a Retry-After can hold the sender.
 	maxRetryAfter = 10 * time.Minute
 )
@@ -418,12 +419,18 @@ func (f *Forwarder) post(ctx context.Context, path string, fh *os.File) (time.Du
 			Errors   []string `json:"errors"`
 		}
 		if json.Unmarshal(answer, &r) == nil && r.Rejected > 0 {
-			f.log.Error("the collector rejected call records", "rejected", r.Rejected, "errors", r.Errors)
+			// The segment goes aside whole, with the answer that names each
+			// rejected record by its line (the first 100): sent again once
+			// fixed, its accepted records are acknowledged as duplicates,
+			// not stored twice.
 			f.metrics.Forward(metrics.ForwardRejected, r.Rejected)
 			f.metrics.Forward(metrics.ForwardSent, lines-r.Rejected)
-		} else {
-			f.metrics.Forward(metrics.ForwardSent, lines)
+			dst := f.setAside(path, int64(len(body)), resp.Status, answer)
+			f.log.Error("the collector rejected call records; their segment set aside", "rejected", r.Rejected,
+				"accepted", r.Accepted, "errors", r.Errors, "kept", dst)
+			return 0, nil
 		}
+		f.metrics.Forward(metrics.ForwardSent, lines)
 		f.remove(path, int64(len(body)))
 		return 0, nil
 	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500 || resp.StatusCode == http.StatusRequestTimeout ||
@@ -434,17 +441,30 @@ func (f *Forwarder) post(ctx context.Context, path string, fh *os.File) (time.Du
 	default:
 		f.metrics.Post(metrics.PostRejected)
 		f.metrics.Forward(metrics.ForwardRejected, lines)
-		dst := filepath.Join(f.cfg.BufferDir, rejectDir, filepath.Base(path))
+		dst := f.setAside(path, int64(len(body)), resp.Status, answer)
 		f.log.Error("the collector refused a batch of call records; set aside", "status", resp.Status, "answer", string(bytes.TrimSpace(answer)), "kept", dst)
-		if err := os.Rename(path, dst); err != nil {
-			f.log.Error("cannot set a refused batch aside", "err", err)
-		}
-		f.mu.Lock()
-		f.size -= int64(len(body))
-		f.metrics.SetBufferBytes(f.size)
-		f.mu.Unlock()
 		return 0, nil
 	}
+}
+
+// setAside moves a segment of n bytes the collector refused, whole or in
+// part, to rejected/ for a person, with the collector's status and answer
+// beside it (NAME.ndjson and NAME.reason), and returns where it went.
+func (f *Forwarder) setAside(path string, n int64, status string, answer []byte) string {
+	dst := filepath.Join(f.cfg.BufferDir, rejectDir, filepath.Base(path))
+	reason := fmt.Sprintf("%s\ncollector %s answered %s:\n%s\n", time.Now().UTC().Format(time.RFC3339), f.url, status, bytes.TrimSpace(answer))
+	if err := os.WriteFile(strings.TrimSuffix(dst, sealedExt)+reasonExt, []byte(reason), 0o644); err != nil {
+		f.log.Error("cannot write why a segment was set aside", "segment", dst, "err", err)
+	}
+	if err := os.Rename(path, dst); err != nil {
+		f.log.Error("cannot set a refused segment aside", "segment", path, "err", err)
+		return path
+	}
+	f.mu.Lock()
+	f.size = max(f.size-n, 0)
+	f.metrics.SetBufferBytes(f.size)
+	f.mu.Unlock()
+	return dst
 }
 
 func (f *Forwarder) remove(path string, n int64) {

@@ -19,7 +19,10 @@ import (
 	"github.com/klauspost/compress/gzip"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/capture"
+	"github.com/mcpaudit/mcpaudit/collector/dialect"
+	"github.com/mcpaudit/mcpaudit/collector/receiver"
 	"github.com/mcpaudit/mcpaudit/exporter/metrics"
 )
 
@@ -264,8 +267,12 @@ func TestForwarder(t *testing.T) {
 		}
 		waitFor(t, "the second batch", func() bool { return len(c.got()) == 10 })
 		f.Close(context.Background())
-		if got := glob(t, filepath.Join(cfg.BufferDir, rejectDir), "*.ndjson"); len(got) != 1 {
+		got := glob(t, filepath.Join(cfg.BufferDir, rejectDir), "*.ndjson")
+		if len(got) != 1 {
 			t.Fatalf("rejected segments %v", got)
+		}
+		if reason, err := os.ReadFile(strings.TrimSuffix(got[0], sealedExt) + reasonExt); err != nil || !strings.Contains(string(reason), "400 Bad Request") {
+			t.Errorf("reason beside the refused segment: %q, %v", reason, err)
 		}
 		if got := counter(t, reg, metrics.ProxyForwardRecordsTotal, metrics.ForwardRejected); got != 10 {
 			t.Errorf("rejected counter %v", got)
@@ -371,5 +378,78 @@ func TestConfig_Validate(t *testing.T) {
 	cfg.URL = "http://127.0.0.1:4318"
 	if err := cfg.Validate(); err != nil {
 		t.Error(err)
+	}
+}
+
+// keepIngester keeps the records the real collector handler takes, as the
+// store behind it would; it stands in for the store only.
+type keepIngester struct {
+	mu   sync.Mutex
+	recs []*audit.Record
+}
+
+func (k *keepIngester) Ingest(_ context.Context, batches ...audit.Batch) (int, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	n := 0
+	for _, b := range batches {
+		k.recs = append(k.recs, b.Records...)
+		n += len(b.Records)
+	}
+	return n, nil
+}
+
+func (k *keepIngester) count() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return len(k.recs)
+}
+
+// TestForwarder_RecordsRejectedInA2xx: the real collector handler takes a
+// batch but rejects one record of it (no time) in its 200 answer; the
+// segment is set aside in rejected/ as a refused batch is, with the
+// answer naming the record beside it, and the other batches go on.
+func TestForwarder_RecordsRejectedInA2xx(t *testing.T) {
+	in := &keepIngester{}
+	srv := httptest.NewServer(receiver.New(receiver.NewDefaultConfig(), dialect.Config{}, in, nil, slog.New(slog.DiscardHandler)).Handler())
+	defer srv.Close()
+	cfg := testConfig(t, srv.URL)
+	f, reg := newForwarder(t, cfg)
+	var sent []byte
+	for i := range 20 {
+		l := line(i)
+		if i == 2 {
+			l = bytes.Replace(l, []byte(`"time":"2026-11-01T10:00:02.000001Z",`), nil, 1)
+		}
+		if i < 10 {
+			sent = append(sent, l...)
+		}
+		if err := f.Add(l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "both batches", func() bool { return len(glob(t, cfg.BufferDir, "*.ndjson")) == 0 && in.count() == 19 })
+	f.Close(context.Background())
+	kept := glob(t, filepath.Join(cfg.BufferDir, rejectDir), "*")
+	if len(kept) != 2 {
+		t.Fatalf("rejected/ holds %v, want a segment and its reason", kept)
+	}
+	seg, err := os.ReadFile(kept[0])
+	if err != nil || !bytes.Equal(seg, sent) {
+		t.Errorf("set-aside segment %s (%v):\n%s\nwant the first batch as sent:\n%s", kept[0], err, seg, sent)
+	}
+	reason, err := os.ReadFile(strings.TrimSuffix(kept[0], sealedExt) + reasonExt)
+	if err != nil || !strings.Contains(string(reason), "200 OK") || !strings.Contains(string(reason), `"rejected":1`) ||
+		!strings.Contains(string(reason), "body:3: field time") {
+		t.Errorf("reason %s (%v) does not give the answer naming line 3's time", reason, err)
+	}
+	if got := counter(t, reg, metrics.ProxyForwardRecordsTotal, metrics.ForwardRejected); got != 1 {
+		t.Errorf("rejected counter %v, want 1", got)
+	}
+	if got := counter(t, reg, metrics.ProxyForwardRecordsTotal, metrics.ForwardSent); got != 19 {
+		t.Errorf("sent counter %v, want 19", got)
+	}
+	if v := bufferBytes(t, reg); v != 0 {
+		t.Errorf("buffer bytes %v after delivery", v)
 	}
 }

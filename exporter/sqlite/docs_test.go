@@ -52,7 +52,7 @@ func TestDocIndex_ReadPaths(t *testing.T) {
 	read := func(doc string) answer {
 		var a answer
 		var err error
-		if a.timeline, err = s.Timeline(ctx, audit.TimelineQuery{Document: doc}); err != nil {
+		if a.timeline, err = eventsOf(s.Timeline(ctx, audit.TimelineQuery{Document: doc})); err != nil {
 			t.Fatal(err)
 		}
 		q := audit.CallQuery{Document: doc, Limit: 2}

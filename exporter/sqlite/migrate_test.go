@@ -339,7 +339,7 @@ func TestMigrate4to5(t *testing.T) {
 		}
 	}
 	for doc, tl := range want.Timelines {
-		got, err := s.Timeline(ctx, audit.TimelineQuery{Document: doc})
+		got, err := eventsOf(s.Timeline(ctx, audit.TimelineQuery{Document: doc}))
 		if err != nil {
 			t.Fatal(err)
 		}

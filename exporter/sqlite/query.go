@@ -456,27 +456,28 @@ func (s *Store) WriteCounts(ctx context.Context, q audit.CountQuery) (map[audit.
 // Events of equal time come calls first, then writes, then findings. The
 // writes are found through the document's stored calls, so a write whose
 // call was not appended is not shown. Limit defaults to 1000 and is capped
-// at 10000; the first events in time order are returned.
-func (s *Store) Timeline(ctx context.Context, q audit.TimelineQuery) ([]audit.TimelineEvent, error) {
+// at 10000; the first events in time order are returned, and the page says
+// when the range held more.
+func (s *Store) Timeline(ctx context.Context, q audit.TimelineQuery) (audit.TimelinePage, error) {
 	if s.closed.Load() {
-		return nil, errClosed("read timeline")
+		return audit.TimelinePage{}, errClosed("read timeline")
 	}
 	if err := s.caughtUp(ctx, "read timeline"); err != nil {
-		return nil, err
+		return audit.TimelinePage{}, err
 	}
 	if q.Document == "" {
-		return nil, errors.New("cannot read timeline: no document given")
+		return audit.TimelinePage{}, errors.New("cannot read timeline: no document given")
 	}
 	limit := store.TimelineLimit(q.Limit)
 	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
-		return nil, s.fail("read timeline", err)
+		return audit.TimelinePage{}, s.fail("read timeline", err)
 	}
 	defer tx.Rollback()
 
-	calls, truncated, err := s.timelineCalls(ctx, tx, q, limit)
+	calls, next, truncated, err := s.timelineCalls(ctx, tx, q, limit)
 	if err != nil {
-		return nil, s.fail("read timeline", err)
+		return audit.TimelinePage{}, s.fail("read timeline", err)
 	}
 	events := make([]audit.TimelineEvent, 0, len(calls))
 	for _, r := range calls {
@@ -484,7 +485,7 @@ func (s *Store) Timeline(ctx context.Context, q audit.TimelineQuery) ([]audit.Ti
 	}
 	writes, err := timelineWrites(ctx, tx, calls, q.Document)
 	if err != nil {
-		return nil, s.fail("read timeline", err)
+		return audit.TimelinePage{}, s.fail("read timeline", err)
 	}
 	for i := range writes {
 		events = append(events, store.WriteEvent(&writes[i]))
@@ -494,16 +495,20 @@ func (s *Store) Timeline(ctx context.Context, q audit.TimelineQuery) ([]audit.Ti
 	f.eq("server", q.Server)
 	f.eq("tenant", q.Tenant)
 	until := q.Until
+	var leftOut []time.Time
 	if truncated {
 		// The calls stop at the limit: findings past the last call would
 		// leave a gap before them.
 		until = calls[len(calls)-1].Call.Time.Add(1)
+		leftOut = append(leftOut, next, until)
 	}
 	f.span("time", q.Since, until)
+	// One finding more than the limit: CutTimeline cuts it, and so knows
+	// that more followed.
 	rows, err := tx.QueryContext(ctx, `SELECT `+findingColumns+` FROM findings`+f.where()+` ORDER BY time, id LIMIT ?`,
-		append(f.args, limit)...)
+		append(f.args, limit+1)...)
 	if err != nil {
-		return nil, s.fail("read timeline", err)
+		return audit.TimelinePage{}, s.fail("read timeline", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
@@ -511,19 +516,19 @@ func (s *Store) Timeline(ctx context.Context, q audit.TimelineQuery) ([]audit.Ti
 		var t int64
 		fd, err := scanFinding(rows, &id, &t)
 		if err != nil {
-			return nil, s.fail("read timeline", err)
+			return audit.TimelinePage{}, s.fail("read timeline", err)
 		}
 		events = append(events, store.FindingEvent(&fd))
 	}
 	if err := rows.Err(); err != nil {
-		return nil, s.fail("read timeline", err)
+		return audit.TimelinePage{}, s.fail("read timeline", err)
 	}
-	return store.SortTimeline(events, limit), nil
+	return store.CutTimeline(events, limit, leftOut...), nil
 }
 
 // timelineCalls returns up to limit calls on the document, in time order,
-// and whether more were left out.
-func (s *Store) timelineCalls(ctx context.Context, tx *sql.Tx, q audit.TimelineQuery, limit int) ([]audit.Record, bool, error) {
+// and whether more were left out, with the time of the first of those.
+func (s *Store) timelineCalls(ctx context.Context, tx *sql.Tx, q audit.TimelineQuery, limit int) ([]audit.Record, time.Time, bool, error) {
 	sp := docSpan{dh: docHash(q.Document), time: zeroTime, rid: -1, unbounded: q.Until.IsZero()}
 	if !q.Since.IsZero() {
 		sp.time = clampNanos(q.Since)
@@ -536,12 +541,12 @@ func (s *Store) timelineCalls(ctx context.Context, tx *sql.Tx, q audit.TimelineQ
 	for {
 		rows, done, err := s.docBatch(ctx, tx, &sp, min(limit+1, docBatchSize))
 		if err != nil {
-			return nil, false, err
+			return nil, time.Time{}, false, err
 		}
 		for _, row := range rows {
 			var rec audit.Record
 			if buf, err = decodeCall(buf, row.id, row.time, row.blob, &rec); err != nil {
-				return nil, false, err
+				return nil, time.Time{}, false, err
 			}
 			c := rec.Call
 			if !slices.Contains(rec.Documents(), q.Document) ||
@@ -549,12 +554,12 @@ func (s *Store) timelineCalls(ctx context.Context, tx *sql.Tx, q audit.TimelineQ
 				continue // another document of the same hash, or filtered out
 			}
 			if len(out) == limit {
-				return out, true, nil
+				return out, c.Time, true, nil
 			}
 			out = append(out, rec)
 		}
 		if done {
-			return out, false, nil
+			return out, time.Time{}, false, nil
 		}
 	}
 }

@@ -53,7 +53,7 @@ type Options struct {
 	// is committed. Default 2000.
 	MaxBatch int `yaml:"max_batch"`
 	// MaxDelay is how long the committer waits for more calls when its
-	// batch is below MaxBatch and nothing else is queued. Default 0: commit
+	// batch is below max_batch and nothing else is queued. Default 0: commit
 	// at once; batches still form from the calls that arrive while the
 	// previous commit syncs.
 	MaxDelay time.Duration `yaml:"max_delay"`
@@ -63,9 +63,8 @@ type Options struct {
 	// CacheMiB is SQLite's page cache of the writing connection, in MiB.
 	// Default 64. serve holds it to an eighth of serve.memory_limit when
 	// that is set (the share left outside the Go heap, where the cache
-	// lives), less the id index's buffers (8 MiB in a build with cgo,
-	// IDIndexOffHeapMiB; none in the release image, built without), and
-	// logs the size it took.
+	// lives), less the id index's buffers (8 MiB in a build with cgo, none
+	// in the release image, built without), and logs the size it took.
 	CacheMiB int `yaml:"cache_mib"`
 	// ReadConns is how many connections serve queries at once. Default 4.
 	ReadConns int `yaml:"read_conns"`

@@ -91,7 +91,7 @@ func TestGroupCommit(t *testing.T) {
 				if firstDoc(r) == "" {
 					continue
 				}
-				events, err := s.Timeline(context.Background(), audit.TimelineQuery{Document: firstDoc(r)})
+				events, err := eventsOf(s.Timeline(context.Background(), audit.TimelineQuery{Document: firstDoc(r)}))
 				if err != nil {
 					t.Error(err)
 					return
@@ -660,3 +660,6 @@ func TestSessions_CacheClearedOnFailure(t *testing.T) {
 		t.Fatalf("session %q: no call found after the retried append", session)
 	}
 }
+
+// eventsOf is the events of a timeline page.
+func eventsOf(p audit.TimelinePage, err error) ([]audit.TimelineEvent, error) { return p.Events, err }

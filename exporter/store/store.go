@@ -3,6 +3,7 @@ package store
 import (
 	"cmp"
 	"slices"
+	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/canon"
@@ -64,14 +65,29 @@ func FindingEvent(f *audit.Finding) audit.TimelineEvent {
 // findings.
 var eventRank = map[string]int{audit.EventCall: 0, audit.EventWrite: 1, audit.EventFinding: 2}
 
-// SortTimeline puts a timeline's events in time order (calls first, then
-// writes, then findings at equal times; otherwise as given) and keeps the
-// first limit.
-func SortTimeline(events []audit.TimelineEvent, limit int) []audit.TimelineEvent {
+// CutTimeline puts a timeline's events in time order (calls first, then
+// writes, then findings at equal times; otherwise as given), keeps the
+// first limit and says where the rest begin. leftOut holds, for each part
+// a store read only in part (calls past the limit, findings past the last
+// call kept), the earliest time it may have left out: every event of that
+// part before it is among events. NextSince is the earliest of those and
+// of the first event cut here, so that nothing before it is missing.
+func CutTimeline(events []audit.TimelineEvent, limit int, leftOut ...time.Time) audit.TimelinePage {
 	slices.SortStableFunc(events, func(a, b audit.TimelineEvent) int {
 		return cmp.Or(a.Time.Compare(b.Time), cmp.Compare(eventRank[a.Type], eventRank[b.Type]))
 	})
-	return events[:min(len(events), limit)]
+	if len(events) > limit {
+		leftOut = append(leftOut, events[limit].Time)
+		events = events[:limit]
+	}
+	page := audit.TimelinePage{Events: events}
+	for i, t := range leftOut {
+		if i == 0 || t.Before(page.NextSince) {
+			page.NextSince = t
+		}
+		page.Truncated = true
+	}
+	return page
 }
 
 // Fingerprint derives a call's fingerprint from its request, as every

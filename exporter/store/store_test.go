@@ -26,25 +26,40 @@ func TestLimits(t *testing.T) {
 	f(TimelineLimit(50000), 10000)
 }
 
-func TestSortTimeline(t *testing.T) {
+func TestCutTimeline(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	f := &audit.Finding{Kind: audit.KindUnsafeRetry, Time: t0}
 	w := &audit.Write{CallID: "c1", Time: t0, State: audit.StateDurable}
 	c := &audit.Call{ID: "c1", Time: t0}
 	late := &audit.Call{ID: "c0", Time: t0.Add(-time.Second)}
-	events := []audit.TimelineEvent{FindingEvent(f), WriteEvent(w), CallEvent(c, audit.OutcomeOK, nil),
-		CallEvent(late, audit.OutcomeProtocolError, &audit.Failure{Code: "E_X", Action: audit.ActionFixInput})}
-	got := SortTimeline(events, 3)
+	events := func() []audit.TimelineEvent {
+		return []audit.TimelineEvent{FindingEvent(f), WriteEvent(w), CallEvent(c, audit.OutcomeOK, nil),
+			CallEvent(late, audit.OutcomeProtocolError, &audit.Failure{Code: "E_X", Action: audit.ActionFixInput})}
+	}
+	got := CutTimeline(events(), 3)
 	var types []string
-	for _, e := range got {
+	for _, e := range got.Events {
 		types = append(types, e.Type+"/"+e.CallID)
 	}
 	if want := []string{"call/c0", "call/c1", "write/c1"}; !reflect.DeepEqual(types, want) {
 		t.Fatalf("order %v, want %v", types, want)
 	}
-	if got[0].Code != "E_X" || got[0].RetryAction != audit.ActionFixInput {
-		t.Errorf("failed call event %+v lacks its code and action", got[0])
+	if got.Events[0].Code != "E_X" || got.Events[0].RetryAction != audit.ActionFixInput {
+		t.Errorf("failed call event %+v lacks its code and action", got.Events[0])
 	}
+	// Where the rest begin: the first event cut, or an earlier time a
+	// store left out.
+	f2 := func(name string, p audit.TimelinePage, truncated bool, next time.Time) {
+		t.Helper()
+		if p.Truncated != truncated || !p.NextSince.Equal(next) {
+			t.Errorf("%s: truncated %v, next_since %v; want %v, %v", name, p.Truncated, p.NextSince, truncated, next)
+		}
+	}
+	f2("cut here", got, true, t0)
+	f2("all kept", CutTimeline(events(), 4), false, time.Time{})
+	f2("left out earlier", CutTimeline(events(), 3, t0.Add(-time.Millisecond)), true, t0.Add(-time.Millisecond))
+	f2("left out later", CutTimeline(events(), 3, t0.Add(time.Hour), t0.Add(time.Minute)), true, t0)
+	f2("left out, none cut", CutTimeline(events(), 4, t0.Add(time.Hour), t0.Add(time.Minute)), true, t0.Add(time.Minute))
 }
 
 func TestFingerprint(t *testing.T) {

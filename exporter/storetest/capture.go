@@ -140,7 +140,7 @@ func testCapture(t *testing.T, s audit.Store) {
 
 	// Every call on a document is on its timeline, with its findings.
 	for _, doc := range docs {
-		events, err := s.Timeline(ctx(t), audit.TimelineQuery{Document: doc})
+		events, err := eventsOf(s.Timeline(ctx(t), audit.TimelineQuery{Document: doc}))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -55,6 +55,7 @@ func Run(t *testing.T, open func(t *testing.T) audit.Store) {
 		{"Findings/bad_cursor", testFindingBadCursor},
 		{"Writes/filters_and_pages", testWritePages},
 		{"Timeline", testTimeline},
+		{"Timeline/truncated", testTimelineTruncated},
 		{"WriteCounts", testWriteCounts},
 		{"DeleteBefore", testDeleteBefore},
 		{"DeleteBefore/tenants", testDeleteTenants},
@@ -290,7 +291,7 @@ func testIdempotent(t *testing.T, s audit.Store) {
 	want := append(calls(recs), rec(4, 4, "a.gram").Call)
 	diffCalls(t, scan(t, s, time.Time{}), want)
 	// Stored once in the timeline too.
-	events, err := s.Timeline(ctx(t), audit.TimelineQuery{Document: "a.gram"})
+	events, err := eventsOf(s.Timeline(ctx(t), audit.TimelineQuery{Document: "a.gram"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -829,7 +830,7 @@ func testTimeline(t *testing.T, s audit.Store) {
 	}
 	f := func(name string, q audit.TimelineQuery, want []timelineView) {
 		t.Helper()
-		events, err := s.Timeline(ctx(t), q)
+		events, err := eventsOf(s.Timeline(ctx(t), q))
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -851,6 +852,98 @@ func testTimeline(t *testing.T, s audit.Store) {
 	f("limit", audit.TimelineQuery{Document: "a.gram", Limit: 3}, all[:3])
 	f("other tenant", audit.TimelineQuery{Document: "a.gram", Tenant: "globex"}, nil)
 	f("unknown document", audit.TimelineQuery{Document: "nothing.gram"}, nil)
+}
+
+// testTimelineTruncated reads timelines a limit at a time: each answer
+// holds the earliest events from since, says whether the range held more,
+// and gives a next_since before which nothing is missing, so that reading
+// on from it reaches every event.
+func testTimelineTruncated(t *testing.T, s audit.Store) {
+	// a.gram: calls at 1..8, writes of calls 2 and 4 at their times,
+	// findings at 3 (after the call of that second), just after 6 (between
+	// two calls, so that a page whose calls stop at 6 leaves it out), 9
+	// and 10 (after the last call). b.gram: findings only.
+	var recs []audit.Record
+	for i := 1; i <= 8; i++ {
+		recs = append(recs, rec(i, i, "a.gram"))
+	}
+	appendCalls(t, s, recs...)
+	res := audit.Results{Writes: []audit.Write{
+		write(id(2), 0, 2, audit.StateDurable, "a.gram"),
+		write(id(4), 0, 4, audit.StateDurable, "a.gram"),
+	}}
+	for _, sec := range []int{3, 9, 10} {
+		res.Findings = append(res.Findings, finding(audit.KindUnsafeRetry, sec, "a.gram", id(sec)))
+	}
+	between := finding(audit.KindUnsafeRetry, 6, "a.gram", id(61))
+	between.Time = between.Time.Add(time.Millisecond)
+	res.Findings = append(res.Findings, between)
+	for sec := 1; sec <= 5; sec++ {
+		res.Findings = append(res.Findings, finding(audit.KindUnsafeRetry, sec, "b.gram", id(sec)))
+	}
+	commit(t, s, res)
+
+	for _, tc := range []struct {
+		doc  string
+		want int
+	}{{"a.gram", 14}, {"b.gram", 5}} {
+		full, err := s.Timeline(ctx(t), audit.TimelineQuery{Document: tc.doc})
+		if err != nil {
+			t.Fatal(err)
+		}
+		all := viewOf(full.Events)
+		if len(all) != tc.want || full.Truncated || !full.NextSince.IsZero() {
+			t.Fatalf("%s: whole timeline has %d events, truncated %v, next_since %v; want %d, false, zero",
+				tc.doc, len(all), full.Truncated, full.NextSince, tc.want)
+		}
+		// No instant holds more than 2 events: every limit from 2 reads on.
+		for limit := 2; limit <= len(all)+1; limit++ {
+			var since time.Time
+			seen := map[timelineView]bool{}
+			for pages := 0; ; pages++ {
+				if pages > len(all) {
+					t.Fatalf("%s, limit %d: no end after %d pages", tc.doc, limit, pages)
+				}
+				page, err := s.Timeline(ctx(t), audit.TimelineQuery{Document: tc.doc, Since: since, Limit: limit})
+				if err != nil {
+					t.Fatal(err)
+				}
+				k := 0 // the first event from since
+				for k < len(all) && all[k].Time.Before(since) {
+					k++
+				}
+				rest := all[k:]
+				got := viewOf(page.Events)
+				if want := rest[:min(limit, len(rest))]; !reflect.DeepEqual(got, want) {
+					t.Fatalf("%s, limit %d, since %v:\n got %+v\nwant %+v", tc.doc, limit, since, got, want)
+				}
+				if page.Truncated != (len(rest) > limit) {
+					t.Fatalf("%s, limit %d, since %v: truncated %v with %d events left from since",
+						tc.doc, limit, since, page.Truncated, len(rest))
+				}
+				for _, v := range got {
+					seen[v] = true
+				}
+				if !page.Truncated {
+					if !page.NextSince.IsZero() {
+						t.Errorf("%s, limit %d: next_since %v on a whole answer", tc.doc, limit, page.NextSince)
+					}
+					break
+				}
+				// Nothing before next_since is missing, and it moves on.
+				if next, last := page.NextSince, got[len(got)-1].Time; next.After(rest[limit].Time) || next.Before(last) || !next.After(since) {
+					t.Fatalf("%s, limit %d, since %v: next_since %v, want in [%v, %v] and after since",
+						tc.doc, limit, since, next, last, rest[limit].Time)
+				}
+				since = page.NextSince
+			}
+			for i := range all {
+				if !seen[all[i]] {
+					t.Errorf("%s, limit %d: event %+v never read", tc.doc, limit, all[i])
+				}
+			}
+		}
+	}
 }
 
 func testWriteCounts(t *testing.T, s audit.Store) {
@@ -913,7 +1006,7 @@ func testDeleteBefore(t *testing.T, s audit.Store) {
 	if got := allFindings(t, s, audit.FindingQuery{}); !reflect.DeepEqual(findingIDs(got), findingIDs(fs[4:])) {
 		t.Errorf("findings left: %v, want %v", findingIDs(got), findingIDs(fs[4:]))
 	}
-	events, err := s.Timeline(ctx(t), audit.TimelineQuery{Document: "a.gram"})
+	events, err := eventsOf(s.Timeline(ctx(t), audit.TimelineQuery{Document: "a.gram"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -960,3 +1053,7 @@ func testClose(t *testing.T, s audit.Store) {
 }
 
 func second[T any](_ T, err error) error { return err }
+
+// eventsOf is the events of a timeline page, for the tests that check
+// events only.
+func eventsOf(p audit.TimelinePage, err error) ([]audit.TimelineEvent, error) { return p.Events, err }

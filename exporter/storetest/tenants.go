@@ -48,7 +48,7 @@ func testTenantScoped(t *testing.T, s audit.Store) {
 		if !reflect.DeepEqual(p.Calls, tc.want) {
 			t.Errorf("calls of %s by id:\n got %+v\nwant %+v", tc.tenant, p.Calls, tc.want)
 		}
-		events, err := s.Timeline(ctx(t), audit.TimelineQuery{Tenant: tc.tenant, Document: "a.gram"})
+		events, err := eventsOf(s.Timeline(ctx(t), audit.TimelineQuery{Tenant: tc.tenant, Document: "a.gram"}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -77,7 +77,7 @@ func testTenantScoped(t *testing.T, s audit.Store) {
 		if want := map[audit.WriteState]int64{tc.want.State: 1}; !reflect.DeepEqual(counts, want) {
 			t.Errorf("write counts of %s: %v, want %v", tc.tenant, counts, want)
 		}
-		events, err := s.Timeline(ctx(t), audit.TimelineQuery{Tenant: tc.tenant, Document: "a.gram"})
+		events, err := eventsOf(s.Timeline(ctx(t), audit.TimelineQuery{Tenant: tc.tenant, Document: "a.gram"}))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,7 +12,7 @@ import (
 // TLSConfig sets TLS on every listener of serve (ingest HTTP, gRPC, API).
 type TLSConfig struct {
 	// CertFile is the server certificate (PEM, with its chain). Setting it
-	// and KeyFile turns TLS on for every listener. Both are read again on
+	// and key_file turns TLS on for every listener. Both are read again on
 	// SIGHUP. Default none: plain TCP.
 	CertFile string `yaml:"cert_file"`
 	// KeyFile is the server certificate's private key (PEM).
@@ -20,7 +20,7 @@ type TLSConfig struct {
 	// ClientCAFile holds the CA certificates (PEM) client certificates are
 	// verified against. Default none: client certificates are not asked for.
 	ClientCAFile string `yaml:"client_ca_file"`
-	// ClientAuth is what is asked of clients when ClientCAFile is set:
+	// ClientAuth is what is asked of clients when client_ca_file is set:
 	// "optional" (a certificate, if sent, must verify; bearer tokens still
 	// work) or "require" (every connection must present a verified
 	// certificate). Default optional.
