@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
@@ -97,18 +96,11 @@ func newSummary(det *analyzer, rejects *rejectLog, col *collector) analyzeSummar
 
 // rejectReason says why a record or span of a file was rejected, in the
 // reasons of mcpaudit_ingest_rejected_total: the Kind its error was given
-// where it was rejected, never its wording (which is for display).
+// where it was rejected (capture.RejectKind, as serve counts it), never its
+// wording (which is for display).
 func rejectReason(err error) metrics.RejectReason {
-	var se *capture.SpanError
-	if errors.As(err, &se) {
-		if se.Kind == "" {
-			return metrics.RejectBadSpan
-		}
-		return metrics.RejectReason(se.Kind)
-	}
-	var re *capture.RecordError
-	if errors.As(err, &re) && re.Kind != "" {
-		return metrics.RejectReason(re.Kind)
+	if k := capture.RejectKind(err); k != "" {
+		return metrics.RejectReason(k)
 	}
 	return metrics.RejectInvalidJSON
 }

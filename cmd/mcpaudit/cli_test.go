@@ -232,7 +232,9 @@ func TestAnalyze_MetricsIngest(t *testing.T) {
 		`mcpaudit_ingest_records_total{result="duplicate",source="file"} 3`,
 		`mcpaudit_ingest_records_total{result="rejected",source="file"} 5`,
 		`mcpaudit_ingest_records_total{result="ignored",source="file"} 0`,
-		`mcpaudit_ingest_rejected_total{reason="invalid_json",source="file"} 2`,
+		`mcpaudit_ingest_rejected_total{reason="invalid_json",source="file"} 1`,
+		// "time": "not a time", as serve counts it.
+		`mcpaudit_ingest_rejected_total{reason="bad_time",source="file"} 1`,
 		`mcpaudit_ingest_rejected_total{reason="missing_field",source="file"} 3`,
 		`mcpaudit_build_info{`,
 	} {

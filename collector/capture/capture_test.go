@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -60,15 +61,15 @@ func TestDecoder_BadLinesKeepGoodOnes(t *testing.T) {
 	}
 	// Each reject with the reason it is counted under (Kind, "" being
 	// invalid_json), whatever its words.
-	missing := string(metrics.RejectMissingField)
+	missing, badTime := string(metrics.RejectMissingField), string(metrics.RejectBadTime)
 	want := []struct{ msg, kind string }{
 		{"in:2: not JSON", ""},
 		{"in:3: field time: missing", missing},
-		{"in:4: field time: not an RFC 3339 time", ""},
+		{"in:4: field time: not an RFC 3339 time", badTime},
 		{"in:5: field server: missing", missing},
 		{"in:6: field request: must be a JSON-RPC request object", ""},
 		{"in:7: field request.params.name: missing tool name", missing},
-		{"in:8: field duration_ms: must be a non-negative number", ""},
+		{"in:8: field duration_ms: must be a non-negative number", badTime},
 	}
 	if len(rejects) != len(want) {
 		t.Fatalf("rejects = %v", rejects)
@@ -132,6 +133,38 @@ func TestDecoder_LongLine(t *testing.T) {
 	}
 	if re := (*RecordError)(nil); !errors.As(rejects[0], &re) || re.Kind != string(metrics.RejectTooLarge) {
 		t.Errorf("%v: of kind %q, want too_large", rejects[0], re.Kind)
+	}
+}
+
+// TestDecoder_OTLPLongerThanALine: in an OTLP JSON file (analyze), a
+// resource or a span longer than MaxLine is rejected as too large, as a
+// record line is, and as serve counts a payload past its cap; the other
+// spans are read.
+func TestDecoder_OTLPLongerThanALine(t *testing.T) {
+	str := func(k, v string) string { return `{"key":"` + k + `","value":{"stringValue":"` + v + `"}}` }
+	span := func(id int, attrs ...string) string {
+		return fmt.Sprintf(`{"traceId":"%032x","spanId":"%016x","kind":2,"startTimeUnixNano":"1793610008000000000","endTimeUnixNano":"1793610009000000000","attributes":[%s]}`,
+			id, id, strings.Join(append([]string{str("mcp.method.name", "tools/call"), str("gen_ai.tool.name", "gram_read"), str("jsonrpc.request.id", strconv.Itoa(id))}, attrs...), ","))
+	}
+	block := func(res string, spans ...string) string {
+		return `{"resource":{"attributes":[` + res + `]},"scopeSpans":[{"spans":[` + strings.Join(spans, ",") + `]}]}`
+	}
+	huge := strings.Repeat("x", MaxLine)
+	in := `{"resourceSpans":[` + block(str("service.name", "thegram")+","+str("pad", huge), span(1)) + "," +
+		block(str("service.name", "thegram"), span(2), span(3, str("gen_ai.tool.call.arguments", huge)), span(4)) + `]}`
+	n, rejects, f := decodeAll(t, []byte(in))
+	if f != FormatOTLP || n != 2 || len(rejects) != 3 {
+		t.Fatalf("format %v, %d calls, rejects %v; want OTLP, 2 calls and 3 rejects", f, n, rejects)
+	}
+	// The span of the resource rejected has no server to be read under.
+	for i, want := range []struct{ msg, kind string }{
+		{"resourceSpans[0].resource: longer than", string(metrics.RejectTooLarge)},
+		{"resourceSpans[0].scopeSpans[0].spans[0]: no server identity", string(metrics.RejectBadSpan)},
+		{"resourceSpans[1].scopeSpans[0].spans[1]: longer than", string(metrics.RejectTooLarge)},
+	} {
+		if !strings.Contains(rejects[i].Error(), want.msg) || RejectKind(rejects[i]) != want.kind {
+			t.Errorf("reject %d %.200q counted as %q; want %q, %s", i, rejects[i], RejectKind(rejects[i]), want.msg, want.kind)
+		}
 	}
 }
 

@@ -62,10 +62,27 @@ func (e *SpanError) Error() string {
 
 // IsReject reports whether err rejects one record or span only, so that
 // reading may go on.
-func IsReject(err error) bool {
-	var re *RecordError
+func IsReject(err error) bool { return RejectKind(err) != "" }
+
+// RejectKind is the reason a rejected record or span is counted under in
+// mcpaudit_ingest_rejected_total (one of exporter/metrics' RejectReasons):
+// the Kind set where it was rejected, invalid_json for a record and
+// bad_span for a span without one; empty when err rejects neither. serve
+// and analyze both count by it, so that one input counts the same in both;
+// never by the error's words.
+func RejectKind(err error) string {
 	var se *SpanError
-	return errors.As(err, &re) || errors.As(err, &se)
+	if errors.As(err, &se) {
+		return se.CountedAs()
+	}
+	var re *RecordError
+	if errors.As(err, &re) {
+		if re.Kind == "" {
+			return kindInvalidJSON
+		}
+		return re.Kind
+	}
+	return ""
 }
 
 // Decoder streams calls out of one input. Memory is bounded by one record,

@@ -443,7 +443,7 @@ func (o *otlpReader) openBlock(b *block) (*blockStream, error) {
 	for i, r := range b.resources {
 		n := r[1] - r[0]
 		if n > int64(MaxLine) {
-			o.reject(&RecordError{Source: o.name, Line: o.spanLine(), Reason: fmt.Sprintf("resourceSpans[%d].resource: longer than %d bytes", b.index, MaxLine)})
+			o.reject(&RecordError{Source: o.name, Line: o.spanLine(), Reason: fmt.Sprintf("resourceSpans[%d].resource: longer than %d bytes", b.index, MaxLine), Kind: kindTooLarge})
 			continue
 		}
 		o.resBuf = slices.Grow(o.resBuf[:0], int(n))[:n]
@@ -656,7 +656,7 @@ func (bs *blockStream) nextSpan() (text []byte, j, k int, ok bool) {
 			}
 			if long {
 				o := bs.o
-				o.reject(&SpanError{Source: o.name, Line: o.spanLine(), RejectedSpan: otlp.RejectedSpan{Path: spanPath(bs.b.index, bs.j, bs.k), Reason: fmt.Sprintf("longer than %d bytes", MaxLine)}})
+				o.reject(&SpanError{Source: o.name, Line: o.spanLine(), RejectedSpan: otlp.RejectedSpan{Path: spanPath(bs.b.index, bs.j, bs.k), Reason: fmt.Sprintf("longer than %d bytes", MaxLine), Kind: kindTooLarge}})
 				return nil, bs.j, bs.k, true
 			}
 			return text, bs.j, bs.k, true

@@ -10,6 +10,7 @@ import (
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/canon"
 	"github.com/mcpaudit/mcpaudit/collector/dialect"
+	"github.com/mcpaudit/mcpaudit/collector/otlp"
 	"github.com/valyala/fastjson"
 )
 
@@ -27,11 +28,14 @@ type RecordError struct {
 	Kind string
 }
 
-// The Kinds of a RecordError, as exporter/metrics spells them
-// (RejectMissingField, RejectTooLarge), which capture does not import.
+// The Kinds of a RecordError or SpanError, as exporter/metrics spells them
+// (RejectMissingField, RejectTooLarge, RejectBadTime, RejectInvalidJSON),
+// which capture does not import; a span's default is otlp's.
 const (
 	kindMissingField = "missing_field"
 	kindTooLarge     = "too_large"
+	kindBadTime      = otlp.KindBadTime
+	kindInvalidJSON  = "invalid_json"
 )
 
 func (e *RecordError) Error() string {
@@ -137,6 +141,11 @@ func (rp *RecordParser) parse(data []byte, source string, line int, keep bool) (
 	missing := func(field, reason string) error {
 		return &RecordError{Source: source, Line: line, Field: field, Reason: reason, Kind: kindMissingField}
 	}
+	// A time or duration_ms that cannot be taken is the sender's clock or
+	// encoder at fault, counted as a bad time, not as bad JSON.
+	badTime := func(field, format string, args ...any) error {
+		return &RecordError{Source: source, Line: line, Field: field, Reason: fmt.Sprintf(format, args...), Kind: kindBadTime}
+	}
 	v, err := rp.p.ParseBytes(data)
 	if err != nil {
 		return nil, bad("", "not JSON: %s", canon.ParseError(data, err))
@@ -175,7 +184,7 @@ func (rp *RecordParser) parse(data []byte, source string, line int, keep bool) (
 	}
 	ts, err := tv.StringBytes()
 	if err != nil {
-		return nil, bad("time", "must be an RFC 3339 string")
+		return nil, badTime("time", "must be an RFC 3339 string")
 	}
 	t, ok := parseUTCMicro(ts)
 	if !ok {
@@ -184,7 +193,7 @@ func (rp *RecordParser) parse(data []byte, source string, line int, keep bool) (
 		// is dropped here, and the UTC time keeps nothing of it.
 		t, err = time.Parse(time.RFC3339Nano, unsafe.String(unsafe.SliceData(ts), len(ts)))
 		if err != nil {
-			return nil, bad("time", "not an RFC 3339 time: %q", ts)
+			return nil, badTime("time", "not an RFC 3339 time: %q", ts)
 		}
 		// Most times are written to the microsecond or coarser: nothing to
 		// round.
@@ -216,11 +225,11 @@ func (rp *RecordParser) parse(data []byte, source string, line int, keep bool) (
 	if d := top[mDuration]; d != nil && d.Type() != fastjson.TypeNull {
 		ms, err := d.Float64()
 		if err != nil && !math.IsInf(ms, 1) || !(ms >= 0) {
-			return nil, bad("duration_ms", "must be a non-negative number")
+			return nil, badTime("duration_ms", "must be a non-negative number")
 		}
 		if ms > maxDurationMS {
 			// The conversion would wrap to a large negative duration.
-			return nil, bad("duration_ms", "%s ms is longer than a duration can hold (at most %d ms, about 292 years)", d, int64(maxDurationMS))
+			return nil, badTime("duration_ms", "%s ms is longer than a duration can hold (at most %d ms, about 292 years)", d, int64(maxDurationMS))
 		}
 		c.Duration = time.Duration(ms * float64(time.Millisecond))
 	}

@@ -40,8 +40,8 @@ func ResourceJSON(objs []*fastjson.Value) Resource {
 // span of another method, or the reason it cannot be used. The span's
 // strings are copied: v may be reused once JSONSpan returns.
 func (cv *Converter) JSONSpan(v *fastjson.Value, res *Resource, source string, rs, ss, sp int, rd *dialect.Reader) (rec *audit.Record, ignored bool, reason, kind string) {
-	if reason := cv.jsonSpan(v); reason != "" {
-		return nil, false, reason, ""
+	if reason, kind := cv.jsonSpan(v); reason != "" {
+		return nil, false, reason, kind
 	}
 	return cv.convert(res, source, path{rs, ss, sp}, rd)
 }
@@ -50,7 +50,8 @@ func (cv *Converter) JSONSpan(v *fastjson.Value, res *Resource, source string, r
 // read (its path aside: "spanId: must be hex digits of the id's length"),
 // or "" when it can. It reads the span into cv, as JSONSpan does.
 func (cv *Converter) CheckSpanJSON(v *fastjson.Value) string {
-	return cv.jsonSpan(v)
+	reason, _ := cv.jsonSpan(v)
+	return reason
 }
 
 // StartJSON returns the start time of a span object of OTLP JSON, in
@@ -69,13 +70,14 @@ func StartJSON(v *fastjson.Value) uint64 {
 	return n
 }
 
-// jsonSpan reads v into cv.sp; it returns why the span cannot be read.
-func (cv *Converter) jsonSpan(v *fastjson.Value) (reason string) {
+// jsonSpan reads v into cv.sp; it returns why the span cannot be read,
+// and the RejectedSpan.Kind it is counted under (empty: bad_span).
+func (cv *Converter) jsonSpan(v *fastjson.Value) (reason, kind string) {
 	s := &cv.sp
 	*s = spanFields{}
 	o, err := v.Object()
 	if err != nil {
-		return "a span must be a JSON object"
+		return "a span must be a JSON object", ""
 	}
 	o.Visit(func(k []byte, f *fastjson.Value) {
 		if reason != "" || f.Type() == fastjson.TypeNull {
@@ -119,6 +121,11 @@ func (cv *Converter) jsonSpan(v *fastjson.Value) (reason string) {
 					str, err := anyString(v)
 					if err != nil {
 						reason = "attribute " + strconv.Quote(string(key)) + ": " + err.Error()
+						if err == errTooDeep {
+							// As serve counts a value nested past its
+							// serve.receiver.max_depth.
+							kind = KindTooDeep
+						}
 					}
 					s.attrs.set(ref, b2s(str))
 				}
@@ -147,7 +154,7 @@ func (cv *Converter) jsonSpan(v *fastjson.Value) (reason string) {
 			})
 		}
 	})
-	return reason
+	return reason, kind
 }
 
 // eachKV calls fn for every key and value of the KeyValue list at field

@@ -146,7 +146,21 @@ type RejectedSpan struct {
 // a bad time is counted.
 const KindBadTime = "bad_time"
 
+// KindTooDeep is the Kind of a span whose attribute value nests deeper than
+// can be read: exporter/metrics' RejectTooDeep, as serve counts a value
+// nested past serve.receiver.max_depth.
+const KindTooDeep = "too_deep"
+
 func (r RejectedSpan) Error() string { return r.Path + ": " + r.Reason }
+
+// CountedAs is the reason the span is counted under: its Kind, bad_span
+// when it has none.
+func (r RejectedSpan) CountedAs() string {
+	if r.Kind == "" {
+		return "bad_span"
+	}
+	return r.Kind
+}
 
 // Resource is what the conversion reads of a resource.
 type Resource struct {

@@ -64,12 +64,9 @@ func (rc *Receiver) exportWire(ctx context.Context, src metrics.Source, tenant s
 }
 
 // spanReason is the reason a rejected span is counted under: its Kind,
-// bad_span when the converter left it empty.
+// bad_span when the converter left it empty, as analyze counts it.
 func spanReason(r otlp.RejectedSpan) metrics.RejectReason {
-	if r.Kind == "" {
-		return metrics.RejectBadSpan
-	}
-	return metrics.RejectReason(r.Kind)
+	return metrics.RejectReason(r.CountedAs())
 }
 
 // exportRead checks and ingests the calls read of an OTLP request by tk's

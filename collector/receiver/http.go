@@ -454,18 +454,14 @@ func (rc *Receiver) calls(w http.ResponseWriter, r *http.Request) {
 			break
 		}
 		if err != nil {
-			var re *capture.RecordError
-			switch {
-			case errors.As(err, &re) && re.Reason == "missing":
-				refuse(err, metrics.RejectMissingField)
-			case errors.As(err, &re) && (re.Field == "time" || re.Field == "duration_ms"):
-				refuse(err, metrics.RejectBadTime)
-			case capture.IsReject(err):
-				refuse(err, metrics.RejectInvalidJSON)
-			default:
+			// Counted under the Kind set where the record was rejected,
+			// as analyze counts it.
+			kind := capture.RejectKind(err)
+			if kind == "" {
 				rc.fail(w, src, newRefusal(400, err.Error(), metrics.RejectDecodeError), false)
 				return
 			}
+			refuse(err, metrics.RejectReason(kind))
 			continue
 		}
 		if rerr := tk.take(c, dialect.Known{}, source, c.Call.Source); rerr != nil {

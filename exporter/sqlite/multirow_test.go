@@ -452,22 +452,7 @@ func TestMultiRow_ConnectionReplaced(t *testing.T) {
 		t.Fatal(err)
 	}
 	files := openFiles(t, s.path)
-	old := writerDriverConn(t, s)
-	// A statement that ends only when interrupted. When its context ends
-	// before the driver starts it, it is not interrupted: try again,
-	// waiting longer.
-	for wait := time.Millisecond; writerDriverConn(t, s) == old; wait *= 4 {
-		if wait > 10*time.Second {
-			t.Fatal("the writer's connection was not replaced")
-		}
-		qctx, cancel := context.WithTimeout(ctx, wait)
-		var n int64
-		err := s.w.QueryRowContext(qctx, `WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c) SELECT count(*) FROM c`).Scan(&n)
-		cancel()
-		if err == nil {
-			t.Fatalf("an endless statement ended with %d rows", n)
-		}
-	}
+	replaceWriterConn(t, s)
 	if _, err := s.AppendCalls(ctx, recs[100:]); err != nil {
 		t.Fatalf("the commit on the new connection: %v", err)
 	}
@@ -476,6 +461,63 @@ func TestMultiRow_ConnectionReplaced(t *testing.T) {
 	}
 	if now := openFiles(t, s.path); now != files {
 		t.Errorf("%d files open on the store, %d before its connection was replaced: the old connection was not closed", now, files)
+	}
+}
+
+// replaceWriterConn has database/sql replace the writer's connection, as
+// the real driver makes it: a statement on the writer interrupted by its
+// context makes the connection unusable.
+func replaceWriterConn(t *testing.T, s *Store) {
+	t.Helper()
+	old := writerDriverConn(t, s)
+	// A statement that ends only when interrupted. When its context ends
+	// before the driver starts it, it is not interrupted: try again,
+	// waiting longer.
+	for wait := time.Millisecond; writerDriverConn(t, s) == old; wait *= 4 {
+		if wait > 10*time.Second {
+			t.Fatal("the writer's connection was not replaced")
+		}
+		qctx, cancel := context.WithTimeout(context.Background(), wait)
+		var n int64
+		err := s.w.QueryRowContext(qctx, `WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c) SELECT count(*) FROM c`).Scan(&n)
+		cancel()
+		if err == nil {
+			t.Fatalf("an endless statement ended with %d rows", n)
+		}
+	}
+}
+
+// TestWriterConn_TempStoreKept: a writer's connection that database/sql
+// opens again after the migrations keeps temp_store in memory, as Open set
+// it on the first one; it was lost, and the statement journals of the
+// upserts spilled to a temporary file again.
+func TestWriterConn_TempStoreKept(t *testing.T) {
+	s := openTemp(t, Options{})
+	defer s.Close()
+	tempStore := func() int {
+		t.Helper()
+		var v int
+		if err := s.w.QueryRow(`PRAGMA temp_store`).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	const memory = 2
+	if v := tempStore(); v != memory {
+		t.Fatalf("temp_store %d after Open, want %d (MEMORY)", v, memory)
+	}
+	for i := range 2 {
+		replaceWriterConn(t, s)
+		if v := tempStore(); v != memory {
+			t.Errorf("temp_store %d on the connection opened again (%d), want %d (MEMORY)", v, i+1, memory)
+		}
+	}
+	// The store still commits on it.
+	if _, err := s.AppendCalls(context.Background(), records(t, 10)); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, s); n != 10 {
+		t.Errorf("%d calls stored, want 10", n)
 	}
 }
 
@@ -492,7 +534,7 @@ func TestWriterConn_Interfaces(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dc.Close()
-	wc, err := writerConnector{cn}.Connect(context.Background())
+	wc, err := writerConnector{Connector: cn}.Connect(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

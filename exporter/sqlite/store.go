@@ -338,7 +338,8 @@ func Open(path string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot open store %s: %w", path, err)
 	}
-	w := sql.OpenDB(writerConnector{cn})
+	migrated := new(atomic.Bool)
+	w := sql.OpenDB(writerConnector{Connector: cn, migrated: migrated})
 	w.SetMaxOpenConns(1)
 	w.SetMaxIdleConns(1)
 	w.SetConnMaxLifetime(0)
@@ -351,9 +352,11 @@ func Open(path string, opts Options) (*Store, error) {
 	// NOT NULL columns may abort it halfway), which SQLite spills to a
 	// temporary file past 64 KiB: a pwrite per page, 2 % of serve's CPU.
 	// In memory it holds the pages one statement changed, and nothing
-	// stored changes. Set after the migrations, whose sorts may be large;
-	// a connection opened again without it only spills again.
-	if _, err := w.Exec(`PRAGMA temp_store = MEMORY`); err != nil {
+	// stored changes. Set after the migrations, whose sorts may be large:
+	// on the connection open now, and by writerConnector on any that
+	// database/sql opens again later.
+	migrated.Store(true)
+	if _, err := w.Exec(afterMigrations); err != nil {
 		w.Close()
 		return nil, fmt.Errorf("cannot open store %s: %w", path, wrap(err))
 	}

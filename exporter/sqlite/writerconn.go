@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql/driver"
 	"fmt"
+	"sync/atomic"
 )
 
 // The committer's multi-row statements are prepared on the writer's
@@ -20,7 +21,16 @@ import (
 // writerConnector makes the writer's connections writerConns.
 type writerConnector struct {
 	driver.Connector
+	// migrated is set by Open once the migrations are done: a connection
+	// opened after (database/sql opens another when it discards one the
+	// driver called unusable) is given the settings Open gives the first
+	// one then, which the migrations run without. Nil: none.
+	migrated *atomic.Bool
 }
+
+// afterMigrations are the settings of a writer's connection once the
+// migrations are done (see Open).
+const afterMigrations = `PRAGMA temp_store = MEMORY`
 
 // Connect opens a connection of the writer.
 func (c writerConnector) Connect(ctx context.Context) (driver.Conn, error) {
@@ -32,6 +42,12 @@ func (c writerConnector) Connect(ctx context.Context) (driver.Conn, error) {
 	if !ok {
 		dc.Close()
 		return nil, fmt.Errorf("cannot use driver connection %T: it lacks an interface database/sql uses", dc)
+	}
+	if c.migrated != nil && c.migrated.Load() {
+		if _, err := sc.ExecContext(ctx, afterMigrations, nil); err != nil {
+			sc.Close()
+			return nil, fmt.Errorf("cannot set %s on a new connection: %w", afterMigrations, err)
+		}
 	}
 	return &writerConn{sqliteConn: sc, stmts: map[stmtKey]driver.Stmt{}}, nil
 }
