@@ -13,6 +13,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/internal/conf"
 )
 
 // DefaultSLOTarget is the default write-durability objective: 99.9% of the
@@ -162,8 +163,8 @@ func (o Options) Validate() error {
 	if err := ValidateSLOTarget(o.SLOTarget); err != nil {
 		errs = append(errs, fmt.Errorf("slo_target: %w", err))
 	}
-	if u, err := url.Parse(o.RunbookURL); err != nil || u.Scheme == "" || u.Host == "" || u.Fragment != "" {
-		errs = append(errs, fmt.Errorf("runbook_url: want an absolute URL without a #fragment, not %q", o.RunbookURL))
+	if fault := conf.URLFault(o.RunbookURL, false); fault != "" {
+		errs = append(errs, fmt.Errorf("runbook_url: want an absolute URL without a #fragment: %s (the value is not repeated: it may hold a secret)", fault))
 	}
 	if o.Job == "" || strings.ContainsAny(o.Job, "\"\\\n") {
 		errs = append(errs, fmt.Errorf("job: %q is empty or holds a quote, backslash or newline", o.Job))

@@ -3,8 +3,9 @@ package web
 import (
 	"errors"
 	"fmt"
-	"net/url"
 	"strings"
+
+	"github.com/mcpaudit/mcpaudit/internal/conf"
 )
 
 // Config configures the page.
@@ -32,9 +33,8 @@ func NewDefaultConfig() Config { return Config{PageSize: 50} }
 func (c *Config) Validate() error {
 	var errs []error
 	if c.BaseURL != "" {
-		u, err := url.Parse(c.BaseURL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			errs = append(errs, fmt.Errorf("base_url: want an http or https URL, not %q", c.BaseURL))
+		if fault := conf.URLFault(c.BaseURL, true, "http", "https"); fault != "" {
+			errs = append(errs, fmt.Errorf("base_url: want an http or https URL, such as https://mcpaudit.example.com: %s (the value is not repeated: it may hold a secret)", fault))
 		}
 	}
 	for i, k := range c.Redact {

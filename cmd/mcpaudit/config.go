@@ -272,8 +272,8 @@ func (c *Config) Validate() error {
 		errs = append(errs, prefixed("serve.sqlite", err))
 	}
 	errs = append(errs, c.validateTrust()...)
-	if u, err := url.Parse(c.Rules.RunbookURL); err != nil || u.Scheme == "" || u.Host == "" || u.Fragment != "" {
-		errs = append(errs, fmt.Errorf("rules.runbook_url: want an absolute URL without a #fragment, such as https://wiki.example.com/mcpaudit/runbooks, not %q", c.Rules.RunbookURL))
+	if fault := conf.URLFault(c.Rules.RunbookURL, false); fault != "" {
+		errs = append(errs, fmt.Errorf("rules.runbook_url: want an absolute URL without a #fragment, such as https://wiki.example.com/mcpaudit/runbooks: %s (the value is not repeated: it may hold a secret)", fault))
 	}
 	if c.Rules.Job == "" || strings.ContainsAny(c.Rules.Job, "\"\\\n") {
 		errs = append(errs, fmt.Errorf("rules.job: %q is empty or holds a quote, backslash or newline", c.Rules.Job))

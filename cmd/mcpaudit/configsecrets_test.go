@@ -145,3 +145,37 @@ func TestConfigPrint_HidesEverySecret(t *testing.T) {
 		t.Errorf("the printed config does not load: %v\n%s", err, out)
 	}
 }
+
+// TestConfigValidate_HidesSecretsInBadURLs: a URL that config validate
+// refuses is named by its line and key and what is wrong with it, never
+// repeated: a webhook URL written without its scheme holds its secret in the
+// path, a runbook URL with a #fragment its password, and config validate's
+// output and serve's log are read by more people than the file.
+func TestConfigValidate_HidesSecretsInBadURLs(t *testing.T) {
+	const (
+		pass = "hunter2pass"
+		tok  = "T0kenSecretValue12345"
+	)
+	p := writeConfig(t, "serve:\n"+
+		"  web:\n"+
+		"    base_url: \"mcpaudit.example.com/?access_token="+tok+"\"\n"+
+		"    notify:\n"+
+		"      url: \"hooks.slack.com/services/T0001/B0001/"+tok+"\"\n"+
+		"rules:\n"+
+		"  runbook_url: \"https://wiki:"+pass+"@wiki.example.com/runbooks#top\"\n")
+	code, out, errs := cliRun("config", "validate", p)
+	if code == 0 {
+		t.Fatalf("config validate took the bad URLs:\n%s%s", out, errs)
+	}
+	for _, want := range []string{"line 3: serve.web.base_url: want an http or https URL", "line 5: serve.web.notify.url: want an http or https URL",
+		"line 7: rules.runbook_url: want an absolute URL without a #fragment", "it has no scheme", "it has a #fragment"} {
+		if !strings.Contains(errs, want) {
+			t.Errorf("config validate does not say %q:\n%s", want, errs)
+		}
+	}
+	for _, secret := range []string{pass, tok} {
+		if strings.Contains(out+errs, secret) {
+			t.Errorf("config validate shows the secret %q:\n%s%s", secret, out, errs)
+		}
+	}
+}

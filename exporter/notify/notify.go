@@ -10,7 +10,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/internal/conf"
 )
 
 // Formats of a notification.
@@ -63,8 +63,8 @@ func NewDefaultConfig() Config {
 func (c *Config) Validate() error {
 	var errs []error
 	if c.URL != "" {
-		if u, err := url.Parse(c.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			errs = append(errs, fmt.Errorf("url: want an http or https URL, not %q", c.URL))
+		if fault := conf.URLFault(c.URL, true, "http", "https"); fault != "" {
+			errs = append(errs, fmt.Errorf("url: want an http or https URL: %s (the value is not repeated: it may hold a secret)", fault))
 		}
 	}
 	if c.Format != FormatAlertmanager && c.Format != FormatWebhook {

@@ -1,0 +1,29 @@
+package conf
+
+import (
+	"net/url"
+	"slices"
+)
+
+// URLFault says why s is not an absolute URL with one of schemes (any scheme
+// when none is given) and a host, and, unless fragment, without a #fragment;
+// "" when it is one. It never quotes s or a part of it: a URL in the
+// configuration may hold a password, a token in its query or path (a
+// webhook's secret) or in its fragment, and a configuration error is printed
+// by config validate and logged by serve.
+func URLFault(s string, fragment bool, schemes ...string) string {
+	u, err := url.Parse(s)
+	switch {
+	case err != nil:
+		return "it does not parse as a URL"
+	case u.Scheme == "":
+		return "it has no scheme"
+	case len(schemes) > 0 && !slices.Contains(schemes, u.Scheme):
+		return "its scheme is another"
+	case u.Host == "":
+		return "it has no host"
+	case !fragment && u.Fragment != "":
+		return "it has a #fragment"
+	}
+	return ""
+}
