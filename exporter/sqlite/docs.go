@@ -68,6 +68,20 @@ func (s *Store) docBatch(ctx context.Context, q ctxQuerier, sp *docSpan, batch i
 	if !indexed {
 		return s.docScan(ctx, q, sp, batch)
 	}
+	var buf []byte
+	var docs []int32
+	return s.entryBatch(ctx, q, sp, ents, mark, batch, func(blob []byte) bool {
+		docs, buf = recordDocs(buf, blob)
+		return slices.Contains(docs, sp.dh)
+	})
+}
+
+// entryBatch reads the rows of the entries an index read gave (up to batch
+// of them, through mark) and the rows past mark that sp holds and match
+// accepts (the index's entries stand for their rows; the rows past the
+// mark are the last commit's, not yet in it), in (time, rid) order, and
+// moves sp past the last entry. It returns done when the entries ran out.
+func (s *Store) entryBatch(ctx context.Context, q ctxQuerier, sp *docSpan, ents []docEntry, mark int64, batch int, match func(blob []byte) bool) (rows []storedCall, done bool, err error) {
 	if len(ents) > 0 {
 		args := make([]any, len(ents))
 		for i, e := range ents {
@@ -85,8 +99,6 @@ func (s *Store) docBatch(ctx context.Context, q ctxQuerier, sp *docSpan, batch i
 	if err != nil {
 		return nil, false, err
 	}
-	var buf []byte
-	var docs []int32
 	for _, c := range past {
 		if !sp.holds(c.time, c.rid) {
 			continue
@@ -98,7 +110,7 @@ func (s *Store) docBatch(ctx context.Context, q ctxQuerier, sp *docSpan, batch i
 				continue
 			}
 		}
-		if docs, buf = recordDocs(buf, c.blob); slices.Contains(docs, sp.dh) {
+		if match(c.blob) {
 			rows = append(rows, c)
 		}
 	}

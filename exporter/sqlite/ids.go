@@ -966,16 +966,24 @@ func (x *idIndex) remove(calls []indexedCall, deletes int64) {
 	}
 }
 
+// readable says why the index cannot be read, or nil; x.mu is held.
+func (x *idIndex) readable() error {
+	if x.closed {
+		return audit.ErrClosed
+	}
+	if x.dead.Load() {
+		return errIndexDead
+	}
+	return nil
+}
+
 // lookup returns the rids the index holds for the stored ids, and the mark
 // it held them through: calls past it must be looked for in SQLite.
 func (x *idIndex) lookup(ids []any) (rids []int64, mark int64, err error) {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	if x.closed {
-		return nil, 0, audit.ErrClosed
-	}
-	if x.dead.Load() {
-		return nil, 0, errIndexDead
+	if err := x.readable(); err != nil {
+		return nil, 0, err
 	}
 	// The mark first: every call through it is in the index by then.
 	mark = x.mark.Load()
@@ -1015,11 +1023,8 @@ type docEntry struct{ time, rid int64 }
 func (x *idIndex) docs(dh int32, t, rid, until int64, unbounded bool, n int) (ents []docEntry, mark int64, err error) {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	if x.closed {
-		return nil, 0, audit.ErrClosed
-	}
-	if x.dead.Load() {
-		return nil, 0, errIndexDead
+	if err := x.readable(); err != nil {
+		return nil, 0, err
 	}
 	mark = x.mark.Load()
 	// Just after (t, rid): rid -1 stands before every call at t.
@@ -1059,11 +1064,8 @@ func (x *idIndex) docs(dh int32, t, rid, until int64, unbounded bool, n int) (en
 func (x *idIndex) sessions(sh int32, tenant, t, rid, until int64, unbounded bool, n int) (ents []docEntry, mark int64, err error) {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	if x.closed {
-		return nil, 0, audit.ErrClosed
-	}
-	if x.dead.Load() {
-		return nil, 0, errIndexDead
+	if err := x.readable(); err != nil {
+		return nil, 0, err
 	}
 	mark = x.mark.Load()
 	it, err := x.db.NewIter(nil)

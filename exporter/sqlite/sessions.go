@@ -1,12 +1,10 @@
 package sqlite
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"encoding/binary"
 	"errors"
-	"slices"
 
 	"github.com/mcpaudit/mcpaudit/audit"
 )
@@ -44,52 +42,18 @@ func (s *Store) sessBatch(ctx context.Context, q ctxQuerier, sp *sessSpan, batch
 		s.ids.log.Warn("cannot read the session index; reading the session's minutes", "err", firstLine(err))
 		return nil, false, errNoSessionIndex
 	}
-	if len(ents) > 0 {
-		args := make([]any, len(ents))
-		for i, e := range ents {
-			args[i] = e.rid
-		}
-		// A rid whose row is gone (a stale entry) reads nothing.
-		if rows, err = readCalls(ctx, q, rows, `SELECT rid, id, time, rec FROM calls WHERE rid IN (`+marks(len(args))+`)`, args...); err != nil {
-			return nil, false, err
-		}
-	}
-	full := len(ents) == batch
-	// The calls past the mark (normally none, or the last commit's).
-	past, err := readCalls(ctx, q, nil, `SELECT rid, id, time, rec FROM calls WHERE rid > ?`, mark)
-	if err != nil {
-		return nil, false, err
-	}
 	var buf []byte
-	for _, c := range past {
-		if !sp.holds(c.time, c.rid) {
-			continue
-		}
-		if full {
-			// Entries beyond the last one read may come before it.
-			last := ents[len(ents)-1]
-			if c.time > last.time || c.time == last.time && c.rid > last.rid {
-				continue
-			}
-		}
-		raw, err := decompress(buf, c.blob)
+	return s.entryBatch(ctx, q, &sp.docSpan, ents, mark, batch, func(blob []byte) bool {
+		raw, err := decompress(buf, blob)
 		if err != nil {
-			continue // undecodable: no page can show it
+			return false // undecodable: no page can show it
 		}
-		if c.blob[0] != codecRaw {
+		if blob[0] != codecRaw {
 			buf = raw[:0]
 		}
-		if _, session, _, ok := recordHead(raw); ok && string(session) == sp.name {
-			rows = append(rows, c) // the tenant is checked with the record
-		}
-	}
-	slices.SortFunc(rows, func(a, b storedCall) int { return cmp.Or(cmp.Compare(a.time, b.time), cmp.Compare(a.rid, b.rid)) })
-	if !full {
-		return rows, true, nil
-	}
-	last := ents[len(ents)-1]
-	sp.time, sp.rid = last.time, last.rid
-	return rows, false, nil
+		_, session, _, ok := recordHead(raw)
+		return ok && string(session) == sp.name // the tenant is checked with the record
+	})
 }
 
 // tenantStr returns the strs id of a tenant, and false when no string of
