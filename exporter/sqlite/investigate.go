@@ -678,11 +678,21 @@ func (s *Store) scanSession(ctx context.Context, session string, from *int64, un
 // docCalls fills page with the calls of the span that keep accepts, up to
 // limit, and sets its cursor when more may follow.
 func (s *Store) docCalls(ctx context.Context, sp *docSpan, keep func(*audit.Record) bool, limit int, page *audit.CallPage) error {
-	var buf []byte
-	// The cursor names the last call read before the page filled.
 	lastTime, lastRID := sp.time, sp.rid
+	return pageCalls(sp, func() ([]storedCall, bool, error) { return s.docBatch(ctx, s.r, sp, docBatchSize) },
+		keep, limit, page, &lastTime, &lastRID)
+}
+
+// pageCalls fills page with the calls that keep accepts of the batches
+// next reads (a document's or a session's, moving sp), up to limit, and
+// sets its cursor when more may follow: it names the last call read
+// before the page filled, *lastTime and *lastRID, which follow the calls
+// read and, between batches, the last entry read (past the last row kept
+// when its row was gone: a stale entry).
+func pageCalls(sp *docSpan, next func() ([]storedCall, bool, error), keep func(*audit.Record) bool, limit int, page *audit.CallPage, lastTime, lastRID *int64) error {
+	var buf []byte
 	for {
-		rows, done, err := s.docBatch(ctx, s.r, sp, docBatchSize)
+		rows, done, err := next()
 		if err != nil {
 			return err
 		}
@@ -693,15 +703,18 @@ func (s *Store) docCalls(ctx context.Context, sp *docSpan, keep func(*audit.Reco
 			}
 			if keep(&rec) {
 				if len(page.Calls) == limit {
-					page.NextCursor = makeCursor(cursorCalls, lastTime, binary.AppendVarint(nil, lastRID))
+					page.NextCursor = makeCursor(cursorCalls, *lastTime, binary.AppendVarint(nil, *lastRID))
 					return nil
 				}
 				page.Calls = append(page.Calls, rec)
 			}
-			lastTime, lastRID = row.time, row.rid
+			*lastTime, *lastRID = row.time, row.rid
 		}
 		if done {
 			return nil
+		}
+		if sp.time > *lastTime || sp.time == *lastTime && sp.rid > *lastRID {
+			*lastTime, *lastRID = sp.time, sp.rid
 		}
 	}
 }

@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/binary"
 	"errors"
 
 	"github.com/mcpaudit/mcpaudit/audit"
@@ -73,33 +72,6 @@ func (s *Store) tenantStr(ctx context.Context, tenant string) (int64, bool, erro
 // or between batches, when the index cannot serve the read: the caller
 // goes on through session_minutes from where it stopped.
 func (s *Store) sessionCalls(ctx context.Context, sp *sessSpan, keep func(*audit.Record) bool, limit int, page *audit.CallPage, lastTime, lastRID *int64) error {
-	var buf []byte
-	for {
-		rows, done, err := s.sessBatch(ctx, s.r, sp, docBatchSize)
-		if err != nil {
-			return err
-		}
-		for _, row := range rows {
-			var rec audit.Record
-			if buf, err = decodeCall(buf, row.id, row.time, row.blob, &rec); err != nil {
-				return err
-			}
-			if keep(&rec) {
-				if len(page.Calls) == limit {
-					page.NextCursor = makeCursor(cursorCalls, *lastTime, binary.AppendVarint(nil, *lastRID))
-					return nil
-				}
-				page.Calls = append(page.Calls, rec)
-			}
-			*lastTime, *lastRID = row.time, row.rid
-		}
-		if done {
-			return nil
-		}
-		// The next batch starts after the last entry read, which may be
-		// past the last row kept (a stale entry).
-		if sp.time > *lastTime || sp.time == *lastTime && sp.rid > *lastRID {
-			*lastTime, *lastRID = sp.time, sp.rid
-		}
-	}
+	return pageCalls(&sp.docSpan, func() ([]storedCall, bool, error) { return s.sessBatch(ctx, s.r, sp, docBatchSize) },
+		keep, limit, page, lastTime, lastRID)
 }
