@@ -6,11 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
-
-	"github.com/mcpaudit/mcpaudit/exporter/metrics"
 )
 
 // TestCalls_IDCollision: two call records of one call id (the same
@@ -26,18 +23,7 @@ import (
 // too.
 func TestCalls_IDCollision(t *testing.T) {
 	e := newEnv(t, nil)
-	if err := e.m.WatchPipeline(e.reg, func() []metrics.PartitionView {
-		parts, _ := e.pipe.Status()
-		var out []metrics.PartitionView
-		for _, p := range parts {
-			v := metrics.NewPartitionView(p.Server, p.Lag.Seconds(), !p.Watermark.IsZero(), p.Buffered, p.Late, p.TooLate, p.Ahead, nil)
-			v.IDCollisions = p.IDCollisions
-			out = append(out, v)
-		}
-		return out
-	}); err != nil {
-		t.Fatal(err)
-	}
+	watchCollisions(t, e)
 	at := now.Format(time.RFC3339Nano)
 	rec := func(id int, response string) string {
 		line := fmt.Sprintf(`{"time":%q,"server":"thegram","session":"s1","request":{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"gram_read","arguments":{"path":"a.gram"}}}`, at, id)
@@ -99,29 +85,7 @@ func TestCalls_IDCollision(t *testing.T) {
 	if len(stored) != 5 {
 		t.Errorf("stored %d calls, want 5 (one per call id)", len(stored))
 	}
-	parts, _ := e.pipe.Status()
-	var n int64
-	for _, p := range parts {
-		n += p.IDCollisions
-	}
-	if n != 3 {
-		t.Errorf("status counts %d id collisions, want 3", n)
-	}
-	if err := testutil.GatherAndCompare(e.reg, strings.NewReader(`
-# HELP mcpaudit_pipeline_id_collisions_total Calls not judged because a different call came under the same trace and span id, or another response under the same call id (a broken exporter, or a replay tool rewriting ids).
-# TYPE mcpaudit_pipeline_id_collisions_total counter
-mcpaudit_pipeline_id_collisions_total{server="other"} 3
-`), metrics.PipelineIDCollisionsTotal); err != nil {
-		t.Error(err)
-	}
-	lines := e.logs.lines(t, "id_collision")
-	if len(lines) != 3 {
-		t.Fatalf("%d id_collision lines, want 3: %v", len(lines), lines)
-	}
-	ids := map[string]bool{}
-	for _, c := range stored {
-		ids[c.ID] = true
-	}
+	lines, ids := checkCollisions(t, e, stored, 3)
 	for _, l := range lines {
 		if l["level"] != "WARN" || l["tenant"] != "acme" || l["server"] != "thegram" || fmt.Sprint(l["differs"]) != "[response]" ||
 			l["call_id"] != l["kept_call_id"] || !strings.Contains(l["msg"].(string), "different responses") {

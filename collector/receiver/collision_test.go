@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 
+	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/exporter/metrics"
 )
 
@@ -21,18 +22,7 @@ import (
 // a WARN naming the call; the exact second observation is none of these.
 func TestOTLP_IDCollision(t *testing.T) {
 	e := newEnv(t, nil)
-	if err := e.m.WatchPipeline(e.reg, func() []metrics.PartitionView {
-		parts, _ := e.pipe.Status()
-		var out []metrics.PartitionView
-		for _, p := range parts {
-			v := metrics.NewPartitionView(p.Server, p.Lag.Seconds(), !p.Watermark.IsZero(), p.Buffered, p.Late, p.TooLate, p.Ahead, nil)
-			v.IDCollisions = p.IDCollisions
-			out = append(out, v)
-		}
-		return out
-	}); err != nil {
-		t.Fatal(err)
-	}
+	watchCollisions(t, e)
 	// The spans of each pod, the i-th under trace and span ids made of i.
 	// Three of pod-b's are other exchanges, 100 ms later: pod-a's call
 	// stands for the ids (the earlier one does, whatever the order they
@@ -70,31 +60,7 @@ func TestOTLP_IDCollision(t *testing.T) {
 	if len(stored) != 7 {
 		t.Errorf("stored %d calls, want 7 (4 of pod-a, 3 colliding of pod-b)", len(stored))
 	}
-	parts, _ := e.pipe.Status()
-	var n int64
-	for _, p := range parts {
-		n += p.IDCollisions
-	}
-	if n != 3 {
-		t.Errorf("status counts %d id collisions, want 3", n)
-	}
-	// The server's series is "other": no sink here counts its calls, which
-	// is what hands a server its own label (serve counts them).
-	if err := testutil.GatherAndCompare(e.reg, strings.NewReader(`
-# HELP mcpaudit_pipeline_id_collisions_total Calls not judged because a different call came under the same trace and span id, or another response under the same call id (a broken exporter, or a replay tool rewriting ids).
-# TYPE mcpaudit_pipeline_id_collisions_total counter
-mcpaudit_pipeline_id_collisions_total{server="other"} 3
-`), metrics.PipelineIDCollisionsTotal); err != nil {
-		t.Error(err)
-	}
-	lines := e.logs.lines(t, "id_collision")
-	if len(lines) != 3 {
-		t.Fatalf("%d id_collision lines, want 3", len(lines))
-	}
-	ids := map[string]bool{}
-	for _, c := range stored {
-		ids[c.ID] = true
-	}
+	lines, ids := checkCollisions(t, e, stored, 3)
 	for _, l := range lines {
 		if l["level"] != "WARN" || l["tenant"] != "acme" || l["server"] != "thegram" || l["source"] != "otlp:thegram/pod-b" ||
 			l["kept_source"] != "otlp:thegram/pod-a" || fmt.Sprint(l["differs"]) != "[session]" {
@@ -104,4 +70,55 @@ mcpaudit_pipeline_id_collisions_total{server="other"} 3
 			t.Errorf("the line names call %q, not one stored", l["call_id"])
 		}
 	}
+}
+
+// watchCollisions has the pipeline's partitions, with their id
+// collisions, gathered into e's registry, as serve does.
+func watchCollisions(t *testing.T, e *env) {
+	t.Helper()
+	if err := e.m.WatchPipeline(e.reg, func() []metrics.PartitionView {
+		parts, _ := e.pipe.Status()
+		var out []metrics.PartitionView
+		for _, p := range parts {
+			v := metrics.NewPartitionView(p.Server, p.Lag.Seconds(), !p.Watermark.IsZero(), p.Buffered, p.Late, p.TooLate, p.Ahead, nil)
+			v.IDCollisions = p.IDCollisions
+			out = append(out, v)
+		}
+		return out
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkCollisions checks that the status and the metric count want id
+// collisions and that as many id_collision lines were logged, and returns
+// the lines and the ids of the stored calls.
+func checkCollisions(t *testing.T, e *env, stored []*audit.Call, want int) (lines []map[string]any, ids map[string]bool) {
+	t.Helper()
+	parts, _ := e.pipe.Status()
+	var n int64
+	for _, p := range parts {
+		n += p.IDCollisions
+	}
+	if n != int64(want) {
+		t.Errorf("status counts %d id collisions, want %d", n, want)
+	}
+	// The server's series is "other": no sink here counts its calls, which
+	// is what hands a server its own label (serve counts them).
+	if err := testutil.GatherAndCompare(e.reg, strings.NewReader(fmt.Sprintf(`
+# HELP mcpaudit_pipeline_id_collisions_total Calls not judged because a different call came under the same trace and span id, or another response under the same call id (a broken exporter, or a replay tool rewriting ids).
+# TYPE mcpaudit_pipeline_id_collisions_total counter
+mcpaudit_pipeline_id_collisions_total{server="other"} %d
+`, want)), metrics.PipelineIDCollisionsTotal); err != nil {
+		t.Error(err)
+	}
+	lines = e.logs.lines(t, "id_collision")
+	if len(lines) != want {
+		t.Fatalf("%d id_collision lines, want %d: %v", len(lines), want, lines)
+	}
+	ids = map[string]bool{}
+	for _, c := range stored {
+		ids[c.ID] = true
+	}
+	return lines, ids
 }
