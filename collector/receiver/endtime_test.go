@@ -1,15 +1,12 @@
 package receiver_test
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
-	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
-	"google.golang.org/grpc/metadata"
 
 	"github.com/mcpaudit/mcpaudit/exporter/metrics"
 )
@@ -30,24 +27,7 @@ func TestOTLP_EndBeforeStart(t *testing.T) {
 		t.Run(carrier, func(t *testing.T) {
 			e := newEnv(t, nil)
 			req := traces("thegram", 3, endBefore)
-			var resp ptraceotlp.ExportResponse
-			src := metrics.SourceOTLPHTTP
-			if carrier == "grpc" {
-				src = metrics.SourceOTLPGRPC
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				defer cancel()
-				var err error
-				resp, err = ptraceotlp.NewGRPCClient(dialGRPC(t, e)).Export(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tokAcme), req)
-				if err != nil {
-					t.Fatal(err)
-				}
-			} else {
-				var a answer
-				a, resp = e.postTraces(t, req, carrier == "json")
-				if a.status != 200 {
-					t.Fatalf("%d %.300q, want 200 with a partial success", a.status, a.body)
-				}
-			}
+			resp, src := e.exportBy(t, carrier, req)
 			ps := resp.PartialSuccess()
 			if ps.RejectedSpans() != 1 || ps.ErrorMessage() != want {
 				t.Errorf("partial success %d %q, want 1 %q", ps.RejectedSpans(), ps.ErrorMessage(), want)

@@ -185,6 +185,28 @@ func (e *env) postTraces(t *testing.T, req ptraceotlp.ExportRequest, asJSON bool
 	return a, resp
 }
 
+// exportBy sends req with acme's token as carrier says: "protobuf" or
+// "json" to /v1/traces (which must answer 200), "grpc" through the OTLP
+// gRPC service; it returns the export response and the source the
+// receiver counts it under.
+func (e *env) exportBy(t *testing.T, carrier string, req ptraceotlp.ExportRequest) (ptraceotlp.ExportResponse, metrics.Source) {
+	t.Helper()
+	if carrier == "grpc" {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		resp, err := ptraceotlp.NewGRPCClient(dialGRPC(t, e)).Export(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tokAcme), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp, metrics.SourceOTLPGRPC
+	}
+	a, resp := e.postTraces(t, req, carrier == "json")
+	if a.status != 200 {
+		t.Fatalf("%d %.300q, want 200 with a partial success", a.status, a.body)
+	}
+	return resp, metrics.SourceOTLPHTTP
+}
+
 func (e *env) post(t *testing.T, path, ctype, token string, body []byte, headers ...string) answer {
 	t.Helper()
 	req, _ := http.NewRequest("POST", e.url+path, bytes.NewReader(body))

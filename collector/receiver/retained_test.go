@@ -1,15 +1,12 @@
 package receiver_test
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
-	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
-	"google.golang.org/grpc/metadata"
 
 	"github.com/mcpaudit/mcpaudit/exporter/metrics"
 )
@@ -81,24 +78,7 @@ func TestRetained(t *testing.T) {
 			e := newEnv(t, nil)
 			e.rc.Retained = retained
 			req := traces("thegram", 3, func(sp ptrace.Span) { startAt(sp, pcommon.NewTimestampFromTime(old)) })
-			var resp ptraceotlp.ExportResponse
-			src := metrics.SourceOTLPHTTP
-			if carrier == "grpc" {
-				src = metrics.SourceOTLPGRPC
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				defer cancel()
-				var err error
-				resp, err = ptraceotlp.NewGRPCClient(dialGRPC(t, e)).Export(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tokAcme), req)
-				if err != nil {
-					t.Fatal(err)
-				}
-			} else {
-				var a answer
-				a, resp = e.postTraces(t, req, carrier == "json")
-				if a.status != 200 {
-					t.Fatalf("%d %.300q, want 200 with a partial success", a.status, a.body)
-				}
-			}
+			resp, src := e.exportBy(t, carrier, req)
 			want := "resourceSpans[0].scopeSpans[0].spans[0]: field start_time_unix_nano: " + old.UTC().Format(time.RFC3339Nano) +
 				" is older than retention keeps: calls before " + cutoff + " are deleted (serve.retention 30d, counted back from the newest call); it would be acknowledged, then deleted"
 			if ps := resp.PartialSuccess(); ps.RejectedSpans() != 1 || ps.ErrorMessage() != want {
