@@ -409,7 +409,7 @@ func (s *Server) allFindings(ctx context.Context, q audit.FindingQuery) ([]audit
 
 func (s *Server) timelineView(w http.ResponseWriter, r *http.Request, kind, name string) {
 	if name == "" {
-		s.fail(w, r, fmt.Errorf("%w: no %s named (in the path, or as ?name= for a name such as \"..\" that a browser or this router would rewrite there)", errBadParam, kind))
+		s.fail(w, r, fmt.Errorf("%w: no %s named (in the path, or as ?name=, which a name such as \"..\" needs: a browser resolves it in a path)", errBadParam, kind))
 		return
 	}
 	p := principal(r)
