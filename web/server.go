@@ -303,6 +303,9 @@ type timeline struct {
 	Since    string
 	Until    string
 	Payloads bool
+	// InQuery is true on the query form of the page (?name=): the range
+	// form carries the name, as its submission replaces the query.
+	InQuery bool
 }
 
 // buildTimeline joins a page of calls with their writes and the findings
@@ -406,7 +409,7 @@ func (s *Server) allFindings(ctx context.Context, q audit.FindingQuery) ([]audit
 
 func (s *Server) timelineView(w http.ResponseWriter, r *http.Request, kind, name string) {
 	if name == "" {
-		s.fail(w, r, fmt.Errorf("%w: no %s named", errBadParam, kind))
+		s.fail(w, r, fmt.Errorf("%w: no %s named (in the path, or as ?name=, which a name such as \"..\" needs: a browser resolves it in a path)", errBadParam, kind))
 		return
 	}
 	p := principal(r)
@@ -483,7 +486,8 @@ func (s *Server) renderTimeline(w http.ResponseWriter, r *http.Request, p api.Pr
 	}
 	tl := timeline{Kind: kind, Name: name, Rows: rows, Findings: findings, Payloads: !s.cfg.HidePayloads,
 		Since: r.URL.Query().Get("since"), Until: r.URL.Query().Get("until"),
-		FindingsInRange: inRange, FindingsOutside: all - inRange, Capped: int64(len(findings)) < inRange}
+		FindingsInRange: inRange, FindingsOutside: all - inRange, Capped: int64(len(findings)) < inRange,
+		InQuery: r.PathValue(pathKey[kind]) == ""}
 	if tl.FindingsOutside > 0 {
 		v := url.Values{}
 		for k, x := range r.URL.Query() {
@@ -509,11 +513,38 @@ func (s *Server) renderTimeline(w http.ResponseWriter, r *http.Request, p api.Pr
 }
 
 func (s *Server) document(w http.ResponseWriter, r *http.Request) {
-	s.timelineView(w, r, "document", r.PathValue("doc"))
+	s.timelineView(w, r, "document", timelineName(r, "document"))
 }
 
 func (s *Server) session(w http.ResponseWriter, r *http.Request) {
-	s.timelineView(w, r, "session", r.PathValue("session"))
+	s.timelineView(w, r, "session", timelineName(r, "session"))
+}
+
+// pathKey is the path wildcard of each timeline's route.
+var pathKey = map[string]string{"document": "doc", "session": "session"}
+
+// timelineName is the document or session a timeline shows: the path's
+// name (/documents/NAME), or on the query form (/documents/?name=NAME)
+// the query's.
+func timelineName(r *http.Request, kind string) string {
+	if n := r.PathValue(pathKey[kind]); n != "" {
+		return n
+	}
+	return r.URL.Query().Get("name")
+}
+
+// nameURL is the page of a document or session under prefix ("/documents/"
+// or "/sessions/"): the name escaped as one path segment, or the query form
+// prefix?name=NAME for "." and "..". A browser resolves those dot segments
+// before it sends the request, %2E and %2E%2E included (the URL standard),
+// so escaping cannot keep them: /sessions/.. would open the findings list.
+// Any other name is one segment once escaped ("/" is %2F, "%" is %25), and
+// the router cleans the escaped path, so "a/.." (a%2F..) stays as it is.
+func nameURL(prefix, name string) string {
+	if name == "" || name == "." || name == ".." {
+		return prefix + "?name=" + url.QueryEscape(name)
+	}
+	return prefix + url.PathEscape(name)
 }
 
 // callView is the raw payload of one call.

@@ -168,10 +168,11 @@ var funcs = template.FuncMap{
 		}
 		return strconv.Itoa(n)
 	},
-	// docURL and sessionURL escape the name as one path segment:
-	// Thegram paths hold slashes.
-	"docURL":     func(d string) string { return "/documents/" + url.PathEscape(d) },
-	"sessionURL": func(s string) string { return "/sessions/" + url.PathEscape(s) },
+	// docURL and sessionURL escape the name as one path segment
+	// (Thegram paths hold slashes), or put it in the query where that
+	// path would be rewritten (see nameURL).
+	"docURL":     func(d string) string { return nameURL("/documents/", d) },
+	"sessionURL": func(s string) string { return nameURL("/sessions/", s) },
 	"findingURL": func(f audit.Finding) string { return "/findings/" + f.ID() },
 	"callURL":    func(id string) string { return "/calls/" + url.PathEscape(id) },
 	"filterURL": func(v url.Values, key, value string) string {
@@ -193,7 +194,12 @@ var funcs = template.FuncMap{
 	},
 	"around": func(f audit.Finding) string {
 		// The document's timeline from a little before the first evidence.
-		return "?since=" + url.QueryEscape(f.Time.Add(-time.Minute).UTC().Format(time.RFC3339Nano))
+		u := nameURL("/documents/", f.Document)
+		sep := "?"
+		if strings.Contains(u, "?") {
+			sep = "&"
+		}
+		return u + sep + "since=" + url.QueryEscape(f.Time.Add(-time.Minute).UTC().Format(time.RFC3339Nano))
 	},
 	"states":   func() []audit.WriteState { return audit.WriteStates },
 	"stateOf":  func(f audit.Finding) audit.FindingState { return f.StateOf() },
