@@ -91,6 +91,14 @@ func (s *Store) entryBatch(ctx context.Context, q ctxQuerier, sp *docSpan, ents 
 		if rows, err = readCalls(ctx, q, rows, `SELECT rid, id, time, rec FROM calls WHERE rid IN (`+marks(len(args))+`)`, args...); err != nil {
 			return nil, false, err
 		}
+		// A row of another time than its entry's is another call under a
+		// stale entry's rid: taken, it would sort at its own time, and a
+		// page's cursor after it would skip the calls between the two.
+		named := make(map[docEntry]bool, len(ents))
+		for _, e := range ents {
+			named[e] = true
+		}
+		rows = slices.DeleteFunc(rows, func(c storedCall) bool { return !named[docEntry{c.time, c.rid}] })
 	}
 	full := len(ents) == batch
 	// The calls past the mark (normally none, or the last commit's): rid

@@ -315,3 +315,122 @@ func TestSessIndex_Retention(t *testing.T) {
 		t.Errorf("%d session entries after retention, %d before: want at least 60 fewer", after, before)
 	}
 }
+
+// TestIndex_StaleEntryOfAnotherCall: an entry whose rid is now another
+// call's row, of a later time (a stale entry, its call deleted and its rid
+// taken again), is not read as a call of the span: its row, sorted at its
+// own time, ended a batch, and a page's cursor after it skipped every call
+// of the session or document between the entry's time and the row's. A
+// session and a document of 4 calls or more, read two calls a page,
+// three entries a batch.
+func TestIndex_StaleEntryOfAnotherCall(t *testing.T) {
+	s := openTemp(t, Options{})
+	defer s.Close()
+	ctx := context.Background()
+	recs := records(t, 400)
+	if _, err := s.AppendCalls(ctx, recs); err != nil {
+		t.Fatal(err)
+	}
+	type row struct{ rid, time, tenant int64 }
+	rowOf := map[string]row{}
+	rows, err := s.r.Query(`SELECT rid, id, tenant, time, rec FROM calls`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var r row
+		var id any
+		var blob []byte
+		if err := rows.Scan(&r.rid, &id, &r.tenant, &r.time, &blob); err != nil {
+			t.Fatal(err)
+		}
+		var rec audit.Record
+		if _, err := decodeCall(nil, id, r.time, blob, &rec); err != nil {
+			t.Fatal(err)
+		}
+		rowOf[rec.Call.ID] = r
+	}
+	rows.Close()
+	defer func(n int) { docBatchSize = n }(docBatchSize)
+	docBatchSize = 3
+
+	// The stale entry names the row of the latest call of all.
+	latest := recs[0].Call
+	for _, r := range recs {
+		if r.Call.Time.After(latest.Time) {
+			latest = r.Call
+		}
+	}
+	// pick returns the first group by name of 4 calls or more without the
+	// latest call, its calls in time order.
+	pick := func(t *testing.T, groups map[string][]audit.Record) (string, []audit.Record) {
+		var names []string
+		for name, g := range groups {
+			if len(g) >= 4 && !slices.ContainsFunc(g, func(r audit.Record) bool { return r.Call.ID == latest.ID }) {
+				names = append(names, name)
+			}
+		}
+		if len(names) == 0 {
+			t.Fatal("no group of 4 calls: the test tests nothing")
+		}
+		slices.Sort(names)
+		g := groups[names[0]]
+		slices.SortFunc(g, func(a, b audit.Record) int { return a.Call.Time.Compare(b.Call.Time) })
+		return names[0], g
+	}
+	read := func(q audit.CallQuery) []string {
+		var ids []string
+		for {
+			p, err := s.Calls(ctx, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range p.Calls {
+				ids = append(ids, r.Call.ID)
+			}
+			if p.NextCursor == "" {
+				return ids
+			}
+			q.Cursor = p.NextCursor
+		}
+	}
+	idsOf := func(g []audit.Record) []string {
+		var ids []string
+		for _, r := range g {
+			ids = append(ids, r.Call.ID)
+		}
+		return ids
+	}
+	stale := rowOf[latest.ID]
+
+	sessions := map[string][]audit.Record{}
+	docs := map[string][]audit.Record{}
+	for _, r := range recs {
+		if r.Call.Session != "" {
+			sessions[r.Call.Session] = append(sessions[r.Call.Session], r)
+		}
+		for _, d := range r.Documents() {
+			docs[d] = append(docs[d], r)
+		}
+	}
+	t.Run("session", func(t *testing.T) {
+		name, g := pick(t, sessions)
+		first := rowOf[g[0].Call.ID]
+		if err := s.ids.db.Set(sessKey(nil, sessionHash(name), first.tenant, first.time+1, stale.rid), nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := read(audit.CallQuery{Session: name, Limit: 2}), idsOf(g); !slices.Equal(got, want) {
+			t.Errorf("session %s reads\n %v\nwant\n %v", name, got, want)
+		}
+	})
+	t.Run("document", func(t *testing.T) {
+		name, g := pick(t, docs)
+		first := rowOf[g[0].Call.ID]
+		if err := s.ids.db.Set(docKey(nil, docHash(name), first.time+1, stale.rid), nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := read(audit.CallQuery{Document: name, Limit: 2}), idsOf(g); !slices.Equal(got, want) {
+			t.Errorf("document %s reads\n %v\nwant\n %v", name, got, want)
+		}
+	})
+}
