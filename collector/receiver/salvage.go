@@ -68,12 +68,14 @@ type salvaged struct {
 // salvageRequest decodes b, a request pdata refused, without its broken
 // spans (salvageProto or salvageJSON, one salvage at a time: salvage); it
 // returns the request and the spans emptied, or ok false when b cannot be
-// salvaged or ctx ends first.
-func salvageRequest(ctx context.Context, b []byte, asProto bool) (req ptraceotlp.ExportRequest, bad []otlp.RejectedSpan, ok bool) {
+// salvaged or ctx ends first. sent says b is the body as it was sent (not
+// rebuilt without deep spans): a span's fault is then named with its
+// byte offset in the body, else in the span.
+func salvageRequest(ctx context.Context, b []byte, asProto, sent bool) (req ptraceotlp.ExportRequest, bad []otlp.RejectedSpan, ok bool) {
 	var s salvaged
 	salvage(ctx, func() {
 		if asProto {
-			s, ok = salvageProto(b)
+			s, ok = salvageProto(b, sent)
 		} else {
 			s, ok = salvageJSON(b)
 		}
@@ -96,15 +98,16 @@ func salvageDeepJ(ctx context.Context, b []byte, limit int) (out []byte, bad []o
 
 // salvageProto salvages an OTLP protobuf request that pdata refused. ok is
 // false when the framing is broken, no span is to blame, or the request
-// still does not decode without the broken spans.
-func salvageProto(b []byte) (s salvaged, ok bool) {
+// still does not decode without the broken spans. sent: as in
+// salvageRequest.
+func salvageProto(b []byte, sent bool) (s salvaged, ok bool) {
 	if s, ok = rebuildProto(b, protoIDFault); ok {
 		return s, true
 	}
 	if countProtoSpans(b) > maxProbed {
 		return salvaged{}, false
 	}
-	return rebuildProto(b, protoSpanFault)
+	return rebuildProto(b, func(span []byte) string { return protoSpanFault(b, span, sent) })
 }
 
 // rebuildProto returns b with each span that fault blames emptied, when
@@ -281,9 +284,12 @@ func protoIDFault(b []byte) string {
 	return why
 }
 
-// protoSpanFault returns why the Span message b does not decode on its
-// own, or "".
-func protoSpanFault(b []byte) string {
+// protoSpanFault returns why the Span message b, a slice of the request
+// body, does not decode on its own, or "". A fault the framing walk can
+// name (pbFrame: a tag of an invalid wire type, a length past the end of
+// its message, in the span, its attributes, events or links) is named
+// with its byte offset: in the body when sent, else in the span.
+func protoSpanFault(body, b []byte, sent bool) string {
 	one := protowire.AppendTag(nil, 2, protowire.BytesType)
 	one = protowire.AppendBytes(one, b)
 	sc := protowire.AppendTag(nil, 2, protowire.BytesType)
@@ -297,7 +303,33 @@ func protoSpanFault(b []byte) string {
 	if why := protoIDFault(b); why != "" {
 		return why
 	}
-	return "cannot decode the span: " + strings.TrimPrefix(err.Error(), "unmarshal: ")
+	msg := strings.TrimPrefix(err.Error(), "unmarshal: ")
+	if where := spanFrameFault(body, b, sent); where != "" {
+		msg += ": " + where
+	}
+	return "cannot decode the span: " + msg
+}
+
+// spanFrameFault walks the framing of the Span message b (pbFrame) and
+// returns the fault it finds, or "". Offsets are of the body b is a slice
+// of when sent, and said to be; else of the span.
+func spanFrameFault(body, b []byte, sent bool) string {
+	lo, hi, of := 0, len(b), "of the span"
+	// b is a slice of body (eachField slices without copying): its offset
+	// is what lies between their capacities.
+	if off := cap(body) - cap(b); sent && len(b) > 0 && off >= 0 && off+len(b) <= len(body) && &body[off] == &b[0] {
+		lo, hi, of = off, off+len(b), "of the body"
+		b = body
+	}
+	f, ok := pbFrameIn(b, lo, hi, pbSpan, 1, "the span")
+	switch {
+	case !ok:
+		return ""
+	case f.wire != 0:
+		return f.wireFault(" " + of)
+	default:
+		return fmt.Sprintf("%s runs past the end of the message that holds it, at byte offset %d %s", f.where, f.end, of)
+	}
 }
 
 // eachField calls fn with each field of the message b, its value and its
