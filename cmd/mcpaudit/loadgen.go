@@ -92,6 +92,12 @@ type loadReport struct {
 	Requests int64   `json:"requests"`
 	// Sent counts the records sent in requests that were answered.
 	Sent int64 `json:"sent"`
+	// Generated counts the calls the clients took to send: the batches
+	// due by the end of the run (a live run's last ones partly filled);
+	// Unsent those of them not in an answered request (a request that
+	// failed or was refused to the end, or the run interrupted).
+	Generated int64 `json:"generated"`
+	Unsent    int64 `json:"unsent"`
 	// Accepted counts the records acknowledged: stored, now or before.
 	Accepted int64 `json:"accepted"`
 	// New counts those stored for the first time; -1 where the protocol
@@ -346,6 +352,7 @@ func runLoad(ctx context.Context, o loadOptions) (*loadReport, error) {
 	}
 	var (
 		requests, sent, accepted, nw, rejected atomic.Int64
+		generatedN                             atomic.Int64
 		refused, failed                        atomic.Int64
 		mu                                     sync.Mutex
 		lastTime                               time.Time
@@ -381,7 +388,10 @@ func runLoad(ctx context.Context, o loadOptions) (*loadReport, error) {
 			go func() {
 				defer close(generated)
 				defer close(batches)
-				for left := share(w); left > 0; {
+				// ended: a live run's next call is dated after its end,
+				// so the batch so far, partly filled, is its client's last.
+				ended := false
+				for left := share(w); left > 0 && !ended; {
 					n := min(int64(o.Batch), left)
 					left -= n
 					gb := genBatch{calls: make([]*capgen.Call, 0, n)}
@@ -391,6 +401,10 @@ func runLoad(ctx context.Context, o loadOptions) (*loadReport, error) {
 							break
 						}
 						c.Time = c.Time.Add(shift)
+						if o.Live && c.Time.After(deadline) {
+							ended = true
+							break
+						}
 						gb.calls = append(gb.calls, c)
 						// Not always the last: a duplicate observation is
 						// dated 200 ms after its original, which comes first.
@@ -424,31 +438,54 @@ func runLoad(ctx context.Context, o loadOptions) (*loadReport, error) {
 				}
 				mu.Unlock()
 			}()
-			for stop.Err() == nil {
+			// next is the client's next batch; none when its share is sent
+			// or the run has ended. A live run's batches are dated by its
+			// end: at the end, the one generated (a partly filled last
+			// one, or the next of a client behind its plan) is sent, and
+			// then no other. A run that is not live stops at its end.
+			final := false
+			next := func() (genBatch, bool) {
+				if final {
+					return genBatch{}, false
+				}
 				if pace != nil {
 					select {
 					case <-pace:
 					case <-stop.Done():
-						return
+						return genBatch{}, false
 					}
 				}
-				var gb genBatch
 				select {
-				case gb = <-batches:
+				case gb, ok := <-batches:
+					return gb, ok
 				case <-stop.Done():
-					return
 				}
+				if !o.Live {
+					return genBatch{}, false
+				}
+				final = true
+				select {
+				case gb, ok := <-batches:
+					return gb, ok
+				case <-ctx.Done():
+					return genBatch{}, false
+				}
+			}
+			for {
+				gb, ok := next()
 				batch, latest := gb.calls, gb.latest
-				if len(batch) == 0 {
-					return // the client's share is sent
+				if !ok || len(batch) == 0 {
+					return // the client's share is sent, or the run ended
 				}
+				generatedN.Add(int64(len(batch)))
 				if o.Live {
 					// A call is never sent before it happened: the plan's
-					// event times pace a live load.
+					// event times, all by the end of the run, pace a live
+					// load.
 					if d := time.Until(latest); d > 0 {
 						select {
 						case <-time.After(d):
-						case <-stop.Done():
+						case <-ctx.Done():
 							return
 						}
 					}
@@ -506,6 +543,8 @@ func runLoad(ctx context.Context, o loadOptions) (*loadReport, error) {
 	elapsed := time.Since(begin)
 	rep.Seconds, rep.CPUSeconds = elapsed.Seconds(), (processCPU() - cpu0).Seconds()
 	rep.Requests, rep.Sent, rep.Accepted, rep.Rejected = requests.Load(), sent.Load(), accepted.Load(), rejected.Load()
+	rep.Generated = generatedN.Load()
+	rep.Unsent = rep.Generated - rep.Sent
 	rep.Refused, rep.Failed = refused.Load(), failed.Load()
 	rep.New = nw.Load()
 	if newUnknown.Load() {
@@ -692,12 +731,19 @@ func printLoadReport(w io.Writer, r *loadReport, before, after map[string]*dto.M
 	}
 	fmt.Fprintf(w, "rejected calls: %d  (bad records or spans, reported back)\n", r.Rejected)
 	fmt.Fprintf(w, "refused requests (retry later, sent again): %d  failed requests: %d\n", r.Refused, r.Failed)
+	if r.Unsent > 0 {
+		fmt.Fprintf(w, "generated calls not sent: %d of %d  (in no answered request: failed, refused to the end of the run, or interrupted)\n", r.Unsent, r.Generated)
+	}
 	if r.FirstError != "" {
 		fmt.Fprintf(w, "first refusal or failure: %s\n", r.FirstError)
 	}
 	fmt.Fprintf(w, "acknowledgement latency per acknowledged request: p50 %s  p99 %s  max %s\n", secs(r.AckP50), secs(r.AckP99), secs(r.AckMax))
 	if r.PlannedPS > 0 {
-		fmt.Fprintf(w, "event time: live, planned at %.0f calls/s; the latest call acknowledged was dated %.1fs before the load ended\n", r.PlannedPS, r.LagSeconds)
+		if r.Sent > 0 {
+			fmt.Fprintf(w, "event time: live, planned at %.0f calls/s; the latest call acknowledged was dated %.1fs before the load ended\n", r.PlannedPS, r.LagSeconds)
+		} else {
+			fmt.Fprintf(w, "event time: live, planned at %.0f calls/s; no call was acknowledged\n", r.PlannedPS)
+		}
 	}
 	fmt.Fprintf(w, "loadgen: at most %d generated calls held at once (the open sessions'), %.1f CPU seconds\n", r.MaxHeld, r.CPUSeconds)
 	if before != nil && after != nil {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -415,5 +416,72 @@ func TestLoadgen_Start(t *testing.T) {
 	if code := run(context.Background(), []string{"loadgen", "--live=false", "--start", "yesterday", "--api", ""}, nil, io.Discard, &errb); code != 2 ||
 		!strings.Contains(errb.String(), "--start") {
 		t.Errorf("--start yesterday: exit %d, %q; want 2 and the flag named", code, errb.String())
+	}
+}
+
+// TestLoadgen_SendsLastPartialBatch: a live load too slow to fill a batch
+// before it ends (two clients of 20 calls/s, batches of 200, 2 s) sends
+// each client's partly filled last batch when it ends: the calls it
+// generated are sent, acknowledged and stored, none dated after the end,
+// and the report counts none unsent. Before, it sent nothing and said
+// the latest call acknowledged was dated 0.0s before the end.
+func TestLoadgen_SendsLastPartialBatch(t *testing.T) {
+	t.Parallel()
+	s := startTest(t, testConfig(t, t.TempDir()))
+	rep, err := runLoad(context.Background(), loadOptions{Target: loadTarget(s, protoOTLPGRPC), Protocol: protoOTLPGRPC,
+		Rate: 40, Duration: 2 * time.Second, Clients: 2, Batch: 200, Calls: 1_000_000, Seed: 9, Live: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := time.Now()
+	stored, latest := storedCalls(t, s)
+	t.Logf("%d requests, %d generated, %d sent, %d accepted, %d unsent, %d stored", rep.Requests, rep.Generated, rep.Sent, rep.Accepted, rep.Unsent, stored)
+	if rep.Failed+rep.Refused > 0 {
+		t.Fatalf("%d failed (%s), %d refused", rep.Failed, rep.FirstError, rep.Refused)
+	}
+	// About 80 calls are planned; each client's are in one batch.
+	if rep.Sent == 0 || rep.Requests != 2 || rep.Sent != rep.Generated || rep.Unsent != 0 {
+		t.Errorf("%d requests, %d calls sent of %d generated, %d unsent: want each client's partial batch sent", rep.Requests, rep.Sent, rep.Generated, rep.Unsent)
+	}
+	if int64(stored) != rep.Accepted || rep.Accepted+rep.Rejected != rep.Sent {
+		t.Errorf("%d sent, %d accepted, %d rejected, %d stored", rep.Sent, rep.Accepted, rep.Rejected, stored)
+	}
+	if latest.After(end) {
+		t.Errorf("a call dated %s after the end of the load was sent", latest.Sub(end))
+	}
+	var out bytes.Buffer
+	printLoadReport(&out, rep, nil, nil, "")
+	if strings.Contains(out.String(), "not sent") || !strings.Contains(out.String(), "latest call acknowledged") {
+		t.Errorf("report:\n%s", out.String())
+	}
+}
+
+// TestLoadgen_ReportsUnsent: a live load whose every request fails (its
+// gRPC target's port is closed: a real refused connection) says how many
+// of the calls it generated were not sent, and claims no latest call
+// acknowledged.
+func TestLoadgen_ReportsUnsent(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	rep, err := runLoad(context.Background(), loadOptions{Target: addr, Protocol: protoOTLPGRPC,
+		Rate: 40, Duration: 2 * time.Second, Clients: 2, Batch: 200, Calls: 1_000_000, Seed: 9, Live: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d requests, %d generated, %d sent, %d unsent, %d refused, %d failed", rep.Requests, rep.Generated, rep.Sent, rep.Unsent, rep.Refused, rep.Failed)
+	if rep.Sent != 0 || rep.Generated == 0 || rep.Unsent != rep.Generated {
+		t.Fatalf("%d sent, %d generated, %d unsent: want every generated call unsent", rep.Sent, rep.Generated, rep.Unsent)
+	}
+	var out bytes.Buffer
+	printLoadReport(&out, rep, nil, nil, "")
+	want := fmt.Sprintf("generated calls not sent: %d of %d", rep.Unsent, rep.Generated)
+	if !strings.Contains(out.String(), want) || strings.Contains(out.String(), "latest call acknowledged") ||
+		!strings.Contains(out.String(), "no call was acknowledged") {
+		t.Errorf("report, want %q and no latest call acknowledged:\n%s", want, out.String())
 	}
 }

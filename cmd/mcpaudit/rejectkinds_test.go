@@ -44,7 +44,8 @@ func rejectedBySource(t *testing.T, text string, src metrics.Source) map[string]
 // tool name counted as invalid_json there and missing_field in analyze,
 // and a time that is not RFC 3339 as bad_time there and invalid_json in
 // analyze; a span or resource longer than a line counted as bad_span or
-// invalid_json in analyze.
+// invalid_json in analyze; a span's start or end time field that cannot be
+// read, or a start of 0, counted as bad_span in both.
 func TestRejectKinds_ServeAsAnalyze(t *testing.T) {
 	at := time.Now().UTC().Add(-time.Hour).Truncate(time.Millisecond)
 	ts := at.Format(time.RFC3339Nano)
@@ -115,9 +116,18 @@ func TestRejectKinds_ServeAsAnalyze(t *testing.T) {
 		{span(2, ns(0), ns(time.Millisecond), attr("mcp.method.name", "tools/call")), "bad_span"},
 		{span(3, ns(time.Second), ns(0), call(3)...), "bad_time"},
 		{span(4, ns(0), ns(time.Millisecond), call(4, attr("gen_ai.tool.call.arguments", "{nope"))...), "bad_span"},
-		{span(5, "0", ns(time.Millisecond), call(5)...), "bad_span"},
+		{span(5, "0", ns(time.Millisecond), call(5)...), "bad_time"},
 		{span(6, ns(0), ns(time.Millisecond), attr("mcp.method.name", "tools/call"), `{"key":"gen_ai.tool.name","value":`+deep+`}`), "too_deep"},
 		{span(7, ns(0), ns(time.Millisecond), call(7, attr("gen_ai.tool.call.arguments", `{"doc":"`+strings.Repeat("x", capture.MaxLine)+`"}`))...), "too_large"},
+	}
+	// A time field that cannot be read is bad_time, as a record's time
+	// is: they counted as bad_span, as a start of 0 did. pdata refuses
+	// them, and serve salvages the spans beside them, which it does not
+	// for a body of more than 4 MiB (span 7's): a document of their own.
+	timeSpans := []struct{ span, want string }{
+		{span(8, "soon", ns(time.Millisecond), call(8)...), "bad_time"},
+		{span(9, ns(0), "-1", call(9)...), "bad_time"},
+		{span(10, ns(0), ns(time.Millisecond), call(10)...), ""},
 	}
 	var ss []string
 	for _, s := range spans {
@@ -126,12 +136,27 @@ func TestRejectKinds_ServeAsAnalyze(t *testing.T) {
 			want[s.want]++
 		}
 	}
-	traces := `{"resourceSpans":[{"resource":{"attributes":[` + attr("service.name", "thegram") + `]},"scopeSpans":[{"scope":{},"spans":[` +
-		strings.Join(ss, ",") + `]}]}]}`
+	doc := func(ss []string) string {
+		return `{"resourceSpans":[{"resource":{"attributes":[` + attr("service.name", "thegram") + `]},"scopeSpans":[{"scope":{},"spans":[` +
+			strings.Join(ss, ",") + `]}]}]}`
+	}
+	traces := doc(ss)
+	ss = nil
+	for _, s := range timeSpans {
+		ss = append(ss, s.span)
+		if s.want != "" {
+			want[s.want]++
+		}
+	}
+	timeTraces := doc(ss)
 
 	// analyze, over both as files.
 	dir := t.TempDir()
 	callsFile, tracesFile, metricsFile := filepath.Join(dir, "calls.ndjson"), filepath.Join(dir, "traces.json"), filepath.Join(dir, "metrics.prom")
+	timeFile := filepath.Join(dir, "times.json")
+	if err := os.WriteFile(timeFile, []byte(timeTraces), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(callsFile, calls.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +164,7 @@ func TestRejectKinds_ServeAsAnalyze(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out, errb bytes.Buffer
-	if code := run(context.Background(), []string{"analyze", "--format", "json", "--progress", "never", "--metrics", metricsFile, callsFile, tracesFile}, nil, &out, &errb); code == 2 {
+	if code := run(context.Background(), []string{"analyze", "--format", "json", "--progress", "never", "--metrics", metricsFile, callsFile, tracesFile, timeFile}, nil, &out, &errb); code == 2 {
 		t.Fatalf("analyze: %s", errb.String())
 	}
 	prom, err := os.ReadFile(metricsFile)
@@ -164,6 +189,7 @@ func TestRejectKinds_ServeAsAnalyze(t *testing.T) {
 	}
 	post("/v1/calls", calls.Bytes())
 	post("/v1/traces", []byte(traces))
+	post("/v1/traces", []byte(timeTraces))
 	text := scrapeMetrics(t, s)
 	served := rejectedBySource(t, text, metrics.SourceCallsHTTP)
 	for r, n := range rejectedBySource(t, text, metrics.SourceOTLPHTTP) {

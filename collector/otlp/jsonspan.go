@@ -48,10 +48,10 @@ func (cv *Converter) JSONSpan(v *fastjson.Value, res *Resource, source string, r
 
 // CheckSpanJSON returns why the span object v of OTLP JSON cannot be
 // read (its path aside: "spanId: must be hex digits of the id's length"),
-// or "" when it can. It reads the span into cv, as JSONSpan does.
-func (cv *Converter) CheckSpanJSON(v *fastjson.Value) string {
-	reason, _ := cv.jsonSpan(v)
-	return reason
+// or "" when it can, and the RejectedSpan.Kind it is counted under (empty:
+// bad_span), as JSONSpan does. It reads the span into cv, as JSONSpan does.
+func (cv *Converter) CheckSpanJSON(v *fastjson.Value) (reason, kind string) {
+	return cv.jsonSpan(v)
 }
 
 // StartJSON returns the start time of a span object of OTLP JSON, in
@@ -102,13 +102,13 @@ func (cv *Converter) jsonSpan(v *fastjson.Value) (reason, kind string) {
 		case "startTimeUnixNano", "start_time_unix_nano":
 			var n uint64
 			if n, err = uint64Of(f); err != nil {
-				reason = "startTimeUnixNano: " + err.Error()
+				reason, kind = "startTimeUnixNano: "+err.Error(), KindBadTime
 			}
 			s.start = pcommon.Timestamp(n)
 		case "endTimeUnixNano", "end_time_unix_nano":
 			var n uint64
 			if n, err = uint64Of(f); err != nil {
-				reason = "endTimeUnixNano: " + err.Error()
+				reason, kind = "endTimeUnixNano: "+err.Error(), KindBadTime
 			}
 			s.end = pcommon.Timestamp(n)
 		case "attributes":

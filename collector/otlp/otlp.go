@@ -141,9 +141,10 @@ type RejectedSpan struct {
 	Kind string
 }
 
-// KindBadTime is the Kind of a span whose times cannot be taken (it ends
-// before it starts): exporter/metrics' RejectBadTime, as a call record with
-// a bad time is counted.
+// KindBadTime is the Kind of a span whose times cannot be taken (a start
+// or end time field that cannot be read, a start of 0, an end before the
+// start): exporter/metrics' RejectBadTime, as a call record with a bad
+// time is counted.
 const KindBadTime = "bad_time"
 
 // KindTooDeep is the Kind of a span whose attribute value nests deeper than
@@ -296,7 +297,8 @@ func (cv *Converter) convert(res *Resource, source string, p path, rd *dialect.R
 		return nil, false, "no server identity: neither resource service.name nor server.address", ""
 	}
 	if sp.start == 0 {
-		return nil, false, "span without start time", ""
+		// A call is dated by its start: as a record without a time.
+		return nil, false, "span without start time", KindBadTime
 	}
 	var args, result *fastjson.Value
 	var err error

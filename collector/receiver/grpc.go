@@ -435,7 +435,7 @@ func (c depthCodec) Unmarshal(data mem.BufferSlice, v any) error {
 		w.req = ptraceotlp.NewExportRequest()
 		err := w.req.UnmarshalProto(b)
 		if err != nil {
-			if req, bad, ok := salvageRequest(context.Background(), b, true); ok {
+			if req, bad, ok := salvageRequest(context.Background(), b, true, deep == nil); ok {
 				w.req, w.bad = req, append(w.bad, bad...)
 				return nil
 			}

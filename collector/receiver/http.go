@@ -587,7 +587,7 @@ func (rc *Receiver) exportBody(ctx context.Context, src metrics.Source, tenant s
 		if err := req.UnmarshalProto(wire); err != nil {
 			var ok bool
 			var bad []otlp.RejectedSpan
-			if req, bad, ok = salvageRequest(ctx, wire, true); !ok {
+			if req, bad, ok = salvageRequest(ctx, wire, true, deep == nil); !ok {
 				if deep != nil {
 					// Offsets in the rebuilt body would name no place in
 					// the body sent: it is refused as it was before.
@@ -622,7 +622,7 @@ func (rc *Receiver) exportBody(ctx context.Context, src metrics.Source, tenant s
 		if err := req.UnmarshalJSON(wire); err != nil {
 			var ok bool
 			var bad []otlp.RejectedSpan
-			if req, bad, ok = salvageRequest(ctx, wire, false); !ok {
+			if req, bad, ok = salvageRequest(ctx, wire, false, deep == nil); !ok {
 				if deep != nil {
 					return ptraceotlp.ExportResponse{}, deep
 				}

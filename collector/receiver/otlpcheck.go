@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"google.golang.org/protobuf/encoding/protowire"
 )
@@ -145,16 +146,22 @@ func jsonBodyDepth(limit int) int { return 16 + 3*limit }
 // attribute values (pbChild), for the first field whose tag, length or
 // bytes run past the end of the message holding it; when that message
 // ends where the body does, the body is cut short, and the answer says
-// where it ends and inside which field. The framing of fields in other
-// messages (a span's status, unknown fields) is not walked: a fault there
-// is given as pdata says it, without an offset.
+// where it ends and inside which field. A tag of an invalid wire type (6
+// or 7) in those messages is named with its byte offset and the field
+// holding it, whatever pdata said of it ("unexpected EOF" when it ends a
+// message, "proto: illegal wireType 7" before). The framing of fields in
+// other messages (a span's status, unknown fields) is not walked: a fault
+// there is given as pdata says it, without an offset.
 func protoFault(b []byte, err error) string {
-	if !errors.Is(err, io.ErrUnexpectedEOF) {
+	eof := errors.Is(err, io.ErrUnexpectedEOF)
+	if !eof && !strings.Contains(err.Error(), "illegal wireType") {
 		return err.Error()
 	}
 	f, ok := pbFrame(b, 0, len(b), pbRequest, 0)
 	switch {
-	case !ok:
+	case ok && f.wire != 0:
+		return fmt.Sprintf("%s: %s", err, f.wireFault(""))
+	case !ok || !eof:
 		return err.Error()
 	case f.cut:
 		return fmt.Sprintf("%s: the body is cut short at byte offset %d, inside %s", err, len(b), f.where)
@@ -169,43 +176,63 @@ func protoFault(b []byte, err error) string {
 // message is the request, which ends where the body does: the body is cut
 // short. (A message inside it ends where its holder's length says: one
 // of its fields that runs past that end has a wrong length.)
+//
+// wire is set when the break is a tag of an invalid wire type (6 or 7)
+// instead: where is that tag and the field holding it, end its byte
+// offset (wireFault).
 type pbBreak struct {
 	where string
 	end   int
 	cut   bool
+	wire  protowire.Type
+}
+
+// wireFault words a break of an invalid wire type, its byte offset
+// followed by of (" of the body", or "").
+func (f pbBreak) wireFault(of string) string {
+	return fmt.Sprintf("invalid wire type %d at byte offset %d%s, in %s", f.wire, f.end, of, f.where)
 }
 
 // pbFrame walks the fields of the message of kind k in b[lo:hi], and of
 // the messages below it, and returns the first field that runs past the
 // end of its message; ok is false when none does, or the first fault met
-// is another (a field number 0, a varint too long). Values nest no deeper
-// than the depth check let through (protoValueDepth); the walk stops
-// 100 levels down all the same.
+// is another (a field number 0, a varint too long), except a tag of an
+// invalid wire type (6 or 7), which is returned with wire set. Values nest
+// no deeper than the depth check let through (protoValueDepth); the walk
+// stops 100 levels down all the same.
 func pbFrame(b []byte, lo, hi int, k pbKind, depth int) (f pbBreak, ok bool) {
+	return pbFrameIn(b, lo, hi, k, depth, "the request")
+}
+
+// pbFrameIn is pbFrame, in names the field whose value b[lo:hi] is.
+func pbFrameIn(b []byte, lo, hi int, k pbKind, depth int, in string) (f pbBreak, ok bool) {
 	short := func(n int) bool { return errors.Is(protowire.ParseError(n), io.ErrUnexpectedEOF) }
 	for i := lo; i < hi; {
 		num, typ, n := protowire.ConsumeTag(b[i:hi])
 		if n < 0 {
-			return pbBreak{fmt.Sprintf("the tag of the field at byte offset %d", i), hi, depth == 0}, short(n)
+			return pbBreak{where: fmt.Sprintf("the tag of the field at byte offset %d", i), end: hi, cut: depth == 0}, short(n)
+		}
+		if typ == 6 || typ == 7 {
+			return pbBreak{where: fmt.Sprintf("the tag of field %d, inside %s", num, in), end: i, wire: typ}, true
 		}
 		v := i + n
 		if typ != protowire.BytesType {
 			m := protowire.ConsumeFieldValue(num, typ, b[v:hi])
 			if m < 0 {
-				return pbBreak{fmt.Sprintf("the value of field %d at byte offset %d", num, i), hi, depth == 0}, short(m)
+				return pbBreak{where: fmt.Sprintf("the value of field %d at byte offset %d", num, i), end: hi, cut: depth == 0}, short(m)
 			}
 			i = v + m
 			continue
 		}
 		l, m := protowire.ConsumeVarint(b[v:hi])
 		if m < 0 {
-			return pbBreak{fmt.Sprintf("the length of field %d at byte offset %d", num, i), hi, depth == 0}, short(m)
+			return pbBreak{where: fmt.Sprintf("the length of field %d at byte offset %d", num, i), end: hi, cut: depth == 0}, short(m)
 		}
 		if left := hi - v - m; l > uint64(left) {
-			return pbBreak{fmt.Sprintf("field %d at byte offset %d (%d bytes long, %d left)", num, i, l, left), hi, depth == 0}, true
+			return pbBreak{where: fmt.Sprintf("field %d at byte offset %d (%d bytes long, %d left)", num, i, l, left), end: hi, cut: depth == 0}, true
 		}
 		if child, ok := pbChild(k, num); ok && depth < 100 {
-			if f, ok := pbFrame(b, v+m, v+m+int(l), child, depth+1); ok || f.where != "" {
+			if f, ok := pbFrameIn(b, v+m, v+m+int(l), child, depth+1, fmt.Sprintf("field %d at byte offset %d", num, i)); ok || f.where != "" {
 				return f, ok
 			}
 		}

@@ -68,12 +68,14 @@ type salvaged struct {
 // salvageRequest decodes b, a request pdata refused, without its broken
 // spans (salvageProto or salvageJSON, one salvage at a time: salvage); it
 // returns the request and the spans emptied, or ok false when b cannot be
-// salvaged or ctx ends first.
-func salvageRequest(ctx context.Context, b []byte, asProto bool) (req ptraceotlp.ExportRequest, bad []otlp.RejectedSpan, ok bool) {
+// salvaged or ctx ends first. sent says b is the body as it was sent (not
+// rebuilt without deep spans): a span's fault is then named with its
+// byte offset in the body, else in the span.
+func salvageRequest(ctx context.Context, b []byte, asProto, sent bool) (req ptraceotlp.ExportRequest, bad []otlp.RejectedSpan, ok bool) {
 	var s salvaged
 	salvage(ctx, func() {
 		if asProto {
-			s, ok = salvageProto(b)
+			s, ok = salvageProto(b, sent)
 		} else {
 			s, ok = salvageJSON(b)
 		}
@@ -96,20 +98,21 @@ func salvageDeepJ(ctx context.Context, b []byte, limit int) (out []byte, bad []o
 
 // salvageProto salvages an OTLP protobuf request that pdata refused. ok is
 // false when the framing is broken, no span is to blame, or the request
-// still does not decode without the broken spans.
-func salvageProto(b []byte) (s salvaged, ok bool) {
+// still does not decode without the broken spans. sent: as in
+// salvageRequest.
+func salvageProto(b []byte, sent bool) (s salvaged, ok bool) {
 	if s, ok = rebuildProto(b, protoIDFault); ok {
 		return s, true
 	}
 	if countProtoSpans(b) > maxProbed {
 		return salvaged{}, false
 	}
-	return rebuildProto(b, protoSpanFault)
+	return rebuildProto(b, func(span []byte) (string, string) { return protoSpanFault(b, span, sent) })
 }
 
 // rebuildProto returns b with each span that fault blames emptied, when
 // that decodes.
-func rebuildProto(b []byte, fault func([]byte) string) (s salvaged, ok bool) {
+func rebuildProto(b []byte, fault func([]byte) (why, kind string)) (s salvaged, ok bool) {
 	out, bad, _, ok := emptyBlamed(b, protoBlame{span: fault, kind: metrics.RejectBadSpan})
 	if !ok || len(bad) == 0 {
 		return salvaged{}, false
@@ -126,8 +129,10 @@ func rebuildProto(b []byte, fault func([]byte) string) (s salvaged, ok bool) {
 // request is refused ("" when it is not), each given its own message; a
 // nil func blames nothing at its level.
 type protoBlame struct {
-	resource, scope, span func([]byte) string
-	// kind counts every span emptied.
+	resource, scope func([]byte) string
+	// span also says the reason the span is counted under; "": kind.
+	span func([]byte) (why, kind string)
+	// kind counts every span emptied, unless span says otherwise.
 	kind metrics.RejectReason
 }
 
@@ -195,17 +200,20 @@ func emptyBlamed(b []byte, blame protoBlame) (out []byte, bad []otlp.RejectedSpa
 					spans = field(spans, 1, raw, scopeWhy != "")
 					return true
 				}
-				reason := ""
+				reason, kind := "", ""
 				switch {
 				case resWhy != "":
 					reason = "its resource: " + resWhy
 				case scopeWhy != "":
 					reason = "its scope: " + scopeWhy
 				case blame.span != nil:
-					reason = blame.span(v)
+					reason, kind = blame.span(v)
+				}
+				if kind == "" {
+					kind = string(blame.kind)
 				}
 				if reason != "" {
-					bad = append(bad, otlp.RejectedSpan{Path: spanPath(rs, ss, sp), Reason: reason, Kind: string(blame.kind)})
+					bad = append(bad, otlp.RejectedSpan{Path: spanPath(rs, ss, sp), Reason: reason, Kind: kind})
 				}
 				spans = field(spans, 2, raw, reason != "")
 				sp++
@@ -260,11 +268,16 @@ func countProtoSpans(b []byte) int {
 	return n
 }
 
-// protoIDFault returns why the ids of the Span message b do not decode,
-// or "".
-func protoIDFault(b []byte) string {
-	why := ""
+// protoIDFault returns why the ids or the times of the Span message b do
+// not decode, or "", and the reason it is counted under ("": bad_span):
+// a time field that cannot be read is bad_time, as a call record's.
+func protoIDFault(b []byte) (why, kind string) {
 	eachField(b, func(num protowire.Number, typ protowire.Type, v, _ []byte) bool {
+		if (num == 7 || num == 8) && typ != protowire.Fixed64Type {
+			field := map[protowire.Number]string{7: "startTimeUnixNano", 8: "endTimeUnixNano"}[num]
+			why, kind = fmt.Sprintf("%s: must be fixed64 (wire type 1), not wire type %d", field, typ), otlp.KindBadTime
+			return false
+		}
 		if typ != protowire.BytesType || len(v) == 0 {
 			return true
 		}
@@ -278,12 +291,15 @@ func protoIDFault(b []byte) string {
 		}
 		return why == ""
 	})
-	return why
+	return why, kind
 }
 
-// protoSpanFault returns why the Span message b does not decode on its
-// own, or "".
-func protoSpanFault(b []byte) string {
+// protoSpanFault returns why the Span message b, a slice of the request
+// body, does not decode on its own, or "". A fault the framing walk can
+// name (pbFrame: a tag of an invalid wire type, a length past the end of
+// its message, in the span, its attributes, events or links) is named
+// with its byte offset: in the body when sent, else in the span.
+func protoSpanFault(body, b []byte, sent bool) (why, kind string) {
 	one := protowire.AppendTag(nil, 2, protowire.BytesType)
 	one = protowire.AppendBytes(one, b)
 	sc := protowire.AppendTag(nil, 2, protowire.BytesType)
@@ -292,12 +308,38 @@ func protoSpanFault(b []byte) string {
 	req = protowire.AppendBytes(req, sc)
 	err := ptraceotlp.NewExportRequest().UnmarshalProto(req)
 	if err == nil {
+		return "", ""
+	}
+	if why, kind := protoIDFault(b); why != "" {
+		return why, kind
+	}
+	msg := strings.TrimPrefix(err.Error(), "unmarshal: ")
+	if where := spanFrameFault(body, b, sent); where != "" {
+		msg += ": " + where
+	}
+	return "cannot decode the span: " + msg, ""
+}
+
+// spanFrameFault walks the framing of the Span message b (pbFrame) and
+// returns the fault it finds, or "". Offsets are of the body b is a slice
+// of when sent, and said to be; else of the span.
+func spanFrameFault(body, b []byte, sent bool) string {
+	lo, hi, of := 0, len(b), "of the span"
+	// b is a slice of body (eachField slices without copying): its offset
+	// is what lies between their capacities.
+	if off := cap(body) - cap(b); sent && len(b) > 0 && off >= 0 && off+len(b) <= len(body) && &body[off] == &b[0] {
+		lo, hi, of = off, off+len(b), "of the body"
+		b = body
+	}
+	f, ok := pbFrameIn(b, lo, hi, pbSpan, 1, "the span")
+	switch {
+	case !ok:
 		return ""
+	case f.wire != 0:
+		return f.wireFault(" " + of)
+	default:
+		return fmt.Sprintf("%s runs past the end of the message that holds it, at byte offset %d %s", f.where, f.end, of)
 	}
-	if why := protoIDFault(b); why != "" {
-		return why
-	}
-	return "cannot decode the span: " + strings.TrimPrefix(err.Error(), "unmarshal: ")
 }
 
 // eachField calls fn with each field of the message b, its value and its
@@ -347,21 +389,24 @@ func salvageJSON(b []byte) (s salvaged, ok bool) {
 	if root, err = p.ParseBytes(b); err != nil || countJSONSpans(root) > maxProbed {
 		return salvaged{}, false
 	}
-	return rebuildJSON(root, func(v *fastjson.Value) string { return jsonSpanFault(cv, v) })
+	return rebuildJSON(root, func(v *fastjson.Value) (string, string) { return jsonSpanFault(cv, v) })
 }
 
 // rebuildJSON empties, in root, each span that fault blames (or that an
 // earlier pass emptied), and returns root when it then decodes.
-func rebuildJSON(root *fastjson.Value, fault func(*fastjson.Value) string) (s salvaged, ok bool) {
+func rebuildJSON(root *fastjson.Value, fault func(*fastjson.Value) (why, kind string)) (s salvaged, ok bool) {
 	var a fastjson.Arena
 	for i, rs := range jsonList(root, "resourceSpans", "resource_spans") {
 		for j, ss := range jsonList(rs, "scopeSpans", "scope_spans") {
 			for k, sp := range jsonList(ss, "spans") {
-				why := fault(sp)
+				why, kind := fault(sp)
 				if why == "" {
 					continue
 				}
-				s.bad = append(s.bad, otlp.RejectedSpan{Path: spanPath(i, j, k), Reason: why, Kind: string(metrics.RejectBadSpan)})
+				if kind == "" {
+					kind = string(metrics.RejectBadSpan)
+				}
+				s.bad = append(s.bad, otlp.RejectedSpan{Path: spanPath(i, j, k), Reason: why, Kind: kind})
 				ss.Get("spans").SetArrayItem(k, a.NewObject())
 			}
 		}
@@ -404,19 +449,19 @@ func jsonList(v *fastjson.Value, keys ...string) []*fastjson.Value {
 
 // jsonSpanFault returns why the span object v of OTLP JSON does not
 // decode, or "".
-func jsonSpanFault(cv *otlp.Converter, v *fastjson.Value) string {
+func jsonSpanFault(cv *otlp.Converter, v *fastjson.Value) (why, kind string) {
 	doc := `{"resourceSpans":[{"scopeSpans":[{"spans":[` + string(v.MarshalTo(nil)) + `]}]}]}`
 	err := ptraceotlp.NewExportRequest().UnmarshalJSON([]byte(doc))
 	if err == nil {
-		return ""
+		return "", ""
 	}
-	if why := cv.CheckSpanJSON(v); why != "" {
-		return why
+	if why, kind := cv.CheckSpanJSON(v); why != "" {
+		return why, kind
 	}
 	// jsoniter's message ends with the bytes around the fault, which the
 	// path already locates.
 	msg, _, _ := strings.Cut(err.Error(), ", error found in")
-	return "cannot decode the span: " + msg
+	return "cannot decode the span: " + msg, ""
 }
 
 // spanPath locates a span as otlp.RejectedSpan.Path does.
@@ -452,7 +497,8 @@ func salvageDeepProto(b []byte, limit int) (out []byte, bad []otlp.RejectedSpan,
 		}
 	}
 	out, bad, unblamed, ok := emptyBlamed(b, protoBlame{
-		resource: deep(pbResource), scope: deep(pbScope), span: deep(pbSpan),
+		resource: deep(pbResource), scope: deep(pbScope),
+		span: func(v []byte) (string, string) { return deep(pbSpan)(v), "" },
 		kind: metrics.RejectTooDeep,
 	})
 	if !ok || unblamed > 0 || len(bad) == 0 || protoValueDepth(out, limit) != nil {

@@ -49,7 +49,7 @@ func FuzzSalvage(f *testing.F) {
 				t.Fatal("salvaged JSON does not decode")
 			}
 		} else {
-			if s, ok = salvageProto(b); ok && req.UnmarshalProto(s.b) != nil {
+			if s, ok = salvageProto(b, true); ok && req.UnmarshalProto(s.b) != nil {
 				t.Fatal("salvaged protobuf does not decode")
 			}
 		}
@@ -115,7 +115,7 @@ func FuzzSalvage(f *testing.F) {
 			t.Fatalf("rebuilt with %d spans, want the %d of the request", n, m)
 		}
 		if req.UnmarshalProto(out) != nil {
-			if _, ok := salvageProto(out); !ok && req.UnmarshalProto(b) == nil {
+			if _, ok := salvageProto(out, false); !ok && req.UnmarshalProto(b) == nil {
 				t.Fatal("a request that decoded does not once rebuilt")
 			}
 		}
