@@ -439,7 +439,7 @@ func (c depthCodec) Unmarshal(data mem.BufferSlice, v any) error {
 				w.req, w.bad = req, append(w.bad, bad...)
 				return nil
 			}
-			w.refused = newRefusal(400, "cannot decode OTLP protobuf: "+err.Error(), metrics.RejectDecodeError)
+			w.refused = newRefusal(400, "cannot decode OTLP protobuf: "+protoFault(b, err), metrics.RejectDecodeError)
 			if deep != nil {
 				// Refused as it was before the deep spans were emptied.
 				w.refused = deep
