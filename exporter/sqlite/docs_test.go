@@ -106,35 +106,41 @@ func TestDocIndex_ReadPaths(t *testing.T) {
 	}
 	check("with a stale entry")
 
-	// The index marked behind: the second batch is found past the mark,
-	// its entries in the index are not used.
+	// The second batch found past the mark (its entries in the index not
+	// used), no index (the calls scanned by time), batches smaller than a
+	// page and than a document's calls, with marks inside the documents'
+	// conversations: their calls come from both sides.
+	readPaths(s, 150, 10, true, check)
+}
+
+// readPaths has check read as the index's paths of reading go: the index
+// marked behind by behind calls, marked at 0, no index; then in batches of
+// 1, 2 and 3 entries, with the mark at every step calls and, if
+// withoutIndex, without the index. It leaves s as it found it.
+func readPaths(s *Store, behind, step int64, withoutIndex bool, check func(path string)) {
 	mark := s.ids.mark.Load()
-	s.ids.mark.Store(mark - 150)
+	s.ids.mark.Store(mark - behind)
 	check("past the mark")
 	s.ids.mark.Store(0)
 	check("all past the mark")
 	s.ids.mark.Store(mark)
-
-	// No index: the calls are scanned by time.
 	x := s.ids
 	s.ids = nil
 	check("without the index")
 	s.ids = x
-
-	// Batches smaller than a page, and than a document's calls.
 	defer func(n int) { docBatchSize = n }(docBatchSize)
 	for _, n := range []int{1, 2, 3} {
 		docBatchSize = n
 		check("in batches of " + strconv.Itoa(n))
-		// Marks inside the documents' conversations: their calls come
-		// from both sides.
-		for m := int64(0); m < mark; m += 10 {
+		for m := int64(0); m < mark; m += step {
 			s.ids.mark.Store(m)
 			check("in batches of " + strconv.Itoa(n) + ", past the mark " + strconv.FormatInt(m, 10))
 		}
 		s.ids.mark.Store(mark)
-		s.ids = nil
-		check("in batches of " + strconv.Itoa(n) + ", without the index")
-		s.ids = x
+		if withoutIndex {
+			s.ids = nil
+			check("in batches of " + strconv.Itoa(n) + ", without the index")
+			s.ids = x
+		}
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -168,33 +167,14 @@ func TestSessIndex_ReadPaths(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("with a stale entry")
-	mark := s.ids.mark.Load()
-	s.ids.mark.Store(mark - 200)
-	check("past the mark")
-	s.ids.mark.Store(0)
-	check("all past the mark")
-	s.ids.mark.Store(mark)
-	x := s.ids
-	s.ids = nil
-	check("without the index")
-	s.ids = x
-	defer func(n int) { docBatchSize = n }(docBatchSize)
-	for _, n := range []int{1, 2, 3} {
-		docBatchSize = n
-		check("in batches of " + strconv.Itoa(n))
-		for m := int64(0); m < mark; m += 50 {
-			s.ids.mark.Store(m)
-			check("in batches of " + strconv.Itoa(n) + ", past the mark " + strconv.FormatInt(m, 10))
-		}
-		s.ids.mark.Store(mark)
-	}
-	docBatchSize = 500
+	readPaths(s, 200, 50, false, check)
 
 	// The index alone: session_minutes emptied.
 	if _, err := s.inv.db.Exec(`DELETE FROM session_minutes`); err != nil {
 		t.Fatal(err)
 	}
 	check("without session_minutes")
+	x := s.ids
 	s.ids = nil
 	if got := read(keys[0]); len(got) != 1 || len(got[0]) != 0 {
 		t.Errorf("without the index nor session_minutes, session %s reads %v: the answers above were not the index's", keys[0].session, got)
