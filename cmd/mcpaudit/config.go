@@ -515,24 +515,11 @@ func redactValue(v reflect.Value, path string) {
 	kind := configSecrets[path]
 	switch v.Kind() {
 	case reflect.Struct:
-		t := v.Type()
-		for i := 0; i < t.NumField(); i++ {
-			f := t.Field(i)
-			if !f.IsExported() {
-				continue
+		conf.EachKey(v.Type(), func(name string, index []int) {
+			if child := strings.TrimPrefix(path+"."+name, "."); underSecret(child) {
+				redactValue(v.FieldByIndex(index), child)
 			}
-			name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-			child := path
-			if !(f.Anonymous && strings.Contains(opts, "inline")) {
-				if name == "" || name == "-" {
-					continue
-				}
-				child = strings.TrimPrefix(path+"."+name, ".")
-			}
-			if underSecret(child) {
-				redactValue(v.Field(i), child)
-			}
-		}
+		})
 	case reflect.Pointer:
 		if !v.IsNil() {
 			cp := reflect.New(v.Type().Elem())

@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/mcpaudit/mcpaudit/internal/conf"
 )
 
 // configNotSecrets are the keys named like a secret that hold none, and
@@ -32,21 +34,9 @@ var secretNamed = regexp.MustCompile(`(?i)token|passw|secret|key|url|dsn|header|
 func configKeys(t reflect.Type, path string, out map[string]reflect.Type) {
 	switch t.Kind() {
 	case reflect.Struct:
-		for i := 0; i < t.NumField(); i++ {
-			f := t.Field(i)
-			if !f.IsExported() {
-				continue
-			}
-			name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-			child := path
-			if !(f.Anonymous && strings.Contains(opts, "inline")) {
-				if name == "" || name == "-" {
-					continue
-				}
-				child = strings.TrimPrefix(path+"."+name, ".")
-			}
-			configKeys(f.Type, child, out)
-		}
+		conf.EachKey(t, func(name string, index []int) {
+			configKeys(t.FieldByIndex(index).Type, strings.TrimPrefix(path+"."+name, "."), out)
+		})
 	case reflect.Pointer:
 		configKeys(t.Elem(), path, out)
 	case reflect.Map:

@@ -381,6 +381,15 @@ func fields(t reflect.Type) []field {
 	return out
 }
 
+// EachKey calls fn with the name and field index of every key of struct
+// type t, as the decoder reads them (fields): for walks of a configuration
+// by key path that must agree with how it is read.
+func EachKey(t reflect.Type, fn func(name string, index []int)) {
+	for _, f := range fields(t) {
+		fn(f.name, f.index)
+	}
+}
+
 func (d *decoder) structure(n *yaml.Node, v reflect.Value, path string) {
 	if n.Kind != yaml.MappingNode {
 		d.fail(n, path, "want a section of keys, not %s", describe(n))
