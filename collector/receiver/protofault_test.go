@@ -109,14 +109,7 @@ func TestOTLPProto_InvalidWireType(t *testing.T) {
 		sp, _, _ := fieldAt(t, bad, ss, 2, 2)
 		_, attr, end := fieldAt(t, bad, sp, 9, 0)
 		second := end - 1 // the tag, one byte (0x2f), ends the attribute
-		a := e.post(t, "/v1/traces", "application/x-protobuf", tokAcme, bad)
-		if a.status != 200 {
-			t.Fatalf("%d %s, want 200", a.status, a.body)
-		}
-		resp := ptraceotlp.NewExportResponse()
-		if err := resp.UnmarshalProto([]byte(a.body)); err != nil {
-			t.Fatal(err)
-		}
+		resp := e.exportProto(t, bad)
 		msg := resp.PartialSuccess().ErrorMessage()
 		for _, w := range []string{
 			fmt.Sprintf("resourceSpans[0].scopeSpans[0].spans[1]: cannot decode the span: unexpected EOF: invalid wire type 7 at byte offset %d of the body, in the tag of field 20, inside the span", first),

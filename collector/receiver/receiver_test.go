@@ -185,6 +185,21 @@ func (e *env) postTraces(t *testing.T, req ptraceotlp.ExportRequest, asJSON bool
 	return a, resp
 }
 
+// exportProto posts body to /v1/traces as protobuf with acme's token,
+// requires a 200, and returns its export response.
+func (e *env) exportProto(t *testing.T, body []byte) ptraceotlp.ExportResponse {
+	t.Helper()
+	a := e.post(t, "/v1/traces", "application/x-protobuf", tokAcme, body)
+	if a.status != 200 {
+		t.Fatalf("%d %s, want 200", a.status, a.body)
+	}
+	resp := ptraceotlp.NewExportResponse()
+	if err := resp.UnmarshalProto([]byte(a.body)); err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
 // exportBy sends req with acme's token as carrier says: "protobuf" or
 // "json" to /v1/traces (which must answer 200), "grpc" through the OTLP
 // gRPC service; it returns the export response and the source the

@@ -6,7 +6,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.opentelemetry.io/collector/pdata/ptrace"
-	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/mcpaudit/mcpaudit/exporter/metrics"
@@ -46,14 +45,7 @@ func TestOTLPProto_SpanTimeFaultsAreBadTime(t *testing.T) {
 	}
 	bad := rewriteSpanProto(t, b, 1, replace(7))
 	bad = rewriteSpanProto(t, bad, 2, replace(8))
-	a := e.post(t, "/v1/traces", "application/x-protobuf", tokAcme, bad)
-	if a.status != 200 {
-		t.Fatalf("%d %s, want 200", a.status, a.body)
-	}
-	resp := ptraceotlp.NewExportResponse()
-	if err := resp.UnmarshalProto([]byte(a.body)); err != nil {
-		t.Fatal(err)
-	}
+	resp := e.exportProto(t, bad)
 	msg := resp.PartialSuccess().ErrorMessage()
 	for _, w := range []string{
 		"resourceSpans[0].scopeSpans[0].spans[1]: startTimeUnixNano: must be fixed64 (wire type 1), not wire type 0",
