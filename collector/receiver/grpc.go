@@ -435,15 +435,12 @@ func (c depthCodec) Unmarshal(data mem.BufferSlice, v any) error {
 		w.req = ptraceotlp.NewExportRequest()
 		err := w.req.UnmarshalProto(b)
 		if err != nil {
-			if req, bad, ok := salvageRequest(context.Background(), b, true, deep == nil); ok {
-				w.req, w.bad = req, append(w.bad, bad...)
+			req, bad, re := undecoded(context.Background(), b, true, deep, err)
+			if re != nil {
+				w.refused = re
 				return nil
 			}
-			w.refused = newRefusal(400, "cannot decode OTLP protobuf: "+protoFault(b, err), metrics.RejectDecodeError)
-			if deep != nil {
-				// Refused as it was before the deep spans were emptied.
-				w.refused = deep
-			}
+			w.req, w.bad = req, append(w.bad, bad...)
 		}
 		return nil
 	}

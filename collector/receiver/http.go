@@ -585,15 +585,10 @@ func (rc *Receiver) exportBody(ctx context.Context, src metrics.Source, tenant s
 			return resp, re
 		}
 		if err := req.UnmarshalProto(wire); err != nil {
-			var ok bool
 			var bad []otlp.RejectedSpan
-			if req, bad, ok = salvageRequest(ctx, wire, true, deep == nil); !ok {
-				if deep != nil {
-					// Offsets in the rebuilt body would name no place in
-					// the body sent: it is refused as it was before.
-					return ptraceotlp.ExportResponse{}, deep
-				}
-				return ptraceotlp.ExportResponse{}, newRefusal(400, "cannot decode OTLP protobuf: "+protoFault(wire, err), metrics.RejectDecodeError)
+			var re *refusal
+			if req, bad, re = undecoded(ctx, wire, true, deep, err); re != nil {
+				return ptraceotlp.ExportResponse{}, re
 			}
 			pre = append(pre, bad...)
 		}
@@ -620,13 +615,10 @@ func (rc *Receiver) exportBody(ctx context.Context, src metrics.Source, tenant s
 			return ptraceotlp.ExportResponse{}, newRefusal(400, fmt.Sprintf("cannot decode OTLP JSON: more after the request at byte offset %d; a request carries one ExportTraceServiceRequest (send one document a request, or read a file of them with mcpaudit analyze)", end), metrics.RejectDecodeError)
 		}
 		if err := req.UnmarshalJSON(wire); err != nil {
-			var ok bool
 			var bad []otlp.RejectedSpan
-			if req, bad, ok = salvageRequest(ctx, wire, false, deep == nil); !ok {
-				if deep != nil {
-					return ptraceotlp.ExportResponse{}, deep
-				}
-				return ptraceotlp.ExportResponse{}, newRefusal(400, "cannot decode OTLP JSON: "+jsonFault(wire, err), metrics.RejectDecodeError)
+			var re *refusal
+			if req, bad, re = undecoded(ctx, wire, false, deep, err); re != nil {
+				return ptraceotlp.ExportResponse{}, re
 			}
 			pre = append(pre, bad...)
 		}

@@ -65,6 +65,25 @@ type salvaged struct {
 	bad []otlp.RejectedSpan
 }
 
+// undecoded answers a body pdata could not decode (err): the request
+// salvaged without its broken spans and those spans, or the refusal. deep
+// is the refusal of a body rebuilt without spans nested too deep, which
+// wire then is (nil when it is the body sent): a rebuilt body that cannot
+// be salvaged is refused as it was before (offsets in it would name no
+// place in the body sent).
+func undecoded(ctx context.Context, wire []byte, asProto bool, deep *refusal, err error) (ptraceotlp.ExportRequest, []otlp.RejectedSpan, *refusal) {
+	if req, bad, ok := salvageRequest(ctx, wire, asProto, deep == nil); ok {
+		return req, bad, nil
+	}
+	switch {
+	case deep != nil:
+		return ptraceotlp.ExportRequest{}, nil, deep
+	case asProto:
+		return ptraceotlp.ExportRequest{}, nil, newRefusal(400, "cannot decode OTLP protobuf: "+protoFault(wire, err), metrics.RejectDecodeError)
+	}
+	return ptraceotlp.ExportRequest{}, nil, newRefusal(400, "cannot decode OTLP JSON: "+jsonFault(wire, err), metrics.RejectDecodeError)
+}
+
 // salvageRequest decodes b, a request pdata refused, without its broken
 // spans (salvageProto or salvageJSON, one salvage at a time: salvage); it
 // returns the request and the spans emptied, or ok false when b cannot be
