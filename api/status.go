@@ -50,8 +50,10 @@ type PartitionStatus struct {
 	Buffered int `json:"buffered"`
 	Counts
 	// HeldBy names the active source whose clock is the watermark: the
-	// one the partition waits for. A source further behind the watermark
-	// than detect.allowed_lateness holds nothing back and is not named.
+	// one the partition waits for; or an idle one that still holds it at
+	// the lag it showed while it delivered (a slow clock). A source further
+	// behind the watermark than detect.allowed_lateness holds nothing back
+	// and is not named.
 	HeldBy  string         `json:"held_by,omitempty"`
 	Sources []SourceStatus `json:"sources"`
 	// HeldUntil is, for a while after a restart, the wall time until
@@ -76,6 +78,13 @@ type SourceStatus struct {
 	LastSeen   time.Time `json:"last_seen,omitzero"`
 	LagSeconds float64   `json:"lag_seconds"`
 	Idle       bool      `json:"idle"`
+	// HoldLagSeconds and HoldUntil, for an idle source that still holds
+	// its partition at the lag it showed while it delivered (a slow
+	// clock, docs/detection.md#time): that lag, and the wall time its hold
+	// ends (later by any time every source of the partition is quiet
+	// meanwhile). Omitted otherwise.
+	HoldLagSeconds *float64   `json:"hold_lag_seconds,omitempty"`
+	HoldUntil      *time.Time `json:"hold_until,omitempty"`
 }
 
 // SourceTotals is one source with its counts over every partition
@@ -210,8 +219,13 @@ func partitionStatus(ps detect.PartitionStatus) PartitionStatus {
 		v.HeldUntil, v.HeldAt = &until, &at
 	}
 	for _, src := range ps.Sources {
-		v.Sources = append(v.Sources, SourceStatus{Name: src.Name, LastEvent: src.LastEvent, LastSeen: src.LastSeen,
-			LagSeconds: src.Lag.Seconds(), Idle: src.Idle})
+		ss := SourceStatus{Name: src.Name, LastEvent: src.LastEvent, LastSeen: src.LastSeen,
+			LagSeconds: src.Lag.Seconds(), Idle: src.Idle}
+		if src.HoldLag > 0 {
+			lag, until := src.HoldLag.Seconds(), src.HoldUntil
+			ss.HoldLagSeconds, ss.HoldUntil = &lag, &until
+		}
+		v.Sources = append(v.Sources, ss)
 		if !src.LastEvent.IsZero() && (v.Acknowledged == nil || src.LastEvent.After(*v.Acknowledged)) {
 			t := src.LastEvent
 			v.Acknowledged = &t

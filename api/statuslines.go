@@ -78,16 +78,27 @@ func HeldBack(p PartitionStatus) (string, bool) {
 			}
 		}
 	}
-	if holder == nil || others < 0 {
-		return "", false
-	}
-	lag := time.Duration(holder.LagSeconds * float64(time.Second))
-	if lag-others < heldBackGap {
+	if holder == nil {
 		return "", false
 	}
 	server := p.Server
 	if p.Tenant != "" {
 		server = p.Tenant + "/" + server
+	}
+	if holder.Idle && holder.HoldLagSeconds != nil && holder.HoldUntil != nil && p.Buffered > 0 {
+		// Idle, it holds at the lag it showed, not at the age of its
+		// latest call, which grows; said whether or not the other
+		// sources deliver (a quiet server waits for it too).
+		hold := time.Duration(*holder.HoldLagSeconds * float64(time.Second))
+		return fmt.Sprintf("Held back: %d calls of %s wait for %s, idle: its clock was %s behind the wall clock while it delivered (a slow clock), so %s's findings are held back by that much until %s at the latest, later by any time every source of %s is quiet (detect.max_clock_lag; docs/detection.md#time).",
+			p.Buffered, server, p.HeldBy, hold.Round(time.Second), server, holder.HoldUntil.UTC().Format("15:04:05Z"), server), true
+	}
+	if others < 0 {
+		return "", false
+	}
+	lag := time.Duration(holder.LagSeconds * float64(time.Second))
+	if lag-others < heldBackGap {
+		return "", false
 	}
 	return fmt.Sprintf("Held back: %d calls of %s wait for %s, whose latest call is %s behind the wall clock while the other sources of %s are %s behind: its exporter lags or its clock is slow (a slow clock holds %s's findings back for as long as it runs; docs/detection.md#time).",
 		p.Buffered, server, p.HeldBy, lag.Round(time.Second), server, others.Round(time.Second), server), true

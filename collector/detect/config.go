@@ -37,8 +37,11 @@ type Config struct {
 	// server for as long as it runs. Its calls are then too late, counted
 	// and named as those of a source that joins that far behind. A source
 	// once current (a pod whose exporter falls behind, a sender replaying
-	// its backlog after a restart) is not subject to it. 0 turns it off.
-	// Default 15m.
+	// its backlog after a restart) is not subject to it. It also bounds how
+	// long a quiet source whose clock is slow (current, with a lag of at
+	// most this much) goes on holding its partition at that lag: until it
+	// has been quiet this long while other sources of it delivered. 0
+	// turns both off. Default 15m.
 	MaxClockLag time.Duration `yaml:"max_clock_lag"`
 }
 

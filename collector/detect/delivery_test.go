@@ -376,3 +376,55 @@ func TestDeliveryExamples(t *testing.T) {
 		})
 	}
 }
+
+// TestDelivery_SlowClockQuietSpell: two pods per server, the second with a
+// clock 3 minutes slow (within max_clock_lag: it holds its server back by
+// that much), and a spell of 12 s, longer than idle_timeout, in which no
+// pod delivers anything (the calls that would have been delivered then
+// are left out of both runs). The findings and write states must be those
+// of judging the same calls in time order. Before, the watermark moved on
+// during the spell with the pod whose clock is right, and every call the
+// slow pod sent after it was later than allowed_lateness: not judged.
+func TestDelivery_SlowClockQuietSpell(t *testing.T) {
+	const slow = 3 * time.Minute
+	for _, seed := range []int64{21, 22} {
+		t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) {
+			c := capgen.Generate(capgen.Config{Seed: seed, Sessions: 1500, Span: 30 * time.Minute, AnomalyRate: 0.35, NoiseRate: 0.01})
+			all := readRecords(t, c.Lines)
+			spell := all[0].Call.Time.Add(12 * time.Minute)
+			// Each server's pods start together, when the slow one's first
+			// call begins (one that joins later, as far behind, is too late:
+			// TestSourceTooFarBehindHoldsNothing).
+			begin := map[string]time.Time{}
+			for _, r := range all {
+				if _, ok := begin[r.Call.Server]; !ok && hashOf(r.Call.Session)%2 == 1 {
+					begin[r.Call.Server] = r.Call.Time.Add(slow)
+				}
+			}
+			var recs []*audit.Record
+			var ds []delivered
+			for _, r := range all {
+				pod := hashOf(r.Call.Session) % 2
+				real := r.Call.Time // when the call began, by a right clock
+				if pod == 1 {
+					real = real.Add(slow)
+				}
+				// A call that began up to 40 s before the spell (the longest
+				// lasts 30 s) would be delivered in it.
+				if real.Before(begin[r.Call.Server]) ||
+					!real.Before(spell.Add(-40*time.Second)) && real.Before(spell.Add(12*time.Second)) {
+					continue
+				}
+				recs = append(recs, r)
+				ds = append(ds, delivered{r, fmt.Sprintf("%s/pod-%d", r.Call.Server, pod), real.Add(r.Call.Duration + time.Second)})
+			}
+			want := inOrder(recs)
+			got := live(detect.NewDefaultConfig(), ds, func(e *detect.Engine) { e.ClockPerPartition() })
+			compare(t, "slow_clock_quiet_spell", want, got)
+			if got.stats.TooLate != 0 {
+				t.Errorf("%d calls too late, want none", got.stats.TooLate)
+			}
+			t.Logf("%d findings; %d late calls, %d too late", len(got.findings), got.stats.Late, got.stats.TooLate)
+		})
+	}
+}

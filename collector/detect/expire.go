@@ -15,10 +15,18 @@ func (e *Engine) Partitions() int { return len(e.parts) }
 // judged against is lost: a call for a removed partition starts a new one,
 // as the first call of a server does. The live service calls it after a
 // commit, so that what the partition produced is stored.
+//
+// From a partition that stays, it forgets the sources quiet for longer
+// than the correlation window plus the allowed lateness (forgetQuiet). A
+// server whose traffic never stops has a partition that never expires,
+// and every exporter it ever had (each pod of every rolling deploy its own
+// service.instance.id) would stay in it for as long as the collector runs,
+// each call going over all of them.
 func (e *Engine) ExpireIdle(wall time.Time, idle time.Duration) []PartitionKey {
 	var out []PartitionKey
 	for k, p := range e.parts {
 		if !p.empty() || wall.Sub(p.born) < idle {
+			e.forgetQuiet(p, wall, max(idle, e.cfg.horizon()))
 			continue
 		}
 		quiet := true
@@ -29,6 +37,7 @@ func (e *Engine) ExpireIdle(wall time.Time, idle time.Duration) []PartitionKey {
 			}
 		}
 		if !quiet {
+			e.forgetQuiet(p, wall, max(idle, e.cfg.horizon()))
 			continue
 		}
 		for _, s := range p.sources {
@@ -42,6 +51,32 @@ func (e *Engine) ExpireIdle(wall time.Time, idle time.Duration) []PartitionKey {
 		out = append(out, k)
 	}
 	return out
+}
+
+// forgetQuiet removes from partition p the sources quiet for long at wall
+// (and from the engine those left feeding no partition). A quiet source
+// holds nothing back, and a source that delivers again is taken as a new
+// one; only the latest quiet clock is kept (partition.gone), for the
+// watermark to go on from when every source left is quiet. What a
+// forgotten source counted stays in the partition's counts.
+func (e *Engine) forgetQuiet(p *partition, wall time.Time, long time.Duration) {
+	n := len(p.sources)
+	p.sources = slices.DeleteFunc(p.sources, func(s *source) bool {
+		if s.alive.IsZero() || wall.Sub(s.alive) < long {
+			return false
+		}
+		if p.gone.alive.IsZero() || quietClock(s.max, s.alive, wall).After(quietClock(p.gone.max, p.gone.alive, wall)) {
+			p.gone.max, p.gone.alive = s.max, s.alive
+		}
+		s.parts = slices.DeleteFunc(s.parts, func(x *partition) bool { return x == p })
+		if len(s.parts) == 0 {
+			delete(e.sources, s.key)
+		}
+		return true
+	})
+	if len(p.sources) < n {
+		e.forgetRoutes()
+	}
 }
 
 // empty reports whether the partition holds nothing (not even the

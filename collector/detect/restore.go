@@ -8,11 +8,15 @@ import (
 
 // SourceClock is where one source of a partition stood: its name, the
 // latest event time it delivered, and the wall time of its latest delivery
-// (zero when unknown: a state file of a release before it was kept).
+// (zero when unknown: a state file of a release before it was kept). For
+// a quiet source that still holds its partition at the lag it showed
+// (QuietSources), Lag is that lag and HoldFor how much longer it holds.
 type SourceClock struct {
-	Name  string    `json:"name"`
-	Clock time.Time `json:"clock"`
-	Seen  time.Time `json:"seen,omitzero"`
+	Name    string        `json:"name"`
+	Clock   time.Time     `json:"clock"`
+	Seen    time.Time     `json:"seen,omitzero"`
+	Lag     time.Duration `json:"lag,omitzero"`
+	HoldFor time.Duration `json:"hold_for,omitzero"`
 }
 
 // ActiveSources returns, for every partition, the sources still holding it
@@ -32,6 +36,75 @@ func (e *Engine) ActiveSources(wall time.Time, skip string) map[PartitionKey][]S
 	return m
 }
 
+// QuietSources returns, for every partition, its quiet sources that still
+// hold it at wall time wall at the lag they showed while they delivered (a
+// clock minutes slow, quiet with the rest of its server: heldClock), with
+// their lag and how much longer they hold. Kept across a restart
+// (RestoreQuietSource), so that a restart while such a pod is quiet does
+// not leave its calls too late when it comes back.
+func (e *Engine) QuietSources(wall time.Time) map[PartitionKey][]SourceClock {
+	m := map[PartitionKey][]SourceClock{}
+	for k, p := range e.parts {
+		for _, s := range p.sources {
+			if !e.quiet(s, wall) {
+				continue
+			}
+			if _, ok := e.heldClock(p, s, wall); !ok {
+				continue
+			}
+			m[k] = append(m[k], SourceClock{Name: s.key.name, Clock: s.max, Seen: s.lastSeen, Lag: s.lag, HoldFor: s.holdUntil.Sub(e.holdNow(p, wall))})
+		}
+		slices.SortFunc(m[k], func(a, b SourceClock) int { return strings.Compare(a.Name, b.Name) })
+	}
+	return m
+}
+
+// RestoreQuietSource makes the engine know, before anything else arrives,
+// a source that was quiet when the last run stopped and still held
+// partition k at its lag (QuietSources): quiet still, it holds k at
+// src.Lag behind the wall clock for src.HoldFor from wall (the time the
+// collector was down does not count, as a quiet spell of its server does
+// not).
+func (e *Engine) RestoreQuietSource(k PartitionKey, src SourceClock, wall time.Time) {
+	// Quiet since its last delivery (or, unknown, for the idle timeout
+	// already); its spell of deliveries taught its lag.
+	alive := src.Seen
+	if alive.IsZero() || alive.After(wall.Add(-e.cfg.IdleTimeout)) {
+		alive = wall.Add(-e.cfg.IdleTimeout)
+	}
+	_, s := e.restore(k, src, wall, alive)
+	s.lag, s.spell = src.Lag, alive
+	s.holdUntil = laterOf(s.holdUntil, wall.Add(src.HoldFor))
+}
+
+// restore is where RestoreSource and RestoreQuietSource begin: source src
+// of partition k, known from the state file at wall time wall, its clocks
+// raised to src's and its last sign of life to alive. It was current when
+// the last run stopped: what it delivers now may be its backlog, however
+// old (wrongClock).
+func (e *Engine) restore(k PartitionKey, src SourceClock, wall, alive time.Time) (*partition, *source) {
+	p := e.partitionOf(k)
+	if p.born.IsZero() {
+		p.born = wall
+	}
+	s := e.source(e.keyOf(k, src.Name))
+	if !slices.Contains(p.sources, s) {
+		p.sources = append(p.sources, s)
+		s.parts = append(s.parts, p)
+	}
+	if src.Clock.After(s.max) {
+		s.max = src.Clock
+	}
+	if src.Seen.After(s.lastSeen) {
+		s.lastSeen = src.Seen
+	}
+	if alive.After(s.alive) {
+		s.alive = alive
+	}
+	s.current = true
+	return p, s
+}
+
 // RestoreSource makes the engine know, before anything else arrives, a
 // source that fed partition k up to src.Clock when the last run stopped,
 // at wall time wall: it holds the partition back as it did, until it
@@ -42,29 +115,9 @@ func (e *Engine) ActiveSources(wall time.Time, skip string) map[PartitionKey][]S
 // Without it a restart would let the partition's watermark jump to its
 // fastest source, and a lagging exporter's calls would come too late.
 func (e *Engine) RestoreSource(k PartitionKey, src SourceClock, wall time.Time, grace time.Duration) {
-	name, clock := src.Name, src.Clock
-	p := e.partitionOf(k)
-	if p.born.IsZero() {
-		p.born = wall
-	}
 	alive := wall.Add(grace)
-	s := e.source(e.keyOf(k, name))
-	if !slices.Contains(p.sources, s) {
-		p.sources = append(p.sources, s)
-		s.parts = append(s.parts, p)
-	}
-	if clock.After(s.max) {
-		s.max = clock
-	}
-	if src.Seen.After(s.lastSeen) {
-		s.lastSeen = src.Seen
-	}
-	if alive.After(s.alive) {
-		s.alive = alive
-	}
-	// It was delivering when the last run stopped: what it delivers now
-	// may be its backlog, however old (wrongClock).
-	s.current = true
+	p, _ := e.restore(k, src, wall, alive)
+	p.alive = laterOf(p.alive, alive)
 }
 
 // RestoreWatermark raises partition k's watermark to wm, where it stood
@@ -126,8 +179,14 @@ func (e *Engine) HoldAfterRestart(k PartitionKey, at, until time.Time) {
 // the engine does not know is ignored.
 func (e *Engine) Touch(tenant, name string, wall time.Time) {
 	for _, s := range e.sourcesNamed(tenant, name) {
+		for _, p := range s.parts {
+			e.resume(p, s, wall)
+		}
 		if wall.After(s.alive) {
 			s.alive = wall
+		}
+		if !s.spell.IsZero() {
+			s.holdUntil = laterOf(s.holdUntil, wall.Add(e.cfg.MaxClockLag))
 		}
 	}
 }

@@ -18,8 +18,10 @@ type PartitionStatus struct {
 	Counts
 	// HeldBy names the source the watermark waits for: the active source
 	// with the earliest clock, leaving out those further behind the
-	// watermark than the allowed lateness, which hold nothing back.
-	// Empty when every source is idle.
+	// watermark than the allowed lateness, which hold nothing back; or an
+	// idle one still holding at the lag it showed while it delivered (a
+	// slow clock, quiet with the rest of its server). Empty when every
+	// source is idle and none holds so.
 	HeldBy  string         `json:"held_by,omitempty"`
 	Sources []SourceStatus `json:"sources"`
 	// HeldUntil is, after a restart, the wall time until which the
@@ -40,8 +42,14 @@ type SourceStatus struct {
 	LastSeen  time.Time `json:"last_seen"`
 	// Lag is how far its event time is behind the wall clock.
 	Lag time.Duration `json:"lag_ns"`
-	// Idle: quiet for the idle timeout, it no longer holds its partitions.
-	Idle bool `json:"idle"`
+	// Idle: quiet for the idle timeout, it no longer holds its partitions,
+	// unless it still holds one at the lag it showed while it delivered
+	// (a slow clock): then HoldLag is that lag, and HoldUntil the wall
+	// time its hold ends, later by any quiet spell of the whole partition
+	// meanwhile.
+	Idle      bool          `json:"idle"`
+	HoldLag   time.Duration `json:"hold_lag_ns,omitempty"`
+	HoldUntil time.Time     `json:"hold_until,omitzero"`
 	Counts
 }
 
@@ -128,6 +136,11 @@ func (e *Engine) Status(now time.Time) []PartitionStatus {
 			}
 			if !s.max.IsZero() {
 				ss.Lag = now.Sub(s.max)
+			}
+			if ss.Idle {
+				if c, ok := e.heldClock(p, s, now); ok {
+					ss.HoldLag, ss.HoldUntil = now.Sub(c), s.holdUntil
+				}
 			}
 			ps.Sources = append(ps.Sources, ss)
 		}

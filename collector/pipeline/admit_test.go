@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -134,8 +135,15 @@ func TestIngest_TenantShare(t *testing.T) {
 			t.Fatalf("%s within its share while acme is refused: %v", tenant, err)
 		}
 	}
-	if _, err := r.ingest(reads("globex", 10)); !errors.As(err, &share) || share.Tenant != "globex" {
-		t.Fatalf("globex past its share: %v; want a TenantShareError of globex", err)
+	// globex holds 10, under its share: the request's 10 are what pass it,
+	// and the message says so (found from outside: "holds 81 open calls,
+	// its share ... is 100" read as a refusal under the share).
+	_, err = r.ingest(reads("globex", 10))
+	if !errors.As(err, &share) || share.Tenant != "globex" || share.Held != 10 || share.Request != 10 {
+		t.Fatalf("globex past its share: %v; want a TenantShareError of globex holding 10, the request 10 more", err)
+	}
+	if want := `tenant "globex" holds 10 open calls and the request 10 more, past its share of serve.pipeline.max_open_calls, 15`; !strings.Contains(err.Error(), want) {
+		t.Errorf("globex refused: %q; want it to say %q", err, want)
 	}
 	st := r.status()
 	for tenant, want := range map[string]int{"acme": 30, "globex": 10, "initech": 10} {

@@ -32,6 +32,13 @@ type mark struct {
 	// exporter as it did. A source's last delivery is not compared by
 	// equal: the file keeps the one of its last write.
 	Sources []detect.SourceClock `json:"sources,omitempty"`
+	// Quiet are the sources quiet at the stop that still held the
+	// partition at the lag they showed while they delivered (a clock
+	// minutes slow: detect.Engine.QuietSources), with that lag and how
+	// much longer they hold: restored at start, so that such a pod, quiet
+	// through a restart, is not too late when it comes back. A source's
+	// hold is not compared by equal: it shrinks each second.
+	Quiet []detect.SourceClock `json:"quiet,omitempty"`
 	// Deferred is the end of the earliest verification window still held
 	// open for a source behind it (zero when none): the watermark passed
 	// it, but its output was not made, so not committed. The replay at
@@ -50,7 +57,10 @@ type mark struct {
 
 func (a mark) equal(b mark) bool {
 	return a.Watermark.Equal(b.Watermark) && a.Waiting.Equal(b.Waiting) && a.Deferred.Equal(b.Deferred) &&
-		slices.EqualFunc(a.Sources, b.Sources, func(x, y detect.SourceClock) bool { return x.Name == y.Name && x.Clock.Equal(y.Clock) })
+		slices.EqualFunc(a.Sources, b.Sources, func(x, y detect.SourceClock) bool { return x.Name == y.Name && x.Clock.Equal(y.Clock) }) &&
+		slices.EqualFunc(a.Quiet, b.Quiet, func(x, y detect.SourceClock) bool {
+			return x.Name == y.Name && x.Clock.Equal(y.Clock) && x.Lag == y.Lag
+		})
 }
 
 // markFile is the state file's content: every partition's mark, and the
@@ -141,6 +151,13 @@ func marksOf(e *detect.Engine, now time.Time) map[detect.PartitionKey]mark {
 		if len(srcs) > 0 {
 			mk := m[k]
 			mk.Sources = srcs
+			m[k] = mk
+		}
+	}
+	for k, srcs := range e.QuietSources(now) {
+		if len(srcs) > 0 {
+			mk := m[k]
+			mk.Quiet = srcs
 			m[k] = mk
 		}
 	}

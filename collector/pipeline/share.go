@@ -16,13 +16,15 @@ import (
 // It wraps audit.ErrOverloaded (retryable); other tenants are admitted
 // meanwhile.
 type TenantShareError struct {
-	Tenant      string
-	Held, Share int64
+	Tenant string
+	// Held is what the tenant holds open, Request what the request would
+	// add: together past Share, though Held alone may be under it.
+	Held, Request, Share int64
 }
 
 func (e *TenantShareError) Error() string {
-	return fmt.Sprintf("tenant %q holds %d open calls, its share of serve.pipeline.max_open_calls is %d: %v",
-		e.Tenant, e.Held, e.Share, ErrOpenState)
+	return fmt.Sprintf("tenant %q holds %d open calls and the request %d more, past its share of serve.pipeline.max_open_calls, %d: %v",
+		e.Tenant, e.Held, e.Request, e.Share, ErrOpenState)
 }
 
 // TenantShare names the tenant refused: the receiver counts such a refusal
@@ -84,7 +86,7 @@ func (p *Pipeline) reserveShare(n map[string]int64, holder bool) error {
 		// Alone, a tenant's share is the budget: the check of the whole
 		// (Ingest) refuses it, as a full pipeline, not as a share.
 		if held := l.queued[t] + l.open[t]; tenants > 1 && pressed && !holder && held+c > share {
-			return &TenantShareError{Tenant: t, Held: held, Share: share}
+			return &TenantShareError{Tenant: t, Held: held, Request: c, Share: share}
 		}
 	}
 	for t, c := range n {

@@ -1,0 +1,36 @@
+package api_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/api"
+)
+
+// TestHeldBack_IdleSlowClock: an idle source that still holds its
+// partition at the lag it showed (a slow clock) is named with that lag and
+// when its hold ends, not with the age of its latest call, which grows,
+// and also while every other source is idle; with no call waiting there is
+// no line.
+func TestHeldBack_IdleSlowClock(t *testing.T) {
+	now := time.Date(2026, 12, 4, 23, 0, 0, 0, time.UTC)
+	lag, until := (3 * time.Minute).Seconds(), now.Add(10*time.Minute)
+	p := api.PartitionStatus{Tenant: "acme", Server: "thegram", Buffered: 45, HeldBy: "pod-b", Sources: []api.SourceStatus{
+		{Name: "pod-b", LagSeconds: (8 * time.Minute).Seconds(), Idle: true, HoldLagSeconds: &lag, HoldUntil: &until},
+		{Name: "pod-a", LagSeconds: 20, Idle: true},
+	}}
+	line, ok := api.HeldBack(p)
+	for _, want := range []string{"45 calls of acme/thegram wait for pod-b, idle", "its clock was 3m0s behind", "until 23:10:00Z"} {
+		if !ok || !strings.Contains(line, want) {
+			t.Errorf("HeldBack = %q, %v; want a line with %q", line, ok, want)
+		}
+	}
+	if strings.Contains(line, "8m0s") {
+		t.Errorf("HeldBack names the age of pod-b's latest call, not its hold: %q", line)
+	}
+	p.Buffered = 0
+	if line, ok := api.HeldBack(p); ok {
+		t.Errorf("no call waits, yet HeldBack = %q", line)
+	}
+}
