@@ -190,6 +190,23 @@ type Store interface {
 	Investigator
 }
 
+// ResponseComparer is a Store that compares the response of a call it
+// skips as stored with the stored call's. The same request at the same
+// millisecond is one call id, so a call whose id is stored for its tenant
+// is skipped; when the two answered differently it is not a second
+// observation of one exchange but an id collision, and the caller counts
+// and logs it rather than losing the second response without a trace.
+type ResponseComparer interface {
+	// AppendCallsCompared is AppendCalls that also returns, in order, the
+	// indexes in calls of the calls skipped for their id (stored, or taken
+	// earlier in calls) whose response differs from the one the store
+	// kept. Only responses that both say enough to compare are compared
+	// (exporter/store.StoredResponse); a stored call that cannot be read
+	// back is taken as the same. The comparison reads the stored call, so
+	// it costs only calls sent again.
+	AppendCallsCompared(ctx context.Context, calls []Record) (stored int, differ []int, err error)
+}
+
 // ID returns the stable identity of a finding: the same evidence always
 // gives the same ID, so a finding re-derived after a restart is recognized.
 func (f *Finding) ID() string {

@@ -86,3 +86,71 @@ func TestIngest_IDCollision(t *testing.T) {
 		t.Errorf("the replay logged the collision again:\n%s", r.logs.String())
 	}
 }
+
+// responseLine is callLine with another result.
+func responseLine(session string, rpc int, t time.Time, project string) []byte {
+	return bytes.Replace(callLine("thegram", session, rpc, t), []byte(`"projects":[]`), []byte(`"projects":["`+project+`"]`), 1)
+}
+
+// TestIngest_ResponseCollisionOnce: another response under a call id the
+// engine still holds is seen by the store (it skips the stored id and
+// compares the responses) and would be by the engine (it holds both
+// response sums): it is counted and logged once, for the source that sent
+// it; the same response sent again is neither. Then, with the first call
+// forgotten by the engine (too late), the store alone tells it, and it is
+// counted as an id collision, not as too late.
+func TestIngest_ResponseCollisionOnce(t *testing.T) {
+	dir := t.TempDir()
+	clock := newClock(wallStart)
+	r := openRun(t, dir, clock, nil, nil)
+	at := wallStart.Add(-time.Minute)
+	first := batch(t, "poster-a", callLine("thegram", "s1", 1, at))
+	if n, err := r.ingest(first); err != nil || n != 1 {
+		t.Fatalf("Ingest = %d, %v", n, err)
+	}
+	if n, err := r.ingest(batch(t, "poster-b", callLine("thegram", "s1", 1, at), responseLine("s1", 1, at, "x"))); err != nil || n != 0 {
+		t.Fatalf("Ingest = %d, %v; want nothing stored", n, err)
+	}
+	st := r.status()[detect.PartitionKey{Server: "thegram"}]
+	if st.IDCollisions != 1 || st.TooLate != 0 {
+		t.Errorf("partition counts %d id collisions and %d too late, want 1 and 0", st.IDCollisions, st.TooLate)
+	}
+	for _, src := range st.Sources {
+		if want := map[string]int64{"poster-a": 0, "poster-b": 1}[src.Name]; src.IDCollisions != want {
+			t.Errorf("source %s counts %d id collisions, want %d", src.Name, src.IDCollisions, want)
+		}
+	}
+	lines := func() []string {
+		var out []string
+		for _, l := range strings.Split(r.logs.String(), "\n") {
+			if strings.Contains(l, "kind=id_collision") {
+				out = append(out, l)
+			}
+		}
+		return out
+	}
+	if l := lines(); len(l) != 1 || !strings.Contains(l[0], "source=poster-b") || !strings.Contains(l[0], `differs=[response]`) ||
+		!strings.Contains(l[0], "call_id="+ids(first)[0]) {
+		t.Fatalf("id_collision lines %q, want one from poster-b, differs=[response], call_id=%s", l, ids(first)[0])
+	}
+	// Much later: the engine no longer holds the first call.
+	clock.Add(10 * time.Minute)
+	if _, err := r.ingest(batch(t, "poster-a", callLine("thegram", "s2", 1, clock.Now().Add(-time.Second)))); err != nil {
+		t.Fatal(err)
+	}
+	clock.Add(10 * time.Second)
+	// (Compared with the counts now: the partition may have been freed as
+	// idle meanwhile, with its counts, and made again by that call.)
+	before := r.status()[detect.PartitionKey{Server: "thegram"}]
+	if _, err := r.ingest(batch(t, "poster-b", responseLine("s1", 1, at, "y"))); err != nil {
+		t.Fatal(err)
+	}
+	st = r.status()[detect.PartitionKey{Server: "thegram"}]
+	if st.IDCollisions != before.IDCollisions+1 || st.TooLate != before.TooLate {
+		t.Errorf("later: partition counts %d id collisions and %d too late, want %d and %d",
+			st.IDCollisions, st.TooLate, before.IDCollisions+1, before.TooLate)
+	}
+	if l := lines(); len(l) != 2 {
+		t.Errorf("later: %d id_collision lines, want 2:\n%s", len(l), r.logs.String())
+	}
+}

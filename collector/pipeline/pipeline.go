@@ -128,7 +128,7 @@ type Pipeline struct {
 	rlog *ratelog.Logger
 	now  func() time.Time
 
-	queue chan audit.Batch
+	queue chan queued
 	// touches carries the sources whose deliveries were refused to the
 	// engine goroutine: they are not quiet (Engine.Touch).
 	touches  chan touch
@@ -176,7 +176,7 @@ func New(ctx context.Context, cfg Config, dcfg detect.Config, store audit.Store,
 	}
 	p := &Pipeline{
 		cfg: cfg, dcfg: dcfg, store: store, log: log, now: cfg.Now,
-		queue:     make(chan audit.Batch, 1024),
+		queue:     make(chan queued, 1024),
 		touches:   make(chan touch, 256),
 		done:      make(chan struct{}),
 		statusReq: make(chan chan statusReply),
@@ -189,6 +189,7 @@ func New(ctx context.Context, cfg Config, dcfg detect.Config, store audit.Store,
 	// An exporter or poster that sends several servers holds each back only
 	// by what it delivered for it (docs/detection.md, "Sources").
 	p.eng.ClockPerPartition()
+	p.eng.ReplaySource(recoverySource)
 	// A lagging exporter keeps tens of thousands of calls waiting for
 	// their watermark: they wait packed, in a quarter of the memory.
 	p.eng.PackWaiting()
@@ -324,6 +325,11 @@ func (p *Pipeline) recover(ctx context.Context) error {
 		for _, src := range m.Sources {
 			p.eng.RestoreSource(k, src, p.now(), grace)
 		}
+		// Quiet at the stop, still holding at a slow clock's lag: quiet
+		// still, they hold as they did.
+		for _, src := range m.Quiet {
+			p.eng.RestoreQuietSource(k, src, p.now())
+		}
 	}
 	start := p.now()
 	n := 0
@@ -455,6 +461,27 @@ func (p *Pipeline) storedWrite(w *audit.Write, c *audit.Call) bool {
 	}
 }
 
+// queued is a batch stored and waiting for the engine goroutine.
+type queued struct {
+	audit.Batch
+	// refused are the indexes, in order, of the records the store did not
+	// store because a call of their id is stored with another response
+	// (audit.ResponseComparer): the engine counts them as id collisions
+	// and does not judge them.
+	refused []int
+}
+
+// append stores recs and returns how many were stored for the first time
+// and, when the store compares responses, the indexes of the calls it
+// skipped for another response under their stored id.
+func (p *Pipeline) append(ctx context.Context, recs []audit.Record) (int, []int, error) {
+	if c, ok := p.store.(audit.ResponseComparer); ok {
+		return c.AppendCallsCompared(ctx, recs)
+	}
+	n, err := p.store.AppendCalls(ctx, recs)
+	return n, nil, err
+}
+
 // Ingest stores the records of one request durably, in one commit, and
 // queues them for the engine. When it returns nil they are committed: the
 // caller may acknowledge them. It returns how many were stored for the
@@ -501,7 +528,7 @@ func (p *Pipeline) Ingest(ctx context.Context, batches ...audit.Batch) (int, err
 			recs = append(recs, *r)
 		}
 	}
-	stored, err := p.store.AppendCalls(ctx, recs)
+	stored, differ, err := p.append(ctx, recs)
 	if err != nil {
 		p.inflight.Add(-n)
 		p.unqueue(perTenant)
@@ -528,8 +555,16 @@ func (p *Pipeline) Ingest(ctx context.Context, batches ...audit.Batch) (int, err
 		}
 	}
 	for _, b := range batches {
+		q := queued{Batch: b}
+		for len(differ) > 0 && differ[0] < len(b.Records) {
+			q.refused = append(q.refused, differ[0])
+			differ = differ[1:]
+		}
+		for i := range differ {
+			differ[i] -= len(b.Records)
+		}
 		select {
-		case p.queue <- b:
+		case p.queue <- q:
 		case <-p.done:
 			// Stored, but the engine is gone: the calls are replayed from
 			// the store at the next start.
@@ -823,12 +858,18 @@ func (p *Pipeline) drain() {
 	}
 }
 
-func (p *Pipeline) take(b audit.Batch) {
+func (p *Pipeline) take(q queued) {
+	b, refused := q.Batch, q.refused
 	now := p.now()
 	// Adding calls judges idleness at now too: the refusals reported
 	// before it count first, whichever case of run's select came first.
 	p.applyTouches()
-	for _, r := range b.Records {
+	for i, r := range b.Records {
+		if len(refused) > 0 && refused[0] == i {
+			refused = refused[1:]
+			p.eng.AddRefused(b.Source, r, now)
+			continue
+		}
 		p.eng.Add(b.Source, r, now)
 	}
 	p.dequeued(earliest(b), false)

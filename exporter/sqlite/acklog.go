@@ -417,7 +417,7 @@ func (s *Store) closeLog() {
 
 // appendLog appends rows to the call log as one frame and returns how
 // many of them are new (see callLog) once the frame is synced.
-func (s *Store) appendLog(ctx context.Context, rows []callRow) (int64, error) {
+func (s *Store) appendLog(ctx context.Context, rows []callRow, skipped *[]int) (int64, error) {
 	cl := s.clog
 	cl.appendMu.RLock()
 	defer cl.appendMu.RUnlock()
@@ -427,7 +427,7 @@ func (s *Store) appendLog(ctx context.Context, rows []callRow) (int64, error) {
 	if err := s.waitBacklog(ctx); err != nil {
 		return 0, err
 	}
-	n, err := s.countNew(ctx, rows)
+	n, err := s.countNew(ctx, rows, skipped)
 	if err != nil {
 		cl.mu.Unlock()
 		return 0, err
@@ -581,15 +581,21 @@ func (s *Store) unpendLocked(rows []callRow, committed bool) {
 // pending, nor a copy of an earlier row; the caller holds clog.mu. A key
 // past the floor of the recent keys is stored when it is one of them;
 // the others are looked up (storedKeys).
-func (s *Store) countNew(ctx context.Context, rows []callRow) (int64, error) {
+func (s *Store) countNew(ctx context.Context, rows []callRow, skipped *[]int) (int64, error) {
 	cl := s.clog
 	seen := make(map[hkey]bool, len(rows))
 	var n int64
 	var ask []int
+	skip := func(i int) {
+		if skipped != nil {
+			*skipped = append(*skipped, i)
+		}
+	}
 	for i := range rows {
 		k := hashKey(&rows[i])
 		if seen[k] || cl.pending[k] > 0 {
 			seen[k] = true
+			skip(i)
 			continue
 		}
 		seen[k] = true
@@ -598,16 +604,26 @@ func (s *Store) countNew(ctx context.Context, rows []callRow) (int64, error) {
 			ask = append(ask, i)
 		case !cl.recent.has(ms, k):
 			n++
+		default:
+			skip(i)
 		}
 	}
 	if len(ask) == 0 {
 		return n, nil
 	}
-	stored, err := s.storedKeys(ctx, rows, ask)
+	found, err := s.storedKeys(ctx, rows, ask)
 	if err != nil {
 		return 0, err
 	}
-	return n + int64(len(ask)-stored), nil
+	for _, i := range ask {
+		if found[keyOf(&rows[i])] {
+			skip(i)
+		}
+	}
+	if skipped != nil {
+		slices.Sort(*skipped)
+	}
+	return n + int64(len(ask)-len(found)), nil
 }
 
 // hkey is a call's unique key (callKey) hashed to 128 bits, for the maps
@@ -740,11 +756,9 @@ func (s *Store) forgetDeleted(until int64) {
 	cl.recent.raiseTo(milliOf(until))
 }
 
-// storedKeys counts the rows of rows[ask] whose key is stored. The id
-// index names the rows of their ids through its mark (each checked: an
-// entry may be stale), and the rows past the mark are read by rid; without
-// the index each key is looked up in calls_key.
-func (s *Store) storedKeys(ctx context.Context, rows []callRow, ask []int) (int, error) {
+// storedKeys counts the rows of rows[ask] whose key is stored
+// (readStored).
+func (s *Store) storedKeys(ctx context.Context, rows []callRow, ask []int) (map[callKey]bool, error) {
 	want := make(map[callKey]any, len(ask)) // the stored id of each key
 	packed := make([]any, len(ask))
 	for j, i := range ask {
@@ -752,76 +766,15 @@ func (s *Store) storedKeys(ctx context.Context, rows []callRow, ask []int) (int,
 		packed[j] = rows[i].id
 	}
 	found := map[callKey]bool{}
-	read := func(query string, args ...any) error {
-		r, err := s.r.QueryContext(ctx, query, args...)
-		if err != nil {
-			return err
-		}
-		defer r.Close()
-		for r.Next() {
-			var id any
-			var tenant string
-			var t int64
-			if err := r.Scan(&id, &tenant, &t); err != nil {
-				return err
-			}
-			if k := (callKey{ms: milliOf(t), tenant: tenant, id: string(idBytes(id))}); want[k] != nil {
-				found[k] = true
-			}
-		}
-		return r.Err()
-	}
-	const sel = `SELECT c.id, coalesce(t.s, ''), c.time FROM calls c LEFT JOIN strs t ON t.id = c.tenant WHERE `
-	var rids []int64
-	mark := int64(-1)
-	if s.ids != nil {
-		var err error
-		if rids, mark, err = s.ids.lookup(packed); err != nil {
-			rids, mark = nil, -1
-		}
-	}
-	if mark < 0 {
-		// No index: one probe of calls_key per key.
-		for k, id := range want {
-			var tenant int64
-			if k.tenant != "" {
-				err := s.r.QueryRowContext(ctx, `SELECT id FROM strs WHERE s = ?`, k.tenant).Scan(&tenant)
-				if errors.Is(err, sql.ErrNoRows) {
-					continue
-				}
-				if err != nil {
-					return 0, err
-				}
-			}
-			var one int
-			err := s.r.QueryRowContext(ctx, `SELECT 1 FROM calls WHERE `+callsKey+` = ? AND tenant = ? AND id = ?`, k.ms, tenant, id).Scan(&one)
-			if errors.Is(err, sql.ErrNoRows) {
-				continue
-			}
-			if err != nil {
-				return 0, err
-			}
+	err := readStored(ctx, s, packed, want, false, func(id any, tenant string, t int64, _ []byte) {
+		if k := (callKey{ms: milliOf(t), tenant: tenant, id: string(idBytes(id))}); want[k] != nil {
 			found[k] = true
 		}
-		return len(found), nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	for lo := 0; lo < len(rids); lo += 500 {
-		part := rids[lo:min(lo+500, len(rids))]
-		args := make([]any, len(part))
-		for j, rid := range part {
-			args[j] = rid
-		}
-		if err := read(sel+`c.rid IN (`+marks(len(args))+`)`, args...); err != nil {
-			return 0, err
-		}
-	}
-	for lo := 0; lo < len(packed); lo += 500 {
-		part := packed[lo:min(lo+500, len(packed))]
-		if err := read(sel+`c.rid > ? AND c.id IN (`+marks(len(part))+`)`, append([]any{mark}, part...)...); err != nil {
-			return 0, err
-		}
-	}
-	return len(found), nil
+	return found, nil
 }
 
 // drainLoop commits the call log's frames behind the acknowledgements
@@ -966,8 +919,12 @@ func (s *Store) caughtUp(ctx context.Context, op string) error {
 			return nil
 		}
 		if err := s.awaitProgress(ctx, ch, &timeout); errors.Is(err, errLogWait) {
-			return fmt.Errorf("cannot %s: calls acknowledged from the call log are not yet committed after %s (the drain: %v): %w",
-				op, s.opts.LogWait, failed, audit.ErrUnavailable)
+			why := "the drain has not failed: it is slow, or waits for the file (a lock held by another process)"
+			if failed != nil {
+				why = fmt.Sprintf("the drain: %v", failed)
+			}
+			return fmt.Errorf("cannot %s: calls acknowledged from the call log are not yet committed after %s (%s): %w",
+				op, s.opts.LogWait, why, audit.ErrUnavailable)
 		} else if err != nil {
 			return fmt.Errorf("cannot %s: waiting for the call log to be committed: %w", op, err)
 		}

@@ -490,6 +490,10 @@ func TestAckLog_ReadersWait(t *testing.T) {
 	if !errors.Is(err, audit.ErrUnavailable) || !strings.Contains(err.Error(), "not yet committed after 300ms") {
 		t.Errorf("a query with the drain held: %v, want unavailable after log_wait", err)
 	}
+	// The drain did not fail: the error says so, instead of "<nil>".
+	if err != nil && (strings.Contains(err.Error(), "<nil>") || !strings.Contains(err.Error(), "the drain has not failed")) {
+		t.Errorf("a query with the drain held, not failed: %v", err)
+	}
 	done := make(chan audit.CallPage, 1)
 	go func() {
 		p, err := s.Calls(context.Background(), audit.CallQuery{Limit: 1000})

@@ -65,6 +65,10 @@ type request struct {
 	chainOp   *chainRequest
 	stored    int64      // calls stored for the first time, set by the commit
 	done      chan reply // buffered: the committer never blocks on it
+	// compare asks the commit for skipped: the indexes in calls of the
+	// calls it did not store, their key being stored (AppendCallsCompared).
+	compare bool
+	skipped []int
 }
 
 type deleteRequest struct {
@@ -266,22 +270,39 @@ func encodeResults(r *audit.Results) (*request, error) {
 // When ctx ends first, AppendCalls returns its error, and the calls may or
 // may not be committed: retrying is safe.
 func (s *Store) AppendCalls(ctx context.Context, calls []audit.Record) (int, error) {
+	n, _, _, err := s.appendCalls(ctx, calls, false)
+	return n, err
+}
+
+// appendCalls is AppendCalls; with compare it also returns the calls'
+// rows and the indexes of the calls it skipped as stored (or as earlier
+// in calls).
+func (s *Store) appendCalls(ctx context.Context, calls []audit.Record, compare bool) (int, []callRow, []int, error) {
 	rows, err := encodeCalls(calls)
 	if err != nil {
-		return 0, fmt.Errorf("cannot append calls: %w", err)
+		return 0, nil, nil, fmt.Errorf("cannot append calls: %w", err)
 	}
 	if len(rows) == 0 {
 		if s.closed.Load() {
-			return 0, errClosed("append calls")
+			return 0, nil, nil, errClosed("append calls")
 		}
-		return 0, nil
+		return 0, nil, nil, nil
 	}
 	if s.clog != nil {
-		n, err := s.appendLog(ctx, rows)
-		return int(n), s.fail("append calls", err)
+		var skipped *[]int
+		var idx []int
+		if compare {
+			skipped = &idx
+		}
+		n, err := s.appendLog(ctx, rows, skipped)
+		return int(n), rows, idx, s.fail("append calls", err)
 	}
-	n, err := s.submit(ctx, &request{calls: rows, watermark: zeroTime})
-	return int(n), s.fail("append calls", err)
+	req := &request{calls: rows, watermark: zeroTime, compare: compare}
+	n, err := s.submit(ctx, req)
+	if err != nil {
+		return 0, nil, nil, s.fail("append calls", err)
+	}
+	return int(n), rows, req.skipped, nil
 }
 
 // Commit stores detector output and the watermark in one transaction,
@@ -591,6 +612,7 @@ func (r *rowStatements) close(db *sql.DB) {
 type pendingCall struct {
 	req    *request
 	row    *callRow
+	i      int   // the row's index in req.calls
 	tenant int64 // interned
 	rid    int64
 }
@@ -790,13 +812,14 @@ func (s *Store) commitOn(ctx context.Context, conn *sql.Conn, batch []*request, 
 	defer func() { sc.pending, sc.writeArgs = pending, writeArgs }()
 	watermark := int64(zeroTime)
 	for _, req := range batch {
+		req.skipped = req.skipped[:0]
 		for i := range req.calls {
 			c := &req.calls[i]
 			tenant, err := s.intern(tx, c.tenant)
 			if err != nil {
 				return nil, wrap(err)
 			}
-			pending = append(pending, pendingCall{req: req, row: c, tenant: tenant})
+			pending = append(pending, pendingCall{req: req, row: c, i: i, tenant: tenant})
 		}
 		for i := range req.writes {
 			w := &req.writes[i]
@@ -840,7 +863,11 @@ func (s *Store) commitOn(ctx context.Context, conn *sql.Conn, batch []*request, 
 	for i := range pending {
 		p := &pending[i]
 		if p.rid == 0 {
-			continue // already stored
+			// Already stored: the caller may compare its response.
+			if p.req.compare {
+				p.req.skipped = append(p.req.skipped, p.i)
+			}
+			continue
 		}
 		c := p.row
 		p.req.stored++

@@ -43,6 +43,7 @@ func Run(t *testing.T, open func(t *testing.T) audit.Store) {
 		{"AppendCalls/idempotent", testIdempotent},
 		{"AppendCalls/concurrent", testConcurrentAppend},
 		{"AppendCalls/tenant_scoped", testTenantScoped},
+		{"AppendCalls/responses", testResponses},
 		{"ScanCalls/since_and_order", testScanSince},
 		{"ScanCalls/stops_on_error", testScanError},
 		{"Commit/watermark", testWatermark},

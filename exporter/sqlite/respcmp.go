@@ -1,0 +1,209 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/exporter/store"
+)
+
+var _ audit.ResponseComparer = (*Store)(nil)
+
+// AppendCallsCompared is AppendCalls that also returns the indexes, in
+// order, of the calls it skipped (their key stored, or earlier in calls)
+// whose response differs from the stored call's (audit.ResponseComparer).
+// Only batches with skipped calls cost more: the stored calls of their
+// keys are read back (through the id index, a few statements a batch),
+// decoded, and the two responses summed as stored (store.StoredResponse). With Ack "log" the comparison first waits for
+// the call log to be committed as far as this append (up to LogWait, at
+// most compareWait), so
+// that a copy earlier in the log is compared too. A stored call that
+// cannot be read (retention deleted it meanwhile, or the wait or a read
+// fails: logged) is taken as the same: the call stays skipped and is not
+// reported.
+func (s *Store) AppendCallsCompared(ctx context.Context, calls []audit.Record) (int, []int, error) {
+	n, rows, skipped, err := s.appendCalls(ctx, calls, true)
+	if err != nil || len(skipped) == 0 {
+		return n, nil, err
+	}
+	return n, s.differing(ctx, calls, rows, skipped), nil
+}
+
+// compareWait is the longest an append waits for the call log's drain
+// before it compares the responses of calls sent again (ack "log"; at most
+// log_wait).
+const compareWait = 2 * time.Second
+
+// differing returns, of the indexes skipped of calls (and of their rows),
+// those of the calls whose response differs from the stored call's.
+func (s *Store) differing(ctx context.Context, calls []audit.Record, rows []callRow, skipped []int) []int {
+	type known struct {
+		i   int
+		sum uint64
+	}
+	var check []known
+	for _, i := range skipped {
+		if sum, ok := store.StoredResponse(calls[i].Call); ok {
+			check = append(check, known{i, sum})
+		}
+	}
+	if len(check) == 0 {
+		return nil
+	}
+	warn := func(err error) {
+		s.opts.Logger.Warn("cannot compare the responses of calls sent again with the stored ones: they are skipped as stored, not counted as id collisions",
+			"calls", len(check), "err", err)
+	}
+	// The stored calls are read once the call log is committed as far as
+	// this append, but the acknowledgement waits for that no longer than
+	// compareWait: the comparison only tells what the engine counts, and a
+	// drain held up (a lock on the file) would otherwise hold every
+	// request with a call sent again for log_wait, as long as an SDK
+	// exporter's own timeout (10 s), whose retry, all calls sent again,
+	// would wait as long again.
+	wait := min(s.opts.LogWait, compareWait)
+	cctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	if err := s.caughtUp(cctx, "compare responses"); err != nil {
+		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("the call log is not committed as far as these calls after %s: %w", wait, audit.ErrUnavailable)
+		}
+		warn(err)
+		return nil
+	}
+	// The stored call of each key: read through the id index (a few
+	// statements for the whole batch) or, without it, one probe of
+	// calls_key per key.
+	type storedRow struct {
+		t    int64
+		blob []byte
+	}
+	stored := make(map[callKey]*storedRow, len(check))
+	packed := make([]any, 0, len(check))
+	for _, k := range check {
+		key := keyOf(&rows[k.i])
+		if _, dup := stored[key]; !dup {
+			stored[key] = nil
+			packed = append(packed, rows[k.i].id)
+		}
+	}
+	take := func(id any, tenant string, t int64, blob []byte) {
+		key := callKey{ms: milliOf(t), tenant: tenant, id: string(idBytes(id))}
+		if row, ok := stored[key]; ok && row == nil {
+			stored[key] = &storedRow{t, blob}
+		}
+	}
+	if err := readStored(ctx, s, packed, stored, true, take); err != nil {
+		warn(err)
+		return nil
+	}
+	var differ []int
+	var buf []byte
+	for _, k := range check {
+		row := stored[keyOf(&rows[k.i])]
+		if row == nil {
+			continue // deleted since (retention)
+		}
+		var rec audit.Record
+		var err error
+		if buf, err = decodeCall(buf, rows[k.i].id, row.t, row.blob, &rec); err != nil {
+			warn(err)
+			continue
+		}
+		if sum, ok := store.StoredResponse(rec.Call); ok && sum != k.sum {
+			differ = append(differ, k.i)
+		}
+	}
+	return differ
+}
+
+// readStored has take given the id, tenant, time and, with blobs, the blob
+// (else nil) of the stored calls of the keys of want, whose ids are packed
+// (and maybe of other calls of those ids: take filters them by key). The
+// id index names the rows of their ids through its mark (each checked by
+// take: an entry may be stale), and the rows past the mark are read by
+// rid; without the index each key is looked up in calls_key.
+func readStored[V any](ctx context.Context, s *Store, packed []any, want map[callKey]V, blobs bool, take func(id any, tenant string, t int64, blob []byte)) error {
+	read := func(query string, args ...any) error {
+		r, err := s.r.QueryContext(ctx, query, args...)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		for r.Next() {
+			var id any
+			var tenant string
+			var t int64
+			var blob []byte
+			if err := r.Scan(&id, &tenant, &t, &blob); err != nil {
+				return err
+			}
+			take(id, tenant, t, blob)
+		}
+		return r.Err()
+	}
+	sel := `SELECT c.id, coalesce(t.s, ''), c.time, NULL FROM calls c LEFT JOIN strs t ON t.id = c.tenant WHERE `
+	if blobs {
+		sel = `SELECT c.id, coalesce(t.s, ''), c.time, c.rec FROM calls c LEFT JOIN strs t ON t.id = c.tenant WHERE `
+	}
+	mark := int64(-1)
+	var rids []int64
+	if s.ids != nil {
+		var err error
+		if rids, mark, err = s.ids.lookup(packed); err != nil {
+			rids, mark = nil, -1
+		}
+	}
+	if mark < 0 {
+		// No index: one probe of calls_key per key.
+		stmt, err := s.r.PrepareContext(ctx, sel+callsKey+` = ? AND c.tenant = coalesce((SELECT id FROM strs WHERE s = ?), 0) AND c.id = ?`)
+		if err != nil {
+			return err
+		}
+		defer stmt.Close()
+		for k := range want {
+			var id any
+			var tenant string
+			var t int64
+			var blob []byte
+			err := stmt.QueryRowContext(ctx, k.ms, k.tenant, packedOf(k.id)).Scan(&id, &tenant, &t, &blob)
+			if errors.Is(err, sql.ErrNoRows) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			take(id, tenant, t, blob)
+		}
+		return nil
+	}
+	for lo := 0; lo < len(rids); lo += 500 {
+		part := rids[lo:min(lo+500, len(rids))]
+		args := make([]any, len(part))
+		for j, rid := range part {
+			args[j] = rid
+		}
+		if err := read(sel+`c.rid IN (`+marks(len(args))+`)`, args...); err != nil {
+			return err
+		}
+	}
+	for lo := 0; lo < len(packed); lo += 500 {
+		part := packed[lo:min(lo+500, len(packed))]
+		if err := read(sel+`c.rid > ? AND c.id IN (`+marks(len(part))+`)`, append([]any{mark}, part...)...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// packedOf is the stored form of an id from its idBytes.
+func packedOf(b string) any {
+	if len(b) > 0 && b[0] == 'b' {
+		return []byte(b[1:])
+	}
+	return b[1:]
+}
