@@ -66,6 +66,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/v1/writes", s.writes)
 	mux.HandleFunc("GET /api/v1/slo", s.slo)
 	mux.HandleFunc("GET /api/v1/documents/", s.timeline)
+	mux.HandleFunc("GET /api/v1/documents/timeline", s.timelineByName)
 	mux.HandleFunc("GET /api/v1/findings/counts", s.findingCounts)
 	mux.HandleFunc("GET /api/v1/findings/{id}", s.finding)
 	mux.HandleFunc("POST /api/v1/findings/{id}/{action}", s.changeFinding)
@@ -346,7 +347,9 @@ var (
 	findingParams  = []string{"id", "kind", "severity", "state", "server", "document", "key", "session", "since", "until", "limit", "cursor", "order"}
 	writeParams    = []string{"state", "server", "document", "session", "since", "until", "limit", "cursor"}
 	timelineParams = []string{"server", "since", "until", "limit"}
-	sloParams      = []string{"window", "until", "server", "target"}
+	// timelineByNameParams are those of the timeline's query form.
+	timelineByNameParams = []string{"name", "server", "since", "until", "limit"}
+	sloParams            = []string{"window", "until", "server", "target"}
 )
 
 func (s *Server) findings(w http.ResponseWriter, r *http.Request) {
@@ -440,6 +443,29 @@ func (s *Server) timeline(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	s.serveTimeline(w, r, doc, p, tenant)
+}
+
+// timelineByName answers GET /api/v1/documents/timeline?name=DOCUMENT, the
+// timeline's query form: a client that resolves dot segments (a browser,
+// %2E included, as the URL standard says) cannot send a document named "."
+// or ".." in the path, and a name in the query reaches the store as it is.
+func (s *Server) timelineByName(w http.ResponseWriter, r *http.Request) {
+	p, tenant, ok := s.newParams(w, r, timelineByNameParams...)
+	if !ok {
+		return
+	}
+	doc := p.str("name")
+	if doc == "" {
+		s.fail(w, &paramError{"name", "want the document's name (/api/v1/documents/timeline?name=DOCUMENT)"})
+		return
+	}
+	s.serveTimeline(w, r, doc, p, tenant)
+}
+
+// serveTimeline answers the timeline of doc for a request whose parameters
+// and credential are checked.
+func (s *Server) serveTimeline(w http.ResponseWriter, r *http.Request, doc string, p *params, tenant string) {
 	q := audit.TimelineQuery{Server: p.str("server"), Tenant: tenant, Document: doc,
 		Since: p.time("since"), Until: p.time("until"), Limit: p.int("limit")}
 	if p.err != nil {

@@ -44,6 +44,7 @@ func TestScopeRefusals(t *testing.T) {
 		{"GET", "/api/v1/findings"}, {"GET", "/api/v1/findings/counts"}, {"GET", "/api/v1/findings/f_1"},
 		{"GET", "/api/v1/writes"}, {"GET", "/api/v1/slo"}, {"GET", "/api/v1/status"},
 		{"GET", "/api/v1/calls"}, {"GET", "/api/v1/calls/c_1"}, {"GET", "/api/v1/documents/ops%2Fa.gram/timeline"},
+		{"GET", "/api/v1/documents/timeline?name=.."},
 		{"POST", "/api/v1/findings/f_1/ack"},
 	} {
 		for _, tc := range []struct {

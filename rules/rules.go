@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -196,8 +195,13 @@ func (o Options) Validate() error {
 	if o.SourceLag < 0 {
 		errs = append(errs, fmt.Errorf("source_lag: %v is negative", o.SourceLag))
 	}
-	if u, err := url.Parse(o.WebURL); o.WebURL != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
-		errs = append(errs, fmt.Errorf("web_url: want an http or https URL, not %q", o.WebURL))
+	if o.WebURL != "" {
+		// As serve.web.base_url: a URL someone mistyped may hold a
+		// credential (https://user:pass@...), and errors are read by more
+		// people than the command line.
+		if fault := conf.URLFault(o.WebURL, true, "http", "https"); fault != "" {
+			errs = append(errs, fmt.Errorf("web_url: want an http or https URL, such as https://mcpaudit.example.com: %s (the value is not repeated: it may hold a secret)", fault))
+		}
 	}
 	if o.ForOverride < 0 {
 		errs = append(errs, fmt.Errorf("for_override: %v is negative", o.ForOverride))

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/url"
 	"os"
@@ -57,6 +58,23 @@ type RulesConfig struct {
 	// Job is the Prometheus job name of the mcpaudit scrape target. Default
 	// mcpaudit.
 	Job string `yaml:"job"`
+	// UnverifiedWritesPerHour is how many writes of one server (or more)
+	// may become unverified in an hour before the alert on unverified
+	// writes fires: a positive number. Default 5.
+	UnverifiedWritesPerHour float64 `yaml:"unverified_writes_per_hour"`
+	// WastedRetryRatio is the share of a server's calls over 30m that may
+	// be wasted or premature retries before the alert on wasted retries
+	// fires: a fraction between 0 and 1, both excluded. Default 0.05.
+	WastedRetryRatio float64 `yaml:"wasted_retry_ratio"`
+	// UncertainRatio is the share of a server's calls over 10m that may end
+	// with COMMIT_UNKNOWN or in_flight_unknown before the alert on
+	// uncertain outcomes fires: a fraction between 0 and 1, both excluded.
+	// Default 0.01.
+	UncertainRatio float64 `yaml:"uncertain_ratio"`
+	// FindingMaxAge is the event-time age past which a finding no longer
+	// fires its immediate alert (keep it above detect.correlation_window
+	// plus detect.lateness). Default 2h.
+	FindingMaxAge time.Duration `yaml:"finding_max_age"`
 }
 
 // ServeConfig configures the collector service.
@@ -187,8 +205,37 @@ func NewDefaultConfig() Config {
 			Metrics:     MetricsConfig{MaxServers: 100, MaxToolsPerServer: 64},
 		},
 		Redact: redact.NewDefaultConfig(),
-		Rules:  RulesConfig{RunbookURL: rules.DefaultRunbookURL, Job: rules.DefaultJob},
+		Rules:  NewDefaultRulesConfig(),
 	}
+}
+
+// NewDefaultRulesConfig returns the rules section of the committed rules
+// file (rules.DefaultOptions).
+func NewDefaultRulesConfig() RulesConfig {
+	d := rules.DefaultOptions()
+	return RulesConfig{RunbookURL: d.RunbookURL, Job: d.Job, UnverifiedWritesPerHour: d.UnverifiedWritesPerHour,
+		WastedRetryRatio: d.WastedRetryRatio, UncertainRatio: d.UncertainRatio, FindingMaxAge: d.FindingMaxAge}
+}
+
+// validateThresholds checks the alert thresholds of the rules section;
+// each error names its key and the range the value must be in.
+func (c RulesConfig) validateThresholds() []error {
+	var errs []error
+	if v := c.UnverifiedWritesPerHour; !(v > 0) || math.IsInf(v, 0) {
+		errs = append(errs, fmt.Errorf("rules.unverified_writes_per_hour: %s is not a positive number of writes (such as 5)", number(v)))
+	}
+	for _, r := range []struct {
+		key string
+		v   float64
+	}{{"wasted_retry_ratio", c.WastedRetryRatio}, {"uncertain_ratio", c.UncertainRatio}} {
+		if !(r.v > 0 && r.v < 1) {
+			errs = append(errs, fmt.Errorf("rules.%s: %s is not between 0 and 1 (both excluded): the share of calls above which the alert fires, such as 0.05", r.key, number(r.v)))
+		}
+	}
+	if c.FindingMaxAge <= 0 {
+		errs = append(errs, fmt.Errorf("rules.finding_max_age: %s is not a positive duration (such as 2h)", conf.FormatDuration(c.FindingMaxAge)))
+	}
+	return errs
 }
 
 // Validate checks every section and joins the errors, each starting with
@@ -278,6 +325,7 @@ func (c *Config) Validate() error {
 	if c.Rules.Job == "" || strings.ContainsAny(c.Rules.Job, "\"\\\n") {
 		errs = append(errs, fmt.Errorf("rules.job: %q is empty or holds a quote, backslash or newline", c.Rules.Job))
 	}
+	errs = append(errs, c.Rules.validateThresholds()...)
 	return errors.Join(errs...)
 }
 
@@ -474,6 +522,12 @@ const (
 	// such as Slack's and Discord's hold their secret in the path) and
 	// the fragment.
 	secretURL
+	// secretWebhookURL keeps only the scheme and the host (with its port)
+	// of a URL whose path or query is the credential, as a webhook's is
+	// (Slack's https://hooks.slack.com/services/T000/B000/XXXX, a
+	// short or letters-only secret too): the user, the path, the query and
+	// the fragment are each replaced by REDACTED when present.
+	secretWebhookURL
 )
 
 // configSecrets are the keys of Config that may hold a secret, by their
@@ -485,7 +539,7 @@ var configSecrets = map[string]secretKind{
 	"serve.receiver.tenants":    secretMapKeys,
 	"serve.credentials.*.token": secretWhole,
 	"serve.web.notify.headers":  secretMapValues,
-	"serve.web.notify.url":      secretURL,
+	"serve.web.notify.url":      secretWebhookURL,
 	"serve.web.base_url":        secretURL,
 	"serve.clickhouse.dsn":      secretURL,
 	"rules.runbook_url":         secretURL,
@@ -570,7 +624,36 @@ func redactString(v reflect.Value, kind secretKind) {
 		v.SetString("[REDACTED]")
 	case secretURL:
 		v.SetString(redactURL(v.String()))
+	case secretWebhookURL:
+		v.SetString(redactWebhookURL(v.String()))
 	}
+}
+
+// redactWebhookURL hides everything of a webhook's URL but its scheme and
+// host (see secretWebhookURL). Which part of such a URL is the secret
+// cannot be told from its look, so none is shown. A URL that does not
+// parse, or has no host, is hidden whole.
+func redactWebhookURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.Scheme == "" || u.Host == "" {
+		return "REDACTED"
+	}
+	out := &url.URL{Scheme: u.Scheme, Host: u.Host}
+	if u.User != nil {
+		out.User = url.User("REDACTED")
+	}
+	if u.EscapedPath() != "" && u.EscapedPath() != "/" {
+		out.Path = "/REDACTED"
+	} else {
+		out.Path = u.Path
+	}
+	if u.RawQuery != "" || u.ForceQuery {
+		out.RawQuery = "REDACTED"
+	}
+	if u.Fragment != "" || u.RawFragment != "" {
+		out.Fragment = "REDACTED"
+	}
+	return out.String()
 }
 
 // redactURL hides the secrets a URL may carry (see secretURL). A URL that

@@ -310,9 +310,11 @@ with no file at all. Flags given on the command line win over the file.
 - **Checks.** ` + "`mcpaudit config validate FILE...`" + ` checks files (exit 0 valid, 2 invalid);
   ` + "`mcpaudit config print [FILE]`" + ` prints the effective configuration, the file over the defaults,
   with its secrets redacted: the tenant and credential tokens, the values of
-  ` + "`serve.web.notify.headers`" + `, and in every URL (` + "`serve.web.notify.url`, `serve.web.base_url`, `serve.clickhouse.dsn`, `rules.runbook_url`" + `)
-  a password, query parameters named as secrets (` + "`token`, `password`, `api_key`, `sig`" + `...), token-like path
-  segments (webhook URLs carry their secret there) and the fragment.
+  ` + "`serve.web.notify.headers`" + `, all of the webhook URL ` + "`serve.web.notify.url`" + ` but its scheme and host
+  (` + "`https://hooks.slack.com/REDACTED`" + `: a webhook's secret is in its path or query, short or long), and in
+  the other URLs (` + "`serve.web.base_url`, `serve.clickhouse.dsn`, `rules.runbook_url`" + `) a password, query
+  parameters named as secrets (` + "`token`, `password`, `api_key`, `sig`" + `...), token-like path segments and the
+  fragment.
 
 A name you choose (a server, a tool, a tenant) is written ` + "`<name>`" + ` below.
 `)

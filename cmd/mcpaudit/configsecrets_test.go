@@ -124,9 +124,9 @@ func TestConfigPrint_HidesEverySecret(t *testing.T) {
 			t.Errorf("config print shows the secret %q:\n%s", secret, out)
 		}
 	}
-	// What is not secret stays: the hosts, the user names, the header
-	// names, a plain query parameter, the tenant.
-	for _, want := range []string{"hooks.example.com/services/T0001/B0001/REDACTED", "channel=ops", "Authorization: '[REDACTED]'", "X-Api-Key:", "app:REDACTED@ch.example.com", "acme"} {
+	// What is not secret stays: the hosts, the user names but the
+	// webhook's, the header names, the tenant.
+	for _, want := range []string{"https://REDACTED@hooks.example.com/REDACTED?REDACTED", "Authorization: '[REDACTED]'", "X-Api-Key:", "app:REDACTED@ch.example.com", "acme"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("config print lacks %q:\n%s", want, out)
 		}
@@ -166,6 +166,57 @@ func TestConfigValidate_HidesSecretsInBadURLs(t *testing.T) {
 	for _, secret := range []string{pass, tok} {
 		if strings.Contains(out+errs, secret) {
 			t.Errorf("config validate shows the secret %q:\n%s%s", secret, out, errs)
+		}
+	}
+}
+
+// TestRedactWebhookURL: of a webhook's URL, config print shows only the
+// scheme and the host, whatever its path and query look like: Slack's
+// secret is 24 letters and digits, but a short one, a letters-only one or
+// one in a plain-named query parameter is a secret all the same.
+func TestRedactWebhookURL(t *testing.T) {
+	f := func(in, want string) {
+		t.Helper()
+		if got := redactWebhookURL(in); got != want {
+			t.Errorf("redactWebhookURL(%q) = %q, want %q", in, got, want)
+		}
+	}
+	f("https://hooks.slack.com/services/T000/B000/XXXXXXXX", "https://hooks.slack.com/REDACTED")
+	f("https://hooks.slack.com/services/T00000000/B00000000/abcdefghijklmnopqrstuvwx", "https://hooks.slack.com/REDACTED")
+	f("https://discord.com/api/webhooks/1234/s3cr3t", "https://discord.com/REDACTED")
+	f("https://hooks.example.com:8443/notify?key=abc&channel=ops", "https://hooks.example.com:8443/REDACTED?REDACTED")
+	f("https://hooks.example.com/?c=abc", "https://hooks.example.com/?REDACTED")
+	f("https://bot:hunter2@hooks.example.com/x#frag", "https://REDACTED@hooks.example.com/REDACTED#REDACTED")
+	f("https://bot@hooks.example.com/%2Fsecret%2F", "https://REDACTED@hooks.example.com/REDACTED")
+	f("https://hooks.example.com/", "https://hooks.example.com/")
+	f("https://hooks.example.com", "https://hooks.example.com")
+	f("http://[::1]:9000/hook", "http://[::1]:9000/REDACTED")
+	f("hooks.slack.com/services/T000/B000/XXXXXXXX", "REDACTED") // no scheme: no host either
+	f("https://hooks.example.com/a b\x7f%zz", "REDACTED")        // does not parse
+}
+
+// TestConfigPrint_WebhookSecrets: config print shows none of the secrets
+// of webhook URLs that the token-like rule of other URLs would miss (short,
+// letters only, in a plain-named query parameter), and what it prints
+// loads.
+func TestConfigPrint_WebhookSecrets(t *testing.T) {
+	for _, tc := range []struct{ url, secret string }{
+		{"https://hooks.slack.com/services/T000/B000/XXXXXXXX", "XXXXXXXX"},
+		{"https://hooks.slack.com/services/T000/B000/lettersonlysecretvalue", "lettersonlysecretvalue"},
+		{"https://chat.example.com/v1/spaces/AAAA/messages?key=k9x&thread=abcdef", "k9x"},
+		{"https://chat.example.com/v1/spaces/AAAA/messages?key=k9x&thread=abcdef", "abcdef"},
+		{"https://hooks.example.com/T000/B000/XXXXXXXX", "T000/B000"},
+	} {
+		p := writeConfig(t, "serve:\n  web:\n    notify:\n      url: \""+tc.url+"\"\n")
+		code, out, errs := cliRun("config", "print", p)
+		if code != 0 {
+			t.Fatalf("%s: exit %d: %s", tc.url, code, errs)
+		}
+		if strings.Contains(out, tc.secret) || !strings.Contains(out, "/REDACTED") {
+			t.Errorf("config print of %s shows %q or no REDACTED:\n%s", tc.url, tc.secret, out)
+		}
+		if _, err := LoadConfig(writeConfig(t, out)); err != nil {
+			t.Errorf("the printed config does not load: %v\n%s", err, out)
 		}
 	}
 }

@@ -40,6 +40,14 @@ func TestHelperServe(t *testing.T) {
 		}
 		args = append(args, more...)
 	}
+	if os.Getenv("MCPAUDIT_CHILD_HUP_WHILE_OPENING") != "" {
+		// TestServe_SIGHUPWhileOpening: a SIGHUP at the first progress
+		// report of the store's open, from the goroutine that opens it.
+		var once sync.Once
+		testHookOpenProgress = func(string, sqlite.Progress) {
+			once.Do(func() { syscall.Kill(os.Getpid(), syscall.SIGHUP) })
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	run(ctx, args, nil, os.Stdout, os.Stderr)

@@ -76,7 +76,7 @@ func TestOpenStore_CacheHeldToMemoryLimit(t *testing.T) {
 		cfg.Serve.DataDir = t.TempDir()
 		cfg.Serve.MemoryLimit = conf.Size(c.limit)
 		var buf bytes.Buffer
-		st, err := openStore(context.Background(), cfg, slog.New(slog.NewJSONHandler(&buf, nil)))
+		st, err := openStore(context.Background(), cfg, slog.New(slog.NewJSONHandler(&buf, nil)), nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -266,7 +266,16 @@ func timelineCommand(args []string, stdout, stderr io.Writer) error {
 	if *limit != store.DefaultTimeline {
 		params.Set("limit", strconv.Itoa(*limit))
 	}
-	b, err := q.get("/api/v1/documents/"+docSegment(doc)+"/timeline", params)
+	path := "/api/v1/documents/" + url.PathEscape(doc) + "/timeline"
+	if doc == "." || doc == ".." {
+		// As a path segment, even escaped as %2E, a proxy or client between
+		// here and serve that resolves dot segments would send
+		// /api/v1/timeline or /api/v1/documents/timeline: the query form
+		// carries the name as it is.
+		path = "/api/v1/documents/timeline"
+		params.Set("name", doc)
+	}
+	b, err := q.get(path, params)
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
@@ -451,17 +460,6 @@ func joinNonEmpty(parts ...string) string {
 		}
 	}
 	return strings.Join(out, " / ")
-}
-
-// docSegment escapes a document's name as one path segment. "." and ".."
-// are escaped too: as they are, the collector's router takes them for the
-// path's own dot segments (/api/v1/documents/../timeline is
-// /api/v1/timeline).
-func docSegment(doc string) string {
-	if doc == "." || doc == ".." {
-		return strings.ReplaceAll(doc, ".", "%2E")
-	}
-	return url.PathEscape(doc)
 }
 
 // apiMessage is the message of an API error answer: the "error" of its

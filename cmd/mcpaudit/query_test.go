@@ -83,9 +83,10 @@ func TestQueryCommands(t *testing.T) {
 	}
 }
 
-// TestTimelineDotDocuments: the documents "." and ".." are asked for as
-// themselves, not as the path's dot segments. (The empty answer is
-// followed by the ask for a call of the document: hintUnknownDocument.)
+// TestTimelineDotDocuments: the documents "." and ".." are asked for by
+// the timeline's query form, where no dot segment can be resolved away;
+// every other name keeps its path. (The empty answer is followed by the
+// ask for a call of the document: hintUnknownDocument.)
 func TestTimelineDotDocuments(t *testing.T) {
 	var got []string
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -93,7 +94,8 @@ func TestTimelineDotDocuments(t *testing.T) {
 		io.WriteString(w, `{"document":"x","events":[]}`)
 	}))
 	defer hs.Close()
-	for doc, want := range map[string]string{"..": "/api/v1/documents/%2E%2E/timeline", ".": "/api/v1/documents/%2E/timeline",
+	for doc, want := range map[string]string{"..": "/api/v1/documents/timeline?name=..", ".": "/api/v1/documents/timeline?name=.",
+		"..?":    "/api/v1/documents/..%3F/timeline",
 		"a/../b": "/api/v1/documents/a%2F..%2Fb/timeline"} {
 		got = nil
 		var out, errb bytes.Buffer

@@ -34,7 +34,7 @@ func rulesCommand(args []string, stdout, stderr io.Writer) error {
 	uncertain := fs.String("uncertain-ratio", number(d.UncertainRatio),
 		"McpAuditUncertainOutcomes fires when more than this share of a server's calls over 10m end with COMMIT_UNKNOWN or in_flight_unknown: a fraction in (0, 1) such as 0.01, or a percentage such as 1%")
 	webURL := fs.String("web-url", d.WebURL, "base URL of the investigation page (serve's API listener as people reach it), for investigation_url")
-	configFile := fs.String("config", "", "YAML config file: serve.slo_target and the rules section (flags win over it)")
+	configFile := fs.String("config", "", "YAML config file: serve.slo_target and the rules section, thresholds included (flags win over it)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, "usage: mcpaudit rules [--slo-target 0.999] [--job mcpaudit] [--runbook-url URL] [--web-url URL]\n"+
 			"                      [--unverified-writes-per-hour 5] [--wasted-retry-ratio 0.05] [--uncertain-ratio 0.01] [--config FILE]\n\n"+
@@ -53,7 +53,10 @@ func rulesCommand(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return &exitError{code: 2, err: err}
 		}
-		o.SLOTarget, o.Job, o.RunbookURL = cfg.Serve.SLOTarget, cfg.Rules.Job, cfg.Rules.RunbookURL
+		r := cfg.Rules
+		o.SLOTarget, o.Job, o.RunbookURL = cfg.Serve.SLOTarget, r.Job, r.RunbookURL
+		o.UnverifiedWritesPerHour, o.WastedRetryRatio, o.UncertainRatio = r.UnverifiedWritesPerHour, r.WastedRetryRatio, r.UncertainRatio
+		o.FindingMaxAge = r.FindingMaxAge
 	}
 	var errs []error
 	fs.Visit(func(f *flag.Flag) {

@@ -65,3 +65,105 @@ func TestRulesThresholds(t *testing.T) {
 		}
 	}
 }
+
+// TestRulesConfigThresholds: the rules section of a config file sets the
+// alert thresholds and the finding age as the flags do, the flags win over
+// it, the rules written pass a real promtool, a file without the keys
+// prints the committed rules, and config validate refuses a value out of
+// range with its line, its key and the range.
+func TestRulesConfigThresholds(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "mcpaudit.yaml")
+	if err := os.WriteFile(file, []byte("rules:\n  unverified_writes_per_hour: 12\n  wasted_retry_ratio: 0.1\n"+
+		"  uncertain_ratio: 0.02\n  finding_max_age: 3h\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := cliRun("rules", "--config", file)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{
+		"increase(mcpaudit_writes_total{state=\"unverified\"}[1h])) >= 12\n",
+		"> 0.1\n",
+		"> 0.02\n",
+		" < 10800)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("rules from the config lack %q", want)
+		}
+	}
+	// (> 0.01 stays: the ingest rejection ratio has no key.)
+	for _, def := range []string{">= 5\n", "> 0.05\n", " < 7200)"} {
+		if strings.Contains(out, def) {
+			t.Errorf("rules from the config still hold the default %q", def)
+		}
+	}
+	rulesFile := filepath.Join(dir, "rules.yaml")
+	if err := os.WriteFile(rulesFile, []byte(out), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	promtool := promtest.Binary(t, "promtool")
+	if b, err := exec.Command(promtool, "check", "rules", rulesFile).CombinedOutput(); err != nil {
+		t.Fatalf("promtool check rules: %v\n%s", err, b)
+	}
+
+	// A flag wins over the file; the file's other keys stay.
+	_, out, _ = cliRun("rules", "--config", file, "--wasted-retry-ratio", "3%")
+	if !strings.Contains(out, "> 0.03\n") || strings.Contains(out, "> 0.1\n") || !strings.Contains(out, ">= 12\n") {
+		t.Error("--wasted-retry-ratio 3% with the config: want > 0.03 and the config's >= 12, not its > 0.1")
+	}
+
+	// A rules section without the keys prints the committed rules.
+	plain := filepath.Join(dir, "plain.yaml")
+	if err := os.WriteFile(plain, []byte("rules:\n  job: mcpaudit\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	committed, err := os.ReadFile("../../deploy/prometheus/rules.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, out, errs := cliRun("rules", "--config", plain); out != string(committed) {
+		t.Errorf("rules --config without thresholds do not print deploy/prometheus/rules.yaml: %s", errs)
+	}
+
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("rules:\n  unverified_writes_per_hour: 0\n  wasted_retry_ratio: 1.5\n"+
+		"  uncertain_ratio: -0.01\n  finding_max_age: 0s\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errs = cliRun("config", "validate", bad)
+	for _, want := range []string{
+		"line 2: rules.unverified_writes_per_hour: 0 is not a positive number of writes",
+		"line 3: rules.wasted_retry_ratio: 1.5 is not between 0 and 1 (both excluded)",
+		"line 4: rules.uncertain_ratio: -0.01 is not between 0 and 1 (both excluded)",
+		"line 5: rules.finding_max_age: 0s is not a positive duration",
+	} {
+		if code != 2 || !strings.Contains(errs, want) {
+			t.Errorf("config validate: exit %d, stderr:\n%s\nwant 2 and %q", code, errs, want)
+		}
+	}
+	if code, out, errs := cliRun("rules", "--config", bad); code != 2 || out != "" || !strings.Contains(errs, "rules.wasted_retry_ratio") {
+		t.Errorf("rules --config with bad thresholds: exit %d, stdout %d bytes, stderr %q; want 2 naming the key", code, len(out), errs)
+	}
+}
+
+// TestRulesWebURLNotEchoed: a --web-url that rules refuses is named with
+// what is wrong with it, never repeated: a URL typed with a credential in
+// it would otherwise be shown to whoever reads the output or the CI log.
+func TestRulesWebURLNotEchoed(t *testing.T) {
+	const secret = "hunter2pass"
+	for _, tc := range []struct{ url, fault string }{
+		{"ftp://viewer:" + secret + "@mcpaudit.example.com", "its scheme is another"},
+		{"mcpaudit.example.com/?token=" + secret, "it has no scheme"},
+		{"https:///" + secret, "it has no host"},
+		{"https://mcpaudit.example.com/%zz" + secret, "it does not parse as a URL"},
+	} {
+		code, out, errs := cliRun("rules", "--web-url", tc.url)
+		if code != 2 || out != "" || !strings.Contains(errs, "web_url: want an http or https URL") || !strings.Contains(errs, tc.fault) {
+			t.Errorf("rules --web-url %q: exit %d, stdout %d bytes, stderr %q; want 2 saying %q", tc.url, code, len(out), errs, tc.fault)
+		}
+		if strings.Contains(errs, secret) {
+			t.Errorf("rules --web-url %q repeats the secret: %s", tc.url, errs)
+		}
+	}
+}

@@ -95,14 +95,26 @@ func serveCommand(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	log := newJSONLogger(stderr, level)
 	cfg.Serve.pprof = *pprofOn
-	srv, err := startServer(ctx, cfg, log)
-	if err != nil {
-		return err
-	}
-	// SIGHUP reads the tokens file and the TLS certificate again.
+	// SIGHUP reads the tokens file and the TLS certificate again. It is
+	// taken from here on: one that comes while the store opens (the API
+	// listener answers by then) waits for the reload after the start;
+	// without a handler its default action would end the process in the
+	// middle of a migration or of a build of the id index.
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
+	srv, err := startServer(ctx, cfg, log)
+	if err != nil {
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			// A stop while the store opened: the step under way (a
+			// migration, a build of the id index) ran to its end, and
+			// the stop then broke off what came after it. That is the
+			// stop asked for, not a store that cannot be read.
+			log.Info("stopped while starting", "err", err)
+			return nil
+		}
+		return err
+	}
 	go func() {
 		for {
 			select {
@@ -153,7 +165,7 @@ type server struct {
 
 // openStore opens the configured store. The caller holds the data dir
 // (datadir.Open), which is private to its owner.
-func openStore(ctx context.Context, cfg Config, log *slog.Logger) (audit.Store, error) {
+func openStore(ctx context.Context, cfg Config, log *slog.Logger, progress func(sqlite.Progress)) (audit.Store, error) {
 	switch cfg.Serve.Store {
 	case "sqlite", "":
 		o := cfg.Serve.SQLite
@@ -173,9 +185,9 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (audit.Store, 
 				"id_index_mib", sqlite.IDIndexOffHeapMiB, "memory_limit", formatBytes(int64(cfg.Serve.MemoryLimit)))
 			o.CacheMiB, o.ReadCacheMiB = w, r
 		}
-		// A migration or a rebuild of the id index logs its progress:
-		// serve answers nothing, /healthz included, until the store opens.
-		o.Logger = log
+		// A migration or a rebuild of the id index logs its progress,
+		// and /readyz says it (openingHandler) until the store opens.
+		o.Logger, o.OnProgress = log, progress
 		// A command reading the data dir (findings --data-dir...) holds
 		// the id index for its few seconds: wait for it rather than run
 		// without it until the next restart.
@@ -275,11 +287,43 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		return nil, err
 	}
 	s.dataDir = dd
-	st, err := openStore(ctx, cfg, log)
+	// The API listener answers from here on: /healthz 200 and /readyz 503
+	// saying what serve does while the store opens (a migration or a
+	// rebuild of the id index takes minutes on a large store) and the
+	// detector's state is rebuilt; the rest of the API 503 with
+	// Retry-After. Ingest listens only once all is ready.
+	cc := cfg.Serve.Connections
+	apiLn, apiLim, err := listen(cfg.Serve.APIListen, cc.MaxPerListener, tc, true)
+	if err != nil {
+		dd.Close()
+		return nil, fmt.Errorf("%w (serve.api_listen, --api-listen)", err)
+	}
+	s.apiAddr = apiLn.Addr().String()
+	opening := newOpeningState()
+	apiHandler := &swapHandler{}
+	apiHandler.store(openingHandler(opening))
+	s.serveHTTP(apiLn, httpServer(apiHandler, cc, cc.ReadHeaderTimeout+cfg.Serve.Receiver.BodyTimeout, cc.WriteTimeout))
+	started := false
+	defer func() {
+		if !started {
+			// closeAll closes them too once the store is open; before, the
+			// error paths close the store and the data dir themselves.
+			for _, hs := range s.http {
+				hs.Close()
+			}
+		}
+	}()
+	st, err := openStore(ctx, cfg, log, func(p sqlite.Progress) {
+		opening.progress(p)
+		if testHookOpenProgress != nil {
+			testHookOpenProgress(s.apiAddr, p)
+		}
+	})
 	if err != nil {
 		dd.Close()
 		return nil, err
 	}
+	opening.set("rebuilding the detector's state from the store")
 	s.store = st
 	if !cfg.Redact.Off {
 		secret, err := redactSecret(cfg.Redact.SecretFile, cfg.Serve.DataDir)
@@ -359,13 +403,12 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		return nil, err
 	}
 
-	cc := cfg.Serve.Connections
 	ingestLn, lim, err := listen(cfg.Serve.IngestListen, cc.MaxPerListener, tc, true)
 	if err != nil {
 		s.closeAll()
 		return nil, fmt.Errorf("%w (serve.ingest_listen, --ingest-listen)", err)
 	}
-	s.limits = map[string]*connlimit.Listener{metrics.ListenerIngest: lim}
+	s.limits = map[string]*connlimit.Listener{metrics.ListenerIngest: lim, metrics.ListenerAPI: apiLim}
 	s.ingestAddr = ingestLn.Addr().String()
 	// Ingest requests are bounded by the receiver's body timeout and their
 	// processing; the write timeout only stops a client that never reads
@@ -393,18 +436,10 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		}()
 	}
 
-	apiLn, lim, err := listen(cfg.Serve.APIListen, cc.MaxPerListener, tc, true)
-	if err != nil {
-		s.closeAll()
-		return nil, fmt.Errorf("%w (serve.api_listen, --api-listen)", err)
-	}
-	s.limits[metrics.ListenerAPI] = lim
 	if err := metrics.WatchFrontDoor(s.registry, s.listenerViews, rc.InFlightBytes); err != nil {
-		apiLn.Close()
 		s.closeAll()
 		return nil, err
 	}
-	s.apiAddr = apiLn.Addr().String()
 	q := api.New(st, cfg.Serve.SLOTarget)
 	q.Tenants = cfg.Serve.Receiver.Tenants
 	q.Log = ratelog.New(log, ratelog.NewDefaultConfig())
@@ -426,11 +461,15 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		}
 	}
 	if err := s.mountWeb(mux, q); err != nil {
-		apiLn.Close()
 		s.closeAll()
 		return nil, err
 	}
-	s.serveHTTP(apiLn, httpServer(mux, cc, cc.ReadHeaderTimeout+cfg.Serve.Receiver.BodyTimeout, cc.WriteTimeout))
+	apiHandler.store(mux)
+	started = true
+	// shutdown stops the servers in this order: ingest first, as before
+	// the API listener opened ahead of the store, so that the API answers
+	// while ingest drains. The API's is the first served.
+	s.http = append(s.http[1:], s.http[0])
 
 	rctx, cancel := context.WithCancel(context.Background())
 	s.stopRetention = cancel
@@ -524,6 +563,11 @@ const (
 	RetentionFromNewestCall = "newest_call"
 	RetentionFromNow        = "now"
 )
+
+// testHookOpenProgress, when set by a test, runs at each progress report
+// of the store's open (sqlite.Options.OnProgress), on the goroutine that
+// opens it, with the API listener's address.
+var testHookOpenProgress func(apiAddr string, p sqlite.Progress)
 
 // testHookAfterNewest, when set by a test, runs in expire once the newest
 // stored call is read, before anything is deleted.

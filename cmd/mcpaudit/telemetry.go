@@ -95,6 +95,27 @@ func (t tracedStore) AppendCalls(ctx context.Context, calls []audit.Record) (int
 	return n, err
 }
 
+// AppendCallsCompared passes on the store's comparison of the responses
+// of calls skipped as stored, when it makes one (audit.ResponseComparer;
+// the embedded store), and is AppendCalls otherwise.
+func (t tracedStore) AppendCallsCompared(ctx context.Context, calls []audit.Record) (int, []int, error) {
+	c, ok := t.Store.(audit.ResponseComparer)
+	if !ok {
+		n, err := t.AppendCalls(ctx, calls)
+		return n, nil, err
+	}
+	ctx, span := tracer().Start(ctx, "mcpaudit.store.append_calls", trace.WithAttributes(attribute.Int("mcpaudit.calls", len(calls))))
+	defer span.End()
+	start := time.Now()
+	n, differ, err := c.AppendCallsCompared(ctx, calls)
+	t.m.ObserveStoreCommit(time.Since(start))
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	return n, differ, err
+}
+
 func (t tracedStore) Commit(ctx context.Context, r audit.Results) error {
 	ctx, span := tracer().Start(ctx, "mcpaudit.store.commit_results", trace.WithAttributes(
 		attribute.Int("mcpaudit.writes", len(r.Writes)), attribute.Int("mcpaudit.findings", len(r.Findings))))

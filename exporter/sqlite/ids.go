@@ -418,8 +418,8 @@ func private(f io.Closer, err error, name string) error {
 // a million on a busy 2-core host; reading the ids alone took 4-13 s before
 // schema 5): it logs its start, its
 // progress every progressEvery and its end to log, unless the file holds no
-// call.
-func openIDs(dir string, db *sql.DB, log *slog.Logger, wait time.Duration) (*idIndex, error) {
+// call, and tells report (if not nil) its progress.
+func openIDs(dir string, db *sql.DB, log *slog.Logger, report func(Progress), wait time.Duration) (*idIndex, error) {
 	var epoch []byte
 	// A file indexed by a release before format 2 has its epoch under the
 	// legacy key: its index is then rebuilt for its format, which is the
@@ -477,7 +477,7 @@ func openIDs(dir string, db *sql.DB, log *slog.Logger, wait time.Duration) (*idI
 			log.Info("building the call id index: the store answers when done", "dir", dir, "reason", "none beside the file", "calls", calls)
 		}
 		if !missing || calls > 0 {
-			p = newProgress(log, "building the call id index", calls)
+			p = newProgress(log, "building the call id index", calls).reportTo(report)
 		}
 		if x, err = rebuildIDs(dir, lock, db, deletes, p, log); err != nil {
 			if errors.Is(err, errIndexWrite) {

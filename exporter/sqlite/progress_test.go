@@ -199,3 +199,60 @@ func TestProgress_Heartbeat(t *testing.T) {
 	var p *progress
 	p.heartbeat("nothing")()
 }
+
+// TestOpen_ReportsProgress: Options.OnProgress is told each long step of
+// Open as it starts (0 done) and each batch it gets through, to the last
+// (all done): the migration of a schema-3 file, then the build of its id
+// index; a rebuild alone when the index is gone; nothing when neither runs.
+func TestOpen_ReportsProgress(t *testing.T) {
+	raw, err := os.ReadFile("testdata/schema3.db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "mcpaudit.db")
+	if err := os.WriteFile(path, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	open := func() (steps []string, last map[string]Progress) {
+		t.Helper()
+		last = map[string]Progress{}
+		s, err := Open(path, Options{Logger: slog.New(slog.DiscardHandler), OnProgress: func(p Progress) {
+			if prev, ok := last[p.Step]; !ok {
+				steps = append(steps, p.Step)
+				if p.Done != 0 {
+					t.Errorf("%s began at %d done, want 0", p.Step, p.Done)
+				}
+			} else if p.Done < prev.Done || p.Total != prev.Total {
+				t.Errorf("%s went from %+v to %+v", p.Step, prev, p)
+			}
+			last[p.Step] = p
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return steps, last
+	}
+	check := func(steps []string, last map[string]Progress, want ...string) {
+		t.Helper()
+		if strings.Join(steps, ", ") != strings.Join(want, ", ") {
+			t.Fatalf("steps %q, want %q", steps, want)
+		}
+		for _, step := range want {
+			if p := last[step]; p.Done != 300 || p.Total != 300 {
+				t.Errorf("%s ended at %+v, want 300 of 300", step, p)
+			}
+		}
+	}
+	steps, last := open()
+	check(steps, last, "migrating the store", "building the call id index")
+	if err := os.RemoveAll(IDIndexDir(path)); err != nil {
+		t.Fatal(err)
+	}
+	steps, last = open()
+	check(steps, last, "building the call id index")
+	steps, last = open()
+	check(steps, last)
+}

@@ -88,6 +88,10 @@ type Options struct {
 	// a migration or a rebuild of the id index at Open, and the id index's
 	// failures. Default slog.Default(); serve passes its own.
 	Logger *slog.Logger `yaml:"-"`
+	// OnProgress, when set, is told the start of a migration or a build of
+	// the id index at Open and every batch of calls it gets through, from
+	// Open's goroutine: serve's /readyz says it while the store opens.
+	OnProgress func(Progress) `yaml:"-"`
 	// IDIndexWait is how long Open waits for the id index when another
 	// process holds it (a command reading the same data dir, which holds
 	// it for its few seconds) before it opens without it, scanning for
@@ -344,7 +348,7 @@ func Open(path string, opts Options) (*Store, error) {
 	w.SetMaxIdleConns(1)
 	w.SetConnMaxLifetime(0)
 	w.SetConnMaxIdleTime(0)
-	if err := migrate(w, opts.Logger); err != nil {
+	if err := migrate(w, opts.Logger, opts.OnProgress); err != nil {
 		w.Close()
 		return nil, fmt.Errorf("cannot open store %s: %w", path, wrap(err))
 	}
@@ -393,7 +397,7 @@ func Open(path string, opts Options) (*Store, error) {
 		r.Close()
 		return nil, fmt.Errorf("cannot open store %s: %w", path, err)
 	}
-	if s.ids, err = openIDs(IDIndexDir(path), w, opts.Logger, opts.IDIndexWait); err != nil {
+	if s.ids, err = openIDs(IDIndexDir(path), w, opts.Logger, opts.OnProgress, opts.IDIndexWait); err != nil {
 		s.closeSide()
 		w.Close()
 		r.Close()
@@ -431,8 +435,9 @@ const callsKeyIndex = `CREATE UNIQUE INDEX calls_key ON calls (` + callsKey + `,
 // migrate brings the file to schemaVersion: it creates the schema in an
 // empty file, or migrates an older one, logging the migration's start, its
 // progress every progressEvery and its end to log: it copies every call,
-// and the store does not answer until it is done.
-func migrate(db *sql.DB, log *slog.Logger) error {
+// and the store does not answer until it is done. report, if not nil, is
+// told the progress too.
+func migrate(db *sql.DB, log *slog.Logger, report func(Progress)) error {
 	var version int
 	if err := db.QueryRow(`PRAGMA user_version`).Scan(&version); err != nil {
 		return err
@@ -446,7 +451,7 @@ func migrate(db *sql.DB, log *slog.Logger) error {
 			return err
 		}
 		log.Info("migrating the store: it answers when done", "from_schema", version, "to_schema", schemaVersion, "calls", calls)
-		p := newProgress(log, "migrating the store", calls)
+		p := newProgress(log, "migrating the store", calls).reportTo(report)
 		if version == 2 {
 			if err := migrate2to3(db, p); err != nil {
 				return err

@@ -1,6 +1,7 @@
 package conf
 
 import (
+	"net/netip"
 	"net/url"
 	"slices"
 )
@@ -22,8 +23,31 @@ func URLFault(s string, fragment bool, schemes ...string) string {
 		return "its scheme is another"
 	case u.Host == "":
 		return "it has no host"
+	case !hostName(u.Hostname()):
+		// url.Parse takes any of RFC 3986's sub-delimiters in a host
+		// ("hooks.example.com;TOKEN"): no resolver does, and config print,
+		// which shows a webhook's host, would show what follows it.
+		return "its host is neither a DNS name nor an IP address"
 	case !fragment && u.Fragment != "":
 		return "it has a #fragment"
 	}
 	return ""
+}
+
+// hostName reports whether h is an IP address or a DNS name: letters,
+// digits, '-', '_' and '.'.
+func hostName(h string) bool {
+	if _, err := netip.ParseAddr(h); err == nil {
+		return true
+	}
+	if h == "" {
+		return false
+	}
+	for i := 0; i < len(h); i++ {
+		c := h[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return true
 }

@@ -22,6 +22,11 @@ func TestURLFault(t *testing.T) {
 		{"https://wiki:" + secret + "@wiki.example.com/runbooks#top", false, nil, "#fragment"},
 		{"https://u:" + secret + "@host:bad/x", false, nil, "does not parse"},
 		{"%zz" + secret, false, nil, "does not parse"},
+		{"https://hooks.example.com;" + secret + "/x", false, nil, "neither a DNS name nor an IP address"},
+		{"https://hooks.example.com!" + secret + "/x", false, nil, "neither a DNS name nor an IP address"},
+		{"https://[fe80::1%25eth0]:8443/x", false, nil, ""},
+		{"https://10.0.0.7:9093/api", false, nil, ""},
+		{"http://alertmanager_0.monitoring.svc:9093/", false, nil, ""},
 	} {
 		got := URLFault(c.url, c.fragment, c.schemes...)
 		if (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
