@@ -31,6 +31,7 @@ func funcs() map[string]any {
 		"f4":       func(f float64) string { return strconv.FormatFloat(f, 'f', 4, 64) },
 		"raw":      func(f *float64) string { return strconv.FormatFloat(*f, 'g', -1, 64) },
 		"pct":      Percent,
+		"left":     BudgetLeft,
 		"deref":    func(f *float64) float64 { return *f },
 		"date":     func(t time.Time) string { return t.UTC().Format(time.DateOnly) },
 		"datetime": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04 MST") },

@@ -87,6 +87,10 @@ func TestBuild(t *testing.T) {
 		if !strings.Contains(b.String(), "0.9800") && f != "json" {
 			t.Errorf("%s report does not state the SLI 0.9800", f)
 		}
+		// The budget is overspent: said so, not as a negative share left.
+		if f == "html" && (!strings.Contains(b.String(), "left: none (overspent by 100.00%)") || strings.Contains(b.String(), "-100.00%")) {
+			t.Errorf("the html report does not say the budget is overspent by 100%%:\n%s", b.String())
+		}
 	}
 	if err := report.Render(&bytes.Buffer{}, r, "pdf"); err == nil {
 		t.Error("an unknown format renders")
@@ -107,4 +111,18 @@ func TestQueryOf(t *testing.T) {
 	f("thirty", "", "", "window")
 	f("30d", "yesterday", "", "until")
 	f("30d", "", "1.5", "target")
+}
+
+func TestBudgetLeft(t *testing.T) {
+	for f, want := range map[float64]string{
+		1:          "100.00%",
+		0.25:       "25.00%",
+		0:          "0.00%",
+		-1:         "none (overspent by 100.00%)",
+		-160.79075: "none (overspent by 16079.08%)",
+	} {
+		if got := report.BudgetLeft(f); got != want {
+			t.Errorf("BudgetLeft(%v) = %q, want %q", f, got, want)
+		}
+	}
 }

@@ -42,8 +42,12 @@ func BurnDownSVG(points []Point, start, until time.Time) template.HTML {
 	}
 	fmt.Fprintf(&b, `<polyline fill="none" stroke="#1f5fbf" stroke-width="2" points="%s"/>`, strings.Join(pts, " "))
 	last := points[len(points)-1]
-	fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="3" fill="#1f5fbf"/><text x="%.1f" y="%.1f" font-size="11" text-anchor="end">%s left</text>`,
-		x(last.Time), y(last.BudgetRemaining), x(last.Time), y(last.BudgetRemaining)-6, Percent(last.BudgetRemaining))
+	label := Percent(last.BudgetRemaining) + " left"
+	if last.BudgetRemaining < 0 {
+		label = overspent(last.BudgetRemaining)
+	}
+	fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="3" fill="#1f5fbf"/><text x="%.1f" y="%.1f" font-size="11" text-anchor="end">%s</text>`,
+		x(last.Time), y(last.BudgetRemaining), x(last.Time), y(last.BudgetRemaining)-6, label)
 	fmt.Fprintf(&b, `<text x="%d" y="%d" font-size="11">%s</text><text x="%d" y="%d" font-size="11" text-anchor="end">%s</text>`,
 		pad, h-2, start.UTC().Format(time.DateOnly), w-pad, h-2, until.UTC().Format(time.DateOnly))
 	b.WriteString(`</svg>`)
@@ -127,3 +131,16 @@ func clip(s string, n int) string {
 func Percent(f float64) string {
 	return fmt.Sprintf("%.2f%%", f*100)
 }
+
+// BudgetLeft prints the share of an error budget left: a percentage, or,
+// once the budget is overspent (a negative share), "none" and by how much,
+// where a negative percentage left reads as a typo.
+func BudgetLeft(f float64) string {
+	if f < 0 {
+		return "none (" + overspent(f) + ")"
+	}
+	return Percent(f)
+}
+
+// overspent says by how much a budget with share f < 0 left is overspent.
+func overspent(f float64) string { return "overspent by " + Percent(-f) }

@@ -141,9 +141,10 @@ var funcs = template.FuncMap{
 		}
 		return t.UTC().Format("2006-01-02 15:04:05.000")
 	},
-	"rfc": func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) },
-	"f4":  func(f float64) string { return strconv.FormatFloat(f, 'f', 4, 64) },
-	"pct": report.Percent,
+	"rfc":  func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) },
+	"f4":   func(f float64) string { return strconv.FormatFloat(f, 'f', 4, 64) },
+	"pct":  report.Percent,
+	"left": report.BudgetLeft,
 	"deref": func(f *float64) float64 {
 		if f == nil {
 			return 0
