@@ -15,7 +15,6 @@ import (
 	"sync/atomic"
 	"text/tabwriter"
 	"time"
-	"unicode/utf8"
 
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/capture"
@@ -330,11 +329,8 @@ type collector struct {
 	json      bool
 	out       io.Writer
 	threshold audit.Severity
-	// findings are kept by pointer: a slice of the structs grows by copies
-	// of megabytes of fresh memory on a large capture, and sorting swaps
-	// them whole.
-	findings []*audit.Finding
-	failing  int
+	findings  []audit.Finding
+	failing   int
 }
 
 func (c *collector) Call(*audit.Record)                   {}
@@ -343,8 +339,7 @@ func (c *collector) Finding(f *audit.Finding) {
 	if c.threshold.Rank() > 0 && f.Severity.Rank() >= c.threshold.Rank() {
 		c.failing++
 	}
-	kept := *f
-	c.findings = append(c.findings, &kept)
+	c.findings = append(c.findings, *f)
 }
 
 // sort puts the findings in the order both formats print: by time, then by
@@ -352,7 +347,7 @@ func (c *collector) Finding(f *audit.Finding) {
 // inputs give equal outputs.
 func (c *collector) sort() {
 	sort.SliceStable(c.findings, func(i, j int) bool {
-		a, b := c.findings[i], c.findings[j]
+		a, b := &c.findings[i], &c.findings[j]
 		if !a.Time.Equal(b.Time) {
 			return a.Time.Before(b.Time)
 		}
@@ -388,8 +383,8 @@ func (c *collector) printTable(w io.Writer) {
 		return
 	}
 	fmt.Fprintf(w, "Findings (%d):\n", len(c.findings))
-	rows := make([][tableCols]string, 0, len(c.findings)+1)
-	rows = append(rows, [tableCols]string{"TIME", "SEVERITY", "KIND", "SERVER", "DOCUMENT / KEY", "SUMMARY"})
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TIME\tSEVERITY\tKIND\tSERVER\tDOCUMENT / KEY\tSUMMARY")
 	for _, f := range c.findings {
 		target := f.Document
 		if f.Key != "" {
@@ -398,64 +393,10 @@ func (c *collector) printTable(w io.Writer) {
 			}
 			target += f.Key
 		}
-		rows = append(rows, [tableCols]string{f.Time.UTC().Format("2006-01-02 15:04:05"), string(f.Severity), string(f.Kind), f.Server, target, f.Summary})
-	}
-	writeTable(w, rows)
-	fmt.Fprintln(w)
-}
-
-// tableCols is the number of columns of the findings table.
-const tableCols = 6
-
-// writeTable writes rows as text/tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-// writes them, each cell but the last ended by a tab and each row by a
-// newline, and in the same pieces (one Write per cell with its padding or
-// newline, which printable maps one at a time). tabwriter keeps the whole
-// table's text in a buffer that grows, by copies into fresh memory, to the
-// size of the table; here each column's width is counted first and every
-// cell written once. Rows with a cell that tabwriter would read as more
-// than text (a tab, line feed, vertical tab, form feed or its escape byte
-// 0xff) go through tabwriter itself.
-func writeTable(w io.Writer, rows [][tableCols]string) {
-	var widths [tableCols - 1]int
-	for i := range rows {
-		for j, cell := range rows[i] {
-			if strings.ContainsAny(cell, "\t\n\v\f") || strings.IndexByte(cell, 0xff) >= 0 {
-				writeTabwriter(w, rows)
-				return
-			}
-			if j < len(widths) {
-				widths[j] = max(widths[j], utf8.RuneCountInString(cell))
-			}
-		}
-	}
-	var b []byte
-	for i := range rows {
-		for j, cell := range rows[i] {
-			b = append(b[:0], cell...)
-			if j < len(widths) {
-				for range widths[j] + tablePadding - utf8.RuneCountInString(cell) {
-					b = append(b, ' ')
-				}
-			} else {
-				b = append(b, '\n')
-			}
-			w.Write(b)
-		}
-	}
-}
-
-// tablePadding is the spaces between the table's columns.
-const tablePadding = 2
-
-// writeTabwriter writes rows through text/tabwriter.
-func writeTabwriter(w io.Writer, rows [][tableCols]string) {
-	tw := tabwriter.NewWriter(w, 0, 0, tablePadding, ' ', 0)
-	for i := range rows {
-		r := &rows[i]
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r[0], r[1], r[2], r[3], r[4], r[5])
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", f.Time.UTC().Format("2006-01-02 15:04:05"), f.Severity, f.Kind, f.Server, target, f.Summary)
 	}
 	tw.Flush()
+	fmt.Fprintln(w)
 }
 
 // rejectLog keeps the first rejected inputs and counts the rest.

@@ -175,12 +175,12 @@ func TestPrintJSON_AsMarshal(t *testing.T) {
 		Document: odd, Key: odd, Session: odd, Time: time.Date(2026, 11, 2, 9, 0, 0, 123456000, time.UTC),
 		Calls: []string{"c_1" + odd, "c_2"}, Reason: audit.Reason(odd), RetryAction: audit.RetryAction(odd), Summary: odd,
 	}
-	col := &collector{findings: []*audit.Finding{&f, {Kind: "unverified", Time: f.Time}}}
+	col := &collector{findings: []audit.Finding{f, {Kind: "unverified", Time: f.Time}}}
 	var got bytes.Buffer
 	col.printJSON(&got)
 	var want []byte
 	for i := range col.findings {
-		b, err := json.Marshal(col.findings[i])
+		b, err := json.Marshal(&col.findings[i])
 		if err != nil {
 			t.Fatal(err)
 		}
