@@ -1,9 +1,6 @@
 package canon
 
 import (
-	"fmt"
-	"math/rand/v2"
-	"strings"
 	"testing"
 
 	"github.com/valyala/fastjson"
@@ -39,90 +36,6 @@ func TestSum(t *testing.T) {
 	if Sum(nil) != 0 || sumOf(`null`) == 0 {
 		t.Error("Sum: 0 is nil only")
 	}
-}
-
-// TestSum_Mirror: Sum's walk through the mirror gives what the walk through
-// fastjson's public accessors gives, for texts with and without escapes in
-// strings and keys, already unescaped or not, and leaves v reading as it
-// did.
-func TestSum_Mirror(t *testing.T) {
-	f := func(s string) {
-		t.Helper()
-		var p1, p2 fastjson.Parser
-		a, err := p1.Parse(s)
-		if err != nil {
-			t.Fatalf("%s: %v", s, err)
-		}
-		b, _ := p2.Parse(s)
-		var buf []byte
-		want := sumPublic(a, &buf) | 1
-		if got := Sum(b); got != want {
-			t.Errorf("Sum(%s) = %x, the public walk %x", s, got, want)
-		}
-		// Once more, on a value the first walk unescaped in place.
-		if got := Sum(b); got != want {
-			t.Errorf("Sum(%s) again = %x, want %x", s, got, want)
-		}
-		if got, want := b.String(), a.String(); got != want {
-			t.Errorf("after Sum, %s reads %s, want %s", s, got, want)
-		}
-	}
-	f(`{"a":1,"b":[true,null,"x"]}`)
-	f(`{"a\u0062":"c\n","b":{"\"":"\u00e9"}}`)
-	f(`{"k":"plain","e\\":[1e5,-0.5,"\t"]}`)
-	f(`["a\/b",{"x":{"y\u0041":false}},{}]`)
-	f(`"\ud83d\ude00"`)
-	f(`{"content":[{"type":"text","text":"patched reports/q3.gram to rev 42"}],"isError":false}`)
-	rng := rand.New(rand.NewPCG(1, 2))
-	for range 3000 {
-		f(randomJSON(rng, 0))
-	}
-}
-
-// randomJSON returns a JSON text of random values, strings and keys
-// often escaped.
-func randomJSON(rng *rand.Rand, depth int) string {
-	str := func() string {
-		parts := []string{"a", "b", `\\`, `\"`, `\n`, `\u0041`, `\u00e9`, `\/`, "é", " "}
-		var b strings.Builder
-		b.WriteByte('"')
-		for range rng.IntN(4) {
-			b.WriteString(parts[rng.IntN(len(parts))])
-		}
-		b.WriteByte('"')
-		return b.String()
-	}
-	k := rng.IntN(8)
-	if depth > 3 {
-		k = 2 + rng.IntN(6)
-	}
-	switch k {
-	case 0:
-		var b strings.Builder
-		b.WriteByte('{')
-		for i := range rng.IntN(4) {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			b.WriteString(str() + ":" + randomJSON(rng, depth+1))
-		}
-		return b.String() + "}"
-	case 1:
-		var parts []string
-		for range rng.IntN(4) {
-			parts = append(parts, randomJSON(rng, depth+1))
-		}
-		return "[" + strings.Join(parts, ",") + "]"
-	case 2, 3:
-		return str()
-	case 4:
-		return fmt.Sprint(rng.IntN(1000) - 500)
-	case 5:
-		return []string{"true", "false", "null"}[rng.IntN(3)]
-	case 6:
-		return fmt.Sprintf("%g", rng.Float64()*1e6)
-	}
-	return "1.0e3"
 }
 
 // BenchmarkSum hashes a thegram write's result (about 300 bytes), the
