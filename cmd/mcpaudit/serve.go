@@ -94,6 +94,9 @@ func serveCommand(ctx context.Context, args []string, stderr io.Writer) error {
 		return &exitError{code: 2, err: fmt.Errorf("--log-level: %w", err)}
 	}
 	log := newJSONLogger(stderr, level)
+	for _, w := range cfg.Warnings() {
+		log.Warn("configuration warning", "warning", w, "config", *configFile)
+	}
 	cfg.Serve.pprof = *pprofOn
 	// SIGHUP reads the tokens file and the TLS certificate again. It is
 	// taken from here on: one that comes while the store opens (the API
