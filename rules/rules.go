@@ -68,8 +68,8 @@ type Options struct {
 	// newest finding of a kind may be for its immediate alert to fire: a
 	// finding about the past (an old capture loaded into the collector) does
 	// not page. Keep it above detect.correlation_window plus
-	// detect.lateness, the longest a finding's evidence can take to
-	// complete. Default 2h.
+	// detect.allowed_lateness, the longest a finding's evidence can take
+	// to complete (more when sources lag). Default 2h.
 	FindingMaxAge time.Duration
 	// ForOverride, when positive, replaces every non-zero for: duration. It
 	// exists for end-to-end tests against a real Prometheus. Default 0 (off).

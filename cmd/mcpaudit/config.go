@@ -23,6 +23,7 @@ import (
 	"github.com/mcpaudit/mcpaudit/collector/receiver"
 	"github.com/mcpaudit/mcpaudit/collector/redact"
 	"github.com/mcpaudit/mcpaudit/exporter/clickhouse"
+	"github.com/mcpaudit/mcpaudit/exporter/metrics"
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
 	"github.com/mcpaudit/mcpaudit/internal/access"
 	"github.com/mcpaudit/mcpaudit/internal/conf"
@@ -73,7 +74,8 @@ type RulesConfig struct {
 	UncertainRatio float64 `yaml:"uncertain_ratio"`
 	// FindingMaxAge is the event-time age past which a finding no longer
 	// fires its immediate alert (keep it above detect.correlation_window
-	// plus detect.lateness). Default 2h.
+	// plus detect.allowed_lateness: serve and config validate warn when it
+	// is shorter). Default 2h.
 	FindingMaxAge time.Duration `yaml:"finding_max_age"`
 }
 
@@ -329,6 +331,44 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// Warnings returns what the configuration allows but an operator should
+// know: settings valid each alone that work against each other, one
+// sentence each naming the keys, their values and what follows. serve
+// logs them at start and config validate prints them; neither refuses
+// the file for them.
+func (c *Config) Warnings() []string {
+	var out []string
+	if w := findingMaxAgeWarning(c.Rules.FindingMaxAge, c.Detect); w != "" {
+		out = append(out, w)
+	}
+	return out
+}
+
+// findingMaxAgeWarning says what a finding_max_age shorter than the
+// detector's horizon costs, or "" when it is not. A double-applied write,
+// a duplicate create and an unsafe retry carry the event time of their
+// first call, and are found when the later call comes: up to
+// correlation_window after it, allowed_lateness more for a late call.
+// Once that is past finding_max_age, the finding's alert is held back by
+// the rules' age check (rules.recent) on
+// mcpaudit_finding_last_event_timestamp_seconds. Refusing it broke configs
+// with a correlation window of a day, so it is a warning.
+func findingMaxAgeWarning(maxAge time.Duration, d detect.Config) string {
+	horizon := d.CorrelationWindow + d.AllowedLateness
+	if maxAge <= 0 || maxAge >= horizon {
+		return ""
+	}
+	return fmt.Sprintf("rules.finding_max_age (%s) is shorter than detect.correlation_window (%s) plus detect.allowed_lateness (%s): "+
+		"a double-applied write, duplicate create or unsafe retry finding carries the event time of its first call and can be found "+
+		"up to %s later (more when its sources lag); one found more than %s after its first call is stored, counted in %s and "+
+		"sent to serve.web.notify when set, but McpAuditDoubleAppliedWrite, McpAuditDuplicateCreate and McpAuditUnsafeRetries do not fire for it "+
+		"unless the same server has a finding of that kind dated within the last %s; raise rules.finding_max_age to %s or more "+
+		"and regenerate the rules (mcpaudit rules --config)",
+		conf.FormatDuration(maxAge), conf.FormatDuration(d.CorrelationWindow), conf.FormatDuration(d.AllowedLateness),
+		conf.FormatDuration(horizon), conf.FormatDuration(maxAge), metrics.FindingsTotal, conf.FormatDuration(maxAge),
+		conf.FormatDuration(horizon))
+}
+
 // checkListen checks a listen address: host:port or :port, the port a
 // number.
 func checkListen(addr string, optional bool) error {
@@ -428,7 +468,8 @@ const configUsage = `usage: mcpaudit config <command> [flags]
 
 commands:
   validate FILE...   check configuration files; every problem of each is listed with
-                     its line and key path (exit 0 valid, 2 invalid)
+                     its line and key path (exit 0 valid, 2 invalid); settings that
+                     work against each other are warned about on stderr (still valid)
   print [FILE]       print the effective configuration: FILE (or nothing) over the
                      defaults, secrets redacted (tokens, notify header values, and the
                      passwords, secret query parameters and token-like path segments
@@ -462,10 +503,14 @@ func configCommand(args []string, stdout, stderr io.Writer) error {
 		}
 		var failed bool
 		for _, f := range fs.Args() {
-			if _, err := LoadConfig(f); err != nil {
+			cfg, err := LoadConfig(f)
+			if err != nil {
 				fmt.Fprintln(stderr, "mcpaudit:", err)
 				failed = true
 				continue
+			}
+			for _, w := range cfg.Warnings() {
+				fmt.Fprintf(stderr, "mcpaudit: %s: warning: %s\n", f, w)
 			}
 			fmt.Fprintf(stdout, "%s: valid\n", f)
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -355,4 +356,89 @@ A name you choose (a server, a tool, a tenant) is written ` + "`<name>`" + ` bel
 var servedDefaults = map[string]string{
 	"serve.clickhouse.spool.dir":         "`<serve.data_dir>/clickhouse-spool`",
 	"serve.clickhouse.retention.default": "`serve.retention`",
+}
+
+// TestConfig_FindingMaxAgeWarning: a rules.finding_max_age shorter than
+// detect.correlation_window plus detect.allowed_lateness is accepted (a
+// correlation window of a day with the default 2h was refused once, which
+// broke such configs) but warned about, naming both values and what it
+// costs: the finding alerts held back for findings completed that late.
+// Equal or longer, nothing is said.
+func TestConfig_FindingMaxAgeWarning(t *testing.T) {
+	f := func(window, lateness, maxAge time.Duration, want bool) {
+		t.Helper()
+		cfg := NewDefaultConfig()
+		cfg.Detect.CorrelationWindow, cfg.Detect.AllowedLateness, cfg.Rules.FindingMaxAge = window, lateness, maxAge
+		if err := cfg.Validate(); err != nil {
+			t.Fatalf("window %s, lateness %s, max age %s refused: %v", window, lateness, maxAge, err)
+		}
+		ws := cfg.Warnings()
+		if !want {
+			if len(ws) != 0 {
+				t.Errorf("window %s, lateness %s, max age %s: warnings %q, want none", window, lateness, maxAge, ws)
+			}
+			return
+		}
+		if len(ws) != 1 {
+			t.Fatalf("window %s, lateness %s, max age %s: warnings %q, want one", window, lateness, maxAge, ws)
+		}
+		for _, s := range []string{
+			"rules.finding_max_age (" + conf.FormatDuration(maxAge) + ")",
+			"detect.correlation_window (" + conf.FormatDuration(window) + ")",
+			"detect.allowed_lateness (" + conf.FormatDuration(lateness) + ")",
+			"McpAuditDoubleAppliedWrite", "do not fire",
+			"raise rules.finding_max_age to " + conf.FormatDuration(window+lateness),
+		} {
+			if !strings.Contains(ws[0], s) {
+				t.Errorf("warning %q does not say %q", ws[0], s)
+			}
+		}
+	}
+	f(time.Hour, 2*time.Minute, 2*time.Hour, false) // the defaults
+	f(time.Hour, 2*time.Minute, time.Hour+2*time.Minute, false)
+	f(time.Hour, 2*time.Minute, time.Hour+time.Minute, true)
+	f(24*time.Hour, 2*time.Minute, 2*time.Hour, true)
+	f(24*time.Hour, 0, 3*24*time.Hour, false)
+}
+
+// TestConfig_FindingMaxAgeWarnedByCommands: config validate, rules and
+// serve each say the warning of a config whose finding_max_age is shorter
+// than the correlation window, and still take the file.
+func TestConfig_FindingMaxAgeWarnedByCommands(t *testing.T) {
+	const want = "rules.finding_max_age (2h) is shorter than detect.correlation_window (1d) plus detect.allowed_lateness (2m)"
+	path := writeConfig(t, "detect:\n  correlation_window: 1d\n")
+
+	code, stdout, stderr := cliRun("config", "validate", path)
+	if code != 0 || stdout != path+": valid\n" || !strings.Contains(stderr, path+": warning: "+want) {
+		t.Errorf("config validate: exit %d, stdout %q, stderr %q; want 0, valid and the warning", code, stdout, stderr)
+	}
+
+	code, stdout, stderr = cliRun("rules", "--config", path)
+	if code != 0 || !strings.Contains(stdout, "McpAuditDoubleAppliedWrite") || !strings.Contains(stderr, "warning: "+want) {
+		t.Errorf("rules --config: exit %d, stderr %q; want the rules and the warning", code, stderr)
+	}
+	if code, _, stderr = cliRun("rules", "--config", path, "--finding-max-age", "2d"); code != 0 || strings.Contains(stderr, "warning") {
+		t.Errorf("rules --finding-max-age 2d over a 1d window: exit %d, stderr %q; want no warning", code, stderr)
+	}
+
+	// serve logs it first thing; a stopped context makes it stop while
+	// starting.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var log strings.Builder
+	err := serveCommand(ctx, []string{"--config", path, "--data-dir", t.TempDir(), "--api-listen", "127.0.0.1:0",
+		"--ingest-listen", "127.0.0.1:0", "--grpc-listen", ""}, &log)
+	if err != nil {
+		t.Fatalf("serve with the config: %v; log:\n%s", err, log.String())
+	}
+	var found bool
+	for _, l := range strings.Split(log.String(), "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(l), &m) == nil && m["msg"] == "configuration warning" && m["level"] == "WARN" {
+			found = strings.Contains(fmt.Sprint(m["warning"]), want)
+		}
+	}
+	if !found {
+		t.Errorf("serve did not log the warning; log:\n%s", log.String())
+	}
 }

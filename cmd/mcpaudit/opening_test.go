@@ -185,9 +185,11 @@ func storedWithoutIndex(t *testing.T) (string, Config) {
 // TestServe_StoppedWhileOpeningExitsClean: a stop (SIGTERM, Ctrl-C) that
 // comes while the store opens (here at the first progress report of the
 // id index's build, the runbooks' cure for a damaged index) is a stop, not
-// a failure: serve exits 0 once the step is done, the store closed, and
-// the next start serves every call. Before, it exited 2 with "cannot read
-// the watermark: ... context canceled", as a store that cannot be read.
+// a failure: serve breaks the build off, saying so, and exits 0, the store
+// closed; the next start builds the index and serves every call. Before,
+// it exited 2 with "cannot read the watermark: ... context canceled", as a
+// store that cannot be read; and then, exiting 0, it first finished the
+// build, minutes on a large store.
 func TestServe_StoppedWhileOpeningExitsClean(t *testing.T) {
 	dir, cfg := storedWithoutIndex(t)
 
@@ -212,6 +214,13 @@ func TestServe_StoppedWhileOpeningExitsClean(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "stopped while starting") {
 		t.Errorf("the log does not say serve stopped while starting:\n%s", stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "store open interrupted by signal") ||
+		!strings.Contains(stderr.String(), "building the call id index interrupted") {
+		t.Errorf("the log does not say the stop broke off the index's build:\n%s", stderr.String())
+	}
+	if strings.Contains(stderr.String(), "built the call id index") {
+		t.Errorf("serve finished building the id index before it stopped:\n%s", stderr.String())
 	}
 
 	// The data dir and the store are released, and whole.

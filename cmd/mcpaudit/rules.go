@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/mcpaudit/mcpaudit/collector/detect"
 	"github.com/mcpaudit/mcpaudit/internal/conf"
 	"github.com/mcpaudit/mcpaudit/rules"
 )
@@ -26,7 +27,7 @@ func rulesCommand(args []string, stdout, stderr io.Writer) error {
 	job := fs.String("job", d.Job, "Prometheus job name of the mcpaudit scrape target")
 	runbook := fs.String("runbook-url", d.RunbookURL, "runbook document the alerts link to; each alert appends #<alert name in lowercase>")
 	findingAge := fs.String("finding-max-age", conf.FormatDuration(d.FindingMaxAge),
-		"the immediate finding alerts ignore findings whose event time is older than this (keep it above detect.correlation_window + detect.lateness)")
+		"the immediate finding alerts ignore findings whose event time is older than this (keep it above detect.correlation_window + detect.allowed_lateness; a warning says when it is not)")
 	unverified := fs.String("unverified-writes-per-hour", number(d.UnverifiedWritesPerHour),
 		"McpAuditUnverifiedWrites fires when this many writes of one server (or more) became unverified in an hour: a positive number")
 	wasted := fs.String("wasted-retry-ratio", number(d.WastedRetryRatio),
@@ -48,11 +49,15 @@ func rulesCommand(args []string, stdout, stderr io.Writer) error {
 		return &exitError{code: 2, err: fmt.Errorf("rules: unexpected argument %q", fs.Arg(0))}
 	}
 	o := d
+	// The detector's windows the rules are meant for: the config's, or
+	// those a serve without one runs with.
+	windows := detect.NewDefaultConfig()
 	if *configFile != "" {
 		cfg, err := LoadConfig(*configFile)
 		if err != nil {
 			return &exitError{code: 2, err: err}
 		}
+		windows = cfg.Detect
 		r := cfg.Rules
 		o.SLOTarget, o.Job, o.RunbookURL = cfg.Serve.SLOTarget, r.Job, r.RunbookURL
 		o.UnverifiedWritesPerHour, o.WastedRetryRatio, o.UncertainRatio = r.UnverifiedWritesPerHour, r.WastedRetryRatio, r.UncertainRatio
@@ -110,6 +115,9 @@ func rulesCommand(args []string, stdout, stderr io.Writer) error {
 	})
 	if len(errs) > 0 {
 		return &exitError{code: 2, err: fmt.Errorf("rules: %w", errors.Join(errs...))}
+	}
+	if w := findingMaxAgeWarning(o.FindingMaxAge, windows); w != "" {
+		fmt.Fprintln(stderr, "mcpaudit rules: warning:", w)
 	}
 	b, err := rules.Render(o)
 	if err != nil {

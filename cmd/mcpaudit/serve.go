@@ -94,6 +94,9 @@ func serveCommand(ctx context.Context, args []string, stderr io.Writer) error {
 		return &exitError{code: 2, err: fmt.Errorf("--log-level: %w", err)}
 	}
 	log := newJSONLogger(stderr, level)
+	for _, w := range cfg.Warnings() {
+		log.Warn("configuration warning", "warning", w, "config", *configFile)
+	}
 	cfg.Serve.pprof = *pprofOn
 	// SIGHUP reads the tokens file and the TLS certificate again. It is
 	// taken from here on: one that comes while the store opens (the API
@@ -107,9 +110,10 @@ func serveCommand(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			// A stop while the store opened: the step under way (a
-			// migration, a build of the id index) ran to its end, and
-			// the stop then broke off what came after it. That is the
-			// stop asked for, not a store that cannot be read.
+			// migration, a build of the id index) was broken off and
+			// undone, or the stop broke off what came after the open.
+			// That is the stop asked for, not a store that cannot be
+			// read.
 			log.Info("stopped while starting", "err", err)
 			return nil
 		}
@@ -186,13 +190,14 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger, progress func(
 			o.CacheMiB, o.ReadCacheMiB = w, r
 		}
 		// A migration or a rebuild of the id index logs its progress,
-		// and /readyz says it (openingHandler) until the store opens.
+		// and /readyz says it (openingHandler) until the store opens. A
+		// stop (ctx) breaks it off between two batches.
 		o.Logger, o.OnProgress = log, progress
 		// A command reading the data dir (findings --data-dir...) holds
 		// the id index for its few seconds: wait for it rather than run
 		// without it until the next restart.
 		o.IDIndexWait = 30 * time.Second
-		return sqlite.Open(filepath.Join(cfg.Serve.DataDir, storeFile), o)
+		return sqlite.OpenContext(ctx, filepath.Join(cfg.Serve.DataDir, storeFile), o)
 	case "clickhouse":
 		o := cfg.Serve.ClickHouse
 		if o.Spool.Dir == "" || o.Spool.Dir == clickhouse.NewDefaultOptions().Spool.Dir {
@@ -320,6 +325,13 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		}
 	})
 	if err != nil {
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			// SIGTERM or Ctrl-C (serve's ctx is signal.NotifyContext's)
+			// in the middle of a migration or a build of the id index: the
+			// store undid the step, whole at the next start, which runs it
+			// again.
+			log.Info("store open interrupted by signal: the next start runs the interrupted step again", "step", opening.String())
+		}
 		dd.Close()
 		return nil, err
 	}

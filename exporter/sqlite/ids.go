@@ -419,7 +419,12 @@ func private(f io.Closer, err error, name string) error {
 // schema 5): it logs its start, its
 // progress every progressEvery and its end to log, unless the file holds no
 // call, and tells report (if not nil) its progress.
-func openIDs(dir string, db *sql.DB, log *slog.Logger, report func(Progress), wait time.Duration) (*idIndex, error) {
+//
+// Once ctx is done, a build or a catch-up stops between two batches and
+// openIDs returns an error wrapping ctx.Err(): an index whose build did not
+// finish has no epoch, so the next open builds it again; a catch-up kept
+// its mark, so the next open goes on from it.
+func openIDs(ctx context.Context, dir string, db *sql.DB, log *slog.Logger, report func(Progress), wait time.Duration) (*idIndex, error) {
 	var epoch []byte
 	// A file indexed by a release before format 2 has its epoch under the
 	// legacy key: its index is then rebuilt for its format, which is the
@@ -444,7 +449,10 @@ func openIDs(dir string, db *sql.DB, log *slog.Logger, report func(Progress), wa
 	if err := datadir.Private(dir); err != nil {
 		return nil, err
 	}
-	lock, err := lockIDs(dir, wait, log)
+	lock, err := lockIDs(ctx, dir, wait, log)
+	if err != nil && ctx.Err() != nil {
+		return nil, err
+	}
 	if err != nil {
 		// A command beside serve (wait 0) meets this every time: not news.
 		level := slog.LevelDebug
@@ -479,7 +487,16 @@ func openIDs(dir string, db *sql.DB, log *slog.Logger, report func(Progress), wa
 		if !missing || calls > 0 {
 			p = newProgress(log, "building the call id index", calls).reportTo(report)
 		}
-		if x, err = rebuildIDs(dir, lock, db, deletes, p, log); err != nil {
+		if x, err = rebuildIDs(ctx, dir, lock, db, deletes, p, log); err != nil {
+			if ctx.Err() != nil {
+				done := int64(0)
+				if p != nil {
+					done = p.done
+				}
+				log.Info("building the call id index interrupted: the next open builds it again", "dir", dir, "done", done, "calls", calls)
+				lock.Close()
+				return nil, err
+			}
 			if errors.Is(err, errIndexWrite) {
 				// Derived: the store opens without it rather than not at
 				// all (or, pebble stalling, never).
@@ -492,8 +509,8 @@ func openIDs(dir string, db *sql.DB, log *slog.Logger, report func(Progress), wa
 			log.Info("built the call id index", "dir", dir, "calls", p.done, "elapsed", p.elapsed())
 		}
 	}
-	if _, err := x.catchUp(db, nil); err != nil {
-		if errors.Is(err, errIndexWrite) {
+	if _, err := x.catchUp(ctx, db, nil); err != nil {
+		if errors.Is(err, errIndexWrite) && ctx.Err() == nil {
 			x.giveUp(err)
 			return x, nil
 		}
@@ -504,8 +521,8 @@ func openIDs(dir string, db *sql.DB, log *slog.Logger, report func(Progress), wa
 }
 
 // lockIDs takes the index directory's lock, trying again for up to wait
-// while another process holds it.
-func lockIDs(dir string, wait time.Duration, log *slog.Logger) (*pebble.Lock, error) {
+// while another process holds it, or until ctx is done (ctx.Err()).
+func lockIDs(ctx context.Context, dir string, wait time.Duration, log *slog.Logger) (*pebble.Lock, error) {
 	deadline := time.Now().Add(wait)
 	logged := false
 	for {
@@ -517,7 +534,11 @@ func lockIDs(dir string, wait time.Duration, log *slog.Logger) (*pebble.Lock, er
 			log.Info("waiting for the call id index, held by another process (a command reading this data dir?)", "dir", dir, "wait", wait)
 			logged = true
 		}
-		time.Sleep(min(250*time.Millisecond, time.Until(deadline)))
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(min(250*time.Millisecond, time.Until(deadline))):
+		}
 	}
 }
 
@@ -541,6 +562,10 @@ func tryOpenIDs(dir string, lock *pebble.Lock, epoch []byte, seq, deletes int64,
 		return nil, reason, nil
 	}
 	got, err := x.get(idsEpochKey)
+	if errors.Is(err, pebble.ErrNotFound) {
+		// rebuildIDs writes it last.
+		return fail("the index has no epoch: its build did not finish")
+	}
 	if err != nil || string(got) != string(epoch) {
 		return fail("another epoch")
 	}
@@ -690,8 +715,9 @@ func (x *idIndex) release() error {
 // rebuildIDs empties dir (but for the lock the caller holds) and indexes
 // every call of db into a new index of a new epoch, which it then records
 // in db; deletes is the file's count of deletes. p hears how many calls
-// were indexed.
-func rebuildIDs(dir string, lock *pebble.Lock, db *sql.DB, deletes int64, p *progress, log *slog.Logger) (*idIndex, error) {
+// were indexed. The epoch is written last: an index that ctx broke off
+// has none, and the next open rebuilds it.
+func rebuildIDs(ctx context.Context, dir string, lock *pebble.Lock, db *sql.DB, deletes int64, p *progress, log *slog.Logger) (*idIndex, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("cannot empty the call id index: %w", err)
@@ -708,7 +734,7 @@ func rebuildIDs(dir string, lock *pebble.Lock, db *sql.DB, deletes int64, p *pro
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errIndexWrite, err)
 	}
-	if _, err := x.catchUp(db, p); err != nil {
+	if _, err := x.catchUp(ctx, db, p); err != nil {
 		if !x.dead.Load() {
 			x.release()
 		}
@@ -742,11 +768,15 @@ func rebuildIDs(dir string, lock *pebble.Lock, db *sql.DB, deletes int64, p *pro
 
 // catchUp indexes the calls of q past the mark, in batches, and moves the
 // mark to the last. It returns how many calls it indexed; p, when set,
-// hears them.
-func (x *idIndex) catchUp(q querier, p *progress) (int64, error) {
-	const page = 20000
+// hears them. Once ctx is done it stops before the next batch, returning
+// ctx.Err(); the mark stays at the last batch committed.
+func (x *idIndex) catchUp(ctx context.Context, q querier, p *progress) (int64, error) {
+	page := idsPage
 	var done int64
 	for {
+		if err := ctx.Err(); err != nil {
+			return done, err
+		}
 		from := x.mark.Load()
 		rows, err := q.Query(`SELECT rid, id, tenant, time, rec FROM calls WHERE rid > ? ORDER BY rid LIMIT ?`, from, page)
 		if err != nil {
@@ -784,6 +814,10 @@ func (x *idIndex) readRange(q querier, b *pebble.Batch, from, to int64) error {
 	_, _, err = indexRows(rows, b)
 	return err
 }
+
+// idsPage is how many calls a build or a catch-up of the index reads in
+// one batch (a variable for tests).
+var idsPage = 20000
 
 // querier is a connection or transaction the index reads calls through.
 type querier interface {
@@ -893,7 +927,7 @@ func (x *idIndex) add(q querier, calls []indexedCall) {
 			return
 		}
 		x.lastRetry = time.Now()
-		if _, err := x.catchUp(q, nil); err != nil {
+		if _, err := x.catchUp(context.Background(), q, nil); err != nil {
 			x.failed(err)
 			return
 		}

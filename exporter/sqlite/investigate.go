@@ -190,7 +190,7 @@ type investigation struct {
 
 // openSide opens the side connection on the database at dsn, creates the
 // investigation tables and starts the session indexer.
-func (s *Store) openSide(dsn string) error {
+func (s *Store) openSide(ctx context.Context, dsn string) error {
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return err
@@ -212,7 +212,7 @@ func (s *Store) openSide(dsn string) error {
 	// Before the committer starts: from now on it indexes the calls it
 	// stores, and marks the index complete up to them.
 	for {
-		n, err := s.indexSessions(context.Background(), 2000)
+		n, err := s.indexSessions(ctx, 2000)
 		if err != nil {
 			db.Close()
 			return fmt.Errorf("cannot index sessions: %w", wrap(err))

@@ -1,10 +1,19 @@
 package sqlite
 
 import (
+	"context"
 	"database/sql"
 	"fmt"
 
 	"github.com/mcpaudit/mcpaudit/audit"
+)
+
+// The pages the migrations copy calls in: a cancelled open stops between
+// two (and interrupts a long statement), rolling the migration back.
+// Variables for tests.
+var (
+	migratePage2to3 = 5000
+	migratePage3to4 = 100000
 )
 
 // migrate2to3 rewrites a store of schema 2, whose calls and writes were
@@ -13,10 +22,10 @@ import (
 // indexes stay valid; each call's tenant is read from its record. The
 // write_hours rollup is dropped with its triggers and rebuilt from the
 // writes when the store opens its investigation side. It runs in one
-// transaction: a failure leaves the file at schema 2. p hears how many
-// calls were copied.
-func migrate2to3(db *sql.DB, p *progress) error {
-	tx, err := db.Begin()
+// transaction: a failure, or ctx cancelled, leaves the file at schema 2. p
+// hears how many calls were copied.
+func migrate2to3(ctx context.Context, db *sql.DB, p *progress) error {
+	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
@@ -31,7 +40,7 @@ func migrate2to3(db *sql.DB, p *progress) error {
 			UNIQUE (id, tenant)
 		) STRICT`,
 	} {
-		if _, err := tx.Exec(stmt); err != nil {
+		if _, err := tx.ExecContext(ctx, stmt); err != nil {
 			return fmt.Errorf("cannot migrate schema 2 to 3: %w", err)
 		}
 	}
@@ -44,20 +53,23 @@ func migrate2to3(db *sql.DB, p *progress) error {
 			return id, nil
 		}
 		var id int64
-		if err := tx.QueryRow(sqlIntern, v).Scan(&id); err != nil {
+		if err := tx.QueryRowContext(ctx, sqlIntern, v).Scan(&id); err != nil {
 			return 0, err
 		}
 		tenants[v] = id
 		return id, nil
 	}
-	ins, err := tx.Prepare(`INSERT INTO calls3 (rid, id, tenant, time, rec) VALUES (?, ?, ?, ?, ?)`)
+	ins, err := tx.PrepareContext(ctx, `INSERT INTO calls3 (rid, id, tenant, time, rec) VALUES (?, ?, ?, ?, ?)`)
 	if err != nil {
 		return fmt.Errorf("cannot migrate schema 2 to 3: %w", err)
 	}
 	var buf []byte
 	var done int64
 	for last := int64(-1); ; {
-		rows, err := tx.Query(`SELECT rid, id, time, rec FROM calls WHERE rid > ? ORDER BY rid LIMIT 5000`, last)
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		rows, err := tx.QueryContext(ctx, `SELECT rid, id, time, rec FROM calls WHERE rid > ? ORDER BY rid LIMIT ?`, last, migratePage2to3)
 		if err != nil {
 			return fmt.Errorf("cannot migrate schema 2 to 3: %w", err)
 		}
@@ -88,14 +100,14 @@ func migrate2to3(db *sql.DB, p *progress) error {
 			if err != nil {
 				return fmt.Errorf("cannot migrate schema 2 to 3: %w", err)
 			}
-			if _, err := ins.Exec(r.rid, r.id, tenant, r.time, r.rec); err != nil {
+			if _, err := ins.ExecContext(ctx, r.rid, r.id, tenant, r.time, r.rec); err != nil {
 				return fmt.Errorf("cannot migrate schema 2 to 3: row %d: %w", r.rid, err)
 			}
 			last = r.rid
 		}
 		done += int64(len(page))
 		p.step(done)
-		if len(page) < 5000 {
+		if len(page) < migratePage2to3 {
 			break
 		}
 	}
@@ -127,19 +139,19 @@ func migrate2to3(db *sql.DB, p *progress) error {
 		`DROP TABLE IF EXISTS write_hours`,
 		`ALTER TABLE findings ADD COLUMN chain INTEGER NOT NULL DEFAULT 0`,
 	} {
-		if _, err := tx.Exec(stmt); err != nil {
+		if _, err := tx.ExecContext(ctx, stmt); err != nil {
 			return fmt.Errorf("cannot migrate schema 2 to 3: %w", err)
 		}
 	}
 	for _, stmt := range chainSchema {
-		if _, err := tx.Exec(stmt); err != nil {
+		if _, err := tx.ExecContext(ctx, stmt); err != nil {
 			return fmt.Errorf("cannot migrate schema 2 to 3: %w", err)
 		}
 	}
 	if err := adoptHistory(tx); err != nil {
 		return fmt.Errorf("cannot migrate schema 2 to 3: %w", err)
 	}
-	if _, err := tx.Exec(`PRAGMA user_version = 3`); err != nil {
+	if _, err := tx.ExecContext(ctx, `PRAGMA user_version = 3`); err != nil {
 		return fmt.Errorf("cannot migrate schema 2 to 3: %w", err)
 	}
 	return tx.Commit()
@@ -150,17 +162,17 @@ func migrate2to3(db *sql.DB, p *progress) error {
 // 4's (calls_key). Calls keep their row ids, which the chain, the document
 // and the session indexes name, and the table keeps its highest rid given,
 // so that rids of deleted calls are not given again. The id index is built
-// when the store opens. It runs in one transaction: a failure leaves the
-// file at schema 3. It copies the calls in pages of rids, so that p hears
-// how many were copied.
-func migrate3to4(db *sql.DB, p *progress) error {
-	tx, err := db.Begin()
+// when the store opens. It runs in one transaction: a failure, or ctx
+// cancelled, leaves the file at schema 3. It copies the calls in pages of
+// rids, so that p hears how many were copied.
+func migrate3to4(ctx context.Context, db *sql.DB, p *progress) error {
+	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
 	var seq int64
-	if err := tx.QueryRow(`SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'calls'), 0)`).Scan(&seq); err != nil {
+	if err := tx.QueryRowContext(ctx, `SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'calls'), 0)`).Scan(&seq); err != nil {
 		return fmt.Errorf("cannot migrate schema 3 to 4: %w", err)
 	}
 	for _, stmt := range []string{
@@ -172,14 +184,17 @@ func migrate3to4(db *sql.DB, p *progress) error {
 			rec    BLOB    NOT NULL
 		) STRICT`,
 	} {
-		if _, err := tx.Exec(stmt); err != nil {
+		if _, err := tx.ExecContext(ctx, stmt); err != nil {
 			return fmt.Errorf("cannot migrate schema 3 to 4: %w", err)
 		}
 	}
-	const page = 100000
+	page := migratePage3to4
 	var done int64
 	for last := int64(-1); ; {
-		res, err := tx.Exec(`INSERT INTO calls4 (rid, id, tenant, time, rec)
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, `INSERT INTO calls4 (rid, id, tenant, time, rec)
 			SELECT rid, id, tenant, time, rec FROM calls WHERE rid > ? ORDER BY rid LIMIT ?`, last, page)
 		if err != nil {
 			return fmt.Errorf("cannot migrate schema 3 to 4: %w", err)
@@ -190,10 +205,10 @@ func migrate3to4(db *sql.DB, p *progress) error {
 		}
 		done += n
 		p.step(done)
-		if n < page {
+		if n < int64(page) {
 			break
 		}
-		if err := tx.QueryRow(`SELECT max(rid) FROM calls4`).Scan(&last); err != nil {
+		if err := tx.QueryRowContext(ctx, `SELECT max(rid) FROM calls4`).Scan(&last); err != nil {
 			return fmt.Errorf("cannot migrate schema 3 to 4: %w", err)
 		}
 	}
@@ -209,18 +224,18 @@ func migrate3to4(db *sql.DB, p *progress) error {
 		`CREATE INDEX calls_time ON calls (time)`,
 		callsKeyIndex,
 	} {
-		if _, err := tx.Exec(stmt); err != nil {
+		if _, err := tx.ExecContext(ctx, stmt); err != nil {
 			return fmt.Errorf("cannot migrate schema 3 to 4: %w", err)
 		}
 	}
-	if _, err := tx.Exec(`UPDATE sqlite_sequence SET seq = max(seq, ?) WHERE name = 'calls'`, seq); err != nil {
+	if _, err := tx.ExecContext(ctx, `UPDATE sqlite_sequence SET seq = max(seq, ?) WHERE name = 'calls'`, seq); err != nil {
 		return fmt.Errorf("cannot migrate schema 3 to 4: %w", err)
 	}
-	if _, err := tx.Exec(`INSERT INTO sqlite_sequence (name, seq) SELECT 'calls', ? WHERE NOT EXISTS
+	if _, err := tx.ExecContext(ctx, `INSERT INTO sqlite_sequence (name, seq) SELECT 'calls', ? WHERE NOT EXISTS
 		(SELECT 1 FROM sqlite_sequence WHERE name = 'calls')`, seq); err != nil {
 		return fmt.Errorf("cannot migrate schema 3 to 4: %w", err)
 	}
-	if _, err := tx.Exec(`PRAGMA user_version = 4`); err != nil {
+	if _, err := tx.ExecContext(ctx, `PRAGMA user_version = 4`); err != nil {
 		return fmt.Errorf("cannot migrate schema 3 to 4: %w", err)
 	}
 	return tx.Commit()
@@ -235,9 +250,9 @@ func migrate3to4(db *sql.DB, p *progress) error {
 // file without the rollup gets it from the writes when the store opens its
 // investigation side, as before). The index beside the file is rebuilt with
 // the documents (its epoch is forgotten). It runs in one transaction: a
-// failure leaves the file at schema 4.
-func migrate4to5(db *sql.DB, p *progress) error {
-	tx, err := db.Begin()
+// failure, or ctx cancelled, leaves the file at schema 4.
+func migrate4to5(ctx context.Context, db *sql.DB, p *progress) error {
+	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
@@ -268,17 +283,17 @@ func migrate4to5(db *sql.DB, p *progress) error {
 		`DELETE FROM meta WHERE key IN ('` + idsEpochMeta + `', '` + idsEpochLegacy + `')`,
 		`PRAGMA user_version = 5`,
 	} {
-		if _, err := tx.Exec(stmt); err != nil {
+		if _, err := tx.ExecContext(ctx, stmt); err != nil {
 			return fmt.Errorf("cannot migrate schema 4 to 5: %w", err)
 		}
 	}
 	var rollup int
-	if err := tx.QueryRow(`SELECT count(*) FROM sqlite_schema WHERE name = 'write_hours'`).Scan(&rollup); err != nil {
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE name = 'write_hours'`).Scan(&rollup); err != nil {
 		return fmt.Errorf("cannot migrate schema 4 to 5: %w", err)
 	}
 	if rollup > 0 {
 		for _, stmt := range writeHoursTriggers {
-			if _, err := tx.Exec(stmt); err != nil {
+			if _, err := tx.ExecContext(ctx, stmt); err != nil {
 				return fmt.Errorf("cannot migrate schema 4 to 5: %w", err)
 			}
 		}

@@ -319,6 +319,28 @@ var schema = []string{
 // exist). The file is created with the current schema; an existing file of
 // another schema version is refused.
 func Open(path string, opts Options) (*Store, error) {
+	return OpenContext(context.Background(), path, opts)
+}
+
+// OpenContext is Open, which ctx may break off: a migration or a build of
+// the id index (minutes on a large store) stops between two of its batches
+// once ctx is done, as does a wait for the id index (IDIndexWait), and
+// OpenContext returns an error that wraps ctx.Err().
+// What was under way is undone: a migration is rolled back (the file keeps
+// its schema, and the next open migrates it again), and an index whose
+// build did not finish is rebuilt by the next open; a catch-up of the index
+// resumes where it stopped. ctx bounds the open only, not the store.
+func OpenContext(ctx context.Context, path string, opts Options) (*Store, error) {
+	s, err := open(ctx, path, opts)
+	if err != nil && ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+		// An interrupted statement fails with SQLite's own error, and a
+		// transaction that database/sql rolled back with ErrTxDone.
+		err = fmt.Errorf("%w (%w)", err, ctx.Err())
+	}
+	return s, err
+}
+
+func open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, fmt.Errorf("cannot open store %s: %w", path, err)
 	}
@@ -348,7 +370,7 @@ func Open(path string, opts Options) (*Store, error) {
 	w.SetMaxIdleConns(1)
 	w.SetConnMaxLifetime(0)
 	w.SetConnMaxIdleTime(0)
-	if err := migrate(w, opts.Logger, opts.OnProgress); err != nil {
+	if err := migrate(ctx, w, opts.Logger, opts.OnProgress); err != nil {
 		w.Close()
 		return nil, fmt.Errorf("cannot open store %s: %w", path, wrap(err))
 	}
@@ -392,12 +414,12 @@ func Open(path string, opts Options) (*Store, error) {
 		sessions: map[sessionMinute]struct{}{},
 		rows:     newRowStatements(),
 	}
-	if err := s.openSide(base + "?" + q.Encode()); err != nil {
+	if err := s.openSide(ctx, base+"?"+q.Encode()); err != nil {
 		w.Close()
 		r.Close()
 		return nil, fmt.Errorf("cannot open store %s: %w", path, err)
 	}
-	if s.ids, err = openIDs(IDIndexDir(path), w, opts.Logger, opts.OnProgress, opts.IDIndexWait); err != nil {
+	if s.ids, err = openIDs(ctx, IDIndexDir(path), w, opts.Logger, opts.OnProgress, opts.IDIndexWait); err != nil {
 		s.closeSide()
 		w.Close()
 		r.Close()
@@ -436,8 +458,10 @@ const callsKeyIndex = `CREATE UNIQUE INDEX calls_key ON calls (` + callsKey + `,
 // empty file, or migrates an older one, logging the migration's start, its
 // progress every progressEvery and its end to log: it copies every call,
 // and the store does not answer until it is done. report, if not nil, is
-// told the progress too.
-func migrate(db *sql.DB, log *slog.Logger, report func(Progress)) error {
+// told the progress too. Once ctx is done, the step under way is rolled
+// back (each runs in one transaction), and the file keeps the schema the
+// last step that committed gave it.
+func migrate(ctx context.Context, db *sql.DB, log *slog.Logger, report func(Progress)) error {
 	var version int
 	if err := db.QueryRow(`PRAGMA user_version`).Scan(&version); err != nil {
 		return err
@@ -452,18 +476,17 @@ func migrate(db *sql.DB, log *slog.Logger, report func(Progress)) error {
 		}
 		log.Info("migrating the store: it answers when done", "from_schema", version, "to_schema", schemaVersion, "calls", calls)
 		p := newProgress(log, "migrating the store", calls).reportTo(report)
-		if version == 2 {
-			if err := migrate2to3(db, p); err != nil {
+		steps := []func(context.Context, *sql.DB, *progress) error{migrate2to3, migrate3to4, migrate4to5}
+		for i, step := range steps[version-2:] {
+			if err := step(ctx, db, p); err != nil {
+				if ctx.Err() != nil {
+					// The step's transaction is rolled back: the file is
+					// whole at the schema the steps before it gave.
+					log.Info("migration interrupted: rolled back, the next open migrates again",
+						"schema", version+i, "to_schema", schemaVersion, "done", p.done, "calls", calls, "elapsed", p.elapsed())
+				}
 				return err
 			}
-		}
-		if version <= 3 {
-			if err := migrate3to4(db, p); err != nil {
-				return err
-			}
-		}
-		if err := migrate4to5(db, p); err != nil {
-			return err
 		}
 		log.Info("migrated the store", "from_schema", version, "to_schema", schemaVersion, "calls", calls, "elapsed", p.elapsed())
 		return nil
