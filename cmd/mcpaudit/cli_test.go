@@ -49,6 +49,29 @@ func TestFindingsHelp(t *testing.T) {
 	}
 }
 
+// TestQueryHelp_SaysWhat: the help of each query command says in a line
+// what the command does, between its usage and its flags, as analyze's and
+// serve's do; findings' names its ack, resolve and reopen commands, which a
+// newcomer would otherwise find only in the command list.
+func TestQueryHelp_SaysWhat(t *testing.T) {
+	for _, args := range [][]string{{"findings"}, {"findings", "ack"}, {"findings", "resolve"}, {"findings", "reopen"}, {"timeline"}, {"calls"}, {"slo"}, {"status"}} {
+		code, _, help := cliRun(append(args, "--help")...)
+		if code != 0 {
+			t.Errorf("%v --help: exit %d", args, code)
+			continue
+		}
+		usage, rest, _ := strings.Cut(help, "\n\n")
+		about, _, _ := strings.Cut(rest, "\n\n")
+		if !strings.HasPrefix(usage, "usage: mcpaudit "+strings.Join(args, " ")) || about == "" || strings.HasPrefix(about, "flags:") {
+			t.Errorf("%v --help says not what the command does before its flags:\n%s", args, help)
+		}
+	}
+	_, _, help := cliRun("findings", "--help")
+	if !strings.Contains(help, "findings ack|resolve|reopen") {
+		t.Errorf("findings --help does not name ack, resolve and reopen:\n%s", help)
+	}
+}
+
 // sloStore writes a data dir whose SLI over the last 30 days is 0.5: one
 // durable and one unverified write.
 func sloStore(t *testing.T, writes ...audit.WriteState) string {

@@ -37,7 +37,21 @@ func proxyCommand(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	cfg := def
 	cfg.Upstream, cfg.Server, cfg.ResponseTimeout = *upstream, *server, *respTimeout
-	if err := errors.Join(rf.validate(*server), cfg.Validate()); err != nil {
+	// The flags are checked by their names first: the operator wrote no
+	// proxy.* keys. cfg.Validate then checks what no flag sets.
+	errs := []error{rf.validate(*server)}
+	if *upstream == "" {
+		errs = append(errs, errors.New("--upstream: required"))
+	} else if err := proxy.CheckUpstream(*upstream); err != nil {
+		errs = append(errs, fmt.Errorf("--upstream: %w", err))
+	}
+	if *respTimeout < 0 {
+		errs = append(errs, errors.New("--response-timeout: must not be negative"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	if err := cfg.Validate(); err != nil {
 		return &exitError{code: 2, err: err}
 	}
 	var level slog.Level

@@ -140,11 +140,36 @@ func (q *queryFlags) get(path string, params url.Values) ([]byte, error) {
 // they show is in its memory, not in the data dir (no --data-dir).
 var apiOnly = map[string]bool{"status": true}
 
+// queryAbout says what each query command does, in its help between the
+// usage and the flags.
+var queryAbout = map[string]string{
+	"findings": "Lists findings, from a running serve (--api-url) or a data dir, filtered by the flags below.\n" +
+		"ack, resolve and reopen change a finding's lifecycle state, with a note kept in its audit\n" +
+		"trail ('mcpaudit findings ack -h').",
+	"findings ack": "Acknowledges a finding: someone is looking at it. The note and who are kept in the\n" +
+		"finding's audit trail (the page's /findings/ID).",
+	"findings resolve": "Resolves a finding: it was dealt with. The note and who are kept in the finding's\n" +
+		"audit trail (the page's /findings/ID).",
+	"findings reopen": "Reopens an acknowledged or resolved finding. The note and who are kept in the\n" +
+		"finding's audit trail (the page's /findings/ID).",
+	"timeline": "Shows every call, write state and finding on one document, in time order (the page's\n" +
+		"/documents/DOCUMENT). The name matches exactly.",
+	"calls": "Lists stored calls in time order, one a line (the count on standard error), filtered by\n" +
+		"server, session, document and time.",
+	"slo": "Shows the write-durability SLI over a window back from now, the error budget left, and the\n" +
+		"writes by state.",
+	"status": "Shows where event time stands per partition (tenant and server), its lag and waiting\n" +
+		"calls, and which source holds it back; --wait waits until every call acknowledged before\n" +
+		"the wait began was judged.",
+}
+
+// parseQueryFlags parses the flags of the query command name; usage is its
+// usage line after "mcpaudit ", and its help says queryAbout[name].
 func parseQueryFlags(name string, args []string, stderr io.Writer, usage string, extra func(fs *flag.FlagSet)) (*queryFlags, *flag.FlagSet, error) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: mcpaudit %s\n\nflags:\n", usage)
+		fmt.Fprintf(stderr, "usage: mcpaudit %s\n\n%s\n\nflags:\n", usage, queryAbout[name])
 		fs.PrintDefaults()
 	}
 	q := &queryFlags{}
@@ -182,7 +207,7 @@ func findingsCommand(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	filters := map[string]*string{}
-	q, _, err := parseQueryFlags("findings", args, stderr, "findings [flags]", func(fs *flag.FlagSet) {
+	q, _, err := parseQueryFlags("findings", args, stderr, "findings [flags]\n       mcpaudit findings ack|resolve|reopen [flags] FINDING-ID --note TEXT", func(fs *flag.FlagSet) {
 		for _, f := range []struct{ name, help string }{
 			{"kind", "finding kind: " + kindList()}, {"severity", "this severity or higher: info, warning or critical"}, {"server", ""},
 			{"document", "document path or id the finding is about (exact)"}, {"key", "idempotency key (requestId, operationId, creationId)"},

@@ -38,8 +38,9 @@ func rulesCommand(args []string, stdout, stderr io.Writer) error {
 	configFile := fs.String("config", "", "YAML config file: serve.slo_target and the rules section, thresholds included (flags win over it)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, "usage: mcpaudit rules [--slo-target 0.999] [--job mcpaudit] [--runbook-url URL] [--web-url URL]\n"+
-			"                      [--unverified-writes-per-hour 5] [--wasted-retry-ratio 0.05] [--uncertain-ratio 0.01] [--config FILE]\n\n"+
-			"Print the Prometheus recording and alerting rules as YAML.\n\n")
+			"                      [--unverified-writes-per-hour 5] [--wasted-retry-ratio 0.05] [--uncertain-ratio 0.01]\n"+
+			"                      [--finding-max-age 2h] [--config FILE]\n\n"+
+			"Print the Prometheus recording and alerting rules as YAML.\n\nflags:\n")
 		fs.PrintDefaults()
 	}
 	if help, err := parseFlags(fs, args); help || err != nil {

@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -164,6 +165,24 @@ func TestRulesWebURLNotEchoed(t *testing.T) {
 		}
 		if strings.Contains(errs, secret) {
 			t.Errorf("rules --web-url %q repeats the secret: %s", tc.url, errs)
+		}
+	}
+}
+
+// TestRulesHelp_UsageNamesEveryFlag: the usage line of rules lists every flag
+// its help describes, so that one read of it shows what can be set.
+func TestRulesHelp_UsageNamesEveryFlag(t *testing.T) {
+	code, _, help := cliRun("rules", "--help")
+	if code != 0 {
+		t.Fatalf("rules --help: exit %d", code)
+	}
+	usage, rest, _ := strings.Cut(help, "\n\n")
+	if !strings.Contains(rest, "flags:") {
+		t.Errorf("rules --help has no flags: header before its flags:\n%s", help)
+	}
+	for _, m := range regexp.MustCompile(`(?m)^  -(\S+)`).FindAllStringSubmatch(rest, -1) {
+		if !strings.Contains(usage, "[--"+m[1]+" ") {
+			t.Errorf("the usage line of rules does not name --%s:\n%s", m[1], usage)
 		}
 	}
 }

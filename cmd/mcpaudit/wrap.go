@@ -68,6 +68,11 @@ func wrapCommand(ctx context.Context, args []string, stdin io.Reader, stdout, st
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
+	dest := []any{"collector", rf.collector}
+	if rf.dataDir != "" {
+		dest = []any{"data_dir", rf.dataDir}
+	}
+	log.Info("mcpaudit wrap", append([]any{"server", *server, "source", rf.source, "command", argv[0]}, dest...)...)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stderr = stderr
 	if f, ok := stderr.(*os.File); ok {
@@ -86,6 +91,9 @@ func wrapCommand(ctx context.Context, args []string, stdin io.Reader, stdout, st
 		sink.Record(r)
 	}), Metrics: m}
 	status, err := rl.Run(cmd, stdin, stdout)
+	if err == nil {
+		log.Info("child exited", "status", status)
+	}
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if cerr := sink.Close(sctx); cerr != nil {

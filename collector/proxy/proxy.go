@@ -49,8 +49,8 @@ func (c Config) Validate() error {
 	var errs []error
 	if c.Upstream == "" {
 		errs = append(errs, errors.New("proxy.upstream: required"))
-	} else if u, err := url.Parse(c.Upstream); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		errs = append(errs, fmt.Errorf("proxy.upstream: %q is not an http or https URL", c.Upstream))
+	} else if err := CheckUpstream(c.Upstream); err != nil {
+		errs = append(errs, fmt.Errorf("proxy.upstream: %w", err))
 	}
 	if c.Server == "" {
 		errs = append(errs, errors.New("proxy.server: required"))
@@ -62,6 +62,15 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("proxy.max_message_bytes: must be positive"))
 	}
 	return errors.Join(errs...)
+}
+
+// CheckUpstream returns an error when s cannot be an upstream: an http or
+// https URL with a host.
+func CheckUpstream(s string) error {
+	if u, err := url.Parse(s); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("%q is not an http or https URL", s)
+	}
+	return nil
 }
 
 // Proxy relays MCP Streamable HTTP to one upstream and records its tools/call
