@@ -24,8 +24,17 @@ type Config struct {
 	// a later one is stored and counted, not judged. Default 2m.
 	AllowedLateness time.Duration `yaml:"allowed_lateness"`
 	// IdleTimeout is how long (wall time) a source may send nothing before
-	// it stops holding its partition's watermark back. Default 10s.
+	// it stops holding its partition's watermark back. Keep it above the
+	// exporters' flush interval. Default 10s.
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// JoinWait is how long (wall time) a new partition waits for its other
+	// sources before it takes a watermark, at most idle_timeout: exporters
+	// started together first deliver when their flush interval first fires
+	// (the OpenTelemetry SDK's every 5 s), seconds apart, and a pod whose
+	// clock is slow by more than allowed_lateness that joins after the
+	// partition took a watermark has its calls counted too late. A new
+	// server's first findings come this much later. Default 10s.
+	JoinWait time.Duration `yaml:"join_wait"`
 	// MaxClockSkew is how far ahead of the collector's wall clock a source
 	// may run: a partition's watermark never passes the wall clock by more,
 	// and calls dated beyond it are counted as ahead. Default 1m.
@@ -53,6 +62,7 @@ func NewDefaultConfig() Config {
 		Lateness:          time.Second,
 		AllowedLateness:   2 * time.Minute,
 		IdleTimeout:       10 * time.Second,
+		JoinWait:          10 * time.Second,
 		MaxClockSkew:      time.Minute,
 		MaxClockLag:       15 * time.Minute,
 	}
@@ -78,6 +88,9 @@ func (c *Config) Validate() error {
 	}
 	if c.AllowedLateness < 0 {
 		errs = append(errs, errors.New("allowed_lateness: must not be negative"))
+	}
+	if c.JoinWait < 0 {
+		errs = append(errs, errors.New("join_wait: must not be negative"))
 	}
 	return errors.Join(errs...)
 }

@@ -571,13 +571,17 @@ func (e *Engine) Tick(wall time.Time) {
 }
 
 // advance recomputes a partition's watermark and judges what it passes.
-// A new partition holds its watermark a moment (twice the lateness bound,
-// at most the idle timeout): its sources (the pods of a server, posters)
-// show up one after the other, each with a batch that may span minutes of
-// event time when a backlog is replayed, and the first must not make the
-// others' calls late.
+// A new partition holds its watermark for JoinWait, at most the idle
+// timeout: its sources (the pods of a server, posters) show up one after
+// the other, each with a batch that may span minutes of event time when a
+// backlog is replayed or its clock is slow, and the first must not make
+// the others' calls late. Exporters started together first deliver when
+// their flush interval first fires (the OpenTelemetry SDK's every 5 s),
+// seconds apart. (It was twice the lateness bound, 2 s: a pod 3 minutes
+// slow whose first batch came 3 s after the other pod's had every call
+// counted too late.)
 func (e *Engine) advance(p *partition, wall time.Time) {
-	if !wall.IsZero() && wall.Sub(p.born) < min(2*e.cfg.Lateness, e.cfg.IdleTimeout) {
+	if !wall.IsZero() && wall.Sub(p.born) < min(e.cfg.JoinWait, e.cfg.IdleTimeout) {
 		return
 	}
 	wm, _, _ := e.bound(p, wall)

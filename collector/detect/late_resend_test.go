@@ -43,15 +43,18 @@ func TestDeliveryExamples_ResendLate(t *testing.T) {
 		t.Fatal("the example gives no finding in order")
 	}
 	wall := recs[2].Call.Time.Add(40 * time.Second)
+	cfg := detect.NewDefaultConfig()
+	// After the new partition's wait for its sources (join_wait).
+	grace := cfg.JoinWait
 	ds := []delivered{
 		{recs[0], "pod-0", wall},
 		{recs[2], "pod-0", wall.Add(time.Second)},
 		{recs[3], "pod-0", wall.Add(2 * time.Second)},
 		// Behind the read, judged by then: judged late.
-		{recs[1], "pod-0", wall.Add(5 * time.Second)},
-		{recs[4], "pod-0", wall.Add(10 * time.Second)},
+		{recs[1], "pod-0", wall.Add(grace + 5*time.Second)},
+		{recs[4], "pod-0", wall.Add(grace + 10*time.Second)},
 	}
-	got := live(detect.NewDefaultConfig(), ds)
+	got := live(cfg, ds)
 	if got.stats.Late == 0 {
 		t.Fatal("the re-send was not judged late: the test shows nothing")
 	}

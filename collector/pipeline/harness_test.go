@@ -254,7 +254,13 @@ func openRun(t testing.TB, dir string, clock *testClock, edit func(*pipeline.Con
 	}
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	p, err := pipeline.New(context.Background(), cfg, detect.NewDefaultConfig(), cs, log, rec)
+	dcfg := detect.NewDefaultConfig()
+	// These tests step the clock by seconds from a partition's birth: they
+	// were written for a new partition that waits 2 s for its sources (the
+	// wait's default is now 10 s; collector/detect's joingrace_test.go
+	// tests the wait itself).
+	dcfg.JoinWait = 2 * time.Second
+	p, err := pipeline.New(context.Background(), cfg, dcfg, cs, log, rec)
 	if err != nil {
 		st.Close()
 		t.Fatal(err)
