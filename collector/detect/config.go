@@ -33,7 +33,8 @@ type Config struct {
 	// (the OpenTelemetry SDK's every 5 s), seconds apart, and a pod whose
 	// clock is slow by more than allowed_lateness that joins after the
 	// partition took a watermark has its calls counted too late. A new
-	// server's first findings come this much later. Default 10s.
+	// server's first findings come this much later, and its calls of that
+	// time wait in memory. Default 10s.
 	JoinWait time.Duration `yaml:"join_wait"`
 	// MaxClockSkew is how far ahead of the collector's wall clock a source
 	// may run: a partition's watermark never passes the wall clock by more,
