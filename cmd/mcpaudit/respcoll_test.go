@@ -27,21 +27,7 @@ import (
 func TestServe_ResponseCollisionStored(t *testing.T) {
 	cfg := testConfig(t, t.TempDir())
 	logs := &lockedBuffer{}
-	start := func() *server {
-		log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
-		s, err := startServer(context.Background(), cfg, log)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
-	stop := func(s *server) {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := s.shutdown(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	start := func() *server { return startLogging(t, cfg, logs) }
 	t0 := time.Now().UTC().Add(-time.Hour).Truncate(time.Millisecond).Add(250 * time.Microsecond)
 	line := func(rpc int, at time.Time, rev int) []byte {
 		return fmt.Appendf(nil, `{"time":%q,"server":"thegram","session":"s1","request":{"id":%d,"jsonrpc":"2.0","method":"tools/call","params":{"name":"gram_projects","arguments":{}}},"response":{"id":%d,"jsonrpc":"2.0","result":{"isError":false,"structuredContent":{"projects":[%d]}}}}`+"\n",
@@ -113,11 +99,11 @@ func TestServe_ResponseCollisionStored(t *testing.T) {
 	if l := collisionLines(); len(l) != 1 {
 		t.Fatalf("%d id_collision lines, want 1:\n%s", len(l), logs.String())
 	}
-	stop(s)
+	stopServer(t, s)
 
 	// After a restart the first call is read back from the store.
 	s = start()
-	defer stop(s)
+	defer stopServer(t, s)
 	postAs(t, s.ingestAddr, "poster", line(1, t0, 3))
 	check(s, "another response after a restart", 1, 0)
 	postAs(t, s.ingestAddr, "poster", line(1, t0, 1))
@@ -157,14 +143,7 @@ func TestServe_ResponseCollisionStored(t *testing.T) {
 func TestServe_ResponseCollisionStoredSpans(t *testing.T) {
 	cfg := testConfig(t, t.TempDir())
 	logs := &lockedBuffer{}
-	start := func() *server {
-		log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
-		s, err := startServer(context.Background(), cfg, log)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
+	start := func() *server { return startLogging(t, cfg, logs) }
 	t0 := time.Now().UTC().Add(-time.Hour).Truncate(time.Millisecond)
 	span := func(at time.Time, result string) []byte {
 		attrs := `{"key":"mcp.method.name","value":{"stringValue":"tools/call"}},{"key":"gen_ai.tool.name","value":{"stringValue":"gram_projects"}},` +
@@ -209,11 +188,7 @@ func TestServe_ResponseCollisionStoredSpans(t *testing.T) {
 	}
 	s := start()
 	post(s, span(t0, `{"isError":false,"structuredContent":{"projects":[1]}}`))
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := s.shutdown(ctx); err != nil {
-		t.Fatal(err)
-	}
+	stopServer(t, s)
 
 	s = start()
 	defer s.shutdown(context.Background())
@@ -228,5 +203,28 @@ func TestServe_ResponseCollisionStoredSpans(t *testing.T) {
 	}
 	if n := strings.Count(logs.String(), "kind=id_collision"); n != 1 || !strings.Contains(logs.String(), "differs=[response]") {
 		t.Errorf("%d id_collision lines, want 1 with differs=[response]:\n%s", n, logs.String())
+	}
+}
+
+// startLogging starts serve with cfg, its warnings and errors logged to
+// logs, for a test that stops and starts it again (stopServer).
+func startLogging(t *testing.T, cfg Config, logs *lockedBuffer) *server {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	s, err := startServer(context.Background(), cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// stopServer shuts s down, failing the test if it does not stop cleanly
+// within 10 s.
+func stopServer(t *testing.T, s *server) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.shutdown(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

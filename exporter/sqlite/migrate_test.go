@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"maps"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -21,14 +20,7 @@ import (
 // acknowledged finding) and checks that everything reads back and that
 // calls are then unique per tenant.
 func TestMigrate2to3(t *testing.T) {
-	raw, err := os.ReadFile("testdata/schema2.db")
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "mcpaudit.db")
-	if err := os.WriteFile(path, raw, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	path := copyFixture(t, "schema2.db")
 	s, err := Open(path, Options{})
 	if err != nil {
 		t.Fatalf("opening a schema-2 store: %v", err)
@@ -136,14 +128,7 @@ func TestMigrate2to3(t *testing.T) {
 // TestMigrate2to3_FailureKeepsSchema2: a migration that fails leaves the
 // file as it was.
 func TestMigrate2to3_FailureKeepsSchema2(t *testing.T) {
-	raw, err := os.ReadFile("testdata/schema2.db")
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "mcpaudit.db")
-	if err := os.WriteFile(path, raw, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	path := copyFixture(t, "schema2.db")
 	db, err := sql.Open("sqlite", path)
 	if err != nil {
 		t.Fatal(err)
@@ -179,14 +164,7 @@ func TestMigrate2to3_FailureKeepsSchema2(t *testing.T) {
 // the id index built at open, are still deduplicated, and that the chain
 // verifies.
 func TestMigrate3to4(t *testing.T) {
-	raw, err := os.ReadFile("testdata/schema3.db")
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "mcpaudit.db")
-	if err := os.WriteFile(path, raw, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	path := copyFixture(t, "schema3.db")
 	old, err := sql.Open("sqlite", path)
 	if err != nil {
 		t.Fatal(err)
@@ -280,14 +258,7 @@ func ridsOf(t *testing.T, db *sql.DB) map[int64]string {
 // docs/storage.md, "Upgrading to schema 5"); that a write still upserts;
 // and that the chain verifies.
 func TestMigrate4to5(t *testing.T) {
-	raw, err := os.ReadFile("testdata/schema4.db")
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "mcpaudit.db")
-	if err := os.WriteFile(path, raw, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	path := copyFixture(t, "schema4.db")
 	var want struct {
 		Timelines   map[string][]audit.TimelineEvent
 		Writes      []audit.Write

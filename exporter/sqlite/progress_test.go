@@ -82,14 +82,7 @@ func expectCount(t testing.TB, what string, v *int64, want int64) {
 func TestOpen_LogsLongSteps(t *testing.T) {
 	defer func(d time.Duration) { progressEvery = d }(progressEvery)
 	progressEvery = 0 // a progress line at every page
-	raw, err := os.ReadFile("testdata/schema3.db")
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "mcpaudit.db")
-	if err := os.WriteFile(path, raw, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	path := copyFixture(t, "schema3.db")
 	log, lines := captured(t)
 	open := func() {
 		t.Helper()
@@ -205,14 +198,7 @@ func TestProgress_Heartbeat(t *testing.T) {
 // (all done): the migration of a schema-3 file, then the build of its id
 // index; a rebuild alone when the index is gone; nothing when neither runs.
 func TestOpen_ReportsProgress(t *testing.T) {
-	raw, err := os.ReadFile("testdata/schema3.db")
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "mcpaudit.db")
-	if err := os.WriteFile(path, raw, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	path := copyFixture(t, "schema3.db")
 	open := func() (steps []string, last map[string]Progress) {
 		t.Helper()
 		last = map[string]Progress{}
