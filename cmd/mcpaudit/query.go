@@ -321,9 +321,11 @@ func timelineCommand(args []string, stdout, stderr io.Writer) error {
 	out := printable(stdout)
 	fmt.Fprintf(out, "Timeline of %s (%d events)\n", tl.Document, len(tl.Events))
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TIME\tEVENT\tSESSION\tTOOL\tWHAT\tRETRY ACTION")
+	// ID is the call's id (a call and its write), as calls prints it and
+	// /api/v1/calls/{id} takes it, or the finding's, as findings prints it.
+	fmt.Fprintln(tw, "TIME\tID\tEVENT\tSESSION\tTOOL\tWHAT\tRETRY ACTION")
 	for _, e := range tl.Events {
-		what := ""
+		what, id := "", e.CallID
 		switch e.Type {
 		case audit.EventCall:
 			what = joinNonEmpty(string(e.Outcome), e.Code)
@@ -331,10 +333,10 @@ func timelineCommand(args []string, stdout, stderr io.Writer) error {
 			what = joinNonEmpty("state "+string(e.State), string(e.Reason), e.Key)
 		case audit.EventFinding:
 			if e.Finding != nil {
-				what = string(e.Finding.Kind) + ": " + e.Finding.Summary
+				what, id = string(e.Finding.Kind)+": "+e.Finding.Summary, e.Finding.ID()
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", e.Time.UTC().Format("2006-01-02 15:04:05.000"), e.Type, e.Session, e.Tool, what, e.RetryAction)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Time.UTC().Format("2006-01-02 15:04:05.000"), id, e.Type, e.Session, e.Tool, what, e.RetryAction)
 	}
 	return tw.Flush()
 }

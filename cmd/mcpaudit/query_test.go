@@ -67,6 +67,16 @@ func TestQueryCommands(t *testing.T) {
 		if !strings.Contains(tl, "Timeline of ops/notes-1d0459.gram (7 events)") || !strings.Contains(tl, "double_applied_write") {
 			t.Errorf("%v: timeline:\n%s", where, tl)
 		}
+		// The text names each event's call (or finding) as the JSON does.
+		var tlj api.Timeline
+		if err := json.Unmarshal([]byte(cli(append([]string{"timeline", "--format", "json", "ops/notes-1d0459.gram"}, where...)...)), &tlj); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range tlj.Events {
+			if id := e.CallID; e.Type != audit.EventFinding && (id == "" || !strings.Contains(tl, id)) {
+				t.Errorf("%v: the timeline's text does not name the %s of call %q:\n%s", where, e.Type, id, tl)
+			}
+		}
 		// Every stored call, one line each, counted: the ingest's "new".
 		calls := cli(append([]string{"calls", "--format", "json"}, where...)...)
 		if n := strings.Count(calls, "\n"); n != ack.New || stderr != fmt.Sprintf("%d calls\n", ack.New) {
@@ -101,6 +111,46 @@ func TestTimelineDotDocuments(t *testing.T) {
 		var out, errb bytes.Buffer
 		if code := run(context.Background(), []string{"timeline", "--api-url", hs.URL, doc}, nil, &out, &errb); code != 0 || len(got) == 0 || got[0] != want {
 			t.Errorf("timeline %q: exit %d %s, asked %v, want %s", doc, code, errb.String(), got, want)
+		}
+	}
+}
+
+// TestTimelineShowsIDs: each line of the timeline's text names its call
+// (a call and its write) by the id calls prints and /api/v1/calls/{id}
+// takes, and a finding by the id findings prints.
+func TestTimelineShowsIDs(t *testing.T) {
+	f := audit.Finding{Kind: audit.KindDoubleAppliedWrite, Severity: audit.SeverityCritical, Server: "thegram", Document: "ops/n.gram",
+		Key: "req-2", Time: time.Date(2026, 11, 2, 9, 0, 2, 0, time.UTC), Calls: []string{"c_1111", "c_2222"}, Summary: "applied twice"}
+	tl := api.Timeline{Document: "ops/n.gram", TimelinePage: audit.TimelinePage{Events: []audit.TimelineEvent{
+		{Time: f.Time.Add(-time.Second), Type: audit.EventCall, CallID: "c_1111", Server: "thegram", Session: "s-1", Tool: "gram_patch", Outcome: audit.OutcomeNoResponse},
+		{Time: f.Time, Type: audit.EventCall, CallID: "c_2222", Server: "thegram", Session: "s-1", Tool: "gram_patch", Outcome: audit.OutcomeOK},
+		{Time: f.Time, Type: audit.EventWrite, CallID: "c_2222", Server: "thegram", Session: "s-1", Tool: "gram_patch", Key: "req-2", State: audit.StateDoubleApplied},
+		{Time: f.Time, Type: audit.EventFinding, Server: "thegram", Session: "s-1", Finding: &f},
+	}}}
+	body, err := json.Marshal(tl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(body) }))
+	defer hs.Close()
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"timeline", "--api-url", hs.URL, "ops/n.gram"}, nil, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 2+len(tl.Events) || !strings.HasPrefix(lines[1], "TIME") {
+		t.Fatalf("timeline:\n%s", out.String())
+	}
+	if head := strings.Fields(lines[1]); len(head) < 2 || head[1] != "ID" {
+		t.Errorf("header %q: want ID after TIME, as calls and findings print it", lines[1])
+	}
+	for i, e := range tl.Events {
+		want := e.CallID
+		if e.Finding != nil {
+			want = e.Finding.ID()
+		}
+		if fields := strings.Fields(lines[2+i]); len(fields) < 4 || fields[2] != want || fields[3] != e.Type {
+			t.Errorf("line %q: want the %s's id %s", lines[2+i], e.Type, want)
 		}
 	}
 }

@@ -121,6 +121,17 @@ func TestEngine_IDCollision(t *testing.T) {
 		e, got := run(t, fed{"pod-a", a}, fed{"pod-a", later}, fed{"pod-b", b}, fed{"pod-b", same})
 		check(t, e, got, 2, collision("", "pod-a", b, "pod-b", detect.DiffRequest))
 	})
+	// The same colliding observation sent again (a retry after a lost
+	// acknowledgement, a backlog re-sent) is one collision, counted and
+	// told once, and a duplicate each time; another one is counted.
+	t.Run("sent_again", func(t *testing.T) {
+		a := spanCall(t0, "s1", "1", "gram_read", "a.gram", trace, span)
+		b := spanCall(t0.Add(100*time.Millisecond), "s1", "1", "gram_read", "b.gram", trace, span)
+		c := spanCall(t0.Add(200*time.Millisecond), "s1", "1", "gram_read", "c.gram", trace, span)
+		again := func(x *audit.Call) *audit.Call { y := *x; return &y }
+		e, got := run(t, fed{"pod-a", a}, fed{"pod-b", b}, fed{"pod-b", again(b)}, fed{"pod-c", again(b)}, fed{"pod-b", c}, fed{"pod-b", again(c)})
+		check(t, e, got, 5, collision(a.ID, "pod-a", b, "pod-b", detect.DiffArguments), collision(a.ID, "pod-a", c, "pod-b", detect.DiffArguments))
+	})
 	t.Run("kept_one_forgotten", func(t *testing.T) {
 		// 20 s later, a is held only as hashes (observed.go): its id and
 		// source are no longer known.

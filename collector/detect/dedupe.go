@@ -334,6 +334,12 @@ func (d *dedupe) sweep(before time.Time) {
 // taken again: about 10 MiB.
 const recentIDsKept = 200_000
 
+// collisionsKept is how many id collisions the engine remembers to count
+// each once however often it is sent again: about 400 KiB, made at the
+// first collision. A collision sent again after that many others counts
+// again.
+const collisionsKept = 16_384
+
 // recentIDs remembers the last ids taken, first in first out, by a 64-bit
 // hash of each (a collision, one in 2^64 per pair, would drop a call). The
 // hashes sit in an open-addressing table twice the size of the ring, so

@@ -18,6 +18,7 @@ package detect
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -42,8 +43,13 @@ type Engine struct {
 	sources map[sourceKey]*source
 	// ids drops a call taken again by its id (a file given twice); nil
 	// where the store already refuses stored ids.
-	ids     *recentIDs
-	arrival uint64
+	ids *recentIDs
+	// collided remembers the collisions counted, by the dropped call's id
+	// and response (the last collisionsKept), so that the same observation
+	// sent again (a retry after a lost acknowledgement, a backlog re-sent)
+	// is a duplicate, not another collision. Made at the first.
+	collided *recentIDs
+	arrival  uint64
 	// current is the record being judged, nil while windows close alone.
 	current *audit.Record
 	// wall is the latest wall time the engine was told (Add, Tick).
@@ -233,7 +239,8 @@ type Collision struct {
 }
 
 // OnCollision has f told of each id collision (Collision), when the
-// colliding observation is dropped. It is called from Add, on the
+// colliding observation is dropped: once, however often that observation
+// is sent again. It is called from Add, on the
 // engine's goroutine; f must not keep Dropped past its return.
 func (e *Engine) OnCollision(f func(Collision)) { e.onCollision = f }
 
@@ -496,6 +503,16 @@ func (e *Engine) duplicate() { e.stats.Duplicates++ }
 // collision counts an id collision for the partition and the source whose
 // delivery revealed it, and tells the caller (OnCollision).
 func (e *Engine) collision(p *partition, s *source, col *clash) {
+	if d := col.dropped; d.ID != "" {
+		if e.collided == nil {
+			e.collided = newRecentIDs(collisionsKept)
+		}
+		if !e.collided.add(p.key.Tenant, d.ID+"\x00"+strconv.FormatUint(d.RespSum, 16)) {
+			// Counted when it first came: a duplicate now (the caller
+			// counts it so).
+			return
+		}
+	}
 	count(p, s, countCollision, col.dropped.Time)
 	e.stats.Collisions++
 	if e.onCollision == nil {
@@ -656,6 +673,17 @@ func (e *Engine) bound(p *partition, wall time.Time) (wm time.Time, h *source, a
 		// within time order (a quiet pod whose lag is a second more than
 		// the others' holds nothing), so another source is ahead of it.
 		return held, hq, true
+	}
+	if h == nil && !wm.IsZero() {
+		// Every source is quiet: the clock they are taken to go on with
+		// is the wall clock less their delay at their last delivery, and
+		// the next call may come with a longer one, by the disorder a
+		// busy source is allowed (a proxy posts a call after its
+		// response, in the segment it seals within the second: without
+		// it, a call whose delay was a few milliseconds longer than the
+		// previous one's counted as late, about one in two on a quiet
+		// server).
+		wm = wm.Add(-e.cfg.Lateness)
 	}
 	return wm, h, ahead
 }

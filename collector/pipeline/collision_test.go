@@ -133,6 +133,17 @@ func TestIngest_ResponseCollisionOnce(t *testing.T) {
 		!strings.Contains(l[0], "call_id="+ids(first)[0]) {
 		t.Fatalf("id_collision lines %q, want one from poster-b, differs=[response], call_id=%s", l, ids(first)[0])
 	}
+	// The same other response sent again (a retry after a lost
+	// acknowledgement, a backlog re-sent) is the same collision: not
+	// counted or logged again.
+	for range 3 {
+		if n, err := r.ingest(batch(t, "poster-b", callLine("thegram", "s1", 1, at), responseLine("s1", 1, at, "x"))); err != nil || n != 0 {
+			t.Fatalf("Ingest = %d, %v; want nothing stored", n, err)
+		}
+	}
+	if st := r.status()[detect.PartitionKey{Server: "thegram"}]; st.IDCollisions != 1 || len(lines()) != 1 {
+		t.Errorf("the same response sent 3 times more: %d id collisions and %d lines, want 1 and 1", st.IDCollisions, len(lines()))
+	}
 	// Much later: the engine no longer holds the first call.
 	clock.Add(10 * time.Minute)
 	if _, err := r.ingest(batch(t, "poster-a", callLine("thegram", "s2", 1, clock.Now().Add(-time.Second)))); err != nil {
@@ -152,5 +163,13 @@ func TestIngest_ResponseCollisionOnce(t *testing.T) {
 	}
 	if l := lines(); len(l) != 2 {
 		t.Errorf("later: %d id_collision lines, want 2:\n%s", len(l), r.logs.String())
+	}
+	// Sent again, after the engine forgot the first: the store finds it,
+	// and it is the same collision.
+	if _, err := r.ingest(batch(t, "poster-b", responseLine("s1", 1, at, "y"))); err != nil {
+		t.Fatal(err)
+	}
+	if st2 := r.status()[detect.PartitionKey{Server: "thegram"}]; st2.IDCollisions != st.IDCollisions || len(lines()) != 2 {
+		t.Errorf("later, sent again: %d id collisions and %d lines, want %d and 2", st2.IDCollisions, len(lines()), st.IDCollisions)
 	}
 }

@@ -94,7 +94,6 @@ func (rc *Receiver) body(w http.ResponseWriter, r *http.Request) ([]byte, func()
 	if overMemory(rc.cfg.MemorySoftLimit) {
 		return nil, none, newRefusal(503, "the collector is near its memory limit; retry later", metrics.RejectOverloaded)
 	}
-	var src io.Reader = r.Body
 	gz := false
 	switch enc := strings.ToLower(r.Header.Get("Content-Encoding")); enc {
 	case "", "identity":
@@ -110,8 +109,9 @@ func (rc *Receiver) body(w http.ResponseWriter, r *http.Request) ([]byte, func()
 		return nil, none, newRefusal(413, fmt.Sprintf("body larger than the limit: %d bytes declared, more than %d (serve.receiver.max_body_bytes)", r.ContentLength, rc.cfg.MaxBodyBytes), metrics.RejectTooLarge)
 	}
 	ctl := http.NewResponseController(w)
-	ctl.SetReadDeadline(time.Now().Add(rc.cfg.BodyTimeout))
 	defer ctl.SetReadDeadline(time.Time{})
+	body := &waitReader{r: r.Body, deadline: ctl.SetReadDeadline, left: rc.cfg.BodyTimeout}
+	var src io.Reader = body
 	held := &holding{b: rc.inflight}
 	fail := func(re *refusal) ([]byte, func(), *refusal) {
 		held.release()
@@ -122,7 +122,7 @@ func (rc *Receiver) body(w http.ResponseWriter, r *http.Request) ([]byte, func()
 	// buffer: the damage is in the last few KiB before the count).
 	var read *countReader
 	if gz {
-		read = &countReader{r: r.Body}
+		read = &countReader{r: body}
 		zr, err := gzip.NewReader(read)
 		if err != nil {
 			if re := readRefusal(err, rc.cfg.BodyTimeout); re != nil {
@@ -170,6 +170,30 @@ func (rc *Receiver) body(w http.ResponseWriter, r *http.Request) ([]byte, func()
 		return fail(newRefusal(400, "cannot read body: "+err.Error(), metrics.RejectDecodeError))
 	}
 	return b, held.release, nil
+}
+
+// waitReader reads a request's body with the body timeout as a budget of
+// the time spent waiting for its bytes: the time the server spends on them
+// between reads (decompressing, copying) is not the client's. One deadline
+// for the whole body counted that time too: on a loaded machine a gzip
+// bomb, whose few kilobytes had arrived at once, was answered 408 instead
+// of 413 while the server decompressed it. A body trickling in still uses
+// the budget up, waiting.
+type waitReader struct {
+	r        io.Reader
+	deadline func(time.Time) error
+	left     time.Duration
+}
+
+func (w *waitReader) Read(p []byte) (int, error) {
+	if w.left <= 0 {
+		return 0, os.ErrDeadlineExceeded
+	}
+	start := time.Now()
+	w.deadline(start.Add(w.left))
+	n, err := w.r.Read(p)
+	w.left -= time.Since(start)
+	return n, err
 }
 
 // countReader counts the bytes read through it.

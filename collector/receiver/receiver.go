@@ -84,8 +84,10 @@ type Config struct {
 	// MaxConcurrentStreams caps the OTLP/gRPC requests processed at once,
 	// over all connections; more are answered Unavailable. Default 16.
 	MaxConcurrentStreams int `yaml:"max_concurrent_streams"`
-	// BodyTimeout is how long a request's body may take to arrive; a
-	// slower one is answered 408 and its connection closed. Default 30s.
+	// BodyTimeout is how long the collector may wait for a request's body
+	// to arrive, in all (the time it spends reading and decompressing what
+	// arrived is not counted); a slower body is answered 408 and its
+	// connection closed. Default 30s.
 	BodyTimeout time.Duration `yaml:"body_timeout"`
 	// MemorySoftLimit is the share of the memory limit (GOMEMLIMIT or
 	// serve.memory_limit) above which the heap makes new requests be

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -86,5 +87,30 @@ func TestCheckpoint_SignOpen(t *testing.T) {
 	cp2 := Sign(2, body, priv)
 	if _, err := cp2.Open(other); !errors.Is(err, ErrBadSignature) {
 		t.Errorf("opened with another key: %v", err)
+	}
+}
+
+// TestReportCounts: the report names one of a thing in the singular.
+func TestReportCounts(t *testing.T) {
+	f := func(r Report, want ...string) {
+		t.Helper()
+		var b strings.Builder
+		r.Print(&b)
+		for _, w := range want {
+			if !strings.Contains(b.String(), w) {
+				t.Errorf("report:\n%s\nwant %q", b.String(), w)
+			}
+		}
+	}
+	f(Report{Tenants: 1, Entries: 1, Calls: 1, Findings: 1, Changes: 1, Checkpoints: 1},
+		"checked 1 tenant, 1 chain entry, 1 call, 1 finding, 1 finding change, 1 checkpoint\n", "ok: ")
+	f(Report{Tenants: 2, Entries: 3, Calls: 0, Findings: 2, Changes: 2, Checkpoints: 2, Problems: []Problem{{Tenant: "acme"}}},
+		"checked 2 tenants, 3 chain entries, 0 calls, 2 findings, 2 finding changes, 2 checkpoints\n", "FAILED: 1 problem\n")
+	f(Report{Problems: []Problem{{Tenant: "acme"}, {Tenant: "acme"}}}, "FAILED: 2 problems\n")
+	if got := Span("row", "rows", 5, 5) + ", " + Span("row", "rows", 5, 7); got != "row 5, rows 5 to 7" {
+		t.Errorf("Span: %q", got)
+	}
+	if got := MissingEntries(4, 4) + "; " + MissingEntries(4, 6); got != "entry 4 is missing from the chain; entries 4 to 6 are missing from the chain" {
+		t.Errorf("MissingEntries: %q", got)
 	}
 }

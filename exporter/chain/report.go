@@ -46,8 +46,9 @@ func (r *Report) OK() bool { return len(r.Problems) == 0 }
 // every problem, one a line.
 func (r *Report) Print(w io.Writer) {
 	sort.SliceStable(r.Problems, func(i, j int) bool { return r.Problems[i].Tenant < r.Problems[j].Tenant })
-	fmt.Fprintf(w, "checked %d tenants, %d chain entries, %d calls, %d findings, %d finding changes, %d checkpoints\n",
-		r.Tenants, r.Entries, r.Calls, r.Findings, r.Changes, r.Checkpoints)
+	fmt.Fprintf(w, "checked %s, %s, %s, %s, %s, %s\n", Count(r.Tenants, "tenant", "tenants"),
+		Count(r.Entries, "chain entry", "chain entries"), Count(r.Calls, "call", "calls"), Count(r.Findings, "finding", "findings"),
+		Count(r.Changes, "finding change", "finding changes"), Count(r.Checkpoints, "checkpoint", "checkpoints"))
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
 	}
@@ -57,6 +58,41 @@ func (r *Report) Print(w io.Writer) {
 	if r.OK() {
 		fmt.Fprintln(w, "ok: stored history matches its chains")
 	} else {
-		fmt.Fprintf(w, "FAILED: %d problems\n", len(r.Problems))
+		fmt.Fprintf(w, "FAILED: %s\n", Count(len(r.Problems), "problem", "problems"))
 	}
+}
+
+// Count is n with its noun, singular for one: Count(1, "tenant",
+// "tenants") is "1 tenant", Count(2, ...) "2 tenants".
+func Count[N int | int64 | uint64](n N, one, many string) string {
+	if n == 1 {
+		return fmt.Sprintf("%d %s", n, one)
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}
+
+// Span names the numbers first to last with their noun: "row 5" for one,
+// "rows 5 to 7" for more.
+func Span(one, many string, first, last int64) string {
+	if first == last {
+		return fmt.Sprintf("%s %d", one, first)
+	}
+	return fmt.Sprintf("%s %d to %d", many, first, last)
+}
+
+// MissingEntries says that the chain entries first to last are missing.
+func MissingEntries(first, last int64) string {
+	if first == last {
+		return fmt.Sprintf("entry %d is missing from the chain", first)
+	}
+	return fmt.Sprintf("entries %d to %d are missing from the chain", first, last)
+}
+
+// UnsignedEntries says that the chain entries first to last were made
+// after the last checkpoint.
+func UnsignedEntries(first, last int64) string {
+	if first == last {
+		return fmt.Sprintf("chain entry %d was made after the last checkpoint and is not signed yet", first)
+	}
+	return fmt.Sprintf("chain entries %d to %d were made after the last checkpoint and are not signed yet", first, last)
 }

@@ -89,7 +89,7 @@ func (e *vEntry) where() string {
 	if e.Replica != "" {
 		rep = fmt.Sprintf(" of replica %q", e.Replica)
 	}
-	return fmt.Sprintf("chain entry %d%s (%s, %d rows, committed %s)", e.Seq, rep, e.Kind, len(e.Sums), e.Time.UTC().Format(time.RFC3339Nano))
+	return fmt.Sprintf("chain entry %d%s (%s, %s, committed %s)", e.Seq, rep, e.Kind, chain.Count(len(e.Sums), "row", "rows"), e.Time.UTC().Format(time.RFC3339Nano))
 }
 
 type chainKey struct{ tenant, replica string }
@@ -137,7 +137,9 @@ func (v *chVerifier) run(pub ed25519.PublicKey) error {
 	}
 	v.checkMissing()
 	v.reportOrphans()
-	if v.copies > 0 {
+	if v.copies == 1 {
+		v.r.Note("1 stored row is a copy of a chained row left by an insert a crash or an outage interrupted (the same contents, chained again by the retry)")
+	} else if v.copies > 1 {
 		v.r.Note("%d stored rows are copies of chained rows left by inserts a crash or an outage interrupted (the same contents, chained again by the retry)", v.copies)
 	}
 	return v.checkCheckpoints(pub)
@@ -181,7 +183,8 @@ func (v *chVerifier) loadChains() error {
 			return nil
 		}
 		if uint64(len(e.Sums)) != n || len(e.Times) != len(e.Sums) {
-			v.r.Add(e.Tenant, e.where(), "the entry itself was edited: it lists %d hashes and %d times for %d rows", len(e.Sums), len(e.Times), n)
+			v.r.Add(e.Tenant, e.where(), "the entry itself was edited: it lists %s and %s for %s", chain.Count(len(e.Sums), "hash", "hashes"),
+				chain.Count(len(e.Times), "time", "times"), chain.Count(n, "row", "rows"))
 			m := min(len(e.Sums), len(e.Times))
 			e.Sums, e.Times = e.Sums[:m], e.Times[:m]
 		}
@@ -212,7 +215,7 @@ func (v *chVerifier) checkLinks() {
 		}
 		for _, e := range es {
 			if e.Seq != want {
-				v.r.Add(k.tenant, e.where(), "entries %d to %d are missing from the chain", want, e.Seq-1)
+				v.r.Add(k.tenant, e.where(), "%s", chain.MissingEntries(int64(want), int64(e.Seq-1)))
 			} else if e.Prev != prev {
 				v.r.Add(k.tenant, e.where(), "its previous hash does not name entry %d: the chain was rewritten or reordered here", e.Seq-1)
 			}
@@ -374,7 +377,7 @@ func (v *chVerifier) checkMissing() {
 				if len(gone) > 20 {
 					more = fmt.Sprintf(" and %d more", len(gone)-20)
 				}
-				v.r.Add(k.tenant, e.where(), "%d of its %d rows are gone: deleted: %s of time %s%s", len(gone), len(e.Sums), e.Kind, strings.Join(times, ", "), more)
+				v.r.Add(k.tenant, e.where(), "%s gone: deleted: %s of time %s%s", goneOf(len(gone), len(e.Sums)), e.Kind, strings.Join(times, ", "), more)
 			}
 		}
 	}
@@ -410,7 +413,7 @@ func (v *chVerifier) checkCheckpoints(pub ed25519.PublicKey) error {
 	}
 	if len(cps) == 0 {
 		if v.r.Entries > 0 {
-			v.r.Add("*", "checkpoints", "none is stored, though the chains hold %d entries: the store was written without a signing key, or its checkpoints were deleted", v.r.Entries)
+			v.r.Add("*", "checkpoints", "none is stored, though the chains hold %s: the store was written without a signing key, or its checkpoints were deleted", chain.Count(v.r.Entries, "entry", "entries"))
 		}
 		return nil
 	}
@@ -469,8 +472,21 @@ func (v *chVerifier) checkCheckpoints(pub ed25519.PublicKey) error {
 	for _, k := range keys {
 		es := v.chains[k]
 		if last := es[len(es)-1].Seq; last > signed[k] {
-			v.r.Note("tenant %q, replica %q: chain entries %d to %d were made after the last checkpoint and are not signed yet", k.tenant, k.replica, signed[k]+1, last)
+			v.r.Note("tenant %q, replica %q: %s", k.tenant, k.replica, chain.UnsignedEntries(int64(signed[k]+1), int64(last)))
 		}
 	}
 	return nil
+}
+
+// goneOf says how many of an entry's total rows are gone.
+func goneOf(gone, total int) string {
+	switch {
+	case gone == 1 && total == 1:
+		return "its 1 row is"
+	case gone == 1:
+		return fmt.Sprintf("1 of its %d rows is", total)
+	case gone == total:
+		return fmt.Sprintf("all %d of its rows are", total)
+	}
+	return fmt.Sprintf("%d of its %d rows are", gone, total)
 }

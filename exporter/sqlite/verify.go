@@ -72,9 +72,9 @@ type vEntry struct {
 func (e *vEntry) where() string {
 	switch e.Kind {
 	case chain.KindFindings:
-		return fmt.Sprintf("chain entry %d (%d findings, committed %s)", e.Seq, e.N, e.Time.UTC().Format(time.RFC3339Nano))
+		return fmt.Sprintf("chain entry %d (%s, committed %s)", e.Seq, chain.Count(e.N, "finding", "findings"), e.Time.UTC().Format(time.RFC3339Nano))
 	}
-	return fmt.Sprintf("chain entry %d (%s rows %d to %d, committed %s)", e.Seq, e.Kind, e.First, e.Last, e.Time.UTC().Format(time.RFC3339Nano))
+	return fmt.Sprintf("chain entry %d (%s %s, committed %s)", e.Seq, e.Kind, chain.Span("row", "rows", e.First, e.Last), e.Time.UTC().Format(time.RFC3339Nano))
 }
 
 func rowKey(row any) string {
@@ -170,7 +170,7 @@ func (v *verifier) checkLinks() {
 		}
 		for _, e := range es {
 			if e.Seq != want {
-				v.r.Add(tenant, e.where(), "entries %d to %d are missing from the chain", want, e.Seq-1)
+				v.r.Add(tenant, e.where(), "%s", chain.MissingEntries(want, e.Seq-1))
 			} else if e.Prev != prev {
 				v.r.Add(tenant, e.where(), "its previous hash does not name entry %d: the chain was rewritten or reordered here", e.Seq-1)
 			}
@@ -308,9 +308,9 @@ func (v *verifier) checkDigests() {
 			}
 			switch {
 			case int64(len(rows)) < e.N:
-				v.r.Add(tenant, e.where(), "%d rows recorded, %d found: rows deleted%s", e.N, len(rows), v.missing(e, rows))
+				v.r.Add(tenant, e.where(), "%s recorded, %d found: rows deleted%s", chain.Count(e.N, "row", "rows"), len(rows), v.missing(e, rows))
 			case int64(len(rows)) > e.N:
-				v.r.Add(tenant, e.where(), "%d rows recorded, %d found: rows inserted", e.N, len(rows))
+				v.r.Add(tenant, e.where(), "%s recorded, %d found: rows inserted", chain.Count(e.N, "row", "rows"), len(rows))
 			case digest != e.Digest:
 				v.r.Add(tenant, e.where(), "its rows' contents differ from what was chained: a row was edited, or rows swapped%s", changed(rows))
 			}
@@ -353,7 +353,10 @@ func (v *verifier) missing(e *vEntry, rows []rowHash) string {
 	if len(gone) == 0 {
 		return ""
 	}
-	return fmt.Sprintf(" (row %v gone)", gone)
+	if len(gone) == 1 {
+		return fmt.Sprintf(" (row %v gone)", gone)
+	}
+	return fmt.Sprintf(" (rows %v gone)", gone)
 }
 
 func changed(rows []rowHash) string {
@@ -363,7 +366,7 @@ func changed(rows []rowHash) string {
 	if rows[0].id != nil {
 		return ""
 	}
-	return fmt.Sprintf(" (rows %d to %d)", rows[0].row, rows[len(rows)-1].row)
+	return " (" + chain.Span("row", "rows", rows[0].row, rows[len(rows)-1].row) + ")"
 }
 
 // checkCheckpoints checks the signatures and that the chains still pass
@@ -393,7 +396,7 @@ func (v *verifier) checkCheckpoints(pub ed25519.PublicKey) error {
 	}
 	if len(cps) == 0 {
 		if v.r.Entries > 0 {
-			v.r.Add("*", "checkpoints", "none is stored, though the chains hold %d entries: the store was written without a signing key, or its checkpoints were deleted", v.r.Entries)
+			v.r.Add("*", "checkpoints", "none is stored, though the chains hold %s: the store was written without a signing key, or its checkpoints were deleted", chain.Count(v.r.Entries, "entry", "entries"))
 		}
 		return nil
 	}
@@ -439,7 +442,7 @@ func (v *verifier) checkCheckpoints(pub ed25519.PublicKey) error {
 	}
 	for tenant, es := range v.entries {
 		if last := es[len(es)-1].Seq; last > signed[tenant] {
-			v.r.Note("tenant %q: chain entries %d to %d were made after the last checkpoint and are not signed yet", tenant, signed[tenant]+1, last)
+			v.r.Note("tenant %q: %s", tenant, chain.UnsignedEntries(signed[tenant]+1, last))
 		}
 	}
 	return nil

@@ -180,7 +180,7 @@ func TestVerify_Tampered(t *testing.T) {
 		`DELETE FROM findings WHERE id IN (SELECT id FROM findings LIMIT 1)`)
 	f("a finding edited", []string{"findings", "contents differ"},
 		`UPDATE findings SET severity = 1`)
-	f("a state change deleted", []string{"changes rows 1 to 1", "1 rows recorded, 0 found"},
+	f("a state change deleted", []string{"changes row 1,", "1 row recorded, 0 found"},
 		`DELETE FROM finding_changes`)
 	f("checkpoints deleted", []string{"none is stored"}, `DELETE FROM checkpoints`)
 	f("a checkpoint forged", []string{"checkpoint 2", "signature does not verify"},
