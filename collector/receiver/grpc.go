@@ -183,14 +183,20 @@ type wireRequest struct {
 	req  ptraceotlp.ExportRequest
 	bad  []otlp.RejectedSpan
 	// refused is set when the message cannot be taken at all (nested too
-	// deep, or not decodable even without its broken spans). The codec
-	// leaves it to exportWire rather than failing: gRPC would answer a
-	// codec's error with Internal, before the request is counted or
-	// logged as the same request over HTTP is.
+	// deep, or not decodable even without its broken spans), or not now
+	// (the bytes in flight at their limit). The codec leaves it to
+	// exportWire rather than failing: gRPC would answer a codec's error
+	// with Internal, before the request is counted or logged as the same
+	// request over HTTP is.
 	refused *refusal
+	// held is the request's share of the bytes in flight.
+	held *holding
 }
 
 func (w *wireRequest) free() {
+	if w.held != nil {
+		w.held.release()
+	}
 	if w.buf != nil {
 		w.buf.Free()
 		w.buf, w.msg, w.fast = nil, otlp.Message{}, false
@@ -223,7 +229,7 @@ func (rc *Receiver) ServerOptions() []grpc.ServerOption {
 		grpc.MaxRecvMsgSize(int(rc.cfg.MaxBodyBytes)),
 		grpc.MaxConcurrentStreams(uint32(rc.cfg.MaxConcurrentStreams)),
 		grpc.InTapHandle(rc.tap),
-		grpc.ForceServerCodecV2(depthCodec{CodecV2: encoding.GetCodecV2("proto"), limit: rc.cfg.MaxDepth, maxAttrs: rc.cfg.MaxAttributes}),
+		grpc.ForceServerCodecV2(rc.codec()),
 		grpc.StatsHandler(oversized{rc}),
 	}
 }
@@ -308,6 +314,9 @@ func (g *GRPC) exportWire(ctx context.Context, in *wireRequest) (ptraceotlp.Expo
 	if re := in.refused; re != nil {
 		rc.rejected(metrics.SourceOTLPGRPC, re.reason, 1)
 		rc.logRejected(re.logKind(), metrics.SourceOTLPGRPC, p.Tenant, re.reason, re.msg)
+		if re.retryable() {
+			return ptraceotlp.ExportResponse{}, status.Error(codes.Unavailable, re.msg)
+		}
 		return ptraceotlp.ExportResponse{}, status.Error(codes.InvalidArgument, re.msg)
 	}
 	var resp ptraceotlp.ExportResponse
@@ -384,7 +393,8 @@ func (rc *Receiver) grpcPrincipal(ctx context.Context, method string, md metadat
 // depthCodec checks the nesting of an OTLP message on the wire before the
 // proto codec decodes it: a deep value costs many times its size once
 // decoded. A request it cannot take is marked (wireRequest.refused) and
-// answered by exportWire with InvalidArgument, counted and logged.
+// answered by exportWire with InvalidArgument (Unavailable when the bytes
+// in flight are at their limit), counted and logged.
 //
 // An Export request (wireRequest) is kept as its bytes when
 // otlp.CheckProto accepts them with the attribute limit maxAttrs, and
@@ -393,6 +403,16 @@ type depthCodec struct {
 	encoding.CodecV2
 	limit    int
 	maxAttrs int
+	// inflight is the receiver's bytes in flight: an Export request holds
+	// decodeCost times its message's bytes of it until it is answered, as
+	// an OTLP/HTTP request does, and one that would pass it is refused
+	// (Unavailable) before it is decoded. Nil: not counted.
+	inflight *budget
+}
+
+// codec returns the gRPC codec of rc's Export requests.
+func (rc *Receiver) codec() depthCodec {
+	return depthCodec{CodecV2: encoding.GetCodecV2("proto"), limit: rc.cfg.MaxDepth, maxAttrs: rc.cfg.MaxAttributes, inflight: rc.inflight}
 }
 
 // Marshal encodes the Export response, which is pdata's.
@@ -409,6 +429,16 @@ func (c depthCodec) Marshal(v any) (mem.BufferSlice, error) {
 
 func (c depthCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	if w, ok := v.(*wireRequest); ok {
+		// gRPC has read the whole message by now (max_concurrent_streams
+		// of them at most, each up to max_body_bytes): what is bounded here
+		// is what decoding and processing it costs, as for OTLP/HTTP.
+		if c.inflight != nil {
+			w.held = &holding{b: c.inflight}
+			if !w.held.take(int64(data.Len()) * decodeCost) {
+				w.refused = newRefusal(429, fmt.Sprintf("the collector holds %d bytes of requests in flight, its limit (serve.receiver.max_in_flight_bytes); retry later", c.inflight.Used()), metrics.RejectOverloaded)
+				return nil
+			}
+		}
 		buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 		b := buf.ReadOnlyData()
 		var deep *refusal

@@ -18,6 +18,7 @@ import (
 
 	"github.com/mcpaudit/mcpaudit/collector/pipeline"
 	"github.com/mcpaudit/mcpaudit/collector/receiver"
+	"github.com/mcpaudit/mcpaudit/exporter/metrics"
 )
 
 // TestGRPC_RequestRefusedWhole: an OTLP/gRPC request that cannot be taken
@@ -147,5 +148,52 @@ func TestGRPC_MessageOverLimit(t *testing.T) {
 	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tokAcme)
 	if _, err := client.Export(ctx, traces("thegram", 2, nil)); err != nil {
 		t.Fatalf("good request after the refused ones: %v", err)
+	}
+}
+
+// TestGRPC_BytesInFlight: an OTLP/gRPC request holds its share of the
+// bytes in flight (serve.receiver.max_in_flight_bytes) while it is decoded
+// and processed, as an OTLP/HTTP request does, and one that would pass
+// them is answered Unavailable naming the setting, counted as overloaded,
+// with nothing stored; sent again once there is room, it is taken. Found
+// from outside: 32 gRPC clients sending 19 MiB messages to a serve with
+// memory_limit 256MiB took it to a peak RSS of 497 MiB (234 MiB over
+// OTLP/HTTP), the bytes in flight at 0 all along.
+func TestGRPC_BytesInFlight(t *testing.T) {
+	e := newEnv(t, func(c *receiver.Config, _ *pipeline.Config) {
+		c.MaxBodyBytes, c.MaxInFlightBytes = 1<<20, 4<<20
+	})
+	client := ptraceotlp.NewGRPCClient(dialGRPC(t, e))
+	export := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err := client.Export(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tokAcme), traces("thegram", 10, nil))
+		return err
+	}
+	// Other requests hold all but 1,000 bytes: the message (about 1,700
+	// bytes, four times that once decoded) does not fit.
+	release, ok := e.rc.HoldInFlight(4<<20 - 1000)
+	if !ok {
+		t.Fatal("cannot hold the bytes in flight")
+	}
+	err := export()
+	if status.Code(err) != codes.Unavailable || !strings.Contains(status.Convert(err).Message(), "serve.receiver.max_in_flight_bytes") {
+		t.Fatalf("with the bytes in flight at their limit: %v, want Unavailable naming serve.receiver.max_in_flight_bytes", err)
+	}
+	if n := len(e.stored(t)); n != 0 {
+		t.Errorf("%d calls stored from the refused request, want 0", n)
+	}
+	if n := e.rejectedCount(t, metrics.RejectOverloaded, metrics.SourceOTLPGRPC); n != 1 {
+		t.Errorf("%v requests counted as overloaded, want 1", n)
+	}
+	release()
+	if err := export(); err != nil {
+		t.Fatalf("sent again with room: %v", err)
+	}
+	if n := len(e.stored(t)); n != 10 {
+		t.Errorf("%d calls stored, want 10", n)
+	}
+	if n := e.rc.InFlightBytes(); n != 0 {
+		t.Errorf("%d bytes in flight once every request is answered, want 0", n)
 	}
 }

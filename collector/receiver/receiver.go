@@ -75,11 +75,12 @@ type Config struct {
 	// record, or the OTLP span that holds them (every span of a resource
 	// or scope that holds them). Default 32.
 	MaxDepth int `yaml:"max_depth"`
-	// MaxInFlightBytes caps the memory held by all HTTP requests being read
-	// and processed at once, each counted at four times its bytes after
-	// decompression (what decoding it costs); a request that would pass it
-	// is answered 429. Default 256 MiB (about 64 MiB of bodies), or half
-	// the memory limit when that is smaller.
+	// MaxInFlightBytes caps the memory held by all ingest requests being
+	// read and processed at once, each counted at four times its bytes
+	// after decompression (what decoding it costs); a request that would
+	// pass it is answered 429 (OTLP/gRPC: Unavailable, once gRPC has read
+	// its message). Default 256 MiB (about 64 MiB of bodies), or half the
+	// memory limit when that is smaller.
 	MaxInFlightBytes int64 `yaml:"max_in_flight_bytes"`
 	// MaxConcurrentStreams caps the OTLP/gRPC requests processed at once,
 	// over all connections; more are answered Unavailable. Default 16.
