@@ -3,9 +3,11 @@ package receiver
 import (
 	"context"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/mcpaudit/mcpaudit/collector/otlp"
 	"github.com/mcpaudit/mcpaudit/exporter/metrics"
@@ -171,6 +173,28 @@ var traceServiceDesc = grpc.ServiceDesc{
 type wireExporter interface {
 	exportWire(ctx context.Context, in *wireRequest) (ptraceotlp.ExportResponse, error)
 	refused(in *wireRequest, err error)
+	slow() error
+}
+
+// messageTimer is the context key of the timer that cuts a stream whose
+// message has not arrived within the body timeout (tap).
+type messageTimer struct{}
+
+// errMessageTimeout is the cause of a stream cut by its messageTimer.
+var errMessageTimeout = errors.New("the message did not arrive within the body timeout")
+
+// messageContext is the context of a stream that its messageTimer may
+// cut: cut, it says its deadline is exceeded, so that the sender is
+// answered DeadlineExceeded (gRPC answers a stream whose message cannot
+// be read with its context's error, before the handler can), not
+// Canceled as if it had given up itself.
+type messageContext struct{ context.Context }
+
+func (c messageContext) Err() error {
+	if errors.Is(context.Cause(c.Context), errMessageTimeout) {
+		return context.DeadlineExceeded
+	}
+	return c.Context.Err()
 }
 
 // wireRequest is one Export request as depthCodec left it: the message
@@ -206,7 +230,14 @@ func (w *wireRequest) free() {
 func exportHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
 	in := &wireRequest{}
 	g := srv.(wireExporter)
-	if err := dec(in); err != nil {
+	err := dec(in)
+	if t, ok := ctx.Value(messageTimer{}).(*time.Timer); ok {
+		t.Stop()
+	}
+	if err != nil {
+		if errors.Is(context.Cause(ctx), errMessageTimeout) {
+			err = g.slow()
+		}
 		g.refused(in, err)
 		return nil, err
 	}
@@ -286,7 +317,13 @@ func (rc *Receiver) tap(ctx context.Context, info *tap.Info) (context.Context, e
 		// The stream's context ends with the stream, whatever happens to
 		// it: the slot is given back then.
 		context.AfterFunc(ctx, func() { <-rc.streams })
-		return ctx, nil
+		// The slot is held from the stream's headers on: a stream whose
+		// message does not arrive within the body timeout is cut (as an
+		// HTTP body that slow is), or streams that never send would hold
+		// every slot. exportHandler stops the timer once it is read.
+		ctx, cut := context.WithCancelCause(ctx)
+		t := time.AfterFunc(rc.cfg.BodyTimeout, func() { cut(errMessageTimeout) })
+		return context.WithValue(messageContext{ctx}, messageTimer{}, t), nil
 	default:
 		rc.rejected(metrics.SourceOTLPGRPC, metrics.RejectOverloaded, 1)
 		return ctx, status.Errorf(codes.Unavailable, "the collector processes %d gRPC requests, its limit (serve.receiver.max_concurrent_streams); retry later", cap(rc.streams))
@@ -350,6 +387,16 @@ func (g *GRPC) refused(_ *wireRequest, err error) {
 	}
 	g.rc.rejected(metrics.SourceOTLPGRPC, metrics.RejectDecodeError, 1)
 	g.rc.logRejected("rejected_request", metrics.SourceOTLPGRPC, "", metrics.RejectDecodeError, status.Convert(err).Message())
+}
+
+// slow counts and logs a request whose message did not arrive within the
+// body timeout, as OTLP/HTTP counts a body that slow (408), and returns
+// its answer.
+func (g *GRPC) slow() error {
+	msg := fmt.Sprintf("the message did not arrive within %s (serve.receiver.body_timeout)", g.rc.cfg.BodyTimeout)
+	g.rc.rejected(metrics.SourceOTLPGRPC, metrics.RejectTimeout, 1)
+	g.rc.logRejected("rejected_request", metrics.SourceOTLPGRPC, "", metrics.RejectTimeout, msg)
+	return status.Error(codes.DeadlineExceeded, msg)
 }
 
 // grpcPrincipal authenticates a gRPC request by its metadata and its

@@ -197,3 +197,50 @@ func TestGRPC_BytesInFlight(t *testing.T) {
 		t.Errorf("%d bytes in flight once every request is answered, want 0", n)
 	}
 }
+
+// TestGRPC_StalledMessage: an OTLP/gRPC stream whose message does not
+// arrive within serve.receiver.body_timeout is ended with DeadlineExceeded
+// naming the setting, counted as timeout, and its slot of
+// max_concurrent_streams is freed, as an HTTP body that slow is answered
+// 408. Found from outside: one client holding 16 streams open (headers
+// sent, the message never) kept every other OTLP/gRPC request answered
+// "the collector processes 16 gRPC requests" for as long as it liked.
+func TestGRPC_StalledMessage(t *testing.T) {
+	e := newEnv(t, func(c *receiver.Config, _ *pipeline.Config) {
+		c.MaxConcurrentStreams, c.BodyTimeout = 2, 300*time.Millisecond
+	})
+	cc := dialGRPC(t, e)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tokAcme)
+	var stalled []grpc.ClientStream
+	for range 2 {
+		s, err := cc.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true},
+			"/opentelemetry.proto.collector.trace.v1.TraceService/Export", grpc.ForceCodecV2(rawCodec{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stalled = append(stalled, s)
+	}
+	// gRPC answers with the context's error before the handler can (the
+	// reason is in the log line).
+	for i, s := range stalled {
+		var out rawMessage
+		if err := s.RecvMsg(&out); status.Code(err) != codes.DeadlineExceeded {
+			t.Fatalf("stream %d, its message never sent: %v, want DeadlineExceeded", i, err)
+		}
+	}
+	if _, err := ptraceotlp.NewGRPCClient(cc).Export(ctx, traces("thegram", 3, nil)); err != nil {
+		t.Fatalf("once the stalled streams are cut: %v", err)
+	}
+	if n := len(e.stored(t)); n != 3 {
+		t.Errorf("%d calls stored, want 3", n)
+	}
+	if n := e.rejectedCount(t, metrics.RejectTimeout, metrics.SourceOTLPGRPC); n != 2 {
+		t.Errorf("%v requests counted as timeout, want 2", n)
+	}
+	ls := e.logs.lines(t, "rejected_request")
+	if len(ls) != 2 || ls[0]["reason"] != string(metrics.RejectTimeout) || !strings.Contains(ls[0]["error"].(string), "serve.receiver.body_timeout") {
+		t.Errorf("rejected_request lines %v, want two of reason timeout naming serve.receiver.body_timeout", ls)
+	}
+}

@@ -86,7 +86,10 @@ type Config struct {
 	// over all connections; more are answered Unavailable. Default 16.
 	MaxConcurrentStreams int `yaml:"max_concurrent_streams"`
 	// BodyTimeout is how long a request's body may take to arrive; a
-	// slower one is answered 408 and its connection closed. Default 30s.
+	// slower one is answered 408 and its connection closed (an OTLP/gRPC
+	// message, counted from its stream's headers: the stream ends, its
+	// deadline exceeded, and its slot of max_concurrent_streams is freed).
+	// Default 30s.
 	BodyTimeout time.Duration `yaml:"body_timeout"`
 	// MemorySoftLimit is the share of the memory limit (GOMEMLIMIT or
 	// serve.memory_limit) above which the heap makes new requests be
