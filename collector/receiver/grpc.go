@@ -230,6 +230,11 @@ func (w *wireRequest) free() {
 func exportHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
 	in := &wireRequest{}
 	g := srv.(wireExporter)
+	// Freed however dec ends: gRPC reads on after the message of a unary
+	// call, to see its stream end, and fails the call when the sender is
+	// gone by then or sent a second message, after the codec took the
+	// first one's bytes in flight.
+	defer in.free()
 	err := dec(in)
 	if t, ok := ctx.Value(messageTimer{}).(*time.Timer); ok {
 		t.Stop()
@@ -241,7 +246,6 @@ func exportHandler(srv any, ctx context.Context, dec func(any) error, intercepto
 		g.refused(in, err)
 		return nil, err
 	}
-	defer in.free()
 	if interceptor == nil {
 		return g.exportWire(ctx, in)
 	}
@@ -476,6 +480,9 @@ func (c depthCodec) Marshal(v any) (mem.BufferSlice, error) {
 
 func (c depthCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	if w, ok := v.(*wireRequest); ok {
+		// A second message of a unary call is decoded into the request
+		// of the first before gRPC refuses the call.
+		w.free()
 		// gRPC has read the whole message by now (max_concurrent_streams
 		// of them at most, each up to max_body_bytes): what is bounded here
 		// is what decoding and processing it costs, as for OTLP/HTTP.

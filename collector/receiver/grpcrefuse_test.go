@@ -244,3 +244,67 @@ func TestGRPC_StalledMessage(t *testing.T) {
 		t.Errorf("rejected_request lines %v, want two of reason timeout naming serve.receiver.body_timeout", ls)
 	}
 }
+
+// TestGRPC_BytesInFlightGivenBack: the bytes in flight an Export message
+// took are given back however its stream ends after the message was read:
+// the sender gone before it closed its side (gRPC reads on after the
+// message of a unary call, to see it end), or a second message on the
+// stream (refused by gRPC, which decodes it into the same request first).
+// Found from outside: exporters that gave up after 40 ms left 96 MiB of
+// the bytes in flight held for good.
+func TestGRPC_BytesInFlightGivenBack(t *testing.T) {
+	e := newEnv(t, nil)
+	cc := dialGRPC(t, e)
+	msg, err := traces("thegram", 3, nil).MarshalProto()
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := func(ctx context.Context) grpc.ClientStream {
+		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tokAcme)
+		s, err := cc.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true},
+			"/opentelemetry.proto.collector.trace.v1.TraceService/Export", grpc.ForceCodecV2(rawCodec{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	given := func(t *testing.T, what string) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); e.rc.InFlightBytes() != 0; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d bytes in flight held after the stream ended, want 0", what, e.rc.InFlightBytes())
+			}
+		}
+	}
+	t.Run("sender_gone", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		s := open(ctx)
+		m := rawMessage(msg)
+		if err := s.SendMsg(&m); err != nil {
+			t.Fatal(err)
+		}
+		// The message is read once the bytes in flight hold it.
+		for deadline := time.Now().Add(5 * time.Second); e.rc.InFlightBytes() == 0 && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
+		}
+		cancel()
+		given(t, "sender gone after its message")
+	})
+	t.Run("two_messages", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		s := open(ctx)
+		for range 2 {
+			m := rawMessage(msg)
+			if err := s.SendMsg(&m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s.CloseSend()
+		var out rawMessage
+		if err := s.RecvMsg(&out); status.Code(err) != codes.Internal {
+			t.Errorf("two messages on a unary call: %v, want Internal (gRPC's cardinality violation)", err)
+		}
+		given(t, "two messages")
+	})
+}
