@@ -513,7 +513,10 @@ func (s *server) listenerViews() []metrics.ListenerView {
 
 // pipelineViews gives the metrics what they export of the pipeline.
 func (s *server) pipelineViews() []metrics.PartitionView {
-	parts, _ := s.pipe.Status()
+	// A scrape must not wait out a long step of the engine: Prometheus
+	// gives up after its scrape timeout (10 s by default), and the target
+	// would look down.
+	parts, _ := s.pipe.StatusWithin(2 * time.Second)
 	views := make([]metrics.PartitionView, 0, len(parts))
 	for _, p := range parts {
 		srcs := make([]metrics.SourceView, 0, len(p.Sources))

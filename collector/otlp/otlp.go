@@ -11,6 +11,7 @@
 package otlp
 
 import (
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -327,6 +328,11 @@ func (cv *Converter) convert(res *Resource, source string, p path, rd *dialect.R
 		Responded: result != nil,
 	}
 	switch end := sp.end; {
+	case end > math.MaxInt64:
+		// Past what a time holds (2262-04-11): pdata reads it as a time
+		// before 1970, and the duration would be negative.
+		return nil, false, "field end_time_unix_nano: " + strconv.FormatUint(uint64(end), 10) +
+			" ns after the Unix epoch is outside 1678-2261, which cannot be stored", KindBadTime
 	case end > sp.start:
 		c.Duration = end.AsTime().Sub(sp.start.AsTime())
 	case end != 0 && end < sp.start:

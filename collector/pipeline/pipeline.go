@@ -632,6 +632,25 @@ type statusReply struct {
 // at once; they are left only when the store refused them (retried at the
 // next commit).
 func (p *Pipeline) Report() (parts []detect.PartitionStatus, queued int64, unstored int) {
+	return p.report(nil)
+}
+
+// StatusWithin is Status for a reader that must not wait long (a metrics
+// scrape): when the engine goroutine does not answer within d, busy with a
+// long step (a new partition's backlog judged at once once its join wait
+// ends took 9 s at 17k calls/s), it returns the last status the engine
+// took instead, as of its last step before.
+func (p *Pipeline) StatusWithin(d time.Duration) ([]detect.PartitionStatus, int64) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	parts, queued, _ := p.report(t.C)
+	return parts, queued
+}
+
+// report asks the engine goroutine for its status, or gives up when
+// giveUp fires (never when nil) or the engine has stopped, and returns
+// the last status it took then.
+func (p *Pipeline) report(giveUp <-chan time.Time) (parts []detect.PartitionStatus, queued int64, unstored int) {
 	// Calls acknowledged before now are queued or taken: count the queue
 	// before asking, so that a call taken meanwhile shows in the status.
 	queued = p.inflight.Load()
@@ -642,8 +661,10 @@ func (p *Pipeline) Report() (parts []detect.PartitionStatus, queued int64, unsto
 		case st := <-reply:
 			return st.parts, queued, st.unstored
 		case <-p.done:
+		case <-giveUp:
 		}
 	case <-p.done:
+	case <-giveUp:
 	}
 	p.statusMu.Lock()
 	defer p.statusMu.Unlock()

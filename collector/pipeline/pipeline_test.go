@@ -867,3 +867,61 @@ func TestStateFile_Damaged(t *testing.T) {
 		})
 	}
 }
+
+// TestStatusWithin: while the engine goroutine is busy (here stopped in a
+// sink), StatusWithin returns the last status the engine took once its
+// wait is over, where Status waits for the engine; once the engine goes
+// on, StatusWithin answers with the engine's status again. Found from
+// outside: /metrics asked the engine at every scrape and took 9.4 s while
+// a new partition's backlog was judged.
+func TestStatusWithin(t *testing.T) {
+	clock := newClock(wallStart)
+	rec := newRecorder()
+	release := make(chan struct{})
+	rec.block, rec.blocked = release, make(chan struct{})
+	released := false
+	unblock := func() {
+		if !released {
+			released = true
+			close(release)
+		}
+	}
+	defer unblock() // before openRun's cleanup, which waits for the engine
+	r := openRun(t, t.TempDir(), clock, nil, rec)
+	// Dated ahead of the wall clock, the calls are judged on arrival: the
+	// first stops the engine goroutine in the sink.
+	var lines [][]byte
+	for i := range 10 {
+		lines = append(lines, callLine("thegram", "s1", i+1, wallStart.Add(time.Hour+time.Duration(i)*time.Millisecond)))
+	}
+	if _, err := r.p.Ingest(t.Context(), batch(t, "calls:a", lines...)); err != nil {
+		t.Fatal(err)
+	}
+	<-rec.blocked
+	asked := make(chan struct{})
+	go func() {
+		r.p.Status()
+		close(asked)
+	}()
+	start := time.Now()
+	parts, _ := r.p.StatusWithin(50 * time.Millisecond)
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("StatusWithin(50ms) took %s with the engine busy", took)
+	}
+	for _, ps := range parts {
+		if ps.Calls != 0 {
+			t.Errorf("last status %+v, want the one taken before the calls", ps)
+		}
+	}
+	select {
+	case <-asked:
+		t.Fatal("Status answered while the engine was busy")
+	default:
+	}
+	unblock()
+	<-asked
+	parts, _ = r.p.StatusWithin(5 * time.Second)
+	if len(parts) != 1 || parts[0].Calls != 10 {
+		t.Errorf("status after the engine went on %+v, want thegram's 10 calls", parts)
+	}
+}

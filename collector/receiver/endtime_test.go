@@ -1,6 +1,7 @@
 package receiver_test
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -44,6 +45,28 @@ func TestOTLP_EndBeforeStart(t *testing.T) {
 			}
 		})
 	}
+	// An end past what a time holds (2262 and after: above 2^63-1 ns,
+	// which pdata turns into a time before 1970) has no duration either:
+	// before, the call was stored with a negative one.
+	t.Run("end_past_2262", func(t *testing.T) {
+		for _, end := range []uint64{1<<63 + 5, math.MaxUint64} {
+			e := newEnv(t, nil)
+			req := traces("thegram", 3, func(sp ptrace.Span) { sp.SetEndTimestamp(pcommon.Timestamp(end)) })
+			const want = "resourceSpans[0].scopeSpans[0].spans[0]: field end_time_unix_nano: "
+			for _, carrier := range []string{"protobuf", "json", "grpc"} {
+				resp, _ := e.exportBy(t, carrier, req)
+				ps := resp.PartialSuccess()
+				if ps.RejectedSpans() != 1 || !strings.HasPrefix(ps.ErrorMessage(), want) || !strings.Contains(ps.ErrorMessage(), "outside 1678-2261") {
+					t.Errorf("end %d over %s: partial success %d %q, want 1 %q... outside 1678-2261", end, carrier, ps.RejectedSpans(), ps.ErrorMessage(), want)
+				}
+			}
+			for _, c := range e.stored(t) {
+				if c.Duration < 0 {
+					t.Errorf("end %d: call %s stored with a duration of %s", end, c.RPCID, c.Duration)
+				}
+			}
+		}
+	})
 	t.Run("no_end_time", func(t *testing.T) {
 		e := newEnv(t, nil)
 		a, resp := e.postTraces(t, traces("thegram", 3, func(sp ptrace.Span) { sp.SetEndTimestamp(0) }), false)

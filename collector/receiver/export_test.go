@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
-	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
 
 	"github.com/mcpaudit/mcpaudit/collector/otlp"
@@ -18,10 +17,19 @@ func (rc *Receiver) GRPCServer() *GRPC { return &GRPC{rc: rc} }
 // ExportMessage serves one OTLP/gRPC Export message as the gRPC server
 // does, from the codec on, without a connection.
 func (rc *Receiver) ExportMessage(ctx context.Context, msg []byte) error {
-	codec := depthCodec{CodecV2: encoding.GetCodecV2("proto"), limit: rc.cfg.MaxDepth, maxAttrs: rc.cfg.MaxAttributes}
+	codec := rc.codec()
 	dec := func(v any) error { return codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(msg)}, v) }
 	_, err := exportHandler(&GRPC{rc: rc}, ctx, dec, nil)
 	return err
+}
+
+// HoldInFlight takes n bytes of rc's bytes in flight, as a request being
+// read would, until release is called.
+func (rc *Receiver) HoldInFlight(n int64) (release func(), ok bool) {
+	if !rc.inflight.take(n) {
+		return nil, false
+	}
+	return func() { rc.inflight.give(n) }, true
 }
 
 // ExportRejected answers, over OTLP/HTTP, a request of no spans for

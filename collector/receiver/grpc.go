@@ -3,9 +3,11 @@ package receiver
 import (
 	"context"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/mcpaudit/mcpaudit/collector/otlp"
 	"github.com/mcpaudit/mcpaudit/exporter/metrics"
@@ -171,6 +173,28 @@ var traceServiceDesc = grpc.ServiceDesc{
 type wireExporter interface {
 	exportWire(ctx context.Context, in *wireRequest) (ptraceotlp.ExportResponse, error)
 	refused(in *wireRequest, err error)
+	slow() error
+}
+
+// messageTimer is the context key of the timer that cuts a stream whose
+// message has not arrived within the body timeout (tap).
+type messageTimer struct{}
+
+// errMessageTimeout is the cause of a stream cut by its messageTimer.
+var errMessageTimeout = errors.New("the message did not arrive within the body timeout")
+
+// messageContext is the context of a stream that its messageTimer may
+// cut: cut, it says its deadline is exceeded, so that the sender is
+// answered DeadlineExceeded (gRPC answers a stream whose message cannot
+// be read with its context's error, before the handler can), not
+// Canceled as if it had given up itself.
+type messageContext struct{ context.Context }
+
+func (c messageContext) Err() error {
+	if errors.Is(context.Cause(c.Context), errMessageTimeout) {
+		return context.DeadlineExceeded
+	}
+	return c.Context.Err()
 }
 
 // wireRequest is one Export request as depthCodec left it: the message
@@ -183,14 +207,20 @@ type wireRequest struct {
 	req  ptraceotlp.ExportRequest
 	bad  []otlp.RejectedSpan
 	// refused is set when the message cannot be taken at all (nested too
-	// deep, or not decodable even without its broken spans). The codec
-	// leaves it to exportWire rather than failing: gRPC would answer a
-	// codec's error with Internal, before the request is counted or
-	// logged as the same request over HTTP is.
+	// deep, or not decodable even without its broken spans), or not now
+	// (the bytes in flight at their limit). The codec leaves it to
+	// exportWire rather than failing: gRPC would answer a codec's error
+	// with Internal, before the request is counted or logged as the same
+	// request over HTTP is.
 	refused *refusal
+	// held is the request's share of the bytes in flight.
+	held *holding
 }
 
 func (w *wireRequest) free() {
+	if w.held != nil {
+		w.held.release()
+	}
 	if w.buf != nil {
 		w.buf.Free()
 		w.buf, w.msg, w.fast = nil, otlp.Message{}, false
@@ -200,11 +230,22 @@ func (w *wireRequest) free() {
 func exportHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
 	in := &wireRequest{}
 	g := srv.(wireExporter)
-	if err := dec(in); err != nil {
+	// Freed however dec ends: gRPC reads on after the message of a unary
+	// call, to see its stream end, and fails the call when the sender is
+	// gone by then or sent a second message, after the codec took the
+	// first one's bytes in flight.
+	defer in.free()
+	err := dec(in)
+	if t, ok := ctx.Value(messageTimer{}).(*time.Timer); ok {
+		t.Stop()
+	}
+	if err != nil {
+		if errors.Is(context.Cause(ctx), errMessageTimeout) {
+			err = g.slow()
+		}
 		g.refused(in, err)
 		return nil, err
 	}
-	defer in.free()
 	if interceptor == nil {
 		return g.exportWire(ctx, in)
 	}
@@ -223,7 +264,7 @@ func (rc *Receiver) ServerOptions() []grpc.ServerOption {
 		grpc.MaxRecvMsgSize(int(rc.cfg.MaxBodyBytes)),
 		grpc.MaxConcurrentStreams(uint32(rc.cfg.MaxConcurrentStreams)),
 		grpc.InTapHandle(rc.tap),
-		grpc.ForceServerCodecV2(depthCodec{CodecV2: encoding.GetCodecV2("proto"), limit: rc.cfg.MaxDepth, maxAttrs: rc.cfg.MaxAttributes}),
+		grpc.ForceServerCodecV2(rc.codec()),
 		grpc.StatsHandler(oversized{rc}),
 	}
 }
@@ -280,7 +321,13 @@ func (rc *Receiver) tap(ctx context.Context, info *tap.Info) (context.Context, e
 		// The stream's context ends with the stream, whatever happens to
 		// it: the slot is given back then.
 		context.AfterFunc(ctx, func() { <-rc.streams })
-		return ctx, nil
+		// The slot is held from the stream's headers on: a stream whose
+		// message does not arrive within the body timeout is cut (as an
+		// HTTP body that slow is), or streams that never send would hold
+		// every slot. exportHandler stops the timer once it is read.
+		ctx, cut := context.WithCancelCause(ctx)
+		t := time.AfterFunc(rc.cfg.BodyTimeout, func() { cut(errMessageTimeout) })
+		return context.WithValue(messageContext{ctx}, messageTimer{}, t), nil
 	default:
 		rc.rejected(metrics.SourceOTLPGRPC, metrics.RejectOverloaded, 1)
 		return ctx, status.Errorf(codes.Unavailable, "the collector processes %d gRPC requests, its limit (serve.receiver.max_concurrent_streams); retry later", cap(rc.streams))
@@ -308,6 +355,9 @@ func (g *GRPC) exportWire(ctx context.Context, in *wireRequest) (ptraceotlp.Expo
 	if re := in.refused; re != nil {
 		rc.rejected(metrics.SourceOTLPGRPC, re.reason, 1)
 		rc.logRejected(re.logKind(), metrics.SourceOTLPGRPC, p.Tenant, re.reason, re.msg)
+		if re.retryable() {
+			return ptraceotlp.ExportResponse{}, status.Error(codes.Unavailable, re.msg)
+		}
 		return ptraceotlp.ExportResponse{}, status.Error(codes.InvalidArgument, re.msg)
 	}
 	var resp ptraceotlp.ExportResponse
@@ -341,6 +391,16 @@ func (g *GRPC) refused(_ *wireRequest, err error) {
 	}
 	g.rc.rejected(metrics.SourceOTLPGRPC, metrics.RejectDecodeError, 1)
 	g.rc.logRejected("rejected_request", metrics.SourceOTLPGRPC, "", metrics.RejectDecodeError, status.Convert(err).Message())
+}
+
+// slow counts and logs a request whose message did not arrive within the
+// body timeout, as OTLP/HTTP counts a body that slow (408), and returns
+// its answer.
+func (g *GRPC) slow() error {
+	msg := fmt.Sprintf("the message did not arrive within %s (serve.receiver.body_timeout)", g.rc.cfg.BodyTimeout)
+	g.rc.rejected(metrics.SourceOTLPGRPC, metrics.RejectTimeout, 1)
+	g.rc.logRejected("rejected_request", metrics.SourceOTLPGRPC, "", metrics.RejectTimeout, msg)
+	return status.Error(codes.DeadlineExceeded, msg)
 }
 
 // grpcPrincipal authenticates a gRPC request by its metadata and its
@@ -384,7 +444,8 @@ func (rc *Receiver) grpcPrincipal(ctx context.Context, method string, md metadat
 // depthCodec checks the nesting of an OTLP message on the wire before the
 // proto codec decodes it: a deep value costs many times its size once
 // decoded. A request it cannot take is marked (wireRequest.refused) and
-// answered by exportWire with InvalidArgument, counted and logged.
+// answered by exportWire with InvalidArgument (Unavailable when the bytes
+// in flight are at their limit), counted and logged.
 //
 // An Export request (wireRequest) is kept as its bytes when
 // otlp.CheckProto accepts them with the attribute limit maxAttrs, and
@@ -393,6 +454,16 @@ type depthCodec struct {
 	encoding.CodecV2
 	limit    int
 	maxAttrs int
+	// inflight is the receiver's bytes in flight: an Export request holds
+	// decodeCost times its message's bytes of it until it is answered, as
+	// an OTLP/HTTP request does, and one that would pass it is refused
+	// (Unavailable) before it is decoded. Nil: not counted.
+	inflight *budget
+}
+
+// codec returns the gRPC codec of rc's Export requests.
+func (rc *Receiver) codec() depthCodec {
+	return depthCodec{CodecV2: encoding.GetCodecV2("proto"), limit: rc.cfg.MaxDepth, maxAttrs: rc.cfg.MaxAttributes, inflight: rc.inflight}
 }
 
 // Marshal encodes the Export response, which is pdata's.
@@ -409,6 +480,19 @@ func (c depthCodec) Marshal(v any) (mem.BufferSlice, error) {
 
 func (c depthCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	if w, ok := v.(*wireRequest); ok {
+		// A second message of a unary call is decoded into the request
+		// of the first before gRPC refuses the call.
+		w.free()
+		// gRPC has read the whole message by now (max_concurrent_streams
+		// of them at most, each up to max_body_bytes): what is bounded here
+		// is what decoding and processing it costs, as for OTLP/HTTP.
+		if c.inflight != nil {
+			w.held = &holding{b: c.inflight}
+			if !w.held.take(int64(data.Len()) * decodeCost) {
+				w.refused = newRefusal(429, fmt.Sprintf("the collector holds %d bytes of requests in flight, its limit (serve.receiver.max_in_flight_bytes); retry later", c.inflight.Used()), metrics.RejectOverloaded)
+				return nil
+			}
+		}
 		buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 		b := buf.ReadOnlyData()
 		var deep *refusal

@@ -18,6 +18,7 @@ import (
 
 	"github.com/mcpaudit/mcpaudit/collector/pipeline"
 	"github.com/mcpaudit/mcpaudit/collector/receiver"
+	"github.com/mcpaudit/mcpaudit/exporter/metrics"
 )
 
 // TestGRPC_RequestRefusedWhole: an OTLP/gRPC request that cannot be taken
@@ -148,4 +149,162 @@ func TestGRPC_MessageOverLimit(t *testing.T) {
 	if _, err := client.Export(ctx, traces("thegram", 2, nil)); err != nil {
 		t.Fatalf("good request after the refused ones: %v", err)
 	}
+}
+
+// TestGRPC_BytesInFlight: an OTLP/gRPC request holds its share of the
+// bytes in flight (serve.receiver.max_in_flight_bytes) while it is decoded
+// and processed, as an OTLP/HTTP request does, and one that would pass
+// them is answered Unavailable naming the setting, counted as overloaded,
+// with nothing stored; sent again once there is room, it is taken. Found
+// from outside: 32 gRPC clients sending 19 MiB messages to a serve with
+// memory_limit 256MiB took it to a peak RSS of 497 MiB (234 MiB over
+// OTLP/HTTP), the bytes in flight at 0 all along.
+func TestGRPC_BytesInFlight(t *testing.T) {
+	e := newEnv(t, func(c *receiver.Config, _ *pipeline.Config) {
+		c.MaxBodyBytes, c.MaxInFlightBytes = 1<<20, 4<<20
+	})
+	client := ptraceotlp.NewGRPCClient(dialGRPC(t, e))
+	export := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err := client.Export(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tokAcme), traces("thegram", 10, nil))
+		return err
+	}
+	// Other requests hold all but 1,000 bytes: the message (about 1,700
+	// bytes, four times that once decoded) does not fit.
+	release, ok := e.rc.HoldInFlight(4<<20 - 1000)
+	if !ok {
+		t.Fatal("cannot hold the bytes in flight")
+	}
+	err := export()
+	if status.Code(err) != codes.Unavailable || !strings.Contains(status.Convert(err).Message(), "serve.receiver.max_in_flight_bytes") {
+		t.Fatalf("with the bytes in flight at their limit: %v, want Unavailable naming serve.receiver.max_in_flight_bytes", err)
+	}
+	if n := len(e.stored(t)); n != 0 {
+		t.Errorf("%d calls stored from the refused request, want 0", n)
+	}
+	if n := e.rejectedCount(t, metrics.RejectOverloaded, metrics.SourceOTLPGRPC); n != 1 {
+		t.Errorf("%v requests counted as overloaded, want 1", n)
+	}
+	release()
+	if err := export(); err != nil {
+		t.Fatalf("sent again with room: %v", err)
+	}
+	if n := len(e.stored(t)); n != 10 {
+		t.Errorf("%d calls stored, want 10", n)
+	}
+	if n := e.rc.InFlightBytes(); n != 0 {
+		t.Errorf("%d bytes in flight once every request is answered, want 0", n)
+	}
+}
+
+// TestGRPC_StalledMessage: an OTLP/gRPC stream whose message does not
+// arrive within serve.receiver.body_timeout is ended with DeadlineExceeded
+// naming the setting, counted as timeout, and its slot of
+// max_concurrent_streams is freed, as an HTTP body that slow is answered
+// 408. Found from outside: one client holding 16 streams open (headers
+// sent, the message never) kept every other OTLP/gRPC request answered
+// "the collector processes 16 gRPC requests" for as long as it liked.
+func TestGRPC_StalledMessage(t *testing.T) {
+	e := newEnv(t, func(c *receiver.Config, _ *pipeline.Config) {
+		c.MaxConcurrentStreams, c.BodyTimeout = 2, 300*time.Millisecond
+	})
+	cc := dialGRPC(t, e)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tokAcme)
+	var stalled []grpc.ClientStream
+	for range 2 {
+		s, err := cc.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true},
+			"/opentelemetry.proto.collector.trace.v1.TraceService/Export", grpc.ForceCodecV2(rawCodec{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stalled = append(stalled, s)
+	}
+	// gRPC answers with the context's error before the handler can (the
+	// reason is in the log line).
+	for i, s := range stalled {
+		var out rawMessage
+		if err := s.RecvMsg(&out); status.Code(err) != codes.DeadlineExceeded {
+			t.Fatalf("stream %d, its message never sent: %v, want DeadlineExceeded", i, err)
+		}
+	}
+	if _, err := ptraceotlp.NewGRPCClient(cc).Export(ctx, traces("thegram", 3, nil)); err != nil {
+		t.Fatalf("once the stalled streams are cut: %v", err)
+	}
+	if n := len(e.stored(t)); n != 3 {
+		t.Errorf("%d calls stored, want 3", n)
+	}
+	if n := e.rejectedCount(t, metrics.RejectTimeout, metrics.SourceOTLPGRPC); n != 2 {
+		t.Errorf("%v requests counted as timeout, want 2", n)
+	}
+	ls := e.logs.lines(t, "rejected_request")
+	if len(ls) != 2 || ls[0]["reason"] != string(metrics.RejectTimeout) || !strings.Contains(ls[0]["error"].(string), "serve.receiver.body_timeout") {
+		t.Errorf("rejected_request lines %v, want two of reason timeout naming serve.receiver.body_timeout", ls)
+	}
+}
+
+// TestGRPC_BytesInFlightGivenBack: the bytes in flight an Export message
+// took are given back however its stream ends after the message was read:
+// the sender gone before it closed its side (gRPC reads on after the
+// message of a unary call, to see it end), or a second message on the
+// stream (refused by gRPC, which decodes it into the same request first).
+// Found from outside: exporters that gave up after 40 ms left 96 MiB of
+// the bytes in flight held for good.
+func TestGRPC_BytesInFlightGivenBack(t *testing.T) {
+	e := newEnv(t, nil)
+	cc := dialGRPC(t, e)
+	msg, err := traces("thegram", 3, nil).MarshalProto()
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := func(ctx context.Context) grpc.ClientStream {
+		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tokAcme)
+		s, err := cc.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true},
+			"/opentelemetry.proto.collector.trace.v1.TraceService/Export", grpc.ForceCodecV2(rawCodec{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	given := func(t *testing.T, what string) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); e.rc.InFlightBytes() != 0; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d bytes in flight held after the stream ended, want 0", what, e.rc.InFlightBytes())
+			}
+		}
+	}
+	t.Run("sender_gone", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		s := open(ctx)
+		m := rawMessage(msg)
+		if err := s.SendMsg(&m); err != nil {
+			t.Fatal(err)
+		}
+		// The message is read once the bytes in flight hold it.
+		for deadline := time.Now().Add(5 * time.Second); e.rc.InFlightBytes() == 0 && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
+		}
+		cancel()
+		given(t, "sender gone after its message")
+	})
+	t.Run("two_messages", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		s := open(ctx)
+		for range 2 {
+			m := rawMessage(msg)
+			if err := s.SendMsg(&m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s.CloseSend()
+		var out rawMessage
+		if err := s.RecvMsg(&out); status.Code(err) != codes.Internal {
+			t.Errorf("two messages on a unary call: %v, want Internal (gRPC's cardinality violation)", err)
+		}
+		given(t, "two messages")
+	})
 }

@@ -75,11 +75,12 @@ type Config struct {
 	// record, or the OTLP span that holds them (every span of a resource
 	// or scope that holds them). Default 32.
 	MaxDepth int `yaml:"max_depth"`
-	// MaxInFlightBytes caps the memory held by all HTTP requests being read
-	// and processed at once, each counted at four times its bytes after
-	// decompression (what decoding it costs); a request that would pass it
-	// is answered 429. Default 256 MiB (about 64 MiB of bodies), or half
-	// the memory limit when that is smaller.
+	// MaxInFlightBytes caps the memory held by all ingest requests being
+	// read and processed at once, each counted at four times its bytes
+	// after decompression (what decoding it costs); a request that would
+	// pass it is answered 429 (OTLP/gRPC: Unavailable, once gRPC has read
+	// its message). Default 256 MiB (about 64 MiB of bodies), or half the
+	// memory limit when that is smaller.
 	MaxInFlightBytes int64 `yaml:"max_in_flight_bytes"`
 	// MaxConcurrentStreams caps the OTLP/gRPC requests processed at once,
 	// over all connections; more are answered Unavailable. Default 16.
@@ -87,7 +88,9 @@ type Config struct {
 	// BodyTimeout is how long the collector may wait for a request's body
 	// to arrive, in all (the time it spends reading and decompressing what
 	// arrived is not counted); a slower body is answered 408 and its
-	// connection closed. Default 30s.
+	// connection closed. An OTLP/gRPC message is counted from its stream's
+	// headers: the stream ends, its deadline exceeded, and its slot of
+	// max_concurrent_streams is freed. Default 30s.
 	BodyTimeout time.Duration `yaml:"body_timeout"`
 	// MemorySoftLimit is the share of the memory limit (GOMEMLIMIT or
 	// serve.memory_limit) above which the heap makes new requests be
@@ -342,20 +345,24 @@ const maxLoggedDetail = 300
 // cut to maxLoggedDetail bytes of valid UTF-8, as a hostile sender chooses
 // its text.
 func (rc *Receiver) logRejected(kind string, src metrics.Source, tenant string, reason metrics.RejectReason, detail string, extra ...any) {
-	detail = unquoted(withoutQuotedInput(detail))
-	if rc.Redactor != nil {
-		detail, _ = rc.Redactor.Text(detail)
-	}
-	if len(detail) > maxLoggedDetail {
-		detail = detail[:maxLoggedDetail] + "..."
-	}
-	detail = strings.ToValidUTF8(detail, "\ufffd")
-	args := []any{"transport", string(src), "reason", string(reason), "error", detail}
-	if tenant != "" {
-		args = append(args, "tenant", tenant)
-	}
-	args = append(args, extra...)
-	rc.rlog.Warn(kind, "ingest rejected", args...)
+	// The detail is cleaned only for the lines written: a body of millions
+	// of bad lines spent a third of its time cleaning details for lines the
+	// rate limit dropped.
+	rc.rlog.WarnFunc(kind, "ingest rejected", func() []any {
+		detail = unquoted(withoutQuotedInput(detail))
+		if rc.Redactor != nil {
+			detail, _ = rc.Redactor.Text(detail)
+		}
+		if len(detail) > maxLoggedDetail {
+			detail = detail[:maxLoggedDetail] + "..."
+		}
+		detail = strings.ToValidUTF8(detail, "\ufffd")
+		args := []any{"transport", string(src), "reason", string(reason), "error", detail}
+		if tenant != "" {
+			args = append(args, "tenant", tenant)
+		}
+		return append(args, extra...)
+	})
 }
 
 // unquoted replaces every double-quoted part of an error message with

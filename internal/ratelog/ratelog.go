@@ -67,6 +67,14 @@ func New(log *slog.Logger, cfg Config) *Logger {
 // and "kind", unless kind has used up its lines for the interval; then it
 // only counts it. It reports whether the line was written.
 func (l *Logger) Log(ctx context.Context, level slog.Level, kind, msg string, args ...any) bool {
+	return l.LogFunc(ctx, level, kind, msg, func() []any { return args })
+}
+
+// LogFunc is Log with the attributes returned by args, which is called
+// only for a line that is written: a caller whose attributes cost to make
+// (a message cleaned of payloads) pays for the lines written, not for
+// every event of a flood.
+func (l *Logger) LogFunc(ctx context.Context, level slog.Level, kind, msg string, args func() []any) bool {
 	if l == nil || !l.log.Enabled(ctx, level) {
 		return false
 	}
@@ -90,9 +98,10 @@ func (l *Logger) Log(ctx context.Context, level slog.Level, kind, msg string, ar
 	w.suppressed = 0
 	l.mu.Unlock()
 
-	attrs := make([]any, 0, len(args)+4)
+	a := args()
+	attrs := make([]any, 0, len(a)+4)
 	attrs = append(attrs, "kind", kind)
-	attrs = append(attrs, args...)
+	attrs = append(attrs, a...)
 	if suppressed > 0 {
 		attrs = append(attrs, "suppressed", suppressed)
 	}
@@ -103,6 +112,11 @@ func (l *Logger) Log(ctx context.Context, level slog.Level, kind, msg string, ar
 // Warn logs at warning level; see Log.
 func (l *Logger) Warn(kind, msg string, args ...any) bool {
 	return l.Log(context.Background(), slog.LevelWarn, kind, msg, args...)
+}
+
+// WarnFunc logs at warning level; see LogFunc.
+func (l *Logger) WarnFunc(kind, msg string, args func() []any) bool {
+	return l.LogFunc(context.Background(), slog.LevelWarn, kind, msg, args)
 }
 
 // Info logs at info level; see Log.

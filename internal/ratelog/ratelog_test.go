@@ -151,3 +151,28 @@ func (w *lockedWriter) Write(p []byte) (int, error) {
 	defer w.mu.Unlock()
 	return w.b.Write(p)
 }
+
+// TestLogFunc: the attributes of a line are made only when it is written;
+// the lines past the burst cost nothing but their count, reported by the
+// next line written.
+func TestLogFunc(t *testing.T) {
+	l, buf, now := newTest(Config{Interval: time.Minute, Burst: 2}, slog.LevelInfo)
+	made := 0
+	args := func() []any { made++; return []any{"n", made} }
+	for range 1000 {
+		l.WarnFunc("rejected_record", "ingest rejected", args)
+	}
+	if made != 2 {
+		t.Errorf("attributes made %d times for 2 lines written, want 2", made)
+	}
+	if got := lines(t, buf); len(got) != 2 || got[1]["n"] != float64(2) {
+		t.Errorf("lines %v, want 2 with their attributes", got)
+	}
+	*now = now.Add(time.Minute)
+	if !l.WarnFunc("rejected_record", "ingest rejected", args) {
+		t.Fatal("the first line of the next minute was not written")
+	}
+	if got := lines(t, buf); len(got) != 1 || got[0]["suppressed"] != float64(998) || got[0]["n"] != float64(3) {
+		t.Errorf("lines %v, want one reporting 998 suppressed", got)
+	}
+}
