@@ -52,6 +52,7 @@ func TestDecoder_BadLinesKeepGoodOnes(t *testing.T) {
 		`{"time":"2026-11-02T09:00:00Z","server":"x","request":"nope"}`,
 		`{"time":"2026-11-02T09:00:00Z","server":"x","request":{"params":{"arguments":{}}}}`,
 		`{"time":"2026-11-02T09:00:00Z","server":"x","duration_ms":"slow","request":{"params":{"name":"t"}}}`,
+		`{"time":"2026-11-02T09:00:00Z","server":"x","request":{"method":"tools/call","params":{"name":5}}}`,
 		``,
 		good,
 	}, "\n")
@@ -70,6 +71,7 @@ func TestDecoder_BadLinesKeepGoodOnes(t *testing.T) {
 		{"in:6: field request: must be a JSON-RPC request object", ""},
 		{"in:7: field request.params.name: missing tool name", missing},
 		{"in:8: field duration_ms: must be a non-negative number", badTime},
+		{"in:9: field request.params.name: must be a string (the tool's name), not number", ""},
 	}
 	if len(rejects) != len(want) {
 		t.Fatalf("rejects = %v", rejects)

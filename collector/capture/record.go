@@ -252,6 +252,9 @@ func (rp *RecordParser) parse(data []byte, source string, line int, keep bool) (
 	}
 	method := tx.buf[methodSpan.start:methodSpan.end]
 	if (len(method) == 0 || string(method) == "tools/call") && toolSpan.start == toolSpan.end {
+		if n := req.Get("params", "name"); n != nil && n.Type() != fastjson.TypeString && n.Type() != fastjson.TypeNull {
+			return nil, bad("request.params.name", "must be a string (the tool's name), not %s", n.Type())
+		}
 		return nil, missing("request.params.name", "missing tool name")
 	}
 
