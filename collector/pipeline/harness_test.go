@@ -69,6 +69,22 @@ func newRecorder() *recorder {
 		writes: map[string]int{}, findings: map[string]int{}}
 }
 
+// newBlockingRecorder returns a recorder whose next Call blocks the engine
+// goroutine (closing rec.blocked) until unblock is called; unblock may be
+// called more than once.
+func newBlockingRecorder() (rec *recorder, unblock func()) {
+	rec = newRecorder()
+	release := make(chan struct{})
+	rec.block, rec.blocked = release, make(chan struct{})
+	released := false
+	return rec, func() {
+		if !released {
+			released = true
+			close(release)
+		}
+	}
+}
+
 func (s *recorder) Call(r *audit.Record) {
 	s.mu.Lock()
 	block := s.block

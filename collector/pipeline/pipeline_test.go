@@ -153,16 +153,7 @@ func TestIngest_BackPressure(t *testing.T) {
 
 	t.Run("queue", func(t *testing.T) {
 		clock := newClock(wallStart)
-		rec := newRecorder()
-		release := make(chan struct{})
-		rec.block, rec.blocked = release, make(chan struct{})
-		released := false
-		unblock := func() {
-			if !released {
-				released = true
-				close(release)
-			}
-		}
+		rec, unblock := newBlockingRecorder()
 		// Registered after openRun's cleanup, so run before it: a failed
 		// test does not leave the engine stuck in the sink.
 		defer unblock()
@@ -876,16 +867,7 @@ func TestStateFile_Damaged(t *testing.T) {
 // a new partition's backlog was judged.
 func TestStatusWithin(t *testing.T) {
 	clock := newClock(wallStart)
-	rec := newRecorder()
-	release := make(chan struct{})
-	rec.block, rec.blocked = release, make(chan struct{})
-	released := false
-	unblock := func() {
-		if !released {
-			released = true
-			close(release)
-		}
-	}
+	rec, unblock := newBlockingRecorder()
 	defer unblock() // before openRun's cleanup, which waits for the engine
 	r := openRun(t, t.TempDir(), clock, nil, rec)
 	// Dated ahead of the wall clock, the calls are judged on arrival: the
