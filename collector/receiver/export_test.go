@@ -42,3 +42,10 @@ func (rc *Receiver) ExportRejected(ctx context.Context, tenant string, pre []otl
 
 // SpanReason is spanReason, for the reason tests.
 var SpanReason = spanReason
+
+// HoldSalvageSlot takes the slot that lets one salvage run at a time, as
+// a salvage of another request would, until release is called.
+func HoldSalvageSlot() (release func()) {
+	salvageSlot <- struct{}{}
+	return func() { <-salvageSlot }
+}

@@ -176,9 +176,18 @@ type wireExporter interface {
 	slow() error
 }
 
-// messageTimer is the context key of the timer that cuts a stream whose
-// message has not arrived within the body timeout (tap).
+// messageTimer is the context key of the *bodyTimer that cuts a stream
+// whose message has not arrived within the body timeout (tap).
 type messageTimer struct{}
+
+// bodyTimer cuts a stream whose message is late. It is paused while the
+// codec decodes the message that arrived (the collector's own work, as
+// reading and decompressing an HTTP body is not counted), and runs again
+// while gRPC waits for the stream's end.
+type bodyTimer struct {
+	t *time.Timer
+	d time.Duration
+}
 
 // errMessageTimeout is the cause of a stream cut by its messageTimer.
 var errMessageTimeout = errors.New("the message did not arrive within the body timeout")
@@ -215,6 +224,8 @@ type wireRequest struct {
 	refused *refusal
 	// held is the request's share of the bytes in flight.
 	held *holding
+	// timer is the stream's body timer (nil outside a gRPC server).
+	timer *bodyTimer
 }
 
 func (w *wireRequest) free() {
@@ -235,9 +246,15 @@ func exportHandler(srv any, ctx context.Context, dec func(any) error, intercepto
 	// gone by then or sent a second message, after the codec took the
 	// first one's bytes in flight.
 	defer in.free()
+	in.timer, _ = ctx.Value(messageTimer{}).(*bodyTimer)
 	err := dec(in)
-	if t, ok := ctx.Value(messageTimer{}).(*time.Timer); ok {
-		t.Stop()
+	if in.timer != nil {
+		in.timer.t.Stop()
+	}
+	if err == nil && errors.Is(context.Cause(ctx), errMessageTimeout) {
+		// Cut while gRPC waited for the stream's end after the message:
+		// the request's context is done, so nothing could be stored.
+		err = errMessageTimeout
 	}
 	if err != nil {
 		if errors.Is(context.Cause(ctx), errMessageTimeout) {
@@ -324,9 +341,10 @@ func (rc *Receiver) tap(ctx context.Context, info *tap.Info) (context.Context, e
 		// The slot is held from the stream's headers on: a stream whose
 		// message does not arrive within the body timeout is cut (as an
 		// HTTP body that slow is), or streams that never send would hold
-		// every slot. exportHandler stops the timer once it is read.
+		// every slot. The codec pauses the timer while it decodes the
+		// message, and exportHandler stops it once the stream has ended.
 		ctx, cut := context.WithCancelCause(ctx)
-		t := time.AfterFunc(rc.cfg.BodyTimeout, func() { cut(errMessageTimeout) })
+		t := &bodyTimer{t: time.AfterFunc(rc.cfg.BodyTimeout, func() { cut(errMessageTimeout) }), d: rc.cfg.BodyTimeout}
 		return context.WithValue(messageContext{ctx}, messageTimer{}, t), nil
 	default:
 		rc.rejected(metrics.SourceOTLPGRPC, metrics.RejectOverloaded, 1)
@@ -483,6 +501,11 @@ func (c depthCodec) Unmarshal(data mem.BufferSlice, v any) error {
 		// A second message of a unary call is decoded into the request
 		// of the first before gRPC refuses the call.
 		w.free()
+		// The message has arrived: decoding it (waiting for the salvage
+		// slot included) is the collector's time, not the sender's.
+		if w.timer != nil && w.timer.t.Stop() {
+			defer w.timer.t.Reset(w.timer.d)
+		}
 		// gRPC has read the whole message by now (max_concurrent_streams
 		// of them at most, each up to max_body_bytes): what is bounded here
 		// is what decoding and processing it costs, as for OTLP/HTTP.

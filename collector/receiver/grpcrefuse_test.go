@@ -308,3 +308,30 @@ func TestGRPC_BytesInFlightGivenBack(t *testing.T) {
 		given(t, "two messages")
 	})
 }
+
+// TestGRPC_SlowDecodeNotTimedOut: the body timeout of an OTLP/gRPC
+// message counts the time the sender takes to send it, not the time the
+// collector takes to decode it. Here the message arrives at once and its
+// salvage waits longer than the body timeout for the salvage slot (held by
+// another request's): the request is taken. Found in review: such a
+// request was answered DeadlineExceeded and counted as timeout, or
+// Unavailable "cannot store calls now", as if the store were down.
+func TestGRPC_SlowDecodeNotTimedOut(t *testing.T) {
+	e := newEnv(t, func(c *receiver.Config, _ *pipeline.Config) {
+		c.BodyTimeout = 300 * time.Millisecond
+	})
+	client := ptraceotlp.NewGRPCClient(dialGRPC(t, e))
+	req, want, deep := deepSpansRequest()
+	release := receiver.HoldSalvageSlot()
+	time.AfterFunc(900*time.Millisecond, release)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := client.Export(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tokAcme), req)
+	if err != nil {
+		t.Fatalf("a message that arrived whole, decoded after the body timeout: %v", err)
+	}
+	checkDeepRejected(t, e, metrics.SourceOTLPGRPC, resp.PartialSuccess(), want, withReason(deep, protoDeep))
+	if n := e.rejectedCount(t, metrics.RejectTimeout, metrics.SourceOTLPGRPC); n != 0 {
+		t.Errorf("%v requests counted as timeout, want 0", n)
+	}
+}
