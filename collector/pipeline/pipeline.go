@@ -141,6 +141,7 @@ type Pipeline struct {
 
 	statusMu  sync.Mutex
 	status    []detect.PartitionStatus
+	statusAt  time.Time // when status was taken (p.now)
 	statusReq chan chan statusReply
 
 	// floorMu guards what the state file holds and what it must cover:
@@ -668,7 +669,30 @@ func (p *Pipeline) report(giveUp <-chan time.Time) (parts []detect.PartitionStat
 	}
 	p.statusMu.Lock()
 	defer p.statusMu.Unlock()
-	return p.status, p.inflight.Load(), 0
+	return aged(p.status, p.now().Sub(p.statusAt)), p.inflight.Load(), 0
+}
+
+// aged returns the status st taken by ago earlier, its lags as of now:
+// while the engine is busy its watermarks stand still and the wall clock
+// goes on, so a lag alert still sees them fall behind.
+func aged(st []detect.PartitionStatus, ago time.Duration) []detect.PartitionStatus {
+	if ago <= 0 {
+		return st
+	}
+	out := make([]detect.PartitionStatus, len(st))
+	for i, ps := range st {
+		if !ps.Watermark.IsZero() {
+			ps.Lag += ago
+		}
+		ps.Sources = slices.Clone(ps.Sources)
+		for j := range ps.Sources {
+			if !ps.Sources[j].LastEvent.IsZero() {
+				ps.Sources[j].Lag += ago
+			}
+		}
+		out[i] = ps
+	}
+	return out
 }
 
 // lastStatus returns the last status taken; the engine goroutine's view.
@@ -679,10 +703,11 @@ func (p *Pipeline) lastStatus() []detect.PartitionStatus {
 }
 
 func (p *Pipeline) updateStatus() {
-	st := p.eng.Status(p.now())
+	now := p.now()
+	st := p.eng.Status(now)
 	p.statusMu.Lock()
 	prev := p.status
-	p.status = st
+	p.status, p.statusAt = st, now
 	p.statusMu.Unlock()
 	p.logLate(prev, st)
 }

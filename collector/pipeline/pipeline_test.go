@@ -907,3 +907,43 @@ func TestStatusWithin(t *testing.T) {
 		t.Errorf("status after the engine went on %+v, want thegram's 10 calls", parts)
 	}
 }
+
+// TestStatusWithinAgesLag: the status StatusWithin falls back on, while
+// the engine is busy, gives the lags as of now, not as of the engine's last
+// step: its watermarks stand still while the wall clock goes on, and a lag
+// alert must see them fall behind. Found in review: the fallback froze
+// mcpaudit_pipeline_lag_seconds at its value before the engine stalled.
+func TestStatusWithinAgesLag(t *testing.T) {
+	clock := newClock(wallStart)
+	rec := newRecorder()
+	r := openRun(t, t.TempDir(), clock, nil, rec)
+	if _, err := r.ingest(batch(t, "calls:a", callLine("thegram", "s1", 1, wallStart.Add(-10*time.Second)))); err != nil {
+		t.Fatal(err)
+	}
+	clock.Add(3 * time.Second) // past the harness's join wait
+	before, _ := r.p.StatusWithin(5 * time.Second)
+	if len(before) != 1 || before[0].Watermark.IsZero() || len(before[0].Sources) != 1 {
+		t.Fatalf("status %+v, want thegram with a watermark and its source", before)
+	}
+
+	release := make(chan struct{})
+	defer close(release) // before openRun's cleanup, which waits for the engine
+	rec.mu.Lock()
+	rec.block, rec.blocked = release, make(chan struct{})
+	rec.mu.Unlock()
+	if _, err := r.p.Ingest(t.Context(), batch(t, "calls:a", callLine("thegram", "s1", 2, wallStart.Add(-9*time.Second)))); err != nil {
+		t.Fatal(err)
+	}
+	<-rec.blocked
+	clock.Add(time.Minute)
+	after, _ := r.p.StatusWithin(50 * time.Millisecond)
+	if len(after) != 1 || !after[0].Watermark.Equal(before[0].Watermark) {
+		t.Fatalf("status while busy %+v, want the last one taken, watermark %s", after, before[0].Watermark)
+	}
+	if got, want := after[0].Lag, before[0].Lag+time.Minute; got != want {
+		t.Errorf("partition lag while the engine is busy %s, want %s (a minute later)", got, want)
+	}
+	if got, want := after[0].Sources[0].Lag, before[0].Sources[0].Lag+time.Minute; got != want {
+		t.Errorf("source lag while the engine is busy %s, want %s", got, want)
+	}
+}
