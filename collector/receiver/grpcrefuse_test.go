@@ -284,8 +284,10 @@ func TestGRPC_BytesInFlightGivenBack(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The message is read once the bytes in flight hold it.
-		for deadline := time.Now().Add(5 * time.Second); e.rc.InFlightBytes() == 0 && time.Now().Before(deadline); {
-			time.Sleep(time.Millisecond)
+		for deadline := time.Now().Add(5 * time.Second); e.rc.InFlightBytes() == 0; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("no bytes in flight held 5 s after the message was sent: the test would prove nothing")
+			}
 		}
 		cancel()
 		given(t, "sender gone after its message")
