@@ -2,7 +2,11 @@ package receiver
 
 import (
 	"bytes"
+	"fmt"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 )
@@ -55,5 +59,59 @@ func TestWaitReader(t *testing.T) {
 	_, err = wr.Read(buf)
 	if re := readRefusal(err, budget); re == nil || re.status != 408 {
 		t.Fatalf("a body that stopped arriving: %v, want a timeout answered 408", err)
+	}
+}
+
+// TestWaitReaderHTTP2: over HTTP/2 (a TLS listener offers it) a read
+// deadline is a timer that runs whether or not the handler reads, and
+// once it fires the body is closed for good. The server's work between
+// two reads must not fire it: here the first chunk is read, the server
+// works 300 ms, and the second chunk arrives at 400 ms, with 250 ms of
+// budget; waiting took far less. Found in review: answered 408 over
+// HTTP/2 while HTTP/1.1 took it.
+func TestWaitReaderHTTP2(t *testing.T) {
+	const budget = 250 * time.Millisecond
+	got := make(chan error, 1)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctl := http.NewResponseController(w)
+		wr := &waitReader{r: r.Body, deadline: ctl.SetReadDeadline, left: budget}
+		buf := make([]byte, 64)
+		if _, err := wr.Read(buf); err != nil {
+			got <- fmt.Errorf("first chunk, HTTP/%d: %w", r.ProtoMajor, err)
+			return
+		}
+		time.Sleep(300 * time.Millisecond) // the server's own work
+		_, err := io.ReadAll(wr)
+		if err == nil && r.ProtoMajor != 2 {
+			err = fmt.Errorf("HTTP/%d, want HTTP/2", r.ProtoMajor)
+		}
+		got <- err
+	}))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	defer srv.Close()
+	pr, pw := io.Pipe()
+	go func() {
+		pw.Write([]byte("first"))
+		time.Sleep(400 * time.Millisecond)
+		pw.Write([]byte("second"))
+		pw.Close()
+	}()
+	req, err := http.NewRequest("POST", srv.URL, pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		if resp, err := srv.Client().Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("a body whose bytes came within the budget, the server working between reads: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler did not finish")
 	}
 }

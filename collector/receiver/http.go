@@ -193,6 +193,9 @@ func (w *waitReader) Read(p []byte) (int, error) {
 	w.deadline(start.Add(w.left))
 	n, err := w.r.Read(p)
 	w.left -= time.Since(start)
+	// Cleared between reads: over HTTP/2 a read deadline is a timer that
+	// runs while the handler works, and once fired it closes the body.
+	w.deadline(time.Time{})
 	return n, err
 }
 
