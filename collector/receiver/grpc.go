@@ -251,15 +251,13 @@ func exportHandler(srv any, ctx context.Context, dec func(any) error, intercepto
 	if in.timer != nil {
 		in.timer.t.Stop()
 	}
-	if err == nil && errors.Is(context.Cause(ctx), errMessageTimeout) {
-		// Cut while gRPC waited for the stream's end after the message:
-		// the request's context is done, so nothing could be stored.
-		err = errMessageTimeout
+	if errors.Is(context.Cause(ctx), errMessageTimeout) {
+		// Cut before the message came, or while gRPC waited for the
+		// stream's end after it: the request's context is done, so nothing
+		// could be stored either way.
+		err = g.slow()
 	}
 	if err != nil {
-		if errors.Is(context.Cause(ctx), errMessageTimeout) {
-			err = g.slow()
-		}
 		g.refused(in, err)
 		return nil, err
 	}
