@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"hash/maphash"
 	"time"
+	"unsafe"
 
 	"github.com/mcpaudit/mcpaudit/audit"
 )
@@ -187,14 +188,18 @@ func (w *writeRec) setTexts(callID, doc, key, tool, actorID string) {
 	parts := [...]string{callID, doc, key, tool}
 	n := len(actorID)
 	for _, p := range parts {
-		n += len(p) + binary.MaxVarintLen64
+		n += len(p) + uvarintLen(uint64(len(p)))
 	}
 	b := make([]byte, 0, n)
 	for _, p := range parts {
 		b = binary.AppendUvarint(b, uint64(len(p)))
 		b = append(b, p...)
 	}
-	w.txt = string(append(b, actorID...))
+	b = append(b, actorID...)
+	// The bytes become the string without a copy: b is this function's
+	// alone and never written again, so the text is one allocation, not
+	// the buffer and then the string.
+	w.txt = unsafe.String(unsafe.SliceData(b), len(b))
 }
 
 // text returns the i-th of the write's texts (0 the call id, 1 the
@@ -209,6 +214,15 @@ func (w *writeRec) text(i int) string {
 		s = s[k+int(n):]
 	}
 	return s
+}
+
+// uvarintLen returns the length of v as binary.AppendUvarint writes it.
+func uvarintLen(v uint64) int {
+	n := 1
+	for ; v >= 0x80; v >>= 7 {
+		n++
+	}
+	return n
 }
 
 // uvarintOf reads a uvarint from the start of s, which setTexts wrote:
