@@ -3,8 +3,8 @@ package detect
 import (
 	"encoding/binary"
 	"hash/maphash"
+	"strings"
 	"time"
-	"unsafe"
 
 	"github.com/mcpaudit/mcpaudit/audit"
 )
@@ -190,16 +190,17 @@ func (w *writeRec) setTexts(callID, doc, key, tool, actorID string) {
 	for _, p := range parts {
 		n += len(p) + uvarintLen(uint64(len(p)))
 	}
-	b := make([]byte, 0, n)
+	// A builder sized exactly gives its bytes as the string without a
+	// copy: one allocation, not a buffer and then its string.
+	var b strings.Builder
+	b.Grow(n)
+	var l [binary.MaxVarintLen64]byte
 	for _, p := range parts {
-		b = binary.AppendUvarint(b, uint64(len(p)))
-		b = append(b, p...)
+		b.Write(binary.AppendUvarint(l[:0], uint64(len(p))))
+		b.WriteString(p)
 	}
-	b = append(b, actorID...)
-	// The bytes become the string without a copy: b is this function's
-	// alone and never written again, so the text is one allocation, not
-	// the buffer and then the string.
-	w.txt = unsafe.String(unsafe.SliceData(b), len(b))
+	b.WriteString(actorID)
+	w.txt = b.String()
 }
 
 // text returns the i-th of the write's texts (0 the call id, 1 the
