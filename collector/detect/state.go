@@ -3,6 +3,7 @@ package detect
 import (
 	"encoding/binary"
 	"hash/maphash"
+	"strings"
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
@@ -187,14 +188,19 @@ func (w *writeRec) setTexts(callID, doc, key, tool, actorID string) {
 	parts := [...]string{callID, doc, key, tool}
 	n := len(actorID)
 	for _, p := range parts {
-		n += len(p) + binary.MaxVarintLen64
+		n += len(p) + uvarintLen(uint64(len(p)))
 	}
-	b := make([]byte, 0, n)
+	// A builder sized exactly gives its bytes as the string without a
+	// copy: one allocation, not a buffer and then its string.
+	var b strings.Builder
+	b.Grow(n)
+	var l [binary.MaxVarintLen64]byte
 	for _, p := range parts {
-		b = binary.AppendUvarint(b, uint64(len(p)))
-		b = append(b, p...)
+		b.Write(binary.AppendUvarint(l[:0], uint64(len(p))))
+		b.WriteString(p)
 	}
-	w.txt = string(append(b, actorID...))
+	b.WriteString(actorID)
+	w.txt = b.String()
 }
 
 // text returns the i-th of the write's texts (0 the call id, 1 the
@@ -209,6 +215,15 @@ func (w *writeRec) text(i int) string {
 		s = s[k+int(n):]
 	}
 	return s
+}
+
+// uvarintLen returns the length of v as binary.AppendUvarint writes it.
+func uvarintLen(v uint64) int {
+	n := 1
+	for ; v >= 0x80; v >>= 7 {
+		n++
+	}
+	return n
 }
 
 // uvarintOf reads a uvarint from the start of s, which setTexts wrote:

@@ -1,6 +1,7 @@
 package detect
 
 import (
+	"encoding/binary"
 	"fmt"
 	"strings"
 	"testing"
@@ -45,4 +46,23 @@ func TestWriteTexts(t *testing.T) {
 	if d.toolOf(w) != "tool-3" {
 		t.Errorf("a listed tool: got %q", d.toolOf(w))
 	}
+}
+
+// TestUvarintLen checks the length setTexts sizes its text by against
+// binary.AppendUvarint's.
+func TestUvarintLen(t *testing.T) {
+	f := func(v uint64) {
+		t.Helper()
+		if got, want := uvarintLen(v), len(binary.AppendUvarint(nil, v)); got != want {
+			t.Errorf("uvarintLen(%d) = %d, want %d", v, got, want)
+		}
+	}
+	f(0)
+	f(1)
+	f(127)
+	f(128)
+	f(16383)
+	f(16384)
+	f(1<<63 - 1)
+	f(1<<64 - 1)
 }
