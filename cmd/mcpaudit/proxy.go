@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/collector/proxy"
@@ -59,8 +60,15 @@ func proxyCommand(ctx context.Context, args []string, stderr io.Writer) error {
 		return &exitError{code: 2, err: fmt.Errorf("--log-level: %w", err)}
 	}
 	log := newJSONLogger(stderr, level)
+	// Listen first: the default source is named by the port, so that two
+	// proxies of one server on one host are two sources, each with its own
+	// clock, and a proxy restarted on its port is the same one.
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("cannot listen on %s: %w", *listen, err)
+	}
 	if rf.source == "" {
-		rf.source = relaySource("proxy", *server, hostname(), "")
+		rf.source = relaySource("proxy", *server, hostname()+":"+port(ln.Addr()), "")
 	}
 	reg := metrics.NewRegistry()
 	m, err := metrics.NewRelay(reg, *server)
@@ -76,17 +84,14 @@ func proxyCommand(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	sink, err := openRelaySink(ctx, &rf, "proxy", *server, rf.source, m, log)
 	if err != nil {
+		ln.Close()
 		return err
 	}
 	p, err := proxy.New(cfg, func(r *tap.Record) { sink.Record(r) }, m, log)
 	if err != nil {
+		ln.Close()
 		sink.Close(context.Background())
 		return &exitError{code: 2, err: err}
-	}
-	ln, err := net.Listen("tcp", *listen)
-	if err != nil {
-		sink.Close(context.Background())
-		return fmt.Errorf("cannot listen on %s: %w", *listen, err)
 	}
 	// No write timeout: SSE streams are long-lived.
 	hs := &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}
@@ -103,4 +108,13 @@ func proxyCommand(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	p.Close()
 	return sink.Close(sctx)
+}
+
+// port is the port of a listener's address.
+func port(a net.Addr) string {
+	if t, ok := a.(*net.TCPAddr); ok {
+		return strconv.Itoa(t.Port)
+	}
+	_, p, _ := net.SplitHostPort(a.String())
+	return p
 }

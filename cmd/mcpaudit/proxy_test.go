@@ -1,8 +1,18 @@
 package main
 
 import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 // TestProxyFlags_ErrorsNameTheFlags: the proxy has flags, not a config file,
@@ -26,4 +36,66 @@ func TestProxyFlags_ErrorsNameTheFlags(t *testing.T) {
 	f(nil, "--upstream: required", "--server: required")
 	f([]string{"--server", "thegram", "--upstream", "127.0.0.1:9000"}, `--upstream: "127.0.0.1:9000" is not an http or https URL`)
 	f([]string{"--server", "thegram", "--upstream", "http://127.0.0.1:9000", "--response-timeout", "-1s"}, "--response-timeout: must not be negative")
+}
+
+// TestProxySourceNamesItsPort: two proxies of one server on one host send
+// different Mcpaudit-Source names by default (proxy/SERVER/HOST:PORT), so
+// that the collector keeps a clock for each: with one name, the calls of
+// the proxy that delivers behind the other counted as late.
+func TestProxySourceNamesItsPort(t *testing.T) {
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"jsonrpc":"2.0","id":1,"result":{"content":[]}}`))
+	}))
+	defer upstream.Close()
+	var mu sync.Mutex
+	got := map[string]bool{}
+	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got[r.Header.Get("Mcpaudit-Source")] = true
+		mu.Unlock()
+		w.Write([]byte(`{"accepted":1,"rejected":0}`))
+	}))
+	defer collector.Close()
+
+	want := map[string]bool{}
+	for i := range 2 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		ctx, cancel := context.WithCancel(context.Background())
+		var errb lockedBuffer
+		done := make(chan error, 1)
+		go func() {
+			done <- proxyCommand(ctx, []string{"--listen", addr, "--upstream", upstream.URL, "--server", "thegram",
+				"--collector", collector.URL, "--buffer-dir", filepath.Join(t.TempDir(), "buf"+strconv.Itoa(i))}, &errb)
+		}()
+		var resp *http.Response
+		for start := time.Now(); time.Since(start) < 5*time.Second; time.Sleep(20 * time.Millisecond) {
+			resp, err = http.Post("http://"+addr+"/mcp", "application/json",
+				strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"gram_read","arguments":{"path":"a.gram"}}}`))
+			if err == nil {
+				break
+			}
+		}
+		if err != nil {
+			t.Fatalf("proxy %d never answered: %v\n%s", i, err, errb.String())
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("proxy %d: %v\n%s", i, err, errb.String())
+		}
+		_, port, _ := net.SplitHostPort(addr)
+		want["proxy/thegram/"+hostname()+":"+port] = true
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("the collector got sources %v, want %v", got, want)
+	}
 }

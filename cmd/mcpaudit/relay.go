@@ -45,10 +45,11 @@ type relayFlags struct {
 }
 
 // relaySource is the default name a relay gives itself in the
-// Mcpaudit-Source header: proxy/SERVER/HOST, and for wrap, which runs once
-// per client process, wrap/SERVER/HOST-PID (pid empty: no suffix). The
-// help text renders it with placeholders, so that it says what the code
-// does.
+// Mcpaudit-Source header: proxy/SERVER/HOST:PORT (the port it listens on:
+// two proxies of one server on one host are two sources), and for wrap,
+// which runs once per client process, wrap/SERVER/HOST-PID (pid empty: no
+// suffix). The help text renders it with placeholders, so that it says
+// what the code does.
 func relaySource(cmd, server, host, pid string) string {
 	s := cmd + "/" + server + "/" + host
 	if pid != "" {
@@ -59,15 +60,18 @@ func relaySource(cmd, server, host, pid string) string {
 
 // register adds the relay flags of cmd ("proxy" or "wrap") to fs.
 func (rf *relayFlags) register(fs *flag.FlagSet, cmd string) {
-	pid := ""
-	if cmd == "wrap" {
+	host, pid := "<host>", ""
+	switch cmd {
+	case "wrap":
 		pid = "<pid>"
+	case "proxy":
+		host = "<host>:<port>"
 	}
 	fs.StringVar(&rf.collector, "collector", "", "ingest URL of a collector (mcpaudit serve), e.g. http://127.0.0.1:4318")
 	fs.StringVar(&rf.token, "token", os.Getenv("MCPAUDIT_TOKEN"), "bearer token for the collector (default $MCPAUDIT_TOKEN)")
 	fs.StringVar(&rf.bufferDir, "buffer-dir", "", "where records wait while the collector is unreachable (default in the user cache dir)")
 	fs.Int64Var(&rf.maxBuffer, "max-buffer-bytes", forward.NewDefaultConfig().MaxBufferBytes, "bound of the buffer on disk")
-	fs.StringVar(&rf.source, "source", "", "name of this sender in the Mcpaudit-Source header (default "+relaySource(cmd, "<server>", "<host>", pid)+")")
+	fs.StringVar(&rf.source, "source", "", "name of this sender in the Mcpaudit-Source header (default "+relaySource(cmd, "<server>", host, pid)+")")
 	fs.StringVar(&rf.dataDir, "data-dir", "", "instead of --collector: run the engine and the embedded store here, in-process")
 	fs.StringVar(&rf.apiListen, "api-listen", "127.0.0.1:0", "with --data-dir: the query API and the collector's /metrics")
 	fs.StringVar(&rf.metricsListen, "metrics-listen", "", "serve this relay's /metrics here; empty: off")

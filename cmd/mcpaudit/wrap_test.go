@@ -17,7 +17,7 @@ import (
 // TestRelaySourceDefault: the default Mcpaudit-Source that wrap and proxy
 // print in their help is the one wrap sends: wrap/<server>/<host>-<pid>.
 func TestRelaySourceDefault(t *testing.T) {
-	for cmd, want := range map[string]string{"wrap": "wrap/<server>/<host>-<pid>", "proxy": "proxy/<server>/<host>"} {
+	for cmd, want := range map[string]string{"wrap": "wrap/<server>/<host>-<pid>", "proxy": "proxy/<server>/<host>:<port>"} {
 		_, _, help := cliRun(cmd, "--help")
 		if !strings.Contains(help, "Mcpaudit-Source header (default "+want+")") {
 			t.Errorf("%s --help does not give the default source %s:\n%s", cmd, want, help)
