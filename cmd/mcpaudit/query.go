@@ -415,7 +415,11 @@ func sloCommand(args []string, stdout, stderr io.Writer) error {
 		stdout.Write(b)
 		return sloVerdict(s, floor)
 	}
-	fmt.Fprintf(stdout, "Write durability SLO over %s (%s to %s), target %.4g\n", s.Window, s.Since.UTC().Format(time.RFC3339), s.Until.UTC().Format(time.RFC3339), s.Target)
+	of := ""
+	if s.Server != "" {
+		of = " of " + s.Server
+	}
+	fmt.Fprintf(stdout, "Write durability SLO%s over %s (%s to %s), target %.4g\n", of, s.Window, s.Since.UTC().Format(time.RFC3339), s.Until.UTC().Format(time.RFC3339), s.Target)
 	if s.SLI == nil {
 		fmt.Fprintln(stdout, "  SLI: n/a (no write counts toward it)")
 	} else {
