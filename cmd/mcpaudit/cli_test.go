@@ -141,6 +141,20 @@ func TestSLOSaysServer(t *testing.T) {
 	}
 }
 
+// TestFindingsLifecycleAfterFlag: "findings --api-url URL ack ID" is
+// refused with where ack goes, not only as an unexpected argument.
+func TestFindingsLifecycleAfterFlag(t *testing.T) {
+	dir := sloStore(t, audit.StateDurable)
+	code, _, errs := cliRun("findings", "--data-dir", dir, "ack", "f_00")
+	if code != 2 || !strings.Contains(errs, "put ack right after findings") {
+		t.Errorf("exit %d %q", code, errs)
+	}
+	code, _, errs = cliRun("findings", "--data-dir", dir, "extra")
+	if code != 2 || !strings.Contains(errs, `unexpected argument "extra"`) || strings.Contains(errs, "right after") {
+		t.Errorf("exit %d %q", code, errs)
+	}
+}
+
 // TestServerAlias: --server still names the API URL, with a warning.
 func TestServerAlias(t *testing.T) {
 	dir := sloStore(t, audit.StateDurable)

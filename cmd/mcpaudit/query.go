@@ -228,6 +228,10 @@ func findingsCommand(args []string, stdout, stderr io.Writer) error {
 		return quietHelp(err)
 	}
 	if len(q.positional) > 0 {
+		if a := q.positional[0]; a == "ack" || a == "resolve" || a == "reopen" {
+			// The subcommand came after a flag: mcpaudit findings --api-url URL ack ID.
+			return &exitError{code: 2, err: fmt.Errorf("findings: unexpected argument %q: put %s right after findings (mcpaudit findings %s [flags] FINDING-ID --note TEXT)", a, a, a)}
+		}
 		return &exitError{code: 2, err: fmt.Errorf("findings: unexpected argument %q", q.positional[0])}
 	}
 	params := url.Values{}
