@@ -34,3 +34,33 @@ func TestHeldBack_IdleSlowClock(t *testing.T) {
 		t.Errorf("no call waits, yet HeldBack = %q", line)
 	}
 }
+
+// TestStatusLines_OneCall: one waiting call is "1 call ... waits", not
+// "1 calls ... wait" (seen by an operator on the page and in mcpaudit
+// status with one call held back by a slow pod).
+func TestStatusLines_OneCall(t *testing.T) {
+	now := time.Date(2026, 12, 4, 23, 0, 0, 0, time.UTC)
+	lag, until := (90 * time.Second).Seconds(), now.Add(10*time.Minute)
+	f := func(buffered int, want string) {
+		t.Helper()
+		idle := api.PartitionStatus{Server: "thegram", Buffered: buffered, HeldBy: "pod-b", Sources: []api.SourceStatus{
+			{Name: "pod-b", LagSeconds: 120, Idle: true, HoldLagSeconds: &lag, HoldUntil: &until},
+		}}
+		behind := api.PartitionStatus{Server: "thegram", Buffered: buffered, HeldBy: "pod-b", Sources: []api.SourceStatus{
+			{Name: "pod-b", LagSeconds: 120},
+			{Name: "pod-a", LagSeconds: 1},
+		}}
+		held := api.StatusResponse{Time: now, Partitions: []api.PartitionStatus{{Server: "thegram", Buffered: buffered, HeldUntil: &until}}}
+		for _, line := range []func() (string, bool){
+			func() (string, bool) { return api.HeldBack(idle) },
+			func() (string, bool) { return api.HeldBack(behind) },
+			func() (string, bool) { return api.RestartHold(held) },
+		} {
+			if got, ok := line(); !ok || !strings.Contains(got, want) {
+				t.Errorf("line = %q, %v; want it to hold %q", got, ok, want)
+			}
+		}
+	}
+	f(1, "1 call ")
+	f(2, "2 calls ")
+}

@@ -51,8 +51,21 @@ func RestartHold(st StatusResponse) (string, bool) {
 	}
 	more := max(until.Sub(st.Time), 0)
 	secs := int64((more + time.Second - 1) / time.Second)
-	return fmt.Sprintf("Restart hold: %s (%s) %s until %s (%d s more) for senders' backlogs after a downtime; the %d calls waiting there are judged in time order once the hold ends (it is clamp(downtime, serve.pipeline.restart_grace, restart_grace_max) + detect.idle_timeout, the downtime in serve's start-up log; see serve.pipeline.restart_grace_max and docs/detection.md#time).",
-		what, strings.Join(names, ", "), verb, until.UTC().Format("15:04:05Z"), secs, waiting), true
+	calls, is := fmt.Sprintf("%d calls", waiting), "are"
+	if waiting == 1 {
+		calls, is = "1 call", "is"
+	}
+	return fmt.Sprintf("Restart hold: %s (%s) %s until %s (%d s more) for senders' backlogs after a downtime; the %s waiting there %s judged in time order once the hold ends (it is clamp(downtime, serve.pipeline.restart_grace, restart_grace_max) + detect.idle_timeout, the downtime in serve's start-up log; see serve.pipeline.restart_grace_max and docs/detection.md#time).",
+		what, strings.Join(names, ", "), verb, until.UTC().Format("15:04:05Z"), secs, calls, is), true
+}
+
+// waitingCalls returns "N calls" and "wait", or "1 call" and "waits":
+// the operator reads these lines at the start of an incident.
+func waitingCalls(n int) (string, string) {
+	if n == 1 {
+		return "1 call", "waits"
+	}
+	return fmt.Sprintf("%d calls", n), "wait"
 }
 
 // heldBackGap is how far the source holding a partition must be behind
@@ -90,8 +103,9 @@ func HeldBack(p PartitionStatus) (string, bool) {
 		// latest call, which grows; said whether or not the other
 		// sources deliver (a quiet server waits for it too).
 		hold := time.Duration(*holder.HoldLagSeconds * float64(time.Second))
-		return fmt.Sprintf("Held back: %d calls of %s wait for %s, idle: its clock was %s behind the wall clock while it delivered (a slow clock), so %s's findings are held back by that much until %s at the latest, later by any time every source of %s is quiet (detect.max_clock_lag; docs/detection.md#time).",
-			p.Buffered, server, p.HeldBy, hold.Round(time.Second), server, holder.HoldUntil.UTC().Format("15:04:05Z"), server), true
+		calls, verb := waitingCalls(p.Buffered)
+		return fmt.Sprintf("Held back: %s of %s %s for %s, idle: its clock was %s behind the wall clock while it delivered (a slow clock), so %s's findings are held back by that much until %s at the latest, later by any time every source of %s is quiet (detect.max_clock_lag; docs/detection.md#time).",
+			calls, server, verb, p.HeldBy, hold.Round(time.Second), server, holder.HoldUntil.UTC().Format("15:04:05Z"), server), true
 	}
 	if others < 0 {
 		return "", false
@@ -100,6 +114,7 @@ func HeldBack(p PartitionStatus) (string, bool) {
 	if lag-others < heldBackGap {
 		return "", false
 	}
-	return fmt.Sprintf("Held back: %d calls of %s wait for %s, whose latest call is %s behind the wall clock while the other sources of %s are %s behind: its exporter lags or its clock is slow (a slow clock holds %s's findings back for as long as it runs; docs/detection.md#time).",
-		p.Buffered, server, p.HeldBy, lag.Round(time.Second), server, others.Round(time.Second), server), true
+	calls, verb := waitingCalls(p.Buffered)
+	return fmt.Sprintf("Held back: %s of %s %s for %s, whose latest call is %s behind the wall clock while the other sources of %s are %s behind: its exporter lags or its clock is slow (a slow clock holds %s's findings back for as long as it runs; docs/detection.md#time).",
+		calls, server, verb, p.HeldBy, lag.Round(time.Second), server, others.Round(time.Second), server), true
 }

@@ -126,6 +126,35 @@ func TestSLOFailUnder(t *testing.T) {
 	})
 }
 
+// TestSLOSaysServer: with --mcp-server the text output names the server
+// it is limited to (a runbook sends the alert's server there), and without
+// it names none.
+func TestSLOSaysServer(t *testing.T) {
+	dir := sloStore(t, audit.StateDurable, audit.StateUnverified)
+	code, out, errs := cliRun("slo", "--data-dir", dir, "--mcp-server", "thegram")
+	if code != 0 || !strings.HasPrefix(out, "Write durability SLO of thegram over 30d") || !strings.Contains(out, "SLI: 0.50000") {
+		t.Errorf("slo --mcp-server thegram: exit %d %q %q", code, out, errs)
+	}
+	code, out, _ = cliRun("slo", "--data-dir", dir)
+	if code != 0 || !strings.HasPrefix(out, "Write durability SLO over 30d") {
+		t.Errorf("slo: exit %d %q", code, out)
+	}
+}
+
+// TestFindingsLifecycleAfterFlag: "findings --api-url URL ack ID" is
+// refused with where ack goes, not only as an unexpected argument.
+func TestFindingsLifecycleAfterFlag(t *testing.T) {
+	dir := sloStore(t, audit.StateDurable)
+	code, _, errs := cliRun("findings", "--data-dir", dir, "ack", "f_00")
+	if code != 2 || !strings.Contains(errs, "put ack right after findings") {
+		t.Errorf("exit %d %q", code, errs)
+	}
+	code, _, errs = cliRun("findings", "--data-dir", dir, "extra")
+	if code != 2 || !strings.Contains(errs, `unexpected argument "extra"`) || strings.Contains(errs, "right after") {
+		t.Errorf("exit %d %q", code, errs)
+	}
+}
+
 // TestServerAlias: --server still names the API URL, with a warning.
 func TestServerAlias(t *testing.T) {
 	dir := sloStore(t, audit.StateDurable)

@@ -228,6 +228,10 @@ func findingsCommand(args []string, stdout, stderr io.Writer) error {
 		return quietHelp(err)
 	}
 	if len(q.positional) > 0 {
+		if a := q.positional[0]; a == "ack" || a == "resolve" || a == "reopen" {
+			// The subcommand came after a flag: mcpaudit findings --api-url URL ack ID.
+			return &exitError{code: 2, err: fmt.Errorf("findings: unexpected argument %q: put %s right after findings (mcpaudit findings %s [flags] FINDING-ID --note TEXT)", a, a, a)}
+		}
 		return &exitError{code: 2, err: fmt.Errorf("findings: unexpected argument %q", q.positional[0])}
 	}
 	params := url.Values{}
@@ -415,7 +419,11 @@ func sloCommand(args []string, stdout, stderr io.Writer) error {
 		stdout.Write(b)
 		return sloVerdict(s, floor)
 	}
-	fmt.Fprintf(stdout, "Write durability SLO over %s (%s to %s), target %.4g\n", s.Window, s.Since.UTC().Format(time.RFC3339), s.Until.UTC().Format(time.RFC3339), s.Target)
+	of := ""
+	if s.Server != "" {
+		of = " of " + s.Server
+	}
+	fmt.Fprintf(stdout, "Write durability SLO%s over %s (%s to %s), target %.4g\n", of, s.Window, s.Since.UTC().Format(time.RFC3339), s.Until.UTC().Format(time.RFC3339), s.Target)
 	if s.SLI == nil {
 		fmt.Fprintln(stdout, "  SLI: n/a (no write counts toward it)")
 	} else {

@@ -318,7 +318,7 @@ func (f *Forwarder) run(ctx context.Context) {
 			f.sealLocked()
 		}
 		f.mu.Unlock()
-		wait, sent := f.sendOne(ctx)
+		wait, sent, fail := f.sendOne(ctx)
 		switch {
 		case wait > 0:
 			if backoff == 0 {
@@ -327,6 +327,13 @@ func (f *Forwarder) run(ctx context.Context) {
 				backoff = min(2*backoff, f.cfg.MaxBackoff)
 			}
 			d := max(wait, backoff/2+rand.N(backoff/2+1))
+			if fail != nil {
+				// The wait actually taken (the backoff, or the collector's
+				// Retry-After when longer), not the Retry-After alone, which
+				// a refused connection never gives: the log said "retry_in":
+				// "0s" at every try of an outage.
+				f.log.Warn("cannot send call records; will retry", "segment", fail.segment, "err", fail.err, "retry_in", d.Round(time.Millisecond))
+			}
 			select {
 			case <-ctx.Done():
 				return
@@ -346,9 +353,16 @@ func (f *Forwarder) run(ctx context.Context) {
 	}
 }
 
+// sendFailure is why a segment could not be sent, for the retry's log line.
+type sendFailure struct {
+	segment string
+	err     error
+}
+
 // sendOne posts the oldest sealed segment it can lock. It returns how long
-// to wait before trying again after a failure, and whether it sent one.
-func (f *Forwarder) sendOne(ctx context.Context) (time.Duration, bool) {
+// the collector asked to wait before trying again after a failure (at least
+// a millisecond), whether it sent one, and the failure.
+func (f *Forwarder) sendOne(ctx context.Context) (time.Duration, bool, *sendFailure) {
 	names, _ := filepath.Glob(filepath.Join(f.cfg.BufferDir, "*"+sealedExt))
 	slices.Sort(names)
 	for _, p := range names {
@@ -366,12 +380,11 @@ func (f *Forwarder) sendOne(ctx context.Context) (time.Duration, bool) {
 		wait, err := f.post(ctx, p, fh)
 		fh.Close()
 		if err != nil {
-			f.log.Warn("cannot send call records; will retry", "segment", filepath.Base(p), "err", err, "retry_in", wait)
-			return max(wait, time.Millisecond), false
+			return max(wait, time.Millisecond), false, &sendFailure{segment: filepath.Base(p), err: err}
 		}
-		return 0, true
+		return 0, true, nil
 	}
-	return 0, false
+	return 0, false, nil
 }
 
 // post sends one locked segment and removes or sets it aside. A non-nil

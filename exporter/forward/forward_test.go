@@ -3,6 +3,7 @@ package forward
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -451,5 +452,82 @@ func TestForwarder_RecordsRejectedInA2xx(t *testing.T) {
 	}
 	if v := bufferBytes(t, reg); v != 0 {
 		t.Errorf("buffer bytes %v after delivery", v)
+	}
+}
+
+// syncBuffer is a log destination written by the forwarder's goroutine and
+// read by the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) lines() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return strings.Split(strings.TrimSpace(s.b.String()), "\n")
+}
+
+// TestForwarder_RetryLogSaysTheWait: with the collector unreachable, each
+// "will retry" line gives the wait the forwarder takes, the backoff growing
+// from min_backoff, not the collector's Retry-After, which a refused
+// connection never sends (found from outside: "retry_in":"0s" at every try
+// of a 45-second outage while the tries came 0.2 s to 18 s apart).
+func TestForwarder_RetryLogSaysTheWait(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nobody listens: connection refused
+	cfg := testConfig(t, "http://"+addr)
+	cfg.MinBackoff, cfg.MaxBackoff = 40*time.Millisecond, 400*time.Millisecond
+	reg := prometheus.NewRegistry()
+	m, err := metrics.NewRelay(reg, "thegram")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	f, err := New(cfg, m, slog.New(slog.NewJSONHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Add(line(0)); err != nil {
+		t.Fatal(err)
+	}
+	var waits []time.Duration
+	waitFor(t, "three retries", func() bool {
+		waits = waits[:0]
+		for _, l := range logs.lines() {
+			var e struct {
+				Msg     string        `json:"msg"`
+				RetryIn time.Duration `json:"retry_in"` // slog's JSON handler writes nanoseconds
+			}
+			if l == "" {
+				continue
+			}
+			if err := json.Unmarshal([]byte(l), &e); err != nil {
+				t.Fatalf("log line %s: %v", l, err)
+			}
+			if e.Msg == "cannot send call records; will retry" {
+				waits = append(waits, e.RetryIn)
+			}
+		}
+		return len(waits) >= 3
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	f.Close(ctx) // the collector is down: Close gives up when ctx ends
+	// The k-th wait is drawn from [b/2, b] with b = 40ms × 2^k.
+	for k, d := range waits[:3] {
+		if b := cfg.MinBackoff << k; d < b/2 || d > b {
+			t.Errorf("retry %d: retry_in %v, want within [%v, %v] (every wait: %v)", k+1, d, b/2, b, waits)
+		}
 	}
 }
