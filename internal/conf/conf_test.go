@@ -317,3 +317,19 @@ func TestSourceDocs(t *testing.T) {
 		t.Error("a package outside the module: want an error")
 	}
 }
+
+// TestNumberAsPercentage: a number key takes a percentage as its fraction,
+// as the rules flags do; anything else is named with the forms it takes.
+func TestNumberAsPercentage(t *testing.T) {
+	var s sample
+	if _, err := Decode([]byte("inner:\n  ratio: 5%\n"), &s, env(nil)); err != nil {
+		t.Fatal(err)
+	}
+	if s.Inner.Ratio != 0.05 {
+		t.Errorf("ratio: 5%% read as %v, want 0.05", s.Inner.Ratio)
+	}
+	_, err := Decode([]byte("inner:\n  ratio: 5 percent\n"), &s, env(nil))
+	if err == nil || !strings.Contains(err.Error(), `line 2: inner.ratio: want a number such as 0.05 or a percentage such as 5%, not "5 percent"`) {
+		t.Errorf("got %v", err)
+	}
+}
