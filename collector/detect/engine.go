@@ -109,7 +109,21 @@ type partition struct {
 	// time a quiet source keeps holding it (source.holdUntil).
 	alive time.Time
 	Counts
+	// overflow, once the partition had no room for a new source
+	// (Config.MaxSources) while none of its sources was quiet, takes the
+	// calls of the sources it had no room for, its clock following the
+	// latest of them; nil before. overflowCalls counts those calls and
+	// displaced the quiet sources forgotten to make room for a new one.
+	overflow      *source
+	overflowCalls int64
+	displaced     int64
 }
+
+// OverflowSource names, in the status, the source a partition takes the
+// calls of the sources it has no room for under (Config.MaxSources). It is
+// never a sender's source: a sender naming its source so has a source of
+// its own.
+const OverflowSource = "mcpaudit/overflow"
 
 // sourceKey names a source; sources of different tenants never mix. server
 // is set when the engine keeps a source's clock per partition, empty
@@ -176,6 +190,8 @@ type source struct {
 	Counts
 	// parts are the partitions the source fed.
 	parts []*partition
+	// overflow is set on a partition's overflow source.
+	overflow bool
 }
 
 // entry is a call waiting for its partition's watermark.
@@ -366,7 +382,7 @@ func (e *Engine) arrive(src string, c *audit.Call, wall time.Time) (p *partition
 	if wall.After(e.wall) {
 		e.wall = wall
 	}
-	p, s = e.route(c, src)
+	p, s = e.route(c, src, wall)
 	if p.born.IsZero() {
 		p.born = wall
 	}
@@ -377,6 +393,9 @@ func (e *Engine) arrive(src string, c *audit.Call, wall time.Time) (p *partition
 		s.parts = append(s.parts, p)
 	}
 	count(p, s, countCall, c.Time)
+	if s.overflow {
+		p.overflowCalls++
+	}
 	m := c.Time
 	// Back after a quiet spell (or first delivery): a new spell of
 	// deliveries, whose lag is learned afresh.
@@ -400,7 +419,7 @@ func (e *Engine) arrive(src string, c *audit.Call, wall time.Time) (p *partition
 	if moved {
 		s.max = m
 	}
-	if !wall.IsZero() && src != e.replay {
+	if !wall.IsZero() && src != e.replay && !s.overflow {
 		// The least lag since its first delivery, not since it came back:
 		// a source that comes back further behind than it went (an
 		// exporter that was stuck delivers its queue) shows a backlog, not
@@ -457,8 +476,9 @@ func laterOf(a, b time.Time) time.Time {
 	return a
 }
 
-// route returns the partition of c and the source src of it.
-func (e *Engine) route(c *audit.Call, src string) (*partition, *source) {
+// route returns the partition of c and the source src of it at wall: the
+// partition's overflow source when src is new to it and it has no room.
+func (e *Engine) route(c *audit.Call, src string, wall time.Time) (*partition, *source) {
 	for i := range e.routes {
 		r := &e.routes[i]
 		if r.p != nil && r.p.key.Server == c.Server && r.p.key.Tenant == c.Tenant && r.src == src {
@@ -466,7 +486,13 @@ func (e *Engine) route(c *audit.Call, src string) (*partition, *source) {
 		}
 	}
 	p := e.partition(c)
-	s := e.source(e.keyOf(p.key, src))
+	k := e.keyOf(p.key, src)
+	s := e.sources[k]
+	if (s == nil || !slices.Contains(s.parts, p)) && (e.replay == "" || src != e.replay) && !e.makeRoom(p, wall) {
+		s = e.overflowOf(p)
+	} else if s == nil {
+		s = e.source(k)
+	}
 	e.routes[e.nextRoute] = route{p, s, src}
 	e.nextRoute = (e.nextRoute + 1) % len(e.routes)
 	return p, s
