@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/detect"
 	"github.com/mcpaudit/mcpaudit/internal/capgen"
 )
@@ -114,4 +115,45 @@ func TestConfig_MaxSources(t *testing.T) {
 	f(1, true)
 	f(0, false)
 	f(-5, false)
+}
+
+// BenchmarkAdd_Sources is the engine's cost of a call from one source of
+// a partition that keeps n other sources, all active: every delivery
+// recomputes the partition's watermark over them (Engine.bound). It tells
+// whether detect.max_sources alone bounds that cost well enough:
+//
+//	GOMAXPROCS=1 go test ./collector/detect -run '^$' -bench 'Add_Sources' -benchtime 20000x
+func BenchmarkAdd_Sources(b *testing.B) {
+	for _, n := range []int{1, 100, 1000, 30000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			cfg := detect.NewDefaultConfig()
+			cfg.MaxSources = n + 1
+			cfg.JoinWait = 0 // the watermark is recomputed from the first call
+			e := detect.NewEngine(cfg, findingSink(func(*audit.Finding) {}))
+			e.ClockPerPartition()
+			e.PackWaiting()
+			wall := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+			line := func(i int, at time.Time) []byte {
+				return fmt.Appendf(nil, `{"time":%q,"server":"thegram","session":"s%d","request":{"id":%d,"jsonrpc":"2.0","method":"tools/call","params":{"name":"gram_read","arguments":{"path":"d/%d.gram"}}},"response":{"id":%d,"jsonrpc":"2.0","result":{"isError":false,"structuredContent":{"path":"d/%d.gram","rev":4,"hash":"bb"}}}}`,
+					at.Format(time.RFC3339Nano), i, i, i%50, i, i%50)
+			}
+			var lines [][]byte
+			for i := range n {
+				lines = append(lines, line(i, wall))
+			}
+			for i := range b.N {
+				lines = append(lines, line(n+i, wall.Add(time.Duration(i)*time.Microsecond)))
+			}
+			recs := readRecords(b, lines)
+			for i, r := range recs[:n] {
+				e.Add(fmt.Sprintf("poster-%d", i), r, wall)
+			}
+			recs = recs[n:]
+			b.ResetTimer()
+			for i, r := range recs {
+				at := wall.Add(time.Duration(i) * time.Microsecond)
+				e.Add("steady", r, at.Add(time.Millisecond))
+			}
+		})
+	}
 }
