@@ -17,6 +17,7 @@
 package detect
 
 import (
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -50,6 +51,8 @@ type Engine struct {
 	// is a duplicate, not another collision. Made at the first.
 	collided *recentIDs
 	arrival  uint64
+	// memos numbers the partitions' bound memos (boundMemo.seq).
+	memos uint64
 	// current is the record being judged, nil while windows close alone.
 	current *audit.Record
 	// wall is the latest wall time the engine was told (Add, Tick).
@@ -117,6 +120,8 @@ type partition struct {
 	overflow      *source
 	overflowCalls int64
 	displaced     int64
+	// memo is the partition's latest bound, while it holds (boundMemo).
+	memo boundMemo
 }
 
 // OverflowSource names, in the status, the source a partition takes the
@@ -192,6 +197,9 @@ type source struct {
 	parts []*partition
 	// overflow is set on a partition's overflow source.
 	overflow bool
+	// counted is the memo (boundMemo.seq) in which the source's clock was
+	// one of those the watermark is the earliest of.
+	counted uint64
 }
 
 // entry is a call waiting for its partition's watermark.
@@ -396,6 +404,7 @@ func (e *Engine) arrive(src string, c *audit.Call, wall time.Time) (p *partition
 	if s.overflow {
 		p.overflowCalls++
 	}
+	defer e.arrived(s, s.current)
 	m := c.Time
 	// Back after a quiet spell (or first delivery): a new spell of
 	// deliveries, whose lag is learned afresh.
@@ -460,6 +469,7 @@ func (e *Engine) AddRefused(src string, r *audit.Record, wall time.Time) {
 func (e *Engine) resume(p *partition, s *source, wall time.Time) {
 	if from := p.alive.Add(e.cfg.IdleTimeout); !p.alive.IsZero() && wall.After(from) {
 		spell := wall.Sub(from)
+		p.memo.invalidate()
 		for _, o := range p.sources {
 			if o != s && o.holdUntil.After(from) {
 				o.holdUntil = o.holdUntil.Add(spell)
@@ -519,6 +529,7 @@ func (e *Engine) EndSource(tenant, name string) {
 		delete(e.sources, s.key)
 		for _, p := range s.parts {
 			p.sources = slices.DeleteFunc(p.sources, func(x *source) bool { return x == s })
+			p.memo.invalidate()
 			e.advance(p, time.Time{})
 		}
 	}
@@ -654,20 +665,61 @@ func (e *Engine) advance(p *partition, wall time.Time) {
 // behind. ahead reports whether another source is ahead of the one it
 // waits for.
 func (e *Engine) bound(p *partition, wall time.Time) (wm time.Time, h *source, ahead bool) {
+	if m := &p.memo; m.valid(wall) {
+		if memoCheck == nil {
+			return m.wm, m.h, m.ahead
+		}
+		kept := *m
+		m.invalidate()
+		wm, h, ahead = e.bound(p, wall)
+		var diff string
+		if !wm.Equal(kept.wm) || h != kept.h || ahead != kept.ahead {
+			diff = fmt.Sprintf("memo wm %v held by %v ahead %v; recomputed wm %v held by %v ahead %v",
+				kept.wm, kept.h.key.name, kept.ahead, wm, nameOf(h), ahead)
+		}
+		memoCheck(p.key, wall, diff)
+		return wm, h, ahead
+	}
 	var quiet, held time.Time
 	var hq *source
 	var cc clockCheck
+	// What a memo of this bound needs (boundMemo): a memo is kept only
+	// with a wall clock.
+	memo := !wall.IsZero()
+	var until time.Time
+	e.memos++
+	seq := e.memos
+	soonest := func(t time.Time) {
+		if until.IsZero() || t.Before(until) {
+			until = t
+		}
+	}
 	for _, s := range p.sources {
 		if e.quiet(s, wall) {
 			if q := quietClock(s.max, s.alive, wall); q.After(quiet) {
 				quiet = q
 			}
-			if c, ok := e.heldClock(p, s, wall); ok && (hq == nil || c.Before(held)) {
+			c, ok := e.heldClock(p, s, wall)
+			if ok && (hq == nil || c.Before(held)) {
 				held, hq = c, s
+			}
+			if memo && !ok {
+				// Not held only because its clock is too far behind the
+				// watermark, it holds again once the wall clock brings it
+				// within the allowed lateness.
+				if t, later := e.heldFrom(p, s, wall); later {
+					soonest(t)
+				}
 			}
 			continue
 		}
+		// Active: it goes quiet at the idle timeout after its last sign
+		// of life, and the bound changes then.
+		soonest(s.alive.Add(e.cfg.IdleTimeout))
 		if e.holdsNothing(p, s, wall, &cc) {
+			if cc.done && cc.current && !s.current {
+				memo = false // a wrong clock: whether it is depends on the wall time
+			}
 			// Further behind the watermark than the allowance (it joined
 			// or came back that far behind), or never current beside a
 			// source that is: its calls are too late to be judged, so it
@@ -676,6 +728,10 @@ func (e *Engine) bound(p *partition, wall time.Time) (wm time.Time, h *source, a
 			// calls would pile up until back-pressure.
 			continue
 		}
+		if !s.current && e.cfg.MaxClockLag > 0 {
+			memo = false // may be found to have a wrong clock later
+		}
+		s.counted = seq
 		m := s.max.Add(-e.cfg.Lateness)
 		switch {
 		case h == nil:
@@ -698,8 +754,10 @@ func (e *Engine) bound(p *partition, wall time.Time) (wm time.Time, h *source, a
 		// Behind every other bound by more than the disorder tolerated
 		// within time order (a quiet pod whose lag is a second more than
 		// the others' holds nothing), so another source is ahead of it.
+		p.memo.ok = false
 		return held, hq, true
 	}
+	p.memo = boundMemo{ok: memo && h != nil && wall.Before(until), seq: seq, at: wall, until: until, wm: wm, h: h, ahead: ahead}
 	if h == nil && !wm.IsZero() {
 		// Every source is quiet: the clock they are taken to go on with
 		// is the wall clock less their delay at their last delivery, and

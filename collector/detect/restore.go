@@ -97,6 +97,7 @@ func (e *Engine) restore(k PartitionKey, src SourceClock, wall, alive time.Time,
 	if p.born.IsZero() {
 		p.born = wall
 	}
+	p.memo.invalidate()
 	key := e.keyOf(k, src.Name)
 	s := e.sources[key]
 	switch {
@@ -160,6 +161,7 @@ func (e *Engine) RestoreWatermark(k PartitionKey, wm, at time.Time) {
 		return
 	}
 	e.release(p, wm)
+	p.memo.invalidate()
 	if at.IsZero() {
 		return
 	}
@@ -199,6 +201,7 @@ func (e *Engine) Touch(tenant, name string, wall time.Time) {
 	for _, s := range e.sourcesNamed(tenant, name) {
 		for _, p := range s.parts {
 			e.resume(p, s, wall)
+			p.memo.invalidate()
 		}
 		if wall.After(s.alive) {
 			s.alive = wall

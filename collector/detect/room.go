@@ -85,6 +85,7 @@ func (e *Engine) overflowOf(p *partition) *source {
 // clock for p when it is the latest (partition.gone); the caller removes
 // it from p.sources. A source left feeding no partition leaves the engine.
 func (e *Engine) forget(p *partition, s *source, wall time.Time) {
+	p.memo.invalidate()
 	if p.gone.alive.IsZero() || quietClock(s.max, s.alive, wall).After(quietClock(p.gone.max, p.gone.alive, wall)) {
 		p.gone.max, p.gone.alive = s.max, s.alive
 	}
