@@ -404,7 +404,10 @@ func (e *Engine) arrive(src string, c *audit.Call, wall time.Time) (p *partition
 	if s.overflow {
 		p.overflowCalls++
 	}
-	defer e.arrived(s, s.current)
+	if !wall.IsZero() {
+		// Without a wall clock no bound is kept (boundMemo).
+		defer e.arrived(s, s.current)
+	}
 	m := c.Time
 	// Back after a quiet spell (or first delivery): a new spell of
 	// deliveries, whose lag is learned afresh.
@@ -715,7 +718,9 @@ func (e *Engine) bound(p *partition, wall time.Time) (wm time.Time, h *source, a
 		}
 		// Active: it goes quiet at the idle timeout after its last sign
 		// of life, and the bound changes then.
-		soonest(s.alive.Add(e.cfg.IdleTimeout))
+		if memo {
+			soonest(s.alive.Add(e.cfg.IdleTimeout))
+		}
 		if e.holdsNothing(p, s, wall, &cc) {
 			if cc.done && cc.current && !s.current {
 				memo = false // a wrong clock: whether it is depends on the wall time
