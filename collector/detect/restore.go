@@ -102,6 +102,9 @@ func (e *Engine) restore(k PartitionKey, src SourceClock, wall, alive time.Time,
 	s := e.sources[key]
 	switch {
 	case s != nil && slices.Contains(s.parts, p):
+	case !overflow && e.full(p):
+		// A quiet source does not take the place of another restored.
+		return p, nil
 	case e.makeRoom(p, wall):
 		s = e.source(key)
 		p.sources = append(p.sources, s)

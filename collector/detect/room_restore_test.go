@@ -70,4 +70,22 @@ func TestRestore_MoreSourcesThanMaxSources(t *testing.T) {
 	if len(p.sources) != cfg.MaxSources+1 {
 		t.Errorf("%d sources after a left-out one delivered; want %d", len(p.sources), cfg.MaxSources+1)
 	}
+
+	// Two delivering sources and four quiet ones: the first quiet one
+	// takes the place left, and the others do not take its place.
+	e = NewEngine(cfg, countFindings(func() {}))
+	e.ClockPerPartition()
+	for i := range 2 {
+		e.RestoreSource(k, SourceClock{Name: fmt.Sprintf("pod-%d", i), Clock: wall.Add(-time.Second), Seen: wall.Add(-time.Second)}, wall, time.Minute)
+	}
+	for i := range 4 {
+		e.RestoreQuietSource(k, SourceClock{Name: fmt.Sprintf("slow-%d", i), Clock: wall.Add(-3 * time.Minute), Seen: wall.Add(-time.Minute), Lag: 3 * time.Minute, HoldFor: 10 * time.Minute}, wall)
+	}
+	quiet := e.QuietSources(wall)[k]
+	if len(quiet) != 1 || quiet[0].Name != "slow-0" {
+		t.Errorf("quiet sources restored %v; want slow-0 alone", quiet)
+	}
+	if p := e.parts[k]; p.displaced != 0 || p.overflow != nil {
+		t.Errorf("%d sources displaced, overflow %v; want none", p.displaced, p.overflow != nil)
+	}
 }
