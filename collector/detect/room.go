@@ -5,9 +5,10 @@ import (
 	"time"
 )
 
-// A partition keeps at most Config.MaxSources sources. Every delivery and
-// every tick goes over them (bound), and the status and the state file
-// list them: a sender naming a new source per request (a random instance
+// A partition keeps at most Config.MaxSources sources. Each computation
+// of its watermark's bound (when its memo does not hold: boundMemo), each
+// expiry sweep and each status go over them, and the state file lists
+// them: a sender naming a new source per request (a random instance
 // id per process or per call, a misconfigured fleet, a hostile sender)
 // would otherwise make every later call, tick and status cost more, for
 // the hour a quiet source is kept (forgetQuiet). Two sources are not
@@ -20,7 +21,7 @@ import (
 // short-lived sources (pods of rolling deploys, posters that come and go)
 // never overflows. A quiet source that still holds p at the lag it showed
 // (heldClock: a clock minutes slow, quiet with the rest of its server) is
-// forgotten only when every quiet source does: every pod that delivered
+// chosen only when every quiet source holds so: every pod that delivered
 // with a lag within max_clock_lag holds for that long once quiet, so
 // sparing them all would make the churn of a rolling deploy overflow.
 func (e *Engine) makeRoom(p *partition, wall time.Time) bool {
