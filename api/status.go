@@ -65,6 +65,13 @@ type PartitionStatus struct {
 	// until then. Absent when no such hold is in force.
 	HeldUntil *time.Time `json:"held_until,omitempty"`
 	HeldAt    *time.Time `json:"held_at,omitempty"`
+	// OverflowCalls counts the calls of sources the partition had no room
+	// for (detect.max_sources, none of its sources quiet), taken under its
+	// overflow source (detect.OverflowSource) since the collector started;
+	// SourcesDisplaced the quiet sources forgotten to make room for new
+	// ones. Absent while 0.
+	OverflowCalls    int64 `json:"overflow_calls,omitempty"`
+	SourcesDisplaced int64 `json:"sources_displaced,omitempty"`
 }
 
 // SourceStatus is where one source feeding a partition stands. Its
@@ -85,6 +92,9 @@ type SourceStatus struct {
 	// meanwhile). Omitted otherwise.
 	HoldLagSeconds *float64   `json:"hold_lag_seconds,omitempty"`
 	HoldUntil      *time.Time `json:"hold_until,omitempty"`
+	// Overflow is set on the partition's overflow source, which takes the
+	// calls of the sources it had no room for (detect.max_sources).
+	Overflow bool `json:"overflow,omitempty"`
 }
 
 // SourceTotals is one source with its counts over every partition
@@ -205,7 +215,8 @@ func StatusFrom(parts []detect.PartitionStatus, queued int64, unstored int, tena
 // without their counts, the one holding it back, and the latest event
 // time acknowledged.
 func partitionStatus(ps detect.PartitionStatus) PartitionStatus {
-	v := PartitionStatus{Tenant: ps.Tenant, Server: ps.Server, Buffered: ps.Buffered, Sources: []SourceStatus{}}
+	v := PartitionStatus{Tenant: ps.Tenant, Server: ps.Server, Buffered: ps.Buffered, Sources: []SourceStatus{},
+		OverflowCalls: ps.OverflowCalls, SourcesDisplaced: ps.SourcesDisplaced}
 	v.add(&ps.Counts)
 	if !ps.Watermark.IsZero() {
 		wm, lag := ps.Watermark, ps.Lag.Seconds()
@@ -220,7 +231,7 @@ func partitionStatus(ps detect.PartitionStatus) PartitionStatus {
 	}
 	for _, src := range ps.Sources {
 		ss := SourceStatus{Name: src.Name, LastEvent: src.LastEvent, LastSeen: src.LastSeen,
-			LagSeconds: src.Lag.Seconds(), Idle: src.Idle}
+			LagSeconds: src.Lag.Seconds(), Idle: src.Idle, Overflow: src.Overflow}
 		if src.HoldLag > 0 {
 			lag, until := src.HoldLag.Seconds(), src.HoldUntil
 			ss.HoldLagSeconds, ss.HoldUntil = &lag, &until

@@ -367,6 +367,13 @@ func collector() *dashboard.DashboardBuilder {
 				sel(metrics.PipelineClockAheadCallsTotal, serverMatcher), rate), "{{server}} clock ahead"),
 			query(fmt.Sprintf("sum by (%s) (rate(%s[%s]))", metrics.LabelServer,
 				sel(metrics.PipelineIDCollisionsTotal, serverMatcher), rate), "{{server}} id collisions"))).
+		WithPanel(graph("Sources past detect.max_sources",
+			"Calls per second of sources new to a partition that already held detect.max_sources sources, none quiet: stored and judged under its overflow source, whose clock follows the latest of them (a sender naming a new source per request, or more pods than the bound; WARN lines kind=source_overflow name the partition); and quiet sources forgotten per second to make room for new ones (churn of pods or posters, harmless).",
+			units.OpsPerSecond,
+			query(fmt.Sprintf("sum by (%s) (rate(%s[%s]))", metrics.LabelServer,
+				sel(metrics.PipelineSourceOverflowCallsTotal, serverMatcher), rate), "{{server}} overflow calls"),
+			query(fmt.Sprintf("sum by (%s) (rate(%s[%s]))", metrics.LabelServer,
+				sel(metrics.PipelineSourcesDisplacedTotal, serverMatcher), rate), "{{server}} sources displaced"))).
 		WithPanel(graph("Connections and bytes in flight",
 			"Connections each listener holds, those refused per second at its cap (serve.connections.max_per_listener; a flood of held connections shows here), and the memory the ingest requests in flight hold against serve.receiver.max_in_flight_bytes (right axis, bytes).",
 			units.Short,

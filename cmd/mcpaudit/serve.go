@@ -525,6 +525,7 @@ func (s *server) pipelineViews() []metrics.PartitionView {
 		}
 		v := metrics.NewPartitionView(p.Server, p.Lag.Seconds(), !p.Watermark.IsZero(), p.Buffered, p.Late, p.TooLate, p.Ahead, srcs)
 		v.IDCollisions = p.IDCollisions
+		v.OverflowCalls, v.SourcesDisplaced = p.OverflowCalls, p.SourcesDisplaced
 		views = append(views, v)
 	}
 	return views

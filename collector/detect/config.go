@@ -53,6 +53,16 @@ type Config struct {
 	// has been quiet this long while other sources of it delivered. 0
 	// turns both off. Default 15m.
 	MaxClockLag time.Duration `yaml:"max_clock_lag"`
+	// MaxSources caps the sources (exporters, posters) one partition keeps
+	// with their clocks. A new source of a full partition takes the place
+	// of the one quiet (idle_timeout) the longest; when none is quiet, its
+	// calls are taken, stored and judged under the partition's overflow
+	// source, whose clock follows the latest of them, and counted
+	// (overflow_calls). Each call and each tick goes over the partition's
+	// sources, so a sender naming a new source per request would otherwise
+	// cost every later call more. Keep it above the pods a server runs at
+	// once. Default 1000.
+	MaxSources int `yaml:"max_sources"`
 }
 
 // NewDefaultConfig returns the documented defaults.
@@ -66,6 +76,7 @@ func NewDefaultConfig() Config {
 		JoinWait:          10 * time.Second,
 		MaxClockSkew:      time.Minute,
 		MaxClockLag:       15 * time.Minute,
+		MaxSources:        1000,
 	}
 }
 
@@ -92,6 +103,9 @@ func (c *Config) Validate() error {
 	}
 	if c.JoinWait < 0 {
 		errs = append(errs, errors.New("join_wait: must not be negative"))
+	}
+	if c.MaxSources < 1 {
+		errs = append(errs, errors.New("max_sources: must be at least 1"))
 	}
 	return errors.Join(errs...)
 }

@@ -17,6 +17,7 @@
 package detect
 
 import (
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -50,6 +51,8 @@ type Engine struct {
 	// is a duplicate, not another collision. Made at the first.
 	collided *recentIDs
 	arrival  uint64
+	// memos numbers the partitions' bound memos (boundMemo.seq).
+	memos uint64
 	// current is the record being judged, nil while windows close alone.
 	current *audit.Record
 	// wall is the latest wall time the engine was told (Add, Tick).
@@ -109,7 +112,23 @@ type partition struct {
 	// time a quiet source keeps holding it (source.holdUntil).
 	alive time.Time
 	Counts
+	// overflow, once the partition had no room for a new source
+	// (Config.MaxSources) while none of its sources was quiet, takes the
+	// calls of the sources it had no room for, its clock following the
+	// latest of them; nil before. overflowCalls counts those calls and
+	// displaced the quiet sources forgotten to make room for a new one.
+	overflow      *source
+	overflowCalls int64
+	displaced     int64
+	// memo is the partition's latest bound, while it holds (boundMemo).
+	memo boundMemo
 }
+
+// OverflowSource names, in the status, the source a partition takes the
+// calls of the sources it has no room for under (Config.MaxSources). It is
+// never a sender's source: a sender naming its source so has a source of
+// its own.
+const OverflowSource = "mcpaudit/overflow"
 
 // sourceKey names a source; sources of different tenants never mix. server
 // is set when the engine keeps a source's clock per partition, empty
@@ -176,6 +195,11 @@ type source struct {
 	Counts
 	// parts are the partitions the source fed.
 	parts []*partition
+	// overflow is set on a partition's overflow source.
+	overflow bool
+	// counted is the memo (boundMemo.seq) in which the source's clock was
+	// one of those the watermark is the earliest of.
+	counted uint64
 }
 
 // entry is a call waiting for its partition's watermark.
@@ -366,7 +390,7 @@ func (e *Engine) arrive(src string, c *audit.Call, wall time.Time) (p *partition
 	if wall.After(e.wall) {
 		e.wall = wall
 	}
-	p, s = e.route(c, src)
+	p, s = e.route(c, src, wall)
 	if p.born.IsZero() {
 		p.born = wall
 	}
@@ -377,6 +401,13 @@ func (e *Engine) arrive(src string, c *audit.Call, wall time.Time) (p *partition
 		s.parts = append(s.parts, p)
 	}
 	count(p, s, countCall, c.Time)
+	if s.overflow {
+		p.overflowCalls++
+	}
+	if !wall.IsZero() {
+		// Without a wall clock no bound is kept (boundMemo).
+		defer e.arrived(s, s.current)
+	}
 	m := c.Time
 	// Back after a quiet spell (or first delivery): a new spell of
 	// deliveries, whose lag is learned afresh.
@@ -400,7 +431,7 @@ func (e *Engine) arrive(src string, c *audit.Call, wall time.Time) (p *partition
 	if moved {
 		s.max = m
 	}
-	if !wall.IsZero() && src != e.replay {
+	if !wall.IsZero() && src != e.replay && !s.overflow {
 		// The least lag since its first delivery, not since it came back:
 		// a source that comes back further behind than it went (an
 		// exporter that was stuck delivers its queue) shows a backlog, not
@@ -441,6 +472,7 @@ func (e *Engine) AddRefused(src string, r *audit.Record, wall time.Time) {
 func (e *Engine) resume(p *partition, s *source, wall time.Time) {
 	if from := p.alive.Add(e.cfg.IdleTimeout); !p.alive.IsZero() && wall.After(from) {
 		spell := wall.Sub(from)
+		p.memo.invalidate()
 		for _, o := range p.sources {
 			if o != s && o.holdUntil.After(from) {
 				o.holdUntil = o.holdUntil.Add(spell)
@@ -457,8 +489,9 @@ func laterOf(a, b time.Time) time.Time {
 	return a
 }
 
-// route returns the partition of c and the source src of it.
-func (e *Engine) route(c *audit.Call, src string) (*partition, *source) {
+// route returns the partition of c and the source src of it at wall: the
+// partition's overflow source when src is new to it and it has no room.
+func (e *Engine) route(c *audit.Call, src string, wall time.Time) (*partition, *source) {
 	for i := range e.routes {
 		r := &e.routes[i]
 		if r.p != nil && r.p.key.Server == c.Server && r.p.key.Tenant == c.Tenant && r.src == src {
@@ -466,7 +499,13 @@ func (e *Engine) route(c *audit.Call, src string) (*partition, *source) {
 		}
 	}
 	p := e.partition(c)
-	s := e.source(e.keyOf(p.key, src))
+	k := e.keyOf(p.key, src)
+	s := e.sources[k]
+	if (s == nil || !slices.Contains(s.parts, p)) && (e.replay == "" || src != e.replay) && !e.makeRoom(p, wall) {
+		s = e.overflowOf(p)
+	} else if s == nil {
+		s = e.source(k)
+	}
 	e.routes[e.nextRoute] = route{p, s, src}
 	e.nextRoute = (e.nextRoute + 1) % len(e.routes)
 	return p, s
@@ -493,6 +532,7 @@ func (e *Engine) EndSource(tenant, name string) {
 		delete(e.sources, s.key)
 		for _, p := range s.parts {
 			p.sources = slices.DeleteFunc(p.sources, func(x *source) bool { return x == s })
+			p.memo.invalidate()
 			e.advance(p, time.Time{})
 		}
 	}
@@ -628,20 +668,63 @@ func (e *Engine) advance(p *partition, wall time.Time) {
 // behind. ahead reports whether another source is ahead of the one it
 // waits for.
 func (e *Engine) bound(p *partition, wall time.Time) (wm time.Time, h *source, ahead bool) {
+	if m := &p.memo; m.valid(wall) {
+		if memoCheck == nil {
+			return m.wm, m.h, m.ahead
+		}
+		kept := *m
+		m.invalidate()
+		wm, h, ahead = e.bound(p, wall)
+		var diff string
+		if !wm.Equal(kept.wm) || h != kept.h || ahead != kept.ahead {
+			diff = fmt.Sprintf("memo wm %v held by %v ahead %v; recomputed wm %v held by %v ahead %v",
+				kept.wm, kept.h.key.name, kept.ahead, wm, nameOf(h), ahead)
+		}
+		memoCheck(p.key, wall, diff)
+		return wm, h, ahead
+	}
 	var quiet, held time.Time
 	var hq *source
 	var cc clockCheck
+	// What a memo of this bound needs (boundMemo): a memo is kept only
+	// with a wall clock.
+	memo := !wall.IsZero()
+	var until time.Time
+	e.memos++
+	seq := e.memos
+	soonest := func(t time.Time) {
+		if until.IsZero() || t.Before(until) {
+			until = t
+		}
+	}
 	for _, s := range p.sources {
 		if e.quiet(s, wall) {
 			if q := quietClock(s.max, s.alive, wall); q.After(quiet) {
 				quiet = q
 			}
-			if c, ok := e.heldClock(p, s, wall); ok && (hq == nil || c.Before(held)) {
+			c, ok := e.heldClock(p, s, wall)
+			if ok && (hq == nil || c.Before(held)) {
 				held, hq = c, s
+			}
+			if memo && !ok {
+				// Not held only because its clock is too far behind the
+				// watermark, it holds again once the wall clock brings it
+				// within the allowed lateness.
+				if t, later := e.heldFrom(p, s, wall); later {
+					soonest(t)
+				}
 			}
 			continue
 		}
+		// Active: it goes quiet at the idle timeout after its last sign
+		// of life, and the bound changes then.
+		if memo {
+			soonest(s.alive.Add(e.cfg.IdleTimeout))
+		}
 		if e.holdsNothing(p, s, wall, &cc) {
+			if cc.done && cc.current && !s.current {
+				memo = false // a wrong clock: whether it is depends on the wall time
+			}
 			// Further behind the watermark than the allowance (it joined
 			// or came back that far behind), or never current beside a
 			// source that is: its calls are too late to be judged, so it
@@ -650,6 +733,10 @@ func (e *Engine) bound(p *partition, wall time.Time) (wm time.Time, h *source, a
 			// calls would pile up until back-pressure.
 			continue
 		}
+		if !s.current && e.cfg.MaxClockLag > 0 {
+			memo = false // may be found to have a wrong clock later
+		}
+		s.counted = seq
 		m := s.max.Add(-e.cfg.Lateness)
 		switch {
 		case h == nil:
@@ -672,8 +759,10 @@ func (e *Engine) bound(p *partition, wall time.Time) (wm time.Time, h *source, a
 		// Behind every other bound by more than the disorder tolerated
 		// within time order (a quiet pod whose lag is a second more than
 		// the others' holds nothing), so another source is ahead of it.
+		p.memo.ok = false
 		return held, hq, true
 	}
+	p.memo = boundMemo{ok: memo && h != nil && wall.Before(until), seq: seq, at: wall, until: until, wm: wm, h: h, ahead: ahead}
 	if h == nil && !wm.IsZero() {
 		// Every source is quiet: the clock they are taken to go on with
 		// is the wall clock less their delay at their last delivery, and

@@ -43,7 +43,7 @@ func (e *Engine) ExpireIdle(wall time.Time, idle time.Duration) []PartitionKey {
 		for _, s := range p.sources {
 			s.parts = slices.DeleteFunc(s.parts, func(x *partition) bool { return x == p })
 			if len(s.parts) == 0 {
-				delete(e.sources, s.key)
+				e.unregister(s)
 			}
 		}
 		delete(e.parts, k)
@@ -65,13 +65,7 @@ func (e *Engine) forgetQuiet(p *partition, wall time.Time, long time.Duration) {
 		if s.alive.IsZero() || wall.Sub(s.alive) < long {
 			return false
 		}
-		if p.gone.alive.IsZero() || quietClock(s.max, s.alive, wall).After(quietClock(p.gone.max, p.gone.alive, wall)) {
-			p.gone.max, p.gone.alive = s.max, s.alive
-		}
-		s.parts = slices.DeleteFunc(s.parts, func(x *partition) bool { return x == p })
-		if len(s.parts) == 0 {
-			delete(e.sources, s.key)
-		}
+		e.forget(p, s, wall)
 		return true
 	})
 	if len(p.sources) < n {

@@ -21,12 +21,13 @@ type SourceClock struct {
 
 // ActiveSources returns, for every partition, the sources still holding it
 // back at wall time wall (not idle), with their clocks, except skip (the
-// stream replayed from the store at start, which is no exporter).
+// stream replayed from the store at start, which is no exporter) and the
+// overflow source (OverflowSource: no one sender's clock).
 func (e *Engine) ActiveSources(wall time.Time, skip string) map[PartitionKey][]SourceClock {
 	m := map[PartitionKey][]SourceClock{}
 	for k, p := range e.parts {
 		for _, s := range p.sources {
-			if s.key.name == skip || e.idle(s, wall) {
+			if s.overflow || s.key.name == skip || e.idle(s, wall) {
 				continue
 			}
 			m[k] = append(m[k], SourceClock{Name: s.key.name, Clock: s.max, Seen: s.lastSeen})
@@ -46,7 +47,7 @@ func (e *Engine) QuietSources(wall time.Time) map[PartitionKey][]SourceClock {
 	m := map[PartitionKey][]SourceClock{}
 	for k, p := range e.parts {
 		for _, s := range p.sources {
-			if !e.quiet(s, wall) {
+			if s.overflow || !e.quiet(s, wall) {
 				continue
 			}
 			if _, ok := e.heldClock(p, s, wall); !ok {
@@ -72,7 +73,13 @@ func (e *Engine) RestoreQuietSource(k PartitionKey, src SourceClock, wall time.T
 	if alive.IsZero() || alive.After(wall.Add(-e.cfg.IdleTimeout)) {
 		alive = wall.Add(-e.cfg.IdleTimeout)
 	}
-	_, s := e.restore(k, src, wall, alive)
+	_, s := e.restore(k, src, wall, alive, false)
+	if s == nil {
+		// No room (a state file written with more sources than
+		// max_sources): a hold at a lag is one source's, not the
+		// overflow's.
+		return
+	}
 	s.lag, s.spell = src.Lag, alive
 	s.holdUntil = laterOf(s.holdUntil, wall.Add(src.HoldFor))
 }
@@ -81,16 +88,31 @@ func (e *Engine) RestoreQuietSource(k PartitionKey, src SourceClock, wall time.T
 // of partition k, known from the state file at wall time wall, its clocks
 // raised to src's and its last sign of life to alive. It was current when
 // the last run stopped: what it delivers now may be its backlog, however
-// old (wrongClock).
-func (e *Engine) restore(k PartitionKey, src SourceClock, wall, alive time.Time) (*partition, *source) {
+// old (wrongClock). A partition restored with more sources than
+// MaxSources (a state file of a larger max_sources, or of a release
+// without it) keeps the first it is given; the others go to its
+// overflow source when overflow is set, and are left out (nil) otherwise.
+func (e *Engine) restore(k PartitionKey, src SourceClock, wall, alive time.Time, overflow bool) (*partition, *source) {
 	p := e.partitionOf(k)
 	if p.born.IsZero() {
 		p.born = wall
 	}
-	s := e.source(e.keyOf(k, src.Name))
-	if !slices.Contains(p.sources, s) {
+	p.memo.invalidate()
+	key := e.keyOf(k, src.Name)
+	s := e.sources[key]
+	switch {
+	case s != nil && slices.Contains(s.parts, p):
+	case !overflow && e.full(p):
+		// A quiet source does not take the place of another restored.
+		return p, nil
+	case e.makeRoom(p, wall):
+		s = e.source(key)
 		p.sources = append(p.sources, s)
 		s.parts = append(s.parts, p)
+	case !overflow:
+		return p, nil
+	default:
+		s = e.overflowOf(p)
 	}
 	if src.Clock.After(s.max) {
 		s.max = src.Clock
@@ -116,7 +138,7 @@ func (e *Engine) restore(k PartitionKey, src SourceClock, wall, alive time.Time)
 // fastest source, and a lagging exporter's calls would come too late.
 func (e *Engine) RestoreSource(k PartitionKey, src SourceClock, wall time.Time, grace time.Duration) {
 	alive := wall.Add(grace)
-	p, _ := e.restore(k, src, wall, alive)
+	p, _ := e.restore(k, src, wall, alive, true)
 	p.alive = laterOf(p.alive, alive)
 }
 
@@ -142,6 +164,7 @@ func (e *Engine) RestoreWatermark(k PartitionKey, wm, at time.Time) {
 		return
 	}
 	e.release(p, wm)
+	p.memo.invalidate()
 	if at.IsZero() {
 		return
 	}
@@ -181,6 +204,7 @@ func (e *Engine) Touch(tenant, name string, wall time.Time) {
 	for _, s := range e.sourcesNamed(tenant, name) {
 		for _, p := range s.parts {
 			e.resume(p, s, wall)
+			p.memo.invalidate()
 		}
 		if wall.After(s.alive) {
 			s.alive = wall

@@ -30,6 +30,14 @@ type PartitionStatus struct {
 	// backlogs come (HoldAfterRestart). Zero when no such hold is in force.
 	HeldUntil time.Time `json:"held_until,omitzero"`
 	HeldAt    time.Time `json:"held_at,omitzero"`
+	// OverflowCalls counts the calls taken under the partition's overflow
+	// source (OverflowSource) since the start: calls of sources it had no
+	// room for (Config.MaxSources, none of its sources quiet), stored and
+	// judged, their senders' clocks not followed one by one.
+	// SourcesDisplaced counts the quiet sources forgotten to make room for
+	// a new one.
+	OverflowCalls    int64 `json:"overflow_calls"`
+	SourcesDisplaced int64 `json:"sources_displaced"`
 }
 
 // SourceStatus is where one source stands.
@@ -50,6 +58,8 @@ type SourceStatus struct {
 	Idle      bool          `json:"idle"`
 	HoldLag   time.Duration `json:"hold_lag_ns,omitempty"`
 	HoldUntil time.Time     `json:"hold_until,omitzero"`
+	// Overflow is set on the partition's overflow source (OverflowSource).
+	Overflow bool `json:"overflow,omitempty"`
 	Counts
 }
 
@@ -121,6 +131,7 @@ func (e *Engine) Status(now time.Time) []PartitionStatus {
 	for _, p := range e.parts {
 		ps := PartitionStatus{
 			PartitionKey: p.key, Watermark: p.wm, Buffered: p.buf.Len(), Counts: p.Counts,
+			OverflowCalls: p.overflowCalls, SourcesDisplaced: p.displaced,
 		}
 		if !p.wm.IsZero() {
 			ps.Lag = now.Sub(p.wm)
@@ -131,8 +142,8 @@ func (e *Engine) Status(now time.Time) []PartitionStatus {
 		for _, s := range p.sources {
 			ss := SourceStatus{
 				Name: s.key.name, LastEvent: s.max, LastSeen: s.lastSeen,
-				Idle:   !s.alive.IsZero() && now.Sub(s.alive) >= e.cfg.IdleTimeout,
-				Counts: s.Counts,
+				Idle:     !s.alive.IsZero() && now.Sub(s.alive) >= e.cfg.IdleTimeout,
+				Overflow: s.overflow, Counts: s.Counts,
 			}
 			if !s.max.IsZero() {
 				ss.Lag = now.Sub(s.max)

@@ -710,6 +710,31 @@ func (p *Pipeline) updateStatus() {
 	p.status, p.statusAt = st, now
 	p.statusMu.Unlock()
 	p.logLate(prev, st)
+	p.logOverflow(prev, st)
+}
+
+// logOverflow logs, once per status update and partition, the calls taken
+// under the partition's overflow source since the last update: its
+// sources were detect.max_sources, none quiet, when new ones came. A few
+// lines a minute at most; mcpaudit_pipeline_source_overflow_calls_total
+// counts every call.
+func (p *Pipeline) logOverflow(prev, now []detect.PartitionStatus) {
+	var before map[detect.PartitionKey]int64
+	for _, s := range now {
+		if s.OverflowCalls == 0 {
+			continue
+		}
+		if before == nil {
+			before = make(map[detect.PartitionKey]int64, len(prev))
+			for _, b := range prev {
+				before[b.PartitionKey] = b.OverflowCalls
+			}
+		}
+		if n := s.OverflowCalls - before[s.PartitionKey]; n > 0 {
+			p.rlog.Warn("source_overflow", "a partition holds detect.max_sources sources, none quiet: calls of new sources are judged under its overflow source, whose clock follows the latest of them (a sender naming a new source per request, or more pods than the bound)",
+				"tenant", s.Tenant, "server", s.Server, "calls", n, "max_sources", p.dcfg.MaxSources, "sources_displaced", s.SourcesDisplaced)
+		}
+	}
 }
 
 // logLate logs, once per status update and partition, the calls that came

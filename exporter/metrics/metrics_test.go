@@ -582,6 +582,10 @@ func TestPipelineStatus(t *testing.T) {
 	}
 	// Id collisions of both tenants of thegram add up.
 	status[0].IDCollisions, status[1].IDCollisions = 2, 3
+	// So do the calls of sources a partition had no room for, and the
+	// quiet sources forgotten to make room.
+	status[0].OverflowCalls, status[1].OverflowCalls = 4, 6
+	status[0].SourcesDisplaced = 1
 	if err := m.WatchPipeline(reg, func() []metrics.PartitionView { return status }); err != nil {
 		t.Fatal(err)
 	}
@@ -615,9 +619,17 @@ mcpaudit_pipeline_clock_ahead_calls_total{server="thegram"} 2
 # TYPE mcpaudit_pipeline_id_collisions_total counter
 mcpaudit_pipeline_id_collisions_total{server="oddlynew"} 0
 mcpaudit_pipeline_id_collisions_total{server="thegram"} 5
+# HELP mcpaudit_pipeline_source_overflow_calls_total Calls of sources new to a partition that held detect.max_sources sources, none quiet: stored and judged under its overflow source, their senders' clocks not followed one by one.
+# TYPE mcpaudit_pipeline_source_overflow_calls_total counter
+mcpaudit_pipeline_source_overflow_calls_total{server="oddlynew"} 0
+mcpaudit_pipeline_source_overflow_calls_total{server="thegram"} 10
+# HELP mcpaudit_pipeline_sources_displaced_total Quiet sources forgotten to make room for a new one in a partition that held detect.max_sources sources.
+# TYPE mcpaudit_pipeline_sources_displaced_total counter
+mcpaudit_pipeline_sources_displaced_total{server="oddlynew"} 0
+mcpaudit_pipeline_sources_displaced_total{server="thegram"} 1
 `, metrics.PipelineWatermarkLagSeconds, metrics.PipelineSourceLagSeconds, metrics.PipelineSources,
 		metrics.PipelineBufferedCalls, metrics.PipelineLateCallsTotal, metrics.PipelineClockAheadCallsTotal,
-		metrics.PipelineIDCollisionsTotal)
+		metrics.PipelineIDCollisionsTotal, metrics.PipelineSourceOverflowCallsTotal, metrics.PipelineSourcesDisplacedTotal)
 }
 
 // TestMetrics_ServerCap: past MaxServers, new servers are counted as

@@ -75,6 +75,13 @@ const (
 	// that answered otherwise: an id collision, not a second observation
 	// of one exchange.
 	PipelineIDCollisionsTotal = "mcpaudit_pipeline_id_collisions_total"
+	// PipelineSourceOverflowCallsTotal counts calls taken under their
+	// partition's overflow source: their source was new to a partition
+	// holding detect.max_sources sources, none of them quiet.
+	PipelineSourceOverflowCallsTotal = "mcpaudit_pipeline_source_overflow_calls_total"
+	// PipelineSourcesDisplacedTotal counts quiet sources forgotten to make
+	// room for a new one in a partition holding detect.max_sources.
+	PipelineSourcesDisplacedTotal = "mcpaudit_pipeline_sources_displaced_total"
 	// ConnectionsOpen counts the connections each listener holds open.
 	ConnectionsOpen = "mcpaudit_connections_open"
 	// ConnectionsRefusedTotal counts the connections a listener refused at
@@ -316,6 +323,10 @@ var Families = []Family{
 	{PipelineLateCallsTotal, "counter", "Calls that arrived behind their partition's watermark, judged late or too late to judge.",
 		[]string{LabelServer, LabelResult}},
 	{PipelineClockAheadCallsTotal, "counter", "Calls dated beyond the allowed clock skew ahead of the collector's clock.",
+		[]string{LabelServer}},
+	{PipelineSourceOverflowCallsTotal, "counter", "Calls of sources new to a partition that held detect.max_sources sources, none quiet: stored and judged under its overflow source, their senders' clocks not followed one by one.",
+		[]string{LabelServer}},
+	{PipelineSourcesDisplacedTotal, "counter", "Quiet sources forgotten to make room for a new one in a partition that held detect.max_sources sources.",
 		[]string{LabelServer}},
 	{PipelineIDCollisionsTotal, "counter", "Calls not judged because a different call came under the same trace and span id, or another response under the same call id (a broken exporter, or a replay tool rewriting ids).",
 		[]string{LabelServer}},

@@ -17,8 +17,12 @@ type PartitionView struct {
 	// call under their span ids, or another response under their call id
 	// (PipelineIDCollisionsTotal).
 	IDCollisions int64
-	Sources      []SourceView
-	hasWatermark bool
+	// OverflowCalls counts the calls taken under the partition's overflow
+	// source (PipelineSourceOverflowCallsTotal); SourcesDisplaced the quiet
+	// sources forgotten to make room (PipelineSourcesDisplacedTotal).
+	OverflowCalls, SourcesDisplaced int64
+	Sources                         []SourceView
+	hasWatermark                    bool
 }
 
 // SourceView is what the pipeline metrics need of one source feeding a
@@ -52,7 +56,8 @@ type pipelineCollector struct {
 func (m *Metrics) WatchPipeline(reg prometheus.Registerer, status func() []PartitionView) error {
 	c := &pipelineCollector{m: m, status: status, descs: map[string]*prometheus.Desc{}}
 	for _, name := range []string{PipelineWatermarkLagSeconds, PipelineSourceLagSeconds, PipelineSources,
-		PipelineBufferedCalls, PipelineLateCallsTotal, PipelineClockAheadCallsTotal, PipelineIDCollisionsTotal} {
+		PipelineBufferedCalls, PipelineLateCallsTotal, PipelineClockAheadCallsTotal, PipelineIDCollisionsTotal,
+		PipelineSourceOverflowCallsTotal, PipelineSourcesDisplacedTotal} {
 		f := family(name)
 		c.descs[name] = prometheus.NewDesc(f.Name, f.Help, f.Labels, nil)
 	}
@@ -74,6 +79,7 @@ func (c *pipelineCollector) Collect(ch chan<- prometheus.Metric) {
 		sourceLag            map[string]float64 // by state
 		late, tooLate, ahead int64
 		collisions           int64
+		overflow, displaced  int64
 	}
 	servers := map[string]*server{}
 	seen := map[string]bool{}
@@ -94,6 +100,8 @@ func (c *pipelineCollector) Collect(ch chan<- prometheus.Metric) {
 		s.tooLate += p.TooLate
 		s.ahead += p.Ahead
 		s.collisions += p.IDCollisions
+		s.overflow += p.OverflowCalls
+		s.displaced += p.SourcesDisplaced
 		buffered += p.Buffered
 		for _, src := range p.Sources {
 			state := SourceActive
@@ -125,6 +133,8 @@ func (c *pipelineCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.descs[PipelineLateCallsTotal], prometheus.CounterValue, float64(s.tooLate), name, LateTooLate)
 		ch <- prometheus.MustNewConstMetric(c.descs[PipelineClockAheadCallsTotal], prometheus.CounterValue, float64(s.ahead), name)
 		ch <- prometheus.MustNewConstMetric(c.descs[PipelineIDCollisionsTotal], prometheus.CounterValue, float64(s.collisions), name)
+		ch <- prometheus.MustNewConstMetric(c.descs[PipelineSourceOverflowCallsTotal], prometheus.CounterValue, float64(s.overflow), name)
+		ch <- prometheus.MustNewConstMetric(c.descs[PipelineSourcesDisplacedTotal], prometheus.CounterValue, float64(s.displaced), name)
 	}
 	ch <- prometheus.MustNewConstMetric(c.descs[PipelineSources], prometheus.GaugeValue, float64(active), SourceActive)
 	ch <- prometheus.MustNewConstMetric(c.descs[PipelineSources], prometheus.GaugeValue, float64(idle), SourceIdle)
