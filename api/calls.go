@@ -26,7 +26,7 @@ type CallDetail struct {
 }
 
 // callParams are the parameters of /api/v1/calls, besides tenant.
-var callParams = []string{"server", "session", "document", "since", "until", "limit", "cursor"}
+var callParams = []string{"server", "session", "source", "document", "since", "until", "limit", "cursor"}
 
 // callEvent is the JSON of a stored call: its timeline event.
 func callEvent(r *audit.Record) audit.TimelineEvent {
@@ -38,7 +38,7 @@ func (s *Server) calls(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	q := audit.CallQuery{Tenant: tenant, Server: p.str("server"), Session: p.str("session"), Document: p.str("document"),
+	q := audit.CallQuery{Tenant: tenant, Server: p.str("server"), Session: p.str("session"), Source: p.str("source"), Document: p.str("document"),
 		Since: p.time("since"), Until: p.time("until"), Limit: p.int("limit"), Cursor: p.str("cursor")}
 	if p.err != nil {
 		s.fail(w, p.err)

@@ -36,10 +36,14 @@ type callFixture struct {
 
 // mkCall builds the record of call i as a dialect reads it: a read of each
 // document in docs.
+// senders are the sources of the calls mkCall makes, in turn.
+var senders = []string{"calls:proxy/thegram/host:8080", "otlp:thegram/pod-b/node-2", "calls:proxy/thegram/host:8080", "otlp:thegram/pod-a"}
+
 func mkCall(i int, tenant, server, session string, at time.Time, tool string, docs ...string) audit.Record {
 	c := &audit.Call{ID: fmt.Sprintf("c_%020x", i), Time: at, Duration: time.Millisecond, Server: server,
 		Session: session, Client: "claude", Tenant: tenant, RPCID: fmt.Sprint(i), Method: "tools/call", Tool: tool,
-		Arguments: []byte(fmt.Sprintf(`{"n":%d}`, i)), Responded: true, Result: []byte(`{"isError":false}`)}
+		Arguments: []byte(fmt.Sprintf(`{"n":%d}`, i)), Responded: true, Result: []byte(`{"isError":false}`),
+		Source: senders[i%len(senders)]}
 	c.Fingerprint = audit.Fingerprint(c.Server, c.Session, c.RPCID, c.Tool, canon.Bytes(c.Arguments))
 	r := audit.Record{Call: c, Dialect: server, Outcome: audit.OutcomeOK, Tool: tool}
 	for j, d := range docs {
@@ -257,6 +261,10 @@ func TestCalls_Filters(t *testing.T) {
 			return r.Server == "thegram" && r.Session == "s-0" && slices.Contains(c.docs, "ops/a.gram") &&
 				!r.Time.Before(t0.Add(30*time.Second)) && r.Time.Before(t0.Add(200*time.Second))
 		}},
+		{"source", "source=" + url.QueryEscape("otlp:thegram/pod-b/node-2"), func(c storedCall) bool { return c.rec.Call.Source == "otlp:thegram/pod-b/node-2" }},
+		{"source_server", "server=thegram&source=" + url.QueryEscape("calls:proxy/thegram/host:8080"), func(c storedCall) bool {
+			return c.rec.Call.Server == "thegram" && c.rec.Call.Source == "calls:proxy/thegram/host:8080"
+		}},
 		{"unknown_server", "server=nobody", func(c storedCall) bool { return false }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -364,7 +372,8 @@ func TestCalls_Detail(t *testing.T) {
 	var ev map[string]any
 	json.Unmarshal(m["call"], &ev)
 	for k, v := range map[string]any{"type": "call", "call_id": fx.fails, "server": "thegram", "tool": "gram_read",
-		"outcome": "protocol_error", "code": "E_STORAGE", "retry_action": "verify_then_decide", "session": "s-2"} {
+		"outcome": "protocol_error", "code": "E_STORAGE", "retry_action": "verify_then_decide", "session": "s-2",
+		"source": "otlp:thegram/pod-b/node-2"} {
 		if ev[k] != v {
 			t.Errorf("%s = %v, want %v", k, ev[k], v)
 		}
@@ -404,7 +413,7 @@ func TestCalls_BadParameters(t *testing.T) {
 		{"limit=-1", "parameter limit: want a non-negative integer"},
 		{"limit=ten", "parameter limit: want a non-negative integer"},
 		{"cursor=garbage!", "parameter cursor: not a next_cursor"},
-		{"state=durable", `unknown parameter "state"; /api/v1/calls takes server, session, document, since, until, limit, cursor`},
+		{"state=durable", `unknown parameter "state"; /api/v1/calls takes server, session, source, document, since, until, limit, cursor`},
 		{"kind=x&id=y", `unknown parameter "id", "kind"`},
 	} {
 		status, h, body := do(t, "GET", hs.URL+"/api/v1/calls?"+tc.query, "tok-acme")

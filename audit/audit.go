@@ -196,7 +196,11 @@ type Call struct {
 	// TransportError is set when no response arrived: timeout,
 	// connection_reset, canceled or free text.
 	TransportError string
-	// Source names where the call came from, for diagnostics ("file:line").
+	// Source names where the call came from. serve stores the name of the
+	// sender, as status and the detector's held_by name it
+	// ("otlp:thegram/pod-b/node-2", "calls:proxy/thegram/host:8080"); a
+	// call read of a file, or one stored before, names its place
+	// ("file:line", "otlp_grpc:resourceSpans[0].scopeSpans[0].spans[3]").
 	Source string
 	// Received is the wall time the live service acknowledged the call;
 	// zero for files. It is not stored.

@@ -99,10 +99,15 @@ type CallQuery struct {
 	IDs      []string // these calls only
 	Document string   // calls that touched this document
 	Session  string   // calls of this session
-	Since    time.Time
-	Until    time.Time
-	Limit    int    // at most this many; the store applies a default and a cap
-	Cursor   string // from a previous page
+	// Source keeps the calls that came on this sender, named as status
+	// and held_by name it ("otlp:thegram/pod-b/node-2"): compared with
+	// Call.Source, so calls stored before senders were recorded (which
+	// name their place in the request) are not found by it.
+	Source string
+	Since  time.Time
+	Until  time.Time
+	Limit  int    // at most this many; the store applies a default and a cap
+	Cursor string // from a previous page
 }
 
 // CallPage is one page of calls in time order. Calls of one instant come

@@ -123,6 +123,10 @@ type TimelineEvent struct {
 	State       WriteState  `json:"state,omitempty"`
 	Reason      Reason      `json:"reason,omitempty"`
 	Finding     *Finding    `json:"finding,omitempty"`
+	// Source names, for a call, where it came from: for a call stored by
+	// serve its sender as status and held_by name it
+	// ("otlp:thegram/pod-b/node-2", "calls:proxy/thegram/host:8080").
+	Source string `json:"source,omitempty"`
 }
 
 // TimelinePage is the start of a document's timeline: its earliest events

@@ -25,6 +25,7 @@ func callsCommand(args []string, stdout, stderr io.Writer) error {
 	q, _, err := parseQueryFlags("calls", args, stderr, "calls [flags]", func(fs *flag.FlagSet) {
 		filters["server"] = fs.String("mcp-server", "", "MCP server name (default: every server)")
 		filters["session"] = fs.String("session", "", "MCP session id (mcp.session.id)")
+		filters["source"] = fs.String("source", "", "only calls that came on this sender, as status names it (otlp:thegram/pod-b/node-2, calls:proxy/thegram/host:8080)")
 		filters["document"] = fs.String("document", "", "only calls that read or wrote this document (exact)")
 		filters["since"] = fs.String("since", "", "RFC 3339 time, the page's \"2026-12-04 14:02\" (UTC), or a duration back from now (1h, 7d)")
 		filters["until"] = fs.String("until", "", "RFC 3339 time, the page's \"2026-12-04 14:02\" (UTC), or a duration back from now")
@@ -55,7 +56,7 @@ func callsCommand(args []string, stdout, stderr io.Writer) error {
 	var tw *tabwriter.Writer
 	if q.format == "text" {
 		tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "TIME\tCALL\tSERVER\tSESSION\tTOOL\tOUTCOME / CODE\tRETRY ACTION")
+		fmt.Fprintln(tw, "TIME\tCALL\tSERVER\tSESSION\tTOOL\tOUTCOME / CODE\tRETRY ACTION\tSOURCE")
 	}
 	n, more := 0, false
 	for {
@@ -85,8 +86,10 @@ func callsCommand(args []string, stdout, stderr io.Writer) error {
 			if err := json.Unmarshal(raw, &e); err != nil {
 				return &exitError{code: 2, err: fmt.Errorf("calls: cannot read a call: %w", err)}
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Time.UTC().Format("2006-01-02 15:04:05.000"), e.CallID,
-				e.Server, e.Session, e.Tool, joinNonEmpty(string(e.Outcome), e.Code), e.RetryAction)
+			// The sender goes last: its name is the longest and the
+			// least often read.
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Time.UTC().Format("2006-01-02 15:04:05.000"), e.CallID,
+				e.Server, e.Session, e.Tool, joinNonEmpty(string(e.Outcome), e.Code), e.RetryAction, e.Source)
 		}
 		n += len(page.Calls)
 		if tw != nil {

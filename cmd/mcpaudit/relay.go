@@ -373,6 +373,9 @@ func (s *localSink) flush(ctx context.Context) {
 			s.log.Error("call record rejected", "line", s.line, "field", field)
 			continue
 		}
+		// Stored under its sender's name, as serve's receiver stores a
+		// call; the line number served the log above.
+		c.Source = s.source
 		batch.Records = append(batch.Records, s.reader.Read(c))
 	}
 	for backoff := 50 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {

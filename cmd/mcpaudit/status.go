@@ -198,16 +198,25 @@ func printStatus(w io.Writer, st api.StatusResponse, waited bool) {
 			fmt.Fprintln(w)
 			first = false
 		}
-		// The command that lists them names the server when the source
-		// feeds one; a source of several leaves the operator to choose.
-		server := "SERVER"
+		// The command that lists them names the source (stored calls name
+		// their sender), and the server when the source feeds one.
+		server := ""
 		if len(s.Servers) == 1 {
-			server = s.Servers[0]
+			server = " --mcp-server " + shellWord(s.Servers[0])
 		}
-		fmt.Fprintf(w, "Not judged: %d calls of %s (%s) dated %s to %s came later than detect.allowed_lateness; findings about them may be missing (listed by mcpaudit calls --mcp-server %s --since %s --until %s).\n",
+		fmt.Fprintf(w, "Not judged: %d calls of %s (%s) dated %s to %s came later than detect.allowed_lateness; findings about them may be missing (listed by mcpaudit calls --source %s%s --since %s --until %s).\n",
 			s.TooLate, s.Name, strings.Join(s.Servers, ","), s.TooLateFrom.UTC().Format(time.RFC3339), s.TooLateTo.UTC().Format(time.RFC3339),
-			server, s.TooLateFrom.UTC().Format(time.RFC3339), s.TooLateTo.Add(time.Second).UTC().Format(time.RFC3339))
+			shellWord(s.Name), server, s.TooLateFrom.UTC().Format(time.RFC3339), s.TooLateTo.Add(time.Second).UTC().Format(time.RFC3339))
 	}
+}
+
+// shellWord returns s as one word of a shell command: as it is when it
+// holds only characters no shell reads specially, else single-quoted.
+func shellWord(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._/:@+,=-") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 func orDash(s string) string {

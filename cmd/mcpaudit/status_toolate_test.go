@@ -13,7 +13,8 @@ import (
 // source with calls too late to be judged, the span of event time they
 // fall in and how to list them, so that an operator can tell which
 // findings may be missing, with the command that lists them (naming the
-// server when the source feeds one); a source with none gets no such line.
+// source, quoted for a shell when it must be, and the server when the
+// source feeds one); a source with none gets no such line.
 func TestStatus_PrintsWhatWasNotJudged(t *testing.T) {
 	from := time.Date(2026, 12, 4, 11, 49, 42, 0, time.UTC)
 	to := from.Add(4 * time.Minute)
@@ -21,20 +22,23 @@ func TestStatus_PrintsWhatWasNotJudged(t *testing.T) {
 		{Name: "otlp:thegram/pod-1", Servers: []string{"thegram"}, Counts: api.Counts{Calls: 900, TooLate: 310, TooLateFrom: &from, TooLateTo: &to}},
 		{Name: "otlp:thegram/pod-0", Servers: []string{"thegram"}, Counts: api.Counts{Calls: 1200}},
 		{Name: "calls:relay", Servers: []string{"oddlynew", "thegram"}, Counts: api.Counts{Calls: 40, TooLate: 2, TooLateFrom: &from, TooLateTo: &from}},
+		{Name: "calls:agent's pod", Servers: []string{"thegram"}, Counts: api.Counts{Calls: 4, TooLate: 1, TooLateFrom: &from, TooLateTo: &from}},
 	}}
 	var b bytes.Buffer
 	printStatus(&b, st, false)
 	out := b.String()
 	want := "Not judged: 310 calls of otlp:thegram/pod-1 (thegram) dated 2026-12-04T11:49:42Z to 2026-12-04T11:53:42Z came later than detect.allowed_lateness; " +
-		"findings about them may be missing (listed by mcpaudit calls --mcp-server thegram --since 2026-12-04T11:49:42Z --until 2026-12-04T11:53:43Z)."
+		"findings about them may be missing (listed by mcpaudit calls --source otlp:thegram/pod-1 --mcp-server thegram --since 2026-12-04T11:49:42Z --until 2026-12-04T11:53:43Z)."
 	several := "Not judged: 2 calls of calls:relay (oddlynew,thegram) dated 2026-12-04T11:49:42Z to 2026-12-04T11:49:42Z came later than detect.allowed_lateness; " +
-		"findings about them may be missing (listed by mcpaudit calls --mcp-server SERVER --since 2026-12-04T11:49:42Z --until 2026-12-04T11:49:43Z)."
-	for _, want := range []string{want, several} {
+		"findings about them may be missing (listed by mcpaudit calls --source calls:relay --since 2026-12-04T11:49:42Z --until 2026-12-04T11:49:43Z)."
+	quoted := "Not judged: 1 calls of calls:agent's pod (thegram) dated 2026-12-04T11:49:42Z to 2026-12-04T11:49:42Z came later than detect.allowed_lateness; " +
+		`findings about them may be missing (listed by mcpaudit calls --source 'calls:agent'\''s pod' --mcp-server thegram --since 2026-12-04T11:49:42Z --until 2026-12-04T11:49:43Z).`
+	for _, want := range []string{want, several, quoted} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status output lacks\n%s\ngot:\n%s", want, out)
 		}
 	}
-	if strings.Count(out, "Not judged:") != 2 {
-		t.Errorf("want two lines of calls not judged:\n%s", out)
+	if strings.Count(out, "Not judged:") != 3 {
+		t.Errorf("want three lines of calls not judged:\n%s", out)
 	}
 }

@@ -404,6 +404,11 @@ func (t *taker) take(rec *audit.Record, known dialect.Known, source, where strin
 		// reading (targets, keys, messages) holds no secret either.
 		rec = t.reader.ReadKnown(c, known)
 	}
+	// Stored, a call names the sender it came on, as status and the
+	// watermark's held_by name it: its place in the request (where) has
+	// served its errors and means nothing once the request is answered.
+	// One string per source and request, shared by its calls.
+	c.Source = source
 	t.recs = append(t.recs, rec)
 	t.srcs = append(t.srcs, source)
 	t.wheres = append(t.wheres, where)

@@ -277,6 +277,7 @@ func (s *Store) Calls(ctx context.Context, q audit.CallQuery) (audit.CallPage, e
 	c.eq("tenant", q.Tenant)
 	c.eq("server", q.Server)
 	c.eq("session", q.Session)
+	c.eq("source", q.Source)
 	if q.Document != "" {
 		c = append(c, "has(arrayPushFront(other_documents, document), "+quote(q.Document)+")")
 	}

@@ -337,7 +337,7 @@ func (s *Store) Timeline(ctx context.Context, q audit.TimelineQuery) (audit.Time
 		if r.Flags&flagFailure != 0 {
 			failure = &audit.Failure{Code: r.FailureCode, Action: audit.RetryAction(r.FailureAction)}
 		}
-		c := audit.Call{ID: r.ID, Time: joinTime(r.Time, r.TimeNanos), Server: r.Server, Session: r.Session, Tool: r.Tool}
+		c := audit.Call{ID: r.ID, Time: joinTime(r.Time, r.TimeNanos), Server: r.Server, Session: r.Session, Tool: r.Tool, Source: r.Source}
 		events = append(events, store.CallEvent(&c, audit.Outcome(r.Outcome), failure))
 		ids = append(ids, r.ID)
 	}

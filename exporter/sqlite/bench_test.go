@@ -201,8 +201,9 @@ type traffic struct {
 
 // storeTraffic stores n generated calls as serve would: each batch appended,
 // then the detector's output committed with its watermark. It measures the
-// file after Close, which checkpoints the log into it.
-func storeTraffic(tb testing.TB, n int, captures []string) traffic {
+// file after Close, which checkpoints the log into it. source, when given,
+// names the source of the i-th call (else it is the capture's file:line).
+func storeTraffic(tb testing.TB, n int, captures []string, source ...func(i int) string) traffic {
 	tb.Helper()
 	g, err := storetest.NewGenerator(7, storetest.T0, captures...)
 	if err != nil {
@@ -219,6 +220,11 @@ func storeTraffic(tb testing.TB, n int, captures []string) traffic {
 	cpu0, io0 := cpuTime(), writtenBytes()
 	for done := 0; done < n; {
 		recs := g.Records(min(500, n-done))
+		for _, f := range source {
+			for i := range recs {
+				recs[i].Call.Source = f(done + i)
+			}
+		}
 		done += len(recs)
 		if _, err := s.AppendCalls(ctx, recs); err != nil {
 			tb.Fatal(err)
@@ -363,4 +369,35 @@ func TestBytesPerCall(t *testing.T) {
 		t.Errorf("%.0f bytes per call, want at most 375", tr.perCall)
 	}
 	storeTraffic(t, 30000, mixedTraffic()).log(t)
+}
+
+// TestBytesPerCallSender measures what a call's source costs stored, as
+// serve names it: since 2026-12-05 the sender ("otlp:thegram/pod-b/node-2",
+// one name for every call of a sender), before its place in the request
+// (a span's path, a record's line). The sender of OTLP spans must cost no
+// more than their place did.
+func TestBytesPerCallSender(t *testing.T) {
+	if testing.Short() {
+		t.Skip("stores 5 × 10000 calls")
+	}
+	const n = 10000
+	per := map[string]float64{}
+	for _, s := range []struct {
+		name   string
+		source func(i int) string
+	}{
+		{"none", func(int) string { return "" }},
+		{"span place (before)", func(i int) string {
+			return fmt.Sprintf("otlp_grpc:resourceSpans[0].scopeSpans[0].spans[%d]", i%100)
+		}},
+		{"record line (before)", func(i int) string { return fmt.Sprintf("body:%d", i%500+1) }},
+		{"OTLP sender", func(int) string { return "otlp:thegram/pod-b/node-2" }},
+		{"poster sender", func(int) string { return "calls:proxy/thegram/host:8080" }},
+	} {
+		per[s.name] = storeTraffic(t, n, normalTraffic, s.source).perCall
+		t.Logf("%-22s %6.1f bytes per call (%+.1f against none)", s.name, per[s.name], per[s.name]-per["none"])
+	}
+	if per["OTLP sender"] > per["span place (before)"] {
+		t.Errorf("an OTLP sender costs %.1f bytes per call, more than the span's place did (%.1f)", per["OTLP sender"], per["span place (before)"])
+	}
 }

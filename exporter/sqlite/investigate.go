@@ -505,7 +505,7 @@ func (s *Store) Calls(ctx context.Context, q audit.CallQuery) (audit.CallPage, e
 		c := r.Call
 		return (q.Tenant == "" || c.Tenant == q.Tenant) && (q.Server == "" || c.Server == q.Server) &&
 			(q.Document == "" || slices.Contains(r.Documents(), q.Document)) &&
-			(q.Session == "" || c.Session == q.Session) &&
+			(q.Session == "" || c.Session == q.Session) && (q.Source == "" || c.Source == q.Source) &&
 			(q.Since.IsZero() || !c.Time.Before(q.Since)) && (q.Until.IsZero() || c.Time.Before(q.Until))
 	}
 	if len(q.IDs) > 0 {

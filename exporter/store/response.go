@@ -30,13 +30,20 @@ func StoredResponse(c *audit.Call) (uint64, bool) {
 	return audit.ResponseSum(c, jsonSum(c.Result), jsonSum(data)), true
 }
 
-// FromSpan reports whether c was read from an OTLP span: collector/otlp
-// names a span's source by its place in the export request,
-// "SOURCE:resourceSpans[i].scopeSpans[j].spans[k]", where a call record's
-// is "SOURCE:LINE".
+// FromSpan reports whether c was read from an OTLP span. serve stores a
+// call with the name of its sender, and an OTLP sender's name begins
+// "otlp:" (otlp.SourceOf) where a poster's begins "calls:"; calls stored
+// before, and calls read of files, name their place instead:
+// "SOURCE:resourceSpans[i].scopeSpans[j].spans[k]" for a span,
+// "SOURCE:LINE" for a call record.
 func FromSpan(c *audit.Call) bool {
-	return strings.Contains(c.Source, ":resourceSpans[")
+	return strings.HasPrefix(c.Source, otlpSender) || strings.Contains(c.Source, ":resourceSpans[")
 }
+
+// otlpSender begins the name of every OTLP sender (otlp.SourceOf); this
+// package does not import collector/otlp, which would bring pdata to
+// every store.
+const otlpSender = "otlp:"
 
 // jsonSum is canon.Sum of the JSON text raw, 0 for none; text that does
 // not parse (a result masked whole is a JSON string, so only a damaged

@@ -74,3 +74,25 @@ func TestStoredResponse(t *testing.T) {
 		t.Errorf("an error sums as a result does")
 	}
 }
+
+// TestFromSpan: a span's call is told from a call record's by the sender
+// serve stores it under, and by the place a call stored before, or read of
+// a file, names.
+func TestFromSpan(t *testing.T) {
+	f := func(source string, want bool) {
+		t.Helper()
+		if got := store.FromSpan(&audit.Call{Source: source}); got != want {
+			t.Errorf("FromSpan(%q) = %v, want %v", source, got, want)
+		}
+	}
+	f("otlp:thegram/pod-b/node-2", true)
+	f("otlp:thegram", true)
+	f("otlp_grpc:resourceSpans[0].scopeSpans[0].spans[3]", true)
+	f("capture.json:resourceSpans[1].scopeSpans[0].spans[0]", true)
+	f("calls:proxy/thegram/host:8080", false)
+	f("calls:10.0.0.7", false)
+	f("wrap/thegram/host", false)
+	f("body:3", false)
+	f("capture.ndjson:12", false)
+	f("", false)
+}

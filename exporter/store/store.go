@@ -41,7 +41,7 @@ func clamp(n, def, max int) int {
 // keeps in the open: its outcome and the classification of its failure.
 func CallEvent(c *audit.Call, outcome audit.Outcome, failure *audit.Failure) audit.TimelineEvent {
 	ev := audit.TimelineEvent{Time: c.Time, Type: audit.EventCall, CallID: c.ID, Server: c.Server,
-		Session: c.Session, Tool: c.Tool, Outcome: outcome}
+		Session: c.Session, Tool: c.Tool, Outcome: outcome, Source: c.Source}
 	if failure != nil {
 		ev.Code, ev.RetryAction = failure.Code, failure.Action
 	}

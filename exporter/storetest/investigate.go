@@ -362,6 +362,13 @@ func testCallsList(t *testing.T, s audit.Store) {
 		if i%5 == 4 {
 			r.Call.Tenant = "globex"
 		}
+		// Senders as serve names them; the others name their line.
+		switch i % 7 {
+		case 0, 3:
+			r.Call.Source = "otlp:thegram/pod-b/node-2"
+		case 5:
+			r.Call.Source = "calls:proxy/thegram/host:8080"
+		}
 		if i%10 == 7 {
 			// gram_projects names no document.
 			r.Call.Tool, r.Tool, r.Ops = "gram_projects", "gram_projects", nil
@@ -404,6 +411,13 @@ func testCallsList(t *testing.T, s audit.Store) {
 	f("tenant", audit.CallQuery{Tenant: "globex"}, func(r audit.Record) bool { return r.Call.Tenant == "globex" })
 	f("server of a tenant", audit.CallQuery{Server: "thegram", Tenant: "acme"}, func(r audit.Record) bool {
 		return r.Call.Server == "thegram" && r.Call.Tenant == "acme"
+	})
+	f("source", audit.CallQuery{Source: "otlp:thegram/pod-b/node-2"}, func(r audit.Record) bool { return r.Call.Source == "otlp:thegram/pod-b/node-2" })
+	f("source of a server and tenant", audit.CallQuery{Source: "otlp:thegram/pod-b/node-2", Server: "thegram", Tenant: "acme"}, func(r audit.Record) bool {
+		return r.Call.Source == "otlp:thegram/pod-b/node-2" && r.Call.Server == "thegram" && r.Call.Tenant == "acme"
+	})
+	f("source and document", audit.CallQuery{Source: "calls:proxy/thegram/host:8080", Document: "doc-2.gram"}, func(r audit.Record) bool {
+		return r.Call.Source == "calls:proxy/thegram/host:8080" && slices.Contains(r.Documents(), "doc-2.gram")
 	})
 	f("one instant", audit.CallQuery{Since: at(20), Until: at(20).Add(1)}, func(r audit.Record) bool { return r.Call.Time.Equal(at(20)) })
 	f("no document, by server and time", audit.CallQuery{Server: "thegram", Since: at(35)}, func(r audit.Record) bool {

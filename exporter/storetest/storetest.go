@@ -775,6 +775,7 @@ type timelineView struct {
 	Reason      audit.Reason
 	Key         string
 	FindingID   string
+	Source      string // a call's sender
 }
 
 func viewOf(events []audit.TimelineEvent) []timelineView {
@@ -782,6 +783,8 @@ func viewOf(events []audit.TimelineEvent) []timelineView {
 	for _, e := range events {
 		v := timelineView{Type: e.Type, Time: e.Time, CallID: e.CallID, Outcome: e.Outcome, Code: e.Code, RetryAction: e.RetryAction}
 		switch e.Type {
+		case audit.EventCall:
+			v.Source = e.Source
 		case audit.EventWrite:
 			v.State, v.Reason, v.Key = e.State, e.Reason, e.Key
 		case audit.EventFinding:
@@ -798,6 +801,7 @@ func viewOf(events []audit.TimelineEvent) []timelineView {
 func testTimeline(t *testing.T, s audit.Store) {
 	read := rec(1, 1, "a.gram")
 	read.Call.Tool, read.Tool = "gram_read", "gram_read"
+	read.Call.Source = "otlp:thegram/pod-b/node-2"
 	patch := timedOut(rec(2, 2, "a.gram"))
 	reread := rec(3, 3, "a.gram", "b.gram")
 	elsewhere := rec(4, 4, "b.gram")
@@ -815,7 +819,7 @@ func testTimeline(t *testing.T, s audit.Store) {
 	commit(t, s, audit.Results{Writes: []audit.Write{w, wb, wr}, Findings: []audit.Finding{onB, double}})
 
 	callEv := func(r audit.Record) timelineView {
-		v := timelineView{Type: audit.EventCall, Time: r.Call.Time, CallID: r.Call.ID, Outcome: r.Outcome}
+		v := timelineView{Type: audit.EventCall, Time: r.Call.Time, CallID: r.Call.ID, Outcome: r.Outcome, Source: r.Call.Source}
 		if r.Failure != nil {
 			v.Code, v.RetryAction = r.Failure.Code, r.Failure.Action
 		}
