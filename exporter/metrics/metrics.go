@@ -461,8 +461,10 @@ func (m *Metrics) Write(w *audit.Write, prev audit.WriteState) {
 		ws.held = m.hold(func() { ws.held = nil })
 	}
 	held := ws.held != nil
-	if c := ws.states[w.State]; held && c != nil {
-		ws.held.counts[c]++
+	if held {
+		if c := ws.states[w.State]; c != nil {
+			ws.held.counts[c]++
+		}
 	}
 	m.mu.Unlock()
 
