@@ -469,7 +469,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	q.Access = s.access
 	mux := http.NewServeMux()
 	mux.Handle("/api/v1/", q.Handler())
-	mux.Handle("GET /metrics", metricsHandler(promhttp.HandlerFor(s.metrics.Scraper(s.registry), promhttp.HandlerOpts{}), s.access))
+	mux.Handle("GET /metrics", metricsHandler(s.metrics.Handler(s.registry, promhttp.HandlerOpts{}), s.access))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /readyz", s.ready)
 	if cfg.Serve.pprof {

@@ -1,13 +1,19 @@
 package metrics_test
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/exporter/metrics"
@@ -18,7 +24,10 @@ import (
 // whole value after a reset, is an increase.
 type promCounters struct {
 	t        *testing.T
-	g        prometheus.Gatherer
+	g        prometheus.Gatherer // through the Gatherer, or else
+	h        http.Handler        // through the handler,
+	from     string              // as this host
+	ua       string              // and User-Agent
 	last     map[string]float64
 	increase map[string]float64
 }
@@ -29,9 +38,26 @@ func newPromCounters(t *testing.T, g prometheus.Gatherer) *promCounters {
 
 func (p *promCounters) scrape() {
 	p.t.Helper()
-	mfs, err := p.g.Gather()
-	if err != nil {
-		p.t.Fatal(err)
+	var mfs []*dto.MetricFamily
+	if p.g != nil {
+		var err error
+		if mfs, err = p.g.Gather(); err != nil {
+			p.t.Fatal(err)
+		}
+	} else {
+		req := httptest.NewRequest("GET", "/metrics", nil)
+		req.RemoteAddr = p.from + ":40000"
+		req.Header.Set("User-Agent", p.ua)
+		rec := httptest.NewRecorder()
+		p.h.ServeHTTP(rec, req)
+		parser := expfmt.NewTextParser(model.UTF8Validation)
+		byName, err := parser.TextToMetricFamilies(rec.Body)
+		if err != nil {
+			p.t.Fatal(err)
+		}
+		for _, mf := range byName {
+			mfs = append(mfs, mf)
+		}
 	}
 	for _, mf := range mfs {
 		for _, mt := range mf.GetMetric() {
@@ -156,4 +182,34 @@ func TestMetrics_Sources(t *testing.T) {
 	f("mcpaudit_ingest_records_total{result=rejected,source=calls_http}", 1)
 	f("mcpaudit_ingest_rejected_total{reason=invalid_json,source=calls_http}", 1)
 	f("mcpaudit_ingest_records_total{result=accepted,source=otlp_http}", 0)
+}
+
+// TestMetrics_FirstScrapeScrapers: through Handler each client is a
+// scraper, and held counts wait until every scraper seen lately has shown
+// the series at zero: both Prometheus of an HA pair see the first batch as
+// an increase, and an operator's curl between two scrapes does not make
+// Prometheus lose it.
+func TestMetrics_FirstScrapeScrapers(t *testing.T) {
+	m, reg := newMetrics(t, metrics.Options{FirstScrapeWait: time.Hour})
+	h := m.Handler(reg, promhttp.HandlerOpts{})
+	a := &promCounters{t: t, h: h, from: "10.0.0.1", ua: "Prometheus/2.42.0", last: map[string]float64{}, increase: map[string]float64{}}
+	b := &promCounters{t: t, h: h, from: "10.0.0.2", ua: "Prometheus/2.42.0", last: map[string]float64{}, increase: map[string]float64{}}
+	curl := &promCounters{t: t, h: h, from: "10.0.0.1", ua: "curl/7.88.1", last: map[string]float64{}, increase: map[string]float64{}}
+	a.scrape()
+	b.scrape()
+	for range 20 {
+		m.Write(&audit.Write{Server: "thegram-birth", Tool: "gram_patch", Time: t0, StateTime: t0, State: audit.StateDurable}, "")
+	}
+	a.scrape()
+	curl.scrape()
+	a.scrape()
+	b.scrape()
+	a.scrape()
+	b.scrape()
+	const durable = "mcpaudit_writes_total{server=thegram-birth,state=durable,tool=gram_patch}"
+	for name, p := range map[string]*promCounters{"a": a, "b": b} {
+		if got := p.increase[durable]; got != 20 {
+			t.Errorf("scraper %s: increase of %s = %v, want 20", name, durable, got)
+		}
+	}
 }

@@ -3,11 +3,14 @@ package metrics
 import (
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"sync"
 	"time"
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/mcpaudit/mcpaudit/audit"
@@ -42,9 +45,9 @@ type Options struct {
 	// binary's.
 	Build version.Info
 	// FirstScrapeWait, when positive, holds the first counts of a tool's
-	// new call, failure and write series until a scrape through Scraper
-	// has shown the series at zero, and for at most this long when nobody
-	// scrapes: Prometheus takes a series' first sample as its baseline, so
+	// new call, failure and write series until every scraper (Handler,
+	// Scraper) seen within this long has shown the series at zero, and
+	// for at most this long in any case: Prometheus takes a series' first sample as its baseline, so
 	// counts made before it could see the zero never show in rate() or
 	// increase(). Default 0: counts show at once, as a one-shot WriteFile
 	// needs.
@@ -82,10 +85,12 @@ type Metrics struct {
 
 	mu      sync.Mutex
 	servers map[string]*serverLabels
-	// scrapes counts the scrapes begun through Scraper; held are the series
-	// groups whose first counts wait for one of them to end.
-	scrapes uint64
-	held    map[*heldCounts]struct{}
+	// scrapes counts the scrapes begun through Scraper or Handler; held
+	// are the series groups whose first counts wait for scrapes to show
+	// them; scrapers holds when each scraper last scraped.
+	scrapes  uint64
+	held     map[*heldCounts]struct{}
+	scrapers map[string]time.Time
 	// seen counts the servers given a label of their own since the start,
 	// the declared ones apart.
 	seen    int
@@ -123,6 +128,7 @@ type writeSeries struct {
 type heldCounts struct {
 	scrapes uint64 // Metrics.scrapes when the series were made
 	counts  map[prometheus.Counter]float64
+	shown   map[string]bool // the scrapers that have shown the series at zero
 	timer   *time.Timer
 	clear   func() // unlinks the group from its series
 }
@@ -164,6 +170,7 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 		knownCode:       opts.KnownCode,
 		firstScrapeWait: opts.FirstScrapeWait,
 		held:            map[*heldCounts]struct{}{},
+		scrapers:        map[string]time.Time{},
 		maxTools:        opts.MaxToolsPerServer,
 		maxServers:      opts.MaxServers,
 		servers:         map[string]*serverLabels{},
@@ -380,7 +387,7 @@ func (m *Metrics) hold(clear func()) *heldCounts {
 	if m.firstScrapeWait <= 0 {
 		return nil
 	}
-	h := &heldCounts{scrapes: m.scrapes, counts: map[prometheus.Counter]float64{}, clear: clear}
+	h := &heldCounts{scrapes: m.scrapes, counts: map[prometheus.Counter]float64{}, shown: map[string]bool{}, clear: clear}
 	m.held[h] = struct{}{}
 	h.timer = time.AfterFunc(m.firstScrapeWait, func() {
 		m.mu.Lock()
@@ -405,32 +412,85 @@ func (m *Metrics) release(h *heldCounts) {
 }
 
 // Scraper returns g's metrics as a Gatherer whose every successful Gather
-// is a scrape: it shows the series made before it began at zero or at
-// their value, and, once done, releases the held counts of those series
-// (Options.FirstScrapeWait), so that the next scrape shows them as an
-// increase. Serve the Prometheus endpoint from it, and nothing else: a
-// Gather that no Prometheus reads would release counts it never saw at
-// zero.
+// is a scrape by one anonymous scraper (see ScrapeBy).
 func (m *Metrics) Scraper(g prometheus.Gatherer) prometheus.Gatherer {
 	return prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
-		m.mu.Lock()
-		m.scrapes++
-		began := m.scrapes
-		m.mu.Unlock()
+		began := m.beginScrape()
 		mfs, err := g.Gather()
-		if err != nil {
-			// promhttp answers an error with no metrics at all.
-			return mfs, err
+		if err == nil {
+			m.endScrape("", began)
 		}
-		m.mu.Lock()
-		for h := range m.held {
-			if h.scrapes < began {
-				m.release(h)
+		return mfs, err
+	})
+}
+
+// Handler serves g's metrics as promhttp.HandlerFor does, and takes every
+// request it answers in full as a scrape by the client's host and
+// User-Agent (see ScrapeBy): two Prometheus of an HA pair are two
+// scrapers, and so is an operator's curl.
+func (m *Metrics) Handler(g prometheus.Gatherer, opts promhttp.HandlerOpts) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host, _, err := net.SplitHostPort(r.RemoteAddr)
+		if err != nil {
+			host = r.RemoteAddr
+		}
+		began := m.beginScrape()
+		ok := false
+		gather := prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
+			mfs, err := g.Gather()
+			ok = err == nil // promhttp answers an error with no metrics at all
+			return mfs, err
+		})
+		promhttp.HandlerFor(gather, opts).ServeHTTP(w, r)
+		if ok {
+			m.endScrape(host+" "+r.UserAgent(), began)
+		}
+	})
+}
+
+// maxScrapers bounds the scrapers remembered; more are not waited for.
+const maxScrapers = 16
+
+// beginScrape returns the number of a scrape beginning: it shows the
+// series made before it, held at zero.
+func (m *Metrics) beginScrape() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.scrapes++
+	return m.scrapes
+}
+
+// endScrape notes that scraper has shown every series made before its
+// scrape began, and releases the held counts of the series that every
+// scraper seen within FirstScrapeWait has now shown at zero, so that
+// each sees them as an increase at its next scrape. A scraper gone
+// quiet is forgotten after FirstScrapeWait, and no count is held longer
+// than that anyway.
+func (m *Metrics) endScrape(scraper string, began uint64) {
+	now := time.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for id, last := range m.scrapers {
+		if now.Sub(last) > m.firstScrapeWait {
+			delete(m.scrapers, id)
+		}
+	}
+	if _, ok := m.scrapers[scraper]; ok || len(m.scrapers) < maxScrapers {
+		m.scrapers[scraper] = now
+	}
+next:
+	for h := range m.held {
+		if h.scrapes >= began {
+			continue // made during this scrape: maybe not in it
+		}
+		h.shown[scraper] = true
+		for id := range m.scrapers {
+			if !h.shown[id] {
+				continue next
 			}
 		}
-		m.mu.Unlock()
-		return mfs, nil
-	})
+		m.release(h)
+	}
 }
 
 // Write follows a write attempt through its states. Entering pending adds one
