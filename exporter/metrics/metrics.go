@@ -47,10 +47,10 @@ type Options struct {
 	// FirstScrapeWait, when positive, holds the first counts of a tool's
 	// new call, failure and write series until every scraper (Handler,
 	// Scraper) seen within this long has shown the series at zero, and
-	// for at most this long in any case: Prometheus takes a series' first sample as its baseline, so
-	// counts made before it could see the zero never show in rate() or
-	// increase(). Default 0: counts show at once, as a one-shot WriteFile
-	// needs.
+	// for at most this long in any case: Prometheus takes a series' first
+	// sample as its baseline, so counts made before it could see the zero
+	// never show in rate() or increase(). Default 0: counts show at once,
+	// as a one-shot WriteFile needs.
 	FirstScrapeWait time.Duration
 }
 
@@ -114,17 +114,18 @@ type serverLabels struct {
 type callSeries struct {
 	outcomes map[string]prometheus.Counter // by outcome label
 	duration prometheus.Observer           // nil until the first call with a duration
-	held     *heldCounts                   // nil once a scrape has shown the series
+	held     *heldCounts                   // nil once the scrapers have shown the series
 }
 
 // writeSeries are a tool's WritesTotal series, by terminal state.
 type writeSeries struct {
 	states map[audit.WriteState]prometheus.Counter
-	held   *heldCounts // nil once a scrape has shown the series
+	held   *heldCounts // nil once the scrapers have shown the series
 }
 
-// heldCounts are the counts made on a group of new series before a scrape
-// showed them at zero (Options.FirstScrapeWait). Guarded by Metrics.mu.
+// heldCounts are the counts made on a group of new series before the
+// scrapers had shown them at zero (Options.FirstScrapeWait). Guarded by
+// Metrics.mu.
 type heldCounts struct {
 	scrapes uint64 // Metrics.scrapes when the series were made
 	counts  map[prometheus.Counter]float64
@@ -307,8 +308,8 @@ func (m *Metrics) code(code string) string {
 // Call counts one call, its latency and its failures. The first call of a
 // tool initializes its outcome series and its COMMIT_UNKNOWN and
 // in_flight_unknown failure series at zero; with FirstScrapeWait, the
-// tool's call and failure counts wait until a scrape has shown them at
-// zero (its latencies do not).
+// tool's first call and failure counts wait until the scrapers have shown
+// them at zero (its latencies do not).
 func (m *Metrics) Call(r *audit.Record) {
 	if r == nil || r.Call == nil {
 		return
@@ -412,7 +413,9 @@ func (m *Metrics) release(h *heldCounts) {
 }
 
 // Scraper returns g's metrics as a Gatherer whose every successful Gather
-// is a scrape by one anonymous scraper (see ScrapeBy).
+// is a scrape by one anonymous scraper (see endScrape). Serve the
+// Prometheus endpoint from it or from Handler, and nothing else: a Gather
+// that no Prometheus reads would release counts it never saw at zero.
 func (m *Metrics) Scraper(g prometheus.Gatherer) prometheus.Gatherer {
 	return prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
 		began := m.beginScrape()
@@ -426,7 +429,7 @@ func (m *Metrics) Scraper(g prometheus.Gatherer) prometheus.Gatherer {
 
 // Handler serves g's metrics as promhttp.HandlerFor does, and takes every
 // request it answers in full as a scrape by the client's host and
-// User-Agent (see ScrapeBy): two Prometheus of an HA pair are two
+// User-Agent (see endScrape): two Prometheus of an HA pair are two
 // scrapers, and so is an operator's curl.
 func (m *Metrics) Handler(g prometheus.Gatherer, opts promhttp.HandlerOpts) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -501,9 +504,9 @@ next:
 // application, accepted to keep counters monotonic). A write that leaves
 // pending as durable or resolved is observed in WriteVerificationSeconds;
 // writes durable from their own response are not, as nothing was verified.
-// Unknown states are not counted. With FirstScrapeWait, a tool's WritesTotal
-// counts wait until a scrape has shown its series at zero; WritesPending
-// does not wait.
+// Unknown states are not counted. With FirstScrapeWait, a tool's first
+// WritesTotal counts wait until the scrapers have shown its series at
+// zero; WritesPending does not wait.
 func (m *Metrics) Write(w *audit.Write, prev audit.WriteState) {
 	if w == nil || w.State == prev {
 		return
