@@ -356,8 +356,17 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		servers = append(servers, name)
 	}
 	sort.Strings(servers)
+	// The listeners' sources too, so that their first records already show
+	// as an increase.
+	sources := []metrics.Source{metrics.SourceCallsHTTP, metrics.SourceOTLPHTTP}
+	if cfg.Serve.GRPCListen != "" {
+		sources = append(sources, metrics.SourceOTLPGRPC)
+	}
+	// Prometheus scrapes the metrics: a new series' first counts wait for
+	// a scrape to show it at zero (docs/metrics.md).
 	s.metrics, err = metrics.New(s.registry, metrics.Options{KnownCode: classify.KnownCode, Servers: servers,
-		MaxServers: cfg.Serve.Metrics.MaxServers, MaxToolsPerServer: cfg.Serve.Metrics.MaxToolsPerServer})
+		Sources: sources, MaxServers: cfg.Serve.Metrics.MaxServers, MaxToolsPerServer: cfg.Serve.Metrics.MaxToolsPerServer,
+		FirstScrapeWait: metrics.DefaultFirstScrapeWait})
 	if err != nil {
 		st.Close()
 		dd.Close()
@@ -460,7 +469,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	q.Access = s.access
 	mux := http.NewServeMux()
 	mux.Handle("/api/v1/", q.Handler())
-	mux.Handle("GET /metrics", metricsHandler(promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}), s.access))
+	mux.Handle("GET /metrics", metricsHandler(s.metrics.Handler(s.registry, promhttp.HandlerOpts{}), s.access))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /readyz", s.ready)
 	if cfg.Serve.pprof {

@@ -3,11 +3,15 @@ package metrics
 import (
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"sync"
 	"time"
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/internal/version"
@@ -25,6 +29,11 @@ type Options struct {
 	// first event, so that the first finding of a server already shows as an
 	// increase to Prometheus. Servers first seen later are initialized then.
 	Servers []string
+	// Sources are the ingest sources whose result and reason series exist
+	// at zero from the start, so that a source's first records already
+	// show as an increase (McpAuditIngestRejections divides by them).
+	// Other sources are initialized with their first record.
+	Sources []Source
 	// MaxToolsPerServer caps the distinct tool label values of one server;
 	// later tools are counted as "other". Default 64.
 	MaxToolsPerServer int
@@ -35,7 +44,20 @@ type Options struct {
 	// Build labels mcpaudit_build_info. Default version.Get(), the running
 	// binary's.
 	Build version.Info
+	// FirstScrapeWait, when positive, holds the first counts of a tool's
+	// new call, failure and write series until every scraper (Handler,
+	// Scraper) seen within this long has shown the series at zero, and
+	// for at most this long in any case: Prometheus takes a series' first
+	// sample as its baseline, so counts made before it could see the zero
+	// never show in rate() or increase(). Default 0: counts show at once,
+	// as a one-shot WriteFile needs.
+	FirstScrapeWait time.Duration
 }
+
+// DefaultFirstScrapeWait is the FirstScrapeWait of serve: longer than the
+// scrape intervals in use (Prometheus' default is 1m), short enough that
+// counts nobody scrapes do not lag for long.
+const DefaultFirstScrapeWait = 2 * time.Minute
 
 // Metrics turns the detector's output and the ingest counts into Prometheus
 // metrics. It is safe for concurrent use: the Sink methods come from the
@@ -59,8 +81,16 @@ type Metrics struct {
 	maxTools   int
 	maxServers int
 
+	firstScrapeWait time.Duration
+
 	mu      sync.Mutex
 	servers map[string]*serverLabels
+	// scrapes counts the scrapes begun through Scraper or Handler; held
+	// are the series groups whose first counts wait for scrapes to show
+	// them; scrapers holds when each scraper last scraped.
+	scrapes  uint64
+	held     map[*heldCounts]struct{}
+	scrapers map[string]time.Time
 	// seen counts the servers given a label of their own since the start,
 	// the declared ones apart.
 	seen    int
@@ -84,11 +114,24 @@ type serverLabels struct {
 type callSeries struct {
 	outcomes map[string]prometheus.Counter // by outcome label
 	duration prometheus.Observer           // nil until the first call with a duration
+	held     *heldCounts                   // nil once the scrapers have shown the series
 }
 
 // writeSeries are a tool's WritesTotal series, by terminal state.
 type writeSeries struct {
 	states map[audit.WriteState]prometheus.Counter
+	held   *heldCounts // nil once the scrapers have shown the series
+}
+
+// heldCounts are the counts made on a group of new series before the
+// scrapers had shown them at zero (Options.FirstScrapeWait). Guarded by
+// Metrics.mu.
+type heldCounts struct {
+	scrapes uint64 // Metrics.scrapes when the series were made
+	counts  map[prometheus.Counter]float64
+	shown   map[string]bool // the scrapers that have shown the series at zero
+	timer   *time.Timer
+	clear   func() // unlinks the group from its series
 }
 
 // uncertainFailures are the failures the rules alert on by rate
@@ -125,12 +168,15 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 		buildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: BuildInfo, Help: family(BuildInfo).Help,
 		}, family(BuildInfo).Labels),
-		knownCode:   opts.KnownCode,
-		maxTools:    opts.MaxToolsPerServer,
-		maxServers:  opts.MaxServers,
-		servers:     map[string]*serverLabels{},
-		sources:     map[string]bool{},
-		lastFinding: map[[2]string]time.Time{},
+		knownCode:       opts.KnownCode,
+		firstScrapeWait: opts.FirstScrapeWait,
+		held:            map[*heldCounts]struct{}{},
+		scrapers:        map[string]time.Time{},
+		maxTools:        opts.MaxToolsPerServer,
+		maxServers:      opts.MaxServers,
+		servers:         map[string]*serverLabels{},
+		sources:         map[string]bool{},
+		lastFinding:     map[[2]string]time.Time{},
 	}
 	build := opts.Build
 	if build == (version.Info{}) {
@@ -156,6 +202,9 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("cannot register metrics: %w", err)
 		}
+	}
+	for _, src := range opts.Sources {
+		m.source(src)
 	}
 	m.mu.Lock()
 	for _, s := range opts.Servers {
@@ -258,7 +307,9 @@ func (m *Metrics) code(code string) string {
 
 // Call counts one call, its latency and its failures. The first call of a
 // tool initializes its outcome series and its COMMIT_UNKNOWN and
-// in_flight_unknown failure series at zero.
+// in_flight_unknown failure series at zero; with FirstScrapeWait, the
+// tool's first call and failure counts wait until the scrapers have shown
+// them at zero (its latencies do not).
 func (m *Metrics) Call(r *audit.Record) {
 	if r == nil || r.Call == nil {
 		return
@@ -278,6 +329,7 @@ func (m *Metrics) Call(r *audit.Record) {
 				m.failures.WithLabelValues(server, tool, f.Code, string(f.Action))
 			}
 		}
+		cs.held = m.hold(func() { cs.held = nil })
 	}
 	outcome := outcomeLabel(r.Outcome)
 	c := cs.outcomes[outcome]
@@ -291,6 +343,24 @@ func (m *Metrics) Call(r *audit.Record) {
 		// shown before it has one.
 		cs.duration = m.duration.WithLabelValues(server, tool)
 	}
+	if h := cs.held; h != nil {
+		// The failures too: the tool's first failures are on series just
+		// made, and McpAuditUncertainOutcomes divides them by the calls.
+		h.counts[c]++
+		if r.Failure != nil {
+			h.counts[m.failure(server, tool, r.Failure)]++
+		}
+		for i := range r.Ops {
+			if f := r.Ops[i].Failure; f != nil && f != r.Failure {
+				h.counts[m.failure(server, tool, f)]++
+			}
+		}
+		m.mu.Unlock()
+		if d > 0 {
+			cs.duration.Observe(d.Seconds())
+		}
+		return
+	}
 	m.mu.Unlock()
 
 	c.Inc()
@@ -298,17 +368,132 @@ func (m *Metrics) Call(r *audit.Record) {
 		cs.duration.Observe(d.Seconds())
 	}
 	if r.Failure != nil {
-		m.failure(server, tool, r.Failure)
+		m.failure(server, tool, r.Failure).Inc()
 	}
 	for i := range r.Ops {
 		if f := r.Ops[i].Failure; f != nil && f != r.Failure {
-			m.failure(server, tool, f)
+			m.failure(server, tool, f).Inc()
 		}
 	}
 }
 
-func (m *Metrics) failure(server, tool string, f *audit.Failure) {
-	m.failures.WithLabelValues(server, tool, m.code(f.Code), actionLabel(f.Action)).Inc()
+func (m *Metrics) failure(server, tool string, f *audit.Failure) prometheus.Counter {
+	return m.failures.WithLabelValues(server, tool, m.code(f.Code), actionLabel(f.Action))
+}
+
+// hold returns the held counts of a group of series just made, or nil when
+// counts are not held (Options.FirstScrapeWait). clear unlinks the group
+// from its series when its counts are released. m.mu must be held.
+func (m *Metrics) hold(clear func()) *heldCounts {
+	if m.firstScrapeWait <= 0 {
+		return nil
+	}
+	h := &heldCounts{scrapes: m.scrapes, counts: map[prometheus.Counter]float64{}, shown: map[string]bool{}, clear: clear}
+	m.held[h] = struct{}{}
+	h.timer = time.AfterFunc(m.firstScrapeWait, func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.release(h)
+	})
+	return h
+}
+
+// release adds the held counts of h to their series, unless done already.
+// m.mu must be held.
+func (m *Metrics) release(h *heldCounts) {
+	if _, ok := m.held[h]; !ok {
+		return
+	}
+	delete(m.held, h)
+	h.timer.Stop()
+	h.clear()
+	for c, n := range h.counts {
+		c.Add(n)
+	}
+}
+
+// Scraper returns g's metrics as a Gatherer whose every successful Gather
+// is a scrape by one anonymous scraper (see endScrape). Serve the
+// Prometheus endpoint from it or from Handler, and nothing else: a Gather
+// that no Prometheus reads would release counts it never saw at zero.
+func (m *Metrics) Scraper(g prometheus.Gatherer) prometheus.Gatherer {
+	return prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
+		began := m.beginScrape()
+		mfs, err := g.Gather()
+		if err == nil {
+			m.endScrape("", began)
+		}
+		return mfs, err
+	})
+}
+
+// Handler serves g's metrics as promhttp.HandlerFor does, and takes every
+// request it answers in full as a scrape by the client's host and
+// User-Agent (see endScrape): two Prometheus of an HA pair are two
+// scrapers, and so is an operator's curl.
+func (m *Metrics) Handler(g prometheus.Gatherer, opts promhttp.HandlerOpts) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host, _, err := net.SplitHostPort(r.RemoteAddr)
+		if err != nil {
+			host = r.RemoteAddr
+		}
+		began := m.beginScrape()
+		ok := false
+		gather := prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
+			mfs, err := g.Gather()
+			ok = err == nil // promhttp answers an error with no metrics at all
+			return mfs, err
+		})
+		promhttp.HandlerFor(gather, opts).ServeHTTP(w, r)
+		if ok {
+			m.endScrape(host+" "+r.UserAgent(), began)
+		}
+	})
+}
+
+// maxScrapers bounds the scrapers remembered; more are not waited for.
+const maxScrapers = 16
+
+// beginScrape returns the number of a scrape beginning: it shows the
+// series made before it, held at zero.
+func (m *Metrics) beginScrape() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.scrapes++
+	return m.scrapes
+}
+
+// endScrape notes that scraper has shown every series made before its
+// scrape began, and releases the held counts of the series that every
+// scraper seen within FirstScrapeWait has now shown at zero, so that
+// each sees them as an increase at its next scrape. A scraper gone
+// quiet is forgotten after FirstScrapeWait, and no count is held longer
+// than that anyway.
+func (m *Metrics) endScrape(scraper string, began uint64) {
+	now := time.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for id, last := range m.scrapers {
+		if now.Sub(last) > m.firstScrapeWait {
+			delete(m.scrapers, id)
+		}
+	}
+	if _, ok := m.scrapers[scraper]; ok || len(m.scrapers) < maxScrapers {
+		m.scrapers[scraper] = now
+	}
+next:
+	for h := range m.held {
+		if h.scrapes >= began {
+			continue // made during this scrape: maybe not in it
+		}
+		h.shown[scraper] = true
+		for id := range m.scrapers {
+			if !h.shown[id] {
+				continue next
+			}
+		}
+		m.release(h)
+	}
 }
 
 // Write follows a write attempt through its states. Entering pending adds one
@@ -319,7 +504,9 @@ func (m *Metrics) failure(server, tool string, f *audit.Failure) {
 // application, accepted to keep counters monotonic). A write that leaves
 // pending as durable or resolved is observed in WriteVerificationSeconds;
 // writes durable from their own response are not, as nothing was verified.
-// Unknown states are not counted.
+// Unknown states are not counted. With FirstScrapeWait, a tool's first
+// WritesTotal counts wait until the scrapers have shown its series at
+// zero; WritesPending does not wait.
 func (m *Metrics) Write(w *audit.Write, prev audit.WriteState) {
 	if w == nil || w.State == prev {
 		return
@@ -333,6 +520,13 @@ func (m *Metrics) Write(w *audit.Write, prev audit.WriteState) {
 		s.writeTools[tool] = ws
 		for _, st := range terminalStates {
 			ws.states[st] = m.writes.WithLabelValues(server, tool, string(st))
+		}
+		ws.held = m.hold(func() { ws.held = nil })
+	}
+	held := ws.held != nil
+	if held {
+		if c := ws.states[w.State]; c != nil {
+			ws.held.counts[c]++
 		}
 	}
 	m.mu.Unlock()
@@ -348,7 +542,9 @@ func (m *Metrics) Write(w *audit.Write, prev audit.WriteState) {
 	if c == nil {
 		return
 	}
-	c.Inc()
+	if !held {
+		c.Inc()
+	}
 	if prev == audit.StatePending && (w.State == audit.StateDurable || w.State == audit.StateResolved) {
 		if d := w.StateTime.Sub(w.Time); d >= 0 && !w.Time.IsZero() {
 			m.verification.WithLabelValues(server).Observe(d.Seconds())
