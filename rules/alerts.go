@@ -277,6 +277,22 @@ func (b *builder) collectorAlerts() []Rule {
 				"lines kind=id_collision name the sources, both calls and what differs.",
 		}),
 		b.rule(alert{
+			name: "McpAuditSourcesOverflow",
+			// Any, as for collisions: each such call is judged under a clock
+			// that is not its sender's. increase() over 15m, for 5m: a flood
+			// of new names (a sender naming a new source per request) fires,
+			// one restart's scrape does not.
+			expr:     fmt.Sprintf("sum by (%s) (increase(%s[15m])) > 0", byServer, metrics.PipelineSourceOverflowCallsTotal),
+			for_:     5 * time.Minute,
+			severity: SeverityWarning,
+			summary:  "More senders than detect.max_sources: some are no longer followed one by one.",
+			description: eventCount + " call(s) to server {{ $labels.server }} in the last 15m came from senders new to a " +
+				"partition that already kept detect.max_sources senders, none quiet: they are stored and judged under the " +
+				"partition's overflow source, whose clock follows the latest of them, so the calls of a lagging one among " +
+				"them can be judged late or too late. The collector's WARN lines kind=source_overflow name the partition; " +
+				"mcpaudit status gives overflow_calls per partition.",
+		}),
+		b.rule(alert{
 			name:     "McpAuditCollectorDown",
 			expr:     up + " == 0",
 			for_:     5 * time.Minute,
