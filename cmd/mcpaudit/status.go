@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/api"
+	"github.com/mcpaudit/mcpaudit/collector/detect"
 )
 
 // statusCommand prints where event time stands in a running collector:
@@ -154,6 +155,9 @@ func printStatus(w io.Writer, st api.StatusResponse, waited bool) {
 			if s.Idle {
 				state = "idle"
 			}
+			if s.Overflow {
+				state += ", overflow"
+			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.Name, p.Server, s.LastEvent.UTC().Format(time.RFC3339Nano),
 				time.Duration(s.LagSeconds*float64(time.Second)).Round(time.Millisecond), state)
 		}
@@ -187,6 +191,20 @@ func printStatus(w io.Writer, st api.StatusResponse, waited bool) {
 		}
 		fmt.Fprintln(w, line)
 	}
+	// Senders a partition had no room for (detect.max_sources): their
+	// calls are judged under one clock, not each under its own.
+	first = true
+	for _, p := range st.Partitions {
+		if p.OverflowCalls == 0 {
+			continue
+		}
+		if first {
+			fmt.Fprintln(w)
+			first = false
+		}
+		fmt.Fprintf(w, "Sources overflow: %s%s kept detect.max_sources senders, none quiet: %d calls of new senders were judged under its overflow source (%s), whose clock follows the latest of them; %d quiet senders made room for new ones.\n",
+			p.Server, tenantOf(p.Tenant), p.OverflowCalls, detect.OverflowSource, p.SourcesDisplaced)
+	}
 	// What was not judged, and so which findings may be missing: by
 	// source, the span of event time its too-late calls fall in.
 	first = true
@@ -204,9 +222,17 @@ func printStatus(w io.Writer, st api.StatusResponse, waited bool) {
 		if len(s.Servers) == 1 {
 			server = " --mcp-server " + shellWord(s.Servers[0])
 		}
-		fmt.Fprintf(w, "Not judged: %d calls of %s (%s) dated %s to %s came later than detect.allowed_lateness; findings about them may be missing (listed by mcpaudit calls --source %s%s --since %s --until %s).\n",
+		source := "--source " + shellWord(s.Name)
+		if s.Name == detect.OverflowSource {
+			// Its calls are stored under their own senders' names.
+			source = "--mcp-server SERVER"
+			if server != "" {
+				source, server = strings.TrimPrefix(server, " "), ""
+			}
+		}
+		fmt.Fprintf(w, "Not judged: %d calls of %s (%s) dated %s to %s came later than detect.allowed_lateness; findings about them may be missing (listed by mcpaudit calls %s%s --since %s --until %s).\n",
 			s.TooLate, s.Name, strings.Join(s.Servers, ","), s.TooLateFrom.UTC().Format(time.RFC3339), s.TooLateTo.UTC().Format(time.RFC3339),
-			shellWord(s.Name), server, s.TooLateFrom.UTC().Format(time.RFC3339), s.TooLateTo.Add(time.Second).UTC().Format(time.RFC3339))
+			source, server, s.TooLateFrom.UTC().Format(time.RFC3339), s.TooLateTo.Add(time.Second).UTC().Format(time.RFC3339))
 	}
 }
 
@@ -217,6 +243,14 @@ func shellWord(s string) string {
 		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// tenantOf names a partition's tenant after its server, when it has one.
+func tenantOf(tenant string) string {
+	if tenant == "" {
+		return ""
+	}
+	return " (tenant " + tenant + ")"
 }
 
 func orDash(s string) string {

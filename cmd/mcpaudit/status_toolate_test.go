@@ -42,3 +42,37 @@ func TestStatus_PrintsWhatWasNotJudged(t *testing.T) {
 		t.Errorf("want three lines of calls not judged:\n%s", out)
 	}
 }
+
+// TestStatus_PrintsOverflow: `mcpaudit status` says when a partition had
+// no room for new senders (detect.max_sources, none quiet) and marks its
+// overflow source; the calls of it that came too late are listed by
+// server and time, not by the overflow source's name, which no stored
+// call carries (each keeps its own sender's).
+func TestStatus_PrintsOverflow(t *testing.T) {
+	from := time.Date(2026, 12, 4, 11, 49, 42, 0, time.UTC)
+	wm, lag := from, 1.0
+	st := api.StatusResponse{Time: from.Add(time.Minute), TooLate: 3, Partitions: []api.PartitionStatus{
+		{Server: "thegram", Tenant: "acme", Watermark: &wm, LagSeconds: &lag, OverflowCalls: 28000, SourcesDisplaced: 1000, Sources: []api.SourceStatus{
+			{Name: "calls:poster-1", LastEvent: from},
+			{Name: "mcpaudit/overflow", LastEvent: from, Overflow: true},
+		}},
+		{Server: "oddlynew", Watermark: &wm, LagSeconds: &lag},
+	}, Sources: []api.SourceTotals{
+		{Name: "mcpaudit/overflow", Tenant: "acme", Servers: []string{"thegram"}, Counts: api.Counts{Calls: 28000, TooLate: 3, TooLateFrom: &from, TooLateTo: &from}},
+	}}
+	var b bytes.Buffer
+	printStatus(&b, st, false)
+	out := b.String()
+	for _, want := range []string{
+		"Sources overflow: thegram (tenant acme) kept detect.max_sources senders, none quiet: 28000 calls of new senders were judged under its overflow source (mcpaudit/overflow), whose clock follows the latest of them; 1000 quiet senders made room for new ones.",
+		"(listed by mcpaudit calls --mcp-server thegram --since 2026-12-04T11:49:42Z --until 2026-12-04T11:49:43Z)",
+		"active, overflow",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status output lacks\n%s\ngot:\n%s", want, out)
+		}
+	}
+	if strings.Count(out, "Sources overflow:") != 1 || strings.Contains(out, "--source mcpaudit/overflow") {
+		t.Errorf("want one overflow line, and no command listing by the overflow source's name:\n%s", out)
+	}
+}
