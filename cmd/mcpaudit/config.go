@@ -66,12 +66,12 @@ type RulesConfig struct {
 	// WastedRetryRatio is the share of a server's calls over 30m that may
 	// be wasted or premature retries before the alert on wasted retries
 	// fires: a fraction between 0 and 1, both excluded. Default 0.05.
-	WastedRetryRatio float64 `yaml:"wasted_retry_ratio"`
+	WastedRetryRatio conf.Share `yaml:"wasted_retry_ratio"`
 	// UncertainRatio is the share of a server's calls over 10m that may end
 	// with COMMIT_UNKNOWN or in_flight_unknown before the alert on
 	// uncertain outcomes fires: a fraction between 0 and 1, both excluded.
 	// Default 0.01.
-	UncertainRatio float64 `yaml:"uncertain_ratio"`
+	UncertainRatio conf.Share `yaml:"uncertain_ratio"`
 	// FindingMaxAge is the event-time age past which a finding no longer
 	// fires its immediate alert (keep it above detect.correlation_window
 	// plus detect.allowed_lateness: serve and config validate warn when it
@@ -216,7 +216,7 @@ func NewDefaultConfig() Config {
 func NewDefaultRulesConfig() RulesConfig {
 	d := rules.DefaultOptions()
 	return RulesConfig{RunbookURL: d.RunbookURL, Job: d.Job, UnverifiedWritesPerHour: d.UnverifiedWritesPerHour,
-		WastedRetryRatio: d.WastedRetryRatio, UncertainRatio: d.UncertainRatio, FindingMaxAge: d.FindingMaxAge}
+		WastedRetryRatio: conf.Share(d.WastedRetryRatio), UncertainRatio: conf.Share(d.UncertainRatio), FindingMaxAge: d.FindingMaxAge}
 }
 
 // validateThresholds checks the alert thresholds of the rules section;
@@ -229,7 +229,7 @@ func (c RulesConfig) validateThresholds() []error {
 	for _, r := range []struct {
 		key string
 		v   float64
-	}{{"wasted_retry_ratio", c.WastedRetryRatio}, {"uncertain_ratio", c.UncertainRatio}} {
+	}{{"wasted_retry_ratio", float64(c.WastedRetryRatio)}, {"uncertain_ratio", float64(c.UncertainRatio)}} {
 		if !(r.v > 0 && r.v < 1) {
 			errs = append(errs, fmt.Errorf("rules.%s: %s is not between 0 and 1 (both excluded): the share of calls above which the alert fires, such as 0.05", r.key, number(r.v)))
 		}

@@ -308,8 +308,8 @@ with no file at all. Flags given on the command line win over the file.
   (Go's ` + "`1.5h`" + ` is read too). The ` + "`analyze`" + ` duration flags take the same.
 - **Sizes.** A size key (type ` + "`size`" + `) takes bytes, plain or with a unit: ` + "`402653184`, `384MiB`, `1GiB`, `400MB`" + `
   (` + "`kB`, `MB`, `GB`, `TB`" + ` are powers of 1000, ` + "`KiB`, `MiB`, `GiB`, `TiB`" + ` of 1024).
-- **Numbers.** A number key takes a decimal such as ` + "`0.05`" + `; a share may also be written as a
-  percentage, ` + "`5%`" + ` for 0.05, as the ` + "`rules`" + ` flags take it.
+- **Shares.** A share key (type ` + "`share`" + `) takes a fraction such as ` + "`0.05`" + ` or a percentage such as
+  ` + "`5%`" + `, as the ` + "`rules`" + ` flags do; a number key takes no percentage.
 - **Checks.** ` + "`mcpaudit config validate FILE...`" + ` checks files (exit 0 valid, 2 invalid);
   ` + "`mcpaudit config print [FILE]`" + ` prints the effective configuration, the file over the defaults,
   with its secrets redacted: the tenant and credential tokens, the values of

@@ -67,6 +67,8 @@ func proxyCommand(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("cannot listen on %s: %w", *listen, err)
 	}
+	// Closed on every way out; once served, Shutdown has closed it already.
+	defer ln.Close()
 	if rf.source == "" {
 		rf.source = relaySource("proxy", *server, hostname()+":"+port(ln.Addr()), "")
 	}
@@ -84,12 +86,10 @@ func proxyCommand(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	sink, err := openRelaySink(ctx, &rf, "proxy", *server, rf.source, m, log)
 	if err != nil {
-		ln.Close()
 		return err
 	}
 	p, err := proxy.New(cfg, func(r *tap.Record) { sink.Record(r) }, m, log)
 	if err != nil {
-		ln.Close()
 		sink.Close(context.Background())
 		return &exitError{code: 2, err: err}
 	}

@@ -99,3 +99,31 @@ func TestProxySourceNamesItsPort(t *testing.T) {
 		t.Errorf("the collector got sources %v, want %v", got, want)
 	}
 }
+
+// TestProxyClosesListenerOnError: the proxy listens before it opens its
+// metrics listener and its sink; when one of those fails, its own listen
+// address is free again (found in review: it stayed bound).
+func TestProxyClosesListenerOnError(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	err = proxyCommand(context.Background(), []string{"--listen", addr, "--upstream", "http://127.0.0.1:1", "--server", "thegram",
+		"--collector", "http://127.0.0.1:1", "--metrics-listen", busy.Addr().String(),
+		"--buffer-dir", filepath.Join(t.TempDir(), "buf")}, &lockedBuffer{})
+	if err == nil {
+		t.Fatal("want an error: the metrics address is taken")
+	}
+	again, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("after proxyCommand failed, its listen address %s is still held: %v", addr, err)
+	}
+	again.Close()
+}

@@ -270,9 +270,18 @@ func TestRelayDataDirRedaction(t *testing.T) {
 	}
 	defer st.Close()
 	var args string
-	st.ScanCalls(context.Background(), time.Time{}, func(r *audit.Record) error { args += string(r.Call.Arguments); return nil })
+	var sources []string
+	st.ScanCalls(context.Background(), time.Time{}, func(r *audit.Record) error {
+		args += string(r.Call.Arguments)
+		sources = append(sources, r.Call.Source)
+		return nil
+	})
 	if !strings.Contains(args, `"path":"a.gram"`) || !strings.Contains(args, "[redacted:") {
 		t.Fatalf("stored arguments %q: want the path kept and masks", args)
+	}
+	// Stored under the sender's name as serve names a poster of records.
+	if len(sources) != 1 || sources[0] != "calls:wrap/thegram/test" {
+		t.Errorf("stored sources %q, want [calls:wrap/thegram/test]", sources)
 	}
 	for _, secret := range []string{"hunter2hunter2", "bob@example.com"} {
 		if strings.Contains(args, secret) || strings.Contains(files.String(), secret) {

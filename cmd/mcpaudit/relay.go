@@ -314,7 +314,11 @@ func openLocalSink(ctx context.Context, dataDir, apiListen, source string, log *
 		return nil, err
 	}
 	log.Info("engine running in-process", "data_dir", dataDir, "api", api)
-	s := &localSink{in: in, reader: reader, stop: stop, source: source, log: log, wake: make(chan struct{}, 1),
+	// Named as serve's receiver names a poster of call records
+	// (calls:NAME), so that the status, the stored calls and their checks
+	// read the same in-process as through a collector: a --source of
+	// otlp:x is not taken for an OTLP sender.
+	s := &localSink{in: in, reader: reader, stop: stop, source: "calls:" + source, log: log, wake: make(chan struct{}, 1),
 		done: make(chan struct{}), quit: make(chan struct{}), maxBatch: 100_000}
 	go s.run()
 	return s, nil

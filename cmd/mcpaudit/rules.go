@@ -61,7 +61,7 @@ func rulesCommand(args []string, stdout, stderr io.Writer) error {
 		windows = cfg.Detect
 		r := cfg.Rules
 		o.SLOTarget, o.Job, o.RunbookURL = cfg.Serve.SLOTarget, r.Job, r.RunbookURL
-		o.UnverifiedWritesPerHour, o.WastedRetryRatio, o.UncertainRatio = r.UnverifiedWritesPerHour, r.WastedRetryRatio, r.UncertainRatio
+		o.UnverifiedWritesPerHour, o.WastedRetryRatio, o.UncertainRatio = r.UnverifiedWritesPerHour, float64(r.WastedRetryRatio), float64(r.UncertainRatio)
 		o.FindingMaxAge = r.FindingMaxAge
 	}
 	var errs []error

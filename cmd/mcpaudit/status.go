@@ -237,9 +237,11 @@ func printStatus(w io.Writer, st api.StatusResponse, waited bool) {
 }
 
 // shellWord returns s as one word of a shell command: as it is when it
-// holds only characters no shell reads specially, else single-quoted.
+// holds only characters no shell reads specially, else single-quoted. "="
+// is not among them: zsh expands a word that starts with it ("=ls" is
+// the path of ls).
 func shellWord(s string) string {
-	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._/:@+,=-") == "" {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._/:@+,-") == "" {
 		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"

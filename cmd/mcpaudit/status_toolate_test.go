@@ -23,6 +23,7 @@ func TestStatus_PrintsWhatWasNotJudged(t *testing.T) {
 		{Name: "otlp:thegram/pod-0", Servers: []string{"thegram"}, Counts: api.Counts{Calls: 1200}},
 		{Name: "calls:relay", Servers: []string{"oddlynew", "thegram"}, Counts: api.Counts{Calls: 40, TooLate: 2, TooLateFrom: &from, TooLateTo: &from}},
 		{Name: "calls:agent's pod", Servers: []string{"thegram"}, Counts: api.Counts{Calls: 4, TooLate: 1, TooLateFrom: &from, TooLateTo: &from}},
+		{Name: "=ls", Servers: []string{"thegram"}, Counts: api.Counts{Calls: 4, TooLate: 1, TooLateFrom: &from, TooLateTo: &from}},
 	}}
 	var b bytes.Buffer
 	printStatus(&b, st, false)
@@ -33,13 +34,14 @@ func TestStatus_PrintsWhatWasNotJudged(t *testing.T) {
 		"findings about them may be missing (listed by mcpaudit calls --source calls:relay --since 2026-12-04T11:49:42Z --until 2026-12-04T11:49:43Z)."
 	quoted := "Not judged: 1 calls of calls:agent's pod (thegram) dated 2026-12-04T11:49:42Z to 2026-12-04T11:49:42Z came later than detect.allowed_lateness; " +
 		`findings about them may be missing (listed by mcpaudit calls --source 'calls:agent'\''s pod' --mcp-server thegram --since 2026-12-04T11:49:42Z --until 2026-12-04T11:49:43Z).`
-	for _, want := range []string{want, several, quoted} {
+	zsh := "(listed by mcpaudit calls --source '=ls' --mcp-server thegram" // zsh expands a leading =
+	for _, want := range []string{want, several, quoted, zsh} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status output lacks\n%s\ngot:\n%s", want, out)
 		}
 	}
-	if strings.Count(out, "Not judged:") != 3 {
-		t.Errorf("want three lines of calls not judged:\n%s", out)
+	if strings.Count(out, "Not judged:") != 4 {
+		t.Errorf("want four lines of calls not judged:\n%s", out)
 	}
 }
 

@@ -476,6 +476,11 @@ func (e *Engine) resume(p *partition, s *source, wall time.Time) {
 		for _, o := range p.sources {
 			if o != s && o.holdUntil.After(from) {
 				o.holdUntil = o.holdUntil.Add(spell)
+				// o's clock is one for every partition it feeds (unless
+				// each keeps its own): its hold moved in all of them.
+				for _, q := range o.parts {
+					q.memo.invalidate()
+				}
 			}
 		}
 	}
@@ -687,8 +692,12 @@ func (e *Engine) bound(p *partition, wall time.Time) (wm time.Time, h *source, a
 	var hq *source
 	var cc clockCheck
 	// What a memo of this bound needs (boundMemo): a memo is kept only
-	// with a wall clock.
-	memo := !wall.IsZero()
+	// with a wall clock, and only with a clock per partition (the live
+	// service's mode): a clock shared by partitions moves in one by what
+	// happens in another (a resume there moves its hold), which the memo
+	// does not follow in every case (a random test found a second one), and
+	// no product path keeps a wall clock without ClockPerPartition.
+	memo := !wall.IsZero() && e.perPartition
 	var until time.Time
 	e.memos++
 	seq := e.memos

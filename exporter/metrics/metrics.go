@@ -127,11 +127,24 @@ type writeSeries struct {
 // scrapers had shown them at zero (Options.FirstScrapeWait). Guarded by
 // Metrics.mu.
 type heldCounts struct {
-	scrapes uint64 // Metrics.scrapes when the series were made
+	scrapes uint64 // Metrics.scrapes when the group's latest series was made
 	counts  map[prometheus.Counter]float64
-	shown   map[string]bool // the scrapers that have shown the series at zero
+	made    map[prometheus.Counter]bool // the group's series, shown at zero or not
+	shown   map[string]bool             // the scrapers that have shown them all at zero
 	timer   *time.Timer
 	clear   func() // unlinks the group from its series
+}
+
+// add holds one count on c. A series the group did not have yet (a failure
+// code first met while the group is held) was shown by no scrape so far:
+// the group waits for every scraper again, from now.
+func (m *Metrics) add(h *heldCounts, c prometheus.Counter) {
+	if !h.made[c] {
+		h.made[c] = true
+		h.scrapes = m.scrapes
+		clear(h.shown)
+	}
+	h.counts[c]++
 }
 
 // uncertainFailures are the failures the rules alert on by rate
@@ -324,12 +337,16 @@ func (m *Metrics) Call(r *audit.Record) {
 		for _, o := range []audit.Outcome{audit.OutcomeOK, audit.OutcomeToolError, audit.OutcomeProtocolError, audit.OutcomeNoResponse} {
 			cs.outcomes[string(o)] = m.calls.WithLabelValues(server, tool, string(o))
 		}
+		made := []prometheus.Counter{}
+		for _, c := range cs.outcomes {
+			made = append(made, c)
+		}
 		for _, f := range uncertainFailures {
 			if m.knownCode(f.Code) {
-				m.failures.WithLabelValues(server, tool, f.Code, string(f.Action))
+				made = append(made, m.failures.WithLabelValues(server, tool, f.Code, string(f.Action)))
 			}
 		}
-		cs.held = m.hold(func() { cs.held = nil })
+		cs.held = m.hold(func() { cs.held = nil }, made...)
 	}
 	outcome := outcomeLabel(r.Outcome)
 	c := cs.outcomes[outcome]
@@ -346,13 +363,13 @@ func (m *Metrics) Call(r *audit.Record) {
 	if h := cs.held; h != nil {
 		// The failures too: the tool's first failures are on series just
 		// made, and McpAuditUncertainOutcomes divides them by the calls.
-		h.counts[c]++
+		m.add(h, c)
 		if r.Failure != nil {
-			h.counts[m.failure(server, tool, r.Failure)]++
+			m.add(h, m.failure(server, tool, r.Failure))
 		}
 		for i := range r.Ops {
 			if f := r.Ops[i].Failure; f != nil && f != r.Failure {
-				h.counts[m.failure(server, tool, f)]++
+				m.add(h, m.failure(server, tool, f))
 			}
 		}
 		m.mu.Unlock()
@@ -384,11 +401,14 @@ func (m *Metrics) failure(server, tool string, f *audit.Failure) prometheus.Coun
 // hold returns the held counts of a group of series just made, or nil when
 // counts are not held (Options.FirstScrapeWait). clear unlinks the group
 // from its series when its counts are released. m.mu must be held.
-func (m *Metrics) hold(clear func()) *heldCounts {
+func (m *Metrics) hold(clear func(), made ...prometheus.Counter) *heldCounts {
 	if m.firstScrapeWait <= 0 {
 		return nil
 	}
-	h := &heldCounts{scrapes: m.scrapes, counts: map[prometheus.Counter]float64{}, shown: map[string]bool{}, clear: clear}
+	h := &heldCounts{scrapes: m.scrapes, counts: map[prometheus.Counter]float64{}, made: map[prometheus.Counter]bool{}, shown: map[string]bool{}, clear: clear}
+	for _, c := range made {
+		h.made[c] = true
+	}
 	m.held[h] = struct{}{}
 	h.timer = time.AfterFunc(m.firstScrapeWait, func() {
 		m.mu.Lock()
@@ -444,11 +464,29 @@ func (m *Metrics) Handler(g prometheus.Gatherer, opts promhttp.HandlerOpts) http
 			ok = err == nil // promhttp answers an error with no metrics at all
 			return mfs, err
 		})
-		promhttp.HandlerFor(gather, opts).ServeHTTP(w, r)
-		if ok {
+		ew := &errWriter{ResponseWriter: w}
+		promhttp.HandlerFor(gather, opts).ServeHTTP(ew, r)
+		// A response that did not reach the scraper in full (it gave up at
+		// its scrape_timeout and closed the connection) showed it nothing:
+		// its next scrape would take the released counts as its baseline.
+		if ok && ew.err == nil && r.Context().Err() == nil {
 			m.endScrape(host+" "+r.UserAgent(), began)
 		}
 	})
+}
+
+// errWriter keeps the first error of writing a response.
+type errWriter struct {
+	http.ResponseWriter
+	err error
+}
+
+func (w *errWriter) Write(b []byte) (int, error) {
+	n, err := w.ResponseWriter.Write(b)
+	if err != nil && w.err == nil {
+		w.err = err
+	}
+	return n, err
 }
 
 // maxScrapers bounds the scrapers remembered; more are not waited for.
@@ -486,7 +524,10 @@ next:
 		if h.scrapes >= began {
 			continue // made during this scrape: maybe not in it
 		}
-		h.shown[scraper] = true
+		if _, ok := m.scrapers[scraper]; ok {
+			// Only a scraper waited for is marked: the marks stay bounded.
+			h.shown[scraper] = true
+		}
 		for id := range m.scrapers {
 			if !h.shown[id] {
 				continue next
@@ -518,15 +559,17 @@ func (m *Metrics) Write(w *audit.Write, prev audit.WriteState) {
 	if ws == nil {
 		ws = &writeSeries{states: map[audit.WriteState]prometheus.Counter{}}
 		s.writeTools[tool] = ws
+		made := make([]prometheus.Counter, 0, len(terminalStates))
 		for _, st := range terminalStates {
 			ws.states[st] = m.writes.WithLabelValues(server, tool, string(st))
+			made = append(made, ws.states[st])
 		}
-		ws.held = m.hold(func() { ws.held = nil })
+		ws.held = m.hold(func() { ws.held = nil }, made...)
 	}
 	held := ws.held != nil
 	if held {
 		if c := ws.states[w.State]; c != nil {
-			ws.held.counts[c]++
+			m.add(ws.held, c)
 		}
 	}
 	m.mu.Unlock()

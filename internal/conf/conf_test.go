@@ -318,18 +318,26 @@ func TestSourceDocs(t *testing.T) {
 	}
 }
 
-// TestNumberAsPercentage: a number key takes a percentage as its fraction,
-// as the rules flags do; anything else is named with the forms it takes.
-func TestNumberAsPercentage(t *testing.T) {
-	var s sample
-	if _, err := Decode([]byte("inner:\n  ratio: 5%\n"), &s, env(nil)); err != nil {
+// TestShareAsPercentage: a share key takes a fraction or a percentage; a
+// number key that is not a share takes no percentage.
+func TestShareAsPercentage(t *testing.T) {
+	var s struct {
+		Ratio Share   `yaml:"ratio"`
+		Rate  float64 `yaml:"rate"`
+	}
+	if _, err := Decode([]byte("ratio: 5%\n"), &s, env(nil)); err != nil {
 		t.Fatal(err)
 	}
-	if s.Inner.Ratio != 0.05 {
-		t.Errorf("ratio: 5%% read as %v, want 0.05", s.Inner.Ratio)
+	if s.Ratio != 0.05 {
+		t.Errorf("ratio: 5%% read as %v, want 0.05", s.Ratio)
 	}
-	_, err := Decode([]byte("inner:\n  ratio: 5 percent\n"), &s, env(nil))
-	if err == nil || !strings.Contains(err.Error(), `line 2: inner.ratio: want a number such as 0.05 or a percentage such as 5%, not "5 percent"`) {
-		t.Errorf("got %v", err)
+	if _, err := Decode([]byte("ratio: 0.25\n"), &s, env(nil)); err != nil || s.Ratio != 0.25 {
+		t.Errorf("ratio: 0.25 read as %v, %v", s.Ratio, err)
+	}
+	_, err := Decode([]byte("ratio: 5 percent\nrate: 5%\n"), &s, env(nil))
+	for _, want := range []string{`line 1: ratio: want a fraction such as 0.05 or a percentage such as 5%, not "5 percent"`, `line 2: rate: want a number, not "5%"`} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("want %s, got %v", want, err)
+		}
 	}
 }

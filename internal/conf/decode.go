@@ -298,16 +298,10 @@ func (d *decoder) value(n *yaml.Node, v reflect.Value, path string) {
 		if !ok {
 			return
 		}
-		// A share may be written as a percentage, as the flags that take
-		// one read it: 5% is 0.05.
-		num, percent := strings.CutSuffix(s, "%")
-		f, err := strconv.ParseFloat(strings.TrimSpace(num), t.Bits())
+		f, err := strconv.ParseFloat(s, t.Bits())
 		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
-			d.fail(n, path, "want a number such as 0.05 or a percentage such as 5%%, not %q", s)
+			d.fail(n, path, "want a number, not %q", s)
 			return
-		}
-		if percent {
-			f /= 100
 		}
 		v.SetFloat(f)
 	default:

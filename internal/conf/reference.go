@@ -90,6 +90,9 @@ func typeName(t reflect.Type) string {
 	if t == sizeType {
 		return "size"
 	}
+	if t == shareType {
+		return "share"
+	}
 	if t == durationType || t.Kind() == reflect.Int64 && t.ConvertibleTo(durationType) && reflect.PointerTo(t).Implements(textUnmarshalerType) {
 		return "duration"
 	}
