@@ -30,10 +30,10 @@ func TestMetrics_FirstScrapeNewFailureSeries(t *testing.T) {
 		m.Call(&audit.Record{Call: &audit.Call{Server: "s", Tool: "gram_patch", Time: t0}, Outcome: audit.OutcomeToolError, Tool: "gram_patch", Failure: f})
 	}
 	call(nil)
-	a.scrape() // a shows the group (outcome series) at zero
+	a.scrape()                                                                      // a shows the group (outcome series) at zero
 	call(&audit.Failure{Code: "E_CONFLICT", Action: audit.ActionReplaySameRequest}) // new series, held
-	b.scrape() // b shows the new series at zero; a has not yet
-	a.scrape() // now both have: released
+	b.scrape()                                                                      // b shows the new series at zero; a has not yet
+	a.scrape()                                                                      // now both have: released
 	b.scrape()
 	a.scrape()
 	const key = "mcpaudit_call_failures_total{code=other,retry_action=replay_same_request,server=s,tool=gram_patch}"
