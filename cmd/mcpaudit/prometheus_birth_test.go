@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -38,18 +36,7 @@ func TestServe_PrometheusNewServer(t *testing.T) {
 	s := startTest(t, testConfig(t, t.TempDir()))
 
 	o := rules.DefaultOptions()
-	rf, err := rules.Build(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rb, err := rf.Marshal()
-	if err != nil {
-		t.Fatal(err)
-	}
-	rulesPath := filepath.Join(t.TempDir(), "rules.yaml")
-	if err := os.WriteFile(rulesPath, rb, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	_, rulesPath := writeRules(t, o)
 	const interval = 2 * time.Second
 	prom := promtest.Start(t, promtest.Config{
 		Target: "http://" + s.apiAddr + "/metrics", Job: o.Job, RuleFiles: []string{rulesPath}, Interval: interval,
@@ -119,7 +106,7 @@ func TestServe_PrometheusNewServer(t *testing.T) {
 	const tolerance = 0.005
 	ratio := rules.ErrorRatio(rules.LevelServer, 5*time.Minute) + `{server="thegram-birth"}`
 	var last float64
-	err = promtest.Poll(ctx, 10*interval, func(context.Context) (bool, error) {
+	err := promtest.Poll(ctx, 10*interval, func(context.Context) (bool, error) {
 		v, ok := value(ratio)
 		last = v
 		return ok && math.Abs(v-truth) <= tolerance, nil

@@ -71,18 +71,7 @@ func TestServe_Prometheus(t *testing.T) {
 	// (rules/testdata/rules_test.yaml shows it). Replaying an old capture on
 	// purpose, this test moves the bound back past it.
 	o.FindingMaxAge = time.Since(time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)) + 24*time.Hour
-	rf, err := rules.Build(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rb, err := rf.Marshal()
-	if err != nil {
-		t.Fatal(err)
-	}
-	rulesPath := filepath.Join(t.TempDir(), "rules.yaml")
-	if err := os.WriteFile(rulesPath, rb, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	rf, rulesPath := writeRules(t, o)
 	prom := promtest.Start(t, promtest.Config{
 		Target: "http://" + s.apiAddr + "/metrics", Job: o.Job, RuleFiles: []string{rulesPath}, Interval: time.Second,
 	})
@@ -168,7 +157,7 @@ func TestServe_Prometheus(t *testing.T) {
 	// API returns, per server and kind.
 	apiCount := map[string]float64{}
 	var promCount map[string]float64
-	err = promtest.Poll(ctx, 20*time.Second, func(ctx context.Context) (bool, error) {
+	err := promtest.Poll(ctx, 20*time.Second, func(ctx context.Context) (bool, error) {
 		clear(apiCount)
 		for _, f := range apiFindingsAll(t, s) {
 			apiCount[string(f.Server)+"/"+string(f.Kind)]++
@@ -520,4 +509,23 @@ func kindStrings(ks []audit.Kind) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// writeRules writes the rules of o to a file for a Prometheus to load,
+// and returns them and its path.
+func writeRules(t *testing.T, o rules.Options) (*rules.File, string) {
+	t.Helper()
+	rf, err := rules.Build(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb, err := rf.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(path, rb, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return rf, path
 }
