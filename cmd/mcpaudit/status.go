@@ -217,22 +217,22 @@ func printStatus(w io.Writer, st api.StatusResponse, waited bool) {
 			first = false
 		}
 		// The command that lists them names the source (stored calls name
-		// their sender), and the server when the source feeds one.
-		server := ""
-		if len(s.Servers) == 1 {
-			server = " --mcp-server " + shellWord(s.Servers[0])
+		// their sender), and the server when the source feeds one. The
+		// overflow source's calls are stored under their own senders'
+		// names: they are listed by server and time.
+		var by []string
+		if s.Name != detect.OverflowSource {
+			by = append(by, "--source "+shellWord(s.Name))
 		}
-		source := "--source " + shellWord(s.Name)
-		if s.Name == detect.OverflowSource {
-			// Its calls are stored under their own senders' names.
-			source = "--mcp-server SERVER"
-			if server != "" {
-				source, server = strings.TrimPrefix(server, " "), ""
-			}
+		switch {
+		case len(s.Servers) == 1:
+			by = append(by, "--mcp-server "+shellWord(s.Servers[0]))
+		case s.Name == detect.OverflowSource:
+			by = append(by, "--mcp-server SERVER")
 		}
-		fmt.Fprintf(w, "Not judged: %d calls of %s (%s) dated %s to %s came later than detect.allowed_lateness; findings about them may be missing (listed by mcpaudit calls %s%s --since %s --until %s).\n",
+		fmt.Fprintf(w, "Not judged: %d calls of %s (%s) dated %s to %s came later than detect.allowed_lateness; findings about them may be missing (listed by mcpaudit calls %s --since %s --until %s).\n",
 			s.TooLate, s.Name, strings.Join(s.Servers, ","), s.TooLateFrom.UTC().Format(time.RFC3339), s.TooLateTo.UTC().Format(time.RFC3339),
-			source, server, s.TooLateFrom.UTC().Format(time.RFC3339), s.TooLateTo.Add(time.Second).UTC().Format(time.RFC3339))
+			strings.Join(by, " "), s.TooLateFrom.UTC().Format(time.RFC3339), s.TooLateTo.Add(time.Second).UTC().Format(time.RFC3339))
 	}
 }
 

@@ -404,8 +404,8 @@ func (e *Engine) arrive(src string, c *audit.Call, wall time.Time) (p *partition
 	if s.overflow {
 		p.overflowCalls++
 	}
-	if !wall.IsZero() {
-		// Without a wall clock no bound is kept (boundMemo).
+	if !wall.IsZero() && e.perPartition {
+		// Only then is a bound kept (boundMemo, Engine.bound).
 		defer e.arrived(s, s.current)
 	}
 	m := c.Time

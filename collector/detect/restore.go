@@ -109,9 +109,9 @@ func (e *Engine) restore(k PartitionKey, src SourceClock, wall, alive time.Time,
 		s = e.source(key)
 		p.sources = append(p.sources, s)
 		s.parts = append(s.parts, p)
-	case !overflow:
-		return p, nil
 	default:
+		// Only with overflow: without it a full partition returned above,
+		// and makeRoom has room in one that is not full.
 		s = e.overflowOf(p)
 	}
 	if src.Clock.After(s.max) {
