@@ -197,6 +197,10 @@ type source struct {
 	parts []*partition
 	// overflow is set on a partition's overflow source.
 	overflow bool
+	// tooLateSenders, on an overflow source, names the senders of its latest
+	// calls counted too late, the most recent first, each once, at most
+	// tooLateSendersKept: the overflow source's name is no sender's.
+	tooLateSenders []string
 	// counted is the memo (boundMemo.seq) in which the source's clock was
 	// one of those the watermark is the earliest of.
 	counted uint64
@@ -352,6 +356,9 @@ func (e *Engine) Add(src string, r *audit.Record, wall time.Time) {
 			seen.forget()
 			count(p, s, countTooLate, t)
 			e.stats.TooLate++
+			if s.overflow {
+				s.tooLateSenders = recentFirst(s.tooLateSenders, src, TooLateSendersKept)
+			}
 			return
 		}
 		count(p, s, countLate, t)
