@@ -42,7 +42,7 @@ type Engine struct {
 	stats   Stats
 	parts   map[PartitionKey]*partition
 	sources map[sourceKey]*source
-	// named holds the sources of sources by tenant and name: with
+	// named holds the sources by tenant and name: with
 	// ClockPerPartition a source has one per partition it feeds, found by
 	// its name at each refused delivery (Touch). Kept in step with
 	// sources (register, unregister).
@@ -190,9 +190,9 @@ type source struct {
 	parts []*partition
 	// overflow is set on a partition's overflow source.
 	overflow bool
-	// tooLateSenders, on an overflow source, names the senders of its latest
-	// calls counted too late, the most recent first, each once, at most
-	// tooLateSendersKept: the overflow source's name is no sender's.
+	// tooLateSenders, on an overflow source, names the senders of its
+	// latest calls counted too late, the most recent first, each once, at
+	// most TooLateSendersKept: the overflow source's name is no sender's.
 	tooLateSenders []string
 	// counted is the memo (boundMemo.seq) in which the source's clock was
 	// one of those the watermark is the earliest of.

@@ -3,6 +3,7 @@ package detect
 import (
 	"cmp"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -69,11 +70,12 @@ type SourceStatus struct {
 
 // TooLateSendersKept is how many senders of its calls counted too late an
 // overflow source names (SourceStatus.TooLateSenders): the latest few, so
-// that a sender naming a new source per request costs no memory.
+// that senders naming a new source per request cost no more.
 const TooLateSendersKept = 5
 
 // recentFirst returns names with name first, moved there if it was in
-// it, and at most max long.
+// it, and at most max long. A name new to it is copied: it may be part of
+// a request's buffer.
 func recentFirst(names []string, name string, max int) []string {
 	if i := slices.Index(names, name); i >= 0 {
 		copy(names[1:i+1], names[:i])
@@ -84,7 +86,7 @@ func recentFirst(names []string, name string, max int) []string {
 		names = append(names, "")
 	}
 	copy(names[1:], names)
-	names[0] = name
+	names[0] = strings.Clone(name)
 	return names
 }
 
