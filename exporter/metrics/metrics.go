@@ -87,7 +87,8 @@ type Metrics struct {
 	servers map[string]*serverLabels
 	// scrapes counts the scrapes begun through Scraper or Handler; held
 	// are the series groups whose first counts wait for scrapes to show
-	// them; scrapers holds when each scraper last scraped.
+	// them; scrapers holds when each scraper last scraped, and whether it
+	// scraped more than once.
 	scrapes  uint64
 	held     map[*heldCounts]struct{}
 	scrapers map[string]scraperSeen
@@ -496,7 +497,7 @@ const maxScrapers = 16
 // and whether it scraped more than once. A scraper that keeps scraping (a
 // Prometheus) is what the held counts are for; one seen once (a curl with
 // a new User-Agent each time, a one-off health check) makes way for a new
-// one when the scrapers remembered are maxScrapers (forget).
+// one when the scrapers remembered are maxScrapers (forgetOneOff).
 type scraperSeen struct {
 	last   time.Time
 	repeat bool
