@@ -2,6 +2,7 @@ package api
 
 import (
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/collector/detect"
@@ -104,6 +105,12 @@ type SourceTotals struct {
 	Name    string   `json:"name"`
 	Servers []string `json:"servers"`
 	Counts
+	// TooLateSenders, on an overflow source (detect.OverflowSource), names
+	// the senders of its latest calls counted too late, the most recent
+	// first, each once, at most detect.TooLateSendersKept over the servers
+	// it feeds: the calls are stored, and listed, under their senders'
+	// names. Absent otherwise.
+	TooLateSenders []string `json:"too_late_senders,omitempty"`
 }
 
 // Counts counts the calls of a partition, or of a source over every
@@ -206,6 +213,11 @@ func StatusFrom(parts []detect.PartitionStatus, queued int64, unstored int, tena
 			t := &out.Sources[i]
 			t.Servers = append(t.Servers, ps.Server)
 			t.add(&src.Counts)
+			for _, n := range src.TooLateSenders {
+				if len(t.TooLateSenders) < detect.TooLateSendersKept && !slices.Contains(t.TooLateSenders, n) {
+					t.TooLateSenders = append(t.TooLateSenders, n)
+				}
+			}
 		}
 	}
 	return out

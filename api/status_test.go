@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -133,5 +134,34 @@ func TestStatus_TooLateSpan(t *testing.T) {
 		if g := span(src.TooLateFrom, src.TooLateTo); g != want {
 			t.Errorf("source %s: too late %s, want %s", src.Name, g, want)
 		}
+	}
+}
+
+// TestStatus_OverflowTooLateSenders: the overflow source of two servers is
+// told once; the senders of its calls too late, which the engine keeps
+// per partition, are given in the answer (too_late_senders) over both,
+// each once, at most detect.TooLateSendersKept.
+func TestStatus_OverflowTooLateSenders(t *testing.T) {
+	wm := t0.Add(time.Minute)
+	over := func(server string, senders ...string) detect.PartitionStatus {
+		return detect.PartitionStatus{PartitionKey: detect.PartitionKey{Server: server}, Watermark: wm, Sources: []detect.SourceStatus{
+			{Name: "calls:poster-0", LastEvent: wm, Counts: detect.Counts{Calls: 5}},
+			{Name: detect.OverflowSource, Overflow: true, LastEvent: wm, TooLateSenders: senders, Counts: detect.Counts{Calls: 9, TooLate: int64(len(senders))}},
+		}}
+	}
+	many := []string{"calls:a", "calls:b", "calls:c", "calls:d", "calls:e", "calls:f"}[:detect.TooLateSendersKept]
+	st := statusOf(t, []detect.PartitionStatus{over("thegram", "calls:poster-3", "calls:poster-7"), over("oddlynew", append([]string{"calls:poster-7"}, many...)...)})
+	var got []string
+	for _, s := range st.Sources {
+		if s.Name == "calls:poster-0" && s.TooLateSenders != nil {
+			t.Errorf("calls:poster-0 names too-late senders %q; want none", s.TooLateSenders)
+		}
+		if s.Name == detect.OverflowSource {
+			got = s.TooLateSenders
+		}
+	}
+	want := append([]string{"calls:poster-3", "calls:poster-7"}, many...)[:detect.TooLateSendersKept]
+	if !slices.Equal(got, want) {
+		t.Errorf("too_late_senders %q; want %q", got, want)
 	}
 }

@@ -219,19 +219,34 @@ func printStatus(w io.Writer, st api.StatusResponse, waited bool) {
 		// The command that lists them names the source (stored calls name
 		// their sender), and the server when the source feeds one. The
 		// overflow source's calls are stored under their own senders'
-		// names: they are listed by server and time.
+		// names: the latest few it names; listed by the sender when it
+		// names one alone (no other sent too late), else by server and
+		// time.
+		name, source := s.Name, s.Name
+		if s.Name == detect.OverflowSource {
+			source = ""
+			if len(s.TooLateSenders) == 1 {
+				source = s.TooLateSenders[0]
+			}
+			for i, n := range s.TooLateSenders {
+				if i == 0 {
+					name += ", latest senders"
+				}
+				name += " " + shellWord(n)
+			}
+		}
 		var by []string
-		if s.Name != detect.OverflowSource {
-			by = append(by, "--source "+shellWord(s.Name))
+		if source != "" {
+			by = append(by, "--source "+shellWord(source))
 		}
 		switch {
 		case len(s.Servers) == 1:
 			by = append(by, "--mcp-server "+shellWord(s.Servers[0]))
-		case s.Name == detect.OverflowSource:
+		case source == "":
 			by = append(by, "--mcp-server SERVER")
 		}
 		fmt.Fprintf(w, "Not judged: %d calls of %s (%s) dated %s to %s came later than detect.allowed_lateness; findings about them may be missing (listed by mcpaudit calls %s --since %s --until %s).\n",
-			s.TooLate, s.Name, strings.Join(s.Servers, ","), s.TooLateFrom.UTC().Format(time.RFC3339), s.TooLateTo.UTC().Format(time.RFC3339),
+			s.TooLate, name, strings.Join(s.Servers, ","), s.TooLateFrom.UTC().Format(time.RFC3339), s.TooLateTo.UTC().Format(time.RFC3339),
 			strings.Join(by, " "), s.TooLateFrom.UTC().Format(time.RFC3339), s.TooLateTo.Add(time.Second).UTC().Format(time.RFC3339))
 	}
 }

@@ -78,3 +78,33 @@ func TestStatus_PrintsOverflow(t *testing.T) {
 		t.Errorf("want one overflow line, and no command listing by the overflow source's name:\n%s", out)
 	}
 }
+
+// TestStatus_OverflowTooLateSenders: the overflow source's calls not
+// judged are stored under their senders' names, which the status gives
+// (the latest few): the line names them, and the command lists by the
+// sender when one alone sent them, else by server and time.
+func TestStatus_OverflowTooLateSenders(t *testing.T) {
+	from := time.Date(2026, 12, 4, 11, 49, 42, 0, time.UTC)
+	f := func(servers, senders []string, want string) {
+		t.Helper()
+		st := api.StatusResponse{Time: from.Add(time.Minute), TooLate: 3, Sources: []api.SourceTotals{
+			{Name: "mcpaudit/overflow", Tenant: "acme", Servers: servers, TooLateSenders: senders,
+				Counts: api.Counts{Calls: 28000, TooLate: 3, TooLateFrom: &from, TooLateTo: &from}},
+		}}
+		var b bytes.Buffer
+		printStatus(&b, st, false)
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("status output lacks\n%s\ngot:\n%s", want, b.String())
+		}
+	}
+	f([]string{"thegram"}, []string{"otlp:thegram/pod-7/node 2"},
+		"Not judged: 3 calls of mcpaudit/overflow, latest senders 'otlp:thegram/pod-7/node 2' (thegram) dated 2026-12-04T11:49:42Z to 2026-12-04T11:49:42Z came later than detect.allowed_lateness; findings about them may be missing (listed by mcpaudit calls --source 'otlp:thegram/pod-7/node 2' --mcp-server thegram --since 2026-12-04T11:49:42Z --until 2026-12-04T11:49:43Z).")
+	f([]string{"thegram", "oddlynew"}, []string{"otlp:thegram/pod-7/node-2"},
+		"(listed by mcpaudit calls --source otlp:thegram/pod-7/node-2 --since")
+	f([]string{"thegram"}, []string{"calls:poster-9", "calls:poster-3"},
+		"3 calls of mcpaudit/overflow, latest senders calls:poster-9 calls:poster-3 (thegram) dated 2026-12-04T11:49:42Z to 2026-12-04T11:49:42Z came later than detect.allowed_lateness; findings about them may be missing (listed by mcpaudit calls --mcp-server thegram --since")
+	f([]string{"thegram", "oddlynew"}, []string{"calls:poster-9", "calls:poster-3"},
+		"(listed by mcpaudit calls --mcp-server SERVER --since")
+	f([]string{"thegram"}, nil,
+		"3 calls of mcpaudit/overflow (thegram) dated")
+}

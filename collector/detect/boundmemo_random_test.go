@@ -3,6 +3,7 @@ package detect
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -99,10 +100,39 @@ func TestBoundMemo_Random(t *testing.T) {
 			if len(diffs) > 0 {
 				t.Fatalf("seed %d step %d: %s", seed, step, diffs[0])
 			}
+			if d := namedDiff(e); d != "" {
+				t.Fatalf("seed %d step %d: %s", seed, step, d)
+			}
 		}
 	}
 	if used < 1000 {
 		t.Errorf("only %d bounds were taken from a memo: the steps no longer exercise it", used)
 	}
 	t.Logf("%d memo bounds checked", used)
+}
+
+// namedDiff says how the engine's sources by name (Engine.named, which
+// Touch reads) differ from its sources, or "" when they hold the same.
+func namedDiff(e *Engine) string {
+	n := 0
+	for k, s := range e.sources {
+		if !slices.Contains(e.named[[2]string{k.tenant, k.name}], s) {
+			return fmt.Sprintf("source %v is not among the sources named so", k)
+		}
+	}
+	for k, ss := range e.named {
+		if len(ss) == 0 {
+			return fmt.Sprintf("no source named %v is kept", k)
+		}
+		for _, s := range ss {
+			if e.sources[s.key] != s {
+				return fmt.Sprintf("source %v named, not kept", s.key)
+			}
+			n++
+		}
+	}
+	if n != len(e.sources) {
+		return fmt.Sprintf("%d sources named, %d kept", n, len(e.sources))
+	}
+	return ""
 }

@@ -42,6 +42,11 @@ type Engine struct {
 	stats   Stats
 	parts   map[PartitionKey]*partition
 	sources map[sourceKey]*source
+	// named holds the sources by tenant and name: with
+	// ClockPerPartition a source has one per partition it feeds, found by
+	// its name at each refused delivery (Touch). Kept in step with
+	// sources (register, unregister).
+	named map[[2]string][]*source
 	// ids drops a call taken again by its id (a file given twice); nil
 	// where the store already refuses stored ids.
 	ids *recentIDs
@@ -146,19 +151,7 @@ func (e *Engine) keyOf(k PartitionKey, name string) sourceKey {
 // sourcesNamed returns the sources of tenant named name: one, or with
 // ClockPerPartition one per partition it feeds.
 func (e *Engine) sourcesNamed(tenant, name string) []*source {
-	if !e.perPartition {
-		if s := e.sources[sourceKey{tenant: tenant, name: name}]; s != nil {
-			return []*source{s}
-		}
-		return nil
-	}
-	var out []*source
-	for k, s := range e.sources {
-		if k.tenant == tenant && k.name == name {
-			out = append(out, s)
-		}
-	}
-	return out
+	return e.named[[2]string{tenant, name}]
 }
 
 // source is one stream of calls.
@@ -197,6 +190,10 @@ type source struct {
 	parts []*partition
 	// overflow is set on a partition's overflow source.
 	overflow bool
+	// tooLateSenders, on an overflow source, names the senders of its
+	// latest calls counted too late, the most recent first, each once, at
+	// most TooLateSendersKept: the overflow source's name is no sender's.
+	tooLateSenders []string
 	// counted is the memo (boundMemo.seq) in which the source's clock was
 	// one of those the watermark is the earliest of.
 	counted uint64
@@ -211,7 +208,8 @@ type entry struct {
 // NewEngine returns an engine whose output goes to sinks, in processing
 // order.
 func NewEngine(cfg Config, sinks ...audit.Sink) *Engine {
-	e := &Engine{cfg: cfg, stats: newStats(), parts: map[PartitionKey]*partition{}, sources: map[sourceKey]*source{}}
+	e := &Engine{cfg: cfg, stats: newStats(), parts: map[PartitionKey]*partition{}, sources: map[sourceKey]*source{},
+		named: map[[2]string][]*source{}}
 	e.out = emitter{sinks: sinks, stats: &e.stats}
 	return e
 }
@@ -352,6 +350,9 @@ func (e *Engine) Add(src string, r *audit.Record, wall time.Time) {
 			seen.forget()
 			count(p, s, countTooLate, t)
 			e.stats.TooLate++
+			if s.overflow {
+				s.tooLateSenders = recentFirst(s.tooLateSenders, src, TooLateSendersKept)
+			}
 			return
 		}
 		count(p, s, countLate, t)
@@ -524,7 +525,7 @@ func (e *Engine) source(k sourceKey) *source {
 	s := e.sources[k]
 	if s == nil {
 		s = &source{key: k}
-		e.sources[k] = s
+		e.register(s)
 	}
 	return s
 }
@@ -533,8 +534,8 @@ func (e *Engine) source(k sourceKey) *source {
 // input file): it stops holding its partitions back.
 func (e *Engine) EndSource(tenant, name string) {
 	e.forgetRoutes()
-	for _, s := range e.sourcesNamed(tenant, name) {
-		delete(e.sources, s.key)
+	for _, s := range slices.Clone(e.sourcesNamed(tenant, name)) {
+		e.unregister(s)
 		for _, p := range s.parts {
 			p.sources = slices.DeleteFunc(p.sources, func(x *source) bool { return x == s })
 			p.memo.invalidate()

@@ -102,7 +102,21 @@ func (e *Engine) forget(p *partition, s *source, wall time.Time) {
 // unregister removes source s from the engine's sources by name, if it is
 // the one so named (an overflow source never is).
 func (e *Engine) unregister(s *source) {
-	if e.sources[s.key] == s {
-		delete(e.sources, s.key)
+	if e.sources[s.key] != s {
+		return
 	}
+	delete(e.sources, s.key)
+	k := [2]string{s.key.tenant, s.key.name}
+	if same := slices.DeleteFunc(e.named[k], func(x *source) bool { return x == s }); len(same) > 0 {
+		e.named[k] = same
+	} else {
+		delete(e.named, k)
+	}
+}
+
+// register makes source s known to the engine.
+func (e *Engine) register(s *source) {
+	e.sources[s.key] = s
+	k := [2]string{s.key.tenant, s.key.name}
+	e.named[k] = append(e.named[k], s)
 }

@@ -157,3 +157,36 @@ func BenchmarkAdd_Sources(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkTouch_Sources is the engine's cost of a refused delivery
+// (Engine.Touch, told of each request refused under back-pressure or a
+// store outage) when the engine keeps n sources over 10 partitions, a
+// tenth of them each: the source's clocks, one per partition it feeds,
+// are found by its name.
+//
+//	GOMAXPROCS=1 go test ./collector/detect -run '^$' -bench 'Touch_Sources' -benchtime 20000x
+func BenchmarkTouch_Sources(b *testing.B) {
+	for _, n := range []int{100, 10000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			cfg := detect.NewDefaultConfig()
+			cfg.MaxSources = n
+			e := detect.NewEngine(cfg, findingSink(func(*audit.Finding) {}))
+			e.ClockPerPartition()
+			wall := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+			var lines [][]byte
+			for i := range n {
+				lines = append(lines, fmt.Appendf(nil, `{"time":%q,"server":"srv-%d","session":"s%d","request":{"id":%d,"jsonrpc":"2.0","method":"tools/call","params":{"name":"gram_read","arguments":{"path":"d/a.gram"}}},"response":{"id":%d,"jsonrpc":"2.0","result":{"isError":false,"structuredContent":{"path":"d/a.gram","rev":4,"hash":"bb"}}}}`,
+					wall.Format(time.RFC3339Nano), i%10, i, i, i))
+			}
+			names := make([]string, n)
+			for i, r := range readRecords(b, lines) {
+				names[i] = fmt.Sprintf("poster-%d", i)
+				e.Add(names[i], r, wall)
+			}
+			b.ResetTimer()
+			for i := range b.N {
+				e.Touch("", names[i%n], wall.Add(time.Duration(i)*time.Microsecond))
+			}
+		})
+	}
+}

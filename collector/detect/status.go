@@ -3,6 +3,7 @@ package detect
 import (
 	"cmp"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -60,7 +61,33 @@ type SourceStatus struct {
 	HoldUntil time.Time     `json:"hold_until,omitzero"`
 	// Overflow is set on the partition's overflow source (OverflowSource).
 	Overflow bool `json:"overflow,omitempty"`
+	// TooLateSenders, on the overflow source, names the senders of its
+	// latest calls counted too late, the most recent first, each once, at
+	// most TooLateSendersKept: the calls are stored under their names.
+	TooLateSenders []string `json:"too_late_senders,omitempty"`
 	Counts
+}
+
+// TooLateSendersKept is how many senders of its calls counted too late an
+// overflow source names (SourceStatus.TooLateSenders): the latest few, so
+// that senders naming a new source per request cost no more.
+const TooLateSendersKept = 5
+
+// recentFirst returns names with name first, moved there if it was in
+// it, and at most max long. A name new to it is copied: it may be part of
+// a request's buffer.
+func recentFirst(names []string, name string, max int) []string {
+	if i := slices.Index(names, name); i >= 0 {
+		copy(names[1:i+1], names[:i])
+		names[0] = name
+		return names
+	}
+	if len(names) < max {
+		names = append(names, "")
+	}
+	copy(names[1:], names)
+	names[0] = strings.Clone(name)
+	return names
 }
 
 // Counts counts the calls of a partition, or of a source in it.
@@ -143,7 +170,7 @@ func (e *Engine) Status(now time.Time) []PartitionStatus {
 			ss := SourceStatus{
 				Name: s.key.name, LastEvent: s.max, LastSeen: s.lastSeen,
 				Idle:     !s.alive.IsZero() && now.Sub(s.alive) >= e.cfg.IdleTimeout,
-				Overflow: s.overflow, Counts: s.Counts,
+				Overflow: s.overflow, Counts: s.Counts, TooLateSenders: slices.Clone(s.tooLateSenders),
 			}
 			if !s.max.IsZero() {
 				ss.Lag = now.Sub(s.max)

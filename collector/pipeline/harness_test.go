@@ -252,6 +252,12 @@ type run struct {
 // openRun starts a pipeline over the store in dir (made if missing).
 func openRun(t testing.TB, dir string, clock *testClock, edit func(*pipeline.Config), rec *recorder) *run {
 	t.Helper()
+	return openRunDetect(t, dir, clock, edit, nil, rec)
+}
+
+// openRunDetect is openRun with the detector's config edited by dedit.
+func openRunDetect(t testing.TB, dir string, clock *testClock, edit func(*pipeline.Config), dedit func(*detect.Config), rec *recorder) *run {
+	t.Helper()
 	st, err := sqlite.Open(filepath.Join(dir, "mcpaudit.db"), sqlite.Options{Synchronous: "normal"})
 	if err != nil {
 		t.Fatal(err)
@@ -276,6 +282,9 @@ func openRun(t testing.TB, dir string, clock *testClock, edit func(*pipeline.Con
 	// wait's default is now 10 s; collector/detect's joingrace_test.go
 	// tests the wait itself).
 	dcfg.JoinWait = 2 * time.Second
+	if dedit != nil {
+		dedit(&dcfg)
+	}
 	p, err := pipeline.New(context.Background(), cfg, dcfg, cs, log, rec)
 	if err != nil {
 		st.Close()

@@ -751,7 +751,7 @@ func (p *Pipeline) logLate(prev, now []detect.PartitionStatus) {
 		if late <= 0 && tooLate <= 0 && ahead <= 0 {
 			continue
 		}
-		var from []string
+		var from, senders []string
 		var tl detect.Span // the event times the too-late sources' calls not judged span
 		old := map[string]detect.SourceStatus{}
 		for _, src := range b.Sources {
@@ -764,6 +764,10 @@ func (p *Pipeline) logLate(prev, now []detect.PartitionStatus) {
 			}
 			if src.TooLate > o.TooLate {
 				tl.Merge(src.TooLateSpan())
+				// The overflow source is no sender: its calls are stored
+				// under their senders' names, the latest few of which it
+				// keeps.
+				senders = append(senders, src.TooLateSenders...)
 			}
 		}
 		args := []any{"tenant", s.Tenant, "server", s.Server, "watermark", s.Watermark, "sources", from}
@@ -777,8 +781,11 @@ func (p *Pipeline) logLate(prev, now []detect.PartitionStatus) {
 			// The span is every call of those sources not judged since the
 			// start (the status has it too): the findings that may be
 			// missing are about calls of that time.
-			p.rlog.Warn("too_late_calls", "calls later than detect.allowed_lateness behind their partition: stored, not judged; findings about calls of the sources' too-late span may be missing",
-				append(args, "calls", tooLate, "too_late_from", tl.From, "too_late_to", tl.To)...)
+			w := append(args[:len(args):len(args)], "calls", tooLate, "too_late_from", tl.From, "too_late_to", tl.To)
+			if len(senders) > 0 {
+				w = append(w, "overflow_senders", senders)
+			}
+			p.rlog.Warn("too_late_calls", "calls later than detect.allowed_lateness behind their partition: stored, not judged; findings about calls of the sources' too-late span may be missing", w...)
 		}
 		if ahead > 0 {
 			p.rlog.Warn("clock_ahead_calls", "calls dated ahead of the collector's clock by more than detect.max_clock_skew: judged on arrival", append(args, "calls", ahead)...)

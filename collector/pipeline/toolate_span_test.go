@@ -93,3 +93,48 @@ func TestTooLate_SpanNamed(t *testing.T) {
 		t.Errorf("the WARN line does not name the span (%s): %q", want, line)
 	}
 }
+
+// TestTooLate_OverflowSendersNamed: a partition with room for one source
+// (detect.max_sources) takes a second pod's calls under its overflow
+// source; a third pod's calls that come too late are counted under it too.
+// The WARN line names the overflow source, which no stored call carries,
+// and the sender whose calls they are: the operator lists them by it.
+func TestTooLate_OverflowSendersNamed(t *testing.T) {
+	clock := newClock(wallStart)
+	r := openRunDetect(t, t.TempDir(), clock, nil, func(c *detect.Config) { c.MaxSources = 1 }, nil)
+	rpc := 0
+	send := func(src string, at time.Time) {
+		t.Helper()
+		rpc++
+		if _, err := r.ingest(batch(t, src, callLine("thegram", "s-"+src, rpc, at))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 30 {
+		now := clock.Now()
+		send("pod-0", now.Add(-time.Second))
+		send("pod-1", now.Add(-time.Second))
+		clock.Add(time.Second)
+	}
+	send("pod-2", clock.Now().Add(-10*time.Minute))
+	for range 3 {
+		clock.Add(time.Second)
+		send("pod-0", clock.Now().Add(-time.Second))
+		send("pod-1", clock.Now().Add(-time.Second))
+	}
+	st := r.status()[detect.PartitionKey{Server: "thegram"}]
+	if st.TooLate != 1 || st.OverflowCalls == 0 {
+		t.Fatalf("the partition: %d too late, %d overflow calls; want 1, and some", st.TooLate, st.OverflowCalls)
+	}
+	r.stop()
+	var line string
+	for _, l := range strings.Split(r.logs.String(), "\n") {
+		if strings.Contains(l, "kind=too_late_calls") {
+			line = l
+			break
+		}
+	}
+	if !strings.Contains(line, detect.OverflowSource) || !strings.Contains(line, "overflow_senders=[pod-2]") {
+		t.Errorf("the WARN line does not name the overflow source and its sender pod-2: %q", line)
+	}
+}

@@ -1,6 +1,7 @@
 package receiver
 
 import (
+	"bufio"
 	"bytes"
 	"compress/flate"
 	"compress/gzip"
@@ -123,7 +124,7 @@ func (rc *Receiver) body(w http.ResponseWriter, r *http.Request) ([]byte, func()
 	var read *countReader
 	if gz {
 		read = &countReader{r: body}
-		zr, err := gzip.NewReader(read)
+		zr, err := newGzipBody(read)
 		if err != nil {
 			if re := readRefusal(err, rc.cfg.BodyTimeout); re != nil {
 				return fail(re)
@@ -148,10 +149,10 @@ func (rc *Receiver) body(w http.ResponseWriter, r *http.Request) ([]byte, func()
 		if layers == maxGzipLayers {
 			return fail(newRefusal(400, fmt.Sprintf("body is gzip inside gzip more than %d deep", maxGzipLayers), metrics.RejectDecodeError))
 		}
-		var zr *gzip.Reader
+		var zr *gzipBody
 		unzipped = true
 		read = &countReader{r: bytes.NewReader(b)}
-		if zr, err = gzip.NewReader(read); err == nil {
+		if zr, err = newGzipBody(read); err == nil {
 			b, err = rc.readCounted(zr, 0, held, nil)
 		}
 	}
@@ -210,6 +211,70 @@ func (c *countReader) Read(p []byte) (int, error) {
 	c.n += int64(n)
 	return n, err
 }
+
+// gzipBody reads the members of a gzip stream one after another, as a
+// gzip.Reader does, and takes zero bytes after the last as its end: GNU
+// gzip ignores them ("trailing zero bytes ignored"), and some tools pad a
+// file to a block. Any other byte after a member that does not begin
+// another is the gzip.ErrHeader a gzip.Reader gives.
+type gzipBody struct {
+	zr *gzip.Reader
+	// br is the compressed stream: a gzip.Reader reads an io.ByteReader
+	// without reading ahead of it, so what follows a member is here.
+	br *bufio.Reader
+}
+
+func newGzipBody(r io.Reader) (*gzipBody, error) {
+	br := bufio.NewReader(r)
+	zr, err := gzip.NewReader(br)
+	if err != nil {
+		return nil, err
+	}
+	zr.Multistream(false)
+	return &gzipBody{zr: zr, br: br}, nil
+}
+
+func (g *gzipBody) Read(p []byte) (int, error) {
+	for {
+		n, err := g.zr.Read(p)
+		if err != io.EOF {
+			return n, err
+		}
+		if n > 0 {
+			return n, nil // the member's end is read again next time
+		}
+		next, err := g.br.Peek(1)
+		switch {
+		case err == io.EOF:
+			return 0, io.EOF
+		case err != nil:
+			return 0, err
+		case next[0] == 0:
+			return 0, g.zeros()
+		}
+		if err := g.zr.Reset(g.br); err != nil {
+			return 0, err
+		}
+		g.zr.Multistream(false)
+	}
+}
+
+// zeros reads the rest of the stream, which must be zero bytes: io.EOF
+// at its end, gzip.ErrHeader at a byte that is not zero.
+func (g *gzipBody) zeros() error {
+	for {
+		c, err := g.br.ReadByte()
+		if err != nil {
+			return err
+		}
+		if c != 0 {
+			return gzip.ErrHeader
+		}
+	}
+}
+
+// Close closes the member being read.
+func (g *gzipBody) Close() error { return g.zr.Close() }
 
 // maxGzipLayers bounds the gzip layers unwrapped inside a body (besides
 // its Content-Encoding).

@@ -614,6 +614,41 @@ func TestBodies(t *testing.T) {
 			}
 		}
 	})
+	// Zero bytes after the last member are taken as the stream's end, as
+	// GNU gzip takes them (some tools pad to a block); any other byte
+	// there is refused, with how far the stream was read.
+	t.Run("gzip_trailing_zeros", func(t *testing.T) {
+		recs := []byte(strings.Repeat(record("thegram", "gram_read", now, 4)+"\n", 50))
+		half := len(recs) / 2
+		half = bytes.IndexByte(recs[half:], '\n') + half + 1
+		zeros := make([]byte, 4096+17)
+		join := func(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
+		for _, enc := range [][]string{{"Content-Encoding", "gzip"}, nil} {
+			for name, body := range map[string][]byte{
+				"one member, zeros":  join(gz(recs), zeros),
+				"two members, zeros": join(gz(recs[:half]), gz(recs[half:]), zeros),
+				"one member, a zero": join(gz(recs), []byte{0}),
+			} {
+				a := e.post(t, "/v1/calls", "application/x-ndjson", tokAcme, body, enc...)
+				var resp receiver.CallsResponse
+				json.Unmarshal([]byte(a.body), &resp)
+				if a.status != 200 || resp.Accepted != 50 {
+					t.Errorf("%v, %s: %d %s, want 200 with 50 accepted", enc, name, a.status, a.body)
+				}
+			}
+			for name, body := range map[string][]byte{
+				"garbage":             join(gz(recs), []byte("garbage after the stream")),
+				"zeros then a byte":   join(gz(recs), zeros, []byte{1}),
+				"zeros then a member": join(gz(recs[:half]), zeros[:8], gz(recs[half:])),
+				"a zero then 0x1f8b":  join(gz(recs), []byte{0, 0x1f, 0x8b}),
+			} {
+				a := e.post(t, "/v1/calls", "application/x-ndjson", tokAcme, body, enc...)
+				if a.status != 400 || !strings.Contains(a.body, "cut short or damaged (gzip: invalid header), by compressed byte "+fmt.Sprint(len(body))+";") {
+					t.Errorf("%v, %s after the last member: %d %s, want 400 saying the stream is damaged, by compressed byte %d", enc, name, a.status, a.body, len(body))
+				}
+			}
+		}
+	})
 	t.Run("unsupported", func(t *testing.T) {
 		if a := e.post(t, "/v1/calls", "text/csv", tokAcme, []byte("x")); a.status != 415 {
 			t.Errorf("Content-Type text/csv: %d, want 415", a.status)

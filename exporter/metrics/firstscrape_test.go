@@ -1,6 +1,7 @@
 package metrics_test
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sort"
@@ -211,5 +212,42 @@ func TestMetrics_FirstScrapeScrapers(t *testing.T) {
 		if got := p.increase[durable]; got != 20 {
 			t.Errorf("scraper %s: increase of %s = %v, want 20", name, durable, got)
 		}
+	}
+}
+
+// TestMetrics_FirstScrapeOneOffs: one-off scrapers (a curl loop with a new
+// User-Agent each time, health checks) fill the scrapers remembered
+// before a Prometheus comes. The Prometheus is waited for all the same,
+// and a flood of one-offs after its second scrape does not push it out:
+// the first batch of a new series shows in its increase, not released once
+// the one-offs after it had shown the series at zero.
+func TestMetrics_FirstScrapeOneOffs(t *testing.T) {
+	m, reg := newMetrics(t, metrics.Options{FirstScrapeWait: time.Hour})
+	h := m.Handler(reg, promhttp.HandlerOpts{})
+	oneOffs := 0
+	oneOff := func(n int) {
+		for range n {
+			oneOffs++
+			c := &promCounters{t: t, h: h, from: "10.0.0.9", ua: fmt.Sprintf("curl/7.88.1 loop-%d", oneOffs), last: map[string]float64{}, increase: map[string]float64{}}
+			c.scrape()
+		}
+	}
+	prom := &promCounters{t: t, h: h, from: "10.0.0.1", ua: "Prometheus/2.42.0", last: map[string]float64{}, increase: map[string]float64{}}
+	oneOff(40)
+	prom.scrape()
+	oneOff(5)
+	prom.scrape()
+	oneOff(40)
+	for range 20 {
+		m.Write(&audit.Write{Server: "thegram-birth", Tool: "gram_patch", Time: t0, StateTime: t0, State: audit.StateDurable}, "")
+	}
+	// Every scraper remembered but the Prometheus shows the series at zero.
+	oneOff(40)
+	prom.scrape()
+	oneOff(3)
+	prom.scrape()
+	const durable = "mcpaudit_writes_total{server=thegram-birth,state=durable,tool=gram_patch}"
+	if got := prom.increase[durable]; got != 20 {
+		t.Errorf("increase of %s = %v, want 20", durable, got)
 	}
 }

@@ -87,10 +87,11 @@ type Metrics struct {
 	servers map[string]*serverLabels
 	// scrapes counts the scrapes begun through Scraper or Handler; held
 	// are the series groups whose first counts wait for scrapes to show
-	// them; scrapers holds when each scraper last scraped.
+	// them; scrapers holds when each scraper last scraped, and whether it
+	// scraped more than once.
 	scrapes  uint64
 	held     map[*heldCounts]struct{}
-	scrapers map[string]time.Time
+	scrapers map[string]scraperSeen
 	// seen counts the servers given a label of their own since the start,
 	// the declared ones apart.
 	seen    int
@@ -184,7 +185,7 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 		knownCode:       opts.KnownCode,
 		firstScrapeWait: opts.FirstScrapeWait,
 		held:            map[*heldCounts]struct{}{},
-		scrapers:        map[string]time.Time{},
+		scrapers:        map[string]scraperSeen{},
 		maxTools:        opts.MaxToolsPerServer,
 		maxServers:      opts.MaxServers,
 		servers:         map[string]*serverLabels{},
@@ -492,6 +493,16 @@ func (w *errWriter) Write(b []byte) (int, error) {
 // maxScrapers bounds the scrapers remembered; more are not waited for.
 const maxScrapers = 16
 
+// scraperSeen is what is remembered of a scraper: when it last scraped,
+// and whether it scraped more than once. A scraper that keeps scraping (a
+// Prometheus) is what the held counts are for; one seen once (a curl with
+// a new User-Agent each time, a one-off health check) makes way for a new
+// one when the scrapers remembered are maxScrapers (forgetOneOff).
+type scraperSeen struct {
+	last   time.Time
+	repeat bool
+}
+
 // beginScrape returns the number of a scrape beginning: it shows the
 // series made before it, held at zero.
 func (m *Metrics) beginScrape() uint64 {
@@ -511,13 +522,15 @@ func (m *Metrics) endScrape(scraper string, began uint64) {
 	now := time.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for id, last := range m.scrapers {
-		if now.Sub(last) > m.firstScrapeWait {
-			delete(m.scrapers, id)
+	for id, s := range m.scrapers {
+		if now.Sub(s.last) > m.firstScrapeWait {
+			m.forget(id)
 		}
 	}
-	if _, ok := m.scrapers[scraper]; ok || len(m.scrapers) < maxScrapers {
-		m.scrapers[scraper] = now
+	if _, ok := m.scrapers[scraper]; ok {
+		m.scrapers[scraper] = scraperSeen{last: now, repeat: true}
+	} else if len(m.scrapers) < maxScrapers || m.forgetOneOff() {
+		m.scrapers[scraper] = scraperSeen{last: now}
 	}
 next:
 	for h := range m.held {
@@ -534,6 +547,38 @@ next:
 			}
 		}
 		m.release(h)
+	}
+}
+
+// forgetOneOff forgets the scraper seen once that scraped the longest
+// ago, to make room for a new one, and reports whether there was one:
+// sixteen one-off identities (a curl loop, a health checker) would
+// otherwise fill the scrapers remembered until they are quiet for
+// FirstScrapeWait, and a Prometheus that came meanwhile would not be
+// waited for; its rate() would miss a new series' first counts, released
+// once the one-offs after them had shown it. One seen again is kept: a
+// flood of one-offs does not push out the Prometheus that keeps scraping.
+// A new scraper is itself seen once until its next scrape: it stays if
+// fewer than maxScrapers one-offs come before that. m.mu must be held.
+func (m *Metrics) forgetOneOff() bool {
+	oldest, found := "", false
+	for id, s := range m.scrapers {
+		if !s.repeat && (!found || s.last.Before(m.scrapers[oldest].last)) {
+			oldest, found = id, true
+		}
+	}
+	if found {
+		m.forget(oldest)
+	}
+	return found
+}
+
+// forget forgets scraper id, and its marks on the held groups, which
+// stay bounded by the scrapers remembered. m.mu must be held.
+func (m *Metrics) forget(id string) {
+	delete(m.scrapers, id)
+	for h := range m.held {
+		delete(h.shown, id)
 	}
 }
 

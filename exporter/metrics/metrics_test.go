@@ -580,6 +580,7 @@ func TestPipelineStatus(t *testing.T) {
 		// Nothing judged yet: no lag.
 		metrics.NewPartitionView("oddlynew", 0, false, 4, 0, 0, 0, []metrics.SourceView{src("otlp:oddlynew/x", 0.5, false)}),
 	}
+	status[1].Tenant = "acme"
 	// Id collisions of both tenants of thegram add up.
 	status[0].IDCollisions, status[1].IDCollisions = 2, 3
 	// So do the calls of sources a partition had no room for, and the
@@ -630,6 +631,61 @@ mcpaudit_pipeline_sources_displaced_total{server="thegram"} 1
 `, metrics.PipelineWatermarkLagSeconds, metrics.PipelineSourceLagSeconds, metrics.PipelineSources,
 		metrics.PipelineBufferedCalls, metrics.PipelineLateCallsTotal, metrics.PipelineClockAheadCallsTotal,
 		metrics.PipelineIDCollisionsTotal, metrics.PipelineSourceOverflowCallsTotal, metrics.PipelineSourcesDisplacedTotal)
+}
+
+// TestPipelineStatus_PartitionFreed: a partition freed (its sources quiet,
+// nothing to correlate) leaves the status with its counts, and one begun
+// anew under its key counts from zero; the server's counters go on from
+// what they were, never down (Prometheus would read a reset, and
+// increase() would count the whole of it again).
+func TestPipelineStatus_PartitionFreed(t *testing.T) {
+	m, reg := newMetrics(t, metrics.Options{})
+	m.Call(call("thegram", "gram_read", audit.OutcomeOK, 0, nil))
+	view := func(tenant string, late, tooLate, ahead, collisions, overflow, displaced int64) metrics.PartitionView {
+		v := metrics.NewPartitionView("thegram", 1, true, 0, late, tooLate, ahead, nil)
+		v.Tenant, v.IDCollisions, v.OverflowCalls, v.SourcesDisplaced = tenant, collisions, overflow, displaced
+		return v
+	}
+	var status []metrics.PartitionView
+	if err := m.WatchPipeline(reg, func() []metrics.PartitionView { return status }); err != nil {
+		t.Fatal(err)
+	}
+	f := func(late, tooLate, ahead, collisions, overflow, displaced int) {
+		t.Helper()
+		compare(t, reg, fmt.Sprintf(`
+# HELP mcpaudit_pipeline_late_calls_total Calls that arrived behind their partition's watermark, judged late or too late to judge.
+# TYPE mcpaudit_pipeline_late_calls_total counter
+mcpaudit_pipeline_late_calls_total{result="judged",server="thegram"} %d
+mcpaudit_pipeline_late_calls_total{result="too_late",server="thegram"} %d
+# HELP mcpaudit_pipeline_clock_ahead_calls_total Calls dated beyond the allowed clock skew ahead of the collector's clock.
+# TYPE mcpaudit_pipeline_clock_ahead_calls_total counter
+mcpaudit_pipeline_clock_ahead_calls_total{server="thegram"} %d
+# HELP mcpaudit_pipeline_id_collisions_total Calls not judged because a different call came under the same trace and span id, or another response under the same call id (a broken exporter, or a replay tool rewriting ids).
+# TYPE mcpaudit_pipeline_id_collisions_total counter
+mcpaudit_pipeline_id_collisions_total{server="thegram"} %d
+# HELP mcpaudit_pipeline_source_overflow_calls_total Calls of sources new to a partition that held detect.max_sources sources, none quiet: stored and judged under its overflow source, their senders' clocks not followed one by one.
+# TYPE mcpaudit_pipeline_source_overflow_calls_total counter
+mcpaudit_pipeline_source_overflow_calls_total{server="thegram"} %d
+# HELP mcpaudit_pipeline_sources_displaced_total Quiet sources forgotten to make room for a new one in a partition that held detect.max_sources sources.
+# TYPE mcpaudit_pipeline_sources_displaced_total counter
+mcpaudit_pipeline_sources_displaced_total{server="thegram"} %d
+`, late, tooLate, ahead, collisions, overflow, displaced), metrics.PipelineLateCallsTotal, metrics.PipelineClockAheadCallsTotal,
+			metrics.PipelineIDCollisionsTotal, metrics.PipelineSourceOverflowCallsTotal, metrics.PipelineSourcesDisplacedTotal)
+	}
+	status = []metrics.PartitionView{view("", 1, 2, 3, 4, 50, 6), view("acme", 10, 0, 0, 0, 7, 1)}
+	f(11, 2, 3, 4, 57, 7)
+	// The first tenant's partition freed: its counts stay.
+	status = status[1:]
+	f(11, 2, 3, 4, 57, 7)
+	// The other's grows.
+	status = []metrics.PartitionView{view("acme", 12, 0, 0, 0, 9, 1)}
+	f(13, 2, 3, 4, 59, 7)
+	// The first begun anew, then the other freed and begun anew between
+	// two scrapes: each counts from zero, on top.
+	status = []metrics.PartitionView{view("", 0, 0, 0, 0, 1, 0), view("acme", 0, 0, 0, 0, 2, 0)}
+	f(13, 2, 3, 4, 62, 7)
+	status = nil
+	f(13, 2, 3, 4, 62, 7)
 }
 
 // TestMetrics_ServerCap: past MaxServers, new servers are counted as

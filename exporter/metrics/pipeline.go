@@ -9,9 +9,20 @@ import (
 // PartitionView is what the pipeline metrics need of one partition's
 // status (collector/detect.PartitionStatus).
 type PartitionView struct {
-	Server               string
-	LagSeconds           float64
-	Buffered             int
+	// Tenant and Server name the partition: its counts are its own since
+	// it began, and a partition freed (idle, nothing to correlate) or
+	// begun anew has its counts carried (pipelineCollector.carried).
+	Tenant, Server string
+	LagSeconds     float64
+	Buffered       int
+	partitionCounts
+	Sources      []SourceView
+	hasWatermark bool
+}
+
+// partitionCounts are a partition's counters, which only grow while it
+// lives.
+type partitionCounts struct {
 	Late, TooLate, Ahead int64
 	// IDCollisions counts the partition's calls dropped for a different
 	// call under their span ids, or another response under their call id
@@ -21,8 +32,22 @@ type PartitionView struct {
 	// source (PipelineSourceOverflowCallsTotal); SourcesDisplaced the quiet
 	// sources forgotten to make room (PipelineSourcesDisplacedTotal).
 	OverflowCalls, SourcesDisplaced int64
-	Sources                         []SourceView
-	hasWatermark                    bool
+}
+
+func (c *partitionCounts) add(o partitionCounts) {
+	c.Late += o.Late
+	c.TooLate += o.TooLate
+	c.Ahead += o.Ahead
+	c.IDCollisions += o.IDCollisions
+	c.OverflowCalls += o.OverflowCalls
+	c.SourcesDisplaced += o.SourcesDisplaced
+}
+
+// below reports whether any of c is below o's: c is not o's partition's,
+// grown, but a new partition's under its key.
+func (c partitionCounts) below(o partitionCounts) bool {
+	return c.Late < o.Late || c.TooLate < o.TooLate || c.Ahead < o.Ahead || c.IDCollisions < o.IDCollisions ||
+		c.OverflowCalls < o.OverflowCalls || c.SourcesDisplaced < o.SourcesDisplaced
 }
 
 // SourceView is what the pipeline metrics need of one source feeding a
@@ -37,7 +62,7 @@ type SourceView struct {
 // while nothing of it was judged (its lag is then not reported).
 func NewPartitionView(server string, lag float64, hasWatermark bool, buffered int, late, tooLate, ahead int64, sources []SourceView) PartitionView {
 	return PartitionView{Server: server, LagSeconds: lag, hasWatermark: hasWatermark, Buffered: buffered,
-		Late: late, TooLate: tooLate, Ahead: ahead, Sources: sources}
+		partitionCounts: partitionCounts{Late: late, TooLate: tooLate, Ahead: ahead}, Sources: sources}
 }
 
 // pipelineCollector exports the pipeline's event-time status at each
@@ -49,12 +74,23 @@ type pipelineCollector struct {
 	m      *Metrics
 	status func() []PartitionView
 	descs  map[string]*prometheus.Desc
+	// counted is, by partition (tenant and server), its counts at the
+	// last scrape; carried, by server label, the counts of the partitions
+	// gone since the start (freed when idle with nothing to correlate, or
+	// begun anew under their key), so that a server's counters never go
+	// down, which Prometheus would read as a reset. A partition is freed
+	// only after its sources were quiet for a minute or more, its counts
+	// unchanged: a scrape in that time saw them whole. Bounded by the
+	// partitions held and the server labels.
+	counted map[[2]string]partitionCounts
+	carried map[string]*partitionCounts
 }
 
 // WatchPipeline has the registry of m export the pipeline's status, read
 // from status at each scrape.
 func (m *Metrics) WatchPipeline(reg prometheus.Registerer, status func() []PartitionView) error {
-	c := &pipelineCollector{m: m, status: status, descs: map[string]*prometheus.Desc{}}
+	c := &pipelineCollector{m: m, status: status, descs: map[string]*prometheus.Desc{},
+		counted: map[[2]string]partitionCounts{}, carried: map[string]*partitionCounts{}}
 	for _, name := range []string{PipelineWatermarkLagSeconds, PipelineSourceLagSeconds, PipelineSources,
 		PipelineBufferedCalls, PipelineLateCallsTotal, PipelineClockAheadCallsTotal, PipelineIDCollisionsTotal,
 		PipelineSourceOverflowCallsTotal, PipelineSourcesDisplacedTotal} {
@@ -74,34 +110,42 @@ func (c *pipelineCollector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	type server struct {
-		lag                  float64
-		hasLag               bool
-		sourceLag            map[string]float64 // by state
-		late, tooLate, ahead int64
-		collisions           int64
-		overflow, displaced  int64
+		lag       float64
+		hasLag    bool
+		sourceLag map[string]float64 // by state
+		partitionCounts
 	}
 	servers := map[string]*server{}
-	seen := map[string]bool{}
-	active, idle, buffered := 0, 0, 0
-	for _, p := range c.status() {
-		// Partitions of servers without a label of their own (past the
-		// cap) are summed up under "other".
-		label := c.m.ServerLabel(p.Server)
+	serverOf := func(label string) *server {
 		s := servers[label]
 		if s == nil {
 			s = &server{sourceLag: map[string]float64{}}
 			servers[label] = s
 		}
+		return s
+	}
+	carry := func(server string, pc partitionCounts) {
+		label := c.m.ServerLabel(server)
+		if c.carried[label] == nil {
+			c.carried[label] = &partitionCounts{}
+		}
+		c.carried[label].add(pc)
+	}
+	seen := map[string]bool{}
+	counted := make(map[[2]string]partitionCounts, len(c.counted))
+	active, idle, buffered := 0, 0, 0
+	for _, p := range c.status() {
+		// Partitions of servers without a label of their own (past the
+		// cap) are summed up under "other".
+		s := serverOf(c.m.ServerLabel(p.Server))
 		if p.hasWatermark && (!s.hasLag || p.LagSeconds > s.lag) {
 			s.lag, s.hasLag = p.LagSeconds, true
 		}
-		s.late += p.Late
-		s.tooLate += p.TooLate
-		s.ahead += p.Ahead
-		s.collisions += p.IDCollisions
-		s.overflow += p.OverflowCalls
-		s.displaced += p.SourcesDisplaced
+		s.add(p.partitionCounts)
+		k := [2]string{p.Tenant, p.Server}
+		pc := counted[k]
+		pc.add(p.partitionCounts)
+		counted[k] = pc
 		buffered += p.Buffered
 		for _, src := range p.Sources {
 			state := SourceActive
@@ -122,6 +166,15 @@ func (c *pipelineCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 	}
+	for k, pc := range c.counted {
+		if now, ok := counted[k]; !ok || now.below(pc) {
+			carry(k[1], pc)
+		}
+	}
+	c.counted = counted
+	for label, pc := range c.carried {
+		serverOf(label).add(*pc)
+	}
 	for name, s := range servers {
 		if s.hasLag {
 			ch <- prometheus.MustNewConstMetric(c.descs[PipelineWatermarkLagSeconds], prometheus.GaugeValue, s.lag, name)
@@ -129,12 +182,12 @@ func (c *pipelineCollector) Collect(ch chan<- prometheus.Metric) {
 		for state, lag := range s.sourceLag {
 			ch <- prometheus.MustNewConstMetric(c.descs[PipelineSourceLagSeconds], prometheus.GaugeValue, lag, name, state)
 		}
-		ch <- prometheus.MustNewConstMetric(c.descs[PipelineLateCallsTotal], prometheus.CounterValue, float64(s.late), name, LateJudged)
-		ch <- prometheus.MustNewConstMetric(c.descs[PipelineLateCallsTotal], prometheus.CounterValue, float64(s.tooLate), name, LateTooLate)
-		ch <- prometheus.MustNewConstMetric(c.descs[PipelineClockAheadCallsTotal], prometheus.CounterValue, float64(s.ahead), name)
-		ch <- prometheus.MustNewConstMetric(c.descs[PipelineIDCollisionsTotal], prometheus.CounterValue, float64(s.collisions), name)
-		ch <- prometheus.MustNewConstMetric(c.descs[PipelineSourceOverflowCallsTotal], prometheus.CounterValue, float64(s.overflow), name)
-		ch <- prometheus.MustNewConstMetric(c.descs[PipelineSourcesDisplacedTotal], prometheus.CounterValue, float64(s.displaced), name)
+		ch <- prometheus.MustNewConstMetric(c.descs[PipelineLateCallsTotal], prometheus.CounterValue, float64(s.Late), name, LateJudged)
+		ch <- prometheus.MustNewConstMetric(c.descs[PipelineLateCallsTotal], prometheus.CounterValue, float64(s.TooLate), name, LateTooLate)
+		ch <- prometheus.MustNewConstMetric(c.descs[PipelineClockAheadCallsTotal], prometheus.CounterValue, float64(s.Ahead), name)
+		ch <- prometheus.MustNewConstMetric(c.descs[PipelineIDCollisionsTotal], prometheus.CounterValue, float64(s.IDCollisions), name)
+		ch <- prometheus.MustNewConstMetric(c.descs[PipelineSourceOverflowCallsTotal], prometheus.CounterValue, float64(s.OverflowCalls), name)
+		ch <- prometheus.MustNewConstMetric(c.descs[PipelineSourcesDisplacedTotal], prometheus.CounterValue, float64(s.SourcesDisplaced), name)
 	}
 	ch <- prometheus.MustNewConstMetric(c.descs[PipelineSources], prometheus.GaugeValue, float64(active), SourceActive)
 	ch <- prometheus.MustNewConstMetric(c.descs[PipelineSources], prometheus.GaugeValue, float64(idle), SourceIdle)
