@@ -271,7 +271,14 @@ func TestGRPCWholeRequestRefusals(t *testing.T) {
 			if status.Code(err) != tc.code {
 				t.Fatalf("OTLP/gRPC: %v, want %s", err, tc.code)
 			}
-			if n := e.rejectedCount(t, tc.reason, metrics.SourceOTLPGRPC); n != 1 {
+			// gRPC's size limit is counted by a stats handler, which sees
+			// the RPC's end after the client has its status: wait for it.
+			n := e.rejectedCount(t, tc.reason, metrics.SourceOTLPGRPC)
+			for end := time.Now().Add(5 * time.Second); n == 0 && time.Now().Before(end); {
+				time.Sleep(10 * time.Millisecond)
+				n = e.rejectedCount(t, tc.reason, metrics.SourceOTLPGRPC)
+			}
+			if n != 1 {
 				t.Errorf("OTLP/gRPC: %v requests counted as %s, want 1 as over OTLP/HTTP", n, tc.reason)
 			}
 		})
