@@ -123,7 +123,10 @@ func (rc *Receiver) body(w http.ResponseWriter, r *http.Request) ([]byte, func()
 	// buffer: the damage is in the last few KiB before the count).
 	var read *countReader
 	if gz {
-		read = &countReader{r: body}
+		// The compressed bytes are bounded as a declared length is: zero
+		// padding after the last member, or empty members, decompress to
+		// nothing and would otherwise be read without end.
+		read = &countReader{r: body, max: rc.cfg.MaxBodyBytes + 64}
 		zr, err := newGzipBody(read)
 		if err != nil {
 			if re := readRefusal(err, rc.cfg.BodyTimeout); re != nil {
@@ -157,6 +160,8 @@ func (rc *Receiver) body(w http.ResponseWriter, r *http.Request) ([]byte, func()
 		}
 	}
 	switch {
+	case errors.Is(err, errCompressedTooLarge):
+		return fail(newRefusal(413, fmt.Sprintf("body larger than the limit: more than %d compressed bytes (serve.receiver.max_body_bytes)", rc.cfg.MaxBodyBytes), metrics.RejectTooLarge))
 	case errors.Is(err, errTooLarge):
 		return fail(newRefusal(413, fmt.Sprintf("body larger than %d bytes after decompression (serve.receiver.max_body_bytes)", rc.cfg.MaxBodyBytes), metrics.RejectTooLarge))
 	case errors.Is(err, errInFlight):
@@ -200,13 +205,32 @@ func (w *waitReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// countReader counts the bytes read through it.
+// countReader counts the bytes read through it, and refuses to read more
+// than max of them when max is set.
 type countReader struct {
-	r io.Reader
-	n int64
+	r   io.Reader
+	n   int64
+	max int64
 }
 
+// errCompressedTooLarge is a gzip body's compressed bytes past the limit.
+var errCompressedTooLarge = errors.New("compressed body too large")
+
 func (c *countReader) Read(p []byte) (int, error) {
+	if c.max > 0 {
+		if c.n >= c.max {
+			// At the limit: a body that ends here is whole.
+			var one [1]byte
+			if n, err := c.r.Read(one[:]); n > 0 {
+				return 0, errCompressedTooLarge
+			} else {
+				return 0, err
+			}
+		}
+		if left := c.max - c.n; int64(len(p)) > left {
+			p = p[:left]
+		}
+	}
 	n, err := c.r.Read(p)
 	c.n += int64(n)
 	return n, err
