@@ -37,11 +37,13 @@ type PartitionKey struct {
 // time and judges its calls. It is not safe for concurrent use: one
 // goroutine feeds it.
 type Engine struct {
-	cfg     Config
-	out     emitter
-	stats   Stats
-	parts   map[PartitionKey]*partition
-	sources map[sourceKey]*source
+	cfg   Config
+	out   emitter
+	stats Stats
+	parts map[PartitionKey]*partition
+	// partitionsMade counts the partitions made (partition.gen).
+	partitionsMade uint64
+	sources        map[sourceKey]*source
 	// named holds the sources by tenant and name: with
 	// ClockPerPartition a source has one per partition it feeds, found by
 	// its name at each refused delivery (Touch). Kept in step with
@@ -94,7 +96,10 @@ type route struct {
 
 // partition is the event time and the state of one partition.
 type partition struct {
-	key     PartitionKey
+	key PartitionKey
+	// gen is the partition's number among those the engine made: it tells
+	// it from an earlier one under its key, freed (ExpireIdle).
+	gen     uint64
 	det     *detector
 	buf     entryHeap
 	sources []*source
@@ -587,7 +592,8 @@ func (e *Engine) partitionOf(k PartitionKey) *partition {
 		// Its own copy of the names, kept for the life of the engine: a
 		// call's texts are one allocation (audit.Record.Lean).
 		k = PartitionKey{Tenant: strings.Clone(k.Tenant), Server: strings.Clone(k.Server)}
-		p = &partition{key: k, det: newDetector(e.cfg, &e.out, k), dedupe: newDedupe()}
+		e.partitionsMade++
+		p = &partition{key: k, gen: e.partitionsMade, det: newDetector(e.cfg, &e.out, k), dedupe: newDedupe()}
 		p.det.behind = e.behind
 		e.parts[k] = p
 	}

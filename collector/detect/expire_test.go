@@ -34,6 +34,8 @@ func TestExpireIdle(t *testing.T) {
 	}
 	sort.SliceStable(ds, func(i, j int) bool { return ds[i].wall.Before(ds[j].wall) })
 
+	// gens holds, by server, the Gen of each partition it had.
+	gens := map[string]map[uint64]bool{}
 	run := func(expire bool) (*outcome, int, []int) {
 		o := newOutcome()
 		e := detect.NewEngine(cfg, outcomeSink{o})
@@ -46,6 +48,12 @@ func TestExpireIdle(t *testing.T) {
 			if expire && now.Sub(tick.Truncate(time.Minute)) < time.Second {
 				removed += len(e.ExpireIdle(now, cfg.IdleTimeout))
 				sizes = append(sizes, e.Partitions())
+				for _, ps := range e.Status(now) {
+					if gens[ps.Server] == nil {
+						gens[ps.Server] = map[uint64]bool{}
+					}
+					gens[ps.Server][ps.Gen] = true
+				}
 			}
 		}
 		for _, d := range ds {
@@ -73,6 +81,16 @@ func TestExpireIdle(t *testing.T) {
 	// Both servers were removed in the quiet gap and again at the end.
 	if removed != 4 {
 		t.Errorf("%d partitions removed, want 4 (two servers, twice)", removed)
+	}
+	// A server back after its partition was removed has a partition of
+	// another Gen: the metrics carry the removed one's counts by it.
+	for server, g := range gens {
+		if len(g) != 2 {
+			t.Errorf("%s: partitions of Gen %v, want two", server, g)
+		}
+	}
+	if len(gens) != 2 {
+		t.Errorf("partitions of %d servers seen, want 2", len(gens))
 	}
 	sawEmpty := false
 	for _, n := range sizes {

@@ -10,6 +10,10 @@ import (
 // PartitionStatus is where one partition stands.
 type PartitionStatus struct {
 	PartitionKey
+	// Gen tells the partition from an earlier one under its key, freed
+	// when idle: its counts began at zero (the metrics carry the earlier
+	// one's).
+	Gen uint64 `json:"-"`
 	// Watermark is the event time up to which every call was judged.
 	Watermark time.Time `json:"watermark"`
 	// Lag is how far the watermark is behind the wall clock.
@@ -157,7 +161,7 @@ func (e *Engine) Status(now time.Time) []PartitionStatus {
 	out := make([]PartitionStatus, 0, len(e.parts))
 	for _, p := range e.parts {
 		ps := PartitionStatus{
-			PartitionKey: p.key, Watermark: p.wm, Buffered: p.buf.Len(), Counts: p.Counts,
+			PartitionKey: p.key, Gen: p.gen, Watermark: p.wm, Buffered: p.buf.Len(), Counts: p.Counts,
 			OverflowCalls: p.overflowCalls, SourcesDisplaced: p.displaced,
 		}
 		if !p.wm.IsZero() {

@@ -688,6 +688,74 @@ mcpaudit_pipeline_sources_displaced_total{server="thegram"} %d
 	f(13, 2, 3, 4, 62, 7)
 }
 
+// TestPipelineStatus_PartitionBegunAnew: a partition freed and begun anew
+// between two scrapes, whose new counts already reach the old ones, is
+// told from the old one grown by its Gen: the old counts are carried, not
+// lost (found by review: 2 then 3, want 2 then 5). And a partition summed
+// under "other" before its server had a label of its own leaves its counts
+// there: "other" does not go down.
+func TestPipelineStatus_PartitionBegunAnew(t *testing.T) {
+	m, reg := newMetrics(t, metrics.Options{MaxServers: 2})
+	m.Call(call("thegram", "gram_read", audit.OutcomeOK, 0, nil))
+	var status []metrics.PartitionView
+	if err := m.WatchPipeline(reg, func() []metrics.PartitionView { return status }); err != nil {
+		t.Fatal(err)
+	}
+	view := func(server string, gen uint64, late int64) metrics.PartitionView {
+		v := metrics.NewPartitionView(server, 1, true, 0, late, 0, 0, nil)
+		v.Gen = gen
+		return v
+	}
+	late := func(server string) float64 {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != metrics.PipelineLateCallsTotal {
+				continue
+			}
+			for _, mm := range mf.GetMetric() {
+				ls := map[string]string{}
+				for _, l := range mm.GetLabel() {
+					ls[l.GetName()] = l.GetValue()
+				}
+				if ls["server"] == server && ls["result"] == metrics.LateJudged {
+					return mm.GetCounter().GetValue()
+				}
+			}
+		}
+		return -1
+	}
+	status = []metrics.PartitionView{view("thegram", 1, 2)}
+	if got := late("thegram"); got != 2 {
+		t.Fatalf("late judged: %v, want 2", got)
+	}
+	status = []metrics.PartitionView{view("thegram", 2, 3)}
+	if got := late("thegram"); got != 5 {
+		t.Errorf("late judged after the partition was begun anew with 3: %v, want 2 + 3", got)
+	}
+	status = []metrics.PartitionView{view("thegram", 2, 4)}
+	if got := late("thegram"); got != 6 {
+		t.Errorf("late judged as the new partition grows to 4: %v, want 2 + 4", got)
+	}
+	// "newsrv" has no label until its first call is counted: its partition
+	// is summed under "other" until then.
+	status = append(status, view("newsrv", 3, 5))
+	if got := late(metrics.Other); got != 5 {
+		t.Fatalf("late judged under other: %v, want 5", got)
+	}
+	m.Call(call("newsrv", "t", audit.OutcomeOK, 0, nil))
+	status = []metrics.PartitionView{view("thegram", 2, 4), view("newsrv", 3, 6)}
+	if got := late(metrics.Other); got != 5 {
+		t.Errorf("late judged under other once newsrv has its label: %v, want 5 (a counter does not go down)", got)
+	}
+	if got := late("newsrv"); got != 6 {
+		t.Errorf("late judged under newsrv: %v, want 6", got)
+	}
+}
+
 // TestMetrics_ServerCap: past MaxServers, new servers are counted as
 // "other"; declared servers keep their own label; names that cannot be a
 // label value (invalid UTF-8, over MaxLabelBytes) are "other" too, and

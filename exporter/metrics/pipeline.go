@@ -11,8 +11,11 @@ import (
 type PartitionView struct {
 	// Tenant and Server name the partition: its counts are its own since
 	// it began, and a partition freed (idle, nothing to correlate) or
-	// begun anew has its counts carried (pipelineCollector.carried).
+	// begun anew has its counts carried (pipelineCollector.carried). Gen
+	// tells a partition begun anew from the one before it under its key
+	// (detect.PartitionStatus.Gen).
 	Tenant, Server string
+	Gen            uint64
 	LagSeconds     float64
 	Buffered       int
 	partitionCounts
@@ -50,6 +53,14 @@ func (c partitionCounts) below(o partitionCounts) bool {
 		c.OverflowCalls < o.OverflowCalls || c.SourcesDisplaced < o.SourcesDisplaced
 }
 
+// countedPartition is a partition's counts at a scrape, with its Gen and
+// the server label they were summed under.
+type countedPartition struct {
+	gen   uint64
+	label string
+	partitionCounts
+}
+
 // SourceView is what the pipeline metrics need of one source feeding a
 // partition.
 type SourceView struct {
@@ -75,14 +86,19 @@ type pipelineCollector struct {
 	status func() []PartitionView
 	descs  map[string]*prometheus.Desc
 	// counted is, by partition (tenant and server), its counts at the
-	// last scrape; carried, by server label, the counts of the partitions
-	// gone since the start (freed when idle with nothing to correlate, or
-	// begun anew under their key), so that a server's counters never go
-	// down, which Prometheus would read as a reset. A partition is freed
-	// only after its sources were quiet for a minute or more, its counts
-	// unchanged: a scrape in that time saw them whole. Bounded by the
+	// last scrape, with its Gen and the server label they were summed
+	// under; carried, by server label, the counts of the partitions gone
+	// since the start (freed when idle with nothing to correlate, or
+	// begun anew under their key), and of those whose server has a label
+	// of its own now that was summed under "other" before: so that no
+	// label's counters go down, which Prometheus would read as a reset.
+	// (Such a server's counts are then in "other" and under its label,
+	// both: a sum of the labels counts them twice, a rate() of each does
+	// not.) A partition is freed only after its sources were quiet for a
+	// minute or more, its counts unchanged, so a scrape in that time saw
+	// them whole unless scrapes are further apart. Bounded by the
 	// partitions held and the server labels.
-	counted map[[2]string]partitionCounts
+	counted map[[2]string]countedPartition
 	carried map[string]*partitionCounts
 }
 
@@ -90,7 +106,7 @@ type pipelineCollector struct {
 // from status at each scrape.
 func (m *Metrics) WatchPipeline(reg prometheus.Registerer, status func() []PartitionView) error {
 	c := &pipelineCollector{m: m, status: status, descs: map[string]*prometheus.Desc{},
-		counted: map[[2]string]partitionCounts{}, carried: map[string]*partitionCounts{}}
+		counted: map[[2]string]countedPartition{}, carried: map[string]*partitionCounts{}}
 	for _, name := range []string{PipelineWatermarkLagSeconds, PipelineSourceLagSeconds, PipelineSources,
 		PipelineBufferedCalls, PipelineLateCallsTotal, PipelineClockAheadCallsTotal, PipelineIDCollisionsTotal,
 		PipelineSourceOverflowCallsTotal, PipelineSourcesDisplacedTotal} {
@@ -124,28 +140,26 @@ func (c *pipelineCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		return s
 	}
-	carry := func(server string, pc partitionCounts) {
-		label := c.m.ServerLabel(server)
+	carry := func(label string, pc partitionCounts) {
 		if c.carried[label] == nil {
 			c.carried[label] = &partitionCounts{}
 		}
 		c.carried[label].add(pc)
 	}
 	seen := map[string]bool{}
-	counted := make(map[[2]string]partitionCounts, len(c.counted))
+	counted := make(map[[2]string]countedPartition, len(c.counted))
 	active, idle, buffered := 0, 0, 0
 	for _, p := range c.status() {
 		// Partitions of servers without a label of their own (past the
 		// cap) are summed up under "other".
-		s := serverOf(c.m.ServerLabel(p.Server))
+		label := c.m.ServerLabel(p.Server)
+		s := serverOf(label)
 		if p.hasWatermark && (!s.hasLag || p.LagSeconds > s.lag) {
 			s.lag, s.hasLag = p.LagSeconds, true
 		}
 		s.add(p.partitionCounts)
 		k := [2]string{p.Tenant, p.Server}
-		pc := counted[k]
-		pc.add(p.partitionCounts)
-		counted[k] = pc
+		counted[k] = countedPartition{gen: p.Gen, label: label, partitionCounts: p.partitionCounts}
 		buffered += p.Buffered
 		for _, src := range p.Sources {
 			state := SourceActive
@@ -166,9 +180,9 @@ func (c *pipelineCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 	}
-	for k, pc := range c.counted {
-		if now, ok := counted[k]; !ok || now.below(pc) {
-			carry(k[1], pc)
+	for k, was := range c.counted {
+		if now, ok := counted[k]; !ok || now.gen != was.gen || now.label != was.label || now.below(was.partitionCounts) {
+			carry(was.label, was.partitionCounts)
 		}
 	}
 	c.counted = counted
