@@ -251,3 +251,38 @@ func TestMetrics_FirstScrapeOneOffs(t *testing.T) {
 		t.Errorf("increase of %s = %v, want 20", durable, got)
 	}
 }
+
+// TestMetrics_FirstScrapePromBetweenOneOffs: a new Prometheus is a one-off
+// until its second scrape, and sixteen one-offs between its first two
+// scrapes pushed it out at each (found by review): it was never waited
+// for, and its increase missed a new series' first counts. Forgotten as a
+// one-off and back within FirstScrapeWait, it is let in as seen again.
+func TestMetrics_FirstScrapePromBetweenOneOffs(t *testing.T) {
+	m, reg := newMetrics(t, metrics.Options{FirstScrapeWait: time.Hour})
+	h := m.Handler(reg, promhttp.HandlerOpts{})
+	oneOffs := 0
+	oneOff := func(n int) {
+		for range n {
+			oneOffs++
+			c := &promCounters{t: t, h: h, from: "10.0.0.9", ua: fmt.Sprintf("curl/7.88.1 loop-%d", oneOffs), last: map[string]float64{}, increase: map[string]float64{}}
+			c.scrape()
+		}
+	}
+	prom := &promCounters{t: t, h: h, from: "10.0.0.1", ua: "Prometheus/2.42.0", last: map[string]float64{}, increase: map[string]float64{}}
+	for range 5 {
+		prom.scrape()
+		oneOff(16)
+	}
+	prom.scrape()
+	for range 20 {
+		m.Write(&audit.Write{Server: "thegram-birth", Tool: "gram_patch", Time: t0, StateTime: t0, State: audit.StateDurable}, "")
+	}
+	oneOff(16)
+	prom.scrape()
+	oneOff(3)
+	prom.scrape()
+	const durable = "mcpaudit_writes_total{server=thegram-birth,state=durable,tool=gram_patch}"
+	if got := prom.increase[durable]; got != 20 {
+		t.Errorf("increase of %s = %v, want 20", durable, got)
+	}
+}

@@ -3,6 +3,7 @@ package metrics
 import (
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"net"
 	"net/http"
 	"sync"
@@ -92,6 +93,11 @@ type Metrics struct {
 	scrapes  uint64
 	held     map[*heldCounts]struct{}
 	scrapers map[string]scraperSeen
+	// knocked holds, by a hash of its identity, when a scraper forgotten
+	// as a one-off to make room (forgetOneOff) last scraped: back within
+	// FirstScrapeWait, it keeps scraping. At most maxKnocked.
+	knocked map[uint64]time.Time
+	seed    maphash.Seed
 	// seen counts the servers given a label of their own since the start,
 	// the declared ones apart.
 	seen    int
@@ -186,6 +192,8 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 		firstScrapeWait: opts.FirstScrapeWait,
 		held:            map[*heldCounts]struct{}{},
 		scrapers:        map[string]scraperSeen{},
+		knocked:         map[uint64]time.Time{},
+		seed:            maphash.MakeSeed(),
 		maxTools:        opts.MaxToolsPerServer,
 		maxServers:      opts.MaxServers,
 		servers:         map[string]*serverLabels{},
@@ -491,7 +499,12 @@ func (w *errWriter) Write(b []byte) (int, error) {
 }
 
 // maxScrapers bounds the scrapers remembered; more are not waited for.
-const maxScrapers = 16
+// maxKnocked bounds the one-offs forgotten that are looked out for
+// (Metrics.knocked).
+const (
+	maxScrapers = 16
+	maxKnocked  = 1024
+)
 
 // scraperSeen is what is remembered of a scraper: when it last scraped,
 // and whether it scraped more than once. A scraper that keeps scraping (a
@@ -529,8 +542,8 @@ func (m *Metrics) endScrape(scraper string, began uint64) {
 	}
 	if _, ok := m.scrapers[scraper]; ok {
 		m.scrapers[scraper] = scraperSeen{last: now, repeat: true}
-	} else if len(m.scrapers) < maxScrapers || m.forgetOneOff() {
-		m.scrapers[scraper] = scraperSeen{last: now}
+	} else if len(m.scrapers) < maxScrapers || m.forgetOneOff(now) {
+		m.scrapers[scraper] = scraperSeen{last: now, repeat: m.seenBefore(scraper, now)}
 	}
 next:
 	for h := range m.held {
@@ -555,22 +568,48 @@ next:
 // sixteen one-off identities (a curl loop, a health checker) would
 // otherwise fill the scrapers remembered until they are quiet for
 // FirstScrapeWait, and a Prometheus that came meanwhile would not be
-// waited for; its rate() would miss a new series' first counts, released
-// once the one-offs after them had shown it. One seen again is kept: a
-// flood of one-offs does not push out the Prometheus that keeps scraping.
-// A new scraper is itself seen once until its next scrape: it stays if
-// fewer than maxScrapers one-offs come before that. m.mu must be held.
-func (m *Metrics) forgetOneOff() bool {
+// waited for, its new series' first counts held until then. One seen
+// again is kept, so a flood of one-offs does not push out the Prometheus
+// that keeps scraping; and one forgotten so is looked out for (knocked):
+// back within FirstScrapeWait, it is let in as seen again, so that
+// sixteen one-offs between a new Prometheus's first two scrapes do not
+// push it out at each (found by review). m.mu must be held.
+func (m *Metrics) forgetOneOff(now time.Time) bool {
 	oldest, found := "", false
 	for id, s := range m.scrapers {
 		if !s.repeat && (!found || s.last.Before(m.scrapers[oldest].last)) {
 			oldest, found = id, true
 		}
 	}
-	if found {
-		m.forget(oldest)
+	if !found {
+		return false
 	}
-	return found
+	if len(m.knocked) >= maxKnocked {
+		for k, at := range m.knocked {
+			if now.Sub(at) > m.firstScrapeWait {
+				delete(m.knocked, k)
+			}
+		}
+		for k := range m.knocked {
+			if len(m.knocked) < maxKnocked {
+				break
+			}
+			delete(m.knocked, k)
+		}
+	}
+	m.knocked[maphash.String(m.seed, oldest)] = m.scrapers[oldest].last
+	m.forget(oldest)
+	return true
+}
+
+// seenBefore reports whether scraper was forgotten as a one-off within
+// FirstScrapeWait (forgetOneOff), and stops looking out for it. m.mu must
+// be held.
+func (m *Metrics) seenBefore(scraper string, now time.Time) bool {
+	h := maphash.String(m.seed, scraper)
+	at, ok := m.knocked[h]
+	delete(m.knocked, h)
+	return ok && now.Sub(at) <= m.firstScrapeWait
 }
 
 // forget forgets scraper id, and its marks on the held groups, which
