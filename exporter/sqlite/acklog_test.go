@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -583,4 +584,70 @@ func TestAckLog_Backlog(t *testing.T) {
 	if n := count(t, s); n != 200 {
 		t.Errorf("%d calls stored, want the 200 acknowledged", n)
 	}
+}
+
+// TestAckLog_Gather: the drain waits for more frames before it commits,
+// so that the frames of one sequential sender share a transaction; a
+// query, and Close, do not wait for the gathering to end.
+func TestAckLog_Gather(t *testing.T) {
+	recs := records(t, 60)
+	t.Run("frames_share_a_transaction", func(t *testing.T) {
+		defer func(w time.Duration, n int) { gatherWait, drainGather = w, n }(gatherWait, drainGather)
+		gatherWait, drainGather = time.Hour, 30
+		var mu sync.Mutex
+		var commits []int
+		s := openTemp(t, Options{Ack: AckLog, OnCommit: func(_ time.Duration, calls int) {
+			mu.Lock()
+			commits = append(commits, calls)
+			mu.Unlock()
+		}})
+		defer s.Close()
+		// One sender: each frame acknowledged before the next is sent,
+		// with time for the drain to take it alone.
+		for i := 0; i < 30; i += 10 {
+			if _, err := s.AppendCalls(t.Context(), recs[i:i+10]); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(30 * time.Millisecond)
+		}
+		if n := count(t, s); n != 30 {
+			t.Fatalf("%d calls stored, want 30", n)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(commits) != 1 || commits[0] != 30 {
+			t.Errorf("the drain committed %v calls a transaction, want the three frames in one: [30]", commits)
+		}
+	})
+	t.Run("query_and_close_hurry", func(t *testing.T) {
+		defer func(w time.Duration, n int) { gatherWait, drainGather = w, n }(gatherWait, drainGather)
+		gatherWait, drainGather = time.Hour, 1<<20
+		path := filepath.Join(t.TempDir(), "audit.db")
+		s, err := Open(path, Options{Ack: AckLog, LogWait: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.AppendCalls(t.Context(), recs[:10]); err != nil {
+			t.Fatal(err)
+		}
+		if n := count(t, s); n != 10 {
+			t.Errorf("a query reads %d calls, want the 10 acknowledged", n)
+		}
+		if _, err := s.AppendCalls(t.Context(), recs[10:20]); err != nil {
+			t.Fatal(err)
+		}
+		closed := make(chan error, 1)
+		go func() { closed <- s.Close() }()
+		select {
+		case err := <-closed:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("Close waits for the drain's gathering")
+		}
+		if frames, _ := s.LogUsage(); frames != 0 {
+			t.Errorf("%d frames left in the call log after Close, want it drained", frames)
+		}
+	})
 }

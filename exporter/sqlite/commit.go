@@ -320,7 +320,9 @@ func (s *Store) Commit(ctx context.Context, r audit.Results) error {
 // t, except those of the tenants in keep (which have retentions of their
 // own), in transactions of at most Options.DeleteChunk rows each, so that
 // appends wait for one chunk at most. It returns the rows deleted (calls,
-// writes and findings) and stops early when ctx ends.
+// writes and findings) and stops early when ctx ends. With Ack "log" it
+// first waits, as a query does (LogWait), for the calls acknowledged
+// before it to be committed.
 func (s *Store) DeleteBefore(ctx context.Context, t time.Time, keep ...string) (int64, error) {
 	return s.expire(ctx, deleteRequest{before: clampNanos(t), keep: keep})
 }
@@ -332,6 +334,11 @@ func (s *Store) DeleteTenantBefore(ctx context.Context, tenant string, t time.Ti
 }
 
 func (s *Store) expire(ctx context.Context, d deleteRequest) (int64, error) {
+	// Calls acknowledged from the call log are deleted as committed ones
+	// are: the drain would otherwise store them after the delete.
+	if err := s.caughtUp(ctx, "delete old rows"); err != nil {
+		return 0, s.fail("delete old rows", err)
+	}
 	var total int64
 	for table := range tableCount {
 		d.table, d.from = table, math.MinInt64
