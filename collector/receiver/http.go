@@ -103,10 +103,9 @@ func (rc *Receiver) body(w http.ResponseWriter, r *http.Request) ([]byte, func()
 	default:
 		return nil, none, newRefusal(415, "unsupported Content-Encoding "+strconv.Quote(enc)+": send gzip or nothing", metrics.RejectDecodeError)
 	}
-	// A declared length over the limit is refused before a byte is read:
-	// gzip cannot make a body smaller than its compressed form by more
-	// than its header.
-	if r.ContentLength > rc.cfg.MaxBodyBytes+64 {
+	// A declared length over the limit is refused before a byte is read
+	// (compressedLimit: what a gzip body within the limit can take).
+	if r.ContentLength > compressedLimit(rc.cfg.MaxBodyBytes) {
 		return nil, none, newRefusal(413, fmt.Sprintf("body larger than the limit: %d bytes declared, more than %d (serve.receiver.max_body_bytes)", r.ContentLength, rc.cfg.MaxBodyBytes), metrics.RejectTooLarge)
 	}
 	ctl := http.NewResponseController(w)
@@ -126,7 +125,7 @@ func (rc *Receiver) body(w http.ResponseWriter, r *http.Request) ([]byte, func()
 		// The compressed bytes are bounded as a declared length is: zero
 		// padding after the last member, or empty members, decompress to
 		// nothing and would otherwise be read without end.
-		read = &countReader{r: body, max: rc.cfg.MaxBodyBytes + 64}
+		read = &countReader{r: body, max: compressedLimit(rc.cfg.MaxBodyBytes)}
 		zr, err := newGzipBody(read)
 		if err != nil {
 			if re := readRefusal(err, rc.cfg.BodyTimeout); re != nil {
@@ -161,7 +160,7 @@ func (rc *Receiver) body(w http.ResponseWriter, r *http.Request) ([]byte, func()
 	}
 	switch {
 	case errors.Is(err, errCompressedTooLarge):
-		return fail(newRefusal(413, fmt.Sprintf("body larger than the limit: more than %d compressed bytes (serve.receiver.max_body_bytes)", rc.cfg.MaxBodyBytes), metrics.RejectTooLarge))
+		return fail(newRefusal(413, fmt.Sprintf("body larger than the limit: more than %d compressed bytes (serve.receiver.max_body_bytes %d, with room for gzip's framing)", compressedLimit(rc.cfg.MaxBodyBytes), rc.cfg.MaxBodyBytes), metrics.RejectTooLarge))
 	case errors.Is(err, errTooLarge):
 		return fail(newRefusal(413, fmt.Sprintf("body larger than %d bytes after decompression (serve.receiver.max_body_bytes)", rc.cfg.MaxBodyBytes), metrics.RejectTooLarge))
 	case errors.Is(err, errInFlight):
@@ -204,6 +203,13 @@ func (w *waitReader) Read(p []byte) (int, error) {
 	w.deadline(time.Time{})
 	return n, err
 }
+
+// compressedLimit is the most bytes a body of at most max bytes takes
+// gzipped: stored (level 0) deflate blocks add 5 bytes to every 64 KiB,
+// and each member a header and trailer of 18 bytes or more; a 64th of max
+// and 64 bytes leave room for those and a few members. (max + 64 refused
+// a body of exactly max bytes gzipped at level 0: found by review.)
+func compressedLimit(max int64) int64 { return max + max/64 + 64 }
 
 // countReader counts the bytes read through it, and refuses to read more
 // than max of them when max is set.
