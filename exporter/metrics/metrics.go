@@ -304,6 +304,18 @@ func (m *Metrics) ServerLabel(name string) string {
 	return Other
 }
 
+// serverLabelFor is ServerLabel, and whether the label is the server's
+// for good: "other" is, for a server past the cap or whose name cannot be
+// a label; not for one whose first call is not counted yet.
+func (m *Metrics) serverLabelFor(name string) (string, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.servers[name] != nil {
+		return name, true
+	}
+	return Other, name == Other || !validLabel(name) || m.seen >= m.maxServers
+}
+
 // tool bounds a tool label: empty is "other", and so is every new tool past
 // the per-server cap. m.mu must be held.
 func (m *Metrics) tool(s *serverLabels, tool string) string {

@@ -691,9 +691,9 @@ mcpaudit_pipeline_sources_displaced_total{server="thegram"} %d
 // TestPipelineStatus_PartitionBegunAnew: a partition freed and begun anew
 // between two scrapes, whose new counts already reach the old ones, is
 // told from the old one grown by its Gen: the old counts are carried, not
-// lost (found by review: 2 then 3, want 2 then 5). And a partition summed
-// under "other" before its server had a label of its own leaves its counts
-// there: "other" does not go down.
+// lost (found by review: 2 then 3, want 2 then 5). And a partition whose
+// server has no label yet is counted once it has one, not under "other"
+// first, which then went down.
 func TestPipelineStatus_PartitionBegunAnew(t *testing.T) {
 	m, reg := newMetrics(t, metrics.Options{MaxServers: 2})
 	m.Call(call("thegram", "gram_read", audit.OutcomeOK, 0, nil))
@@ -740,19 +740,26 @@ func TestPipelineStatus_PartitionBegunAnew(t *testing.T) {
 	if got := late("thegram"); got != 6 {
 		t.Errorf("late judged as the new partition grows to 4: %v, want 2 + 4", got)
 	}
-	// "newsrv" has no label until its first call is counted: its partition
-	// is summed under "other" until then.
+	// "newsrv" has no label until its first call is counted: its counts
+	// wait for it, not under "other", which would go down when they left
+	// it (found by review: "other" 6 then 1).
 	status = append(status, view("newsrv", 3, 5))
-	if got := late(metrics.Other); got != 5 {
-		t.Fatalf("late judged under other: %v, want 5", got)
+	if got, gotNew := late(metrics.Other), late("newsrv"); got != -1 || gotNew != -1 {
+		t.Fatalf("late judged under other: %v, under newsrv: %v; want neither before newsrv's first call", got, gotNew)
 	}
 	m.Call(call("newsrv", "t", audit.OutcomeOK, 0, nil))
 	status = []metrics.PartitionView{view("thegram", 2, 4), view("newsrv", 3, 6)}
-	if got := late(metrics.Other); got != 5 {
-		t.Errorf("late judged under other once newsrv has its label: %v, want 5 (a counter does not go down)", got)
+	if got := late(metrics.Other); got != -1 {
+		t.Errorf("late judged under other once newsrv has its label: %v, want none", got)
 	}
 	if got := late("newsrv"); got != 6 {
 		t.Errorf("late judged under newsrv: %v, want 6", got)
+	}
+	// Past the cap (MaxServers 2), a server is "other" for good: counted
+	// there at once.
+	status = append(status, view("third", 4, 7))
+	if got := late(metrics.Other); got != 7 {
+		t.Errorf("late judged under other for a server past the cap: %v, want 7", got)
 	}
 }
 

@@ -87,14 +87,11 @@ type pipelineCollector struct {
 	descs  map[string]*prometheus.Desc
 	// counted is, by partition (tenant and server), its counts at the
 	// last scrape, with its Gen and the server label they were summed
-	// under; carried, by server label, the counts of the partitions gone
-	// since the start (freed when idle with nothing to correlate, or
-	// begun anew under their key), and of those whose server has a label
-	// of its own now that was summed under "other" before: so that no
-	// label's counters go down, which Prometheus would read as a reset.
-	// (Such a server's counts are then in "other" and under its label,
-	// both: a sum of the labels counts them twice, a rate() of each does
-	// not.) A partition is freed only after its sources were quiet for a
+	// under (its server's for good: serverLabelFor); carried, by server
+	// label, the counts of the partitions gone since the start (freed
+	// when idle with nothing to correlate, or begun anew under their
+	// key), so that no label's counters go down, which Prometheus would
+	// read as a reset. A partition is freed only after its sources were quiet for a
 	// minute or more, its counts unchanged, so a scrape in that time saw
 	// them whole unless scrapes are further apart. Bounded by the
 	// partitions held and the server labels.
@@ -129,6 +126,9 @@ func (c *pipelineCollector) Collect(ch chan<- prometheus.Metric) {
 		lag       float64
 		hasLag    bool
 		sourceLag map[string]float64 // by state
+		// counts: the server has counters to export (its partitions'
+		// counts, or counts carried).
+		counts bool
 		partitionCounts
 	}
 	servers := map[string]*server{}
@@ -152,14 +152,20 @@ func (c *pipelineCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, p := range c.status() {
 		// Partitions of servers without a label of their own (past the
 		// cap) are summed up under "other".
-		label := c.m.ServerLabel(p.Server)
+		label, final := c.m.serverLabelFor(p.Server)
 		s := serverOf(label)
 		if p.hasWatermark && (!s.hasLag || p.LagSeconds > s.lag) {
 			s.lag, s.hasLag = p.LagSeconds, true
 		}
-		s.add(p.partitionCounts)
-		k := [2]string{p.Tenant, p.Server}
-		counted[k] = countedPartition{gen: p.Gen, label: label, partitionCounts: p.partitionCounts}
+		// A partition whose server has no label yet (its first call not
+		// counted: a new partition waits detect.join_wait before judging)
+		// is counted once it has one, not under "other" until then: its
+		// counts would go from "other" to its own label, and "other" down.
+		if final {
+			s.counts = true
+			s.add(p.partitionCounts)
+			counted[[2]string{p.Tenant, p.Server}] = countedPartition{gen: p.Gen, label: label, partitionCounts: p.partitionCounts}
+		}
 		buffered += p.Buffered
 		for _, src := range p.Sources {
 			state := SourceActive
@@ -181,13 +187,15 @@ func (c *pipelineCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	for k, was := range c.counted {
-		if now, ok := counted[k]; !ok || now.gen != was.gen || now.label != was.label || now.below(was.partitionCounts) {
+		if now, ok := counted[k]; !ok || now.gen != was.gen || now.below(was.partitionCounts) {
 			carry(was.label, was.partitionCounts)
 		}
 	}
 	c.counted = counted
 	for label, pc := range c.carried {
-		serverOf(label).add(*pc)
+		s := serverOf(label)
+		s.counts = true
+		s.add(*pc)
 	}
 	for name, s := range servers {
 		if s.hasLag {
@@ -195,6 +203,9 @@ func (c *pipelineCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		for state, lag := range s.sourceLag {
 			ch <- prometheus.MustNewConstMetric(c.descs[PipelineSourceLagSeconds], prometheus.GaugeValue, lag, name, state)
+		}
+		if !s.counts {
+			continue
 		}
 		ch <- prometheus.MustNewConstMetric(c.descs[PipelineLateCallsTotal], prometheus.CounterValue, float64(s.Late), name, LateJudged)
 		ch <- prometheus.MustNewConstMetric(c.descs[PipelineLateCallsTotal], prometheus.CounterValue, float64(s.TooLate), name, LateTooLate)
