@@ -306,12 +306,19 @@ func (m *Metrics) ServerLabel(name string) string {
 
 // serverLabelFor is ServerLabel, and whether the label is the server's
 // for good: "other" is, for a server past the cap or whose name cannot be
-// a label; not for one whose first call is not counted yet.
-func (m *Metrics) serverLabelFor(name string) (string, bool) {
+// a label; not for one whose first call is not counted yet. With counted
+// set, a server without a label is given one, as counting its first call
+// would: a partition with counts has had traffic since the start (what a
+// restart restores has none), so the cap is not spent on a listing.
+func (m *Metrics) serverLabelFor(name string, counted bool) (string, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.servers[name] != nil {
 		return name, true
+	}
+	if counted {
+		label, _ := m.server(name)
+		return label, true
 	}
 	return Other, name == Other || !validLabel(name) || m.seen >= m.maxServers
 }

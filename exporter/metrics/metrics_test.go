@@ -740,12 +740,17 @@ func TestPipelineStatus_PartitionBegunAnew(t *testing.T) {
 	if got := late("thegram"); got != 6 {
 		t.Errorf("late judged as the new partition grows to 4: %v, want 2 + 4", got)
 	}
-	// "newsrv" has no label until its first call is counted: its counts
-	// wait for it, not under "other", which would go down when they left
-	// it (found by review: "other" 6 then 1).
-	status = append(status, view("newsrv", 3, 5))
+	// "newsrv" has no label until its first call is counted, or its
+	// partition has counts: they are its own at once, not under "other",
+	// which went down when they left it (found by review: "other" 6 then
+	// 1). A partition without counts hands out no label.
+	status = append(status, view("newsrv", 3, 0))
 	if got, gotNew := late(metrics.Other), late("newsrv"); got != -1 || gotNew != -1 {
-		t.Fatalf("late judged under other: %v, under newsrv: %v; want neither before newsrv's first call", got, gotNew)
+		t.Fatalf("late judged under other: %v, under newsrv: %v; want neither while newsrv has no count", got, gotNew)
+	}
+	status[len(status)-1] = view("newsrv", 3, 5)
+	if got, gotNew := late(metrics.Other), late("newsrv"); got != -1 || gotNew != 5 {
+		t.Fatalf("late judged under other: %v, under newsrv: %v; want none and 5", got, gotNew)
 	}
 	m.Call(call("newsrv", "t", audit.OutcomeOK, 0, nil))
 	status = []metrics.PartitionView{view("thegram", 2, 4), view("newsrv", 3, 6)}

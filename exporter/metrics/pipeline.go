@@ -152,15 +152,17 @@ func (c *pipelineCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, p := range c.status() {
 		// Partitions of servers without a label of their own (past the
 		// cap) are summed up under "other".
-		label, final := c.m.serverLabelFor(p.Server)
+		label, final := c.m.serverLabelFor(p.Server, p.partitionCounts != partitionCounts{})
 		s := serverOf(label)
 		if p.hasWatermark && (!s.hasLag || p.LagSeconds > s.lag) {
 			s.lag, s.hasLag = p.LagSeconds, true
 		}
 		// A partition whose server has no label yet (its first call not
 		// counted: a new partition waits detect.join_wait before judging)
-		// is counted once it has one, not under "other" until then: its
-		// counts would go from "other" to its own label, and "other" down.
+		// is given one once it has counts (its calls too late, or dropped
+		// as collisions, may never be judged), not counted under "other"
+		// until then: its counts would go from "other" to its own label,
+		// and "other" down.
 		if final {
 			s.counts = true
 			s.add(p.partitionCounts)
