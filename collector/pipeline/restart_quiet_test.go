@@ -1,6 +1,7 @@
 package pipeline_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -113,6 +114,57 @@ func sendPendingThenReads(t *testing.T, r *run, t0 time.Time) {
 	for i := range 10 {
 		if _, err := r.ingest(batch(t, "poster", callLine("thegram", "s1", 10+i, t0.Add(time.Duration(i+1)*time.Second)))); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// TestRestart_FreedPartitionNotAnnouncedAgain: as
+// TestRestart_QuietPartitionKeepsItsWatermark, but the quiet partition is
+// freed as idle before the stop (a quiet system at night), so it has no
+// mark of its own in the state file. The replay at start judges its
+// stored calls again (they are within the horizon); what they caused was
+// committed before the partition was freed, so no write state or finding
+// is announced again (metrics would count the writes twice), and the
+// freed partition holds nothing back at start. A second restart, after
+// the replayed partition was freed again, announces nothing either.
+func TestRestart_FreedPartitionNotAnnouncedAgain(t *testing.T) {
+	dir := t.TempDir()
+	clock := newClock(wallStart)
+	key := detect.PartitionKey{Server: "thegram"}
+	r := openRun(t, dir, clock, nil, nil)
+	t0 := wallStart.Add(-time.Minute)
+	sendPendingThenReads(t, r, t0)
+	for range 40 {
+		clock.Add(30 * time.Second)
+		r.status()
+	}
+	freeIdle(t, r, key)
+	o := r.stop()
+	if len(o.findings) != 1 {
+		t.Fatalf("%d findings before the restarts, want the unverified_write", len(o.findings))
+	}
+
+	for i := range 2 {
+		clock.Add(time.Second)
+		r = openRun(t, dir, clock, nil, nil)
+		clock.Add(3 * time.Second)
+		r.status()
+		logs := r.logs.String()
+		if !strings.Contains(logs, " partitions=0 replayed_calls=11 ") {
+			t.Fatalf("restart %d did not replay the freed partition's 11 calls:\n%s", i+1, logs)
+		}
+		if strings.Contains(logs, "hold their watermarks") {
+			t.Errorf("restart %d: the freed partition holds its watermark:\n%s", i+1, logs)
+		}
+		r.rec.mu.Lock()
+		writes, findings := len(r.rec.writes), len(r.rec.findings)
+		r.rec.mu.Unlock()
+		if writes+findings > 0 {
+			t.Errorf("restart %d announced %d write states and %d findings again (committed before the partition was freed)", i+1, writes, findings)
+		}
+		freeIdle(t, r, key)
+		if got := r.stop(); len(got.findings) != 1 {
+			t.Errorf("restart %d: %d findings stored, want the 1 from before", i+1, len(got.findings))
 		}
 	}
 }
