@@ -1,6 +1,10 @@
 package pipeline_test
 
 import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -166,5 +170,69 @@ func TestRestart_FreedPartitionNotAnnouncedAgain(t *testing.T) {
 		if got := r.stop(); len(got.findings) != 1 {
 			t.Errorf("restart %d: %d findings stored, want the 1 from before", i+1, len(got.findings))
 		}
+	}
+}
+
+// TestRestart_FreedPartitionComesBack: a partition freed as idle comes
+// back with a write dated before the watermark it was freed at (a late
+// poster's backlog). The watermark it was freed at no longer says what of
+// its calls was committed (a call dated before it may be judged and not
+// yet committed): the state file drops it before the call is
+// acknowledged. The collector crashes before the write's window closes;
+// after the restart the window closes and its unverified_write is stored
+// and announced.
+func TestRestart_FreedPartitionComesBack(t *testing.T) {
+	dir := t.TempDir()
+	clock := newClock(wallStart)
+	key := detect.PartitionKey{Server: "thegram"}
+	r := openRun(t, dir, clock, nil, nil)
+	sendPendingThenReads(t, r, wallStart.Add(-time.Minute))
+	for range 40 {
+		clock.Add(30 * time.Second)
+		r.status()
+	}
+	freeIdle(t, r, key)
+	freed := func() bool {
+		var f struct {
+			Freed []struct{ Server string } `json:"freed"`
+		}
+		b, err := os.ReadFile(filepath.Join(dir, "partitions.json"))
+		if err != nil || json.Unmarshal(b, &f) != nil {
+			t.Fatalf("cannot read the state file: %v", err)
+		}
+		return len(f.Freed) == 1 && f.Freed[0].Server == key.Server
+	}
+	// The file is rewritten at most once a second.
+	clock.Add(time.Second)
+	for deadline := time.Now().Add(5 * time.Second); !freed(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the state file does not keep the freed partition")
+		}
+	}
+	late := batch(t, "poster", pendingPatchLine("s9", 1, clock.Now().Add(-90*time.Second), "team/y.gram"))
+	if _, err := r.p.Ingest(context.Background(), late); err != nil {
+		t.Fatal(err)
+	}
+	// Acknowledged: the state file no longer says its calls up to the
+	// watermark it was freed at were committed.
+	if freed() {
+		t.Error("the partition came back, and the state file still keeps it as freed")
+	}
+	r.status()
+	before := r.crash()
+	if len(before) != 1 {
+		t.Fatalf("%d findings before the crash, want the first unverified_write", len(before))
+	}
+	r = openRun(t, dir, clock, nil, nil)
+	for range 20 {
+		clock.Add(30 * time.Second)
+		r.status()
+	}
+	got := r.stop()
+	if len(got.findings) != 2 {
+		t.Errorf("%d findings after the restart, want 2: the late write's unverified_write was taken as committed", len(got.findings))
+	}
+	if _, fs := r.rec.snapshot(); len(fs) != 1 {
+		t.Errorf("%d findings announced after the restart, want the late write's", len(fs))
 	}
 }
