@@ -98,7 +98,7 @@ type freedLine struct {
 // maxFreed bounds how many freed partitions the state file keeps: past
 // it the one freed at the earliest watermark is dropped (its calls, if
 // replayed, are announced again, as before freed marks were kept).
-const maxFreed = 10000
+const maxFreed = 1000
 
 // stateRefresh is how often the state file is rewritten when nothing in
 // it changed: how far its Saved time may be behind a crash.
@@ -252,8 +252,13 @@ func (p *Pipeline) lowerFloor(t time.Time, b audit.Batch) error {
 		// A partition that comes back has its own mark from now on: a
 		// call of it dated up to its freed watermark (late) is new, and
 		// its output not committed.
-		for _, r := range b.Records {
+		var last detect.PartitionKey
+		for i, r := range b.Records {
 			k := detect.PartitionKey{Tenant: r.Call.Tenant, Server: r.Call.Server}
+			if i > 0 && k == last {
+				continue // a batch is mostly one server's
+			}
+			last = k
 			if _, ok := p.freed[k]; ok {
 				delete(p.freed, k)
 				back = true
