@@ -72,12 +72,7 @@ func (p *Pipeline) seedAdmission() {
 // successful commit.
 func (p *Pipeline) expireIdle(now time.Time) {
 	idle := max(p.dcfg.IdleTimeout, time.Minute)
-	var wms map[detect.PartitionKey]time.Time
-	if p.cfg.StateFile != "" {
-		wms = p.eng.Watermarks()
-	}
 	removed := p.eng.ExpireIdle(now, idle)
-	p.free(removed, wms)
 	a := &p.admit
 	a.mu.Lock()
 	defer a.mu.Unlock()

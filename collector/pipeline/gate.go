@@ -32,10 +32,6 @@ type gate struct {
 	// the earliest end: a window ending from then on may have closed after
 	// the last commit, however far behind the mark its end is.
 	deferred map[detect.PartitionKey]time.Time
-	// freed are the watermarks of the partitions freed as idle before the
-	// restart: output caused by a replayed call or window up to one was
-	// committed (the partition was empty after a commit).
-	freed map[detect.PartitionKey]time.Time
 	// settle is how far behind a mark output may still not have been
 	// committed: a late call judged just before the stop.
 	settle time.Duration
@@ -86,10 +82,10 @@ func newGate(sinks []audit.Sink, latency func(time.Duration, bool)) *gate {
 }
 
 // recovering sets what was committed before a restart: the store's
-// watermark (the point commits continue from), each partition's mark, the
-// watermarks of the partitions freed as idle and the stored findings.
-func (g *gate) recovering(wm time.Time, marks, deferred, freed map[detect.PartitionKey]time.Time, known map[string]bool) {
-	g.marks, g.deferred, g.freed, g.known, g.committedWM = marks, deferred, freed, known, wm
+// watermark (the point commits continue from), each partition's mark and
+// the stored findings.
+func (g *gate) recovering(wm time.Time, marks, deferred map[detect.PartitionKey]time.Time, known map[string]bool) {
+	g.marks, g.deferred, g.known, g.committedWM = marks, deferred, known, wm
 	g.knownLen.Store(int64(len(known)))
 	g.settle = g.eng.Config().AllowedLateness + g.eng.Config().Lateness
 	g.replayEnd = map[detect.PartitionKey]time.Time{}
@@ -130,8 +126,7 @@ func (g *gate) forget() {
 // committed reports whether output at event time t in the partition of
 // (tenant, server) was committed before the restart.
 //
-// Only a partition's own mark says so, or the watermark it was freed at
-// as idle. The store's watermark is the
+// Only a partition's own mark says so. The store's watermark is the
 // earliest over the partitions that had one, which says nothing of a
 // partition that had none yet (its first calls were still waiting), so a
 // partition without a mark (or every partition, when the state file was
@@ -139,14 +134,8 @@ func (g *gate) forget() {
 // stored over themselves, findings are recognized by their ids, and
 // metrics count some writes twice. Losing output would be worse.
 func (g *gate) committed(tenant, server string, t time.Time) bool {
-	k := detect.PartitionKey{Tenant: tenant, Server: server}
-	if mark, ok := g.marks[k]; ok && !mark.IsZero() && t.Before(mark.Add(-g.settle)) {
-		return true
-	}
-	// A partition freed as idle had judged every call and committed its
-	// output: no late call can have been judged after its mark.
-	freed, ok := g.freed[k]
-	return ok && !t.After(freed)
+	mark, ok := g.marks[detect.PartitionKey{Tenant: tenant, Server: server}]
+	return ok && !mark.IsZero() && t.Before(mark.Add(-g.settle))
 }
 
 // heldOpen reports whether a window of the partition of (tenant, server)

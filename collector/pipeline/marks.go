@@ -79,26 +79,7 @@ type markFile struct {
 	// stateRefresh while the collector runs, so that at the next start
 	// the time since tells how long the collector was down, within that.
 	Saved time.Time `json:"saved,omitzero"`
-	// Freed are the partitions freed as idle (Pipeline.expireIdle) whose
-	// calls the replay at start may still reach, with the watermark they
-	// had then: every call up to it was judged and its output committed
-	// (the partition was empty after a commit). They are no partitions:
-	// nothing is restored of them, they only tell the gate what the
-	// replay of their calls must not announce again. A release before
-	// them ignores the field (and announces that output again).
-	Freed []freedLine `json:"freed,omitempty"`
 }
-
-type freedLine struct {
-	Tenant    string    `json:"tenant"`
-	Server    string    `json:"server"`
-	Watermark time.Time `json:"watermark"`
-}
-
-// maxFreed bounds how many freed partitions the state file keeps: past
-// it the one freed at the earliest watermark is dropped (its calls, if
-// replayed, are announced again, as before freed marks were kept).
-const maxFreed = 1000
 
 // stateRefresh is how often the state file is rewritten when nothing in
 // it changed: how far its Saved time may be behind a crash.
@@ -110,29 +91,28 @@ type markLine struct {
 	mark
 }
 
-// readMarks reads the partitions' marks kept by the last run, and the
-// watermarks of the partitions freed as idle it still kept. saved is
+// readMarks reads the partitions' marks kept by the last run. saved is
 // the latest wall time the file shows that run alive (its Saved time, or
 // in an older file the latest mark or delivery in it; zero when it shows
 // none). lost is set when the file exists but cannot be read or
 // understood: what it said is unknown (so is a file missing where the
 // store holds output; recover tells that case).
-func readMarks(path string, log *slog.Logger) (marks map[detect.PartitionKey]mark, freed map[detect.PartitionKey]time.Time, floor, saved time.Time, lost bool) {
+func readMarks(path string, log *slog.Logger) (marks map[detect.PartitionKey]mark, floor, saved time.Time, lost bool) {
 	if path == "" {
-		return nil, nil, time.Time{}, time.Time{}, false
+		return nil, time.Time{}, time.Time{}, false
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
 			log.Warn("cannot read the partitions' watermarks", "path", path, "err", err)
-			return nil, nil, time.Time{}, time.Time{}, true
+			return nil, time.Time{}, time.Time{}, true
 		}
-		return nil, nil, time.Time{}, time.Time{}, false
+		return nil, time.Time{}, time.Time{}, false
 	}
 	var f markFile
 	if err := json.Unmarshal(b, &f); err != nil || f.Version != 2 {
 		log.Warn("cannot read the partitions' watermarks", "path", path, "err", err, "version", f.Version)
-		return nil, nil, time.Time{}, time.Time{}, true
+		return nil, time.Time{}, time.Time{}, true
 	}
 	saved = f.Saved
 	later := func(t time.Time) {
@@ -148,13 +128,7 @@ func readMarks(path string, log *slog.Logger) (marks map[detect.PartitionKey]mar
 			later(s.Seen)
 		}
 	}
-	if len(f.Freed) > 0 {
-		freed = make(map[detect.PartitionKey]time.Time, len(f.Freed))
-		for _, l := range f.Freed {
-			freed[detect.PartitionKey{Tenant: l.Tenant, Server: l.Server}] = l.Watermark
-		}
-	}
-	return m, freed, f.Floor, saved, false
+	return m, f.Floor, saved, false
 }
 
 // marksOf returns the marks of the engine's partitions at wall time now.
@@ -200,20 +174,19 @@ func (p *Pipeline) saveMarks(marks map[detect.PartitionKey]mark, force bool) {
 	p.floorMu.Lock()
 	defer p.floorMu.Unlock()
 	floor := floorOf(marks, p.queued)
-	p.pruneFreed(floor)
 	// One reading of the clock: the file's Saved time and marksSaved must
 	// agree, or the next refresh is put off by what the clock moved
 	// between two readings.
 	now := p.now()
 	since := now.Sub(p.marksSaved)
-	if maps.EqualFunc(marks, p.savedMarks, mark.equal) && floor.Equal(p.floor) && !p.freedChanged && since < stateRefresh || !force && since < time.Second {
+	if maps.EqualFunc(marks, p.savedMarks, mark.equal) && floor.Equal(p.floor) && since < stateRefresh || !force && since < time.Second {
 		return
 	}
-	if err := writeMarks(p.cfg.StateFile, marks, p.freed, floor, now); err != nil {
+	if err := writeMarks(p.cfg.StateFile, marks, floor, now); err != nil {
 		p.warnStateLocked(err)
 		return
 	}
-	p.savedMarks, p.marksSaved, p.floor, p.freedChanged = marks, now, floor, false
+	p.savedMarks, p.marksSaved, p.floor = marks, now, floor
 }
 
 // floorOf returns the earliest event time a call not yet judged and
@@ -236,103 +209,25 @@ func floorOf(marks map[detect.PartitionKey]mark, queued map[int64]int) time.Time
 }
 
 // lowerFloor makes the state file's floor reach back to t, the earliest
-// call of batch b about to be queued, and drops from it the partitions
-// freed as idle that b's calls bring back, before the batch is
-// acknowledged; dequeued notes that the batch was taken by the engine or
-// dropped.
-func (p *Pipeline) lowerFloor(t time.Time, b audit.Batch) error {
+// call of a batch about to be queued, before the batch is acknowledged;
+// done notes that the batch was taken by the engine or dropped.
+func (p *Pipeline) lowerFloor(t time.Time) error {
 	if p.cfg.StateFile == "" {
 		return nil
 	}
 	p.floorMu.Lock()
 	defer p.floorMu.Unlock()
 	p.queued[t.UnixNano()]++
-	back := false
-	if len(p.freed) > 0 {
-		// A partition that comes back has its own mark from now on: a
-		// call of it dated up to its freed watermark (late) is new, and
-		// its output not committed.
-		var last detect.PartitionKey
-		for i, r := range b.Records {
-			k := detect.PartitionKey{Tenant: r.Call.Tenant, Server: r.Call.Server}
-			if i > 0 && k == last {
-				continue // a batch is mostly one server's
-			}
-			last = k
-			if _, ok := p.freed[k]; ok {
-				delete(p.freed, k)
-				back = true
-			}
-		}
-	}
-	lower := p.floor.IsZero() || t.Before(p.floor)
-	if !lower && !back {
+	if !p.floor.IsZero() && !t.Before(p.floor) {
 		return nil
 	}
-	floor := p.floor
-	if lower {
-		floor = t
-	}
-	// Nothing was saved yet, or the batch reaches behind what was, or
-	// brings back a freed partition: the file must say so before the
-	// calls are acknowledged.
-	if err := writeMarks(p.cfg.StateFile, p.savedMarks, p.freed, floor, p.now()); err != nil {
-		if back {
-			p.freedChanged = true
-		}
+	// Nothing was saved yet, or the batch reaches behind what was: the
+	// file must say so before the calls are acknowledged.
+	if err := writeMarks(p.cfg.StateFile, p.savedMarks, t, p.now()); err != nil {
 		return fmt.Errorf("cannot save the state file: %w", err)
 	}
-	p.floor = floor
+	p.floor = t
 	return nil
-}
-
-// free notes that the engine freed the partitions keys as idle at the
-// watermarks wms they had: their calls up to those were judged and their
-// output committed. Engine goroutine.
-func (p *Pipeline) free(keys []detect.PartitionKey, wms map[detect.PartitionKey]time.Time) {
-	if p.cfg.StateFile == "" || len(keys) == 0 {
-		return
-	}
-	p.floorMu.Lock()
-	defer p.floorMu.Unlock()
-	for _, k := range keys {
-		wm, ok := wms[k]
-		if !ok {
-			continue // never judged anything: nothing committed
-		}
-		if old, ok := p.freed[k]; !ok || wm.After(old) {
-			p.freed[k] = wm
-			p.freedChanged = true
-		}
-	}
-	for len(p.freed) > maxFreed {
-		var first detect.PartitionKey
-		var at time.Time
-		for k, t := range p.freed {
-			if at.IsZero() || t.Before(at) {
-				first, at = k, t
-			}
-		}
-		delete(p.freed, first)
-	}
-}
-
-// pruneFreed drops the freed partitions the replay at start can no longer
-// reach: freed at a watermark before floor less everything a call after
-// floor can correlate with (recover's horizon). With no floor (no
-// partition left, nothing queued) they are kept. The caller holds
-// floorMu.
-func (p *Pipeline) pruneFreed(floor time.Time) {
-	if floor.IsZero() || len(p.freed) == 0 {
-		return
-	}
-	reach := floor.Add(-(p.dcfg.CorrelationWindow + p.dcfg.VerifyWindow + p.dcfg.AllowedLateness + p.dcfg.Lateness))
-	for k, t := range p.freed {
-		if t.Before(reach) {
-			delete(p.freed, k)
-			p.freedChanged = true
-		}
-	}
 }
 
 // warnState logs a failure to write the state file, at most once a minute.
@@ -378,14 +273,10 @@ func earliest(b audit.Batch) time.Time {
 }
 
 // writeMarks writes the state file at path, saved at wall time saved.
-// freed is read here: the caller holds floorMu.
-func writeMarks(path string, marks map[detect.PartitionKey]mark, freed map[detect.PartitionKey]time.Time, floor, saved time.Time) error {
+func writeMarks(path string, marks map[detect.PartitionKey]mark, floor, saved time.Time) error {
 	f := markFile{Version: 2, Floor: floor, Saved: saved}
 	for k, m := range marks {
 		f.Partitions = append(f.Partitions, markLine{Tenant: k.Tenant, Server: k.Server, mark: m})
-	}
-	for k, t := range freed {
-		f.Freed = append(f.Freed, freedLine{Tenant: k.Tenant, Server: k.Server, Watermark: t})
 	}
 	b, err := json.Marshal(f)
 	if err != nil {

@@ -2,7 +2,6 @@ package pipeline
 
 import (
 	"bytes"
-	"fmt"
 	"io"
 	"log/slog"
 	"maps"
@@ -25,12 +24,11 @@ func TestMarks_RoundTrip(t *testing.T) {
 	}
 	floor := t0.Add(-3 * time.Hour)
 	saved := t0.Add(2 * time.Hour)
-	freed := map[detect.PartitionKey]time.Time{{Tenant: "acme", Server: "quiet"}: t0.Add(-2 * time.Hour)}
-	if err := writeMarks(path, want, freed, floor, saved); err != nil {
+	if err := writeMarks(path, want, floor, saved); err != nil {
 		t.Fatal(err)
 	}
 	var log bytes.Buffer
-	got, gotFreed, gotFloor, gotSaved, lost := readMarks(path, slog.New(slog.NewTextHandler(&log, nil)))
+	got, gotFloor, gotSaved, lost := readMarks(path, slog.New(slog.NewTextHandler(&log, nil)))
 	if lost {
 		t.Error("a good state file was taken as lost")
 	}
@@ -44,10 +42,6 @@ func TestMarks_RoundTrip(t *testing.T) {
 		return a.Watermark.Equal(b.Watermark) && a.Waiting.Equal(b.Waiting)
 	}) {
 		t.Errorf("read back %v, want %v", got, want)
-	}
-	// A freed partition is no partition: it comes back apart.
-	if !maps.EqualFunc(gotFreed, freed, time.Time.Equal) {
-		t.Errorf("freed partitions read back %v, want %v", gotFreed, freed)
 	}
 	if log.Len() > 0 {
 		t.Errorf("a good state file was reported: %s", log.String())
@@ -69,7 +63,7 @@ func TestMarks_Unreadable(t *testing.T) {
 			}
 		}
 		var log bytes.Buffer
-		got, _, floor, saved, lost := readMarks(path, slog.New(slog.NewTextHandler(&log, nil)))
+		got, floor, saved, lost := readMarks(path, slog.New(slog.NewTextHandler(&log, nil)))
 		if got != nil || !floor.IsZero() || !saved.IsZero() {
 			t.Errorf("%s: read %v and floor %v, want no marks", name, got, floor)
 		}
@@ -101,7 +95,7 @@ func TestMarks_SavedOfOlderFile(t *testing.T) {
 		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		_, _, _, saved, lost := readMarks(path, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		_, _, saved, lost := readMarks(path, slog.New(slog.NewTextHandler(io.Discard, nil)))
 		if lost || !saved.Equal(want) {
 			t.Errorf("%s: saved %v (lost %v), want %v", content, saved, lost, want)
 		}
@@ -139,48 +133,4 @@ func TestRestartGrace(t *testing.T) {
 	f(5*m, 3*m, 4*m, 5*m)          // an explicit larger restart_grace wins
 	f(0, 3*m, 2*s, 2*s)            // no floor
 	f(30*s, 3*m, -time.Hour, 30*s) // saved ahead: the clock went back
-}
-
-// TestFreed_Bounds: freed partitions are kept at the latest watermark
-// they were freed at, at most maxFreed of them (the earliest dropped
-// first), and pruned once the floor less the replay horizon passed them.
-func TestFreed_Bounds(t *testing.T) {
-	p := &Pipeline{cfg: Config{StateFile: "partitions.json"}, dcfg: detect.NewDefaultConfig(), freed: map[detect.PartitionKey]time.Time{}}
-	t0 := time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)
-	key := func(i int) detect.PartitionKey { return detect.PartitionKey{Server: fmt.Sprint("s", i)} }
-	keys, wms := []detect.PartitionKey{}, map[detect.PartitionKey]time.Time{}
-	for i := range maxFreed + 5 {
-		keys = append(keys, key(i))
-		wms[key(i)] = t0.Add(time.Duration(i) * time.Second)
-	}
-	keys = append(keys, key(-1)) // never judged: no watermark, not kept
-	p.free(keys, wms)
-	if len(p.freed) != maxFreed {
-		t.Fatalf("%d freed partitions kept, want %d", len(p.freed), maxFreed)
-	}
-	for i := range 5 {
-		if _, ok := p.freed[key(i)]; ok {
-			t.Errorf("%v kept; the earliest are dropped past the bound", key(i))
-		}
-	}
-	// Freed again at an earlier watermark (replayed, then freed before it
-	// moved as far): the later one stays.
-	p.free([]detect.PartitionKey{key(10)}, map[detect.PartitionKey]time.Time{key(10): t0})
-	if !p.freed[key(10)].Equal(wms[key(10)]) {
-		t.Errorf("%v freed at %v, want the later %v", key(10), p.freed[key(10)], wms[key(10)])
-	}
-	reach := p.dcfg.CorrelationWindow + p.dcfg.VerifyWindow + p.dcfg.AllowedLateness + p.dcfg.Lateness
-	p.pruneFreed(time.Time{})
-	if len(p.freed) != maxFreed {
-		t.Errorf("no floor: %d freed partitions kept, want all %d", len(p.freed), maxFreed)
-	}
-	p.pruneFreed(wms[key(500)].Add(reach))
-	for k, wm := range p.freed {
-		if wm.Before(wms[key(500)]) {
-			t.Errorf("%v freed at %v kept past the floor's reach", k, wm)
-		}
-	}
-	if _, ok := p.freed[key(500)]; !ok || len(p.freed) != maxFreed+5-500 {
-		t.Errorf("%d freed partitions kept after pruning, want %d from %v on", len(p.freed), maxFreed+5-500, key(500))
-	}
 }

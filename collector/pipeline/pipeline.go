@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"math"
 	"runtime/metrics"
 	"slices"
@@ -150,14 +149,9 @@ type Pipeline struct {
 	// (Unix nanoseconds) of each batch queued for the engine, with counts.
 	floorMu    sync.Mutex
 	savedMarks map[detect.PartitionKey]mark
-	// freed holds the watermarks of the partitions freed as idle whose
-	// calls the replay at start may still reach (markFile.Freed);
-	// freedChanged is set while the file does not hold them yet.
-	freed        map[detect.PartitionKey]time.Time
-	freedChanged bool
-	marksSaved   time.Time
-	floor        time.Time
-	queued       map[int64]int
+	marksSaved time.Time
+	floor      time.Time
+	queued     map[int64]int
 	// stateWarned is when a failure to write the state file was last
 	// logged: at most once a minute.
 	stateWarned time.Time
@@ -188,7 +182,6 @@ func New(ctx context.Context, cfg Config, dcfg detect.Config, store audit.Store,
 		done:      make(chan struct{}),
 		statusReq: make(chan chan statusReply),
 		queued:    map[int64]int{},
-		freed:     map[detect.PartitionKey]time.Time{},
 		load:      tenantLoad{queued: map[string]int64{}, open: map[string]int64{}},
 	}
 	p.rlog = ratelog.New(log, ratelog.NewDefaultConfig())
@@ -277,7 +270,7 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("cannot read the watermark: %w", err)
 	}
-	marks, freed, floor, saved, lost := readMarks(p.cfg.StateFile, p.log)
+	marks, floor, saved, lost := readMarks(p.cfg.StateFile, p.log)
 	if !lost && p.cfg.StateFile != "" && marks == nil && !wm.IsZero() {
 		// The store holds output, so the file was written (before the
 		// first call was acknowledged) and is gone.
@@ -321,12 +314,7 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("cannot read stored findings: %w", err)
 	}
-	// Freed partitions are not restored (no source, no hold, no
-	// watermark): the gate only learns what of their calls was committed.
-	p.floorMu.Lock()
-	maps.Copy(p.freed, freed)
-	p.floorMu.Unlock()
-	p.gate.recovering(wm, committed, deferred, freed, known)
+	p.gate.recovering(wm, committed, deferred, known)
 	p.eng.OnDuplicate(p.gate.duplicate)
 	p.gate.storedWrite = p.storedWrite
 	// The sources that held each partition back are known again before
@@ -554,7 +542,7 @@ func (p *Pipeline) Ingest(ctx context.Context, batches ...audit.Batch) (int, err
 	// stored, and judged unless the process dies before that): refusing
 	// every backlog would be an outage for want of a file.
 	for _, b := range batches {
-		if err := p.lowerFloor(earliest(b), b); err != nil {
+		if err := p.lowerFloor(earliest(b)); err != nil {
 			p.warnState(err)
 		}
 	}
