@@ -39,22 +39,13 @@ func TestGzipCompressedBytesBounded(t *testing.T) {
 		for _, pad := range []int{512 << 10, 8 << 20} {
 			tail := tc.tail(pad)
 			// io.MultiReader: the client knows no length and sends it chunked.
-			req, _ := http.NewRequest("POST", e.url+"/v1/calls", io.MultiReader(bytes.NewReader(zb.Bytes()), bytes.NewReader(tail)))
-			req.Header.Set("Content-Type", "application/x-ndjson")
-			req.Header.Set("Authorization", "Bearer "+tokAcme)
-			req.Header.Set("Content-Encoding", "gzip")
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
+			status, b := postGzipped(t, e, io.MultiReader(bytes.NewReader(zb.Bytes()), bytes.NewReader(tail)))
 			want := 200
 			if zb.Len()+len(tail) > 1<<20+1<<20/64+64 {
 				want = 413
 			}
-			if resp.StatusCode != want {
-				t.Errorf("%s, %d bytes: %d %.200s, want %d", tc.name, len(tail), resp.StatusCode, b, want)
+			if status != want {
+				t.Errorf("%s, %d bytes: %d %.200s, want %d", tc.name, len(tail), status, b, want)
 			}
 			if want == 413 && !strings.Contains(string(b), "compressed bytes") {
 				t.Errorf("%s: %s, want the reason to name the compressed bytes", tc.name, b)
@@ -90,18 +81,25 @@ func TestGzipStoredAtLimit(t *testing.T) {
 		if chunked {
 			body = io.MultiReader(body) // no length known to the client
 		}
-		req, _ := http.NewRequest("POST", e.url+"/v1/calls", body)
-		req.Header.Set("Content-Type", "application/x-ndjson")
-		req.Header.Set("Authorization", "Bearer "+tokAcme)
-		req.Header.Set("Content-Encoding", "gzip")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			t.Errorf("chunked %v: %d bytes, %d gzipped at level 0: %d %.200s, want 200", chunked, len(plain), zb.Len(), resp.StatusCode, b)
+		if status, b := postGzipped(t, e, body); status != 200 {
+			t.Errorf("chunked %v: %d bytes, %d gzipped at level 0: %d %.200s, want 200", chunked, len(plain), zb.Len(), status, b)
 		}
 	}
+}
+
+// postGzipped posts body to /v1/calls as gzip-encoded NDJSON and returns
+// the status and the answer.
+func postGzipped(t *testing.T, e *env, body io.Reader) (int, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", e.url+"/v1/calls", body)
+	req.Header.Set("Content-Type", "application/x-ndjson")
+	req.Header.Set("Authorization", "Bearer "+tokAcme)
+	req.Header.Set("Content-Encoding", "gzip")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
 }

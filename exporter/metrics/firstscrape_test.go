@@ -222,17 +222,7 @@ func TestMetrics_FirstScrapeScrapers(t *testing.T) {
 // the first batch of a new series shows in its increase, not released once
 // the one-offs after it had shown the series at zero.
 func TestMetrics_FirstScrapeOneOffs(t *testing.T) {
-	m, reg := newMetrics(t, metrics.Options{FirstScrapeWait: time.Hour})
-	h := m.Handler(reg, promhttp.HandlerOpts{})
-	oneOffs := 0
-	oneOff := func(n int) {
-		for range n {
-			oneOffs++
-			c := &promCounters{t: t, h: h, from: "10.0.0.9", ua: fmt.Sprintf("curl/7.88.1 loop-%d", oneOffs), last: map[string]float64{}, increase: map[string]float64{}}
-			c.scrape()
-		}
-	}
-	prom := &promCounters{t: t, h: h, from: "10.0.0.1", ua: "Prometheus/2.42.0", last: map[string]float64{}, increase: map[string]float64{}}
+	m, oneOff, prom := oneOffScrapers(t)
 	oneOff(40)
 	prom.scrape()
 	oneOff(5)
@@ -258,17 +248,7 @@ func TestMetrics_FirstScrapeOneOffs(t *testing.T) {
 // for, and its increase missed a new series' first counts. Forgotten as a
 // one-off and back within FirstScrapeWait, it is let in as seen again.
 func TestMetrics_FirstScrapePromBetweenOneOffs(t *testing.T) {
-	m, reg := newMetrics(t, metrics.Options{FirstScrapeWait: time.Hour})
-	h := m.Handler(reg, promhttp.HandlerOpts{})
-	oneOffs := 0
-	oneOff := func(n int) {
-		for range n {
-			oneOffs++
-			c := &promCounters{t: t, h: h, from: "10.0.0.9", ua: fmt.Sprintf("curl/7.88.1 loop-%d", oneOffs), last: map[string]float64{}, increase: map[string]float64{}}
-			c.scrape()
-		}
-	}
-	prom := &promCounters{t: t, h: h, from: "10.0.0.1", ua: "Prometheus/2.42.0", last: map[string]float64{}, increase: map[string]float64{}}
+	m, oneOff, prom := oneOffScrapers(t)
 	for range 5 {
 		prom.scrape()
 		oneOff(16)
@@ -285,4 +265,22 @@ func TestMetrics_FirstScrapePromBetweenOneOffs(t *testing.T) {
 	if got := prom.increase[durable]; got != 20 {
 		t.Errorf("increase of %s = %v, want 20", durable, got)
 	}
+}
+
+// oneOffScrapers returns metrics that hold first counts for an hour, a
+// function that has n one-off scrapers (a curl with a new User-Agent each
+// time) scrape them, and a Prometheus that keeps one identity.
+func oneOffScrapers(t *testing.T) (*metrics.Metrics, func(n int), *promCounters) {
+	m, reg := newMetrics(t, metrics.Options{FirstScrapeWait: time.Hour})
+	h := m.Handler(reg, promhttp.HandlerOpts{})
+	oneOffs := 0
+	oneOff := func(n int) {
+		for range n {
+			oneOffs++
+			c := &promCounters{t: t, h: h, from: "10.0.0.9", ua: fmt.Sprintf("curl/7.88.1 loop-%d", oneOffs), last: map[string]float64{}, increase: map[string]float64{}}
+			c.scrape()
+		}
+	}
+	prom := &promCounters{t: t, h: h, from: "10.0.0.1", ua: "Prometheus/2.42.0", last: map[string]float64{}, increase: map[string]float64{}}
+	return m, oneOff, prom
 }
