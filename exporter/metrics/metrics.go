@@ -267,11 +267,18 @@ func (m *Metrics) server(name string) (string, *serverLabels) {
 	if s := m.servers[name]; s != nil {
 		return name, s
 	}
-	if name == Other || !validLabel(name) || m.seen >= m.maxServers {
+	if !m.mayLabel(name) {
 		return Other, m.newServer(Other)
 	}
 	m.seen++
 	return name, m.newServer(name)
+}
+
+// mayLabel reports whether a server without a label of its own would be
+// given one: its name can be a label and the cap is not reached. m.mu must
+// be held.
+func (m *Metrics) mayLabel(name string) bool {
+	return name != Other && validLabel(name) && m.seen < m.maxServers
 }
 
 // newServer returns the labels of a label value, making them the first
@@ -291,17 +298,14 @@ func (m *Metrics) newServer(label string) *serverLabels {
 
 // ServerLabel returns the label value of a server's series: its name if
 // it has a label of its own, else "other". It hands out no label: only
-// counting a server's calls, writes or findings does, so that reading the
-// metrics (a scrape, the web page's status line) cannot spend the cap on
-// the servers that happen to be listed first, such as the partitions a
-// restart restores before traffic resumes.
+// counting a server's calls, writes or findings does (or a partition's
+// counts: serverLabelFor), so that reading the metrics (a scrape, the web
+// page's status line) cannot spend the cap on the servers that happen to
+// be listed first, such as the partitions a restart restores before
+// traffic resumes.
 func (m *Metrics) ServerLabel(name string) string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.servers[name] != nil {
-		return name
-	}
-	return Other
+	label, _ := m.serverLabelFor(name, false)
+	return label
 }
 
 // serverLabelFor is ServerLabel, and whether the label is the server's
@@ -320,7 +324,7 @@ func (m *Metrics) serverLabelFor(name string, counted bool) (string, bool) {
 		label, _ := m.server(name)
 		return label, true
 	}
-	return Other, name == Other || !validLabel(name) || m.seen >= m.maxServers
+	return Other, !m.mayLabel(name)
 }
 
 // tool bounds a tool label: empty is "other", and so is every new tool past
