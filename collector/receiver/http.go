@@ -227,11 +227,11 @@ func (c *countReader) Read(p []byte) (int, error) {
 		if c.n >= c.max {
 			// At the limit: a body that ends here is whole.
 			var one [1]byte
-			if n, err := c.r.Read(one[:]); n > 0 {
-				return 0, errCompressedTooLarge
-			} else {
-				return 0, err
+			n, err := c.r.Read(one[:])
+			if n > 0 {
+				err = errCompressedTooLarge
 			}
+			return 0, err
 		}
 		if left := c.max - c.n; int64(len(p)) > left {
 			p = p[:left]

@@ -322,7 +322,7 @@ func (s *Store) Commit(ctx context.Context, r audit.Results) error {
 // appends wait for one chunk at most. It returns the rows deleted (calls,
 // writes and findings) and stops early when ctx ends. With Ack "log" it
 // first waits, as a query does (LogWait), for the calls acknowledged
-// before it to be committed.
+// before it to be committed, unless the drain fails (expire).
 func (s *Store) DeleteBefore(ctx context.Context, t time.Time, keep ...string) (int64, error) {
 	return s.expire(ctx, deleteRequest{before: clampNanos(t), keep: keep})
 }
