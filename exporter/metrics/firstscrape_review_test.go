@@ -22,8 +22,8 @@ import (
 func TestMetrics_FirstScrapeNewFailureSeries(t *testing.T) {
 	m, reg := newMetrics(t, metrics.Options{FirstScrapeWait: time.Hour})
 	h := m.Handler(reg, promhttp.HandlerOpts{})
-	a := &promCounters{t: t, h: h, from: "10.0.0.1", ua: "Prometheus/2.42.0", last: map[string]float64{}, increase: map[string]float64{}}
-	b := &promCounters{t: t, h: h, from: "10.0.0.2", ua: "Prometheus/2.42.0", last: map[string]float64{}, increase: map[string]float64{}}
+	a := newHandlerScraper(t, h, "10.0.0.1", "Prometheus/2.42.0")
+	b := newHandlerScraper(t, h, "10.0.0.2", "Prometheus/2.42.0")
 	a.scrape()
 	b.scrape()
 	call := func(f *audit.Failure) {
@@ -56,7 +56,7 @@ func (brokenWriter) Write([]byte) (int, error) { return 0, errors.New("client go
 func TestMetrics_FirstScrapeUndelivered(t *testing.T) {
 	m, reg := newMetrics(t, metrics.Options{FirstScrapeWait: time.Hour})
 	h := m.Handler(reg, promhttp.HandlerOpts{})
-	a := &promCounters{t: t, h: h, from: "10.0.0.1", ua: "Prometheus/2.42.0", last: map[string]float64{}, increase: map[string]float64{}}
+	a := newHandlerScraper(t, h, "10.0.0.1", "Prometheus/2.42.0")
 	a.scrape()
 	for range 20 {
 		m.Write(&audit.Write{Server: "s", Tool: "gram_patch", Time: t0, StateTime: t0, State: audit.StateDurable}, "")

@@ -37,6 +37,19 @@ func newPromCounters(t *testing.T, g prometheus.Gatherer) *promCounters {
 	return &promCounters{t: t, g: g, last: map[string]float64{}, increase: map[string]float64{}}
 }
 
+// newHandlerScraper scrapes through h as host from with User-Agent ua.
+func newHandlerScraper(t *testing.T, h http.Handler, from, ua string) *promCounters {
+	return &promCounters{t: t, h: h, from: from, ua: ua, last: map[string]float64{}, increase: map[string]float64{}}
+}
+
+// wantIncrease checks the increase seen of the series key.
+func (p *promCounters) wantIncrease(key string, want float64) {
+	p.t.Helper()
+	if got := p.increase[key]; got != want {
+		p.t.Errorf("increase of %s = %v, want %v", key, got, want)
+	}
+}
+
 func (p *promCounters) scrape() {
 	p.t.Helper()
 	var mfs []*dto.MetricFamily
@@ -117,12 +130,7 @@ func TestMetrics_FirstScrape(t *testing.T) {
 	prom.scrape()
 	prom.scrape()
 
-	f := func(key string, want float64) {
-		t.Helper()
-		if got := prom.increase[key]; got != want {
-			t.Errorf("increase of %s = %v, want %v", key, got, want)
-		}
-	}
+	f := prom.wantIncrease
 	f("mcpaudit_writes_total{server=thegram-birth,state=durable,tool=gram_patch}", 22)
 	f("mcpaudit_writes_total{server=thegram-birth,state=double_applied,tool=gram_patch}", 1)
 	f("mcpaudit_tool_calls_total{outcome=ok,server=thegram-birth,tool=gram_patch}", 22)
@@ -173,12 +181,7 @@ func TestMetrics_Sources(t *testing.T) {
 	m.IngestRejected(metrics.SourceCallsHTTP, metrics.RejectInvalidJSON, 1)
 	m.IngestAccepted(metrics.SourceOTLPHTTP, 20)
 	prom.scrape()
-	f := func(key string, want float64) {
-		t.Helper()
-		if got := prom.increase[key]; got != want {
-			t.Errorf("increase of %s = %v, want %v", key, got, want)
-		}
-	}
+	f := prom.wantIncrease
 	f("mcpaudit_ingest_records_total{result=accepted,source=calls_http}", 20)
 	f("mcpaudit_ingest_records_total{result=rejected,source=calls_http}", 1)
 	f("mcpaudit_ingest_rejected_total{reason=invalid_json,source=calls_http}", 1)
@@ -193,9 +196,9 @@ func TestMetrics_Sources(t *testing.T) {
 func TestMetrics_FirstScrapeScrapers(t *testing.T) {
 	m, reg := newMetrics(t, metrics.Options{FirstScrapeWait: time.Hour})
 	h := m.Handler(reg, promhttp.HandlerOpts{})
-	a := &promCounters{t: t, h: h, from: "10.0.0.1", ua: "Prometheus/2.42.0", last: map[string]float64{}, increase: map[string]float64{}}
-	b := &promCounters{t: t, h: h, from: "10.0.0.2", ua: "Prometheus/2.42.0", last: map[string]float64{}, increase: map[string]float64{}}
-	curl := &promCounters{t: t, h: h, from: "10.0.0.1", ua: "curl/7.88.1", last: map[string]float64{}, increase: map[string]float64{}}
+	a := newHandlerScraper(t, h, "10.0.0.1", "Prometheus/2.42.0")
+	b := newHandlerScraper(t, h, "10.0.0.2", "Prometheus/2.42.0")
+	curl := newHandlerScraper(t, h, "10.0.0.1", "curl/7.88.1")
 	a.scrape()
 	b.scrape()
 	for range 20 {
@@ -237,9 +240,7 @@ func TestMetrics_FirstScrapeOneOffs(t *testing.T) {
 	oneOff(3)
 	prom.scrape()
 	const durable = "mcpaudit_writes_total{server=thegram-birth,state=durable,tool=gram_patch}"
-	if got := prom.increase[durable]; got != 20 {
-		t.Errorf("increase of %s = %v, want 20", durable, got)
-	}
+	prom.wantIncrease(durable, 20)
 }
 
 // TestMetrics_FirstScrapePromBetweenOneOffs: a new Prometheus is a one-off
@@ -262,9 +263,7 @@ func TestMetrics_FirstScrapePromBetweenOneOffs(t *testing.T) {
 	oneOff(3)
 	prom.scrape()
 	const durable = "mcpaudit_writes_total{server=thegram-birth,state=durable,tool=gram_patch}"
-	if got := prom.increase[durable]; got != 20 {
-		t.Errorf("increase of %s = %v, want 20", durable, got)
-	}
+	prom.wantIncrease(durable, 20)
 }
 
 // oneOffScrapers returns metrics that hold first counts for an hour, a
@@ -277,10 +276,10 @@ func oneOffScrapers(t *testing.T) (*metrics.Metrics, func(n int), *promCounters)
 	oneOff := func(n int) {
 		for range n {
 			oneOffs++
-			c := &promCounters{t: t, h: h, from: "10.0.0.9", ua: fmt.Sprintf("curl/7.88.1 loop-%d", oneOffs), last: map[string]float64{}, increase: map[string]float64{}}
+			c := newHandlerScraper(t, h, "10.0.0.9", fmt.Sprintf("curl/7.88.1 loop-%d", oneOffs))
 			c.scrape()
 		}
 	}
-	prom := &promCounters{t: t, h: h, from: "10.0.0.1", ua: "Prometheus/2.42.0", last: map[string]float64{}, increase: map[string]float64{}}
+	prom := newHandlerScraper(t, h, "10.0.0.1", "Prometheus/2.42.0")
 	return m, oneOff, prom
 }
