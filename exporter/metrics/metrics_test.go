@@ -366,6 +366,19 @@ func TestMetrics_IngestDisjoint(t *testing.T) {
 // counterOf returns a collector holding the one series of name with labels.
 func counterOf(t *testing.T, reg prometheus.Gatherer, name string, labels map[string]string) prometheus.Collector {
 	t.Helper()
+	v, ok := counterValue(t, reg, name, labels)
+	if !ok {
+		t.Fatalf("no series %s%v", name, labels)
+	}
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "x"})
+	c.Add(v)
+	return c
+}
+
+// counterValue returns the value of the counter series of name with
+// labels, and whether there is one.
+func counterValue(t *testing.T, reg prometheus.Gatherer, name string, labels map[string]string) (float64, bool) {
+	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -381,13 +394,10 @@ func counterOf(t *testing.T, reg prometheus.Gatherer, name string, labels map[st
 					continue next
 				}
 			}
-			c := prometheus.NewCounter(prometheus.CounterOpts{Name: "x"})
-			c.Add(mt.GetCounter().GetValue())
-			return c
+			return mt.GetCounter().GetValue(), true
 		}
 	}
-	t.Fatalf("no series %s%v", name, labels)
-	return nil
+	return 0, false
 }
 
 // TestMetrics_FindingLastEventTime: the gauge holds the event time of the
@@ -708,25 +718,11 @@ func TestPipelineStatus_PartitionBegunAnew(t *testing.T) {
 	}
 	late := func(server string) float64 {
 		t.Helper()
-		mfs, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
+		v, ok := counterValue(t, reg, metrics.PipelineLateCallsTotal, map[string]string{"server": server, "result": metrics.LateJudged})
+		if !ok {
+			return -1
 		}
-		for _, mf := range mfs {
-			if mf.GetName() != metrics.PipelineLateCallsTotal {
-				continue
-			}
-			for _, mm := range mf.GetMetric() {
-				ls := map[string]string{}
-				for _, l := range mm.GetLabel() {
-					ls[l.GetName()] = l.GetValue()
-				}
-				if ls["server"] == server && ls["result"] == metrics.LateJudged {
-					return mm.GetCounter().GetValue()
-				}
-			}
-		}
-		return -1
+		return v
 	}
 	status = []metrics.PartitionView{view("thegram", 1, 2)}
 	if got := late("thegram"); got != 2 {
