@@ -121,7 +121,7 @@ func HeldBack(p PartitionStatus) (string, bool) {
 		// sources deliver (a quiet server waits for it too).
 		hold := time.Duration(*holder.HoldLagSeconds * float64(time.Second))
 		calls, verb := waitingCalls(p.Buffered)
-		return fmt.Sprintf("Held back: %s of %s %s for %s, idle: its clock was %s behind the wall clock while it delivered (a slow clock), so %s's findings are held back by that much until %s at the latest, later by any time every source of %s is quiet (detect.max_clock_lag; docs/detection.md#time).",
+		return fmt.Sprintf("Held back: %s of %s %s for %s, idle: its calls came %s behind the wall clock while it delivered (a slow clock, or an exporter that batches or lags), so %s's findings are held back by that much until %s at the latest, later by any time every source of %s is quiet (detect.max_clock_lag; docs/detection.md#time).",
 			calls, server, verb, p.HeldBy, hold.Round(time.Second), server, holder.HoldUntil.UTC().Format("15:04:05Z"), server), true
 	}
 	if others < 0 {
