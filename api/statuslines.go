@@ -68,6 +68,23 @@ func waitingCalls(n int) (string, string) {
 	return fmt.Sprintf("%d calls", n), "wait"
 }
 
+// NoWatermark returns the line telling that partition p has calls
+// waiting but no watermark yet, and whether it has: mcpaudit status then
+// shows its watermark and lag as "-", which an operator seeing a server's
+// first calls (held for detect.join_wait) could not otherwise explain.
+func NoWatermark(p PartitionStatus) (string, bool) {
+	if p.Watermark != nil || p.Buffered == 0 {
+		return "", false
+	}
+	server := p.Server
+	if p.Tenant != "" {
+		server = p.Tenant + "/" + server
+	}
+	calls, verb := waitingCalls(p.Buffered)
+	return fmt.Sprintf("No watermark yet: %s of %s %s until it has one; a server seen for the first time waits detect.join_wait (10 s by default) for its other sources before it judges anything (docs/detection.md#time).",
+		calls, server, verb), true
+}
+
 // heldBackGap is how far the source holding a partition must be behind
 // the partition's other active sources for the status to point it out.
 const heldBackGap = time.Minute
@@ -104,7 +121,7 @@ func HeldBack(p PartitionStatus) (string, bool) {
 		// sources deliver (a quiet server waits for it too).
 		hold := time.Duration(*holder.HoldLagSeconds * float64(time.Second))
 		calls, verb := waitingCalls(p.Buffered)
-		return fmt.Sprintf("Held back: %s of %s %s for %s, idle: its clock was %s behind the wall clock while it delivered (a slow clock), so %s's findings are held back by that much until %s at the latest, later by any time every source of %s is quiet (detect.max_clock_lag; docs/detection.md#time).",
+		return fmt.Sprintf("Held back: %s of %s %s for %s, idle: its calls came %s behind the wall clock while it delivered (a slow clock, or an exporter that batches or lags), so %s's findings are held back by that much until %s at the latest, later by any time every source of %s is quiet (detect.max_clock_lag; docs/detection.md#time).",
 			calls, server, verb, p.HeldBy, hold.Round(time.Second), server, holder.HoldUntil.UTC().Format("15:04:05Z"), server), true
 	}
 	if others < 0 {

@@ -24,7 +24,7 @@ type burn struct {
 	for_        time.Duration
 	severity    string
 	summary     string
-	exhausts    string // how soon the 30-day budget is gone at this rate
+	exhausts    string // how soon the 30-day budget is gone at a burn rate of factor
 }
 
 // burns: 2% of the budget in 1h, 5% in 6h (pages), 10% in 3d (ticket).
@@ -51,8 +51,8 @@ func (b *builder) sloAlerts() []Rule {
 			summary:  br.summary,
 			description: fmt.Sprintf("{{ $value | humanizePercentage }} of the writes to server {{ $labels.server }} "+
 				"over the last %s (and over the last %s) ended unverified or double-applied, a burn rate above %s "+
-				"for the %s write-durability SLO: at this rate the 30-day error budget is gone in %s.",
-				Duration(br.long), Duration(br.short), number(br.factor), percent(b.o.SLOTarget), br.exhausts),
+				"for the %s write-durability SLO (at %s the 30-day error budget is gone in %s, sooner above it).",
+				Duration(br.long), Duration(br.short), number(br.factor), percent(b.o.SLOTarget), number(br.factor), br.exhausts),
 			view: sloView,
 		}))
 	}

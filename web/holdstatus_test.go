@@ -236,3 +236,41 @@ func TestStatusPage_OneAskPerView(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusLines_NoWatermark: while a new server's partition of a real
+// engine waits detect.join_wait for its other sources, its calls wait with
+// no watermark, and every page says so with the "No watermark yet:" line
+// of mcpaudit status; once the partition has a watermark the line is gone.
+func TestStatusLines_NoWatermark(t *testing.T) {
+	e := detect.NewEngine(detect.NewDefaultConfig())
+	e.ClockPerPartition()
+	rd := dialect.NewReader(dialect.Config{})
+	wall := time.Date(2026, 12, 5, 12, 23, 0, 0, time.UTC)
+	for id := 1; id <= 3; id++ {
+		e.Add("otlp:thegram/pod-a", gramRead(t, rd, wall.Add(-time.Second), id), wall)
+	}
+	e.Tick(wall.Add(2 * time.Second))
+	wall = wall.Add(2 * time.Second)
+	hs, q := engineStatusPage(t, e, &wall)
+	c := client(t)
+	line := regexp.MustCompile(`<p class="no-watermark">([^<]+)</p>`)
+
+	st, _ := q.StatusOf("", "", wall)
+	want, ok := api.NoWatermark(st.Partitions[0])
+	if !ok {
+		t.Fatalf("the engine's partition in its join wait gives no line: %+v", st.Partitions[0])
+	}
+	for _, path := range []string{"/", "/slo"} {
+		_, page := body(t, c, "GET", hs.URL+path, nil)
+		m := line.FindStringSubmatch(page)
+		if m == nil || html.UnescapeString(m[1]) != want {
+			t.Errorf("%s in the join wait: %v, want the line of mcpaudit status:\n%s", path, m, want)
+		}
+	}
+
+	wall = wall.Add(time.Minute)
+	e.Tick(wall)
+	if _, page := body(t, c, "GET", hs.URL+"/", nil); line.MatchString(page) {
+		t.Errorf("with a watermark (%s) the page still shows the line", wall)
+	}
+}

@@ -180,8 +180,11 @@ type page struct {
 	// tenant, when the pipeline has them.
 	Hold     string
 	HeldBack []string
-	Error    string
-	Data     any
+	// NoWatermark are the "No watermark yet:" lines (api.NoWatermark):
+	// partitions with calls waiting that have not taken a watermark.
+	NoWatermark []string
+	Error       string
+	Data        any
 }
 
 // statusLines sets the page's status lines from st, the status of its
@@ -189,6 +192,9 @@ type page struct {
 func (p *page) statusLines(st api.StatusResponse) {
 	p.Hold, _ = api.RestartHold(st)
 	for _, ps := range st.Partitions {
+		if line, ok := api.NoWatermark(ps); ok {
+			p.NoWatermark = append(p.NoWatermark, line)
+		}
 		if line, ok := api.HeldBack(ps); ok {
 			p.HeldBack = append(p.HeldBack, line)
 		}

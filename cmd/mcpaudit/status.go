@@ -176,10 +176,24 @@ func printStatus(w io.Writer, st api.StatusResponse, waited bool) {
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, line)
 	}
+	// Why a partition shows no watermark: it has not taken one yet (a new
+	// server waits detect.join_wait for its other sources).
+	first := true
+	for _, p := range st.Partitions {
+		line, ok := api.NoWatermark(p)
+		if !ok {
+			continue
+		}
+		if first {
+			fmt.Fprintln(w)
+			first = false
+		}
+		fmt.Fprintln(w, line)
+	}
 	// What holds a server's findings back: a source far behind the others
 	// of its partition (an exporter that lags, or a clock that is slow)
 	// keeps every call of the others waiting for as long as it is behind.
-	first := true
+	first = true
 	for _, p := range st.Partitions {
 		line, ok := api.HeldBack(p)
 		if !ok {
