@@ -99,11 +99,16 @@ func newEvents(sel, by string, window time.Duration) string {
 
 // recent keeps the servers whose newest finding of kind has an event time
 // within the last maxAge of the wall clock: the finding alerts are about now,
-// not about findings of the past that reach the collector now.
-func recent(kind audit.Kind, maxAge time.Duration) string {
-	return fmt.Sprintf("and on (%s)\n(time() - max by (%s) (%s{%s=\"%s\"}) < %s)",
+// not about findings of the past that reach the collector now. The gauge is
+// read over the alert's window, as newEvents reads the counter: after a
+// restart it has no series until the server's next finding of the kind,
+// and the alert then resolved at the restart, minutes before its window
+// had passed the finding (found from outside with a real Prometheus,
+// docs/detection.md).
+func recent(kind audit.Kind, maxAge, window time.Duration) string {
+	return fmt.Sprintf("and on (%s)\n(time() - max by (%s) (max_over_time(%s{%s=\"%s\"}[%s])) < %s)",
 		byServer, byServer, metrics.FindingLastEventTimestampSeconds, metrics.LabelKind, kind,
-		number(maxAge.Seconds()))
+		Duration(window), number(maxAge.Seconds()))
 }
 
 func (b *builder) findingAlerts() []Rule {
@@ -127,7 +132,7 @@ func (b *builder) findingAlerts() []Rule {
 	for _, a := range immediate {
 		out = append(out, b.rule(alert{
 			name:     a.name,
-			expr:     newFindings(a.kind, eventWindow) + " > 0\n" + recent(a.kind, b.o.FindingMaxAge),
+			expr:     newFindings(a.kind, eventWindow) + " > 0\n" + recent(a.kind, b.o.FindingMaxAge, eventWindow),
 			severity: SeverityCritical,
 			summary:  a.summary,
 			description: "Server {{ $labels.server }} produced " + eventCount + " " +
@@ -179,7 +184,7 @@ func (b *builder) clientAlerts() []Rule {
 	return []Rule{
 		b.rule(alert{
 			name:     "McpAuditUnsafeRetries",
-			expr:     newFindings(audit.KindUnsafeRetry, time.Hour) + " > 0\n" + recent(audit.KindUnsafeRetry, b.o.FindingMaxAge),
+			expr:     newFindings(audit.KindUnsafeRetry, time.Hour) + " > 0\n" + recent(audit.KindUnsafeRetry, b.o.FindingMaxAge, time.Hour),
 			for_:     5 * time.Minute,
 			severity: SeverityWarning,
 			summary:  "Clients re-send uncertain writes without the safe step.",
