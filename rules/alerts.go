@@ -299,6 +299,22 @@ func (b *builder) collectorAlerts() []Rule {
 				"mcpaudit status gives overflow_calls per partition.",
 		}),
 		b.rule(alert{
+			name: "McpAuditClockAhead",
+			// Any, as for overflow: each such call is judged at a time its
+			// sender's clock made up. increase() over 15m, for 5m: a sender
+			// whose clock runs fast keeps it up; one call of a clock stepped
+			// back into place does not page for long.
+			expr:     fmt.Sprintf("sum by (%s) (increase(%s[15m])) > 0", byServer, metrics.PipelineClockAheadCallsTotal),
+			for_:     5 * time.Minute,
+			severity: SeverityWarning,
+			summary:  "A sender's clock runs ahead of the collector's.",
+			description: eventCount + " call(s) to server {{ $labels.server }} in the last 15m were dated more than " +
+				"detect.max_clock_skew ahead of the collector's clock: their sender's clock (or the collector's) is wrong. " +
+				"They are judged on arrival, dated where the clock put them: their findings and write states are dated " +
+				"ahead, and a window of theirs (an unverified write) closes only when the watermark reaches that date. " +
+				"mcpaudit status names the source (AHEAD column).",
+		}),
+		b.rule(alert{
 			name:     "McpAuditCollectorDown",
 			expr:     up + " == 0",
 			for_:     5 * time.Minute,
