@@ -72,7 +72,22 @@ func (s *Store) WriteCountsByRange(ctx context.Context, q audit.CountQuery, boun
 		f.span("time", since, until)
 		return add(counts, `SELECT `+str("state")+`, count(*) FROM writes`+f.where()+` GROUP BY state`, f.args)
 	}
-	if lo, hi, ok := wholeHours(bounds[0], bounds[len(bounds)-1]); ok {
+	// The rollup is read over the whole hours of the ranges that have
+	// some (those of the whole span would skip it for a span that starts
+	// before 1970, whose later ranges still leave their whole hours to it).
+	lo, hi, whole := int64(0), int64(0), false
+	for _, h := range hs {
+		if h.whole {
+			if !whole || h.lo < lo {
+				lo = h.lo
+			}
+			if !whole || h.hi > hi {
+				hi = h.hi
+			}
+			whole = true
+		}
+	}
+	if whole {
 		var f filter
 		f.internedEq("server", q.Server)
 		f.internedEq("tenant", q.Tenant)
@@ -206,16 +221,31 @@ func (s *Store) BadWriteCounts(ctx context.Context, q audit.BadWriteQuery) (audi
 	}
 	out.Clients = []audit.NameCount{}
 	if q.Clients {
-		if out.Clients, err = s.badWriteClients(ctx, tx, bad, args, q.Top); err != nil {
+		by, lost, err := s.badWriteClients(ctx, tx, bad, args)
+		if err != nil {
 			return out, s.fail(op, err)
 		}
+		// The transaction's connection goes back to the pool before the
+		// writes whose call is elsewhere are looked up by id, which takes
+		// a reading connection of its own: holding one while waiting for
+		// another hung with read_conns 1, and read_conns reports at once
+		// hung each other and every other read.
+		tx.Rollback()
+		if err := s.lostClients(ctx, by, lost); err != nil {
+			return out, s.fail(op, err)
+		}
+		out.Clients = topNames(by, q.Top)
 	}
 	return out, nil
 }
 
+// missingCall is a bad write's call not stored at the write's time.
+type missingCall struct{ id, tenant string }
+
 // badWriteClients counts the writes bad selects by the client of their
-// call, and returns the top of them.
-func (s *Store) badWriteClients(ctx context.Context, tx *sql.Tx, bad string, args []any, top int) ([]audit.NameCount, error) {
+// call stored at the write's time, and returns those whose call is not
+// there, to be looked up by id (lostClients) once tx is done with.
+func (s *Store) badWriteClients(ctx context.Context, tx *sql.Tx, bad string, args []any) (map[string]int64, []missingCall, error) {
 	by := map[string]int64{}
 	// The call of a write is stored at the write's time: one step of the
 	// time index. A write whose call is elsewhere (or nowhere) is looked
@@ -224,10 +254,9 @@ func (s *Store) badWriteClients(ctx context.Context, tx *sql.Tx, bad string, arg
 		(SELECT c.rec FROM calls c WHERE c.time = w.time AND c.id = w.call_id AND c.tenant = w.tenant LIMIT 1)
 		FROM `+bad+` w`, args...)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	type missing struct{ id, tenant string }
-	var lost []missing
+	var lost []missingCall
 	var buf []byte
 	for rows.Next() {
 		var id any
@@ -235,16 +264,16 @@ func (s *Store) badWriteClients(ctx context.Context, tx *sql.Tx, bad string, arg
 		var blob sql.RawBytes
 		if err := rows.Scan(&id, &tenant, &blob); err != nil {
 			rows.Close()
-			return nil, err
+			return nil, nil, err
 		}
 		if blob == nil {
-			lost = append(lost, missing{unpackID(callPrefix, id), tenant})
+			lost = append(lost, missingCall{unpackID(callPrefix, id), tenant})
 			continue
 		}
 		raw, err := decompress(buf, blob)
 		if err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("call %s: %w", unpackID(callPrefix, id), err)
+			return nil, nil, fmt.Errorf("call %s: %w", unpackID(callPrefix, id), err)
 		}
 		if blob[0] != codecRaw {
 			buf = raw[:0] // the decompressor's, not the driver's
@@ -252,31 +281,44 @@ func (s *Store) badWriteClients(ctx context.Context, tx *sql.Tx, bad string, arg
 		client, ok := recordClient(raw)
 		if !ok {
 			rows.Close()
-			return nil, fmt.Errorf("call %s: %w", unpackID(callPrefix, id), errCorrupt)
+			return nil, nil, fmt.Errorf("call %s: %w", unpackID(callPrefix, id), errCorrupt)
 		}
 		by[clientName(string(client))]++
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if len(lost) > 0 {
-		ids := make([]string, len(lost))
-		for i, m := range lost {
-			ids[i] = m.id
-		}
-		recs, err := s.callsByID(ctx, ids)
-		if err != nil {
-			return nil, err
-		}
-		clients := make(map[missing]string, len(recs))
-		for _, r := range recs {
-			clients[missing{r.Call.ID, r.Call.Tenant}] = r.Call.Client
-		}
-		for _, m := range lost {
-			by[clientName(clients[m])]++
-		}
+	return by, lost, nil
+}
+
+// lostClients counts in by the writes of lost by the client of their call,
+// looked up by id ("(unknown)" when none is stored).
+func (s *Store) lostClients(ctx context.Context, by map[string]int64, lost []missingCall) error {
+	if len(lost) == 0 {
+		return nil
 	}
+	ids := make([]string, len(lost))
+	for i, m := range lost {
+		ids[i] = m.id
+	}
+	recs, err := s.callsByID(ctx, ids)
+	if err != nil {
+		return err
+	}
+	clients := make(map[missingCall]string, len(recs))
+	for _, r := range recs {
+		clients[missingCall{r.Call.ID, r.Call.Tenant}] = r.Call.Client
+	}
+	for _, m := range lost {
+		by[clientName(clients[m])]++
+	}
+	return nil
+}
+
+// topNames returns the top of by, the most counted first, ties in byte
+// order of their names; every name when top is not positive.
+func topNames(by map[string]int64, top int) []audit.NameCount {
 	out := make([]audit.NameCount, 0, len(by))
 	for name, n := range by {
 		out = append(out, audit.NameCount{Name: name, Count: n})
@@ -287,7 +329,7 @@ func (s *Store) badWriteClients(ctx context.Context, tx *sql.Tx, bad string, arg
 	if top > 0 && len(out) > top {
 		out = out[:top]
 	}
-	return out, nil
+	return out
 }
 
 // clientName is the name a client is counted under.
