@@ -150,6 +150,53 @@ type CountQuery struct {
 	Until  time.Time
 }
 
+// UnknownClient names the client of a bad write whose call is not stored
+// or names no client, in BadWriteCounts.Clients.
+const UnknownClient = "(unknown)"
+
+// BadWriteQuery selects the bad writes (unverified and double-applied, by
+// current state) whose Time is in [Since, Until), to count them by cause,
+// server, tool, document and client.
+type BadWriteQuery struct {
+	CountQuery
+	// Top is how many servers, tools, documents and clients to return: the
+	// ones with the most bad writes, ties in byte order of the name. Zero
+	// returns all.
+	Top int
+	// Clients counts the bad writes by the client of their call; without
+	// it Clients is empty.
+	Clients bool
+}
+
+// CauseCount is the bad writes of one state and reason.
+type CauseCount struct {
+	State  WriteState `json:"state"`
+	Reason Reason     `json:"reason"`
+	Count  int64      `json:"count"`
+}
+
+// NameCount is the bad writes of one server, tool, document or client.
+type NameCount struct {
+	Name  string `json:"name"`
+	Count int64  `json:"count"`
+}
+
+// BadWriteCounts are the bad writes of a window counted along each
+// dimension on its own. Causes holds every (state, reason); the others
+// hold the query's Top names, most bad writes first, then by name in byte
+// order.
+type BadWriteCounts struct {
+	Causes  []CauseCount
+	Servers []NameCount
+	Tools   []NameCount
+	// Documents leaves out the writes that name no document.
+	Documents []NameCount
+	// Clients counts each write under the client of its stored call of
+	// the same tenant, UnknownClient when that call is not stored or
+	// names no client.
+	Clients []NameCount
+}
+
 // Store keeps calls, write attempts and findings. Implementations are safe
 // for concurrent use. Every method returns ErrUnavailable (wrapped) when the
 // backend cannot be reached, so that callers can retry.
@@ -181,6 +228,15 @@ type Store interface {
 	Timeline(ctx context.Context, q TimelineQuery) (TimelinePage, error)
 	// WriteCounts counts write attempts by current state.
 	WriteCounts(ctx context.Context, q CountQuery) (map[WriteState]int64, error)
+	// WriteCountsByRange counts, as WriteCounts does, the write attempts
+	// of each range [bounds[i], bounds[i+1]) (q's Since and Until are not
+	// used), in one read: it returns len(bounds)-1 maps. The bounds must
+	// increase.
+	WriteCountsByRange(ctx context.Context, q CountQuery, bounds []time.Time) ([]map[WriteState]int64, error)
+	// BadWriteCounts counts the bad writes that q selects by cause,
+	// server, tool, document and client, at a cost that follows the
+	// number of names rather than of writes where the backend can.
+	BadWriteCounts(ctx context.Context, q BadWriteQuery) (BadWriteCounts, error)
 	// DeleteBefore removes every call, write and finding whose Time is
 	// before t (retention), except those of the tenants in keep, which have
 	// retentions of their own, and returns how many rows went.

@@ -28,8 +28,9 @@ type Query struct {
 	Target float64
 	// Top is how many rows the breakdowns keep. Default 10.
 	Top int
-	// SkipClients leaves ByClient empty instead of reading the calls of
-	// the bad writes for their clients.
+	// SkipClients leaves ByClient empty instead of counting the bad
+	// writes by the client of their calls (the embedded store reads the
+	// call of each).
 	SkipClients bool
 	// SkipFailures leaves RetryMix empty instead of counting the failed
 	// calls of the window (the embedded store reads every call for it).
@@ -109,16 +110,16 @@ type Report struct {
 	Generated  time.Time `json:"generated"`
 }
 
-// Cause names of bad events: double_applied, or unverified with its
-// reason.
-func cause(w *audit.Write) string {
-	if w.State == audit.StateDoubleApplied {
+// cause names the bad events of a state and reason: double_applied, or
+// unverified with its reason.
+func cause(state audit.WriteState, reason audit.Reason) string {
+	if state == audit.StateDoubleApplied {
 		return string(audit.StateDoubleApplied)
 	}
-	if w.Reason == "" {
+	if reason == "" {
 		return "unverified"
 	}
-	return "unverified: " + string(w.Reason)
+	return "unverified: " + string(reason)
 }
 
 // Bad returns the writes that spend the error budget.
@@ -196,59 +197,33 @@ func full(counts map[audit.WriteState]int64) map[audit.WriteState]int64 {
 	return out
 }
 
-// breakdowns pages through the bad writes of the window.
+// breakdowns counts the bad writes of the window by cause, server, tool,
+// document and client, grouped by the store.
 func (r *Report) breakdowns(ctx context.Context, store audit.Store, q Query) error {
-	by := map[string]map[string]int64{"cause": {}, "server": {}, "tool": {}, "document": {}, "client": {}}
-	var callIDs []string
-	for _, st := range []audit.WriteState{audit.StateDoubleApplied, audit.StateUnverified} {
-		wq := audit.WriteQuery{State: st, Server: q.Server, Tenant: q.Tenant, Since: r.Since, Until: r.Until, Limit: 1000}
-		for {
-			page, err := store.Writes(ctx, wq)
-			if err != nil {
-				return fmt.Errorf("cannot read bad writes: %w", err)
-			}
-			for i := range page.Writes {
-				w := &page.Writes[i]
-				by["cause"][cause(w)]++
-				by["server"][w.Server]++
-				by["tool"][w.Tool]++
-				if w.Document != "" {
-					by["document"][w.Document]++
-				}
-				callIDs = append(callIDs, w.CallID)
-			}
-			if page.NextCursor == "" {
-				break
-			}
-			wq.Cursor = page.NextCursor
-		}
+	bc, err := store.BadWriteCounts(ctx, audit.BadWriteQuery{
+		CountQuery: audit.CountQuery{Server: q.Server, Tenant: q.Tenant, Since: r.Since, Until: r.Until},
+		Top:        q.Top, Clients: !q.SkipClients})
+	if err != nil {
+		return fmt.Errorf("cannot count bad writes: %w", err)
 	}
-	if !q.SkipClients && len(callIDs) > 0 {
-		clients := map[string]string{}
-		for i := 0; i < len(callIDs); i += 1000 {
-			part := callIDs[i:min(i+1000, len(callIDs))]
-			page, err := store.Calls(ctx, audit.CallQuery{IDs: part, Tenant: q.Tenant})
-			if err != nil {
-				return fmt.Errorf("cannot read the calls of bad writes: %w", err)
-			}
-			for _, c := range page.Calls {
-				clients[c.Call.ID] = c.Call.Client
-			}
-		}
-		for _, id := range callIDs {
-			c := clients[id]
-			if c == "" {
-				c = "(unknown)"
-			}
-			by["client"][c]++
-		}
+	causes := map[string]int64{}
+	for _, c := range bc.Causes {
+		causes[cause(c.State, c.Reason)] += c.Count
 	}
-	r.ByCause = top(by["cause"], 0)
-	r.ByServer = top(by["server"], q.Top)
-	r.ByTool = top(by["tool"], q.Top)
-	r.ByDocument = top(by["document"], q.Top)
-	r.ByClient = top(by["client"], q.Top)
+	r.ByCause = top(causes, 0)
+	r.ByServer = top(byName(bc.Servers), q.Top)
+	r.ByTool = top(byName(bc.Tools), q.Top)
+	r.ByDocument = top(byName(bc.Documents), q.Top)
+	r.ByClient = top(byName(bc.Clients), q.Top)
 	return nil
+}
+
+func byName(ns []audit.NameCount) map[string]int64 {
+	m := make(map[string]int64, len(ns))
+	for _, n := range ns {
+		m[n.Name] += n.Count
+	}
+	return m
 }
 
 func top(m map[string]int64, n int) []Row {
@@ -322,26 +297,33 @@ func (r *Report) days(ctx context.Context, store audit.Store, q Query) error {
 		r.BucketDays = (n + maxBuckets - 1) / maxBuckets
 	}
 	step := time.Duration(r.BucketDays) * day
-	total := Counted(r.Counts)
-	var badCum int64
-	budget := (1 - q.Target) * float64(total)
+	bounds := []time.Time{start}
 	for t := start; t.Before(r.Until); {
 		end := t.UTC().Truncate(day).Add(step)
 		if end.After(r.Until) {
 			end = r.Until
 		}
-		c, err := store.WriteCounts(ctx, audit.CountQuery{Server: q.Server, Tenant: q.Tenant, Since: t, Until: end})
-		if err != nil {
-			return fmt.Errorf("cannot count the writes of %s: %w", t.Format(time.DateOnly), err)
-		}
-		d := Day{Start: t, End: end, Counts: full(c), Bad: Bad(c)}
+		bounds = append(bounds, end)
+		t = end
+	}
+	cs, err := store.WriteCountsByRange(ctx, audit.CountQuery{Server: q.Server, Tenant: q.Tenant}, bounds)
+	if err != nil {
+		return fmt.Errorf("cannot count the writes of each day: %w", err)
+	}
+	if len(cs) != len(bounds)-1 {
+		return fmt.Errorf("cannot count the writes of each day: %d counts for %d days", len(cs), len(bounds)-1)
+	}
+	total := Counted(r.Counts)
+	var badCum int64
+	budget := (1 - q.Target) * float64(total)
+	for i, c := range cs {
+		d := Day{Start: bounds[i], End: bounds[i+1], Counts: full(c), Bad: Bad(c)}
 		d.SLI, _ = api.ComputeSLO(c, q.Target)
 		r.Days = append(r.Days, d)
 		badCum += d.Bad
 		if budget > 0 {
-			r.BurnDown = append(r.BurnDown, Point{Time: end, BudgetRemaining: 1 - float64(badCum)/budget})
+			r.BurnDown = append(r.BurnDown, Point{Time: d.End, BudgetRemaining: 1 - float64(badCum)/budget})
 		}
-		t = end
 	}
 	worst := slices.Clone(r.Days)
 	worst = slices.DeleteFunc(worst, func(d Day) bool { return d.Bad == 0 })

@@ -34,20 +34,26 @@ func (c *collector) Finding(f *audit.Finding)                 { c.r.Findings = a
 
 // benchStore returns an embedded store holding a generated mixed capture
 // of about one million calls over a week (330,000 sessions; set
-// MCPAUDIT_BENCH_SESSIONS for another size), stored as serve stores it:
-// calls appended, the detector's writes and findings committed. With
-// MCPAUDIT_BENCH_DIR set, the store is kept there and reused.
+// MCPAUDIT_BENCH_SESSIONS for another size, MCPAUDIT_BENCH_ANOMALY for
+// another share of sessions with a scenario than 0.1: 0.35 gives about
+// 30,000 bad writes), stored as serve stores it: calls appended, the
+// detector's writes and findings committed. With MCPAUDIT_BENCH_DIR set,
+// the store is kept there and reused.
 func benchStore(b *testing.B) (*sqlite.Store, int) {
 	b.Helper()
 	sessions := 330_000
 	if n, _ := strconv.Atoi(os.Getenv("MCPAUDIT_BENCH_SESSIONS")); n > 0 {
 		sessions = n
 	}
+	anomaly, name := 0.1, strconv.Itoa(sessions)
+	if f, err := strconv.ParseFloat(os.Getenv("MCPAUDIT_BENCH_ANOMALY"), 64); err == nil && f > 0 && f <= 1 {
+		anomaly, name = f, name+"-"+strconv.FormatFloat(f, 'f', -1, 64)
+	}
 	dir := os.Getenv("MCPAUDIT_BENCH_DIR")
 	if dir == "" {
 		dir = b.TempDir()
 	}
-	path := filepath.Join(dir, "mcpaudit-"+strconv.Itoa(sessions)+".db")
+	path := filepath.Join(dir, "mcpaudit-"+name+".db")
 	_, statErr := os.Stat(path)
 	st, err := sqlite.Open(path, sqlite.Options{Synchronous: "normal"})
 	if err != nil {
@@ -61,7 +67,7 @@ func benchStore(b *testing.B) (*sqlite.Store, int) {
 		return st, n
 	}
 	start := time.Now()
-	c := capgen.Generate(capgen.Config{Seed: 11, Sessions: sessions, Span: 7 * 24 * time.Hour, AnomalyRate: 0.1, NoiseRate: 0.002,
+	c := capgen.Generate(capgen.Config{Seed: 11, Sessions: sessions, Span: 7 * 24 * time.Hour, AnomalyRate: anomaly, NoiseRate: 0.002,
 		Start: time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC)})
 	dec, err := capture.NewDecoder(bytes.NewReader(bytes.Join(c.Lines, []byte("\n"))), "bench")
 	if err != nil {
@@ -173,6 +179,14 @@ func BenchmarkViews(b *testing.B) {
 			}
 		})
 	}
+	// The report of /slo alone: 30 days, no retry mix.
+	b.Run("report_30d", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := report.Build(ctx, st, report.Query{Window: 30 * 24 * time.Hour, WindowName: "30d", Until: wm, Target: 0.999, SkipFailures: true}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("report_3650d", func(b *testing.B) {
 		for b.Loop() {
 			if _, err := report.Build(ctx, st, report.Query{Window: 3650 * 24 * time.Hour, WindowName: "3650d", Until: wm, Target: 0.999}); err != nil {

@@ -97,8 +97,8 @@ func (s *Server) slo(w http.ResponseWriter, r *http.Request) {
 }
 
 // sloCacheFor is how long the /slo view reuses a 30-day report that ends
-// now: it reads every bad write of the window and their calls, and people
-// reload it.
+// now: the embedded store reads the call of every bad write of the window
+// for its client, and people reload it.
 const sloCacheFor = 15 * time.Second
 
 type sloKey struct{ tenant, server string }

@@ -185,25 +185,8 @@ func storeTraffic(tb testing.TB, n int) (float64, string) {
 	o := testOptions(tb)
 	o.BatchAge = 200 * time.Millisecond
 	s := openStore(tb, o)
-	g := newInterleaved(tb, 128)
-	col := &storetest.Collector{}
-	e := detect.NewEngine(detect.NewDefaultConfig(), col)
+	storeMixed(tb, s, n)
 	ctx := context.Background()
-	for done := 0; done < n; {
-		recs := g.records(min(5000, n-done))
-		done += len(recs)
-		if _, err := s.AppendCalls(ctx, recs); err != nil {
-			tb.Fatal(err)
-		}
-		for i := range recs {
-			e.Add("bench", &recs[i], time.Time{})
-		}
-		col.Results.Watermark = storetest.MinMark(e)
-		if err := s.Commit(ctx, col.Results); err != nil {
-			tb.Fatal(err)
-		}
-		*col = storetest.Collector{}
-	}
 	conn := rawConn(tb, o.DSN)
 	defer conn.Close()
 	if rows, _ := rowCounts(tb, o, "calls", "id"); rows != uint64(n) {
@@ -261,4 +244,84 @@ func storeTraffic(tb testing.TB, n int) (float64, string) {
 		}
 	}
 	return perCall, b.String()
+}
+
+// storeMixed stores n generated calls of mixed traffic in s as serve
+// would: appended, then the detector's output committed.
+func storeMixed(tb testing.TB, s *Store, n int) {
+	tb.Helper()
+	g := newInterleaved(tb, 128)
+	col := &storetest.Collector{}
+	e := detect.NewEngine(detect.NewDefaultConfig(), col)
+	ctx := context.Background()
+	for done := 0; done < n; {
+		recs := g.records(min(5000, n-done))
+		done += len(recs)
+		if _, err := s.AppendCalls(ctx, recs); err != nil {
+			tb.Fatal(err)
+		}
+		for i := range recs {
+			e.Add("bench", &recs[i], time.Time{})
+		}
+		col.Results.Watermark = storetest.MinMark(e)
+		if err := s.Commit(ctx, col.Results); err != nil {
+			tb.Fatal(err)
+		}
+		*col = storetest.Collector{}
+	}
+}
+
+// BenchmarkReportCounts stores 200,000 calls of mixed traffic, then
+// measures what report.Build asks of the store for its bad events (top 10,
+// clients) and its days over all of them: grouped by the server
+// (BadWriteCounts, WriteCountsByRange), and paged as the report read them
+// before (every bad write with its call, one WriteCounts a day), taking
+// turns on the one store.
+//
+//	go test ./exporter/clickhouse -run '^$' -bench ReportCounts -benchtime 3x -v
+func BenchmarkReportCounts(b *testing.B) {
+	o := testOptions(b)
+	o.BatchAge = 200 * time.Millisecond
+	s := openStore(b, o)
+	start := time.Now()
+	storeMixed(b, s, 200_000)
+	ctx := context.Background()
+	first, err := s.Writes(ctx, audit.WriteQuery{Limit: 1})
+	if err != nil || len(first.Writes) == 0 {
+		b.Fatalf("no write stored: %v", err)
+	}
+	wm, _ := s.Watermark(ctx)
+	day := 24 * time.Hour
+	bounds := []time.Time{first.Writes[0].Time.Truncate(day)}
+	for bounds[len(bounds)-1].Before(wm) {
+		bounds = append(bounds, bounds[len(bounds)-1].Add(day))
+	}
+	q := audit.BadWriteQuery{Top: 10, Clients: true}
+	counts, _ := s.WriteCounts(ctx, q.CountQuery)
+	b.Logf("stored in %v: %v writes by state, %d days", time.Since(start).Round(time.Second), counts, len(bounds)-1)
+	ways := map[string]func() error{
+		"grouped": func() error {
+			if _, err := s.BadWriteCounts(ctx, q); err != nil {
+				return err
+			}
+			_, err := s.WriteCountsByRange(ctx, q.CountQuery, bounds)
+			return err
+		},
+		"paged": func() error {
+			if _, err := storetest.PagedBadWriteCounts(ctx, s, q); err != nil {
+				return err
+			}
+			_, err := storetest.PagedWriteCountsByRange(ctx, s, q.CountQuery, bounds)
+			return err
+		},
+	}
+	for _, way := range []string{"paged", "grouped", "grouped", "paged", "paged", "grouped"} {
+		b.Run(way, func(b *testing.B) {
+			for b.Loop() {
+				if err := ways[way](); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

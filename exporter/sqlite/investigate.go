@@ -160,8 +160,20 @@ func (s *Store) createRollup(db *sql.DB) (map[audit.WriteState]int64, error) {
 			return nil, err
 		}
 		// A literal, so that a query naming the state uses the index.
-		if _, err := tx.Exec(fmt.Sprintf(`CREATE INDEX IF NOT EXISTS writes_%s ON writes (time) WHERE state = %d`, st, id)); err != nil {
-			return nil, err
+		// After the table's key, in its order, the index holds the columns
+		// the report counts bad writes by (BadWriteCounts; state too, or
+		// SQLite does not take the index as covering), so that counting
+		// them reads no row of the table, whose rows are large
+		// and, a few bad ones among many, spread over many pages. It
+		// replaces the index of earlier versions (writes_<state>, the key
+		// alone), which is dropped.
+		for _, stmt := range []string{
+			fmt.Sprintf(`CREATE INDEX IF NOT EXISTS writes_%s_counted ON writes (time, call_id, seq, tenant, state, server, tool, reason, document) WHERE state = %d`, st, id),
+			fmt.Sprintf(`DROP INDEX IF EXISTS writes_%s`, st),
+		} {
+			if _, err := tx.Exec(stmt); err != nil {
+				return nil, err
+			}
 		}
 		bad[st] = id
 	}

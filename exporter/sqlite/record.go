@@ -267,3 +267,14 @@ func recordHead(b []byte) (server, session, tenant []byte, ok bool) {
 	tenant = d.bytes(d.uvarint())
 	return server, session, tenant, !d.bad
 }
+
+// recordClient returns the client of an encoded record without decoding
+// the rest (as recordHead), and false when the record is too short.
+func recordClient(b []byte) (client []byte, ok bool) {
+	d := decoder{b: b}
+	d.varint()
+	d.bytes(d.uvarint()) // server
+	d.bytes(d.uvarint()) // session
+	client = d.bytes(d.uvarint())
+	return client, !d.bad
+}

@@ -409,6 +409,7 @@ func TestQueryPlans(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	unverified := s.inv.bad[audit.StateUnverified]
 	s.Close()
 	db := side(t, path)
 	f := func(query string, args []any, want string) {
@@ -447,6 +448,14 @@ func TestQueryPlans(t *testing.T) {
 	// A timeline call's writes, at its time.
 	f(`SELECT `+writeColumns+` FROM writes WHERE time >= ?3 AND time <= ?3 + 1 AND call_id = ?1 AND tenant = ?2`, []any{"x", 0, 1},
 		"SEARCH writes USING PRIMARY KEY (time>? AND time<?)")
+	// A page of the writes of a bad state, in the order of its partial
+	// index; and what the report counts of them, from that index alone.
+	f(fmt.Sprintf(`SELECT `+writeColumns+` FROM writes WHERE state = %d AND (time, call_id, seq) > (?, ?, ?) ORDER BY time, call_id, seq LIMIT ?`, unverified),
+		[]any{1, "x", 0, 10}, "USING INDEX writes_unverified_counted")
+	f(fmt.Sprintf(`SELECT time, call_id, state, server, tenant, tool, reason, document FROM writes WHERE state = %d AND time >= ? AND time < ?`, unverified),
+		[]any{1, 2}, "USING COVERING INDEX writes_unverified_counted")
+	// The call of a bad write, at the write's time.
+	f(`SELECT c.rec FROM calls c WHERE c.time = ? AND c.id = ? AND c.tenant = ? LIMIT 1`, []any{1, "x", 2}, "USING INDEX calls_time (time=?)")
 	f(`SELECT `+findingColumns+` FROM findings WHERE kind = ? AND (time, id) > (?, ?) ORDER BY time, id LIMIT ?`,
 		[]any{"x", 1, "x", 10}, "USING INDEX findings_time")
 	f(`SELECT `+findingColumns+` FROM findings WHERE document = ? AND time >= ? ORDER BY time, id LIMIT ?`,

@@ -58,6 +58,8 @@ func Run(t *testing.T, open func(t *testing.T) audit.Store) {
 		{"Timeline", testTimeline},
 		{"Timeline/truncated", testTimelineTruncated},
 		{"WriteCounts", testWriteCounts},
+		{"WriteCountsByRange", testWriteCountsByRange},
+		{"BadWriteCounts", testBadWriteCounts},
 		{"DeleteBefore", testDeleteBefore},
 		{"DeleteBefore/tenants", testDeleteTenants},
 		{"Close", testClose},
