@@ -108,6 +108,19 @@ type freedBound struct {
 	bound bool
 }
 
+// freedBounds returns what the gate takes as committed of the partitions
+// a state file keeps as freed at the watermarks freed, with its floor.
+func freedBounds(freed map[detect.PartitionKey]time.Time, floor time.Time) map[detect.PartitionKey]freedBound {
+	if len(freed) == 0 {
+		return nil
+	}
+	m := make(map[detect.PartitionKey]freedBound, len(freed))
+	for k, t := range freed {
+		m[k] = freedBound{wm: t, floor: floor}
+	}
+	return m
+}
+
 // bind ties the freed partition k, after the replay, to the number of the
 // partition the replay made for it (or the engine's count): a partition
 // numbered past it is begun anew by a call of this run.

@@ -321,12 +321,7 @@ func (p *Pipeline) recover(ctx context.Context) error {
 		return fmt.Errorf("cannot read stored findings: %w", err)
 	}
 	p.gate.recovering(wm, committed, deferred, known)
-	if len(freed) > 0 {
-		p.gate.freed = make(map[detect.PartitionKey]freedBound, len(freed))
-		for k, t := range freed {
-			p.gate.freed[k] = freedBound{wm: t, floor: floor}
-		}
-	}
+	p.gate.freed = freedBounds(freed, floor)
 	p.eng.OnDuplicate(p.gate.duplicate)
 	p.gate.storedWrite = p.storedWrite
 	// The sources that held each partition back are known again before
