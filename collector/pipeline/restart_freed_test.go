@@ -203,7 +203,7 @@ type freedState struct {
 	} `json:"freed"`
 }
 
-func readState(t *testing.T, dir string) freedState {
+func readState(t testing.TB, dir string) freedState {
 	t.Helper()
 	var f freedState
 	b, err := os.ReadFile(filepath.Join(dir, "partitions.json"))
