@@ -357,16 +357,21 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	for k, m := range marks {
 		p.eng.RestoreWatermark(k, m.Watermark, m.At)
 	}
-	// The freed partitions stay freed for the next restart, tied to the
-	// partition the replay made for them (if it did): one made later is
-	// begun anew by a call of this run.
+	// The gate ties each freed partition to the partition the replay made
+	// for it (if it did): one made later is begun anew by a call of this
+	// run. One the replay made has its own mark from the next save on and
+	// is kept freed no longer: the replay may have judged calls of it
+	// acknowledged after the file was written (dated from its floor on),
+	// which would have dropped it (lowerFloor), and which they were is
+	// not known; in doubt, its output is announced again. One the replay
+	// did not make stays freed for the next restart.
 	p.floorMu.Lock()
 	for k, t := range freed {
 		gen, ok := p.eng.Gen(k)
 		if !ok {
 			gen = p.eng.Made()
+			p.freed[k] = freedMark{wm: t, gen: gen}
 		}
-		p.freed[k] = freedMark{wm: t, gen: gen}
 		p.gate.bind(k, gen)
 	}
 	p.floorMu.Unlock()
