@@ -109,6 +109,20 @@ type freedLine struct {
 type freedMark struct {
 	wm  time.Time
 	gen uint64
+	// disk: the state file on disk keeps it (read at the start, or
+	// written since it was freed).
+	disk bool
+}
+
+// freedWritten notes that the state file on disk now keeps every freed
+// partition in memory. floorMu held.
+func (p *Pipeline) freedWritten() {
+	for k, m := range p.freed {
+		if !m.disk {
+			m.disk = true
+			p.freed[k] = m
+		}
+	}
 }
 
 // maxFreed bounds how many freed partitions the state file keeps: past
@@ -229,6 +243,7 @@ func (p *Pipeline) saveMarks(marks map[detect.PartitionKey]mark, force bool) {
 		p.warnStateLocked(err)
 		return
 	}
+	p.freedWritten()
 	p.savedMarks, p.marksSaved, p.floor, p.freedChanged = marks, now, floor, false
 }
 
@@ -252,18 +267,10 @@ func floorOf(marks map[detect.PartitionKey]mark, queued map[int64]int) time.Time
 }
 
 // lowerFloor makes the state file's floor reach back to t, the earliest
-// call of batch b about to be queued, before the batch is acknowledged,
-// and forgets the partitions freed as idle that b's calls bring back;
-// dequeued notes that the batch was taken by the engine or dropped.
-//
-// A partition brought back leaves the file at its next save, not now:
-// no write is added to the acknowledgement. A crash before that save
-// loses nothing. The file's freed watermarks only stand for output dated
-// before its floor (gate.committed), and a call of b dated before the
-// floor has the file written here, before the acknowledgement, without
-// the partitions b brings back. A call dated from the floor on is
-// replayed after the crash (the replay reaches back past the floor) and
-// its output, dated from its time on, is announced and stored.
+// call of batch b about to be queued, before the batch is acknowledged;
+// dequeued notes that the batch was taken by the engine or dropped. The
+// partitions freed as idle that b brings back left the file before its
+// calls were stored (comeback).
 func (p *Pipeline) lowerFloor(t time.Time, b audit.Batch) error {
 	if p.cfg.StateFile == "" {
 		return nil
@@ -271,20 +278,6 @@ func (p *Pipeline) lowerFloor(t time.Time, b audit.Batch) error {
 	p.floorMu.Lock()
 	defer p.floorMu.Unlock()
 	p.queued[t.UnixNano()]++
-	if len(p.freed) > 0 {
-		var last detect.PartitionKey
-		for i, r := range b.Records {
-			k := detect.PartitionKey{Tenant: r.Call.Tenant, Server: r.Call.Server}
-			if i > 0 && k == last {
-				continue // a batch is mostly one server's
-			}
-			last = k
-			if _, ok := p.freed[k]; ok {
-				delete(p.freed, k)
-				p.freedChanged = true
-			}
-		}
-	}
 	if !p.floor.IsZero() && !t.Before(p.floor) {
 		return nil
 	}
@@ -293,7 +286,62 @@ func (p *Pipeline) lowerFloor(t time.Time, b audit.Batch) error {
 	if err := writeMarks(p.cfg.StateFile, p.savedMarks, p.freed, t, p.now()); err != nil {
 		return fmt.Errorf("cannot save the state file: %w", err)
 	}
+	p.freedWritten()
 	p.floor = t
+	return nil
+}
+
+// comeback forgets the partitions freed as idle that batches bring back,
+// and writes the state file without them before their calls are stored;
+// an error when it cannot, and the request is then refused (the freed
+// entries stay forgotten, and the next save writes the file again).
+//
+// The file's freed watermarks stand for the output of the stored calls of
+// those partitions dated before its floor (gate.committed) as committed.
+// A call of a freed partition stored while the file still names it would
+// be taken so after a crash before its output was committed: a late call,
+// stored and not acknowledged (the process died in between) and never
+// sent again, or acknowledged while the file could not be written
+// (review13c). So the entry leaves the file first. This writes the file on
+// the way to an acknowledgement once per partition that comes back after
+// it was freed (a quiet spell of correlation_window + allowed_lateness at
+// least), and only when the file on disk keeps one of them.
+func (p *Pipeline) comeback(batches []audit.Batch) error {
+	if p.cfg.StateFile == "" {
+		return nil
+	}
+	p.floorMu.Lock()
+	defer p.floorMu.Unlock()
+	if len(p.freed) == 0 {
+		return nil
+	}
+	back, onDisk := false, false
+	for _, b := range batches {
+		var last detect.PartitionKey
+		for i, r := range b.Records {
+			k := detect.PartitionKey{Tenant: r.Call.Tenant, Server: r.Call.Server}
+			if i > 0 && k == last {
+				continue // a batch is mostly one server's
+			}
+			last = k
+			if m, ok := p.freed[k]; ok {
+				delete(p.freed, k)
+				back, onDisk = true, onDisk || m.disk
+			}
+		}
+	}
+	if back {
+		p.freedChanged = true
+	}
+	if !onDisk {
+		return nil
+	}
+	now := p.now()
+	if err := writeMarks(p.cfg.StateFile, p.savedMarks, p.freed, p.floor, now); err != nil {
+		return fmt.Errorf("cannot save the state file before the calls of a partition freed as idle are stored: %w", err)
+	}
+	p.marksSaved, p.freedChanged = now, false
+	p.freedWritten()
 	return nil
 }
 

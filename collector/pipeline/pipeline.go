@@ -290,7 +290,9 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	if !floor.IsZero() && (from.IsZero() || floor.Before(from)) {
 		from = floor
 	}
-	p.floor = floor
+	// What the file keeps, written again as it is by a write before the
+	// first save (lowerFloor, comeback).
+	p.floor, p.savedMarks = floor, marks
 	committed, deferred := map[detect.PartitionKey]time.Time{}, map[detect.PartitionKey]time.Time{}
 	for k, m := range marks {
 		committed[k] = m.Watermark
@@ -370,7 +372,7 @@ func (p *Pipeline) recover(ctx context.Context) error {
 		gen, ok := p.eng.Gen(k)
 		if !ok {
 			gen = p.eng.Made()
-			p.freed[k] = freedMark{wm: t, gen: gen}
+			p.freed[k] = freedMark{wm: t, gen: gen, disk: true}
 		}
 		p.gate.bind(k, gen)
 	}
@@ -553,6 +555,17 @@ func (p *Pipeline) Ingest(ctx context.Context, batches ...audit.Batch) (int, err
 		for _, r := range b.Records {
 			recs = append(recs, *r)
 		}
+	}
+	// A partition freed as idle that the calls bring back leaves the state
+	// file before they are stored (comeback): a call stored and then lost
+	// to a crash before its acknowledgement is replayed at the next start,
+	// and its output must not be taken then as committed.
+	if err := p.comeback(batches); err != nil {
+		p.inflight.Add(-n)
+		p.unqueue(perTenant)
+		p.refused(batches)
+		p.warnState(err)
+		return 0, fmt.Errorf("%w: %w", audit.ErrUnavailable, err)
 	}
 	stored, differ, err := p.append(ctx, recs)
 	if err != nil {
