@@ -11,7 +11,7 @@ func (e *Engine) Partitions() int { return len(e.parts) }
 // ExpireIdle removes the partitions that hold nothing any more (no call
 // waiting, no open correlation state, no observation kept for duplicates)
 // and whose sources have all been quiet for idle, and the sources left
-// feeding none; it returns the keys removed. Nothing a later call could be
+// feeding none; it returns the partitions removed. Nothing a later call could be
 // judged against is lost: a call for a removed partition starts a new one,
 // as the first call of a server does. The live service calls it after a
 // commit, so that what the partition produced is stored.
@@ -22,8 +22,8 @@ func (e *Engine) Partitions() int { return len(e.parts) }
 // and every exporter it ever had (each pod of every rolling deploy its own
 // service.instance.id) would stay in it for as long as the collector runs,
 // each call going over all of them.
-func (e *Engine) ExpireIdle(wall time.Time, idle time.Duration) []PartitionKey {
-	var out []PartitionKey
+func (e *Engine) ExpireIdle(wall time.Time, idle time.Duration) []Freed {
+	var out []Freed
 	for k, p := range e.parts {
 		if !p.empty() || wall.Sub(p.born) < idle {
 			e.forgetQuiet(p, wall, max(idle, e.cfg.horizon()))
@@ -48,9 +48,20 @@ func (e *Engine) ExpireIdle(wall time.Time, idle time.Duration) []PartitionKey {
 		}
 		delete(e.parts, k)
 		e.forgetRoutes()
-		out = append(out, k)
+		out = append(out, Freed{PartitionKey: k, Gen: p.gen, Watermark: p.wm})
 	}
 	return out
+}
+
+// Freed is a partition ExpireIdle removed.
+type Freed struct {
+	PartitionKey
+	// Gen is its number (PartitionStatus.Gen): a partition made for its
+	// key later has a greater one.
+	Gen uint64
+	// Watermark is the event time up to which it had judged every call
+	// (zero if it judged none).
+	Watermark time.Time
 }
 
 // forgetQuiet removes from partition p the sources quiet for long at wall
@@ -88,6 +99,19 @@ func (d *detector) empty() bool {
 
 // Has reports whether the engine holds the partition k.
 func (e *Engine) Has(k PartitionKey) bool { return e.parts[k] != nil }
+
+// Gen returns the number of the partition k the engine holds
+// (PartitionStatus.Gen), and whether it holds one.
+func (e *Engine) Gen(k PartitionKey) (uint64, bool) {
+	if p := e.parts[k]; p != nil {
+		return p.gen, true
+	}
+	return 0, false
+}
+
+// Made returns how many partitions the engine has made: the Gen of every
+// partition made from now on is greater.
+func (e *Engine) Made() uint64 { return e.partitionsMade }
 
 // Keys returns the keys of the partitions the engine holds.
 func (e *Engine) Keys() []PartitionKey {

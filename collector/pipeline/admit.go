@@ -73,6 +73,7 @@ func (p *Pipeline) seedAdmission() {
 func (p *Pipeline) expireIdle(now time.Time) {
 	idle := max(p.dcfg.IdleTimeout, time.Minute)
 	removed := p.eng.ExpireIdle(now, idle)
+	p.free(removed)
 	a := &p.admit
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -79,7 +79,56 @@ type markFile struct {
 	// stateRefresh while the collector runs, so that at the next start
 	// the time since tells how long the collector was down, within that.
 	Saved time.Time `json:"saved,omitzero"`
+	// Freed are the partitions freed as idle (Pipeline.expireIdle) whose
+	// calls the replay at start may still reach, with the watermark each
+	// had then: the partition was empty after a commit, so every call of
+	// it up to that watermark was judged and its output committed. They
+	// are no partitions (nothing of them is restored); they tell the gate
+	// what the replay of their calls must not announce again, and only
+	// before Floor (see gate.committed): a call of a freed partition
+	// acknowledged after the file was written, if dated before Floor, had
+	// the file rewritten without it first (lowerFloor), and one dated from
+	// Floor on is not covered. A release before them ignores the field
+	// (and announces that output again).
+	Freed []freedLine `json:"freed,omitempty"`
 }
+
+type freedLine struct {
+	Tenant    string    `json:"tenant"`
+	Server    string    `json:"server"`
+	Watermark time.Time `json:"watermark"`
+}
+
+// freedMark is what the pipeline keeps of a partition freed as idle:
+// the watermark it was freed at, and the number (detect.Freed.Gen) of
+// the partition it was freed as, or after a restart of the partition the
+// replay made for it (or the engine's count then, if none): a partition
+// of its key with a greater number was begun anew since, by a call
+// acknowledged around or after the freeing, so the watermark no longer
+// says what of its calls was committed.
+type freedMark struct {
+	wm  time.Time
+	gen uint64
+	// disk: the state file on disk keeps it (read at the start, or
+	// written since it was freed).
+	disk bool
+}
+
+// freedWritten notes that the state file on disk now keeps every freed
+// partition in memory. floorMu held.
+func (p *Pipeline) freedWritten() {
+	for k, m := range p.freed {
+		if !m.disk {
+			m.disk = true
+			p.freed[k] = m
+		}
+	}
+}
+
+// maxFreed bounds how many freed partitions the state file keeps: past
+// it the one freed at the earliest watermark is dropped (its calls, if
+// replayed, are announced again).
+const maxFreed = 1000
 
 // stateRefresh is how often the state file is rewritten when nothing in
 // it changed: how far its Saved time may be behind a crash.
@@ -91,28 +140,29 @@ type markLine struct {
 	mark
 }
 
-// readMarks reads the partitions' marks kept by the last run. saved is
+// readMarks reads the partitions' marks kept by the last run, and the
+// watermarks of the partitions freed as idle it kept. saved is
 // the latest wall time the file shows that run alive (its Saved time, or
 // in an older file the latest mark or delivery in it; zero when it shows
 // none). lost is set when the file exists but cannot be read or
 // understood: what it said is unknown (so is a file missing where the
 // store holds output; recover tells that case).
-func readMarks(path string, log *slog.Logger) (marks map[detect.PartitionKey]mark, floor, saved time.Time, lost bool) {
+func readMarks(path string, log *slog.Logger) (marks map[detect.PartitionKey]mark, freed map[detect.PartitionKey]time.Time, floor, saved time.Time, lost bool) {
 	if path == "" {
-		return nil, time.Time{}, time.Time{}, false
+		return nil, nil, time.Time{}, time.Time{}, false
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
 			log.Warn("cannot read the partitions' watermarks", "path", path, "err", err)
-			return nil, time.Time{}, time.Time{}, true
+			return nil, nil, time.Time{}, time.Time{}, true
 		}
-		return nil, time.Time{}, time.Time{}, false
+		return nil, nil, time.Time{}, time.Time{}, false
 	}
 	var f markFile
 	if err := json.Unmarshal(b, &f); err != nil || f.Version != 2 {
 		log.Warn("cannot read the partitions' watermarks", "path", path, "err", err, "version", f.Version)
-		return nil, time.Time{}, time.Time{}, true
+		return nil, nil, time.Time{}, time.Time{}, true
 	}
 	saved = f.Saved
 	later := func(t time.Time) {
@@ -128,7 +178,13 @@ func readMarks(path string, log *slog.Logger) (marks map[detect.PartitionKey]mar
 			later(s.Seen)
 		}
 	}
-	return m, f.Floor, saved, false
+	if len(f.Freed) > 0 {
+		freed = make(map[detect.PartitionKey]time.Time, len(f.Freed))
+		for _, l := range f.Freed {
+			freed[detect.PartitionKey{Tenant: l.Tenant, Server: l.Server}] = l.Watermark
+		}
+	}
+	return m, freed, f.Floor, saved, false
 }
 
 // marksOf returns the marks of the engine's partitions at wall time now.
@@ -174,19 +230,21 @@ func (p *Pipeline) saveMarks(marks map[detect.PartitionKey]mark, force bool) {
 	p.floorMu.Lock()
 	defer p.floorMu.Unlock()
 	floor := floorOf(marks, p.queued)
+	p.pruneFreed(floor)
 	// One reading of the clock: the file's Saved time and marksSaved must
 	// agree, or the next refresh is put off by what the clock moved
 	// between two readings.
 	now := p.now()
 	since := now.Sub(p.marksSaved)
-	if maps.EqualFunc(marks, p.savedMarks, mark.equal) && floor.Equal(p.floor) && since < stateRefresh || !force && since < time.Second {
+	if maps.EqualFunc(marks, p.savedMarks, mark.equal) && floor.Equal(p.floor) && !p.freedChanged && since < stateRefresh || !force && since < time.Second {
 		return
 	}
-	if err := writeMarks(p.cfg.StateFile, marks, floor, now); err != nil {
+	if err := writeMarks(p.cfg.StateFile, marks, p.freed, floor, now); err != nil {
 		p.warnStateLocked(err)
 		return
 	}
-	p.savedMarks, p.marksSaved, p.floor = marks, now, floor
+	p.freedWritten()
+	p.savedMarks, p.marksSaved, p.floor, p.freedChanged = marks, now, floor, false
 }
 
 // floorOf returns the earliest event time a call not yet judged and
@@ -209,9 +267,11 @@ func floorOf(marks map[detect.PartitionKey]mark, queued map[int64]int) time.Time
 }
 
 // lowerFloor makes the state file's floor reach back to t, the earliest
-// call of a batch about to be queued, before the batch is acknowledged;
-// done notes that the batch was taken by the engine or dropped.
-func (p *Pipeline) lowerFloor(t time.Time) error {
+// call of batch b about to be queued, before the batch is acknowledged;
+// dequeued notes that the batch was taken by the engine or dropped. The
+// partitions freed as idle that b brings back left the file before its
+// calls were stored (comeback).
+func (p *Pipeline) lowerFloor(t time.Time, b audit.Batch) error {
 	if p.cfg.StateFile == "" {
 		return nil
 	}
@@ -223,11 +283,116 @@ func (p *Pipeline) lowerFloor(t time.Time) error {
 	}
 	// Nothing was saved yet, or the batch reaches behind what was: the
 	// file must say so before the calls are acknowledged.
-	if err := writeMarks(p.cfg.StateFile, p.savedMarks, t, p.now()); err != nil {
+	if err := writeMarks(p.cfg.StateFile, p.savedMarks, p.freed, t, p.now()); err != nil {
 		return fmt.Errorf("cannot save the state file: %w", err)
 	}
+	p.freedWritten()
 	p.floor = t
 	return nil
+}
+
+// comeback forgets the partitions freed as idle that batches bring back,
+// and writes the state file without them before their calls are stored;
+// an error when it cannot, and the request is then refused (the freed
+// entries stay forgotten, and the next save writes the file again).
+//
+// The file's freed watermarks stand for the output of the stored calls of
+// those partitions dated before its floor (gate.committed) as committed.
+// A call of a freed partition stored while the file still names it would
+// be taken so after a crash before its output was committed: a late call,
+// stored and not acknowledged (the process died in between) and never
+// sent again, or acknowledged while the file could not be written
+// (review13c). So the entry leaves the file first. This writes the file on
+// the way to an acknowledgement once per partition that comes back after
+// it was freed (a quiet spell of correlation_window + allowed_lateness at
+// least), and only when the file on disk keeps one of them.
+func (p *Pipeline) comeback(batches []audit.Batch) error {
+	if p.cfg.StateFile == "" {
+		return nil
+	}
+	p.floorMu.Lock()
+	defer p.floorMu.Unlock()
+	if len(p.freed) == 0 {
+		return nil
+	}
+	back, onDisk := false, false
+	for _, b := range batches {
+		var last detect.PartitionKey
+		for i, r := range b.Records {
+			k := detect.PartitionKey{Tenant: r.Call.Tenant, Server: r.Call.Server}
+			if i > 0 && k == last {
+				continue // a batch is mostly one server's
+			}
+			last = k
+			if m, ok := p.freed[k]; ok {
+				delete(p.freed, k)
+				back, onDisk = true, onDisk || m.disk
+			}
+		}
+	}
+	if back {
+		p.freedChanged = true
+	}
+	if !onDisk {
+		return nil
+	}
+	now := p.now()
+	if err := writeMarks(p.cfg.StateFile, p.savedMarks, p.freed, p.floor, now); err != nil {
+		return fmt.Errorf("cannot save the state file before the calls of a partition freed as idle are stored: %w", err)
+	}
+	p.marksSaved, p.freedChanged = now, false
+	p.freedWritten()
+	return nil
+}
+
+// free notes the partitions the engine freed as idle: their calls up to
+// the watermarks they had were judged and their output committed (the
+// engine frees after a commit). Engine goroutine.
+func (p *Pipeline) free(freed []detect.Freed) {
+	if p.cfg.StateFile == "" || len(freed) == 0 {
+		return
+	}
+	p.floorMu.Lock()
+	defer p.floorMu.Unlock()
+	for _, f := range freed {
+		if f.Watermark.IsZero() {
+			continue // never judged anything: nothing committed
+		}
+		p.freed[f.PartitionKey] = freedMark{wm: f.Watermark, gen: f.Gen}
+		p.freedChanged = true
+	}
+	for len(p.freed) > maxFreed {
+		var first detect.PartitionKey
+		var at time.Time
+		for k, m := range p.freed {
+			if at.IsZero() || m.wm.Before(at) {
+				first, at = k, m.wm
+			}
+		}
+		delete(p.freed, first)
+	}
+}
+
+// pruneFreed drops the freed partitions begun anew in the engine since
+// (a call acknowledged before the freeing and taken after it: its output
+// may not be committed yet), and those the replay at start can no longer
+// reach: freed at a watermark before floor less everything a call after
+// floor can correlate with (recover's horizon). Engine goroutine; the
+// caller holds floorMu.
+func (p *Pipeline) pruneFreed(floor time.Time) {
+	if len(p.freed) == 0 {
+		return
+	}
+	var reach time.Time
+	if !floor.IsZero() {
+		reach = floor.Add(-(p.dcfg.CorrelationWindow + p.dcfg.VerifyWindow + p.dcfg.AllowedLateness + p.dcfg.Lateness))
+	}
+	for k, m := range p.freed {
+		if gen, ok := p.eng.Gen(k); ok && gen > m.gen || m.wm.Before(reach) {
+			delete(p.freed, k)
+			p.freedChanged = true
+		}
+	}
 }
 
 // warnState logs a failure to write the state file, at most once a minute.
@@ -273,10 +438,14 @@ func earliest(b audit.Batch) time.Time {
 }
 
 // writeMarks writes the state file at path, saved at wall time saved.
-func writeMarks(path string, marks map[detect.PartitionKey]mark, floor, saved time.Time) error {
+// freed is read here: the caller holds floorMu.
+func writeMarks(path string, marks map[detect.PartitionKey]mark, freed map[detect.PartitionKey]freedMark, floor, saved time.Time) error {
 	f := markFile{Version: 2, Floor: floor, Saved: saved}
 	for k, m := range marks {
 		f.Partitions = append(f.Partitions, markLine{Tenant: k.Tenant, Server: k.Server, mark: m})
+	}
+	for k, m := range freed {
+		f.Freed = append(f.Freed, freedLine{Tenant: k.Tenant, Server: k.Server, Watermark: m.wm})
 	}
 	b, err := json.Marshal(f)
 	if err != nil {

@@ -24,11 +24,13 @@ func TestMarks_RoundTrip(t *testing.T) {
 	}
 	floor := t0.Add(-3 * time.Hour)
 	saved := t0.Add(2 * time.Hour)
-	if err := writeMarks(path, want, floor, saved); err != nil {
+	freedAt := t0.Add(-2 * time.Hour)
+	freed := map[detect.PartitionKey]freedMark{{Tenant: "acme", Server: "quiet"}: {wm: freedAt, gen: 7}}
+	if err := writeMarks(path, want, freed, floor, saved); err != nil {
 		t.Fatal(err)
 	}
 	var log bytes.Buffer
-	got, gotFloor, gotSaved, lost := readMarks(path, slog.New(slog.NewTextHandler(&log, nil)))
+	got, gotFreed, gotFloor, gotSaved, lost := readMarks(path, slog.New(slog.NewTextHandler(&log, nil)))
 	if lost {
 		t.Error("a good state file was taken as lost")
 	}
@@ -42,6 +44,11 @@ func TestMarks_RoundTrip(t *testing.T) {
 		return a.Watermark.Equal(b.Watermark) && a.Waiting.Equal(b.Waiting)
 	}) {
 		t.Errorf("read back %v, want %v", got, want)
+	}
+	// A freed partition is no partition: it comes back apart, without
+	// its number (a number of the run that wrote it).
+	if len(gotFreed) != 1 || !gotFreed[detect.PartitionKey{Tenant: "acme", Server: "quiet"}].Equal(freedAt) {
+		t.Errorf("freed partitions read back %v, want acme/quiet at %v", gotFreed, freedAt)
 	}
 	if log.Len() > 0 {
 		t.Errorf("a good state file was reported: %s", log.String())
@@ -63,7 +70,7 @@ func TestMarks_Unreadable(t *testing.T) {
 			}
 		}
 		var log bytes.Buffer
-		got, floor, saved, lost := readMarks(path, slog.New(slog.NewTextHandler(&log, nil)))
+		got, _, floor, saved, lost := readMarks(path, slog.New(slog.NewTextHandler(&log, nil)))
 		if got != nil || !floor.IsZero() || !saved.IsZero() {
 			t.Errorf("%s: read %v and floor %v, want no marks", name, got, floor)
 		}
@@ -95,7 +102,7 @@ func TestMarks_SavedOfOlderFile(t *testing.T) {
 		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		_, _, saved, lost := readMarks(path, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		_, _, _, saved, lost := readMarks(path, slog.New(slog.NewTextHandler(io.Discard, nil)))
 		if lost || !saved.Equal(want) {
 			t.Errorf("%s: saved %v (lost %v), want %v", content, saved, lost, want)
 		}

@@ -149,9 +149,14 @@ type Pipeline struct {
 	// (Unix nanoseconds) of each batch queued for the engine, with counts.
 	floorMu    sync.Mutex
 	savedMarks map[detect.PartitionKey]mark
-	marksSaved time.Time
-	floor      time.Time
-	queued     map[int64]int
+	// freed holds the partitions freed as idle whose calls the replay at
+	// start may still reach (markFile.Freed); freedChanged is set while
+	// the file does not say what freed holds.
+	freed        map[detect.PartitionKey]freedMark
+	freedChanged bool
+	marksSaved   time.Time
+	floor        time.Time
+	queued       map[int64]int
 	// stateWarned is when a failure to write the state file was last
 	// logged: at most once a minute.
 	stateWarned time.Time
@@ -182,6 +187,7 @@ func New(ctx context.Context, cfg Config, dcfg detect.Config, store audit.Store,
 		done:      make(chan struct{}),
 		statusReq: make(chan chan statusReply),
 		queued:    map[int64]int{},
+		freed:     map[detect.PartitionKey]freedMark{},
 		load:      tenantLoad{queued: map[string]int64{}, open: map[string]int64{}},
 	}
 	p.rlog = ratelog.New(log, ratelog.NewDefaultConfig())
@@ -270,7 +276,7 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("cannot read the watermark: %w", err)
 	}
-	marks, floor, saved, lost := readMarks(p.cfg.StateFile, p.log)
+	marks, freed, floor, saved, lost := readMarks(p.cfg.StateFile, p.log)
 	if !lost && p.cfg.StateFile != "" && marks == nil && !wm.IsZero() {
 		// The store holds output, so the file was written (before the
 		// first call was acknowledged) and is gone.
@@ -284,7 +290,9 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	if !floor.IsZero() && (from.IsZero() || floor.Before(from)) {
 		from = floor
 	}
-	p.floor = floor
+	// What the file keeps, written again as it is by a write before the
+	// first save (lowerFloor, comeback).
+	p.floor, p.savedMarks = floor, marks
 	committed, deferred := map[detect.PartitionKey]time.Time{}, map[detect.PartitionKey]time.Time{}
 	for k, m := range marks {
 		committed[k] = m.Watermark
@@ -315,6 +323,7 @@ func (p *Pipeline) recover(ctx context.Context) error {
 		return fmt.Errorf("cannot read stored findings: %w", err)
 	}
 	p.gate.recovering(wm, committed, deferred, known)
+	p.gate.freed = freedBounds(freed, floor)
 	p.eng.OnDuplicate(p.gate.duplicate)
 	p.gate.storedWrite = p.storedWrite
 	// The sources that held each partition back are known again before
@@ -350,6 +359,24 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	for k, m := range marks {
 		p.eng.RestoreWatermark(k, m.Watermark, m.At)
 	}
+	// The gate ties each freed partition to the partition the replay made
+	// for it (if it did): one made later is begun anew by a call of this
+	// run. One the replay made has its own mark from the next save on and
+	// is kept freed no longer: the replay may have judged calls of it
+	// acknowledged after the file was written (dated from its floor on),
+	// which would have dropped it (lowerFloor), and which they were is
+	// not known; in doubt, its output is announced again. One the replay
+	// did not make stays freed for the next restart.
+	p.floorMu.Lock()
+	for k, t := range freed {
+		gen, ok := p.eng.Gen(k)
+		if !ok {
+			gen = p.eng.Made()
+			p.freed[k] = freedMark{wm: t, gen: gen, disk: true}
+		}
+		p.gate.bind(k, gen)
+	}
+	p.floorMu.Unlock()
 	// The partitions whose sources were delivering when the collector
 	// stopped judge what those sources had delivered, and wait for the
 	// rest, their senders' retries, which may bring the backlog out of
@@ -529,6 +556,17 @@ func (p *Pipeline) Ingest(ctx context.Context, batches ...audit.Batch) (int, err
 			recs = append(recs, *r)
 		}
 	}
+	// A partition freed as idle that the calls bring back leaves the state
+	// file before they are stored (comeback): a call stored and then lost
+	// to a crash before its acknowledgement is replayed at the next start,
+	// and its output must not be taken then as committed.
+	if err := p.comeback(batches); err != nil {
+		p.inflight.Add(-n)
+		p.unqueue(perTenant)
+		p.refused(batches)
+		p.warnState(err)
+		return 0, fmt.Errorf("%w: %w", audit.ErrUnavailable, err)
+	}
 	stored, differ, err := p.append(ctx, recs)
 	if err != nil {
 		p.inflight.Add(-n)
@@ -542,7 +580,7 @@ func (p *Pipeline) Ingest(ctx context.Context, batches ...audit.Batch) (int, err
 	// stored, and judged unless the process dies before that): refusing
 	// every backlog would be an outage for want of a file.
 	for _, b := range batches {
-		if err := p.lowerFloor(earliest(b)); err != nil {
+		if err := p.lowerFloor(earliest(b), b); err != nil {
 			p.warnState(err)
 		}
 	}
@@ -942,6 +980,7 @@ func (p *Pipeline) take(q queued) {
 	// Adding calls judges idleness at now too: the refusals reported
 	// before it count first, whichever case of run's select came first.
 	p.applyTouches()
+	p.gate.comeback(b)
 	for i, r := range b.Records {
 		if len(refused) > 0 && refused[0] == i {
 			refused = refused[1:]

@@ -1,0 +1,266 @@
+package pipeline_test
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/collector/detect"
+)
+
+// freedThenWait frees thegram's partition as idle (the only one) and waits
+// until the state file keeps it as freed; it returns the watermark.
+func freedBeforeStop(t *testing.T, r *run, dir string, clock *testClock, key detect.PartitionKey) time.Time {
+	t.Helper()
+	sendPendingThenReads(t, r, wallStart.Add(-time.Minute))
+	for range 40 {
+		clock.Add(30 * time.Second)
+		r.status()
+	}
+	freeIdle(t, r, key)
+	var wm time.Time
+	for deadline := time.Now().Add(5 * time.Second); wm.IsZero(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the state file does not keep the freed partition")
+		}
+		clock.Add(time.Second)
+		r.status()
+		wm = freedIn(t, dir, key)
+	}
+	return wm
+}
+
+// TestFreed_StoredNotAckedLateWriteOfFreedPartition: a late write of a
+// freed partition is stored and the process dies before acknowledging it
+// (crashStore.dieAfterAppend): lowerFloor never ran, so the state file
+// still keeps the partition as freed (floor zero: no partition left). The
+// replay judges the stored write; the gate takes its unverified_write
+// (window end before the freed watermark) as committed, though no run ever
+// made it. The sender re-sends the unacknowledged batch after its backoff:
+// the engine drops it as a repeat. One uninterrupted run would store the
+// late write's unverified_write (the partition begun anew).
+func TestFreed_StoredNotAckedLateWriteOfFreedPartition(t *testing.T) {
+	for _, backoff := range []int{0, 1, 2, 4, 10, 20, -1} {
+		t.Run(map[bool]string{true: fmt.Sprintf("resent_after_%ds", backoff*30), false: "never_resent"}[backoff >= 0], func(t *testing.T) {
+			dir := t.TempDir()
+			clock := newClock(wallStart)
+			key := detect.PartitionKey{Server: "thegram"}
+			r := openRun(t, dir, clock, nil, nil)
+			wm := freedBeforeStop(t, r, dir, clock, key)
+			at := wm.Add(-6 * time.Minute)
+			line := pendingPatchLine("s9", 91, at, "team/y.gram")
+			r.cs.dieAfterAppend.Store(true)
+			if _, err := r.ingest(batch(t, "slowposter", line)); err == nil {
+				t.Fatal("acknowledged by a dead process")
+			}
+			r.die()
+			t.Logf("state file at the crash: floor %v, freed %v, late write at %v", floorIn(t, dir), freedIn(t, dir, key), at)
+			clock.Add(time.Second)
+			r = openRun(t, dir, clock, nil, nil)
+			for range backoff {
+				clock.Add(30 * time.Second)
+				r.status()
+			}
+			late := batch(t, "slowposter", line) // the sender re-sends it
+			if backoff >= 0 {
+				if _, err := r.ingest(late); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for range 30 {
+				clock.Add(30 * time.Second)
+				r.status()
+			}
+			lateFindingAnnounced(t, r, ids(late)[0])
+		})
+	}
+}
+
+// TestFreed_FreedDoubleAppliedStaysAfterRestart: the defect the change
+// exists to fix. Two writes of one edit under two keys, 10 minutes apart:
+// the second is double_applied. The partition is freed; at the restart the
+// replay reaches back past the second but not the first, judges the second
+// alone, and must not store it again as something else.
+func TestFreed_FreedDoubleAppliedStaysAfterRestart(t *testing.T) {
+	dir := t.TempDir()
+	clock := newClock(wallStart)
+	key := detect.PartitionKey{Server: "thegram"}
+	dedit := func(c *detect.Config) { c.CorrelationWindow = 20 * time.Minute }
+	r := openRunDetect(t, dir, clock, nil, dedit, nil)
+	t1 := clock.Now().Add(-time.Second)
+	first := batch(t, "poster", pendingPatchLine("s1", 1, t1, "team/x.gram"))
+	if _, err := r.ingest(first); err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		clock.Add(30 * time.Second)
+		r.status()
+	}
+	t2 := clock.Now().Add(-time.Second)
+	second := batch(t, "poster", pendingPatchLine("s2", 2, t2, "team/x.gram"))
+	if _, err := r.ingest(second); err != nil {
+		t.Fatal(err)
+	}
+	for range 30 {
+		clock.Add(30 * time.Second)
+		r.status()
+	}
+	freeIdle(t, r, key)
+	for deadline := time.Now().Add(5 * time.Second); freedIn(t, dir, key).IsZero(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the state file does not keep the freed partition")
+		}
+		clock.Add(time.Second)
+		r.status()
+	}
+	wm := freedIn(t, dir, key)
+	o := r.stop()
+	id2 := ids(second)[0]
+	state := func(o outcome) string {
+		for k, s := range o.writes {
+			if len(k) > len(id2) && k[:len(id2)] == id2 {
+				return string(s)
+			}
+		}
+		return "none"
+	}
+	reach := 20*time.Minute + 5*time.Minute + 2*time.Minute + time.Second
+	t.Logf("first %v second %v freed wm %v replay from about %v; stored: %s", t1, t2, wm, wm.Add(-reach), state(o))
+	if state(o) != "double_applied" {
+		t.Fatalf("before the restart the second write is %s, want double_applied", state(o))
+	}
+	clock.Add(time.Second)
+	r = openRunDetect(t, dir, clock, nil, dedit, nil)
+	for range 20 {
+		clock.Add(30 * time.Second)
+		r.status()
+	}
+	logs := r.logs.String()
+	got := r.stop()
+	if s := state(got); s != "double_applied" {
+		t.Errorf("after the restart the second write is stored as %s, want double_applied\n%s", s, logs)
+	}
+}
+
+// TestFreed_StateFileUnwritableLateWriteOfFreedPartition: the state
+// file cannot be written (disk full, say) after a partition was freed and
+// kept in it. A late write of the partition is acknowledged anyway (the
+// ack path's write fails, a WARN), judged in a partition begun anew, and
+// the process dies before its window closes. The file still keeps the
+// partition as freed: the replay takes the write's unverified_write as
+// committed. Without the freed entry (main) it is announced and stored.
+func TestFreed_StateFileUnwritableLateWriteOfFreedPartition(t *testing.T) {
+	dir := t.TempDir()
+	clock := newClock(wallStart)
+	key := detect.PartitionKey{Server: "thegram"}
+	r := openRun(t, dir, clock, nil, nil)
+	wm := freedBeforeStop(t, r, dir, clock, key)
+	path := filepath.Join(dir, "partitions.json")
+	saved, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The file cannot be replaced any more: a directory in its place.
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(path, "x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	at := wm.Add(-6 * time.Minute)
+	late := batch(t, "slowposter", pendingPatchLine("s9", 91, at, "team/y.gram"))
+	// The partition cannot leave the file: the call is refused, for the
+	// sender to retry, rather than stored under a file that would take its
+	// output as committed after a crash.
+	if _, err := r.ingest(late); !errors.Is(err, audit.ErrUnavailable) {
+		t.Fatalf("a call of a freed partition with the state file unwritable: %v, want refused as unavailable", err)
+	}
+	if n := len(r.crash()); n != 1 {
+		t.Fatalf("%d findings before the crash, want the first unverified_write", n)
+	}
+	// What the disk holds: the file as it was before writes failed.
+	if err := os.RemoveAll(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, saved, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	clock.Add(time.Second)
+	r = openRun(t, dir, clock, nil, nil)
+	if _, err := r.ingest(late); err != nil { // the sender retries
+		t.Fatal(err)
+	}
+	for range 20 {
+		clock.Add(30 * time.Second)
+		r.status()
+	}
+	lateFindingAnnounced(t, r, ids(late)[0])
+}
+
+// TestFreed_StoredNotAckedWithBusyNeighbour: as
+// TestFreed_StoredNotAckedLateWriteOfFreedPartition, with another
+// server of the tenant busy all along (its watermark, the file's floor,
+// after the late write's window end): the floor does not cover the loss.
+func TestFreed_StoredNotAckedWithBusyNeighbour(t *testing.T) {
+	dir := t.TempDir()
+	clock := newClock(wallStart)
+	key := detect.PartitionKey{Server: "thegram"}
+	r := openRun(t, dir, clock, nil, nil)
+	rpc := 0
+	other := func() {
+		t.Helper()
+		rpc++
+		if _, err := r.ingest(batch(t, "busy", callLine("other", "o1", rpc, clock.Now().Add(-time.Second)))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sendPendingThenReads(t, r, wallStart.Add(-time.Minute))
+	for range 40 {
+		other()
+		clock.Add(30 * time.Second)
+		r.status()
+	}
+	var wm time.Time
+	for deadline := time.Now().Add(10 * time.Second); wm.IsZero(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the state file does not keep the freed partition")
+		}
+		other()
+		clock.Add(30 * time.Second)
+		r.status()
+		wm = freedIn(t, dir, key)
+	}
+	at := wm.Add(-6 * time.Minute)
+	floor := floorIn(t, dir)
+	t.Logf("freed at %v, floor %v, late write at %v (window end %v)", wm, floor, at, at.Add(5*time.Minute))
+	if floor.IsZero() || !floor.After(at.Add(5*time.Minute)) {
+		t.Fatalf("floor %v not after the late write's window end", floor)
+	}
+	line := pendingPatchLine("s9", 91, at, "team/y.gram")
+	r.cs.dieAfterAppend.Store(true)
+	if _, err := r.ingest(batch(t, "slowposter", line)); err == nil {
+		t.Fatal("acknowledged by a dead process")
+	}
+	r.die()
+	clock.Add(time.Second)
+	r = openRun(t, dir, clock, nil, nil)
+	for range 20 {
+		other()
+		clock.Add(30 * time.Second)
+		r.status()
+	}
+	late := batch(t, "slowposter", line) // re-sent after 10 minutes
+	if _, err := r.ingest(late); err != nil {
+		t.Fatal(err)
+	}
+	for range 30 {
+		other()
+		clock.Add(30 * time.Second)
+		r.status()
+	}
+	lateFindingAnnounced(t, r, ids(late)[0])
+}
