@@ -315,7 +315,8 @@ func (p *Pipeline) comeback(batches []audit.Batch) error {
 	if len(p.freed) == 0 {
 		return nil
 	}
-	back, onDisk := false, false
+	var back map[detect.PartitionKey]freedMark
+	onDisk := false
 	for _, b := range batches {
 		var last detect.PartitionKey
 		for i, r := range b.Records {
@@ -325,12 +326,16 @@ func (p *Pipeline) comeback(batches []audit.Batch) error {
 			}
 			last = k
 			if m, ok := p.freed[k]; ok {
+				if back == nil {
+					back = map[detect.PartitionKey]freedMark{}
+				}
+				back[k] = m
 				delete(p.freed, k)
-				back, onDisk = true, onDisk || m.disk
+				onDisk = onDisk || m.disk
 			}
 		}
 	}
-	if back {
+	if back != nil {
 		p.freedChanged = true
 	}
 	if !onDisk {
@@ -338,6 +343,9 @@ func (p *Pipeline) comeback(batches []audit.Batch) error {
 	}
 	now := p.now()
 	if err := writeMarks(p.cfg.StateFile, p.savedMarks, p.freed, p.floor, now); err != nil {
+		// The file still keeps them: kept here too, so that the next call
+		// of them tries again rather than being stored under it.
+		maps.Copy(p.freed, back)
 		return fmt.Errorf("cannot save the state file before the calls of a partition freed as idle are stored: %w", err)
 	}
 	p.marksSaved, p.freedChanged = now, false
