@@ -196,12 +196,14 @@ func TestFreed_AckedAfterTheFreeing(t *testing.T) {
 	if !at.After(r.p.floor) {
 		t.Fatalf("the late write at %v is not after the floor %v: the test shows nothing", at, r.p.floor)
 	}
-	if err := r.p.comeback([]audit.Batch{late}); err != nil {
+	arrived, err := r.p.comeback([]audit.Batch{late})
+	if err != nil {
 		t.Fatal(err)
 	}
 	if err := r.p.lowerFloor(at, late); err != nil {
 		t.Fatal(err)
 	}
+	arrived()
 	if _, ok := r.p.freed[detect.PartitionKey{Server: "thegram"}]; ok {
 		t.Error("the partition is still kept as freed after a call of it was acknowledged")
 	}

@@ -123,6 +123,7 @@ func (p *Pipeline) freedWritten() {
 			p.freed[k] = m
 		}
 	}
+	clear(p.stale)
 }
 
 // maxFreed bounds how many freed partitions the state file keeps: past
@@ -305,52 +306,70 @@ func (p *Pipeline) lowerFloor(t time.Time, b audit.Batch) error {
 // (review13c). So the entry leaves the file first. This writes the file on
 // the way to an acknowledgement once per partition that comes back after
 // it was freed (a quiet spell of correlation_window + allowed_lateness at
-// least), and only when the file on disk keeps one of them.
-func (p *Pipeline) comeback(batches []audit.Batch) error {
+// least), and only when the file on disk keeps one of them. It also
+// counts the request's partitions as arriving until arrived is called,
+// once the floor covers its calls (lowerFloor) or it failed: a partition
+// the engine frees meanwhile is not kept as freed (free), or a save could
+// write it so while its calls are stored and not yet covered.
+func (p *Pipeline) comeback(batches []audit.Batch) (arrived func(), err error) {
 	if p.cfg.StateFile == "" {
-		return nil
+		return func() {}, nil
+	}
+	var keys []detect.PartitionKey
+	for _, b := range batches {
+		for _, r := range b.Records {
+			k := detect.PartitionKey{Tenant: r.Call.Tenant, Server: r.Call.Server}
+			if !slices.Contains(keys, k) { // a batch is mostly one server's
+				keys = append(keys, k)
+			}
+		}
 	}
 	p.floorMu.Lock()
 	defer p.floorMu.Unlock()
-	if len(p.freed) == 0 {
-		return nil
+	if p.arriving == nil {
+		p.arriving = map[detect.PartitionKey]int{}
 	}
 	var back map[detect.PartitionKey]freedMark
 	onDisk := false
-	for _, b := range batches {
-		var last detect.PartitionKey
-		for i, r := range b.Records {
-			k := detect.PartitionKey{Tenant: r.Call.Tenant, Server: r.Call.Server}
-			if i > 0 && k == last {
-				continue // a batch is mostly one server's
+	for _, k := range keys {
+		p.arriving[k]++
+		if m, ok := p.freed[k]; ok {
+			if back == nil {
+				back = map[detect.PartitionKey]freedMark{}
 			}
-			last = k
-			if m, ok := p.freed[k]; ok {
-				if back == nil {
-					back = map[detect.PartitionKey]freedMark{}
-				}
-				back[k] = m
-				delete(p.freed, k)
-				onDisk = onDisk || m.disk
+			back[k] = m
+			delete(p.freed, k)
+			onDisk = onDisk || m.disk
+		}
+		onDisk = onDisk || p.stale[k]
+	}
+	done := func() {
+		for _, k := range keys {
+			if p.arriving[k]--; p.arriving[k] <= 0 {
+				delete(p.arriving, k)
 			}
 		}
 	}
 	if back != nil {
 		p.freedChanged = true
 	}
-	if !onDisk {
-		return nil
+	if onDisk {
+		now := p.now()
+		if err := writeMarks(p.cfg.StateFile, p.savedMarks, p.freed, p.floor, now); err != nil {
+			// The file still keeps them: kept here too, so that the next
+			// call of them tries again rather than being stored under it.
+			maps.Copy(p.freed, back)
+			done()
+			return nil, fmt.Errorf("cannot save the state file before the calls of a partition freed as idle are stored: %w", err)
+		}
+		p.marksSaved, p.freedChanged = now, false
+		p.freedWritten()
 	}
-	now := p.now()
-	if err := writeMarks(p.cfg.StateFile, p.savedMarks, p.freed, p.floor, now); err != nil {
-		// The file still keeps them: kept here too, so that the next call
-		// of them tries again rather than being stored under it.
-		maps.Copy(p.freed, back)
-		return fmt.Errorf("cannot save the state file before the calls of a partition freed as idle are stored: %w", err)
-	}
-	p.marksSaved, p.freedChanged = now, false
-	p.freedWritten()
-	return nil
+	return func() {
+		p.floorMu.Lock()
+		done()
+		p.floorMu.Unlock()
+	}, nil
 }
 
 // free notes the partitions the engine freed as idle: their calls up to
@@ -365,6 +384,11 @@ func (p *Pipeline) free(freed []detect.Freed) {
 	for _, f := range freed {
 		if f.Watermark.IsZero() {
 			continue // never judged anything: nothing committed
+		}
+		if p.arriving[f.PartitionKey] > 0 {
+			// A request of it is being stored, its calls not yet covered
+			// by the floor: in doubt, its output is announced again.
+			continue
 		}
 		p.freed[f.PartitionKey] = freedMark{wm: f.Watermark, gen: f.Gen}
 		p.freedChanged = true
@@ -413,7 +437,7 @@ func (p *Pipeline) warnState(err error) {
 func (p *Pipeline) warnStateLocked(err error) {
 	if now := p.now(); now.Sub(p.stateWarned) >= time.Minute {
 		p.stateWarned = now
-		p.log.Error("cannot save the partitions' watermarks: calls are still acknowledged and judged, but after a crash now a backlog acknowledged since the last save may not be judged again, and restarts replay from further back (logged once a minute)",
+		p.log.Error("cannot save the partitions' watermarks: calls are still acknowledged and judged (except those of a server freed as idle that comes back, refused until the file can be written), but after a crash now a backlog acknowledged since the last save may not be judged again, and restarts replay from further back (logged once a minute)",
 			"path", p.cfg.StateFile, "err", err)
 	}
 }

@@ -154,9 +154,16 @@ type Pipeline struct {
 	// the file does not say what freed holds.
 	freed        map[detect.PartitionKey]freedMark
 	freedChanged bool
-	marksSaved   time.Time
-	floor        time.Time
-	queued       map[int64]int
+	// stale holds the partitions the file on disk keeps as freed that freed
+	// no longer holds (the replay at start made them again): the file must
+	// drop them before a call of them is stored (comeback). arriving
+	// counts, per partition, the requests between comeback and lowerFloor:
+	// a partition freed meanwhile is not kept as freed (free).
+	stale      map[detect.PartitionKey]bool
+	arriving   map[detect.PartitionKey]int
+	marksSaved time.Time
+	floor      time.Time
+	queued     map[int64]int
 	// stateWarned is when a failure to write the state file was last
 	// logged: at most once a minute.
 	stateWarned time.Time
@@ -188,6 +195,8 @@ func New(ctx context.Context, cfg Config, dcfg detect.Config, store audit.Store,
 		statusReq: make(chan chan statusReply),
 		queued:    map[int64]int{},
 		freed:     map[detect.PartitionKey]freedMark{},
+		stale:     map[detect.PartitionKey]bool{},
+		arriving:  map[detect.PartitionKey]int{},
 		load:      tenantLoad{queued: map[string]int64{}, open: map[string]int64{}},
 	}
 	p.rlog = ratelog.New(log, ratelog.NewDefaultConfig())
@@ -373,6 +382,8 @@ func (p *Pipeline) recover(ctx context.Context) error {
 		if !ok {
 			gen = p.eng.Made()
 			p.freed[k] = freedMark{wm: t, gen: gen, disk: true}
+		} else {
+			p.stale[k] = true
 		}
 		p.gate.bind(k, gen)
 	}
@@ -560,7 +571,8 @@ func (p *Pipeline) Ingest(ctx context.Context, batches ...audit.Batch) (int, err
 	// file before they are stored (comeback): a call stored and then lost
 	// to a crash before its acknowledgement is replayed at the next start,
 	// and its output must not be taken then as committed.
-	if err := p.comeback(batches); err != nil {
+	arrived, err := p.comeback(batches)
+	if err != nil {
 		p.inflight.Add(-n)
 		p.unqueue(perTenant)
 		p.refused(batches)
@@ -569,6 +581,7 @@ func (p *Pipeline) Ingest(ctx context.Context, batches ...audit.Batch) (int, err
 	}
 	stored, differ, err := p.append(ctx, recs)
 	if err != nil {
+		arrived()
 		p.inflight.Add(-n)
 		p.unqueue(perTenant)
 		p.refused(batches)
@@ -584,6 +597,7 @@ func (p *Pipeline) Ingest(ctx context.Context, batches ...audit.Batch) (int, err
 			p.warnState(err)
 		}
 	}
+	arrived()
 	// The engine keeps what correlation needs, not the payloads the store
 	// has now.
 	now := p.now()
