@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -92,6 +93,9 @@ type ServeConfig struct {
 	// DataDir is where the embedded store lives. Default ./mcpaudit-data.
 	DataDir string `yaml:"data_dir"`
 	// Store is the backend: sqlite (embedded, default) or clickhouse.
+	// Settings of the other one's section (serve.clickhouse under sqlite,
+	// serve.sqlite under clickhouse) are not used: serve and config
+	// validate warn about them.
 	Store string `yaml:"store"`
 	// Retention is how long calls, writes and findings are kept; ingest
 	// refuses a call older than the next retention round keeps, which it
@@ -341,7 +345,35 @@ func (c *Config) Warnings() []string {
 	if w := findingMaxAgeWarning(c.Rules.FindingMaxAge, c.Detect); w != "" {
 		out = append(out, w)
 	}
+	if w := otherStoreWarning(c.Serve); w != "" {
+		out = append(out, w)
+	}
 	return out
+}
+
+// otherStoreWarning says that the settings of the store not in use differ
+// from their defaults, or "": serve.clickhouse.dsn with serve.store left
+// at sqlite is a ClickHouse deployment that silently runs on the embedded
+// store (found by the operator pass of 2026-12-05: config validate said
+// "valid" and nothing more).
+func otherStoreWarning(s ServeConfig) string {
+	def := NewDefaultConfig().Serve
+	unused, section := "", ""
+	switch s.Store {
+	case "clickhouse":
+		if !reflect.DeepEqual(s.SQLite, def.SQLite) {
+			unused, section = "sqlite", "serve.sqlite"
+		}
+	case "sqlite", "":
+		if !reflect.DeepEqual(s.ClickHouse, def.ClickHouse) {
+			unused, section = "clickhouse", "serve.clickhouse"
+		}
+	}
+	if unused == "" {
+		return ""
+	}
+	return fmt.Sprintf("%s is set but serve.store is %s: its settings are not used (set serve.store: %s, or pass --store %s, to use them)",
+		section, cmp.Or(s.Store, "sqlite"), unused, unused)
 }
 
 // findingMaxAgeWarning says what a finding_max_age shorter than the
