@@ -178,36 +178,14 @@ func printStatus(w io.Writer, st api.StatusResponse, waited bool) {
 	}
 	// Why a partition shows no watermark: it has not taken one yet (a new
 	// server waits detect.join_wait for its other sources).
-	first := true
-	for _, p := range st.Partitions {
-		line, ok := api.NoWatermark(p)
-		if !ok {
-			continue
-		}
-		if first {
-			fmt.Fprintln(w)
-			first = false
-		}
-		fmt.Fprintln(w, line)
-	}
+	partitionLines(w, st.Partitions, api.NoWatermark)
 	// What holds a server's findings back: a source far behind the others
 	// of its partition (an exporter that lags, or a clock that is slow)
 	// keeps every call of the others waiting for as long as it is behind.
-	first = true
-	for _, p := range st.Partitions {
-		line, ok := api.HeldBack(p)
-		if !ok {
-			continue
-		}
-		if first {
-			fmt.Fprintln(w)
-			first = false
-		}
-		fmt.Fprintln(w, line)
-	}
+	partitionLines(w, st.Partitions, api.HeldBack)
 	// Senders a partition had no room for (detect.max_sources): their
 	// calls are judged under one clock, not each under its own.
-	first = true
+	first := true
 	for _, p := range st.Partitions {
 		if p.OverflowCalls == 0 {
 			continue
@@ -289,4 +267,21 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// partitionLines prints the line line gives of each partition that has
+// one, after an empty line, or nothing when none has.
+func partitionLines(w io.Writer, parts []api.PartitionStatus, line func(api.PartitionStatus) (string, bool)) {
+	first := true
+	for _, p := range parts {
+		l, ok := line(p)
+		if !ok {
+			continue
+		}
+		if first {
+			fmt.Fprintln(w)
+			first = false
+		}
+		fmt.Fprintln(w, l)
+	}
 }

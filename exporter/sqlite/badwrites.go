@@ -45,22 +45,7 @@ func (s *Store) WriteCountsByRange(ctx context.Context, q audit.CountQuery, boun
 		hs[i].lo, hs[i].hi, hs[i].whole = wholeHours(bounds[i], bounds[i+1])
 	}
 	add := func(counts map[audit.WriteState]int64, query string, args []any) error {
-		rows, err := tx.QueryContext(ctx, query, args...)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var state string
-			var n int64
-			if err := rows.Scan(&state, &n); err != nil {
-				return err
-			}
-			if n != 0 {
-				counts[audit.WriteState(state)] += n
-			}
-		}
-		return rows.Err()
+		return addStateCounts(ctx, tx, counts, query, args)
 	}
 	scan := func(counts map[audit.WriteState]int64, since, until time.Time) error {
 		if !since.Before(until) {

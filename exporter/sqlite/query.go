@@ -399,22 +399,7 @@ func (s *Store) WriteCounts(ctx context.Context, q audit.CountQuery) (map[audit.
 	defer tx.Rollback()
 	counts := map[audit.WriteState]int64{}
 	add := func(query string, args []any) error {
-		rows, err := tx.QueryContext(ctx, query, args...)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var state string
-			var n int64
-			if err := rows.Scan(&state, &n); err != nil {
-				return err
-			}
-			if n != 0 {
-				counts[audit.WriteState(state)] += n
-			}
-		}
-		return rows.Err()
+		return addStateCounts(ctx, tx, counts, query, args)
 	}
 	scan := func(since, until time.Time) error {
 		var f filter
@@ -605,4 +590,25 @@ func timelineWrites(ctx context.Context, tx *sql.Tx, calls []audit.Record, doc s
 		slices.SortStableFunc(out[first:], func(a, b audit.Write) int { return cmp.Compare(a.Seq, b.Seq) })
 	}
 	return out, nil
+}
+
+// addStateCounts adds to counts the rows of query, each a state and a
+// count.
+func addStateCounts(ctx context.Context, tx *sql.Tx, counts map[audit.WriteState]int64, query string, args []any) error {
+	rows, err := tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var state string
+		var n int64
+		if err := rows.Scan(&state, &n); err != nil {
+			return err
+		}
+		if n != 0 {
+			counts[audit.WriteState(state)] += n
+		}
+	}
+	return rows.Err()
 }
