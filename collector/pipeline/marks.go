@@ -315,15 +315,7 @@ func (p *Pipeline) comeback(batches []audit.Batch) (arrived func(), err error) {
 	if p.cfg.StateFile == "" {
 		return func() {}, nil
 	}
-	var keys []detect.PartitionKey
-	for _, b := range batches {
-		for _, r := range b.Records {
-			k := detect.PartitionKey{Tenant: r.Call.Tenant, Server: r.Call.Server}
-			if !slices.Contains(keys, k) { // a batch is mostly one server's
-				keys = append(keys, k)
-			}
-		}
-	}
+	keys := partitionsOf(batches)
 	p.floorMu.Lock()
 	defer p.floorMu.Unlock()
 	if p.arriving == nil {
@@ -372,6 +364,40 @@ func (p *Pipeline) comeback(batches []audit.Batch) (arrived func(), err error) {
 	}, nil
 }
 
+// partitionsOf returns the partitions the calls of batches fall in, each
+// once, in the order they come.
+func partitionsOf(batches []audit.Batch) []detect.PartitionKey {
+	var keys []detect.PartitionKey
+	var seen map[detect.PartitionKey]bool // past a few keys
+	var last detect.PartitionKey
+	for _, b := range batches {
+		for _, r := range b.Records {
+			k := detect.PartitionKey{Tenant: r.Call.Tenant, Server: r.Call.Server}
+			if len(keys) > 0 && k == last {
+				continue // a batch is mostly one server's
+			}
+			last = k
+			switch {
+			case seen != nil:
+				if seen[k] {
+					continue
+				}
+				seen[k] = true
+			case slices.Contains(keys, k):
+				continue
+			case len(keys) == 8:
+				seen = make(map[detect.PartitionKey]bool, 16)
+				for _, k := range keys {
+					seen[k] = true
+				}
+				seen[k] = true
+			}
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
 // free notes the partitions the engine freed as idle: their calls up to
 // the watermarks they had were judged and their output committed (the
 // engine frees after a commit). Engine goroutine.
@@ -401,7 +427,7 @@ func (p *Pipeline) free(freed []detect.Freed) {
 				first, at = k, m.wm
 			}
 		}
-		delete(p.freed, first)
+		p.dropFreed(first, p.freed[first])
 	}
 }
 
@@ -421,9 +447,22 @@ func (p *Pipeline) pruneFreed(floor time.Time) {
 	}
 	for k, m := range p.freed {
 		if gen, ok := p.eng.Gen(k); ok && gen > m.gen || m.wm.Before(reach) {
-			delete(p.freed, k)
-			p.freedChanged = true
+			p.dropFreed(k, m)
 		}
+	}
+}
+
+// dropFreed forgets the freed partition k; while the file on disk may
+// still keep it, it is stale: the file is written again before a call of
+// it is stored (comeback). floorMu held.
+func (p *Pipeline) dropFreed(k detect.PartitionKey, m freedMark) {
+	delete(p.freed, k)
+	p.freedChanged = true
+	if m.disk {
+		if p.stale == nil {
+			p.stale = map[detect.PartitionKey]bool{}
+		}
+		p.stale[k] = true
 	}
 }
 
@@ -499,7 +538,17 @@ func writeMarks(path string, marks map[detect.PartitionKey]mark, freed map[detec
 	if err := tmp.Close(); err != nil {
 		return err
 	}
-	return os.Rename(tmp.Name(), path)
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	// The rename itself is made durable: a call stored after a comeback's
+	// write must not find the old file back after a power loss.
+	dir, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer dir.Close()
+	return dir.Sync()
 }
 
 // debugMemoryLimit returns the runtime's memory limit (GOMEMLIMIT or

@@ -579,9 +579,9 @@ func (p *Pipeline) Ingest(ctx context.Context, batches ...audit.Batch) (int, err
 		p.warnState(err)
 		return 0, fmt.Errorf("%w: %w", audit.ErrUnavailable, err)
 	}
+	defer arrived() // after lowerFloor below; on a panic too
 	stored, differ, err := p.append(ctx, recs)
 	if err != nil {
-		arrived()
 		p.inflight.Add(-n)
 		p.unqueue(perTenant)
 		p.refused(batches)
@@ -597,7 +597,6 @@ func (p *Pipeline) Ingest(ctx context.Context, batches ...audit.Batch) (int, err
 			p.warnState(err)
 		}
 	}
-	arrived()
 	// The engine keeps what correlation needs, not the payloads the store
 	// has now.
 	now := p.now()
