@@ -242,7 +242,9 @@ func (p *Pipeline) saveMarks(marks map[detect.PartitionKey]mark, force bool) {
 	}
 	if err := writeMarks(p.cfg.StateFile, marks, p.freed, floor, now); err != nil {
 		p.warnStateLocked(err)
-		return
+		if !renamed(err) {
+			return
+		}
 	}
 	p.freedWritten()
 	p.savedMarks, p.marksSaved, p.floor, p.freedChanged = marks, now, floor, false
@@ -284,12 +286,13 @@ func (p *Pipeline) lowerFloor(t time.Time, b audit.Batch) error {
 	}
 	// Nothing was saved yet, or the batch reaches behind what was: the
 	// file must say so before the calls are acknowledged.
-	if err := writeMarks(p.cfg.StateFile, p.savedMarks, p.freed, t, p.now()); err != nil {
+	err := writeMarks(p.cfg.StateFile, p.savedMarks, p.freed, t, p.now())
+	if err != nil && !renamed(err) {
 		return fmt.Errorf("cannot save the state file: %w", err)
 	}
 	p.freedWritten()
 	p.floor = t
-	return nil
+	return err
 }
 
 // comeback forgets the partitions freed as idle that batches bring back,
@@ -348,11 +351,15 @@ func (p *Pipeline) comeback(batches []audit.Batch) (arrived func(), err error) {
 	if onDisk {
 		now := p.now()
 		if err := writeMarks(p.cfg.StateFile, p.savedMarks, p.freed, p.floor, now); err != nil {
-			// The file still keeps them: kept here too, so that the next
-			// call of them tries again rather than being stored under it.
-			maps.Copy(p.freed, back)
-			done()
-			return nil, fmt.Errorf("cannot save the state file before the calls of a partition freed as idle are stored: %w", err)
+			if !renamed(err) {
+				// The file still keeps them: kept here too, so that the
+				// next call of them tries again rather than being stored
+				// under it.
+				maps.Copy(p.freed, back)
+				done()
+				return nil, fmt.Errorf("cannot save the state file before the calls of a partition freed as idle are stored: %w", err)
+			}
+			p.warnStateLocked(err)
 		}
 		p.marksSaved, p.freedChanged = now, false
 		p.freedWritten()
@@ -543,12 +550,40 @@ func writeMarks(path string, marks map[detect.PartitionKey]mark, freed map[detec
 	}
 	// The rename itself is made durable: a call stored after a comeback's
 	// write must not find the old file back after a power loss.
-	dir, err := os.Open(filepath.Dir(path))
+	if err := syncDir(filepath.Dir(path)); err != nil {
+		return &dirSyncError{err}
+	}
+	return nil
+}
+
+// syncDir syncs a directory; a variable so that a test can make it fail,
+// which a real file system here cannot be made to do after a rename.
+var syncDir = func(path string) error {
+	dir, err := os.Open(path)
 	if err != nil {
 		return err
 	}
 	defer dir.Close()
 	return dir.Sync()
+}
+
+// dirSyncError is a state file written in place whose directory could not
+// be synced: the new file is what a process (and the next start) reads,
+// so its writer counts it as written; only a power loss could bring the
+// old one back.
+type dirSyncError struct{ err error }
+
+func (e *dirSyncError) Error() string {
+	return "the state file was replaced, but its directory could not be synced: " + e.err.Error()
+}
+
+func (e *dirSyncError) Unwrap() error { return e.err }
+
+// renamed reports whether err, from writeMarks, left the new file in
+// place.
+func renamed(err error) bool {
+	var d *dirSyncError
+	return errors.As(err, &d)
 }
 
 // debugMemoryLimit returns the runtime's memory limit (GOMEMLIMIT or

@@ -926,7 +926,11 @@ func (p *Pipeline) run(ctx context.Context) {
 			if err := p.commit(cctx); err != nil {
 				p.log.Error("cannot commit the engine's output at shutdown; it will be rebuilt from stored calls at the next start", "err", err)
 			} else {
+				// Under floorMu: a request past the stopped check may still
+				// write the file (lowerFloor, comeback).
+				p.floorMu.Lock()
 				p.savedMarks = nil
+				p.floorMu.Unlock()
 				p.saveMarks(marksOf(p.eng, p.now()), true)
 			}
 			cancel()

@@ -1,0 +1,43 @@
+package pipeline
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+)
+
+// TestFreed_DirSyncFailsAfterRename: a save whose rename succeeded but
+// whose directory sync failed (syncDir, made to fail: a fake, for a fault
+// this file system cannot be made to show) has put the file in place, with
+// the partition freed since the last write. It counts as written: a late
+// call of that partition has comeback write the file without it. Taken as
+// not written, the entry stayed marked as not on disk, comeback wrote
+// nothing, and the call was stored under a file keeping the partition
+// freed (found by review13f with strace injecting EIO).
+func TestFreed_DirSyncFailsAfterRename(t *testing.T) {
+	r := newFreedRig(t)
+	first := r.batch(1, r.wall.Add(-time.Minute))
+	r.p.lowerFloor(earliest(first), first)
+	r.take(first)
+	sync := syncDir
+	t.Cleanup(func() { syncDir = sync })
+	syncDir = func(string) error { return errors.New("injected: the directory cannot be synced") }
+	wm := r.expire()
+	r.save()
+	if _, kept := r.restart(); !kept {
+		t.Fatal("the file does not keep thegram freed: the test shows nothing")
+	}
+	late := r.batch(3, wm.Add(-6*time.Minute))
+	at := late.Records[0].Call.Time
+	arrived, err := r.p.comeback([]audit.Batch{late})
+	if err != nil {
+		t.Fatalf("comeback, the file replaced but its directory not synced: %v; want taken (the file is in place)", err)
+	}
+	arrived()
+	committed, kept := r.restart()
+	if kept || committed(at) || committed(at.Add(5*time.Minute)) {
+		t.Errorf("a late call stored with the file on disk keeping thegram freed (kept %v): its output taken as committed after a crash", kept)
+	}
+}
