@@ -269,3 +269,4 @@ func TestFreed_StoredNotAckedWithBusyNeighbour(t *testing.T) {
 	}
 	lateFindingAnnounced(t, r, ids(late)[0])
 }
+

@@ -371,6 +371,23 @@ func (p *Pipeline) comeback(batches []audit.Batch) (arrived func(), err error) {
 	}, nil
 }
 
+// unsure notes the partitions of batches, whose append failed, as
+// doubted: the store may hold some of their calls all the same.
+func (p *Pipeline) unsure(batches []audit.Batch) {
+	if p.cfg.StateFile == "" {
+		return
+	}
+	keys := partitionsOf(batches)
+	p.floorMu.Lock()
+	defer p.floorMu.Unlock()
+	if p.doubted == nil {
+		p.doubted = map[detect.PartitionKey]bool{}
+	}
+	for _, k := range keys {
+		p.doubted[k] = true
+	}
+}
+
 // partitionsOf returns the partitions the calls of batches fall in, each
 // once, in the order they come.
 func partitionsOf(batches []audit.Batch) []detect.PartitionKey {
@@ -418,9 +435,10 @@ func (p *Pipeline) free(freed []detect.Freed) {
 		if f.Watermark.IsZero() {
 			continue // never judged anything: nothing committed
 		}
-		if p.arriving[f.PartitionKey] > 0 {
+		if p.arriving[f.PartitionKey] > 0 || p.doubted[f.PartitionKey] {
 			// A request of it is being stored, its calls not yet covered
-			// by the floor: in doubt, its output is announced again.
+			// by the floor, or a failed one may have stored some: in
+			// doubt, its output is announced again.
 			continue
 		}
 		p.freed[f.PartitionKey] = freedMark{wm: f.Watermark, gen: f.Gen}

@@ -159,8 +159,13 @@ type Pipeline struct {
 	// drop them before a call of them is stored (comeback). arriving
 	// counts, per partition, the requests between comeback and lowerFloor:
 	// a partition freed meanwhile is not kept as freed (free).
-	stale      map[detect.PartitionKey]bool
-	arriving   map[detect.PartitionKey]int
+	stale    map[detect.PartitionKey]bool
+	arriving map[detect.PartitionKey]int
+	// doubted holds the partitions a failed append may have stored calls
+	// of all the same (a ClickHouse insert goes on when its caller stops
+	// waiting): calls never covered by the floor nor judged, so none of
+	// these partitions is kept as freed for the rest of the run (free).
+	doubted    map[detect.PartitionKey]bool
 	marksSaved time.Time
 	floor      time.Time
 	queued     map[int64]int
@@ -582,6 +587,7 @@ func (p *Pipeline) Ingest(ctx context.Context, batches ...audit.Batch) (int, err
 	defer arrived() // after lowerFloor below; on a panic too
 	stored, differ, err := p.append(ctx, recs)
 	if err != nil {
+		p.unsure(batches)
 		p.inflight.Add(-n)
 		p.unqueue(perTenant)
 		p.refused(batches)
