@@ -269,4 +269,3 @@ func TestFreed_StoredNotAckedWithBusyNeighbour(t *testing.T) {
 	}
 	lateFindingAnnounced(t, r, ids(late)[0])
 }
-
