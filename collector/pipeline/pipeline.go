@@ -365,8 +365,13 @@ func (p *Pipeline) recover(ctx context.Context) error {
 		// announced and stored again, a double application's second
 		// attempt stored as durable when the replay began after its first
 		// (found from outside, live13b). A call of it acknowledged after
-		// the freeing had the file drop it first (comeback).
-		if t, ok := freed[detect.PartitionKey{Tenant: r.Call.Tenant, Server: r.Call.Server}]; ok && !r.Call.Time.After(t) {
+		// the freeing had the file drop it first (comeback), or lowered the
+		// file's floor to it: only calls before the floor are passed over,
+		// as the gate takes only their output as committed (a batch
+		// acknowledged just before the engine freed its partition, found
+		// by review13h).
+		if t, ok := freed[detect.PartitionKey{Tenant: r.Call.Tenant, Server: r.Call.Server}]; ok && !r.Call.Time.After(t) &&
+			(floor.IsZero() || r.Call.Time.Before(floor)) {
 			skipped++
 			return nil
 		}
