@@ -19,7 +19,7 @@ import (
 func TestFreed_DirSyncFailsAfterRename(t *testing.T) {
 	r := newFreedRig(t)
 	first := r.batch(1, r.wall.Add(-time.Minute))
-	r.p.lowerFloor(earliest(first), first)
+	r.p.lowerFloor(earliest(first))
 	r.take(first)
 	sync := syncDir
 	t.Cleanup(func() { syncDir = sync })

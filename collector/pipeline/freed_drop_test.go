@@ -19,7 +19,7 @@ var thegram = detect.PartitionKey{Server: "thegram"}
 // freed watermark and B's time; the file on disk keeps thegram freed.
 func beginAnewAroundFreeing(t *testing.T, r *freedRig) (wm, atB time.Time) {
 	first := r.batch(1, r.wall.Add(-time.Minute))
-	r.p.lowerFloor(earliest(first), first)
+	r.p.lowerFloor(earliest(first))
 	r.take(first)
 	wm = r.expire()
 	r.save()
@@ -30,7 +30,7 @@ func beginAnewAroundFreeing(t *testing.T, r *freedRig) (wm, atB time.Time) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := r.p.lowerFloor(atB, b); err != nil {
+	if err := r.p.lowerFloor(atB); err != nil {
 		t.Fatal(err)
 	}
 	arrived()
@@ -91,7 +91,7 @@ func TestFreed_PruneThenFailedSaveAcksUnderFreedFile(t *testing.T) {
 	arrived, err := r.p.comeback([]audit.Batch{late})
 	if err == nil {
 		// stored; lowerFloor fails (warn) and the call is acknowledged
-		lerr := r.p.lowerFloor(at, late)
+		lerr := r.p.lowerFloor(at)
 		arrived()
 		t.Errorf("comeback with the file unwritable and keeping thegram freed: nil (lowerFloor: %v), the call acknowledged; want refused", lerr)
 	}
@@ -110,7 +110,7 @@ func TestFreed_PruneThenFailedSaveAcksUnderFreedFile(t *testing.T) {
 func TestFreed_EvictedFreedEntryStillOnDisk(t *testing.T) {
 	r := newFreedRig(t)
 	first := r.batch(1, r.wall.Add(-time.Minute))
-	r.p.lowerFloor(earliest(first), first)
+	r.p.lowerFloor(earliest(first))
 	r.take(first)
 	wm := r.expire()
 	r.save()

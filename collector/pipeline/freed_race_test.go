@@ -18,7 +18,7 @@ import (
 func TestFreed_RetryAfterFailedComebackWrites(t *testing.T) {
 	r := newFreedRig(t)
 	first := r.batch(1, r.wall.Add(-time.Minute))
-	r.p.lowerFloor(earliest(first), first)
+	r.p.lowerFloor(earliest(first))
 	r.take(first)
 	wm := r.expire()
 	r.save()
@@ -54,7 +54,7 @@ func TestFreed_RetryAfterFailedComebackWrites(t *testing.T) {
 func TestFreed_FreeBetweenComebackAndAppend(t *testing.T) {
 	r := newFreedRig(t)
 	first := r.batch(1, r.wall.Add(-time.Minute))
-	r.p.lowerFloor(earliest(first), first)
+	r.p.lowerFloor(earliest(first))
 	r.take(first)
 	at := first.Records[0].Call.Time.Add(time.Second)
 	late := r.batch(2, at)

@@ -124,7 +124,7 @@ func (r *freedRig) restart() (committed func(t time.Time) bool, kept bool) {
 func TestFreed_AckedAroundTheFreeing(t *testing.T) {
 	r := newFreedRig(t)
 	first := r.batch(1, r.wall.Add(-time.Minute))
-	r.p.lowerFloor(earliest(first), first)
+	r.p.lowerFloor(earliest(first))
 	r.take(first)
 	// The window (5 min) closes with the wall clock; committed; freed.
 	wm := r.expire()
@@ -138,7 +138,7 @@ func TestFreed_AckedAroundTheFreeing(t *testing.T) {
 	r.wall = r.wall.Add(time.Second)
 	late := r.batch(2, wm.Add(-6*time.Minute))
 	at := late.Records[0].Call.Time
-	if err := r.p.lowerFloor(at, late); err != nil {
+	if err := r.p.lowerFloor(at); err != nil {
 		t.Fatal(err)
 	}
 	// Freed now at a watermark past the late write (nothing of the
@@ -175,12 +175,12 @@ func TestFreed_AckedAfterTheFreeing(t *testing.T) {
 		for _, rec := range b.Records {
 			rec.Call.Server = "other"
 		}
-		r.p.lowerFloor(earliest(b), b)
+		r.p.lowerFloor(earliest(b))
 		r.take(b)
 	}
 	r.each()
 	first := r.batch(2, r.wall.Add(-time.Minute))
-	r.p.lowerFloor(earliest(first), first)
+	r.p.lowerFloor(earliest(first))
 	r.take(first)
 	wm := r.expire()
 	r.save()
@@ -200,7 +200,7 @@ func TestFreed_AckedAfterTheFreeing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := r.p.lowerFloor(at, late); err != nil {
+	if err := r.p.lowerFloor(at); err != nil {
 		t.Fatal(err)
 	}
 	arrived()

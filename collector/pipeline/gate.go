@@ -214,7 +214,7 @@ func (g *gate) committed(tenant, server string, t time.Time) bool {
 		delete(g.freed, k) // begun anew in this run
 		return false
 	}
-	return !t.After(f.wm) && (f.floor.IsZero() || t.Before(f.floor))
+	return freedCovers(f.wm, f.floor, t)
 }
 
 // heldOpen reports whether a window of the partition of (tenant, server)

@@ -83,13 +83,12 @@ type markFile struct {
 	// calls the replay at start may still reach, with the watermark each
 	// had then: the partition was empty after a commit, so every call of
 	// it up to that watermark was judged and its output committed. They
-	// are no partitions (nothing of them is restored); they tell the gate
-	// what the replay of their calls must not announce again, and only
-	// before Floor (see gate.committed): a call of a freed partition
-	// acknowledged after the file was written, if dated before Floor, had
-	// the file rewritten without it first (lowerFloor), and one dated from
-	// Floor on is not covered. A release before them ignores the field
-	// (and announces that output again).
+	// are no partitions (nothing of them is restored); the replay at start
+	// passes over their calls up to there and before Floor (freedCovers):
+	// a call of a freed partition stored after the freeing had the file
+	// rewritten without it first (comeback), and one acknowledged around
+	// the freeing is covered by Floor alone. A release before them
+	// ignores the field (and announces that output again).
 	Freed []freedLine `json:"freed,omitempty"`
 }
 
@@ -97,6 +96,16 @@ type freedLine struct {
 	Tenant    string    `json:"tenant"`
 	Server    string    `json:"server"`
 	Watermark time.Time `json:"watermark"`
+}
+
+// freedCovers reports whether a state file that keeps a partition freed
+// at watermark wm, with floor floor, stands for the output of its calls
+// dated t as committed: at or before wm, and before floor (a call of it
+// acknowledged around the freeing is covered by the floor alone). The
+// replay at start passes over the calls it covers (recover), and the
+// gate takes such output as committed.
+func freedCovers(wm, floor, t time.Time) bool {
+	return !t.After(wm) && (floor.IsZero() || t.Before(floor))
 }
 
 // freedMark is what the pipeline keeps of a partition freed as idle:
@@ -270,11 +279,11 @@ func floorOf(marks map[detect.PartitionKey]mark, queued map[int64]int) time.Time
 }
 
 // lowerFloor makes the state file's floor reach back to t, the earliest
-// call of batch b about to be queued, before the batch is acknowledged;
+// call of a batch about to be queued, before the batch is acknowledged;
 // dequeued notes that the batch was taken by the engine or dropped. The
-// partitions freed as idle that b brings back left the file before its
-// calls were stored (comeback).
-func (p *Pipeline) lowerFloor(t time.Time, b audit.Batch) error {
+// partitions freed as idle that the batch brings back left the file
+// before its calls were stored (comeback).
+func (p *Pipeline) lowerFloor(t time.Time) error {
 	if p.cfg.StateFile == "" {
 		return nil
 	}
@@ -297,8 +306,8 @@ func (p *Pipeline) lowerFloor(t time.Time, b audit.Batch) error {
 
 // comeback forgets the partitions freed as idle that batches bring back,
 // and writes the state file without them before their calls are stored;
-// an error when it cannot, and the request is then refused (the freed
-// entries stay forgotten, and the next save writes the file again).
+// an error when it cannot, and the request is then refused (the entries
+// are kept, so that the next call of them tries the write again).
 //
 // The file's freed watermarks stand for the output of the stored calls of
 // those partitions dated before its floor (gate.committed) as committed.

@@ -364,14 +364,11 @@ func (p *Pipeline) recover(ctx context.Context) error {
 		// first call after the restart closed, and their output was
 		// announced and stored again, a double application's second
 		// attempt stored as durable when the replay began after its first
-		// (found from outside, live13b). A call of it acknowledged after
-		// the freeing had the file drop it first (comeback), or lowered the
-		// file's floor to it: only calls before the floor are passed over,
-		// as the gate takes only their output as committed (a batch
-		// acknowledged just before the engine freed its partition, found
-		// by review13h).
-		if t, ok := freed[detect.PartitionKey{Tenant: r.Call.Tenant, Server: r.Call.Server}]; ok && !r.Call.Time.After(t) &&
-			(floor.IsZero() || r.Call.Time.Before(floor)) {
+		// (found from outside, live13b). A call of it stored after the
+		// freeing had the file drop it first (comeback); one acknowledged
+		// just before the engine freed its partition is covered by the
+		// floor alone, and is judged (freedCovers; found by review13h).
+		if wm, ok := freed[detect.PartitionKey{Tenant: r.Call.Tenant, Server: r.Call.Server}]; ok && freedCovers(wm, floor, r.Call.Time) {
 			skipped++
 			return nil
 		}
@@ -392,12 +389,11 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	}
 	// The gate ties each freed partition to the partition the replay made
 	// for it (if it did): one made later is begun anew by a call of this
-	// run. One the replay made has its own mark from the next save on and
-	// is kept freed no longer: the replay may have judged calls of it
-	// acknowledged after the file was written (dated from its floor on),
-	// which would have dropped it (lowerFloor), and which they were is
-	// not known; in doubt, its output is announced again. One the replay
-	// did not make stays freed for the next restart.
+	// run. One the replay made (a call of it it did not pass over: from
+	// the floor on) has its own mark from the next save on and is kept
+	// freed no longer, in doubt, its output announced again; the file
+	// keeps it until then (stale). One the replay did not make stays freed
+	// for the next restart.
 	p.floorMu.Lock()
 	for k, t := range freed {
 		gen, ok := p.eng.Gen(k)
@@ -616,7 +612,7 @@ func (p *Pipeline) Ingest(ctx context.Context, batches ...audit.Batch) (int, err
 	// stored, and judged unless the process dies before that): refusing
 	// every backlog would be an outage for want of a file.
 	for _, b := range batches {
-		if err := p.lowerFloor(earliest(b), b); err != nil {
+		if err := p.lowerFloor(earliest(b)); err != nil {
 			p.warnState(err)
 		}
 	}

@@ -111,13 +111,12 @@ func TestRestart_FreedPartitionComesBackAfterRestart(t *testing.T) {
 }
 
 // TestRestart_FreedPartitionComesBackThenCrash: a freed partition comes
-// back with a write dated before the watermark it was freed at, and the
-// collector crashes before the state file is saved again. The
-// acknowledgement did not write the file (another partition, behind,
-// holds its floor earlier than the write): the file still keeps the
-// partition as freed. The replay judges the write again; its output is
-// dated from the floor on, which the file's freed watermarks do not
-// cover, so its unverified_write is announced and stored.
+// back with a write dated before the watermark it was freed at (another
+// partition, behind, holds the file's floor earlier than the write), and
+// the collector crashes before the state file is saved again. The file
+// was written without the partition before the write was stored
+// (comeback), so the replay judges the write again and its
+// unverified_write is announced and stored.
 func TestRestart_FreedPartitionComesBackThenCrash(t *testing.T) {
 	dir := t.TempDir()
 	clock := newClock(wallStart)
