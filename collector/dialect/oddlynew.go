@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/canon"
@@ -383,13 +384,30 @@ func (r *Reader) oddlynewOp(pc *providerCall, collapsed []byte) audit.Op {
 	if cc == nil {
 		cc = &codeCall{read: true}
 	}
-	// pick returns a copy: a literal is a view of the code.
-	pick := func(k string) string {
+	// What the operation keeps (its target, key and fingerprints) is
+	// gathered in r.p.own and becomes one string, one allocation: the
+	// texts picked are views of the code or of the parse until then.
+	own := r.p.own[:0]
+	keep := func(b []byte) (sp [2]int) {
+		sp[0] = len(own)
+		own = append(own, b...)
+		sp[1] = len(own)
+		return sp
+	}
+	hash := func(parts ...[]byte) [2]int {
+		sp := [2]int{len(own)}
+		own = canon.AppendHash(own, parts...)
+		sp[1] = len(own)
+		return sp
+	}
+	// pick returns a view: a literal of the code, or the value's text
+	// when it says otherwise.
+	pick := func(k string) []byte {
 		lit := cc.literal(k)
 		if b := pc.value.GetStringBytes(k); len(b) > 0 && string(b) != lit {
-			return string(b)
+			return b
 		}
-		return strings.Clone(lit)
+		return bytesOf(lit)
 	}
 	// withoutKey is the call's argument text without its key, collapsed:
 	// what a re-send under a new key leaves unchanged.
@@ -398,52 +416,67 @@ func (r *Reader) oddlynewOp(pc *providerCall, collapsed []byte) audit.Op {
 		r.p.text = canon.AppendCollapsed(r.p.text[:0], r.p.strip)
 		return r.p.text
 	}
-	tool := []byte(pc.tool)
-	op.Target = pick("documentId")
+	tool := bytesOf(pc.tool)
+	var target, key, identity, binding, intent [2]int
+	target = keep(pick("documentId"))
 	switch pc.tool {
 	case toolCreate:
-		op.Key, op.KeyKind = pick("creationId"), "creationId"
-		op.KeyProtected = op.Key != ""
+		k := pick("creationId")
+		key, op.KeyKind = keep(k), "creationId"
+		op.KeyProtected = len(k) > 0
 		title, typ := cc.literal("title"), cc.literal("type")
 		if title == "" && typ == "" {
-			title, typ = str(pc.value, "title"), str(pc.value, "type")
+			title, typ = view(pc.value, "title"), view(pc.value, "type")
 		}
 		args := withoutKey("creationId")
 		if title != "" || typ != "" {
-			op.Identity = canon.Hash([]byte(title), []byte(typ))
+			identity = hash(bytesOf(title), bytesOf(typ))
 		} else {
-			op.Identity = canon.Hash(args)
+			identity = hash(args)
 		}
-		var hs [2 * canon.HashLen]byte
-		h := canon.AppendHash(canon.AppendHash(hs[:0], tool, args), tool, []byte(op.Key), collapsed)
-		// The two fingerprints share one string.
-		s := string(h)
-		op.Binding, op.Intent = s[:canon.HashLen], s[canon.HashLen:]
+		binding = hash(tool, args)
+		intent = hash(tool, k, collapsed)
 	case toolPlan:
-		op.Key, op.KeyKind = pick("copyId"), "copyId"
-		op.Target = pick("sourceDocumentId")
-		op.Binding = canon.Hash(tool, withoutKey("copyId"))
+		key, op.KeyKind = keep(pick("copyId")), "copyId"
+		target = keep(pick("sourceDocumentId"))
+		binding = hash(tool, withoutKey("copyId"))
 	case toolApply:
-		op.Key, op.KeyKind = pick("operationId"), "operationId"
-		op.KeyProtected = op.Key != ""
+		k := pick("operationId")
+		key, op.KeyKind = keep(k), "operationId"
+		op.KeyProtected = len(k) > 0
 		// A replay carries the same operationId and planToken.
-		op.Binding = canon.Hash(tool, []byte(op.Key), []byte(pick("planToken")))
-		if d := str(pc.value, "destinationDocumentId"); d != "" {
-			op.Target = d
+		binding = hash(tool, k, pick("planToken"))
+		if d := pc.value.GetStringBytes("destinationDocumentId"); len(d) > 0 {
+			target = keep(d)
 		}
 	case toolReceipt:
-		op.Key, op.KeyKind = pick("operationId"), "operationId"
-		if op.Key == "" {
-			op.Key, op.KeyKind = pick("copyId"), "copyId"
+		key, op.KeyKind = keep(pick("operationId")), "operationId"
+		if key[0] == key[1] {
+			key, op.KeyKind = keep(pick("copyId")), "copyId"
 		}
 	case toolArchive, toolRestore:
 		op.Protected = true
-		op.Intent = canon.Hash(tool, []byte(op.Target), collapsed)
+		intent = hash(tool, own[target[0]:target[1]], collapsed)
 	case toolEdit, toolSettings, toolEnvelope, toolRepair:
-		op.Intent = canon.Hash(tool, []byte(op.Target), collapsed)
+		intent = hash(tool, own[target[0]:target[1]], collapsed)
 	}
+	r.p.own = own
+	if len(own) == 0 {
+		return op
+	}
+	s := string(own)
+	text := func(sp [2]int) string {
+		if sp[0] == sp[1] {
+			return ""
+		}
+		return s[sp[0]:sp[1]]
+	}
+	op.Target, op.Key, op.Identity, op.Binding, op.Intent = text(target), text(key), text(identity), text(binding), text(intent)
 	return op
 }
+
+// bytesOf returns the bytes of s, not to be written.
+func bytesOf(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
 
 // readValue reads what a succeeded provider call returned.
 func (r *Reader) readValue(op *audit.Op, v *fastjson.Value) {
