@@ -151,13 +151,19 @@ func (d *detector) key(k keyID, t etime) *keyState {
 // write follows one write attempt through the rules.
 func (d *detector) write(ev *event, op *audit.Op) {
 	c, t := ev.call, ev.at.t
-	tool := d.tool(op.Tool)
+	w := &writeRec{
+		tool:      d.tool(op.Tool),
+		at:        ev.at,
+		op:        wopOf(op),
+		actorKind: ev.actor.kind,
+		index:     -1,
+		src:       ev.src,
+	}
 	unlistedTool := ""
-	if tool == unlisted {
+	if w.tool == unlisted {
 		unlistedTool = op.Tool
 	}
-	w := newWriteRec(c.ID, op.Document(), op.Key, unlistedTool, ev.actor.id)
-	w.tool, w.at, w.op, w.actorKind, w.index, w.src = tool, ev.at, wopOf(op), ev.actor.kind, -1, ev.src
+	w.setTexts(c.ID, op.Document(), op.Key, unlistedTool, ev.actor.id)
 	if op.Failure != nil {
 		w.action = actionWords.of(op.Failure.Action)
 	}

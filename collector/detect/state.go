@@ -5,7 +5,6 @@ import (
 	"hash/maphash"
 	"strings"
 	"time"
-	"unsafe"
 
 	"github.com/mcpaudit/mcpaudit/audit"
 )
@@ -186,86 +185,22 @@ const unlisted = 1<<16 - 1
 // setTexts copies the write's texts into one allocation of its own;
 // tool is "" when the detector lists the write's tool.
 func (w *writeRec) setTexts(callID, doc, key, tool, actorID string) {
-	n := textsLen(callID, doc, key, tool, actorID)
+	parts := [...]string{callID, doc, key, tool}
+	n := len(actorID)
+	for _, p := range parts {
+		n += len(p) + uvarintLen(uint64(len(p)))
+	}
 	// A builder sized exactly gives its bytes as the string without a
 	// copy: one allocation, not a buffer and then its string.
 	var b strings.Builder
 	b.Grow(n)
 	var l [binary.MaxVarintLen64]byte
-	for _, p := range [...]string{callID, doc, key, tool} {
+	for _, p := range parts {
 		b.Write(binary.AppendUvarint(l[:0], uint64(len(p))))
 		b.WriteString(p)
 	}
 	b.WriteString(actorID)
 	w.txt = b.String()
-}
-
-// newWriteRec returns a write with its texts (setTexts): in the same
-// allocation when they fit in the room of one of the sizes below, as most
-// do, else apart.
-func newWriteRec(callID, doc, key, tool, actorID string) *writeRec {
-	n := textsLen(callID, doc, key, tool, actorID)
-	var w *writeRec
-	var room []byte
-	switch {
-	case n <= len(writeRoom80{}.room):
-		x := new(writeRoom80)
-		w, room = &x.w, x.room[:0]
-	case n <= len(writeRoom112{}.room):
-		x := new(writeRoom112)
-		w, room = &x.w, x.room[:0]
-	case n <= len(writeRoom144{}.room):
-		x := new(writeRoom144)
-		w, room = &x.w, x.room[:0]
-	default:
-		w = new(writeRec)
-		w.setTexts(callID, doc, key, tool, actorID)
-		return w
-	}
-	room = appendTexts(room, callID, doc, key, tool, actorID)
-	// The room is written once, here, and never again: its bytes can be
-	// the string. The string points into the allocation and keeps it
-	// alive, as w does.
-	w.txt = unsafe.String(unsafe.SliceData(room), len(room))
-	return w
-}
-
-// A write and the room for its texts, in one allocation: a writeRec is
-// 112 bytes, and each size fills one of Go's size classes (192, 224 and 256
-// bytes).
-type (
-	writeRoom80 struct {
-		w    writeRec
-		room [80]byte
-	}
-	writeRoom112 struct {
-		w    writeRec
-		room [112]byte
-	}
-	writeRoom144 struct {
-		w    writeRec
-		room [144]byte
-	}
-)
-
-// textsLen returns the length of a write's texts (appendTexts).
-func textsLen(callID, doc, key, tool, actorID string) int {
-	n := len(actorID)
-	for _, p := range [...]string{callID, doc, key, tool} {
-		n += len(p) + uvarintLen(uint64(len(p)))
-	}
-	return n
-}
-
-// appendTexts appends a write's texts to b: the call id, the document,
-// the key and the tool, each a uvarint length and its bytes, then the
-// actor id.
-func appendTexts(b []byte, callID, doc, key, tool, actorID string) []byte {
-	for _, p := range [...]string{callID, doc, key, tool} {
-		b = binary.AppendUvarint(b, uint64(len(p)))
-		b = append(b, p...)
-	}
-	return append(b, actorID...)
 }
 
 // text returns the i-th of the write's texts (0 the call id, 1 the

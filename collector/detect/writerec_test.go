@@ -3,7 +3,6 @@ package detect
 import (
 	"encoding/binary"
 	"fmt"
-	"runtime"
 	"strings"
 	"testing"
 )
@@ -20,32 +19,11 @@ func TestWriteTexts(t *testing.T) {
 		if w.callID() != callID || w.doc() != doc || w.key() != key || w.actorID() != actorID || w.text(3) != "" {
 			t.Errorf("setTexts(%q, %q, %q, %q): got %q %q %q %q", callID, doc, key, actorID, w.callID(), w.doc(), w.key(), w.actorID())
 		}
-		nw := newWriteRec(callID, doc, key, "", actorID)
-		if nw.txt != w.txt || len(nw.txt) != textsLen(callID, doc, key, "", actorID) {
-			t.Errorf("newWriteRec(%q, %q, %q, %q): texts %q, want %q", callID, doc, key, actorID, nw.txt, w.txt)
-		}
-		nw.txt = ""
-		if *nw != (writeRec{}) {
-			t.Errorf("newWriteRec(%q, %q, %q, %q): fields set beside the texts: %+v", callID, doc, key, actorID, *nw)
-		}
 	}
 	f("c_0123456789abcdef0123", "a.gram", "req-1", "s-1")
 	f("", "", "", "")
 	f("c1", long, "", "s-"+long)
 	f("c1", "", long, "")
-	// Through each room of newWriteRec and past the last one; each write
-	// keeps its own texts, through a collection.
-	var kept []*writeRec
-	for n := 0; n <= 200; n++ {
-		f("c_0123456789abcdef0123", strings.Repeat("d", n), "req-1", "s-1")
-		kept = append(kept, newWriteRec("c_0123456789abcdef0123", strings.Repeat("d", n), "req-1", "", "s-1"))
-	}
-	runtime.GC()
-	for n, w := range kept {
-		if w.doc() != strings.Repeat("d", n) || w.callID() != "c_0123456789abcdef0123" || w.actorID() != "s-1" {
-			t.Fatalf("write %d after a collection: %q %q %q", n, w.callID(), w.doc(), w.actorID())
-		}
-	}
 
 	d := newDetector(NewDefaultConfig(), &emitter{}, PartitionKey{})
 	for i := range maxTools {

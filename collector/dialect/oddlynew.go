@@ -5,7 +5,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unsafe"
 
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/canon"
@@ -384,30 +383,13 @@ func (r *Reader) oddlynewOp(pc *providerCall, collapsed []byte) audit.Op {
 	if cc == nil {
 		cc = &codeCall{read: true}
 	}
-	// What the operation keeps (its target, key and fingerprints) is
-	// gathered in r.p.own and becomes one string, one allocation: the
-	// texts picked are views of the code or of the parse until then.
-	own := r.p.own[:0]
-	keep := func(b []byte) (sp [2]int) {
-		sp[0] = len(own)
-		own = append(own, b...)
-		sp[1] = len(own)
-		return sp
-	}
-	hash := func(parts ...[]byte) [2]int {
-		sp := [2]int{len(own)}
-		own = canon.AppendHash(own, parts...)
-		sp[1] = len(own)
-		return sp
-	}
-	// pick returns a view: a literal of the code, or the value's text
-	// when it says otherwise.
-	pick := func(k string) []byte {
+	// pick returns a copy: a literal is a view of the code.
+	pick := func(k string) string {
 		lit := cc.literal(k)
 		if b := pc.value.GetStringBytes(k); len(b) > 0 && string(b) != lit {
-			return b
+			return string(b)
 		}
-		return bytesOf(lit)
+		return strings.Clone(lit)
 	}
 	// withoutKey is the call's argument text without its key, collapsed:
 	// what a re-send under a new key leaves unchanged.
@@ -416,67 +398,52 @@ func (r *Reader) oddlynewOp(pc *providerCall, collapsed []byte) audit.Op {
 		r.p.text = canon.AppendCollapsed(r.p.text[:0], r.p.strip)
 		return r.p.text
 	}
-	tool := bytesOf(pc.tool)
-	var target, key, identity, binding, intent [2]int
-	target = keep(pick("documentId"))
+	tool := []byte(pc.tool)
+	op.Target = pick("documentId")
 	switch pc.tool {
 	case toolCreate:
-		k := pick("creationId")
-		key, op.KeyKind = keep(k), "creationId"
-		op.KeyProtected = len(k) > 0
+		op.Key, op.KeyKind = pick("creationId"), "creationId"
+		op.KeyProtected = op.Key != ""
 		title, typ := cc.literal("title"), cc.literal("type")
 		if title == "" && typ == "" {
-			title, typ = view(pc.value, "title"), view(pc.value, "type")
+			title, typ = str(pc.value, "title"), str(pc.value, "type")
 		}
 		args := withoutKey("creationId")
 		if title != "" || typ != "" {
-			identity = hash(bytesOf(title), bytesOf(typ))
+			op.Identity = canon.Hash([]byte(title), []byte(typ))
 		} else {
-			identity = hash(args)
+			op.Identity = canon.Hash(args)
 		}
-		binding = hash(tool, args)
-		intent = hash(tool, k, collapsed)
+		var hs [2 * canon.HashLen]byte
+		h := canon.AppendHash(canon.AppendHash(hs[:0], tool, args), tool, []byte(op.Key), collapsed)
+		// The two fingerprints share one string.
+		s := string(h)
+		op.Binding, op.Intent = s[:canon.HashLen], s[canon.HashLen:]
 	case toolPlan:
-		key, op.KeyKind = keep(pick("copyId")), "copyId"
-		target = keep(pick("sourceDocumentId"))
-		binding = hash(tool, withoutKey("copyId"))
+		op.Key, op.KeyKind = pick("copyId"), "copyId"
+		op.Target = pick("sourceDocumentId")
+		op.Binding = canon.Hash(tool, withoutKey("copyId"))
 	case toolApply:
-		k := pick("operationId")
-		key, op.KeyKind = keep(k), "operationId"
-		op.KeyProtected = len(k) > 0
+		op.Key, op.KeyKind = pick("operationId"), "operationId"
+		op.KeyProtected = op.Key != ""
 		// A replay carries the same operationId and planToken.
-		binding = hash(tool, k, pick("planToken"))
-		if d := pc.value.GetStringBytes("destinationDocumentId"); len(d) > 0 {
-			target = keep(d)
+		op.Binding = canon.Hash(tool, []byte(op.Key), []byte(pick("planToken")))
+		if d := str(pc.value, "destinationDocumentId"); d != "" {
+			op.Target = d
 		}
 	case toolReceipt:
-		key, op.KeyKind = keep(pick("operationId")), "operationId"
-		if key[0] == key[1] {
-			key, op.KeyKind = keep(pick("copyId")), "copyId"
+		op.Key, op.KeyKind = pick("operationId"), "operationId"
+		if op.Key == "" {
+			op.Key, op.KeyKind = pick("copyId"), "copyId"
 		}
 	case toolArchive, toolRestore:
 		op.Protected = true
-		intent = hash(tool, own[target[0]:target[1]], collapsed)
+		op.Intent = canon.Hash(tool, []byte(op.Target), collapsed)
 	case toolEdit, toolSettings, toolEnvelope, toolRepair:
-		intent = hash(tool, own[target[0]:target[1]], collapsed)
+		op.Intent = canon.Hash(tool, []byte(op.Target), collapsed)
 	}
-	r.p.own = own
-	if len(own) == 0 {
-		return op
-	}
-	s := string(own)
-	text := func(sp [2]int) string {
-		if sp[0] == sp[1] {
-			return ""
-		}
-		return s[sp[0]:sp[1]]
-	}
-	op.Target, op.Key, op.Identity, op.Binding, op.Intent = text(target), text(key), text(identity), text(binding), text(intent)
 	return op
 }
-
-// bytesOf returns the bytes of s, not to be written.
-func bytesOf(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
 
 // readValue reads what a succeeded provider call returned.
 func (r *Reader) readValue(op *audit.Op, v *fastjson.Value) {
