@@ -17,9 +17,9 @@ import (
 // race TestFreed_AckedAroundTheFreeing covers (a late batch of thegram
 // acknowledged, so stored and covered by the floor, then the engine frees
 // thegram before taking it, and a save writes it freed with floor = the
-// batch's time). gate.committed takes a freed partition's output as
-// committed only before the floor; the replay's skip first checked the
-// freed watermark alone, so the stored, acknowledged, never-judged write
+// batch's time). The gate took a freed partition's output as committed
+// only before the floor; the replay's skip first checked the freed
+// watermark alone, so the stored, acknowledged, never-judged write
 // was never judged and its unverified_write lost (found by review13h).
 func TestFreed_ReplaySkipsOnlyBeforeFloor(t *testing.T) {
 	dir := t.TempDir()

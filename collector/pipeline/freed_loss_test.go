@@ -37,10 +37,11 @@ func freedBeforeStop(t *testing.T, r *run, dir string, clock *testClock, key det
 // TestFreed_StoredNotAckedLateWriteOfFreedPartition: a late write of a
 // freed partition is stored and the process dies before acknowledging it
 // (crashStore.dieAfterAppend): lowerFloor never ran, so the state file
-// still keeps the partition as freed (floor zero: no partition left). The
-// replay judges the stored write; the gate takes its unverified_write
-// (window end before the freed watermark) as committed, though no run ever
-// made it. The sender re-sends the unacknowledged batch after its backoff:
+// still keeps the partition as freed (floor zero: no partition left). A
+// restart on that file takes the stored write (before the freed
+// watermark) as committed and passes over it, though no run ever judged
+// it: so comeback writes the file without the partition before the
+// append. The sender re-sends the unacknowledged batch after its backoff:
 // the engine drops it as a repeat. One uninterrupted run would store the
 // late write's unverified_write (the partition begun anew).
 func TestFreed_StoredNotAckedLateWriteOfFreedPartition(t *testing.T) {

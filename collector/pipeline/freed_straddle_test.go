@@ -18,10 +18,11 @@ import (
 // late write of the partition comes after the restart, dated before the
 // freed watermark, early or once the replayed window has closed. Nothing
 // of the calls passed over is announced again, nothing committed is lost,
-// the late write's unverified_write is announced once and stored. Here
-// the gate's freed bounds would have to hold back output, if the replay's
-// skip left them any: with a probe on them, none of the four cases (nor
-// any other test of the repository) had them take anything as committed.
+// the late write's unverified_write is announced once and stored. The
+// gate kept freed bounds of its own (taking such output as committed)
+// until a probe on them found they took nothing, here (where they would
+// have had to) nor in any other test: removed, this guards that. It fails
+// if the replay judged the calls it passes over (W1 announced again).
 func TestRestart_FreedPartitionStraddlesTheFloor(t *testing.T) {
 	for _, c := range []struct {
 		name  string

@@ -99,17 +99,17 @@ func (r *freedRig) save() {
 	r.p.saveMarks(marksOf(r.p.eng, r.wall), true)
 }
 
-// restart returns the gate a restart on the state file as it is now
-// would have: committed tells what of thegram's replayed output it takes
-// as committed.
+// restart tells what a restart on the state file as it is now would take
+// as committed of thegram: committed reports whether the file stands for
+// its output dated t as committed (the replay passes over its calls so
+// covered: nothing of them is made again).
 func (r *freedRig) restart() (committed func(t time.Time) bool, kept bool) {
 	_, freed, floor, _, lost := readMarks(r.path, r.p.log)
 	if lost {
 		r.t.Fatal("the state file is lost")
 	}
-	g := &gate{eng: r.p.eng, freed: freedBounds(freed, floor)}
-	_, kept = freed[detect.PartitionKey{Server: "thegram"}]
-	return func(t time.Time) bool { return g.committed("", "thegram", t) }, kept
+	wm, kept := freed[detect.PartitionKey{Server: "thegram"}]
+	return func(t time.Time) bool { return kept && freedCovers(wm, floor, t) }, kept
 }
 
 // TestFreed_AckedAroundTheFreeing: a batch of a partition is acknowledged

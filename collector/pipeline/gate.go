@@ -32,12 +32,6 @@ type gate struct {
 	// the earliest end: a window ending from then on may have closed after
 	// the last commit, however far behind the mark its end is.
 	deferred map[detect.PartitionKey]time.Time
-	// freed holds the partitions freed as idle before the restart (the
-	// state file's Freed), until a call of this run comes for one
-	// (comeback), the engine makes one anew (a partition numbered past
-	// the one bind tied it to), or no replayed call can make output any
-	// more (forget).
-	freed map[detect.PartitionKey]freedBound
 	// settle is how far behind a mark output may still not have been
 	// committed: a late call judged just before the stop.
 	settle time.Duration
@@ -97,60 +91,6 @@ func (g *gate) recovering(wm time.Time, marks, deferred map[detect.PartitionKey]
 	g.replayEnd = map[detect.PartitionKey]time.Time{}
 }
 
-// freedBound is what the gate takes as committed of a partition freed as
-// idle before the restart: output dated up to wm, the watermark it was
-// freed at, and before floor, the state file's (zero: none).
-type freedBound struct {
-	wm, floor time.Time
-	// gen is the number of the partition the replay made for it, or the
-	// engine's count when it made none; bound is set from then on (bind).
-	gen   uint64
-	bound bool
-}
-
-// freedBounds returns what the gate takes as committed of the partitions
-// a state file keeps as freed at the watermarks freed, with its floor.
-func freedBounds(freed map[detect.PartitionKey]time.Time, floor time.Time) map[detect.PartitionKey]freedBound {
-	if len(freed) == 0 {
-		return nil
-	}
-	m := make(map[detect.PartitionKey]freedBound, len(freed))
-	for k, t := range freed {
-		m[k] = freedBound{wm: t, floor: floor}
-	}
-	return m
-}
-
-// bind ties the freed partition k, after the replay, to the number of the
-// partition the replay made for it (or the engine's count): a partition
-// numbered past it is begun anew by a call of this run.
-func (g *gate) bind(k detect.PartitionKey, gen uint64) {
-	if f, ok := g.freed[k]; ok {
-		f.gen, f.bound = gen, true
-		g.freed[k] = f
-	}
-}
-
-// comeback forgets the freed partitions a batch of this run brings back,
-// before the engine takes it: what their partitions make from then on
-// may come from it, whatever its time (a late backlog, a slow clock), and
-// a window of its calls closes with no call to tell it from a replayed
-// one. Engine goroutine.
-func (g *gate) comeback(b audit.Batch) {
-	if len(g.freed) == 0 {
-		return
-	}
-	var last detect.PartitionKey
-	for i, r := range b.Records {
-		k := detect.PartitionKey{Tenant: r.Call.Tenant, Server: r.Call.Server}
-		if i > 0 && k == last {
-			continue
-		}
-		last = k
-		delete(g.freed, k)
-	}
-}
-
 // replaying notes a call replayed from the store.
 func (g *gate) replaying(c *audit.Call) {
 	k := detect.PartitionKey{Tenant: c.Tenant, Server: c.Server}
@@ -178,7 +118,7 @@ func (g *gate) forget() {
 		}
 	}
 	if len(g.replayEnd) == 0 {
-		g.known, g.replayEnd, g.alt, g.aliases, g.freed = nil, nil, nil, nil, nil
+		g.known, g.replayEnd, g.alt, g.aliases = nil, nil, nil, nil
 		g.knownLen.Store(0)
 	}
 }
@@ -194,27 +134,18 @@ func (g *gate) forget() {
 // stored over themselves, findings are recognized by their ids, and
 // metrics count some writes twice. Losing output would be worse.
 //
-// A partition freed as idle before the restart has no mark; the
-// watermark it was freed at says its output up to it was committed (it
-// was empty after a commit, and a call coming later began a partition
-// anew), but only while no call of this run came for it (comeback, and
-// the partition's number: bind), and only before the state file's floor
-// (a call of it acknowledged after the file was written and dated from
-// the floor on did not have the file rewritten: see lowerFloor).
+// A partition freed as idle before the restart has no mark, and needs
+// none here: the replay passes over the calls of it the state file
+// stands for as committed (freedCovers), and everything else of it that
+// reaches the gate comes from a call the replay judged (one it does not
+// cover, so dated after the freed watermark or from the floor on) or of
+// this run, and is dated no earlier than that call (a window's end, its
+// write's time), which freedCovers does not cover either. The gate once took
+// such output as committed too, by the same predicate: a probe on that,
+// over every test, found it took nothing (docs/detection.md, Restarts).
 func (g *gate) committed(tenant, server string, t time.Time) bool {
-	k := detect.PartitionKey{Tenant: tenant, Server: server}
-	if mark, ok := g.marks[k]; ok && !mark.IsZero() && t.Before(mark.Add(-g.settle)) {
-		return true
-	}
-	f, ok := g.freed[k]
-	if !ok {
-		return false
-	}
-	if gen, made := g.eng.Gen(k); f.bound && made && gen > f.gen {
-		delete(g.freed, k) // begun anew in this run
-		return false
-	}
-	return freedCovers(f.wm, f.floor, t)
+	mark, ok := g.marks[detect.PartitionKey{Tenant: tenant, Server: server}]
+	return ok && !mark.IsZero() && t.Before(mark.Add(-g.settle))
 }
 
 // heldOpen reports whether a window of the partition of (tenant, server)

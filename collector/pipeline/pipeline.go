@@ -337,7 +337,6 @@ func (p *Pipeline) recover(ctx context.Context) error {
 		return fmt.Errorf("cannot read stored findings: %w", err)
 	}
 	p.gate.recovering(wm, committed, deferred, known)
-	p.gate.freed = freedBounds(freed, floor)
 	p.eng.OnDuplicate(p.gate.duplicate)
 	p.gate.storedWrite = p.storedWrite
 	// The sources that held each partition back are known again before
@@ -387,23 +386,20 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	for k, m := range marks {
 		p.eng.RestoreWatermark(k, m.Watermark, m.At)
 	}
-	// The gate ties each freed partition to the partition the replay made
-	// for it (if it did): one made later is begun anew by a call of this
-	// run. One the replay made (a call of it it did not pass over: from
-	// the floor on) has its own mark from the next save on and is kept
-	// freed no longer, in doubt, its output announced again; the file
-	// keeps it until then (stale). One the replay did not make stays freed
-	// for the next restart.
+	// A freed partition the replay did not make stays freed for the next
+	// restart, tied to the engine's count of partitions: one of its key
+	// made later was begun anew by a call of this run (pruneFreed). One
+	// the replay made (a call of it it did not pass over: from the floor
+	// on) has its own mark from the next save on and is kept freed no
+	// longer, in doubt, its output announced again; the file keeps it
+	// until then (stale).
 	p.floorMu.Lock()
 	for k, t := range freed {
-		gen, ok := p.eng.Gen(k)
-		if !ok {
-			gen = p.eng.Made()
-			p.freed[k] = freedMark{wm: t, gen: gen, disk: true}
-		} else {
+		if _, ok := p.eng.Gen(k); ok {
 			p.stale[k] = true
+			continue
 		}
-		p.gate.bind(k, gen)
+		p.freed[k] = freedMark{wm: t, gen: p.eng.Made(), disk: true}
 	}
 	p.floorMu.Unlock()
 	// The partitions whose sources were delivering when the collector
@@ -1016,7 +1012,6 @@ func (p *Pipeline) take(q queued) {
 	// Adding calls judges idleness at now too: the refusals reported
 	// before it count first, whichever case of run's select came first.
 	p.applyTouches()
-	p.gate.comeback(b)
 	for i, r := range b.Records {
 		if len(refused) > 0 && refused[0] == i {
 			refused = refused[1:]

@@ -66,13 +66,15 @@ func TestRestart_FreedPartitionNotAnnouncedAgain(t *testing.T) {
 }
 
 // TestRestart_FreedPartitionComesBackAfterRestart: after a restart the
-// gate takes a freed partition's output up to the watermark it was freed
-// at as committed. The partition's server comes back with a write dated
+// state file stands for a freed partition's output up to the watermark it
+// was freed at as committed (the replay passes over its calls). The
+// partition's server comes back with a write dated
 // long before that watermark (a late backlog, a poster's clock minutes
 // slow): the write's window, closed by the wall clock with no call to
 // tell it from a replayed one, ends before the watermark. Its
 // unverified_write is new: announced and stored (review12c's D1: the
-// freed watermark outlived the partition's return and suppressed it).
+// gate's freed bounds, removed since, outlived the partition's return and
+// suppressed it).
 func TestRestart_FreedPartitionComesBackAfterRestart(t *testing.T) {
 	dir := t.TempDir()
 	clock := newClock(wallStart)
@@ -104,9 +106,8 @@ func TestRestart_FreedPartitionComesBackAfterRestart(t *testing.T) {
 		clock.Add(30 * time.Second)
 		r.status()
 	}
-	// The replayed write's unverified_write may be announced again too:
-	// once the partition came back, the gate cannot tell a window of the
-	// replay closing from one of this run's, and announces.
+	// The first write, passed over by the replay, is not made again: the
+	// store holds its finding and the late write's.
 	lateFindingAnnounced(t, r, ids(late)[0])
 }
 
