@@ -30,10 +30,7 @@ func TestFreed_ReplaySkipsOnlyBeforeFloor(t *testing.T) {
 	if _, err := r.ingest(batch(t, "poster", callLine("thegram", "s1", 1, t0))); err != nil {
 		t.Fatal(err)
 	}
-	for range 40 {
-		clock.Add(30 * time.Second)
-		r.status()
-	}
+	r.steps(40, nil)
 	freeIdle(t, r, key)
 	r.stop()
 
@@ -75,10 +72,7 @@ func TestFreed_ReplaySkipsOnlyBeforeFloor(t *testing.T) {
 
 	clock.Add(time.Second)
 	r = openRun(t, dir, clock, nil, nil)
-	for range 40 {
-		clock.Add(30 * time.Second)
-		r.status()
-	}
+	r.steps(40, nil)
 	logs := r.logs.String()
 	o := r.stop()
 	found := 0

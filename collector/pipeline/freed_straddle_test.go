@@ -47,21 +47,13 @@ func TestRestart_FreedPartitionStraddlesTheFloor(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			step := func(n int) {
-				t.Helper()
-				for range n {
-					other()
-					clock.Add(30 * time.Second)
-					r.status()
-				}
-			}
 			other()
 			// W1 long before what will be the floor, W2 after it.
 			w1 := batch(t, "poster", pendingPatchLine("s1", 1, wallStart.Add(-40*time.Minute), "team/a.gram"))
 			if _, err := r.ingest(w1); err != nil {
 				t.Fatal(err)
 			}
-			step(50)
+			r.steps(50, other)
 			w2 := batch(t, "poster", pendingPatchLine("s2", 2, clock.Now().Add(-time.Second), "team/b.gram"))
 			if _, err := r.ingest(w2); err != nil {
 				t.Fatal(err)
@@ -71,10 +63,10 @@ func TestRestart_FreedPartitionStraddlesTheFloor(t *testing.T) {
 				if time.Now().After(deadline) {
 					t.Fatal("the state file does not keep thegram freed")
 				}
-				step(1)
+				r.steps(1, other)
 				wm = freedIn(t, dir, key)
 			}
-			step(2)
+			r.steps(2, other)
 			wm = freedIn(t, dir, key)
 			floor := floorIn(t, dir)
 			at1, at2 := w1.Records[0].Call.Time, w2.Records[0].Call.Time
@@ -97,18 +89,18 @@ func TestRestart_FreedPartitionStraddlesTheFloor(t *testing.T) {
 
 			clock.Add(time.Second)
 			r = openRun(t, dir, clock, nil, nil)
-			late := batch(t, "slowposter", pendingPatchLine("s9", 91, wm.Add(-6*time.Minute), "team/y.gram"))
+			late := lateWrite(t, wm.Add(-6*time.Minute))
 			if c.early {
 				if _, err := r.ingest(late); err != nil {
 					t.Fatal(err)
 				}
 			}
-			step(30)
+			r.steps(30, other)
 			if !c.early {
 				if _, err := r.ingest(late); err != nil {
 					t.Fatal(err)
 				}
-				step(30)
+				r.steps(30, other)
 			}
 			r.rec.mu.Lock()
 			writes := fmt.Sprint(r.rec.writes)

@@ -312,6 +312,21 @@ func (r *run) ingest(batches ...audit.Batch) (int, error) {
 	return n, err
 }
 
+// steps moves the clock on by n steps of 30 s, asking the engine where it
+// stands after each (it judges and commits up to the new time first);
+// each, when set, is called first at every step (a neighbour that keeps
+// sending).
+func (r *run) steps(n int, each func()) {
+	r.t.Helper()
+	for range n {
+		if each != nil {
+			each()
+		}
+		r.clock.Add(30 * time.Second)
+		r.status()
+	}
+}
+
 // status asks the engine where it stands; everything acknowledged before
 // is taken first.
 func (r *run) status() map[detect.PartitionKey]detect.PartitionStatus {
