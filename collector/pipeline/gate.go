@@ -184,7 +184,15 @@ func (g *gate) Call(r *audit.Record) {
 func (g *gate) Write(w *audit.Write, prev audit.WriteState) {
 	// A write made unverified is dated at the end of its window.
 	open := w.State == audit.StateUnverified && g.heldOpen(w.Tenant, w.Server, w.StateTime)
-	if !open && g.replayed(w.Tenant, w.Server, w.StateTime) {
+	// A write settled by a replayed call whose window had not ended before
+	// the mark less the lateness bounds may have been stored pending at the
+	// stop: the settling call may have come too late to be judged then
+	// (stored, never judged; the replay judges it), and dropped as
+	// committed the write would stay pending for good. Its state is stored
+	// again (over itself when the live run settled it alike).
+	settling := prev == audit.StatePending && w.State != audit.StatePending &&
+		!g.committed(w.Tenant, w.Server, w.Time.Add(g.eng.Config().VerifyWindow))
+	if !open && !settling && g.replayed(w.Tenant, w.Server, w.StateTime) {
 		return
 	}
 	if c := g.storedAs(w); c != nil {
