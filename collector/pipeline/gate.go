@@ -47,6 +47,17 @@ type gate struct {
 	// storedWrite reports whether the store holds the write w under call
 	// c, another observation of its exchange (nil: never asked).
 	storedWrite func(w *audit.Write, c *audit.Call) bool
+	// pendingWrites calls each for every write the store holds pending
+	// whose Time is in [since, until), in pages (nil: never asked).
+	pendingWrites func(since, until time.Time, each func(*audit.Write)) error
+	// heldPending holds, once asked (see storedPending), the writes the
+	// store held pending whose windows the replay may settle: a replayed
+	// call settling one of them may have come too late to be judged
+	// before the stop.
+	heldPending map[writeKey]bool
+	// pendingAsked is set once heldPending was loaded, or could not be
+	// (heldPending nil: every such write is then stored again).
+	pendingAsked bool
 	// aliases remembers, while known is set, which observation each write
 	// of alt's calls was found stored under (nil: none, or not stored).
 	aliases map[writeKey]*audit.Call
@@ -119,6 +130,7 @@ func (g *gate) forget() {
 	}
 	if len(g.replayEnd) == 0 {
 		g.known, g.replayEnd, g.alt, g.aliases = nil, nil, nil, nil
+		g.heldPending, g.pendingAsked = nil, true
 		g.knownLen.Store(0)
 	}
 }
@@ -189,10 +201,12 @@ func (g *gate) Write(w *audit.Write, prev audit.WriteState) {
 	// stop: the settling call may have come too late to be judged then
 	// (stored, never judged; the replay judges it), and dropped as
 	// committed the write would stay pending for good. Its state is stored
-	// again (over itself when the live run settled it alike).
+	// again when the store holds it pending; one the live run settled
+	// (its read in time) was committed, and told again the sinks would
+	// count it twice.
 	settling := prev == audit.StatePending && w.State != audit.StatePending &&
 		!g.committed(w.Tenant, w.Server, w.Time.Add(g.eng.Config().VerifyWindow))
-	if !open && !settling && g.replayed(w.Tenant, w.Server, w.StateTime) {
+	if !open && g.replayed(w.Tenant, w.Server, w.StateTime) && (!settling || !g.storedPending(w)) {
 		return
 	}
 	if c := g.storedAs(w); c != nil {
@@ -272,6 +286,69 @@ func (g *gate) duplicate(kept string, dropped *audit.Call) {
 		g.alt = map[string][]*audit.Call{}
 	}
 	g.alt[kept] = append(g.alt[kept], dropped)
+}
+
+// storedPending reports whether the store may hold w pending, for a write
+// a replayed call settles while its window had not ended before the mark
+// less the lateness bounds. The store is asked once, on the first such
+// write, for every write it holds pending over the range of the marks: a
+// restart settling none asks nothing. A write dated outside that range (at
+// or after its partition's mark less the bounds), or a store that cannot
+// answer, is taken as pending: storing a state again costs a count twice,
+// dropping it a write pending for good.
+func (g *gate) storedPending(w *audit.Write) bool {
+	if !g.committed(w.Tenant, w.Server, w.Time) {
+		return true
+	}
+	if !g.pendingAsked {
+		g.pendingAsked = true
+		g.heldPending = g.loadPending()
+	}
+	if g.heldPending == nil {
+		return true
+	}
+	if g.heldPending[writeKey{w.CallID, w.Seq}] {
+		return true
+	}
+	c := g.storedAs(w)
+	return c != nil && g.heldPending[writeKey{c.ID, w.Seq}]
+}
+
+// loadPending returns the writes the store holds pending that a replayed
+// call may settle with their windows open at the mark less the lateness
+// bounds (nil: the store could not tell).
+func (g *gate) loadPending() map[writeKey]bool {
+	if g.pendingWrites == nil || len(g.marks) == 0 {
+		return nil
+	}
+	vw := g.eng.Config().VerifyWindow
+	var lo, hi time.Time
+	for _, m := range g.marks {
+		if m.IsZero() {
+			continue
+		}
+		if lo.IsZero() || m.Before(lo) {
+			lo = m
+		}
+		if m.After(hi) {
+			hi = m
+		}
+	}
+	if lo.IsZero() {
+		return nil
+	}
+	// A millisecond either side: a store may keep times to the millisecond.
+	held := map[writeKey]bool{}
+	err := g.pendingWrites(lo.Add(-g.settle-vw-time.Millisecond), hi.Add(-g.settle+time.Millisecond), func(w *audit.Write) {
+		mark, ok := g.marks[detect.PartitionKey{Tenant: w.Tenant, Server: w.Server}]
+		if ok && !w.Time.Before(mark.Add(-g.settle-vw-time.Millisecond)) && w.Time.Before(mark.Add(-g.settle+time.Millisecond)) {
+			held[writeKey{w.CallID, w.Seq}] = true
+		}
+	})
+	if err != nil {
+		return nil
+	}
+	return held
 }
 
 // storedAs returns, while stored output is being recognized, the other

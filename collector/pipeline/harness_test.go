@@ -171,6 +171,15 @@ type crashStore struct {
 	appendGate    chan struct{}
 	appendEntered chan struct{}
 	appended      atomic.Bool
+	// failWrites makes Writes fail (the store cannot answer).
+	failWrites atomic.Bool
+}
+
+func (s *crashStore) Writes(ctx context.Context, q audit.WriteQuery) (audit.WritePage, error) {
+	if s.failWrites.Load() {
+		return audit.WritePage{}, fmt.Errorf("cannot read writes: %w", audit.ErrUnavailable)
+	}
+	return s.Store.Writes(ctx, q)
 }
 
 func (s *crashStore) AppendCalls(ctx context.Context, recs []audit.Record) (int, error) {
@@ -258,12 +267,22 @@ func openRun(t testing.TB, dir string, clock *testClock, edit func(*pipeline.Con
 // openRunDetect is openRun with the detector's config edited by dedit.
 func openRunDetect(t testing.TB, dir string, clock *testClock, edit func(*pipeline.Config), dedit func(*detect.Config), rec *recorder) *run {
 	t.Helper()
+	return openRunStore(t, dir, clock, edit, dedit, rec, nil)
+}
+
+// openRunStore is openRunDetect with the store's faults set by fault
+// before the pipeline starts (and recovers).
+func openRunStore(t testing.TB, dir string, clock *testClock, edit func(*pipeline.Config), dedit func(*detect.Config), rec *recorder, fault func(*crashStore)) *run {
+	t.Helper()
 	st, err := sqlite.Open(filepath.Join(dir, "mcpaudit.db"), sqlite.Options{Synchronous: "normal"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	marks := filepath.Join(dir, "partitions.json")
 	cs := &crashStore{Store: st, marksPath: marks}
+	if fault != nil {
+		fault(cs)
+	}
 	cfg := pipeline.NewDefaultConfig()
 	cfg.StateFile = marks
 	cfg.Now = clock.Now

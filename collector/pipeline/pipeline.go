@@ -339,6 +339,7 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	p.gate.recovering(wm, committed, deferred, known)
 	p.eng.OnDuplicate(p.gate.duplicate)
 	p.gate.storedWrite = p.storedWrite
+	p.gate.pendingWrites = p.pendingWrites
 	// The sources that held each partition back are known again before
 	// the replay, so that no watermark jumps to its fastest source. Their
 	// grace grows with the time the collector was down: so does their
@@ -512,6 +513,33 @@ func (p *Pipeline) storedWrite(w *audit.Write, c *audit.Call) bool {
 		}
 		q.Cursor = pg.NextCursor
 	}
+}
+
+// pendingWrites calls each for every write the store holds pending whose
+// Time is in [since, until), a page at a time. Engine goroutine, after a
+// restart, once (gate.storedPending); it logs what it cost.
+func (p *Pipeline) pendingWrites(since, until time.Time, each func(*audit.Write)) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	start, n := time.Now(), 0
+	q := audit.WriteQuery{State: audit.StatePending, Since: since, Until: until, Limit: 1000}
+	for {
+		pg, err := p.store.Writes(ctx, q)
+		if err != nil {
+			p.log.Warn("cannot read the writes stored pending; the states replayed calls settle them to are stored again, and metrics may count some twice", "err", err)
+			return err
+		}
+		for i := range pg.Writes {
+			each(&pg.Writes[i])
+		}
+		n += len(pg.Writes)
+		if pg.NextCursor == "" {
+			break
+		}
+		q.Cursor = pg.NextCursor
+	}
+	p.log.Info("read the writes stored pending that replayed calls may settle", "writes", n, "since", since, "until", until, "took", time.Since(start).Round(time.Millisecond))
+	return nil
 }
 
 // queued is a batch stored and waiting for the engine goroutine.
