@@ -310,8 +310,24 @@ func (g *gate) storedPending(w *audit.Write) bool {
 	if g.heldPending[writeKey{w.CallID, w.Seq}] {
 		return true
 	}
+	// Stored under another observation of its exchange, dated at that
+	// one's time: one outside the range read was not asked about.
 	c := g.storedAs(w)
-	return c != nil && g.heldPending[writeKey{c.ID, w.Seq}]
+	return c != nil && (g.heldPending[writeKey{c.ID, w.Seq}] || !g.inPendingRange(w.Tenant, w.Server, c.Time))
+}
+
+// inPendingRange reports whether a write of the partition of (tenant,
+// server) stored at t is in the range loadPending reads for it: from its
+// mark less the lateness bounds and the verify window to its mark less
+// the bounds, a millisecond wider either side (a store may keep times to
+// the millisecond).
+func (g *gate) inPendingRange(tenant, server string, t time.Time) bool {
+	mark, ok := g.marks[detect.PartitionKey{Tenant: tenant, Server: server}]
+	if !ok || mark.IsZero() {
+		return false
+	}
+	vw := g.eng.Config().VerifyWindow
+	return !t.Before(mark.Add(-g.settle-vw-time.Millisecond)) && t.Before(mark.Add(-g.settle+time.Millisecond))
 }
 
 // loadPending returns the writes the store holds pending that a replayed
@@ -340,8 +356,7 @@ func (g *gate) loadPending() map[writeKey]bool {
 	// A millisecond either side: a store may keep times to the millisecond.
 	held := map[writeKey]bool{}
 	err := g.pendingWrites(lo.Add(-g.settle-vw-time.Millisecond), hi.Add(-g.settle+time.Millisecond), func(w *audit.Write) {
-		mark, ok := g.marks[detect.PartitionKey{Tenant: w.Tenant, Server: w.Server}]
-		if ok && !w.Time.Before(mark.Add(-g.settle-vw-time.Millisecond)) && w.Time.Before(mark.Add(-g.settle+time.Millisecond)) {
+		if g.inPendingRange(w.Tenant, w.Server, w.Time) {
 			held[writeKey{w.CallID, w.Seq}] = true
 		}
 	})
