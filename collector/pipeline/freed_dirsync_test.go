@@ -19,8 +19,7 @@ import (
 func TestFreed_DirSyncFailsAfterRename(t *testing.T) {
 	r := newFreedRig(t)
 	first := r.batch(1, r.wall.Add(-time.Minute))
-	r.p.lowerFloor(earliest(first))
-	r.take(first)
+	r.ack(first)
 	sync := syncDir
 	t.Cleanup(func() { syncDir = sync })
 	syncDir = func(string) error { return errors.New("injected: the directory cannot be synced") }

@@ -17,8 +17,7 @@ import (
 func TestFreed_FailedAppendNotFreed(t *testing.T) {
 	r := newFreedRig(t)
 	first := r.batch(1, r.wall.Add(-time.Minute))
-	r.p.lowerFloor(earliest(first))
-	r.take(first)
+	r.ack(first)
 	late := r.batch(2, first.Records[0].Call.Time.Add(time.Second))
 	at := late.Records[0].Call.Time
 	arrived, err := r.p.comeback([]audit.Batch{late})

@@ -18,11 +18,7 @@ var thegram = detect.PartitionKey{Server: "thegram"}
 // begins thegram anew: TestFreed_AckedAroundTheFreeing). Returns the
 // freed watermark and B's time; the file on disk keeps thegram freed.
 func beginAnewAroundFreeing(t *testing.T, r *freedRig) (wm, atB time.Time) {
-	first := r.batch(1, r.wall.Add(-time.Minute))
-	r.p.lowerFloor(earliest(first))
-	r.take(first)
-	wm = r.expire()
-	r.save()
+	wm, _ = r.freedOnDisk()
 	r.wall = r.wall.Add(time.Second)
 	b := r.batch(2, wm.Add(-6*time.Minute))
 	atB = b.Records[0].Call.Time
@@ -109,14 +105,7 @@ func TestFreed_PruneThenFailedSaveAcksUnderFreedFile(t *testing.T) {
 // commit). A late call of it in between: comeback writes nothing.
 func TestFreed_EvictedFreedEntryStillOnDisk(t *testing.T) {
 	r := newFreedRig(t)
-	first := r.batch(1, r.wall.Add(-time.Minute))
-	r.p.lowerFloor(earliest(first))
-	r.take(first)
-	wm := r.expire()
-	r.save()
-	if _, kept := r.restart(); !kept {
-		t.Fatal("file does not keep thegram freed")
-	}
+	wm, _ := r.freedOnDisk()
 	var others []detect.Freed
 	for i := range maxFreed {
 		others = append(others, detect.Freed{PartitionKey: detect.PartitionKey{Server: fmt.Sprint("o", i)}, Gen: 1, Watermark: wm.Add(time.Minute)})

@@ -17,9 +17,9 @@ import (
 // race TestFreed_AckedAroundTheFreeing covers (a late batch of thegram
 // acknowledged, so stored and covered by the floor, then the engine frees
 // thegram before taking it, and a save writes it freed with floor = the
-// batch's time). gate.committed takes a freed partition's output as
-// committed only before the floor; the replay's skip first checked the
-// freed watermark alone, so the stored, acknowledged, never-judged write
+// batch's time). The gate took a freed partition's output as committed
+// only before the floor; the replay's skip first checked the freed
+// watermark alone, so the stored, acknowledged, never-judged write
 // was never judged and its unverified_write lost (found by review13h).
 func TestFreed_ReplaySkipsOnlyBeforeFloor(t *testing.T) {
 	dir := t.TempDir()
@@ -30,10 +30,7 @@ func TestFreed_ReplaySkipsOnlyBeforeFloor(t *testing.T) {
 	if _, err := r.ingest(batch(t, "poster", callLine("thegram", "s1", 1, t0))); err != nil {
 		t.Fatal(err)
 	}
-	for range 40 {
-		clock.Add(30 * time.Second)
-		r.status()
-	}
+	r.steps(40, nil)
 	freeIdle(t, r, key)
 	r.stop()
 
@@ -75,10 +72,7 @@ func TestFreed_ReplaySkipsOnlyBeforeFloor(t *testing.T) {
 
 	clock.Add(time.Second)
 	r = openRun(t, dir, clock, nil, nil)
-	for range 40 {
-		clock.Add(30 * time.Second)
-		r.status()
-	}
+	r.steps(40, nil)
 	logs := r.logs.String()
 	o := r.stop()
 	found := 0

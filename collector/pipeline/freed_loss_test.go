@@ -3,8 +3,6 @@ package pipeline_test
 import (
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -12,15 +10,14 @@ import (
 	"github.com/mcpaudit/mcpaudit/collector/detect"
 )
 
-// freedThenWait frees thegram's partition as idle (the only one) and waits
-// until the state file keeps it as freed; it returns the watermark.
+// freedBeforeStop has a poster send thegram a write left pending and
+// reads, frees the partition as idle (the only one) once the write's
+// window closed, and waits until the state file keeps it as freed; it
+// returns the watermark.
 func freedBeforeStop(t *testing.T, r *run, dir string, clock *testClock, key detect.PartitionKey) time.Time {
 	t.Helper()
 	sendPendingThenReads(t, r, wallStart.Add(-time.Minute))
-	for range 40 {
-		clock.Add(30 * time.Second)
-		r.status()
-	}
+	r.steps(40, nil)
 	freeIdle(t, r, key)
 	var wm time.Time
 	for deadline := time.Now().Add(5 * time.Second); wm.IsZero(); time.Sleep(10 * time.Millisecond) {
@@ -37,10 +34,11 @@ func freedBeforeStop(t *testing.T, r *run, dir string, clock *testClock, key det
 // TestFreed_StoredNotAckedLateWriteOfFreedPartition: a late write of a
 // freed partition is stored and the process dies before acknowledging it
 // (crashStore.dieAfterAppend): lowerFloor never ran, so the state file
-// still keeps the partition as freed (floor zero: no partition left). The
-// replay judges the stored write; the gate takes its unverified_write
-// (window end before the freed watermark) as committed, though no run ever
-// made it. The sender re-sends the unacknowledged batch after its backoff:
+// still keeps the partition as freed (floor zero: no partition left). A
+// restart on that file takes the stored write (before the freed
+// watermark) as committed and passes over it, though no run ever judged
+// it: so comeback writes the file without the partition before the
+// append. The sender re-sends the unacknowledged batch after its backoff:
 // the engine drops it as a repeat. One uninterrupted run would store the
 // late write's unverified_write (the partition begun anew).
 func TestFreed_StoredNotAckedLateWriteOfFreedPartition(t *testing.T) {
@@ -52,30 +50,17 @@ func TestFreed_StoredNotAckedLateWriteOfFreedPartition(t *testing.T) {
 			r := openRun(t, dir, clock, nil, nil)
 			wm := freedBeforeStop(t, r, dir, clock, key)
 			at := wm.Add(-6 * time.Minute)
-			line := pendingPatchLine("s9", 91, at, "team/y.gram")
 			r.cs.dieAfterAppend.Store(true)
-			if _, err := r.ingest(batch(t, "slowposter", line)); err == nil {
+			if _, err := r.ingest(lateWrite(t, at)); err == nil {
 				t.Fatal("acknowledged by a dead process")
 			}
 			r.die()
 			t.Logf("state file at the crash: floor %v, freed %v, late write at %v", floorIn(t, dir), freedIn(t, dir, key), at)
 			clock.Add(time.Second)
 			r = openRun(t, dir, clock, nil, nil)
-			for range backoff {
-				clock.Add(30 * time.Second)
-				r.status()
-			}
-			late := batch(t, "slowposter", line) // the sender re-sends it
-			if backoff >= 0 {
-				if _, err := r.ingest(late); err != nil {
-					t.Fatal(err)
-				}
-			}
-			for range 30 {
-				clock.Add(30 * time.Second)
-				r.status()
-			}
-			lateFindingAnnounced(t, r, ids(late)[0])
+			r.steps(backoff, nil)
+			// The sender re-sends it (or never does).
+			r.lateAnnounced(lateWrite(t, at), backoff >= 0, 30, nil)
 		})
 	}
 }
@@ -96,19 +81,13 @@ func TestFreed_FreedDoubleAppliedStaysAfterRestart(t *testing.T) {
 	if _, err := r.ingest(first); err != nil {
 		t.Fatal(err)
 	}
-	for range 20 {
-		clock.Add(30 * time.Second)
-		r.status()
-	}
+	r.steps(20, nil)
 	t2 := clock.Now().Add(-time.Second)
 	second := batch(t, "poster", pendingPatchLine("s2", 2, t2, "team/x.gram"))
 	if _, err := r.ingest(second); err != nil {
 		t.Fatal(err)
 	}
-	for range 30 {
-		clock.Add(30 * time.Second)
-		r.status()
-	}
+	r.steps(30, nil)
 	freeIdle(t, r, key)
 	for deadline := time.Now().Add(5 * time.Second); freedIn(t, dir, key).IsZero(); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -135,10 +114,7 @@ func TestFreed_FreedDoubleAppliedStaysAfterRestart(t *testing.T) {
 	}
 	clock.Add(time.Second)
 	r = openRunDetect(t, dir, clock, nil, dedit, nil)
-	for range 20 {
-		clock.Add(30 * time.Second)
-		r.status()
-	}
+	r.steps(20, nil)
 	// The server comes back (found from outside, live13b): its first call
 	// closed the windows the replay had left open, and their output was
 	// announced and stored again.
@@ -146,10 +122,7 @@ func TestFreed_FreedDoubleAppliedStaysAfterRestart(t *testing.T) {
 	if _, err := r.ingest(back); err != nil {
 		t.Fatal(err)
 	}
-	for range 20 {
-		clock.Add(30 * time.Second)
-		r.status()
-	}
+	r.steps(20, nil)
 	logs := r.logs.String()
 	r.rec.mu.Lock()
 	writes := fmt.Sprint(r.rec.writes)
@@ -177,20 +150,9 @@ func TestFreed_StateFileUnwritableLateWriteOfFreedPartition(t *testing.T) {
 	key := detect.PartitionKey{Server: "thegram"}
 	r := openRun(t, dir, clock, nil, nil)
 	wm := freedBeforeStop(t, r, dir, clock, key)
-	path := filepath.Join(dir, "partitions.json")
-	saved, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The file cannot be replaced any more: a directory in its place.
-	if err := os.Remove(path); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(filepath.Join(path, "x"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	at := wm.Add(-6 * time.Minute)
-	late := batch(t, "slowposter", pendingPatchLine("s9", 91, at, "team/y.gram"))
+	_, restore := unwritableStateFile(t, dir)
+	late := lateWrite(t, wm.Add(-6*time.Minute))
 	// The partition cannot leave the file: the call is refused, for the
 	// sender to retry, rather than stored under a file that would take its
 	// output as committed after a crash.
@@ -206,22 +168,10 @@ func TestFreed_StateFileUnwritableLateWriteOfFreedPartition(t *testing.T) {
 		t.Fatalf("%d findings before the crash, want the first unverified_write", n)
 	}
 	// What the disk holds: the file as it was before writes failed.
-	if err := os.RemoveAll(path); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, saved, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	restore()
 	clock.Add(time.Second)
 	r = openRun(t, dir, clock, nil, nil)
-	if _, err := r.ingest(late); err != nil { // the sender retries
-		t.Fatal(err)
-	}
-	for range 20 {
-		clock.Add(30 * time.Second)
-		r.status()
-	}
-	lateFindingAnnounced(t, r, ids(late)[0])
+	r.lateAnnounced(late, true, 20, nil) // the sender retries
 }
 
 // TestFreed_StoredNotAckedWithBusyNeighbour: as
@@ -242,19 +192,13 @@ func TestFreed_StoredNotAckedWithBusyNeighbour(t *testing.T) {
 		}
 	}
 	sendPendingThenReads(t, r, wallStart.Add(-time.Minute))
-	for range 40 {
-		other()
-		clock.Add(30 * time.Second)
-		r.status()
-	}
+	r.steps(40, other)
 	var wm time.Time
 	for deadline := time.Now().Add(10 * time.Second); wm.IsZero(); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the state file does not keep the freed partition")
 		}
-		other()
-		clock.Add(30 * time.Second)
-		r.status()
+		r.steps(1, other)
 		wm = freedIn(t, dir, key)
 	}
 	at := wm.Add(-6 * time.Minute)
@@ -263,27 +207,13 @@ func TestFreed_StoredNotAckedWithBusyNeighbour(t *testing.T) {
 	if floor.IsZero() || !floor.After(at.Add(5*time.Minute)) {
 		t.Fatalf("floor %v not after the late write's window end", floor)
 	}
-	line := pendingPatchLine("s9", 91, at, "team/y.gram")
 	r.cs.dieAfterAppend.Store(true)
-	if _, err := r.ingest(batch(t, "slowposter", line)); err == nil {
+	if _, err := r.ingest(lateWrite(t, at)); err == nil {
 		t.Fatal("acknowledged by a dead process")
 	}
 	r.die()
 	clock.Add(time.Second)
 	r = openRun(t, dir, clock, nil, nil)
-	for range 20 {
-		other()
-		clock.Add(30 * time.Second)
-		r.status()
-	}
-	late := batch(t, "slowposter", line) // re-sent after 10 minutes
-	if _, err := r.ingest(late); err != nil {
-		t.Fatal(err)
-	}
-	for range 30 {
-		other()
-		clock.Add(30 * time.Second)
-		r.status()
-	}
-	lateFindingAnnounced(t, r, ids(late)[0])
+	r.steps(20, other)
+	r.lateAnnounced(lateWrite(t, at), true, 30, other) // re-sent after 10 minutes
 }

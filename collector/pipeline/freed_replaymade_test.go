@@ -58,8 +58,7 @@ func TestFreed_ReplayMadeEntryLeavesFileFirst(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	t.Logf("300ms after start: file keeps freed %v", freedIn(t, dir, key))
 	_, restore := unwritableStateFile(t, dir)
-	at := wm.Add(-6 * time.Minute)
-	late := batch(t, "slowposter", pendingPatchLine("s9", 91, at, "team/y.gram"))
+	late := lateWrite(t, wm.Add(-6*time.Minute))
 	if _, err := r.ingest(late); !errors.Is(err, audit.ErrUnavailable) {
 		t.Fatalf("a late call of a partition the file keeps freed, the file unwritable: %v, want refused", err)
 	}
@@ -73,9 +72,5 @@ func TestFreed_ReplayMadeEntryLeavesFileFirst(t *testing.T) {
 	}
 	clock.Add(time.Second)
 	r = openRun(t, dir, clock, nil, nil)
-	for range 20 {
-		clock.Add(30 * time.Second)
-		r.status()
-	}
-	lateFindingAnnounced(t, r, ids(late)[0])
+	r.lateAnnounced(late, false, 20, nil)
 }

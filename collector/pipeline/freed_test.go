@@ -57,6 +57,29 @@ func (r *freedRig) batch(rpc int, t time.Time) audit.Batch {
 	return audit.Batch{Source: "poster", Records: []*audit.Record{dialect.NewReader(dialect.Config{}).Read(c)}}
 }
 
+// ack acknowledges b, its floor written first (lowerFloor), and hands it
+// to the engine (take).
+func (r *freedRig) ack(b audit.Batch) {
+	r.p.lowerFloor(earliest(b))
+	r.take(b)
+}
+
+// freedOnDisk has thegram take a write a minute old, left pending, frees
+// the partition as idle once its window closed, and saves: the state
+// file keeps it freed (else the test shows nothing). It returns the
+// watermark it was freed at and the write's time.
+func (r *freedRig) freedOnDisk() (wm, first time.Time) {
+	r.t.Helper()
+	b := r.batch(1, r.wall.Add(-time.Minute))
+	r.ack(b)
+	wm = r.expire()
+	r.save()
+	if _, kept := r.restart(); !kept {
+		r.t.Fatal("the state file does not keep thegram freed: the test shows nothing")
+	}
+	return wm, b.Records[0].Call.Time
+}
+
 // take hands b to the engine, as the engine goroutine does with a batch
 // acknowledged and queued.
 func (r *freedRig) take(b audit.Batch) {
@@ -99,17 +122,17 @@ func (r *freedRig) save() {
 	r.p.saveMarks(marksOf(r.p.eng, r.wall), true)
 }
 
-// restart returns the gate a restart on the state file as it is now
-// would have: committed tells what of thegram's replayed output it takes
-// as committed.
+// restart tells what a restart on the state file as it is now would take
+// as committed of thegram: committed reports whether the file stands for
+// its output dated t as committed (the replay passes over its calls so
+// covered: nothing of them is made again).
 func (r *freedRig) restart() (committed func(t time.Time) bool, kept bool) {
 	_, freed, floor, _, lost := readMarks(r.path, r.p.log)
 	if lost {
 		r.t.Fatal("the state file is lost")
 	}
-	g := &gate{eng: r.p.eng, freed: freedBounds(freed, floor)}
-	_, kept = freed[detect.PartitionKey{Server: "thegram"}]
-	return func(t time.Time) bool { return g.committed("", "thegram", t) }, kept
+	wm, kept := freed[detect.PartitionKey{Server: "thegram"}]
+	return func(t time.Time) bool { return kept && freedCovers(wm, floor, t) }, kept
 }
 
 // TestFreed_AckedAroundTheFreeing: a batch of a partition is acknowledged
@@ -123,15 +146,10 @@ func (r *freedRig) restart() (committed func(t time.Time) bool, kept bool) {
 // no longer keeps it as freed.
 func TestFreed_AckedAroundTheFreeing(t *testing.T) {
 	r := newFreedRig(t)
-	first := r.batch(1, r.wall.Add(-time.Minute))
-	r.p.lowerFloor(earliest(first))
-	r.take(first)
 	// The window (5 min) closes with the wall clock; committed; freed.
-	wm := r.expire()
-	r.save()
-	committed, kept := r.restart()
-	if !kept || !committed(first.Records[0].Call.Time) {
-		t.Fatalf("a restart now does not take the freed partition's output as committed (kept %v): the test shows nothing", kept)
+	wm, first := r.freedOnDisk()
+	if committed, _ := r.restart(); !committed(first) {
+		t.Fatal("a restart now does not take the freed partition's output as committed: the test shows nothing")
 	}
 
 	// Acknowledged before the partition is freed again, taken after.
@@ -175,18 +193,10 @@ func TestFreed_AckedAfterTheFreeing(t *testing.T) {
 		for _, rec := range b.Records {
 			rec.Call.Server = "other"
 		}
-		r.p.lowerFloor(earliest(b))
-		r.take(b)
+		r.ack(b)
 	}
 	r.each()
-	first := r.batch(2, r.wall.Add(-time.Minute))
-	r.p.lowerFloor(earliest(first))
-	r.take(first)
-	wm := r.expire()
-	r.save()
-	if _, kept := r.restart(); !kept {
-		t.Fatal("the state file does not keep the freed partition")
-	}
+	wm, _ := r.freedOnDisk()
 	before, err := os.ReadFile(r.path)
 	if err != nil {
 		t.Fatal(err)

@@ -32,12 +32,6 @@ type gate struct {
 	// the earliest end: a window ending from then on may have closed after
 	// the last commit, however far behind the mark its end is.
 	deferred map[detect.PartitionKey]time.Time
-	// freed holds the partitions freed as idle before the restart (the
-	// state file's Freed), until a call of this run comes for one
-	// (comeback), the engine makes one anew (a partition numbered past
-	// the one bind tied it to), or no replayed call can make output any
-	// more (forget).
-	freed map[detect.PartitionKey]freedBound
 	// settle is how far behind a mark output may still not have been
 	// committed: a late call judged just before the stop.
 	settle time.Duration
@@ -53,6 +47,17 @@ type gate struct {
 	// storedWrite reports whether the store holds the write w under call
 	// c, another observation of its exchange (nil: never asked).
 	storedWrite func(w *audit.Write, c *audit.Call) bool
+	// pendingWrites calls each for every write the store holds pending
+	// whose Time is in [since, until), in pages (nil: never asked).
+	pendingWrites func(since, until time.Time, each func(*audit.Write)) error
+	// heldPending holds, once asked (see storedPending), the writes the
+	// store held pending whose windows the replay may settle: a replayed
+	// call settling one of them may have come too late to be judged
+	// before the stop.
+	heldPending map[writeKey]bool
+	// pendingAsked is set once heldPending was loaded, or could not be
+	// (heldPending nil: every such write is then stored again).
+	pendingAsked bool
 	// aliases remembers, while known is set, which observation each write
 	// of alt's calls was found stored under (nil: none, or not stored).
 	aliases map[writeKey]*audit.Call
@@ -97,60 +102,6 @@ func (g *gate) recovering(wm time.Time, marks, deferred map[detect.PartitionKey]
 	g.replayEnd = map[detect.PartitionKey]time.Time{}
 }
 
-// freedBound is what the gate takes as committed of a partition freed as
-// idle before the restart: output dated up to wm, the watermark it was
-// freed at, and before floor, the state file's (zero: none).
-type freedBound struct {
-	wm, floor time.Time
-	// gen is the number of the partition the replay made for it, or the
-	// engine's count when it made none; bound is set from then on (bind).
-	gen   uint64
-	bound bool
-}
-
-// freedBounds returns what the gate takes as committed of the partitions
-// a state file keeps as freed at the watermarks freed, with its floor.
-func freedBounds(freed map[detect.PartitionKey]time.Time, floor time.Time) map[detect.PartitionKey]freedBound {
-	if len(freed) == 0 {
-		return nil
-	}
-	m := make(map[detect.PartitionKey]freedBound, len(freed))
-	for k, t := range freed {
-		m[k] = freedBound{wm: t, floor: floor}
-	}
-	return m
-}
-
-// bind ties the freed partition k, after the replay, to the number of the
-// partition the replay made for it (or the engine's count): a partition
-// numbered past it is begun anew by a call of this run.
-func (g *gate) bind(k detect.PartitionKey, gen uint64) {
-	if f, ok := g.freed[k]; ok {
-		f.gen, f.bound = gen, true
-		g.freed[k] = f
-	}
-}
-
-// comeback forgets the freed partitions a batch of this run brings back,
-// before the engine takes it: what their partitions make from then on
-// may come from it, whatever its time (a late backlog, a slow clock), and
-// a window of its calls closes with no call to tell it from a replayed
-// one. Engine goroutine.
-func (g *gate) comeback(b audit.Batch) {
-	if len(g.freed) == 0 {
-		return
-	}
-	var last detect.PartitionKey
-	for i, r := range b.Records {
-		k := detect.PartitionKey{Tenant: r.Call.Tenant, Server: r.Call.Server}
-		if i > 0 && k == last {
-			continue
-		}
-		last = k
-		delete(g.freed, k)
-	}
-}
-
 // replaying notes a call replayed from the store.
 func (g *gate) replaying(c *audit.Call) {
 	k := detect.PartitionKey{Tenant: c.Tenant, Server: c.Server}
@@ -178,7 +129,8 @@ func (g *gate) forget() {
 		}
 	}
 	if len(g.replayEnd) == 0 {
-		g.known, g.replayEnd, g.alt, g.aliases, g.freed = nil, nil, nil, nil, nil
+		g.known, g.replayEnd, g.alt, g.aliases = nil, nil, nil, nil
+		g.heldPending, g.pendingAsked = nil, true
 		g.knownLen.Store(0)
 	}
 }
@@ -194,27 +146,18 @@ func (g *gate) forget() {
 // stored over themselves, findings are recognized by their ids, and
 // metrics count some writes twice. Losing output would be worse.
 //
-// A partition freed as idle before the restart has no mark; the
-// watermark it was freed at says its output up to it was committed (it
-// was empty after a commit, and a call coming later began a partition
-// anew), but only while no call of this run came for it (comeback, and
-// the partition's number: bind), and only before the state file's floor
-// (a call of it acknowledged after the file was written and dated from
-// the floor on did not have the file rewritten: see lowerFloor).
+// A partition freed as idle before the restart has no mark, and needs
+// none here: the replay passes over the calls of it the state file
+// stands for as committed (freedCovers), and everything else of it that
+// reaches the gate comes from a call the replay judged (one it does not
+// cover, so dated after the freed watermark or from the floor on) or of
+// this run, and is dated no earlier than that call (a window's end, its
+// write's time), which freedCovers does not cover either. The gate once took
+// such output as committed too, by the same predicate: a probe on that,
+// over every test, found it took nothing (docs/detection.md, Restarts).
 func (g *gate) committed(tenant, server string, t time.Time) bool {
-	k := detect.PartitionKey{Tenant: tenant, Server: server}
-	if mark, ok := g.marks[k]; ok && !mark.IsZero() && t.Before(mark.Add(-g.settle)) {
-		return true
-	}
-	f, ok := g.freed[k]
-	if !ok {
-		return false
-	}
-	if gen, made := g.eng.Gen(k); f.bound && made && gen > f.gen {
-		delete(g.freed, k) // begun anew in this run
-		return false
-	}
-	return freedCovers(f.wm, f.floor, t)
+	mark, ok := g.marks[detect.PartitionKey{Tenant: tenant, Server: server}]
+	return ok && !mark.IsZero() && t.Before(mark.Add(-g.settle))
 }
 
 // heldOpen reports whether a window of the partition of (tenant, server)
@@ -253,7 +196,17 @@ func (g *gate) Call(r *audit.Record) {
 func (g *gate) Write(w *audit.Write, prev audit.WriteState) {
 	// A write made unverified is dated at the end of its window.
 	open := w.State == audit.StateUnverified && g.heldOpen(w.Tenant, w.Server, w.StateTime)
-	if !open && g.replayed(w.Tenant, w.Server, w.StateTime) {
+	// A write settled by a replayed call whose window had not ended before
+	// the mark less the lateness bounds may have been stored pending at the
+	// stop: the settling call may have come too late to be judged then
+	// (stored, never judged; the replay judges it), and dropped as
+	// committed the write would stay pending for good. Its state is stored
+	// again when the store holds it pending; one the live run settled
+	// (its read in time) was committed, and told again the sinks would
+	// count it twice.
+	settling := prev == audit.StatePending && w.State != audit.StatePending &&
+		!g.committed(w.Tenant, w.Server, w.Time.Add(g.eng.Config().VerifyWindow))
+	if !open && g.replayed(w.Tenant, w.Server, w.StateTime) && (!settling || !g.storedPending(w)) {
 		return
 	}
 	if c := g.storedAs(w); c != nil {
@@ -333,6 +286,84 @@ func (g *gate) duplicate(kept string, dropped *audit.Call) {
 		g.alt = map[string][]*audit.Call{}
 	}
 	g.alt[kept] = append(g.alt[kept], dropped)
+}
+
+// storedPending reports whether the store may hold w pending, for a write
+// a replayed call settles while its window had not ended before the mark
+// less the lateness bounds. The store is asked once, on the first such
+// write, for every write it holds pending over the range of the marks: a
+// restart settling none asks nothing. A write dated outside that range (at
+// or after its partition's mark less the bounds), or a store that cannot
+// answer, is taken as pending: storing a state again costs a count twice,
+// dropping it a write pending for good.
+func (g *gate) storedPending(w *audit.Write) bool {
+	if !g.committed(w.Tenant, w.Server, w.Time) {
+		return true
+	}
+	if !g.pendingAsked {
+		g.pendingAsked = true
+		g.heldPending = g.loadPending()
+	}
+	if g.heldPending == nil {
+		return true
+	}
+	if g.heldPending[writeKey{w.CallID, w.Seq}] {
+		return true
+	}
+	// Stored under another observation of its exchange, dated at that
+	// one's time: one outside the range read was not asked about.
+	c := g.storedAs(w)
+	return c != nil && (g.heldPending[writeKey{c.ID, w.Seq}] || !g.inPendingRange(w.Tenant, w.Server, c.Time))
+}
+
+// inPendingRange reports whether a write of the partition of (tenant,
+// server) stored at t is in the range loadPending reads for it: from its
+// mark less the lateness bounds and the verify window to its mark less
+// the bounds, a millisecond wider either side (a store may keep times to
+// the millisecond).
+func (g *gate) inPendingRange(tenant, server string, t time.Time) bool {
+	mark, ok := g.marks[detect.PartitionKey{Tenant: tenant, Server: server}]
+	if !ok || mark.IsZero() {
+		return false
+	}
+	vw := g.eng.Config().VerifyWindow
+	return !t.Before(mark.Add(-g.settle-vw-time.Millisecond)) && t.Before(mark.Add(-g.settle+time.Millisecond))
+}
+
+// loadPending returns the writes the store holds pending that a replayed
+// call may settle with their windows open at the mark less the lateness
+// bounds (nil: the store could not tell).
+func (g *gate) loadPending() map[writeKey]bool {
+	if g.pendingWrites == nil || len(g.marks) == 0 {
+		return nil
+	}
+	vw := g.eng.Config().VerifyWindow
+	var lo, hi time.Time
+	for _, m := range g.marks {
+		if m.IsZero() {
+			continue
+		}
+		if lo.IsZero() || m.Before(lo) {
+			lo = m
+		}
+		if m.After(hi) {
+			hi = m
+		}
+	}
+	if lo.IsZero() {
+		return nil
+	}
+	// A millisecond either side: a store may keep times to the millisecond.
+	held := map[writeKey]bool{}
+	err := g.pendingWrites(lo.Add(-g.settle-vw-time.Millisecond), hi.Add(-g.settle+time.Millisecond), func(w *audit.Write) {
+		if g.inPendingRange(w.Tenant, w.Server, w.Time) {
+			held[writeKey{w.CallID, w.Seq}] = true
+		}
+	})
+	if err != nil {
+		return nil
+	}
+	return held
 }
 
 // storedAs returns, while stored output is being recognized, the other

@@ -171,6 +171,15 @@ type crashStore struct {
 	appendGate    chan struct{}
 	appendEntered chan struct{}
 	appended      atomic.Bool
+	// failWrites makes Writes fail (the store cannot answer).
+	failWrites atomic.Bool
+}
+
+func (s *crashStore) Writes(ctx context.Context, q audit.WriteQuery) (audit.WritePage, error) {
+	if s.failWrites.Load() {
+		return audit.WritePage{}, fmt.Errorf("cannot read writes: %w", audit.ErrUnavailable)
+	}
+	return s.Store.Writes(ctx, q)
 }
 
 func (s *crashStore) AppendCalls(ctx context.Context, recs []audit.Record) (int, error) {
@@ -258,12 +267,22 @@ func openRun(t testing.TB, dir string, clock *testClock, edit func(*pipeline.Con
 // openRunDetect is openRun with the detector's config edited by dedit.
 func openRunDetect(t testing.TB, dir string, clock *testClock, edit func(*pipeline.Config), dedit func(*detect.Config), rec *recorder) *run {
 	t.Helper()
+	return openRunStore(t, dir, clock, edit, dedit, rec, nil)
+}
+
+// openRunStore is openRunDetect with the store's faults set by fault
+// before the pipeline starts (and recovers).
+func openRunStore(t testing.TB, dir string, clock *testClock, edit func(*pipeline.Config), dedit func(*detect.Config), rec *recorder, fault func(*crashStore)) *run {
+	t.Helper()
 	st, err := sqlite.Open(filepath.Join(dir, "mcpaudit.db"), sqlite.Options{Synchronous: "normal"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	marks := filepath.Join(dir, "partitions.json")
 	cs := &crashStore{Store: st, marksPath: marks}
+	if fault != nil {
+		fault(cs)
+	}
 	cfg := pipeline.NewDefaultConfig()
 	cfg.StateFile = marks
 	cfg.Now = clock.Now
@@ -310,6 +329,21 @@ func (r *run) ingest(batches ...audit.Batch) (int, error) {
 		r.p.Status()
 	}
 	return n, err
+}
+
+// steps moves the clock on by n steps of 30 s, asking the engine where it
+// stands after each (it judges and commits up to the new time first);
+// each, when set, is called first at every step (a neighbour that keeps
+// sending).
+func (r *run) steps(n int, each func()) {
+	r.t.Helper()
+	for range n {
+		if each != nil {
+			each()
+		}
+		r.clock.Add(30 * time.Second)
+		r.status()
+	}
 }
 
 // status asks the engine where it stands; everything acknowledged before

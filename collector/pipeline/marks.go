@@ -102,8 +102,10 @@ type freedLine struct {
 // at watermark wm, with floor floor, stands for the output of its calls
 // dated t as committed: at or before wm, and before floor (a call of it
 // acknowledged around the freeing is covered by the floor alone). The
-// replay at start passes over the calls it covers (recover), and the
-// gate takes such output as committed.
+// replay at start passes over the calls it covers (recover): nothing of
+// them is made again. Output of a call it does not cover is dated no
+// earlier than that call, so not covered either: the gate needs no bound
+// of its own (gate.committed).
 func freedCovers(wm, floor, t time.Time) bool {
 	return !t.After(wm) && (floor.IsZero() || t.Before(floor))
 }
@@ -310,7 +312,7 @@ func (p *Pipeline) lowerFloor(t time.Time) error {
 // are kept, so that the next call of them tries the write again).
 //
 // The file's freed watermarks stand for the output of the stored calls of
-// those partitions dated before its floor (gate.committed) as committed.
+// those partitions dated before its floor (freedCovers) as committed.
 // A call of a freed partition stored while the file still names it would
 // be taken so after a crash before its output was committed: a late call,
 // stored and not acknowledged (the process died in between) and never

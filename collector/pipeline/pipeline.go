@@ -337,9 +337,9 @@ func (p *Pipeline) recover(ctx context.Context) error {
 		return fmt.Errorf("cannot read stored findings: %w", err)
 	}
 	p.gate.recovering(wm, committed, deferred, known)
-	p.gate.freed = freedBounds(freed, floor)
 	p.eng.OnDuplicate(p.gate.duplicate)
 	p.gate.storedWrite = p.storedWrite
+	p.gate.pendingWrites = p.pendingWrites
 	// The sources that held each partition back are known again before
 	// the replay, so that no watermark jumps to its fastest source. Their
 	// grace grows with the time the collector was down: so does their
@@ -387,23 +387,20 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	for k, m := range marks {
 		p.eng.RestoreWatermark(k, m.Watermark, m.At)
 	}
-	// The gate ties each freed partition to the partition the replay made
-	// for it (if it did): one made later is begun anew by a call of this
-	// run. One the replay made (a call of it it did not pass over: from
-	// the floor on) has its own mark from the next save on and is kept
-	// freed no longer, in doubt, its output announced again; the file
-	// keeps it until then (stale). One the replay did not make stays freed
-	// for the next restart.
+	// A freed partition the replay did not make stays freed for the next
+	// restart, tied to the engine's count of partitions: one of its key
+	// made later was begun anew by a call of this run (pruneFreed). One
+	// the replay made (a call of it it did not pass over: from the floor
+	// on) has its own mark from the next save on and is kept freed no
+	// longer, in doubt, its output announced again; the file keeps it
+	// until then (stale).
 	p.floorMu.Lock()
 	for k, t := range freed {
-		gen, ok := p.eng.Gen(k)
-		if !ok {
-			gen = p.eng.Made()
-			p.freed[k] = freedMark{wm: t, gen: gen, disk: true}
-		} else {
+		if _, ok := p.eng.Gen(k); ok {
 			p.stale[k] = true
+			continue
 		}
-		p.gate.bind(k, gen)
+		p.freed[k] = freedMark{wm: t, gen: p.eng.Made(), disk: true}
 	}
 	p.floorMu.Unlock()
 	// The partitions whose sources were delivering when the collector
@@ -516,6 +513,43 @@ func (p *Pipeline) storedWrite(w *audit.Write, c *audit.Call) bool {
 		}
 		q.Cursor = pg.NextCursor
 	}
+}
+
+// pendingReadBudget bounds the read of the writes stored pending at a
+// restart (pendingWrites). Past it, every write a replayed call settles in
+// the marks' range has its state stored again, and metrics count those the
+// live run settled twice: a restart must not wait for a slow store. Reading
+// 100,000 pending writes took 1.4 to 2.9 s on SQLite and 22 to 35 s on
+// ClickHouse 18.16 (docs/benchmarks.md, narrow14).
+const pendingReadBudget = 2 * time.Second
+
+// pendingWrites calls each for every write the store holds pending whose
+// Time is in [since, until), a page at a time, within pendingReadBudget.
+// Engine goroutine, after a restart, once (gate.storedPending); it logs
+// what it cost.
+func (p *Pipeline) pendingWrites(since, until time.Time, each func(*audit.Write)) error {
+	ctx, cancel := context.WithTimeout(context.Background(), pendingReadBudget)
+	defer cancel()
+	start, n := time.Now(), 0
+	q := audit.WriteQuery{State: audit.StatePending, Since: since, Until: until, Limit: 1000}
+	for {
+		pg, err := p.store.Writes(ctx, q)
+		if err != nil {
+			p.log.Warn("cannot read the writes stored pending; the states replayed calls settle them to are stored again, and metrics may count some twice",
+				"read", n, "budget", pendingReadBudget, "took", time.Since(start).Round(time.Millisecond), "err", err)
+			return err
+		}
+		for i := range pg.Writes {
+			each(&pg.Writes[i])
+		}
+		n += len(pg.Writes)
+		if pg.NextCursor == "" {
+			break
+		}
+		q.Cursor = pg.NextCursor
+	}
+	p.log.Info("read the writes stored pending that replayed calls may settle", "writes", n, "since", since, "until", until, "took", time.Since(start).Round(time.Millisecond))
+	return nil
 }
 
 // queued is a batch stored and waiting for the engine goroutine.
@@ -1016,7 +1050,6 @@ func (p *Pipeline) take(q queued) {
 	// Adding calls judges idleness at now too: the refusals reported
 	// before it count first, whichever case of run's select came first.
 	p.applyTouches()
-	p.gate.comeback(b)
 	for i, r := range b.Records {
 		if len(refused) > 0 && refused[0] == i {
 			refused = refused[1:]

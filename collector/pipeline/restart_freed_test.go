@@ -29,12 +29,8 @@ func TestRestart_FreedPartitionNotAnnouncedAgain(t *testing.T) {
 	clock := newClock(wallStart)
 	key := detect.PartitionKey{Server: "thegram"}
 	r := openRun(t, dir, clock, nil, nil)
-	t0 := wallStart.Add(-time.Minute)
-	sendPendingThenReads(t, r, t0)
-	for range 40 {
-		clock.Add(30 * time.Second)
-		r.status()
-	}
+	sendPendingThenReads(t, r, wallStart.Add(-time.Minute))
+	r.steps(40, nil)
 	freeIdle(t, r, key)
 	o := r.stop()
 	if len(o.findings) != 1 {
@@ -66,48 +62,31 @@ func TestRestart_FreedPartitionNotAnnouncedAgain(t *testing.T) {
 }
 
 // TestRestart_FreedPartitionComesBackAfterRestart: after a restart the
-// gate takes a freed partition's output up to the watermark it was freed
-// at as committed. The partition's server comes back with a write dated
+// state file stands for a freed partition's output up to the watermark it
+// was freed at as committed (the replay passes over its calls). The
+// partition's server comes back with a write dated
 // long before that watermark (a late backlog, a poster's clock minutes
 // slow): the write's window, closed by the wall clock with no call to
 // tell it from a replayed one, ends before the watermark. Its
 // unverified_write is new: announced and stored (review12c's D1: the
-// freed watermark outlived the partition's return and suppressed it).
+// gate's freed bounds, removed since, outlived the partition's return and
+// suppressed it).
 func TestRestart_FreedPartitionComesBackAfterRestart(t *testing.T) {
 	dir := t.TempDir()
 	clock := newClock(wallStart)
 	key := detect.PartitionKey{Server: "thegram"}
 	r := openRun(t, dir, clock, nil, nil)
-	sendPendingThenReads(t, r, wallStart.Add(-time.Minute))
-	for range 40 {
-		clock.Add(30 * time.Second)
-		r.status()
-	}
-	freeIdle(t, r, key)
+	wm := freedBeforeStop(t, r, dir, clock, key)
 	r.stop()
-	wm := freedIn(t, dir, key)
-	if wm.IsZero() {
-		t.Fatal("the state file does not keep the freed partition")
-	}
 
 	clock.Add(time.Second)
 	r = openRun(t, dir, clock, nil, nil)
 	clock.Add(3 * time.Second)
 	r.status()
-	// Its window (5 min) ends a minute before the freed watermark.
-	at := wm.Add(-6 * time.Minute)
-	late := batch(t, "slowposter", pendingPatchLine("s9", 91, at, "team/y.gram"))
-	if _, err := r.ingest(late); err != nil {
-		t.Fatal(err)
-	}
-	for range 30 {
-		clock.Add(30 * time.Second)
-		r.status()
-	}
-	// The replayed write's unverified_write may be announced again too:
-	// once the partition came back, the gate cannot tell a window of the
-	// replay closing from one of this run's, and announces.
-	lateFindingAnnounced(t, r, ids(late)[0])
+	// Its window (5 min) ends a minute before the freed watermark. The
+	// first write, passed over by the replay, is not made again: the store
+	// holds its finding and the late write's.
+	r.lateAnnounced(lateWrite(t, wm.Add(-6*time.Minute)), true, 30, nil)
 }
 
 // TestRestart_FreedPartitionComesBackThenCrash: a freed partition comes
@@ -133,11 +112,7 @@ func TestRestart_FreedPartitionComesBackThenCrash(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for range 40 {
-		other()
-		clock.Add(30 * time.Second)
-		r.status()
-	}
+	r.steps(40, other)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		if _, ok := r.status()[key]; !ok {
 			break
@@ -165,7 +140,7 @@ func TestRestart_FreedPartitionComesBackThenCrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	late := batch(t, "slowposter", pendingPatchLine("s9", 91, at, "team/y.gram"))
+	late := lateWrite(t, at)
 	if _, err := r.p.Ingest(context.Background(), late); err != nil {
 		t.Fatal(err)
 	}
@@ -180,17 +155,36 @@ func TestRestart_FreedPartitionComesBackThenCrash(t *testing.T) {
 		t.Fatalf("%d findings before the crash, want the first unverified_write", n)
 	}
 	r = openRun(t, dir, clock, nil, nil)
-	for range 20 {
-		clock.Add(30 * time.Second)
-		r.status()
+	r.lateAnnounced(late, false, 20, nil)
+}
+
+// lateWrite is the late write the freed tests send: a gram_patch of
+// thegram left pending, dated at (before the watermark the partition was
+// freed at), from a poster whose clock is behind. A fresh batch at each
+// call, as a sender's retry is decoded anew.
+func lateWrite(t testing.TB, at time.Time) audit.Batch {
+	return batch(t, "slowposter", pendingPatchLine("s9", 91, at, "team/y.gram"))
+}
+
+// lateAnnounced is how the freed tests end: the sender sends late (when
+// send; otherwise an earlier run stored it), the clock moves on by n
+// steps of 30 s (each called first at every step, when set), and
+// lateFindingAnnounced checks the outcome.
+func (r *run) lateAnnounced(late audit.Batch, send bool, n int, each func()) {
+	r.t.Helper()
+	if send {
+		if _, err := r.ingest(late); err != nil {
+			r.t.Fatal(err)
+		}
 	}
-	lateFindingAnnounced(t, r, ids(late)[0])
+	r.steps(n, each)
+	lateFindingAnnounced(r.t, r, ids(late)[0])
 }
 
 // lateFindingAnnounced stops r and checks that the store holds two
 // findings, the first write's and an unverified_write of the late write
 // call, and that the run announced the latter.
-func lateFindingAnnounced(t *testing.T, r *run, call string) {
+func lateFindingAnnounced(t testing.TB, r *run, call string) {
 	t.Helper()
 	_, announced := r.rec.snapshot()
 	got := r.stop()

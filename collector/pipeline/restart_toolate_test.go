@@ -1,0 +1,115 @@
+package pipeline_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/collector/detect"
+)
+
+// TestRestart_TooLateReadLeavesWritePending: found from outside (adv14,
+// 8 OTLP/gRPC clients under serve.memory_limit 192MiB, 246e0cb): pod-1's
+// write is judged pending (sync not confirmed), then pod-1 is held back
+// (refused) past allowed_lateness, so the read that shows the write synced
+// comes too late: stored, not judged. Without a restart the write becomes
+// unverified when its window ends. With a restart before that, the replay
+// judges the read (the store holds it), the engine takes the write as
+// durable at the read's time, and the gate drops that state as committed
+// before the restart (the read is older than the mark less the lateness
+// bounds), though it never was: the store keeps the write pending for
+// good, and its window never closes. In the outside run, 375 writes stayed
+// pending hours past their windows.
+//
+// Only a write the store holds pending is stored again
+// (TestRestart_SettledLiveNotCountedAgain); a store that cannot tell which
+// has every such write stored again.
+func TestRestart_TooLateReadLeavesWritePending(t *testing.T) {
+	for _, tc := range []struct {
+		name                string
+		restart, cannotTell bool
+		log                 string
+	}{
+		{name: "no_restart"},
+		{name: "restart", restart: true, log: "read the writes stored pending that replayed calls may settle"},
+		{name: "restart_store_cannot_tell", restart: true, cannotTell: true, log: "cannot read the writes stored pending"},
+	} {
+		restart := tc.restart
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			clock := newClock(wallStart)
+			r := openRun(t, dir, clock, nil, nil)
+			rpc := 0
+			tick := func(pod1 bool) {
+				now := clock.Now()
+				rpc++
+				if _, err := r.ingest(batch(t, "pod-0", callLine("thegram", "s0", rpc, now.Add(-time.Second)))); err != nil {
+					t.Fatal(err)
+				}
+				if pod1 {
+					rpc++
+					if _, err := r.ingest(batch(t, "pod-1", callLine("thegram", "s1", rpc, now.Add(-time.Second)))); err != nil {
+						t.Fatal(err)
+					}
+				}
+				clock.Add(time.Second)
+			}
+			for range 20 {
+				tick(true)
+			}
+			tw := clock.Now().Add(-time.Second)
+			write := batch(t, "pod-1", pendingPatchLine("s9", 900, tw, "team/x.gram"))
+			if _, err := r.ingest(write); err != nil {
+				t.Fatal(err)
+			}
+			wid := ids(write)[0]
+			tick(true)
+			// pod-1's read of the document, synced, is held back with it
+			// (refused) for 150 s: once delivered it is too late.
+			read := readSyncedLine("s9", 901, clock.Now().Add(-time.Second), "team/x.gram")
+			for range 150 {
+				tick(false)
+			}
+			if _, err := r.ingest(batch(t, "pod-1", read)); err != nil {
+				t.Fatal(err)
+			}
+			st := r.status()[detect.PartitionKey{Server: "thegram"}]
+			if st.TooLate == 0 {
+				t.Fatalf("the read is not too late (watermark %s, late %d)", st.Watermark, st.Late)
+			}
+			for range 20 {
+				tick(true)
+			}
+			state := func(o outcome) audit.WriteState {
+				for k, s := range o.writes {
+					if strings.HasPrefix(k, wid+"/") {
+						return s
+					}
+				}
+				return "none"
+			}
+			if restart {
+				o := r.stop()
+				if s := state(o); s != audit.StatePending {
+					t.Fatalf("before the restart the write is %s, want pending (its window is open)", s)
+				}
+				clock.Add(time.Second)
+				r = openRunStore(t, dir, clock, nil, nil, nil, func(cs *crashStore) { cs.failWrites.Store(tc.cannotTell) })
+			}
+			// Past the write's window (5 m) and the lateness bounds.
+			for range 400 {
+				tick(true)
+			}
+			logs := r.logs.String()
+			got := state(r.stop())
+			if tc.log != "" && !strings.Contains(logs, tc.log) {
+				t.Errorf("the log does not say %q:\n%s", tc.log, logs)
+			}
+			t.Logf("write %s at %s: stored %s", wid, tw.Format(time.TimeOnly), got)
+			if got == audit.StatePending {
+				t.Errorf("the write is stored pending %s past its window's end: never terminal", clock.Now().Sub(tw.Add(5*time.Minute)).Round(time.Second))
+			}
+		})
+	}
+}
