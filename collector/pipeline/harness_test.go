@@ -274,7 +274,13 @@ func openRunDetect(t testing.TB, dir string, clock *testClock, edit func(*pipeli
 // before the pipeline starts (and recovers).
 func openRunStore(t testing.TB, dir string, clock *testClock, edit func(*pipeline.Config), dedit func(*detect.Config), rec *recorder, fault func(*crashStore)) *run {
 	t.Helper()
-	st, err := sqlite.Open(filepath.Join(dir, "mcpaudit.db"), sqlite.Options{Synchronous: "normal"})
+	return openRunWith(t, dir, clock, edit, dedit, rec, fault, sqlite.Options{Synchronous: "normal"})
+}
+
+// openRunWith is openRunStore over a store opened with opts.
+func openRunWith(t testing.TB, dir string, clock *testClock, edit func(*pipeline.Config), dedit func(*detect.Config), rec *recorder, fault func(*crashStore), opts sqlite.Options) *run {
+	t.Helper()
+	st, err := sqlite.Open(filepath.Join(dir, "mcpaudit.db"), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
