@@ -9,12 +9,14 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
+	"github.com/mcpaudit/mcpaudit/exporter/store"
 )
 
 const sample = "../../testdata/sample/mixed.ndjson"
@@ -69,6 +71,42 @@ func TestQueryHelp_SaysWhat(t *testing.T) {
 	_, _, help := cliRun("findings", "--help")
 	if !strings.Contains(help, "findings ack|resolve|reopen") {
 		t.Errorf("findings --help does not name ack, resolve and reopen:\n%s", help)
+	}
+}
+
+// TestLimitHelp: every query command's --limit reads alike: the unit
+// counted, the range taken and the default, as "-limit N"; and a limit out
+// of its range is refused, naming the range, rather than clamped unseen.
+func TestLimitHelp(t *testing.T) {
+	for _, c := range []struct {
+		cmd, unit, rng, def string
+		out                 []string
+	}{
+		{"calls", "calls", "0 or more", "(default 0: every call)", []string{"-1"}},
+		{"timeline", "events", fmt.Sprintf("1 to %d", store.MaxTimeline), fmt.Sprintf("(default %d)", store.DefaultTimeline), []string{"0", strconv.Itoa(store.MaxTimeline + 1)}},
+		{"findings", "findings", fmt.Sprintf("1 to %d", store.MaxPage), fmt.Sprintf("(default %d)", store.DefaultPage), []string{"0", strconv.Itoa(store.MaxPage + 1)}},
+	} {
+		code, _, help := cliRun(c.cmd, "--help")
+		if code != 0 {
+			t.Fatalf("%s --help: exit %d", c.cmd, code)
+		}
+		_, entry, _ := strings.Cut(help, "\n  -limit N\n")
+		entry, _, _ = strings.Cut(entry, "\n  -")
+		for _, want := range []string{"print at most N " + c.unit, c.rng, c.def} {
+			if !strings.Contains(entry, want) {
+				t.Errorf("%s --help: -limit says %q, lacking %q", c.cmd, entry, want)
+			}
+		}
+		for _, n := range c.out {
+			args := []string{c.cmd, "--limit", n, "--data-dir", t.TempDir()}
+			if c.cmd == "timeline" {
+				args = append(args, "doc")
+			}
+			code, _, stderr := cliRun(args...)
+			if code != 2 || !strings.Contains(stderr, "--limit") || (c.rng != "0 or more" && !strings.Contains(stderr, c.rng)) {
+				t.Errorf("%v: exit %d %q, want 2 naming the range", args, code, stderr)
+			}
+		}
 	}
 }
 

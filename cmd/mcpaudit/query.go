@@ -207,13 +207,15 @@ func findingsCommand(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	filters := map[string]*string{}
+	var limit *int
 	q, _, err := parseQueryFlags("findings", args, stderr, "findings [flags]\n       mcpaudit findings ack|resolve|reopen [flags] FINDING-ID --note TEXT", func(fs *flag.FlagSet) {
+		limit = fs.Int("limit", store.DefaultPage, fmt.Sprintf("print at most `N` findings, one page (the next with --cursor), 1 to %d", store.MaxPage))
 		for _, f := range []struct{ name, help string }{
 			{"kind", "finding kind: " + kindList()}, {"severity", "this severity or higher: info, warning or critical"}, {"server", ""},
 			{"document", "document path or id the finding is about (exact)"}, {"key", "idempotency key (requestId, operationId, creationId)"},
 			{"session", "MCP session id (mcp.session.id)"},
 			{"since", "RFC 3339 time, the page's \"2026-12-04 14:02\" (UTC), or a duration back from now (1h, 7d)"}, {"until", "RFC 3339 time, the page's \"2026-12-04 14:02\" (UTC), or a duration back from now"},
-			{"limit", "findings per page"}, {"cursor", "page cursor from a previous answer"},
+			{"cursor", "page cursor from a previous answer"},
 			{"state", "lifecycle state: open, acknowledged or resolved"}, {"order", "time (default) or newest"},
 		} {
 			name := f.name
@@ -234,11 +236,17 @@ func findingsCommand(args []string, stdout, stderr io.Writer) error {
 		}
 		return &exitError{code: 2, err: fmt.Errorf("findings: unexpected argument %q", q.positional[0])}
 	}
+	if *limit < 1 || *limit > store.MaxPage {
+		return &exitError{code: 2, err: fmt.Errorf("findings: --limit %d: want 1 to %d", *limit, store.MaxPage)}
+	}
 	params := url.Values{}
 	for k, v := range filters {
 		if *v != "" {
 			params.Set(k, *v)
 		}
+	}
+	if *limit != store.DefaultPage {
+		params.Set("limit", strconv.Itoa(*limit))
 	}
 	b, err := q.get("/api/v1/findings", params)
 	if err != nil {
@@ -274,7 +282,7 @@ func timelineCommand(args []string, stdout, stderr io.Writer) error {
 		mcpServer = fs.String("mcp-server", "", "MCP server name (default: every server)")
 		since = fs.String("since", "", "RFC 3339 time, the page's \"2026-12-04 14:02\" (UTC), or a duration back from now")
 		until = fs.String("until", "", "RFC 3339 time, the page's \"2026-12-04 14:02\" (UTC), or a duration back from now")
-		limit = fs.Int("limit", store.DefaultTimeline, fmt.Sprintf("the earliest N events of the range at most (1 to %d)", store.MaxTimeline))
+		limit = fs.Int("limit", store.DefaultTimeline, fmt.Sprintf("print at most `N` events, the earliest of the range, 1 to %d", store.MaxTimeline))
 	})
 	if err != nil {
 		return quietHelp(err)
