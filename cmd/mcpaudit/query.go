@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -153,7 +154,8 @@ var queryAbout = map[string]string{
 	"findings reopen": "Reopens an acknowledged or resolved finding. The note and who are kept in the\n" +
 		"finding's audit trail (the page's /findings/ID).",
 	"timeline": "Shows every call, write state and finding on one document, in time order (the page's\n" +
-		"/documents/DOCUMENT). The name matches exactly.",
+		"/documents/DOCUMENT), each call with the document's revision and content hash it expected and\n" +
+		"was answered (REVISION, HASH: before → after). The name matches exactly.",
 	"calls": "Lists stored calls in time order, one a line (the count on standard error), filtered by\n" +
 		"server, session, document and time.",
 	"slo": "Shows the write-durability SLI over a window back from now, the error budget left, and the\n" +
@@ -335,12 +337,15 @@ func timelineCommand(args []string, stdout, stderr io.Writer) error {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	// ID is the call's id (a call and its write), as calls prints it and
 	// /api/v1/calls/{id} takes it, or the finding's, as findings prints it.
-	fmt.Fprintln(tw, "TIME\tID\tEVENT\tSESSION\tTOOL\tWHAT\tRETRY ACTION")
+	// REVISION and HASH are a call's, before → after, as the page shows
+	// them: what it expected of the document and what it was answered.
+	fmt.Fprintln(tw, "TIME\tID\tEVENT\tSESSION\tTOOL\tREVISION\tHASH\tWHAT\tRETRY ACTION")
 	for _, e := range tl.Events {
-		what, id := "", e.CallID
+		what, id, rev, hash := "", e.CallID, "", ""
 		switch e.Type {
 		case audit.EventCall:
 			what = joinNonEmpty(string(e.Outcome), e.Code)
+			rev, hash = beforeAfter(e.RevisionBefore, e.RevisionAfter), beforeAfter(e.HashBefore, e.HashAfter)
 		case audit.EventWrite:
 			what = joinNonEmpty("state "+string(e.State), string(e.Reason), e.Key)
 		case audit.EventFinding:
@@ -348,9 +353,19 @@ func timelineCommand(args []string, stdout, stderr io.Writer) error {
 				what, id = string(e.Finding.Kind)+": "+e.Finding.Summary, e.Finding.ID()
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Time.UTC().Format("2006-01-02 15:04:05.000"), id, e.Type, e.Session, e.Tool, what, e.RetryAction)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Time.UTC().Format("2006-01-02 15:04:05.000"), id, e.Type, e.Session, e.Tool, rev, hash, what, e.RetryAction)
 	}
 	return tw.Flush()
+}
+
+// beforeAfter prints a call's revision or hash as "before → after", "-"
+// standing for a side its payloads do not tell (a read has no before, a
+// call without an answer no after), and "-" alone when neither is told.
+func beforeAfter(before, after string) string {
+	if before == "" && after == "" {
+		return "-"
+	}
+	return cmp.Or(before, "-") + " → " + cmp.Or(after, "-")
 }
 
 // truncatedNote tells stderr that a timeline holds more than the n events
