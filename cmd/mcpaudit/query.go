@@ -161,8 +161,9 @@ var queryAbout = map[string]string{
 	"slo": "Shows the write-durability SLI over a window back from now, the error budget left, and the\n" +
 		"writes by state.",
 	"status": "Shows where event time stands per partition (tenant and server), its lag and waiting\n" +
-		"calls, and which source holds it back; --wait waits until every call acknowledged before\n" +
-		"the wait began was judged.",
+		"calls, which source holds it back, and how many judged writes are still pending (their state\n" +
+		"may change until their verification window ends); --wait waits until every call acknowledged\n" +
+		"before the wait began was judged (its writes may still be pending).",
 }
 
 // parseQueryFlags parses the flags of the query command name; usage is its
