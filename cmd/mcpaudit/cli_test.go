@@ -164,6 +164,21 @@ func TestSLOFailUnder(t *testing.T) {
 	})
 }
 
+// TestSLOTargetHelp: slo's --target help says the default its answer
+// uses: from a data dir, the built-in 0.999 (slo reads no configuration),
+// which the help once called "the server's".
+func TestSLOTargetHelp(t *testing.T) {
+	def := NewDefaultConfig().Serve.SLOTarget
+	_, _, help := cliRun("slo", "--help")
+	if want := fmt.Sprintf("with --data-dir %g", def); !strings.Contains(help, want) {
+		t.Errorf("slo --help lacks %q:\n%s", want, help)
+	}
+	code, out, errs := cliRun("slo", "--data-dir", sloStore(t, audit.StateDurable))
+	if want := fmt.Sprintf("target %.4g", def); code != 0 || !strings.Contains(out, want) {
+		t.Errorf("slo --data-dir: exit %d %q %s, want %q", code, out, errs, want)
+	}
+}
+
 // TestSLOSaysServer: with --mcp-server the text output names the server
 // it is limited to (a runbook sends the alert's server there), and without
 // it names none.

@@ -79,7 +79,7 @@ func (q *queryFlags) register(fs *flag.FlagSet, apiOnly bool) {
 		fs.StringVar(&q.dataDir, "data-dir", "./mcpaudit-data", "data dir of the embedded store, read when --api-url is not given")
 	}
 	fs.StringVar(&q.format, "format", "text", "text or json")
-	fs.StringVar(&q.token, "token", os.Getenv("MCPAUDIT_TOKEN"), "bearer token, when the server maps tokens to tenants (default $MCPAUDIT_TOKEN)")
+	fs.StringVar(&q.token, "token", os.Getenv("MCPAUDIT_TOKEN"), "bearer token for --api-url, needed when the server has any credential configured (default $MCPAUDIT_TOKEN)")
 	q.tls.register(fs)
 }
 
@@ -406,7 +406,7 @@ func sloCommand(args []string, stdout, stderr io.Writer) error {
 	var window, target, mcpServer, failUnder *string
 	q, _, err := parseQueryFlags("slo", args, stderr, "slo [flags]", func(fs *flag.FlagSet) {
 		window = fs.String("window", "30d", "window back from now (30d, 7d, 1h)")
-		target = fs.String("target", "", "SLO target (default: the server's, 0.999)")
+		target = fs.String("target", "", "SLO target, in (0, 1] (default: with --api-url the server's serve.slo_target; with --data-dir 0.999, whatever the configuration says)")
 		mcpServer = fs.String("mcp-server", "", "MCP server name (default: every server)")
 		failUnder = fs.String("fail-under", "", "exit 1 when the error budget remaining is below this share: 0 fails on an overspent budget, 0.25 or 25% when less than a quarter is left (default: never fail)")
 	})
