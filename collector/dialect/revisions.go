@@ -1,10 +1,10 @@
 package dialect
 
 import (
-	"encoding/json"
 	"strconv"
 
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/valyala/fastjson"
 )
 
 // Revisions are what a call says about its document's revision and hash
@@ -25,27 +25,34 @@ var (
 	hashAfterKeys  = []string{"hash", "content_hash", "contentHash"}
 )
 
+// revisionParsers serve RevisionsOf: a timeline reads the revisions of
+// every call it holds (up to 10,000), and decoding each payload into maps
+// doubled what a timeline cost (docs/benchmarks.md).
+var revisionParsers fastjson.ParserPool
+
 // RevisionsOf reads what call c's payloads say of document doc's
 // revision and content hash, before and after it: the values as text
 // ("null" for an explicit null), empty where the payload does not say. The
 // investigation page and the timeline's call events (the API, mcpaudit
-// timeline) show them.
+// timeline) show them. A payload that is not a JSON object says nothing;
+// of a key given twice, the first is read.
 func RevisionsOf(c *audit.Call, doc string) Revisions {
 	var rv Revisions
-	var args map[string]any
-	if json.Unmarshal(c.Arguments, &args) == nil {
+	p := revisionParsers.Get()
+	defer revisionParsers.Put(p)
+	if args, err := p.ParseBytes(c.Arguments); err == nil && args.Type() == fastjson.TypeObject {
 		rv.Before = first(args, beforeKeys)
 		rv.HashBefore = first(args, hashBeforeKeys)
 	}
-	var res map[string]any
-	if json.Unmarshal(c.Result, &res) != nil {
+	res, err := p.ParseBytes(c.Result)
+	if err != nil || res.Type() != fastjson.TypeObject {
 		return rv
 	}
-	sc, _ := res["structuredContent"].(map[string]any)
+	sc := object(res.Get("structuredContent"))
 	if sc == nil {
 		return rv
 	}
-	for _, m := range []map[string]any{sc, asMap(sc["result"])} {
+	for _, m := range []*fastjson.Value{sc, object(sc.Get("result"))} {
 		if m == nil || !about(m, doc) {
 			continue
 		}
@@ -54,10 +61,17 @@ func RevisionsOf(c *audit.Call, doc string) Revisions {
 			return rv
 		}
 	}
-	// Oddlynew: the outcome of the write provider call on doc.
-	outcomes, _ := sc["outcomes"].([]any)
-	for _, o := range outcomes {
-		v := asMap(asMap(o)["value"])
+	// Oddlynew: the outcome of the write provider call on doc (the last,
+	// when several name it).
+	outcomes := sc.Get("outcomes")
+	if outcomes == nil || outcomes.Type() != fastjson.TypeArray {
+		return rv
+	}
+	for _, o := range outcomes.GetArray() {
+		var v *fastjson.Value
+		if o := object(o); o != nil {
+			v = object(o.Get("value"))
+		}
 		if v != nil && about(v, doc) {
 			if a := first(v, afterKeys); a != "" {
 				rv.After, rv.HashAfter = a, first(v, hashAfterKeys)
@@ -67,37 +81,42 @@ func RevisionsOf(c *audit.Call, doc string) Revisions {
 	return rv
 }
 
-func asMap(v any) map[string]any {
-	m, _ := v.(map[string]any)
-	return m
+// object returns v when it is a JSON object, else nil.
+func object(v *fastjson.Value) *fastjson.Value {
+	if v == nil || v.Type() != fastjson.TypeObject {
+		return nil
+	}
+	return v
 }
 
 // about reports whether m describes doc, or names no document at all.
-func about(m map[string]any, doc string) bool {
+func about(m *fastjson.Value, doc string) bool {
 	for _, k := range []string{"path", "documentId"} {
-		if v, ok := m[k].(string); ok {
-			return v == doc
+		if v := m.Get(k); v != nil && v.Type() == fastjson.TypeString {
+			return string(v.GetStringBytes()) == doc
 		}
 	}
 	return true
 }
 
 // first returns the first of keys present in m as text; null reads "null".
-func first(m map[string]any, keys []string) string {
+func first(m *fastjson.Value, keys []string) string {
 	for _, k := range keys {
-		v, ok := m[k]
-		if !ok {
+		v := m.Get(k)
+		if v == nil {
 			continue
 		}
-		switch v := v.(type) {
-		case nil:
+		switch v.Type() {
+		case fastjson.TypeNull:
 			return "null"
-		case string:
-			return v
-		case float64:
-			return strconv.FormatFloat(v, 'f', -1, 64)
-		case bool:
-			return strconv.FormatBool(v)
+		case fastjson.TypeString:
+			return string(v.GetStringBytes())
+		case fastjson.TypeNumber:
+			return strconv.FormatFloat(v.GetFloat64(), 'f', -1, 64)
+		case fastjson.TypeTrue:
+			return "true"
+		case fastjson.TypeFalse:
+			return "false"
 		}
 	}
 	return ""

@@ -31,6 +31,14 @@ func TestRevisionsOf(t *testing.T) {
 		Revisions{After: "14"})
 	// Another document's answer says nothing about this one.
 	f(`{"path":"b.gram"}`, `{"structuredContent":{"path":"a.gram","rev":3}}`, "b.gram", Revisions{})
+	// Values of every JSON type a key may hold; an answer that is no object.
+	f(`{"base_revision":1e3,"expected_hash":true}`, `[1,2]`, "a.gram", Revisions{Before: "1000", HashBefore: "true"})
+	// A path that is no string names no document: documentId does.
+	f(`{}`, `{"structuredContent":{"path":5,"documentId":"doc_1","revision":2.5}}`, "doc_1", Revisions{After: "2.5"})
+	// Outcomes that are not objects are passed over; of two on the
+	// document, the last is read.
+	f(`{}`, `{"structuredContent":{"outcomes":[1,{"value":"x"},{"value":{"documentId":"doc_1","revision":3}},{"value":{"documentId":"doc_1","revision":4,"hash":"h4"}}]}}`, "doc_1",
+		Revisions{After: "4", HashAfter: "h4"})
 	// Not JSON.
 	f(`nope`, `nope`, "a.gram", Revisions{})
 }
