@@ -147,8 +147,12 @@ func printStatus(w io.Writer, st api.StatusResponse, waited bool) {
 				until = *p.PendingUntil
 			}
 		}
-		fmt.Fprintf(w, "Of the writes judged, %d are still pending: their state may change (a later call settles them, or their verification window, detect.verify_window, ends and makes them unverified); the last window ends at event time %s.\n",
-			st.PendingWrites, until.UTC().Format(time.RFC3339))
+		n := fmt.Sprintf("%d are", st.PendingWrites)
+		if st.PendingWrites == 1 {
+			n = "1 is"
+		}
+		fmt.Fprintf(w, "Of the writes judged, %s still pending: their state may change (a later call settles them, or their verification window, detect.verify_window, ends and makes them unverified); the last window ends at event time %s.\n",
+			n, until.UTC().Format(time.RFC3339))
 	case st.PendingWrites == 0:
 		fmt.Fprintln(w, "Of the writes judged, none is pending: each is in a terminal state (findings.md §2).")
 	}

@@ -26,6 +26,9 @@ func TestStatus_SaysPendingWrites(t *testing.T) {
 			[]string{"every acknowledged call judged: yes", "Of the writes judged, 4 are still pending: their state may change", "detect.verify_window",
 				"the last window ends at event time 2026-12-04T18:33:39Z"},
 			[]string{"none is pending", "everything acknowledged judged"}},
+		{"one", `{"time":"2026-12-04T18:29:02Z","judged":false,"pending_writes":1,"partitions":[
+			{"server":"thegram","watermark":"2026-12-04T18:29:01Z","lag_seconds":1,"pending_writes":1,"pending_until":"2026-12-04T18:30:00Z","sources":[]}],"sources":[]}`,
+			[]string{"every acknowledged call judged: no", "Of the writes judged, 1 is still pending", "ends at event time 2026-12-04T18:30:00Z"}, []string{"1 are"}},
 		{"none", `{"time":"2026-12-04T18:29:02Z","judged":true,"pending_writes":0,"partitions":[],"sources":[]}`,
 			[]string{"every acknowledged call judged: yes", "Of the writes judged, none is pending"}, []string{"still pending"}},
 		{"older serve", `{"time":"2026-12-04T18:29:02Z","judged":false,"partitions":[],"sources":[]}`,
