@@ -750,7 +750,7 @@ func printLoadReport(w io.Writer, r *loadReport, before, after map[string]*dto.M
 		stored := counterDelta(before, after, metrics.IngestRecordsTotal, metrics.LabelResult, metrics.ResultAccepted)
 		dup := counterDelta(before, after, metrics.IngestRecordsTotal, metrics.LabelResult, metrics.ResultDuplicate)
 		rej := counterDelta(before, after, metrics.IngestRecordsTotal, metrics.LabelResult, metrics.ResultRejected)
-		fmt.Fprintf(w, "server counted: %.0f stored, %.0f duplicates, %.0f rejected\n", stored, dup, rej)
+		fmt.Fprintf(w, "server counted: %.0f stored, %.0f duplicates, %.0f rejected%s\n", stored, dup, rej, rejectReasons(before, after))
 		if p50, p99, n := histQuantiles(before, after, metrics.FindingLatencySeconds, metrics.WaitEvidence); n > 0 {
 			fmt.Fprintf(w, "ingest to finding, from the call completing it (server histogram, %d findings): p50 <= %s  p99 <= %s\n", n, p50, p99)
 		}
@@ -838,6 +838,37 @@ func counterDelta(before, after map[string]*dto.MetricFamily, name, label, value
 		return s
 	}
 	return sum(after) - sum(before)
+}
+
+// rejectReasons spells out, between two scrapes, the reasons of what the
+// server counted rejected, most first: " (bad_time 199; overloaded 1824
+// requests, refused unread)". A request refused before its records are
+// read (overloaded, timeout) counts once, not once per record, so the
+// total is not a number of calls when those are in it.
+func rejectReasons(before, after map[string]*dto.MetricFamily) string {
+	type reason struct {
+		name string
+		n    float64
+	}
+	var rs []reason
+	for _, r := range metrics.RejectReasons {
+		if n := counterDelta(before, after, metrics.IngestRejectedTotal, metrics.LabelReason, string(r)); n > 0 {
+			rs = append(rs, reason{string(r), n})
+		}
+	}
+	if len(rs) == 0 {
+		return ""
+	}
+	sort.SliceStable(rs, func(i, j int) bool { return rs[i].n > rs[j].n })
+	parts := make([]string, len(rs))
+	for i, r := range rs {
+		parts[i] = fmt.Sprintf("%s %.0f", r.name, r.n)
+		switch metrics.RejectReason(r.name) {
+		case metrics.RejectOverloaded, metrics.RejectTimeout:
+			parts[i] += " requests, refused unread"
+		}
+	}
+	return " (" + strings.Join(parts, "; ") + ")"
 }
 
 // histQuantiles estimates the p50 and p99 of what a histogram observed

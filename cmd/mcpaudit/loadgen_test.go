@@ -485,3 +485,45 @@ func TestLoadgen_ReportsUnsent(t *testing.T) {
 		t.Errorf("report, want %q and no latest call acknowledged:\n%s", want, out.String())
 	}
 }
+
+// TestLoadReport_RejectReasons: the server's rejected count is spelled out
+// by reason, and a reason counted once per request refused unread
+// (overloaded) says so, so that 1824 refused requests and 199 bad calls
+// do not read as 2023 rejected calls (an outside pass, 2026-12-05).
+func TestLoadReport_RejectReasons(t *testing.T) {
+	t.Parallel()
+	parse := func(text string) map[string]*dto.MetricFamily {
+		t.Helper()
+		tp := expfmt.NewTextParser(model.UTF8Validation)
+		mfs, err := tp.TextToMetricFamilies(strings.NewReader(text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return mfs
+	}
+	before := parse(`# TYPE mcpaudit_ingest_records_total counter
+mcpaudit_ingest_records_total{source="otlp",result="rejected"} 10
+mcpaudit_ingest_records_total{source="otlp",result="accepted"} 5
+# TYPE mcpaudit_ingest_rejected_total counter
+mcpaudit_ingest_rejected_total{source="otlp",reason="bad_time"} 10
+`)
+	after := parse(`# TYPE mcpaudit_ingest_records_total counter
+mcpaudit_ingest_records_total{source="otlp",result="rejected"} 2033
+mcpaudit_ingest_records_total{source="otlp",result="accepted"} 905
+# TYPE mcpaudit_ingest_rejected_total counter
+mcpaudit_ingest_rejected_total{source="otlp",reason="bad_time"} 109
+mcpaudit_ingest_rejected_total{source="calls",reason="bad_time"} 100
+mcpaudit_ingest_rejected_total{source="otlp",reason="overloaded"} 1824
+`)
+	var out bytes.Buffer
+	printLoadReport(&out, &loadReport{New: -1}, before, after, "")
+	want := "server counted: 900 stored, 0 duplicates, 2023 rejected (overloaded 1824 requests, refused unread; bad_time 199)\n"
+	if !strings.Contains(out.String(), want) {
+		t.Errorf("report, want %q:\n%s", want, out.String())
+	}
+	out.Reset()
+	printLoadReport(&out, &loadReport{New: -1}, before, before, "")
+	if !strings.Contains(out.String(), "server counted: 0 stored, 0 duplicates, 0 rejected\n") {
+		t.Errorf("report with nothing rejected:\n%s", out.String())
+	}
+}
