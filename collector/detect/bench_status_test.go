@@ -22,7 +22,7 @@ func BenchmarkStatus_PendingWrites(b *testing.B) {
 		at := t0.Add(time.Duration(i) * 2 * time.Millisecond) // 200 s
 		doc := fmt.Sprintf("d%d.gram", i)
 		r := &audit.Record{
-			Call: &audit.Call{ID: fmt.Sprintf("c_%020d", i), Time: at, Server: "thegram", Session: "s", RPCID: fmt.Sprint(i), Method: "tools/call", Tool: "gram_patch", Responded: true},
+			Call:    &audit.Call{ID: fmt.Sprintf("c_%020d", i), Time: at, Server: "thegram", Session: "s", RPCID: fmt.Sprint(i), Method: "tools/call", Tool: "gram_patch", Responded: true},
 			Dialect: "thegram", Outcome: audit.OutcomeOK, Tool: "gram_patch",
 			Ops: []audit.Op{{Tool: "gram_patch", Kind: audit.OpWrite, Target: doc, Status: audit.OpSucceeded, Pending: true, Reason: "sync_pending"}},
 		}
