@@ -269,7 +269,7 @@ func findingsCommand(args []string, stdout, stderr io.Writer) error {
 	tw := tabwriter.NewWriter(printable(stdout), 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "TIME\tID\tSEVERITY\tKIND\tSTATE\tSERVER\tDOCUMENT / KEY\tSUMMARY")
 	for _, f := range page.Findings {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", f.Time.UTC().Format("2006-01-02 15:04:05"), f.ID(), f.Severity, f.Kind, f.StateOf(), f.Server, joinNonEmpty(f.Document, f.Key), f.Summary)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", f.Time.UTC().Format("2006-01-02 15:04:05"), f.ID(), f.Severity, f.Kind, f.StateOf(), cell(f.Server), cell(joinNonEmpty(f.Document, f.Key)), cell(f.Summary))
 	}
 	tw.Flush()
 	if page.NextCursor != "" {
@@ -354,9 +354,24 @@ func timelineCommand(args []string, stdout, stderr io.Writer) error {
 				what, id = string(e.Finding.Kind)+": "+e.Finding.Summary, e.Finding.ID()
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Time.UTC().Format("2006-01-02 15:04:05.000"), id, e.Type, e.Session, e.Tool, rev, hash, what, e.RetryAction)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Time.UTC().Format("2006-01-02 15:04:05.000"), cell(id), e.Type,
+			cell(e.Session), cell(e.Tool), cell(rev), cell(hash), cell(what), e.RetryAction)
 	}
 	return tw.Flush()
+}
+
+// cellEscapes writes a table cell's line breaks and tabs as escapes.
+var cellEscapes = strings.NewReplacer("\n", `\n`, "\r", `\r`, "\t", `\t`)
+
+// cell returns text a sender chose (a session, a tool, a revision or hash
+// from the payloads, a key) fit for one cell of a table: a line break
+// would forge a line of it, a tab shift its columns (printable lets both
+// through, as the table needs them).
+func cell(s string) string {
+	if !strings.ContainsAny(s, "\n\r\t") {
+		return s
+	}
+	return cellEscapes.Replace(s)
 }
 
 // beforeAfter prints a call's revision or hash as "before → after", "-"

@@ -87,3 +87,19 @@ func TestTimeline_RevisionCellsStayInTheirColumn(t *testing.T) {
 		}
 	}
 }
+
+// TestCell: a cell of a table keeps to one line and one column whatever
+// the sender wrote, and text without a line break or tab is left alone.
+func TestCell(t *testing.T) {
+	for in, want := range map[string]string{
+		"ops/n.gram":       "ops/n.gram",
+		"a\tb":             `a\tb`,
+		"h\n2026 c_forged": `h\n2026 c_forged`,
+		"x\r\n":            `x\r\n`,
+		"→ ü":              "→ ü",
+	} {
+		if got := cell(in); got != want {
+			t.Errorf("cell(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

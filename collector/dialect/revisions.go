@@ -2,6 +2,7 @@ package dialect
 
 import (
 	"strconv"
+	"strings"
 
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/valyala/fastjson"
@@ -112,6 +113,11 @@ func first(m *fastjson.Value, keys []string) string {
 		case fastjson.TypeString:
 			return string(v.GetStringBytes())
 		case fastjson.TypeNumber:
+			// An integer as written: a revision past 2^53 is exact, as
+			// the detector reads it, not the nearest float64.
+			if n := v.String(); integer(n) {
+				return n
+			}
 			return strconv.FormatFloat(v.GetFloat64(), 'f', -1, 64)
 		case fastjson.TypeTrue:
 			return "true"
@@ -120,4 +126,18 @@ func first(m *fastjson.Value, keys []string) string {
 		}
 	}
 	return ""
+}
+
+// integer reports whether a JSON number's text is an integer literal.
+func integer(n string) bool {
+	n = strings.TrimPrefix(n, "-")
+	if n == "" {
+		return false
+	}
+	for i := 0; i < len(n); i++ {
+		if n[i] < '0' || n[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
