@@ -154,7 +154,10 @@ func printStatus(w io.Writer, st api.StatusResponse, waited bool) {
 		fmt.Fprintf(w, "Of the writes judged, %s still pending: their state may change (a later call settles them, or their verification window, detect.verify_window, ends and makes them unverified); the last window ends at event time %s.\n",
 			n, until.UTC().Format(time.RFC3339))
 	case st.PendingWrites == 0:
-		fmt.Fprintln(w, "Of the writes judged, none is pending: each is in a terminal state (findings.md §2).")
+		// Not "final": a durable write still becomes double_applied when
+		// a late call within detect.allowed_lateness shows an earlier
+		// application of the same edit (docs/metrics.md).
+		fmt.Fprintln(w, "Of the writes judged, none is pending; a late call within detect.allowed_lateness may still show a durable write was applied twice.")
 	}
 	if st.Unstored > 0 {
 		fmt.Fprintf(w, "%d findings and write states are judged but not stored yet: the store refused them, and they are retried.\n", st.Unstored)
