@@ -333,8 +333,9 @@ func TestCalls_Tenants(t *testing.T) {
 }
 
 // TestCalls_Detail: /api/v1/calls/{id} answers the call in the JSON of a
-// timeline's call event (the same bytes) with its documents; a call that
-// names no document is reached too, and an unknown id is 404.
+// timeline's call event (the same bytes, as this call's payloads tell no
+// revision, which only a timeline's events carry) with its documents; a
+// call that names no document is reached too, and an unknown id is 404.
 func TestCalls_Detail(t *testing.T) {
 	hs, fx := newCallServer(t)
 	detail := func(id string) (int, map[string]json.RawMessage) {

@@ -28,8 +28,12 @@ type StatusResponse struct {
 	// TooLate counts, over the partitions shown, the calls that arrived
 	// later than detect.allowed_lateness behind their partition's
 	// watermark: stored, counted, not judged.
-	TooLate    int64             `json:"too_late"`
-	Partitions []PartitionStatus `json:"partitions"`
+	TooLate int64 `json:"too_late"`
+	// PendingWrites counts, over the partitions shown, the judged writes
+	// still pending (PartitionStatus.PendingWrites): Judged does not wait
+	// for them, and their state may still change.
+	PendingWrites int               `json:"pending_writes"`
+	Partitions    []PartitionStatus `json:"partitions"`
 	// Sources lists every source once, with its counts over all the
 	// partitions it feeds.
 	Sources []SourceTotals `json:"sources"`
@@ -73,6 +77,15 @@ type PartitionStatus struct {
 	// ones. Absent while 0.
 	OverflowCalls    int64 `json:"overflow_calls,omitempty"`
 	SourcesDisplaced int64 `json:"sources_displaced,omitempty"`
+	// PendingWrites counts the partition's judged writes still pending: a
+	// later call may settle them (prove them durable, say), or their
+	// verification window (detect.verify_window) ends and makes
+	// them unverified. PendingUntil is the event time the last of those
+	// windows ends: once the watermark passes it, none judged so far is
+	// pending (a window whose source is behind waits for it). Absent when
+	// none is pending.
+	PendingWrites int        `json:"pending_writes"`
+	PendingUntil  *time.Time `json:"pending_until,omitempty"`
 }
 
 // SourceStatus is where one source feeding a partition stands. Its
@@ -198,6 +211,7 @@ func StatusFrom(parts []detect.PartitionStatus, queued int64, unstored int, tena
 			out.Judged = false
 		}
 		out.TooLate += ps.TooLate
+		out.PendingWrites += ps.Pending
 		out.Partitions = append(out.Partitions, v)
 		for _, src := range ps.Sources {
 			// The pipeline keeps a source's clock and counts per partition
@@ -237,6 +251,11 @@ func partitionStatus(ps detect.PartitionStatus) PartitionStatus {
 	// The engine names the holder: it alone knows which sources are too
 	// far behind to hold anything (a pod whose clock is hours slow).
 	v.HeldBy = ps.HeldBy
+	v.PendingWrites = ps.Pending
+	if !ps.PendingUntil.IsZero() {
+		until := ps.PendingUntil
+		v.PendingUntil = &until
+	}
 	if !ps.HeldUntil.IsZero() {
 		until, at := ps.HeldUntil, ps.HeldAt
 		v.HeldUntil, v.HeldAt = &until, &at

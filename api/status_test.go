@@ -165,3 +165,44 @@ func TestStatus_OverflowTooLateSenders(t *testing.T) {
 		t.Errorf("too_late_senders %q; want %q", got, want)
 	}
 }
+
+// TestStatus_PendingWrites: the answer counts the judged writes still
+// pending per partition, with the event time the last of their windows
+// ends, and in all over the partitions shown; a partition with none has
+// 0 and no pending_until.
+func TestStatus_PendingWrites(t *testing.T) {
+	until := time.Date(2026, 12, 4, 18, 33, 39, 0, time.UTC)
+	parts := []detect.PartitionStatus{
+		{PartitionKey: detect.PartitionKey{Server: "thegram"}, Pending: 3, PendingUntil: until},
+		{PartitionKey: detect.PartitionKey{Server: "oddlynew"}, Pending: 2, PendingUntil: until.Add(-time.Minute)},
+		{PartitionKey: detect.PartitionKey{Server: "quiet"}},
+	}
+	f := func(server string, wantTotal int) {
+		t.Helper()
+		st := api.StatusFrom(parts, 0, 0, "", server, until)
+		if st.PendingWrites != wantTotal {
+			t.Errorf("server %q: pending_writes %d, want %d", server, st.PendingWrites, wantTotal)
+		}
+		for _, p := range st.Partitions {
+			var want detect.PartitionStatus
+			for _, q := range parts {
+				if q.Server == p.Server {
+					want = q
+				}
+			}
+			if p.PendingWrites != want.Pending || (p.PendingUntil == nil) != want.PendingUntil.IsZero() ||
+				(p.PendingUntil != nil && !p.PendingUntil.Equal(want.PendingUntil)) {
+				t.Errorf("%s: pending %d until %v, want %d until %v", p.Server, p.PendingWrites, p.PendingUntil, want.Pending, want.PendingUntil)
+			}
+		}
+		b, _ := json.Marshal(st)
+		var m map[string]any
+		json.Unmarshal(b, &m)
+		if _, ok := m["pending_writes"]; !ok {
+			t.Errorf("the answer lacks pending_writes: %s", b)
+		}
+	}
+	f("", 5)
+	f("oddlynew", 2)
+	f("quiet", 0)
+}

@@ -127,6 +127,17 @@ type TimelineEvent struct {
 	// serve its sender as status and held_by name it
 	// ("otlp:thegram/pod-b/node-2", "calls:proxy/thegram/host:8080").
 	Source string `json:"source,omitempty"`
+	// RevisionBefore and HashBefore are, for a call in a document's
+	// timeline, the document's revision and content hash its request
+	// expected (Thegram's base_revision and expected_hash);
+	// RevisionAfter and HashAfter those its response reported (rev and
+	// hash; Oddlynew's revision). As the payloads give them, "null" for an
+	// explicit null; empty where they do not say, and on every other
+	// event.
+	RevisionBefore string `json:"revision_before,omitempty"`
+	RevisionAfter  string `json:"revision_after,omitempty"`
+	HashBefore     string `json:"hash_before,omitempty"`
+	HashAfter      string `json:"hash_after,omitempty"`
 }
 
 // TimelinePage is the start of a document's timeline: its earliest events

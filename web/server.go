@@ -23,6 +23,7 @@ import (
 
 	"github.com/mcpaudit/mcpaudit/api"
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/collector/dialect"
 	"github.com/mcpaudit/mcpaudit/internal/access"
 )
 
@@ -277,7 +278,7 @@ type row struct {
 	Failure   *audit.Failure
 	Tool      string
 	Documents []string
-	Rev       Revisions
+	Rev       dialect.Revisions
 	Writes    []audit.Write
 	// Findings are those whose evidence includes the call.
 	Findings []audit.Finding
@@ -326,7 +327,7 @@ func (s *Server) buildTimeline(ctx context.Context, tenant string, calls []audit
 		if d == "" && len(c.Documents()) > 0 {
 			d = c.Documents()[0]
 		}
-		rows[i].Rev = revisionsOf(c, d)
+		rows[i].Rev = dialect.RevisionsOf(c.Call, d)
 		byID[c.Call.ID] = i
 	}
 	if len(calls) > 0 {
@@ -565,7 +566,7 @@ type callView struct {
 	Fragment              bool
 	Writes                []audit.Write
 	FindingIDs            []string
-	Rev                   Revisions
+	Rev                   dialect.Revisions
 	ArgumentsN, ResultN   int
 	TransportError        string
 	ErrorCode             int64
@@ -590,7 +591,7 @@ func (s *Server) call(w http.ResponseWriter, r *http.Request) {
 		ArgumentsN: len(c.Call.Arguments), ResultN: len(c.Call.Result), TransportError: c.Call.TransportError,
 		HasResponse: c.Call.Responded}
 	if len(c.Documents()) > 0 {
-		v.Rev = revisionsOf(&c, c.Documents()[0])
+		v.Rev = dialect.RevisionsOf(c.Call, c.Documents()[0])
 	}
 	if c.Call.Error != nil {
 		v.HasError, v.ErrorCode, v.ErrorMessage = true, c.Call.Error.Code, c.Call.Error.Message

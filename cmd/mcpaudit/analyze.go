@@ -393,7 +393,7 @@ func (c *collector) printTable(w io.Writer) {
 			}
 			target += f.Key
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", f.Time.UTC().Format("2006-01-02 15:04:05"), f.Severity, f.Kind, f.Server, target, f.Summary)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", f.Time.UTC().Format("2006-01-02 15:04:05"), f.Severity, f.Kind, cell(f.Server), cell(target), cell(f.Summary))
 	}
 	tw.Flush()
 	fmt.Fprintln(w)

@@ -29,7 +29,7 @@ func callsCommand(args []string, stdout, stderr io.Writer) error {
 		filters["document"] = fs.String("document", "", "only calls that read or wrote this document (exact)")
 		filters["since"] = fs.String("since", "", "RFC 3339 time, the page's \"2026-12-04 14:02\" (UTC), or a duration back from now (1h, 7d)")
 		filters["until"] = fs.String("until", "", "RFC 3339 time, the page's \"2026-12-04 14:02\" (UTC), or a duration back from now")
-		limit = fs.Int("limit", 0, "print at most this many calls in all (default: every call)")
+		limit = fs.Int("limit", 0, "print at most `N` calls, over as many pages as it takes, 0 or more (default 0: every call)")
 	})
 	if err != nil {
 		return quietHelp(err)
@@ -88,8 +88,8 @@ func callsCommand(args []string, stdout, stderr io.Writer) error {
 			}
 			// The sender goes last: its name is the longest and the
 			// least often read.
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Time.UTC().Format("2006-01-02 15:04:05.000"), e.CallID,
-				e.Server, e.Session, e.Tool, joinNonEmpty(string(e.Outcome), e.Code), e.RetryAction, e.Source)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Time.UTC().Format("2006-01-02 15:04:05.000"), cell(e.CallID),
+				cell(e.Server), cell(e.Session), cell(e.Tool), cell(joinNonEmpty(string(e.Outcome), e.Code)), e.RetryAction, cell(e.Source))
 		}
 		n += len(page.Calls)
 		if tw != nil {

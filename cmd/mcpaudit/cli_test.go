@@ -9,12 +9,14 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
+	"github.com/mcpaudit/mcpaudit/exporter/store"
 )
 
 const sample = "../../testdata/sample/mixed.ndjson"
@@ -72,6 +74,42 @@ func TestQueryHelp_SaysWhat(t *testing.T) {
 	}
 }
 
+// TestLimitHelp: every query command's --limit reads alike: the unit
+// counted, the range taken and the default, as "-limit N"; and a limit out
+// of its range is refused, naming the range, rather than clamped unseen.
+func TestLimitHelp(t *testing.T) {
+	for _, c := range []struct {
+		cmd, unit, rng, def string
+		out                 []string
+	}{
+		{"calls", "calls", "0 or more", "(default 0: every call)", []string{"-1"}},
+		{"timeline", "events", fmt.Sprintf("1 to %d", store.MaxTimeline), fmt.Sprintf("(default %d)", store.DefaultTimeline), []string{"0", strconv.Itoa(store.MaxTimeline + 1)}},
+		{"findings", "findings", fmt.Sprintf("1 to %d", store.MaxPage), fmt.Sprintf("(default %d)", store.DefaultPage), []string{"0", strconv.Itoa(store.MaxPage + 1)}},
+	} {
+		code, _, help := cliRun(c.cmd, "--help")
+		if code != 0 {
+			t.Fatalf("%s --help: exit %d", c.cmd, code)
+		}
+		_, entry, _ := strings.Cut(help, "\n  -limit N\n")
+		entry, _, _ = strings.Cut(entry, "\n  -")
+		for _, want := range []string{"print at most N " + c.unit, c.rng, c.def} {
+			if !strings.Contains(entry, want) {
+				t.Errorf("%s --help: -limit says %q, lacking %q", c.cmd, entry, want)
+			}
+		}
+		for _, n := range c.out {
+			args := []string{c.cmd, "--limit", n, "--data-dir", t.TempDir()}
+			if c.cmd == "timeline" {
+				args = append(args, "doc")
+			}
+			code, _, stderr := cliRun(args...)
+			if code != 2 || !strings.Contains(stderr, "--limit") || (c.rng != "0 or more" && !strings.Contains(stderr, c.rng)) {
+				t.Errorf("%v: exit %d %q, want 2 naming the range", args, code, stderr)
+			}
+		}
+	}
+}
+
 // sloStore writes a data dir whose SLI over the last 30 days is 0.5: one
 // durable and one unverified write.
 func sloStore(t *testing.T, writes ...audit.WriteState) string {
@@ -124,6 +162,21 @@ func TestSLOFailUnder(t *testing.T) {
 			t.Errorf("exit %d %q", code, errs)
 		}
 	})
+}
+
+// TestSLOTargetHelp: slo's --target help says the default its answer
+// uses: from a data dir, the built-in 0.999 (slo reads no configuration),
+// which the help once called "the server's".
+func TestSLOTargetHelp(t *testing.T) {
+	def := NewDefaultConfig().Serve.SLOTarget
+	_, _, help := cliRun("slo", "--help")
+	if want := fmt.Sprintf("with --data-dir %g", def); !strings.Contains(help, want) {
+		t.Errorf("slo --help lacks %q:\n%s", want, help)
+	}
+	code, out, errs := cliRun("slo", "--data-dir", sloStore(t, audit.StateDurable))
+	if want := fmt.Sprintf("target %.4g", def); code != 0 || !strings.Contains(out, want) {
+		t.Errorf("slo --data-dir: exit %d %q %s, want %q", code, out, errs, want)
+	}
 }
 
 // TestSLOSaysServer: with --mcp-server the text output names the server

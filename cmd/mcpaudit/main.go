@@ -24,7 +24,7 @@ commands:
   findings  list findings from a running server (--api-url URL) or a data dir;
             findings ack|resolve|reopen ID --note TEXT changes a finding's state
   timeline  show every call, write state and finding on one document
-  calls     list stored calls (--mcp-server, --session, --document, --since, --until, --limit)
+  calls     list stored calls (--mcp-server, --session, --source, --document, --since, --until, --limit)
   slo       show the write-durability SLI and the error budget
   report    the write-durability report (--window 30d --format html|md|json)
   status    show where event time stands per partition and which source holds it back

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -78,7 +79,7 @@ func (q *queryFlags) register(fs *flag.FlagSet, apiOnly bool) {
 		fs.StringVar(&q.dataDir, "data-dir", "./mcpaudit-data", "data dir of the embedded store, read when --api-url is not given")
 	}
 	fs.StringVar(&q.format, "format", "text", "text or json")
-	fs.StringVar(&q.token, "token", os.Getenv("MCPAUDIT_TOKEN"), "bearer token, when the server maps tokens to tenants (default $MCPAUDIT_TOKEN)")
+	fs.StringVar(&q.token, "token", os.Getenv("MCPAUDIT_TOKEN"), "bearer token for --api-url, needed when the server has any credential configured (default $MCPAUDIT_TOKEN)")
 	q.tls.register(fs)
 }
 
@@ -153,14 +154,16 @@ var queryAbout = map[string]string{
 	"findings reopen": "Reopens an acknowledged or resolved finding. The note and who are kept in the\n" +
 		"finding's audit trail (the page's /findings/ID).",
 	"timeline": "Shows every call, write state and finding on one document, in time order (the page's\n" +
-		"/documents/DOCUMENT). The name matches exactly.",
+		"/documents/DOCUMENT), each call with the document's revision and content hash it expected and\n" +
+		"was answered (REVISION, HASH: before → after). The name matches exactly.",
 	"calls": "Lists stored calls in time order, one a line (the count on standard error), filtered by\n" +
 		"server, session, document and time.",
 	"slo": "Shows the write-durability SLI over a window back from now, the error budget left, and the\n" +
 		"writes by state.",
 	"status": "Shows where event time stands per partition (tenant and server), its lag and waiting\n" +
-		"calls, and which source holds it back; --wait waits until every call acknowledged before\n" +
-		"the wait began was judged.",
+		"calls, which source holds it back, and how many judged writes are still pending (their state\n" +
+		"may change until their verification window ends); --wait waits until every call acknowledged\n" +
+		"before the wait began was judged (its writes may still be pending).",
 }
 
 // parseQueryFlags parses the flags of the query command name; usage is its
@@ -207,13 +210,15 @@ func findingsCommand(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	filters := map[string]*string{}
+	var limit *int
 	q, _, err := parseQueryFlags("findings", args, stderr, "findings [flags]\n       mcpaudit findings ack|resolve|reopen [flags] FINDING-ID --note TEXT", func(fs *flag.FlagSet) {
+		limit = fs.Int("limit", store.DefaultPage, fmt.Sprintf("print at most `N` findings, one page (the next with --cursor), 1 to %d", store.MaxPage))
 		for _, f := range []struct{ name, help string }{
 			{"kind", "finding kind: " + kindList()}, {"severity", "this severity or higher: info, warning or critical"}, {"server", ""},
 			{"document", "document path or id the finding is about (exact)"}, {"key", "idempotency key (requestId, operationId, creationId)"},
 			{"session", "MCP session id (mcp.session.id)"},
 			{"since", "RFC 3339 time, the page's \"2026-12-04 14:02\" (UTC), or a duration back from now (1h, 7d)"}, {"until", "RFC 3339 time, the page's \"2026-12-04 14:02\" (UTC), or a duration back from now"},
-			{"limit", "findings per page"}, {"cursor", "page cursor from a previous answer"},
+			{"cursor", "page cursor from a previous answer"},
 			{"state", "lifecycle state: open, acknowledged or resolved"}, {"order", "time (default) or newest"},
 		} {
 			name := f.name
@@ -234,11 +239,17 @@ func findingsCommand(args []string, stdout, stderr io.Writer) error {
 		}
 		return &exitError{code: 2, err: fmt.Errorf("findings: unexpected argument %q", q.positional[0])}
 	}
+	if *limit < 1 || *limit > store.MaxPage {
+		return &exitError{code: 2, err: fmt.Errorf("findings: --limit %d: want 1 to %d", *limit, store.MaxPage)}
+	}
 	params := url.Values{}
 	for k, v := range filters {
 		if *v != "" {
 			params.Set(k, *v)
 		}
+	}
+	if *limit != store.DefaultPage {
+		params.Set("limit", strconv.Itoa(*limit))
 	}
 	b, err := q.get("/api/v1/findings", params)
 	if err != nil {
@@ -258,7 +269,7 @@ func findingsCommand(args []string, stdout, stderr io.Writer) error {
 	tw := tabwriter.NewWriter(printable(stdout), 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "TIME\tID\tSEVERITY\tKIND\tSTATE\tSERVER\tDOCUMENT / KEY\tSUMMARY")
 	for _, f := range page.Findings {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", f.Time.UTC().Format("2006-01-02 15:04:05"), f.ID(), f.Severity, f.Kind, f.StateOf(), f.Server, joinNonEmpty(f.Document, f.Key), f.Summary)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", f.Time.UTC().Format("2006-01-02 15:04:05"), f.ID(), f.Severity, f.Kind, f.StateOf(), cell(f.Server), cell(joinNonEmpty(f.Document, f.Key)), cell(f.Summary))
 	}
 	tw.Flush()
 	if page.NextCursor != "" {
@@ -274,7 +285,7 @@ func timelineCommand(args []string, stdout, stderr io.Writer) error {
 		mcpServer = fs.String("mcp-server", "", "MCP server name (default: every server)")
 		since = fs.String("since", "", "RFC 3339 time, the page's \"2026-12-04 14:02\" (UTC), or a duration back from now")
 		until = fs.String("until", "", "RFC 3339 time, the page's \"2026-12-04 14:02\" (UTC), or a duration back from now")
-		limit = fs.Int("limit", store.DefaultTimeline, fmt.Sprintf("the earliest N events of the range at most (1 to %d)", store.MaxTimeline))
+		limit = fs.Int("limit", store.DefaultTimeline, fmt.Sprintf("print at most `N` events, the earliest of the range, 1 to %d", store.MaxTimeline))
 	})
 	if err != nil {
 		return quietHelp(err)
@@ -327,12 +338,15 @@ func timelineCommand(args []string, stdout, stderr io.Writer) error {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	// ID is the call's id (a call and its write), as calls prints it and
 	// /api/v1/calls/{id} takes it, or the finding's, as findings prints it.
-	fmt.Fprintln(tw, "TIME\tID\tEVENT\tSESSION\tTOOL\tWHAT\tRETRY ACTION")
+	// REVISION and HASH are a call's, before → after, as the page shows
+	// them: what it expected of the document and what it was answered.
+	fmt.Fprintln(tw, "TIME\tID\tEVENT\tSESSION\tTOOL\tREVISION\tHASH\tWHAT\tRETRY ACTION")
 	for _, e := range tl.Events {
-		what, id := "", e.CallID
+		what, id, rev, hash := "", e.CallID, "", ""
 		switch e.Type {
 		case audit.EventCall:
 			what = joinNonEmpty(string(e.Outcome), e.Code)
+			rev, hash = beforeAfter(e.RevisionBefore, e.RevisionAfter), beforeAfter(e.HashBefore, e.HashAfter)
 		case audit.EventWrite:
 			what = joinNonEmpty("state "+string(e.State), string(e.Reason), e.Key)
 		case audit.EventFinding:
@@ -340,9 +354,34 @@ func timelineCommand(args []string, stdout, stderr io.Writer) error {
 				what, id = string(e.Finding.Kind)+": "+e.Finding.Summary, e.Finding.ID()
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Time.UTC().Format("2006-01-02 15:04:05.000"), id, e.Type, e.Session, e.Tool, what, e.RetryAction)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Time.UTC().Format("2006-01-02 15:04:05.000"), cell(id), e.Type,
+			cell(e.Session), cell(e.Tool), cell(rev), cell(hash), cell(what), e.RetryAction)
 	}
 	return tw.Flush()
+}
+
+// cellEscapes writes a table cell's line breaks and tabs as escapes.
+var cellEscapes = strings.NewReplacer("\n", `\n`, "\r", `\r`, "\t", `\t`)
+
+// cell returns text a sender chose (a session, a tool, a revision or hash
+// from the payloads, a key) fit for one cell of a table: a line break
+// would forge a line of it, a tab shift its columns (printable lets both
+// through, as the table needs them).
+func cell(s string) string {
+	if !strings.ContainsAny(s, "\n\r\t") {
+		return s
+	}
+	return cellEscapes.Replace(s)
+}
+
+// beforeAfter prints a call's revision or hash as "before → after", "-"
+// standing for a side its payloads do not tell (a read has no before, a
+// call without an answer no after), and "-" alone when neither is told.
+func beforeAfter(before, after string) string {
+	if before == "" && after == "" {
+		return "-"
+	}
+	return cmp.Or(before, "-") + " → " + cmp.Or(after, "-")
 }
 
 // truncatedNote tells stderr that a timeline holds more than the n events
@@ -382,7 +421,7 @@ func sloCommand(args []string, stdout, stderr io.Writer) error {
 	var window, target, mcpServer, failUnder *string
 	q, _, err := parseQueryFlags("slo", args, stderr, "slo [flags]", func(fs *flag.FlagSet) {
 		window = fs.String("window", "30d", "window back from now (30d, 7d, 1h)")
-		target = fs.String("target", "", "SLO target (default: the server's, 0.999)")
+		target = fs.String("target", "", "SLO target, in (0, 1] (default: with --api-url the server's serve.slo_target; with --data-dir 0.999, whatever the configuration says)")
 		mcpServer = fs.String("mcp-server", "", "MCP server name (default: every server)")
 		failUnder = fs.String("fail-under", "", "exit 1 when the error budget remaining is below this share: 0 fails on an overspent budget, 0.25 or 25% when less than a quarter is left (default: never fail)")
 	})

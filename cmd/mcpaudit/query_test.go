@@ -155,6 +155,83 @@ func TestTimelineShowsIDs(t *testing.T) {
 	}
 }
 
+// TestTimelineShowsRevisions: a timeline names, on each call, the
+// document's revision and content hash its request expected and its answer
+// reported, as the page does, in the table (REVISION, HASH: before → after,
+// "-" for a side the payloads do not tell) and in the JSON (revision_before,
+// revision_after, hash_before, hash_after, omitted when not told).
+func TestTimelineShowsRevisions(t *testing.T) {
+	dir := t.TempDir()
+	st, err := sqlite.Open(filepath.Join(dir, "mcpaudit.db"), sqlite.NewDefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Date(2026, 11, 2, 14, 2, 0, 0, time.UTC)
+	const doc = "ops/n.gram"
+	mk := func(i int, tool, args, result string) audit.Record {
+		c := &audit.Call{ID: fmt.Sprintf("c_%020x", i), Time: t0.Add(time.Duration(i) * time.Second), Server: "thegram", Session: "s-1",
+			RPCID: fmt.Sprint(i), Method: "tools/call", Tool: tool, Arguments: []byte(args), Responded: result != ""}
+		if result != "" {
+			c.Result = []byte(result)
+		}
+		kind := audit.OpWrite
+		if tool == "gram_read" {
+			kind = audit.OpRead
+		}
+		return audit.Record{Call: c, Dialect: "thegram", Outcome: audit.OutcomeOK, Tool: tool,
+			Ops: []audit.Op{{Tool: tool, Kind: kind, Target: doc, Status: audit.OpSucceeded}}}
+	}
+	recs := []audit.Record{
+		mk(1, "gram_read", `{"path":"ops/n.gram"}`, `{"structuredContent":{"path":"ops/n.gram","rev":22,"hash":"1a70"}}`),
+		mk(2, "gram_patch", `{"path":"ops/n.gram","base_revision":22,"expected_hash":"1a70","request_id":"r1"}`,
+			`{"isError":false,"structuredContent":{"path":"ops/n.gram","rev":23,"hash":"2edd"}}`),
+		mk(3, "gram_patch", `{"path":"ops/n.gram","base_revision":23,"request_id":"r2"}`, ""), // no answer
+		mk(4, "gram_list", `{"path":"ops/n.gram"}`, `{"structuredContent":{"items":[]}}`),     // tells nothing
+	}
+	recs[2].Outcome = audit.OutcomeNoResponse
+	if _, err := st.AppendCalls(context.Background(), recs); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	cli := func(args ...string) string {
+		t.Helper()
+		var out, errb bytes.Buffer
+		if code := run(context.Background(), append(args, "--data-dir", dir, doc), nil, &out, &errb); code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, errb.String())
+		}
+		return out.String()
+	}
+	want := []struct{ rev, hash string }{{"- → 22", "- → 1a70"}, {"22 → 23", "1a70 → 2edd"}, {"23 → -", "-"}, {"-", "-"}}
+	lines := strings.Split(strings.TrimSpace(cli("timeline")), "\n")
+	if len(lines) != 2+len(recs) {
+		t.Fatalf("timeline:\n%s", strings.Join(lines, "\n"))
+	}
+	head := lines[1]
+	revAt, hashAt, whatAt := strings.Index(head, "REVISION"), strings.Index(head, "HASH"), strings.Index(head, "WHAT")
+	if revAt < 0 || hashAt < revAt || whatAt < hashAt {
+		t.Fatalf("header %q: want REVISION and HASH columns", head)
+	}
+	for i, w := range want {
+		// The header is ASCII, and tabwriter lines cells up by runes (→
+		// is one): a cell's runes start where its header's bytes do.
+		l := []rune(lines[2+i])
+		col := func(from, to int) string { return strings.TrimSpace(string(l[from:min(to, len(l))])) }
+		if rev, hash := col(revAt, hashAt), col(hashAt, whatAt); rev != w.rev || hash != w.hash {
+			t.Errorf("call %d: REVISION %q HASH %q, want %q %q:\n%s", i+1, rev, hash, w.rev, w.hash, lines[2+i])
+		}
+	}
+	var tl api.Timeline
+	if err := json.Unmarshal([]byte(cli("timeline", "--format", "json")), &tl); err != nil {
+		t.Fatal(err)
+	}
+	wantJSON := [][4]string{{"", "22", "", "1a70"}, {"22", "23", "1a70", "2edd"}, {"23", "", "", ""}, {}}
+	for i, e := range tl.Events {
+		if got := [4]string{e.RevisionBefore, e.RevisionAfter, e.HashBefore, e.HashAfter}; i >= len(wantJSON) || got != wantJSON[i] {
+			t.Errorf("event %d (%s %s): revisions %q", i, e.Type, e.CallID, got)
+		}
+	}
+}
+
 // TestTablesShowNoControlCharacters: a document name with escape sequences
 // (it comes from a tool's arguments) is printed with them shown as '?', in
 // analyze's table and in the findings and timeline of a running server.

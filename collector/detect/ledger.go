@@ -2,6 +2,7 @@ package detect
 
 import (
 	"container/heap"
+	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
 )
@@ -69,6 +70,24 @@ func (d *detector) setState(w *writeRec, s word, t etime) {
 		heap.Remove(&d.deadlines, int(w.index))
 	}
 	d.emitWrite(w, stateWords.word(prev), t)
+}
+
+// pending counts the writes whose verification window is open, or ended
+// while their source was behind (deferred), and returns the latest end of
+// those windows.
+func (d *detector) pending() (n int, until time.Time) {
+	for _, ws := range [][]*writeRec{d.deadlines, d.deferred} {
+		for _, w := range ws {
+			if w.state != wPending {
+				continue
+			}
+			n++
+			if t := d.deadline(w).Time(); t.After(until) {
+				until = t
+			}
+		}
+	}
+	return n, until
 }
 
 // deadline returns the end of w's verification window.

@@ -43,6 +43,13 @@ type PartitionStatus struct {
 	// a new one.
 	OverflowCalls    int64 `json:"overflow_calls"`
 	SourcesDisplaced int64 `json:"sources_displaced"`
+	// Pending counts the partition's judged writes still pending: a later
+	// call may prove them durable, or their verification window
+	// (Config.VerifyWindow) ends and makes them unverified, once the
+	// watermark passes its end (and their source has delivered past it).
+	// PendingUntil is the latest end of those windows; zero when none.
+	Pending      int       `json:"pending"`
+	PendingUntil time.Time `json:"pending_until,omitzero"`
 }
 
 // SourceStatus is where one source stands.
@@ -170,6 +177,7 @@ func (e *Engine) Status(now time.Time) []PartitionStatus {
 		if now.Before(p.hold) {
 			ps.HeldUntil, ps.HeldAt = p.hold, p.holdAt
 		}
+		ps.Pending, ps.PendingUntil = p.det.pending()
 		for _, s := range p.sources {
 			ss := SourceStatus{
 				Name: s.key.name, LastEvent: s.max, LastSeen: s.lastSeen,

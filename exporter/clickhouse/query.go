@@ -338,7 +338,14 @@ func (s *Store) Timeline(ctx context.Context, q audit.TimelineQuery) (audit.Time
 			failure = &audit.Failure{Code: r.FailureCode, Action: audit.RetryAction(r.FailureAction)}
 		}
 		c := audit.Call{ID: r.ID, Time: joinTime(r.Time, r.TimeNanos), Server: r.Server, Session: r.Session, Tool: r.Tool, Source: r.Source}
-		events = append(events, store.CallEvent(&c, audit.Outcome(r.Outcome), failure))
+		// The payloads, for what they say of the document's revision.
+		if r.Flags&flagArguments != 0 {
+			c.Arguments = []byte(r.Arguments)
+		}
+		if r.Flags&flagResult != 0 {
+			c.Result = []byte(r.Result)
+		}
+		events = append(events, store.TimelineCallEvent(&c, audit.Outcome(r.Outcome), failure, q.Document))
 		ids = append(ids, r.ID)
 	}
 

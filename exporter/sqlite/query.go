@@ -466,7 +466,7 @@ func (s *Store) Timeline(ctx context.Context, q audit.TimelineQuery) (audit.Time
 	}
 	events := make([]audit.TimelineEvent, 0, len(calls))
 	for _, r := range calls {
-		events = append(events, store.CallEvent(r.Call, r.Outcome, r.Failure))
+		events = append(events, store.TimelineCallEvent(r.Call, r.Outcome, r.Failure, q.Document))
 	}
 	writes, err := timelineWrites(ctx, tx, calls, q.Document)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/canon"
+	"github.com/mcpaudit/mcpaudit/collector/dialect"
 	"github.com/valyala/fastjson"
 )
 
@@ -45,6 +46,18 @@ func CallEvent(c *audit.Call, outcome audit.Outcome, failure *audit.Failure) aud
 	if failure != nil {
 		ev.Code, ev.RetryAction = failure.Code, failure.Action
 	}
+	return ev
+}
+
+// TimelineCallEvent is the event of call c in document doc's timeline:
+// its CallEvent with what its payloads say of doc's revision and hash
+// before and after it (dialect.RevisionsOf, as the page shows them). A
+// call on several documents says different things of each, so the
+// calls listing (CallEvent) leaves them out.
+func TimelineCallEvent(c *audit.Call, outcome audit.Outcome, failure *audit.Failure, doc string) audit.TimelineEvent {
+	ev := CallEvent(c, outcome, failure)
+	rv := dialect.RevisionsOf(c, doc)
+	ev.RevisionBefore, ev.RevisionAfter, ev.HashBefore, ev.HashAfter = rv.Before, rv.After, rv.HashBefore, rv.HashAfter
 	return ev
 }
 

@@ -778,6 +778,8 @@ type timelineView struct {
 	Key         string
 	FindingID   string
 	Source      string // a call's sender
+	// What a call's payloads say of the document's revision and hash.
+	Rev [4]string
 }
 
 func viewOf(events []audit.TimelineEvent) []timelineView {
@@ -787,6 +789,7 @@ func viewOf(events []audit.TimelineEvent) []timelineView {
 		switch e.Type {
 		case audit.EventCall:
 			v.Source = e.Source
+			v.Rev = [4]string{e.RevisionBefore, e.RevisionAfter, e.HashBefore, e.HashAfter}
 		case audit.EventWrite:
 			v.State, v.Reason, v.Key = e.State, e.Reason, e.Key
 		case audit.EventFinding:
@@ -805,7 +808,12 @@ func testTimeline(t *testing.T, s audit.Store) {
 	read.Call.Tool, read.Tool = "gram_read", "gram_read"
 	read.Call.Source = "otlp:thegram/pod-b/node-2"
 	patch := timedOut(rec(2, 2, "a.gram"))
+	// What the request expected of the document: shown, with no answer.
+	patch.Call.Arguments = []byte(`{"path":"a.gram","base_revision":7,"expected_hash":"h7"}`)
+	patch.Call.Fingerprint = audit.Fingerprint(patch.Call.Server, patch.Call.Session, patch.Call.RPCID, patch.Call.Tool, canon.Bytes(patch.Call.Arguments))
 	reread := rec(3, 3, "a.gram", "b.gram")
+	// An answer about the other document says nothing of this one.
+	reread.Call.Result = []byte(`{"structuredContent":{"path":"b.gram","rev":3,"hash":"hb"}}`)
 	elsewhere := rec(4, 4, "b.gram")
 	otherServer := failed(rec(5, 5, "a.gram"), "E_ARGUMENT", audit.ActionFixInput)
 	otherServer.Call.Server = "thegram-eu"
@@ -827,9 +835,13 @@ func testTimeline(t *testing.T, s audit.Store) {
 		}
 		return v
 	}
+	withRev := func(v timelineView, rev ...string) timelineView {
+		copy(v.Rev[:], rev)
+		return v
+	}
 	all := []timelineView{
-		callEv(read),
-		callEv(patch),
+		withRev(callEv(read), "", "1"),
+		withRev(callEv(patch), "7", "", "h7"),
 		{Type: audit.EventWrite, Time: w.Time, CallID: w.CallID, State: w.State, Reason: w.Reason, Key: w.Key, RetryAction: w.Action},
 		callEv(reread),
 		{Type: audit.EventFinding, Time: double.Time, FindingID: double.ID()},
