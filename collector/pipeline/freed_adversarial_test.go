@@ -11,20 +11,31 @@ import (
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
 )
 
-// advSteps moves clock on by n steps of 30 s, each (when set) called
-// first at every step, asking the engine where it stands after each. It
-// is run.steps, written out so that these tests build on a commit before
-// that helper (the review runs them on both sides of the removal of the
-// gate's freed bounds).
-func advSteps(r *run, clock *testClock, n int, each func()) {
-	r.t.Helper()
-	for range n {
-		if each != nil {
-			each()
+// laggingPoster returns a poster of another server whose clock runs 90
+// minutes slow: each call it sends holds the state file's floor back. It
+// sends to *r, so that it follows the test's run across restarts.
+func laggingPoster(t *testing.T, r **run, clock *testClock) func() {
+	rpc := 1000
+	return func() {
+		t.Helper()
+		rpc++
+		if _, err := (*r).ingest(batch(t, "lagging", callLine("other", "o1", rpc, clock.Now().Add(-90*time.Minute)))); err != nil {
+			t.Fatal(err)
 		}
-		clock.Add(30 * time.Second)
-		r.status()
 	}
+}
+
+// stopOrCrash ends r cleanly, or kills it when crash is set, and returns
+// the ids of the findings stored.
+func stopOrCrash(r *run, crash bool) map[string]bool {
+	if crash {
+		return r.crash()
+	}
+	ids := map[string]bool{}
+	for id := range r.stop().findings {
+		ids[id] = true
+	}
+	return ids
 }
 
 // writeStateOf returns the stored state of the write of call id (seq 0),
@@ -63,7 +74,7 @@ func straddleRun(t *testing.T, r *run, clock *testClock, dir string, other func(
 	if _, err := r.ingest(w1); err != nil {
 		t.Fatal(err)
 	}
-	advSteps(r, clock, 50, other)
+	r.steps(50, other)
 	w2 = batch(t, "poster", pendingPatchLine("s2", 2, clock.Now().Add(-time.Second), "team/b.gram"))
 	if _, err := r.ingest(w2); err != nil {
 		t.Fatal(err)
@@ -72,10 +83,10 @@ func straddleRun(t *testing.T, r *run, clock *testClock, dir string, other func(
 		if time.Now().After(deadline) {
 			t.Fatal("the state file does not keep thegram freed")
 		}
-		advSteps(r, clock, 1, other)
+		r.steps(1, other)
 		wm = freedIn(t, dir, key)
 	}
-	advSteps(r, clock, 2, other)
+	r.steps(2, other)
 	wm, floor := freedIn(t, dir, key), floorIn(t, dir)
 	at1, at2 := w1.Records[0].Call.Time, w2.Records[0].Call.Time
 	if wm.IsZero() || floor.IsZero() || !at1.Before(floor) || at2.Before(floor) || at2.After(wm) {
@@ -99,14 +110,7 @@ func TestRestart_FreedByAReplayMadeRun(t *testing.T) {
 			clock := newClock(wallStart)
 			key := detect.PartitionKey{Server: "thegram"}
 			r := openRun(t, dir, clock, nil, nil)
-			rpc := 1000
-			other := func() {
-				t.Helper()
-				rpc++
-				if _, err := r.ingest(batch(t, "lagging", callLine("other", "o1", rpc, clock.Now().Add(-90*time.Minute)))); err != nil {
-					t.Fatal(err)
-				}
-			}
+			other := laggingPoster(t, &r, clock)
 			w1, w2, wm1 := straddleRun(t, r, clock, dir, other)
 			before := map[string]bool{}
 			for id := range r.stop().findings {
@@ -120,7 +124,7 @@ func TestRestart_FreedByAReplayMadeRun(t *testing.T) {
 			// makes thegram, which is freed again.
 			clock.Add(time.Second)
 			r = openRun(t, dir, clock, nil, nil)
-			advSteps(r, clock, 30, other)
+			r.steps(30, other)
 			freeIdle(t, r, key)
 			var wm2 time.Time
 			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
@@ -130,9 +134,9 @@ func TestRestart_FreedByAReplayMadeRun(t *testing.T) {
 				if time.Now().After(deadline) {
 					t.Fatal("the second run's state file does not keep thegram freed")
 				}
-				advSteps(r, clock, 1, other)
+				r.steps(1, other)
 			}
-			advSteps(r, clock, 2, other)
+			r.steps(2, other)
 			t.Logf("freed at %v by the first run, at %v by the second (floor %v)", wm1, freedIn(t, dir, key), floorIn(t, dir))
 			if crash {
 				r.crash()
@@ -147,7 +151,7 @@ func TestRestart_FreedByAReplayMadeRun(t *testing.T) {
 			if _, err := r.ingest(late); err != nil {
 				t.Fatal(err)
 			}
-			advSteps(r, clock, 30, other)
+			r.steps(30, other)
 			n1, s1 := announcedWritesOf(r, ids(w1)[0])
 			n2, s2 := announcedWritesOf(r, ids(w2)[0])
 			_, announced := r.rec.snapshot()
@@ -219,13 +223,13 @@ func TestRestart_FreedPartitionOfOneTenant(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			advSteps(r, clock, 40, bsend)
+			r.steps(40, bsend)
 			var wm time.Time
 			for deadline := time.Now().Add(20 * time.Second); wm.IsZero(); time.Sleep(10 * time.Millisecond) {
 				if time.Now().After(deadline) {
 					t.Fatal("the state file does not keep a's thegram freed")
 				}
-				advSteps(r, clock, 1, bsend)
+				r.steps(1, bsend)
 				wm = freedIn(t, dir, ka)
 			}
 			// b's write, dated before a's freed watermark.
@@ -236,7 +240,7 @@ func TestRestart_FreedPartitionOfOneTenant(t *testing.T) {
 			if _, err := r.ingest(wb); err != nil {
 				t.Fatal(err)
 			}
-			advSteps(r, clock, 4, bsend) // b's window still open at the stop
+			r.steps(4, bsend) // b's window still open at the stop
 			_, announced1 := r.rec.snapshot()
 			if crash {
 				r.crash()
@@ -245,7 +249,7 @@ func TestRestart_FreedPartitionOfOneTenant(t *testing.T) {
 			}
 			clock.Add(time.Second)
 			r = openRun(t, dir, clock, nil, nil)
-			advSteps(r, clock, 40, bsend)
+			r.steps(40, bsend)
 			_, announced2 := r.rec.snapshot()
 			o := r.stop()
 			idB := ids(wb)[0]
@@ -286,24 +290,9 @@ func TestRestart_FreedPartitionAckLog(t *testing.T) {
 			clock := newClock(wallStart)
 			opts := sqlite.Options{Synchronous: "normal", Ack: sqlite.AckLog}
 			r := openRunWith(t, dir, clock, nil, nil, nil, nil, opts)
-			rpc := 1000
-			other := func() {
-				t.Helper()
-				rpc++
-				if _, err := r.ingest(batch(t, "lagging", callLine("other", "o1", rpc, clock.Now().Add(-90*time.Minute)))); err != nil {
-					t.Fatal(err)
-				}
-			}
+			other := laggingPoster(t, &r, clock)
 			w1, _, wm := straddleRun(t, r, clock, dir, other)
-			var before map[string]bool
-			if crash {
-				before = r.crash()
-			} else {
-				before = map[string]bool{}
-				for id := range r.stop().findings {
-					before[id] = true
-				}
-			}
+			before := stopOrCrash(r, crash)
 			if len(before) != 2 {
 				t.Fatalf("%d findings before the restart, want W1's and W2's unverified_write", len(before))
 			}
@@ -313,7 +302,7 @@ func TestRestart_FreedPartitionAckLog(t *testing.T) {
 			if _, err := r.ingest(late); err != nil {
 				t.Fatal(err)
 			}
-			advSteps(r, clock, 30, other)
+			r.steps(30, other)
 			n1, s1 := announcedWritesOf(r, ids(w1)[0])
 			_, announced := r.rec.snapshot()
 			o := r.stop()

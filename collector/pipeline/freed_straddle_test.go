@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
-	"github.com/mcpaudit/mcpaudit/collector/detect"
 )
 
 // TestRestart_FreedPartitionStraddlesTheFloor: a freed partition whose
@@ -37,52 +36,10 @@ func TestRestart_FreedPartitionStraddlesTheFloor(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
 			clock := newClock(wallStart)
-			key := detect.PartitionKey{Server: "thegram"}
 			r := openRun(t, dir, clock, nil, nil)
-			rpc := 1000
-			other := func() {
-				t.Helper()
-				rpc++
-				if _, err := r.ingest(batch(t, "lagging", callLine("other", "o1", rpc, clock.Now().Add(-90*time.Minute)))); err != nil {
-					t.Fatal(err)
-				}
-			}
-			other()
-			// W1 long before what will be the floor, W2 after it.
-			w1 := batch(t, "poster", pendingPatchLine("s1", 1, wallStart.Add(-40*time.Minute), "team/a.gram"))
-			if _, err := r.ingest(w1); err != nil {
-				t.Fatal(err)
-			}
-			r.steps(50, other)
-			w2 := batch(t, "poster", pendingPatchLine("s2", 2, clock.Now().Add(-time.Second), "team/b.gram"))
-			if _, err := r.ingest(w2); err != nil {
-				t.Fatal(err)
-			}
-			var wm time.Time
-			for deadline := time.Now().Add(20 * time.Second); wm.IsZero(); time.Sleep(10 * time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatal("the state file does not keep thegram freed")
-				}
-				r.steps(1, other)
-				wm = freedIn(t, dir, key)
-			}
-			r.steps(2, other)
-			wm = freedIn(t, dir, key)
-			floor := floorIn(t, dir)
-			at1, at2 := w1.Records[0].Call.Time, w2.Records[0].Call.Time
-			t.Logf("W1 %v, W2 %v, freed at %v, floor %v", at1, at2, wm, floor)
-			if wm.IsZero() || floor.IsZero() || !at1.Before(floor) || at2.Before(floor) || at2.After(wm) {
-				t.Fatalf("want W1 before the floor and W2 from it on, both up to the freed watermark: the test shows nothing")
-			}
-			var before map[string]bool
-			if c.crash {
-				before = r.crash()
-			} else {
-				before = map[string]bool{}
-				for id := range r.stop().findings {
-					before[id] = true
-				}
-			}
+			other := laggingPoster(t, &r, clock)
+			w1, w2, wm := straddleRun(t, r, clock, dir, other)
+			before := stopOrCrash(r, c.crash)
 			if len(before) != 2 {
 				t.Fatalf("%d findings before the restart, want W1's and W2's unverified_write", len(before))
 			}
