@@ -30,10 +30,18 @@ func TestRestart_TooLateReadLeavesWritePending(t *testing.T) {
 		name                string
 		restart, cannotTell bool
 		log                 string
+		// windowClosed runs past the write's window before the stop, not
+		// past the replay's reach: the live run stored it unverified, and
+		// the replay's settling of it by the too-late read must neither
+		// overwrite that nor be told again. Two guards keep it: the window
+		// ended before the mark less the lateness bounds, and the store
+		// does not hold it pending; the case fails with both removed.
+		windowClosed bool
 	}{
 		{name: "no_restart"},
 		{name: "restart", restart: true, log: "read the writes stored pending that replayed calls may settle"},
 		{name: "restart_store_cannot_tell", restart: true, cannotTell: true, log: "cannot read the writes stored pending"},
+		{name: "restart_after_window_closed", restart: true, windowClosed: true},
 	} {
 		restart := tc.restart
 		t.Run(tc.name, func(t *testing.T) {
@@ -89,10 +97,19 @@ func TestRestart_TooLateReadLeavesWritePending(t *testing.T) {
 				}
 				return "none"
 			}
+			if tc.windowClosed {
+				for range 180 {
+					tick(true)
+				}
+			}
 			if restart {
 				o := r.stop()
-				if s := state(o); s != audit.StatePending {
-					t.Fatalf("before the restart the write is %s, want pending (its window is open)", s)
+				want := audit.StatePending
+				if tc.windowClosed {
+					want = audit.StateUnverified
+				}
+				if s := state(o); s != want {
+					t.Fatalf("before the restart the write is %s, want %s", s, want)
 				}
 				clock.Add(time.Second)
 				r = openRunStore(t, dir, clock, nil, nil, nil, func(cs *crashStore) { cs.failWrites.Store(tc.cannotTell) })
@@ -102,7 +119,14 @@ func TestRestart_TooLateReadLeavesWritePending(t *testing.T) {
 				tick(true)
 			}
 			logs := r.logs.String()
+			again, states := announcedWritesOf(r, wid)
 			got := state(r.stop())
+			if tc.windowClosed {
+				if got != audit.StateUnverified || again > 0 {
+					t.Errorf("the write, stored unverified before the restart, is stored %s after it, with %d states announced again (%s)", got, again, states)
+				}
+				return
+			}
 			if tc.log != "" && !strings.Contains(logs, tc.log) {
 				t.Errorf("the log does not say %q:\n%s", tc.log, logs)
 			}
