@@ -58,6 +58,7 @@ type Store struct {
 
 	mu          sync.Mutex // guards the fields below
 	backendErr  error      // why ClickHouse is not usable; nil when it is
+	downLogged  bool       // an outage's start was logged, its end not yet
 	wm          time.Time  // latest watermark committed by this process
 	wmVersion   uint64
 	lastVersion uint64
@@ -165,8 +166,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		if !errors.Is(err, audit.ErrUnavailable) {
 			return nil, err
 		}
-		log.Warn("clickhouse: unreachable at start; spooling until it answers", "err", err)
-		s.setBackendErr(err)
+		s.setBackendErr(err) // logs that it is unavailable
 		s.modeMu.Lock()
 		s.startSpooling(err)
 		s.modeMu.Unlock()
@@ -302,10 +302,23 @@ func (s *Store) Ready() error {
 		if err == nil {
 			return fmt.Errorf("clickhouse is back; draining %d spooled batches (%d bytes): %w", n, bytes, audit.ErrUnavailable)
 		}
+		if errors.Is(err, audit.ErrUnavailable) {
+			return fmt.Errorf("clickhouse unavailable, %d batches (%d bytes) spooled: %w", n, bytes, err)
+		}
 		return fmt.Errorf("clickhouse unavailable, %d batches (%d bytes) spooled: %w: %w", n, bytes, audit.ErrUnavailable, err)
 	}
 	if err != nil {
-		return fmt.Errorf("clickhouse unavailable: %w: %w", audit.ErrUnavailable, err)
+		if errors.Is(err, audit.ErrUnavailable) {
+			// Wrapped once: "store unavailable" is not said twice.
+			err = fmt.Errorf("clickhouse unavailable: %w", err)
+		} else {
+			err = fmt.Errorf("clickhouse unavailable: %w: %w", audit.ErrUnavailable, err)
+		}
+		if n, bytes := s.spool.usage(); n > 0 {
+			// With Ack "log" the spool takes every batch, outage or not.
+			return fmt.Errorf("%w; %d batches (%d bytes) wait in the spool", err, n, bytes)
+		}
+		return err
 	}
 	return nil
 }
@@ -319,7 +332,24 @@ func (s *Store) isClosed() bool {
 func (s *Store) setBackendErr(err error) {
 	s.mu.Lock()
 	s.backendErr = err
+	// Each outage is logged once, when it begins and when it ends: with
+	// Ack "log" every batch goes to the spool anyway, and nothing else
+	// would tell an outage in the log.
+	down := errors.Is(err, audit.ErrUnavailable)
+	began, ended := down && !s.downLogged, err == nil && s.downLogged
+	if began || ended {
+		s.downLogged = down
+	}
 	s.mu.Unlock()
+	switch {
+	case began:
+		n, bytes := s.spool.usage()
+		s.log.Warn("clickhouse: unavailable; acknowledged batches wait in the spool until it answers",
+			"err", err, "spooled_batches", n, "spooled_bytes", bytes, "dir", s.opts.Spool.Dir)
+	case ended:
+		n, bytes := s.spool.usage()
+		s.log.Info("clickhouse: available again; the spool drains into it", "spooled_batches", n, "spooled_bytes", bytes)
+	}
 }
 
 // AppendCalls stores calls durably: it returns nil once ClickHouse has
@@ -608,8 +638,7 @@ func (s *Store) deliver(b *batch, callsAlone bool) error {
 		if err == nil || !errors.Is(err, audit.ErrUnavailable) {
 			return err
 		}
-		s.log.Warn("clickhouse: unreachable; spooling batches", "err", err, "dir", s.opts.Spool.Dir)
-		s.setBackendErr(err)
+		s.setBackendErr(err) // logs that it is unavailable
 	}
 	s.modeMu.Lock()
 	defer s.modeMu.Unlock()
