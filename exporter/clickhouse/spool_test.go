@@ -378,9 +378,10 @@ func TestSpoolCodec_EveryField(t *testing.T) {
 		Writes:     []writeRow{filled[writeRow](3), {CallID: "c_empty", StateDelay: noStateTime}},
 		Findings:   []findingRow{filled[findingRow](4)},
 		Watermarks: []watermarkRow{filled[watermarkRow](5)},
+		TooLate:    []tooLateRow{filled[tooLateRow](6)},
 		Token:      "tok",
 	}
-	b.Done[tWrites], b.Done[tWatermarks] = true, true
+	b.Done[tWrites], b.Done[tWatermarks], b.Done[tTooLate] = true, true, true
 	// Empty lists come back as nil, as they did from gob; the columns
 	// insert both as empty arrays.
 	want := *b
@@ -401,6 +402,18 @@ func TestSpoolCodec_EveryField(t *testing.T) {
 	}
 	if _, err := decodeBatch(append(data, 0)); !errors.Is(err, errSpoolCodec) {
 		t.Errorf("batch with a byte after it: err = %v, want errSpoolCodec", err)
+	}
+	// A batch without calls too late is encoded as before they came (no
+	// list at the end), so that one spooled by an earlier release reads
+	// back, and a byte after it is still refused.
+	old := want
+	old.TooLate, old.Done[tTooLate] = nil, false
+	data = appendBatch(nil, &old)
+	if got, err := decodeBatch(data); err != nil || !reflect.DeepEqual(*got, old) {
+		t.Errorf("round trip without calls too late: %+v, %v", got, err)
+	}
+	if _, err := decodeBatch(append(data, 0)); !errors.Is(err, errSpoolCodec) {
+		t.Errorf("batch without calls too late, with a zero byte after it: err = %v, want errSpoolCodec", err)
 	}
 }
 
