@@ -343,9 +343,11 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	// failure changing the SLO). Not counted as too late again: the
 	// counters count what the replay judges or meets late, and these it
 	// does not take at all (docs/detection.md, "Restarts").
-	// A store that does not keep them (ClickHouse) has the replay judge
-	// them, as before; the gate's read of the writes stored pending still
-	// covers a write they settle.
+	// Calls the store does not name (stored too late before the upgrade
+	// that keeps them, or counted just before a crash, whose commit never
+	// came; every call, from a store that keeps none, audit.ErrUnsupported)
+	// are judged, as before; the gate's read of the writes stored pending
+	// still covers a write they settle.
 	refs, err := p.store.TooLateCalls(ctx, horizon)
 	if err != nil && !errors.Is(err, audit.ErrUnsupported) {
 		return fmt.Errorf("cannot read the calls stored as too late: %w", err)
@@ -756,11 +758,11 @@ type statusReply struct {
 	unstored int
 }
 
-// Report is Status, and how many findings and write states are judged but
-// not stored: the engine goroutine stores what it has judged before it
-// answers, so that what a status calls judged can be read from the store
-// at once; they are left only when the store refused them (retried at the
-// next commit).
+// Report is Status, and how many findings, write states and calls counted
+// too late (their names, audit.Results.TooLate) are judged but not stored:
+// the engine goroutine stores what it has judged before it answers, so
+// that what a status calls judged can be read from the store at once; they
+// are left only when the store refused them (retried at the next commit).
 func (p *Pipeline) Report() (parts []detect.PartitionStatus, queued int64, unstored int) {
 	return p.report(nil)
 }
