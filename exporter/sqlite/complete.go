@@ -24,6 +24,10 @@ import (
 // every reader still meets one row per call id, and the common path
 // (new calls, plain re-sends) does not change.
 
+// sqlStoredOfKey reads the stored call of a key (millisecond, interned
+// tenant, packed id) through calls_key.
+const sqlStoredOfKey = `SELECT rid, id, time, rec FROM calls WHERE ` + callsKey + ` = ? AND tenant = ? AND id = ?`
+
 // completeStep runs, in one transaction, the completions of a request:
 // each row replaces the stored row of its key when that row still holds
 // a call without a response (a concurrent completion, or retention, may
@@ -54,8 +58,7 @@ func (s *Store) completeStep(rows []callRow) (_ int64, err error) {
 		var rid, t int64
 		var id any
 		var rec []byte
-		err = tx.QueryRowContext(ctx, `SELECT rid, id, time, rec FROM calls WHERE `+callsKey+` = ? AND tenant = ? AND id = ?`,
-			milliOf(r.time), tenant, r.id).Scan(&rid, &id, &t, &rec)
+		err = tx.QueryRowContext(ctx, sqlStoredOfKey, milliOf(r.time), tenant, r.id).Scan(&rid, &id, &t, &rec)
 		if errors.Is(err, sql.ErrNoRows) {
 			continue // deleted since (retention)
 		}

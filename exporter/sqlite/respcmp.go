@@ -24,7 +24,9 @@ var _ audit.ResponseComparer = (*Store)(nil)
 // that a copy earlier in the log is compared too. A stored call that
 // cannot be read (retention deleted it meanwhile, or the wait or a read
 // fails: logged) is taken as the same: the call stays skipped and is not
-// reported.
+// reported. A skipped call that responded where the stored call of its key
+// did not takes the stored row's place before it returns (completeStep);
+// when that fails, so does the append, and a retry completes it.
 func (s *Store) AppendCallsCompared(ctx context.Context, calls []audit.Record) (int, []int, error) {
 	n, rows, skipped, err := s.appendCalls(ctx, calls, true)
 	if err != nil || len(skipped) == 0 {
