@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
@@ -87,6 +88,11 @@ func (s *Store) completeStep(rows []callRow) (_ int64, err error) {
 		res, err := tx.ExecContext(ctx, sqlInsertCall, r.id, tenant, r.time, r.rec)
 		if err != nil {
 			return 0, wrap(err)
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return 0, wrap(err)
+		} else if n != 1 {
+			return 0, fmt.Errorf("cannot store the answer of call row %d in its place: its key is taken", rid)
 		}
 		newRID, err := res.LastInsertId()
 		if err != nil {
