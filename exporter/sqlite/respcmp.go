@@ -120,7 +120,7 @@ func (s *Store) differing(ctx context.Context, calls []audit.Record, rows []call
 	}
 	var differ []int
 	var complete []callRow
-	completing := map[callKey]bool{}
+	var completing map[callKey]bool // made at the first: completions are rare
 	var buf []byte
 	for _, k := range check {
 		key := keyOf(&rows[k.i])
@@ -138,6 +138,9 @@ func (s *Store) differing(ctx context.Context, calls []audit.Record, rows []call
 			// The answer of a call stored without one: the first answered
 			// copy completes it (completeStep), the others are copies.
 			if !completing[key] {
+				if completing == nil {
+					completing = map[callKey]bool{}
+				}
 				completing[key] = true
 				complete = append(complete, rows[k.i])
 			}
