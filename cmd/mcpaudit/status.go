@@ -174,7 +174,7 @@ func printStatus(w io.Writer, st api.StatusResponse, waited bool) {
 			wm = p.Watermark.UTC().Format(time.RFC3339Nano)
 			lag = (time.Duration(*p.LagSeconds * float64(time.Second))).Round(time.Millisecond).String()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", orDash(p.Tenant), p.Server, wm, lag, p.Buffered, p.Calls, p.Late, p.TooLate, p.Ahead, orDash(p.HeldBy))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", orDash(p.Tenant), p.Server, wm, lag, p.Buffered, p.Calls, p.Late, p.TooLate, p.Ahead, orDash(heldBy(p)))
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
@@ -293,6 +293,18 @@ func tenantOf(tenant string) string {
 		return ""
 	}
 	return " (tenant " + tenant + ")"
+}
+
+// heldBy is the HELD BY column of partition p: the source its watermark
+// waits for, named only while calls wait in it. The API's held_by names
+// the source whose clock is the watermark even when nothing waits (every
+// source idle, every call judged), where "held by" would say something
+// is held back when nothing is.
+func heldBy(p api.PartitionStatus) string {
+	if p.Buffered == 0 {
+		return ""
+	}
+	return p.HeldBy
 }
 
 func orDash(s string) string {
