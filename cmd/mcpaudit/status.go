@@ -139,6 +139,9 @@ func printStatus(w io.Writer, st api.StatusResponse, waited bool) {
 	// read as final.
 	fmt.Fprintf(w, "At %s: %d calls queued, %d waiting for their watermark, %d too late (stored, never judged); every acknowledged call judged: %s\n",
 		st.Time.UTC().Format(time.RFC3339), st.Queued, waiting, st.TooLate, judged)
+	if st.Store != nil && !st.Store.Ready {
+		fmt.Fprintf(w, "Store not ready: %s. Calls are still acknowledged while the spool or call log has room, and stored once the store is back; queries may fail or miss them meanwhile (/readyz answers 503; for ClickHouse see docs/clickhouse.md#when-clickhouse-is-down).\n", st.Store.Reason)
+	}
 	switch {
 	case st.PendingWrites > 0:
 		var until time.Time
