@@ -44,6 +44,24 @@ type StatusResponse struct {
 	// still acknowledged, kept in a spool or log, and committed once the
 	// store is back. Absent from a server that does not say.
 	Store *StoreStatus `json:"store,omitempty"`
+	// LastDowntime is the time serve was down before it started, told
+	// for DowntimeShown after the start: calls sent meanwhile arrive only
+	// from senders that kept them. Absent when unknown (a new data
+	// directory) or once DowntimeShown has passed.
+	LastDowntime *Downtime `json:"last_downtime,omitempty"`
+}
+
+// DowntimeShown is how long after a start the status tells the downtime
+// before it.
+const DowntimeShown = time.Hour
+
+// Downtime is a time the collector was down: from its previous run's last
+// save of its state file (its clean stop, or up to 10 s before a crash) to
+// its start.
+type Downtime struct {
+	From    time.Time `json:"from"`
+	To      time.Time `json:"to"`
+	Seconds float64   `json:"seconds"`
 }
 
 // StoreStatus is the readiness of the store behind the status.
@@ -223,6 +241,11 @@ func (s *Server) StatusOf(tenant, server string, now time.Time) (StatusResponse,
 	parts, queued, unstored := s.Status()
 	out := StatusFrom(parts, queued, unstored, tenant, server, now)
 	out.Store = storeStatus(s.store)
+	if s.Downtime != nil {
+		if from, to := s.Downtime(); !to.IsZero() && now.Before(to.Add(DowntimeShown)) {
+			out.LastDowntime = &Downtime{From: from, To: to, Seconds: to.Sub(from).Seconds()}
+		}
+	}
 	return out, true
 }
 

@@ -139,6 +139,10 @@ func printStatus(w io.Writer, st api.StatusResponse, waited bool) {
 	// read as final.
 	fmt.Fprintf(w, "At %s: %d calls queued, %d waiting for their watermark, %d too late (stored, never judged); every acknowledged call judged: %s\n",
 		st.Time.UTC().Format(time.RFC3339), st.Queued, waiting, st.TooLate, judged)
+	if d := st.LastDowntime; d != nil {
+		fmt.Fprintf(w, "Serve was down from %s to %s (%s) before it started: calls sent meanwhile arrive only from senders that kept them (an OpenTelemetry SDK exporter on defaults drops a batch 10 s after its first try), so findings about them may be missing (docs/runbooks.md#after-serve-was-down; told for %gh after the start).\n",
+			d.From.UTC().Format(time.RFC3339), d.To.UTC().Format(time.RFC3339), (time.Duration(d.Seconds * float64(time.Second))).Round(time.Second), api.DowntimeShown.Hours())
+	}
 	if st.Store != nil && !st.Store.Ready {
 		fmt.Fprintf(w, "Store not ready: %s. Calls are still acknowledged while the spool or call log has room, and stored once the store is back; queries may fail or miss them meanwhile (/readyz answers 503; for ClickHouse see docs/clickhouse.md#when-clickhouse-is-down).\n", st.Store.Reason)
 	}

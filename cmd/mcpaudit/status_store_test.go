@@ -29,3 +29,22 @@ func TestStatus_StoreNotReady(t *testing.T) {
 		}
 	}
 }
+
+// TestStatus_LastDowntime: `mcpaudit status` says, while the API tells
+// it, how long serve was down before it started and that calls sent
+// meanwhile may be missing.
+func TestStatus_LastDowntime(t *testing.T) {
+	from := time.Date(2026, 12, 5, 17, 30, 0, 0, time.UTC)
+	d := &api.Downtime{From: from, To: from.Add(2 * time.Minute), Seconds: 120}
+	var b bytes.Buffer
+	printStatus(&b, api.StatusResponse{Time: from.Add(3 * time.Minute), LastDowntime: d}, false)
+	want := "Serve was down from 2026-12-05T17:30:00Z to 2026-12-05T17:32:00Z (2m0s) before it started: calls sent meanwhile arrive only from senders that kept them"
+	if !strings.Contains(b.String(), want) || !strings.Contains(b.String(), "docs/runbooks.md#after-serve-was-down") {
+		t.Errorf("output lacks %q:\n%s", want, b.String())
+	}
+	b.Reset()
+	printStatus(&b, api.StatusResponse{Time: from.Add(3 * time.Minute)}, false)
+	if strings.Contains(b.String(), "Serve was down") {
+		t.Errorf("no downtime told, yet the output says one:\n%s", b.String())
+	}
+}
