@@ -1,6 +1,8 @@
 package pipeline_test
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +25,19 @@ func TestRestart_DowntimeWarned(t *testing.T) {
 	if strings.Contains(r.logs.String(), "serve was down") {
 		t.Errorf("first start warns of a downtime:\n%s", r.logs.String())
 	}
+	// Stopped 5 s after the last save, with nothing changed since (no
+	// partition): the stop saves the file again, so the downtime is
+	// counted from the stop, not from the last refresh (which left it up
+	// to 10 s too long).
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if b, err := os.ReadFile(filepath.Join(dir, "partitions.json")); err == nil && strings.Contains(string(b), `"saved"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the state file was not saved after the start")
+		}
+	}
+	clock.Add(5 * time.Second)
 	stop := clock.Now()
 	r.stop()
 	clock.Add(2 * time.Minute)

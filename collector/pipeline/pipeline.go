@@ -1002,8 +1002,12 @@ func (p *Pipeline) run(ctx context.Context) {
 			} else {
 				// Under floorMu: a request past the stopped check may still
 				// write the file (lowerFloor, comeback).
+				// A zero marksSaved has the file written even when nothing
+				// in it changed (no partition): its saved time is then the
+				// stop, where the next start counts the downtime from,
+				// not the last refresh up to stateRefresh before.
 				p.floorMu.Lock()
-				p.savedMarks = nil
+				p.savedMarks, p.marksSaved = nil, time.Time{}
 				p.floorMu.Unlock()
 				p.saveMarks(marksOf(p.eng, p.now()), true)
 			}
