@@ -137,8 +137,8 @@ func printStatus(w io.Writer, st api.StatusResponse, waited bool) {
 	// "Judged" is about calls: a judged write may still be pending, and
 	// change state later. Said in the same breath, so that "yes" is not
 	// read as final.
-	fmt.Fprintf(w, "At %s: %d calls queued, %d waiting for their watermark, %d too late (stored, never judged); every acknowledged call judged: %s\n",
-		st.Time.UTC().Format(time.RFC3339), st.Queued, waiting, st.TooLate, judged)
+	fmt.Fprintf(w, "At %s: %d calls queued, %d waiting for their watermark, %d too late (stored, never judged); %s: %s\n",
+		st.Time.UTC().Format(time.RFC3339), st.Queued, waiting, st.TooLate, api.JudgedLabel, judged)
 	if d := st.LastDowntime; d != nil {
 		fmt.Fprintf(w, "Serve was down from %s to %s (%s) before it started: calls sent meanwhile arrive only from senders that kept them (an OpenTelemetry SDK exporter on defaults drops a batch 10 s after its first try), so findings about them may be missing (docs/runbooks.md#after-serve-was-down; told for %gh after the start).\n",
 			d.From.UTC().Format(time.RFC3339), d.To.UTC().Format(time.RFC3339), (time.Duration(d.Seconds * float64(time.Second))).Round(time.Second), api.DowntimeShown.Hours())
@@ -146,25 +146,8 @@ func printStatus(w io.Writer, st api.StatusResponse, waited bool) {
 	if st.Store != nil && !st.Store.Ready {
 		fmt.Fprintf(w, "Store not ready: %s. Calls are still acknowledged while the spool or call log has room, and stored once the store is back; queries may fail or miss them meanwhile (/readyz answers 503; for ClickHouse see docs/clickhouse.md#when-clickhouse-is-down).\n", st.Store.Reason)
 	}
-	switch {
-	case st.PendingWrites > 0:
-		var until time.Time
-		for _, p := range st.Partitions {
-			if p.PendingUntil != nil && p.PendingUntil.After(until) {
-				until = *p.PendingUntil
-			}
-		}
-		n := fmt.Sprintf("%d are", st.PendingWrites)
-		if st.PendingWrites == 1 {
-			n = "1 is"
-		}
-		fmt.Fprintf(w, "Of the writes judged, %s still pending: their state may change (a later call settles them, or their verification window, detect.verify_window, ends and makes them unverified); the last window ends at event time %s.\n",
-			n, until.UTC().Format(time.RFC3339))
-	case st.PendingWrites == 0:
-		// Not "final": a durable write still becomes double_applied when
-		// a late call within detect.allowed_lateness shows an earlier
-		// application of the same edit (docs/metrics.md).
-		fmt.Fprintln(w, "Of the writes judged, none is pending; a late call within detect.allowed_lateness may still show a durable write was applied twice.")
+	if line, ok := api.PendingLine(st); ok {
+		fmt.Fprintln(w, line)
 	}
 	if st.Unstored > 0 {
 		fmt.Fprintf(w, "%d findings and write states are judged but not stored yet: the store refused them, and they are retried.\n", st.Unstored)

@@ -101,13 +101,14 @@ type request struct {
 	calls     []callRow
 	writes    []writeRow
 	findings  []findingRow
+	tooLate   []tooLateRow
 	watermark *watermarkRow
 	at        time.Time
 	done      chan error
 }
 
 func (r *request) rows() int {
-	n := len(r.calls) + len(r.writes) + len(r.findings)
+	n := len(r.calls) + len(r.writes) + len(r.findings) + len(r.tooLate)
 	if r.watermark != nil {
 		n++
 	}
@@ -427,7 +428,7 @@ func callRows(calls []audit.Record) ([]callRow, error) {
 // whole (rows already stored are recognized), so that a watermark is never
 // stored before what it covers.
 func (s *Store) Commit(ctx context.Context, r audit.Results) error {
-	if len(r.Writes) == 0 && len(r.Findings) == 0 && r.Watermark.IsZero() {
+	if len(r.Writes) == 0 && len(r.Findings) == 0 && len(r.TooLate) == 0 && r.Watermark.IsZero() {
 		return nil
 	}
 	// One version for the whole commit: within it the later state of a
@@ -448,6 +449,13 @@ func (s *Store) Commit(ctx context.Context, r audit.Results) error {
 			return fmt.Errorf("cannot commit: %w", err)
 		}
 		req.findings = append(req.findings, row)
+	}
+	for _, c := range r.TooLate {
+		sec, ns, err := splitTime(c.Time)
+		if err != nil {
+			return fmt.Errorf("cannot commit call %s too late: %w", c.ID, err)
+		}
+		req.tooLate = append(req.tooLate, tooLateRow{Tenant: c.Tenant, Time: sec, TimeNanos: ns, CallID: c.ID, Version: v})
 	}
 	if !r.Watermark.IsZero() {
 		sec, ns, err := splitTime(r.Watermark)
@@ -524,6 +532,7 @@ func (s *Store) collect() (b *batch, reqs []*request, more bool) {
 		reqs = append(reqs, r)
 		b.takeCalls(r.calls)
 		b.addResults(r.writes, r.findings, r.watermark)
+		b.addTooLate(r.tooLate)
 	}
 	rows := 0
 	select {
@@ -584,7 +593,7 @@ func (s *Store) takeQueued(add func(*request)) []*request {
 // ship delivers one batch and tells every waiting request the outcome.
 func (s *Store) ship(b *batch, reqs []*request) {
 	b.seal()
-	results := len(b.Writes)+len(b.Findings)+len(b.Watermarks) > 0
+	results := len(b.Writes)+len(b.Findings)+len(b.Watermarks)+len(b.TooLate) > 0
 	if results {
 		s.commitMu.Lock()
 	}
@@ -713,7 +722,7 @@ func (s *Store) insertBatch(b *batch, retry bool) error {
 	if !s.connected() {
 		return fmt.Errorf("cannot insert: not connected: %w", audit.ErrUnavailable)
 	}
-	for t := range nTables {
+	for _, t := range insertOrder {
 		if t == tWatermarks {
 			// The chain entries follow the rows they cover, and the
 			// watermark follows them.
