@@ -22,9 +22,12 @@ import (
 // pending write itself (its window must still close, unverified), or of
 // the read that settled it (the write must stay durable).
 //
-// On late15 both cases fail: the replay passes over every call of an id
+// On late15 both cases failed: the replay passes over every call of an id
 // named too late (keyed by tenant and id, not by the observation), so the
-// first observation, judged live, is not judged again by the replay.
+// first observation, judged live, was not judged again by the replay. Now
+// the store tells which calls of a request it held already
+// (audit.ResponseComparer), and a held call counted too late is not named:
+// the test also checks that the copy's id is not in the store's names.
 func TestRestart_TooLateResentNotSkippedWhenJudged(t *testing.T) {
 	for _, resend := range []string{"write", "read"} {
 		t.Run(resend, func(t *testing.T) {
@@ -94,6 +97,15 @@ func TestRestart_TooLateResentNotSkippedWhenJudged(t *testing.T) {
 				counts, err := r.store.WriteCounts(context.Background(), audit.CountQuery{})
 				if err != nil {
 					t.Fatal(err)
+				}
+				named, err := r.store.TooLateCalls(context.Background(), time.Time{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, c := range named {
+					if c.ID == ids(again)[0] {
+						t.Errorf("the copy sent again, held by the store, is named too late: the replay would pass over the observation judged in time")
+					}
 				}
 				o := r.stop()
 				return result{writes: o.writes, findings: slices.Sorted(maps.Keys(o.findings)), counts: counts, wid: ids(write)[0]}
