@@ -294,15 +294,15 @@ type Store interface {
 // and logs it rather than losing the second response without a trace.
 type ResponseComparer interface {
 	// AppendCallsCompared is AppendCalls that also returns, in order, the
-	// indexes in calls of the calls skipped for their id (stored, or taken
-	// earlier in calls) whose response differs from the one the store
-	// kept. Only responses that both say enough to compare are compared
+	// indexes in calls of the calls skipped for their id (held: stored
+	// before, or taken earlier in calls), and of those the ones whose
+	// response differs from the one the store kept. Only responses that both say enough to compare are compared
 	// (exporter/store.StoredResponse); a stored call that cannot be read
 	// back is taken as the same. The comparison reads the stored call, so
 	// it costs only calls sent again. A store may also keep a skipped
 	// call's response when the stored call has none (the embedded store
 	// does: the answer completes the call).
-	AppendCallsCompared(ctx context.Context, calls []Record) (stored int, differ []int, err error)
+	AppendCallsCompared(ctx context.Context, calls []Record) (stored int, held, differ []int, err error)
 }
 
 // ID returns the stable identity of a finding: the same evidence always

@@ -385,7 +385,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	if s.notifier != nil {
 		sinks = append(sinks, s.notifier)
 	}
-	s.pipe, err = pipeline.New(ctx, pcfg, cfg.Detect, tracedStore{st, s.metrics}, log, sinks...)
+	s.pipe, err = pipeline.New(ctx, pcfg, cfg.Detect, traced(st, s.metrics), log, sinks...)
 	if err != nil {
 		if s.notifier != nil {
 			s.notifier.Close()

@@ -95,25 +95,38 @@ func (t tracedStore) AppendCalls(ctx context.Context, calls []audit.Record) (int
 	return n, err
 }
 
-// AppendCallsCompared passes on the store's comparison of the responses
-// of calls skipped as stored, when it makes one (audit.ResponseComparer;
-// the embedded store), and is AppendCalls otherwise.
-func (t tracedStore) AppendCallsCompared(ctx context.Context, calls []audit.Record) (int, []int, error) {
-	c, ok := t.Store.(audit.ResponseComparer)
-	if !ok {
-		n, err := t.AppendCalls(ctx, calls)
-		return n, nil, err
+// traced wraps st for serve's pipeline, passing on the store's comparison
+// of responses when it makes one (audit.ResponseComparer: the embedded
+// store). A store that does not compare must not seem to: the pipeline
+// takes a comparer's report of the calls it held as complete.
+func traced(st audit.Store, m *metrics.Metrics) audit.Store {
+	t := tracedStore{st, m}
+	if c, ok := st.(audit.ResponseComparer); ok {
+		return tracedComparer{t, c}
 	}
+	return t
+}
+
+// tracedComparer is a tracedStore whose store compares responses.
+type tracedComparer struct {
+	tracedStore
+	c audit.ResponseComparer
+}
+
+// AppendCallsCompared passes on the store's comparison of the responses
+// of calls skipped as stored.
+func (t tracedComparer) AppendCallsCompared(ctx context.Context, calls []audit.Record) (int, []int, []int, error) {
+	c := t.c
 	ctx, span := tracer().Start(ctx, "mcpaudit.store.append_calls", trace.WithAttributes(attribute.Int("mcpaudit.calls", len(calls))))
 	defer span.End()
 	start := time.Now()
-	n, differ, err := c.AppendCallsCompared(ctx, calls)
+	n, held, differ, err := c.AppendCallsCompared(ctx, calls)
 	t.m.ObserveStoreCommit(time.Since(start))
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
 	}
-	return n, differ, err
+	return n, held, differ, err
 }
 
 func (t tracedStore) Commit(ctx context.Context, r audit.Results) error {

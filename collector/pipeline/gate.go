@@ -82,6 +82,12 @@ type gate struct {
 	// tooLate names the calls counted too late since the last commit: the
 	// commit stores them with the output (audit.Results.TooLate).
 	tooLate []audit.CallRef
+	// held is set while the engine takes a call that the store held
+	// before its request stored it (a copy sent again), or that may be
+	// such a copy (a store that cannot tell): counted too late, it is not
+	// named. The stored row may be a copy the live run judged in time, and
+	// the replay passes over every call of a name (review rev15a).
+	held bool
 }
 
 // origin is when a finding could be known: the acknowledgement of the
@@ -283,6 +289,9 @@ func (g *gate) Finding(f *audit.Finding) {
 // the next commit: the replay after a restart passes over it, as the live
 // run did, instead of judging it (docs/detection.md, "Late calls").
 func (g *gate) tooLateCall(c *audit.Call) {
+	if g.held {
+		return
+	}
 	g.tooLate = append(g.tooLate, audit.CallRef{Tenant: c.Tenant, ID: c.ID, Time: c.Time})
 }
 

@@ -195,34 +195,34 @@ func (s *crashStore) Writes(ctx context.Context, q audit.WriteQuery) (audit.Writ
 }
 
 func (s *crashStore) AppendCalls(ctx context.Context, recs []audit.Record) (int, error) {
-	n, _, err := s.appendCalls(ctx, recs, false)
+	n, _, _, err := s.appendCalls(ctx, recs, false)
 	return n, err
 }
 
 // AppendCallsCompared passes on the real store's comparison of responses
 // (audit.ResponseComparer), as serve's pipeline gets it.
-func (s *crashStore) AppendCallsCompared(ctx context.Context, recs []audit.Record) (int, []int, error) {
+func (s *crashStore) AppendCallsCompared(ctx context.Context, recs []audit.Record) (int, []int, []int, error) {
 	return s.appendCalls(ctx, recs, true)
 }
 
-func (s *crashStore) appendCalls(ctx context.Context, recs []audit.Record, compare bool) (int, []int, error) {
+func (s *crashStore) appendCalls(ctx context.Context, recs []audit.Record, compare bool) (int, []int, []int, error) {
 	if s.appendGate != nil {
 		close(s.appendEntered)
 		<-s.appendGate
 	}
 	if s.failAppend.Load() {
-		return 0, nil, fmt.Errorf("cannot append calls: %w", audit.ErrUnavailable)
+		return 0, nil, nil, fmt.Errorf("cannot append calls: %w", audit.ErrUnavailable)
 	}
 	s.mu.RLock()
 	if s.crashed {
 		s.mu.RUnlock()
-		return 0, nil, errCrashed
+		return 0, nil, nil, errCrashed
 	}
 	var n int
-	var differ []int
+	var held, differ []int
 	var err error
 	if c, ok := s.Store.(audit.ResponseComparer); ok && compare {
-		n, differ, err = c.AppendCallsCompared(ctx, recs)
+		n, held, differ, err = c.AppendCallsCompared(ctx, recs)
 	} else {
 		n, err = s.Store.AppendCalls(ctx, recs)
 	}
@@ -230,9 +230,9 @@ func (s *crashStore) appendCalls(ctx context.Context, recs []audit.Record, compa
 	s.appended.Store(err == nil)
 	if err == nil && s.dieAfterAppend.Load() {
 		s.crash()
-		return 0, nil, errCrashed
+		return 0, nil, nil, errCrashed
 	}
-	return n, differ, err
+	return n, held, differ, err
 }
 
 func (s *crashStore) Commit(ctx context.Context, r audit.Results) error {

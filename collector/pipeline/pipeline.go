@@ -608,17 +608,39 @@ type queued struct {
 	// (audit.ResponseComparer): the engine counts them as id collisions
 	// and does not judge them.
 	refused []int
+	// held are the indexes, in order, of the records whose call the store
+	// held before this request stored them (stored before, or earlier in
+	// the request): a copy sent again. allHeld: the store cannot tell
+	// (it does not compare), so any record may be one.
+	held    []int
+	allHeld bool
 }
 
 // append stores recs and returns how many were stored for the first time
 // and, when the store compares responses, the indexes of the calls it
-// skipped for another response under their stored id.
-func (p *Pipeline) append(ctx context.Context, recs []audit.Record) (int, []int, error) {
+// held already and of those it skipped for another response under their
+// stored id; ok is false when the store cannot tell which it held.
+func (p *Pipeline) append(ctx context.Context, recs []audit.Record) (n int, held, differ []int, ok bool, err error) {
 	if c, ok := p.store.(audit.ResponseComparer); ok {
-		return c.AppendCallsCompared(ctx, recs)
+		n, held, differ, err := c.AppendCallsCompared(ctx, recs)
+		return n, held, differ, true, err
 	}
-	n, err := p.store.AppendCalls(ctx, recs)
-	return n, nil, err
+	n, err = p.store.AppendCalls(ctx, recs)
+	return n, nil, nil, false, err
+}
+
+// split moves the indexes of idx below n to the end of dst, and shifts the
+// rest down by n: idx is of the records of a request, dst of its first
+// batch of n records.
+func split(dst, idx []int, n int) ([]int, []int) {
+	for len(idx) > 0 && idx[0] < n {
+		dst = append(dst, idx[0])
+		idx = idx[1:]
+	}
+	for i := range idx {
+		idx[i] -= n
+	}
+	return dst, idx
 }
 
 // Ingest stores the records of one request durably, in one commit, and
@@ -680,7 +702,7 @@ func (p *Pipeline) Ingest(ctx context.Context, batches ...audit.Batch) (int, err
 		return 0, fmt.Errorf("%w: %w", audit.ErrUnavailable, err)
 	}
 	defer arrived() // after lowerFloor below; on a panic too
-	stored, differ, err := p.append(ctx, recs)
+	stored, held, differ, knows, err := p.append(ctx, recs)
 	if err != nil {
 		p.unsure(batches)
 		p.inflight.Add(-n)
@@ -708,14 +730,9 @@ func (p *Pipeline) Ingest(ctx context.Context, batches ...audit.Batch) (int, err
 		}
 	}
 	for _, b := range batches {
-		q := queued{Batch: b}
-		for len(differ) > 0 && differ[0] < len(b.Records) {
-			q.refused = append(q.refused, differ[0])
-			differ = differ[1:]
-		}
-		for i := range differ {
-			differ[i] -= len(b.Records)
-		}
+		q := queued{Batch: b, allHeld: !knows}
+		q.refused, differ = split(q.refused, differ, len(b.Records))
+		q.held, held = split(q.held, held, len(b.Records))
 		select {
 		case p.queue <- q:
 		case <-p.done:
@@ -1097,12 +1114,17 @@ func (p *Pipeline) drain() {
 }
 
 func (p *Pipeline) take(q queued) {
-	b, refused := q.Batch, q.refused
+	b, refused, held := q.Batch, q.refused, q.held
 	now := p.now()
 	// Adding calls judges idleness at now too: the refusals reported
 	// before it count first, whichever case of run's select came first.
 	p.applyTouches()
 	for i, r := range b.Records {
+		p.gate.held = q.allHeld
+		if len(held) > 0 && held[0] == i {
+			held = held[1:]
+			p.gate.held = true
+		}
 		if len(refused) > 0 && refused[0] == i {
 			refused = refused[1:]
 			p.eng.AddRefused(b.Source, r, now)
@@ -1110,6 +1132,7 @@ func (p *Pipeline) take(q queued) {
 		}
 		p.eng.Add(b.Source, r, now)
 	}
+	p.gate.held = false
 	p.dequeued(earliest(b), false)
 	p.countOpen()
 	p.unqueue(countTenants(b))

@@ -46,7 +46,7 @@ func BenchmarkResendStored(b *testing.B) {
 				}
 				send := func(calls []audit.Record) {
 					if compare {
-						n, differ, err := s.AppendCallsCompared(context.Background(), calls)
+						n, _, differ, err := s.AppendCallsCompared(context.Background(), calls)
 						if err != nil || n != wantN || len(differ) != 0 {
 							b.Fatalf("AppendCallsCompared = %d, %v, %v; want %d stored, none differing", n, differ, err, wantN)
 						}

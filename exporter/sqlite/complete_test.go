@@ -55,13 +55,13 @@ func TestVerify_AnswerCompletes(t *testing.T) {
 				first = append(first, unanswered(recs[i]))
 			}
 			for _, b := range [][]audit.Record{first[:40], first[40:], recs[80:]} {
-				if _, _, err := s.AppendCallsCompared(ctx, b); err != nil {
+				if _, _, _, err := s.AppendCallsCompared(ctx, b); err != nil {
 					t.Fatal(err)
 				}
 			}
 			// The answers of 0–59 in later requests; 200–219 new calls,
 			// each unanswered then answered in one request.
-			if _, _, err := s.AppendCallsCompared(ctx, recs[:60]); err != nil {
+			if _, _, _, err := s.AppendCallsCompared(ctx, recs[:60]); err != nil {
 				t.Fatal(err)
 			}
 			more := g.Records(20)
@@ -70,7 +70,7 @@ func TestVerify_AnswerCompletes(t *testing.T) {
 				more[i].Call.Responded, more[i].Call.Result = true, []byte(`{"isError":false}`)
 				both = append(both, unanswered(more[i]), more[i])
 			}
-			if n, differ, err := s.AppendCallsCompared(ctx, both); err != nil || n != 20 || len(differ) != 0 {
+			if n, _, differ, err := s.AppendCallsCompared(ctx, both); err != nil || n != 20 || len(differ) != 0 {
 				t.Fatalf("AppendCallsCompared = %d, %v, %v; want 20 stored, none differing", n, differ, err)
 			}
 			if err := s.Close(); err != nil {

@@ -27,10 +27,13 @@ var _ audit.ResponseComparer = (*Store)(nil)
 // reported. A skipped call that responded where the stored call of its key
 // did not takes the stored row's place before it returns (completeStep);
 // when that fails, so does the append, and a retry completes it.
-func (s *Store) AppendCallsCompared(ctx context.Context, calls []audit.Record) (int, []int, error) {
+func (s *Store) AppendCallsCompared(ctx context.Context, calls []audit.Record) (int, []int, []int, error) {
 	n, rows, skipped, err := s.appendCalls(ctx, calls, true)
-	if err != nil || len(skipped) == 0 {
-		return n, nil, err
+	if err != nil {
+		return n, nil, nil, err
+	}
+	if len(skipped) == 0 {
+		return n, nil, nil, nil
 	}
 	differ, complete := s.differing(ctx, calls, rows, skipped)
 	if len(complete) > 0 {
@@ -38,10 +41,10 @@ func (s *Store) AppendCallsCompared(ctx context.Context, calls []audit.Record) (
 		// calls before the append is acknowledged: a sender told so does
 		// not send the answer again.
 		if _, err := s.submit(ctx, &request{complete: complete}); err != nil {
-			return n, nil, s.fail("store the answers of stored calls", err)
+			return n, nil, nil, s.fail("store the answers of stored calls", err)
 		}
 	}
-	return n, differ, nil
+	return n, skipped, differ, nil
 }
 
 // compareWait is the longest an append waits for the call log's drain

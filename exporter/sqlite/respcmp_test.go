@@ -42,7 +42,7 @@ func TestAppendCallsCompared_ReadPaths(t *testing.T) {
 		}
 		check := func(path string) {
 			t.Helper()
-			n, differ, err := s.AppendCallsCompared(context.Background(), again)
+			n, _, differ, err := s.AppendCallsCompared(context.Background(), again)
 			if err != nil || n != 0 || !reflect.DeepEqual(differ, want) {
 				t.Errorf("%s, %s: AppendCallsCompared = %d, %v, %v; want 0, %v", ack, path, n, differ, err, want)
 			}
@@ -87,7 +87,7 @@ func TestAppendCallsCompared_DrainHeld(t *testing.T) {
 	if _, err := s.AppendCalls(t.Context(), fresh); err != nil {
 		t.Fatal(err)
 	}
-	n, differ, err := s.AppendCallsCompared(t.Context(), []audit.Record{call(`{"n":2}`)})
+	n, _, differ, err := s.AppendCallsCompared(t.Context(), []audit.Record{call(`{"n":2}`)})
 	s.clog.gate.Unlock()
 	if err != nil || n != 0 || len(differ) != 0 {
 		t.Errorf("AppendCallsCompared with the drain held = %d, %v, %v; want 0 new, none compared, no error", n, differ, err)

@@ -25,10 +25,11 @@ func testAnswerCompletes(t *testing.T, s audit.Store) {
 	}
 	send := func(wantN int, wantDiffer []int, recs ...audit.Record) {
 		t.Helper()
-		n, differ, err := c.AppendCallsCompared(ctx(t), recs)
+		n, held, differ, err := c.AppendCallsCompared(ctx(t), recs)
 		if err != nil {
 			t.Fatalf("AppendCallsCompared: %v", err)
 		}
+		checkHeld(t, len(recs), n, held, differ)
 		if n != wantN || !reflect.DeepEqual(differ, wantDiffer) {
 			t.Fatalf("AppendCallsCompared stored %d, differing %v; want %d, %v", n, differ, wantN, wantDiffer)
 		}
