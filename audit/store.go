@@ -299,7 +299,9 @@ type ResponseComparer interface {
 	// kept. Only responses that both say enough to compare are compared
 	// (exporter/store.StoredResponse); a stored call that cannot be read
 	// back is taken as the same. The comparison reads the stored call, so
-	// it costs only calls sent again.
+	// it costs only calls sent again. A store may also keep a skipped
+	// call's response when the stored call has none (the embedded store
+	// does: the answer completes the call).
 	AppendCallsCompared(ctx context.Context, calls []Record) (stored int, differ []int, err error)
 }
 

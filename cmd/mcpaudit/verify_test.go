@@ -140,3 +140,51 @@ func chConn(t *testing.T, dsn string) driver.Conn {
 	t.Cleanup(func() { conn.Close() })
 	return conn
 }
+
+// TestVerifyCommand_AnswerCompletes: serve with a signing key takes one
+// exchange twice, first without its answer and then with it (a client
+// observer that timed out, then the server's); the store keeps the answer
+// in the unanswered row's place, and mcpaudit verify passes on the data dir.
+func TestVerifyCommand_AnswerCompletes(t *testing.T) {
+	keys := t.TempDir()
+	priv, pub := filepath.Join(keys, "signing.pem"), filepath.Join(keys, "verify.pem")
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"keygen", "--private-key", priv, "--public-key", pub}, nil, &out, &errb); code != 0 {
+		t.Fatalf("keygen: exit %d: %s", code, errb.String())
+	}
+	dir := t.TempDir()
+	cfg := testConfig(t, dir)
+	cfg.Serve.SigningKeyFile = priv
+	s := startTest(t, cfg)
+	at := time.Now().UTC().Add(-time.Minute).Format(time.RFC3339Nano)
+	const request = `"request":{"id":1,"jsonrpc":"2.0","method":"tools/call","params":{"name":"gram_patch","arguments":{"path":"team/x.gram","base_revision":3,"expected_hash":"aa","request_id":"req-1","operations":[{"op":"append_block","target":"h1","text":"x"}]}}}`
+	for _, line := range []string{
+		fmt.Sprintf(`{"time":%q,"server":"thegram","session":"s0",%s}`, at, request),
+		fmt.Sprintf(`{"time":%q,"server":"thegram","session":"s0",%s,"response":{"id":1,"jsonrpc":"2.0","result":{"isError":false,"structuredContent":{"path":"team/x.gram","rev":4,"hash":"bb","replayed":false,"request_id":"req-1"}}}}`, at, request),
+	} {
+		resp := postCalls(t, s, []byte(line+"\n"), false)
+		resp.Body.Close()
+		if resp.StatusCode/100 != 2 {
+			t.Fatalf("POST /v1/calls: %s", resp.Status)
+		}
+	}
+	if err := s.shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", filepath.Join(dir, "mcpaudit.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls, replaced int
+	if err := db.QueryRow(`SELECT (SELECT count(*) FROM calls), (SELECT count(*) FROM chain_pruned)`).Scan(&calls, &replaced); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	if calls != 1 || replaced != 1 {
+		t.Fatalf("the store holds %d calls and %d replaced rows, want 1 and 1 (the answer in the unanswered row's place)", calls, replaced)
+	}
+	var vout, verr bytes.Buffer
+	if code := run(context.Background(), []string{"verify", "--data-dir", dir, "--public-key", pub}, nil, &vout, &verr); code != 0 || !strings.Contains(vout.String(), "ok: stored history matches") {
+		t.Fatalf("verify: exit %d:\n%s%s", code, vout.String(), verr.String())
+	}
+}

@@ -72,8 +72,11 @@ type request struct {
 	watermark int64 // zeroTime: unchanged
 	del       *deleteRequest
 	chainOp   *chainRequest
-	stored    int64      // calls stored for the first time, set by the commit
-	done      chan reply // buffered: the committer never blocks on it
+	// complete holds answered copies of stored unanswered calls, each to
+	// take the place of the stored row of its key (completeStep).
+	complete []callRow
+	stored   int64      // calls stored for the first time, set by the commit
+	done     chan reply // buffered: the committer never blocks on it
 	// compare asks the commit for skipped: the indexes in calls of the
 	// calls it did not store, their key being stored (AppendCallsCompared).
 	compare bool
@@ -481,6 +484,11 @@ func (s *Store) commitLoop() {
 			req.done <- reply{n: n, err: err}
 			continue
 		}
+		if req.complete != nil {
+			n, err := s.completeStep(req.complete)
+			req.done <- reply{n: n, err: err}
+			continue
+		}
 		batch := []*request{req}
 		calls := len(req.calls)
 		var timeout <-chan time.Time
@@ -508,7 +516,7 @@ func (s *Store) commitLoop() {
 			switch {
 			case !ok:
 				break gather
-			case r.del != nil || r.chainOp != nil:
+			case r.del != nil || r.chainOp != nil || r.complete != nil:
 				next = r
 				break gather
 			}

@@ -24,13 +24,24 @@ var _ audit.ResponseComparer = (*Store)(nil)
 // that a copy earlier in the log is compared too. A stored call that
 // cannot be read (retention deleted it meanwhile, or the wait or a read
 // fails: logged) is taken as the same: the call stays skipped and is not
-// reported.
+// reported. A skipped call that responded where the stored call of its key
+// did not takes the stored row's place before it returns (completeStep);
+// when that fails, so does the append, and a retry completes it.
 func (s *Store) AppendCallsCompared(ctx context.Context, calls []audit.Record) (int, []int, error) {
 	n, rows, skipped, err := s.appendCalls(ctx, calls, true)
 	if err != nil || len(skipped) == 0 {
 		return n, nil, err
 	}
-	return n, s.differing(ctx, calls, rows, skipped), nil
+	differ, complete := s.differing(ctx, calls, rows, skipped)
+	if len(complete) > 0 {
+		// The answered copies take the place of the stored unanswered
+		// calls before the append is acknowledged: a sender told so does
+		// not send the answer again.
+		if _, err := s.submit(ctx, &request{complete: complete}); err != nil {
+			return n, nil, s.fail("store the answers of stored calls", err)
+		}
+	}
+	return n, differ, nil
 }
 
 // compareWait is the longest an append waits for the call log's drain
@@ -39,20 +50,26 @@ func (s *Store) AppendCallsCompared(ctx context.Context, calls []audit.Record) (
 const compareWait = 2 * time.Second
 
 // differing returns, of the indexes skipped of calls (and of their rows),
-// those of the calls whose response differs from the stored call's.
-func (s *Store) differing(ctx context.Context, calls []audit.Record, rows []callRow, skipped []int) []int {
+// those of the calls whose response differs from the stored call's; and
+// the rows of the calls that answered where the stored call of their key
+// has no response (each key once), to complete it (completeStep).
+func (s *Store) differing(ctx context.Context, calls []audit.Record, rows []callRow, skipped []int) ([]int, []callRow) {
 	type known struct {
 		i   int
 		sum uint64
+		ok  bool // the sum says enough to compare
 	}
 	var check []known
 	for _, i := range skipped {
-		if sum, ok := store.StoredResponse(calls[i].Call); ok {
-			check = append(check, known{i, sum})
+		// A call without a response neither differs nor completes: a
+		// plain re-send of an unanswered call reads nothing.
+		if c := calls[i].Call; c.Responded {
+			sum, ok := store.StoredResponse(c)
+			check = append(check, known{i, sum, ok})
 		}
 	}
 	if len(check) == 0 {
-		return nil
+		return nil, nil
 	}
 	warn := func(err error) {
 		s.opts.Logger.Warn("cannot compare the responses of calls sent again with the stored ones: they are skipped as stored, not counted as id collisions",
@@ -73,7 +90,7 @@ func (s *Store) differing(ctx context.Context, calls []audit.Record, rows []call
 			err = fmt.Errorf("the call log is not committed as far as these calls after %s: %w", wait, audit.ErrUnavailable)
 		}
 		warn(err)
-		return nil
+		return nil, nil
 	}
 	// The stored call of each key: read through the id index (a few
 	// statements for the whole batch) or, without it, one probe of
@@ -99,12 +116,15 @@ func (s *Store) differing(ctx context.Context, calls []audit.Record, rows []call
 	}
 	if err := readStored(ctx, s, packed, stored, true, take); err != nil {
 		warn(err)
-		return nil
+		return nil, nil
 	}
 	var differ []int
+	var complete []callRow
+	var completing map[callKey]bool // made at the first: completions are rare
 	var buf []byte
 	for _, k := range check {
-		row := stored[keyOf(&rows[k.i])]
+		key := keyOf(&rows[k.i])
+		row := stored[key]
 		if row == nil {
 			continue // deleted since (retention)
 		}
@@ -114,11 +134,23 @@ func (s *Store) differing(ctx context.Context, calls []audit.Record, rows []call
 			warn(err)
 			continue
 		}
-		if sum, ok := store.StoredResponse(rec.Call); ok && sum != k.sum {
+		if !rec.Call.Responded {
+			// The answer of a call stored without one: the first answered
+			// copy completes it (completeStep), the others are copies.
+			if !completing[key] {
+				if completing == nil {
+					completing = map[callKey]bool{}
+				}
+				completing[key] = true
+				complete = append(complete, rows[k.i])
+			}
+			continue
+		}
+		if sum, ok := store.StoredResponse(rec.Call); ok && k.ok && sum != k.sum {
 			differ = append(differ, k.i)
 		}
 	}
-	return differ
+	return differ, complete
 }
 
 // readStored has take given the id, tenant, time and, with blobs, the blob
