@@ -62,6 +62,103 @@ func announcedWritesOf(r *run, id string) (int, string) {
 	return n, strings.Join(states, " ")
 }
 
+// TestRestart_FreedDoubleApplyStraddlesTheFloor: a double application
+// whose first attempt A is before the state file's floor and whose second
+// B is from it on, both before the watermark the partition was freed at
+// (a neighbour's poster, its clock 90 minutes slow, holds the floor back).
+// The replay passes over A and judges B. B's stored double_applied state
+// must not be rewritten, no finding stored before the restart is announced
+// again, and no finding appears that no uninterrupted run would have made
+// (B's unverified_write). Found by review rev14a: B, judged alone, was
+// announced pending then unverified, stored over its double_applied row,
+// and a new unverified_write of B was stored.
+func TestRestart_FreedDoubleApplyStraddlesTheFloor(t *testing.T) {
+	for _, crash := range []bool{false, true} {
+		t.Run(fmt.Sprintf("crash=%v", crash), func(t *testing.T) {
+			dir := t.TempDir()
+			clock := newClock(wallStart)
+			key := detect.PartitionKey{Server: "thegram"}
+			r := openRun(t, dir, clock, nil, nil)
+			other := laggingPoster(t, &r, clock)
+			other()
+			a := batch(t, "poster", pendingPatchLine("s1", 1, wallStart.Add(-20*time.Minute), "team/x.gram"))
+			if _, err := r.ingest(a); err != nil {
+				t.Fatal(err)
+			}
+			r.steps(50, other)
+			b := batch(t, "poster", pendingPatchLine("s2", 2, clock.Now().Add(-time.Second), "team/x.gram"))
+			if _, err := r.ingest(b); err != nil {
+				t.Fatal(err)
+			}
+			var wm time.Time
+			for deadline := time.Now().Add(20 * time.Second); wm.IsZero(); time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the state file does not keep thegram freed")
+				}
+				r.steps(1, other)
+				wm = freedIn(t, dir, key)
+			}
+			r.steps(2, other)
+			wm, floor := freedIn(t, dir, key), floorIn(t, dir)
+			atA, atB := a.Records[0].Call.Time, b.Records[0].Call.Time
+			t.Logf("A %v, B %v, freed at %v, floor %v", atA, atB, wm, floor)
+			if wm.IsZero() || floor.IsZero() || !atA.Before(floor) || atB.Before(floor) || atB.After(wm) {
+				t.Fatal("want A before the floor and B from it on, both up to the freed watermark: the test shows nothing")
+			}
+			idB := ids(b)[0]
+			var before map[string]bool
+			if crash {
+				before = r.crash()
+			} else {
+				before = map[string]bool{}
+				o := r.stop()
+				for id := range o.findings {
+					before[id] = true
+				}
+				if s := writeStateOf(o, idB); s != string(audit.StateDoubleApplied) {
+					t.Fatalf("before the restart B is stored as %s, want double_applied", s)
+				}
+			}
+			t.Logf("%d findings before the restart", len(before))
+
+			clock.Add(time.Second)
+			r = openRun(t, dir, clock, nil, nil)
+			r.steps(30, other)
+			nA, statesA := announcedWritesOf(r, ids(a)[0])
+			nB, states := announcedWritesOf(r, idB)
+			calls, announced := r.rec.snapshot()
+			logs := r.logs.String()
+			o := r.stop()
+			if calls[ids(a)[0]] > 0 {
+				t.Errorf("A's call (before the floor: replayed silently) was told to the sinks again")
+			}
+			t.Logf("B's write states announced after the restart: %d (%s)", nB, states)
+			if nA > 0 {
+				t.Errorf("A (before the floor: replayed silently) had write states announced again: %s", statesA)
+			}
+			if !strings.Contains(logs, " freed_calls_skipped=0 freed_calls_seeded=1 ") {
+				t.Errorf("the replay did not replay A alone silently:\n%s", logs)
+			}
+			if s := writeStateOf(o, idB); s != string(audit.StateDoubleApplied) {
+				t.Errorf("after the restart B is stored as %s, want double_applied (rewritten)", s)
+			}
+			for id := range before {
+				if announced[id] > 0 {
+					t.Errorf("the finding %s, stored before the restart, was announced again", id)
+				}
+				if _, ok := o.findings[id]; !ok {
+					t.Errorf("the finding %s, stored before the restart, is gone", id)
+				}
+			}
+			for id, f := range o.findings {
+				if !before[id] {
+					t.Errorf("a finding no run made before the restart is stored after it: %s %v %v\n%s", f.Kind, f.Calls, f.Time, logs)
+				}
+			}
+		})
+	}
+}
+
 // straddleRun has thegram take W1, then W2 90-odd minutes' worth of steps
 // later while a neighbour's poster, its clock 90 minutes slow, keeps
 // sending (other), until thegram is freed with W1 before the state

@@ -356,8 +356,21 @@ func (p *Pipeline) recover(ctx context.Context) error {
 		}
 	}
 	start := p.now()
-	n, skipped := 0, 0
+	n, skipped, seeded := 0, 0, 0
+	// covered keeps, per freed partition whose watermark is at or after the
+	// floor, the calls of it the file covers that a call of it from the
+	// floor on can correlate with (reach before the floor), until the
+	// replay comes to such a call; then they are replayed first, silently
+	// (gate.seed). A partition with no call from the floor on keeps none.
+	var covered map[detect.PartitionKey][]*audit.Record
+	reach := p.dcfg.CorrelationWindow + p.dcfg.VerifyWindow + p.dcfg.AllowedLateness + p.dcfg.Lateness
+	add := func(r *audit.Record) {
+		n++
+		p.gate.replaying(r.Call)
+		p.eng.Add(recoverySource, r, p.now())
+	}
 	err = p.store.ScanCalls(ctx, horizon, func(r *audit.Record) error {
+		k := detect.PartitionKey{Tenant: r.Call.Tenant, Server: r.Call.Server}
 		// A partition freed as idle was judged and committed up to its
 		// watermark, and its state dropped: its calls up to there are not
 		// judged again. Replayed, they opened windows that the partition's
@@ -368,18 +381,46 @@ func (p *Pipeline) recover(ctx context.Context) error {
 		// freeing had the file drop it first (comeback); one acknowledged
 		// just before the engine freed its partition is covered by the
 		// floor alone, and is judged (freedCovers; found by review13h).
-		if wm, ok := freed[detect.PartitionKey{Tenant: r.Call.Tenant, Server: r.Call.Server}]; ok && freedCovers(wm, floor, r.Call.Time) {
-			skipped++
+		if wm, ok := freed[k]; ok && freedCovers(wm, floor, r.Call.Time) {
+			switch {
+			case p.gate.seeding(k):
+				seeded++
+				add(r)
+			case !floor.IsZero() && !wm.Before(floor) && !r.Call.Time.Before(floor.Add(-reach)):
+				if covered == nil {
+					covered = map[detect.PartitionKey][]*audit.Record{}
+				}
+				covered[k] = append(covered[k], r)
+			default:
+				skipped++
+			}
 			return nil
 		}
-		n++
-		p.gate.replaying(r.Call)
-		p.eng.Add(recoverySource, r, p.now())
+		// The calls of a freed partition judged again (from the floor on)
+		// are judged with the calls before the floor they correlate with,
+		// replayed first with their output dropped: judged alone, the
+		// second attempt of a double application whose first lies before
+		// the floor was stored over its double_applied row as unverified,
+		// and a false unverified_write stored (review rev14a).
+		if recs, ok := covered[k]; ok {
+			delete(covered, k)
+			p.gate.seed(k, freed[k], floor)
+			for _, h := range recs {
+				seeded++
+				add(h)
+			}
+		}
+		add(r)
 		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("cannot replay stored calls: %w", err)
 	}
+	for _, recs := range covered {
+		skipped += len(recs)
+	}
+	covered = nil
+	n -= seeded
 	// Every call up to a partition's mark was judged, and its windows
 	// closed, before the stop: the watermark goes on from there, not from
 	// the last replayed call (a quiet partition had moved on with the wall
@@ -462,9 +503,9 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	}
 	p.eng.Tick(p.now())
 	p.countOpen()
-	if n > 0 || skipped > 0 {
+	if n > 0 || skipped > 0 || seeded > 0 {
 		p.log.Info("correlation state rebuilt from the store", "watermark", wm, "partitions", len(marks),
-			"replayed_calls", n, "freed_calls_skipped", skipped, "known_findings", len(known), "took", p.now().Sub(start).Round(time.Millisecond))
+			"replayed_calls", n, "freed_calls_skipped", skipped, "freed_calls_seeded", seeded, "known_findings", len(known), "took", p.now().Sub(start).Round(time.Millisecond))
 	}
 	return nil
 }
@@ -905,7 +946,7 @@ func (p *Pipeline) logLate(prev, now []detect.PartitionStatus) {
 // goroutine.
 func (p *Pipeline) collision(c detect.Collision) {
 	d := c.Dropped
-	if d.Received.IsZero() && p.gate.committed(d.Tenant, d.Server, d.Time) {
+	if d.Received.IsZero() && p.gate.committed(d.Tenant, d.Server, d.Time) || p.gate.silent(d) {
 		return
 	}
 	kept := c.Kept
