@@ -372,6 +372,75 @@ func TestRestart_FreedPartitionOfOneTenant(t *testing.T) {
 	}
 }
 
+// TestRestart_FreedPartitionCallSentAgain: a sender re-sends, after a
+// restart, a write of a partition freed before it (its acknowledgement
+// lost), dated before the freed watermark. The store holds it already:
+// the write's state and finding, stored before, are neither stored as
+// something else nor announced again.
+//
+// It fails on main (5dcc123) and on freed15, every run for the write
+// states (pending then unverified, counted again), in most runs for the
+// finding: the call begins the partition anew and is judged as new. The
+// store keeps one finding and the state. Whether the finding is announced
+// again is a race with the gate's forget: with no replayed call (the
+// partition was passed over) the ids of the stored findings are dropped
+// at the engine goroutine's first pass, and only a re-sent call judged and
+// closed before that has its finding recognized. Neither the engine nor
+// the gate can tell the re-sent call from a late new one of the same time
+// (the store's AppendCalls counts the calls it already held, but does not
+// say which). Skipped until the store says which calls it held (then a
+// held call the freed entry covers is not judged again), review rev14a.
+func TestRestart_FreedPartitionCallSentAgain(t *testing.T) {
+	t.Skip("known defect, on main as well: a re-sent call of a freed partition is judged as new after a restart, its write states counted again and its finding announced again in most runs (review rev14a; see the comment)")
+	dir := t.TempDir()
+	clock := newClock(wallStart)
+	key := detect.PartitionKey{Server: "thegram"}
+	r := openRun(t, dir, clock, nil, nil)
+	line := pendingPatchLine("s0", 1, wallStart.Add(-time.Minute), "team/x.gram")
+	w := batch(t, "poster", line)
+	if _, err := r.ingest(w); err != nil {
+		t.Fatal(err)
+	}
+	r.steps(40, nil)
+	freeIdle(t, r, key)
+	for deadline := time.Now().Add(5 * time.Second); freedIn(t, dir, key).IsZero(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the state file does not keep thegram freed")
+		}
+		clock.Add(time.Second)
+		r.status()
+	}
+	o := r.stop()
+	if len(o.findings) != 1 {
+		t.Fatalf("%d findings before the restart, want the unverified_write", len(o.findings))
+	}
+	clock.Add(time.Second)
+	r = openRun(t, dir, clock, nil, nil)
+	r.steps(2, nil)
+	if _, err := r.ingest(batch(t, "poster", line)); err != nil {
+		t.Fatal(err)
+	}
+	r.steps(30, nil)
+	n, states := announcedWritesOf(r, ids(w)[0])
+	_, announced := r.rec.snapshot()
+	logs := r.logs.String()
+	got := r.stop()
+	for id := range o.findings {
+		if announced[id] > 0 {
+			t.Errorf("the finding %s, stored before the restart, announced again %d times\n%s", id, announced[id], logs)
+		}
+	}
+	if n > 0 {
+		t.Errorf("write states of the re-sent write announced again: %s", states)
+	}
+	if len(got.findings) != 1 {
+		t.Errorf("%d findings stored, want the 1 from before", len(got.findings))
+	}
+	if s := writeStateOf(got, ids(w)[0]); s != string(audit.StateUnverified) {
+		t.Errorf("the write is stored as %s, want unverified", s)
+	}
+}
+
 // TestRestart_FreedPartitionAckLog: TestRestart_FreedPartitionStraddlesTheFloor's
 // case (W1 before the floor, passed over; W2 from it on, judged again; a
 // late write after the restart) over a store that acknowledges calls once
