@@ -8,6 +8,7 @@ import (
 
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/detect"
+	"github.com/mcpaudit/mcpaudit/collector/pipeline"
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
 )
 
@@ -71,10 +72,16 @@ func announcedWritesOf(r *run, id string) (int, string) {
 // again, and no finding appears that no uninterrupted run would have made
 // (B's unverified_write). Found by review rev14a: B, judged alone, was
 // announced pending then unverified, stored over its double_applied row,
-// and a new unverified_write of B was stored.
+// and a new unverified_write of B was stored. With the bound on the calls
+// the replay holds for this at 0 (bounded), A is passed over as before:
+// B is judged alone again, and nothing stored before is announced again.
 func TestRestart_FreedDoubleApplyStraddlesTheFloor(t *testing.T) {
-	for _, crash := range []bool{false, true} {
-		t.Run(fmt.Sprintf("crash=%v", crash), func(t *testing.T) {
+	for _, c := range []struct{ crash, bounded bool }{{false, false}, {true, false}, {false, true}} {
+		crash := c.crash
+		t.Run(fmt.Sprintf("crash=%v/bounded=%v", c.crash, c.bounded), func(t *testing.T) {
+			if c.bounded {
+				defer pipeline.SetMaxSeedCalls(0)()
+			}
 			dir := t.TempDir()
 			clock := newClock(wallStart)
 			key := detect.PartitionKey{Server: "thegram"}
@@ -136,12 +143,6 @@ func TestRestart_FreedDoubleApplyStraddlesTheFloor(t *testing.T) {
 			if nA > 0 {
 				t.Errorf("A (before the floor: replayed silently) had write states announced again: %s", statesA)
 			}
-			if !strings.Contains(logs, " freed_calls_skipped=0 freed_calls_seeded=1 ") {
-				t.Errorf("the replay did not replay A alone silently:\n%s", logs)
-			}
-			if s := writeStateOf(o, idB); s != string(audit.StateDoubleApplied) {
-				t.Errorf("after the restart B is stored as %s, want double_applied (rewritten)", s)
-			}
 			for id := range before {
 				if announced[id] > 0 {
 					t.Errorf("the finding %s, stored before the restart, was announced again", id)
@@ -149,6 +150,18 @@ func TestRestart_FreedDoubleApplyStraddlesTheFloor(t *testing.T) {
 				if _, ok := o.findings[id]; !ok {
 					t.Errorf("the finding %s, stored before the restart, is gone", id)
 				}
+			}
+			if c.bounded {
+				if !strings.Contains(logs, " freed_calls_skipped=1 freed_calls_seeded=0 ") {
+					t.Errorf("past the bound the replay did not pass over A:\n%s", logs)
+				}
+				return
+			}
+			if !strings.Contains(logs, " freed_calls_skipped=0 freed_calls_seeded=1 ") {
+				t.Errorf("the replay did not replay A alone silently:\n%s", logs)
+			}
+			if s := writeStateOf(o, idB); s != string(audit.StateDoubleApplied) {
+				t.Errorf("after the restart B is stored as %s, want double_applied (rewritten)", s)
 			}
 			for id, f := range o.findings {
 				if !before[id] {

@@ -280,6 +280,11 @@ const expireEvery = 10 * time.Second
 // do not move the others.
 const recoverySource = "mcpaudit/recovery"
 
+// maxSeedCalls bounds the calls of freed partitions the replay holds
+// while it looks for a call of theirs from the floor on (recover): about
+// 50 MB of lean records. A variable for tests.
+var maxSeedCalls = 100_000
+
 // recover replays the stored calls that correlation state after the
 // committed watermarks can depend on, judging them again in time order.
 // What they caused up to each partition's watermark was committed before
@@ -362,7 +367,10 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	// floor on can correlate with (reach before the floor), until the
 	// replay comes to such a call; then they are replayed first, silently
 	// (gate.seed). A partition with no call from the floor on keeps none.
+	// They are kept lean, at most maxSeedCalls in all.
 	var covered map[detect.PartitionKey][]*audit.Record
+	var unseeded map[detect.PartitionKey]bool
+	nCovered := 0
 	reach := p.dcfg.CorrelationWindow + p.dcfg.VerifyWindow + p.dcfg.AllowedLateness + p.dcfg.Lateness
 	add := func(r *audit.Record) {
 		n++
@@ -386,11 +394,28 @@ func (p *Pipeline) recover(ctx context.Context) error {
 			case p.gate.seeding(k):
 				seeded++
 				add(r)
-			case !floor.IsZero() && !wm.Before(floor) && !r.Call.Time.Before(floor.Add(-reach)):
+			case !floor.IsZero() && !wm.Before(floor) && !r.Call.Time.Before(floor.Add(-reach)) && !unseeded[k]:
 				if covered == nil {
 					covered = map[detect.PartitionKey][]*audit.Record{}
 				}
-				covered[k] = append(covered[k], r)
+				covered[k] = append(covered[k], r.Lean())
+				if nCovered++; nCovered > maxSeedCalls {
+					// Past the bound the partition holding the most is
+					// passed over as before, judged from the floor on alone.
+					var most detect.PartitionKey
+					for pk, recs := range covered {
+						if len(recs) > len(covered[most]) {
+							most = pk
+						}
+					}
+					nCovered -= len(covered[most])
+					skipped += len(covered[most])
+					delete(covered, most)
+					if unseeded == nil {
+						unseeded = map[detect.PartitionKey]bool{}
+					}
+					unseeded[most] = true
+				}
 			default:
 				skipped++
 			}
@@ -404,6 +429,7 @@ func (p *Pipeline) recover(ctx context.Context) error {
 		// and a false unverified_write stored (review rev14a).
 		if recs, ok := covered[k]; ok {
 			delete(covered, k)
+			nCovered -= len(recs)
 			p.gate.seed(k, freed[k], floor)
 			for _, h := range recs {
 				seeded++
