@@ -87,3 +87,99 @@ func TestRestart_FreedSilentReadSettlesLiveWrite(t *testing.T) {
 		})
 	}
 }
+
+// TestRestart_FreedSilentWriteIDOfAnotherTenant (review rev15b, freed15):
+// two tenants send one identical write W (same server, session, request
+// id, time, tool and arguments: one call id, audit.StableID has no
+// tenant). Tenant a's thegram is freed with W before the floor and a call
+// from the floor on, so the restart's replay replays a's W silently and
+// notes its call id (gate.silentWrites, keyed by the id alone). Tenant
+// b's copy of W, pending at the crash (b's sender stuck behind it holds
+// the floor), is judged again by the replay, not silently; its window
+// closes after the restart. Its unverified state and unverified_write
+// were never committed, but are taken as a's silent write's window
+// closing (gate.silentNow by call id) and dropped: b's W ends with no
+// state stored (seen: "none") and its finding is lost. Passes on main
+// (b's W unverified, its unverified_write stored).
+func TestRestart_FreedSilentWriteIDOfAnotherTenant(t *testing.T) {
+	dir := t.TempDir()
+	clock := newClock(wallStart)
+	ka := detect.PartitionKey{Tenant: "a", Server: "thegram"}
+	r := openRun(t, dir, clock, nil, nil)
+	atW := wallStart.Add(-30 * time.Minute)
+	line := pendingPatchLine("s1", 1, atW, "team/w.gram")
+	wa := inTenant(batch(t, "poster", line), "a")
+	wb := inTenant(batch(t, "lagging", line), "b")
+	if ids(wa)[0] != ids(wb)[0] {
+		t.Fatal("the two copies have different ids: the test shows nothing")
+	}
+	if _, err := r.ingest(wb); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.ingest(wa); err != nil {
+		t.Fatal(err)
+	}
+	rpc := 100
+	bsend := func() {
+		t.Helper()
+		rpc++
+		if _, err := r.ingest(inTenant(batch(t, "lagging", callLine("thegram", "o1", rpc, atW.Add(time.Minute))), "b")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.steps(10, bsend)
+	w2 := inTenant(batch(t, "poster", pendingPatchLine("s2", 2, clock.Now().Add(-time.Second), "team/v.gram")), "a")
+	if _, err := r.ingest(w2); err != nil {
+		t.Fatal(err)
+	}
+	var wm time.Time
+	for deadline := time.Now().Add(30 * time.Second); wm.IsZero(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the state file does not keep a's thegram freed")
+		}
+		r.steps(1, bsend)
+		wm = freedIn(t, dir, ka)
+	}
+	r.steps(2, bsend)
+	wm, floor := freedIn(t, dir, ka), floorIn(t, dir)
+	at2 := w2.Records[0].Call.Time
+	if !atW.Before(floor) || at2.Before(floor) || at2.After(wm) {
+		t.Fatalf("W %v, a's W2 %v, a freed at %v, floor %v: want W before the floor, W2 from it on: the test shows nothing", atW, at2, wm, floor)
+	}
+	id := ids(wb)[0]
+	before := r.crash()
+	t.Logf("%d findings before the crash, floor %v, a freed at %v", len(before), floor, wm)
+
+	clock.Add(time.Second)
+	r = openRun(t, dir, clock, nil, nil)
+	r.steps(60, nil)
+	logs := r.logs.String()
+	o := r.stop()
+	t.Logf("seeded: %v", strings.Contains(logs, "freed_calls_seeded=1 "))
+	nb := 0
+	for _, f := range o.findings {
+		if f.Tenant == "b" && f.Kind == audit.KindUnverifiedWrite && len(f.Calls) == 1 && f.Calls[0] == id {
+			nb++
+		}
+	}
+	if nb != 1 {
+		t.Errorf("%d unverified_write of b's W stored, want 1", nb)
+	}
+	// The stored state of b's copy: o.writes keys by call id and seq
+	// only, so read b's write from the store.
+	bState := "none"
+	rs := openRun(t, dir, clock, nil, nil)
+	pg, err := rs.store.Writes(t.Context(), audit.WriteQuery{Tenant: "b", Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range pg.Writes {
+		if w.CallID == id {
+			bState = string(w.State)
+		}
+	}
+	rs.stop()
+	if bState != string(audit.StateUnverified) {
+		t.Errorf("b's W is stored %s, want unverified", bState)
+	}
+}

@@ -67,3 +67,41 @@ func TestAnswerCompletes_DrainHeld(t *testing.T) {
 		t.Errorf("the answer acknowledged with the drain held is not stored: the call reads back unanswered (%v)", got != nil)
 	}
 }
+
+// TestAnswerCompletes_TwoAnswersInOneRequest (review rev15b, same15): a
+// call stored unanswered, then one request carrying two answered copies
+// of it with different responses. The first completes the stored call;
+// the second is, by docs/storage.md ("The first answered copy of a key
+// wins; later ones are duplicates or id collisions, compared with it as
+// before"), an id collision to report (differ). Across requests it is
+// (the conformance case's "another response after the answer"); in one
+// request the second copy is only skipped as a copy of the first.
+func TestAnswerCompletes_TwoAnswersInOneRequest(t *testing.T) {
+	for _, ack := range []string{AckCommit, AckLog} {
+		t.Run(ack, func(t *testing.T) {
+			s := openTemp(t, Options{Ack: ack})
+			defer s.Close()
+			ctx := context.Background()
+			t0 := time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)
+			call := func(result string) audit.Record {
+				c := &audit.Call{ID: "c_b1000000000000000000", Time: t0, Server: "thegram", Tool: "gram_projects", Source: "calls:1"}
+				if result != "" {
+					c.Responded, c.Result = true, []byte(result)
+				} else {
+					c.TransportError = "timeout"
+				}
+				return audit.Record{Call: c}
+			}
+			if _, _, err := s.AppendCallsCompared(ctx, []audit.Record{call("")}); err != nil {
+				t.Fatal(err)
+			}
+			n, differ, err := s.AppendCallsCompared(ctx, []audit.Record{call(`{"isError":false,"structuredContent":{"n":1}}`), call(`{"isError":false,"structuredContent":{"n":2}}`)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n != 0 || len(differ) != 1 || differ[0] != 1 {
+				t.Errorf("AppendCallsCompared(two answers of a stored unanswered call) = %d, %v; want 0 new, the second differing ([1])", n, differ)
+			}
+		})
+	}
+}
