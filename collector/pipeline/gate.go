@@ -72,8 +72,10 @@ type gate struct {
 	// from the floor on (see seed), the freed watermark and the floor: a
 	// replayed call of them that freedCovers covers is silent.
 	seeded map[detect.PartitionKey]freedBound
-	// silentWrites holds the call ids of the silent calls' writes, while
-	// known is set: their windows closing (no call being judged) make
+	// silentWrites holds the tenant and call id (tenant, NUL, id) of the
+	// silent calls' writes (a call id names no tenant: another tenant's
+	// copy of the call is no silent call's, review rev15b), while known
+	// is set: their windows closing (no call being judged) make
 	// nothing that was not committed before the freeing.
 	silentWrites map[string]bool
 	// announced holds the pending writes the sinks have seen in this run.
@@ -164,15 +166,15 @@ func (g *gate) silent(c *audit.Call) bool {
 // silentNow reports whether the output being made now is a silent call's
 // (seed): made while one is judged, or, for window (a write made
 // unverified, its unverified_write), by the window of the write of call
-// closing.
-func (g *gate) silentNow(call string, window bool) bool {
+// of tenant closing.
+func (g *gate) silentNow(tenant, call string, window bool) bool {
 	if len(g.seeded) == 0 {
 		return false
 	}
 	if r := g.eng.Current(); r != nil && g.silent(r.Call) {
 		return true
 	}
-	return window && g.silentWrites[call]
+	return window && g.silentWrites[tenant+"\x00"+call]
 }
 
 // forget drops the ids of known findings once no replayed call can make
@@ -257,7 +259,7 @@ func (g *gate) Call(r *audit.Record) {
 	}
 	if g.silent(r.Call) {
 		if g.silentWrites != nil && hasWrite(r) {
-			g.silentWrites[r.Call.ID] = true
+			g.silentWrites[r.Call.Tenant+"\x00"+r.Call.ID] = true
 		}
 		return
 	}
@@ -269,7 +271,7 @@ func (g *gate) Call(r *audit.Record) {
 func (g *gate) Write(w *audit.Write, prev audit.WriteState) {
 	// A silent write the sinks saw pending (its call sent again in this
 	// run) leaves their books as any other.
-	if g.silentNow(w.CallID, w.State == audit.StateUnverified && !g.announced[writeKey{w.CallID, w.Seq}]) {
+	if g.silentNow(w.Tenant, w.CallID, w.State == audit.StateUnverified && !g.announced[writeKey{w.CallID, w.Seq}]) {
 		return
 	}
 	// A write made unverified is dated at the end of its window.
@@ -324,7 +326,7 @@ func (g *gate) Finding(f *audit.Finding) {
 	// A window may close later than its end, held open for a source
 	// behind it (detect's expire): one held past the last commit was not
 	// committed, though the mark may be far past its end.
-	if len(f.Calls) > 0 && g.silentNow(f.Calls[0], f.Kind == audit.KindUnverifiedWrite) {
+	if len(f.Calls) > 0 && g.silentNow(f.Tenant, f.Calls[0], f.Kind == audit.KindUnverifiedWrite) {
 		return
 	}
 	t, open := f.Time, false

@@ -100,7 +100,8 @@ func TestRestart_FreedSilentReadSettlesLiveWrite(t *testing.T) {
 // were never committed, but are taken as a's silent write's window
 // closing (gate.silentNow by call id) and dropped: b's W ends with no
 // state stored (seen: "none") and its finding is lost. Passes on main
-// (b's W unverified, its unverified_write stored).
+// (b's W unverified, its unverified_write stored); failed on freed15
+// b6e862c until rev15b keyed gate.silentWrites by tenant and id.
 func TestRestart_FreedSilentWriteIDOfAnotherTenant(t *testing.T) {
 	dir := t.TempDir()
 	clock := newClock(wallStart)
