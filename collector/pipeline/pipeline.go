@@ -281,8 +281,9 @@ const expireEvery = 10 * time.Second
 const recoverySource = "mcpaudit/recovery"
 
 // maxSeedCalls bounds the calls of freed partitions the replay holds
-// while it looks for a call of theirs from the floor on (recover): about
-// 50 MB of lean records. A variable for tests.
+// while it looks for a call of theirs from the floor on (recover): lean
+// records of a few hundred bytes, tens of MB (estimated). A variable for
+// tests.
 var maxSeedCalls = 100_000
 
 // recover replays the stored calls that correlation state after the
