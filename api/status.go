@@ -20,8 +20,9 @@ type StatusResponse struct {
 	// (TooLate) are not waiting: they were stored and will never be
 	// judged.
 	Judged bool `json:"judged"`
-	// Unstored counts the findings and write states judged but not yet
-	// stored (the store refused them; they are retried). Judged is false
+	// Unstored counts the findings, write states and names of calls
+	// counted too late that are judged but not yet stored (the store
+	// refused them; they are retried). Judged is false
 	// while there are any: what a status calls judged can be read from
 	// the store.
 	Unstored int `json:"unstored"`

@@ -135,3 +135,43 @@ func HeldBack(p PartitionStatus) (string, bool) {
 	return fmt.Sprintf("Held back: %s of %s %s for %s, whose latest call is %s behind the wall clock while the other sources of %s are %s behind: its exporter lags or its clock is slow (a slow clock holds %s's findings back for as long as it runs; docs/detection.md#time).",
 		calls, server, verb, p.HeldBy, lag.Round(time.Second), server, others.Round(time.Second), server), true
 }
+
+// JudgedLabel is what mcpaudit status and the page call Judged: every
+// call acknowledged so far has been judged. It is about calls: a judged
+// write may still be pending (PendingLine).
+const JudgedLabel = "every acknowledged call judged"
+
+// PendingUntil returns the event time the last verification window of
+// st's pending writes ends (the latest PartitionStatus.PendingUntil), or
+// zero when none is pending.
+func PendingUntil(st StatusResponse) time.Time {
+	var until time.Time
+	for _, p := range st.Partitions {
+		if p.PendingUntil != nil && p.PendingUntil.After(until) {
+			until = *p.PendingUntil
+		}
+	}
+	return until
+}
+
+// PendingLine returns the line telling how many judged writes are still
+// pending and when the last of their windows ends, and false when st does
+// not count them (PendingWrites below zero: an answer from a serve before
+// the count, as mcpaudit status marks it).
+func PendingLine(st StatusResponse) (string, bool) {
+	switch {
+	case st.PendingWrites < 0:
+		return "", false
+	case st.PendingWrites == 0:
+		// Not "final": a durable write still becomes double_applied when
+		// a late call within detect.allowed_lateness shows an earlier
+		// application of the same edit (docs/metrics.md).
+		return "Of the writes judged, none is pending; a late call within detect.allowed_lateness may still show a durable write was applied twice.", true
+	}
+	n := fmt.Sprintf("%d are", st.PendingWrites)
+	if st.PendingWrites == 1 {
+		n = "1 is"
+	}
+	return fmt.Sprintf("Of the writes judged, %s still pending: their state may change (a later call settles them, or their verification window, detect.verify_window, ends and makes them unverified); the last window ends at event time %s.",
+		n, PendingUntil(st).UTC().Format(time.RFC3339)), true
+}

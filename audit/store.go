@@ -27,6 +27,10 @@ var (
 	// fewer calls per request, or the operator raise the setting the
 	// error names.
 	ErrTooLarge = errors.New("request too large for the store")
+	// ErrUnsupported is returned by a method whose data the store does not
+	// keep: TooLateCalls of a store that ignores Results.TooLate (the
+	// ClickHouse store). Not retryable.
+	ErrUnsupported = errors.New("not supported by this store")
 )
 
 // Results is one batch of detector output, committed atomically with the
@@ -40,6 +44,20 @@ type Results struct {
 	// Watermark is the event time up to which the detector has processed
 	// every call. The zero time leaves the stored watermark unchanged.
 	Watermark time.Time
+	// TooLate names the stored calls the detector counted too late to be
+	// judged (later than allowed_lateness behind their partition's
+	// watermark) since the last commit: the replay after a restart passes
+	// over them as the live run did. Inserted once: a call named again is
+	// skipped.
+	TooLate []CallRef
+}
+
+// CallRef names one stored call: its tenant, id and time (retention
+// deletes the reference with its call, by time).
+type CallRef struct {
+	Tenant string
+	ID     string
+	Time   time.Time
 }
 
 // FindingQuery filters findings. Zero fields do not filter.
@@ -229,6 +247,10 @@ type Store interface {
 	ScanCalls(ctx context.Context, since time.Time, fn func(*Record) error) error
 	// FindingIDs returns the IDs of the findings whose Time >= since.
 	FindingIDs(ctx context.Context, since time.Time) (map[string]bool, error)
+	// TooLateCalls returns the calls committed as too late to be judged
+	// (Results.TooLate) whose Time >= since, in no particular order, or
+	// ErrUnsupported from a store that does not keep them.
+	TooLateCalls(ctx context.Context, since time.Time) ([]CallRef, error)
 	// Findings returns one page of findings.
 	Findings(ctx context.Context, q FindingQuery) (FindingPage, error)
 	// Writes returns one page of write attempts with their current state.
@@ -250,10 +272,13 @@ type Store interface {
 	BadWriteCounts(ctx context.Context, q BadWriteQuery) (BadWriteCounts, error)
 	// DeleteBefore removes every call, write and finding whose Time is
 	// before t (retention), except those of the tenants in keep, which have
-	// retentions of their own, and returns how many rows went.
+	// retentions of their own, and returns how many rows went. The
+	// references to calls too late (Results.TooLate) go with their calls,
+	// and are not counted.
 	DeleteBefore(ctx context.Context, t time.Time, keep ...string) (int64, error)
 	// DeleteTenantBefore removes the calls, writes and findings of one
-	// tenant whose Time is before t, and returns how many rows went.
+	// tenant whose Time is before t (with the references to its calls too
+	// late, not counted), and returns how many rows went.
 	DeleteTenantBefore(ctx context.Context, tenant string, t time.Time) (int64, error)
 	// Close flushes and releases the store.
 	Close() error

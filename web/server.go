@@ -184,14 +184,32 @@ type page struct {
 	// NoWatermark are the "No watermark yet:" lines (api.NoWatermark):
 	// partitions with calls waiting that have not taken a watermark.
 	NoWatermark []string
-	Error       string
-	Data        any
+	// Judged is what mcpaudit status says of the caller's tenant after
+	// api.JudgedLabel and its pending-write line (api.PendingLine), when
+	// the pipeline has them.
+	Judged *judgedView
+	Error  string
+	Data   any
+}
+
+// judgedView is the status bar's "judged" and "pending writes": whether
+// every call acknowledged so far is judged, and how many judged writes
+// are still pending and until when, with mcpaudit status's line on them.
+type judgedView struct {
+	All     bool
+	Pending int
+	// Until is the event time the last pending write's window ends
+	// (api.PendingUntil): comparable with the watermark beside it.
+	Until time.Time
+	Line  string
 }
 
 // statusLines sets the page's status lines from st, the status of its
 // principal's tenant.
 func (p *page) statusLines(st api.StatusResponse) {
 	p.Hold, _ = api.RestartHold(st)
+	line, _ := api.PendingLine(st)
+	p.Judged = &judgedView{All: st.Judged, Pending: st.PendingWrites, Until: api.PendingUntil(st), Line: line}
 	for _, ps := range st.Partitions {
 		if line, ok := api.NoWatermark(ps); ok {
 			p.NoWatermark = append(p.NoWatermark, line)

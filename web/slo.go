@@ -1,6 +1,7 @@
 package web
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"html/template"
@@ -236,12 +237,17 @@ var funcs = template.FuncMap{
 	"count": func(m map[audit.WriteState]int64, s audit.WriteState) int64 {
 		return m[s]
 	},
-	"nz": func(s string) string {
-		if s == "" {
+	// beforeAfter shows a call's revision or hash as mcpaudit timeline
+	// does: "before → after", "—" for a side its payloads do not tell (a
+	// read has no before, a call without an answer no after), "—" alone
+	// when neither is told.
+	"beforeAfter": func(before, after string) string {
+		if before == "" && after == "" {
 			return "—"
 		}
-		return s
+		return cmp.Or(before, "—") + " → " + cmp.Or(after, "—")
 	},
-	"sprint": fmt.Sprint,
-	"split":  strings.Fields,
+	"judgedLabel": func() string { return api.JudgedLabel },
+	"sprint":      fmt.Sprint,
+	"split":       strings.Fields,
 }

@@ -137,27 +137,10 @@ func printStatus(w io.Writer, st api.StatusResponse, waited bool) {
 	// "Judged" is about calls: a judged write may still be pending, and
 	// change state later. Said in the same breath, so that "yes" is not
 	// read as final.
-	fmt.Fprintf(w, "At %s: %d calls queued, %d waiting for their watermark, %d too late (stored, never judged); every acknowledged call judged: %s\n",
-		st.Time.UTC().Format(time.RFC3339), st.Queued, waiting, st.TooLate, judged)
-	switch {
-	case st.PendingWrites > 0:
-		var until time.Time
-		for _, p := range st.Partitions {
-			if p.PendingUntil != nil && p.PendingUntil.After(until) {
-				until = *p.PendingUntil
-			}
-		}
-		n := fmt.Sprintf("%d are", st.PendingWrites)
-		if st.PendingWrites == 1 {
-			n = "1 is"
-		}
-		fmt.Fprintf(w, "Of the writes judged, %s still pending: their state may change (a later call settles them, or their verification window, detect.verify_window, ends and makes them unverified); the last window ends at event time %s.\n",
-			n, until.UTC().Format(time.RFC3339))
-	case st.PendingWrites == 0:
-		// Not "final": a durable write still becomes double_applied when
-		// a late call within detect.allowed_lateness shows an earlier
-		// application of the same edit (docs/metrics.md).
-		fmt.Fprintln(w, "Of the writes judged, none is pending; a late call within detect.allowed_lateness may still show a durable write was applied twice.")
+	fmt.Fprintf(w, "At %s: %d calls queued, %d waiting for their watermark, %d too late (stored, never judged); %s: %s\n",
+		st.Time.UTC().Format(time.RFC3339), st.Queued, waiting, st.TooLate, api.JudgedLabel, judged)
+	if line, ok := api.PendingLine(st); ok {
+		fmt.Fprintln(w, line)
 	}
 	if st.Unstored > 0 {
 		fmt.Fprintf(w, "%d findings and write states are judged but not stored yet: the store refused them, and they are retried.\n", st.Unstored)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -286,6 +287,78 @@ func TestWeb(t *testing.T) {
 					t.Errorf("/documents/%s: application %s is not highlighted (highlighted: %v)", f.Document, c, evidence)
 				}
 			}
+		}
+	})
+
+	t.Run("timeline shows revisions and hashes as mcpaudit timeline", func(t *testing.T) {
+		// A dash for a side the payloads do not tell, one alone when
+		// neither is told: the CLI's "-" is the page's "—".
+		want := func(before, after string) string {
+			if before == "" && after == "" {
+				return "—"
+			}
+			return cmp.Or(before, "—") + " → " + cmp.Or(after, "—")
+		}
+		for _, f := range doubles {
+			code, out, errs := cliRun("timeline", "--api-url", base, "--format", "json", f.Document)
+			var tl api.Timeline
+			if code != 0 || json.Unmarshal([]byte(out), &tl) != nil {
+				t.Fatalf("mcpaudit timeline %s: exit %d: %s%s", f.Document, code, errs, out)
+			}
+			do(t, ctx, chromedp.Navigate(base+"/documents/"+url.PathEscape(f.Document)), chromedp.WaitVisible(css("#timeline")))
+			cells := get(t, ctx, chromedp.Evaluate[map[string][]string](`Object.fromEntries([...document.querySelectorAll("#timeline tr.call")].map(r => [r.dataset.call, [r.cells[5].textContent, r.cells[6].textContent]]))`))
+			calls, told := 0, 0
+			for _, e := range tl.Events {
+				if e.Type != audit.EventCall {
+					continue
+				}
+				calls++
+				if e.RevisionBefore+e.RevisionAfter+e.HashBefore+e.HashAfter != "" {
+					told++
+				}
+				rev, hash := want(e.RevisionBefore, e.RevisionAfter), want(e.HashBefore, e.HashAfter)
+				if got := cells[e.CallID]; len(got) != 2 || got[0] != rev || got[1] != hash {
+					t.Errorf("%s: call %s shows revision and hash %q, mcpaudit timeline %q and %q", f.Document, e.CallID, got, rev, hash)
+				}
+			}
+			if calls != len(cells) || told == 0 {
+				t.Errorf("%s: the page shows %d calls, mcpaudit timeline %d (%d with a revision or hash)", f.Document, len(cells), calls, told)
+			}
+		}
+	})
+
+	t.Run("status bar says what mcpaudit status says", func(t *testing.T) {
+		// mcpaudit status's first two lines: "...; every acknowledged call
+		// judged: yes|no" and the line on the judged writes still pending.
+		// Read before and after the page, so that a change between them
+		// is not taken for a difference.
+		cli := func() (judged, pending string) {
+			code, out, errs := cliRun("status", "--api-url", base)
+			lines := strings.SplitN(out, "\n", 3)
+			if code != 0 || len(lines) < 3 {
+				t.Fatalf("mcpaudit status: exit %d: %s%s", code, errs, out)
+			}
+			_, judged, _ = strings.Cut(lines[0], api.JudgedLabel+": ")
+			return judged, lines[1]
+		}
+		var judged, title, items string
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			j1, p1 := cli()
+			do(t, ctx, chromedp.Navigate(base+"/"), chromedp.WaitVisible(css("#status")))
+			judged = get(t, ctx, chromedp.Text(css("#judged")))
+			title = get(t, ctx, chromedp.AttributeValue(css("#pending"), "title")).Value
+			items = get(t, ctx, chromedp.Text(css("#status")))
+			j2, p2 := cli()
+			if j1 == j2 && p1 == p2 && judged == j1 && title == p1 || time.Now().After(deadline) {
+				if judged != j1 || title != p1 || j1 != j2 || p1 != p2 {
+					t.Errorf("the page says judged %q, pending %q; mcpaudit status %q then %q, %q then %q", judged, title, j1, j2, p1, p2)
+				}
+				break
+			}
+		}
+		screenshot(t, ctx, shots, "status-bar")
+		if !strings.Contains(items, api.JudgedLabel+" "+judged) || !strings.Contains(items, "judged writes pending") {
+			t.Errorf("the status bar reads %q", items)
 		}
 	})
 

@@ -43,8 +43,15 @@ type detector struct {
 	// deferred holds writes whose window ended while their source was
 	// still delivering what came before the end (a late backlog): they
 	// close once it has caught up or gone idle (closeDeferred).
-	deferred  []*writeRec
-	lastSweep etime
+	deferred []*writeRec
+	// npending counts the writes in deadlines and deferred whose state is
+	// pending (what pending walked them for: a status is taken every
+	// second); latest is the latest place of those, stale (to be found
+	// again) when latestGone.
+	npending   int
+	latest     etime
+	latestGone bool
+	lastSweep  etime
 	// behind reports whether a source has not yet delivered past t;
 	// set by the engine.
 	behind func(s *source, t etime) bool
@@ -220,6 +227,7 @@ func (d *detector) write(ev *event, op *audit.Op) {
 	}
 	if w.state == wPending {
 		d.deadlines.push(w)
+		d.pendingIn(w)
 	}
 	d.emitWrite(w, "", t)
 

@@ -78,6 +78,9 @@ type Engine struct {
 	onCollision func(Collision)
 	// onJudged, when set, is given each record once judged (OnJudged).
 	onJudged func(*audit.Record)
+	// onTooLate, when set, is told of each call counted too late
+	// (OnTooLate).
+	onTooLate func(*audit.Call)
 	// pack is set when waiting calls are kept packed (PackWaiting);
 	// scratch is the buffer they are packed in.
 	pack    bool
@@ -278,6 +281,13 @@ func (e *Engine) OnCollision(f func(Collision)) { e.onCollision = f }
 // dropped unjudged (a duplicate, too late) is not given.
 func (e *Engine) OnJudged(f func(*audit.Record)) { e.onJudged = f }
 
+// OnTooLate has f told of each call counted too late to be judged (later
+// than AllowedLateness behind its partition's watermark), once, when it is
+// counted. It is called from Add, on the engine's goroutine; f must not
+// keep c past its return. The live service commits their ids, so that the
+// replay after a restart passes over them as the live run did.
+func (e *Engine) OnTooLate(f func(c *audit.Call)) { e.onTooLate = f }
+
 // ReplaySource names the stream of stored calls the live service
 // replays through the engine at start: it is no exporter, and the age of
 // the calls it replays says nothing of a clock, so it learns no lag and
@@ -357,6 +367,9 @@ func (e *Engine) Add(src string, r *audit.Record, wall time.Time) {
 			e.stats.TooLate++
 			if s.overflow {
 				s.tooLateSenders = recentFirst(s.tooLateSenders, src, TooLateSendersKept)
+			}
+			if e.onTooLate != nil {
+				e.onTooLate(c)
 			}
 			return
 		}

@@ -63,6 +63,9 @@ func (d *detector) setState(w *writeRec, s word, t etime) {
 		return
 	}
 	w.state = s
+	if prev == wPending {
+		d.pendingOut(w)
+	}
 	if s != wUnverified && s != wPending {
 		w.reason = 0
 	}
@@ -74,8 +77,65 @@ func (d *detector) setState(w *writeRec, s word, t etime) {
 
 // pending counts the writes whose verification window is open, or ended
 // while their source was behind (deferred), and returns the latest end of
-// those windows.
+// those windows. The count is kept as writes enter and leave pending
+// (pendingIn, pendingOut); the latest end is found again by a walk only
+// after the write that had it left pending.
 func (d *detector) pending() (n int, until time.Time) {
+	n = d.npending
+	if n > 0 {
+		if d.latestGone {
+			d.latest, d.latestGone = d.latestPending(), false
+		}
+		until = d.latest.Add(d.cfg.VerifyWindow).Time()
+	}
+	if pendingCheck != nil {
+		wn, wu := d.pendingWalk()
+		pendingCheck(n, wn, until, wu)
+	}
+	return n, until
+}
+
+// pendingCheck, when set (by the package's tests), is given what every
+// pending returns beside what a walk of the windows counts.
+var pendingCheck func(n, walkN int, until, walkUntil time.Time)
+
+// pendingIn counts w, a write just made pending and put in the deadline
+// heap.
+func (d *detector) pendingIn(w *writeRec) {
+	d.npending++
+	if d.npending == 1 || !w.at.t.Before(d.latest) {
+		d.latest, d.latestGone = w.at.t, false
+	}
+}
+
+// pendingOut uncounts w, a write leaving pending.
+func (d *detector) pendingOut(w *writeRec) {
+	d.npending--
+	switch {
+	case d.npending == 0:
+		d.latest, d.latestGone = 0, false
+	case w.at.t == d.latest:
+		d.latestGone = true
+	}
+}
+
+// latestPending returns the latest place of the pending writes in
+// deadlines and deferred.
+func (d *detector) latestPending() etime {
+	var latest etime
+	found := false
+	for _, ws := range [][]*writeRec{d.deadlines, d.deferred} {
+		for _, w := range ws {
+			if w.state == wPending && (!found || w.at.t.After(latest)) {
+				latest, found = w.at.t, true
+			}
+		}
+	}
+	return latest
+}
+
+// pendingWalk is pending counted by a walk of the windows.
+func (d *detector) pendingWalk() (n int, until time.Time) {
 	for _, ws := range [][]*writeRec{d.deadlines, d.deferred} {
 		for _, w := range ws {
 			if w.state != wPending {

@@ -87,6 +87,9 @@ type gate struct {
 	origins []origin
 	// taken holds the origins of the findings of the commit under way.
 	taken []origin
+	// tooLate names the calls counted too late since the last commit: the
+	// commit stores them with the output (audit.Results.TooLate).
+	tooLate []audit.CallRef
 }
 
 // origin is when a finding could be known: the acknowledgement of the
@@ -354,6 +357,13 @@ func (g *gate) Finding(f *audit.Finding) {
 	}
 }
 
+// tooLateCall notes a call the engine counted too late to be judged, for
+// the next commit: the replay after a restart passes over it, as the live
+// run did, instead of judging it (docs/detection.md, "Late calls").
+func (g *gate) tooLateCall(c *audit.Call) {
+	g.tooLate = append(g.tooLate, audit.CallRef{Tenant: c.Tenant, ID: c.ID, Time: c.Time})
+}
+
 // duplicate notes that the engine dropped observation dropped of the
 // exchange kept stands for, while stored findings are being recognized.
 func (g *gate) duplicate(kept string, dropped *audit.Call) {
@@ -503,10 +513,11 @@ func (g *gate) knownAsOther(f *audit.Finding) bool {
 // maxReusedWrites bounds the writes map kept from one commit to the next.
 const maxReusedWrites = 1 << 14
 
-func (g *gate) pending() int { return len(g.writes) + len(g.findings) }
+func (g *gate) pending() int { return len(g.writes) + len(g.findings) + len(g.tooLate) }
 
 func (g *gate) take() audit.Results {
-	r := audit.Results{Findings: g.findings}
+	r := audit.Results{Findings: g.findings, TooLate: g.tooLate}
+	g.tooLate = nil
 	if n := len(g.writes); n > 0 {
 		r.Writes = make([]audit.Write, 0, n)
 		for _, w := range g.writes {
@@ -538,6 +549,7 @@ func (g *gate) putBack(r audit.Results) {
 		}
 	}
 	g.findings = append(r.Findings, g.findings...)
+	g.tooLate = append(r.TooLate, g.tooLate...)
 	g.origins = append(g.taken, g.origins...)
 	g.taken = nil
 }

@@ -173,6 +173,18 @@ type crashStore struct {
 	appended      atomic.Bool
 	// failWrites makes Writes fail (the store cannot answer).
 	failWrites atomic.Bool
+	// forgetTooLate makes the store keep no calls too late, as the
+	// ClickHouse store does, and as a store migrated from schema 5 holds
+	// none stored before: Commit drops Results.TooLate and TooLateCalls
+	// returns audit.ErrUnsupported.
+	forgetTooLate atomic.Bool
+}
+
+func (s *crashStore) TooLateCalls(ctx context.Context, since time.Time) ([]audit.CallRef, error) {
+	if s.forgetTooLate.Load() {
+		return nil, fmt.Errorf("cannot read the calls too late: %w", audit.ErrUnsupported)
+	}
+	return s.Store.TooLateCalls(ctx, since)
 }
 
 func (s *crashStore) Writes(ctx context.Context, q audit.WriteQuery) (audit.WritePage, error) {
@@ -228,6 +240,9 @@ func (s *crashStore) Commit(ctx context.Context, r audit.Results) error {
 	defer s.mu.RUnlock()
 	if s.crashed {
 		return errCrashed
+	}
+	if s.forgetTooLate.Load() {
+		r.TooLate = nil
 	}
 	return s.Store.Commit(ctx, r)
 }

@@ -219,6 +219,7 @@ func New(ctx context.Context, cfg Config, dcfg detect.Config, store audit.Store,
 	// a replay after a restart).
 	p.gate.eng = p.eng
 	p.eng.OnCollision(p.collision)
+	p.eng.OnTooLate(p.gate.tooLateCall)
 	if err := waitReady(ctx, store, log); err != nil {
 		return nil, err
 	}
@@ -342,6 +343,28 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("cannot read stored findings: %w", err)
 	}
+	// The calls the live run counted too late were not judged: the replay
+	// passes over them too, so that a restart does not judge what the run
+	// before it left alone (a read settling a write stored pending, a
+	// failure changing the SLO). Not counted as too late again: the
+	// counters count what the replay judges or meets late, and these it
+	// does not take at all (docs/detection.md, "Restarts").
+	// Calls the store does not name (stored too late before the upgrade
+	// that keeps them, or counted just before a crash, whose commit never
+	// came; every call, from a store that keeps none, audit.ErrUnsupported)
+	// are judged, as before; the gate's read of the writes stored pending
+	// still covers a write they settle.
+	refs, err := p.store.TooLateCalls(ctx, horizon)
+	if err != nil && !errors.Is(err, audit.ErrUnsupported) {
+		return fmt.Errorf("cannot read the calls stored as too late: %w", err)
+	}
+	var tooLate map[audit.CallRef]bool
+	if len(refs) > 0 {
+		tooLate = make(map[audit.CallRef]bool, len(refs))
+		for _, c := range refs {
+			tooLate[audit.CallRef{Tenant: c.Tenant, ID: c.ID}] = true
+		}
+	}
 	p.gate.recovering(wm, committed, deferred, known)
 	p.eng.OnDuplicate(p.gate.duplicate)
 	p.gate.storedWrite = p.storedWrite
@@ -362,7 +385,7 @@ func (p *Pipeline) recover(ctx context.Context) error {
 		}
 	}
 	start := p.now()
-	n, skipped, seeded := 0, 0, 0
+	n, skipped, seeded, skippedLate := 0, 0, 0, 0
 	// covered keeps, per freed partition whose watermark is at or after the
 	// floor, the calls of it the file covers that a call of it from the
 	// floor on can correlate with (reach before the floor), until the
@@ -380,6 +403,10 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	}
 	err = p.store.ScanCalls(ctx, horizon, func(r *audit.Record) error {
 		k := detect.PartitionKey{Tenant: r.Call.Tenant, Server: r.Call.Server}
+		if tooLate != nil && tooLate[audit.CallRef{Tenant: r.Call.Tenant, ID: r.Call.ID}] {
+			skippedLate++
+			return nil
+		}
 		// A partition freed as idle was judged and committed up to its
 		// watermark, and its state dropped: its calls up to there are not
 		// judged again. Replayed, they opened windows that the partition's
@@ -530,9 +557,9 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	}
 	p.eng.Tick(p.now())
 	p.countOpen()
-	if n > 0 || skipped > 0 || seeded > 0 {
+	if n > 0 || skipped > 0 || seeded > 0 || skippedLate > 0 {
 		p.log.Info("correlation state rebuilt from the store", "watermark", wm, "partitions", len(marks),
-			"replayed_calls", n, "freed_calls_skipped", skipped, "freed_calls_seeded", seeded, "known_findings", len(known), "took", p.now().Sub(start).Round(time.Millisecond))
+			"replayed_calls", n, "freed_calls_skipped", skipped, "freed_calls_seeded", seeded, "too_late_calls_skipped", skippedLate, "known_findings", len(known), "took", p.now().Sub(start).Round(time.Millisecond))
 	}
 	return nil
 }
@@ -799,11 +826,11 @@ type statusReply struct {
 	unstored int
 }
 
-// Report is Status, and how many findings and write states are judged but
-// not stored: the engine goroutine stores what it has judged before it
-// answers, so that what a status calls judged can be read from the store
-// at once; they are left only when the store refused them (retried at the
-// next commit).
+// Report is Status, and how many findings, write states and calls counted
+// too late (their names, audit.Results.TooLate) are judged but not stored:
+// the engine goroutine stores what it has judged before it answers, so
+// that what a status calls judged can be read from the store at once; they
+// are left only when the store refused them (retried at the next commit).
 func (p *Pipeline) Report() (parts []detect.PartitionStatus, queued int64, unstored int) {
 	return p.report(nil)
 }
@@ -1142,7 +1169,7 @@ func (p *Pipeline) commit(ctx context.Context) error {
 			r.Watermark = t
 		}
 	}
-	if len(r.Writes) == 0 && len(r.Findings) == 0 && !r.Watermark.After(p.gate.committedWM) {
+	if len(r.Writes) == 0 && len(r.Findings) == 0 && len(r.TooLate) == 0 && !r.Watermark.After(p.gate.committedWM) {
 		p.saveMarks(marksOf(p.eng, p.now()), ctx.Err() != nil)
 		return nil
 	}

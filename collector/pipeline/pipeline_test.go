@@ -675,13 +675,24 @@ func TestRecovery_NewPartitionFarBehind(t *testing.T) {
 }
 
 // TestRecovery_StateFileLost: a backlog far behind every watermark is
-// acknowledged, then the process dies and the state file (which alone
-// said how far back the replay must reach) is lost or damaged. At start
-// every stored call is judged again, so the backlog's unverified write
-// is still reported, and nothing judged before is reported twice.
+// stored, then the process dies before the engine takes it, and the state
+// file (which alone said how far back the replay must reach) is lost or
+// damaged. At start every stored call is judged again, so the backlog's
+// unverified write is still reported, and nothing judged before is
+// reported twice. A backlog the engine took, too late to be judged (more
+// than allowed_lateness behind), is passed over by that replay as the live
+// run passed over it (too_late: the store keeps which calls came too late).
 func TestRecovery_StateFileLost(t *testing.T) {
-	for _, damage := range []string{"removed", "truncated"} {
-		t.Run(damage, func(t *testing.T) {
+	for _, tc := range []struct {
+		damage  string
+		tooLate bool
+	}{{"removed", false}, {"truncated", false}, {"removed", true}, {"truncated", true}} {
+		name := tc.damage
+		if tc.tooLate {
+			name += "_too_late"
+		}
+		damage := tc.damage
+		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
 			clock := newClock(wallStart)
 			r := openRun(t, dir, clock, nil, nil)
@@ -695,10 +706,21 @@ func TestRecovery_StateFileLost(t *testing.T) {
 			backlog := batch(t, "calls:backlog",
 				pendingPatchLine("s9", 1, old, "old/a.gram"),
 				callLine("thegram", "s9", 2, old.Add(6*time.Minute)))
-			if _, err := r.ingest(backlog); err != nil {
-				t.Fatal(err)
+			if tc.tooLate {
+				if _, err := r.ingest(backlog); err != nil {
+					t.Fatal(err)
+				}
+				if st := r.status()[detect.PartitionKey{Server: "thegram"}]; st.TooLate != 2 {
+					t.Fatalf("%d calls of the backlog too late, want 2", st.TooLate)
+				}
+				r.crash()
+			} else {
+				r.cs.dieAfterAppend.Store(true)
+				if _, err := r.ingest(backlog); err == nil {
+					t.Fatal("the backlog was acknowledged by a process that died after storing it")
+				}
+				r.die()
 			}
-			r.crash()
 			path := filepath.Join(dir, "partitions.json")
 			if damage == "removed" {
 				if err := os.Remove(path); err != nil {
@@ -720,8 +742,12 @@ func TestRecovery_StateFileLost(t *testing.T) {
 					found++
 				}
 			}
-			if found != 1 {
-				t.Errorf("the backlog's unverified write was reported %d times, want once: %d findings", found, len(o.findings))
+			want := 1
+			if tc.tooLate {
+				want = 0
+			}
+			if found != want {
+				t.Errorf("the backlog's unverified write was reported %d times, want %d: %d findings", found, want, len(o.findings))
 			}
 		})
 	}

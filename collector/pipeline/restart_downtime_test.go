@@ -67,14 +67,31 @@ func TestRestart_HoldScalesWithDowntime(t *testing.T) {
 			p := newPods(t)
 			p.live(30)
 			// w1's window (5 m) ends 30 s after the stop, w2's 10 s after
-			// the restart: the hold is what keeps it open.
-			stop := p.clock.Now().Add(5 * time.Second)
+			// the restart: the hold is what keeps it open. Each is
+			// delivered live, a second after its time: delivered at the
+			// stop, more than allowed_lateness behind, it would be too
+			// late, judged neither live nor, since the store keeps which
+			// calls came too late, by the replay (the down_5s case's w2
+			// was, 4m45s behind, and only the replay used to judge it).
+			stop := p.clock.Now().Add(5 * time.Minute)
 			restart := stop.Add(sc.down)
 			w1 := stop.Add(-4*time.Minute - 30*time.Second)
 			w2 := restart.Add(10*time.Second - 5*time.Minute)
-			p.ingest("pod-1", pendingPatchLine("s-w1", 900001, w1, "team/x.gram"))
-			p.ingest("pod-0", pendingPatchLine("s-w2", 900003, w2, "team/y.gram"))
-			p.live(5)
+			sent1, sent2 := false, false
+			for p.clock.Now().Before(stop) {
+				if now := p.clock.Now(); !sent1 && !now.Add(-time.Second).Before(w1) {
+					p.ingest("pod-1", pendingPatchLine("s-w1", 900001, w1, "team/x.gram"))
+					sent1 = true
+				}
+				if now := p.clock.Now(); !sent2 && !now.Add(-time.Second).Before(w2) {
+					p.ingest("pod-0", pendingPatchLine("s-w2", 900003, w2, "team/y.gram"))
+					sent2 = true
+				}
+				p.live(1)
+			}
+			if st := p.r.status()[detect.PartitionKey{Server: "thegram"}]; st.TooLate != 0 || !sent1 || !sent2 {
+				t.Fatalf("before the stop: %d calls too late (w1 sent %v, w2 sent %v), want none", st.TooLate, sent1, sent2)
+			}
 			if sc.kill {
 				p.r.crash()
 			} else {

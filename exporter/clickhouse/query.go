@@ -432,6 +432,34 @@ func (s *Store) WriteCounts(ctx context.Context, q audit.CountQuery) (map[audit.
 	return counts, err
 }
 
+// TooLateCalls returns the calls committed as too late to be judged whose
+// Time >= since. It first waits for the spool to drain, as ScanCalls does.
+func (s *Store) TooLateCalls(ctx context.Context, since time.Time) ([]audit.CallRef, error) {
+	conn, err := s.settledReader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.waitDrained(ctx); err != nil {
+		return nil, err
+	}
+	var c conds
+	c.span(since, time.Time{})
+	s.commitMu.RLock()
+	defer s.commitMu.RUnlock()
+	var out []audit.CallRef
+	err = each(ctx, conn, "query the calls too late", "SELECT tenant, call_id, time, time_nanos FROM "+s.layout.table("too_late")+" FINAL"+c.where(), func(rows driver.Rows) error {
+		var tenant, id string
+		var t time.Time
+		var ns uint32
+		if err := rows.Scan(&tenant, &id, &t, &ns); err != nil {
+			return queryErr(ctx, "read the calls too late", err)
+		}
+		out = append(out, audit.CallRef{Tenant: tenant, ID: id, Time: joinTime(t.Unix(), ns)})
+		return nil
+	})
+	return out, err
+}
+
 // FindingIDs returns the IDs of the findings whose Time >= since.
 func (s *Store) FindingIDs(ctx context.Context, since time.Time) (map[string]bool, error) {
 	conn, err := s.settledReader(ctx)
@@ -573,7 +601,11 @@ func (s *Store) deleteRows(ctx context.Context, t time.Time, cond string, dropPa
 		if err := s.deleteWhere(ctx, table, cond); err != nil {
 			return total, queryErr(ctx, "delete", err)
 		}
-		total += int64(n)
+		if table != "too_late" {
+			// The references to calls too late go with their calls,
+			// uncounted: they are no rows of the audit.
+			total += int64(n)
+		}
 	}
 	return total, nil
 }
@@ -597,6 +629,9 @@ func (s *Store) unstored(b *batch, t int) (*batch, error) {
 	case tFindings:
 		out.Findings, err = keepUnstored(s, t, b.Findings, "id", "id",
 			func(r *findingRow) (string, string, int64) { return r.ID, r.ID, r.Time })
+	case tTooLate:
+		out.TooLate, err = keepUnstored(s, t, b.TooLate, "call_id", "concat(tenant, '/', call_id)",
+			func(r *tooLateRow) (string, string, int64) { return r.CallID, r.Tenant + "/" + r.CallID, r.Time })
 	case tWatermarks:
 		out.Watermarks, err = keepUnstored(s, t, b.Watermarks, "replica", "concat(replica, '/', toString(version))",
 			func(r *watermarkRow) (string, string, int64) {

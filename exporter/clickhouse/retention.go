@@ -11,8 +11,9 @@ import (
 )
 
 // retainedTables are the tables retention and DeleteBefore apply to; the
-// watermarks are kept.
-var retainedTables = []string{"calls", "writes", "findings"}
+// watermarks are kept. too_late goes with the calls it names (by time and
+// tenant); DeleteBefore does not count its rows.
+var retainedTables = []string{"calls", "writes", "findings", "too_late"}
 
 // keepSeconds is a retention in whole seconds, rounded up.
 func keepSeconds(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }

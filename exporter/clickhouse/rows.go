@@ -133,6 +133,18 @@ type watermarkRow struct {
 
 var watermarkColumns = []string{"replica", "time", "time_nanos", "version"}
 
+// tooLateRow is a row of too_late: a call the detector counted too late to
+// be judged. Version is the commit's.
+type tooLateRow struct {
+	Tenant    string
+	Time      int64
+	TimeNanos uint32
+	CallID    string
+	Version   uint64
+}
+
+var tooLateColumns = []string{"tenant", "time", "time_nanos", "call_id", "version"}
+
 // maxTime is the last second a DateTime holds.
 var maxTime = time.Unix(1<<32-1, 999999999)
 
@@ -332,17 +344,22 @@ func (row *findingRow) finding() audit.Finding {
 	}
 }
 
-// Tables a batch writes, in the order it writes them: the watermark goes
-// last, so that a watermark is never stored before what it covers.
+// Tables a batch writes. They are numbered as a spooled batch's
+// acknowledged tables (batch.Done) were before too_late came; insertOrder
+// is the order they are written in: the watermark goes last, so that a
+// watermark is never stored before what it covers.
 const (
 	tCalls = iota
 	tWrites
 	tFindings
 	tWatermarks
+	tTooLate
 	nTables
 )
 
-var tableNames = [nTables]string{"calls", "writes", "findings", "watermarks"}
+var tableNames = [nTables]string{"calls", "writes", "findings", "watermarks", "too_late"}
+
+var insertOrder = [nTables]int{tCalls, tWrites, tFindings, tTooLate, tWatermarks}
 
 // batch is what one insert round sends: the rows of every AppendCalls and
 // Commit collected in one batch window. It is built once, client-side, and
@@ -353,6 +370,10 @@ type batch struct {
 	Writes     []writeRow
 	Findings   []findingRow
 	Watermarks []watermarkRow
+	// TooLate names the calls counted too late (audit.Results.TooLate);
+	// encoded last in the spool, so that a batch spooled before it came
+	// reads back with none.
+	TooLate []tooLateRow
 	// Token identifies the batch; each table's insert carries Token:table as
 	// its insert_deduplication_token.
 	Token string
@@ -370,6 +391,7 @@ type batch struct {
 	callIndex    map[callKey]bool
 	writeIndex   map[writeKey]int
 	findingIndex map[string]bool
+	tooLateIndex map[callKey]bool
 }
 
 type callKey struct{ tenant, id string }
@@ -380,7 +402,27 @@ type writeKey struct {
 }
 
 func (b *batch) rows() int {
-	return len(b.Calls) + len(b.Writes) + len(b.Findings) + len(b.Watermarks)
+	return len(b.Calls) + len(b.Writes) + len(b.Findings) + len(b.Watermarks) + len(b.TooLate)
+}
+
+// addTooLate adds too_late rows, each call once.
+func (b *batch) addTooLate(rows []tooLateRow) {
+	if len(rows) == 0 {
+		return
+	}
+	if b.tooLateIndex == nil {
+		b.tooLateIndex = map[callKey]bool{}
+		for _, r := range b.TooLate {
+			b.tooLateIndex[callKey{r.Tenant, r.CallID}] = true
+		}
+	}
+	for _, r := range rows {
+		k := callKey{r.Tenant, r.CallID}
+		if !b.tooLateIndex[k] {
+			b.tooLateIndex[k] = true
+			b.TooLate = append(b.TooLate, r)
+		}
+	}
 }
 
 // addCalls adds call rows, skipping ids the batch already has.
@@ -484,6 +526,7 @@ func (b *batch) merge(o *batch) {
 	for i := range o.Watermarks {
 		b.addResults(nil, nil, &o.Watermarks[i])
 	}
+	b.addTooLate(o.TooLate)
 }
 
 // finish computes the token from the identities of the rows and drops the
@@ -521,8 +564,17 @@ func (b *batch) finish() {
 		put(b.Watermarks[i].Replica)
 		putInt(b.Watermarks[i].Version)
 	}
+	// Only a batch that names calls too late hashes them: the token of
+	// every other batch is what it was before too_late came.
+	if len(b.TooLate) > 0 {
+		put("too_late")
+		for i := range b.TooLate {
+			put(b.TooLate[i].Tenant)
+			put(b.TooLate[i].CallID)
+		}
+	}
 	b.Token = hex.EncodeToString(h.Sum(nil)[:16])
-	b.callIndex, b.writeIndex, b.findingIndex = nil, nil, nil
+	b.callIndex, b.writeIndex, b.findingIndex, b.tooLateIndex = nil, nil, nil, nil
 }
 
 // tableRows returns how many rows b holds for table t.
@@ -534,6 +586,8 @@ func (b *batch) tableRows(t int) int {
 		return len(b.Writes)
 	case tFindings:
 		return len(b.Findings)
+	case tTooLate:
+		return len(b.TooLate)
 	default:
 		return len(b.Watermarks)
 	}
@@ -549,6 +603,8 @@ func (b *batch) columns(t, lo, hi int) (names []string, cols []any) {
 		return writeColumns, writeColumnValues(b.Writes[lo:hi])
 	case tFindings:
 		return findingColumns, findingColumnValues(b.Findings[lo:hi])
+	case tTooLate:
+		return tooLateColumns, tooLateColumnValues(b.TooLate[lo:hi])
 	default:
 		return watermarkColumns, watermarkColumnValues(b.Watermarks[lo:hi])
 	}
@@ -693,6 +749,16 @@ func watermarkColumnValues(rows []watermarkRow) []any {
 		col(rows, func(r *watermarkRow) int64 { return r.Time }),
 		col(rows, func(r *watermarkRow) uint32 { return r.TimeNanos }),
 		col(rows, func(r *watermarkRow) uint64 { return r.Version }),
+	}
+}
+
+func tooLateColumnValues(rows []tooLateRow) []any {
+	return []any{
+		col(rows, func(r *tooLateRow) string { return r.Tenant }),
+		col(rows, func(r *tooLateRow) int64 { return r.Time }),
+		col(rows, func(r *tooLateRow) uint32 { return r.TimeNanos }),
+		col(rows, func(r *tooLateRow) string { return r.CallID }),
+		col(rows, func(r *tooLateRow) uint64 { return r.Version }),
 	}
 }
 

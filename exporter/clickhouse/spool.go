@@ -130,6 +130,7 @@ var (
 	minWriteBytes     = reflectNumField[writeRow]()
 	minFindingBytes   = reflectNumField[findingRow]()
 	minWatermarkBytes = reflectNumField[watermarkRow]()
+	minTooLateBytes   = reflectNumField[tooLateRow]()
 )
 
 func reflectNumField[T any]() int { return reflect.TypeFor[T]().NumField() }
@@ -138,10 +139,22 @@ func reflectNumField[T any]() int { return reflect.TypeFor[T]().NumField() }
 // its own allocations by the bytes it has read.
 func decodeGob(data []byte) (*batch, error) {
 	r := bytes.NewReader(data)
-	b := new(batch)
-	if err := gob.NewDecoder(r).Decode(b); err != nil {
+	var g gobBatch
+	if err := gob.NewDecoder(r).Decode(&g); err != nil {
 		return nil, &corruptError{Offset: int64(len(data) - r.Len()), Reason: "cannot decode the gob of an earlier release: " + err.Error()}
 	}
-	b.spooled = true
+	b := &batch{Calls: g.Calls, Writes: g.Writes, Findings: g.Findings, Watermarks: g.Watermarks, Token: g.Token, spooled: true}
+	copy(b.Done[:], g.Done[:])
 	return b, nil
+}
+
+// gobBatch is a batch as the releases before version 1 wrote it, with the
+// four tables it had then (gob refuses an array of another length).
+type gobBatch struct {
+	Calls      []callRow
+	Writes     []writeRow
+	Findings   []findingRow
+	Watermarks []watermarkRow
+	Token      string
+	Done       [tTooLate]bool
 }

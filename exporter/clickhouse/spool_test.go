@@ -166,7 +166,9 @@ func TestSpool_GobFile(t *testing.T) {
 	dir := t.TempDir()
 	a := testBatch("c_1", "c_2")
 	var buf bytes.Buffer
-	if err := gob.NewEncoder(&buf).Encode(a); err != nil {
+	// As an earlier release wrote it: four tables (gobBatch).
+	old := gobBatch{Calls: a.Calls, Writes: a.Writes, Findings: a.Findings, Watermarks: a.Watermarks, Token: a.Token}
+	if err := gob.NewEncoder(&buf).Encode(old); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "00000000000000000003.batch"), buf.Bytes(), 0o600); err != nil {
@@ -378,9 +380,10 @@ func TestSpoolCodec_EveryField(t *testing.T) {
 		Writes:     []writeRow{filled[writeRow](3), {CallID: "c_empty", StateDelay: noStateTime}},
 		Findings:   []findingRow{filled[findingRow](4)},
 		Watermarks: []watermarkRow{filled[watermarkRow](5)},
+		TooLate:    []tooLateRow{filled[tooLateRow](6)},
 		Token:      "tok",
 	}
-	b.Done[tWrites], b.Done[tWatermarks] = true, true
+	b.Done[tWrites], b.Done[tWatermarks], b.Done[tTooLate] = true, true, true
 	// Empty lists come back as nil, as they did from gob; the columns
 	// insert both as empty arrays.
 	want := *b
@@ -401,6 +404,18 @@ func TestSpoolCodec_EveryField(t *testing.T) {
 	}
 	if _, err := decodeBatch(append(data, 0)); !errors.Is(err, errSpoolCodec) {
 		t.Errorf("batch with a byte after it: err = %v, want errSpoolCodec", err)
+	}
+	// A batch without calls too late is encoded as before they came (no
+	// list at the end), so that one spooled by an earlier release reads
+	// back, and a byte after it is still refused.
+	old := want
+	old.TooLate, old.Done[tTooLate] = nil, false
+	data = appendBatch(nil, &old)
+	if got, err := decodeBatch(data); err != nil || !reflect.DeepEqual(*got, old) {
+		t.Errorf("round trip without calls too late: %+v, %v", got, err)
+	}
+	if _, err := decodeBatch(append(data, 0)); !errors.Is(err, errSpoolCodec) {
+		t.Errorf("batch without calls too late, with a zero byte after it: err = %v, want errSpoolCodec", err)
 	}
 }
 

@@ -124,6 +124,20 @@ func appendBatch(dst []byte, b *batch) []byte {
 		e.uint(uint64(r.TimeNanos))
 		e.uint(r.Version)
 	}
+	// Last, and only when there are any: a batch without calls too late is
+	// encoded as before they came, and one spooled before reads back
+	// with none.
+	if len(b.TooLate) > 0 {
+		e.uint(uint64(len(b.TooLate)))
+		for i := range b.TooLate {
+			r := &b.TooLate[i]
+			e.str(r.Tenant)
+			e.int(r.Time)
+			e.uint(uint64(r.TimeNanos))
+			e.str(r.CallID)
+			e.uint(r.Version)
+		}
+	}
 	return e.b
 }
 
@@ -136,7 +150,7 @@ func encodedSize(b *batch) int {
 		n += 160 + len(r.Document) + len(r.ID) + len(r.Session) + len(r.TraceID) + len(r.SpanID) + len(r.RPCID) +
 			len(r.Arguments) + len(r.Result) + len(r.ErrorMessage) + len(r.ErrorData) + len(r.Source) + len(r.Reading)
 	}
-	return n + 128*(len(b.Writes)+len(b.Findings)+len(b.Watermarks))
+	return n + 128*(len(b.Writes)+len(b.Findings)+len(b.Watermarks)+len(b.TooLate))
 }
 
 type spoolDecoder struct {
@@ -357,6 +371,24 @@ func decodeBatch(data []byte) (*batch, error) {
 			r.Time = d.int()
 			r.TimeNanos = uint32(d.uintMax(math.MaxUint32, "time_nanos"))
 			r.Version = d.uint()
+		}
+	}
+	if d.err == nil && d.off != len(d.s) {
+		// Written only when there are any: a count of 0 is damage.
+		n := d.count(minTooLateBytes, "calls too late")
+		if n == 0 && d.err == nil {
+			d.fail("an empty list of calls too late")
+		}
+		if n > 0 {
+			b.TooLate = make([]tooLateRow, n)
+			for i := range b.TooLate {
+				r := &b.TooLate[i]
+				r.Tenant = d.str()
+				r.Time = d.int()
+				r.TimeNanos = uint32(d.uintMax(math.MaxUint32, "time_nanos"))
+				r.CallID = d.str()
+				r.Version = d.uint()
+			}
 		}
 	}
 	if d.err == nil && d.off != len(d.s) {

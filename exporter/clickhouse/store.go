@@ -58,6 +58,7 @@ type Store struct {
 
 	mu          sync.Mutex // guards the fields below
 	backendErr  error      // why ClickHouse is not usable; nil when it is
+	downLogged  bool       // an outage's start was logged, its end not yet
 	wm          time.Time  // latest watermark committed by this process
 	wmVersion   uint64
 	lastVersion uint64
@@ -100,13 +101,14 @@ type request struct {
 	calls     []callRow
 	writes    []writeRow
 	findings  []findingRow
+	tooLate   []tooLateRow
 	watermark *watermarkRow
 	at        time.Time
 	done      chan error
 }
 
 func (r *request) rows() int {
-	n := len(r.calls) + len(r.writes) + len(r.findings)
+	n := len(r.calls) + len(r.writes) + len(r.findings) + len(r.tooLate)
 	if r.watermark != nil {
 		n++
 	}
@@ -165,8 +167,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		if !errors.Is(err, audit.ErrUnavailable) {
 			return nil, err
 		}
-		log.Warn("clickhouse: unreachable at start; spooling until it answers", "err", err)
-		s.setBackendErr(err)
+		s.setBackendErr(err) // logs that it is unavailable
 		s.modeMu.Lock()
 		s.startSpooling(err)
 		s.modeMu.Unlock()
@@ -302,10 +303,23 @@ func (s *Store) Ready() error {
 		if err == nil {
 			return fmt.Errorf("clickhouse is back; draining %d spooled batches (%d bytes): %w", n, bytes, audit.ErrUnavailable)
 		}
+		if errors.Is(err, audit.ErrUnavailable) {
+			return fmt.Errorf("clickhouse unavailable, %d batches (%d bytes) spooled: %w", n, bytes, err)
+		}
 		return fmt.Errorf("clickhouse unavailable, %d batches (%d bytes) spooled: %w: %w", n, bytes, audit.ErrUnavailable, err)
 	}
 	if err != nil {
-		return fmt.Errorf("clickhouse unavailable: %w: %w", audit.ErrUnavailable, err)
+		if errors.Is(err, audit.ErrUnavailable) {
+			// Wrapped once: "store unavailable" is not said twice.
+			err = fmt.Errorf("clickhouse unavailable: %w", err)
+		} else {
+			err = fmt.Errorf("clickhouse unavailable: %w: %w", audit.ErrUnavailable, err)
+		}
+		if n, bytes := s.spool.usage(); n > 0 {
+			// With Ack "log" the spool takes every batch, outage or not.
+			return fmt.Errorf("%w; %d batches (%d bytes) wait in the spool", err, n, bytes)
+		}
+		return err
 	}
 	return nil
 }
@@ -319,7 +333,24 @@ func (s *Store) isClosed() bool {
 func (s *Store) setBackendErr(err error) {
 	s.mu.Lock()
 	s.backendErr = err
+	// Each outage is logged once, when it begins and when it ends: with
+	// Ack "log" every batch goes to the spool anyway, and nothing else
+	// would tell an outage in the log.
+	down := errors.Is(err, audit.ErrUnavailable)
+	began, ended := down && !s.downLogged, err == nil && s.downLogged
+	if began || ended {
+		s.downLogged = down
+	}
 	s.mu.Unlock()
+	switch {
+	case began:
+		n, bytes := s.spool.usage()
+		s.log.Warn("clickhouse: unavailable; acknowledged batches wait in the spool until it answers",
+			"err", err, "spooled_batches", n, "spooled_bytes", bytes, "dir", s.opts.Spool.Dir)
+	case ended:
+		n, bytes := s.spool.usage()
+		s.log.Info("clickhouse: available again; the spool drains into it", "spooled_batches", n, "spooled_bytes", bytes)
+	}
 }
 
 // AppendCalls stores calls durably: it returns nil once ClickHouse has
@@ -397,7 +428,7 @@ func callRows(calls []audit.Record) ([]callRow, error) {
 // whole (rows already stored are recognized), so that a watermark is never
 // stored before what it covers.
 func (s *Store) Commit(ctx context.Context, r audit.Results) error {
-	if len(r.Writes) == 0 && len(r.Findings) == 0 && r.Watermark.IsZero() {
+	if len(r.Writes) == 0 && len(r.Findings) == 0 && len(r.TooLate) == 0 && r.Watermark.IsZero() {
 		return nil
 	}
 	// One version for the whole commit: within it the later state of a
@@ -418,6 +449,13 @@ func (s *Store) Commit(ctx context.Context, r audit.Results) error {
 			return fmt.Errorf("cannot commit: %w", err)
 		}
 		req.findings = append(req.findings, row)
+	}
+	for _, c := range r.TooLate {
+		sec, ns, err := splitTime(c.Time)
+		if err != nil {
+			return fmt.Errorf("cannot commit call %s too late: %w", c.ID, err)
+		}
+		req.tooLate = append(req.tooLate, tooLateRow{Tenant: c.Tenant, Time: sec, TimeNanos: ns, CallID: c.ID, Version: v})
 	}
 	if !r.Watermark.IsZero() {
 		sec, ns, err := splitTime(r.Watermark)
@@ -494,6 +532,7 @@ func (s *Store) collect() (b *batch, reqs []*request, more bool) {
 		reqs = append(reqs, r)
 		b.takeCalls(r.calls)
 		b.addResults(r.writes, r.findings, r.watermark)
+		b.addTooLate(r.tooLate)
 	}
 	rows := 0
 	select {
@@ -554,7 +593,7 @@ func (s *Store) takeQueued(add func(*request)) []*request {
 // ship delivers one batch and tells every waiting request the outcome.
 func (s *Store) ship(b *batch, reqs []*request) {
 	b.seal()
-	results := len(b.Writes)+len(b.Findings)+len(b.Watermarks) > 0
+	results := len(b.Writes)+len(b.Findings)+len(b.Watermarks)+len(b.TooLate) > 0
 	if results {
 		s.commitMu.Lock()
 	}
@@ -608,8 +647,7 @@ func (s *Store) deliver(b *batch, callsAlone bool) error {
 		if err == nil || !errors.Is(err, audit.ErrUnavailable) {
 			return err
 		}
-		s.log.Warn("clickhouse: unreachable; spooling batches", "err", err, "dir", s.opts.Spool.Dir)
-		s.setBackendErr(err)
+		s.setBackendErr(err) // logs that it is unavailable
 	}
 	s.modeMu.Lock()
 	defer s.modeMu.Unlock()
@@ -684,7 +722,7 @@ func (s *Store) insertBatch(b *batch, retry bool) error {
 	if !s.connected() {
 		return fmt.Errorf("cannot insert: not connected: %w", audit.ErrUnavailable)
 	}
-	for t := range nTables {
+	for _, t := range insertOrder {
 		if t == tWatermarks {
 			// The chain entries follow the rows they cover, and the
 			// watermark follows them.

@@ -33,8 +33,8 @@ func TestSchema_CreateAndMigrateTwice(t *testing.T) {
 	}
 	conn := rawConn(t, o.DSN)
 	defer conn.Close()
-	if n := count(t, conn, "SELECT count() FROM system.tables WHERE database = '"+o.Database+"'"); n != 10 {
-		t.Errorf("tables in %s: %d, want 10 (schema_migrations, calls, writes, findings, watermarks, retention_policies, finding_changes, chain, chain_cuts, checkpoints)", o.Database, n)
+	if n := count(t, conn, "SELECT count() FROM system.tables WHERE database = '"+o.Database+"'"); n != 11 {
+		t.Errorf("tables in %s: %d, want 11 (schema_migrations, calls, writes, findings, watermarks, retention_policies, finding_changes, chain, chain_cuts, checkpoints, too_late)", o.Database, n)
 	}
 	ms, _ := migrations()
 	if n := count(t, conn, "SELECT count() FROM "+o.Database+".schema_migrations FINAL"); n != uint64(len(ms)) {
@@ -366,3 +366,59 @@ func errOnly(_ int, err error) error { return err }
 
 // eventsOf is the events of a timeline page.
 func eventsOf(p audit.TimelinePage, err error) ([]audit.TimelineEvent, error) { return p.Events, err }
+
+// TestSchema_MigrateTooLate: a store of the schema before migration 0005
+// (0001 to 0004, as the release before wrote them: too_late dropped and
+// its record deleted) gains the table at the next start; what it held
+// reads back, no call is named too late, and one committed so is read
+// back.
+func TestSchema_MigrateTooLate(t *testing.T) {
+	o := testOptions(t)
+	ctx := context.Background()
+	s := openStore(t, o)
+	r := storetestRecord(t)
+	if _, err := s.AppendCalls(ctx, []audit.Record{r}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	conn := rawConn(t, o.DSN)
+	defer conn.Close()
+	if err := conn.Exec(ctx, "DROP TABLE "+o.Database+".too_late"); err != nil {
+		t.Fatal(err)
+	}
+	mutate(t, conn, o.Database, "ALTER TABLE "+o.Database+".schema_migrations DELETE WHERE version = 5")
+
+	s = openStore(t, o)
+	if err := s.Ready(); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, conn, "SELECT count() FROM system.tables WHERE database = '"+o.Database+"' AND name = 'too_late'"); n != 1 {
+		t.Fatalf("too_late not created by the migration")
+	}
+	n := 0
+	if err := s.ScanCalls(ctx, time.Time{}, func(*audit.Record) error { n++; return nil }); err != nil || n != 1 {
+		t.Fatalf("after the migration %d calls, %v; want 1", n, err)
+	}
+	if got, err := s.TooLateCalls(ctx, time.Time{}); err != nil || len(got) != 0 {
+		t.Fatalf("calls too late after the migration: %v, %v; want none", got, err)
+	}
+	ref := audit.CallRef{Tenant: r.Call.Tenant, ID: r.Call.ID, Time: r.Call.Time}
+	if err := s.Commit(ctx, audit.Results{TooLate: []audit.CallRef{ref}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.TooLateCalls(ctx, time.Time{}); err != nil || len(got) != 1 || got[0].ID != ref.ID || !got[0].Time.Equal(ref.Time) {
+		t.Fatalf("calls too late after a commit: %v, %v; want %v", got, err, ref)
+	}
+}
+
+// storetestRecord returns one generated call record.
+func storetestRecord(t *testing.T) audit.Record {
+	t.Helper()
+	g, err := storetest.NewGenerator(3, storetest.T0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g.Records(1)[0]
+}

@@ -37,6 +37,13 @@ type writeRow struct {
 	state, server, tenant, session, tool, doc, key, reason, action string
 }
 
+// tooLateRow is a row of too_late: a call counted too late to be judged.
+type tooLateRow struct {
+	tenant string
+	callID any // packID(callPrefix, ...)
+	time   int64
+}
+
 type findingRow struct {
 	id                                any // packID(findingPrefix, ...)
 	time                              int64
@@ -51,6 +58,7 @@ const (
 	tableCalls = iota
 	tableWrites
 	tableFindings
+	tableTooLate
 	tableCount
 )
 
@@ -60,6 +68,7 @@ type request struct {
 	calls     []callRow
 	writes    []writeRow
 	findings  []findingRow
+	tooLate   []tooLateRow
 	watermark int64 // zeroTime: unchanged
 	del       *deleteRequest
 	chainOp   *chainRequest
@@ -247,6 +256,13 @@ func encodeResults(r *audit.Results) (*request, error) {
 			server: f.Server, tenant: f.Tenant, doc: f.Document, key: f.Key, session: f.Session, body: body,
 		})
 	}
+	for _, c := range r.TooLate {
+		t, ok := nanos(c.Time)
+		if !ok {
+			return nil, fmt.Errorf("call %s too late: time %s is out of range", c.ID, c.Time)
+		}
+		req.tooLate = append(req.tooLate, tooLateRow{tenant: c.Tenant, callID: packID(callPrefix, c.ID), time: t})
+	}
 	if !r.Watermark.IsZero() {
 		t, ok := nanos(r.Watermark)
 		if !ok {
@@ -356,7 +372,11 @@ func (s *Store) expire(ctx context.Context, d deleteRequest) (int64, error) {
 			}
 			chunk := d
 			n, err := s.submit(ctx, &request{del: &chunk})
-			total += n
+			if table != tableTooLate {
+				// The references to calls too late go with their calls,
+				// uncounted: they are no rows of the audit.
+				total += n
+			}
 			if err != nil {
 				return total, s.fail("delete old rows", err)
 			}
@@ -523,7 +543,8 @@ const (
 	sqlIntern        = `INSERT INTO strs (s) VALUES (?) ON CONFLICT (s) DO UPDATE SET s = excluded.s RETURNING id`
 	sqlInsertFinding = `INSERT OR IGNORE INTO findings (id, time, kind, severity, server, tenant, document, key, session, body, chain)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
-	sqlSetWatermark = `INSERT INTO meta (key, value) VALUES ('watermark', ?)
+	sqlInsertTooLate = `INSERT OR IGNORE INTO too_late (time, tenant, call_id) VALUES (?, ?, ?)`
+	sqlSetWatermark  = `INSERT INTO meta (key, value) VALUES ('watermark', ?)
 		ON CONFLICT (key) DO UPDATE SET value = excluded.value`
 	sqlInsertSession = `INSERT OR IGNORE INTO session_minutes (sh, minute) VALUES (?, ?)`
 	// The session index is complete up to the last call a commit stored.
@@ -911,6 +932,24 @@ func (s *Store) commitOn(ctx context.Context, conn *sql.Conn, batch []*request, 
 	}); err != nil {
 		return nil, wrap(err)
 	}
+	// Rare: a commit without calls too late prepares nothing for them.
+	var insTooLate *sql.Stmt
+	for _, req := range batch {
+		for _, c := range req.tooLate {
+			if insTooLate == nil {
+				if insTooLate, err = stmt(sqlInsertTooLate); err != nil {
+					return nil, wrap(err)
+				}
+			}
+			tenant, err := s.intern(tx, c.tenant)
+			if err != nil {
+				return nil, wrap(err)
+			}
+			if _, err := insTooLate.Exec(c.time, tenant, c.callID); err != nil {
+				return nil, wrap(err)
+			}
+		}
+	}
 	if watermark != zeroTime {
 		if _, err := tx.Exec(sqlSetWatermark, watermark); err != nil {
 			return nil, wrap(err)
@@ -1028,6 +1067,10 @@ func (s *Store) deleteChunk(d *deleteRequest) (int64, error) {
 			args, `DELETE FROM writes WHERE time = ? AND call_id = ? AND seq = ? AND tenant = ?`)
 	case tableFindings:
 		n, err = deleteFindings(ctx, tx, d, limit)
+	case tableTooLate:
+		cond, args := tenantCond(d, "tenant", true)
+		n, err = deleteKeyed(ctx, tx, d, limit, `SELECT time, tenant, call_id FROM too_late WHERE time >= ? AND time < ?`+cond,
+			args, `DELETE FROM too_late WHERE time = ? AND tenant = ? AND call_id = ?`)
 	}
 	if err != nil {
 		return 0, wrap(err)

@@ -289,8 +289,9 @@ func TestMigrate4to5(t *testing.T) {
 	defer s.Close()
 	ctx := context.Background()
 	var version, left int
-	if err := s.w.QueryRow(`PRAGMA user_version`).Scan(&version); err != nil || version != 5 {
-		t.Fatalf("schema version %d, %v; want 5", version, err)
+	// Migrated on to the latest schema (5 to 6 adds too_late only).
+	if err := s.w.QueryRow(`PRAGMA user_version`).Scan(&version); err != nil || version != schemaVersion {
+		t.Fatalf("schema version %d, %v; want %d", version, err, schemaVersion)
 	}
 	if err := s.w.QueryRow(`SELECT count(*) FROM sqlite_schema WHERE name = 'call_documents'
 		OR (tbl_name = 'writes' AND name LIKE 'sqlite_autoindex%')`).Scan(&left); err != nil || left != 0 {
@@ -376,6 +377,92 @@ func TestMigrate4to5(t *testing.T) {
 	if counts[audit.StateUnverified] != want.WriteCounts[audit.StateUnverified]-1 ||
 		counts[audit.StateDurable] != want.WriteCounts[audit.StateDurable]+1 {
 		t.Fatalf("write counts after an upsert %v, want one unverified fewer than %v and one durable more", counts, want.WriteCounts)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := Verify(ctx, path, nil)
+	if err != nil || !r.OK() || r.Calls != 300 {
+		t.Fatalf("Verify after migration: %+v, %v; want ok with 300 calls", r, err)
+	}
+}
+
+// TestMigrate5to6 opens a store written by schema 5 (testdata/schema5.db:
+// testdata/schema4.db opened and closed by the build of main at 5dcc123,
+// which migrated it to schema 5) and checks that it gains the table of the
+// calls too late and nothing else changes: the calls, writes, write counts
+// and findings read back as before, a call too late is kept and read back,
+// and the chain verifies.
+func TestMigrate5to6(t *testing.T) {
+	path := copyFixture(t, "schema5.db")
+	answers := func(s *Store) (calls int, writes []audit.Write, counts map[audit.WriteState]int64, findings map[string]bool) {
+		t.Helper()
+		ctx := context.Background()
+		if err := s.ScanCalls(ctx, time.Time{}, func(*audit.Record) error { calls++; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		wp, err := s.Writes(ctx, audit.WriteQuery{Limit: 10000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if counts, err = s.WriteCounts(ctx, audit.CountQuery{}); err != nil {
+			t.Fatal(err)
+		}
+		if findings, err = s.FindingIDs(ctx, time.Time{}); err != nil {
+			t.Fatal(err)
+		}
+		return calls, wp.Writes, counts, findings
+	}
+	// What the schema-5 file answers, read without migrating it.
+	old, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var version, wantWrites, wantFindings int
+	old.QueryRow(`PRAGMA user_version`).Scan(&version)
+	old.QueryRow(`SELECT count(*) FROM writes`).Scan(&wantWrites)
+	old.QueryRow(`SELECT count(*) FROM findings`).Scan(&wantFindings)
+	old.Close()
+	if version != 5 || wantWrites < 100 || wantFindings == 0 {
+		t.Fatalf("fixture: schema %d with %d writes and %d findings, want schema 5 with 100 writes and a finding at least", version, wantWrites, wantFindings)
+	}
+
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatalf("opening a schema-5 store: %v", err)
+	}
+	defer s.Close()
+	if err := s.w.QueryRow(`PRAGMA user_version`).Scan(&version); err != nil || version != schemaVersion {
+		t.Fatalf("schema version %d, %v; want %d", version, err, schemaVersion)
+	}
+	calls, writes, counts, findings := answers(s)
+	if calls != 300 || len(writes) != wantWrites || len(findings) != wantFindings {
+		t.Fatalf("after the migration %d calls, %d writes, %d findings; want 300, %d, %d", calls, len(writes), len(findings), wantWrites, wantFindings)
+	}
+	ctx := context.Background()
+	if got, err := s.TooLateCalls(ctx, time.Time{}); err != nil || len(got) != 0 {
+		t.Fatalf("calls too late after the migration: %v, %v; want none", got, err)
+	}
+	var first *audit.Record
+	if err := s.ScanCalls(ctx, time.Time{}, func(r *audit.Record) error {
+		if first == nil {
+			first = r
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ref := audit.CallRef{Tenant: first.Call.Tenant, ID: first.Call.ID, Time: first.Call.Time}
+	if err := s.Commit(ctx, audit.Results{TooLate: []audit.CallRef{ref}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.TooLateCalls(ctx, time.Time{}); err != nil || len(got) != 1 || got[0].ID != ref.ID || !got[0].Time.Equal(ref.Time) {
+		t.Fatalf("calls too late after a commit: %v, %v; want %v", got, err, ref)
+	}
+	calls2, writes2, counts2, findings2 := answers(s)
+	if calls2 != calls || !slices.EqualFunc(writes2, writes, func(a, b audit.Write) bool { return a.CallID == b.CallID && a.Seq == b.Seq && a.State == b.State }) ||
+		!maps.Equal(counts2, counts) || !maps.Equal(findings2, findings) {
+		t.Fatal("a commit of a call too late changed the calls, writes or findings")
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)

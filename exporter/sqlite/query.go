@@ -151,6 +151,34 @@ func (s *Store) FindingIDs(ctx context.Context, since time.Time) (map[string]boo
 	return ids, nil
 }
 
+// TooLateCalls returns the calls committed as too late to be judged whose
+// Time >= since.
+func (s *Store) TooLateCalls(ctx context.Context, since time.Time) ([]audit.CallRef, error) {
+	if s.closed.Load() {
+		return nil, errClosed("read the calls too late")
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT coalesce((SELECT s FROM strs WHERE strs.id = too_late.tenant), ''), call_id, time
+		FROM too_late WHERE time >= ?`, clampNanos(since))
+	if err != nil {
+		return nil, s.fail("read the calls too late", err)
+	}
+	defer rows.Close()
+	var out []audit.CallRef
+	for rows.Next() {
+		var tenant string
+		var id any
+		var t int64
+		if err := rows.Scan(&tenant, &id, &t); err != nil {
+			return nil, s.fail("read the calls too late", err)
+		}
+		out = append(out, audit.CallRef{Tenant: tenant, ID: unpackID(callPrefix, id), Time: fromNanos(t)})
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.fail("read the calls too late", err)
+	}
+	return out, nil
+}
+
 // filter builds a WHERE clause.
 type filter struct {
 	conds []string

@@ -244,9 +244,10 @@ func (s *Store) checkpointLoop() {
 // id) instead of (id, tenant), and looks them up by id through the id index
 // (ids.go); version 5 moves the document index into the id index (no
 // call_documents) and upserts writes by their primary key (no UNIQUE
-// (call_id, seq, tenant)). Files of versions 2 to 4 are migrated when
-// opened (migrate2to3, migrate3to4, migrate4to5).
-const schemaVersion = 5
+// (call_id, seq, tenant)); version 6 keeps the calls counted too late to be
+// judged (too_late). Files of versions 2 to 5 are migrated when opened
+// (migrate2to3, migrate3to4, migrate4to5, migrate5to6).
+const schemaVersion = 6
 
 // schema creates the tables. Times are unix nanoseconds. Call and finding
 // ids are stored packed (packID). Calls are indexed by time, writes
@@ -313,7 +314,19 @@ var schema = []string{
 		key   TEXT PRIMARY KEY,
 		value ANY
 	) WITHOUT ROWID, STRICT`,
+	tooLateTable,
 }
+
+// tooLateTable keeps the calls the detector counted too late to be judged
+// (audit.Results.TooLate), committed with the output of the same commit:
+// the replay after a restart passes over them. Few rows (too-late calls
+// are rare), clustered by time for retention.
+const tooLateTable = `CREATE TABLE too_late (
+		time    INTEGER NOT NULL,
+		tenant  INTEGER NOT NULL, -- strs.id
+		call_id ANY     NOT NULL, -- packID
+		PRIMARY KEY (time, tenant, call_id)
+	) WITHOUT ROWID, STRICT`
 
 // Open opens or creates the store at path (a file; its directory must
 // exist). The file is created with the current schema; an existing file of
@@ -469,14 +482,14 @@ func migrate(ctx context.Context, db *sql.DB, log *slog.Logger, report func(Prog
 	switch version {
 	case schemaVersion:
 		return nil
-	case 2, 3, 4:
+	case 2, 3, 4, 5:
 		var calls int64
 		if err := db.QueryRow(`SELECT count(*) FROM calls`).Scan(&calls); err != nil {
 			return err
 		}
 		log.Info("migrating the store: it answers when done", "from_schema", version, "to_schema", schemaVersion, "calls", calls)
 		p := newProgress(log, "migrating the store", calls).reportTo(report)
-		steps := []func(context.Context, *sql.DB, *progress) error{migrate2to3, migrate3to4, migrate4to5}
+		steps := []func(context.Context, *sql.DB, *progress) error{migrate2to3, migrate3to4, migrate4to5, migrate5to6}
 		for i, step := range steps[version-2:] {
 			if err := step(ctx, db, p); err != nil {
 				if ctx.Err() != nil {

@@ -50,6 +50,7 @@ func Run(t *testing.T, open func(t *testing.T) audit.Store) {
 		{"Commit/atomic", testCommitAtomic},
 		{"Commit/write_upsert", testWriteUpsert},
 		{"Commit/finding_once", testFindingOnce},
+		{"Commit/too_late", testTooLate},
 		{"FindingIDs", testFindingIDs},
 		{"Findings/filters", testFindingFilters},
 		{"Findings/pages", testFindingPages},

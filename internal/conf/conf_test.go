@@ -204,6 +204,16 @@ tags: a
 			}
 		}
 	})
+	t.Run("key_one_section_too_high", func(t *testing.T) {
+		// A block copied without its parent section (docs showing
+		// clickhouse: for serve.clickhouse:) names the section it belongs in.
+		got := defaults()
+		_, err := Decode([]byte("window: 5m\n"), &got, nil)
+		want := `line 1: window: unknown key (did you mean inner.window? it belongs in section inner)`
+		if err == nil || err.Error() != want {
+			t.Errorf("error %v, want %s", err, want)
+		}
+	})
 	t.Run("duplicate_key", func(t *testing.T) {
 		got := defaults()
 		_, err := Decode([]byte("name: a\nname: b\n"), &got, nil)

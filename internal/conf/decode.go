@@ -414,7 +414,7 @@ func (d *decoder) structure(n *yaml.Node, v reflect.Value, path string) {
 			}
 		}
 		if f == nil {
-			d.fail(k, p, "unknown key%s", suggest(key, fs, path))
+			d.fail(k, p, "unknown key%s", suggest(key, v.Type(), fs, path))
 			continue
 		}
 		d.pos[p] = k.Line
@@ -465,8 +465,10 @@ func (d *decoder) mapping(n *yaml.Node, v reflect.Value, path string) {
 	}
 }
 
-// suggest names the nearest known key, if one is near enough.
-func suggest(key string, fs []field, path string) string {
+// suggest names the nearest known key, if one is near enough, or else the
+// section one level down that has the key (a block copied one level too
+// high, such as clickhouse: for serve.clickhouse:).
+func suggest(key string, t reflect.Type, fs []field, path string) string {
 	best, bestDist := "", math.MaxInt
 	for _, f := range fs {
 		if d := distance(key, f.name); d < bestDist {
@@ -475,6 +477,20 @@ func suggest(key string, fs []field, path string) string {
 	}
 	if best != "" && bestDist <= max(2, len(key)/3) {
 		return fmt.Sprintf(" (did you mean %s?)", join(path, best))
+	}
+	for _, f := range fs {
+		st := t.FieldByIndex(f.index).Type
+		if st.Kind() == reflect.Pointer {
+			st = st.Elem()
+		}
+		if st.Kind() != reflect.Struct {
+			continue
+		}
+		for _, in := range fields(st) {
+			if in.name == key {
+				return fmt.Sprintf(" (did you mean %s? it belongs in section %s)", join(join(path, f.name), key), join(path, f.name))
+			}
+		}
 	}
 	names := make([]string, len(fs))
 	for i, f := range fs {

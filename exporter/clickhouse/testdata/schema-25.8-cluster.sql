@@ -268,6 +268,29 @@ CREATE TABLE IF NOT EXISTS mcpaudit.checkpoints ON CLUSTER audit
 ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/all/mcpaudit/checkpoints', '{replica}', seq)
 ORDER BY (replica, seq);
 
+-- migration 0005_too_late
+
+-- The calls the detector counted too late to be judged (audit.Results.TooLate),
+-- inserted with the output of the commit that names them: the replay after a
+-- restart passes over them, as the live run did. Few rows: too-late calls are
+-- rare. Retention treats it as it does calls (TTL, deletes), by time and tenant.
+
+CREATE TABLE IF NOT EXISTS mcpaudit.too_late_local ON CLUSTER audit
+(
+    tenant     LowCardinality(String),
+    time       DateTime,
+    time_nanos UInt32,
+    call_id    String,
+    version    UInt64
+)
+ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/mcpaudit/too_late_local', '{replica}', version)
+PARTITION BY toYYYYMMDD(time)
+ORDER BY (tenant, time, call_id)
+SETTINGS index_granularity = 8192;
+
+CREATE TABLE IF NOT EXISTS mcpaudit.too_late ON CLUSTER audit AS mcpaudit.too_late_local
+ENGINE = Distributed(audit, mcpaudit, too_late_local, cityHash64(call_id));
+
 -- retention (from the retention options; rewritten when they change)
 
 ALTER TABLE mcpaudit.calls_local ON CLUSTER audit MODIFY TTL multiIf(tenant = 'acme', time + INTERVAL 604800 SECOND, tenant = 'o\'brien', time + INTERVAL 31536000 SECOND, time + INTERVAL 7776000 SECOND);
@@ -275,3 +298,5 @@ ALTER TABLE mcpaudit.calls_local ON CLUSTER audit MODIFY TTL multiIf(tenant = 'a
 ALTER TABLE mcpaudit.writes_local ON CLUSTER audit MODIFY TTL multiIf(tenant = 'acme', time + INTERVAL 604800 SECOND, tenant = 'o\'brien', time + INTERVAL 31536000 SECOND, time + INTERVAL 7776000 SECOND);
 
 ALTER TABLE mcpaudit.findings_local ON CLUSTER audit MODIFY TTL multiIf(tenant = 'acme', time + INTERVAL 604800 SECOND, tenant = 'o\'brien', time + INTERVAL 31536000 SECOND, time + INTERVAL 7776000 SECOND);
+
+ALTER TABLE mcpaudit.too_late_local ON CLUSTER audit MODIFY TTL multiIf(tenant = 'acme', time + INTERVAL 604800 SECOND, tenant = 'o\'brien', time + INTERVAL 31536000 SECOND, time + INTERVAL 7776000 SECOND);

@@ -245,6 +245,26 @@ CREATE TABLE IF NOT EXISTS mcpaudit.checkpoints
 ENGINE = ReplacingMergeTree(seq)
 ORDER BY (replica, seq);
 
+-- migration 0005_too_late
+
+-- The calls the detector counted too late to be judged (audit.Results.TooLate),
+-- inserted with the output of the commit that names them: the replay after a
+-- restart passes over them, as the live run did. Few rows: too-late calls are
+-- rare. Retention treats it as it does calls (TTL, deletes), by time and tenant.
+
+CREATE TABLE IF NOT EXISTS mcpaudit.too_late
+(
+    tenant     LowCardinality(String),
+    time       DateTime,
+    time_nanos UInt32,
+    call_id    String,
+    version    UInt64
+)
+ENGINE = ReplacingMergeTree(version)
+PARTITION BY toYYYYMMDD(time)
+ORDER BY (tenant, time, call_id)
+SETTINGS index_granularity = 8192, non_replicated_deduplication_window = 1000;
+
 -- retention (from the retention options; rewritten when they change)
 
 ALTER TABLE mcpaudit.calls MODIFY TTL multiIf(tenant = 'acme', time + INTERVAL 604800 SECOND, tenant = 'o\'brien', time + INTERVAL 31536000 SECOND, time + INTERVAL 7776000 SECOND);
@@ -252,3 +272,5 @@ ALTER TABLE mcpaudit.calls MODIFY TTL multiIf(tenant = 'acme', time + INTERVAL 6
 ALTER TABLE mcpaudit.writes MODIFY TTL multiIf(tenant = 'acme', time + INTERVAL 604800 SECOND, tenant = 'o\'brien', time + INTERVAL 31536000 SECOND, time + INTERVAL 7776000 SECOND);
 
 ALTER TABLE mcpaudit.findings MODIFY TTL multiIf(tenant = 'acme', time + INTERVAL 604800 SECOND, tenant = 'o\'brien', time + INTERVAL 31536000 SECOND, time + INTERVAL 7776000 SECOND);
+
+ALTER TABLE mcpaudit.too_late MODIFY TTL multiIf(tenant = 'acme', time + INTERVAL 604800 SECOND, tenant = 'o\'brien', time + INTERVAL 31536000 SECOND, time + INTERVAL 7776000 SECOND);
