@@ -282,8 +282,9 @@ const expireEvery = 10 * time.Second
 const recoverySource = "mcpaudit/recovery"
 
 // maxSeedCalls bounds the calls of freed partitions the replay holds
-// while it looks for a call of theirs from the floor on (recover): about
-// 50 MB of lean records. A variable for tests.
+// while it looks for a call of theirs from the floor on (recover): lean
+// records of a few hundred bytes, tens of MB (estimated). A variable for
+// tests.
 var maxSeedCalls = 100_000
 
 // recover replays the stored calls that correlation state after the
@@ -384,7 +385,7 @@ func (p *Pipeline) recover(ctx context.Context) error {
 		}
 	}
 	start := p.now()
-	n, skipped, skippedLate, seeded := 0, 0, 0, 0
+	n, skipped, seeded, skippedLate := 0, 0, 0, 0
 	// covered keeps, per freed partition whose watermark is at or after the
 	// floor, the calls of it the file covers that a call of it from the
 	// floor on can correlate with (reach before the floor), until the
@@ -401,11 +402,11 @@ func (p *Pipeline) recover(ctx context.Context) error {
 		p.eng.Add(recoverySource, r, p.now())
 	}
 	err = p.store.ScanCalls(ctx, horizon, func(r *audit.Record) error {
+		k := detect.PartitionKey{Tenant: r.Call.Tenant, Server: r.Call.Server}
 		if tooLate != nil && tooLate[audit.CallRef{Tenant: r.Call.Tenant, ID: r.Call.ID}] {
 			skippedLate++
 			return nil
 		}
-		k := detect.PartitionKey{Tenant: r.Call.Tenant, Server: r.Call.Server}
 		// A partition freed as idle was judged and committed up to its
 		// watermark, and its state dropped: its calls up to there are not
 		// judged again. Replayed, they opened windows that the partition's
@@ -556,7 +557,7 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	}
 	p.eng.Tick(p.now())
 	p.countOpen()
-	if n > 0 || skipped > 0 || skippedLate > 0 || seeded > 0 {
+	if n > 0 || skipped > 0 || seeded > 0 || skippedLate > 0 {
 		p.log.Info("correlation state rebuilt from the store", "watermark", wm, "partitions", len(marks),
 			"replayed_calls", n, "freed_calls_skipped", skipped, "freed_calls_seeded", seeded, "too_late_calls_skipped", skippedLate, "known_findings", len(known), "took", p.now().Sub(start).Round(time.Millisecond))
 	}
