@@ -45,6 +45,9 @@ type Server struct {
 	// Status, if set, gives the pipeline's event-time status for
 	// /api/v1/status.
 	Status StatusSource
+	// Downtime, if set, gives the time the collector was down before it
+	// started (zero times when unknown), for /api/v1/status.
+	Downtime func() (from, to time.Time)
 	// Access, if set, authenticates requests (serve shares it with the
 	// receivers and /metrics); otherwise Tenants and Credentials do.
 	Access *access.Authenticator

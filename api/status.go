@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/detect"
 )
 
@@ -38,6 +39,52 @@ type StatusResponse struct {
 	// Sources lists every source once, with its counts over all the
 	// partitions it feeds.
 	Sources []SourceTotals `json:"sources"`
+	// Store says whether the store takes and commits what is acknowledged
+	// (what GET /readyz answers 503 for): during a ClickHouse outage, or
+	// while the embedded store cannot commit its call log, calls are
+	// still acknowledged, kept in a spool or log, and committed once the
+	// store is back. Absent from a server that does not say.
+	Store *StoreStatus `json:"store,omitempty"`
+	// LastDowntime is the time serve was down before it started, told
+	// for DowntimeShown after the start: calls sent meanwhile arrive only
+	// from senders that kept them. Absent when unknown (a new data
+	// directory) or once DowntimeShown has passed.
+	LastDowntime *Downtime `json:"last_downtime,omitempty"`
+}
+
+// DowntimeShown is how long after a start the status tells the downtime
+// before it.
+const DowntimeShown = time.Hour
+
+// Downtime is a time the collector was down: from its previous run's last
+// save of its state file (its clean stop, or up to 10 s before a crash) to
+// its start.
+type Downtime struct {
+	From    time.Time `json:"from"`
+	To      time.Time `json:"to"`
+	Seconds float64   `json:"seconds"`
+}
+
+// StoreStatus is the readiness of the store behind the status.
+type StoreStatus struct {
+	Ready bool `json:"ready"`
+	// Reason is why the store is not ready and what waits meanwhile, as
+	// the store says it (ClickHouse: "clickhouse unavailable ...; N
+	// batches (B bytes) wait in the spool"). Empty when ready.
+	Reason string `json:"reason,omitempty"`
+}
+
+// storeStatus asks store whether it is ready: stores without a Ready
+// method always are.
+func storeStatus(store audit.Store) *StoreStatus {
+	rd, ok := store.(interface{ Ready() error })
+	if !ok {
+		return &StoreStatus{Ready: true}
+	}
+	if err := rd.Ready(); err != nil {
+		return &StoreStatus{Reason: err.Error()}
+	}
+	return &StoreStatus{Ready: true}
 }
 
 // PartitionStatus is one partition (tenant and server).
@@ -193,7 +240,14 @@ func (s *Server) StatusOf(tenant, server string, now time.Time) (StatusResponse,
 		return StatusResponse{}, false
 	}
 	parts, queued, unstored := s.Status()
-	return StatusFrom(parts, queued, unstored, tenant, server, now), true
+	out := StatusFrom(parts, queued, unstored, tenant, server, now)
+	out.Store = storeStatus(s.store)
+	if s.Downtime != nil {
+		if from, to := s.Downtime(); !to.IsZero() && now.Before(to.Add(DowntimeShown)) {
+			out.LastDowntime = &Downtime{From: from, To: to, Seconds: to.Sub(from).Seconds()}
+		}
+	}
+	return out, true
 }
 
 // StatusFrom is StatusOf for an answer of the pipeline already taken

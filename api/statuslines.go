@@ -55,7 +55,7 @@ func RestartHold(st StatusResponse) (string, bool) {
 	if waiting == 1 {
 		calls, is = "1 call", "is"
 	}
-	return fmt.Sprintf("Restart hold: %s (%s) %s until %s (%d s more) for senders' backlogs after a downtime; the %s waiting there %s judged in time order once the hold ends (it is clamp(downtime, serve.pipeline.restart_grace, restart_grace_max) + detect.idle_timeout, the downtime in serve's start-up log; see serve.pipeline.restart_grace_max and docs/detection.md#time).",
+	return fmt.Sprintf("Restart hold: %s (%s) %s until %s (%d s more) for the backlogs of senders that kept their calls through the downtime (calls a sender dropped never come); the %s waiting there %s judged in time order once the hold ends (it is clamp(downtime, serve.pipeline.restart_grace, restart_grace_max) + detect.idle_timeout, the downtime in serve's start-up log; see serve.pipeline.restart_grace_max and docs/detection.md#time).",
 		what, strings.Join(names, ", "), verb, until.UTC().Format("15:04:05Z"), secs, calls, is), true
 }
 

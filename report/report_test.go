@@ -88,8 +88,11 @@ func TestBuild(t *testing.T) {
 			t.Errorf("%s report does not state the SLI 0.9800", f)
 		}
 		// The budget is overspent: said so, not as a negative share left.
-		if f == "html" && (!strings.Contains(b.String(), "left: none (overspent by 100.00%)") || strings.Contains(b.String(), "-100.00%")) {
-			t.Errorf("the html report does not say the budget is overspent by 100%%:\n%s", b.String())
+		// Every format says it the same way as the slo page and
+		// mcpaudit slo (report.BudgetLeft), not as 200% spent.
+		if f != "json" && (!strings.Contains(b.String(), "error budget left") && !strings.Contains(b.String(), "Error budget left") ||
+			!strings.Contains(b.String(), "none (overspent by 100.00%)") || strings.Contains(b.String(), "-100.00%") || strings.Contains(b.String(), "200.00%")) {
+			t.Errorf("the %s report does not say the budget is left: none (overspent by 100%%):\n%s", f, b.String())
 		}
 	}
 	if err := report.Render(&bytes.Buffer{}, r, "pdf"); err == nil {

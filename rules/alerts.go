@@ -246,8 +246,9 @@ func (b *builder) collectorAlerts() []Rule {
 			severity: SeverityWarning,
 			summary:  "An exporter or poster of MCP calls is far behind the wall clock.",
 			description: "The most lagging active source feeding {{ $labels.server }} has delivered calls only up to " +
-				"{{ $value | humanizeDuration }} ago: the findings of its partitions wait for it. " +
-				"mcpaudit status (or /api/v1/status) names the source.",
+				"{{ $value | humanizeDuration }} ago: the event times of its calls are that far behind, and the findings of any " +
+				"other source sharing its partitions wait for it (a source alone in its partitions holds nothing back). " +
+				"mcpaudit status (or /api/v1/status) names the source and the partitions it holds back (HELD BY).",
 		}),
 		b.rule(alert{
 			name: "McpAuditCallsNotJudged",

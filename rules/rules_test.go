@@ -362,3 +362,26 @@ func TestRunbookStatesTheTimeRule(t *testing.T) {
 		}
 	}
 }
+
+// TestSourceLaggingDescription checks that McpAuditSourceLagging does not
+// claim findings wait for the lagging source in general: a source alone in its
+// partitions holds nothing back, only its own times are behind.
+func TestSourceLaggingDescription(t *testing.T) {
+	f := build(t, rules.DefaultOptions())
+	for _, a := range f.Alerts() {
+		if a.Alert != "McpAuditSourceLagging" {
+			continue
+		}
+		d := a.Annotations["description"]
+		if strings.Contains(d, "the findings of its partitions wait for it") {
+			t.Errorf("description claims the findings of its partitions always wait: %q", d)
+		}
+		for _, want := range []string{"other source sharing its partitions", "alone in its partitions holds nothing back"} {
+			if !strings.Contains(d, want) {
+				t.Errorf("description %q lacks %q", d, want)
+			}
+		}
+		return
+	}
+	t.Fatal("no McpAuditSourceLagging alert")
+}

@@ -23,6 +23,7 @@ import (
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
 	"github.com/mcpaudit/mcpaudit/exporter/store"
+	"github.com/mcpaudit/mcpaudit/report"
 )
 
 // queryFlags are the flags every query command shares: where to ask, and
@@ -469,7 +470,7 @@ func sloCommand(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "  SLI: %.5f\n", *s.SLI)
 	}
 	if s.ErrorBudgetRemaining != nil {
-		fmt.Fprintf(stdout, "  error budget remaining: %.1f%%\n", *s.ErrorBudgetRemaining*100)
+		fmt.Fprintf(stdout, "  error budget left: %s\n", report.BudgetLeft(*s.ErrorBudgetRemaining))
 	}
 	for _, st := range audit.WriteStates {
 		fmt.Fprintf(stdout, "  %-16s %d\n", st, s.Counts[st])

@@ -465,6 +465,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	q.Tenants = cfg.Serve.Receiver.Tenants
 	q.Log = ratelog.New(log, ratelog.NewDefaultConfig())
 	q.Status = s.pipe.Report
+	q.Downtime = s.pipe.LastDowntime
 	q.Credentials = cfg.Serve.Credentials
 	q.Access = s.access
 	mux := http.NewServeMux()

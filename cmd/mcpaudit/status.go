@@ -139,6 +139,13 @@ func printStatus(w io.Writer, st api.StatusResponse, waited bool) {
 	// read as final.
 	fmt.Fprintf(w, "At %s: %d calls queued, %d waiting for their watermark, %d too late (stored, never judged); %s: %s\n",
 		st.Time.UTC().Format(time.RFC3339), st.Queued, waiting, st.TooLate, api.JudgedLabel, judged)
+	if d := st.LastDowntime; d != nil {
+		fmt.Fprintf(w, "Serve was down from %s to %s (%s) before it started: calls sent meanwhile arrive only from senders that kept them (an OpenTelemetry SDK exporter on defaults drops a batch 10 s after its first try), so findings about them may be missing (docs/runbooks.md#after-serve-was-down; told for %gh after the start).\n",
+			d.From.UTC().Format(time.RFC3339), d.To.UTC().Format(time.RFC3339), (time.Duration(d.Seconds * float64(time.Second))).Round(time.Second), api.DowntimeShown.Hours())
+	}
+	if st.Store != nil && !st.Store.Ready {
+		fmt.Fprintf(w, "Store not ready: %s. Calls are still acknowledged while the spool or call log has room, and stored once the store is back; queries may fail or miss them meanwhile (/readyz answers 503; for ClickHouse see docs/clickhouse.md#when-clickhouse-is-down).\n", st.Store.Reason)
+	}
 	if line, ok := api.PendingLine(st); ok {
 		fmt.Fprintln(w, line)
 	}
@@ -157,7 +164,7 @@ func printStatus(w io.Writer, st api.StatusResponse, waited bool) {
 			wm = p.Watermark.UTC().Format(time.RFC3339Nano)
 			lag = (time.Duration(*p.LagSeconds * float64(time.Second))).Round(time.Millisecond).String()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", orDash(p.Tenant), p.Server, wm, lag, p.Buffered, p.Calls, p.Late, p.TooLate, p.Ahead, orDash(p.HeldBy))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", orDash(p.Tenant), p.Server, wm, lag, p.Buffered, p.Calls, p.Late, p.TooLate, p.Ahead, orDash(heldBy(p)))
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
@@ -276,6 +283,18 @@ func tenantOf(tenant string) string {
 		return ""
 	}
 	return " (tenant " + tenant + ")"
+}
+
+// heldBy is the HELD BY column of partition p: the source its watermark
+// waits for, named only while calls wait in it. The API's held_by names
+// the source whose clock is the watermark even when nothing waits (every
+// source idle, every call judged), where "held by" would say something
+// is held back when nothing is.
+func heldBy(p api.PartitionStatus) string {
+	if p.Buffered == 0 {
+		return ""
+	}
+	return p.HeldBy
 }
 
 func orDash(s string) string {

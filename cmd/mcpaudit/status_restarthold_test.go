@@ -36,7 +36,7 @@ func TestStatus_PrintsRestartHold(t *testing.T) {
 		return b.String()
 	}
 	out := show(part("", "thegram", 120, true), part("acme", "oddlynew", 13, true), part("", "quiet", 0, false))
-	want := "Restart hold: 2 partitions (thegram, acme/oddlynew) wait until 15:44:10Z (38 s more) for senders' backlogs after a downtime; the 133 calls waiting there are judged in time order once the hold ends"
+	want := "Restart hold: 2 partitions (thegram, acme/oddlynew) wait until 15:44:10Z (38 s more) for the backlogs of senders that kept their calls through the downtime (calls a sender dropped never come); the 133 calls waiting there are judged in time order once the hold ends"
 	if !strings.Contains(out, want) || !strings.Contains(out, "serve.pipeline.restart_grace_max") {
 		t.Errorf("status output lacks\n%s\n(and serve.pipeline.restart_grace_max); got:\n%s", want, out)
 	}

@@ -127,6 +127,10 @@ type Pipeline struct {
 	// few times a minute, with how many it left out.
 	rlog *ratelog.Logger
 	now  func() time.Time
+	// downFrom and downTo are the last downtime, set once by recover:
+	// from the previous run's last save of the state file to this start.
+	// Zero when unknown.
+	downFrom, downTo time.Time
 
 	queue chan queued
 	// touches carries the sources whose deliveries were refused to the
@@ -374,6 +378,14 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	// grace grows with the time the collector was down: so does their
 	// senders' backoff.
 	grace, down := restartGrace(p.cfg, saved, p.now())
+	if down >= 0 {
+		p.downFrom, p.downTo = saved, p.now()
+		p.log.Warn("serve was down: calls sent meanwhile arrive only from senders that kept them and send them again now; "+
+			"an OpenTelemetry SDK exporter on defaults (otlptracegrpc, otlptracehttp) gives up on a batch 10 s after its first try "+
+			"(WithTimeout, default 10 s, bounds the export with its retries) and drops it, so a downtime longer than that loses its calls: "+
+			"their findings are missing (docs/runbooks.md#after-serve-was-down)",
+			"from", saved.UTC().Format(time.RFC3339), "to", p.downTo.UTC().Format(time.RFC3339), "downtime", down)
+	}
 	for k, m := range marks {
 		for _, src := range m.Sources {
 			p.eng.RestoreSource(k, src, p.now(), grace)
@@ -562,6 +574,15 @@ func (p *Pipeline) recover(ctx context.Context) error {
 			"replayed_calls", n, "freed_calls_skipped", skipped, "freed_calls_seeded", seeded, "too_late_calls_skipped", skippedLate, "known_findings", len(known), "took", p.now().Sub(start).Round(time.Millisecond))
 	}
 	return nil
+}
+
+// LastDowntime returns the time the collector was down before this start:
+// from the previous run's last save of its state file (at its clean stop,
+// or up to stateRefresh before a crash) to this start. Both are zero when
+// it is unknown: no state file, a new data directory, or a state file of a
+// release that did not keep its saved time.
+func (p *Pipeline) LastDowntime() (from, to time.Time) {
+	return p.downFrom, p.downTo
 }
 
 // restartGrace returns how long after a restart at wall time now the
@@ -1076,8 +1097,12 @@ func (p *Pipeline) run(ctx context.Context) {
 			} else {
 				// Under floorMu: a request past the stopped check may still
 				// write the file (lowerFloor, comeback).
+				// A zero marksSaved has the file written even when nothing
+				// in it changed (no partition): its saved time is then the
+				// stop, where the next start counts the downtime from,
+				// not the last refresh up to stateRefresh before.
 				p.floorMu.Lock()
-				p.savedMarks = nil
+				p.savedMarks, p.marksSaved = nil, time.Time{}
 				p.floorMu.Unlock()
 				p.saveMarks(marksOf(p.eng, p.now()), true)
 			}
