@@ -72,12 +72,12 @@ type gate struct {
 	// from the floor on (see seed), the freed watermark and the floor: a
 	// replayed call of them that freedCovers covers is silent.
 	seeded map[detect.PartitionKey]freedBound
-	// silentWrites holds the tenant and call id (tenant, NUL, id) of the
-	// silent calls' writes (a call id names no tenant: another tenant's
-	// copy of the call is no silent call's, review rev15b), while known
-	// is set: their windows closing (no call being judged) make
-	// nothing that was not committed before the freeing.
-	silentWrites map[string]bool
+	// silentCalls holds the tenant and call id (tenant, NUL, id) of the
+	// silent calls the replay judged (a call id names no tenant: another
+	// tenant's copy of the call is no silent call, review rev15b), while
+	// known is set: output of theirs alone was committed before the
+	// freeing, their writes' windows closing included.
+	silentCalls map[string]bool
 	// announced holds the pending writes the sinks have seen in this run.
 	announced   map[writeKey]bool
 	committedWM time.Time
@@ -148,7 +148,7 @@ type freedBound struct{ wm, floor time.Time }
 func (g *gate) seed(k detect.PartitionKey, wm, floor time.Time) {
 	if g.seeded == nil {
 		g.seeded = map[detect.PartitionKey]freedBound{}
-		g.silentWrites = map[string]bool{}
+		g.silentCalls = map[string]bool{}
 	}
 	g.seeded[k] = freedBound{wm: wm, floor: floor}
 }
@@ -169,18 +169,27 @@ func (g *gate) silent(c *audit.Call) bool {
 	return ok && freedCovers(b.wm, b.floor, c.Time)
 }
 
-// silentNow reports whether the output being made now is a silent call's
-// (seed): made while one is judged, or, for window (a write made
-// unverified, its unverified_write), by the window of the write of call
-// of tenant closing.
-func (g *gate) silentNow(tenant, call string, window bool) bool {
-	if len(g.seeded) == 0 {
+// silentNow reports whether output about calls of tenant is a silent
+// call's alone (seed), and so was committed before the freeing: made while
+// a silent call is judged, and about silent calls only (a write of this
+// run, or a finding pairing one with a silent call, is new: a late write
+// settled by a silent read was left stored pending when everything made
+// then was dropped, review rev15b); or, for window (a write made
+// unverified, its unverified_write), by the window of a silent call's
+// write closing.
+func (g *gate) silentNow(tenant string, calls []string, window bool) bool {
+	if len(g.seeded) == 0 || len(calls) == 0 {
 		return false
 	}
 	if r := g.eng.Current(); r != nil && g.silent(r.Call) {
+		for _, id := range calls {
+			if !g.silentCalls[tenant+"\x00"+id] && !(r.Call.Tenant == tenant && r.Call.ID == id) {
+				return false
+			}
+		}
 		return true
 	}
-	return window && g.silentWrites[tenant+"\x00"+call]
+	return window && g.silentCalls[tenant+"\x00"+calls[0]]
 }
 
 // forget drops the ids of known findings once no replayed call can make
@@ -203,7 +212,7 @@ func (g *gate) forget() {
 	}
 	if len(g.replayEnd) == 0 {
 		g.known, g.replayEnd, g.alt, g.aliases = nil, nil, nil, nil
-		g.silentWrites = nil
+		g.silentCalls = nil
 		g.heldPending, g.pendingAsked = nil, true
 		g.knownLen.Store(0)
 	}
@@ -264,8 +273,8 @@ func (g *gate) Call(r *audit.Record) {
 		return
 	}
 	if g.silent(r.Call) {
-		if g.silentWrites != nil && hasWrite(r) {
-			g.silentWrites[r.Call.Tenant+"\x00"+r.Call.ID] = true
+		if g.silentCalls != nil {
+			g.silentCalls[r.Call.Tenant+"\x00"+r.Call.ID] = true
 		}
 		return
 	}
@@ -277,7 +286,7 @@ func (g *gate) Call(r *audit.Record) {
 func (g *gate) Write(w *audit.Write, prev audit.WriteState) {
 	// A silent write the sinks saw pending (its call sent again in this
 	// run) leaves their books as any other.
-	if g.silentNow(w.Tenant, w.CallID, w.State == audit.StateUnverified && !g.announced[writeKey{w.CallID, w.Seq}]) {
+	if g.silentNow(w.Tenant, []string{w.CallID}, w.State == audit.StateUnverified && !g.announced[writeKey{w.CallID, w.Seq}]) {
 		return
 	}
 	// A write made unverified is dated at the end of its window.
@@ -332,7 +341,7 @@ func (g *gate) Finding(f *audit.Finding) {
 	// A window may close later than its end, held open for a source
 	// behind it (detect's expire): one held past the last commit was not
 	// committed, though the mark may be far past its end.
-	if len(f.Calls) > 0 && g.silentNow(f.Tenant, f.Calls[0], f.Kind == audit.KindUnverifiedWrite) {
+	if g.silentNow(f.Tenant, f.Calls, f.Kind == audit.KindUnverifiedWrite) {
 		return
 	}
 	t, open := f.Time, false
@@ -576,14 +585,4 @@ func (g *gate) committedNow(now time.Time) {
 		}
 	}
 	g.taken = g.taken[:0]
-}
-
-// hasWrite reports whether r has a write.
-func hasWrite(r *audit.Record) bool {
-	for i := range r.Ops {
-		if r.Ops[i].Kind == audit.OpWrite {
-			return true
-		}
-	}
-	return false
 }
