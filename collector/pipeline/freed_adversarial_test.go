@@ -8,6 +8,7 @@ import (
 
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/detect"
+	"github.com/mcpaudit/mcpaudit/collector/pipeline"
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
 )
 
@@ -60,6 +61,115 @@ func announcedWritesOf(r *run, id string) (int, string) {
 		}
 	}
 	return n, strings.Join(states, " ")
+}
+
+// TestRestart_FreedDoubleApplyStraddlesTheFloor: a double application
+// whose first attempt A is before the state file's floor and whose second
+// B is from it on, both before the watermark the partition was freed at
+// (a neighbour's poster, its clock 90 minutes slow, holds the floor back).
+// The replay passes over A and judges B. B's stored double_applied state
+// must not be rewritten, no finding stored before the restart is announced
+// again, and no finding appears that no uninterrupted run would have made
+// (B's unverified_write). Found by review rev14a: B, judged alone, was
+// announced pending then unverified, stored over its double_applied row,
+// and a new unverified_write of B was stored. With the bound on the calls
+// the replay holds for this at 0 (bounded), A is passed over as before:
+// B is judged alone again, and nothing stored before is announced again.
+func TestRestart_FreedDoubleApplyStraddlesTheFloor(t *testing.T) {
+	for _, c := range []struct{ crash, bounded bool }{{false, false}, {true, false}, {false, true}} {
+		crash := c.crash
+		t.Run(fmt.Sprintf("crash=%v/bounded=%v", c.crash, c.bounded), func(t *testing.T) {
+			if c.bounded {
+				defer pipeline.SetMaxSeedCalls(0)()
+			}
+			dir := t.TempDir()
+			clock := newClock(wallStart)
+			key := detect.PartitionKey{Server: "thegram"}
+			r := openRun(t, dir, clock, nil, nil)
+			other := laggingPoster(t, &r, clock)
+			other()
+			a := batch(t, "poster", pendingPatchLine("s1", 1, wallStart.Add(-20*time.Minute), "team/x.gram"))
+			if _, err := r.ingest(a); err != nil {
+				t.Fatal(err)
+			}
+			r.steps(50, other)
+			b := batch(t, "poster", pendingPatchLine("s2", 2, clock.Now().Add(-time.Second), "team/x.gram"))
+			if _, err := r.ingest(b); err != nil {
+				t.Fatal(err)
+			}
+			var wm time.Time
+			for deadline := time.Now().Add(20 * time.Second); wm.IsZero(); time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the state file does not keep thegram freed")
+				}
+				r.steps(1, other)
+				wm = freedIn(t, dir, key)
+			}
+			r.steps(2, other)
+			wm, floor := freedIn(t, dir, key), floorIn(t, dir)
+			atA, atB := a.Records[0].Call.Time, b.Records[0].Call.Time
+			t.Logf("A %v, B %v, freed at %v, floor %v", atA, atB, wm, floor)
+			if wm.IsZero() || floor.IsZero() || !atA.Before(floor) || atB.Before(floor) || atB.After(wm) {
+				t.Fatal("want A before the floor and B from it on, both up to the freed watermark: the test shows nothing")
+			}
+			idB := ids(b)[0]
+			var before map[string]bool
+			if crash {
+				before = r.crash()
+			} else {
+				before = map[string]bool{}
+				o := r.stop()
+				for id := range o.findings {
+					before[id] = true
+				}
+				if s := writeStateOf(o, idB); s != string(audit.StateDoubleApplied) {
+					t.Fatalf("before the restart B is stored as %s, want double_applied", s)
+				}
+			}
+			t.Logf("%d findings before the restart", len(before))
+
+			clock.Add(time.Second)
+			r = openRun(t, dir, clock, nil, nil)
+			r.steps(30, other)
+			nA, statesA := announcedWritesOf(r, ids(a)[0])
+			nB, states := announcedWritesOf(r, idB)
+			calls, announced := r.rec.snapshot()
+			logs := r.logs.String()
+			o := r.stop()
+			if calls[ids(a)[0]] > 0 {
+				t.Errorf("A's call (before the floor: replayed silently) was told to the sinks again")
+			}
+			t.Logf("B's write states announced after the restart: %d (%s)", nB, states)
+			if nA > 0 {
+				t.Errorf("A (before the floor: replayed silently) had write states announced again: %s", statesA)
+			}
+			for id := range before {
+				if announced[id] > 0 {
+					t.Errorf("the finding %s, stored before the restart, was announced again", id)
+				}
+				if _, ok := o.findings[id]; !ok {
+					t.Errorf("the finding %s, stored before the restart, is gone", id)
+				}
+			}
+			if c.bounded {
+				if !strings.Contains(logs, " freed_calls_skipped=1 freed_calls_seeded=0 ") {
+					t.Errorf("past the bound the replay did not pass over A:\n%s", logs)
+				}
+				return
+			}
+			if !strings.Contains(logs, " freed_calls_skipped=0 freed_calls_seeded=1 ") {
+				t.Errorf("the replay did not replay A alone silently:\n%s", logs)
+			}
+			if s := writeStateOf(o, idB); s != string(audit.StateDoubleApplied) {
+				t.Errorf("after the restart B is stored as %s, want double_applied (rewritten)", s)
+			}
+			for id, f := range o.findings {
+				if !before[id] {
+					t.Errorf("a finding no run made before the restart is stored after it: %s %v %v\n%s", f.Kind, f.Calls, f.Time, logs)
+				}
+			}
+		})
+	}
 }
 
 // straddleRun has thegram take W1, then W2 90-odd minutes' worth of steps
@@ -272,6 +382,75 @@ func TestRestart_FreedPartitionOfOneTenant(t *testing.T) {
 				t.Errorf("b's write is stored as %s, want unverified", s)
 			}
 		})
+	}
+}
+
+// TestRestart_FreedPartitionCallSentAgain: a sender re-sends, after a
+// restart, a write of a partition freed before it (its acknowledgement
+// lost), dated before the freed watermark. The store holds it already:
+// the write's state and finding, stored before, are neither stored as
+// something else nor announced again.
+//
+// It fails on main (5dcc123) and on freed15, every run for the write
+// states (pending then unverified, counted again), in most runs for the
+// finding: the call begins the partition anew and is judged as new. The
+// store keeps one finding and the state. Whether the finding is announced
+// again is a race with the gate's forget: with no replayed call (the
+// partition was passed over) the ids of the stored findings are dropped
+// at the engine goroutine's first pass, and only a re-sent call judged and
+// closed before that has its finding recognized. Neither the engine nor
+// the gate can tell the re-sent call from a late new one of the same time
+// (the store's AppendCalls counts the calls it already held, but does not
+// say which). Skipped until the store says which calls it held (then a
+// held call the freed entry covers is not judged again), review rev14a.
+func TestRestart_FreedPartitionCallSentAgain(t *testing.T) {
+	t.Skip("known defect, on main as well: a re-sent call of a freed partition is judged as new after a restart, its write states counted again and its finding announced again in most runs (review rev14a; see the comment)")
+	dir := t.TempDir()
+	clock := newClock(wallStart)
+	key := detect.PartitionKey{Server: "thegram"}
+	r := openRun(t, dir, clock, nil, nil)
+	line := pendingPatchLine("s0", 1, wallStart.Add(-time.Minute), "team/x.gram")
+	w := batch(t, "poster", line)
+	if _, err := r.ingest(w); err != nil {
+		t.Fatal(err)
+	}
+	r.steps(40, nil)
+	freeIdle(t, r, key)
+	for deadline := time.Now().Add(5 * time.Second); freedIn(t, dir, key).IsZero(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the state file does not keep thegram freed")
+		}
+		clock.Add(time.Second)
+		r.status()
+	}
+	o := r.stop()
+	if len(o.findings) != 1 {
+		t.Fatalf("%d findings before the restart, want the unverified_write", len(o.findings))
+	}
+	clock.Add(time.Second)
+	r = openRun(t, dir, clock, nil, nil)
+	r.steps(2, nil)
+	if _, err := r.ingest(batch(t, "poster", line)); err != nil {
+		t.Fatal(err)
+	}
+	r.steps(30, nil)
+	n, states := announcedWritesOf(r, ids(w)[0])
+	_, announced := r.rec.snapshot()
+	logs := r.logs.String()
+	got := r.stop()
+	for id := range o.findings {
+		if announced[id] > 0 {
+			t.Errorf("the finding %s, stored before the restart, announced again %d times\n%s", id, announced[id], logs)
+		}
+	}
+	if n > 0 {
+		t.Errorf("write states of the re-sent write announced again: %s", states)
+	}
+	if len(got.findings) != 1 {
+		t.Errorf("%d findings stored, want the 1 from before", len(got.findings))
+	}
+	if s := writeStateOf(got, ids(w)[0]); s != string(audit.StateUnverified) {
+		t.Errorf("the write is stored as %s, want unverified", s)
 	}
 }
 

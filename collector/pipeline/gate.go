@@ -68,6 +68,16 @@ type gate struct {
 	// latest event time replayed: output dated up to it plus the verify
 	// window and the lateness bounds can still repeat what was stored.
 	replayEnd map[detect.PartitionKey]time.Time
+	// seeded holds, for the freed partitions whose calls the replay judges
+	// from the floor on (see seed), the freed watermark and the floor: a
+	// replayed call of them that freedCovers covers is silent.
+	seeded map[detect.PartitionKey]freedBound
+	// silentCalls holds the tenant and call id (tenant, NUL, id) of the
+	// silent calls the replay judged (a call id names no tenant: another
+	// tenant's copy of the call is no silent call, review rev15b), while
+	// known is set: output of theirs alone was committed before the
+	// freeing, their writes' windows closing included.
+	silentCalls map[string]bool
 	// announced holds the pending writes the sinks have seen in this run.
 	announced   map[writeKey]bool
 	committedWM time.Time
@@ -119,6 +129,69 @@ func (g *gate) replaying(c *audit.Call) {
 	}
 }
 
+// freedBound is what the state file said of a freed partition: the
+// watermark it was freed at, and the file's floor.
+type freedBound struct{ wm, floor time.Time }
+
+// seed notes, during the replay, that the freed partition k (freed at wm,
+// the file's floor floor) has calls the replay judges (from the floor
+// on), and that its calls the file covers (freedCovers), which the replay
+// would pass over, are replayed too, silently, so that the later ones are
+// judged with what they correlate with: a double application's second
+// attempt, judged without its first, was stored over its double_applied
+// row as unverified, and a false unverified_write stored (review rev14a).
+// Nothing a silent call makes reaches the sinks or the store: the call,
+// the write states and findings made while it is judged, its write's
+// window closing, an id collision it is dropped in. All that was
+// committed before the partition was freed. Output of a call of the
+// partition the replay judges, or of this run, goes on as before.
+func (g *gate) seed(k detect.PartitionKey, wm, floor time.Time) {
+	if g.seeded == nil {
+		g.seeded = map[detect.PartitionKey]freedBound{}
+		g.silentCalls = map[string]bool{}
+	}
+	g.seeded[k] = freedBound{wm: wm, floor: floor}
+}
+
+// seeding reports whether the freed partition k was seeded (seed).
+func (g *gate) seeding(k detect.PartitionKey) bool {
+	_, ok := g.seeded[k]
+	return ok
+}
+
+// silent reports whether c is a replayed call of a seeded freed partition
+// that the state file stands for as committed (seed).
+func (g *gate) silent(c *audit.Call) bool {
+	if len(g.seeded) == 0 || !c.Received.IsZero() {
+		return false
+	}
+	b, ok := g.seeded[detect.PartitionKey{Tenant: c.Tenant, Server: c.Server}]
+	return ok && freedCovers(b.wm, b.floor, c.Time)
+}
+
+// silentNow reports whether output about calls of tenant is a silent
+// call's alone (seed), and so was committed before the freeing: made while
+// a silent call is judged, and about silent calls only (a write of this
+// run, or a finding pairing one with a silent call, is new: a late write
+// settled by a silent read was left stored pending when everything made
+// then was dropped, review rev15b); or, for window (a write made
+// unverified, its unverified_write), by the window of a silent call's
+// write closing.
+func (g *gate) silentNow(tenant string, calls []string, window bool) bool {
+	if len(g.seeded) == 0 || len(calls) == 0 {
+		return false
+	}
+	if r := g.eng.Current(); r != nil && g.silent(r.Call) {
+		for _, id := range calls {
+			if !g.silentCalls[tenant+"\x00"+id] && !(r.Call.Tenant == tenant && r.Call.ID == id) {
+				return false
+			}
+		}
+		return true
+	}
+	return window && g.silentCalls[tenant+"\x00"+calls[0]]
+}
+
 // forget drops the ids of known findings once no replayed call can make
 // output again: every partition that had replayed calls has judged past
 // its last one by the verify window (the last window of a replayed write
@@ -139,6 +212,7 @@ func (g *gate) forget() {
 	}
 	if len(g.replayEnd) == 0 {
 		g.known, g.replayEnd, g.alt, g.aliases = nil, nil, nil, nil
+		g.silentCalls = nil
 		g.heldPending, g.pendingAsked = nil, true
 		g.knownLen.Store(0)
 	}
@@ -157,7 +231,8 @@ func (g *gate) forget() {
 //
 // A partition freed as idle before the restart has no mark, and needs
 // none here: the replay passes over the calls of it the state file
-// stands for as committed (freedCovers), and everything else of it that
+// stands for as committed (freedCovers), or replays them silently (seed:
+// told by the call, not by a time), and everything else of it that
 // reaches the gate comes from a call the replay judged (one it does not
 // cover, so dated after the freed watermark or from the floor on) or of
 // this run, and is dated no earlier than that call (a window's end, its
@@ -197,12 +272,23 @@ func (g *gate) Call(r *audit.Record) {
 	if r.Call.Received.IsZero() && g.committed(r.Call.Tenant, r.Call.Server, r.Call.Time) {
 		return
 	}
+	if g.silent(r.Call) {
+		if g.silentCalls != nil {
+			g.silentCalls[r.Call.Tenant+"\x00"+r.Call.ID] = true
+		}
+		return
+	}
 	for _, s := range g.sinks {
 		s.Call(r)
 	}
 }
 
 func (g *gate) Write(w *audit.Write, prev audit.WriteState) {
+	// A silent write the sinks saw pending (its call sent again in this
+	// run) leaves their books as any other.
+	if g.silentNow(w.Tenant, []string{w.CallID}, w.State == audit.StateUnverified && !g.announced[writeKey{w.CallID, w.Seq}]) {
+		return
+	}
 	// A write made unverified is dated at the end of its window.
 	open := w.State == audit.StateUnverified && g.heldOpen(w.Tenant, w.Server, w.StateTime)
 	// A write settled by a replayed call whose window had not ended before
@@ -255,6 +341,9 @@ func (g *gate) Finding(f *audit.Finding) {
 	// A window may close later than its end, held open for a source
 	// behind it (detect's expire): one held past the last commit was not
 	// committed, though the mark may be far past its end.
+	if g.silentNow(f.Tenant, f.Calls, f.Kind == audit.KindUnverifiedWrite) {
+		return
+	}
 	t, open := f.Time, false
 	if f.Kind == audit.KindUnverifiedWrite {
 		t = t.Add(g.eng.Config().VerifyWindow) // its window ended then

@@ -102,10 +102,11 @@ type freedLine struct {
 // at watermark wm, with floor floor, stands for the output of its calls
 // dated t as committed: at or before wm, and before floor (a call of it
 // acknowledged around the freeing is covered by the floor alone). The
-// replay at start passes over the calls it covers (recover): nothing of
-// them is made again. Output of a call it does not cover is dated no
-// earlier than that call, so not covered either: the gate needs no bound
-// of its own (gate.committed).
+// replay at start passes over the calls it covers (recover), or replays
+// them silently when a later call of their partition is judged
+// (gate.seed): nothing of them is made again. Output of a call it does not
+// cover is dated no earlier than that call, so not covered either: the
+// gate needs no bound by time of its own (gate.committed).
 func freedCovers(wm, floor, t time.Time) bool {
 	return !t.After(wm) && (floor.IsZero() || t.Before(floor))
 }

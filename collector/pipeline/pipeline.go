@@ -285,6 +285,12 @@ const expireEvery = 10 * time.Second
 // do not move the others.
 const recoverySource = "mcpaudit/recovery"
 
+// maxSeedCalls bounds the calls of freed partitions the replay holds
+// while it looks for a call of theirs from the floor on (recover): lean
+// records of a few hundred bytes, tens of MB (estimated). A variable for
+// tests.
+var maxSeedCalls = 100_000
+
 // recover replays the stored calls that correlation state after the
 // committed watermarks can depend on, judging them again in time order.
 // What they caused up to each partition's watermark was committed before
@@ -391,8 +397,24 @@ func (p *Pipeline) recover(ctx context.Context) error {
 		}
 	}
 	start := p.now()
-	n, skipped, skippedLate := 0, 0, 0
+	n, skipped, seeded, skippedLate := 0, 0, 0, 0
+	// covered keeps, per freed partition whose watermark is at or after the
+	// floor, the calls of it the file covers that a call of it from the
+	// floor on can correlate with (reach before the floor), until the
+	// replay comes to such a call; then they are replayed first, silently
+	// (gate.seed). A partition with no call from the floor on keeps none.
+	// They are kept lean, at most maxSeedCalls in all.
+	var covered map[detect.PartitionKey][]*audit.Record
+	var unseeded map[detect.PartitionKey]bool
+	nCovered := 0
+	reach := p.dcfg.CorrelationWindow + p.dcfg.VerifyWindow + p.dcfg.AllowedLateness + p.dcfg.Lateness
+	add := func(r *audit.Record) {
+		n++
+		p.gate.replaying(r.Call)
+		p.eng.Add(recoverySource, r, p.now())
+	}
 	err = p.store.ScanCalls(ctx, horizon, func(r *audit.Record) error {
+		k := detect.PartitionKey{Tenant: r.Call.Tenant, Server: r.Call.Server}
 		if tooLate != nil && tooLate[audit.CallRef{Tenant: r.Call.Tenant, ID: r.Call.ID}] {
 			skippedLate++
 			return nil
@@ -407,18 +429,64 @@ func (p *Pipeline) recover(ctx context.Context) error {
 		// freeing had the file drop it first (comeback); one acknowledged
 		// just before the engine freed its partition is covered by the
 		// floor alone, and is judged (freedCovers; found by review13h).
-		if wm, ok := freed[detect.PartitionKey{Tenant: r.Call.Tenant, Server: r.Call.Server}]; ok && freedCovers(wm, floor, r.Call.Time) {
-			skipped++
+		if wm, ok := freed[k]; ok && freedCovers(wm, floor, r.Call.Time) {
+			switch {
+			case p.gate.seeding(k):
+				seeded++
+				add(r)
+			case !floor.IsZero() && !wm.Before(floor) && !r.Call.Time.Before(floor.Add(-reach)) && !unseeded[k]:
+				if covered == nil {
+					covered = map[detect.PartitionKey][]*audit.Record{}
+				}
+				covered[k] = append(covered[k], r.Lean())
+				if nCovered++; nCovered > maxSeedCalls {
+					// Past the bound the partition holding the most is
+					// passed over as before, judged from the floor on alone.
+					var most detect.PartitionKey
+					for pk, recs := range covered {
+						if len(recs) > len(covered[most]) {
+							most = pk
+						}
+					}
+					nCovered -= len(covered[most])
+					skipped += len(covered[most])
+					delete(covered, most)
+					if unseeded == nil {
+						unseeded = map[detect.PartitionKey]bool{}
+					}
+					unseeded[most] = true
+				}
+			default:
+				skipped++
+			}
 			return nil
 		}
-		n++
-		p.gate.replaying(r.Call)
-		p.eng.Add(recoverySource, r, p.now())
+		// The calls of a freed partition judged again (from the floor on)
+		// are judged with the calls before the floor they correlate with,
+		// replayed first with their output dropped: judged alone, the
+		// second attempt of a double application whose first lies before
+		// the floor was stored over its double_applied row as unverified,
+		// and a false unverified_write stored (review rev14a).
+		if recs, ok := covered[k]; ok {
+			delete(covered, k)
+			nCovered -= len(recs)
+			p.gate.seed(k, freed[k], floor)
+			for _, h := range recs {
+				seeded++
+				add(h)
+			}
+		}
+		add(r)
 		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("cannot replay stored calls: %w", err)
 	}
+	for _, recs := range covered {
+		skipped += len(recs)
+	}
+	covered = nil
+	n -= seeded
 	// Every call up to a partition's mark was judged, and its windows
 	// closed, before the stop: the watermark goes on from there, not from
 	// the last replayed call (a quiet partition had moved on with the wall
@@ -501,9 +569,9 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	}
 	p.eng.Tick(p.now())
 	p.countOpen()
-	if n > 0 || skipped > 0 || skippedLate > 0 {
+	if n > 0 || skipped > 0 || seeded > 0 || skippedLate > 0 {
 		p.log.Info("correlation state rebuilt from the store", "watermark", wm, "partitions", len(marks),
-			"replayed_calls", n, "freed_calls_skipped", skipped, "too_late_calls_skipped", skippedLate, "known_findings", len(known), "took", p.now().Sub(start).Round(time.Millisecond))
+			"replayed_calls", n, "freed_calls_skipped", skipped, "freed_calls_seeded", seeded, "too_late_calls_skipped", skippedLate, "known_findings", len(known), "took", p.now().Sub(start).Round(time.Millisecond))
 	}
 	return nil
 }
@@ -970,7 +1038,7 @@ func (p *Pipeline) logLate(prev, now []detect.PartitionStatus) {
 // goroutine.
 func (p *Pipeline) collision(c detect.Collision) {
 	d := c.Dropped
-	if d.Received.IsZero() && p.gate.committed(d.Tenant, d.Server, d.Time) {
+	if d.Received.IsZero() && p.gate.committed(d.Tenant, d.Server, d.Time) || p.gate.silent(d) {
 		return
 	}
 	kept := c.Kept

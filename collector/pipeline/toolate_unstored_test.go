@@ -43,24 +43,10 @@ func (s *refusingStore) AppendCallsCompared(ctx context.Context, calls []audit.R
 // count is back to zero.
 func TestStatus_UnstoredCountsTooLate(t *testing.T) {
 	dir := t.TempDir()
-	st, err := sqlite.Open(filepath.Join(dir, "mcpaudit.db"), sqlite.Options{Synchronous: "normal"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openSQLite(t, dir)
 	rs := &refusingStore{Store: st}
 	clock := newClock(wallStart)
-	cfg := pipeline.NewDefaultConfig()
-	cfg.StateFile = filepath.Join(dir, "partitions.json")
-	cfg.Now = clock.Now
-	cfg.CommitEvery = 10 * time.Millisecond
-	dcfg := detect.NewDefaultConfig()
-	dcfg.JoinWait = 2 * time.Second
-	p, err := pipeline.New(context.Background(), cfg, dcfg, rs, slog.New(slog.NewTextHandler(io.Discard, nil)), newRecorder())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close(context.Background())
+	p := openPipeline(t, dir, rs, clock)
 	ingest := func(b audit.Batch) {
 		t.Helper()
 		if _, err := p.Ingest(context.Background(), b); err != nil {
@@ -122,27 +108,13 @@ func TestTooLate_NotNamedWhenTheStoreCannotTell(t *testing.T) {
 	for _, tell := range []bool{false, true} {
 		t.Run(fmt.Sprintf("tells=%v", tell), func(t *testing.T) {
 			dir := t.TempDir()
-			st, err := sqlite.Open(filepath.Join(dir, "mcpaudit.db"), sqlite.Options{Synchronous: "normal"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer st.Close()
+			st := openSQLite(t, dir)
 			var s audit.Store = plainStore{st}
 			if tell {
 				s = &refusingStore{Store: st}
 			}
 			clock := newClock(wallStart)
-			cfg := pipeline.NewDefaultConfig()
-			cfg.StateFile = filepath.Join(dir, "partitions.json")
-			cfg.Now = clock.Now
-			cfg.CommitEvery = 10 * time.Millisecond
-			dcfg := detect.NewDefaultConfig()
-			dcfg.JoinWait = 2 * time.Second
-			p, err := pipeline.New(context.Background(), cfg, dcfg, s, slog.New(slog.NewTextHandler(io.Discard, nil)), newRecorder())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer p.Close(context.Background())
+			p := openPipeline(t, dir, s, clock)
 			for rpc := range 200 {
 				if _, err := p.Ingest(context.Background(), batch(t, "pod-0", callLine("thegram", "s0", rpc+1, clock.Now().Add(-time.Second)))); err != nil {
 					t.Fatal(err)
@@ -171,4 +143,34 @@ func TestTooLate_NotNamedWhenTheStoreCannotTell(t *testing.T) {
 			}
 		})
 	}
+}
+
+// openSQLite opens an embedded store in dir, closed when the test ends.
+func openSQLite(t *testing.T, dir string) *sqlite.Store {
+	t.Helper()
+	st, err := sqlite.Open(filepath.Join(dir, "mcpaudit.db"), sqlite.Options{Synchronous: "normal"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+// openPipeline starts a pipeline over s with its state file in dir, on
+// clock, committing every 10 ms; closed when the test ends (before the
+// store: cleanups run last first).
+func openPipeline(t *testing.T, dir string, s audit.Store, clock *testClock) *pipeline.Pipeline {
+	t.Helper()
+	cfg := pipeline.NewDefaultConfig()
+	cfg.StateFile = filepath.Join(dir, "partitions.json")
+	cfg.Now = clock.Now
+	cfg.CommitEvery = 10 * time.Millisecond
+	dcfg := detect.NewDefaultConfig()
+	dcfg.JoinWait = 2 * time.Second
+	p, err := pipeline.New(context.Background(), cfg, dcfg, s, slog.New(slog.NewTextHandler(io.Discard, nil)), newRecorder())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close(context.Background()) })
+	return p
 }

@@ -123,7 +123,7 @@ func (s *Store) differing(ctx context.Context, calls []audit.Record, rows []call
 	}
 	var differ []int
 	var complete []callRow
-	var completing map[callKey]bool // made at the first: completions are rare
+	var completing map[callKey]known // made at the first: completions are rare
 	var buf []byte
 	for _, k := range check {
 		key := keyOf(&rows[k.i])
@@ -139,13 +139,18 @@ func (s *Store) differing(ctx context.Context, calls []audit.Record, rows []call
 		}
 		if !rec.Call.Responded {
 			// The answer of a call stored without one: the first answered
-			// copy completes it (completeStep), the others are copies.
-			if !completing[key] {
+			// copy completes it (completeStep); a later one in the same
+			// request is compared with that one, as it would be with the
+			// stored answer in a later request (review rev15b).
+			first, ok := completing[key]
+			if !ok {
 				if completing == nil {
-					completing = map[callKey]bool{}
+					completing = map[callKey]known{}
 				}
-				completing[key] = true
+				completing[key] = k
 				complete = append(complete, rows[k.i])
+			} else if first.ok && k.ok && first.sum != k.sum {
+				differ = append(differ, k.i)
 			}
 			continue
 		}
