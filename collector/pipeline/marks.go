@@ -480,7 +480,7 @@ func (p *Pipeline) pruneFreed(floor time.Time) {
 	}
 	var reach time.Time
 	if !floor.IsZero() {
-		reach = floor.Add(-(p.dcfg.CorrelationWindow + p.dcfg.VerifyWindow + p.dcfg.AllowedLateness + p.dcfg.Lateness))
+		reach = floor.Add(-p.replayReach())
 	}
 	for k, m := range p.freed {
 		if gen, ok := p.eng.Gen(k); ok && gen > m.gen || m.wm.Before(reach) {

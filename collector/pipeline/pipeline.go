@@ -285,6 +285,14 @@ const expireEvery = 10 * time.Second
 // do not move the others.
 const recoverySource = "mcpaudit/recovery"
 
+// replayReach is how far before a mark a replayed call can still make
+// output (correlation_window + verify_window + allowed_lateness +
+// lateness): the replay's horizon, and the reach of a freed partition's
+// calls before the floor.
+func (p *Pipeline) replayReach() time.Duration {
+	return p.dcfg.CorrelationWindow + p.dcfg.VerifyWindow + p.dcfg.AllowedLateness + p.dcfg.Lateness
+}
+
 // maxSeedCalls bounds the calls of freed partitions the replay holds
 // while it looks for a call of theirs from the floor on (recover): lean
 // records of a few hundred bytes, tens of MB (estimated). A variable for
@@ -341,7 +349,7 @@ func (p *Pipeline) recover(ctx context.Context) error {
 		p.log.Warn("the state file is missing or damaged while the store holds output: judging every stored call again (this may take a while)",
 			"path", p.cfg.StateFile)
 	case !from.IsZero():
-		horizon = from.Add(-(p.dcfg.CorrelationWindow + p.dcfg.VerifyWindow + p.dcfg.AllowedLateness + p.dcfg.Lateness))
+		horizon = from.Add(-p.replayReach())
 	}
 	known, err := p.store.FindingIDs(ctx, horizon)
 	if err != nil {
@@ -407,7 +415,7 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	var covered map[detect.PartitionKey][]*audit.Record
 	var unseeded map[detect.PartitionKey]bool
 	nCovered := 0
-	reach := p.dcfg.CorrelationWindow + p.dcfg.VerifyWindow + p.dcfg.AllowedLateness + p.dcfg.Lateness
+	reach := p.replayReach()
 	add := func(r *audit.Record) {
 		n++
 		p.gate.replaying(r.Call)
