@@ -200,8 +200,15 @@ func (b *builder) clientAlerts() []Rule {
 			for_:     30 * time.Minute,
 			severity: SeverityWarning,
 			summary:  "Clients retry calls that cannot succeed.",
-			description: "{{ $value | humanizePercentage }} of the calls to server {{ $labels.server }} in the last 30m were " +
-				"wasted or premature retries: identical requests re-sent after a fix_input or reauthorize error, or " +
+			// The findings and the calls are counted apart: a finding the
+			// replay after a restart makes about a call counted before it,
+			// or one of a server whose calls stopped, counts with no call.
+			// Over no call the ratio is +Inf (and read "+Inf%"), over fewer
+			// calls than findings above 1: the description says so instead.
+			description: "{{ if le $value 1.0 }}{{ $value | humanizePercentage }} of the calls to server {{ $labels.server }} " +
+				"in the last 30m were wasted or premature retries{{ else }}More wasted or premature retries than calls were " +
+				"counted for server {{ $labels.server }} in the last 30m (findings about calls counted before then, such as " +
+				"those a restart's replay makes){{ end }}: identical requests re-sent after a fix_input or reauthorize error, or " +
 				"before the receipt's retryAfter.",
 			view: findingsView(audit.KindWastedRetry),
 		}),
