@@ -180,11 +180,15 @@ type Counts struct {
 	// Calls counts calls delivered; Late those judged behind the
 	// watermark; TooLate those later than detect.allowed_lateness behind
 	// it, stored and not judged; Ahead those dated beyond the allowed
-	// clock skew.
+	// clock skew. Behind counts those of TooLate whose source never
+	// delivered a call dated within detect.max_clock_lag of its arrival (a
+	// clock that slow), where the rest came from a source once current (a
+	// backlog delivered late).
 	Calls   int64 `json:"calls"`
 	Late    int64 `json:"late"`
 	TooLate int64 `json:"too_late"`
 	Ahead   int64 `json:"clock_ahead"`
+	Behind  int64 `json:"clock_behind"`
 	// IDCollisions counts calls not judged because a different call came
 	// under the same trace and span id (stored), or another response under
 	// the same call id (not stored: the store keeps one per id)
@@ -204,6 +208,7 @@ func (t *Counts) add(c *detect.Counts) {
 	t.Late += c.Late
 	t.TooLate += c.TooLate
 	t.Ahead += c.Ahead
+	t.Behind += c.Behind
 	t.IDCollisions += c.IDCollisions
 	sp := c.TooLateSpan()
 	if t.TooLateFrom != nil {

@@ -40,7 +40,7 @@ func TestStatus_SourceTotals(t *testing.T) {
 			{Name: "otlp:oddlynew", LastEvent: wm, Counts: detect.Counts{Calls: 4}},
 		}},
 		{PartitionKey: detect.PartitionKey{Server: "thegram"}, Watermark: wm, Counts: detect.Counts{Calls: 48}, Sources: []detect.SourceStatus{
-			{Name: "calls:10.0.0.7", LastEvent: wm, Counts: detect.Counts{Calls: 45, TooLate: 3, Ahead: 2}},
+			{Name: "calls:10.0.0.7", LastEvent: wm, Counts: detect.Counts{Calls: 45, TooLate: 3, Ahead: 2, Behind: 2}},
 		}},
 		{PartitionKey: detect.PartitionKey{Tenant: "acme", Server: "thegram"}, Watermark: wm, Counts: detect.Counts{Calls: 7}, Sources: []detect.SourceStatus{
 			{Name: "calls:10.0.0.7", LastEvent: wm, Counts: detect.Counts{Calls: 7}},
@@ -48,7 +48,7 @@ func TestStatus_SourceTotals(t *testing.T) {
 	}
 	got := statusOf(t, parts)
 	want := map[[2]string]api.SourceTotals{
-		{"", "calls:10.0.0.7"}:     {Servers: []string{"oddlynew", "thegram"}, Counts: api.Counts{Calls: 66, Late: 1, TooLate: 3, Ahead: 2}},
+		{"", "calls:10.0.0.7"}:     {Servers: []string{"oddlynew", "thegram"}, Counts: api.Counts{Calls: 66, Late: 1, TooLate: 3, Ahead: 2, Behind: 2}},
 		{"", "otlp:oddlynew"}:      {Servers: []string{"oddlynew"}, Counts: api.Counts{Calls: 4}},
 		{"acme", "calls:10.0.0.7"}: {Servers: []string{"thegram"}, Counts: api.Counts{Calls: 7}},
 	}
@@ -58,7 +58,7 @@ func TestStatus_SourceTotals(t *testing.T) {
 	for _, s := range got.Sources {
 		w, ok := want[[2]string{s.Tenant, s.Name}]
 		w.Tenant, w.Name = s.Tenant, s.Name
-		if !ok || s.Calls != w.Calls || s.Late != w.Late || s.TooLate != w.TooLate || s.Ahead != w.Ahead || len(s.Servers) != len(w.Servers) {
+		if !ok || s.Calls != w.Calls || s.Late != w.Late || s.TooLate != w.TooLate || s.Ahead != w.Ahead || s.Behind != w.Behind || len(s.Servers) != len(w.Servers) {
 			t.Errorf("source %+v, want %+v", s, w)
 		}
 	}

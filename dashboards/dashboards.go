@@ -358,13 +358,15 @@ func collector() *dashboard.DashboardBuilder {
 			units.Short,
 			query(fmt.Sprintf("sum by (%s) (%s)", metrics.LabelState, sel(metrics.PipelineSources, jobMatcher)), "{{state}} sources"),
 			query(fmt.Sprintf("sum(%s)", sel(metrics.PipelineBufferedCalls, jobMatcher)), "waiting calls"))).
-		WithPanel(graph("Late and clock-ahead calls",
-			"Calls per second that arrived behind their partition's watermark (judged late, or too late: stored, not judged), calls dated ahead of the collector's clock beyond the allowed skew, and id collisions: calls not judged because a different call came under their id (another exchange under the same trace and span id, stored; or another response to the same request at the same millisecond, not stored; the WARN lines kind=id_collision name them).",
+		WithPanel(graph("Late, clock-ahead and clock-behind calls",
+			"Calls per second that arrived behind their partition's watermark (judged late, or too late: stored, not judged), calls dated ahead of the collector's clock beyond the allowed skew, calls too late from a source whose clock is behind by more than detect.max_clock_lag (a slow clock, not a backlog; also among the too late), and id collisions: calls not judged because a different call came under their id (another exchange under the same trace and span id, stored; or another response to the same request at the same millisecond, not stored; the WARN lines kind=id_collision name them).",
 			units.OpsPerSecond,
 			query(fmt.Sprintf("sum by (%s, %s) (rate(%s[%s]))", metrics.LabelServer, metrics.LabelResult,
 				sel(metrics.PipelineLateCallsTotal, serverMatcher), rate), "{{server}} late {{result}}"),
 			query(fmt.Sprintf("sum by (%s) (rate(%s[%s]))", metrics.LabelServer,
 				sel(metrics.PipelineClockAheadCallsTotal, serverMatcher), rate), "{{server}} clock ahead"),
+			query(fmt.Sprintf("sum by (%s) (rate(%s[%s]))", metrics.LabelServer,
+				sel(metrics.PipelineClockBehindCallsTotal, serverMatcher), rate), "{{server}} clock behind (too late)"),
 			query(fmt.Sprintf("sum by (%s) (rate(%s[%s]))", metrics.LabelServer,
 				sel(metrics.PipelineIDCollisionsTotal, serverMatcher), rate), "{{server}} id collisions"))).
 		WithPanel(graph("Sources past detect.max_sources",

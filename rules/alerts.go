@@ -200,8 +200,15 @@ func (b *builder) clientAlerts() []Rule {
 			for_:     30 * time.Minute,
 			severity: SeverityWarning,
 			summary:  "Clients retry calls that cannot succeed.",
-			description: "{{ $value | humanizePercentage }} of the calls to server {{ $labels.server }} in the last 30m were " +
-				"wasted or premature retries: identical requests re-sent after a fix_input or reauthorize error, or " +
+			// The findings and the calls are counted apart: a finding the
+			// replay after a restart makes about a call counted before it,
+			// or one of a server whose calls stopped, counts with no call.
+			// Over no call the ratio is +Inf (and read "+Inf%"), over fewer
+			// calls than findings above 1: the description says so instead.
+			description: "{{ if le $value 1.0 }}{{ $value | humanizePercentage }} of the calls to server {{ $labels.server }} " +
+				"in the last 30m were wasted or premature retries{{ else }}More wasted or premature retries than calls were " +
+				"counted for server {{ $labels.server }} in the last 30m (findings about calls counted before then, such as " +
+				"those a restart's replay makes){{ end }}: identical requests re-sent after a fix_input or reauthorize error, or " +
 				"before the receipt's retryAfter.",
 			view: findingsView(audit.KindWastedRetry),
 		}),
@@ -260,9 +267,9 @@ func (b *builder) collectorAlerts() []Rule {
 			severity: SeverityWarning,
 			summary:  "Calls came too late to be judged: findings may be missing.",
 			description: eventCount + " call(s) to server {{ $labels.server }} in the last 10m came later than " +
-				"detect.allowed_lateness behind its watermark (a sender replaying a backlog after an outage or a cut): " +
-				"stored, never judged, so findings about them may be missing. mcpaudit status (or /api/v1/status) " +
-				"names the sources and the event-time span not judged.",
+				"detect.allowed_lateness behind its watermark (a sender replaying a backlog after an outage or a cut, or a " +
+				"clock slower than detect.max_clock_lag: McpAuditClockBehind): stored, never judged, so findings about them " +
+				"may be missing. mcpaudit status (or /api/v1/status) names the sources and the event-time span not judged.",
 		}),
 		b.rule(alert{
 			name: "McpAuditIDCollisions",
@@ -314,6 +321,21 @@ func (b *builder) collectorAlerts() []Rule {
 				"They are judged on arrival, dated where the clock put them: their findings and write states are dated " +
 				"ahead, and a window of theirs (an unverified write) closes only when the watermark reaches that date. " +
 				"mcpaudit status names the source (AHEAD column).",
+		}),
+		b.rule(alert{
+			name: "McpAuditClockBehind",
+			// As for a clock ahead: any, over 15m, for 5m. These calls are
+			// counted too late as well (McpAuditCallsNotJudged fires too);
+			// this one says the cause is the sender's clock, not a backlog.
+			expr:     fmt.Sprintf("sum by (%s) (increase(%s[15m])) > 0", byServer, metrics.PipelineClockBehindCallsTotal),
+			for_:     5 * time.Minute,
+			severity: SeverityWarning,
+			summary:  "A sender's clock runs behind the collector's by more than detect.max_clock_lag.",
+			description: eventCount + " call(s) to server {{ $labels.server }} in the last 15m came from a sender that never " +
+				"delivered a call dated within detect.max_clock_lag of its arrival: its clock is slow (or it sends a backlog " +
+				"that old under a name new to the server). They are stored and never judged (too late), so findings about " +
+				"them are missing for as long as it sends. mcpaudit status names the source (BEHIND column); the collector " +
+				"logs kind=clock_behind_calls once per source.",
 		}),
 		b.rule(alert{
 			name:     "McpAuditCollectorDown",

@@ -534,7 +534,7 @@ func (s *server) pipelineViews() []metrics.PartitionView {
 			srcs = append(srcs, metrics.SourceView{Name: src.Name, LagSeconds: src.Lag.Seconds(), Idle: src.Idle})
 		}
 		v := metrics.NewPartitionView(p.Server, p.Lag.Seconds(), !p.Watermark.IsZero(), p.Buffered, p.Late, p.TooLate, p.Ahead, srcs)
-		v.Tenant, v.Gen, v.IDCollisions = p.Tenant, p.Gen, p.IDCollisions
+		v.Tenant, v.Gen, v.IDCollisions, v.Behind = p.Tenant, p.Gen, p.IDCollisions, p.Behind
 		v.OverflowCalls, v.SourcesDisplaced = p.OverflowCalls, p.SourcesDisplaced
 		views = append(views, v)
 	}

@@ -157,14 +157,14 @@ func printStatus(w io.Writer, st api.StatusResponse, waited bool) {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TENANT\tSERVER\tWATERMARK\tLAG\tWAITING\tCALLS\tLATE\tTOO LATE\tAHEAD\tHELD BY")
+	fmt.Fprintln(tw, "TENANT\tSERVER\tWATERMARK\tLAG\tWAITING\tCALLS\tLATE\tTOO LATE\tAHEAD\tBEHIND\tHELD BY")
 	for _, p := range st.Partitions {
 		wm, lag := "-", "-"
 		if p.Watermark != nil {
 			wm = p.Watermark.UTC().Format(time.RFC3339Nano)
 			lag = (time.Duration(*p.LagSeconds * float64(time.Second))).Round(time.Millisecond).String()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", orDash(p.Tenant), p.Server, wm, lag, p.Buffered, p.Calls, p.Late, p.TooLate, p.Ahead, orDash(heldBy(p)))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", orDash(p.Tenant), p.Server, wm, lag, p.Buffered, p.Calls, p.Late, p.TooLate, p.Ahead, p.Behind, orDash(heldBy(p)))
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
@@ -188,9 +188,9 @@ func printStatus(w io.Writer, st api.StatusResponse, waited bool) {
 	tw.Flush()
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TENANT\tSOURCE\tSERVERS\tCALLS\tLATE\tTOO LATE\tAHEAD")
+	fmt.Fprintln(tw, "TENANT\tSOURCE\tSERVERS\tCALLS\tLATE\tTOO LATE\tAHEAD\tBEHIND")
 	for _, s := range st.Sources {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\n", orDash(s.Tenant), s.Name, strings.Join(s.Servers, ","), s.Calls, s.Late, s.TooLate, s.Ahead)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\n", orDash(s.Tenant), s.Name, strings.Join(s.Servers, ","), s.Calls, s.Late, s.TooLate, s.Ahead, s.Behind)
 	}
 	tw.Flush()
 	// Why calls wait for a while after a restart, when no source is
@@ -260,9 +260,15 @@ func printStatus(w io.Writer, st api.StatusResponse, waited bool) {
 		case source == "":
 			by = append(by, "--mcp-server SERVER")
 		}
-		fmt.Fprintf(w, "Not judged: %d calls of %s (%s) dated %s to %s came later than detect.allowed_lateness; findings about them may be missing (listed by mcpaudit calls %s --since %s --until %s).\n",
+		// A slow clock is told from a backlog delivered late: the fix is
+		// the sender's time, not the collector's lateness.
+		slow := ""
+		if s.Behind > 0 {
+			slow = fmt.Sprintf(" %d of them came from a clock behind by more than detect.max_clock_lag: the source never delivered a call dated within it of its arrival (a slow clock; docs/runbooks.md#mcpauditclockbehind).", s.Behind)
+		}
+		fmt.Fprintf(w, "Not judged: %d calls of %s (%s) dated %s to %s came later than detect.allowed_lateness; findings about them may be missing (listed by mcpaudit calls %s --since %s --until %s).%s\n",
 			s.TooLate, name, strings.Join(s.Servers, ","), s.TooLateFrom.UTC().Format(time.RFC3339), s.TooLateTo.UTC().Format(time.RFC3339),
-			strings.Join(by, " "), s.TooLateFrom.UTC().Format(time.RFC3339), s.TooLateTo.Add(time.Second).UTC().Format(time.RFC3339))
+			strings.Join(by, " "), s.TooLateFrom.UTC().Format(time.RFC3339), s.TooLateTo.Add(time.Second).UTC().Format(time.RFC3339), slow)
 	}
 }
 

@@ -78,7 +78,8 @@ func TestStatus_WaitUnderTraffic(t *testing.T) {
 	counted := 0
 	for _, line := range strings.Split(text, "\n") {
 		f := strings.Fields(line)
-		if len(f) == 7 && f[1] == "calls:pod-0" {
+		// TENANT SOURCE SERVERS CALLS LATE TOO_LATE AHEAD BEHIND.
+		if len(f) == 8 && f[1] == "calls:pod-0" {
 			counted++
 			if f[2] != "thegram,other" && f[2] != "other,thegram" {
 				t.Errorf("pod-0's totals name servers %s, want thegram and other", f[2])

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -42,6 +43,60 @@ func TestStatus_PrintsWhatWasNotJudged(t *testing.T) {
 	}
 	if strings.Count(out, "Not judged:") != 4 {
 		t.Errorf("want four lines of calls not judged:\n%s", out)
+	}
+}
+
+// TestStatus_PrintsClockBehind: `mcpaudit status` shows, beside AHEAD,
+// the calls too late whose source's clock was behind by more than
+// detect.max_clock_lag (BEHIND), per partition and per source, and says on
+// the source's "Not judged" line how many of its calls came from such a
+// clock, so that a slow clock is told from a backlog delivered late; a
+// source with none too late that way gets no such sentence.
+func TestStatus_PrintsClockBehind(t *testing.T) {
+	from := time.Date(2026, 12, 5, 19, 0, 0, 0, time.UTC)
+	to := from.Add(time.Minute)
+	wm, lag := to.Add(2*time.Hour), 1.0
+	st := api.StatusResponse{Time: wm, TooLate: 70, Partitions: []api.PartitionStatus{
+		{Server: "thegram", Watermark: &wm, LagSeconds: &lag, Counts: api.Counts{Calls: 500, TooLate: 70, Behind: 60}},
+	}, Sources: []api.SourceTotals{
+		{Name: "otlp:thegram/slow2h", Servers: []string{"thegram"}, Counts: api.Counts{Calls: 60, TooLate: 60, Behind: 60, TooLateFrom: &from, TooLateTo: &to}},
+		{Name: "otlp:thegram/backlog", Servers: []string{"thegram"}, Counts: api.Counts{Calls: 200, TooLate: 10, TooLateFrom: &from, TooLateTo: &to}},
+	}}
+	var b bytes.Buffer
+	printStatus(&b, st, false)
+	out := b.String()
+	lines := strings.Split(out, "\n")
+	header := func(prefix string) []string {
+		for i, l := range lines {
+			if strings.HasPrefix(l, prefix) && i+1 < len(lines) {
+				return []string{l, lines[i+1]}
+			}
+		}
+		t.Fatalf("no table headed %q:\n%s", prefix, out)
+		return nil
+	}
+	// Each table's header and first row, read as columns.
+	for _, tc := range []struct{ prefix, row string }{
+		{"TENANT  SERVER", "thegram"},
+		{"TENANT  SOURCE", "otlp:thegram/slow2h"},
+	} {
+		hr := header(tc.prefix)
+		cols, vals := strings.Fields(strings.ReplaceAll(hr[0], "TOO LATE", "TOO_LATE")), strings.Fields(hr[1])
+		i := slices.Index(cols, "BEHIND")
+		if i < 0 || slices.Index(cols, "AHEAD") != i-1 {
+			t.Fatalf("header %q: want BEHIND right after AHEAD", hr[0])
+		}
+		if !strings.Contains(hr[1], tc.row) || i >= len(vals) || vals[i] != "60" {
+			t.Errorf("row %q under %q: want 60 under BEHIND", hr[1], hr[0])
+		}
+	}
+	slow := "(listed by mcpaudit calls --source otlp:thegram/slow2h --mcp-server thegram --since 2026-12-05T19:00:00Z --until 2026-12-05T19:01:01Z). " +
+		"60 of them came from a clock behind by more than detect.max_clock_lag"
+	if !strings.Contains(out, slow) {
+		t.Errorf("status output lacks\n%s\ngot:\n%s", slow, out)
+	}
+	if strings.Count(out, "came from a clock behind") != 1 {
+		t.Errorf("want the slow clock told on the slow source's line alone:\n%s", out)
 	}
 }
 

@@ -153,3 +153,44 @@ func TestOldBacklogsHoldWithoutCurrentSource(t *testing.T) {
 		}
 	}
 }
+
+// TestTooLateBehindTellsSlowClockFromBacklog: of the calls counted too
+// late, those of a source that never delivered a call dated within
+// max_clock_lag of its arrival (a pod whose clock is 2 h slow) are counted
+// as behind; those of a source once current (a pod that delivered on time,
+// then a backlog 20 minutes old) are not: its clock is right, its delivery
+// late.
+func TestTooLateBehindTellsSlowClockFromBacklog(t *testing.T) {
+	f := newPodFeed(t)
+	e := f.e
+	wall := time.Date(2026, 12, 5, 21, 0, 0, 0, time.UTC)
+	for i := range 90 {
+		f.add("otlp:thegram/on-time", wall.Add(-time.Second), wall)
+		if i >= 30 {
+			f.add("otlp:thegram/slow2h", wall.Add(-2*time.Hour), wall)
+		}
+		switch {
+		case i < 20:
+			f.add("otlp:thegram/backlog", wall.Add(-time.Second), wall)
+		case i >= 60:
+			f.add("otlp:thegram/backlog", wall.Add(-20*time.Minute), wall)
+		}
+		wall = wall.Add(time.Second)
+		e.Tick(wall)
+	}
+	ps := e.Status(wall)[0]
+	src := map[string]SourceStatus{}
+	for _, s := range ps.Sources {
+		src[s.Name] = s
+	}
+	slow, backlog := src["otlp:thegram/slow2h"], src["otlp:thegram/backlog"]
+	if slow.TooLate != 60 || slow.Behind != 60 {
+		t.Errorf("slow pod: %d too late, %d behind; want its 60 calls both", slow.TooLate, slow.Behind)
+	}
+	if backlog.TooLate != 30 || backlog.Behind != 0 {
+		t.Errorf("backlog pod: %d too late, %d behind; want its 30 late calls too late and none behind", backlog.TooLate, backlog.Behind)
+	}
+	if ps.TooLate != 90 || ps.Behind != 60 {
+		t.Errorf("partition: %d too late, %d behind; want 90 and 60", ps.TooLate, ps.Behind)
+	}
+}

@@ -365,6 +365,9 @@ func (e *Engine) Add(src string, r *audit.Record, wall time.Time) {
 			seen.forget()
 			count(p, s, countTooLate, t)
 			e.stats.TooLate++
+			if e.slowClock(s, src, wall) {
+				count(p, s, countBehind, t)
+			}
 			if s.overflow {
 				s.tooLateSenders = recentFirst(s.tooLateSenders, src, TooLateSendersKept)
 			}
@@ -465,6 +468,15 @@ func (e *Engine) arrive(src string, c *audit.Call, wall time.Time) (p *partition
 		s.holdUntil = laterOf(s.holdUntil, wall.Add(e.cfg.MaxClockLag))
 	}
 	return p, s, moved, ahead
+}
+
+// slowClock reports whether source s, delivering at wall, has never been
+// current: every call it delivered was dated more than MaxClockLag before
+// its arrival, as a clock that slow dates them (or a sender that joins
+// with a backlog that old). A source once current whose calls come too
+// late delivers a backlog late; the replayed stream is no clock.
+func (e *Engine) slowClock(s *source, src string, wall time.Time) bool {
+	return !s.current && !wall.IsZero() && e.cfg.MaxClockLag > 0 && src != e.replay
 }
 
 // AddRefused takes a call that the store did not store because a call of

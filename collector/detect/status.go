@@ -105,11 +105,16 @@ func recentFirst(names []string, name string, max int) []string {
 type Counts struct {
 	// Calls counts calls delivered; Late those judged behind the
 	// watermark; TooLate those beyond the allowed lateness, not judged;
-	// Ahead those dated beyond the allowed clock skew.
+	// Ahead those dated beyond the allowed clock skew. Behind counts
+	// those of TooLate whose source had never delivered a call dated
+	// within MaxClockLag of its arrival: a clock that slow (or a sender
+	// that joined with a backlog that old), where the other calls too
+	// late came from a source once current, a backlog delivered late.
 	Calls   int64 `json:"calls"`
 	Late    int64 `json:"late"`
 	TooLate int64 `json:"too_late"`
 	Ahead   int64 `json:"ahead"`
+	Behind  int64 `json:"behind"`
 	// IDCollisions counts calls dropped unjudged for sharing their
 	// (trace_id, span_id) with another call whose request differs, or
 	// their call id with one that answered otherwise (Collision); for a
@@ -133,6 +138,7 @@ const (
 	countLate                       // judged behind the watermark
 	countTooLate                    // beyond the allowed lateness, not judged
 	countAhead                      // dated beyond the allowed clock skew
+	countBehind                     // too late, its source's clock behind by more than MaxClockLag
 	countCollision                  // dropped for another call under its span ids
 )
 
@@ -150,6 +156,8 @@ func (c *Counts) add(k countKind, t time.Time) {
 		c.TooLateFrom, c.TooLateTo = sp.From, sp.To
 	case countAhead:
 		c.Ahead++
+	case countBehind:
+		c.Behind++
 	case countCollision:
 		c.IDCollisions++
 	}

@@ -9,9 +9,13 @@ import (
 	"github.com/mcpaudit/mcpaudit/collector/detect"
 )
 
+// writeKey names a write: a call id names no tenant (the same exporter
+// configured for two tenants, a capture posted to both, carries one id into
+// each), so the tenant is part of it, as it is of the store's key.
 type writeKey struct {
-	call string
-	seq  int
+	tenant string
+	call   string
+	seq    int
 }
 
 // gate sits between the engine and the sinks and the store: after a
@@ -286,7 +290,7 @@ func (g *gate) Call(r *audit.Record) {
 func (g *gate) Write(w *audit.Write, prev audit.WriteState) {
 	// A silent write the sinks saw pending (its call sent again in this
 	// run) leaves their books as any other.
-	if g.silentNow(w.Tenant, []string{w.CallID}, w.State == audit.StateUnverified && !g.announced[writeKey{w.CallID, w.Seq}]) {
+	if g.silentNow(w.Tenant, []string{w.CallID}, w.State == audit.StateUnverified && !g.announced[writeKey{w.Tenant, w.CallID, w.Seq}]) {
 		return
 	}
 	// A write made unverified is dated at the end of its window.
@@ -311,7 +315,7 @@ func (g *gate) Write(w *audit.Write, prev audit.WriteState) {
 		as.CallID, as.Time = c.ID, c.Time
 		w = &as
 	}
-	k := writeKey{w.CallID, w.Seq}
+	k := writeKey{w.Tenant, w.CallID, w.Seq}
 	if g.writes == nil {
 		g.writes = map[writeKey]audit.Write{}
 	}
@@ -415,13 +419,13 @@ func (g *gate) storedPending(w *audit.Write) bool {
 	if g.heldPending == nil {
 		return true
 	}
-	if g.heldPending[writeKey{w.CallID, w.Seq}] {
+	if g.heldPending[writeKey{w.Tenant, w.CallID, w.Seq}] {
 		return true
 	}
 	// Stored under another observation of its exchange, dated at that
 	// one's time: one outside the range read was not asked about.
 	c := g.storedAs(w)
-	return c != nil && (g.heldPending[writeKey{c.ID, w.Seq}] || !g.inPendingRange(w.Tenant, w.Server, c.Time))
+	return c != nil && (g.heldPending[writeKey{w.Tenant, c.ID, w.Seq}] || !g.inPendingRange(w.Tenant, w.Server, c.Time))
 }
 
 // inPendingRange reports whether a write of the partition of (tenant,
@@ -465,7 +469,7 @@ func (g *gate) loadPending() map[writeKey]bool {
 	held := map[writeKey]bool{}
 	err := g.pendingWrites(lo.Add(-g.settle-vw-time.Millisecond), hi.Add(-g.settle+time.Millisecond), func(w *audit.Write) {
 		if g.inPendingRange(w.Tenant, w.Server, w.Time) {
-			held[writeKey{w.CallID, w.Seq}] = true
+			held[writeKey{w.Tenant, w.CallID, w.Seq}] = true
 		}
 	})
 	if err != nil {
@@ -483,7 +487,7 @@ func (g *gate) storedAs(w *audit.Write) *audit.Call {
 	if g.known == nil || g.storedWrite == nil || len(g.alt[w.CallID]) == 0 {
 		return nil
 	}
-	k := writeKey{w.CallID, w.Seq}
+	k := writeKey{w.Tenant, w.CallID, w.Seq}
 	if c, ok := g.aliases[k]; ok {
 		return c
 	}
@@ -563,7 +567,7 @@ func (g *gate) putBack(r audit.Results) {
 		g.writes = map[writeKey]audit.Write{}
 	}
 	for _, w := range r.Writes {
-		k := writeKey{w.CallID, w.Seq}
+		k := writeKey{w.Tenant, w.CallID, w.Seq}
 		if _, newer := g.writes[k]; !newer {
 			g.writes[k] = w
 		}

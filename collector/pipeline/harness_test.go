@@ -58,6 +58,9 @@ type recorder struct {
 	callPart map[string]detect.PartitionKey
 	writes   map[string]int // "call/seq/state"
 	findings map[string]int
+	// pending counts, per tenant, the writes told pending and not yet
+	// told leaving it, as the metrics' pending gauge keeps them.
+	pending map[string]int
 	// block, when set, holds the first Call until it is closed: the
 	// engine goroutine stops there.
 	block   chan struct{}
@@ -66,7 +69,7 @@ type recorder struct {
 
 func newRecorder() *recorder {
 	return &recorder{calls: map[string]int{}, callTime: map[string]time.Time{}, callPart: map[string]detect.PartitionKey{},
-		writes: map[string]int{}, findings: map[string]int{}}
+		writes: map[string]int{}, findings: map[string]int{}, pending: map[string]int{}}
 }
 
 // newBlockingRecorder returns a recorder whose next Call blocks the engine
@@ -99,9 +102,15 @@ func (s *recorder) Call(r *audit.Record) {
 	}
 }
 
-func (s *recorder) Write(w *audit.Write, _ audit.WriteState) {
+func (s *recorder) Write(w *audit.Write, prev audit.WriteState) {
 	s.mu.Lock()
 	s.writes[fmt.Sprintf("%s/%d/%s", w.CallID, w.Seq, w.State)]++
+	if prev == audit.StatePending {
+		s.pending[w.Tenant]--
+	}
+	if w.State == audit.StatePending {
+		s.pending[w.Tenant]++
+	}
 	s.mu.Unlock()
 }
 

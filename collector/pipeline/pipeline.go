@@ -1004,6 +1004,13 @@ func (p *Pipeline) logLate(prev, now []detect.PartitionStatus) {
 		}
 		for _, src := range s.Sources {
 			o := old[src.Name]
+			if src.Behind > 0 && o.Behind == 0 {
+				// Once per source and run: such a source is not current
+				// until it delivers a call within max_clock_lag, and
+				// then never counts behind again.
+				p.rlog.Warn("clock_behind_calls", "a source's calls are dated further behind their delivery than detect.max_clock_lag, and it never delivered one within it: its clock is slow (or it sends a backlog that old under a name new to the partition); its calls are counted too late, not judged (mcpaudit_pipeline_clock_behind_calls_total counts them; logged once per source)",
+					"tenant", s.Tenant, "server", s.Server, "source", src.Name, "lag", src.Lag.Round(time.Second), "calls", src.Behind, "max_clock_lag", p.dcfg.MaxClockLag)
+			}
 			if src.Late > o.Late || src.TooLate > o.TooLate || src.Ahead > o.Ahead {
 				from = append(from, src.Name)
 			}
@@ -1027,6 +1034,9 @@ func (p *Pipeline) logLate(prev, now []detect.PartitionStatus) {
 			// start (the status has it too): the findings that may be
 			// missing are about calls of that time.
 			w := append(args[:len(args):len(args)], "calls", tooLate, "too_late_from", tl.From, "too_late_to", tl.To)
+			if behind := s.Behind - b.Behind; behind > 0 {
+				w = append(w, "clock_behind", behind)
+			}
 			if len(senders) > 0 {
 				w = append(w, "overflow_senders", senders)
 			}

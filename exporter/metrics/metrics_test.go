@@ -597,6 +597,9 @@ func TestPipelineStatus(t *testing.T) {
 	// quiet sources forgotten to make room.
 	status[0].OverflowCalls, status[1].OverflowCalls = 4, 6
 	status[0].SourcesDisplaced = 1
+	// Of thegram's call too late, one came from a clock behind by more
+	// than detect.max_clock_lag.
+	status[0].Behind = 1
 	if err := m.WatchPipeline(reg, func() []metrics.PartitionView { return status }); err != nil {
 		t.Fatal(err)
 	}
@@ -626,6 +629,10 @@ mcpaudit_pipeline_late_calls_total{result="too_late",server="thegram"} 1
 # TYPE mcpaudit_pipeline_clock_ahead_calls_total counter
 mcpaudit_pipeline_clock_ahead_calls_total{server="oddlynew"} 0
 mcpaudit_pipeline_clock_ahead_calls_total{server="thegram"} 2
+# HELP mcpaudit_pipeline_clock_behind_calls_total Calls too late to be judged whose source never delivered a call dated within detect.max_clock_lag of its arrival (a clock that slow); also counted as too late.
+# TYPE mcpaudit_pipeline_clock_behind_calls_total counter
+mcpaudit_pipeline_clock_behind_calls_total{server="oddlynew"} 0
+mcpaudit_pipeline_clock_behind_calls_total{server="thegram"} 1
 # HELP mcpaudit_pipeline_id_collisions_total Calls not judged because a different call came under the same trace and span id, or another response under the same call id (a broken exporter, or a replay tool rewriting ids).
 # TYPE mcpaudit_pipeline_id_collisions_total counter
 mcpaudit_pipeline_id_collisions_total{server="oddlynew"} 0
@@ -640,7 +647,8 @@ mcpaudit_pipeline_sources_displaced_total{server="oddlynew"} 0
 mcpaudit_pipeline_sources_displaced_total{server="thegram"} 1
 `, metrics.PipelineWatermarkLagSeconds, metrics.PipelineSourceLagSeconds, metrics.PipelineSources,
 		metrics.PipelineBufferedCalls, metrics.PipelineLateCallsTotal, metrics.PipelineClockAheadCallsTotal,
-		metrics.PipelineIDCollisionsTotal, metrics.PipelineSourceOverflowCallsTotal, metrics.PipelineSourcesDisplacedTotal)
+		metrics.PipelineClockBehindCallsTotal, metrics.PipelineIDCollisionsTotal, metrics.PipelineSourceOverflowCallsTotal,
+		metrics.PipelineSourcesDisplacedTotal)
 }
 
 // TestPipelineStatus_PartitionFreed: a partition freed (its sources quiet,

@@ -69,6 +69,11 @@ const (
 	// PipelineClockAheadCallsTotal counts calls dated beyond the allowed
 	// clock skew ahead of the collector's clock.
 	PipelineClockAheadCallsTotal = "mcpaudit_pipeline_clock_ahead_calls_total"
+	// PipelineClockBehindCallsTotal counts the calls too late to be judged
+	// whose source never delivered a call dated within
+	// detect.max_clock_lag of its arrival: a clock that slow, not a
+	// backlog delivered late (also counted in PipelineLateCallsTotal).
+	PipelineClockBehindCallsTotal = "mcpaudit_pipeline_clock_behind_calls_total"
 	// PipelineIDCollisionsTotal counts calls dropped unjudged for sharing
 	// their trace and span id with a different call (another session,
 	// JSON-RPC id, tool, arguments or time), or their call id with one
@@ -323,6 +328,8 @@ var Families = []Family{
 	{PipelineLateCallsTotal, "counter", "Calls that arrived behind their partition's watermark, judged late or too late to judge.",
 		[]string{LabelServer, LabelResult}},
 	{PipelineClockAheadCallsTotal, "counter", "Calls dated beyond the allowed clock skew ahead of the collector's clock.",
+		[]string{LabelServer}},
+	{PipelineClockBehindCallsTotal, "counter", "Calls too late to be judged whose source never delivered a call dated within detect.max_clock_lag of its arrival (a clock that slow); also counted as too late.",
 		[]string{LabelServer}},
 	{PipelineSourceOverflowCallsTotal, "counter", "Calls of sources new to a partition that held detect.max_sources sources, none quiet: stored and judged under its overflow source, their senders' clocks not followed one by one.",
 		[]string{LabelServer}},

@@ -27,6 +27,9 @@ type PartitionView struct {
 // lives.
 type partitionCounts struct {
 	Late, TooLate, Ahead int64
+	// Behind counts the calls of TooLate whose source's clock was behind
+	// by more than detect.max_clock_lag (PipelineClockBehindCallsTotal).
+	Behind int64
 	// IDCollisions counts the partition's calls dropped for a different
 	// call under their span ids, or another response under their call id
 	// (PipelineIDCollisionsTotal).
@@ -41,6 +44,7 @@ func (c *partitionCounts) add(o partitionCounts) {
 	c.Late += o.Late
 	c.TooLate += o.TooLate
 	c.Ahead += o.Ahead
+	c.Behind += o.Behind
 	c.IDCollisions += o.IDCollisions
 	c.OverflowCalls += o.OverflowCalls
 	c.SourcesDisplaced += o.SourcesDisplaced
@@ -49,7 +53,7 @@ func (c *partitionCounts) add(o partitionCounts) {
 // below reports whether any of c is below o's: c is not o's partition's,
 // grown, but a new partition's under its key.
 func (c partitionCounts) below(o partitionCounts) bool {
-	return c.Late < o.Late || c.TooLate < o.TooLate || c.Ahead < o.Ahead || c.IDCollisions < o.IDCollisions ||
+	return c.Late < o.Late || c.TooLate < o.TooLate || c.Ahead < o.Ahead || c.Behind < o.Behind || c.IDCollisions < o.IDCollisions ||
 		c.OverflowCalls < o.OverflowCalls || c.SourcesDisplaced < o.SourcesDisplaced
 }
 
@@ -105,8 +109,8 @@ func (m *Metrics) WatchPipeline(reg prometheus.Registerer, status func() []Parti
 	c := &pipelineCollector{m: m, status: status, descs: map[string]*prometheus.Desc{},
 		counted: map[[2]string]countedPartition{}, carried: map[string]*partitionCounts{}}
 	for _, name := range []string{PipelineWatermarkLagSeconds, PipelineSourceLagSeconds, PipelineSources,
-		PipelineBufferedCalls, PipelineLateCallsTotal, PipelineClockAheadCallsTotal, PipelineIDCollisionsTotal,
-		PipelineSourceOverflowCallsTotal, PipelineSourcesDisplacedTotal} {
+		PipelineBufferedCalls, PipelineLateCallsTotal, PipelineClockAheadCallsTotal, PipelineClockBehindCallsTotal,
+		PipelineIDCollisionsTotal, PipelineSourceOverflowCallsTotal, PipelineSourcesDisplacedTotal} {
 		f := family(name)
 		c.descs[name] = prometheus.NewDesc(f.Name, f.Help, f.Labels, nil)
 	}
@@ -212,6 +216,7 @@ func (c *pipelineCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.descs[PipelineLateCallsTotal], prometheus.CounterValue, float64(s.Late), name, LateJudged)
 		ch <- prometheus.MustNewConstMetric(c.descs[PipelineLateCallsTotal], prometheus.CounterValue, float64(s.TooLate), name, LateTooLate)
 		ch <- prometheus.MustNewConstMetric(c.descs[PipelineClockAheadCallsTotal], prometheus.CounterValue, float64(s.Ahead), name)
+		ch <- prometheus.MustNewConstMetric(c.descs[PipelineClockBehindCallsTotal], prometheus.CounterValue, float64(s.Behind), name)
 		ch <- prometheus.MustNewConstMetric(c.descs[PipelineIDCollisionsTotal], prometheus.CounterValue, float64(s.IDCollisions), name)
 		ch <- prometheus.MustNewConstMetric(c.descs[PipelineSourceOverflowCallsTotal], prometheus.CounterValue, float64(s.OverflowCalls), name)
 		ch <- prometheus.MustNewConstMetric(c.descs[PipelineSourcesDisplacedTotal], prometheus.CounterValue, float64(s.SourcesDisplaced), name)
