@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/mcpaudit/mcpaudit/api"
 	"github.com/mcpaudit/mcpaudit/audit"
-	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
 )
 
 // incidentServer is the page without credentials over a real embedded
@@ -31,11 +29,7 @@ func incidentServer(t *testing.T) *httptest.Server {
 // incidentServerWith is incidentServer with cfg.
 func incidentServerWith(t *testing.T, cfg Config) *httptest.Server {
 	t.Helper()
-	st, err := sqlite.Open(filepath.Join(t.TempDir(), "mcpaudit.db"), sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := tempStore(t)
 	const doc = "team/notes.gram"
 	base := time.Date(2026, 12, 4, 14, 0, 0, 0, time.UTC)
 	for i, at := range []time.Duration{90 * time.Second, 125 * time.Second, 9 * time.Minute} {
@@ -279,11 +273,7 @@ func TestTimelineFindingsFollowRange(t *testing.T) {
 // TestTimelineFindingsCapped: past the 500 findings a page lists, the
 // counts come from the store and still follow the range.
 func TestTimelineFindingsCapped(t *testing.T) {
-	st, err := sqlite.Open(filepath.Join(t.TempDir(), "mcpaudit.db"), sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := tempStore(t)
 	base := time.Date(2026, 12, 4, 14, 0, 0, 0, time.UTC)
 	var fs []audit.Finding
 	for i := range findingsListed + 3 {

@@ -7,7 +7,6 @@ import (
 	"html"
 	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -16,7 +15,6 @@ import (
 	"github.com/mcpaudit/mcpaudit/api"
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/detect"
-	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
 )
 
 // syncPending is a gram_patch on doc at at that succeeded with its sync
@@ -91,11 +89,7 @@ func TestStatusBar_JudgedAndPending(t *testing.T) {
 // payloads do not tell, a dash alone when neither is told), and a
 // revision or hash is the sender's text: shown as text, never markup.
 func TestTimelineRevisions_AsTheCLI(t *testing.T) {
-	st, err := sqlite.Open(filepath.Join(t.TempDir(), "mcpaudit.db"), sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := tempStore(t)
 	const doc = "team/rev.gram"
 	const (
 		img    = `<img src=x onerror=alert(1)>`

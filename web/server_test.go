@@ -20,16 +20,24 @@ import (
 
 var t0 = time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)
 
-// tenantServer is the page over a real embedded store with one call and
-// one finding for each of acme and globex, tokens for both, and redaction
-// of "text".
-func tenantServer(t *testing.T) (*httptest.Server, map[string]audit.Finding) {
+// tempStore is an embedded store in a temporary directory, closed when
+// the test ends.
+func tempStore(t *testing.T) *sqlite.Store {
 	t.Helper()
 	st, err := sqlite.Open(filepath.Join(t.TempDir(), "mcpaudit.db"), sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+// tenantServer is the page over a real embedded store with one call and
+// one finding for each of acme and globex, tokens for both, and redaction
+// of "text".
+func tenantServer(t *testing.T) (*httptest.Server, map[string]audit.Finding) {
+	t.Helper()
+	st := tempStore(t)
 	ctx := context.Background()
 	fs := map[string]audit.Finding{}
 	for i, tenant := range []string{"acme", "globex"} {

@@ -21,6 +21,26 @@ func answerLines(t0 time.Time) (unanswered, answered []byte) {
 	return unanswered, answered
 }
 
+// answerRuns returns a new data directory, a clock, and open, which
+// opens a run over that directory whose store acknowledges calls as ack
+// (sqlite.AckCommit or sqlite.AckLog).
+func answerRuns(t *testing.T, ack string) (dir string, clock *testClock, open func() *run) {
+	dir, clock = t.TempDir(), newClock(wallStart)
+	opts := sqlite.Options{Synchronous: "normal", Ack: ack}
+	return dir, clock, func() *run { return openRunWith(t, dir, clock, nil, nil, nil, nil, opts) }
+}
+
+// writesKept fails t for each write stored before a restart whose state
+// differs after it.
+func writesKept(t *testing.T, before, after outcome) {
+	t.Helper()
+	for k, s := range before.writes {
+		if after.writes[k] != s {
+			t.Errorf("write %s was %s before the restart, %s after", k, s, after.writes[k])
+		}
+	}
+}
+
 // TestRestart_AnswerCompletingObservationStaysDurable: one exchange seen
 // twice under one call id, first without its answer and then with it,
 // both before the watermark passes them: the engine judges the answered
@@ -45,10 +65,7 @@ func TestRestart_AnswerCompletingObservationStaysDurable(t *testing.T) {
 		{"answer_first_one_request", sqlite.AckCommit, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			clock := newClock(wallStart)
-			opts := sqlite.Options{Synchronous: "normal", Ack: tc.ack}
-			open := func() *run { return openRunWith(t, dir, clock, nil, nil, nil, nil, opts) }
+			dir, clock, open := answerRuns(t, tc.ack)
 			r := open()
 			t0 := wallStart.Add(-time.Minute)
 			unanswered, answered := answerLines(t0)
@@ -95,11 +112,7 @@ func TestRestart_AnswerCompletingObservationStaysDurable(t *testing.T) {
 				clock.Add(5 * time.Second)
 			}
 			after := r.stop()
-			for k, s := range before.writes {
-				if after.writes[k] != s {
-					t.Errorf("write %s was %s before the restart, %s after", k, s, after.writes[k])
-				}
-			}
+			writesKept(t, before, after)
 			if len(after.findings) > 0 {
 				t.Errorf("findings after the restart: %v", sortedKeys(after.findings))
 			}

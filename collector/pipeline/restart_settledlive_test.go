@@ -20,36 +20,22 @@ func TestRestart_SettledLiveNotCountedAgain(t *testing.T) {
 	dir := t.TempDir()
 	clock := newClock(wallStart)
 	r := openRun(t, dir, clock, nil, nil)
-	rpc := 0
-	tick := func() {
-		now := clock.Now()
-		for _, src := range []string{"pod-0", "pod-1"} {
-			rpc++
-			if _, err := r.ingest(batch(t, src, callLine("thegram", "s-"+src, rpc, now.Add(-time.Second)))); err != nil {
-				t.Fatal(err)
-			}
-		}
-		clock.Add(time.Second)
-	}
-	for range 20 {
-		tick()
-	}
+	tr := newTraffic(t, r)
+	tr.ticks(20)
 	tw := clock.Now().Add(-time.Second)
 	write := batch(t, "pod-1", pendingPatchLine("s9", 900, tw, "team/x.gram"))
 	if _, err := r.ingest(write); err != nil {
 		t.Fatal(err)
 	}
 	wid := ids(write)[0]
-	tick()
+	tr.tick()
 	// The read showing it synced, in time.
 	if _, err := r.ingest(batch(t, "pod-1", readSyncedLine("s9", 901, clock.Now().Add(-time.Second), "team/x.gram"))); err != nil {
 		t.Fatal(err)
 	}
 	// Well past the lateness bounds (the read is judged and committed) but
 	// within the write's window (5 m): the replay covers the write.
-	for range 150 {
-		tick()
-	}
+	tr.ticks(150)
 	announced := func(rec *recorder) map[string]int {
 		rec.mu.Lock()
 		defer rec.mu.Unlock()
@@ -71,9 +57,8 @@ func TestRestart_SettledLiveNotCountedAgain(t *testing.T) {
 	clock.Add(time.Second)
 	rec := newRecorder()
 	r = openRun(t, dir, clock, nil, rec)
-	for range 400 {
-		tick()
-	}
+	tr.r = r
+	tr.ticks(400)
 	after := r.stop()
 	if got := announced(rec); len(got) != 0 {
 		t.Errorf("after the restart the sinks were told the write again, settled live before the stop: %v", got)

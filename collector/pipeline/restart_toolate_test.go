@@ -62,37 +62,19 @@ func TestRestart_TooLateReadLeavesWritePending(t *testing.T) {
 			clock := newClock(wallStart)
 			forget := func(cs *crashStore) { cs.forgetTooLate.Store(!tc.kept) }
 			r := openRunStore(t, dir, clock, nil, nil, nil, forget)
-			rpc := 0
-			tick := func(pod1 bool) {
-				now := clock.Now()
-				rpc++
-				if _, err := r.ingest(batch(t, "pod-0", callLine("thegram", "s0", rpc, now.Add(-time.Second)))); err != nil {
-					t.Fatal(err)
-				}
-				if pod1 {
-					rpc++
-					if _, err := r.ingest(batch(t, "pod-1", callLine("thegram", "s1", rpc, now.Add(-time.Second)))); err != nil {
-						t.Fatal(err)
-					}
-				}
-				clock.Add(time.Second)
-			}
-			for range 20 {
-				tick(true)
-			}
+			tr := newTraffic(t, r)
+			tr.ticks(20)
 			tw := clock.Now().Add(-time.Second)
 			write := batch(t, "pod-1", pendingPatchLine("s9", 900, tw, "team/x.gram"))
 			if _, err := r.ingest(write); err != nil {
 				t.Fatal(err)
 			}
 			wid := ids(write)[0]
-			tick(true)
+			tr.tick()
 			// pod-1's read of the document, synced, is held back with it
 			// (refused) for 150 s: once delivered it is too late.
 			read := readSyncedLine("s9", 901, clock.Now().Add(-time.Second), "team/x.gram")
-			for range 150 {
-				tick(false)
-			}
+			tr.ticks(150, "pod-1")
 			if _, err := r.ingest(batch(t, "pod-1", read)); err != nil {
 				t.Fatal(err)
 			}
@@ -100,9 +82,7 @@ func TestRestart_TooLateReadLeavesWritePending(t *testing.T) {
 			if st.TooLate == 0 {
 				t.Fatalf("the read is not too late (watermark %s, late %d)", st.Watermark, st.Late)
 			}
-			for range 20 {
-				tick(true)
-			}
+			tr.ticks(20)
 			state := func(o outcome) audit.WriteState {
 				for k, s := range o.writes {
 					if strings.HasPrefix(k, wid+"/") {
@@ -112,9 +92,7 @@ func TestRestart_TooLateReadLeavesWritePending(t *testing.T) {
 				return "none"
 			}
 			if tc.windowClosed {
-				for range 180 {
-					tick(true)
-				}
+				tr.ticks(180)
 			}
 			if restart {
 				o := r.stop()
@@ -130,14 +108,16 @@ func TestRestart_TooLateReadLeavesWritePending(t *testing.T) {
 					forget(cs)
 					cs.failWrites.Store(tc.cannotTell)
 				})
+				tr.r = r
 			}
 			// Past the write's window (5 m) and the lateness bounds.
-			for range 400 {
-				tick(true)
-			}
+			tr.ticks(400)
 			logs := r.logs.String()
 			again, states := announcedWritesOf(r, wid)
 			got := state(r.stop())
+			if tc.kept && strings.Contains(logs, "read the writes stored pending") {
+				t.Errorf("the replay, passing over the read too late, asked for the writes stored pending:\n%s", logs)
+			}
 			if tc.windowClosed {
 				// Kept, the replay passes over the read and closes the
 				// write's window as the live run did, within the lateness
@@ -148,13 +128,7 @@ func TestRestart_TooLateReadLeavesWritePending(t *testing.T) {
 				if got != audit.StateUnverified || again > 0 && !tc.kept {
 					t.Errorf("the write, stored unverified before the restart, is stored %s after it, with %d states announced again (%s)", got, again, states)
 				}
-				if tc.kept && strings.Contains(logs, "read the writes stored pending") {
-					t.Errorf("the replay, passing over the read too late, asked for the writes stored pending:\n%s", logs)
-				}
 				return
-			}
-			if tc.kept && strings.Contains(logs, "read the writes stored pending") {
-				t.Errorf("the replay, passing over the read too late, asked for the writes stored pending:\n%s", logs)
 			}
 			if tc.log != "" && !strings.Contains(logs, tc.log) {
 				t.Errorf("the log does not say %q:\n%s", tc.log, logs)

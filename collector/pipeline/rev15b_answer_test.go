@@ -21,10 +21,7 @@ import (
 func TestRestart_AnswerAfterTheCallWasJudged(t *testing.T) {
 	for _, ack := range []string{sqlite.AckCommit, sqlite.AckLog} {
 		t.Run(ack, func(t *testing.T) {
-			dir := t.TempDir()
-			clock := newClock(wallStart)
-			opts := sqlite.Options{Synchronous: "normal", Ack: ack}
-			open := func() *run { return openRunWith(t, dir, clock, nil, nil, nil, nil, opts) }
+			_, clock, open := answerRuns(t, ack)
 			r := open()
 			t0 := wallStart.Add(-time.Minute)
 			unanswered, answered := answerLines(t0)
@@ -61,11 +58,7 @@ func TestRestart_AnswerAfterTheCallWasJudged(t *testing.T) {
 			}
 			after := r.stop()
 			t.Logf("after the restart: writes %v, findings %d", after.writes, len(after.findings))
-			for k, s := range before.writes {
-				if after.writes[k] != s {
-					t.Errorf("write %s was %s before the restart, %s after", k, s, after.writes[k])
-				}
-			}
+			writesKept(t, before, after)
 			for id, f := range after.findings {
 				if _, ok := before.findings[id]; !ok {
 					t.Errorf("a finding appeared with the restart: %s %v", f.Kind, f.Calls)

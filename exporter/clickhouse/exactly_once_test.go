@@ -154,6 +154,31 @@ func TestExactlyOnce(t *testing.T) {
 	}
 }
 
+// startTraffic appends batches of batch new calls to s every few
+// milliseconds, in the background, until the function it returns is
+// called: that one fails t for the calls not acknowledged (an outage must
+// not make AppendCalls fail) and returns the IDs of the acknowledged ones.
+func startTraffic(t testing.TB, s *Store, batch int) (stop func() (acked map[string]bool)) {
+	done := make(chan struct{})
+	var acked map[string]bool
+	var errs []error
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		acked, errs = traffic(t, s, done, batch)
+	}()
+	return func() map[string]bool {
+		t.Helper()
+		close(done)
+		wg.Wait()
+		if len(errs) > 0 {
+			t.Errorf("%d AppendCalls failed during the outage; first: %v", len(errs), errs[0])
+		}
+		return acked
+	}
+}
+
 // traffic appends batches of new calls every few milliseconds until stop is
 // closed, and returns the IDs of the acknowledged calls and the errors.
 func traffic(t testing.TB, s *Store, stop <-chan struct{}, batch int) (acked map[string]bool, errs []error) {
@@ -217,15 +242,7 @@ func TestOutage_Proxy(t *testing.T) {
 	p, dsn := newProxy(t, o.DSN)
 	o.DSN = dsn
 	s := openStore(t, o)
-	stop := make(chan struct{})
-	var acked map[string]bool
-	var errs []error
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		acked, errs = traffic(t, s, stop, 200)
-	}()
+	stop := startTraffic(t, s, 200)
 	time.Sleep(500 * time.Millisecond)
 	p.setDown(true)
 	deadline := time.Now().Add(10 * time.Second)
@@ -241,11 +258,7 @@ func TestOutage_Proxy(t *testing.T) {
 	}
 	p.setDown(false)
 	time.Sleep(time.Second)
-	close(stop)
-	wg.Wait()
-	if len(errs) > 0 {
-		t.Errorf("%d AppendCalls failed during the outage; first: %v", len(errs), errs[0])
-	}
+	acked := stop()
 	waitReady(t, s, 60*time.Second)
 	checkAcked(t, s, o, acked)
 	t.Logf("%d calls acknowledged across the outage", len(acked))
@@ -267,15 +280,7 @@ func TestOutage_ServerStopped(t *testing.T) {
 		down = d
 	}
 	s := openStore(t, o)
-	stop := make(chan struct{})
-	var acked map[string]bool
-	var errs []error
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		acked, errs = traffic(t, s, stop, 200)
-	}()
+	stop := startTraffic(t, s, 200)
 	time.Sleep(500 * time.Millisecond)
 	ctl("stop")
 	time.Sleep(down)
@@ -284,11 +289,7 @@ func TestOutage_ServerStopped(t *testing.T) {
 	}
 	ctl("start")
 	time.Sleep(time.Second)
-	close(stop)
-	wg.Wait()
-	if len(errs) > 0 {
-		t.Errorf("%d AppendCalls failed during the outage; first: %v", len(errs), errs[0])
-	}
+	acked := stop()
 	waitReady(t, s, 2*time.Minute)
 	checkAcked(t, s, o, acked)
 	t.Logf("%d calls acknowledged across a %s outage", len(acked), down)

@@ -43,15 +43,7 @@ func TestOutage_Logged(t *testing.T) {
 	var logs lockedBuffer
 	o.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	s := openStore(t, o)
-	stop := make(chan struct{})
-	var acked map[string]bool
-	var errs []error
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		acked, errs = traffic(t, s, stop, 50)
-	}()
+	stop := startTraffic(t, s, 50)
 	time.Sleep(500 * time.Millisecond)
 	p.setDown(true)
 	var ready error
@@ -68,11 +60,7 @@ func TestOutage_Logged(t *testing.T) {
 	}
 	p.setDown(false)
 	time.Sleep(time.Second)
-	close(stop)
-	wg.Wait()
-	if len(errs) > 0 {
-		t.Errorf("%d AppendCalls failed during the outage; first: %v", len(errs), errs[0])
-	}
+	acked := stop()
 	waitReady(t, s, 2*time.Minute)
 	checkAcked(t, s, o, acked)
 	out := logs.String()

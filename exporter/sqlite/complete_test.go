@@ -2,15 +2,11 @@ package sqlite
 
 import (
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
-	"github.com/mcpaudit/mcpaudit/exporter/storetest"
 )
 
 // TestVerify_AnswerCompletes: a store whose unanswered calls were
@@ -22,23 +18,10 @@ import (
 func TestVerify_AnswerCompletes(t *testing.T) {
 	for _, ack := range []string{AckCommit, AckLog} {
 		t.Run(ack, func(t *testing.T) {
-			pub, priv, err := ed25519.GenerateKey(rand.Reader)
-			if err != nil {
-				t.Fatal(err)
-			}
-			path := filepath.Join(t.TempDir(), "mcpaudit.db")
-			s, err := Open(path, Options{SigningKey: priv, Ack: ack})
-			if err != nil {
-				t.Fatal(err)
-			}
+			s, path, pub, priv := openSigned(t, Options{Ack: ack})
 			ctx := context.Background()
-			g, err := storetest.NewGenerator(11, storetest.T0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			recs := g.Records(200)
+			g, recs := tenantRecords(t, 200)
 			for i := range recs {
-				recs[i].Call.Tenant = []string{"acme", "globex"}[i%2]
 				if !recs[i].Call.Responded {
 					recs[i].Call.Responded, recs[i].Call.Result = true, []byte(`{"isError":false}`)
 				}
@@ -80,7 +63,7 @@ func TestVerify_AnswerCompletes(t *testing.T) {
 				t.Fatalf("verify after completions: %d calls, problems %v; want 220, none", r.Calls, r.Problems)
 			}
 
-			s, err = Open(path, Options{SigningKey: priv, Ack: ack})
+			s, err := Open(path, Options{SigningKey: priv, Ack: ack})
 			if err != nil {
 				t.Fatal(err)
 			}

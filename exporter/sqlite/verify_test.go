@@ -21,24 +21,9 @@ import (
 // (which signs the last heads). It returns the file and the public key.
 func tamperFixture(t *testing.T) (string, ed25519.PublicKey, ed25519.PrivateKey) {
 	t.Helper()
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "mcpaudit.db")
-	s, err := Open(path, Options{SigningKey: priv})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, path, pub, priv := openSigned(t, Options{})
 	ctx := context.Background()
-	g, err := storetest.NewGenerator(11, storetest.T0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	recs := g.Records(300)
-	for i := range recs {
-		recs[i].Call.Tenant = []string{"acme", "globex"}[i%2]
-	}
+	_, recs := tenantRecords(t, 300)
 	for i := 0; i < 300; i += 100 {
 		if _, err := s.AppendCalls(ctx, recs[i:i+100]); err != nil {
 			t.Fatal(err)
@@ -61,6 +46,38 @@ func tamperFixture(t *testing.T) (string, ed25519.PublicKey, ed25519.PrivateKey)
 		t.Fatal(err)
 	}
 	return path, pub, priv
+}
+
+// openSigned opens a new store in a temporary directory with opts and a
+// new signing key; it returns the store, its file and the key pair.
+func openSigned(t *testing.T, opts Options) (s *Store, path string, pub ed25519.PublicKey, priv ed25519.PrivateKey) {
+	t.Helper()
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path = filepath.Join(t.TempDir(), "mcpaudit.db")
+	opts.SigningKey = priv
+	if s, err = Open(path, opts); err != nil {
+		t.Fatal(err)
+	}
+	return s, path, pub, priv
+}
+
+// tenantRecords are the first n records of generator seed 11 from
+// storetest.T0, alternately of tenants acme and globex, and the generator
+// for more.
+func tenantRecords(t *testing.T, n int) (*storetest.Generator, []audit.Record) {
+	t.Helper()
+	g, err := storetest.NewGenerator(11, storetest.T0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := g.Records(n)
+	for i := range recs {
+		recs[i].Call.Tenant = []string{"acme", "globex"}[i%2]
+	}
+	return g, recs
 }
 
 func verify(t *testing.T, path string, pub ed25519.PublicKey) *chain.Report {
@@ -117,15 +134,7 @@ func TestVerify_Untouched(t *testing.T) {
 // tick are an unsigned tail (a note), not "no checkpoint is stored" (a
 // finding, the sign of checkpoints deleted).
 func TestVerify_SignedBeforeFirstTick(t *testing.T) {
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "mcpaudit.db")
-	s, err := Open(path, Options{SigningKey: priv, CheckpointEvery: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, path, pub, _ := openSigned(t, Options{CheckpointEvery: time.Hour})
 	defer s.Close()
 	g, err := storetest.NewGenerator(12, storetest.T0)
 	if err != nil {
