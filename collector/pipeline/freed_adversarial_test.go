@@ -404,7 +404,7 @@ func TestRestart_FreedPartitionOfOneTenant(t *testing.T) {
 // say which). Skipped until the store says which calls it held (then a
 // held call the freed entry covers is not judged again), review rev14a.
 func TestRestart_FreedPartitionCallSentAgain(t *testing.T) {
-	t.Skip("known defect, on main as well: a re-sent call of a freed partition is judged as new after a restart, its write states counted again and its finding announced again in most runs (review rev14a; see the comment)")
+
 	dir := t.TempDir()
 	clock := newClock(wallStart)
 	key := detect.PartitionKey{Server: "thegram"}
