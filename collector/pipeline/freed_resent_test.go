@@ -218,3 +218,58 @@ func unansweredLine(t *testing.T, line []byte) []byte {
 	}
 	return []byte(s[:i] + "}")
 }
+
+// TestRestart_FreedResentThenRestartAgain: after the call sent again was
+// passed over, the freed entry it took out of the state file is kept again
+// (nothing new of its partition was stored), so that the next restart,
+// after a clean stop or a crash, passes over the call too instead of
+// judging it again.
+func TestRestart_FreedResentThenRestartAgain(t *testing.T) {
+	for _, crash := range []bool{false, true} {
+		t.Run(fmt.Sprintf("crash=%v", crash), func(t *testing.T) {
+			clock := newClock(wallStart)
+			key := detect.PartitionKey{Server: "thegram"}
+			line := pendingPatchLine("s0", 1, wallStart.Add(-time.Minute), "team/x.gram")
+			w := batch(t, "poster", line)
+			r, before := freedThenRestarted(t, resendCase{}, clock, line)
+			if _, err := r.ingest(batch(t, "poster", line)); err != nil {
+				t.Fatal(err)
+			}
+			r.steps(2, nil)
+			// Until the engine took the request, the floor holds at the
+			// call (a crash then judges it again, the lesser harm): wait
+			// for a save after that.
+			at := w.Records[0].Call.Time
+			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				if wm, floor := freedIn(t, r.dir, key), floorIn(t, r.dir); !wm.IsZero() && (floor.IsZero() || floor.After(at)) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the state file does not keep thegram freed again, its floor past the call, after the call sent again (freed at %v, floor %v)", freedIn(t, r.dir, key), floorIn(t, r.dir))
+				}
+				clock.Add(time.Second)
+				r.status()
+			}
+			dir := r.dir
+			stopOrCrash(r, crash)
+			clock.Add(time.Second)
+			r = openRun(t, dir, clock, nil, nil)
+			r.steps(30, nil)
+			n, states := announcedWritesOf(r, ids(w)[0])
+			_, announced := r.rec.snapshot()
+			logs := r.logs.String()
+			got := r.stop()
+			if n > 0 {
+				t.Errorf("the third run announced write states of the call: %s\n%s", states, logs)
+			}
+			for id := range before {
+				if announced[id] > 0 {
+					t.Errorf("the finding %s, stored in the first run, announced again %d times", id, announced[id])
+				}
+			}
+			if len(got.findings) != len(before) {
+				t.Errorf("%d findings stored, want the %d from before", len(got.findings), len(before))
+			}
+		})
+	}
+}

@@ -426,7 +426,44 @@ func (p *Pipeline) resent(recs []audit.Record, back map[detect.PartitionKey]free
 		}
 		out = append(out, i)
 	}
+	p.keepFreed(recs, back, out)
 	return out
+}
+
+// keepFreed puts back the freed entries of back whose partition's calls
+// in recs were all passed over (resent, the indexes in skip): nothing new
+// of it was stored, so the entry still says what of it was judged and
+// committed, and the next restart passes over those calls again rather
+// than judging them as new. Only while this request is the partition's
+// only one in flight and no append of it failed, as for resent; one that
+// came and went since comeback had its calls queued, covered by the floor
+// until the engine takes them and begins the partition anew (its number
+// then drops the entry, pruneFreed). floorMu held.
+func (p *Pipeline) keepFreed(recs []audit.Record, back map[detect.PartitionKey]freedMark, skip []int) {
+	if len(skip) == 0 {
+		return
+	}
+	passed := map[detect.PartitionKey]int{}
+	for _, i := range skip {
+		c := recs[i].Call
+		passed[detect.PartitionKey{Tenant: c.Tenant, Server: c.Server}]++
+	}
+	for i := range recs {
+		c := recs[i].Call
+		k := detect.PartitionKey{Tenant: c.Tenant, Server: c.Server}
+		if _, ok := passed[k]; ok {
+			passed[k]--
+		}
+	}
+	for k, left := range passed {
+		if _, ok := p.freed[k]; left != 0 || ok || p.arriving[k] != 1 || p.doubted[k] {
+			continue
+		}
+		m := back[k]
+		m.disk = false
+		p.freed[k] = m
+		p.freedChanged = true
+	}
 }
 
 // unsure notes the partitions of batches, whose append failed, as
