@@ -76,47 +76,50 @@ func TestRestart_FreedPartitionCallSentAgainVariants(t *testing.T) {
 	}
 	cases = append(cases, resendCase{tells: tellsCompared}, resendCase{tells: tellsNothing})
 	for _, c := range cases {
-		t.Run(c.String(), func(t *testing.T) {
-			clock := newClock(wallStart)
-			line := pendingPatchLine("s0", 1, wallStart.Add(-time.Minute), "team/x.gram")
-			w := batch(t, "poster", line)
-			r, before := freedThenRestarted(t, c, clock, line)
-			if _, err := r.ingest(batch(t, "poster", line)); err != nil {
-				t.Fatal(err)
+		t.Run(c.String(), func(t *testing.T) { sentAgain(t, c) })
+	}
+}
+
+// sentAgain runs TestRestart_FreedPartitionCallSentAgain's case as c says.
+func sentAgain(t *testing.T, c resendCase) {
+	clock := newClock(wallStart)
+	line := pendingPatchLine("s0", 1, wallStart.Add(-time.Minute), "team/x.gram")
+	w := batch(t, "poster", line)
+	r, before := freedThenRestarted(t, c, clock, line)
+	if _, err := r.ingest(batch(t, "poster", line)); err != nil {
+		t.Fatal(err)
+	}
+	r.steps(30, nil)
+	n, states := announcedWritesOf(r, ids(w)[0])
+	_, announced := r.rec.snapshot()
+	logs := r.logs.String()
+	got := r.stop()
+	if c.tells != tellsAll {
+		// As before: judged as new.
+		if n != 2 || !strings.Contains(states, "pending×1") || !strings.Contains(states, "unverified×1") {
+			t.Errorf("write states announced %q, want pending and unverified once each (judged again, as before)", states)
+		}
+		if strings.Contains(logs, "not judged again") {
+			t.Errorf("the call was passed over by a pipeline not told which calls may complete the stored one\n%s", logs)
+		}
+	} else {
+		if n > 0 {
+			t.Errorf("write states of the re-sent write announced again: %s\n%s", states, logs)
+		}
+		for id := range before {
+			if announced[id] > 0 {
+				t.Errorf("the finding %s, stored before the restart, announced again %d times", id, announced[id])
 			}
-			r.steps(30, nil)
-			n, states := announcedWritesOf(r, ids(w)[0])
-			_, announced := r.rec.snapshot()
-			logs := r.logs.String()
-			got := r.stop()
-			if c.tells != tellsAll {
-				// As before: judged as new.
-				if n != 2 || !strings.Contains(states, "pending×1") || !strings.Contains(states, "unverified×1") {
-					t.Errorf("write states announced %q, want pending and unverified once each (judged again, as before)", states)
-				}
-				if strings.Contains(logs, "not judged again") {
-					t.Errorf("the call was passed over by a pipeline not told which calls may complete the stored one\n%s", logs)
-				}
-			} else {
-				if n > 0 {
-					t.Errorf("write states of the re-sent write announced again: %s\n%s", states, logs)
-				}
-				for id := range before {
-					if announced[id] > 0 {
-						t.Errorf("the finding %s, stored before the restart, announced again %d times", id, announced[id])
-					}
-				}
-				if !strings.Contains(logs, "not judged again") {
-					t.Errorf("no log line tells the call sent again was passed over\n%s", logs)
-				}
-			}
-			if len(got.findings) != len(before) {
-				t.Errorf("%d findings stored, want the %d from before", len(got.findings), len(before))
-			}
-			if s := writeStateOf(got, ids(w)[0]); s != string(audit.StateUnverified) {
-				t.Errorf("the write is stored as %s, want unverified", s)
-			}
-		})
+		}
+		if !strings.Contains(logs, "not judged again") {
+			t.Errorf("no log line tells the call sent again was passed over\n%s", logs)
+		}
+	}
+	if len(got.findings) != len(before) {
+		t.Errorf("%d findings stored, want the %d from before", len(got.findings), len(before))
+	}
+	if s := writeStateOf(got, ids(w)[0]); s != string(audit.StateUnverified) {
+		t.Errorf("the write is stored as %s, want unverified", s)
 	}
 }
 
