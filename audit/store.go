@@ -305,6 +305,19 @@ type ResponseComparer interface {
 	AppendCallsCompared(ctx context.Context, calls []Record) (stored int, held, differ []int, err error)
 }
 
+// AnswerReporter is a ResponseComparer that also tells which of the calls
+// it held may carry what the stored call lacked: a held call is otherwise
+// the stored call sent again, and a caller may take it as judged already
+// when the stored one was (a partition freed as idle: the pipeline).
+type AnswerReporter interface {
+	ResponseComparer
+	// AppendCallsAnswered is AppendCallsCompared that also returns, in
+	// order, the indexes of the held calls that answered where the stored
+	// call had no answer (the store keeps the answer), or whose stored
+	// call could not be read to tell.
+	AppendCallsAnswered(ctx context.Context, calls []Record) (stored int, held, differ, answered []int, err error)
+}
+
 // ID returns the stable identity of a finding: the same evidence always
 // gives the same ID, so a finding re-derived after a restart is recognized.
 func (f *Finding) ID() string {

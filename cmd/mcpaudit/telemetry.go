@@ -101,10 +101,35 @@ func (t tracedStore) AppendCalls(ctx context.Context, calls []audit.Record) (int
 // takes a comparer's report of the calls it held as complete.
 func traced(st audit.Store, m *metrics.Metrics) audit.Store {
 	t := tracedStore{st, m}
+	if a, ok := st.(audit.AnswerReporter); ok {
+		return tracedAnswerer{tracedComparer{t, a}, a}
+	}
 	if c, ok := st.(audit.ResponseComparer); ok {
 		return tracedComparer{t, c}
 	}
 	return t
+}
+
+// tracedAnswerer is a tracedComparer whose store also tells which held
+// calls may carry an answer the stored call lacked (audit.AnswerReporter).
+type tracedAnswerer struct {
+	tracedComparer
+	a audit.AnswerReporter
+}
+
+// AppendCallsAnswered passes on the store's report of the calls it held
+// and of those that may complete the stored call.
+func (t tracedAnswerer) AppendCallsAnswered(ctx context.Context, calls []audit.Record) (int, []int, []int, []int, error) {
+	ctx, span := tracer().Start(ctx, "mcpaudit.store.append_calls", trace.WithAttributes(attribute.Int("mcpaudit.calls", len(calls))))
+	defer span.End()
+	start := time.Now()
+	n, held, differ, answered, err := t.a.AppendCallsAnswered(ctx, calls)
+	t.m.ObserveStoreCommit(time.Since(start))
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	return n, held, differ, answered, err
 }
 
 // tracedComparer is a tracedStore whose store compares responses.

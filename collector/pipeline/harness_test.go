@@ -168,6 +168,12 @@ type crashStore struct {
 	crashed bool
 	marks   []byte // the state file at the crash; nil when there was none
 
+	// tells is what the pipeline is shown of the store's report of the
+	// calls it held: everything (the embedded store), tellsCompared (the
+	// calls held and those refused, not those that may complete the
+	// stored call: a store before audit.AnswerReporter), or tellsNothing
+	// (the ClickHouse store). Set by a fault func.
+	tells int
 	// dieAfterAppend makes the next AppendCalls commit its calls and the
 	// process die before the acknowledgement.
 	dieAfterAppend atomic.Bool
@@ -203,35 +209,62 @@ func (s *crashStore) Writes(ctx context.Context, q audit.WriteQuery) (audit.Writ
 	return s.Store.Writes(ctx, q)
 }
 
+// What a crashStore shows of its report of the calls it held (tells).
+const (
+	tellsAll = iota
+	tellsCompared
+	tellsNothing
+)
+
+// compareOnly shows a store's comparison of responses, not which held
+// calls may complete the stored one.
+type compareOnly struct{ *crashStore }
+
+func (s compareOnly) AppendCallsCompared(ctx context.Context, recs []audit.Record) (int, []int, []int, error) {
+	return s.crashStore.AppendCallsCompared(ctx, recs)
+}
+
+// AppendCallsAnswered hides crashStore's: compareOnly is no
+// audit.AnswerReporter.
+func (compareOnly) AppendCallsAnswered() {}
+
 func (s *crashStore) AppendCalls(ctx context.Context, recs []audit.Record) (int, error) {
-	n, _, _, err := s.appendCalls(ctx, recs, false)
+	n, _, _, _, err := s.appendCalls(ctx, recs, false)
 	return n, err
 }
 
 // AppendCallsCompared passes on the real store's comparison of responses
 // (audit.ResponseComparer), as serve's pipeline gets it.
 func (s *crashStore) AppendCallsCompared(ctx context.Context, recs []audit.Record) (int, []int, []int, error) {
+	n, held, differ, _, err := s.appendCalls(ctx, recs, true)
+	return n, held, differ, err
+}
+
+// AppendCallsAnswered passes on the real store's report of the held calls
+// that may complete the stored one (audit.AnswerReporter), as serve's
+// pipeline gets it.
+func (s *crashStore) AppendCallsAnswered(ctx context.Context, recs []audit.Record) (int, []int, []int, []int, error) {
 	return s.appendCalls(ctx, recs, true)
 }
 
-func (s *crashStore) appendCalls(ctx context.Context, recs []audit.Record, compare bool) (int, []int, []int, error) {
+func (s *crashStore) appendCalls(ctx context.Context, recs []audit.Record, compare bool) (int, []int, []int, []int, error) {
 	if s.appendGate != nil {
 		close(s.appendEntered)
 		<-s.appendGate
 	}
 	if s.failAppend.Load() {
-		return 0, nil, nil, fmt.Errorf("cannot append calls: %w", audit.ErrUnavailable)
+		return 0, nil, nil, nil, fmt.Errorf("cannot append calls: %w", audit.ErrUnavailable)
 	}
 	s.mu.RLock()
 	if s.crashed {
 		s.mu.RUnlock()
-		return 0, nil, nil, errCrashed
+		return 0, nil, nil, nil, errCrashed
 	}
 	var n int
-	var held, differ []int
+	var held, differ, answered []int
 	var err error
-	if c, ok := s.Store.(audit.ResponseComparer); ok && compare {
-		n, held, differ, err = c.AppendCallsCompared(ctx, recs)
+	if c, ok := s.Store.(audit.AnswerReporter); ok && compare {
+		n, held, differ, answered, err = c.AppendCallsAnswered(ctx, recs)
 	} else {
 		n, err = s.Store.AppendCalls(ctx, recs)
 	}
@@ -239,9 +272,9 @@ func (s *crashStore) appendCalls(ctx context.Context, recs []audit.Record, compa
 	s.appended.Store(err == nil)
 	if err == nil && s.dieAfterAppend.Load() {
 		s.crash()
-		return 0, nil, nil, errCrashed
+		return 0, nil, nil, nil, errCrashed
 	}
-	return n, held, differ, err
+	return n, held, differ, answered, err
 }
 
 func (s *crashStore) Commit(ctx context.Context, r audit.Results) error {
@@ -334,7 +367,14 @@ func openRunWith(t testing.TB, dir string, clock *testClock, edit func(*pipeline
 	if dedit != nil {
 		dedit(&dcfg)
 	}
-	p, err := pipeline.New(context.Background(), cfg, dcfg, cs, log, rec)
+	var ps audit.Store = cs
+	switch cs.tells {
+	case tellsCompared:
+		ps = compareOnly{cs}
+	case tellsNothing:
+		ps = plainStore{cs}
+	}
+	p, err := pipeline.New(context.Background(), cfg, dcfg, ps, log, rec)
 	if err != nil {
 		st.Close()
 		t.Fatal(err)

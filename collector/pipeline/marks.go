@@ -327,8 +327,17 @@ func (p *Pipeline) lowerFloor(t time.Time) error {
 // the engine frees meanwhile is not kept as freed (free), or a save could
 // write it so while its calls are stored and not yet covered.
 func (p *Pipeline) comeback(batches []audit.Batch) (arrived func(), err error) {
+	arrived, _, _, err = p.comebackFreed(batches)
+	return arrived, err
+}
+
+// comebackFreed is comeback that also returns the freed entries it took
+// out (back) and the file's floor then: a call of one of them that the
+// store already held, dated where the entry covers (freedCovers), was
+// judged and committed before it was freed (resent).
+func (p *Pipeline) comebackFreed(batches []audit.Batch) (arrived func(), back map[detect.PartitionKey]freedMark, floor time.Time, err error) {
 	if p.cfg.StateFile == "" {
-		return func() {}, nil
+		return func() {}, nil, time.Time{}, nil
 	}
 	keys := partitionsOf(batches)
 	p.floorMu.Lock()
@@ -336,8 +345,8 @@ func (p *Pipeline) comeback(batches []audit.Batch) (arrived func(), err error) {
 	if p.arriving == nil {
 		p.arriving = map[detect.PartitionKey]int{}
 	}
-	var back map[detect.PartitionKey]freedMark
 	onDisk := false
+	floor = p.floor
 	for _, k := range keys {
 		p.arriving[k]++
 		if m, ok := p.freed[k]; ok {
@@ -369,7 +378,7 @@ func (p *Pipeline) comeback(batches []audit.Batch) (arrived func(), err error) {
 				// under it.
 				maps.Copy(p.freed, back)
 				done()
-				return nil, fmt.Errorf("cannot save the state file before the calls of a partition freed as idle are stored: %w", err)
+				return nil, nil, time.Time{}, fmt.Errorf("cannot save the state file before the calls of a partition freed as idle are stored: %w", err)
 			}
 			p.warnStateLocked(err)
 		}
@@ -380,7 +389,81 @@ func (p *Pipeline) comeback(batches []audit.Batch) (arrived func(), err error) {
 		p.floorMu.Lock()
 		done()
 		p.floorMu.Unlock()
-	}, nil
+	}, back, floor, nil
+}
+
+// resent returns the indexes, in order, of the records of recs (one
+// request) that are calls sent again of a partition freed as idle and
+// judged before it was freed: the store held them already (held, less
+// those it refused for another response, differ, and those that may
+// complete the stored call with an answer, answered), and the freed entry
+// the request took out of the state file (back, with the file's floor
+// then) covers them. The replay at start passes over the calls such an
+// entry covers; judged again, a re-sent one began its partition anew and
+// had its write states and finding announced again (review rev14a). Only
+// while this request is the partition's only one between comeback and
+// its acknowledgement, and no append of it failed: another request may
+// have stored the call (held by this one) and not had it judged.
+func (p *Pipeline) resent(recs []audit.Record, back map[detect.PartitionKey]freedMark, floor time.Time, held, differ, answered []int) []int {
+	var out []int
+	p.floorMu.Lock()
+	defer p.floorMu.Unlock()
+	for _, i := range held {
+		for len(differ) > 0 && differ[0] < i {
+			differ = differ[1:]
+		}
+		for len(answered) > 0 && answered[0] < i {
+			answered = answered[1:]
+		}
+		if len(differ) > 0 && differ[0] == i || len(answered) > 0 && answered[0] == i {
+			continue
+		}
+		c := recs[i].Call
+		k := detect.PartitionKey{Tenant: c.Tenant, Server: c.Server}
+		m, ok := back[k]
+		if !ok || !freedCovers(m.wm, floor, c.Time) || p.arriving[k] != 1 || p.doubted[k] {
+			continue
+		}
+		out = append(out, i)
+	}
+	p.keepFreed(recs, back, out)
+	return out
+}
+
+// keepFreed puts back the freed entries of back whose partition's calls
+// in recs were all passed over (resent, the indexes in skip): nothing new
+// of it was stored, so the entry still says what of it was judged and
+// committed, and the next restart passes over those calls again rather
+// than judging them as new. Only while this request is the partition's
+// only one in flight and no append of it failed, as for resent; one that
+// came and went since comeback had its calls queued, covered by the floor
+// until the engine takes them and begins the partition anew (its number
+// then drops the entry, pruneFreed). floorMu held.
+func (p *Pipeline) keepFreed(recs []audit.Record, back map[detect.PartitionKey]freedMark, skip []int) {
+	if len(skip) == 0 {
+		return
+	}
+	passed := map[detect.PartitionKey]int{}
+	for _, i := range skip {
+		c := recs[i].Call
+		passed[detect.PartitionKey{Tenant: c.Tenant, Server: c.Server}]++
+	}
+	for i := range recs {
+		c := recs[i].Call
+		k := detect.PartitionKey{Tenant: c.Tenant, Server: c.Server}
+		if _, ok := passed[k]; ok {
+			passed[k]--
+		}
+	}
+	for k, left := range passed {
+		if _, ok := p.freed[k]; left != 0 || ok || p.arriving[k] != 1 || p.doubted[k] {
+			continue
+		}
+		m := back[k]
+		m.disk = false
+		p.freed[k] = m
+		p.freedChanged = true
+	}
 }
 
 // unsure notes the partitions of batches, whose append failed, as

@@ -690,19 +690,31 @@ type queued struct {
 	// (it does not compare), so any record may be one.
 	held    []int
 	allHeld bool
+	// resent are the indexes, in order, of the records that are calls of
+	// a partition freed as idle sent again, judged before the freeing
+	// (Pipeline.resent): the engine does not take them.
+	resent []int
 }
 
 // append stores recs and returns how many were stored for the first time
 // and, when the store compares responses, the indexes of the calls it
 // held already and of those it skipped for another response under their
 // stored id; ok is false when the store cannot tell which it held.
-func (p *Pipeline) append(ctx context.Context, recs []audit.Record) (n int, held, differ []int, ok bool, err error) {
+//
+// answered are the indexes of the held calls that may complete the stored
+// call with an answer; answers is false when the store does not tell them
+// (audit.AnswerReporter), and any held call may then.
+func (p *Pipeline) append(ctx context.Context, recs []audit.Record) (n int, held, differ, answered []int, ok, answers bool, err error) {
+	if a, ok := p.store.(audit.AnswerReporter); ok {
+		n, held, differ, answered, err := a.AppendCallsAnswered(ctx, recs)
+		return n, held, differ, answered, true, true, err
+	}
 	if c, ok := p.store.(audit.ResponseComparer); ok {
 		n, held, differ, err := c.AppendCallsCompared(ctx, recs)
-		return n, held, differ, true, err
+		return n, held, differ, nil, true, false, err
 	}
 	n, err = p.store.AppendCalls(ctx, recs)
-	return n, nil, nil, false, err
+	return n, nil, nil, nil, false, false, err
 }
 
 // split moves the indexes of idx below n to the end of dst, and shifts the
@@ -769,7 +781,7 @@ func (p *Pipeline) Ingest(ctx context.Context, batches ...audit.Batch) (int, err
 	// file before they are stored (comeback): a call stored and then lost
 	// to a crash before its acknowledgement is replayed at the next start,
 	// and its output must not be taken then as committed.
-	arrived, err := p.comeback(batches)
+	arrived, back, floor, err := p.comebackFreed(batches)
 	if err != nil {
 		p.inflight.Add(-n)
 		p.unqueue(perTenant)
@@ -778,13 +790,17 @@ func (p *Pipeline) Ingest(ctx context.Context, batches ...audit.Batch) (int, err
 		return 0, fmt.Errorf("%w: %w", audit.ErrUnavailable, err)
 	}
 	defer arrived() // after lowerFloor below; on a panic too
-	stored, held, differ, knows, err := p.append(ctx, recs)
+	stored, held, differ, answered, knows, answers, err := p.append(ctx, recs)
 	if err != nil {
 		p.unsure(batches)
 		p.inflight.Add(-n)
 		p.unqueue(perTenant)
 		p.refused(batches)
 		return 0, err
+	}
+	var resent []int
+	if len(back) > 0 && answers && len(held) > 0 {
+		resent = p.resent(recs, back, floor, held, differ, answered)
 	}
 	// Before the calls are acknowledged, the state file's floor reaches
 	// back to them: a crash before they are judged replays them. When the
@@ -809,6 +825,7 @@ func (p *Pipeline) Ingest(ctx context.Context, batches ...audit.Batch) (int, err
 		q := queued{Batch: b, allHeld: !knows}
 		q.refused, differ = split(q.refused, differ, len(b.Records))
 		q.held, held = split(q.held, held, len(b.Records))
+		q.resent, resent = split(q.resent, resent, len(b.Records))
 		select {
 		case p.queue <- q:
 		case <-p.done:
@@ -1200,8 +1217,9 @@ func (p *Pipeline) drain() {
 }
 
 func (p *Pipeline) take(q queued) {
-	b, refused, held := q.Batch, q.refused, q.held
+	b, refused, held, resent := q.Batch, q.refused, q.held, q.resent
 	now := p.now()
+	skipped := 0
 	// Adding calls judges idleness at now too: the refusals reported
 	// before it count first, whichever case of run's select came first.
 	p.applyTouches()
@@ -1211,6 +1229,13 @@ func (p *Pipeline) take(q queued) {
 			held = held[1:]
 			p.gate.held = true
 		}
+		if len(resent) > 0 && resent[0] == i {
+			// Judged and committed before its partition was freed: the
+			// replay at start passes over it too.
+			resent = resent[1:]
+			skipped++
+			continue
+		}
 		if len(refused) > 0 && refused[0] == i {
 			refused = refused[1:]
 			p.eng.AddRefused(b.Source, r, now)
@@ -1219,6 +1244,10 @@ func (p *Pipeline) take(q queued) {
 		p.eng.Add(b.Source, r, now)
 	}
 	p.gate.held = false
+	if skipped > 0 {
+		p.rlog.Info("resent_freed", "calls sent again of a partition freed as idle, judged and committed before it was freed: not judged again",
+			"calls", skipped, "source", b.Source)
+	}
 	p.dequeued(earliest(b), false)
 	p.countOpen()
 	p.unqueue(countTenants(b))

@@ -39,24 +39,8 @@ func TestRestart_FreedSilentReadSettlesLiveWrite(t *testing.T) {
 			atR := wallStart.Add(-40*time.Minute + time.Minute)
 			w1 := batch(t, "poster", pendingPatchLine("s1", 1, wallStart.Add(-40*time.Minute), "team/a.gram"),
 				readSyncedLine("s3", 3, atR, "team/c.gram"))
-			if _, err := r.ingest(w1); err != nil {
-				t.Fatal(err)
-			}
-			r.steps(50, other)
-			w2 := batch(t, "poster", pendingPatchLine("s2", 2, clock.Now().Add(-time.Second), "team/b.gram"))
-			if _, err := r.ingest(w2); err != nil {
-				t.Fatal(err)
-			}
-			var wm time.Time
-			for deadline := time.Now().Add(20 * time.Second); wm.IsZero(); time.Sleep(10 * time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatal("the state file does not keep thegram freed")
-				}
-				r.steps(1, other)
-				wm = freedIn(t, dir, key)
-			}
-			r.steps(2, other)
-			wm, floor := freedIn(t, dir, key), floorIn(t, dir)
+			w2 := ingestThenLater(t, r, w1, other, "team/b.gram")
+			wm, floor := awaitFreedSettled(t, r, key, other, 20*time.Second)
 			if !atR.Before(floor) || w2.Records[0].Call.Time.Before(floor) || w2.Records[0].Call.Time.After(wm) {
 				t.Fatalf("R %v, W2 %v, freed at %v, floor %v: want R before the floor, W2 from it on: the test shows nothing",
 					atR, w2.Records[0].Call.Time, wm, floor)
@@ -133,16 +117,7 @@ func TestRestart_FreedSilentWriteIDOfAnotherTenant(t *testing.T) {
 	if _, err := r.ingest(w2); err != nil {
 		t.Fatal(err)
 	}
-	var wm time.Time
-	for deadline := time.Now().Add(30 * time.Second); wm.IsZero(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the state file does not keep a's thegram freed")
-		}
-		r.steps(1, bsend)
-		wm = freedIn(t, dir, ka)
-	}
-	r.steps(2, bsend)
-	wm, floor := freedIn(t, dir, ka), floorIn(t, dir)
+	wm, floor := awaitFreedSettled(t, r, ka, bsend, 30*time.Second)
 	at2 := w2.Records[0].Call.Time
 	if !atW.Before(floor) || at2.Before(floor) || at2.After(wm) {
 		t.Fatalf("W %v, a's W2 %v, a freed at %v, floor %v: want W before the floor, W2 from it on: the test shows nothing", atW, at2, wm, floor)

@@ -28,23 +28,36 @@ var _ audit.ResponseComparer = (*Store)(nil)
 // did not takes the stored row's place before it returns (completeStep);
 // when that fails, so does the append, and a retry completes it.
 func (s *Store) AppendCallsCompared(ctx context.Context, calls []audit.Record) (int, []int, []int, error) {
+	n, held, differ, _, err := s.AppendCallsAnswered(ctx, calls)
+	return n, held, differ, err
+}
+
+var _ audit.AnswerReporter = (*Store)(nil)
+
+// AppendCallsAnswered is AppendCallsCompared that also returns, in order,
+// the indexes of the held calls that may carry what the stored call of
+// their key lacked (audit.AnswerReporter): those that answered where it
+// had no answer (each completes it), and every answered held call whose
+// stored call could not be read to compare (retention deleted it, or the
+// wait or a read failed).
+func (s *Store) AppendCallsAnswered(ctx context.Context, calls []audit.Record) (int, []int, []int, []int, error) {
 	n, rows, skipped, err := s.appendCalls(ctx, calls, true)
 	if err != nil {
-		return n, nil, nil, err
+		return n, nil, nil, nil, err
 	}
 	if len(skipped) == 0 {
-		return n, nil, nil, nil
+		return n, nil, nil, nil, nil
 	}
-	differ, complete := s.differing(ctx, calls, rows, skipped)
+	differ, complete, answered := s.differing(ctx, calls, rows, skipped)
 	if len(complete) > 0 {
 		// The answered copies take the place of the stored unanswered
 		// calls before the append is acknowledged: a sender told so does
 		// not send the answer again.
 		if _, err := s.submit(ctx, &request{complete: complete}); err != nil {
-			return n, nil, nil, s.fail("store the answers of stored calls", err)
+			return n, nil, nil, nil, s.fail("store the answers of stored calls", err)
 		}
 	}
-	return n, skipped, differ, nil
+	return n, skipped, differ, answered, nil
 }
 
 // compareWait is the longest an append waits for the call log's drain
@@ -53,10 +66,12 @@ func (s *Store) AppendCallsCompared(ctx context.Context, calls []audit.Record) (
 const compareWait = 2 * time.Second
 
 // differing returns, of the indexes skipped of calls (and of their rows),
-// those of the calls whose response differs from the stored call's; and
-// the rows of the calls that answered where the stored call of their key
-// has no response (each key once), to complete it (completeStep).
-func (s *Store) differing(ctx context.Context, calls []audit.Record, rows []callRow, skipped []int) ([]int, []callRow) {
+// those of the calls whose response differs from the stored call's; the
+// rows of the calls that answered where the stored call of their key
+// has no response (each key once), to complete it (completeStep); and the
+// indexes, in order, of the answered calls that complete or may complete
+// the stored one (their stored call could not be read).
+func (s *Store) differing(ctx context.Context, calls []audit.Record, rows []callRow, skipped []int) (differ []int, complete []callRow, answered []int) {
 	type known struct {
 		i   int
 		sum uint64
@@ -72,7 +87,16 @@ func (s *Store) differing(ctx context.Context, calls []audit.Record, rows []call
 		}
 	}
 	if len(check) == 0 {
-		return nil, nil
+		return nil, nil, nil
+	}
+	// unread: none of the stored calls could be read, so any answered
+	// one may complete its stored call.
+	unread := func() []int {
+		out := make([]int, len(check))
+		for j, k := range check {
+			out[j] = k.i
+		}
+		return out
 	}
 	warn := func(err error) {
 		s.opts.Logger.Warn("cannot compare the responses of calls sent again with the stored ones: they are skipped as stored, not counted as id collisions",
@@ -93,7 +117,7 @@ func (s *Store) differing(ctx context.Context, calls []audit.Record, rows []call
 			err = fmt.Errorf("the call log is not committed as far as these calls after %s: %w", wait, audit.ErrUnavailable)
 		}
 		warn(err)
-		return nil, nil
+		return nil, nil, unread()
 	}
 	// The stored call of each key: read through the id index (a few
 	// statements for the whole batch) or, without it, one probe of
@@ -119,22 +143,22 @@ func (s *Store) differing(ctx context.Context, calls []audit.Record, rows []call
 	}
 	if err := readStored(ctx, s, packed, stored, true, take); err != nil {
 		warn(err)
-		return nil, nil
+		return nil, nil, unread()
 	}
-	var differ []int
-	var complete []callRow
 	var completing map[callKey]known // made at the first: completions are rare
 	var buf []byte
 	for _, k := range check {
 		key := keyOf(&rows[k.i])
 		row := stored[key]
 		if row == nil {
+			answered = append(answered, k.i)
 			continue // deleted since (retention)
 		}
 		var rec audit.Record
 		var err error
 		if buf, err = decodeCall(buf, rows[k.i].id, row.t, row.blob, &rec); err != nil {
 			warn(err)
+			answered = append(answered, k.i)
 			continue
 		}
 		if !rec.Call.Responded {
@@ -149,6 +173,7 @@ func (s *Store) differing(ctx context.Context, calls []audit.Record, rows []call
 				}
 				completing[key] = k
 				complete = append(complete, rows[k.i])
+				answered = append(answered, k.i)
 			} else if first.ok && k.ok && first.sum != k.sum {
 				differ = append(differ, k.i)
 			}
@@ -158,7 +183,7 @@ func (s *Store) differing(ctx context.Context, calls []audit.Record, rows []call
 			differ = append(differ, k.i)
 		}
 	}
-	return differ, complete
+	return differ, complete, answered
 }
 
 // readStored has take given the id, tenant, time and, with blobs, the blob

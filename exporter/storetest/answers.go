@@ -23,15 +23,29 @@ func testAnswerCompletes(t *testing.T, s audit.Store) {
 	if !compares {
 		t.Skip("the store does not compare responses (audit.ResponseComparer), so an answer does not complete a stored unanswered call: a known gap (docs/clickhouse.md)")
 	}
-	send := func(wantN int, wantDiffer []int, recs ...audit.Record) {
+	// A store that tells which held calls may complete the stored one
+	// (audit.AnswerReporter) names each answer that completes one, and
+	// no other call.
+	a, answers := s.(audit.AnswerReporter)
+	send := func(wantN int, wantDiffer, wantAnswered []int, recs ...audit.Record) {
 		t.Helper()
-		n, held, differ, err := c.AppendCallsCompared(ctx(t), recs)
+		var n int
+		var held, differ, answered []int
+		var err error
+		if answers {
+			n, held, differ, answered, err = a.AppendCallsAnswered(ctx(t), recs)
+		} else {
+			n, held, differ, err = c.AppendCallsCompared(ctx(t), recs)
+		}
 		if err != nil {
 			t.Fatalf("AppendCallsCompared: %v", err)
 		}
 		checkHeld(t, len(recs), n, held, differ)
 		if n != wantN || !reflect.DeepEqual(differ, wantDiffer) {
 			t.Fatalf("AppendCallsCompared stored %d, differing %v; want %d, %v", n, differ, wantN, wantDiffer)
+		}
+		if answers && !reflect.DeepEqual(answered, wantAnswered) {
+			t.Fatalf("AppendCallsAnswered: answers completing a stored call %v, want %v", answered, wantAnswered)
 		}
 	}
 	a1, a2, a3, a4 := rec(1, 1, "a.gram"), rec(2, 2, "a.gram"), rec(3, 3, "a.gram"), rec(4, 4, "a.gram")
@@ -51,19 +65,19 @@ func testAnswerCompletes(t *testing.T, s audit.Store) {
 		return timedOut(r)
 	}
 	// Across requests: stored unanswered, then the answer.
-	send(1, nil, unanswered(a1))
-	send(0, nil, seen(a1))
+	send(1, nil, nil, unanswered(a1))
+	send(0, nil, []int{0}, seen(a1))
 	// In one request.
-	send(1, nil, unanswered(a2), seen(a2))
+	send(1, nil, []int{1}, unanswered(a2), seen(a2))
 	// The other order, across requests and in one.
-	send(1, nil, a3)
-	send(0, nil, seen(unanswered(a3)))
-	send(1, nil, a4, seen(unanswered(a4)))
+	send(1, nil, nil, a3)
+	send(0, nil, nil, seen(unanswered(a3)))
+	send(1, nil, nil, a4, seen(unanswered(a4)))
 	// The answer sent again is a duplicate; another response is compared
 	// with the answer kept, and the unanswered copy again changes nothing.
 	other := seen(a1)
 	other.Call.Result = []byte(`{"isError":false,"structuredContent":{"rev":77}}`)
-	send(0, []int{1}, seen(a1), other, unanswered(a1), unanswered(a2))
+	send(0, []int{1}, nil, seen(a1), other, unanswered(a1), unanswered(a2))
 
 	want := []*audit.Call{seen(a1).Call, seen(a2).Call, a3.Call, a4.Call}
 	diffCalls(t, scan(t, s, time.Time{}), want)
