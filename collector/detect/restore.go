@@ -11,12 +11,16 @@ import (
 // (zero when unknown: a state file of a release before it was kept). For
 // a quiet source that still holds its partition at the lag it showed
 // (QuietSources), Lag is that lag and HoldFor how much longer it holds.
+// Behind is set for a source that never delivered a call within
+// MaxClockLag of its arrival (a slow clock): restored, it is still not
+// current, and its calls too late still count behind.
 type SourceClock struct {
 	Name    string        `json:"name"`
 	Clock   time.Time     `json:"clock"`
 	Seen    time.Time     `json:"seen,omitzero"`
 	Lag     time.Duration `json:"lag,omitzero"`
 	HoldFor time.Duration `json:"hold_for,omitzero"`
+	Behind  bool          `json:"behind,omitzero"`
 }
 
 // ActiveSources returns, for every partition, the sources still holding it
@@ -30,7 +34,7 @@ func (e *Engine) ActiveSources(wall time.Time, skip string) map[PartitionKey][]S
 			if s.overflow || s.key.name == skip || e.idle(s, wall) {
 				continue
 			}
-			m[k] = append(m[k], SourceClock{Name: s.key.name, Clock: s.max, Seen: s.lastSeen})
+			m[k] = append(m[k], SourceClock{Name: s.key.name, Clock: s.max, Seen: s.lastSeen, Behind: !s.current})
 		}
 		slices.SortFunc(m[k], func(a, b SourceClock) int { return strings.Compare(a.Name, b.Name) })
 	}
@@ -123,7 +127,9 @@ func (e *Engine) restore(k PartitionKey, src SourceClock, wall, alive time.Time,
 	if alive.After(s.alive) {
 		s.alive = alive
 	}
-	s.current = true
+	if !src.Behind {
+		s.current = true
+	}
 	return p, s
 }
 
