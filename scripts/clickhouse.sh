@@ -28,11 +28,16 @@ pidfile=$dir/clickhouse-server.pid
 
 log() { echo "clickhouse.sh: $*" >&2; }
 
-# pick_port prints a port nothing listens on, other than $1.
+# pick_port prints a port nothing listens on, other than $1, below the kernel's ephemeral range
+# (ip_local_port_range): a port in it may be the local end of some connection, which nothing
+# listens on but which the server then cannot bind (found in CI: "Address already in use").
 pick_port() {
-	local p i
+	local p i lo=32768 span
+	read -r lo _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || true
+	[ "$lo" -gt 21000 ] 2>/dev/null || lo=32768
+	span=$((lo - 20000))
 	for i in $(seq 1 200); do
-		p=$((20000 + RANDOM % 20000))
+		p=$((20000 + RANDOM % span))
 		[ "$p" = "${1:-}" ] && continue
 		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
 			echo "$p"
@@ -42,8 +47,9 @@ pick_port() {
 	log "no free port found"
 	return 1
 }
-[ "$tcp_port" = auto ] && tcp_port=$(pick_port)
-[ "$http_port" = auto ] && http_port=$(pick_port "$tcp_port")
+auto_ports=
+[ "$tcp_port" = auto ] && auto_ports=1 && tcp_port=$(pick_port)
+[ "$http_port" = auto ] && auto_ports=1 && http_port=$(pick_port "$tcp_port")
 
 ping_ok() {
 	# /ping answers "Ok." once the server accepts queries. bash's /dev/tcp avoids needing curl.
@@ -103,6 +109,19 @@ start() {
 			return 0
 		fi
 		if ! kill -0 "$pid" 2>/dev/null; then
+			# A port picked free was taken before the server bound it: with auto ports, pick
+			# others and start again (at most 3 times).
+			if [ -n "$auto_ports" ] && [ "${start_tries:-0}" -lt 3 ] &&
+				grep -q "Address already in use" "$dir/log/clickhouse-server.err.log" 2>/dev/null; then
+				start_tries=$((${start_tries:-0} + 1))
+				log "a port was taken before the server bound it; picking others (try $start_tries of 3)"
+				: >"$dir/log/clickhouse-server.err.log"
+				tcp_port=$(pick_port)
+				http_port=$(pick_port "$tcp_port")
+				rm -f "$pidfile"
+				start
+				return
+			fi
 			log "the server exited at start; last log lines:"
 			tail -n 20 "$dir/log/clickhouse-server.err.log" "$dir/log/stdout.log" >&2 2>/dev/null || true
 			exit 1
