@@ -82,16 +82,26 @@ type tracedStore struct {
 	m *metrics.Metrics
 }
 
-func (t tracedStore) AppendCalls(ctx context.Context, calls []audit.Record) (int, error) {
-	ctx, span := tracer().Start(ctx, "mcpaudit.store.append_calls", trace.WithAttributes(attribute.Int("mcpaudit.calls", len(calls))))
+// appendCalls runs one append of n calls (f) in a span and times it for
+// mcpaudit_store_commit_seconds, whichever of the store's appends f calls.
+func (t tracedStore) appendCalls(ctx context.Context, n int, f func(context.Context) error) error {
+	ctx, span := tracer().Start(ctx, "mcpaudit.store.append_calls", trace.WithAttributes(attribute.Int("mcpaudit.calls", n)))
 	defer span.End()
 	start := time.Now()
-	n, err := t.Store.AppendCalls(ctx, calls)
+	err := f(ctx)
 	t.m.ObserveStoreCommit(time.Since(start))
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
 	}
+	return err
+}
+
+func (t tracedStore) AppendCalls(ctx context.Context, calls []audit.Record) (n int, err error) {
+	err = t.appendCalls(ctx, len(calls), func(ctx context.Context) error {
+		n, err = t.Store.AppendCalls(ctx, calls)
+		return err
+	})
 	return n, err
 }
 
@@ -119,16 +129,11 @@ type tracedAnswerer struct {
 
 // AppendCallsAnswered passes on the store's report of the calls it held
 // and of those that may complete the stored call.
-func (t tracedAnswerer) AppendCallsAnswered(ctx context.Context, calls []audit.Record) (int, []int, []int, []int, error) {
-	ctx, span := tracer().Start(ctx, "mcpaudit.store.append_calls", trace.WithAttributes(attribute.Int("mcpaudit.calls", len(calls))))
-	defer span.End()
-	start := time.Now()
-	n, held, differ, answered, err := t.a.AppendCallsAnswered(ctx, calls)
-	t.m.ObserveStoreCommit(time.Since(start))
-	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
-	}
+func (t tracedAnswerer) AppendCallsAnswered(ctx context.Context, calls []audit.Record) (n int, held, differ, answered []int, err error) {
+	err = t.appendCalls(ctx, len(calls), func(ctx context.Context) error {
+		n, held, differ, answered, err = t.a.AppendCallsAnswered(ctx, calls)
+		return err
+	})
 	return n, held, differ, answered, err
 }
 
@@ -140,17 +145,11 @@ type tracedComparer struct {
 
 // AppendCallsCompared passes on the store's comparison of the responses
 // of calls skipped as stored.
-func (t tracedComparer) AppendCallsCompared(ctx context.Context, calls []audit.Record) (int, []int, []int, error) {
-	c := t.c
-	ctx, span := tracer().Start(ctx, "mcpaudit.store.append_calls", trace.WithAttributes(attribute.Int("mcpaudit.calls", len(calls))))
-	defer span.End()
-	start := time.Now()
-	n, held, differ, err := c.AppendCallsCompared(ctx, calls)
-	t.m.ObserveStoreCommit(time.Since(start))
-	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
-	}
+func (t tracedComparer) AppendCallsCompared(ctx context.Context, calls []audit.Record) (n int, held, differ []int, err error) {
+	err = t.appendCalls(ctx, len(calls), func(ctx context.Context) error {
+		n, held, differ, err = t.c.AppendCallsCompared(ctx, calls)
+		return err
+	})
 	return n, held, differ, err
 }
 
