@@ -409,13 +409,7 @@ func (p *Pipeline) resent(recs []audit.Record, back map[detect.PartitionKey]free
 	p.floorMu.Lock()
 	defer p.floorMu.Unlock()
 	for _, i := range held {
-		for len(differ) > 0 && differ[0] < i {
-			differ = differ[1:]
-		}
-		for len(answered) > 0 && answered[0] < i {
-			answered = answered[1:]
-		}
-		if len(differ) > 0 && differ[0] == i || len(answered) > 0 && answered[0] == i {
+		if d, a := at(&differ, i), at(&answered, i); d || a {
 			continue
 		}
 		c := recs[i].Call

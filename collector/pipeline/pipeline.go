@@ -717,6 +717,20 @@ func (p *Pipeline) append(ctx context.Context, recs []audit.Record) (n int, held
 	return n, nil, nil, nil, false, false, err
 }
 
+// at reports whether the sorted indexes *idx hold i, dropping those
+// before i and i itself: a request's lists of record indexes (held,
+// differ, answered, resent, refused) are walked with its records in order.
+func at(idx *[]int, i int) bool {
+	for len(*idx) > 0 && (*idx)[0] < i {
+		*idx = (*idx)[1:]
+	}
+	if len(*idx) > 0 && (*idx)[0] == i {
+		*idx = (*idx)[1:]
+		return true
+	}
+	return false
+}
+
 // split moves the indexes of idx below n to the end of dst, and shifts the
 // rest down by n: idx is of the records of a request, dst of its first
 // batch of n records.
@@ -1224,20 +1238,14 @@ func (p *Pipeline) take(q queued) {
 	// before it count first, whichever case of run's select came first.
 	p.applyTouches()
 	for i, r := range b.Records {
-		p.gate.held = q.allHeld
-		if len(held) > 0 && held[0] == i {
-			held = held[1:]
-			p.gate.held = true
-		}
-		if len(resent) > 0 && resent[0] == i {
+		p.gate.held = at(&held, i) || q.allHeld
+		if at(&resent, i) {
 			// Judged and committed before its partition was freed: the
 			// replay at start passes over it too.
-			resent = resent[1:]
 			skipped++
 			continue
 		}
-		if len(refused) > 0 && refused[0] == i {
-			refused = refused[1:]
+		if at(&refused, i) {
 			p.eng.AddRefused(b.Source, r, now)
 			continue
 		}
