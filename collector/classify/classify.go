@@ -206,9 +206,11 @@ func Transport(s string) string {
 		return CodeConnectionReset
 	case "canceled", "cancelled", "context canceled":
 		return CodeCanceled
-	case "not_sent", "connection_refused", "econnrefused", "connection refused":
-		// A refused connection is refused at connect: nothing was sent on
-		// it. (mcpaudit proxy wrote connection_refused before not_sent.)
+	case "not_sent":
+		// Only mcpaudit's own relays write it, and only when they know no
+		// byte left. Another observer's "connection refused" stays free
+		// text, uncertain as the spec reads a call with no response: it
+		// may be a reused connection's failure after the request left.
 		return CodeNotSent
 	}
 	if code := strings.ToLower(strings.TrimSpace(s)); NotApplied(code) {

@@ -161,8 +161,9 @@ func TestTransport(t *testing.T) {
 	f("", CodeNoResponse)
 	f("tls handshake failure", CodeTransport)
 	f("not_sent", CodeNotSent)
-	f("connection_refused", CodeNotSent)
-	f("ECONNREFUSED", CodeNotSent)
+	f("connection_refused", CodeTransport)
+	f("ECONNREFUSED", CodeTransport)
+	f("connection refused", CodeTransport)
 	f("http_400", "http_400")
 	f("HTTP_429 ", "http_429")
 	f("http_502", CodeTransport)
@@ -189,7 +190,7 @@ func TestNotApplied(t *testing.T) {
 		}
 	}
 	f("not_sent", true, audit.ActionWaitThenRetry)
-	f("connection_refused", true, audit.ActionWaitThenRetry)
+	f("connection_refused", false, "")
 	f("http_400", true, audit.ActionFixInput)
 	f("http_404", true, audit.ActionFixInput)
 	f("http_401", true, audit.ActionReauthorize)

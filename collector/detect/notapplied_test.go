@@ -19,7 +19,7 @@ func TestDetector_NotApplied(t *testing.T) {
 		s.call(5*sec, tg, "s1", "gram_patch", patch("a.gram", 1, "r2", "x"), okDoc("a.gram", 2, "synced"))
 		return s.want(t, kinds...)
 	}
-	for _, te := range []string{"not_sent", "connection_refused", "http_400", "http_404", "http_401", "http_429"} {
+	for _, te := range []string{"not_sent", "http_400", "http_404", "http_401", "http_429"} {
 		t.Run("thegram_new_id_after_"+te, func(t *testing.T) {
 			got := retry(t, te)
 			if st := got.states(); st[audit.StateRejected] != 1 || st[audit.StateDurable] != 1 {
@@ -27,7 +27,7 @@ func TestDetector_NotApplied(t *testing.T) {
 			}
 		})
 	}
-	for _, te := range []string{"connection_reset", "timeout", "http_502", "http_503"} {
+	for _, te := range []string{"connection_reset", "timeout", "http_502", "http_503", "connection_refused"} {
 		t.Run("thegram_new_id_after_"+te, func(t *testing.T) {
 			retry(t, te, audit.KindUnsafeRetry, audit.KindUnverifiedWrite)
 		})
