@@ -20,6 +20,10 @@ const (
 	CodeCanceled        = "canceled"
 	CodeTransport       = "transport_error" // any other transport error text
 	CodeNoResponse      = "no_response"     // neither response nor transport error observed
+	// CodeNotSent: the observer knows the request never reached the
+	// server (the relay could not connect, or the stdio child was gone
+	// before the request was written): nothing was applied.
+	CodeNotSent = "not_sent"
 
 	// Oddlynew run and provider situations.
 	CodeStaleLiveRevision      = "stale_live_revision"
@@ -112,6 +116,9 @@ var table = map[string]audit.RetryAction{
 	CodeCopyRetryApply:         audit.ActionReplaySameRequest,
 	CodeCopyWaitThenRetryApply: audit.ActionWaitThenRetry,
 	CodeCopyApplying:           audit.ActionWaitThenRetry,
+
+	// Transport: the server was not reached; it may be back later.
+	CodeNotSent: audit.ActionWaitThenRetry,
 }
 
 // Action returns the retry action of a code. Unknown codes map to
@@ -120,7 +127,55 @@ func Action(code string) audit.RetryAction {
 	if a, ok := table[code]; ok {
 		return a
 	}
+	if status, ok := httpRefusal(code); ok {
+		return httpAction(status)
+	}
 	return audit.ActionUnknown
+}
+
+// httpRefusal returns the status of an http_4NN code: the server answered
+// the HTTP request that carried the call with a client error and no
+// JSON-RPC response. A 4xx refuses the request as a request (malformed,
+// unauthorized, unknown session, too large, too many): the call did not
+// run. A 5xx proves nothing: a gateway answers 502 or 504 after it sent
+// the request on, and a server answers 500 from a handler that may have
+// written; those stay uncertain (CodeTransport).
+func httpRefusal(code string) (int, bool) {
+	if len(code) != len("http_400") || !strings.HasPrefix(code, "http_4") {
+		return 0, false
+	}
+	status, err := strconv.Atoi(code[len("http_"):])
+	if err != nil || status < 400 || status > 499 {
+		return 0, false
+	}
+	return status, true
+}
+
+// httpAction is the retry action of an HTTP client error status.
+func httpAction(status int) audit.RetryAction {
+	switch status {
+	case 401, 403, 407:
+		return audit.ActionReauthorize
+	case 408, 425, 429:
+		return audit.ActionWaitThenRetry
+	case 413:
+		return audit.ActionSplitWork
+	}
+	// 400 (a malformed body, or a batch the server does not take), 404 (an
+	// unknown session: initialize again), 405, 406, 415...: the request as
+	// sent cannot succeed.
+	return audit.ActionFixInput
+}
+
+// NotApplied reports whether a transport code proves that the call was
+// not applied: the request never reached the server (CodeNotSent), or the
+// server refused the HTTP request before it ran the call (http_4NN).
+func NotApplied(code string) bool {
+	if code == CodeNotSent {
+		return true
+	}
+	_, ok := httpRefusal(code)
+	return ok
 }
 
 // KnownCode reports whether code is one of the codes above or a Thegram code
@@ -134,10 +189,13 @@ func KnownCode(code string) bool {
 		CodeSaveBlocked, CodeCopyFailed, CodeRunFailed:
 		return true
 	}
-	return false
+	_, ok := httpRefusal(code) // at most 100 label values
+	return ok
 }
 
-// Transport normalizes a transport_error text to a code.
+// Transport normalizes a transport_error text to a code. The texts that
+// prove the call was not applied keep codes of their own (CodeNotSent and
+// http_4NN, see NotApplied); any other text is CodeTransport, uncertain.
 func Transport(s string) string {
 	switch strings.ToLower(strings.TrimSpace(s)) {
 	case "":
@@ -148,6 +206,15 @@ func Transport(s string) string {
 		return CodeConnectionReset
 	case "canceled", "cancelled", "context canceled":
 		return CodeCanceled
+	case "not_sent":
+		// Only mcpaudit's own relays write it, and only when they know no
+		// byte left. Another observer's "connection refused" stays free
+		// text, uncertain as the spec reads a call with no response: it
+		// may be a reused connection's failure after the request left.
+		return CodeNotSent
+	}
+	if code := strings.ToLower(strings.TrimSpace(s)); NotApplied(code) {
+		return code
 	}
 	return CodeTransport
 }

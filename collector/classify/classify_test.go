@@ -160,6 +160,50 @@ func TestTransport(t *testing.T) {
 	f("canceled", CodeCanceled)
 	f("", CodeNoResponse)
 	f("tls handshake failure", CodeTransport)
+	f("not_sent", CodeNotSent)
+	f("connection_refused", CodeTransport)
+	f("ECONNREFUSED", CodeTransport)
+	f("connection refused", CodeTransport)
+	f("http_400", "http_400")
+	f("HTTP_429 ", "http_429")
+	f("http_502", CodeTransport)
+	f("http_500", CodeTransport)
+	f("http_4xx", CodeTransport)
+	f("http_4000", CodeTransport)
+}
+
+// TestNotApplied: a transport error that proves the call never ran is not
+// uncertain and has an action of its own; one that proves nothing stays
+// uncertain.
+func TestNotApplied(t *testing.T) {
+	f := func(transportError string, notApplied bool, want audit.RetryAction) {
+		t.Helper()
+		code := Transport(transportError)
+		if NotApplied(code) != notApplied || Uncertain(code) == notApplied {
+			t.Errorf("%s (code %s): not applied %v, uncertain %v", transportError, code, NotApplied(code), Uncertain(code))
+		}
+		if got := Action(code); notApplied && got != want {
+			t.Errorf("%s: action %s, want %s", transportError, got, want)
+		}
+		if !KnownCode(code) {
+			t.Errorf("%s: code %s is not a label value", transportError, code)
+		}
+	}
+	f("not_sent", true, audit.ActionWaitThenRetry)
+	f("connection_refused", false, "")
+	f("http_400", true, audit.ActionFixInput)
+	f("http_404", true, audit.ActionFixInput)
+	f("http_401", true, audit.ActionReauthorize)
+	f("http_403", true, audit.ActionReauthorize)
+	f("http_429", true, audit.ActionWaitThenRetry)
+	f("http_413", true, audit.ActionSplitWork)
+	f("http_502", false, "")
+	f("http_503", false, "")
+	f("http_504", false, "")
+	f("connection_reset", false, "")
+	f("timeout", false, "")
+	f("canceled", false, "")
+	f("", false, "")
 }
 
 func TestUnknownCode(t *testing.T) {

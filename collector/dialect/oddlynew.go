@@ -77,11 +77,15 @@ func (r *Reader) oddlynew(a *audit.Record, c *audit.Call, p *Payload) *audit.Rec
 
 	switch {
 	case !c.Responded:
+		code := classify.Transport(c.TransportError)
 		action := audit.ActionWaitThenRetry
-		if hasWrite {
+		switch {
+		case classify.NotApplied(code):
+			action = classify.Action(code)
+		case hasWrite:
 			action = audit.ActionVerifyThenDecide
 		}
-		a.Failure = &audit.Failure{Code: classify.Transport(c.TransportError), Action: action, Message: c.TransportError}
+		a.Failure = &audit.Failure{Code: code, Action: action, Message: c.TransportError}
 	case c.Error != nil:
 		a.Failure = r.rpcFailure(c, p)
 	case isError:

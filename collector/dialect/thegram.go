@@ -211,6 +211,9 @@ func (r *Reader) thegram(a *audit.Record, one *[1]audit.Op, c *audit.Call, p *Pa
 				action = audit.ActionReplaySameRequest
 			}
 		}
+		if classify.NotApplied(code) {
+			action = classify.Action(code)
+		}
 		a.Failure = &audit.Failure{Code: code, Action: action, Message: c.TransportError}
 	case c.Error != nil:
 		a.Failure = r.rpcFailure(c, p)
@@ -292,11 +295,15 @@ func (r *Reader) generic(a *audit.Record, one *[1]audit.Op, c *audit.Call, p *Pa
 	a.Tool = label(isWrite, c.Tool)
 	switch {
 	case !c.Responded:
+		code := classify.Transport(c.TransportError)
 		action := audit.ActionUnknown
-		if isWrite {
+		switch {
+		case classify.NotApplied(code):
+			action = classify.Action(code)
+		case isWrite:
 			action = audit.ActionVerifyThenDecide
 		}
-		a.Failure = &audit.Failure{Code: classify.Transport(c.TransportError), Action: action, Message: c.TransportError}
+		a.Failure = &audit.Failure{Code: code, Action: action, Message: c.TransportError}
 	case c.Error != nil:
 		a.Failure = r.rpcFailure(c, p)
 	case isError:

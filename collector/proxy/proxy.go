@@ -10,13 +10,13 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/http/httputil"
 	"net/url"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/collector/tap"
@@ -184,6 +184,10 @@ type exchange struct {
 	untapped    atomic.Bool // the answer is compressed: the proxy cannot read it
 	stop        context.CancelCauseFunc
 	timer       *time.Timer
+	// connected is set once the transport has a connection for the
+	// upstream request (httptrace GotConn): from then on some of the
+	// request may have reached the upstream. Until then nothing did.
+	connected atomic.Bool
 }
 
 type exchangeKey struct{}
@@ -197,7 +201,13 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodPost && r.Body != nil && r.Body != http.NoBody {
 		p.takeRequestBody(r, ex)
 	}
-	ctx, stop := context.WithCancelCause(context.WithValue(r.Context(), exchangeKey{}, ex))
+	ctx := context.WithValue(r.Context(), exchangeKey{}, ex)
+	if len(ex.keys) > 0 {
+		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+			GotConn: func(httptrace.GotConnInfo) { ex.connected.Store(true) },
+		})
+	}
+	ctx, stop := context.WithCancelCause(ctx)
 	ex.stop = stop
 	defer stop(nil)
 	if len(ex.keys) > 0 && p.cfg.ResponseTimeout > 0 {
@@ -338,6 +348,12 @@ func (p *Proxy) finish(r *http.Request, ex *exchange) {
 	}
 	reason := ""
 	switch {
+	case upErr != nil && !ex.connected.Load():
+		// No connection was made (refused, DNS, TLS handshake, dial
+		// timeout), whatever ended the wait: nothing of the request left
+		// the proxy. A failure on a connection it got, even a kept-alive
+		// one that was already dead, may have delivered the request.
+		reason = tap.ErrNotSent
 	case ex.timedOut.Load():
 		reason = tap.ErrTimeout
 	case r.Context().Err() != nil:
@@ -364,8 +380,6 @@ func transportError(err error) string {
 	switch {
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
 		return tap.ErrTimeout
-	case errors.Is(err, syscall.ECONNREFUSED):
-		return "connection_refused"
 	case errors.Is(err, context.Canceled):
 		return tap.ErrCanceled
 	}

@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -613,7 +615,7 @@ func TestProxy_TransportErrors(t *testing.T) {
 			t.Fatalf("client got %d %v, want 502", code, err)
 		}
 		r := waitRecords(t, h, 1)[0]
-		if r.TransportError != "connection_refused" || r.Response != nil {
+		if r.TransportError != tap.ErrNotSent || r.Response != nil {
 			t.Fatalf("record %s", r.AppendJSON(nil))
 		}
 	})
@@ -658,6 +660,169 @@ func TestProxy_TransportErrors(t *testing.T) {
 		r := waitRecords(t, h, 1)[0]
 		if r.TransportError != tap.ErrCanceled {
 			t.Fatalf("record %s", r.AppendJSON(nil))
+		}
+	})
+}
+
+// TestProxy_NotSent: a call is recorded as not_sent only when the proxy
+// knows that nothing of its request reached the upstream; a refusal by
+// HTTP status keeps the status; a break after the upstream read the
+// request stays connection_reset.
+func TestProxy_NotSent(t *testing.T) {
+	var reached atomic.Int32
+	counted := func(h http.HandlerFunc) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			reached.Add(1)
+			h(w, r)
+		}
+	}
+	front := func(t *testing.T, upstream string) (*proxy.Proxy, *httptest.Server, func(n int) []*tap.Record) {
+		var mu sync.Mutex
+		var recs []*tap.Record
+		cfg := proxy.NewDefaultConfig()
+		cfg.Upstream, cfg.Server = upstream, "thegram-test"
+		p, err := proxy.New(cfg, func(r *tap.Record) { mu.Lock(); recs = append(recs, r); mu.Unlock() }, nil, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(p)
+		t.Cleanup(func() { srv.Close(); p.Close() })
+		return p, srv, func(n int) []*tap.Record {
+			for start := time.Now(); time.Since(start) < 5*time.Second; time.Sleep(5 * time.Millisecond) {
+				mu.Lock()
+				got := len(recs)
+				mu.Unlock()
+				if got >= n {
+					break
+				}
+			}
+			time.Sleep(20 * time.Millisecond) // no more than n
+			mu.Lock()
+			defer mu.Unlock()
+			return slices.Clone(recs)
+		}
+	}
+	check := func(t *testing.T, recs []*tap.Record, n int, want string) {
+		t.Helper()
+		if len(recs) != n {
+			t.Fatalf("%d records, want %d", len(recs), n)
+		}
+		for _, r := range recs {
+			if r.TransportError != want || r.Response != nil {
+				t.Errorf("record %s, want transport_error %s", r.AppendJSON(nil), want)
+			}
+		}
+	}
+
+	t.Run("connection refused", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		_, srv, recs := front(t, "http://"+addr)
+		code, _, err := post(context.Background(), srv.Client(), srv.URL+"/mcp", "s1", hangCall)
+		if err != nil || code != http.StatusBadGateway {
+			t.Fatalf("client got %d %v, want 502", code, err)
+		}
+		check(t, recs(1), 1, tap.ErrNotSent)
+	})
+	t.Run("tls handshake fails", func(t *testing.T) {
+		// The upstream's certificate is not one the proxy trusts: the
+		// handshake fails before any byte of the HTTP request is written.
+		reached.Store(0)
+		up := httptest.NewTLSServer(counted(func(w http.ResponseWriter, r *http.Request) {}))
+		up.Config.ErrorLog = log.New(io.Discard, "", 0)
+		defer up.Close()
+		_, srv, recs := front(t, up.URL)
+		code, _, err := post(context.Background(), srv.Client(), srv.URL+"/mcp", "s1", hangCall)
+		if err != nil || code != http.StatusBadGateway {
+			t.Fatalf("client got %d %v, want 502", code, err)
+		}
+		check(t, recs(1), 1, tap.ErrNotSent)
+		if reached.Load() != 0 {
+			t.Fatal("the request reached the upstream")
+		}
+	})
+	t.Run("batch refused with 400", func(t *testing.T) {
+		reached.Store(0)
+		up := httptest.NewServer(counted(func(w http.ResponseWriter, r *http.Request) {
+			io.Copy(io.Discard, r.Body)
+			http.Error(w, "batches are not supported", http.StatusBadRequest)
+		}))
+		defer up.Close()
+		_, srv, recs := front(t, up.URL)
+		batch := `[` + hangCall + `,` + strings.Replace(hangCall, `"id":7`, `"id":8`, 1) + `]`
+		code, _, err := post(context.Background(), srv.Client(), srv.URL+"/mcp", "s1", batch)
+		if err != nil || code != http.StatusBadRequest {
+			t.Fatalf("client got %d %v, want 400", code, err)
+		}
+		check(t, recs(2), 2, "http_400")
+		if reached.Load() != 1 {
+			t.Fatalf("the upstream got %d requests, want 1", reached.Load())
+		}
+	})
+	t.Run("reset after the upstream read the request", func(t *testing.T) {
+		reached.Store(0)
+		up := httptest.NewServer(counted(func(w http.ResponseWriter, r *http.Request) {
+			io.Copy(io.Discard, r.Body)
+			conn, _, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			conn.(*net.TCPConn).SetLinger(0) // RST, not FIN
+			conn.Close()
+		}))
+		defer up.Close()
+		_, srv, recs := front(t, up.URL)
+		code, _, err := post(context.Background(), srv.Client(), srv.URL+"/mcp", "s1", hangCall)
+		if err != nil || code != http.StatusBadGateway {
+			t.Fatalf("client got %d %v, want 502", code, err)
+		}
+		check(t, recs(1), 1, tap.ErrConnectionReset)
+		if reached.Load() != 1 {
+			t.Fatalf("the upstream got %d requests, want 1", reached.Load())
+		}
+	})
+	t.Run("reset on a kept-alive connection", func(t *testing.T) {
+		// The first call is answered on a connection the upstream keeps;
+		// the second reuses it and is reset: the proxy had a connection,
+		// so the request may have been delivered.
+		reached.Store(0)
+		up := httptest.NewUnstartedServer(counted(func(w http.ResponseWriter, r *http.Request) {
+			io.Copy(io.Discard, r.Body)
+			if reached.Load() == 1 {
+				w.Header().Set("Content-Type", "application/json")
+				io.WriteString(w, `{"jsonrpc":"2.0","id":7,"result":{"content":[]}}`)
+				return
+			}
+			conn, _, _ := http.NewResponseController(w).Hijack()
+			conn.(*net.TCPConn).SetLinger(0)
+			conn.Close()
+		}))
+		var conns atomic.Int32
+		up.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+			if st == http.StateNew {
+				conns.Add(1)
+			}
+		}
+		up.Start()
+		defer up.Close()
+		_, srv, recs := front(t, up.URL)
+		post(context.Background(), srv.Client(), srv.URL+"/mcp", "s1", hangCall)
+		code, _, err := post(context.Background(), srv.Client(), srv.URL+"/mcp", "s1", strings.Replace(hangCall, `"id":7`, `"id":8`, 1))
+		if err != nil || code != http.StatusBadGateway {
+			t.Fatalf("client got %d %v, want 502", code, err)
+		}
+		got := recs(2)
+		if len(got) != 2 || got[0].Response == nil {
+			t.Fatalf("%d records, want the first answered", len(got))
+		}
+		check(t, got[1:], 1, tap.ErrConnectionReset)
+		if conns.Load() != 1 {
+			t.Fatalf("the upstream saw %d connections, want one, kept alive", conns.Load())
 		}
 	})
 }

@@ -123,23 +123,36 @@ type Lines struct {
 // complete, non-blank line, without its end of line. The slice is only
 // valid during the call.
 func (l *Lines) Feed(p []byte, line func([]byte)) {
+	l.FeedAt(p, func(b []byte, _ int) { line(b) })
+}
+
+// FeedAt is Feed, and also tells where in p each line began: start is the
+// offset of its first byte, or -1 when it began in an earlier piece. A
+// relay that could write only the first n bytes of p knows that the lines
+// with start >= n never reached the other side.
+func (l *Lines) FeedAt(p []byte, line func(b []byte, start int)) {
 	max := l.Max
 	if max <= 0 {
 		max = DefaultMaxMessageBytes
 	}
+	off := 0
 	for len(p) > 0 {
+		start := off
+		if len(l.buf) > 0 || l.tooBig {
+			start = -1
+		}
 		i := bytes.IndexByte(p, '\n')
 		if i < 0 {
 			l.add(p, max)
 			return
 		}
 		l.add(p[:i], max)
-		p = p[i+1:]
+		p, off = p[i+1:], off+i+1
 		if l.tooBig {
 			l.Oversized++
 			l.tooBig = false
 		} else if b := bytes.TrimSpace(l.buf); len(b) > 0 {
-			line(b)
+			line(b, start)
 		}
 		l.buf = l.buf[:0]
 	}

@@ -16,6 +16,10 @@ const (
 	ErrConnectionReset = "connection_reset"
 	// ErrCanceled: the client went away or cancelled the request.
 	ErrCanceled = "canceled"
+	// ErrNotSent: the relay knows the request never reached the server
+	// (no upstream connection was made, or the stdio child was gone before
+	// any byte of the request was written): the call was not applied.
+	ErrNotSent = "not_sent"
 )
 
 // Record is one tools/call exchange as the relay saw it: one call record.

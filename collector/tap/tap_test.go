@@ -111,6 +111,34 @@ func TestLines(t *testing.T) {
 	}
 }
 
+// TestLines_FeedAt: each line is told where it began in the piece that
+// completed it, or -1 when it began in an earlier piece, wherever the
+// stream is cut.
+func TestLines_FeedAt(t *testing.T) {
+	stream := "{\"a\":1}\n\n  {\"b\":2}\r\nlong-line-here\n{\"c\":3}\n"
+	begins := map[string]int{`{"a":1}`: 0, `{"b":2}`: 9, `{"c":3}`: 35}
+	for cut := 0; cut <= len(stream); cut++ {
+		l := Lines{Max: 10}
+		var got []string
+		for i, piece := range []string{stream[:cut], stream[cut:]} {
+			off := []int{0, cut}[i]
+			l.FeedAt([]byte(piece), func(b []byte, start int) {
+				want := begins[string(b)] - off
+				if want < 0 {
+					want = -1
+				}
+				if start != want {
+					t.Errorf("cut %d: %s began at %d of piece %d, want %d", cut, b, start, i, want)
+				}
+				got = append(got, string(b))
+			})
+		}
+		if want := []string{`{"a":1}`, `{"b":2}`, `{"c":3}`}; !reflect.DeepEqual(got, want) || l.Oversized != 1 {
+			t.Fatalf("cut %d: lines %q oversized %d", cut, got, l.Oversized)
+		}
+	}
+}
+
 func msgs(t *testing.T, s string) []Message {
 	t.Helper()
 	m, err := Parse([]byte(s))

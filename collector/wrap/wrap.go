@@ -30,7 +30,8 @@ type Relay struct {
 // stderr, so that it passes untouched). It returns the child's exit status:
 // its code, or 128 plus the signal that ended it. Requests still in flight
 // when the child exits are recorded as canceled if the client had closed
-// its input first, else as connection_reset.
+// its input first, else as connection_reset; a request the relay could not
+// write at all to a child already gone is recorded as not_sent.
 func (rl *Relay) Run(cmd *exec.Cmd, stdin io.Reader, stdout io.Writer) (int, error) {
 	childIn, err := cmd.StdinPipe()
 	if err != nil {
@@ -52,16 +53,32 @@ func (rl *Relay) Run(cmd *exec.Cmd, stdin io.Reader, stdout io.Writer) (int, err
 		defer wg.Done()
 		lines := tap.Lines{Max: rl.MaxMessageBytes}
 		buf := make([]byte, 64<<10)
+		var fresh []sentAt // the requests that begin in buf
 		for {
 			n, rerr := stdin.Read(buf)
 			if n > 0 {
 				before := lines.Oversized
-				lines.Feed(buf[:n], func(l []byte) { rl.fromClient(l) })
+				fresh = fresh[:0]
+				lines.FeedAt(buf[:n], func(l []byte, start int) {
+					if keys := rl.fromClient(l); len(keys) > 0 && start >= 0 {
+						fresh = append(fresh, sentAt{keys, start})
+					}
+				})
 				if lines.Oversized > before {
 					rl.Metrics.Unrecorded(metrics.UnrecordedOversized)
 				}
-				if _, werr := childIn.Write(buf[:n]); werr != nil {
-					return // the child is gone
+				if w, werr := childIn.Write(buf[:n]); werr != nil {
+					// The child is gone. A request of which no byte
+					// went into its stdin never reached it; one cut
+					// in the middle, or written whole before the
+					// child died, may have.
+					for _, f := range fresh {
+						if f.start >= w {
+							rl.Recorder.Fail(f.keys, tap.ErrNotSent, time.Now())
+						}
+					}
+					rl.Metrics.SetInflight(rl.Recorder.Len())
+					return
 				}
 			}
 			if rerr != nil {
@@ -112,7 +129,16 @@ func (rl *Relay) Run(cmd *exec.Cmd, stdin io.Reader, stdout io.Writer) (int, err
 	return exitStatus(cmd, werr)
 }
 
-func (rl *Relay) fromClient(line []byte) {
+// sentAt is the tools/call requests of one line and where the line began
+// in the piece read from the client.
+type sentAt struct {
+	keys  []tap.Key
+	start int
+}
+
+// fromClient records the messages of one client line and returns the keys
+// of its tools/call requests.
+func (rl *Relay) fromClient(line []byte) []tap.Key {
 	now := time.Now()
 	msgs, err := tap.Parse(line)
 	if err != nil {
@@ -123,8 +149,9 @@ func (rl *Relay) fromClient(line []byte) {
 			rl.Recorder.SetClient("", c)
 		}
 	}
-	rl.Recorder.FromClient("", 0, msgs, now)
+	keys := rl.Recorder.FromClient("", 0, msgs, now)
 	rl.Metrics.SetInflight(rl.Recorder.Len())
+	return keys
 }
 
 func (rl *Relay) fromServer(line []byte) {

@@ -1,6 +1,7 @@
 package wrap_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -60,6 +61,16 @@ func child(kind string) int {
 	stdout := &teeFile{w: os.Stdout, f: out}
 	fmt.Fprintln(os.Stderr, "child: starting \x00 raw \xff bytes")
 	switch kind {
+	case "deaf":
+		// A server that stops reading: its stdin is closed, it says so on
+		// stdout and lives on until the test lets it go.
+		os.Stdin.Close()
+		fmt.Fprintln(os.Stdout, "stdin closed")
+		for start := time.Now(); time.Since(start) < 10*time.Second; time.Sleep(10 * time.Millisecond) {
+			if _, err := os.Stat(filepath.Join(dir, "stop")); err == nil {
+				break
+			}
+		}
 	case "gosdk":
 		s := mcp.NewServer(&mcp.Implementation{Name: "child", Version: "1"}, nil)
 		mcp.AddTool(s, &mcp.Tool{Name: "echo"}, func(ctx context.Context, req *mcp.CallToolRequest, in struct {
@@ -286,5 +297,43 @@ func TestRelay_ChildCrashes(t *testing.T) {
 	defer r.mu.Unlock()
 	if len(r.records) != 1 || r.records[0].TransportError != tap.ErrConnectionReset || r.records[0].Client != "agent/0.1" {
 		t.Fatalf("records %v", r.records)
+	}
+}
+
+// TestRelay_ChildGoneBeforeTheRequest: a request that the relay could not
+// write at all, the child's stdin being closed, never reached the server:
+// it is recorded as not_sent, which the engine takes as not applied. A
+// request the child read before it died stays connection_reset
+// (TestRelay_ChildCrashes).
+func TestRelay_ChildGoneBeforeTheRequest(t *testing.T) {
+	r := start(t, "deaf")
+	in, out := r.clientIO()
+	line, err := bufio.NewReader(in).ReadString('\n')
+	if err != nil || line != "stdin closed\n" {
+		t.Fatalf("child said %q, %v", line, err)
+	}
+	go io.Copy(io.Discard, in)
+	call := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"run","arguments":{"code":"x"}}}`
+	if _, err := io.WriteString(out, call+"\n"); err != nil {
+		t.Fatal(err)
+	}
+	for start := time.Now(); time.Since(start) < 5*time.Second; time.Sleep(5 * time.Millisecond) {
+		r.mu.Lock()
+		n := len(r.records)
+		r.mu.Unlock()
+		if n > 0 {
+			break
+		}
+	}
+	os.WriteFile(filepath.Join(r.dir, "stop"), nil, 0o600)
+	out.Close()
+	r.wait(t)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.records) != 1 || r.records[0].TransportError != tap.ErrNotSent || string(r.records[0].Request) != call {
+		for _, rc := range r.records {
+			t.Log(string(rc.AppendJSON(nil)))
+		}
+		t.Fatalf("%d records, want 1 not_sent", len(r.records))
 	}
 }
