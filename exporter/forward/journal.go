@@ -15,8 +15,9 @@ import (
 // journalExt names the journal of one process in the buffer directory.
 const journalExt = ".journal"
 
-// journalCompactBytes is the size past which a journal with nothing in
-// flight is emptied.
+// journalCompactBytes is the size past which a journal is emptied (nothing
+// in flight) or rewritten with the entries in flight only, once they are
+// less than half of it.
 const journalCompactBytes = 1 << 20
 
 // Journal is the list of the requests in flight of one process, kept
@@ -35,25 +36,35 @@ type Journal struct {
 	fh    *os.File // nil once closed or when it could not be opened
 	path  string
 	size  int64
-	open  map[uint64]struct{} // begun, not ended
+	open  map[uint64][]byte   // begun, not ended: their B lines
+	live  int64               // bytes of the B lines in open
 	early map[uint64]struct{} // ended before their Begin
 	buf   []byte
 }
 
 // openJournal creates and locks this process's journal.
 func (f *Forwarder) openJournal() (*Journal, error) {
+	fh, path, err := f.createJournal()
+	if err != nil {
+		return nil, err
+	}
+	return &Journal{f: f, fh: fh, path: path, open: make(map[uint64][]byte), early: make(map[uint64]struct{})}, nil
+}
+
+// createJournal creates and locks a new journal file.
+func (f *Forwarder) createJournal() (*os.File, string, error) {
 	name := fmt.Sprintf("%020d-%d%s", time.Now().UnixNano(), os.Getpid(), journalExt)
 	path := filepath.Join(f.cfg.BufferDir, name)
 	fh, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("cannot create journal: %w", err)
+		return nil, "", fmt.Errorf("cannot create journal: %w", err)
 	}
 	if err := syscall.Flock(int(fh.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		fh.Close()
 		os.Remove(path)
-		return nil, fmt.Errorf("cannot lock journal: %w", err)
+		return nil, "", fmt.Errorf("cannot lock journal: %w", err)
 	}
-	return &Journal{f: f, fh: fh, path: path, open: make(map[uint64]struct{}), early: make(map[uint64]struct{})}, nil
+	return fh, path, nil
 }
 
 // Journal returns the Forwarder's journal of the requests in flight.
@@ -74,7 +85,10 @@ func (j *Journal) Begin(entry uint64, line []byte) {
 	j.buf = append(strconv.AppendUint(append(j.buf[:0], 'B', ' '), entry, 10), ' ')
 	j.buf = append(append(j.buf, line...), '\n')
 	j.writeLocked()
-	j.open[entry] = struct{}{}
+	// Kept to rewrite the journal: a busy relay may never be without a
+	// call in flight.
+	j.open[entry] = bytes.Clone(j.buf)
+	j.live += int64(len(j.buf))
 }
 
 // End notes that the exchange of entry ended: its record is in a segment,
@@ -82,23 +96,53 @@ func (j *Journal) Begin(entry uint64, line []byte) {
 func (j *Journal) End(entry uint64) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if _, ok := j.open[entry]; !ok {
+	b, ok := j.open[entry]
+	if !ok {
 		j.early[entry] = struct{}{}
 		return
 	}
 	delete(j.open, entry)
+	j.live -= int64(len(b))
 	if j.fh == nil {
 		return
 	}
-	if len(j.open) == 0 && len(j.early) == 0 && j.size >= journalCompactBytes {
-		// Nothing in flight: no line of the file is needed any more.
-		if err := j.fh.Truncate(0); err == nil {
-			j.size = 0
-			return
-		}
+	if j.size >= journalCompactBytes && j.size >= 2*j.live && j.compactLocked() {
+		return
 	}
 	j.buf = append(strconv.AppendUint(append(j.buf[:0], 'E', ' '), entry, 10), '\n')
 	j.writeLocked()
+}
+
+// compactLocked drops the lines of the entries that ended: it empties the
+// file when nothing is in flight, else writes the entries in flight to a
+// new journal and deletes the old one. A crash between the two leaves both,
+// and the calls in flight are recorded twice, as plain duplicates.
+func (j *Journal) compactLocked() bool {
+	if len(j.open) == 0 {
+		if err := j.fh.Truncate(0); err != nil {
+			return false
+		}
+		j.size = 0
+		return true
+	}
+	fh, path, err := j.f.createJournal()
+	if err != nil {
+		j.f.log.Warn("cannot rewrite the journal of calls in flight", "err", err)
+		return false
+	}
+	var all []byte
+	for _, b := range j.open {
+		all = append(all, b...)
+	}
+	if _, err := fh.Write(all); err != nil {
+		fh.Close()
+		os.Remove(path)
+		return false
+	}
+	os.Remove(j.path)
+	j.fh.Close()
+	j.fh, j.path, j.size = fh, path, int64(len(all))
+	return true
 }
 
 func (j *Journal) writeLocked() {
@@ -137,16 +181,19 @@ func (j *Journal) close() {
 func (f *Forwarder) recoverJournals() {
 	names, _ := filepath.Glob(filepath.Join(f.cfg.BufferDir, "*"+journalExt))
 	for _, p := range names {
-		if f.journal != nil && p == f.journal.path {
-			continue
-		}
 		fh, err := os.Open(p)
 		if err != nil {
 			continue
 		}
+		// Our own journal is locked through another open file: skipped.
 		if syscall.Flock(int(fh.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
 			fh.Close()
 			continue // its process lives
+		}
+		if st, err := fh.Stat(); err != nil || st.Size() == 0 && time.Since(st.ModTime()) < time.Minute {
+			// Created an instant ago and not locked yet by its process.
+			fh.Close()
+			continue
 		}
 		lines, err := unfinished(fh)
 		if err != nil {

@@ -130,19 +130,23 @@ func TestJournal(t *testing.T) {
 		b.Journal().End(2)
 	})
 
-	// With nothing in flight the journal is emptied once it passes its
-	// bound, and a graceful close deletes it.
-	t.Run("compacts_and_closes", func(t *testing.T) {
+	// The journal stays bounded though a call is always in flight: it is
+	// rewritten with the entries in flight only, which a crash then
+	// leaves for the next start; a graceful close deletes it.
+	t.Run("compacts_under_load", func(t *testing.T) {
+		c := &collector{}
+		srv := httptest.NewServer(c)
+		defer srv.Close()
 		cfg := testConfig(t, "http://127.0.0.1:1")
 		f, _ := newForwarder(t, cfg)
 		j := f.Journal()
 		l := bytes.TrimSuffix(line(1), []byte("\n"))
+		long := bytes.TrimSuffix(line(2), []byte("\n"))
+		j.Begin(1<<50, long) // in flight throughout
 		var biggest int64
 		for i := uint64(1); i <= 2*journalCompactBytes/uint64(len(l)); i++ {
 			j.Begin(i, l)
-			j.Begin(i+1<<40, l) // overlaps: something is in flight at i's End
 			j.End(i)
-			j.End(i + 1<<40)
 			st, err := os.Stat(j.path)
 			if err != nil {
 				t.Fatal(err)
@@ -152,10 +156,22 @@ func TestJournal(t *testing.T) {
 		if biggest > journalCompactBytes+4*int64(len(l)) {
 			t.Errorf("the journal grew to %d bytes with at most two calls in flight", biggest)
 		}
+		if js := glob(t, cfg.BufferDir, "*"+journalExt); len(js) != 1 {
+			t.Errorf("journals: %v, want one", js)
+		}
+		crash(f)
+		cfg.URL = srv.URL
+		f2, _ := newForwarder(t, cfg)
+		waitFor(t, "the call in flight", func() bool { return len(c.got()) >= 1 })
+		time.Sleep(50 * time.Millisecond)
+		if got := c.got(); len(got) != 1 || got[0] != string(long) {
+			t.Errorf("recovered %q, want only the call in flight %s", got, long)
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		defer cancel()
-		f.Close(ctx)
-		if _, err := os.Stat(j.path); !os.IsNotExist(err) {
+		path := f2.Journal().path
+		f2.Close(ctx)
+		if _, err := os.Stat(path); !os.IsNotExist(err) {
 			t.Errorf("a graceful close left the journal (%v)", err)
 		}
 	})
