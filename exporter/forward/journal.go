@@ -96,6 +96,9 @@ func (j *Journal) Begin(entry uint64, line []byte) {
 func (j *Journal) End(entry uint64) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	if j.fh == nil {
+		return // off: nothing begins any more
+	}
 	b, ok := j.open[entry]
 	if !ok {
 		j.early[entry] = struct{}{}
@@ -103,9 +106,6 @@ func (j *Journal) End(entry uint64) {
 	}
 	delete(j.open, entry)
 	j.live -= int64(len(b))
-	if j.fh == nil {
-		return
-	}
 	if j.size >= journalCompactBytes && j.size >= 2*j.live && j.compactLocked() {
 		return
 	}
