@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -130,9 +132,10 @@ func (j *Journal) compactLocked() bool {
 		j.f.log.Warn("cannot rewrite the journal of calls in flight", "err", err)
 		return false
 	}
+	// In the order they began, as the recovery buffers them.
 	var all []byte
-	for _, b := range j.open {
-		all = append(all, b...)
+	for _, e := range slices.Sorted(maps.Keys(j.open)) {
+		all = append(all, j.open[e]...)
 	}
 	if _, err := fh.Write(all); err != nil {
 		fh.Close()

@@ -1,0 +1,87 @@
+package forward
+
+import (
+	"bytes"
+	"context"
+	"net/http/httptest"
+	"os"
+	"testing"
+	"time"
+)
+
+// TestJournal_RewriteKeepsOrder (rev17px): a journal rewritten past 1 MiB
+// keeps its entries in flight in the order they began, as the recovery
+// buffers them: the calls a dead relay had in flight reach the collector
+// oldest first, with or without a rewrite.
+func TestJournal_RewriteKeepsOrder(t *testing.T) {
+	cfg := testConfig(t, "http://127.0.0.1:1")
+	f, _ := newForwarder(t, cfg)
+	j := f.Journal()
+	const held = 40
+	for i := 1; i <= held; i++ {
+		j.Begin(uint64(i), bytes.TrimSuffix(line(i), []byte("\n")))
+	}
+	first := j.path
+	l := bytes.TrimSuffix(line(99), []byte("\n"))
+	for i := uint64(held + 1); j.path == first; i++ {
+		j.Begin(i, l)
+		j.End(i)
+		if i > 4*journalCompactBytes/uint64(len(l)) {
+			t.Fatal("the journal was never rewritten")
+		}
+	}
+	fh, err := os.Open(j.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	left, err := unfinished(fh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != held {
+		t.Fatalf("%d entries in flight after the rewrite, want %d", len(left), held)
+	}
+	for i, rec := range left {
+		if want := bytes.TrimSuffix(line(i+1), []byte("\n")); !bytes.Equal(rec, want) {
+			t.Fatalf("entry %d in flight after the rewrite is\n%s\nwant (the order they began)\n%s", i, rec, want)
+		}
+	}
+	crash(f)
+}
+
+// TestJournal_IdleTruncate (rev17px): past 1 MiB with nothing in flight the
+// journal is emptied in place, stays this process's (locked, same path),
+// and keeps taking lines; a crash after it leaves only what began since.
+func TestJournal_IdleTruncate(t *testing.T) {
+	c := &collector{}
+	srv := httptest.NewServer(c)
+	defer srv.Close()
+	cfg := testConfig(t, "http://127.0.0.1:1")
+	f, _ := newForwarder(t, cfg)
+	j := f.Journal()
+	path := j.path
+	l := bytes.TrimSuffix(line(1), []byte("\n"))
+	n := uint64(journalCompactBytes/len(l) + 2)
+	for i := uint64(1); i <= n; i++ {
+		j.Begin(i, l)
+		j.End(i)
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.path != path || st.Size() >= journalCompactBytes {
+		t.Fatalf("after %d calls, none in flight: journal %s of %d bytes; want %s emptied in place", n, j.path, st.Size(), path)
+	}
+	j.Begin(n+1, bytes.TrimSuffix(line(2), []byte("\n")))
+	crash(f)
+	cfg.URL = srv.URL
+	f2, _ := newForwarder(t, cfg)
+	defer f2.Close(context.Background())
+	waitFor(t, "the call in flight", func() bool { return len(c.got()) >= 1 })
+	time.Sleep(50 * time.Millisecond)
+	if got := c.got(); len(got) != 1 || got[0] != string(bytes.TrimSuffix(line(2), []byte("\n"))) {
+		t.Errorf("recovered %q; want only the call begun after the truncation", got)
+	}
+}
