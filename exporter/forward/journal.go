@@ -188,38 +188,47 @@ func (f *Forwarder) recoverJournals() {
 		if err != nil {
 			continue
 		}
-		// Our own journal is locked through another open file: skipped.
-		if syscall.Flock(int(fh.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
-			fh.Close()
-			continue // its process lives
-		}
-		if st, err := fh.Stat(); err != nil || st.Size() == 0 && time.Since(st.ModTime()) < time.Minute {
-			// Created an instant ago and not locked yet by its process.
-			fh.Close()
-			continue
-		}
-		lines, err := unfinished(fh)
-		if err != nil {
-			f.log.Error("cannot read the journal of a process that is gone", "journal", p, "err", err)
-			fh.Close()
-			continue
-		}
-		ok := true
-		for _, l := range lines {
-			if err := f.Add(append(l, '\n')); err != nil {
-				f.log.Error("call in flight at a crash lost", "journal", filepath.Base(p), "err", err)
-				ok = false
-				break
-			}
-		}
-		if ok {
-			if len(lines) > 0 {
-				f.log.Warn("calls in flight when their relay died recorded without a response", "journal", filepath.Base(p), "calls", len(lines))
-			}
-			os.Remove(p)
-		}
-		fh.Close()
+		f.recoverJournal(p, fh)
 	}
+}
+
+// recoverJournal buffers the calls in flight of the journal p, opened as
+// fh, if no live process holds it, deletes it, and closes fh.
+func (f *Forwarder) recoverJournal(p string, fh *os.File) {
+	defer fh.Close()
+	// Our own journal is locked through another open file: skipped.
+	if syscall.Flock(int(fh.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+		return // its process lives
+	}
+	st, err := fh.Stat()
+	if err != nil {
+		return
+	}
+	// Opened before its live process rewrote or deleted it, and locked
+	// once that process let the old file go: its calls are in the new
+	// journal, or ended. Only the file still at p is the journal.
+	if now, err := os.Stat(p); err != nil || !os.SameFile(st, now) {
+		return
+	}
+	if st.Size() == 0 && time.Since(st.ModTime()) < time.Minute {
+		// Created an instant ago and not locked yet by its process.
+		return
+	}
+	lines, err := unfinished(fh)
+	if err != nil {
+		f.log.Error("cannot read the journal of a process that is gone", "journal", p, "err", err)
+		return
+	}
+	for _, l := range lines {
+		if err := f.Add(append(l, '\n')); err != nil {
+			f.log.Error("call in flight at a crash lost", "journal", filepath.Base(p), "err", err)
+			return
+		}
+	}
+	if len(lines) > 0 {
+		f.log.Warn("calls in flight when their relay died recorded without a response", "journal", filepath.Base(p), "calls", len(lines))
+	}
+	os.Remove(p)
 }
 
 // unfinished returns the records of the entries of a journal that began

@@ -85,3 +85,38 @@ func TestJournal_IdleTruncate(t *testing.T) {
 		t.Errorf("recovered %q; want only the call begun after the truncation", got)
 	}
 }
+
+// TestJournal_ReplacedJournalNotTaken (rev17px): a relay that opened a
+// live relay's journal just before that relay rewrote (or deleted) it gets
+// its lock once the old file is released, and must not record the calls
+// in it: they are still in flight, in the new journal. Before the fix the
+// second relay sent them as unanswered while the first still had them.
+func TestJournal_ReplacedJournalNotTaken(t *testing.T) {
+	c := &collector{}
+	srv := httptest.NewServer(c)
+	defer srv.Close()
+	cfg := testConfig(t, srv.URL)
+	cfg.JournalScan = time.Hour
+	a, _ := newForwarder(t, cfg)
+	b, _ := newForwarder(t, cfg)
+	defer b.Close(context.Background())
+	j := a.Journal()
+	j.Begin(1, bytes.TrimSuffix(line(1), []byte("\n")))
+	old := j.path
+	fh, err := os.Open(old) // b's recovery scan, between its Open and its Flock
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := bytes.TrimSuffix(line(2), []byte("\n"))
+	for i := uint64(2); j.path == old; i++ {
+		j.Begin(i, l)
+		j.End(i)
+	}
+	b.recoverJournal(old, fh)
+	time.Sleep(100 * time.Millisecond)
+	if got := c.got(); len(got) != 0 {
+		t.Errorf("b recorded a's calls in flight from the journal a replaced: %q", got)
+	}
+	j.End(1)
+	crash(a)
+}
