@@ -36,6 +36,7 @@ type Journal struct {
 
 	mu    sync.Mutex
 	fh    *os.File // nil once closed or when it could not be opened
+	off   bool     // a write failed: nothing is written any more
 	path  string
 	size  int64
 	open  map[uint64][]byte   // begun, not ended: their B lines
@@ -81,7 +82,7 @@ func (j *Journal) Begin(entry uint64, line []byte) {
 		delete(j.early, entry)
 		return
 	}
-	if j.fh == nil {
+	if j.fh == nil || j.off {
 		return
 	}
 	j.buf = append(strconv.AppendUint(append(j.buf[:0], 'B', ' '), entry, 10), ' ')
@@ -98,8 +99,8 @@ func (j *Journal) Begin(entry uint64, line []byte) {
 func (j *Journal) End(entry uint64) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if j.fh == nil {
-		return // off: nothing begins any more
+	if j.fh == nil || j.off {
+		return // nothing begins any more
 	}
 	b, ok := j.open[entry]
 	if !ok {
@@ -153,10 +154,16 @@ func (j *Journal) writeLocked() {
 	j.size += int64(n)
 	if err != nil {
 		// The records are still written when their exchanges end; only a
-		// crash would lose the calls in flight, as before the journal.
+		// crash would lose the calls that begin from now on, as before the
+		// journal. The file stays open, and locked: closed, it would look
+		// like the journal of a dead relay, and the next scan (this
+		// relay's own sender's too) would record the calls still in
+		// flight without a response while they are answered. A crash
+		// leaves its lines for the next relay: the calls in flight at the
+		// failure, and those that ended since without their E line, as
+		// duplicates of their records.
 		j.f.log.Error("cannot write the journal of calls in flight; it is off", "journal", j.path, "err", err)
-		j.fh.Close()
-		j.fh = nil
+		j.off = true
 	}
 }
 
@@ -168,7 +175,9 @@ func (j *Journal) close() {
 	if j.fh == nil {
 		return
 	}
-	if len(j.open) == 0 {
+	// Once off, what is in flight is not known: a graceful stop recorded
+	// its calls in flight before the journal closes.
+	if len(j.open) == 0 || j.off {
 		os.Remove(j.path)
 	}
 	j.fh.Close()

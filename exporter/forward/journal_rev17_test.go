@@ -5,6 +5,7 @@ import (
 	"context"
 	"net/http/httptest"
 	"os"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -119,4 +120,64 @@ func TestJournal_ReplacedJournalNotTaken(t *testing.T) {
 	}
 	j.End(1)
 	crash(a)
+}
+
+// TestJournal_WriteFailureKeepsLock (rev17px): once a write to the journal
+// fails, the journal is off, but the file stays locked while its process
+// lives: neither its own sender nor another relay's takes the calls still
+// in flight as those of a dead relay. Before the fix the file was closed
+// (its lock freed), and the next scan sent them without a response while
+// they were in flight (seen with a full tmpfs: "calls in flight when their
+// relay died recorded without a response" from the live relay itself, then
+// the same call again with its outcome). A crash after the failure leaves
+// them for the next relay; a graceful close deletes the file.
+func TestJournal_WriteFailureKeepsLock(t *testing.T) {
+	c := &collector{}
+	srv := httptest.NewServer(c)
+	defer srv.Close()
+	for _, stop := range []string{"close", "crash"} {
+		t.Run(stop, func(t *testing.T) {
+			cfg := testConfig(t, srv.URL)
+			cfg.JournalScan = 10 * time.Millisecond
+			f, _ := newForwarder(t, cfg)
+			j := f.Journal()
+			j.Begin(1, bytes.TrimSuffix(line(1), []byte("\n")))
+			// Writes fail from now on (as on a full disk): the file is
+			// reopened read-only under the same lock.
+			j.mu.Lock()
+			ro, err := os.Open(j.path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			j.fh.Close()
+			if err := syscall.Flock(int(ro.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+				t.Fatal(err)
+			}
+			j.fh = ro
+			j.mu.Unlock()
+			j.Begin(2, bytes.TrimSuffix(line(2), []byte("\n")))
+			path := j.path
+			time.Sleep(20 * cfg.JournalScan)
+			if got := c.got(); len(got) != 0 {
+				t.Fatalf("calls in flight of a live relay whose journal failed were recorded: %q", got)
+			}
+			if stop == "close" {
+				f.Close(context.Background())
+				if _, err := os.Stat(path); !os.IsNotExist(err) {
+					t.Errorf("a graceful close left the failed journal (%v)", err)
+				}
+				return
+			}
+			crash(f)
+			f2, _ := newForwarder(t, cfg)
+			defer f2.Close(context.Background())
+			waitFor(t, "the call in flight at the crash", func() bool { return len(c.got()) == 1 })
+			if got := c.got()[0]; got != string(bytes.TrimSuffix(line(1), []byte("\n"))) {
+				t.Errorf("recovered %s, want the call in flight before the failure %s", got, line(1))
+			}
+			c.mu.Lock()
+			c.lines = nil
+			c.mu.Unlock()
+		})
+	}
 }
