@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"path/filepath"
@@ -242,14 +243,22 @@ func (f *Forwarder) recoverJournal(p string, fh *os.File) {
 
 // unfinished returns the records of the entries of a journal that began
 // and never ended, in the order they began. A line that is not whole is
-// skipped.
+// skipped: the last one, without its newline, was cut by a crash in the
+// middle of its write or by a full disk (an "E 1" may be the start of
+// "E 12", a "B" line may end in "}" where it was cut).
 func unfinished(fh *os.File) ([][]byte, error) {
 	begun := map[uint64][]byte{}
 	var order []uint64
-	sc := bufio.NewScanner(fh)
-	sc.Buffer(nil, 64<<20)
-	for sc.Scan() {
-		l := sc.Bytes()
+	rd := bufio.NewReaderSize(fh, 64<<10)
+	for {
+		l, err := rd.ReadBytes('\n')
+		if err == io.EOF {
+			break // l, if any, is not whole
+		}
+		if err != nil {
+			return nil, err
+		}
+		l = l[:len(l)-1]
 		if len(l) < 3 || l[1] != ' ' {
 			continue
 		}
@@ -267,7 +276,7 @@ func unfinished(fh *os.File) ([][]byte, error) {
 			if idEnd == len(rest) {
 				continue
 			}
-			rec := bytes.Clone(rest[idEnd+1:])
+			rec := rest[idEnd+1:]
 			if len(rec) == 0 || rec[0] != '{' || rec[len(rec)-1] != '}' {
 				continue
 			}
@@ -278,9 +287,6 @@ func unfinished(fh *os.File) ([][]byte, error) {
 		case 'E':
 			delete(begun, id)
 		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, err
 	}
 	var out [][]byte
 	for _, id := range order {

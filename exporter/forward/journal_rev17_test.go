@@ -5,6 +5,8 @@ import (
 	"context"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -180,4 +182,40 @@ func TestJournal_WriteFailureKeepsLock(t *testing.T) {
 			c.mu.Unlock()
 		})
 	}
+}
+
+// TestJournal_TornLastLine (rev17px): a process killed in the middle of a
+// long write (or a write cut short by a full disk) leaves a last line
+// without its newline; it is not a whole record even when it happens to end
+// with "}", and is skipped.
+func TestJournal_TornLastLine(t *testing.T) {
+	f := func(content string, want ...string) {
+		t.Helper()
+		p := filepath.Join(t.TempDir(), "x"+journalExt)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		fh, err := os.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer fh.Close()
+		got, err := unfinished(fh)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s []string
+		for _, g := range got {
+			s = append(s, string(g))
+		}
+		if strings.Join(s, "|") != strings.Join(want, "|") {
+			t.Errorf("unfinished(%q) = %q, want %q", content, s, want)
+		}
+	}
+	f("B 1 {\"a\":1}\n", `{"a":1}`)
+	f("B 1 {\"a\":1}\nB 2 {\"a\":{\"b\":1}", `{"a":1}`)
+	f("B 1 {\"a\":1}\nB 2 {\"a\":{\"b\":1}}", `{"a":1}`)
+	f("B 1 {\"a\":1}\nE 1", `{"a":1}`) // a torn E: the entry did not end
+	f("B 1 {\"a\":1}\nE 1\n")
+	f("B 1 {\"a\":1}\nB 2 {\"a\":2}\nE 1\n", `{"a":2}`)
 }
