@@ -93,6 +93,9 @@ func proxyCommand(ctx context.Context, args []string, stderr io.Writer) error {
 		sink.Close(context.Background())
 		return &exitError{code: 2, err: err}
 	}
+	if j := sink.Journal(); j != nil {
+		p.Recorder().SetJournal(j)
+	}
 	// No write timeout: SSE streams are long-lived.
 	hs := &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}
 	go hs.Serve(ln)

@@ -97,6 +97,9 @@ func (rf *relayFlags) validate(server string) error {
 // recordSink takes the records of a relay.
 type recordSink interface {
 	Record(r *tap.Record)
+	// Journal is where the recorder notes the requests in flight, so that
+	// a crash does not lose them; nil when the sink keeps none.
+	Journal() tap.Journal
 	// Close delivers what it can until ctx ends.
 	Close(ctx context.Context) error
 }
@@ -168,6 +171,7 @@ type forwardSink struct {
 }
 
 func (s forwardSink) Record(r *tap.Record) {
+	entry := r.Entry
 	if s.red != nil {
 		masked := maskRecord(s.red, *r)
 		r = &masked
@@ -175,7 +179,38 @@ func (s forwardSink) Record(r *tap.Record) {
 	if err := s.f.Record(r); err != nil {
 		s.log.Error("call record lost", "err", err)
 	}
+	// After the record is in a segment: a crash between the two buffers
+	// the call again from the journal, without its response, which the
+	// collector takes as a duplicate of this record.
+	if j := s.f.Journal(); j != nil && entry != 0 {
+		j.End(entry)
+	}
 }
+
+func (s forwardSink) Journal() tap.Journal {
+	if s.f.Journal() == nil {
+		return nil
+	}
+	return sinkJournal{s.f.Journal(), s.red}
+}
+
+// sinkJournal writes a request in flight to the forwarder's journal as its
+// record without a response, masked as the record will be: secrets never
+// reach the buffer directory.
+type sinkJournal struct {
+	j   *forward.Journal
+	red *redact.Redactor
+}
+
+func (s sinkJournal) Begin(entry uint64, r *tap.Record) {
+	if s.red != nil {
+		masked := maskRecord(s.red, *r)
+		r = &masked
+	}
+	s.j.Begin(entry, r.AppendJSON(nil))
+}
+
+func (s sinkJournal) End(entry uint64) { s.j.End(entry) }
 
 // maskRecord returns r with the secrets of its tool arguments, result,
 // error and transport error masked, as the collector masks a call: the
@@ -391,6 +426,10 @@ func (s *localSink) flush(ctx context.Context) {
 		time.Sleep(backoff)
 	}
 }
+
+// Journal is nil: records not yet handed to the engine are lost in a
+// crash all the same.
+func (s *localSink) Journal() tap.Journal { return nil }
 
 func (s *localSink) Close(ctx context.Context) error {
 	close(s.quit)

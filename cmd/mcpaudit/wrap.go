@@ -90,6 +90,9 @@ func wrapCommand(ctx context.Context, args []string, stdin io.Reader, stdout, st
 		m.Record(*server, r.Outcome())
 		sink.Record(r)
 	}), Metrics: m}
+	if j := sink.Journal(); j != nil {
+		rl.Recorder.SetJournal(j)
+	}
 	status, err := rl.Run(cmd, stdin, stdout)
 	if err == nil {
 		log.Info("child exited", "status", status)

@@ -80,9 +80,20 @@ func benchAddedLatency(b *testing.B, upstream http.Handler) {
 	defer f.Close(context.Background())
 	cfg := proxy.NewDefaultConfig()
 	cfg.Upstream, cfg.Server = up.URL, "thegram"
-	p, err := proxy.New(cfg, func(r *tap.Record) { f.Record(r) }, nil, nil)
+	// As mcpaudit proxy wires it (without redaction): the journal of the
+	// requests in flight, a line when each starts and when it is buffered.
+	j := f.Journal()
+	p, err := proxy.New(cfg, func(r *tap.Record) {
+		f.Record(r)
+		if j != nil && r.Entry != 0 {
+			j.End(r.Entry)
+		}
+	}, nil, nil)
 	if err != nil {
 		b.Fatal(err)
+	}
+	if j != nil {
+		p.Recorder().SetJournal(benchJournal{j})
 	}
 	defer p.Close()
 	front := httptest.NewServer(p)
@@ -156,3 +167,10 @@ func benchAddedLatency(b *testing.B, upstream http.Handler) {
 	b.ReportMetric(pct(pr, 0.99)-pct(d, 0.99), "added-p99-ms")
 	b.ReportMetric(pct(pr, 0.5)-pct(d, 0.5), "added-p50-ms")
 }
+
+// benchJournal writes a request in flight to the forwarder's journal, as
+// mcpaudit proxy does.
+type benchJournal struct{ j *forward.Journal }
+
+func (b benchJournal) Begin(entry uint64, r *tap.Record) { b.j.Begin(entry, r.AppendJSON(nil)) }
+func (b benchJournal) End(entry uint64)                  { b.j.End(entry) }

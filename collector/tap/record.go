@@ -39,6 +39,9 @@ type Record struct {
 	// TransportError says why no response arrived; empty when one did, or
 	// when the relay stopped before it could know.
 	TransportError string
+	// Entry is the request's entry in the Recorder's journal, to end once
+	// the record is buffered; 0 without a journal. It is not written.
+	Entry uint64
 }
 
 // AppendJSON appends r as one line of NDJSON, without the newline.

@@ -19,6 +19,20 @@ type pending struct {
 	session string
 	client  string
 	request []byte
+	entry   uint64 // in the journal; 0 without one
+}
+
+// Journal keeps the requests in flight where a crash of the relay does not
+// lose them, so that the next relay records them without a response. Begin
+// and End are called without the Recorder's lock held, from any goroutine,
+// and End may come before the Begin of its entry.
+type Journal interface {
+	// Begin notes the request of entry as in flight: r is its record as it
+	// would be written without a response.
+	Begin(entry uint64, r *Record)
+	// End notes that the exchange of entry ended: its record was handed
+	// on (Record.Entry), or it is not to be recorded.
+	End(entry uint64)
 }
 
 // Recorder pairs tools/call requests with their responses and emits a
@@ -31,7 +45,10 @@ type Recorder struct {
 	// maxSessions bounds the clients remembered by session.
 	maxSessions int
 
+	journal Journal
+
 	mu      sync.Mutex
+	seq     uint64 // the last journal entry
 	pending map[Key]*pending
 	clients map[string]string
 }
@@ -45,6 +62,11 @@ func NewRecorder(server string, emit func(*Record)) *Recorder {
 	return &Recorder{server: server, emit: emit, maxSessions: DefaultMaxSessions,
 		pending: make(map[Key]*pending), clients: make(map[string]string)}
 }
+
+// SetJournal makes r note every tools/call request in j when it starts;
+// whoever takes the records calls j.End(rec.Entry) once a record is
+// buffered. It must be called before the first message.
+func (r *Recorder) SetJournal(j Journal) { r.journal = j }
 
 // SetClient remembers the client ("name/version") of a session; stdio
 // relays use the session "".
@@ -76,7 +98,7 @@ func (r *Recorder) FromClient(session string, scope uint64, msgs []Message, at t
 		scope = 0
 	}
 	var keys []Key
-	var done []*Record
+	var done, begun []*Record
 	r.mu.Lock()
 	for i := range msgs {
 		m := &msgs[i]
@@ -93,7 +115,14 @@ func (r *Recorder) FromClient(session string, scope uint64, msgs []Message, at t
 			if client == "" {
 				client = r.clients[session]
 			}
-			r.pending[k] = &pending{at: at, session: session, client: client, request: m.Raw}
+			p := &pending{at: at, session: session, client: client, request: m.Raw}
+			if r.journal != nil {
+				r.seq++
+				p.entry = r.seq
+				begun = append(begun, &Record{Time: at, Server: r.server, Session: session, Client: client,
+					Request: m.Raw, Entry: p.entry})
+			}
+			r.pending[k] = p
 			keys = append(keys, k)
 		case m.Kind == KindNotification && m.Method == "notifications/cancelled":
 			k := Key{Session: session, Scope: scope, ID: cancelledID(m.Params)}
@@ -103,6 +132,12 @@ func (r *Recorder) FromClient(session string, scope uint64, msgs []Message, at t
 		}
 	}
 	r.mu.Unlock()
+	// Written outside the lock: a write to the journal holds only its own
+	// exchange. An exchange that ends meanwhile has its End first, which
+	// the journal takes.
+	for _, rec := range begun {
+		r.journal.Begin(rec.Entry, rec)
+	}
 	r.emitAll(done)
 	return keys
 }
@@ -147,14 +182,21 @@ func (r *Recorder) Fail(keys []Key, reason string, at time.Time) int {
 // Forget drops the requests of keys without recording them, and returns
 // how many were pending: for exchanges whose answers the relay cannot see.
 func (r *Recorder) Forget(keys []Key) int {
+	var entries []uint64
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	n := 0
 	for _, k := range keys {
-		if _, ok := r.pending[k]; ok {
+		if p, ok := r.pending[k]; ok {
 			delete(r.pending, k)
 			n++
+			if p.entry != 0 {
+				entries = append(entries, p.entry)
+			}
 		}
+	}
+	r.mu.Unlock()
+	for _, e := range entries {
+		r.journal.End(e)
 	}
 	return n
 }
@@ -232,7 +274,7 @@ func (r *Recorder) finishLocked(k Key, response []byte, transportErr string, at 
 		d = 0
 	}
 	return &Record{Time: p.at, Duration: d, Server: r.server, Session: p.session, Client: p.client,
-		Request: p.request, Response: response, TransportError: transportErr}
+		Request: p.request, Response: response, TransportError: transportErr, Entry: p.entry}
 }
 
 func (r *Recorder) emitAll(recs []*Record) {

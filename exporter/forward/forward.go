@@ -59,12 +59,17 @@ type Config struct {
 	// Defaults 250ms and 30s.
 	MinBackoff time.Duration `yaml:"min_backoff"`
 	MaxBackoff time.Duration `yaml:"max_backoff"`
+	// JournalScan is how often the sender looks for the journals of
+	// processes that are gone, to record their calls in flight. Default 5s
+	// (also when 0).
+	JournalScan time.Duration `yaml:"journal_scan"`
 }
 
 // NewDefaultConfig returns the defaults.
 func NewDefaultConfig() Config {
 	return Config{MaxBufferBytes: 1 << 30, BatchRecords: 1000, BatchBytes: 4 << 20,
-		FlushInterval: time.Second, Timeout: 30 * time.Second, MinBackoff: 250 * time.Millisecond, MaxBackoff: 30 * time.Second}
+		FlushInterval: time.Second, Timeout: 30 * time.Second, MinBackoff: 250 * time.Millisecond, MaxBackoff: 30 * time.Second,
+		JournalScan: 5 * time.Second}
 }
 
 // Validate reports every invalid field with its key path.
@@ -144,6 +149,8 @@ type Forwarder struct {
 	seq      int
 	closed   bool
 
+	journal *Journal // nil when it could not be created
+
 	wake chan struct{}
 	stop context.CancelFunc
 	done chan struct{}
@@ -170,6 +177,17 @@ func New(cfg Config, m *metrics.Relay, log *slog.Logger) (*Forwarder, error) {
 	f.sealOrphans()
 	f.mu.Lock()
 	f.size = f.scanSize()
+	f.mu.Unlock()
+	// Before this process's first record: the calls a dead relay had in
+	// flight are the oldest.
+	f.recoverJournals()
+	j, err := f.openJournal()
+	if err != nil {
+		log.Error("no journal of calls in flight: a crash would lose them", "err", err)
+	} else {
+		f.journal = j
+	}
+	f.mu.Lock()
 	f.metrics.SetBufferBytes(f.size)
 	f.mu.Unlock()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -299,6 +317,9 @@ func (f *Forwarder) scanSize() int64 {
 		if e.IsDir() {
 			continue
 		}
+		if strings.HasSuffix(e.Name(), journalExt) {
+			continue // not sent: the records it holds are counted once buffered
+		}
 		if info, err := e.Info(); err == nil {
 			n += info.Size()
 		}
@@ -312,7 +333,19 @@ func (f *Forwarder) run(ctx context.Context) {
 	backoff := time.Duration(0)
 	tick := time.NewTicker(f.cfg.FlushInterval / 2)
 	defer tick.Stop()
+	scanEvery := f.cfg.JournalScan
+	if scanEvery <= 0 {
+		scanEvery = 5 * time.Second
+	}
+	lastScan := time.Now()
 	for {
+		if time.Since(lastScan) >= scanEvery {
+			// Another relay sharing the directory died: its open segment
+			// and its calls in flight wait for no new start.
+			lastScan = time.Now()
+			f.sealOrphans()
+			f.recoverJournals()
+		}
 		f.mu.Lock()
 		if f.cur != nil && time.Since(f.curSince) >= f.cfg.FlushInterval {
 			f.sealLocked()
@@ -535,6 +568,9 @@ func (f *Forwarder) Close(ctx context.Context) error {
 	f.mu.Unlock()
 	f.stop()
 	<-f.done
+	if f.journal != nil {
+		f.journal.close()
+	}
 	if left > 0 {
 		f.log.Warn("call records left in the buffer for the next start", "dir", f.cfg.BufferDir, "bytes", left)
 	}

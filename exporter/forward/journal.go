@@ -1,0 +1,298 @@
+package forward
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// journalExt names the journal of one process in the buffer directory.
+const journalExt = ".journal"
+
+// journalCompactBytes is the size past which a journal is emptied (nothing
+// in flight) or rewritten with the entries in flight only, once they are
+// less than half of it.
+const journalCompactBytes = 1 << 20
+
+// Journal is the list of the requests in flight of one process, kept
+// beside the segments: a line "B <entry> <record>" when a request goes
+// upstream, its record as it would be written without a response, and a
+// line "E <entry>" when its exchange ended. The file is locked while the
+// process lives; the next Forwarder on the directory that finds it
+// unlocked buffers the records of the entries that never ended and deletes
+// it. Lines reach the page cache with one write each and are never synced:
+// a process crash loses none, a machine crash loses those of the last
+// seconds. It is safe for concurrent use.
+type Journal struct {
+	f *Forwarder
+
+	mu    sync.Mutex
+	fh    *os.File // nil once closed or when it could not be opened
+	off   bool     // a write failed: nothing is written any more
+	path  string
+	size  int64
+	open  map[uint64][]byte   // begun, not ended: their B lines
+	live  int64               // bytes of the B lines in open
+	early map[uint64]struct{} // ended before their Begin
+	buf   []byte
+}
+
+// openJournal creates and locks this process's journal.
+func (f *Forwarder) openJournal() (*Journal, error) {
+	fh, path, err := f.createJournal()
+	if err != nil {
+		return nil, err
+	}
+	return &Journal{f: f, fh: fh, path: path, open: make(map[uint64][]byte), early: make(map[uint64]struct{})}, nil
+}
+
+// createJournal creates and locks a new journal file.
+func (f *Forwarder) createJournal() (*os.File, string, error) {
+	name := fmt.Sprintf("%020d-%d%s", time.Now().UnixNano(), os.Getpid(), journalExt)
+	path := filepath.Join(f.cfg.BufferDir, name)
+	fh, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, "", fmt.Errorf("cannot create journal: %w", err)
+	}
+	if err := syscall.Flock(int(fh.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		fh.Close()
+		os.Remove(path)
+		return nil, "", fmt.Errorf("cannot lock journal: %w", err)
+	}
+	return fh, path, nil
+}
+
+// Journal returns the Forwarder's journal of the requests in flight.
+func (f *Forwarder) Journal() *Journal { return f.journal }
+
+// Begin notes the request of entry as in flight; line is its record
+// without a response, one NDJSON line without the newline.
+func (j *Journal) Begin(entry uint64, line []byte) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if _, ok := j.early[entry]; ok {
+		delete(j.early, entry)
+		return
+	}
+	if j.fh == nil || j.off {
+		return
+	}
+	j.buf = append(strconv.AppendUint(append(j.buf[:0], 'B', ' '), entry, 10), ' ')
+	j.buf = append(append(j.buf, line...), '\n')
+	j.writeLocked()
+	// Kept to rewrite the journal: a busy relay may never be without a
+	// call in flight.
+	j.open[entry] = bytes.Clone(j.buf)
+	j.live += int64(len(j.buf))
+}
+
+// End notes that the exchange of entry ended: its record is in a segment,
+// or is not to be written.
+func (j *Journal) End(entry uint64) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.fh == nil || j.off {
+		return // nothing begins any more
+	}
+	b, ok := j.open[entry]
+	if !ok {
+		j.early[entry] = struct{}{}
+		return
+	}
+	delete(j.open, entry)
+	j.live -= int64(len(b))
+	if j.size >= journalCompactBytes && j.size >= 2*j.live && j.compactLocked() {
+		return
+	}
+	j.buf = append(strconv.AppendUint(append(j.buf[:0], 'E', ' '), entry, 10), '\n')
+	j.writeLocked()
+}
+
+// compactLocked drops the lines of the entries that ended: it empties the
+// file when nothing is in flight, else writes the entries in flight to a
+// new journal and deletes the old one. A crash between the two leaves both,
+// and the calls in flight are recorded twice, as plain duplicates.
+func (j *Journal) compactLocked() bool {
+	if len(j.open) == 0 {
+		if err := j.fh.Truncate(0); err != nil {
+			return false
+		}
+		j.size = 0
+		return true
+	}
+	fh, path, err := j.f.createJournal()
+	if err != nil {
+		j.f.log.Warn("cannot rewrite the journal of calls in flight", "err", err)
+		return false
+	}
+	// In the order they began, as the recovery buffers them.
+	var all []byte
+	for _, e := range slices.Sorted(maps.Keys(j.open)) {
+		all = append(all, j.open[e]...)
+	}
+	if _, err := fh.Write(all); err != nil {
+		fh.Close()
+		os.Remove(path)
+		return false
+	}
+	os.Remove(j.path)
+	j.fh.Close()
+	j.fh, j.path, j.size = fh, path, int64(len(all))
+	return true
+}
+
+func (j *Journal) writeLocked() {
+	n, err := j.fh.Write(j.buf)
+	j.size += int64(n)
+	if err != nil {
+		// The records are still written when their exchanges end; only a
+		// crash would lose the calls that begin from now on, as before the
+		// journal. The file stays open, and locked: closed, it would look
+		// like the journal of a dead relay, and the next scan (this
+		// relay's own sender's too) would record the calls still in
+		// flight without a response while they are answered. A crash
+		// leaves its lines for the next relay: the calls in flight at the
+		// failure, and those that ended since without their E line, as
+		// duplicates of their records.
+		j.f.log.Error("cannot write the journal of calls in flight; it is off", "journal", j.path, "err", err)
+		j.off = true
+	}
+}
+
+// close deletes the journal when nothing is in flight, else leaves it for
+// the next start, and releases it.
+func (j *Journal) close() {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.fh == nil {
+		return
+	}
+	// Once off, what is in flight is not known: a graceful stop recorded
+	// its calls in flight before the journal closes.
+	if len(j.open) == 0 || j.off {
+		os.Remove(j.path)
+	}
+	j.fh.Close()
+	j.fh = nil
+}
+
+// recoverJournals buffers the records of the requests left in flight in
+// the journals of processes that are gone (their lock is free), without a
+// response, and deletes the journals. A record buffered just before its
+// process died, whose "E" line was never written, is buffered again
+// without its response: the collector takes that copy, of the same call id,
+// as a duplicate of the answered one.
+func (f *Forwarder) recoverJournals() {
+	names, _ := filepath.Glob(filepath.Join(f.cfg.BufferDir, "*"+journalExt))
+	for _, p := range names {
+		fh, err := os.Open(p)
+		if err != nil {
+			continue
+		}
+		f.recoverJournal(p, fh)
+	}
+}
+
+// recoverJournal buffers the calls in flight of the journal p, opened as
+// fh, if no live process holds it, deletes it, and closes fh.
+func (f *Forwarder) recoverJournal(p string, fh *os.File) {
+	defer fh.Close()
+	// Our own journal is locked through another open file: skipped.
+	if syscall.Flock(int(fh.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+		return // its process lives
+	}
+	st, err := fh.Stat()
+	if err != nil {
+		return
+	}
+	// Opened before its live process rewrote or deleted it, and locked
+	// once that process let the old file go: its calls are in the new
+	// journal, or ended. Only the file still at p is the journal.
+	if now, err := os.Stat(p); err != nil || !os.SameFile(st, now) {
+		return
+	}
+	if st.Size() == 0 && time.Since(st.ModTime()) < time.Minute {
+		// Created an instant ago and not locked yet by its process.
+		return
+	}
+	lines, err := unfinished(fh)
+	if err != nil {
+		f.log.Error("cannot read the journal of a process that is gone", "journal", p, "err", err)
+		return
+	}
+	for _, l := range lines {
+		if err := f.Add(append(l, '\n')); err != nil {
+			f.log.Error("call in flight at a crash lost", "journal", filepath.Base(p), "err", err)
+			return
+		}
+	}
+	if len(lines) > 0 {
+		f.log.Warn("calls in flight when their relay died recorded without a response", "journal", filepath.Base(p), "calls", len(lines))
+	}
+	os.Remove(p)
+}
+
+// unfinished returns the records of the entries of a journal that began
+// and never ended, in the order they began. A line that is not whole is
+// skipped: the last one, without its newline, was cut by a crash in the
+// middle of its write or by a full disk (an "E 1" may be the start of
+// "E 12", a "B" line may end in "}" where it was cut).
+func unfinished(fh *os.File) ([][]byte, error) {
+	begun := map[uint64][]byte{}
+	var order []uint64
+	rd := bufio.NewReaderSize(fh, 64<<10)
+	for {
+		l, err := rd.ReadBytes('\n')
+		if err == io.EOF {
+			break // l, if any, is not whole
+		}
+		if err != nil {
+			return nil, err
+		}
+		l = l[:len(l)-1]
+		if len(l) < 3 || l[1] != ' ' {
+			continue
+		}
+		rest := l[2:]
+		idEnd := bytes.IndexByte(rest, ' ')
+		if idEnd < 0 {
+			idEnd = len(rest)
+		}
+		id, err := strconv.ParseUint(string(rest[:idEnd]), 10, 64)
+		if err != nil {
+			continue
+		}
+		switch l[0] {
+		case 'B':
+			if idEnd == len(rest) {
+				continue
+			}
+			rec := rest[idEnd+1:]
+			if len(rec) == 0 || rec[0] != '{' || rec[len(rec)-1] != '}' {
+				continue
+			}
+			if _, ok := begun[id]; !ok {
+				order = append(order, id)
+			}
+			begun[id] = rec
+		case 'E':
+			delete(begun, id)
+		}
+	}
+	var out [][]byte
+	for _, id := range order {
+		if rec := begun[id]; rec != nil {
+			out = append(out, rec)
+		}
+	}
+	return out, nil
+}
