@@ -180,7 +180,13 @@ func (b *builder) clientAlerts() []Rule {
 	server := byServer
 	wasted := fmt.Sprintf(`%s{%s=~"%s|%s"}`, metrics.FindingsTotal, metrics.LabelKind,
 		audit.KindWastedRetry, audit.KindPrematureRetry)
-	uncertain := fmt.Sprintf(`%s{%s=~"COMMIT_UNKNOWN|in_flight_unknown"}`, metrics.CallFailuresTotal, metrics.LabelCode)
+	// Uncertain outcomes are the failures of the two retry actions whose
+	// outcome is unknown (findings.md §1): COMMIT_UNKNOWN, E_STORAGE,
+	// E_TIMEOUT, -32603, in_flight_unknown, and a write that timed out or got
+	// no response, whatever its code. A read that timed out is
+	// wait_then_retry: nothing was written.
+	uncertain := fmt.Sprintf(`%s{%s=~"%s|%s"}`, metrics.CallFailuresTotal, metrics.LabelRetryAction,
+		audit.ActionReplaySameRequest, audit.ActionVerifyThenDecide)
 	return []Rule{
 		b.rule(alert{
 			name:     "McpAuditUnsafeRetries",
@@ -215,13 +221,15 @@ func (b *builder) clientAlerts() []Rule {
 		b.rule(alert{
 			name: "McpAuditUncertainOutcomes",
 			expr: fmt.Sprintf("sum by (%s, %s) (rate(%s[10m]))\n/ on (%s) group_left\nsum by (%s) (rate(%s[10m]))\n> %s",
-				server, metrics.LabelCode, uncertain, server, server, calls, number(b.o.UncertainRatio)),
+				server, metrics.LabelRetryAction, uncertain, server, server, calls, number(b.o.UncertainRatio)),
 			for_:     10 * time.Minute,
 			severity: SeverityWarning,
 			summary:  "Many calls end with an unknown outcome.",
 			description: "{{ $value | humanizePercentage }} of the calls to server {{ $labels.server }} over the last 10m " +
-				"failed with {{ $labels.code }}: nobody knows whether those writes were applied, and each must be " +
-				"replayed under its key or verified.",
+				"ended with an uncertain outcome ({{ $labels.retry_action }}): COMMIT_UNKNOWN, E_STORAGE, E_TIMEOUT, -32603, " +
+				"in_flight_unknown, or a write that timed out or got no response. Nobody knows whether those writes were " +
+				"applied: each must be replayed under its key (replay_same_request) or its target read before deciding " +
+				"(verify_then_decide).",
 			view: findingsView(audit.KindUnverifiedWrite),
 		}),
 	}

@@ -53,8 +53,10 @@ type Options struct {
 	// WastedRetryRatio is the fraction of a server's calls that may be wasted
 	// or premature retries before McpAuditWastedRetries. Default 0.05.
 	WastedRetryRatio float64
-	// UncertainRatio is the fraction of a server's calls that may end in
-	// COMMIT_UNKNOWN or in_flight_unknown before McpAuditUncertainOutcomes.
+	// UncertainRatio is the fraction of a server's calls that may end with an
+	// uncertain outcome of one retry action (replay_same_request or
+	// verify_then_decide: COMMIT_UNKNOWN, a write's timeout, E_STORAGE,
+	// in_flight_unknown, ...) before McpAuditUncertainOutcomes.
 	// Default 0.01.
 	UncertainRatio float64
 	// IngestRejectRatio is the fraction of one source's records that may be

@@ -132,12 +132,16 @@ func restoreCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 // storeFile is the embedded store's file in the data dir.
 const storeFile = "mcpaudit.db"
 
+// stateFile holds the partitions' marks in the data dir
+// (pipeline.Config.StateFile).
+const stateFile = "partitions.json"
+
 // restoreReplaces are the files of a data dir that a restored store file
 // replaces: the store file and SQLite's files beside it, its derived id
 // index, its call log (ack "log"; the calls acknowledged after the backup
 // are not restored, as with ack "commit") and the state file of the
 // detector's watermarks, which speaks of the store it was written beside.
-var restoreReplaces = []string{storeFile, storeFile + "-wal", storeFile + "-shm", storeFile + ".ids", storeFile + ".log", "partitions.json"}
+var restoreReplaces = []string{storeFile, storeFile + "-wal", storeFile + "-shm", storeFile + ".ids", storeFile + ".log", stateFile}
 
 // moveAside moves the files of dir that a restore replaces into a new
 // directory beside them, and returns it with the names moved.

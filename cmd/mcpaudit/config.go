@@ -69,9 +69,10 @@ type RulesConfig struct {
 	// fires: a fraction between 0 and 1, both excluded. Default 0.05.
 	WastedRetryRatio conf.Share `yaml:"wasted_retry_ratio"`
 	// UncertainRatio is the share of a server's calls over 10m that may end
-	// with COMMIT_UNKNOWN or in_flight_unknown before the alert on
-	// uncertain outcomes fires: a fraction between 0 and 1, both excluded.
-	// Default 0.01.
+	// with an uncertain outcome of one retry action (replay_same_request or
+	// verify_then_decide: COMMIT_UNKNOWN, a write that timed out, E_STORAGE,
+	// in_flight_unknown, ...) before the alert on uncertain outcomes fires:
+	// a fraction between 0 and 1, both excluded. Default 0.01.
 	UncertainRatio conf.Share `yaml:"uncertain_ratio"`
 	// FindingMaxAge is the event-time age past which a finding no longer
 	// fires its immediate alert (keep it above detect.correlation_window

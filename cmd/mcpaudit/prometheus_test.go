@@ -256,14 +256,16 @@ func TestServe_Prometheus(t *testing.T) {
 		}
 	}
 	if got := firing("McpAuditUncertainOutcomes"); len(got) > 0 {
-		codes := map[string]bool{}
+		// By retry action: thegram's COMMIT_UNKNOWN is replay_same_request,
+		// oddlynew's in_flight_unknown verify_then_decide.
+		actions := map[string]bool{}
 		for _, a := range alerts {
 			if a.State == "firing" && a.Labels["alertname"] == "McpAuditUncertainOutcomes" {
-				codes[a.Labels[metrics.LabelServer]+" "+a.Labels[metrics.LabelCode]] = true
+				actions[a.Labels[metrics.LabelServer]+" "+a.Labels[metrics.LabelRetryAction]] = true
 			}
 		}
-		if !codes["thegram COMMIT_UNKNOWN"] || !codes["oddlynew in_flight_unknown"] {
-			t.Errorf("McpAuditUncertainOutcomes fires for %v, want thegram COMMIT_UNKNOWN and oddlynew in_flight_unknown", codes)
+		if !actions["thegram replay_same_request"] || !actions["oddlynew verify_then_decide"] {
+			t.Errorf("McpAuditUncertainOutcomes fires for %v, want thegram replay_same_request and oddlynew verify_then_decide", actions)
 		}
 	}
 	phase("alerts of the anomalies firing")

@@ -33,7 +33,7 @@ func rulesCommand(args []string, stdout, stderr io.Writer) error {
 	wasted := fs.String("wasted-retry-ratio", number(d.WastedRetryRatio),
 		"McpAuditWastedRetries fires when more than this share of a server's calls over 30m are wasted or premature retries: a fraction in (0, 1) such as 0.05, or a percentage such as 5%")
 	uncertain := fs.String("uncertain-ratio", number(d.UncertainRatio),
-		"McpAuditUncertainOutcomes fires when more than this share of a server's calls over 10m end with COMMIT_UNKNOWN or in_flight_unknown: a fraction in (0, 1) such as 0.01, or a percentage such as 1%")
+		"McpAuditUncertainOutcomes fires when more than this share of a server's calls over 10m end with an uncertain outcome of one retry action (replay_same_request or verify_then_decide: COMMIT_UNKNOWN, a write that timed out, E_STORAGE, in_flight_unknown, ...): a fraction in (0, 1) such as 0.01, or a percentage such as 1%")
 	webURL := fs.String("web-url", d.WebURL, "base URL of the investigation page (serve's API listener as people reach it), for investigation_url")
 	configFile := fs.String("config", "", "YAML config file: serve.slo_target and the rules section, thresholds included (flags win over it)")
 	fs.Usage = func() {

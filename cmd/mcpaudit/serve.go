@@ -374,7 +374,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	}
 	pcfg := cfg.Serve.Pipeline
 	pcfg.FindingLatency = s.metrics.ObserveFindingLatency
-	pcfg.StateFile = filepath.Join(cfg.Serve.DataDir, "partitions.json")
+	pcfg.StateFile = filepath.Join(cfg.Serve.DataDir, stateFile)
 	s.findingLog = pipeline.NewFindingLog(log)
 	sinks := []audit.Sink{s.metrics, s.findingLog}
 	if err := s.startNotifier(); err != nil {
@@ -723,6 +723,9 @@ func (s *server) shutdown(ctx context.Context) error {
 	if s.stopRetention != nil {
 		s.stopRetention()
 	}
+	// The calls acknowledged and not yet taken by the engine: the stop
+	// takes and commits them. The listeners are closed, so no more come.
+	_, queued := s.pipe.StatusWithin(time.Second)
 	if err := s.pipe.Close(ctx); err != nil {
 		errs = append(errs, err)
 	}
@@ -743,7 +746,30 @@ func (s *server) shutdown(ctx context.Context) error {
 	if s.shutdownTelemetry != nil {
 		s.shutdownTelemetry(ctx)
 	}
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		s.log.Error("stopped with errors", "err", err)
+		return err
+	}
+	s.logStopped(queued)
+	return nil
+}
+
+// logStopped says, as the last line of a clean stop, what the stop
+// flushed: the calls it took from the queue and committed, the calls
+// stored and still waiting for their watermark (judged at the next start),
+// and the state file the next start reads the partitions' marks from.
+func (s *server) logStopped(queued int64) {
+	parts, _ := s.pipe.Status() // the last status: the engine has stopped
+	waiting := 0
+	for _, p := range parts {
+		waiting += p.Buffered
+	}
+	attrs := []any{"calls_taken_at_stop", queued, "calls_waiting", waiting, "partitions", len(parts),
+		"store", cmp.Or(s.cfg.Serve.Store, "sqlite")}
+	// A stop whose commit failed leaves the file as last saved before it
+	// (the pipeline logged the error): state_saved says when.
+	attrs = append(attrs, "state_file", filepath.Join(s.cfg.Serve.DataDir, stateFile), "state_saved", s.pipe.StateSaved())
+	s.log.Info("stopped cleanly", attrs...)
 }
 
 func (s *server) closeAll() {

@@ -650,3 +650,96 @@ func TestServe_ListenerTaken(t *testing.T) {
 		}
 	}
 }
+
+// TestServe_StopLogsCleanStop: a stop (SIGTERM) ends the log with one line
+// that says serve stopped cleanly and what the stop flushed, written after
+// the store is closed and the state file saved; before, the log ended at
+// "shutting down", and an operator could not tell a clean stop from one
+// killed halfway (found by op17).
+func TestServe_StopLogsCleanStop(t *testing.T) {
+	dir := t.TempDir()
+	api, ingest := freePort(t), freePort(t)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	var stderr bytes.Buffer
+	done := make(chan error, 1)
+	go func() {
+		done <- serveCommand(ctx, []string{"--data-dir", dir, "--api-listen", api, "--ingest-listen", ingest, "--grpc-listen", ""}, &stderr)
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get("http://" + api + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve not ready after 30s: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	recs := mergedCapture(t)
+	servers := map[string]bool{}
+	for _, r := range recs {
+		servers[r["server"].(string)] = true
+	}
+	postAs(t, ingest, "test", ndjson(recs))
+	stop() // as signal.NotifyContext does on SIGTERM
+	if err := <-done; err != nil {
+		t.Fatalf("serve: %v\n%s", err, stderr.String())
+	}
+
+	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+	var last struct {
+		Level, Msg       string
+		CallsTakenAtStop int64     `json:"calls_taken_at_stop"`
+		CallsWaiting     int       `json:"calls_waiting"`
+		Partitions       int       `json:"partitions"`
+		Store            string    `json:"store"`
+		StateFile        string    `json:"state_file"`
+		StateSaved       time.Time `json:"state_saved"`
+		LoggedAt         time.Time `json:"time"`
+	}
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil {
+		t.Fatal(err)
+	}
+	if last.Level != "INFO" || last.Msg != "stopped cleanly" {
+		t.Fatalf("the log's last line is %s, want INFO stopped cleanly", lines[len(lines)-1])
+	}
+	var shutting time.Time
+	for _, l := range lines {
+		var e struct {
+			Msg  string
+			Time time.Time
+		}
+		if json.Unmarshal([]byte(l), &e) == nil && e.Msg == "shutting down" {
+			shutting = e.Time
+		}
+	}
+	if shutting.IsZero() {
+		t.Fatalf("no shutting down line:\n%s", stderr.String())
+	}
+	if _, err := os.Stat(filepath.Join(dir, stateFile)); err != nil {
+		t.Fatalf("state file: %v", err)
+	}
+	if last.StateFile != filepath.Join(dir, stateFile) || last.StateSaved.Before(shutting) || last.StateSaved.After(last.LoggedAt) {
+		t.Errorf("state file %q saved %v, want %q saved at the stop (between %v and %v)",
+			last.StateFile, last.StateSaved, filepath.Join(dir, stateFile), shutting, last.LoggedAt)
+	}
+	if last.Partitions != len(servers) || last.CallsWaiting < 0 || last.CallsWaiting > len(recs) ||
+		last.CallsTakenAtStop < 0 || last.CallsTakenAtStop > int64(len(recs)) || last.Store != "sqlite" {
+		t.Errorf("stopped: %d partitions, %d calls waiting, %d taken at the stop, store %q; want %d partitions (%v), at most %d calls, sqlite",
+			last.Partitions, last.CallsWaiting, last.CallsTakenAtStop, last.Store, len(servers), servers, len(recs))
+	}
+	t.Logf("%s", lines[len(lines)-1])
+	// The store is closed and the data dir released: a new serve opens it.
+	s, err := startServer(context.Background(), testConfig(t, dir), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatalf("cannot start again on the data dir: %v", err)
+	}
+	if err := s.shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -889,6 +889,14 @@ func (p *Pipeline) Close(ctx context.Context) error {
 	return nil
 }
 
+// StateSaved returns when the state file (Config.StateFile) was last
+// written whole, the stop's writing included; zero when it never was.
+func (p *Pipeline) StateSaved() time.Time {
+	p.floorMu.Lock()
+	defer p.floorMu.Unlock()
+	return p.marksSaved
+}
+
 // Status returns where every partition and source stands now, and how
 // many acknowledged calls are not yet handed to the engine. It asks the
 // engine goroutine; once that has stopped, it returns the last status.

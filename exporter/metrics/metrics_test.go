@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -770,6 +771,51 @@ func TestPipelineStatus_PartitionBegunAnew(t *testing.T) {
 	if got := late(metrics.Other); got != 7 {
 		t.Errorf("late judged under other for a server past the cap: %v, want 7", got)
 	}
+}
+
+// TestPipelineStatus_SourceLagOfServerWithoutLabel: the sources of a new
+// server's partition, waiting out detect.join_wait before its first call is
+// counted, show no lag until the server has a label, as its counts do; not
+// a phantom "other" series, gone once the server had its own (found by
+// op17). Past the cap the server is "other" for good, and its sources' lags
+// are there.
+func TestPipelineStatus_SourceLagOfServerWithoutLabel(t *testing.T) {
+	m, reg := newMetrics(t, metrics.Options{MaxServers: 2})
+	m.Call(call("thegram", "gram_read", audit.OutcomeOK, 0, nil))
+	src := func(name string, lag float64) []metrics.SourceView {
+		return []metrics.SourceView{{Name: name, LagSeconds: lag}}
+	}
+	status := []metrics.PartitionView{
+		metrics.NewPartitionView("thegram", 2, true, 0, 0, 0, 0, src("otlp:thegram", 1)),
+		// Nothing judged yet: no watermark.
+		metrics.NewPartitionView("newsrv", 0, false, 5, 0, 0, 0, src("otlp:newsrv", 20)),
+	}
+	if err := m.WatchPipeline(reg, func() []metrics.PartitionView { return status }); err != nil {
+		t.Fatal(err)
+	}
+	f := func(lags string) {
+		t.Helper()
+		compare(t, reg, `
+# HELP mcpaudit_pipeline_source_lag_seconds How far behind the wall clock the most lagging source feeding the server is, by state (active sources hold its partitions back).
+# TYPE mcpaudit_pipeline_source_lag_seconds gauge
+`+lags+`# HELP mcpaudit_pipeline_sources Sources (exporters, posters) by state: active ones hold their partitions' watermarks.
+# TYPE mcpaudit_pipeline_sources gauge
+mcpaudit_pipeline_sources{state="active"} `+strconv.Itoa(len(status))+`
+mcpaudit_pipeline_sources{state="idle"} 0
+`, metrics.PipelineSourceLagSeconds, metrics.PipelineSources)
+	}
+	// newsrv's source is counted, its lag not shown.
+	f(`mcpaudit_pipeline_source_lag_seconds{server="thegram",state="active"} 1
+`)
+	m.Call(call("newsrv", "t", audit.OutcomeOK, 0, nil))
+	f(`mcpaudit_pipeline_source_lag_seconds{server="newsrv",state="active"} 20
+mcpaudit_pipeline_source_lag_seconds{server="thegram",state="active"} 1
+`)
+	status = append(status, metrics.NewPartitionView("third", 0, false, 0, 0, 0, 0, src("otlp:third", 40)))
+	f(`mcpaudit_pipeline_source_lag_seconds{server="newsrv",state="active"} 20
+mcpaudit_pipeline_source_lag_seconds{server="other",state="active"} 40
+mcpaudit_pipeline_source_lag_seconds{server="thegram",state="active"} 1
+`)
 }
 
 // TestMetrics_ServerCap: past MaxServers, new servers are counted as

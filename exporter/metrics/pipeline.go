@@ -166,7 +166,9 @@ func (c *pipelineCollector) Collect(ch chan<- prometheus.Metric) {
 		// is given one once it has counts (its calls too late, or dropped
 		// as collisions, may never be judged), not counted under "other"
 		// until then: its counts would go from "other" to its own label,
-		// and "other" down.
+		// and "other" down. So are its sources' lags: under "other" they
+		// were a series of no server past the cap, gone once the server
+		// had its label, and McpAuditSourceLagging would name "other".
 		if final {
 			s.counts = true
 			s.add(p.partitionCounts)
@@ -178,7 +180,7 @@ func (c *pipelineCollector) Collect(ch chan<- prometheus.Metric) {
 			if src.Idle {
 				state = SourceIdle
 			}
-			if lag, ok := s.sourceLag[state]; !ok || src.LagSeconds > lag {
+			if lag, ok := s.sourceLag[state]; final && (!ok || src.LagSeconds > lag) {
 				s.sourceLag[state] = src.LagSeconds
 			}
 			if seen[src.Name] {
