@@ -293,7 +293,7 @@ func (s *Server) StatusOf(tenant, server string, now time.Time) (StatusResponse,
 	if s.Downtimes != nil {
 		ds := s.Downtimes()
 		if n := len(ds); n > 0 && out.LastDowntime != nil && ds[n-1].To.Equal(out.LastDowntime.To) {
-			out.LastDowntime.End = ds[n-1].End
+			out.LastDowntime.End, out.LastDowntime.Note = ds[n-1].End, DowntimeNote(ds[n-1])
 		}
 		for _, d := range ds {
 			out.Downtimes = append(out.Downtimes, DowntimeOf(d))

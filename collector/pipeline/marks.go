@@ -110,7 +110,7 @@ const (
 	runStopped = "stop"
 )
 
-// DowntimesKept is how many downtimes the state file keeps: about 11 KB
+// DowntimesKept is how many downtimes the state file keeps: at most 9.6 KB
 // of JSON at most, written with the file (at most once a second).
 const DowntimesKept = 100
 

@@ -402,7 +402,7 @@ func (p *Pipeline) recover(ctx context.Context) error {
 		case runStopped:
 			end = audit.EndStop
 		}
-		p.downtimes = append(p.downtimes, audit.Downtime{From: saved, To: p.downTo, End: end})
+		p.downtimes = append(p.downtimes, audit.Downtime{From: saved.UTC(), To: p.downTo.UTC(), End: end})
 		if n := len(p.downtimes) - DowntimesKept; n > 0 {
 			p.downtimes = slices.Clone(p.downtimes[n:])
 		}
