@@ -111,7 +111,7 @@ const (
 )
 
 // DowntimesKept is how many downtimes the state file keeps: at most 9.6 KB
-// of JSON at most, written with the file (at most once a second).
+// of JSON (times in UTC), written with the file (at most once a second).
 const DowntimesKept = 100
 
 // runState is what the state file says of the collector's runs.
