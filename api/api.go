@@ -48,6 +48,9 @@ type Server struct {
 	// Downtime, if set, gives the time the collector was down before it
 	// started (zero times when unknown), for /api/v1/status.
 	Downtime func() (from, to time.Time)
+	// Downtimes, if set, gives the times the collector was down that it
+	// keeps, oldest first, for /api/v1/status and the timelines.
+	Downtimes func() []audit.Downtime
 	// Access, if set, authenticates requests (serve shares it with the
 	// receivers and /metrics); otherwise Tenants and Credentials do.
 	Access *access.Authenticator
@@ -426,6 +429,43 @@ func (s *Server) writes(w http.ResponseWriter, r *http.Request) {
 type Timeline struct {
 	Document string `json:"document"`
 	audit.TimelinePage
+	// Downtimes are the times serve was down that overlap the range the
+	// answer covers (TimelineRange), oldest first: calls of that time may
+	// be missing from the events.
+	Downtimes []Downtime `json:"downtimes,omitempty"`
+}
+
+// TimelineRange is the range of event time a timeline answer covers, for
+// the downtimes it tells: from since, or without it from the earliest
+// event returned (from the beginning when none is); to next_since when
+// truncated (later events are not shown), else to until, or without it
+// to now. A zero bound is open.
+func TimelineRange(since, until time.Time, page audit.TimelinePage, now time.Time) (from, to time.Time) {
+	from, to = since, until
+	if from.IsZero() && len(page.Events) > 0 {
+		from = page.Events[0].Time
+	}
+	switch {
+	case page.Truncated:
+		to = page.NextSince
+	case to.IsZero():
+		to = now
+	}
+	return from, to
+}
+
+// DowntimesIn returns the downtimes this server keeps that overlap [from,
+// to] (a zero bound is open), oldest first, as the API tells them; nil
+// without any.
+func (s *Server) DowntimesIn(from, to time.Time) []Downtime {
+	if s.Downtimes == nil {
+		return nil
+	}
+	var out []Downtime
+	for _, d := range audit.DowntimesIn(s.Downtimes(), from, to) {
+		out = append(out, DowntimeOf(d))
+	}
+	return out
 }
 
 func (s *Server) timeline(w http.ResponseWriter, r *http.Request) {
@@ -483,7 +523,8 @@ func (s *Server) serveTimeline(w http.ResponseWriter, r *http.Request, doc strin
 	if page.Events == nil {
 		page.Events = []audit.TimelineEvent{}
 	}
-	writeJSON(w, http.StatusOK, Timeline{Document: doc, TimelinePage: page})
+	from, to := TimelineRange(q.Since, q.Until, page, s.Now())
+	writeJSON(w, http.StatusOK, Timeline{Document: doc, TimelinePage: page, Downtimes: s.DowntimesIn(from, to)})
 }
 
 // SLO is the answer of GET /api/v1/slo.

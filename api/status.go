@@ -1,6 +1,7 @@
 package api
 
 import (
+	"fmt"
 	"net/http"
 	"slices"
 	"time"
@@ -50,6 +51,10 @@ type StatusResponse struct {
 	// from senders that kept them. Absent when unknown (a new data
 	// directory) or once DowntimeShown has passed.
 	LastDowntime *Downtime `json:"last_downtime,omitempty"`
+	// Downtimes are the last times serve was down that it keeps
+	// (pipeline.DowntimesKept), oldest first, each with how the run
+	// before it ended. Absent when none is kept.
+	Downtimes []Downtime `json:"downtimes,omitempty"`
 }
 
 // DowntimeShown is how long after a start the status tells the downtime
@@ -63,6 +68,39 @@ type Downtime struct {
 	From    time.Time `json:"from"`
 	To      time.Time `json:"to"`
 	Seconds float64   `json:"seconds"`
+	// End is how the run before it ended: "stop" (a clean stop), "crash"
+	// (it never made its final save: killed, crashed) or "unknown" (a
+	// release that did not say).
+	End string `json:"end,omitempty"`
+	// Note says what the downtime means for the calls of its time, as the
+	// page's timelines show it (DowntimeNote).
+	Note string `json:"note,omitempty"`
+}
+
+// DowntimeOf is d as the API tells it.
+func DowntimeOf(d audit.Downtime) Downtime {
+	return Downtime{From: d.From, To: d.To, Seconds: d.To.Sub(d.From).Seconds(), End: d.End, Note: DowntimeNote(d)}
+}
+
+// DowntimeNote says what a downtime means for the calls of its time, in
+// UTC to the second: the marker of the timelines (API, page and
+// `mcpaudit timeline`). The date is given once when both ends fall on
+// the same day.
+func DowntimeNote(d audit.Downtime) string {
+	from, to := d.From.UTC(), d.To.UTC()
+	end := to.Format("15:04:05")
+	if from.Format(time.DateOnly) != to.Format(time.DateOnly) {
+		end = to.Format(time.DateTime)
+	}
+	how := d.End
+	if how == "" {
+		how = audit.EndUnknown
+	}
+	if how == audit.EndUnknown {
+		how = "how it stopped unknown"
+	}
+	return fmt.Sprintf("serve was down %s–%s UTC (%s): calls sent then by exporters that do not retry may be missing (docs/runbooks.md#after-serve-was-down)",
+		from.Format(time.DateTime), end, how)
 }
 
 // StoreStatus is the readiness of the store behind the status.
@@ -250,6 +288,15 @@ func (s *Server) StatusOf(tenant, server string, now time.Time) (StatusResponse,
 	if s.Downtime != nil {
 		if from, to := s.Downtime(); !to.IsZero() && now.Before(to.Add(DowntimeShown)) {
 			out.LastDowntime = &Downtime{From: from, To: to, Seconds: to.Sub(from).Seconds()}
+		}
+	}
+	if s.Downtimes != nil {
+		ds := s.Downtimes()
+		if n := len(ds); n > 0 && out.LastDowntime != nil && ds[n-1].To.Equal(out.LastDowntime.To) {
+			out.LastDowntime.End, out.LastDowntime.Note = ds[n-1].End, DowntimeNote(ds[n-1])
+		}
+		for _, d := range ds {
+			out.Downtimes = append(out.Downtimes, DowntimeOf(d))
 		}
 	}
 	return out, true

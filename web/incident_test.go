@@ -29,6 +29,13 @@ func incidentServer(t *testing.T) *httptest.Server {
 // incidentServerWith is incidentServer with cfg.
 func incidentServerWith(t *testing.T, cfg Config) *httptest.Server {
 	t.Helper()
+	return incidentServerAPI(t, cfg, nil)
+}
+
+// incidentServerAPI is incidentServerWith with its query server edited by
+// edit (when set).
+func incidentServerAPI(t *testing.T, cfg Config, edit func(*api.Server)) *httptest.Server {
+	t.Helper()
 	st := tempStore(t)
 	const doc = "team/notes.gram"
 	base := time.Date(2026, 12, 4, 14, 0, 0, 0, time.UTC)
@@ -49,7 +56,11 @@ func incidentServerWith(t *testing.T, cfg Config) *httptest.Server {
 			t.Fatal(err)
 		}
 	}
-	p, err := New(st, api.New(st, 0.999), cfg, nil, nil)
+	q := api.New(st, 0.999)
+	if edit != nil {
+		edit(q)
+	}
+	p, err := New(st, q, cfg, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

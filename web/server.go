@@ -300,6 +300,10 @@ type row struct {
 	Writes    []audit.Write
 	// Findings are those whose evidence includes the call.
 	Findings []audit.Finding
+	// Down are the times serve was down that begin before the call and
+	// after the row before it (or are the first of the range): their
+	// markers come before the call.
+	Down []api.Downtime
 }
 
 // Evidence reports whether the call is evidence of a finding.
@@ -331,6 +335,79 @@ type timeline struct {
 	// InQuery is true on the query form of the page (?name=): the range
 	// form carries the name, as its submission replaces the query.
 	InQuery bool
+	// DownAfter are the times serve was down in the range shown after its
+	// last call (every one, when no call is shown): their markers end the
+	// list. Down counts the markers, those of Rows included.
+	DownAfter []api.Downtime
+	Down      int
+}
+
+// placeDowntimes puts the markers of ds (oldest first) at their place
+// among rows (in time order): before the first call made after the
+// downtime began, or after the last call.
+func placeDowntimes(rows []row, ds []api.Downtime) (after []api.Downtime) {
+	i := 0
+	for _, d := range ds {
+		for i < len(rows) && !rows[i].Call.Time.After(d.From) {
+			i++
+		}
+		if i == len(rows) {
+			after = append(after, d)
+			continue
+		}
+		rows[i].Down = append(rows[i].Down, d)
+	}
+	return after
+}
+
+// shownRange is the range of event time a page of a timeline shows, for
+// its downtime markers: from since, or from the first call shown on a
+// later page (downtimesBefore adds those that ended between the pages;
+// the first page without since from the beginning); to the last call
+// shown when a later page follows, else to until, or without it to now.
+// A zero bound is open.
+func shownRange(calls []audit.Record, since, until, now time.Time, later, more bool) (from, to time.Time) {
+	from, to = since, until
+	if later && len(calls) > 0 {
+		from = calls[0].Call.Time
+	}
+	switch {
+	case more && len(calls) > 0:
+		// A downtime that begins at the instant of the last call is
+		// told here, after it: the next page begins after that call.
+		to = calls[len(calls)-1].Call.Time.Add(1)
+	case to.IsZero():
+		to = now
+	}
+	return from, to
+}
+
+// downtimesBefore returns, for a later page of a timeline whose first call
+// is at first, the downtimes that ended by then after the last call of
+// the page before (q selects the timeline's calls): no call of it was
+// made from their beginning to first, so their markers come before the
+// first call here. Oldest first; one read of the store per downtime told,
+// and one more.
+func (s *Server) downtimesBefore(ctx context.Context, q audit.CallQuery, first time.Time) ([]api.Downtime, error) {
+	ds := s.api.DowntimesIn(time.Time{}, first)
+	var out []api.Downtime
+	for i := len(ds) - 1; i >= 0; i-- {
+		d := ds[i]
+		if d.To.After(first) {
+			continue // overlaps the page: told by its range
+		}
+		q.Since, q.Until, q.Limit, q.Cursor = d.From, first, 1, ""
+		p, err := s.store.Calls(ctx, q)
+		if err != nil {
+			return nil, err
+		}
+		if len(p.Calls) > 0 {
+			break // a call made after it is on an earlier page, and so are the downtimes before it
+		}
+		out = append(out, d)
+	}
+	slices.Reverse(out)
+	return out, nil
 }
 
 // buildTimeline joins a page of calls with their writes and the findings
@@ -509,7 +586,18 @@ func (s *Server) renderTimeline(w http.ResponseWriter, r *http.Request, p api.Pr
 		s.fail(w, r, err)
 		return
 	}
+	from, to := shownRange(page.Calls, since, until, s.api.Now(), cq.Cursor != "", page.NextCursor != "")
+	downs := s.api.DowntimesIn(from, to)
+	if cq.Cursor != "" && len(page.Calls) > 0 {
+		before, err := s.downtimesBefore(ctx, cq, page.Calls[0].Call.Time)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		downs = append(before, downs...)
+	}
 	tl := timeline{Kind: kind, Name: name, Rows: rows, Findings: findings, Payloads: !s.cfg.HidePayloads,
+		DownAfter: placeDowntimes(rows, downs), Down: len(downs),
 		Since: r.URL.Query().Get("since"), Until: r.URL.Query().Get("until"),
 		FindingsInRange: inRange, FindingsOutside: all - inRange, Capped: int64(len(findings)) < inRange,
 		InQuery: r.PathValue(pathKey[kind]) == ""}
@@ -644,6 +732,10 @@ type indexView struct {
 	Target   float64
 	Budget   *float64
 	Counted  int64
+	// Downtimes are the times serve was down in the range of a search by
+	// time (since or until set; until now without until): findings about
+	// calls made then may be missing.
+	Downtimes []api.Downtime
 }
 
 type kindCount struct {
@@ -714,6 +806,13 @@ func (s *Server) index(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v.SLI, v.Budget = api.ComputeSLO(wc, s.api.SLOTarget)
+	if !q.Since.IsZero() || !q.Until.IsZero() {
+		to := q.Until
+		if to.IsZero() {
+			to = now
+		}
+		v.Downtimes = s.api.DowntimesIn(q.Since, to)
+	}
 	v.Counted = wc[audit.StateDurable] + wc[audit.StateResolved] + wc[audit.StateUnverified] + wc[audit.StateDoubleApplied]
 	if page.NextCursor != "" {
 		nv := url.Values{}

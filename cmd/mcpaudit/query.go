@@ -342,7 +342,18 @@ func timelineCommand(args []string, stdout, stderr io.Writer) error {
 	// REVISION and HASH are a call's, before → after, as the page shows
 	// them: what it expected of the document and what it was answered.
 	fmt.Fprintln(tw, "TIME\tID\tEVENT\tSESSION\tTOOL\tREVISION\tHASH\tWHAT\tRETRY ACTION")
+	// A time serve was down is a line of its own, before the first event
+	// after it began (EVENT "down"): events of that time may be missing.
+	downs := tl.Downtimes
+	down := func(before time.Time) {
+		for len(downs) > 0 && (before.IsZero() || before.After(downs[0].From)) {
+			d := downs[0]
+			downs = downs[1:]
+			fmt.Fprintf(tw, "%s\t-\tdown\t-\t-\t-\t-\t%s\t\n", d.From.UTC().Format("2006-01-02 15:04:05.000"), cell(d.Note))
+		}
+	}
 	for _, e := range tl.Events {
+		down(e.Time)
 		what, id, rev, hash := "", e.CallID, "", ""
 		switch e.Type {
 		case audit.EventCall:
@@ -358,6 +369,7 @@ func timelineCommand(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Time.UTC().Format("2006-01-02 15:04:05.000"), cell(id), e.Type,
 			cell(e.Session), cell(e.Tool), cell(rev), cell(hash), cell(what), e.RetryAction)
 	}
+	down(time.Time{})
 	return tw.Flush()
 }
 

@@ -466,6 +466,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	q.Log = ratelog.New(log, ratelog.NewDefaultConfig())
 	q.Status = s.pipe.Report
 	q.Downtime = s.pipe.LastDowntime
+	q.Downtimes = s.pipe.Downtimes
 	q.Credentials = cfg.Serve.Credentials
 	q.Access = s.access
 	mux := http.NewServeMux()

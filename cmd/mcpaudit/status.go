@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -12,7 +13,9 @@ import (
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/api"
+	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/detect"
+	"github.com/mcpaudit/mcpaudit/collector/pipeline"
 )
 
 // statusCommand prints where event time stands in a running collector:
@@ -140,8 +143,15 @@ func printStatus(w io.Writer, st api.StatusResponse, waited bool) {
 	fmt.Fprintf(w, "At %s: %d calls queued, %d waiting for their watermark, %d too late (stored, never judged); %s: %s\n",
 		st.Time.UTC().Format(time.RFC3339), st.Queued, waiting, st.TooLate, api.JudgedLabel, judged)
 	if d := st.LastDowntime; d != nil {
-		fmt.Fprintf(w, "Serve was down from %s to %s (%s) before it started: calls sent meanwhile arrive only from senders that kept them (an OpenTelemetry SDK exporter on defaults drops a batch 10 s after its first try), so findings about them may be missing (docs/runbooks.md#after-serve-was-down; told for %gh after the start).\n",
-			d.From.UTC().Format(time.RFC3339), d.To.UTC().Format(time.RFC3339), (time.Duration(d.Seconds * float64(time.Second))).Round(time.Second), api.DowntimeShown.Hours())
+		end := ""
+		if d.End != "" {
+			end = ", " + d.End
+		}
+		fmt.Fprintf(w, "Serve was down from %s to %s (%s%s) before it started: calls sent meanwhile arrive only from senders that kept them (an OpenTelemetry SDK otlptracehttp exporter does not retry a refused connection, otlptracegrpc retries for 10 s at most), so findings about them may be missing (docs/runbooks.md#after-serve-was-down; told for %gh after the start).\n",
+			d.From.UTC().Format(time.RFC3339), d.To.UTC().Format(time.RFC3339), (time.Duration(d.Seconds * float64(time.Second))).Round(time.Second), end, api.DowntimeShown.Hours())
+	}
+	if line, ok := downtimesLine(st.Downtimes); ok {
+		fmt.Fprintln(w, line)
 	}
 	if st.Store != nil && !st.Store.Ready {
 		fmt.Fprintf(w, "Store not ready: %s. Calls are still acknowledged while the spool or call log has room, and stored once the store is back; queries may fail or miss them meanwhile (/readyz answers 503; for ClickHouse see docs/clickhouse.md#when-clickhouse-is-down).\n", st.Store.Reason)
@@ -325,4 +335,34 @@ func partitionLines(w io.Writer, parts []api.PartitionStatus, line func(api.Part
 		}
 		fmt.Fprintln(w, l)
 	}
+}
+
+// downtimesShown is how many of the kept downtimes the status line names.
+const downtimesShown = 3
+
+// downtimesLine says how many times serve was down in the history it
+// keeps (oldest first in ds), how many of them after a crash, and names
+// the latest few; false when none is kept.
+func downtimesLine(ds []api.Downtime) (string, bool) {
+	if len(ds) == 0 {
+		return "", false
+	}
+	crashes := 0
+	for _, d := range ds {
+		if d.End == audit.EndCrash {
+			crashes++
+		}
+	}
+	var latest []string
+	for i := len(ds) - 1; i >= 0 && len(latest) < downtimesShown; i-- {
+		d := ds[i]
+		latest = append(latest, fmt.Sprintf("%s to %s (%s, %s)", d.From.UTC().Format(time.RFC3339), d.To.UTC().Format(time.RFC3339),
+			(time.Duration(d.Seconds*float64(time.Second))).Round(time.Second), cmp.Or(d.End, audit.EndUnknown)))
+	}
+	times := "times"
+	if len(ds) == 1 {
+		times = "time"
+	}
+	return fmt.Sprintf("Downtimes: serve was down %d %s in the history it keeps (the last %d; %d after a crash), latest first: %s. Calls of those times may be missing; a timeline of their time marks them (every one: --format json, \"downtimes\"; docs/runbooks.md#after-serve-was-down).",
+		len(ds), times, pipeline.DowntimesKept, crashes, strings.Join(latest, "; ")), true
 }

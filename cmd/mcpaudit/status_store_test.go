@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/api"
+	"github.com/mcpaudit/mcpaudit/audit"
 )
 
 // TestStatus_StoreNotReady: `mcpaudit status` says when the store is not
@@ -44,7 +45,22 @@ func TestStatus_LastDowntime(t *testing.T) {
 	}
 	b.Reset()
 	printStatus(&b, api.StatusResponse{Time: from.Add(3 * time.Minute)}, false)
-	if strings.Contains(b.String(), "Serve was down") {
+	if strings.Contains(b.String(), "Serve was down") || strings.Contains(b.String(), "Downtimes:") {
 		t.Errorf("no downtime told, yet the output says one:\n%s", b.String())
+	}
+
+	// The history: how many, how many after a crash, the latest three
+	// newest first, whether or not the last one is still told.
+	var ds []api.Downtime
+	for i, end := range []string{audit.EndStop, audit.EndCrash, audit.EndStop, audit.EndCrash, audit.EndUnknown} {
+		at := from.Add(time.Duration(i) * time.Hour)
+		ds = append(ds, api.Downtime{From: at, To: at.Add(4 * time.Second), Seconds: 4, End: end})
+	}
+	b.Reset()
+	printStatus(&b, api.StatusResponse{Time: from.Add(10 * time.Hour), Downtimes: ds}, false)
+	want = "Downtimes: serve was down 5 times in the history it keeps (the last 100; 2 after a crash), latest first: " +
+		"2026-12-05T21:30:00Z to 2026-12-05T21:30:04Z (4s, unknown); 2026-12-05T20:30:00Z to 2026-12-05T20:30:04Z (4s, crash); 2026-12-05T19:30:00Z to 2026-12-05T19:30:04Z (4s, stop)."
+	if !strings.Contains(b.String(), want) || strings.Contains(b.String(), "18:30:00Z") {
+		t.Errorf("output lacks %q (or names more):\n%s", want, b.String())
 	}
 }

@@ -54,7 +54,7 @@ func TestRestart_DowntimeWarned(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"level=WARN", "downtime=2m0s", "from=" + stop.UTC().Format(time.RFC3339), "to=" + clock.Now().UTC().Format(time.RFC3339),
-		"only from senders that kept them", "10 s", "docs/runbooks.md#after-serve-was-down"} {
+		"only from senders that kept them", "otlptracehttp does not retry a refused connection", "otlptracegrpc retries for at most 10 s", "end=stop", "docs/runbooks.md#after-serve-was-down"} {
 		if !strings.Contains(line, want) {
 			t.Errorf("the downtime line %q lacks %q", line, want)
 		}

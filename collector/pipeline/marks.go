@@ -90,6 +90,45 @@ type markFile struct {
 	// the freeing is covered by Floor alone. A release before them
 	// ignores the field (and announces that output again).
 	Freed []freedLine `json:"freed,omitempty"`
+	// Run is "running" in every save while the collector runs and "stop"
+	// in the save of its clean stop: the next start reads a crash in
+	// "running" (empty in a file of a release before 2026-12-06: how that
+	// run ended is unknown).
+	Run string `json:"run,omitempty"`
+	// Downtimes are the last DowntimesKept times the collector was down,
+	// oldest first: each start adds the one before it. Kept here, where
+	// the time each one starts is read from (Saved), so that they go with
+	// the state they describe (a data directory copied or restored keeps
+	// its own) and cost no other file; a release before them ignores the
+	// field and the next save drops it.
+	Downtimes []audit.Downtime `json:"downtimes,omitempty"`
+}
+
+// What markFile.Run says.
+const (
+	runRunning = "running"
+	runStopped = "stop"
+)
+
+// DowntimesKept is how many downtimes the state file keeps: at most 9.6 KB
+// of JSON (times in UTC), written with the file (at most once a second).
+const DowntimesKept = 100
+
+// runState is what the state file says of the collector's runs.
+type runState struct {
+	// run is markFile.Run.
+	run       string
+	downtimes []audit.Downtime
+}
+
+// runState returns what the next save of the state file says of the runs:
+// the caller holds floorMu.
+func (p *Pipeline) runState() runState {
+	r := runState{run: runRunning, downtimes: p.downtimes}
+	if p.cleanStop {
+		r.run = runStopped
+	}
+	return r
 }
 
 type freedLine struct {
@@ -160,24 +199,25 @@ type markLine struct {
 // none). lost is set when the file exists but cannot be read or
 // understood: what it said is unknown (so is a file missing where the
 // store holds output; recover tells that case).
-func readMarks(path string, log *slog.Logger) (marks map[detect.PartitionKey]mark, freed map[detect.PartitionKey]time.Time, floor, saved time.Time, lost bool) {
+func readMarks(path string, log *slog.Logger) (marks map[detect.PartitionKey]mark, freed map[detect.PartitionKey]time.Time, floor, saved time.Time, lost bool, run runState) {
 	if path == "" {
-		return nil, nil, time.Time{}, time.Time{}, false
+		return nil, nil, time.Time{}, time.Time{}, false, runState{}
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
 			log.Warn("cannot read the partitions' watermarks", "path", path, "err", err)
-			return nil, nil, time.Time{}, time.Time{}, true
+			return nil, nil, time.Time{}, time.Time{}, true, runState{}
 		}
-		return nil, nil, time.Time{}, time.Time{}, false
+		return nil, nil, time.Time{}, time.Time{}, false, runState{}
 	}
 	var f markFile
 	if err := json.Unmarshal(b, &f); err != nil || f.Version != 2 {
 		log.Warn("cannot read the partitions' watermarks", "path", path, "err", err, "version", f.Version)
-		return nil, nil, time.Time{}, time.Time{}, true
+		return nil, nil, time.Time{}, time.Time{}, true, runState{}
 	}
 	saved = f.Saved
+	run = runState{run: f.Run, downtimes: f.Downtimes}
 	later := func(t time.Time) {
 		if t.After(saved) {
 			saved = t
@@ -197,7 +237,7 @@ func readMarks(path string, log *slog.Logger) (marks map[detect.PartitionKey]mar
 			freed[detect.PartitionKey{Tenant: l.Tenant, Server: l.Server}] = l.Watermark
 		}
 	}
-	return m, freed, f.Floor, saved, false
+	return m, freed, f.Floor, saved, false, run
 }
 
 // marksOf returns the marks of the engine's partitions at wall time now.
@@ -252,7 +292,7 @@ func (p *Pipeline) saveMarks(marks map[detect.PartitionKey]mark, force bool) {
 	if maps.EqualFunc(marks, p.savedMarks, mark.equal) && floor.Equal(p.floor) && !p.freedChanged && since < stateRefresh || !force && since < time.Second {
 		return
 	}
-	if err := writeMarks(p.cfg.StateFile, marks, p.freed, floor, now); err != nil {
+	if err := writeMarks(p.cfg.StateFile, marks, p.freed, floor, now, p.runState()); err != nil {
 		p.warnStateLocked(err)
 		if !renamed(err) {
 			return
@@ -298,7 +338,7 @@ func (p *Pipeline) lowerFloor(t time.Time) error {
 	}
 	// Nothing was saved yet, or the batch reaches behind what was: the
 	// file must say so before the calls are acknowledged.
-	err := writeMarks(p.cfg.StateFile, p.savedMarks, p.freed, t, p.now())
+	err := writeMarks(p.cfg.StateFile, p.savedMarks, p.freed, t, p.now(), p.runState())
 	if err != nil && !renamed(err) {
 		return fmt.Errorf("cannot save the state file: %w", err)
 	}
@@ -371,7 +411,7 @@ func (p *Pipeline) comebackFreed(batches []audit.Batch) (arrived func(), back ma
 	}
 	if onDisk {
 		now := p.now()
-		if err := writeMarks(p.cfg.StateFile, p.savedMarks, p.freed, p.floor, now); err != nil {
+		if err := writeMarks(p.cfg.StateFile, p.savedMarks, p.freed, p.floor, now, p.runState()); err != nil {
 			if !renamed(err) {
 				// The file still keeps them: kept here too, so that the
 				// next call of them tries again rather than being stored
@@ -624,8 +664,8 @@ func earliest(b audit.Batch) time.Time {
 
 // writeMarks writes the state file at path, saved at wall time saved.
 // freed is read here: the caller holds floorMu.
-func writeMarks(path string, marks map[detect.PartitionKey]mark, freed map[detect.PartitionKey]freedMark, floor, saved time.Time) error {
-	f := markFile{Version: 2, Floor: floor, Saved: saved}
+func writeMarks(path string, marks map[detect.PartitionKey]mark, freed map[detect.PartitionKey]freedMark, floor, saved time.Time, run runState) error {
+	f := markFile{Version: 2, Floor: floor, Saved: saved, Run: run.run, Downtimes: run.downtimes}
 	for k, m := range marks {
 		f.Partitions = append(f.Partitions, markLine{Tenant: k.Tenant, Server: k.Server, mark: m})
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/detect"
 )
 
@@ -26,11 +27,15 @@ func TestMarks_RoundTrip(t *testing.T) {
 	saved := t0.Add(2 * time.Hour)
 	freedAt := t0.Add(-2 * time.Hour)
 	freed := map[detect.PartitionKey]freedMark{{Tenant: "acme", Server: "quiet"}: {wm: freedAt, gen: 7}}
-	if err := writeMarks(path, want, freed, floor, saved); err != nil {
+	run := runState{run: runRunning, downtimes: []audit.Downtime{{From: t0.Add(-time.Hour), To: t0.Add(-time.Hour + 4*time.Second), End: audit.EndCrash}}}
+	if err := writeMarks(path, want, freed, floor, saved, run); err != nil {
 		t.Fatal(err)
 	}
 	var log bytes.Buffer
-	got, gotFreed, gotFloor, gotSaved, lost := readMarks(path, slog.New(slog.NewTextHandler(&log, nil)))
+	got, gotFreed, gotFloor, gotSaved, lost, gotRun := readMarks(path, slog.New(slog.NewTextHandler(&log, nil)))
+	if gotRun.run != run.run || len(gotRun.downtimes) != 1 || !gotRun.downtimes[0].From.Equal(run.downtimes[0].From) || !gotRun.downtimes[0].To.Equal(run.downtimes[0].To) || gotRun.downtimes[0].End != audit.EndCrash {
+		t.Errorf("run state read back as %+v, want %+v", gotRun, run)
+	}
 	if lost {
 		t.Error("a good state file was taken as lost")
 	}
@@ -70,7 +75,7 @@ func TestMarks_Unreadable(t *testing.T) {
 			}
 		}
 		var log bytes.Buffer
-		got, _, floor, saved, lost := readMarks(path, slog.New(slog.NewTextHandler(&log, nil)))
+		got, _, floor, saved, lost, _ := readMarks(path, slog.New(slog.NewTextHandler(&log, nil)))
 		if got != nil || !floor.IsZero() || !saved.IsZero() {
 			t.Errorf("%s: read %v and floor %v, want no marks", name, got, floor)
 		}
@@ -102,7 +107,7 @@ func TestMarks_SavedOfOlderFile(t *testing.T) {
 		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		_, _, _, saved, lost := readMarks(path, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		_, _, _, saved, lost, _ := readMarks(path, slog.New(slog.NewTextHandler(io.Discard, nil)))
 		if lost || !saved.Equal(want) {
 			t.Errorf("%s: saved %v (lost %v), want %v", content, saved, lost, want)
 		}

@@ -131,6 +131,9 @@ type Pipeline struct {
 	// from the previous run's last save of the state file to this start.
 	// Zero when unknown.
 	downFrom, downTo time.Time
+	// downtimes are the last DowntimesKept downtimes, oldest first, set
+	// once by recover; the state file keeps them.
+	downtimes []audit.Downtime
 
 	queue chan queued
 	// touches carries the sources whose deliveries were refused to the
@@ -176,6 +179,9 @@ type Pipeline struct {
 	// stateWarned is when a failure to write the state file was last
 	// logged: at most once a minute.
 	stateWarned time.Time
+	// cleanStop is set for the save of the clean stop: the file says the
+	// run stopped (markFile.Run).
+	cleanStop bool
 
 	admit admission
 	load  tenantLoad
@@ -309,7 +315,7 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("cannot read the watermark: %w", err)
 	}
-	marks, freed, floor, saved, lost := readMarks(p.cfg.StateFile, p.log)
+	marks, freed, floor, saved, lost, run := readMarks(p.cfg.StateFile, p.log)
 	if !lost && p.cfg.StateFile != "" && marks == nil && !wm.IsZero() {
 		// The store holds output, so the file was written (before the
 		// first call was acknowledged) and is gone.
@@ -386,13 +392,25 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	// grace grows with the time the collector was down: so does their
 	// senders' backoff.
 	grace, down := restartGrace(p.cfg, saved, p.now())
+	p.downtimes = run.downtimes
 	if down >= 0 {
 		p.downFrom, p.downTo = saved, p.now()
+		end := audit.EndUnknown
+		switch run.run {
+		case runRunning:
+			end = audit.EndCrash
+		case runStopped:
+			end = audit.EndStop
+		}
+		p.downtimes = append(p.downtimes, audit.Downtime{From: saved.UTC(), To: p.downTo.UTC(), End: end})
+		if n := len(p.downtimes) - DowntimesKept; n > 0 {
+			p.downtimes = slices.Clone(p.downtimes[n:])
+		}
 		p.log.Warn("serve was down: calls sent meanwhile arrive only from senders that kept them and send them again now; "+
-			"an OpenTelemetry SDK exporter on defaults (otlptracegrpc, otlptracehttp) gives up on a batch 10 s after its first try "+
-			"(WithTimeout, default 10 s, bounds the export with its retries) and drops it, so a downtime longer than that loses its calls: "+
-			"their findings are missing (docs/runbooks.md#after-serve-was-down)",
-			"from", saved.UTC().Format(time.RFC3339), "to", p.downTo.UTC().Format(time.RFC3339), "downtime", down)
+			"OpenTelemetry SDK exporters on defaults keep little: otlptracehttp does not retry a refused connection at all (only HTTP 429, 502, 503 and 504 and timeouts), "+
+			"so every span it exported while serve was down is lost, however short the downtime; otlptracegrpc retries for at most 10 s (WithTimeout bounds the export with its retries), "+
+			"so it bridges a downtime of a few seconds at most; findings about the lost calls are missing (docs/runbooks.md#after-serve-was-down)",
+			"from", saved.UTC().Format(time.RFC3339), "to", p.downTo.UTC().Format(time.RFC3339), "downtime", down, "end", end)
 	}
 	for k, m := range marks {
 		for _, src := range m.Sources {
@@ -591,6 +609,14 @@ func (p *Pipeline) recover(ctx context.Context) error {
 // release that did not keep its saved time.
 func (p *Pipeline) LastDowntime() (from, to time.Time) {
 	return p.downFrom, p.downTo
+}
+
+// Downtimes returns the last DowntimesKept times the collector was down,
+// oldest first, this start's included, as the state file keeps them
+// across restarts. Empty without a state file, and after a start without
+// one (deleted or damaged): the history begins again there.
+func (p *Pipeline) Downtimes() []audit.Downtime {
+	return slices.Clone(p.downtimes)
 }
 
 // restartGrace returns how long after a restart at wall time now the
@@ -1175,8 +1201,10 @@ func (p *Pipeline) run(ctx context.Context) {
 				// in it changed (no partition): its saved time is then the
 				// stop, where the next start counts the downtime from,
 				// not the last refresh up to stateRefresh before.
+				// From here on every write of the file says the run
+				// stopped clean: a crash is a run that never gets here.
 				p.floorMu.Lock()
-				p.savedMarks, p.marksSaved = nil, time.Time{}
+				p.savedMarks, p.marksSaved, p.cleanStop = nil, time.Time{}, true
 				p.floorMu.Unlock()
 				p.saveMarks(marksOf(p.eng, p.now()), true)
 			}
