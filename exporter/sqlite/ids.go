@@ -179,7 +179,16 @@ func (x *idIndex) write(b *pebble.Batch, opts *pebble.WriteOptions) error {
 				return
 			}
 		}
-		done <- b.Commit(opts)
+		err := b.Commit(opts)
+		if err == nil {
+			// Back to pebble's pool with its buffer, as pebble's own
+			// DB.Set does: a new batch grew its buffer by doubling to a
+			// commit's size each time (through serve, 250-400 bytes
+			// allocated a call). Only on success: pebble does not reuse
+			// a batch that failed.
+			b.Close()
+		}
+		done <- err
 	}()
 	timeout := writeTimeout
 	t := time.NewTimer(timeout)

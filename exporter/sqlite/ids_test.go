@@ -446,6 +446,46 @@ func TestIDIndex_FailedWrite(t *testing.T) {
 
 // TestIDIndex_Retention: deleted calls leave the index, and an entry left
 // behind (a failed delete) finds nothing.
+// TestIDIndex_BatchReleased checks that a batch the index wrote goes back
+// to pebble, reset, for the next write to reuse its buffer (a new one grew
+// by doubling to a commit's size each time), and that its entries stay
+// written; a failed write's batch is not reused.
+func TestIDIndex_BatchReleased(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "audit.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	key := func(i int) []byte { return fmt.Appendf(nil, "zz-test-%03d", i) }
+	b := s.ids.db.NewBatch()
+	for i := range 100 {
+		b.Set(key(i), []byte{1}, nil)
+	}
+	if err := s.ids.commit(b); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.Count(); n != 0 {
+		t.Errorf("batch holds %d entries after its write, want 0 (released to pebble)", n)
+	}
+	for i := range 100 {
+		if _, closer, err := s.ids.db.Get(key(i)); err != nil {
+			t.Fatalf("entry %d of the released batch: %v", i, err)
+		} else {
+			closer.Close()
+		}
+	}
+	s.ids.fault = func() error { return errors.New("disk full") }
+	b = s.ids.db.NewBatch()
+	b.Set(key(100), []byte{1}, nil)
+	if err := s.ids.commit(b); err == nil {
+		t.Fatal("write with a fault succeeded")
+	}
+	s.ids.fault = nil
+	if _, _, err := s.ids.db.Get(key(100)); !errors.Is(err, pebble.ErrNotFound) {
+		t.Errorf("entry of the failed write: %v, want not found", err)
+	}
+}
+
 func TestIDIndex_Retention(t *testing.T) {
 	s := openTemp(t, Options{DeleteChunk: 7})
 	defer s.Close()
