@@ -10,11 +10,9 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -23,17 +21,7 @@ import (
 // TestWrap_Kill9KeepsCallInFlight, running mcpaudit wrap with the
 // arguments of MCPAUDIT_CHILD_WRAP_ARGS until it is killed.
 func TestHelperWrap(t *testing.T) {
-	raw := os.Getenv("MCPAUDIT_CHILD_WRAP_ARGS")
-	if raw == "" {
-		t.Skip("only runs as the child of TestWrap_Kill9KeepsCallInFlight")
-	}
-	var args []string
-	if err := json.Unmarshal([]byte(raw), &args); err != nil {
-		t.Fatal(err)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	run(ctx, append([]string{"wrap"}, args...), os.Stdin, os.Stdout, os.Stderr)
+	runChildCommand(t, "MCPAUDIT_CHILD_WRAP_ARGS", "wrap", os.Stdin)
 }
 
 // TestWrap_Kill9KeepsCallInFlight: wrap shares the proxy's journal. A

@@ -23,30 +23,7 @@ import (
 // once, without a response, and the answered calls once with theirs. px16
 // tested two relays on one directory inside one process only.
 func TestProxy_Kill9TwoRelaysOneDir(t *testing.T) {
-	release := make(chan struct{})
-	seen := make(chan string, 20)
-	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		if r.Method != http.MethodPost {
-			return // waitUp's GETs
-		}
-		var m struct {
-			ID json.RawMessage `json:"id"`
-		}
-		json.Unmarshal(b, &m)
-		seen <- string(m.ID)
-		if strings.HasPrefix(string(m.ID), `"held`) {
-			select {
-			case <-release:
-			case <-r.Context().Done():
-				return
-			}
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.Write([]byte(`{"jsonrpc":"2.0","id":` + string(m.ID) + `,"result":{"content":[]}}`))
-	}))
-	defer upstream.Close()
-	defer close(release)
+	upstream, seen := holdingUpstream(t, func(id string) bool { return strings.HasPrefix(id, `"held`) }, 20)
 
 	var mu sync.Mutex
 	recorded := map[string][]bool{} // JSON-RPC id -> responded, per record

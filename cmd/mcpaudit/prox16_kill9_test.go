@@ -3,18 +3,15 @@ package main
 import (
 	"bufio"
 	"compress/gzip"
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -23,17 +20,7 @@ import (
 // TestProxy_Kill9KeepsCallInFlight, running mcpaudit proxy with the
 // arguments of MCPAUDIT_CHILD_PROXY_ARGS until it is killed.
 func TestHelperProxy(t *testing.T) {
-	raw := os.Getenv("MCPAUDIT_CHILD_PROXY_ARGS")
-	if raw == "" {
-		t.Skip("only runs as the child of TestProxy_Kill9KeepsCallInFlight")
-	}
-	var args []string
-	if err := json.Unmarshal([]byte(raw), &args); err != nil {
-		t.Fatal(err)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	run(ctx, append([]string{"proxy"}, args...), nil, os.Stdout, os.Stderr)
+	runChildCommand(t, "MCPAUDIT_CHILD_PROXY_ARGS", "proxy", nil)
 }
 
 // TestProxy_Kill9KeepsCallInFlight (prox16, failed on main beb93e9 and
@@ -43,33 +30,7 @@ func TestHelperProxy(t *testing.T) {
 // segments now keeps it, and the restarted proxy records it without a
 // response (docs/proxy.md, "A call in flight when the relay is killed").
 func TestProxy_Kill9KeepsCallInFlight(t *testing.T) {
-	release := make(chan struct{})
-	got := make(chan string, 10)
-	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		var m struct {
-			ID json.RawMessage `json:"id"`
-		}
-		json.Unmarshal(b, &m)
-		if r.Method != http.MethodPost {
-			// waitUp's GETs reach the upstream too: reported, they would
-			// stand for a call and the kill would come before "held" left
-			// the client (it did until px16).
-			return
-		}
-		got <- string(m.ID)
-		if string(m.ID) == `"held"` {
-			select {
-			case <-release:
-			case <-r.Context().Done():
-				return
-			}
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.Write([]byte(`{"jsonrpc":"2.0","id":` + string(m.ID) + `,"result":{"content":[]}}`))
-	}))
-	defer upstream.Close()
-	defer close(release)
+	upstream, got := holdingUpstream(t, func(id string) bool { return id == `"held"` }, 10)
 
 	var mu sync.Mutex
 	recorded := map[string]string{} // JSON-RPC id -> transport_error
