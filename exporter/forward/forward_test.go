@@ -100,7 +100,7 @@ func line(i int) []byte {
 	return []byte(fmt.Sprintf(`{"time":"2026-11-01T10:00:%02d.000001Z","server":"thegram","session":"s","request":{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"gram_read","arguments":{"path":"a"}}}}`+"\n", i%60, i))
 }
 
-func testConfig(t *testing.T, url string) Config {
+func testConfig(t testing.TB, url string) Config {
 	cfg := NewDefaultConfig()
 	cfg.URL, cfg.Source, cfg.BufferDir = url, "proxy/thegram/test", t.TempDir()
 	cfg.FlushInterval, cfg.MinBackoff, cfg.MaxBackoff = 20*time.Millisecond, 10*time.Millisecond, 50*time.Millisecond
@@ -108,7 +108,7 @@ func testConfig(t *testing.T, url string) Config {
 	return cfg
 }
 
-func newForwarder(t *testing.T, cfg Config) (*Forwarder, *prometheus.Registry) {
+func newForwarder(t testing.TB, cfg Config) (*Forwarder, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	m, err := metrics.NewRelay(reg, "thegram")

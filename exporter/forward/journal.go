@@ -18,9 +18,9 @@ import (
 // journalExt names the journal of one process in the buffer directory.
 const journalExt = ".journal"
 
-// journalCompactBytes is the size past which a journal is emptied (nothing
-// in flight) or rewritten with the entries in flight only, once they are
-// less than half of it.
+// journalCompactBytes is the size past which a journal with calls in
+// flight is rewritten with those entries only, once they are less than half
+// of it. A journal with nothing in flight is emptied at once.
 const journalCompactBytes = 1 << 20
 
 // Journal is the list of the requests in flight of one process, kept
@@ -110,7 +110,11 @@ func (j *Journal) End(entry uint64) {
 	}
 	delete(j.open, entry)
 	j.live -= int64(len(b))
-	if j.size >= journalCompactBytes && j.size >= 2*j.live && j.compactLocked() {
+	// Emptied whenever nothing is in flight, not only past
+	// journalCompactBytes: the lines of ended calls would otherwise stay on
+	// disk for as long as a quiet relay lives, raw with --redact=false
+	// (prox17), after their records left the buffer.
+	if (len(j.open) == 0 || j.size >= journalCompactBytes && j.size >= 2*j.live) && j.compactLocked() {
 		return
 	}
 	j.buf = append(strconv.AppendUint(append(j.buf[:0], 'E', ' '), entry, 10), '\n')
