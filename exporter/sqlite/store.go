@@ -540,12 +540,15 @@ func (s *Store) Close() error {
 		s.mu.Unlock()
 		return nil
 	}
+	s.closed.Store(true)
+	s.mu.Unlock()
+	// The checkpoint loop is stopped without the lock, which a checkpoint
+	// it is queueing needs (send takes it to check closed, and then
+	// returns ErrClosed): waiting for the loop while holding it hung Close.
 	if s.stopCheckpoints != nil {
 		close(s.stopCheckpoints)
 		<-s.checkpointsDone
 	}
-	s.closed.Store(true)
-	s.mu.Unlock()
 	// Appends refused now; the call log drains through the committer.
 	s.stopLog()
 	s.mu.Lock()
