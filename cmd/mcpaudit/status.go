@@ -148,7 +148,7 @@ func printStatus(w io.Writer, st api.StatusResponse, waited bool) {
 			end = ", " + d.End
 		}
 		fmt.Fprintf(w, "Serve was down from %s to %s (%s%s) before it started: calls sent meanwhile arrive only from senders that kept them (an OpenTelemetry SDK otlptracehttp exporter does not retry a refused connection, otlptracegrpc retries for 10 s at most), so findings about them may be missing (docs/runbooks.md#after-serve-was-down; told for %gh after the start).\n",
-			d.From.UTC().Format(time.RFC3339), d.To.UTC().Format(time.RFC3339), (time.Duration(d.Seconds * float64(time.Second))).Round(time.Second), end, api.DowntimeShown.Hours())
+			d.From.UTC().Format(time.RFC3339), d.To.UTC().Format(time.RFC3339), downtimeLength(*d), end, api.DowntimeShown.Hours())
 	}
 	if line, ok := downtimesLine(st.Downtimes); ok {
 		fmt.Fprintln(w, line)
@@ -337,6 +337,11 @@ func partitionLines(w io.Writer, parts []api.PartitionStatus, line func(api.Part
 	}
 }
 
+// downtimeLength is how long d lasted, to the second, as status prints it.
+func downtimeLength(d api.Downtime) time.Duration {
+	return time.Duration(d.Seconds * float64(time.Second)).Round(time.Second)
+}
+
 // downtimesShown is how many of the kept downtimes the status line names.
 const downtimesShown = 3
 
@@ -357,7 +362,7 @@ func downtimesLine(ds []api.Downtime) (string, bool) {
 	for i := len(ds) - 1; i >= 0 && len(latest) < downtimesShown; i-- {
 		d := ds[i]
 		latest = append(latest, fmt.Sprintf("%s to %s (%s, %s)", d.From.UTC().Format(time.RFC3339), d.To.UTC().Format(time.RFC3339),
-			(time.Duration(d.Seconds*float64(time.Second))).Round(time.Second), cmp.Or(d.End, audit.EndUnknown)))
+			downtimeLength(d), cmp.Or(d.End, audit.EndUnknown)))
 	}
 	times := "times"
 	if len(ds) == 1 {
