@@ -65,11 +65,14 @@ type Config struct {
 	JournalScan time.Duration `yaml:"journal_scan"`
 }
 
+// defaultJournalScan is Config.JournalScan's default.
+const defaultJournalScan = 5 * time.Second
+
 // NewDefaultConfig returns the defaults.
 func NewDefaultConfig() Config {
 	return Config{MaxBufferBytes: 1 << 30, BatchRecords: 1000, BatchBytes: 4 << 20,
 		FlushInterval: time.Second, Timeout: 30 * time.Second, MinBackoff: 250 * time.Millisecond, MaxBackoff: 30 * time.Second,
-		JournalScan: 5 * time.Second}
+		JournalScan: defaultJournalScan}
 }
 
 // Validate reports every invalid field with its key path.
@@ -335,7 +338,7 @@ func (f *Forwarder) run(ctx context.Context) {
 	defer tick.Stop()
 	scanEvery := f.cfg.JournalScan
 	if scanEvery <= 0 {
-		scanEvery = 5 * time.Second
+		scanEvery = defaultJournalScan
 	}
 	lastScan := time.Now()
 	for {
