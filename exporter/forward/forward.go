@@ -288,6 +288,9 @@ func (f *Forwarder) segmentSource(path string) string {
 	return f.cfg.Source
 }
 
+// BufferDir is the directory of the buffer.
+func (f *Forwarder) BufferDir() string { return f.cfg.BufferDir }
+
 // Record buffers one record; see Add.
 func (f *Forwarder) Record(r *tap.Record) error {
 	return f.Add(append(r.AppendJSON(nil), '\n'))
