@@ -183,13 +183,14 @@ func New(cfg Config, m *metrics.Relay, log *slog.Logger) (*Forwarder, error) {
 	}
 	f := &Forwarder{cfg: cfg, url: u, client: newClient(cfg), metrics: m, log: log,
 		wake: make(chan struct{}, 1), done: make(chan struct{})}
-	f.sealOrphans()
 	f.mu.Lock()
 	f.size = f.scanSize()
 	f.mu.Unlock()
 	// Before this process's first record: the calls a dead relay had in
-	// flight are the oldest.
+	// flight are the oldest. The journals first: each names the source of
+	// its process's open segments, sealed with it.
 	f.recoverJournals()
+	f.sealOrphans()
 	j, err := f.openJournal()
 	if err != nil {
 		log.Error("no journal of calls in flight: a crash would lose them", "err", err)
@@ -385,23 +386,50 @@ func (f *Forwarder) sealLocked() {
 }
 
 // sealOrphans seals the open segments of processes that are gone: their
-// lock is free.
+// lock is free. Those of a process whose journal named its source were
+// sealed under it by recoverJournals; the others go under this sender's.
 func (f *Forwarder) sealOrphans() {
 	names, _ := filepath.Glob(filepath.Join(f.cfg.BufferDir, "*"+openExt))
 	for _, p := range names {
-		fh, err := os.Open(p)
-		if err != nil {
-			continue
-		}
-		if syscall.Flock(int(fh.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil {
-			if st, err := fh.Stat(); err == nil && st.Size() == 0 {
-				os.Remove(p)
-			} else {
-				os.Rename(p, strings.TrimSuffix(p, openExt)+sealedExt)
+		f.sealOrphan(p, "")
+	}
+}
+
+// sealOrphansOf seals the open segments process pid left, whose journal
+// says it sent under source: they go out under it, as its calls in flight
+// do. (prox17 saw a relay's answered calls of its last second sent under
+// the survivor's source.)
+func (f *Forwarder) sealOrphansOf(pid, source string) {
+	names, _ := filepath.Glob(filepath.Join(f.cfg.BufferDir, "*-"+pid+"-*"+openExt))
+	for _, p := range names {
+		f.sealOrphan(p, source)
+	}
+}
+
+// sealOrphan seals the open segment p if its process is gone, with source
+// beside it when that is not this sender's.
+func (f *Forwarder) sealOrphan(p, source string) {
+	fh, err := os.Open(p)
+	if err != nil {
+		return
+	}
+	defer fh.Close()
+	if syscall.Flock(int(fh.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+		return
+	}
+	if st, err := fh.Stat(); err == nil && st.Size() == 0 {
+		os.Remove(p)
+		return
+	}
+	base := strings.TrimSuffix(p, openExt)
+	if source != "" && source != f.cfg.Source {
+		if _, err := os.Stat(base + sourceExt); err != nil {
+			if err := os.WriteFile(base+sourceExt, []byte(source), 0o644); err != nil {
+				f.log.Error("cannot write the source of a dead relay's segment; it goes under this relay's", "segment", p, "source", source, "err", err)
 			}
 		}
-		fh.Close()
 	}
+	os.Rename(p, base+sealedExt)
 }
 
 // scanSize sums the segments in the buffer directory.
@@ -438,8 +466,8 @@ func (f *Forwarder) run(ctx context.Context) {
 			// Another relay sharing the directory died: its open segment
 			// and its calls in flight wait for no new start.
 			lastScan = time.Now()
-			f.sealOrphans()
 			f.recoverJournals()
+			f.sealOrphans()
 		}
 		f.mu.Lock()
 		if f.cur != nil && time.Since(f.curSince) >= f.cfg.FlushInterval {

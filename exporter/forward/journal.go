@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -287,6 +288,10 @@ func (f *Forwarder) recoverJournal(p string, fh *os.File) {
 	}
 	if source == "" {
 		source = f.cfg.Source // an older release's journal: its source is not known
+	} else {
+		// NAME is TIME-PID: the segments its process left open are its too.
+		name := strings.TrimSuffix(filepath.Base(p), journalExt)
+		f.sealOrphansOf(name[strings.LastIndexByte(name, '-')+1:], source)
 	}
 	if len(lines) > 0 {
 		if err := f.addFrom(source, lines); err != nil {
