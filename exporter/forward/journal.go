@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/mcpaudit/mcpaudit/exporter/metrics"
 )
 
 // journalExt names the journal of one process in the buffer directory;
@@ -29,6 +31,17 @@ const (
 // flight is rewritten with those entries only, once they are less than half
 // of it. A journal with nothing in flight is emptied at once.
 const journalCompactBytes = 1 << 20
+
+// journalShare is the part of MaxBufferBytes the calls in flight of one
+// journal may take: their B lines (requests of up to 16 MiB each) stop
+// being written past it. The file itself stays under about twice that
+// plus journalCompactBytes (it is rewritten once its ended lines are more
+// than half), and so does what a recovery reads into memory.
+const journalShare = 8
+
+// journalWarnEvery is how often, at most, a relay logs the calls it left
+// out of its journal past the bound.
+const journalWarnEvery = time.Minute
 
 // Journal is the list of the requests in flight of one process, kept
 // beside the segments: a header line "S <source>" (the process's
@@ -53,6 +66,11 @@ type Journal struct {
 	live  int64               // bytes of the B lines in open
 	early map[uint64]struct{} // ended before their Begin
 	buf   []byte
+	// Past the bound: calls left out since the last log line, and when
+	// that line was written.
+	skipped  int
+	warnedAt time.Time
+	skip     map[uint64]struct{} // begun past the bound: no B line, so no E line
 }
 
 // openJournal creates and locks this process's journal.
@@ -63,7 +81,7 @@ func (f *Forwarder) openJournal() (*Journal, error) {
 		return nil, err
 	}
 	return &Journal{f: f, fh: fh, path: path, size: int64(len(head)), head: len(head),
-		open: make(map[uint64][]byte), early: make(map[uint64]struct{})}, nil
+		open: make(map[uint64][]byte), early: make(map[uint64]struct{}), skip: make(map[uint64]struct{})}, nil
 }
 
 // journalHeader is the first line of a journal: the source its calls are
@@ -120,6 +138,21 @@ func (j *Journal) Begin(entry uint64, line []byte) {
 	if j.fh == nil || j.off {
 		return
 	}
+	if n := int64(len(line)) + 24; j.live+n > j.f.cfg.MaxBufferBytes/journalShare {
+		// Not written: the journal, and a recovery's memory, stay bounded
+		// however many calls are in flight or however large one is. The
+		// call is recorded when its exchange ends, as without a journal;
+		// only a crash before that loses it, and that is counted.
+		j.skip[entry] = struct{}{}
+		j.f.metrics.Forward(metrics.ForwardUnjournaled, 1)
+		j.skipped++
+		if now := time.Now(); now.Sub(j.warnedAt) >= journalWarnEvery {
+			j.f.log.Warn("calls in flight past the journal's bound not journaled: a crash while they are in flight would lose them",
+				"journal", j.path, "calls", j.skipped, "in_flight_bytes", j.live, "bound_bytes", j.f.cfg.MaxBufferBytes/journalShare)
+			j.skipped, j.warnedAt = 0, now
+		}
+		return
+	}
 	j.buf = append(strconv.AppendUint(append(j.buf[:0], 'B', ' '), entry, 10), ' ')
 	j.buf = append(append(j.buf, line...), '\n')
 	j.writeLocked()
@@ -136,6 +169,10 @@ func (j *Journal) End(entry uint64) {
 	defer j.mu.Unlock()
 	if j.fh == nil || j.off {
 		return // nothing begins any more
+	}
+	if _, ok := j.skip[entry]; ok {
+		delete(j.skip, entry)
+		return
 	}
 	b, ok := j.open[entry]
 	if !ok {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -111,5 +112,44 @@ func TestJournal_CleanStopLeavesNoJournal(t *testing.T) {
 		if js := glob(t, cfg.BufferDir, pat); len(js) != 0 {
 			t.Errorf("after a clean stop, journals left: %v; want none", js)
 		}
+	}
+}
+
+// TestJournal_Bounded (prox17): the calls in flight a journal holds are
+// bounded by a share of MaxBufferBytes (journalShare): a huge request, or
+// a huge number of calls in flight, no longer grows it without limit. A
+// call past the bound is not journaled and counted as unjournaled; its
+// record is buffered when its exchange ends, as without a journal.
+func TestJournal_Bounded(t *testing.T) {
+	cfg := testConfig(t, "http://127.0.0.1:1")
+	cfg.MaxBufferBytes = 64 << 10
+	bound := cfg.MaxBufferBytes / journalShare
+	f, reg := newForwarder(t, cfg)
+	defer f.Close(context.Background())
+	j := f.Journal()
+	huge := bytes.Replace(bytes.TrimSuffix(line(1), []byte("\n")), []byte(`"path":"a"`), []byte(`"path":"`+strings.Repeat("x", 10<<20)+`"`), 1)
+	j.Begin(1, huge)
+	l := bytes.TrimSuffix(line(2), []byte("\n"))
+	const n = 1000
+	for i := uint64(2); i < n; i++ {
+		j.Begin(i, l)
+	}
+	st, err := os.Stat(j.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Size() > bound+int64(len(journalHeader(cfg.Source))) {
+		t.Errorf("journal of %d bytes with a 10 MiB request and %d calls in flight; want at most the bound, %d bytes (MaxBufferBytes %d / %d)",
+			st.Size(), n-1, bound, cfg.MaxBufferBytes, journalShare)
+	}
+	journaled := len(j.open)
+	if got, want := counter(t, reg, "mcpaudit_proxy_forward_records_total", "unjournaled"), float64(n-1-journaled); got != want || journaled == 0 {
+		t.Errorf("unjournaled %v with %d of %d calls journaled; want %v", got, journaled, n-1, want)
+	}
+	for i := uint64(1); i < n; i++ {
+		j.End(i)
+	}
+	if len(j.skip) != 0 || len(j.open) != 0 || len(j.early) != 0 {
+		t.Errorf("after every call ended: %d skipped, %d open, %d early entries kept; want none", len(j.skip), len(j.open), len(j.early))
 	}
 }
