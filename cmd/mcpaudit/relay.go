@@ -203,11 +203,14 @@ type sinkJournal struct {
 }
 
 func (s sinkJournal) Begin(entry uint64, r *tap.Record) {
+	rec := *r
 	if s.red != nil {
-		masked := maskRecord(s.red, *r)
-		r = &masked
+		rec = maskRecord(s.red, rec)
 	}
-	s.j.Begin(entry, r.AppendJSON(nil))
+	// Recovered, it was in flight for an unknown time: no duration_ms,
+	// rather than a 0 that reads as an instant answer (prox17).
+	rec.DurationUnknown = true
+	s.j.Begin(entry, rec.AppendJSON(nil))
 }
 
 func (s sinkJournal) End(entry uint64) { s.j.End(entry) }
