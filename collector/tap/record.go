@@ -32,8 +32,8 @@ type Record struct {
 	// format makes it optional): the record of a call in flight, written
 	// to the journal before its end, of a relay that may die before it.
 	DurationUnknown bool
-	Server   string
-	Session  string
+	Server          string
+	Session         string
 	// Client is name/version from the session's initialize clientInfo.
 	Client string
 	// Request is the JSON-RPC request, compact JSON.
