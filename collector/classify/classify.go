@@ -189,7 +189,7 @@ func KnownCode(code string) bool {
 		CodeSaveBlocked, CodeCopyFailed, CodeRunFailed:
 		return true
 	}
-	_, ok := httpRefusal(code) // at most 100 label values
+	_, ok := httpRefusal(code)         // at most 100 label values
 	return ok || httpServerError(code) // and 100 more
 }
 
