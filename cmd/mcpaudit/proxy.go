@@ -109,8 +109,7 @@ func proxyCommand(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := hs.Shutdown(sctx); err != nil {
 		hs.Close()
 	}
-	p.Close()
-	return sink.Close(sctx)
+	return stopSink(sctx, sink, p.Close(), log)
 }
 
 // port is the port of a listener's address.

@@ -203,11 +203,14 @@ type sinkJournal struct {
 }
 
 func (s sinkJournal) Begin(entry uint64, r *tap.Record) {
+	rec := *r
 	if s.red != nil {
-		masked := maskRecord(s.red, *r)
-		r = &masked
+		rec = maskRecord(s.red, rec)
 	}
-	s.j.Begin(entry, r.AppendJSON(nil))
+	// Recovered, it was in flight for an unknown time: no duration_ms,
+	// rather than a 0 that reads as an instant answer (prox17).
+	rec.DurationUnknown = true
+	s.j.Begin(entry, rec.AppendJSON(nil))
 }
 
 func (s sinkJournal) End(entry uint64) { s.j.End(entry) }
@@ -430,6 +433,46 @@ func (s *localSink) flush(ctx context.Context) {
 // Journal is nil: records not yet handed to the engine are lost in a
 // crash all the same.
 func (s *localSink) Journal() tap.Journal { return nil }
+
+// stopSink closes sink and logs the relay's last line: what the stop did
+// (calls ended by the stop, recorded; records sent or left in the buffer
+// directory; the journal removed or left), at INFO when it stopped cleanly,
+// WARN when records wait in the buffer for the next start, ERROR when the
+// journal could not be removed or the sink not closed. canceled is the
+// number of calls in flight the stop ended, or -1 when the relay does not
+// count them.
+func stopSink(ctx context.Context, sink recordSink, canceled int, log *slog.Logger) error {
+	attrs := []any{}
+	if canceled >= 0 {
+		attrs = append(attrs, "calls_recorded_at_stop", canceled)
+	}
+	fs, ok := sink.(forwardSink)
+	if !ok {
+		if err := sink.Close(ctx); err != nil {
+			log.Error("stopped; cannot close the record sink", append(attrs, "err", err)...)
+			return err
+		}
+		log.Info("stopped cleanly", attrs...)
+		return nil
+	}
+	st := fs.f.Stop(ctx)
+	attrs = append(attrs, "records_sent", st.Sent, "buffer_dir", fs.f.BufferDir(), "bytes_left_in_buffer", st.LeftBytes)
+	switch {
+	case st.Err != nil:
+		log.Error("stopped; the journal of calls in flight could not be removed", append(attrs, "journal", st.Journal, "err", st.Err)...)
+		return nil
+	case st.Journal != "":
+		log.Error("stopped; calls left in flight in the journal for the next start", append(attrs, "journal", st.Journal, "calls_in_flight", st.InFlight)...)
+		return nil
+	}
+	attrs = append(attrs, "journal", "removed")
+	if st.LeftBytes > 0 {
+		log.Warn("stopped; call records left in the buffer for the next start", attrs...)
+		return nil
+	}
+	log.Info("stopped cleanly", attrs...)
+	return nil
+}
 
 func (s *localSink) Close(ctx context.Context) error {
 	close(s.quit)

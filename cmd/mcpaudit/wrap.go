@@ -99,9 +99,7 @@ func wrapCommand(ctx context.Context, args []string, stdin io.Reader, stdout, st
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if cerr := sink.Close(sctx); cerr != nil {
-		log.Error("cannot close the record sink", "err", cerr)
-	}
+	stopSink(sctx, sink, -1, log)
 	if err != nil {
 		return &exitError{code: 127, err: fmt.Errorf("cannot run %s: %w", argv[0], err)}
 	}

@@ -189,13 +189,28 @@ func KnownCode(code string) bool {
 		CodeSaveBlocked, CodeCopyFailed, CodeRunFailed:
 		return true
 	}
-	_, ok := httpRefusal(code) // at most 100 label values
-	return ok
+	_, ok := httpRefusal(code)         // at most 100 label values
+	return ok || httpServerError(code) // and 100 more
+}
+
+// httpServerError reports whether code is http_5NN: the server, or a
+// gateway in front of it, answered the HTTP request with a server error and
+// no JSON-RPC response. The call may have run: it is as uncertain as
+// CodeTransport, but keeps its status, so that `mcpaudit calls` says
+// http_502 where it said transport_error, which read as a broken
+// connection (prox17).
+func httpServerError(code string) bool {
+	if len(code) != len("http_500") || !strings.HasPrefix(code, "http_5") {
+		return false
+	}
+	status, err := strconv.Atoi(code[len("http_"):])
+	return err == nil && status >= 500 && status <= 599
 }
 
 // Transport normalizes a transport_error text to a code. The texts that
 // prove the call was not applied keep codes of their own (CodeNotSent and
-// http_4NN, see NotApplied); any other text is CodeTransport, uncertain.
+// http_4NN, see NotApplied), and http_5NN keeps its own, uncertain as
+// CodeTransport is; any other text is CodeTransport, uncertain.
 func Transport(s string) string {
 	switch strings.ToLower(strings.TrimSpace(s)) {
 	case "":
@@ -213,7 +228,7 @@ func Transport(s string) string {
 		// may be a reused connection's failure after the request left.
 		return CodeNotSent
 	}
-	if code := strings.ToLower(strings.TrimSpace(s)); NotApplied(code) {
+	if code := strings.ToLower(strings.TrimSpace(s)); NotApplied(code) || httpServerError(code) {
 		return code
 	}
 	return CodeTransport
@@ -290,7 +305,7 @@ func Uncertain(code string) bool {
 		CodeExecutionTimedOut, CodeExecutorTimedOut, CodeInFlightUnknown:
 		return true
 	}
-	return false
+	return httpServerError(code)
 }
 
 // Reason returns the unverified-write reason of an uncertain code.

@@ -166,8 +166,14 @@ func TestTransport(t *testing.T) {
 	f("connection refused", CodeTransport)
 	f("http_400", "http_400")
 	f("HTTP_429 ", "http_429")
-	f("http_502", CodeTransport)
-	f("http_500", CodeTransport)
+	// An upstream's 5xx keeps its status: "transport_error" read as a
+	// broken connection in `mcpaudit calls` (prox17). Uncertain all the
+	// same (TestNotApplied).
+	f("http_502", "http_502")
+	f("http_500", "http_500")
+	f("HTTP_599", "http_599")
+	f("http_5xx", CodeTransport)
+	f("http_600", CodeTransport)
 	f("http_4xx", CodeTransport)
 	f("http_4000", CodeTransport)
 }

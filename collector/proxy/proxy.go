@@ -141,11 +141,12 @@ func (p *Proxy) Recorder() *tap.Recorder { return p.rec }
 // Close stops the proxy's background work and ends the exchanges still in
 // flight as unknown to the proxy (no response, no transport error). Call it
 // after the HTTP server has shut down.
-func (p *Proxy) Close() {
+func (p *Proxy) Close() int {
 	p.stopJanitor()
 	<-p.janitorDone
-	p.rec.Close("", time.Now())
+	n := p.rec.Close("", time.Now())
 	p.metrics.SetInflight(0)
+	return n
 }
 
 // janitor ends exchanges whose response never came on any stream (a POST

@@ -28,8 +28,12 @@ type Record struct {
 	Time time.Time
 	// Duration runs until the response, or the transport error, was seen.
 	Duration time.Duration
-	Server   string
-	Session  string
+	// DurationUnknown leaves duration_ms out of the JSON (the capture
+	// format makes it optional): the record of a call in flight, written
+	// to the journal before its end, of a relay that may die before it.
+	DurationUnknown bool
+	Server          string
+	Session         string
 	// Client is name/version from the session's initialize clientInfo.
 	Client string
 	// Request is the JSON-RPC request, compact JSON.
@@ -48,8 +52,11 @@ type Record struct {
 func (r *Record) AppendJSON(b []byte) []byte {
 	b = append(b, `{"time":"`...)
 	b = r.Time.UTC().AppendFormat(b, time.RFC3339Nano)
-	b = append(b, `","duration_ms":`...)
-	b = strconv.AppendFloat(b, float64(r.Duration.Microseconds())/1000, 'f', -1, 64)
+	b = append(b, '"')
+	if !r.DurationUnknown {
+		b = append(b, `,"duration_ms":`...)
+		b = strconv.AppendFloat(b, float64(r.Duration.Microseconds())/1000, 'f', -1, 64)
+	}
 	b = appendField(b, "server", r.Server)
 	if r.Session != "" {
 		b = appendField(b, "session", r.Session)

@@ -2,6 +2,7 @@ package forward
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -129,6 +130,10 @@ const (
 	openExt   = ".ndjson.part"
 	rejectDir = "rejected"
 	reasonExt = ".reason" // beside a segment in rejectDir: why it is there
+	// sourceExt, beside a segment, names the source its records are sent
+	// under when it is not the sender's own: the calls in flight of a dead
+	// relay, recovered from its journal.
+	sourceExt = ".source"
 	// maxRetryAfter caps how long a Retry-After can hold the sender.
 	maxRetryAfter = 10 * time.Minute
 )
@@ -151,6 +156,7 @@ type Forwarder struct {
 	size     int64 // bytes in the buffer, ours and others' as last scanned
 	seq      int
 	closed   bool
+	sent     int64 // records the collector took, since the start
 
 	journal *Journal // nil when it could not be created
 
@@ -177,13 +183,14 @@ func New(cfg Config, m *metrics.Relay, log *slog.Logger) (*Forwarder, error) {
 	}
 	f := &Forwarder{cfg: cfg, url: u, client: newClient(cfg), metrics: m, log: log,
 		wake: make(chan struct{}, 1), done: make(chan struct{})}
-	f.sealOrphans()
 	f.mu.Lock()
 	f.size = f.scanSize()
 	f.mu.Unlock()
 	// Before this process's first record: the calls a dead relay had in
-	// flight are the oldest.
+	// flight are the oldest. The journals first: each names the source of
+	// its process's open segments, sealed with it.
 	f.recoverJournals()
+	f.sealOrphans()
 	j, err := f.openJournal()
 	if err != nil {
 		log.Error("no journal of calls in flight: a crash would lose them", "err", err)
@@ -198,6 +205,92 @@ func New(cfg Config, m *metrics.Relay, log *slog.Logger) (*Forwarder, error) {
 	go f.run(ctx)
 	return f, nil
 }
+
+// addFrom buffers the records of another sender, source, in a segment of
+// their own, sealed at once and sent under that source (NAME.source beside
+// it). It returns the first error; records past the buffer's bound are
+// dropped and counted, as Add's are.
+func (f *Forwarder) addFrom(source string, recs [][]byte) error {
+	if source == f.cfg.Source {
+		for _, r := range recs {
+			if err := f.Add(append(r, '\n')); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		f.metrics.Forward(metrics.ForwardDropped, len(recs))
+		return ErrClosed
+	}
+	f.seq++
+	name := fmt.Sprintf("%020d-%d-%d", time.Now().UnixNano(), os.Getpid(), f.seq)
+	part := filepath.Join(f.cfg.BufferDir, name+openExt)
+	fh, err := os.OpenFile(part, os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		f.metrics.Forward(metrics.ForwardDropped, len(recs))
+		return fmt.Errorf("cannot create buffer segment: %w", err)
+	}
+	defer fh.Close()
+	if err := syscall.Flock(int(fh.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		os.Remove(part)
+		f.metrics.Forward(metrics.ForwardDropped, len(recs))
+		return fmt.Errorf("cannot lock buffer segment: %w", err)
+	}
+	// Before the records: a segment with records always has its source
+	// beside it, also when a crash leaves it open for sealOrphans.
+	if err := os.WriteFile(filepath.Join(f.cfg.BufferDir, name+sourceExt), []byte(source), 0o644); err != nil {
+		os.Remove(part)
+		f.metrics.Forward(metrics.ForwardDropped, len(recs))
+		return fmt.Errorf("cannot write the source of a buffer segment: %w", err)
+	}
+	var first error
+	n := 0
+	for _, r := range recs {
+		l := append(r, '\n')
+		if f.size+int64(len(l)) > f.cfg.MaxBufferBytes {
+			f.metrics.Forward(metrics.ForwardDropped, 1)
+			first = cmp.Or(first, ErrBufferFull)
+			continue
+		}
+		if _, err := fh.Write(l); err != nil {
+			f.metrics.Forward(metrics.ForwardDropped, 1)
+			first = cmp.Or(first, fmt.Errorf("cannot buffer record: %w", err))
+			break // a torn line ends the segment: the collector rejects that one
+		}
+		n++
+		f.size += int64(len(l))
+		f.metrics.Forward(metrics.ForwardBuffered, 1)
+	}
+	f.metrics.SetBufferBytes(f.size)
+	if n == 0 {
+		os.Remove(part)
+		os.Remove(filepath.Join(f.cfg.BufferDir, name+sourceExt))
+		return first
+	}
+	if err := os.Rename(part, filepath.Join(f.cfg.BufferDir, name+sealedExt)); err != nil {
+		f.log.Error("cannot seal buffer segment", "segment", part, "err", err)
+	}
+	select {
+	case f.wake <- struct{}{}:
+	default:
+	}
+	return first
+}
+
+// segmentSource is the source the records of the segment at path are sent
+// under: the one beside it, else the sender's own.
+func (f *Forwarder) segmentSource(path string) string {
+	if b, err := os.ReadFile(strings.TrimSuffix(path, sealedExt) + sourceExt); err == nil && len(b) > 0 {
+		return string(b)
+	}
+	return f.cfg.Source
+}
+
+// BufferDir is the directory of the buffer.
+func (f *Forwarder) BufferDir() string { return f.cfg.BufferDir }
 
 // Record buffers one record; see Add.
 func (f *Forwarder) Record(r *tap.Record) error {
@@ -293,23 +386,50 @@ func (f *Forwarder) sealLocked() {
 }
 
 // sealOrphans seals the open segments of processes that are gone: their
-// lock is free.
+// lock is free. Those of a process whose journal named its source were
+// sealed under it by recoverJournals; the others go under this sender's.
 func (f *Forwarder) sealOrphans() {
 	names, _ := filepath.Glob(filepath.Join(f.cfg.BufferDir, "*"+openExt))
 	for _, p := range names {
-		fh, err := os.Open(p)
-		if err != nil {
-			continue
-		}
-		if syscall.Flock(int(fh.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil {
-			if st, err := fh.Stat(); err == nil && st.Size() == 0 {
-				os.Remove(p)
-			} else {
-				os.Rename(p, strings.TrimSuffix(p, openExt)+sealedExt)
+		f.sealOrphan(p, "")
+	}
+}
+
+// sealOrphansOf seals the open segments process pid left, whose journal
+// says it sent under source: they go out under it, as its calls in flight
+// do. (prox17 saw a relay's answered calls of its last second sent under
+// the survivor's source.)
+func (f *Forwarder) sealOrphansOf(pid, source string) {
+	names, _ := filepath.Glob(filepath.Join(f.cfg.BufferDir, "*-"+pid+"-*"+openExt))
+	for _, p := range names {
+		f.sealOrphan(p, source)
+	}
+}
+
+// sealOrphan seals the open segment p if its process is gone, with source
+// beside it when that is not this sender's.
+func (f *Forwarder) sealOrphan(p, source string) {
+	fh, err := os.Open(p)
+	if err != nil {
+		return
+	}
+	defer fh.Close()
+	if syscall.Flock(int(fh.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+		return
+	}
+	if st, err := fh.Stat(); err == nil && st.Size() == 0 {
+		os.Remove(p)
+		return
+	}
+	base := strings.TrimSuffix(p, openExt)
+	if source != "" && source != f.cfg.Source {
+		if _, err := os.Stat(base + sourceExt); err != nil {
+			if err := os.WriteFile(base+sourceExt, []byte(source), 0o644); err != nil {
+				f.log.Error("cannot write the source of a dead relay's segment; it goes under this relay's", "segment", p, "source", source, "err", err)
 			}
 		}
-		fh.Close()
 	}
+	os.Rename(p, base+sealedExt)
 }
 
 // scanSize sums the segments in the buffer directory.
@@ -320,8 +440,8 @@ func (f *Forwarder) scanSize() int64 {
 		if e.IsDir() {
 			continue
 		}
-		if strings.HasSuffix(e.Name(), journalExt) {
-			continue // not sent: the records it holds are counted once buffered
+		if strings.HasSuffix(e.Name(), journalExt) || strings.HasSuffix(e.Name(), journalNewExt) || strings.HasSuffix(e.Name(), sourceExt) {
+			continue // not sent: the records a journal holds are counted once buffered
 		}
 		if info, err := e.Info(); err == nil {
 			n += info.Size()
@@ -346,8 +466,8 @@ func (f *Forwarder) run(ctx context.Context) {
 			// Another relay sharing the directory died: its open segment
 			// and its calls in flight wait for no new start.
 			lastScan = time.Now()
-			f.sealOrphans()
 			f.recoverJournals()
+			f.sealOrphans()
 		}
 		f.mu.Lock()
 		if f.cur != nil && time.Since(f.curSince) >= f.cfg.FlushInterval {
@@ -448,7 +568,8 @@ func (f *Forwarder) post(ctx context.Context, path string, fh *os.File) (time.Du
 	}
 	req.Header.Set("Content-Type", "application/x-ndjson")
 	req.Header.Set("Content-Encoding", "gzip")
-	req.Header.Set(Header, f.cfg.Source)
+	source := f.segmentSource(path)
+	req.Header.Set(Header, source)
 	if f.cfg.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+f.cfg.Token)
 	}
@@ -480,6 +601,9 @@ func (f *Forwarder) post(ctx context.Context, path string, fh *os.File) (time.Du
 			return 0, nil
 		}
 		f.metrics.Forward(metrics.ForwardSent, lines)
+		f.mu.Lock()
+		f.sent += int64(lines)
+		f.mu.Unlock()
 		f.remove(path, int64(len(body)))
 		return 0, nil
 	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500 || resp.StatusCode == http.StatusRequestTimeout ||
@@ -501,7 +625,10 @@ func (f *Forwarder) post(ctx context.Context, path string, fh *os.File) (time.Du
 // beside it (NAME.ndjson and NAME.reason), and returns where it went.
 func (f *Forwarder) setAside(path string, n int64, status string, answer []byte) string {
 	dst := filepath.Join(f.cfg.BufferDir, rejectDir, filepath.Base(path))
-	reason := fmt.Sprintf("%s\ncollector %s answered %s:\n%s\n", time.Now().UTC().Format(time.RFC3339), f.url, status, bytes.TrimSpace(answer))
+	reason := fmt.Sprintf("%s\ncollector %s answered %s (Mcpaudit-Source: %s):\n%s\n", time.Now().UTC().Format(time.RFC3339), f.url, status,
+		f.segmentSource(path), bytes.TrimSpace(answer))
+	// The source goes along: the segment posted again goes under it.
+	os.Rename(strings.TrimSuffix(path, sealedExt)+sourceExt, strings.TrimSuffix(dst, sealedExt)+sourceExt)
 	if err := os.WriteFile(strings.TrimSuffix(dst, sealedExt)+reasonExt, []byte(reason), 0o644); err != nil {
 		f.log.Error("cannot write why a segment was set aside", "segment", dst, "err", err)
 	}
@@ -520,6 +647,7 @@ func (f *Forwarder) remove(path string, n int64) {
 	if err := os.Remove(path); err != nil {
 		f.log.Error("cannot remove a sent segment", "segment", path, "err", err)
 	}
+	os.Remove(strings.TrimSuffix(path, sealedExt) + sourceExt)
 	f.mu.Lock()
 	f.size -= n
 	if f.size < 0 {
@@ -561,9 +689,31 @@ func (f *Forwarder) Flush(ctx context.Context) int64 {
 	}
 }
 
+// Stopped is what Close did, for the relay's last log line.
+type Stopped struct {
+	// Sent is the number of records the collector took since the start.
+	Sent int64
+	// LeftBytes is what stays in the buffer directory for the next start.
+	LeftBytes int64
+	// Journal is the path of this process's journal when it was left,
+	// with InFlight calls in flight in it; "" when it was removed.
+	Journal  string
+	InFlight int
+	// Err is why the journal could not be removed, if it could not.
+	Err error
+}
+
 // Close seals the open segment, tries to send what is buffered until ctx
 // ends, and stops. What could not be sent stays on disk for the next start.
 func (f *Forwarder) Close(ctx context.Context) error {
+	return f.Stop(ctx).Err
+}
+
+// Stop is Close, and says what it did.
+func (f *Forwarder) Stop(ctx context.Context) Stopped {
+	// The journals of relays that died since the last scan: their calls
+	// go out with this flush, and a clean stop leaves none of them.
+	f.recoverJournals()
 	left := f.Flush(ctx)
 	f.mu.Lock()
 	f.closed = true
@@ -571,11 +721,15 @@ func (f *Forwarder) Close(ctx context.Context) error {
 	f.mu.Unlock()
 	f.stop()
 	<-f.done
+	var st Stopped
 	if f.journal != nil {
-		f.journal.close()
+		st.Journal, st.InFlight, st.Err = f.journal.close()
 	}
+	f.mu.Lock()
+	st.Sent, st.LeftBytes = f.sent, left
+	f.mu.Unlock()
 	if left > 0 {
 		f.log.Warn("call records left in the buffer for the next start", "dir", f.cfg.BufferDir, "bytes", left)
 	}
-	return nil
+	return st
 }

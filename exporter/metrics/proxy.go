@@ -53,10 +53,14 @@ const (
 	ForwardSent     = "sent"     // accepted by the collector
 	ForwardRejected = "rejected" // refused by the collector as malformed, kept aside on disk
 	ForwardDropped  = "dropped"  // not buffered: the buffer was full or failed
+	// ForwardUnjournaled counts calls not written to the journal of calls
+	// in flight, past its bound: their records are still buffered when
+	// their exchanges end, but a crash while they are in flight loses them.
+	ForwardUnjournaled = "unjournaled"
 )
 
 // ForwardResults lists the results of ProxyForwardRecordsTotal.
-var ForwardResults = []string{ForwardBuffered, ForwardSent, ForwardRejected, ForwardDropped}
+var ForwardResults = []string{ForwardBuffered, ForwardSent, ForwardRejected, ForwardDropped, ForwardUnjournaled}
 
 // Results of ProxyForwardRequestsTotal.
 const (

@@ -54,6 +54,7 @@ mcpaudit_proxy_forward_records_total{result="buffered"} 3
 mcpaudit_proxy_forward_records_total{result="dropped"} 0
 mcpaudit_proxy_forward_records_total{result="rejected"} 0
 mcpaudit_proxy_forward_records_total{result="sent"} 0
+mcpaudit_proxy_forward_records_total{result="unjournaled"} 0
 # HELP mcpaudit_proxy_forward_requests_total POSTs of call records to the collector, by result.
 # TYPE mcpaudit_proxy_forward_requests_total counter
 mcpaudit_proxy_forward_requests_total{result="ok"} 0
