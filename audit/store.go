@@ -50,6 +50,16 @@ type Results struct {
 	// over them as the live run did. Inserted once: a call named again is
 	// skipped.
 	TooLate []CallRef
+	// Answered names the stored calls, stored without a response, whose
+	// answer (a later observation under the same call id, held by the
+	// store aside: AnswerReporter) the detector took as completing the
+	// first observation since the last commit. A store that keeps such
+	// answers aside puts each in its call's place in the transaction of
+	// this commit, and only then: an answer the detector dropped (it came
+	// after the first observation was judged) stays aside, so that a
+	// restart's replay reads the call as the live run judged it. A call
+	// named without an answer aside is passed over.
+	Answered []CallRef
 }
 
 // CallRef names one stored call: its tenant, id and time (retention
@@ -301,7 +311,7 @@ type ResponseComparer interface {
 	// back is taken as the same. The comparison reads the stored call, so
 	// it costs only calls sent again. A store may also keep a skipped
 	// call's response when the stored call has none (the embedded store
-	// does: the answer completes the call).
+	// does: aside, until the detector takes it, Results.Answered).
 	AppendCallsCompared(ctx context.Context, calls []Record) (stored int, held, differ []int, err error)
 }
 
@@ -313,8 +323,9 @@ type AnswerReporter interface {
 	ResponseComparer
 	// AppendCallsAnswered is AppendCallsCompared that also returns, in
 	// order, the indexes of the held calls that answered where the stored
-	// call had no answer (the store keeps the answer), or whose stored
-	// call could not be read to tell.
+	// call had no answer (the store keeps the answer aside, durably, until
+	// a commit names the call in Results.Answered), or whose stored call
+	// could not be read to tell.
 	AppendCallsAnswered(ctx context.Context, calls []Record) (stored int, held, differ, answered []int, err error)
 }
 

@@ -116,6 +116,10 @@ type taken struct {
 	dropped *audit.Record
 	// col is set when the two share their span ids but not their request.
 	col *clash
+	// answered is set when an observation with a response completed a
+	// waiting one without, under the same call id (a store keeping one
+	// row per call id holds the answer aside until told: OnAnswer).
+	answered bool
 }
 
 // take files r, delivered by src, and says what it is (taken). When one
@@ -190,6 +194,7 @@ func (d *dedupe) take(r *audit.Record, src *source) (t taken) {
 			kept, other = r, dup.r
 		}
 		if !kept.Call.Responded && other.Call.Responded {
+			t.answered = kept.Call.ID == other.Call.ID && kept.Call.Tenant == other.Call.Tenant
 			kept = withResponse(kept, other)
 		}
 		if col := t.col; col != nil && earlier {

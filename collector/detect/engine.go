@@ -81,6 +81,9 @@ type Engine struct {
 	// onTooLate, when set, is told of each call counted too late
 	// (OnTooLate).
 	onTooLate func(*audit.Call)
+	// onAnswer, when set, is told of each waiting call an answer under
+	// its call id completed (OnAnswer).
+	onAnswer func(*audit.Call)
 	// pack is set when waiting calls are kept packed (PackWaiting);
 	// scratch is the buffer they are packed in.
 	pack    bool
@@ -288,6 +291,17 @@ func (e *Engine) OnJudged(f func(*audit.Record)) { e.onJudged = f }
 // replay after a restart passes over them as the live run did.
 func (e *Engine) OnTooLate(f func(c *audit.Call)) { e.onTooLate = f }
 
+// OnAnswer has f told of each call, waiting for its watermark without a
+// response, that a later observation under the same call id (the same
+// request at the same millisecond) completed with its response, once,
+// when it does. Only such an answer completes the call: one that comes
+// after the call was judged is dropped as a duplicate, and the call is
+// judged without it. It is called from Add, on the engine's goroutine; f
+// must not keep c past its return. The live service commits their ids, so
+// that the store keeps the answer in the call's place exactly when the
+// engine took it (audit.Results.Answered).
+func (e *Engine) OnAnswer(f func(c *audit.Call)) { e.onAnswer = f }
+
 // ReplaySource names the stream of stored calls the live service
 // replays through the engine at start: it is no exporter, and the age of
 // the calls it replays says nothing of a clock, so it learns no lag and
@@ -324,6 +338,9 @@ func (e *Engine) Add(src string, r *audit.Record, wall time.Time) {
 	seen, replaced := tk.s, tk.replaced
 	if tk.dropped != nil && e.onDuplicate != nil {
 		e.onDuplicate(seen.r.Call.ID, tk.dropped.Call)
+	}
+	if tk.answered && e.onAnswer != nil {
+		e.onAnswer(seen.r.Call)
 	}
 	if tk.col != nil {
 		e.collision(p, s, tk.col)

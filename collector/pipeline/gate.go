@@ -96,6 +96,11 @@ type gate struct {
 	// tooLate names the calls counted too late since the last commit: the
 	// commit stores them with the output (audit.Results.TooLate).
 	tooLate []audit.CallRef
+	// answered names the calls stored without a response that the
+	// engine let an answer under their id complete since the last commit:
+	// the commit has the store put the answer in their place
+	// (audit.Results.Answered).
+	answered []audit.CallRef
 	// held is set while the engine takes a call that the store held
 	// before its request stored it (a copy sent again), or that may be
 	// such a copy (a store that cannot tell): counted too late, it is not
@@ -388,6 +393,18 @@ func (g *gate) tooLateCall(c *audit.Call) {
 	g.tooLate = append(g.tooLate, audit.CallRef{Tenant: c.Tenant, ID: c.ID, Time: c.Time})
 }
 
+// answeredCall notes a waiting call that an answer under its call id
+// completed in the engine, for the next commit: the store puts the answer
+// it holds aside in the call's place then, and only then, so that a
+// restart's replay reads the call as the live run judged it
+// (docs/storage.md, "An answer under a stored unanswered call").
+//
+// Not guarded by held, as tooLateCall is: an answer is always a call the
+// store held, and naming the call it completed passes over nothing.
+func (g *gate) answeredCall(c *audit.Call) {
+	g.answered = append(g.answered, audit.CallRef{Tenant: c.Tenant, ID: c.ID, Time: c.Time})
+}
+
 // duplicate notes that the engine dropped observation dropped of the
 // exchange kept stands for, while stored findings are being recognized.
 func (g *gate) duplicate(kept string, dropped *audit.Call) {
@@ -537,11 +554,13 @@ func (g *gate) knownAsOther(f *audit.Finding) bool {
 // maxReusedWrites bounds the writes map kept from one commit to the next.
 const maxReusedWrites = 1 << 14
 
-func (g *gate) pending() int { return len(g.writes) + len(g.findings) + len(g.tooLate) }
+func (g *gate) pending() int {
+	return len(g.writes) + len(g.findings) + len(g.tooLate) + len(g.answered)
+}
 
 func (g *gate) take() audit.Results {
-	r := audit.Results{Findings: g.findings, TooLate: g.tooLate}
-	g.tooLate = nil
+	r := audit.Results{Findings: g.findings, TooLate: g.tooLate, Answered: g.answered}
+	g.tooLate, g.answered = nil, nil
 	if n := len(g.writes); n > 0 {
 		r.Writes = make([]audit.Write, 0, n)
 		for _, w := range g.writes {
@@ -574,6 +593,7 @@ func (g *gate) putBack(r audit.Results) {
 	}
 	g.findings = append(r.Findings, g.findings...)
 	g.tooLate = append(r.TooLate, g.tooLate...)
+	g.answered = append(r.Answered, g.answered...)
 	g.origins = append(g.taken, g.origins...)
 	g.taken = nil
 }

@@ -230,6 +230,7 @@ func New(ctx context.Context, cfg Config, dcfg detect.Config, store audit.Store,
 	p.gate.eng = p.eng
 	p.eng.OnCollision(p.collision)
 	p.eng.OnTooLate(p.gate.tooLateCall)
+	p.eng.OnAnswer(p.gate.answeredCall)
 	if err := waitReady(ctx, store, log); err != nil {
 		return nil, err
 	}
@@ -1308,7 +1309,7 @@ func (p *Pipeline) commit(ctx context.Context) error {
 			r.Watermark = t
 		}
 	}
-	if len(r.Writes) == 0 && len(r.Findings) == 0 && len(r.TooLate) == 0 && !r.Watermark.After(p.gate.committedWM) {
+	if len(r.Writes) == 0 && len(r.Findings) == 0 && len(r.TooLate) == 0 && len(r.Answered) == 0 && !r.Watermark.After(p.gate.committedWM) {
 		p.saveMarks(marksOf(p.eng, p.now()), ctx.Err() != nil)
 		return nil
 	}

@@ -72,9 +72,15 @@ type request struct {
 	watermark int64 // zeroTime: unchanged
 	del       *deleteRequest
 	chainOp   *chainRequest
-	// complete holds answered copies of stored unanswered calls, each to
-	// take the place of the stored row of its key (completeStep).
-	complete []callRow
+	// keep holds answered copies of stored unanswered calls, to keep
+	// aside until the engine takes them (keepAnswersStep); keepDiffer is
+	// set by the step: the indexes in keep of those that met another
+	// response kept for their call.
+	keep       []callRow
+	keepDiffer []int
+	// answered names the calls whose answer kept aside the engine took
+	// (audit.Results.Answered): the commit puts it in their place.
+	answered []answerRef
 	stored   int64      // calls stored for the first time, set by the commit
 	done     chan reply // buffered: the committer never blocks on it
 	// compare asks the commit for skipped: the indexes in calls of the
@@ -265,6 +271,9 @@ func encodeResults(r *audit.Results) (*request, error) {
 			return nil, fmt.Errorf("call %s too late: time %s is out of range", c.ID, c.Time)
 		}
 		req.tooLate = append(req.tooLate, tooLateRow{tenant: c.Tenant, callID: packID(callPrefix, c.ID), time: t})
+	}
+	for _, c := range r.Answered {
+		req.answered = append(req.answered, answerRef{tenant: c.Tenant, id: packID(callPrefix, c.ID)})
 	}
 	if !r.Watermark.IsZero() {
 		t, ok := nanos(r.Watermark)
@@ -484,9 +493,10 @@ func (s *Store) commitLoop() {
 			req.done <- reply{n: n, err: err}
 			continue
 		}
-		if req.complete != nil {
-			n, err := s.completeStep(req.complete)
-			req.done <- reply{n: n, err: err}
+		if req.keep != nil {
+			var err error
+			req.keepDiffer, err = s.keepAnswersStep(req.keep)
+			req.done <- reply{err: err}
 			continue
 		}
 		batch := []*request{req}
@@ -516,7 +526,7 @@ func (s *Store) commitLoop() {
 			switch {
 			case !ok:
 				break gather
-			case r.del != nil || r.chainOp != nil || r.complete != nil:
+			case r.del != nil || r.chainOp != nil || r.keep != nil:
 				next = r
 				break gather
 			}
@@ -958,6 +968,16 @@ func (s *Store) commitOn(ctx context.Context, conn *sql.Conn, batch []*request, 
 			}
 		}
 	}
+	for _, req := range batch {
+		if len(req.answered) == 0 {
+			continue
+		}
+		var last int64
+		if stored, last, err = s.completeAnswers(ctx, tx, req.answered, chained, stored); err != nil {
+			return nil, err
+		}
+		lastRID = max(lastRID, last)
+	}
 	if watermark != zeroTime {
 		if _, err := tx.Exec(sqlSetWatermark, watermark); err != nil {
 			return nil, wrap(err)
@@ -1079,6 +1099,12 @@ func (s *Store) deleteChunk(d *deleteRequest) (int64, error) {
 		cond, args := tenantCond(d, "tenant", true)
 		n, err = deleteKeyed(ctx, tx, d, limit, `SELECT time, tenant, call_id FROM too_late WHERE time >= ? AND time < ?`+cond,
 			args, `DELETE FROM too_late WHERE time = ? AND tenant = ? AND call_id = ?`)
+		if err == nil && !d.full {
+			// The answers kept aside go with their calls, uncounted, in
+			// the last chunk: a few rows (answers come late rarely).
+			cond, args := tenantCond(d, "tenant", false)
+			_, err = tx.ExecContext(ctx, `DELETE FROM answers_late WHERE time < ?`+cond, append([]any{d.before}, args...)...)
+		}
 	}
 	if err != nil {
 		return 0, wrap(err)

@@ -5,124 +5,221 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/exporter/chain"
+	"github.com/mcpaudit/mcpaudit/exporter/store"
 )
 
 // An exchange seen twice under one call id, first without its response (a
 // client observer that timed out, one carrier of two) and then with it,
-// is one call: the engine lets the answer complete the first observation.
-// The store keeps one row per call id, and would keep the first it took,
-// the unanswered one, so a restart's replay would judge the call pending.
-// AppendCallsCompared therefore hands the answered copies of stored
-// unanswered calls (it reads the stored calls of the calls it skipped
-// anyway) to completeStep, which puts each in the place of the stored row:
-// the stored row is deleted and its hash kept with its chain entry in
+// is one call. The engine lets the answer complete the first observation
+// only while that one waits for its watermark; an answer that comes after
+// the call was judged is dropped, and the call judged without it. The
+// store keeps one row per call id, and a restart's replay judges what it
+// keeps, so it must keep the answer in the call's place exactly when the
+// engine took it (review live16: it used to replace the row whenever the
+// answer came, and a restart judged a write the live run had found
+// unverified as durable, or left it pending for good).
+//
+// So AppendCallsAnswered keeps the answered copy of a stored unanswered
+// call aside, in answers_late, before the append is acknowledged
+// (keepAnswersStep: nothing acknowledged is lost), and a commit of the
+// engine's output that names the call (audit.Results.Answered) puts it in
+// the stored row's place in the same transaction (completeAnswers): the
+// stored row is deleted and its hash kept with its chain entry in
 // chain_pruned, as retention keeps a deleted row's, and the answered copy
-// is inserted as a new row, chained in a new entry. Verify stays green,
-// every reader still meets one row per call id, and the common path
-// (new calls, plain re-sends) does not change.
+// is inserted as a new row, chained in a new entry. An answer no commit
+// names (the engine dropped it, or the process died before the commit)
+// stays aside: the call is read, replayed and judged without it, as the
+// live run judged it, and `mcpaudit calls` shows it unanswered.
 
-// sqlStoredOfKey reads the stored call of a key (millisecond, interned
-// tenant, packed id) through calls_key.
-const sqlStoredOfKey = `SELECT rid, id, time, rec FROM calls WHERE ` + callsKey + ` = ? AND tenant = ? AND id = ?`
+// answersLateTable keeps the answers of stored unanswered calls that no
+// commit named as taken by the engine (yet): one per call id and tenant
+// (the id hashes the call's millisecond, so no time is needed to find
+// it), tenant not interned. Created when missing: stores of schema 6
+// made before it lack it, and lose nothing by it.
+const answersLateTable = `CREATE TABLE IF NOT EXISTS answers_late (
+		tenant TEXT    NOT NULL,
+		id     ANY     NOT NULL, -- packID
+		time   INTEGER NOT NULL,
+		rec    BLOB    NOT NULL,
+		PRIMARY KEY (tenant, id)
+	) WITHOUT ROWID, STRICT`
 
-// completeStep runs, in one transaction, the completions of a request:
-// each row replaces the stored row of its key when that row still holds
-// a call without a response (a concurrent completion, or retention, may
-// have replaced or deleted it since it was read). It returns how many
-// were replaced.
-func (s *Store) completeStep(rows []callRow) (_ int64, err error) {
+// sqlStoredNearKey reads the stored call of an id and interned tenant
+// through calls_key, a millisecond either side of ms: two observations of
+// one call id may be dated a fraction of a millisecond apart, either side
+// of a rounding edge.
+const sqlStoredNearKey = `SELECT rid, id, time, rec FROM calls WHERE ` + callsKey + ` BETWEEN ? AND ? AND tenant = ? AND id = ?`
+
+// sqlAnswerAside reads the answer kept aside for a call id and tenant.
+const sqlAnswerAside = `SELECT time, rec FROM answers_late WHERE tenant = ? AND id = ?`
+
+// answerRef names a call whose answer the engine took (Results.Answered).
+type answerRef struct {
+	tenant string
+	id     any // packID(callPrefix, ...)
+}
+
+// keepAnswersStep keeps aside, in one transaction, the answers of stored
+// unanswered calls (rows): the first kept of a call stays. It returns the
+// indexes in rows of those that met another answer kept for their call
+// (a concurrent request's) with another response: the caller reports them
+// as differing, as it would had it read that answer first.
+func (s *Store) keepAnswersStep(rows []callRow) (_ []int, err error) {
 	ctx := context.Background()
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
-		return 0, wrap(err)
+		return nil, wrap(err)
 	}
 	defer func() {
 		if err != nil {
 			tx.Rollback()
-			clear(s.strs) // strings interned by the failed transaction
 		}
 	}()
-	chained := map[string][]rowHash{}
-	var stored []indexedCall
-	var lastRID int64
+	var differ []int
 	var buf []byte
 	for i := range rows {
 		r := &rows[i]
+		res, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO answers_late (tenant, id, time, rec) VALUES (?, ?, ?, ?)`,
+			r.tenant, r.id, r.time, r.rec)
+		if err != nil {
+			return nil, wrap(err)
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return nil, wrap(err)
+		} else if n == 1 {
+			continue
+		}
+		var t int64
+		var rec []byte
+		if err := tx.QueryRowContext(ctx, sqlAnswerAside, r.tenant, r.id).Scan(&t, &rec); err != nil {
+			return nil, wrap(err)
+		}
+		var kept, mine audit.Record
+		if buf, err = decodeCall(buf, r.id, t, rec, &kept); err != nil {
+			return nil, err
+		}
+		if buf, err = decodeCall(buf, r.id, r.time, r.rec, &mine); err != nil {
+			return nil, err
+		}
+		a, aok := store.StoredResponse(kept.Call)
+		b, bok := store.StoredResponse(mine.Call)
+		if aok && bok && a != b {
+			differ = append(differ, i)
+		}
+	}
+	return differ, wrap(tx.Commit())
+}
+
+// answerAside reads the answer kept aside for the call of row, if any.
+// A read that fails fails the append: the answer would otherwise be taken
+// for the first and kept, or compared with nothing.
+func (s *Store) answerAside(ctx context.Context, row *callRow) (_ *audit.Record, err error) {
+	var t int64
+	var blob []byte
+	err = s.r.QueryRowContext(ctx, sqlAnswerAside, row.tenant, row.id).Scan(&t, &blob)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cannot read the answer kept aside of call %s: %w", unpackID(callPrefix, row.id), err)
+	}
+	var rec audit.Record
+	if _, err := decodeCall(nil, row.id, t, blob, &rec); err != nil {
+		return nil, fmt.Errorf("cannot read the answer kept aside of call %s: %w", unpackID(callPrefix, row.id), err)
+	}
+	return &rec, nil
+}
+
+// completeAnswers puts, in tx (a commit of the engine's output), the
+// answer kept aside of each call of refs in the place of the stored row of
+// its key, when that row still holds a call without a response; the answer
+// then leaves answers_late. A call without an answer aside (the answer was
+// stored first, or completed it already) is passed over. The new rows are
+// added to chained, for their chain entries, and to stored, for the id
+// index; last is the largest new rid (0: none).
+func (s *Store) completeAnswers(ctx context.Context, tx *sql.Tx, refs []answerRef, chained map[string][]rowHash, stored []indexedCall) (_ []indexedCall, last int64, err error) {
+	var buf []byte
+	for _, ref := range refs {
+		var t int64
+		var blob []byte
+		err := tx.QueryRowContext(ctx, sqlAnswerAside, ref.tenant, ref.id).Scan(&t, &blob)
+		if errors.Is(err, sql.ErrNoRows) {
+			continue
+		}
+		if err != nil {
+			return nil, 0, wrap(err)
+		}
+		var ans audit.Record
+		if buf, err = decodeCall(buf, ref.id, t, blob, &ans); err != nil {
+			return nil, 0, err
+		}
+		rows, err := encodeCalls([]audit.Record{ans})
+		if err != nil {
+			return nil, 0, err
+		}
+		r := &rows[0]
 		tenant, err := s.intern(tx, r.tenant)
 		if err != nil {
-			return 0, wrap(err)
+			return nil, 0, wrap(err)
 		}
-		var rid, t int64
+		var rid, ot int64
 		var id any
 		var rec []byte
-		err = tx.QueryRowContext(ctx, sqlStoredOfKey, milliOf(r.time), tenant, r.id).Scan(&rid, &id, &t, &rec)
+		ms := milliOf(r.time)
+		err = tx.QueryRowContext(ctx, sqlStoredNearKey, ms-1, ms+1, tenant, r.id).Scan(&rid, &id, &ot, &rec)
 		if errors.Is(err, sql.ErrNoRows) {
-			continue // deleted since (retention)
+			continue // deleted since (retention); the answer goes with its time
 		}
 		if err != nil {
-			return 0, wrap(err)
+			return nil, 0, wrap(err)
 		}
 		var old audit.Record
-		if buf, err = decodeCall(buf, id, t, rec, &old); err != nil || old.Call.Responded {
-			continue // answered already (an earlier completion), or unreadable: left as it is
+		if buf, err = decodeCall(buf, id, ot, rec, &old); err != nil || old.Call.Responded {
+			continue // answered already, or unreadable: left as it is, the answer aside
 		}
 		seq, err := entryOf(ctx, tx, r.tenant, chain.KindCalls, rid)
 		if err != nil {
-			return 0, wrap(err)
+			return nil, 0, wrap(err)
 		}
 		if seq == 0 {
 			continue // in no chain entry: deleting it would not be on record
 		}
-		h := callHash(rid, id, r.tenant, t, rec)
+		h := callHash(rid, id, r.tenant, ot, rec)
 		if _, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO chain_pruned (tenant, seq, row, hash) VALUES (?, ?, ?, ?)`,
 			r.tenant, seq, rid, h[:]); err != nil {
-			return 0, wrap(err)
+			return nil, 0, wrap(err)
 		}
 		if _, err := tx.ExecContext(ctx, `DELETE FROM calls WHERE rid = ?`, rid); err != nil {
-			return 0, wrap(err)
+			return nil, 0, wrap(err)
 		}
 		res, err := tx.ExecContext(ctx, sqlInsertCall, r.id, tenant, r.time, r.rec)
 		if err != nil {
-			return 0, wrap(err)
+			return nil, 0, wrap(err)
 		}
 		if n, err := res.RowsAffected(); err != nil {
-			return 0, wrap(err)
+			return nil, 0, wrap(err)
 		} else if n != 1 {
-			return 0, fmt.Errorf("cannot store the answer of call row %d in its place: its key is taken", rid)
+			return nil, 0, fmt.Errorf("cannot store the answer of call row %d in its place: its key is taken", rid)
 		}
 		newRID, err := res.LastInsertId()
 		if err != nil {
-			return 0, wrap(err)
+			return nil, 0, wrap(err)
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM answers_late WHERE tenant = ? AND id = ?`, ref.tenant, ref.id); err != nil {
+			return nil, 0, wrap(err)
 		}
 		if r.ok {
 			if _, err := tx.ExecContext(ctx, sqlInsertSession, int64(r.session.sh), r.session.minute); err != nil {
-				return 0, wrap(err)
+				return nil, 0, wrap(err)
 			}
 		}
 		chained[r.tenant] = append(chained[r.tenant], rowHash{row: newRID, hash: callHash(newRID, r.id, r.tenant, r.time, r.rec)})
 		stored = append(stored, indexedCall{id: r.id, tenant: tenant, rid: newRID, time: r.time, docs: r.docs,
 			session: r.session.sh, hasSession: r.ok})
-		lastRID = newRID
+		last = max(last, newRID)
 	}
-	if len(stored) == 0 {
-		return 0, wrap(tx.Commit())
-	}
-	if _, err := tx.ExecContext(ctx, sqlSetIndexed, lastRID); err != nil {
-		return 0, wrap(err)
-	}
-	if err := chainCalls(ctx, tx, chained, time.Now()); err != nil {
-		return 0, wrap(err)
-	}
-	if err := tx.Commit(); err != nil {
-		return 0, wrap(err)
-	}
-	// The id key of each call now names its new row; the document and
-	// session entries of the row it replaced are stale, which a read
-	// skips (they name a row that is gone).
-	s.ids.add(s.w, stored)
-	return int64(len(stored)), nil
+	return stored, last, nil
 }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
@@ -25,8 +26,10 @@ var _ audit.ResponseComparer = (*Store)(nil)
 // cannot be read (retention deleted it meanwhile, or the wait or a read
 // fails: logged) is taken as the same: the call stays skipped and is not
 // reported. A skipped call that responded where the stored call of its key
-// did not takes the stored row's place before it returns (completeStep);
-// when that fails, so does the append, and a retry completes it.
+// did not is kept aside before it returns (keepAnswersStep), and takes
+// the stored row's place when a commit says the engine took it
+// (audit.Results.Answered, completeAnswers); when keeping it fails, so
+// does the append, and a retry keeps it.
 func (s *Store) AppendCallsCompared(ctx context.Context, calls []audit.Record) (int, []int, []int, error) {
 	n, held, differ, _, err := s.AppendCallsAnswered(ctx, calls)
 	return n, held, differ, err
@@ -48,13 +51,26 @@ func (s *Store) AppendCallsAnswered(ctx context.Context, calls []audit.Record) (
 	if len(skipped) == 0 {
 		return n, nil, nil, nil, nil
 	}
-	differ, complete, answered := s.differing(ctx, calls, rows, skipped)
+	differ, complete, completeAt, answered, err := s.differing(ctx, calls, rows, skipped)
+	if err != nil {
+		return n, nil, nil, nil, s.fail("read the answers kept aside", err)
+	}
 	if len(complete) > 0 {
-		// The answered copies take the place of the stored unanswered
-		// calls before the append is acknowledged: a sender told so does
-		// not send the answer again.
-		if _, err := s.submit(ctx, &request{complete: complete}); err != nil {
-			return n, nil, nil, nil, s.fail("store the answers of stored calls", err)
+		// The answered copies are kept aside before the append is
+		// acknowledged: a sender told so does not send the answer again.
+		// They take the stored rows' place when the engine takes them
+		// (completeAnswers).
+		req := &request{keep: complete}
+		if _, err := s.submit(ctx, req); err != nil {
+			return n, nil, nil, nil, s.fail("keep the answers of stored calls", err)
+		}
+		if len(req.keepDiffer) > 0 {
+			// Another request kept another response of the call first.
+			for _, j := range req.keepDiffer {
+				differ = append(differ, completeAt[j])
+			}
+			slices.Sort(differ)
+			answered = slices.DeleteFunc(answered, func(i int) bool { return slices.Contains(differ, i) })
 		}
 	}
 	return n, skipped, differ, answered, nil
@@ -68,10 +84,10 @@ const compareWait = 2 * time.Second
 // differing returns, of the indexes skipped of calls (and of their rows),
 // those of the calls whose response differs from the stored call's; the
 // rows of the calls that answered where the stored call of their key
-// has no response (each key once), to complete it (completeStep); and the
+// has no response (each key once), to keep aside (keepAnswersStep) with their indexes; and the
 // indexes, in order, of the answered calls that complete or may complete
 // the stored one (their stored call could not be read).
-func (s *Store) differing(ctx context.Context, calls []audit.Record, rows []callRow, skipped []int) (differ []int, complete []callRow, answered []int) {
+func (s *Store) differing(ctx context.Context, calls []audit.Record, rows []callRow, skipped []int) (differ []int, complete []callRow, completeAt, answered []int, err error) {
 	type known struct {
 		i   int
 		sum uint64
@@ -87,7 +103,7 @@ func (s *Store) differing(ctx context.Context, calls []audit.Record, rows []call
 		}
 	}
 	if len(check) == 0 {
-		return nil, nil, nil
+		return nil, nil, nil, nil, nil
 	}
 	// unread: none of the stored calls could be read, so any answered
 	// one may complete its stored call.
@@ -117,7 +133,7 @@ func (s *Store) differing(ctx context.Context, calls []audit.Record, rows []call
 			err = fmt.Errorf("the call log is not committed as far as these calls after %s: %w", wait, audit.ErrUnavailable)
 		}
 		warn(err)
-		return nil, nil, unread()
+		return nil, nil, nil, unread(), nil
 	}
 	// The stored call of each key: read through the id index (a few
 	// statements for the whole batch) or, without it, one probe of
@@ -143,7 +159,7 @@ func (s *Store) differing(ctx context.Context, calls []audit.Record, rows []call
 	}
 	if err := readStored(ctx, s, packed, stored, true, take); err != nil {
 		warn(err)
-		return nil, nil, unread()
+		return nil, nil, nil, unread(), nil
 	}
 	var completing map[callKey]known // made at the first: completions are rare
 	var buf []byte
@@ -163,16 +179,31 @@ func (s *Store) differing(ctx context.Context, calls []audit.Record, rows []call
 		}
 		if !rec.Call.Responded {
 			// The answer of a call stored without one: the first answered
-			// copy completes it (completeStep); a later one in the same
-			// request is compared with that one, as it would be with the
-			// stored answer in a later request (review rev15b).
+			// copy is kept aside (keepAnswersStep) until the engine takes
+			// it; a later one, in the same request or a later one, is
+			// compared with that one, as it would be with a stored answer
+			// (reviews rev15b and late18: a second answer with another
+			// response is an id collision, not a second first answer).
 			first, ok := completing[key]
 			if !ok {
 				if completing == nil {
 					completing = map[callKey]known{}
 				}
+				aside, err := s.answerAside(ctx, &rows[k.i])
+				if err != nil {
+					return nil, nil, nil, nil, err
+				}
+				if aside != nil {
+					sum, ok := store.StoredResponse(aside.Call)
+					completing[key] = known{i: -1, sum: sum, ok: ok}
+					if ok && k.ok && sum != k.sum {
+						differ = append(differ, k.i)
+					}
+					continue
+				}
 				completing[key] = k
 				complete = append(complete, rows[k.i])
+				completeAt = append(completeAt, k.i)
 				answered = append(answered, k.i)
 			} else if first.ok && k.ok && first.sum != k.sum {
 				differ = append(differ, k.i)
@@ -183,7 +214,7 @@ func (s *Store) differing(ctx context.Context, calls []audit.Record, rows []call
 			differ = append(differ, k.i)
 		}
 	}
-	return differ, complete, answered
+	return differ, complete, completeAt, answered, nil
 }
 
 // readStored has take given the id, tenant, time and, with blobs, the blob

@@ -106,3 +106,72 @@ func TestAnswerCompletes_TwoAnswersInOneRequest(t *testing.T) {
 		})
 	}
 }
+
+// TestAnswerAside_NamedAgainAfterCancel (late18): the pipeline puts a
+// commit's output back when the commit fails or its context ends, and
+// names the calls whose answer the engine took again in the next commit,
+// though the first may have committed. Naming a call again changes
+// nothing: one row of the call, answered, and the data file verifies
+// (the unanswered row on record once).
+func TestAnswerAside_NamedAgainAfterCancel(t *testing.T) {
+	for _, ack := range []string{AckCommit, AckLog} {
+		t.Run(ack, func(t *testing.T) {
+			s, path, pub, _ := openSigned(t, Options{Ack: ack})
+			ctx := context.Background()
+			t0 := time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)
+			call := func(answered bool) audit.Record {
+				c := &audit.Call{ID: "c_b2000000000000000000", Time: t0, Server: "thegram", Tool: "gram_projects", Source: "calls:1"}
+				if answered {
+					c.Time = t0.Add(200 * time.Microsecond)
+					c.Responded, c.Result = true, []byte(`{"isError":false,"structuredContent":{"n":1}}`)
+				} else {
+					c.TransportError = "timeout"
+				}
+				return audit.Record{Call: c}
+			}
+			if _, _, _, err := s.AppendCallsCompared(ctx, []audit.Record{call(false)}); err != nil {
+				t.Fatal(err)
+			}
+			if _, _, _, _, err := s.AppendCallsAnswered(ctx, []audit.Record{call(true)}); err != nil {
+				t.Fatal(err)
+			}
+			named := audit.Results{Answered: []audit.CallRef{{ID: call(false).Call.ID, Time: t0}}}
+			cancelled, cancel := context.WithCancel(ctx)
+			cancel()
+			s.Commit(cancelled, named) // may or may not have committed
+			for range 2 {
+				if err := s.Commit(ctx, named); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var n, answered int
+			if err := s.ScanCalls(ctx, time.Time{}, func(r *audit.Record) error {
+				n++
+				if r.Call.Responded {
+					answered++
+				}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if n != 1 || answered != 1 {
+				t.Errorf("%d rows of the call, %d answered; want one, answered", n, answered)
+			}
+			// Replaced once: one row on record as replaced, no answer
+			// left aside.
+			var pruned, aside int
+			if err := s.r.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM chain_pruned), (SELECT count(*) FROM answers_late)`).Scan(&pruned, &aside); err != nil {
+				t.Fatal(err)
+			}
+			if pruned != 1 || aside != 0 {
+				t.Errorf("%d rows on record as replaced, %d answers aside; want 1, 0", pruned, aside)
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if r := verify(t, path, pub); !r.OK() || r.Calls != 1 {
+				t.Errorf("verify: %d calls, problems %v; want 1, none", r.Calls, r.Problems)
+			}
+		})
+	}
+}

@@ -399,6 +399,12 @@ func open(ctx context.Context, path string, opts Options) (*Store, error) {
 		w.Close()
 		return nil, fmt.Errorf("cannot open store %s: %w", path, wrap(err))
 	}
+	// Made when missing, without a schema version: a release before it
+	// reads and writes the file as before, and the table is then unused.
+	if _, err := w.Exec(answersLateTable); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("cannot open store %s: %w", path, wrap(err))
+	}
 
 	rq := url.Values{}
 	rq.Set("_busy_timeout", "10000")

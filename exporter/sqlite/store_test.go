@@ -441,7 +441,7 @@ func TestQueryPlans(t *testing.T) {
 	f(`SELECT rid, id, time, rec FROM calls WHERE rid > ? AND id IN (?, ?)`, []any{1, "a", "b"},
 		"SEARCH calls USING INTEGER PRIMARY KEY (rowid>?)")
 	// The stored call of a key, which an answer completes.
-	f(sqlStoredOfKey, []any{1, 2, "a"}, "USING INDEX calls_key")
+	f(sqlStoredNearKey, []any{1, 3, 2, "a"}, "USING INDEX calls_key")
 	// The calls on a document past the index's mark.
 	f(`SELECT rid, id, time, rec FROM calls WHERE rid > ?`, []any{1}, "SEARCH calls USING INTEGER PRIMARY KEY (rowid>?)")
 	f(`SELECT `+writeColumns+` FROM writes WHERE state = coalesce((SELECT id FROM strs WHERE s = ?), -1)

@@ -45,6 +45,7 @@ func Run(t *testing.T, open func(t *testing.T) audit.Store) {
 		{"AppendCalls/tenant_scoped", testTenantScoped},
 		{"AppendCalls/responses", testResponses},
 		{"AppendCalls/answer_completes", testAnswerCompletes},
+		{"AppendCalls/answer_aside", testAnswerAside},
 		{"ScanCalls/since_and_order", testScanSince},
 		{"ScanCalls/stops_on_error", testScanError},
 		{"Commit/watermark", testWatermark},
