@@ -146,4 +146,29 @@ func TestServe_DowntimesKept(t *testing.T) {
 		b, _ := json.Marshal(st.Downtimes)
 		t.Errorf("after a third restart: downtimes %s, want three, the last a stop", b)
 	}
+
+	// Read with serve stopped, the data dir gives the same timeline, its
+	// downtimes marked alike: they are read from the state file beside the
+	// store (crash18: the timeline of --data-dir marked none).
+	out.Reset()
+	if code := run(context.Background(), []string{"timeline", "--api-url", "http://" + apiAddr, doc}, nil, &out, &errb); code != 0 {
+		t.Fatalf("timeline: exit %d: %s", code, errb.String())
+	}
+	online := out.String()
+	c.cmd.Process.Signal(syscall.SIGTERM)
+	c.cmd.Wait()
+	out.Reset()
+	errb.Reset()
+	if code := run(context.Background(), []string{"timeline", "--data-dir", dir, doc}, nil, &out, &errb); code != 0 {
+		t.Fatalf("timeline --data-dir: exit %d: %s", code, errb.String())
+	}
+	if n := strings.Count(online, "  down  "); n != 3 {
+		t.Errorf("mcpaudit timeline --api-url: %d down lines, want 3:\n%s", n, online)
+	}
+	if out.String() != online {
+		t.Errorf("mcpaudit timeline --data-dir differs from --api-url:\n%s\nwant\n%s", out.String(), online)
+	}
+	if errb.Len() > 0 {
+		t.Errorf("mcpaudit timeline --data-dir: stderr %q", errb.String())
+	}
 }
