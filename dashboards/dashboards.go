@@ -405,7 +405,16 @@ func collector() *dashboard.DashboardBuilder {
 			"Average duration of a Go garbage-collection pause.",
 			units.Seconds,
 			query(fmt.Sprintf("rate(go_gc_duration_seconds_sum{%s}[%s])\n/\nrate(go_gc_duration_seconds_count{%s}[%s])",
-				jobMatcher, rate, jobMatcher, rate), "{{instance}}")))
+				jobMatcher, rate, jobMatcher, rate), "{{instance}}"))).
+		WithPanel(graph("Downtime before each start",
+			"How long mcpaudit serve was down before its current start, per instance, by how the run before ended: stop (a clean stop), crash (killed, OOM-killed, crashed, host lost, or a commit failed at its stop; McpAuditServeCrashed warns for an hour), unknown. Set at each start and held until the next, so each step is a restart; the gap before it is the downtime. Calls sent meanwhile are missing unless their senders kept them (mcpaudit status lists the downtimes).",
+			units.Seconds,
+			query(fmt.Sprintf("max by (instance, %s) (%s)", metrics.LabelEnd, sel(metrics.ServeLastDowntimeSeconds, jobMatcher)),
+				"{{instance}} {{end}}"))).
+		WithPanel(grid("Restarts by how the run before ended",
+			"For each instance and way a run ended (stop, crash, unknown), the latest start of mcpaudit serve after a run that ended so, among the last 100 downtimes its state file keeps: a crash stays here across later clean restarts.",
+			units.DatetimeISO,
+			rows(fmt.Sprintf("max by (instance, %s) (%s) * 1000", metrics.LabelEnd, sel(metrics.ServeRestartTimestampSeconds, jobMatcher)))))
 }
 
 // relays shows the capture relays (mcpaudit proxy and wrap): what they relay

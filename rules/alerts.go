@@ -354,6 +354,21 @@ func (b *builder) collectorAlerts() []Rule {
 			description: "Prometheus has failed to scrape {{ $labels.instance }} of job {{ $labels.job }} for 5 minutes: " +
 				"MCP writes are not being audited and no other mcpaudit alert can fire.",
 		}),
+		// A gauge, not a counter: each start is a new process whose
+		// counters begin at 0, so no increase() sees the restart. The
+		// state file keeps the crash, so a clean restart within the hour
+		// leaves it firing; a clean stop never fires it.
+		b.rule(alert{
+			name: "McpAuditServeCrashed",
+			expr: fmt.Sprintf(`time() - max by (job, instance) (%s{%s="%s"}) < %s`,
+				metrics.ServeRestartTimestampSeconds, metrics.LabelEnd, audit.EndCrash, number(crashWindow.Seconds())),
+			severity: SeverityWarning,
+			summary:  "mcpaudit serve started again after a crash, not a clean stop.",
+			description: "Collector {{ $labels.instance }} of job {{ $labels.job }} started again {{ $value | humanizeDuration }} ago " +
+				"after a run that did not stop cleanly (killed, OOM-killed, crashed, its host lost, or a commit that failed at its stop). " +
+				"Calls sent while it was down are missing unless their senders kept them (otlptracehttp keeps none); " +
+				"mcpaudit status names the downtime (Downtimes:).",
+		}),
 		b.rule(alert{
 			name:     "McpAuditCollectorAbsent",
 			expr:     "absent(" + up + ")",
@@ -365,6 +380,10 @@ func (b *builder) collectorAlerts() []Rule {
 		}),
 	}
 }
+
+// crashWindow is how long McpAuditServeCrashed fires after the restart
+// that followed a crash.
+const crashWindow = time.Hour
 
 // storeAlerts watch the faults of the store in use (metrics.WatchStore),
 // per collector. A fault found at start (a spool file left damaged by a

@@ -10,7 +10,7 @@ import (
 // TestInvestigationURL checks that every alert about findings, writes or
 // the SLO links to the page view of its server, under the configured base.
 func TestInvestigationURL(t *testing.T) {
-	collector := map[string]bool{"McpAuditIngestRejections": true, "McpAuditSourceLagging": true, "McpAuditCallsNotJudged": true, "McpAuditIDCollisions": true, "McpAuditSourcesOverflow": true, "McpAuditClockAhead": true, "McpAuditClockBehind": true, "McpAuditCollectorDown": true, "McpAuditCollectorAbsent": true,
+	collector := map[string]bool{"McpAuditIngestRejections": true, "McpAuditSourceLagging": true, "McpAuditCallsNotJudged": true, "McpAuditIDCollisions": true, "McpAuditSourcesOverflow": true, "McpAuditClockAhead": true, "McpAuditClockBehind": true, "McpAuditCollectorDown": true, "McpAuditCollectorAbsent": true, "McpAuditServeCrashed": true,
 		"McpAuditRelayDroppingRecords": true, "McpAuditRelayNotDelivering": true,
 		"McpAuditSpoolFileRejected": true, "McpAuditIDIndexWriteFailures": true,
 		"McpAuditIDIndexCorrupt": true, "McpAuditSpoolTailCut": true, "McpAuditSpoolFilesSetAside": true,

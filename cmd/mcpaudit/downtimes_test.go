@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
@@ -15,8 +16,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
 	"github.com/mcpaudit/mcpaudit/api"
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/exporter/metrics"
 )
 
 // TestServe_DowntimesKept stops a real serve cleanly (SIGTERM), then kills
@@ -93,6 +98,16 @@ func TestServe_DowntimesKept(t *testing.T) {
 	if st.LastDowntime == nil || st.LastDowntime.End != audit.EndCrash {
 		t.Errorf("last downtime %+v, want the crash", st.LastDowntime)
 	}
+	// Prometheus sees the crash: the downtime before this start, and the
+	// restart after each kind of end (crash18).
+	unix := func(at time.Time) float64 { return float64(at.UnixNano()) / 1e9 }
+	last, restart := scrapeDowntimes(t, apiAddr)
+	if want := map[string]float64{audit.EndCrash: second.Seconds}; !maps.Equal(last, want) {
+		t.Errorf("%s %v, want %v", metrics.ServeLastDowntimeSeconds, last, want)
+	}
+	if want := map[string]float64{audit.EndStop: unix(first.To), audit.EndCrash: unix(second.To)}; !maps.Equal(restart, want) {
+		t.Errorf("%s %v, want %v", metrics.ServeRestartTimestampSeconds, restart, want)
+	}
 
 	var out, errb bytes.Buffer
 	if code := run(context.Background(), []string{"status", "--api-url", "http://" + apiAddr}, nil, &out, &errb); code != 0 {
@@ -144,6 +159,68 @@ func TestServe_DowntimesKept(t *testing.T) {
 	getJSON(t, "http://"+apiAddr+"/api/v1/status", &st)
 	if len(st.Downtimes) != 3 || st.Downtimes[2].End != audit.EndStop {
 		b, _ := json.Marshal(st.Downtimes)
-		t.Errorf("after a third restart: downtimes %s, want three, the last a stop", b)
+		t.Fatalf("after a third restart: downtimes %s, want three, the last a stop", b)
 	}
+	// A clean restart after the crash: the crash is still told.
+	third := st.Downtimes[2]
+	last, restart = scrapeDowntimes(t, apiAddr)
+	if want := map[string]float64{audit.EndStop: third.Seconds}; !maps.Equal(last, want) {
+		t.Errorf("after a clean restart: %s %v, want %v", metrics.ServeLastDowntimeSeconds, last, want)
+	}
+	if want := map[string]float64{audit.EndStop: unix(third.To), audit.EndCrash: unix(second.To)}; !maps.Equal(restart, want) {
+		t.Errorf("after a clean restart: %s %v, want %v", metrics.ServeRestartTimestampSeconds, restart, want)
+	}
+
+	// Read with serve stopped, the data dir gives the same timeline, its
+	// downtimes marked alike: they are read from the state file beside the
+	// store (crash18: the timeline of --data-dir marked none).
+	out.Reset()
+	if code := run(context.Background(), []string{"timeline", "--api-url", "http://" + apiAddr, doc}, nil, &out, &errb); code != 0 {
+		t.Fatalf("timeline: exit %d: %s", code, errb.String())
+	}
+	online := out.String()
+	c.cmd.Process.Signal(syscall.SIGTERM)
+	c.cmd.Wait()
+	out.Reset()
+	errb.Reset()
+	if code := run(context.Background(), []string{"timeline", "--data-dir", dir, doc}, nil, &out, &errb); code != 0 {
+		t.Fatalf("timeline --data-dir: exit %d: %s", code, errb.String())
+	}
+	if n := strings.Count(online, "  down  "); n != 3 {
+		t.Errorf("mcpaudit timeline --api-url: %d down lines, want 3:\n%s", n, online)
+	}
+	if out.String() != online {
+		t.Errorf("mcpaudit timeline --data-dir differs from --api-url:\n%s\nwant\n%s", out.String(), online)
+	}
+	if errb.Len() > 0 {
+		t.Errorf("mcpaudit timeline --data-dir: stderr %q", errb.String())
+	}
+}
+
+// scrapeDowntimes returns the downtime series of serve's /metrics at
+// addr, each by its end label.
+func scrapeDowntimes(t *testing.T, addr string) (last, restart map[string]float64) {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byEnd := func(name string) map[string]float64 {
+		out := map[string]float64{}
+		for _, m := range mfs[name].GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == metrics.LabelEnd {
+					out[l.GetValue()] = m.GetGauge().GetValue()
+				}
+			}
+		}
+		return out
+	}
+	return byEnd(metrics.ServeLastDowntimeSeconds), byEnd(metrics.ServeRestartTimestampSeconds)
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"net/url"
 	"os"
@@ -57,6 +58,14 @@ func TestServe_Prometheus(t *testing.T) {
 	// shorter than the window leaves it pending for a few scrapes.
 	cfg.Detect.IdleTimeout = 2 * time.Second
 	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	// A first run on the data dir, stopped cleanly: the run under test
+	// starts after a downtime, as a deployed serve does, so that the
+	// downtime panels have data (a first start has none).
+	if first, err := startServer(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+		t.Fatal(err)
+	} else if err := first.shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
 	s := startTest(t, cfg)

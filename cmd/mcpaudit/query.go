@@ -21,6 +21,7 @@ import (
 
 	"github.com/mcpaudit/mcpaudit/api"
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/collector/pipeline"
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
 	"github.com/mcpaudit/mcpaudit/exporter/store"
 	"github.com/mcpaudit/mcpaudit/report"
@@ -35,6 +36,9 @@ type queryFlags struct {
 	// local, when set by keepOpen, answers for the data dir with its store
 	// opened once, for a command that asks many times.
 	local http.Handler
+	// stderr is the command's standard error, for what it says besides
+	// its answer.
+	stderr io.Writer
 }
 
 // keepOpen opens the data dir's store for every later get, when there is
@@ -51,8 +55,24 @@ func (q *queryFlags) keepOpen() (func(), error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot open the data dir %s: %w", q.dataDir, err)
 	}
-	q.local = api.New(st, NewDefaultConfig().Serve.SLOTarget).Handler()
+	srv := api.New(st, NewDefaultConfig().Serve.SLOTarget)
+	// The downtimes serve keeps are in its state file, beside the store:
+	// read when a timeline asks for them, so that it marks them as it
+	// does through serve's API.
+	srv.Downtimes = q.keptDowntimes
+	q.local = srv.Handler()
 	return func() { q.local = nil; st.Close() }, nil
+}
+
+// keptDowntimes returns the downtimes the data dir's state file keeps
+// (pipeline.ReadDowntimes). One it cannot read is said on stderr and
+// taken as none: the answer is still right about what the store holds.
+func (q *queryFlags) keptDowntimes() []audit.Downtime {
+	ds, err := pipeline.ReadDowntimes(filepath.Join(q.dataDir, stateFile))
+	if err != nil && q.stderr != nil {
+		fmt.Fprintf(q.stderr, "mcpaudit: the times serve was down are not marked: %v\n", err)
+	}
+	return ds
 }
 
 // storeExists fails, saying what to do, when the data dir holds no store
@@ -176,7 +196,7 @@ func parseQueryFlags(name string, args []string, stderr io.Writer, usage string,
 		fmt.Fprintf(stderr, "usage: mcpaudit %s\n\n%s\n\nflags:\n", usage, queryAbout[name])
 		fs.PrintDefaults()
 	}
-	q := &queryFlags{}
+	q := &queryFlags{stderr: stderr}
 	q.register(fs, apiOnly[name])
 	extra(fs)
 	usedServer := false

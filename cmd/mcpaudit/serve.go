@@ -423,6 +423,13 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		s.closeAll()
 		return nil, err
 	}
+	// The downtimes the state file keeps, this start's last when known:
+	// a crash shows to Prometheus after the restart, however short.
+	_, downTo := s.pipe.LastDowntime()
+	if err := metrics.WatchDowntimes(s.registry, s.pipe.Downtimes(), !downTo.IsZero()); err != nil {
+		s.closeAll()
+		return nil, err
+	}
 
 	ingestLn, lim, err := listen(cfg.Serve.IngestListen, cc.MaxPerListener, tc, true)
 	if err != nil {

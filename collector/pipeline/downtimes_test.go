@@ -122,3 +122,50 @@ func TestRestart_DowntimesBounded(t *testing.T) {
 	}
 	sameDowntimes(t, f.Downtimes, want)
 }
+
+// TestReadDowntimes: a reader of the data directory with serve stopped
+// (mcpaudit timeline --data-dir) reads from the state file the downtimes
+// the run that saved it kept, a crash's included; no file is no history,
+// and a damaged one an error, not an empty history.
+func TestReadDowntimes(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "partitions.json")
+	if ds, err := pipeline.ReadDowntimes(path); err != nil || len(ds) != 0 {
+		t.Errorf("no state file: ReadDowntimes = %v, %v; want none, no error", ds, err)
+	}
+	clock := newClock(wallStart)
+	r := openRun(t, dir, clock, nil, nil)
+	savedRunning(t, dir)
+	clock.Add(time.Second)
+	r.stop()
+	clock.Add(time.Minute)
+	r = openRun(t, dir, clock, nil, nil)
+	last := savedRunning(t, dir)
+	r.crash()
+	clock.Add(2 * time.Minute)
+	r = openRun(t, dir, clock, nil, nil)
+	savedRunning(t, dir)
+	want := r.p.Downtimes()
+	r.stop()
+	if len(want) != 2 || want[1].End != audit.EndCrash || !want[1].From.Equal(last) {
+		t.Fatalf("Downtimes = %v, want a stop, then a crash from %v", want, last)
+	}
+	got, err := pipeline.ReadDowntimes(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameDowntimes(t, got, want)
+
+	if err := os.WriteFile(path, []byte(`{"version":2,"partitions":[`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if ds, err := pipeline.ReadDowntimes(path); err == nil {
+		t.Errorf("a damaged state file: ReadDowntimes = %v, want an error", ds)
+	}
+	if err := os.WriteFile(path, []byte(`{"version":3}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pipeline.ReadDowntimes(path); err == nil || !strings.Contains(err.Error(), "version 3") {
+		t.Errorf("a state file of another version: error %v, want one naming it", err)
+	}
+}

@@ -211,8 +211,8 @@ func readMarks(path string, log *slog.Logger) (marks map[detect.PartitionKey]mar
 		}
 		return nil, nil, time.Time{}, time.Time{}, false, runState{}
 	}
-	var f markFile
-	if err := json.Unmarshal(b, &f); err != nil || f.Version != 2 {
+	f, err := decodeMarks(b)
+	if err != nil {
 		log.Warn("cannot read the partitions' watermarks", "path", path, "err", err, "version", f.Version)
 		return nil, nil, time.Time{}, time.Time{}, true, runState{}
 	}
@@ -238,6 +238,40 @@ func readMarks(path string, log *slog.Logger) (marks map[detect.PartitionKey]mar
 		}
 	}
 	return m, freed, f.Floor, saved, false, run
+}
+
+// decodeMarks decodes the content of a state file, of the one version
+// this release reads (2).
+func decodeMarks(b []byte) (markFile, error) {
+	var f markFile
+	if err := json.Unmarshal(b, &f); err != nil {
+		return f, err
+	}
+	if f.Version != 2 {
+		return f, fmt.Errorf("version %d, want 2", f.Version)
+	}
+	return f, nil
+}
+
+// ReadDowntimes returns the downtimes the state file at path keeps, oldest
+// first: what Pipeline.Downtimes returned in the run that last saved it,
+// for a reader of a data directory with serve stopped (mcpaudit timeline
+// --data-dir). None, and no error, when the file does not exist (a data
+// directory serve never ran on, or restored without it); an error when it
+// cannot be read or understood, as a start would take it for lost.
+func ReadDowntimes(path string) ([]audit.Downtime, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cannot read the state file: %w", err)
+	}
+	f, err := decodeMarks(b)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read the state file %s: %w", path, err)
+	}
+	return f.Downtimes, nil
 }
 
 // marksOf returns the marks of the engine's partitions at wall time now.

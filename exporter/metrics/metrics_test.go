@@ -515,6 +515,9 @@ func TestFamilies(t *testing.T) {
 	}{&faultyStore{}, &logStore{limit: 1 << 30}}); err != nil {
 		t.Fatal(err)
 	}
+	if err := metrics.WatchDowntimes(reg, []audit.Downtime{{From: t0, To: t0.Add(time.Second), End: audit.EndCrash}}, true); err != nil {
+		t.Fatal(err)
+	}
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -555,6 +558,7 @@ func TestDocs(t *testing.T) {
 	want = append(want, metrics.Results...)
 	want = append(want, metrics.Faults...)
 	want = append(want, metrics.SetAsideFiles...)
+	want = append(want, metrics.Ends...)
 	for _, a := range audit.RetryActions {
 		want = append(want, string(a))
 	}

@@ -112,6 +112,15 @@ const (
 	// SpoolLimitBytes is the limit of that log, past which appends are
 	// refused (spool.max_bytes, sqlite.log_max_bytes).
 	SpoolLimitBytes = "mcpaudit_spool_limit_bytes"
+	// ServeLastDowntimeSeconds is how long serve was down before this
+	// start, labelled with how the run before it ended (LabelEnd): one
+	// series, none when the downtime is unknown (serve only).
+	ServeLastDowntimeSeconds = "mcpaudit_serve_last_downtime_seconds"
+	// ServeRestartTimestampSeconds is, for each way a run of serve ended
+	// (LabelEnd), the Unix time of the latest start after a run that
+	// ended so, among the downtimes the state file keeps: a crash stays
+	// in it across later restarts (serve only).
+	ServeRestartTimestampSeconds = "mcpaudit_serve_restart_timestamp_seconds"
 )
 
 // Label names.
@@ -139,7 +148,14 @@ const (
 	// LabelFile is the kind of file of SpoolFilesSetAside: one of
 	// SetAsideFiles.
 	LabelFile = "file"
+	// LabelEnd is how a run of serve ended, before a downtime: one of
+	// Ends.
+	LabelEnd = "end"
 )
+
+// Ends lists the values of LabelEnd: audit.Downtime.End, any other value
+// (a state file edited by hand) counted as audit.EndUnknown.
+var Ends = []string{audit.EndStop, audit.EndCrash, audit.EndUnknown}
 
 // Values of LabelWait.
 const (
@@ -351,6 +367,10 @@ var Families = []Family{
 		nil},
 	{SpoolLimitBytes, "gauge", "The limit of the store's local log: past it, appends are refused (503) until the log drains.",
 		nil},
+	{ServeLastDowntimeSeconds, "gauge", "How long serve was down before this start, from the previous run's last save of its state file to this start, labelled with how that run ended: stop (a clean stop), crash (killed, crashed, or a commit that failed at its stop) or unknown.",
+		[]string{LabelEnd}},
+	{ServeRestartTimestampSeconds, "gauge", "Unix time of the latest start of serve after a run that ended so (stop, crash or unknown), among the last 100 downtimes its state file keeps.",
+		[]string{LabelEnd}},
 }
 
 // family returns the entry of Families named name; it panics on a typo, which

@@ -81,6 +81,17 @@ func TestEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// The downtimes the state file keeps, as serve exports them at start:
+	// this start followed a clean stop, the one before it a crash (10
+	// minutes ago), which McpAuditServeCrashed still tells.
+	now := time.Now()
+	if err := metrics.WatchDowntimes(reg, []audit.Downtime{
+		{From: now.Add(-10 * time.Minute), To: now.Add(-9*time.Minute - 55*time.Second), End: audit.EndCrash},
+		{From: now.Add(-2 * time.Minute), To: now.Add(-118 * time.Second), End: audit.EndStop},
+	}, true); err != nil {
+		t.Fatal(err)
+	}
+
 	o := rules.DefaultOptions()
 	o.ForOverride = time.Second
 	rf, err := rules.Build(o)
@@ -119,6 +130,7 @@ func TestEndToEnd(t *testing.T) {
 		"McpAuditRelayDroppingRecords", "McpAuditRelayNotDelivering",
 		"McpAuditSpoolFileRejected", "McpAuditIDIndexWriteFailures",
 		"McpAuditIDIndexCorrupt", "McpAuditSpoolTailCut", "McpAuditSpoolFilesSetAside", "McpAuditSpoolFilling",
+		"McpAuditServeCrashed",
 	}
 	alerts, err := prom.WaitFiring(ctx, want, 90*time.Second)
 	if err != nil {
