@@ -112,9 +112,26 @@ func screenshotDir(t *testing.T) string {
 
 func screenshot(t *testing.T, ctx context.Context, dir, name string) {
 	t.Helper()
-	png, err := chromedp.Run(timed(t, ctx), chromedp.FullScreenshot(100))
-	if err != nil {
-		t.Fatalf("screenshot %s: %v", name, err)
+	// A page still loading after a form's redirect has no layout yet:
+	// Chromium answers "Cannot take screenshot with 0 width" (seen under
+	// load right after the ack button). Wait for the load to complete and
+	// ask again for a while before failing.
+	var png []byte
+	var err error
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		ready, rerr := chromedp.Run(timed(t, ctx), chromedp.Evaluate[string](`document.readyState`))
+		if rerr == nil && ready == "complete" {
+			if png, err = chromedp.Run(timed(t, ctx), chromedp.FullScreenshot(100)); err == nil {
+				break
+			}
+		} else if rerr != nil {
+			err = rerr
+		} else {
+			err = fmt.Errorf("document.readyState %q", ready)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("screenshot %s: %v", name, err)
+		}
 	}
 	if err := os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644); err != nil {
 		t.Fatal(err)
