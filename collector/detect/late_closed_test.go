@@ -57,6 +57,19 @@ func TestDetector_LateAfterWindowClosed(t *testing.T) {
 			late:  func(s *scenario) { s.call(15*sec, on, "s1", "run", code(createJS("01a-1", "R")), replayed) },
 		},
 		{
+			// The retry's window (to 25 s) closed with no finding of its
+			// own, the first attempt's reported: settled late, only the
+			// first attempt's finding is withdrawn.
+			name: "retry_then_late_accepted_replay", server: tg,
+			write: func(s *scenario) {
+				s.call(0, tg, "s-a", "gram_patch", patch("a.gram", 3, "req-A", "x"), "canceled")
+				s.call(5*sec, tg, "s-b", "gram_patch", patch("a.gram", 3, "req-A", "x"), "canceled")
+			},
+			late: func(s *scenario) {
+				s.call(15*sec, tg, "s-c", "gram_patch", patch("a.gram", 3, "req-A", "x"), okDoc("a.gram", 4, ""))
+			},
+		},
+		{
 			name: "read_by_the_writer", server: tg,
 			write: func(s *scenario) { s.call(0, tg, "s-a", "gram_patch", patch("a.gram", 3, "req-A", "x"), "canceled") },
 			late:  func(s *scenario) { s.call(15*sec, tg, "s-a", "gram_read", read("a.gram"), okDoc("a.gram", 4, "")) },
@@ -65,6 +78,7 @@ func TestDetector_LateAfterWindowClosed(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := &scenario{}
 			tc.write(s)
+			n := len(s.lines)
 			tc.late(s)
 			// Other traffic of the server up to 29 s: the watermark passes
 			// the write's window (20 s) before the late call comes.
@@ -76,7 +90,7 @@ func TestDetector_LateAfterWindowClosed(t *testing.T) {
 				}
 			}
 			recs := readRecords(t, bytes.Split(bytes.TrimSpace(s.ndjson(true)), []byte("\n")))
-			late := recs[1]
+			late := recs[n]
 			sorted := slices.Clone(recs)
 			slices.SortStableFunc(sorted, func(a, b *audit.Record) int { return a.Call.Time.Compare(b.Call.Time) })
 			want := inOrderCfg(sorted, cfg)
@@ -104,6 +118,10 @@ func TestDetector_LateAfterWindowClosed(t *testing.T) {
 				t.Fatal("the late call was not judged late: the test shows nothing")
 			}
 			compare(t, tc.name, want, got)
+			// Counted as made less withdrawn (analyze's summary).
+			if n := got.stats.Findings[audit.KindUnverifiedWrite]; n != int64(len(tc.kinds)) {
+				t.Errorf("%d unverified_write counted, want %d", n, len(tc.kinds))
+			}
 		})
 	}
 }

@@ -45,17 +45,11 @@ func (d *detector) closeDeferred() {
 // closeWindow makes a pending write whose window ended unverified.
 func (d *detector) closeWindow(w *writeRec) {
 	d.setState(w, wUnverified, d.deadline(w))
-	if d.reportedWith(w) {
+	if f := w.follows(); f != nil && f.state == wUnverified {
+		w.more.unreported = true
 		return // the attempt it replays was reported
 	}
 	d.out.finding(d.unverifiedFinding(w))
-}
-
-// reportedWith reports whether w, unverified, is reported by the
-// unverified_write of the attempt it replays rather than by one of its own.
-func (d *detector) reportedWith(w *writeRec) bool {
-	f := w.follows()
-	return f != nil && f.state == wUnverified
 }
 
 // unverifiedFinding returns the unverified_write of w, whose window ended
@@ -81,10 +75,8 @@ func (d *detector) openAt(w *writeRec, t etime) bool {
 // settled it, and its unverified_write is withdrawn: the sinks that keep
 // findings mark it resolved (audit.FindingWithdrawer).
 func (d *detector) settle(w *writeRec, s word, t etime) {
-	if w.state == wUnverified {
-		if !d.reportedWith(w) {
-			d.out.withdraw(d.unverifiedFinding(w), t)
-		}
+	if w.state == wUnverified && (w.more == nil || !w.more.unreported) {
+		d.out.withdraw(d.unverifiedFinding(w), t)
 	}
 	d.setState(w, s, t)
 }
