@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -340,6 +341,21 @@ func (c *collector) Finding(f *audit.Finding) {
 		c.failing++
 	}
 	c.findings = append(c.findings, *f)
+}
+
+// WithdrawFinding drops a finding that a call judged late (a line out of
+// order within allowed_lateness) settled: judging in order makes none.
+func (c *collector) WithdrawFinding(f *audit.Finding, _ time.Time) {
+	id := f.ID()
+	for i := range c.findings {
+		if c.findings[i].ID() == id {
+			if c.threshold.Rank() > 0 && c.findings[i].Severity.Rank() >= c.threshold.Rank() {
+				c.failing--
+			}
+			c.findings = slices.Delete(c.findings, i, i+1)
+			return
+		}
+	}
 }
 
 // sort puts the findings in the order both formats print: by time, then by

@@ -299,11 +299,13 @@ func (d *detector) read(ev *event, op *audit.Op) {
 	}
 	kept := ds.more.proof[:0]
 	for _, w := range ds.more.proof {
-		if w.state == wPending && w.at.before(ev.at) && !t.After(d.deadline(w)) && proves(op.Rev, readFlags(op.Sync, op.SaveState), w) {
-			d.setState(w, wDurable, t)
+		if w.at.before(ev.at) && d.openAt(w, t) && proves(op.Rev, readFlags(op.Sync, op.SaveState), w) {
+			d.settle(w, wDurable, t)
 			continue
 		}
-		if w.state == wPending {
+		// One made unverified is kept for as long as a call judged late
+		// may still be dated within its window.
+		if w.state == wPending || w.state == wUnverified && !d.deadline(w).Before(d.clock.Add(-d.cfg.AllowedLateness-d.cfg.Lateness)) {
 			kept = append(kept, w)
 		}
 	}
@@ -315,8 +317,8 @@ func (d *detector) read(ev *event, op *audit.Op) {
 // at p, which resolves the write while its window is open.
 func (d *detector) settleByRead(w *writeRec, p pos) {
 	w.noteRead(p)
-	if w.state == wPending && w.op.status == audit.OpUncertain && !p.t.After(d.deadline(w)) {
-		d.setState(w, wResolved, p.t)
+	if w.op.status == audit.OpUncertain && d.openAt(w, p.t) {
+		d.settle(w, wResolved, p.t)
 	}
 }
 
@@ -338,8 +340,8 @@ func proves(rev int64, flags uint8, w *writeRec) bool {
 // identical replay of findings.md §2.
 func (d *detector) settleByIdempotent(w *writeRec, ds *docState) {
 	for _, u := range ds.uncertainWrites() {
-		if u.op.intent == w.op.intent && u.state == wPending && u.at.before(w.at) && !w.at.t.After(d.deadline(u)) {
-			d.setState(u, wResolved, w.at.t)
+		if u.op.intent == w.op.intent && u.at.before(w.at) && d.openAt(u, w.at.t) {
+			d.settle(u, wResolved, w.at.t)
 		}
 	}
 }

@@ -17,7 +17,9 @@ func (d *detector) keyed(ev *event, op *audit.Op, w *writeRec, ks *keyState) {
 	w.replay = op.KeyProtected && b != nil && b.binding == w.op.binding
 	if w.replay && op.Status == audit.OpUncertain {
 		for _, u := range ks.uncertainWrites() {
-			if u.state == wPending && u.op.binding == w.op.binding && u.at.before(w.at) {
+			// Its window may have closed before this replay, dated
+			// within it, came (late): it joins the attempt all the same.
+			if d.openAt(u, w.at.t) && u.op.binding == w.op.binding && u.at.before(w.at) {
 				w.setFollows(u)
 				break
 			}
@@ -28,8 +30,8 @@ func (d *detector) keyed(ev *event, op *audit.Op, w *writeRec, ks *keyState) {
 			if !u.at.before(w.at) {
 				continue
 			}
-			if u.state == wPending && !t.After(d.deadline(u)) {
-				d.setState(u, wResolved, t)
+			if d.openAt(u, t) {
+				d.settle(u, wResolved, t)
 			}
 			u.noteRead(w.at)
 		}

@@ -46,14 +46,39 @@ func (d *detector) closeDeferred() {
 func (d *detector) closeWindow(w *writeRec) {
 	d.setState(w, wUnverified, d.deadline(w))
 	if f := w.follows(); f != nil && f.state == wUnverified {
+		w.more.unreported = true
 		return // the attempt it replays was reported
 	}
-	d.out.finding(&audit.Finding{
+	d.out.finding(d.unverifiedFinding(w))
+}
+
+// unverifiedFinding returns the unverified_write of w, whose window ended
+// with it pending (its reason still set).
+func (d *detector) unverifiedFinding(w *writeRec) *audit.Finding {
+	return &audit.Finding{
 		Kind: audit.KindUnverifiedWrite, Server: d.server, Tenant: d.tenant,
 		Document: w.doc(), Key: w.key(), Session: w.session(), Time: w.at.t.Time(),
 		Calls: []string{w.callID()}, Reason: reasonWords.word(w.reason), RetryAction: actionWords.word(w.action),
 		Summary: sprintf("Nobody established whether the %s write to %s at %s is durable (%s) within %s.", d.toolOf(w), firstNonEmpty(w.doc(), "a new document"), hhmmss(w.at.t), reasonWords.word(w.reason), d.cfg.VerifyWindow),
-	})
+	}
+}
+
+// openAt reports whether w's verification window was open at t with w
+// pending: it is pending, or its window closed unverified before a call
+// dated within it arrived (a call judged late, or behind the watermark).
+func (d *detector) openAt(w *writeRec, t etime) bool {
+	return (w.state == wPending || w.state == wUnverified) && !t.After(d.deadline(w))
+}
+
+// settle moves w, open at t (openAt), to s at t. A write whose window
+// already closed unverified is settled as judging in order would have
+// settled it, and its unverified_write is withdrawn: the sinks that keep
+// findings mark it resolved (audit.FindingWithdrawer).
+func (d *detector) settle(w *writeRec, s word, t etime) {
+	if w.state == wUnverified && (w.more == nil || !w.more.unreported) {
+		d.out.withdraw(d.unverifiedFinding(w), t)
+	}
+	d.setState(w, s, t)
 }
 
 // setState moves a write to a new state and tells the sinks.
@@ -213,6 +238,20 @@ func (d *detector) emitWrite(w *writeRec, prev audit.WriteState, at etime) {
 	}
 	for _, s := range o.sinks {
 		s.Write(aw, prev)
+	}
+}
+
+// withdraw takes back an unverified_write made when its window closed,
+// which a call within the window, judged after it closed, settles; at is
+// that call's time.
+func (o *emitter) withdraw(f *audit.Finding, at etime) {
+	f.Severity = f.Kind.Severity()
+	o.stats.Findings[f.Kind]--
+	o.stats.Withdrawn++
+	for _, s := range o.sinks {
+		if w, ok := s.(audit.FindingWithdrawer); ok {
+			w.WithdrawFinding(f, at.Time())
+		}
 	}
 }
 

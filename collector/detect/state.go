@@ -260,6 +260,11 @@ type uncertainMore struct {
 	// follows is the earlier attempt this one replays under the same key
 	// while both are uncertain: one logical write, one unverified finding.
 	follows *writeRec
+	// unreported is set when its window closed with no finding of its own,
+	// the attempt it follows reported (closeWindow): a call judged late
+	// that settles it has no finding of its to withdraw, whatever became
+	// of that attempt since.
+	unreported bool
 }
 
 // follows returns the attempt w replays while both are uncertain, or nil.

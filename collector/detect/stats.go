@@ -23,6 +23,10 @@ type Stats struct {
 	Late, TooLate int64
 	// Ahead counts calls dated beyond the allowed clock skew.
 	Ahead int64
+	// Withdrawn counts unverified_write findings taken back: a call dated
+	// within the write's window, judged after it closed, settled the
+	// write (Findings no longer counts them).
+	Withdrawn int64
 }
 
 func newStats() Stats {

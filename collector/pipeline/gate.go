@@ -101,6 +101,10 @@ type gate struct {
 	// the commit has the store put the answer in their place
 	// (audit.Results.Answered).
 	answered []audit.CallRef
+	// withdrawn holds the findings taken back after a commit stored them
+	// (audit.FindingWithdrawer): the next commit marks them resolved, by
+	// withdrawnBy, in the store's finding lifecycle.
+	withdrawn []audit.FindingChange
 	// held is set while the engine takes a call that the store held
 	// before its request stored it (a copy sent again), or that may be
 	// such a copy (a store that cannot tell): counted too late, it is not
@@ -385,6 +389,40 @@ func (g *gate) Finding(f *audit.Finding) {
 
 // tooLateCall notes a call the engine counted too late to be judged, for
 // the next commit: the replay after a restart passes over it, as the live
+// withdrawnBy names the collector as the author of the lifecycle change
+// that withdraws a finding: a person reads who resolved it in its history.
+const withdrawnBy = "mcpaudit"
+
+// withdrawnNote is the note of that change.
+const withdrawnNote = "withdrawn by mcpaudit: a call dated within the write's verification window, judged late (after the window closed), settled the write; judged in time order there is no such finding (docs/detection.md, Late calls)"
+
+// WithdrawFinding takes back an unverified_write that a call judged late
+// showed wrong. Not yet committed, it is dropped from the commit; stored,
+// the next commit marks it resolved in its lifecycle (the mechanism the
+// store has for a finding no longer open; its row and id stay, and a
+// person sees who resolved it and why). The sinks that can are told too.
+func (g *gate) WithdrawFinding(f *audit.Finding, at time.Time) {
+	id := f.ID()
+	dropped := false
+	for i := range g.findings {
+		if g.findings[i].ID() == id {
+			g.findings = slices.Delete(g.findings, i, i+1)
+			g.origins = slices.Delete(g.origins, i, i+1)
+			dropped = true
+			break
+		}
+	}
+	if !dropped {
+		g.withdrawn = append(g.withdrawn, audit.FindingChange{FindingID: id, Tenant: f.Tenant, State: audit.FindingResolved,
+			By: withdrawnBy, Note: withdrawnNote, Time: at})
+	}
+	for _, s := range g.sinks {
+		if w, ok := s.(audit.FindingWithdrawer); ok {
+			w.WithdrawFinding(f, at)
+		}
+	}
+}
+
 // run did, instead of judging it (docs/detection.md, "Late calls").
 func (g *gate) tooLateCall(c *audit.Call) {
 	if g.held {
@@ -555,7 +593,7 @@ func (g *gate) knownAsOther(f *audit.Finding) bool {
 const maxReusedWrites = 1 << 14
 
 func (g *gate) pending() int {
-	return len(g.writes) + len(g.findings) + len(g.tooLate) + len(g.answered)
+	return len(g.writes) + len(g.findings) + len(g.tooLate) + len(g.answered) + len(g.withdrawn)
 }
 
 func (g *gate) take() audit.Results {

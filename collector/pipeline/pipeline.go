@@ -1310,6 +1310,7 @@ func (p *Pipeline) commit(ctx context.Context) error {
 		}
 	}
 	if len(r.Writes) == 0 && len(r.Findings) == 0 && len(r.TooLate) == 0 && len(r.Answered) == 0 && !r.Watermark.After(p.gate.committedWM) {
+		p.withdraw(ctx)
 		p.saveMarks(marksOf(p.eng, p.now()), ctx.Err() != nil)
 		return nil
 	}
@@ -1325,6 +1326,38 @@ func (p *Pipeline) commit(ctx context.Context) error {
 		p.gate.committedWM = r.Watermark
 	}
 	p.gate.committedNow(p.now())
+	p.withdraw(ctx)
 	p.saveMarks(marksOf(p.eng, p.now()), false)
 	return nil
+}
+
+// withdraw marks resolved, in the store's finding lifecycle, the stored
+// findings the detector took back (gate.WithdrawFinding): after the commit
+// that stored the output judged with them. A finding a person resolved
+// already, or that the store does not hold, is left as it is; what the
+// store cannot take now is tried again at the next commit. A store
+// without the lifecycle (audit.Investigator) keeps them open.
+func (p *Pipeline) withdraw(ctx context.Context) {
+	if len(p.gate.withdrawn) == 0 {
+		return
+	}
+	inv, ok := p.store.(audit.Investigator)
+	if !ok {
+		p.gate.withdrawn = nil
+		return
+	}
+	kept := p.gate.withdrawn[:0]
+	for _, c := range p.gate.withdrawn {
+		c.Time = p.now()
+		_, err := inv.ChangeFinding(ctx, c)
+		switch {
+		case err == nil, errors.Is(err, audit.ErrStateConflict), errors.Is(err, audit.ErrNotFound):
+		case errors.Is(err, audit.ErrUnavailable) || ctx.Err() != nil:
+			kept = append(kept, c)
+		default:
+			p.rlog.Warn("withdraw_failed", "cannot mark a withdrawn finding resolved", "finding", c.FindingID, "err", err)
+		}
+	}
+	clear(p.gate.withdrawn[len(kept):])
+	p.gate.withdrawn = kept
 }
