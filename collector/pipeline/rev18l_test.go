@@ -212,3 +212,44 @@ func knownDefect(t *testing.T, why string) {
 		t.Skip("known defect (review rev18l), not fixed: " + why)
 	}
 }
+
+// TestRestart_FreedAnswerStoredAsJudged (review rev18l): the write of a
+// partition freed as idle was stored and judged without its response;
+// after a restart its answer comes (the case of
+// TestRestart_FreedResentAnswerCompletes). The engine, which no longer
+// holds the call, judges the answer as a new call and stores its write
+// state over the stored one, but names no answer (nothing was merged):
+// the store keeps the call unanswered, the answer aside. What is stored
+// then disagrees with what was judged, and a later restart's replay,
+// reading the call unanswered, must not change the write state.
+func TestRestart_FreedAnswerStoredAsJudged(t *testing.T) {
+	knownDefect(t, "an answer the engine judges as a new call (its partition freed as idle) is never named: the store keeps the call unanswered, and a restart turns the durable write back to unverified")
+	for _, crash := range []bool{false, true} {
+		t.Run(fmt.Sprintf("crash=%v", crash), func(t *testing.T) {
+			clock := newClock(wallStart)
+			unanswered, answered := answerLines(wallStart.Add(-time.Minute))
+			r, _ := freedThenRestarted(t, resendCase{}, clock, unanswered)
+			if _, err := r.ingest(batch(t, "poster", answered)); err != nil {
+				t.Fatal(err)
+			}
+			r.steps(30, nil)
+			stored := storedAnswered(t, r, unanswered)
+			before := r.read()
+			id := ids(batch(t, "poster", answered))[0]
+			t.Logf("after the answer: write %s, findings %v, call stored answered %v", writeStateOf(before, id), sortedKeys(before.findings), stored)
+			if !stored {
+				t.Errorf("the engine judged the answer, the store keeps the call unanswered (the answer aside)")
+			}
+			dir := r.dir
+			stopOrCrash(r, crash)
+			clock.Add(time.Second)
+			r = openRun(t, dir, clock, nil, nil)
+			r.steps(30, nil)
+			after := r.stop()
+			writesKept(t, before, after)
+			if fmt.Sprint(sortedKeys(after.findings)) != fmt.Sprint(sortedKeys(before.findings)) {
+				t.Errorf("findings %v after the restart, %v before", sortedKeys(after.findings), sortedKeys(before.findings))
+			}
+		})
+	}
+}
