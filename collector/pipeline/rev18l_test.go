@@ -221,9 +221,9 @@ func knownDefect(t *testing.T, why string) {
 // state over the stored one, but names no answer (nothing was merged):
 // the store keeps the call unanswered, the answer aside. What is stored
 // then disagrees with what was judged, and a later restart's replay,
-// reading the call unanswered, must not change the write state.
+// reading the call unanswered, must not change the write state. Fixed:
+// the gate names an answer the engine judged itself (gate.judged).
 func TestRestart_FreedAnswerStoredAsJudged(t *testing.T) {
-	knownDefect(t, "an answer the engine judges as a new call (its partition freed as idle) is never named: the store keeps the call unanswered, and a restart turns the durable write back to unverified")
 	for _, crash := range []bool{false, true} {
 		t.Run(fmt.Sprintf("crash=%v", crash), func(t *testing.T) {
 			clock := newClock(wallStart)
