@@ -193,8 +193,15 @@ func (d *dedupe) take(r *audit.Record, src *source) (t taken) {
 		if earlier {
 			kept, other = r, dup.r
 		}
-		if !kept.Call.Responded && other.Call.Responded {
+		// One observation answered and one not, under one call id: the
+		// store kept the first it took and holds the answer aside when
+		// that was the unanswered one, whichever of the two the engine
+		// keeps for the call (the answer may be dated a fraction of a
+		// millisecond before the unanswered one: review rev18l).
+		if kept.Call.Responded != other.Call.Responded {
 			t.answered = kept.Call.ID == other.Call.ID && kept.Call.Tenant == other.Call.Tenant
+		}
+		if !kept.Call.Responded && other.Call.Responded {
 			kept = withResponse(kept, other)
 		}
 		if col := t.col; col != nil && earlier {

@@ -291,10 +291,11 @@ func (e *Engine) OnJudged(f func(*audit.Record)) { e.onJudged = f }
 // replay after a restart passes over them as the live run did.
 func (e *Engine) OnTooLate(f func(c *audit.Call)) { e.onTooLate = f }
 
-// OnAnswer has f told of each call, waiting for its watermark without a
-// response, that a later observation under the same call id (the same
-// request at the same millisecond) completed with its response, once,
-// when it does. Only such an answer completes the call: one that comes
+// OnAnswer has f told of each call, waiting for its watermark, whose two
+// observations under one call id (the same request at the same
+// millisecond), one without its response and one with it, the engine
+// merged, once, when it does, whichever of the two it keeps for the call
+// (the answer may be dated a fraction of a millisecond before). Only such an answer completes the call: one that comes
 // after the call was judged is dropped as a duplicate, and the call is
 // judged without it. It is called from Add, on the engine's goroutine; f
 // must not keep c past its return. The live service commits their ids, so

@@ -105,6 +105,12 @@ type gate struct {
 	// (audit.FindingWithdrawer): the next commit marks them resolved, by
 	// withdrawnBy, in the store's finding lifecycle.
 	withdrawn []audit.FindingChange
+	// answers holds the calls (tenant and id) of the answers the store
+	// kept aside that the engine took since: one it judges as a call of
+	// its own (not merged: its first observation is no longer held, its
+	// partition freed as idle) is named too (judged). An answer the engine
+	// dropped stays until the map is cleared at maxAnswersHeld.
+	answers map[string]bool
 	// held is set while the engine takes a call that the store held
 	// before its request stored it (a copy sent again), or that may be
 	// such a copy (a store that cannot tell): counted too late, it is not
@@ -441,6 +447,35 @@ func (g *gate) tooLateCall(c *audit.Call) {
 // store held, and naming the call it completed passes over nothing.
 func (g *gate) answeredCall(c *audit.Call) {
 	g.answered = append(g.answered, audit.CallRef{Tenant: c.Tenant, ID: c.ID, Time: c.Time})
+}
+
+// maxAnswersHeld bounds gate.answers: past it the map starts again (an
+// answer judged then is not named, as before review rev18l).
+const maxAnswersHeld = 1 << 12
+
+// answerHeld notes that the engine is about to take c, kept aside by the
+// store as the answer of a stored unanswered call.
+func (g *gate) answerHeld(c *audit.Call) {
+	if g.answers == nil || len(g.answers) >= maxAnswersHeld {
+		g.answers = map[string]bool{}
+	}
+	g.answers[c.Tenant+"\x00"+c.ID] = true
+}
+
+// judged names, for the next commit, a call judged with a response that
+// the store holds aside as an answer (answerHeld): the engine judged the
+// answer itself, not merged into a waiting first observation (OnAnswer),
+// and the store must keep the call as judged (review rev18l). A call
+// named twice (merged, then judged) is completed once.
+func (g *gate) judged(r *audit.Record) {
+	if len(g.answers) == 0 || !r.Call.Responded {
+		return
+	}
+	k := r.Call.Tenant + "\x00" + r.Call.ID
+	if g.answers[k] {
+		delete(g.answers, k)
+		g.answeredCall(r.Call)
+	}
 }
 
 // duplicate notes that the engine dropped observation dropped of the

@@ -231,6 +231,7 @@ func New(ctx context.Context, cfg Config, dcfg detect.Config, store audit.Store,
 	p.eng.OnCollision(p.collision)
 	p.eng.OnTooLate(p.gate.tooLateCall)
 	p.eng.OnAnswer(p.gate.answeredCall)
+	p.eng.OnJudged(p.gate.judged)
 	if err := waitReady(ctx, store, log); err != nil {
 		return nil, err
 	}
@@ -721,6 +722,11 @@ type queued struct {
 	// a partition freed as idle sent again, judged before the freeing
 	// (Pipeline.resent): the engine does not take them.
 	resent []int
+	// answered are the indexes, in order, of the held records the store
+	// kept aside as the answer of a stored unanswered call (or may have:
+	// audit.AnswerReporter): the engine may judge one as a call of its
+	// own, and the commit must then name it (gate.answerHeld).
+	answered []int
 }
 
 // append stores recs and returns how many were stored for the first time
@@ -867,6 +873,7 @@ func (p *Pipeline) Ingest(ctx context.Context, batches ...audit.Batch) (int, err
 		q.refused, differ = split(q.refused, differ, len(b.Records))
 		q.held, held = split(q.held, held, len(b.Records))
 		q.resent, resent = split(q.resent, resent, len(b.Records))
+		q.answered, answered = split(q.answered, answered, len(b.Records))
 		select {
 		case p.queue <- q:
 		case <-p.done:
@@ -1268,7 +1275,7 @@ func (p *Pipeline) drain() {
 }
 
 func (p *Pipeline) take(q queued) {
-	b, refused, held, resent := q.Batch, q.refused, q.held, q.resent
+	b, refused, held, resent, answered := q.Batch, q.refused, q.held, q.resent, q.answered
 	now := p.now()
 	skipped := 0
 	// Adding calls judges idleness at now too: the refusals reported
@@ -1285,6 +1292,9 @@ func (p *Pipeline) take(q queued) {
 		if at(&refused, i) {
 			p.eng.AddRefused(b.Source, r, now)
 			continue
+		}
+		if at(&answered, i) {
+			p.gate.answerHeld(r.Call)
 		}
 		p.eng.Add(b.Source, r, now)
 	}
