@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/klauspost/compress/gzip"
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/mcpaudit/mcpaudit/collector/tap"
 	"github.com/mcpaudit/mcpaudit/exporter/metrics"
@@ -282,11 +283,20 @@ func (f *Forwarder) addFrom(source string, recs [][]byte) error {
 
 // segmentSource is the source the records of the segment at path are sent
 // under: the one beside it, else the sender's own.
+// A source file that is no valid header value (a torn or corrupt write)
+// is not used: every POST of its segment would fail in the HTTP client,
+// and the segments behind it, oldest first, would never go (rev18p).
 func (f *Forwarder) segmentSource(path string) string {
-	if b, err := os.ReadFile(strings.TrimSuffix(path, sealedExt) + sourceExt); err == nil && len(b) > 0 {
-		return string(b)
+	b, err := os.ReadFile(strings.TrimSuffix(path, sealedExt) + sourceExt)
+	if err != nil || len(b) == 0 {
+		return f.cfg.Source
 	}
-	return f.cfg.Source
+	if !httpguts.ValidHeaderFieldValue(string(b)) {
+		f.log.Error("the source beside a buffer segment is no valid header value; its records go under this relay's", "segment", filepath.Base(path),
+			"source", strconv.Quote(string(b)))
+		return f.cfg.Source
+	}
+	return string(b)
 }
 
 // BufferDir is the directory of the buffer.
@@ -358,6 +368,14 @@ func (f *Forwarder) openLocked() error {
 		os.Remove(path)
 		return fmt.Errorf("cannot lock buffer segment: %w", err)
 	}
+	// Before its first record, the segment names its source: a relay that
+	// seals it after this one died sends it under it, whichever relay that
+	// is and whatever it knows of the dead one's journal (rev18p: a third
+	// relay's scan, or two dead relays of one pid, sent it under another
+	// source). Without it, sealOrphansOf still matches by pid.
+	if err := os.WriteFile(filepath.Join(f.cfg.BufferDir, name+sourceExt), []byte(f.cfg.Source), 0o644); err != nil {
+		f.log.Warn("cannot write the source of a buffer segment", "segment", path, "err", err)
+	}
 	f.cur, f.curName, f.curN, f.curBytes, f.curSince = fh, name, 0, 0, time.Now()
 	return nil
 }
@@ -370,6 +388,7 @@ func (f *Forwarder) sealLocked() {
 	open := filepath.Join(f.cfg.BufferDir, f.curName+openExt)
 	if f.curN == 0 {
 		os.Remove(open)
+		os.Remove(filepath.Join(f.cfg.BufferDir, f.curName+sourceExt))
 	} else {
 		// The sender syncs the segment before it sends it: an fsync here
 		// would hold every Add, and so the relayed answers, behind the disk.
@@ -417,11 +436,12 @@ func (f *Forwarder) sealOrphan(p, source string) {
 	if syscall.Flock(int(fh.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
 		return
 	}
+	base := strings.TrimSuffix(p, openExt)
 	if st, err := fh.Stat(); err == nil && st.Size() == 0 {
 		os.Remove(p)
+		os.Remove(base + sourceExt)
 		return
 	}
-	base := strings.TrimSuffix(p, openExt)
 	if source != "" && source != f.cfg.Source {
 		if _, err := os.Stat(base + sourceExt); err != nil {
 			if err := os.WriteFile(base+sourceExt, []byte(source), 0o644); err != nil {
@@ -448,6 +468,27 @@ func (f *Forwarder) scanSize() int64 {
 		}
 	}
 	return n
+}
+
+// leftSize is scanSize without the open segments of live relays on the
+// directory: those are theirs to send, not left for the next start (a
+// clean stop beside a live relay logged them as left, rev18p).
+func (f *Forwarder) leftSize() int64 {
+	n := f.scanSize()
+	names, _ := filepath.Glob(filepath.Join(f.cfg.BufferDir, "*"+openExt))
+	for _, p := range names {
+		fh, err := os.Open(p)
+		if err != nil {
+			continue
+		}
+		if syscall.Flock(int(fh.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+			if st, err := fh.Stat(); err == nil {
+				n -= st.Size()
+			}
+		}
+		fh.Close()
+	}
+	return max(n, 0)
 }
 
 // run seals segments by age and sends sealed segments, oldest first.
@@ -680,7 +721,7 @@ func (f *Forwarder) Flush(ctx context.Context) int64 {
 		if len(names) == 0 || ctx.Err() != nil {
 			f.mu.Lock()
 			defer f.mu.Unlock()
-			return f.scanSize()
+			return f.leftSize()
 		}
 		select {
 		case <-ctx.Done():

@@ -3,6 +3,7 @@ package forward
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -289,7 +290,9 @@ func (f *Forwarder) recoverJournals() {
 			continue
 		}
 		if syscall.Flock(int(fh.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil {
-			if st, err := fh.Stat(); err == nil && time.Since(st.ModTime()) > time.Minute {
+			// At once when the process its name gives is gone: a clean
+			// stop within the minute left it (rev18p).
+			if st, err := fh.Stat(); err == nil && (time.Since(st.ModTime()) > time.Minute || !processAlive(p)) {
 				os.Remove(p)
 			}
 		}
@@ -409,4 +412,17 @@ func readJournal(fh *os.File) (string, [][]byte, error) {
 		}
 	}
 	return source, out, nil
+}
+
+// processAlive reports whether the process whose pid ends the name of the
+// journal file p (TIME-PID.journal.new) may be alive: true unless the pid
+// is sure to be no process. A reused pid keeps the file until the minute
+// is over, as before.
+func processAlive(p string) bool {
+	name := strings.TrimSuffix(filepath.Base(p), journalNewExt)
+	pid, err := strconv.Atoi(name[strings.LastIndexByte(name, '-')+1:])
+	if err != nil || pid <= 0 {
+		return true
+	}
+	return !errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
 }
