@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -161,5 +163,66 @@ func TestForwarder_StopCountsOnlyWhatIsLeft(t *testing.T) {
 	st := a.Stop(ctx)
 	if st.LeftBytes != 0 || st.Sent != 1 {
 		t.Errorf("A stopped with %d records sent and %d bytes left; want 1 sent, 0 left (B's open segment is B's)", st.Sent, st.LeftBytes)
+	}
+}
+
+// TestJournal_BoundedOverManyCycles (rev18p, held on px18): 8 goroutines
+// begin and end calls for a long while, with always some in flight and the
+// bound often reached: the file never passes what the bound's comment
+// promises (twice the bound plus journalCompactBytes, and one line), every
+// call is journaled or counted unjournaled, and nothing stays kept.
+func TestJournal_BoundedOverManyCycles(t *testing.T) {
+	cfg := testConfig(t, "http://127.0.0.1:1")
+	cfg.MaxBufferBytes = 256 << 10
+	bound := cfg.MaxBufferBytes / journalShare
+	f, reg := newForwarder(t, cfg)
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		f.Close(ctx)
+	}()
+	j := f.Journal()
+	l := bytes.TrimSuffix(line(1), []byte("\n"))
+	const workers, per = 8, 3000
+	var maxSize atomic.Int64
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var mine []uint64
+			for i := range per {
+				e := uint64(w*per + i + 1)
+				j.Begin(e, l)
+				mine = append(mine, e)
+				if len(mine) > 200 { // up to 200 in flight each: past the bound at times
+					j.End(mine[0])
+					mine = mine[1:]
+				}
+				if st, err := os.Stat(j.path); err == nil {
+					for {
+						m := maxSize.Load()
+						if st.Size() <= m || maxSize.CompareAndSwap(m, st.Size()) {
+							break
+						}
+					}
+				}
+			}
+			for _, e := range mine {
+				j.End(e)
+			}
+		}()
+	}
+	wg.Wait()
+	if limit := 2*bound + journalCompactBytes + int64(len(l)) + 64; maxSize.Load() > limit {
+		t.Errorf("journal grew to %d bytes; want at most %d (bound %d)", maxSize.Load(), limit, bound)
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if len(j.open)+len(j.skip)+len(j.early) != 0 || j.live != 0 {
+		t.Errorf("after every call ended: open %d skip %d early %d live %d; want none", len(j.open), len(j.skip), len(j.early), j.live)
+	}
+	if got := counter(t, reg, "mcpaudit_proxy_forward_records_total", "unjournaled"); got == 0 {
+		t.Errorf("unjournaled %v; want some: the test did not reach the bound", got)
 	}
 }
