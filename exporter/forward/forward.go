@@ -21,6 +21,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/klauspost/compress/gzip"
 	"golang.org/x/net/http/httpguts"
@@ -85,8 +87,14 @@ func (c Config) Validate() error {
 	} else if u, err := url.Parse(c.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		errs = append(errs, fmt.Errorf("forward.url: %q is not an http or https URL", c.URL))
 	}
-	if c.Source == "" {
+	switch {
+	case c.Source == "":
 		errs = append(errs, errors.New("forward.source: required"))
+	case len(c.Source) > maxSourceName || !utf8.ValidString(c.Source) || strings.ContainsFunc(c.Source, unicode.IsControl):
+		// What the collector takes (receiver's badSourceName): another
+		// source is refused at every POST, or cannot be sent at all (a
+		// newline), and the records would wait for ever (rev18p).
+		errs = append(errs, fmt.Errorf("forward.source: %q must be printable UTF-8 of at most %d bytes", c.Source, maxSourceName))
 	}
 	if c.BufferDir == "" {
 		errs = append(errs, errors.New("forward.buffer_dir: required"))
@@ -135,6 +143,8 @@ const (
 	// under when it is not the sender's own: the calls in flight of a dead
 	// relay, recovered from its journal.
 	sourceExt = ".source"
+	// maxSourceName bounds Source, as the collector does.
+	maxSourceName = 256
 	// maxRetryAfter caps how long a Retry-After can hold the sender.
 	maxRetryAfter = 10 * time.Minute
 )

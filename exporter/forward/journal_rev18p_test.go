@@ -226,3 +226,29 @@ func TestJournal_BoundedOverManyCycles(t *testing.T) {
 		t.Errorf("unjournaled %v; want some: the test did not reach the bound", got)
 	}
 }
+
+// TestConfig_ValidateSource (rev18p): a source the collector refuses, or
+// that no HTTP request can carry, is refused at the start: before, a
+// relay with --source holding a newline started, and every POST failed in
+// the HTTP client, forever (its records, and with px18 a dead relay's
+// recovered records under its journal's header, stuck in the buffer); one
+// longer than the collector's 256 bytes had every segment set aside.
+func TestConfig_ValidateSource(t *testing.T) {
+	f := func(source string, ok bool) {
+		t.Helper()
+		cfg := NewDefaultConfig()
+		cfg.URL, cfg.Source, cfg.BufferDir = "http://127.0.0.1:4318", source, "d"
+		if err := cfg.Validate(); (err == nil) != ok {
+			t.Errorf("Validate with source %q: %v; want ok %v", source, err, ok)
+		} else if err != nil && !strings.Contains(err.Error(), "forward.source") {
+			t.Errorf("Validate with source %q: %v; want it to name forward.source", source, err)
+		}
+	}
+	f("proxy/thegram/host:4000", true)
+	f("proxy/thé-gram/hôte:4000", true)
+	f(strings.Repeat("x", 256), true)
+	f(strings.Repeat("x", 257), false)
+	f("proxy/thegram\nhost", false)
+	f("proxy/thegram\x00", false)
+	f("proxy/\xff\xfe", false)
+}
