@@ -290,15 +290,24 @@ func (f *Forwarder) recoverJournals() {
 			continue
 		}
 		if syscall.Flock(int(fh.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil {
-			// At once when the process its name gives is gone: a clean
-			// stop within the minute left it (rev18p).
-			if st, err := fh.Stat(); err == nil && (time.Since(st.ModTime()) > time.Minute || !processAlive(p)) {
-				os.Remove(p)
+			// Sooner when the process its name gives is gone: a clean
+			// stop within the minute left it (rev18p). Not at once: the
+			// pid may be another pid namespace's (relays in containers
+			// sharing the directory), whose process has just created it.
+			if st, err := fh.Stat(); err == nil {
+				if age := time.Since(st.ModTime()); age > time.Minute || age > journalNewDeadAge && !processAlive(p) {
+					os.Remove(p)
+				}
 			}
 		}
 		fh.Close()
 	}
 }
+
+// journalNewDeadAge is how old a .journal.new of a pid that is no process
+// must be to be deleted: far longer than the instant between its creation
+// and its lock.
+const journalNewDeadAge = 5 * time.Second
 
 // recoverJournal buffers the calls in flight of the journal p, opened as
 // fh, if no live process holds it, deletes it, and closes fh.

@@ -122,12 +122,16 @@ func TestForwarder_CorruptSourceFileDoesNotBlock(t *testing.T) {
 // between creating its .journal.new and naming it leaves it; the next
 // relay, stopped cleanly within the minute, left it behind: the prox17
 // case of the empty journal, moved to .journal.new. Its process is gone
-// (the pid in its name is no process), so it can go at once.
+// (the pid in its name is no process), so it goes once 5 s old.
 func TestJournal_DeadJournalNewRemovedAtCleanStop(t *testing.T) {
 	cfg := testConfig(t, "http://127.0.0.1:1")
 	dead := filepath.Join(cfg.BufferDir, fmt.Sprintf("%020d-%d%s", time.Now().UnixNano(), 1<<30, journalNewExt))
 	if err := os.WriteFile(dead, journalHeader("proxy/thegram/host:1001"), 0o600); err != nil {
 		t.Fatal(err)
+	}
+	// Killed 10 s before this relay's start and stop.
+	if ago := time.Now().Add(-10 * time.Second); os.Chtimes(dead, ago, ago) != nil {
+		t.Fatal("cannot age the file")
 	}
 	f, _ := newForwarder(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
