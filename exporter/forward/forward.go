@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unicode"
@@ -167,7 +168,8 @@ type Forwarder struct {
 	size     int64 // bytes in the buffer, ours and others' as last scanned
 	seq      int
 	closed   bool
-	sent     int64 // records the collector took, since the start
+	sent     int64        // records the collector took, since the start
+	dropped  atomic.Int64 // records not buffered (full, unwritable, closed), since the start
 
 	journal *Journal // nil when it could not be created
 
@@ -233,7 +235,7 @@ func (f *Forwarder) addFrom(source string, recs [][]byte) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
-		f.metrics.Forward(metrics.ForwardDropped, len(recs))
+		f.drop(len(recs))
 		return ErrClosed
 	}
 	f.seq++
@@ -241,20 +243,20 @@ func (f *Forwarder) addFrom(source string, recs [][]byte) error {
 	part := filepath.Join(f.cfg.BufferDir, name+openExt)
 	fh, err := os.OpenFile(part, os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		f.metrics.Forward(metrics.ForwardDropped, len(recs))
+		f.drop(len(recs))
 		return fmt.Errorf("cannot create buffer segment: %w", err)
 	}
 	defer fh.Close()
 	if err := syscall.Flock(int(fh.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		os.Remove(part)
-		f.metrics.Forward(metrics.ForwardDropped, len(recs))
+		f.drop(len(recs))
 		return fmt.Errorf("cannot lock buffer segment: %w", err)
 	}
 	// Before the records: a segment with records always has its source
 	// beside it, also when a crash leaves it open for sealOrphans.
 	if err := os.WriteFile(filepath.Join(f.cfg.BufferDir, name+sourceExt), []byte(source), 0o644); err != nil {
 		os.Remove(part)
-		f.metrics.Forward(metrics.ForwardDropped, len(recs))
+		f.drop(len(recs))
 		return fmt.Errorf("cannot write the source of a buffer segment: %w", err)
 	}
 	var first error
@@ -262,12 +264,12 @@ func (f *Forwarder) addFrom(source string, recs [][]byte) error {
 	for _, r := range recs {
 		l := append(r, '\n')
 		if f.size+int64(len(l)) > f.cfg.MaxBufferBytes {
-			f.metrics.Forward(metrics.ForwardDropped, 1)
+			f.drop(1)
 			first = cmp.Or(first, ErrBufferFull)
 			continue
 		}
 		if _, err := fh.Write(l); err != nil {
-			f.metrics.Forward(metrics.ForwardDropped, 1)
+			f.drop(1)
 			first = cmp.Or(first, fmt.Errorf("cannot buffer record: %w", err))
 			break // a torn line ends the segment: the collector rejects that one
 		}
@@ -309,6 +311,12 @@ func (f *Forwarder) segmentSource(path string) string {
 	return string(b)
 }
 
+// drop counts n records not buffered.
+func (f *Forwarder) drop(n int) {
+	f.metrics.Forward(metrics.ForwardDropped, n)
+	f.dropped.Add(int64(n))
+}
+
 // BufferDir is the directory of the buffer.
 func (f *Forwarder) BufferDir() string { return f.cfg.BufferDir }
 
@@ -334,21 +342,21 @@ func (f *Forwarder) Add(line []byte) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
-		f.metrics.Forward(metrics.ForwardDropped, 1)
+		f.drop(1)
 		return ErrClosed
 	}
 	if f.size+int64(len(line)) > f.cfg.MaxBufferBytes {
-		f.metrics.Forward(metrics.ForwardDropped, 1)
+		f.drop(1)
 		return ErrBufferFull
 	}
 	if f.cur == nil {
 		if err := f.openLocked(); err != nil {
-			f.metrics.Forward(metrics.ForwardDropped, 1)
+			f.drop(1)
 			return err
 		}
 	}
 	if _, err := f.cur.Write(line); err != nil {
-		f.metrics.Forward(metrics.ForwardDropped, 1)
+		f.drop(1)
 		// A short write leaves a torn line: seal the segment so that the
 		// collector rejects that one line and takes the others.
 		f.sealLocked()
@@ -744,6 +752,10 @@ func (f *Forwarder) Flush(ctx context.Context) int64 {
 type Stopped struct {
 	// Sent is the number of records the collector took since the start.
 	Sent int64
+	// Dropped is the number of records not buffered since the start
+	// (the buffer full or unwritable): lost, though their calls were
+	// answered.
+	Dropped int64
 	// LeftBytes is what stays in the buffer directory for the next start.
 	LeftBytes int64
 	// Journal is the path of this process's journal when it was left,
@@ -777,7 +789,7 @@ func (f *Forwarder) Stop(ctx context.Context) Stopped {
 		st.Journal, st.InFlight, st.Err = f.journal.close()
 	}
 	f.mu.Lock()
-	st.Sent, st.LeftBytes = f.sent, left
+	st.Sent, st.LeftBytes, st.Dropped = f.sent, left, f.dropped.Load()
 	f.mu.Unlock()
 	if left > 0 {
 		f.log.Warn("call records left in the buffer for the next start", "dir", f.cfg.BufferDir, "bytes", left)

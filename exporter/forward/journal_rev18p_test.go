@@ -256,3 +256,29 @@ func TestConfig_ValidateSource(t *testing.T) {
 	f("proxy/thegram\x00", false)
 	f("proxy/\xff\xfe", false)
 }
+
+// TestForwarder_StopCountsDropped (rev18p): records dropped (the buffer
+// full; on a real full tmpfs, 26 of 40 answered calls) are counted in what
+// Stop says, so that the relay's last line does not read "records left"
+// alone, or "stopped cleanly".
+func TestForwarder_StopCountsDropped(t *testing.T) {
+	col := &bySource{}
+	srv := httptest.NewServer(col)
+	defer srv.Close()
+	cfg := testConfig(t, srv.URL)
+	cfg.MaxBufferBytes = int64(len(answered(1))) + 10
+	f, _ := newForwarder(t, cfg)
+	f.stop() // nothing sent: the buffer stays full
+	<-f.done
+	if err := f.Add(answered(1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Add(answered(2)); err == nil {
+		t.Fatal("Add past the bound: nil error; want ErrBufferFull")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if st := f.Stop(ctx); st.Dropped != 1 {
+		t.Errorf("Stop says %d records dropped; want 1", st.Dropped)
+	}
+}
