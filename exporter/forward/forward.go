@@ -252,6 +252,9 @@ func (f *Forwarder) addFrom(source string, recs [][]byte) error {
 		f.drop(len(recs))
 		return fmt.Errorf("cannot lock buffer segment: %w", err)
 	}
+	if !stillAt(fh, part) { // taken by another relay's scan before our lock, as in openLocked; the journal stays for the next scan
+		return fmt.Errorf("cannot create buffer segment: %s deleted by another relay's scan", part)
+	}
 	// Before the records: a segment with records always has its source
 	// beside it, also when a crash leaves it open for sealOrphans.
 	if err := os.WriteFile(filepath.Join(f.cfg.BufferDir, name+sourceExt), []byte(source), 0o644); err != nil {
@@ -350,7 +353,7 @@ func (f *Forwarder) Add(line []byte) error {
 		return ErrBufferFull
 	}
 	if f.cur == nil {
-		if err := f.openLocked(); err != nil {
+		if err := f.openLocked(true); err != nil {
 			f.drop(1)
 			return err
 		}
@@ -373,7 +376,7 @@ func (f *Forwarder) Add(line []byte) error {
 	return nil
 }
 
-func (f *Forwarder) openLocked() error {
+func (f *Forwarder) openLocked(retry bool) error {
 	f.seq++
 	name := fmt.Sprintf("%020d-%d-%d", time.Now().UnixNano(), os.Getpid(), f.seq)
 	path := filepath.Join(f.cfg.BufferDir, name+openExt)
@@ -381,10 +384,24 @@ func (f *Forwarder) openLocked() error {
 	if err != nil {
 		return fmt.Errorf("cannot create buffer segment: %w", err)
 	}
+	if testHookSegmentCreated != nil {
+		testHookSegmentCreated(path)
+	}
 	if err := syscall.Flock(int(fh.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		fh.Close()
 		os.Remove(path)
 		return fmt.Errorf("cannot lock buffer segment: %w", err)
+	}
+	// Another relay's scan may have locked it in the instant before us,
+	// taken it, empty, for a dead relay's and deleted it: records written
+	// to it would be lost with Add's nil (rev18p). Locked now, the file
+	// still at path is ours for good.
+	if !stillAt(fh, path) {
+		fh.Close()
+		if retry {
+			return f.openLocked(false)
+		}
+		return fmt.Errorf("cannot create buffer segment: %s deleted by another relay's scan", path)
 	}
 	// Before its first record, the segment names its source: a relay that
 	// seals it after this one died sends it under it, whichever relay that
@@ -397,6 +414,20 @@ func (f *Forwarder) openLocked() error {
 	f.cur, f.curName, f.curN, f.curBytes, f.curSince = fh, name, 0, 0, time.Now()
 	return nil
 }
+
+// stillAt reports whether the open file fh is still the file at path.
+func stillAt(fh *os.File, path string) bool {
+	st, err := fh.Stat()
+	if err != nil {
+		return false
+	}
+	now, err := os.Stat(path)
+	return err == nil && os.SameFile(st, now)
+}
+
+// testHookSegmentCreated, set by tests only, runs between the creation of
+// a segment and its lock: where another relay's scan may take it.
+var testHookSegmentCreated func(path string)
 
 // sealLocked closes the open segment and hands it to the sender.
 func (f *Forwarder) sealLocked() {

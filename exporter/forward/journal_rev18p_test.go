@@ -282,3 +282,35 @@ func TestForwarder_StopCountsDropped(t *testing.T) {
 		t.Errorf("Stop says %d records dropped; want 1", st.Dropped)
 	}
 }
+
+// TestForwarder_SegmentTakenBeforeItsLock (rev18p): a segment is created,
+// then locked; another relay's scan that comes in between finds it
+// unlocked and empty, takes it for a dead relay's and deletes it. The
+// relay then locked the deleted file and wrote its records there: Add
+// returned nil (the agent had its answer) and the records were lost.
+func TestForwarder_SegmentTakenBeforeItsLock(t *testing.T) {
+	col := &bySource{}
+	srv := httptest.NewServer(col)
+	defer srv.Close()
+	cfg := testConfig(t, srv.URL)
+	a, _ := newForwarder(t, cfg)
+	b, _ := newForwarder(t, cfg)
+	defer b.Close(context.Background())
+	once := true
+	testHookSegmentCreated = func(string) {
+		if once {
+			once = false
+			b.sealOrphans() // B's scan, in the instant before A's lock
+		}
+	}
+	defer func() { testHookSegmentCreated = nil }()
+	if err := a.Add(answered(1)); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	a.Stop(ctx)
+	if got := col.of(cfg.Source); len(got) != 1 {
+		t.Errorf("the collector got %q; want the record Add took", got)
+	}
+}
