@@ -19,10 +19,14 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/klauspost/compress/gzip"
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/mcpaudit/mcpaudit/collector/tap"
 	"github.com/mcpaudit/mcpaudit/exporter/metrics"
@@ -84,8 +88,14 @@ func (c Config) Validate() error {
 	} else if u, err := url.Parse(c.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		errs = append(errs, fmt.Errorf("forward.url: %q is not an http or https URL", c.URL))
 	}
-	if c.Source == "" {
+	switch {
+	case c.Source == "":
 		errs = append(errs, errors.New("forward.source: required"))
+	case len(c.Source) > maxSourceName || !utf8.ValidString(c.Source) || strings.ContainsFunc(c.Source, unicode.IsControl):
+		// What the collector takes (receiver's badSourceName): another
+		// source is refused at every POST, or cannot be sent at all (a
+		// newline), and the records would wait for ever (rev18p).
+		errs = append(errs, fmt.Errorf("forward.source: %q must be printable UTF-8 of at most %d bytes", c.Source, maxSourceName))
 	}
 	if c.BufferDir == "" {
 		errs = append(errs, errors.New("forward.buffer_dir: required"))
@@ -134,6 +144,8 @@ const (
 	// under when it is not the sender's own: the calls in flight of a dead
 	// relay, recovered from its journal.
 	sourceExt = ".source"
+	// maxSourceName bounds Source, as the collector does.
+	maxSourceName = 256
 	// maxRetryAfter caps how long a Retry-After can hold the sender.
 	maxRetryAfter = 10 * time.Minute
 )
@@ -156,7 +168,8 @@ type Forwarder struct {
 	size     int64 // bytes in the buffer, ours and others' as last scanned
 	seq      int
 	closed   bool
-	sent     int64 // records the collector took, since the start
+	sent     int64        // records the collector took, since the start
+	dropped  atomic.Int64 // records not buffered (full, unwritable, closed), since the start
 
 	journal *Journal // nil when it could not be created
 
@@ -222,7 +235,7 @@ func (f *Forwarder) addFrom(source string, recs [][]byte) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
-		f.metrics.Forward(metrics.ForwardDropped, len(recs))
+		f.drop(len(recs))
 		return ErrClosed
 	}
 	f.seq++
@@ -230,20 +243,23 @@ func (f *Forwarder) addFrom(source string, recs [][]byte) error {
 	part := filepath.Join(f.cfg.BufferDir, name+openExt)
 	fh, err := os.OpenFile(part, os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		f.metrics.Forward(metrics.ForwardDropped, len(recs))
+		f.drop(len(recs))
 		return fmt.Errorf("cannot create buffer segment: %w", err)
 	}
 	defer fh.Close()
 	if err := syscall.Flock(int(fh.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		os.Remove(part)
-		f.metrics.Forward(metrics.ForwardDropped, len(recs))
+		f.drop(len(recs))
 		return fmt.Errorf("cannot lock buffer segment: %w", err)
+	}
+	if !stillAt(fh, part) { // taken by another relay's scan before our lock, as in openLocked; the journal stays for the next scan
+		return fmt.Errorf("cannot create buffer segment: %s deleted by another relay's scan", part)
 	}
 	// Before the records: a segment with records always has its source
 	// beside it, also when a crash leaves it open for sealOrphans.
 	if err := os.WriteFile(filepath.Join(f.cfg.BufferDir, name+sourceExt), []byte(source), 0o644); err != nil {
 		os.Remove(part)
-		f.metrics.Forward(metrics.ForwardDropped, len(recs))
+		f.drop(len(recs))
 		return fmt.Errorf("cannot write the source of a buffer segment: %w", err)
 	}
 	var first error
@@ -251,12 +267,12 @@ func (f *Forwarder) addFrom(source string, recs [][]byte) error {
 	for _, r := range recs {
 		l := append(r, '\n')
 		if f.size+int64(len(l)) > f.cfg.MaxBufferBytes {
-			f.metrics.Forward(metrics.ForwardDropped, 1)
+			f.drop(1)
 			first = cmp.Or(first, ErrBufferFull)
 			continue
 		}
 		if _, err := fh.Write(l); err != nil {
-			f.metrics.Forward(metrics.ForwardDropped, 1)
+			f.drop(1)
 			first = cmp.Or(first, fmt.Errorf("cannot buffer record: %w", err))
 			break // a torn line ends the segment: the collector rejects that one
 		}
@@ -282,11 +298,26 @@ func (f *Forwarder) addFrom(source string, recs [][]byte) error {
 
 // segmentSource is the source the records of the segment at path are sent
 // under: the one beside it, else the sender's own.
+// A source file that is no valid header value (a torn or corrupt write)
+// is not used: every POST of its segment would fail in the HTTP client,
+// and the segments behind it, oldest first, would never go (rev18p).
 func (f *Forwarder) segmentSource(path string) string {
-	if b, err := os.ReadFile(strings.TrimSuffix(path, sealedExt) + sourceExt); err == nil && len(b) > 0 {
-		return string(b)
+	b, err := os.ReadFile(strings.TrimSuffix(path, sealedExt) + sourceExt)
+	if err != nil || len(b) == 0 {
+		return f.cfg.Source
 	}
-	return f.cfg.Source
+	if !httpguts.ValidHeaderFieldValue(string(b)) {
+		f.log.Error("the source beside a buffer segment is no valid header value; its records go under this relay's", "segment", filepath.Base(path),
+			"source", strconv.Quote(string(b)))
+		return f.cfg.Source
+	}
+	return string(b)
+}
+
+// drop counts n records not buffered.
+func (f *Forwarder) drop(n int) {
+	f.metrics.Forward(metrics.ForwardDropped, n)
+	f.dropped.Add(int64(n))
 }
 
 // BufferDir is the directory of the buffer.
@@ -314,21 +345,21 @@ func (f *Forwarder) Add(line []byte) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
-		f.metrics.Forward(metrics.ForwardDropped, 1)
+		f.drop(1)
 		return ErrClosed
 	}
 	if f.size+int64(len(line)) > f.cfg.MaxBufferBytes {
-		f.metrics.Forward(metrics.ForwardDropped, 1)
+		f.drop(1)
 		return ErrBufferFull
 	}
 	if f.cur == nil {
-		if err := f.openLocked(); err != nil {
-			f.metrics.Forward(metrics.ForwardDropped, 1)
+		if err := f.openLocked(true); err != nil {
+			f.drop(1)
 			return err
 		}
 	}
 	if _, err := f.cur.Write(line); err != nil {
-		f.metrics.Forward(metrics.ForwardDropped, 1)
+		f.drop(1)
 		// A short write leaves a torn line: seal the segment so that the
 		// collector rejects that one line and takes the others.
 		f.sealLocked()
@@ -345,7 +376,7 @@ func (f *Forwarder) Add(line []byte) error {
 	return nil
 }
 
-func (f *Forwarder) openLocked() error {
+func (f *Forwarder) openLocked(retry bool) error {
 	f.seq++
 	name := fmt.Sprintf("%020d-%d-%d", time.Now().UnixNano(), os.Getpid(), f.seq)
 	path := filepath.Join(f.cfg.BufferDir, name+openExt)
@@ -353,14 +384,50 @@ func (f *Forwarder) openLocked() error {
 	if err != nil {
 		return fmt.Errorf("cannot create buffer segment: %w", err)
 	}
+	if testHookSegmentCreated != nil {
+		testHookSegmentCreated(path)
+	}
 	if err := syscall.Flock(int(fh.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		fh.Close()
 		os.Remove(path)
 		return fmt.Errorf("cannot lock buffer segment: %w", err)
 	}
+	// Another relay's scan may have locked it in the instant before us,
+	// taken it, empty, for a dead relay's and deleted it: records written
+	// to it would be lost with Add's nil (rev18p). Locked now, the file
+	// still at path is ours for good.
+	if !stillAt(fh, path) {
+		fh.Close()
+		if retry {
+			return f.openLocked(false)
+		}
+		return fmt.Errorf("cannot create buffer segment: %s deleted by another relay's scan", path)
+	}
+	// Before its first record, the segment names its source: a relay that
+	// seals it after this one died sends it under it, whichever relay that
+	// is and whatever it knows of the dead one's journal (rev18p: a third
+	// relay's scan, or two dead relays of one pid, sent it under another
+	// source). Without it, sealOrphansOf still matches by pid.
+	if err := os.WriteFile(filepath.Join(f.cfg.BufferDir, name+sourceExt), []byte(f.cfg.Source), 0o644); err != nil {
+		f.log.Warn("cannot write the source of a buffer segment", "segment", path, "err", err)
+	}
 	f.cur, f.curName, f.curN, f.curBytes, f.curSince = fh, name, 0, 0, time.Now()
 	return nil
 }
+
+// stillAt reports whether the open file fh is still the file at path.
+func stillAt(fh *os.File, path string) bool {
+	st, err := fh.Stat()
+	if err != nil {
+		return false
+	}
+	now, err := os.Stat(path)
+	return err == nil && os.SameFile(st, now)
+}
+
+// testHookSegmentCreated, set by tests only, runs between the creation of
+// a segment and its lock: where another relay's scan may take it.
+var testHookSegmentCreated func(path string)
 
 // sealLocked closes the open segment and hands it to the sender.
 func (f *Forwarder) sealLocked() {
@@ -370,6 +437,7 @@ func (f *Forwarder) sealLocked() {
 	open := filepath.Join(f.cfg.BufferDir, f.curName+openExt)
 	if f.curN == 0 {
 		os.Remove(open)
+		os.Remove(filepath.Join(f.cfg.BufferDir, f.curName+sourceExt))
 	} else {
 		// The sender syncs the segment before it sends it: an fsync here
 		// would hold every Add, and so the relayed answers, behind the disk.
@@ -417,11 +485,12 @@ func (f *Forwarder) sealOrphan(p, source string) {
 	if syscall.Flock(int(fh.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
 		return
 	}
+	base := strings.TrimSuffix(p, openExt)
 	if st, err := fh.Stat(); err == nil && st.Size() == 0 {
 		os.Remove(p)
+		os.Remove(base + sourceExt)
 		return
 	}
-	base := strings.TrimSuffix(p, openExt)
 	if source != "" && source != f.cfg.Source {
 		if _, err := os.Stat(base + sourceExt); err != nil {
 			if err := os.WriteFile(base+sourceExt, []byte(source), 0o644); err != nil {
@@ -448,6 +517,27 @@ func (f *Forwarder) scanSize() int64 {
 		}
 	}
 	return n
+}
+
+// leftSize is scanSize without the open segments of live relays on the
+// directory: those are theirs to send, not left for the next start (a
+// clean stop beside a live relay logged them as left, rev18p).
+func (f *Forwarder) leftSize() int64 {
+	n := f.scanSize()
+	names, _ := filepath.Glob(filepath.Join(f.cfg.BufferDir, "*"+openExt))
+	for _, p := range names {
+		fh, err := os.Open(p)
+		if err != nil {
+			continue
+		}
+		if syscall.Flock(int(fh.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+			if st, err := fh.Stat(); err == nil {
+				n -= st.Size()
+			}
+		}
+		fh.Close()
+	}
+	return max(n, 0)
 }
 
 // run seals segments by age and sends sealed segments, oldest first.
@@ -680,7 +770,7 @@ func (f *Forwarder) Flush(ctx context.Context) int64 {
 		if len(names) == 0 || ctx.Err() != nil {
 			f.mu.Lock()
 			defer f.mu.Unlock()
-			return f.scanSize()
+			return f.leftSize()
 		}
 		select {
 		case <-ctx.Done():
@@ -693,6 +783,10 @@ func (f *Forwarder) Flush(ctx context.Context) int64 {
 type Stopped struct {
 	// Sent is the number of records the collector took since the start.
 	Sent int64
+	// Dropped is the number of records not buffered since the start
+	// (the buffer full or unwritable): lost, though their calls were
+	// answered.
+	Dropped int64
 	// LeftBytes is what stays in the buffer directory for the next start.
 	LeftBytes int64
 	// Journal is the path of this process's journal when it was left,
@@ -726,7 +820,7 @@ func (f *Forwarder) Stop(ctx context.Context) Stopped {
 		st.Journal, st.InFlight, st.Err = f.journal.close()
 	}
 	f.mu.Lock()
-	st.Sent, st.LeftBytes = f.sent, left
+	st.Sent, st.LeftBytes, st.Dropped = f.sent, left, f.dropped.Load()
 	f.mu.Unlock()
 	if left > 0 {
 		f.log.Warn("call records left in the buffer for the next start", "dir", f.cfg.BufferDir, "bytes", left)

@@ -431,9 +431,11 @@ func TestForwarder_RecordsRejectedInA2xx(t *testing.T) {
 	}
 	waitFor(t, "both batches", func() bool { return len(glob(t, cfg.BufferDir, "*.ndjson")) == 0 && in.count() == 19 })
 	f.Close(context.Background())
+	// And its source (rev18p: every segment names it): posted again, it
+	// goes under it.
 	kept := glob(t, filepath.Join(cfg.BufferDir, rejectDir), "*")
-	if len(kept) != 2 {
-		t.Fatalf("rejected/ holds %v, want a segment and its reason", kept)
+	if len(kept) != 3 || !strings.HasSuffix(kept[2], sourceExt) {
+		t.Fatalf("rejected/ holds %v, want a segment, its reason and its source", kept)
 	}
 	seg, err := os.ReadFile(kept[0])
 	if err != nil || !bytes.Equal(seg, sent) {

@@ -3,6 +3,7 @@ package forward
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -289,13 +290,24 @@ func (f *Forwarder) recoverJournals() {
 			continue
 		}
 		if syscall.Flock(int(fh.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil {
-			if st, err := fh.Stat(); err == nil && time.Since(st.ModTime()) > time.Minute {
-				os.Remove(p)
+			// Sooner when the process its name gives is gone: a clean
+			// stop within the minute left it (rev18p). Not at once: the
+			// pid may be another pid namespace's (relays in containers
+			// sharing the directory), whose process has just created it.
+			if st, err := fh.Stat(); err == nil {
+				if age := time.Since(st.ModTime()); age > time.Minute || age > journalNewDeadAge && !processAlive(p) {
+					os.Remove(p)
+				}
 			}
 		}
 		fh.Close()
 	}
 }
+
+// journalNewDeadAge is how old a .journal.new of a pid that is no process
+// must be to be deleted: far longer than the instant between its creation
+// and its lock.
+const journalNewDeadAge = 5 * time.Second
 
 // recoverJournal buffers the calls in flight of the journal p, opened as
 // fh, if no live process holds it, deletes it, and closes fh.
@@ -409,4 +421,17 @@ func readJournal(fh *os.File) (string, [][]byte, error) {
 		}
 	}
 	return source, out, nil
+}
+
+// processAlive reports whether the process whose pid ends the name of the
+// journal file p (TIME-PID.journal.new) may be alive: true unless the pid
+// is sure to be no process. A reused pid keeps the file until the minute
+// is over, as before.
+func processAlive(p string) bool {
+	name := strings.TrimSuffix(filepath.Base(p), journalNewExt)
+	pid, err := strconv.Atoi(name[strings.LastIndexByte(name, '-')+1:])
+	if err != nil || pid <= 0 {
+		return true
+	}
+	return !errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
 }
