@@ -329,6 +329,20 @@ type AnswerReporter interface {
 	AppendCallsAnswered(ctx context.Context, calls []Record) (stored int, held, differ, answered []int, err error)
 }
 
+// AnswerKeeper is an AnswerReporter that can list the answers it keeps
+// aside: a commit never named their calls (Results.Answered). The replay
+// after a restart hands the engine those of the calls whose judgement was
+// never committed, as the live run had them: the sender, told they were
+// stored, does not send them again (review rev18l, D3). A store that keeps
+// no answers aside (ClickHouse) does not implement it.
+type AnswerKeeper interface {
+	AnswerReporter
+	// AnswersAside returns the answers kept aside whose calls are dated
+	// from since on (every one when since is zero), in no order. It reads
+	// only those rows; safe for concurrent use.
+	AnswersAside(ctx context.Context, since time.Time) ([]Record, error)
+}
+
 // ID returns the stable identity of a finding: the same evidence always
 // gives the same ID, so a finding re-derived after a restart is recognized.
 func (f *Finding) ID() string {

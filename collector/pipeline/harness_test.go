@@ -202,6 +202,16 @@ func (s *crashStore) TooLateCalls(ctx context.Context, since time.Time) ([]audit
 	return s.Store.TooLateCalls(ctx, since)
 }
 
+// AnswersAside passes on the real store's answers kept aside
+// (audit.AnswerKeeper), as serve's pipeline reads them at start.
+func (s *crashStore) AnswersAside(ctx context.Context, since time.Time) ([]audit.Record, error) {
+	k, ok := s.Store.(audit.AnswerKeeper)
+	if !ok {
+		return nil, fmt.Errorf("cannot read the answers kept aside: %w", audit.ErrUnsupported)
+	}
+	return k.AnswersAside(ctx, since)
+}
+
 func (s *crashStore) Writes(ctx context.Context, q audit.WriteQuery) (audit.WritePage, error) {
 	if s.failWrites.Load() {
 		return audit.WritePage{}, fmt.Errorf("cannot read writes: %w", audit.ErrUnavailable)

@@ -385,6 +385,36 @@ func (p *Pipeline) recover(ctx context.Context) error {
 			tooLate[audit.CallRef{Tenant: c.Tenant, ID: c.ID}] = true
 		}
 	}
+	// The answers the store keeps aside that no commit named (review
+	// rev18l, D3): the process may have died after one was acknowledged
+	// and merged, before the commit naming it. The sender does not send
+	// it again, so the replay hands each to the engine right after its
+	// call, when no mark covers the call (its judgement was never
+	// committed), as the live run had it; the engine merges it and the
+	// next commit names the call (audit.Results.Answered). One of a call a
+	// mark covers stays aside: the live run judged the call without it.
+	var aside map[audit.CallRef]*audit.Record
+	if k, ok := p.store.(audit.AnswerKeeper); ok {
+		recs, err := k.AnswersAside(ctx, horizon)
+		if err != nil && !errors.Is(err, audit.ErrUnsupported) {
+			return fmt.Errorf("cannot read the answers kept aside: %w", err)
+		}
+		if len(recs) > 0 {
+			aside = make(map[audit.CallRef]*audit.Record, len(recs))
+			for i := range recs {
+				aside[audit.CallRef{Tenant: recs[i].Call.Tenant, ID: recs[i].Call.ID}] = &recs[i]
+			}
+		}
+	}
+	// answerCovered reports whether the judgement of c was committed
+	// before the stop: its partition's mark covers it, or, without the
+	// state file, the store's watermark does.
+	answerCovered := func(c *audit.Call) bool {
+		if m, ok := marks[detect.PartitionKey{Tenant: c.Tenant, Server: c.Server}]; ok {
+			return !c.Time.After(m.Watermark)
+		}
+		return lost && !wm.IsZero() && !c.Time.After(wm)
+	}
 	p.gate.recovering(wm, committed, deferred, known)
 	p.eng.OnDuplicate(p.gate.duplicate)
 	p.gate.storedWrite = p.storedWrite
@@ -425,7 +455,7 @@ func (p *Pipeline) recover(ctx context.Context) error {
 		}
 	}
 	start := p.now()
-	n, skipped, seeded, skippedLate := 0, 0, 0, 0
+	n, skipped, seeded, skippedLate, answers := 0, 0, 0, 0, 0
 	// covered keeps, per freed partition whose watermark is at or after the
 	// floor, the calls of it the file covers that a call of it from the
 	// floor on can correlate with (reach before the floor), until the
@@ -505,6 +535,18 @@ func (p *Pipeline) recover(ctx context.Context) error {
 			}
 		}
 		add(r)
+		if aside != nil && !r.Call.Responded {
+			ref := audit.CallRef{Tenant: r.Call.Tenant, ID: r.Call.ID}
+			if a := aside[ref]; a != nil {
+				delete(aside, ref)
+				if !answerCovered(r.Call) {
+					answers++
+					p.gate.replaying(a.Call)
+					p.gate.answerHeld(a.Call)
+					p.eng.Add(recoverySource, a, p.now())
+				}
+			}
+		}
 		return nil
 	})
 	if err != nil {
@@ -599,7 +641,8 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	p.countOpen()
 	if n > 0 || skipped > 0 || seeded > 0 || skippedLate > 0 {
 		p.log.Info("correlation state rebuilt from the store", "watermark", wm, "partitions", len(marks),
-			"replayed_calls", n, "freed_calls_skipped", skipped, "freed_calls_seeded", seeded, "too_late_calls_skipped", skippedLate, "known_findings", len(known), "took", p.now().Sub(start).Round(time.Millisecond))
+			"replayed_calls", n, "freed_calls_skipped", skipped, "freed_calls_seeded", seeded, "too_late_calls_skipped", skippedLate,
+			"answers_aside_replayed", answers, "known_findings", len(known), "took", p.now().Sub(start).Round(time.Millisecond))
 	}
 	return nil
 }

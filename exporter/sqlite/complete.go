@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/exporter/chain"
@@ -30,9 +31,11 @@ import (
 // stored row is deleted and its hash kept with its chain entry in
 // chain_pruned, as retention keeps a deleted row's, and the answered copy
 // is inserted as a new row, chained in a new entry. An answer no commit
-// names (the engine dropped it, or the process died before the commit)
-// stays aside: the call is read, replayed and judged without it, as the
-// live run judged it, and `mcpaudit calls` shows it unanswered.
+// names stays aside, and `mcpaudit calls` shows the call unanswered: the
+// engine dropped it (the call is read, replayed and judged without it, as
+// the live run judged it), or the process died before the commit, and the
+// restart's replay hands it to the engine again (AnswersAside: review
+// rev18l's D3).
 
 // answersLateTable keeps the answers of stored unanswered calls that no
 // commit named as taken by the engine (yet): one per call id and tenant
@@ -46,6 +49,11 @@ const answersLateTable = `CREATE TABLE IF NOT EXISTS answers_late (
 		rec    BLOB    NOT NULL,
 		PRIMARY KEY (tenant, id)
 	) WITHOUT ROWID, STRICT`
+
+// answersLateTime serves the restart's read of the answers aside in the
+// replay's range (AnswersAside) and retention's delete by time, which
+// scanned the table. Created when missing, with the table.
+const answersLateTime = `CREATE INDEX IF NOT EXISTS answers_late_time ON answers_late (time)`
 
 // sqlStoredNearKey reads the stored call of an id and interned tenant
 // through calls_key, a millisecond either side of ms: two observations of
@@ -111,6 +119,43 @@ func (s *Store) keepAnswersStep(rows []callRow) (_ []int, err error) {
 		}
 	}
 	return differ, wrap(tx.Commit())
+}
+
+var _ audit.AnswerKeeper = (*Store)(nil)
+
+// AnswersAside returns the answers kept aside (answers_late) whose calls
+// are dated from since on: the replay after a restart hands the engine
+// those of the calls whose judgement was never committed (review rev18l,
+// D3). It reads only the rows in range, through answers_late_time.
+func (s *Store) AnswersAside(ctx context.Context, since time.Time) ([]audit.Record, error) {
+	if s.closed.Load() {
+		return nil, errClosed("read the answers kept aside")
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT id, time, rec FROM answers_late WHERE time >= ?`, clampNanos(since))
+	if err != nil {
+		return nil, s.fail("read the answers kept aside", err)
+	}
+	defer rows.Close()
+	var out []audit.Record
+	for rows.Next() {
+		var id any
+		var t int64
+		var blob []byte
+		if err := rows.Scan(&id, &t, &blob); err != nil {
+			return nil, s.fail("read the answers kept aside", err)
+		}
+		// Its own buffer: the record's texts may be views of it. Whole,
+		// with its response, as the live run had it (a few rows).
+		var rec audit.Record
+		if _, err := decodeCall(nil, id, t, blob, &rec); err != nil {
+			return nil, fmt.Errorf("cannot read the answer kept aside of call %s: %w", unpackID(callPrefix, id), err)
+		}
+		out = append(out, rec)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.fail("read the answers kept aside", err)
+	}
+	return out, nil
 }
 
 // answerAside reads the answer kept aside for the call of row, if any.

@@ -401,9 +401,11 @@ func open(ctx context.Context, path string, opts Options) (*Store, error) {
 	}
 	// Made when missing, without a schema version: a release before it
 	// reads and writes the file as before, and the table is then unused.
-	if _, err := w.Exec(answersLateTable); err != nil {
-		w.Close()
-		return nil, fmt.Errorf("cannot open store %s: %w", path, wrap(err))
+	for _, q := range []string{answersLateTable, answersLateTime} {
+		if _, err := w.Exec(q); err != nil {
+			w.Close()
+			return nil, fmt.Errorf("cannot open store %s: %w", path, wrap(err))
+		}
 	}
 
 	rq := url.Values{}
