@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"fmt"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -97,7 +98,7 @@ type gate struct {
 	// commit stores them with the output (audit.Results.TooLate).
 	tooLate []audit.CallRef
 	// withdrawn holds the findings taken back after a commit stored them
-	// (audit.FindingWithdrawer): the next commit marks them resolved, by
+	// (audit.FindingWithdrawer): the next commit marks them withdrawn, by
 	// withdrawnBy, in the store's finding lifecycle.
 	withdrawn []audit.FindingChange
 	// held is set while the engine takes a call that the store held
@@ -385,18 +386,19 @@ func (g *gate) Finding(f *audit.Finding) {
 // tooLateCall notes a call the engine counted too late to be judged, for
 // the next commit: the replay after a restart passes over it, as the live
 // withdrawnBy names the collector as the author of the lifecycle change
-// that withdraws a finding: a person reads who resolved it in its history.
+// that withdraws a finding: a person reads who withdrew it in its history.
 const withdrawnBy = "mcpaudit"
 
-// withdrawnNote is the note of that change.
-const withdrawnNote = "withdrawn by mcpaudit: a call dated within the write's verification window, judged late (after the window closed), settled the write; judged in time order there is no such finding (docs/detection.md, Late calls)"
+// withdrawnNote is the note of that change, with the ID of the call
+// judged late that withdrew it.
+const withdrawnNote = "withdrawn by mcpaudit: call %s, dated within the write's verification window and judged late (after the window closed), settled the write; judged in time order there is no such finding (docs/detection.md, Late calls)"
 
 // WithdrawFinding takes back an unverified_write that a call judged late
 // showed wrong. Not yet committed, it is dropped from the commit; stored,
-// the next commit marks it resolved in its lifecycle (the mechanism the
-// store has for a finding no longer open; its row and id stay, and a
-// person sees who resolved it and why). The sinks that can are told too.
-func (g *gate) WithdrawFinding(f *audit.Finding, at time.Time) {
+// the next commit marks it withdrawn in its lifecycle (audit.FindingWithdrawn:
+// its row and id stay, lists and counts leave it out, and a person sees
+// who withdrew it and why). The sinks that can are told too.
+func (g *gate) WithdrawFinding(f *audit.Finding, call string, at time.Time) {
 	id := f.ID()
 	dropped := false
 	for i := range g.findings {
@@ -408,12 +410,12 @@ func (g *gate) WithdrawFinding(f *audit.Finding, at time.Time) {
 		}
 	}
 	if !dropped {
-		g.withdrawn = append(g.withdrawn, audit.FindingChange{FindingID: id, Tenant: f.Tenant, State: audit.FindingResolved,
-			By: withdrawnBy, Note: withdrawnNote, Time: at})
+		g.withdrawn = append(g.withdrawn, audit.FindingChange{FindingID: id, Tenant: f.Tenant, State: audit.FindingWithdrawn,
+			By: withdrawnBy, Note: fmt.Sprintf(withdrawnNote, call), Time: at})
 	}
 	for _, s := range g.sinks {
 		if w, ok := s.(audit.FindingWithdrawer); ok {
-			w.WithdrawFinding(f, at)
+			w.WithdrawFinding(f, call, at)
 		}
 	}
 }

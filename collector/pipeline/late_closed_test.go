@@ -1,9 +1,12 @@
 package pipeline_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -80,6 +83,9 @@ func TestLateAfterWindowClosed_Serve(t *testing.T) {
 				t.Fatal(err)
 			}
 			r.steps(20, nil)
+			if tc.accepted {
+				checkWithdrawn(t, r.store, want)
+			}
 			got := r.stop()
 			sameStored(t, "live", got, want)
 
@@ -88,6 +94,62 @@ func TestLateAfterWindowClosed_Serve(t *testing.T) {
 			r.steps(20, nil)
 			sameStored(t, "after a restart", r.stop(), want)
 		})
+	}
+}
+
+// checkWithdrawn checks what the API reads of the store after the replay
+// settled the write (rev18w): without a state, the findings and counts of
+// judging in time order, none more; the unverified_write made when the
+// window closed is withdrawn by mcpaudit, with a note naming the replay,
+// found by state=withdrawn and by its id. On lw18 it was resolved and
+// listed: the API gave a finding analyze does not.
+func checkWithdrawn(t *testing.T, st audit.Store, want outcome) {
+	t.Helper()
+	ctx := context.Background()
+	pg, err := st.Findings(ctx, audit.FindingQuery{Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, f := range pg.Findings {
+		got = append(got, f.ID())
+	}
+	slices.Sort(got)
+	if w := slices.Sorted(maps.Keys(want.findings)); !slices.Equal(got, w) {
+		t.Errorf("findings without state: %v, in time order %v", got, w)
+	}
+	cs, err := st.FindingCounts(ctx, audit.FindingQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, c := range cs {
+		n += c.Count
+	}
+	if n != int64(len(want.findings)) {
+		t.Errorf("counts without state add up to %d (%+v), in time order %d", n, cs, len(want.findings))
+	}
+	pg, err = st.Findings(ctx, audit.FindingQuery{State: audit.FindingWithdrawn, Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pg.Findings) != 1 || pg.Findings[0].Kind != audit.KindUnverifiedWrite {
+		t.Fatalf("state=withdrawn: %+v, want the write's unverified_write", pg.Findings)
+	}
+	f := pg.Findings[0]
+	replay, err := st.(audit.Investigator).Calls(ctx, audit.CallQuery{Session: "s-b"})
+	if err != nil || len(replay.Calls) != 1 {
+		t.Fatalf("the replay's call: %+v, %v", replay.Calls, err)
+	}
+	if f.Status == nil || f.Status.By != "mcpaudit" || !strings.Contains(f.Status.Note, replay.Calls[0].Call.ID) {
+		t.Errorf("withdrawn finding's status %+v: want by mcpaudit, the note naming the replay %s", f.Status, replay.Calls[0].Call.ID)
+	}
+	byID, err := st.Findings(ctx, audit.FindingQuery{ID: f.ID()})
+	if err != nil || len(byID.Findings) != 1 || byID.Findings[0].StateOf() != audit.FindingWithdrawn {
+		t.Errorf("withdrawn finding by its id: %+v, %v", byID.Findings, err)
+	}
+	if _, err := st.(audit.Investigator).ChangeFinding(ctx, audit.FindingChange{FindingID: f.ID(), State: audit.FindingOpen, By: "bob", Time: time.Now()}); !errors.Is(err, audit.ErrStateConflict) {
+		t.Errorf("a person reopening the withdrawn finding: %v, want ErrStateConflict", err)
 	}
 }
 
