@@ -187,3 +187,51 @@ func sameStored(t *testing.T, name string, got, want outcome) {
 		t.Errorf("%s: write states %v, in time order %v", name, got.writes, want.writes)
 	}
 }
+
+// TestLateAfterWindowClosed_CrashBeforeWithdrawal (rev18w) pins the gap
+// docs/detection.md names: the replay that settles a write whose window
+// closed (its unverified_write stored) is acknowledged, then the process
+// dies before the commit that would withdraw the finding. The restart
+// judges the calls in time order: the write is resolved and no finding is
+// made, but the stored unverified_write stays open for good: the API lists
+// a finding analyze does not, and nothing later takes it back.
+//
+// It fails on lw18 and on rev18w (not fixed: the replay would have to
+// withdraw a stored unverified_write of its range that judging in time
+// order does not make); skipped so the package stays green. Remove the
+// skip to see it.
+func TestLateAfterWindowClosed_CrashBeforeWithdrawal(t *testing.T) {
+	t.Skip("known gap (rev18w): a withdrawal lost in a crash is never made; the stored unverified_write stays open")
+	dedit := func(c *detect.Config) { c.VerifyWindow = 20 * time.Second; c.CorrelationWindow = 2 * time.Minute }
+	at := wallStart.Add(-time.Minute)
+	write := keyedPatchLine("s-a", 1, at, false)
+	replay := keyedPatchLine("s-b", 2, at.Add(15*time.Second), true)
+	var others [][]byte
+	for i := 1; i <= 29; i++ {
+		others = append(others, callLine("thegram", "s-o", 100+i, at.Add(time.Duration(i)*time.Second)))
+	}
+	dir := t.TempDir()
+	clock := newClock(wallStart)
+	r := openRunDetect(t, dir, clock, nil, dedit, nil)
+	if _, err := r.ingest(batch(t, "calls:reproA", slices.Concat([][]byte{write}, others)...)); err != nil {
+		t.Fatal(err)
+	}
+	clock.Add(3 * time.Second)
+	r.status()
+	if n := len(openFindings(r.read())); n != 1 {
+		t.Fatalf("%d findings before the replay came, want the write's unverified_write: the test shows nothing", n)
+	}
+	clock.Add(9 * time.Second)
+	if _, err := r.p.Ingest(context.Background(), batch(t, "calls:reproA", replay)); err != nil {
+		t.Fatal(err)
+	}
+	r.crash()
+
+	r = openRunDetect(t, dir, clock, nil, dedit, nil)
+	clock.Add(10 * time.Minute)
+	r.steps(20, nil)
+	got := r.stop()
+	if open := openFindings(got); len(open) != 0 {
+		t.Errorf("after the restart: open findings %v; judged in time order there is none (the withdrawal was lost in the crash)", open)
+	}
+}
