@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -101,6 +102,14 @@ type gate struct {
 	// (audit.FindingWithdrawer): the next commit marks them withdrawn, by
 	// withdrawnBy, in the store's finding lifecycle.
 	withdrawn []audit.FindingChange
+	// told holds the unverified_write findings this process told the
+	// sinks, by id, with the end of their write's window: a withdrawal is
+	// told the sinks only for one of them (one committed before a restart
+	// was not told, and a metrics counter of withdrawals would outgrow
+	// the findings counter; found by rev18w). Pruned at each take once the
+	// window closed more than allowed_lateness + lateness before the
+	// committed watermark: no call judged can withdraw it then.
+	told map[string]time.Time
 	// held is set while the engine takes a call that the store held
 	// before its request stored it (a copy sent again), or that may be
 	// such a copy (a store that cannot tell): counted too late, it is not
@@ -378,6 +387,12 @@ func (g *gate) Finding(f *audit.Finding) {
 		o = origin{at: f.Time.Add(g.eng.Config().VerifyWindow), window: true}
 	}
 	g.origins = append(g.origins, o)
+	if f.Kind == audit.KindUnverifiedWrite {
+		if g.told == nil {
+			g.told = map[string]time.Time{}
+		}
+		g.told[f.ID()] = f.Time.Add(g.eng.Config().VerifyWindow)
+	}
 	for _, s := range g.sinks {
 		s.Finding(f)
 	}
@@ -413,6 +428,10 @@ func (g *gate) WithdrawFinding(f *audit.Finding, call string, at time.Time) {
 		g.withdrawn = append(g.withdrawn, audit.FindingChange{FindingID: id, Tenant: f.Tenant, State: audit.FindingWithdrawn,
 			By: withdrawnBy, Note: fmt.Sprintf(withdrawnNote, call), Time: at})
 	}
+	if _, ok := g.told[id]; !ok {
+		return // the sinks were not told it in this process
+	}
+	delete(g.told, id)
 	for _, s := range g.sinks {
 		if w, ok := s.(audit.FindingWithdrawer); ok {
 			w.WithdrawFinding(f, call, at)
@@ -601,6 +620,11 @@ func (g *gate) take() audit.Results {
 	g.findings = nil
 	g.taken = append(g.taken, g.origins...)
 	g.origins = nil
+	if len(g.told) > 0 && !g.committedWM.IsZero() {
+		c := g.eng.Config()
+		gone := g.committedWM.Add(-c.AllowedLateness - c.Lateness)
+		maps.DeleteFunc(g.told, func(_ string, end time.Time) bool { return end.Before(gone) })
+	}
 	return r
 }
 

@@ -62,7 +62,8 @@ func TestLateAfterWindowClosed_Serve(t *testing.T) {
 
 			dir := t.TempDir()
 			clock := newClock(wallStart)
-			r = openRunDetect(t, dir, clock, nil, dedit, nil)
+			rec := newRecorder()
+			r = openRunDetect(t, dir, clock, nil, dedit, rec)
 			if _, err := r.ingest(batch(t, "calls:reproA", slices.Concat([][]byte{write}, others)...)); err != nil {
 				t.Fatal(err)
 			}
@@ -85,6 +86,13 @@ func TestLateAfterWindowClosed_Serve(t *testing.T) {
 			r.steps(20, nil)
 			if tc.accepted {
 				checkWithdrawn(t, r.store, want)
+				// The sinks (the metrics) are told the withdrawal of the
+				// finding they were told (rev18w).
+				rec.mu.Lock()
+				if len(rec.withdrawn) != 1 || len(rec.findings) != 1 {
+					t.Errorf("sinks told findings %v, withdrawn %v; want the one finding, withdrawn", rec.findings, rec.withdrawn)
+				}
+				rec.mu.Unlock()
 			}
 			got := r.stop()
 			sameStored(t, "live", got, want)
