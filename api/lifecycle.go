@@ -136,7 +136,7 @@ func findingQuery(p *params, tenant string) audit.FindingQuery {
 		p.err = &paramError{"severity", "want info, warning or critical"}
 	}
 	if p.err == nil && q.State != "" && !q.State.Valid() {
-		p.err = &paramError{"state", "want open, acknowledged or resolved"}
+		p.err = &paramError{"state", "want open, acknowledged, resolved or withdrawn"}
 	}
 	return q
 }

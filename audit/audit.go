@@ -294,11 +294,12 @@ type Sink interface {
 // an unverified_write made when its write's window closed, which a call
 // dated within that window, judged after it closed (late), settles; judging
 // in order makes no such finding (docs/detection.md, "Late calls"). f is
-// the finding as it was made (same ID); at is the settling call's time. A
-// sink never given f, or that no longer keeps it, ignores the call. Called
-// from the detector's goroutine, as the Sink's methods are.
+// the finding as it was made (same ID); call is the ID of the call judged
+// late that withdrew it, at that call's time. A sink never given f, or
+// that no longer keeps it, ignores the call. Called from the detector's
+// goroutine, as the Sink's methods are.
 type FindingWithdrawer interface {
-	WithdrawFinding(f *Finding, at time.Time)
+	WithdrawFinding(f *Finding, call string, at time.Time)
 }
 
 // SLI computes the write-durability SLI of findings.md §2 from counts by

@@ -20,7 +20,7 @@ var (
 )
 
 // FindingState is where a finding stands in its lifecycle: open until a
-// person acknowledges or resolves it.
+// person acknowledges or resolves it, or until the collector withdraws it.
 type FindingState string
 
 // Finding states.
@@ -28,26 +28,41 @@ const (
 	FindingOpen         FindingState = "open"
 	FindingAcknowledged FindingState = "acknowledged"
 	FindingResolved     FindingState = "resolved"
+	// FindingWithdrawn is set by the collector alone (by "mcpaudit"), never
+	// by a person: a call judged late showed the finding wrong, and judging
+	// in time order (analyze) makes none (docs/detection.md, "A late call of
+	// a write whose window already closed"). A withdrawn finding is left out
+	// of every list and count unless asked for by state or id, and no
+	// person may change it again.
+	FindingWithdrawn FindingState = "withdrawn"
 )
 
 // FindingStates lists the lifecycle states in order.
-var FindingStates = []FindingState{FindingOpen, FindingAcknowledged, FindingResolved}
+var FindingStates = []FindingState{FindingOpen, FindingAcknowledged, FindingResolved, FindingWithdrawn}
 
 // Valid reports whether s is one of FindingStates.
 func (s FindingState) Valid() bool {
-	return s == FindingOpen || s == FindingAcknowledged || s == FindingResolved
+	return s == FindingOpen || s == FindingAcknowledged || s == FindingResolved || s == FindingWithdrawn
 }
 
 // CheckTransition returns an error wrapping ErrStateConflict when a finding
 // in state from may not move to state to. A resolved finding can only be
 // reopened; anything else may be acknowledged (again, with a new note),
-// resolved or reopened.
+// resolved or reopened. A withdrawn finding can move nowhere; any other may
+// be withdrawn, one a person acknowledged or resolved too: the finding is
+// wrong whatever a person made of it, and its history keeps their change.
 func CheckTransition(from, to FindingState) error {
 	if from == "" {
 		from = FindingOpen
 	}
 	if !to.Valid() {
 		return fmt.Errorf("unknown finding state %q: %w", to, ErrStateConflict)
+	}
+	if from == FindingWithdrawn {
+		return fmt.Errorf("finding was withdrawn by mcpaudit: %w", ErrStateConflict)
+	}
+	if to == FindingWithdrawn {
+		return nil
 	}
 	if from == FindingResolved && to != FindingOpen {
 		return fmt.Errorf("finding is already resolved (reopen it first): %w", ErrStateConflict)

@@ -86,7 +86,8 @@ type FindingQuery struct {
 	Limit    int       // at most this many; the store applies a default and a cap
 	Cursor   string    // from a previous page
 	// State keeps the findings in this lifecycle state (open: never
-	// changed, or reopened).
+	// changed, or reopened). Empty keeps every state but withdrawn, unless
+	// ID is set: a withdrawn finding is found by its state or its id only.
 	State FindingState
 	// Newest returns the newest findings first; a cursor continues in the
 	// order it was made in.

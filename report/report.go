@@ -246,6 +246,9 @@ func kindRows(fc []audit.FindingCount) ([]KindRow, int64) {
 	byKind := map[audit.Kind]*KindRow{}
 	var total int64
 	for _, c := range fc {
+		if c.State == audit.FindingWithdrawn {
+			continue // taken back by the collector: analyze has none
+		}
 		k := byKind[c.Kind]
 		if k == nil {
 			k = &KindRow{Kind: c.Kind, Severity: c.Kind.Severity()}

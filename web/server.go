@@ -773,6 +773,9 @@ func (s *Server) index(w http.ResponseWriter, r *http.Request) {
 		Target: s.api.SLOTarget}
 	byKind := map[audit.Kind]*kindCount{}
 	for _, c := range counts {
+		if c.State == audit.FindingWithdrawn {
+			continue // no kind's count: the collector took it back
+		}
 		k := byKind[c.Kind]
 		if k == nil {
 			k = &kindCount{Kind: c.Kind, Severity: c.Kind.Severity()}
@@ -868,6 +871,8 @@ func (s *Server) finding(w http.ResponseWriter, r *http.Request) {
 		v.Finding.RetryAction = action
 	}
 	switch f.StateOf() {
+	case audit.FindingWithdrawn:
+		v.Actions = nil // the collector's change, final (409 for a person)
 	case audit.FindingResolved:
 		v.Actions = []string{"reopen"}
 	default:

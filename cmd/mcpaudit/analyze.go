@@ -345,7 +345,7 @@ func (c *collector) Finding(f *audit.Finding) {
 
 // WithdrawFinding drops a finding that a call judged late (a line out of
 // order within allowed_lateness) settled: judging in order makes none.
-func (c *collector) WithdrawFinding(f *audit.Finding, _ time.Time) {
+func (c *collector) WithdrawFinding(f *audit.Finding, _ string, _ time.Time) {
 	id := f.ID()
 	for i := range c.findings {
 		if c.findings[i].ID() == id {

@@ -45,8 +45,10 @@ func (s outcomeSink) Write(w *audit.Write, _ audit.WriteState) {
 }
 func (s outcomeSink) Finding(f *audit.Finding) { s.o.findings[f.ID()] = *f }
 
-// WithdrawFinding takes back a finding, as a store marks it resolved.
-func (s outcomeSink) WithdrawFinding(f *audit.Finding, _ time.Time) { delete(s.o.findings, f.ID()) }
+// WithdrawFinding takes back a finding, as a store marks it withdrawn.
+func (s outcomeSink) WithdrawFinding(f *audit.Finding, _ string, _ time.Time) {
+	delete(s.o.findings, f.ID())
+}
 
 func newOutcome() *outcome {
 	return &outcome{findings: map[string]audit.Finding{}, states: map[string]audit.WriteState{}}

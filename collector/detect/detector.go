@@ -16,6 +16,9 @@ import (
 type detector struct {
 	cfg Config
 	out *emitter
+	// judging is the ID of the call being processed: the one that
+	// withdraws a finding when it settles a write (settle).
+	judging string
 
 	// server and tenant name the partition.
 	server, tenant string
@@ -80,6 +83,7 @@ func (d *detector) advance(t etime) {
 func (d *detector) process(r *audit.Record, at pos, src *source) {
 	c := r.Call
 	ev := &event{rec: r, call: c, actor: actorOf(c), at: at, late: at.before(d.last), src: src}
+	d.judging = c.ID
 	if !ev.late {
 		d.last = at
 	}

@@ -76,7 +76,7 @@ func (d *detector) openAt(w *writeRec, t etime) bool {
 // findings mark it resolved (audit.FindingWithdrawer).
 func (d *detector) settle(w *writeRec, s word, t etime) {
 	if w.state == wUnverified && (w.more == nil || !w.more.unreported) {
-		d.out.withdraw(d.unverifiedFinding(w), t)
+		d.out.withdraw(d.unverifiedFinding(w), d.judging, t)
 	}
 	d.setState(w, s, t)
 }
@@ -244,13 +244,13 @@ func (d *detector) emitWrite(w *writeRec, prev audit.WriteState, at etime) {
 // withdraw takes back an unverified_write made when its window closed,
 // which a call within the window, judged after it closed, settles; at is
 // that call's time.
-func (o *emitter) withdraw(f *audit.Finding, at etime) {
+func (o *emitter) withdraw(f *audit.Finding, call string, at etime) {
 	f.Severity = f.Kind.Severity()
 	o.stats.Findings[f.Kind]--
 	o.stats.Withdrawn++
 	for _, s := range o.sinks {
 		if w, ok := s.(audit.FindingWithdrawer); ok {
-			w.WithdrawFinding(f, at.Time())
+			w.WithdrawFinding(f, call, at.Time())
 		}
 	}
 }

@@ -1,6 +1,8 @@
 package pipeline
 
 import (
+	"fmt"
+	"maps"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -102,7 +104,7 @@ type gate struct {
 	// (audit.Results.Answered).
 	answered []audit.CallRef
 	// withdrawn holds the findings taken back after a commit stored them
-	// (audit.FindingWithdrawer): the next commit marks them resolved, by
+	// (audit.FindingWithdrawer): the next commit marks them withdrawn, by
 	// withdrawnBy, in the store's finding lifecycle.
 	withdrawn []audit.FindingChange
 	// answers holds the calls (tenant and id) of the answers the store
@@ -111,6 +113,14 @@ type gate struct {
 	// partition freed as idle) is named too (judged). An answer the engine
 	// dropped stays until the map is cleared at maxAnswersHeld.
 	answers map[string]bool
+	// told holds the unverified_write findings this process told the
+	// sinks, by id, with the end of their write's window: a withdrawal is
+	// told the sinks only for one of them (one committed before a restart
+	// was not told, and a metrics counter of withdrawals would outgrow
+	// the findings counter; found by rev18w). Pruned at each take once the
+	// window closed more than allowed_lateness + lateness before the
+	// committed watermark: no call judged can withdraw it then.
+	told map[string]time.Time
 	// held is set while the engine takes a call that the store held
 	// before its request stored it (a copy sent again), or that may be
 	// such a copy (a store that cannot tell): counted too late, it is not
@@ -388,6 +398,12 @@ func (g *gate) Finding(f *audit.Finding) {
 		o = origin{at: f.Time.Add(g.eng.Config().VerifyWindow), window: true}
 	}
 	g.origins = append(g.origins, o)
+	if f.Kind == audit.KindUnverifiedWrite {
+		if g.told == nil {
+			g.told = map[string]time.Time{}
+		}
+		g.told[f.ID()] = f.Time.Add(g.eng.Config().VerifyWindow)
+	}
 	for _, s := range g.sinks {
 		s.Finding(f)
 	}
@@ -396,18 +412,19 @@ func (g *gate) Finding(f *audit.Finding) {
 // tooLateCall notes a call the engine counted too late to be judged, for
 // the next commit: the replay after a restart passes over it, as the live
 // withdrawnBy names the collector as the author of the lifecycle change
-// that withdraws a finding: a person reads who resolved it in its history.
+// that withdraws a finding: a person reads who withdrew it in its history.
 const withdrawnBy = "mcpaudit"
 
-// withdrawnNote is the note of that change.
-const withdrawnNote = "withdrawn by mcpaudit: a call dated within the write's verification window, judged late (after the window closed), settled the write; judged in time order there is no such finding (docs/detection.md, Late calls)"
+// withdrawnNote is the note of that change, with the ID of the call
+// judged late that withdrew it.
+const withdrawnNote = "withdrawn by mcpaudit: call %s, dated within the write's verification window and judged late (after the window closed), settled the write; judged in time order there is no such finding (docs/detection.md, Late calls)"
 
 // WithdrawFinding takes back an unverified_write that a call judged late
 // showed wrong. Not yet committed, it is dropped from the commit; stored,
-// the next commit marks it resolved in its lifecycle (the mechanism the
-// store has for a finding no longer open; its row and id stay, and a
-// person sees who resolved it and why). The sinks that can are told too.
-func (g *gate) WithdrawFinding(f *audit.Finding, at time.Time) {
+// the next commit marks it withdrawn in its lifecycle (audit.FindingWithdrawn:
+// its row and id stay, lists and counts leave it out, and a person sees
+// who withdrew it and why). The sinks that can are told too.
+func (g *gate) WithdrawFinding(f *audit.Finding, call string, at time.Time) {
 	id := f.ID()
 	dropped := false
 	for i := range g.findings {
@@ -419,12 +436,16 @@ func (g *gate) WithdrawFinding(f *audit.Finding, at time.Time) {
 		}
 	}
 	if !dropped {
-		g.withdrawn = append(g.withdrawn, audit.FindingChange{FindingID: id, Tenant: f.Tenant, State: audit.FindingResolved,
-			By: withdrawnBy, Note: withdrawnNote, Time: at})
+		g.withdrawn = append(g.withdrawn, audit.FindingChange{FindingID: id, Tenant: f.Tenant, State: audit.FindingWithdrawn,
+			By: withdrawnBy, Note: fmt.Sprintf(withdrawnNote, call), Time: at})
 	}
+	if _, ok := g.told[id]; !ok {
+		return // the sinks were not told it in this process
+	}
+	delete(g.told, id)
 	for _, s := range g.sinks {
 		if w, ok := s.(audit.FindingWithdrawer); ok {
-			w.WithdrawFinding(f, at)
+			w.WithdrawFinding(f, call, at)
 		}
 	}
 }
@@ -651,6 +672,11 @@ func (g *gate) take() audit.Results {
 	g.findings = nil
 	g.taken = append(g.taken, g.origins...)
 	g.origins = nil
+	if len(g.told) > 0 && !g.committedWM.IsZero() {
+		c := g.eng.Config()
+		gone := g.committedWM.Add(-c.AllowedLateness - c.Lateness)
+		maps.DeleteFunc(g.told, func(_ string, end time.Time) bool { return end.Before(gone) })
+	}
 	return r
 }
 

@@ -58,6 +58,9 @@ type recorder struct {
 	callPart map[string]detect.PartitionKey
 	writes   map[string]int // "call/seq/state"
 	findings map[string]int
+	// withdrawn counts the findings told withdrawn
+	// (audit.FindingWithdrawer), as the metrics' withdrawn counter does.
+	withdrawn map[string]int
 	// pending counts, per tenant, the writes told pending and not yet
 	// told leaving it, as the metrics' pending gauge keeps them.
 	pending map[string]int
@@ -69,7 +72,7 @@ type recorder struct {
 
 func newRecorder() *recorder {
 	return &recorder{calls: map[string]int{}, callTime: map[string]time.Time{}, callPart: map[string]detect.PartitionKey{},
-		writes: map[string]int{}, findings: map[string]int{}, pending: map[string]int{}}
+		writes: map[string]int{}, findings: map[string]int{}, withdrawn: map[string]int{}, pending: map[string]int{}}
 }
 
 // newBlockingRecorder returns a recorder whose next Call blocks the engine
@@ -112,6 +115,12 @@ func (s *recorder) Write(w *audit.Write, prev audit.WriteState) {
 		s.pending[w.Tenant]++
 	}
 	s.mu.Unlock()
+}
+
+func (s *recorder) WithdrawFinding(f *audit.Finding, _ string, _ time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.withdrawn[f.ID()]++
 }
 
 func (s *recorder) Finding(f *audit.Finding) {

@@ -1,9 +1,12 @@
 package pipeline_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,7 +62,8 @@ func TestLateAfterWindowClosed_Serve(t *testing.T) {
 
 			dir := t.TempDir()
 			clock := newClock(wallStart)
-			r = openRunDetect(t, dir, clock, nil, dedit, nil)
+			rec := newRecorder()
+			r = openRunDetect(t, dir, clock, nil, dedit, rec)
 			if _, err := r.ingest(batch(t, "calls:reproA", slices.Concat([][]byte{write}, others)...)); err != nil {
 				t.Fatal(err)
 			}
@@ -80,6 +84,16 @@ func TestLateAfterWindowClosed_Serve(t *testing.T) {
 				t.Fatal(err)
 			}
 			r.steps(20, nil)
+			if tc.accepted {
+				checkWithdrawn(t, r.store, want)
+				// The sinks (the metrics) are told the withdrawal of the
+				// finding they were told (rev18w).
+				rec.mu.Lock()
+				if len(rec.withdrawn) != 1 || len(rec.findings) != 1 {
+					t.Errorf("sinks told findings %v, withdrawn %v; want the one finding, withdrawn", rec.findings, rec.withdrawn)
+				}
+				rec.mu.Unlock()
+			}
 			got := r.stop()
 			sameStored(t, "live", got, want)
 
@@ -88,6 +102,62 @@ func TestLateAfterWindowClosed_Serve(t *testing.T) {
 			r.steps(20, nil)
 			sameStored(t, "after a restart", r.stop(), want)
 		})
+	}
+}
+
+// checkWithdrawn checks what the API reads of the store after the replay
+// settled the write (rev18w): without a state, the findings and counts of
+// judging in time order, none more; the unverified_write made when the
+// window closed is withdrawn by mcpaudit, with a note naming the replay,
+// found by state=withdrawn and by its id. On lw18 it was resolved and
+// listed: the API gave a finding analyze does not.
+func checkWithdrawn(t *testing.T, st audit.Store, want outcome) {
+	t.Helper()
+	ctx := context.Background()
+	pg, err := st.Findings(ctx, audit.FindingQuery{Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, f := range pg.Findings {
+		got = append(got, f.ID())
+	}
+	slices.Sort(got)
+	if w := slices.Sorted(maps.Keys(want.findings)); !slices.Equal(got, w) {
+		t.Errorf("findings without state: %v, in time order %v", got, w)
+	}
+	cs, err := st.FindingCounts(ctx, audit.FindingQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, c := range cs {
+		n += c.Count
+	}
+	if n != int64(len(want.findings)) {
+		t.Errorf("counts without state add up to %d (%+v), in time order %d", n, cs, len(want.findings))
+	}
+	pg, err = st.Findings(ctx, audit.FindingQuery{State: audit.FindingWithdrawn, Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pg.Findings) != 1 || pg.Findings[0].Kind != audit.KindUnverifiedWrite {
+		t.Fatalf("state=withdrawn: %+v, want the write's unverified_write", pg.Findings)
+	}
+	f := pg.Findings[0]
+	replay, err := st.(audit.Investigator).Calls(ctx, audit.CallQuery{Session: "s-b"})
+	if err != nil || len(replay.Calls) != 1 {
+		t.Fatalf("the replay's call: %+v, %v", replay.Calls, err)
+	}
+	if f.Status == nil || f.Status.By != "mcpaudit" || !strings.Contains(f.Status.Note, replay.Calls[0].Call.ID) {
+		t.Errorf("withdrawn finding's status %+v: want by mcpaudit, the note naming the replay %s", f.Status, replay.Calls[0].Call.ID)
+	}
+	byID, err := st.Findings(ctx, audit.FindingQuery{ID: f.ID()})
+	if err != nil || len(byID.Findings) != 1 || byID.Findings[0].StateOf() != audit.FindingWithdrawn {
+		t.Errorf("withdrawn finding by its id: %+v, %v", byID.Findings, err)
+	}
+	if _, err := st.(audit.Investigator).ChangeFinding(ctx, audit.FindingChange{FindingID: f.ID(), State: audit.FindingOpen, By: "bob", Time: time.Now()}); !errors.Is(err, audit.ErrStateConflict) {
+		t.Errorf("a person reopening the withdrawn finding: %v, want ErrStateConflict", err)
 	}
 }
 
@@ -123,5 +193,53 @@ func sameStored(t *testing.T, name string, got, want outcome) {
 	}
 	if !maps.Equal(got.writes, want.writes) {
 		t.Errorf("%s: write states %v, in time order %v", name, got.writes, want.writes)
+	}
+}
+
+// TestLateAfterWindowClosed_CrashBeforeWithdrawal (rev18w) pins the gap
+// docs/detection.md names: the replay that settles a write whose window
+// closed (its unverified_write stored) is acknowledged, then the process
+// dies before the commit that would withdraw the finding. The restart
+// judges the calls in time order: the write is resolved and no finding is
+// made, but the stored unverified_write stays open for good: the API lists
+// a finding analyze does not, and nothing later takes it back.
+//
+// It fails on lw18 and on rev18w (not fixed: the replay would have to
+// withdraw a stored unverified_write of its range that judging in time
+// order does not make); skipped so the package stays green. Remove the
+// skip to see it.
+func TestLateAfterWindowClosed_CrashBeforeWithdrawal(t *testing.T) {
+	t.Skip("known gap (rev18w): a withdrawal lost in a crash is never made; the stored unverified_write stays open")
+	dedit := func(c *detect.Config) { c.VerifyWindow = 20 * time.Second; c.CorrelationWindow = 2 * time.Minute }
+	at := wallStart.Add(-time.Minute)
+	write := keyedPatchLine("s-a", 1, at, false)
+	replay := keyedPatchLine("s-b", 2, at.Add(15*time.Second), true)
+	var others [][]byte
+	for i := 1; i <= 29; i++ {
+		others = append(others, callLine("thegram", "s-o", 100+i, at.Add(time.Duration(i)*time.Second)))
+	}
+	dir := t.TempDir()
+	clock := newClock(wallStart)
+	r := openRunDetect(t, dir, clock, nil, dedit, nil)
+	if _, err := r.ingest(batch(t, "calls:reproA", slices.Concat([][]byte{write}, others)...)); err != nil {
+		t.Fatal(err)
+	}
+	clock.Add(3 * time.Second)
+	r.status()
+	if n := len(openFindings(r.read())); n != 1 {
+		t.Fatalf("%d findings before the replay came, want the write's unverified_write: the test shows nothing", n)
+	}
+	clock.Add(9 * time.Second)
+	if _, err := r.p.Ingest(context.Background(), batch(t, "calls:reproA", replay)); err != nil {
+		t.Fatal(err)
+	}
+	r.crash()
+
+	r = openRunDetect(t, dir, clock, nil, dedit, nil)
+	clock.Add(10 * time.Minute)
+	r.steps(20, nil)
+	got := r.stop()
+	if open := openFindings(got); len(open) != 0 {
+		t.Errorf("after the restart: open findings %v; judged in time order there is none (the withdrawal was lost in the crash)", open)
 	}
 }

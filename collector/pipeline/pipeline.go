@@ -1384,10 +1384,11 @@ func (p *Pipeline) commit(ctx context.Context) error {
 	return nil
 }
 
-// withdraw marks resolved, in the store's finding lifecycle, the stored
+// withdraw marks withdrawn, in the store's finding lifecycle, the stored
 // findings the detector took back (gate.WithdrawFinding): after the commit
-// that stored the output judged with them. A finding a person resolved
-// already, or that the store does not hold, is left as it is; what the
+// that stored the output judged with them, whatever state a person gave
+// it (audit.CheckTransition). One withdrawn already, or that the store
+// does not hold, is left as it is; what the
 // store cannot take now is tried again at the next commit. A store
 // without the lifecycle (audit.Investigator) keeps them open.
 func (p *Pipeline) withdraw(ctx context.Context) {
@@ -1408,7 +1409,7 @@ func (p *Pipeline) withdraw(ctx context.Context) {
 		case errors.Is(err, audit.ErrUnavailable) || ctx.Err() != nil:
 			kept = append(kept, c)
 		default:
-			p.rlog.Warn("withdraw_failed", "cannot mark a withdrawn finding resolved", "finding", c.FindingID, "err", err)
+			p.rlog.Warn("withdraw_failed", "cannot mark a finding withdrawn", "finding", c.FindingID, "err", err)
 		}
 	}
 	clear(p.gate.withdrawn[len(kept):])

@@ -50,8 +50,11 @@ func (s *Store) findingConds(q audit.FindingQuery) conds {
 	c.eq("key", q.Key)
 	c.eq("session", q.Session)
 	c.span(q.Since, q.Until)
-	if q.State != "" {
+	switch {
+	case q.State != "":
 		c = append(c, s.stateCond(q.State))
+	case q.ID == "":
+		c = append(c, "id NOT IN (SELECT finding_id FROM ("+s.latestStates("")+") WHERE st = "+quote(string(audit.FindingWithdrawn))+")")
 	}
 	return c
 }
@@ -146,7 +149,11 @@ func (s *Store) FindingCounts(ctx context.Context, q audit.FindingQuery) ([]audi
 	if err != nil {
 		return nil, err
 	}
+	withdrawn := q.State == audit.FindingWithdrawn
 	q.State = ""
+	if withdrawn {
+		q.State = audit.FindingWithdrawn
+	}
 	base := s.findingConds(q)
 	count := func(extra string) (map[audit.Kind]int64, error) {
 		c := base
@@ -171,7 +178,7 @@ func (s *Store) FindingCounts(ctx context.Context, q audit.FindingQuery) ([]audi
 		return nil, err
 	}
 	byState := map[audit.FindingState]map[audit.Kind]int64{}
-	for _, st := range []audit.FindingState{audit.FindingAcknowledged, audit.FindingResolved} {
+	for _, st := range []audit.FindingState{audit.FindingAcknowledged, audit.FindingResolved, audit.FindingWithdrawn} {
 		if byState[st], err = count(s.stateCond(st)); err != nil {
 			return nil, err
 		}
@@ -182,7 +189,7 @@ func (s *Store) FindingCounts(ctx context.Context, q audit.FindingQuery) ([]audi
 		for _, st := range audit.FindingStates {
 			n := byState[st][k]
 			if st == audit.FindingOpen {
-				n = open - byState[audit.FindingAcknowledged][k] - byState[audit.FindingResolved][k]
+				n = open - byState[audit.FindingAcknowledged][k] - byState[audit.FindingResolved][k] - byState[audit.FindingWithdrawn][k]
 			}
 			if n > 0 {
 				out = append(out, audit.FindingCount{Kind: k, State: st, Count: n})

@@ -18,7 +18,10 @@ import (
 	"github.com/mcpaudit/mcpaudit/internal/version"
 )
 
-var _ audit.Sink = (*Metrics)(nil)
+var (
+	_ audit.Sink              = (*Metrics)(nil)
+	_ audit.FindingWithdrawer = (*Metrics)(nil)
+)
 
 // Options configures Metrics. The zero value is usable.
 type Options struct {
@@ -71,6 +74,7 @@ type Metrics struct {
 	pending      *prometheus.GaugeVec
 	verification *prometheus.HistogramVec
 	findings     *prometheus.CounterVec
+	withdrawn    *prometheus.CounterVec
 	ingest       *prometheus.CounterVec
 	rejected     *prometheus.CounterVec
 	storeCommit  prometheus.Histogram
@@ -176,6 +180,7 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 		pending:      prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: WritesPending, Help: family(WritesPending).Help}, family(WritesPending).Labels),
 		verification: histogramVec(WriteVerificationSeconds, VerificationBuckets),
 		findings:     counterVec(FindingsTotal),
+		withdrawn:    counterVec(FindingsWithdrawnTotal),
 		ingest:       counterVec(IngestRecordsTotal),
 		rejected:     counterVec(IngestRejectedTotal),
 		storeCommit: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -219,7 +224,7 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{
 		m.calls, m.duration, m.failures, m.writes, m.pending, m.verification,
-		m.findings, m.ingest, m.rejected, m.storeCommit, m.findingLat, m.findingLast, m.buildInfo,
+		m.findings, m.withdrawn, m.ingest, m.rejected, m.storeCommit, m.findingLat, m.findingLast, m.buildInfo,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("cannot register metrics: %w", err)
@@ -291,6 +296,9 @@ func (m *Metrics) newServer(label string) *serverLabels {
 	m.servers[label] = s
 	for _, k := range audit.Kinds {
 		m.findings.WithLabelValues(label, string(k), string(k.Severity()))
+		// At zero with it, so that findings_total - withdrawn_total has
+		// a right-hand side for every series.
+		m.withdrawn.WithLabelValues(label, string(k), string(k.Severity()))
 	}
 	s.pending = m.pending.WithLabelValues(label)
 	return s
@@ -717,6 +725,20 @@ func (m *Metrics) Finding(f *audit.Finding) {
 	}
 	m.mu.Unlock()
 	m.findings.WithLabelValues(server, kind, severityLabel(f)).Inc()
+}
+
+// WithdrawFinding counts a finding the detector took back
+// (audit.FindingWithdrawer) under the labels Finding counted it with:
+// mcpaudit_findings_total minus it is what stands. The last finding time
+// stays: the finding was announced.
+func (m *Metrics) WithdrawFinding(f *audit.Finding, _ string, _ time.Time) {
+	if f == nil {
+		return
+	}
+	m.mu.Lock()
+	server, _ := m.server(f.Server)
+	m.mu.Unlock()
+	m.withdrawn.WithLabelValues(server, kindLabel(f.Kind), severityLabel(f)).Inc()
 }
 
 // source bounds an ingest source and, the first time, initializes all its

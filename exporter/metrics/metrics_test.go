@@ -945,3 +945,25 @@ mcpaudit_pipeline_watermark_lag_seconds{server="other"} 3600
 mcpaudit_pipeline_watermark_lag_seconds{server="thegram"} 1
 `, metrics.PipelineWatermarkLagSeconds)
 }
+
+// TestMetrics_FindingsWithdrawn: a withdrawn finding stays counted in
+// mcpaudit_findings_total (a counter never goes down) and is counted in
+// mcpaudit_findings_withdrawn_total under the same labels, which exists at
+// zero beside it, so that the difference is what stands (rev18w).
+func TestMetrics_FindingsWithdrawn(t *testing.T) {
+	m, reg := newMetrics(t, metrics.Options{})
+	f := &audit.Finding{Kind: audit.KindUnverifiedWrite, Severity: audit.KindUnverifiedWrite.Severity(), Server: "thegram", Time: t0}
+	m.Finding(f)
+	m.Finding(&audit.Finding{Kind: audit.KindUnverifiedWrite, Server: "thegram", Time: t0})
+	var w audit.FindingWithdrawer = m
+	w.WithdrawFinding(f, "c_1", t0)
+	get := func(name string) float64 {
+		return testutil.ToFloat64(counterOf(t, reg, name, map[string]string{"server": "thegram", "kind": "unverified_write", "severity": "warning"}))
+	}
+	if got, withdrawn := get(metrics.FindingsTotal), get(metrics.FindingsWithdrawnTotal); got != 2 || withdrawn != 1 {
+		t.Errorf("findings_total %v, withdrawn_total %v; want 2 and 1", got, withdrawn)
+	}
+	if n := testutil.CollectAndCount(reg, metrics.FindingsWithdrawnTotal); n != len(audit.Kinds) {
+		t.Errorf("%d withdrawn series, want one per kind (%d) at zero beside findings_total", n, len(audit.Kinds))
+	}
+}

@@ -25,6 +25,11 @@ const (
 	WriteVerificationSeconds = "mcpaudit_write_verification_seconds"
 	// FindingsTotal counts findings by server, kind and severity.
 	FindingsTotal = "mcpaudit_findings_total"
+	// FindingsWithdrawnTotal counts findings the collector took back by
+	// server and kind (an unverified_write that a call judged late showed
+	// wrong): FindingsTotal never goes down, and the findings there are
+	// FindingsTotal minus this.
+	FindingsWithdrawnTotal = "mcpaudit_findings_withdrawn_total"
 	// IngestRecordsTotal counts received records (call records or spans) by
 	// source and result. The results are disjoint: each record counts under
 	// exactly one, so a sum over result is the number of records received.
@@ -320,6 +325,8 @@ var Families = []Family{
 	{WriteVerificationSeconds, "histogram", "Event time from a pending write to the proof that made it durable or resolved.",
 		[]string{LabelServer}},
 	{FindingsTotal, "counter", "Findings by kind and severity.",
+		[]string{LabelServer, LabelKind, LabelSeverity}},
+	{FindingsWithdrawnTotal, "counter", "Findings counted in mcpaudit_findings_total that the collector withdrew (a call judged late showed them wrong).",
 		[]string{LabelServer, LabelKind, LabelSeverity}},
 	{IngestRecordsTotal, "counter", "Ingested records (call records or spans) by source and result.",
 		[]string{LabelSource, LabelResult}},

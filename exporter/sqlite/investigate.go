@@ -445,6 +445,9 @@ func findingFilter(q audit.FindingQuery) filter {
 	f.span("time", q.Since, q.Until)
 	switch q.State {
 	case "":
+		if q.ID == "" {
+			f.add("(fstate IS NULL OR fstate != ?)", string(audit.FindingWithdrawn))
+		}
 	case audit.FindingOpen:
 		f.add("(fstate IS NULL OR fstate = ?)", string(audit.FindingOpen))
 	default:

@@ -24,6 +24,7 @@ var investigatorTests = []struct {
 	{"Lifecycle/transitions", testLifecycle},
 	{"Lifecycle/tenant", testLifecycleTenant},
 	{"Lifecycle/counts", testFindingCounts},
+	{"Lifecycle/withdrawn", testWithdrawn},
 	{"Calls/by_id", testCallsByID},
 	{"Calls/by_document_and_session", testCallsBy},
 	{"Calls/session_among_others", testCallsSession},
@@ -222,6 +223,89 @@ func testFindingCounts(t *testing.T, s audit.Store) {
 	}
 	if got := count(audit.FindingQuery{Server: "oddlynew", Since: at(4), Limit: 1}); !reflect.DeepEqual(got, want) {
 		t.Errorf("counts of oddlynew since 4s = %v, want %v", got, want)
+	}
+}
+
+// testWithdrawn: a finding the collector withdrew (audit.FindingWithdrawn)
+// is left out of lists and counts unless asked for by state or id, keeps
+// its history, and no person may change it again; one a person
+// acknowledged or resolved can be withdrawn (rev18w).
+func testWithdrawn(t *testing.T, s audit.Store) {
+	fs := findingSet()
+	commit(t, s, audit.Results{Findings: fs})
+	plain, acked, resolved := fs[0], fs[1], fs[8]
+	if _, err := change(t, s, acked.ID(), "", audit.FindingAcknowledged, "oncall", "looking", 100); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := change(t, s, resolved.ID(), "", audit.FindingResolved, "oncall", "", 100); err != nil {
+		t.Fatal(err)
+	}
+	gone := []string{plain.ID(), acked.ID(), resolved.ID()}
+	for _, id := range gone {
+		st, err := change(t, s, id, "", audit.FindingWithdrawn, "mcpaudit", "withdrawn by call c_1", 101)
+		if err != nil || st.State != audit.FindingWithdrawn {
+			t.Fatalf("withdraw %s: %+v, %v", id, st, err)
+		}
+	}
+	var kept []audit.Finding
+	for _, f := range fs {
+		if !slices.Contains(gone, f.ID()) {
+			kept = append(kept, f)
+		}
+	}
+	sortFindings(kept)
+	if got := allFindings(t, s, audit.FindingQuery{}); !reflect.DeepEqual(findingIDs(got), findingIDs(kept)) {
+		t.Errorf("findings without state = %v, want %v (none withdrawn)", findingIDs(got), findingIDs(kept))
+	}
+	got := allFindings(t, s, audit.FindingQuery{State: audit.FindingWithdrawn})
+	want := []audit.Finding{plain, acked, resolved}
+	sortFindings(want)
+	if !reflect.DeepEqual(findingIDs(got), findingIDs(want)) {
+		t.Errorf("state=withdrawn = %v, want %v", findingIDs(got), findingIDs(want))
+	}
+	for _, f := range got {
+		if f.Status == nil || f.Status.State != audit.FindingWithdrawn || f.Status.By != "mcpaudit" {
+			t.Errorf("withdrawn %s: status %+v", f.ID(), f.Status)
+		}
+	}
+	if got := allFindings(t, s, audit.FindingQuery{ID: acked.ID()}); len(got) != 1 || got[0].StateOf() != audit.FindingWithdrawn {
+		t.Errorf("withdrawn finding by id: %+v, want it, withdrawn", got)
+	}
+	if h, err := s.FindingHistory(ctx(t), acked.ID(), ""); err != nil || len(h) != 2 || h[0].State != audit.FindingAcknowledged || h[1].State != audit.FindingWithdrawn {
+		t.Errorf("history of the acknowledged then withdrawn finding: %+v, %v", h, err)
+	}
+	for _, st := range []audit.FindingState{audit.FindingAcknowledged, audit.FindingResolved, audit.FindingOpen, audit.FindingWithdrawn} {
+		if _, err := change(t, s, plain.ID(), "", st, "bob", "", 102); !errors.Is(err, audit.ErrStateConflict) {
+			t.Errorf("%s of a withdrawn finding: %v, want ErrStateConflict", st, err)
+		}
+	}
+	cs, err := s.FindingCounts(ctx(t), audit.FindingQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, c := range cs {
+		if c.State == audit.FindingWithdrawn {
+			t.Errorf("counts without state hold withdrawn: %+v", c)
+		}
+		n += c.Count
+	}
+	if n != int64(len(kept)) {
+		t.Errorf("counts without state add up to %d, want %d", n, len(kept))
+	}
+	cs, err = s.FindingCounts(ctx(t), audit.FindingQuery{State: audit.FindingWithdrawn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n = 0
+	for _, c := range cs {
+		if c.State != audit.FindingWithdrawn {
+			t.Errorf("counts of state=withdrawn hold %+v", c)
+		}
+		n += c.Count
+	}
+	if n != 3 {
+		t.Errorf("withdrawn counted %d, want 3", n)
 	}
 }
 
