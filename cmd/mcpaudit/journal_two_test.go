@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -56,27 +55,7 @@ func TestProxy_Kill9TwoRelaysOneDir(t *testing.T) {
 
 	bufDir := filepath.Join(t.TempDir(), "buf")
 	var childLog lockedBuffer
-	start := func(addr string) *exec.Cmd {
-		args, _ := json.Marshal([]string{"--listen", addr, "--upstream", upstream.URL, "--server", "vault",
-			"--collector", collector.URL, "--buffer-dir", bufDir})
-		cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProxy$")
-		cmd.Env = append(os.Environ(), "MCPAUDIT_CHILD_PROXY_ARGS="+string(args))
-		cmd.Stderr = &childLog
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			if c, err := (&http.Client{Timeout: time.Second}).Get("http://" + addr + "/"); err == nil {
-				c.Body.Close()
-				return cmd
-			}
-			if time.Now().After(deadline) {
-				cmd.Process.Kill()
-				cmd.Wait()
-				t.Fatalf("the proxy did not start:\n%s", childLog.String())
-			}
-		}
-	}
+	start := proxyStarter(t, upstream.URL, "vault", collector.URL, bufDir, &childLog)
 	call := func(addr, id string) {
 		resp, err := http.Post("http://"+addr+"/mcp", "application/json", strings.NewReader(
 			`{"jsonrpc":"2.0","id":"`+id+`","method":"tools/call","params":{"name":"vault_write","arguments":{"path":"`+id+`"}}}`))

@@ -2,13 +2,11 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -52,51 +50,11 @@ func TestProxy_Kill9RecoveredCallJudgedUnderItsSource(t *testing.T) {
 	defer upstream.Close()
 	defer close(release)
 
-	dir := t.TempDir()
-	api, ingest := freePort(t), freePort(t)
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
-	var serveLog lockedBuffer
-	served := make(chan error, 1)
-	go func() {
-		served <- serveCommand(ctx, []string{"--data-dir", dir, "--api-listen", api, "--ingest-listen", ingest, "--grpc-listen", ""}, &serveLog)
-	}()
-	defer func() { stop(); <-served }()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if resp, err := http.Get("http://" + api + "/readyz"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve not ready:\n%s", serveLog.String())
-		}
-	}
+	api, ingest, serveLog := serveInTest(t)
 
 	bufDir := filepath.Join(t.TempDir(), "buf")
 	var childLog lockedBuffer
-	start := func(addr string) *exec.Cmd {
-		args, _ := json.Marshal([]string{"--listen", addr, "--upstream", upstream.URL, "--server", "thegram",
-			"--collector", "http://" + ingest, "--buffer-dir", bufDir})
-		cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProxy$")
-		cmd.Env = append(os.Environ(), "MCPAUDIT_CHILD_PROXY_ARGS="+string(args))
-		cmd.Stderr = &childLog
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			if c, err := (&http.Client{Timeout: time.Second}).Get("http://" + addr + "/"); err == nil {
-				c.Body.Close()
-				return cmd
-			}
-			if time.Now().After(deadline) {
-				cmd.Process.Kill()
-				cmd.Wait()
-				t.Fatalf("the proxy did not start:\n%s", childLog.String())
-			}
-		}
-	}
+	start := proxyStarter(t, upstream.URL, "thegram", "http://"+ingest, bufDir, &childLog)
 	call := func(addr, id, body string) {
 		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":"`+id+`","method":"tools/call","params":`+body+`}`))
 		req.Header.Set("Content-Type", "application/json")
