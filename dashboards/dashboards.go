@@ -284,6 +284,10 @@ func findings() *dashboard.DashboardBuilder {
 			"New findings in each interval, by severity: critical pages, warning goes to the work queue, info is context.",
 			units.Short,
 			query(fmt.Sprintf("sum by (%s) (increase(%s[%s]))", metrics.LabelSeverity, sel(fd, serverMatcher), rate), "{{severity}}"))).
+		WithPanel(graph("Findings withdrawn by kind",
+			"Findings taken back in each interval, by kind: an unverified_write whose write a late call (within allowed_lateness) showed settled or retried inside its window. The counts above include them; the API and the page leave them out unless asked (state=withdrawn).",
+			units.Short,
+			query(fmt.Sprintf("sum by (%s) (increase(%s[%s]))", metrics.LabelKind, sel(metrics.FindingsWithdrawnTotal, serverMatcher), rate), "{{kind}}"))).
 		WithPanel(table).
 		WithPanel(grid("Age of the newest finding",
 			"Wall-clock time since the event time of the newest finding of each server and kind. The critical finding alerts fire only while it is below the rules' finding_max_age (2h by default): findings about the past, from an old capture, do not page.",
