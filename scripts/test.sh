@@ -37,7 +37,9 @@ CI=${CI:-} go test -count=1 -parallel 16 ./... 2>&1 | tee /tmp/mcpaudit-test.log
 # receivers, status requests), the receiver and the detector, and the front door's shared state
 # (credentials, connection caps, redaction). Measured on 2 shared cores: about 30 s with the race
 # build cached, about 4 min when the race build (the SQLite driver above all) starts cold.
-go test -race -count=1 ./collector/pipeline/ ./collector/receiver/ ./collector/detect/ \
+# The pipeline's tests took 508 s under the race detector in CI on 2026-12-06 (2 cores), near go
+# test's default 10 m timeout: the timeout is raised so that a slower machine does not fail them.
+go test -race -timeout 25m -count=1 ./collector/pipeline/ ./collector/receiver/ ./collector/detect/ \
 	./internal/access/ ./internal/connlimit/ ./collector/redact/ 2>&1 | tee -a /tmp/mcpaudit-test.log
 # Every parser of outside input, fuzzed for a fixed budget from its kept corpus. The budget is a
 # count of inputs, not a duration: Go 1.26's coordinator can fail a duration-bounded run with
