@@ -39,6 +39,9 @@ CI=${CI:-} go test -count=1 -parallel 16 ./... 2>&1 | tee /tmp/mcpaudit-test.log
 # build cached, about 4 min when the race build (the SQLite driver above all) starts cold.
 # The pipeline's tests took 508 s under the race detector in CI on 2026-12-06 (2 cores), near go
 # test's default 10 m timeout: the timeout is raised so that a slower machine does not fail them.
+# The pipeline's restart tests whose matrices send calls one at a time run one case of each matrix
+# under the race detector (onlyOnceUnderRace in collector/pipeline/racetrim_test.go); every case
+# runs in the plain pass above.
 go test -race -timeout 25m -count=1 ./collector/pipeline/ ./collector/receiver/ ./collector/detect/ \
 	./internal/access/ ./internal/connlimit/ ./collector/redact/ 2>&1 | tee -a /tmp/mcpaudit-test.log
 # Every parser of outside input, fuzzed for a fixed budget from its kept corpus. The budget is a

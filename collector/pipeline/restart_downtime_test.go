@@ -64,6 +64,7 @@ func TestRestart_HoldScalesWithDowntime(t *testing.T) {
 			w2Early: 35 * time.Second, w2Due: 45 * time.Second, log: "downtime=5s", hold: 40 * time.Second},
 	} {
 		t.Run(name, func(t *testing.T) {
+			onlyOnceUnderRace(t, name == "down_5s_released_after_floor")
 			p := newPods(t)
 			p.live(30)
 			// w1's window (5 m) ends 30 s after the stop, w2's 10 s after

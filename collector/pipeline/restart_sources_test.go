@@ -99,6 +99,7 @@ func readSyncedLine(session string, rpc int, t time.Time, path string) []byte {
 func TestRestart_LaggingSourceWriteSettled(t *testing.T) {
 	for _, restart := range []bool{false, true} {
 		t.Run(fmt.Sprint("restart=", restart), func(t *testing.T) {
+			onlyOnceUnderRace(t, restart)
 			dir := t.TempDir()
 			clock := newClock(wallStart)
 			r := openRun(t, dir, clock, nil, nil)

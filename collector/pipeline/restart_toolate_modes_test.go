@@ -32,6 +32,7 @@ func TestRestart_TooLateSkippedAckLogAndCrash(t *testing.T) {
 		{"ack_log_kill_old_state", sqlite.AckLog, "kill_old_state"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			onlyOnceUnderRace(t, tc.name == "ack_log_kill")
 			opts := sqlite.Options{Synchronous: "normal", Ack: tc.ack}
 			var oldMarks []byte
 			p := restartPlay{

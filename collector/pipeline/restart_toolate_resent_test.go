@@ -29,6 +29,7 @@ import (
 func TestRestart_TooLateResentNotSkippedWhenJudged(t *testing.T) {
 	for _, resend := range []string{"write", "read"} {
 		t.Run(resend, func(t *testing.T) {
+			onlyOnceUnderRace(t, resend == "write")
 			var wid, againID string
 			p := restartPlay{
 				live: func(tr *traffic) {

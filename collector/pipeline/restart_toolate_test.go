@@ -58,6 +58,7 @@ func TestRestart_TooLateReadLeavesWritePending(t *testing.T) {
 	} {
 		restart := tc.restart
 		t.Run(tc.name, func(t *testing.T) {
+			onlyOnceUnderRace(t, tc.name == "restart")
 			dir := t.TempDir()
 			clock := newClock(wallStart)
 			forget := func(cs *crashStore) { cs.forgetTooLate.Store(!tc.kept) }

@@ -17,6 +17,9 @@ import (
 // the log say (the live pass's 21 calls too late beside such a pod); it
 // fails if such calls are neither too late nor judged late.
 func TestRev16a_TenMinutesSlowPodQuietSpell(t *testing.T) {
+	if raceEnabled {
+		t.Skip("40 minutes of calls sent one at a time (4,800 synchronous commits): runs without -race only")
+	}
 	clock := newClock(wallStart)
 	r := openRun(t, t.TempDir(), clock, nil, nil)
 	rpc := 0
