@@ -3,7 +3,6 @@ package pipeline_test
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -38,67 +37,12 @@ func storedAnswered(t *testing.T, r *run, line []byte) bool {
 // The store completes exactly the calls the engine names
 // (audit.Results.Answered), not what a guess from times would.
 func TestRestart_InTimeAnswerStaysAnswered(t *testing.T) {
-	for _, ack := range []string{sqlite.AckCommit, sqlite.AckLog} {
-		for _, crash := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/crash=%v", ack, crash), func(t *testing.T) {
-				dir, clock, open := answerRuns(t, ack)
-				r := open()
-				t0 := wallStart.Add(-time.Minute)
-				unanswered, _ := answerLines(t0)
-				_, answered := answerLines(t0.Add(300 * time.Microsecond))
-				if a, b := ids(batch(t, "c", unanswered))[0], ids(batch(t, "s", answered))[0]; a != b {
-					t.Fatalf("the two observations have ids %s and %s, want one", a, b)
-				}
-				if _, err := r.ingest(batch(t, "client", unanswered)); err != nil {
-					t.Fatal(err)
-				}
-				clock.Add(time.Second) // a commit between the two
-				r.status()
-				if _, err := r.ingest(batch(t, "server", answered)); err != nil {
-					t.Fatal(err)
-				}
-				for i := range 10 {
-					if _, err := r.ingest(batch(t, "server", callLine("thegram", "s1", 10+i, t0.Add(time.Duration(i+1)*time.Second)))); err != nil {
-						t.Fatal(err)
-					}
-				}
-				for range 6 {
-					clock.Add(5 * time.Second)
-					r.status()
-				}
-				before := r.read()
-				if !storedAnswered(t, r, unanswered) {
-					t.Errorf("the store holds the call unanswered, though the engine merged its answer")
-				}
-				if n := countState(before.writes, audit.StateDurable); n != 1 || len(before.findings) > 0 {
-					t.Fatalf("before the restart: writes %v, findings %v; want one durable write, no finding", before.writes, sortedKeys(before.findings))
-				}
-				stopOrCrash(r, crash)
-				clock.Add(time.Second)
-				r = open()
-				for range 80 {
-					clock.Add(5 * time.Second)
-					r.status()
-				}
-				answeredAfter := storedAnswered(t, r, unanswered)
-				after := r.stop()
-				writesKept(t, before, after)
-				if len(after.findings) > 0 {
-					t.Errorf("findings after the restart: %v", sortedKeys(after.findings))
-				}
-				if !answeredAfter {
-					t.Errorf("after the restart the store holds the call unanswered")
-				}
-				rep, err := sqlite.Verify(t.Context(), filepath.Join(dir, "mcpaudit.db"), nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !rep.OK() {
-					t.Errorf("verify: %v", rep.Problems)
-				}
-			})
-		}
-	}
+	eachAckAndEnd(t, func(t *testing.T, ack string, crash bool) {
+		t0 := wallStart.Add(-time.Minute)
+		unanswered, _ := answerLines(t0)
+		_, answered := answerLines(t0.Add(300 * time.Microsecond))
+		answerPairRestart(t, ack, crash, t0, unanswered, answered, true)
+	})
 }
 
 func countState(writes map[string]audit.WriteState, s audit.WriteState) int {

@@ -2,7 +2,6 @@ package pipeline_test
 
 import (
 	"context"
-	"fmt"
 	"maps"
 	"slices"
 	"testing"
@@ -10,7 +9,6 @@ import (
 
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/detect"
-	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
 )
 
 // TestRestart_LateAnswerOfStoredUnansweredCall (live16, found from outside;
@@ -38,83 +36,42 @@ import (
 // engine took it (audit.Results.Answered): the replay reads the call
 // unanswered, as the live run judged it.
 func TestRestart_LateAnswerOfStoredUnansweredCall(t *testing.T) {
-	for _, gap := range []int{30, 150} {
-		for _, ack := range []string{sqlite.AckCommit, sqlite.AckLog} {
-			for _, crash := range []bool{false, true} {
-				t.Run(fmt.Sprintf("answer_%ds_later/%s/crash=%v", gap, ack, crash), func(t *testing.T) {
-					onlyOnceUnderRace(t, gap == 30 && ack == sqlite.AckLog && crash)
-					lateAnswerRestart(t, gap, ack, crash)
-				})
-			}
-		}
-	}
+	eachLateAnswerGap(t, lateAnswerRestart)
 }
 
 func lateAnswerRestart(t *testing.T, gap int, ack string, crash bool) {
-	opts := sqlite.Options{Synchronous: "normal", Ack: ack}
 	type result struct {
 		writes   map[string]audit.WriteState
 		findings []string
 		counts   map[audit.WriteState]int64
 	}
 	play := func(t *testing.T, restart bool) result {
-		dir := t.TempDir()
-		clock := newClock(wallStart)
-		r := openRunWith(t, dir, clock, nil, nil, nil, nil, opts)
-		rpc := 0
-		tick := func() {
-			now := clock.Now()
-			for _, src := range []string{"pod-0", "pod-1"} {
-				rpc++
-				if _, err := r.ingest(batch(t, src, callLine("thegram", "s-"+src, 100+rpc, now.Add(-time.Second)))); err != nil {
-					t.Fatal(err)
-				}
-			}
-			clock.Add(time.Second)
-		}
-		for range 20 {
-			tick()
-		}
-		unanswered, answered := answerLines(clock.Now().Add(-time.Second))
-		if _, err := r.ingest(batch(t, "client", unanswered)); err != nil {
-			t.Fatal(err)
-		}
+		p := newTwoPods(t, ack)
+		p.tick(20)
+		unanswered, answered := answerLines(p.clock.Now().Add(-time.Second))
+		p.send("client", unanswered)
 		// Within the write's window (5 m); 150 s is past allowed_lateness (2 m).
-		for range gap {
-			tick()
-		}
-		if _, err := r.ingest(batch(t, "server", answered)); err != nil {
-			t.Fatal(err)
-		}
-		if st := r.status()[detect.PartitionKey{Server: "thegram"}]; gap > 120 && st.TooLate != 1 {
+		p.tick(gap)
+		p.send("server", answered)
+		if st := p.r.status()[detect.PartitionKey{Server: "thegram"}]; gap > 120 && st.TooLate != 1 {
 			t.Fatalf("%d calls too late, want the answer", st.TooLate)
 		}
-		for range 10 {
-			tick()
-		}
+		p.tick(10)
 		if restart {
-			stopOrCrash(r, crash)
-			clock.Add(time.Second)
-			r = openRunWith(t, dir, clock, nil, nil, nil, nil, opts)
+			p.restart(crash, time.Second)
 		}
 		// Past the write's window and the lateness bounds.
-		for range 400 {
-			tick()
-		}
-		counts, err := r.store.WriteCounts(context.Background(), audit.CountQuery{})
+		p.tick(400)
+		counts, err := p.r.store.WriteCounts(context.Background(), audit.CountQuery{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		// The store shows the call as the engine judged it: unanswered
 		// (the answer is kept aside, not lost).
-		pg, err := r.store.Calls(context.Background(), audit.CallQuery{IDs: ids(batch(t, "client", unanswered))})
-		if err != nil {
-			t.Fatal(err)
+		if storedAnswered(t, p.r, unanswered) {
+			t.Errorf("the store holds the call answered; want it unanswered, as judged")
 		}
-		if len(pg.Calls) != 1 || pg.Calls[0].Call.Responded {
-			t.Errorf("the store holds %d calls of the id, answered %v; want the call unanswered, as judged", len(pg.Calls), len(pg.Calls) == 1 && pg.Calls[0].Call.Responded)
-		}
-		o := r.stop()
+		o := p.r.stop()
 		return result{writes: o.writes, findings: slices.Sorted(maps.Keys(o.findings)), counts: counts}
 	}
 	want := play(t, false)
