@@ -164,6 +164,19 @@ func TestConfig_NestedSectionErrors(t *testing.T) {
 	}
 }
 
+// TestServeUsage_NamesTheConfigReference: serve -h says where the settings
+// without a flag are. Found by op19: serve -h listed ten flags and named
+// neither docs/config.md nor config validate, so the signing key, TLS and
+// retention could not be found from it.
+func TestServeUsage_NamesTheConfigReference(t *testing.T) {
+	_, _, help := cliRun("serve", "-h")
+	for _, want := range []string{"docs/config.md", "mcpaudit config validate FILE", "serve.signing_key_file", "\nflags:\n"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("serve -h lacks %q:\n%s", want, help)
+		}
+	}
+}
+
 // TestConfig_Durations: every duration key takes the same syntax.
 func TestConfig_Durations(t *testing.T) {
 	p := writeConfig(t, `detect: {verify_window: 5m, correlation_window: 1d, lateness: 30s}
