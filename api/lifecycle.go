@@ -133,10 +133,10 @@ func findingQuery(p *params, tenant string) audit.FindingQuery {
 		p.err = &paramError{"kind", "unknown finding kind " + strconv.Quote(string(q.Kind))}
 	}
 	if p.err == nil && q.Severity != "" && q.Severity.Rank() == 0 {
-		p.err = &paramError{"severity", "want info, warning or critical"}
+		p.err = &paramError{"severity", "want info, warning or critical, not " + strconv.Quote(string(q.Severity))}
 	}
 	if p.err == nil && q.State != "" && !q.State.Valid() {
-		p.err = &paramError{"state", "want open, acknowledged, resolved or withdrawn"}
+		p.err = &paramError{"state", "want open, acknowledged, resolved or withdrawn, not " + strconv.Quote(string(q.State))}
 	}
 	return q
 }

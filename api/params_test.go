@@ -115,6 +115,26 @@ func TestBadParameters(t *testing.T) {
 	}
 }
 
+// TestBadParameters_EchoTheValue: a refused severity or state names the
+// value it refused, as kind and order do, so that a typo (warn, acked) is
+// seen at once. Found by op19: "parameter severity: want info, warning or
+// critical" did not say what had been given.
+func TestBadParameters_EchoTheValue(t *testing.T) {
+	srv, _ := newServer(t, nil)
+	f := func(path, want string) {
+		t.Helper()
+		status, _, body := do(t, "GET", srv.URL+path, "")
+		var e api.Error
+		json.Unmarshal(body, &e)
+		if status != 400 || !strings.Contains(e.Error, want) {
+			t.Errorf("%s: %d %s, want 400 saying %s", path, status, body, want)
+		}
+	}
+	f("/api/v1/findings?severity=warn", `parameter severity: want info, warning or critical, not "warn"`)
+	f("/api/v1/findings?state=acked", `parameter state: want open, acknowledged, resolved or withdrawn, not "acked"`)
+	f("/api/v1/findings/counts?severity=high", `not "high"`)
+}
+
 // TestTenantConflict: a credential of one tenant naming another in the
 // tenant parameter or a tenant header is refused with 403; naming its own
 // is fine; nothing of the other tenant is answered.

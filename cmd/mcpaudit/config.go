@@ -482,19 +482,32 @@ func sortErrors(es conf.Errors) conf.Errors {
 	return out
 }
 
-// prefixed puts a key path before each of the joined errors in err.
+// prefixed puts a key path before each of the joined errors in err,
+// however deeply they are joined: a section that joins the errors of its
+// own subsections (serve.web over serve.web.notify) would otherwise have
+// only the first line of a nested join prefixed, and the others lose their
+// key path and, with it, their line.
 func prefixed(path string, err error) error {
-	var list []error
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		list = j.Unwrap()
-	} else {
-		list = []error{err}
-	}
+	list := leaves(err)
 	out := make([]error, len(list))
 	for i, e := range list {
 		out[i] = fmt.Errorf("%s.%w", path, e)
 	}
 	return errors.Join(out...)
+}
+
+// leaves returns the errors joined in err, nested joins flattened, or err
+// alone when it joins none.
+func leaves(err error) []error {
+	j, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return []error{err}
+	}
+	var out []error
+	for _, e := range j.Unwrap() {
+		out = append(out, leaves(e)...)
+	}
+	return out
 }
 
 const configUsage = `usage: mcpaudit config <command> [flags]

@@ -129,6 +129,54 @@ rules: {runbook_url: "docs/runbooks.md"}
 	}
 }
 
+// TestConfig_NestedSectionErrors: every error of a subsection that its
+// section joins with its own (serve.web.notify under serve.web) keeps its key
+// path and line. Found by op19: a bad serve.web.notify.min_severity beside a
+// bad format was reported as "notify.min_severity: ..." with no line.
+func TestConfig_NestedSectionErrors(t *testing.T) {
+	p := writeConfig(t, `serve:
+  web:
+    page_size: 5000
+    notify:
+      format: slack
+      min_severity: high
+      queue_size: 0
+`)
+	_, err := LoadConfig(p)
+	var ce *ConfigError
+	if !errors.As(err, &ce) {
+		t.Fatalf("error %v, want a ConfigError", err)
+	}
+	want := []string{
+		"line 3: serve.web.page_size: ",
+		`line 5: serve.web.notify.format: want alertmanager or webhook, not "slack"`,
+		`line 6: serve.web.notify.min_severity: want info, warning or critical, not "high"`,
+		"line 7: serve.web.notify.queue_size: must be positive",
+	}
+	got := strings.Split(ce.Errors.Error(), "\n")
+	if len(got) != len(want) {
+		t.Fatalf("%d errors, want %d:\n%s", len(got), len(want), ce.Errors)
+	}
+	for i := range want {
+		if !strings.HasPrefix(got[i], want[i]) {
+			t.Errorf("error %d:\n  %s\nwant it to start with\n  %s", i, got[i], want[i])
+		}
+	}
+}
+
+// TestServeUsage_NamesTheConfigReference: serve -h says where the settings
+// without a flag are. Found by op19: serve -h listed ten flags and named
+// neither docs/config.md nor config validate, so the signing key, TLS and
+// retention could not be found from it.
+func TestServeUsage_NamesTheConfigReference(t *testing.T) {
+	_, _, help := cliRun("serve", "-h")
+	for _, want := range []string{"docs/config.md", "mcpaudit config validate FILE", "serve.signing_key_file", "\nflags:\n"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("serve -h lacks %q:\n%s", want, help)
+		}
+	}
+}
+
 // TestConfig_Durations: every duration key takes the same syntax.
 func TestConfig_Durations(t *testing.T) {
 	p := writeConfig(t, `detect: {verify_window: 5m, correlation_window: 1d, lateness: 30s}

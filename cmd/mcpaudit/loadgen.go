@@ -143,7 +143,8 @@ Sends generated mixed MCP traffic (Thegram and Oddlynew sessions, about 10 % of 
 finding or a trap) to a running mcpaudit serve, or to any OTLP receiver, while generating it,
 and reports what was acknowledged, the acknowledgement latency and, from the server's /metrics,
 what it stored, ingest-to-finding latency and memory. Each client is one source: a poster
-(Mcpaudit-Source) or an exporting resource (service.instance.id).
+(Mcpaudit-Source) or an exporting resource (service.instance.id). Exits 1 when requests were
+made and no call was acknowledged (a wrong --target, the server down), after the report.
 
 flags:`)
 		fs.PrintDefaults()
@@ -219,11 +220,28 @@ flags:`)
 	}
 	after := scrape(scrapeClient, *apiURL, opts.Token)
 	if *format == "json" {
-		enc := json.NewEncoder(stdout)
-		return enc.Encode(rep)
+		if err := json.NewEncoder(stdout).Encode(rep); err != nil {
+			return err
+		}
+	} else {
+		printLoadReport(stdout, rep, before, after, *dataDir)
 	}
-	printLoadReport(stdout, rep, before, after, *dataDir)
-	return nil
+	return nothingAcknowledged(rep)
+}
+
+// nothingAcknowledged is the exit of a load that reached nothing: exit 1
+// when no call was acknowledged although requests were made (a wrong
+// --target or port, the server down), so that a script that runs loadgen
+// as a smoke test does not take a load that never arrived for a success.
+func nothingAcknowledged(rep *loadReport) error {
+	if rep.Accepted > 0 || rep.Requests == 0 {
+		return nil
+	}
+	first := rep.FirstError
+	if first == "" {
+		first = "none reported"
+	}
+	return &exitError{code: 1, err: fmt.Errorf("loadgen: no call was acknowledged: %d of %d requests failed, %d refused (first: %s)", rep.Failed, rep.Requests, rep.Refused, first)}
 }
 
 func (o *loadOptions) validate() error {

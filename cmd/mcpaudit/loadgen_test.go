@@ -486,6 +486,30 @@ func TestLoadgen_ReportsUnsent(t *testing.T) {
 	}
 }
 
+// TestLoadgen_NothingAcknowledgedExits1: a load that reached nothing (a
+// wrong port) exits 1 after its report, naming the first failure. Found by
+// op19: loadgen --target at a closed port printed "failed requests: 902" and
+// exited 0.
+func TestLoadgen_NothingAcknowledgedExits1(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	for _, format := range []string{"text", "json"} {
+		code, out, errs := cliRun("loadgen", "--target", "http://"+addr, "--api", "", "--rate", "40",
+			"--duration", "1s", "--clients", "1", "--batch", "10", "--seed", "3", "--format", format)
+		if code != 1 || !strings.Contains(errs, "no call was acknowledged") || !strings.Contains(errs, "connection refused") {
+			t.Errorf("--format %s: exit %d, stderr %q; want 1 naming the refused connection", format, code, errs)
+		}
+		if !strings.Contains(out, "failed") {
+			t.Errorf("--format %s: no report before the exit:\n%s", format, out)
+		}
+	}
+}
+
 // TestLoadReport_RejectReasons: the server's rejected count is spelled out
 // by reason, and a reason counted once per request refused unread
 // (overloaded) says so, so that 1824 refused requests and 199 bad calls

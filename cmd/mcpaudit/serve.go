@@ -43,11 +43,25 @@ import (
 	"google.golang.org/grpc"
 )
 
+// serveUsage heads serve's -h. Most of serve's settings have no flag, so it
+// says where they are: an operator who starts from -h would otherwise not
+// learn that retention, TLS, credentials or the signing key exist.
+const serveUsage = `usage: mcpaudit serve [flags]
+
+Runs the collector: OTLP and call-record ingest, the detector, the store and the query API.
+With no flag and no file it runs on the defaults. The flags below win over the --config file;
+every other setting (retention, the detector's windows, TLS, credentials and tokens, limits,
+redaction, notifications, the signing key serve.signing_key_file) is a key of that file only,
+listed with its type and default in docs/config.md. mcpaudit config validate FILE checks a
+file; mcpaudit config print [FILE] shows the effective configuration.
+
+flags:`
+
 func serveCommand(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: mcpaudit serve [flags]\n\nRuns the collector: OTLP and call-record ingest, the detector, the store and the query API.\n\nflags:")
+		fmt.Fprintln(stderr, serveUsage)
 		fs.PrintDefaults()
 	}
 	configFile := fs.String("config", "", "YAML config file (optional; flags win over it)")
