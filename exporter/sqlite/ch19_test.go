@@ -284,6 +284,15 @@ func TestVerify_KeylessCut(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantClean(t, "a backup", backup, pub)
+	// Restored: the copy opened as the store (restore copies it in).
+	s, err = Open(backup, Options{SigningKey: priv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wantClean(t, "a restored backup", backup, pub)
 }
 
 // TestUpgrade_ChainsRecordsAndAnswers opens a store written by main before
