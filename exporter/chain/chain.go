@@ -18,6 +18,17 @@ const (
 	KindCalls    = "calls"    // call rows First..Last of the tenant
 	KindFindings = "findings" // the findings committed with this entry's seq
 	KindChanges  = "changes"  // finding state changes First..Last
+	// KindAnswers covers the answers of stored unanswered calls kept aside
+	// (the embedded store's answers_late), which carry the entry's Seq.
+	KindAnswers = "answers"
+	// KindPruned records the hashes of rows one transaction removed from
+	// entry First (= Last): retention's deletions, and the rows an answer
+	// replaced or took out of answers_late.
+	KindPruned = "pruned"
+	// KindCut records a retention cut (the chain goes on from entry First
+	// = Last) in the chain itself, so that the order of the cut and of the
+	// checkpoints is on record.
+	KindCut = "cut"
 )
 
 // Hash is a SHA-256 sum.

@@ -18,10 +18,18 @@ import (
 // findings or finding state changes of a tenant appends an entry to the
 // tenant's chain in the same transaction. Calls are named by their row
 // ids (AUTOINCREMENT: never reused), findings by the entry seq they carry,
-// changes by their row ids. Retention records the rows it deletes from
-// entries that keep other rows (chain_pruned), removes the entries all of
-// whose rows went, and records the cut. Checkpoints sign every head and
-// cut when a signing key is configured.
+// changes by their row ids; answers kept aside (answers_late) by the entry
+// seq they carry, in an answers entry made by the transaction that keeps
+// them. Retention and answers record the hashes of the rows they remove
+// (chain_pruned), and those records are chained too: each transaction
+// that makes records appends, per entry they were removed from, a pruned
+// entry covering them, whose seq the records carry (review ch19: a record
+// that no entry covered could be forged beside a deleted call, and
+// verify took the deletion for retention's). Retention removes the
+// entries all of whose rows went, records the cut (chain_cuts) and
+// appends a cut entry, so that whether a checkpoint was made after the cut
+// is on record. Checkpoints sign every head and cut when a signing key is
+// configured.
 var chainSchema = []string{
 	`CREATE TABLE IF NOT EXISTS chain (
 		tenant TEXT    NOT NULL,
@@ -44,6 +52,7 @@ var chainSchema = []string{
 		seq    INTEGER NOT NULL,
 		row    ANY     NOT NULL,
 		hash   BLOB    NOT NULL,
+		entry  INTEGER NOT NULL DEFAULT 0, -- the pruned entry that covers it
 		PRIMARY KEY (tenant, seq, row)
 	) WITHOUT ROWID, STRICT`,
 	`CREATE TABLE IF NOT EXISTS chain_cuts (
@@ -74,6 +83,99 @@ func findingHash(f *findingRow) chain.Hash {
 // changeHash hashes a stored finding state change.
 func changeHash(seq int64, fid any, tenant, state, by, note string, t int64) chain.Hash {
 	return chain.RowHash(chain.Int(seq), idBytes(fid), []byte(tenant), []byte(state), []byte(by), []byte(note), chain.Int(t))
+}
+
+// answerHash hashes an answer kept aside (answers_late).
+func answerHash(id any, tenant string, t int64, rec []byte) chain.Hash {
+	return chain.RowHash([]byte("answer"), idBytes(id), []byte(tenant), chain.Int(t), rec)
+}
+
+// cutDigest is the digest of a cut entry: where the chain goes on, that
+// entry's prev, and the retention cutoff.
+func cutDigest(seq int64, prev []byte, before int64) chain.Hash {
+	return chain.RowHash([]byte("cut"), chain.Int(seq), prev, chain.Int(before))
+}
+
+// prunedRowBytes returns the row of a chain_pruned record (a call's or
+// change's rid, or a finding's or answer's idBytes) as bytes, the two
+// forms told apart.
+func prunedRowBytes(row any) []byte {
+	switch v := row.(type) {
+	case int64:
+		return append([]byte{'i'}, chain.Int(v)...)
+	case []byte:
+		return append([]byte{'b'}, v...)
+	}
+	return []byte(fmt.Sprint(row))
+}
+
+// prunedRow is one record of chain_pruned: a removed row and its hash.
+type prunedRow struct {
+	row  any
+	hash chain.Hash
+}
+
+// prunedDigest is the digest of a pruned entry: its records ordered by
+// row, each hashed with its row.
+func prunedDigest(rows []prunedRow) chain.Hash {
+	bs := make([][]byte, len(rows))
+	for i := range rows {
+		bs[i] = prunedRowBytes(rows[i].row)
+	}
+	idx := make([]int, len(rows))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.Slice(idx, func(a, b int) bool { return bytes.Compare(bs[idx[a]], bs[idx[b]]) < 0 })
+	hs := make([]chain.Hash, len(rows))
+	for i, j := range idx {
+		hs[i] = chain.RowHash(bs[j], rows[j].hash[:])
+	}
+	return chain.Digest(hs)
+}
+
+// pruning collects the records of the rows one transaction removes from
+// the entries that chained them, by tenant and entry.
+type pruning map[entryKey][]prunedRow
+
+// add records that row (hash h) left entry seq of tenant.
+func (p pruning) add(tenant string, seq int64, row any, h chain.Hash) {
+	k := entryKey{tenant, seq}
+	p[k] = append(p[k], prunedRow{row: row, hash: h})
+}
+
+// store writes the records to chain_pruned, each group under a pruned
+// entry of its own (First = Last = the entry the rows left), and empties
+// p. One entry per group, not per transaction: retention then cuts an
+// entry with its records, and the pruned entry that covered them is
+// known to cover an entry cut (verify expects none of its records left).
+func (p pruning) store(ctx context.Context, q queryer, now time.Time) error {
+	keys := make([]entryKey, 0, len(p))
+	for k := range p {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].tenant != keys[j].tenant {
+			return keys[i].tenant < keys[j].tenant
+		}
+		return keys[i].seq < keys[j].seq
+	})
+	for _, k := range keys {
+		rows := p[k]
+		seq, err := appendEntry(ctx, q, chain.Entry{Tenant: k.tenant, Kind: chain.KindPruned, First: k.seq, Last: k.seq,
+			N: int64(len(rows)), Digest: prunedDigest(rows), Time: now})
+		if err != nil {
+			return fmt.Errorf("cannot chain the records of removed rows: %w", err)
+		}
+		for _, r := range rows {
+			if _, err := q.ExecContext(ctx, `INSERT OR REPLACE INTO chain_pruned (tenant, seq, row, hash, entry) VALUES (?, ?, ?, ?, ?)`,
+				k.tenant, k.seq, r.row, r.hash[:], seq); err != nil {
+				return fmt.Errorf("cannot record a removed row: %w", err)
+			}
+		}
+	}
+	clear(p)
+	return nil
 }
 
 // idBytes returns a stored id (packed blob or text) as bytes, the two
@@ -257,23 +359,27 @@ func loadCuts(ctx context.Context, q interface {
 }
 
 // cutChains removes, for every tenant, the leading entries all of whose
-// rows retention deleted, with their pruned rows, and records where each
-// chain now starts: retention cuts at before.
+// rows retention deleted, with the records of their rows, records where
+// each chain now starts (chain_cuts) and appends a cut entry saying so:
+// retention cuts at before. A pruned entry is cut when the cut reaches it:
+// the entry it recorded rows of came before it, and went first. A prefix
+// of pruned and cut entries alone is left, so that a tenant whose rows
+// all went does not get a new cut at every sweep.
 func cutChains(ctx context.Context, tx *sql.Tx, before int64) (int, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT c.tenant, c.seq, c.n, c.prev, (SELECT count(*) FROM chain_pruned p
+	rows, err := tx.QueryContext(ctx, `SELECT c.tenant, c.seq, c.kind, c.n, c.prev, (SELECT count(*) FROM chain_pruned p
 		WHERE p.tenant = c.tenant AND p.seq = c.seq) FROM chain c ORDER BY c.tenant, c.seq`)
 	if err != nil {
 		return 0, err
 	}
 	type ent struct {
-		tenant    string
-		seq, n, p int64
-		prev      []byte
+		tenant, kind string
+		seq, n, p    int64
+		prev         []byte
 	}
 	var all []ent
 	for rows.Next() {
 		var e ent
-		if err := rows.Scan(&e.tenant, &e.seq, &e.n, &e.prev, &e.p); err != nil {
+		if err := rows.Scan(&e.tenant, &e.seq, &e.kind, &e.n, &e.prev, &e.p); err != nil {
 			rows.Close()
 			return 0, err
 		}
@@ -283,13 +389,19 @@ func cutChains(ctx context.Context, tx *sql.Tx, before int64) (int, error) {
 	if err := rows.Err(); err != nil {
 		return 0, err
 	}
+	gone := func(e ent) bool {
+		return e.kind == chain.KindPruned || e.kind == chain.KindCut || e.p == e.n
+	}
+	now := time.Now()
 	cut := 0
 	for i := 0; i < len(all); {
 		j := i
-		for j < len(all) && all[j].tenant == all[i].tenant && all[j].p == all[j].n {
+		rowsGone := false
+		for j < len(all) && all[j].tenant == all[i].tenant && gone(all[j]) {
+			rowsGone = rowsGone || (all[j].kind != chain.KindPruned && all[j].kind != chain.KindCut)
 			j++
 		}
-		if j > i {
+		if j > i && rowsGone {
 			// Entries i..j-1 of this tenant are gone: the chain starts at j
 			// (or after the last one, when every entry went).
 			startSeq, startPrev := all[j-1].seq+1, []byte(nil)
@@ -314,6 +426,14 @@ func cutChains(ctx context.Context, tx *sql.Tx, before int64) (int, error) {
 			if _, err := tx.ExecContext(ctx, `INSERT INTO chain_cuts (tenant, seq, prev, before) VALUES (?, ?, ?, ?)
 				ON CONFLICT (tenant) DO UPDATE SET seq = excluded.seq, prev = excluded.prev, before = excluded.before`,
 				all[i].tenant, startSeq, startPrev, before); err != nil {
+				return 0, err
+			}
+			// The cut on record in the chain, after every entry a checkpoint
+			// signed before it: verify tells a cut no checkpoint has been
+			// made since (serve ran without its key) from one a later
+			// checkpoint left out (review rev17c).
+			if _, err := appendEntry(ctx, tx, chain.Entry{Tenant: all[i].tenant, Kind: chain.KindCut, First: startSeq, Last: startSeq,
+				Digest: cutDigest(startSeq, startPrev, before), Time: now}); err != nil {
 				return 0, err
 			}
 		}
@@ -469,4 +589,94 @@ func loadChanges(ctx context.Context, q rowsQueryer) (map[string][]rowHash, erro
 		out[tenant] = append(out[tenant], rowHash{row: seq, hash: changeHash(seq, fid, tenant, state, by, note, t)})
 	}
 	return out, rows.Err()
+}
+
+// upgradeChainRecords adds, when missing, the columns that chain the
+// answers kept aside (answers_late.chain) and the records of removed rows
+// (chain_pruned.entry), without a schema version (review ch19), and chains
+// what the store holds then: per tenant one answers entry for its answers
+// aside, and one pruned entry per entry with records. Like a migration's
+// adoption, that is protected from the upgrade on, not before. Done only
+// when a column is added: a record or answer found later without its
+// entry was not made by the collector.
+func upgradeChainRecords(db *sql.DB) error {
+	ctx := context.Background()
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	now := time.Now()
+	if ok, err := hasColumn(ctx, tx, "chain_pruned", "entry"); err != nil {
+		return err
+	} else if !ok {
+		if _, err := tx.ExecContext(ctx, `ALTER TABLE chain_pruned ADD COLUMN entry INTEGER NOT NULL DEFAULT 0`); err != nil {
+			return err
+		}
+		rows, err := tx.QueryContext(ctx, `SELECT tenant, seq, row, hash FROM chain_pruned`)
+		if err != nil {
+			return err
+		}
+		pr := pruning{}
+		for rows.Next() {
+			var tenant string
+			var seq int64
+			var row any
+			var h []byte
+			if err := rows.Scan(&tenant, &seq, &row, &h); err != nil {
+				rows.Close()
+				return err
+			}
+			pr.add(tenant, seq, row, chain.Hash(h))
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if err := pr.store(ctx, tx, now); err != nil {
+			return err
+		}
+	}
+	if ok, err := hasColumn(ctx, tx, "answers_late", "chain"); err != nil {
+		return err
+	} else if !ok {
+		if _, err := tx.ExecContext(ctx, `ALTER TABLE answers_late ADD COLUMN chain INTEGER NOT NULL DEFAULT 0`); err != nil {
+			return err
+		}
+		rows, err := tx.QueryContext(ctx, `SELECT tenant, id, time, rec FROM answers_late`)
+		if err != nil {
+			return err
+		}
+		kept := map[string][]keptAnswer{}
+		for rows.Next() {
+			var tenant string
+			var id any
+			var t int64
+			var rec []byte
+			if err := rows.Scan(&tenant, &id, &t, &rec); err != nil {
+				rows.Close()
+				return err
+			}
+			kept[tenant] = append(kept[tenant], keptAnswer{id: id, hash: answerHash(id, tenant, t, rec)})
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if err := chainAnswers(ctx, tx, kept, now); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
+}
+
+// hasColumn reports whether table has column.
+func hasColumn(ctx context.Context, q rowsQueryer, table, column string) (bool, error) {
+	rows, err := q.QueryContext(ctx, `SELECT 1 FROM pragma_table_info(?) WHERE name = ?`, table, column)
+	if err != nil {
+		return false, err
+	}
+	defer rows.Close()
+	ok := rows.Next()
+	return ok, rows.Err()
 }

@@ -1079,9 +1079,10 @@ func (s *Store) deleteChunk(d *deleteRequest) (int64, error) {
 	limit := s.opts.DeleteChunk
 	var n, deletes int64
 	var gone []indexedCall
+	pr := pruning{}
 	switch d.table {
 	case tableCalls:
-		if n, gone, err = deleteCalls(ctx, tx, d, limit); err == nil && n > 0 {
+		if n, gone, err = deleteCalls(ctx, tx, d, limit, pr); err == nil && n > 0 {
 			err = tx.QueryRowContext(ctx, sqlCountDelete).Scan(&deletes)
 		}
 		if err == nil {
@@ -1094,7 +1095,7 @@ func (s *Store) deleteChunk(d *deleteRequest) (int64, error) {
 		n, err = deleteKeyed(ctx, tx, d, limit, `SELECT time, call_id, seq, tenant FROM writes WHERE time >= ? AND time < ?`+cond,
 			args, `DELETE FROM writes WHERE time = ? AND call_id = ? AND seq = ? AND tenant = ?`)
 	case tableFindings:
-		n, err = deleteFindings(ctx, tx, d, limit)
+		n, err = deleteFindings(ctx, tx, d, limit, pr)
 	case tableTooLate:
 		cond, args := tenantCond(d, "tenant", true)
 		n, err = deleteKeyed(ctx, tx, d, limit, `SELECT time, tenant, call_id FROM too_late WHERE time >= ? AND time < ?`+cond,
@@ -1102,9 +1103,11 @@ func (s *Store) deleteChunk(d *deleteRequest) (int64, error) {
 		if err == nil && !d.full {
 			// The answers kept aside go with their calls, uncounted, in
 			// the last chunk: a few rows (answers come late rarely).
-			cond, args := tenantCond(d, "tenant", false)
-			_, err = tx.ExecContext(ctx, `DELETE FROM answers_late WHERE time < ?`+cond, append([]any{d.before}, args...)...)
+			err = deleteAnswersAside(ctx, tx, d, pr)
 		}
+	}
+	if err == nil {
+		err = pr.store(ctx, tx, time.Now())
 	}
 	if err != nil {
 		return 0, wrap(err)
@@ -1185,7 +1188,7 @@ func pruneSessions(ctx context.Context, tx *sql.Tx) error {
 
 // deleteCalls deletes up to limit calls from d.from and returns them for
 // the id index.
-func deleteCalls(ctx context.Context, tx *sql.Tx, d *deleteRequest, limit int) (int64, []indexedCall, error) {
+func deleteCalls(ctx context.Context, tx *sql.Tx, d *deleteRequest, limit int, pr pruning) (int64, []indexedCall, error) {
 	type victim struct {
 		rid, time, tenantID int64
 		id                  any
@@ -1231,11 +1234,7 @@ func deleteCalls(ctx context.Context, tx *sql.Tx, d *deleteRequest, limit int) (
 			return 0, nil, err
 		}
 		if seq > 0 {
-			h := callHash(v.rid, v.id, v.tenant, v.time, v.rec)
-			if _, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO chain_pruned (tenant, seq, row, hash) VALUES (?, ?, ?, ?)`,
-				v.tenant, seq, v.rid, h[:]); err != nil {
-				return 0, nil, err
-			}
+			pr.add(v.tenant, seq, v.rid, callHash(v.rid, v.id, v.tenant, v.time, v.rec))
 		}
 		if _, err := delCall.Exec(v.rid); err != nil {
 			return 0, nil, err
@@ -1247,8 +1246,8 @@ func deleteCalls(ctx context.Context, tx *sql.Tx, d *deleteRequest, limit int) (
 }
 
 // deleteFindings deletes up to limit findings from d.from, keeping each
-// one's hash with its chain entry.
-func deleteFindings(ctx context.Context, tx *sql.Tx, d *deleteRequest, limit int) (int64, error) {
+// one's hash with its chain entry (in pr).
+func deleteFindings(ctx context.Context, tx *sql.Tx, d *deleteRequest, limit int, pr pruning) (int64, error) {
 	cond, args := tenantCond(d, "tenant", false)
 	rows, err := tx.QueryContext(ctx, `SELECT id, time, kind, severity, server, tenant, document, key, session, body, chain
 		FROM findings WHERE time >= ? AND time < ?`+cond+` ORDER BY time LIMIT ?`, append([]any{d.from, d.before}, append(args, limit)...)...)
@@ -1270,11 +1269,7 @@ func deleteFindings(ctx context.Context, tx *sql.Tx, d *deleteRequest, limit int
 	}
 	for i := range fs {
 		f := &fs[i]
-		h := findingHash(&f.findingRow)
-		if _, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO chain_pruned (tenant, seq, row, hash) VALUES (?, ?, ?, ?)`,
-			f.tenant, f.chain, idBytes(f.id), h[:]); err != nil {
-			return 0, err
-		}
+		pr.add(f.tenant, f.chain, idBytes(f.id), findingHash(&f.findingRow))
 		if _, err := tx.ExecContext(ctx, `DELETE FROM findings WHERE id = ?`, f.id); err != nil {
 			return 0, err
 		}
@@ -1282,4 +1277,43 @@ func deleteFindings(ctx context.Context, tx *sql.Tx, d *deleteRequest, limit int
 	}
 	d.full = len(fs) == limit
 	return int64(len(fs)), nil
+}
+
+// deleteAnswersAside deletes the answers kept aside dated before d.before
+// (of d's tenants), keeping each one's hash with its chain entry (in pr).
+func deleteAnswersAside(ctx context.Context, tx *sql.Tx, d *deleteRequest, pr pruning) error {
+	cond, args := tenantCond(d, "tenant", false)
+	rows, err := tx.QueryContext(ctx, `SELECT tenant, id, time, rec, chain FROM answers_late WHERE time < ?`+cond,
+		append([]any{d.before}, args...)...)
+	if err != nil {
+		return err
+	}
+	type answer struct {
+		tenant string
+		id     any
+		t, seq int64
+		rec    []byte
+	}
+	var as []answer
+	for rows.Next() {
+		var a answer
+		if err := rows.Scan(&a.tenant, &a.id, &a.t, &a.rec, &a.seq); err != nil {
+			rows.Close()
+			return err
+		}
+		as = append(as, a)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, a := range as {
+		if a.seq > 0 {
+			pr.add(a.tenant, a.seq, idBytes(a.id), answerHash(a.id, a.tenant, a.t, a.rec))
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM answers_late WHERE tenant = ? AND id = ?`, a.tenant, a.id); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -29,8 +29,9 @@ import (
 // engine's output that names the call (audit.Results.Answered) puts it in
 // the stored row's place in the same transaction (completeAnswers): the
 // stored row is deleted and its hash kept with its chain entry in
-// chain_pruned, as retention keeps a deleted row's, and the answered copy
-// is inserted as a new row, chained in a new entry. An answer no commit
+// chain_pruned, as retention keeps a deleted row's, the answer's hash
+// likewise with its answers entry, both records chained in pruned entries,
+// and the answered copy is inserted as a new row, chained in a new entry. An answer no commit
 // names stays aside, and `mcpaudit calls` shows the call unanswered: the
 // engine dropped it (the call is read, replayed and judged without it, as
 // the live run judged it), or the process died before the commit, and the
@@ -41,12 +42,16 @@ import (
 // commit named as taken by the engine (yet): one per call id and tenant
 // (the id hashes the call's millisecond, so no time is needed to find
 // it), tenant not interned. Created when missing: stores of schema 6
-// made before it lack it, and lose nothing by it.
+// made before it lack it, and lose nothing by it. An answer kept aside was
+// acknowledged to its sender: chain is the seq of the answers entry that
+// chained it (review rev18l's D4: deleting one went unreported), added
+// when missing (answersChainColumn).
 const answersLateTable = `CREATE TABLE IF NOT EXISTS answers_late (
 		tenant TEXT    NOT NULL,
 		id     ANY     NOT NULL, -- packID
 		time   INTEGER NOT NULL,
 		rec    BLOB    NOT NULL,
+		chain  INTEGER NOT NULL DEFAULT 0,
 		PRIMARY KEY (tenant, id)
 	) WITHOUT ROWID, STRICT`
 
@@ -88,6 +93,7 @@ func (s *Store) keepAnswersStep(rows []callRow) (_ []int, err error) {
 	}()
 	var differ []int
 	var buf []byte
+	kept := map[string][]keptAnswer{}
 	for i := range rows {
 		r := &rows[i]
 		res, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO answers_late (tenant, id, time, rec) VALUES (?, ?, ?, ?)`,
@@ -98,6 +104,7 @@ func (s *Store) keepAnswersStep(rows []callRow) (_ []int, err error) {
 		if n, err := res.RowsAffected(); err != nil {
 			return nil, wrap(err)
 		} else if n == 1 {
+			kept[r.tenant] = append(kept[r.tenant], keptAnswer{id: r.id, hash: answerHash(r.id, r.tenant, r.time, r.rec)})
 			continue
 		}
 		var t int64
@@ -117,6 +124,9 @@ func (s *Store) keepAnswersStep(rows []callRow) (_ []int, err error) {
 		if aok && bok && a != b {
 			differ = append(differ, i)
 		}
+	}
+	if err := chainAnswers(ctx, tx, kept, time.Now()); err != nil {
+		return nil, wrap(err)
 	}
 	return differ, wrap(tx.Commit())
 }
@@ -187,10 +197,11 @@ func (s *Store) answerAside(ctx context.Context, row *callRow) (_ *audit.Record,
 // index; last is the largest new rid (0: none).
 func (s *Store) completeAnswers(ctx context.Context, tx *sql.Tx, refs []answerRef, chained map[string][]rowHash, stored []indexedCall) (_ []indexedCall, last int64, err error) {
 	var buf []byte
+	pr := pruning{}
 	for _, ref := range refs {
-		var t int64
+		var t, aseq int64
 		var blob []byte
-		err := tx.QueryRowContext(ctx, sqlAnswerAside, ref.tenant, ref.id).Scan(&t, &blob)
+		err := tx.QueryRowContext(ctx, `SELECT time, rec, chain FROM answers_late WHERE tenant = ? AND id = ?`, ref.tenant, ref.id).Scan(&t, &blob, &aseq)
 		if errors.Is(err, sql.ErrNoRows) {
 			continue
 		}
@@ -232,10 +243,11 @@ func (s *Store) completeAnswers(ctx context.Context, tx *sql.Tx, refs []answerRe
 		if seq == 0 {
 			continue // in no chain entry: deleting it would not be on record
 		}
-		h := callHash(rid, id, r.tenant, ot, rec)
-		if _, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO chain_pruned (tenant, seq, row, hash) VALUES (?, ?, ?, ?)`,
-			r.tenant, seq, rid, h[:]); err != nil {
-			return nil, 0, wrap(err)
+		pr.add(r.tenant, seq, rid, callHash(rid, id, r.tenant, ot, rec))
+		if aseq > 0 {
+			// The answer leaves answers_late on record, as the row it
+			// replaces leaves its entry.
+			pr.add(ref.tenant, aseq, idBytes(ref.id), answerHash(ref.id, ref.tenant, t, blob))
 		}
 		if _, err := tx.ExecContext(ctx, `DELETE FROM calls WHERE rid = ?`, rid); err != nil {
 			return nil, 0, wrap(err)
@@ -266,5 +278,38 @@ func (s *Store) completeAnswers(ctx context.Context, tx *sql.Tx, refs []answerRe
 			session: r.session.sh, hasSession: r.ok})
 		last = max(last, newRID)
 	}
+	if err := pr.store(ctx, tx, time.Now()); err != nil {
+		return nil, 0, wrap(err)
+	}
 	return stored, last, nil
+}
+
+// keptAnswer is an answer a transaction kept aside: its id and hash.
+type keptAnswer struct {
+	id   any
+	hash chain.Hash
+}
+
+// chainAnswers appends one answers entry per tenant for the answers a
+// transaction kept aside (byTenant), and sets their chain column to it.
+func chainAnswers(ctx context.Context, q queryer, byTenant map[string][]keptAnswer, now time.Time) error {
+	for _, tenant := range sortedKeys(byTenant) {
+		as := byTenant[tenant]
+		rows := make([]rowHash, len(as))
+		for i, a := range as {
+			rows[i] = rowHash{id: idBytes(a.id), hash: a.hash}
+		}
+		seq, err := appendEntry(ctx, q, chain.Entry{Tenant: tenant, Kind: chain.KindAnswers, N: int64(len(rows)),
+			Digest: findingsDigest(rows), Time: now})
+		if err != nil {
+			return fmt.Errorf("cannot chain the answers kept aside: %w", err)
+		}
+		for _, a := range as {
+			if _, err := q.ExecContext(ctx, `UPDATE answers_late SET chain = ? WHERE tenant = ? AND id = ?`,
+				seq, tenant, a.id); err != nil {
+				return fmt.Errorf("cannot chain the answers kept aside: %w", err)
+			}
+		}
+	}
+	return nil
 }

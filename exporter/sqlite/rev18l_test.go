@@ -3,30 +3,19 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
 )
 
-// knownDefect skips a test that pins a defect review rev18l found and did
-// not fix, unless MCPAUDIT_REV18L_DEFECTS=1 (run so, it fails).
-func knownDefect(t *testing.T, why string) {
-	t.Helper()
-	if os.Getenv("MCPAUDIT_REV18L_DEFECTS") != "1" {
-		t.Skip("known defect (review rev18l), not fixed: " + why)
-	}
-}
-
-// TestVerify_AnswerAsideDeleted (review rev18l): an answer of a stored
-// unanswered call is acknowledged once it is kept aside (answers_late);
-// until a commit names it (and for good, when the engine dropped it) it
-// is in no chain entry. Deleting it loses acknowledged data, and verify
-// stays green: on main the answer took the row's place, chained, before
-// the acknowledgement, and deleting it was reported.
+// TestVerify_AnswerAsideDeleted (review rev18l's D4, fixed by ch19): an
+// answer of a stored unanswered call is acknowledged once it is kept
+// aside (answers_late); until a commit names it (and for good, when the
+// engine dropped it) it was in no chain entry, and deleting it left verify
+// green. It is chained in an answers entry now, and its deletion reported.
 func TestVerify_AnswerAsideDeleted(t *testing.T) {
-	knownDefect(t, "answers kept aside (answers_late) are not chained: deleting one is not reported by verify")
 	for _, ack := range []string{AckCommit, AckLog} {
 		t.Run(ack, func(t *testing.T) {
 			s, path, pub, _ := openSigned(t, Options{Ack: ack})
@@ -66,8 +55,11 @@ func TestVerify_AnswerAsideDeleted(t *testing.T) {
 				t.Fatalf("%d answers deleted, want 1", n)
 			}
 			db.Close()
-			if r := verify(t, path, pub); r.OK() {
-				t.Errorf("verify is green after an acknowledged answer was deleted")
+			r := verify(t, path, pub)
+			var b strings.Builder
+			r.Print(&b)
+			if r.OK() || !strings.Contains(b.String(), "(1 answer kept aside") || !strings.Contains(b.String(), "1 row recorded, 0 found") {
+				t.Errorf("verify after an acknowledged answer was deleted: want its answers entry short of it:\n%s", b.String())
 			}
 		})
 	}

@@ -407,6 +407,10 @@ func open(ctx context.Context, path string, opts Options) (*Store, error) {
 			return nil, fmt.Errorf("cannot open store %s: %w", path, wrap(err))
 		}
 	}
+	if err := upgradeChainRecords(w); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("cannot open store %s: cannot chain the answers aside and the records of removed rows: %w", path, wrap(err))
+	}
 
 	rq := url.Values{}
 	rq.Set("_busy_timeout", "10000")

@@ -56,6 +56,21 @@ type verifier struct {
 	bySeq   map[string]map[int64]*vEntry
 	cuts    map[string]chain.Cut
 	pruned  map[entryKey]map[string]chain.Hash // row key → hash
+	// records are the rows of chain_pruned, each with the pruned entry
+	// that covers it; recordsChained is false in a store whose
+	// chain_pruned has no entry column yet (not opened by this release).
+	records        []vRecord
+	recordsChained bool
+	cutBefore      map[string]int64 // the cuts' cutoffs as stored
+}
+
+// vRecord is a row of chain_pruned: a removed row of entry seq, covered
+// by the pruned entry entry.
+type vRecord struct {
+	tenant     string
+	seq, entry int64
+	row        any
+	hash       chain.Hash
 }
 
 type entryKey struct {
@@ -70,7 +85,14 @@ type vEntry struct {
 }
 
 func (e *vEntry) where() string {
+	committed := e.Time.UTC().Format(time.RFC3339Nano)
 	switch e.Kind {
+	case chain.KindAnswers:
+		return fmt.Sprintf("chain entry %d (%s kept aside, committed %s)", e.Seq, chain.Count(e.N, "answer", "answers"), committed)
+	case chain.KindPruned:
+		return fmt.Sprintf("chain entry %d (the records of %s removed from entry %d, committed %s)", e.Seq, chain.Count(e.N, "row", "rows"), e.First, committed)
+	case chain.KindCut:
+		return fmt.Sprintf("chain entry %d (a retention cut before entry %d, committed %s)", e.Seq, e.First, committed)
 	case chain.KindFindings:
 		return fmt.Sprintf("chain entry %d (%s, committed %s)", e.Seq, chain.Count(e.N, "finding", "findings"), e.Time.UTC().Format(time.RFC3339Nano))
 	}
@@ -101,7 +123,11 @@ func (v *verifier) run(pub ed25519.PublicKey) error {
 	if err := v.checkChanges(); err != nil {
 		return err
 	}
+	if err := v.checkAnswers(); err != nil {
+		return err
+	}
 	v.checkDigests()
+	v.checkRecords()
 	return v.checkCheckpoints(pub)
 }
 
@@ -138,22 +164,49 @@ func (v *verifier) loadChain() error {
 	if v.cuts, err = loadCuts(v.ctx, v.tx); err != nil {
 		return err
 	}
-	rows, err = v.tx.QueryContext(v.ctx, `SELECT tenant, seq, row, hash FROM chain_pruned`)
+	v.cutBefore = map[string]int64{}
+	rows, err = v.tx.QueryContext(v.ctx, `SELECT tenant, before FROM chain_cuts`)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var tenant string
+		var before int64
+		if err := rows.Scan(&tenant, &before); err != nil {
+			rows.Close()
+			return err
+		}
+		v.cutBefore[tenant] = before
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if v.recordsChained, err = hasColumn(v.ctx, v.tx, "chain_pruned", "entry"); err != nil {
+		return err
+	}
+	q := `SELECT tenant, seq, row, hash, 0 FROM chain_pruned`
+	if v.recordsChained {
+		q = `SELECT tenant, seq, row, hash, entry FROM chain_pruned`
+	}
+	rows, err = v.tx.QueryContext(v.ctx, q)
 	if err != nil {
 		return err
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var k entryKey
-		var row any
+		var r vRecord
 		var h []byte
-		if err := rows.Scan(&k.tenant, &k.seq, &row, &h); err != nil {
+		if err := rows.Scan(&r.tenant, &r.seq, &r.row, &h, &r.entry); err != nil {
 			return err
 		}
+		r.hash = chain.Hash(h)
+		v.records = append(v.records, r)
+		k := entryKey{r.tenant, r.seq}
 		if v.pruned[k] == nil {
 			v.pruned[k] = map[string]chain.Hash{}
 		}
-		v.pruned[k][rowKey(row)] = chain.Hash(h)
+		v.pruned[k][rowKey(r.row)] = r.hash
 	}
 	return rows.Err()
 }
@@ -279,16 +332,161 @@ func (v *verifier) checkChanges() error {
 	return nil
 }
 
+// checkAnswers gives each answer kept aside (answers_late) to the answers
+// entry it names.
+func (v *verifier) checkAnswers() error {
+	var n int
+	if err := v.tx.QueryRowContext(v.ctx, `SELECT count(*) FROM sqlite_schema WHERE name = 'answers_late'`).Scan(&n); err != nil || n == 0 {
+		return err
+	}
+	chained, err := hasColumn(v.ctx, v.tx, "answers_late", "chain")
+	if err != nil {
+		return err
+	}
+	if !chained {
+		if v.hasKind(chain.KindAnswers) {
+			v.r.Add("*", "answers_late", "its chain column is gone, though the chains hold answers entries: the table was rebuilt outside the collector")
+			return nil
+		}
+		var rows int64
+		if err := v.tx.QueryRowContext(v.ctx, `SELECT count(*) FROM answers_late`).Scan(&rows); err != nil {
+			return err
+		}
+		if rows > 0 {
+			v.r.Note("%s kept aside not chained: the store was not opened by a release that chains them yet (serve's next start does)", chain.Count(rows, "answer", "answers"))
+		}
+		return nil
+	}
+	rows, err := v.tx.QueryContext(v.ctx, `SELECT tenant, id, time, rec, chain FROM answers_late`)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var tenant string
+		var id any
+		var t, seq int64
+		var rec []byte
+		if err := rows.Scan(&tenant, &id, &t, &rec, &seq); err != nil {
+			return err
+		}
+		e := v.bySeq[tenant][seq]
+		if e == nil || e.Kind != chain.KindAnswers {
+			v.r.Add(tenant, fmt.Sprintf("the answer kept aside of call %s (time %s)", unpackID(callPrefix, id), fromNanos(t).Format(time.RFC3339Nano)),
+				"names chain entry %d, which holds no answers of its tenant: inserted outside the collector", seq)
+			continue
+		}
+		e.rows = append(e.rows, rowHash{id: idBytes(id), hash: answerHash(id, tenant, t, rec)})
+	}
+	return rows.Err()
+}
+
+// hasKind reports whether any chain holds an entry of kind.
+func (v *verifier) hasKind(kind string) bool {
+	for _, es := range v.entries {
+		for _, e := range es {
+			if e.Kind == kind {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// checkRecords checks the records of removed rows (chain_pruned) against
+// the pruned entries that cover them: each record names its pruned entry,
+// which counts and digests the records of its group. A record no pruned
+// entry covers is a deletion made to look like retention's or an
+// answer's. A pruned entry of an entry retention cut has no records left:
+// they went with the entry.
+func (v *verifier) checkRecords() {
+	if !v.recordsChained {
+		if v.hasKind(chain.KindPruned) {
+			v.r.Add("*", "chain_pruned", "its entry column is gone, though the chains hold pruned entries: the table was rebuilt outside the collector")
+		} else if len(v.records) > 0 {
+			v.r.Note("%s of removed rows not chained: the store was not opened by a release that chains them yet (serve's next start does)",
+				chain.Count(len(v.records), "record", "records"))
+		}
+		return
+	}
+	groups := map[entryKey][]vRecord{}
+	for _, r := range v.records {
+		k := entryKey{r.tenant, r.entry}
+		groups[k] = append(groups[k], r)
+	}
+	for k, rs := range groups {
+		e := v.bySeq[k.tenant][k.seq]
+		if e != nil && e.Kind == chain.KindPruned {
+			continue
+		}
+		for _, r := range rs {
+			v.r.Add(r.tenant, fmt.Sprintf("the record of %s removed from chain entry %d", recordRow(r.row), r.seq),
+				"no pruned entry covers it (it names entry %d): a deletion made to look like retention's or an answer's", r.entry)
+		}
+	}
+	for tenant, es := range v.entries {
+		cutSeq := int64(0)
+		if c, ok := v.cuts[tenant]; ok {
+			cutSeq = c.Seq
+		}
+		for _, e := range es {
+			if e.Kind != chain.KindPruned {
+				continue
+			}
+			rs := groups[entryKey{tenant, e.Seq}]
+			if len(rs) == 0 && e.First < cutSeq {
+				continue // the entry it recorded rows of was cut, with them
+			}
+			rows := make([]prunedRow, 0, len(rs))
+			other := false
+			for _, r := range rs {
+				other = other || r.seq != e.First
+				rows = append(rows, prunedRow{row: r.row, hash: r.hash})
+			}
+			switch {
+			case int64(len(rows)) < e.N:
+				v.r.Add(tenant, e.where(), "%s recorded, %d found: records of removed rows deleted", chain.Count(e.N, "record", "records"), len(rows))
+			case int64(len(rows)) > e.N:
+				v.r.Add(tenant, e.where(), "%s recorded, %d found: records inserted", chain.Count(e.N, "record", "records"), len(rows))
+			case other:
+				v.r.Add(tenant, e.where(), "a record covered by it names another entry: records moved")
+			case prunedDigest(rows) != e.Digest:
+				v.r.Add(tenant, e.where(), "its records' contents differ from what was chained: a record was edited")
+			}
+		}
+	}
+}
+
+// recordRow names the row of a chain_pruned record.
+func recordRow(row any) string {
+	if rid, ok := row.(int64); ok {
+		return fmt.Sprintf("row %d", rid)
+	}
+	if b, ok := row.([]byte); ok && len(b) > 1 {
+		switch b[0] {
+		case 'b':
+			return "packed id " + unpackID("", b[1:])
+		case 't':
+			return "id " + string(b[1:])
+		}
+	}
+	return fmt.Sprintf("row %v", row)
+}
+
 // checkDigests compares what each entry holds (rows found, and rows
 // retention removed) with its count and digest.
 func (v *verifier) checkDigests() {
 	for tenant, es := range v.entries {
 		for _, e := range es {
+			if e.Kind == chain.KindPruned || e.Kind == chain.KindCut {
+				continue // checkRecords, checkCheckpoints
+			}
+			byID := e.Kind == chain.KindFindings || e.Kind == chain.KindAnswers
 			pruned := v.pruned[entryKey{tenant, e.Seq}]
 			rows := e.rows
 			for k, h := range pruned {
 				r := rowHash{hash: h}
-				if e.Kind == chain.KindFindings {
+				if byID {
 					r.id = []byte(k)
 				} else {
 					fmt.Sscanf(k, "#%d", &r.row)
@@ -296,7 +494,7 @@ func (v *verifier) checkDigests() {
 				rows = append(rows, r)
 			}
 			var digest chain.Hash
-			if e.Kind == chain.KindFindings {
+			if byID {
 				digest = findingsDigest(rows)
 			} else {
 				sort.Slice(rows, func(i, j int) bool { return rows[i].row < rows[j].row })
@@ -321,6 +519,9 @@ func (v *verifier) checkDigests() {
 // missing names the row ids of an entry's range that no table holds and
 // retention did not record: the rows deleted.
 func (v *verifier) missing(e *vEntry, rows []rowHash) string {
+	if e.Kind == chain.KindAnswers {
+		return " (answers kept aside, acknowledged to their senders, are gone)"
+	}
 	if e.Kind == chain.KindFindings {
 		return ""
 	}
@@ -367,6 +568,27 @@ func changed(rows []rowHash) string {
 		return ""
 	}
 	return " (" + chain.Span("row", "rows", rows[0].row, rows[len(rows)-1].row) + ")"
+}
+
+// cutEntry returns the last cut entry of tenant's chain that records cut
+// (its start, that start's prev and the cutoff), or nil.
+func (v *verifier) cutEntry(tenant string, cut chain.Cut) *vEntry {
+	prev, err := chain.ParseHash(cut.Prev)
+	if err != nil {
+		return nil
+	}
+	before, ok := v.cutBefore[tenant]
+	if !ok {
+		return nil
+	}
+	es := v.entries[tenant]
+	for i := len(es) - 1; i >= 0; i-- {
+		e := es[i]
+		if e.Kind == chain.KindCut && e.First == cut.Seq && e.Digest == cutDigest(cut.Seq, prev[:], before) {
+			return e
+		}
+	}
+	return nil
 }
 
 // checkCheckpoints checks the signatures and that the chains still pass
@@ -436,8 +658,27 @@ func (v *verifier) checkCheckpoints(pub ed25519.PublicKey) error {
 				ok = true
 			}
 		}
-		if !ok {
-			v.r.Add(tenant, fmt.Sprintf("the cut before entry %d", cut.Seq), "no checkpoint signed it: history was removed outside retention")
+		if ok {
+			continue
+		}
+		where := fmt.Sprintf("the cut before entry %d", cut.Seq)
+		// A cut no checkpoint signed: retention's while serve ran without
+		// its signing key (review rev17c), or a removal. Retention puts a
+		// cut entry in the chain; a keyed serve signs every cut at its next
+		// checkpoint. So a cut whose entry a checkpoint signed past was
+		// left out by it: a removal; one without its entry was not made by
+		// retention; one made after the last checkpoint cannot be told from
+		// a removal by someone who can write the file, and is said so.
+		e := v.cutEntry(tenant, cut)
+		switch {
+		case e == nil:
+			v.r.Add(tenant, where, "no checkpoint signed it, and no cut entry of the chain records it: history was removed outside retention")
+		case signed[tenant] >= e.Seq:
+			v.r.Add(tenant, where, "no checkpoint signed it, though a checkpoint signed entry %d, after its cut entry %d: history was removed outside retention", signed[tenant], e.Seq)
+		default:
+			v.r.Note("tenant %q: %s (retention cutoff %s, recorded by chain entry %d) was made after the last checkpoint and no checkpoint signed it: "+
+				"serve cuts so while it runs without its signing key, and someone who can write the file can too, so it cannot be told from a removal; "+
+				"serve's next start with its key signs it", tenant, where, cut.Before.Format(time.RFC3339Nano), e.Seq)
 		}
 	}
 	for tenant, es := range v.entries {

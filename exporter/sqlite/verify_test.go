@@ -301,7 +301,19 @@ func TestVerify_Retention(t *testing.T) {
 	if cuts == 0 {
 		t.Fatalf("retention of %d rows cut no chain", n)
 	}
+	// The checkpoint that signed the cut deleted: the cut is then one made
+	// after the last checkpoint, as a serve without its key makes them
+	// (review rev17c), which cannot be told from a removal: a note (the
+	// limit of any tail after the last checkpoint).
 	r = verify(t, edit(t, path, `DELETE FROM checkpoints WHERE seq = (SELECT max(seq) FROM checkpoints)`), pub)
+	b.Reset()
+	r.Print(&b)
+	if !r.OK() || !strings.Contains(b.String(), "cannot be told from a removal") {
+		t.Fatalf("a cut after the last checkpoint: want a note:\n%s", b.String())
+	}
+	// And its cut entries deleted too: no sign of retention is left.
+	r = verify(t, edit(t, path, `DELETE FROM checkpoints WHERE seq = (SELECT max(seq) FROM checkpoints)`,
+		`DELETE FROM chain WHERE kind = 'cut'`), pub)
 	b.Reset()
 	r.Print(&b)
 	if r.OK() || !strings.Contains(b.String(), "no checkpoint signed it") {
