@@ -121,6 +121,16 @@ type gate struct {
 	// window closed more than allowed_lateness + lateness before the
 	// committed watermark: no call judged can withdraw it then.
 	told map[string]time.Time
+	// remade holds, while known is set, the ids of the unverified_write
+	// findings the replay made, told or recognized as stored: one of
+	// them is not withdrawn (two writes of one call to one document under
+	// one key share a finding id).
+	remade map[string]bool
+	// atRestart holds the ids of the withdrawals storedUnverified queued
+	// until the store took or refused them: the pipeline logs those it
+	// made (one withdrawn already, its withdrawal committed before the
+	// stop, is refused and left as it is).
+	atRestart map[string]bool
 	// held is set while the engine takes a call that the store held
 	// before its request stored it (a copy sent again), or that may be
 	// such a copy (a store that cannot tell): counted too late, it is not
@@ -240,11 +250,61 @@ func (g *gate) forget() {
 		}
 	}
 	if len(g.replayEnd) == 0 {
+		g.remade = nil
 		g.known, g.replayEnd, g.alt, g.aliases = nil, nil, nil, nil
 		g.silentCalls = nil
 		g.heldPending, g.pendingAsked = nil, true
 		g.knownLen.Store(0)
 	}
+}
+
+// restartNote is the note of the lifecycle change that withdraws a stored
+// unverified_write at a restart (gate.storedUnverified), with the ID of the
+// call that settled the write in the replay.
+const restartNote = "withdrawn by mcpaudit at a restart: the calls stored, judged again in time order, settle the write (call %s, dated within its verification window); the withdrawal made when that call was judged late, after the window closed, was lost (the process stopped before its commit); judged in time order there is no such finding (docs/detection.md, Late calls)"
+
+// restartNoteNoCall is restartNote when no call is being judged.
+const restartNoteNoCall = "withdrawn by mcpaudit at a restart: the calls stored, judged again in time order, settle the write; the withdrawal made when a call judged late settled it was lost (the process stopped before its commit); judged in time order there is no such finding (docs/detection.md, Late calls)"
+
+// storedUnverified queues, for the next commit, the withdrawal of the
+// unverified_write of w that the store holds, if it does: w is a write the
+// replay settled from pending (a state other than unverified: judged in
+// time order, its window did not close with it pending) by a call whose
+// judgement may not have been committed. The live run judged that call
+// late, after the window closed, and died before the commit that withdrew
+// the finding. Only while stored findings are recognized (known), so only
+// a write whose call the replay judged: a finding dated before the
+// replay's calls, or whose write's calls retention deleted, is never one.
+// Its id is the one the engine gives the finding when the window closes
+// (detect's unverifiedFinding): kind, server, tenant, document, key and
+// the write's call, the observation the live run stored it under
+// (storedAs). It is queued at once, not when the replay's range is judged:
+// the marks saved meanwhile cover the settling call, and a restart after
+// another stop would not look at it again.
+func (g *gate) storedUnverified(w *audit.Write) {
+	if g.known == nil || w.State == audit.StateUnverified || w.State == audit.StatePending {
+		return
+	}
+	call := w.CallID
+	if c := g.storedAs(w); c != nil {
+		call = c.ID
+	}
+	f := audit.Finding{Kind: audit.KindUnverifiedWrite, Server: w.Server, Tenant: w.Tenant,
+		Document: w.Document, Key: w.Key, Calls: []string{call}}
+	id := f.ID()
+	if !g.known[id] || g.remade[id] || g.atRestart[id] {
+		return
+	}
+	note := restartNoteNoCall
+	if r := g.eng.Current(); r != nil {
+		note = fmt.Sprintf(restartNote, r.Call.ID)
+	}
+	if g.atRestart == nil {
+		g.atRestart = map[string]bool{}
+	}
+	g.atRestart[id] = true
+	g.withdrawn = append(g.withdrawn, audit.FindingChange{FindingID: id, Tenant: w.Tenant, State: audit.FindingWithdrawn,
+		By: withdrawnBy, Note: note, Time: w.StateTime})
 }
 
 // committed reports whether output at event time t in the partition of
@@ -330,6 +390,17 @@ func (g *gate) Write(w *audit.Write, prev audit.WriteState) {
 	// count it twice.
 	settling := prev == audit.StatePending && w.State != audit.StatePending &&
 		!g.committed(w.Tenant, w.Server, w.Time.Add(g.eng.Config().VerifyWindow))
+	// A write so settled whose unverified_write the store holds was stored
+	// unverified, its finding told, by a live run that judged the settling
+	// call late and died before the commit that withdrew the finding: the
+	// settled state is stored (below), and the finding withdrawn
+	// (storedUnverified). Only by a call whose judgement may not have been
+	// committed (not replayed): one the mark covers was judged, or counted
+	// too late and left unjudged, by a live run that committed after it,
+	// and the store holds what that run made of it.
+	if settling && !g.replayed(w.Tenant, w.Server, w.StateTime) {
+		g.storedUnverified(w)
+	}
 	if !open && g.replayed(w.Tenant, w.Server, w.StateTime) && (!settling || !g.storedPending(w)) {
 		return
 	}
@@ -370,6 +441,12 @@ func (g *gate) Finding(f *audit.Finding) {
 	// A window may close later than its end, held open for a source
 	// behind it (detect's expire): one held past the last commit was not
 	// committed, though the mark may be far past its end.
+	if g.known != nil && f.Kind == audit.KindUnverifiedWrite {
+		if g.remade == nil {
+			g.remade = map[string]bool{}
+		}
+		g.remade[f.ID()] = true
+	}
 	if g.silentNow(f.Tenant, f.Calls, f.Kind == audit.KindUnverifiedWrite) {
 		return
 	}

@@ -202,6 +202,23 @@ type crashStore struct {
 	// none stored before: Commit drops Results.TooLate and TooLateCalls
 	// returns audit.ErrUnsupported.
 	forgetTooLate atomic.Bool
+	// dieAtCommit makes the process die at the next Commit of output
+	// (writes or findings; one of the watermark alone goes through),
+	// before it commits: what the engine judged since the last commit (a
+	// late call's withdrawal) is lost, the calls acknowledged before stay
+	// stored.
+	dieAtCommit atomic.Bool
+}
+
+// ChangeFinding refuses, once the process is taken as dead, to change a
+// finding's lifecycle, as every other write.
+func (s *crashStore) ChangeFinding(ctx context.Context, c audit.FindingChange) (audit.FindingStatus, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.crashed {
+		return audit.FindingStatus{}, errCrashed
+	}
+	return s.Store.ChangeFinding(ctx, c)
 }
 
 func (s *crashStore) TooLateCalls(ctx context.Context, since time.Time) ([]audit.CallRef, error) {
@@ -297,6 +314,9 @@ func (s *crashStore) appendCalls(ctx context.Context, recs []audit.Record, compa
 }
 
 func (s *crashStore) Commit(ctx context.Context, r audit.Results) error {
+	if s.dieAtCommit.Load() && (len(r.Writes) > 0 || len(r.Findings) > 0) {
+		s.crash()
+	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.crashed {

@@ -204,12 +204,12 @@ func sameStored(t *testing.T, name string, got, want outcome) {
 // made, but the stored unverified_write stays open for good: the API lists
 // a finding analyze does not, and nothing later takes it back.
 //
-// It fails on lw18 and on rev18w (not fixed: the replay would have to
-// withdraw a stored unverified_write of its range that judging in time
-// order does not make); skipped so the package stays green. Remove the
-// skip to see it.
+// It failed on lw18, on rev18w and on main up to 7b3868d (skipped there);
+// wd19 fixed it: the replay withdraws a stored unverified_write of a write
+// it settles (gate.storedUnverified; TestRestart_WithdrawLostInCrash has
+// the variants). The process dies at the commit after the replay is
+// judged (dieAtCommit), not at a time the engine may have committed by.
 func TestLateAfterWindowClosed_CrashBeforeWithdrawal(t *testing.T) {
-	t.Skip("known gap (rev18w): a withdrawal lost in a crash is never made; the stored unverified_write stays open")
 	dedit := func(c *detect.Config) { c.VerifyWindow = 20 * time.Second; c.CorrelationWindow = 2 * time.Minute }
 	at := wallStart.Add(-time.Minute)
 	write := keyedPatchLine("s-a", 1, at, false)
@@ -230,10 +230,13 @@ func TestLateAfterWindowClosed_CrashBeforeWithdrawal(t *testing.T) {
 		t.Fatalf("%d findings before the replay came, want the write's unverified_write: the test shows nothing", n)
 	}
 	clock.Add(9 * time.Second)
+	r.status() // commits what the clock moved, before the process is set to die
+	r.cs.dieAtCommit.Store(true)
 	if _, err := r.p.Ingest(context.Background(), batch(t, "calls:reproA", replay)); err != nil {
 		t.Fatal(err)
 	}
-	r.crash()
+	r.status() // the engine judges the replay; its commit dies
+	r.die()
 
 	r = openRunDetect(t, dir, clock, nil, dedit, nil)
 	clock.Add(10 * time.Minute)

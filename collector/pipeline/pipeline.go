@@ -1215,6 +1215,7 @@ func (p *Pipeline) run(ctx context.Context) {
 			now := p.now()
 			p.applyTouches()
 			p.eng.Tick(now)
+			p.gate.forget()
 			// ... and stored: a caller that waits for the status to say
 			// judged and then reads the findings finds them (without
 			// this it could ask before the next commit, CommitEvery).
@@ -1397,21 +1398,32 @@ func (p *Pipeline) withdraw(ctx context.Context) {
 	}
 	inv, ok := p.store.(audit.Investigator)
 	if !ok {
-		p.gate.withdrawn = nil
+		p.gate.withdrawn, p.gate.atRestart = nil, nil
 		return
 	}
 	kept := p.gate.withdrawn[:0]
+	restarted := 0
 	for _, c := range p.gate.withdrawn {
 		c.Time = p.now()
 		_, err := inv.ChangeFinding(ctx, c)
 		switch {
 		case err == nil, errors.Is(err, audit.ErrStateConflict), errors.Is(err, audit.ErrNotFound):
+			if err == nil && p.gate.atRestart[c.FindingID] {
+				restarted++
+			}
 		case errors.Is(err, audit.ErrUnavailable) || ctx.Err() != nil:
 			kept = append(kept, c)
+			continue
 		default:
 			p.rlog.Warn("withdraw_failed", "cannot mark a finding withdrawn", "finding", c.FindingID, "err", err)
 		}
+		delete(p.gate.atRestart, c.FindingID)
 	}
 	clear(p.gate.withdrawn[len(kept):])
 	p.gate.withdrawn = kept
+	if restarted > 0 {
+		p.log.Info("stored unverified_write findings withdrawn at the restart: the calls stored, judged again in time order, settle their writes; "+
+			"the withdrawal made when a call judged late settled each was lost when the last run stopped (docs/detection.md, Late calls)",
+			"findings", restarted)
+	}
 }

@@ -25,6 +25,7 @@ var investigatorTests = []struct {
 	{"Lifecycle/tenant", testLifecycleTenant},
 	{"Lifecycle/counts", testFindingCounts},
 	{"Lifecycle/withdrawn", testWithdrawn},
+	{"Lifecycle/withdrawn_at_restart", testWithdrawnAtRestart},
 	{"Calls/by_id", testCallsByID},
 	{"Calls/by_document_and_session", testCallsBy},
 	{"Calls/session_among_others", testCallsSession},
@@ -224,6 +225,74 @@ func testFindingCounts(t *testing.T, s audit.Store) {
 	if got := count(audit.FindingQuery{Server: "oddlynew", Since: at(4), Limit: 1}); !reflect.DeepEqual(got, want) {
 		t.Errorf("counts of oddlynew since 4s = %v, want %v", got, want)
 	}
+}
+
+// testWithdrawnAtRestart: what a restart's withdrawal of a stored
+// unverified_write (wd19, docs/detection.md "Late calls") needs of a store.
+// FindingIDs lists a finding whatever its lifecycle state, so that the
+// replay recognizes one acknowledged, resolved or withdrawn as stored; a
+// finding of a tenant, acknowledged or resolved by a person, is withdrawn
+// under its tenant; withdrawing it again (a withdrawal committed before a
+// crash, made again by the restart) is ErrStateConflict and adds nothing
+// to its history; a finding the store does not hold is ErrNotFound; and
+// the finding committed again (a replay that makes it) stays withdrawn.
+func testWithdrawnAtRestart(t *testing.T, s audit.Store) {
+	var fs []audit.Finding
+	for i := range 4 {
+		f := finding(audit.KindUnverifiedWrite, i+1, fmt.Sprintf("w-%d.gram", i), id(i))
+		f.Tenant = []string{"acme", ""}[i%2]
+		fs = append(fs, f)
+	}
+	commit(t, s, audit.Results{Findings: fs})
+	if _, err := change(t, s, fs[1].ID(), "", audit.FindingAcknowledged, "oncall", "looking", 100); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := change(t, s, fs[2].ID(), "acme", audit.FindingResolved, "oncall", "", 100); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fs[:3] {
+		if _, err := change(t, s, f.ID(), f.Tenant, audit.FindingWithdrawn, "mcpaudit", "withdrawn by mcpaudit at a restart: call c_9", 101); err != nil {
+			t.Fatalf("withdraw %s (tenant %q): %v", f.ID(), f.Tenant, err)
+		}
+	}
+	ids, err := s.FindingIDs(ctx(t), time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fs {
+		if !ids[f.ID()] {
+			t.Errorf("FindingIDs lacks %s (state %s): %v", f.ID(), stateOf(t, s, f.ID()), ids)
+		}
+	}
+	if _, err := change(t, s, fs[1].ID(), fs[1].Tenant, audit.FindingWithdrawn, "mcpaudit", "again", 102); !errors.Is(err, audit.ErrStateConflict) {
+		t.Errorf("withdrawing a withdrawn finding again: %v, want ErrStateConflict", err)
+	}
+	if h, err := s.FindingHistory(ctx(t), fs[1].ID(), ""); err != nil || len(h) != 2 || h[1].Note != "withdrawn by mcpaudit at a restart: call c_9" {
+		t.Errorf("history after a second withdrawal: %+v, %v; want acknowledged, withdrawn once", h, err)
+	}
+	gone := finding(audit.KindUnverifiedWrite, 5, "gone.gram", id(99))
+	if _, err := change(t, s, gone.ID(), "", audit.FindingWithdrawn, "mcpaudit", "", 102); !errors.Is(err, audit.ErrNotFound) {
+		t.Errorf("withdrawing a finding not stored: %v, want ErrNotFound", err)
+	}
+	commit(t, s, audit.Results{Findings: fs[:3]})
+	for _, f := range fs[:3] {
+		if st := stateOf(t, s, f.ID()); st != audit.FindingWithdrawn {
+			t.Errorf("%s committed again after its withdrawal: %s, want withdrawn", f.ID(), st)
+		}
+	}
+	if st := stateOf(t, s, fs[3].ID()); st != audit.FindingOpen {
+		t.Errorf("%s: %s, want open", fs[3].ID(), st)
+	}
+}
+
+// stateOf returns the lifecycle state of the finding id, found by its id.
+func stateOf(t *testing.T, s audit.Store, id string) audit.FindingState {
+	t.Helper()
+	got := allFindings(t, s, audit.FindingQuery{ID: id})
+	if len(got) != 1 {
+		t.Fatalf("finding %s by its id: %d findings", id, len(got))
+	}
+	return got[0].StateOf()
 }
 
 // testWithdrawn: a finding the collector withdrew (audit.FindingWithdrawn)
