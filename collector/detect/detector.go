@@ -42,6 +42,10 @@ type detector struct {
 	creates expMap[createKey, []*createRec]
 	failed  expMap[uint64, []*failedReq]
 
+	// held holds the request_id_reuse findings waiting for the key's
+	// first use, which may still be judged late (holdReuse).
+	held []*heldReuse
+
 	deadlines writeHeap
 	// deferred holds writes whose window ended while their source was
 	// still delivering what came before the end (a late backlog): they
@@ -75,6 +79,9 @@ func (d *detector) advance(t etime) {
 	if t.After(d.clock) {
 		d.expire(t)
 		d.clock = t
+		if len(d.held) > 0 {
+			d.releaseHeld(t, false)
+		}
 		d.sweep()
 	}
 }
@@ -240,7 +247,7 @@ func (d *detector) write(ev *event, op *audit.Op) {
 	}
 	if op.Tool == toolApply && ks != nil {
 		d.checkPremature(ev, op, ks)
-		d.renewLease(ks, ev, op)
+		d.renewLease(ks, ev, op, true)
 	}
 }
 
@@ -273,7 +280,7 @@ func (d *detector) read(ev *event, op *audit.Op) {
 	t := ev.at.t
 	if op.Tool == toolReceipt && op.Key != "" {
 		ks := d.key(keyID{op.KeyKind, op.Key}, t)
-		d.renewLease(ks, ev, op)
+		d.renewLease(ks, ev, op, false)
 		// The receipt is the copy's durable record: reading it establishes
 		// what became of the reader's uncertain applies (findings.md §2).
 		for _, u := range ks.uncertainWrites() {

@@ -1019,6 +1019,7 @@ func (e *Engine) Flush() {
 				p.wm = t
 			}
 		}
+		p.det.releaseHeld(p.det.clock, true)
 	}
 }
 

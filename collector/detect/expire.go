@@ -94,7 +94,7 @@ func (p *partition) empty() bool {
 // empty reports whether the detector holds no correlation state.
 func (d *detector) empty() bool {
 	return d.docs.len() == 0 && d.reads.len() == 0 && d.keys.len() == 0 && d.creates.len() == 0 &&
-		d.failed.len() == 0 && len(d.deadlines) == 0 && len(d.deferred) == 0
+		d.failed.len() == 0 && len(d.deadlines) == 0 && len(d.deferred) == 0 && len(d.held) == 0
 }
 
 // Has reports whether the engine holds the partition k.

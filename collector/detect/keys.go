@@ -1,6 +1,7 @@
 package detect
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/mcpaudit/mcpaudit/audit"
@@ -72,7 +73,7 @@ func (d *detector) checkReuse(ev *event, op *audit.Op, k keyID, ks *keyState, w 
 	use := keyEvent{binding: binding, w: w, operationID: k.kind == "operationId"}
 	if w == nil {
 		// Copies: the call's texts are one allocation (audit.Record.Lean).
-		use.plan = &planUse{at: ev.at, callID: strings.Clone(ev.call.ID), session: strings.Clone(ev.call.Session), doc: strings.Clone(op.Document())}
+		use.plan = &planUse{at: ev.at, callID: strings.Clone(ev.call.ID), session: strings.Clone(ev.call.Session), doc: strings.Clone(op.Document()), target: strings.Clone(op.Target)}
 	}
 	if k.kind == "operationId" {
 		// The platform mints operationIds; a wrong planToken under one is
@@ -88,13 +89,13 @@ func (d *detector) checkReuse(ev *event, op *audit.Op, k keyID, ks *keyState, w 
 		if ks.reuseReported(binding) && binding != 0 {
 			return
 		}
-		calls := []string{ev.call.ID}
-		first := t
-		if b != nil && b.callID() != ev.call.ID {
-			calls = callIDs(b.callID(), ev.call.ID)
-			first = b.pos().t
+		if b == nil || b.callID() == ev.call.ID {
+			// The key's first use is not seen: it may yet be judged late,
+			// and the finding names it then (holdReuse).
+			d.holdReuse(ev, k, use, op.Failure.Action)
+			return
 		}
-		d.emitReuse(ev.call, k, use, calls, first, op.Failure.Action)
+		d.emitReuse(ev.call, k, use, callIDs(b.callID(), ev.call.ID), b.pos().t, op.Failure.Action)
 		return
 	}
 	if op.Binding == "" {
@@ -125,7 +126,60 @@ func (d *detector) addUse(ev *event, k keyID, ks *keyState, use keyEvent) {
 	ks.events = insertAt(ks.events, use, func(e keyEvent) pos { return e.pos() })
 	if ev.late {
 		d.rebind(ev, k, ks)
+		d.bindHeld(k, ks)
 	}
+}
+
+// heldReuse is a request_id_reuse the server reported for a key whose
+// first use was not seen when the refusal was judged.
+type heldReuse struct {
+	k      keyID
+	use    keyEvent
+	callID string
+	action audit.RetryAction
+	done   bool
+}
+
+// holdReuse holds the request_id_reuse the server reported for use of k
+// when no use of the key before it was judged: its first use, dated
+// before it, may still be judged late (within the allowed lateness), and
+// judged in order the finding names both calls. It is reported with the
+// first use once that is judged (bindHeld), or alone once the watermark
+// is past it by the allowed lateness (releaseHeld).
+func (d *detector) holdReuse(ev *event, k keyID, use keyEvent, action audit.RetryAction) {
+	h := &heldReuse{k: keyID{strings.Clone(k.kind), strings.Clone(k.key)}, use: use, callID: strings.Clone(ev.call.ID), action: action}
+	d.held = append(d.held, h)
+}
+
+// bindHeld reports the held reuses of k that a use judged late now binds.
+func (d *detector) bindHeld(k keyID, ks *keyState) {
+	for _, h := range d.held {
+		if h.done || h.k != k {
+			continue
+		}
+		if b := d.binderBefore(ks, h.use.pos()); b != nil && b.callID() != h.callID {
+			h.done = true
+			d.emitReuse(&audit.Call{Server: d.server, Tenant: d.tenant}, k, h.use, callIDs(b.callID(), h.callID), b.pos().t, h.action)
+		}
+	}
+}
+
+// releaseHeld reports alone the held reuses that no call judged from now
+// on can bind: the watermark t is past them by the allowed lateness (all,
+// when all is set: the end of a finite input).
+func (d *detector) releaseHeld(t etime, all bool) {
+	kept := d.held[:0]
+	for _, h := range d.held {
+		if !h.done && (all || t.Add(-d.cfg.AllowedLateness).After(h.use.pos().t)) {
+			h.done = true
+			d.emitReuse(&audit.Call{Server: d.server, Tenant: d.tenant}, h.k, h.use, []string{h.callID}, h.use.pos().t, h.action)
+		}
+		if !h.done {
+			kept = append(kept, h)
+		}
+	}
+	clear(d.held[len(kept):])
+	d.held = kept
 }
 
 // rebind applies a late use of a key to the uses after it: one that now
@@ -173,6 +227,9 @@ func (d *detector) emitReuse(c *audit.Call, k keyID, use keyEvent, calls []strin
 
 // plan follows a copy plan: a blocked plan replayed under its copyId is a
 // wasted retry, and the copyId binds the plan's source and destination.
+// The first blocked plan of the key is the one its replays repeat; one
+// judged late, before the plan kept as the first (its own replay, judged
+// before it), takes its place, and the replay after it is reported then.
 func (d *detector) plan(ev *event, op *audit.Op) {
 	if op.Key == "" {
 		return
@@ -180,18 +237,43 @@ func (d *detector) plan(ev *event, op *audit.Op) {
 	t := ev.at.t
 	ks := d.key(keyID{op.KeyKind, op.Key}, t)
 	if b := ks.blocked(); b != nil && !b.reported && b.binding == fp(op.Binding) && within(b.time, t, d.cfg.CorrelationWindow) {
-		b.reported = true
-		d.out.finding(&audit.Finding{
-			Kind: audit.KindWastedRetry, Server: ev.call.Server, Tenant: ev.call.Tenant,
-			Document: op.Target, Key: op.Key, Session: ev.call.Session, Time: b.time.Time(),
-			Calls: callIDs(b.callID, ev.call.ID), RetryAction: b.action,
-			Summary: sprintf("The copy plan %s was blocked at %s and replayed unchanged at %s; a replay returns the same blocked receipt, so fix the blockers and plan again with a fresh copyId.", op.Key, hhmmss(b.time), hhmmss(t)),
-		})
+		d.wastedPlan(ev.call, b, op.Key, ev.call.ID, op.Target, ev.call.Session, t)
 	}
 	d.checkReuse(ev, op, keyID{op.KeyKind, op.Key}, ks, nil)
-	if op.Status == audit.OpSucceeded && op.Failure != nil && op.Failure.Action == audit.ActionNewPlan && ks.blocked() == nil {
-		ks.m().blocked = &blockedPlan{callID: strings.Clone(ev.call.ID), time: t, binding: fp(op.Binding), action: op.Failure.Action}
+	if !(op.Status == audit.OpSucceeded && op.Failure != nil && op.Failure.Action == audit.ActionNewPlan) {
+		return
 	}
+	b := ks.blocked()
+	if b != nil && !(ev.late && ev.at.before(b.at) && !b.reported) {
+		return
+	}
+	nb := &blockedPlan{callID: strings.Clone(ev.call.ID), at: ev.at, time: t, binding: fp(op.Binding), action: op.Failure.Action}
+	ks.m().blocked = nb
+	if !ev.late {
+		return
+	}
+	// Judged late: the plans after it, already judged, are its replays.
+	for i := range ks.events {
+		e := &ks.events[i]
+		if e.plan == nil || e.binding != nb.binding || !nb.at.before(e.plan.at) || !within(nb.time, e.plan.at.t, d.cfg.CorrelationWindow) {
+			continue
+		}
+		d.wastedPlan(ev.call, nb, op.Key, e.plan.callID, e.plan.target, e.plan.session, e.plan.at.t)
+		break
+	}
+}
+
+// wastedPlan reports the blocked plan b replayed unchanged by the call
+// replay (its target, session and time); c is the call being processed (it
+// names the partition).
+func (d *detector) wastedPlan(c *audit.Call, b *blockedPlan, key, replay, target, session string, t etime) {
+	b.reported = true
+	d.out.finding(&audit.Finding{
+		Kind: audit.KindWastedRetry, Server: c.Server, Tenant: c.Tenant,
+		Document: target, Key: key, Session: session, Time: b.time.Time(),
+		Calls: callIDs(b.callID, replay), RetryAction: b.action,
+		Summary: sprintf("The copy plan %s was blocked at %s and replayed unchanged at %s; a replay returns the same blocked receipt, so fix the blockers and plan again with a fresh copyId.", key, hhmmss(b.time), hhmmss(t)),
+	})
 }
 
 // checkPremature reports an apply re-sent before the lease of the receipt
@@ -202,28 +284,77 @@ func (d *detector) checkPremature(ev *event, op *audit.Op, ks *keyState) {
 	if l == nil || l.reported || l.callID == ev.call.ID || !t.Before(l.until) || t.Before(l.callTime) {
 		return
 	}
+	d.emitPremature(ev.call, ks, l, op.Key, ev.call.ID, op.Target, ev.call.Session, t)
+}
+
+// emitPremature reports the apply call, at t, re-sent within lease l; c is
+// the call being processed (it names the partition).
+func (d *detector) emitPremature(c *audit.Call, ks *keyState, l *lease, key, call, target, session string, t etime) {
 	l.reported = true
+	m := ks.m()
+	m.leasesReported = append(m.leasesReported, l.callID)
 	d.out.finding(&audit.Finding{
-		Kind: audit.KindPrematureRetry, Server: ev.call.Server, Tenant: ev.call.Tenant,
-		Document: op.Target, Key: op.Key, Session: ev.call.Session, Time: l.callTime.Time(),
-		Calls: callIDs(l.callID, ev.call.ID), RetryAction: audit.ActionWaitThenRetry,
-		Summary: sprintf("The copy %s was applied again at %s, before the receipt's retryAfter of %s.", op.Key, hhmmss(t), hhmmss(l.until)),
+		Kind: audit.KindPrematureRetry, Server: c.Server, Tenant: c.Tenant,
+		Document: target, Key: key, Session: session, Time: l.callTime.Time(),
+		Calls: callIDs(l.callID, call), RetryAction: audit.ActionWaitThenRetry,
+		Summary: sprintf("The copy %s was applied again at %s, before the receipt's retryAfter of %s.", key, hhmmss(t), hhmmss(l.until)),
 	})
 }
 
-// renewLease records the retryAfter lease of an applying copy receipt.
-func (d *detector) renewLease(ks *keyState, ev *event, op *audit.Op) {
+// renewLease records the retryAfter lease of an applying copy receipt, and
+// notes the receipt (or apply) in the key's leases: one judged late has
+// the applies and receipts of the key judged again in time order.
+func (d *detector) renewLease(ks *keyState, ev *event, op *audit.Op, apply bool) {
+	e := leaseEvent{at: ev.at, apply: apply, clears: op.CopyState != "" && op.CopyState != "applying"}
+	if !op.RetryAfter.IsZero() {
+		e.until = etimeOf(op.RetryAfter)
+	}
+	if apply {
+		e.callID, e.session, e.target = strings.Clone(ev.call.ID), strings.Clone(ev.call.Session), strings.Clone(op.Target)
+	} else {
+		e.callID = strings.Clone(ev.call.ID)
+	}
+	m := ks.m()
+	m.leases = insertAt(m.leases, e, func(e leaseEvent) pos { return e.at })
+	if ev.late {
+		d.rejudgeLeases(ev.call, ks, op.Key)
+		return
+	}
 	if op.RetryAfter.IsZero() {
-		if op.CopyState != "" && op.CopyState != "applying" {
-			if ks.more != nil {
-				ks.more.lease = nil
-			}
+		if e.clears {
+			m.lease = nil
 		}
 		return
 	}
-	until := etimeOf(op.RetryAfter)
-	if l := ks.lease(); l != nil && l.until == until {
+	if l := ks.lease(); l != nil && l.until == e.until {
 		return
 	}
-	ks.m().lease = &lease{until: until, callID: strings.Clone(ev.call.ID), callTime: ev.at.t}
+	m.lease = &lease{until: e.until, callID: e.callID, callTime: ev.at.t, reported: slices.Contains(m.leasesReported, e.callID)}
+}
+
+// rejudgeLeases judges the applies and receipts of the key again in time
+// order, after one judged late: it may hold the lease that an apply judged
+// before it re-sent too early, or be that apply. It reports what judging
+// in order reports and was not reported yet, and leaves the key with the
+// lease in order. (A premature_retry reported before with another receipt
+// stays.)
+func (d *detector) rejudgeLeases(c *audit.Call, ks *keyState, key string) {
+	m := ks.m()
+	var l *lease
+	for _, e := range m.leases {
+		if e.apply && l != nil && !l.reported && l.callID != e.callID && e.at.t.Before(l.until) && !e.at.t.Before(l.callTime) {
+			d.emitPremature(c, ks, l, key, e.callID, e.target, e.session, e.at.t)
+		}
+		if e.until == 0 {
+			if e.clears {
+				l = nil
+			}
+			continue
+		}
+		if l != nil && l.until == e.until {
+			continue
+		}
+		l = &lease{until: e.until, callID: e.callID, callTime: e.at.t, reported: slices.Contains(m.leasesReported, e.callID)}
+	}
+	m.lease = l
 }

@@ -455,6 +455,9 @@ type keyEvent struct {
 type planUse struct {
 	at                   pos
 	callID, session, doc string
+	// target is the plan's target: a wasted retry of a blocked plan
+	// judged late names its replay's.
+	target string
 }
 
 // pos returns where the key was used.
@@ -505,6 +508,12 @@ type keyMore struct {
 	uncertain []*writeRec
 	lease     *lease
 	blocked   *blockedPlan
+	// leases holds the key's copy applies and receipts in time order
+	// (renewLease), leasesReported the receipts (call ids) whose lease a
+	// premature_retry was reported for: a late one has them judged again
+	// (rejudgeLeases).
+	leases         []leaseEvent
+	leasesReported []string
 }
 
 // m returns the key's keyMore, made when absent.
@@ -553,6 +562,16 @@ func (s *keyState) reuseReported(binding uint64) bool {
 	return false
 }
 
+// leaseEvent is an apply or a receipt of a copy as the premature-retry
+// rule reads it: where, by which call, its retryAfter (zero when none) and
+// whether it ends the lease (a state other than applying).
+type leaseEvent struct {
+	at                      pos
+	callID, session, target string
+	apply, clears           bool
+	until                   etime
+}
+
 type lease struct {
 	until    etime
 	callID   string
@@ -561,7 +580,9 @@ type lease struct {
 }
 
 type blockedPlan struct {
-	callID   string
+	callID string
+	// at is the plan's place: one judged late before it takes its place.
+	at       pos
 	time     etime
 	binding  uint64
 	action   audit.RetryAction
