@@ -123,7 +123,29 @@ func stopProxy(hs *http.Server, p *proxy.Proxy, sink recordSink, log *slog.Logge
 	sctx, cancel := context.WithDeadline(context.Background(), grace)
 	defer cancel()
 	cut := 0
-	if err := hs.Shutdown(sctx); err != nil {
+	shut := make(chan error, 1)
+	go func() { shut <- hs.Shutdown(sctx) }()
+	// A session's GET stream stays open as long as its client lives: once
+	// no call is in flight and only such streams are open, nothing
+	// recorded can come any more, and the stop does not wait the grace
+	// out for them (px19).
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	var err error
+	streamsOnly := false
+wait:
+	for {
+		select {
+		case err = <-shut:
+			break wait
+		case <-tick.C:
+			if p.OnlyStreamsOpen() {
+				streamsOnly = true
+				cancel()
+			}
+		}
+	}
+	if err != nil {
 		// Requests still open after the grace are cut: the clients'
 		// connections first, so that none reads an answer made up by the
 		// cut, then their upstream requests, and their calls are recorded
@@ -132,7 +154,11 @@ func stopProxy(hs *http.Server, p *proxy.Proxy, sink recordSink, log *slog.Logge
 		cctx, cancel := context.WithTimeout(context.Background(), proxyStopAfterGrace)
 		cut = p.Cut(cctx)
 		cancel()
-		log.Warn("stop grace over; requests still open were cut", "grace", proxyStopGrace, "calls_cut", cut)
+		if streamsOnly {
+			log.Info("no call in flight; the GET streams still open were closed")
+		} else {
+			log.Warn("stop grace over; requests still open were cut", "grace", proxyStopGrace, "calls_cut", cut)
+		}
 	}
 	n := p.Close()
 	// The flush has the rest of the grace, and at least proxyStopAfterGrace.

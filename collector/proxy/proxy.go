@@ -178,6 +178,26 @@ func (p *Proxy) Cut(ctx context.Context) int {
 	return int(p.cutCalls.Load())
 }
 
+// OnlyStreamsOpen reports whether no call is in flight and every request
+// still being served is a GET stream: what a stop may cut without waiting
+// for its grace, since nothing recorded can come on them any more. A
+// client of the go-sdk keeps its session's GET stream open for as long as
+// the session lives: before px19 every stop with such a client connected
+// waited its whole grace.
+func (p *Proxy) OnlyStreamsOpen() bool {
+	if p.rec.Len() > 0 {
+		return false
+	}
+	p.liveMu.Lock()
+	defer p.liveMu.Unlock()
+	for ex := range p.live {
+		if !ex.stream {
+			return false
+		}
+	}
+	return true
+}
+
 // Close stops the proxy's background work and ends the exchanges still in
 // flight as unknown to the proxy (no response, no transport error). Call it
 // after the HTTP server has shut down.
@@ -231,13 +251,17 @@ type exchange struct {
 	connected atomic.Bool
 	// cut is set when a stop cut the exchange (Cut).
 	cut atomic.Bool
+	// stream is set for a GET: a stream of the session that the server
+	// may use for answers and its own requests, which the client keeps
+	// open for as long as the session lives.
+	stream bool
 }
 
 type exchangeKey struct{}
 
 // ServeHTTP relays one request.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	ex := &exchange{start: time.Now(), session: r.Header.Get("Mcp-Session-Id")}
+	ex := &exchange{start: time.Now(), session: r.Header.Get("Mcp-Session-Id"), stream: r.Method == http.MethodGet}
 	if ex.session == "" {
 		ex.scope = p.scope.Add(1)
 	}
