@@ -150,9 +150,8 @@ wait:
 		// connections first, so that none reads an answer made up by the
 		// cut, then their upstream requests, and their calls are recorded
 		// canceled before the journal and the buffer are closed.
-		hs.Close()
 		cctx, cancel := context.WithTimeout(context.Background(), proxyStopAfterGrace)
-		cut = p.Cut(cctx)
+		cut = p.Cut(cctx, func() { hs.Close() })
 		cancel()
 		if streamsOnly {
 			log.Info("no call in flight; the GET streams still open were closed")

@@ -151,21 +151,27 @@ func New(cfg Config, emit func(*tap.Record), m *metrics.Relay, log *slog.Logger)
 func (p *Proxy) Recorder() *tap.Recorder { return p.rec }
 
 // Cut ends every exchange still being served, as a stop does when its
-// grace ran out: their upstream requests are cancelled, and their calls
-// still in flight recorded as canceled (not_sent when no connection to the
-// upstream was made yet). It waits until their handlers have returned, or
-// ctx ends, and returns how many calls the cuts recorded. New requests are
-// cut as they come. Call it after the HTTP server has closed its
-// connections: a handler cut while its client still listens would answer
-// it with an empty 200.
-func (p *Proxy) Cut(ctx context.Context) int {
+// grace ran out: it marks them cut, calls closeClients (the HTTP server's
+// Close: a handler cut while its client still listens would answer it
+// with an empty 200), then cancels their upstream requests; their calls
+// still in flight are recorded canceled (not_sent when no connection to
+// the upstream was made yet). It waits until their handlers have
+// returned, or ctx ends, and returns how many calls the cuts recorded.
+// New requests are cut as they come. Marked before the clients' close, a
+// call whose handler sees its client gone first is counted too.
+func (p *Proxy) Cut(ctx context.Context, closeClients func()) int {
 	p.liveMu.Lock()
 	p.cutting = true
+	live := make([]*exchange, 0, len(p.live))
 	for ex := range p.live {
 		ex.cut.Store(true)
-		ex.stop(errStopped)
+		live = append(live, ex)
 	}
 	p.liveMu.Unlock()
+	closeClients()
+	for _, ex := range live {
+		ex.stop(errStopped)
+	}
 	done := make(chan struct{})
 	go func() {
 		p.handlers.Wait()
