@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/collector/detect"
 	"github.com/mcpaudit/mcpaudit/internal/access"
 	"github.com/mcpaudit/mcpaudit/internal/ratelog"
 )
@@ -45,6 +46,10 @@ type Server struct {
 	// Status, if set, gives the pipeline's event-time status for
 	// /api/v1/status.
 	Status StatusSource
+	// Freed, if set, gives the counts of the partitions freed as idle
+	// since the start (pipeline.Pipeline.Freed), which /api/v1/status adds
+	// to its totals (AddFreed).
+	Freed func() []detect.PartitionStatus
 	// Downtime, if set, gives the time the collector was down before it
 	// started (zero times when unknown), for /api/v1/status.
 	Downtime func() (from, to time.Time)

@@ -28,10 +28,18 @@ type StatusResponse struct {
 	// while there are any: what a status calls judged can be read from
 	// the store.
 	Unstored int `json:"unstored"`
-	// TooLate counts, over the partitions shown, the calls that arrived
-	// later than detect.allowed_lateness behind their partition's
-	// watermark: stored, counted, not judged.
+	// TooLate counts, over the partitions shown and those of the tenant
+	// and server freed as idle since the start (TooLateFreed), the calls
+	// that arrived later than detect.allowed_lateness behind their
+	// partition's watermark: stored, counted, not judged. It is what
+	// mcpaudit_pipeline_late_calls_total{result="too_late"} counts since
+	// the start. Until px19 a partition freed took its calls out of it
+	// (live18's defect C: "0 too late" beside a metric of 3).
 	TooLate int64 `json:"too_late"`
+	// TooLateFreed is the part of TooLate counted in partitions since
+	// freed as idle: they have no row in Partitions; their sources' counts
+	// are in Sources.
+	TooLateFreed int64 `json:"too_late_freed"`
 	// PendingWrites counts, over the partitions shown, the judged writes
 	// still pending (PartitionStatus.PendingWrites): Judged does not wait
 	// for them, and their state may still change.
@@ -284,6 +292,9 @@ func (s *Server) StatusOf(tenant, server string, now time.Time) (StatusResponse,
 	}
 	parts, queued, unstored := s.Status()
 	out := StatusFrom(parts, queued, unstored, tenant, server, now)
+	if s.Freed != nil {
+		AddFreed(&out, s.Freed(), tenant, server)
+	}
 	out.Store = storeStatus(s.store)
 	if s.Downtime != nil {
 		if from, to := s.Downtime(); !to.IsZero() && now.Before(to.Add(DowntimeShown)) {
@@ -342,6 +353,45 @@ func StatusFrom(parts []detect.PartitionStatus, queued int64, unstored int, tena
 		}
 	}
 	return out
+}
+
+// AddFreed adds to out, an answer of StatusFrom for tenant and server
+// (empty: all), the counts of the partitions freed as idle since the start
+// (freed, as detect.Engine.FreedStatus gives them): to TooLate and
+// TooLateFreed, and to the totals of their sources, so that the calls too
+// late of a freed partition are still told, with the span of their event
+// times. They get no row in Partitions: they hold no watermark.
+func AddFreed(out *StatusResponse, freed []detect.PartitionStatus, tenant, server string) {
+	idx := map[[2]string]int{}
+	for i, t := range out.Sources {
+		idx[[2]string{t.Tenant, t.Name}] = i
+	}
+	for _, ps := range freed {
+		if tenant != "" && ps.Tenant != tenant || server != "" && ps.Server != server {
+			continue
+		}
+		out.TooLate += ps.TooLate
+		out.TooLateFreed += ps.TooLate
+		for _, src := range ps.Sources {
+			k := [2]string{ps.Tenant, src.Name}
+			i, seen := idx[k]
+			if !seen {
+				i = len(out.Sources)
+				idx[k] = i
+				out.Sources = append(out.Sources, SourceTotals{Tenant: ps.Tenant, Name: src.Name})
+			}
+			t := &out.Sources[i]
+			if !slices.Contains(t.Servers, ps.Server) {
+				t.Servers = append(t.Servers, ps.Server)
+			}
+			t.add(&src.Counts)
+			for _, n := range src.TooLateSenders {
+				if len(t.TooLateSenders) < detect.TooLateSendersKept && !slices.Contains(t.TooLateSenders, n) {
+					t.TooLateSenders = append(t.TooLateSenders, n)
+				}
+			}
+		}
+	}
 }
 
 // partitionStatus is the answer's view of one partition: its sources

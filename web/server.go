@@ -235,7 +235,11 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, view string, sta
 		ctx := withScope(r.Context(), tenant, false, nil)
 		if s.api.Status != nil {
 			parts, queued, unstored := s.api.Status()
-			p.statusLines(api.StatusFrom(parts, queued, unstored, tenant, "", s.api.Now()))
+			st := api.StatusFrom(parts, queued, unstored, tenant, "", s.api.Now())
+			if s.api.Freed != nil {
+				api.AddFreed(&st, s.api.Freed(), tenant, "")
+			}
+			p.statusLines(st)
 			ctx = withScope(r.Context(), tenant, true, parts)
 		}
 		if s.status != nil {

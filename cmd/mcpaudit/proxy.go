@@ -102,14 +102,76 @@ func proxyCommand(ctx context.Context, args []string, stderr io.Writer) error {
 	log.Info("mcpaudit proxy", "listen", ln.Addr().String(), "upstream", cfg.Upstream, "server", cfg.Server, "source", rf.source)
 	<-ctx.Done()
 	log.Info("shutting down")
-	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	return stopProxy(hs, p, sink, log)
+}
+
+// The bounds of a proxy's stop (docs/proxy.md, "Stopping"): open requests
+// get proxyStopGrace to finish; then those still open are cut, and the
+// cut and the flush of the records to the collector get at least
+// proxyStopAfterGrace more, so that a hung upstream, which takes the whole
+// grace, does not leave the flush an expired context (px19). Variables so
+// that tests can shorten them.
+var (
+	proxyStopGrace      = 30 * time.Second
+	proxyStopAfterGrace = 5 * time.Second
+)
+
+// stopProxy stops the HTTP server hs in front of p, records the calls it
+// ends, flushes sink and logs the stop's last line.
+func stopProxy(hs *http.Server, p *proxy.Proxy, sink recordSink, log *slog.Logger) error {
+	grace := time.Now().Add(proxyStopGrace)
+	sctx, cancel := context.WithDeadline(context.Background(), grace)
 	defer cancel()
-	// Streams that outlive the grace period are cut; their calls end as
-	// canceled.
-	if err := hs.Shutdown(sctx); err != nil {
-		hs.Close()
+	cut := 0
+	shut := make(chan error, 1)
+	go func() { shut <- hs.Shutdown(sctx) }()
+	// A session's GET stream stays open as long as its client lives: once
+	// no call is in flight and only such streams are open, nothing
+	// recorded can come any more, and the stop does not wait the grace
+	// out for them (px19).
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	var err error
+	streamsOnly := false
+wait:
+	for {
+		select {
+		case err = <-shut:
+			break wait
+		case <-tick.C:
+			if p.OnlyStreamsOpen() {
+				streamsOnly = true
+				cancel()
+			}
+		}
 	}
-	return stopSink(sctx, sink, p.Close(), log)
+	if err != nil {
+		// Requests still open after the grace are cut: the clients'
+		// connections first, so that none reads an answer made up by the
+		// cut, then their upstream requests, and their calls are recorded
+		// canceled before the journal and the buffer are closed.
+		cctx, cancel := context.WithTimeout(context.Background(), proxyStopAfterGrace)
+		cut = p.Cut(cctx, func() { hs.Close() })
+		cancel()
+		if streamsOnly {
+			log.Info("no call in flight; the GET streams still open were closed")
+		} else {
+			log.Warn("stop grace over; requests still open were cut", "grace", proxyStopGrace, "calls_cut", cut)
+		}
+	}
+	n := p.Close()
+	// The flush has the rest of the grace, and at least proxyStopAfterGrace.
+	fctx, fcancel := context.WithDeadline(context.Background(), later(grace, time.Now().Add(proxyStopAfterGrace)))
+	defer fcancel()
+	return stopSink(fctx, sink, cut+n, log)
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // port is the port of a listener's address.

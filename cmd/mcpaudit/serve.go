@@ -486,6 +486,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	q.Tenants = cfg.Serve.Receiver.Tenants
 	q.Log = ratelog.New(log, ratelog.NewDefaultConfig())
 	q.Status = s.pipe.Report
+	q.Freed = s.pipe.Freed
 	q.Downtime = s.pipe.LastDowntime
 	q.Downtimes = s.pipe.Downtimes
 	q.Credentials = cfg.Serve.Credentials

@@ -140,8 +140,14 @@ func printStatus(w io.Writer, st api.StatusResponse, waited bool) {
 	// "Judged" is about calls: a judged write may still be pending, and
 	// change state later. Said in the same breath, so that "yes" is not
 	// read as final.
-	fmt.Fprintf(w, "At %s: %d calls queued, %d waiting for their watermark, %d too late (stored, never judged); %s: %s\n",
-		st.Time.UTC().Format(time.RFC3339), st.Queued, waiting, st.TooLate, api.JudgedLabel, judged)
+	// Too late since the start, as the metric counts them: a partition
+	// freed as idle has no row below, but its calls stay unjudged (px19).
+	freed := ""
+	if st.TooLateFreed > 0 {
+		freed = fmt.Sprintf(", %d of them in partitions since freed as idle", st.TooLateFreed)
+	}
+	fmt.Fprintf(w, "At %s: %d calls queued, %d waiting for their watermark, %d too late (stored, never judged%s); %s: %s\n",
+		st.Time.UTC().Format(time.RFC3339), st.Queued, waiting, st.TooLate, freed, api.JudgedLabel, judged)
 	if d := st.LastDowntime; d != nil {
 		end := ""
 		if d.End != "" {

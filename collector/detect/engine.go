@@ -41,6 +41,11 @@ type Engine struct {
 	out   emitter
 	stats Stats
 	parts map[PartitionKey]*partition
+	// freed keeps, per key, the counts of the partitions ExpireIdle
+	// removed under it since the start, and of their sources
+	// (FreedStatus): a freed partition's calls too late are still not
+	// judged, and the status must go on saying so (px19).
+	freed map[PartitionKey]*PartitionStatus
 	// partitionsMade counts the partitions made (partition.gen).
 	partitionsMade uint64
 	sources        map[sourceKey]*source

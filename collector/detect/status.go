@@ -127,6 +127,19 @@ type Counts struct {
 	TooLateTo   time.Time `json:"too_late_to"`
 }
 
+// Add adds the counts of o to c.
+func (c *Counts) Add(o Counts) {
+	c.Calls += o.Calls
+	c.Late += o.Late
+	c.TooLate += o.TooLate
+	c.Ahead += o.Ahead
+	c.Behind += o.Behind
+	c.IDCollisions += o.IDCollisions
+	sp := c.TooLateSpan()
+	sp.Merge(o.TooLateSpan())
+	c.TooLateFrom, c.TooLateTo = sp.From, sp.To
+}
+
 // TooLateSpan returns the event-time span of the calls counted too late.
 func (c *Counts) TooLateSpan() Span { return Span{From: c.TooLateFrom, To: c.TooLateTo} }
 

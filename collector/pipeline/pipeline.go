@@ -146,10 +146,12 @@ type Pipeline struct {
 	eng  *detect.Engine
 	gate *gate
 
-	statusMu  sync.Mutex
-	status    []detect.PartitionStatus
-	statusAt  time.Time // when status was taken (p.now)
-	statusReq chan chan statusReply
+	statusMu sync.Mutex
+	status   []detect.PartitionStatus
+	statusAt time.Time // when status was taken (p.now)
+	// freedStatus is the engine's FreedStatus as of status, for Freed.
+	freedStatus []detect.PartitionStatus
+	statusReq   chan chan statusReply
 
 	// floorMu guards what the state file holds and what it must cover:
 	// the partitions' marks and floor last saved, and the earliest call
@@ -1056,6 +1058,16 @@ func aged(st []detect.PartitionStatus, ago time.Duration) []detect.PartitionStat
 	return out
 }
 
+// Freed returns, as of the last status taken, the counts of the partitions
+// freed as idle since the start, per key (detect.Engine.FreedStatus): what
+// their calls too late were, which the status of the partitions alone no
+// longer tells once they are freed.
+func (p *Pipeline) Freed() []detect.PartitionStatus {
+	p.statusMu.Lock()
+	defer p.statusMu.Unlock()
+	return p.freedStatus
+}
+
 // lastStatus returns the last status taken; the engine goroutine's view.
 func (p *Pipeline) lastStatus() []detect.PartitionStatus {
 	p.statusMu.Lock()
@@ -1066,9 +1078,10 @@ func (p *Pipeline) lastStatus() []detect.PartitionStatus {
 func (p *Pipeline) updateStatus() {
 	now := p.now()
 	st := p.eng.Status(now)
+	freed := p.eng.FreedStatus()
 	p.statusMu.Lock()
 	prev := p.status
-	p.status, p.statusAt = st, now
+	p.status, p.statusAt, p.freedStatus = st, now, freed
 	p.statusMu.Unlock()
 	p.logLate(prev, st)
 	p.logOverflow(prev, st)

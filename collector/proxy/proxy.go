@@ -85,10 +85,22 @@ type Proxy struct {
 
 	stopJanitor context.CancelFunc
 	janitorDone chan struct{}
+
+	// live holds the exchanges being served, so that a stop whose grace
+	// ran out can cut them and wait until their calls are recorded.
+	liveMu   sync.Mutex
+	live     map[*exchange]struct{}
+	cutting  bool
+	handlers sync.WaitGroup
+	cutCalls atomic.Int64
 }
 
 // errResponseTimeout is the cause of an upstream request the proxy ended.
 var errResponseTimeout = errors.New("no response within the response timeout")
+
+// errStopped is the cause of an upstream request that a stop cut when its
+// grace ran out.
+var errStopped = errors.New("the proxy stopped")
 
 // New returns a Proxy that hands every record to emit. m and log may be nil.
 func New(cfg Config, emit func(*tap.Record), m *metrics.Relay, log *slog.Logger) (*Proxy, error) {
@@ -99,7 +111,7 @@ func New(cfg Config, emit func(*tap.Record), m *metrics.Relay, log *slog.Logger)
 		log = slog.Default()
 	}
 	target, _ := url.Parse(cfg.Upstream)
-	p := &Proxy{cfg: cfg, metrics: m, log: log}
+	p := &Proxy{cfg: cfg, metrics: m, log: log, live: make(map[*exchange]struct{})}
 	p.rec = tap.NewRecorder(cfg.Server, func(r *tap.Record) {
 		m.Record(cfg.Server, r.Outcome())
 		emit(r)
@@ -137,6 +149,60 @@ func New(cfg Config, emit func(*tap.Record), m *metrics.Relay, log *slog.Logger)
 
 // Recorder returns the proxy's recorder.
 func (p *Proxy) Recorder() *tap.Recorder { return p.rec }
+
+// Cut ends every exchange still being served, as a stop does when its
+// grace ran out: it marks them cut, calls closeClients (the HTTP server's
+// Close: a handler cut while its client still listens would answer it
+// with an empty 200), then cancels their upstream requests; their calls
+// still in flight are recorded canceled (not_sent when no connection to
+// the upstream was made yet). It waits until their handlers have
+// returned, or ctx ends, and returns how many calls the cuts recorded.
+// New requests are cut as they come. Marked before the clients' close, a
+// call whose handler sees its client gone first is counted too.
+func (p *Proxy) Cut(ctx context.Context, closeClients func()) int {
+	p.liveMu.Lock()
+	p.cutting = true
+	live := make([]*exchange, 0, len(p.live))
+	for ex := range p.live {
+		ex.cut.Store(true)
+		live = append(live, ex)
+	}
+	p.liveMu.Unlock()
+	closeClients()
+	for _, ex := range live {
+		ex.stop(errStopped)
+	}
+	done := make(chan struct{})
+	go func() {
+		p.handlers.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+	return int(p.cutCalls.Load())
+}
+
+// OnlyStreamsOpen reports whether no call is in flight and every request
+// still being served is a GET stream: what a stop may cut without waiting
+// for its grace, since nothing recorded can come on them any more. A
+// client of the go-sdk keeps its session's GET stream open for as long as
+// the session lives: before px19 every stop with such a client connected
+// waited its whole grace.
+func (p *Proxy) OnlyStreamsOpen() bool {
+	if p.rec.Len() > 0 {
+		return false
+	}
+	p.liveMu.Lock()
+	defer p.liveMu.Unlock()
+	for ex := range p.live {
+		if !ex.stream {
+			return false
+		}
+	}
+	return true
+}
 
 // Close stops the proxy's background work and ends the exchanges still in
 // flight as unknown to the proxy (no response, no transport error). Call it
@@ -189,13 +255,19 @@ type exchange struct {
 	// upstream request (httptrace GotConn): from then on some of the
 	// request may have reached the upstream. Until then nothing did.
 	connected atomic.Bool
+	// cut is set when a stop cut the exchange (Cut).
+	cut atomic.Bool
+	// stream is set for a GET: a stream of the session that the server
+	// may use for answers and its own requests, which the client keeps
+	// open for as long as the session lives.
+	stream bool
 }
 
 type exchangeKey struct{}
 
 // ServeHTTP relays one request.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	ex := &exchange{start: time.Now(), session: r.Header.Get("Mcp-Session-Id")}
+	ex := &exchange{start: time.Now(), session: r.Header.Get("Mcp-Session-Id"), stream: r.Method == http.MethodGet}
 	if ex.session == "" {
 		ex.scope = p.scope.Add(1)
 	}
@@ -211,6 +283,21 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx, stop := context.WithCancelCause(ctx)
 	ex.stop = stop
 	defer stop(nil)
+	p.liveMu.Lock()
+	if p.cutting {
+		ex.cut.Store(true)
+		stop(errStopped)
+	} else {
+		p.live[ex] = struct{}{}
+		p.handlers.Add(1)
+		defer func() {
+			p.liveMu.Lock()
+			delete(p.live, ex)
+			p.liveMu.Unlock()
+			p.handlers.Done()
+		}()
+	}
+	p.liveMu.Unlock()
 	if len(ex.keys) > 0 && p.cfg.ResponseTimeout > 0 {
 		ex.timer = time.AfterFunc(p.cfg.ResponseTimeout, func() {
 			if p.rec.Pending(ex.keys) > 0 {
@@ -355,6 +442,10 @@ func (p *Proxy) finish(r *http.Request, ex *exchange) {
 		// the proxy. A failure on a connection it got, even a kept-alive
 		// one that was already dead, may have delivered the request.
 		reason = tap.ErrNotSent
+	case ex.cut.Load():
+		// The stop's grace ran out with the call in flight: the client's
+		// request was cut, as docs/proxy.md ("Stopping") says.
+		reason = tap.ErrCanceled
 	case ex.timedOut.Load():
 		reason = tap.ErrTimeout
 	case r.Context().Err() != nil:
@@ -372,7 +463,10 @@ func (p *Proxy) finish(r *http.Request, ex *exchange) {
 		// nothing comes.
 		return
 	}
-	p.rec.Fail(ex.keys, reason, now)
+	n := p.rec.Fail(ex.keys, reason, now)
+	if ex.cut.Load() {
+		p.cutCalls.Add(int64(n))
+	}
 }
 
 // transportError names what broke an upstream request.
