@@ -40,10 +40,11 @@ import (
 // same run without one.
 //
 // Fails on wd19 (bc92b23): sliver and state_file_lost, the finding
-// withdrawn; passes on main (ad6a8cb). Not fixed (review rev19w, D1):
-// skipped so the package stays green; remove the skip to see it.
+// withdrawn; passes on main (ad6a8cb). Fixed by review rev19w (D1): a
+// restart withdraws only for a call its partition's mark less
+// allowed_lateness does not cover, and never without a mark
+// (gate.lostWithdrawal).
 func TestRestart_TooLateSettlerNotWithdrawn(t *testing.T) {
-	t.Skip("known defect (rev19w D1): a restart withdraws an unverified_write whose settling read the live run counted too late, when no mark covers the read (ClickHouse: no too-late names)")
 	for _, tc := range []struct {
 		name    string
 		restart bool
