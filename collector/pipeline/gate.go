@@ -347,6 +347,34 @@ func (g *gate) heldOpen(tenant, server string, end time.Time) bool {
 // replayed reports whether the output being made now comes from a call
 // replayed from the store, or a window closing, that was judged and
 // committed before the restart.
+// lostWithdrawal reports whether the call being judged (with none, output
+// at t) may have been judged late by the live run after its last commit, a
+// withdrawal it made then lost: a live call, or a replayed one its
+// partition's mark less allowed_lateness does not cover. That is the
+// engine's own test for a call too late to be judged (engine.go), with the
+// mark as the watermark: a call the live run counted too late and
+// committed after is older than it, and was never judged, so it withdrew
+// nothing (review rev19w, D1: the mark less the lateness bounds, which
+// replayed uses, left a call counted too late within lateness of it
+// uncovered). Without a mark for the partition (the state file lost, or
+// never saved for it) a lost withdrawal cannot be told from a call
+// counted too late on a store that keeps no too-late names (ClickHouse):
+// nothing is withdrawn, and a finding the live run left standing is not
+// hidden on a guess.
+func (g *gate) lostWithdrawal(tenant, server string, t time.Time) bool {
+	if r := g.eng.Current(); r != nil {
+		if !r.Call.Received.IsZero() {
+			return true // a live call
+		}
+		tenant, server, t = r.Call.Tenant, r.Call.Server, r.Call.Time
+	}
+	mark, ok := g.marks[detect.PartitionKey{Tenant: tenant, Server: server}]
+	if !ok || mark.IsZero() {
+		return false
+	}
+	return !t.Before(mark.Add(-g.eng.Config().AllowedLateness))
+}
+
 func (g *gate) replayed(tenant, server string, t time.Time) bool {
 	if r := g.eng.Current(); r != nil {
 		if !r.Call.Received.IsZero() {
@@ -394,11 +422,9 @@ func (g *gate) Write(w *audit.Write, prev audit.WriteState) {
 	// unverified, its finding told, by a live run that judged the settling
 	// call late and died before the commit that withdrew the finding: the
 	// settled state is stored (below), and the finding withdrawn
-	// (storedUnverified). Only by a call whose judgement may not have been
-	// committed (not replayed): one the mark covers was judged, or counted
-	// too late and left unjudged, by a live run that committed after it,
-	// and the store holds what that run made of it.
-	if settling && !g.replayed(w.Tenant, w.Server, w.StateTime) {
+	// (storedUnverified). Only by a call the live run may have judged
+	// late after its last commit (lostWithdrawal).
+	if settling && g.lostWithdrawal(w.Tenant, w.Server, w.StateTime) {
 		g.storedUnverified(w)
 	}
 	if !open && g.replayed(w.Tenant, w.Server, w.StateTime) && (!settling || !g.storedPending(w)) {

@@ -208,6 +208,10 @@ type crashStore struct {
 	// late call's withdrawal) is lost, the calls acknowledged before stay
 	// stored.
 	dieAtCommit atomic.Bool
+	// failChange makes ChangeFinding fail as a store that cannot be
+	// reached (audit.ErrUnavailable) while Commit goes through: the
+	// pipeline keeps a withdrawal to try again at the next commit.
+	failChange atomic.Bool
 }
 
 // ChangeFinding refuses, once the process is taken as dead, to change a
@@ -217,6 +221,9 @@ func (s *crashStore) ChangeFinding(ctx context.Context, c audit.FindingChange) (
 	defer s.mu.RUnlock()
 	if s.crashed {
 		return audit.FindingStatus{}, errCrashed
+	}
+	if s.failChange.Load() {
+		return audit.FindingStatus{}, fmt.Errorf("cannot change finding %s: %w", c.FindingID, audit.ErrUnavailable)
 	}
 	return s.Store.ChangeFinding(ctx, c)
 }
