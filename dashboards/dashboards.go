@@ -114,7 +114,9 @@ func traffic() *dashboard.DashboardBuilder {
 				metrics.LabelServer, metrics.LabelTool, sel(metrics.ToolCallDurationSeconds+"_bucket", serverMatcher), rate),
 				"{{server}} {{tool}}"))).
 		WithPanel(graph("Writes by state",
-			"Write attempts per second reaching a terminal state: durable, resolved, rejected, unverified, double_applied.",
+			"Write attempts per second reaching a terminal state: durable, resolved, rejected, unverified, double_applied. "+
+				"A write that a call judged late proved applied counts under unverified and again under resolved; "+
+				"\"Unverified and double-applied writes\" counts the unverified ones that stand.",
 			units.OpsPerSecond,
 			query(fmt.Sprintf("sum by (%s) (rate(%s[%s]))", metrics.LabelState, sel(writes, serverMatcher), rate), "{{state}}"))).
 		WithPanel(graph("Pending writes",
@@ -122,12 +124,20 @@ func traffic() *dashboard.DashboardBuilder {
 			units.Short,
 			query(fmt.Sprintf("sum by (%s) (%s)", metrics.LabelServer, sel(metrics.WritesPending, serverMatcher)), "{{server}}"))).
 		WithPanel(graph("Unverified and double-applied writes",
-			"Writes that spend the error budget, per server and state, in each interval.",
+			"Double-applied writes per server in each interval, and unverified writes as the alert McpAuditUnverifiedWrites counts them: "+
+				"unverified_write findings made less those withdrawn (a call judged late proved the write applied; "+
+				"mcpaudit_writes_total counts such a write as unverified and again as resolved). A withdrawal comes within "+
+				"allowed_lateness of the finding and is subtracted in its own interval, which can then read below zero.",
 			units.Short,
 			query(fmt.Sprintf("sum by (%s, %s) (increase(%s[%s]))", metrics.LabelServer, metrics.LabelState,
-				rules.WritesSelector(rules.ErrorStates, serverMatcher), rate), "{{server}} {{state}}"))).
+				rules.WritesSelector([]audit.WriteState{audit.StateDoubleApplied}, serverMatcher), rate), "{{server}} {{state}}"),
+			query(fmt.Sprintf("sum by (%s) (increase(%s[%s]))\n-\nsum by (%s) (increase(%s[%s]))",
+				metrics.LabelServer, sel(metrics.FindingsTotal, serverMatcher, unverifiedKind), rate,
+				metrics.LabelServer, sel(metrics.FindingsWithdrawnTotal, serverMatcher, unverifiedKind), rate),
+				"{{server}} unverified"))).
 		WithPanel(grid("Writes by server, tool and state",
-			"Write attempts that reached each terminal state over the dashboard's time range.",
+			"Write attempts that reached each terminal state over the dashboard's time range (a write proved applied "+
+				"by a call judged late counts under unverified and again under resolved).",
 			units.Short,
 			rows(fmt.Sprintf("sum by (%s, %s, %s) (increase(%s[$__range]))",
 				metrics.LabelServer, metrics.LabelTool, metrics.LabelState, sel(writes, serverMatcher)))))

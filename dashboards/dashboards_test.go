@@ -448,3 +448,48 @@ func mustRules(t *testing.T) *rules.File {
 	}
 	return f
 }
+
+// TestUnverifiedPanelLessWithdrawn: the panel of unverified writes counts
+// them as McpAuditUnverifiedWrites does, the unverified_write findings less
+// those withdrawn, and never from mcpaudit_writes_total{state="unverified"},
+// which counts a write proved applied late as unverified and again as
+// resolved (fx19w; live19: 1,988 withdrawn counted as standing).
+func TestUnverifiedPanelLessWithdrawn(t *testing.T) {
+	p := parser.NewParser(parser.Options{})
+	files := render(t)
+	seen := map[string]bool{}
+	for name, data := range files {
+		qs, err := dashboards.Queries(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range qs {
+			if q.Panel != "Unverified and double-applied writes" {
+				continue
+			}
+			e, err := p.ParseExpr(dashboards.Expand(q.Expr, vars))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, sel := range parser.ExtractSelectors(e) {
+				var metric string
+				for _, m := range sel {
+					if m.Name == "__name__" {
+						metric = m.Value
+					}
+				}
+				seen[metric] = true
+				for _, m := range sel {
+					if metric == metrics.WritesTotal && m.Name == metrics.LabelState && m.Matches("unverified") {
+						t.Errorf("%s / %s counts unverified writes from %s: %s", name, q.Panel, metric, q.Expr)
+					}
+				}
+			}
+		}
+	}
+	for _, want := range []string{metrics.FindingsTotal, metrics.FindingsWithdrawnTotal, metrics.WritesTotal} {
+		if !seen[want] {
+			t.Errorf("the panel reads no %s (read: %v)", want, seen)
+		}
+	}
+}

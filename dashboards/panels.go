@@ -13,6 +13,7 @@ import (
 	"github.com/grafana/grafana-foundation-sdk/go/table"
 	"github.com/grafana/grafana-foundation-sdk/go/timeseries"
 
+	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/exporter/metrics"
 	"github.com/mcpaudit/mcpaudit/rules"
 )
@@ -44,6 +45,9 @@ var jobMatcher = fmt.Sprintf(`job="$%s"`, VarJob)
 // serverMatcher restricts a selector to the mcpaudit job and the selected
 // servers.
 var serverMatcher = jobMatcher + "," + fmt.Sprintf(`%s=~"$%s"`, metrics.LabelServer, VarServer)
+
+// unverifiedKind selects the unverified_write findings.
+var unverifiedKind = fmt.Sprintf(`%s="%s"`, metrics.LabelKind, audit.KindUnverifiedWrite)
 
 // sel renders a selector: the metric with its label matchers.
 func sel(metric string, matchers ...string) string {

@@ -47,8 +47,9 @@ type Options struct {
 	// the SLO link to the view that shows their evidence in the
 	// investigation_url annotation. Default DefaultWebURL.
 	WebURL string
-	// UnverifiedWritesPerHour is how many writes of one server may become
-	// unverified in an hour before McpAuditUnverifiedWrites. Default 5.
+	// UnverifiedWritesPerHour is how many writes of one server may be
+	// reported unverified in an hour (unverified_write findings, less those
+	// withdrawn) before McpAuditUnverifiedWrites. Default 5.
 	UnverifiedWritesPerHour float64
 	// WastedRetryRatio is the fraction of a server's calls that may be wasted
 	// or premature retries before McpAuditWastedRetries. Default 0.05.

@@ -740,13 +740,19 @@ type indexView struct {
 	// time (since or until set; until now without until): findings about
 	// calls made then may be missing.
 	Downtimes []api.Downtime
+	// Withdrawn is set when the page asks for state=withdrawn: the counts
+	// are of withdrawn findings, in a column of their own.
+	Withdrawn bool
 }
 
 type kindCount struct {
 	Kind                         audit.Kind
 	Severity                     audit.Severity
 	Open, Acknowledged, Resolved int64
-	Total                        int64
+	// Withdrawn counts, on a page asked for state=withdrawn only, the
+	// findings the collector withdrew.
+	Withdrawn int64
+	Total     int64
 }
 
 func (s *Server) index(w http.ResponseWriter, r *http.Request) {
@@ -774,10 +780,10 @@ func (s *Server) index(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v := indexView{Filters: r.URL.Query(), Findings: page.Findings, Kinds: audit.Kinds, States: audit.FindingStates,
-		Target: s.api.SLOTarget}
+		Target: s.api.SLOTarget, Withdrawn: q.State == audit.FindingWithdrawn}
 	byKind := map[audit.Kind]*kindCount{}
 	for _, c := range counts {
-		if c.State == audit.FindingWithdrawn {
+		if c.State == audit.FindingWithdrawn && !v.Withdrawn {
 			continue // no kind's count: the collector took it back
 		}
 		k := byKind[c.Kind]
@@ -790,6 +796,8 @@ func (s *Server) index(w http.ResponseWriter, r *http.Request) {
 			k.Acknowledged += c.Count
 		case audit.FindingResolved:
 			k.Resolved += c.Count
+		case audit.FindingWithdrawn:
+			k.Withdrawn += c.Count
 		default:
 			k.Open += c.Count
 		}

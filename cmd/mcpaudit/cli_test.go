@@ -49,6 +49,15 @@ func TestFindingsHelp(t *testing.T) {
 			t.Errorf("findings --help lacks %q", want)
 		}
 	}
+	// -state names every state it takes, withdrawn included (fx19w: it
+	// said "open, acknowledged or resolved" though withdrawn works).
+	_, state, _ := strings.Cut(help, "\n  -state")
+	state, _, _ = strings.Cut(state, "\n  -")
+	for _, st := range audit.FindingStates {
+		if !strings.Contains(state, string(st)) {
+			t.Errorf("findings --help: -state%s does not name %s", state, st)
+		}
+	}
 }
 
 // TestQueryHelp_SaysWhat: the help of each query command says in a line

@@ -61,8 +61,9 @@ type RulesConfig struct {
 	// mcpaudit.
 	Job string `yaml:"job"`
 	// UnverifiedWritesPerHour is how many writes of one server (or more)
-	// may become unverified in an hour before the alert on unverified
-	// writes fires: a positive number. Default 5.
+	// may be reported unverified in an hour (unverified_write findings,
+	// less those withdrawn) before the alert on unverified writes fires: a
+	// positive number. Default 5.
 	UnverifiedWritesPerHour float64 `yaml:"unverified_writes_per_hour"`
 	// WastedRetryRatio is the share of a server's calls over 30m that may
 	// be wasted or premature retries before the alert on wasted retries

@@ -240,7 +240,7 @@ func findingsCommand(args []string, stdout, stderr io.Writer) error {
 			{"session", "MCP session id (mcp.session.id)"},
 			{"since", "RFC 3339 time, the page's \"2026-12-04 14:02\" (UTC), or a duration back from now (1h, 7d)"}, {"until", "RFC 3339 time, the page's \"2026-12-04 14:02\" (UTC), or a duration back from now"},
 			{"cursor", "page cursor from a previous answer"},
-			{"state", "lifecycle state: open, acknowledged or resolved"}, {"order", "time (default) or newest"},
+			{"state", "lifecycle state: " + stateList() + " (withdrawn: taken back by mcpaudit, listed only when asked for)"}, {"order", "time (default) or newest"},
 		} {
 			name := f.name
 			if name == "server" {
@@ -550,6 +550,16 @@ func kindList() string {
 		s[i] = string(k)
 	}
 	return strings.Join(s, ", ")
+}
+
+// stateList names every finding lifecycle state, for help texts: "open,
+// acknowledged, resolved or withdrawn".
+func stateList() string {
+	s := make([]string, len(audit.FindingStates))
+	for i, st := range audit.FindingStates {
+		s[i] = string(st)
+	}
+	return strings.Join(s[:len(s)-1], ", ") + " or " + s[len(s)-1]
 }
 
 func quietHelp(err error) error {

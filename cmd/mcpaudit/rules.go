@@ -29,7 +29,7 @@ func rulesCommand(args []string, stdout, stderr io.Writer) error {
 	findingAge := fs.String("finding-max-age", conf.FormatDuration(d.FindingMaxAge),
 		"the immediate finding alerts ignore findings whose event time is older than this (keep it above detect.correlation_window + detect.allowed_lateness; a warning says when it is not)")
 	unverified := fs.String("unverified-writes-per-hour", number(d.UnverifiedWritesPerHour),
-		"McpAuditUnverifiedWrites fires when this many writes of one server (or more) became unverified in an hour: a positive number")
+		"McpAuditUnverifiedWrites fires when this many writes of one server (or more) were reported unverified in an hour, withdrawn unverified_write findings not counted: a positive number")
 	wasted := fs.String("wasted-retry-ratio", number(d.WastedRetryRatio),
 		"McpAuditWastedRetries fires when more than this share of a server's calls over 30m are wasted or premature retries: a fraction in (0, 1) such as 0.05, or a percentage such as 5%")
 	uncertain := fs.String("uncertain-ratio", number(d.UncertainRatio),

@@ -21,7 +21,7 @@ func TestRulesThresholds(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	for _, want := range []string{
-		"increase(mcpaudit_writes_total{state=\"unverified\"}[1h])) >= 12\n",
+		"  ) >= 12\n",
 		"> 0.1\n",
 		"> 0.02\n",
 	} {
@@ -84,7 +84,7 @@ func TestRulesConfigThresholds(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	for _, want := range []string{
-		"increase(mcpaudit_writes_total{state=\"unverified\"}[1h])) >= 12\n",
+		"  ) >= 12\n",
 		"> 0.1\n",
 		"> 0.02\n",
 		" < 10800)",

@@ -288,8 +288,8 @@ func (s *Store) Writes(ctx context.Context, q audit.WriteQuery) (audit.WritePage
 
 // Timeline returns the calls on one document, the write attempts those
 // calls made on it (each at its Time, in its latest state) and the findings
-// on it, in time order; at equal times calls come first, then writes, then
-// findings. When the calls fill the limit, findings after the last call are
+// on it but those withdrawn, in time order; at equal times calls come
+// first, then writes, then findings. When the calls fill the limit, findings after the last call are
 // left out too, so that the timeline has no gap; the page says when the
 // range held more.
 func (s *Store) Timeline(ctx context.Context, q audit.TimelineQuery) (audit.TimelinePage, error) {
@@ -386,6 +386,9 @@ func (s *Store) Timeline(ctx context.Context, q audit.TimelineQuery) (audit.Time
 		leftOut = append(leftOut, next, until)
 	}
 	fc.span(q.Since, until)
+	// A withdrawn finding is left out, as GET /api/v1/findings leaves it
+	// out: the collector took it back.
+	fc = append(fc, "id NOT IN (SELECT finding_id FROM ("+s.latestStates("")+") WHERE st = "+quote(string(audit.FindingWithdrawn))+")")
 	// One finding more than the limit: CutTimeline cuts it, and so knows
 	// that more followed.
 	query = fmt.Sprintf("SELECT %s FROM %s FINAL%s ORDER BY time, time_nanos, id LIMIT %d",

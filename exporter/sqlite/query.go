@@ -465,7 +465,8 @@ func (s *Store) WriteCounts(ctx context.Context, q audit.CountQuery) (map[audit.
 
 // Timeline returns the history of one document in time order: its calls
 // (with outcome, failure code and retry action), the write attempts on it
-// (each with its current state, at the time of its call) and its findings.
+// (each with its current state, at the time of its call) and its findings
+// but those withdrawn.
 // Events of equal time come calls first, then writes, then findings. The
 // writes are found through the document's stored calls, so a write whose
 // call was not appended is not shown. Limit defaults to 1000 and is capped
@@ -516,9 +517,12 @@ func (s *Store) Timeline(ctx context.Context, q audit.TimelineQuery) (audit.Time
 		leftOut = append(leftOut, next, until)
 	}
 	f.span("time", q.Since, until)
+	// A withdrawn finding is left out, as GET /api/v1/findings leaves it
+	// out: the collector took it back.
+	f.add("(fstate IS NULL OR fstate != ?)", string(audit.FindingWithdrawn))
 	// One finding more than the limit: CutTimeline cuts it, and so knows
 	// that more followed.
-	rows, err := tx.QueryContext(ctx, `SELECT `+findingColumns+` FROM findings`+f.where()+` ORDER BY time, id LIMIT ?`,
+	rows, err := tx.QueryContext(ctx, `SELECT `+findingColumns+findingFrom+f.where()+` ORDER BY time, id LIMIT ?`,
 		append(f.args, limit+1)...)
 	if err != nil {
 		return audit.TimelinePage{}, s.fail("read timeline", err)
