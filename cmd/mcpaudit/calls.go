@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/url"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/mcpaudit/mcpaudit/audit"
@@ -109,6 +110,11 @@ func callsCommand(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "%d calls (--limit %d; more follow)\n", n, *limit)
 	} else {
 		fmt.Fprintf(stderr, "%d calls\n", n)
+	}
+	if src := *filters["source"]; n == 0 && src != "" && !strings.HasPrefix(src, "calls:") && !strings.HasPrefix(src, "otlp:") {
+		// A relay logs its name (proxy/...) as status and the calls name it
+		// since op19b; before, it logged it without the carrier.
+		fmt.Fprintf(printable(stderr), "mcpaudit calls: a source is named as status and the calls name it, with how it sends: calls:%s for a poster (proxy, wrap, relay), otlp:%s for an OTLP exporter; names match exactly\n", src, src)
 	}
 	return nil
 }

@@ -99,7 +99,7 @@ func proxyCommand(ctx context.Context, args []string, stderr io.Writer) error {
 	// No write timeout: SSE streams are long-lived.
 	hs := &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}
 	go hs.Serve(ln)
-	log.Info("mcpaudit proxy", "listen", ln.Addr().String(), "upstream", cfg.Upstream, "server", cfg.Server, "source", rf.source)
+	log.Info("mcpaudit proxy", "listen", ln.Addr().String(), "upstream", cfg.Upstream, "server", cfg.Server, "source", "calls:"+rf.source)
 	<-ctx.Done()
 	log.Info("shutting down")
 	return stopProxy(hs, p, sink, log)

@@ -591,12 +591,17 @@ func apiMessage(body []byte) string {
 	return strings.TrimSpace(string(body))
 }
 
-// apiError is the error of an API answer other than 200: its status and
-// message, and for 401 how to give a credential.
+// apiError is the error of an API answer other than 200: the request
+// (method and URL: a 404 is often the wrong listener's or host's), its
+// status and message, and for 401 how to give a credential.
 func apiError(resp *http.Response, body []byte) error {
 	msg := apiMessage(body)
-	if resp.StatusCode == http.StatusUnauthorized {
-		return fmt.Errorf("%s: %s (give a token with --token or $MCPAUDIT_TOKEN)", resp.Status, msg)
+	req := ""
+	if r := resp.Request; r != nil && r.URL != nil {
+		req = r.Method + " " + r.URL.Redacted() + ": "
 	}
-	return fmt.Errorf("%s: %s", resp.Status, msg)
+	if resp.StatusCode == http.StatusUnauthorized {
+		return fmt.Errorf("%s%s: %s (give a token with --token or $MCPAUDIT_TOKEN)", req, resp.Status, msg)
+	}
+	return fmt.Errorf("%s%s: %s", req, resp.Status, msg)
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -455,7 +456,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	// Ingest requests are bounded by the receiver's body timeout and their
 	// processing; the write timeout only stops a client that never reads
 	// its answer.
-	s.serveHTTP(ingestLn, httpServer(rc.Handler(), cc, 0, cfg.Serve.Receiver.BodyTimeout+cc.WriteTimeout))
+	s.serveHTTP(ingestLn, httpServer(ingestHandler(rc.Handler()), cc, 0, cfg.Serve.Receiver.BodyTimeout+cc.WriteTimeout))
 
 	if cfg.Serve.GRPCListen != "" {
 		ln, lim, err := listen(cfg.Serve.GRPCListen, cc.MaxPerListener, tc, false)
@@ -493,6 +494,9 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	q.Access = s.access
 	mux := http.NewServeMux()
 	mux.Handle("/api/v1/", q.Handler())
+	// Ingest's paths, on the wrong listener: said so, rather than the
+	// page's bare 404.
+	mux.HandleFunc("/v1/", notIngest)
 	mux.Handle("GET /metrics", metricsHandler(s.metrics.Handler(s.registry, promhttp.HandlerOpts{}), s.access))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /readyz", s.ready)
@@ -813,4 +817,28 @@ func (s *server) closeAll() {
 	}
 	s.store.Close()
 	s.dataDir.Close()
+}
+
+// ingestHandler serves the receiver's paths (/v1/traces, /v1/calls) on the ingest
+// listener; any other path, the API's or the page's asked of the wrong
+// listener, is answered 404 with where it is served.
+func ingestHandler(receiver http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/v1/traces", receiver)
+	mux.Handle("/v1/calls", receiver)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, fmt.Sprintf("no endpoint %s %s on serve's ingest listener (serve.ingest_listen), which takes POST /v1/calls and POST /v1/traces; "+
+			"the API (/api/v1/...), /metrics, /healthz and the page are served on the API listener (serve.api_listen)", r.Method, r.URL.Path), http.StatusNotFound)
+	})
+	return mux
+}
+
+// notIngest answers an ingest path asked of the API listener: 404, with
+// where calls and traces are sent.
+func notIngest(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusNotFound)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.Encode(api.Error{Error: fmt.Sprintf("no endpoint %s %s on serve's API listener (serve.api_listen): calls and traces are posted to the ingest listener (serve.ingest_listen)", r.Method, r.URL.Path)})
 }

@@ -72,7 +72,7 @@ func wrapCommand(ctx context.Context, args []string, stdin io.Reader, stdout, st
 	if rf.dataDir != "" {
 		dest = []any{"data_dir", rf.dataDir}
 	}
-	log.Info("mcpaudit wrap", append([]any{"server", *server, "source", rf.source, "command", argv[0]}, dest...)...)
+	log.Info("mcpaudit wrap", append([]any{"server", *server, "source", "calls:" + rf.source, "command", argv[0]}, dest...)...)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stderr = stderr
 	if f, ok := stderr.(*os.File); ok {

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2"
+
 	"github.com/mcpaudit/mcpaudit/audit"
 )
 
@@ -101,7 +103,7 @@ func TestDocIndex_ReadPaths(t *testing.T) {
 
 	// A stale entry (a deleted call's rid, the hash of a document read)
 	// is checked against the rows and skipped.
-	if err := s.ids.db.Set(docKey(nil, docHash(docs[0]), recs[0].Call.Time.UnixNano(), 100000), nil, nil); err != nil {
+	if err := s.ids.db.Set(docKey(nil, docHash(docs[0]), recs[0].Call.Time.UnixNano(), 100000), nil, pebble.NoSync); err != nil {
 		t.Fatal(err)
 	}
 	check("with a stale entry")

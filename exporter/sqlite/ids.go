@@ -19,6 +19,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -145,41 +146,38 @@ type idIndex struct {
 	// dead is set once the index is given up (giveUp): nothing reads or
 	// writes it until the store is opened again.
 	dead atomic.Bool
+	// opened is set once pebble's Open returned: its Fatalf then gives
+	// the index up instead of panicking.
+	opened atomic.Bool
+	// gone is closed by giveUp: a use of pebble waited for (guard) then
+	// returns at once.
+	gone chan struct{}
 }
 
-// commit writes b, unsynced: the index is rebuilt from SQLite when a crash
-// loses its tail.
+// commit writes b to the index's memtable: the index has no log (see
+// openPebble), and a crash loses what was not flushed, which the next
+// open catches up from SQLite.
 //
-// Pebble does not return every failure: it panics when its log cannot be
-// written (a full disk), and a write waits without end while its memtables
-// cannot be flushed. The write therefore runs in a goroutine of its own,
-// which recovers the panic, and is waited for at most writeTimeout: either
-// way the index is given up (giveUp) and the store goes on without it.
-// After a panic pebble holds its commit lock, and a stalled write holds
-// it still, so the index is not used again until the next open.
-func (x *idIndex) commit(b *pebble.Batch) error { return x.write(b, pebble.NoSync) }
-
-// write is commit with the given sync option.
-func (x *idIndex) write(b *pebble.Batch, opts *pebble.WriteOptions) error {
+// Pebble does not return every failure: it panics when it cannot write a
+// file it needs, and a write waits without end while its memtables cannot
+// be flushed (a full disk). The write therefore runs in a goroutine of its
+// own, which recovers the panic, and is waited for at most writeTimeout:
+// either way the index is given up (giveUp) and the store goes on without
+// it. After a panic pebble holds its commit lock, and a stalled write
+// holds it still, so the index is not used again until the next open.
+func (x *idIndex) commit(b *pebble.Batch) error {
 	if x.dead.Load() {
 		b.Close()
 		return errIndexDead
 	}
-	done := make(chan error, 1)
-	go func() {
-		defer func() {
-			if r := recover(); r != nil {
-				done <- fmt.Errorf("%w: %v", errIndexPanic, r)
-			}
-		}()
+	return x.guard(func() error {
 		if x.fault != nil {
 			if err := x.fault(); err != nil {
 				b.Close()
-				done <- err
-				return
+				return err
 			}
 		}
-		err := b.Commit(opts)
+		err := b.Commit(pebble.NoSync)
 		if err == nil {
 			// Back to pebble's pool with its buffer, as pebble's own
 			// DB.Set does: a new batch grew its buffer by doubling to a
@@ -188,7 +186,33 @@ func (x *idIndex) write(b *pebble.Batch, opts *pebble.WriteOptions) error {
 			// a batch that failed.
 			b.Close()
 		}
-		done <- err
+		return err
+	})
+}
+
+// flush writes the index's memtables to its files, for a build's epoch or
+// a close to outlast the process: without a log, only flushed entries do.
+// A flush waits without end on a full disk (pebble retries it), so it is
+// guarded as a write is.
+func (x *idIndex) flush() error {
+	if x.dead.Load() {
+		return errIndexDead
+	}
+	return x.guard(x.db.Flush)
+}
+
+// guard runs f, a use of pebble that may panic or not return, in a
+// goroutine of its own, waiting writeTimeout at most; a panic or a stall
+// gives the index up.
+func (x *idIndex) guard(f func() error) error {
+	done := make(chan error, 1)
+	go func() {
+		defer func() {
+			if r := recover(); r != nil {
+				done <- fmt.Errorf("%w: %v", errIndexPanic, r)
+			}
+		}()
+		done <- f()
 	}()
 	timeout := writeTimeout
 	t := time.NewTimer(timeout)
@@ -200,6 +224,10 @@ func (x *idIndex) write(b *pebble.Batch, opts *pebble.WriteOptions) error {
 			return errIndexDead
 		}
 		return err
+	case <-x.gone:
+		// Given up meanwhile (a flush failed for want of space, or
+		// pebble stopped in Fatalf): f may never return.
+		return errIndexDead
 	case <-t.C:
 		x.giveUp(fmt.Errorf("a write has not returned after %s (pebble stalls writes while it cannot flush)", timeout))
 		return errIndexDead
@@ -231,7 +259,7 @@ var (
 // built: a full disk): the store opens without it, scanning, and counts
 // the failure; the next open builds it.
 func deadIndex(lock *pebble.Lock, log *slog.Logger, err error) *idIndex {
-	x := &idIndex{lock: lock, log: log}
+	x := &idIndex{lock: lock, log: log, gone: make(chan struct{})}
 	x.giveUp(err)
 	return x
 }
@@ -245,6 +273,7 @@ func (x *idIndex) giveUp(err error) {
 	if x.dead.Swap(true) {
 		return
 	}
+	close(x.gone)
 	x.failures.Add(1)
 	x.log.Error("the call id index cannot be written and is given up until the next start: lookups by call id and document timelines scan the calls (slower); free space under the data dir, then restart",
 		"indexed_through", x.mark.Load(), "err", firstLine(err))
@@ -328,7 +357,11 @@ func parseSessKey(k []byte) (tenant, t, rid int64, ok bool) {
 
 // pebbleLogger routes pebble's messages to slog: errors as errors, the
 // rest (compactions, WAL recycling) at debug level.
-type pebbleLogger struct{ log *slog.Logger }
+type pebbleLogger struct {
+	log *slog.Logger
+	// x is the index logged for: its Fatalf, once open, gives it up.
+	x *idIndex
+}
 
 func (l pebbleLogger) Infof(format string, args ...any) {
 	l.log.Debug("id index: " + fmt.Sprintf(format, args...))
@@ -338,13 +371,22 @@ func (l pebbleLogger) Errorf(format string, args ...any) {
 }
 
 // Fatalf is what pebble calls when it cannot go on (a MANIFEST it cannot
-// create, in a directory it may not write). It panics with pebbleFatal
-// instead of exiting: openPebble turns that into Open's error, which names
-// the directory; anywhere else the process still stops, with the message.
+// create, in a directory it may not write, or write, on a full disk).
+// While the index opens it panics with pebbleFatal instead of exiting:
+// openPebble turns that into Open's error, which names the directory.
+// Once open, Fatalf is called from pebble's own goroutines (a flush or a
+// compaction that cannot record its result), where a panic would stop the
+// process: the index is given up instead, and the calling goroutine is
+// parked for good, holding whatever pebble locks it holds; nothing uses
+// that pebble again (giveUp), and the next open judges its files.
 func (l pebbleLogger) Fatalf(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	l.log.Error("id index: " + msg)
-	panic(pebbleFatal(msg))
+	if l.x == nil || !l.x.opened.Load() {
+		panic(pebbleFatal(msg))
+	}
+	l.x.giveUp(errors.New(msg))
+	select {}
 }
 
 // everyFew logs pebble's background errors at most once every few
@@ -618,8 +660,20 @@ func openPebble(dir string, lock *pebble.Lock, create bool, log *slog.Logger) (x
 		MemTableSize:     idsMemTableBytes,
 		ErrorIfNotExists: !create,
 		Lock:             lock,
-		Logger:           pebbleLogger{log},
-		FS:               indexFS(),
+		// The index has no log: pebble writes its memtables to the
+		// files alone. It is derived (every entry is checked against
+		// its row, the mark says which calls it holds), so a crash
+		// losing the memtables costs a catch-up from SQLite at the next
+		// open. With a log, a full disk met while pebble switched
+		// logs (rotateWAL, when a memtable filled) panicked with
+		// pebble's mutex unlocked, and the unlock deferred by its
+		// caller stopped the process ("fatal error: sync: unlock of
+		// unlocked mutex"), which no recover catches (pebble v2.1.7;
+		// op19, serve on a full tmpfs). CockroachDB opens its temporary
+		// engines the same way.
+		DisableWAL: true,
+		Logger:     pebbleLogger{log: log},
+		FS:         indexFS(),
 		// Call ids are random: every file flushed from a memtable spans
 		// the whole key range, so each compaction out of L0 rewrites all
 		// of Lbase. Waiting for 16 files instead of pebble's 4 rewrites
@@ -631,12 +685,14 @@ func openPebble(dir string, lock *pebble.Lock, create bool, log *slog.Logger) (x
 		L0CompactionThreshold: idsL0Files,
 		L0StopWritesThreshold: 4 * idsL0Files,
 	}
-	x = &idIndex{lock: lock, cache: cache, retryEvery: 5 * time.Second, log: log}
+	x = &idIndex{lock: lock, cache: cache, retryEvery: 5 * time.Second, log: log, gone: make(chan struct{})}
+	opts.Logger = pebbleLogger{log: log, x: x}
 	// Pebble's default for a corrupt block is Fatalf (the process exits),
 	// at every start while the damaged file stays: the index is derived,
 	// so a corruption is logged and counted, the read that met it fails
 	// (a lookup then scans the calls), and deleting the directory
 	// rebuilds it.
+	few := &everyFew{log: log, every: 10 * time.Second}
 	opts.EventListener = &pebble.EventListener{
 		DataCorruption: func(info pebble.DataCorruptionInfo) {
 			x.corruptions.Add(1)
@@ -645,7 +701,16 @@ func openPebble(dir string, lock *pebble.Lock, create bool, log *slog.Logger) (x
 		},
 		// A flush that fails (a full disk) is retried at once, again and
 		// again: logged each time, it wrote about 100 lines a second.
-		BackgroundError: (&everyFew{log: log, every: 10 * time.Second}).backgroundError,
+		//
+		// One that fails for want of space gives the index up at once:
+		// its memtables would otherwise grow until pebble stalls the
+		// next write, which holds the committer writeTimeout.
+		BackgroundError: func(err error) {
+			few.backgroundError(err)
+			if errors.Is(err, syscall.ENOSPC) && x.opened.Load() {
+				x.giveUp(fmt.Errorf("pebble cannot write its files: %w", err))
+			}
+		},
 	}
 	// Opening replays pebble's log into memtables and may flush them: on a
 	// full disk the flush fails again and again and Open waits without
@@ -678,6 +743,7 @@ func openPebble(dir string, lock *pebble.Lock, create bool, log *slog.Logger) (x
 			return nil, fmt.Errorf("cannot open the call id index %s: %w", dir, o.err)
 		}
 		x.db = o.db
+		x.opened.Store(true)
 		return x, nil
 	case <-t.C:
 		return nil, fmt.Errorf("cannot open the call id index %s: %w after %s", dir, errIndexStalled, openTimeout)
@@ -705,6 +771,15 @@ func (x *idIndex) close() error {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.closed = true
+	// Unflushed entries would be lost with the memtables (no log): the
+	// next open would catch them up from SQLite, the longer the more
+	// calls. A flush that fails or stalls (a full disk) gives the index
+	// up; the next open catches up from the mark it flushed last.
+	if !x.dead.Load() {
+		if err := x.flush(); err != nil && !x.dead.Load() {
+			x.log.Warn("cannot flush the call id index at close: the next open catches it up from the calls", "err", firstLine(err))
+		}
+	}
 	if x.dead.Load() {
 		// Pebble may hold its commit lock for good (a write that
 		// panicked or stalls): closing it could wait without end. Its
@@ -757,7 +832,14 @@ func rebuildIDs(ctx context.Context, dir string, lock *pebble.Lock, db *sql.DB, 
 	b.Set(idsMarkKey, binary.BigEndian.AppendUint64(nil, uint64(x.mark.Load())), nil)
 	b.Set(idsFormatKey, []byte{idsFormat}, nil)
 	b.Set(idsEpochKey, epoch, nil)
-	if err := x.write(b, pebble.Sync); err != nil {
+	// Flushed before SQLite records the epoch: an index without a log
+	// holds only what was flushed after a crash, and one whose epoch was
+	// lost is built again.
+	err = x.commit(b)
+	if err == nil {
+		err = x.flush()
+	}
+	if err != nil {
 		if !x.dead.Load() {
 			x.release()
 		}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -99,9 +100,10 @@ func docCalls(t *testing.T, s *Store, recs []audit.Record) map[string][]string {
 }
 
 // TestIDIndex_DiskFull: the disk under the index fills while the store
-// runs. Pebble panics when its log cannot be written and stalls writes when
-// its memtables cannot be flushed; either way the index is given up
-// (counted as a failed write), appends go on, lookups by id and by document
+// runs. The index writes no log (op19b): pebble meets the full disk when
+// it flushes a memtable, which gives the index up (counted as a failed
+// write; until op19b pebble panicked when its log could not be written,
+// and stalled writes when its memtables could not be flushed), appends go on, lookups by id and by document
 // scan the calls and answer as before, Close returns, and the next open
 // rebuilds the index. Found 2026-12-02 with serve on a data dir whose index
 // sat on a full tmpfs: the process died with "panic: write
@@ -115,15 +117,19 @@ func TestIDIndex_DiskFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	// Enough calls after the disk fills for pebble to meet it: its log
-	// writes blocks of 32 KiB in the background and reports a failed one
-	// at a later write.
 	recs := records(t, 4000)
 	if _, err := s.AppendCalls(ctx, recs[:100]); err != nil {
 		t.Fatal(err)
 	}
 	full.On()
+	// The index writes no log: pebble meets the full disk when it flushes
+	// its memtables, which gives the index up. They fill after some 9,000
+	// calls; a flush is asked for halfway instead.
 	for i := 100; i < len(recs); i += 100 {
+		if i == len(recs)/2 {
+			s.ids.db.AsyncFlush()
+			within(t, 10*time.Second, "giving the index up", func() { <-s.ids.gone })
+		}
 		within(t, 10*time.Second, "AppendCalls on a full disk", func() {
 			if n, err := s.AppendCalls(ctx, recs[i:i+100]); err != nil || n != 100 {
 				t.Errorf("AppendCalls with the index's disk full = %d, %v; want 100 stored", n, err)
@@ -268,4 +274,68 @@ func TestIDIndex_StalledWrite(t *testing.T) {
 	if got := s.IDIndexFailures(); got != 1 {
 		t.Errorf("IDIndexFailures = %d after more appends, want 1 (given up once)", got)
 	}
+}
+
+// TestIDIndex_DiskFullAtWALRotation: the disk fills just as pebble's
+// memtable is full and it switches to a new log. Pebble v2.1.7 panics in
+// rotateWAL with its mutex unlocked, and its caller's deferred unlock then
+// stops the process with "fatal error: sync: unlock of unlocked mutex",
+// which no recover catches. Found by op19 (serve on a 3 MiB tmpfs, 1 run
+// in 4). Here the log's syncs alone fail with ENOSPC: the close of the
+// full log (in the rotation) meets it. The index is written without a log
+// (it is rebuilt from the file), so no rotation happens and nothing fails.
+func TestIDIndex_DiskFullAtWALRotation(t *testing.T) {
+	full := &errorfs.Toggle{Injector: errorfs.InjectorFunc(func(op errorfs.Op) error {
+		switch op.Kind {
+		case errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo:
+		default:
+			return nil
+		}
+		if strings.HasSuffix(op.Path, ".log") {
+			return syscall.ENOSPC
+		}
+		return nil
+	})}
+	idsFS = func(fs vfs.FS) vfs.FS { return errorfs.Wrap(fs, full) }
+	t.Cleanup(func() { idsFS = nil })
+	shortTimeouts(t, 5*time.Second)
+	path := filepath.Join(t.TempDir(), "audit.db")
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	// Pebble's first memtables are 256 KiB, then 512 KiB: 6,000 calls
+	// fill several.
+	recs := records(t, 6000)
+	if _, err := s.AppendCalls(ctx, recs[:100]); err != nil {
+		t.Fatal(err)
+	}
+	full.On()
+	for i := 100; i < len(recs); i += 100 {
+		if n, err := s.AppendCalls(ctx, recs[i:i+100]); err != nil || n != 100 {
+			t.Fatalf("AppendCalls with the log's disk full = %d, %v; want 100 stored", n, err)
+		}
+	}
+	if got := s.IDIndexFailures(); got != 0 {
+		t.Errorf("IDIndexFailures = %d; want 0 (the index writes no log)", got)
+	}
+	if got := lookupIDs(t, s, ids(recs)); !slices.Equal(got, keysOf(recs)) {
+		t.Errorf("found %d of %d calls by id", len(got), len(recs))
+	}
+	// With space again: pebble syncs the empty log it opened with (the
+	// index writes none) when it closes.
+	full.Off()
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	// The index was flushed at Close: the next open finds it whole.
+	if s, err = Open(path, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got := s.ids.mark.Load(); got != int64(len(recs)) {
+		t.Errorf("index reopened through call %d, want %d", got, len(recs))
+	}
+	checkDocIndex(t, s)
 }

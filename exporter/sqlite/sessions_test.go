@@ -163,7 +163,7 @@ func TestSessIndex_ReadPaths(t *testing.T) {
 	}
 	// A stale entry (a rid stored under another session) is checked
 	// against its row and skipped.
-	if err := s.ids.db.Set(sessKey(nil, sessionHash(keys[0].session), 0, recs[0].Call.Time.UnixNano(), 7), nil, nil); err != nil {
+	if err := s.ids.db.Set(sessKey(nil, sessionHash(keys[0].session), 0, recs[0].Call.Time.UnixNano(), 7), nil, pebble.NoSync); err != nil {
 		t.Fatal(err)
 	}
 	check("with a stale entry")
@@ -237,7 +237,7 @@ func TestSessIndex_Rebuilt(t *testing.T) {
 	b := s.ids.db.NewBatch()
 	b.Delete(idsFormatKey, nil)
 	b.DeleteRange([]byte{sessKind}, []byte{sessKind + 1}, nil)
-	if err := b.Commit(pebble.Sync); err != nil {
+	if err := b.Commit(pebble.NoSync); err != nil {
 		t.Fatal(err)
 	}
 	if got := sessEntries(t, s); len(got) != 0 {
@@ -396,7 +396,7 @@ func TestIndex_StaleEntryOfAnotherCall(t *testing.T) {
 	t.Run("session", func(t *testing.T) {
 		name, g := pick(t, sessions)
 		first := rowOf[g[0].Call.ID]
-		if err := s.ids.db.Set(sessKey(nil, sessionHash(name), first.tenant, first.time+1, stale.rid), nil, nil); err != nil {
+		if err := s.ids.db.Set(sessKey(nil, sessionHash(name), first.tenant, first.time+1, stale.rid), nil, pebble.NoSync); err != nil {
 			t.Fatal(err)
 		}
 		if got, want := read(audit.CallQuery{Session: name, Limit: 2}), idsOf(g); !slices.Equal(got, want) {
@@ -406,7 +406,7 @@ func TestIndex_StaleEntryOfAnotherCall(t *testing.T) {
 	t.Run("document", func(t *testing.T) {
 		name, g := pick(t, docs)
 		first := rowOf[g[0].Call.ID]
-		if err := s.ids.db.Set(docKey(nil, docHash(name), first.time+1, stale.rid), nil, nil); err != nil {
+		if err := s.ids.db.Set(docKey(nil, docHash(name), first.time+1, stale.rid), nil, pebble.NoSync); err != nil {
 			t.Fatal(err)
 		}
 		if got, want := read(audit.CallQuery{Document: name, Limit: 2}), idsOf(g); !slices.Equal(got, want) {

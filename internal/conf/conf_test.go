@@ -351,3 +351,49 @@ func TestShareAsPercentage(t *testing.T) {
 		}
 	}
 }
+
+// TestDecode_SyntaxErrorLine: a YAML syntax error names the line it is on.
+// yaml.v3 reports its parser's errors (a flow sequence or mapping left
+// open, a key or node missing) with the line counted from 0, and its
+// scanner's (a quote left open, a tab, a bad indicator) from 1: the
+// parser's are moved one on. Found by op19 (D2): `api_listen: [a` on line
+// 5 was reported on line 4.
+func TestDecode_SyntaxErrorLine(t *testing.T) {
+	f := func(yamlText string, wantLine int, wantMsg string) {
+		t.Helper()
+		var got struct {
+			A any `yaml:"a"`
+			B any `yaml:"b"`
+			C any `yaml:"c"`
+			D any `yaml:"d"`
+			E any `yaml:"e"`
+		}
+		_, err := Decode([]byte(yamlText), &got, nil)
+		var errs Errors
+		if !errors.As(err, &errs) || len(errs) != 1 {
+			t.Fatalf("%q: error %v, want one syntax error", yamlText, err)
+		}
+		if errs[0].Line != wantLine || !strings.Contains(errs[0].Msg, wantMsg) {
+			t.Errorf("%q: line %d %q, want line %d %q", yamlText, errs[0].Line, errs[0].Msg, wantLine, wantMsg)
+		}
+	}
+	// Parser errors (yaml.v3's parserc.go), counted from 0 by yaml.v3.
+	f("a: 1\nb: 2\nc: 3\nd: 4\ne: [x\n", 5, "did not find expected ',' or ']'")
+	f("a: 1\nb: [x,\n  y\nc: 3\n", 2, "did not find expected ',' or ']'")
+	f("a: 1\nb: {x: 1\nc: 3\n", 2, "did not find expected ',' or '}'")
+	f("a: 1\nb:\n  - x\n  y: 2\n", 3, "did not find expected '-' indicator")
+	f("a: 1\nb:\n  c: 1\n d: 2\n", 4, "did not find expected key")
+	f("a: 1\nb: 2\nc: [x, ]]\n", 3, "did not find expected key")
+	f("a: 1\nb: !x!y 2\n", 2, "found undefined tag handle")
+	// Where the context began on the first line, yaml.v3 names the line
+	// of the problem, or none (it omits a line 0); at the end of the
+	// stream, the last line.
+	f("a: [x\n", 1, "did not find expected ',' or ']'")
+	f("a: [x", 1, "did not find expected ',' or ']'")
+	f("- a\nb: 1\n", 2, "did not find expected '-' indicator")
+	f("]\n", 1, "did not find expected node content")
+	// Scanner errors (scannerc.go), counted from 1 already.
+	f("a: 1\nb: 2\nc: \"open\n", 3, "found unexpected end of stream")
+	f("a: 1\nb: 2\nc: @x\n", 3, "found character that cannot start any token")
+	f("a: 1\nb:\n\t- x\n", 3, "found character that cannot start any token")
+}
