@@ -1,0 +1,225 @@
+package sqlite
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+)
+
+// rev19cCall is call i of review rev19c's scenarios: tenant by i, dated i
+// seconds after t0, unanswered (a timeout) or answered with result.
+func rev19cCall(t0 time.Time, i int, result string) audit.Record {
+	c := &audit.Call{ID: fmt.Sprintf("c_c4%018d", i), Time: t0.Add(time.Duration(i) * time.Second), Server: "thegram",
+		Tool: "gram_projects", Source: "calls:1", Tenant: []string{"acme", "globex", ""}[i%3]}
+	if result == "" {
+		c.TransportError = "timeout"
+	} else {
+		c.Responded, c.Result = true, []byte(result)
+	}
+	return audit.Record{Call: c}
+}
+
+// TestRev19c_HonestHistories (review rev19c): the honest paths around
+// ch19's new entries verify green, with both acks: answers kept aside,
+// some completed; a second, differing answer (an id collision); retention
+// while serve appends, in small chunks, over answers aside; an answer
+// completed after retention deleted its call; DeleteTenantBefore;
+// retention without the key, then a start with it; a backup.
+func TestRev19c_HonestHistories(t *testing.T) {
+	for _, ack := range []string{AckCommit, AckLog} {
+		t.Run(ack, func(t *testing.T) {
+			opts := Options{Ack: ack, DeleteChunk: 7, MaxBatch: 5}
+			s, path, pub, priv := openSigned(t, opts)
+			ctx := context.Background()
+			t0 := time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)
+			const n = 60
+			var stored, answers []audit.Record
+			for i := range n {
+				stored = append(stored, rev19cCall(t0, i, ""))
+				answers = append(answers, rev19cCall(t0, i, `{"isError":false,"structuredContent":{"n":1}}`))
+			}
+			for i := 0; i < n; i += 10 {
+				if _, err := s.AppendCalls(ctx, stored[i:i+10]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i := 0; i < n; i += 20 {
+				if _, _, _, _, err := s.AppendCallsAnswered(ctx, answers[i:i+20]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// A second answer of call 30 that differs: an id collision.
+			if _, _, _, _, err := s.AppendCallsAnswered(ctx, []audit.Record{rev19cCall(t0, 30, `{"isError":false,"structuredContent":{"n":2}}`)}); err != nil {
+				t.Fatal(err)
+			}
+			ref := func(i int) audit.CallRef {
+				c := answers[i].Call
+				return audit.CallRef{Tenant: c.Tenant, ID: c.ID, Time: c.Time}
+			}
+			var refs []audit.CallRef
+			for i := range 10 {
+				refs = append(refs, ref(i*3), ref(i*3+1))
+			}
+			if err := s.Commit(ctx, audit.Results{Answered: refs, Watermark: t0.Add(time.Hour)}); err != nil {
+				t.Fatal(err)
+			}
+			// Retention while serve appends new calls.
+			var wg sync.WaitGroup
+			errs := make(chan error, 1)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range 40 {
+					if _, err := s.AppendCalls(ctx, []audit.Record{rev19cCall(t0.Add(time.Hour), 1000+i, `{}`)}); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}()
+			if _, err := s.DeleteBefore(ctx, t0.Add(25*time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			wg.Wait()
+			close(errs)
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+			// Answers named after retention deleted their calls (and the
+			// answers with them), and one named again.
+			if err := s.Commit(ctx, audit.Results{Answered: []audit.CallRef{ref(20), ref(21), ref(0), ref(40), ref(41)}, Watermark: t0.Add(2 * time.Hour)}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.DeleteTenantBefore(ctx, "acme", t0.Add(45*time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			wantClean(t, "keyed history", path, pub)
+			db := openRaw(t, path)
+			var kinds string
+			if err := db.QueryRow(`SELECT group_concat(kind || ':' || c, ' ') FROM (SELECT kind, count(*) c FROM chain GROUP BY kind)`).Scan(&kinds); err != nil {
+				t.Fatal(err)
+			}
+			var aside, records int
+			if err := db.QueryRow(`SELECT (SELECT count(*) FROM answers_late), (SELECT count(*) FROM chain_pruned)`).Scan(&aside, &records); err != nil {
+				t.Fatal(err)
+			}
+			db.Close()
+			t.Logf("chain %s; %d answers aside, %d records", kinds, aside, records)
+
+			// Without the key: retention, appends, an answer completed.
+			opts.SigningKey = nil
+			s, err := Open(path, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.DeleteBefore(ctx, t0.Add(50*time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.AppendCalls(ctx, []audit.Record{rev19cCall(t0.Add(2*time.Hour), 2000, `{}`)}); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Commit(ctx, audit.Results{Answered: []audit.CallRef{ref(55), ref(56)}, Watermark: t0.Add(3 * time.Hour)}); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			wantClean(t, "a keyless cut", path, pub)
+
+			opts.SigningKey = priv
+			if s, err = Open(path, opts); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if out := wantClean(t, "keyed again", path, pub); strings.Contains(out, "cannot be told") {
+				t.Errorf("the keyless cut is still unsigned after a start with the key:\n%s", out)
+			}
+			backup := filepath.Join(t.TempDir(), "backup.db")
+			if _, err := Backup(ctx, path, backup); err != nil {
+				t.Fatal(err)
+			}
+			wantClean(t, "a backup", backup, pub)
+		})
+	}
+}
+
+// TestRev19c_AckLogCrash (review rev19c): with ack "log", a crash while
+// the drain holds acknowledged calls and answers of stored unanswered
+// calls (the files copied at the two points of TestAckLog_Replay) leaves
+// a store that verify, which applies the log itself, and the next Open
+// find honest.
+func TestRev19c_AckLogCrash(t *testing.T) {
+	t0 := time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)
+	for _, name := range []string{"never_committed", "committed_not_removed"} {
+		t.Run(name, func(t *testing.T) {
+			s, path, pub, priv := openSigned(t, Options{Ack: AckLog})
+			ctx := context.Background()
+			var stored, answers []audit.Record
+			for i := range 30 {
+				stored = append(stored, rev19cCall(t0, i, ""))
+				answers = append(answers, rev19cCall(t0, i, `{"isError":false}`))
+			}
+			if _, err := s.AppendCalls(ctx, stored); err != nil {
+				t.Fatal(err)
+			}
+			if _, _, _, _, err := s.AppendCallsAnswered(ctx, answers[:10]); err != nil {
+				t.Fatal(err)
+			}
+			var release func()
+			if name == "never_committed" {
+				s.clog.gate.Lock()
+				release = s.clog.gate.Unlock
+			} else {
+				stopped, goOn := make(chan struct{}), make(chan struct{})
+				s.clog.committed = func() {
+					select {
+					case <-stopped:
+					default:
+						close(stopped)
+						<-goOn
+					}
+				}
+				release = func() { close(goOn) }
+			}
+			if _, _, _, _, err := s.AppendCallsAnswered(ctx, answers[10:]); err != nil {
+				t.Fatal(err)
+			}
+			var more []audit.Record
+			for i := range 20 {
+				more = append(more, rev19cCall(t0.Add(time.Hour), 100+i, `{}`))
+			}
+			if _, err := s.AppendCalls(ctx, more); err != nil {
+				t.Fatal(err)
+			}
+			if name == "committed_not_removed" {
+				time.Sleep(200 * time.Millisecond) // let the drain reach its hold
+			}
+			crashed := crashCopy(t, path)
+			release()
+			s.Close()
+			wantClean(t, "verify of the crashed copy", crashed, pub)
+			re, err := Open(crashed, Options{Ack: AckLog, SigningKey: priv})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := re.Commit(ctx, audit.Results{Answered: []audit.CallRef{{Tenant: answers[12].Call.Tenant, ID: answers[12].Call.ID, Time: answers[12].Call.Time}},
+				Watermark: t0.Add(2 * time.Hour)}); err != nil {
+				t.Fatal(err)
+			}
+			if err := re.Close(); err != nil {
+				t.Fatal(err)
+			}
+			wantClean(t, "verify after the restart", crashed, pub)
+		})
+	}
+}
