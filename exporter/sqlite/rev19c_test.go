@@ -14,6 +14,7 @@ import (
 
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/exporter/chain"
+	"github.com/mcpaudit/mcpaudit/exporter/storetest"
 )
 
 // rev19cCall is call i of review rev19c's scenarios: tenant by i, dated i
@@ -319,4 +320,161 @@ func TestRev19c_CutBlockedByChange(t *testing.T) {
 	if pruned > 0 || records > 0 {
 		t.Errorf("tenant %q: retention of every call left %d pruned entries and %d records of deleted calls behind its finding change", tenant, pruned, records)
 	}
+}
+
+// TestRev19c_Forgeries (review rev19c): what someone with write access to
+// the file does around ch19's entries, with the key in place all along.
+// Held (reported): records moved to another tenant; an answers entry and
+// its answer deleted once signed; a pruned entry edited and the chain
+// recomputed after it.
+func TestRev19c_Forgeries(t *testing.T) {
+	s, path, pub, priv := openSigned(t, Options{DeleteChunk: 7})
+	ctx := context.Background()
+	t0 := time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)
+	var stored, answers []audit.Record
+	for i := range 30 {
+		stored = append(stored, rev19cCall(t0, i, ""))
+		answers = append(answers, rev19cCall(t0, i, `{"isError":false}`))
+	}
+	for i := 0; i < 30; i += 10 {
+		if _, err := s.AppendCalls(ctx, stored[i:i+10]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, _, _, err := s.AppendCallsAnswered(ctx, answers[20:]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DeleteBefore(ctx, t0.Add(5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_ = priv
+	wantClean(t, "honest", path, pub)
+	wantTampered(t, "records moved to another tenant", edit(t, path,
+		`UPDATE chain_pruned SET tenant = 'globex' WHERE tenant = 'acme'`), pub)
+	wantTampered(t, "an answer aside and its answers entry deleted", edit(t, path,
+		`DELETE FROM chain WHERE (tenant, seq) IN (SELECT tenant, chain FROM answers_late LIMIT 1)`,
+		`DELETE FROM answers_late WHERE (tenant, id) IN (SELECT tenant, id FROM answers_late LIMIT 1)`), pub)
+	// A call deleted, its record added to the pruned entry that covers
+	// its entry's other records (count and digest edited), and every hash
+	// after it recomputed: passes without the key, as documented.
+	db := openRaw(t, path)
+	var tenant string
+	var pseq, eseq, rid, tm int64
+	var id any
+	var rec []byte
+	if err := db.QueryRow(`SELECT p.tenant, p.seq, p.first FROM chain p JOIN chain e ON e.tenant = p.tenant AND e.seq = p.first
+		WHERE p.kind = 'pruned' AND e.kind = 'calls' AND p.tenant != '' ORDER BY p.seq LIMIT 1`).Scan(&tenant, &pseq, &eseq); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.QueryRow(`SELECT rid, id, time, rec FROM calls WHERE rid BETWEEN (SELECT first FROM chain WHERE tenant = ?1 AND seq = ?2)
+		AND (SELECT last FROM chain WHERE tenant = ?1 AND seq = ?2) AND tenant = (SELECT id FROM strs WHERE s = ?1) ORDER BY rid DESC LIMIT 1`,
+		tenant, eseq).Scan(&rid, &id, &tm, &rec); err != nil {
+		t.Fatal(err)
+	}
+	var prs []prunedRow
+	rows, err := db.Query(`SELECT row, hash FROM chain_pruned WHERE tenant = ? AND entry = ?`, tenant, pseq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var r prunedRow
+		var h []byte
+		if err := rows.Scan(&r.row, &h); err != nil {
+			t.Fatal(err)
+		}
+		r.hash = chain.Hash(h)
+		prs = append(prs, r)
+	}
+	rows.Close()
+	db.Close()
+	h := callHash(rid, id, tenant, tm, rec)
+	prs = append(prs, prunedRow{row: rid, hash: h})
+	d := prunedDigest(prs)
+	forged := edit(t, path, fmt.Sprintf(`DELETE FROM calls WHERE rid = %d`, rid),
+		fmt.Sprintf(`INSERT INTO chain_pruned (tenant, seq, row, hash, entry) VALUES ('%s', %d, %d, x'%x', %d)`, tenant, eseq, rid, h[:], pseq),
+		fmt.Sprintf(`UPDATE chain SET n = n + 1, digest = x'%x' WHERE tenant = '%s' AND seq = %d`, d[:], tenant, pseq))
+	rechain(t, forged, tenant)
+	if r, out := report(t, forged, nil); !r.OK() {
+		t.Errorf("the recomputed chain does not pass without the key: the forgery is not the one meant:\n%s", out)
+	}
+	wantTampered(t, "a pruned entry edited, the chain recomputed", forged, pub, "with another hash")
+}
+
+// rechain recomputes every hash of tenant's chain in the file at path, as
+// someone who can write it but lacks the key would.
+func rechain(t *testing.T, path, tenant string) {
+	t.Helper()
+	db := openRaw(t, path)
+	defer db.Close()
+	rows, err := db.Query(`SELECT seq, kind, first, last, n, digest, prev, time FROM chain WHERE tenant = ? ORDER BY seq`, tenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var es []chain.Entry
+	for rows.Next() {
+		e := chain.Entry{Tenant: tenant}
+		var digest, prev []byte
+		var tm int64
+		if err := rows.Scan(&e.Seq, &e.Kind, &e.First, &e.Last, &e.N, &digest, &prev, &tm); err != nil {
+			t.Fatal(err)
+		}
+		copy(e.Digest[:], digest)
+		copy(e.Prev[:], prev)
+		e.Time = time.Unix(0, tm)
+		es = append(es, e)
+	}
+	rows.Close()
+	for i := range es {
+		if i > 0 {
+			es[i].Prev = es[i-1].Hash()
+		}
+		h := es[i].Hash()
+		if _, err := db.Exec(`UPDATE chain SET prev = ?, hash = ? WHERE tenant = ? AND seq = ?`, es[i].Prev[:], h[:], tenant, es[i].Seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestRev19c_ForgedCut (review rev19c, D4): someone who can write the
+// file removes a chain's first entries (signed, and holding calls newer
+// than the cutoff they claim), records the cut and appends its cut entry,
+// with serve's key in place all along. ch19 says it in a note, exit 0,
+// word for word the note of an honest keyless cut (documented in
+// docs/storage.md as the price of rev17c's fix). Nothing in the file bounds
+// it: the cutoff is not checked against the rows or the checkpoints' times.
+// Skipped unless MCPAUDIT_REV19C_DEFECTS=1.
+func TestRev19c_ForgedCut(t *testing.T) {
+	if os.Getenv("MCPAUDIT_REV19C_DEFECTS") == "" {
+		t.Skip("known weakness D4 of review rev19c (a forged cut is a note); set MCPAUDIT_REV19C_DEFECTS=1 to run")
+	}
+	path, pub, _ := tamperFixture(t)
+	db := openRaw(t, path)
+	var prev, head []byte
+	var last int64
+	if err := db.QueryRow(`SELECT prev FROM chain WHERE tenant = 'acme' AND seq = 3`).Scan(&prev); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.QueryRow(`SELECT seq, hash FROM chain WHERE tenant = 'acme' ORDER BY seq DESC LIMIT 1`).Scan(&last, &head); err != nil {
+		t.Fatal(err)
+	}
+	var rows1, rows2 int64
+	if err := db.QueryRow(`SELECT (SELECT first FROM chain WHERE tenant = 'acme' AND seq = 1), (SELECT last FROM chain WHERE tenant = 'acme' AND seq = 2)`).
+		Scan(&rows1, &rows2); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	before := storetest.T0.UnixNano() // older than every call removed
+	e := chain.Entry{Tenant: "acme", Seq: last + 1, Kind: chain.KindCut, First: 3, Last: 3, Digest: cutDigest(3, prev, before),
+		Prev: chain.Hash(head), Time: time.Now()}
+	h := e.Hash()
+	forged := edit(t, path,
+		fmt.Sprintf(`DELETE FROM calls WHERE rid BETWEEN %d AND %d AND tenant = (SELECT id FROM strs WHERE s = 'acme')`, rows1, rows2),
+		`DELETE FROM chain WHERE tenant = 'acme' AND seq < 3`,
+		fmt.Sprintf(`INSERT INTO chain_cuts (tenant, seq, prev, before) VALUES ('acme', 3, x'%x', %d)`, prev, before),
+		fmt.Sprintf(`INSERT INTO chain (tenant, seq, kind, first, last, n, digest, prev, hash, time) VALUES ('acme', %d, 'cut', 3, 3, 0, x'%x', x'%x', x'%x', %d)`,
+			e.Seq, e.Digest[:], e.Prev[:], h[:], e.Time.UnixNano()))
+	wantTampered(t, "signed history removed as a cut", forged, pub)
 }
