@@ -478,3 +478,63 @@ func TestRev19c_ForgedCut(t *testing.T) {
 			e.Seq, e.Digest[:], e.Prev[:], h[:], e.Time.UnixNano()))
 	wantTampered(t, "signed history removed as a cut", forged, pub)
 }
+
+// TestRev19c_VerifyWhileWriting (review rev19c): verify run while the
+// store commits calls, keeps answers aside, completes them and runs
+// retention reads one snapshot: each run finds the history honest.
+func TestRev19c_VerifyWhileWriting(t *testing.T) {
+	s, path, pub, _ := openSigned(t, Options{DeleteChunk: 5, MaxBatch: 4})
+	ctx := context.Background()
+	t0 := time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)
+	done := make(chan error, 1)
+	go func() {
+		defer close(done)
+		for i := 0; i < 200; i += 10 {
+			var stored, answers []audit.Record
+			var refs []audit.CallRef
+			for j := i; j < i+10; j++ {
+				stored = append(stored, rev19cCall(t0, j, ""))
+				a := rev19cCall(t0, j, `{"isError":false}`)
+				answers = append(answers, a)
+				refs = append(refs, audit.CallRef{Tenant: a.Call.Tenant, ID: a.Call.ID, Time: a.Call.Time})
+			}
+			if _, err := s.AppendCalls(ctx, stored); err != nil {
+				done <- err
+				return
+			}
+			if _, _, _, _, err := s.AppendCallsAnswered(ctx, answers); err != nil {
+				done <- err
+				return
+			}
+			if err := s.Commit(ctx, audit.Results{Answered: refs[:5], Watermark: t0.Add(time.Hour)}); err != nil {
+				done <- err
+				return
+			}
+			if i%40 == 30 {
+				if _, err := s.DeleteBefore(ctx, t0.Add(time.Duration(i-20)*time.Second)); err != nil {
+					done <- err
+					return
+				}
+			}
+		}
+	}()
+	runs := 0
+	for writing := true; writing; runs++ {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			writing = false
+		default:
+		}
+		if r, out := report(t, path, pub); !r.OK() {
+			t.Fatalf("verify run %d while the store writes:\n%s", runs, out)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wantClean(t, "after the writes", path, pub)
+	t.Logf("%d verify runs while writing", runs)
+}
