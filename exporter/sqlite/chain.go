@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sort"
 	"time"
 
@@ -150,6 +151,20 @@ func (p pruning) add(tenant string, seq int64, row any, h chain.Hash) {
 // entry with its records, and the pruned entry that covered them is
 // known to cover an entry cut (verify expects none of its records left).
 func (p pruning) store(ctx context.Context, q queryer, now time.Time) error {
+	return p.chain(ctx, q, now, func(k entryKey, rows []prunedRow, seq int64) error {
+		for _, r := range rows {
+			if _, err := q.ExecContext(ctx, `INSERT OR REPLACE INTO chain_pruned (tenant, seq, row, hash, entry) VALUES (?, ?, ?, ?, ?)`,
+				k.tenant, k.seq, r.row, r.hash[:], seq); err != nil {
+				return fmt.Errorf("cannot record a removed row: %w", err)
+			}
+		}
+		return nil
+	})
+}
+
+// chain appends a pruned entry for each group of p, in tenant and entry
+// order, calls write with the group and its entry's seq, and empties p.
+func (p pruning) chain(ctx context.Context, q queryer, now time.Time, write func(k entryKey, rows []prunedRow, seq int64) error) error {
 	keys := make([]entryKey, 0, len(p))
 	for k := range p {
 		keys = append(keys, k)
@@ -167,11 +182,8 @@ func (p pruning) store(ctx context.Context, q queryer, now time.Time) error {
 		if err != nil {
 			return fmt.Errorf("cannot chain the records of removed rows: %w", err)
 		}
-		for _, r := range rows {
-			if _, err := q.ExecContext(ctx, `INSERT OR REPLACE INTO chain_pruned (tenant, seq, row, hash, entry) VALUES (?, ?, ?, ?, ?)`,
-				k.tenant, k.seq, r.row, r.hash[:], seq); err != nil {
-				return fmt.Errorf("cannot record a removed row: %w", err)
-			}
+		if err := write(k, rows, seq); err != nil {
+			return err
 		}
 	}
 	clear(p)
@@ -598,15 +610,20 @@ func loadChanges(ctx context.Context, q rowsQueryer) (map[string][]rowHash, erro
 // aside, and one pruned entry per entry with records. Like a migration's
 // adoption, that is protected from the upgrade on, not before. Done only
 // when a column is added: a record or answer found later without its
-// entry was not made by the collector.
-func upgradeChainRecords(db *sql.DB) error {
-	ctx := context.Background()
+// entry was not made by the collector. One transaction: a crash or ctx
+// leaves the file as it was, and the next open does it again. Logged,
+// with its count and time (review rev19c: a store of main held a record
+// per call retention deleted behind a tenant's first finding change,
+// millions, and this took a minute unsaid): the records of a group get
+// their entry in one statement, not one each.
+func upgradeChainRecords(ctx context.Context, db *sql.DB, log *slog.Logger) error {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
 	now := time.Now()
+	var records, answers int
 	if ok, err := hasColumn(ctx, tx, "chain_pruned", "entry"); err != nil {
 		return err
 	} else if !ok {
@@ -628,12 +645,16 @@ func upgradeChainRecords(db *sql.DB) error {
 				return err
 			}
 			pr.add(tenant, seq, row, chain.Hash(h))
+			records++
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		if err := pr.store(ctx, tx, now); err != nil {
+		if err := pr.chain(ctx, tx, now, func(k entryKey, _ []prunedRow, seq int64) error {
+			_, err := tx.ExecContext(ctx, `UPDATE chain_pruned SET entry = ? WHERE tenant = ? AND seq = ?`, seq, k.tenant, k.seq)
+			return err
+		}); err != nil {
 			return err
 		}
 	}
@@ -658,6 +679,7 @@ func upgradeChainRecords(db *sql.DB) error {
 				return err
 			}
 			kept[tenant] = append(kept[tenant], keptAnswer{id: id, hash: answerHash(id, tenant, t, rec)})
+			answers++
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
@@ -667,7 +689,14 @@ func upgradeChainRecords(db *sql.DB) error {
 			return err
 		}
 	}
-	return tx.Commit()
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	if records > 0 || answers > 0 {
+		log.Info("chained the records of removed rows and the answers kept aside of a store written before them (first open by this release)",
+			"records", records, "answers", answers, "elapsed", time.Since(now).Round(time.Millisecond))
+	}
+	return nil
 }
 
 // hasColumn reports whether table has column.

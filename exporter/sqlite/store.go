@@ -407,7 +407,7 @@ func open(ctx context.Context, path string, opts Options) (*Store, error) {
 			return nil, fmt.Errorf("cannot open store %s: %w", path, wrap(err))
 		}
 	}
-	if err := upgradeChainRecords(w); err != nil {
+	if err := upgradeChainRecords(ctx, w, opts.Logger); err != nil {
 		w.Close()
 		return nil, fmt.Errorf("cannot open store %s: cannot chain the answers aside and the records of removed rows: %w", path, wrap(err))
 	}
