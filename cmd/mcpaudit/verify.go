@@ -36,6 +36,7 @@ func verifyCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs.Usage = func() { fmt.Fprint(stderr, verifyUsage); fs.PrintDefaults() }
 	dir := fs.String("data-dir", "", "the data dir of the embedded store")
 	pubFile := fs.String("public-key", "", "PEM file of the Ed25519 public key that checks the checkpoints (mcpaudit keygen)")
+	keyAlways := fs.Bool("key-always", false, "serve always ran with its signing key: a retention cut no checkpoint signed is a removal (TAMPERED), not a note")
 	store := fs.String("store", "sqlite", "the store: sqlite (the embedded store, --data-dir) or clickhouse (--clickhouse-dsn)")
 	chDSN := fs.String("clickhouse-dsn", "", "ClickHouse native-protocol DSN, with --store clickhouse")
 	chDB := fs.String("clickhouse-database", clickhouse.NewDefaultOptions().Database, "the database of the ClickHouse store (serve.clickhouse.database)")
@@ -71,6 +72,9 @@ func verifyCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	if err != nil {
 		return &exitError{code: 2, err: err}
+	}
+	if *keyAlways {
+		r.Strict()
 	}
 	r.Print(stdout)
 	if !r.OK() {

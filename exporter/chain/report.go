@@ -27,6 +27,12 @@ type Report struct {
 	// Notes are facts worth knowing that are not problems (an unsigned
 	// tail, no public key given).
 	Notes []string
+	// UnsignedCuts are the retention cuts no checkpoint signed that
+	// cannot be told from a removal by the file alone: made after the
+	// last checkpoint, as serve makes them while it runs without its
+	// signing key. Each is a note, or a problem when the verifier is told
+	// that serve always ran with its key (Strict).
+	UnsignedCuts []Problem
 	// What was checked.
 	Tenants, Entries, Calls, Findings, Changes, Checkpoints int64
 }
@@ -38,6 +44,25 @@ func (r *Report) Add(tenant, where, format string, a ...any) {
 
 // Note records a note.
 func (r *Report) Note(format string, a ...any) { r.Notes = append(r.Notes, fmt.Sprintf(format, a...)) }
+
+// UnsignedCut records a retention cut no checkpoint signed, made after
+// the last checkpoint: a note, with its reason, and a problem for Strict.
+func (r *Report) UnsignedCut(tenant, where, format string, a ...any) {
+	p := Problem{Tenant: tenant, Where: where, What: fmt.Sprintf(format, a...)}
+	r.UnsignedCuts = append(r.UnsignedCuts, p)
+	r.Note("tenant %q: %s %s", tenant, where, p.What)
+}
+
+// Strict makes every unsigned cut a problem: for a verifier who knows that
+// serve always ran with its signing key, so that a cut no checkpoint signed
+// was not made by serve's retention (mcpaudit verify --key-always).
+func (r *Report) Strict() {
+	for _, p := range r.UnsignedCuts {
+		r.Problems = append(r.Problems, Problem{Tenant: p.Tenant, Where: p.Where,
+			What: "no checkpoint signed it, and serve always ran with its signing key (--key-always), so its retention would have: history was removed outside retention"})
+	}
+	r.UnsignedCuts = nil
+}
 
 // OK reports whether nothing is wrong.
 func (r *Report) OK() bool { return len(r.Problems) == 0 }

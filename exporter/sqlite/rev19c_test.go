@@ -450,6 +450,36 @@ func TestRev19c_ForgedCut(t *testing.T) {
 	if os.Getenv("MCPAUDIT_REV19C_DEFECTS") == "" {
 		t.Skip("known weakness D4 of review rev19c (a forged cut is a note); set MCPAUDIT_REV19C_DEFECTS=1 to run")
 	}
+	forged, pub := forgedCut(t)
+	wantTampered(t, "signed history removed as a cut", forged, pub)
+}
+
+// TestVerify_ForgedCutKeyAlways: the forgery of TestRev19c_ForgedCut, a
+// note by default, is a removal (TAMPERED) for a verifier told that serve
+// always ran with its key (mcpaudit verify --key-always, Report.Strict); an
+// honest cut signed by a checkpoint stays clean so.
+func TestVerify_ForgedCutKeyAlways(t *testing.T) {
+	forged, pub := forgedCut(t)
+	r, out := report(t, forged, pub)
+	if !r.OK() || len(r.UnsignedCuts) != 1 {
+		t.Fatalf("by default: OK %v, %d unsigned cuts, want a note of one:\n%s", r.OK(), len(r.UnsignedCuts), out)
+	}
+	r.Strict()
+	if r.OK() || !strings.Contains(fmt.Sprint(r.Problems), "--key-always") {
+		t.Errorf("strict: problems %v, want the unsigned cut as a removal", r.Problems)
+	}
+	path, pub, _ := tamperFixture(t)
+	honest, out := report(t, path, pub)
+	if honest.Strict(); !honest.OK() {
+		t.Errorf("an honest store is not clean under --key-always:\n%s\n%v", out, honest.Problems)
+	}
+}
+
+// forgedCut returns a copy of tamperFixture's signed store whose first two
+// chain entries and their calls were removed and recorded as a retention
+// cut appended after the last checkpoint, with the public key.
+func forgedCut(t *testing.T) (string, []byte) {
+	t.Helper()
 	path, pub, _ := tamperFixture(t)
 	db := openRaw(t, path)
 	var prev, head []byte
@@ -476,7 +506,7 @@ func TestRev19c_ForgedCut(t *testing.T) {
 		fmt.Sprintf(`INSERT INTO chain_cuts (tenant, seq, prev, before) VALUES ('acme', 3, x'%x', %d)`, prev, before),
 		fmt.Sprintf(`INSERT INTO chain (tenant, seq, kind, first, last, n, digest, prev, hash, time) VALUES ('acme', %d, 'cut', 3, 3, 0, x'%x', x'%x', x'%x', %d)`,
 			e.Seq, e.Digest[:], e.Prev[:], h[:], e.Time.UnixNano()))
-	wantTampered(t, "signed history removed as a cut", forged, pub)
+	return forged, pub
 }
 
 // TestRev19c_VerifyWhileWriting (review rev19c): verify run while the

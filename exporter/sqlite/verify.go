@@ -676,9 +676,9 @@ func (v *verifier) checkCheckpoints(pub ed25519.PublicKey) error {
 		case signed[tenant] >= e.Seq:
 			v.r.Add(tenant, where, "no checkpoint signed it, though a checkpoint signed entry %d, after its cut entry %d: history was removed outside retention", signed[tenant], e.Seq)
 		default:
-			v.r.Note("tenant %q: %s (retention cutoff %s, recorded by chain entry %d) was made after the last checkpoint and no checkpoint signed it: "+
+			v.r.UnsignedCut(tenant, where, "(retention cutoff %s, recorded by chain entry %d) was made after the last checkpoint and no checkpoint signed it: "+
 				"serve cuts so while it runs without its signing key, and someone who can write the file can too, so it cannot be told from a removal; "+
-				"serve's next start with its key signs it", tenant, where, cut.Before.Format(time.RFC3339Nano), e.Seq)
+				"serve's next start with its key signs it (verify --key-always, when serve always had its key, reports it as a removal)", cut.Before.Format(time.RFC3339Nano), e.Seq)
 		}
 	}
 	for tenant, es := range v.entries {
