@@ -293,6 +293,7 @@ func (d *detector) emitPremature(c *audit.Call, ks *keyState, l *lease, key, cal
 	l.reported = true
 	m := ks.m()
 	m.leasesReported = append(m.leasesReported, l.callID)
+	m.appliesReported = append(m.appliesReported, call)
 	d.out.finding(&audit.Finding{
 		Kind: audit.KindPrematureRetry, Server: c.Server, Tenant: c.Tenant,
 		Document: target, Key: key, Session: session, Time: l.callTime.Time(),
@@ -337,12 +338,16 @@ func (d *detector) renewLease(ks *keyState, ev *event, op *audit.Op, apply bool)
 // before it re-sent too early, or be that apply. It reports what judging
 // in order reports and was not reported yet, and leaves the key with the
 // lease in order. (A premature_retry reported before with another receipt
-// stays.)
+// stays, and its apply is not reported again: judged in order, an apply
+// is re-sent within one lease.)
 func (d *detector) rejudgeLeases(c *audit.Call, ks *keyState, key string) {
 	m := ks.m()
 	var l *lease
 	for _, e := range m.leases {
-		if e.apply && l != nil && !l.reported && l.callID != e.callID && e.at.t.Before(l.until) && !e.at.t.Before(l.callTime) {
+		// An apply is re-sent once: one reported with a lease before the
+		// late receipt came is not reported again with it.
+		if e.apply && l != nil && !l.reported && l.callID != e.callID && e.at.t.Before(l.until) && !e.at.t.Before(l.callTime) &&
+			!slices.Contains(m.appliesReported, e.callID) {
 			d.emitPremature(c, ks, l, key, e.callID, e.target, e.session, e.at.t)
 		}
 		if e.until == 0 {

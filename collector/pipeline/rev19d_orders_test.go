@@ -1,0 +1,159 @@
+package pipeline_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/mcpaudit/mcpaudit/collector/detect"
+)
+
+// randomOrder returns a seeded random order of n calls.
+func randomOrder(rng *rand.Rand, n int) []int {
+	o := make([]int, n)
+	for i := range o {
+		o[i] = i
+	}
+	rng.Shuffle(n, func(i, j int) { o[i], o[j] = o[j], o[i] })
+	return o
+}
+
+func pick(lines [][]byte, order []int) [][]byte {
+	out := make([][]byte, 0, len(order))
+	for _, i := range order {
+		out = append(out, lines[i])
+	}
+	return out
+}
+
+// TestRev19d_RandomOrders_Engine (rev19d, reviewing fx19d) judges every
+// example capture's calls in random orders (seeded; not only the fixed
+// permutations of TestLateOrders_Examples) as analyze does, one source,
+// the out-of-order calls judged late within allowed_lateness, and expects
+// the findings (kind, severity, evidence calls) and write states of the
+// file in order. The mixed case takes every example's calls at once (the
+// captures share their minute), so calls of several scenarios and both
+// servers interleave.
+func TestRev19d_RandomOrders_Engine(t *testing.T) {
+	files, _ := filepath.Glob("../../testdata/examples/*.ndjson")
+	if len(files) == 0 {
+		t.Fatal("no examples under testdata/examples")
+	}
+	var all, allTail [][]byte
+	check := func(t *testing.T, scen, tail [][]byte, runs int, seed uint64) {
+		dcfg := detect.NewDefaultConfig()
+		dcfg.AllowedLateness = lateLateness(t, sortByTime(t, scen))
+		want := analyzed(t, append(sortByTime(t, scen), tail...), dcfg)
+		rng := rand.New(rand.NewPCG(seed, 19))
+		for range runs {
+			order := randomOrder(rng, len(scen))
+			got := analyzed(t, append(pick(scen, order), tail...), dcfg)
+			if fmt.Sprint(got.findings) != fmt.Sprint(want.findings) {
+				t.Errorf("order %v: findings\n%s\nwant (in order)\n%s", order, strings.Join(values(got.findings), "\n"), strings.Join(values(want.findings), "\n"))
+				return
+			}
+			if fmt.Sprint(got.writes) != fmt.Sprint(want.writes) {
+				t.Errorf("order %v: write states\n%v\nwant\n%v", order, got.writes, want.writes)
+				return
+			}
+		}
+	}
+	for _, path := range files {
+		scen, tail := exampleLines(t, path)
+		all = append(all, scen...)
+		allTail = tail
+		t.Run(strings.TrimSuffix(filepath.Base(path), ".ndjson"), func(t *testing.T) {
+			check(t, scen, tail, 200, 1)
+		})
+	}
+	t.Run("mixed", func(t *testing.T) {
+		check(t, all, allTail, 100, 2)
+	})
+}
+
+// sortByTime returns lines in the order of their calls' times.
+func sortByTime(t *testing.T, lines [][]byte) [][]byte {
+	recs := decode(t, lines)
+	idx := make([]int, len(lines))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return recs[idx[a]].Call.Time.Before(recs[idx[b]].Call.Time) })
+	return pick(lines, idx)
+}
+
+// TestRev19d_RandomOrders_Pipeline delivers every example in a few seeded
+// random orders to serve's pipeline (a real SQLite store), as
+// TestLateOrders_Examples does with its fixed permutations.
+func TestRev19d_RandomOrders_Pipeline(t *testing.T) {
+	files, _ := filepath.Glob("../../testdata/examples/*.ndjson")
+	for _, path := range files {
+		t.Run(strings.TrimSuffix(filepath.Base(path), ".ndjson"), func(t *testing.T) {
+			scen, tail := exampleLines(t, path)
+			dcfg := detect.NewDefaultConfig()
+			dcfg.AllowedLateness = lateLateness(t, scen)
+			want := analyzed(t, append(slices.Clone(scen), tail...), dcfg)
+			rng := rand.New(rand.NewPCG(3, uint64(len(path))))
+			for i := range 3 {
+				order := randomOrder(rng, len(scen))
+				t.Run(fmt.Sprint(i), func(t *testing.T) {
+					lateOrder(t, scen, tail, order, dcfg.AllowedLateness, want)
+				})
+			}
+		})
+	}
+}
+
+// copyCall is one oddlynew call on the copy op_rev19d at 10:00:sec: a
+// receipt or an apply, in state applying until retryAfter (10:01:until).
+func copyCall(id int, sec int, tool string, until int) []byte {
+	return copyCallOn("op_rev19d", id, sec, tool, until)
+}
+
+// copyCallOn is copyCall on the copy op.
+func copyCallOn(op string, id int, sec int, tool string, until int) []byte {
+	res := fmt.Sprintf(`{"operationId":"%s","state":"applying","failure":null,"nextAction":"wait_then_retry_apply","retryAfter":"2026-11-03T10:01:%02d.000Z"}`, op, until)
+	esc := strings.ReplaceAll(res, `"`, `\"`)
+	return fmt.Appendf(nil, `{"time":"2026-11-03T10:00:%02d.000Z","server":"oddlynew","session":"s-rev19d","request":{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"run","arguments":{"code":"async () => await organizations.%s({ operationId: \"%s\" })"}}},"duration_ms":300,"response":{"jsonrpc":"2.0","id":%d,"result":{"isError":false,"structuredContent":{"result":%s,"logs":[],"calls":[{"tool":"organizations.%s","outcome":"succeeded","count":1}]},"content":[{"type":"text","text":"%s"}]}}}`,
+		sec, id, tool, op, id, res, tool, esc)
+}
+
+var rev19dTail = []byte(`{"time":"2026-11-03T10:11:00.000Z","server":"thegram","session":"s-tail","request":{"jsonrpc":"2.0","id":99,"method":"tools/call","params":{"name":"gram_projects","arguments":{}}},"duration_ms":51,"response":{"jsonrpc":"2.0","id":99,"result":{"isError":false,"structuredContent":{"projects":[]}}}}`)
+
+// TestRev19d_LateReceiptPrematureOnce (rev19d, reviewing fx19d): two
+// copy receipts with different retryAfters, then an apply within both
+// leases. In order the apply re-sent the lease of the receipt before it:
+// one premature_retry, the second receipt and the apply. Delivered
+// receipt, apply, then the second receipt (late, within
+// allowed_lateness), fx19d's re-judging reported the apply a second time,
+// with the second receipt, beside the pair made before it came: two
+// premature_retry findings for one apply where analyze of the file in
+// order makes one. A finding made is not replaced (docs/detection.md,
+// Late calls), so the pair may name the first receipt; the apply is
+// reported once.
+func TestRev19d_LateReceiptPrematureOnce(t *testing.T) {
+	scen := [][]byte{
+		copyCall(1, 0, "getDocumentCopyReceipt", 0),
+		copyCall(2, 5, "getDocumentCopyReceipt", 30),
+		copyCall(3, 10, "applyDocumentCopy", 30),
+		// A receipt of another copy, later: it moves the watermark past
+		// the scenario, so a call delivered after it is judged late.
+		copyCallOn("op_other", 4, 20, "getDocumentCopyReceipt", 50),
+	}
+	apply := decode(t, scen[2:3])[0].Call.ID
+	dcfg := detect.NewDefaultConfig()
+	want := analyzed(t, append(slices.Clone(scen), rev19dTail), dcfg)
+	if len(want.findings) != 1 {
+		t.Fatalf("in order: %v, want one premature_retry", values(want.findings))
+	}
+	for _, order := range [][]int{{0, 2, 3, 1}, {2, 0, 3, 1}, {1, 2, 3, 0}, {0, 2, 1, 3}} {
+		got := analyzed(t, append(pick(scen, order), rev19dTail), dcfg)
+		if len(got.findings) != 1 || !strings.Contains(values(got.findings)[0], "premature_retry") || !strings.Contains(values(got.findings)[0], apply+"]") {
+			t.Errorf("order %v: findings\n%s\nwant one premature_retry of the apply %s, as in order\n%s", order, strings.Join(values(got.findings), "\n"), apply, strings.Join(values(want.findings), "\n"))
+		}
+	}
+}
