@@ -1,13 +1,17 @@
 package pipeline_test
 
 import (
+	"bytes"
 	"fmt"
+	"github.com/mcpaudit/mcpaudit/audit"
 	"math/rand/v2"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mcpaudit/mcpaudit/collector/detect"
 )
@@ -155,5 +159,56 @@ func TestRev19d_LateReceiptPrematureOnce(t *testing.T) {
 		if len(got.findings) != 1 || !strings.Contains(values(got.findings)[0], "premature_retry") || !strings.Contains(values(got.findings)[0], apply+"]") {
 			t.Errorf("order %v: findings\n%s\nwant one premature_retry of the apply %s, as in order\n%s", order, strings.Join(values(got.findings), "\n"), apply, strings.Join(values(want.findings), "\n"))
 		}
+	}
+}
+
+// copyCallAt is copyCallOn at time at, applying until until.
+func copyCallAt(op string, id int, at time.Time, tool string, until time.Time) []byte {
+	line := copyCallOn(op, id, 0, tool, 0)
+	line = bytes.Replace(line, []byte(`"time":"2026-11-03T10:00:00.000Z"`), fmt.Appendf(nil, `"time":%q`, at.UTC().Format("2006-01-02T15:04:05.000Z")), 1)
+	return bytes.ReplaceAll(line, []byte(`2026-11-03T10:01:00.000Z`), []byte(until.UTC().Format("2006-01-02T15:04:05.000Z")))
+}
+
+// BenchmarkRev19d_OneCopyPolled (rev19d, reviewing fx19d) judges n applies
+// of one copy, one every 2 s, each applying with a retryAfter a minute on
+// (a client polling a long copy by re-applying), each second pair swapped
+// in delivery (the earlier call judged late): fx19d keeps every apply and
+// receipt of a key (keyMore.leases) and judges them all again at each late
+// one. ns/call growing with n is that cost:
+//
+//	go test ./collector/pipeline -run '^$' -bench Rev19d_OneCopyPolled -benchtime 1x
+func BenchmarkRev19d_OneCopyPolled(b *testing.B) {
+	for _, n := range []int{1000, 4000, 16000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			t0 := time.Date(2026, 11, 3, 10, 0, 0, 0, time.UTC)
+			lines := make([][]byte, n)
+			for i := range n {
+				at := t0.Add(time.Duration(i) * 2 * time.Second)
+				lines[i] = copyCallAt("op_polled", i+1, at, "applyDocumentCopy", at.Add(time.Minute))
+			}
+			for i := 0; i+1 < n; i += 4 {
+				lines[i], lines[i+1] = lines[i+1], lines[i]
+			}
+			recs := decode(b, lines)
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			b.ResetTimer()
+			for range b.N {
+				e := detect.NewEngine(detect.NewDefaultConfig(), judgedSink{&judged{findings: map[string]string{}, writes: map[string]audit.WriteState{}}})
+				for _, r := range recs {
+					e.Add("analyze", r, time.Time{})
+				}
+				b.StopTimer()
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				runtime.KeepAlive(e)
+				b.StartTimer()
+				e.Flush()
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/call")
+			// What the engine holds after the last call, before the end.
+			b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/float64(n), "heapB/call")
+		})
 	}
 }
