@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"github.com/mcpaudit/mcpaudit/audit"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -209,6 +210,48 @@ func BenchmarkRev19d_OneCopyPolled(b *testing.B) {
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/call")
 			// What the engine holds after the last call, before the end.
 			b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/float64(n), "heapB/call")
+		})
+	}
+}
+
+// BenchmarkRev19d_HeldReuses (rev19d, reviewing fx19d) judges n refused
+// request_id reuses, 100 a second, each of its own key whose first use is
+// never seen (a client whose keys were first used before the collector
+// started): fx19d holds each up to allowed_lateness (2 m: 12,000 held) and
+// goes over all held at each call judged. ns/call growing with the rate
+// times the allowed lateness is that scan:
+//
+//	go test ./collector/pipeline -run '^$' -bench Rev19d_HeldReuses -benchtime 1x
+func BenchmarkRev19d_HeldReuses(b *testing.B) {
+	raw, err := os.ReadFile("../../testdata/examples/thegram-request-reuse.ndjson")
+	if err != nil {
+		b.Fatal(err)
+	}
+	refusal := bytes.Split(raw, []byte("\n"))[2]
+	for _, n := range []int{3000, 30000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			t0 := time.Date(2026, 11, 3, 10, 0, 0, 0, time.UTC)
+			lines := make([][]byte, n)
+			for i := range n {
+				at := t0.Add(time.Duration(i) * 10 * time.Millisecond)
+				l := bytes.Replace(refusal, []byte(`"time":"2026-11-02T09:00:34.141Z"`), fmt.Appendf(nil, `"time":%q`, at.Format("2006-01-02T15:04:05.000Z")), 1)
+				l = bytes.Replace(l, []byte(`req-bac3d5e8d362`), fmt.Appendf(nil, "req-%012d", i), 1)
+				lines[i] = bytes.Replace(l, []byte(`"session":"s-b17e06a069"`), fmt.Appendf(nil, `"session":"s-%d"`, i), 1)
+			}
+			recs := decode(b, lines)
+			var found int
+			b.ResetTimer()
+			for range b.N {
+				j := &judged{findings: map[string]string{}, writes: map[string]audit.WriteState{}}
+				e := detect.NewEngine(detect.NewDefaultConfig(), judgedSink{j})
+				for _, r := range recs {
+					e.Add("analyze", r, time.Time{})
+				}
+				e.Flush()
+				found = len(j.findings)
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/call")
+			b.ReportMetric(float64(found), "findings")
 		})
 	}
 }
