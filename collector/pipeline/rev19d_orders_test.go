@@ -255,3 +255,36 @@ func BenchmarkRev19d_HeldReuses(b *testing.B) {
 		})
 	}
 }
+
+// TestRev19d_HeldReuseAcrossStop (rev19d, reviewing fx19d): a
+// request_id_reuse held for its key's first use when serve stops
+// gracefully (SIGTERM: the pipeline's stop, not a crash) is made after the
+// restart, as analyze makes it: once, naming the refusal.
+func TestRev19d_HeldReuseAcrossStop(t *testing.T) {
+	scen, tail := exampleLines(t, "../../testdata/examples/thegram-request-reuse.ndjson")
+	scen = scen[1:]
+	want := analyzed(t, append(slices.Clone(scen), tail...), detect.NewDefaultConfig())
+	reuse := decode(t, scen[1:])[0]
+	dir := t.TempDir()
+	clock := newClock(reuse.Call.Time.Add(time.Second))
+	r := openRun(t, dir, clock, nil, nil)
+	for _, l := range scen {
+		if _, err := r.ingest(batch(t, "exporter", l)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.steps(3, nil)
+	if o := r.stop(); len(o.findings) != 0 {
+		t.Fatalf("made while held: %v", o.findings)
+	}
+	r = openRun(t, dir, clock, nil, nil)
+	r.steps(6, nil)
+	o := r.stop()
+	got := map[string]string{}
+	for id, f := range o.findings {
+		got[id] = describe(&f)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want.findings) {
+		t.Errorf("findings %v, want (analyze) %v", values(got), values(want.findings))
+	}
+}
