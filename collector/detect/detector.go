@@ -45,6 +45,8 @@ type detector struct {
 	// held holds the request_id_reuse findings waiting for the key's
 	// first use, which may still be judged late (holdReuse).
 	held []*heldReuse
+	// heldKeys counts the held reuses not yet reported by key.
+	heldKeys map[keyID]int
 
 	deadlines writeHeap
 	// deferred holds writes whose window ended while their source was

@@ -148,17 +148,26 @@ type heldReuse struct {
 // is past it by the allowed lateness (releaseHeld).
 func (d *detector) holdReuse(ev *event, k keyID, use keyEvent, action audit.RetryAction) {
 	h := &heldReuse{k: keyID{strings.Clone(k.kind), strings.Clone(k.key)}, use: use, callID: strings.Clone(ev.call.ID), action: action}
-	d.held = append(d.held, h)
+	// In time order: releaseHeld takes the ones the watermark passed from
+	// the front, and a call judged costs nothing for the ones still held.
+	d.held = insertAt(d.held, h, func(h *heldReuse) pos { return h.use.pos() })
+	if d.heldKeys == nil {
+		d.heldKeys = map[keyID]int{}
+	}
+	d.heldKeys[h.k]++
 }
 
 // bindHeld reports the held reuses of k that a use judged late now binds.
 func (d *detector) bindHeld(k keyID, ks *keyState) {
+	if d.heldKeys[k] == 0 {
+		return
+	}
 	for _, h := range d.held {
 		if h.done || h.k != k {
 			continue
 		}
 		if b := d.binderBefore(ks, h.use.pos()); b != nil && b.callID() != h.callID {
-			h.done = true
+			d.heldDone(h)
 			d.emitReuse(&audit.Call{Server: d.server, Tenant: d.tenant}, k, h.use, callIDs(b.callID(), h.callID), b.pos().t, h.action)
 		}
 	}
@@ -168,18 +177,33 @@ func (d *detector) bindHeld(k keyID, ks *keyState) {
 // on can bind: the watermark t is past them by the allowed lateness (all,
 // when all is set: the end of a finite input).
 func (d *detector) releaseHeld(t etime, all bool) {
-	kept := d.held[:0]
+	n := 0
 	for _, h := range d.held {
-		if !h.done && (all || t.Add(-d.cfg.AllowedLateness).After(h.use.pos().t)) {
-			h.done = true
+		if !all && !t.Add(-d.cfg.AllowedLateness).After(h.use.pos().t) {
+			break
+		}
+		n++
+		if !h.done {
+			d.heldDone(h)
 			d.emitReuse(&audit.Call{Server: d.server, Tenant: d.tenant}, h.k, h.use, []string{h.callID}, h.use.pos().t, h.action)
 		}
-		if !h.done {
-			kept = append(kept, h)
-		}
 	}
-	clear(d.held[len(kept):])
-	d.held = kept
+	if n == 0 {
+		return
+	}
+	clear(d.held[:n])
+	d.held = d.held[n:]
+	if len(d.held) == 0 {
+		d.held = nil
+	}
+}
+
+// heldDone marks h reported.
+func (d *detector) heldDone(h *heldReuse) {
+	h.done = true
+	if d.heldKeys[h.k]--; d.heldKeys[h.k] <= 0 {
+		delete(d.heldKeys, h.k)
+	}
 }
 
 // rebind applies a late use of a key to the uses after it: one that now
@@ -293,6 +317,7 @@ func (d *detector) emitPremature(c *audit.Call, ks *keyState, l *lease, key, cal
 	l.reported = true
 	m := ks.m()
 	m.leasesReported = append(m.leasesReported, l.callID)
+	m.appliesReported = append(m.appliesReported, call)
 	d.out.finding(&audit.Finding{
 		Kind: audit.KindPrematureRetry, Server: c.Server, Tenant: c.Tenant,
 		Document: target, Key: key, Session: session, Time: l.callTime.Time(),
@@ -337,12 +362,16 @@ func (d *detector) renewLease(ks *keyState, ev *event, op *audit.Op, apply bool)
 // before it re-sent too early, or be that apply. It reports what judging
 // in order reports and was not reported yet, and leaves the key with the
 // lease in order. (A premature_retry reported before with another receipt
-// stays.)
+// stays, and its apply is not reported again: judged in order, an apply
+// is re-sent within one lease.)
 func (d *detector) rejudgeLeases(c *audit.Call, ks *keyState, key string) {
 	m := ks.m()
 	var l *lease
 	for _, e := range m.leases {
-		if e.apply && l != nil && !l.reported && l.callID != e.callID && e.at.t.Before(l.until) && !e.at.t.Before(l.callTime) {
+		// An apply is re-sent once: one reported with a lease before the
+		// late receipt came is not reported again with it.
+		if e.apply && l != nil && !l.reported && l.callID != e.callID && e.at.t.Before(l.until) && !e.at.t.Before(l.callTime) &&
+			!slices.Contains(m.appliesReported, e.callID) {
 			d.emitPremature(c, ks, l, key, e.callID, e.target, e.session, e.at.t)
 		}
 		if e.until == 0 {

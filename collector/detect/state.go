@@ -514,6 +514,9 @@ type keyMore struct {
 	// (rejudgeLeases).
 	leases         []leaseEvent
 	leasesReported []string
+	// appliesReported holds the applies (call ids) reported re-sent too
+	// early: rejudgeLeases reports none twice.
+	appliesReported []string
 }
 
 // m returns the key's keyMore, made when absent.
