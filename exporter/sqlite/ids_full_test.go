@@ -339,3 +339,72 @@ func TestIDIndex_DiskFullAtWALRotation(t *testing.T) {
 	}
 	checkDocIndex(t, s)
 }
+
+// TestIDIndex_ManifestFailsOnceOpen: pebble cannot write its MANIFEST as
+// it records a flush (an I/O error, not a full disk), and calls its
+// logger's Fatalf from its own goroutine. Since op19b that gives the index
+// up and parks the goroutine instead of stopping the process: appends go
+// on, lookups by id scan, Close returns, and the next start finds the
+// index whole or builds it again. The branch had no test of this path.
+// Added by rev19b, reviewing op19b.
+func TestIDIndex_ManifestFailsOnceOpen(t *testing.T) {
+	broken := &errorfs.Toggle{Injector: errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if op.Kind == errorfs.OpFileWrite && strings.Contains(filepath.Base(op.Path), "MANIFEST") {
+			return syscall.EIO
+		}
+		return nil
+	})}
+	idsFS = func(fs vfs.FS) vfs.FS { return errorfs.Wrap(fs, broken) }
+	t.Cleanup(func() { idsFS = nil })
+	shortTimeouts(t, 5*time.Second)
+	path := filepath.Join(t.TempDir(), "audit.db")
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	recs := records(t, 2000)
+	if _, err := s.AppendCalls(ctx, recs[:1000]); err != nil {
+		t.Fatal(err)
+	}
+	broken.On()
+	s.ids.db.AsyncFlush()
+	within(t, 10*time.Second, "giving the index up", func() {
+		for !s.ids.dead.Load() {
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+	within(t, 10*time.Second, "AppendCalls with the index given up", func() {
+		if n, err := s.AppendCalls(ctx, recs[1000:]); err != nil || n != 1000 {
+			t.Errorf("AppendCalls with the index given up = %d, %v; want 1000 stored", n, err)
+		}
+	})
+	if got := lookupIDs(t, s, ids(recs)); !slices.Equal(got, keysOf(recs)) {
+		t.Errorf("found %d of %d calls by id", len(got), len(recs))
+	}
+	if got := s.IDIndexFailures(); got != 1 {
+		t.Errorf("IDIndexFailures = %d, want 1", got)
+	}
+	within(t, 10*time.Second, "Close", func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	// The next start (a new process: this one's parked pebble still
+	// holds its lock), on a copy of the files as they are.
+	broken.Off()
+	if s, err = Open(copyClosed(t, path), Options{}); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if s.ids == nil || s.ids.dead.Load() {
+		t.Fatal("reopened without its index")
+	}
+	if got := s.ids.mark.Load(); got != int64(len(recs)) {
+		t.Errorf("index reopened through call %d, want %d", got, len(recs))
+	}
+	if got := lookupIDs(t, s, ids(recs)); !slices.Equal(got, keysOf(recs)) {
+		t.Errorf("found %d of %d calls by id after reopening", len(got), len(recs))
+	}
+	checkDocIndex(t, s)
+}
