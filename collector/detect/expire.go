@@ -139,10 +139,24 @@ func (e *Engine) keepFreedCounts(p *partition) {
 	f.OverflowCalls += p.overflowCalls
 	f.SourcesDisplaced += p.displaced
 	for _, s := range p.sources {
-		i := slices.IndexFunc(f.Sources, func(x SourceStatus) bool { return x.Name == s.key.name })
+		name, overflow := s.key.name, s.overflow
+		i := slices.IndexFunc(f.Sources, func(x SourceStatus) bool { return x.Name == name })
+		if i < 0 && len(f.Sources) >= e.cfg.MaxSources {
+			// Bounded as a live partition's sources are (MaxSources): a
+			// server whose pods each had a source of their own would
+			// otherwise keep one more per pod for as long as the collector
+			// runs. The sources past the bound are told under the overflow
+			// source, which names their senders (rev19p).
+			name, overflow = OverflowSource, true
+			i = slices.IndexFunc(f.Sources, func(x SourceStatus) bool { return x.Name == name })
+		}
 		if i < 0 {
 			i = len(f.Sources)
-			f.Sources = append(f.Sources, SourceStatus{Name: s.key.name, Idle: true, Overflow: s.overflow})
+			f.Sources = append(f.Sources, SourceStatus{Name: name, Idle: true, Overflow: overflow})
+		}
+		if name == OverflowSource && !s.overflow && s.TooLate > 0 &&
+			len(f.Sources[i].TooLateSenders) < TooLateSendersKept && !slices.Contains(f.Sources[i].TooLateSenders, s.key.name) {
+			f.Sources[i].TooLateSenders = append(f.Sources[i].TooLateSenders, s.key.name)
 		}
 		f.Sources[i].Counts.Add(s.Counts)
 		for _, n := range s.tooLateSenders {

@@ -257,9 +257,10 @@ type exchange struct {
 	connected atomic.Bool
 	// cut is set when a stop cut the exchange (Cut).
 	cut atomic.Bool
-	// stream is set for a GET: a stream of the session that the server
-	// may use for answers and its own requests, which the client keeps
-	// open for as long as the session lives.
+	// stream is set for a GET of a streamable HTTP session (with its
+	// Mcp-Session-Id): a stream of the session that the server may use
+	// for its own requests, which the client keeps open for as long as
+	// the session lives.
 	stream bool
 }
 
@@ -267,7 +268,13 @@ type exchangeKey struct{}
 
 // ServeHTTP relays one request.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	ex := &exchange{start: time.Now(), session: r.Header.Get("Mcp-Session-Id"), stream: r.Method == http.MethodGet}
+	ex := &exchange{start: time.Now(), session: r.Header.Get("Mcp-Session-Id")}
+	// Only a GET of a streamable HTTP session is a stream OnlyStreamsOpen
+	// may close: a GET without the session header is the 2024-11-05
+	// HTTP+SSE transport's stream, on which the answers to its calls come
+	// (their POSTs answered 202, unrecorded), and a stop must not cut an
+	// answer due on it (rev19p).
+	ex.stream = r.Method == http.MethodGet && ex.session != ""
 	if ex.session == "" {
 		ex.scope = p.scope.Add(1)
 	}
