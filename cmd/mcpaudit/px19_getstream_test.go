@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -22,28 +20,14 @@ import (
 // open, the stop closes them at once and says so, and sends the record.
 // Real go-sdk client and server; the grace is 3 s here (proxyStopGrace).
 func TestProxy_StopWithIdleGetStream(t *testing.T) {
-	defer func(g time.Duration) { proxyStopGrace = g }(proxyStopGrace)
-	proxyStopGrace = 3 * time.Second
 	srv := mcp.NewServer(&mcp.Implementation{Name: "up", Version: "1"}, nil)
 	mcp.AddTool(srv, &mcp.Tool{Name: "gram_read"}, func(ctx context.Context, r *mcp.CallToolRequest, in struct{}) (*mcp.CallToolResult, any, error) {
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "ok"}}}, nil, nil
 	})
 	upstream := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
 	defer upstream.Close()
-	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		w.Write([]byte(`{"accepted":1,"rejected":0}`))
-	}))
-	defer collector.Close()
-	addr := freePort(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var errb lockedBuffer
-	done := make(chan error, 1)
-	go func() {
-		done <- proxyCommand(ctx, []string{"--listen", addr, "--upstream", upstream.URL, "--server", "thegram",
-			"--collector", collector.URL, "--buffer-dir", filepath.Join(t.TempDir(), "buf")}, &errb)
-	}()
+	px := startProxy(t, upstream.URL, acceptingCollector(t, `{"accepted":1,"rejected":0}`).URL, 3*time.Second)
+	addr, errb := px.addr, px.log
 	time.Sleep(300 * time.Millisecond)
 	c := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil)
 	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -57,8 +41,7 @@ func TestProxy_StopWithIdleGetStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(200 * time.Millisecond)
-	cancel()
-	if err := <-done; err != nil {
+	if err := px.stop(); err != nil {
 		t.Fatal(err)
 	}
 	log := errb.String()

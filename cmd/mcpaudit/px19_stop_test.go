@@ -2,12 +2,10 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -25,9 +23,6 @@ import (
 // its request's context, as a hung server does). The grace is shortened
 // to 1 s for the test (proxyStopGrace; the default is 30 s).
 func TestProxy_StopWithHungUpstream(t *testing.T) {
-	defer func(g time.Duration) { proxyStopGrace = g }(proxyStopGrace)
-	proxyStopGrace = time.Second
-
 	release := make(chan struct{})
 	got := make(chan string, 4)
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -44,16 +39,8 @@ func TestProxy_StopWithHungUpstream(t *testing.T) {
 	defer close(release) // before upstream.Close, which waits for the handler
 
 	api, ingest, serveLog := serveInTest(t)
-	addr := freePort(t)
-	bufDir := filepath.Join(t.TempDir(), "buf")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var errb lockedBuffer
-	done := make(chan error, 1)
-	go func() {
-		done <- proxyCommand(ctx, []string{"--listen", addr, "--upstream", upstream.URL, "--server", "thegram",
-			"--collector", "http://" + ingest, "--buffer-dir", bufDir}, &errb)
-	}()
+	px := startProxy(t, upstream.URL, "http://"+ingest, time.Second)
+	addr, errb := px.addr, px.log
 	post := func(id, params string) error {
 		resp, err := http.Post("http://"+addr+"/mcp", "application/json",
 			strings.NewReader(`{"jsonrpc":"2.0","id":"`+id+`","method":"tools/call","params":`+params+`}`))
@@ -78,8 +65,7 @@ func TestProxy_StopWithHungUpstream(t *testing.T) {
 		clientDone <- post("hung", `{"name":"gram_patch","arguments":{"path":"team/a.gram","request_id":"k-1","operations":[]}}`)
 	}()
 	<-got
-	cancel() // as signal.NotifyContext does on SIGTERM
-	if err := <-done; err != nil {
+	if err := px.stop(); err != nil {
 		t.Fatalf("proxy: %v\n%s", err, errb.String())
 	}
 	if err := <-clientDone; err == nil {

@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -23,8 +21,6 @@ import (
 // the upstream carried out. Real go-sdk SSE client and server; the grace
 // is 5 s here (proxyStopGrace), the tool answers 1 s into the stop.
 func TestProxy_StopKeepsLegacyStreamWithAnswerDue(t *testing.T) {
-	defer func(g time.Duration) { proxyStopGrace = g }(proxyStopGrace)
-	proxyStopGrace = 5 * time.Second
 	entered, release := make(chan struct{}, 1), make(chan struct{})
 	srv := mcp.NewServer(&mcp.Implementation{Name: "up", Version: "1"}, nil)
 	mcp.AddTool(srv, &mcp.Tool{Name: "gram_write"}, func(ctx context.Context, r *mcp.CallToolRequest, in struct{}) (*mcp.CallToolResult, any, error) {
@@ -34,20 +30,8 @@ func TestProxy_StopKeepsLegacyStreamWithAnswerDue(t *testing.T) {
 	})
 	upstream := httptest.NewServer(mcp.NewSSEHandler(func(*http.Request) *mcp.Server { return srv }, nil))
 	defer upstream.Close()
-	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		w.Write([]byte(`{"accepted":0,"rejected":0}`))
-	}))
-	defer collector.Close()
-	addr := freePort(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var errb lockedBuffer
-	done := make(chan error, 1)
-	go func() {
-		done <- proxyCommand(ctx, []string{"--listen", addr, "--upstream", upstream.URL, "--server", "thegram",
-			"--collector", collector.URL, "--buffer-dir", filepath.Join(t.TempDir(), "buf")}, &errb)
-	}()
+	px := startProxy(t, upstream.URL, acceptingCollector(t, `{"accepted":0,"rejected":0}`).URL, 5*time.Second)
+	addr, errb := px.addr, px.log
 	time.Sleep(300 * time.Millisecond)
 	c := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil)
 	cctx, ccancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -63,14 +47,14 @@ func TestProxy_StopKeepsLegacyStreamWithAnswerDue(t *testing.T) {
 		called <- err
 	}()
 	<-entered
-	cancel() // the stop begins with the call running upstream
+	px.cancel() // the stop begins with the call running upstream
 	time.Sleep(time.Second)
 	close(release)
 	if err := <-called; err != nil {
 		t.Errorf("the call running upstream when the stop began lost its answer: %v\n%s", err, errb.String())
 	}
 	cs.Close()
-	if err := <-done; err != nil {
+	if err := <-px.done; err != nil {
 		t.Fatal(err)
 	}
 }
