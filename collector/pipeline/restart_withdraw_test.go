@@ -26,6 +26,23 @@ type lateReplay struct {
 	tail   []byte
 }
 
+// closeWindow sends the write and the calls that close its window to r,
+// commits them, and returns the open findings: the write's
+// unverified_write alone, or t fails (the test would show nothing).
+func (s lateReplay) closeWindow(t *testing.T, r *run, clock *testClock) []string {
+	t.Helper()
+	if _, err := r.ingest(batch(t, "calls:reproA", slices.Concat([][]byte{s.write}, s.others)...)); err != nil {
+		t.Fatal(err)
+	}
+	clock.Add(3 * time.Second)
+	r.status()
+	open := openFindings(r.read())
+	if len(open) != 1 {
+		t.Fatalf("%d findings before the replay came, want the write's unverified_write: the test shows nothing", len(open))
+	}
+	return open
+}
+
 func newLateReplay(vw time.Duration) lateReplay {
 	var s lateReplay
 	if vw == 0 {
@@ -100,15 +117,7 @@ func TestRestart_WithdrawLostInCrash(t *testing.T) {
 			dir := t.TempDir()
 			clock := newClock(wallStart)
 			r := openRunWith(t, dir, clock, nil, s.dedit, nil, nil, opts)
-			if _, err := r.ingest(batch(t, "calls:reproA", slices.Concat([][]byte{s.write}, s.others)...)); err != nil {
-				t.Fatal(err)
-			}
-			clock.Add(3 * time.Second)
-			r.status()
-			open := openFindings(r.read())
-			if len(open) != 1 {
-				t.Fatalf("%d findings before the replay came, want the write's unverified_write: the test shows nothing", len(open))
-			}
+			open := s.closeWindow(t, r, clock)
 			id := open[0]
 			if tc.acked {
 				if _, err := r.store.ChangeFinding(context.Background(), audit.FindingChange{FindingID: id, State: audit.FindingAcknowledged, By: "bob", Note: "looking", Time: clock.Now()}); err != nil {
@@ -209,15 +218,7 @@ func TestRestart_WithdrawnBeforeCrashStays(t *testing.T) {
 	dir := t.TempDir()
 	clock := newClock(wallStart)
 	r := openRunDetect(t, dir, clock, nil, s.dedit, nil)
-	if _, err := r.ingest(batch(t, "calls:reproA", slices.Concat([][]byte{s.write}, s.others)...)); err != nil {
-		t.Fatal(err)
-	}
-	clock.Add(3 * time.Second)
-	r.status()
-	open := openFindings(r.read())
-	if len(open) != 1 {
-		t.Fatalf("%d findings before the replay came, want one", len(open))
-	}
+	open := s.closeWindow(t, r, clock)
 	id := open[0]
 	clock.Add(9 * time.Second)
 	if _, err := r.ingest(batch(t, "calls:reproA", s.replay)); err != nil {
@@ -267,16 +268,8 @@ func TestRestart_WithdrawOnlyWritesJudged(t *testing.T) {
 	dir := t.TempDir()
 	clock := newClock(wallStart)
 	r := openRunDetect(t, dir, clock, nil, s.dedit, nil)
-	if _, err := r.ingest(batch(t, "calls:reproA", slices.Concat([][]byte{s.write}, s.others)...)); err != nil {
-		t.Fatal(err)
-	}
-	clock.Add(3 * time.Second)
-	r.status()
+	open := s.closeWindow(t, r, clock)
 	before := r.read()
-	open := openFindings(before)
-	if len(open) != 1 {
-		t.Fatalf("%d findings before the replay came, want one", len(open))
-	}
 	f := before.findings[open[0]]
 	clock.Add(9 * time.Second)
 	r.status() // commits what the clock moved, before the process is set to die

@@ -170,15 +170,7 @@ func TestRestart_WithdrawalRetriedThenCrash(t *testing.T) {
 			dir := t.TempDir()
 			clock := newClock(wallStart)
 			r := openRunDetect(t, dir, clock, nil, s.dedit, nil)
-			if _, err := r.ingest(batch(t, "calls:reproA", slices.Concat([][]byte{s.write}, s.others)...)); err != nil {
-				t.Fatal(err)
-			}
-			clock.Add(3 * time.Second)
-			r.status()
-			open := openFindings(r.read())
-			if len(open) != 1 {
-				t.Fatalf("%d findings before the replay came, want the write's unverified_write: the test shows nothing", len(open))
-			}
+			open := s.closeWindow(t, r, clock)
 			id := open[0]
 			clock.Add(9 * time.Second)
 			r.status()
@@ -231,12 +223,7 @@ func TestRestart_JoiningRetryNotWithdrawn(t *testing.T) {
 	dir := t.TempDir()
 	clock := newClock(wallStart)
 	r := openRunDetect(t, dir, clock, nil, s.dedit, nil)
-	if _, err := r.ingest(batch(t, "calls:reproA", slices.Concat([][]byte{s.write}, s.others)...)); err != nil {
-		t.Fatal(err)
-	}
-	clock.Add(3 * time.Second)
-	r.status()
-	open := openFindings(r.read())
+	open := s.closeWindow(t, r, clock)
 	if !slices.Equal(open, openFindings(want)) {
 		t.Fatalf("findings before the retry came %v, want %v", open, openFindings(want))
 	}
@@ -277,15 +264,7 @@ func TestRestart_WithdrawLostTwice(t *testing.T) {
 	dir := t.TempDir()
 	clock := newClock(wallStart)
 	r := openRunDetect(t, dir, clock, nil, s.dedit, nil)
-	if _, err := r.ingest(batch(t, "calls:reproA", slices.Concat([][]byte{s.write}, s.others)...)); err != nil {
-		t.Fatal(err)
-	}
-	clock.Add(3 * time.Second)
-	r.status()
-	open := openFindings(r.read())
-	if len(open) != 1 {
-		t.Fatalf("%d findings before the replay came, want the write's unverified_write", len(open))
-	}
+	open := s.closeWindow(t, r, clock)
 	id := open[0]
 	clock.Add(9 * time.Second)
 	r.status()
