@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -41,6 +42,20 @@ func (s lateReplay) closeWindow(t *testing.T, r *run, clock *testClock) []string
 		t.Fatalf("%d findings before the replay came, want the write's unverified_write: the test shows nothing", len(open))
 	}
 	return open
+}
+
+// sendReplay moves the clock on to the replay's arrival and commits, sets
+// the store's fault (r.cs.dieAtCommit, r.cs.failChange), then sends the
+// replay and has the engine judge it.
+func (s lateReplay) sendReplay(t *testing.T, r *run, clock *testClock, fault *atomic.Bool) {
+	t.Helper()
+	clock.Add(9 * time.Second)
+	r.status()
+	fault.Store(true)
+	if _, err := r.p.Ingest(context.Background(), batch(t, "calls:reproA", s.replay)); err != nil {
+		t.Fatal(err)
+	}
+	r.status()
 }
 
 func newLateReplay(vw time.Duration) lateReplay {
@@ -124,13 +139,7 @@ func TestRestart_WithdrawLostInCrash(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			clock.Add(9 * time.Second)
-			r.status() // commits what the clock moved, before the process is set to die
-			r.cs.dieAtCommit.Store(true)
-			if _, err := r.p.Ingest(context.Background(), batch(t, "calls:reproA", s.replay)); err != nil {
-				t.Fatal(err)
-			}
-			r.status() // the engine judges the replay; the commit dies
+			s.sendReplay(t, r, clock, &r.cs.dieAtCommit) // the engine judges the replay; the commit dies
 			r.cs.mu.RLock()
 			crashed := r.cs.crashed
 			r.cs.mu.RUnlock()
@@ -271,13 +280,7 @@ func TestRestart_WithdrawOnlyWritesJudged(t *testing.T) {
 	open := s.closeWindow(t, r, clock)
 	before := r.read()
 	f := before.findings[open[0]]
-	clock.Add(9 * time.Second)
-	r.status() // commits what the clock moved, before the process is set to die
-	r.cs.dieAtCommit.Store(true)
-	if _, err := r.p.Ingest(context.Background(), batch(t, "calls:reproA", s.replay)); err != nil {
-		t.Fatal(err)
-	}
-	r.status()
+	s.sendReplay(t, r, clock, &r.cs.dieAtCommit)
 	r.die()
 
 	// Retention up to just after the write, part way: its finding stays.

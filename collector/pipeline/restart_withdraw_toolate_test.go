@@ -172,13 +172,7 @@ func TestRestart_WithdrawalRetriedThenCrash(t *testing.T) {
 			r := openRunDetect(t, dir, clock, nil, s.dedit, nil)
 			open := s.closeWindow(t, r, clock)
 			id := open[0]
-			clock.Add(9 * time.Second)
-			r.status()
-			r.cs.failChange.Store(true)
-			if _, err := r.p.Ingest(context.Background(), batch(t, "calls:reproA", s.replay)); err != nil {
-				t.Fatal(err)
-			}
-			r.status() // the replay judged, the write's state committed, the withdrawal refused
+			s.sendReplay(t, r, clock, &r.cs.failChange) // the replay judged, the write's state committed, the withdrawal refused
 			if tc.later {
 				clock.Add(10 * time.Minute)
 				if _, err := r.ingest(batch(t, "calls:reproA", s.tail)); err != nil {
@@ -227,13 +221,7 @@ func TestRestart_JoiningRetryNotWithdrawn(t *testing.T) {
 	if !slices.Equal(open, openFindings(want)) {
 		t.Fatalf("findings before the retry came %v, want %v", open, openFindings(want))
 	}
-	clock.Add(9 * time.Second)
-	r.status()
-	r.cs.dieAtCommit.Store(true)
-	if _, err := r.p.Ingest(context.Background(), batch(t, "calls:reproA", s.replay)); err != nil {
-		t.Fatal(err)
-	}
-	r.status()
+	s.sendReplay(t, r, clock, &r.cs.dieAtCommit)
 	r.cs.mu.RLock()
 	crashed := r.cs.crashed
 	r.cs.mu.RUnlock()
@@ -266,13 +254,7 @@ func TestRestart_WithdrawLostTwice(t *testing.T) {
 	r := openRunDetect(t, dir, clock, nil, s.dedit, nil)
 	open := s.closeWindow(t, r, clock)
 	id := open[0]
-	clock.Add(9 * time.Second)
-	r.status()
-	r.cs.dieAtCommit.Store(true)
-	if _, err := r.p.Ingest(context.Background(), batch(t, "calls:reproA", s.replay)); err != nil {
-		t.Fatal(err)
-	}
-	r.status()
+	s.sendReplay(t, r, clock, &r.cs.dieAtCommit)
 	r.die()
 
 	clock.Add(time.Second)
