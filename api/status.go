@@ -331,28 +331,35 @@ func StatusFrom(parts []detect.PartitionStatus, queued int64, unstored int, tena
 		out.TooLate += ps.TooLate
 		out.PendingWrites += ps.Pending
 		out.Partitions = append(out.Partitions, v)
-		for _, src := range ps.Sources {
-			// The pipeline keeps a source's clock and counts per partition
-			// (detect.Engine.ClockPerPartition): a source is told once, with
-			// the sum of its counts over the servers it fed.
-			k := [2]string{ps.Tenant, src.Name}
-			i, seen := totals[k]
-			if !seen {
-				i = len(out.Sources)
-				totals[k] = i
-				out.Sources = append(out.Sources, SourceTotals{Tenant: ps.Tenant, Name: src.Name})
-			}
-			t := &out.Sources[i]
+		addSources(&out, totals, &ps)
+	}
+	return out
+}
+
+// addSources adds the sources of partition ps to out.Sources, whose
+// entries idx indexes by tenant and source name. The pipeline keeps a
+// source's clock and counts per partition (detect.Engine.ClockPerPartition):
+// a source is told once, with the sum of its counts over the servers it fed.
+func addSources(out *StatusResponse, idx map[[2]string]int, ps *detect.PartitionStatus) {
+	for _, src := range ps.Sources {
+		k := [2]string{ps.Tenant, src.Name}
+		i, seen := idx[k]
+		if !seen {
+			i = len(out.Sources)
+			idx[k] = i
+			out.Sources = append(out.Sources, SourceTotals{Tenant: ps.Tenant, Name: src.Name})
+		}
+		t := &out.Sources[i]
+		if !slices.Contains(t.Servers, ps.Server) {
 			t.Servers = append(t.Servers, ps.Server)
-			t.add(&src.Counts)
-			for _, n := range src.TooLateSenders {
-				if len(t.TooLateSenders) < detect.TooLateSendersKept && !slices.Contains(t.TooLateSenders, n) {
-					t.TooLateSenders = append(t.TooLateSenders, n)
-				}
+		}
+		t.add(&src.Counts)
+		for _, n := range src.TooLateSenders {
+			if len(t.TooLateSenders) < detect.TooLateSendersKept && !slices.Contains(t.TooLateSenders, n) {
+				t.TooLateSenders = append(t.TooLateSenders, n)
 			}
 		}
 	}
-	return out
 }
 
 // AddFreed adds to out, an answer of StatusFrom for tenant and server
@@ -372,25 +379,7 @@ func AddFreed(out *StatusResponse, freed []detect.PartitionStatus, tenant, serve
 		}
 		out.TooLate += ps.TooLate
 		out.TooLateFreed += ps.TooLate
-		for _, src := range ps.Sources {
-			k := [2]string{ps.Tenant, src.Name}
-			i, seen := idx[k]
-			if !seen {
-				i = len(out.Sources)
-				idx[k] = i
-				out.Sources = append(out.Sources, SourceTotals{Tenant: ps.Tenant, Name: src.Name})
-			}
-			t := &out.Sources[i]
-			if !slices.Contains(t.Servers, ps.Server) {
-				t.Servers = append(t.Servers, ps.Server)
-			}
-			t.add(&src.Counts)
-			for _, n := range src.TooLateSenders {
-				if len(t.TooLateSenders) < detect.TooLateSendersKept && !slices.Contains(t.TooLateSenders, n) {
-					t.TooLateSenders = append(t.TooLateSenders, n)
-				}
-			}
-		}
+		addSources(out, idx, &ps)
 	}
 }
 
