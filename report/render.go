@@ -60,8 +60,41 @@ func funcs() map[string]any {
 			return BurnDownSVG(r.BurnDown, start, r.Until)
 		},
 		"daysvg": func(r *Report) htmltemplate.HTML { return DaysSVG(r.Days) },
-		"md":     func(s string) string { return strings.NewReplacer("|", `\|`, "\n", " ").Replace(s) },
+		"md":     markdownText,
 	}
+}
+
+// markdownText returns s as literal text for one line of Markdown, such as a
+// table cell. Names in the report (documents, servers, tools, clients, tenants)
+// come from the agents' payloads: CommonMark passes raw HTML through (a
+// document named "<script>..." ran in whatever renders the report) and reads
+// *, _, `, [ ] and entities (&lt;) as markup, and a | ends a table cell. Each of
+// those characters is backslash-escaped, which every CommonMark renderer shows
+// as the character itself; an underscore between two letters or digits opens
+// no emphasis and stays as it is, so that ids such as doc_3446f79a read
+// plainly. Line breaks become spaces.
+func markdownText(s string) string {
+	var b strings.Builder
+	for i, r := range s {
+		switch r {
+		case '\\', '`', '*', '[', ']', '<', '>', '|', '&':
+			b.WriteByte('\\')
+		case '_':
+			if i == 0 || i == len(s)-1 || !isAlnum(s[i-1]) || !isAlnum(s[i+1]) {
+				b.WriteByte('\\')
+			}
+		case '\n', '\r':
+			b.WriteByte(' ')
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// isAlnum reports whether c is an ASCII letter or digit.
+func isAlnum(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
 }
 
 var (

@@ -129,3 +129,43 @@ func TestBudgetLeft(t *testing.T) {
 		}
 	}
 }
+
+// TestRender_MarkdownNames stores bad writes whose document, tool, client
+// and server names hold Markdown and HTML, renders the md report and checks
+// that each name is literal text in its table row: no raw <script> for a
+// renderer to run, no | ending a cell early, no emphasis, link or entity
+// made of a name (found by op20: a document named "<script>...</script>"
+// came out raw). An underscore inside an id (doc_3446f79a) is left as it is.
+func TestRender_MarkdownNames(t *testing.T) {
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "mcpaudit.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := context.Background()
+	const doc = "inc/nuit é <script>alert(1)</script> a|b *x* [l](u) &lt; `c` _d_ doc_3446f79a \\"
+	w := audit.Write{CallID: "c_00000000000000000001", Time: day0.Add(time.Hour), Server: "thegram<b>",
+		Tool: "gram_patch", Document: doc, State: audit.StateUnverified, Reason: audit.ReasonNoResponse}
+	if err := st.Commit(ctx, audit.Results{Writes: []audit.Write{w}}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := report.Build(ctx, st, report.Query{Window: 30 * 24 * time.Hour, WindowName: "30d", Until: day0.Add(24 * time.Hour), Target: 0.99, Server: "thegram<b>"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := report.Render(&b, r, "md"); err != nil {
+		t.Fatal(err)
+	}
+	md := b.String()
+	const want = "| inc/nuit é \\<script\\>alert(1)\\</script\\> a\\|b \\*x\\* \\[l\\](u) \\&lt; \\`c\\` \\_d\\_ doc_3446f79a \\\\ | 1 |"
+	if !strings.Contains(md, want+"\n") {
+		t.Errorf("the document's row is not literal text; want the line\n%s\nin\n%s", want, md)
+	}
+	if strings.Contains(md, "<script>") || strings.Contains(md, "<b>") {
+		t.Errorf("the md report holds raw HTML from a name:\n%s", md)
+	}
+	if !strings.Contains(md, ", server thegram\\<b\\>\n") || !strings.Contains(md, "| thegram\\<b\\> | 1 |") {
+		t.Errorf("the server's name is not literal text in the header and its row:\n%s", md)
+	}
+}
