@@ -497,7 +497,7 @@ func forgedCut(t *testing.T) (string, []byte) {
 	}
 	db.Close()
 	before := storetest.T0.UnixNano() // older than every call removed
-	e := chain.Entry{Tenant: "acme", Seq: last + 1, Kind: chain.KindCut, First: 3, Last: 3, Digest: cutDigest(3, prev, before),
+	e := chain.Entry{Tenant: "acme", Seq: last + 1, Kind: chain.KindCut, First: 3, Last: 3, Digest: chain.CutDigest(3, prev, before),
 		Prev: chain.Hash(head), Time: time.Now()}
 	h := e.Hash()
 	forged := edit(t, path,
