@@ -497,26 +497,33 @@ func (s *Store) cutChains(ctx context.Context, cutoff func(tenant string) time.T
 			continue
 		}
 		// A cut entry covers no rows: it goes whenever the cut passes it.
-		q := fmt.Sprintf("SELECT seq, prev, kind = %s OR arrayReduce('max', times) < %d FROM %s.chain FINAL WHERE tenant = %s AND replica = %s ORDER BY seq",
+		q := fmt.Sprintf("SELECT seq, prev, kind = %s, arrayReduce('max', times) < %d FROM %s.chain FINAL WHERE tenant = %s AND replica = %s ORDER BY seq",
 			quote(chain.KindCut), before.Unix(), s.layout.DB, quote(t), quote(s.opts.Replica))
-		start, prev, found := uint64(0), "", false
+		start, prev, found, rows := uint64(0), "", false, false
 		err := each(ctx, s.conn, "read the chain to cut", q, func(r driver.Rows) error {
 			var seq uint64
 			var p string
-			var old uint8
-			if err := r.Scan(&seq, &p, &old); err != nil {
+			var isCut, old uint8
+			if err := r.Scan(&seq, &p, &isCut, &old); err != nil {
 				return err
 			}
+			rows = rows || isCut == 0
 			if found {
 				return nil
 			}
-			if old == 0 {
+			if isCut == 0 && old == 0 {
 				start, prev, found = seq, p, true
 			}
 			return nil
 		})
 		if err != nil {
 			return err
+		}
+		if !rows {
+			// Cut entries alone: every row went at an earlier cut, which
+			// stands; a new one at every pass would add a cut entry, a
+			// checkpoint and a delete of the last cut entry for nothing.
+			continue
 		}
 		if !found {
 			// Every entry is older: the chain starts after its head.

@@ -313,3 +313,41 @@ func strictOf(t *testing.T, o Options, pub ed25519.PublicKey) (*chain.Report, st
 	r.Strict()
 	return r, text
 }
+
+// TestCut_PerPass: the commit path writes no cut entry (a store filled by
+// three batches and a finding change holds none); a retention pass writes
+// one per tenant it cuts; later passes over a tenant whose rows all went
+// write none (no cut entry, no chain_cuts row), and the history verifies.
+func TestCut_PerPass(t *testing.T) {
+	o, pub, conn := chainedStore(t, AckInsert)
+	db := o.Database
+	if n := count(t, conn, "SELECT count() FROM "+db+".chain WHERE kind = 'cut'"); n != 0 {
+		t.Fatalf("%d cut entries after the commit path alone, want 0", n)
+	}
+	idle := "acme" // the tenant without the finding change, dated now
+	if findingTenant == "acme" {
+		idle = "globex"
+	}
+	o.Retention.Tenants = map[string]time.Duration{idle: 24 * time.Hour}
+	s := openStore(t, o)
+	for i := range 3 {
+		if err := s.enforceRetention(context.Background(), retentionNow.Add(time.Duration(i)*time.Hour)); err != nil {
+			t.Fatalf("enforceRetention: %v", err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, conn, "SELECT count() FROM "+db+".calls WHERE tenant = "+quote(idle)); n != 0 {
+		t.Fatalf("retention left %d calls of %s", n, idle)
+	}
+	cuts := count(t, conn, "SELECT count() FROM "+db+".chain WHERE kind = 'cut' AND tenant = "+quote(idle))
+	rows := count(t, conn, "SELECT count() FROM "+db+".chain_cuts WHERE tenant = "+quote(idle))
+	others := count(t, conn, "SELECT count() FROM "+db+".chain WHERE kind = 'cut' AND tenant <> "+quote(idle))
+	if cuts != 1 || rows != 1 || others != 0 {
+		t.Errorf("three passes: %d cut entries and %d chain_cuts rows of %s, %d cut entries of the tenant kept for ever; want 1, 1, 0", cuts, rows, idle, others)
+	}
+	if r, text := strictOf(t, o, pub); !r.OK() {
+		t.Errorf("after three passes:\n%s", text)
+	}
+}
