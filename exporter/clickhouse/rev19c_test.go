@@ -351,3 +351,38 @@ func TestCut_PerPass(t *testing.T) {
 		t.Errorf("after three passes:\n%s", text)
 	}
 }
+
+// TestRetention_FindingChanges (review rev19c's D2, in the ClickHouse
+// store): finding changes go by their own time, as calls and findings go
+// by theirs. Until ch20 they were never deleted: the cut passed their
+// entries, and the rows stayed for good, unchecked. Retention past the
+// change's time deletes it (the fallback of 18.16: a mutation, the table
+// having no day partitions), verify finds the history honest, and a
+// change of the kept history deleted is still reported
+// (TestVerify_Tampered).
+func TestRetention_FindingChanges(t *testing.T) {
+	o, pub, conn := chainedStore(t, AckInsert)
+	db := o.Database
+	if n := count(t, conn, "SELECT count() FROM "+db+".finding_changes"); n != 1 {
+		t.Fatalf("%d finding changes stored, want 1", n)
+	}
+	// The change is dated now: two days on, with one day kept, it goes
+	// with every call and finding (dated 2026-11-02) of the tenants.
+	o.Retention.Default = 24 * time.Hour
+	s := openStore(t, o)
+	if err := s.enforceRetention(context.Background(), time.Now().Add(48*time.Hour)); err != nil {
+		t.Fatalf("enforceRetention: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, conn, "SELECT count() FROM "+db+".finding_changes"); n != 0 {
+		t.Errorf("%d finding changes left past their retention", n)
+	}
+	if n := count(t, conn, "SELECT count() FROM "+db+".chain WHERE kind = 'changes'"); n != 0 {
+		t.Errorf("%d changes entries left: the cut did not pass them", n)
+	}
+	if r, text := strictOf(t, o, pub); !r.OK() {
+		t.Errorf("after retention took the finding change:\n%s", text)
+	}
+}
