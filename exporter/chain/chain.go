@@ -124,6 +124,14 @@ func Digest(rows []Hash) Hash {
 	return out
 }
 
+// CutDigest is the digest of a cut entry (KindCut): where the chain goes
+// on (seq), that entry's prev, and the retention cutoff in Unix seconds.
+// Both stores write it, so that verify can match a cut entry to the cut
+// it records.
+func CutDigest(seq int64, prev []byte, before int64) Hash {
+	return RowHash([]byte("cut"), Int(seq), prev, Int(before))
+}
+
 // Head is where one tenant's chain stands.
 type Head struct {
 	Tenant string `json:"tenant"`

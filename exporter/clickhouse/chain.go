@@ -470,7 +470,14 @@ func (s *Store) signNow(force bool) {
 // cutChains records, for every tenant of this replica whose rows retention
 // removes before cutoff(tenant), where its chain now starts: the leading
 // entries all of whose rows are older go, and the cut is signed before any
-// row is deleted. The caller holds chainMu.
+// row is deleted. Each cut is also put on record in the chain itself, by a
+// cut entry appended before the cut is stored (chain_cuts): whether a
+// checkpoint was made after the cut is then on record, so that verify can
+// tell a cut made while serve ran without its key (after the last
+// checkpoint: a note) from one a later checkpoint left out (review
+// rev19c's D1; the embedded store does the same since ch19). One cut entry
+// per tenant and retention pass: the commit path writes none. The caller
+// holds chainMu.
 func (s *Store) cutChains(ctx context.Context, cutoff func(tenant string) time.Time) error {
 	tenants := make([]string, 0, len(s.heads))
 	for t := range s.heads {
@@ -489,26 +496,34 @@ func (s *Store) cutChains(ctx context.Context, cutoff func(tenant string) time.T
 		if before.IsZero() {
 			continue
 		}
-		q := fmt.Sprintf("SELECT seq, prev, arrayReduce('max', times) < %d FROM %s.chain FINAL WHERE tenant = %s AND replica = %s ORDER BY seq",
-			before.Unix(), s.layout.DB, quote(t), quote(s.opts.Replica))
-		start, prev, found := uint64(0), "", false
+		// A cut entry covers no rows: it goes whenever the cut passes it.
+		q := fmt.Sprintf("SELECT seq, prev, kind = %s, arrayReduce('max', times) < %d FROM %s.chain FINAL WHERE tenant = %s AND replica = %s ORDER BY seq",
+			quote(chain.KindCut), before.Unix(), s.layout.DB, quote(t), quote(s.opts.Replica))
+		start, prev, found, rows := uint64(0), "", false, false
 		err := each(ctx, s.conn, "read the chain to cut", q, func(r driver.Rows) error {
 			var seq uint64
 			var p string
-			var old uint8
-			if err := r.Scan(&seq, &p, &old); err != nil {
+			var isCut, old uint8
+			if err := r.Scan(&seq, &p, &isCut, &old); err != nil {
 				return err
 			}
+			rows = rows || isCut == 0
 			if found {
 				return nil
 			}
-			if old == 0 {
+			if isCut == 0 && old == 0 {
 				start, prev, found = seq, p, true
 			}
 			return nil
 		})
 		if err != nil {
 			return err
+		}
+		if !rows {
+			// Cut entries alone: every row went at an earlier cut, which
+			// stands; a new one at every pass would add a cut entry, a
+			// checkpoint and a delete of the last cut entry for nothing.
+			continue
 		}
 		if !found {
 			// Every entry is older: the chain starts after its head.
@@ -519,6 +534,28 @@ func (s *Store) cutChains(ctx context.Context, cutoff func(tenant string) time.T
 	}
 	if len(cuts) == 0 {
 		return nil
+	}
+	// The cut entries first: one whose cut is then not stored (a crash, an
+	// outage) is an ordinary link, and the next pass cuts past it; a cut
+	// stored without its entry would read as a removal.
+	now := time.Now()
+	entries := make([]chainRow, 0, len(cuts))
+	heads := map[string]head{}
+	for _, c := range cuts {
+		h := s.heads[c.tenant]
+		r := chainRow{Tenant: c.tenant, Replica: s.opts.Replica, Seq: h.seq + 1, Kind: chain.KindCut, Nonce: c.seq,
+			Prev: h.hash, Time: now, Sums: []sum{}, Times: []uint32{},
+			Digest: chain.CutDigest(int64(c.seq), []byte(c.prev), c.before.Unix())}
+		e := r.entry()
+		r.Hash = e.Hash()
+		entries = append(entries, r)
+		heads[c.tenant] = head{seq: r.Seq, hash: r.Hash}
+	}
+	if err := s.insertRows(ctx, "chain", chainColumns, chainColumnValues(entries)); err != nil {
+		return fmt.Errorf("cannot record the chain cuts: %w", err)
+	}
+	for t, h := range heads {
+		s.heads[t] = h
 	}
 	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO "+s.layout.DB+".chain_cuts (tenant, replica, seq, prev, before, version)")
 	if err != nil {
@@ -581,7 +618,7 @@ func (s *Store) adoptHistory(ctx context.Context) error {
 			r.Digest = digestOf(r.Sums, r.Times)
 			ent := r.entry()
 			r.Hash = ent.Hash()
-			if err := s.insertRows("chain", chainColumns, chainColumnValues([]chainRow{r})); err != nil {
+			if err := s.insertRows(ctx, "chain", chainColumns, chainColumnValues([]chainRow{r})); err != nil {
 				return err
 			}
 			s.heads[tenant] = head{seq: r.Seq, hash: r.Hash}
@@ -647,9 +684,10 @@ func (s *Store) adoptHistory(ctx context.Context) error {
 	return nil
 }
 
-// insertRows inserts one block of rows into a table of the database.
-func (s *Store) insertRows(table string, names []string, cols []any) error {
-	ctx, cancel := context.WithTimeout(context.Background(), s.opts.InsertTimeout)
+// insertRows inserts one block of rows into a table of the database,
+// within InsertTimeout.
+func (s *Store) insertRows(ctx context.Context, table string, names []string, cols []any) error {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.InsertTimeout)
 	defer cancel()
 	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO "+s.layout.DB+"."+table+" ("+strings.Join(names, ", ")+")")
 	if err != nil {

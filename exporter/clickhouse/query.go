@@ -604,9 +604,10 @@ func (s *Store) deleteRows(ctx context.Context, t time.Time, cond string, dropPa
 		if err := s.deleteWhere(ctx, table, cond); err != nil {
 			return total, queryErr(ctx, "delete", err)
 		}
-		if table != "too_late" {
+		if !uncounted[table] {
 			// The references to calls too late go with their calls,
-			// uncounted: they are no rows of the audit.
+			// and finding changes by their time, uncounted: they are
+			// no calls, writes or findings.
 			total += int64(n)
 		}
 	}

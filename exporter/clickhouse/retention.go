@@ -12,8 +12,20 @@ import (
 
 // retainedTables are the tables retention and DeleteBefore apply to; the
 // watermarks are kept. too_late goes with the calls it names (by time and
-// tenant); DeleteBefore does not count its rows.
-var retainedTables = []string{"calls", "writes", "findings", "too_late"}
+// tenant); DeleteBefore does not count its rows. finding_changes go by
+// their own time, which is when a person changed the finding, after it was
+// detected: a change goes at or after its finding, never before (review
+// rev19c's D2: they were kept for good, their entries cut past, so that
+// they stayed unchecked); DeleteBefore does not count them either.
+var retainedTables = []string{"calls", "writes", "findings", "too_late", "finding_changes"}
+
+// unpartitioned are the retained tables without day partitions (small):
+// the fallback deletes their old rows rather than dropping partitions.
+var unpartitioned = map[string]bool{"finding_changes": true}
+
+// uncounted are the retained tables whose rows DeleteBefore does not count:
+// they are no calls, writes or findings.
+var uncounted = map[string]bool{"too_late": true, "finding_changes": true}
 
 // keepSeconds is a retention in whole seconds, rounded up.
 func keepSeconds(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }
@@ -120,14 +132,15 @@ func (s *Store) enforceRetention(ctx context.Context, now time.Time) error {
 	}
 	listed := sortedKeys(r.Tenants)
 	for _, t := range retainedTables {
-		if !forever {
+		drops := !forever && !unpartitioned[t]
+		if drops {
 			if err := s.dropPartitionsBefore(ctx, t, now.Add(-longest)); err != nil {
 				return err
 			}
 		}
 		for _, tenant := range listed {
 			d := r.Tenants[tenant]
-			if !forever && d >= longest {
+			if drops && d >= longest {
 				continue // the partition drops cover it
 			}
 			cond := "tenant = " + quote(tenant) + " AND " + timeBefore(now.Add(-d))
@@ -135,7 +148,7 @@ func (s *Store) enforceRetention(ctx context.Context, now time.Time) error {
 				return err
 			}
 		}
-		if !forever && r.Default < longest {
+		if !forever && (r.Default < longest || !drops) {
 			cond := timeBefore(now.Add(-r.Default))
 			if len(listed) > 0 {
 				cond = "tenant NOT IN " + quoteList(listed) + " AND " + cond

@@ -219,9 +219,13 @@ func (v *chVerifier) checkLinks() {
 			} else if e.Prev != prev {
 				v.r.Add(k.tenant, e.where(), "its previous hash does not name entry %d: the chain was rewritten or reordered here", e.Seq-1)
 			}
+			// A cut entry's digest names its cut (chain.CutDigest), matched
+			// by cutEntry; it lists no rows.
 			if ent := e.entry(); ent.Hash() != e.hash {
 				v.r.Add(k.tenant, e.where(), "the entry itself was edited: its hash does not match its fields")
-			} else if digestOf(e.Sums, e.Times) != e.Digest {
+			} else if e.Kind == chain.KindCut && len(e.Sums) > 0 {
+				v.r.Add(k.tenant, e.where(), "the entry itself was edited: a cut entry lists no rows")
+			} else if e.Kind != chain.KindCut && digestOf(e.Sums, e.Times) != e.Digest {
 				v.r.Add(k.tenant, e.where(), "the entry itself was edited: its list of rows does not match its digest")
 			}
 			want, prev = e.Seq+1, e.hash
@@ -451,28 +455,76 @@ func (v *chVerifier) checkCheckpoints(pub ed25519.PublicKey) error {
 			}
 		}
 	}
-	for k, cut := range v.cuts {
+	cutKeys := make([]chainKey, 0, len(v.cuts))
+	for k := range v.cuts {
+		cutKeys = append(cutKeys, k)
+	}
+	sortKeys(cutKeys)
+	for _, k := range cutKeys {
+		cut := v.cuts[k]
 		ok := false
 		for _, s := range signedCuts[k] {
 			if s.Seq == cut.Seq && s.Prev == cut.Prev && s.Before.Equal(cut.Before) {
 				ok = true
 			}
 		}
-		if !ok {
-			v.r.Add(k.tenant, fmt.Sprintf("the cut before entry %d of replica %q", cut.Seq, k.replica), "no checkpoint signed it: history was removed outside retention")
+		if ok {
+			continue
+		}
+		where := fmt.Sprintf("the cut before entry %d of replica %q", cut.Seq, k.replica)
+		// A cut no checkpoint signed: retention's while serve ran without
+		// its signing key (review rev19c's D1), or a removal. Retention
+		// appends a cut entry before it stores the cut, and a keyed serve
+		// signs every cut at once: a cut whose entry a checkpoint signed
+		// past was left out by it, a removal; one without its entry was not
+		// made by retention; one made after the last checkpoint cannot be
+		// told from a removal by someone who can write the tables, and is
+		// said so (as in the embedded store).
+		e := v.cutEntry(k, cut)
+		switch {
+		case e == nil:
+			v.r.Add(k.tenant, where, "no checkpoint signed it, and no cut entry of the chain records it: history was removed outside retention")
+		case signed[k] >= e.Seq:
+			v.r.Add(k.tenant, where, "no checkpoint signed it, though a checkpoint signed entry %d, after its cut entry %d: history was removed outside retention", signed[k], e.Seq)
+		default:
+			v.r.UnsignedCut(k.tenant, where, "(retention cutoff %s, recorded by chain entry %d) was made after the last checkpoint and no checkpoint signed it: "+
+				"serve cuts so while it runs without its signing key, and someone who can write the tables can too, so it cannot be told from a removal; "+
+				"serve's next start with its key signs it (verify --key-always, when serve always had its key, reports it as a removal)", cut.Before.UTC().Format(time.RFC3339), e.Seq)
 		}
 	}
 	keys := make([]chainKey, 0, len(v.chains))
 	for k := range v.chains {
 		keys = append(keys, k)
 	}
-	sort.Slice(keys, func(i, j int) bool {
-		return keys[i].tenant+"\x00"+keys[i].replica < keys[j].tenant+"\x00"+keys[j].replica
-	})
+	sortKeys(keys)
 	for _, k := range keys {
 		es := v.chains[k]
 		if last := es[len(es)-1].Seq; last > signed[k] {
 			v.r.Note("tenant %q, replica %q: %s", k.tenant, k.replica, chain.UnsignedEntries(int64(signed[k]+1), int64(last)))
+		}
+	}
+	return nil
+}
+
+// sortKeys orders chain keys by tenant, then replica.
+func sortKeys(keys []chainKey) {
+	sort.Slice(keys, func(i, j int) bool {
+		return keys[i].tenant+"\x00"+keys[i].replica < keys[j].tenant+"\x00"+keys[j].replica
+	})
+}
+
+// cutEntry returns the last cut entry of chain k that records cut (its
+// start, that start's prev and the cutoff), or nil.
+func (v *chVerifier) cutEntry(k chainKey, cut chain.Cut) *vEntry {
+	prev, err := chain.ParseHash(cut.Prev)
+	if err != nil {
+		return nil
+	}
+	digest := chain.CutDigest(cut.Seq, prev[:], cut.Before.Unix())
+	es := v.chains[k]
+	for i := len(es) - 1; i >= 0; i-- {
+		if e := es[i]; e.Kind == chain.KindCut && int64(e.Nonce) == cut.Seq && e.Digest == digest {
+			return e
 		}
 	}
 	return nil

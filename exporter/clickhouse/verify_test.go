@@ -344,7 +344,9 @@ func TestVerify_AcrossRestarts(t *testing.T) {
 
 // TestVerify_RetentionCut runs retention over a store with a signing key:
 // the rows and entries it removes are accepted, the cut is signed, and a
-// cut whose checkpoint is deleted is reported.
+// cut whose checkpoints are deleted is reported: a note (its cut entry is
+// after every head still signed, as a keyless serve's), TAMPERED under
+// --key-always.
 func TestVerify_RetentionCut(t *testing.T) {
 	o, pub, conn := chainedStore(t, AckInsert)
 	// The examples are dated 2026-11-02: keep acme 1 day from a "now" a
@@ -369,10 +371,16 @@ func TestVerify_RetentionCut(t *testing.T) {
 	if n := count(t, conn, "SELECT count() FROM "+o.Database+".chain WHERE tenant = 'acme' AND kind = 'calls'"); n != 0 {
 		t.Errorf("%d chain entries of acme's calls left after retention removed every call", n)
 	}
+	if n := count(t, conn, "SELECT count() FROM "+o.Database+".chain WHERE tenant = 'acme' AND kind = 'cut'"); n != 1 {
+		t.Errorf("%d cut entries of acme, want 1", n)
+	}
 	mutate(t, conn, o.Database, "ALTER TABLE "+o.Database+".checkpoints DELETE WHERE position(body, '\"cuts\"') > 0")
 	r, text = verifyOf(t, o, pub)
-	if r.OK() || !strings.Contains(text, "no checkpoint signed it") {
-		t.Errorf("a cut no checkpoint signed goes unnoticed:\n%s", text)
+	if !r.OK() || len(r.UnsignedCuts) != 1 || !strings.Contains(text, "no checkpoint signed it") {
+		t.Errorf("a cut no checkpoint signed, after the last checkpoint, is not the note of an unsigned cut:\n%s", text)
+	}
+	if r.Strict(); r.OK() {
+		t.Errorf("--key-always: a cut no checkpoint signed goes unnoticed")
 	}
 }
 

@@ -91,12 +91,6 @@ func answerHash(id any, tenant string, t int64, rec []byte) chain.Hash {
 	return chain.RowHash([]byte("answer"), idBytes(id), []byte(tenant), chain.Int(t), rec)
 }
 
-// cutDigest is the digest of a cut entry: where the chain goes on, that
-// entry's prev, and the retention cutoff.
-func cutDigest(seq int64, prev []byte, before int64) chain.Hash {
-	return chain.RowHash([]byte("cut"), chain.Int(seq), prev, chain.Int(before))
-}
-
 // prunedRowBytes returns the row of a chain_pruned record (a call's or
 // change's rid, or a finding's or answer's idBytes) as bytes, the two
 // forms told apart.
@@ -445,7 +439,7 @@ func cutChains(ctx context.Context, tx *sql.Tx, before int64) (int, error) {
 			// made since (serve ran without its key) from one a later
 			// checkpoint left out (review rev17c).
 			if _, err := appendEntry(ctx, tx, chain.Entry{Tenant: all[i].tenant, Kind: chain.KindCut, First: startSeq, Last: startSeq,
-				Digest: cutDigest(startSeq, startPrev, before), Time: now}); err != nil {
+				Digest: chain.CutDigest(startSeq, startPrev, before), Time: now}); err != nil {
 				return 0, err
 			}
 		}

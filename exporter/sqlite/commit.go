@@ -1273,10 +1273,74 @@ func deleteFindings(ctx context.Context, tx *sql.Tx, d *deleteRequest, limit int
 		if _, err := tx.ExecContext(ctx, `DELETE FROM findings WHERE id = ?`, f.id); err != nil {
 			return 0, err
 		}
+		if err := deleteChanges(ctx, tx, `WHERE fid = ?`, []any{f.id}, pr); err != nil {
+			return 0, err
+		}
 		d.next = f.time
 	}
 	d.full = len(fs) == limit
+	if !d.full {
+		// The changes of findings an earlier release's retention deleted
+		// (it left them, review rev19c's D2), of d's tenants, in the last
+		// chunk: a finding is only changed while it is stored.
+		cond, args := tenantCond(d, "tenant", false)
+		if err := deleteChanges(ctx, tx, `WHERE NOT EXISTS (SELECT 1 FROM findings WHERE findings.id = finding_changes.fid)`+cond, args, pr); err != nil {
+			return 0, err
+		}
+	}
 	return int64(len(fs)), nil
+}
+
+// deleteChanges deletes the finding state changes that where selects,
+// with their findings' current state, keeping each change's hash with the
+// changes entry that chained it (in pr). A finding's changes go with it
+// (review rev19c's D2): they are its history, read through it, and a
+// changes entry that kept its rows for good kept every later cut out, so
+// that the records of removed rows and their pruned entries stayed for
+// good.
+func deleteChanges(ctx context.Context, tx *sql.Tx, where string, args []any, pr pruning) error {
+	var n int
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE name = 'finding_changes'`).Scan(&n); err != nil || n == 0 {
+		return err // no finding was ever changed in this file
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT seq, fid, tenant, state, by, note, time FROM finding_changes `+where+` ORDER BY seq`, args...)
+	if err != nil {
+		return err
+	}
+	type change struct {
+		seq, t                  int64
+		fid                     any
+		tenant, state, by, note string
+	}
+	var cs []change
+	for rows.Next() {
+		var c change
+		if err := rows.Scan(&c.seq, &c.fid, &c.tenant, &c.state, &c.by, &c.note, &c.t); err != nil {
+			rows.Close()
+			return err
+		}
+		cs = append(cs, c)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, c := range cs {
+		seq, err := entryOf(ctx, tx, c.tenant, chain.KindChanges, c.seq)
+		if err != nil {
+			return err
+		}
+		if seq > 0 {
+			pr.add(c.tenant, seq, c.seq, changeHash(c.seq, c.fid, c.tenant, c.state, c.by, c.note, c.t))
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM finding_changes WHERE seq = ?`, c.seq); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM finding_status WHERE fid = ?`, c.fid); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // deleteAnswersAside deletes the answers kept aside dated before d.before

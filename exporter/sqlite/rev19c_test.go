@@ -266,20 +266,15 @@ func TestRev19c_UpgradeLogged(t *testing.T) {
 	}
 }
 
-// TestRev19c_CutBlockedByChange (review rev19c, D2): retention never cuts
-// a tenant's chain past its first finding state change (finding_changes
-// rows are never deleted, so that changes entry never empties), so every
-// call retention deletes after it stays on record in chain_pruned (as on
-// main) and, since ch19, under a pruned entry per entry and chunk, for
-// good: docs/storage.md says they stay "about one retention period". Here
-// retention of everything leaves 13 pruned entries and 50 records behind
-// one acknowledgement (main: 50 records). Skipped unless MCPAUDIT_REV19C_DEFECTS=1 (not
-// fixed: the changes entries, or the changes, need a way out of the
-// chain).
+// TestRev19c_CutBlockedByChange (review rev19c, D2, fixed by ch20):
+// until ch20 retention never cut a tenant's chain past its first finding
+// state change (finding_changes rows were never deleted, so that changes
+// entry never emptied), so every call retention deleted after it stayed on
+// record in chain_pruned and under a pruned entry per entry and chunk, for
+// good: here retention of everything left 13 pruned entries and 50 records
+// behind one acknowledgement. A finding's changes now go with it, recorded
+// as its row is, and the cut passes their entry.
 func TestRev19c_CutBlockedByChange(t *testing.T) {
-	if os.Getenv("MCPAUDIT_REV19C_DEFECTS") == "" {
-		t.Skip("known defect D2 of review rev19c (a finding change blocks every later cut); set MCPAUDIT_REV19C_DEFECTS=1 to run")
-	}
 	s, path, pub, _ := openSigned(t, Options{DeleteChunk: 10})
 	ctx := context.Background()
 	_, recs := tenantRecords(t, 120)
@@ -497,7 +492,7 @@ func forgedCut(t *testing.T) (string, []byte) {
 	}
 	db.Close()
 	before := storetest.T0.UnixNano() // older than every call removed
-	e := chain.Entry{Tenant: "acme", Seq: last + 1, Kind: chain.KindCut, First: 3, Last: 3, Digest: cutDigest(3, prev, before),
+	e := chain.Entry{Tenant: "acme", Seq: last + 1, Kind: chain.KindCut, First: 3, Last: 3, Digest: chain.CutDigest(3, prev, before),
 		Prev: chain.Hash(head), Time: time.Now()}
 	h := e.Hash()
 	forged := edit(t, path,

@@ -584,7 +584,7 @@ func (v *verifier) cutEntry(tenant string, cut chain.Cut) *vEntry {
 	es := v.entries[tenant]
 	for i := len(es) - 1; i >= 0; i-- {
 		e := es[i]
-		if e.Kind == chain.KindCut && e.First == cut.Seq && e.Digest == cutDigest(cut.Seq, prev[:], before) {
+		if e.Kind == chain.KindCut && e.First == cut.Seq && e.Digest == chain.CutDigest(cut.Seq, prev[:], before) {
 			return e
 		}
 	}

@@ -300,3 +300,5 @@ ALTER TABLE mcpaudit.writes_local ON CLUSTER audit MODIFY TTL multiIf(tenant = '
 ALTER TABLE mcpaudit.findings_local ON CLUSTER audit MODIFY TTL multiIf(tenant = 'acme', time + INTERVAL 604800 SECOND, tenant = 'o\'brien', time + INTERVAL 31536000 SECOND, time + INTERVAL 7776000 SECOND);
 
 ALTER TABLE mcpaudit.too_late_local ON CLUSTER audit MODIFY TTL multiIf(tenant = 'acme', time + INTERVAL 604800 SECOND, tenant = 'o\'brien', time + INTERVAL 31536000 SECOND, time + INTERVAL 7776000 SECOND);
+
+ALTER TABLE mcpaudit.finding_changes_local ON CLUSTER audit MODIFY TTL multiIf(tenant = 'acme', time + INTERVAL 604800 SECOND, tenant = 'o\'brien', time + INTERVAL 31536000 SECOND, time + INTERVAL 7776000 SECOND);

@@ -274,3 +274,5 @@ ALTER TABLE mcpaudit.writes MODIFY TTL multiIf(tenant = 'acme', time + INTERVAL 
 ALTER TABLE mcpaudit.findings MODIFY TTL multiIf(tenant = 'acme', time + INTERVAL 604800 SECOND, tenant = 'o\'brien', time + INTERVAL 31536000 SECOND, time + INTERVAL 7776000 SECOND);
 
 ALTER TABLE mcpaudit.too_late MODIFY TTL multiIf(tenant = 'acme', time + INTERVAL 604800 SECOND, tenant = 'o\'brien', time + INTERVAL 31536000 SECOND, time + INTERVAL 7776000 SECOND);
+
+ALTER TABLE mcpaudit.finding_changes MODIFY TTL multiIf(tenant = 'acme', time + INTERVAL 604800 SECOND, tenant = 'o\'brien', time + INTERVAL 31536000 SECOND, time + INTERVAL 7776000 SECOND);
