@@ -126,6 +126,13 @@ type gate struct {
 	// them is not withdrawn (two writes of one call to one document under
 	// one key share a finding id).
 	remade map[string]bool
+	// unsettled holds, while known is set, the oddlynew writes (Seq above
+	// 0: a run's provider calls) pending or unverified, by their call,
+	// document and key, the names of their unverified_write's id: two
+	// writes of one run to one document share it, and it stands, judged
+	// in time order, while one of them stays unverified (storedUnverified;
+	// review rev19w, D3).
+	unsettled map[unverifiedKey]map[int]bool
 	// atRestart holds the ids of the withdrawals storedUnverified queued
 	// until the store took or refused them: the pipeline logs those it
 	// made (one withdrawn already, its withdrawal committed before the
@@ -137,6 +144,31 @@ type gate struct {
 	// named. The stored row may be a copy the live run judged in time, and
 	// the replay passes over every call of a name (review rev15a).
 	held bool
+}
+
+// unverifiedKey names the writes under one unverified_write id: a tenant,
+// a call, a document and a key (audit.Finding.ID).
+type unverifiedKey struct{ tenant, call, doc, key string }
+
+// noteUnsettled keeps unsettled up to date with w's new state.
+func (g *gate) noteUnsettled(w *audit.Write) {
+	k := unverifiedKey{w.Tenant, w.CallID, w.Document, w.Key}
+	if w.State == audit.StatePending || w.State == audit.StateUnverified {
+		if g.unsettled == nil {
+			g.unsettled = map[unverifiedKey]map[int]bool{}
+		}
+		if g.unsettled[k] == nil {
+			g.unsettled[k] = map[int]bool{}
+		}
+		g.unsettled[k][w.Seq] = true
+		return
+	}
+	if seqs := g.unsettled[k]; seqs != nil {
+		delete(seqs, w.Seq)
+		if len(seqs) == 0 {
+			delete(g.unsettled, k)
+		}
+	}
 }
 
 // origin is when a finding could be known: the acknowledgement of the
@@ -250,7 +282,7 @@ func (g *gate) forget() {
 		}
 	}
 	if len(g.replayEnd) == 0 {
-		g.remade = nil
+		g.remade, g.unsettled = nil, nil
 		g.known, g.replayEnd, g.alt, g.aliases = nil, nil, nil, nil
 		g.silentCalls = nil
 		g.heldPending, g.pendingAsked = nil, true
@@ -283,6 +315,13 @@ const restartNoteNoCall = "withdrawn by mcpaudit at a restart: the calls stored,
 // another stop would not look at it again.
 func (g *gate) storedUnverified(w *audit.Write) {
 	if g.known == nil || w.State == audit.StateUnverified || w.State == audit.StatePending {
+		return
+	}
+	// Another write under the finding's id still pending or unverified:
+	// the finding stands while one of them does (a pending one may yet go
+	// unverified, the replay then makes the finding again). The last of
+	// them settled withdraws it.
+	if len(g.unsettled[unverifiedKey{w.Tenant, w.CallID, w.Document, w.Key}]) > 0 {
 		return
 	}
 	call := w.CallID
@@ -401,6 +440,9 @@ func (g *gate) Call(r *audit.Record) {
 }
 
 func (g *gate) Write(w *audit.Write, prev audit.WriteState) {
+	if g.known != nil && w.Seq > 0 {
+		g.noteUnsettled(w)
+	}
 	// A silent write the sinks saw pending (its call sent again in this
 	// run) leaves their books as any other.
 	if g.silentNow(w.Tenant, []string{w.CallID}, w.State == audit.StateUnverified && !g.announced[writeKey{w.Tenant, w.CallID, w.Seq}]) {
