@@ -133,11 +133,17 @@ type gate struct {
 	// in time order, while one of them stays unverified (storedUnverified;
 	// review rev19w, D3).
 	unsettled map[unverifiedKey]map[int]bool
-	// atRestart holds the ids of the withdrawals storedUnverified queued
+	// atRestart holds the withdrawals storedUnverified queued, by id, with
+	// their findings, until the store took or refused them: the pipeline
+	// logs and counts those it made (toldAtRestart; one withdrawn already,
+	// its withdrawal committed before the stop, is refused and left as it
+	// is).
+	atRestart map[string]*audit.Finding
+	// carried holds the ids of the withdrawals the state file kept, the
+	// last run's that the store could not take (markFile.Withdrawals),
 	// until the store took or refused them: the pipeline logs those it
-	// made (one withdrawn already, its withdrawal committed before the
-	// stop, is refused and left as it is).
-	atRestart map[string]bool
+	// made.
+	carried map[string]bool
 	// held is set while the engine takes a call that the store held
 	// before its request stored it (a copy sent again), or that may be
 	// such a copy (a store that cannot tell): counted too late, it is not
@@ -328,10 +334,12 @@ func (g *gate) storedUnverified(w *audit.Write) {
 	if c := g.storedAs(w); c != nil {
 		call = c.ID
 	}
-	f := audit.Finding{Kind: audit.KindUnverifiedWrite, Server: w.Server, Tenant: w.Tenant,
-		Document: w.Document, Key: w.Key, Calls: []string{call}}
+	f := audit.Finding{Kind: audit.KindUnverifiedWrite, Severity: audit.KindUnverifiedWrite.Severity(), Server: w.Server, Tenant: w.Tenant,
+		Document: w.Document, Key: w.Key, Session: w.Session, Time: w.Time, Calls: []string{call}}
 	id := f.ID()
-	if !g.known[id] || g.remade[id] || g.atRestart[id] {
+	// One the state file kept (carried) is the last run's own withdrawal,
+	// made again as it was, with its note, and counted by that run.
+	if !g.known[id] || g.remade[id] || g.atRestart[id] != nil || g.carried[id] {
 		return
 	}
 	note := restartNoteNoCall
@@ -339,9 +347,9 @@ func (g *gate) storedUnverified(w *audit.Write) {
 		note = fmt.Sprintf(restartNote, r.Call.ID)
 	}
 	if g.atRestart == nil {
-		g.atRestart = map[string]bool{}
+		g.atRestart = map[string]*audit.Finding{}
 	}
-	g.atRestart[id] = true
+	g.atRestart[id] = &f
 	g.withdrawn = append(g.withdrawn, audit.FindingChange{FindingID: id, Tenant: w.Tenant, State: audit.FindingWithdrawn,
 		By: withdrawnBy, Note: note, Time: w.StateTime})
 }
@@ -551,6 +559,23 @@ func (g *gate) Finding(f *audit.Finding) {
 	}
 	for _, s := range g.sinks {
 		s.Finding(f)
+	}
+}
+
+// toldAtRestart tells the sinks that can (audit.FindingWithdrawer) of f,
+// a stored unverified_write the store just took the withdrawal of at a
+// restart (storedUnverified), settled at at: the metrics count it in
+// mcpaudit_findings_withdrawn_total. The run that lost the withdrawal
+// counted it, if at all, in the commit interval before it died, which a
+// scrape seldom saw, or told the finding in a run before it and counted
+// nothing; uncounted, mcpaudit_findings_total less the withdrawn counter
+// over a range spanning the restart counts a finding that does not
+// stand (docs/metrics.md).
+func (g *gate) toldAtRestart(f *audit.Finding, at time.Time) {
+	for _, s := range g.sinks {
+		if w, ok := s.(audit.FindingWithdrawer); ok {
+			w.WithdrawFinding(f, "", at)
+		}
 	}
 }
 
