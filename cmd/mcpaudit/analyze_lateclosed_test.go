@@ -40,3 +40,36 @@ func toBytes(s []string) [][]byte {
 	}
 	return out
 }
+
+// TestAnalyze_SiblingsAfterWindowClosed (review rev19w's D3, wd20): an
+// oddlynew run edits doc_x twice, both saves blocked (revisions 10 and
+// 12); the two writes of one call to one document under one key share
+// their unverified_write's id. A read dated within the window shows doc_x
+// saved at revision 11: it proves the first write durable, not the
+// second. In time order (siblings-inorder) the finding stands, once;
+// delivered after the window closed (siblings-delivered, judged late) it
+// must too, once; with no read (siblings-noread) both writes end
+// unverified and the one finding is printed once, as the store keeps one
+// row of an id (main printed it twice).
+func TestAnalyze_SiblingsAfterWindowClosed(t *testing.T) {
+	args := func(file string) []string {
+		return []string{"--verify-window", "20s", "--correlation-window", "2m", "testdata/late-closed/" + file}
+	}
+	want := analyzeJSON(t, args("siblings-inorder.ndjson")...)
+	if len(want) != 1 {
+		t.Fatalf("in time order %d findings, want 1: %v", len(want), want)
+	}
+	if got := analyzeJSON(t, args("siblings-delivered.ndjson")...); !slices.Equal(got, want) {
+		t.Errorf("delivered out of order:\n  %s\nin time order:\n  %s", bytes.Join(toBytes(got), []byte("\n  ")), bytes.Join(toBytes(want), []byte("\n  ")))
+	}
+	if got := analyzeJSON(t, args("siblings-noread.ndjson")...); !slices.Equal(got, want) {
+		t.Errorf("without the read:\n  %s\nwant the one finding:\n  %s", bytes.Join(toBytes(got), []byte("\n  ")), bytes.Join(toBytes(want), []byte("\n  ")))
+	}
+	for _, file := range []string{"siblings-inorder.ndjson", "siblings-delivered.ndjson"} {
+		var out, errb bytes.Buffer
+		run(context.Background(), append([]string{"analyze", "--progress", "never"}, args(file)...), nil, &out, &errb)
+		if !bytes.Contains(out.Bytes(), []byte("Findings by kind: unverified_write=1")) {
+			t.Errorf("%s: the summary does not count one unverified_write:\n%s", file, out.String())
+		}
+	}
+}

@@ -73,12 +73,44 @@ func (d *detector) openAt(w *writeRec, t etime) bool {
 // settle moves w, open at t (openAt), to s at t. A write whose window
 // already closed unverified is settled as judging in order would have
 // settled it, and its unverified_write is withdrawn: the sinks that keep
-// findings mark it resolved (audit.FindingWithdrawer).
+// findings mark it resolved (audit.FindingWithdrawer). Not while another
+// write under the finding's id stands unverified (unverifiedSibling): the
+// finding stands, counted once as judging in order counts it, and is
+// withdrawn when the last of them is settled.
 func (d *detector) settle(w *writeRec, s word, t etime) {
 	if w.state == wUnverified && (w.more == nil || !w.more.unreported) {
-		d.out.withdraw(d.unverifiedFinding(w), d.judging, t)
+		if d.unverifiedSibling(w) {
+			d.out.stats.Findings[audit.KindUnverifiedWrite]--
+		} else {
+			d.out.withdraw(d.unverifiedFinding(w), d.judging, t)
+		}
 	}
 	d.setState(w, s, t)
+}
+
+// unverifiedSibling reports whether another write of w's call to its
+// document under its key stands unverified with its unverified_write
+// made: the finding's id names the call, the document and the key, not
+// the write (audit.Finding.ID), so two writes of one oddlynew run to one
+// document share it, and judged in time order it stands while one of
+// them is unverified (review rev19w, D3). A write without a document is
+// kept in no document's list; two of one call under one key are a replay
+// and its attempt, whose finding is the attempt's alone.
+func (d *detector) unverifiedSibling(w *writeRec) bool {
+	if w.doc() == "" {
+		return false
+	}
+	ds := d.docs.get(docKey(w.doc()))
+	if ds == nil {
+		return false
+	}
+	for _, o := range ds.writes {
+		if o != w && o.at.t == w.at.t && o.at.ord == w.at.ord && o.state == wUnverified &&
+			(o.more == nil || !o.more.unreported) && o.callID() == w.callID() && o.doc() == w.doc() && o.key() == w.key() {
+			return true
+		}
+	}
+	return false
 }
 
 // setState moves a write to a new state and tells the sinks.

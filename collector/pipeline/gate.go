@@ -126,17 +126,55 @@ type gate struct {
 	// them is not withdrawn (two writes of one call to one document under
 	// one key share a finding id).
 	remade map[string]bool
-	// atRestart holds the ids of the withdrawals storedUnverified queued
+	// unsettled holds, while known is set, the oddlynew writes (Seq above
+	// 0: a run's provider calls) pending or unverified, by their call,
+	// document and key, the names of their unverified_write's id: two
+	// writes of one run to one document share it, and it stands, judged
+	// in time order, while one of them stays unverified (storedUnverified;
+	// review rev19w, D3).
+	unsettled map[unverifiedKey]map[int]bool
+	// atRestart holds the withdrawals storedUnverified queued, by id, with
+	// their findings, until the store took or refused them: the pipeline
+	// logs and counts those it made (toldAtRestart; one withdrawn already,
+	// its withdrawal committed before the stop, is refused and left as it
+	// is).
+	atRestart map[string]*audit.Finding
+	// carried holds the ids of the withdrawals the state file kept, the
+	// last run's that the store could not take (markFile.Withdrawals),
 	// until the store took or refused them: the pipeline logs those it
-	// made (one withdrawn already, its withdrawal committed before the
-	// stop, is refused and left as it is).
-	atRestart map[string]bool
+	// made.
+	carried map[string]bool
 	// held is set while the engine takes a call that the store held
 	// before its request stored it (a copy sent again), or that may be
 	// such a copy (a store that cannot tell): counted too late, it is not
 	// named. The stored row may be a copy the live run judged in time, and
 	// the replay passes over every call of a name (review rev15a).
 	held bool
+}
+
+// unverifiedKey names the writes under one unverified_write id: a tenant,
+// a call, a document and a key (audit.Finding.ID).
+type unverifiedKey struct{ tenant, call, doc, key string }
+
+// noteUnsettled keeps unsettled up to date with w's new state.
+func (g *gate) noteUnsettled(w *audit.Write) {
+	k := unverifiedKey{w.Tenant, w.CallID, w.Document, w.Key}
+	if w.State == audit.StatePending || w.State == audit.StateUnverified {
+		if g.unsettled == nil {
+			g.unsettled = map[unverifiedKey]map[int]bool{}
+		}
+		if g.unsettled[k] == nil {
+			g.unsettled[k] = map[int]bool{}
+		}
+		g.unsettled[k][w.Seq] = true
+		return
+	}
+	if seqs := g.unsettled[k]; seqs != nil {
+		delete(seqs, w.Seq)
+		if len(seqs) == 0 {
+			delete(g.unsettled, k)
+		}
+	}
 }
 
 // origin is when a finding could be known: the acknowledgement of the
@@ -250,7 +288,7 @@ func (g *gate) forget() {
 		}
 	}
 	if len(g.replayEnd) == 0 {
-		g.remade = nil
+		g.remade, g.unsettled = nil, nil
 		g.known, g.replayEnd, g.alt, g.aliases = nil, nil, nil, nil
 		g.silentCalls = nil
 		g.heldPending, g.pendingAsked = nil, true
@@ -285,14 +323,23 @@ func (g *gate) storedUnverified(w *audit.Write) {
 	if g.known == nil || w.State == audit.StateUnverified || w.State == audit.StatePending {
 		return
 	}
+	// Another write under the finding's id still pending or unverified:
+	// the finding stands while one of them does (a pending one may yet go
+	// unverified, the replay then makes the finding again). The last of
+	// them settled withdraws it.
+	if len(g.unsettled[unverifiedKey{w.Tenant, w.CallID, w.Document, w.Key}]) > 0 {
+		return
+	}
 	call := w.CallID
 	if c := g.storedAs(w); c != nil {
 		call = c.ID
 	}
-	f := audit.Finding{Kind: audit.KindUnverifiedWrite, Server: w.Server, Tenant: w.Tenant,
-		Document: w.Document, Key: w.Key, Calls: []string{call}}
+	f := audit.Finding{Kind: audit.KindUnverifiedWrite, Severity: audit.KindUnverifiedWrite.Severity(), Server: w.Server, Tenant: w.Tenant,
+		Document: w.Document, Key: w.Key, Session: w.Session, Time: w.Time, Calls: []string{call}}
 	id := f.ID()
-	if !g.known[id] || g.remade[id] || g.atRestart[id] {
+	// One the state file kept (carried) is the last run's own withdrawal,
+	// made again as it was, with its note, and counted by that run.
+	if !g.known[id] || g.remade[id] || g.atRestart[id] != nil || g.carried[id] {
 		return
 	}
 	note := restartNoteNoCall
@@ -300,9 +347,9 @@ func (g *gate) storedUnverified(w *audit.Write) {
 		note = fmt.Sprintf(restartNote, r.Call.ID)
 	}
 	if g.atRestart == nil {
-		g.atRestart = map[string]bool{}
+		g.atRestart = map[string]*audit.Finding{}
 	}
-	g.atRestart[id] = true
+	g.atRestart[id] = &f
 	g.withdrawn = append(g.withdrawn, audit.FindingChange{FindingID: id, Tenant: w.Tenant, State: audit.FindingWithdrawn,
 		By: withdrawnBy, Note: note, Time: w.StateTime})
 }
@@ -401,6 +448,9 @@ func (g *gate) Call(r *audit.Record) {
 }
 
 func (g *gate) Write(w *audit.Write, prev audit.WriteState) {
+	if g.known != nil && w.Seq > 0 {
+		g.noteUnsettled(w)
+	}
 	// A silent write the sinks saw pending (its call sent again in this
 	// run) leaves their books as any other.
 	if g.silentNow(w.Tenant, []string{w.CallID}, w.State == audit.StateUnverified && !g.announced[writeKey{w.Tenant, w.CallID, w.Seq}]) {
@@ -509,6 +559,23 @@ func (g *gate) Finding(f *audit.Finding) {
 	}
 	for _, s := range g.sinks {
 		s.Finding(f)
+	}
+}
+
+// toldAtRestart tells the sinks that can (audit.FindingWithdrawer) of f,
+// a stored unverified_write the store just took the withdrawal of at a
+// restart (storedUnverified), settled at at: the metrics count it in
+// mcpaudit_findings_withdrawn_total. The run that lost the withdrawal
+// counted it, if at all, in the commit interval before it died, which a
+// scrape seldom saw, or told the finding in a run before it and counted
+// nothing; uncounted, mcpaudit_findings_total less the withdrawn counter
+// over a range spanning the restart counts a finding that does not
+// stand (docs/metrics.md).
+func (g *gate) toldAtRestart(f *audit.Finding, at time.Time) {
+	for _, s := range g.sinks {
+		if w, ok := s.(audit.FindingWithdrawer); ok {
+			w.WithdrawFinding(f, "", at)
+		}
 	}
 }
 

@@ -102,6 +102,15 @@ type markFile struct {
 	// its own) and cost no other file; a release before them ignores the
 	// field and the next save drops it.
 	Downtimes []audit.Downtime `json:"downtimes,omitempty"`
+	// Withdrawals are the withdrawals of stored findings that the store
+	// could not take yet (audit.ErrUnavailable) when the file was written:
+	// the pipeline tries them again at each commit, and the next start
+	// queues them again: the marks saved meanwhile may cover the call
+	// that settled the write, and the replay then takes its output as
+	// committed and makes no withdrawal (review rev19w, D2: such a
+	// withdrawal was lost in a crash). A release before them ignores the
+	// field and such a withdrawal is lost, as it was.
+	Withdrawals []audit.FindingChange `json:"withdrawals,omitempty"`
 }
 
 // What markFile.Run says.
@@ -119,12 +128,14 @@ type runState struct {
 	// run is markFile.Run.
 	run       string
 	downtimes []audit.Downtime
+	// withdrawals is markFile.Withdrawals.
+	withdrawals []audit.FindingChange
 }
 
 // runState returns what the next save of the state file says of the runs:
 // the caller holds floorMu.
 func (p *Pipeline) runState() runState {
-	r := runState{run: runRunning, downtimes: p.downtimes}
+	r := runState{run: runRunning, downtimes: p.downtimes, withdrawals: p.unstoredWithdrawals}
 	if p.cleanStop {
 		r.run = runStopped
 	}
@@ -217,7 +228,7 @@ func readMarks(path string, log *slog.Logger) (marks map[detect.PartitionKey]mar
 		return nil, nil, time.Time{}, time.Time{}, true, runState{}
 	}
 	saved = f.Saved
-	run = runState{run: f.Run, downtimes: f.Downtimes}
+	run = runState{run: f.Run, downtimes: f.Downtimes, withdrawals: f.Withdrawals}
 	later := func(t time.Time) {
 		if t.After(saved) {
 			saved = t
@@ -308,8 +319,9 @@ func marksOf(e *detect.Engine, now time.Time) map[detect.PartitionKey]mark {
 }
 
 // saveMarks writes the partitions' marks after a commit, at most once a
-// second unless forced, atomically (a temporary file renamed over the old
-// one).
+// second unless forced or the withdrawals the store refused changed (the
+// next start must know which it still has to make, and that this run
+// counted them), atomically (a temporary file renamed over the old one).
 func (p *Pipeline) saveMarks(marks map[detect.PartitionKey]mark, force bool) {
 	if p.cfg.StateFile == "" {
 		return
@@ -323,7 +335,7 @@ func (p *Pipeline) saveMarks(marks map[detect.PartitionKey]mark, force bool) {
 	// between two readings.
 	now := p.now()
 	since := now.Sub(p.marksSaved)
-	if maps.EqualFunc(marks, p.savedMarks, mark.equal) && floor.Equal(p.floor) && !p.freedChanged && since < stateRefresh || !force && since < time.Second {
+	if maps.EqualFunc(marks, p.savedMarks, mark.equal) && floor.Equal(p.floor) && !p.freedChanged && !p.withdrawalsChanged && since < stateRefresh || !force && !p.withdrawalsChanged && since < time.Second {
 		return
 	}
 	if err := writeMarks(p.cfg.StateFile, marks, p.freed, floor, now, p.runState()); err != nil {
@@ -333,7 +345,7 @@ func (p *Pipeline) saveMarks(marks map[detect.PartitionKey]mark, force bool) {
 		}
 	}
 	p.freedWritten()
-	p.savedMarks, p.marksSaved, p.floor, p.freedChanged = marks, now, floor, false
+	p.savedMarks, p.marksSaved, p.floor, p.freedChanged, p.withdrawalsChanged = marks, now, floor, false, false
 }
 
 // floorOf returns the earliest event time a call not yet judged and
@@ -699,7 +711,7 @@ func earliest(b audit.Batch) time.Time {
 // writeMarks writes the state file at path, saved at wall time saved.
 // freed is read here: the caller holds floorMu.
 func writeMarks(path string, marks map[detect.PartitionKey]mark, freed map[detect.PartitionKey]freedMark, floor, saved time.Time, run runState) error {
-	f := markFile{Version: 2, Floor: floor, Saved: saved, Run: run.run, Downtimes: run.downtimes}
+	f := markFile{Version: 2, Floor: floor, Saved: saved, Run: run.run, Downtimes: run.downtimes, Withdrawals: run.withdrawals}
 	for k, m := range marks {
 		f.Partitions = append(f.Partitions, markLine{Tenant: k.Tenant, Server: k.Server, mark: m})
 	}

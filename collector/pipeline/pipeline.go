@@ -163,6 +163,12 @@ type Pipeline struct {
 	// the file does not say what freed holds.
 	freed        map[detect.PartitionKey]freedMark
 	freedChanged bool
+	// unstoredWithdrawals holds the withdrawals the store refused
+	// (audit.ErrUnavailable), kept for the next commit (gate.withdrawn):
+	// every write of the state file keeps them (markFile.Withdrawals);
+	// withdrawalsChanged is set while the file does not say what it holds.
+	unstoredWithdrawals []audit.FindingChange
+	withdrawalsChanged  bool
 	// stale holds the partitions the file on disk keeps as freed that freed
 	// no longer holds (the replay at start made them again): the file must
 	// drop them before a call of them is stored (comeback). arriving
@@ -427,6 +433,16 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	// senders' backoff.
 	grace, down := restartGrace(p.cfg, saved, p.now())
 	p.downtimes = run.downtimes
+	// Withdrawals the last run could not store: tried again at the first
+	// commit, and kept in the file until the store takes them.
+	p.unstoredWithdrawals = run.withdrawals
+	if len(run.withdrawals) > 0 {
+		p.gate.withdrawn = append(p.gate.withdrawn, run.withdrawals...)
+		p.gate.carried = map[string]bool{}
+		for _, c := range run.withdrawals {
+			p.gate.carried[c.FindingID] = true
+		}
+	}
 	if down >= 0 {
 		p.downFrom, p.downTo = saved, p.now()
 		end := audit.EndUnknown
@@ -1411,32 +1427,59 @@ func (p *Pipeline) withdraw(ctx context.Context) {
 	}
 	inv, ok := p.store.(audit.Investigator)
 	if !ok {
-		p.gate.withdrawn, p.gate.atRestart = nil, nil
+		p.gate.withdrawn, p.gate.atRestart, p.gate.carried = nil, nil, nil
+		p.keepUnstored(nil)
 		return
 	}
 	kept := p.gate.withdrawn[:0]
-	restarted := 0
+	restarted, carried := 0, 0
 	for _, c := range p.gate.withdrawn {
+		at := c.Time
 		c.Time = p.now()
 		_, err := inv.ChangeFinding(ctx, c)
 		switch {
 		case err == nil, errors.Is(err, audit.ErrStateConflict), errors.Is(err, audit.ErrNotFound):
-			if err == nil && p.gate.atRestart[c.FindingID] {
+			if err == nil && p.gate.atRestart[c.FindingID] != nil {
 				restarted++
+				p.gate.toldAtRestart(p.gate.atRestart[c.FindingID], at)
+			}
+			if err == nil && p.gate.carried[c.FindingID] {
+				carried++
 			}
 		case errors.Is(err, audit.ErrUnavailable) || ctx.Err() != nil:
+			c.Time = at
 			kept = append(kept, c)
 			continue
 		default:
 			p.rlog.Warn("withdraw_failed", "cannot mark a finding withdrawn", "finding", c.FindingID, "err", err)
 		}
 		delete(p.gate.atRestart, c.FindingID)
+		delete(p.gate.carried, c.FindingID)
 	}
 	clear(p.gate.withdrawn[len(kept):])
 	p.gate.withdrawn = kept
+	p.keepUnstored(kept)
 	if restarted > 0 {
 		p.log.Info("stored unverified_write findings withdrawn at the restart: the calls stored, judged again in time order, settle their writes; "+
 			"the withdrawal made when a call judged late settled each was lost when the last run stopped (docs/detection.md, Late calls)",
 			"findings", restarted)
 	}
+	if carried > 0 {
+		p.log.Info("stored unverified_write findings withdrawn at the restart that the last run could not store (the store unavailable); "+
+			"the state file kept them (docs/detection.md, Late calls)", "findings", carried)
+	}
+}
+
+// keepUnstored has the state file keep the withdrawals the store could
+// not take (markFile.Withdrawals), from its next write on: the marks it
+// saves may cover the calls that settled their writes, and a restart
+// after a crash would then not make them again (review rev19w, D2).
+func (p *Pipeline) keepUnstored(kept []audit.FindingChange) {
+	p.floorMu.Lock()
+	defer p.floorMu.Unlock()
+	if slices.EqualFunc(kept, p.unstoredWithdrawals, func(a, b audit.FindingChange) bool { return a.FindingID == b.FindingID && a.Tenant == b.Tenant }) {
+		return
+	}
+	p.unstoredWithdrawals = slices.Clone(kept)
+	p.withdrawalsChanged = true
 }

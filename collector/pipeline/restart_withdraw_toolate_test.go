@@ -140,64 +140,110 @@ func findingByID(t *testing.T, r *run, id string) audit.Finding {
 // keeps it for the next commit (docs: "what the store cannot take now is
 // tried again at the next commit"), and the process dies.
 //
-//   - crash_at_once (holds): the marks saved by that commit do not cover
-//     the replay's call; the restart withdraws the finding.
-//   - crash_after_later_commits (D2, fails on wd19 bc92b23 and on main
-//     ad6a8cb; not fixed, skipped so the package stays green): commits of
-//     later output go through, each saving marks, and the marks pass the
-//     replay's call by the lateness bounds before the store takes the
-//     withdrawal. The restart judges the replay as committed and
-//     withdraws nothing: the unverified_write stays open for good, as
-//     rev18w's gap, though the calls stored judged in time order make none.
+//   - crash_at_once: the marks saved by that commit do not cover the
+//     replay's call; the restart withdraws the finding.
+//   - crash_after_later_commits (D2): commits of later output go through,
+//     each saving marks, and the marks pass the replay's call by the
+//     lateness bounds before the store takes the withdrawal. The restart
+//     judges the replay as committed: on wd19 (bc92b23) and main
+//     (2cf684b) it withdrew nothing, and the unverified_write stayed open
+//     for good. Fixed by wd20: the state file keeps the withdrawals the
+//     store refused (markFile.Withdrawals), and the restart makes them.
+//   - crash_after_later_commits_twice: the restart dies too before the
+//     store takes the withdrawal (still unavailable); the second restart
+//     makes it.
+//
+// Each on the embedded store and on the ClickHouse store's path as the
+// harness has it (the real SQLite store that keeps no calls too late and
+// tells nothing of the calls it held, as ClickHouse: a stand-in, not the
+// ClickHouse server).
 func TestRestart_WithdrawalRetriedThenCrash(t *testing.T) {
-	for _, tc := range []struct {
+	for _, store := range []struct {
 		name  string
-		later bool
-		skip  string
+		fault func(*crashStore)
 	}{
-		{"crash_at_once", false, ""},
-		{"crash_after_later_commits", true, "known defect (rev19w D2): a withdrawal the store refused (ErrUnavailable), kept for a retry, is lost in a crash once the saved marks cover its call"},
+		{"embedded", nil},
+		{"clickhouse_path", func(cs *crashStore) { cs.forgetTooLate.Store(true); cs.tells = tellsNothing }},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if tc.skip != "" {
-				t.Skip(tc.skip)
-			}
-			s := newLateReplay(20 * time.Second)
-			want := s.inOrder(t)
-			if len(openFindings(want)) != 0 {
-				t.Fatalf("judged in time order: findings %v, want none", openFindings(want))
-			}
-			dir := t.TempDir()
-			clock := newClock(wallStart)
-			r := openRunDetect(t, dir, clock, nil, s.dedit, nil)
-			open := s.closeWindow(t, r, clock)
-			id := open[0]
-			s.sendReplay(t, r, clock, &r.cs.failChange) // the replay judged, the write's state committed, the withdrawal refused
-			if tc.later {
-				clock.Add(10 * time.Minute)
-				if _, err := r.ingest(batch(t, "calls:reproA", s.tail)); err != nil {
-					t.Fatal(err)
+		for _, tc := range []struct {
+			name  string
+			later bool
+			twice bool
+		}{
+			{"crash_at_once", false, false},
+			{"crash_after_later_commits", true, false},
+			{"crash_after_later_commits_twice", true, true},
+		} {
+			t.Run(store.name+"/"+tc.name, func(t *testing.T) {
+				s := newLateReplay(20 * time.Second)
+				want := s.inOrder(t)
+				if len(openFindings(want)) != 0 {
+					t.Fatalf("judged in time order: findings %v, want none", openFindings(want))
 				}
-				r.steps(20, nil) // later commits go through, marks saved past the replay
-			}
-			if f := findingByID(t, r, id); f.StateOf() == audit.FindingWithdrawn {
-				t.Fatalf("the finding is withdrawn before the crash: the test shows nothing")
-			}
-			r.crash()
+				dir := t.TempDir()
+				clock := newClock(wallStart)
+				rec := newRecorder()
+				r := openRunStore(t, dir, clock, nil, s.dedit, rec, store.fault)
+				open := s.closeWindow(t, r, clock)
+				id := open[0]
+				s.sendReplay(t, r, clock, &r.cs.failChange) // the replay judged, the write's state committed, the withdrawal refused
+				if tc.later {
+					clock.Add(10 * time.Minute)
+					if _, err := r.ingest(batch(t, "calls:reproA", s.tail)); err != nil {
+						t.Fatal(err)
+					}
+					r.steps(20, nil) // later commits go through, marks saved past the replay
+				}
+				if f := findingByID(t, r, id); f.StateOf() == audit.FindingWithdrawn {
+					t.Fatalf("the finding is withdrawn before the crash: the test shows nothing")
+				}
+				rec.mu.Lock()
+				told := rec.withdrawn[id]
+				rec.mu.Unlock()
+				if told != 1 {
+					t.Errorf("the live run told the sinks the withdrawal %d times, want once", told)
+				}
+				r.crash()
 
-			r = openRunDetect(t, dir, clock, nil, s.dedit, nil)
-			if !tc.later {
-				clock.Add(10 * time.Minute)
-				if _, err := r.ingest(batch(t, "calls:reproA", s.tail)); err != nil {
-					t.Fatal(err)
+				if tc.twice {
+					r = openRunStore(t, dir, clock, nil, s.dedit, nil, func(cs *crashStore) {
+						if store.fault != nil {
+							store.fault(cs)
+						}
+						cs.failChange.Store(true)
+					})
+					r.steps(4, nil)
+					if f := findingByID(t, r, id); f.StateOf() == audit.FindingWithdrawn {
+						t.Fatalf("the finding is withdrawn while the store refuses: the test shows nothing")
+					}
+					r.crash()
 				}
-			}
-			r.steps(20, nil)
-			if f := findingByID(t, r, id); f.StateOf() != audit.FindingWithdrawn {
-				t.Errorf("after the restart the unverified_write %s is %s: its withdrawal, kept for a retry, was lost in the crash and the restart does not make it (judged in time order there is no such finding)", id, f.StateOf())
-			}
-			sameStored(t, "after the restart", r.stop(), want)
-		})
+
+				rec = newRecorder()
+				r = openRunStore(t, dir, clock, nil, s.dedit, rec, store.fault)
+				if !tc.later {
+					clock.Add(10 * time.Minute)
+					if _, err := r.ingest(batch(t, "calls:reproA", s.tail)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				r.steps(20, nil)
+				if f := findingByID(t, r, id); f.StateOf() != audit.FindingWithdrawn {
+					t.Errorf("after the restart the unverified_write %s is %s: its withdrawal, kept for a retry, was lost in the crash and the restart does not make it (judged in time order there is no such finding)", id, f.StateOf())
+				}
+				// The live run counted the withdrawal when it judged the
+				// replay, and the state file, written when the store
+				// refused it, says so: the restart does not count it again
+				// (docs/metrics.md).
+				rec.mu.Lock()
+				told = rec.withdrawn[id]
+				rec.mu.Unlock()
+				if told != 0 {
+					t.Errorf("the restart told the sinks the withdrawal %d times, want none: the live run counted it", told)
+				}
+				sameStored(t, "after the restart", r.stop(), want)
+			})
+		}
 	}
 }
 
