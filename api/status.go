@@ -40,6 +40,13 @@ type StatusResponse struct {
 	// freed as idle: they have no row in Partitions; their sources' counts
 	// are in Sources.
 	TooLateFreed int64 `json:"too_late_freed"`
+	// FreedDropped counts the servers freed as idle, of the tenant, whose
+	// counts are no longer kept one by one (past detect.FreedKept, the
+	// ones freed the longest ago): they are told together under the
+	// server detect.OverflowServer, in TooLate and TooLateFreed when no
+	// server is asked for. Asked for one server, the counts of it may be
+	// among them, and are then missing from TooLate.
+	FreedDropped int64 `json:"freed_dropped"`
 	// PendingWrites counts, over the partitions shown, the judged writes
 	// still pending (PartitionStatus.PendingWrites): Judged does not wait
 	// for them, and their state may still change.
@@ -367,14 +374,21 @@ func addSources(out *StatusResponse, idx map[[2]string]int, ps *detect.Partition
 // (freed, as detect.Engine.FreedStatus gives them): to TooLate and
 // TooLateFreed, and to the totals of their sources, so that the calls too
 // late of a freed partition are still told, with the span of their event
-// times. They get no row in Partitions: they hold no watermark.
+// times, and to FreedDropped how many servers' counts are told together
+// (past detect.FreedKept). They get no row in Partitions: they hold no
+// watermark.
 func AddFreed(out *StatusResponse, freed []detect.PartitionStatus, tenant, server string) {
 	idx := map[[2]string]int{}
 	for i, t := range out.Sources {
 		idx[[2]string{t.Tenant, t.Name}] = i
 	}
 	for _, ps := range freed {
-		if tenant != "" && ps.Tenant != tenant || server != "" && ps.Server != server {
+		if tenant != "" && ps.Tenant != tenant {
+			continue
+		}
+		// Said whichever server is asked for: its counts may be among them.
+		out.FreedDropped += ps.FreedDropped
+		if server != "" && ps.Server != server {
 			continue
 		}
 		out.TooLate += ps.TooLate

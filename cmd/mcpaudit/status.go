@@ -146,6 +146,9 @@ func printStatus(w io.Writer, st api.StatusResponse, waited bool) {
 	if st.TooLateFreed > 0 {
 		freed = fmt.Sprintf(", %d of them in partitions since freed as idle", st.TooLateFreed)
 	}
+	if st.FreedDropped > 0 {
+		freed += fmt.Sprintf("; %d servers freed the longest ago told together as %s", st.FreedDropped, detect.OverflowServer)
+	}
 	fmt.Fprintf(w, "At %s: %d calls queued, %d waiting for their watermark, %d too late (stored, never judged%s); %s: %s\n",
 		st.Time.UTC().Format(time.RFC3339), st.Queued, waiting, st.TooLate, freed, api.JudgedLabel, judged)
 	if d := st.LastDowntime; d != nil {

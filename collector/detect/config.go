@@ -63,6 +63,10 @@ type Config struct {
 	// cost every later call more. Keep it above the pods a server runs at
 	// once. Default 1000.
 	MaxSources int `yaml:"max_sources"`
+
+	// keepLeases keeps every apply and receipt of a copy key, as fx19d
+	// did (no foldLeases): for a test to compare the findings.
+	keepLeases bool
 }
 
 // NewDefaultConfig returns the documented defaults.

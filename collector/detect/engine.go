@@ -44,8 +44,15 @@ type Engine struct {
 	// freed keeps, per key, the counts of the partitions ExpireIdle
 	// removed under it since the start, and of their sources
 	// (FreedStatus): a freed partition's calls too late are still not
-	// judged, and the status must go on saying so (px19).
-	freed map[PartitionKey]*PartitionStatus
+	// judged, and the status must go on saying so (px19). It keeps at
+	// most FreedKept keys; the counts of those dropped past it are kept
+	// per tenant in freedDropped (mem20). freedOrder lists the keys in
+	// the order they were last freed, with stale places (freedEntry.seq)
+	// skipped, for the least recently freed to be dropped first.
+	freed        map[PartitionKey]*freedEntry
+	freedDropped map[string]*PartitionStatus
+	freedOrder   []freedPlace
+	freedSeq     uint64
 	// partitionsMade counts the partitions made (partition.gen).
 	partitionsMade uint64
 	sources        map[sourceKey]*source

@@ -1,7 +1,6 @@
 package detect
 
 import (
-	"cmp"
 	"slices"
 	"time"
 )
@@ -121,71 +120,5 @@ func (e *Engine) Keys() []PartitionKey {
 	for k := range e.parts {
 		out = append(out, k)
 	}
-	return out
-}
-
-// keepFreedCounts adds the counts of partition p, about to be freed, and
-// of its sources to what FreedStatus tells of its key.
-func (e *Engine) keepFreedCounts(p *partition) {
-	if e.freed == nil {
-		e.freed = map[PartitionKey]*PartitionStatus{}
-	}
-	f := e.freed[p.key]
-	if f == nil {
-		f = &PartitionStatus{PartitionKey: p.key}
-		e.freed[p.key] = f
-	}
-	f.Counts.Add(p.Counts)
-	f.OverflowCalls += p.overflowCalls
-	f.SourcesDisplaced += p.displaced
-	for _, s := range p.sources {
-		name, overflow := s.key.name, s.overflow
-		i := slices.IndexFunc(f.Sources, func(x SourceStatus) bool { return x.Name == name })
-		if i < 0 && len(f.Sources) >= e.cfg.MaxSources {
-			// Bounded as a live partition's sources are (MaxSources): a
-			// server whose pods each had a source of their own would
-			// otherwise keep one more per pod for as long as the collector
-			// runs. The sources past the bound are told under the overflow
-			// source, which names their senders (rev19p).
-			name, overflow = OverflowSource, true
-			i = slices.IndexFunc(f.Sources, func(x SourceStatus) bool { return x.Name == name })
-		}
-		if i < 0 {
-			i = len(f.Sources)
-			f.Sources = append(f.Sources, SourceStatus{Name: name, Idle: true, Overflow: overflow})
-		}
-		if name == OverflowSource && !s.overflow && s.TooLate > 0 &&
-			len(f.Sources[i].TooLateSenders) < TooLateSendersKept && !slices.Contains(f.Sources[i].TooLateSenders, s.key.name) {
-			f.Sources[i].TooLateSenders = append(f.Sources[i].TooLateSenders, s.key.name)
-		}
-		f.Sources[i].Counts.Add(s.Counts)
-		for _, n := range s.tooLateSenders {
-			if len(f.Sources[i].TooLateSenders) < TooLateSendersKept && !slices.Contains(f.Sources[i].TooLateSenders, n) {
-				f.Sources[i].TooLateSenders = append(f.Sources[i].TooLateSenders, n)
-			}
-		}
-	}
-}
-
-// FreedStatus returns, per key under which ExpireIdle removed partitions
-// since the start, what those partitions and their sources counted (the
-// counts only: no watermark, nothing buffered, every source idle), in
-// key order. What Status tells of the key's live partition, if one was
-// made again, counts from its making: the two add up to what the metrics
-// count since the start (mcpaudit_pipeline_late_calls_total and the
-// others, which carry a freed partition's counts).
-func (e *Engine) FreedStatus() []PartitionStatus {
-	out := make([]PartitionStatus, 0, len(e.freed))
-	for _, f := range e.freed {
-		c := *f
-		c.Sources = slices.Clone(f.Sources)
-		for i := range c.Sources {
-			c.Sources[i].TooLateSenders = slices.Clone(f.Sources[i].TooLateSenders)
-		}
-		out = append(out, c)
-	}
-	slices.SortFunc(out, func(a, b PartitionStatus) int {
-		return cmp.Compare(a.Tenant+"\x00"+a.Server, b.Tenant+"\x00"+b.Server)
-	})
 	return out
 }

@@ -341,6 +341,7 @@ func (d *detector) renewLease(ks *keyState, ev *event, op *audit.Op, apply bool)
 	}
 	m := ks.m()
 	m.leases = insertAt(m.leases, e, func(e leaseEvent) pos { return e.at })
+	defer d.foldLeases(m)
 	if ev.late {
 		d.rejudgeLeases(ev.call, ks, op.Key)
 		return
@@ -357,8 +358,87 @@ func (d *detector) renewLease(ks *keyState, ev *event, op *audit.Op, apply bool)
 	m.lease = &lease{until: e.until, callID: e.callID, callTime: ev.at.t, reported: slices.Contains(m.leasesReported, e.callID)}
 }
 
+// foldLeases folds into m.base the applies and receipts at the front of
+// m.leases that no call judged from now on can come before: dated more
+// than the allowed lateness before the watermark (a call later than that
+// is too late, never judged). rejudgeLeases would judge them again for
+// nothing: in order, they report what the calls judged in order reported
+// (checkPremature and renewLease are the same rule, and each pass after
+// a late one reported what it found), so all that a later pass needs of
+// them is the lease in effect after them. Without it the list held every
+// apply and receipt of the key for as long as the key lived, and each
+// late one judged them all again (rev19d's D3: one key applied 16,000
+// times, ×4–7 the cost per call). With it the list holds the uses of
+// the last allowed_lateness, plus those of the calls being judged.
+func (d *detector) foldLeases(m *keyMore) {
+	if d.cfg.keepLeases {
+		return
+	}
+	cut := d.clock.Add(-d.cfg.AllowedLateness)
+	n := 0
+	for n < len(m.leases) && m.leases[n].at.t.Before(cut) {
+		n++
+	}
+	if n == 0 {
+		return
+	}
+	l := m.baseLease()
+	for _, e := range m.leases[:n] {
+		l = nextLease(l, e, m.leasesReported)
+	}
+	m.base = nil
+	if l != nil {
+		b := *l
+		m.base = &b
+	}
+	clear(m.leases[:n])
+	m.leases = m.leases[n:]
+	if len(m.leases) == 0 {
+		m.leases = nil
+	}
+	// The reports are looked up only for the uses still in the list and
+	// the base's receipt; the others are dropped once they are as many
+	// again as the list (amortized: each report is looked at a bounded
+	// number of times).
+	if len(m.leasesReported)+len(m.appliesReported) > 2*len(m.leases)+8 {
+		m.leasesReported = slices.DeleteFunc(m.leasesReported, func(id string) bool {
+			return (m.base == nil || m.base.callID != id) && !slices.ContainsFunc(m.leases, func(e leaseEvent) bool { return e.callID == id })
+		})
+		m.appliesReported = slices.DeleteFunc(m.appliesReported, func(id string) bool {
+			return !slices.ContainsFunc(m.leases, func(e leaseEvent) bool { return e.apply && e.callID == id })
+		})
+	}
+}
+
+// baseLease returns, as a new lease, the lease in effect after the uses
+// folded out of m.leases (foldLeases); nil when none.
+func (m *keyMore) baseLease() *lease {
+	if m.base == nil {
+		return nil
+	}
+	l := *m.base
+	l.reported = slices.Contains(m.leasesReported, l.callID)
+	return &l
+}
+
+// nextLease returns the lease in effect after e, l the one before it:
+// reported, the receipts whose lease a premature_retry was reported for.
+func nextLease(l *lease, e leaseEvent, reported []string) *lease {
+	if e.until == 0 {
+		if e.clears {
+			return nil
+		}
+		return l
+	}
+	if l != nil && l.until == e.until {
+		return l
+	}
+	return &lease{until: e.until, callID: e.callID, callTime: e.at.t, reported: slices.Contains(reported, e.callID)}
+}
+
 // rejudgeLeases judges the applies and receipts of the key again in time
-// order, after one judged late: it may hold the lease that an apply judged
+// order, from the lease in effect after those folded (foldLeases), after
+// one judged late: it may hold the lease that an apply judged
 // before it re-sent too early, or be that apply. It reports what judging
 // in order reports and was not reported yet, and leaves the key with the
 // lease in order. (A premature_retry reported before with another receipt
@@ -366,7 +446,7 @@ func (d *detector) renewLease(ks *keyState, ev *event, op *audit.Op, apply bool)
 // is re-sent within one lease.)
 func (d *detector) rejudgeLeases(c *audit.Call, ks *keyState, key string) {
 	m := ks.m()
-	var l *lease
+	l := m.baseLease()
 	for _, e := range m.leases {
 		// An apply is re-sent once: one reported with a lease before the
 		// late receipt came is not reported again with it.
@@ -374,16 +454,7 @@ func (d *detector) rejudgeLeases(c *audit.Call, ks *keyState, key string) {
 			!slices.Contains(m.appliesReported, e.callID) {
 			d.emitPremature(c, ks, l, key, e.callID, e.target, e.session, e.at.t)
 		}
-		if e.until == 0 {
-			if e.clears {
-				l = nil
-			}
-			continue
-		}
-		if l != nil && l.until == e.until {
-			continue
-		}
-		l = &lease{until: e.until, callID: e.callID, callTime: e.at.t, reported: slices.Contains(m.leasesReported, e.callID)}
+		l = nextLease(l, e, m.leasesReported)
 	}
 	m.lease = l
 }

@@ -514,6 +514,10 @@ type keyMore struct {
 	// (rejudgeLeases).
 	leases         []leaseEvent
 	leasesReported []string
+	// base is the lease in effect after the applies and receipts folded
+	// out of leases, which no call judged from now on comes before
+	// (foldLeases); nil when none.
+	base *lease
 	// appliesReported holds the applies (call ids) reported re-sent too
 	// early: rejudgeLeases reports none twice.
 	appliesReported []string

@@ -50,6 +50,10 @@ type PartitionStatus struct {
 	// PendingUntil is the latest end of those windows; zero when none.
 	Pending      int       `json:"pending"`
 	PendingUntil time.Time `json:"pending_until,omitzero"`
+	// FreedDropped is set only in an OverflowServer entry of
+	// Engine.FreedStatus: how many keys of the tenant were dropped past
+	// FreedKept, their counts added to it.
+	FreedDropped int64 `json:"freed_dropped,omitempty"`
 }
 
 // SourceStatus is where one source stands.
