@@ -85,7 +85,7 @@ func kinds(k ...audit.Kind) string {
 
 func traffic() *dashboard.DashboardBuilder {
 	calls := metrics.ToolCallsTotal
-	writes := metrics.WritesTotal
+	terminal := rules.TerminalStates
 	return newBoard(UIDTraffic, "mcpaudit / MCP write traffic",
 		"MCP tools/call traffic seen by mcpaudit: calls by outcome and tool, latency, and what became of every write.").
 		WithPanel(graph("Calls by outcome",
@@ -114,11 +114,17 @@ func traffic() *dashboard.DashboardBuilder {
 				metrics.LabelServer, metrics.LabelTool, sel(metrics.ToolCallDurationSeconds+"_bucket", serverMatcher), rate),
 				"{{server}} {{tool}}"))).
 		WithPanel(graph("Writes by state",
-			"Write attempts per second reaching a terminal state: durable, resolved, rejected, unverified, double_applied. "+
-				"A write that a call judged late proved applied counts under unverified and again under resolved; "+
-				"\"Unverified and double-applied writes\" counts the unverified ones that stand.",
+			"Write attempts per second by their latest terminal state: durable, resolved, rejected, unverified, double_applied, each write once. "+
+				"A write that moved from one state to another (an unverified write a call judged late proved applied, a durable one found double-applied) "+
+				"is taken out of the state it left in the interval it moved, which can then read below zero for that state.",
 			units.OpsPerSecond,
-			query(fmt.Sprintf("sum by (%s) (rate(%s[%s]))", metrics.LabelState, sel(writes, serverMatcher), rate), "{{state}}"))).
+			query(rules.LatestByStateExpr("rate", terminal, "", serverMatcher, rate), "{{state}}"))).
+		WithPanel(graph("Writes re-judged",
+			"Writes per second that moved from one terminal state to another (from, to): mostly unverified writes that a call judged late "+
+				"(within allowed_lateness) proved durable or resolved. The SLI counts each of them once, under the state it moved to.",
+			units.OpsPerSecond,
+			query(fmt.Sprintf("sum by (%s, %s) (rate(%s[%s]))", metrics.LabelFrom, metrics.LabelTo,
+				sel(metrics.WritesRejudgedTotal, serverMatcher), rate), "{{from}} to {{to}}"))).
 		WithPanel(graph("Pending writes",
 			"Writes inside their verification window, per server. It should rise and fall with traffic, never only rise.",
 			units.Short,
@@ -126,7 +132,7 @@ func traffic() *dashboard.DashboardBuilder {
 		WithPanel(graph("Unverified and double-applied writes",
 			"Double-applied writes per server in each interval, and unverified writes as the alert McpAuditUnverifiedWrites counts them: "+
 				"unverified_write findings made less those withdrawn (a call judged late proved the write applied; "+
-				"mcpaudit_writes_total counts such a write as unverified and again as resolved). A withdrawal comes within "+
+				"mcpaudit_writes_rejudged_total counts the write's move). A withdrawal comes within "+
 				"allowed_lateness of the finding and is subtracted in its own interval, which can then read below zero.",
 			units.Short,
 			query(fmt.Sprintf("sum by (%s, %s) (increase(%s[%s]))", metrics.LabelServer, metrics.LabelState,
@@ -136,11 +142,10 @@ func traffic() *dashboard.DashboardBuilder {
 				metrics.LabelServer, sel(metrics.FindingsWithdrawnTotal, serverMatcher, unverifiedKind), rate),
 				"{{server}} unverified"))).
 		WithPanel(grid("Writes by server, tool and state",
-			"Write attempts that reached each terminal state over the dashboard's time range (a write proved applied "+
-				"by a call judged late counts under unverified and again under resolved).",
+			"Write attempts by their latest terminal state over the dashboard's time range, each write once (a write proved applied "+
+				"by a call judged late counts under the state it moved to, and is taken out of unverified).",
 			units.Short,
-			rows(fmt.Sprintf("sum by (%s, %s, %s) (increase(%s[$__range]))",
-				metrics.LabelServer, metrics.LabelTool, metrics.LabelState, sel(writes, serverMatcher)))))
+			rows(rules.LatestByStateExpr("increase", terminal, metrics.LabelServer+", "+metrics.LabelTool, serverMatcher, "$__range"))))
 }
 
 func slo() *dashboard.DashboardBuilder {
@@ -196,10 +201,11 @@ func slo() *dashboard.DashboardBuilder {
 			units.PercentUnit,
 			query("1 - "+sel(rules.ErrorRatio(rules.LevelServer, time.Hour), serverMatcher), "{{server}}"))).
 		WithPanel(graph("Writes counted by the SLI",
-			"Writes per second in each state the SLI counts; rejected and pending writes are outside it.",
+			"Writes per second in each state the SLI counts, each write once by its latest state (as the recording rules count them); "+
+				"rejected and pending writes are outside it. An unverified write a call judged late proved applied is taken out of unverified "+
+				"in the interval it moved, which can then read below zero.",
 			units.OpsPerSecond,
-			query(fmt.Sprintf("sum by (%s) (rate(%s[%s]))", metrics.LabelState,
-				rules.WritesSelector(rules.CountedStates, serverMatcher), rate), "{{state}}"))).
+			query(rules.LatestByStateExpr("rate", rules.CountedStates, "", serverMatcher, rate), "{{state}}"))).
 		WithPanel(graph("Verification latency",
 			"Event time from a pending write to the proof that made it durable or resolved (a replay under the same key, or a read of the target).",
 			units.Seconds,

@@ -12,11 +12,16 @@ import (
 // The write-durability SLI (findings.md §2) is good / counted, where good
 // writes end durable or resolved and counted writes add those that end
 // unverified or double-applied. Rejected and pending writes are outside it.
+// Each write counts once, by its latest state, as `mcpaudit report` counts
+// the store: a write judged unverified and later proved by a call judged
+// late counts as good only (LatestRateExpr).
 var (
 	// ErrorStates are the write states that spend the error budget.
 	ErrorStates = []audit.WriteState{audit.StateUnverified, audit.StateDoubleApplied}
 	// CountedStates are the write states the SLI counts.
 	CountedStates = []audit.WriteState{audit.StateDurable, audit.StateResolved, audit.StateUnverified, audit.StateDoubleApplied}
+	// TerminalStates are the states mcpaudit_writes_total counts.
+	TerminalStates = []audit.WriteState{audit.StateDurable, audit.StateResolved, audit.StateRejected, audit.StateUnverified, audit.StateDoubleApplied}
 )
 
 // SLIWindows are the windows of the error-ratio recording rules: the short
@@ -61,21 +66,78 @@ func WritesSelector(states []audit.WriteState, extra string) string {
 	return metrics.WritesTotal + "{" + m + "}"
 }
 
-// ErrorRatioExpr is the write-durability error ratio over window, summed by
-// the labels in by (none: one series), from the raw counters. The rules
-// record it; queries read the recordings (ErrorRate, CountedRate).
-func ErrorRatioExpr(by, extraMatchers string, window string) string {
+// RejudgedSelector selects the WritesRejudgedTotal series that left one of
+// states, with extra matchers appended as in WritesSelector.
+func RejudgedSelector(states []audit.WriteState, extra string) string {
+	op := "=~"
+	if len(states) == 1 {
+		op = "="
+	}
+	m := fmt.Sprintf(`%s%s"%s"`, metrics.LabelFrom, op, StateRegex(states))
+	if extra != "" {
+		m += "," + extra
+	}
+	return metrics.WritesRejudgedTotal + "{" + m + "}"
+}
+
+// LatestRateExpr is the rate over window of the writes whose latest state
+// is one of states, each write once, summed by the labels in by (none: one
+// series): the writes that entered those states (WritesTotal) less those
+// that left them for another terminal state (WritesRejudgedTotal), such as
+// an unverified write a call judged late proved durable. A process that
+// exports no WritesRejudgedTotal series (an older mcpaudit) subtracts
+// nothing. In a window holding a write's move but not its first
+// judgement the difference is below zero; it is clamped at zero, so a
+// window never reads more than all good.
+func LatestRateExpr(states []audit.WriteState, by, extraMatchers string, window time.Duration) string {
 	agg := "sum"
 	if by != "" {
 		agg = "sum by (" + by + ")"
 	}
-	return fmt.Sprintf("%s (rate(%s[%s]))\n/\n%s (rate(%s[%s]))",
-		agg, WritesSelector(ErrorStates, extraMatchers), window,
-		agg, WritesSelector(CountedStates, extraMatchers), window)
+	// Increases are subtracted, then divided once: rate() divides each
+	// series first, and a difference of rates is rounded where one of
+	// increases (whole numbers, where nothing is extrapolated) is not.
+	entered := fmt.Sprintf("%s (increase(%s[%s]))", agg, WritesSelector(states, extraMatchers), Duration(window))
+	left := fmt.Sprintf("%s (increase(%s[%s]))", agg, RejudgedSelector(states, extraMatchers), Duration(window))
+	return fmt.Sprintf("clamp_min(\n  (\n    %s\n    -\n    (%s or 0 * %s)\n  ) / %d,\n  0\n)",
+		entered, left, entered, int64(window/time.Second))
+}
+
+// LatestByStateExpr is fn (rate or increase) over window of the writes
+// whose latest state is one of states, each write once, summed by state and
+// the labels in by ("server, tool"; none: by state alone): WritesTotal by
+// state less WritesRejudgedTotal by the state a write left (from). Unlike
+// LatestRateExpr it is not clamped: the state a write left reads below
+// zero in a window holding its move but not its first judgement, where
+// the state it entered counts it. window may be a Grafana variable.
+func LatestByStateExpr(fn string, states []audit.WriteState, by, extraMatchers, window string) string {
+	labels := metrics.LabelState
+	if by != "" {
+		labels = by + ", " + labels
+	}
+	entered := fmt.Sprintf("sum by (%s) (%s(%s[%s]))", labels, fn, WritesSelector(states, extraMatchers), window)
+	// The state a write left is named state, one label_replace per state:
+	// a "$1" reference would read as a Grafana variable.
+	moves := make([]string, len(states))
+	for i, st := range states {
+		moves[i] = fmt.Sprintf(`label_replace(%s(%s[%s]), "%s", "%s", "", "")`,
+			fn, RejudgedSelector([]audit.WriteState{st}, extraMatchers), window, metrics.LabelState, st)
+	}
+	left := fmt.Sprintf("sum by (%s) (\n  %s\n)", labels, strings.Join(moves, "\n  or\n  "))
+	return fmt.Sprintf("%s\n-\n(\n%s\nor 0 * %s\n)", entered, left, entered)
+}
+
+// ErrorRatioExpr is the write-durability error ratio over window, summed by
+// the labels in by (none: one series), from the raw counters, each write
+// counted once by its latest state. The rules record its parts;
+// queries read the recordings (ErrorRate, CountedRate).
+func ErrorRatioExpr(by, extraMatchers string, window time.Duration) string {
+	return LatestRateExpr(ErrorStates, by, extraMatchers, window) + "\n/\n" + LatestRateExpr(CountedStates, by, extraMatchers, window)
 }
 
 // ErrorRate names the recording of the rate of writes that spend the error
 // budget, per job and server, over window: "server:mcpaudit_write_errors:rate1h".
+// A write counts once, by its latest state (LatestRateExpr).
 // Summing it and CountedRate over any set of servers and dividing gives
 // that set's error ratio, which a ratio per server cannot.
 func ErrorRate(window time.Duration) string {
@@ -101,8 +163,8 @@ func sliRules(target float64) []Rule {
 	by := "job, " + metrics.LabelServer
 	for _, w := range SLIWindows {
 		out = append(out,
-			Rule{Record: ErrorRate(w), Expr: fmt.Sprintf("sum by (%s) (rate(%s[%s]))", by, WritesSelector(ErrorStates, ""), Duration(w))},
-			Rule{Record: CountedRate(w), Expr: fmt.Sprintf("sum by (%s) (rate(%s[%s]))", by, WritesSelector(CountedStates, ""), Duration(w))},
+			Rule{Record: ErrorRate(w), Expr: LatestRateExpr(ErrorStates, by, "", w)},
+			Rule{Record: CountedRate(w), Expr: LatestRateExpr(CountedStates, by, "", w)},
 			Rule{Record: ErrorRatio(LevelServer, w), Expr: ErrorRate(w) + "\n/\n" + CountedRate(w)},
 			Rule{Record: ErrorRatio(LevelJob, w), Expr: fmt.Sprintf("sum by (job) (%s)\n/\nsum by (job) (%s)", ErrorRate(w), CountedRate(w))},
 		)

@@ -68,6 +68,9 @@ type recorder struct {
 	// engine goroutine stops there.
 	block   chan struct{}
 	blocked chan struct{}
+	// also are sinks the pipeline tells beside the recorder (a real
+	// metrics sink).
+	also []audit.Sink
 }
 
 func newRecorder() *recorder {
@@ -420,7 +423,7 @@ func openRunWith(t testing.TB, dir string, clock *testClock, edit func(*pipeline
 	case tellsNothing:
 		ps = plainStore{cs}
 	}
-	p, err := pipeline.New(context.Background(), cfg, dcfg, ps, log, rec)
+	p, err := pipeline.New(context.Background(), cfg, dcfg, ps, log, append([]audit.Sink{rec}, rec.also...)...)
 	if err != nil {
 		st.Close()
 		t.Fatal(err)

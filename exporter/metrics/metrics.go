@@ -71,6 +71,7 @@ type Metrics struct {
 	duration     *prometheus.HistogramVec
 	failures     *prometheus.CounterVec
 	writes       *prometheus.CounterVec
+	rejudged     *prometheus.CounterVec
 	pending      *prometheus.GaugeVec
 	verification *prometheus.HistogramVec
 	findings     *prometheus.CounterVec
@@ -128,9 +129,11 @@ type callSeries struct {
 	held     *heldCounts                   // nil once the scrapers have shown the series
 }
 
-// writeSeries are a tool's WritesTotal series, by terminal state.
+// writeSeries are a tool's WritesTotal series, by terminal state, and its
+// WritesRejudgedTotal series, by move.
 type writeSeries struct {
 	states map[audit.WriteState]prometheus.Counter
+	moves  map[[2]audit.WriteState]prometheus.Counter
 	held   *heldCounts // nil once the scrapers have shown the series
 }
 
@@ -177,6 +180,7 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 		duration:     histogramVec(ToolCallDurationSeconds, DurationBuckets),
 		failures:     counterVec(CallFailuresTotal),
 		writes:       counterVec(WritesTotal),
+		rejudged:     counterVec(WritesRejudgedTotal),
 		pending:      prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: WritesPending, Help: family(WritesPending).Help}, family(WritesPending).Labels),
 		verification: histogramVec(WriteVerificationSeconds, VerificationBuckets),
 		findings:     counterVec(FindingsTotal),
@@ -223,7 +227,7 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 		m.maxServers = 100
 	}
 	for _, c := range []prometheus.Collector{
-		m.calls, m.duration, m.failures, m.writes, m.pending, m.verification,
+		m.calls, m.duration, m.failures, m.writes, m.rejudged, m.pending, m.verification,
 		m.findings, m.withdrawn, m.ingest, m.rejected, m.storeCommit, m.findingLat, m.findingLast, m.buildInfo,
 	} {
 		if err := reg.Register(c); err != nil {
@@ -654,15 +658,19 @@ func (m *Metrics) forget(id string) {
 
 // Write follows a write attempt through its states. Entering pending adds one
 // to WritesPending and leaving it takes one away. Reaching a terminal state
-// counts once in WritesTotal; the one terminal-to-terminal transition,
-// durable then double_applied, counts in both states, so such a write weighs
-// twice in the SLI's denominator (an over-count of one per double
-// application, accepted to keep counters monotonic). A write that leaves
-// pending as durable or resolved is observed in WriteVerificationSeconds;
-// writes durable from their own response are not, as nothing was verified.
-// Unknown states are not counted. With FirstScrapeWait, a tool's first
-// WritesTotal counts wait until the scrapers have shown its series at
-// zero; WritesPending does not wait.
+// counts once in WritesTotal. Moving from a terminal state to another (an
+// unverified write a call judged late proved durable or resolved, a durable
+// one found double-applied) counts in WritesTotal under the new state and
+// in WritesRejudgedTotal under both: the counters stay monotonic, and
+// WritesTotal{state} minus WritesRejudgedTotal{from=state} counts each
+// write once, by its latest state, as the SLI's rules and the store do (a
+// write once weighed twice there, bad then good; found by the lead and
+// fx19w). A write that leaves pending as durable or resolved is observed
+// in WriteVerificationSeconds; writes durable from their own response are
+// not, as nothing was verified. Unknown states are not counted. With
+// FirstScrapeWait, a tool's first WritesTotal and WritesRejudgedTotal
+// counts wait until the scrapers have shown its series at zero;
+// WritesPending does not wait.
 func (m *Metrics) Write(w *audit.Write, prev audit.WriteState) {
 	if w == nil || w.State == prev {
 		return
@@ -672,19 +680,35 @@ func (m *Metrics) Write(w *audit.Write, prev audit.WriteState) {
 	tool := m.tool(s, w.Tool)
 	ws := s.writeTools[tool]
 	if ws == nil {
-		ws = &writeSeries{states: map[audit.WriteState]prometheus.Counter{}}
+		ws = &writeSeries{states: map[audit.WriteState]prometheus.Counter{}, moves: map[[2]audit.WriteState]prometheus.Counter{}}
 		s.writeTools[tool] = ws
-		made := make([]prometheus.Counter, 0, len(terminalStates))
+		made := make([]prometheus.Counter, 0, len(terminalStates)+len(Rejudgements))
 		for _, st := range terminalStates {
 			ws.states[st] = m.writes.WithLabelValues(server, tool, string(st))
 			made = append(made, ws.states[st])
 		}
+		for _, mv := range Rejudgements {
+			ws.moves[mv] = m.rejudged.WithLabelValues(server, tool, string(mv[0]), string(mv[1]))
+			made = append(made, ws.moves[mv])
+		}
 		ws.held = m.hold(func() { ws.held = nil }, made...)
+	}
+	// A move between two terminal states: both are bounded label values.
+	var move prometheus.Counter
+	if ws.states[prev] != nil && ws.states[w.State] != nil {
+		mv := [2]audit.WriteState{prev, w.State}
+		if move = ws.moves[mv]; move == nil {
+			move = m.rejudged.WithLabelValues(server, tool, string(prev), string(w.State))
+			ws.moves[mv] = move
+		}
 	}
 	held := ws.held != nil
 	if held {
 		if c := ws.states[w.State]; c != nil {
 			m.add(ws.held, c)
+		}
+		if move != nil {
+			m.add(ws.held, move)
 		}
 	}
 	m.mu.Unlock()
@@ -702,6 +726,9 @@ func (m *Metrics) Write(w *audit.Write, prev audit.WriteState) {
 	}
 	if !held {
 		c.Inc()
+		if move != nil {
+			move.Inc()
+		}
 	}
 	if prev == audit.StatePending && (w.State == audit.StateDurable || w.State == audit.StateResolved) {
 		if d := w.StateTime.Sub(w.Time); d >= 0 && !w.Time.IsZero() {

@@ -252,6 +252,39 @@ mcpaudit_writes_pending{server="thegram"} 3
 	})
 }
 
+// TestMetrics_WritesRejudged: a write that moves from one terminal state to
+// another counts in mcpaudit_writes_total under both and in
+// mcpaudit_writes_rejudged_total under the move, so that writes_total less
+// rejudged{from} counts each write once, by its latest state (sli20: the
+// SLI counted a write proven late once bad and once good). Every move the
+// detector makes exists at zero with the tool's first write.
+func TestMetrics_WritesRejudged(t *testing.T) {
+	m, reg := newMetrics(t, metrics.Options{})
+	write(m, "gram_patch", 5*time.Minute, audit.StatePending, audit.StateUnverified, audit.StateResolved)
+	write(m, "gram_patch", 5*time.Minute, audit.StatePending, audit.StateUnverified)
+	write(m, "gram_patch", 0, audit.StateDurable, audit.StateDoubleApplied)
+	write(m, "gram_patch", 0, audit.StateRejected, audit.StateDurable) // no such move today: counted all the same
+	compare(t, reg, `
+# HELP mcpaudit_writes_rejudged_total Write attempts counted in mcpaudit_writes_total under one terminal state that moved to another (from, to): mcpaudit_writes_total{state=S} minus this {from=S} counts each write once, by its latest state.
+# TYPE mcpaudit_writes_rejudged_total counter
+mcpaudit_writes_rejudged_total{from="durable",server="thegram",to="double_applied",tool="gram_patch"} 1
+mcpaudit_writes_rejudged_total{from="rejected",server="thegram",to="durable",tool="gram_patch"} 1
+mcpaudit_writes_rejudged_total{from="resolved",server="thegram",to="double_applied",tool="gram_patch"} 0
+mcpaudit_writes_rejudged_total{from="unverified",server="thegram",to="double_applied",tool="gram_patch"} 0
+mcpaudit_writes_rejudged_total{from="unverified",server="thegram",to="durable",tool="gram_patch"} 0
+mcpaudit_writes_rejudged_total{from="unverified",server="thegram",to="resolved",tool="gram_patch"} 1
+`, metrics.WritesRejudgedTotal)
+	compare(t, reg, `
+# HELP mcpaudit_writes_total Write attempts that reached a terminal state.
+# TYPE mcpaudit_writes_total counter
+mcpaudit_writes_total{server="thegram",state="double_applied",tool="gram_patch"} 1
+mcpaudit_writes_total{server="thegram",state="durable",tool="gram_patch"} 2
+mcpaudit_writes_total{server="thegram",state="rejected",tool="gram_patch"} 1
+mcpaudit_writes_total{server="thegram",state="resolved",tool="gram_patch"} 1
+mcpaudit_writes_total{server="thegram",state="unverified",tool="gram_patch"} 2
+`, metrics.WritesTotal)
+}
+
 func TestMetrics_Findings(t *testing.T) {
 	m, reg := newMetrics(t, metrics.Options{Servers: []string{"declared"}})
 	for _, k := range []audit.Kind{

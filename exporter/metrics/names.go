@@ -16,8 +16,18 @@ const (
 	// CallFailuresTotal counts failed or uncertain calls and provider calls by
 	// code and retry action.
 	CallFailuresTotal = "mcpaudit_call_failures_total"
-	// WritesTotal counts write attempts that reached a terminal state.
+	// WritesTotal counts write attempts that reached a terminal state: a
+	// write counts once for every terminal state it enters, so one that
+	// moves from a terminal state to another (WritesRejudgedTotal) counts
+	// in both.
 	WritesTotal = "mcpaudit_writes_total"
+	// WritesRejudgedTotal counts write attempts that moved from one
+	// terminal state to another (LabelFrom, LabelTo): an unverified write a
+	// call judged late proved durable or resolved, a durable write found
+	// double-applied. WritesTotal{state} minus this {from=state} is the
+	// writes whose latest state is state, each counted once, which is what
+	// the SLI's recording rules count (rules.WritesLatestExpr).
+	WritesRejudgedTotal = "mcpaudit_writes_rejudged_total"
 	// WritesPending is the number of write attempts inside their verification window.
 	WritesPending = "mcpaudit_writes_pending"
 	// WriteVerificationSeconds is the event time from a pending write to the
@@ -136,11 +146,15 @@ const (
 	LabelCode        = "code"
 	LabelRetryAction = "retry_action"
 	LabelState       = "state"
-	LabelKind        = "kind"
-	LabelSeverity    = "severity"
-	LabelSource      = "source"
-	LabelResult      = "result"
-	LabelReason      = "reason"
+	// LabelFrom and LabelTo are the states of WritesRejudgedTotal: the
+	// terminal state a write left and the one it entered.
+	LabelFrom     = "from"
+	LabelTo       = "to"
+	LabelKind     = "kind"
+	LabelSeverity = "severity"
+	LabelSource   = "source"
+	LabelResult   = "result"
+	LabelReason   = "reason"
 	// LabelWait is what a finding waited for: evidence (the call that
 	// completed it) or window (the end of its verification window).
 	LabelWait      = "wait"
@@ -320,6 +334,8 @@ var Families = []Family{
 		[]string{LabelServer, LabelTool, LabelCode, LabelRetryAction}},
 	{WritesTotal, "counter", "Write attempts that reached a terminal state.",
 		[]string{LabelServer, LabelTool, LabelState}},
+	{WritesRejudgedTotal, "counter", "Write attempts counted in mcpaudit_writes_total under one terminal state that moved to another (from, to): mcpaudit_writes_total{state=S} minus this {from=S} counts each write once, by its latest state.",
+		[]string{LabelServer, LabelTool, LabelFrom, LabelTo}},
 	{WritesPending, "gauge", "Write attempts inside their verification window.",
 		[]string{LabelServer}},
 	{WriteVerificationSeconds, "histogram", "Event time from a pending write to the proof that made it durable or resolved.",
@@ -476,6 +492,20 @@ func severityLabel(f *audit.Finding) string {
 // terminalStates are the states counted in WritesTotal.
 var terminalStates = []audit.WriteState{
 	audit.StateDurable, audit.StateResolved, audit.StateRejected, audit.StateUnverified, audit.StateDoubleApplied,
+}
+
+// Rejudgements lists the moves from one terminal state to another that the
+// detector makes, whose WritesRejudgedTotal series start at zero with a
+// tool's first write, so that the first of them already counts as an
+// increase: a call judged late settles an unverified write (durable,
+// resolved), and a late first application makes an accepted write
+// double-applied. Any other move is counted too, its series made then.
+var Rejudgements = [][2]audit.WriteState{
+	{audit.StateUnverified, audit.StateDurable},
+	{audit.StateUnverified, audit.StateResolved},
+	{audit.StateUnverified, audit.StateDoubleApplied},
+	{audit.StateDurable, audit.StateDoubleApplied},
+	{audit.StateResolved, audit.StateDoubleApplied},
 }
 
 func sourceLabel(s Source) string {
