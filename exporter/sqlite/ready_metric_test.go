@@ -62,3 +62,15 @@ func helpOf(t *testing.T, name string) string {
 	t.Fatalf("no family %s", name)
 	return ""
 }
+
+// BenchmarkCheckReady is what mcpaudit_store_ready costs a scrape of the
+// embedded store (ack log): its Ready, then one read of the watermark.
+func BenchmarkCheckReady(b *testing.B) {
+	s := openTemp(b, Options{Ack: AckLog})
+	defer s.Close()
+	for b.Loop() {
+		if err := metrics.CheckReady(b.Context(), s); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
