@@ -364,6 +364,10 @@ func collector() *dashboard.DashboardBuilder {
 			units.PercentUnit,
 			query(fmt.Sprintf("max by (instance) (%s / %s)", sel(metrics.SpoolBytes, jobMatcher), sel(metrics.SpoolLimitBytes, jobMatcher)),
 				"{{instance}}"))).
+		WithPanel(graph("Store ready",
+			"1 while each instance's store is ready (GET /readyz answers 200), 0 while it is not: ClickHouse unreachable or its spool still draining, or the embedded store's call log not committed (ack log). Calls are still acknowledged while the log above has room; queries, the API and the page answer 503. Not ready for 5m, McpAuditStoreUnavailable warns; calls refused as store_unavailable for 5m, McpAuditStoreRefusingCalls pages.",
+			units.Short,
+			query(fmt.Sprintf("min by (instance) (%s)", sel(metrics.StoreReady, jobMatcher)), "{{instance}}"))).
 		WithPanel(graph("Ingest to finding latency",
 			"Wall time to a finding's commit, by what it waited for: evidence, from the acknowledgement of the call that completed it (a call waits until its partition's watermark passes it: its slowest active source, less the lateness bound); window, from the end of its verification window in event time (fair where the sources' clocks are right).",
 			units.Seconds,

@@ -480,6 +480,39 @@ func (b *builder) storeAlerts() []Rule {
 				"(ClickHouse down or slow, or the embedded store's commits slower than the acknowledgements). " +
 				"When it is full the collector refuses calls (503) and the senders must hold them.",
 		}),
+		// Found from outside by live20: ClickHouse killed for 69 s under
+		// 250 calls/s left /readyz 503 the whole time and no alert
+		// pending; the spool's would have fired after 2.7 h. Warning: the
+		// senders see nothing yet (their calls are acknowledged from the
+		// spool or call log); queries, the API and the page fail.
+		b.rule(alert{
+			name:     "McpAuditStoreUnavailable",
+			expr:     fmt.Sprintf(`min by (%s) (%s) == 0`, by, metrics.StoreReady),
+			for_:     5 * time.Minute,
+			severity: SeverityWarning,
+			summary:  "The store of a collector is not ready.",
+			description: "The store of collector {{ $labels.instance }} of job {{ $labels.job }} has not been ready for 5m " +
+				"(/readyz 503): ClickHouse unreachable or its spool still draining, or the embedded store's call log not " +
+				"committed. Calls are still acknowledged while the spool or call log has room; queries, the API and the " +
+				"page fail meanwhile, and findings wait. /readyz and mcpaudit status say why and how much waits.",
+		}),
+		// Critical: what the senders see. A refusal lasting under the
+		// rate window (one busy commit) does not page; a full spool, or
+		// commits failing on a full disk (ack commit, whose store is
+		// ready between requests), keep refusing every retry.
+		b.rule(alert{
+			name: "McpAuditStoreRefusingCalls",
+			expr: fmt.Sprintf(`sum by (%s) (rate(%s{%s="%s"}[2m])) > 0`, by, metrics.IngestRejectedTotal,
+				metrics.LabelReason, metrics.RejectStoreDown),
+			for_:     5 * time.Minute,
+			severity: SeverityCritical,
+			summary:  "A collector refuses calls because its store cannot take them.",
+			description: "Collector {{ $labels.instance }} of job {{ $labels.job }} has refused records as store_unavailable " +
+				"(503) for 5m, {{ $value | printf \"%.2f\" }}/s now: its spool or call log is full (the store down long enough to " +
+				"fill it: McpAuditStoreUnavailable and McpAuditSpoolFilling came first), or the embedded store's commits fail " +
+				"(a full disk). Senders that keep their calls retry them; those that keep none (otlptracehttp after its " +
+				"retries) lose them to the audit.",
+		}),
 	}
 }
 

@@ -438,6 +438,13 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		s.closeAll()
 		return nil, err
 	}
+	// Read at each scrape through the check /readyz answers from: an
+	// outage of the store shows to Prometheus while calls still flow
+	// into the spool, long before the spool fills.
+	if err := metrics.WatchReady(s.registry, s.store); err != nil {
+		s.closeAll()
+		return nil, err
+	}
 	// The downtimes the state file keeps, this start's last when known:
 	// a crash shows to Prometheus after the restart, however short.
 	_, downTo := s.pipe.LastDowntime()
@@ -579,17 +586,12 @@ func (s *server) serveHTTP(ln net.Listener, hs *http.Server) {
 	}()
 }
 
-// ready answers 200 when the store answers.
+// ready answers 200 when the store answers: the check that
+// mcpaudit_store_ready exports (metrics.WatchReady).
 func (s *server) ready(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(r.Context(), metrics.ReadyTimeout)
 	defer cancel()
-	if rd, ok := s.store.(interface{ Ready() error }); ok {
-		if err := rd.Ready(); err != nil {
-			http.Error(w, "store not ready: "+err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-	}
-	if _, err := s.store.Watermark(ctx); err != nil {
+	if err := metrics.CheckReady(ctx, s.store); err != nil {
 		http.Error(w, "store not ready: "+err.Error(), http.StatusServiceUnavailable)
 		return
 	}

@@ -1,6 +1,7 @@
 package metrics_test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -551,6 +552,9 @@ func TestFamilies(t *testing.T) {
 	if err := metrics.WatchDowntimes(reg, []audit.Downtime{{From: t0, To: t0.Add(time.Second), End: audit.EndCrash}}, true); err != nil {
 		t.Fatal(err)
 	}
+	if err := metrics.WatchReady(reg, readyStore{}); err != nil {
+		t.Fatal(err)
+	}
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -1000,3 +1004,12 @@ func TestMetrics_FindingsWithdrawn(t *testing.T) {
 		t.Errorf("%d withdrawn series, want one per kind (%d) at zero beside findings_total", n, len(audit.Kinds))
 	}
 }
+
+// readyStore is a store that is ready: only Ready and Watermark are
+// called (the real stores' gauge is tested in exporter/sqlite and
+// exporter/clickhouse, TestAckLog_ReadyGauge and TestOutage_ReadyGauge).
+type readyStore struct{ audit.Store }
+
+func (readyStore) Ready() error { return nil }
+
+func (readyStore) Watermark(context.Context) (time.Time, error) { return time.Time{}, nil }

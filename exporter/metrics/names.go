@@ -127,6 +127,10 @@ const (
 	// SpoolLimitBytes is the limit of that log, past which appends are
 	// refused (spool.max_bytes, sqlite.log_max_bytes).
 	SpoolLimitBytes = "mcpaudit_spool_limit_bytes"
+	// StoreReady is 1 while the store is ready and 0 while it is not, read
+	// at each scrape from CheckReady, the check GET /readyz answers from
+	// (serve only).
+	StoreReady = "mcpaudit_store_ready"
 	// ServeLastDowntimeSeconds is how long serve was down before this
 	// start, labelled with how the run before it ended (LabelEnd): one
 	// series, none when the downtime is unknown (serve only).
@@ -389,6 +393,8 @@ var Families = []Family{
 	{SpoolBytes, "gauge", "Bytes of acknowledged calls held in the store's local log and not yet stored: the ClickHouse spool, or the embedded store's call log (ack log).",
 		nil},
 	{SpoolLimitBytes, "gauge", "The limit of the store's local log: past it, appends are refused (503) until the log drains.",
+		nil},
+	{StoreReady, "gauge", "1 while the store is ready (GET /readyz answers 200), 0 while it is not: ClickHouse unreachable or its spool draining, the embedded store's call log not committed (ack log).",
 		nil},
 	{ServeLastDowntimeSeconds, "gauge", "How long serve was down before this start, from the previous run's last save of its state file to this start, labelled with how that run ended: stop (a clean stop), crash (killed, crashed, or a commit that failed at its stop) or unknown.",
 		[]string{LabelEnd}},

@@ -80,6 +80,9 @@ func TestEndToEnd(t *testing.T) {
 	if err := metrics.WatchStore(reg, st); err != nil {
 		t.Fatal(err)
 	}
+	if err := metrics.WatchReady(reg, st); err != nil {
+		t.Fatal(err)
+	}
 
 	// The downtimes the state file keeps, as serve exports them at start:
 	// this start followed a clean stop, the one before it a crash (10
@@ -121,6 +124,8 @@ func TestEndToEnd(t *testing.T) {
 	st.tailsCut.Add(1)
 	st.filesRejected.Add(1)
 	st.spoolBytes.Store(700)
+	st.unready.Store(true)
+	f.m.IngestRejected(metrics.SourceOTLPHTTP, metrics.RejectStoreDown, 8)
 
 	want := []string{
 		"McpAuditWriteErrorBudgetBurnFast", "McpAuditWriteErrorBudgetBurnMedium", "McpAuditWriteErrorBudgetBurnSlow",
@@ -130,7 +135,7 @@ func TestEndToEnd(t *testing.T) {
 		"McpAuditRelayDroppingRecords", "McpAuditRelayNotDelivering",
 		"McpAuditSpoolFileRejected", "McpAuditIDIndexWriteFailures",
 		"McpAuditIDIndexCorrupt", "McpAuditSpoolTailCut", "McpAuditSpoolFilesSetAside", "McpAuditSpoolFilling",
-		"McpAuditServeCrashed",
+		"McpAuditStoreUnavailable", "McpAuditStoreRefusingCalls", "McpAuditServeCrashed",
 	}
 	alerts, err := prom.WaitFiring(ctx, want, 90*time.Second)
 	if err != nil {
@@ -316,12 +321,25 @@ func (f *feeder) anomalies() {
 	}
 }
 
-// faultyStore counts the faults of both stores.
+// faultyStore counts the faults of both stores. Of audit.Store, only
+// Ready and Watermark are called (metrics.WatchReady).
 type faultyStore struct {
+	audit.Store
 	idIndex, spoolRejected, idCorrupt, tailsCut, filesRejected atomic.Int64
 	// spoolBytes is what its log holds, of a limit of 1000 bytes.
 	spoolBytes atomic.Int64
+	// unready makes Ready fail, as a store in an outage.
+	unready atomic.Bool
 }
+
+func (s *faultyStore) Ready() error {
+	if s.unready.Load() {
+		return audit.ErrUnavailable
+	}
+	return nil
+}
+
+func (s *faultyStore) Watermark(context.Context) (time.Time, error) { return time.Time{}, nil }
 
 func (s *faultyStore) SpoolUsage() (int64, int64) { return s.spoolBytes.Load(), 1000 }
 
