@@ -13,6 +13,7 @@ import (
 
 	"github.com/mcpaudit/mcpaudit/api"
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/collector/classify"
 	"github.com/mcpaudit/mcpaudit/report"
 )
 
@@ -136,6 +137,9 @@ func (s *Server) sloReport(ctx context.Context, q report.Query, endsNow bool) (*
 
 // funcs are the templates' helpers.
 var funcs = template.FuncMap{
+	// code is a failure's code as shown beside its outcome: what
+	// no_response means rather than its name again (classify.CodeText).
+	"code": classify.CodeText,
 	"ts": func(t time.Time) string {
 		if t.IsZero() {
 			return ""

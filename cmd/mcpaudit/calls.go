@@ -90,7 +90,7 @@ func callsCommand(args []string, stdout, stderr io.Writer) error {
 			// The sender goes last: its name is the longest and the
 			// least often read.
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Time.UTC().Format("2006-01-02 15:04:05.000"), cell(e.CallID),
-				cell(e.Server), cell(e.Session), cell(e.Tool), cell(joinNonEmpty(string(e.Outcome), e.Code)), e.RetryAction, cell(e.Source))
+				cell(e.Server), cell(e.Session), cell(e.Tool), cell(outcomeCode(e.Outcome, e.Code)), e.RetryAction, cell(e.Source))
 		}
 		n += len(page.Calls)
 		if tw != nil {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/mcpaudit/mcpaudit/api"
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/collector/classify"
 	"github.com/mcpaudit/mcpaudit/collector/pipeline"
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
 	"github.com/mcpaudit/mcpaudit/exporter/store"
@@ -377,7 +378,7 @@ func timelineCommand(args []string, stdout, stderr io.Writer) error {
 		what, id, rev, hash := "", e.CallID, "", ""
 		switch e.Type {
 		case audit.EventCall:
-			what = joinNonEmpty(string(e.Outcome), e.Code)
+			what = outcomeCode(e.Outcome, e.Code)
 			rev, hash = beforeAfter(e.RevisionBefore, e.RevisionAfter), beforeAfter(e.HashBefore, e.HashAfter)
 		case audit.EventWrite:
 			what = joinNonEmpty("state "+string(e.State), string(e.Reason), e.Key)
@@ -567,6 +568,17 @@ func quietHelp(err error) error {
 		return nil
 	}
 	return err
+}
+
+// outcomeCode is a call's outcome and, for a failure, its code, as the
+// CLI's tables print them ("no_response / timeout"); a call that saw
+// neither a response nor a transport error says so once
+// (classify.CodeText) rather than "no_response / no_response".
+func outcomeCode(outcome audit.Outcome, code string) string {
+	if code == "" {
+		return string(outcome)
+	}
+	return string(outcome) + " / " + classify.CodeText(code)
 }
 
 func joinNonEmpty(parts ...string) string {
