@@ -21,3 +21,19 @@ func TestOutcomeCode(t *testing.T) {
 	f(audit.OutcomeNoResponse, "no_response", "no_response / neither response nor transport error seen")
 	f(audit.OutcomeToolError, "COMMIT_UNKNOWN", "tool_error / COMMIT_UNKNOWN")
 }
+
+// TestCallsCounted (op20's D5): mcpaudit calls counts one call as "1 call",
+// not "1 calls".
+func TestCallsCounted(t *testing.T) {
+	f := func(n, limit int, more bool, want string) {
+		t.Helper()
+		if got := callsCounted(n, limit, more); got != want {
+			t.Errorf("callsCounted(%d, %d, %v) = %q, want %q", n, limit, more, got, want)
+		}
+	}
+	f(0, 0, false, "0 calls")
+	f(1, 0, false, "1 call")
+	f(1, 1, true, "1 call (--limit 1; more follow)")
+	f(2345, 0, false, "2345 calls")
+	f(1500, 1500, true, "1500 calls (--limit 1500; more follow)")
+}
