@@ -57,7 +57,7 @@ func callsCommand(args []string, stdout, stderr io.Writer) error {
 	var tw *tabwriter.Writer
 	if q.format == "text" {
 		tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "TIME\tCALL\tSERVER\tSESSION\tTOOL\tOUTCOME / CODE\tRETRY ACTION\tSOURCE")
+		fmt.Fprintln(tw, "TIME (UTC)\tCALL\tSERVER\tSESSION\tTOOL\tOUTCOME / CODE\tRETRY ACTION\tSOURCE")
 	}
 	n, more := 0, false
 	for {

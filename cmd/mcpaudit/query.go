@@ -289,7 +289,7 @@ func findingsCommand(args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(printable(stdout), 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TIME\tID\tSEVERITY\tKIND\tSTATE\tSERVER\tDOCUMENT / KEY\tSUMMARY")
+	fmt.Fprintln(tw, "TIME (UTC)\tID\tSEVERITY\tKIND\tSTATE\tSERVER\tDOCUMENT / KEY\tSUMMARY")
 	for _, f := range page.Findings {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", f.Time.UTC().Format("2006-01-02 15:04:05"), f.ID(), f.Severity, f.Kind, f.StateOf(), cell(f.Server), cell(joinNonEmpty(f.Document, f.Key)), cell(f.Summary))
 	}
@@ -362,7 +362,7 @@ func timelineCommand(args []string, stdout, stderr io.Writer) error {
 	// /api/v1/calls/{id} takes it, or the finding's, as findings prints it.
 	// REVISION and HASH are a call's, before → after, as the page shows
 	// them: what it expected of the document and what it was answered.
-	fmt.Fprintln(tw, "TIME\tID\tEVENT\tSESSION\tTOOL\tREVISION\tHASH\tWHAT\tRETRY ACTION")
+	fmt.Fprintln(tw, "TIME (UTC)\tID\tEVENT\tSESSION\tTOOL\tREVISION\tHASH\tWHAT\tRETRY ACTION")
 	// A time serve was down is a line of its own, before the first event
 	// after it began (EVENT "down"): events of that time may be missing.
 	downs := tl.Downtimes

@@ -141,8 +141,8 @@ func TestTimelineShowsIDs(t *testing.T) {
 	if len(lines) != 2+len(tl.Events) || !strings.HasPrefix(lines[1], "TIME") {
 		t.Fatalf("timeline:\n%s", out.String())
 	}
-	if head := strings.Fields(lines[1]); len(head) < 2 || head[1] != "ID" {
-		t.Errorf("header %q: want ID after TIME, as calls and findings print it", lines[1])
+	if head := strings.Fields(lines[1]); len(head) < 3 || head[2] != "ID" {
+		t.Errorf("header %q: want ID after TIME (UTC), as calls and findings print it", lines[1])
 	}
 	for i, e := range tl.Events {
 		want := e.CallID
