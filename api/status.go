@@ -187,6 +187,14 @@ type PartitionStatus struct {
 	// none is pending.
 	PendingWrites int        `json:"pending_writes"`
 	PendingUntil  *time.Time `json:"pending_until,omitempty"`
+	// FallenBehind is set when something waits for the watermark longer than
+	// the collector allows for (detect.FallenBehind): calls, with the watermark
+	// more than detect.idle_timeout behind the wall clock, or, with no
+	// call waiting, pending writes, with it more than
+	// detect.allowed_lateness behind. A quiet partition with nothing
+	// waiting is not behind, whatever LagSeconds says: its lag is how late
+	// its last delivery came. Absent from a serve older than this field.
+	FallenBehind bool `json:"behind"`
 }
 
 // SourceStatus is where one source feeding a partition stands. Its
@@ -412,6 +420,7 @@ func partitionStatus(ps detect.PartitionStatus) PartitionStatus {
 	// far behind to hold anything (a pod whose clock is hours slow).
 	v.HeldBy = ps.HeldBy
 	v.PendingWrites = ps.Pending
+	v.FallenBehind = ps.FallenBehind
 	if !ps.PendingUntil.IsZero() {
 		until := ps.PendingUntil
 		v.PendingUntil = &until

@@ -175,3 +175,71 @@ func PendingLine(st StatusResponse) (string, bool) {
 	return fmt.Sprintf("Of the writes judged, %s still pending: their state may change (a later call settles them, or their verification window, detect.verify_window, ends and makes them unverified); the last window ends at event time %s.",
 		n, PendingUntil(st).UTC().Format(time.RFC3339)), true
 }
+
+// behindNamed is how many partitions behind the behind line names; the
+// rest are counted.
+const behindNamed = 3
+
+// BehindLine returns the line telling how many of st's partitions are
+// behind (PartitionStatus.FallenBehind: something waits for the watermark
+// longer than the collector allows for) and by how much, and, when a
+// partition with nothing waiting trails the wall clock, that its lag is
+// only how late its last delivery came: an on-call engineer read such a
+// lag as a backlog (op20's D4). False when st has no partition.
+func BehindLine(st StatusResponse) (string, bool) {
+	if len(st.Partitions) == 0 {
+		return "", false
+	}
+	var named []string
+	n := 0
+	var quiet *PartitionStatus
+	for i, p := range st.Partitions {
+		if p.Watermark == nil || p.LagSeconds == nil {
+			continue
+		}
+		if p.FallenBehind {
+			n++
+			if len(named) < behindNamed {
+				named = append(named, fmt.Sprintf("%s %s", partitionName(p), secondsOf(*p.LagSeconds)))
+			}
+			continue
+		}
+		if p.Buffered == 0 && p.PendingWrites == 0 && (quiet == nil || *p.LagSeconds > *quiet.LagSeconds) {
+			quiet = &st.Partitions[i]
+		}
+	}
+	all := fmt.Sprintf("%d partitions", len(st.Partitions))
+	if len(st.Partitions) == 1 {
+		all = "1 partition"
+	}
+	var b strings.Builder
+	if n == 0 {
+		fmt.Fprintf(&b, "Behind: none of %s: no call waits for its watermark past detect.idle_timeout, and no judged write pending past detect.allowed_lateness.", all)
+	} else {
+		if n > len(named) {
+			named = append(named, fmt.Sprintf("%d more", n-len(named)))
+		}
+		fmt.Fprintf(&b, "Behind: %d of %s (%s): calls wait for the watermark more than detect.idle_timeout behind the wall clock, or judged writes pending more than detect.allowed_lateness behind; their findings come that much late.",
+			n, all, strings.Join(named, ", "))
+	}
+	if quiet != nil {
+		fmt.Fprintf(&b, " %s: nothing waits; its watermark is %s behind the wall clock only because its last delivery came that long after its latest call (plus detect.lateness), and its next call moves it on: not a backlog.",
+			partitionName(*quiet), secondsOf(*quiet.LagSeconds))
+	}
+	return b.String(), true
+}
+
+// partitionName names p as the status lines do: its server, after its
+// tenant when it has one.
+func partitionName(p PartitionStatus) string {
+	if p.Tenant != "" {
+		return p.Tenant + "/" + p.Server
+	}
+	return p.Server
+}
+
+// secondsOf returns s seconds as a duration to the millisecond, as the
+// status prints a lag.
+func secondsOf(s float64) string {
+	return time.Duration(s * float64(time.Second)).Round(time.Millisecond).String()
+}

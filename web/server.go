@@ -181,6 +181,9 @@ type page struct {
 	// tenant, when the pipeline has them.
 	Hold     string
 	HeldBack []string
+	// Behind is the line mcpaudit status prints on the partitions behind
+	// (api.BehindLine), the tooltip of the status bar's count of them.
+	Behind string
 	// NoWatermark are the "No watermark yet:" lines (api.NoWatermark):
 	// partitions with calls waiting that have not taken a watermark.
 	NoWatermark []string
@@ -208,6 +211,7 @@ type judgedView struct {
 // principal's tenant.
 func (p *page) statusLines(st api.StatusResponse) {
 	p.Hold, _ = api.RestartHold(st)
+	p.Behind, _ = api.BehindLine(st)
 	line, _ := api.PendingLine(st)
 	p.Judged = &judgedView{All: st.Judged, Pending: st.PendingWrites, Until: api.PendingUntil(st), Line: line}
 	for _, ps := range st.Partitions {

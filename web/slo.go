@@ -10,9 +10,11 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/mcpaudit/mcpaudit/api"
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/collector/classify"
 	"github.com/mcpaudit/mcpaudit/report"
 )
 
@@ -135,7 +137,22 @@ func (s *Server) sloReport(ctx context.Context, q report.Query, endsNow bool) (*
 }
 
 // funcs are the templates' helpers.
+// nameShown is how many characters of a document name a list shows.
+const nameShown = 60
+
+// short returns s cut to n characters, the last an ellipsis when cut.
+func short(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n-1]) + "…"
+}
+
 var funcs = template.FuncMap{
+	// code is a failure's code as shown beside its outcome: what
+	// no_response means rather than its name again (classify.CodeText).
+	"code": classify.CodeText,
 	"ts": func(t time.Time) string {
 		if t.IsZero() {
 			return ""
@@ -208,12 +225,18 @@ var funcs = template.FuncMap{
 	"step":     func(a audit.RetryAction) Step { return Steps[a] },
 	"kindStep": func(k audit.Kind) string { return KindSteps[k] },
 	"join":     strings.Join,
-	"short": func(s string, n int) string {
-		r := []rune(s)
-		if len(r) <= n {
-			return s
+	"short":    short,
+	// name is a document name as a list shows it: cut at nameShown
+	// characters (the full name is the cell's title, and on the
+	// document's and the finding's page); listSummary is a finding's
+	// summary with its document name cut so. A 2,200-byte name shown in
+	// full took a screen per row (op20's D5).
+	"name": func(s string) string { return short(s, nameShown) },
+	"listSummary": func(f audit.Finding) string {
+		if f.Document == "" || utf8.RuneCountInString(f.Document) <= nameShown {
+			return f.Summary
 		}
-		return string(r[:n-1]) + "…"
+		return strings.ReplaceAll(f.Summary, f.Document, short(f.Document, nameShown))
 	},
 	"kinds": func(fs []audit.Finding) string {
 		var k []string

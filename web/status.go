@@ -18,13 +18,23 @@ type Status struct {
 	// minute, over every tenant; negative when not known, and to a view
 	// of one tenant.
 	IngestRate float64
-	// MaxLag is how far the slowest partition's watermark is behind the
-	// wall clock (the LAG of mcpaudit status); negative when not known.
+	// MaxLag is how far the slowest partition with something waiting
+	// (calls for its watermark, or judged writes pending) has its
+	// watermark behind the wall clock (the LAG of mcpaudit status); zero
+	// when nothing waits, negative when not known. A quiet partition's
+	// lag is QuietLag: it holds nothing back.
 	MaxLag time.Duration
-	// PartitionsBehind counts the partitions whose lag passes the bound
-	// given to WithPartitions (serve: detect.idle_timeout, more than a
-	// healthy exporter's flush explains); negative when not known.
+	// PartitionsBehind counts the partitions behind
+	// (detect.PartitionStatus.FallenBehind: calls waiting with the watermark more
+	// than detect.idle_timeout behind, or writes pending with it more than
+	// detect.allowed_lateness behind); negative when not known.
 	PartitionsBehind int
+	// QuietLag is the largest lag of a partition with nothing waiting,
+	// when it is more than the bound given to WithPartitions (serve:
+	// detect.idle_timeout): how late that partition's last delivery came,
+	// not a backlog; QuietServer names it. Zero otherwise.
+	QuietLag    time.Duration
+	QuietServer string
 	// Watermark is the event time up to which every call is judged (the
 	// earliest partition's watermark); zero when not known.
 	Watermark time.Time
@@ -127,11 +137,12 @@ func scopeOf(ctx context.Context) scope {
 
 // WithPartitions completes base with the pipeline's partitions (parts, as
 // detect.Engine.Status gives them) of the view's tenant (withScope): the
-// largest watermark lag, the partitions lagging more than behind, and the
-// earliest watermark. When the page has asked the pipeline already for
+// largest watermark lag of the partitions where something waits, the
+// partitions behind, the largest lag above quiet of a partition where
+// nothing waits (its last delivery's), and the earliest watermark. When the page has asked the pipeline already for
 // the view, its answer is used and parts is not called: parts must ask
 // the pipeline the query API's Status asks.
-func WithPartitions(base StatusFunc, parts func() []detect.PartitionStatus, behind time.Duration) StatusFunc {
+func WithPartitions(base StatusFunc, parts func() []detect.PartitionStatus, quiet time.Duration) StatusFunc {
 	return func(ctx context.Context) Status {
 		st := base(ctx)
 		st.MaxLag, st.PartitionsBehind = 0, 0
@@ -145,9 +156,17 @@ func WithPartitions(base StatusFunc, parts func() []detect.PartitionStatus, behi
 			if p.Watermark.IsZero() || sc.tenant != "" && p.Tenant != sc.tenant {
 				continue
 			}
-			st.MaxLag = max(st.MaxLag, p.Lag)
-			if p.Lag > behind {
+			if p.FallenBehind {
 				st.PartitionsBehind++
+			}
+			switch {
+			case p.Buffered > 0 || p.Pending > 0:
+				st.MaxLag = max(st.MaxLag, p.Lag)
+			case p.Lag > quiet && p.Lag > st.QuietLag:
+				st.QuietLag, st.QuietServer = p.Lag, p.Server
+				if p.Tenant != "" {
+					st.QuietServer = p.Tenant + "/" + p.Server
+				}
 			}
 			if wm.IsZero() || p.Watermark.Before(wm) {
 				wm = p.Watermark

@@ -414,7 +414,7 @@ func (c *collector) printTable(w io.Writer) {
 	}
 	fmt.Fprintf(w, "Findings (%d):\n", len(c.findings))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TIME\tSEVERITY\tKIND\tSERVER\tDOCUMENT / KEY\tSUMMARY")
+	fmt.Fprintln(tw, "TIME (UTC)\tSEVERITY\tKIND\tSERVER\tDOCUMENT / KEY\tSUMMARY")
 	for _, f := range c.findings {
 		target := f.Document
 		if f.Key != "" {

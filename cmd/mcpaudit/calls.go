@@ -57,7 +57,7 @@ func callsCommand(args []string, stdout, stderr io.Writer) error {
 	var tw *tabwriter.Writer
 	if q.format == "text" {
 		tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "TIME\tCALL\tSERVER\tSESSION\tTOOL\tOUTCOME / CODE\tRETRY ACTION\tSOURCE")
+		fmt.Fprintln(tw, "TIME (UTC)\tCALL\tSERVER\tSESSION\tTOOL\tOUTCOME / CODE\tRETRY ACTION\tSOURCE")
 	}
 	n, more := 0, false
 	for {
@@ -90,7 +90,7 @@ func callsCommand(args []string, stdout, stderr io.Writer) error {
 			// The sender goes last: its name is the longest and the
 			// least often read.
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Time.UTC().Format("2006-01-02 15:04:05.000"), cell(e.CallID),
-				cell(e.Server), cell(e.Session), cell(e.Tool), cell(joinNonEmpty(string(e.Outcome), e.Code)), e.RetryAction, cell(e.Source))
+				cell(e.Server), cell(e.Session), cell(e.Tool), cell(outcomeCode(e.Outcome, e.Code)), e.RetryAction, cell(e.Source))
 		}
 		n += len(page.Calls)
 		if tw != nil {
@@ -106,15 +106,25 @@ func callsCommand(args []string, stdout, stderr io.Writer) error {
 		}
 		params.Set("cursor", page.NextCursor)
 	}
-	if more {
-		fmt.Fprintf(stderr, "%d calls (--limit %d; more follow)\n", n, *limit)
-	} else {
-		fmt.Fprintf(stderr, "%d calls\n", n)
-	}
+	fmt.Fprintln(stderr, callsCounted(n, *limit, more))
 	if src := *filters["source"]; n == 0 && src != "" && !strings.HasPrefix(src, "calls:") && !strings.HasPrefix(src, "otlp:") {
 		// A relay logs its name (proxy/...) as status and the calls name it
 		// since op19b; before, it logged it without the carrier.
 		fmt.Fprintf(printable(stderr), "mcpaudit calls: a source is named as status and the calls name it, with how it sends: calls:%s for a poster (proxy, wrap, relay), otlp:%s for an OTLP exporter; names match exactly\n", src, src)
 	}
 	return nil
+}
+
+// callsCounted is the count mcpaudit calls prints on standard error: "1
+// call" (not "1 calls", op20's D5), "2345 calls", and with more left after
+// --limit, "1500 calls (--limit 1500; more follow)".
+func callsCounted(n, limit int, more bool) string {
+	s := fmt.Sprintf("%d calls", n)
+	if n == 1 {
+		s = "1 call"
+	}
+	if more {
+		s += fmt.Sprintf(" (--limit %d; more follow)", limit)
+	}
+	return s
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/mcpaudit/mcpaudit/api"
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/collector/classify"
 	"github.com/mcpaudit/mcpaudit/collector/pipeline"
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
 	"github.com/mcpaudit/mcpaudit/exporter/store"
@@ -288,7 +289,7 @@ func findingsCommand(args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(printable(stdout), 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TIME\tID\tSEVERITY\tKIND\tSTATE\tSERVER\tDOCUMENT / KEY\tSUMMARY")
+	fmt.Fprintln(tw, "TIME (UTC)\tID\tSEVERITY\tKIND\tSTATE\tSERVER\tDOCUMENT / KEY\tSUMMARY")
 	for _, f := range page.Findings {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", f.Time.UTC().Format("2006-01-02 15:04:05"), f.ID(), f.Severity, f.Kind, f.StateOf(), cell(f.Server), cell(joinNonEmpty(f.Document, f.Key)), cell(f.Summary))
 	}
@@ -361,7 +362,7 @@ func timelineCommand(args []string, stdout, stderr io.Writer) error {
 	// /api/v1/calls/{id} takes it, or the finding's, as findings prints it.
 	// REVISION and HASH are a call's, before → after, as the page shows
 	// them: what it expected of the document and what it was answered.
-	fmt.Fprintln(tw, "TIME\tID\tEVENT\tSESSION\tTOOL\tREVISION\tHASH\tWHAT\tRETRY ACTION")
+	fmt.Fprintln(tw, "TIME (UTC)\tID\tEVENT\tSESSION\tTOOL\tREVISION\tHASH\tWHAT\tRETRY ACTION")
 	// A time serve was down is a line of its own, before the first event
 	// after it began (EVENT "down"): events of that time may be missing.
 	downs := tl.Downtimes
@@ -377,7 +378,7 @@ func timelineCommand(args []string, stdout, stderr io.Writer) error {
 		what, id, rev, hash := "", e.CallID, "", ""
 		switch e.Type {
 		case audit.EventCall:
-			what = joinNonEmpty(string(e.Outcome), e.Code)
+			what = outcomeCode(e.Outcome, e.Code)
 			rev, hash = beforeAfter(e.RevisionBefore, e.RevisionAfter), beforeAfter(e.HashBefore, e.HashAfter)
 		case audit.EventWrite:
 			what = joinNonEmpty("state "+string(e.State), string(e.Reason), e.Key)
@@ -567,6 +568,17 @@ func quietHelp(err error) error {
 		return nil
 	}
 	return err
+}
+
+// outcomeCode is a call's outcome and, for a failure, its code, as the
+// CLI's tables print them ("no_response / timeout"); a call that saw
+// neither a response nor a transport error says so once
+// (classify.CodeText) rather than "no_response / no_response".
+func outcomeCode(outcome audit.Outcome, code string) string {
+	if code == "" {
+		return string(outcome)
+	}
+	return string(outcome) + " / " + classify.CodeText(code)
 }
 
 func joinNonEmpty(parts ...string) string {

@@ -79,7 +79,7 @@ func TestQueryCommands(t *testing.T) {
 		}
 		// Every stored call, one line each, counted: the ingest's "new".
 		calls := cli(append([]string{"calls", "--format", "json"}, where...)...)
-		if n := strings.Count(calls, "\n"); n != ack.New || stderr != fmt.Sprintf("%d calls\n", ack.New) {
+		if n := strings.Count(calls, "\n"); n != ack.New || stderr != callsCounted(ack.New, 0, false)+"\n" {
 			t.Errorf("%v: calls printed %d lines and %q, want the %d stored", where, n, stderr, ack.New)
 		}
 		text = cli(append([]string{"calls", "--document", "ops/notes-1d0459.gram"}, where...)...)
@@ -141,8 +141,8 @@ func TestTimelineShowsIDs(t *testing.T) {
 	if len(lines) != 2+len(tl.Events) || !strings.HasPrefix(lines[1], "TIME") {
 		t.Fatalf("timeline:\n%s", out.String())
 	}
-	if head := strings.Fields(lines[1]); len(head) < 2 || head[1] != "ID" {
-		t.Errorf("header %q: want ID after TIME, as calls and findings print it", lines[1])
+	if head := strings.Fields(lines[1]); len(head) < 3 || head[2] != "ID" {
+		t.Errorf("header %q: want ID after TIME (UTC), as calls and findings print it", lines[1])
 	}
 	for i, e := range tl.Events {
 		want := e.CallID

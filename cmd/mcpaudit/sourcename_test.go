@@ -58,7 +58,7 @@ func TestSourceName_LoggedAsServeNamesIt(t *testing.T) {
 	}
 	// The proxy posts its records in the background: wait for the call.
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if _, errs := calls(logged); strings.HasPrefix(errs, "1 calls") {
+		if _, errs := calls(logged); strings.HasPrefix(errs, "1 call\n") {
 			break
 		}
 		if time.Now().After(deadline) {

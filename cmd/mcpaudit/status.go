@@ -168,6 +168,11 @@ func printStatus(w io.Writer, st api.StatusResponse, waited bool) {
 	if line, ok := api.PendingLine(st); ok {
 		fmt.Fprintln(w, line)
 	}
+	// A lag is a backlog only when something waits: a quiet partition
+	// trails by its last delivery's delay (op20's D4).
+	if line, ok := api.BehindLine(st); ok {
+		fmt.Fprintln(w, line)
+	}
 	if st.Unstored > 0 {
 		fmt.Fprintf(w, "%d findings and write states are judged but not stored yet: the store refused them, and they are retried.\n", st.Unstored)
 	}

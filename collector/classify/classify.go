@@ -320,3 +320,13 @@ func Reason(code string) audit.Reason {
 	}
 	return audit.ReasonNoResponse
 }
+
+// CodeText is how a person is shown code beside outcome: the code itself,
+// but for CodeNoResponse, whose name repeats its outcome's
+// (no_response / no_response, op20's D5): what it means, said once.
+func CodeText(code string) string {
+	if code == CodeNoResponse {
+		return "neither response nor transport error seen"
+	}
+	return code
+}

@@ -54,6 +54,26 @@ type PartitionStatus struct {
 	// Engine.FreedStatus: how many keys of the tenant were dropped past
 	// FreedKept, their counts added to it.
 	FreedDropped int64 `json:"freed_dropped,omitempty"`
+	// FallenBehind is set when something waits for the watermark longer than
+	// the collector allows for (FallenBehind): calls, with the watermark more
+	// than Config.IdleTimeout behind the wall clock, or, with no call
+	// waiting, judged writes pending, with it more than
+	// Config.AllowedLateness behind. A quiet partition with nothing
+	// waiting is never behind, whatever its lag: its lag is how late its
+	// last delivery came, and the next call moves its watermark on.
+	FallenBehind bool `json:"fallen_behind"`
+}
+
+// FallenBehind reports whether a partition whose watermark is lag behind the
+// wall clock, with buffered calls waiting for it and pending judged
+// writes, is behind (PartitionStatus.FallenBehind) under cfg. Calls waiting are
+// behind past the idle timeout: more than a healthy exporter's flush
+// explains. Writes pending alone are behind past the allowed lateness:
+// their windows close when the watermark passes their end, and a quiet
+// partition's watermark trails the wall clock by the delay of its last
+// delivery, which may be up to the allowed lateness by design.
+func FallenBehind(cfg Config, lag time.Duration, buffered, pending int) bool {
+	return buffered > 0 && lag > cfg.IdleTimeout || pending > 0 && lag > cfg.AllowedLateness
 }
 
 // SourceStatus is where one source stands.
@@ -203,6 +223,7 @@ func (e *Engine) Status(now time.Time) []PartitionStatus {
 			ps.HeldUntil, ps.HeldAt = p.hold, p.holdAt
 		}
 		ps.Pending, ps.PendingUntil = p.det.pending()
+		ps.FallenBehind = !p.wm.IsZero() && FallenBehind(e.cfg, ps.Lag, ps.Buffered, ps.Pending)
 		for _, s := range p.sources {
 			ss := SourceStatus{
 				Name: s.key.name, LastEvent: s.max, LastSeen: s.lastSeen,
