@@ -1,0 +1,90 @@
+package clickhouse
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/exporter/chain"
+)
+
+// forgeCut removes acme's first chain entry and its calls, as someone who
+// can write the tables (no key), and records the removal as a retention
+// cut in chain_cuts; with entry, also the cut's cut entry after the head
+// (chain.CutDigest, as retention writes it).
+func forgeCut(t *testing.T, o Options, withEntry bool) {
+	t.Helper()
+	conn := rawConn(t, o.DSN)
+	db, ctx := o.Database, context.Background()
+	var nonce, head uint64
+	var prev2, headHash string
+	if err := conn.QueryRow(ctx, "SELECT nonce FROM "+db+".chain WHERE tenant = 'acme' AND seq = 1").Scan(&nonce); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.QueryRow(ctx, "SELECT prev FROM "+db+".chain WHERE tenant = 'acme' AND seq = 2").Scan(&prev2); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.QueryRow(ctx, "SELECT max(seq), argMax(hash, seq) FROM "+db+".chain WHERE tenant = 'acme'").Scan(&head, &headHash); err != nil {
+		t.Fatal(err)
+	}
+	mutate(t, conn, db, fmt.Sprintf("ALTER TABLE %s.calls DELETE WHERE tenant = 'acme' AND chain_entry = %d", db, nonce))
+	mutate(t, conn, db, "ALTER TABLE "+db+".chain DELETE WHERE tenant = 'acme' AND seq = 1")
+	before := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC) // older than every call removed
+	if withEntry {
+		r := chainRow{Tenant: "acme", Replica: o.Replica, Seq: head + 1, Kind: chain.KindCut, Nonce: 2, Prev: chain.Hash([]byte(headHash)),
+			Time: time.Now(), Sums: []sum{}, Times: []uint32{}, Digest: chain.CutDigest(2, []byte(prev2), before.Unix())}
+		e := r.entry()
+		r.Hash = e.Hash()
+		b, err := conn.PrepareBatch(ctx, "INSERT INTO "+db+".chain ("+strings.Join(chainColumns, ", ")+")")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, c := range chainColumnValues([]chainRow{r}) {
+			if err := b.Column(i).Append(c); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := b.Send(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cb, err := conn.PrepareBatch(ctx, "INSERT INTO "+db+".chain_cuts (tenant, replica, seq, prev, before, version)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cb.Append("acme", o.Replica, uint64(2), prev2, before, uint64(time.Now().UnixNano())); err != nil {
+		t.Fatal(err)
+	}
+	if err := cb.Send(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRev20c_ForgedCutSignedByRunningServe (review rev20c, D1): a keyed
+// serve's checkpoints sign every cut they find in chain_cuts, not the cuts
+// it made. Someone who can write the tables, while serve runs with its key
+// all along, removes acme's first entry and its calls and writes a cut
+// row; serve's next checkpoint (checkpoint_every, here signNow as its
+// ticker calls it) signs the forged cut, and verify passes it: without a
+// cut entry by default, with one under --key-always, which docs/storage.md
+// says reports such a cut as a removal ("a keyed serve signs each cut at
+// once").
+func TestRev20c_ForgedCutSignedByRunningServe(t *testing.T) {
+	for _, withEntry := range []bool{false, true} {
+		t.Run(fmt.Sprintf("cut entry %v", withEntry), func(t *testing.T) {
+			o, pub, _ := chainedStore(t, AckInsert)
+			s := openStore(t, o) // serve, with its key all along
+			forgeCut(t, o, withEntry)
+			s.signNow(false) // the next tick of its checkpoint loop
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			r, text := strictOf(t, o, pub)
+			if r.OK() {
+				t.Errorf("a cut forged while a keyed serve ran passes verify --key-always:\n%s", text)
+			}
+		})
+	}
+}
