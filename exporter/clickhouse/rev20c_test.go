@@ -3,6 +3,7 @@ package clickhouse
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -86,5 +87,56 @@ func TestRev20c_ForgedCutSignedByRunningServe(t *testing.T) {
 				t.Errorf("a cut forged while a keyed serve ran passes verify --key-always:\n%s", text)
 			}
 		})
+	}
+}
+
+// TestRev20c_UnsignedCutOfAnotherReplica (review rev20c, D2; not fixed
+// here): verify accepts a row missing when it is older than the latest
+// cutoff of any replica's cut of its tenant (cutBefore), signed or not.
+// Someone who can write the tables deletes every call of acme, all of
+// them in signed entries of replica "", and records a cut of a replica
+// "zzz" that never ran (a chain of one cut entry, cutoff now). Verify
+// says only the note of an unsigned cut (exit 0): one unsigned cut of a
+// made-up replica licenses the removal of another replica's signed
+// history, which docs/storage.md says checkpoints protect. TAMPERED only
+// under --key-always. Skipped unless MCPAUDIT_REV20C_DEFECTS=1.
+func TestRev20c_UnsignedCutOfAnotherReplica(t *testing.T) {
+	if os.Getenv("MCPAUDIT_REV20C_DEFECTS") == "" {
+		t.Skip("known defect D2 of review rev20c (an unsigned cut of any replica licenses missing rows of every replica's signed entries); set MCPAUDIT_REV20C_DEFECTS=1 to run")
+	}
+	o, pub, conn := chainedStore(t, AckInsert)
+	db, ctx := o.Database, context.Background()
+	mutate(t, conn, db, "ALTER TABLE "+db+".calls DELETE WHERE tenant = 'acme'")
+	before := time.Now().Truncate(time.Second)
+	var zero chain.Hash
+	r := chainRow{Tenant: "acme", Replica: "zzz", Seq: 1, Kind: chain.KindCut, Nonce: 1, Time: time.Now(),
+		Sums: []sum{}, Times: []uint32{}, Digest: chain.CutDigest(1, zero[:], before.Unix())}
+	e := r.entry()
+	r.Hash = e.Hash()
+	b, err := conn.PrepareBatch(ctx, "INSERT INTO "+db+".chain ("+strings.Join(chainColumns, ", ")+")")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range chainColumnValues([]chainRow{r}) {
+		if err := b.Column(i).Append(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Send(); err != nil {
+		t.Fatal(err)
+	}
+	cb, err := conn.PrepareBatch(ctx, "INSERT INTO "+db+".chain_cuts (tenant, replica, seq, prev, before, version)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cb.Append("acme", "zzz", uint64(1), string(zero[:]), before, uint64(1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := cb.Send(); err != nil {
+		t.Fatal(err)
+	}
+	rep, text := verifyOf(t, o, pub)
+	if rep.OK() {
+		t.Errorf("every call of acme's signed entries deleted, under a made-up replica's unsigned cut, passes verify:\n%s", text)
 	}
 }
