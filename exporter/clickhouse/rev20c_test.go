@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/exporter/chain"
 )
 
@@ -138,5 +139,52 @@ func TestRev20c_UnsignedCutOfAnotherReplica(t *testing.T) {
 	rep, text := verifyOf(t, o, pub)
 	if rep.OK() {
 		t.Errorf("every call of acme's signed entries deleted, under a made-up replica's unsigned cut, passes verify:\n%s", text)
+	}
+}
+
+// TestRev20c_TwoReplicasCut (review rev20c, held): two keyed replicas
+// write acme; replica "" cuts and deletes (the fallback's deletes take
+// every replica's rows of the tenant), then replica "b". The history
+// verifies clean under --key-always after each pass.
+func TestRev20c_TwoReplicasCut(t *testing.T) {
+	o, pub, _ := chainedStore(t, AckInsert)
+	ob := o
+	ob.Replica = "b"
+	b := openStore(t, ob)
+	var more []*audit.Call
+	for _, c := range exampleCalls(t)[:5] {
+		cp := *c
+		cp.Tenant, cp.ID = "acme", c.ID+"-b"
+		more = append(more, &cp)
+	}
+	ingest(t, b, more)
+	if r, text := strictOf(t, o, pub); !r.OK() {
+		t.Fatalf("before retention:\n%s", text)
+	}
+	o.Retention.Tenants = map[string]time.Duration{"acme": 24 * time.Hour}
+	a := openStore(t, o)
+	if err := a.enforceRetention(context.Background(), retentionNow); err != nil {
+		t.Fatal(err)
+	}
+	if r, text := strictOf(t, o, pub); !r.OK() {
+		t.Errorf("after replica \"\" cut, before replica \"b\" did:\n%s", text)
+	}
+	ob.Retention.Tenants = o.Retention.Tenants
+	b.Close()
+	b = openStore(t, ob)
+	if err := b.enforceRetention(context.Background(), retentionNow); err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	b.Close()
+	conn := rawConn(t, o.DSN)
+	if n := count(t, conn, "SELECT uniqExact(replica) FROM "+o.Database+".chain_cuts WHERE tenant = 'acme'"); n != 2 {
+		t.Fatalf("%d replicas cut acme, want 2: the test shows nothing", n)
+	}
+	if n := count(t, conn, "SELECT count() FROM "+o.Database+".calls WHERE tenant = 'acme'"); n != 0 {
+		t.Fatalf("%d calls of acme left, want none", n)
+	}
+	if r, text := strictOf(t, o, pub); !r.OK() {
+		t.Errorf("after both replicas cut:\n%s", text)
 	}
 }
