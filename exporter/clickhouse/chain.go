@@ -354,8 +354,21 @@ func (s *Store) loadHeads(ctx context.Context) error {
 		return queryErr(ctx, "read the checkpoints", err)
 	}
 	s.chainMu.Lock()
+	defer s.chainMu.Unlock()
 	s.heads, s.checkpointSeq = heads, last
-	s.chainMu.Unlock()
+	if s.signable == nil {
+		// The cuts found at the start are signed by its first checkpoint:
+		// those a keyless serve made (docs/storage.md), and, unavoidably,
+		// any written into the tables while no serve ran.
+		cuts, err := s.readCuts(ctx, s.opts.Replica)
+		if err != nil {
+			return err
+		}
+		s.signable = map[cutID]bool{}
+		for _, c := range cuts {
+			s.signable[idOf(c)] = true
+		}
+	}
 	return nil
 }
 
@@ -379,7 +392,17 @@ func (s *Store) checkpoint(ctx context.Context, force bool) error {
 	if err != nil {
 		return err
 	}
-	body.Cuts = cuts
+	for _, c := range cuts {
+		if s.signable[idOf(c)] {
+			body.Cuts = append(body.Cuts, c)
+			continue
+		}
+		// Not stored when this process started, and not made by it: a
+		// keyed serve signs the cuts it makes at once, so this one was
+		// written by someone else; left to verify, which reports it.
+		s.log.Warn("clickhouse: a chain cut this replica did not make is left unsigned", "tenant", c.Tenant, "seq", c.Seq,
+			"before", c.Before.Format(time.RFC3339))
+	}
 	// A replica's first checkpoint is made even with nothing to sign (the
 	// store makes it when it starts), so that verify can tell a chain not
 	// signed yet from checkpoints deleted.
@@ -408,6 +431,16 @@ func (s *Store) checkpoint(ctx context.Context, force bool) error {
 	s.lastSigned = key
 	return nil
 }
+
+// cutID names one cut: its tenant, start, that start's prev and cutoff.
+type cutID struct {
+	tenant string
+	seq    int64
+	prev   string
+	before int64
+}
+
+func idOf(c chain.Cut) cutID { return cutID{c.Tenant, c.Seq, c.Prev, c.Before.Unix()} }
 
 // readCuts returns the cuts in force of replica.
 func (s *Store) readCuts(ctx context.Context, replica string) ([]chain.Cut, error) {
@@ -562,7 +595,13 @@ func (s *Store) cutChains(ctx context.Context, cutoff func(tenant string) time.T
 		return classify(fmt.Errorf("cannot record the chain cuts: %w", err))
 	}
 	v := uint64(time.Now().UnixNano())
+	if s.signable == nil {
+		s.signable = map[cutID]bool{}
+	}
 	for _, c := range cuts {
+		// Signable from now: a send that fails after ClickHouse stored
+		// the cut leaves it for the next checkpoint.
+		s.signable[cutID{c.tenant, int64(c.seq), chain.Hash([]byte(c.prev)).String(), c.before.Unix()}] = true
 		if err := b.Append(c.tenant, s.opts.Replica, c.seq, c.prev, time.Unix(c.before.Unix(), 0), v); err != nil {
 			b.Abort()
 			return fmt.Errorf("cannot record the chain cuts: %w", err)

@@ -80,6 +80,11 @@ type Store struct {
 	heads         map[string]head // this replica's chains, by tenant, as stored
 	checkpointSeq uint64          // the last checkpoint of this replica
 	lastSigned    string          // what it signed, without its time
+	// signable are the cuts this replica's checkpoints may sign: those
+	// stored when it first read its chains, and those it made since
+	// (review rev20c's D1: a cut someone wrote into chain_cuts while serve
+	// ran was signed by its next checkpoint). Nil until the first read.
+	signable map[cutID]bool
 
 	// With Ack "log": readers wait for the drain to reach what was
 	// acknowledged before they started (settle); progress is closed and

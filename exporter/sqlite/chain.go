@@ -278,9 +278,10 @@ func findingsDigest(rows []rowHash) chain.Hash {
 	return chain.Digest(hs)
 }
 
-// checkpoint signs every head and cut, when they changed since the last
-// checkpoint (or force), with key; nil key makes none.
-func checkpoint(ctx context.Context, tx *sql.Tx, key ed25519.PrivateKey, now time.Time, force bool) error {
+// checkpoint signs every head, and every cut signable allows, when they
+// changed since the last checkpoint (or force), with key; nil key makes
+// none.
+func checkpoint(ctx context.Context, tx *sql.Tx, key ed25519.PrivateKey, now time.Time, force bool, signable func(chain.Cut) bool) error {
 	if key == nil {
 		return nil
 	}
@@ -308,7 +309,9 @@ func checkpoint(ctx context.Context, tx *sql.Tx, key ed25519.PrivateKey, now tim
 		return err
 	}
 	for _, c := range cuts {
-		body.Cuts = append(body.Cuts, c)
+		if signable(c) {
+			body.Cuts = append(body.Cuts, c)
+		}
 	}
 	var last int64
 	var lastBody []byte

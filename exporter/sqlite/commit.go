@@ -414,17 +414,67 @@ func (s *Store) chainStep(c *chainRequest) (int64, error) {
 		return 0, wrap(err)
 	}
 	defer tx.Rollback()
+	if s.signable == nil {
+		// The cuts found at the start are signed by its first checkpoint:
+		// those a keyless serve made (docs/storage.md), and, unavoidably,
+		// any written into the file while no serve ran.
+		cuts, err := loadCuts(ctx, tx)
+		if err != nil {
+			return 0, wrap(err)
+		}
+		s.signable = map[cutID]bool{}
+		for _, c := range cuts {
+			s.signable[idOf(c)] = true
+		}
+	}
 	var n int
 	if c.cut {
+		was, err := loadCuts(ctx, tx)
+		if err != nil {
+			return 0, wrap(err)
+		}
 		if n, err = cutChains(ctx, tx, c.before); err != nil {
 			return 0, wrap(err)
 		}
+		now, err := loadCuts(ctx, tx)
+		if err != nil {
+			return 0, wrap(err)
+		}
+		for t, c := range now {
+			// Made by this transaction (no one else writes within it).
+			if idOf(was[t]) != idOf(c) {
+				s.signable[idOf(c)] = true
+			}
+		}
 	}
-	if err := checkpoint(ctx, tx, s.opts.SigningKey, time.Now(), c.force && (n > 0 || !c.cut)); err != nil {
+	signable := func(c chain.Cut) bool {
+		if s.signable[idOf(c)] {
+			return true
+		}
+		// Not in the file when this store opened, and not made by it: a
+		// keyed serve signs the cuts it makes at once, so this one was
+		// written by someone else; left to verify, which reports it.
+		if s.opts.Logger != nil {
+			s.opts.Logger.Warn("sqlite: a chain cut this store did not make is left unsigned", "tenant", c.Tenant, "seq", c.Seq,
+				"before", c.Before.UTC().Format(time.RFC3339))
+		}
+		return false
+	}
+	if err := checkpoint(ctx, tx, s.opts.SigningKey, time.Now(), c.force && (n > 0 || !c.cut), signable); err != nil {
 		return 0, wrap(err)
 	}
 	return int64(n), wrap(tx.Commit())
 }
+
+// cutID names one cut: its tenant, start, that start's prev and cutoff.
+type cutID struct {
+	tenant string
+	seq    int64
+	prev   string
+	before int64
+}
+
+func idOf(c chain.Cut) cutID { return cutID{c.Tenant, c.Seq, c.Prev, c.Before.UnixNano()} }
 
 // Checkpoint signs the chains' heads now, when they moved since the last
 // checkpoint; serve calls it every CheckpointEvery and at Close. Without a

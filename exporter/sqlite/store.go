@@ -191,6 +191,12 @@ type Store struct {
 	w    *sql.DB // one connection, used by the committer only
 	r    *sql.DB // read-only connections
 
+	// signable are the cuts checkpoints may sign: those in the file when
+	// the commit loop first chained, and those it made since (review
+	// rev20c's D1: a cut someone wrote into chain_cuts while serve ran was
+	// signed by its next checkpoint). Only the commit loop uses it.
+	signable map[cutID]bool
+
 	// mu orders sends to reqs against Close, which closes reqs.
 	mu     sync.RWMutex
 	closed atomic.Bool

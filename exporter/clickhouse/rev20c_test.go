@@ -1,0 +1,190 @@
+package clickhouse
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/exporter/chain"
+)
+
+// forgeCut removes acme's first chain entry and its calls, as someone who
+// can write the tables (no key), and records the removal as a retention
+// cut in chain_cuts; with entry, also the cut's cut entry after the head
+// (chain.CutDigest, as retention writes it).
+func forgeCut(t *testing.T, o Options, withEntry bool) {
+	t.Helper()
+	conn := rawConn(t, o.DSN)
+	db, ctx := o.Database, context.Background()
+	var nonce, head uint64
+	var prev2, headHash string
+	if err := conn.QueryRow(ctx, "SELECT nonce FROM "+db+".chain WHERE tenant = 'acme' AND seq = 1").Scan(&nonce); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.QueryRow(ctx, "SELECT prev FROM "+db+".chain WHERE tenant = 'acme' AND seq = 2").Scan(&prev2); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.QueryRow(ctx, "SELECT max(seq), argMax(hash, seq) FROM "+db+".chain WHERE tenant = 'acme'").Scan(&head, &headHash); err != nil {
+		t.Fatal(err)
+	}
+	mutate(t, conn, db, fmt.Sprintf("ALTER TABLE %s.calls DELETE WHERE tenant = 'acme' AND chain_entry = %d", db, nonce))
+	mutate(t, conn, db, "ALTER TABLE "+db+".chain DELETE WHERE tenant = 'acme' AND seq = 1")
+	before := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC) // older than every call removed
+	if withEntry {
+		r := chainRow{Tenant: "acme", Replica: o.Replica, Seq: head + 1, Kind: chain.KindCut, Nonce: 2, Prev: chain.Hash([]byte(headHash)),
+			Time: time.Now(), Sums: []sum{}, Times: []uint32{}, Digest: chain.CutDigest(2, []byte(prev2), before.Unix())}
+		e := r.entry()
+		r.Hash = e.Hash()
+		b, err := conn.PrepareBatch(ctx, "INSERT INTO "+db+".chain ("+strings.Join(chainColumns, ", ")+")")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, c := range chainColumnValues([]chainRow{r}) {
+			if err := b.Column(i).Append(c); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := b.Send(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cb, err := conn.PrepareBatch(ctx, "INSERT INTO "+db+".chain_cuts (tenant, replica, seq, prev, before, version)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cb.Append("acme", o.Replica, uint64(2), prev2, before, uint64(time.Now().UnixNano())); err != nil {
+		t.Fatal(err)
+	}
+	if err := cb.Send(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRev20c_ForgedCutSignedByRunningServe (review rev20c, D1): a keyed
+// serve's checkpoints sign every cut they find in chain_cuts, not the cuts
+// it made. Someone who can write the tables, while serve runs with its key
+// all along, removes acme's first entry and its calls and writes a cut
+// row; serve's next checkpoint (checkpoint_every, here signNow as its
+// ticker calls it) signs the forged cut, and verify passes it: without a
+// cut entry by default, with one under --key-always, which docs/storage.md
+// says reports such a cut as a removal ("a keyed serve signs each cut at
+// once").
+func TestRev20c_ForgedCutSignedByRunningServe(t *testing.T) {
+	for _, withEntry := range []bool{false, true} {
+		t.Run(fmt.Sprintf("cut entry %v", withEntry), func(t *testing.T) {
+			o, pub, _ := chainedStore(t, AckInsert)
+			s := openStore(t, o) // serve, with its key all along
+			forgeCut(t, o, withEntry)
+			s.signNow(false) // the next tick of its checkpoint loop
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			r, text := strictOf(t, o, pub)
+			if r.OK() {
+				t.Errorf("a cut forged while a keyed serve ran passes verify --key-always:\n%s", text)
+			}
+		})
+	}
+}
+
+// TestRev20c_UnsignedCutOfAnotherReplica (review rev20c, D2; not fixed
+// here): verify accepts a row missing when it is older than the latest
+// cutoff of any replica's cut of its tenant (cutBefore), signed or not.
+// Someone who can write the tables deletes every call of acme, all of
+// them in signed entries of replica "", and records a cut of a replica
+// "zzz" that never ran (a chain of one cut entry, cutoff now). Verify
+// says only the note of an unsigned cut (exit 0): one unsigned cut of a
+// made-up replica licenses the removal of another replica's signed
+// history, which docs/storage.md says checkpoints protect. TAMPERED only
+// under --key-always. Skipped unless MCPAUDIT_REV20C_DEFECTS=1.
+func TestRev20c_UnsignedCutOfAnotherReplica(t *testing.T) {
+	if os.Getenv("MCPAUDIT_REV20C_DEFECTS") == "" {
+		t.Skip("known defect D2 of review rev20c (an unsigned cut of any replica licenses missing rows of every replica's signed entries); set MCPAUDIT_REV20C_DEFECTS=1 to run")
+	}
+	o, pub, conn := chainedStore(t, AckInsert)
+	db, ctx := o.Database, context.Background()
+	mutate(t, conn, db, "ALTER TABLE "+db+".calls DELETE WHERE tenant = 'acme'")
+	before := time.Now().Truncate(time.Second)
+	var zero chain.Hash
+	r := chainRow{Tenant: "acme", Replica: "zzz", Seq: 1, Kind: chain.KindCut, Nonce: 1, Time: time.Now(),
+		Sums: []sum{}, Times: []uint32{}, Digest: chain.CutDigest(1, zero[:], before.Unix())}
+	e := r.entry()
+	r.Hash = e.Hash()
+	b, err := conn.PrepareBatch(ctx, "INSERT INTO "+db+".chain ("+strings.Join(chainColumns, ", ")+")")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range chainColumnValues([]chainRow{r}) {
+		if err := b.Column(i).Append(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Send(); err != nil {
+		t.Fatal(err)
+	}
+	cb, err := conn.PrepareBatch(ctx, "INSERT INTO "+db+".chain_cuts (tenant, replica, seq, prev, before, version)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cb.Append("acme", "zzz", uint64(1), string(zero[:]), before, uint64(1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := cb.Send(); err != nil {
+		t.Fatal(err)
+	}
+	rep, text := verifyOf(t, o, pub)
+	if rep.OK() {
+		t.Errorf("every call of acme's signed entries deleted, under a made-up replica's unsigned cut, passes verify:\n%s", text)
+	}
+}
+
+// TestRev20c_TwoReplicasCut (review rev20c, held): two keyed replicas
+// write acme; replica "" cuts and deletes (the fallback's deletes take
+// every replica's rows of the tenant), then replica "b". The history
+// verifies clean under --key-always after each pass.
+func TestRev20c_TwoReplicasCut(t *testing.T) {
+	o, pub, _ := chainedStore(t, AckInsert)
+	ob := o
+	ob.Replica = "b"
+	b := openStore(t, ob)
+	var more []*audit.Call
+	for _, c := range exampleCalls(t)[:5] {
+		cp := *c
+		cp.Tenant, cp.ID = "acme", c.ID+"-b"
+		more = append(more, &cp)
+	}
+	ingest(t, b, more)
+	if r, text := strictOf(t, o, pub); !r.OK() {
+		t.Fatalf("before retention:\n%s", text)
+	}
+	o.Retention.Tenants = map[string]time.Duration{"acme": 24 * time.Hour}
+	a := openStore(t, o)
+	if err := a.enforceRetention(context.Background(), retentionNow); err != nil {
+		t.Fatal(err)
+	}
+	if r, text := strictOf(t, o, pub); !r.OK() {
+		t.Errorf("after replica \"\" cut, before replica \"b\" did:\n%s", text)
+	}
+	ob.Retention.Tenants = o.Retention.Tenants
+	b.Close()
+	b = openStore(t, ob)
+	if err := b.enforceRetention(context.Background(), retentionNow); err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	b.Close()
+	conn := rawConn(t, o.DSN)
+	if n := count(t, conn, "SELECT uniqExact(replica) FROM "+o.Database+".chain_cuts WHERE tenant = 'acme'"); n != 2 {
+		t.Fatalf("%d replicas cut acme, want 2: the test shows nothing", n)
+	}
+	if n := count(t, conn, "SELECT count() FROM "+o.Database+".calls WHERE tenant = 'acme'"); n != 0 {
+		t.Fatalf("%d calls of acme left, want none", n)
+	}
+	if r, text := strictOf(t, o, pub); !r.OK() {
+		t.Errorf("after both replicas cut:\n%s", text)
+	}
+}
