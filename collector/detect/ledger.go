@@ -49,6 +49,12 @@ func (d *detector) closeWindow(w *writeRec) {
 		w.more.unreported = true
 		return // the attempt it replays was reported
 	}
+	if d.unverifiedSibling(w) {
+		// Another write under the finding's id stands unverified, its
+		// finding made: the id is one finding, told and counted once, as
+		// the store keeps one row of it (review rev20w).
+		return
+	}
 	d.out.finding(d.unverifiedFinding(w))
 }
 
@@ -75,13 +81,11 @@ func (d *detector) openAt(w *writeRec, t etime) bool {
 // settled it, and its unverified_write is withdrawn: the sinks that keep
 // findings mark it resolved (audit.FindingWithdrawer). Not while another
 // write under the finding's id stands unverified (unverifiedSibling): the
-// finding stands, counted once as judging in order counts it, and is
-// withdrawn when the last of them is settled.
+// finding, made and counted once (closeWindow), stands, and is withdrawn
+// when the last of them is settled.
 func (d *detector) settle(w *writeRec, s word, t etime) {
 	if w.state == wUnverified && (w.more == nil || !w.more.unreported) {
-		if d.unverifiedSibling(w) {
-			d.out.stats.Findings[audit.KindUnverifiedWrite]--
-		} else {
+		if !d.unverifiedSibling(w) {
 			d.out.withdraw(d.unverifiedFinding(w), d.judging, t)
 		}
 	}

@@ -139,6 +139,11 @@ type gate struct {
 	// its withdrawal committed before the stop, is refused and left as it
 	// is).
 	atRestart map[string]*audit.Finding
+	// atRestartTold holds the ids in atRestart the sinks were told, at the
+	// first attempt the store took or refused as unavailable: one refused
+	// is kept in the state file (markFile.Withdrawals), and a restart that
+	// makes it from there takes it as counted (review rev20w).
+	atRestartTold map[string]bool
 	// carried holds the ids of the withdrawals the state file kept, the
 	// last run's that the store could not take (markFile.Withdrawals),
 	// until the store took or refused them: the pipeline logs those it

@@ -215,6 +215,10 @@ type crashStore struct {
 	// reached (audit.ErrUnavailable) while Commit goes through: the
 	// pipeline keeps a withdrawal to try again at the next commit.
 	failChange atomic.Bool
+	// failCommit makes Commit fail as a store that cannot be reached
+	// (audit.ErrUnavailable) without crashing: the pipeline keeps the
+	// output for the next commit.
+	failCommit atomic.Bool
 }
 
 // ChangeFinding refuses, once the process is taken as dead, to change a
@@ -331,6 +335,9 @@ func (s *crashStore) Commit(ctx context.Context, r audit.Results) error {
 	defer s.mu.RUnlock()
 	if s.crashed {
 		return errCrashed
+	}
+	if s.failCommit.Load() {
+		return fmt.Errorf("cannot commit: %w", audit.ErrUnavailable)
 	}
 	if s.forgetTooLate.Load() {
 		r.TooLate = nil

@@ -1427,7 +1427,7 @@ func (p *Pipeline) withdraw(ctx context.Context) {
 	}
 	inv, ok := p.store.(audit.Investigator)
 	if !ok {
-		p.gate.withdrawn, p.gate.atRestart, p.gate.carried = nil, nil, nil
+		p.gate.withdrawn, p.gate.atRestart, p.gate.atRestartTold, p.gate.carried = nil, nil, nil, nil
 		p.keepUnstored(nil)
 		return
 	}
@@ -1441,12 +1441,17 @@ func (p *Pipeline) withdraw(ctx context.Context) {
 		case err == nil, errors.Is(err, audit.ErrStateConflict), errors.Is(err, audit.ErrNotFound):
 			if err == nil && p.gate.atRestart[c.FindingID] != nil {
 				restarted++
-				p.gate.toldAtRestart(p.gate.atRestart[c.FindingID], at)
+				p.tellAtRestart(c.FindingID, at)
 			}
 			if err == nil && p.gate.carried[c.FindingID] {
 				carried++
 			}
 		case errors.Is(err, audit.ErrUnavailable) || ctx.Err() != nil:
+			// Counted now, once: kept in the state file, a later restart
+			// makes it as the last run's, counted (carried).
+			if p.gate.atRestart[c.FindingID] != nil {
+				p.tellAtRestart(c.FindingID, at)
+			}
 			c.Time = at
 			kept = append(kept, c)
 			continue
@@ -1454,6 +1459,7 @@ func (p *Pipeline) withdraw(ctx context.Context) {
 			p.rlog.Warn("withdraw_failed", "cannot mark a finding withdrawn", "finding", c.FindingID, "err", err)
 		}
 		delete(p.gate.atRestart, c.FindingID)
+		delete(p.gate.atRestartTold, c.FindingID)
 		delete(p.gate.carried, c.FindingID)
 	}
 	clear(p.gate.withdrawn[len(kept):])
@@ -1468,6 +1474,19 @@ func (p *Pipeline) withdraw(ctx context.Context) {
 		p.log.Info("stored unverified_write findings withdrawn at the restart that the last run could not store (the store unavailable); "+
 			"the state file kept them (docs/detection.md, Late calls)", "findings", carried)
 	}
+}
+
+// tellAtRestart tells the sinks of the withdrawal of id the restart made
+// (gate.atRestart) once, settled at at.
+func (p *Pipeline) tellAtRestart(id string, at time.Time) {
+	if p.gate.atRestartTold[id] {
+		return
+	}
+	if p.gate.atRestartTold == nil {
+		p.gate.atRestartTold = map[string]bool{}
+	}
+	p.gate.atRestartTold[id] = true
+	p.gate.toldAtRestart(p.gate.atRestart[id], at)
 }
 
 // keepUnstored has the state file keep the withdrawals the store could
