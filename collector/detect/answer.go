@@ -2,6 +2,7 @@ package detect
 
 import (
 	"slices"
+	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
 )
@@ -37,8 +38,17 @@ func (d *detector) answerLate(r *audit.Record) bool {
 			continue
 		}
 		var w *writeRec
+		ct, who, intent := etimeOf(c.Time), actorOf(c), fp(op.Intent)
 		for _, u := range ds.writes {
-			if int(u.at.seq) == op.Seq && u.op.status == audit.OpUncertain && u.uncertain == rNoResponse && u.callID() == c.ID {
+			if int(u.at.seq) != op.Seq || u.op.status != audit.OpUncertain || u.uncertain != rNoResponse {
+				continue
+			}
+			// The same call id; or, observed by two carriers whose start
+			// times differ (a client span and the server's: two call ids),
+			// the same writer's same edit within the second that made the
+			// engine drop r as a second observation of the exchange.
+			dt := u.at.t.Sub(ct)
+			if u.callID() == c.ID || u.who() == who && u.op.intent == intent && u.op.binding == fp(op.Binding) && dt <= time.Second && dt >= -time.Second {
 				w = u
 				break
 			}
@@ -46,10 +56,10 @@ func (d *detector) answerLate(r *audit.Record) bool {
 		if w == nil {
 			continue
 		}
-		if !took {
-			took = true
-			d.judging = c.ID
-		}
+		took = true
+		// The call answered names the withdrawals: its own id, which the
+		// findings name, whatever the answer's (two carriers' ids).
+		d.judging = w.callID()
 		d.answerWrite(&event{rec: r, call: c, actor: actorOf(c), at: w.at, late: true, src: w.src}, op, w, ds)
 	}
 	return took

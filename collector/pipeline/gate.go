@@ -547,7 +547,7 @@ const withdrawnNote = "withdrawn by mcpaudit: call %s, dated within the write's 
 // answerWithdrawnNote is the note of the change that withdraws a finding
 // made from a call judged without its response, whose answer (the same
 // call id) came later within allowed_lateness (fx20a).
-const answerWithdrawnNote = "withdrawn by mcpaudit: the answer of call %s (the same call id), delivered after the call was judged without it and judged within allowed_lateness, gives the write's outcome; judged in time order with the answer there is no such finding (docs/detection.md, Responses under one call id)"
+const answerWithdrawnNote = "withdrawn by mcpaudit: the answer of call %s, delivered after the call was judged without it and judged within allowed_lateness, gives the write's outcome; judged in time order with the answer there is no such finding (docs/detection.md, Responses under one call id)"
 
 // WithdrawFinding takes back an unverified_write that a call judged late
 // showed wrong, or an unverified_write or unsafe_retry made from a call
