@@ -361,12 +361,17 @@ func (e *Engine) Add(src string, r *audit.Record, wall time.Time) {
 	}
 	if seen == nil {
 		e.duplicate()
-		if c.Responded && tk.col == nil && !t.Before(p.wm.Add(-e.cfg.AllowedLateness)) && p.det.answerLate(r) {
+		if c.Responded && tk.col == nil && !t.Before(p.wm.Add(-e.cfg.AllowedLateness)) {
 			// The answer of a call judged without it, within
 			// allowed_lateness: judged as in order, and the store told.
-			e.stats.LateAnswers++
-			if e.onAnswer != nil {
-				e.onAnswer(c)
+			e.current = r
+			took := p.det.answerLate(r)
+			e.current = nil
+			if took {
+				e.stats.LateAnswers++
+				if e.onAnswer != nil {
+					e.onAnswer(c)
+				}
 			}
 		}
 		return
