@@ -307,8 +307,12 @@ func (e *Engine) OnTooLate(f func(c *audit.Call)) { e.onTooLate = f }
 // observations under one call id (the same request at the same
 // millisecond), one without its response and one with it, the engine
 // merged, once, when it does, whichever of the two it keeps for the call
-// (the answer may be dated a fraction of a millisecond before). Only such an answer completes the call: one that comes
-// after the call was judged is dropped as a duplicate, and the call is
+// (the answer may be dated a fraction of a millisecond before), and of
+// each call judged without its response whose answer comes later, within
+// AllowedLateness of its partition's watermark: the engine then judges
+// the call's writes again from the answer (detector.answerLate) and takes
+// back what the unanswered reading made that judging in order does not.
+// An answer later than that is dropped as a duplicate, and the call stays
 // judged without it. It is called from Add, on the engine's goroutine; f
 // must not keep c past its return. The live service commits their ids, so
 // that the store keeps the answer in the call's place exactly when the
@@ -364,6 +368,19 @@ func (e *Engine) Add(src string, r *audit.Record, wall time.Time) {
 	}
 	if seen == nil {
 		e.duplicate()
+		if c.Responded && tk.col == nil && !t.Before(p.wm.Add(-e.cfg.AllowedLateness)) {
+			// The answer of a call judged without it, within
+			// allowed_lateness: judged as in order, and the store told.
+			e.current = r
+			took := p.det.answerLate(r)
+			e.current = nil
+			if took {
+				e.stats.LateAnswers++
+				if e.onAnswer != nil {
+					e.onAnswer(c)
+				}
+			}
+		}
 		return
 	}
 	if e.ids != nil && !e.ids.add(c.Tenant, c.ID) {

@@ -23,10 +23,15 @@ type Stats struct {
 	Late, TooLate int64
 	// Ahead counts calls dated beyond the allowed clock skew.
 	Ahead int64
-	// Withdrawn counts unverified_write findings taken back: a call dated
-	// within the write's window, judged after it closed, settled the
-	// write (Findings no longer counts them).
+	// Withdrawn counts findings taken back: an unverified_write whose write
+	// a call dated within its window, judged after it closed, settled, or
+	// an unverified_write or unsafe_retry made from a call judged without
+	// the response its late answer gave (Findings no longer counts them).
 	Withdrawn int64
+	// LateAnswers counts answers of calls judged without one, taken within
+	// the allowed lateness (counted among Duplicates too: a second
+	// observation of the exchange).
+	LateAnswers int64
 }
 
 func newStats() Stats {

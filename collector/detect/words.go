@@ -81,4 +81,5 @@ var (
 var (
 	rSyncNotConfirmed = reasonWords.of(audit.ReasonSyncNotConfirmed)
 	rSaveBlocked      = reasonWords.of(audit.ReasonSaveBlocked)
+	rNoResponse       = reasonWords.of(audit.ReasonNoResponse)
 )

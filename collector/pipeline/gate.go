@@ -113,14 +113,19 @@ type gate struct {
 	// partition freed as idle) is named too (judged). An answer the engine
 	// dropped stays until the map is cleared at maxAnswersHeld.
 	answers map[string]bool
-	// told holds the unverified_write findings this process told the
-	// sinks, by id, with the end of their write's window: a withdrawal is
+	// told holds the unverified_write and unsafe_retry findings this
+	// process told the sinks, by id, with the end of their write's window
+	// (an unsafe_retry: its first call's time, which a late answer of that
+	// call withdraws it from): a withdrawal is
 	// told the sinks only for one of them (one committed before a restart
 	// was not told, and a metrics counter of withdrawals would outgrow
 	// the findings counter; found by rev18w). Pruned at each take once the
 	// window closed more than allowed_lateness + lateness before the
 	// committed watermark: no call judged can withdraw it then.
 	told map[string]time.Time
+	// restartAnswers holds the calls whose answer kept aside the replay
+	// handed the engine though a mark covers the call (answerAtRestart).
+	restartAnswers map[audit.CallRef]bool
 	// remade holds, while known is set, the ids of the unverified_write
 	// findings the replay made, told or recognized as stored: one of
 	// them is not withdrawn (two writes of one call to one document under
@@ -482,6 +487,15 @@ func (g *gate) Write(w *audit.Write, prev audit.WriteState) {
 	if settling && g.lostWithdrawal(w.Tenant, w.Server, w.StateTime) {
 		g.storedUnverified(w)
 	}
+	// A write the replay judged from an answer the live run took after
+	// committing the call's judgement without it, and died before the
+	// commit naming it (fx20a): its unverified_write, made when the
+	// window closed without the answer, is withdrawn as the live run
+	// would have.
+	if len(g.restartAnswers) > 0 && w.State != audit.StateUnverified && w.State != audit.StatePending &&
+		g.restartAnswers[audit.CallRef{Tenant: w.Tenant, ID: w.CallID}] {
+		g.storedUnverified(w)
+	}
 	if !open && g.replayed(w.Tenant, w.Server, w.StateTime) && (!settling || !g.storedPending(w)) {
 		return
 	}
@@ -556,11 +570,19 @@ func (g *gate) Finding(f *audit.Finding) {
 		o = origin{at: f.Time.Add(g.eng.Config().VerifyWindow), window: true}
 	}
 	g.origins = append(g.origins, o)
-	if f.Kind == audit.KindUnverifiedWrite {
+	switch f.Kind {
+	case audit.KindUnverifiedWrite:
 		if g.told == nil {
 			g.told = map[string]time.Time{}
 		}
 		g.told[f.ID()] = f.Time.Add(g.eng.Config().VerifyWindow)
+	case audit.KindUnsafeRetry:
+		// Withdrawn when the late answer of its first call (dated at the
+		// finding's time) shows that write was not uncertain (fx20a).
+		if g.told == nil {
+			g.told = map[string]time.Time{}
+		}
+		g.told[f.ID()] = f.Time
 	}
 	for _, s := range g.sinks {
 		s.Finding(f)
@@ -594,8 +616,14 @@ const withdrawnBy = "mcpaudit"
 // judged late that withdrew it.
 const withdrawnNote = "withdrawn by mcpaudit: call %s, dated within the write's verification window and judged late (after the window closed), settled the write; judged in time order there is no such finding (docs/detection.md, Late calls)"
 
+// answerWithdrawnNote is the note of the change that withdraws a finding
+// made from a call judged without its response, whose answer (the same
+// call id) came later within allowed_lateness (fx20a).
+const answerWithdrawnNote = "withdrawn by mcpaudit: the answer of call %s, delivered after the call was judged without it and judged within allowed_lateness, gives the write's outcome; judged in time order with the answer there is no such finding (docs/detection.md, Responses under one call id)"
+
 // WithdrawFinding takes back an unverified_write that a call judged late
-// showed wrong. Not yet committed, it is dropped from the commit; stored,
+// showed wrong, or an unverified_write or unsafe_retry made from a call
+// judged without the response its late answer gave. Not yet committed, it is dropped from the commit; stored,
 // the next commit marks it withdrawn in its lifecycle (audit.FindingWithdrawn:
 // its row and id stay, lists and counts leave it out, and a person sees
 // who withdrew it and why). The sinks that can are told too.
@@ -611,8 +639,13 @@ func (g *gate) WithdrawFinding(f *audit.Finding, call string, at time.Time) {
 		}
 	}
 	if !dropped {
+		note := withdrawnNote
+		if len(f.Calls) > 0 && f.Calls[0] == call {
+			// The finding's own first call: its answer withdrew it.
+			note = answerWithdrawnNote
+		}
 		g.withdrawn = append(g.withdrawn, audit.FindingChange{FindingID: id, Tenant: f.Tenant, State: audit.FindingWithdrawn,
-			By: withdrawnBy, Note: fmt.Sprintf(withdrawnNote, call), Time: at})
+			By: withdrawnBy, Note: fmt.Sprintf(note, call), Time: at})
 	}
 	if _, ok := g.told[id]; !ok {
 		return // the sinks were not told it in this process
@@ -643,6 +676,19 @@ func (g *gate) tooLateCall(c *audit.Call) {
 // store held, and naming the call it completed passes over nothing.
 func (g *gate) answeredCall(c *audit.Call) {
 	g.answered = append(g.answered, audit.CallRef{Tenant: c.Tenant, ID: c.ID, Time: c.Time})
+}
+
+// answerAtRestart notes c, an answer kept aside that the replay hands the
+// engine though the call's judgement without it was committed: the live
+// run took it within allowed_lateness (detect's answerLate) and died
+// before the commit naming it. A write judged from it whose
+// unverified_write the store holds has that finding withdrawn
+// (storedUnverified), as the live run would have.
+func (g *gate) answerAtRestart(c *audit.Call) {
+	if g.restartAnswers == nil {
+		g.restartAnswers = map[audit.CallRef]bool{}
+	}
+	g.restartAnswers[audit.CallRef{Tenant: c.Tenant, ID: c.ID}] = true
 }
 
 // maxAnswersHeld bounds gate.answers: past it the map starts again (an

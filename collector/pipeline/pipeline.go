@@ -414,14 +414,21 @@ func (p *Pipeline) recover(ctx context.Context) error {
 			}
 		}
 	}
-	// answerCovered reports whether the judgement of c was committed
-	// before the stop: its partition's mark covers it, or, without the
-	// state file, the store's watermark does.
-	answerCovered := func(c *audit.Call) bool {
+	// answerCovered reports whether the live run judged c without the
+	// answer kept aside for it for good: its judgement was committed before
+	// the stop (its partition's mark covers it, or, without the state
+	// file, the store's watermark does) and the answer, which came after
+	// that commit, was later than allowed_lateness behind the watermark
+	// (the engine's own test, the mark standing for the watermark). An
+	// answer within allowed_lateness of the mark the live run judged with
+	// the call (detector.answerLate, fx20a), or would have had the
+	// process not died before the commit naming it: the replay judges the
+	// call with it, as in order.
+	answerCovered := func(c *audit.Call, by time.Duration) bool {
 		if m, ok := marks[detect.PartitionKey{Tenant: c.Tenant, Server: c.Server}]; ok {
-			return !c.Time.After(m.Watermark)
+			return c.Time.Before(m.Watermark.Add(-by))
 		}
-		return lost && !wm.IsZero() && !c.Time.After(wm)
+		return lost && !wm.IsZero() && c.Time.Before(wm.Add(-by))
 	}
 	p.gate.recovering(wm, committed, deferred, known)
 	p.eng.OnDuplicate(p.gate.duplicate)
@@ -557,8 +564,14 @@ func (p *Pipeline) recover(ctx context.Context) error {
 			ref := audit.CallRef{Tenant: r.Call.Tenant, ID: r.Call.ID}
 			if a := aside[ref]; a != nil {
 				delete(aside, ref)
-				if !answerCovered(r.Call) {
+				if !answerCovered(r.Call, p.eng.Config().AllowedLateness) {
 					answers++
+					if answerCovered(r.Call, 0) {
+						// Judged and committed without it: an
+						// unverified_write stored then was withdrawn by
+						// the live run only if it committed after.
+						p.gate.answerAtRestart(a.Call)
+					}
 					p.gate.replaying(a.Call)
 					p.gate.answerHeld(a.Call)
 					p.eng.Add(recoverySource, a, p.now())
