@@ -18,6 +18,8 @@ import (
 var (
 	// ErrorStates are the write states that spend the error budget.
 	ErrorStates = []audit.WriteState{audit.StateUnverified, audit.StateDoubleApplied}
+	// GoodStates are the write states the SLI counts as good.
+	GoodStates = []audit.WriteState{audit.StateDurable, audit.StateResolved}
 	// CountedStates are the write states the SLI counts.
 	CountedStates = []audit.WriteState{audit.StateDurable, audit.StateResolved, audit.StateUnverified, audit.StateDoubleApplied}
 	// TerminalStates are the states mcpaudit_writes_total counts.
@@ -132,7 +134,20 @@ func LatestByStateExpr(fn string, states []audit.WriteState, by, extraMatchers, 
 // counted once by its latest state. The rules record its parts;
 // queries read the recordings (ErrorRate, CountedRate).
 func ErrorRatioExpr(by, extraMatchers string, window time.Duration) string {
-	return LatestRateExpr(ErrorStates, by, extraMatchers, window) + "\n/\n" + LatestRateExpr(CountedStates, by, extraMatchers, window)
+	errors := LatestRateExpr(ErrorStates, by, extraMatchers, window)
+	return errors + "\n/\n(\n" + CountedRateExpr(by, extraMatchers, window) + "\n)"
+}
+
+// CountedRateExpr is the rate over window of the writes the SLI counts,
+// each once by its latest state: the good writes and the errors, each
+// clamped at zero on its own (LatestRateExpr), then added. Clamping their
+// sum alone (LatestRateExpr of CountedStates) let a window that holds a
+// durable write's move to double_applied but not its first judgement count
+// the error and take the write out of the good ones it never counted
+// there: errors above the counted writes, an error ratio above 1, +Inf
+// when the window held nothing else (rev20s, review of sli20).
+func CountedRateExpr(by, extraMatchers string, window time.Duration) string {
+	return LatestRateExpr(GoodStates, by, extraMatchers, window) + "\n+\n" + LatestRateExpr(ErrorStates, by, extraMatchers, window)
 }
 
 // ErrorRate names the recording of the rate of writes that spend the error
@@ -164,7 +179,7 @@ func sliRules(target float64) []Rule {
 	for _, w := range SLIWindows {
 		out = append(out,
 			Rule{Record: ErrorRate(w), Expr: LatestRateExpr(ErrorStates, by, "", w)},
-			Rule{Record: CountedRate(w), Expr: LatestRateExpr(CountedStates, by, "", w)},
+			Rule{Record: CountedRate(w), Expr: CountedRateExpr(by, "", w)},
 			Rule{Record: ErrorRatio(LevelServer, w), Expr: ErrorRate(w) + "\n/\n" + CountedRate(w)},
 			Rule{Record: ErrorRatio(LevelJob, w), Expr: fmt.Sprintf("sum by (job) (%s)\n/\nsum by (job) (%s)", ErrorRate(w), CountedRate(w))},
 		)

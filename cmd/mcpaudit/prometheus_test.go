@@ -162,11 +162,59 @@ func TestServe_Prometheus(t *testing.T) {
 		t.Errorf("findings of the last write: %+v, want one unverified_write", fp.Findings)
 	}
 
+	// The write counters Prometheus scraped, each write once by its latest
+	// state (mcpaudit_writes_total less mcpaudit_writes_rejudged_total of
+	// the state it left, as the SLI's rules count them), agree with the
+	// store's counts that /api/v1/slo and `mcpaudit report` give, per server
+	// and state (rev20s, review of sli20).
+	var promWrites, apiWrites map[string]float64
+	var moves float64
+	err := promtest.Poll(ctx, 20*time.Second, func(ctx context.Context) (bool, error) {
+		entered, err := prom.Query(ctx, fmt.Sprintf("sum by (%s, %s) (%s)", metrics.LabelServer, metrics.LabelState, metrics.WritesTotal))
+		if err != nil {
+			return false, err
+		}
+		left, err := prom.Query(ctx, fmt.Sprintf("sum by (%s, %s) (%s)", metrics.LabelServer, metrics.LabelFrom, metrics.WritesRejudgedTotal))
+		if err != nil {
+			return false, err
+		}
+		promWrites = map[string]float64{}
+		for _, sm := range entered.Samples {
+			v, _ := strconv.ParseFloat(sm.Value, 64)
+			promWrites[sm.Metric[metrics.LabelServer]+"/"+sm.Metric[metrics.LabelState]] += v
+		}
+		moves = 0
+		for _, sm := range left.Samples {
+			v, _ := strconv.ParseFloat(sm.Value, 64)
+			promWrites[sm.Metric[metrics.LabelServer]+"/"+sm.Metric[metrics.LabelFrom]] -= v
+			moves += v
+		}
+		maps.DeleteFunc(promWrites, func(_ string, v float64) bool { return v == 0 })
+		apiWrites = map[string]float64{}
+		for _, sv := range []string{"oddlynew", "thegram"} {
+			var rep struct {
+				Counts map[audit.WriteState]int64 `json:"counts"`
+			}
+			getJSON(t, "http://"+s.apiAddr+"/api/v1/slo?window=365d&server="+sv, &rep)
+			for st, n := range rep.Counts {
+				if n != 0 {
+					apiWrites[sv+"/"+string(st)] = float64(n)
+				}
+			}
+		}
+		return maps.Equal(promWrites, apiWrites), nil
+	})
+	if err != nil {
+		t.Errorf("writes by server and latest state in Prometheus %v, in /api/v1/slo %v: %v", promWrites, apiWrites, err)
+	} else {
+		t.Logf("writes by server and latest state, Prometheus and /api/v1/slo: %v (%v moves subtracted)", promWrites, moves)
+	}
+
 	// The findings counters Prometheus scraped agree with the findings the
 	// API returns, per server and kind.
 	apiCount := map[string]float64{}
 	var promCount map[string]float64
-	err := promtest.Poll(ctx, 20*time.Second, func(ctx context.Context) (bool, error) {
+	err = promtest.Poll(ctx, 20*time.Second, func(ctx context.Context) (bool, error) {
 		clear(apiCount)
 		for _, f := range apiFindingsAll(t, s) {
 			apiCount[string(f.Server)+"/"+string(f.Kind)]++
