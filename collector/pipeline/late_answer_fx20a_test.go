@@ -342,3 +342,44 @@ func TestLateAnswer_UncertainAnswerReason(t *testing.T) {
 	}
 	sameReasons(t, o, want)
 }
+
+// TestLateAnswer_PendingAnswerSettledByRead (rev20a probe): the late
+// answer says the write is pending its sync (rev 4, sync pending); a read
+// of rev 4, synced, judged between the two observations, proves it: in
+// order the write is durable, no finding. The engine alone, live, the
+// write's window open when the answer comes.
+func TestLateAnswer_PendingAnswerSettledByRead(t *testing.T) {
+	dedit := func(c *detect.Config) { c.VerifyWindow = 20 * time.Second; c.CorrelationWindow = 2 * time.Minute }
+	at := wallStart.Add(-time.Minute)
+	unanswered, answered := laLinesWith(at, `{"isError":false,"structuredContent":{"path":"la/doc.gram","rev":4,"hash":"h4","sync":{"state":"pending"}}}`)
+	read := fmt.Appendf(nil, `{"time":%q,"server":"thegram","session":"s-la","request":{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"gram_read","arguments":{"path":"la/doc.gram"}}},"response":{"jsonrpc":"2.0","id":7,"result":{"isError":false,"structuredContent":{"path":"la/doc.gram","rev":4,"hash":"h4","sync":{"state":"synced"},"text":"..."}}}}`,
+		at.Add(5*time.Second).Format(time.RFC3339Nano))
+	var before, after [][]byte
+	for i := 1; i <= 40; i++ {
+		l := callLine("thegram", "s-o", 100+i, at.Add(time.Duration(i)*time.Second))
+		if i < 17 {
+			before = append(before, l)
+		} else {
+			after = append(after, l)
+		}
+	}
+	before = append(before, read)
+	want := inOrderWith(t, dedit, slices.Concat([][]byte{unanswered, answered}, before, after))
+	if countState(want.writes, audit.StateDurable) == 0 {
+		t.Fatalf("in time order no durable write (%v): the test shows nothing", want.writes)
+	}
+	o := outcome{findings: map[string]audit.Finding{}, writes: map[string]audit.WriteState{}}
+	cfg := detect.NewDefaultConfig()
+	dedit(&cfg)
+	e := detect.NewEngine(cfg, outcomeSink{o})
+	recs := decode(t, slices.Concat([][]byte{unanswered}, before, [][]byte{answered}, after))
+	slices.SortStableFunc(recs[:len(before)+1], func(a, b *audit.Record) int { return a.Call.Time.Compare(b.Call.Time) })
+	for _, r := range recs {
+		e.Add("calls", r, r.Call.Time)
+	}
+	e.Flush()
+	if e.Stats().LateAnswers != 1 {
+		t.Errorf("late answers %d, want 1", e.Stats().LateAnswers)
+	}
+	sameStored(t, "live", o, want)
+}
