@@ -14,7 +14,8 @@ import (
 // (capture-format.md §1: the answer completes the unanswered observation).
 // Each write of the call still uncertain for want of a response
 // (no_response) takes the outcome the answer gives it: durable, rejected,
-// or pending a proof of its sync or save; an unverified_write made when
+// pending a proof of its sync or save, or uncertain for the answer's own
+// reason (COMMIT_UNKNOWN); an unverified_write made when
 // its window closed is withdrawn, and so is an unsafe_retry that named it
 // as the uncertain write re-sent blindly; a later acceptance of the same
 // edit is then judged again under the double-apply rules. It reports
@@ -30,7 +31,7 @@ func (d *detector) answerLate(r *audit.Record) bool {
 	took := false
 	for i := range r.Ops {
 		op := &r.Ops[i]
-		if op.Kind != audit.OpWrite || op.Status == audit.OpUncertain || op.Tool == toolCreate {
+		if op.Kind != audit.OpWrite || op.Tool == toolCreate {
 			continue
 		}
 		ds := d.docs.get(docKey(op.Document()))
@@ -68,6 +69,20 @@ func (d *detector) answerLate(r *audit.Record) bool {
 // answerWrite gives w, the uncertain write of an unanswered call, the
 // outcome op of its answer.
 func (d *detector) answerWrite(ev *event, op *audit.Op, w *writeRec, ds *docState) {
+	if op.Status == audit.OpUncertain {
+		// An answer that leaves the write uncertain all the same
+		// (COMMIT_UNKNOWN, E_STORAGE) gives it its own reason and retry
+		// class, as in order: an unverified_write made from here on says
+		// commit_unknown, not no_response (rev20a). One its window made
+		// already keeps no_response (docs/detection.md).
+		w.op = wopOf(op)
+		w.reason = reasonWords.of(op.Reason)
+		w.uncertain = w.reason
+		if op.Failure != nil {
+			w.action = actionWords.of(op.Failure.Action)
+		}
+		return
+	}
 	if ds.more != nil {
 		ds.more.uncertain = slices.DeleteFunc(ds.more.uncertain, func(u *writeRec) bool { return u == w })
 	}

@@ -18,14 +18,18 @@ func laRequest(rpc int, key string) string {
 	return fmt.Sprintf(`"request":{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"gram_patch","arguments":{"path":"la/doc.gram","base_revision":3,"expected_hash":"h3","request_id":%q,"operations":[{"op":"append_block","target":"h1","text":"x"}]}}}`, rpc, key)
 }
 
-// laLines are op20's repro (/tmp/op20/repro-late-answer.sh): a gram_patch
+// laLinesWith are op20's repro (/tmp/op20/repro-late-answer.sh): a gram_patch
 // seen without its response, and the same record (same time, so the same
 // call id) with its answer: accepted, rev 4, synced.
-func laLines(at time.Time) (unanswered, answered []byte) {
+// laAccepted is the answer of op20's repro: accepted, rev 4, synced.
+const laAccepted = `{"isError":false,"structuredContent":{"path":"la/doc.gram","rev":4,"hash":"h4","sync":{"state":"synced"}}}`
+
+// laLinesWith is laLines with the answer's result given.
+func laLinesWith(at time.Time, result string) (unanswered, answered []byte) {
 	req := laRequest(1, "req-la-1")
 	unanswered = fmt.Appendf(nil, `{"time":%q,"server":"thegram","session":"s-la",%s}`, at.Format(time.RFC3339Nano), req)
-	answered = fmt.Appendf(nil, `{"time":%q,"server":"thegram","session":"s-la","duration_ms":900,%s,"response":{"jsonrpc":"2.0","id":1,"result":{"isError":false,"structuredContent":{"path":"la/doc.gram","rev":4,"hash":"h4","sync":{"state":"synced"}}}}}`,
-		at.Format(time.RFC3339Nano), req)
+	answered = fmt.Appendf(nil, `{"time":%q,"server":"thegram","session":"s-la","duration_ms":900,%s,"response":{"jsonrpc":"2.0","id":1,"result":%s}}`,
+		at.Format(time.RFC3339Nano), req, result)
 	return unanswered, answered
 }
 
@@ -69,6 +73,14 @@ type laCase struct {
 	// two carriers' start times (a client span and the server's), two
 	// call ids within the second that makes them one exchange.
 	skew time.Duration
+	// result, when set, is the answer's result instead of laAccepted.
+	result string
+	// staleReason: the unverified_write made before an uncertain answer
+	// came keeps no_response (docs/detection.md), where in order it says
+	// the answer's reason. The harness's idle source may close a 10 s
+	// gap's window before the answer comes (the wall clock is a minute
+	// ahead): TestLateAnswer_UncertainAnswerReason pins the open window.
+	staleReason bool
 }
 
 // playLateAnswer delivers the repro as a lagging server exporter does:
@@ -81,9 +93,13 @@ type laCase struct {
 func playLateAnswer(t *testing.T, tc laCase) {
 	dedit := func(c *detect.Config) { c.VerifyWindow = 20 * time.Second; c.CorrelationWindow = 2 * time.Minute }
 	at := wallStart.Add(-time.Minute)
-	unanswered, answered := laLines(at)
+	result := laAccepted
+	if tc.result != "" {
+		result = tc.result
+	}
+	unanswered, answered := laLinesWith(at, result)
 	if tc.skew != 0 {
-		_, answered = laLines(at.Add(tc.skew))
+		_, answered = laLinesWith(at.Add(tc.skew), result)
 		if a, b := ids(batch(t, "c", unanswered))[0], ids(batch(t, "s", answered))[0]; a == b {
 			t.Fatalf("one call id %s: the test shows nothing", a)
 		}
@@ -107,7 +123,7 @@ func playLateAnswer(t *testing.T, tc laCase) {
 	}
 	tail := callLine("thegram", "s-o", 999, at.Add(10*time.Minute))
 	want := inOrderWith(t, dedit, slices.Concat(first[:1], [][]byte{answered}, first[1:], rest, [][]byte{tail}))
-	if tc.gap < 20 && len(want.findings) == 0 && !tc.retry {
+	if tc.gap < 20 && len(want.findings) == 0 && !tc.retry && tc.result == "" {
 		// Judged in time order: durable, no finding.
 		if w := countState(want.writes, audit.StateDurable); w == 0 {
 			t.Fatalf("in time order no durable write (%v): the test shows nothing", want.writes)
@@ -166,7 +182,7 @@ func playLateAnswer(t *testing.T, tc laCase) {
 	if tc.skew == 0 && !storedAnswered(t, r, unanswered) {
 		t.Errorf("the store holds the call unanswered; judged in time order it is answered")
 	}
-	if tc.gap > 20 && tc.restart == "" && !tc.crashAfterAnswer {
+	if tc.gap > 20 && tc.restart == "" && !tc.crashAfterAnswer && tc.result != laCommitUnknown {
 		pg, err := r.store.Findings(context.Background(), audit.FindingQuery{State: audit.FindingWithdrawn, Limit: 100})
 		if err != nil {
 			t.Fatal(err)
@@ -194,6 +210,9 @@ func playLateAnswer(t *testing.T, tc laCase) {
 	}
 	got := r.stop()
 	sameStored(t, "live", got, want)
+	if !tc.staleReason {
+		sameReasons(t, got, want)
+	}
 
 	// A restart on the same data changes nothing.
 	r = openRunWith(t, dir, clock, nil, dedit, nil, nil, opts)
@@ -237,4 +256,130 @@ func TestLateAnswer_JudgedAsInOrder(t *testing.T) {
 			})
 		}
 	}
+}
+
+// sameReasons fails unless each open finding got and want both hold has
+// the same reason and retry action: a write judged from its answer is
+// unverified for the answer's reason, not for want of a response (rev20a).
+func sameReasons(t *testing.T, got, want outcome) {
+	t.Helper()
+	for _, id := range openFindings(want) {
+		g, ok := got.findings[id]
+		w := want.findings[id]
+		if ok && (g.Reason != w.Reason || g.RetryAction != w.RetryAction) {
+			t.Errorf("%s %v: reason %q, retry action %q; in time order %q, %q", g.Kind, g.Calls, g.Reason, g.RetryAction, w.Reason, w.RetryAction)
+		}
+	}
+}
+
+// laCommitUnknown is an answer that leaves the write uncertain for its own
+// reason (commit_unknown, replay_same_request); laConflict one that
+// rejects it.
+const (
+	laCommitUnknown = `{"isError":true,"structuredContent":{"error":{"code":"COMMIT_UNKNOWN","message":"Replacement published but durability is uncertain: disk"}},"content":[{"type":"text","text":"COMMIT_UNKNOWN: Replacement published but durability is uncertain: disk"}]}`
+	laConflict      = `{"isError":true,"structuredContent":{"error":{"code":"STORAGE_CONFLICT","message":"base revision is stale"}},"content":[{"type":"text","text":"STORAGE_CONFLICT: base revision is stale"}]}`
+)
+
+// TestLateAnswer_ErrorAnswer (rev20a): the late answer is an error. A
+// rejection (STORAGE_CONFLICT) makes the write rejected, as in order; an
+// uncertain error (COMMIT_UNKNOWN) leaves it uncertain, but for the
+// answer's reason and retry class, and the store holds the call answered,
+// as judging the two observations in time order does.
+func TestLateAnswer_ErrorAnswer(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		c    laCase
+	}{
+		{"rejected_window_open", laCase{gap: 10, result: laConflict}},
+		{"rejected_window_closed", laCase{gap: 25, result: laConflict}},
+		{"commit_unknown_window_open", laCase{gap: 10, result: laCommitUnknown, staleReason: true}},
+		{"commit_unknown_window_closed", laCase{gap: 25, result: laCommitUnknown, staleReason: true}},
+		{"commit_unknown_blind_retry", laCase{gap: 10, retry: true, result: laCommitUnknown, staleReason: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.c.ack = sqlite.AckCommit
+			playLateAnswer(t, tc.c)
+		})
+	}
+}
+
+// TestLateAnswer_UncertainAnswerReason (rev20a): the engine alone, live
+// (wall times), the write's window open when its COMMIT_UNKNOWN answer
+// comes behind the watermark. The unverified_write made when the window
+// closes must say commit_unknown, as in order; fx20a left such an answer
+// untaken (the write no_response, the call stored unanswered).
+func TestLateAnswer_UncertainAnswerReason(t *testing.T) {
+	dedit := func(c *detect.Config) { c.VerifyWindow = 20 * time.Second; c.CorrelationWindow = 2 * time.Minute }
+	at := wallStart.Add(-time.Minute)
+	unanswered, answered := laLinesWith(at, laCommitUnknown)
+	var before, after [][]byte
+	for i := 1; i <= 40; i++ {
+		l := callLine("thegram", "s-o", 100+i, at.Add(time.Duration(i)*time.Second))
+		if i < 17 {
+			before = append(before, l)
+		} else {
+			after = append(after, l)
+		}
+	}
+	want := inOrderWith(t, dedit, slices.Concat([][]byte{unanswered, answered}, before, after))
+
+	o := outcome{findings: map[string]audit.Finding{}, writes: map[string]audit.WriteState{}}
+	cfg := detect.NewDefaultConfig()
+	dedit(&cfg)
+	e := detect.NewEngine(cfg, outcomeSink{o})
+	took := 0
+	e.OnAnswer(func(*audit.Call) { took++ })
+	for _, r := range decode(t, slices.Concat([][]byte{unanswered}, before, [][]byte{answered}, after)) {
+		e.Add("calls", r, r.Call.Time)
+	}
+	e.Flush()
+	if e.Stats().LateAnswers != 1 || took != 1 {
+		t.Errorf("late answers %d, told the store %d times; want 1, 1", e.Stats().LateAnswers, took)
+	}
+	sameStored(t, "live", o, want)
+	if len(openFindings(want)) == 0 {
+		t.Fatalf("in time order no finding: the test shows nothing")
+	}
+	sameReasons(t, o, want)
+}
+
+// TestLateAnswer_PendingAnswerSettledByRead (rev20a probe): the late
+// answer says the write is pending its sync (rev 4, sync pending); a read
+// of rev 4, synced, judged between the two observations, proves it: in
+// order the write is durable, no finding. The engine alone, live, the
+// write's window open when the answer comes.
+func TestLateAnswer_PendingAnswerSettledByRead(t *testing.T) {
+	dedit := func(c *detect.Config) { c.VerifyWindow = 20 * time.Second; c.CorrelationWindow = 2 * time.Minute }
+	at := wallStart.Add(-time.Minute)
+	unanswered, answered := laLinesWith(at, `{"isError":false,"structuredContent":{"path":"la/doc.gram","rev":4,"hash":"h4","sync":{"state":"pending"}}}`)
+	read := fmt.Appendf(nil, `{"time":%q,"server":"thegram","session":"s-la","request":{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"gram_read","arguments":{"path":"la/doc.gram"}}},"response":{"jsonrpc":"2.0","id":7,"result":{"isError":false,"structuredContent":{"path":"la/doc.gram","rev":4,"hash":"h4","sync":{"state":"synced"},"text":"..."}}}}`,
+		at.Add(5*time.Second).Format(time.RFC3339Nano))
+	var before, after [][]byte
+	for i := 1; i <= 40; i++ {
+		l := callLine("thegram", "s-o", 100+i, at.Add(time.Duration(i)*time.Second))
+		if i < 17 {
+			before = append(before, l)
+		} else {
+			after = append(after, l)
+		}
+	}
+	before = append(before, read)
+	want := inOrderWith(t, dedit, slices.Concat([][]byte{unanswered, answered}, before, after))
+	if countState(want.writes, audit.StateDurable) == 0 {
+		t.Fatalf("in time order no durable write (%v): the test shows nothing", want.writes)
+	}
+	o := outcome{findings: map[string]audit.Finding{}, writes: map[string]audit.WriteState{}}
+	cfg := detect.NewDefaultConfig()
+	dedit(&cfg)
+	e := detect.NewEngine(cfg, outcomeSink{o})
+	recs := decode(t, slices.Concat([][]byte{unanswered}, before, [][]byte{answered}, after))
+	slices.SortStableFunc(recs[:len(before)+1], func(a, b *audit.Record) int { return a.Call.Time.Compare(b.Call.Time) })
+	for _, r := range recs {
+		e.Add("calls", r, r.Call.Time)
+	}
+	e.Flush()
+	if e.Stats().LateAnswers != 1 {
+		t.Errorf("late answers %d, want 1", e.Stats().LateAnswers)
+	}
+	sameStored(t, "live", o, want)
 }
