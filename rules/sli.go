@@ -57,29 +57,27 @@ func StateRegex(states []audit.WriteState) string {
 // WritesSelector selects the WritesTotal series in states, with extra
 // matchers appended (`server=~"$server"`), or none when extra is empty.
 func WritesSelector(states []audit.WriteState, extra string) string {
-	op := "=~"
-	if len(states) == 1 {
-		op = "="
-	}
-	m := fmt.Sprintf(`%s%s"%s"`, metrics.LabelState, op, StateRegex(states))
-	if extra != "" {
-		m += "," + extra
-	}
-	return metrics.WritesTotal + "{" + m + "}"
+	return stateSelector(metrics.WritesTotal, metrics.LabelState, states, extra)
 }
 
 // RejudgedSelector selects the WritesRejudgedTotal series that left one of
 // states, with extra matchers appended as in WritesSelector.
 func RejudgedSelector(states []audit.WriteState, extra string) string {
+	return stateSelector(metrics.WritesRejudgedTotal, metrics.LabelFrom, states, extra)
+}
+
+// stateSelector selects the series of metric whose label is one of states,
+// with extra matchers appended.
+func stateSelector(metric, label string, states []audit.WriteState, extra string) string {
 	op := "=~"
 	if len(states) == 1 {
 		op = "="
 	}
-	m := fmt.Sprintf(`%s%s"%s"`, metrics.LabelFrom, op, StateRegex(states))
+	m := fmt.Sprintf(`%s%s"%s"`, label, op, StateRegex(states))
 	if extra != "" {
 		m += "," + extra
 	}
-	return metrics.WritesRejudgedTotal + "{" + m + "}"
+	return metric + "{" + m + "}"
 }
 
 // LatestRateExpr is the rate over window of the writes whose latest state
