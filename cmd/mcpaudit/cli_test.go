@@ -383,3 +383,23 @@ func TestAnalyze_SummaryTooLate(t *testing.T) {
 		t.Errorf("summary calls %v too_late %v, want 1 call judged and 2 too late", sum["calls"], sum["too_late"])
 	}
 }
+
+// TestServerAliasGivenAName: an MCP server's name given to the deprecated
+// --server (as proxy and wrap take --server, and as the alerts label the
+// server) is refused with the flag meant, --mcp-server, instead of
+// replacing --api-url and failing as "unsupported protocol scheme" (op21,
+// following the McpAuditDoubleAppliedWrite runbook).
+func TestServerAliasGivenAName(t *testing.T) {
+	f := func(args ...string) {
+		t.Helper()
+		code, _, errs := cliRun(args...)
+		if code != 2 || !strings.Contains(errs, `--server "thegram" is not a URL`) || !strings.Contains(errs, "--mcp-server thegram") || strings.Contains(errs, "protocol scheme") {
+			t.Errorf("%v: exit %d %q", args, code, errs)
+		}
+	}
+	f("findings", "--api-url", "http://127.0.0.1:1", "--kind", "double_applied_write", "--server", "thegram")
+	f("calls", "--api-url", "http://127.0.0.1:1", "--server", "thegram")
+	f("slo", "--server", "thegram")
+	f("report", "--api-url", "http://127.0.0.1:1", "--server", "thegram")
+	f("findings", "ack", "--api-url", "http://127.0.0.1:1", "--server", "thegram", "f_00", "--note", "x")
+}

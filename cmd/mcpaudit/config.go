@@ -112,8 +112,10 @@ type ServeConfig struct {
 	// traffic the two are the same. Default newest_call.
 	RetentionFrom string `yaml:"retention_from"`
 	// TenantRetention overrides serve.retention for the tenants it lists
-	// (tenant name: duration), longer or shorter. Default none: every
-	// tenant keeps serve.retention.
+	// (tenant name: duration), longer or shorter. A tenant that no
+	// credential of the file names (and no serve.auth.tokens_file may) is
+	// warned about by serve and config validate: a misspelt name keeps
+	// serve.retention. Default none: every tenant keeps serve.retention.
 	TenantRetention map[string]Duration `yaml:"tenant_retention"`
 	// SigningKeyFile is a PEM file of the Ed25519 private key (PKCS #8,
 	// mcpaudit keygen) that signs the tamper-evidence checkpoints of the
@@ -349,6 +351,39 @@ func (c *Config) Warnings() []string {
 	}
 	if w := otherStoreWarning(c.Serve); w != "" {
 		out = append(out, w)
+	}
+	out = append(out, unknownTenantRetentionWarnings(c.Serve)...)
+	return out
+}
+
+// unknownTenantRetentionWarnings says which tenants of
+// serve.tenant_retention no credential of the file names: a typo there
+// (lgeal for legal) was valid and silent, and the tenant kept
+// serve.retention instead, its data deleted sooner than the operator set
+// (op21). With serve.auth.tokens_file set, tenants may come from that
+// file, which is not read here, so nothing is said.
+func unknownTenantRetentionWarnings(s ServeConfig) []string {
+	if len(s.TenantRetention) == 0 || s.Auth.TokensFile != "" {
+		return nil
+	}
+	known := map[string]bool{}
+	for _, t := range s.Receiver.Tenants {
+		known[t] = true
+	}
+	for _, c := range s.Credentials {
+		known[c.Tenant] = true
+	}
+	for _, c := range s.Auth.ClientCerts {
+		known[c.Tenant] = true
+	}
+	var out []string
+	for _, tenant := range sortedTenants(s.TenantRetention) {
+		if known[tenant] {
+			continue
+		}
+		out = append(out, fmt.Sprintf("serve.tenant_retention names tenant %q, which no credential of this file names "+
+			"(serve.receiver.tenants, serve.credentials, serve.auth.client_certs): its retention is not used, and calls of a "+
+			"tenant meant by it keep serve.retention (%s)", tenant, conf.FormatDuration(time.Duration(s.Retention))))
 	}
 	return out
 }

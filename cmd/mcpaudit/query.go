@@ -217,6 +217,13 @@ func parseQueryFlags(name string, args []string, stderr io.Writer, usage string,
 		args = fs.Args()[1:]
 	}
 	if usedServer {
+		// proxy and wrap take --server as the MCP server's name, and the
+		// alerts label it server: a name here is a filter meant for
+		// --mcp-server, never an address (it has no scheme), and it would
+		// otherwise replace --api-url and fail as "unsupported protocol scheme".
+		if q.server != "" && !strings.Contains(q.server, "://") {
+			return nil, nil, &exitError{code: 2, err: fmt.Errorf("%s: --server %q is not a URL: --server is the deprecated name of --api-url (http://HOST:9464); to keep to one MCP server, use --mcp-server %s", name, q.server, q.server)}
+		}
 		fmt.Fprintf(stderr, "mcpaudit %s: --server is deprecated and will be removed; use --api-url (--mcp-server names an MCP server)\n", name)
 	}
 	if q.format != "text" && q.format != "json" {

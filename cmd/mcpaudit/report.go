@@ -52,6 +52,11 @@ func reportCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if fs.NArg() > 0 {
 		return &exitError{code: 2, err: fmt.Errorf("report: unexpected argument %q", fs.Arg(0))}
 	}
+	if *server != "" && !strings.Contains(*server, "://") {
+		// The deprecated --server takes the API's URL; an MCP server's name
+		// given to it (as proxy and wrap take --server) is meant for --mcp-server.
+		return &exitError{code: 2, err: fmt.Errorf("report: --server %q is not a URL: --server is the deprecated name of --api-url (http://HOST:9464); to report on one MCP server, use --mcp-server %s", *server, *server)}
+	}
 	if !strings.Contains(" html md json ", " "+*format+" ") {
 		return &exitError{code: 2, err: fmt.Errorf("report: --format must be html, md or json, not %q", *format)}
 	}
