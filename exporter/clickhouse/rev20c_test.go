@@ -19,6 +19,14 @@ import (
 // (chain.CutDigest, as retention writes it).
 func forgeCut(t *testing.T, o Options, withEntry bool) {
 	t.Helper()
+	forgeCutOf(t, o, withEntry, true)
+}
+
+// forgeCutOf is forgeCut; with deleteEntry false, acme's first chain entry
+// is left in the chain table (only its calls are deleted), as retention
+// leaves a cut entry until its delete is done.
+func forgeCutOf(t *testing.T, o Options, withEntry, deleteEntry bool) {
+	t.Helper()
 	conn := rawConn(t, o.DSN)
 	db, ctx := o.Database, context.Background()
 	var nonce, head uint64
@@ -33,7 +41,9 @@ func forgeCut(t *testing.T, o Options, withEntry bool) {
 		t.Fatal(err)
 	}
 	mutate(t, conn, db, fmt.Sprintf("ALTER TABLE %s.calls DELETE WHERE tenant = 'acme' AND chain_entry = %d", db, nonce))
-	mutate(t, conn, db, "ALTER TABLE "+db+".chain DELETE WHERE tenant = 'acme' AND seq = 1")
+	if deleteEntry {
+		mutate(t, conn, db, "ALTER TABLE "+db+".chain DELETE WHERE tenant = 'acme' AND seq = 1")
+	}
 	before := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC) // older than every call removed
 	if withEntry {
 		r := chainRow{Tenant: "acme", Replica: o.Replica, Seq: head + 1, Kind: chain.KindCut, Nonce: 2, Prev: chain.Hash([]byte(headHash)),

@@ -200,6 +200,19 @@ func (v *chVerifier) loadChains() error {
 		k := chainKey{e.Tenant, e.Replica}
 		if c, ok := v.cuts[k]; ok && int64(e.Seq) < c.Seq {
 			e.skip = true // retention removes it
+			// Retention cuts before the first entry that is no cut entry
+			// and holds a row not older than its cutoff: an entry before
+			// the cut holding one was not cut by retention (review
+			// rev19c's D4, as far as the entries left show it).
+			if e.Kind != chain.KindCut {
+				for _, t := range e.Times {
+					if int64(t) >= c.Before.Unix() {
+						v.r.Add(e.Tenant, e.where(), "it is before the cut before entry %d, but holds a row of time %s, not older than the cut's retention cutoff %s: retention did not cut it, so the cut is not retention's",
+							c.Seq, time.Unix(int64(t), 0).UTC().Format(time.RFC3339), c.Before.UTC().Format(time.RFC3339))
+						break
+					}
+				}
+			}
 			return nil
 		}
 		if uint64(len(e.Sums)) != n || len(e.Times) != len(e.Sums) {
