@@ -226,3 +226,52 @@ func TestRev20c_TwoReplicasCut(t *testing.T) {
 		t.Errorf("after both replicas cut:\n%s", text)
 	}
 }
+
+// TestCut21_KeylessReplicasCut: TestRev20c_TwoReplicasCut with both
+// replicas keyed before and run without their key for retention. Replica
+// "" cuts and deletes (the fallback's deletes take replica "b"'s old rows of
+// acme too); an unsigned cut excuses its own chain only, so verify between
+// the passes reports b's rows deleted (the price of review rev20c's D2 fix,
+// docs/storage.md); after "b" cut its chain too, the history is clean (the
+// two unsigned cuts in notes).
+func TestCut21_KeylessReplicasCut(t *testing.T) {
+	o, pub, _ := chainedStore(t, AckInsert)
+	ob := o
+	ob.Replica = "b"
+	b := openStore(t, ob)
+	var more []*audit.Call
+	for _, c := range exampleCalls(t)[:5] {
+		cp := *c
+		cp.Tenant, cp.ID = "acme", c.ID+"-b"
+		more = append(more, &cp)
+	}
+	ingest(t, b, more)
+	b.Close()
+	if r, text := strictOf(t, o, pub); !r.OK() {
+		t.Fatalf("before retention:\n%s", text)
+	}
+	o.SigningKey, ob.SigningKey = nil, nil
+	o.Retention.Tenants = map[string]time.Duration{"acme": 24 * time.Hour}
+	ob.Retention.Tenants = o.Retention.Tenants
+	a := openStore(t, o)
+	if err := a.enforceRetention(context.Background(), retentionNow); err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	if r, text := verifyOf(t, o, pub); r.OK() || !strings.Contains(text, `of replica "b"`) || !strings.Contains(text, "gone: deleted: calls") {
+		t.Errorf("between the passes, replica b's rows deleted by replica \"\"'s unsigned cut are not reported:\n%s", text)
+	}
+	b = openStore(t, ob)
+	if err := b.enforceRetention(context.Background(), retentionNow); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	conn := rawConn(t, o.DSN)
+	if n := count(t, conn, "SELECT uniqExact(replica) FROM "+o.Database+".chain_cuts WHERE tenant = 'acme'"); n != 2 {
+		t.Fatalf("%d replicas cut acme, want 2: the test shows nothing", n)
+	}
+	r, text := verifyOf(t, o, pub)
+	if !r.OK() || len(r.UnsignedCuts) != 2 {
+		t.Errorf("after both replicas cut without their key: OK %v, %d unsigned cuts, want clean with 2 notes:\n%s", r.OK(), len(r.UnsignedCuts), text)
+	}
+}
