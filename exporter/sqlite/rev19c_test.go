@@ -440,7 +440,11 @@ func rechain(t *testing.T, path, tenant string) {
 // word for word the note of an honest keyless cut (documented in
 // docs/storage.md as the price of rev17c's fix). Nothing in the file bounds
 // it: the cutoff is not checked against the rows or the checkpoints' times.
-// Skipped unless MCPAUDIT_REV19C_DEFECTS=1.
+// cut21 looked for a bound the file proves and found none for this store
+// (the removed rows' times are kept only inside hashes; commit times do not
+// bound call times; a keyless serve honestly cuts signed entries):
+// docs/storage.md, "Limits", says what stays and the design change that
+// would close it. Skipped unless MCPAUDIT_REV19C_DEFECTS=1.
 func TestRev19c_ForgedCut(t *testing.T) {
 	if os.Getenv("MCPAUDIT_REV19C_DEFECTS") == "" {
 		t.Skip("known weakness D4 of review rev19c (a forged cut is a note); set MCPAUDIT_REV19C_DEFECTS=1 to run")
