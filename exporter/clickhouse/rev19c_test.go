@@ -386,3 +386,18 @@ func TestRetention_FindingChanges(t *testing.T) {
 		t.Errorf("after retention took the finding change:\n%s", text)
 	}
 }
+
+// TestVerify_ForgedCutBeforeNewerRows (review rev19c, D4 narrowed): the
+// forged cut of forgeCut, with acme's first chain entry left in the chain
+// table. That entry lists the times of its rows, newer than the cutoff
+// the cut claims; retention cuts only before the first entry holding a row
+// not older than its cutoff, so the cut is not retention's: TAMPERED, not
+// the note of an unsigned cut.
+func TestVerify_ForgedCutBeforeNewerRows(t *testing.T) {
+	o, pub, _ := chainedStore(t, AckInsert)
+	forgeCutOf(t, o, true, false)
+	r, text := verifyOf(t, o, pub)
+	if r.OK() || !strings.Contains(text, "retention did not cut it") {
+		t.Errorf("a cut before an entry of rows newer than its cutoff is not a removal:\n%s", text)
+	}
+}

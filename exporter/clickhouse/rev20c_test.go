@@ -3,10 +3,11 @@ package clickhouse
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/exporter/chain"
@@ -17,6 +18,14 @@ import (
 // cut in chain_cuts; with entry, also the cut's cut entry after the head
 // (chain.CutDigest, as retention writes it).
 func forgeCut(t *testing.T, o Options, withEntry bool) {
+	t.Helper()
+	forgeCutOf(t, o, withEntry, true)
+}
+
+// forgeCutOf is forgeCut; with deleteEntry false, acme's first chain entry
+// is left in the chain table (only its calls are deleted), as retention
+// leaves a cut entry until its delete is done.
+func forgeCutOf(t *testing.T, o Options, withEntry, deleteEntry bool) {
 	t.Helper()
 	conn := rawConn(t, o.DSN)
 	db, ctx := o.Database, context.Background()
@@ -32,7 +41,9 @@ func forgeCut(t *testing.T, o Options, withEntry bool) {
 		t.Fatal(err)
 	}
 	mutate(t, conn, db, fmt.Sprintf("ALTER TABLE %s.calls DELETE WHERE tenant = 'acme' AND chain_entry = %d", db, nonce))
-	mutate(t, conn, db, "ALTER TABLE "+db+".chain DELETE WHERE tenant = 'acme' AND seq = 1")
+	if deleteEntry {
+		mutate(t, conn, db, "ALTER TABLE "+db+".chain DELETE WHERE tenant = 'acme' AND seq = 1")
+	}
 	before := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC) // older than every call removed
 	if withEntry {
 		r := chainRow{Tenant: "acme", Replica: o.Replica, Seq: head + 1, Kind: chain.KindCut, Nonce: 2, Prev: chain.Hash([]byte(headHash)),
@@ -91,27 +102,58 @@ func TestRev20c_ForgedCutSignedByRunningServe(t *testing.T) {
 	}
 }
 
-// TestRev20c_UnsignedCutOfAnotherReplica (review rev20c, D2; not fixed
-// here): verify accepts a row missing when it is older than the latest
-// cutoff of any replica's cut of its tenant (cutBefore), signed or not.
-// Someone who can write the tables deletes every call of acme, all of
-// them in signed entries of replica "", and records a cut of a replica
-// "zzz" that never ran (a chain of one cut entry, cutoff now). Verify
-// says only the note of an unsigned cut (exit 0): one unsigned cut of a
-// made-up replica licenses the removal of another replica's signed
-// history, which docs/storage.md says checkpoints protect. TAMPERED only
-// under --key-always. Skipped unless MCPAUDIT_REV20C_DEFECTS=1.
+// TestRev20c_UnsignedCutOfAnotherReplica (review rev20c, D2): verify
+// accepted a row missing when it was older than the latest cutoff of any
+// replica's cut of its tenant, signed or not. Someone who can write the
+// tables deletes every call of acme, all of them in signed entries of
+// replica "", and records a cut of a replica "zzz" that never ran (a chain
+// of one cut entry, cutoff now); verify said only the note of an unsigned
+// cut (exit 0). An unsigned cut now excuses missing rows of its own
+// replica's chain only, so the deleted calls are reported; and a cut
+// entry that begins its chain (a chain that held nothing to cut) is
+// reported itself.
 func TestRev20c_UnsignedCutOfAnotherReplica(t *testing.T) {
-	if os.Getenv("MCPAUDIT_REV20C_DEFECTS") == "" {
-		t.Skip("known defect D2 of review rev20c (an unsigned cut of any replica licenses missing rows of every replica's signed entries); set MCPAUDIT_REV20C_DEFECTS=1 to run")
-	}
-	o, pub, conn := chainedStore(t, AckInsert)
+	t.Run("cut entry first", func(t *testing.T) {
+		o, pub, conn := chainedStore(t, AckInsert)
+		mutate(t, conn, o.Database, "ALTER TABLE "+o.Database+".calls DELETE WHERE tenant = 'acme'")
+		var zero chain.Hash
+		madeUpCut(t, o, conn, 1, zero)
+		rep, text := verifyOf(t, o, pub)
+		if rep.OK() {
+			t.Fatalf("every call of acme's signed entries deleted, under a made-up replica's unsigned cut, passes verify:\n%s", text)
+		}
+		for _, want := range []string{`of replica "zzz"`, "its cut entry is the first entry of its chain", "gone: deleted: calls"} {
+			if !strings.Contains(text, "TAMPERED") || !strings.Contains(text, want) {
+				t.Errorf("the report does not say %q:\n%s", want, text)
+			}
+		}
+	})
+	t.Run("chain starting after its cut", func(t *testing.T) {
+		// The made-up chain starts at entry 2, its cut entry, as an honest
+		// chain whose every entry was cut does: only the rows' own cuts
+		// excuse them.
+		o, pub, conn := chainedStore(t, AckInsert)
+		mutate(t, conn, o.Database, "ALTER TABLE "+o.Database+".calls DELETE WHERE tenant = 'acme'")
+		madeUpCut(t, o, conn, 2, chain.Hash{1})
+		rep, text := verifyOf(t, o, pub)
+		if rep.OK() || !strings.Contains(text, "gone: deleted: calls") {
+			t.Errorf("acme's signed calls deleted under a made-up replica's unsigned cut are not reported:\n%s", text)
+		}
+		if len(rep.UnsignedCuts) != 1 {
+			t.Errorf("%d unsigned cuts, want the made-up one as a note (it cannot be told from a keyless replica's):\n%s", len(rep.UnsignedCuts), text)
+		}
+	})
+}
+
+// madeUpCut records, as someone who can write the tables, a cut of acme
+// by replica "zzz" (which never ran) before entry seq, whose prev is prev,
+// at cutoff now, with its cut entry as entry seq of zzz's chain.
+func madeUpCut(t *testing.T, o Options, conn driver.Conn, seq uint64, prev chain.Hash) {
+	t.Helper()
 	db, ctx := o.Database, context.Background()
-	mutate(t, conn, db, "ALTER TABLE "+db+".calls DELETE WHERE tenant = 'acme'")
 	before := time.Now().Truncate(time.Second)
-	var zero chain.Hash
-	r := chainRow{Tenant: "acme", Replica: "zzz", Seq: 1, Kind: chain.KindCut, Nonce: 1, Time: time.Now(),
-		Sums: []sum{}, Times: []uint32{}, Digest: chain.CutDigest(1, zero[:], before.Unix())}
+	r := chainRow{Tenant: "acme", Replica: "zzz", Seq: seq, Kind: chain.KindCut, Nonce: seq, Prev: prev, Time: time.Now(),
+		Sums: []sum{}, Times: []uint32{}, Digest: chain.CutDigest(int64(seq), prev[:], before.Unix())}
 	e := r.entry()
 	r.Hash = e.Hash()
 	b, err := conn.PrepareBatch(ctx, "INSERT INTO "+db+".chain ("+strings.Join(chainColumns, ", ")+")")
@@ -130,15 +172,11 @@ func TestRev20c_UnsignedCutOfAnotherReplica(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cb.Append("acme", "zzz", uint64(1), string(zero[:]), before, uint64(1)); err != nil {
+	if err := cb.Append("acme", "zzz", seq, string(prev[:]), before, uint64(1)); err != nil {
 		t.Fatal(err)
 	}
 	if err := cb.Send(); err != nil {
 		t.Fatal(err)
-	}
-	rep, text := verifyOf(t, o, pub)
-	if rep.OK() {
-		t.Errorf("every call of acme's signed entries deleted, under a made-up replica's unsigned cut, passes verify:\n%s", text)
 	}
 }
 
@@ -186,5 +224,54 @@ func TestRev20c_TwoReplicasCut(t *testing.T) {
 	}
 	if r, text := strictOf(t, o, pub); !r.OK() {
 		t.Errorf("after both replicas cut:\n%s", text)
+	}
+}
+
+// TestCut21_KeylessReplicasCut: TestRev20c_TwoReplicasCut with both
+// replicas keyed before and run without their key for retention. Replica
+// "" cuts and deletes (the fallback's deletes take replica "b"'s old rows of
+// acme too); an unsigned cut excuses its own chain only, so verify between
+// the passes reports b's rows deleted (the price of review rev20c's D2 fix,
+// docs/storage.md); after "b" cut its chain too, the history is clean (the
+// two unsigned cuts in notes).
+func TestCut21_KeylessReplicasCut(t *testing.T) {
+	o, pub, _ := chainedStore(t, AckInsert)
+	ob := o
+	ob.Replica = "b"
+	b := openStore(t, ob)
+	var more []*audit.Call
+	for _, c := range exampleCalls(t)[:5] {
+		cp := *c
+		cp.Tenant, cp.ID = "acme", c.ID+"-b"
+		more = append(more, &cp)
+	}
+	ingest(t, b, more)
+	b.Close()
+	if r, text := strictOf(t, o, pub); !r.OK() {
+		t.Fatalf("before retention:\n%s", text)
+	}
+	o.SigningKey, ob.SigningKey = nil, nil
+	o.Retention.Tenants = map[string]time.Duration{"acme": 24 * time.Hour}
+	ob.Retention.Tenants = o.Retention.Tenants
+	a := openStore(t, o)
+	if err := a.enforceRetention(context.Background(), retentionNow); err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	if r, text := verifyOf(t, o, pub); r.OK() || !strings.Contains(text, `of replica "b"`) || !strings.Contains(text, "gone: deleted: calls") {
+		t.Errorf("between the passes, replica b's rows deleted by replica \"\"'s unsigned cut are not reported:\n%s", text)
+	}
+	b = openStore(t, ob)
+	if err := b.enforceRetention(context.Background(), retentionNow); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	conn := rawConn(t, o.DSN)
+	if n := count(t, conn, "SELECT uniqExact(replica) FROM "+o.Database+".chain_cuts WHERE tenant = 'acme'"); n != 2 {
+		t.Fatalf("%d replicas cut acme, want 2: the test shows nothing", n)
+	}
+	r, text := verifyOf(t, o, pub)
+	if !r.OK() || len(r.UnsignedCuts) != 2 {
+		t.Errorf("after both replicas cut without their key: OK %v, %d unsigned cuts, want clean with 2 notes:\n%s", r.OK(), len(r.UnsignedCuts), text)
 	}
 }

@@ -119,10 +119,30 @@ type chVerifier struct {
 	found    map[sumKey]bool      // the rows stored
 	copies   int64                // rows of interrupted inserts, equal to a chained row
 	orphans  map[kindKey][]string
+
+	// pub is the public key verify was given (nil: none), cps the stored
+	// checkpoints, and signedCuts the cuts each replica's checkpoints
+	// signed (with pub only).
+	pub        ed25519.PublicKey
+	cps        []vCheckpoint
+	signedCuts map[chainKey][]chain.Cut
+}
+
+// vCheckpoint is a stored checkpoint with its body, opened with the
+// public key (ok false: its signature does not verify, or it was signed
+// for another replica).
+type vCheckpoint struct {
+	replica string
+	c       chain.Checkpoint
+	body    chain.Body
+	ok      bool
 }
 
 func (v *chVerifier) run(pub ed25519.PublicKey) error {
 	if err := v.loadChains(); err != nil {
+		return err
+	}
+	if err := v.loadCheckpoints(pub); err != nil {
 		return err
 	}
 	v.checkLinks()
@@ -180,6 +200,19 @@ func (v *chVerifier) loadChains() error {
 		k := chainKey{e.Tenant, e.Replica}
 		if c, ok := v.cuts[k]; ok && int64(e.Seq) < c.Seq {
 			e.skip = true // retention removes it
+			// Retention cuts before the first entry that is no cut entry
+			// and holds a row not older than its cutoff: an entry before
+			// the cut holding one was not cut by retention (review
+			// rev19c's D4, as far as the entries left show it).
+			if e.Kind != chain.KindCut {
+				for _, t := range e.Times {
+					if int64(t) >= c.Before.Unix() {
+						v.r.Add(e.Tenant, e.where(), "it is before the cut before entry %d, but holds a row of time %s, not older than the cut's retention cutoff %s: retention did not cut it, so the cut is not retention's",
+							c.Seq, time.Unix(int64(t), 0).UTC().Format(time.RFC3339), c.Before.UTC().Format(time.RFC3339))
+						break
+					}
+				}
+			}
 			return nil
 		}
 		if uint64(len(e.Sums)) != n || len(e.Times) != len(e.Sums) {
@@ -235,7 +268,8 @@ func (v *chVerifier) checkLinks() {
 }
 
 // cutBefore returns the latest retention cutoff of tenant over every
-// replica's chain: rows older may be gone.
+// replica's chain: a stored row older whose entry is gone went with
+// retention (its entry first, the row next).
 func (v *chVerifier) cutBefore(tenant string) time.Time {
 	var out time.Time
 	for k, c := range v.cuts {
@@ -244,6 +278,38 @@ func (v *chVerifier) cutBefore(tenant string) time.Time {
 		}
 	}
 	return out
+}
+
+// excusedBefore returns the cutoff before which rows chain k chained may
+// be missing: retention removed them. Its own cut excuses them, signed or
+// not; another replica's cut of the tenant excuses them only when a
+// checkpoint of that replica signed it, since retention deletes every
+// replica's rows of a tenant but only a signed cut is known to be
+// retention's. An unsigned cut, a note at best, excuses nothing outside
+// its own chain (review rev20c's D2: a cut of a made-up replica excused
+// every replica's missing rows). Without a public key no cut can be told
+// signed, and every cut of the tenant excuses as before.
+func (v *chVerifier) excusedBefore(k chainKey) time.Time {
+	var out time.Time
+	for ck, c := range v.cuts {
+		if ck.tenant != k.tenant || !c.Before.After(out) {
+			continue
+		}
+		if ck == k || v.pub == nil || v.signed(ck, c) {
+			out = c.Before
+		}
+	}
+	return out
+}
+
+// signed reports whether a checkpoint of chain k's replica signed cut.
+func (v *chVerifier) signed(k chainKey, cut chain.Cut) bool {
+	for _, s := range v.signedCuts[k] {
+		if s.Seq == cut.Seq && s.Prev == cut.Prev && s.Before.Equal(cut.Before) {
+			return true
+		}
+	}
+	return false
 }
 
 // row checks one stored row against the entry its tag names.
@@ -355,7 +421,7 @@ func (v *chVerifier) checkChanges() error {
 // at the same time is one row edited.
 func (v *chVerifier) checkMissing() {
 	for k, es := range v.chains {
-		before := v.cutBefore(k.tenant).Unix()
+		before := v.excusedBefore(k).Unix()
 		for _, e := range es {
 			var gone []int64
 			for i, s := range e.Sums {
@@ -387,29 +453,44 @@ func (v *chVerifier) checkMissing() {
 	}
 }
 
-// checkCheckpoints checks each checkpoint's signature, that the chains
-// still pass through every signed head, and that every cut was signed.
-func (v *chVerifier) checkCheckpoints(pub ed25519.PublicKey) error {
-	type cp struct {
-		replica string
-		c       chain.Checkpoint
-	}
-	var cps []cp
+// loadCheckpoints reads the checkpoints and, with pub, opens them and
+// collects the cuts each replica's checkpoints signed.
+func (v *chVerifier) loadCheckpoints(pub ed25519.PublicKey) error {
+	v.pub, v.signedCuts = pub, map[chainKey][]chain.Cut{}
 	q := "SELECT replica, seq, body, sig FROM " + v.db + ".checkpoints FINAL ORDER BY replica, seq"
 	err := each(v.ctx, v.conn, "read the checkpoints", q, func(rows driver.Rows) error {
-		var c cp
+		var c vCheckpoint
 		var seq uint64
 		var body, sig string
 		if err := rows.Scan(&c.replica, &seq, &body, &sig); err != nil {
 			return err
 		}
 		c.c = chain.Checkpoint{Seq: int64(seq), Body: []byte(body), Sig: []byte(sig)}
-		cps = append(cps, c)
+		v.cps = append(v.cps, c)
 		return nil
 	})
-	if err != nil {
+	if err != nil || pub == nil {
 		return err
 	}
+	for i := range v.cps {
+		c := &v.cps[i]
+		body, err := c.c.Open(pub)
+		if err != nil || body.Replica != c.replica {
+			continue
+		}
+		c.body, c.ok = body, true
+		for _, cut := range body.Cuts {
+			k := chainKey{cut.Tenant, body.Replica}
+			v.signedCuts[k] = append(v.signedCuts[k], cut)
+		}
+	}
+	return nil
+}
+
+// checkCheckpoints checks each checkpoint's signature, that the chains
+// still pass through every signed head, and that every cut was signed.
+func (v *chVerifier) checkCheckpoints(pub ed25519.PublicKey) error {
+	cps := v.cps
 	v.r.Checkpoints = int64(len(cps))
 	if pub == nil {
 		v.r.Note("no public key given: the chains were checked against themselves, not against signed checkpoints; anyone who can write the tables can rewrite a chain whole")
@@ -421,19 +502,14 @@ func (v *chVerifier) checkCheckpoints(pub ed25519.PublicKey) error {
 		}
 		return nil
 	}
-	signedCuts := map[chainKey][]chain.Cut{}
 	signed := map[chainKey]uint64{}
 	for _, c := range cps {
 		where := fmt.Sprintf("checkpoint %d of replica %q", c.c.Seq, c.replica)
-		body, err := c.c.Open(pub)
-		if err != nil || body.Replica != c.replica {
+		if !c.ok {
 			v.r.Add("*", where, "its signature does not verify with the given public key, or it was signed for another replica: forged, altered, or signed by another key")
 			continue
 		}
-		for _, cut := range body.Cuts {
-			k := chainKey{cut.Tenant, body.Replica}
-			signedCuts[k] = append(signedCuts[k], cut)
-		}
+		body := c.body
 		for _, h := range body.Heads {
 			k := chainKey{h.Tenant, body.Replica}
 			signed[k] = max(signed[k], uint64(h.Seq))
@@ -462,13 +538,7 @@ func (v *chVerifier) checkCheckpoints(pub ed25519.PublicKey) error {
 	sortKeys(cutKeys)
 	for _, k := range cutKeys {
 		cut := v.cuts[k]
-		ok := false
-		for _, s := range signedCuts[k] {
-			if s.Seq == cut.Seq && s.Prev == cut.Prev && s.Before.Equal(cut.Before) {
-				ok = true
-			}
-		}
-		if ok {
+		if v.signed(k, cut) {
 			continue
 		}
 		where := fmt.Sprintf("the cut before entry %d of replica %q", cut.Seq, k.replica)
@@ -484,11 +554,17 @@ func (v *chVerifier) checkCheckpoints(pub ed25519.PublicKey) error {
 		switch {
 		case e == nil:
 			v.r.Add(k.tenant, where, "no checkpoint signed it, and no cut entry of the chain records it: history was removed outside retention")
+		case e.Seq <= 1:
+			// Retention appends a cut entry after the entries it cuts, so
+			// a chain never begins with one: this chain held nothing to cut
+			// (a replica that never ran, review rev20c's D2).
+			v.r.Add(k.tenant, where, "no checkpoint signed it, and its cut entry is the first entry of its chain: a cut of a chain that held nothing, not retention's")
 		case signed[k] >= e.Seq:
 			v.r.Add(k.tenant, where, "no checkpoint signed it, though a checkpoint signed entry %d, after its cut entry %d: history was removed outside retention", signed[k], e.Seq)
 		default:
 			v.r.UnsignedCut(k.tenant, where, "(retention cutoff %s, recorded by chain entry %d) was made after the last checkpoint and no checkpoint signed it: "+
 				"serve cuts so while it runs without its signing key, and someone who can write the tables can too, so it cannot be told from a removal; "+
+				"it excuses missing rows of its own replica's chain only; "+
 				"serve's next start with its key signs it (verify --key-always, when serve always had its key, reports it as a removal)", cut.Before.UTC().Format(time.RFC3339), e.Seq)
 		}
 	}

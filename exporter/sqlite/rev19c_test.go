@@ -440,7 +440,11 @@ func rechain(t *testing.T, path, tenant string) {
 // word for word the note of an honest keyless cut (documented in
 // docs/storage.md as the price of rev17c's fix). Nothing in the file bounds
 // it: the cutoff is not checked against the rows or the checkpoints' times.
-// Skipped unless MCPAUDIT_REV19C_DEFECTS=1.
+// cut21 looked for a bound the file proves and found none for this store
+// (the removed rows' times are kept only inside hashes; commit times do not
+// bound call times; a keyless serve honestly cuts signed entries):
+// docs/storage.md, "Limits", says what stays and the design change that
+// would close it. Skipped unless MCPAUDIT_REV19C_DEFECTS=1.
 func TestRev19c_ForgedCut(t *testing.T) {
 	if os.Getenv("MCPAUDIT_REV19C_DEFECTS") == "" {
 		t.Skip("known weakness D4 of review rev19c (a forged cut is a note); set MCPAUDIT_REV19C_DEFECTS=1 to run")
@@ -562,4 +566,22 @@ func TestRev19c_VerifyWhileWriting(t *testing.T) {
 	}
 	wantClean(t, "after the writes", path, pub)
 	t.Logf("%d verify runs while writing", runs)
+}
+
+// TestVerify_CutEntryFirst (review rev20c's D2, in the embedded store's
+// terms): a cut whose cut entry is the first entry of its chain records
+// the cut of a chain that held nothing (retention appends a cut entry
+// after the entries it cuts). Written for a tenant no checkpoint names, it
+// was the note of an unsigned cut; it is TAMPERED.
+func TestVerify_CutEntryFirst(t *testing.T) {
+	path, pub, _ := tamperFixture(t)
+	var zero chain.Hash
+	before := storetest.T0.UnixNano()
+	e := chain.Entry{Tenant: "zzz", Seq: 1, Kind: chain.KindCut, First: 1, Last: 1, Digest: chain.CutDigest(1, zero[:], before), Time: time.Now()}
+	h := e.Hash()
+	forged := edit(t, path,
+		fmt.Sprintf(`INSERT INTO chain_cuts (tenant, seq, prev, before) VALUES ('zzz', 1, x'%x', %d)`, zero[:], before),
+		fmt.Sprintf(`INSERT INTO chain (tenant, seq, kind, first, last, n, digest, prev, hash, time) VALUES ('zzz', 1, 'cut', 1, 1, 0, x'%x', x'%x', x'%x', %d)`,
+			e.Digest[:], zero[:], h[:], e.Time.UnixNano()))
+	wantTampered(t, "a cut entry first in its chain", forged, pub, "its cut entry is the first entry of its chain")
 }

@@ -673,6 +673,10 @@ func (v *verifier) checkCheckpoints(pub ed25519.PublicKey) error {
 		switch {
 		case e == nil:
 			v.r.Add(tenant, where, "no checkpoint signed it, and no cut entry of the chain records it: history was removed outside retention")
+		case e.Seq <= 1:
+			// Retention appends a cut entry after the entries it cuts, so
+			// a chain never begins with one.
+			v.r.Add(tenant, where, "no checkpoint signed it, and its cut entry is the first entry of its chain: a cut of a chain that held nothing, not retention's")
 		case signed[tenant] >= e.Seq:
 			v.r.Add(tenant, where, "no checkpoint signed it, though a checkpoint signed entry %d, after its cut entry %d: history was removed outside retention", signed[tenant], e.Seq)
 		default:
