@@ -16,7 +16,8 @@ import (
 // (no_response) takes the outcome the answer gives it: durable, rejected,
 // pending a proof of its sync or save, or uncertain for the answer's own
 // reason (COMMIT_UNKNOWN); an unverified_write made when
-// its window closed is withdrawn, and so is an unsafe_retry that named it
+// its window closed is withdrawn (unless another write of the call under
+// its id stays unverified: withdrawUnverified), and so is an unsafe_retry that named it
 // as the uncertain write re-sent blindly; a later acceptance of the same
 // edit is then judged again under the double-apply rules. It reports
 // whether it took the answer (some write of the call changed): the caller
@@ -97,7 +98,7 @@ func (d *detector) answerWrite(ev *event, op *audit.Op, w *writeRec, ds *docStat
 	// The finding made when its window closed, with the reason it had:
 	// withdrawn unless the answer leaves the write unverified all the same.
 	var made *audit.Finding
-	if w.state == wUnverified && (w.more == nil || !w.more.unreported) {
+	if reported(w) {
 		made = d.unverifiedFinding(w)
 	}
 	w.op = wopOf(op)
@@ -134,7 +135,7 @@ func (d *detector) answerWrite(ev *event, op *audit.Op, w *writeRec, ds *docStat
 		}
 	}
 	if made != nil && w.state != wUnverified {
-		d.out.withdraw(made, d.judging, w.at.t)
+		d.withdrawUnverified(made, w, w.at.t)
 	}
 }
 

@@ -84,12 +84,31 @@ func (d *detector) openAt(w *writeRec, t etime) bool {
 // finding, made and counted once (closeWindow), stands, and is withdrawn
 // when the last of them is settled.
 func (d *detector) settle(w *writeRec, s word, t etime) {
-	if w.state == wUnverified && (w.more == nil || !w.more.unreported) {
-		if !d.unverifiedSibling(w) {
-			d.out.withdraw(d.unverifiedFinding(w), d.judging, t)
-		}
+	if reported(w) {
+		d.withdrawUnverified(d.unverifiedFinding(w), w, t)
 	}
 	d.setState(w, s, t)
+}
+
+// reported reports whether w stands unverified with its unverified_write
+// made (closeWindow): not a replay whose attempt's finding was reported.
+func reported(w *writeRec) bool {
+	return w.state == wUnverified && (w.more == nil || !w.more.unreported)
+}
+
+// withdrawUnverified takes back f, the unverified_write made when w's
+// window closed, now that w is settled at t (by a call judged late,
+// settle, or by its call's late answer, answerWrite): the one withdrawal
+// path of an unverified_write. Not while another write under the
+// finding's id stands unverified (unverifiedSibling): the finding, made
+// and counted once (closeWindow), stands, as judged in time order, and
+// is withdrawn when the last of them is settled (fx21: answerWrite
+// withdrew it at the first).
+func (d *detector) withdrawUnverified(f *audit.Finding, w *writeRec, t etime) {
+	if d.unverifiedSibling(w) {
+		return
+	}
+	d.out.withdraw(f, d.judging, t)
 }
 
 // unverifiedSibling reports whether another write of w's call to its

@@ -401,9 +401,6 @@ func (g *gate) heldOpen(tenant, server string, end time.Time) bool {
 	return ok && !end.Before(d)
 }
 
-// replayed reports whether the output being made now comes from a call
-// replayed from the store, or a window closing, that was judged and
-// committed before the restart.
 // lostWithdrawal reports whether the call being judged (with none, output
 // at t) may have been judged late by the live run after its last commit, a
 // withdrawal it made then lost: a live call, or a replayed one its
@@ -432,6 +429,32 @@ func (g *gate) lostWithdrawal(tenant, server string, t time.Time) bool {
 	return !t.Before(mark.Add(-g.eng.Config().AllowedLateness))
 }
 
+// withdrawalLost reports whether w, a write the replay settled (settling:
+// from pending, by a call whose output may not have been committed), is
+// one whose stored unverified_write the live run may have withdrawn and
+// lost in a crash, to be withdrawn again (storedUnverified), for either
+// of two reasons:
+//   - settled by a call the live run may have judged late, after the
+//     window closed, and after its last commit (lostWithdrawal): it died
+//     before the commit that withdrew the finding;
+//   - judged from an answer the live run took after committing the
+//     call's judgement without it, and died before the commit naming it
+//     (fx20a, answerAtRestart): the finding made when the window closed
+//     without the answer.
+//
+// A crash after the commit naming the answer and before its withdrawals
+// is neither: the state file keeps those (Pipeline.keepBeforeCommit).
+func (g *gate) withdrawalLost(w *audit.Write, settling bool) bool {
+	if settling && g.lostWithdrawal(w.Tenant, w.Server, w.StateTime) {
+		return true
+	}
+	return len(g.restartAnswers) > 0 && w.State != audit.StateUnverified && w.State != audit.StatePending &&
+		g.restartAnswers[audit.CallRef{Tenant: w.Tenant, ID: w.CallID}]
+}
+
+// replayed reports whether the output being made now comes from a call
+// replayed from the store, or a window closing, that was judged and
+// committed before the restart.
 func (g *gate) replayed(tenant, server string, t time.Time) bool {
 	if r := g.eng.Current(); r != nil {
 		if !r.Call.Received.IsZero() {
@@ -478,22 +501,7 @@ func (g *gate) Write(w *audit.Write, prev audit.WriteState) {
 	// count it twice.
 	settling := prev == audit.StatePending && w.State != audit.StatePending &&
 		!g.committed(w.Tenant, w.Server, w.Time.Add(g.eng.Config().VerifyWindow))
-	// A write so settled whose unverified_write the store holds was stored
-	// unverified, its finding told, by a live run that judged the settling
-	// call late and died before the commit that withdrew the finding: the
-	// settled state is stored (below), and the finding withdrawn
-	// (storedUnverified). Only by a call the live run may have judged
-	// late after its last commit (lostWithdrawal).
-	if settling && g.lostWithdrawal(w.Tenant, w.Server, w.StateTime) {
-		g.storedUnverified(w)
-	}
-	// A write the replay judged from an answer the live run took after
-	// committing the call's judgement without it, and died before the
-	// commit naming it (fx20a): its unverified_write, made when the
-	// window closed without the answer, is withdrawn as the live run
-	// would have.
-	if len(g.restartAnswers) > 0 && w.State != audit.StateUnverified && w.State != audit.StatePending &&
-		g.restartAnswers[audit.CallRef{Tenant: w.Tenant, ID: w.CallID}] {
+	if g.withdrawalLost(w, settling) {
 		g.storedUnverified(w)
 	}
 	if !open && g.replayed(w.Tenant, w.Server, w.StateTime) && (!settling || !g.storedPending(w)) {

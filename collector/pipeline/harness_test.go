@@ -211,6 +211,10 @@ type crashStore struct {
 	// late call's withdrawal) is lost, the calls acknowledged before stay
 	// stored.
 	dieAtCommit atomic.Bool
+	// dieAtChange makes the process die at the next ChangeFinding, before
+	// the change: the commit before it went through (a late call's or a
+	// late answer's output stored), its withdrawal is lost (fx21).
+	dieAtChange atomic.Bool
 	// failChange makes ChangeFinding fail as a store that cannot be
 	// reached (audit.ErrUnavailable) while Commit goes through: the
 	// pipeline keeps a withdrawal to try again at the next commit.
@@ -224,6 +228,9 @@ type crashStore struct {
 // ChangeFinding refuses, once the process is taken as dead, to change a
 // finding's lifecycle, as every other write.
 func (s *crashStore) ChangeFinding(ctx context.Context, c audit.FindingChange) (audit.FindingStatus, error) {
+	if s.dieAtChange.Load() {
+		s.crash()
+	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.crashed {

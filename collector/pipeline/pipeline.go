@@ -1410,6 +1410,7 @@ func (p *Pipeline) commit(ctx context.Context) error {
 		p.saveMarks(marksOf(p.eng, p.now()), ctx.Err() != nil)
 		return nil
 	}
+	p.keepBeforeCommit(r)
 	if err := p.store.Commit(ctx, r); err != nil {
 		// Keep the output for the next attempt.
 		p.gate.putBack(r)
@@ -1487,6 +1488,54 @@ func (p *Pipeline) withdraw(ctx context.Context) {
 		p.log.Info("stored unverified_write findings withdrawn at the restart that the last run could not store (the store unavailable); "+
 			"the state file kept them (docs/detection.md, Late calls)", "findings", carried)
 	}
+}
+
+// keepBeforeCommit has the state file keep the withdrawals queued for
+// after the commit of r (gate.withdrawn) before that commit is made, when
+// it puts answers in their calls' places (r.Answered): the withdrawals
+// are made after the commit (withdraw), and a process that died between
+// the two left the store with the call answered and its unverified_write
+// open, which a restart's replay, reading the call answered, judges
+// durable at once and never withdraws (found by the lead at integration,
+// fx21). Kept in the file, the next start makes them as the last run's
+// (markFile.Withdrawals: the gate's carried, counted by this run when it
+// told them); one the store took already is refused and left as it is.
+// A withdrawal queued at this run's restart that the sinks were not told
+// yet is left out: the run that makes it counts it, and a restart before
+// that makes it again from its replay. A store that keeps no answers
+// aside (ClickHouse) passes over r.Answered: the withdrawal kept is made
+// all the same, as the live run made it.
+func (p *Pipeline) keepBeforeCommit(r audit.Results) {
+	if p.cfg.StateFile == "" || len(r.Answered) == 0 || len(p.gate.withdrawn) == 0 {
+		return
+	}
+	p.floorMu.Lock()
+	defer p.floorMu.Unlock()
+	keep := slices.Clone(p.unstoredWithdrawals)
+	for _, c := range p.gate.withdrawn {
+		if p.gate.atRestart[c.FindingID] != nil && !p.gate.atRestartTold[c.FindingID] {
+			continue
+		}
+		if !slices.ContainsFunc(keep, func(k audit.FindingChange) bool { return k.FindingID == c.FindingID && k.Tenant == c.Tenant }) {
+			keep = append(keep, c)
+		}
+	}
+	if len(keep) == len(p.unstoredWithdrawals) {
+		return // the file keeps them already
+	}
+	p.unstoredWithdrawals = keep
+	// The marks the file holds, not the engine's: those cover calls whose
+	// output this commit stores.
+	now := p.now()
+	if err := writeMarks(p.cfg.StateFile, p.savedMarks, p.freed, p.floor, now, p.runState()); err != nil {
+		p.warnStateLocked(err)
+		if !renamed(err) {
+			p.withdrawalsChanged = true
+			return
+		}
+	}
+	p.freedWritten()
+	p.marksSaved, p.freedChanged, p.withdrawalsChanged = now, false, false
 }
 
 // tellAtRestart tells the sinks of the withdrawal of id the restart made
