@@ -149,6 +149,15 @@ type gate struct {
 	// is kept in the state file (markFile.Withdrawals), and a restart that
 	// makes it from there takes it as counted (review rev20w).
 	atRestartTold map[string]bool
+	// toTell holds, by id, the withdrawals of findings this process told
+	// the sinks (told) that are queued in withdrawn for a stored finding:
+	// the sinks are told at the first attempt to store the withdrawal
+	// (tellLive), when the store took it or refused it as unavailable
+	// (then kept in the state file), not when the call is judged. While
+	// commits fail no attempt is made, and a crash then lost a withdrawal
+	// counted live that the restart makes again and counts (review rev20w,
+	// R3).
+	toTell map[string]liveWithdrawal
 	// carried holds the ids of the withdrawals the state file kept, the
 	// last run's that the store could not take (markFile.Withdrawals),
 	// until the store took or refused them: the pipeline logs those it
@@ -160,6 +169,14 @@ type gate struct {
 	// named. The stored row may be a copy the live run judged in time, and
 	// the replay passes over every call of a name (review rev15a).
 	held bool
+}
+
+// liveWithdrawal is a withdrawal WithdrawFinding queued for a stored
+// finding, as the sinks are to be told it.
+type liveWithdrawal struct {
+	f    audit.Finding
+	call string
+	at   time.Time
 }
 
 // unverifiedKey names the writes under one unverified_write id: a tenant,
@@ -651,9 +668,37 @@ func (g *gate) WithdrawFinding(f *audit.Finding, call string, at time.Time) {
 		return // the sinks were not told it in this process
 	}
 	delete(g.told, id)
+	if !dropped {
+		// Stored: told at the first attempt to store the withdrawal
+		// (tellLive), which follows a commit that went through.
+		if g.toTell == nil {
+			g.toTell = map[string]liveWithdrawal{}
+		}
+		g.toTell[id] = liveWithdrawal{f: *f, call: call, at: at}
+		return
+	}
 	for _, s := range g.sinks {
 		if w, ok := s.(audit.FindingWithdrawer); ok {
 			w.WithdrawFinding(f, call, at)
+		}
+	}
+}
+
+// tellLive tells the sinks of the withdrawal of id that WithdrawFinding
+// queued for a stored finding (toTell), once: at the first attempt to
+// store it that the store took or refused as unavailable. Counted before
+// that, a withdrawal waiting behind failing commits was counted live, lost
+// in a crash (it never reached the state file) and counted again by the
+// restart that made it (review rev20w, R3).
+func (g *gate) tellLive(id string) {
+	lw, ok := g.toTell[id]
+	if !ok {
+		return
+	}
+	delete(g.toTell, id)
+	for _, s := range g.sinks {
+		if w, ok := s.(audit.FindingWithdrawer); ok {
+			w.WithdrawFinding(&lw.f, lw.call, lw.at)
 		}
 	}
 }

@@ -1440,6 +1440,9 @@ func (p *Pipeline) withdraw(ctx context.Context) {
 	}
 	inv, ok := p.store.(audit.Investigator)
 	if !ok {
+		for _, c := range p.gate.withdrawn {
+			p.gate.tellLive(c.FindingID)
+		}
 		p.gate.withdrawn, p.gate.atRestart, p.gate.atRestartTold, p.gate.carried = nil, nil, nil, nil
 		p.keepUnstored(nil)
 		return
@@ -1459,17 +1462,22 @@ func (p *Pipeline) withdraw(ctx context.Context) {
 			if err == nil && p.gate.carried[c.FindingID] {
 				carried++
 			}
+			p.gate.tellLive(c.FindingID)
 		case errors.Is(err, audit.ErrUnavailable) || ctx.Err() != nil:
 			// Counted now, once: kept in the state file, a later restart
 			// makes it as the last run's, counted (carried).
 			if p.gate.atRestart[c.FindingID] != nil {
 				p.tellAtRestart(c.FindingID, at)
 			}
+			p.gate.tellLive(c.FindingID)
 			c.Time = at
 			kept = append(kept, c)
 			continue
 		default:
+			// Given up: the finding stands in the store, and in the
+			// metrics.
 			p.rlog.Warn("withdraw_failed", "cannot mark a finding withdrawn", "finding", c.FindingID, "err", err)
+			delete(p.gate.toTell, c.FindingID)
 		}
 		delete(p.gate.atRestart, c.FindingID)
 		delete(p.gate.atRestartTold, c.FindingID)
