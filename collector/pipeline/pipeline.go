@@ -169,6 +169,11 @@ type Pipeline struct {
 	// withdrawalsChanged is set while the file does not say what it holds.
 	unstoredWithdrawals []audit.FindingChange
 	withdrawalsChanged  bool
+	// waitLogged holds the ids of the withdrawals the store refused whose
+	// wait was logged (withdraw; the last run's, kept in the state file,
+	// at the start): once per withdrawal, not per retry. Engine goroutine
+	// only.
+	waitLogged map[string]bool
 	// stale holds the partitions the file on disk keeps as freed that freed
 	// no longer holds (the replay at start made them again): the file must
 	// drop them before a call of them is stored (comeback). arriving
@@ -446,9 +451,13 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	if len(run.withdrawals) > 0 {
 		p.gate.withdrawn = append(p.gate.withdrawn, run.withdrawals...)
 		p.gate.carried = map[string]bool{}
+		p.waitLogged = map[string]bool{}
 		for _, c := range run.withdrawals {
 			p.gate.carried[c.FindingID] = true
+			p.waitLogged[c.FindingID] = true
 		}
+		p.log.Warn("withdrawals of stored unverified_write findings that the last run's store refused are tried again at the first commit; "+
+			"the store shows those findings open until it takes them (docs/runbooks.md#mcpauditwithdrawalswaiting)", "withdrawals", len(run.withdrawals))
 	}
 	if down >= 0 {
 		p.downFrom, p.downTo = saved, p.now()
@@ -1448,7 +1457,7 @@ func (p *Pipeline) withdraw(ctx context.Context) {
 		return
 	}
 	kept := p.gate.withdrawn[:0]
-	restarted, carried := 0, 0
+	restarted, carried, waited := 0, 0, 0
 	for _, c := range p.gate.withdrawn {
 		at := c.Time
 		c.Time = p.now()
@@ -1470,6 +1479,17 @@ func (p *Pipeline) withdraw(ctx context.Context) {
 				p.tellAtRestart(c.FindingID, at)
 			}
 			p.gate.tellLive(c.FindingID)
+			if errors.Is(err, audit.ErrUnavailable) && !p.waitLogged[c.FindingID] {
+				// Once per withdrawal: a store that never takes it would
+				// otherwise be retried at every commit unseen.
+				if p.waitLogged == nil {
+					p.waitLogged = map[string]bool{}
+				}
+				p.waitLogged[c.FindingID] = true
+				p.log.Warn("the store refused the withdrawal of a stored unverified_write finding; retried at every commit and kept in the state file, "+
+					"the store shows the finding open until it takes it (mcpaudit_withdrawals_waiting; docs/runbooks.md#mcpauditwithdrawalswaiting)",
+					"finding", c.FindingID, "tenant", c.Tenant, "err", err)
+			}
 			c.Time = at
 			kept = append(kept, c)
 			continue
@@ -1478,6 +1498,10 @@ func (p *Pipeline) withdraw(ctx context.Context) {
 			// metrics.
 			p.rlog.Warn("withdraw_failed", "cannot mark a finding withdrawn", "finding", c.FindingID, "err", err)
 			delete(p.gate.toTell, c.FindingID)
+		}
+		if p.waitLogged[c.FindingID] {
+			waited++
+			delete(p.waitLogged, c.FindingID)
 		}
 		delete(p.gate.atRestart, c.FindingID)
 		delete(p.gate.atRestartTold, c.FindingID)
@@ -1495,6 +1519,9 @@ func (p *Pipeline) withdraw(ctx context.Context) {
 		p.log.Info("stored unverified_write findings withdrawn at the restart that the last run could not store (the store unavailable); "+
 			"the state file kept them (docs/detection.md, Late calls)", "findings", carried)
 	}
+	if waited > 0 {
+		p.log.Info("withdrawals the store had refused are stored, or found withdrawn or gone", "withdrawals", waited, "waiting", len(kept))
+	}
 }
 
 // tellAtRestart tells the sinks of the withdrawal of id the restart made
@@ -1508,6 +1535,25 @@ func (p *Pipeline) tellAtRestart(id string, at time.Time) {
 	}
 	p.gate.atRestartTold[id] = true
 	p.gate.toldAtRestart(p.gate.atRestart[id], at)
+}
+
+// WithdrawalsWaiting counts the withdrawals the store refused as
+// unavailable, retried at every commit and kept in the state file
+// meanwhile (markFile.Withdrawals), of tenant (empty: every tenant): the
+// store shows their findings open until it takes them.
+func (p *Pipeline) WithdrawalsWaiting(tenant string) int {
+	p.floorMu.Lock()
+	defer p.floorMu.Unlock()
+	if tenant == "" {
+		return len(p.unstoredWithdrawals)
+	}
+	n := 0
+	for _, c := range p.unstoredWithdrawals {
+		if c.Tenant == tenant {
+			n++
+		}
+	}
+	return n
 }
 
 // keepUnstored has the state file keep the withdrawals the store could
