@@ -158,6 +158,18 @@ type gate struct {
 	// counted live that the restart makes again and counts (review rev20w,
 	// R3).
 	toTell map[string]liveWithdrawal
+	// moves holds the writes moved out of unverified (a call judged late
+	// settled them) since the last commit that went through: the sinks
+	// are told the move after it (tellMoves), so that a process that
+	// dies before it has not counted a move the restart counts (sli20,
+	// rev20s: the SLI's range over a restart counted such a write bad and
+	// good).
+	moves []audit.Write
+	// restartWrites holds, by the id of the withdrawal storedUnverified
+	// queued, the write the replay settled: its sinks are told once the
+	// store answers the withdrawal (tellRestartWrite), as a move out of
+	// unverified, the state the run that lost the withdrawal counted.
+	restartWrites map[string]audit.Write
 	// carried holds the ids of the withdrawals the state file kept, the
 	// last run's that the store could not take (markFile.Withdrawals),
 	// until the store took or refused them: the pipeline logs those it
@@ -346,28 +358,25 @@ const restartNoteNoCall = "withdrawn by mcpaudit at a restart: the calls stored,
 // (storedAs). It is queued at once, not when the replay's range is judged:
 // the marks saved meanwhile cover the settling call, and a restart after
 // another stop would not look at it again.
-func (g *gate) storedUnverified(w *audit.Write) {
+//
+// It returns the id of the withdrawal it queued, or "".
+func (g *gate) storedUnverified(w *audit.Write) string {
 	if g.known == nil || w.State == audit.StateUnverified || w.State == audit.StatePending {
-		return
+		return ""
 	}
 	// Another write under the finding's id still pending or unverified:
 	// the finding stands while one of them does (a pending one may yet go
 	// unverified, the replay then makes the finding again). The last of
 	// them settled withdraws it.
 	if len(g.unsettled[unverifiedKey{w.Tenant, w.CallID, w.Document, w.Key}]) > 0 {
-		return
+		return ""
 	}
-	call := w.CallID
-	if c := g.storedAs(w); c != nil {
-		call = c.ID
-	}
-	f := audit.Finding{Kind: audit.KindUnverifiedWrite, Severity: audit.KindUnverifiedWrite.Severity(), Server: w.Server, Tenant: w.Tenant,
-		Document: w.Document, Key: w.Key, Session: w.Session, Time: w.Time, Calls: []string{call}}
+	f := g.unverifiedOf(w)
 	id := f.ID()
 	// One the state file kept (carried) is the last run's own withdrawal,
 	// made again as it was, with its note, and counted by that run.
 	if !g.known[id] || g.remade[id] || g.atRestart[id] != nil || g.carried[id] {
-		return
+		return ""
 	}
 	note := restartNoteNoCall
 	if r := g.eng.Current(); r != nil {
@@ -379,6 +388,19 @@ func (g *gate) storedUnverified(w *audit.Write) {
 	g.atRestart[id] = &f
 	g.withdrawn = append(g.withdrawn, audit.FindingChange{FindingID: id, Tenant: w.Tenant, State: audit.FindingWithdrawn,
 		By: withdrawnBy, Note: note, Time: w.StateTime})
+	return id
+}
+
+// unverifiedOf returns the unverified_write the engine makes of w when its
+// window closes (detect's unverifiedFinding), under the observation the
+// live run stored w's call under (storedAs).
+func (g *gate) unverifiedOf(w *audit.Write) audit.Finding {
+	call := w.CallID
+	if c := g.storedAs(w); c != nil {
+		call = c.ID
+	}
+	return audit.Finding{Kind: audit.KindUnverifiedWrite, Severity: audit.KindUnverifiedWrite.Severity(), Server: w.Server, Tenant: w.Tenant,
+		Document: w.Document, Key: w.Key, Session: w.Session, Time: w.Time, Calls: []string{call}}
 }
 
 // committed reports whether output at event time t in the partition of
@@ -501,8 +523,9 @@ func (g *gate) Write(w *audit.Write, prev audit.WriteState) {
 	// settled state is stored (below), and the finding withdrawn
 	// (storedUnverified). Only by a call the live run may have judged
 	// late after its last commit (lostWithdrawal).
+	queued := ""
 	if settling && g.lostWithdrawal(w.Tenant, w.Server, w.StateTime) {
-		g.storedUnverified(w)
+		queued = g.storedUnverified(w)
 	}
 	// A write the replay judged from an answer the live run took after
 	// committing the call's judgement without it, and died before the
@@ -511,7 +534,9 @@ func (g *gate) Write(w *audit.Write, prev audit.WriteState) {
 	// would have.
 	if len(g.restartAnswers) > 0 && w.State != audit.StateUnverified && w.State != audit.StatePending &&
 		g.restartAnswers[audit.CallRef{Tenant: w.Tenant, ID: w.CallID}] {
-		g.storedUnverified(w)
+		if id := g.storedUnverified(w); id != "" {
+			queued = id
+		}
 	}
 	if !open && g.replayed(w.Tenant, w.Server, w.StateTime) && (!settling || !g.storedPending(w)) {
 		return
@@ -533,13 +558,76 @@ func (g *gate) Write(w *audit.Write, prev audit.WriteState) {
 	if prev == audit.StatePending && !g.announced[k] {
 		prev = ""
 	}
+	if g.known != nil && w.Seq == 0 && (w.State == audit.StatePending || w.State == audit.StateUnverified && prev == "") {
+		// Replayed pending, or unverified again, its unverified_write
+		// stored: the run before committed it unverified and counted it
+		// so (its pending gauge ended with it). Not told pending, so that
+		// a settling in the replay is told as the move out of unverified
+		// (restartWrites); not told unverified a second time.
+		f := g.unverifiedOf(w)
+		if g.known[f.ID()] {
+			delete(g.announced, k)
+			return
+		}
+	}
 	if w.State == audit.StatePending {
 		g.announced[k] = true
 	} else {
 		delete(g.announced, k)
 	}
+	switch {
+	case queued != "" && prev == "":
+		// The run that lost the withdrawal committed the write
+		// unverified, and counted it so: told as a move once the store
+		// answers the withdrawal (tellRestartWrite).
+		if g.restartWrites == nil {
+			g.restartWrites = map[string]audit.Write{}
+		}
+		g.restartWrites[queued] = *w
+		return
+	case prev == audit.StateUnverified:
+		g.moves = append(g.moves, *w)
+		return
+	}
 	for _, s := range g.sinks {
 		s.Write(w, prev)
+	}
+}
+
+// tellMoves tells the sinks of the writes moved out of unverified (moves)
+// once the commit storing them went through.
+func (g *gate) tellMoves() {
+	for i := range g.moves {
+		for _, s := range g.sinks {
+			s.Write(&g.moves[i], audit.StateUnverified)
+		}
+	}
+	clear(g.moves)
+	g.moves = g.moves[:0]
+}
+
+// tellRestartWrite tells the sinks of the write the replay settled whose
+// stored unverified_write the withdrawal id withdraws (restartWrites):
+// as a move out of unverified when the store took the withdrawal or
+// refused it as unavailable (the run that lost it counted the write
+// unverified, and not its move), nothing when the store holds it
+// withdrawn already (committed is set: the run before committed the
+// move, after which it counted it), and as a new write otherwise.
+func (g *gate) tellRestartWrite(id string, moved, committed bool) {
+	w, ok := g.restartWrites[id]
+	if !ok {
+		return
+	}
+	delete(g.restartWrites, id)
+	if committed {
+		return
+	}
+	prev := audit.WriteState("")
+	if moved {
+		prev = audit.StateUnverified
+	}
+	for _, s := range g.sinks {
+		s.Write(&w, prev)
 	}
 }
 

@@ -1431,6 +1431,7 @@ func (p *Pipeline) commit(ctx context.Context) error {
 		p.gate.committedWM = r.Watermark
 	}
 	p.gate.committedNow(p.now())
+	p.gate.tellMoves()
 	p.withdraw(ctx)
 	p.saveMarks(marksOf(p.eng, p.now()), false)
 	return nil
@@ -1451,6 +1452,7 @@ func (p *Pipeline) withdraw(ctx context.Context) {
 	if !ok {
 		for _, c := range p.gate.withdrawn {
 			p.gate.tellLive(c.FindingID)
+			p.gate.tellRestartWrite(c.FindingID, false, false)
 		}
 		p.gate.withdrawn, p.gate.atRestart, p.gate.atRestartTold, p.gate.carried = nil, nil, nil, nil
 		p.keepUnstored(nil)
@@ -1464,6 +1466,7 @@ func (p *Pipeline) withdraw(ctx context.Context) {
 		_, err := inv.ChangeFinding(ctx, c)
 		switch {
 		case err == nil, errors.Is(err, audit.ErrStateConflict), errors.Is(err, audit.ErrNotFound):
+			p.gate.tellRestartWrite(c.FindingID, err == nil, errors.Is(err, audit.ErrStateConflict))
 			if err == nil && p.gate.atRestart[c.FindingID] != nil {
 				restarted++
 				p.tellAtRestart(c.FindingID, at)
@@ -1478,6 +1481,7 @@ func (p *Pipeline) withdraw(ctx context.Context) {
 			if p.gate.atRestart[c.FindingID] != nil {
 				p.tellAtRestart(c.FindingID, at)
 			}
+			p.gate.tellRestartWrite(c.FindingID, true, false)
 			p.gate.tellLive(c.FindingID)
 			if errors.Is(err, audit.ErrUnavailable) && !p.waitLogged[c.FindingID] {
 				// Once per withdrawal: a store that never takes it would
@@ -1498,6 +1502,7 @@ func (p *Pipeline) withdraw(ctx context.Context) {
 			// metrics.
 			p.rlog.Warn("withdraw_failed", "cannot mark a finding withdrawn", "finding", c.FindingID, "err", err)
 			delete(p.gate.toTell, c.FindingID)
+			p.gate.tellRestartWrite(c.FindingID, false, false)
 		}
 		if p.waitLogged[c.FindingID] {
 			waited++
