@@ -56,6 +56,10 @@ type Server struct {
 	// Downtimes, if set, gives the times the collector was down that it
 	// keeps, oldest first, for /api/v1/status and the timelines.
 	Downtimes func() []audit.Downtime
+	// WithdrawalsWaiting, if set, counts the withdrawals of stored
+	// findings the store refused and that are retried at every commit, of
+	// tenant (empty: every tenant): pipeline.Pipeline.WithdrawalsWaiting.
+	WithdrawalsWaiting func(tenant string) int
 	// Access, if set, authenticates requests (serve shares it with the
 	// receivers and /metrics); otherwise Tenants and Credentials do.
 	Access *access.Authenticator

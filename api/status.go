@@ -70,6 +70,13 @@ type StatusResponse struct {
 	// (pipeline.DowntimesKept), oldest first, each with how the run
 	// before it ended. Absent when none is kept.
 	Downtimes []Downtime `json:"downtimes,omitempty"`
+	// WithdrawalsWaiting counts the withdrawals of stored unverified_write
+	// findings (the detector took them back) that the store refused as
+	// unavailable and that are retried at every commit, kept in the state
+	// file meanwhile: the store shows those findings open until it takes
+	// them (docs/runbooks.md#mcpauditwithdrawalswaiting). Part of
+	// Unstored. Absent from a server that does not say.
+	WithdrawalsWaiting int `json:"withdrawals_waiting,omitempty"`
 }
 
 // DowntimeShown is how long after a start the status tells the downtime
@@ -311,6 +318,9 @@ func (s *Server) StatusOf(tenant, server string, now time.Time) (StatusResponse,
 		AddFreed(&out, s.Freed(), tenant, server)
 	}
 	out.Store = storeStatus(s.store)
+	if s.WithdrawalsWaiting != nil {
+		out.WithdrawalsWaiting = s.WithdrawalsWaiting(tenant)
+	}
 	if s.Downtime != nil {
 		if from, to := s.Downtime(); !to.IsZero() && now.Before(to.Add(DowntimeShown)) {
 			out.LastDowntime = &Downtime{From: from, To: to, Seconds: to.Sub(from).Seconds()}

@@ -496,6 +496,21 @@ func (b *builder) storeAlerts() []Rule {
 				"committed. Calls are still acknowledged while the spool or call log has room; queries, the API and the " +
 				"page fail meanwhile, and findings wait. /readyz and mcpaudit status say why and how much waits.",
 		}),
+		// Found by wd21: a withdrawal the store refuses as unavailable is
+		// retried at every commit, and nothing else tells it. Warning:
+		// the findings are right, the store shows some open that the
+		// detector took back. 30m: a store outage alone ends sooner, and
+		// McpAuditStoreUnavailable tells it.
+		b.rule(alert{
+			name:     "McpAuditWithdrawalsWaiting",
+			expr:     fmt.Sprintf(`max by (%s) (%s) > 0`, by, metrics.WithdrawalsWaiting),
+			for_:     30 * time.Minute,
+			severity: SeverityWarning,
+			summary:  "The store keeps refusing the withdrawal of findings the detector took back.",
+			description: "Collector {{ $labels.instance }} of job {{ $labels.job }} has had {{ $value }} withdrawal(s) of stored " +
+				"unverified_write findings refused by its store for 30m, retried at every commit: the store, mcpaudit findings " +
+				"and mcpaudit report show those findings open though a call judged late proved their writes settled.",
+		}),
 		// Critical: what the senders see. A refusal lasting under the
 		// rate window (one busy commit) does not page; a full spool, or
 		// commits failing on a full disk (ack commit, whose store is

@@ -14,7 +14,7 @@ func TestInvestigationURL(t *testing.T) {
 		"McpAuditRelayDroppingRecords": true, "McpAuditRelayNotDelivering": true,
 		"McpAuditSpoolFileRejected": true, "McpAuditIDIndexWriteFailures": true,
 		"McpAuditIDIndexCorrupt": true, "McpAuditSpoolTailCut": true, "McpAuditSpoolFilesSetAside": true,
-		"McpAuditSpoolFilling": true, "McpAuditStoreUnavailable": true, "McpAuditStoreRefusingCalls": true}
+		"McpAuditSpoolFilling": true, "McpAuditStoreUnavailable": true, "McpAuditStoreRefusingCalls": true, "McpAuditWithdrawalsWaiting": true}
 	for _, base := range []string{"", "https://audit.example.com/mcp/"} {
 		o := rules.DefaultOptions()
 		if base != "" {

@@ -445,6 +445,12 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		s.closeAll()
 		return nil, err
 	}
+	// Withdrawals the store refused, retried at every commit: without it a
+	// store that never takes one is seen nowhere (wd21).
+	if err := metrics.WatchWithdrawals(s.registry, func() int { return s.pipe.WithdrawalsWaiting("") }); err != nil {
+		s.closeAll()
+		return nil, err
+	}
 	// The downtimes the state file keeps, this start's last when known:
 	// a crash shows to Prometheus after the restart, however short.
 	_, downTo := s.pipe.LastDowntime()
@@ -497,6 +503,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	q.Freed = s.pipe.Freed
 	q.Downtime = s.pipe.LastDowntime
 	q.Downtimes = s.pipe.Downtimes
+	q.WithdrawalsWaiting = s.pipe.WithdrawalsWaiting
 	q.Credentials = cfg.Serve.Credentials
 	q.Access = s.access
 	mux := http.NewServeMux()

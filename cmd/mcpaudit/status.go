@@ -176,6 +176,9 @@ func printStatus(w io.Writer, st api.StatusResponse, waited bool) {
 	if st.Unstored > 0 {
 		fmt.Fprintf(w, "%d findings and write states are judged but not stored yet: the store refused them, and they are retried.\n", st.Unstored)
 	}
+	if st.WithdrawalsWaiting > 0 {
+		fmt.Fprintf(w, "%d withdrawals of unverified_write findings wait for the store, which refused them: the store shows those findings open until it takes them (retried at every commit; docs/runbooks.md#mcpauditwithdrawalswaiting).\n", st.WithdrawalsWaiting)
+	}
 	if waited {
 		fmt.Fprintln(w, "Everything acknowledged before the wait began is judged, and stored.")
 	}

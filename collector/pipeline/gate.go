@@ -149,6 +149,27 @@ type gate struct {
 	// is kept in the state file (markFile.Withdrawals), and a restart that
 	// makes it from there takes it as counted (review rev20w).
 	atRestartTold map[string]bool
+	// toTell holds, by id, the withdrawals of findings this process told
+	// the sinks (told) that are queued in withdrawn for a stored finding:
+	// the sinks are told at the first attempt to store the withdrawal
+	// (tellLive), when the store took it or refused it as unavailable
+	// (then kept in the state file), not when the call is judged. While
+	// commits fail no attempt is made, and a crash then lost a withdrawal
+	// counted live that the restart makes again and counts (review rev20w,
+	// R3).
+	toTell map[string]liveWithdrawal
+	// moves holds the writes moved out of unverified (a call judged late
+	// settled them) since the last commit that went through: the sinks
+	// are told the move after it (tellMoves), so that a process that
+	// dies before it has not counted a move the restart counts (sli20,
+	// rev20s: the SLI's range over a restart counted such a write bad and
+	// good).
+	moves []audit.Write
+	// restartWrites holds, by the id of the withdrawal storedUnverified
+	// queued, the write the replay settled: its sinks are told once the
+	// store answers the withdrawal (tellRestartWrite), as a move out of
+	// unverified, the state the run that lost the withdrawal counted.
+	restartWrites map[string]audit.Write
 	// carried holds the ids of the withdrawals the state file kept, the
 	// last run's that the store could not take (markFile.Withdrawals),
 	// until the store took or refused them: the pipeline logs those it
@@ -160,6 +181,14 @@ type gate struct {
 	// named. The stored row may be a copy the live run judged in time, and
 	// the replay passes over every call of a name (review rev15a).
 	held bool
+}
+
+// liveWithdrawal is a withdrawal WithdrawFinding queued for a stored
+// finding, as the sinks are to be told it.
+type liveWithdrawal struct {
+	f    audit.Finding
+	call string
+	at   time.Time
 }
 
 // unverifiedKey names the writes under one unverified_write id: a tenant,
@@ -329,28 +358,25 @@ const restartNoteNoCall = "withdrawn by mcpaudit at a restart: the calls stored,
 // (storedAs). It is queued at once, not when the replay's range is judged:
 // the marks saved meanwhile cover the settling call, and a restart after
 // another stop would not look at it again.
-func (g *gate) storedUnverified(w *audit.Write) {
+//
+// It returns the id of the withdrawal it queued, or "".
+func (g *gate) storedUnverified(w *audit.Write) string {
 	if g.known == nil || w.State == audit.StateUnverified || w.State == audit.StatePending {
-		return
+		return ""
 	}
 	// Another write under the finding's id still pending or unverified:
 	// the finding stands while one of them does (a pending one may yet go
 	// unverified, the replay then makes the finding again). The last of
 	// them settled withdraws it.
 	if len(g.unsettled[unverifiedKey{w.Tenant, w.CallID, w.Document, w.Key}]) > 0 {
-		return
+		return ""
 	}
-	call := w.CallID
-	if c := g.storedAs(w); c != nil {
-		call = c.ID
-	}
-	f := audit.Finding{Kind: audit.KindUnverifiedWrite, Severity: audit.KindUnverifiedWrite.Severity(), Server: w.Server, Tenant: w.Tenant,
-		Document: w.Document, Key: w.Key, Session: w.Session, Time: w.Time, Calls: []string{call}}
+	f := g.unverifiedOf(w)
 	id := f.ID()
 	// One the state file kept (carried) is the last run's own withdrawal,
 	// made again as it was, with its note, and counted by that run.
 	if !g.known[id] || g.remade[id] || g.atRestart[id] != nil || g.carried[id] {
-		return
+		return ""
 	}
 	note := restartNoteNoCall
 	if r := g.eng.Current(); r != nil {
@@ -362,6 +388,19 @@ func (g *gate) storedUnverified(w *audit.Write) {
 	g.atRestart[id] = &f
 	g.withdrawn = append(g.withdrawn, audit.FindingChange{FindingID: id, Tenant: w.Tenant, State: audit.FindingWithdrawn,
 		By: withdrawnBy, Note: note, Time: w.StateTime})
+	return id
+}
+
+// unverifiedOf returns the unverified_write the engine makes of w when its
+// window closes (detect's unverifiedFinding), under the observation the
+// live run stored w's call under (storedAs).
+func (g *gate) unverifiedOf(w *audit.Write) audit.Finding {
+	call := w.CallID
+	if c := g.storedAs(w); c != nil {
+		call = c.ID
+	}
+	return audit.Finding{Kind: audit.KindUnverifiedWrite, Severity: audit.KindUnverifiedWrite.Severity(), Server: w.Server, Tenant: w.Tenant,
+		Document: w.Document, Key: w.Key, Session: w.Session, Time: w.Time, Calls: []string{call}}
 }
 
 // committed reports whether output at event time t in the partition of
@@ -501,8 +540,14 @@ func (g *gate) Write(w *audit.Write, prev audit.WriteState) {
 	// count it twice.
 	settling := prev == audit.StatePending && w.State != audit.StatePending &&
 		!g.committed(w.Tenant, w.Server, w.Time.Add(g.eng.Config().VerifyWindow))
+	// A write so settled whose unverified_write the store holds, stored by
+	// a live run that died before the commit that withdrew the finding, or
+	// judged from an answer the live run took after committing the call's
+	// judgement without it (withdrawalLost): the settled state is stored
+	// (below), and the finding withdrawn (storedUnverified).
+	queued := ""
 	if g.withdrawalLost(w, settling) {
-		g.storedUnverified(w)
+		queued = g.storedUnverified(w)
 	}
 	if !open && g.replayed(w.Tenant, w.Server, w.StateTime) && (!settling || !g.storedPending(w)) {
 		return
@@ -524,13 +569,76 @@ func (g *gate) Write(w *audit.Write, prev audit.WriteState) {
 	if prev == audit.StatePending && !g.announced[k] {
 		prev = ""
 	}
+	if g.known != nil && w.Seq == 0 && (w.State == audit.StatePending || w.State == audit.StateUnverified && prev == "") {
+		// Replayed pending, or unverified again, its unverified_write
+		// stored: the run before committed it unverified and counted it
+		// so (its pending gauge ended with it). Not told pending, so that
+		// a settling in the replay is told as the move out of unverified
+		// (restartWrites); not told unverified a second time.
+		f := g.unverifiedOf(w)
+		if g.known[f.ID()] {
+			delete(g.announced, k)
+			return
+		}
+	}
 	if w.State == audit.StatePending {
 		g.announced[k] = true
 	} else {
 		delete(g.announced, k)
 	}
+	switch {
+	case queued != "" && prev == "":
+		// The run that lost the withdrawal committed the write
+		// unverified, and counted it so: told as a move once the store
+		// answers the withdrawal (tellRestartWrite).
+		if g.restartWrites == nil {
+			g.restartWrites = map[string]audit.Write{}
+		}
+		g.restartWrites[queued] = *w
+		return
+	case prev == audit.StateUnverified:
+		g.moves = append(g.moves, *w)
+		return
+	}
 	for _, s := range g.sinks {
 		s.Write(w, prev)
+	}
+}
+
+// tellMoves tells the sinks of the writes moved out of unverified (moves)
+// once the commit storing them went through.
+func (g *gate) tellMoves() {
+	for i := range g.moves {
+		for _, s := range g.sinks {
+			s.Write(&g.moves[i], audit.StateUnverified)
+		}
+	}
+	clear(g.moves)
+	g.moves = g.moves[:0]
+}
+
+// tellRestartWrite tells the sinks of the write the replay settled whose
+// stored unverified_write the withdrawal id withdraws (restartWrites):
+// as a move out of unverified when the store took the withdrawal or
+// refused it as unavailable (the run that lost it counted the write
+// unverified, and not its move), nothing when the store holds it
+// withdrawn already (committed is set: the run before committed the
+// move, after which it counted it), and as a new write otherwise.
+func (g *gate) tellRestartWrite(id string, moved, committed bool) {
+	w, ok := g.restartWrites[id]
+	if !ok {
+		return
+	}
+	delete(g.restartWrites, id)
+	if committed {
+		return
+	}
+	prev := audit.WriteState("")
+	if moved {
+		prev = audit.StateUnverified
+	}
+	for _, s := range g.sinks {
+		s.Write(&w, prev)
 	}
 }
 
@@ -659,9 +767,37 @@ func (g *gate) WithdrawFinding(f *audit.Finding, call string, at time.Time) {
 		return // the sinks were not told it in this process
 	}
 	delete(g.told, id)
+	if !dropped {
+		// Stored: told at the first attempt to store the withdrawal
+		// (tellLive), which follows a commit that went through.
+		if g.toTell == nil {
+			g.toTell = map[string]liveWithdrawal{}
+		}
+		g.toTell[id] = liveWithdrawal{f: *f, call: call, at: at}
+		return
+	}
 	for _, s := range g.sinks {
 		if w, ok := s.(audit.FindingWithdrawer); ok {
 			w.WithdrawFinding(f, call, at)
+		}
+	}
+}
+
+// tellLive tells the sinks of the withdrawal of id that WithdrawFinding
+// queued for a stored finding (toTell), once: at the first attempt to
+// store it that the store took or refused as unavailable. Counted before
+// that, a withdrawal waiting behind failing commits was counted live, lost
+// in a crash (it never reached the state file) and counted again by the
+// restart that made it (review rev20w, R3).
+func (g *gate) tellLive(id string) {
+	lw, ok := g.toTell[id]
+	if !ok {
+		return
+	}
+	delete(g.toTell, id)
+	for _, s := range g.sinks {
+		if w, ok := s.(audit.FindingWithdrawer); ok {
+			w.WithdrawFinding(&lw.f, lw.call, lw.at)
 		}
 	}
 }

@@ -169,6 +169,11 @@ type Pipeline struct {
 	// withdrawalsChanged is set while the file does not say what it holds.
 	unstoredWithdrawals []audit.FindingChange
 	withdrawalsChanged  bool
+	// waitLogged holds the ids of the withdrawals the store refused whose
+	// wait was logged (withdraw; the last run's, kept in the state file,
+	// at the start): once per withdrawal, not per retry. Engine goroutine
+	// only.
+	waitLogged map[string]bool
 	// stale holds the partitions the file on disk keeps as freed that freed
 	// no longer holds (the replay at start made them again): the file must
 	// drop them before a call of them is stored (comeback). arriving
@@ -446,9 +451,13 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	if len(run.withdrawals) > 0 {
 		p.gate.withdrawn = append(p.gate.withdrawn, run.withdrawals...)
 		p.gate.carried = map[string]bool{}
+		p.waitLogged = map[string]bool{}
 		for _, c := range run.withdrawals {
 			p.gate.carried[c.FindingID] = true
+			p.waitLogged[c.FindingID] = true
 		}
+		p.log.Warn("withdrawals of stored unverified_write findings that the last run's store refused are tried again at the first commit; "+
+			"the store shows those findings open until it takes them (docs/runbooks.md#mcpauditwithdrawalswaiting)", "withdrawals", len(run.withdrawals))
 	}
 	if down >= 0 {
 		p.downFrom, p.downTo = saved, p.now()
@@ -1423,6 +1432,7 @@ func (p *Pipeline) commit(ctx context.Context) error {
 		p.gate.committedWM = r.Watermark
 	}
 	p.gate.committedNow(p.now())
+	p.gate.tellMoves()
 	p.withdraw(ctx)
 	p.saveMarks(marksOf(p.eng, p.now()), false)
 	return nil
@@ -1441,18 +1451,23 @@ func (p *Pipeline) withdraw(ctx context.Context) {
 	}
 	inv, ok := p.store.(audit.Investigator)
 	if !ok {
+		for _, c := range p.gate.withdrawn {
+			p.gate.tellLive(c.FindingID)
+			p.gate.tellRestartWrite(c.FindingID, false, false)
+		}
 		p.gate.withdrawn, p.gate.atRestart, p.gate.atRestartTold, p.gate.carried = nil, nil, nil, nil
 		p.keepUnstored(nil)
 		return
 	}
 	kept := p.gate.withdrawn[:0]
-	restarted, carried := 0, 0
+	restarted, carried, waited := 0, 0, 0
 	for _, c := range p.gate.withdrawn {
 		at := c.Time
 		c.Time = p.now()
 		_, err := inv.ChangeFinding(ctx, c)
 		switch {
 		case err == nil, errors.Is(err, audit.ErrStateConflict), errors.Is(err, audit.ErrNotFound):
+			p.gate.tellRestartWrite(c.FindingID, err == nil, errors.Is(err, audit.ErrStateConflict))
 			if err == nil && p.gate.atRestart[c.FindingID] != nil {
 				restarted++
 				p.tellAtRestart(c.FindingID, at)
@@ -1460,17 +1475,39 @@ func (p *Pipeline) withdraw(ctx context.Context) {
 			if err == nil && p.gate.carried[c.FindingID] {
 				carried++
 			}
+			p.gate.tellLive(c.FindingID)
 		case errors.Is(err, audit.ErrUnavailable) || ctx.Err() != nil:
 			// Counted now, once: kept in the state file, a later restart
 			// makes it as the last run's, counted (carried).
 			if p.gate.atRestart[c.FindingID] != nil {
 				p.tellAtRestart(c.FindingID, at)
 			}
+			p.gate.tellRestartWrite(c.FindingID, true, false)
+			p.gate.tellLive(c.FindingID)
+			if errors.Is(err, audit.ErrUnavailable) && !p.waitLogged[c.FindingID] {
+				// Once per withdrawal: a store that never takes it would
+				// otherwise be retried at every commit unseen.
+				if p.waitLogged == nil {
+					p.waitLogged = map[string]bool{}
+				}
+				p.waitLogged[c.FindingID] = true
+				p.log.Warn("the store refused the withdrawal of a stored unverified_write finding; retried at every commit and kept in the state file, "+
+					"the store shows the finding open until it takes it (mcpaudit_withdrawals_waiting; docs/runbooks.md#mcpauditwithdrawalswaiting)",
+					"finding", c.FindingID, "tenant", c.Tenant, "err", err)
+			}
 			c.Time = at
 			kept = append(kept, c)
 			continue
 		default:
+			// Given up: the finding stands in the store, and in the
+			// metrics.
 			p.rlog.Warn("withdraw_failed", "cannot mark a finding withdrawn", "finding", c.FindingID, "err", err)
+			delete(p.gate.toTell, c.FindingID)
+			p.gate.tellRestartWrite(c.FindingID, false, false)
+		}
+		if p.waitLogged[c.FindingID] {
+			waited++
+			delete(p.waitLogged, c.FindingID)
 		}
 		delete(p.gate.atRestart, c.FindingID)
 		delete(p.gate.atRestartTold, c.FindingID)
@@ -1487,6 +1524,9 @@ func (p *Pipeline) withdraw(ctx context.Context) {
 	if carried > 0 {
 		p.log.Info("stored unverified_write findings withdrawn at the restart that the last run could not store (the store unavailable); "+
 			"the state file kept them (docs/detection.md, Late calls)", "findings", carried)
+	}
+	if waited > 0 {
+		p.log.Info("withdrawals the store had refused are stored, or found withdrawn or gone", "withdrawals", waited, "waiting", len(kept))
 	}
 }
 
@@ -1549,6 +1589,25 @@ func (p *Pipeline) tellAtRestart(id string, at time.Time) {
 	}
 	p.gate.atRestartTold[id] = true
 	p.gate.toldAtRestart(p.gate.atRestart[id], at)
+}
+
+// WithdrawalsWaiting counts the withdrawals the store refused as
+// unavailable, retried at every commit and kept in the state file
+// meanwhile (markFile.Withdrawals), of tenant (empty: every tenant): the
+// store shows their findings open until it takes them.
+func (p *Pipeline) WithdrawalsWaiting(tenant string) int {
+	p.floorMu.Lock()
+	defer p.floorMu.Unlock()
+	if tenant == "" {
+		return len(p.unstoredWithdrawals)
+	}
+	n := 0
+	for _, c := range p.unstoredWithdrawals {
+		if c.Tenant == tenant {
+			n++
+		}
+	}
+	return n
 }
 
 // keepUnstored has the state file keep the withdrawals the store could

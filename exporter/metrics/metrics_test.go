@@ -555,6 +555,9 @@ func TestFamilies(t *testing.T) {
 	if err := metrics.WatchReady(reg, readyStore{}); err != nil {
 		t.Fatal(err)
 	}
+	if err := metrics.WatchWithdrawals(reg, func() int { return 0 }); err != nil {
+		t.Fatal(err)
+	}
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

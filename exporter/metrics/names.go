@@ -140,6 +140,11 @@ const (
 	// ended so, among the downtimes the state file keeps: a crash stays
 	// in it across later restarts (serve only).
 	ServeRestartTimestampSeconds = "mcpaudit_serve_restart_timestamp_seconds"
+	// WithdrawalsWaiting counts the withdrawals of stored findings the
+	// store refused as unavailable, retried at every commit and kept in
+	// the state file meanwhile (serve only): the store shows their
+	// findings open until it takes them.
+	WithdrawalsWaiting = "mcpaudit_withdrawals_waiting"
 )
 
 // Label names.
@@ -400,6 +405,8 @@ var Families = []Family{
 		[]string{LabelEnd}},
 	{ServeRestartTimestampSeconds, "gauge", "Unix time of the latest start of serve after a run that ended so (stop, crash or unknown), among the last 100 downtimes its state file keeps.",
 		[]string{LabelEnd}},
+	{WithdrawalsWaiting, "gauge", "Withdrawals of stored unverified_write findings that the store refused as unavailable, retried at every commit: the store shows those findings open until it takes them.",
+		nil},
 }
 
 // family returns the entry of Families named name; it panics on a typo, which

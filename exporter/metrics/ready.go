@@ -31,6 +31,15 @@ func CheckReady(ctx context.Context, store audit.Store) error {
 	return nil
 }
 
+// WatchWithdrawals has reg export WithdrawalsWaiting, read from waiting
+// (pipeline.Pipeline.WithdrawalsWaiting of every tenant) at each scrape.
+func WatchWithdrawals(reg prometheus.Registerer, waiting func() int) error {
+	f := family(WithdrawalsWaiting)
+	return reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: f.Name, Help: f.Help}, func() float64 {
+		return float64(waiting())
+	}))
+}
+
 // WatchReady has reg export StoreReady for store, checked (CheckReady) at
 // each scrape: every store can stop being ready, so every store exports it.
 func WatchReady(reg prometheus.Registerer, store audit.Store) error {
