@@ -139,6 +139,7 @@ func playLateAnswer(t *testing.T, tc laCase) {
 	opts := sqlite.Options{Synchronous: "normal", Ack: tc.ack}
 	rec := newRecorder()
 	r := openRunWith(t, dir, clock, nil, dedit, rec, nil, opts)
+	var rec2 *recorder
 	if _, err := r.ingest(batch(t, "calls:client", first...)); err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +176,8 @@ func playLateAnswer(t *testing.T, tc laCase) {
 			t.Fatal("the crash came before the commit that names the answer: the test shows nothing")
 		}
 		r.die()
-		r = openRunWith(t, dir, clock, nil, dedit, nil, nil, opts)
+		rec2 = newRecorder()
+		r = openRunWith(t, dir, clock, nil, dedit, rec2, nil, opts)
 	case !tc.crashAfterAnswer:
 		if _, err := r.ingest(batch(t, "calls:server", answered)); err != nil {
 			t.Fatal(err)
@@ -203,6 +205,35 @@ func playLateAnswer(t *testing.T, tc laCase) {
 	r.steps(20, nil)
 	if tc.skew == 0 && !storedAnswered(t, r, unanswered) {
 		t.Errorf("the store holds the call unanswered; judged in time order it is answered")
+	}
+	if rec2 != nil {
+		// Over the two runs each withdrawal is counted once: the state
+		// file kept it before the commit, so the restart takes it as the
+		// dead run's, counted (wd21 counted a live one only at its first
+		// attempt to store it, which the crash prevented).
+		want := 1
+		if tc.retry {
+			want = 2
+		}
+		rec.mu.Lock()
+		rec2.mu.Lock()
+		told := map[string]int{}
+		for id, n := range rec.withdrawn {
+			told[id] += n
+		}
+		for id, n := range rec2.withdrawn {
+			told[id] += n
+		}
+		rec2.mu.Unlock()
+		rec.mu.Unlock()
+		if len(told) != want {
+			t.Errorf("withdrawals told over the two runs %v; want %d, each once", told, want)
+		}
+		for id, n := range told {
+			if n != 1 {
+				t.Errorf("withdrawal %s told %d times over the two runs; want once", id, n)
+			}
+		}
 	}
 	if tc.gap > 20 && tc.restart == "" && !tc.crashAfterAnswer && !tc.crashAtWithdrawal && tc.result != laCommitUnknown {
 		pg, err := r.store.Findings(context.Background(), audit.FindingQuery{State: audit.FindingWithdrawn, Limit: 100})

@@ -1576,6 +1576,13 @@ func (p *Pipeline) keepBeforeCommit(r audit.Results) {
 	}
 	p.freedWritten()
 	p.marksSaved, p.freedChanged, p.withdrawalsChanged = now, false, false
+	// Kept in the file, a withdrawal is the last run's to a restart, which
+	// takes it as counted (carried): count it now, as a refused one is
+	// (tellLive). Left to the first attempt to store it, one whose commit
+	// a crash prevented was counted by neither run.
+	for _, c := range keep {
+		p.gate.tellLive(c.FindingID)
+	}
 }
 
 // tellAtRestart tells the sinks of the withdrawal of id the restart made
