@@ -23,6 +23,46 @@ type dedupe struct {
 	// old remembers, compactly and for the allowance, what the maps above
 	// forgot: observations judged long enough ago.
 	old *observed
+	// unanswered holds, by request hash, where each call judged without
+	// its response was judged, for allowed_lateness: its answer, coming
+	// that late, is judged at its place (Engine.Add, answerLate).
+	unanswered expMap[uint64, []judgedUnanswered]
+}
+
+// judgedUnanswered is where a call judged without its response was
+// judged: its time, its place and its source.
+type judgedUnanswered struct {
+	t   etime
+	at  pos
+	src *source
+}
+
+// judgedWithout files r, just judged without its response, at at.
+func (d *dedupe) judgedWithout(r *audit.Record, at pos, src *source) {
+	c := r.Call
+	ct := etimeOf(c.Time)
+	l := d.unanswered.at(maphash.String(ordSeed, reqKey(c)), ct)
+	*l = append(*l, judgedUnanswered{t: ct, at: at, src: src})
+}
+
+// answerOf returns, and forgets, where the call r answers was judged
+// without its response: the same request within the second that makes
+// two observations one exchange.
+func (d *dedupe) answerOf(r *audit.Record) (judgedUnanswered, bool) {
+	c := r.Call
+	fh := maphash.String(ordSeed, reqKey(c))
+	l := d.unanswered.get(fh)
+	if l == nil {
+		return judgedUnanswered{}, false
+	}
+	ct := etimeOf(c.Time)
+	for i, u := range *l {
+		if dt := ct.Sub(u.t); dt <= time.Second && dt >= -time.Second {
+			*l = slices.Delete(*l, i, i+1)
+			return u, true
+		}
+	}
+	return judgedUnanswered{}, false
 }
 
 // reqSeen is the observations taken under one request hash: nearly always
@@ -73,7 +113,7 @@ type seen struct {
 }
 
 func newDedupe() dedupe {
-	return dedupe{byReq: newExpMap[uint64, reqSeen](), bySpan: newExpMap[uint64, *seen](), old: newObserved()}
+	return dedupe{byReq: newExpMap[uint64, reqSeen](), bySpan: newExpMap[uint64, *seen](), old: newObserved(), unanswered: newExpMap[uint64, []judgedUnanswered]()}
 }
 
 // reqKey is the request part of the duplicate key; calls built without a
@@ -326,6 +366,17 @@ func withResponse(first, other *audit.Record) *audit.Record {
 	m := *other
 	m.Call = &merged
 	return &m
+}
+
+// sweepUnanswered forgets the calls judged without their response before
+// horizon: an answer that late is too late to be judged.
+func (d *dedupe) sweepUnanswered(before time.Time) {
+	horizon := etimeOf(before)
+	d.unanswered.sweep(horizon, func(_ uint64, l *[]judgedUnanswered) (bool, etime) {
+		kept, first := keepSince(*l, horizon, func(u judgedUnanswered) etime { return u.t })
+		*l = kept
+		return len(kept) > 0, first
+	})
 }
 
 // sweep forgets observations older than horizon.

@@ -19,6 +19,10 @@ type detector struct {
 	// judging is the ID of the call being processed: the one that
 	// withdraws a finding when it settles a write (settle).
 	judging string
+	// prevState, while a late answer is judged (rejudge), has the state
+	// each write of its call had in the unanswered reading, by sequence
+	// number: the answer's write is told as that write's next state.
+	prevState map[int32]word
 
 	// server and tenant name the partition.
 	server, tenant string
@@ -90,13 +94,25 @@ func (d *detector) advance(t etime) {
 
 // process judges one call, delivered by src, at its place in event time.
 func (d *detector) process(r *audit.Record, at pos, src *source) {
+	d.out.call(r)
+	d.judge(r, at, src)
+}
+
+// processAnswer judges r, the late answer of a call judged without it,
+// at its place: its call was told already (the answer counts as a
+// duplicate observation), its writes are told as the next state of the
+// unanswered reading's (prevState).
+func (d *detector) processAnswer(r *audit.Record, at pos, src *source) {
+	d.judge(r, at, src)
+}
+
+func (d *detector) judge(r *audit.Record, at pos, src *source) {
 	c := r.Call
 	ev := &event{rec: r, call: c, actor: actorOf(c), at: at, late: at.before(d.last), src: src}
 	d.judging = c.ID
 	if !ev.late {
 		d.last = at
 	}
-	d.out.call(r)
 	d.checkWasted(ev)
 	for i := range r.Ops {
 		op := &r.Ops[i]
@@ -242,7 +258,11 @@ func (d *detector) write(ev *event, op *audit.Op) {
 		d.deadlines.push(w)
 		d.pendingIn(w)
 	}
-	d.emitWrite(w, "", t)
+	prev := audit.WriteState("")
+	if s, ok := d.prevState[w.at.seq]; ok {
+		prev = stateWords.word(s)
+	}
+	d.emitWrite(w, prev, t)
 
 	if ev.late {
 		d.lookForward(ev, op, w, ks, ds)

@@ -372,7 +372,12 @@ func (e *Engine) Add(src string, r *audit.Record, wall time.Time) {
 			// The answer of a call judged without it, within
 			// allowed_lateness: judged as in order, and the store told.
 			e.current = r
-			took := p.det.answerLate(r)
+			took := false
+			if u, ok := p.dedupe.answerOf(r); ok {
+				took = p.det.answerJudged(r, u.t, u.at, u.src)
+			} else {
+				took = p.det.answerFound(r)
+			}
 			e.current = nil
 			if took {
 				e.stats.LateAnswers++
@@ -679,6 +684,9 @@ func (e *Engine) judge(p *partition, s *seen, at pos) {
 	e.current = r
 	p.det.process(r, at, s.src)
 	e.current = nil
+	if !r.Call.Responded {
+		p.dedupe.judgedWithout(r, at, s.src)
+	}
 	// Judged: what dedupe still needs of it is its time.
 	s.forget()
 	if e.onJudged != nil {
@@ -1026,6 +1034,7 @@ func (e *Engine) release(p *partition, wm time.Time) {
 	p.wm = wm
 	p.det.advance(to)
 	p.dedupe.sweep(wm.Add(-2*e.cfg.Lateness - 2*time.Second))
+	p.dedupe.sweepUnanswered(wm.Add(-e.cfg.AllowedLateness))
 	// A call dated a second before the allowance may still be a second
 	// observation of one judged within it.
 	p.dedupe.old.forget(to.Add(-e.cfg.AllowedLateness - 2*e.cfg.Lateness - 2*time.Second))

@@ -267,6 +267,59 @@ type emitter struct {
 	// w is the write handed to the sinks, filled again for each state
 	// change: a sink keeps a copy of what it keeps (audit.Sink).
 	w audit.Write
+	// hold, while a late answer is judged again (rejudge), keeps the
+	// findings made and withdrawn until flushHeld weighs them.
+	hold *heldOut
+}
+
+// heldOut is what one late answer's judging made and withdrew, in order.
+type heldOut struct {
+	l []heldFinding
+}
+
+type heldFinding struct {
+	f *audit.Finding
+	// withdrawn by call at at; else made.
+	withdrawn bool
+	call      string
+	at        etime
+}
+
+// flushHeld tells the sinks what h holds, in order, but for a finding
+// withdrawn (made by the unanswered reading) then made again (by the
+// answered one): it stands as it was made, and neither is told. A finding
+// withdrawn twice (two writes of one call under one finding's id) is
+// withdrawn once; one made then withdrawn (a window the first reading
+// closed, closed again before its answer was judged) is told both.
+func (o *emitter) flushHeld(h *heldOut) {
+	gone := map[string]bool{}
+	remade := map[string]bool{}
+	for _, e := range h.l {
+		id := e.f.ID()
+		if e.withdrawn {
+			gone[id] = true
+		} else if gone[id] {
+			remade[id] = true
+		}
+	}
+	told := map[string]bool{}
+	for _, e := range h.l {
+		id := e.f.ID()
+		if remade[id] {
+			continue
+		}
+		if e.withdrawn {
+			if !told["-"+id] {
+				told["-"+id] = true
+				o.withdraw(e.f, e.call, e.at)
+			}
+			continue
+		}
+		if !told[id] {
+			told[id] = true
+			o.finding(e.f)
+		}
+	}
 }
 
 func (o *emitter) call(r *audit.Record) {
@@ -300,6 +353,10 @@ func (d *detector) emitWrite(w *writeRec, prev audit.WriteState, at etime) {
 // which a call within the window, judged after it closed, settles; at is
 // that call's time.
 func (o *emitter) withdraw(f *audit.Finding, call string, at etime) {
+	if o.hold != nil {
+		o.hold.l = append(o.hold.l, heldFinding{f: f, withdrawn: true, call: call, at: at})
+		return
+	}
 	f.Severity = f.Kind.Severity()
 	o.stats.Findings[f.Kind]--
 	o.stats.Withdrawn++
@@ -311,6 +368,10 @@ func (o *emitter) withdraw(f *audit.Finding, call string, at etime) {
 }
 
 func (o *emitter) finding(f *audit.Finding) {
+	if o.hold != nil {
+		o.hold.l = append(o.hold.l, heldFinding{f: f})
+		return
+	}
 	f.Severity = f.Kind.Severity()
 	o.stats.Findings[f.Kind]++
 	for _, s := range o.sinks {
