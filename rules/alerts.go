@@ -270,7 +270,7 @@ func (b *builder) collectorAlerts() []Rule {
 			summary:  "The collector rejects incoming records.",
 			description: "{{ $value | humanizePercentage }} of the MCP records received over {{ $labels.source }} in the last " +
 				"10m were rejected as {{ $labels.reason }}: those calls are not audited, unless refused for load " +
-				"(overloaded, queue_full, tenant_share, store_unavailable, timeout) and retried by their senders until taken.",
+				"(overloaded, queue_full, tenant_share, store_unavailable, canceled, timeout) and retried by their senders until taken.",
 		}),
 		b.rule(alert{
 			name: "McpAuditSourceLagging",

@@ -1377,7 +1377,8 @@ func (p *Pipeline) take(q queued) {
 	// before it count first, whichever case of run's select came first.
 	p.applyTouches()
 	for i, r := range b.Records {
-		p.gate.held = at(&held, i) || q.allHeld
+		stored := at(&held, i)
+		p.gate.held = stored || q.allHeld
 		if at(&resent, i) {
 			// Judged and committed before its partition was freed: the
 			// replay at start passes over it too.
@@ -1390,6 +1391,14 @@ func (p *Pipeline) take(q queued) {
 		}
 		if at(&answered, i) {
 			p.gate.answerHeld(r.Call)
+		}
+		if stored {
+			// Held by the store: a copy of a call handed to the engine
+			// before, a duplicate when too late, not a call never judged
+			// (docs/detection.md, "Late calls"). A store that cannot tell
+			// (allHeld) leaves it counted too late.
+			p.eng.AddHeld(b.Source, r, now)
+			continue
 		}
 		p.eng.Add(b.Source, r, now)
 	}

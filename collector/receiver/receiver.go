@@ -323,6 +323,13 @@ func (rc *Receiver) ingest(ctx context.Context, src metrics.Source, recs []*audi
 		// sizes in the message.
 		rc.rejected(src, metrics.RejectTooLarge, len(recs))
 		return 0, &refusal{status: 413, msg: err.Error() + "; send fewer calls per request", reason: metrics.RejectTooLarge, counted: true}
+	case ctx.Err() != nil:
+		// The sender gave up on its request (its own timeout) before
+		// the calls were stored: not the store being unavailable (whose
+		// alerts page), and whatever it sends again is taken (the
+		// outside pass live21's D3).
+		rc.rejected(src, metrics.RejectCanceled, len(recs))
+		return 0, newRefusal(503, "the request was canceled before its calls were stored; send it again", metrics.RejectCanceled)
 	default:
 		rc.rejected(src, metrics.RejectStoreDown, len(recs))
 		rc.rlog.Warn("store_unavailable", "cannot store calls", "err", err, "calls", len(recs))

@@ -356,6 +356,8 @@ mcpaudit_ingest_rejected_total{reason="invalid_text",source="otlp_http"} 0
 mcpaudit_ingest_rejected_total{reason="too_long",source="otlp_http"} 0
 mcpaudit_ingest_rejected_total{reason="too_deep",source="otlp_http"} 0
 mcpaudit_ingest_rejected_total{reason="bad_time",source="otlp_http"} 0
+mcpaudit_ingest_rejected_total{reason="canceled",source="other"} 0
+mcpaudit_ingest_rejected_total{reason="canceled",source="otlp_http"} 0
 mcpaudit_ingest_rejected_total{reason="server_limit",source="otlp_http"} 0
 mcpaudit_ingest_rejected_total{reason="overloaded",source="otlp_http"} 0
 mcpaudit_ingest_rejected_total{reason="timeout",source="otlp_http"} 0

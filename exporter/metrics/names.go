@@ -285,13 +285,14 @@ const (
 	RejectTimeout      RejectReason = "timeout"           // the body did not arrive in time
 	RejectTenantShare  RejectReason = "tenant_share"      // back-pressure: the tenant holds its share of the open calls
 	RejectStoreDown    RejectReason = "store_unavailable" // the store refused the calls (an outage); retried by the sender
+	RejectCanceled     RejectReason = "canceled"          // the sender gave up on its request (its timeout) before the calls were stored
 )
 
 // RejectReasons lists every reject reason.
 var RejectReasons = []RejectReason{
 	RejectInvalidJSON, RejectMissingField, RejectBadSpan, RejectTooLarge, RejectQueueFull, RejectDecodeError,
 	RejectInvalidText, RejectTooLong, RejectTooDeep, RejectBadTime, RejectServerLimit, RejectOverloaded, RejectTimeout,
-	RejectTenantShare, RejectStoreDown,
+	RejectTenantShare, RejectStoreDown, RejectCanceled,
 }
 
 // Ingest results. They are disjoint: a record counts under exactly one.

@@ -508,6 +508,16 @@ func (s *Store) send(ctx context.Context, req *request, closing bool) (int64, er
 		return 0, ctx.Err()
 	}
 	s.mu.RUnlock()
+	if req.compare || req.keep != nil {
+		// Taken by the committer, which replies to every request: the
+		// serve pipeline's append and the answers it keeps aside are
+		// waited for whatever the sender does, as the engine takes what
+		// they report (AppendCallsAnswered). Told "canceled" after its
+		// calls were stored, the pipeline dropped them from the engine,
+		// and their re-send, held by the store, could come too late.
+		r := <-req.done
+		return r.n, r.err
+	}
 	select {
 	case r := <-req.done:
 		return r.n, r.err

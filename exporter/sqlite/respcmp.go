@@ -51,6 +51,20 @@ func (s *Store) AppendCallsAnswered(ctx context.Context, calls []audit.Record) (
 	if len(skipped) == 0 {
 		return n, nil, nil, nil, nil
 	}
+	if appendedHook != nil {
+		appendedHook(ctx)
+	}
+	// The calls are stored: what follows (the comparison and the answers
+	// kept aside) must finish once begun, whatever the request's sender
+	// does. An exporter that gives up on its request (the OTel SDK's 10 s
+	// timeout) cancels its context; bound to it, the reads failed and
+	// every answered copy was reported as completing its call with none
+	// kept aside, or the keeping failed after the answers were kept: the
+	// engine took answers the store never put in place, the calls stayed
+	// unanswered for good (the outside pass live21's D3, 258 thegram calls;
+	// TestAnswerAside_RequestCanceled). Each step is bounded on its own:
+	// the wait for the call log by compareWait, the rest by the committer.
+	ctx = context.WithoutCancel(ctx)
 	differ, complete, completeAt, answered, err := s.differing(ctx, calls, rows, skipped)
 	if err != nil {
 		return n, nil, nil, nil, s.fail("read the answers kept aside", err)
@@ -75,6 +89,12 @@ func (s *Store) AppendCallsAnswered(ctx context.Context, calls []audit.Record) (
 	}
 	return n, skipped, differ, answered, nil
 }
+
+// appendedHook, when set, is called by AppendCallsAnswered with the
+// request's context once its calls are stored, before their answers are
+// compared and kept: a fault injection for tests, which cancel the
+// request there (TestAnswerAside_RequestCanceled). Nil in production.
+var appendedHook func(ctx context.Context)
 
 // compareWait is the longest an append waits for the call log's drain
 // before it compares the responses of calls sent again (ack "log"; at most
