@@ -246,7 +246,13 @@ func (s *Store) insertChain(b *batch, retry bool) error {
 	}
 	rows := bc.rows
 	if retry {
-		// An earlier attempt may have stored them.
+		// An earlier attempt may have stored them, or still be storing
+		// them (awaitAbandoned).
+		if !s.caps.DedupToken {
+			if err := s.awaitAbandoned(); err != nil {
+				return err
+			}
+		}
 		stored, err := s.storedEntries(rows)
 		if err != nil {
 			return err
