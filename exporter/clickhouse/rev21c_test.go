@@ -5,9 +5,14 @@ import (
 	"context"
 	"net"
 	"net/url"
+	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/exporter/chain"
 )
 
 // holdProxy forwards TCP connections to ClickHouse. Armed, it lets the
@@ -212,5 +217,145 @@ func TestRev21c_RetryAfterTimeoutStoresOnce(t *testing.T) {
 	wantRows(t, o, "calls", "id", len(recs))
 	if n := count(t, conn, "SELECT count() FROM "+o.Database+".calls FINAL"); n != uint64(len(recs)) {
 		t.Errorf("calls FINAL: %d rows, want %d", n, len(recs))
+	}
+}
+
+// TestRev21c_ReplicasCutApart (review rev21c): two replicas write acme and
+// run retention an hour apart, as their own check_interval timers do;
+// replica "b" ran without its key. Replica "" cuts first (at T, cutoff
+// T-24h); its calls of T-23h30m stay, in an entry after its cut. "b" cuts
+// next (at T+1h, cutoff T-23h): the fallback's deletes go by tenant and
+// take those calls of replica "" too. Both replicas have cut their chains
+// by then; the history is honest and verify must pass, with b's unsigned
+// cut as a note. cut21 excuses a chain's missing rows by another
+// replica's cut only when that cut is signed, so "" reports its calls
+// deleted (TAMPERED) until its next pass, when b's rows of the hour
+// before take their turn: with continuous traffic and any replica
+// keyless, there is no moment between passes where verify is clean,
+// unlike what docs/clickhouse.md says ("run verify after every replica's
+// retention pass").
+//
+// Not fixed: an unsigned cut excusing another replica's rows is what
+// review rev20c's D2 closed. Skipped unless MCPAUDIT_REV21C_DEFECTS=1.
+func TestRev21c_ReplicasCutApart(t *testing.T) {
+	if os.Getenv("MCPAUDIT_REV21C_DEFECTS") == "" {
+		t.Skip("known weakness of cut21 (review rev21c): a keyless replica's retention makes verify report the other replicas' rows its deletes took; set MCPAUDIT_REV21C_DEFECTS=1 to run")
+	}
+	for _, keyedA := range []bool{false, true} {
+		name := "both_keyless"
+		if keyedA {
+			name = "b_keyless"
+		}
+		t.Run(name, func(t *testing.T) {
+			o, pub, _ := chainedStore(t, AckInsert)
+			var recent []*audit.Call
+			for _, c := range exampleCalls(t)[:5] {
+				cp := *c
+				cp.Tenant, cp.ID, cp.Time = "acme", c.ID+"-recent", retentionNow.Add(-23*time.Hour-30*time.Minute)
+				recent = append(recent, &cp)
+			}
+			a := openStore(t, o)
+			ingest(t, a, recent)
+			a.Close()
+			ob := o
+			ob.Replica = "b"
+			b := openStore(t, ob)
+			var more []*audit.Call
+			for _, c := range exampleCalls(t)[:5] {
+				cp := *c
+				cp.Tenant, cp.ID = "acme", c.ID+"-b"
+				more = append(more, &cp)
+			}
+			ingest(t, b, more)
+			b.Close()
+			if r, text := strictOf(t, o, pub); !r.OK() {
+				t.Fatalf("before retention:\n%s", text)
+			}
+			if !keyedA {
+				o.SigningKey = nil
+			}
+			ob.SigningKey = nil
+			o.Retention.Tenants = map[string]time.Duration{"acme": 24 * time.Hour}
+			ob.Retention.Tenants = o.Retention.Tenants
+			a = openStore(t, o)
+			if err := a.enforceRetention(context.Background(), retentionNow); err != nil {
+				t.Fatal(err)
+			}
+			a.Close()
+			b = openStore(t, ob)
+			if err := b.enforceRetention(context.Background(), retentionNow.Add(time.Hour)); err != nil {
+				t.Fatal(err)
+			}
+			b.Close()
+			conn := rawConn(t, o.DSN)
+			defer conn.Close()
+			if n := count(t, conn, "SELECT uniqExact(replica) FROM "+o.Database+".chain_cuts WHERE tenant = 'acme'"); n != 2 {
+				t.Fatalf("%d replicas cut acme, want 2: the test shows nothing", n)
+			}
+			if n := count(t, conn, "SELECT count() FROM "+o.Database+".calls WHERE tenant = 'acme' AND id LIKE '%-recent'"); n != 0 {
+				t.Fatalf("%d recent calls of replica \"\" left, want none (b's pass deletes them): the test shows nothing", n)
+			}
+			r, text := verifyOf(t, o, pub)
+			if !r.OK() {
+				t.Errorf("after both replicas cut, an hour apart, the honest history is reported tampered:\n%s", text)
+			}
+		})
+	}
+}
+
+// TestRev21c_ForgedCutOfTheOwnChain (review rev21c): review rev20c's D2
+// closed by cut21 comes back one chain at a time. Someone who can write
+// the tables deletes every call of acme (all in signed entries of replica
+// "") and, instead of a made-up replica's cut, records a cut of replica
+// ""'s own chain: its start unchanged (entry 1, nothing cut), cutoff now,
+// its cut entry appended after every signed head. An unsigned cut excuses
+// its own chain's missing rows, and no entry before it holds a newer row:
+// verify says only the note of an unsigned cut, exit 0 (TAMPERED under
+// --key-always). This is review rev19c's D4 as docs/storage.md states it
+// ("write a cut with any cutoff"), without even removing an entry: with
+// one such cut per replica, a tenant's whole history goes as D2's one
+// made-up cut took it. Skipped unless MCPAUDIT_REV21C_DEFECTS=1.
+func TestRev21c_ForgedCutOfTheOwnChain(t *testing.T) {
+	if os.Getenv("MCPAUDIT_REV21C_DEFECTS") == "" {
+		t.Skip("known weakness (review rev19c's D4, review rev21c): a forged cut of a chain's own start is a note; set MCPAUDIT_REV21C_DEFECTS=1 to run")
+	}
+	o, pub, conn := chainedStore(t, AckInsert)
+	db, ctx := o.Database, context.Background()
+	mutate(t, conn, db, "ALTER TABLE "+db+".calls DELETE WHERE tenant = 'acme'")
+	var seq uint64
+	var hash string
+	if err := conn.QueryRow(ctx, "SELECT max(seq), argMax(hash, seq) FROM "+db+".chain WHERE tenant = 'acme' AND replica = ''").Scan(&seq, &hash); err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now().Truncate(time.Second)
+	var zero chain.Hash
+	r := chainRow{Tenant: "acme", Replica: "", Seq: seq + 1, Kind: chain.KindCut, Nonce: 1, Prev: chain.Hash([]byte(hash)), Time: time.Now(),
+		Sums: []sum{}, Times: []uint32{}, Digest: chain.CutDigest(1, zero[:], before.Unix())}
+	e := r.entry()
+	r.Hash = e.Hash()
+	b, err := conn.PrepareBatch(ctx, "INSERT INTO "+db+".chain ("+strings.Join(chainColumns, ", ")+")")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range chainColumnValues([]chainRow{r}) {
+		if err := b.Column(i).Append(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Send(); err != nil {
+		t.Fatal(err)
+	}
+	cb, err := conn.PrepareBatch(ctx, "INSERT INTO "+db+".chain_cuts (tenant, replica, seq, prev, before, version)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cb.Append("acme", "", uint64(1), string(zero[:]), before, uint64(time.Now().UnixNano())); err != nil {
+		t.Fatal(err)
+	}
+	if err := cb.Send(); err != nil {
+		t.Fatal(err)
+	}
+	if rep, text := verifyOf(t, o, pub); rep.OK() {
+		t.Errorf("every call of acme's signed entries deleted, under a forged cut of their own chain, passes verify:\n%s", text)
 	}
 }
