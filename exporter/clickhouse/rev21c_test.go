@@ -359,3 +359,50 @@ func TestRev21c_ForgedCutOfTheOwnChain(t *testing.T) {
 		t.Errorf("every call of acme's signed entries deleted, under a forged cut of their own chain, passes verify:\n%s", text)
 	}
 }
+
+// TestRev21c_RetentionLengthened (review rev21c; also on main, before
+// cut21): a replica's chain holds, after the entry its cut starts at, an
+// entry of late calls older than the cutoff (a capture replayed late:
+// retention starts the cut at the first entry holding a newer row, and
+// deletes every older row by time). The cut excuses them. The operator
+// then lengthens the tenant's retention: the next pass records a cut at
+// the same start with an earlier cutoff, which replaces the first, and
+// the late calls the first pass deleted are reported deleted: TAMPERED
+// on an honest history. A cut now keeps the later of its cutoffs.
+func TestRev21c_RetentionLengthened(t *testing.T) {
+	o, pub, conn := chainedStore(t, AckInsert)
+	batch := func(suffix string, at time.Time) []*audit.Call {
+		var out []*audit.Call
+		for _, c := range exampleCalls(t)[:5] {
+			cp := *c
+			cp.Tenant, cp.ID, cp.Time = "acme", c.ID+suffix, at
+			out = append(out, &cp)
+		}
+		return out
+	}
+	s := openStore(t, o)
+	ingest(t, s, batch("-recent", retentionNow.Add(-23*time.Hour)))
+	ingest(t, s, batch("-late", retentionNow.Add(-25*time.Hour)))
+	s.Close()
+	o.Retention.Tenants = map[string]time.Duration{"acme": 24 * time.Hour}
+	s = openStore(t, o)
+	if err := s.enforceRetention(context.Background(), retentionNow); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if n := count(t, conn, "SELECT count() FROM "+o.Database+".calls WHERE tenant = 'acme' AND id LIKE '%-late'"); n != 0 {
+		t.Fatalf("%d late calls left after the first pass, want none: the test shows nothing", n)
+	}
+	if r, text := strictOf(t, o, pub); !r.OK() {
+		t.Fatalf("after the first pass:\n%s", text)
+	}
+	o.Retention.Tenants = map[string]time.Duration{"acme": 48 * time.Hour}
+	s = openStore(t, o)
+	if err := s.enforceRetention(context.Background(), retentionNow.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if r, text := strictOf(t, o, pub); !r.OK() {
+		t.Errorf("after a pass with the retention lengthened, the honest history is reported tampered:\n%s", text)
+	}
+}
