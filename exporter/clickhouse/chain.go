@@ -246,7 +246,13 @@ func (s *Store) insertChain(b *batch, retry bool) error {
 	}
 	rows := bc.rows
 	if retry {
-		// An earlier attempt may have stored them.
+		// An earlier attempt may have stored them, or still be storing
+		// them (awaitAbandoned).
+		if !s.caps.DedupToken {
+			if err := s.awaitAbandoned(); err != nil {
+				return err
+			}
+		}
 		stored, err := s.storedEntries(rows)
 		if err != nil {
 			return err
@@ -524,10 +530,25 @@ func (s *Store) cutChains(ctx context.Context, cutoff func(tenant string) time.T
 		before time.Time
 	}
 	var cuts []cutRow
+	// A cut never moves its cutoff back (retention lengthened, a clock
+	// set back): the rows older than the current one went with it, and an
+	// earlier cutoff would stop excusing those of them in entries after
+	// the start (review rev21c, TestRev21c_RetentionLengthened).
+	current, err := s.readCuts(ctx, s.opts.Replica)
+	if err != nil {
+		return err
+	}
+	cutoffs := map[string]time.Time{}
+	for _, c := range current {
+		cutoffs[c.Tenant] = c.Before
+	}
 	for _, t := range tenants {
 		before := cutoff(t)
 		if before.IsZero() {
 			continue
+		}
+		if c := cutoffs[t]; c.After(before) {
+			before = c
 		}
 		// A cut entry covers no rows: it goes whenever the cut passes it.
 		q := fmt.Sprintf("SELECT seq, prev, kind = %s, arrayReduce('max', times) < %d FROM %s.chain FINAL WHERE tenant = %s AND replica = %s ORDER BY seq",

@@ -2,6 +2,8 @@ package clickhouse
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -66,6 +68,12 @@ type Store struct {
 	// skippedOnRetry counts the rows a retry found already stored and did
 	// not send again (servers without deduplication tokens).
 	skippedOnRetry atomic.Int64
+	// abandoned are the query ids of inserts that failed on the client's
+	// side (servers without deduplication tokens): the server may still
+	// be committing their blocks, so a retry's check for stored rows waits
+	// until none of them runs (awaitAbandoned). Guarded by abandonedMu.
+	abandonedMu sync.Mutex
+	abandoned   map[string]bool
 	// spoolRejected counts the spool files moved aside as .rejected.
 	spoolRejected atomic.Int64
 	// spoolTailsCut counts the torn tails recovery cut off spool segments.
@@ -740,6 +748,9 @@ func (s *Store) insertBatch(b *batch, retry bool) error {
 		}
 		src := b
 		if retry && !s.caps.DedupToken {
+			if err := s.awaitAbandoned(); err != nil {
+				return err
+			}
 			var err error
 			if src, err = s.unstored(b, t); err != nil {
 				return err
@@ -753,6 +764,74 @@ func (s *Store) insertBatch(b *batch, retry bool) error {
 		b.Done[t] = true
 	}
 	return nil
+}
+
+// awaitAbandoned waits, for up to InsertTimeout, until no insert this
+// store gave up on still runs on the server. A client gives up on an
+// insert (a timeout, a broken connection) that the server may go on with:
+// it commits each block it has read, and a check for stored rows made
+// meanwhile misses the rows it commits next, which the retry then stores
+// again (review rev21c: TestExactlyOnce_ServerKilled stored 58,000 rows
+// for 50,000 calls after a read timed out). Servers with deduplication
+// tokens need no wait: they drop a block stored under the same token.
+func (s *Store) awaitAbandoned() error {
+	s.abandonedMu.Lock()
+	ids := make([]string, 0, len(s.abandoned))
+	for id := range s.abandoned {
+		ids = append(ids, id)
+	}
+	s.abandonedMu.Unlock()
+	if len(ids) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.InsertTimeout)
+	defer cancel()
+	for {
+		running := map[string]bool{}
+		q := "SELECT query_id FROM system.processes WHERE query_id IN " + quoteList(ids)
+		err := each(ctx, s.conn, "find abandoned inserts", q, func(r driver.Rows) error {
+			var id string
+			if err := r.Scan(&id); err != nil {
+				return err
+			}
+			running[id] = true
+			return nil
+		})
+		if err != nil && errors.Is(err, audit.ErrUnavailable) {
+			return err
+		}
+		if err != nil && ctx.Err() != nil {
+			return fmt.Errorf("%w: %w", audit.ErrUnavailable, err)
+		}
+		if err != nil {
+			// A user not allowed to read system.processes: the check goes
+			// on as before the wait, the race left open.
+			s.retries.Warn("abandoned_inserts", "clickhouse: cannot tell whether an insert given up on still runs; checking for stored rows now", "err", err)
+			running = nil
+		}
+		s.abandonedMu.Lock()
+		for _, id := range ids {
+			if !running[id] {
+				delete(s.abandoned, id)
+			}
+		}
+		s.abandonedMu.Unlock()
+		if len(running) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cannot check for stored rows: %d insert(s) given up on still run on the server: %w", len(running), audit.ErrUnavailable)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// newQueryID returns a random query id for an insert.
+func newQueryID() string {
+	var b [16]byte
+	crand.Read(b[:])
+	return "mcpaudit-" + hex.EncodeToString(b[:])
 }
 
 // insert sends the rows of table t of b in one INSERT, as blocks of a
@@ -769,11 +848,25 @@ func (s *Store) insert(token string, t int, b *batch) error {
 
 // insertBlocks sends n rows in one INSERT, block by block: block returns
 // the end of the block that starts at row lo and its column values.
-func (s *Store) insertBlocks(token, table string, names []string, n int, block func(lo int) (hi int, cols []any)) error {
+func (s *Store) insertBlocks(token, table string, names []string, n int, block func(lo int) (hi int, cols []any)) (err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.InsertTimeout)
 	defer cancel()
 	if s.caps.DedupToken {
 		ctx = ch.Context(ctx, ch.WithSettings(ch.Settings{"insert_deduplication_token": token}))
+	} else {
+		// Named, so that a retry can wait for it to end (awaitAbandoned).
+		qid := newQueryID()
+		ctx = ch.Context(ctx, ch.WithQueryID(qid))
+		defer func() {
+			if err != nil {
+				s.abandonedMu.Lock()
+				if s.abandoned == nil {
+					s.abandoned = map[string]bool{}
+				}
+				s.abandoned[qid] = true
+				s.abandonedMu.Unlock()
+			}
+		}()
 	}
 	bt, err := s.conn.PrepareBatch(ctx, "INSERT INTO "+s.layout.table(table)+" ("+strings.Join(names, ", ")+")")
 	if err != nil {
