@@ -3,6 +3,7 @@ package clickhouse
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -108,10 +109,13 @@ func TestRev20c_ForgedCutSignedByRunningServe(t *testing.T) {
 // tables deletes every call of acme, all of them in signed entries of
 // replica "", and records a cut of a replica "zzz" that never ran (a chain
 // of one cut entry, cutoff now); verify said only the note of an unsigned
-// cut (exit 0). An unsigned cut now excuses missing rows of its own
-// replica's chain only, so the deleted calls are reported; and a cut
-// entry that begins its chain (a chain that held nothing to cut) is
-// reported itself.
+// cut (exit 0). A cut entry that begins its chain (a chain that held
+// nothing to cut) is reported itself (cut21). A made-up chain that starts
+// at its cut entry, as an honest chain whose every entry was cut does,
+// still excuses the deleted calls: an unsigned cut excuses every chain of
+// its tenant, since excusing its own chain only made honest keyless
+// replicas TAMPERED (review rev21c); that case is skipped unless
+// MCPAUDIT_REV20C_DEFECTS=1.
 func TestRev20c_UnsignedCutOfAnotherReplica(t *testing.T) {
 	t.Run("cut entry first", func(t *testing.T) {
 		o, pub, conn := chainedStore(t, AckInsert)
@@ -122,13 +126,16 @@ func TestRev20c_UnsignedCutOfAnotherReplica(t *testing.T) {
 		if rep.OK() {
 			t.Fatalf("every call of acme's signed entries deleted, under a made-up replica's unsigned cut, passes verify:\n%s", text)
 		}
-		for _, want := range []string{`of replica "zzz"`, "its cut entry is the first entry of its chain", "gone: deleted: calls"} {
+		for _, want := range []string{`of replica "zzz"`, "its cut entry is the first entry of its chain"} {
 			if !strings.Contains(text, "TAMPERED") || !strings.Contains(text, want) {
 				t.Errorf("the report does not say %q:\n%s", want, text)
 			}
 		}
 	})
 	t.Run("chain starting after its cut", func(t *testing.T) {
+		if os.Getenv("MCPAUDIT_REV20C_DEFECTS") == "" {
+			t.Skip("rev20c's D2 left open (lead, stop 41): an unsigned cut excuses every chain of its tenant again, since excusing its own chain only made honest keyless replicas TAMPERED (review rev21c); verify --key-always reports it; set MCPAUDIT_REV20C_DEFECTS=1 to run")
+		}
 		// The made-up chain starts at entry 2, its cut entry, as an honest
 		// chain whose every entry was cut does: only the rows' own cuts
 		// excuse them.
@@ -230,10 +237,10 @@ func TestRev20c_TwoReplicasCut(t *testing.T) {
 // TestCut21_KeylessReplicasCut: TestRev20c_TwoReplicasCut with both
 // replicas keyed before and run without their key for retention. Replica
 // "" cuts and deletes (the fallback's deletes take replica "b"'s old rows of
-// acme too); an unsigned cut excuses its own chain only, so verify between
-// the passes reports b's rows deleted (the price of review rev20c's D2 fix,
-// docs/storage.md); after "b" cut its chain too, the history is clean (the
-// two unsigned cuts in notes).
+// acme too); its unsigned cut excuses them, so the honest history is clean
+// between the passes too (cut21 reported b's rows deleted there, review
+// rev21c's false alarm; an unsigned cut excuses every chain of its tenant
+// again); after "b" cut its chain too it is clean with two notes.
 func TestCut21_KeylessReplicasCut(t *testing.T) {
 	o, pub, _ := chainedStore(t, AckInsert)
 	ob := o
@@ -258,8 +265,8 @@ func TestCut21_KeylessReplicasCut(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.Close()
-	if r, text := verifyOf(t, o, pub); r.OK() || !strings.Contains(text, `of replica "b"`) || !strings.Contains(text, "gone: deleted: calls") {
-		t.Errorf("between the passes, replica b's rows deleted by replica \"\"'s unsigned cut are not reported:\n%s", text)
+	if r, text := verifyOf(t, o, pub); !r.OK() {
+		t.Errorf("between the passes, replica b's rows deleted by replica \"\"'s honest unsigned cut are reported:\n%s", text)
 	}
 	b = openStore(t, ob)
 	if err := b.enforceRetention(context.Background(), retentionNow); err != nil {

@@ -235,12 +235,9 @@ func TestRev21c_RetryAfterTimeoutStoresOnce(t *testing.T) {
 // unlike what docs/clickhouse.md says ("run verify after every replica's
 // retention pass").
 //
-// Not fixed: an unsigned cut excusing another replica's rows is what
-// review rev20c's D2 closed. Skipped unless MCPAUDIT_REV21C_DEFECTS=1.
+// Fixed by the lead at integration (stop 41): an unsigned cut excuses
+// every chain of its tenant again, leaving review rev20c's D2 open.
 func TestRev21c_ReplicasCutApart(t *testing.T) {
-	if os.Getenv("MCPAUDIT_REV21C_DEFECTS") == "" {
-		t.Skip("known weakness of cut21 (review rev21c): a keyless replica's retention makes verify report the other replicas' rows its deletes took; set MCPAUDIT_REV21C_DEFECTS=1 to run")
-	}
 	for _, keyedA := range []bool{false, true} {
 		name := "both_keyless"
 		if keyedA {

@@ -281,25 +281,20 @@ func (v *chVerifier) cutBefore(tenant string) time.Time {
 }
 
 // excusedBefore returns the cutoff before which rows chain k chained may
-// be missing: retention removed them. Its own cut excuses them, signed or
-// not; another replica's cut of the tenant excuses them only when a
-// checkpoint of that replica signed it, since retention deletes every
-// replica's rows of a tenant but only a signed cut is known to be
-// retention's. An unsigned cut, a note at best, excuses nothing outside
-// its own chain (review rev20c's D2: a cut of a made-up replica excused
-// every replica's missing rows). Without a public key no cut can be told
-// signed, and every cut of the tenant excuses as before.
+// be missing: retention removed them. Every replica's cut of the tenant
+// excuses them, signed or not, since retention deletes every replica's
+// rows of a tenant (the fallback's deletes and TTL go by tenant). cut21
+// let an unsigned cut excuse its own chain only (review rev20c's D2: a cut
+// of a made-up replica excused every replica's missing rows); review
+// rev21c found that an honest keyless replica's retention then made every
+// other chain TAMPERED between passes, with no moment free of it while
+// traffic flows (TestRev21c_ReplicasCutApart), while a forger gets the
+// same as D2 from a cut of each chain at its own start
+// (TestRev21c_ForgedCutOfTheOwnChain). A false TAMPERED on an honest
+// history costs more than a weakness `verify --key-always` reports, so
+// an unsigned cut is a note and excuses, as before cut21.
 func (v *chVerifier) excusedBefore(k chainKey) time.Time {
-	var out time.Time
-	for ck, c := range v.cuts {
-		if ck.tenant != k.tenant || !c.Before.After(out) {
-			continue
-		}
-		if ck == k || v.pub == nil || v.signed(ck, c) {
-			out = c.Before
-		}
-	}
-	return out
+	return v.cutBefore(k.tenant)
 }
 
 // signed reports whether a checkpoint of chain k's replica signed cut.
