@@ -368,6 +368,10 @@ func collector() *dashboard.DashboardBuilder {
 			"1 while each instance's store is ready (GET /readyz answers 200), 0 while it is not: ClickHouse unreachable or its spool still draining, or the embedded store's call log not committed (ack log). Calls are still acknowledged while the log above has room; queries, the API and the page answer 503. Not ready for 5m, McpAuditStoreUnavailable warns; calls refused as store_unavailable for 5m, McpAuditStoreRefusingCalls pages.",
 			units.Short,
 			query(fmt.Sprintf("min by (instance) (%s)", sel(metrics.StoreReady, jobMatcher)), "{{instance}}"))).
+		WithPanel(graph("Withdrawals waiting for the store",
+			"Withdrawals of stored unverified_write findings (a call judged late settled the write) that the store refused as unavailable, per instance: retried at every commit and kept in the state file; the store, the API and the page show those findings open until it takes them. Above 0 for 30m, McpAuditWithdrawalsWaiting warns.",
+			units.Short,
+			query(fmt.Sprintf("max by (instance) (%s)", sel(metrics.WithdrawalsWaiting, jobMatcher)), "{{instance}}"))).
 		WithPanel(graph("Ingest to finding latency",
 			"Wall time to a finding's commit, by what it waited for: evidence, from the acknowledgement of the call that completed it (a call waits until its partition's watermark passes it: its slowest active source, less the lateness bound); window, from the end of its verification window in event time (fair where the sources' clocks are right).",
 			units.Seconds,

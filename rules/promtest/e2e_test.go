@@ -83,6 +83,11 @@ func TestEndToEnd(t *testing.T) {
 	if err := metrics.WatchReady(reg, st); err != nil {
 		t.Fatal(err)
 	}
+	// Withdrawals waiting for the store, as serve exports them (one
+	// refused, retried at every commit).
+	if err := metrics.WatchWithdrawals(reg, func() int { return 1 }); err != nil {
+		t.Fatal(err)
+	}
 
 	// The downtimes the state file keeps, as serve exports them at start:
 	// this start followed a clean stop, the one before it a crash (10
