@@ -260,16 +260,28 @@ func (d *detector) plan(ev *event, op *audit.Op) {
 	}
 	t := ev.at.t
 	ks := d.key(keyID{op.KeyKind, op.Key}, t)
-	if b := ks.blocked(); b != nil && !b.reported && b.binding == fp(op.Binding) && within(b.time, t, d.cfg.CorrelationWindow) {
-		d.wastedPlan(ev.call, b, op.Key, ev.call.ID, op.Target, ev.call.Session, t)
+	if b := ks.blocked(); b != nil && b.binding == fp(op.Binding) && within(b.time, t, d.cfg.CorrelationWindow) && b.callID != ev.call.ID &&
+		(!b.reported || ev.late && ev.at.before(b.with.at)) {
+		// A replay judged late before the one reported with the plan is
+		// the plan's first replay in order: the finding made is replaced.
+		if b.reported {
+			d.out.withdraw(d.wastedPlanFinding(b, op.Key), d.judging, t)
+		}
+		d.wastedPlan(b, op.Key, planReplay{at: ev.at, callID: strings.Clone(ev.call.ID), target: strings.Clone(op.Target), session: strings.Clone(ev.call.Session)})
 	}
 	d.checkReuse(ev, op, keyID{op.KeyKind, op.Key}, ks, nil)
 	if !(op.Status == audit.OpSucceeded && op.Failure != nil && op.Failure.Action == audit.ActionNewPlan) {
 		return
 	}
 	b := ks.blocked()
-	if b != nil && !(ev.late && ev.at.before(b.at) && !b.reported) {
+	if b != nil && !(ev.late && ev.at.before(b.at)) {
 		return
+	}
+	if b != nil && b.reported {
+		// The plan judged late is the first in order: the wasted_retry
+		// made with the plan it replaces is withdrawn (lo21; until then
+		// it stood, and a late plan took no reported plan's place).
+		d.out.withdraw(d.wastedPlanFinding(b, op.Key), d.judging, t)
 	}
 	nb := &blockedPlan{callID: strings.Clone(ev.call.ID), at: ev.at, time: t, binding: fp(op.Binding), action: op.Failure.Action}
 	ks.m().blocked = nb
@@ -282,22 +294,27 @@ func (d *detector) plan(ev *event, op *audit.Op) {
 		if e.plan == nil || e.binding != nb.binding || !nb.at.before(e.plan.at) || !within(nb.time, e.plan.at.t, d.cfg.CorrelationWindow) {
 			continue
 		}
-		d.wastedPlan(ev.call, nb, op.Key, e.plan.callID, e.plan.target, e.plan.session, e.plan.at.t)
+		d.wastedPlan(nb, op.Key, planReplay{at: e.plan.at, callID: e.plan.callID, target: e.plan.target, session: e.plan.session})
 		break
 	}
 }
 
-// wastedPlan reports the blocked plan b replayed unchanged by the call
-// replay (its target, session and time); c is the call being processed (it
-// names the partition).
-func (d *detector) wastedPlan(c *audit.Call, b *blockedPlan, key, replay, target, session string, t etime) {
-	b.reported = true
-	d.out.finding(&audit.Finding{
-		Kind: audit.KindWastedRetry, Server: c.Server, Tenant: c.Tenant,
-		Document: target, Key: key, Session: session, Time: b.time.Time(),
-		Calls: callIDs(b.callID, replay), RetryAction: b.action,
-		Summary: sprintf("The copy plan %s was blocked at %s and replayed unchanged at %s; a replay returns the same blocked receipt, so fix the blockers and plan again with a fresh copyId.", key, hhmmss(b.time), hhmmss(t)),
-	})
+// wastedPlan reports the blocked plan b replayed unchanged by r.
+func (d *detector) wastedPlan(b *blockedPlan, key string, r planReplay) {
+	b.reported, b.with = true, r
+	d.out.finding(d.wastedPlanFinding(b, key))
+}
+
+// wastedPlanFinding returns the wasted_retry of the blocked plan b
+// replayed by b.with.
+func (d *detector) wastedPlanFinding(b *blockedPlan, key string) *audit.Finding {
+	r := b.with
+	return &audit.Finding{
+		Kind: audit.KindWastedRetry, Server: d.server, Tenant: d.tenant,
+		Document: r.target, Key: key, Session: r.session, Time: b.time.Time(),
+		Calls: callIDs(b.callID, r.callID), RetryAction: b.action,
+		Summary: sprintf("The copy plan %s was blocked at %s and replayed unchanged at %s; a replay returns the same blocked receipt, so fix the blockers and plan again with a fresh copyId.", key, hhmmss(b.time), hhmmss(r.at.t)),
+	}
 }
 
 // checkPremature reports an apply re-sent before the lease of the receipt
@@ -318,12 +335,19 @@ func (d *detector) emitPremature(c *audit.Call, ks *keyState, l *lease, key, cal
 	m := ks.m()
 	m.leasesReported = append(m.leasesReported, l.callID)
 	m.appliesReported = append(m.appliesReported, call)
-	d.out.finding(&audit.Finding{
-		Kind: audit.KindPrematureRetry, Server: c.Server, Tenant: c.Tenant,
-		Document: target, Key: key, Session: session, Time: l.callTime.Time(),
-		Calls: callIDs(l.callID, call), RetryAction: audit.ActionWaitThenRetry,
-		Summary: sprintf("The copy %s was applied again at %s, before the receipt's retryAfter of %s.", key, hhmmss(t), hhmmss(l.until)),
-	})
+	p := prematureMade{lease: *l, apply: call, target: target, session: session, at: t}
+	m.premature = append(m.premature, p)
+	d.out.finding(d.prematureFinding(&p, key))
+}
+
+// prematureFinding returns the premature_retry of p.
+func (d *detector) prematureFinding(p *prematureMade, key string) *audit.Finding {
+	return &audit.Finding{
+		Kind: audit.KindPrematureRetry, Server: d.server, Tenant: d.tenant,
+		Document: p.target, Key: key, Session: p.session, Time: p.lease.callTime.Time(),
+		Calls: callIDs(p.lease.callID, p.apply), RetryAction: audit.ActionWaitThenRetry,
+		Summary: sprintf("The copy %s was applied again at %s, before the receipt's retryAfter of %s.", key, hhmmss(p.at), hhmmss(p.lease.until)),
+	}
 }
 
 // renewLease records the retryAfter lease of an applying copy receipt, and
@@ -343,7 +367,7 @@ func (d *detector) renewLease(ks *keyState, ev *event, op *audit.Op, apply bool)
 	m.leases = insertAt(m.leases, e, func(e leaseEvent) pos { return e.at })
 	defer d.foldLeases(m)
 	if ev.late {
-		d.rejudgeLeases(ev.call, ks, op.Key)
+		d.rejudgeLeases(ev, ks, op.Key)
 		return
 	}
 	if op.RetryAfter.IsZero() {
@@ -407,6 +431,9 @@ func (d *detector) foldLeases(m *keyMore) {
 		m.appliesReported = slices.DeleteFunc(m.appliesReported, func(id string) bool {
 			return !slices.ContainsFunc(m.leases, func(e leaseEvent) bool { return e.apply && e.callID == id })
 		})
+		m.premature = slices.DeleteFunc(m.premature, func(p prematureMade) bool {
+			return (m.base == nil || m.base.callID != p.lease.callID) && !slices.ContainsFunc(m.leases, func(e leaseEvent) bool { return e.callID == p.lease.callID || e.callID == p.apply })
+		})
 	}
 }
 
@@ -439,22 +466,67 @@ func nextLease(l *lease, e leaseEvent, reported []string) *lease {
 // rejudgeLeases judges the applies and receipts of the key again in time
 // order, from the lease in effect after those folded (foldLeases), after
 // one judged late: it may hold the lease that an apply judged
-// before it re-sent too early, or be that apply. It reports what judging
-// in order reports and was not reported yet, and leaves the key with the
-// lease in order. (A premature_retry reported before with another receipt
-// stays, and its apply is not reported again: judged in order, an apply
-// is re-sent within one lease.)
-func (d *detector) rejudgeLeases(c *audit.Call, ks *keyState, key string) {
+// before it re-sent too early, or be that apply. It makes the
+// premature_retry findings judging in order makes, withdraws those made
+// before that judging in order does not make (an apply reported re-sent
+// within another receipt's lease, or an apply that in order is not the
+// first re-sent within its lease; lo21: until then they stood, and the
+// apply was not reported again), and leaves the key with the lease in
+// order. A finding whose apply was folded stands: no call judged from now
+// on comes before it.
+func (d *detector) rejudgeLeases(ev *event, ks *keyState, key string) {
 	m := ks.m()
+	inList := func(id string) bool {
+		return slices.ContainsFunc(m.leases, func(e leaseEvent) bool { return e.callID == id })
+	}
 	l := m.baseLease()
+	if l != nil {
+		// The base's lease is reported in order only by an apply folded
+		// with it; one still in the list is judged again below.
+		l.reported = slices.ContainsFunc(m.premature, func(p prematureMade) bool { return p.lease.callID == l.callID && !inList(p.apply) })
+	}
+	var want []prematureMade
 	for _, e := range m.leases {
-		// An apply is re-sent once: one reported with a lease before the
-		// late receipt came is not reported again with it.
-		if e.apply && l != nil && !l.reported && l.callID != e.callID && e.at.t.Before(l.until) && !e.at.t.Before(l.callTime) &&
-			!slices.Contains(m.appliesReported, e.callID) {
-			d.emitPremature(c, ks, l, key, e.callID, e.target, e.session, e.at.t)
+		if e.apply && l != nil && !l.reported && l.callID != e.callID && e.at.t.Before(l.until) && !e.at.t.Before(l.callTime) {
+			l.reported = true
+			want = append(want, prematureMade{lease: *l, apply: e.callID, target: e.target, session: e.session, at: e.at.t})
 		}
-		l = nextLease(l, e, m.leasesReported)
+		l = nextLease(l, e, nil)
 	}
 	m.lease = l
+	wanted := func(p prematureMade) bool {
+		return slices.ContainsFunc(want, func(w prematureMade) bool { return w.lease.callID == p.lease.callID && w.apply == p.apply })
+	}
+	kept := m.premature[:0]
+	var gone []prematureMade
+	for _, p := range m.premature {
+		if inList(p.apply) && !wanted(p) {
+			gone = append(gone, p)
+			continue
+		}
+		kept = append(kept, p)
+	}
+	clear(m.premature[len(kept):])
+	m.premature = kept
+	for i := range gone {
+		p := &gone[i]
+		m.leasesReported = deleteOne(m.leasesReported, p.lease.callID)
+		m.appliesReported = deleteOne(m.appliesReported, p.apply)
+		d.out.withdraw(d.prematureFinding(p, key), d.judging, ev.at.t)
+	}
+	for _, w := range want {
+		if slices.ContainsFunc(m.premature, func(p prematureMade) bool { return p.lease.callID == w.lease.callID && p.apply == w.apply }) {
+			continue
+		}
+		wl := w.lease
+		d.emitPremature(ev.call, ks, &wl, key, w.apply, w.target, w.session, w.at)
+	}
+}
+
+// deleteOne removes the first id from ids.
+func deleteOne(ids []string, id string) []string {
+	if i := slices.Index(ids, id); i >= 0 {
+		return slices.Delete(ids, i, i+1)
+	}
+	return ids
 }
