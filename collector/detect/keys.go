@@ -215,6 +215,14 @@ func (d *detector) rebind(ev *event, k keyID, ks *keyState) {
 		if !ev.at.before(e.pos()) {
 			continue
 		}
+		if k.kind == "operationId" && (e.w == nil || !e.w.op.keyProtected || e.w.replay) {
+			// Nothing a binder can change: an operationId binds no
+			// reuse, and this use is no write to make a replay. Looking
+			// for its binder went over the key's uses before it, for each
+			// use after a late one (a pod whose clock runs ahead polls a
+			// copy ahead of every call of a right clock: clk21).
+			continue
+		}
 		b := d.binderBefore(ks, e.pos())
 		if b == nil {
 			continue
@@ -364,10 +372,14 @@ func (d *detector) renewLease(ks *keyState, ev *event, op *audit.Op, apply bool)
 		e.callID = strings.Clone(ev.call.ID)
 	}
 	m := ks.m()
-	m.leases = insertAt(m.leases, e, func(e leaseEvent) pos { return e.at })
+	at := len(m.leases)
+	for at > 0 && e.at.before(m.leases[at-1].at) {
+		at--
+	}
+	m.leases = slices.Insert(m.leases, at, e)
 	defer d.foldLeases(m)
 	if ev.late {
-		d.rejudgeLeases(ev, ks, op.Key)
+		d.rejudgeLeases(ev, ks, op.Key, at)
 		return
 	}
 	if op.RetryAfter.IsZero() {
@@ -425,14 +437,24 @@ func (d *detector) foldLeases(m *keyMore) {
 	// again as the list (amortized: each report is looked at a bounded
 	// number of times).
 	if len(m.leasesReported)+len(m.appliesReported) > 2*len(m.leases)+8 {
+		// A set of the list's calls: going over the list for each report
+		// cost the list's length squared where it is long (a pod whose
+		// clock runs ahead: clk21).
+		kept := make(map[string]bool, len(m.leases))
+		for _, e := range m.leases {
+			kept[e.callID] = kept[e.callID] || e.apply
+		}
 		m.leasesReported = slices.DeleteFunc(m.leasesReported, func(id string) bool {
-			return (m.base == nil || m.base.callID != id) && !slices.ContainsFunc(m.leases, func(e leaseEvent) bool { return e.callID == id })
+			_, ok := kept[id]
+			return (m.base == nil || m.base.callID != id) && !ok
 		})
 		m.appliesReported = slices.DeleteFunc(m.appliesReported, func(id string) bool {
-			return !slices.ContainsFunc(m.leases, func(e leaseEvent) bool { return e.apply && e.callID == id })
+			return !kept[id]
 		})
 		m.premature = slices.DeleteFunc(m.premature, func(p prematureMade) bool {
-			return (m.base == nil || m.base.callID != p.lease.callID) && !slices.ContainsFunc(m.leases, func(e leaseEvent) bool { return e.callID == p.lease.callID || e.callID == p.apply })
+			_, lease := kept[p.lease.callID]
+			_, apply := kept[p.apply]
+			return (m.base == nil || m.base.callID != p.lease.callID) && !lease && !apply
 		})
 	}
 }
@@ -465,8 +487,8 @@ func nextLease(l *lease, e leaseEvent, reported []string) *lease {
 
 // rejudgeLeases judges the applies and receipts of the key again in time
 // order, from the lease in effect after those folded (foldLeases), after
-// one judged late: it may hold the lease that an apply judged
-// before it re-sent too early, or be that apply. It makes the
+// the one at m.leases[at], judged late: it may hold the lease that an
+// apply judged before it re-sent too early, or be that apply. It makes the
 // premature_retry findings judging in order makes, withdraws those made
 // before that judging in order does not make (an apply reported re-sent
 // within another receipt's lease, or an apply that in order is not the
@@ -474,35 +496,80 @@ func nextLease(l *lease, e leaseEvent, reported []string) *lease {
 // apply was not reported again), and leaves the key with the lease in
 // order. A finding whose apply was folded stands: no call judged from now
 // on comes before it.
-func (d *detector) rejudgeLeases(ev *event, ks *keyState, key string) {
+//
+// Only the uses around the late one can go otherwise than they went
+// (leaseSpan): it starts at the last use before it after which the lease
+// depends on none before, and stops at the second use after it that sets
+// a lease of its own (or ends it), from which on the lease is what it
+// was. Going over every use from the base, a pod whose clock runs ahead
+// (its calls judged at once, ahead of the watermark, and not folded
+// until the wall clock catches up) had each call of a pod with a right
+// clock, late behind them, judge them all again: 7-8 ms a call after
+// 2,000 calls (rev20m's D1). Those uses are still kept: a call of a
+// right clock comes among them once the wall clock has caught up, and
+// only they can tell what it finds there.
+//
+// The findings of the applies outside the span are those judging in
+// order makes (cl21b): before it the leases are as they were; the lease
+// in effect at its start is set by the use before it, and no apply
+// before the span was judged within it; the lease after its end is set
+// by its last use whatever came before, and no apply in the span is
+// judged within it. So the span is judged as lo21 judges the whole list,
+// its lease reported only by an apply outside the span (the base's by a
+// folded one, as in lo21), and only the findings of its applies are
+// withdrawn or made.
+func (d *detector) rejudgeLeases(ev *event, ks *keyState, key string, at int) {
 	m := ks.m()
-	inList := func(id string) bool {
-		return slices.ContainsFunc(m.leases, func(e leaseEvent) bool { return e.callID == id })
+	from, to := 0, len(m.leases)
+	if !d.cfg.keepLeases {
+		from, to = leaseSpan(m, at)
+	}
+	d.leasesJudged += uint64(to - from)
+	span := m.leases[from:to]
+	// The span's applies: each is judged within one lease, so a finding
+	// names it at most once (the wanted one, below).
+	inSpan := make(map[string]bool, len(span))
+	for _, e := range span {
+		if e.apply {
+			inSpan[e.callID] = true
+		}
 	}
 	l := m.baseLease()
+	if from > 0 {
+		// The lease after m.leases[from-1] depends on none before it.
+		l = nextLease(nil, m.leases[from-1], nil)
+	}
 	if l != nil {
-		// The base's lease is reported in order only by an apply folded
-		// with it; one still in the list is judged again below.
-		l.reported = slices.ContainsFunc(m.premature, func(p prematureMade) bool { return p.lease.callID == l.callID && !inList(p.apply) })
+		// Reported in order only by an apply before the span (folded, for
+		// the base's lease); one in the span is judged again below.
+		l.reported = slices.ContainsFunc(m.premature, func(p prematureMade) bool { return p.lease.callID == l.callID && !inSpan[p.apply] })
 	}
 	var want []prematureMade
-	for _, e := range m.leases {
+	for _, e := range span {
 		if e.apply && l != nil && !l.reported && l.callID != e.callID && e.at.t.Before(l.until) && !e.at.t.Before(l.callTime) {
 			l.reported = true
 			want = append(want, prematureMade{lease: *l, apply: e.callID, target: e.target, session: e.session, at: e.at.t})
 		}
 		l = nextLease(l, e, nil)
 	}
-	m.lease = l
-	wanted := func(p prematureMade) bool {
-		return slices.ContainsFunc(want, func(w prematureMade) bool { return w.lease.callID == p.lease.callID && w.apply == p.apply })
+	if to == len(m.leases) {
+		m.lease = l
 	}
+	// wantLease is the receipt each wanted apply is re-sent within.
+	wantLease := make(map[string]string, len(want))
+	for _, w := range want {
+		wantLease[w.apply] = w.lease.callID
+	}
+	made := make(map[string]bool, len(want))
 	kept := m.premature[:0]
 	var gone []prematureMade
 	for _, p := range m.premature {
-		if inList(p.apply) && !wanted(p) {
-			gone = append(gone, p)
-			continue
+		if inSpan[p.apply] {
+			if lc, ok := wantLease[p.apply]; !ok || lc != p.lease.callID {
+				gone = append(gone, p)
+				continue
+			}
+			made[p.apply] = true
 		}
 		kept = append(kept, p)
 	}
@@ -515,7 +582,7 @@ func (d *detector) rejudgeLeases(ev *event, ks *keyState, key string) {
 		d.out.withdraw(d.prematureFinding(p, key), d.judging, ev.at.t)
 	}
 	for _, w := range want {
-		if slices.ContainsFunc(m.premature, func(p prematureMade) bool { return p.lease.callID == w.lease.callID && p.apply == w.apply }) {
+		if made[w.apply] {
 			continue
 		}
 		wl := w.lease
@@ -529,4 +596,57 @@ func deleteOne(ids []string, id string) []string {
 		return slices.Delete(ids, i, i+1)
 	}
 	return ids
+}
+
+// leaseSpan returns the uses m.leases[from:to] that judging again after
+// the one at m.leases[at], judged late, goes over. Before it, the uses go
+// as they went, and so do they after the second use after it that sets a
+// lease other than the first's (or ends the lease): the lease after a use
+// with a retryAfter other than the lease before it does not depend on
+// that lease. from is the use after the last before at that sets such a
+// lease (0: the base's lease may still reach at); to is len(m.leases)
+// when the late use's lease may reach the end.
+func leaseSpan(m *keyMore, at int) (from, to int) {
+	// Back from at: a use with a retryAfter sets its own lease unless the
+	// lease before it has the same retryAfter, which is the previous
+	// use's with one (or the base's).
+	for i := at - 1; i >= 0; i-- {
+		e := m.leases[i]
+		if e.until == 0 {
+			if e.clears {
+				from = i + 1
+				break
+			}
+			continue
+		}
+		prev := m.base
+		var before *leaseEvent
+		for j := i - 1; j >= 0; j-- {
+			if m.leases[j].until != 0 || m.leases[j].clears {
+				before = &m.leases[j]
+				break
+			}
+		}
+		if before != nil && before.until != e.until || before == nil && (prev == nil || prev.until != e.until) {
+			from = i + 1
+			break
+		}
+	}
+	// On from at: the first use with a retryAfter may take the lease
+	// before it or set its own; the next with another (or ending it) sets
+	// its own whatever came before.
+	first := etime(0)
+	for i := at + 1; i < len(m.leases); i++ {
+		e := m.leases[i]
+		switch {
+		case e.until == 0 && e.clears:
+			return from, i + 1
+		case e.until == 0:
+		case first == 0:
+			first = e.until
+		case e.until != first:
+			return from, i + 1
+		}
+	}
+	return from, len(m.leases)
 }
