@@ -40,12 +40,16 @@ type StatusResponse struct {
 	// freed as idle: they have no row in Partitions; their sources' counts
 	// are in Sources.
 	TooLateFreed int64 `json:"too_late_freed"`
-	// FreedDropped counts the servers freed as idle, of the tenant, whose
-	// counts are no longer kept one by one (past detect.FreedKept, the
-	// ones freed the longest ago): they are told together under the
+	// FreedDropped counts the partitions freed as idle, of the tenant,
+	// whose counts are no longer kept one by one (past detect.FreedKept,
+	// the ones freed the longest ago): they are told together under the
 	// server detect.OverflowServer, in TooLate and TooLateFreed when no
 	// server is asked for. Asked for one server, the counts of it may be
-	// among them, and are then missing from TooLate.
+	// among them, and are then missing from TooLate. It counts each
+	// partition dropped so, not distinct servers: a server freed again
+	// after its counts were dropped, and dropped again, counts again
+	// (telling servers apart would take a set of every server dropped,
+	// the memory FreedKept bounds).
 	FreedDropped int64 `json:"freed_dropped"`
 	// PendingWrites counts, over the partitions shown, the judged writes
 	// still pending (PartitionStatus.PendingWrites): Judged does not wait
@@ -392,7 +396,7 @@ func addSources(out *StatusResponse, idx map[[2]string]int, ps *detect.Partition
 // (freed, as detect.Engine.FreedStatus gives them): to TooLate and
 // TooLateFreed, and to the totals of their sources, so that the calls too
 // late of a freed partition are still told, with the span of their event
-// times, and to FreedDropped how many servers' counts are told together
+// times, and to FreedDropped how many freed partitions' counts are told together
 // (past detect.FreedKept). They get no row in Partitions: they hold no
 // watermark.
 func AddFreed(out *StatusResponse, freed []detect.PartitionStatus, tenant, server string) {

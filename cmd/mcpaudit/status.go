@@ -147,7 +147,7 @@ func printStatus(w io.Writer, st api.StatusResponse, waited bool) {
 		freed = fmt.Sprintf(", %d of them in partitions since freed as idle", st.TooLateFreed)
 	}
 	if st.FreedDropped > 0 {
-		freed += fmt.Sprintf("; %d servers freed the longest ago told together as %s", st.FreedDropped, detect.OverflowServer)
+		freed += fmt.Sprintf("; %d partitions freed the longest ago told together as %s (a server freed again counts again)", st.FreedDropped, detect.OverflowServer)
 	}
 	fmt.Fprintf(w, "At %s: %d calls queued, %d waiting for their watermark, %d too late (stored, never judged%s); %s: %s\n",
 		st.Time.UTC().Format(time.RFC3339), st.Queued, waiting, st.TooLate, freed, api.JudgedLabel, judged)

@@ -64,8 +64,9 @@ type Config struct {
 	// once. Default 1000.
 	MaxSources int `yaml:"max_sources"`
 
-	// keepLeases keeps every apply and receipt of a copy key, as fx19d
-	// did (no foldLeases): for a test to compare the findings.
+	// keepLeases keeps every apply and receipt of a copy key and judges
+	// them all again after a late one, as fx19d did (no foldLeases, no
+	// leaseSpan): for a test to compare the findings.
 	keepLeases bool
 }
 

@@ -35,6 +35,9 @@ type detector struct {
 	clock etime
 	// last is the position of the latest operation processed.
 	last pos
+	// leasesJudged counts the copy applies and receipts judged again
+	// after a late one (rejudgeLeases): what tests read of its cost.
+	leasesJudged uint64
 
 	// The maps are keyed by 64-bit hashes of their names (docKey,
 	// keyHash, actorKey), as dedupe's are: a number costs less to keep and

@@ -7,8 +7,9 @@ import (
 
 // FreedKept is how many keys (tenant, server) FreedStatus tells one by
 // one. Past it, the key freed the longest ago is dropped and its counts
-// added to its tenant's OverflowServer entry, which says how many keys it
-// holds (PartitionStatus.FreedDropped): the totals stay what the metrics
+// added to its tenant's OverflowServer entry, which says how many drops it
+// holds (PartitionStatus.FreedDropped: a key dropped again counts again):
+// the totals stay what the metrics
 // count, and a fleet whose servers come and go (a server name per
 // deployment or per request) costs no more than FreedKept keys of memory
 // and of each status, however long the collector runs. As many as the
@@ -136,7 +137,7 @@ func (e *Engine) addFreedSource(f *PartitionStatus, name string, overflow bool, 
 // counts only: no watermark, nothing buffered, every source idle), in
 // key order: at most FreedKept keys, the ones freed latest, and per
 // tenant that had keys dropped past it an OverflowServer entry with their
-// counts and how many they are (FreedDropped). What Status tells of the
+// counts and how many drops they are (FreedDropped). What Status tells of the
 // key's live partition, if one was made again, counts from its making:
 // the two add up to what the metrics count since the start
 // (mcpaudit_pipeline_late_calls_total and the others, which carry a freed

@@ -169,3 +169,99 @@ type findingList struct{ findings []audit.Finding }
 func (*findingList) Call(*audit.Record)                   {}
 func (*findingList) Write(*audit.Write, audit.WriteState) {}
 func (s *findingList) Finding(f *audit.Finding)           { s.findings = append(s.findings, *f) }
+
+// TestLeases_FoldChangesNoFindingClockAhead (clk21, rev20m's D1): the
+// shape of TestLeases_FoldChangesNoFinding delivered live by two pods of
+// one server, one whose clock runs ahead past max_clock_skew (its calls
+// judged at once, ahead of the watermark) and one with a right clock
+// (behind them: late, some too late); each pod also delivers its own
+// calls up to allowed_lateness out of order. An hour ahead, the wall
+// clock does not catch up with the ahead pod in the 20 minutes of calls;
+// 10 minutes ahead, it does, and the right pod's calls come among the
+// ahead pod's. Judging again only the uses around a late one
+// (leaseSpan) and folding change no finding, in the order they are made,
+// against the engine that keeps every use and judges them all again,
+// over 60 orders; and the spans are shorter than the list.
+func TestLeases_FoldChangesNoFindingClockAhead(t *testing.T) {
+	rd := dialect.NewReader(dialect.Config{})
+	al := NewDefaultConfig().AllowedLateness
+	for _, ahead := range []time.Duration{time.Hour, 10 * time.Minute} {
+		t.Run(fmt.Sprint(ahead), func(t *testing.T) {
+			var judged [2]uint64
+			for seed := range uint64(60) {
+				calls := clockAheadCalls(rand.New(rand.NewPCG(seed, 21)), 300, ahead, al)
+				var got [2][]string
+				for k, keep := range []bool{false, true} {
+					cfg := NewDefaultConfig()
+					cfg.keepLeases = keep
+					s := &findingList{}
+					e := NewEngine(cfg, s)
+					e.ClockPerPartition()
+					for _, c := range calls {
+						e.Add(c.src, leanRecord(t, rd, c.line), c.arr)
+						e.Tick(c.arr)
+					}
+					judged[k] += e.parts[PartitionKey{Server: "oddlynew"}].det.leasesJudged
+					e.Flush()
+					for _, f := range s.findings {
+						got[k] = append(got[k], fmt.Sprintf("%s %s %v %s", f.Kind, f.Key, f.Calls, f.Time.Format(time.RFC3339Nano)))
+					}
+				}
+				if !slices.Equal(got[0], got[1]) {
+					t.Fatalf("seed %d: judging again only around a late use changes the findings:\nspan: %q\nall:  %q", seed, got[0], got[1])
+				}
+			}
+			if judged[0] >= judged[1] {
+				t.Fatalf("%d uses judged again, against %d judging them all: the test does not test leaseSpan", judged[0], judged[1])
+			}
+			t.Logf("%d uses judged again, against %d judging them all", judged[0], judged[1])
+		})
+	}
+}
+
+// aheadCall is one call of clockAheadCalls: its line, the pod (source)
+// that delivers it and when it arrives (wall time).
+type aheadCall struct {
+	line []byte
+	src  string
+	arr  time.Time
+}
+
+// clockAheadCalls generates n copy applies and receipts of three keys,
+// half from a pod whose clock runs ahead (dated ahead past the wall
+// clock) and half from one with a right clock, in order of arrival. A
+// third of each pod's calls arrive late: the right pod's by up to
+// allowed_lateness and 40 s (some too late), the ahead pod's by up to
+// allowed_lateness less 10 s behind its own.
+func clockAheadCalls(rng *rand.Rand, n int, ahead, al time.Duration) []aheadCall {
+	t0 := time.Date(2026, 11, 3, 10, 0, 0, 0, time.UTC)
+	calls := make([]aheadCall, n)
+	at := t0
+	for i := range n {
+		at = at.Add(time.Duration(rng.IntN(8000)) * time.Millisecond)
+		src, off, late := "otlp:right", time.Duration(0), al+40*time.Second
+		if rng.IntN(2) == 0 {
+			src, off, late = "otlp:ahead", ahead, al-10*time.Second
+		}
+		ev := at.Add(off)
+		op := fmt.Sprintf("op_%d", rng.IntN(3))
+		until := ev.Add(time.Duration(rng.IntN(90)) * time.Second)
+		var line []byte
+		switch rng.IntN(4) {
+		case 0:
+			line = copyReceipt(op, i+1, ev, until, "applying")
+		case 1:
+			line = copyReceipt(op, i+1, ev, time.Time{}, "applied")
+		default:
+			line = polledApply(op, i+1, ev)
+			line = []byte(strings.Replace(string(line), ev.Add(time.Minute).UTC().Format("2006-01-02T15:04:05.000Z"), until.UTC().Format("2006-01-02T15:04:05.000Z"), 2))
+		}
+		arr := at
+		if rng.IntN(3) == 0 {
+			arr = arr.Add(time.Duration(rng.Int64N(int64(late/time.Second)+1)) * time.Second)
+		}
+		calls[i] = aheadCall{line, src, arr}
+	}
+	slices.SortStableFunc(calls, func(a, b aheadCall) int { return a.arr.Compare(b.arr) })
+	return calls
+}

@@ -521,6 +521,10 @@ type keyMore struct {
 	// appliesReported holds the applies (call ids) reported re-sent too
 	// early: rejudgeLeases reports none twice.
 	appliesReported []string
+	// premature holds the premature_retry findings made for the uses in
+	// leases (and the base's receipt): rejudgeLeases withdraws those that
+	// judging in order does not make.
+	premature []prematureMade
 }
 
 // m returns the key's keyMore, made when absent.
@@ -594,6 +598,25 @@ type blockedPlan struct {
 	binding  uint64
 	action   audit.RetryAction
 	reported bool
+	// with is the replay reported with the plan (wastedPlan): a plan or a
+	// replay judged late before it may take its place, and the finding
+	// made with it is withdrawn then.
+	with planReplay
+}
+
+// planReplay is a copy plan's replay as its wasted_retry names it.
+type planReplay struct {
+	at                      pos
+	callID, target, session string
+}
+
+// prematureMade is a premature_retry made: the lease's receipt, the apply
+// re-sent within it, and what the finding names, so that a call judged
+// late that changes the pair in order withdraws it (rejudgeLeases).
+type prematureMade struct {
+	lease                  lease
+	apply, target, session string
+	at                     etime
 }
 
 // createKey names the creates of one actor (actorKey) and identity.
@@ -609,11 +632,13 @@ type createRec struct {
 
 // failedReq remembers a request refused with fix_input or reauthorize.
 type failedReq struct {
-	callID   string
-	at       pos
-	code     string
-	action   audit.RetryAction
-	reported bool
+	callID string
+	at     pos
+	code   string
+	action audit.RetryAction
+	// with is the retry reported with this refusal as its first, nil when
+	// none: a refusal judged late may take its place (checkWasted).
+	with *failedReq
 	// What the finding names: the request's document, key, session, tool.
 	doc, key, session, tool string
 }

@@ -51,8 +51,11 @@ type PartitionStatus struct {
 	Pending      int       `json:"pending"`
 	PendingUntil time.Time `json:"pending_until,omitzero"`
 	// FreedDropped is set only in an OverflowServer entry of
-	// Engine.FreedStatus: how many keys of the tenant were dropped past
-	// FreedKept, their counts added to it.
+	// Engine.FreedStatus: how many times a key of the tenant was dropped
+	// past FreedKept, its counts added to it. A key freed again after it
+	// was dropped, and dropped again, counts again: it counts drops (freed
+	// partitions), not distinct servers, which would take a set of every
+	// key dropped.
 	FreedDropped int64 `json:"freed_dropped,omitempty"`
 	// FallenBehind is set when something waits for the watermark longer than
 	// the collector allows for (FallenBehind): calls, with the watermark more

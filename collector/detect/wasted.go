@@ -30,20 +30,51 @@ func (d *detector) checkWasted(ev *event) {
 	fr.session, fr.tool = strings.Clone(fr.session), strings.Clone(fr.tool)
 	l := d.failed.at(fp(r.RequestHash), ev.at.t)
 	*l = insertAt(*l, fr, failedAt)
+	// Each first is reported with its first retry, as judging in order
+	// reports it; a refusal judged late can change which refusal is a
+	// first and which retry follows it: the finding made for a pair that
+	// no longer is one is withdrawn, and the pair in order reported
+	// (lo21).
 	var first *failedReq
+	found := false
+	end := func() {
+		if first != nil && !found && first.with != nil {
+			d.out.withdraw(d.wastedFinding(first, first.with), d.judging, ev.at.t)
+			first.with = nil
+		}
+	}
 	for _, e := range *l {
 		if first != nil && within(first.at.t, e.at.t, d.cfg.CorrelationWindow) && first.code == e.code {
-			if !first.reported {
-				first.reported = true
-				d.out.finding(&audit.Finding{
-					Kind: audit.KindWastedRetry, Server: c.Server, Tenant: c.Tenant,
-					Document: e.doc, Key: e.key, Session: e.session, Time: first.at.t.Time(),
-					Calls: callIDs(first.callID, e.callID), RetryAction: e.action,
-					Summary: sprintf("An identical %s request refused at %s with %s was sent again at %s; an unchanged retry cannot help (%s).", e.tool, hhmmss(first.at.t), e.code, hhmmss(e.at.t), e.action),
-				})
+			if e.with != nil {
+				// Reported as a first, it is now a retry.
+				d.out.withdraw(d.wastedFinding(e, e.with), d.judging, ev.at.t)
+				e.with = nil
+			}
+			if !found {
+				found = true
+				if first.with != e {
+					if first.with != nil {
+						d.out.withdraw(d.wastedFinding(first, first.with), d.judging, ev.at.t)
+					}
+					first.with = e
+					d.out.finding(d.wastedFinding(first, e))
+				}
 			}
 			continue
 		}
-		first = e
+		end()
+		first, found = e, false
+	}
+	end()
+}
+
+// wastedFinding returns the wasted_retry of the refusal first retried
+// unchanged by e.
+func (d *detector) wastedFinding(first, e *failedReq) *audit.Finding {
+	return &audit.Finding{
+		Kind: audit.KindWastedRetry, Server: d.server, Tenant: d.tenant,
+		Document: e.doc, Key: e.key, Session: e.session, Time: first.at.t.Time(),
+		Calls: callIDs(first.callID, e.callID), RetryAction: e.action,
+		Summary: sprintf("An identical %s request refused at %s with %s was sent again at %s; an unchanged retry cannot help (%s).", e.tool, hhmmss(first.at.t), e.code, hhmmss(e.at.t), e.action),
 	}
 }

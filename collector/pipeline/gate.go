@@ -113,10 +113,12 @@ type gate struct {
 	// partition freed as idle) is named too (judged). An answer the engine
 	// dropped stays until the map is cleared at maxAnswersHeld.
 	answers map[string]bool
-	// told holds the unverified_write and unsafe_retry findings this
-	// process told the sinks, by id, with the end of their write's window
-	// (an unsafe_retry: its first call's time, which a late answer of that
-	// call withdraws it from): a withdrawal is
+	// told holds the unverified_write, unsafe_retry, wasted_retry and
+	// premature_retry findings this process told the sinks, by id, with
+	// the end of their write's window (an unsafe_retry: its first call's
+	// time, which a late answer of that call withdraws it from; a
+	// wasted_retry or premature_retry: its first call's time plus the
+	// correlation window, the latest its last call can be): a withdrawal is
 	// told the sinks only for one of them (one committed before a restart
 	// was not told, and a metrics counter of withdrawals would outgrow
 	// the findings counter; found by rev18w). Pruned at each take once the
@@ -699,6 +701,16 @@ func (g *gate) Finding(f *audit.Finding) {
 			g.told = map[string]time.Time{}
 		}
 		g.told[f.ID()] = f.Time
+	case audit.KindWastedRetry, audit.KindPrematureRetry:
+		// Withdrawn when a call judged late, dated before its last call,
+		// changes which calls judging in order pairs (lo21). Its last
+		// call is within the correlation window of its first (a
+		// premature_retry's apply within its receipt's lease, kept by
+		// the key for that window).
+		if g.told == nil {
+			g.told = map[string]time.Time{}
+		}
+		g.told[f.ID()] = f.Time.Add(g.eng.Config().CorrelationWindow)
 	}
 	for _, s := range g.sinks {
 		s.Finding(f)
@@ -737,6 +749,12 @@ const withdrawnNote = "withdrawn by mcpaudit: call %s, dated within the write's 
 // call id) came later within allowed_lateness (fx20a).
 const answerWithdrawnNote = "withdrawn by mcpaudit: the answer of call %s, delivered after the call was judged without it and judged within allowed_lateness, gives the write's outcome; judged in time order with the answer there is no such finding (docs/detection.md, Responses under one call id)"
 
+// replacedNote is the note of the change that withdraws a wasted_retry or
+// premature_retry whose calls, judged in time order with a call judged
+// late, are not a pair: judging in order makes the finding that names the
+// pair they make with it (lo21).
+const replacedNote = "withdrawn by mcpaudit: replaced by the finding naming the calls judging in time order pairs once call %s, dated before a call this finding names, was judged late; judged in time order there is no such finding (docs/detection.md, Late calls)"
+
 // WithdrawFinding takes back an unverified_write that a call judged late
 // showed wrong, or an unverified_write or unsafe_retry made from a call
 // judged without the response its late answer gave. Not yet committed, it is dropped from the commit; stored,
@@ -756,7 +774,10 @@ func (g *gate) WithdrawFinding(f *audit.Finding, call string, at time.Time) {
 	}
 	if !dropped {
 		note := withdrawnNote
-		if len(f.Calls) > 0 && f.Calls[0] == call {
+		switch {
+		case f.Kind == audit.KindWastedRetry || f.Kind == audit.KindPrematureRetry:
+			note = replacedNote
+		case len(f.Calls) > 0 && f.Calls[0] == call:
 			// The finding's own first call: its answer withdrew it.
 			note = answerWithdrawnNote
 		}

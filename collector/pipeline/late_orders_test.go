@@ -135,7 +135,7 @@ func TestLateOrders_Examples(t *testing.T) {
 			names, orders := deliveryOrders(len(scen))
 			for _, name := range names {
 				t.Run(name, func(t *testing.T) {
-					lateOrder(t, scen, tail, orders[name], dcfg.AllowedLateness, want)
+					lateOrder(t, scen, tail, orders[name], dcfg.AllowedLateness, want, nil)
 				})
 			}
 		})
@@ -143,13 +143,16 @@ func TestLateOrders_Examples(t *testing.T) {
 }
 
 // lateOrder delivers scen's calls in order to a fresh pipeline, then the
-// tail, and compares what the store holds with want.
-func lateOrder(t *testing.T, scen, tail [][]byte, order []int, allowed time.Duration, want judged) {
+// tail, and compares what the store holds with want. rec, if not nil, is
+// told what the pipeline tells its sinks. It returns the run's directory,
+// its store closed.
+func lateOrder(t *testing.T, scen, tail [][]byte, order []int, allowed time.Duration, want judged, rec *recorder) string {
 	first := decode(t, scen[order[0]:order[0]+1])[0]
 	clock := newClock(first.Call.Time.Add(time.Second))
-	r := openRunDetect(t, t.TempDir(), clock, func(c *pipeline.Config) {}, func(c *detect.Config) {
+	dir := t.TempDir()
+	r := openRunDetect(t, dir, clock, func(c *pipeline.Config) {}, func(c *detect.Config) {
 		c.AllowedLateness = allowed
-	}, nil)
+	}, rec)
 	for _, i := range order {
 		if _, err := r.ingest(batch(t, "exporter", scen[i])); err != nil {
 			t.Fatal(err)
@@ -189,6 +192,7 @@ func lateOrder(t *testing.T, scen, tail [][]byte, order []int, allowed time.Dura
 	if !slices.IsSorted(order) && late == 0 {
 		t.Errorf("order %v: no call judged late: the test delivers nothing out of order", order)
 	}
+	return dir
 }
 
 func values(m map[string]string) []string {
@@ -246,21 +250,18 @@ func TestLateOrders_ReuseFirstUseNeverSeen(t *testing.T) {
 	}
 }
 
-// TestLateOrders_ThirdPlanKnownLimit pins what fx19d left: a blocked copy
-// plan replayed twice, delivered replay, replay, then the plan (late).
-// Judged in order the wasted_retry names the plan and its first replay;
-// live, the two replays were judged first and made it with each other,
-// and a finding made is not replaced (withdrawing it would show a
-// withdrawn wasted_retry, which the finding lifecycle keeps for
-// unverified writes settled late). Skipped until findings can be
-// replaced; remove the Skip to see the difference.
-func TestLateOrders_ThirdPlanKnownLimit(t *testing.T) {
-	t.Skip("known limit (fx19d): a finding made before the late first call is not replaced; docs/detection.md, Late calls")
+// TestLateOrders_ThirdPlan: a blocked copy plan replayed twice,
+// delivered replay, replay, then the plan (late). Judged in order the
+// wasted_retry names the plan and its first replay; live, the two replays
+// were judged first and made it with each other. Left by fx19d as a known
+// limit (skipped): the finding made stood beside the one the late plan
+// made. lo21 withdraws it (replaced).
+func TestLateOrders_ThirdPlan(t *testing.T) {
 	scen, tail := exampleLines(t, "../../testdata/examples/oddlynew-copy-blocked-replay.ndjson")
 	again := bytes.Replace(scen[1], []byte(`"time":"2026-11-02T09:00:28.490Z"`), []byte(`"time":"2026-11-02T09:00:38.490Z"`), 1)
 	again = bytes.ReplaceAll(again, []byte(`"id":2,`), []byte(`"id":3,`))
 	scen = append(scen, again)
 	dcfg := detect.NewDefaultConfig()
 	want := analyzed(t, append(slices.Clone(scen), tail...), dcfg)
-	lateOrder(t, scen, tail, []int{1, 2, 0}, dcfg.AllowedLateness, want)
+	lateOrder(t, scen, tail, []int{1, 2, 0}, dcfg.AllowedLateness, want, nil)
 }

@@ -106,7 +106,7 @@ func TestRev19d_RandomOrders_Pipeline(t *testing.T) {
 			for i := range 3 {
 				order := randomOrder(rng, len(scen))
 				t.Run(fmt.Sprint(i), func(t *testing.T) {
-					lateOrder(t, scen, tail, order, dcfg.AllowedLateness, want)
+					lateOrder(t, scen, tail, order, dcfg.AllowedLateness, want, nil)
 				})
 			}
 		})
@@ -137,9 +137,10 @@ var rev19dTail = []byte(`{"time":"2026-11-03T10:11:00.000Z","server":"thegram","
 // allowed_lateness), fx19d's re-judging reported the apply a second time,
 // with the second receipt, beside the pair made before it came: two
 // premature_retry findings for one apply where analyze of the file in
-// order makes one. A finding made is not replaced (docs/detection.md,
-// Late calls), so the pair may name the first receipt; the apply is
-// reported once.
+// order makes one. The apply is reported once; since lo21 the pair made
+// before the late receipt is replaced by the one in order
+// (docs/detection.md, Late calls; TestLateOrders_CopyUses checks the
+// calls named).
 func TestRev19d_LateReceiptPrematureOnce(t *testing.T) {
 	scen := [][]byte{
 		copyCall(1, 0, "getDocumentCopyReceipt", 0),
