@@ -116,4 +116,20 @@ func TestHealthcheck(t *testing.T) {
 	if code, _, errs := cliRun("healthcheck", "--url", "http://127.0.0.1:1/healthz", "--timeout", "1s"); code != 1 || !strings.Contains(errs, "cannot reach") {
 		t.Errorf("nothing listening: exit %d %s", code, errs)
 	}
+	// --api-url, as every other client command takes it (op21's D7): the
+	// API's /healthz, or the path given.
+	for _, u := range []string{"http://" + s.apiAddr, "http://" + s.apiAddr + "/", "http://" + s.apiAddr + "/readyz"} {
+		if code, out, errs := cliRun("healthcheck", "--api-url", u); code != 0 || !strings.Contains(out, "200") {
+			t.Errorf("--api-url %s: exit %d %s %s", u, code, out, errs)
+		}
+	}
+	if code, out, _ := cliRun("healthcheck", "--api-url", "http://"+s.apiAddr); !strings.Contains(out, "/healthz") {
+		t.Errorf("--api-url of the API: exit %d, %q; want /healthz asked", code, out)
+	}
+	if code, _, errs := cliRun("healthcheck", "--api-url", "http://"+s.apiAddr+"/nothing"); code != 1 || !strings.Contains(errs, "404") {
+		t.Errorf("--api-url to a 404: exit %d %s", code, errs)
+	}
+	if code, _, errs := cliRun("healthcheck", "--api-url", "http://"+s.apiAddr, "--url", "http://"+s.apiAddr+"/healthz"); code != 2 || !strings.Contains(errs, "not both") {
+		t.Errorf("--api-url and --url: exit %d %s; want 2", code, errs)
+	}
 }

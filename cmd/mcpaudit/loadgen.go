@@ -44,6 +44,18 @@ const (
 // callsPerSession is about how many calls a generated session makes.
 const callsPerSession = 2.9
 
+// liveFlush is how long a live run's batch waits for more calls after its
+// first: a batch is sent when its latest call is due, so a batch filling
+// slowly (the sessions finished after the end) would send its first calls
+// later than allowed_lateness. The OpenTelemetry SDK's batch span
+// processor flushes every 5 s.
+const liveFlush = 5 * time.Second
+
+// liveTail is the longest a live run goes on past --duration: the
+// generator's longest session (a problem session that pauses 3 to 4.5
+// minutes between its two writes) begun just before the end.
+const liveTail = 5 * time.Minute
+
 // liveWarm is how long before the start of a live load its sessions
 // start: most sessions last less (19 s on average), so the load runs at
 // its planned rate from the start.
@@ -80,6 +92,14 @@ type loadOptions struct {
 	// generated is called when a client's next batch is generated.
 	sender    func(source string) (sender, error)
 	generated func(client int)
+	// For tests: due replaces a live load's wait until a batch's latest
+	// call is due (so that minutes of event time take no wall time), and
+	// expected is told each finding the generated sessions must produce.
+	due      func(ctx context.Context, t time.Time) bool
+	expected func(capgen.Expected)
+	// For tests of the pacing of a live load: cut its sessions at the end
+	// of Duration, as before op21b, rather than finish them (minutes).
+	cutAtEnd bool
 }
 
 // loadReport is what the server acknowledged.
@@ -120,6 +140,12 @@ type loadReport struct {
 	// how far the load fell behind its plan.
 	PlannedPS  float64 `json:"planned_per_second,omitempty"`
 	LagSeconds float64 `json:"lag_seconds,omitempty"`
+	// TailCalls counts the calls a live load acknowledged past
+	// --duration, finishing the sessions under way at its end, and
+	// TailSeconds how long that took (at most liveTail). AcceptedPS
+	// leaves them out.
+	TailCalls   int64   `json:"tail_calls,omitempty"`
+	TailSeconds float64 `json:"tail_seconds,omitempty"`
 	// MaxHeld is the most generated calls held at once by all clients'
 	// generators: what the open sessions hold.
 	MaxHeld int `json:"generator_max_held"`
@@ -153,7 +179,7 @@ flags:`)
 	protocol := fs.String("protocol", protoCalls, "calls (NDJSON call records to /v1/calls), otlp-http (protobuf to /v1/traces) or otlp-grpc")
 	apiURL := fs.String("api", "http://127.0.0.1:9464", "API URL of the server (for /metrics); empty to skip")
 	rate := fs.Int("rate", 0, "calls per second to offer; 0 for as fast as the server acknowledges (live: up to --calls over --duration)")
-	duration := fs.Duration("duration", 20*time.Second, "how long to send")
+	duration := fs.Duration("duration", 20*time.Second, fmt.Sprintf("how long to send; a live load then finishes the sessions under way, which takes up to %s more (about a minute for normal sessions, longer for a rare problem session that pauses minutes between two writes)", liveTail))
 	clients := fs.Int("clients", 8, "concurrent clients, each a source of its own")
 	batch := fs.Int("batch", 200, "calls per request")
 	calls := fs.Int("calls", 1_000_000, "most calls to send (sending stops when they run out)")
@@ -211,7 +237,7 @@ flags:`)
 		return &exitError{code: 2, err: errors.New("loadgen: --format must be text or json")}
 	}
 	if opts.Live {
-		fmt.Fprintf(stderr, "loadgen: %s, live: calls dated now, planned at %.0f calls/s\n", opts.Protocol, opts.plannedRate())
+		fmt.Fprintf(stderr, "loadgen: %s, live: calls dated now, planned at %.0f calls/s; after %s it finishes the sessions under way (up to %s more)\n", opts.Protocol, opts.plannedRate(), opts.Duration, liveTail)
 	}
 	before := scrape(scrapeClient, *apiURL, opts.Token)
 	rep, err := runLoad(ctx, opts)
@@ -337,6 +363,9 @@ func runLoad(ctx context.Context, o loadOptions) (*loadReport, error) {
 	for w := range streams {
 		streams[w] = capgen.NewStream(capgen.Config{Seed: o.Seed*1_000_003 + int64(w), Sessions: sessions, Start: start, Span: span,
 			AnomalyRate: 0.1, NoiseRate: 0.001, NoTail: true})
+		if o.expected != nil {
+			streams[w].OnExpected = o.expected
+		}
 		if o.Live {
 			warm.Add(1)
 			go func() { defer warm.Done(); streams[w].Skip(start.Add(liveWarm)) }()
@@ -375,6 +404,7 @@ func runLoad(ctx context.Context, o loadOptions) (*loadReport, error) {
 		mu                                     sync.Mutex
 		lastTime                               time.Time
 		newUnknown                             atomic.Bool
+		tail                                   atomic.Int64
 	)
 	// The deadline stops new requests; those in flight are answered.
 	deadline := time.Now().Add(o.Duration)
@@ -406,21 +436,39 @@ func runLoad(ctx context.Context, o loadOptions) (*loadReport, error) {
 			go func() {
 				defer close(generated)
 				defer close(batches)
-				// ended: a live run's next call is dated after its end,
-				// so the batch so far, partly filled, is its client's last.
-				ended := false
-				for left := share(w); left > 0 && !ended; {
-					n := min(int64(o.Batch), left)
-					left -= n
+				// A live run stops starting sessions at its end (or when
+				// its share is sent) and finishes those begun: their calls
+				// after the end are sent when their time comes, each
+				// batch closed liveFlush after its first call, as an
+				// SDK's batch processor flushes on its timer. Cut, a
+				// session leaves a write its read-back never confirms
+				// (op21's D3).
+				if o.Live {
+					st.EndAt(deadline.Add(-shift))
+				}
+				var carry *capgen.Call
+				for left := share(w); left > 0 || o.Live; {
+					n := int64(o.Batch)
+					if !o.Live {
+						n = min(n, left)
+						left -= n
+					}
 					gb := genBatch{calls: make([]*capgen.Call, 0, n)}
 					for len(gb.calls) < int(n) {
-						c, ok := st.Next()
-						if !ok {
+						c := carry
+						carry = nil
+						if c == nil {
+							var ok bool
+							if c, ok = st.Next(); !ok {
+								break
+							}
+							c.Time = c.Time.Add(shift)
+						}
+						if o.cutAtEnd && c.Time.After(deadline) {
 							break
 						}
-						c.Time = c.Time.Add(shift)
-						if o.Live && c.Time.After(deadline) {
-							ended = true
+						if o.Live && len(gb.calls) > 0 && c.Time.Sub(gb.calls[0].Time) > liveFlush {
+							carry = c
 							break
 						}
 						gb.calls = append(gb.calls, c)
@@ -428,6 +476,11 @@ func runLoad(ctx context.Context, o loadOptions) (*loadReport, error) {
 						// dated 200 ms after its original, which comes first.
 						if c.Time.After(gb.latest) {
 							gb.latest = c.Time
+						}
+						if o.Live {
+							if left--; left == 0 {
+								st.EndAt(c.Time.Add(-shift))
+							}
 						}
 					}
 					if len(gb.calls) == 0 {
@@ -457,15 +510,10 @@ func runLoad(ctx context.Context, o loadOptions) (*loadReport, error) {
 				mu.Unlock()
 			}()
 			// next is the client's next batch; none when its share is sent
-			// or the run has ended. A live run's batches are dated by its
-			// end: at the end, the one generated (a partly filled last
-			// one, or the next of a client behind its plan) is sent, and
-			// then no other. A run that is not live stops at its end.
-			final := false
+			// or the run has ended. A live run's sessions are finished
+			// past its end: its batches are sent until they run out. A
+			// run that is not live stops at its end.
 			next := func() (genBatch, bool) {
-				if final {
-					return genBatch{}, false
-				}
 				if pace != nil {
 					select {
 					case <-pace:
@@ -473,19 +521,18 @@ func runLoad(ctx context.Context, o loadOptions) (*loadReport, error) {
 						return genBatch{}, false
 					}
 				}
+				if o.Live {
+					select {
+					case gb, ok := <-batches:
+						return gb, ok
+					case <-ctx.Done():
+						return genBatch{}, false
+					}
+				}
 				select {
 				case gb, ok := <-batches:
 					return gb, ok
 				case <-stop.Done():
-				}
-				if !o.Live {
-					return genBatch{}, false
-				}
-				final = true
-				select {
-				case gb, ok := <-batches:
-					return gb, ok
-				case <-ctx.Done():
 					return genBatch{}, false
 				}
 			}
@@ -495,17 +542,20 @@ func runLoad(ctx context.Context, o loadOptions) (*loadReport, error) {
 				if !ok || len(batch) == 0 {
 					return // the client's share is sent, or the run ended
 				}
+				if o.Live && accepted.Load() == 0 && requests.Load() > 0 && time.Now().After(deadline) {
+					return // nothing reached the server: no session to finish
+				}
 				generatedN.Add(int64(len(batch)))
 				if o.Live {
 					// A call is never sent before it happened: the plan's
 					// event times, all by the end of the run, pace a live
 					// load.
-					if d := time.Until(latest); d > 0 {
-						select {
-						case <-time.After(d):
-						case <-ctx.Done():
-							return
-						}
+					due := o.due
+					if due == nil {
+						due = waitUntil
+					}
+					if !due(ctx, latest) {
+						return
 					}
 				}
 				// A refused batch is sent again after a pause that grows,
@@ -531,7 +581,13 @@ func runLoad(ctx context.Context, o loadOptions) (*loadReport, error) {
 							}
 							mu.Unlock()
 						}
-						if !r.refused || time.Now().Add(backoff).After(deadline) {
+						// A live run's batch after its end is retried while
+						// it would still be in time (allowed lateness).
+						until := deadline
+						if o.Live && latest.Add(time.Minute).After(until) {
+							until = latest.Add(time.Minute)
+						}
+						if !r.refused || time.Now().Add(backoff).After(until) {
 							break
 						}
 						select {
@@ -543,6 +599,9 @@ func runLoad(ctx context.Context, o loadOptions) (*loadReport, error) {
 						continue
 					}
 					mine = append(mine, time.Since(t0))
+					if t0.After(deadline) {
+						tail.Add(r.accepted)
+					}
 					last = latest
 					sent.Add(int64(len(batch)))
 					accepted.Add(r.accepted)
@@ -569,12 +628,31 @@ func runLoad(ctx context.Context, o loadOptions) (*loadReport, error) {
 		rep.New = -1
 	}
 	rep.AcceptedPS = float64(rep.Accepted) / elapsed.Seconds()
+	if o.Live && elapsed > o.Duration {
+		// The sessions finished past the end are not the rate offered.
+		rep.TailCalls, rep.TailSeconds = tail.Load(), (elapsed - o.Duration).Seconds()
+		rep.AcceptedPS = float64(rep.Accepted-rep.TailCalls) / o.Duration.Seconds()
+	}
 	if o.Live && !lastTime.IsZero() {
 		rep.LagSeconds = time.Since(lastTime).Seconds()
 	}
 	sort.Slice(rep.lat, func(i, j int) bool { return rep.lat[i] < rep.lat[j] })
 	rep.AckP50, rep.AckP99, rep.AckMax = rep.quantile(0.5).Seconds(), rep.quantile(0.99).Seconds(), rep.quantile(1).Seconds()
 	return rep, nil
+}
+
+// waitUntil waits until t, and says false when ctx ended first.
+func waitUntil(ctx context.Context, t time.Time) bool {
+	d := time.Until(t)
+	if d <= 0 {
+		return true
+	}
+	select {
+	case <-time.After(d):
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // quantile of the acknowledgement latencies, which must be sorted.
@@ -761,6 +839,9 @@ func printLoadReport(w io.Writer, r *loadReport, before, after map[string]*dto.M
 			fmt.Fprintf(w, "event time: live, planned at %.0f calls/s; the latest call acknowledged was dated %.1fs before the load ended\n", r.PlannedPS, r.LagSeconds)
 		} else {
 			fmt.Fprintf(w, "event time: live, planned at %.0f calls/s; no call was acknowledged\n", r.PlannedPS)
+		}
+		if r.TailSeconds > 0 {
+			fmt.Fprintf(w, "after --duration: %d calls acknowledged in %.1fs finishing the sessions under way (no session is cut; calls/s above leaves them out)\n", r.TailCalls, r.TailSeconds)
 		}
 	}
 	fmt.Fprintf(w, "loadgen: at most %d generated calls held at once (the open sessions'), %.1f CPU seconds\n", r.MaxHeld, r.CPUSeconds)

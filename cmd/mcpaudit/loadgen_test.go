@@ -94,7 +94,7 @@ func TestLoadgen_Live(t *testing.T) {
 	s := startTest(t, testConfig(t, t.TempDir()))
 	begin := time.Now()
 	rep, err := runLoad(context.Background(), loadOptions{Target: loadTarget(s, protoOTLPGRPC), Protocol: protoOTLPGRPC,
-		Rate: 1500, Duration: 3 * time.Second, Clients: 2, Batch: 50, Calls: 1_000_000, Seed: 8, Live: true})
+		Rate: 1500, Duration: 3 * time.Second, Clients: 2, Batch: 50, Calls: 1_000_000, Seed: 8, Live: true, cutAtEnd: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -429,7 +429,7 @@ func TestLoadgen_SendsLastPartialBatch(t *testing.T) {
 	t.Parallel()
 	s := startTest(t, testConfig(t, t.TempDir()))
 	rep, err := runLoad(context.Background(), loadOptions{Target: loadTarget(s, protoOTLPGRPC), Protocol: protoOTLPGRPC,
-		Rate: 40, Duration: 2 * time.Second, Clients: 2, Batch: 200, Calls: 1_000_000, Seed: 9, Live: true})
+		Rate: 40, Duration: 2 * time.Second, Clients: 2, Batch: 200, Calls: 1_000_000, Seed: 9, Live: true, cutAtEnd: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -469,7 +469,7 @@ func TestLoadgen_ReportsUnsent(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close()
 	rep, err := runLoad(context.Background(), loadOptions{Target: addr, Protocol: protoOTLPGRPC,
-		Rate: 40, Duration: 2 * time.Second, Clients: 2, Batch: 200, Calls: 1_000_000, Seed: 9, Live: true})
+		Rate: 40, Duration: 2 * time.Second, Clients: 2, Batch: 200, Calls: 1_000_000, Seed: 9, Live: true, cutAtEnd: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -549,5 +549,113 @@ mcpaudit_ingest_rejected_total{source="otlp",reason="overloaded"} 1824
 	printLoadReport(&out, &loadReport{New: -1}, before, before, "")
 	if !strings.Contains(out.String(), "server counted: 0 stored, 0 duplicates, 0 rejected\n") {
 		t.Errorf("report with nothing rejected:\n%s", out.String())
+	}
+}
+
+// recordSender keeps the calls it is sent, as call records.
+type recordSender struct {
+	mu    *sync.Mutex
+	lines *[][]byte
+}
+
+func (s recordSender) send(_ context.Context, calls []*capgen.Call) sendResult {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range calls {
+		*s.lines = append(*s.lines, c.AppendRecord(nil))
+	}
+	return sendResult{accepted: int64(len(calls)), new: -1}
+}
+
+func (recordSender) close() {}
+
+// TestLoadgen_LiveFinishesSessions: a live load stops starting sessions at
+// the end of --duration and finishes those begun, so what it sent makes
+// only the findings its sessions were generated to make (op21's D3). On
+// main it cut every session at the end: a Thegram write whose read-back
+// (30 s later) was dated after the end stayed unverified, and a live
+// `loadgen --rate 200 --duration 60s` left 518 unverified_write findings
+// that the generator never intended. The load's event time is not waited
+// for (due), so the sessions' minutes take none; analyze, whose end of
+// input closes every window, judges what was sent.
+func TestLoadgen_LiveFinishesSessions(t *testing.T) {
+	var mu sync.Mutex
+	var lines [][]byte
+	// Matched as the example captures are: kind and server equal, and
+	// document or key equal.
+	want := map[capgen.Expected]bool{}
+	expect := func(e capgen.Expected) {
+		mu.Lock()
+		defer mu.Unlock()
+		if e.Document != "" {
+			want[capgen.Expected{Kind: e.Kind, Server: e.Server, Document: e.Document}] = true
+		}
+		if e.Key != "" {
+			want[capgen.Expected{Kind: e.Kind, Server: e.Server, Key: e.Key}] = true
+		}
+	}
+	end := time.Now().Add(3 * time.Second)
+	rep, err := runLoad(context.Background(), loadOptions{Target: "unused", Protocol: protoCalls,
+		Rate: 2000, Duration: 3 * time.Second, Clients: 2, Batch: 100, Calls: 1_000_000, Seed: 12, Live: true,
+		sender:   func(string) (sender, error) { return recordSender{&mu, &lines}, nil },
+		due:      func(context.Context, time.Time) bool { return true },
+		expected: expect})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The collector's clock goes on after the load; analyze's ends with
+	// its input: a harmless call 20 minutes after the last closes every
+	// window, as capgen's tail does.
+	// Sent when due, the clients' batches arrive in event time; sent at
+	// once (due), one client's would come minutes ahead of the other's:
+	// put them in event time order (bad lines, which have no time, first).
+	timeOf := func(l []byte) time.Time {
+		var r struct {
+			Time time.Time `json:"time"`
+		}
+		json.Unmarshal(l, &r)
+		return r.Time
+	}
+	slices.SortStableFunc(lines, func(a, b []byte) int { return timeOf(a).Compare(timeOf(b)) })
+	last := timeOf(lines[len(lines)-1])
+	t.Logf("calls dated %s past the end of the load", last.Sub(end))
+
+	tail := &capgen.Call{Time: last.Add(20 * time.Minute), Server: "thegram", Session: "s-tail", Tool: "gram_projects", RPCID: 1,
+		Duration: 50 * time.Millisecond, Arguments: `{}`, Result: `{"content":[{"type":"text","text":"[]"}]}`}
+	lines = append(lines, tail.AppendRecord(nil))
+	path := filepath.Join(t.TempDir(), "sent.ndjson")
+	writeLines(t, path, lines)
+	var intended, unintended int
+	kinds := map[string]int{}
+	for _, l := range analyzeJSON(t, path) {
+		if l == "" {
+			continue
+		}
+		var f struct {
+			Kind     string `json:"kind"`
+			Server   string `json:"server"`
+			Document string `json:"document"`
+			Key      string `json:"key"`
+			Reason   string `json:"reason"`
+		}
+		if err := json.Unmarshal([]byte(l), &f); err != nil {
+			t.Fatalf("%s: %v", l, err)
+		}
+		if f.Document != "" && want[capgen.Expected{Kind: f.Kind, Server: f.Server, Document: f.Document}] || f.Key != "" && want[capgen.Expected{Kind: f.Kind, Server: f.Server, Key: f.Key}] {
+			intended++
+			continue
+		}
+		unintended++
+		kinds[f.Kind+" "+f.Reason]++
+		if unintended <= 3 {
+			t.Errorf("a finding the generator did not intend: %s", l)
+		}
+	}
+	t.Logf("%d calls sent, %d findings intended, %d not: %v", rep.Sent, intended, unintended, kinds)
+	if unintended > 0 {
+		t.Errorf("%d findings the generator did not intend (%v) in %d calls", unintended, kinds, rep.Sent)
+	}
+	if intended == 0 {
+		t.Errorf("no intended finding in %d calls: the problem sessions lost theirs", rep.Sent)
 	}
 }

@@ -408,6 +408,21 @@ var cellEscapes = strings.NewReplacer("\n", `\n`, "\r", `\r`, "\t", `\t`)
 // from the payloads, a key) fit for one cell of a table: a line break
 // would forge a line of it, a tab shift its columns (printable lets both
 // through, as the table needs them).
+// nameShown is how many characters of a name (a tenant, server or source,
+// a document) a table cell shows, as the page does; --format json has the
+// whole name. A 300-character tenant sized the status tables' columns to
+// it and pushed both off the screen (op21's D5).
+const nameShown = 60
+
+// nameCell is a name as a table cell: escaped as cell does and cut to
+// nameShown characters, the last an ellipsis when cut.
+func nameCell(s string) string {
+	if r := []rune(s); len(r) > nameShown {
+		s = string(r[:nameShown-1]) + "…"
+	}
+	return cell(s)
+}
+
 func cell(s string) string {
 	if !strings.ContainsAny(s, "\n\r\t") {
 		return s

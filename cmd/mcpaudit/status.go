@@ -191,7 +191,7 @@ func printStatus(w io.Writer, st api.StatusResponse, waited bool) {
 			wm = p.Watermark.UTC().Format(time.RFC3339Nano)
 			lag = (time.Duration(*p.LagSeconds * float64(time.Second))).Round(time.Millisecond).String()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", orDash(p.Tenant), p.Server, wm, lag, p.Buffered, p.Calls, p.Late, p.TooLate, p.Ahead, p.Behind, orDash(heldBy(p)))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", orDash(nameCell(p.Tenant)), nameCell(p.Server), wm, lag, p.Buffered, p.Calls, p.Late, p.TooLate, p.Ahead, p.Behind, orDash(heldBy(p)))
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
@@ -208,7 +208,7 @@ func printStatus(w io.Writer, st api.StatusResponse, waited bool) {
 			if s.Overflow {
 				state += ", overflow"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.Name, p.Server, s.LastEvent.UTC().Format(time.RFC3339Nano),
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", nameCell(s.Name), nameCell(p.Server), s.LastEvent.UTC().Format(time.RFC3339Nano),
 				time.Duration(s.LagSeconds*float64(time.Second)).Round(time.Millisecond), state)
 		}
 	}
@@ -217,7 +217,7 @@ func printStatus(w io.Writer, st api.StatusResponse, waited bool) {
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "TENANT\tSOURCE\tSERVERS\tCALLS\tLATE\tTOO LATE\tAHEAD\tBEHIND")
 	for _, s := range st.Sources {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\n", orDash(s.Tenant), s.Name, strings.Join(s.Servers, ","), s.Calls, s.Late, s.TooLate, s.Ahead, s.Behind)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\n", orDash(nameCell(s.Tenant)), nameCell(s.Name), nameCell(strings.Join(s.Servers, ",")), s.Calls, s.Late, s.TooLate, s.Ahead, s.Behind)
 	}
 	tw.Flush()
 	// Why calls wait for a while after a restart, when no source is

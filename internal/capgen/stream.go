@@ -75,6 +75,8 @@ type Stream struct {
 	// skipUntil, while Skip runs, drops the calls dated before it.
 	skipUntil time.Time
 	skipped   int
+	// endAt, when set, is when sessions stop starting (EndAt).
+	endAt time.Time
 }
 
 // NewStream returns a stream of the capture cfg describes.
@@ -150,10 +152,22 @@ func (s *Stream) Next() (*Call, bool) {
 
 // fill starts the sessions that begin before the earliest call held.
 func (s *Stream) fill() {
-	for s.next < s.cfg.Sessions && (len(s.open) == 0 || !s.nextStart.After(s.open[0].c.Time)) {
+	for s.more() && (len(s.open) == 0 || !s.nextStart.After(s.open[0].c.Time)) {
 		s.startSession()
 	}
 }
+
+// more tells whether a session is left to start.
+func (s *Stream) more() bool {
+	return s.next < s.cfg.Sessions && (s.endAt.IsZero() || !s.nextStart.After(s.endAt))
+}
+
+// EndAt ends the capture at t: no session starts after t, and the
+// sessions begun by then are finished (their calls after t are still
+// returned), so that no session is cut. A live load ends so: a session cut
+// after its write would leave the write unverified, a finding the
+// generator did not intend (op21's D3).
+func (s *Stream) EndAt(t time.Time) { s.endAt = t }
 
 // Skip leaves out the calls dated before until and returns how many: the
 // sessions under way at until go on, as when a recording starts on live
@@ -161,7 +175,7 @@ func (s *Stream) fill() {
 // until are generated but none of their calls is held.
 func (s *Stream) Skip(until time.Time) int {
 	s.skipUntil, s.skipped = until, 0
-	for s.next < s.cfg.Sessions && s.nextStart.Before(until) {
+	for s.more() && s.nextStart.Before(until) {
 		s.startSession()
 	}
 	s.skipUntil = time.Time{}
