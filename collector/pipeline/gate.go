@@ -844,9 +844,10 @@ func (g *gate) answeredCall(c *audit.Call) {
 }
 
 // answerAtRestart notes c, an answer kept aside that the replay hands the
-// engine though the call's judgement without it was committed: the live
-// run took it within allowed_lateness (detect's answerLate) and died
-// before the commit naming it. A write judged from it whose
+// engine: the call's judgement without it may have been committed (the
+// live run took it within allowed_lateness, detect's answerLate, and died
+// before the commit naming it; whether a mark covers the call or not, the
+// file saved at most once a second: review rev21f). A write judged from it whose
 // unverified_write the store holds has that finding withdrawn
 // (storedUnverified), as the live run would have.
 func (g *gate) answerAtRestart(c *audit.Call) {

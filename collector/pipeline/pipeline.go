@@ -575,12 +575,13 @@ func (p *Pipeline) recover(ctx context.Context) error {
 				delete(aside, ref)
 				if !answerCovered(r.Call, p.eng.Config().AllowedLateness) {
 					answers++
-					if answerCovered(r.Call, 0) {
-						// Judged and committed without it: an
-						// unverified_write stored then was withdrawn by
-						// the live run only if it committed after.
-						p.gate.answerAtRestart(a.Call)
-					}
+					// Judged from it now: an unverified_write the store
+					// holds for a write it settles disagrees with this
+					// judgement, whether a mark covers the call (the
+					// live run took it and died before the commit
+					// naming it) or not (the file saved before the
+					// commit that stored the finding: review rev21f).
+					p.gate.answerAtRestart(a.Call)
 					p.gate.replaying(a.Call)
 					p.gate.answerHeld(a.Call)
 					p.eng.Add(recoverySource, a, p.now())
