@@ -120,10 +120,8 @@ type chVerifier struct {
 	copies   int64                // rows of interrupted inserts, equal to a chained row
 	orphans  map[kindKey][]string
 
-	// pub is the public key verify was given (nil: none), cps the stored
-	// checkpoints, and signedCuts the cuts each replica's checkpoints
-	// signed (with pub only).
-	pub        ed25519.PublicKey
+	// cps the stored checkpoints, and signedCuts the cuts each replica's
+	// checkpoints signed (with a public key only).
 	cps        []vCheckpoint
 	signedCuts map[chainKey][]chain.Cut
 }
@@ -280,23 +278,6 @@ func (v *chVerifier) cutBefore(tenant string) time.Time {
 	return out
 }
 
-// excusedBefore returns the cutoff before which rows chain k chained may
-// be missing: retention removed them. Every replica's cut of the tenant
-// excuses them, signed or not, since retention deletes every replica's
-// rows of a tenant (the fallback's deletes and TTL go by tenant). cut21
-// let an unsigned cut excuse its own chain only (review rev20c's D2: a cut
-// of a made-up replica excused every replica's missing rows); review
-// rev21c found that an honest keyless replica's retention then made every
-// other chain TAMPERED between passes, with no moment free of it while
-// traffic flows (TestRev21c_ReplicasCutApart), while a forger gets the
-// same as D2 from a cut of each chain at its own start
-// (TestRev21c_ForgedCutOfTheOwnChain). A false TAMPERED on an honest
-// history costs more than a weakness `verify --key-always` reports, so
-// an unsigned cut is a note and excuses, as before cut21.
-func (v *chVerifier) excusedBefore(k chainKey) time.Time {
-	return v.cutBefore(k.tenant)
-}
-
 // signed reports whether a checkpoint of chain k's replica signed cut.
 func (v *chVerifier) signed(k chainKey, cut chain.Cut) bool {
 	for _, s := range v.signedCuts[k] {
@@ -416,7 +397,17 @@ func (v *chVerifier) checkChanges() error {
 // at the same time is one row edited.
 func (v *chVerifier) checkMissing() {
 	for k, es := range v.chains {
-		before := v.excusedBefore(k).Unix()
+		// Every replica's cut of the tenant excuses the chain's missing
+		// rows, signed or not: retention deletes every replica's rows of a
+		// tenant (the fallback's deletes and TTL go by tenant). cut21 held
+		// an unsigned cut to its own chain (review rev20c's D2); review
+		// rev21c found that made an honest keyless replica's retention
+		// report the other chains TAMPERED between passes
+		// (TestRev21c_ReplicasCutApart), while a forger gets D2 from a cut
+		// of each chain at its own start anyway
+		// (TestRev21c_ForgedCutOfTheOwnChain); verify --key-always reports
+		// both.
+		before := v.cutBefore(k.tenant).Unix()
 		for _, e := range es {
 			var gone []int64
 			for i, s := range e.Sums {
@@ -451,7 +442,7 @@ func (v *chVerifier) checkMissing() {
 // loadCheckpoints reads the checkpoints and, with pub, opens them and
 // collects the cuts each replica's checkpoints signed.
 func (v *chVerifier) loadCheckpoints(pub ed25519.PublicKey) error {
-	v.pub, v.signedCuts = pub, map[chainKey][]chain.Cut{}
+	v.signedCuts = map[chainKey][]chain.Cut{}
 	q := "SELECT replica, seq, body, sig FROM " + v.db + ".checkpoints FINAL ORDER BY replica, seq"
 	err := each(v.ctx, v.conn, "read the checkpoints", q, func(rows driver.Rows) error {
 		var c vCheckpoint
