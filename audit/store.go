@@ -344,6 +344,28 @@ type AnswerKeeper interface {
 	AnswersAside(ctx context.Context, since time.Time) ([]Record, error)
 }
 
+// FindingTime is the event time of the newest stored finding of one server
+// and kind (NewestFinder).
+type FindingTime struct {
+	Server string
+	Kind   Kind
+	Time   time.Time
+}
+
+// NewestFinder is a Store that tells, for each server and kind, the event
+// time of its newest stored finding: serve seeds
+// mcpaudit_finding_last_event_timestamp_seconds from it at start, so that
+// the gauge does not read empty after a restart until the next finding
+// (op21's D6). Both stores implement it.
+type NewestFinder interface {
+	// NewestFindings returns the newest finding time of each server and
+	// kind among the stored findings of every tenant, in every lifecycle
+	// state (a withdrawn finding was announced, and the gauge keeps it),
+	// newest first, at most limit of them (all when limit is 0). Safe for
+	// concurrent use.
+	NewestFindings(ctx context.Context, limit int) ([]FindingTime, error)
+}
+
 // ID returns the stable identity of a finding: the same evidence always
 // gives the same ID, so a finding re-derived after a restart is recognized.
 func (f *Finding) ID() string {
