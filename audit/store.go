@@ -139,10 +139,15 @@ const (
 
 // TimelineEvent is one entry of a document's timeline.
 type TimelineEvent struct {
-	Time        time.Time   `json:"time"`
-	Type        string      `json:"type"` // call, write or finding
-	CallID      string      `json:"call_id,omitempty"`
-	Server      string      `json:"server"`
+	Time   time.Time `json:"time"`
+	Type   string    `json:"type"` // call, write or finding
+	CallID string    `json:"call_id,omitempty"`
+	Server string    `json:"server"`
+	// Tenant is the tenant the event belongs to, omitted for the empty
+	// tenant (authentication off): a reader of every tenant ("*") tells
+	// two tenants' calls of one document or session apart by it (op21's
+	// D4).
+	Tenant      string      `json:"tenant,omitempty"`
 	Session     string      `json:"session,omitempty"`
 	Tool        string      `json:"tool,omitempty"`
 	Outcome     Outcome     `json:"outcome,omitempty"`
