@@ -431,3 +431,48 @@ func TestCalls_BadParameters(t *testing.T) {
 		t.Errorf("POST /api/v1/calls: %d %q %s, want 405 with Allow", status, h.Get("Allow"), body)
 	}
 }
+
+// TestCalls_TenantField: a reader of every tenant tells two tenants' calls
+// apart by their tenant field, in the calls listing and in a document's
+// timeline (op21's D4: the exchange both tenants posted came twice with
+// nothing to tell which was whose); tenant= narrows both to one.
+func TestCalls_TenantField(t *testing.T) {
+	hs, fx := newCallServer(t)
+	tenantsOf := func(path string, key string) []string {
+		t.Helper()
+		status, _, body := do(t, "GET", hs.URL+path, "tok-oncall")
+		if status != 200 {
+			t.Fatalf("%s: %d %s", path, status, body)
+		}
+		var page map[string]json.RawMessage
+		var events []audit.TimelineEvent
+		if err := json.Unmarshal(body, &page); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(page[key], &events); err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, e := range events {
+			if e.CallID == fx.shared {
+				out = append(out, e.Type+":"+e.Tenant)
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	since := url.QueryEscape(t0.Add(500 * time.Second).Format(time.RFC3339Nano))
+	for _, tc := range []struct {
+		path, key string
+		want      []string
+	}{
+		{"/api/v1/calls?since=" + since, "calls", []string{"call:acme", "call:globex"}},
+		{"/api/v1/calls?tenant=globex&since=" + since, "calls", []string{"call:globex"}},
+		{"/api/v1/documents/ops%2Fa.gram/timeline?since=" + since, "events", []string{"call:acme", "call:globex"}},
+		{"/api/v1/documents/ops%2Fa.gram/timeline?tenant=acme&since=" + since, "events", []string{"call:acme"}},
+	} {
+		if got := tenantsOf(tc.path, tc.key); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: the shared call comes as %v, want %v", tc.path, got, tc.want)
+		}
+	}
+}

@@ -139,10 +139,15 @@ const (
 
 // TimelineEvent is one entry of a document's timeline.
 type TimelineEvent struct {
-	Time        time.Time   `json:"time"`
-	Type        string      `json:"type"` // call, write or finding
-	CallID      string      `json:"call_id,omitempty"`
-	Server      string      `json:"server"`
+	Time   time.Time `json:"time"`
+	Type   string    `json:"type"` // call, write or finding
+	CallID string    `json:"call_id,omitempty"`
+	Server string    `json:"server"`
+	// Tenant is the tenant the event belongs to, omitted for the empty
+	// tenant (authentication off): a reader of every tenant ("*") tells
+	// two tenants' calls of one document or session apart by it (op21's
+	// D4).
+	Tenant      string      `json:"tenant,omitempty"`
 	Session     string      `json:"session,omitempty"`
 	Tool        string      `json:"tool,omitempty"`
 	Outcome     Outcome     `json:"outcome,omitempty"`
@@ -342,6 +347,28 @@ type AnswerKeeper interface {
 	// from since on (every one when since is zero), in no order. It reads
 	// only those rows; safe for concurrent use.
 	AnswersAside(ctx context.Context, since time.Time) ([]Record, error)
+}
+
+// FindingTime is the event time of the newest stored finding of one server
+// and kind (NewestFinder).
+type FindingTime struct {
+	Server string
+	Kind   Kind
+	Time   time.Time
+}
+
+// NewestFinder is a Store that tells, for each server and kind, the event
+// time of its newest stored finding: serve seeds
+// mcpaudit_finding_last_event_timestamp_seconds from it at start, so that
+// the gauge does not read empty after a restart until the next finding
+// (op21's D6). Both stores implement it.
+type NewestFinder interface {
+	// NewestFindings returns the newest finding time of each server and
+	// kind among the stored findings of every tenant, in every lifecycle
+	// state (a withdrawn finding was announced, and the gauge keeps it),
+	// newest first, at most limit of them (all when limit is 0). Safe for
+	// concurrent use.
+	NewestFindings(ctx context.Context, limit int) ([]FindingTime, error)
 }
 
 // ID returns the stable identity of a finding: the same evidence always

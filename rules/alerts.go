@@ -101,8 +101,9 @@ func newEvents(sel, by string, window time.Duration) string {
 // within the last maxAge of the wall clock: the finding alerts are about now,
 // not about findings of the past that reach the collector now. The gauge is
 // read over the alert's window, as newEvents reads the counter: after a
-// restart it has no series until the server's next finding of the kind,
-// and the alert then resolved at the restart, minutes before its window
+// restart it had no series until the server's next finding of the kind
+// (serve seeds it from the store since op22; a store that cannot tell
+// still leaves it empty), and the alert then resolved at the restart, minutes before its window
 // had passed the finding (found from outside with a real Prometheus,
 // docs/detection.md).
 func recent(kind audit.Kind, maxAge, window time.Duration) string {

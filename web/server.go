@@ -145,14 +145,28 @@ func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
 			http.Error(w, err.Error(), http.StatusForbidden)
 			return
 		}
+		// A credential of every tenant, before tenant= narrows it: its
+		// pages name the tenant of each row and offer the tenant filter.
+		every := s.api.AuthOn() && p.Tenant == ""
 		p.Tenant = access.Tenant(p, r)
-		h(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
+		ctx := context.WithValue(r.Context(), principalKey{}, p)
+		h(w, r.WithContext(context.WithValue(ctx, everyKey{}, every)))
 	}
 }
+
+type everyKey struct{}
 
 func principal(r *http.Request) api.Principal {
 	p, _ := r.Context().Value(principalKey{}).(api.Principal)
 	return p
+}
+
+// everyTenant reports whether the caller's credential reads every tenant
+// ("*"), whether or not tenant= narrows this request. With authentication
+// off every call is the empty tenant's, and the page names no tenant.
+func everyTenant(r *http.Request) bool {
+	every, _ := r.Context().Value(everyKey{}).(bool)
+	return every
 }
 
 // csrf returns the form token of the caller's credential.
@@ -175,7 +189,16 @@ type page struct {
 	Principal api.Principal
 	AuthOn    bool
 	CSRF      string
-	Status    *Status
+	// AllTenants is set for a credential of every tenant ("*"): the
+	// findings list offers the tenant filter and links carry the tenant
+	// of their row (tenant=), so that a document or session of one name in
+	// two tenants opens as the row's. TenantColumn is set when such a
+	// credential reads every tenant (no tenant= narrows the request):
+	// lists and timelines then name the tenant of each row (op21's D4). A
+	// credential of one tenant sees neither: every row is its tenant's.
+	AllTenants   bool
+	TenantColumn bool
+	Status       *Status
 	// Hold and HeldBack are the "Restart hold:" and "Held back:" lines of
 	// mcpaudit status (api.RestartHold, api.HeldBack) for the caller's
 	// tenant, when the pipeline has them.
@@ -227,6 +250,8 @@ func (p *page) statusLines(st api.StatusResponse) {
 func (s *Server) render(w http.ResponseWriter, r *http.Request, view string, status int, title string, data any) {
 	t := s.views[view]
 	p := page{Title: title, Path: r.URL.Path, Principal: principal(r), AuthOn: s.api.AuthOn(), CSRF: s.csrf(r), Data: data}
+	p.AllTenants = everyTenant(r)
+	p.TenantColumn = p.AllTenants && p.Principal.Tenant == ""
 	// The zero principal (no credential yet: the sign-in page) has the
 	// empty tenant, which is every tenant: it is shown no status lines and
 	// no status bar. Everyone else is shown those of the tenant they read
@@ -862,12 +887,16 @@ func (s *Server) finding(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f := d.Finding
-	calls, err := s.store.Calls(r.Context(), audit.CallQuery{IDs: f.Calls, Tenant: p.Tenant})
+	// The evidence is the finding's tenant's: a call id is not the
+	// tenant's (an exchange two tenants posted is stored for each), and a
+	// reader of every tenant was shown both copies, and both tenants'
+	// writes on the document.
+	calls, err := s.store.Calls(r.Context(), audit.CallQuery{IDs: f.Calls, Tenant: f.Tenant})
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	rows, err := s.buildTimeline(r.Context(), p.Tenant, calls.Calls, f.Document, "", []audit.Finding{f})
+	rows, err := s.buildTimeline(r.Context(), f.Tenant, calls.Calls, f.Document, "", []audit.Finding{f})
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -194,6 +194,20 @@ var funcs = template.FuncMap{
 	"sessionURL": func(s string) string { return nameURL("/sessions/", s) },
 	"findingURL": func(f audit.Finding) string { return "/findings/" + f.ID() },
 	"callURL":    func(id string) string { return "/calls/" + url.PathEscape(id) },
+	// in adds tenant= to a link of the page (a document's, a session's, a
+	// call's) for a credential of every tenant (all), so that it opens
+	// the row's tenant's and not every tenant's of that name; nothing for
+	// the empty tenant or another credential.
+	"in": func(all bool, tenant, u string) string {
+		if !all || tenant == "" {
+			return u
+		}
+		sep := "?"
+		if strings.Contains(u, "?") {
+			sep = "&"
+		}
+		return u + sep + "tenant=" + url.QueryEscape(tenant)
+	},
 	"filterURL": func(v url.Values, key, value string) string {
 		n := url.Values{}
 		for k, x := range v {

@@ -29,6 +29,7 @@ func callsCommand(args []string, stdout, stderr io.Writer) error {
 		filters["source"] = fs.String("source", "", "only calls that came on this sender, as status names it (otlp:thegram/pod-b/node-2, calls:proxy/thegram/host:8080)")
 		filters["document"] = fs.String("document", "", "only calls that read or wrote this document (exact)")
 		filters["since"] = fs.String("since", "", "RFC 3339 time, the page's \"2026-12-04 14:02\" (UTC), or a duration back from now (1h, 7d)")
+		filters["tenant"] = fs.String("tenant", "", "only this tenant's calls, for a credential of every tenant (*); without it such a credential lists every tenant's, with a TENANT column")
 		filters["until"] = fs.String("until", "", "RFC 3339 time, the page's \"2026-12-04 14:02\" (UTC), or a duration back from now")
 		limit = fs.Int("limit", 0, "print at most `N` calls, over as many pages as it takes, 0 or more (default 0: every call)")
 	})
@@ -57,8 +58,10 @@ func callsCommand(args []string, stdout, stderr io.Writer) error {
 	var tw *tabwriter.Writer
 	if q.format == "text" {
 		tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "TIME (UTC)\tCALL\tSERVER\tSESSION\tTOOL\tOUTCOME / CODE\tRETRY ACTION\tSOURCE")
 	}
+	// The TENANT column is decided by the first page (tenantHead): a
+	// listing is printed a page at a time.
+	tenants, headed := false, false
 	n, more := 0, false
 	for {
 		size := maxCallPage
@@ -77,6 +80,19 @@ func callsCommand(args []string, stdout, stderr io.Writer) error {
 		if err := json.Unmarshal(b, &page); err != nil {
 			return &exitError{code: 2, err: fmt.Errorf("calls: cannot read the answer: %w", err)}
 		}
+		if tw != nil && !headed {
+			headed = true
+			for _, raw := range page.Calls {
+				var e struct {
+					Tenant string `json:"tenant"`
+				}
+				if json.Unmarshal(raw, &e) == nil && e.Tenant != "" {
+					tenants = *filters["tenant"] == ""
+					break
+				}
+			}
+			fmt.Fprintln(tw, tenantHead(tenants)+"TIME (UTC)\tCALL\tSERVER\tSESSION\tTOOL\tOUTCOME / CODE\tRETRY ACTION\tSOURCE")
+		}
 		for _, raw := range page.Calls {
 			if q.format == "json" {
 				// The API's bytes, as findings --format json prints them.
@@ -89,7 +105,7 @@ func callsCommand(args []string, stdout, stderr io.Writer) error {
 			}
 			// The sender goes last: its name is the longest and the
 			// least often read.
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Time.UTC().Format("2006-01-02 15:04:05.000"), cell(e.CallID),
+			fmt.Fprintf(tw, "%s%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", tenantCell(tenants, e.Tenant), e.Time.UTC().Format("2006-01-02 15:04:05.000"), cell(e.CallID),
 				cell(e.Server), cell(e.Session), cell(e.Tool), cell(outcomeCode(e.Outcome, e.Code)), e.RetryAction, cell(e.Source))
 		}
 		n += len(page.Calls)

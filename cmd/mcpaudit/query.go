@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -248,6 +249,7 @@ func findingsCommand(args []string, stdout, stderr io.Writer) error {
 			{"session", "MCP session id (mcp.session.id)"},
 			{"since", "RFC 3339 time, the page's \"2026-12-04 14:02\" (UTC), or a duration back from now (1h, 7d)"}, {"until", "RFC 3339 time, the page's \"2026-12-04 14:02\" (UTC), or a duration back from now"},
 			{"cursor", "page cursor from a previous answer"},
+			{"tenant", "only this tenant's findings, for a credential of every tenant (*); without it such a credential lists every tenant's, with a TENANT column"},
 			{"state", "lifecycle state: " + stateList() + " (withdrawn: taken back by mcpaudit, listed only when asked for)"}, {"order", "time (default) or newest"},
 		} {
 			name := f.name
@@ -296,9 +298,10 @@ func findingsCommand(args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(printable(stdout), 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TIME (UTC)\tID\tSEVERITY\tKIND\tSTATE\tSERVER\tDOCUMENT / KEY\tSUMMARY")
+	tenants := *filters["tenant"] == "" && slices.ContainsFunc(page.Findings, func(f audit.Finding) bool { return f.Tenant != "" })
+	fmt.Fprintln(tw, tenantHead(tenants)+"TIME (UTC)\tID\tSEVERITY\tKIND\tSTATE\tSERVER\tDOCUMENT / KEY\tSUMMARY")
 	for _, f := range page.Findings {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", f.Time.UTC().Format("2006-01-02 15:04:05"), f.ID(), f.Severity, f.Kind, f.StateOf(), cell(f.Server), cell(joinNonEmpty(f.Document, f.Key)), cell(f.Summary))
+		fmt.Fprintf(tw, "%s%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", tenantCell(tenants, f.Tenant), f.Time.UTC().Format("2006-01-02 15:04:05"), f.ID(), f.Severity, f.Kind, f.StateOf(), cell(f.Server), cell(joinNonEmpty(f.Document, f.Key)), cell(f.Summary))
 	}
 	tw.Flush()
 	if page.NextCursor != "" {
@@ -308,10 +311,11 @@ func findingsCommand(args []string, stdout, stderr io.Writer) error {
 }
 
 func timelineCommand(args []string, stdout, stderr io.Writer) error {
-	var mcpServer, since, until *string
+	var mcpServer, since, until, tenant *string
 	var limit *int
 	q, _, err := parseQueryFlags("timeline", args, stderr, "timeline [flags] DOCUMENT", func(fs *flag.FlagSet) {
 		mcpServer = fs.String("mcp-server", "", "MCP server name (default: every server)")
+		tenant = fs.String("tenant", "", "only this tenant's document, for a credential of every tenant (*); without it such a credential sees every tenant's document of that name, with a TENANT column")
 		since = fs.String("since", "", "RFC 3339 time, the page's \"2026-12-04 14:02\" (UTC), or a duration back from now")
 		until = fs.String("until", "", "RFC 3339 time, the page's \"2026-12-04 14:02\" (UTC), or a duration back from now")
 		limit = fs.Int("limit", store.DefaultTimeline, fmt.Sprintf("print at most `N` events, the earliest of the range, 1 to %d", store.MaxTimeline))
@@ -327,7 +331,7 @@ func timelineCommand(args []string, stdout, stderr io.Writer) error {
 	}
 	doc := q.positional[0]
 	params := url.Values{}
-	for k, v := range map[string]string{"server": *mcpServer, "since": *since, "until": *until} {
+	for k, v := range map[string]string{"server": *mcpServer, "since": *since, "until": *until, "tenant": *tenant} {
 		if v != "" {
 			params.Set(k, v)
 		}
@@ -369,7 +373,8 @@ func timelineCommand(args []string, stdout, stderr io.Writer) error {
 	// /api/v1/calls/{id} takes it, or the finding's, as findings prints it.
 	// REVISION and HASH are a call's, before → after, as the page shows
 	// them: what it expected of the document and what it was answered.
-	fmt.Fprintln(tw, "TIME (UTC)\tID\tEVENT\tSESSION\tTOOL\tREVISION\tHASH\tWHAT\tRETRY ACTION")
+	tenants := *tenant == "" && slices.ContainsFunc(tl.Events, func(e audit.TimelineEvent) bool { return e.Tenant != "" })
+	fmt.Fprintln(tw, tenantHead(tenants)+"TIME (UTC)\tID\tEVENT\tSESSION\tTOOL\tREVISION\tHASH\tWHAT\tRETRY ACTION")
 	// A time serve was down is a line of its own, before the first event
 	// after it began (EVENT "down"): events of that time may be missing.
 	downs := tl.Downtimes
@@ -377,7 +382,7 @@ func timelineCommand(args []string, stdout, stderr io.Writer) error {
 		for len(downs) > 0 && (before.IsZero() || before.After(downs[0].From)) {
 			d := downs[0]
 			downs = downs[1:]
-			fmt.Fprintf(tw, "%s\t-\tdown\t-\t-\t-\t-\t%s\t\n", d.From.UTC().Format("2006-01-02 15:04:05.000"), cell(d.Note))
+			fmt.Fprintf(tw, "%s%s\t-\tdown\t-\t-\t-\t-\t%s\t\n", tenantCell(tenants, "-"), d.From.UTC().Format("2006-01-02 15:04:05.000"), cell(d.Note))
 		}
 	}
 	for _, e := range tl.Events {
@@ -394,11 +399,33 @@ func timelineCommand(args []string, stdout, stderr io.Writer) error {
 				what, id = string(e.Finding.Kind)+": "+e.Finding.Summary, e.Finding.ID()
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Time.UTC().Format("2006-01-02 15:04:05.000"), cell(id), e.Type,
+		fmt.Fprintf(tw, "%s%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", tenantCell(tenants, e.Tenant), e.Time.UTC().Format("2006-01-02 15:04:05.000"), cell(id), e.Type,
 			cell(e.Session), cell(e.Tool), cell(rev), cell(hash), cell(what), e.RetryAction)
 	}
 	down(time.Time{})
 	return tw.Flush()
+}
+
+// tenantHead and tenantCell make the TENANT column the tables of findings,
+// calls and timeline begin with when shown (op21's D4): when the rows
+// name a tenant and --tenant does not keep one. A credential of every
+// tenant (*) then tells two tenants' rows of one document or session
+// apart; a credential of one tenant sees its own name in it (the CLI
+// cannot tell the credential's reach from the answer); with
+// authentication off every row is the empty tenant's and there is no
+// column.
+func tenantHead(shown bool) string {
+	if !shown {
+		return ""
+	}
+	return "TENANT\t"
+}
+
+func tenantCell(shown bool, tenant string) string {
+	if !shown {
+		return ""
+	}
+	return nameCell(cmp.Or(tenant, "-")) + "\t"
 }
 
 // cellEscapes writes a table cell's line breaks and tabs as escapes.

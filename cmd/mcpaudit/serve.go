@@ -182,6 +182,32 @@ type server struct {
 	newest atomic.Int64
 }
 
+// seedRows bounds the (server, kind) pairs read to seed the last finding
+// gauge: newest first, so a store of more servers than the metrics' cap
+// gives up only pairs that would have gone to "other" anyway.
+const seedRows = 100000
+
+// seedLastFindings sets mcpaudit_finding_last_event_timestamp_seconds from
+// the findings the store holds, before the pipeline starts: after a
+// restart the gauge had no series until each server's next finding of a
+// kind, so the dashboards' "Age of the newest finding" and any rule
+// reading the gauge saw nothing where the store held findings (op21's
+// D6). A store that cannot tell leaves the gauge to fill as findings come
+// (logged).
+func (s *server) seedLastFindings(ctx context.Context, st audit.Store, log *slog.Logger) {
+	nf, ok := st.(audit.NewestFinder)
+	if !ok {
+		return
+	}
+	fts, err := nf.NewestFindings(ctx, seedRows)
+	if err != nil {
+		log.Warn("cannot seed the last finding gauge from the store: it fills as findings come", "metric", metrics.FindingLastEventTimestampSeconds, "err", err)
+		return
+	}
+	s.metrics.SeedLastFindings(fts)
+	log.Info("last finding gauge seeded from the store", "metric", metrics.FindingLastEventTimestampSeconds, "pairs", len(fts))
+}
+
 // openStore opens the configured store. The caller holds the data dir
 // (datadir.Open), which is private to its owner.
 func openStore(ctx context.Context, cfg Config, log *slog.Logger, progress func(sqlite.Progress)) (audit.Store, error) {
@@ -387,6 +413,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		dd.Close()
 		return nil, err
 	}
+	s.seedLastFindings(ctx, st, log)
 	pcfg := cfg.Serve.Pipeline
 	pcfg.FindingLatency = s.metrics.ObserveFindingLatency
 	pcfg.StateFile = filepath.Join(cfg.Serve.DataDir, stateFile)

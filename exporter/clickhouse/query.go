@@ -488,6 +488,39 @@ func (s *Store) FindingIDs(ctx context.Context, since time.Time) (map[string]boo
 	return ids, err
 }
 
+var _ audit.NewestFinder = (*Store)(nil)
+
+// NewestFindings returns the newest finding time of each server and kind,
+// newest first, at most limit (0: all), grouped by the server. It first
+// waits for the spool to drain, as FindingIDs does.
+func (s *Store) NewestFindings(ctx context.Context, limit int) ([]audit.FindingTime, error) {
+	conn, err := s.settledReader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.waitDrained(ctx); err != nil {
+		return nil, err
+	}
+	query := "SELECT server, kind, max(toUInt64(time) * 1000000000 + time_nanos) AS t FROM " + s.layout.table("findings") +
+		" GROUP BY server, kind ORDER BY t DESC, server, kind"
+	if limit > 0 {
+		query += fmt.Sprintf(" LIMIT %d", limit)
+	}
+	s.commitMu.RLock()
+	defer s.commitMu.RUnlock()
+	var out []audit.FindingTime
+	err = each(ctx, conn, "query newest findings", query, func(rows driver.Rows) error {
+		var server, kind string
+		var t uint64
+		if err := rows.Scan(&server, &kind, &t); err != nil {
+			return queryErr(ctx, "read newest findings", err)
+		}
+		out = append(out, audit.FindingTime{Server: server, Kind: audit.Kind(kind), Time: time.Unix(0, int64(t)).UTC()})
+		return nil
+	})
+	return out, err
+}
+
 // ScanCalls calls fn with every stored call whose Time >= since, in (time,
 // ID) order. It first waits for the spool to drain, so that every
 // acknowledged call is seen.

@@ -745,13 +745,38 @@ func (m *Metrics) Finding(f *audit.Finding) {
 	}
 	kind := kindLabel(f.Kind)
 	m.mu.Lock()
-	server, _ := m.server(f.Server)
-	if k := [2]string{server, kind}; !f.Time.IsZero() && f.Time.After(m.lastFinding[k]) {
-		m.lastFinding[k] = f.Time
-		m.findingLast.WithLabelValues(server, kind).Set(float64(f.Time.UnixNano()) / 1e9)
-	}
+	server := m.lastFindingAt(f.Server, kind, f.Time)
 	m.mu.Unlock()
 	m.findings.WithLabelValues(server, kind, severityLabel(f)).Inc()
+}
+
+// lastFindingAt moves the last finding time of a server and kind forward
+// to t, and returns the server's label. m.mu must be held.
+func (m *Metrics) lastFindingAt(name, kind string, t time.Time) string {
+	server, _ := m.server(name)
+	if k := [2]string{server, kind}; !t.IsZero() && t.After(m.lastFinding[k]) {
+		m.lastFinding[k] = t
+		m.findingLast.WithLabelValues(server, kind).Set(float64(t.UnixNano()) / 1e9)
+	}
+	return server
+}
+
+// SeedLastFindings sets the last finding time of each server and kind
+// from what the store holds (audit.NewestFinder), at start: without it
+// the gauge has no series after a restart until each server's next
+// finding of the kind, and a dashboard or rule reading it sees nothing
+// where the store holds findings (op21's D6). fts should come newest
+// first: the servers take their labels in that order, under the same cap
+// as a finding of theirs would (Options.MaxServers; past it, or with a
+// name that cannot be a label, "other"), so the most recently active get
+// one. A later finding moves a series forward as usual; nothing is
+// counted in mcpaudit_findings_total.
+func (m *Metrics) SeedLastFindings(fts []audit.FindingTime) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, ft := range fts {
+		m.lastFindingAt(ft.Server, kindLabel(ft.Kind), ft.Time)
+	}
 }
 
 // WithdrawFinding counts a finding the detector took back

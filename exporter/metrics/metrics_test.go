@@ -456,6 +456,36 @@ mcpaudit_finding_last_event_timestamp_seconds{kind="integrity_failure",server="t
 `, metrics.FindingLastEventTimestampSeconds)
 }
 
+// TestMetrics_SeedLastFindings: the gauge seeded from the store at start
+// (op21's D6) holds each pair's time; the servers take their labels newest
+// first under the cap (MaxServers 2: the third is "other", with the newest
+// of those past it); a later finding moves a series on, an older one
+// leaves it; nothing is counted.
+func TestMetrics_SeedLastFindings(t *testing.T) {
+	m, reg := newMetrics(t, metrics.Options{MaxServers: 2})
+	m.SeedLastFindings([]audit.FindingTime{
+		{Server: "thegram", Kind: audit.KindDoubleAppliedWrite, Time: t0},
+		{Server: "oddlynew", Kind: audit.KindUnverifiedWrite, Time: t0.Add(-time.Hour)},
+		{Server: "legacy", Kind: audit.KindUnverifiedWrite, Time: t0.Add(-2 * time.Hour)},
+		{Server: "older", Kind: audit.KindUnverifiedWrite, Time: t0.Add(-3 * time.Hour)},
+		{Server: "thegram", Kind: audit.Kind("future_kind"), Time: t0.Add(-4 * time.Hour)},
+		{Server: "thegram", Kind: audit.KindUnsafeRetry}, // no time: ignored
+	})
+	m.Finding(&audit.Finding{Kind: audit.KindDoubleAppliedWrite, Server: "thegram", Time: t0.Add(1500 * time.Millisecond)})
+	m.Finding(&audit.Finding{Kind: audit.KindUnverifiedWrite, Server: "oddlynew", Time: t0.Add(-5 * time.Hour)})
+	compare(t, reg, `
+# HELP mcpaudit_finding_last_event_timestamp_seconds Event time of the most recent finding of each kind, in Unix seconds.
+# TYPE mcpaudit_finding_last_event_timestamp_seconds gauge
+mcpaudit_finding_last_event_timestamp_seconds{kind="double_applied_write",server="thegram"} 1.7959464015e+09
+mcpaudit_finding_last_event_timestamp_seconds{kind="other",server="thegram"} 1.795932e+09
+mcpaudit_finding_last_event_timestamp_seconds{kind="unverified_write",server="oddlynew"} 1.7959428e+09
+mcpaudit_finding_last_event_timestamp_seconds{kind="unverified_write",server="other"} 1.7959392e+09
+`, metrics.FindingLastEventTimestampSeconds)
+	if n := testutil.ToFloat64(counterOf(t, reg, metrics.FindingsTotal, map[string]string{"server": "thegram", "kind": "double_applied_write", "severity": "critical"})); n != 1 {
+		t.Errorf("findings_total of the one finding after the seed = %v, want 1", n)
+	}
+}
+
 func TestMetrics_BuildInfo(t *testing.T) {
 	_, reg := newMetrics(t, metrics.Options{Build: version.Info{Version: "v1.2.3", Revision: "0123abcd", GoVersion: "go1.26.8"}})
 	compare(t, reg, `

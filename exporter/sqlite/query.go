@@ -151,6 +151,40 @@ func (s *Store) FindingIDs(ctx context.Context, since time.Time) (map[string]boo
 	return ids, nil
 }
 
+var _ audit.NewestFinder = (*Store)(nil)
+
+// NewestFindings returns the newest finding time of each server and kind,
+// newest first, at most limit (0: all). One pass over the findings, read
+// once at start (serve seeds the last finding gauge with it).
+func (s *Store) NewestFindings(ctx context.Context, limit int) ([]audit.FindingTime, error) {
+	const op = "read the newest findings"
+	if s.closed.Load() {
+		return nil, errClosed(op)
+	}
+	if limit <= 0 {
+		limit = -1 // SQLite: no limit
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT server, kind, max(time) FROM findings GROUP BY server, kind ORDER BY 3 DESC, 1, 2 LIMIT ?`, limit)
+	if err != nil {
+		return nil, s.fail(op, err)
+	}
+	defer rows.Close()
+	var out []audit.FindingTime
+	for rows.Next() {
+		var ft audit.FindingTime
+		var t int64
+		if err := rows.Scan(&ft.Server, &ft.Kind, &t); err != nil {
+			return nil, s.fail(op, err)
+		}
+		ft.Time = fromNanos(t)
+		out = append(out, ft)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.fail(op, err)
+	}
+	return out, nil
+}
+
 // TooLateCalls returns the calls committed as too late to be judged whose
 // Time >= since.
 func (s *Store) TooLateCalls(ctx context.Context, since time.Time) ([]audit.CallRef, error) {

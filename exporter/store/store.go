@@ -41,7 +41,7 @@ func clamp(n, def, max int) int {
 // CallEvent is the timeline event of a call, from the fields every store
 // keeps in the open: its outcome and the classification of its failure.
 func CallEvent(c *audit.Call, outcome audit.Outcome, failure *audit.Failure) audit.TimelineEvent {
-	ev := audit.TimelineEvent{Time: c.Time, Type: audit.EventCall, CallID: c.ID, Server: c.Server,
+	ev := audit.TimelineEvent{Time: c.Time, Type: audit.EventCall, CallID: c.ID, Server: c.Server, Tenant: c.Tenant,
 		Session: c.Session, Tool: c.Tool, Outcome: outcome, Source: c.Source}
 	if failure != nil {
 		ev.Code, ev.RetryAction = failure.Code, failure.Action
@@ -64,13 +64,13 @@ func TimelineCallEvent(c *audit.Call, outcome audit.Outcome, failure *audit.Fail
 // WriteEvent is the timeline event of a write attempt in its current
 // state, at the time of its call.
 func WriteEvent(w *audit.Write) audit.TimelineEvent {
-	return audit.TimelineEvent{Time: w.Time, Type: audit.EventWrite, CallID: w.CallID, Server: w.Server,
+	return audit.TimelineEvent{Time: w.Time, Type: audit.EventWrite, CallID: w.CallID, Server: w.Server, Tenant: w.Tenant,
 		Session: w.Session, Tool: w.Tool, Key: w.Key, State: w.State, Reason: w.Reason, RetryAction: w.Action}
 }
 
 // FindingEvent is the timeline event of a finding; it holds f.
 func FindingEvent(f *audit.Finding) audit.TimelineEvent {
-	return audit.TimelineEvent{Time: f.Time, Type: audit.EventFinding, Server: f.Server, Session: f.Session,
+	return audit.TimelineEvent{Time: f.Time, Type: audit.EventFinding, Server: f.Server, Tenant: f.Tenant, Session: f.Session,
 		Key: f.Key, Reason: f.Reason, RetryAction: f.RetryAction, Finding: f}
 }
 

@@ -54,6 +54,7 @@ func Run(t *testing.T, open func(t *testing.T) audit.Store) {
 		{"Commit/finding_once", testFindingOnce},
 		{"Commit/too_late", testTooLate},
 		{"FindingIDs", testFindingIDs},
+		{"NewestFindings", testNewestFindings},
 		{"Findings/filters", testFindingFilters},
 		{"Findings/pages", testFindingPages},
 		{"Findings/bad_cursor", testFindingBadCursor},
@@ -584,6 +585,49 @@ func testFindingIDs(t *testing.T, s audit.Store) {
 	}
 	if all, err := s.FindingIDs(ctx(t), time.Time{}); err != nil || len(all) != 3 {
 		t.Fatalf("FindingIDs(zero) = %v, %v; want 3 ids", all, err)
+	}
+}
+
+// testNewestFindings: the newest finding time of each server and kind,
+// over every tenant and lifecycle state (a withdrawn one included), newest
+// first and cut at the limit; the nanoseconds are kept (op21's D6: serve
+// seeds the last finding gauge with it at start).
+func testNewestFindings(t *testing.T, s audit.Store) {
+	nf, ok := s.(audit.NewestFinder)
+	if !ok {
+		t.Fatalf("%T does not implement audit.NewestFinder", s)
+	}
+	if got, err := nf.NewestFindings(ctx(t), 0); err != nil || len(got) != 0 {
+		t.Fatalf("NewestFindings of an empty store = %v, %v; want none", got, err)
+	}
+	mk := func(kind audit.Kind, server, tenant string, sec int, n int) audit.Finding {
+		f := finding(kind, sec, "a.gram", id(n))
+		f.Server, f.Tenant = server, tenant
+		f.Time = f.Time.Add(123456789 * time.Nanosecond)
+		return f
+	}
+	fs := []audit.Finding{
+		mk(audit.KindDoubleAppliedWrite, "thegram", "acme", 5, 1),
+		mk(audit.KindDoubleAppliedWrite, "thegram", "globex", 9, 2), // newer, another tenant
+		mk(audit.KindDoubleAppliedWrite, "thegram", "acme", 2, 3),
+		mk(audit.KindUnverifiedWrite, "thegram", "acme", 7, 4),
+		mk(audit.KindDoubleAppliedWrite, "oddlynew", "", 3, 5),
+	}
+	commit(t, s, audit.Results{Findings: fs})
+	if _, err := s.ChangeFinding(ctx(t), audit.FindingChange{FindingID: fs[3].ID(), Tenant: "acme", State: audit.FindingWithdrawn, By: "mcpaudit", Note: "late call", Time: at(20)}); err != nil {
+		t.Fatal(err)
+	}
+	want := []audit.FindingTime{
+		{Server: "thegram", Kind: audit.KindDoubleAppliedWrite, Time: fs[1].Time},
+		{Server: "thegram", Kind: audit.KindUnverifiedWrite, Time: fs[3].Time},
+		{Server: "oddlynew", Kind: audit.KindDoubleAppliedWrite, Time: fs[4].Time},
+	}
+	got, err := nf.NewestFindings(ctx(t), 0)
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("NewestFindings(0) = %v, %v; want %v", got, err, want)
+	}
+	if got, err := nf.NewestFindings(ctx(t), 2); err != nil || !reflect.DeepEqual(got, want[:2]) {
+		t.Fatalf("NewestFindings(2) = %v, %v; want %v", got, err, want[:2])
 	}
 }
 
