@@ -180,6 +180,14 @@ func (d *detector) rejudge(r *audit.Record, at pos, src *source, gone []*writeRe
 	d.judging = c.ID
 	d.out.hold = &heldOut{}
 	prev := map[int32]word{}
+	// freed are the uncertain writes of other calls that an unsafe_retry
+	// paired with a write of this call as its blind re-send: taken back
+	// with it, and judged again below.
+	type freedPrior struct {
+		p  *writeRec
+		op *audit.Op
+	}
+	var freed []freedPrior
 	for _, u := range gone {
 		if u.state == wPending && d.deadline(u).Before(d.clock) {
 			// Its window ended, the closing held for its source (a
@@ -194,11 +202,39 @@ func (d *detector) rejudge(r *audit.Record, at pos, src *source, gone []*writeRe
 		if u.unsafe {
 			d.withdrawUnsafe(&event{rec: r, call: c, actor: actorOf(c), at: u.at, late: true, src: u.src}, u, d.sentAfter(u, r))
 		}
+		if p := u.resends(); p != nil && u.retried {
+			// u was reported the blind re-send of p, both unanswered
+			// (vf21's D1): the pair is taken back as the rest of u's
+			// reading is, and judged again from the answer, which may
+			// re-send p blindly all the same (the finding then stands
+			// as made) or not. Left standing, the answer judged against
+			// p already reported would pair with nothing, and p's own
+			// answer, coming after, would find no re-send to withdraw
+			// the finding with: it stayed open when the answers came in
+			// reverse order.
+			d.out.withdraw(unsafeFinding(c, p, u), c.ID, p.at.t)
+			p.unsafe = false
+			u.retried = false
+			u.setResends(nil)
+			freed = append(freed, freedPrior{p, opAt(r, u.at.seq)})
+		}
 		d.detach(u, r)
 	}
 	d.prevState = prev
 	d.processAnswer(r, at, src)
 	d.prevState = nil
+	for _, f := range freed {
+		// Not re-sent by the answer: the first blind re-send of p judged
+		// after it, if any, is its unsafe_retry, as judging in order
+		// pairs them.
+		if p := f.p; !p.unsafe && f.op != nil && p.op.status == audit.OpUncertain && p.state != wRejected {
+			var ds *docState
+			if p.doc() != "" {
+				ds = d.docs.get(docKey(p.doc()))
+			}
+			d.unsafeAfter(&event{rec: r, call: c, actor: actorOf(c), at: p.at, late: true, src: p.src}, f.op, p, ds, p.uncertain)
+		}
+	}
 	for i := range r.Ops {
 		op := &r.Ops[i]
 		if op.Kind != audit.OpWrite {
@@ -277,15 +313,36 @@ func (d *detector) withdrawUnsafe(ev *event, w *writeRec, after []*writeRec) {
 		if !w.at.before(s.at) || !s.retried || s.who() != w.who() || s.callID() == w.callID() {
 			continue
 		}
+		if p := s.resends(); p != nil && p != w {
+			// Reported the blind re-send of another write.
+			continue
+		}
 		s.retried = false
-		c := ev.call
-		d.out.withdraw(&audit.Finding{
-			Kind: audit.KindUnsafeRetry, Server: c.Server, Tenant: c.Tenant,
-			Document: firstNonEmpty(s.doc(), w.doc()), Key: firstNonEmpty(s.key(), w.key()), Session: s.session(),
-			Time: w.at.t.Time(), Calls: callIDs(w.callID(), s.callID()), RetryAction: actionWords.word(w.action),
-		}, d.judging, w.at.t)
+		s.setResends(nil)
+		d.out.withdraw(unsafeFinding(ev.call, w, s), d.judging, w.at.t)
 		return
 	}
+}
+
+// unsafeFinding returns the unsafe_retry that reported s as the blind
+// re-send of w (emitUnsafe), as withdrawn: its id and what a store
+// matches it by.
+func unsafeFinding(c *audit.Call, w, s *writeRec) *audit.Finding {
+	return &audit.Finding{
+		Kind: audit.KindUnsafeRetry, Server: c.Server, Tenant: c.Tenant,
+		Document: firstNonEmpty(s.doc(), w.doc()), Key: firstNonEmpty(s.key(), w.key()), Session: s.session(),
+		Time: w.at.t.Time(), Calls: callIDs(w.callID(), s.callID()), RetryAction: actionWords.word(w.action),
+	}
+}
+
+// opAt returns r's operation of sequence number seq, nil when none.
+func opAt(r *audit.Record, seq int32) *audit.Op {
+	for i := range r.Ops {
+		if int32(r.Ops[i].Seq) == seq {
+			return &r.Ops[i]
+		}
+	}
+	return nil
 }
 
 // sentAfter returns the writes a blind re-send of w, a write of r's call,

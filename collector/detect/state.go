@@ -265,6 +265,11 @@ type uncertainMore struct {
 	// that settles it has no finding of its to withdraw, whatever became
 	// of that attempt since.
 	unreported bool
+	// resends is the uncertain write an unsafe_retry reported this one,
+	// itself uncertain, the blind re-send of (emitUnsafe): when the
+	// answer of this one's call comes, the pair is judged again
+	// (rejudge), whatever order the two answers come in.
+	resends *writeRec
 }
 
 // follows returns the attempt w replays while both are uncertain, or nil.
@@ -281,6 +286,27 @@ func (w *writeRec) setFollows(u *writeRec) {
 		w.more = &uncertainMore{}
 	}
 	w.more.follows = u
+}
+
+// resends returns the write an unsafe_retry reported w, uncertain, the
+// blind re-send of; nil when none (or w was not uncertain then).
+func (w *writeRec) resends() *writeRec {
+	if w.more == nil {
+		return nil
+	}
+	return w.more.resends
+}
+
+// setResends records that an unsafe_retry reported w, uncertain, as the
+// blind re-send of u (nil: no longer).
+func (w *writeRec) setResends(u *writeRec) {
+	if w.more == nil {
+		if u == nil {
+			return
+		}
+		w.more = &uncertainMore{}
+	}
+	w.more.resends = u
 }
 
 // session returns the session of the write's call, "" when it had none.

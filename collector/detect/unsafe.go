@@ -52,6 +52,11 @@ func (d *detector) blindAfter(u, w *writeRec) bool {
 // uncertain for reason.
 func (d *detector) emitUnsafe(c *audit.Call, prior, w *writeRec, reason word) {
 	prior.unsafe, w.retried = true, true
+	if w.op.status == audit.OpUncertain {
+		// Its answer may come late, before prior's: the pair is then
+		// judged again from it (rejudge).
+		w.setResends(prior)
+	}
 	d.out.finding(&audit.Finding{
 		Kind: audit.KindUnsafeRetry, Server: c.Server, Tenant: c.Tenant,
 		Document: firstNonEmpty(w.doc(), prior.doc()), Key: firstNonEmpty(w.key(), prior.key()), Session: w.session(),

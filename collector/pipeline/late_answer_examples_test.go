@@ -77,6 +77,14 @@ type leCase struct {
 // analyze's of the answered capture in time order. Before lf21 a late
 // answer carrying a rejection made no integrity_failure or wasted_retry
 // (D1), and most late oddlynew answers were not taken (D2).
+//
+// The calls… subtests (ur22; vf21's open D1) do the same with every two
+// and every three of those calls unanswered and their answers 8 s apart,
+// in every order, and check what the sinks were told too (each finding
+// that stands told once more than its withdrawal: the metrics' made less
+// withdrawn). Before ur22 a re-send's answer coming before the answer of
+// the write it re-sent left their unsafe_retry open (oddlynew-normal-edit
+// calls 3,2), or told it twice (oddlynew-in-flight-blind calls 2,1).
 func TestLateAnswer_Examples(t *testing.T) {
 	files, _ := filepath.Glob("../../testdata/examples/*.ndjson")
 	if len(files) == 0 {
@@ -90,22 +98,81 @@ func TestLateAnswer_Examples(t *testing.T) {
 		"closed/commit/restart": {closed: true, ack: sqlite.AckCommit, restart: true},
 	}
 	names := sortedKeys(cases)
+	// Several answers late, in every order (ur22): two modes, as the
+	// orders are many (56 across the examples).
+	orderCases := []string{"open/log", "closed/commit", "closed/commit/restart"}
 	for _, path := range files {
 		scen, tail := exampleLines(t, path)
-		for _, i := range answeredWrites(t, scen) {
+		ex := strings.TrimSuffix(filepath.Base(path), ".ndjson")
+		answered := answeredWrites(t, scen)
+		for _, i := range answered {
 			for _, name := range names {
 				tc := cases[name]
-				ex := strings.TrimSuffix(filepath.Base(path), ".ndjson")
 				t.Run(fmt.Sprintf("%s/call%d/%s", ex, i+1, name), func(t *testing.T) {
 					lateAnswerOf(t, scen, tail, i, tc)
+				})
+			}
+		}
+		for _, order := range answerOrders(answered) {
+			for _, name := range orderCases {
+				tc := cases[name]
+				t.Run(fmt.Sprintf("%s/calls%s/%s", ex, callList(order), name), func(t *testing.T) {
+					lateAnswersOf(t, scen, tail, order, tc)
 				})
 			}
 		}
 	}
 }
 
+// answerOrders returns every order of every two and every three of
+// calls.
+func answerOrders(calls []int) [][]int {
+	var out [][]int
+	var perms func(prefix, rest []int, n int)
+	perms = func(prefix, rest []int, n int) {
+		if len(prefix) == n {
+			out = append(out, slices.Clone(prefix))
+			return
+		}
+		for k, c := range rest {
+			perms(append(prefix, c), slices.Concat(rest[:k], rest[k+1:]), n)
+		}
+	}
+	for n := 2; n <= 3; n++ {
+		// Every set once, then its orders: sets in order of their
+		// calls, so subtest names read as delivered.
+		var sets func(prefix, rest []int)
+		sets = func(prefix, rest []int) {
+			if len(prefix) == n {
+				perms(nil, prefix, n)
+				return
+			}
+			for k, c := range rest {
+				sets(append(slices.Clone(prefix), c), rest[k+1:])
+			}
+		}
+		sets(nil, calls)
+	}
+	return out
+}
+
+// callList names the calls of order (indexes) by number: "2,1".
+func callList(order []int) string {
+	s := make([]string, len(order))
+	for k, i := range order {
+		s[k] = fmt.Sprint(i + 1)
+	}
+	return strings.Join(s, ",")
+}
+
 // lateAnswerOf plays scen with call i's answer late under tc.
 func lateAnswerOf(t *testing.T, scen, tail [][]byte, i int, tc leCase) {
+	lateAnswersOf(t, scen, tail, []int{i}, tc)
+}
+
+// lateAnswersOf plays scen with the answers of the calls in order (their
+// indexes) late under tc, in that order, 8 s apart.
+func lateAnswersOf(t *testing.T, scen, tail [][]byte, order []int, tc leCase) {
 	dedit := func(c *detect.Config) {
 		c.AllowedLateness = lateLateness(t, scen) + 2*time.Minute
 		if tc.closed {
@@ -117,13 +184,16 @@ func lateAnswerOf(t *testing.T, scen, tail [][]byte, i int, tc leCase) {
 	want := analyzed(t, append(slices.Clone(scen), tail...), dcfg)
 
 	first := slices.Clone(scen)
-	first[i] = unansweredCopy(t, scen[i])
+	for _, i := range order {
+		first[i] = unansweredCopy(t, scen[i])
+	}
 	recs := decode(t, scen)
 	last := recs[len(recs)-1].Call.Time
 	dir := t.TempDir()
 	clock := newClock(last.Add(time.Second))
 	opts := sqlite.Options{Synchronous: "normal", Ack: tc.ack}
-	r := openRunWith(t, dir, clock, nil, dedit, nil, nil, opts)
+	rec := newRecorder()
+	r := openRunWith(t, dir, clock, nil, dedit, rec, nil, opts)
 	if _, err := r.ingest(batch(t, "calls:client", first...)); err != nil {
 		t.Fatal(err)
 	}
@@ -139,8 +209,14 @@ func lateAnswerOf(t *testing.T, scen, tail [][]byte, i int, tc leCase) {
 		r.stop()
 		r = openRunWith(t, dir, clock, nil, dedit, nil, nil, opts)
 	}
-	if _, err := r.ingest(batch(t, "calls:server", scen[i])); err != nil {
-		t.Fatal(err)
+	for k, i := range order {
+		if k > 0 {
+			clock.Add(8 * time.Second)
+			r.status()
+		}
+		if _, err := r.ingest(batch(t, "calls:server", scen[i])); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for _, l := range tail {
 		tr := decode(t, [][]byte{l})[0]
@@ -164,13 +240,33 @@ func lateAnswerOf(t *testing.T, scen, tail [][]byte, i int, tc leCase) {
 		f := o.findings[id]
 		got[id] = describe(&f)
 	}
+	calls := callList(order)
 	if fmt.Sprint(got) != fmt.Sprint(want.findings) {
-		t.Errorf("call %d answered late: open findings\n%v\nwant (analyze, in order)\n%v", i+1, values(got), values(want.findings))
+		t.Errorf("calls %s answered late, in that order: open findings\n%v\nwant (analyze, in order)\n%v", calls, values(got), values(want.findings))
 	}
 	if fmt.Sprint(o.writes) != fmt.Sprint(want.writes) {
-		t.Errorf("call %d answered late: write states\n%v\nwant\n%v", i+1, o.writes, want.writes)
+		t.Errorf("calls %s answered late, in that order: write states\n%v\nwant\n%v", calls, o.writes, want.writes)
 	}
-	if c := recs[i].Call; c.Responded && o.calls[c.ID] != 1 {
-		t.Errorf("call %d stored %d times", i+1, o.calls[c.ID])
+	for _, i := range order {
+		if c := recs[i].Call; c.Responded && o.calls[c.ID] != 1 {
+			t.Errorf("call %d stored %d times", i+1, o.calls[c.ID])
+		}
+	}
+	if tc.restart {
+		return
+	}
+	// What the sinks were told (the metrics' made less withdrawn) says
+	// the same as the store.
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	for id, n := range rec.findings {
+		stands := 0
+		if _, ok := want.findings[id]; ok {
+			stands = 1
+		}
+		if n-rec.withdrawn[id] != stands {
+			t.Errorf("calls %s answered late, in that order: the sinks were told finding %s %d times and its withdrawal %d times, want %d standing",
+				calls, id, n, rec.withdrawn[id], stands)
+		}
 	}
 }
