@@ -2,7 +2,9 @@ package canon
 
 import (
 	"hash/maphash"
+	"strings"
 	"sync"
+	"unsafe"
 
 	"github.com/valyala/fastjson"
 )
@@ -31,10 +33,63 @@ func Sum(v *fastjson.Value) uint64 {
 	if v == nil {
 		return 0
 	}
+	if mirrorFits {
+		return sumMirror(asMirror(v)) | 1
+	}
+	return sumPublic(v) | 1
+}
+
+// sumPublic is sum, with a buffer of numBufs.
+func sumPublic(v *fastjson.Value) uint64 {
 	buf := numBufs.Get().(*[]byte)
-	h := sum(v, buf) | 1
+	h := sum(v, buf)
 	numBufs.Put(buf)
 	return h
+}
+
+// sumMirror is sum read through the mirror of fastjson's Value, as Valid
+// reads it: without a closure a member, a method call a value, and the
+// unescaping pass Type makes over every string. Text that holds no escape
+// is its own value, and is hashed as it is; a string or an object's keys
+// with one are read through fastjson (sum), which unescapes them as sum
+// always did. It returns what sum returns.
+func sumMirror(m *valueMirror) uint64 {
+	switch m.t {
+	case fastjson.TypeObject:
+		if !m.o.keysUnescaped {
+			for i := range m.o.kvs {
+				if strings.IndexByte(m.o.kvs[i].k, '\\') >= 0 {
+					return sumPublic((*fastjson.Value)(unsafe.Pointer(m)))
+				}
+			}
+		}
+		var acc uint64
+		for i := range m.o.kvs {
+			kv := &m.o.kvs[i]
+			acc += mix(maphash.String(sumSeed, kv.k), sumMirror(asMirror(kv.v)))
+		}
+		return mix(sumObject, acc)
+	case fastjson.TypeArray:
+		acc := sumArray
+		for _, x := range m.a {
+			acc = mix(acc, sumMirror(asMirror(x)))
+		}
+		return acc
+	case typeRawString:
+		if strings.IndexByte(m.s, '\\') >= 0 {
+			return sumPublic((*fastjson.Value)(unsafe.Pointer(m)))
+		}
+		return mix(sumString, maphash.String(sumSeed, m.s))
+	case fastjson.TypeString:
+		return mix(sumString, maphash.String(sumSeed, m.s))
+	case fastjson.TypeNumber:
+		return mix(sumNumber, maphash.String(sumSeed, m.s))
+	case fastjson.TypeTrue:
+		return sumTrue
+	case fastjson.TypeFalse:
+		return sumFalse
+	}
+	return sumNull
 }
 
 // numBufs hold the text of a number while it is hashed: a buffer of the
