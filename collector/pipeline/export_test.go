@@ -1,5 +1,7 @@
 package pipeline
 
+import "time"
+
 // KnownFindings returns how many finding ids the gate keeps to recognize
 // findings stored before a restart.
 func KnownFindings(p *Pipeline) int { return int(p.gate.knownLen.Load()) }
@@ -11,3 +13,8 @@ func SetMaxSeedCalls(n int) func() {
 	maxSeedCalls = n
 	return func() { maxSeedCalls = old }
 }
+
+// SetTicks has the engine goroutine of a pipeline made with c commit and
+// move its watermarks with the wall clock at each value sent on ticks, in
+// place of its CommitEvery ticker: a test sends one between two steps.
+func SetTicks(c *Config, ticks <-chan time.Time) { c.ticks = ticks }

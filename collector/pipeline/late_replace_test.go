@@ -14,6 +14,7 @@ import (
 
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/detect"
+	"github.com/mcpaudit/mcpaudit/collector/pipeline"
 	"github.com/mcpaudit/mcpaudit/exporter/metrics"
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
 )
@@ -212,7 +213,17 @@ func TestLateOrders_ReplacedAcrossRestart(t *testing.T) {
 			first := decode(t, scen[1:2])[0]
 			clock := newClock(first.Call.Time.Add(time.Second))
 			dir := t.TempDir()
-			r := openRun(t, dir, clock, nil, nil)
+			// No ticker: the state file holds what the steps below
+			// committed, the exporter still delivering, so the restart
+			// holds the partition at what it had delivered and the plan
+			// comes late, within allowed_lateness. With the 10 ms ticker a
+			// tick could save the file after the steps, the exporter quiet
+			// and the watermark moved on with the wall clock to 09:02:20.49:
+			// the restart went on from there and counted the plan too late
+			// (CI under the race detector on d79f18c, then skipped as
+			// "judged in order"; found by fl22a with a tick sent after the
+			// steps, 2026-12-06).
+			r := openRun(t, dir, clock, func(c *pipeline.Config) { pipeline.SetTicks(c, make(chan time.Time)) }, nil)
 			for _, i := range []int{1, 2} {
 				if _, err := r.ingest(batch(t, "exporter", scen[i])); err != nil {
 					t.Fatal(err)
@@ -247,11 +258,7 @@ func TestLateOrders_ReplacedAcrossRestart(t *testing.T) {
 					t.Fatal(err)
 				}
 				if st := r.status()[detect.PartitionKey{Server: "oddlynew"}]; st.Late == 0 {
-					// Seen once under the race detector in CI (2026-12-06):
-					// the restarted run had not moved its watermark past
-					// the plan when it came, so the plan was judged in
-					// order. That run tests nothing; it is not a failure.
-					t.Skipf("the plan was not judged late (watermark %s): this run tests nothing (timing)", st.Watermark)
+					t.Fatalf("the plan was not judged late (watermark %s, %d too late): the test shows nothing", st.Watermark, st.TooLate)
 				}
 			}
 			for _, l := range tail {

@@ -319,9 +319,10 @@ func marksOf(e *detect.Engine, now time.Time) map[detect.PartitionKey]mark {
 }
 
 // saveMarks writes the partitions' marks after a commit, at most once a
-// second unless forced or the withdrawals the store refused changed (the
+// second unless forced, the withdrawals the store refused changed (the
 // next start must know which it still has to make, and that this run
-// counted them), atomically (a temporary file renamed over the old one).
+// counted them) or a partition has its first watermark (firstMark),
+// atomically (a temporary file renamed over the old one).
 func (p *Pipeline) saveMarks(marks map[detect.PartitionKey]mark, force bool) {
 	if p.cfg.StateFile == "" {
 		return
@@ -335,7 +336,8 @@ func (p *Pipeline) saveMarks(marks map[detect.PartitionKey]mark, force bool) {
 	// between two readings.
 	now := p.now()
 	since := now.Sub(p.marksSaved)
-	if maps.EqualFunc(marks, p.savedMarks, mark.equal) && floor.Equal(p.floor) && !p.freedChanged && !p.withdrawalsChanged && since < stateRefresh || !force && !p.withdrawalsChanged && since < time.Second {
+	if maps.EqualFunc(marks, p.savedMarks, mark.equal) && floor.Equal(p.floor) && !p.freedChanged && !p.withdrawalsChanged && since < stateRefresh ||
+		!force && !p.withdrawalsChanged && since < time.Second && !firstMark(marks, p.savedMarks) {
 		return
 	}
 	if err := writeMarks(p.cfg.StateFile, marks, p.freed, floor, now, p.runState()); err != nil {
@@ -346,6 +348,25 @@ func (p *Pipeline) saveMarks(marks map[detect.PartitionKey]mark, force bool) {
 	}
 	p.freedWritten()
 	p.savedMarks, p.marksSaved, p.floor, p.freedChanged, p.withdrawalsChanged = marks, now, floor, false, false
+}
+
+// firstMark reports whether marks gives a partition its first watermark:
+// one the file last saved (saved) holds without a watermark, or not at all.
+// A restart withdraws nothing of a partition without a mark: it cannot tell
+// a withdrawal lost in a crash from a call counted too late
+// (gate.lostWithdrawal). Saved up to a second late, the file said that of a
+// partition whose first output the store held, and a withdrawal a late call
+// made in that second and a crash lost was lost for good (found by fl22a:
+// TestRestart_WithdrawLostBeforeFirstMarkSaved). A later watermark may
+// wait: a mark behind the store's output makes a restart withdraw more
+// readily, not less.
+func firstMark(marks, saved map[detect.PartitionKey]mark) bool {
+	for k, m := range marks {
+		if !m.Watermark.IsZero() && saved[k].Watermark.IsZero() {
+			return true
+		}
+	}
+	return false
 }
 
 // floorOf returns the earliest event time a call not yet judged and

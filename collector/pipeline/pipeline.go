@@ -85,6 +85,11 @@ type Config struct {
 	FindingLatency func(d time.Duration, window bool) `yaml:"-"`
 	// Now is the wall clock; tests set it. Default time.Now.
 	Now func() time.Time `yaml:"-"`
+	// ticks, when set (tests, export_test.go), replaces the CommitEvery
+	// ticker: the engine goroutine commits and moves the watermarks with
+	// the wall clock at each value received, and only then, so that a
+	// test can put a tick between two of its steps.
+	ticks <-chan time.Time
 }
 
 // NewDefaultConfig returns the defaults.
@@ -1249,6 +1254,11 @@ func (p *Pipeline) run(ctx context.Context) {
 	defer close(p.done)
 	tick := time.NewTicker(p.cfg.CommitEvery)
 	defer tick.Stop()
+	ticks := tick.C
+	if p.cfg.ticks != nil {
+		tick.Stop()
+		ticks = p.cfg.ticks
+	}
 	lastStatus, lastExpiry := time.Time{}, p.now()
 	for {
 		select {
@@ -1276,7 +1286,7 @@ func (p *Pipeline) run(ctx context.Context) {
 			}
 			p.updateStatus()
 			reply <- statusReply{parts: p.lastStatus(), unstored: p.gate.pending()}
-		case <-tick.C:
+		case <-ticks:
 			if ctx.Err() != nil {
 				continue // stopping: the shutdown branch commits
 			}
