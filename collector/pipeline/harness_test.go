@@ -479,6 +479,23 @@ func (r *run) steps(n int, each func()) {
 	}
 }
 
+// saved waits until the engine has written the state file at the clock's
+// time. The engine writes it on its commit ticker (Config.CommitEvery,
+// real time), not at each status: without this wait a crash right after a
+// step leaves the file of whichever step the ticker last wrote it at, and
+// a restart's watermarks differ from run to run with the machine's speed.
+func (r *run) saved() {
+	r.t.Helper()
+	now := r.clock.Now()
+	giveUp := time.Now().Add(time.Minute)
+	for r.p.StateSaved().Before(now) {
+		if time.Now().After(giveUp) {
+			r.t.Fatalf("the state file was not written at %s within a minute (last written at %s)", now, r.p.StateSaved())
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // status asks the engine where it stands; everything acknowledged before
 // is taken first.
 func (r *run) status() map[detect.PartitionKey]detect.PartitionStatus {
