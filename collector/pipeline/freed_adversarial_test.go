@@ -90,7 +90,7 @@ func TestRestart_FreedDoubleApplyStraddlesTheFloor(t *testing.T) {
 			other()
 			a := batch(t, "poster", pendingPatchLine("s1", 1, wallStart.Add(-20*time.Minute), "team/x.gram"))
 			b := ingestThenLater(t, r, a, other, "team/x.gram")
-			wm, floor := awaitFreedSettled(t, r, key, other, 20*time.Second)
+			wm, floor := awaitFreedSettled(t, r, key, other)
 			atA, atB := a.Records[0].Call.Time, b.Records[0].Call.Time
 			t.Logf("A %v, B %v, freed at %v, floor %v", atA, atB, wm, floor)
 			if wm.IsZero() || floor.IsZero() || !atA.Before(floor) || atB.Before(floor) || atB.After(wm) {
@@ -166,7 +166,7 @@ func straddleRun(t *testing.T, r *run, clock *testClock, dir string, other func(
 	other()
 	w1 = batch(t, "poster", pendingPatchLine("s1", 1, wallStart.Add(-40*time.Minute), "team/a.gram"))
 	w2 = ingestThenLater(t, r, w1, other, "team/b.gram")
-	wm, floor := awaitFreedSettled(t, r, key, other, 20*time.Second)
+	wm, floor := awaitFreedSettled(t, r, key, other)
 	at1, at2 := w1.Records[0].Call.Time, w2.Records[0].Call.Time
 	if wm.IsZero() || floor.IsZero() || !at1.Before(floor) || at2.Before(floor) || at2.After(wm) {
 		t.Fatalf("W1 %v, W2 %v, freed at %v, floor %v: want W1 before the floor and W2 from it on, both up to the freed watermark: the test shows nothing", at1, at2, wm, floor)
@@ -205,16 +205,7 @@ func TestRestart_FreedByAReplayMadeRun(t *testing.T) {
 			r = openRun(t, dir, clock, nil, nil)
 			r.steps(30, other)
 			freeIdle(t, r, key)
-			var wm2 time.Time
-			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-				if wm2 = freedIn(t, dir, key); !wm2.IsZero() {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatal("the second run's state file does not keep thegram freed")
-				}
-				r.steps(1, other)
-			}
+			awaitFreed(t, r, key, other)
 			r.steps(2, other)
 			t.Logf("freed at %v by the first run, at %v by the second (floor %v)", wm1, freedIn(t, dir, key), floorIn(t, dir))
 			if crash {
@@ -286,26 +277,22 @@ func ingestThenLater(t *testing.T, r *run, first audit.Batch, other func(), path
 }
 
 // awaitFreed steps r (sending with send at each step) until its state
-// file keeps k freed, for at most within, and returns the watermark k was
-// freed at.
-func awaitFreed(t *testing.T, r *run, k detect.PartitionKey, send func(), within time.Duration) time.Time {
+// file keeps k freed, for at most 400 steps of 30 s, and returns the
+// watermark k was freed at.
+func awaitFreed(t *testing.T, r *run, k detect.PartitionKey, send func()) time.Time {
 	t.Helper()
-	for deadline := time.Now().Add(within); ; time.Sleep(10 * time.Millisecond) {
-		if wm := freedIn(t, r.dir, k); !wm.IsZero() {
-			return wm
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the state file does not keep %v freed", k)
-		}
-		r.steps(1, send)
+	var wm time.Time
+	if !r.stepsUntil(400, send, func() bool { wm = freedIn(t, r.dir, k); return !wm.IsZero() }) {
+		t.Fatalf("the state file does not keep %v freed after 400 steps (clock %s)", k, r.clock.Now())
 	}
+	return wm
 }
 
 // awaitFreedSettled is awaitFreed and two steps more; it returns the
 // watermark k was freed at and the floor the state file has then.
-func awaitFreedSettled(t *testing.T, r *run, k detect.PartitionKey, send func(), within time.Duration) (wm, floor time.Time) {
+func awaitFreedSettled(t *testing.T, r *run, k detect.PartitionKey, send func()) (wm, floor time.Time) {
 	t.Helper()
-	awaitFreed(t, r, k, send, within)
+	awaitFreed(t, r, k, send)
 	r.steps(2, send)
 	return freedIn(t, r.dir, k), floorIn(t, r.dir)
 }
@@ -344,7 +331,7 @@ func TestRestart_FreedPartitionOfOneTenant(t *testing.T) {
 				}
 			}
 			r.steps(40, bsend)
-			wm := awaitFreed(t, r, ka, bsend, 20*time.Second)
+			wm := awaitFreed(t, r, ka, bsend)
 			// b's write, dated before a's freed watermark.
 			wb := inTenant(batch(t, "lagging", pendingPatchLine("s5", 55, clock.Now().Add(-20*time.Minute), "team/z.gram")), "b")
 			if !wb.Records[0].Call.Time.Before(wm) {

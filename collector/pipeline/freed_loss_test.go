@@ -194,12 +194,8 @@ func TestFreed_StoredNotAckedWithBusyNeighbour(t *testing.T) {
 	sendPendingThenReads(t, r, wallStart.Add(-time.Minute))
 	r.steps(40, other)
 	var wm time.Time
-	for deadline := time.Now().Add(10 * time.Second); wm.IsZero(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the state file does not keep the freed partition")
-		}
-		r.steps(1, other)
-		wm = freedIn(t, dir, key)
+	if !r.stepsUntil(400, other, func() bool { wm = freedIn(t, dir, key); return !wm.IsZero() }) {
+		t.Fatalf("the state file does not keep the freed partition after 400 steps (clock %s)", clock.Now())
 	}
 	at := wm.Add(-6 * time.Minute)
 	floor := floorIn(t, dir)

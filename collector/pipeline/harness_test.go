@@ -479,6 +479,46 @@ func (r *run) steps(n int, each func()) {
 	}
 }
 
+// saved waits until the engine has written the state file at the clock's
+// time. The engine writes it on its commit ticker (Config.CommitEvery,
+// real time), not at each status: without this wait a crash right after a
+// step leaves the file of whichever step the ticker last wrote it at, and
+// a restart's watermarks differ from run to run with the machine's speed.
+func (r *run) saved() {
+	r.t.Helper()
+	now := r.clock.Now()
+	giveUp := time.Now().Add(time.Minute)
+	for r.p.StateSaved().Before(now) {
+		if time.Now().After(giveUp) {
+			r.t.Fatalf("the state file was not written at %s within a minute (last written at %s)", now, r.p.StateSaved())
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// stepsUntil takes steps of 30 s (steps, each called first at every
+// step) until done reports true, at most n of them, and reports whether
+// done did. After each step it waits for the engine's ticker to write the
+// state file at the new time (saved), which is where idle partitions are
+// freed too (expireIdle): the bound is in steps of the test's clock, not in
+// real time. A bound in real time (a deadline of 10 s or 20 s around
+// steps) was a bound on how many steps a loaded machine managed: under
+// -race on a loaded box the partition that needed some 90 steps to be
+// freed got 75 to 85 (fl22b).
+func (r *run) stepsUntil(n int, each func(), done func() bool) bool {
+	r.t.Helper()
+	for i := 0; ; i++ {
+		if done() {
+			return true
+		}
+		if i == n {
+			return false
+		}
+		r.steps(1, each)
+		r.saved()
+	}
+}
+
 // status asks the engine where it stands; everything acknowledged before
 // is taken first.
 func (r *run) status() map[detect.PartitionKey]detect.PartitionStatus {

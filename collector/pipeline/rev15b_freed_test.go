@@ -40,7 +40,7 @@ func TestRestart_FreedSilentReadSettlesLiveWrite(t *testing.T) {
 			w1 := batch(t, "poster", pendingPatchLine("s1", 1, wallStart.Add(-40*time.Minute), "team/a.gram"),
 				readSyncedLine("s3", 3, atR, "team/c.gram"))
 			w2 := ingestThenLater(t, r, w1, other, "team/b.gram")
-			wm, floor := awaitFreedSettled(t, r, key, other, 20*time.Second)
+			wm, floor := awaitFreedSettled(t, r, key, other)
 			if !atR.Before(floor) || w2.Records[0].Call.Time.Before(floor) || w2.Records[0].Call.Time.After(wm) {
 				t.Fatalf("R %v, W2 %v, freed at %v, floor %v: want R before the floor, W2 from it on: the test shows nothing",
 					atR, w2.Records[0].Call.Time, wm, floor)
@@ -117,7 +117,7 @@ func TestRestart_FreedSilentWriteIDOfAnotherTenant(t *testing.T) {
 	if _, err := r.ingest(w2); err != nil {
 		t.Fatal(err)
 	}
-	wm, floor := awaitFreedSettled(t, r, ka, bsend, 30*time.Second)
+	wm, floor := awaitFreedSettled(t, r, ka, bsend)
 	at2 := w2.Records[0].Call.Time
 	if !atW.Before(floor) || at2.Before(floor) || at2.After(wm) {
 		t.Fatalf("W %v, a's W2 %v, a freed at %v, floor %v: want W before the floor, W2 from it on: the test shows nothing", atW, at2, wm, floor)
