@@ -572,7 +572,7 @@ func (s *server) pipelineViews() []metrics.PartitionView {
 	for _, p := range parts {
 		srcs := make([]metrics.SourceView, 0, len(p.Sources))
 		for _, src := range p.Sources {
-			srcs = append(srcs, metrics.SourceView{Name: src.Name, LagSeconds: src.Lag.Seconds(), Idle: src.Idle})
+			srcs = append(srcs, metrics.SourceView{Name: src.Name, LagSeconds: src.Lag.Seconds(), Idle: src.Idle, HoldLagSeconds: src.HoldLag.Seconds()})
 		}
 		v := metrics.NewPartitionView(p.Server, p.Lag.Seconds(), !p.Watermark.IsZero(), p.Buffered, p.Late, p.TooLate, p.Ahead, srcs)
 		v.Tenant, v.Gen, v.IDCollisions, v.Behind = p.Tenant, p.Gen, p.IDCollisions, p.Behind
