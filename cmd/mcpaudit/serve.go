@@ -352,6 +352,14 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	}
 	opening.set("rebuilding the detector's state from the store")
 	s.store = st
+	// The calls the runs before this one stored too late, counted before
+	// this one counts any: the status tells them beside its own, which
+	// count since the start (live22's S2). Not worth failing the start
+	// for: without them the status counts since the start only.
+	tooLateBefore, err := countTooLate(ctx, st)
+	if err != nil {
+		log.Warn("cannot count the calls stored too late before this start: the status counts those since the start only", "err", err)
+	}
 	if !cfg.Redact.Off {
 		secret, err := redactSecret(cfg.Redact.SecretFile, cfg.Serve.DataDir)
 		if err == nil {
@@ -504,6 +512,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	q.Downtime = s.pipe.LastDowntime
 	q.Downtimes = s.pipe.Downtimes
 	q.WithdrawalsWaiting = s.pipe.WithdrawalsWaiting
+	q.TooLateBeforeStart = tooLateBefore.of
 	q.Credentials = cfg.Serve.Credentials
 	q.Access = s.access
 	mux := http.NewServeMux()
