@@ -25,6 +25,7 @@ import (
 	"github.com/mcpaudit/mcpaudit/api"
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/classify"
+	"github.com/mcpaudit/mcpaudit/collector/detect"
 	"github.com/mcpaudit/mcpaudit/collector/pipeline"
 	"github.com/mcpaudit/mcpaudit/collector/receiver"
 	"github.com/mcpaudit/mcpaudit/collector/redact"
@@ -579,16 +580,23 @@ func (s *server) pipelineViews() []metrics.PartitionView {
 	parts, _ := s.pipe.StatusWithin(2 * time.Second)
 	views := make([]metrics.PartitionView, 0, len(parts))
 	for _, p := range parts {
-		srcs := make([]metrics.SourceView, 0, len(p.Sources))
-		for _, src := range p.Sources {
-			srcs = append(srcs, metrics.SourceView{Name: src.Name, LagSeconds: src.Lag.Seconds(), Idle: src.Idle, HoldLagSeconds: src.HoldLag.Seconds()})
-		}
-		v := metrics.NewPartitionView(p.Server, p.Lag.Seconds(), !p.Watermark.IsZero(), p.Buffered, p.Late, p.TooLate, p.Ahead, srcs)
-		v.Tenant, v.Gen, v.IDCollisions, v.Behind = p.Tenant, p.Gen, p.IDCollisions, p.Behind
-		v.OverflowCalls, v.SourcesDisplaced = p.OverflowCalls, p.SourcesDisplaced
-		views = append(views, v)
+		views = append(views, pipelineView(p))
 	}
 	return views
+}
+
+// pipelineView is what the metrics export of partition p.
+func pipelineView(p detect.PartitionStatus) metrics.PartitionView {
+	srcs := make([]metrics.SourceView, 0, len(p.Sources))
+	for _, src := range p.Sources {
+		// A quiet source still holding at a slow clock's lag is exported
+		// as a holder, at that lag (live22's S1).
+		srcs = append(srcs, metrics.SourceView{Name: src.Name, LagSeconds: src.Lag.Seconds(), Idle: src.Idle, HoldLagSeconds: src.HoldLag.Seconds()})
+	}
+	v := metrics.NewPartitionView(p.Server, p.Lag.Seconds(), !p.Watermark.IsZero(), p.Buffered, p.Late, p.TooLate, p.Ahead, srcs)
+	v.Tenant, v.Gen, v.IDCollisions, v.Behind = p.Tenant, p.Gen, p.IDCollisions, p.Behind
+	v.OverflowCalls, v.SourcesDisplaced = p.OverflowCalls, p.SourcesDisplaced
+	return v
 }
 
 func (s *server) serveHTTP(ln net.Listener, hs *http.Server) {
