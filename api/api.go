@@ -60,6 +60,10 @@ type Server struct {
 	// findings the store refused and that are retried at every commit, of
 	// tenant (empty: every tenant): pipeline.Pipeline.WithdrawalsWaiting.
 	WithdrawalsWaiting func(tenant string) int
+	// TooLateBeforeStart, if set, counts the calls of tenant (empty: every
+	// tenant) the store held as too late to be judged when serve started
+	// (StatusResponse.TooLateBeforeStart).
+	TooLateBeforeStart func(tenant string) int64
 	// Access, if set, authenticates requests (serve shares it with the
 	// receivers and /metrics); otherwise Tenants and Credentials do.
 	Access *access.Authenticator

@@ -40,6 +40,15 @@ type StatusResponse struct {
 	// freed as idle: they have no row in Partitions; their sources' counts
 	// are in Sources.
 	TooLateFreed int64 `json:"too_late_freed"`
+	// TooLateBeforeStart counts the calls of the tenant (every tenant when
+	// empty) that the store held as stored too late when this serve
+	// started: counted by the runs before it, never judged, and not in
+	// TooLate, which counts since the start. Read once at the start
+	// (Server.TooLateBeforeStart); 0 when a server is asked for (the store
+	// does not keep the server of a call stored too late) or when the
+	// store does not keep them. Before sg22 a restart made the status say
+	// "0 too late" beside 920 such calls (live22's S2).
+	TooLateBeforeStart int64 `json:"too_late_before_start"`
 	// FreedDropped counts the partitions freed as idle, of the tenant,
 	// whose counts are no longer kept one by one (past detect.FreedKept,
 	// the ones freed the longest ago): they are told together under the
@@ -320,6 +329,9 @@ func (s *Server) StatusOf(tenant, server string, now time.Time) (StatusResponse,
 	out := StatusFrom(parts, queued, unstored, tenant, server, now)
 	if s.Freed != nil {
 		AddFreed(&out, s.Freed(), tenant, server)
+	}
+	if s.TooLateBeforeStart != nil && server == "" {
+		out.TooLateBeforeStart = s.TooLateBeforeStart(tenant)
 	}
 	out.Store = storeStatus(s.store)
 	if s.WithdrawalsWaiting != nil {

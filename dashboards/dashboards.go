@@ -377,7 +377,7 @@ func collector() *dashboard.DashboardBuilder {
 			units.Seconds,
 			quantiles(metrics.FindingLatencySeconds, metrics.LabelWait, jobMatcher)...)).
 		WithPanel(graph("Event time behind the wall clock",
-			"How far behind the wall clock the event time judged so far (the watermark) is, per server, and how far its most lagging active and idle sources are: the active one holds its partitions back (mcpaudit status names it). Traffic replayed from the past shows its age.",
+			"How far behind the wall clock the event time judged so far (the watermark) is, per server, and how far its most lagging active and idle sources are: the active one holds its partitions back (mcpaudit status names it), a quiet source with a slow clock that still holds at its lag included. Traffic replayed from the past shows its age.",
 			units.Seconds,
 			query(fmt.Sprintf("max by (%s) (%s)", metrics.LabelServer, sel(metrics.PipelineWatermarkLagSeconds, serverMatcher)), "{{server}} watermark"),
 			query(fmt.Sprintf("max by (%s, %s) (%s)", metrics.LabelServer, metrics.LabelState, sel(metrics.PipelineSourceLagSeconds, serverMatcher)), "{{server}} slowest {{state}} source"))).

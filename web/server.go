@@ -228,6 +228,11 @@ type judgedView struct {
 	// (api.PendingUntil): comparable with the watermark beside it.
 	Until time.Time
 	Line  string
+	// TooLate and TooLateBefore count the calls stored too late, never
+	// judged: since the start, and by the runs before it
+	// (api.StatusResponse.TooLateBeforeStart). Shown beside "judged" when
+	// any: after a restart "judged: yes" alone hid the earlier runs' (live22's S2).
+	TooLate, TooLateBefore int64
 }
 
 // statusLines sets the page's status lines from st, the status of its
@@ -236,7 +241,8 @@ func (p *page) statusLines(st api.StatusResponse) {
 	p.Hold, _ = api.RestartHold(st)
 	p.Behind, _ = api.BehindLine(st)
 	line, _ := api.PendingLine(st)
-	p.Judged = &judgedView{All: st.Judged, Pending: st.PendingWrites, Until: api.PendingUntil(st), Line: line}
+	p.Judged = &judgedView{All: st.Judged, Pending: st.PendingWrites, Until: api.PendingUntil(st), Line: line,
+		TooLate: st.TooLate, TooLateBefore: st.TooLateBeforeStart}
 	for _, ps := range st.Partitions {
 		if line, ok := api.NoWatermark(ps); ok {
 			p.NoWatermark = append(p.NoWatermark, line)
@@ -267,6 +273,9 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, view string, sta
 			st := api.StatusFrom(parts, queued, unstored, tenant, "", s.api.Now())
 			if s.api.Freed != nil {
 				api.AddFreed(&st, s.api.Freed(), tenant, "")
+			}
+			if s.api.TooLateBeforeStart != nil {
+				st.TooLateBeforeStart = s.api.TooLateBeforeStart(tenant)
 			}
 			p.statusLines(st)
 			ctx = withScope(r.Context(), tenant, true, parts)

@@ -25,6 +25,7 @@ import (
 	"github.com/mcpaudit/mcpaudit/api"
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/classify"
+	"github.com/mcpaudit/mcpaudit/collector/detect"
 	"github.com/mcpaudit/mcpaudit/collector/pipeline"
 	"github.com/mcpaudit/mcpaudit/collector/receiver"
 	"github.com/mcpaudit/mcpaudit/collector/redact"
@@ -378,6 +379,14 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	}
 	opening.set("rebuilding the detector's state from the store")
 	s.store = st
+	// The calls the runs before this one stored too late, counted before
+	// this one counts any: the status tells them beside its own, which
+	// count since the start (live22's S2). Not worth failing the start
+	// for: without them the status counts since the start only.
+	tooLateBefore, err := countTooLate(ctx, st)
+	if err != nil {
+		log.Warn("cannot count the calls stored too late before this start: the status counts those since the start only", "err", err)
+	}
 	if !cfg.Redact.Off {
 		secret, err := redactSecret(cfg.Redact.SecretFile, cfg.Serve.DataDir)
 		if err == nil {
@@ -531,6 +540,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	q.Downtime = s.pipe.LastDowntime
 	q.Downtimes = s.pipe.Downtimes
 	q.WithdrawalsWaiting = s.pipe.WithdrawalsWaiting
+	q.TooLateBeforeStart = tooLateBefore.of
 	q.Credentials = cfg.Serve.Credentials
 	q.Access = s.access
 	mux := http.NewServeMux()
@@ -597,16 +607,23 @@ func (s *server) pipelineViews() []metrics.PartitionView {
 	parts, _ := s.pipe.StatusWithin(2 * time.Second)
 	views := make([]metrics.PartitionView, 0, len(parts))
 	for _, p := range parts {
-		srcs := make([]metrics.SourceView, 0, len(p.Sources))
-		for _, src := range p.Sources {
-			srcs = append(srcs, metrics.SourceView{Name: src.Name, LagSeconds: src.Lag.Seconds(), Idle: src.Idle})
-		}
-		v := metrics.NewPartitionView(p.Server, p.Lag.Seconds(), !p.Watermark.IsZero(), p.Buffered, p.Late, p.TooLate, p.Ahead, srcs)
-		v.Tenant, v.Gen, v.IDCollisions, v.Behind = p.Tenant, p.Gen, p.IDCollisions, p.Behind
-		v.OverflowCalls, v.SourcesDisplaced = p.OverflowCalls, p.SourcesDisplaced
-		views = append(views, v)
+		views = append(views, pipelineView(p))
 	}
 	return views
+}
+
+// pipelineView is what the metrics export of partition p.
+func pipelineView(p detect.PartitionStatus) metrics.PartitionView {
+	srcs := make([]metrics.SourceView, 0, len(p.Sources))
+	for _, src := range p.Sources {
+		// A quiet source still holding at a slow clock's lag is exported
+		// as a holder, at that lag (live22's S1).
+		srcs = append(srcs, metrics.SourceView{Name: src.Name, LagSeconds: src.Lag.Seconds(), Idle: src.Idle, HoldLagSeconds: src.HoldLag.Seconds()})
+	}
+	v := metrics.NewPartitionView(p.Server, p.Lag.Seconds(), !p.Watermark.IsZero(), p.Buffered, p.Late, p.TooLate, p.Ahead, srcs)
+	v.Tenant, v.Gen, v.IDCollisions, v.Behind = p.Tenant, p.Gen, p.IDCollisions, p.Behind
+	v.OverflowCalls, v.SourcesDisplaced = p.OverflowCalls, p.SourcesDisplaced
+	return v
 }
 
 func (s *server) serveHTTP(ln net.Listener, hs *http.Server) {

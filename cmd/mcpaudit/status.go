@@ -149,8 +149,15 @@ func printStatus(w io.Writer, st api.StatusResponse, waited bool) {
 	if st.FreedDropped > 0 {
 		freed += fmt.Sprintf("; %d partitions freed the longest ago told together as %s (a server freed again counts again)", st.FreedDropped, detect.OverflowServer)
 	}
-	fmt.Fprintf(w, "At %s: %d calls queued, %d waiting for their watermark, %d too late (stored, never judged%s); %s: %s\n",
-		st.Time.UTC().Format(time.RFC3339), st.Queued, waiting, st.TooLate, freed, api.JudgedLabel, judged)
+	// The counts are since the start; the store keeps the calls earlier
+	// runs stored too late, said beside them: after a restart "0 too late"
+	// alone hid 920 of them (live22's S2).
+	before := ""
+	if st.TooLateBeforeStart > 0 {
+		before = fmt.Sprintf(" since this start, and %d stored too late before it, never judged either (mcpaudit calls lists them)", st.TooLateBeforeStart)
+	}
+	fmt.Fprintf(w, "At %s: %d calls queued, %d waiting for their watermark, %d too late (stored, never judged%s)%s; %s: %s\n",
+		st.Time.UTC().Format(time.RFC3339), st.Queued, waiting, st.TooLate, freed, before, api.JudgedLabel, judged)
 	if d := st.LastDowntime; d != nil {
 		end := ""
 		if d.End != "" {

@@ -1048,3 +1048,39 @@ type readyStore struct{ audit.Store }
 func (readyStore) Ready() error { return nil }
 
 func (readyStore) Watermark(context.Context) (time.Time, error) { return time.Time{}, nil }
+
+// TestPipelineStatus_QuietHolderKeepsItsLag: a source with a slow clock
+// that holds its partition while it is quiet between batches
+// (detect.SourceStatus.HoldLag) is exported as active at the lag it holds
+// at. Found from outside (live22's S1): a source 10 minutes slow held its
+// server, the status named it with a lag of 600 s, and the active series
+// fell to the on-time sources' 6 s whenever it was quiet, so
+// McpAuditSourceLagging never fired. A quiet source that holds nothing
+// stays idle, at its own lag.
+func TestPipelineStatus_QuietHolderKeepsItsLag(t *testing.T) {
+	m, reg := newMetrics(t, metrics.Options{})
+	m.Call(call("thegram", "gram_read", audit.OutcomeOK, 0, nil))
+	status := []metrics.PartitionView{
+		metrics.NewPartitionView("thegram", 601, true, 40, 0, 0, 0, []metrics.SourceView{
+			{Name: "otlp:h1", LagSeconds: 6},
+			// Quiet for the idle timeout: its latest call is 612 s old,
+			// and it holds the partition at the 600 s it showed.
+			{Name: "otlp:b10", LagSeconds: 612, Idle: true, HoldLagSeconds: 600},
+			// Quiet, holding nothing: an hour old.
+			{Name: "otlp:gone", LagSeconds: 3600, Idle: true},
+		}),
+	}
+	if err := m.WatchPipeline(reg, func() []metrics.PartitionView { return status }); err != nil {
+		t.Fatal(err)
+	}
+	compare(t, reg, `
+# HELP mcpaudit_pipeline_source_lag_seconds How far behind the wall clock the most lagging source feeding the server is, by state (active sources hold its partitions back).
+# TYPE mcpaudit_pipeline_source_lag_seconds gauge
+mcpaudit_pipeline_source_lag_seconds{server="thegram",state="active"} 600
+mcpaudit_pipeline_source_lag_seconds{server="thegram",state="idle"} 3600
+# HELP mcpaudit_pipeline_sources Sources (exporters, posters) by state: active ones hold their partitions' watermarks.
+# TYPE mcpaudit_pipeline_sources gauge
+mcpaudit_pipeline_sources{state="active"} 2
+mcpaudit_pipeline_sources{state="idle"} 1
+`, metrics.PipelineSourceLagSeconds, metrics.PipelineSources)
+}

@@ -69,10 +69,13 @@ const (
 	PipelineWatermarkLagSeconds = "mcpaudit_pipeline_watermark_lag_seconds"
 	// PipelineSourceLagSeconds is how far behind the wall clock the most
 	// lagging source of a server is, by state: the most lagging active one
-	// holds its partitions back; an idle one no longer does.
+	// holds its partitions back; an idle one no longer does. A quiet
+	// source still holding a partition at a slow clock's lag counts as
+	// active, at that lag (sg22).
 	PipelineSourceLagSeconds = "mcpaudit_pipeline_source_lag_seconds"
 	// PipelineSources counts the sources (exporters, posters) by state:
-	// active ones hold their partitions' watermarks, idle ones no longer do.
+	// active ones hold their partitions' watermarks (a quiet one holding
+	// at a slow clock's lag included), idle ones no longer do.
 	PipelineSources = "mcpaudit_pipeline_sources"
 	// PipelineBufferedCalls counts calls waiting for their partition's
 	// watermark.

@@ -71,6 +71,28 @@ type SourceView struct {
 	Name       string
 	LagSeconds float64
 	Idle       bool
+	// HoldLagSeconds is, for an idle source that still holds its
+	// partition at the lag it showed while it delivered (a slow clock,
+	// detect.SourceStatus.HoldLag), that lag; 0 otherwise. Such a source
+	// is exported as active at that lag: it holds its partition back as
+	// an active one does, and its lag is what the partition waits for.
+	// Before sg22 it went to the idle series whenever it was quiet
+	// between batches, and the active series fell to the on-time
+	// sources' lag (live22's S1: McpAuditSourceLagging never fired for a
+	// source holding its server 10 minutes behind).
+	HoldLagSeconds float64
+}
+
+// holds reports whether the source holds its partition back, and at what
+// lag: an active one at its lag, an idle one at the lag it holds at.
+func (v SourceView) holds() (float64, bool) {
+	switch {
+	case !v.Idle:
+		return v.LagSeconds, true
+	case v.HoldLagSeconds > 0:
+		return v.HoldLagSeconds, true
+	}
+	return v.LagSeconds, false
 }
 
 // NewPartitionView returns the view of a partition; hasWatermark is false
@@ -150,7 +172,7 @@ func (c *pipelineCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		c.carried[label].add(pc)
 	}
-	seen := map[string]bool{}
+	seen := map[string]bool{} // source name -> holds a partition
 	counted := make(map[[2]string]countedPartition, len(c.counted))
 	active, idle, buffered := 0, 0, 0
 	for _, p := range c.status() {
@@ -177,21 +199,23 @@ func (c *pipelineCollector) Collect(ch chan<- prometheus.Metric) {
 		buffered += p.Buffered
 		for _, src := range p.Sources {
 			state := SourceActive
-			if src.Idle {
+			lag, holds := src.holds()
+			if !holds {
 				state = SourceIdle
 			}
-			if lag, ok := s.sourceLag[state]; final && (!ok || src.LagSeconds > lag) {
-				s.sourceLag[state] = src.LagSeconds
+			if was, ok := s.sourceLag[state]; final && (!ok || lag > was) {
+				s.sourceLag[state] = lag
 			}
-			if seen[src.Name] {
-				continue
-			}
-			seen[src.Name] = true
-			if src.Idle {
-				idle++
-			} else {
-				active++
-			}
+			// A source is counted once, active if it holds any of the
+			// partitions it feeds.
+			seen[src.Name] = seen[src.Name] || holds
+		}
+	}
+	for _, holds := range seen {
+		if holds {
+			active++
+		} else {
+			idle++
 		}
 	}
 	for k, was := range c.counted {

@@ -58,11 +58,15 @@ func TestEndToEnd(t *testing.T) {
 	f := &feeder{m: m, t0: time.Now().Add(-time.Hour)}
 	f.baseline()
 	// The pipeline's event-time status, as serve exports it: one partition
-	// per server, an exporter each, the oddlynew one idle.
+	// per server, an exporter each, the oddlynew one idle. Beside it, an
+	// exporter whose clock is 10 minutes slow, quiet between its batches,
+	// holds oddlynew at its lag (live22's S1): McpAuditSourceLagging fires
+	// for oddlynew, though no source of it is active that far behind.
 	if err := m.WatchPipeline(reg, func() []metrics.PartitionView {
 		return []metrics.PartitionView{
 			metrics.NewPartitionView("thegram", 1.5, true, 12, 3, 0, 1, []metrics.SourceView{{Name: "otlp:thegram", LagSeconds: 1}}),
-			metrics.NewPartitionView("oddlynew", 20, true, 0, 0, 1, 0, []metrics.SourceView{{Name: "otlp:oddlynew", LagSeconds: 20, Idle: true}}),
+			metrics.NewPartitionView("oddlynew", 601, true, 0, 0, 1, 0, []metrics.SourceView{{Name: "otlp:oddlynew", LagSeconds: 20, Idle: true},
+				{Name: "otlp:oddlynew/slow", LagSeconds: 612, Idle: true, HoldLagSeconds: 600}}),
 		}
 	}); err != nil {
 		t.Fatal(err)
@@ -141,6 +145,7 @@ func TestEndToEnd(t *testing.T) {
 		"McpAuditSpoolFileRejected", "McpAuditIDIndexWriteFailures",
 		"McpAuditIDIndexCorrupt", "McpAuditSpoolTailCut", "McpAuditSpoolFilesSetAside", "McpAuditSpoolFilling",
 		"McpAuditStoreUnavailable", "McpAuditStoreRefusingCalls", "McpAuditServeCrashed",
+		"McpAuditSourceLagging",
 	}
 	alerts, err := prom.WaitFiring(ctx, want, 90*time.Second)
 	if err != nil {
@@ -170,6 +175,9 @@ func TestEndToEnd(t *testing.T) {
 	}
 	if s := firingFor("McpAuditWritesPendingNotDraining"); !s["oddlynew"] || s["thegram"] {
 		t.Errorf("McpAuditWritesPendingNotDraining fires for %v, want oddlynew (stuck) and not thegram (draining)", s)
+	}
+	if s := firingFor("McpAuditSourceLagging"); !s["oddlynew"] || s["thegram"] {
+		t.Errorf("McpAuditSourceLagging fires for %v, want oddlynew (held by a quiet slow clock) and not thegram", s)
 	}
 	if s := firingFor("McpAuditDuplicateCreate"); !s["oddlynew"] || s["thegram"] {
 		t.Errorf("McpAuditDuplicateCreate fires for %v, want only oddlynew", s)
