@@ -419,6 +419,10 @@ type CallsResponse struct {
 	// by an earlier request (a re-sent batch).
 	New      int `json:"new"`
 	Rejected int `json:"rejected"`
+	// Ignored counts the records of other methods than tools/call
+	// (initialize, tools/list...): read, counted and not kept, as the
+	// capture format says of them and analyze counts them.
+	Ignored int `json:"ignored"`
 	// Errors names each rejected record (the first 100) and why.
 	Errors []string `json:"errors,omitempty"`
 	// Source is the stream the records were taken on.
@@ -596,6 +600,7 @@ func (rc *Receiver) calls(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	tk.retained(func(_ string, rerr *recordError) { refuse(rerr, rerr.reason) })
+	resp.Ignored = dec.Ignored
 	if len(tk.recs) == 0 {
 		if resp.Rejected == 0 {
 			resp.Errors = append(resp.Errors, "no call record: the body holds no tools/call exchange")
