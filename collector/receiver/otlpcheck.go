@@ -139,6 +139,14 @@ func pbWalk(b []byte, k pbKind, depth, limit int) error {
 // and three levels per nested array or key-value list value.
 func jsonBodyDepth(limit int) int { return 16 + 3*limit }
 
+// jsonDeepReason is why an OTLP JSON body whose nesting passes limit
+// (jsonBodyDepth of serve.receiver.max_depth) at byte offset at is
+// refused. It names the setting's value, not only the body's levels, which
+// an operator never set (adv22: "deeper than 112 levels" with max_depth 32).
+func jsonDeepReason(limit, at int) string {
+	return fmt.Sprintf("nested deeper than %d levels at byte offset %d: the envelope's 16 and 3 a level for max_depth %d (serve.receiver.max_depth)", limit, at, (limit-16)/3)
+}
+
 // protoFault says why body b, which pdata could not decode (err), is not
 // OTLP protobuf. pdata's decoder reads each message from a slice of its
 // own and its errors carry no position ("unexpected EOF"): when it ran out
