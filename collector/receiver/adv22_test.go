@@ -3,16 +3,22 @@ package receiver_test
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"io"
 	"math"
 	"net/http"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/mcpaudit/mcpaudit/collector/pipeline"
 	"github.com/mcpaudit/mcpaudit/collector/receiver"
@@ -156,5 +162,68 @@ func TestBodies_PlainTooLargeNotDecompressed(t *testing.T) {
 	zw.Close()
 	if a := post(&zb, "Content-Encoding", "gzip"); a.status != 413 || !strings.Contains(a.body, "after decompression") {
 		t.Errorf("gzip: %d %s, want 413 after decompression", a.status, a.body)
+	}
+}
+
+// TestAuth_TwoAuthorizations: a request with two Authorization headers
+// (two gRPC authorization values) is refused 401 (Unauthenticated) saying
+// so, whichever token comes first: the first was used without a word
+// (adv22 K).
+func TestAuth_TwoAuthorizations(t *testing.T) {
+	e := newEnv(t, nil)
+	body := []byte(record("thegram", "gram_read", now, 1) + "\n")
+	for _, toks := range [][]string{{tokAcme, "tok-unknown"}, {"tok-unknown", tokAcme}, {tokAcme, tokAcme}, {tokAcme, tokGlobex}} {
+		req, _ := http.NewRequest("POST", e.url+"/v1/calls", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/x-ndjson")
+		for _, tok := range toks {
+			req.Header.Add("Authorization", "Bearer "+tok)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 401 || !strings.Contains(string(b), "2 Authorization headers: send one credential") {
+			t.Errorf("HTTP %v: %d %s, want 401 naming the two headers", toks, resp.StatusCode, b)
+		}
+		client := ptraceotlp.NewGRPCClient(dialGRPC(t, e))
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+toks[0], "authorization", "Bearer "+toks[1])
+		_, err = client.Export(ctx, traces("thegram", 1, nil))
+		cancel()
+		if st, _ := status.FromError(err); st.Code() != codes.Unauthenticated || !strings.Contains(st.Message(), "2 Authorization headers") {
+			t.Errorf("gRPC %v: %v, want Unauthenticated naming the two values", toks, err)
+		}
+	}
+	if n := len(e.stored(t)); n != 0 {
+		t.Errorf("%d calls stored, want none", n)
+	}
+	// One header still does.
+	if a := e.post(t, "/v1/calls", "application/x-ndjson", tokAcme, body); a.status != 200 {
+		t.Errorf("one header: %d %s, want 200", a.status, a.body)
+	}
+}
+
+// TestOTLPProto_TrailingGarbage: a protobuf body with a stray 0 byte after
+// the request is refused naming the trailing garbage and its byte offset:
+// pdata's "proto: Link: illegal field=0" was all the answer said, of a
+// body without a link (adv22 H).
+func TestOTLPProto_TrailingGarbage(t *testing.T) {
+	e := newEnv(t, nil)
+	pb, err := traces("thegram", 3, nil).MarshalProto()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tail := range [][]byte{{0}, {0, 0, 0}, {0, 'x'}} {
+		body := append(append([]byte{}, pb...), tail...)
+		a := e.post(t, "/v1/traces", "application/x-protobuf", tokAcme, body)
+		want := "trailing garbage from byte offset " + strconv.Itoa(len(pb)) + " of " + strconv.Itoa(len(body)) + ": byte 0x00 is no field of the request (field numbers start at 1)"
+		if a.status != 400 || !strings.Contains(a.body, want) {
+			t.Errorf("% x after the request: %d %q, want 400 with %q", tail, a.status, a.body, want)
+		}
+	}
+	if n := len(e.stored(t)); n != 0 {
+		t.Errorf("%d calls stored from refused requests", n)
 	}
 }

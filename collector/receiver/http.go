@@ -3,6 +3,7 @@ package receiver
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"compress/flate"
 	"compress/gzip"
 	"context"
@@ -71,7 +72,7 @@ func (rc *Receiver) authenticate(w http.ResponseWriter, r *http.Request) (string
 			"remote", r.RemoteAddr, "path", r.URL.Path, "has_authorization", r.Header.Get("Authorization") != "")
 		w.Header().Set("Connection", "close")
 		w.Header().Set("WWW-Authenticate", `Bearer realm="mcpaudit"`)
-		http.Error(w, "missing or unknown bearer token", http.StatusUnauthorized)
+		http.Error(w, cmp.Or(access.Repeated(r.Header.Values("Authorization")), "missing or unknown bearer token"), http.StatusUnauthorized)
 		return "", false
 	}
 	if !p.Can(access.ScopeIngest) {
