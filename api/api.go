@@ -275,7 +275,12 @@ func (p *params) int(name string) int {
 		return 0
 	}
 	n, err := strconv.Atoi(v)
-	if err != nil || n < 0 {
+	switch {
+	case errors.Is(err, strconv.ErrRange) && v[0] != '-':
+		// An integer all the same, which "want a non-negative integer"
+		// denied (adv22).
+		p.err = &paramError{name, v + " is too large: want a non-negative integer of at most 9223372036854775807 (a limit past its endpoint's maximum is taken as that maximum)"}
+	case err != nil || n < 0:
 		p.err = &paramError{name, "want a non-negative integer"}
 	}
 	return n

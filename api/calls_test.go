@@ -413,6 +413,10 @@ func TestCalls_BadParameters(t *testing.T) {
 		{"since=-1h", "parameter since"},
 		{"limit=-1", "parameter limit: want a non-negative integer"},
 		{"limit=ten", "parameter limit: want a non-negative integer"},
+		// An integer past 64 bits is too large, not "not an integer"
+		// (adv22 G).
+		{"limit=99999999999999999999", "parameter limit: 99999999999999999999 is too large: want a non-negative integer of at most 9223372036854775807"},
+		{"limit=-99999999999999999999", "parameter limit: want a non-negative integer"},
 		{"cursor=garbage!", "parameter cursor: not a next_cursor"},
 		{"state=durable", `unknown parameter "state"; /api/v1/calls takes server, session, source, document, since, until, limit, cursor`},
 		{"kind=x&id=y", `unknown parameter "id", "kind"`},

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -94,7 +95,7 @@ func (s *Server) Authorize(w http.ResponseWriter, r *http.Request) (Principal, b
 		s.Log.Warn("auth_failure", "query API request refused: missing or unknown bearer token",
 			"remote", r.RemoteAddr, "path", path, "has_authorization", r.Header.Get("Authorization") != "")
 		w.Header().Set("WWW-Authenticate", `Bearer realm="mcpaudit"`)
-		writeJSON(w, http.StatusUnauthorized, Error{"missing or unknown bearer token"})
+		writeJSON(w, http.StatusUnauthorized, Error{cmp.Or(access.Repeated(r.Header.Values("Authorization")), "missing or unknown bearer token")})
 		return Principal{}, false
 	}
 	if !p.Can(access.ScopeQuery) {

@@ -5,6 +5,7 @@ package main
 // these; they hold what the listeners share.
 
 import (
+	"cmp"
 	"crypto/rand"
 	"crypto/tls"
 	"errors"
@@ -256,7 +257,7 @@ func requireScope(h http.Handler, a *access.Authenticator, scope access.Scope, w
 		p, ok := a.Request(r)
 		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="mcpaudit"`)
-			http.Error(w, what+" needs a credential with the "+scope.String()+" scope: missing or unknown bearer token", http.StatusUnauthorized)
+			http.Error(w, what+" needs a credential with the "+scope.String()+" scope: "+cmp.Or(access.Repeated(r.Header.Values("Authorization")), "missing or unknown bearer token"), http.StatusUnauthorized)
 			return
 		}
 		if !p.Can(scope) {

@@ -1,6 +1,7 @@
 package otlp
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/hex"
 	"strconv"
@@ -350,6 +351,9 @@ var (
 	errNotString = errorString("must be a string")
 	errNotBool   = errorString("must be true or false")
 	errNotNumber = errorString("must be an integer, as a number or a decimal string")
+	// errTooBig is said of an integer that 64 bits do not hold (a time
+	// past the year 2554 in nanoseconds), which is an integer all the same.
+	errTooBig    = errorString("out of range: an integer larger than 64 bits hold")
 	errNotFloat  = errorString("must be a number")
 	errNotBase64 = errorString("must be base64")
 	errNotObject = errorString("must be an object")
@@ -369,14 +373,14 @@ func uint64Of(v *fastjson.Value) (uint64, error) {
 	case fastjson.TypeNumber:
 		n, err := v.Uint64()
 		if err != nil {
-			return 0, errNotNumber
+			return 0, intFault(v.MarshalTo(nil), false)
 		}
 		return n, nil
 	case fastjson.TypeString:
 		b, _ := v.StringBytes()
 		n, err := strconv.ParseUint(b2s(b), 10, 64)
 		if err != nil {
-			return 0, errNotNumber
+			return 0, intFault(b, false)
 		}
 		return n, nil
 	}
@@ -388,18 +392,37 @@ func int64Of(v *fastjson.Value) (int64, error) {
 	case fastjson.TypeNumber:
 		n, err := v.Int64()
 		if err != nil {
-			return 0, errNotNumber
+			return 0, intFault(v.MarshalTo(nil), true)
 		}
 		return n, nil
 	case fastjson.TypeString:
 		b, _ := v.StringBytes()
 		n, err := strconv.ParseInt(b2s(b), 10, 64)
 		if err != nil {
-			return 0, errNotNumber
+			return 0, intFault(b, true)
 		}
 		return n, nil
 	}
 	return 0, errNotNumber
+}
+
+// intFault says why text, which did not parse as a 64-bit integer, was
+// refused: too big when it is digits (signed, a minus may come before
+// them), else not an integer.
+func intFault(text []byte, signed bool) error {
+	digits := text
+	if signed {
+		digits = bytes.TrimPrefix(text, []byte("-"))
+	}
+	if len(digits) == 0 {
+		return errNotNumber
+	}
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return errNotNumber
+		}
+	}
+	return errTooBig
 }
 
 func float64Of(v *fastjson.Value) (float64, error) {

@@ -328,6 +328,11 @@ func (cv *Converter) convert(res *Resource, source string, p path, rd *dialect.R
 		Responded: result != nil,
 	}
 	switch end := sp.end; {
+	case sp.start > math.MaxInt64:
+		// Read as a time before 1970, it would make the span end
+		// "-499048h7m30s before it starts" (adv22).
+		return nil, false, "field start_time_unix_nano: " + strconv.FormatUint(uint64(sp.start), 10) +
+			" ns after the Unix epoch is outside 1678-2261, which cannot be stored", KindBadTime
 	case end > math.MaxInt64:
 		// Past what a time holds (2262-04-11): pdata reads it as a time
 		// before 1970, and the duration would be negative.

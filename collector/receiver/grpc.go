@@ -438,6 +438,10 @@ func (rc *Receiver) grpcPrincipal(ctx context.Context, method string, md metadat
 		}
 	}
 	p, ok := rc.auth().Authenticate(authz, verified)
+	if why := access.Repeated(md.Get("authorization")); why != "" && rc.auth().On() {
+		rc.rlog.Warn("auth_failure", "OTLP/gRPC request refused: "+why, "remote", remote, "path", method)
+		return access.Principal{}, status.Error(codes.Unauthenticated, why)
+	}
 	if !ok {
 		rc.rlog.Warn("auth_failure", "OTLP/gRPC request refused: missing or unknown credential",
 			"remote", remote, "path", method, "has_authorization", authz != "")

@@ -3,6 +3,7 @@ package receiver
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"compress/flate"
 	"compress/gzip"
 	"context"
@@ -71,7 +72,7 @@ func (rc *Receiver) authenticate(w http.ResponseWriter, r *http.Request) (string
 			"remote", r.RemoteAddr, "path", r.URL.Path, "has_authorization", r.Header.Get("Authorization") != "")
 		w.Header().Set("Connection", "close")
 		w.Header().Set("WWW-Authenticate", `Bearer realm="mcpaudit"`)
-		http.Error(w, "missing or unknown bearer token", http.StatusUnauthorized)
+		http.Error(w, cmp.Or(access.Repeated(r.Header.Values("Authorization")), "missing or unknown bearer token"), http.StatusUnauthorized)
 		return "", false
 	}
 	if !p.Can(access.ScopeIngest) {
@@ -143,13 +144,20 @@ func (rc *Receiver) body(w http.ResponseWriter, r *http.Request) ([]byte, func()
 	b, err := rc.readCounted(src, size, held, rc.bodyBuffer())
 	// unzipped: the last read was of a gzip stream.
 	unzipped := gz
-	for layers := 0; err == nil && len(b) >= 2 && b[0] == 0x1f && b[1] == 0x8b; layers++ {
+	// layers counts the gzip layers unwrapped, Content-Encoding's
+	// included: a body holds as many with the header as without it
+	// (adv22: three were taken with it, refused without).
+	layers := 0
+	if gz {
+		layers = 1
+	}
+	for ; err == nil && len(b) >= 2 && b[0] == 0x1f && b[1] == 0x8b; layers++ {
 		// A gzip body sent without Content-Encoding (curl --data-binary of
 		// a .gz file), or a .gz file sent with it (gzip inside gzip): the
 		// capture decoder would unwrap it without any limit, so it is
 		// unwrapped here, under the same one, and a few layers at most.
 		if layers == maxGzipLayers {
-			return fail(newRefusal(400, fmt.Sprintf("body is gzip inside gzip more than %d deep", maxGzipLayers), metrics.RejectDecodeError))
+			return fail(newRefusal(400, fmt.Sprintf("body is gzip inside gzip more than %d layers deep (Content-Encoding's included)", maxGzipLayers), metrics.RejectDecodeError))
 		}
 		var zr *gzipBody
 		unzipped = true
@@ -162,7 +170,12 @@ func (rc *Receiver) body(w http.ResponseWriter, r *http.Request) ([]byte, func()
 	case errors.Is(err, errCompressedTooLarge):
 		return fail(newRefusal(413, fmt.Sprintf("body larger than the limit: more than %d compressed bytes (serve.receiver.max_body_bytes %d, with room for gzip's framing)", compressedLimit(rc.cfg.MaxBodyBytes), rc.cfg.MaxBodyBytes), metrics.RejectTooLarge))
 	case errors.Is(err, errTooLarge):
-		return fail(newRefusal(413, fmt.Sprintf("body larger than %d bytes after decompression (serve.receiver.max_body_bytes)", rc.cfg.MaxBodyBytes), metrics.RejectTooLarge))
+		after := ""
+		if unzipped {
+			// A plain body was told "after decompression" too (adv22).
+			after = " after decompression"
+		}
+		return fail(newRefusal(413, fmt.Sprintf("body larger than %d bytes%s (serve.receiver.max_body_bytes)", rc.cfg.MaxBodyBytes, after), metrics.RejectTooLarge))
 	case errors.Is(err, errInFlight):
 		return fail(newRefusal(429, fmt.Sprintf("the collector holds %d bytes of requests in flight, its limit (serve.receiver.max_in_flight_bytes); retry later", rc.inflight.Used()), metrics.RejectOverloaded))
 	case err != nil:
@@ -306,8 +319,8 @@ func (g *gzipBody) zeros() error {
 // Close closes the member being read.
 func (g *gzipBody) Close() error { return g.zr.Close() }
 
-// maxGzipLayers bounds the gzip layers unwrapped inside a body (besides
-// its Content-Encoding).
+// maxGzipLayers bounds the gzip layers unwrapped in a body, its
+// Content-Encoding's included.
 const maxGzipLayers = 2
 
 // decodeCost is what one byte of a request costs in memory until the
@@ -419,6 +432,10 @@ type CallsResponse struct {
 	// by an earlier request (a re-sent batch).
 	New      int `json:"new"`
 	Rejected int `json:"rejected"`
+	// Ignored counts the records of other methods than tools/call
+	// (initialize, tools/list...): read, counted and not kept, as the
+	// capture format says of them and analyze counts them.
+	Ignored int `json:"ignored"`
 	// Errors names each rejected record (the first 100) and why.
 	Errors []string `json:"errors,omitempty"`
 	// Source is the stream the records were taken on.
@@ -596,6 +613,7 @@ func (rc *Receiver) calls(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	tk.retained(func(_ string, rerr *recordError) { refuse(rerr, rerr.reason) })
+	resp.Ignored = dec.Ignored
 	if len(tk.recs) == 0 {
 		if resp.Rejected == 0 {
 			resp.Errors = append(resp.Errors, "no call record: the body holds no tools/call exchange")
@@ -727,7 +745,7 @@ func (rc *Receiver) exportBody(ctx context.Context, src metrics.Source, tenant s
 		wire := b
 		var deep *refusal
 		if d > limit {
-			deep = newRefusal(400, fmt.Sprintf("cannot take OTLP JSON: nested deeper than %d levels at byte offset %d (serve.receiver.max_depth)", limit, at), metrics.RejectTooDeep)
+			deep = newRefusal(400, "cannot take OTLP JSON: "+jsonDeepReason(limit, at), metrics.RejectTooDeep)
 			var ok bool
 			if wire, pre, ok = salvageDeepJ(ctx, b, limit); !ok {
 				return ptraceotlp.ExportResponse{}, deep

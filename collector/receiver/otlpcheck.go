@@ -139,6 +139,14 @@ func pbWalk(b []byte, k pbKind, depth, limit int) error {
 // and three levels per nested array or key-value list value.
 func jsonBodyDepth(limit int) int { return 16 + 3*limit }
 
+// jsonDeepReason is why an OTLP JSON body whose nesting passes limit
+// (jsonBodyDepth of serve.receiver.max_depth) at byte offset at is
+// refused. It names the setting's value, not only the body's levels, which
+// an operator never set (adv22: "deeper than 112 levels" with max_depth 32).
+func jsonDeepReason(limit, at int) string {
+	return fmt.Sprintf("nested deeper than %d levels at byte offset %d: the envelope's 16 and 3 a level for max_depth %d (serve.receiver.max_depth)", limit, at, (limit-16)/3)
+}
+
 // protoFault says why body b, which pdata could not decode (err), is not
 // OTLP protobuf. pdata's decoder reads each message from a slice of its
 // own and its errors carry no position ("unexpected EOF"): when it ran out
@@ -153,6 +161,11 @@ func jsonBodyDepth(limit int) int { return 16 + 3*limit }
 // other messages (a span's status, unknown fields) is not walked: a fault
 // there is given as pdata says it, without an offset.
 func protoFault(b []byte, err error) string {
+	if at, ok := pbJunk(b); ok {
+		// pdata names a message the body does not hold ("proto: Link:
+		// illegal field=0" for one stray 0 byte after it, adv22).
+		return fmt.Sprintf("%s: trailing garbage from byte offset %d of %d: byte 0x%02x is no field of the request (field numbers start at 1)", err, at, len(b), b[at])
+	}
 	eof := errors.Is(err, io.ErrUnexpectedEOF)
 	if !eof && !strings.Contains(err.Error(), "illegal wireType") {
 		return err.Error()
@@ -168,6 +181,32 @@ func protoFault(b []byte, err error) string {
 	default:
 		return fmt.Sprintf("%s: %s runs past the end of the message that holds it, at byte offset %d", err, f.where, f.end)
 	}
+}
+
+// pbJunk returns the byte offset of the first field of the request in b
+// (its top level) whose tag has field number 0, which no field has: what
+// follows a request's last field when bytes were added after it. ok is
+// false when there is none, or the framing breaks before one.
+func pbJunk(b []byte) (at int, ok bool) {
+	for i := 0; i < len(b); {
+		v, m := protowire.ConsumeVarint(b[i:])
+		if m < 0 {
+			return 0, false
+		}
+		if v>>3 == 0 {
+			return i, true
+		}
+		num, typ, n := protowire.ConsumeTag(b[i:])
+		if n < 0 {
+			return 0, false
+		}
+		l := protowire.ConsumeFieldValue(num, typ, b[i+n:])
+		if l < 0 {
+			return 0, false
+		}
+		i += n + l
+	}
+	return 0, false
 }
 
 // pbBreak is where the framing of an OTLP protobuf body breaks: in the

@@ -677,7 +677,7 @@ func salvageDeepJSON(b []byte, limit int) (out []byte, bad []otlp.RejectedSpan, 
 	// The spans to empty: those deep themselves or under a deep resource
 	// or scope; and those resources and scopes.
 	why := func(at int) string {
-		return fmt.Sprintf("nested deeper than %d levels at byte offset %d (serve.receiver.max_depth)", limit, at)
+		return jsonDeepReason(limit, at)
 	}
 	blamed := map[[3]int]bool{}
 	var keep []cut

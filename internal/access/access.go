@@ -325,13 +325,30 @@ func (a *Authenticator) Authenticate(authz string, verified [][]*x509.Certificat
 	return a.Cert(verified)
 }
 
-// Request authenticates an HTTP request.
+// Request authenticates an HTTP request. A request with more than one
+// Authorization header is not authenticated (Repeated says why): which of
+// them counts is not the collector's to guess, and the first was used
+// without a word before 2026-12-06 (adv22).
 func (a *Authenticator) Request(r *http.Request) (Principal, bool) {
+	if a.On() && Repeated(r.Header.Values("Authorization")) != "" {
+		return Principal{}, false
+	}
 	var verified [][]*x509.Certificate
 	if r.TLS != nil {
 		verified = r.TLS.VerifiedChains
 	}
 	return a.Authenticate(r.Header.Get("Authorization"), verified)
+}
+
+// Repeated says why the Authorization values of one request (HTTP
+// headers, or gRPC metadata) are refused when there are several of them,
+// and "" when there is one or none. A refusal 401 says this instead of
+// "missing or unknown".
+func Repeated(authz []string) string {
+	if len(authz) < 2 {
+		return ""
+	}
+	return fmt.Sprintf("%d Authorization headers: send one credential", len(authz))
 }
 
 // TenantHeaders are the request headers other systems name a tenant in

@@ -144,6 +144,11 @@ func Private(path string) error {
 func CreatePrivate(path string) error {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, FileMode)
 	if err != nil {
+		if _, serr := os.Lstat(path); serr == nil {
+			// It is there: "cannot create" sent the operator looking for
+			// a missing file (adv22, a read-only or immutable store).
+			return fmt.Errorf("cannot open %s for writing, which exists (check its owner, mode and immutable attribute): %w", path, err)
+		}
 		return fmt.Errorf("cannot create %s: %w", path, err)
 	}
 	if err := f.Close(); err != nil {

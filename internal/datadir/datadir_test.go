@@ -138,3 +138,35 @@ func TestSyncDir(t *testing.T) {
 		t.Errorf("SyncDir of a missing directory: %v, want an error naming it", err)
 	}
 }
+
+// TestCreatePrivate_ExistingNotWritable: a store file that exists but
+// cannot be opened for writing is named as existing, not "cannot create"
+// (adv22 I: a read-only or immutable mcpaudit.db). Run as root, which
+// opens a 0400 file, the case of a directory in its place stands for it;
+// otherwise both are checked.
+func TestCreatePrivate_ExistingNotWritable(t *testing.T) {
+	dir := t.TempDir()
+	f := func(path string) {
+		t.Helper()
+		err := CreatePrivate(path)
+		if err == nil || !strings.Contains(err.Error(), "cannot open "+path+" for writing, which exists") || strings.Contains(err.Error(), "cannot create") {
+			t.Errorf("CreatePrivate(%s) = %v, want it named as existing", path, err)
+		}
+	}
+	asDir := filepath.Join(dir, "dir.db")
+	if err := os.Mkdir(asDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	f(asDir)
+	if os.Geteuid() != 0 {
+		ro := filepath.Join(dir, "ro.db")
+		if err := os.WriteFile(ro, nil, 0o400); err != nil {
+			t.Fatal(err)
+		}
+		f(ro)
+	}
+	// A missing file in a missing directory is still "cannot create".
+	if err := CreatePrivate(filepath.Join(dir, "none", "x.db")); err == nil || !strings.Contains(err.Error(), "cannot create") {
+		t.Errorf("missing directory: %v, want cannot create", err)
+	}
+}
