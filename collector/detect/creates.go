@@ -23,49 +23,63 @@ func createKeys(c *audit.Call, identity uint64) []createKey {
 // checkCreate looks for a duplicate create: two creates of one identity by
 // one session or client, both answered created, under different keys.
 func (d *detector) checkCreate(ev *event, op *audit.Op, w *writeRec) bool {
-	t := ev.at.t
-	keys := createKeys(ev.call, fp(op.Identity))
-	isCreated := op.Status == audit.OpSucceeded && op.Action == "created"
-	if isCreated && !w.replay {
-	search:
-		for _, k := range keys {
-			l := d.creates.get(k)
-			if l == nil {
-				continue
-			}
-			for _, r := range *l {
-				if !r.w.at.before(w.at) {
-					break
-				}
-				// Two creates in one run count as well: only the same
-				// provider call is skipped.
-				if !r.created || !within(r.w.at.t, t, d.cfg.CorrelationWindow) || op.Key != "" && r.w.key() == op.Key {
-					continue
-				}
-				d.emitDuplicate(ev.call, r.w, w)
-				break search
-			}
+	rec := &createRec{w: w, created: op.Status == audit.OpSucceeded && op.Action == "created", keys: createKeys(ev.call, fp(op.Identity))}
+	if rec.created && !w.replay {
+		if first := d.firstCreate(rec); first != nil {
+			rec.first = first
+			d.out.finding(d.duplicateFinding(first, w))
 		}
 	}
-	for _, k := range keys {
-		l := d.creates.at(k, t)
-		*l = insertAt(*l, &createRec{w: w, created: isCreated}, createAt)
+	for _, k := range rec.keys {
+		l := d.creates.at(k, ev.at.t)
+		*l = insertAt(*l, rec, createAt)
 	}
 	return w.duplicate
 }
 
-func (d *detector) emitDuplicate(c *audit.Call, first, w *writeRec) {
+// firstCreate returns the create that r's duplicates, judging in order:
+// the first of its session's creates of the identity answered created
+// within the correlation window before it under another key, else the
+// first of its client's; nil when none.
+func (d *detector) firstCreate(r *createRec) *writeRec {
+	for _, k := range r.keys {
+		l := d.creates.get(k)
+		if l == nil {
+			continue
+		}
+		for _, o := range *l {
+			if !o.w.at.before(r.w.at) {
+				break
+			}
+			// Two creates in one run count as well: only the same
+			// provider call is skipped.
+			if !o.created || !within(o.w.at.t, r.w.at.t, d.cfg.CorrelationWindow) || r.w.key() != "" && o.w.key() == r.w.key() {
+				continue
+			}
+			return o.w
+		}
+	}
+	return nil
+}
+
+// duplicateFinding returns the duplicate_create of w, a duplicate of
+// first, and marks w reported.
+func (d *detector) duplicateFinding(first, w *writeRec) *audit.Finding {
 	w.duplicate = true
-	d.out.finding(&audit.Finding{
-		Kind: audit.KindDuplicateCreate, Server: c.Server, Tenant: c.Tenant,
+	return &audit.Finding{
+		Kind: audit.KindDuplicateCreate, Server: d.server, Tenant: d.tenant,
 		Document: w.doc(), Key: w.key(), Session: w.session(), Time: first.at.t.Time(),
 		Calls:   callIDs(first.callID(), w.callID()),
 		Summary: sprintf("One intended document was created twice: %s (at %s) and %s (at %s), under %s.", first.doc(), hhmmss(first.at.t), w.doc(), hhmmss(w.at.t), keyPhrase(w.key())),
-	})
+	}
 }
 
-// createsAfter applies a late create to the creates after it: one that was
-// created under another key and had no earlier twin is its duplicate.
+// createsAfter applies a late create w to the creates after it, already
+// judged: each is paired again as judging in order pairs it. One that had
+// no earlier twin is now w's duplicate; one reported with a later create
+// than w (a pod whose clock runs ahead delivered both before w) has that
+// finding withdrawn and is reported with w (ck22; until then the pair
+// made first stood, live22's D2).
 func (d *detector) createsAfter(ev *event, op *audit.Op, w *writeRec) {
 	if !(op.Status == audit.OpSucceeded && op.Action == "created") || w.replay {
 		return
@@ -77,10 +91,20 @@ func (d *detector) createsAfter(ev *event, op *audit.Op, w *writeRec) {
 		}
 		for _, r := range *l {
 			s := r.w
-			if !w.at.before(s.at) || !r.created || s.duplicate || s.replay || !within(w.at.t, s.at.t, d.cfg.CorrelationWindow) || s.key() != "" && w.key() == s.key() {
+			if !w.at.before(s.at) || !r.created || s.replay {
 				continue
 			}
-			d.emitDuplicate(ev.call, w, s)
+			first := d.firstCreate(r)
+			if first == nil || first == r.first {
+				// Also where r is in both lists: the second visit finds
+				// it paired.
+				continue
+			}
+			if r.first != nil {
+				d.out.withdraw(d.duplicateFinding(r.first, s), d.judging, ev.at.t)
+			}
+			r.first = first
+			d.out.finding(d.duplicateFinding(first, s))
 		}
 	}
 }

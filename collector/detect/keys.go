@@ -89,13 +89,14 @@ func (d *detector) checkReuse(ev *event, op *audit.Op, k keyID, ks *keyState, w 
 		if ks.reuseReported(binding) && binding != 0 {
 			return
 		}
-		if b == nil || b.callID() == ev.call.ID {
-			// The key's first use is not seen: it may yet be judged late,
-			// and the finding names it then (holdReuse).
+		if b == nil || b.callID() == ev.call.ID || !d.boundWithin(ks, b, ev.at) {
+			// The key's first use is not seen, or not within the
+			// correlation window: it may yet be judged late, and the
+			// finding names it then (holdReuse).
 			d.holdReuse(ev, k, use, op.Failure.Action)
 			return
 		}
-		d.emitReuse(ev.call, k, use, callIDs(b.callID(), ev.call.ID), b.pos().t, op.Failure.Action)
+		d.emitReuse(ev.call, k, ks, use, callIDs(b.callID(), ev.call.ID), b.pos().t, op.Failure.Action)
 		return
 	}
 	if op.Binding == "" {
@@ -114,7 +115,7 @@ func (d *detector) checkReuse(ev *event, op *audit.Op, k keyID, ks *keyState, w 
 	if ks.reuseReported(binding) {
 		return
 	}
-	d.emitReuse(ev.call, k, use, callIDs(b.callID(), ev.call.ID), b.pos().t, "")
+	d.emitReuse(ev.call, k, ks, use, callIDs(b.callID(), ev.call.ID), b.pos().t, "")
 }
 
 // addUse records a binding use of a key; a late one is applied to the uses
@@ -127,7 +128,33 @@ func (d *detector) addUse(ev *event, k keyID, ks *keyState, use keyEvent) {
 	if ev.late {
 		d.rebind(ev, k, ks)
 		d.bindHeld(k, ks)
+		d.rebindReuses(ks, ev.at, ev.at.t)
 	}
+}
+
+// boundWithin reports whether the key's binder b, or a re-send of its
+// intent, was used within the correlation window before p: a refusal
+// names only such a binder, as the uses it correlates with are those of
+// the window. Judged in order, a key unused for longer than the window
+// and the allowed lateness is forgotten before the refusal comes, and the
+// refusal is named alone; judged ahead of its place (a pod whose clock
+// runs ahead, beside one that is slow), the key's old use was still kept
+// and was named (ck22; live22's D1: 27 of 400 reuses named two calls 12
+// minutes apart with a window of 2 minutes).
+func (d *detector) boundWithin(ks *keyState, b *keyEvent, p pos) bool {
+	for i := len(ks.events) - 1; i >= 0; i-- {
+		e := &ks.events[i]
+		if !e.pos().before(p) {
+			continue
+		}
+		if !within(e.pos().t, p.t, d.cfg.CorrelationWindow) {
+			return false
+		}
+		if e.binding == b.binding {
+			return true
+		}
+	}
+	return false
 }
 
 // heldReuse is a request_id_reuse the server reported for a key whose
@@ -166,9 +193,9 @@ func (d *detector) bindHeld(k keyID, ks *keyState) {
 		if h.done || h.k != k {
 			continue
 		}
-		if b := d.binderBefore(ks, h.use.pos()); b != nil && b.callID() != h.callID {
+		if b := d.binderBefore(ks, h.use.pos()); b != nil && b.callID() != h.callID && d.boundWithin(ks, b, h.use.pos()) {
 			d.heldDone(h)
-			d.emitReuse(&audit.Call{Server: d.server, Tenant: d.tenant}, k, h.use, callIDs(b.callID(), h.callID), b.pos().t, h.action)
+			d.emitReuse(&audit.Call{Server: d.server, Tenant: d.tenant}, k, ks, h.use, callIDs(b.callID(), h.callID), b.pos().t, h.action)
 		}
 	}
 }
@@ -185,7 +212,7 @@ func (d *detector) releaseHeld(t etime, all bool) {
 		n++
 		if !h.done {
 			d.heldDone(h)
-			d.emitReuse(&audit.Call{Server: d.server, Tenant: d.tenant}, h.k, h.use, []string{h.callID}, h.use.pos().t, h.action)
+			d.emitReuse(&audit.Call{Server: d.server, Tenant: d.tenant}, h.k, nil, h.use, []string{h.callID}, h.use.pos().t, h.action)
 		}
 	}
 	if n == 0 {
@@ -243,18 +270,56 @@ func (d *detector) rebind(ev *event, k keyID, ks *keyState) {
 		if ks.reuseReported(e.binding) {
 			continue
 		}
-		d.emitReuse(ev.call, k, e, callIDs(b.callID(), e.callID()), b.pos().t, "")
+		d.emitReuse(ev.call, k, ks, e, callIDs(b.callID(), e.callID()), b.pos().t, "")
 	}
 }
 
 // emitReuse reports the key k used by use for another intent than its
-// binder's; c is the call being processed (it names the partition).
-func (d *detector) emitReuse(c *audit.Call, k keyID, use keyEvent, calls []string, first etime, action audit.RetryAction) {
-	d.out.finding(&audit.Finding{
+// binder's; c is the call being processed (it names the partition). A
+// finding that names the binder is kept with the key (ks, nil for one
+// named alone): a use judged late may bind the key before it
+// (rebindReuses).
+func (d *detector) emitReuse(c *audit.Call, k keyID, ks *keyState, use keyEvent, calls []string, first etime, action audit.RetryAction) {
+	f := &audit.Finding{
 		Kind: audit.KindRequestIDReuse, Server: c.Server, Tenant: c.Tenant,
 		Document: use.doc(), Key: k.key, Session: use.session(), Time: first.Time(), Calls: calls, RetryAction: action,
 		Summary: sprintf("The %s %s was used at %s for a different intent than the one it was first bound to; a new intent needs a new key.", k.kind, k.key, hhmmss(use.pos().t)),
-	})
+	}
+	if ks != nil && len(calls) == 2 {
+		m := ks.m()
+		m.reuses = append(m.reuses, reuseMade{f: *f, at: use.pos(), binding: use.binding})
+	}
+	d.out.finding(f)
+}
+
+// rebindReuses applies a use judged late, at, to the reuses of the key
+// already reported after it: one whose binder judging in order is now
+// another use (the late one, or one it let bind) names that use. The
+// finding made is withdrawn and the one judging in order makes is made,
+// as a late call replaces a wasted_retry (ck22; until then the pair made
+// first stood: a refusal from a pod whose clock runs ahead named the
+// pod's own use of the key where a right pod's, dated before it and
+// delivered after, binds it).
+func (d *detector) rebindReuses(ks *keyState, at pos, t etime) {
+	if ks.more == nil {
+		return
+	}
+	for i := range ks.more.reuses {
+		r := &ks.more.reuses[i]
+		if !at.before(r.at) {
+			continue
+		}
+		b := d.binderBefore(ks, r.at)
+		if b == nil || b.callID() == r.f.Calls[0] || b.callID() == r.f.Calls[1] || b.binding == r.binding || !d.boundWithin(ks, b, r.at) {
+			continue
+		}
+		old := r.f
+		d.out.withdraw(&old, d.judging, t)
+		r.f.Calls = callIDs(b.callID(), old.Calls[1])
+		r.f.Time = b.pos().t.Time()
+		f := r.f
+		d.out.finding(&f)
+	}
 }
 
 // plan follows a copy plan: a blocked plan replayed under its copyId is a

@@ -551,6 +551,18 @@ type keyMore struct {
 	// leases (and the base's receipt): rejudgeLeases withdraws those that
 	// judging in order does not make.
 	premature []prematureMade
+	// reuses holds the request_id_reuse findings made that name the
+	// key's binder: rebindReuses replaces those a use judged late binds
+	// before; forgotten past the horizon.
+	reuses []reuseMade
+}
+
+// reuseMade is a request_id_reuse made with the binder it names: the
+// finding as made, and the place and binding of the use it reports.
+type reuseMade struct {
+	f       audit.Finding
+	at      pos
+	binding uint64
 }
 
 // m returns the key's keyMore, made when absent.
@@ -651,9 +663,16 @@ type createKey struct {
 }
 
 // createRec remembers a create for duplicate and blind re-create checks.
+// One is kept in each of the lists it is indexed by (createKeys).
 type createRec struct {
 	w       *writeRec
 	created bool
+	// keys are the lists it is kept in: judging it again (createsAfter)
+	// looks where judging it in order looked.
+	keys []createKey
+	// first is the create it was reported a duplicate of, nil when none:
+	// a create judged late before it may take its place.
+	first *writeRec
 }
 
 // failedReq remembers a request refused with fix_input or reauthorize.

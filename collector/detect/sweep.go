@@ -1,6 +1,9 @@
 package detect
 
-import "maps"
+import (
+	"maps"
+	"slices"
+)
 
 // sweep forgets correlation state that no call can correlate with any
 // more: older than the correlation window plus the allowed lateness, and
@@ -47,6 +50,7 @@ func (d *detector) sweep() {
 		if s.more != nil {
 			s.more.uncertain = filter(s.more.uncertain, func(w *writeRec) bool { return !w.at.t.Before(horizon) || w.state == wPending })
 			maps.DeleteFunc(s.more.reused, func(_ uint64, t etime) bool { return t.Before(horizon) })
+			s.more.reuses = slices.DeleteFunc(s.more.reuses, func(r reuseMade) bool { return r.at.t.Before(horizon) })
 		}
 		// Of the uses before the horizon, only the one that binds the key
 		// there still matters (binderBefore starts from it): a key kept
