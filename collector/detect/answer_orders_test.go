@@ -181,6 +181,9 @@ func lateAnswersOf(t *testing.T, scen, tail [][]byte, order []int, closed bool) 
 	if got.stats.LateAnswers != int64(len(order)) {
 		t.Fatalf("late answers %d, want %d: the test shows nothing", got.stats.LateAnswers, len(order))
 	}
+	if len(got.twice) > 0 {
+		t.Errorf("answers of %v late in that order: sinks told twice:\n  %s", order, strings.Join(got.twice, "\n  "))
+	}
 	var ids []string
 	for _, i := range order {
 		ids = append(ids, recs[i].Call.ID)

@@ -35,6 +35,10 @@ type outcome struct {
 	findings map[string]audit.Finding
 	states   map[string]audit.WriteState
 	stats    detect.Stats
+	// twice lists what a sink was told twice (a finding standing told
+	// again, a withdrawal of a finding not standing): a store counts
+	// each (mcpaudit_findings_total, withdrawn), so each is told once.
+	twice []string
 }
 
 type outcomeSink struct{ o *outcome }
@@ -43,10 +47,18 @@ func (s outcomeSink) Call(*audit.Record) {}
 func (s outcomeSink) Write(w *audit.Write, _ audit.WriteState) {
 	s.o.states[fmt.Sprintf("%s/%d", w.CallID, w.Seq)] = w.State
 }
-func (s outcomeSink) Finding(f *audit.Finding) { s.o.findings[f.ID()] = *f }
+func (s outcomeSink) Finding(f *audit.Finding) {
+	if _, ok := s.o.findings[f.ID()]; ok {
+		s.o.twice = append(s.o.twice, fmt.Sprintf("finding %s %v told again", f.Kind, f.Calls))
+	}
+	s.o.findings[f.ID()] = *f
+}
 
 // WithdrawFinding takes back a finding, as a store marks it withdrawn.
 func (s outcomeSink) WithdrawFinding(f *audit.Finding, _ string, _ time.Time) {
+	if _, ok := s.o.findings[f.ID()]; !ok {
+		s.o.twice = append(s.o.twice, fmt.Sprintf("withdrawal of %s %v not standing", f.Kind, f.Calls))
+	}
 	delete(s.o.findings, f.ID())
 }
 

@@ -359,10 +359,13 @@ func (p *Pipeline) saveMarks(marks map[detect.PartitionKey]mark, force bool) {
 // made in that second and a crash lost was lost for good (found by fl22a:
 // TestRestart_WithdrawLostBeforeFirstMarkSaved). A later watermark may
 // wait: a mark behind the store's output makes a restart withdraw more
-// readily, not less.
+// readily, not less. A watermark before the one saved is a first one too:
+// the partition was freed as idle and brought back before the file was
+// saved again (it still holds the old partition's mark, ahead of what the
+// new one committed; found by rev22: TestSaveMarks_BackWithinSecond).
 func firstMark(marks, saved map[detect.PartitionKey]mark) bool {
 	for k, m := range marks {
-		if !m.Watermark.IsZero() && saved[k].Watermark.IsZero() {
+		if !m.Watermark.IsZero() && (saved[k].Watermark.IsZero() || m.Watermark.Before(saved[k].Watermark)) {
 			return true
 		}
 	}
