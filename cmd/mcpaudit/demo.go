@@ -140,7 +140,7 @@ func startDemo(ctx context.Context, o demoOptions) (*demoRun, error) {
 	d.srv, d.windows = srv, cfg.Detect.VerifyWindow+cfg.Detect.Lateness+cfg.Detect.IdleTimeout
 	for i, name := range []string{"thegram", "oddlynew"} {
 		inj := demo.NewInjector(o.faults, o.seed+uint64(i))
-		inj.Hold = 10 * time.Second
+		inj.Hold = 1500 * time.Millisecond
 		d.faults[name] = inj
 		var s *mcp.Server
 		if name == "thegram" {
@@ -217,7 +217,7 @@ func (d *demoRun) runAgents(ctx context.Context) {
 			continue
 		}
 		d.sessions = append(d.sessions, cs)
-		a := &demo.Agent{Name: name, Server: spec.server, Behavior: spec.behavior, Session: cs, CallTimeout: 1500 * time.Millisecond}
+		a := &demo.Agent{Name: name, Server: spec.server, Behavior: spec.behavior, Session: cs}
 		d.agents = append(d.agents, a)
 		wg.Add(1)
 		go func() {

@@ -61,8 +61,10 @@ type Agent struct {
 	Server   string // "thegram" or "oddlynew"
 	Behavior Behavior
 	Session  *mcp.ClientSession
-	// CallTimeout is how long the agent waits for one tools/call.
-	// Default 2s.
+	// CallTimeout is how long the agent waits for one tools/call: a
+	// safety net, not how faults end (the server drops a faulted call's
+	// answer itself), so that an ordinary call slowed by a busy machine is
+	// never taken for a timeout. Default 30s.
 	CallTimeout time.Duration
 	// Sleep waits between steps; default time.Sleep honouring ctx.
 	Sleep func(ctx context.Context, d time.Duration)
@@ -93,7 +95,7 @@ func (a *Agent) timeout() time.Duration {
 	if a.CallTimeout > 0 {
 		return a.CallTimeout
 	}
-	return 2 * time.Second
+	return 30 * time.Second
 }
 
 func (a *Agent) sleep(ctx context.Context, d time.Duration) {

@@ -13,12 +13,14 @@ type Fault string
 // Faults. Every one leaves the write's outcome unknown to the client.
 const (
 	FaultNone Fault = ""
-	// FaultTimeoutBefore holds the call until the client gives up, and
-	// does not apply the write.
+	// FaultTimeoutBefore holds the call for the injector's Hold, or until
+	// the client gives up, then drops its answer on the wire, as a gateway
+	// that times out does; it does not apply the write.
 	FaultTimeoutBefore Fault = "timeout_before_apply"
 	// FaultTimeoutAfter applies the write, then times out: Thegram holds
-	// the call until the client gives up; an Oddlynew run ends as
-	// "Execution timed out" with the write succeeded in its ledger.
+	// the call as FaultTimeoutBefore does and drops its answer; an
+	// Oddlynew run ends as "Execution timed out" with the write succeeded
+	// in its ledger.
 	FaultTimeoutAfter Fault = "timeout_after_apply"
 	// FaultLoseResponse applies the write and drops its response on the
 	// wire (an aborted HTTP response; a stdio line never written).
@@ -49,15 +51,19 @@ type Injector struct {
 	rng     *rand.Rand
 	plan    []Fault
 	journal []Injected
-	// Hold bounds how long a timeout fault holds a call whose client
-	// never gives up. Default 30s.
+	// Hold is how long a timeout fault holds a call before the server
+	// drops its answer. The server, not the client's patience, ends the
+	// call, so a faulted call is lost and an ordinary one answered however
+	// slow the machine is: a demo whose faults hung on the client's
+	// timeout lost ordinary calls under load and did not show its fault
+	// (dm22). Default 2s.
 	Hold time.Duration
 }
 
 // NewInjector returns an injector that faults a fraction rate of writes,
 // drawn from seed.
 func NewInjector(rate float64, seed uint64) *Injector {
-	return &Injector{rate: rate, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), Hold: 30 * time.Second}
+	return &Injector{rate: rate, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), Hold: 2 * time.Second}
 }
 
 // Plan queues faults for the next writes, in order; FaultNone lets one
@@ -105,9 +111,10 @@ func (in *Injector) Journal() []Injected {
 	return append([]Injected(nil), in.journal...)
 }
 
-// hold waits until the client gives up (ctx ends) or the hold time passes.
+// hold waits until the hold time passes or the client gives up (ctx ends);
+// the caller then drops the call's answer.
 func (in *Injector) hold(ctx context.Context) {
-	d := 30 * time.Second
+	d := 2 * time.Second
 	if in != nil && in.Hold > 0 {
 		d = in.Hold
 	}

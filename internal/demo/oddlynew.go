@@ -163,7 +163,9 @@ func (o *Oddlynew) run(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Call
 	switch ex.fault {
 	case FaultTimeoutBefore:
 		o.faults.hold(ctx)
-		return runFailure("Codemode executor timed out after 30000 ms"), nil
+		res = runFailure("Codemode executor timed out after 30000 ms")
+		res.Meta = mcp.Meta{LoseMarker: true}
+		return res, nil
 	case FaultLoseResponse:
 		res.Meta = mcp.Meta{LoseMarker: true}
 	}

@@ -257,7 +257,7 @@ func (g *Thegram) create(ctx context.Context, args map[string]json.RawMessage) g
 	if fault == FaultTimeoutBefore {
 		g.faults.record(Injected{Time: time.Now(), Server: "thegram", Tool: "gram_create", Target: path, Fault: fault})
 		g.faults.hold(ctx)
-		return gramOutcome{err: gramErr("E_TIMEOUT", "Create did not complete in time")}
+		return gramOutcome{err: gramErr("E_TIMEOUT", "Create did not complete in time"), lose: true}
 	}
 	g.mu.Lock()
 	if g.docs[path] != nil {
@@ -276,6 +276,7 @@ func (g *Thegram) create(ctx context.Context, args map[string]json.RawMessage) g
 	switch fault {
 	case FaultTimeoutAfter:
 		g.faults.hold(ctx)
+		return gramOutcome{result: res, text: fmt.Sprintf("%s created at r1", path), lose: true}
 	case FaultLoseResponse:
 		return gramOutcome{result: res, text: fmt.Sprintf("%s created at r1", path), lose: true}
 	}
@@ -369,7 +370,7 @@ func (g *Thegram) patch(ctx context.Context, args map[string]json.RawMessage) gr
 	if fault == FaultTimeoutBefore {
 		g.faults.record(Injected{Time: time.Now(), Server: "thegram", Tool: "gram_patch", Target: path, Fault: fault})
 		g.faults.hold(ctx)
-		return gramOutcome{err: gramErr("E_TIMEOUT", "Patch did not complete in time")}
+		return gramOutcome{err: gramErr("E_TIMEOUT", "Patch did not complete in time"), lose: true}
 	}
 	g.mu.Lock()
 	if d.rev != base || g.receipts[reqID] != nil {
@@ -395,7 +396,7 @@ func (g *Thegram) patch(ctx context.Context, args map[string]json.RawMessage) gr
 	switch fault {
 	case FaultTimeoutAfter:
 		g.faults.hold(ctx)
-		return gramOutcome{err: gramErr("E_TIMEOUT", "Patch did not answer in time")}
+		return gramOutcome{err: gramErr("E_TIMEOUT", "Patch did not answer in time"), lose: true}
 	case FaultLoseResponse:
 		return gramOutcome{result: res, text: text, lose: true}
 	case FaultUncertain:
