@@ -315,16 +315,31 @@ func TestMigrate4to5(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// A call event's source, and its revisions and hashes, came after
-		// the fixture's answers were written: the source is the call's
-		// stored source (the capture's line), the revisions are read from
-		// its payloads (TestConformance), and otherwise the answer is
+		// A call event's source, and its revisions and hashes, and every
+		// event's tenant (op22) came after the fixture's answers were
+		// written: the source is the call's stored source (the capture's
+		// line), the revisions are read from its payloads
+		// (TestConformance), the tenant is the stored call's (checked
+		// against the store's own call below), and otherwise the answer is
 		// schema 4's.
 		for i := range got {
 			if got[i].Type == audit.EventCall && got[i].Source == "" {
 				t.Errorf("timeline of %s: call %s without its source", doc, got[i].CallID)
 			}
-			got[i].Source = ""
+			if got[i].CallID != "" {
+				c, err := s.Calls(ctx, audit.CallQuery{IDs: []string{got[i].CallID}, Limit: 10})
+				if err != nil {
+					t.Fatal(err)
+				}
+				tenants := map[string]bool{}
+				for _, sc := range c.Calls {
+					tenants[sc.Call.Tenant] = true
+				}
+				if !tenants[got[i].Tenant] {
+					t.Errorf("timeline of %s: event of call %s with tenant %q, the store holds the call under %v", doc, got[i].CallID, got[i].Tenant, tenants)
+				}
+			}
+			got[i].Source, got[i].Tenant = "", ""
 			got[i].RevisionBefore, got[i].RevisionAfter, got[i].HashBefore, got[i].HashAfter = "", "", "", ""
 		}
 		same("timeline of "+doc, got, tl)
