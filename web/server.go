@@ -296,7 +296,7 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, view string, sta
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
-	fmt.Fprint(w, b.String())
+	fmt.Fprint(w, visible(b.String()))
 }
 
 // fail renders an error page with the status the error calls for.
@@ -753,9 +753,13 @@ func (s *Server) call(w http.ResponseWriter, r *http.Request) {
 	if v.Fragment {
 		t := s.views["call"]
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		if err := t.ExecuteTemplate(w, "payload", &v); err != nil {
+		var b strings.Builder
+		if err := t.ExecuteTemplate(&b, "payload", &v); err != nil {
 			s.log.Error("cannot render payload", "err", err)
+			http.Error(w, "cannot render the payload: "+err.Error(), http.StatusInternalServerError)
+			return
 		}
+		fmt.Fprint(w, visible(b.String()))
 		return
 	}
 	s.render(w, r, "call", http.StatusOK, "Call "+c.Call.ID, &v)

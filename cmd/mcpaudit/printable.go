@@ -7,7 +7,8 @@ import (
 )
 
 // printable returns a writer for text meant for a terminal that shows each
-// control character (but newline and tab) and bidirectional control as
+// control character (but newline and tab), bidirectional control and
+// invisible format character (a zero-width space or joiner) as
 // '?'. The tables print what senders chose: document names and keys come
 // from tool arguments, and an escape sequence in one would be run by the
 // terminal of whoever lists the findings (set its title, write its
@@ -33,5 +34,5 @@ func (p printableWriter) Write(b []byte) (int, error) {
 }
 
 func unsafeRune(r rune) bool {
-	return r != '\n' && r != '\t' && (unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r))
+	return r != '\n' && r != '\t' && (unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) || unicode.Is(unicode.Cf, r))
 }

@@ -173,7 +173,7 @@ func checkEntry(e Entry) error {
 	case e.Tenant == "":
 		return errors.New("tenant is required (a tenant name, or * to read every tenant)")
 	case !printable(e.Tenant) || len(e.Tenant) > 128:
-		return errors.New("tenant must be printable UTF-8 of at most 128 bytes")
+		return errors.New("tenant must be visible UTF-8 of at most 128 bytes: no space, control or invisible format character (such as a zero-width space)")
 	case e.Tenant == AllTenants && e.Scopes&ScopeIngest != 0:
 		return errors.New("tenant * cannot have the ingest scope: every call belongs to one tenant")
 	case e.Tenant != AllTenants && e.Scopes&ScopeDebug != 0:
@@ -184,8 +184,12 @@ func checkEntry(e Entry) error {
 	return nil
 }
 
+// printable reports whether a tenant name is valid UTF-8 of visible
+// characters: no control, no space, and no invisible format character
+// (zero-width spaces and joiners, bidirectional controls), with which two
+// tenants would look alike on the page and in the tables (adv23 D5).
 func printable(s string) bool {
-	return utf8.ValidString(s) && !strings.ContainsFunc(s, func(r rune) bool { return unicode.IsControl(r) || unicode.IsSpace(r) })
+	return utf8.ValidString(s) && !strings.ContainsFunc(s, func(r rune) bool { return !unicode.IsGraphic(r) || unicode.IsSpace(r) })
 }
 
 // table is one immutable set of credentials.
@@ -392,7 +396,13 @@ func Tenant(p Principal, r *http.Request) string {
 	if p.Tenant != "" {
 		return p.Tenant
 	}
-	return r.URL.Query().Get("tenant")
+	// tenant=* asks for every tenant, as no parameter does: no tenant is
+	// named * (checkEntry), and reading it as a name answered nothing
+	// (adv23 L1).
+	if t := r.URL.Query().Get("tenant"); t != AllTenants {
+		return t
+	}
+	return ""
 }
 
 // ReadTokensFile reads a tokens file: one credential a line, "name tenant

@@ -38,6 +38,13 @@ func TestParseTokens(t *testing.T) {
 	f(line("a", "acme", "query,debug", "t1"), "line 1: the debug scope needs tenant *", 0)
 	f(line("a", "*", "debug", "t1"), "", 1)
 	f("a acme ingest\n", "line 1: want 4 fields", 0)
+	// A tenant that looks like another: a zero-width space, a
+	// right-to-left override, a word joiner (adv23 D5: "ac\u200bme" was
+	// accepted and shown as acme beside acme).
+	for _, tenant := range []string{"ac\u200bme", "\u00fcn\u202ec\u00f6d", "acme\u2060", "ac\u00adme"} {
+		f(line("a", tenant, "ingest", "t1"), "line 1: tenant must be visible UTF-8", 0)
+	}
+	f(line("a", "\u00fcn\u00efc\u00f6d\u00e9", "ingest", "t1"), "", 1)
 	f("a acme ingest sha256:abcd\n", "line 1: the hash must be", 0)
 	// Every bad line is reported, not only the first.
 	f("x\n"+line("ok", "acme", "ingest", "t")+"y\n", "line 3", 0)
@@ -120,4 +127,10 @@ func TestConflict(t *testing.T) {
 	f(acme, "/x", map[string]string{"Mcpaudit-Tenant": "globex"}, `header Mcpaudit-Tenant`, "")
 	f(all, "/x?tenant=globex", nil, "", "globex")
 	f(all, "/x", nil, "", "")
+	// tenant=* is every tenant, as no parameter is (adv23 L1: it read a
+	// tenant named * and answered nothing); for a tenant's credential it
+	// names another tenant.
+	f(all, "/x?tenant=*", nil, "", "")
+	f(all, "/x?tenant=%2A", nil, "", "")
+	f(acme, "/x?tenant=*", nil, `parameter tenant names tenant "*"`, "")
 }
