@@ -276,6 +276,10 @@ func (d *detector) detach(w *writeRec, r *audit.Record) {
 		if op.Key != "" {
 			if ks := d.keys.get(keyHash(keyID{op.KeyKind, op.Key})); ks != nil {
 				ks.events = slices.DeleteFunc(ks.events, func(e keyEvent) bool { return e.w == w })
+				// The reuse rule's state after the key's items, without
+				// it; the findings it made stand until the answer is
+				// judged (judgeReuse).
+				d.refoldReuses(ks)
 				if ks.more != nil {
 					ks.more.uncertain = drop(ks.more.uncertain)
 					// A copy apply's use of the lease, unanswered: the

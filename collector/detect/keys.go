@@ -68,7 +68,6 @@ func (d *detector) binderBefore(ks *keyState, p pos) *keyEvent {
 // checkReuse reports one idempotency key carrying two intents, whether the
 // server said so or the collector saw it, and records the use of the key.
 func (d *detector) checkReuse(ev *event, op *audit.Op, k keyID, ks *keyState, w *writeRec) {
-	t := ev.at.t
 	binding := fp(op.Binding)
 	use := keyEvent{binding: binding, w: w, operationID: k.kind == "operationId"}
 	if w == nil {
@@ -83,20 +82,9 @@ func (d *detector) checkReuse(ev *event, op *audit.Op, k keyID, ks *keyState, w 
 		}
 		return
 	}
-	b := d.binderBefore(ks, ev.at)
 	serverSaid := op.Failure != nil && (op.Failure.Code == "E_REQUEST_REUSE" || op.Failure.Code == classify.CodeIncompatibleCreation || op.Failure.Code == classify.CodeCopyIDReused)
 	if serverSaid {
-		if ks.reuseReported(binding) && binding != 0 {
-			return
-		}
-		if b == nil || b.callID() == ev.call.ID || !d.boundWithin(ks, b, ev.at) {
-			// The key's first use is not seen, or not within the
-			// correlation window: it may yet be judged late, and the
-			// finding names it then (holdReuse).
-			d.holdReuse(ev, k, use, op.Failure.Action)
-			return
-		}
-		d.emitReuse(ev.call, k, ks, use, callIDs(b.callID(), ev.call.ID), b.pos().t, op.Failure.Action)
+		d.judgeReuse(ev, k, ks, use, true, op.Failure.Action)
 		return
 	}
 	if op.Binding == "" {
@@ -109,13 +97,7 @@ func (d *detector) checkReuse(ev *event, op *audit.Op, k keyID, ks *keyState, w 
 		return
 	}
 	d.addUse(ev, k, ks, use)
-	if b == nil || !within(b.pos().t, t, d.cfg.CorrelationWindow) && b.binding != binding || b.binding == binding {
-		return
-	}
-	if ks.reuseReported(binding) {
-		return
-	}
-	d.emitReuse(ev.call, k, ks, use, callIDs(b.callID(), ev.call.ID), b.pos().t, "")
+	d.judgeReuse(ev, k, ks, use, false, "")
 }
 
 // addUse records a binding use of a key; a late one is applied to the uses
@@ -127,115 +109,12 @@ func (d *detector) addUse(ev *event, k keyID, ks *keyState, use keyEvent) {
 	ks.events = insertAt(ks.events, use, func(e keyEvent) pos { return e.pos() })
 	if ev.late {
 		d.rebind(ev, k, ks)
-		d.bindHeld(k, ks)
-		d.rebindReuses(ks, ev.at, ev.at.t)
-	}
-}
-
-// boundWithin reports whether the key's binder b, or a re-send of its
-// intent, was used within the correlation window before p: a refusal
-// names only such a binder, as the uses it correlates with are those of
-// the window. Judged in order, a key unused for longer than the window
-// and the allowed lateness is forgotten before the refusal comes, and the
-// refusal is named alone; judged ahead of its place (a pod whose clock
-// runs ahead, beside one that is slow), the key's old use was still kept
-// and was named (ck22; live22's D1: 27 of 400 reuses named two calls 12
-// minutes apart with a window of 2 minutes).
-func (d *detector) boundWithin(ks *keyState, b *keyEvent, p pos) bool {
-	for i := len(ks.events) - 1; i >= 0; i-- {
-		e := &ks.events[i]
-		if !e.pos().before(p) {
-			continue
-		}
-		if !within(e.pos().t, p.t, d.cfg.CorrelationWindow) {
-			return false
-		}
-		if e.binding == b.binding {
-			return true
-		}
-	}
-	return false
-}
-
-// heldReuse is a request_id_reuse the server reported for a key whose
-// first use was not seen when the refusal was judged.
-type heldReuse struct {
-	k      keyID
-	use    keyEvent
-	callID string
-	action audit.RetryAction
-	done   bool
-}
-
-// holdReuse holds the request_id_reuse the server reported for use of k
-// when no use of the key before it was judged: its first use, dated
-// before it, may still be judged late (within the allowed lateness), and
-// judged in order the finding names both calls. It is reported with the
-// first use once that is judged (bindHeld), or alone once the watermark
-// is past it by the allowed lateness (releaseHeld).
-func (d *detector) holdReuse(ev *event, k keyID, use keyEvent, action audit.RetryAction) {
-	h := &heldReuse{k: keyID{strings.Clone(k.kind), strings.Clone(k.key)}, use: use, callID: strings.Clone(ev.call.ID), action: action}
-	// In time order: releaseHeld takes the ones the watermark passed from
-	// the front, and a call judged costs nothing for the ones still held.
-	d.held = insertAt(d.held, h, func(h *heldReuse) pos { return h.use.pos() })
-	if d.heldKeys == nil {
-		d.heldKeys = map[keyID]int{}
-	}
-	d.heldKeys[h.k]++
-}
-
-// bindHeld reports the held reuses of k that a use judged late now binds.
-func (d *detector) bindHeld(k keyID, ks *keyState) {
-	if d.heldKeys[k] == 0 {
-		return
-	}
-	for _, h := range d.held {
-		if h.done || h.k != k {
-			continue
-		}
-		if b := d.binderBefore(ks, h.use.pos()); b != nil && b.callID() != h.callID && d.boundWithin(ks, b, h.use.pos()) {
-			d.heldDone(h)
-			d.emitReuse(&audit.Call{Server: d.server, Tenant: d.tenant}, k, ks, h.use, callIDs(b.callID(), h.callID), b.pos().t, h.action)
-		}
-	}
-}
-
-// releaseHeld reports alone the held reuses that no call judged from now
-// on can bind: the watermark t is past them by the allowed lateness (all,
-// when all is set: the end of a finite input).
-func (d *detector) releaseHeld(t etime, all bool) {
-	n := 0
-	for _, h := range d.held {
-		if !all && !t.Add(-d.cfg.AllowedLateness).After(h.use.pos().t) {
-			break
-		}
-		n++
-		if !h.done {
-			d.heldDone(h)
-			d.emitReuse(&audit.Call{Server: d.server, Tenant: d.tenant}, h.k, nil, h.use, []string{h.callID}, h.use.pos().t, h.action)
-		}
-	}
-	if n == 0 {
-		return
-	}
-	clear(d.held[:n])
-	d.held = d.held[n:]
-	if len(d.held) == 0 {
-		d.held = nil
-	}
-}
-
-// heldDone marks h reported.
-func (d *detector) heldDone(h *heldReuse) {
-	h.done = true
-	if d.heldKeys[h.k]--; d.heldKeys[h.k] <= 0 {
-		delete(d.heldKeys, h.k)
 	}
 }
 
 // rebind applies a late use of a key to the uses after it: one that now
-// has an earlier binder of its binding is a replay of it, and one that
-// now has an earlier binder of another binding is a reuse.
+// has an earlier binder of its binding is a replay of it (the reuses it
+// makes are judgeReuse's).
 func (d *detector) rebind(ev *event, k keyID, ks *keyState) {
 	for i := range ks.events {
 		e := ks.events[i]
@@ -262,23 +141,14 @@ func (d *detector) rebind(ev *event, k keyID, ks *keyState) {
 					s.setFollows(b.w)
 				}
 			}
-			continue
 		}
-		if k.kind == "operationId" || !within(b.pos().t, e.pos().t, d.cfg.CorrelationWindow) {
-			continue
-		}
-		if ks.reuseReported(e.binding) {
-			continue
-		}
-		d.emitReuse(ev.call, k, ks, e, callIDs(b.callID(), e.callID()), b.pos().t, "")
 	}
 }
 
 // emitReuse reports the key k used by use for another intent than its
 // binder's; c is the call being processed (it names the partition). A
 // finding that names the binder is kept with the key (ks, nil for one
-// named alone): a use judged late may bind the key before it
-// (rebindReuses).
+// named alone): a use judged late may change it (judgeReuse).
 func (d *detector) emitReuse(c *audit.Call, k keyID, ks *keyState, use keyEvent, calls []string, first etime, action audit.RetryAction) {
 	f := &audit.Finding{
 		Kind: audit.KindRequestIDReuse, Server: c.Server, Tenant: c.Tenant,
@@ -286,40 +156,9 @@ func (d *detector) emitReuse(c *audit.Call, k keyID, ks *keyState, use keyEvent,
 		Summary: sprintf("The %s %s was used at %s for a different intent than the one it was first bound to; a new intent needs a new key.", k.kind, k.key, hhmmss(use.pos().t)),
 	}
 	if ks != nil && len(calls) == 2 {
-		m := ks.m()
-		m.reuses = append(m.reuses, reuseMade{f: *f, at: use.pos(), binding: use.binding})
+		ks.ru.made = append(ks.ru.made, reuseMade{f: *f, at: use.pos(), binding: use.binding})
 	}
 	d.out.finding(f)
-}
-
-// rebindReuses applies a use judged late, at, to the reuses of the key
-// already reported after it: one whose binder judging in order is now
-// another use (the late one, or one it let bind) names that use. The
-// finding made is withdrawn and the one judging in order makes is made,
-// as a late call replaces a wasted_retry (ck22; until then the pair made
-// first stood: a refusal from a pod whose clock runs ahead named the
-// pod's own use of the key where a right pod's, dated before it and
-// delivered after, binds it).
-func (d *detector) rebindReuses(ks *keyState, at pos, t etime) {
-	if ks.more == nil {
-		return
-	}
-	for i := range ks.more.reuses {
-		r := &ks.more.reuses[i]
-		if !at.before(r.at) {
-			continue
-		}
-		b := d.binderBefore(ks, r.at)
-		if b == nil || b.callID() == r.f.Calls[0] || b.callID() == r.f.Calls[1] || b.binding == r.binding || !d.boundWithin(ks, b, r.at) {
-			continue
-		}
-		old := r.f
-		d.out.withdraw(&old, d.judging, t)
-		r.f.Calls = callIDs(b.callID(), old.Calls[1])
-		r.f.Time = b.pos().t.Time()
-		f := r.f
-		d.out.finding(&f)
-	}
 }
 
 // plan follows a copy plan: a blocked plan replayed under its copyId is a

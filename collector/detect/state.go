@@ -523,13 +523,13 @@ type keyState struct {
 	events []keyEvent
 	one    [1]keyEvent
 	more   *keyMore
-	last   etime
+	// ru is what the reuse rule keeps of a key with more than one use or
+	// a refusal (judgeReuse); nil before.
+	ru   *reuseState
+	last etime
 }
 
 type keyMore struct {
-	// reused holds the bindings already reported as a reuse, with when
-	// (the key's latest use then); forgotten past the horizon.
-	reused map[uint64]etime
 	// uncertain holds the key-protected attempts whose outcome was unknown.
 	uncertain []*writeRec
 	lease     *lease
@@ -551,14 +551,11 @@ type keyMore struct {
 	// leases (and the base's receipt): rejudgeLeases withdraws those that
 	// judging in order does not make.
 	premature []prematureMade
-	// reuses holds the request_id_reuse findings made that name the
-	// key's binder: rebindReuses replaces those a use judged late binds
-	// before; forgotten past the horizon.
-	reuses []reuseMade
 }
 
 // reuseMade is a request_id_reuse made with the binder it names: the
-// finding as made, and the place and binding of the use it reports.
+// finding as made, and the place and binding of the use (or refusal) it
+// reports.
 type reuseMade struct {
 	f       audit.Finding
 	at      pos
@@ -595,20 +592,6 @@ func (s *keyState) blocked() *blockedPlan {
 		return nil
 	}
 	return s.more.blocked
-}
-
-// reuseReported reports whether binding was reported as a reuse of the
-// key, and notes that it now is.
-func (s *keyState) reuseReported(binding uint64) bool {
-	m := s.m()
-	if m.reused == nil {
-		m.reused = map[uint64]etime{}
-	}
-	if _, ok := m.reused[binding]; ok {
-		return true
-	}
-	m.reused[binding] = s.last
-	return false
 }
 
 // leaseEvent is an apply or a receipt of a copy as the premature-retry

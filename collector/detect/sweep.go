@@ -1,10 +1,5 @@
 package detect
 
-import (
-	"maps"
-	"slices"
-)
-
 // sweep forgets correlation state that no call can correlate with any
 // more: older than the correlation window plus the allowed lateness, and
 // reads older than the allowed lateness. Memory follows the open state,
@@ -49,9 +44,10 @@ func (d *detector) sweep() {
 		}
 		if s.more != nil {
 			s.more.uncertain = filter(s.more.uncertain, func(w *writeRec) bool { return !w.at.t.Before(horizon) || w.state == wPending })
-			maps.DeleteFunc(s.more.reused, func(_ uint64, t etime) bool { return t.Before(horizon) })
-			s.more.reuses = slices.DeleteFunc(s.more.reuses, func(r reuseMade) bool { return r.at.t.Before(horizon) })
 		}
+		// The reuse rule's items before the uses forgotten below are
+		// folded first: the rule goes on from the state they leave.
+		d.foldReuses(s, max(horizon, d.clock.Add(-d.cfg.AllowedLateness-d.cfg.Lateness)))
 		// Of the uses before the horizon, only the one that binds the key
 		// there still matters (binderBefore starts from it): a key kept
 		// in use for hours keeps one old use, not all of them.
