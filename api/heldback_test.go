@@ -21,7 +21,7 @@ func TestHeldBack_IdleSlowClock(t *testing.T) {
 		{Name: "pod-a", LagSeconds: 20, Idle: true},
 	}}
 	line, ok := api.HeldBack(p)
-	for _, want := range []string{"45 calls of acme/thegram wait for pod-b, idle", "its calls came 3m0s behind", "until 23:10:00Z"} {
+	for _, want := range []string{"45 calls of acme/thegram wait for pod-b, idle", "the newest call of each delivery came 3m0s behind the wall clock, the calls before it in a delivery further behind", "until 23:10:00Z"} {
 		if !ok || !strings.Contains(line, want) {
 			t.Errorf("HeldBack = %q, %v; want a line with %q", line, ok, want)
 		}

@@ -118,10 +118,13 @@ func HeldBack(p PartitionStatus) (string, bool) {
 	if holder.Idle && holder.HoldLagSeconds != nil && holder.HoldUntil != nil && p.Buffered > 0 {
 		// Idle, it holds at the lag it showed, not at the age of its
 		// latest call, which grows; said whether or not the other
-		// sources deliver (a quiet server waits for it too).
+		// sources deliver (a quiet server waits for it too). The lag is
+		// that of the newest call of each delivery: until live23's S2
+		// the line said "its calls came 8s behind" where they came up
+		// to 48 s behind.
 		hold := time.Duration(*holder.HoldLagSeconds * float64(time.Second))
 		calls, verb := waitingCalls(p.Buffered)
-		return fmt.Sprintf("Held back: %s of %s %s for %s, idle: its calls came %s behind the wall clock while it delivered (a slow clock, or an exporter that batches or lags), so %s's findings are held back by that much until %s at the latest, later by any time every source of %s is quiet (detect.max_clock_lag; docs/detection.md#time).",
+		return fmt.Sprintf("Held back: %s of %s %s for %s, idle: while it delivered, the newest call of each delivery came %s behind the wall clock, the calls before it in a delivery further behind (a slow clock, or an exporter that batches or lags), so %s's findings are held back by that much until %s at the latest, later by any time every source of %s is quiet (detect.max_clock_lag; docs/detection.md#time).",
 			calls, server, verb, p.HeldBy, hold.Round(time.Second), server, holder.HoldUntil.UTC().Format("15:04:05Z"), server), true
 	}
 	if others < 0 {

@@ -189,7 +189,8 @@ type server struct {
 const seedRows = 100000
 
 // seedLastFindings sets mcpaudit_finding_last_event_timestamp_seconds from
-// the findings the store holds, before the pipeline starts: after a
+// the findings the store holds, once it is ready and before the pipeline
+// takes any call (pipeline.Config.StoreReady): after a
 // restart the gauge had no series until each server's next finding of a
 // kind, so the dashboards' "Age of the newest finding" and any rule
 // reading the gauge saw nothing where the store held findings (op21's
@@ -207,6 +208,16 @@ func (s *server) seedLastFindings(ctx context.Context, st audit.Store, log *slog
 	}
 	s.metrics.SeedLastFindings(fts)
 	log.Info("last finding gauge seeded from the store", "metric", metrics.FindingLastEventTimestampSeconds, "pairs", len(fts))
+}
+
+// spoolDir returns the ClickHouse store's spool directory. The spool holds
+// acknowledged calls while ClickHouse is down: unless configured, it lives
+// with the rest of the collector's data.
+func spoolDir(cfg Config) string {
+	if d := cfg.Serve.ClickHouse.Spool.Dir; d != "" && d != clickhouse.NewDefaultOptions().Spool.Dir {
+		return d
+	}
+	return filepath.Join(cfg.Serve.DataDir, "clickhouse-spool")
 }
 
 // openStore opens the configured store. The caller holds the data dir
@@ -242,11 +253,7 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger, progress func(
 		return sqlite.OpenContext(ctx, filepath.Join(cfg.Serve.DataDir, storeFile), o)
 	case "clickhouse":
 		o := cfg.Serve.ClickHouse
-		if o.Spool.Dir == "" || o.Spool.Dir == clickhouse.NewDefaultOptions().Spool.Dir {
-			// The spool holds acknowledged calls while ClickHouse is down:
-			// it lives with the rest of the collector's data.
-			o.Spool.Dir = filepath.Join(cfg.Serve.DataDir, "clickhouse-spool")
-		}
+		o.Spool.Dir = spoolDir(cfg)
 		if o.Retention.Default == 0 {
 			o.Retention.Default = cfg.Serve.Retention.D()
 		}
@@ -379,14 +386,6 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	}
 	opening.set("rebuilding the detector's state from the store")
 	s.store = st
-	// The calls the runs before this one stored too late, counted before
-	// this one counts any: the status tells them beside its own, which
-	// count since the start (live22's S2). Not worth failing the start
-	// for: without them the status counts since the start only.
-	tooLateBefore, err := countTooLate(ctx, st)
-	if err != nil {
-		log.Warn("cannot count the calls stored too late before this start: the status counts those since the start only", "err", err)
-	}
 	if !cfg.Redact.Off {
 		secret, err := redactSecret(cfg.Redact.SecretFile, cfg.Serve.DataDir)
 		if err == nil {
@@ -422,9 +421,25 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		dd.Close()
 		return nil, err
 	}
-	s.seedLastFindings(ctx, st, log)
 	pcfg := cfg.Serve.Pipeline
 	pcfg.FindingLatency = s.metrics.ObserveFindingLatency
+	// Read once the store is ready: the pipeline waits for a ClickHouse
+	// down at start, or for the batches an earlier run left in its spool,
+	// and calls this before it takes any call. Read at Open, both failed
+	// in those cases and were never tried again (live23's D1).
+	var tooLateBefore tooLateCounts
+	pcfg.StoreReady = func(ctx context.Context) {
+		// The calls the runs before this one stored too late, counted
+		// before this one counts any: the status tells them beside its
+		// own, which count since the start (live22's S2). Not worth
+		// failing the start for: without them the status counts since
+		// the start only.
+		var err error
+		if tooLateBefore, err = countTooLate(ctx, st); err != nil {
+			log.Warn("cannot count the calls stored too late before this start: the status counts those since the start only", "err", err)
+		}
+		s.seedLastFindings(ctx, st, log)
+	}
 	pcfg.StateFile = filepath.Join(cfg.Serve.DataDir, stateFile)
 	s.findingLog = pipeline.NewFindingLog(log)
 	sinks := []audit.Sink{s.metrics, s.findingLog}
@@ -837,7 +852,9 @@ func (s *server) shutdown(ctx context.Context) error {
 // logStopped says, as the last line of a clean stop, what the stop
 // flushed: the calls it took from the queue and committed, the calls
 // stored and still waiting for their watermark (judged at the next start),
-// and the state file the next start reads the partitions' marks from.
+// and the state file the next start reads the partitions' marks from. A
+// stop that left acknowledged batches in the ClickHouse spool says so, at
+// WARN, instead of "stopped cleanly".
 func (s *server) logStopped(queued int64) {
 	parts, _ := s.pipe.Status() // the last status: the engine has stopped
 	waiting := 0
@@ -849,6 +866,18 @@ func (s *server) logStopped(queued int64) {
 	// A stop whose commit failed leaves the file as last saved before it
 	// (the pipeline logged the error): state_saved says when.
 	attrs = append(attrs, "state_file", filepath.Join(s.cfg.Serve.DataDir, stateFile), "state_saved", s.pipe.StateSaved())
+	// The store drains its spool at Close while ClickHouse answers; what
+	// it could not (ClickHouse down or slow at the stop) is acknowledged
+	// and only on this disk. "Cleanly" would tell an operator the
+	// directory can go (live23's S1).
+	if sl, ok := s.store.(interface{ SpoolLeft() (int, int64) }); ok {
+		if n, bytes := sl.SpoolLeft(); n > 0 {
+			dir := spoolDir(s.cfg)
+			s.log.Warn(fmt.Sprintf("stopped; %d acknowledged batches (%d bytes) left in the spool, inserted at the next start", n, bytes),
+				append(attrs, "spooled_batches", n, "spooled_bytes", bytes, "spool_dir", dir)...)
+			return
+		}
+	}
 	s.log.Info("stopped cleanly", attrs...)
 }
 

@@ -83,6 +83,12 @@ type Config struct {
 	// that completed its evidence, or (window set) the end of its
 	// verification window in event time.
 	FindingLatency func(d time.Duration, window bool) `yaml:"-"`
+	// StoreReady, if set, is called by New once the store is ready (New
+	// waits for a store down at start), before the correlation state is
+	// rebuilt and before any call is taken: what the caller reads from
+	// the store at start is read then, not while it cannot answer yet
+	// (live23's D1).
+	StoreReady func(ctx context.Context) `yaml:"-"`
 	// Now is the wall clock; tests set it. Default time.Now.
 	Now func() time.Time `yaml:"-"`
 	// ticks, when set (tests, export_test.go), replaces the CommitEvery
@@ -252,6 +258,9 @@ func New(ctx context.Context, cfg Config, dcfg detect.Config, store audit.Store,
 	p.eng.OnJudged(p.gate.judged)
 	if err := waitReady(ctx, store, log); err != nil {
 		return nil, err
+	}
+	if cfg.StoreReady != nil {
+		cfg.StoreReady(ctx)
 	}
 	if err := p.recover(ctx); err != nil {
 		return nil, err
