@@ -156,3 +156,44 @@ func cancelledID(params json.RawMessage) string {
 	}
 	return string(bytes.TrimSpace(p.RequestID))
 }
+
+// ResponseID reads the id of a JSON-RPC response from the first bytes of a
+// message too large to keep whole: the id member is taken when it comes
+// before the result or error member (as every serializer we know writes
+// it: jsonrpc, id, result, or the keys sorted). ok is false when prefix is
+// no response, or its id comes after its result.
+func ResponseID(prefix []byte) (id string, ok bool) {
+	d := json.NewDecoder(bytes.NewReader(prefix))
+	if t, err := d.Token(); err != nil || t != json.Delim('{') {
+		return "", false
+	}
+	for {
+		t, err := d.Token()
+		if err != nil {
+			return "", false
+		}
+		name, isName := t.(string)
+		if !isName {
+			return "", false
+		}
+		switch name {
+		case "result", "error":
+			return id, id != ""
+		case "method":
+			return "", false
+		case "id":
+			var raw json.RawMessage
+			if d.Decode(&raw) != nil {
+				return "", false
+			}
+			if v := bytes.TrimSpace(raw); len(v) > 0 && !bytes.Equal(v, []byte("null")) {
+				id = string(v)
+			}
+		default:
+			var skip json.RawMessage
+			if d.Decode(&skip) != nil {
+				return "", false
+			}
+		}
+	}
+}
