@@ -249,8 +249,13 @@ type exchange struct {
 	upstreamErr error
 	timedOut    atomic.Bool
 	untapped    atomic.Bool // the answer is compressed: the proxy cannot read it
-	stop        context.CancelCauseFunc
-	timer       *time.Timer
+	// bigAnswer is set when the exchange's stream carried a message too
+	// large to record whose id could not be read: the calls of the POST
+	// still pending when the stream ends were answered by it, as far as
+	// the proxy can tell.
+	bigAnswer atomic.Bool
+	stop      context.CancelCauseFunc
+	timer     *time.Timer
 	// connected is set once the transport has a connection for the
 	// upstream request (httptrace GotConn): from then on some of the
 	// request may have reached the upstream. Until then nothing did.
@@ -391,7 +396,9 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 	switch {
 	case resp.Body == nil || resp.Body == http.NoBody:
 	case mt == "text/event-stream":
-		resp.Body = &tapBody{rc: resp.Body, p: p, ex: ex, sse: &tap.SSE{Max: p.cfg.MaxMessageBytes}}
+		b := &tapBody{rc: resp.Body, p: p, ex: ex, sse: &tap.SSE{Max: p.cfg.MaxMessageBytes}}
+		b.sse.Big = b.tooBig
+		resp.Body = b
 	case mt == "application/json":
 		resp.Body = &tapBody{rc: resp.Body, p: p, ex: ex}
 	}
@@ -464,6 +471,14 @@ func (p *Proxy) finish(r *http.Request, ex *exchange) {
 	case status == 0:
 		reason = tap.ErrConnectionReset
 	}
+	if reason == "" && ex.bigAnswer.Load() {
+		// The stream ended cleanly after a message too large to record
+		// whose id could not be read: the calls it may have answered are
+		// not recorded. Recorded as timeouts by the janitor, they would
+		// read as calls nobody answered (adv23's D2).
+		p.rec.Forget(ex.keys)
+		return
+	}
 	if reason == "" {
 		// The upstream ended the stream cleanly without the response: the
 		// client may resume it on another stream; the janitor ends it if
@@ -496,7 +511,7 @@ type tapBody struct {
 	p   *Proxy
 	ex  *exchange
 	sse *tap.SSE // nil for a JSON body
-	buf []byte   // a JSON body so far
+	buf []byte   // a JSON body so far; its first tap.PrefixBytes once big
 	big bool     // the JSON body passed the bound
 }
 
@@ -511,7 +526,12 @@ func (b *tapBody) Read(q []byte) (int, error) {
 			}
 		} else if !b.big {
 			if len(b.buf)+n > b.p.cfg.MaxMessageBytes {
-				b.big, b.buf = true, nil
+				// Only its start is kept, to read its id from.
+				b.big = true
+				if len(b.buf) < tap.PrefixBytes {
+					b.buf = append(b.buf, q[:min(n, tap.PrefixBytes-len(b.buf))]...)
+				}
+				b.buf = bytes.Clone(b.buf[:min(len(b.buf), tap.PrefixBytes)])
 				b.p.metrics.Unrecorded(metrics.UnrecordedOversized)
 			} else {
 				b.buf = append(b.buf, q[:n]...)
@@ -521,6 +541,16 @@ func (b *tapBody) Read(q []byte) (int, error) {
 	switch {
 	case err == io.EOF && b.sse == nil && !b.big:
 		b.message(b.buf)
+		b.buf = nil
+	case err == io.EOF && b.sse == nil:
+		// A JSON body is the answer to the POST's requests: the one its
+		// id names, or all of them when it is not read (a batch, or the
+		// id after the result).
+		if id, ok := tap.ResponseID(b.buf); ok {
+			b.p.rec.Unrecordable(b.ex.keys, b.ex.session, b.ex.scope, id)
+		} else {
+			b.p.rec.Forget(b.ex.keys)
+		}
 		b.buf = nil
 	case err != nil && err != io.EOF:
 		b.ex.mu.Lock()
@@ -532,6 +562,16 @@ func (b *tapBody) Read(q []byte) (int, error) {
 	return n, err
 }
 
+// tooBig takes the start of an SSE event too large to record: the call
+// its id names is answered, and not recorded.
+func (b *tapBody) tooBig(prefix []byte) {
+	if id, ok := tap.ResponseID(prefix); ok {
+		b.p.rec.Unrecordable(b.ex.keys, b.ex.session, b.ex.scope, id)
+		return
+	}
+	b.ex.bigAnswer.Store(true)
+}
+
 func (b *tapBody) message(data []byte) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return
@@ -540,7 +580,7 @@ func (b *tapBody) message(data []byte) {
 	if err != nil {
 		b.p.metrics.Unrecorded(metrics.UnrecordedInvalid)
 	}
-	b.p.rec.FromServer(b.ex.session, b.ex.scope, msgs, time.Now())
+	b.p.rec.FromServerOn(b.ex.keys, b.ex.session, b.ex.scope, msgs, time.Now())
 }
 
 func (b *tapBody) Close() error { return b.rc.Close() }
