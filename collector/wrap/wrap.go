@@ -91,8 +91,15 @@ func (rl *Relay) Run(cmd *exec.Cmd, stdin io.Reader, stdout io.Writer) (int, err
 			}
 		}
 	}()
-	// Server to client, until the child closes its stdout.
-	lines := tap.Lines{Max: rl.MaxMessageBytes}
+	// Server to client, until the child closes its stdout. A line too
+	// large to record that answers a call ends it unrecorded: recorded at
+	// the child's exit without its answer, it would read as a call nobody
+	// answered (adv23's D2, seen through the proxy).
+	lines := tap.Lines{Max: rl.MaxMessageBytes, Big: func(prefix []byte) {
+		if id, ok := tap.ResponseID(prefix); ok {
+			rl.Recorder.Unrecordable(nil, "", 0, id)
+		}
+	}}
 	buf := make([]byte, 64<<10)
 	stdoutOK := true
 	for {
