@@ -238,3 +238,80 @@ func TestProxy_DuplicateIDInBatch(t *testing.T) {
 		})
 	}
 }
+
+// TestProxy_OversizedNotificationAnswersNothing: a server notification over
+// the bound on a call's stream is no answer: the call is recorded with the
+// answer that follows it.
+func TestProxy_OversizedNotificationAnswersNothing(t *testing.T) {
+	cfg := proxy.NewDefaultConfig()
+	cfg.MaxMessageBytes = 64 << 10
+	up := rawUpstream(func(w http.ResponseWriter, calls []rawCall) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, `event: message`+"\ndata: "+`{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"`+strings.Repeat("L", 256<<10)+`"}}`+"\n\n")
+		io.WriteString(w, "event: message\ndata: "+`{"jsonrpc":"2.0","result":`+textResult("fine", 0)+`,"id":`+string(calls[0].ID)+`}`+"\n\n")
+	})
+	h := newHarness(t, up, cfg)
+	if code, body, err := post(context.Background(), h.client, h.front.URL+"/mcp", "s1", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"gram_read","arguments":{}}}`); err != nil || code != http.StatusOK || !strings.Contains(body, "fine") {
+		t.Fatalf("client got %d %v", code, err)
+	}
+	if n := stopAndPending(h); n != 0 {
+		t.Errorf("%d calls recorded without a response at the stop; want 0", n)
+	}
+	if recs := h.recs(); len(recs) != 1 || !bytes.Contains(recs[0].Response, []byte("fine")) {
+		t.Fatalf("%d records, want the call with its answer", len(recs))
+	}
+}
+
+// TestProxy_OversizedAnswerOnTheSessionStream: an answer over the bound
+// whose id comes after its result, on the session's GET stream (the POST's
+// stream ended without it): the proxy cannot tell which call it answered,
+// and records none of the session's calls that were waiting then as
+// unanswered.
+func TestProxy_OversizedAnswerOnTheSessionStream(t *testing.T) {
+	cfg := proxy.NewDefaultConfig()
+	cfg.MaxMessageBytes = 64 << 10
+	posted := make(chan json.RawMessage, 1)
+	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.WriteHeader(http.StatusOK)
+			w.(http.Flusher).Flush()
+			id := <-posted
+			io.WriteString(w, "event: message\ndata: "+`{"jsonrpc":"2.0","result":`+textResult("", 256<<10)+`,"id":`+string(id)+`}`+"\n\n")
+			return
+		}
+		rawUpstream(func(w http.ResponseWriter, calls []rawCall) {
+			// The POST's stream ends without the answer.
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.WriteHeader(http.StatusOK)
+			w.(http.Flusher).Flush()
+			posted <- calls[0].ID
+		}).ServeHTTP(w, r)
+	})
+	h := newHarness(t, up, cfg)
+	got := make(chan int, 1)
+	req, _ := http.NewRequest(http.MethodGet, h.front.URL+"/mcp", nil)
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Mcp-Session-Id", "s1")
+	resp, err := h.client.Do(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET: %v", err)
+	}
+	go func() {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		got <- len(b)
+	}()
+	if code, _, err := post(context.Background(), h.client, h.front.URL+"/mcp", "s1", `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"gram_patch","arguments":{}}}`); err != nil || code != http.StatusOK {
+		t.Fatalf("client got %d %v", code, err)
+	}
+	if n := <-got; n < 256<<10 {
+		t.Fatalf("the GET stream carried %d bytes", n)
+	}
+	if n := stopAndPending(h); n != 0 {
+		t.Errorf("%d calls recorded without a response at the stop; want 0", n)
+	}
+	if recs := h.recs(); len(recs) != 0 {
+		t.Fatalf("%d records, want none: %.200s", len(recs), recs[0].AppendJSON(nil))
+	}
+}

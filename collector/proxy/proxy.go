@@ -93,6 +93,13 @@ type Proxy struct {
 	cutting  bool
 	handlers sync.WaitGroup
 	cutCalls atomic.Int64
+
+	// bigSeen holds, by session, when a stream of the session last carried
+	// a message too large to record whose id could not be read, outside
+	// the POST of its call: a call of the session in flight since then may
+	// have been answered by it, and is not recorded as unanswered.
+	bigMu   sync.Mutex
+	bigSeen map[string]time.Time
 }
 
 // errResponseTimeout is the cause of an upstream request the proxy ended.
@@ -111,7 +118,7 @@ func New(cfg Config, emit func(*tap.Record), m *metrics.Relay, log *slog.Logger)
 		log = slog.Default()
 	}
 	target, _ := url.Parse(cfg.Upstream)
-	p := &Proxy{cfg: cfg, metrics: m, log: log, live: make(map[*exchange]struct{})}
+	p := &Proxy{cfg: cfg, metrics: m, log: log, live: make(map[*exchange]struct{}), bigSeen: make(map[string]time.Time)}
 	p.rec = tap.NewRecorder(cfg.Server, func(r *tap.Record) {
 		m.Record(cfg.Server, r.Outcome())
 		emit(r)
@@ -210,6 +217,7 @@ func (p *Proxy) OnlyStreamsOpen() bool {
 func (p *Proxy) Close() int {
 	p.stopJanitor()
 	<-p.janitorDone
+	p.forgetMaybeAnswered(time.Now().Add(time.Hour), time.Time{})
 	n := p.rec.Close("", time.Now())
 	p.metrics.SetInflight(0)
 	return n
@@ -228,9 +236,35 @@ func (p *Proxy) janitor(ctx context.Context) {
 			return
 		case now := <-tick.C:
 			if p.cfg.ResponseTimeout > 0 {
+				// A call in flight for longer than twice the timeout was
+				// there before every sighting it could need.
+				p.forgetMaybeAnswered(now.Add(-2*p.cfg.ResponseTimeout), now.Add(-4*p.cfg.ResponseTimeout))
 				p.rec.Expire(now.Add(-2*p.cfg.ResponseTimeout), tap.ErrTimeout, now)
 			}
 			p.metrics.SetInflight(p.rec.Len())
+		}
+	}
+}
+
+// forgetMaybeAnswered drops unrecorded the calls in flight that came
+// before before, of the sessions that got a message too large to record of
+// unknown id since the call came: it may have been their answer, and
+// recording them as unanswered (a timeout, or unknown at a stop) could make
+// a false finding. It forgets what no call in flight can need any more:
+// sightings before keep.
+func (p *Proxy) forgetMaybeAnswered(before, keep time.Time) {
+	p.bigMu.Lock()
+	defer p.bigMu.Unlock()
+	if len(p.bigSeen) == 0 {
+		return
+	}
+	p.rec.ForgetIf(func(session string, at time.Time) bool {
+		seen, ok := p.bigSeen[session]
+		return ok && at.Before(before) && !seen.Before(at)
+	})
+	for s, seen := range p.bigSeen {
+		if seen.Before(keep) {
+			delete(p.bigSeen, s)
 		}
 	}
 }
@@ -312,6 +346,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.liveMu.Unlock()
 	if len(ex.keys) > 0 && p.cfg.ResponseTimeout > 0 {
 		ex.timer = time.AfterFunc(p.cfg.ResponseTimeout, func() {
+			if ex.bigAnswer.Load() {
+				// A message too large to record, of unknown id, came on
+				// this stream: it may have answered these calls.
+				p.rec.Forget(ex.keys)
+			}
 			if p.rec.Pending(ex.keys) > 0 {
 				ex.timedOut.Store(true)
 				stop(errResponseTimeout)
@@ -546,9 +585,9 @@ func (b *tapBody) Read(q []byte) (int, error) {
 		// A JSON body is the answer to the POST's requests: the one its
 		// id names, or all of them when it is not read (a batch, or the
 		// id after the result).
-		if id, ok := tap.ResponseID(b.buf); ok {
+		if id, ok, other := tap.ResponseID(b.buf); ok {
 			b.p.rec.Unrecordable(b.ex.keys, b.ex.session, b.ex.scope, id)
-		} else {
+		} else if !other {
 			b.p.rec.Forget(b.ex.keys)
 		}
 		b.buf = nil
@@ -565,11 +604,21 @@ func (b *tapBody) Read(q []byte) (int, error) {
 // tooBig takes the start of an SSE event too large to record: the call
 // its id names is answered, and not recorded.
 func (b *tapBody) tooBig(prefix []byte) {
-	if id, ok := tap.ResponseID(prefix); ok {
+	id, ok, other := tap.ResponseID(prefix)
+	switch {
+	case ok:
 		b.p.rec.Unrecordable(b.ex.keys, b.ex.session, b.ex.scope, id)
 		return
+	case other:
+		return // a server request or notification: it answers nothing
 	}
 	b.ex.bigAnswer.Store(true)
+	if b.ex.session != "" && len(b.ex.keys) == 0 {
+		// A GET stream of the session (or a POST without calls).
+		b.p.bigMu.Lock()
+		b.p.bigSeen[b.ex.session] = time.Now()
+		b.p.bigMu.Unlock()
+	}
 }
 
 func (b *tapBody) message(data []byte) {

@@ -52,8 +52,9 @@ func FuzzResponseID(f *testing.F) {
 	f.Add([]byte(`{"jsonrpc":"2.0","id":9001,"result":{"content":[]}}`))
 	f.Add([]byte(`{"result":{},"id":"x"}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		if id, ok := ResponseID(data); ok && !json.Valid([]byte(id)) {
-			t.Fatalf("ResponseID read %q, no JSON value", id)
+		id, ok, other := ResponseID(data)
+		if ok && !json.Valid([]byte(id)) || ok && other {
+			t.Fatalf("ResponseID read %q, %v, %v", id, ok, other)
 		}
 	})
 }

@@ -160,31 +160,37 @@ func cancelledID(params json.RawMessage) string {
 // ResponseID reads the id of a JSON-RPC response from the first bytes of a
 // message too large to keep whole: the id member is taken when it comes
 // before the result or error member (as every serializer we know writes
-// it: jsonrpc, id, result, or the keys sorted). ok is false when prefix is
-// no response, or its id comes after its result.
-func ResponseID(prefix []byte) (id string, ok bool) {
+// it: jsonrpc, id, result, or the keys sorted). ok is false when it cannot
+// be read; other is true when prefix is known to be no response (a
+// request or notification: a method member first, or no object).
+func ResponseID(prefix []byte) (id string, ok, other bool) {
 	d := json.NewDecoder(bytes.NewReader(prefix))
-	if t, err := d.Token(); err != nil || t != json.Delim('{') {
-		return "", false
+	t, err := d.Token()
+	if err != nil {
+		return "", false, false
+	}
+	if t != json.Delim('{') {
+		// A batch may hold responses; anything else is no message.
+		return "", false, t != json.Delim('[')
 	}
 	for {
 		t, err := d.Token()
 		if err != nil {
-			return "", false
+			return "", false, false
 		}
 		name, isName := t.(string)
 		if !isName {
-			return "", false
+			return "", false, false
 		}
 		switch name {
 		case "result", "error":
-			return id, id != ""
+			return id, id != "", false
 		case "method":
-			return "", false
+			return "", false, true
 		case "id":
 			var raw json.RawMessage
 			if d.Decode(&raw) != nil {
-				return "", false
+				return "", false, false
 			}
 			if v := bytes.TrimSpace(raw); len(v) > 0 && !bytes.Equal(v, []byte("null")) {
 				id = string(v)
@@ -192,7 +198,7 @@ func ResponseID(prefix []byte) (id string, ok bool) {
 		default:
 			var skip json.RawMessage
 			if d.Decode(&skip) != nil {
-				return "", false
+				return "", false, false
 			}
 		}
 	}

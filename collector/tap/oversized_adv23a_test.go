@@ -8,29 +8,30 @@ import (
 )
 
 func TestResponseID(t *testing.T) {
-	f := func(prefix, wantID string, wantOK bool) {
+	f := func(prefix, wantID string, wantOK, wantOther bool) {
 		t.Helper()
-		id, ok := ResponseID([]byte(prefix))
-		if id != wantID || ok != wantOK {
-			t.Errorf("ResponseID(%q) = %q, %v; want %q, %v", prefix, id, ok, wantID, wantOK)
+		id, ok, other := ResponseID([]byte(prefix))
+		if id != wantID || ok != wantOK || other != wantOther {
+			t.Errorf("ResponseID(%q) = %q, %v, %v; want %q, %v, %v", prefix, id, ok, other, wantID, wantOK, wantOther)
 		}
 	}
 	// The id before the result, cut anywhere after the result's name.
-	f(`{"jsonrpc":"2.0","id":9001,"result":{"content":[{"type":"text","text":"HHH`, "9001", true)
-	f(`{"id":"a\"b","jsonrpc":"2.0","result":`, `"a\"b"`, true)
-	f(` {"error":{"code":-1},"id":3}`, "", false)
-	f(`{"id":7,"jsonrpc":"2.0","error":{"code":-32603,"message":"xxx`, "7", true)
-	f(`{"id":{"odd":[1,2]},"result":{`, `{"odd":[1,2]}`, true)
+	f(`{"jsonrpc":"2.0","id":9001,"result":{"content":[{"type":"text","text":"HHH`, "9001", true, false)
+	f(`{"id":"a\"b","jsonrpc":"2.0","result":`, `"a\"b"`, true, false)
+	f(` {"error":{"code":-1},"id":3}`, "", false, false)
+	f(`{"id":7,"jsonrpc":"2.0","error":{"code":-32603,"message":"xxx`, "7", true, false)
+	f(`{"id":{"odd":[1,2]},"result":{`, `{"odd":[1,2]}`, true, false)
 	// The result before the id, cut: unknown.
-	f(`{"jsonrpc":"2.0","result":{"content":[{"type":"text","text":"HHH`, "", false)
+	f(`{"jsonrpc":"2.0","result":{"content":[{"type":"text","text":"HHH`, "", false, false)
 	// A request or notification from the server is no answer.
-	f(`{"jsonrpc":"2.0","id":4,"method":"sampling/createMessage","params":{"x":"HHH`, "", false)
-	f(`{"jsonrpc":"2.0","method":"notifications/message","params":{"data":"HHH`, "", false)
+	f(`{"jsonrpc":"2.0","id":4,"method":"sampling/createMessage","params":{"x":"HHH`, "", false, true)
+	f(`{"jsonrpc":"2.0","method":"notifications/message","params":{"data":"HHH`, "", false, true)
+	f(`"HHHH" `, "", false, true)
 	// A batch, a null id, nothing known yet.
-	f(`[{"jsonrpc":"2.0","id":1,"result":{`, "", false)
-	f(`{"jsonrpc":"2.0","id":null,"error":{`, "", false)
-	f(`{"jsonrpc":"2.0","id":12`, "", false)
-	f(``, "", false)
+	f(`[{"jsonrpc":"2.0","id":1,"result":{`, "", false, false)
+	f(`{"jsonrpc":"2.0","id":null,"error":{`, "", false, false)
+	f(`{"jsonrpc":"2.0","id":12`, "", false, false)
+	f(``, "", false, false)
 }
 
 // TestSSE_Big: the start of an event too big is handed on when the event
@@ -52,7 +53,7 @@ func TestSSE_Big(t *testing.T) {
 		if big[0] != msg {
 			t.Fatalf("cut %d: prefix %q, want %q", cut, big[0], msg)
 		}
-		if id, ok := ResponseID([]byte(big[1])); id != "6" || !ok {
+		if id, ok, _ := ResponseID([]byte(big[1])); id != "6" || !ok {
 			t.Fatalf("cut %d: prefix of a two-line event %q", cut, big[1])
 		}
 	}

@@ -307,6 +307,25 @@ func (r *Recorder) Expire(before time.Time, reason string, at time.Time) int {
 	return len(done)
 }
 
+// ForgetIf drops, without recording them, the requests in flight for which
+// drop (given their session and when they came) returns true, and returns
+// how many it dropped: for calls a message too large to record may have
+// answered, where the relay could not read which.
+func (r *Recorder) ForgetIf(drop func(session string, at time.Time) bool) int {
+	var keys []Key
+	r.mu.Lock()
+	for k, q := range r.pending {
+		for _, p := range q {
+			if drop(p.session, p.at) {
+				k.n = p.n
+				keys = append(keys, k)
+			}
+		}
+	}
+	r.mu.Unlock()
+	return r.Forget(keys)
+}
+
 // Close ends every request in flight with reason ("" when the relay
 // cannot know their outcome) and returns how many it ended.
 func (r *Recorder) Close(reason string, at time.Time) int {

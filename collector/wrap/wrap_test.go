@@ -97,8 +97,12 @@ func child(kind string) int {
 				continue
 			}
 			text := m.Params.Name
-			if text == "huge" {
+			if strings.HasPrefix(text, "huge") {
 				text = strings.Repeat("H", tap.DefaultMaxMessageBytes+1<<20)
+			}
+			if m.Params.Name == "huge-id-last" {
+				fmt.Fprintf(stdout, "{\"jsonrpc\":\"2.0\",\"result\":{\"content\":[{\"type\":\"text\",\"text\":%q}]},\"id\":%s}\n", text, m.ID)
+				continue
 			}
 			fmt.Fprintf(stdout, "{\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":{\"content\":[{\"type\":\"text\",\"text\":%q}]}}\n", m.ID, text)
 		}
@@ -362,26 +366,30 @@ func TestRelay_ChildGoneBeforeTheRequest(t *testing.T) {
 // at the child's exit without the answer the client has (adv23's D2, seen
 // through the proxy; the wrapper did the same).
 func TestRelay_OversizedAnswerIsNoNoResponse(t *testing.T) {
-	r := start(t, "raw")
-	in, out := r.clientIO()
-	rd := bufio.NewReaderSize(in, 64<<10)
-	for i, name := range []string{"huge", "after"} {
-		fmt.Fprintf(out, `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":%q,"arguments":{}}}`+"\n", i+1, name)
-		line, err := rd.ReadString('\n')
-		if err != nil || !strings.Contains(line, fmt.Sprintf(`"id":%d,`, i+1)) || (name == "huge") != (len(line) > tap.DefaultMaxMessageBytes) {
-			t.Fatalf("answer to %s: %d bytes, %v", name, len(line), err)
-		}
-	}
-	out.Close()
-	r.wait(t)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, rc := range r.records {
-		if rc.Response == nil {
-			t.Errorf("recorded without a response (%q) although answered: %.200s", rc.TransportError, rc.AppendJSON(nil))
-		}
-	}
-	if len(r.records) != 1 || !strings.Contains(string(r.records[0].Response), "after") {
-		t.Fatalf("%d records, want the one of the answer within the bound", len(r.records))
+	for _, huge := range []string{"huge", "huge-id-last"} {
+		t.Run(huge, func(t *testing.T) {
+			r := start(t, "raw")
+			in, out := r.clientIO()
+			rd := bufio.NewReaderSize(in, 64<<10)
+			for i, name := range []string{huge, "after"} {
+				fmt.Fprintf(out, `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":%q,"arguments":{}}}`+"\n", i+1, name)
+				line, err := rd.ReadString('\n')
+				if err != nil || !strings.Contains(line, fmt.Sprintf(`"id":%d`, i+1)) || (name == huge) != (len(line) > tap.DefaultMaxMessageBytes) {
+					t.Fatalf("answer to %s: %d bytes, %v", name, len(line), err)
+				}
+			}
+			out.Close()
+			r.wait(t)
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			for _, rc := range r.records {
+				if rc.Response == nil {
+					t.Errorf("recorded without a response (%q) although answered: %.200s", rc.TransportError, rc.AppendJSON(nil))
+				}
+			}
+			if len(r.records) != 1 || !strings.Contains(string(r.records[0].Response), "after") {
+				t.Fatalf("%d records, want the one of the answer within the bound", len(r.records))
+			}
+		})
 	}
 }
