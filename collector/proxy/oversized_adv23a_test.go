@@ -315,3 +315,29 @@ func TestProxy_OversizedAnswerOnTheSessionStream(t *testing.T) {
 		t.Fatalf("%d records, want none: %.200s", len(recs), recs[0].AppendJSON(nil))
 	}
 }
+
+// TestProxy_OversizedAnswerThenBreak: a stream that carried an answer over
+// the bound whose id the proxy could not read, then broke: the call may
+// have been answered, and is not recorded as connection_reset.
+func TestProxy_OversizedAnswerThenBreak(t *testing.T) {
+	cfg := proxy.NewDefaultConfig()
+	cfg.MaxMessageBytes = 64 << 10
+	up := rawUpstream(func(w http.ResponseWriter, calls []rawCall) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		io.WriteString(w, "event: message\ndata: "+`{"jsonrpc":"2.0","result":`+textResult("", 256<<10)+`,"id":`+string(calls[0].ID)+`}`+"\n\n")
+		w.(http.Flusher).Flush()
+		panic(http.ErrAbortHandler)
+	})
+	h := newHarness(t, up, cfg)
+	_, body, _ := post(context.Background(), h.client, h.front.URL+"/mcp", "s1", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"gram_patch","arguments":{}}}`)
+	if len(body) < 256<<10 {
+		t.Fatalf("the client got %d bytes", len(body))
+	}
+	if n := stopAndPending(h); n != 0 {
+		t.Errorf("%d calls recorded without a response at the stop; want 0", n)
+	}
+	if recs := h.recs(); len(recs) != 0 {
+		t.Fatalf("%d records, want none: %.300s", len(recs), recs[0].AppendJSON(nil))
+	}
+}

@@ -487,6 +487,15 @@ func (p *Proxy) finish(r *http.Request, ex *exchange) {
 		}
 		return
 	}
+	if ex.bigAnswer.Load() {
+		// The stream carried a message too large to record whose id
+		// could not be read: the calls it may have answered are not
+		// recorded, however the stream ended. Recorded as timeouts by the
+		// janitor, or with the break that came after their answer, they
+		// would read as calls nobody answered (adv23's D2).
+		p.rec.Forget(ex.keys)
+		return
+	}
 	reason := ""
 	switch {
 	case upErr != nil && !ex.connected.Load():
@@ -509,14 +518,6 @@ func (p *Proxy) finish(r *http.Request, ex *exchange) {
 		reason = "http_" + strconv.Itoa(status)
 	case status == 0:
 		reason = tap.ErrConnectionReset
-	}
-	if reason == "" && ex.bigAnswer.Load() {
-		// The stream ended cleanly after a message too large to record
-		// whose id could not be read: the calls it may have answered are
-		// not recorded. Recorded as timeouts by the janitor, they would
-		// read as calls nobody answered (adv23's D2).
-		p.rec.Forget(ex.keys)
-		return
 	}
 	if reason == "" {
 		// The upstream ended the stream cleanly without the response: the
