@@ -93,6 +93,13 @@ type Proxy struct {
 	cutting  bool
 	handlers sync.WaitGroup
 	cutCalls atomic.Int64
+
+	// bigSeen holds, by session, when a stream of the session last carried
+	// a message too large to record whose id could not be read, outside
+	// the POST of its call: a call of the session in flight since then may
+	// have been answered by it, and is not recorded as unanswered.
+	bigMu   sync.Mutex
+	bigSeen map[string]time.Time
 }
 
 // errResponseTimeout is the cause of an upstream request the proxy ended.
@@ -111,7 +118,7 @@ func New(cfg Config, emit func(*tap.Record), m *metrics.Relay, log *slog.Logger)
 		log = slog.Default()
 	}
 	target, _ := url.Parse(cfg.Upstream)
-	p := &Proxy{cfg: cfg, metrics: m, log: log, live: make(map[*exchange]struct{})}
+	p := &Proxy{cfg: cfg, metrics: m, log: log, live: make(map[*exchange]struct{}), bigSeen: make(map[string]time.Time)}
 	p.rec = tap.NewRecorder(cfg.Server, func(r *tap.Record) {
 		m.Record(cfg.Server, r.Outcome())
 		emit(r)
@@ -210,6 +217,7 @@ func (p *Proxy) OnlyStreamsOpen() bool {
 func (p *Proxy) Close() int {
 	p.stopJanitor()
 	<-p.janitorDone
+	p.forgetMaybeAnswered(time.Now().Add(time.Hour), time.Time{})
 	n := p.rec.Close("", time.Now())
 	p.metrics.SetInflight(0)
 	return n
@@ -228,9 +236,35 @@ func (p *Proxy) janitor(ctx context.Context) {
 			return
 		case now := <-tick.C:
 			if p.cfg.ResponseTimeout > 0 {
+				// A call in flight for longer than twice the timeout was
+				// there before every sighting it could need.
+				p.forgetMaybeAnswered(now.Add(-2*p.cfg.ResponseTimeout), now.Add(-4*p.cfg.ResponseTimeout))
 				p.rec.Expire(now.Add(-2*p.cfg.ResponseTimeout), tap.ErrTimeout, now)
 			}
 			p.metrics.SetInflight(p.rec.Len())
+		}
+	}
+}
+
+// forgetMaybeAnswered drops unrecorded the calls in flight that came
+// before before, of the sessions that got a message too large to record of
+// unknown id since the call came: it may have been their answer, and
+// recording them as unanswered (a timeout, or unknown at a stop) could make
+// a false finding. It forgets what no call in flight can need any more:
+// sightings before keep.
+func (p *Proxy) forgetMaybeAnswered(before, keep time.Time) {
+	p.bigMu.Lock()
+	defer p.bigMu.Unlock()
+	if len(p.bigSeen) == 0 {
+		return
+	}
+	p.rec.ForgetIf(func(session string, at time.Time) bool {
+		seen, ok := p.bigSeen[session]
+		return ok && at.Before(before) && !seen.Before(at)
+	})
+	for s, seen := range p.bigSeen {
+		if seen.Before(keep) {
+			delete(p.bigSeen, s)
 		}
 	}
 }
@@ -249,8 +283,13 @@ type exchange struct {
 	upstreamErr error
 	timedOut    atomic.Bool
 	untapped    atomic.Bool // the answer is compressed: the proxy cannot read it
-	stop        context.CancelCauseFunc
-	timer       *time.Timer
+	// bigAnswer is set when the exchange's stream carried a message too
+	// large to record whose id could not be read: the calls of the POST
+	// still pending when the stream ends were answered by it, as far as
+	// the proxy can tell.
+	bigAnswer atomic.Bool
+	stop      context.CancelCauseFunc
+	timer     *time.Timer
 	// connected is set once the transport has a connection for the
 	// upstream request (httptrace GotConn): from then on some of the
 	// request may have reached the upstream. Until then nothing did.
@@ -307,6 +346,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.liveMu.Unlock()
 	if len(ex.keys) > 0 && p.cfg.ResponseTimeout > 0 {
 		ex.timer = time.AfterFunc(p.cfg.ResponseTimeout, func() {
+			if ex.bigAnswer.Load() {
+				// A message too large to record, of unknown id, came on
+				// this stream: it may have answered these calls.
+				p.rec.Forget(ex.keys)
+			}
 			if p.rec.Pending(ex.keys) > 0 {
 				ex.timedOut.Store(true)
 				stop(errResponseTimeout)
@@ -391,7 +435,9 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 	switch {
 	case resp.Body == nil || resp.Body == http.NoBody:
 	case mt == "text/event-stream":
-		resp.Body = &tapBody{rc: resp.Body, p: p, ex: ex, sse: &tap.SSE{Max: p.cfg.MaxMessageBytes}}
+		b := &tapBody{rc: resp.Body, p: p, ex: ex, sse: &tap.SSE{Max: p.cfg.MaxMessageBytes}}
+		b.sse.Big = b.tooBig
+		resp.Body = b
 	case mt == "application/json":
 		resp.Body = &tapBody{rc: resp.Body, p: p, ex: ex}
 	}
@@ -439,6 +485,15 @@ func (p *Proxy) finish(r *http.Request, ex *exchange) {
 		for range p.rec.Forget(ex.keys) {
 			p.metrics.Unrecorded(metrics.UnrecordedUnpaired)
 		}
+		return
+	}
+	if ex.bigAnswer.Load() {
+		// The stream carried a message too large to record whose id
+		// could not be read: the calls it may have answered are not
+		// recorded, however the stream ended. Recorded as timeouts by the
+		// janitor, or with the break that came after their answer, they
+		// would read as calls nobody answered (adv23's D2).
+		p.rec.Forget(ex.keys)
 		return
 	}
 	reason := ""
@@ -496,7 +551,7 @@ type tapBody struct {
 	p   *Proxy
 	ex  *exchange
 	sse *tap.SSE // nil for a JSON body
-	buf []byte   // a JSON body so far
+	buf []byte   // a JSON body so far; its first tap.PrefixBytes once big
 	big bool     // the JSON body passed the bound
 }
 
@@ -511,7 +566,12 @@ func (b *tapBody) Read(q []byte) (int, error) {
 			}
 		} else if !b.big {
 			if len(b.buf)+n > b.p.cfg.MaxMessageBytes {
-				b.big, b.buf = true, nil
+				// Only its start is kept, to read its id from.
+				b.big = true
+				if len(b.buf) < tap.PrefixBytes {
+					b.buf = append(b.buf, q[:min(n, tap.PrefixBytes-len(b.buf))]...)
+				}
+				b.buf = bytes.Clone(b.buf[:min(len(b.buf), tap.PrefixBytes)])
 				b.p.metrics.Unrecorded(metrics.UnrecordedOversized)
 			} else {
 				b.buf = append(b.buf, q[:n]...)
@@ -521,6 +581,16 @@ func (b *tapBody) Read(q []byte) (int, error) {
 	switch {
 	case err == io.EOF && b.sse == nil && !b.big:
 		b.message(b.buf)
+		b.buf = nil
+	case err == io.EOF && b.sse == nil:
+		// A JSON body is the answer to the POST's requests: the one its
+		// id names, or all of them when it is not read (a batch, or the
+		// id after the result).
+		if id, ok, other := tap.ResponseID(b.buf); ok {
+			b.p.rec.Unrecordable(b.ex.keys, b.ex.session, b.ex.scope, id)
+		} else if !other {
+			b.p.rec.Forget(b.ex.keys)
+		}
 		b.buf = nil
 	case err != nil && err != io.EOF:
 		b.ex.mu.Lock()
@@ -532,6 +602,26 @@ func (b *tapBody) Read(q []byte) (int, error) {
 	return n, err
 }
 
+// tooBig takes the start of an SSE event too large to record: the call
+// its id names is answered, and not recorded.
+func (b *tapBody) tooBig(prefix []byte) {
+	id, ok, other := tap.ResponseID(prefix)
+	switch {
+	case ok:
+		b.p.rec.Unrecordable(b.ex.keys, b.ex.session, b.ex.scope, id)
+		return
+	case other:
+		return // a server request or notification: it answers nothing
+	}
+	b.ex.bigAnswer.Store(true)
+	if b.ex.session != "" && len(b.ex.keys) == 0 {
+		// A GET stream of the session (or a POST without calls).
+		b.p.bigMu.Lock()
+		b.p.bigSeen[b.ex.session] = time.Now()
+		b.p.bigMu.Unlock()
+	}
+}
+
 func (b *tapBody) message(data []byte) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return
@@ -540,7 +630,7 @@ func (b *tapBody) message(data []byte) {
 	if err != nil {
 		b.p.metrics.Unrecorded(metrics.UnrecordedInvalid)
 	}
-	b.p.rec.FromServer(b.ex.session, b.ex.scope, msgs, time.Now())
+	b.p.rec.FromServerOn(b.ex.keys, b.ex.session, b.ex.scope, msgs, time.Now())
 }
 
 func (b *tapBody) Close() error { return b.rc.Close() }

@@ -6,6 +6,18 @@ import "bytes"
 // still passes through the relay but is not recorded.
 const DefaultMaxMessageBytes = 16 << 20
 
+// PrefixBytes is how much of a message too large to record a framer keeps,
+// to read its id from (ResponseID).
+const PrefixBytes = 4 << 10
+
+// keepPrefix appends to prefix what of b still fits in PrefixBytes.
+func keepPrefix(prefix, b []byte) []byte {
+	if room := PrefixBytes - len(prefix); room > 0 {
+		prefix = append(prefix, b[:min(room, len(b))]...)
+	}
+	return prefix
+}
+
 // SSE gathers the data of Server-Sent Events from a stream fed in pieces
 // of any size. The zero value is ready, with DefaultMaxMessageBytes.
 type SSE struct {
@@ -13,7 +25,13 @@ type SSE struct {
 	Max int
 	// Oversized counts events dropped for their size.
 	Oversized int
+	// Big, when set, is called with the first PrefixBytes of the data of
+	// each event dropped for its size (as far as they are known), when the
+	// event ends. The slice is only valid during the call.
+	Big func(prefix []byte)
 
+	prefix  []byte // the start of the data of an event too big
+	bigData bool   // the line found too big is a data line: its rest is data
 	line    []byte // the line being gathered
 	data    []byte // the event's data so far
 	hasData bool
@@ -55,14 +73,38 @@ func (s *SSE) Feed(p []byte, event func(data []byte)) {
 
 func (s *SSE) appendLine(b []byte, max int) {
 	if s.tooBig {
+		if s.bigData {
+			s.prefix = keepPrefix(s.prefix, b)
+		}
 		return
 	}
 	if len(s.line)+len(b) > max+len("data: ") {
 		s.tooBig = true
+		s.startPrefix(append(s.line, b...))
 		s.line = s.line[:0]
 		return
 	}
 	s.line = append(s.line, b...)
+}
+
+// startPrefix keeps the start of the data of an event found too big while
+// its line line was gathered (line holds what of it came so far): the
+// data before it, and the line's value when it is a data line.
+func (s *SSE) startPrefix(line []byte) {
+	if s.Big == nil {
+		return
+	}
+	s.prefix = keepPrefix(s.prefix[:0], s.data)
+	if s.hasData {
+		s.prefix = keepPrefix(s.prefix, []byte("\n"))
+	}
+	value, ok := bytes.CutPrefix(line, []byte("data:"))
+	if !ok {
+		return
+	}
+	value, _ = bytes.CutPrefix(value, []byte(" "))
+	s.prefix = keepPrefix(s.prefix, value)
+	s.bigData = true
 }
 
 func (s *SSE) endLine(event func([]byte), max int) {
@@ -79,6 +121,10 @@ func (s *SSE) endLine(event func([]byte), max int) {
 		// The end of an event whose data was too big.
 		s.Oversized++
 		s.tooBig = false
+		if s.Big != nil {
+			s.Big(s.prefix)
+		}
+		s.prefix, s.bigData = s.prefix[:0], false
 		s.data, s.hasData = s.data[:0], false
 		return
 	}
@@ -100,6 +146,8 @@ func (s *SSE) endLine(event func([]byte), max int) {
 	}
 	if len(s.data)+len(value) > max {
 		s.tooBig = true
+		s.startPrefix(line)
+		s.bigData = false // the line is whole: what follows is other lines
 		return
 	}
 	s.data = append(s.data, value...)
@@ -114,8 +162,13 @@ type Lines struct {
 	Max int
 	// Oversized counts lines dropped for their size.
 	Oversized int
+	// Big, when set, is called with the first PrefixBytes of each line
+	// dropped for its size, when the line ends. The slice is only valid
+	// during the call.
+	Big func(prefix []byte)
 
 	buf    []byte
+	prefix []byte // the start of a line too big
 	tooBig bool
 }
 
@@ -151,6 +204,10 @@ func (l *Lines) FeedAt(p []byte, line func(b []byte, start int)) {
 		if l.tooBig {
 			l.Oversized++
 			l.tooBig = false
+			if l.Big != nil {
+				l.Big(l.prefix)
+			}
+			l.prefix = l.prefix[:0]
 		} else if b := bytes.TrimSpace(l.buf); len(b) > 0 {
 			line(b, start)
 		}
@@ -163,10 +220,16 @@ func (l *Lines) Rest() []byte { return bytes.TrimSpace(l.buf) }
 
 func (l *Lines) add(b []byte, max int) {
 	if l.tooBig {
+		if l.Big != nil {
+			l.prefix = keepPrefix(l.prefix, b)
+		}
 		return
 	}
 	if len(l.buf)+len(b) > max {
 		l.tooBig = true
+		if l.Big != nil {
+			l.prefix = keepPrefix(keepPrefix(l.prefix[:0], bytes.TrimLeft(l.buf, " \t\r")), b)
+		}
 		l.buf = l.buf[:0]
 		return
 	}

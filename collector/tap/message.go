@@ -156,3 +156,50 @@ func cancelledID(params json.RawMessage) string {
 	}
 	return string(bytes.TrimSpace(p.RequestID))
 }
+
+// ResponseID reads the id of a JSON-RPC response from the first bytes of a
+// message too large to keep whole: the id member is taken when it comes
+// before the result or error member (as every serializer we know writes
+// it: jsonrpc, id, result, or the keys sorted). ok is false when it cannot
+// be read; other is true when prefix is known to be no response (a
+// request or notification: a method member first, or no object).
+func ResponseID(prefix []byte) (id string, ok, other bool) {
+	d := json.NewDecoder(bytes.NewReader(prefix))
+	t, err := d.Token()
+	if err != nil {
+		return "", false, false
+	}
+	if t != json.Delim('{') {
+		// A batch may hold responses; anything else is no message.
+		return "", false, t != json.Delim('[')
+	}
+	for {
+		t, err := d.Token()
+		if err != nil {
+			return "", false, false
+		}
+		name, isName := t.(string)
+		if !isName {
+			return "", false, false
+		}
+		switch name {
+		case "result", "error":
+			return id, id != "", false
+		case "method":
+			return "", false, true
+		case "id":
+			var raw json.RawMessage
+			if d.Decode(&raw) != nil {
+				return "", false, false
+			}
+			if v := bytes.TrimSpace(raw); len(v) > 0 && !bytes.Equal(v, []byte("null")) {
+				id = string(v)
+			}
+		default:
+			var skip json.RawMessage
+			if d.Decode(&skip) != nil {
+				return "", false, false
+			}
+		}
+	}
+}

@@ -1,20 +1,30 @@
 package tap
 
 import (
+	"slices"
 	"sync"
 	"time"
 )
 
 // Key names one request in flight: its session, or for traffic without a
 // session the scope the relay gives the exchange that carries it, and its id.
+// A Key returned by FromClient also names that one request among others the
+// client sent under the same id; one built by the caller names the oldest.
 type Key struct {
 	Session string
 	Scope   uint64
 	ID      string
+	// n is the request's number in the Recorder; 0 in a Key built by the
+	// caller.
+	n uint64
 }
+
+// id returns k without its request number: the map key of its queue.
+func (k Key) id() Key { k.n = 0; return k }
 
 // pending is a tools/call request waiting for its response.
 type pending struct {
+	n       uint64
 	at      time.Time
 	session string
 	client  string
@@ -47,10 +57,16 @@ type Recorder struct {
 
 	journal Journal
 
-	mu      sync.Mutex
-	seq     uint64 // the last journal entry
-	pending map[Key]*pending
-	clients map[string]string
+	mu  sync.Mutex
+	seq uint64 // the last journal entry
+	num uint64 // the last request number (Key.n)
+	// pending holds the requests in flight by Key without its number, in
+	// the order they came: JSON-RPC forbids a client two requests in flight
+	// under one id, but a client may still send them (two calls of a batch
+	// under one id, adv23's L2), and the server answers each.
+	pending  map[Key][]*pending
+	inflight int
+	clients  map[string]string
 }
 
 // DefaultMaxSessions is how many sessions' clients a Recorder remembers.
@@ -60,7 +76,7 @@ const DefaultMaxSessions = 100_000
 // every record to emit.
 func NewRecorder(server string, emit func(*Record)) *Recorder {
 	return &Recorder{server: server, emit: emit, maxSessions: DefaultMaxSessions,
-		pending: make(map[Key]*pending), clients: make(map[string]string)}
+		pending: make(map[Key][]*pending), clients: make(map[string]string)}
 }
 
 // SetJournal makes r note every tools/call request in j when it starts;
@@ -104,25 +120,27 @@ func (r *Recorder) FromClient(session string, scope uint64, msgs []Message, at t
 		m := &msgs[i]
 		switch {
 		case m.Kind == KindRequest && m.Method == "tools/call":
-			k := Key{Session: session, Scope: scope, ID: m.ID}
-			if _, dup := r.pending[k]; dup {
-				// The client reused an id still in flight: JSON-RPC
-				// forbids it, and the answer can no longer be told
-				// apart. The first exchange ends unknown.
-				done = append(done, r.finishLocked(k, nil, "", at))
-			}
+			// A client that reuses an id still in flight gets each
+			// answer all the same: the requests queue under the id, and
+			// answers pair with them in the order they were sent (or
+			// with the exchange's own, FromServerOn). Until adv23a the
+			// first one ended unknown, recorded without a response
+			// although its answer reached the client.
+			r.num++
+			k := Key{Session: session, Scope: scope, ID: m.ID, n: r.num}
 			client := metaClient(m.Params)
 			if client == "" {
 				client = r.clients[session]
 			}
-			p := &pending{at: at, session: session, client: client, request: m.Raw}
+			p := &pending{n: r.num, at: at, session: session, client: client, request: m.Raw}
 			if r.journal != nil {
 				r.seq++
 				p.entry = r.seq
 				begun = append(begun, &Record{Time: at, Server: r.server, Session: session, Client: client,
 					Request: m.Raw, Entry: p.entry})
 			}
-			r.pending[k] = p
+			r.pending[k.id()] = append(r.pending[k.id()], p)
+			r.inflight++
 			keys = append(keys, k)
 		case m.Kind == KindNotification && m.Method == "notifications/cancelled":
 			k := Key{Session: session, Scope: scope, ID: cancelledID(m.Params)}
@@ -146,6 +164,14 @@ func (r *Recorder) FromClient(session string, scope uint64, msgs []Message, at t
 // received at at: each response to a pending tools/call completes its
 // exchange. Server-to-client requests and notifications are ignored.
 func (r *Recorder) FromServer(session string, scope uint64, msgs []Message, at time.Time) {
+	r.FromServerOn(nil, session, scope, msgs, at)
+}
+
+// FromServerOn is FromServer for messages that came on the exchange that
+// carried the requests of own: a response pairs with the request of own
+// under its id first (a server answers a request on the stream of the
+// POST that carried it), else with the oldest in flight under its id.
+func (r *Recorder) FromServerOn(own []Key, session string, scope uint64, msgs []Message, at time.Time) {
 	if session != "" {
 		scope = 0
 	}
@@ -156,12 +182,39 @@ func (r *Recorder) FromServer(session string, scope uint64, msgs []Message, at t
 		if m.Kind != KindResponse {
 			continue
 		}
-		if rec := r.finishLocked(Key{Session: session, Scope: scope, ID: m.ID}, m.Raw, "", at); rec != nil {
+		k := ownKey(own, Key{Session: session, Scope: scope, ID: m.ID}, r.pending)
+		if rec := r.finishLocked(k, m.Raw, "", at); rec != nil {
 			done = append(done, rec)
 		}
 	}
 	r.mu.Unlock()
 	r.emitAll(done)
+}
+
+// ownKey returns the first key of own that names a request still pending
+// under k's id, or k.
+func ownKey(own []Key, k Key, inFlight map[Key][]*pending) Key {
+	for _, o := range own {
+		if o.id() == k && o.n != 0 && slices.ContainsFunc(inFlight[k], func(p *pending) bool { return p.n == o.n }) {
+			return o
+		}
+	}
+	return k
+}
+
+// Unrecordable ends, without a record, the request that a response too
+// large to record answered: the one of own under id, else the oldest in
+// flight under id in the session (or scope). It returns how many it ended
+// (0 or 1). The relay passed the answer on; recording the call without it
+// would report an outcome nobody lost (adv23's D2).
+func (r *Recorder) Unrecordable(own []Key, session string, scope uint64, id string) int {
+	if session != "" {
+		scope = 0
+	}
+	r.mu.Lock()
+	k := ownKey(own, Key{Session: session, Scope: scope, ID: id}, r.pending)
+	r.mu.Unlock()
+	return r.Forget([]Key{k})
 }
 
 // Fail ends the requests of keys that are still pending with the transport
@@ -186,8 +239,7 @@ func (r *Recorder) Forget(keys []Key) int {
 	r.mu.Lock()
 	n := 0
 	for _, k := range keys {
-		if p, ok := r.pending[k]; ok {
-			delete(r.pending, k)
+		if p := r.takeLocked(k); p != nil {
 			n++
 			if p.entry != 0 {
 				entries = append(entries, p.entry)
@@ -207,7 +259,7 @@ func (r *Recorder) Pending(keys []Key) int {
 	defer r.mu.Unlock()
 	n := 0
 	for _, k := range keys {
-		if _, ok := r.pending[k]; ok {
+		if r.findLocked(k) >= 0 {
 			n++
 		}
 	}
@@ -218,7 +270,7 @@ func (r *Recorder) Pending(keys []Key) int {
 func (r *Recorder) Len() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return len(r.pending)
+	return r.inflight
 }
 
 // EndSession forgets a session that ended and fails its requests still in
@@ -227,9 +279,11 @@ func (r *Recorder) EndSession(session, reason string, at time.Time) {
 	var done []*Record
 	r.mu.Lock()
 	delete(r.clients, session)
-	for k := range r.pending {
+	for k, q := range r.pending {
 		if k.Session == session && session != "" {
-			done = append(done, r.finishLocked(k, nil, reason, at))
+			for range q {
+				done = append(done, r.finishLocked(k, nil, reason, at))
+			}
 		}
 	}
 	r.mu.Unlock()
@@ -240,8 +294,45 @@ func (r *Recorder) EndSession(session, reason string, at time.Time) {
 func (r *Recorder) Expire(before time.Time, reason string, at time.Time) int {
 	var done []*Record
 	r.mu.Lock()
-	for k, p := range r.pending {
-		if p.at.Before(before) {
+	for k, q := range r.pending {
+		for _, p := range slices.Clone(q) {
+			if p.at.Before(before) {
+				k.n = p.n
+				done = append(done, r.finishLocked(k, nil, reason, at))
+			}
+		}
+	}
+	r.mu.Unlock()
+	r.emitAll(done)
+	return len(done)
+}
+
+// ForgetIf drops, without recording them, the requests in flight for which
+// drop (given their session and when they came) returns true, and returns
+// how many it dropped: for calls a message too large to record may have
+// answered, where the relay could not read which.
+func (r *Recorder) ForgetIf(drop func(session string, at time.Time) bool) int {
+	var keys []Key
+	r.mu.Lock()
+	for k, q := range r.pending {
+		for _, p := range q {
+			if drop(p.session, p.at) {
+				k.n = p.n
+				keys = append(keys, k)
+			}
+		}
+	}
+	r.mu.Unlock()
+	return r.Forget(keys)
+}
+
+// Close ends every request in flight with reason ("" when the relay
+// cannot know their outcome) and returns how many it ended.
+func (r *Recorder) Close(reason string, at time.Time) int {
+	var done []*Record
+	r.mu.Lock()
+	for k, q := range r.pending {
+		for range q {
 			done = append(done, r.finishLocked(k, nil, reason, at))
 		}
 	}
@@ -250,25 +341,43 @@ func (r *Recorder) Expire(before time.Time, reason string, at time.Time) int {
 	return len(done)
 }
 
-// Close ends every request in flight with reason ("" when the relay
-// cannot know their outcome) and returns how many it ended.
-func (r *Recorder) Close(reason string, at time.Time) int {
-	var done []*Record
-	r.mu.Lock()
-	for k := range r.pending {
-		done = append(done, r.finishLocked(k, nil, reason, at))
+// findLocked returns the index in its queue of the request k names: the
+// one numbered k.n, or the oldest when k.n is 0; -1 when none is pending.
+func (r *Recorder) findLocked(k Key) int {
+	q := r.pending[k.id()]
+	if k.n == 0 {
+		if len(q) == 0 {
+			return -1
+		}
+		return 0
 	}
-	r.mu.Unlock()
-	r.emitAll(done)
-	return len(done)
+	return slices.IndexFunc(q, func(p *pending) bool { return p.n == k.n })
+}
+
+// takeLocked removes the request k names from the requests in flight and
+// returns it, or nil when it is not pending.
+func (r *Recorder) takeLocked(k Key) *pending {
+	i := r.findLocked(k)
+	if i < 0 {
+		return nil
+	}
+	id := k.id()
+	q := r.pending[id]
+	p := q[i]
+	if len(q) == 1 {
+		delete(r.pending, id)
+	} else {
+		r.pending[id] = slices.Delete(q, i, i+1)
+	}
+	r.inflight--
+	return p
 }
 
 func (r *Recorder) finishLocked(k Key, response []byte, transportErr string, at time.Time) *Record {
-	p, ok := r.pending[k]
-	if !ok {
+	p := r.takeLocked(k)
+	if p == nil {
 		return nil
 	}
-	delete(r.pending, k)
 	d := at.Sub(p.at)
 	if d < 0 {
 		d = 0

@@ -91,8 +91,21 @@ func (rl *Relay) Run(cmd *exec.Cmd, stdin io.Reader, stdout io.Writer) (int, err
 			}
 		}
 	}()
-	// Server to client, until the child closes its stdout.
-	lines := tap.Lines{Max: rl.MaxMessageBytes}
+	// Server to client, until the child closes its stdout. A line too
+	// large to record that answers a call ends it unrecorded: recorded at
+	// the child's exit without its answer, it would read as a call nobody
+	// answered (adv23's D2, seen through the proxy).
+	// One whose id cannot be read may have answered any call in flight:
+	// those are not recorded as unanswered at the exit.
+	var bigAt time.Time
+	lines := tap.Lines{Max: rl.MaxMessageBytes, Big: func(prefix []byte) {
+		switch id, ok, other := tap.ResponseID(prefix); {
+		case ok:
+			rl.Recorder.Unrecordable(nil, "", 0, id)
+		case !other:
+			bigAt = time.Now()
+		}
+	}}
 	buf := make([]byte, 64<<10)
 	stdoutOK := true
 	for {
@@ -123,6 +136,9 @@ func (rl *Relay) Run(cmd *exec.Cmd, stdin io.Reader, stdout io.Writer) (int, err
 	reason := tap.ErrConnectionReset
 	if clientGone.Load() {
 		reason = tap.ErrCanceled
+	}
+	if !bigAt.IsZero() {
+		rl.Recorder.ForgetIf(func(_ string, at time.Time) bool { return !bigAt.Before(at) })
 	}
 	rl.Recorder.Close(reason, time.Now())
 	rl.Metrics.SetInflight(0)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -83,6 +84,28 @@ func child(kind string) int {
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: in.Text}}}, nil, nil
 		})
 		s.Run(context.Background(), &mcp.IOTransport{Reader: stdin, Writer: stdout})
+	case "raw":
+		// Answers each tools/call on a line of its own; "huge" over the
+		// relay's 16 MiB message bound, the id first as SDKs write it.
+		sc := bufio.NewScanner(stdin)
+		for sc.Scan() {
+			var m struct {
+				ID     json.RawMessage `json:"id"`
+				Params struct{ Name string }
+			}
+			if json.Unmarshal(sc.Bytes(), &m) != nil || m.ID == nil {
+				continue
+			}
+			text := m.Params.Name
+			if strings.HasPrefix(text, "huge") {
+				text = strings.Repeat("H", tap.DefaultMaxMessageBytes+1<<20)
+			}
+			if m.Params.Name == "huge-id-last" {
+				fmt.Fprintf(stdout, "{\"jsonrpc\":\"2.0\",\"result\":{\"content\":[{\"type\":\"text\",\"text\":%q}]},\"id\":%s}\n", text, m.ID)
+				continue
+			}
+			fmt.Fprintf(stdout, "{\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":{\"content\":[{\"type\":\"text\",\"text\":%q}]}}\n", m.ID, text)
+		}
 	case "mcpgo":
 		s := mcpgoserver.NewMCPServer("child", "1")
 		s.AddTool(mcpgo.NewTool("echo", mcpgo.WithString("text")), func(ctx context.Context, req mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
@@ -335,5 +358,38 @@ func TestRelay_ChildGoneBeforeTheRequest(t *testing.T) {
 			t.Log(string(rc.AppendJSON(nil)))
 		}
 		t.Fatalf("%d records, want 1 not_sent", len(r.records))
+	}
+}
+
+// TestRelay_OversizedAnswerIsNoNoResponse: an answer over the message bound
+// reaches the client whole; its call is not recorded, rather than recorded
+// at the child's exit without the answer the client has (adv23's D2, seen
+// through the proxy; the wrapper did the same).
+func TestRelay_OversizedAnswerIsNoNoResponse(t *testing.T) {
+	for _, huge := range []string{"huge", "huge-id-last"} {
+		t.Run(huge, func(t *testing.T) {
+			r := start(t, "raw")
+			in, out := r.clientIO()
+			rd := bufio.NewReaderSize(in, 64<<10)
+			for i, name := range []string{huge, "after"} {
+				fmt.Fprintf(out, `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":%q,"arguments":{}}}`+"\n", i+1, name)
+				line, err := rd.ReadString('\n')
+				if err != nil || !strings.Contains(line, fmt.Sprintf(`"id":%d`, i+1)) || (name == huge) != (len(line) > tap.DefaultMaxMessageBytes) {
+					t.Fatalf("answer to %s: %d bytes, %v", name, len(line), err)
+				}
+			}
+			out.Close()
+			r.wait(t)
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			for _, rc := range r.records {
+				if rc.Response == nil {
+					t.Errorf("recorded without a response (%q) although answered: %.200s", rc.TransportError, rc.AppendJSON(nil))
+				}
+			}
+			if len(r.records) != 1 || !strings.Contains(string(r.records[0].Response), "after") {
+				t.Fatalf("%d records, want the one of the answer within the bound", len(r.records))
+			}
+		})
 	}
 }
