@@ -122,6 +122,10 @@ func cause(state audit.WriteState, reason audit.Reason) string {
 	return "unverified: " + string(reason)
 }
 
+// Formula says how the SLI is computed (findings.md §2), for every output
+// that prints an SLI: the page, the report in each format and mcpaudit slo.
+const Formula = "SLI = (durable + resolved) / (durable + resolved + unverified + double_applied); rejected and pending writes are outside it."
+
 // Bad returns the writes that spend the error budget.
 func Bad(counts map[audit.WriteState]int64) int64 {
 	return counts[audit.StateUnverified] + counts[audit.StateDoubleApplied]

@@ -285,6 +285,7 @@ var funcs = template.FuncMap{
 		return cmp.Or(before, "—") + " → " + cmp.Or(after, "—")
 	},
 	"judgedLabel": func() string { return api.JudgedLabel },
+	"formula":     func() string { return report.Formula },
 	"sprint":      fmt.Sprint,
 	"split":       strings.Fields,
 }

@@ -613,11 +613,14 @@ func sloCommand(args []string, stdout, stderr io.Writer) error {
 		of = " of " + s.Server
 	}
 	fmt.Fprintf(stdout, "Write durability SLO%s over %s (%s to %s), target %.4g\n", of, s.Window, s.Since.UTC().Format(time.RFC3339), s.Until.UTC().Format(time.RFC3339), s.Target)
+	good := s.Counts[audit.StateDurable] + s.Counts[audit.StateResolved]
 	if s.SLI == nil {
 		fmt.Fprintln(stdout, "  SLI: n/a (no write counts toward it)")
 	} else {
-		fmt.Fprintf(stdout, "  SLI: %.5f\n", *s.SLI)
+		fmt.Fprintf(stdout, "  SLI: %.5f (%d / %d)\n", *s.SLI, good, report.Counted(s.Counts))
 	}
+	// How it is computed (op23's D10: only the page said it).
+	fmt.Fprintf(stdout, "  %s\n", report.Formula)
 	if s.ErrorBudgetRemaining != nil {
 		fmt.Fprintf(stdout, "  error budget left: %s\n", report.BudgetLeft(*s.ErrorBudgetRemaining))
 	}
