@@ -885,7 +885,10 @@ type findingView struct {
 	Evidence []row
 	Step     *Step
 	KindStep string
-	Actions  []string
+	// StepWasClients is set when Step is what the client should have
+	// done after its uncertain call, not a step to take now.
+	StepWasClients bool
+	Actions        []string
 }
 
 func (s *Server) finding(w http.ResponseWriter, r *http.Request) {
@@ -910,7 +913,7 @@ func (s *Server) finding(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	v := findingView{Finding: f, History: d.History, Evidence: rows, KindStep: KindSteps[f.Kind]}
+	v := findingView{Finding: f, History: d.History, Evidence: rows, KindStep: KindStep(f), StepWasClients: StepWasClients(f.Kind)}
 	action := f.RetryAction
 	if action == "" {
 		for _, row := range rows {
