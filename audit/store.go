@@ -222,8 +222,12 @@ type CauseCount struct {
 
 // NameCount is the bad writes of one server, tool, document or client.
 type NameCount struct {
-	Name  string `json:"name"`
-	Count int64  `json:"count"`
+	Name string `json:"name"`
+	// Server is, for a document, the server that holds it: a document is
+	// a server's, and two servers' documents of one path count apart.
+	// Empty for the other dimensions.
+	Server string `json:"server,omitempty"`
+	Count  int64  `json:"count"`
 }
 
 // BadWriteCounts are the bad writes of a window counted along each
@@ -234,7 +238,9 @@ type BadWriteCounts struct {
 	Causes  []CauseCount
 	Servers []NameCount
 	Tools   []NameCount
-	// Documents leaves out the writes that name no document.
+	// Documents leaves out the writes that name no document. It counts
+	// by document and server, ties in byte order of the document, then
+	// of the server.
 	Documents []NameCount
 	// Clients counts each write under the client of its stored call of
 	// the same tenant, UnknownClient when that call is not stored or

@@ -37,6 +37,8 @@ func funcs() map[string]any {
 		"datetime": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04 MST") },
 		"states":   func() []audit.WriteState { return audit.WriteStates },
 		"counted":  Counted,
+		"formula":  func() string { return Formula },
+		"good":     func(m map[audit.WriteState]int64) int64 { return m[audit.StateDurable] + m[audit.StateResolved] },
 		"count":    func(m map[audit.WriteState]int64, s audit.WriteState) int64 { return m[s] },
 		"met":      func(r *Report) bool { return r.SLI != nil && *r.SLI >= r.Target },
 		"share": func(n, total int64) string {

@@ -39,8 +39,12 @@ type Query struct {
 
 // Row is one line of a breakdown.
 type Row struct {
-	Name  string `json:"name"`
-	Count int64  `json:"count"`
+	Name string `json:"name"`
+	// Server is, in ByDocument, the server that holds the document: a
+	// document is a server's, and two servers' documents of one path are
+	// two rows (op23's D2). Empty elsewhere.
+	Server string `json:"server,omitempty"`
+	Count  int64  `json:"count"`
 }
 
 // Day is one bucket of the window (a day, or several when the window is
@@ -93,7 +97,8 @@ type Report struct {
 	ByServer  []Row `json:"by_server"`
 	ByTool    []Row `json:"by_tool"`
 	ByClient  []Row `json:"by_client"`
-	// ByDocument are the documents with the most bad events.
+	// ByDocument are the documents with the most bad events, each with
+	// its server.
 	ByDocument []Row `json:"by_document"`
 	// Findings are the findings of the window by kind and state; their
 	// Total equals /api/v1/findings over the window.
@@ -121,6 +126,10 @@ func cause(state audit.WriteState, reason audit.Reason) string {
 	}
 	return "unverified: " + string(reason)
 }
+
+// Formula says how the SLI is computed (findings.md §2), for every output
+// that prints an SLI: the page, the report in each format and mcpaudit slo.
+const Formula = "SLI = (durable + resolved) / (durable + resolved + unverified + double_applied); rejected and pending writes are outside it."
 
 // Bad returns the writes that spend the error budget.
 func Bad(counts map[audit.WriteState]int64) int64 {
@@ -179,7 +188,7 @@ func Build(ctx context.Context, store audit.Store, q Query) (*Report, error) {
 		}
 	}
 	for a, n := range mix {
-		r.RetryMix = append(r.RetryMix, Row{string(a), n})
+		r.RetryMix = append(r.RetryMix, Row{Name: string(a), Count: n})
 		r.Failures += n
 	}
 	sortRows(r.RetryMix)
@@ -213,7 +222,14 @@ func (r *Report) breakdowns(ctx context.Context, store audit.Store, q Query) err
 	r.ByCause = top(causes, 0)
 	r.ByServer = top(byName(bc.Servers), q.Top)
 	r.ByTool = top(byName(bc.Tools), q.Top)
-	r.ByDocument = top(byName(bc.Documents), q.Top)
+	r.ByDocument = make([]Row, 0, len(bc.Documents))
+	for _, d := range bc.Documents {
+		r.ByDocument = append(r.ByDocument, Row{Name: d.Name, Server: d.Server, Count: d.Count})
+	}
+	sortRows(r.ByDocument)
+	if len(r.ByDocument) > q.Top {
+		r.ByDocument = r.ByDocument[:q.Top]
+	}
 	r.ByClient = top(byName(bc.Clients), q.Top)
 	return nil
 }
@@ -229,7 +245,7 @@ func byName(ns []audit.NameCount) map[string]int64 {
 func top(m map[string]int64, n int) []Row {
 	rows := make([]Row, 0, len(m))
 	for k, v := range m {
-		rows = append(rows, Row{k, v})
+		rows = append(rows, Row{Name: k, Count: v})
 	}
 	sortRows(rows)
 	if n > 0 && len(rows) > n {
@@ -239,7 +255,9 @@ func top(m map[string]int64, n int) []Row {
 }
 
 func sortRows(rows []Row) {
-	slices.SortFunc(rows, func(a, b Row) int { return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.Name, b.Name)) })
+	slices.SortFunc(rows, func(a, b Row) int {
+		return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.Name, b.Name), cmp.Compare(a.Server, b.Server))
+	})
 }
 
 func kindRows(fc []audit.FindingCount) ([]KindRow, int64) {

@@ -57,10 +57,10 @@ func TestBuild(t *testing.T) {
 		t.Errorf("budget remaining %v, spent %v; want -1 and 2 (twice the 1%% budget)", *r.ErrorBudgetRemaining, *r.ErrorBudgetSpent)
 	}
 	causes := fmt.Sprint(r.ByCause)
-	if causes != "[{unverified: commit_unknown 3} {double_applied 2} {unverified: no_response 1}]" {
+	if causes != "[{unverified: commit_unknown  3} {double_applied  2} {unverified: no_response  1}]" {
 		t.Errorf("by cause %s", causes)
 	}
-	if fmt.Sprint(r.ByTool) != "[{gram_patch 5} {gram_create 1}]" {
+	if fmt.Sprint(r.ByTool) != "[{gram_patch  5} {gram_create  1}]" {
 		t.Errorf("by tool %v", r.ByTool)
 	}
 	if len(r.Days) != 3 || r.Days[1].Bad != 5 || r.Days[2].Bad != 1 || r.Days[0].Bad != 0 {

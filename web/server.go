@@ -382,6 +382,53 @@ type timeline struct {
 	// list. Down counts the markers, those of Rows included.
 	DownAfter []api.Downtime
 	Down      int
+	// Server is the server= the page is narrowed to: a document or
+	// session is a server's, and another server may hold one of the same
+	// name (two vaults, or two exporters of one). EveryServer is the page
+	// without it.
+	Server      string
+	EveryServer template.URL
+	// Servers are, when the page is not narrowed and its calls and
+	// findings are of more than one server, those servers, each with the
+	// page narrowed to it: each row then names its server (op23's D2: two
+	// servers' documents of one path read as duplicates).
+	Servers []serverLink
+}
+
+// serverLink is a server and the page narrowed to it.
+type serverLink struct {
+	Name string
+	URL  template.URL
+}
+
+// ServerColumn reports whether the rows name their server.
+func (t *timeline) ServerColumn() bool { return len(t.Servers) > 1 }
+
+// LinkServer is the server a row's links carry (server=), so that they
+// open that server's document or session: the row's on a page narrowed
+// to a server or of several servers, else none.
+func (t *timeline) LinkServer(server string) string {
+	if t.Server == "" && !t.ServerColumn() {
+		return ""
+	}
+	return server
+}
+
+// withQuery is the page's query with key set to value (deleted when
+// empty) and no cursor, as a link: "?" and the query.
+func withQuery(q url.Values, key, value string) template.URL {
+	v := url.Values{}
+	for k, x := range q {
+		if k != "cursor" {
+			v[k] = x
+		}
+	}
+	if value == "" {
+		v.Del(key)
+	} else {
+		v.Set(key, value)
+	}
+	return template.URL("?" + v.Encode())
 }
 
 // placeDowntimes puts the markers of ds (oldest first) at their place
@@ -454,7 +501,7 @@ func (s *Server) downtimesBefore(ctx context.Context, q audit.CallQuery, first t
 
 // buildTimeline joins a page of calls with their writes and the findings
 // they are evidence of.
-func (s *Server) buildTimeline(ctx context.Context, tenant string, calls []audit.Record, doc, session string, findings []audit.Finding) ([]row, error) {
+func (s *Server) buildTimeline(ctx context.Context, tenant, server string, calls []audit.Record, doc, session string, findings []audit.Finding) ([]row, error) {
 	rows := make([]row, len(calls))
 	byID := map[string]int{}
 	for i := range calls {
@@ -468,7 +515,7 @@ func (s *Server) buildTimeline(ctx context.Context, tenant string, calls []audit
 		byID[c.Call.ID] = i
 	}
 	if len(calls) > 0 {
-		wq := audit.WriteQuery{Tenant: tenant, Document: doc, Session: session,
+		wq := audit.WriteQuery{Tenant: tenant, Server: server, Document: doc, Session: session,
 			Since: calls[0].Call.Time, Until: calls[len(calls)-1].Call.Time.Add(1), Limit: 1000}
 		for {
 			p, err := s.store.Writes(ctx, wq)
@@ -576,8 +623,9 @@ func (s *Server) timelineView(w http.ResponseWriter, r *http.Request, kind, name
 
 func (s *Server) renderTimeline(w http.ResponseWriter, r *http.Request, p api.Principal, kind, name string, since, until time.Time) {
 	ctx := r.Context()
-	cq := audit.CallQuery{Tenant: p.Tenant, Since: since, Until: until, Limit: s.cfg.PageSize, Cursor: r.URL.Query().Get("cursor")}
-	fq := audit.FindingQuery{Tenant: p.Tenant}
+	server := r.URL.Query().Get("server")
+	cq := audit.CallQuery{Tenant: p.Tenant, Server: server, Since: since, Until: until, Limit: s.cfg.PageSize, Cursor: r.URL.Query().Get("cursor")}
+	fq := audit.FindingQuery{Tenant: p.Tenant, Server: server}
 	var doc, session string
 	if kind == "document" {
 		cq.Document, fq.Document, doc = name, name, name
@@ -606,14 +654,18 @@ func (s *Server) renderTimeline(w http.ResponseWriter, r *http.Request, p api.Pr
 	if len(page.Calls) == 0 && all == 0 {
 		// An empty page is "nothing in this range" only for a name the
 		// store knows: a mistyped or unknown one says so.
-		known, err := s.store.Calls(ctx, audit.CallQuery{Tenant: p.Tenant, Document: cq.Document, Session: cq.Session, Limit: 1})
+		known, err := s.store.Calls(ctx, audit.CallQuery{Tenant: p.Tenant, Server: server, Document: cq.Document, Session: cq.Session, Limit: 1})
 		if err != nil {
 			s.fail(w, r, err)
 			return
 		}
 		if len(known.Calls) == 0 {
-			s.fail(w, r, fmt.Errorf("%s %q: no stored call or finding names it (names must match exactly; the findings page filters by document and session): %w",
-				kind, name, audit.ErrNotFound))
+			on := ""
+			if server != "" {
+				on = fmt.Sprintf(" on server %q", server)
+			}
+			s.fail(w, r, fmt.Errorf("%s %q%s: no stored call or finding names it (names must match exactly; the findings page filters by document and session): %w",
+				kind, name, on, audit.ErrNotFound))
 			return
 		}
 	}
@@ -623,7 +675,7 @@ func (s *Server) renderTimeline(w http.ResponseWriter, r *http.Request, p api.Pr
 		slices.SortFunc(findings, func(a, b audit.Finding) int { return a.Time.Compare(b.Time) })
 		slices.SortFunc(evidence, func(a, b audit.Finding) int { return a.Time.Compare(b.Time) })
 	}
-	rows, err := s.buildTimeline(ctx, p.Tenant, page.Calls, doc, session, evidence)
+	rows, err := s.buildTimeline(ctx, p.Tenant, server, page.Calls, doc, session, evidence)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -642,7 +694,24 @@ func (s *Server) renderTimeline(w http.ResponseWriter, r *http.Request, p api.Pr
 		DownAfter: placeDowntimes(rows, downs), Down: len(downs),
 		Since: r.URL.Query().Get("since"), Until: r.URL.Query().Get("until"),
 		FindingsInRange: inRange, FindingsOutside: all - inRange, Capped: int64(len(findings)) < inRange,
-		InQuery: r.PathValue(pathKey[kind]) == ""}
+		InQuery: r.PathValue(pathKey[kind]) == "", Server: server}
+	if server != "" {
+		tl.EveryServer = withQuery(r.URL.Query(), "server", "")
+	} else {
+		// The servers of the calls shown and of the findings (those the
+		// calls are evidence of, up to findingsListed).
+		var names []string
+		for _, c := range page.Calls {
+			names = append(names, c.Call.Server)
+		}
+		for _, f := range evidence {
+			names = append(names, f.Server)
+		}
+		slices.Sort(names)
+		for _, n := range slices.Compact(names) {
+			tl.Servers = append(tl.Servers, serverLink{n, withQuery(r.URL.Query(), "server", n)})
+		}
+	}
 	if tl.FindingsOutside > 0 {
 		v := url.Values{}
 		for k, x := range r.URL.Query() {
@@ -785,6 +854,19 @@ type indexView struct {
 	// Withdrawn is set when the page asks for state=withdrawn: the counts
 	// are of withdrawn findings, in a column of their own.
 	Withdrawn bool
+	// ServerLinks is set when the list is filtered by server or its
+	// findings are of more than one server: a row's document and session
+	// links then carry its server (server=), so that they open that
+	// server's and not every server's of that name.
+	ServerLinks bool
+}
+
+// LinkServer is the server a row's links carry: its own when ServerLinks.
+func (v *indexView) LinkServer(server string) string {
+	if !v.ServerLinks {
+		return ""
+	}
+	return server
 }
 
 type kindCount struct {
@@ -823,6 +905,7 @@ func (s *Server) index(w http.ResponseWriter, r *http.Request) {
 	}
 	v := indexView{Filters: r.URL.Query(), Findings: page.Findings, Kinds: audit.Kinds, States: audit.FindingStates,
 		Target: s.api.SLOTarget, Withdrawn: q.State == audit.FindingWithdrawn}
+	v.ServerLinks = q.Server != "" || slices.ContainsFunc(page.Findings, func(f audit.Finding) bool { return f.Server != page.Findings[0].Server })
 	byKind := map[audit.Kind]*kindCount{}
 	for _, c := range counts {
 		if c.State == audit.FindingWithdrawn && !v.Withdrawn {
@@ -889,7 +972,10 @@ type findingView struct {
 	Evidence []row
 	Step     *Step
 	KindStep string
-	Actions  []string
+	// StepWasClients is set when Step is what the client should have
+	// done after its uncertain call, not a step to take now.
+	StepWasClients bool
+	Actions        []string
 }
 
 func (s *Server) finding(w http.ResponseWriter, r *http.Request) {
@@ -909,12 +995,12 @@ func (s *Server) finding(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	rows, err := s.buildTimeline(r.Context(), f.Tenant, calls.Calls, f.Document, "", []audit.Finding{f})
+	rows, err := s.buildTimeline(r.Context(), f.Tenant, f.Server, calls.Calls, f.Document, "", []audit.Finding{f})
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	v := findingView{Finding: f, History: d.History, Evidence: rows, KindStep: KindSteps[f.Kind]}
+	v := findingView{Finding: f, History: d.History, Evidence: rows, KindStep: KindStep(f), StepWasClients: StepWasClients(f.Kind)}
 	action := f.RetryAction
 	if action == "" {
 		for _, row := range rows {

@@ -41,6 +41,10 @@ type sloView struct {
 	// LatestLink anchors the page at the watermark when the window ending
 	// now holds no write (a replayed capture).
 	LatestLink string
+	// DocServers is set when the top documents are of more than one
+	// server: each row then names its server (a document is a server's;
+	// two servers' documents of one path are two rows, op23's D2).
+	DocServers bool
 }
 
 // sloWindows are the windows the page shows, the last one the SLO's.
@@ -80,6 +84,11 @@ func (s *Server) slo(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v.Report = rep
+	for _, d := range rep.ByDocument {
+		if d.Server != rep.ByDocument[0].Server {
+			v.DocServers = true
+		}
+	}
 	start := rep.Since
 	if len(rep.Days) > 0 {
 		start = rep.Days[0].Start
@@ -208,6 +217,20 @@ var funcs = template.FuncMap{
 		}
 		return u + sep + "tenant=" + url.QueryEscape(tenant)
 	},
+	// on adds server= to a link of the page (a document's, a session's)
+	// so that it opens that server's: a document or session is a
+	// server's, and another server may hold one of the same name. Nothing
+	// for the empty server.
+	"on": func(server, u string) string {
+		if server == "" {
+			return u
+		}
+		sep := "?"
+		if strings.Contains(u, "?") {
+			sep = "&"
+		}
+		return u + sep + "server=" + url.QueryEscape(server)
+	},
 	"filterURL": func(v url.Values, key, value string) string {
 		n := url.Values{}
 		for k, x := range v {
@@ -285,6 +308,7 @@ var funcs = template.FuncMap{
 		return cmp.Or(before, "—") + " → " + cmp.Or(after, "—")
 	},
 	"judgedLabel": func() string { return api.JudgedLabel },
+	"formula":     func() string { return report.Formula },
 	"sprint":      fmt.Sprint,
 	"split":       strings.Fields,
 }

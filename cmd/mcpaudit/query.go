@@ -367,14 +367,22 @@ func timelineCommand(args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 	out := printable(stdout)
-	fmt.Fprintf(out, "Timeline of %s (%d events)\n", tl.Document, len(tl.Events))
+	// A document is a server's: two servers (two vaults, or two exporters
+	// of one) may hold a document of one path. Rows of more than one
+	// server name theirs (op23's D2: they read as duplicates).
+	servers := timelineServers(tl.Events)
+	manyServers := *mcpServer == "" && len(servers) > 1
+	fmt.Fprintf(out, "Timeline of %s%s (%s)\n", tl.Document, onServers(*mcpServer, servers), timelineCount(len(tl.Events), len(tl.Downtimes)))
+	if manyServers {
+		fmt.Fprintf(stderr, "mcpaudit timeline: %d servers hold a document named %q; each row names its SERVER (--mcp-server NAME shows one server's)\n", len(servers), doc)
+	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	// ID is the call's id (a call and its write), as calls prints it and
 	// /api/v1/calls/{id} takes it, or the finding's, as findings prints it.
 	// REVISION and HASH are a call's, before → after, as the page shows
 	// them: what it expected of the document and what it was answered.
 	tenants := *tenant == "" && slices.ContainsFunc(tl.Events, func(e audit.TimelineEvent) bool { return e.Tenant != "" })
-	fmt.Fprintln(tw, tenantHead(tenants)+"TIME (UTC)\tID\tEVENT\tSESSION\tTOOL\tREVISION\tHASH\tWHAT\tRETRY ACTION")
+	fmt.Fprintln(tw, tenantHead(tenants)+serverHead(manyServers)+"TIME (UTC)\tID\tEVENT\tSESSION\tTOOL\tREVISION\tHASH\tWHAT\tRETRY ACTION")
 	// A time serve was down is a line of its own, before the first event
 	// after it began (EVENT "down"): events of that time may be missing.
 	downs := tl.Downtimes
@@ -382,7 +390,7 @@ func timelineCommand(args []string, stdout, stderr io.Writer) error {
 		for len(downs) > 0 && (before.IsZero() || before.After(downs[0].From)) {
 			d := downs[0]
 			downs = downs[1:]
-			fmt.Fprintf(tw, "%s%s\t-\tdown\t-\t-\t-\t-\t%s\t\n", tenantCell(tenants, "-"), d.From.UTC().Format("2006-01-02 15:04:05.000"), cell(d.Note))
+			fmt.Fprintf(tw, "%s%s%s\t-\tdown\t-\t-\t-\t-\t%s\t\n", tenantCell(tenants, "-"), serverCell(manyServers, "-"), d.From.UTC().Format("2006-01-02 15:04:05.000"), cell(d.Note))
 		}
 	}
 	for _, e := range tl.Events {
@@ -399,11 +407,70 @@ func timelineCommand(args []string, stdout, stderr io.Writer) error {
 				what, id = string(e.Finding.Kind)+": "+e.Finding.Summary, e.Finding.ID()
 			}
 		}
-		fmt.Fprintf(tw, "%s%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", tenantCell(tenants, e.Tenant), e.Time.UTC().Format("2006-01-02 15:04:05.000"), cell(id), e.Type,
+		fmt.Fprintf(tw, "%s%s%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", tenantCell(tenants, e.Tenant), serverCell(manyServers, e.Server), e.Time.UTC().Format("2006-01-02 15:04:05.000"), cell(id), e.Type,
 			cell(e.Session), cell(e.Tool), cell(rev), cell(hash), cell(what), e.RetryAction)
 	}
 	down(time.Time{})
 	return tw.Flush()
+}
+
+// timelineServers returns the servers the events name, sorted.
+func timelineServers(events []audit.TimelineEvent) []string {
+	var out []string
+	for _, e := range events {
+		if e.Server != "" && !slices.Contains(out, e.Server) {
+			out = append(out, e.Server)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// onServers says in a timeline's title whose document it is: the server
+// --mcp-server keeps, or the servers of the rows when more than one holds
+// a document of the name.
+func onServers(kept string, servers []string) string {
+	switch {
+	case kept != "":
+		return " on " + nameCell(kept)
+	case len(servers) > 1:
+		names := make([]string, len(servers))
+		for i, s := range servers {
+			names[i] = nameCell(s)
+		}
+		return fmt.Sprintf(" on %d servers: %s", len(servers), strings.Join(names, ", "))
+	}
+	return ""
+}
+
+// timelineCount is the count in a timeline's title: its events, and the
+// rows that mark a time serve was down when there are any, so that the
+// count adds up to the rows printed (op23's D6).
+func timelineCount(events, downs int) string {
+	if downs == 0 {
+		return fmt.Sprintf("%d events", events)
+	}
+	times := "times"
+	if downs == 1 {
+		times = "time"
+	}
+	return fmt.Sprintf("%d rows: %d events and %d %s serve was down", events+downs, events, downs, times)
+}
+
+// serverHead and serverCell make a timeline's SERVER column, shown when
+// its rows are of more than one server and --mcp-server keeps none.
+func serverHead(shown bool) string {
+	if !shown {
+		return ""
+	}
+	return "SERVER\t"
+}
+
+func serverCell(shown bool, server string) string {
+	if !shown {
+		return ""
+	}
+	return nameCell(cmp.Or(server, "-")) + "\t"
 }
 
 // tenantHead and tenantCell make the TENANT column the tables of findings,
@@ -546,11 +613,14 @@ func sloCommand(args []string, stdout, stderr io.Writer) error {
 		of = " of " + s.Server
 	}
 	fmt.Fprintf(stdout, "Write durability SLO%s over %s (%s to %s), target %.4g\n", of, s.Window, s.Since.UTC().Format(time.RFC3339), s.Until.UTC().Format(time.RFC3339), s.Target)
+	good := s.Counts[audit.StateDurable] + s.Counts[audit.StateResolved]
 	if s.SLI == nil {
 		fmt.Fprintln(stdout, "  SLI: n/a (no write counts toward it)")
 	} else {
-		fmt.Fprintf(stdout, "  SLI: %.5f\n", *s.SLI)
+		fmt.Fprintf(stdout, "  SLI: %.5f (%d / %d)\n", *s.SLI, good, report.Counted(s.Counts))
 	}
+	// How it is computed (op23's D10: only the page said it).
+	fmt.Fprintf(stdout, "  %s\n", report.Formula)
 	if s.ErrorBudgetRemaining != nil {
 		fmt.Fprintf(stdout, "  error budget left: %s\n", report.BudgetLeft(*s.ErrorBudgetRemaining))
 	}

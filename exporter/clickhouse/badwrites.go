@@ -124,7 +124,21 @@ func (s *Store) BadWriteCounts(ctx context.Context, q audit.BadWriteQuery) (audi
 	if out.Tools, err = names(byName(bad, "tool", "")); err != nil {
 		return out, err
 	}
-	if out.Documents, err = names(byName(bad, "document", " WHERE document != ''")); err != nil {
+	// A document is its server's: two servers' documents of one path
+	// count apart.
+	out.Documents = []audit.NameCount{}
+	err = each(ctx, conn, op, fmt.Sprintf("SELECT document AS name, server, count() AS n FROM %s WHERE document != '' GROUP BY name, server ORDER BY n DESC, name, server%s", bad, limit),
+		func(rows driver.Rows) error {
+			var c audit.NameCount
+			var n uint64
+			if err := rows.Scan(&c.Name, &c.Server, &n); err != nil {
+				return queryErr(ctx, op, err)
+			}
+			c.Count = int64(n)
+			out.Documents = append(out.Documents, c)
+			return nil
+		})
+	if err != nil {
 		return out, err
 	}
 	out.Clients = []audit.NameCount{}

@@ -180,7 +180,7 @@ func (s *Store) BadWriteCounts(ctx context.Context, q audit.BadWriteQuery) (audi
 	}
 	if out.Servers, err = names(byName(str("server"), "")); err == nil {
 		if out.Tools, err = names(byName(str("tool"), "")); err == nil {
-			out.Documents, err = names(byName("document", ` WHERE document != ''`))
+			out.Documents, err = s.badDocuments(ctx, tx, bad, args, limit)
 		}
 	}
 	if err != nil {
@@ -222,6 +222,28 @@ func (s *Store) BadWriteCounts(ctx context.Context, q audit.BadWriteQuery) (audi
 		out.Clients = topNames(by, q.Top)
 	}
 	return out, nil
+}
+
+// badDocuments counts the writes bad selects by document and server (a
+// document is its server's: two servers' documents of one path count
+// apart), the most first, ties in byte order of the document, then of the
+// server; at most limit rows (-1: every one).
+func (s *Store) badDocuments(ctx context.Context, tx *sql.Tx, bad string, args []any, limit int64) ([]audit.NameCount, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT document AS name, `+str("server")+` AS srv, count(*) AS n FROM `+bad+
+		` WHERE document != '' GROUP BY document, server ORDER BY n DESC, name, srv LIMIT ?`, append(slices.Clone(args), limit)...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []audit.NameCount{}
+	for rows.Next() {
+		var c audit.NameCount
+		if err := rows.Scan(&c.Name, &c.Server, &c.Count); err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
 }
 
 // missingCall is a bad write's call not stored at the write's time.

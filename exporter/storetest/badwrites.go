@@ -7,6 +7,7 @@ import (
 	"maps"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -36,7 +37,7 @@ func PagedBadWriteCounts(ctx context.Context, s audit.Store, q audit.BadWriteQue
 				by["server"][w.Server]++
 				by["tool"][w.Tool]++
 				if w.Document != "" {
-					by["document"][w.Document]++
+					by["document"][docKey(w)]++
 				}
 				calls = append(calls, key{w.CallID, w.Tenant})
 			}
@@ -96,15 +97,21 @@ func PagedWriteCountsByRange(ctx context.Context, s audit.Store, q audit.CountQu
 	return out, nil
 }
 
+// docKey is the key a bad write's document is counted under: a document
+// is its server's, so two servers' documents of one path count apart.
+func docKey(w audit.Write) string { return w.Document + "\x00" + w.Server }
+
 // topNames returns the n names of m with the highest counts, ties in byte
-// order of the name (all of them when n is 0).
+// order of the name, then of the server (all of them when n is 0). A key
+// made by docKey is a document and its server.
 func topNames(m map[string]int64, n int) []audit.NameCount {
 	out := make([]audit.NameCount, 0, len(m))
 	for k, v := range m {
-		out = append(out, audit.NameCount{Name: k, Count: v})
+		name, server, _ := strings.Cut(k, "\x00")
+		out = append(out, audit.NameCount{Name: name, Server: server, Count: v})
 	}
 	slices.SortFunc(out, func(a, b audit.NameCount) int {
-		return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.Name, b.Name))
+		return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.Name, b.Name), cmp.Compare(a.Server, b.Server))
 	})
 	if n > 0 && len(out) > n {
 		out = out[:n]
@@ -237,7 +244,7 @@ func testBadWriteCounts(t *testing.T, s audit.Store) {
 			by["server"][w.Server]++
 			by["tool"][w.Tool]++
 			if w.Document != "" {
-				by["document"][w.Document]++
+				by["document"][docKey(w)]++
 			}
 			if q.Clients {
 				c := clients[[2]string{w.Tenant, w.CallID}]
