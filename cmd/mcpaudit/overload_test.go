@@ -23,25 +23,31 @@ import (
 )
 
 // overloadConfig makes the collector's capacity small and its refusals
-// quick: a short queue for the engine, little open state and bytes in
-// flight.
+// quick: a queue for the engine of one request's calls (the test's batches
+// are 200), little open state and bytes in flight. Two requests whose calls
+// wait for the engine at once are more than the queue holds, on any
+// machine: the overload comes from the posters' number, not from
+// outrunning the machine (flk23: with a queue of 4000 the test offered
+// twice a capacity it measured first, and gave up when a loaded machine
+// measured 743 calls/s).
 const overloadConfig = `detect:
   idle_timeout: 1s
 serve:
   memory_limit: 402653184
   pipeline:
-    queue_calls: 4000
+    queue_calls: 200
     max_open_calls: 20000
     commit_every: 50ms
   receiver:
     max_in_flight_bytes: 83886080
 `
 
-// TestServe_Overload measures what serve acknowledges with posters that
-// wait for each answer, then offers twice that rate at once (new requests
-// on a clock, whatever the answers): every answer is 200, or 429 or 503
-// with Retry-After; no connection is reset or dropped; every call
-// acknowledged is stored. MCPAUDIT_OVERLOAD_LOG=1 prints the figures.
+// TestServe_Overload has 32 posters send batches of 200 calls for 4 s,
+// each waiting for its answer, to a serve whose engine queue holds one
+// batch: every answer is 200, or 429 or 503 with Retry-After; some are
+// refusals (the overload was reached); no connection is reset or dropped;
+// every call acknowledged is stored. MCPAUDIT_OVERLOAD_LOG=1 prints the
+// figures.
 func TestServe_Overload(t *testing.T) {
 	if testing.Short() {
 		t.Skip("loads a server process for about 10 s")
@@ -99,43 +105,18 @@ func TestServe_Overload(t *testing.T) {
 		}
 	}
 
-	// Capacity: four posters that wait for each answer, for 3 s.
+	// 32 posters that wait for each answer, for 4 s: the test bounds the
+	// time it loads the server, not what the server must do meanwhile.
 	var wg sync.WaitGroup
 	start := time.Now()
-	for p := range 4 {
+	for p := range 32 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for time.Since(start) < 3*time.Second {
-				post(take(), fmt.Sprintf("measure-%d", p))
+			for time.Since(start) < 4*time.Second {
+				post(take(), fmt.Sprintf("load-%d", p%16))
 			}
 		}()
-	}
-	wg.Wait()
-	mu.Lock()
-	capacity := float64(len(acked)*200) / time.Since(start).Seconds()
-	measured := fmt.Sprint(statuses)
-	statuses = map[string]int{}
-	mu.Unlock()
-	if capacity < 1000 {
-		t.Fatalf("capacity %.0f calls/s measured (%s): too little to overload", capacity, measured)
-	}
-
-	// Twice that, offered on a clock for 4 s.
-	rate := 2 * capacity / 200 // batches per second
-	start = time.Now()
-	sent := 0
-	for time.Since(start) < 4*time.Second {
-		due := int(time.Since(start).Seconds() * rate)
-		for ; sent < due; sent++ {
-			wg.Add(1)
-			source := fmt.Sprintf("load-%d", sent%16)
-			go func() {
-				defer wg.Done()
-				post(take(), source)
-			}()
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 	wg.Wait()
 	took := time.Since(start)
@@ -147,8 +128,8 @@ func TestServe_Overload(t *testing.T) {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	report := fmt.Sprintf("capacity %.0f calls/s (%s); offered %.0f calls/s for %s: %v; peak RSS %d MiB (sampled: anonymous at most %d MiB, file-backed %d MiB)",
-		capacity, measured, float64(sent*200)/took.Seconds(), took.Round(time.Millisecond), statuses, peak>>20, anon>>20, file>>20)
+	report := fmt.Sprintf("%d batches of 200 calls posted in %s: %v; peak RSS %d MiB (sampled: anonymous at most %d MiB, file-backed %d MiB)",
+		next.Load(), took.Round(time.Millisecond), statuses, peak>>20, anon>>20, file>>20)
 	if os.Getenv("MCPAUDIT_OVERLOAD_LOG") != "" {
 		t.Log(report)
 	}
@@ -162,6 +143,9 @@ func TestServe_Overload(t *testing.T) {
 	}
 	if statuses["200"] == 0 {
 		t.Errorf("nothing acknowledged under overload\n%s", report)
+	}
+	if statuses["429"]+statuses["503"] == 0 {
+		t.Errorf("no request refused: the queue of one batch was never full, the overload not reached\n%s", report)
 	}
 	// The limit is a target, not a cap (docs/config.md): SQLite's memory
 	// is outside the Go runtime's, and VmHWM counts the executable's

@@ -20,7 +20,7 @@ func freedBeforeStop(t *testing.T, r *run, dir string, clock *testClock, key det
 	r.steps(40, nil)
 	freeIdle(t, r, key)
 	var wm time.Time
-	for deadline := time.Now().Add(5 * time.Second); wm.IsZero(); time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(hangCeiling); wm.IsZero(); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the state file does not keep the freed partition")
 		}
@@ -89,7 +89,7 @@ func TestFreed_FreedDoubleAppliedStaysAfterRestart(t *testing.T) {
 	}
 	r.steps(30, nil)
 	freeIdle(t, r, key)
-	for deadline := time.Now().Add(5 * time.Second); freedIn(t, dir, key).IsZero(); time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(hangCeiling); freedIn(t, dir, key).IsZero(); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the state file does not keep the freed partition")
 		}

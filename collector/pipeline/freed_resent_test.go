@@ -43,7 +43,7 @@ func freedThenRestarted(t *testing.T, c resendCase, clock *testClock, lines ...[
 	}
 	r.steps(40, nil)
 	freeIdle(t, r, key)
-	for deadline := time.Now().Add(5 * time.Second); freedIn(t, dir, key).IsZero(); time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(hangCeiling); freedIn(t, dir, key).IsZero(); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the state file does not keep thegram freed")
 		}
@@ -243,7 +243,7 @@ func TestRestart_FreedResentThenRestartAgain(t *testing.T) {
 			// call (a crash then judges it again, the lesser harm): wait
 			// for a save after that.
 			at := w.Records[0].Call.Time
-			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			for deadline := time.Now().Add(hangCeiling); ; time.Sleep(10 * time.Millisecond) {
 				if wm, floor := freedIn(t, r.dir, key), floorIn(t, r.dir); !wm.IsZero() && (floor.IsZero() || floor.After(at)) {
 					break
 				}

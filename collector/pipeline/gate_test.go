@@ -48,7 +48,7 @@ func TestRestart_KnownFindingsForgotten(t *testing.T) {
 	}
 	clock.Add(20 * time.Minute)
 	r.status()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(hangCeiling)
 	for pipeline.KnownFindings(r.p) != 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d finding ids still kept long after the replay's reach", pipeline.KnownFindings(r.p))

@@ -126,7 +126,7 @@ func TestRestart_FreedPartitionComesBackThenCrash(t *testing.T) {
 	other()
 	clock.Add(time.Second) // the file is written at most once a second
 	var wm time.Time
-	for deadline := time.Now().Add(5 * time.Second); wm.IsZero(); time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(hangCeiling); wm.IsZero(); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the state file does not keep the freed partition")
 		}

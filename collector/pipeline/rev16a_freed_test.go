@@ -115,7 +115,7 @@ func TestRev16a_FreedResentTwiceInOneRequest(t *testing.T) {
 	}
 	r.steps(2, nil)
 	at := w.Records[0].Call.Time
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(hangCeiling); ; time.Sleep(10 * time.Millisecond) {
 		if wm, floor := freedIn(t, r.dir, key), floorIn(t, r.dir); !wm.IsZero() && (floor.IsZero() || floor.After(at)) {
 			break
 		}

@@ -58,8 +58,45 @@ func (rc *Receiver) fail(w http.ResponseWriter, src metrics.Source, e *refusal, 
 		// what matters to a person reading a client's log.
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	}
-	http.Error(w, e.msg, e.status)
+	// http.Error's answer, with its length: refuseBody flushes it before
+	// it reads on, and a sender reads it whole then, not at the end of
+	// a chunked body once the reading is done.
+	body := e.msg + "\n"
+	h := w.Header()
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(e.status)
+	io.WriteString(w, body)
 }
+
+// refuseBody answers a request refused by body (too large, overloaded,
+// too slow), then, but for a body too slow (408), reads and drops what the
+// sender goes on sending of it, for at most lingerTime and the most bytes
+// a request may take, before the connection is closed: a sender that
+// writes its body before it reads the answer (Go's net/http client, and
+// the OpenTelemetry SDK's exporter through it) otherwise has its writes
+// fail on a connection closed with bytes unread ("broken pipe", which the
+// exporter retries), and can lose the answer, which RFC 9112 section 9.6
+// has a server avoid by reading on. Found by flk23: on a loaded machine a
+// 50 MB body declared and refused 413 got "broken pipe" instead.
+func (rc *Receiver) refuseBody(w http.ResponseWriter, r *http.Request, src metrics.Source, e *refusal, asProto bool) {
+	ctl := http.NewResponseController(w)
+	linger := e.status != http.StatusRequestTimeout && r.ContentLength != 0 && ctl.EnableFullDuplex() == nil
+	rc.fail(w, src, e, asProto)
+	if !linger {
+		return
+	}
+	if ctl.Flush() != nil {
+		return
+	}
+	ctl.SetReadDeadline(time.Now().Add(min(lingerTime, rc.cfg.BodyTimeout)))
+	io.CopyN(io.Discard, r.Body, compressedLimit(rc.cfg.MaxBodyBytes))
+}
+
+// lingerTime bounds how long the rest of a refused body is read
+// (refuseBody).
+const lingerTime = 5 * time.Second
 
 // authenticate returns the tenant of an ingest request, or answers it: 401
 // without a known credential, 403 for a credential that may not ingest or
@@ -553,7 +590,7 @@ func (rc *Receiver) calls(w http.ResponseWriter, r *http.Request) {
 	}
 	b, release, re := rc.body(w, r)
 	if re != nil {
-		rc.fail(w, src, re, false)
+		rc.refuseBody(w, r, src, re, false)
 		return
 	}
 	defer release()
@@ -654,7 +691,7 @@ func (rc *Receiver) traces(w http.ResponseWriter, r *http.Request) {
 	}
 	b, release, re := rc.body(w, r)
 	if re != nil {
-		rc.fail(w, src, re, asProto)
+		rc.refuseBody(w, r, src, re, asProto)
 		return
 	}
 	defer release()

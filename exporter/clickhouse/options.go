@@ -57,7 +57,9 @@ type Options struct {
 	// Inserters is how many batches may be in flight at once: one is
 	// encoded while another is written by the server. Default 2.
 	Inserters int `yaml:"inserters"`
-	// InsertTimeout bounds one insert attempt. Default 10s.
+	// InsertTimeout bounds one insert attempt, and each query of a
+	// retry's lookup of the rows already stored (servers without
+	// deduplication tokens). Default 10s.
 	InsertTimeout time.Duration `yaml:"insert_timeout"`
 	// RetryFor is how long a batch is retried, with backoff, before it is
 	// spooled to disk. Default 5s.

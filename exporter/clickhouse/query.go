@@ -681,9 +681,15 @@ func (s *Store) unstored(b *batch, t int) (*batch, error) {
 // keepUnstored returns the rows of table t that ClickHouse does not have.
 // ident gives a row's value of idCol (looked up), its identity as keyExpr
 // renders it, and its time (which bounds the search).
+//
+// Each lookup query has InsertTimeout of its own, as an insert attempt
+// has: a batch of n rows takes n/inChunk of them. One budget for them all
+// (flk23) gave each query of a 50,000-row batch a 50th of it: at load 40,
+// after ClickHouse was killed and started again, the lookup ran out every
+// time, the retry never got to its insert, and the spool never drained
+// (TestExactlyOnce_ServerKilled: "store not ready after 2m0s ... cannot
+// find stored rows: context deadline exceeded").
 func keepUnstored[R any](s *Store, t int, rows []R, idCol, keyExpr string, ident func(*R) (id, key string, time int64)) ([]R, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), s.opts.InsertTimeout)
-	defer cancel()
 	ids := make([]string, len(rows))
 	var lo, hi int64 = 1<<63 - 1, 0
 	for i := range rows {
@@ -694,6 +700,7 @@ func keepUnstored[R any](s *Store, t int, rows []R, idCol, keyExpr string, ident
 	for i := 0; i < len(ids); i += inChunk {
 		q := fmt.Sprintf("SELECT %s FROM %s WHERE time >= toDateTime(%d) AND time <= toDateTime(%d) AND %s IN %s",
 			keyExpr, s.layout.table(tableNames[t]), lo, hi, idCol, quoteList(ids[i:min(i+inChunk, len(ids))]))
+		ctx, cancel := context.WithTimeout(context.Background(), s.opts.InsertTimeout)
 		err := each(ctx, s.conn, "find stored rows", q, func(r driver.Rows) error {
 			var k string
 			if err := r.Scan(&k); err != nil {
@@ -702,6 +709,7 @@ func keepUnstored[R any](s *Store, t int, rows []R, idCol, keyExpr string, ident
 			stored[k] = true
 			return nil
 		})
+		cancel()
 		if err != nil {
 			return nil, classify(err)
 		}

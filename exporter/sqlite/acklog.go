@@ -275,8 +275,11 @@ type callLog struct {
 	// backlog counts the calls appended and not yet committed.
 	backlog int
 	// appending counts the appends between their count (pending keys,
-	// backlog) and the return of their frame's append (settle).
-	appending int
+	// backlog) and the return of their frame's append (settle), and
+	// appendingCalls their calls: counted in backlog, not yet in the log
+	// (gather waits for their frames).
+	appending      int
+	appendingCalls int
 
 	// appendMu is held (read) by the appends in flight, and by Close to
 	// wait for them before the last drain; closing is set then.
@@ -451,6 +454,7 @@ func (s *Store) appendLog(ctx context.Context, rows []callRow, skipped *[]int) (
 	}
 	cl.backlog += len(rows)
 	cl.appending++
+	cl.appendingCalls += len(rows)
 	cl.mu.Unlock()
 	err = cl.l.Append(&logBatch{calls: rows})
 	if err != nil {
@@ -461,6 +465,7 @@ func (s *Store) appendLog(ctx context.Context, rows []callRow, skipped *[]int) (
 	}
 	cl.mu.Lock()
 	cl.appending--
+	cl.appendingCalls -= len(rows)
 	cl.mu.Unlock()
 	if errors.Is(err, spool.ErrTooLarge) {
 		// Larger than the whole log: draining never makes room for it.
@@ -807,8 +812,28 @@ func (s *Store) drainLoop() {
 	cl := s.clog
 	defer close(cl.done)
 	wait := 50 * time.Millisecond
+	// openLog applied what the log held: the first round waits for a kick
+	// and gathers, as the others do. (A first drain here raced the first
+	// appends after Open: when it ran late, it took the first frame alone;
+	// flk23.)
+	idle := true
 	for {
+		if idle {
+			select {
+			case <-cl.kick:
+				s.gather()
+			case <-cl.stop:
+				if n, _ := cl.l.Usage(); n == 0 {
+					return
+				}
+				// Appends that raced Close left frames: one more round.
+				if _, err := s.drainOnce(); err != nil {
+					return
+				}
+			}
+		}
 		more, err := s.drainOnce()
+		idle = false
 		switch {
 		case err != nil:
 			select {
@@ -822,18 +847,7 @@ func (s *Store) drainLoop() {
 			wait = 50 * time.Millisecond
 			continue
 		}
-		select {
-		case <-cl.kick:
-			s.gather()
-		case <-cl.stop:
-			if n, _ := cl.l.Usage(); n == 0 {
-				return
-			}
-			// Appends that raced Close left frames: one more round.
-			if _, err := s.drainOnce(); err != nil {
-				return
-			}
-		}
+		idle = true
 	}
 }
 
@@ -845,8 +859,13 @@ func (s *Store) gather() {
 	timer := time.NewTimer(gatherWait)
 	defer timer.Stop()
 	for {
+		// The calls of appends still writing their frames are not
+		// counted: the drain would not find them in the log, and took
+		// the frames before them alone (flk23: a drain woken late by a
+		// frame's kick saw the next append's calls counted, and
+		// committed [20 10] where one sender's 30 calls were gathered).
 		cl.mu.Lock()
-		enough := cl.backlog >= min(drainGather, maxBacklog)
+		enough := cl.backlog-cl.appendingCalls >= min(drainGather, maxBacklog)
 		cl.mu.Unlock()
 		if enough {
 			return

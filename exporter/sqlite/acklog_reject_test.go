@@ -54,7 +54,7 @@ func TestAckLog_SetAsideForgotten(t *testing.T) {
 	f.Close()
 	s.clog.gate.Unlock()
 
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(hangCeiling)
 	for {
 		if fr, _ := s.LogUsage(); fr == 0 {
 			break
@@ -123,7 +123,7 @@ func TestAckLog_SetAsideDoNotWedge(t *testing.T) {
 			f.Close()
 		}
 		s.clog.gate.Unlock()
-		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		for deadline := time.Now().Add(hangCeiling); ; time.Sleep(10 * time.Millisecond) {
 			if fr, _ := s.LogUsage(); fr == 0 {
 				break
 			}
@@ -171,7 +171,7 @@ func TestAckLog_RefusedFrameIsolated(t *testing.T) {
 		return nil
 	}
 	s.clog.gate.Unlock()
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(hangCeiling); ; time.Sleep(10 * time.Millisecond) {
 		if fr, _ := s.LogUsage(); fr == 0 {
 			break
 		}

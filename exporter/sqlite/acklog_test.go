@@ -336,7 +336,7 @@ func TestAckLog_Replay(t *testing.T) {
 			}
 			if tc.name == "committed_not_removed" {
 				// Wait until the drain stops after its commit.
-				for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				for deadline := time.Now().Add(hangCeiling); ; time.Sleep(10 * time.Millisecond) {
 					if _, err := os.Stat(path + "-wal"); err == nil && committedCalls(t, path) > 0 {
 						break
 					}
@@ -646,7 +646,7 @@ func TestAckLog_Gather(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-		case <-time.After(10 * time.Second):
+		case <-time.After(hangCeiling): // far below gatherWait's hour
 			t.Fatal("Close waits for the drain's gathering")
 		}
 		if frames, _ := s.LogUsage(); frames != 0 {

@@ -1,0 +1,9 @@
+package sqlite
+
+import "time"
+
+// hangCeiling bounds the tests' waits for the call log's drain, which runs
+// on a goroutine of its own: they poll and go on as soon as it is done, so
+// the bound only catches a hang. It was 5 s, which a machine at load 30-50
+// can spend before a goroutine runs (flk23's sweep).
+const hangCeiling = time.Minute
