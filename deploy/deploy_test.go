@@ -25,6 +25,7 @@ import (
 	kjson "k8s.io/apimachinery/pkg/runtime/serializer/json"
 	kyaml "k8s.io/apimachinery/pkg/util/yaml"
 
+	"github.com/mcpaudit/mcpaudit/dashboards"
 	"github.com/mcpaudit/mcpaudit/rules/promtest"
 )
 
@@ -432,6 +433,15 @@ func TestCompose(t *testing.T) {
 	if len(prom.ScrapeConfigs) == 0 || prom.ScrapeConfigs[0].JobName != "mcpaudit" ||
 		!slices.Contains(prom.ScrapeConfigs[0].StaticConfigs[0].Targets, fmt.Sprintf("mcpaudit:%d", portAPI)) {
 		t.Errorf("Prometheus does not scrape job mcpaudit at mcpaudit:%d", portAPI)
+	}
+	// The relays dashboard and the relay alerts read the relays' job (op23
+	// D8: the compose Prometheus had none, so they showed nothing).
+	relayJob := false
+	for _, sc := range prom.ScrapeConfigs {
+		relayJob = relayJob || sc.JobName == dashboards.DefaultRelayJob && len(sc.StaticConfigs) > 0 && len(sc.StaticConfigs[0].Targets) > 0
+	}
+	if !relayJob {
+		t.Errorf("Prometheus has no scrape job %s with a target (the relays' --metrics-listen)", dashboards.DefaultRelayJob)
 	}
 	// Grafana: the provisioned dashboards are the generated ones, at the
 	// provider's path.

@@ -12,8 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/mcpaudit/mcpaudit/dashboards"
 	"github.com/mcpaudit/mcpaudit/exporter/metrics"
 	"github.com/mcpaudit/mcpaudit/rules"
 	"github.com/mcpaudit/mcpaudit/rules/promtest"
@@ -72,14 +74,28 @@ func TestReadme_ScrapeConfig(t *testing.T) {
 		t.Fatalf("promtool check config: %v\n%s\n%s", err, out, conf)
 	}
 
+	// The relays dashboard and the relay alerts read the relays' own job
+	// (op23 D8: the README's config had none).
+	if !strings.Contains(conf, "job_name: "+dashboards.DefaultRelayJob+" ") {
+		t.Errorf("the README's config has no scrape job %q for the relays' --metrics-listen:\n%s", dashboards.DefaultRelayJob, conf)
+	}
+
 	// A real Prometheus from it, scraping a test exporter of the metrics
-	// registry instead of 127.0.0.1:9464, every second.
+	// registry instead of 127.0.0.1:9464 and one of a relay's instead of
+	// 127.0.0.1:9465, every second.
 	exp := httptest.NewServer(promhttp.HandlerFor(metrics.NewRegistry(), promhttp.HandlerOpts{}))
 	defer exp.Close()
-	if !strings.Contains(conf, `"127.0.0.1:9464"`) || !strings.Contains(conf, "scrape_interval: 15s") {
-		t.Fatalf("the README's target or interval changed; update this test:\n%s", conf)
+	relayReg := prometheus.NewRegistry()
+	if _, err := metrics.NewRelay(relayReg, "thegram"); err != nil {
+		t.Fatal(err)
+	}
+	relay := httptest.NewServer(promhttp.HandlerFor(relayReg, promhttp.HandlerOpts{}))
+	defer relay.Close()
+	if !strings.Contains(conf, `"127.0.0.1:9464"`) || !strings.Contains(conf, `"127.0.0.1:9465"`) || !strings.Contains(conf, "scrape_interval: 15s") {
+		t.Fatalf("the README's targets or interval changed; update this test:\n%s", conf)
 	}
 	run := strings.ReplaceAll(conf, `"127.0.0.1:9464"`, `"`+strings.TrimPrefix(exp.URL, "http://")+`"`)
+	run = strings.ReplaceAll(run, `"127.0.0.1:9465"`, `"`+strings.TrimPrefix(relay.URL, "http://")+`"`)
 	run = strings.ReplaceAll(run, "interval: 15s", "interval: 1s")
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -109,10 +125,10 @@ func TestReadme_ScrapeConfig(t *testing.T) {
 		defer resp.Body.Close()
 		return json.NewDecoder(resp.Body).Decode(v)
 	}
-	var up bool
+	var up, relayUp bool
 	var groups int
 	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) && !(up && groups > 0) {
+	for time.Now().Before(deadline) && !(up && relayUp && groups > 0) {
 		time.Sleep(200 * time.Millisecond)
 		var targets struct {
 			Data struct {
@@ -126,6 +142,7 @@ func TestReadme_ScrapeConfig(t *testing.T) {
 		if get("/api/v1/targets", &targets) == nil {
 			for _, tg := range targets.Data.ActiveTargets {
 				up = up || tg.Labels["job"] == rules.DefaultOptions().Job && tg.Health == "up" && strings.HasSuffix(tg.ScrapeURL, "/metrics")
+				relayUp = relayUp || tg.Labels["job"] == dashboards.DefaultRelayJob && tg.Health == "up" && strings.HasSuffix(tg.ScrapeURL, "/metrics")
 			}
 		}
 		var rs struct {
@@ -135,7 +152,7 @@ func TestReadme_ScrapeConfig(t *testing.T) {
 			groups = len(rs.Data.Groups)
 		}
 	}
-	if !up || groups == 0 {
-		t.Errorf("Prometheus from the README's config: target up %v, rule groups %d; want up and the rules loaded", up, groups)
+	if !up || !relayUp || groups == 0 {
+		t.Errorf("Prometheus from the README's config: target up %v, relay target up %v, rule groups %d; want both up and the rules loaded", up, relayUp, groups)
 	}
 }

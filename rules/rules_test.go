@@ -13,9 +13,12 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/exporter/metrics"
+	"github.com/mcpaudit/mcpaudit/exporter/notify"
 	"github.com/mcpaudit/mcpaudit/rules"
 	"github.com/mcpaudit/mcpaudit/rules/promtest"
+	"github.com/mcpaudit/mcpaudit/web"
 )
 
 const (
@@ -160,6 +163,18 @@ func TestAlertsComplete(t *testing.T) {
 		}
 		if !anchors[anchor] {
 			t.Errorf("%s: %s has no section with anchor #%s", a.Alert, runbooks, anchor)
+		}
+	}
+	// The alert serve sends per finding (serve.web.notify) is one too: it
+	// pages for critical findings (op23 D4: it had no runbook). Its
+	// runbook_url is built as the rules' are, and each kind has its step,
+	// which the finding's page links.
+	if anchor := notify.RunbookAnchor; anchor != strings.ToLower(notify.AlertName) || !alertName.MatchString(notify.AlertName) || !anchors[anchor] {
+		t.Errorf("%s: %s has no section with anchor #%s", notify.AlertName, runbooks, anchor)
+	}
+	for _, k := range audit.Kinds {
+		if anchor := strings.TrimPrefix(web.KindRunbook("", k), "#"); !anchors[anchor] {
+			t.Errorf("%s of kind %s: %s has no section with anchor #%s", notify.AlertName, k, runbooks, anchor)
 		}
 	}
 }

@@ -38,6 +38,8 @@ type Server struct {
 	status StatusFunc
 	redact redactor
 	log    *slog.Logger
+	// runbook is the runbook document findings link to; empty: no link.
+	runbook string
 	// csrfKey signs the forms of this process.
 	csrfKey []byte
 	views   map[string]*template.Template
@@ -77,6 +79,18 @@ func New(store audit.Store, q *api.Server, cfg Config, status StatusFunc, log *s
 		s.views[base] = t
 	}
 	return s, nil
+}
+
+// LinkRunbook makes each finding's page link to the step for its kind in
+// the runbook document u (rules.runbook_url), at KindRunbook. Call it
+// before Handler.
+func (s *Server) LinkRunbook(u string) { s.runbook = u }
+
+// KindRunbook returns the section of the runbook document u about a
+// finding of kind k: the McpAuditFinding alert's step for that kind
+// (docs/runbooks.md, "McpAuditFinding <kind>").
+func KindRunbook(u string, k audit.Kind) string {
+	return u + "#mcpauditfinding-" + string(k)
 }
 
 // Handler returns the page's routes: /, /documents/, /sessions/,
@@ -975,7 +989,10 @@ type findingView struct {
 	// StepWasClients is set when Step is what the client should have
 	// done after its uncertain call, not a step to take now.
 	StepWasClients bool
-	Actions        []string
+	// Runbook is the runbook's step for the finding's kind; empty when no
+	// runbook is linked.
+	Runbook string
+	Actions []string
 }
 
 func (s *Server) finding(w http.ResponseWriter, r *http.Request) {
@@ -1001,6 +1018,9 @@ func (s *Server) finding(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v := findingView{Finding: f, History: d.History, Evidence: rows, KindStep: KindStep(f), StepWasClients: StepWasClients(f.Kind)}
+	if s.runbook != "" {
+		v.Runbook = KindRunbook(s.runbook, f.Kind)
+	}
 	action := f.RetryAction
 	if action == "" {
 		for _, row := range rows {

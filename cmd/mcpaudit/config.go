@@ -54,8 +54,10 @@ type Config struct {
 // prints.
 type RulesConfig struct {
 	// RunbookURL is the runbook document the alerts' runbook_url annotations
-	// point into; each alert appends "#" and its name in lowercase. Default
-	// the runbooks of the mcpaudit repository.
+	// point into; each alert appends "#" and its name in lowercase. The
+	// notifications of serve.web.notify and the finding pages link into it
+	// too.
+	// Default the runbooks of the mcpaudit repository.
 	RunbookURL string `yaml:"runbook_url"`
 	// Job is the Prometheus job name of the mcpaudit scrape target. Default
 	// mcpaudit.

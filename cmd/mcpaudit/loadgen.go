@@ -846,6 +846,13 @@ func printLoadReport(w io.Writer, r *loadReport, before, after map[string]*dto.M
 	}
 	fmt.Fprintf(w, "loadgen: at most %d generated calls held at once (the open sessions'), %.1f CPU seconds\n", r.MaxHeld, r.CPUSeconds)
 	if before != nil && after != nil {
+		if why := serverRestarted(before, after); why != "" {
+			// Differences across a restart are garbage: op23 D5 printed
+			// "-372 stored" and 18446744073709551612 commits. The new
+			// process's counters are what it did since it started.
+			fmt.Fprintf(w, "server restarted during the load (%s): its counters began again at zero, so what follows is what it counted since the restart, not over the whole load\n", why)
+			before = map[string]*dto.MetricFamily{}
+		}
 		stored := counterDelta(before, after, metrics.IngestRecordsTotal, metrics.LabelResult, metrics.ResultAccepted)
 		dup := counterDelta(before, after, metrics.IngestRecordsTotal, metrics.LabelResult, metrics.ResultDuplicate)
 		rej := counterDelta(before, after, metrics.IngestRecordsTotal, metrics.LabelResult, metrics.ResultRejected)
@@ -910,6 +917,29 @@ func scrape(client *http.Client, api, token string) map[string]*dto.MetricFamily
 		return nil
 	}
 	return mfs
+}
+
+// serverRestarted says why the server of two scrapes is not the same
+// process, or "" when it is: its process_start_time_seconds changed, or
+// one of the counters or histograms the report subtracts went down (a
+// server without the process metrics).
+func serverRestarted(before, after map[string]*dto.MetricFamily) string {
+	const start = "process_start_time_seconds"
+	if b, a := gauge(before, start), gauge(after, start); b > 0 && a > 0 && a != b {
+		return fmt.Sprintf("process started at %s, then at %s UTC", time.Unix(int64(b), 0).UTC().Format(time.TimeOnly), time.Unix(int64(a), 0).UTC().Format(time.TimeOnly))
+	}
+	total := func(mf *dto.MetricFamily) (n float64) {
+		for _, m := range mf.GetMetric() {
+			n += m.GetCounter().GetValue() + float64(m.GetHistogram().GetSampleCount())
+		}
+		return n
+	}
+	for _, name := range []string{metrics.IngestRecordsTotal, metrics.IngestRejectedTotal, metrics.StoreCommitSeconds, metrics.FindingLatencySeconds} {
+		if b, a := before[name], after[name]; b != nil && total(a) < total(b) {
+			return name + " went down"
+		}
+	}
+	return ""
 }
 
 func gauge(mfs map[string]*dto.MetricFamily, name string) float64 {

@@ -659,3 +659,62 @@ func TestLoadgen_LiveFinishesSessions(t *testing.T) {
 		t.Errorf("no intended finding in %d calls: the problem sessions lost theirs", rep.Sent)
 	}
 }
+
+// TestLoadReport_ServerRestarted: when serve restarts during the load, the
+// report says so and gives the new process's counts since its start, not
+// differences across the restart. op23 D5 printed "server counted: -372
+// stored" and "store commit (18446744073709551612 commits)" for a serve
+// restarted mid-run.
+func TestLoadReport_ServerRestarted(t *testing.T) {
+	t.Parallel()
+	parse := func(text string) map[string]*dto.MetricFamily {
+		t.Helper()
+		tp := expfmt.NewTextParser(model.UTF8Validation)
+		mfs, err := tp.TextToMetricFamilies(strings.NewReader(text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return mfs
+	}
+	scrape := func(start string, accepted, commits int) map[string]*dto.MetricFamily {
+		text := fmt.Sprintf(`# TYPE mcpaudit_ingest_records_total counter
+mcpaudit_ingest_records_total{source="otlp_grpc",result="accepted"} %d
+# TYPE mcpaudit_store_commit_seconds histogram
+mcpaudit_store_commit_seconds_bucket{le="0.005"} %d
+mcpaudit_store_commit_seconds_bucket{le="+Inf"} %d
+mcpaudit_store_commit_seconds_sum 0
+mcpaudit_store_commit_seconds_count %d
+`, accepted, commits, commits, commits)
+		if start != "" {
+			text += "# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds " + start + "\n"
+		}
+		return parse(text)
+	}
+	f := func(name string, before, after map[string]*dto.MetricFamily, want ...string) {
+		t.Helper()
+		var out bytes.Buffer
+		printLoadReport(&out, &loadReport{New: -1}, before, after, "")
+		for _, w := range want {
+			if !strings.Contains(out.String(), w) {
+				t.Errorf("%s: report lacks %q:\n%s", name, w, out.String())
+			}
+		}
+		if strings.Contains(out.String(), "counted: -") {
+			t.Errorf("%s: a negative count:\n%s", name, out.String())
+		}
+	}
+	// The start time changed (op23's serve restarted between the scrapes):
+	// 5234 calls before, 4862 since; 8 commits before, 4 since.
+	f("start time changed", scrape("1.79658175844e+09", 5234, 8), scrape("1.79658182e+09", 4862, 4),
+		"server restarted during the load (process started at 18:29:18, then at 18:30:20 UTC)",
+		"server counted: 4862 stored, 0 duplicates, 0 rejected\n", "store commit (4 commits)")
+	// No process metrics: the counters going down tell.
+	f("counter went down", scrape("", 5234, 8), scrape("", 4862, 4),
+		"server restarted during the load (mcpaudit_ingest_records_total went down)", "server counted: 4862 stored")
+	// The same process: differences, and no word of a restart.
+	var out bytes.Buffer
+	printLoadReport(&out, &loadReport{New: -1}, scrape("1.79658175844e+09", 100, 2), scrape("1.79658175844e+09", 4962, 6), "")
+	if s := out.String(); strings.Contains(s, "restarted") || !strings.Contains(s, "server counted: 4862 stored") || !strings.Contains(s, "store commit (4 commits)") {
+		t.Errorf("one process:\n%s", s)
+	}
+}

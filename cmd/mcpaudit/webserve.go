@@ -46,7 +46,7 @@ func (s *server) startNotifier() error {
 		return nil
 	}
 	base := s.cfg.Serve.Web.BaseURL
-	nt, err := notify.New(n, s.cfg.Serve.DataDir, base, s.store, s.log)
+	nt, err := notify.New(n, s.cfg.Serve.DataDir, base, s.cfg.Rules.RunbookURL, s.store, s.log)
 	if err != nil {
 		return err
 	}
@@ -67,6 +67,7 @@ func (s *server) mountWeb(mux *http.ServeMux, q *api.Server) error {
 		cancel()
 		return fmt.Errorf("cannot start the page: %w", err)
 	}
+	page.LinkRunbook(s.cfg.Rules.RunbookURL)
 	// Every method: the report answers 405 itself, as the API does.
 	mux.Handle("/api/v1/report", report.Handler(s.store, q))
 	mux.Handle("/", page.Handler())

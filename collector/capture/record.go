@@ -21,6 +21,10 @@ type RecordError struct {
 	Field  string // the offending field, empty when the record is not JSON
 	// Reason says why, in words for the sender and the log.
 	Reason string
+	// Value is the start of the offending value (at most MaxLoggedValue
+	// bytes; set for a bad time), for a log that hides the input quoted in
+	// Reason: the receiver's log shows it after redaction.
+	Value string
 	// Kind is the reason the record is counted under in
 	// mcpaudit_ingest_rejected_total (one of exporter/metrics'
 	// RejectReasons), set where the record is rejected, so that a count
@@ -48,6 +52,9 @@ func (e *RecordError) Error() string {
 	}
 	return loc + ": " + e.Reason
 }
+
+// MaxLoggedValue bounds RecordError.Value, in bytes.
+const MaxLoggedValue = 40
 
 // maxDurationMS is the longest duration_ms a time.Duration holds, in whole
 // milliseconds.
@@ -193,7 +200,9 @@ func (rp *RecordParser) parse(data []byte, source string, line int, keep bool) (
 		// is dropped here, and the UTC time keeps nothing of it.
 		t, err = time.Parse(time.RFC3339Nano, unsafe.String(unsafe.SliceData(ts), len(ts)))
 		if err != nil {
-			return nil, badTime("time", "not an RFC 3339 time: %q", ts)
+			e := badTime("time", "not an RFC 3339 time: %q", ts).(*RecordError)
+			e.Value = string(ts[:min(len(ts), MaxLoggedValue)])
+			return nil, e
 		}
 		// Most times are written to the microsecond or coarser: nothing to
 		// round.

@@ -3,6 +3,7 @@ package pipeline_test
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -54,9 +55,15 @@ func TestRestart_DowntimeWarned(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"level=WARN", "downtime=2m0s", "from=" + stop.UTC().Format(time.RFC3339), "to=" + clock.Now().UTC().Format(time.RFC3339),
-		"only from senders that kept them", "otlptracehttp does not retry a refused connection", "otlptracegrpc retries for at most 10 s", "end=stop", "docs/runbooks.md#after-serve-was-down"} {
+		`senders="only those that kept their calls`, `otlptracehttp="does not retry a refused connection`, `otlptracegrpc="retries for at most 10 s`, "end=stop", "runbook=docs/runbooks.md#after-serve-was-down"} {
 		if !strings.Contains(line, want) {
 			t.Errorf("the downtime line %q lacks %q", line, want)
 		}
+	}
+	// The message is short; the details are fields (op23 D14: a message
+	// of ~600 characters before the times).
+	msg := regexp.MustCompile(`msg="([^"]*)"`).FindStringSubmatch(line)
+	if msg == nil || len(msg[1]) > 80 {
+		t.Errorf("the downtime line's message %q: want at most 80 characters, the details in fields", msg)
 	}
 }

@@ -486,11 +486,14 @@ func (p *Pipeline) recover(ctx context.Context) error {
 		if n := len(p.downtimes) - DowntimesKept; n > 0 {
 			p.downtimes = slices.Clone(p.downtimes[n:])
 		}
-		p.log.Warn("serve was down: calls sent meanwhile arrive only from senders that kept them and send them again now; "+
-			"OpenTelemetry SDK exporters on defaults keep little: otlptracehttp does not retry a refused connection at all (only HTTP 429, 502, 503 and 504 and timeouts), "+
-			"so every span it exported while serve was down is lost, however short the downtime; otlptracegrpc retries for at most 10 s (WithTimeout bounds the export with its retries), "+
-			"so it bridges a downtime of a few seconds at most; findings about the lost calls are missing (docs/runbooks.md#after-serve-was-down)",
-			"from", saved.UTC().Format(time.RFC3339), "to", p.downTo.UTC().Format(time.RFC3339), "downtime", down, "end", end)
+		// A short message, the details as fields: one ~600-character
+		// message buried the times at the end of the line (op23 D14).
+		p.log.Warn("serve was down: calls sent meanwhile may be missing",
+			"from", saved.UTC().Format(time.RFC3339), "to", p.downTo.UTC().Format(time.RFC3339), "downtime", down, "end", end,
+			"senders", "only those that kept their calls send them again now",
+			"otlptracehttp", "does not retry a refused connection: spans exported while serve was down are lost, however short the downtime",
+			"otlptracegrpc", "retries for at most 10 s: it bridges a downtime of a few seconds at most",
+			"runbook", "docs/runbooks.md#after-serve-was-down")
 	}
 	for k, m := range marks {
 		for _, src := range m.Sources {

@@ -620,7 +620,11 @@ func (rc *Receiver) calls(w http.ResponseWriter, r *http.Request) {
 		rc.logIgnored(src, tenant, dec.Ignored)
 	}()
 	refuse := func(err error, reason metrics.RejectReason) {
-		rc.logRejected("rejected_record", src, tenant, reason, err.Error(), "source", source)
+		extra := []any{"source", source}
+		if re := (*capture.RecordError)(nil); errors.As(err, &re) && re.Value != "" {
+			extra = append(extra, "value", loggedValue(re.Value))
+		}
+		rc.logRejected("rejected_record", src, tenant, reason, err.Error(), extra...)
 		resp.Rejected++
 		if len(resp.Errors) < maxRejectsReported {
 			resp.Errors = append(resp.Errors, err.Error())

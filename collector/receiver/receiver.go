@@ -29,11 +29,13 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/collector/capture"
 	"github.com/mcpaudit/mcpaudit/collector/dialect"
 	"github.com/mcpaudit/mcpaudit/collector/otlp"
 	"github.com/mcpaudit/mcpaudit/collector/redact"
@@ -368,8 +370,33 @@ func (rc *Receiver) logRejected(kind string, src metrics.Source, tenant string, 
 		if tenant != "" {
 			args = append(args, "tenant", tenant)
 		}
+		for i, a := range extra {
+			if v, ok := a.(loggedValue); ok {
+				extra[i] = rc.cleanValue(string(v))
+			}
+		}
 		return append(args, extra...)
 	})
+}
+
+// loggedValue is the start of a rejected value (capture.RecordError's
+// Value) as an argument of logRejected: logged redacted and quoted, where
+// the error's own quote of it is hidden.
+type loggedValue string
+
+// cleanValue quotes a bounded value for the log, redacted, with "…" when
+// the value was cut. A bad time was logged as `not an RFC 3339 time: "…"`,
+// which hid what the sender sent (op23 D14).
+func (rc *Receiver) cleanValue(v string) string {
+	cut := len(v) >= capture.MaxLoggedValue
+	if rc.Redactor != nil {
+		v, _ = rc.Redactor.Text(v)
+	}
+	v = strconv.Quote(strings.ToValidUTF8(v, "\ufffd"))
+	if cut {
+		v += "…"
+	}
+	return v
 }
 
 // unquoted replaces every double-quoted part of an error message with

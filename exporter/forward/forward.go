@@ -173,6 +173,8 @@ type Forwarder struct {
 
 	journal *Journal // nil when it could not be created
 
+	auth authLog // which of the collector's 401/403 refusals are logged
+
 	wake chan struct{}
 	stop context.CancelFunc
 	done chan struct{}
@@ -573,7 +575,11 @@ func (f *Forwarder) run(ctx context.Context) {
 				backoff = min(2*backoff, f.cfg.MaxBackoff)
 			}
 			d := max(wait, backoff/2+rand.N(backoff/2+1))
-			if fail != nil {
+			var refused *authRefusal
+			switch {
+			case fail != nil && errors.As(fail.err, &refused):
+				f.logAuthRefusal(refused, fail.segment)
+			case fail != nil:
 				// The wait actually taken (the backoff, or the collector's
 				// Retry-After when longer), not the Retry-After alone, which
 				// a refused connection never gives: the log said "retry_in":
@@ -588,6 +594,9 @@ func (f *Forwarder) run(ctx context.Context) {
 			continue
 		case sent:
 			backoff = 0
+			if n := f.auth.accepted(); n > 0 {
+				f.log.Info("the collector accepts the relay's credential again; sending the records buffered meanwhile", "refusals", n)
+			}
 			continue
 		}
 		select {
@@ -696,9 +705,11 @@ func (f *Forwarder) post(ctx context.Context, path string, fh *os.File) (time.Du
 		f.mu.Unlock()
 		f.remove(path, int64(len(body)))
 		return 0, nil
-	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500 || resp.StatusCode == http.StatusRequestTimeout ||
-		resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
+	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
 		// Credentials are an operator's to fix: the records wait for them.
+		f.metrics.Post(metrics.PostRetry)
+		return retryAfter(resp.Header.Get("Retry-After"), time.Now()), &authRefusal{status: resp.Status, answer: string(bytes.TrimSpace(answer))}
+	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500 || resp.StatusCode == http.StatusRequestTimeout:
 		f.metrics.Post(metrics.PostRetry)
 		return retryAfter(resp.Header.Get("Retry-After"), time.Now()), fmt.Errorf("collector answered %s: %s", resp.Status, bytes.TrimSpace(answer))
 	default:
@@ -708,6 +719,83 @@ func (f *Forwarder) post(ctx context.Context, path string, fh *os.File) (time.Du
 		f.log.Error("the collector refused a batch of call records; set aside", "status", resp.Status, "answer", string(bytes.TrimSpace(answer)), "kept", dst)
 		return 0, nil
 	}
+}
+
+// authRefusal is the collector's 401 or 403: it does not take the relay's
+// credential. Only an operator can change that; the records wait on disk
+// and are sent again, as for any retry.
+type authRefusal struct {
+	status string
+	answer string
+}
+
+func (e *authRefusal) Error() string { return "collector answered " + e.status + ": " + e.answer }
+
+// authLogEvery is how often a relay the collector keeps refusing says so
+// again after its first, loud, line.
+const authLogEvery = 5 * time.Minute
+
+// authLog decides which of the collector's 401/403 refusals are logged: the
+// first of a run of them, then one per authLogEvery with the count since.
+// A relay without a token retried every few seconds for ever, each try a
+// WARN that did not say what to do (op23 D9).
+type authLog struct {
+	mu      sync.Mutex
+	last    time.Time // the last refusal logged; zero: none since the last success
+	since   int       // refusals since the last line
+	refused int       // refusals since the last success
+}
+
+// refusal counts one refusal at now and says whether to log it, whether
+// it is the first of its run, and how many came since the last line.
+func (a *authLog) refusal(now time.Time) (log, first bool, since int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.refused++
+	a.since++
+	if !a.last.IsZero() && now.Sub(a.last) < authLogEvery {
+		return false, false, 0
+	}
+	first, since = a.last.IsZero(), a.since
+	a.last, a.since = now, 0
+	return true, first, since
+}
+
+// accepted ends a run of refusals and returns its length (0: none).
+func (a *authLog) accepted() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := a.refused
+	a.last, a.since, a.refused = time.Time{}, 0, 0
+	return n
+}
+
+// logAuthRefusal logs a refusal of the relay's credential when authLog
+// says so, with what to do: the CLI's 401 names --token and
+// $MCPAUDIT_TOKEN, and so does this.
+func (f *Forwarder) logAuthRefusal(e *authRefusal, segment string) {
+	log, first, since := f.auth.refusal(time.Now())
+	if !log {
+		return
+	}
+	fix := "give the relay a token with the ingest scope (--token or $MCPAUDIT_TOKEN): one of the collector's serve.receiver.tenants, or from mcpaudit token new --scopes ingest (docs/security.md)"
+	if f.cfg.Token != "" {
+		fix = "the relay's token (--token or $MCPAUDIT_TOKEN) is not one the collector knows, or lacks the ingest scope: give it one of the collector's serve.receiver.tenants, or from mcpaudit token new --scopes ingest (docs/security.md)"
+	}
+	args := []any{"status", e.status, "answer", e.answer, "fix", fix, "segment", segment,
+		"buffer_bytes", f.bufferBytes(), "next_log_in", authLogEvery}
+	if first {
+		f.log.Error("the collector refuses the relay's credential; call records stay buffered on disk and are sent once it takes them", args...)
+		return
+	}
+	f.log.Error("the collector still refuses the relay's credential; call records stay buffered on disk", append(args, "refusals_since_last_line", since)...)
+}
+
+// bufferBytes is the size of the buffer as last counted.
+func (f *Forwarder) bufferBytes() int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.size
 }
 
 // setAside moves a segment of n bytes the collector refused, whole or in

@@ -97,6 +97,9 @@ type FindingSource interface {
 type Notifier struct {
 	cfg     Config
 	baseURL string
+	// runbook is the runbook document (rules.runbook_url); empty: no
+	// runbook_url annotation.
+	runbook string
 	log     *slog.Logger
 	client  *http.Client
 	store   FindingSource
@@ -123,11 +126,12 @@ type queued struct {
 	First   time.Time     `json:"first,omitzero"`
 }
 
-// New starts a notifier that journals in dir (created if missing) and
-// links findings to the page at baseURL. store serves the catch-up after
-// an overflow; it may be nil. Queued findings left in the journal by an
-// earlier run are sent first.
-func New(cfg Config, dir, baseURL string, store FindingSource, log *slog.Logger) (*Notifier, error) {
+// New starts a notifier that journals in dir (created if missing), links
+// findings to the page at baseURL and its alerts to the section
+// RunbookAnchor of the runbook document runbookURL (either may be empty:
+// no link). store serves the catch-up after an overflow; it may be nil.
+// Queued findings left in the journal by an earlier run are sent first.
+func New(cfg Config, dir, baseURL, runbookURL string, store FindingSource, log *slog.Logger) (*Notifier, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid notify config: %w", err)
 	}
@@ -138,7 +142,7 @@ func New(cfg Config, dir, baseURL string, store FindingSource, log *slog.Logger)
 	if err != nil {
 		return nil, err
 	}
-	n := &Notifier{cfg: cfg, baseURL: strings.TrimRight(baseURL, "/"), log: log, store: store,
+	n := &Notifier{cfg: cfg, baseURL: strings.TrimRight(baseURL, "/"), runbook: runbookURL, log: log, store: store,
 		client: &http.Client{Timeout: cfg.Timeout}, journal: j,
 		queue: make(chan queued, cfg.QueueSize+len(pending)), stop: make(chan struct{}), done: make(chan struct{})}
 	for _, q := range pending {
@@ -316,6 +320,11 @@ type Alert struct {
 // AlertName is the alertname of every finding's alert.
 const AlertName = "McpAuditFinding"
 
+// RunbookAnchor is the section of the runbook document (docs/runbooks.md)
+// about the alert AlertName: its name in lowercase, as the Prometheus
+// rules' runbook_url annotations build theirs.
+var RunbookAnchor = strings.ToLower(AlertName)
+
 // AlertOf returns the alert of a finding first sent at first.
 func (n *Notifier) AlertOf(f *audit.Finding, first time.Time) Alert {
 	labels := map[string]string{"alertname": AlertName, "kind": string(f.Kind), "severity": string(f.Severity),
@@ -329,6 +338,11 @@ func (n *Notifier) AlertOf(f *audit.Finding, first time.Time) Alert {
 		if v != "" {
 			ann[k] = v
 		}
+	}
+	if n.runbook != "" {
+		// The page it may wake: op23 D4 found critical findings paged
+		// with no runbook.
+		ann["runbook_url"] = n.runbook + "#" + RunbookAnchor
 	}
 	a := Alert{Labels: labels, Annotations: ann, StartsAt: first, EndsAt: first.Add(n.cfg.ResolveAfter)}
 	if n.baseURL != "" {

@@ -96,7 +96,7 @@ func TestWebhook(t *testing.T) {
 		srv := httptest.NewServer(rc)
 		defer srv.Close()
 		dir := t.TempDir()
-		n, err := New(webhookConfig(srv.URL), dir, "https://audit.example.com/", nil, quiet())
+		n, err := New(webhookConfig(srv.URL), dir, "https://audit.example.com/", "", nil, quiet())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -116,7 +116,7 @@ func TestWebhook(t *testing.T) {
 		}
 		// The detector re-derives the finding after a restart: it is not
 		// sent again.
-		n2, err := New(webhookConfig(srv.URL), dir, "", nil, quiet())
+		n2, err := New(webhookConfig(srv.URL), dir, "", "", nil, quiet())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -134,7 +134,7 @@ func TestWebhook(t *testing.T) {
 		down := &receiver{fail: func(int) int { return http.StatusBadGateway }}
 		srv := httptest.NewServer(down)
 		dir := t.TempDir()
-		n, err := New(webhookConfig(srv.URL), dir, "", nil, quiet())
+		n, err := New(webhookConfig(srv.URL), dir, "", "", nil, quiet())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -148,7 +148,7 @@ func TestWebhook(t *testing.T) {
 		up := &receiver{}
 		srv2 := httptest.NewServer(up)
 		defer srv2.Close()
-		n2, err := New(webhookConfig(srv2.URL), dir, "", nil, quiet())
+		n2, err := New(webhookConfig(srv2.URL), dir, "", "", nil, quiet())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -168,7 +168,7 @@ func TestWebhook(t *testing.T) {
 		rc := &receiver{fail: func(int) int { return http.StatusBadRequest }}
 		srv := httptest.NewServer(rc)
 		defer srv.Close()
-		n, err := New(webhookConfig(srv.URL), t.TempDir(), "", nil, quiet())
+		n, err := New(webhookConfig(srv.URL), t.TempDir(), "", "", nil, quiet())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -185,7 +185,7 @@ func TestWebhook(t *testing.T) {
 		rc := &receiver{}
 		srv := httptest.NewServer(rc)
 		defer srv.Close()
-		n, err := New(webhookConfig(srv.URL), t.TempDir(), "", nil, quiet())
+		n, err := New(webhookConfig(srv.URL), t.TempDir(), "", "", nil, quiet())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -228,7 +228,7 @@ func TestOverflowCatchUp(t *testing.T) {
 	}
 	cfg := webhookConfig(srv.URL)
 	cfg.QueueSize = 2
-	n, err := New(cfg, t.TempDir(), "", fs, quiet())
+	n, err := New(cfg, t.TempDir(), "", "", fs, quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,7 +285,7 @@ func TestAlertmanager(t *testing.T) {
 	})
 	cfg := NewDefaultConfig()
 	cfg.URL = base + "/api/v2/alerts"
-	n, err := New(cfg, t.TempDir(), "https://audit.example.com", nil, quiet())
+	n, err := New(cfg, t.TempDir(), "https://audit.example.com", "https://wiki.example.com/mcpaudit/runbooks", nil, quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -324,6 +324,10 @@ func TestAlertmanager(t *testing.T) {
 	if a.Annotations["document"] != f.Document || a.Annotations["summary"] != f.Summary ||
 		a.GeneratorURL != "https://audit.example.com/findings/"+f.ID() || a.Status.State != "active" {
 		t.Errorf("alert = %+v", a)
+	}
+	// A critical finding pages: the page names its runbook (op23 D4).
+	if got, want := a.Annotations["runbook_url"], "https://wiki.example.com/mcpaudit/runbooks#mcpauditfinding"; got != want {
+		t.Errorf("runbook_url = %q, want %q", got, want)
 	}
 }
 
