@@ -61,15 +61,24 @@ func (e *exitError) Error() string {
 // parseFlags parses a command's args into fs. help is set when -h or --help
 // asked for the usage, which fs has printed (the command then ends, exit
 // 0); a bad flag, which fs has printed too, is exit status 2.
-// A flag given twice that takes one value is refused, naming it: the flag
-// package keeps the last silently (op23's D1: a second --public-key
-// replaced the first).
 func parseFlags(fs *flag.FlagSet, args []string) (help bool, err error) {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return true, nil
 		}
 		return false, &exitError{code: 2}
+	}
+	return false, nil
+}
+
+// parseFlagsOnce is parseFlags, and refuses a flag given twice that takes
+// one value, naming it: the flag package keeps the last silently (op23's
+// D1: a second --public-key of verify replaced the first). verify and
+// keygen use it; serve is started by scripts and tests that override a
+// flag by repeating it, so it keeps the last one.
+func parseFlagsOnce(fs *flag.FlagSet, args []string) (help bool, err error) {
+	if help, err := parseFlags(fs, args); help || err != nil {
+		return help, err
 	}
 	if name, n := repeatedFlag(fs, args); name != "" {
 		return false, &exitError{code: 2, err: fmt.Errorf("--%s is given %d times, but it takes one value (see '%s -h')", name, n, fs.Name())}

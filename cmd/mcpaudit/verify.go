@@ -46,7 +46,7 @@ func verifyCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	store := fs.String("store", "sqlite", "the store: sqlite (the embedded store, --data-dir) or clickhouse (--clickhouse-dsn)")
 	chDSN := fs.String("clickhouse-dsn", "", "ClickHouse native-protocol DSN, with --store clickhouse")
 	chDB := fs.String("clickhouse-database", clickhouse.NewDefaultOptions().Database, "the database of the ClickHouse store (serve.clickhouse.database)")
-	if help, err := parseFlags(fs, args); help || err != nil {
+	if help, err := parseFlagsOnce(fs, args); help || err != nil {
 		return err
 	}
 	var keys chain.Keys
@@ -113,7 +113,7 @@ func keygenCommand(args []string, stdout, stderr io.Writer) error {
 	fs.Usage = func() { fmt.Fprint(stderr, keygenUsage); fs.PrintDefaults() }
 	privFile := fs.String("private-key", "", "where to write the private key")
 	pubFile := fs.String("public-key", "", "where to write the public key")
-	if help, err := parseFlags(fs, args); help || err != nil {
+	if help, err := parseFlagsOnce(fs, args); help || err != nil {
 		return err
 	}
 	if *privFile == "" || *pubFile == "" {

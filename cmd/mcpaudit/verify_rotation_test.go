@@ -136,10 +136,9 @@ func testKeyRotation(t *testing.T, newConfig func(t *testing.T) Config, where ..
 	})
 }
 
-// TestRepeatedFlagRefused (op23's D1): a flag that takes one value, given
-// twice, is refused with its name instead of the last one winning
-// silently; a repeatable flag (--public-key of verify, --dialect of
-// analyze) is not.
+// TestRepeatedFlagRefused (op23's D1): a flag of verify or keygen that
+// takes one value, given twice, is refused with its name instead of the
+// last one winning silently; the repeatable --public-key of verify is not.
 func TestRepeatedFlagRefused(t *testing.T) {
 	f := func(want int, wantErr string, args ...string) {
 		t.Helper()
@@ -156,12 +155,5 @@ func TestRepeatedFlagRefused(t *testing.T) {
 	// --public-key twice is not refused as a repeat: the files are read
 	// (and here missing).
 	f(2, "cannot read key", "verify", "--data-dir", empty, "--public-key", "a.pem", "--public-key", "b.pem")
-	capture := filepath.Join(t.TempDir(), "c.ndjson")
-	os.WriteFile(capture, nil, 0o600)
-	var out, errb bytes.Buffer
-	run(context.Background(), []string{"analyze", "--dialect", "a=thegram", "--dialect", "b=oddlynew", capture}, nil, &out, &errb)
-	if strings.Contains(errb.String(), "is given") {
-		t.Errorf("analyze --dialect twice refused: %s", errb.String())
-	}
-	f(2, "--verify-window is given 2 times", "analyze", "--verify-window", "5m", "--verify-window", "1h", capture)
+	f(2, "--public-key is given 2 times", "keygen", "--private-key", "a", "--public-key", "b", "--public-key", "c")
 }
