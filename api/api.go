@@ -64,6 +64,9 @@ type Server struct {
 	// tenant) the store held as too late to be judged when serve started
 	// (StatusResponse.TooLateBeforeStart).
 	TooLateBeforeStart func(tenant string) int64
+	// OtherStore, if set, is the history another store of the data dir
+	// holds, told by /api/v1/status (StatusResponse.OtherStore).
+	OtherStore *OtherStore
 	// Access, if set, authenticates requests (serve shares it with the
 	// receivers and /metrics); otherwise Tenants and Credentials do.
 	Access *access.Authenticator

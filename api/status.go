@@ -90,6 +90,21 @@ type StatusResponse struct {
 	// them (docs/runbooks.md#mcpauditwithdrawalswaiting). Part of
 	// Unstored. Absent from a server that does not say.
 	WithdrawalsWaiting int `json:"withdrawals_waiting,omitempty"`
+	// OtherStore is the history left in another store of the data dir,
+	// which this server neither reads nor copies (the embedded store's
+	// file, after a switch to ClickHouse), counted at the start. Absent
+	// when there is none.
+	OtherStore *OtherStore `json:"other_store,omitempty"`
+}
+
+// OtherStore is a store in the data dir that serve does not use.
+type OtherStore struct {
+	Store string `json:"store"`
+	Path  string `json:"path"`
+	// Calls and Findings it holds, counted at the start; -1 when they
+	// could not be counted.
+	Calls    int64 `json:"calls"`
+	Findings int64 `json:"findings"`
 }
 
 // DowntimeShown is how long after a start the status tells the downtime
@@ -334,6 +349,9 @@ func (s *Server) StatusOf(tenant, server string, now time.Time) (StatusResponse,
 		out.TooLateBeforeStart = s.TooLateBeforeStart(tenant)
 	}
 	out.Store = storeStatus(s.store)
+	if tenant == "" || tenant == "*" {
+		out.OtherStore = s.OtherStore
+	}
 	if s.WithdrawalsWaiting != nil {
 		out.WithdrawalsWaiting = s.WithdrawalsWaiting(tenant)
 	}

@@ -535,6 +535,7 @@ type multiFlag []string
 
 func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(s string) error { *m = append(*m, s); return nil }
+func (m *multiFlag) repeatable()        {}
 
 // countingReader counts the bytes read, for the progress bar.
 type countingReader struct {

@@ -140,8 +140,10 @@ const stateFile = "partitions.json"
 // replaces: the store file and SQLite's files beside it, its derived id
 // index, its call log (ack "log"; the calls acknowledged after the backup
 // are not restored, as with ack "commit") and the state file of the
-// detector's watermarks, which speaks of the store it was written beside.
-var restoreReplaces = []string{storeFile, storeFile + "-wal", storeFile + "-shm", storeFile + ".ids", storeFile + ".log", stateFile}
+// detector's watermarks, which speaks of the store it was written beside
+// (and the embedded store's own, kept aside while serve ran on another
+// store: switchStateFile).
+var restoreReplaces = []string{storeFile, storeFile + "-wal", storeFile + "-shm", storeFile + ".ids", storeFile + ".log", stateFile, "partitions.sqlite.json"}
 
 // moveAside moves the files of dir that a restore replaces into a new
 // directory beside them, and returns it with the names moved.

@@ -71,6 +71,72 @@ func parseFlags(fs *flag.FlagSet, args []string) (help bool, err error) {
 	return false, nil
 }
 
+// parseFlagsOnce is parseFlags, and refuses a flag given twice that takes
+// one value, naming it: the flag package keeps the last silently (op23's
+// D1: a second --public-key of verify replaced the first). verify and
+// keygen use it; serve is started by scripts and tests that override a
+// flag by repeating it, so it keeps the last one.
+func parseFlagsOnce(fs *flag.FlagSet, args []string) (help bool, err error) {
+	if help, err := parseFlags(fs, args); help || err != nil {
+		return help, err
+	}
+	if name, n := repeatedFlag(fs, args); name != "" {
+		return false, &exitError{code: 2, err: fmt.Errorf("--%s is given %d times, but it takes one value (see '%s -h')", name, n, fs.Name())}
+	}
+	return false, nil
+}
+
+// repeatable marks a flag.Value that collects every value it is given.
+type repeatable interface{ repeatable() }
+
+// repeatedFlag returns the first flag of fs that args give more than once
+// though it takes one value, and how often; "" when none. It parses args
+// again into a copy of fs whose flags only count: fs has parsed them
+// already, so they parse.
+func repeatedFlag(fs *flag.FlagSet, args []string) (string, int) {
+	shadow := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
+	shadow.SetOutput(io.Discard)
+	shadow.Usage = func() {}
+	counts := map[string]int{}
+	first := ""
+	fs.VisitAll(func(f *flag.Flag) {
+		if _, ok := f.Value.(repeatable); ok {
+			return
+		}
+		b, ok := f.Value.(interface{ IsBoolFlag() bool })
+		shadow.Var(&countFlag{name: f.Name, counts: counts, first: &first, isBool: ok && b.IsBoolFlag()}, f.Name, "")
+	})
+	// Repeatable flags are still flags of the copy, so that their values
+	// are consumed as in fs.
+	fs.VisitAll(func(f *flag.Flag) {
+		if shadow.Lookup(f.Name) == nil {
+			shadow.Var(&countFlag{name: f.Name, counts: map[string]int{}, first: new(string)}, f.Name, "")
+		}
+	})
+	if shadow.Parse(args) != nil || first == "" {
+		return "", 0
+	}
+	return first, counts[first]
+}
+
+// countFlag counts how often a flag is set, for repeatedFlag.
+type countFlag struct {
+	name   string
+	counts map[string]int
+	first  *string
+	isBool bool
+}
+
+func (c *countFlag) String() string   { return "" }
+func (c *countFlag) IsBoolFlag() bool { return c.isBool }
+func (c *countFlag) Set(string) error {
+	c.counts[c.name]++
+	if c.counts[c.name] == 2 && *c.first == "" {
+		*c.first = c.name
+	}
+	return nil
+}
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)

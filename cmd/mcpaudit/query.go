@@ -70,7 +70,13 @@ func (q *queryFlags) keepOpen() (func(), error) {
 // (pipeline.ReadDowntimes). One it cannot read is said on stderr and
 // taken as none: the answer is still right about what the store holds.
 func (q *queryFlags) keptDowntimes() []audit.Downtime {
-	ds, err := pipeline.ReadDowntimes(filepath.Join(q.dataDir, stateFile))
+	// The embedded store's state file is partitions.json, unless serve
+	// ran on another store since: then it waits under its own name.
+	path := filepath.Join(q.dataDir, stateFile)
+	if owner, _, err := pipeline.StateStore(path); err == nil && owner != "" && owner != "sqlite" {
+		path = filepath.Join(q.dataDir, parkedStateFile("sqlite"))
+	}
+	ds, err := pipeline.ReadDowntimes(path)
 	if err != nil && q.stderr != nil {
 		fmt.Fprintf(q.stderr, "mcpaudit: the times serve was down are not marked: %v\n", err)
 	}

@@ -154,15 +154,18 @@ func serveCommand(ctx context.Context, args []string, stderr io.Writer) error {
 
 // server is a running collector.
 type server struct {
-	cfg      Config
-	log      *slog.Logger
-	store    audit.Store
-	dataDir  *datadir.Dir // held while serving: one collector per data dir
-	pipe     *pipeline.Pipeline
-	metrics  *metrics.Metrics
-	registry *prometheus.Registry
-	http     []*http.Server
-	grpc     *grpc.Server
+	cfg     Config
+	log     *slog.Logger
+	store   audit.Store
+	dataDir *datadir.Dir // held while serving: one collector per data dir
+	// otherStore is the history the embedded store of the data dir holds
+	// while serve runs on another store (embeddedHistory).
+	otherStore *api.OtherStore
+	pipe       *pipeline.Pipeline
+	metrics    *metrics.Metrics
+	registry   *prometheus.Registry
+	http       []*http.Server
+	grpc       *grpc.Server
 	// Addresses actually listened on (ports chosen by the system for :0).
 	ingestAddr, grpcAddr, apiAddr string
 	stopRetention                 context.CancelFunc
@@ -441,6 +444,17 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		s.seedLastFindings(ctx, st, log)
 	}
 	pcfg.StateFile = filepath.Join(cfg.Serve.DataDir, stateFile)
+	pcfg.Store = storeID(cfg)
+	s.otherStore = embeddedHistory(ctx, cfg, log)
+	var embeddedCalls int64
+	if s.otherStore != nil {
+		embeddedCalls = s.otherStore.Calls
+	}
+	if err := switchStateFile(cfg.Serve.DataDir, pcfg.Store, embeddedCalls, log); err != nil {
+		st.Close()
+		dd.Close()
+		return nil, err
+	}
 	s.findingLog = pipeline.NewFindingLog(log)
 	sinks := []audit.Sink{s.metrics, s.findingLog}
 	if err := s.startNotifier(); err != nil {
@@ -556,6 +570,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	q.Downtimes = s.pipe.Downtimes
 	q.WithdrawalsWaiting = s.pipe.WithdrawalsWaiting
 	q.TooLateBeforeStart = tooLateBefore.of
+	q.OtherStore = s.otherStore
 	q.Credentials = cfg.Serve.Credentials
 	q.Access = s.access
 	mux := http.NewServeMux()

@@ -2,13 +2,13 @@ package main
 
 import (
 	"context"
-	"crypto/ed25519"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/mcpaudit/mcpaudit/exporter/chain"
 	"github.com/mcpaudit/mcpaudit/exporter/clickhouse"
@@ -16,11 +16,16 @@ import (
 	"github.com/mcpaudit/mcpaudit/internal/datadir"
 )
 
-const verifyUsage = `usage: mcpaudit verify (--data-dir DIR | --store clickhouse --clickhouse-dsn DSN [--clickhouse-database DB]) [--public-key FILE]
+const verifyUsage = `usage: mcpaudit verify (--data-dir DIR | --store clickhouse --clickhouse-dsn DSN [--clickhouse-database DB]) [--public-key FILE]...
 
 Checks the stored history of a data dir against its tamper-evidence chains
 and, with --public-key, against the checkpoints the collector signed
-(serve.signing_key_file). Every edit, deletion, insertion or reordering of
+(serve.signing_key_file). After a key rotation give the public key of every
+signing key the history was signed with: --public-key once per file (a file
+may also hold several public keys, one PEM block after another). Each
+checkpoint must verify with one of them; the report says which key signed
+which checkpoints. A checkpoint none of them verifies, or one a retired key
+signed after its successor took over, is TAMPERED. Every edit, deletion, insertion or reordering of
 stored calls, findings and finding state changes is printed with its tenant,
 chain entry and rows (the embedded store: row numbers; ClickHouse: ids).
 Exit 0 when the history matches, 1 when it does not, 2 when it cannot be
@@ -35,20 +40,22 @@ func verifyCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, verifyUsage); fs.PrintDefaults() }
 	dir := fs.String("data-dir", "", "the data dir of the embedded store")
-	pubFile := fs.String("public-key", "", "PEM file of the Ed25519 public key that checks the checkpoints (mcpaudit keygen)")
+	var pubFiles keyFiles
+	fs.Var(&pubFiles, "public-key", "PEM file of the Ed25519 public key(s) that check the checkpoints (mcpaudit keygen); repeatable: one per signing key the history was signed with")
 	keyAlways := fs.Bool("key-always", false, "serve always ran with its signing key: a retention cut no checkpoint signed is a removal (TAMPERED), not a note")
 	store := fs.String("store", "sqlite", "the store: sqlite (the embedded store, --data-dir) or clickhouse (--clickhouse-dsn)")
 	chDSN := fs.String("clickhouse-dsn", "", "ClickHouse native-protocol DSN, with --store clickhouse")
 	chDB := fs.String("clickhouse-database", clickhouse.NewDefaultOptions().Database, "the database of the ClickHouse store (serve.clickhouse.database)")
-	if help, err := parseFlags(fs, args); help || err != nil {
+	if help, err := parseFlagsOnce(fs, args); help || err != nil {
 		return err
 	}
-	var pub ed25519.PublicKey
-	if *pubFile != "" {
-		var err error
-		if pub, err = chain.ReadPublicKey(*pubFile); err != nil {
+	var keys chain.Keys
+	for _, f := range pubFiles {
+		ks, err := chain.ReadPublicKeys(f)
+		if err != nil {
 			return &exitError{code: 2, err: err}
 		}
+		keys = keys.Add(ks...)
 	}
 	var r *chain.Report
 	var err error
@@ -61,12 +68,12 @@ func verifyCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 		if _, err := os.Stat(path); err != nil {
 			return &exitError{code: 2, err: fmt.Errorf("cannot verify %s: %w", *dir, err)}
 		}
-		r, err = sqlite.Verify(ctx, path, pub)
+		r, err = sqlite.Verify(ctx, path, keys)
 	case "clickhouse":
 		if *chDSN == "" {
 			return &exitError{code: 2, err: errors.New("--clickhouse-dsn is required with --store clickhouse")}
 		}
-		r, err = clickhouse.Verify(ctx, *chDSN, *chDB, pub)
+		r, err = clickhouse.Verify(ctx, *chDSN, *chDB, keys)
 	default:
 		return &exitError{code: 2, err: fmt.Errorf("--store %s: want sqlite or clickhouse", *store)}
 	}
@@ -82,6 +89,13 @@ func verifyCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	return nil
 }
+
+// keyFiles collects the --public-key files of verify.
+type keyFiles []string
+
+func (k *keyFiles) String() string     { return strings.Join(*k, ",") }
+func (k *keyFiles) Set(s string) error { *k = append(*k, s); return nil }
+func (k *keyFiles) repeatable()        {}
 
 const keygenUsage = `usage: mcpaudit keygen --private-key FILE --public-key FILE
 
@@ -99,7 +113,7 @@ func keygenCommand(args []string, stdout, stderr io.Writer) error {
 	fs.Usage = func() { fmt.Fprint(stderr, keygenUsage); fs.PrintDefaults() }
 	privFile := fs.String("private-key", "", "where to write the private key")
 	pubFile := fs.String("public-key", "", "where to write the public key")
-	if help, err := parseFlags(fs, args); help || err != nil {
+	if help, err := parseFlagsOnce(fs, args); help || err != nil {
 		return err
 	}
 	if *privFile == "" || *pubFile == "" {
@@ -125,6 +139,10 @@ func keygenCommand(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("cannot write key: %w", err)
 		}
 	}
-	fmt.Fprintf(stdout, "wrote %s (keep it with the collector: serve.signing_key_file) and %s (for mcpaudit verify --public-key)\n", *privFile, *pubFile)
+	keys, err := chain.ReadPublicKeys(*pubFile)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "wrote %s (keep it with the collector: serve.signing_key_file) and %s (for mcpaudit verify --public-key), key id %s\n", *privFile, *pubFile, keys[0].ID)
 	return nil
 }

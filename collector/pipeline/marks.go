@@ -66,7 +66,11 @@ func (a mark) equal(b mark) bool {
 // markFile is the state file's content: every partition's mark, and the
 // floor.
 type markFile struct {
-	Version    int        `json:"version"`
+	Version int `json:"version"`
+	// Store is Config.Store of the run that wrote the file: the store
+	// whose committed output the marks describe (empty in a file of a
+	// release before op23a).
+	Store      string     `json:"store,omitempty"`
 	Partitions []markLine `json:"partitions"`
 	// Floor is the event time before which no call was acknowledged that
 	// may not have been judged and committed (zero when unknown): a call
@@ -125,6 +129,8 @@ const DowntimesKept = 100
 
 // runState is what the state file says of the collector's runs.
 type runState struct {
+	// store is markFile.Store.
+	store string
 	// run is markFile.Run.
 	run       string
 	downtimes []audit.Downtime
@@ -135,7 +141,7 @@ type runState struct {
 // runState returns what the next save of the state file says of the runs:
 // the caller holds floorMu.
 func (p *Pipeline) runState() runState {
-	r := runState{run: runRunning, downtimes: p.downtimes, withdrawals: p.unstoredWithdrawals}
+	r := runState{store: p.cfg.Store, run: runRunning, downtimes: p.downtimes, withdrawals: p.unstoredWithdrawals}
 	if p.cleanStop {
 		r.run = runStopped
 	}
@@ -283,6 +289,25 @@ func ReadDowntimes(path string) ([]audit.Downtime, error) {
 		return nil, fmt.Errorf("cannot read the state file %s: %w", path, err)
 	}
 	return f.Downtimes, nil
+}
+
+// StateStore returns the store the state file at path describes
+// (Config.Store of the run that wrote it): empty, and no error, for a file
+// of a release before it was written, or none. An error when the file
+// cannot be read or understood.
+func StateStore(path string) (store string, exists bool, err error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", true, fmt.Errorf("cannot read the state file: %w", err)
+	}
+	f, err := decodeMarks(b)
+	if err != nil {
+		return "", true, fmt.Errorf("cannot read the state file %s: %w", path, err)
+	}
+	return f.Store, true, nil
 }
 
 // marksOf returns the marks of the engine's partitions at wall time now.
@@ -735,7 +760,7 @@ func earliest(b audit.Batch) time.Time {
 // writeMarks writes the state file at path, saved at wall time saved.
 // freed is read here: the caller holds floorMu.
 func writeMarks(path string, marks map[detect.PartitionKey]mark, freed map[detect.PartitionKey]freedMark, floor, saved time.Time, run runState) error {
-	f := markFile{Version: 2, Floor: floor, Saved: saved, Run: run.run, Downtimes: run.downtimes, Withdrawals: run.withdrawals}
+	f := markFile{Version: 2, Store: run.store, Floor: floor, Saved: saved, Run: run.run, Downtimes: run.downtimes, Withdrawals: run.withdrawals}
 	for k, m := range marks {
 		f.Partitions = append(f.Partitions, markLine{Tenant: k.Tenant, Server: k.Server, mark: m})
 	}

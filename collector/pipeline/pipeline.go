@@ -78,6 +78,11 @@ type Config struct {
 	// StateFile, if set, is where the partitions' watermarks are kept
 	// between runs (in the data directory).
 	StateFile string `yaml:"-"`
+	// Store names the store the state file's marks describe ("sqlite",
+	// "clickhouse:DB"), written into the file (StateStore reads it) so
+	// that a start on another store does not take the marks of this one
+	// for its own (op23's D3). Empty writes none.
+	Store string `yaml:"-"`
 	// FindingLatency, if set, is told for each finding committed the wall
 	// time from when it could be known: the acknowledgement of the call
 	// that completed its evidence, or (window set) the end of its

@@ -160,6 +160,12 @@ type Body struct {
 	Time    time.Time `json:"time"`
 	Heads   []Head    `json:"heads"`
 	Cuts    []Cut     `json:"cuts,omitempty"`
+	// Key is the KeyID of the key that signed, set by Sign (empty in the
+	// checkpoints of a release before it): a verifier given several
+	// public keys, one per signing key the collector had, says which one
+	// signed each checkpoint, and names the key of one none of them
+	// verifies. It is signed with the rest, so it cannot be swapped.
+	Key string `json:"key,omitempty"`
 }
 
 // Checkpoint is a signed Body.
@@ -183,14 +189,29 @@ func (b Body) Encode() []byte {
 	return out
 }
 
-// Sign makes a checkpoint of b.
+// Sign makes a checkpoint of b, naming key's KeyID in it.
 func Sign(seq int64, b Body, key ed25519.PrivateKey) Checkpoint {
+	b.Key = KeyID(key.Public().(ed25519.PublicKey))
 	body := b.Encode()
 	return Checkpoint{Seq: seq, Body: body, Sig: ed25519.Sign(key, body)}
 }
 
-// ErrBadSignature is returned by Open for a checkpoint the key did not sign.
+// ErrBadSignature is returned by Open for a checkpoint the key did not
+// sign, and by Keys.Open for one none of the keys signed.
 var ErrBadSignature = errors.New("bad checkpoint signature")
+
+// Claimed returns the KeyID the body of c names as its signer, read
+// without checking the signature (empty when it names none, or cannot be
+// read): only a hint to tell an operator which public key to look for.
+func (c *Checkpoint) Claimed() string {
+	var b struct {
+		Key string `json:"key"`
+	}
+	if json.Unmarshal(c.Body, &b) != nil {
+		return ""
+	}
+	return b.Key
+}
 
 // Open checks the signature of c and decodes its body.
 func (c *Checkpoint) Open(pub ed25519.PublicKey) (Body, error) {

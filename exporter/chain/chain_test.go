@@ -114,3 +114,92 @@ func TestReportCounts(t *testing.T) {
 		t.Errorf("MissingEntries: %q", got)
 	}
 }
+
+// TestKeys_Rotation (op23's D1): checkpoints signed by successive keys open
+// with the keys given, each naming its signer; one signed by a key not
+// given fails and names that key; a retired key signing after its
+// successor is a problem.
+func TestKeys_Rotation(t *testing.T) {
+	dir := t.TempDir()
+	newKey := func(name string) (ed25519.PrivateKey, string) {
+		t.Helper()
+		privPEM, pubPEM, err := GenerateKey()
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(dir, name), privPEM, 0o600)
+		os.WriteFile(filepath.Join(dir, name+".pub"), pubPEM, 0o600)
+		priv, err := ReadPrivateKey(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return priv, filepath.Join(dir, name+".pub")
+	}
+	priv1, pub1 := newKey("k1")
+	priv2, pub2 := newKey("k2")
+	_, pub3 := newKey("k3")
+	a, _ := os.ReadFile(pub1)
+	b, _ := os.ReadFile(pub2)
+	both := filepath.Join(dir, "both.pem")
+	os.WriteFile(both, append(a, b...), 0o600)
+	ks, err := ReadPublicKeys(both)
+	if err != nil || len(ks) != 2 {
+		t.Fatalf("ReadPublicKeys of a file of two keys: %v, %v", ks, err)
+	}
+	body := Body{Time: time.Unix(1000, 0), Heads: []Head{{Tenant: "a", Seq: 1, Hash: "x"}}}
+	cp1, cp2 := Sign(1, body, priv1), Sign(2, body, priv2)
+	for _, c := range []struct {
+		cp Checkpoint
+		id string
+	}{{cp1, ks[0].ID}, {cp2, ks[1].ID}} {
+		got, key, err := ks.Open(&c.cp)
+		if err != nil || key.ID != c.id || got.Key != c.id {
+			t.Errorf("checkpoint %d: key %v, body key %q, err %v; want key %s", c.cp.Seq, key, got.Key, err, c.id)
+		}
+	}
+	only3, err := ReadPublicKeys(pub3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = only3.Open(&cp2)
+	var se *SignatureError
+	if !errors.As(err, &se) || !errors.Is(err, ErrBadSignature) || se.Claimed != ks[1].ID {
+		t.Fatalf("a checkpoint of a key not given: %v, want a SignatureError naming %s", err, ks[1].ID)
+	}
+	if msg := BadSignature(only3, err); !strings.Contains(msg, "it names key "+ks[1].ID) {
+		t.Errorf("BadSignature: %s", msg)
+	}
+	// The key named in the body is signed: changing it breaks the
+	// signature.
+	forged := cp1
+	forged.Body = []byte(strings.Replace(string(cp1.Body), ks[0].ID, ks[1].ID, 1))
+	if _, _, err := ks.Open(&forged); !errors.Is(err, ErrBadSignature) {
+		t.Errorf("a checkpoint whose signer was renamed opened: %v", err)
+	}
+
+	s := NewSigners(ks)
+	if p := s.Add(&ks[0], "", 1) + s.Add(&ks[0], "", 2) + s.Add(&ks[1], "", 3); p != "" {
+		t.Errorf("a rotation forward is a problem: %s", p)
+	}
+	if p := s.Add(&ks[0], "", 4); !strings.Contains(p, "retired key") {
+		t.Errorf("the retired key signing after its successor: %q, want a problem", p)
+	}
+	var r Report
+	s.Note(&r)
+	if want := "key " + ks[0].String() + " signed checkpoints 1 to 2, checkpoint 4"; len(r.Notes) != 2 || r.Notes[0] != want {
+		t.Errorf("notes %q, want first %q", r.Notes, want)
+	}
+
+	f := func(content, wantErr string) {
+		t.Helper()
+		p := filepath.Join(dir, "bad.pem")
+		os.WriteFile(p, []byte(content), 0o600)
+		if _, err := ReadPublicKeys(p); err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Errorf("ReadPublicKeys(%q): %v, want %q", content, err, wantErr)
+		}
+	}
+	f("", "no PEM block")
+	priv, _ := os.ReadFile(filepath.Join(dir, "k1"))
+	f(string(a)+string(priv), `block 2 is a "PRIVATE KEY" block`)
+	f(string(a)+"trailing", "text after its last PEM block")
+}

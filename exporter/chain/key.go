@@ -52,15 +52,7 @@ func ReadPublicKey(path string) (ed25519.PublicKey, error) {
 	if err != nil {
 		return nil, err
 	}
-	k, err := x509.ParsePKIXPublicKey(block)
-	if err != nil {
-		return nil, fmt.Errorf("cannot parse public key %s: %w", path, err)
-	}
-	pub, ok := k.(ed25519.PublicKey)
-	if !ok {
-		return nil, fmt.Errorf("cannot use public key %s: it is a %T, not Ed25519", path, k)
-	}
-	return pub, nil
+	return parsePublicKey(path, block)
 }
 
 func readPEM(path, typ string) ([]byte, error) {

@@ -2,7 +2,6 @@ package clickhouse
 
 import (
 	"context"
-	"crypto/ed25519"
 	"fmt"
 	"slices"
 	"sort"
@@ -16,13 +15,15 @@ import (
 )
 
 // Verify checks the ClickHouse store in database at dsn against its
-// tamper-evidence chains and, with pub, their signed checkpoints. It only
+// tamper-evidence chains and, with keys, their signed checkpoints (each
+// must verify with one of keys: the collector's successive signing keys'
+// public keys). It only
 // reads: collectors may keep writing (entries made meanwhile can show as
 // rows without their entry yet; run it again). Every edit, deletion and
 // insertion of stored calls, findings and finding state changes is reported
 // with its tenant, chain entry and row id. An error means the check could
 // not run.
-func Verify(ctx context.Context, dsn, database string, pub ed25519.PublicKey) (*chain.Report, error) {
+func Verify(ctx context.Context, dsn, database string, keys chain.Keys) (*chain.Report, error) {
 	if !identifier.MatchString(database) {
 		return nil, fmt.Errorf("cannot verify: database must be a plain identifier, not %q", database)
 	}
@@ -39,7 +40,7 @@ func Verify(ctx context.Context, dsn, database string, pub ed25519.PublicKey) (*
 		return nil, fmt.Errorf("cannot verify database %s: it has no chain table (no mcpaudit store, or one older than tamper evidence: start serve on it once to migrate it)", database)
 	}
 	v := &chVerifier{ctx: ctx, conn: conn, db: database, r: &chain.Report{}}
-	if err := v.run(pub); err != nil {
+	if err := v.run(keys); err != nil {
 		return nil, fmt.Errorf("cannot verify database %s: %w", database, err)
 	}
 	return v.r, nil
@@ -134,13 +135,16 @@ type vCheckpoint struct {
 	c       chain.Checkpoint
 	body    chain.Body
 	ok      bool
+	// key is the key that verified it; err why none did (ok false).
+	key *chain.PublicKey
+	err error
 }
 
-func (v *chVerifier) run(pub ed25519.PublicKey) error {
+func (v *chVerifier) run(keys chain.Keys) error {
 	if err := v.loadChains(); err != nil {
 		return err
 	}
-	if err := v.loadCheckpoints(pub); err != nil {
+	if err := v.loadCheckpoints(keys); err != nil {
 		return err
 	}
 	v.checkLinks()
@@ -160,7 +164,7 @@ func (v *chVerifier) run(pub ed25519.PublicKey) error {
 	} else if v.copies > 1 {
 		v.r.Note("%d stored rows are copies of chained rows left by inserts a crash or an outage interrupted (the same contents, chained again by the retry)", v.copies)
 	}
-	return v.checkCheckpoints(pub)
+	return v.checkCheckpoints(keys)
 }
 
 func (v *chVerifier) loadChains() error {
@@ -439,9 +443,9 @@ func (v *chVerifier) checkMissing() {
 	}
 }
 
-// loadCheckpoints reads the checkpoints and, with pub, opens them and
+// loadCheckpoints reads the checkpoints and, with keys, opens them and
 // collects the cuts each replica's checkpoints signed.
-func (v *chVerifier) loadCheckpoints(pub ed25519.PublicKey) error {
+func (v *chVerifier) loadCheckpoints(keys chain.Keys) error {
 	v.signedCuts = map[chainKey][]chain.Cut{}
 	q := "SELECT replica, seq, body, sig FROM " + v.db + ".checkpoints FINAL ORDER BY replica, seq"
 	err := each(v.ctx, v.conn, "read the checkpoints", q, func(rows driver.Rows) error {
@@ -455,16 +459,21 @@ func (v *chVerifier) loadCheckpoints(pub ed25519.PublicKey) error {
 		v.cps = append(v.cps, c)
 		return nil
 	})
-	if err != nil || pub == nil {
+	if err != nil || len(keys) == 0 {
 		return err
 	}
 	for i := range v.cps {
 		c := &v.cps[i]
-		body, err := c.c.Open(pub)
-		if err != nil || body.Replica != c.replica {
+		body, key, err := keys.Open(&c.c)
+		if err != nil {
+			c.err = err
 			continue
 		}
-		c.body, c.ok = body, true
+		c.body = body
+		if body.Replica != c.replica {
+			continue
+		}
+		c.ok, c.key = true, key
 		for _, cut := range body.Cuts {
 			k := chainKey{cut.Tenant, body.Replica}
 			v.signedCuts[k] = append(v.signedCuts[k], cut)
@@ -475,10 +484,10 @@ func (v *chVerifier) loadCheckpoints(pub ed25519.PublicKey) error {
 
 // checkCheckpoints checks each checkpoint's signature, that the chains
 // still pass through every signed head, and that every cut was signed.
-func (v *chVerifier) checkCheckpoints(pub ed25519.PublicKey) error {
+func (v *chVerifier) checkCheckpoints(pubs chain.Keys) error {
 	cps := v.cps
 	v.r.Checkpoints = int64(len(cps))
-	if pub == nil {
+	if len(pubs) == 0 {
 		v.r.Note("no public key given: the chains were checked against themselves, not against signed checkpoints; anyone who can write the tables can rewrite a chain whole")
 		return nil
 	}
@@ -489,11 +498,20 @@ func (v *chVerifier) checkCheckpoints(pub ed25519.PublicKey) error {
 		return nil
 	}
 	signed := map[chainKey]uint64{}
+	signers := chain.NewSigners(pubs)
+	defer signers.Note(v.r)
 	for _, c := range cps {
 		where := fmt.Sprintf("checkpoint %d of replica %q", c.c.Seq, c.replica)
-		if !c.ok {
-			v.r.Add("*", where, "its signature does not verify with the given public key, or it was signed for another replica: forged, altered, or signed by another key")
+		if c.err != nil {
+			v.r.Add("*", where, "%s", chain.BadSignature(pubs, c.err))
 			continue
+		}
+		if !c.ok {
+			v.r.Add("*", where, "it was signed for another replica (%q): moved from another replica's checkpoints", c.body.Replica)
+			continue
+		}
+		if p := signers.Add(c.key, fmt.Sprintf(" of replica %q", c.replica), c.c.Seq); p != "" {
+			v.r.Add("*", where, "%s", p)
 		}
 		body := c.body
 		for _, h := range body.Heads {

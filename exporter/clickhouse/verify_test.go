@@ -103,7 +103,7 @@ func timeOf(t *testing.T, conn driver.Conn, db, table, id string) string {
 // verifyOf runs Verify and returns its report as text.
 func verifyOf(t *testing.T, o Options, pub ed25519.PublicKey) (*chain.Report, string) {
 	t.Helper()
-	r, err := Verify(context.Background(), o.DSN, o.Database, pub)
+	r, err := Verify(context.Background(), o.DSN, o.Database, chain.KeysOf(pub))
 	if err != nil {
 		t.Fatalf("Verify: %v", err)
 	}
@@ -218,7 +218,7 @@ func TestVerify_SignedBeforeFirstTick(t *testing.T) {
 	o.CheckpointEvery = time.Hour
 	s := openStore(t, o)
 	ingest(t, s, exampleCalls(t))
-	r, err := Verify(context.Background(), o.DSN, o.Database, pub)
+	r, err := Verify(context.Background(), o.DSN, o.Database, chain.KeysOf(pub))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/exporter/chain"
 	"github.com/mcpaudit/mcpaudit/exporter/storetest"
 )
 
@@ -83,7 +84,7 @@ func BenchmarkVerifyChanged(b *testing.B) {
 	s.Close()
 	b.ResetTimer()
 	for range b.N {
-		if _, err := Verify(context.Background(), path, pub); err != nil {
+		if _, err := Verify(context.Background(), path, chain.KeysOf(pub)); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"crypto/ed25519"
 	"database/sql"
 	"fmt"
 	"sort"
@@ -19,7 +18,7 @@ import (
 // deletion, insertion or reordering of stored calls, findings and finding
 // state changes is reported with its tenant, chain entry and rows. An
 // error means the check could not run.
-func Verify(ctx context.Context, path string, pub ed25519.PublicKey) (*chain.Report, error) {
+func Verify(ctx context.Context, path string, keys chain.Keys) (*chain.Report, error) {
 	if err := applyLog(path); err != nil {
 		return nil, fmt.Errorf("cannot verify store %s: %w", path, err)
 	}
@@ -41,7 +40,7 @@ func Verify(ctx context.Context, path string, pub ed25519.PublicKey) (*chain.Rep
 		return nil, fmt.Errorf("cannot verify store %s: schema version %d, want %d (open it with serve once to migrate it)", path, version, schemaVersion)
 	}
 	v := verifier{ctx: ctx, tx: tx, r: &chain.Report{}}
-	if err := v.run(pub); err != nil {
+	if err := v.run(keys); err != nil {
 		return nil, fmt.Errorf("cannot verify store %s: %w", path, err)
 	}
 	return v.r, nil
@@ -109,7 +108,7 @@ func rowKey(row any) string {
 	return fmt.Sprint(row)
 }
 
-func (v *verifier) run(pub ed25519.PublicKey) error {
+func (v *verifier) run(keys chain.Keys) error {
 	if err := v.loadChain(); err != nil {
 		return err
 	}
@@ -128,7 +127,7 @@ func (v *verifier) run(pub ed25519.PublicKey) error {
 	}
 	v.checkDigests()
 	v.checkRecords()
-	return v.checkCheckpoints(pub)
+	return v.checkCheckpoints(keys)
 }
 
 func (v *verifier) loadChain() error {
@@ -593,7 +592,7 @@ func (v *verifier) cutEntry(tenant string, cut chain.Cut) *vEntry {
 
 // checkCheckpoints checks the signatures and that the chains still pass
 // through every signed head, and that every cut was signed.
-func (v *verifier) checkCheckpoints(pub ed25519.PublicKey) error {
+func (v *verifier) checkCheckpoints(keys chain.Keys) error {
 	rows, err := v.tx.QueryContext(v.ctx, `SELECT seq, body, sig FROM checkpoints ORDER BY seq`)
 	if err != nil {
 		return err
@@ -612,7 +611,7 @@ func (v *verifier) checkCheckpoints(pub ed25519.PublicKey) error {
 		return err
 	}
 	v.r.Checkpoints = int64(len(cps))
-	if pub == nil {
+	if len(keys) == 0 {
 		v.r.Note("no public key given: the chains were checked against themselves, not against signed checkpoints; anyone who can write the file can rewrite a chain whole")
 		return nil
 	}
@@ -624,12 +623,17 @@ func (v *verifier) checkCheckpoints(pub ed25519.PublicKey) error {
 	}
 	signedCuts := map[string][]chain.Cut{}
 	signed := map[string]int64{} // tenant → the latest signed seq
+	signers := chain.NewSigners(keys)
+	defer signers.Note(v.r)
 	for _, c := range cps {
 		where := fmt.Sprintf("checkpoint %d", c.Seq)
-		body, err := c.Open(pub)
+		body, key, err := keys.Open(&c)
 		if err != nil {
-			v.r.Add("*", where, "its signature does not verify with the given public key: forged, altered, or signed by another key")
+			v.r.Add("*", where, "%s", chain.BadSignature(keys, err))
 			continue
+		}
+		if p := signers.Add(key, "", c.Seq); p != "" {
+			v.r.Add("*", where, "%s", p)
 		}
 		for _, cut := range body.Cuts {
 			signedCuts[cut.Tenant] = append(signedCuts[cut.Tenant], cut)

@@ -82,7 +82,7 @@ func tenantRecords(t *testing.T, n int) (*storetest.Generator, []audit.Record) {
 
 func verify(t *testing.T, path string, pub ed25519.PublicKey) *chain.Report {
 	t.Helper()
-	r, err := Verify(context.Background(), path, pub)
+	r, err := Verify(context.Background(), path, chain.KeysOf(pub))
 	if err != nil {
 		t.Fatal(err)
 	}
