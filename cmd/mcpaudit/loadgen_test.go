@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -462,12 +461,7 @@ func TestLoadgen_SendsLastPartialBatch(t *testing.T) {
 // acknowledged.
 func TestLoadgen_ReportsUnsent(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := newRefusedPort(t).Addr
 	rep, err := runLoad(context.Background(), loadOptions{Target: addr, Protocol: protoOTLPGRPC,
 		Rate: 40, Duration: 2 * time.Second, Clients: 2, Batch: 200, Calls: 1_000_000, Seed: 9, Live: true, cutAtEnd: true})
 	if err != nil {
@@ -492,12 +486,7 @@ func TestLoadgen_ReportsUnsent(t *testing.T) {
 // exited 0.
 func TestLoadgen_NothingAcknowledgedExits1(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := newRefusedPort(t).Addr
 	for _, format := range []string{"text", "json"} {
 		code, out, errs := cliRun("loadgen", "--target", "http://"+addr, "--api", "", "--rate", "40",
 			"--duration", "1s", "--clients", "1", "--batch", "10", "--seed", "3", "--format", format)

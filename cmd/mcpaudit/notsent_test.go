@@ -154,13 +154,10 @@ func TestProxy_RetryAfterNotSent(t *testing.T) {
 	}
 
 	t.Run("connection refused", func(t *testing.T) {
-		upstream := freePort(t) // nothing listens there yet
+		port := newRefusedPort(t) // nothing listens there yet, nor can
 		var srv *http.Server
-		records, te := run(t, upstream, func() {
-			ln, err := net.Listen("tcp", upstream)
-			if err != nil {
-				t.Fatalf("cannot listen on %s again: %v", upstream, err)
-			}
+		records, te := run(t, port.Addr, func() {
+			ln := port.Listen(t)
 			srv = &http.Server{Handler: thegram(false)}
 			go srv.Serve(ln)
 		})
