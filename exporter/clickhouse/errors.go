@@ -45,6 +45,13 @@ func retryable(err error) bool {
 	return true
 }
 
+// memoryLimited reports whether err is the server's refusal of a query
+// for its memory limit (MEMORY_LIMIT_EXCEEDED).
+func memoryLimited(err error) bool {
+	var ex *ch.Exception
+	return errors.As(err, &ex) && ex.Code == 241
+}
+
 // classify wraps err with audit.ErrUnavailable when it is retryable.
 func classify(err error) error {
 	if err == nil || errors.Is(err, audit.ErrUnavailable) || !retryable(err) {

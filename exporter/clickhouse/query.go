@@ -524,6 +524,11 @@ func (s *Store) NewestFindings(ctx context.Context, limit int) ([]audit.FindingT
 // ScanCalls calls fn with every stored call whose Time >= since, in (time,
 // ID) order. It first waits for the spool to drain, so that every
 // acknowledged call is seen.
+//
+// A query the server refuses for its memory limit (code 241) before any
+// row came is logged and asked again with backoff until ctx ends: serve
+// exited 2 at start on it (adv23's D3), where the limit is the server's to
+// raise, without a restart (docs/clickhouse.md, "Start-up replay").
 func (s *Store) ScanCalls(ctx context.Context, since time.Time, fn func(*audit.Record) error) error {
 	conn, err := s.settledReader(ctx)
 	if err != nil {
@@ -535,13 +540,40 @@ func (s *Store) ScanCalls(ctx context.Context, since time.Time, fn func(*audit.R
 	var c conds
 	c.span(since, time.Time{})
 	query := fmt.Sprintf("SELECT %s FROM %s FINAL%s ORDER BY time, time_nanos, id", callSelect, s.layout.table("calls"), c.where())
-	return each(ctx, conn, "scan calls", query, func(rows driver.Rows) error {
-		r, err := scanCall(rows)
-		if err != nil {
-			return queryErr(ctx, "read calls", err)
+	wait := time.Second
+	for {
+		got := 0
+		err := each(ctx, conn, "scan calls", query, func(rows driver.Rows) error {
+			got++
+			r, err := scanCall(rows)
+			if err != nil {
+				return queryErr(ctx, "read calls", err)
+			}
+			return fn(r.record())
+		})
+		if err == nil || got > 0 || !memoryLimited(err) {
+			return err
 		}
-		return fn(r.record())
-	})
+		if err := s.waitMemory(ctx, &wait, err); err != nil {
+			return err
+		}
+	}
+}
+
+// waitMemory logs that the server refused a query of the replay for its
+// memory limit (err) and waits *wait, doubled for the next time (at most 30
+// s), or until ctx ends.
+func (s *Store) waitMemory(ctx context.Context, wait *time.Duration, err error) error {
+	s.log.Warn("clickhouse: the server refuses the start-up replay's query of the stored calls for its memory limit for a query; "+
+		"waiting and asking again: raise max_memory_usage in the profile of mcpaudit's ClickHouse user (docs/clickhouse.md#start-up-replay)",
+		"retry_in", *wait, "err", err)
+	select {
+	case <-ctx.Done():
+		return fmt.Errorf("cannot scan calls: %w (%w)", ctx.Err(), err)
+	case <-time.After(*wait):
+	}
+	*wait = min(2**wait, 30*time.Second)
+	return nil
 }
 
 // Watermark returns the last committed watermark of this replica.
