@@ -257,6 +257,52 @@ func readMarks(path string, log *slog.Logger) (marks map[detect.PartitionKey]mar
 	return m, freed, f.Floor, saved, false, run
 }
 
+// clampAhead lowers, in the marks read from the state file at wall time
+// now, every watermark and source clock ahead of now + skew to there,
+// logging each partition it changes. No watermark passes
+// the wall clock by more than the skew, so none the last run saved can be
+// further ahead than that unless the clock was ahead then (set right across
+// the restart) or the file was edited: taken as it was, such a watermark
+// had every new call of its partition counted too late, never judged, until
+// the wall clock reached it (adv23's D1). Lowered, it no longer stands for
+// the output of the stored calls dated after it as committed: the replay
+// judges those again, and their output is announced again (findings
+// recognized by their ids, write states stored over themselves), the
+// lesser harm.
+func clampAhead(marks map[detect.PartitionKey]mark, now time.Time, skew time.Duration, log *slog.Logger) {
+	limit := now.Add(skew)
+	clamped := 0
+	for k, m := range marks {
+		saved, ahead := m.Watermark, false
+		lower := func(t *time.Time) {
+			if t.After(limit) {
+				*t, ahead = limit, true
+			}
+		}
+		// A restored source's clock ahead would hold the watermark at the
+		// skew ahead of the wall clock while it delivers.
+		lower(&m.Watermark)
+		for _, srcs := range [][]detect.SourceClock{m.Sources, m.Quiet} {
+			for i := range srcs {
+				lower(&srcs[i].Clock)
+			}
+		}
+		if !ahead {
+			continue
+		}
+		marks[k] = m
+		if clamped++; clamped <= 10 {
+			log.Warn("a partition's watermark in the state file is ahead of the wall clock by more than max_clock_skew "+
+				"(the clock was ahead when the file was saved, or the file was edited or comes from elsewhere): lowered, with its sources' clocks, to the wall clock plus the skew; "+
+				"its stored calls dated after that are judged again, and their output announced again",
+				"tenant", k.Tenant, "server", k.Server, "saved_watermark", saved, "watermark", m.Watermark, "max_clock_skew", skew)
+		}
+	}
+	if clamped > 10 {
+		log.Warn("more partitions' watermarks in the state file were ahead of the wall clock and lowered (the first 10 logged above)", "partitions", clamped)
+	}
+}
+
 // decodeMarks decodes the content of a state file, of the one version
 // this release reads (2).
 func decodeMarks(b []byte) (markFile, error) {
