@@ -431,6 +431,13 @@ func (t *timeline) LinkServer(server string) string {
 // withQuery is the page's query with key set to value (deleted when
 // empty) and no cursor, as a link: "?" and the query.
 func withQuery(q url.Values, key, value string) template.URL {
+	return template.URL("?" + querySet(q, key, value).Encode())
+}
+
+// querySet returns a copy of q without its cursor (a link to another
+// filter starts at the first page) and with key set to value, or deleted
+// when value is empty.
+func querySet(q url.Values, key, value string) url.Values {
 	v := url.Values{}
 	for k, x := range q {
 		if k != "cursor" {
@@ -442,7 +449,16 @@ func withQuery(q url.Values, key, value string) template.URL {
 	} else {
 		v.Set(key, value)
 	}
-	return template.URL("?" + v.Encode())
+	return v
+}
+
+// withParam adds key=value to the link u, after its query if it has one.
+func withParam(u, key, value string) string {
+	sep := "?"
+	if strings.Contains(u, "?") {
+		sep = "&"
+	}
+	return u + sep + key + "=" + url.QueryEscape(value)
 }
 
 // placeDowntimes puts the markers of ds (oldest first) at their place

@@ -211,11 +211,7 @@ var funcs = template.FuncMap{
 		if !all || tenant == "" {
 			return u
 		}
-		sep := "?"
-		if strings.Contains(u, "?") {
-			sep = "&"
-		}
-		return u + sep + "tenant=" + url.QueryEscape(tenant)
+		return withParam(u, "tenant", tenant)
 	},
 	// on adds server= to a link of the page (a document's, a session's)
 	// so that it opens that server's: a document or session is a
@@ -225,24 +221,10 @@ var funcs = template.FuncMap{
 		if server == "" {
 			return u
 		}
-		sep := "?"
-		if strings.Contains(u, "?") {
-			sep = "&"
-		}
-		return u + sep + "server=" + url.QueryEscape(server)
+		return withParam(u, "server", server)
 	},
 	"filterURL": func(v url.Values, key, value string) string {
-		n := url.Values{}
-		for k, x := range v {
-			if k != "cursor" {
-				n[k] = x
-			}
-		}
-		if value == "" {
-			n.Del(key)
-		} else {
-			n.Set(key, value)
-		}
+		n := querySet(v, key, value)
 		if len(n) == 0 {
 			return "/"
 		}
@@ -250,12 +232,7 @@ var funcs = template.FuncMap{
 	},
 	"around": func(f audit.Finding) string {
 		// The document's timeline from a little before the first evidence.
-		u := nameURL("/documents/", f.Document)
-		sep := "?"
-		if strings.Contains(u, "?") {
-			sep = "&"
-		}
-		return u + sep + "since=" + url.QueryEscape(f.Time.Add(-time.Minute).UTC().Format(time.RFC3339Nano))
+		return withParam(nameURL("/documents/", f.Document), "since", f.Time.Add(-time.Minute).UTC().Format(time.RFC3339Nano))
 	},
 	"states":   func() []audit.WriteState { return audit.WriteStates },
 	"stateOf":  func(f audit.Finding) audit.FindingState { return f.StateOf() },
