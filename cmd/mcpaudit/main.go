@@ -99,19 +99,12 @@ func repeatedFlag(fs *flag.FlagSet, args []string) (string, int) {
 	shadow.Usage = func() {}
 	counts := map[string]int{}
 	first := ""
+	// Repeatable flags are flags of the copy too, so that their values
+	// are consumed as in fs, but are not counted.
 	fs.VisitAll(func(f *flag.Flag) {
-		if _, ok := f.Value.(repeatable); ok {
-			return
-		}
+		_, many := f.Value.(repeatable)
 		b, ok := f.Value.(interface{ IsBoolFlag() bool })
-		shadow.Var(&countFlag{name: f.Name, counts: counts, first: &first, isBool: ok && b.IsBoolFlag()}, f.Name, "")
-	})
-	// Repeatable flags are still flags of the copy, so that their values
-	// are consumed as in fs.
-	fs.VisitAll(func(f *flag.Flag) {
-		if shadow.Lookup(f.Name) == nil {
-			shadow.Var(&countFlag{name: f.Name, counts: map[string]int{}, first: new(string)}, f.Name, "")
-		}
+		shadow.Var(&countFlag{name: f.Name, counts: counts, first: &first, isBool: ok && b.IsBoolFlag(), many: many}, f.Name, "")
 	})
 	if shadow.Parse(args) != nil || first == "" {
 		return "", 0
@@ -125,11 +118,15 @@ type countFlag struct {
 	counts map[string]int
 	first  *string
 	isBool bool
+	many   bool // a repeatable flag: not counted
 }
 
 func (c *countFlag) String() string   { return "" }
 func (c *countFlag) IsBoolFlag() bool { return c.isBool }
 func (c *countFlag) Set(string) error {
+	if c.many {
+		return nil
+	}
 	c.counts[c.name]++
 	if c.counts[c.name] == 2 && *c.first == "" {
 		*c.first = c.name
