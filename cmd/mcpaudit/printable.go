@@ -34,5 +34,6 @@ func (p printableWriter) Write(b []byte) (int, error) {
 }
 
 func unsafeRune(r rune) bool {
-	return r != '\n' && r != '\t' && (unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) || unicode.Is(unicode.Cf, r))
+	// Unicode's format characters (Cf) hold every bidirectional control.
+	return r != '\n' && r != '\t' && (unicode.IsControl(r) || unicode.Is(unicode.Cf, r))
 }
