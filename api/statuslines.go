@@ -157,6 +157,21 @@ func PendingUntil(st StatusResponse) time.Time {
 	return until
 }
 
+// OtherStoreLine returns the line telling that the data dir holds another
+// store's history this server neither reads nor copies (StatusResponse.
+// OtherStore), and false when it holds none.
+func OtherStoreLine(st StatusResponse) (string, bool) {
+	o := st.OtherStore
+	if o == nil {
+		return "", false
+	}
+	counts := fmt.Sprintf("%d calls and %d findings", o.Calls, o.Findings)
+	if o.Calls < 0 {
+		counts = "calls and findings that could not be counted"
+	}
+	return fmt.Sprintf("The data dir also holds the embedded store %s, with %s that this store does not hold: serve neither reads nor copies them; mcpaudit findings|timeline|calls --data-dir and verify --data-dir read them (docs/clickhouse.md#switching-from-the-embedded-store).", o.Path, counts), true
+}
+
 // PendingLine returns the line telling how many judged writes are still
 // pending and when the last of their windows ends, and false when st does
 // not count them (PendingWrites below zero: an answer from a serve before

@@ -221,6 +221,11 @@ type page struct {
 	// Behind is the line mcpaudit status prints on the partitions behind
 	// (api.BehindLine), the tooltip of the status bar's count of them.
 	Behind string
+	// OtherStore is mcpaudit status's line on the history another store
+	// of the data dir holds (api.OtherStoreLine), shown to a reader of
+	// every tenant: after a switch to ClickHouse the page showed none of
+	// the embedded store's history and did not say so (op23's D3).
+	OtherStore string
 	// NoWatermark are the "No watermark yet:" lines (api.NoWatermark):
 	// partitions with calls waiting that have not taken a watermark.
 	NoWatermark []string
@@ -253,6 +258,7 @@ type judgedView struct {
 // principal's tenant.
 func (p *page) statusLines(st api.StatusResponse) {
 	p.Hold, _ = api.RestartHold(st)
+	p.OtherStore, _ = api.OtherStoreLine(st)
 	p.Behind, _ = api.BehindLine(st)
 	line, _ := api.PendingLine(st)
 	p.Judged = &judgedView{All: st.Judged, Pending: st.PendingWrites, Until: api.PendingUntil(st), Line: line,
@@ -290,6 +296,9 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, view string, sta
 			}
 			if s.api.TooLateBeforeStart != nil {
 				st.TooLateBeforeStart = s.api.TooLateBeforeStart(tenant)
+			}
+			if tenant == "" || tenant == "*" {
+				st.OtherStore = s.api.OtherStore
 			}
 			p.statusLines(st)
 			ctx = withScope(r.Context(), tenant, true, parts)

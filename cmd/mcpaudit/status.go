@@ -172,12 +172,8 @@ func printStatus(w io.Writer, st api.StatusResponse, waited bool) {
 	if st.Store != nil && !st.Store.Ready {
 		fmt.Fprintf(w, "Store not ready: %s. Calls are still acknowledged while the spool or call log has room, and stored once the store is back; queries may fail or miss them meanwhile (/readyz answers 503; for ClickHouse see docs/clickhouse.md#when-clickhouse-is-down).\n", st.Store.Reason)
 	}
-	if o := st.OtherStore; o != nil {
-		counts := fmt.Sprintf("%d calls and %d findings", o.Calls, o.Findings)
-		if o.Calls < 0 {
-			counts = "calls and findings that could not be counted"
-		}
-		fmt.Fprintf(w, "The data dir also holds the embedded store %s, with %s that this store does not hold: serve neither reads nor copies them; mcpaudit findings|timeline|calls --data-dir and verify --data-dir read them (docs/clickhouse.md#switching-from-the-embedded-store).\n", o.Path, counts)
+	if line, ok := api.OtherStoreLine(st); ok {
+		fmt.Fprintln(w, line)
 	}
 	if line, ok := api.PendingLine(st); ok {
 		fmt.Fprintln(w, line)
