@@ -18,6 +18,11 @@ type Problem struct {
 }
 
 func (p Problem) String() string {
+	if p.Tenant == "*" {
+		// A checkpoint signs every tenant's chains: "*" is not a
+		// tenant's name, and tenant "" (the default tenant) is one.
+		return fmt.Sprintf("every tenant: %s: %s", p.Where, p.What)
+	}
 	return fmt.Sprintf("tenant %q: %s: %s", p.Tenant, p.Where, p.What)
 }
 
@@ -114,10 +119,25 @@ func MissingEntries(first, last int64) string {
 }
 
 // UnsignedEntries says that the chain entries first to last were made
-// after the last checkpoint.
-func UnsignedEntries(first, last int64) string {
+// after the last checkpoint. unverified counts the checkpoints whose
+// signature no given key verified (reported as problems): the entries may
+// be signed by one of them, by a key not given, so the note says that
+// instead of "not signed yet" (out24's D4: verify with the first of two
+// rotated keys called the second key's entries not signed yet).
+func UnsignedEntries(first, last int64, unverified int) string {
+	if unverified > 0 {
+		return fmt.Sprintf("%s: no checkpoint that the given keys verify signs %s (%s did not verify, above: one of them may sign %s with a key not given)",
+			Span("chain entry", "chain entries", first, last), pronoun(first, last), Count(unverified, "checkpoint", "checkpoints"), pronoun(first, last))
+	}
 	if first == last {
 		return fmt.Sprintf("chain entry %d was made after the last checkpoint and is not signed yet", first)
 	}
 	return fmt.Sprintf("chain entries %d to %d were made after the last checkpoint and are not signed yet", first, last)
+}
+
+func pronoun(first, last int64) string {
+	if first == last {
+		return "it"
+	}
+	return "them"
 }

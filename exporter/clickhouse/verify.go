@@ -500,10 +500,12 @@ func (v *chVerifier) checkCheckpoints(pubs chain.Keys) error {
 	signed := map[chainKey]uint64{}
 	signers := chain.NewSigners(pubs)
 	defer signers.Note(v.r)
+	unverified := map[string]int{} // replica → its checkpoints no given key verified
 	for _, c := range cps {
 		where := fmt.Sprintf("checkpoint %d of replica %q", c.c.Seq, c.replica)
 		if c.err != nil {
 			v.r.Add("*", where, "%s", chain.BadSignature(pubs, c.err))
+			unverified[c.replica]++
 			continue
 		}
 		if !c.ok {
@@ -580,7 +582,7 @@ func (v *chVerifier) checkCheckpoints(pubs chain.Keys) error {
 	for _, k := range keys {
 		es := v.chains[k]
 		if last := es[len(es)-1].Seq; last > signed[k] {
-			v.r.Note("tenant %q, replica %q: %s", k.tenant, k.replica, chain.UnsignedEntries(int64(signed[k]+1), int64(last)))
+			v.r.Note("tenant %q, replica %q: %s", k.tenant, k.replica, chain.UnsignedEntries(int64(signed[k]+1), int64(last), unverified[k.replica]))
 		}
 	}
 	return nil

@@ -625,11 +625,13 @@ func (v *verifier) checkCheckpoints(keys chain.Keys) error {
 	signed := map[string]int64{} // tenant → the latest signed seq
 	signers := chain.NewSigners(keys)
 	defer signers.Note(v.r)
+	unverified := 0
 	for _, c := range cps {
 		where := fmt.Sprintf("checkpoint %d", c.Seq)
 		body, key, err := keys.Open(&c)
 		if err != nil {
 			v.r.Add("*", where, "%s", chain.BadSignature(keys, err))
+			unverified++
 			continue
 		}
 		if p := signers.Add(key, "", c.Seq); p != "" {
@@ -691,7 +693,7 @@ func (v *verifier) checkCheckpoints(keys chain.Keys) error {
 	}
 	for tenant, es := range v.entries {
 		if last := es[len(es)-1].Seq; last > signed[tenant] {
-			v.r.Note("tenant %q: %s", tenant, chain.UnsignedEntries(signed[tenant]+1, last))
+			v.r.Note("tenant %q: %s", tenant, chain.UnsignedEntries(signed[tenant]+1, last, unverified))
 		}
 	}
 	return nil
