@@ -377,6 +377,18 @@ type NewestFinder interface {
 	NewestFindings(ctx context.Context, limit int) ([]FindingTime, error)
 }
 
+// TooLateCounter is a Store that counts the calls committed as too late
+// to be judged (Results.TooLate) by tenant in one query, without reading
+// their references: serve counts those of the runs before it once at
+// start, for its status, and the replay reads the references it needs
+// from its horizon only (TooLateCalls). Both stores implement it.
+type TooLateCounter interface {
+	// CountTooLate returns, by tenant, how many calls TooLateCalls(ctx,
+	// time.Time{}) would return; tenants with none are left out. Safe for
+	// concurrent use.
+	CountTooLate(ctx context.Context) (map[string]int64, error)
+}
+
 // ID returns the stable identity of a finding: the same evidence always
 // gives the same ID, so a finding re-derived after a restart is recognized.
 func (f *Finding) ID() string {

@@ -26,9 +26,18 @@ func (c tooLateCounts) of(tenant string) int64 {
 
 // countTooLate counts the calls st holds as too late, by tenant: those the
 // runs before this one counted, which the status counts beside its own
-// since the start (live22's S2). Nil from a store that keeps none. It reads
-// the calls' references once, at the start: tens of bytes each.
+// since the start (live22's S2). Nil from a store that keeps none. A store
+// that counts them (audit.TooLateCounter: both stores) answers in one
+// query; another has their references read once, at the start (tens of
+// bytes each), besides the replay's read of those from its horizon on.
 func countTooLate(ctx context.Context, st audit.Store) (tooLateCounts, error) {
+	if tc, ok := st.(audit.TooLateCounter); ok {
+		n, err := tc.CountTooLate(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return tooLateCounts(n), nil
+	}
 	refs, err := st.TooLateCalls(ctx, time.Time{})
 	if errors.Is(err, audit.ErrUnsupported) {
 		return nil, nil

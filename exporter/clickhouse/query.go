@@ -463,6 +463,37 @@ func (s *Store) TooLateCalls(ctx context.Context, since time.Time) ([]audit.Call
 	return out, err
 }
 
+var _ audit.TooLateCounter = (*Store)(nil)
+
+// CountTooLate counts the calls committed as too late to be judged, by
+// tenant, with FINAL as TooLateCalls reads them (a call named by two
+// commits is one row), after the spool drained.
+func (s *Store) CountTooLate(ctx context.Context) (map[string]int64, error) {
+	conn, err := s.settledReader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.waitDrained(ctx); err != nil {
+		return nil, err
+	}
+	s.commitMu.RLock()
+	defer s.commitMu.RUnlock()
+	out := map[string]int64{}
+	err = each(ctx, conn, "count the calls too late", "SELECT tenant, count() FROM "+s.layout.table("too_late")+" FINAL GROUP BY tenant", func(rows driver.Rows) error {
+		var tenant string
+		var n uint64
+		if err := rows.Scan(&tenant, &n); err != nil {
+			return queryErr(ctx, "read the count of the calls too late", err)
+		}
+		out[tenant] += int64(n)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // FindingIDs returns the IDs of the findings whose Time >= since.
 func (s *Store) FindingIDs(ctx context.Context, since time.Time) (map[string]bool, error) {
 	conn, err := s.settledReader(ctx)

@@ -78,7 +78,9 @@ func (sp *spool) read(seq uint64) (*batch, error) {
 // owned returns a batch from view that an insert may change: a batch
 // decoded from its file is the caller's already; a kept one is copied, as
 // inserts change rows in place (chain nonces, merges) and the kept batch
-// must stay as spooled.
+// must stay as spooled. The copy carries every table the file does
+// (TestOwned_CopiesEveryField): it once left out TooLate, and a commit's
+// calls too late drained alone from memory never reached too_late (tl24).
 func owned(b *batch, kept bool) *batch {
 	if !kept {
 		return b
@@ -86,7 +88,8 @@ func owned(b *batch, kept bool) *batch {
 	return &batch{
 		Calls: slices.Clone(b.Calls), Writes: slices.Clone(b.Writes),
 		Findings: slices.Clone(b.Findings), Watermarks: slices.Clone(b.Watermarks),
-		Token: b.Token, Done: b.Done, spooled: true,
+		TooLate: slices.Clone(b.TooLate),
+		Token:   b.Token, Done: b.Done, spooled: true,
 	}
 }
 

@@ -185,6 +185,35 @@ func (s *Store) NewestFindings(ctx context.Context, limit int) ([]audit.FindingT
 	return out, nil
 }
 
+var _ audit.TooLateCounter = (*Store)(nil)
+
+// CountTooLate counts the calls committed as too late to be judged, by
+// tenant, in one pass over too_late's rows: no reference is made.
+func (s *Store) CountTooLate(ctx context.Context) (map[string]int64, error) {
+	if s.closed.Load() {
+		return nil, errClosed("count the calls too late")
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT coalesce((SELECT s FROM strs WHERE strs.id = t.tenant), ''), t.n
+		FROM (SELECT tenant, count(*) AS n FROM too_late GROUP BY tenant) AS t`)
+	if err != nil {
+		return nil, s.fail("count the calls too late", err)
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var tenant string
+		var n int64
+		if err := rows.Scan(&tenant, &n); err != nil {
+			return nil, s.fail("count the calls too late", err)
+		}
+		out[tenant] += n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.fail("count the calls too late", err)
+	}
+	return out, nil
+}
+
 // TooLateCalls returns the calls committed as too late to be judged whose
 // Time >= since.
 func (s *Store) TooLateCalls(ctx context.Context, since time.Time) ([]audit.CallRef, error) {

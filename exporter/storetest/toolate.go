@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"errors"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -45,6 +46,26 @@ func testTooLate(t *testing.T, s audit.Store) {
 		slices.SortFunc(got, func(a, b audit.CallRef) int { return a.Time.Compare(b.Time) })
 		return got
 	}
+	tc, ok := s.(audit.TooLateCounter)
+	if !ok {
+		t.Fatalf("%T does not implement audit.TooLateCounter", s)
+	}
+	// counted checks CountTooLate against the references the store holds,
+	// by tenant, the empty tenant included.
+	counted := func(what string, all []audit.CallRef) {
+		t.Helper()
+		want := map[string]int64{}
+		for _, r := range all {
+			want[r.Tenant]++
+		}
+		got, err := tc.CountTooLate(ctx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !maps.Equal(got, want) {
+			t.Errorf("%s: CountTooLate = %v, want %v", what, got, want)
+		}
+	}
 	same := func(what string, got, want []audit.CallRef) {
 		t.Helper()
 		eq := slices.EqualFunc(got, want, func(a, b audit.CallRef) bool {
@@ -55,6 +76,7 @@ func testTooLate(t *testing.T, s audit.Store) {
 		}
 	}
 	same("all", read(time.Time{}), refs)
+	counted("all", refs)
 	same("since the second", read(at(30)), refs[1:])
 	same("since after the last", read(at(41)), nil)
 	// Retention deletes them with their calls, and counts only the calls.
@@ -66,11 +88,13 @@ func testTooLate(t *testing.T, s audit.Store) {
 		t.Errorf("DeleteBefore removed %d rows, want 1 (the call at 10; its reference uncounted)", n)
 	}
 	same("after DeleteBefore", read(time.Time{}), refs[1:])
+	counted("after DeleteBefore", refs[1:])
 	// Per tenant: globex's goes, the others stay.
 	if _, err := s.DeleteTenantBefore(ctx(t), "globex", at(35)); err != nil {
 		t.Fatal(err)
 	}
 	same("after globex's retention", read(time.Time{}), refs[2:])
+	counted("after globex's retention", refs[2:])
 	// Kept for its tenant: a retention that keeps "" leaves it.
 	if _, err := s.DeleteBefore(ctx(t), at(45), ""); err != nil {
 		t.Fatal(err)
@@ -82,6 +106,7 @@ func testTooLate(t *testing.T, s audit.Store) {
 	if got := read(time.Time{}); len(got) != 0 {
 		t.Errorf("after every call went: %s left", refsString(got))
 	}
+	counted("after every call went", nil)
 }
 
 func refsString(rs []audit.CallRef) string {
