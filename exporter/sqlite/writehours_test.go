@@ -65,7 +65,7 @@ func TestWriteHours_CountsAsWrites(t *testing.T) {
 			CallID: fmt.Sprintf("c_%020x", n), Seq: n % 2, Tenant: []string{"", "acme", "beta"}[n%3],
 			Time:   storetest.T0.Add(time.Duration(n) * 7 * time.Minute),
 			Server: fmt.Sprintf("server-%d", n%3), Tool: "update", Document: fmt.Sprintf("doc-%d", n%5), Key: "k",
-			State: audit.StatePending, Reason: audit.ReasonNoResponse,
+			State:  audit.StatePending, Reason: audit.ReasonNoResponse,
 		}
 	}
 	check := func(step string) {
