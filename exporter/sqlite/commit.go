@@ -618,10 +618,6 @@ const (
 			server = excluded.server, tool = excluded.tool, reason = excluded.reason,
 			action = excluded.action, session = excluded.session, document = excluded.document,
 			key = excluded.key, state_after = excluded.state_after`
-	// sqlInsertWrite stores writes known not to be stored (upsertWrites).
-	sqlInsertWrite = `INSERT OR IGNORE INTO writes (call_id, seq, time, state, server, tenant, tool, reason, action,
-			session, document, key, state_after)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	sqlIntern        = `INSERT INTO strs (s) VALUES (?) ON CONFLICT (s) DO UPDATE SET s = excluded.s RETURNING id`
 	sqlInsertFinding = `INSERT OR IGNORE INTO findings (id, time, kind, severity, server, tenant, document, key, session, body, chain)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
@@ -673,9 +669,6 @@ const maxSessions = 100000
 // rowStatements are the committer's multi-row statements.
 type rowStatements struct {
 	calls, writes, sessions *multiRow
-	// newWrites inserts writes not stored yet, and writesBefore reads the
-	// stored writes a chunk of writes replaces (upsertWrites).
-	newWrites, writesBefore *multiRow
 }
 
 // Rows per statement at most: beyond 16 to 64 the CPU per row no longer
@@ -692,9 +685,6 @@ func newRowStatements() *rowStatements {
 		calls:    newMultiRow(sqlInsertCall, 4, callsPerStatement),
 		writes:   newMultiRow(sqlUpsertWrite, 13, writesPerStatement),
 		sessions: newMultiRow(sqlInsertSession, 2, sessionsPerStatement),
-
-		newWrites:    newMultiRow(sqlInsertWrite, 13, writesPerStatement),
-		writesBefore: newMultiRow(sqlWritesBefore, 4, writesPerStatement),
 	}
 }
 
@@ -705,7 +695,7 @@ func (r *rowStatements) prepare(ctx context.Context, db *sql.DB) error {
 	if driverStatements {
 		return nil
 	}
-	for _, m := range []*multiRow{r.calls, r.writes, r.sessions, r.newWrites, r.writesBefore} {
+	for _, m := range []*multiRow{r.calls, r.writes, r.sessions} {
 		if err := m.prepare(ctx, db); err != nil {
 			return err
 		}
@@ -717,7 +707,7 @@ func (r *rowStatements) prepare(ctx context.Context, db *sql.DB) error {
 // (while the committer is stopped: db has one connection), which its
 // Close would also do.
 func (r *rowStatements) close(db *sql.DB) {
-	for _, m := range []*multiRow{r.calls, r.writes, r.sessions, r.newWrites, r.writesBefore} {
+	for _, m := range []*multiRow{r.calls, r.writes, r.sessions} {
 		m.close()
 	}
 	if conn, err := db.Conn(context.Background()); err == nil {
@@ -914,7 +904,6 @@ func (s *Store) commitOn(ctx context.Context, conn *sql.Conn, batch []*request, 
 			// transaction are not stored.
 			clear(s.strs)
 			clear(s.sessions)
-			s.hours.forget()
 		}
 	}()
 	stmt := func(query string) (*sql.Stmt, error) { return tx.PrepareContext(ctx, query) }
@@ -1014,7 +1003,11 @@ func (s *Store) commitOn(ctx context.Context, conn *sql.Conn, batch []*request, 
 	}); err != nil {
 		return nil, wrap(err)
 	}
-	if err := s.upsertWrites(ctx, conn, tx, writeArgs); err != nil {
+	up := s.rows.writes
+	if err := up.chunks(len(writeArgs)/up.cols, func(lo, hi int) error {
+		_, err := up.exec(ctx, conn, tx, writeArgs[lo*up.cols:hi*up.cols])
+		return err
+	}); err != nil {
 		return nil, wrap(err)
 	}
 	// Rare: a commit without calls too late prepares nothing for them.
@@ -1161,8 +1154,6 @@ func (s *Store) deleteChunk(d *deleteRequest) (int64, error) {
 		cond, args := tenantCond(d, "tenant", true)
 		n, err = deleteKeyed(ctx, tx, d, limit, `SELECT time, call_id, seq, tenant FROM writes WHERE time >= ? AND time < ?`+cond,
 			args, `DELETE FROM writes WHERE time = ? AND call_id = ? AND seq = ? AND tenant = ?`)
-		// The writes the committer knows stored may be gone.
-		s.hours.forget()
 	case tableFindings:
 		n, err = deleteFindings(ctx, tx, d, limit, pr)
 	case tableTooLate:

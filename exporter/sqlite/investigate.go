@@ -94,10 +94,9 @@ func wholeHours(since, until time.Time) (lo, hi int64, ok bool) {
 }
 
 // writeHours is the rollup behind WriteCounts: the writes of each hour of
-// Time by tenant, server and current state, kept by the committer in its
-// transactions (upsertWrites) and by a trigger on the deletes of writes.
-// It is created with the counts of the writes already stored, in the
-// transaction that creates its trigger.
+// Time by tenant, server and current state, kept by triggers on writes in
+// the committer's transactions. It is created with the counts of the
+// writes already stored, in the transaction that creates its triggers.
 var writeHours = []string{
 	`CREATE TABLE write_hours (
 		hour   INTEGER NOT NULL, -- time / 1h in nanoseconds
@@ -111,19 +110,30 @@ var writeHours = []string{
 		SELECT time / 3600000000000, tenant, server, state, count(*) FROM writes GROUP BY 1, 2, 3, 4`,
 }
 
-// writeHoursTriggers keep write_hours when writes are deleted (retention).
-// They go with the writes table: a migration that rebuilds it creates them
-// again (migrate4to5). Inserts and updates are counted by the committer
-// (upsertWrites); schema 6 had triggers for them too
-// (write_hours_insert, write_hours_update), which migrate6to7 drops.
+// writeHoursTriggers keep write_hours. They go with the writes table: a
+// migration that rebuilds it creates them again (migrate4to5).
 var writeHoursTriggers = []string{
+	`CREATE TRIGGER write_hours_insert AFTER INSERT ON writes BEGIN
+		INSERT INTO write_hours (hour, tenant, server, state, n)
+			VALUES (new.time / 3600000000000, new.tenant, new.server, new.state, 1)
+			ON CONFLICT (hour, tenant, server, state) DO UPDATE SET n = n + 1;
+	END`,
+	`CREATE TRIGGER write_hours_update AFTER UPDATE OF time, tenant, server, state ON writes
+		WHEN old.state != new.state OR old.time / 3600000000000 != new.time / 3600000000000
+			OR old.tenant != new.tenant OR old.server != new.server BEGIN
+		UPDATE write_hours SET n = n - 1 WHERE hour = old.time / 3600000000000 AND tenant = old.tenant
+			AND server = old.server AND state = old.state;
+		INSERT INTO write_hours (hour, tenant, server, state, n)
+			VALUES (new.time / 3600000000000, new.tenant, new.server, new.state, 1)
+			ON CONFLICT (hour, tenant, server, state) DO UPDATE SET n = n + 1;
+	END`,
 	`CREATE TRIGGER write_hours_delete AFTER DELETE ON writes BEGIN
 		UPDATE write_hours SET n = n - 1 WHERE hour = old.time / 3600000000000 AND tenant = old.tenant
 			AND server = old.server AND state = old.state;
 	END`,
 }
 
-// createRollup creates write_hours and its trigger when they are missing,
+// createRollup creates write_hours and its triggers when they are missing,
 // and the partial indexes of the states that spend the error budget
 // (unverified, double_applied), whose interned numbers it records.
 func (s *Store) createRollup(db *sql.DB) (map[audit.WriteState]int64, error) {

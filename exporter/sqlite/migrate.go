@@ -320,26 +320,3 @@ func migrate5to6(ctx context.Context, db *sql.DB, p *progress) error {
 	}
 	return tx.Commit()
 }
-
-// migrate6to7 drops the triggers that counted the inserts and updates of
-// writes in write_hours (write_hours_insert, write_hours_update): from
-// schema 7 the committer counts them (upsertWrites), which a version that
-// reads schema 6 would not do. The counts stay as they are. One
-// transaction: a failure, or ctx cancelled, leaves the file at schema 6.
-func migrate6to7(ctx context.Context, db *sql.DB, p *progress) error {
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	for _, stmt := range []string{
-		`DROP TRIGGER IF EXISTS write_hours_insert`,
-		`DROP TRIGGER IF EXISTS write_hours_update`,
-		`PRAGMA user_version = 7`,
-	} {
-		if _, err := tx.ExecContext(ctx, stmt); err != nil {
-			return fmt.Errorf("cannot migrate schema 6 to 7: %w", err)
-		}
-	}
-	return tx.Commit()
-}

@@ -6,7 +6,6 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"fmt"
-	"io"
 	"strings"
 )
 
@@ -115,15 +114,11 @@ func (m *multiRow) exec(ctx context.Context, conn *sql.Conn, tx *sql.Tx, args []
 		if err != nil {
 			return err
 		}
-		ex, ok := st.(driver.StmtExecContext)
-		if !ok {
-			return fmt.Errorf("driver statement %T cannot execute with a context", st)
-		}
 		nv := m.nv[:0]
 		for i, a := range args {
 			nv = append(nv, driver.NamedValue{Ordinal: i + 1, Value: a})
 		}
-		res, err = ex.ExecContext(ctx, nv)
+		res, err = st.ExecContext(ctx, nv)
 		clear(nv) // keeps none of the batch's values
 		m.nv = nv
 		return err
@@ -134,74 +129,12 @@ func (m *multiRow) exec(ctx context.Context, conn *sql.Conn, tx *sql.Tx, args []
 	return res, nil
 }
 
-// query runs the statement of len(args)/cols rows in tx, which is open on
-// conn, and calls row with each result row (dest, reused: row must copy
-// what it keeps). Each argument must be a driver.Value.
-func (m *multiRow) query(ctx context.Context, conn *sql.Conn, tx *sql.Tx, args []any, dest []driver.Value, row func([]driver.Value) error) error {
-	rows := len(args) / m.cols
-	if !driverStatements {
-		st := m.stmts[rows]
-		if st == nil {
-			return fmt.Errorf("no statement of %d rows prepared", rows)
-		}
-		rs, err := tx.StmtContext(ctx, st).QueryContext(ctx, args...)
-		if err != nil {
-			return err
-		}
-		defer rs.Close()
-		ptrs := make([]any, len(dest))
-		for i := range dest {
-			ptrs[i] = &dest[i]
-		}
-		for rs.Next() {
-			if err := rs.Scan(ptrs...); err != nil {
-				return err
-			}
-			if err := row(dest); err != nil {
-				return err
-			}
-		}
-		return rs.Err()
-	}
-	return conn.Raw(func(dc any) error {
-		st, err := m.driverStmt(ctx, dc, rows)
-		if err != nil {
-			return err
-		}
-		q, ok := st.(driver.StmtQueryContext)
-		if !ok {
-			return fmt.Errorf("driver statement %T cannot query with a context", st)
-		}
-		nv := m.nv[:0]
-		for i, a := range args {
-			nv = append(nv, driver.NamedValue{Ordinal: i + 1, Value: a})
-		}
-		rs, err := q.QueryContext(ctx, nv)
-		clear(nv)
-		m.nv = nv
-		if err != nil {
-			return err
-		}
-		defer rs.Close()
-		for {
-			if err := rs.Next(dest); err == io.EOF {
-				return nil
-			} else if err != nil {
-				return err
-			}
-			if err := row(dest); err != nil {
-				return err
-			}
-		}
-	})
-}
-
 // driverStmt returns the statement of rows rows prepared on the writer's
 // driver connection dc, preparing it when it is not (SQLite prepares
 // within a transaction as well). A new connection (database/sql closed the
 // one before, whose Close finalized the statements prepared on it) has
 // them prepared again.
-func (m *multiRow) driverStmt(ctx context.Context, dc any, rows int) (driver.Stmt, error) {
+func (m *multiRow) driverStmt(ctx context.Context, dc any, rows int) (driver.StmtExecContext, error) {
 	wc, ok := dc.(*writerConn)
 	if !ok {
 		return nil, fmt.Errorf("driver connection %T is not the writer's", dc)
@@ -218,7 +151,11 @@ func (m *multiRow) driverStmt(ctx context.Context, dc any, rows int) (driver.Stm
 		}
 		wc.stmts[key] = st
 	}
-	return st, nil
+	ex, ok := st.(driver.StmtExecContext)
+	if !ok {
+		return nil, fmt.Errorf("driver statement %T cannot execute with a context", st)
+	}
+	return ex, nil
 }
 
 // sameID reports whether two stored ids (packID) are the same.

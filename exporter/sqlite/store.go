@@ -211,9 +211,6 @@ type Store struct {
 	rows *rowStatements
 	// scratch is the committer's space, reused from one commit to the next.
 	scratch commitScratch
-	// hours is the committer's count of what a batch's writes change in
-	// write_hours (writehours.go).
-	hours hourCounts
 
 	// inv serves the investigation side (investigate.go).
 	inv *investigation
@@ -254,11 +251,9 @@ func (s *Store) checkpointLoop() {
 // (ids.go); version 5 moves the document index into the id index (no
 // call_documents) and upserts writes by their primary key (no UNIQUE
 // (call_id, seq, tenant)); version 6 keeps the calls counted too late to be
-// judged (too_late); version 7 keeps write_hours from the committer
-// instead of from triggers on inserts and updates of writes. Files of
-// versions 2 to 6 are migrated when opened (migrate2to3, migrate3to4,
-// migrate4to5, migrate5to6, migrate6to7).
-const schemaVersion = 7
+// judged (too_late). Files of versions 2 to 5 are migrated when opened
+// (migrate2to3, migrate3to4, migrate4to5, migrate5to6).
+const schemaVersion = 6
 
 // schema creates the tables. Times are unix nanoseconds. Call and finding
 // ids are stored packed (packID). Calls are indexed by time, writes
@@ -505,14 +500,14 @@ func migrate(ctx context.Context, db *sql.DB, log *slog.Logger, report func(Prog
 	switch version {
 	case schemaVersion:
 		return nil
-	case 2, 3, 4, 5, 6:
+	case 2, 3, 4, 5:
 		var calls int64
 		if err := db.QueryRow(`SELECT count(*) FROM calls`).Scan(&calls); err != nil {
 			return err
 		}
 		log.Info("migrating the store: it answers when done", "from_schema", version, "to_schema", schemaVersion, "calls", calls)
 		p := newProgress(log, "migrating the store", calls).reportTo(report)
-		steps := []func(context.Context, *sql.DB, *progress) error{migrate2to3, migrate3to4, migrate4to5, migrate5to6, migrate6to7}
+		steps := []func(context.Context, *sql.DB, *progress) error{migrate2to3, migrate3to4, migrate4to5, migrate5to6}
 		for i, step := range steps[version-2:] {
 			if err := step(ctx, db, p); err != nil {
 				if ctx.Err() != nil {

@@ -36,10 +36,8 @@ func Verify(ctx context.Context, path string, keys chain.Keys) (*chain.Report, e
 	if err := tx.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&version); err != nil {
 		return nil, fmt.Errorf("cannot read store %s: %w", path, err)
 	}
-	// Schema 7 differs from 6 in the triggers of write_hours alone, which
-	// verify does not read: a file of either verifies as it is.
-	if version != schemaVersion && version != 6 {
-		return nil, fmt.Errorf("cannot verify store %s: schema version %d, want 6 or %d (open it with serve once to migrate it)", path, version, schemaVersion)
+	if version != schemaVersion {
+		return nil, fmt.Errorf("cannot verify store %s: schema version %d, want %d (open it with serve once to migrate it)", path, version, schemaVersion)
 	}
 	v := verifier{ctx: ctx, tx: tx, r: &chain.Report{}}
 	if err := v.run(keys); err != nil {
