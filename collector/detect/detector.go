@@ -249,6 +249,12 @@ func (d *detector) write(ev *event, op *audit.Op) {
 		}
 	case doubled:
 		w.state = wDoubleApplied
+		// What it has alone, should a call judged late show that it was
+		// not applied twice (rejudgeDoubles).
+		w.more.alone = wDurable
+		if op.Pending {
+			w.more.alone, w.more.aloneReason = wPending, reasonWords.of(op.Reason)
+		}
 	case op.Pending:
 		w.state, w.reason = wPending, reasonWords.of(op.Reason)
 		if ds != nil {
@@ -286,7 +292,7 @@ func (d *detector) lookForward(ev *event, op *audit.Op, w *writeRec, ks *keyStat
 		d.settleLate(w, ks, ds)
 	}
 	if ds != nil && w.op.intent != 0 {
-		d.rejudgeAccepted(ev, ds, w.op.intent, w.at)
+		d.rejudgeDoubles(ev, ds, w.op.intent, w.at)
 	}
 	if op.Status == audit.OpUncertain {
 		d.unsafeAfter(ev, op, w, ds, reason)

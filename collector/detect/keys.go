@@ -40,27 +40,41 @@ func (d *detector) keyed(ev *event, op *audit.Op, w *writeRec, ks *keyState) {
 	d.checkReuse(ev, op, keyID{op.KeyKind, op.Key}, ks, w)
 }
 
-// binderBefore returns the use of the key that binds it at p: the first
-// binding use, replaced by a use of another binding once the correlation
-// window since the binder has passed. An operationId is minted by the
+// binderBefore returns the use of the key that binds it at p, nil when
+// none: the first binding use, replaced by a use of another binding once
+// the correlation window since the binder has passed. A key unused for
+// the correlation window and the allowed lateness is forgotten: its next
+// use binds it anew (rid24, on the calls' own times: until then the key
+// was forgotten at the sweep after its horizon, which depended on the
+// partition's other traffic and, live, on how far the watermark lagged, so
+// that a re-send after such a gap was a replay of the old binder or not,
+// and so a double application or not). An operationId is minted by the
 // platform and bound by its first use for good.
 func (d *detector) binderBefore(ks *keyState, p pos) *keyEvent {
 	var b *keyEvent
+	var last etime
 	for i := range ks.events {
 		e := &ks.events[i]
 		if !e.pos().before(p) {
 			break
 		}
+		t := e.pos().t
 		if b == nil {
-			b = e
+			// After a sweep the first use kept is the binder, and the
+			// last use before it was dropped (keyState.dropped).
+			b, last = e, max(t, ks.dropped)
 			continue
 		}
 		if e.operationID {
 			continue
 		}
-		if !within(b.pos().t, e.pos().t, d.cfg.CorrelationWindow) && b.binding != e.binding {
+		if !within(last, t, d.cfg.horizon()) || !within(b.pos().t, t, d.cfg.CorrelationWindow) && b.binding != e.binding {
 			b = e
 		}
+		last = t
+	}
+	if b != nil && !within(last, p.t, d.cfg.horizon()) && !b.operationID {
+		return nil
 	}
 	return b
 }
@@ -133,14 +147,31 @@ func (d *detector) rebind(ev *event, k keyID, ks *keyState) {
 		if b == nil {
 			continue
 		}
-		if b.binding == e.binding {
-			if s := e.w; s != nil && s.op.keyProtected && !s.replay {
-				s.replay = true
-				d.unaccept(s)
-				if s.op.status == audit.OpUncertain && s.follows() == nil && b.w != nil && b.w.op.status == audit.OpUncertain {
-					s.setFollows(b.w)
-				}
+		s := e.w
+		if s == nil || !s.op.keyProtected {
+			continue
+		}
+		switch replay := b.binding == e.binding; {
+		case replay && !s.replay:
+			s.replay = true
+			d.unaccept(s)
+			if s.op.status == audit.OpUncertain && s.follows() == nil && b.w != nil && b.w.op.status == audit.OpUncertain {
+				s.setFollows(b.w)
 			}
+		case !replay && s.replay:
+			// Its binder now binds another intent (a use of it judged
+			// late, the window since the earlier binder passed): judged
+			// in order it is no replay, and a candidate for the
+			// double-apply rules (rid24).
+			s.replay = false
+			s.accepted = d.acceptedWrite(s)
+		default:
+			continue
+		}
+		if ds := d.docs.get(docKey(s.doc())); ds != nil && s.doc() != "" && s.op.intent != 0 {
+			// What it was paired with, or the writes after it were,
+			// changes with it.
+			d.rejudgeDoubles(ev, ds, s.op.intent, s.at)
 		}
 	}
 }

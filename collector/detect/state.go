@@ -88,6 +88,13 @@ type wop struct {
 	baseRev, rev                        int64
 	status                              audit.OpStatus
 	hasBaseRev, keyProtected, protected bool
+	// first is set by the double-apply rules, not read from the
+	// operation (here, the write's padding holds it: a field of its own
+	// made writeRec a size class larger): an accepted write not applied
+	// twice, more than the correlation window after the first application
+	// of its intent before it (or with none), the first application the
+	// first rule compares the writes of its window with (storedFirst).
+	first bool
 }
 
 func wopOf(op *audit.Op) wop {
@@ -150,7 +157,8 @@ type writeRec struct {
 	// with its source behind keeps its window open until the source has
 	// delivered what followed it.
 	src *source
-	// more is what only uncertain writes have, nil for the others.
+	// more is what only uncertain writes, and writes applied twice, have;
+	// nil for the others.
 	more *uncertainMore
 	// index is the write's place in the deadline heap, -1 when not there.
 	index int32
@@ -270,6 +278,17 @@ type uncertainMore struct {
 	// answer of this one's call comes, the pair is judged again
 	// (rejudge), whatever order the two answers come in.
 	resends *writeRec
+	// doubles is the write a double_applied_write reported this one the
+	// second application of: the first application (rule 1), or the
+	// uncertain write re-sent rebased (rule 2, rebased). A call judged
+	// late may change which, or whether (rejudgeDoubles), and the finding
+	// made is withdrawn by it.
+	doubles *writeRec
+	rebased bool
+	// alone and aloneReason are the state and reason the write, doubled,
+	// would have had were it not: it goes back to them when a call judged
+	// late shows it was not applied twice after all.
+	alone, aloneReason word
 }
 
 // follows returns the attempt w replays while both are uncertain, or nil.
@@ -527,6 +546,10 @@ type keyState struct {
 	// a refusal (judgeReuse); nil before.
 	ru   *reuseState
 	last etime
+	// dropped is the time of the last use the sweep dropped (the binder
+	// it kept comes first in events): binderBefore forgets a key unused
+	// for the correlation window since. Zero when none.
+	dropped etime
 }
 
 type keyMore struct {

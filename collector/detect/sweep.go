@@ -38,8 +38,15 @@ func (d *detector) sweep() {
 		rs.l = kept
 		return len(kept) > 0, first
 	})
+	// A key is dropped once no call judged from now on can be dated within
+	// the horizon after its last use (binderBefore forgets it then): a
+	// call comes up to the allowed lateness behind the watermark (rid24;
+	// until then it was dropped at the horizon, so that a late use found
+	// it forgotten or not as the sweep had gone). Until then it is visited
+	// at each sweep.
+	keyHorizon := horizon.Add(-d.cfg.AllowedLateness - d.cfg.Lateness)
 	d.keys.sweep(horizon, func(_ uint64, s *keyState) (bool, etime) {
-		if s.last.Before(horizon) {
+		if s.last.Before(keyHorizon) {
 			return false, 0
 		}
 		if s.more != nil {
@@ -50,17 +57,25 @@ func (d *detector) sweep() {
 		d.foldReuses(s, max(horizon, d.clock.Add(-d.cfg.AllowedLateness-d.cfg.Lateness)))
 		// Of the uses before the horizon, only the one that binds the key
 		// there still matters (binderBefore starts from it): a key kept
-		// in use for hours keeps one old use, not all of them.
+		// in use for hours keeps one old use, not all of them. A key
+		// forgotten there binds nothing (rid24): its next use binds it
+		// anew, and none is kept.
 		n := 0
 		for n < len(s.events) && s.events[n].pos().t.Before(horizon) {
 			n++
 		}
-		if n > 1 {
-			b := *d.binderBefore(s, pos{t: horizon})
-			kept := append(s.events[:0], b)
-			kept = append(kept, s.events[n:]...)
-			clear(s.events[len(kept):])
-			s.events = kept
+		if n > 0 {
+			b := d.binderBefore(s, pos{t: horizon})
+			if b == nil || n > 1 {
+				s.dropped = max(s.dropped, s.events[n-1].pos().t)
+				kept := s.events[:0]
+				if b != nil {
+					kept = append(kept, *b)
+				}
+				kept = append(kept, s.events[n:]...)
+				clear(s.events[len(kept):])
+				s.events = kept
+			}
 		}
 		// Visited again when the next use passes the horizon.
 		if len(s.events) > 1 && s.events[1].pos().t.Before(s.last) {

@@ -82,4 +82,5 @@ var (
 	rSyncNotConfirmed = reasonWords.of(audit.ReasonSyncNotConfirmed)
 	rSaveBlocked      = reasonWords.of(audit.ReasonSaveBlocked)
 	rNoResponse       = reasonWords.of(audit.ReasonNoResponse)
+	rNotConfirmed     = reasonWords.of(audit.ReasonNotWriteConfirmed)
 )
