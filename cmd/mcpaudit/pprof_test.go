@@ -8,6 +8,7 @@ import (
 )
 
 // TestServe_PprofAuth: with --pprof and authentication on, the profiles
+// (the execution trace among them)
 // need a credential of the debug scope: none or an unknown one is answered
 // 401 with WWW-Authenticate, a known one without the scope 403 (a query or
 // metrics credential of every tenant included); with authentication off
@@ -24,7 +25,7 @@ func TestServe_PprofAuth(t *testing.T) {
 	cfg.Serve.pprof = true
 	s := startTest(t, cfg)
 	c := &http.Client{}
-	for _, path := range []string{"/debug/pprof/", "/debug/pprof/goroutine?debug=1", "/debug/pprof/profile?seconds=1"} {
+	for _, path := range []string{"/debug/pprof/", "/debug/pprof/goroutine?debug=1", "/debug/pprof/profile?seconds=1", "/debug/pprof/trace?seconds=1"} {
 		for _, tc := range []struct {
 			name, token string
 			status      int

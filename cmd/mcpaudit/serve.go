@@ -586,6 +586,9 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 		// need the debug scope; with it off they are as open as the rest.
 		mux.Handle("/debug/pprof/", requireScope(http.HandlerFunc(pprof.Index), s.access, access.ScopeDebug, "/debug/pprof/"))
 		mux.Handle("/debug/pprof/profile", requireScope(http.HandlerFunc(pprof.Profile), s.access, access.ScopeDebug, "/debug/pprof/"))
+		// The execution trace shows where a request waits and on which
+		// goroutine its work runs, which a profile does not.
+		mux.Handle("/debug/pprof/trace", requireScope(http.HandlerFunc(pprof.Trace), s.access, access.ScopeDebug, "/debug/pprof/"))
 		if !s.access.On() {
 			log.Warn("--pprof with authentication off: anyone who reaches the API listener reads Go's profiles under /debug/pprof/", "api", apiLn.Addr().String())
 		}
