@@ -10,7 +10,7 @@ import (
 
 // TestDoubleApply_LateOrders pins, order by order, what the random orders
 // of TestClockAhead_KeysRandom found for double_applied_write on main's
-// detector (90f28e3, rid24): delivered live, with a write late or a pod
+// detector (90f28e3, rnd24): delivered live, with a write late or a pod
 // ahead, the double applications that stand are those of time order,
 // named with the same calls.
 func TestDoubleApply_LateOrders(t *testing.T) {

@@ -104,7 +104,7 @@ func doubleFinding(c *audit.Call, w, with *writeRec, rebased bool) *audit.Findin
 // replaced by the next one once the correlation window since it has
 // passed; nil when none is kept. Writes that were themselves applied twice
 // are never the first. Each write says whether it is a first
-// (wop.first, doublePair): until rid24 the list was walked from the
+// (wop.first, doublePair): until rnd24 the list was walked from the
 // first write kept, so that the first a write was compared with depended
 // on which writes the sweep had dropped, which followed the partition's
 // traffic and, live, how far the watermark lagged (a pod ahead kept more).
@@ -130,7 +130,7 @@ func (d *detector) storedFirst(ds *docState, intent uint64, p pos) *writeRec {
 // withdrawn, and its write goes back to the state it has alone; a pair it
 // makes is made. Only the writes still kept are judged: a late call lies
 // within allowed_lateness behind the watermark, and a rule pairs writes
-// within the correlation window (rid24: until then only writes not paired
+// within the correlation window (rnd24: until then only writes not paired
 // yet were judged again, and nothing was withdrawn, so that the pair a
 // late first displaced stood beside the one it made).
 func (d *detector) rejudgeDoubles(ev *event, ds *docState, intent uint64, p pos) {

@@ -44,7 +44,7 @@ func (d *detector) keyed(ev *event, op *audit.Op, w *writeRec, ks *keyState) {
 // none: the first binding use, replaced by a use of another binding once
 // the correlation window since the binder has passed. A key unused for
 // the correlation window and the allowed lateness is forgotten: its next
-// use binds it anew (rid24, on the calls' own times: until then the key
+// use binds it anew (rnd24, on the calls' own times: until then the key
 // was forgotten at the sweep after its horizon, which depended on the
 // partition's other traffic and, live, on how far the watermark lagged, so
 // that a re-send after such a gap was a replay of the old binder or not,
@@ -162,7 +162,7 @@ func (d *detector) rebind(ev *event, k keyID, ks *keyState) {
 			// Its binder now binds another intent (a use of it judged
 			// late, the window since the earlier binder passed): judged
 			// in order it is no replay, and a candidate for the
-			// double-apply rules (rid24).
+			// double-apply rules (rnd24).
 			s.replay = false
 			s.accepted = d.acceptedWrite(s)
 		default:

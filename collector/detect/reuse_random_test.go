@@ -160,11 +160,11 @@ func randomSeeds(t *testing.T, def int) int {
 // and premature_retry the findings that stand are the same, ids included.
 // It counts the orders that differ by kind, logs them, and fails naming
 // the first seed of each kind it holds to. On main's detector before
-// rid23, 53 of 60 orders differ in request_id_reuse; before rid24, 236 of
+// rid23, 53 of 60 orders differ in request_id_reuse; before rnd24, 236 of
 // 300 in double_applied_write.
 //
 // wasted_retry and unsafe_retry still differ in some orders (rid23 and
-// rid24 left them open, see docs/detection.md): they are logged, not held
+// rnd24 left them open, see docs/detection.md): they are logged, not held
 // to; MCPAUDIT_RANDOM_STRICT=1 holds every kind.
 func TestClockAhead_KeysRandom(t *testing.T) {
 	cfg := NewDefaultConfig()

@@ -40,7 +40,7 @@ func (d *detector) sweep() {
 	})
 	// A key is dropped once no call judged from now on can be dated within
 	// the horizon after its last use (binderBefore forgets it then): a
-	// call comes up to the allowed lateness behind the watermark (rid24;
+	// call comes up to the allowed lateness behind the watermark (rnd24;
 	// until then it was dropped at the horizon, so that a late use found
 	// it forgotten or not as the sweep had gone). Until then it is visited
 	// at each sweep.
@@ -58,7 +58,7 @@ func (d *detector) sweep() {
 		// Of the uses before the horizon, only the one that binds the key
 		// there still matters (binderBefore starts from it): a key kept
 		// in use for hours keeps one old use, not all of them. A key
-		// forgotten there binds nothing (rid24): its next use binds it
+		// forgotten there binds nothing (rnd24): its next use binds it
 		// anew, and none is kept.
 		n := 0
 		for n < len(s.events) && s.events[n].pos().t.Before(horizon) {
