@@ -1236,7 +1236,11 @@ func (p *Pipeline) logLate(prev, now []detect.PartitionStatus) {
 		if late <= 0 && tooLate <= 0 && ahead <= 0 {
 			continue
 		}
-		var from, senders []string
+		// Each line names the sources whose calls it counts: one list of
+		// every source with a late, too-late or ahead call had the
+		// clock_ahead line name a slow pod and the late_calls line a pod
+		// 10 minutes ahead (found from outside, out24 D3).
+		var lateFrom, tooLateFrom, aheadFrom, senders []string
 		var tl detect.Span // the event times the too-late sources' calls not judged span
 		old := map[string]detect.SourceStatus{}
 		for _, src := range b.Sources {
@@ -1251,10 +1255,14 @@ func (p *Pipeline) logLate(prev, now []detect.PartitionStatus) {
 				p.rlog.Warn("clock_behind_calls", "a source's calls are dated further behind their delivery than detect.max_clock_lag, and it never delivered one within it: its clock is slow (or it sends a backlog that old under a name new to the partition); its calls are counted too late, not judged (mcpaudit_pipeline_clock_behind_calls_total counts them; logged once per source)",
 					"tenant", s.Tenant, "server", s.Server, "source", src.Name, "lag", src.Lag.Round(time.Second), "calls", src.Behind, "max_clock_lag", p.dcfg.MaxClockLag)
 			}
-			if src.Late > o.Late || src.TooLate > o.TooLate || src.Ahead > o.Ahead {
-				from = append(from, src.Name)
+			if src.Late > o.Late {
+				lateFrom = append(lateFrom, src.Name)
+			}
+			if src.Ahead > o.Ahead {
+				aheadFrom = append(aheadFrom, src.Name)
 			}
 			if src.TooLate > o.TooLate {
+				tooLateFrom = append(tooLateFrom, src.Name)
 				tl.Merge(src.TooLateSpan())
 				// The overflow source is no sender: its calls are stored
 				// under their senders' names, the latest few of which it
@@ -1262,18 +1270,20 @@ func (p *Pipeline) logLate(prev, now []detect.PartitionStatus) {
 				senders = append(senders, src.TooLateSenders...)
 			}
 		}
-		args := []any{"tenant", s.Tenant, "server", s.Server, "watermark", s.Watermark, "sources", from}
+		args := func(from []string) []any {
+			return []any{"tenant", s.Tenant, "server", s.Server, "watermark", s.Watermark, "sources", from}
+		}
 		// A source with a wrong clock, or one far behind, makes these at
 		// every update while it sends: a few lines a minute of each, the
 		// rest counted (the metrics count every call).
 		if late > 0 {
-			p.rlog.Info("late_calls", "late calls judged against open state", append(args, "calls", late)...)
+			p.rlog.Info("late_calls", "late calls judged against open state", append(args(lateFrom), "calls", late)...)
 		}
 		if tooLate > 0 {
 			// The span is every call of those sources not judged since the
 			// start (the status has it too): the findings that may be
 			// missing are about calls of that time.
-			w := append(args[:len(args):len(args)], "calls", tooLate, "too_late_from", tl.From, "too_late_to", tl.To)
+			w := append(args(tooLateFrom), "calls", tooLate, "too_late_from", tl.From, "too_late_to", tl.To)
 			if behind := s.Behind - b.Behind; behind > 0 {
 				w = append(w, "clock_behind", behind)
 			}
@@ -1283,7 +1293,7 @@ func (p *Pipeline) logLate(prev, now []detect.PartitionStatus) {
 			p.rlog.Warn("too_late_calls", "calls later than detect.allowed_lateness behind their partition: stored, not judged; findings about calls of the sources' too-late span may be missing", w...)
 		}
 		if ahead > 0 {
-			p.rlog.Warn("clock_ahead_calls", "calls dated ahead of the collector's clock by more than detect.max_clock_skew: judged on arrival", append(args, "calls", ahead)...)
+			p.rlog.Warn("clock_ahead_calls", "calls dated ahead of the collector's clock by more than detect.max_clock_skew: judged on arrival", append(args(aheadFrom), "calls", ahead)...)
 		}
 	}
 }
