@@ -202,6 +202,28 @@ func (e *Engine) HoldAfterRestart(k PartitionKey, at, until time.Time) {
 	}
 }
 
+// Hold is a restart hold in force (HoldAfterRestart): until wall time
+// Until the partition's watermark does not pass what its sources had
+// delivered before the stop, At, less the lateness bound.
+type Hold struct {
+	Until time.Time
+	At    time.Time
+}
+
+// Holds returns the restart holds in force at wall time wall, by
+// partition, with the at each was given (HoldAfterRestart): kept in the
+// state file, so that a start after a crash during a hold keeps it, and
+// the backlog it waits for is judged when it comes.
+func (e *Engine) Holds(wall time.Time) map[PartitionKey]Hold {
+	m := map[PartitionKey]Hold{}
+	for k, p := range e.parts {
+		if wall.Before(p.hold) {
+			m[k] = Hold{Until: p.hold, At: p.holdAt.Add(e.cfg.Lateness)}
+		}
+	}
+	return m
+}
+
 // Touch says that a source tried to deliver at wall time wall and was
 // refused (back-pressure, a store outage): it is not quiet, and keeps
 // holding its partitions back, for its calls are still to come. A source

@@ -53,10 +53,24 @@ type mark struct {
 	// open at the stop that much late). Not compared by equal: a quiet
 	// partition's watermark moves, and its mark is rewritten, each second.
 	At time.Time `json:"at,omitzero"`
+	// HeldUntil and HeldAt are the restart hold in force when the file
+	// was saved (detect.Engine.Holds; zero when none): until wall time
+	// HeldUntil the watermark does not pass HeldAt, what the sources had
+	// delivered before the outage that began the hold. A start after a
+	// crash during the hold keeps it: until the later of HeldUntil and
+	// its own hold's end, at HeldAt or earlier. Without them the start
+	// held the partition at its sources' saved clocks, which the sender's
+	// backlog replayed out of order had taken minutes past HeldAt, and
+	// for its own short downtime only: the rest of the backlog came too
+	// late (found from outside, out24 D1). A release before them ignores
+	// the fields.
+	HeldUntil time.Time `json:"held_until,omitzero"`
+	HeldAt    time.Time `json:"held_at,omitzero"`
 }
 
 func (a mark) equal(b mark) bool {
 	return a.Watermark.Equal(b.Watermark) && a.Waiting.Equal(b.Waiting) && a.Deferred.Equal(b.Deferred) &&
+		a.HeldUntil.Equal(b.HeldUntil) && a.HeldAt.Equal(b.HeldAt) &&
 		slices.EqualFunc(a.Sources, b.Sources, func(x, y detect.SourceClock) bool { return x.Name == y.Name && x.Clock.Equal(y.Clock) }) &&
 		slices.EqualFunc(a.Quiet, b.Quiet, func(x, y detect.SourceClock) bool {
 			return x.Name == y.Name && x.Clock.Equal(y.Clock) && x.Lag == y.Lag
@@ -282,6 +296,7 @@ func clampAhead(marks map[detect.PartitionKey]mark, now time.Time, skew time.Dur
 		// A restored source's clock ahead would hold the watermark at the
 		// skew ahead of the wall clock while it delivers.
 		lower(&m.Watermark)
+		lower(&m.HeldAt)
 		for _, srcs := range [][]detect.SourceClock{m.Sources, m.Quiet} {
 			for i := range srcs {
 				lower(&srcs[i].Clock)
@@ -385,6 +400,11 @@ func marksOf(e *detect.Engine, now time.Time) map[detect.PartitionKey]mark {
 			mk.Quiet = srcs
 			m[k] = mk
 		}
+	}
+	for k, h := range e.Holds(now) {
+		mk := m[k]
+		mk.HeldUntil, mk.HeldAt = h.Until, h.At
+		m[k] = mk
 	}
 	return m
 }

@@ -501,9 +501,16 @@ func (p *Pipeline) recover(ctx context.Context) error {
 			"otlptracegrpc", "retries for at most 10 s: it bridges a downtime of a few seconds at most",
 			"runbook", "docs/runbooks.md#after-serve-was-down")
 	}
+	// A hold the last run had in force when it saved the file (a crash
+	// during it) goes on: its sources hold the partition until its end,
+	// when that is later than what this downtime gives (carriedHold).
 	for k, m := range marks {
+		g := grace
+		if end := p.carriedHold(m); !end.IsZero() {
+			g = max(g, end.Sub(p.now())-p.dcfg.IdleTimeout)
+		}
 		for _, src := range m.Sources {
-			p.eng.RestoreSource(k, src, p.now(), grace)
+			p.eng.RestoreSource(k, src, p.now(), g)
 		}
 		// Quiet at the stop, still holding at a slow clock's lag: quiet
 		// still, they hold as they did.
@@ -649,8 +656,15 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	// rest, their senders' retries, which may bring the backlog out of
 	// order (detect.Engine.HoldAfterRestart), for as long as a restored
 	// source holds its partition without delivering.
+	// A partition the last run held when it saved the file (killed during
+	// the hold of an earlier restart, its senders' backlog still coming)
+	// holds at that hold's mark, not at its sources' clocks, which the
+	// part of the backlog delivered first (the rest of a sender's queue,
+	// taken at once) moved past it, and until the later of that hold's
+	// end and this one's (found from outside, out24 D1).
 	hold := p.now().Add(grace + p.dcfg.IdleTimeout)
-	held := 0
+	held, carried := 0, 0
+	var carriedUntil time.Time
 	for k, m := range marks {
 		var at time.Time
 		for i, src := range m.Sources {
@@ -658,8 +672,21 @@ func (p *Pipeline) recover(ctx context.Context) error {
 				at = src.Clock
 			}
 		}
-		if len(m.Sources) > 0 {
-			p.eng.HoldAfterRestart(k, at, hold)
+		until := hold
+		if end := p.carriedHold(m); !end.IsZero() {
+			if at.IsZero() || m.HeldAt.Before(at) {
+				at = m.HeldAt
+			}
+			if end.After(until) {
+				until = end
+			}
+			carried++
+			if until.After(carriedUntil) {
+				carriedUntil = until
+			}
+		}
+		if len(m.Sources) > 0 || !m.HeldUntil.IsZero() {
+			p.eng.HoldAfterRestart(k, at, until)
 			held++
 		}
 	}
@@ -698,6 +725,10 @@ func (p *Pipeline) recover(ctx context.Context) error {
 		default:
 			args = append(args, "downtime", down, "why", "downtime + idle_timeout: senders' reconnect backoff grows with the outage")
 		}
+		if carried > 0 {
+			args = append(args, "carried", carried, "carried_until", carriedUntil,
+				"carried_why", "the state file was saved during the hold of an earlier restart (a crash while senders' backlogs came): those partitions hold at its mark until the later end")
+		}
 		p.log.Info(msg,
 			append(args, "restart_grace", p.cfg.RestartGrace, "restart_grace_max", p.cfg.RestartGraceMax, "idle_timeout", p.dcfg.IdleTimeout)...)
 	}
@@ -726,6 +757,24 @@ func (p *Pipeline) LastDowntime() (from, to time.Time) {
 // one (deleted or damaged): the history begins again there.
 func (p *Pipeline) Downtimes() []audit.Downtime {
 	return slices.Clone(p.downtimes)
+}
+
+// carriedHold returns the end of the restart hold m says was in force
+// when the last run saved the state file (zero when none), at most the
+// longest hold a start gives from now (restart_grace_max, or
+// restart_grace when larger, plus the idle timeout): a file saved with
+// the wall clock ahead, or edited, holds no longer than that. An end
+// already past still returns: the hold's mark stands for the backlog that
+// had not come, and this start holds at it for its own time.
+func (p *Pipeline) carriedHold(m mark) time.Time {
+	if m.HeldUntil.IsZero() || m.HeldAt.IsZero() {
+		return time.Time{}
+	}
+	limit := p.now().Add(max(p.cfg.RestartGrace, p.cfg.RestartGraceMax) + p.dcfg.IdleTimeout)
+	if m.HeldUntil.After(limit) {
+		return limit
+	}
+	return m.HeldUntil
 }
 
 // restartGrace returns how long after a restart at wall time now the

@@ -1,0 +1,57 @@
+package pipeline_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/collector/detect"
+)
+
+// TestRestart_KilledDuringHold is a kill -9 while the hold of an earlier
+// restart is in force (found from outside, out24 D1: an OpenTelemetry
+// Collector replaying its backlog after serve was down 150 s, serve killed
+// in the middle and up again 30 s later). The pods' queue of a 3-minute
+// outage comes back at once but for its first 5 s, which a consumer still
+// backing off holds; the state file is saved with the pods' clocks at the
+// end of the backlog; serve is killed and is down 30 s; the held requests
+// come a minute after the second start, within the first hold's end but
+// after the 40 s that 30 s of downtime gives.
+//
+// Without the hold in the state file, the second start held the partition
+// at the pods' saved clocks, 3 minutes past the held mark, for 40 s: the
+// held requests (a read settling a write before the stop among them) came
+// too late, and the write's window closed without its read (a false
+// unverified_write).
+func TestRestart_KilledDuringHold(t *testing.T) {
+	p := newPods(t)
+	p.live(30)
+	queue := p.stopWithWrite(3 * time.Minute)
+	p.clock.Add(3 * time.Minute)
+	p.restart()
+	thegram := detect.PartitionKey{Server: "thegram"}
+	first := p.r.status()[thegram]
+	if first.HeldUntil.IsZero() {
+		t.Fatalf("no hold after the first restart: %+v", first)
+	}
+	held, rest := queue[:10], queue[10:]
+	p.deliver(rest)
+	p.live(5)
+	p.r.saved()
+	p.r.crash()
+	p.clock.Add(30 * time.Second)
+	p.restart()
+	st := p.r.status()[thegram]
+	t.Logf("first hold: until %s at %s; after the kill: until %s at %s, watermark %s",
+		first.HeldUntil.Format(time.TimeOnly), first.HeldAt.Format(time.TimeOnly),
+		st.HeldUntil.Format(time.TimeOnly), st.HeldAt.Format(time.TimeOnly), st.Watermark.Format(time.TimeOnly))
+	if st.HeldUntil.Before(first.HeldUntil.Add(-time.Second)) {
+		t.Errorf("after the kill the hold ends at %s, before the first hold's end %s", st.HeldUntil, first.HeldUntil)
+	}
+	if st.HeldAt.After(first.HeldAt) {
+		t.Errorf("after the kill the partition is held at %s, past the first hold's mark %s", st.HeldAt, first.HeldAt)
+	}
+	p.live(60)
+	p.deliver(held)
+	p.live(30)
+	p.settled(2*(30+5+180+5+60+30) + 2)
+}
