@@ -18,14 +18,7 @@ import (
 func TestClockBehind_LoggedOncePerSource(t *testing.T) {
 	clock := newClock(wallStart)
 	r := openRun(t, t.TempDir(), clock, nil, nil)
-	rpc := 0
-	send := func(pod string, at time.Time) {
-		t.Helper()
-		rpc++
-		if _, err := r.ingest(batch(t, pod, callLine("thegram", "s-"+pod, rpc, at))); err != nil {
-			t.Fatal(err)
-		}
-	}
+	send, _ := podSender(t, r)
 	for i := range 90 {
 		now := clock.Now()
 		send("pod-a", now.Add(-time.Second))
@@ -64,4 +57,19 @@ func TestClockBehind_LoggedOncePerSource(t *testing.T) {
 	if len(tooLate) == 0 || !behind {
 		t.Errorf("too_late_calls lines %q, want some telling the calls behind", tooLate)
 	}
+}
+
+// podSender returns send, which ingests one call of thegram dated at from
+// pod (session s-POD) alone, and next, which numbers the calls it and the
+// caller's own batches send.
+func podSender(t *testing.T, r *run) (send func(pod string, at time.Time), next func() int) {
+	rpc := 0
+	next = func() int { rpc++; return rpc }
+	send = func(pod string, at time.Time) {
+		t.Helper()
+		if _, err := r.ingest(batch(t, pod, callLine("thegram", "s-"+pod, next(), at))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return send, next
 }

@@ -17,14 +17,7 @@ import (
 func TestLogLate_SourcesOfEachKind(t *testing.T) {
 	clock := newClock(wallStart)
 	r := openRun(t, t.TempDir(), clock, nil, nil)
-	rpc := 0
-	send := func(pod string, at time.Time) {
-		t.Helper()
-		rpc++
-		if _, err := r.ingest(batch(t, pod, callLine("thegram", "s-"+pod, rpc, at))); err != nil {
-			t.Fatal(err)
-		}
-	}
+	send, next := podSender(t, r)
 	for i := range 60 {
 		now := clock.Now()
 		send("pod-a", now.Add(-time.Second))
@@ -32,9 +25,8 @@ func TestLogLate_SourcesOfEachKind(t *testing.T) {
 		if i >= 10 {
 			// One Ingest, so that both counts move within one status
 			// update, as they do at serve's rate.
-			rpc += 2
-			if _, err := r.ingest(batch(t, "pod-ahead", callLine("thegram", "s-pod-ahead", rpc-1, now.Add(10*time.Minute))),
-				batch(t, "pod-late", callLine("thegram", "s-pod-late", rpc, now.Add(-20*time.Second)))); err != nil {
+			if _, err := r.ingest(batch(t, "pod-ahead", callLine("thegram", "s-pod-ahead", next(), now.Add(10*time.Minute))),
+				batch(t, "pod-late", callLine("thegram", "s-pod-late", next(), now.Add(-20*time.Second)))); err != nil {
 				t.Fatal(err)
 			}
 		}
