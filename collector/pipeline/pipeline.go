@@ -673,7 +673,8 @@ func (p *Pipeline) recover(ctx context.Context) error {
 			}
 		}
 		until := hold
-		if end := p.carriedHold(m); !end.IsZero() {
+		end := p.carriedHold(m)
+		if !end.IsZero() {
 			if at.IsZero() || m.HeldAt.Before(at) {
 				at = m.HeldAt
 			}
@@ -685,7 +686,9 @@ func (p *Pipeline) recover(ctx context.Context) error {
 				carriedUntil = until
 			}
 		}
-		if len(m.Sources) > 0 || !m.HeldUntil.IsZero() {
+		// A file with held_until and no held_at (edited) carries no hold:
+		// at would be zero.
+		if len(m.Sources) > 0 || !end.IsZero() {
 			p.eng.HoldAfterRestart(k, at, until)
 			held++
 		}
