@@ -68,13 +68,19 @@ func (m *boundMemo) arrived(e *Engine, s *source, wasCurrent bool) {
 // taken to run with the wall clock at its lag comes within it, and
 // whether there is one.
 func (e *Engine) heldFrom(p *partition, s *source, wall time.Time) (time.Time, bool) {
-	if s.spell.IsZero() || !s.current || e.cfg.MaxClockLag <= 0 || s.lag > e.cfg.MaxClockLag || p.wm.IsZero() {
-		return time.Time{}, false
-	}
-	if !e.holdNow(p, wall).Before(s.holdUntil) {
+	if p.wm.IsZero() || !e.holding(p, s, wall) {
 		return time.Time{}, false
 	}
 	return p.wm.Add(-e.cfg.AllowedLateness + max(s.lag, 0)), true
+}
+
+// holding reports whether quiet source s's hold on partition p at its
+// learned lag runs at wall (heldClock holds by it, or heldFrom, once the
+// wall clock brings it within the allowed lateness): it delivered within
+// MaxClockLag, and its hold has not ended.
+func (e *Engine) holding(p *partition, s *source, wall time.Time) bool {
+	return !s.spell.IsZero() && s.current && e.cfg.MaxClockLag > 0 && s.lag <= e.cfg.MaxClockLag &&
+		e.holdNow(p, wall).Before(s.holdUntil)
 }
 
 // memoCheck, when set (tests), has every bound taken from a memo computed

@@ -910,10 +910,7 @@ func (e *Engine) bound(p *partition, wall time.Time) (wm time.Time, h *source, a
 // not when that clock is further behind the watermark than the allowed
 // lateness (it came back that far behind before it went quiet).
 func (e *Engine) heldClock(p *partition, s *source, wall time.Time) (time.Time, bool) {
-	if s.spell.IsZero() || !s.current || e.cfg.MaxClockLag <= 0 || s.lag > e.cfg.MaxClockLag {
-		return time.Time{}, false
-	}
-	if !e.holdNow(p, wall).Before(s.holdUntil) {
+	if !e.holding(p, s, wall) {
 		return time.Time{}, false
 	}
 	c := wall.Add(-max(s.lag, 0))

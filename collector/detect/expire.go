@@ -17,7 +17,8 @@ func (e *Engine) Partitions() int { return len(e.parts) }
 // commit, so that what the partition produced is stored.
 //
 // From a partition that stays, it forgets the sources quiet for longer
-// than the correlation window plus the allowed lateness (forgetQuiet). A
+// than the correlation window plus the allowed lateness, save those still
+// holding it at a slow clock's lag (forgetQuiet). A
 // server whose traffic never stops has a partition that never expires,
 // and every exporter it ever had (each pod of every rolling deploy its own
 // service.instance.id) would stay in it for as long as the collector runs,
@@ -70,11 +71,15 @@ type Freed struct {
 // holds nothing back, and a source that delivers again is taken as a new
 // one; only the latest quiet clock is kept (partition.gone), for the
 // watermark to go on from when every source left is quiet. What a
-// forgotten source counted stays in the partition's counts.
+// forgotten source counted stays in the partition's counts. A source whose
+// hold at a slow clock's lag still runs (holding) is kept until it ends:
+// with a correlation window of 2 m it was forgotten 4 m after it went
+// quiet, not max_clock_lag (15 m) after, and an ahead clock then took the
+// watermark past its next calls (out24's D2: 5 too late).
 func (e *Engine) forgetQuiet(p *partition, wall time.Time, long time.Duration) {
 	n := len(p.sources)
 	p.sources = slices.DeleteFunc(p.sources, func(s *source) bool {
-		if s.alive.IsZero() || wall.Sub(s.alive) < long {
+		if s.alive.IsZero() || wall.Sub(s.alive) < long || e.holding(p, s, wall) {
 			return false
 		}
 		e.forget(p, s, wall)
