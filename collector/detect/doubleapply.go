@@ -1,6 +1,10 @@
 package detect
 
-import "github.com/mcpaudit/mcpaudit/audit"
+import (
+	"slices"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+)
 
 // checkDoubleApply applies the two double-apply rules of findings.md §4 to
 // an accepted non-idempotent write w, against the writes before it.
@@ -180,7 +184,7 @@ func (d *detector) undouble(ds *docState, w *writeRec) {
 	switch w.more.alone {
 	case wPending, wUnverified:
 		w.state, w.reason = wPending, w.more.aloneReason
-		if ds.m().proof == nil || !containsWrite(ds.more.proof, w) {
+		if !slices.Contains(ds.m().proof, w) {
 			ds.more.proof = insertAt(ds.proofWrites(), w, writeAt)
 		}
 		d.deadlines.push(w)
@@ -189,16 +193,6 @@ func (d *detector) undouble(ds *docState, w *writeRec) {
 		w.state = wDurable
 	}
 	d.emitWrite(w, stateWords.word(prev), w.at.t)
-}
-
-// containsWrite reports whether l holds w.
-func containsWrite(l []*writeRec, w *writeRec) bool {
-	for _, u := range l {
-		if u == w {
-			return true
-		}
-	}
-	return false
 }
 
 // acceptedWrite reports whether w, not a replay, is a candidate for the
