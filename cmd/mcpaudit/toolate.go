@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
 )
@@ -26,28 +24,16 @@ func (c tooLateCounts) of(tenant string) int64 {
 
 // countTooLate counts the calls st holds as too late, by tenant: those the
 // runs before this one counted, which the status counts beside its own
-// since the start (live22's S2). Nil from a store that keeps none. A store
-// that counts them (audit.TooLateCounter: both stores) answers in one
-// query; another has their references read once, at the start (tens of
-// bytes each), besides the replay's read of those from its horizon on.
+// since the start (live22's S2), in one query (audit.TooLateCounter: both
+// stores count them so). Nil from a store that does not count them.
 func countTooLate(ctx context.Context, st audit.Store) (tooLateCounts, error) {
-	if tc, ok := st.(audit.TooLateCounter); ok {
-		n, err := tc.CountTooLate(ctx)
-		if err != nil {
-			return nil, err
-		}
-		return tooLateCounts(n), nil
-	}
-	refs, err := st.TooLateCalls(ctx, time.Time{})
-	if errors.Is(err, audit.ErrUnsupported) {
+	tc, ok := st.(audit.TooLateCounter)
+	if !ok {
 		return nil, nil
 	}
+	n, err := tc.CountTooLate(ctx)
 	if err != nil {
 		return nil, err
 	}
-	c := tooLateCounts{}
-	for _, r := range refs {
-		c[r.Tenant]++
-	}
-	return c, nil
+	return tooLateCounts(n), nil
 }
