@@ -341,6 +341,14 @@ func (s *Server) StatusOf(tenant, server string, now time.Time) (StatusResponse,
 		return StatusResponse{}, false
 	}
 	parts, queued, unstored := s.Status()
+	return s.StatusOfParts(parts, queued, unstored, tenant, server, now), true
+}
+
+// StatusOfParts is StatusOf over an answer of the pipeline already taken
+// (parts, queued and unstored, as Status gives them), for a caller that
+// needs the partitions too: the page, whose status lines and bar are built
+// from one ask (each ask drains the pipeline's queue and ticks the engine).
+func (s *Server) StatusOfParts(parts []detect.PartitionStatus, queued int64, unstored int, tenant, server string, now time.Time) StatusResponse {
 	out := StatusFrom(parts, queued, unstored, tenant, server, now)
 	if s.Freed != nil {
 		AddFreed(&out, s.Freed(), tenant, server)
@@ -369,13 +377,12 @@ func (s *Server) StatusOf(tenant, server string, now time.Time) (StatusResponse,
 			out.Downtimes = append(out.Downtimes, DowntimeOf(d))
 		}
 	}
-	return out, true
+	return out
 }
 
-// StatusFrom is StatusOf for an answer of the pipeline already taken
-// (parts, queued and unstored, as StatusSource gives them), for a caller
-// that builds more than one view of the status: each ask of the pipeline
-// drains its queue and ticks the engine, and may commit.
+// StatusFrom is what StatusOfParts takes from the pipeline's answer alone
+// (parts, queued and unstored, as StatusSource gives them): the partitions,
+// the sources and the counts, before what the Server adds.
 func StatusFrom(parts []detect.PartitionStatus, queued int64, unstored int, tenant, server string, now time.Time) StatusResponse {
 	out := StatusResponse{Time: now, Queued: queued, Unstored: unstored, Judged: queued == 0 && unstored == 0, Partitions: []PartitionStatus{}, Sources: []SourceTotals{}}
 	totals := map[[2]string]int{} // (tenant, name) -> index in out.Sources

@@ -290,17 +290,7 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, view string, sta
 		ctx := withScope(r.Context(), tenant, false, nil)
 		if s.api.Status != nil {
 			parts, queued, unstored := s.api.Status()
-			st := api.StatusFrom(parts, queued, unstored, tenant, "", s.api.Now())
-			if s.api.Freed != nil {
-				api.AddFreed(&st, s.api.Freed(), tenant, "")
-			}
-			if s.api.TooLateBeforeStart != nil {
-				st.TooLateBeforeStart = s.api.TooLateBeforeStart(tenant)
-			}
-			if tenant == "" || tenant == "*" {
-				st.OtherStore = s.api.OtherStore
-			}
-			p.statusLines(st)
+			p.statusLines(s.api.StatusOfParts(parts, queued, unstored, tenant, "", s.api.Now()))
 			ctx = withScope(r.Context(), tenant, true, parts)
 		}
 		if s.status != nil {
