@@ -245,11 +245,22 @@ func (b *builder) clientAlerts() []Rule {
 			for_:     10 * time.Minute,
 			severity: SeverityWarning,
 			summary:  "Many calls end with an unknown outcome.",
+			// The codes and the client's step are those of the alert's own
+			// retry_action, as the runbook gives them: before op25 both
+			// classes' codes and both steps were listed for either, so an
+			// alert about replay_same_request named E_STORAGE and
+			// in_flight_unknown, and left the step to the reader.
 			description: "{{ $value | humanizePercentage }} of the calls to server {{ $labels.server }} over the last 10m " +
-				"ended with an uncertain outcome ({{ $labels.retry_action }}): COMMIT_UNKNOWN, E_STORAGE, E_TIMEOUT, -32603, " +
-				"in_flight_unknown, or a write that timed out or got no response. Nobody knows whether those writes were " +
-				"applied: each must be replayed under its key (replay_same_request) or its target read before deciding " +
-				"(verify_then_decide).",
+				"ended with an uncertain outcome ({{ $labels.retry_action }}): " +
+				"{{ if eq $labels.retry_action \"" + string(audit.ActionReplaySameRequest) + "\" }}" +
+				"COMMIT_UNKNOWN, a gram_patch that timed out or got no response, a keyed createDocument that timed out. " +
+				"Nobody knows whether those writes were applied; a key protects each: the client must resend it " +
+				"identical under the same key." +
+				"{{ else }}" +
+				"E_STORAGE, E_TIMEOUT, -32603, in_flight_unknown, an unkeyed or oddlynew write that timed out or got no " +
+				"response. Nobody knows whether those writes were applied and no key makes a blind retry safe: the client " +
+				"must read the target before deciding." +
+				"{{ end }}",
 			view: findingsView(audit.KindUnverifiedWrite),
 		}),
 	}

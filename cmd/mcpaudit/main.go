@@ -45,6 +45,13 @@ commands:
 Run 'mcpaudit <command> -h' for the flags of a command.
 `
 
+// versionUsage is the help of mcpaudit version.
+const versionUsage = `usage: mcpaudit version
+
+Prints the version, commit and Go version of this binary (also mcpaudit --version); a running
+collector exports them as mcpaudit_build_info. It takes no flags.
+`
+
 // exitError carries an exit status out of a command.
 type exitError struct {
 	code int
@@ -191,6 +198,16 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	case "demo":
 		err = demoCommand(ctx, args[1:], stdin, stdout, stderr)
 	case "version", "--version", "-version":
+		// Every other command answers -h with its usage; version printed
+		// the version for it, and took any argument silently (op25).
+		if len(args) > 1 {
+			if h := args[1]; h == "-h" || h == "-help" || h == "--help" {
+				fmt.Fprint(stdout, versionUsage)
+				return 0
+			}
+			fmt.Fprintf(stderr, "mcpaudit: version: unexpected argument %q\n\n%s", args[1], versionUsage)
+			return 2
+		}
 		fmt.Fprintln(stdout, "mcpaudit", version.Get())
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)

@@ -187,8 +187,8 @@ var queryAbout = map[string]string{
 		"was answered (REVISION, HASH: before → after). The name matches exactly.",
 	"calls": "Lists stored calls in time order, one a line (the count on standard error), filtered by\n" +
 		"server, session, document and time.",
-	"slo": "Shows the write-durability SLI over a window back from now, the error budget left, and the\n" +
-		"writes by state.",
+	"slo": "Shows the write-durability SLI over a window back from now (or from --until), the error\n" +
+		"budget left, and the writes by state. Writes count at their calls' event time.",
 	"status": "Shows where event time stands per partition (tenant and server), its lag and waiting\n" +
 		"calls, which source holds it back, and how many judged writes are still pending (their state\n" +
 		"may change until their verification window ends); --wait waits until every call acknowledged\n" +
@@ -574,9 +574,10 @@ func (q *queryFlags) hintUnknownDocument(stderr io.Writer, cmd, doc string) {
 }
 
 func sloCommand(args []string, stdout, stderr io.Writer) error {
-	var window, target, mcpServer, failUnder *string
+	var window, until, target, mcpServer, failUnder *string
 	q, _, err := parseQueryFlags("slo", args, stderr, "slo [flags]", func(fs *flag.FlagSet) {
-		window = fs.String("window", "30d", "window back from now (30d, 7d, 1h)")
+		window = fs.String("window", "30d", "window back from --until (30d, 7d, 1h)")
+		until = fs.String("until", "", "end of the window: RFC 3339 time, the page's \"2026-12-04 14:02\" (UTC), or a duration back from now such as 1d (default now)")
 		target = fs.String("target", "", "SLO target, in (0, 1] (default: with --api-url the server's serve.slo_target; with --data-dir 0.999, whatever the configuration says)")
 		mcpServer = fs.String("mcp-server", "", "MCP server name (default: every server)")
 		failUnder = fs.String("fail-under", "", "exit 1 when the error budget remaining is below this share: 0 fails on an overspent budget, 0.25 or 25% when less than a quarter is left (default: never fail)")
@@ -596,6 +597,9 @@ func sloCommand(args []string, stdout, stderr io.Writer) error {
 		floor = &f
 	}
 	params := url.Values{"window": {*window}}
+	if *until != "" {
+		params.Set("until", *until)
+	}
 	if *target != "" {
 		params.Set("target", *target)
 	}
@@ -622,6 +626,13 @@ func sloCommand(args []string, stdout, stderr io.Writer) error {
 	good := s.Counts[audit.StateDurable] + s.Counts[audit.StateResolved]
 	if s.SLI == nil {
 		fmt.Fprintln(stdout, "  SLI: n/a (no write counts toward it)")
+		// Writes count at their calls' event time: a capture posted from
+		// last month, or an incident of last week, lies before a window
+		// that ends now (op25: the README's sample gave n/a, and slo had
+		// no way to end the window elsewhere, as /slo and report do).
+		if *until == "" {
+			fmt.Fprintf(stderr, "mcpaudit slo: no write counts over the %s back from now; writes count at their calls' event time, so for older traffic (a replayed capture, a past incident) end the window there with --until TIME (RFC 3339 or \"2026-12-04 14:02\" UTC)\n", s.Window)
+		}
 	} else {
 		fmt.Fprintf(stdout, "  SLI: %.5f (%d / %d)\n", *s.SLI, good, report.Counted(s.Counts))
 	}

@@ -214,6 +214,15 @@ func printStatus(w io.Writer, st api.StatusResponse, waited bool) {
 			state := "active"
 			if s.Idle {
 				state = "idle"
+				// A quiet source that still holds its partition at the lag
+				// it delivered with (a slow clock, or one late post of older
+				// calls) is what mcpaudit_pipeline_source_lag_seconds exports
+				// as state="active" and McpAuditSourceLagging fires on: the
+				// table said only "idle" while nothing waited (op25).
+				if s.HoldLagSeconds != nil && s.HoldUntil != nil {
+					state = fmt.Sprintf("idle, holding at %s until %s",
+						time.Duration(*s.HoldLagSeconds*float64(time.Second)).Round(time.Second), s.HoldUntil.UTC().Format(time.RFC3339))
+				}
 			}
 			if s.Overflow {
 				state += ", overflow"
