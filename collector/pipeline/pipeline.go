@@ -351,6 +351,7 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	}
 	marks, freed, floor, saved, lost, run := readMarks(p.cfg.StateFile, p.log)
 	clampAhead(marks, p.now(), p.dcfg.MaxClockSkew, p.log)
+	saved = savedBefore(saved, p.now(), p.dcfg.MaxClockSkew, p.cfg.StateFile, p.log)
 	if !lost && p.cfg.StateFile != "" && marks == nil && !wm.IsZero() {
 		// The store holds output, so the file was written (before the
 		// first call was acknowledged) and is gone.
