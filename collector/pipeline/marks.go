@@ -351,6 +351,24 @@ func savedBefore(saved, now time.Time, skew time.Duration, path string, log *slo
 	return time.Time{}
 }
 
+// validDowntimes returns the downtimes the state file keeps without those
+// that end before they begin, logging how many it drops: a release before
+// savedBefore kept such a one when the file showed the last run alive ahead
+// of the wall clock, and a file edited by hand may hold them; shown as they
+// were, /api/v1/status said serve was down -9223372036 seconds (found by
+// adv25).
+func validDowntimes(ds []audit.Downtime, path string, log *slog.Logger) []audit.Downtime {
+	kept := slices.DeleteFunc(slices.Clone(ds), func(d audit.Downtime) bool { return d.From.After(d.To) })
+	if n := len(ds) - len(kept); n > 0 {
+		log.Warn("the state file keeps downtimes that end before they begin (saved by a release before 2026-12-07 from a time ahead of the wall clock, or edited): dropped from the history",
+			"path", path, "dropped", n, "kept", len(kept))
+	}
+	if len(kept) == 0 {
+		return nil
+	}
+	return kept
+}
+
 // decodeMarks decodes the content of a state file, of the one version
 // this release reads (2).
 func decodeMarks(b []byte) (markFile, error) {
@@ -382,7 +400,8 @@ func ReadDowntimes(path string) ([]audit.Downtime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot read the state file %s: %w", path, err)
 	}
-	return f.Downtimes, nil
+	// As a start takes them (validDowntimes).
+	return slices.DeleteFunc(f.Downtimes, func(d audit.Downtime) bool { return d.From.After(d.To) }), nil
 }
 
 // StateStore returns the store the state file at path describes

@@ -465,7 +465,7 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	// grace grows with the time the collector was down: so does their
 	// senders' backoff.
 	grace, down := restartGrace(p.cfg, saved, p.now())
-	p.downtimes = run.downtimes
+	p.downtimes = validDowntimes(run.downtimes, p.cfg.StateFile, p.log)
 	// Withdrawals the last run could not store: tried again at the first
 	// commit, and kept in the file until the store takes them.
 	p.unstoredWithdrawals = run.withdrawals

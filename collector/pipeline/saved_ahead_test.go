@@ -87,3 +87,26 @@ func TestRestart_HeldAtAheadNamed(t *testing.T) {
 		}
 	}
 }
+
+// TestRestart_BackwardDowntimeDropped: a downtime in the state file's
+// history that ends before it begins (kept by a release before
+// savedBefore, or edited in) is dropped at the start, with a WARN; the
+// others stay. Found by adv25 (p1/var/watermark_9999.json, then
+// downtimes_200k.json): /api/v1/status showed "seconds": -9223372036.85 for
+// the next 100 starts.
+func TestRestart_BackwardDowntimeDropped(t *testing.T) {
+	dir := t.TempDir()
+	good := audit.Downtime{From: wallStart.Add(-2 * time.Hour), To: wallStart.Add(-2*time.Hour + time.Minute), End: audit.EndStop}
+	saved := wallStart.Add(-time.Hour)
+	file := fmt.Sprintf(`{"version":2,"partitions":[],"saved":%q,"run":"stop","downtimes":[{"from":"9999-12-31T23:59:59Z","to":%q,"end":"crash"},{"from":%q,"to":%q,"end":"stop"}]}`,
+		saved.Format(time.RFC3339Nano), wallStart.Add(-3*time.Hour).Format(time.RFC3339Nano), good.From.Format(time.RFC3339Nano), good.To.Format(time.RFC3339Nano))
+	if err := os.WriteFile(filepath.Join(dir, "partitions.json"), []byte(file), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := openRun(t, dir, newClock(wallStart), nil, nil)
+	defer r.stop()
+	sameDowntimes(t, r.p.Downtimes(), []audit.Downtime{good, {From: saved, To: wallStart, End: audit.EndStop}})
+	if logs := r.logs.String(); !strings.Contains(logs, "end before they begin") || !strings.Contains(logs, "dropped=1") {
+		t.Errorf("no WARN that one downtime was dropped:\n%s", logs)
+	}
+}
