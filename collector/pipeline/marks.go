@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
@@ -287,22 +288,29 @@ func clampAhead(marks map[detect.PartitionKey]mark, now time.Time, skew time.Dur
 	limit := now.Add(skew)
 	clamped := 0
 	for k, m := range marks {
-		saved, ahead := m.Watermark, false
-		lower := func(t *time.Time) {
+		saved, savedHeldAt := m.Watermark, m.HeldAt
+		// lowered names what was ahead: the WARN said "watermark" alone,
+		// with saved_watermark equal to watermark, when only the hold's
+		// mark or a source's clock was (found by adv25).
+		var lowered []string
+		lower := func(t *time.Time, name string) {
 			if t.After(limit) {
-				*t, ahead = limit, true
+				*t = limit
+				if !slices.Contains(lowered, name) {
+					lowered = append(lowered, name)
+				}
 			}
 		}
 		// A restored source's clock ahead would hold the watermark at the
 		// skew ahead of the wall clock while it delivers.
-		lower(&m.Watermark)
-		lower(&m.HeldAt)
+		lower(&m.Watermark, "watermark")
+		lower(&m.HeldAt, "held_at")
 		for _, srcs := range [][]detect.SourceClock{m.Sources, m.Quiet} {
 			for i := range srcs {
-				lower(&srcs[i].Clock)
+				lower(&srcs[i].Clock, "sources' clocks")
 			}
 		}
-		if !ahead {
+		if len(lowered) == 0 {
 			continue
 		}
 		marks[k] = m
@@ -310,12 +318,55 @@ func clampAhead(marks map[detect.PartitionKey]mark, now time.Time, skew time.Dur
 			log.Warn("a partition's watermark in the state file is ahead of the wall clock by more than max_clock_skew "+
 				"(the clock was ahead when the file was saved, or the file was edited or comes from elsewhere): lowered, with its sources' clocks, to the wall clock plus the skew; "+
 				"its stored calls dated after that are judged again, and their output announced again",
-				"tenant", k.Tenant, "server", k.Server, "saved_watermark", saved, "watermark", m.Watermark, "max_clock_skew", skew)
+				"tenant", k.Tenant, "server", k.Server, "lowered", strings.Join(lowered, ", "), "saved_watermark", saved, "watermark", m.Watermark,
+				"saved_held_at", savedHeldAt, "held_at", m.HeldAt, "max_clock_skew", skew)
 		}
 	}
 	if clamped > 10 {
 		log.Warn("more partitions' watermarks in the state file were ahead of the wall clock and lowered (the first 10 logged above)", "partitions", clamped)
 	}
+}
+
+// savedBefore returns the latest wall time the state file shows the last
+// run alive (saved: readMarks), read at wall time now, as the start of the
+// downtime before this start: saved itself, now when saved is ahead of now by
+// at most skew (a clock stepped back a little across the restart: down for no
+// time), and zero, unknown, when it is further ahead (the clock was ahead when
+// the file was saved and set right across the restart, or the file was edited
+// or comes from elsewhere), logged. Taken as it was, such a time made a
+// downtime that ends before it begins ("from 9999-12-31T23:59:59Z to" now),
+// kept in the history of downtimes for the next DowntimesKept starts (found
+// by adv25).
+func savedBefore(saved, now time.Time, skew time.Duration, path string, log *slog.Logger) time.Time {
+	switch {
+	case !saved.After(now):
+		return saved
+	case !saved.After(now.Add(skew)):
+		return now
+	}
+	log.Warn("the state file shows the last run alive at a time ahead of the wall clock by more than max_clock_skew "+
+		"(its saved time, a partition's mark time or a source's last delivery: the clock was ahead when it was saved, or the file was edited or comes from elsewhere): "+
+		"the downtime is unknown, and none is recorded for this start",
+		"path", path, "saved", saved.UTC(), "now", now.UTC(), "max_clock_skew", skew)
+	return time.Time{}
+}
+
+// validDowntimes returns the downtimes the state file keeps without those
+// that end before they begin, logging how many it drops: a release before
+// savedBefore kept such a one when the file showed the last run alive ahead
+// of the wall clock, and a file edited by hand may hold them; shown as they
+// were, /api/v1/status said serve was down -9223372036 seconds (found by
+// adv25).
+func validDowntimes(ds []audit.Downtime, path string, log *slog.Logger) []audit.Downtime {
+	kept := slices.DeleteFunc(slices.Clone(ds), func(d audit.Downtime) bool { return d.From.After(d.To) })
+	if n := len(ds) - len(kept); n > 0 {
+		log.Warn("the state file keeps downtimes that end before they begin (saved by a release before 2026-12-07 from a time ahead of the wall clock, or edited): dropped from the history",
+			"path", path, "dropped", n, "kept", len(kept))
+	}
+	if len(kept) == 0 {
+		return nil
+	}
+	return kept
 }
 
 // decodeMarks decodes the content of a state file, of the one version
@@ -349,7 +400,8 @@ func ReadDowntimes(path string) ([]audit.Downtime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot read the state file %s: %w", path, err)
 	}
-	return f.Downtimes, nil
+	// As a start takes them (validDowntimes).
+	return slices.DeleteFunc(f.Downtimes, func(d audit.Downtime) bool { return d.From.After(d.To) }), nil
 }
 
 // StateStore returns the store the state file at path describes

@@ -351,6 +351,7 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	}
 	marks, freed, floor, saved, lost, run := readMarks(p.cfg.StateFile, p.log)
 	clampAhead(marks, p.now(), p.dcfg.MaxClockSkew, p.log)
+	saved = savedBefore(saved, p.now(), p.dcfg.MaxClockSkew, p.cfg.StateFile, p.log)
 	if !lost && p.cfg.StateFile != "" && marks == nil && !wm.IsZero() {
 		// The store holds output, so the file was written (before the
 		// first call was acknowledged) and is gone.
@@ -464,7 +465,7 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	// grace grows with the time the collector was down: so does their
 	// senders' backoff.
 	grace, down := restartGrace(p.cfg, saved, p.now())
-	p.downtimes = run.downtimes
+	p.downtimes = validDowntimes(run.downtimes, p.cfg.StateFile, p.log)
 	// Withdrawals the last run could not store: tried again at the first
 	// commit, and kept in the file until the store takes them.
 	p.unstoredWithdrawals = run.withdrawals
