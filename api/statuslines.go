@@ -144,6 +144,22 @@ func HeldBack(p PartitionStatus) (string, bool) {
 // write may still be pending (PendingLine).
 const JudgedLabel = "every acknowledged call judged"
 
+// JudgedValue is what mcpaudit status and the page say after JudgedLabel:
+// "no" while calls wait, "yes" when every call acknowledged is judged,
+// and "yes, but for the N stored too late" when some of them were counted
+// too late instead (st.TooLate since the start and st.TooLateBeforeStart
+// before it: stored, never judged). A plain "yes" beside "133 too late
+// (stored, never judged)" read as a contradiction (out25 O3).
+func JudgedValue(st StatusResponse) string {
+	if !st.Judged {
+		return "no"
+	}
+	if n := st.TooLate + st.TooLateBeforeStart; n > 0 {
+		return fmt.Sprintf("yes, but for the %d stored too late", n)
+	}
+	return "yes"
+}
+
 // PendingUntil returns the event time the last verification window of
 // st's pending writes ends (the latest PartitionStatus.PendingUntil), or
 // zero when none is pending.

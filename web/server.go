@@ -241,7 +241,10 @@ type page struct {
 // every call acknowledged so far is judged, and how many judged writes
 // are still pending and until when, with mcpaudit status's line on them.
 type judgedView struct {
-	All     bool
+	// Value is what mcpaudit status says after api.JudgedLabel
+	// (api.JudgedValue: "yes", "no", or "yes, but for the N stored too
+	// late").
+	Value   string
 	Pending int
 	// Until is the event time the last pending write's window ends
 	// (api.PendingUntil): comparable with the watermark beside it.
@@ -261,7 +264,7 @@ func (p *page) statusLines(st api.StatusResponse) {
 	p.OtherStore, _ = api.OtherStoreLine(st)
 	p.Behind, _ = api.BehindLine(st)
 	line, _ := api.PendingLine(st)
-	p.Judged = &judgedView{All: st.Judged, Pending: st.PendingWrites, Until: api.PendingUntil(st), Line: line,
+	p.Judged = &judgedView{Value: api.JudgedValue(st), Pending: st.PendingWrites, Until: api.PendingUntil(st), Line: line,
 		TooLate: st.TooLate, TooLateBefore: st.TooLateBeforeStart}
 	for _, ps := range st.Partitions {
 		if line, ok := api.NoWatermark(ps); ok {

@@ -129,10 +129,7 @@ const unknownPending = -1
 // for what was acknowledged before it succeeded.
 func printStatus(w io.Writer, st api.StatusResponse, waited bool) {
 	w = printable(w)
-	judged := "yes"
-	if !st.Judged {
-		judged = "no"
-	}
+	judged := api.JudgedValue(st)
 	waiting := 0
 	for _, p := range st.Partitions {
 		waiting += p.Buffered

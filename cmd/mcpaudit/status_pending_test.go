@@ -31,6 +31,11 @@ func TestStatus_SaysPendingWrites(t *testing.T) {
 			[]string{"every acknowledged call judged: no", "Of the writes judged, 1 is still pending", "ends at event time 2026-12-04T18:30:00Z"}, []string{"1 are"}},
 		{"none", `{"time":"2026-12-04T18:29:02Z","judged":true,"pending_writes":0,"partitions":[],"sources":[]}`,
 			[]string{"every acknowledged call judged: yes", "Of the writes judged, none is pending"}, []string{"still pending"}},
+		// Every call judged but for those counted too late: a plain "yes"
+		// beside "133 too late (stored, never judged)" read as a
+		// contradiction (out25 O3).
+		{"too late", `{"time":"2026-12-04T18:29:02Z","judged":true,"pending_writes":0,"too_late":133,"too_late_before_start":2,"partitions":[],"sources":[]}`,
+			[]string{"133 too late (stored, never judged", "every acknowledged call judged: yes, but for the 135 stored too late"}, []string{"judged: yes\n"}},
 		{"older serve", `{"time":"2026-12-04T18:29:02Z","judged":false,"partitions":[],"sources":[]}`,
 			[]string{"every acknowledged call judged: no"}, []string{"Of the writes judged"}},
 	} {

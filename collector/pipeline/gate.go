@@ -113,12 +113,12 @@ type gate struct {
 	// partition freed as idle) is named too (judged). An answer the engine
 	// dropped stays until the map is cleared at maxAnswersHeld.
 	answers map[string]bool
-	// told holds the unverified_write, unsafe_retry, wasted_retry and
-	// premature_retry findings this process told the sinks, by id, with
-	// the end of their write's window (an unsafe_retry: its first call's
-	// time, which a late answer of that call withdraws it from; a
-	// wasted_retry or premature_retry: its first call's time plus the
-	// correlation window, the latest its last call can be): a withdrawal is
+	// told holds the findings of the kinds a call judged late can
+	// withdraw (every kind but integrity_failure) this process told the
+	// sinks, by id, with the end of their write's window (an unsafe_retry:
+	// its first call's time, which a late answer of that call withdraws it
+	// from; the kinds of pairs: its time plus the correlation window, the
+	// latest its last call can be): a withdrawal is
 	// told the sinks only for one of them (one committed before a restart
 	// was not told, and a metrics counter of withdrawals would outgrow
 	// the findings counter; found by rev18w). Pruned at each take once the
@@ -701,12 +701,15 @@ func (g *gate) Finding(f *audit.Finding) {
 			g.told = map[string]time.Time{}
 		}
 		g.told[f.ID()] = f.Time
-	case audit.KindWastedRetry, audit.KindPrematureRetry:
+	case audit.KindWastedRetry, audit.KindPrematureRetry, audit.KindDuplicateCreate, audit.KindDoubleAppliedWrite, audit.KindRequestIDReuse:
 		// Withdrawn when a call judged late, dated before its last call,
-		// changes which calls judging in order pairs (lo21). Its last
-		// call is within the correlation window of its first (a
-		// premature_retry's apply within its receipt's lease, kept by
-		// the key for that window).
+		// changes which calls judging in order pairs (lo21; ck22's
+		// duplicate_create, rnd24's double_applied_write, rid23's
+		// request_id_reuse). Its last call is within the correlation
+		// window of its first (a premature_retry's apply within its
+		// receipt's lease, kept by the key for that window). Left out,
+		// their withdrawals were not told the sinks: the metrics counted
+		// them standing (out25 O2).
 		if g.told == nil {
 			g.told = map[string]time.Time{}
 		}

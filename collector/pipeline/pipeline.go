@@ -504,11 +504,12 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	}
 	// A hold the last run had in force when it saved the file (a crash
 	// during it) goes on: its sources hold the partition until its end,
-	// when that is later than what this downtime gives (carriedHold).
+	// when that is later than what this downtime gives (carriedHold), and
+	// for the grace the outage their senders saw gives (carriedGrace).
 	for k, m := range marks {
 		g := grace
 		if end := p.carriedHold(m); !end.IsZero() {
-			g = max(g, end.Sub(p.now())-p.dcfg.IdleTimeout)
+			g = max(p.carriedGrace(m, grace), end.Sub(p.now())-p.dcfg.IdleTimeout)
 		}
 		for _, src := range m.Sources {
 			p.eng.RestoreSource(k, src, p.now(), g)
@@ -676,6 +677,9 @@ func (p *Pipeline) recover(ctx context.Context) error {
 		until := hold
 		end := p.carriedHold(m)
 		if !end.IsZero() {
+			if c := p.now().Add(p.carriedGrace(m, grace) + p.dcfg.IdleTimeout); c.After(until) {
+				until = c
+			}
 			if at.IsZero() || m.HeldAt.Before(at) {
 				at = m.HeldAt
 			}
@@ -779,6 +783,33 @@ func (p *Pipeline) carriedHold(m mark) time.Time {
 		return limit
 	}
 	return m.HeldUntil
+}
+
+// carriedGrace returns the grace of a partition whose restart hold the
+// last run had in force when it saved the file (carriedHold): at least
+// grace, this start's, and the grace of the outage its sources' senders
+// saw, from the earliest of their last deliveries (SourceClock.Seen) to
+// now. A sender that had not got through again when the last run died
+// (its backoff, grown over the earlier outage, still running) has been
+// failing since before that outage, not since the last save: its next
+// try, and its oldest requests, come as late as that longer outage
+// makes them. Counted from the last save alone, the hold of a start after
+// a kill -9 during the earlier hold ended before them: a Collector whose
+// senders never reconnected in the 40 s serve was up between the two
+// came back 1m10s to 1m47s after the second start, past both holds' ends,
+// 133 and 259 calls too late in two runs (found from outside, out25 O1).
+func (p *Pipeline) carriedGrace(m mark, grace time.Duration) time.Duration {
+	var since time.Time
+	for _, src := range m.Sources {
+		if !src.Seen.IsZero() && (since.IsZero() || src.Seen.Before(since)) {
+			since = src.Seen
+		}
+	}
+	if since.IsZero() {
+		return grace
+	}
+	g, _ := restartGrace(p.cfg, since, p.now())
+	return max(grace, g)
 }
 
 // restartGrace returns how long after a restart at wall time now the

@@ -55,3 +55,52 @@ func TestRestart_KilledDuringHold(t *testing.T) {
 	p.live(30)
 	p.settled(2*(30+5+180+5+60+30) + 2)
 }
+
+// TestRestart_KilledDuringHoldSendersAway is TestRestart_KilledDuringHold
+// when the senders had not got through again before the kill (found from
+// outside, out25 O1: a Collector whose consumers were still backing off
+// after the first outage of 2m31s did not deliver in the 40 s serve was up
+// before its kill -9, and came back 1m10s to 1m47s after the second start,
+// after the first hold's end): the second start holds for the outage the
+// senders saw, from their last delivery, not for its own 30 s, and the
+// backlog's oldest requests, coming after the first hold's end, are
+// judged.
+func TestRestart_KilledDuringHoldSendersAway(t *testing.T) {
+	p := newPods(t)
+	p.live(30)
+	queue := p.stopWithWrite(150 * time.Second)
+	p.clock.Add(150 * time.Second)
+	p.restart()
+	thegram := detect.PartitionKey{Server: "thegram"}
+	first := p.r.status()[thegram]
+	if first.HeldUntil.IsZero() {
+		t.Fatalf("no hold after the first restart: %+v", first)
+	}
+	// Up for 40 s, nothing delivered; killed; down for 30 s.
+	p.clock.Add(40 * time.Second)
+	p.r.saved()
+	p.r.crash()
+	p.clock.Add(30 * time.Second)
+	p.restart()
+	st := p.r.status()[thegram]
+	t.Logf("first hold: until %s at %s; after the kill: until %s at %s, watermark %s",
+		first.HeldUntil.Format(time.TimeOnly), first.HeldAt.Format(time.TimeOnly),
+		st.HeldUntil.Format(time.TimeOnly), st.HeldAt.Format(time.TimeOnly), st.Watermark.Format(time.TimeOnly))
+	// The senders come back a minute later: the first consumer takes the
+	// rest of the queue, live traffic follows, and the consumer still
+	// backing off brings the oldest requests after the first hold's end.
+	p.clock.Add(60 * time.Second)
+	held, rest := queue[:10], queue[10:]
+	p.deliver(rest)
+	p.live(40)
+	if !p.clock.Now().After(first.HeldUntil) {
+		t.Fatalf("the oldest requests come at %s, within the first hold (until %s): the test shows nothing", p.clock.Now(), first.HeldUntil)
+	}
+	p.deliver(held)
+	// Past the second hold's end: the calls are judged.
+	p.live(100)
+	if st := p.r.status()[thegram]; !st.HeldUntil.IsZero() {
+		t.Fatalf("still held until %s at the end", st.HeldUntil)
+	}
+	p.settled(2*(30+5+150+40+100) + 2)
+}
