@@ -84,3 +84,37 @@ func TestUnsafe_LateOrders(t *testing.T) {
 		s.addAt(podRight, w.Add(30*time.Second), w.Add(95*time.Second), gramWrite("s", "k2", "b.gram", "x", 1, gramPatched))
 	})
 }
+
+// TestWasted_FirstForgotten pins what the random orders of
+// TestClockAhead_KeysRandom found for wasted_retry on main ab02569 (5 of
+// 300 orders, rnd25): which refusal was a first depended on what the
+// sweep had forgotten.
+func TestWasted_FirstForgotten(t *testing.T) {
+	t0 := time.Date(2026, 12, 6, 11, 0, 0, 0, time.UTC)
+	w := t0.Add(2 * time.Minute)
+	cfg := NewDefaultConfig()
+	cfg.CorrelationWindow = 2 * time.Minute
+	var s podCalls
+	s.background("thegram", t0, t0.Add(12*time.Minute), podRight)
+	// One request refused (E_REQUEST_REUSE, fix_input) at +0 s, +100 s
+	// and +160 s, and refused for its argument at +290 s. In order the
+	// second is the wasted retry of the first, and the third, past the
+	// first's window, a first of its own with no retry. On main, when the
+	// fourth came, the sweep had forgotten the first (correlation_window
+	// + allowed_lateness behind the watermark): the walk began at the
+	// second, a first then, and reported the third as its retry. Live,
+	// a watermark held further back kept the first and did not.
+	s.addAt(podRight, w, w.Add(time.Second), gramWrite("s", "rk", "a.gram", "x", 1, gramReused))
+	s.addAt(podRight, w.Add(100*time.Second), w.Add(101*time.Second), gramWrite("s", "rk", "a.gram", "x", 1, gramReused))
+	s.addAt(podRight, w.Add(160*time.Second), w.Add(161*time.Second), gramWrite("s", "rk", "a.gram", "x", 1, gramReused))
+	s.addAt(podRight, w.Add(290*time.Second), w.Add(291*time.Second), gramWrite("s", "rk", "a.gram", "x", 1, gramArgument))
+	live, inOrder := standing{}, standing{}
+	judgeBoth(t, cfg, s.calls, live, inOrder)
+	got, in := live.of(audit.KindWastedRetry), inOrder.of(audit.KindWastedRetry)
+	if !slices.Equal(got, in) {
+		t.Fatalf("wasted_retry live:\n%s\nin time order:\n%s", lines(got), lines(in))
+	}
+	if len(got) != 1 {
+		t.Fatalf("%d wasted retries, want 1 (the second refusal of the first):\n%s", len(got), lines(got))
+	}
+}
