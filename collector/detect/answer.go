@@ -232,7 +232,13 @@ func (d *detector) rejudge(r *audit.Record, at pos, src *source, gone []*writeRe
 			if p.doc() != "" {
 				ds = d.docs.get(docKey(p.doc()))
 			}
-			d.unsafeAfter(&event{rec: r, call: c, actor: actorOf(c), at: p.at, late: true, src: p.src}, f.op, p, ds, p.uncertain)
+			ev := &event{rec: r, call: c, actor: actorOf(c), at: p.at, late: true, src: p.src}
+			if d.unsafeLater(ev, f.op, ds) {
+				// The pairs from p on, as judging in order makes them.
+				d.rejudgeUnsafe(ev, ds, p.at)
+				continue
+			}
+			d.unsafeAfter(ev, f.op, p, ds, p.uncertain)
 		}
 	}
 	for i := range r.Ops {

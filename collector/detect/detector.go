@@ -1,6 +1,7 @@
 package detect
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/mcpaudit/mcpaudit/audit"
@@ -134,8 +135,62 @@ func (d *detector) judge(r *audit.Record, at pos, src *source) {
 		d.integrity(ev, "", r.Failure)
 	}
 	if ev.late {
+		d.rejudgeUnsafeAt(ev, r)
 		// A late write whose window already ended is judged now.
 		d.expire(d.clock)
+	}
+}
+
+// unsafeLater reports whether the unsafe_retry rule judges op, a write of
+// a late call, after the call's operations (rejudgeUnsafeAt): a write on
+// a document, not a create.
+func (d *detector) unsafeLater(ev *event, op *audit.Op, ds *docState) bool {
+	return ev.late && ds != nil && op.Tool != toolCreate
+}
+
+// rejudgeUnsafeAt judges again the unsafe_retry pairs a late call r
+// may change (rejudgeUnsafe) from its place on: on the documents it
+// writes and reads, and on those of the writes under its keys after it,
+// whose replays, and the settling of whose uncertain writes, it may
+// change.
+func (d *detector) rejudgeUnsafeAt(ev *event, r *audit.Record) {
+	p := pos{t: ev.at.t, ord: ev.at.ord}
+	var docs []string
+	add := func(doc string) {
+		if doc != "" && !slices.Contains(docs, doc) {
+			docs = append(docs, doc)
+		}
+	}
+	for i := range r.Ops {
+		op := &r.Ops[i]
+		switch op.Kind {
+		case audit.OpWrite:
+			if op.Tool != toolCreate {
+				add(op.Document())
+			}
+		case audit.OpRead:
+			add(op.Target)
+		}
+		if op.Key == "" {
+			continue
+		}
+		if ks := d.keys.get(keyHash(keyID{op.KeyKind, op.Key})); ks != nil {
+			for _, e := range ks.events {
+				if e.w != nil && p.before(e.pos()) && d.toolOf(e.w) != toolCreate {
+					add(e.w.doc())
+				}
+			}
+			for _, u := range ks.uncertainWrites() {
+				if d.toolOf(u) != toolCreate {
+					add(u.doc())
+				}
+			}
+		}
+	}
+	for _, doc := range docs {
+		if ds := d.docs.get(docKey(doc)); ds != nil {
+			d.rejudgeUnsafe(ev, ds, p)
+		}
 	}
 }
 
@@ -231,7 +286,7 @@ func (d *detector) write(ev *event, op *audit.Op) {
 	if op.Tool == toolCreate {
 		created = d.checkCreate(ev, op, w)
 	}
-	if !w.replay && !op.Protected && !doubled && !created {
+	if !w.replay && !op.Protected && !doubled && !created && !d.unsafeLater(ev, op, ds) {
 		d.checkUnsafe(ev, op, w, ds)
 	}
 
@@ -294,7 +349,7 @@ func (d *detector) lookForward(ev *event, op *audit.Op, w *writeRec, ks *keyStat
 	if ds != nil && w.op.intent != 0 {
 		d.rejudgeDoubles(ev, ds, w.op.intent, w.at)
 	}
-	if op.Status == audit.OpUncertain {
+	if op.Status == audit.OpUncertain && !d.unsafeLater(ev, op, ds) {
 		d.unsafeAfter(ev, op, w, ds, reason)
 	}
 	if op.Tool == toolCreate {

@@ -155,6 +155,13 @@ func (d *detector) rejudgeDoubles(ev *event, ds *docState, intent uint64, p pos)
 		if old != nil {
 			d.out.withdraw(doubleFinding(ev.call, s, old, oldRebased), d.judging, ev.at.t)
 			s.more.doubles, s.more.rebased = nil, false
+			if oldRebased {
+				// Re-sent blindly, or not, as the unsafe_retry rule
+				// judges it again after the late call (rejudgeUnsafe,
+				// rnd25: it stayed reported, and no later write paired
+				// with it).
+				old.unsafe = false
+			}
 			if with == nil {
 				d.undouble(ds, s)
 			}

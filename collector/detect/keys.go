@@ -158,6 +158,22 @@ func (d *detector) rebind(ev *event, k keyID, ks *keyState) {
 			if s.op.status == audit.OpUncertain && s.follows() == nil && b.w != nil && b.w.op.status == audit.OpUncertain {
 				s.setFollows(b.w)
 			}
+			if s.op.status == audit.OpSucceeded {
+				// Accepted under its binder's binding, it settles the
+				// key's uncertain writes before it, as keyed does in
+				// order (rnd25: judged before the late use that binds
+				// the key to it, it settled nothing, and a blind
+				// re-send after it stood as an unsafe_retry).
+				for _, u := range ks.uncertainWrites() {
+					if !u.at.before(s.at) {
+						continue
+					}
+					if d.openAt(u, s.at.t) {
+						d.settle(u, wResolved, s.at.t)
+					}
+					u.noteRead(s.at)
+				}
+			}
 		case !replay && s.replay:
 			// Its binder now binds another intent (a use of it judged
 			// late, the window since the earlier binder passed): judged

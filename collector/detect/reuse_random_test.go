@@ -156,24 +156,17 @@ func randomSeeds(t *testing.T, def int) int {
 }
 
 // TestClockAhead_KeysRandom delivers random runs (randomKeyCalls) live
-// and judges them in time order: for request_id_reuse, duplicate_create
-// and premature_retry the findings that stand are the same, ids included.
-// It counts the orders that differ by kind, logs them, and fails naming
-// the first seed of each kind it holds to. On main's detector before
-// rid23, 53 of 60 orders differ in request_id_reuse; before rnd24, 236 of
-// 300 in double_applied_write.
-//
-// wasted_retry and unsafe_retry still differ in some orders (rid23 and
-// rnd24 left them open, see docs/detection.md): they are logged, not held
-// to; MCPAUDIT_RANDOM_STRICT=1 holds every kind.
+// and judges them in time order: for every kind the findings that stand
+// are the same, ids included. It counts the orders that differ by kind,
+// logs them, and fails naming the first seed of each kind. On main's
+// detector before rid23, 53 of 60 orders differ in request_id_reuse;
+// before rnd24, 236 of 300 in double_applied_write; before rnd25, 24 of
+// 300 in unsafe_retry and 5 in wasted_retry.
 func TestClockAhead_KeysRandom(t *testing.T) {
 	cfg := NewDefaultConfig()
 	cfg.CorrelationWindow = 2 * time.Minute
 	seeds := randomSeeds(t, 60)
-	held := []audit.Kind{audit.KindRequestIDReuse, audit.KindDuplicateCreate, audit.KindPrematureRetry, audit.KindDoubleAppliedWrite}
-	if os.Getenv("MCPAUDIT_RANDOM_STRICT") != "" {
-		held = randomKinds
-	}
+	held := randomKinds
 	differ := map[audit.Kind][]uint64{}
 	made := map[audit.Kind]int{}
 	withdrawn := 0

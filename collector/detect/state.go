@@ -690,6 +690,10 @@ type failedReq struct {
 	// with is the retry reported with this refusal as its first, nil when
 	// none: a refusal judged late may take its place (checkWasted).
 	with *failedReq
+	// run is the first of the run of identical refusals this one is in
+	// (itself for a first): kept by its retries when the sweep forgets
+	// it (checkWasted).
+	run *failedReq
 	// What the finding names: the request's document, key, session, tool.
 	doc, key, session, tool string
 }

@@ -37,6 +37,15 @@ func (d *detector) checkWasted(ev *event) {
 	// (lo21).
 	var first *failedReq
 	found := false
+	if f0 := (*l)[0]; f0.run != nil && f0.run != f0 {
+		// The first kept is a retry of a first the sweep forgot: its run
+		// goes on, its first retry reported. No call judged from now on
+		// lies within its window (rnd25: the walk began at the first
+		// kept, which then became a first, and the next refusal its
+		// retry, so that what was reported followed what the sweep had
+		// dropped, and live, how far the watermark lagged).
+		first, found = f0.run, true
+	}
 	end := func() {
 		if first != nil && !found && first.with != nil {
 			d.out.withdraw(d.wastedFinding(first, first.with), d.judging, ev.at.t)
@@ -45,6 +54,7 @@ func (d *detector) checkWasted(ev *event) {
 	}
 	for _, e := range *l {
 		if first != nil && within(first.at.t, e.at.t, d.cfg.CorrelationWindow) && first.code == e.code {
+			e.run = first
 			if e.with != nil {
 				// Reported as a first, it is now a retry.
 				d.out.withdraw(d.wastedFinding(e, e.with), d.judging, ev.at.t)
@@ -64,6 +74,7 @@ func (d *detector) checkWasted(ev *event) {
 		}
 		end()
 		first, found = e, false
+		e.run = e
 	}
 	end()
 }
