@@ -115,10 +115,9 @@ type gate struct {
 	answers map[string]bool
 	// told holds the findings of the kinds a call judged late can
 	// withdraw (every kind but integrity_failure) this process told the
-	// sinks, by id, with the end of their write's window (an unsafe_retry:
-	// its first call's time, which a late answer of that call withdraws it
-	// from; the kinds of pairs: its time plus the correlation window, the
-	// latest its last call can be): a withdrawal is
+	// sinks, by id, with the end of their write's window (the kinds of
+	// pairs, unsafe_retry included: its time plus the correlation window,
+	// the latest its last call can be): a withdrawal is
 	// told the sinks only for one of them (one committed before a restart
 	// was not told, and a metrics counter of withdrawals would outgrow
 	// the findings counter; found by rev18w). Pruned at each take once the
@@ -696,11 +695,14 @@ func (g *gate) Finding(f *audit.Finding) {
 		g.told[f.ID()] = f.Time.Add(g.eng.Config().VerifyWindow)
 	case audit.KindUnsafeRetry:
 		// Withdrawn when the late answer of its first call (dated at the
-		// finding's time) shows that write was not uncertain (fx20a).
+		// finding's time) shows that write was not uncertain (fx20a), or
+		// when a call judged late, dated before its re-send, changes the
+		// pairs judging in time order makes (rnd25's rejudgeUnsafe): the
+		// re-send is within the correlation window of the first call.
 		if g.told == nil {
 			g.told = map[string]time.Time{}
 		}
-		g.told[f.ID()] = f.Time
+		g.told[f.ID()] = f.Time.Add(g.eng.Config().CorrelationWindow)
 	case audit.KindWastedRetry, audit.KindPrematureRetry, audit.KindDuplicateCreate, audit.KindDoubleAppliedWrite, audit.KindRequestIDReuse:
 		// Withdrawn when a call judged late, dated before its last call,
 		// changes which calls judging in order pairs (lo21; ck22's
