@@ -48,8 +48,7 @@ func (d *detector) checkUnsafe(ev *event, op *audit.Op, w *writeRec, ds *docStat
 // u is uncertain, not yet reported, unread by its writer before w, within
 // the correlation window, and w is not under u's key.
 func (d *detector) blindAfter(u, w *writeRec) bool {
-	return u != w && u.op.status == audit.OpUncertain && !u.readBefore(w.at) && !u.unsafe &&
-		(u.key() == "" || u.key() != w.key()) && within(u.at.t, w.at.t, d.cfg.CorrelationWindow)
+	return !u.unsafe && d.blindResend(u, w)
 }
 
 // emitUnsafe reports w as a blind re-send of prior, whose outcome was
@@ -199,7 +198,8 @@ func (d *detector) resendCandidate(s *writeRec) bool {
 }
 
 // blindResend reports whether s re-sent u, an uncertain write by its
-// writer, blindly as blindAfter judges it, u's being reported aside.
+// writer, blindly: blindAfter, u's being reported aside (rejudgeUnsafe
+// decides that from the writes before s).
 func (d *detector) blindResend(u, s *writeRec) bool {
 	return u != s && u.op.status == audit.OpUncertain && !u.readBefore(s.at) &&
 		(u.key() == "" || u.key() != s.key()) && within(u.at.t, s.at.t, d.cfg.CorrelationWindow)
