@@ -687,35 +687,30 @@ func (g *gate) Finding(f *audit.Finding) {
 		o = origin{at: f.Time.Add(g.eng.Config().VerifyWindow), window: true}
 	}
 	g.origins = append(g.origins, o)
+	// The latest a call judged late can withdraw f (told): none for an
+	// integrity_failure.
+	var end time.Time
 	switch f.Kind {
 	case audit.KindUnverifiedWrite:
-		if g.told == nil {
-			g.told = map[string]time.Time{}
-		}
-		g.told[f.ID()] = f.Time.Add(g.eng.Config().VerifyWindow)
-	case audit.KindUnsafeRetry:
-		// Withdrawn when the late answer of its first call (dated at the
-		// finding's time) shows that write was not uncertain (fx20a), or
-		// when a call judged late, dated before its re-send, changes the
-		// pairs judging in time order makes (rnd25's rejudgeUnsafe): the
-		// re-send is within the correlation window of the first call.
-		if g.told == nil {
-			g.told = map[string]time.Time{}
-		}
-		g.told[f.ID()] = f.Time.Add(g.eng.Config().CorrelationWindow)
-	case audit.KindWastedRetry, audit.KindPrematureRetry, audit.KindDuplicateCreate, audit.KindDoubleAppliedWrite, audit.KindRequestIDReuse:
+		end = f.Time.Add(g.eng.Config().VerifyWindow)
+	case audit.KindUnsafeRetry, audit.KindWastedRetry, audit.KindPrematureRetry, audit.KindDuplicateCreate, audit.KindDoubleAppliedWrite, audit.KindRequestIDReuse:
 		// Withdrawn when a call judged late, dated before its last call,
 		// changes which calls judging in order pairs (lo21; ck22's
 		// duplicate_create, rnd24's double_applied_write, rid23's
-		// request_id_reuse). Its last call is within the correlation
+		// request_id_reuse, rnd25's unsafe_retry), or, an unsafe_retry,
+		// when the late answer of its first call shows that write was not
+		// uncertain (fx20a). Its last call is within the correlation
 		// window of its first (a premature_retry's apply within its
 		// receipt's lease, kept by the key for that window). Left out,
 		// their withdrawals were not told the sinks: the metrics counted
 		// them standing (out25 O2).
+		end = f.Time.Add(g.eng.Config().CorrelationWindow)
+	}
+	if !end.IsZero() {
 		if g.told == nil {
 			g.told = map[string]time.Time{}
 		}
-		g.told[f.ID()] = f.Time.Add(g.eng.Config().CorrelationWindow)
+		g.told[f.ID()] = end
 	}
 	for _, s := range g.sinks {
 		s.Finding(f)

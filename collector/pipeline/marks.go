@@ -358,7 +358,7 @@ func savedBefore(saved, now time.Time, skew time.Duration, path string, log *slo
 // were, /api/v1/status said serve was down -9223372036 seconds (found by
 // adv25).
 func validDowntimes(ds []audit.Downtime, path string, log *slog.Logger) []audit.Downtime {
-	kept := slices.DeleteFunc(slices.Clone(ds), func(d audit.Downtime) bool { return d.From.After(d.To) })
+	kept := slices.DeleteFunc(slices.Clone(ds), backward)
 	if n := len(ds) - len(kept); n > 0 {
 		log.Warn("the state file keeps downtimes that end before they begin (saved by a release before 2026-12-07 from a time ahead of the wall clock, or edited): dropped from the history",
 			"path", path, "dropped", n, "kept", len(kept))
@@ -401,8 +401,11 @@ func ReadDowntimes(path string) ([]audit.Downtime, error) {
 		return nil, fmt.Errorf("cannot read the state file %s: %w", path, err)
 	}
 	// As a start takes them (validDowntimes).
-	return slices.DeleteFunc(f.Downtimes, func(d audit.Downtime) bool { return d.From.After(d.To) }), nil
+	return slices.DeleteFunc(f.Downtimes, backward), nil
 }
+
+// backward reports whether d ends before it begins (validDowntimes).
+func backward(d audit.Downtime) bool { return d.From.After(d.To) }
 
 // StateStore returns the store the state file at path describes
 // (Config.Store of the run that wrote it): empty, and no error, for a file
