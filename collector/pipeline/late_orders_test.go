@@ -129,14 +129,31 @@ func TestLateOrders_Examples(t *testing.T) {
 	for _, path := range files {
 		t.Run(strings.TrimSuffix(filepath.Base(path), ".ndjson"), func(t *testing.T) {
 			scen, tail := exampleLines(t, path)
-			dcfg := detect.NewDefaultConfig()
-			dcfg.AllowedLateness = lateLateness(t, scen)
-			want := analyzed(t, append(slices.Clone(scen), tail...), dcfg)
-			names, orders := deliveryOrders(len(scen))
-			for _, name := range names {
-				t.Run(name, func(t *testing.T) {
-					lateOrder(t, scen, tail, orders[name], dcfg.AllowedLateness, want, nil)
-				})
+			eachLateOrder(t, scen, tail, nil)
+		})
+	}
+}
+
+// eachLateOrder delivers scen (then tail) in each of deliveryOrders' orders
+// as a subtest (lateOrder), under an allowed lateness that covers them
+// (lateLateness), against analyze's judgement of the calls in order. With
+// check set, each order's run tells a recorder of its own, which check is
+// given after the run, with that judgement.
+func eachLateOrder(t *testing.T, scen, tail [][]byte, check func(t *testing.T, rec *recorder, want judged)) {
+	t.Helper()
+	dcfg := detect.NewDefaultConfig()
+	dcfg.AllowedLateness = lateLateness(t, scen)
+	want := analyzed(t, append(slices.Clone(scen), tail...), dcfg)
+	names, orders := deliveryOrders(len(scen))
+	for _, name := range names {
+		t.Run(name, func(t *testing.T) {
+			var rec *recorder
+			if check != nil {
+				rec = newRecorder()
+			}
+			lateOrder(t, scen, tail, orders[name], dcfg.AllowedLateness, want, rec)
+			if check != nil {
+				check(t, rec, want)
 			}
 		})
 	}

@@ -23,16 +23,7 @@ import (
 // too late, and the write's window closed without its read (a false
 // unverified_write).
 func TestRestart_KilledDuringHold(t *testing.T) {
-	p := newPods(t)
-	p.live(30)
-	queue := p.stopWithWrite(3 * time.Minute)
-	p.clock.Add(3 * time.Minute)
-	p.restart()
-	thegram := detect.PartitionKey{Server: "thegram"}
-	first := p.r.status()[thegram]
-	if first.HeldUntil.IsZero() {
-		t.Fatalf("no hold after the first restart: %+v", first)
-	}
+	p, queue, first := heldAfterOutage(t, 3*time.Minute)
 	held, rest := queue[:10], queue[10:]
 	p.deliver(rest)
 	p.live(5)
@@ -40,7 +31,7 @@ func TestRestart_KilledDuringHold(t *testing.T) {
 	p.r.crash()
 	p.clock.Add(30 * time.Second)
 	p.restart()
-	st := p.r.status()[thegram]
+	st := p.r.status()[thegramKey]
 	t.Logf("first hold: until %s at %s; after the kill: until %s at %s, watermark %s",
 		first.HeldUntil.Format(time.TimeOnly), first.HeldAt.Format(time.TimeOnly),
 		st.HeldUntil.Format(time.TimeOnly), st.HeldAt.Format(time.TimeOnly), st.Watermark.Format(time.TimeOnly))
@@ -66,23 +57,14 @@ func TestRestart_KilledDuringHold(t *testing.T) {
 // backlog's oldest requests, coming after the first hold's end, are
 // judged.
 func TestRestart_KilledDuringHoldSendersAway(t *testing.T) {
-	p := newPods(t)
-	p.live(30)
-	queue := p.stopWithWrite(150 * time.Second)
-	p.clock.Add(150 * time.Second)
-	p.restart()
-	thegram := detect.PartitionKey{Server: "thegram"}
-	first := p.r.status()[thegram]
-	if first.HeldUntil.IsZero() {
-		t.Fatalf("no hold after the first restart: %+v", first)
-	}
+	p, queue, first := heldAfterOutage(t, 150*time.Second)
 	// Up for 40 s, nothing delivered; killed; down for 30 s.
 	p.clock.Add(40 * time.Second)
 	p.r.saved()
 	p.r.crash()
 	p.clock.Add(30 * time.Second)
 	p.restart()
-	st := p.r.status()[thegram]
+	st := p.r.status()[thegramKey]
 	t.Logf("first hold: until %s at %s; after the kill: until %s at %s, watermark %s",
 		first.HeldUntil.Format(time.TimeOnly), first.HeldAt.Format(time.TimeOnly),
 		st.HeldUntil.Format(time.TimeOnly), st.HeldAt.Format(time.TimeOnly), st.Watermark.Format(time.TimeOnly))
@@ -99,8 +81,29 @@ func TestRestart_KilledDuringHoldSendersAway(t *testing.T) {
 	p.deliver(held)
 	// Past the second hold's end: the calls are judged.
 	p.live(100)
-	if st := p.r.status()[thegram]; !st.HeldUntil.IsZero() {
+	if st := p.r.status()[thegramKey]; !st.HeldUntil.IsZero() {
 		t.Fatalf("still held until %s at the end", st.HeldUntil)
 	}
 	p.settled(2*(30+5+150+40+100) + 2)
+}
+
+// thegramKey is the partition of the pods' traffic.
+var thegramKey = detect.PartitionKey{Server: "thegram"}
+
+// heldAfterOutage runs the pods for 30 s, stops the run with a write
+// pending (stopWithWrite), keeps it down for down and starts it again. It
+// returns the pods, their senders' queue of the outage and thegram's status
+// after the start, which holds the partition for their backlog.
+func heldAfterOutage(t *testing.T, down time.Duration) (*pods, []podRequest, detect.PartitionStatus) {
+	t.Helper()
+	p := newPods(t)
+	p.live(30)
+	queue := p.stopWithWrite(down)
+	p.clock.Add(down)
+	p.restart()
+	first := p.r.status()[thegramKey]
+	if first.HeldUntil.IsZero() {
+		t.Fatalf("no hold after the first restart: %+v", first)
+	}
+	return p, queue, first
 }

@@ -5,8 +5,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/mcpaudit/mcpaudit/collector/detect"
 )
 
 // TestLateOrders_WithdrawalsTold delivers every example's calls in every
@@ -43,35 +41,26 @@ func TestLateOrders_WithdrawalsTold(t *testing.T) {
 	captures = append(captures, capture{"three_creates", append(slices.Clone(scen), []byte(third)), tail})
 	for _, c := range captures {
 		t.Run(c.name, func(t *testing.T) {
-			scen, tail := c.scen, c.tail
-			dcfg := detect.NewDefaultConfig()
-			dcfg.AllowedLateness = lateLateness(t, scen)
-			want := analyzed(t, append(slices.Clone(scen), tail...), dcfg)
-			names, orders := deliveryOrders(len(scen))
-			for _, name := range names {
-				t.Run(name, func(t *testing.T) {
-					rec := newRecorder()
-					lateOrder(t, scen, tail, orders[name], dcfg.AllowedLateness, want, rec)
-					rec.mu.Lock()
-					defer rec.mu.Unlock()
-					for id, n := range rec.withdrawn {
-						withdrawals += n
-						if rec.findings[id] == 0 {
-							t.Errorf("finding %s withdrawn %d times, never told", id, n)
-						}
+			eachLateOrder(t, c.scen, c.tail, func(t *testing.T, rec *recorder, want judged) {
+				rec.mu.Lock()
+				defer rec.mu.Unlock()
+				for id, n := range rec.withdrawn {
+					withdrawals += n
+					if rec.findings[id] == 0 {
+						t.Errorf("finding %s withdrawn %d times, never told", id, n)
 					}
-					for id, n := range rec.findings {
-						stands := 0
-						if _, ok := want.findings[id]; ok {
-							stands = 1
-						}
-						if got := n - rec.withdrawn[id]; got != stands {
-							t.Errorf("finding %s: told %d times, withdrawn %d: the counters say %d stand, the store %d (%s)",
-								id, n, rec.withdrawn[id], got, stands, want.findings[id])
-						}
+				}
+				for id, n := range rec.findings {
+					stands := 0
+					if _, ok := want.findings[id]; ok {
+						stands = 1
 					}
-				})
-			}
+					if got := n - rec.withdrawn[id]; got != stands {
+						t.Errorf("finding %s: told %d times, withdrawn %d: the counters say %d stand, the store %d (%s)",
+							id, n, rec.withdrawn[id], got, stands, want.findings[id])
+					}
+				}
+			})
 		})
 	}
 	if withdrawals == 0 {
