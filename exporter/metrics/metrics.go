@@ -118,6 +118,11 @@ type serverLabels struct {
 	callTools  map[string]*callSeries  // tools whose call series are initialized
 	writeTools map[string]*writeSeries // tools whose WritesTotal series are initialized
 	pending    prometheus.Gauge
+	// findingsHeld holds the first findings counts of a server first seen
+	// after the start, nil once the scrapers have shown its findings
+	// series at zero: they are made when its first calls are judged, and
+	// the findings of that batch come at once.
+	findingsHeld *heldCounts
 }
 
 // callSeries are the series one call of a tool counts in, looked up once:
@@ -240,7 +245,8 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 	m.mu.Lock()
 	for _, s := range opts.Servers {
 		if validLabel(s) {
-			m.newServer(s)
+			// Made before any traffic: nothing to hold.
+			m.newServer(s, false)
 		}
 	}
 	m.mu.Unlock()
@@ -277,10 +283,10 @@ func (m *Metrics) server(name string) (string, *serverLabels) {
 		return name, s
 	}
 	if !m.mayLabel(name) {
-		return Other, m.newServer(Other)
+		return Other, m.newServer(Other, true)
 	}
 	m.seen++
-	return name, m.newServer(name)
+	return name, m.newServer(name, true)
 }
 
 // mayLabel reports whether a server without a label of its own would be
@@ -291,21 +297,39 @@ func (m *Metrics) mayLabel(name string) bool {
 }
 
 // newServer returns the labels of a label value, making them the first
-// time. m.mu must be held.
-func (m *Metrics) newServer(label string) *serverLabels {
+// time; with hold, the first counts on its findings series wait for the
+// scrapers (Options.FirstScrapeWait). m.mu must be held.
+func (m *Metrics) newServer(label string, hold bool) *serverLabels {
 	if s := m.servers[label]; s != nil {
 		return s
 	}
 	s := &serverLabels{tools: map[string]bool{}, callTools: map[string]*callSeries{}, writeTools: map[string]*writeSeries{}}
 	m.servers[label] = s
+	made := make([]prometheus.Counter, 0, 2*len(audit.Kinds))
 	for _, k := range audit.Kinds {
-		m.findings.WithLabelValues(label, string(k), string(k.Severity()))
-		// At zero with it, so that findings_total - withdrawn_total has
-		// a right-hand side for every series.
-		m.withdrawn.WithLabelValues(label, string(k), string(k.Severity()))
+		made = append(made, m.findings.WithLabelValues(label, string(k), string(k.Severity())),
+			// At zero with it, so that findings_total - withdrawn_total
+			// has a right-hand side for every series.
+			m.withdrawn.WithLabelValues(label, string(k), string(k.Severity())))
+	}
+	if hold {
+		s.findingsHeld = m.hold(func() { s.findingsHeld = nil }, made...)
 	}
 	s.pending = m.pending.WithLabelValues(label)
 	return s
+}
+
+// countFinding adds one to c, a findings or withdrawn series of s, or
+// holds it while s's first findings counts are held.
+func (m *Metrics) countFinding(s *serverLabels, c prometheus.Counter) {
+	m.mu.Lock()
+	if h := s.findingsHeld; h != nil {
+		m.add(h, c)
+		m.mu.Unlock()
+		return
+	}
+	m.mu.Unlock()
+	c.Inc()
 }
 
 // ServerLabel returns the label value of a server's series: its name if
@@ -745,20 +769,20 @@ func (m *Metrics) Finding(f *audit.Finding) {
 	}
 	kind := kindLabel(f.Kind)
 	m.mu.Lock()
-	server := m.lastFindingAt(f.Server, kind, f.Time)
+	server, s := m.lastFindingAt(f.Server, kind, f.Time)
 	m.mu.Unlock()
-	m.findings.WithLabelValues(server, kind, severityLabel(f)).Inc()
+	m.countFinding(s, m.findings.WithLabelValues(server, kind, severityLabel(f)))
 }
 
 // lastFindingAt moves the last finding time of a server and kind forward
-// to t, and returns the server's label. m.mu must be held.
-func (m *Metrics) lastFindingAt(name, kind string, t time.Time) string {
-	server, _ := m.server(name)
+// to t, and returns the server's label and labels. m.mu must be held.
+func (m *Metrics) lastFindingAt(name, kind string, t time.Time) (string, *serverLabels) {
+	server, s := m.server(name)
 	if k := [2]string{server, kind}; !t.IsZero() && t.After(m.lastFinding[k]) {
 		m.lastFinding[k] = t
 		m.findingLast.WithLabelValues(server, kind).Set(float64(t.UnixNano()) / 1e9)
 	}
-	return server
+	return server, s
 }
 
 // SeedLastFindings sets the last finding time of each server and kind
@@ -788,9 +812,9 @@ func (m *Metrics) WithdrawFinding(f *audit.Finding, _ string, _ time.Time) {
 		return
 	}
 	m.mu.Lock()
-	server, _ := m.server(f.Server)
+	server, s := m.server(f.Server)
 	m.mu.Unlock()
-	m.withdrawn.WithLabelValues(server, kindLabel(f.Kind), severityLabel(f)).Inc()
+	m.countFinding(s, m.withdrawn.WithLabelValues(server, kindLabel(f.Kind), severityLabel(f)))
 }
 
 // source bounds an ingest source and, the first time, initializes all its
