@@ -89,8 +89,12 @@ type Report struct {
 	// SLI is null when no write counts toward it.
 	SLI                  *float64 `json:"sli"`
 	ErrorBudgetRemaining *float64 `json:"error_budget_remaining"`
-	// ErrorBudgetSpent is 1 - ErrorBudgetRemaining.
+	// ErrorBudgetSpent is 1 - ErrorBudgetRemaining: how many times the
+	// budget was spent.
 	ErrorBudgetSpent *float64 `json:"error_budget_spent"`
+	// ErrorBudgetLeft says ErrorBudgetRemaining as /api/v1/slo's
+	// error_budget_left does (api.BudgetLeft). Empty when it is null.
+	ErrorBudgetLeft string `json:"error_budget_left,omitempty"`
 	// BadEvents are the unverified and double-applied writes.
 	BadEvents int64 `json:"bad_events"`
 	ByCause   []Row `json:"by_cause"`
@@ -170,6 +174,7 @@ func Build(ctx context.Context, store audit.Store, q Query) (*Report, error) {
 		} else {
 			spent := 1 - *r.ErrorBudgetRemaining
 			r.ErrorBudgetSpent = &spent
+			r.ErrorBudgetLeft = BudgetLeft(*r.ErrorBudgetRemaining, q.Target)
 		}
 	}
 	r.BadEvents = Bad(counts)
