@@ -117,6 +117,10 @@ type Report struct {
 	// BucketDays is how many days one entry of Days spans.
 	BucketDays int       `json:"bucket_days"`
 	Generated  time.Time `json:"generated"`
+	// Stored, when the window holds no write, is where the stored writes
+	// of its tenant and server lie, with the --until and --window that
+	// cover them; absent when the window holds a write or none is stored.
+	Stored *Stored `json:"stored_writes,omitempty"`
 }
 
 // cause names the bad events of a state and reason: double_applied, or
@@ -167,6 +171,11 @@ func Build(ctx context.Context, store audit.Store, q Query) (*Report, error) {
 		return nil, fmt.Errorf("cannot count writes: %w", err)
 	}
 	r.Counts = full(counts)
+	if empty(counts) {
+		if r.Stored, err = storedWrites(ctx, store, q); err != nil {
+			return nil, err
+		}
+	}
 	r.SLI, r.ErrorBudgetRemaining = api.ComputeSLO(counts, q.Target)
 	if r.ErrorBudgetRemaining != nil {
 		if math.IsInf(*r.ErrorBudgetRemaining, 0) {
