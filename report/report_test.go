@@ -183,3 +183,63 @@ func TestRender_MarkdownNames(t *testing.T) {
 		t.Errorf("the server's name is not literal text in the header and its row:\n%s", md)
 	}
 }
+
+// BenchmarkBuild_EmptyWindow is the cost of a report whose window holds no
+// write, over a store of 100,000 writes a month before it: finding where
+// they are (Report.Stored) by bisection over Writes.
+func BenchmarkBuild_EmptyWindow(b *testing.B) {
+	st, err := sqlite.Open(filepath.Join(b.TempDir(), "mcpaudit.db"), sqlite.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	start := day0.Add(-60 * 24 * time.Hour)
+	const n = 100000
+	for i := 0; i < n; i += 10000 {
+		ws := make([]audit.Write, 0, 10000)
+		for j := i; j < i+10000; j++ {
+			state := audit.StateDurable
+			if j%50 == 0 {
+				state = audit.StateUnverified
+			}
+			ws = append(ws, audit.Write{CallID: fmt.Sprintf("c_%020x", j), Time: start.Add(time.Duration(j) * 20 * time.Second),
+				Server: []string{"thegram", "oddlynew"}[j%2], Tool: "gram_patch", State: state})
+		}
+		if err := st.Commit(context.Background(), audit.Results{Writes: ws}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, server := range []string{"", "oddlynew"} {
+		b.Run("server="+server, func(b *testing.B) {
+			q := report.Query{Window: 30 * 24 * time.Hour, WindowName: "30d", Until: day0.Add(30 * 24 * time.Hour), Target: 0.999, Server: server}
+			cs := &countWrites{Store: st}
+			for b.Loop() {
+				r, err := report.Build(context.Background(), cs, q)
+				if err != nil || r.Stored == nil {
+					b.Fatalf("%v, stored %v", err, r.Stored)
+				}
+			}
+			b.ReportMetric(float64(cs.n)/float64(b.N), "writes_reads/op")
+		})
+	}
+	// For scale: the report over the window that holds them (no search).
+	b.Run("window_with_writes", func(b *testing.B) {
+		q := report.Query{Window: 30 * 24 * time.Hour, WindowName: "30d", Until: start.Add(n * 20 * time.Second), Target: 0.999, SkipClients: true, SkipFailures: true}
+		for b.Loop() {
+			if _, err := report.Build(context.Background(), st, q); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// countWrites counts the reads of Writes.
+type countWrites struct {
+	audit.Store
+	n int
+}
+
+func (c *countWrites) Writes(ctx context.Context, q audit.WriteQuery) (audit.WritePage, error) {
+	c.n++
+	return c.Store.Writes(ctx, q)
+}

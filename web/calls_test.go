@@ -3,6 +3,7 @@ package web
 import (
 	"context"
 	"net/http/httptest"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/mcpaudit/mcpaudit/api"
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
 	"github.com/mcpaudit/mcpaudit/rules"
 )
 
@@ -175,3 +177,42 @@ func TestCallList_Pages(t *testing.T) {
 }
 
 func pad6(i int) string { s := "000000" + strconv.Itoa(i); return s[len(s)-6:] }
+
+// BenchmarkCallList_Rare is the cost of one /calls/ page for a retry action
+// of 1 call in 1,000 over 20,000 stored calls: the page reads them all
+// (callsRead) to list 20.
+func BenchmarkCallList_Rare(b *testing.B) {
+	st, err := sqlite.Open(filepath.Join(b.TempDir(), "mcpaudit.db"), sqlite.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	ctx := context.Background()
+	for i := 0; i < 20000; i += 1000 {
+		var recs []audit.Record
+		for j := i; j < i+1000; j++ {
+			c := &audit.Call{ID: "c_" + strings.Repeat("0", 14) + pad6(j), Time: t0.Add(time.Duration(j) * 100 * time.Millisecond),
+				Server: "thegram", Session: "s-1", Tool: "gram_patch", Method: "tools/call", Arguments: []byte(`{"path":"team/notes.gram","base_revision":3}`)}
+			rec := audit.Record{Call: c, Outcome: audit.OutcomeOK, Tool: c.Tool}
+			if j%1000 == 7 {
+				rec.Outcome, rec.Failure = audit.OutcomeNoResponse, &audit.Failure{Code: "timeout", Action: audit.ActionVerifyThenDecide}
+			}
+			recs = append(recs, rec)
+		}
+		if _, err := st.AppendCalls(ctx, recs); err != nil {
+			b.Fatal(err)
+		}
+	}
+	p, err := New(st, api.New(st, 0.999), Config{}, nil, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := p.Handler()
+	for b.Loop() {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/calls/?retry_action=verify_then_decide", nil))
+		if rec.Code != 200 || strings.Count(rec.Body.String(), `<tr class="call"`) != 20 {
+			b.Fatalf("%d, %d calls", rec.Code, strings.Count(rec.Body.String(), `<tr class="call"`))
+		}
+	}
+}
