@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/mcpaudit/mcpaudit/api"
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/exporter/clickhouse"
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
 	"github.com/mcpaudit/mcpaudit/report"
 )
@@ -32,19 +34,7 @@ func TestReport_EmptyWindowSaysWhereTheWritesAre(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	first := time.Date(2026, 10, 1, 9, 15, 2, 0, time.UTC)
-	last := time.Date(2026, 10, 3, 17, 42, 7, 250e6, time.UTC)
-	var ws []audit.Write
-	for i, at := range []time.Time{first, first.Add(26 * time.Hour), last} {
-		state := audit.StateDurable
-		if i == 1 {
-			state = audit.StateUnverified
-		}
-		ws = append(ws, audit.Write{CallID: fmt.Sprintf("c_%020d", i+1), Time: at, Server: "thegram", Tool: "gram_patch", State: state, StateTime: at})
-	}
-	// Another server's write, later: the span is the report's server's.
-	ws = append(ws, audit.Write{CallID: "c_00000000000000000009", Time: last.Add(48 * time.Hour), Server: "oddlynew", Tool: "run", State: audit.StateDurable, StateTime: last})
-	if err := st.Commit(context.Background(), audit.Results{Writes: ws, Watermark: last.Add(48 * time.Hour)}); err != nil {
+	if err := st.Commit(context.Background(), pastWrites()); err != nil {
 		t.Fatal(err)
 	}
 	hs := httptest.NewServer(report.Handler(st, api.New(st, 0.999)))
@@ -93,5 +83,49 @@ func TestReport_EmptyWindowSaysWhereTheWritesAre(t *testing.T) {
 	code, out, _ = cliRun("report", "--data-dir", empty, "--format", "md")
 	if code != 0 || !strings.Contains(out, "No write is dated in this window, and none is stored.") || strings.Contains(out, "--until") {
 		t.Errorf("report over an empty store: exit %d; want it to say no write is stored:\n%s", code, out)
+	}
+}
+
+// pastWrites are thegram's writes of 2026-10-01 09:15:02 to 2026-10-03
+// 17:42:07.25 UTC, one of three unverified, and a later oddlynew write.
+func pastWrites() audit.Results {
+	first := time.Date(2026, 10, 1, 9, 15, 2, 0, time.UTC)
+	last := time.Date(2026, 10, 3, 17, 42, 7, 250e6, time.UTC)
+	var ws []audit.Write
+	for i, at := range []time.Time{first, first.Add(26 * time.Hour), last} {
+		state := audit.StateDurable
+		if i == 1 {
+			state = audit.StateUnverified
+		}
+		ws = append(ws, audit.Write{CallID: fmt.Sprintf("c_%020d", i+1), Time: at, Server: "thegram", Tool: "gram_patch", State: state, StateTime: at})
+	}
+	// Another server's write, later: the span is the report's server's.
+	ws = append(ws, audit.Write{CallID: "c_00000000000000000009", Time: last.Add(48 * time.Hour), Server: "oddlynew", Tool: "run", State: audit.StateDurable, StateTime: last})
+	return audit.Results{Writes: ws, Watermark: last.Add(48 * time.Hour)}
+}
+
+// TestReport_EmptyWindowClickHouse: the same search over ClickHouse finds
+// the same first and last write and the same window to ask for.
+func TestReport_EmptyWindowClickHouse(t *testing.T) {
+	dsn := clickhouseDSN(t)
+	o := NewDefaultConfig().Serve.ClickHouse
+	o.DSN, o.Database, o.Spool.Dir = dsn, fmt.Sprintf("mcpaudit_op46_%d", time.Now().UnixNano()), t.TempDir()
+	st, err := clickhouse.Open(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Commit(context.Background(), pastWrites()); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	cfgFile := filepath.Join(t.TempDir(), "mcpaudit.yaml")
+	if err := os.WriteFile(cfgFile, []byte(fmt.Sprintf("serve:\n  store: clickhouse\n  clickhouse: {dsn: %q, database: %q}\n", dsn, o.Database)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := cliRun("report", "--config", cfgFile, "--mcp-server", "thegram", "--format", "json")
+	if code != 0 || !regexp.MustCompile(`"stored_writes": \{\s*"first": "2026-10-01T09:15:02Z",\s*"last": "2026-10-03T17:42:07.25Z",\s*"until": "2026-10-03 17:43",\s*"window": "3d"`).MatchString(out) {
+		t.Errorf("report --store clickhouse: exit %d, stderr %q, want stored_writes as the embedded store's:\n%s", code, errs, out)
 	}
 }
