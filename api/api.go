@@ -562,6 +562,15 @@ type SLO struct {
 	// 1 when no write failed durability, 0 when the budget is spent,
 	// negative when overspent. Null when no write counts.
 	ErrorBudgetRemaining *float64 `json:"error_budget_remaining"`
+	// ErrorBudgetSpent is how many times the error budget was spent, 1 -
+	// ErrorBudgetRemaining (750 when an error rate of 75 % meets a budget
+	// of 0.1 %), as the report's error_budget_spent. Null with it.
+	ErrorBudgetSpent *float64 `json:"error_budget_spent"`
+	// ErrorBudgetLeft says ErrorBudgetRemaining as the page, the report and
+	// mcpaudit slo print it (BudgetLeft): "99.00%", or "none: spent 750×
+	// (error rate 75% against a budget of 0.1%)". Empty when no write
+	// counts.
+	ErrorBudgetLeft string `json:"error_budget_left,omitempty"`
 }
 
 // ComputeSLO fills the SLI and the error budget from counts.
@@ -624,6 +633,11 @@ func (s *Server) slo(w http.ResponseWriter, r *http.Request) {
 	out.SLI, out.ErrorBudgetRemaining = ComputeSLO(counts, target)
 	if out.ErrorBudgetRemaining != nil && math.IsInf(*out.ErrorBudgetRemaining, 0) {
 		out.ErrorBudgetRemaining = nil
+	}
+	if b := out.ErrorBudgetRemaining; b != nil {
+		spent := 1 - *b
+		out.ErrorBudgetSpent = &spent
+		out.ErrorBudgetLeft = BudgetLeft(*b, target)
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -63,6 +63,10 @@ func funcs() map[string]any {
 		},
 		"daysvg": func(r *Report) htmltemplate.HTML { return DaysSVG(r.Days) },
 		"md":     markdownText,
+		// nowrite: the window holds no write at all (Report.Stored says
+		// where the stored ones are, if any).
+		"nowrite": func(r *Report) bool { return empty(r.Counts) },
+		"stamp":   func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 MST") },
 	}
 }
 

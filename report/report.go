@@ -89,8 +89,12 @@ type Report struct {
 	// SLI is null when no write counts toward it.
 	SLI                  *float64 `json:"sli"`
 	ErrorBudgetRemaining *float64 `json:"error_budget_remaining"`
-	// ErrorBudgetSpent is 1 - ErrorBudgetRemaining.
+	// ErrorBudgetSpent is 1 - ErrorBudgetRemaining: how many times the
+	// budget was spent.
 	ErrorBudgetSpent *float64 `json:"error_budget_spent"`
+	// ErrorBudgetLeft says ErrorBudgetRemaining as /api/v1/slo's
+	// error_budget_left does (api.BudgetLeft). Empty when it is null.
+	ErrorBudgetLeft string `json:"error_budget_left,omitempty"`
 	// BadEvents are the unverified and double-applied writes.
 	BadEvents int64 `json:"bad_events"`
 	ByCause   []Row `json:"by_cause"`
@@ -113,6 +117,10 @@ type Report struct {
 	// BucketDays is how many days one entry of Days spans.
 	BucketDays int       `json:"bucket_days"`
 	Generated  time.Time `json:"generated"`
+	// Stored, when the window holds no write, is where the stored writes
+	// of its tenant and server lie, with the --until and --window that
+	// cover them; absent when the window holds a write or none is stored.
+	Stored *Stored `json:"stored_writes,omitempty"`
 }
 
 // cause names the bad events of a state and reason: double_applied, or
@@ -163,6 +171,11 @@ func Build(ctx context.Context, store audit.Store, q Query) (*Report, error) {
 		return nil, fmt.Errorf("cannot count writes: %w", err)
 	}
 	r.Counts = full(counts)
+	if empty(counts) {
+		if r.Stored, err = storedWrites(ctx, store, q); err != nil {
+			return nil, err
+		}
+	}
 	r.SLI, r.ErrorBudgetRemaining = api.ComputeSLO(counts, q.Target)
 	if r.ErrorBudgetRemaining != nil {
 		if math.IsInf(*r.ErrorBudgetRemaining, 0) {
@@ -170,6 +183,7 @@ func Build(ctx context.Context, store audit.Store, q Query) (*Report, error) {
 		} else {
 			spent := 1 - *r.ErrorBudgetRemaining
 			r.ErrorBudgetSpent = &spent
+			r.ErrorBudgetLeft = BudgetLeft(*r.ErrorBudgetRemaining, q.Target)
 		}
 	}
 	r.BadEvents = Bad(counts)

@@ -89,10 +89,16 @@ func TestBuild(t *testing.T) {
 		}
 		// The budget is overspent: said so, not as a negative share left.
 		// Every format says it the same way as the slo page and
-		// mcpaudit slo (report.BudgetLeft), not as 200% spent.
+		// mcpaudit slo (report.BudgetLeft), not as 200% spent; JSON in
+		// error_budget_left as /api/v1/slo.
+		const said = "none: spent 2× (error rate 2% against a budget of 1%)"
 		if f != "json" && (!strings.Contains(b.String(), "error budget left") && !strings.Contains(b.String(), "Error budget left") ||
-			!strings.Contains(b.String(), "none (overspent by 100.00%)") || strings.Contains(b.String(), "-100.00%") || strings.Contains(b.String(), "200.00%")) {
-			t.Errorf("the %s report does not say the budget is left: none (overspent by 100%%):\n%s", f, b.String())
+			!strings.Contains(b.String(), said) || strings.Contains(b.String(), "-100.00%") || strings.Contains(b.String(), "200.00%") ||
+			strings.Contains(b.String(), "overspent by")) {
+			t.Errorf("the %s report does not say the budget left: %s:\n%s", f, said, b.String())
+		}
+		if f == "json" && !strings.Contains(b.String(), `"error_budget_left": "`+said+`"`) {
+			t.Errorf("the json report lacks error_budget_left %q:\n%s", said, b.String())
 		}
 	}
 	if err := report.Render(&bytes.Buffer{}, r, "pdf"); err == nil {
@@ -116,18 +122,26 @@ func TestQueryOf(t *testing.T) {
 	f("30d", "", "1.5", "target")
 }
 
+// TestBudgetLeft: an overspent budget is said as how many times it was spent
+// and the error rate against the budget, not as "overspent by 74900.00%"
+// (op46).
 func TestBudgetLeft(t *testing.T) {
-	for f, want := range map[float64]string{
-		1:          "100.00%",
-		0.25:       "25.00%",
-		0:          "0.00%",
-		-1:         "none (overspent by 100.00%)",
-		-160.79075: "none (overspent by 16079.08%)",
-	} {
-		if got := report.BudgetLeft(f); got != want {
-			t.Errorf("BudgetLeft(%v) = %q, want %q", f, got, want)
+	f := func(left, target float64, want string) {
+		t.Helper()
+		if got := report.BudgetLeft(left, target); got != want {
+			t.Errorf("BudgetLeft(%v, %v) = %q, want %q", left, target, got, want)
 		}
 	}
+	f(1, 0.999, "100.00%")
+	f(0.25, 0.999, "25.00%")
+	f(0, 0.999, "0.00%")
+	f(-1, 0.99, "none: spent 2× (error rate 2% against a budget of 1%)")
+	f(-749, 0.999, "none: spent 750× (error rate 75% against a budget of 0.1%)")
+	f(-160.79075, 0.999, "none: spent 162× (error rate 16.2% against a budget of 0.1%)")
+	f(-11.5, 0.99, "none: spent 12.5× (error rate 12.5% against a budget of 1%)")
+	f(-0.0236, 0.999, "none: spent 1.02× (error rate 0.102% against a budget of 0.1%)")
+	f(-999, 0.9999, "none: spent 1000× (error rate 10% against a budget of 0.01%)")
+	f(math.Inf(-1), 1, "none (a target of 100% leaves no error budget)")
 }
 
 // TestRender_MarkdownNames stores bad writes whose document, tool, client
@@ -168,4 +182,64 @@ func TestRender_MarkdownNames(t *testing.T) {
 	if !strings.Contains(md, ", server thegram\\<b\\>\n") || !strings.Contains(md, "| thegram\\<b\\> | 1 |") {
 		t.Errorf("the server's name is not literal text in the header and its row:\n%s", md)
 	}
+}
+
+// BenchmarkBuild_EmptyWindow is the cost of a report whose window holds no
+// write, over a store of 100,000 writes a month before it: finding where
+// they are (Report.Stored) by bisection over Writes.
+func BenchmarkBuild_EmptyWindow(b *testing.B) {
+	st, err := sqlite.Open(filepath.Join(b.TempDir(), "mcpaudit.db"), sqlite.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	start := day0.Add(-60 * 24 * time.Hour)
+	const n = 100000
+	for i := 0; i < n; i += 10000 {
+		ws := make([]audit.Write, 0, 10000)
+		for j := i; j < i+10000; j++ {
+			state := audit.StateDurable
+			if j%50 == 0 {
+				state = audit.StateUnverified
+			}
+			ws = append(ws, audit.Write{CallID: fmt.Sprintf("c_%020x", j), Time: start.Add(time.Duration(j) * 20 * time.Second),
+				Server: []string{"thegram", "oddlynew"}[j%2], Tool: "gram_patch", State: state})
+		}
+		if err := st.Commit(context.Background(), audit.Results{Writes: ws}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, server := range []string{"", "oddlynew"} {
+		b.Run("server="+server, func(b *testing.B) {
+			q := report.Query{Window: 30 * 24 * time.Hour, WindowName: "30d", Until: day0.Add(30 * 24 * time.Hour), Target: 0.999, Server: server}
+			cs := &countWrites{Store: st}
+			for b.Loop() {
+				r, err := report.Build(context.Background(), cs, q)
+				if err != nil || r.Stored == nil {
+					b.Fatalf("%v, stored %v", err, r.Stored)
+				}
+			}
+			b.ReportMetric(float64(cs.n)/float64(b.N), "writes_reads/op")
+		})
+	}
+	// For scale: the report over the window that holds them (no search).
+	b.Run("window_with_writes", func(b *testing.B) {
+		q := report.Query{Window: 30 * 24 * time.Hour, WindowName: "30d", Until: start.Add(n * 20 * time.Second), Target: 0.999, SkipClients: true, SkipFailures: true}
+		for b.Loop() {
+			if _, err := report.Build(context.Background(), st, q); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// countWrites counts the reads of Writes.
+type countWrites struct {
+	audit.Store
+	n int
+}
+
+func (c *countWrites) Writes(ctx context.Context, q audit.WriteQuery) (audit.WritePage, error) {
+	c.n++
+	return c.Store.Writes(ctx, q)
 }

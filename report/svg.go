@@ -6,6 +6,8 @@ import (
 	"math"
 	"strings"
 	"time"
+
+	"github.com/mcpaudit/mcpaudit/api"
 )
 
 // Charts are drawn as inline SVG with fixed sizes and no fonts beyond the
@@ -132,15 +134,12 @@ func Percent(f float64) string {
 	return fmt.Sprintf("%.2f%%", f*100)
 }
 
-// BudgetLeft prints the share of an error budget left: a percentage, or,
-// once the budget is overspent (a negative share), "none" and by how much,
-// where a negative percentage left reads as a typo.
-func BudgetLeft(f float64) string {
-	if f < 0 {
-		return "none (" + overspent(f) + ")"
-	}
-	return Percent(f)
-}
+// BudgetLeft prints the share of an error budget left at SLO target, as
+// the API's error_budget_left says it (api.BudgetLeft): a percentage, or
+// once overspent "none: spent 750× (error rate 75% against a budget of
+// 0.1%)".
+func BudgetLeft(f, target float64) string { return api.BudgetLeft(f, target) }
 
-// overspent says by how much a budget with share f < 0 left is overspent.
-func overspent(f float64) string { return "overspent by " + Percent(-f) }
+// overspent says how many times over a budget with share f < 0 left was
+// spent: "spent 750×".
+func overspent(f float64) string { return "spent " + api.Times(1-f) }

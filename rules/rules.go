@@ -381,6 +381,14 @@ func findingsView(kind audit.Kind) string {
 	return "/?kind=" + string(kind) + "&" + serverParam
 }
 
+// callsView is the page's list of the alert's server's calls that failed
+// with the alert's retry action over the last window (/calls/). An alert's
+// annotations have no time of their own: the window counts back from
+// when the link is opened.
+func callsView(window time.Duration) string {
+	return "/calls/?" + serverParam + "&retry_action={{ $labels.retry_action | urlquery }}&since=" + Duration(window)
+}
+
 // sloView is the page's SLO view of the alert's server.
 const sloView = "/slo?" + serverParam
 

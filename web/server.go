@@ -94,7 +94,7 @@ func KindRunbook(u string, k audit.Kind) string {
 }
 
 // Handler returns the page's routes: /, /documents/, /sessions/,
-// /findings/, /calls/, /slo, /login, /logout and /assets/.
+// /findings/, /calls/ (the list) and /calls/{id}, /slo, /login, /logout and /assets/.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", s.auth(s.index))
@@ -103,6 +103,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /findings/{id}", s.auth(s.finding))
 	mux.HandleFunc("POST /findings/{id}/{action}", s.auth(s.change))
 	mux.HandleFunc("GET /calls/{id}", s.auth(s.call))
+	mux.HandleFunc("GET /calls/{$}", s.auth(s.callList))
 	mux.HandleFunc("GET /slo", s.auth(s.slo))
 	mux.HandleFunc("GET /login", s.loginForm)
 	mux.HandleFunc("POST /login", s.login)

@@ -223,6 +223,18 @@ var funcs = template.FuncMap{
 		}
 		return withParam(u, "server", server)
 	},
+	// ranged adds the list's since and until to a link to a timeline
+	// (its "Every call of" links), which reads them as the list does: a
+	// list narrowed to an hour of a document opened its whole history
+	// (op46).
+	"ranged": func(v url.Values, u string) string {
+		for _, k := range []string{"since", "until"} {
+			if x := v.Get(k); x != "" {
+				u = withParam(u, k, x)
+			}
+		}
+		return u
+	},
 	"filterURL": func(v url.Values, key, value string) string {
 		n := querySet(v, key, value)
 		if len(n) == 0 {

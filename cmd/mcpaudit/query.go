@@ -639,7 +639,7 @@ func sloCommand(args []string, stdout, stderr io.Writer) error {
 	// How it is computed (op23's D10: only the page said it).
 	fmt.Fprintf(stdout, "  %s\n", report.Formula)
 	if s.ErrorBudgetRemaining != nil {
-		fmt.Fprintf(stdout, "  error budget left: %s\n", report.BudgetLeft(*s.ErrorBudgetRemaining))
+		fmt.Fprintf(stdout, "  error budget left: %s\n", report.BudgetLeft(*s.ErrorBudgetRemaining, s.Target))
 	}
 	for _, st := range audit.WriteStates {
 		fmt.Fprintf(stdout, "  %-16s %d\n", st, s.Counts[st])
@@ -657,7 +657,7 @@ func sloVerdict(s api.SLO, floor *float64) error {
 		return &exitError{code: 2, err: fmt.Errorf("slo: --fail-under: no write counts toward the SLI over %s, so there is no error budget to judge", s.Window)}
 	}
 	if *s.ErrorBudgetRemaining < *floor {
-		return &exitError{code: 1, err: fmt.Errorf("slo: error budget remaining %.1f%% is below --fail-under %.1f%%", *s.ErrorBudgetRemaining*100, *floor*100)}
+		return &exitError{code: 1, err: fmt.Errorf("slo: error budget left %s is below --fail-under %.1f%%", report.BudgetLeft(*s.ErrorBudgetRemaining, s.Target), *floor*100)}
 	}
 	return nil
 }

@@ -106,6 +106,12 @@ func reportCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
+	if s := rep.Stored; s != nil {
+		// The report says it too; standard error tells whoever wrote it
+		// to a file with -o (op46).
+		fmt.Fprintf(stderr, "mcpaudit report: no write is dated in the %s window ending %s; the stored writes run from %s to %s (a write counts at its call's event time): end the window there with --until %q --window %s\n",
+			rep.Window, rep.Until.Format("2006-01-02 15:04:05 MST"), s.First.Format("2006-01-02 15:04:05 MST"), s.Last.Format("2006-01-02 15:04:05 MST"), s.Until, s.Window)
+	}
 	return report.Render(w, rep, *format)
 }
 
