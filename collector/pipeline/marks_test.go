@@ -3,6 +3,7 @@ package pipeline
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"maps"
@@ -201,4 +202,38 @@ func TestDecodeMarks_Where(t *testing.T) {
 		`line 1, column 22 (byte 21), field floor: parsing time "nope" as "2006-01-02T15:04:05Z07:00": cannot parse "nope" as "2006"`, "version", "downtimes")
 	f(`{"version":2} trailing`, "line 1, column 15 (byte 14): 8 bytes after the end of the object", "version")
 	f(`{"partitions":[]}`, "field version: no version: written by another release", "partitions")
+}
+
+// TestSetAside_Bounded: the state files set aside are bounded: past
+// keptAside the oldest go, a second's later files counting after its first
+// (a file damaged at every start fills no directory).
+func TestSetAside_Bounded(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "partitions.json")
+	t0 := time.Date(2026, 12, 7, 4, 15, 0, 0, time.UTC)
+	var names []string
+	for i := range 12 {
+		if err := os.WriteFile(path, []byte(fmt.Sprint(i)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		// Two starts a second.
+		name, err := setAside(path, t0.Add(time.Duration(i/2)*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, name)
+	}
+	left, _ := filepath.Glob(path + ".bad-*")
+	slices.Sort(left)
+	want := slices.Clone(names[len(names)-keptAside:])
+	slices.Sort(want)
+	if !slices.Equal(left, want) {
+		t.Errorf("left %v, want the newest %d: %v", left, keptAside, want)
+	}
+	if b, _ := os.ReadFile(names[11]); string(b) != "11" {
+		t.Errorf("the newest holds %q, want the last file", b)
+	}
+	if filepath.Base(names[1]) != "partitions.json.bad-20261207T041500Z.2" {
+		t.Errorf("the second in a second is %s", filepath.Base(names[1]))
+	}
 }
