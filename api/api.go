@@ -67,6 +67,9 @@ type Server struct {
 	// OtherStore, if set, is the history another store of the data dir
 	// holds, told by /api/v1/status (StatusResponse.OtherStore).
 	OtherStore *OtherStore
+	// StateFile, if set, is what the start found wrong with the state
+	// file, told by /api/v1/status (StatusResponse.StateFile).
+	StateFile *StateFileStatus
 	// Access, if set, authenticates requests (serve shares it with the
 	// receivers and /metrics); otherwise Tenants and Credentials do.
 	Access *access.Authenticator

@@ -95,6 +95,29 @@ type StatusResponse struct {
 	// file, after a switch to ClickHouse), counted at the start. Absent
 	// when there is none.
 	OtherStore *OtherStore `json:"other_store,omitempty"`
+	// StateFile is what the start found wrong with the state file
+	// (partitions.json): a file set aside, or sources it kept that were
+	// not restored one by one. Absent when nothing was, and from a
+	// tenant's own status.
+	StateFile *StateFileStatus `json:"state_file,omitempty"`
+}
+
+// StateFileStatus is what serve's start found wrong with its state file
+// (pipeline.StateFileTrouble).
+type StateFileStatus struct {
+	// SetAside is where a file that could not be read or understood (or
+	// of another version) was moved, not overwritten; Reason says why and
+	// where in the file; Kept names what of it was read all the same.
+	SetAside string   `json:"set_aside,omitempty"`
+	Reason   string   `json:"reason,omitempty"`
+	Kept     []string `json:"kept,omitempty"`
+	// SourcesInFile counts the sources the file kept for its partitions;
+	// SourcesToOverflow those past detect.max_sources that hold their
+	// partition through its overflow source, SourcesDropped the quiet
+	// ones left out. Absent when every source was restored.
+	SourcesInFile     int `json:"sources_in_file,omitempty"`
+	SourcesToOverflow int `json:"sources_to_overflow,omitempty"`
+	SourcesDropped    int `json:"sources_dropped,omitempty"`
 }
 
 // OtherStore is a store in the data dir that serve does not use.
@@ -359,6 +382,7 @@ func (s *Server) StatusOfParts(parts []detect.PartitionStatus, queued int64, uns
 	out.Store = storeStatus(s.store)
 	if tenant == "" || tenant == "*" {
 		out.OtherStore = s.OtherStore
+		out.StateFile = s.StateFile
 	}
 	if s.WithdrawalsWaiting != nil {
 		out.WithdrawalsWaiting = s.WithdrawalsWaiting(tenant)

@@ -188,6 +188,36 @@ func OtherStoreLine(st StatusResponse) (string, bool) {
 	return fmt.Sprintf("The data dir also holds the embedded store %s, with %s that this store does not hold: serve neither reads nor copies them; mcpaudit findings|timeline|calls --data-dir and verify --data-dir read them (docs/clickhouse.md#switching-from-the-embedded-store).", o.Path, counts), true
 }
 
+// StateFileLine returns the line telling what serve's start found wrong
+// with its state file (StatusResponse.StateFile), and false when nothing.
+func StateFileLine(st StatusResponse) (string, bool) {
+	f := st.StateFile
+	if f == nil {
+		return "", false
+	}
+	var parts []string
+	if f.Reason != "" {
+		kept := "nothing of it was kept"
+		if len(f.Kept) > 0 {
+			kept = "its " + strings.Join(f.Kept, " and ") + " were kept"
+		}
+		where := "it could not be moved, and was replaced at the first save"
+		if f.SetAside != "" {
+			where = "set aside as " + f.SetAside
+		}
+		parts = append(parts, fmt.Sprintf("the state file could not be used at the start (%s): %s; %s, and every stored call was judged again (docs/runbooks.md#a-state-file-set-aside)", f.Reason, where, kept))
+	}
+	if n := f.SourcesToOverflow + f.SourcesDropped; n > 0 {
+		parts = append(parts, fmt.Sprintf("the state file kept %d sources, more per partition than detect.max_sources: %d were restored, %d hold their partition through its overflow source, %d quiet ones were dropped (docs/detection.md#sources)",
+			f.SourcesInFile, f.SourcesInFile-n, f.SourcesToOverflow, f.SourcesDropped))
+	}
+	if len(parts) == 0 {
+		return "", false
+	}
+	s := strings.Join(parts, "; ")
+	return "At the start, " + s + ".", true
+}
+
 // PendingLine returns the line telling how many judged writes are still
 // pending and when the last of their windows ends, and false when st does
 // not count them (PendingWrites below zero: an answer from a serve before

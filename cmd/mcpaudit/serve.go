@@ -571,6 +571,10 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	q.WithdrawalsWaiting = s.pipe.WithdrawalsWaiting
 	q.TooLateBeforeStart = tooLateBefore.of
 	q.OtherStore = s.otherStore
+	if tr := s.pipe.StateFileTrouble(); tr != nil {
+		q.StateFile = &api.StateFileStatus{SetAside: tr.SetAside, Reason: tr.Reason, Kept: tr.Kept,
+			SourcesInFile: tr.SourcesInFile, SourcesToOverflow: tr.SourcesToOverflow, SourcesDropped: tr.SourcesDropped}
+	}
 	q.Credentials = cfg.Serve.Credentials
 	q.Access = s.access
 	mux := http.NewServeMux()

@@ -172,6 +172,9 @@ func printStatus(w io.Writer, st api.StatusResponse, waited bool) {
 	if line, ok := api.OtherStoreLine(st); ok {
 		fmt.Fprintln(w, line)
 	}
+	if line, ok := api.StateFileLine(st); ok {
+		fmt.Fprintln(w, line)
+	}
 	if line, ok := api.PendingLine(st); ok {
 		fmt.Fprintln(w, line)
 	}

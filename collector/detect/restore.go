@@ -70,7 +70,9 @@ func (e *Engine) QuietSources(wall time.Time) map[PartitionKey][]SourceClock {
 // src.Lag behind the wall clock for src.HoldFor from wall (the time the
 // collector was down does not count, as a quiet spell of its server does
 // not).
-func (e *Engine) RestoreQuietSource(k PartitionKey, src SourceClock, wall time.Time) {
+//
+// It reports whether the source was restored (false: no room).
+func (e *Engine) RestoreQuietSource(k PartitionKey, src SourceClock, wall time.Time) bool {
 	// Quiet since its last delivery (or, unknown, for the idle timeout
 	// already); its spell of deliveries taught its lag.
 	alive := src.Seen
@@ -82,10 +84,11 @@ func (e *Engine) RestoreQuietSource(k PartitionKey, src SourceClock, wall time.T
 		// No room (a state file written with more sources than
 		// max_sources): a hold at a lag is one source's, not the
 		// overflow's.
-		return
+		return false
 	}
 	s.lag, s.spell = src.Lag, alive
 	s.holdUntil = laterOf(s.holdUntil, wall.Add(src.HoldFor))
+	return true
 }
 
 // restore is where RestoreSource and RestoreQuietSource begin: source src
@@ -142,10 +145,14 @@ func (e *Engine) restore(k PartitionKey, src SourceClock, wall, alive time.Time,
 // its status shows until it delivers again.
 // Without it a restart would let the partition's watermark jump to its
 // fastest source, and a lagging exporter's calls would come too late.
-func (e *Engine) RestoreSource(k PartitionKey, src SourceClock, wall time.Time, grace time.Duration) {
+//
+// It reports whether the source was restored as its own (false: the
+// partition had no room, and it holds through its overflow source).
+func (e *Engine) RestoreSource(k PartitionKey, src SourceClock, wall time.Time, grace time.Duration) bool {
 	alive := wall.Add(grace)
-	p, _ := e.restore(k, src, wall, alive, true)
+	p, s := e.restore(k, src, wall, alive, true)
 	p.alive = laterOf(p.alive, alive)
+	return !s.overflow
 }
 
 // RestoreWatermark raises partition k's watermark to wm, where it stood

@@ -38,7 +38,7 @@ func TestSaveMarks_BackWithinSecond(t *testing.T) {
 	now = now.Add(200 * time.Millisecond)
 	back := old.Add(-20 * time.Second)
 	p.saveMarks(map[detect.PartitionKey]mark{k: {Watermark: back}, other: {Watermark: old}}, false)
-	marks, _, _, _, _, _ := readMarks(path, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	marks, _, _, _, _, _ := readMarks(path, time.Now(), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if got := marks[k].Watermark; !got.Equal(back) {
 		t.Errorf("the state file has the partition brought back at %v, want its first watermark %v written at once (the old partition's, ahead of what the new one committed)", got, back)
 	}

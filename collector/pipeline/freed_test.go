@@ -127,7 +127,7 @@ func (r *freedRig) save() {
 // its output dated t as committed (the replay passes over its calls so
 // covered: nothing of them is made again).
 func (r *freedRig) restart() (committed func(t time.Time) bool, kept bool) {
-	_, freed, floor, _, lost, _ := readMarks(r.path, r.p.log)
+	_, freed, floor, _, lost, _ := readMarks(r.path, time.Now(), r.p.log)
 	if lost {
 		r.t.Fatal("the state file is lost")
 	}

@@ -85,8 +85,7 @@ type markFile struct {
 	// Store is Config.Store of the run that wrote the file: the store
 	// whose committed output the marks describe (empty in a file of a
 	// release before op23a).
-	Store      string     `json:"store,omitempty"`
-	Partitions []markLine `json:"partitions"`
+	Store string `json:"store,omitempty"`
 	// Floor is the event time before which no call was acknowledged that
 	// may not have been judged and committed (zero when unknown): a call
 	// acknowledged for a partition without a mark yet, or behind every
@@ -130,6 +129,11 @@ type markFile struct {
 	// withdrawal was lost in a crash). A release before them ignores the
 	// field and such a withdrawal is lost, as it was.
 	Withdrawals []audit.FindingChange `json:"withdrawals,omitempty"`
+	// Partitions come last, after the small members: a file cut short
+	// (or damaged in its partitions) still gives the downtimes and the
+	// withdrawals waiting, which a start keeps (readAside); a release
+	// before adv46 wrote them first, and reads them in any order.
+	Partitions []markLine `json:"partitions"`
 }
 
 // What markFile.Run says.
@@ -151,6 +155,9 @@ type runState struct {
 	downtimes []audit.Downtime
 	// withdrawals is markFile.Withdrawals.
 	withdrawals []audit.FindingChange
+	// trouble, read at the start, says what was wrong with the file
+	// (nil when nothing was).
+	trouble *StateFileTrouble
 }
 
 // runState returns what the next save of the state file says of the runs:
@@ -230,23 +237,29 @@ type markLine struct {
 // in an older file the latest mark or delivery in it; zero when it shows
 // none). lost is set when the file exists but cannot be read or
 // understood: what it said is unknown (so is a file missing where the
-// store holds output; recover tells that case).
-func readMarks(path string, log *slog.Logger) (marks map[detect.PartitionKey]mark, freed map[detect.PartitionKey]time.Time, floor, saved time.Time, lost bool, run runState) {
+// store holds output; recover tells that case). Such a file is set aside
+// at wall time now (setAside), so that the first save does not overwrite
+// it, and run keeps what of it can be used without the rest
+// (run.trouble says it).
+func readMarks(path string, now time.Time, log *slog.Logger) (marks map[detect.PartitionKey]mark, freed map[detect.PartitionKey]time.Time, floor, saved time.Time, lost bool, run runState) {
 	if path == "" {
 		return nil, nil, time.Time{}, time.Time{}, false, runState{}
 	}
+	removeTemps(path, log)
 	b, err := os.ReadFile(path)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
-			log.Warn("cannot read the partitions' watermarks", "path", path, "err", err)
-			return nil, nil, time.Time{}, time.Time{}, true, runState{}
+			run, tr := readAside(path, now, markFile{}, nil, err, nil, log)
+			run.trouble = &tr
+			return nil, nil, time.Time{}, time.Time{}, true, run
 		}
 		return nil, nil, time.Time{}, time.Time{}, false, runState{}
 	}
-	f, err := decodeMarks(b)
+	f, good, err := decodeMarks(b)
 	if err != nil {
-		log.Warn("cannot read the partitions' watermarks", "path", path, "err", err, "version", f.Version)
-		return nil, nil, time.Time{}, time.Time{}, true, runState{}
+		run, tr := readAside(path, now, f, good, nil, err, log)
+		run.trouble = &tr
+		return nil, nil, time.Time{}, time.Time{}, true, run
 	}
 	saved = f.Saved
 	run = runState{run: f.Run, downtimes: f.Downtimes, withdrawals: f.Withdrawals}
@@ -369,25 +382,14 @@ func validDowntimes(ds []audit.Downtime, path string, log *slog.Logger) []audit.
 	return kept
 }
 
-// decodeMarks decodes the content of a state file, of the one version
-// this release reads (2).
-func decodeMarks(b []byte) (markFile, error) {
-	var f markFile
-	if err := json.Unmarshal(b, &f); err != nil {
-		return f, err
-	}
-	if f.Version != 2 {
-		return f, fmt.Errorf("version %d, want 2", f.Version)
-	}
-	return f, nil
-}
-
 // ReadDowntimes returns the downtimes the state file at path keeps, oldest
 // first: what Pipeline.Downtimes returned in the run that last saved it,
 // for a reader of a data directory with serve stopped (mcpaudit timeline
 // --data-dir). None, and no error, when the file does not exist (a data
 // directory serve never ran on, or restored without it); an error when it
-// cannot be read or understood, as a start would take it for lost.
+// cannot be read or understood, as a start would take it for lost, with
+// the downtimes all the same when they could be read whole (a file cut
+// short or damaged after them, as a start keeps them: readAside).
 func ReadDowntimes(path string) ([]audit.Downtime, error) {
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -396,9 +398,15 @@ func ReadDowntimes(path string) ([]audit.Downtime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot read the state file: %w", err)
 	}
-	f, err := decodeMarks(b)
+	f, good, err := decodeMarks(b)
 	if err != nil {
-		return nil, fmt.Errorf("cannot read the state file %s: %w", path, err)
+		// What a start keeps of such a file (readAside): the downtimes
+		// when they were read whole.
+		var ds []audit.Downtime
+		if !errors.Is(err, errOtherVersion) && slices.Contains(good, "downtimes") {
+			ds = slices.DeleteFunc(f.Downtimes, backward)
+		}
+		return ds, fmt.Errorf("cannot read the state file %s: %w", path, err)
 	}
 	// As a start takes them (validDowntimes).
 	return slices.DeleteFunc(f.Downtimes, backward), nil
@@ -419,7 +427,7 @@ func StateStore(path string) (store string, exists bool, err error) {
 	if err != nil {
 		return "", true, fmt.Errorf("cannot read the state file: %w", err)
 	}
-	f, err := decodeMarks(b)
+	f, _, err := decodeMarks(b)
 	if err != nil {
 		return "", true, fmt.Errorf("cannot read the state file %s: %w", path, err)
 	}
@@ -880,7 +888,13 @@ func earliest(b audit.Batch) time.Time {
 
 // writeMarks writes the state file at path, saved at wall time saved.
 // freed is read here: the caller holds floorMu.
-func writeMarks(path string, marks map[detect.PartitionKey]mark, freed map[detect.PartitionKey]freedMark, floor, saved time.Time, run runState) error {
+func writeMarks(path string, marks map[detect.PartitionKey]mark, freed map[detect.PartitionKey]freedMark, floor, saved time.Time, run runState) (err error) {
+	defer func() {
+		var d *dirSyncError
+		if err != nil && !errors.As(err, &d) {
+			err = &stateWriteError{name: filepath.Base(path), err: err}
+		}
+	}()
 	f := markFile{Version: 2, Store: run.store, Floor: floor, Saved: saved, Run: run.run, Downtimes: run.downtimes, Withdrawals: run.withdrawals}
 	for k, m := range marks {
 		f.Partitions = append(f.Partitions, markLine{Tenant: k.Tenant, Server: k.Server, mark: m})
@@ -892,7 +906,7 @@ func writeMarks(path string, marks map[detect.PartitionKey]mark, freed map[detec
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".partitions-*")
+	tmp, err := os.CreateTemp(filepath.Dir(path), tempPattern)
 	if err != nil {
 		return fmt.Errorf("cannot create the state file: %w", err)
 	}
@@ -919,6 +933,29 @@ func writeMarks(path string, marks map[detect.PartitionKey]mark, freed map[detec
 	return nil
 }
 
+// tempPattern names the temporary files writeMarks writes the state file
+// to before it renames one over it.
+const tempPattern = ".partitions-*"
+
+// removeTemps removes, at the start, the temporary files of state files
+// left in the directory of path by a run killed while it saved (kill -9,
+// a crash, a power loss between the write and the rename): the deferred
+// removal never ran, and each start after such a crash left one more, as
+// large as the state file (found by adv46). One serve per data directory
+// (its LOCK), so none of them is being written.
+func removeTemps(path string, log *slog.Logger) {
+	left, _ := filepath.Glob(filepath.Join(filepath.Dir(path), tempPattern))
+	removed := 0
+	for _, f := range left {
+		if err := os.Remove(f); err == nil {
+			removed++
+		}
+	}
+	if removed > 0 {
+		log.Info("removed the temporary files of state files a run stopped while saving left behind", "dir", filepath.Dir(path), "files", removed)
+	}
+}
+
 // syncDir syncs a directory; a variable so that a test can make it fail,
 // which a real file system here cannot be made to do after a rename.
 var syncDir = func(path string) error {
@@ -941,6 +978,21 @@ func (e *dirSyncError) Error() string {
 }
 
 func (e *dirSyncError) Unwrap() error { return e.err }
+
+// stateWriteError is a state file that could not be written: a sender
+// refused for it (lowerFloor, comeback) is told the file's name
+// (Writing), not the temporary file's.
+type stateWriteError struct {
+	name string
+	err  error
+}
+
+func (e *stateWriteError) Error() string { return e.err.Error() }
+
+func (e *stateWriteError) Unwrap() error { return e.err }
+
+// Writing names the file for a sender's answer.
+func (e *stateWriteError) Writing() string { return e.name + " (the state file)" }
 
 // renamed reports whether err, from writeMarks, left the new file in
 // place.

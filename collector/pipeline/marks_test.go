@@ -2,11 +2,15 @@ package pipeline
 
 import (
 	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -32,7 +36,7 @@ func TestMarks_RoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	var log bytes.Buffer
-	got, gotFreed, gotFloor, gotSaved, lost, gotRun := readMarks(path, slog.New(slog.NewTextHandler(&log, nil)))
+	got, gotFreed, gotFloor, gotSaved, lost, gotRun := readMarks(path, time.Now(), slog.New(slog.NewTextHandler(&log, nil)))
 	if gotRun.run != run.run || len(gotRun.downtimes) != 1 || !gotRun.downtimes[0].From.Equal(run.downtimes[0].From) || !gotRun.downtimes[0].To.Equal(run.downtimes[0].To) || gotRun.downtimes[0].End != audit.EndCrash {
 		t.Errorf("run state read back as %+v, want %+v", gotRun, run)
 	}
@@ -75,7 +79,7 @@ func TestMarks_Unreadable(t *testing.T) {
 			}
 		}
 		var log bytes.Buffer
-		got, _, floor, saved, lost, _ := readMarks(path, slog.New(slog.NewTextHandler(&log, nil)))
+		got, _, floor, saved, lost, _ := readMarks(path, time.Now(), slog.New(slog.NewTextHandler(&log, nil)))
 		if got != nil || !floor.IsZero() || !saved.IsZero() {
 			t.Errorf("%s: read %v and floor %v, want no marks", name, got, floor)
 		}
@@ -84,8 +88,29 @@ func TestMarks_Unreadable(t *testing.T) {
 		if lost != warned {
 			t.Errorf("%s: lost %v, want %v", name, lost, warned)
 		}
-		if w := strings.Contains(log.String(), "cannot read the partitions' watermarks"); w != warned {
+		if w := strings.Contains(log.String(), "set aside (not overwritten)"); w != warned {
 			t.Errorf("%s: warned %v, want %v; log: %s", name, w, warned, log.String())
+		}
+		// The file is set aside, whole, so that the first save does not
+		// overwrite it (adv46).
+		aside, _ := filepath.Glob(path + ".bad-*")
+		if !warned {
+			if len(aside) != 0 {
+				t.Errorf("%s: set aside as %v", name, aside)
+			}
+			return
+		}
+		if len(aside) != 1 {
+			t.Fatalf("%s: %d files set aside (%v), want 1", name, len(aside), aside)
+		}
+		if b, err := os.ReadFile(aside[0]); err != nil || !bytes.Equal(b, content) {
+			t.Errorf("%s: set aside %q (%v), want the file's content %q", name, b, err, content)
+		}
+		if _, err := os.Stat(path); err == nil {
+			t.Errorf("%s: the state file is still there", name)
+		}
+		if !strings.Contains(log.String(), "set_aside="+aside[0]) {
+			t.Errorf("%s: the log does not name %s: %s", name, aside[0], log.String())
 		}
 	}
 	f("missing (first start)", nil, false)
@@ -107,7 +132,7 @@ func TestMarks_SavedOfOlderFile(t *testing.T) {
 		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		_, _, _, saved, lost, _ := readMarks(path, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		_, _, _, saved, lost, _ := readMarks(path, time.Now(), slog.New(slog.NewTextHandler(io.Discard, nil)))
 		if lost || !saved.Equal(want) {
 			t.Errorf("%s: saved %v (lost %v), want %v", content, saved, lost, want)
 		}
@@ -145,4 +170,104 @@ func TestRestartGrace(t *testing.T) {
 	f(5*m, 3*m, 4*m, 5*m)          // an explicit larger restart_grace wins
 	f(0, 3*m, 2*s, 2*s)            // no floor
 	f(30*s, 3*m, -time.Hour, 30*s) // saved ahead: the clock went back
+}
+
+// TestDecodeMarks_Where: a state file that cannot be understood is an
+// error that names the line, column, byte and field at fault and why,
+// and what was read whole before (or beside) the fault is kept (adv46).
+func TestDecodeMarks_Where(t *testing.T) {
+	f := func(content, want string, wantGood ...string) {
+		t.Helper()
+		_, good, err := decodeMarks([]byte(content))
+		if err == nil || err.Error() != want {
+			t.Errorf("%q:\nerror %v\nwant  %s", content, err, want)
+		}
+		var se *StateFileError
+		if !errors.As(err, &se) {
+			t.Errorf("%s: error %T, want a *StateFileError", content, err)
+		}
+		if !slices.Equal(good, wantGood) {
+			t.Errorf("%s: read whole %v, want %v", content, good, wantGood)
+		}
+	}
+	f(``, "the file is empty (0 bytes)")
+	f("\x00\x01not json", "line 1, column 1 (byte 0): invalid character '\\x00' looking for beginning of value")
+	f(`{"version":2,"partitions":[{"tenant":"","server":"thegr`,
+		"line 1, column 56 (byte 55), field partitions[0]: the file ends in the middle of a value (cut short at 55 bytes)", "version")
+	f(`{"version":1,"partitions":[]}`, "line 1, column 12 (byte 11), field version: version 1, want 2: written by another release")
+	f(`{"version":3,"downtimes":[]}`, "line 1, column 12 (byte 11), field version: version 3, want 2: written by another release")
+	f(`{"version":2,"partitions":{"server":"thegram"}}`, "line 1, column 27 (byte 26), field partitions: not an array", "version")
+	f("{\"version\":2,\n\"downtimes\":[{\"from\":\"2026-12-07T01:00:00Z\",\"to\":\"2026-12-07T01:01:00Z\"}],\n\"partitions\":[{\"server\":\"a\",\"watermark\":\"yesterday\"}]}",
+		`line 3, column 15 (byte 103), field partitions[0]: parsing time "yesterday" as "2006-01-02T15:04:05Z07:00": cannot parse "yesterday" as "2006"`, "version", "downtimes")
+	f(`{"version":2,"floor":"nope","downtimes":[]}`,
+		`line 1, column 22 (byte 21), field floor: parsing time "nope" as "2006-01-02T15:04:05Z07:00": cannot parse "nope" as "2006"`, "version", "downtimes")
+	f(`{"version":2} trailing`, "line 1, column 15 (byte 14): 8 bytes after the end of the object", "version")
+	f(`{"partitions":[]}`, "field version: no version: written by another release", "partitions")
+}
+
+// TestSetAside_Bounded: the state files set aside are bounded: past
+// keptAside the oldest go, a second's later files counting after its first
+// (a file damaged at every start fills no directory).
+func TestSetAside_Bounded(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "partitions.json")
+	t0 := time.Date(2026, 12, 7, 4, 15, 0, 0, time.UTC)
+	var names []string
+	for i := range 12 {
+		if err := os.WriteFile(path, []byte(fmt.Sprint(i)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		// Two starts a second.
+		name, err := setAside(path, t0.Add(time.Duration(i/2)*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, name)
+	}
+	left, _ := filepath.Glob(path + ".bad-*")
+	slices.Sort(left)
+	want := slices.Clone(names[len(names)-keptAside:])
+	slices.Sort(want)
+	if !slices.Equal(left, want) {
+		t.Errorf("left %v, want the newest %d: %v", left, keptAside, want)
+	}
+	if b, _ := os.ReadFile(names[11]); string(b) != "11" {
+		t.Errorf("the newest holds %q, want the last file", b)
+	}
+	if filepath.Base(names[1]) != "partitions.json.bad-20261207T041500Z.2" {
+		t.Errorf("the second in a second is %s", filepath.Base(names[1]))
+	}
+}
+
+// BenchmarkDecodeMarks reads a state file of one partition with 100,000
+// sources (9 MB) member by member (decodeMarks), against json.Unmarshal of
+// the whole, as releases before adv46 read it: read once at each start.
+func BenchmarkDecodeMarks(b *testing.B) {
+	wall := time.Date(2026, 12, 7, 5, 0, 0, 0, time.UTC)
+	srcs := make([]detect.SourceClock, 100_000)
+	for i := range srcs {
+		srcs[i] = detect.SourceClock{Name: fmt.Sprintf("pod-%06d", i), Clock: wall.Add(-10 * time.Second), Seen: wall.Add(-2 * time.Second)}
+	}
+	f := markFile{Version: stateVersion, Saved: wall, Partitions: []markLine{{Server: "thegram", mark: mark{Watermark: wall, Sources: srcs}}}}
+	data, err := json.Marshal(f)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("decodeMarks", func(b *testing.B) {
+		b.SetBytes(int64(len(data)))
+		for b.Loop() {
+			if _, _, err := decodeMarks(data); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("Unmarshal", func(b *testing.B) {
+		b.SetBytes(int64(len(data)))
+		for b.Loop() {
+			var f markFile
+			if err := json.Unmarshal(data, &f); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

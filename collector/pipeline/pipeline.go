@@ -184,7 +184,10 @@ type Pipeline struct {
 	// every write of the state file keeps them (markFile.Withdrawals);
 	// withdrawalsChanged is set while the file does not say what it holds.
 	unstoredWithdrawals []audit.FindingChange
-	withdrawalsChanged  bool
+	// trouble is what the start found wrong with the state file (nil
+	// when nothing was): set by recover, read-only after.
+	trouble            *StateFileTrouble
+	withdrawalsChanged bool
 	// waitLogged holds the ids of the withdrawals the store refused whose
 	// wait was logged (withdraw; the last run's, kept in the state file,
 	// at the start): once per withdrawal, not per retry. Engine goroutine
@@ -339,6 +342,18 @@ func (p *Pipeline) replayReach() time.Duration {
 // tests.
 var maxSeedCalls = 100_000
 
+// StateFileTrouble returns what the start found wrong with the state file:
+// a file set aside (not understood, or of another version) and why, and
+// sources it kept that were not restored one by one; nil when nothing was.
+func (p *Pipeline) StateFileTrouble() *StateFileTrouble {
+	if p.trouble == nil {
+		return nil
+	}
+	t := *p.trouble
+	t.Kept = slices.Clone(t.Kept)
+	return &t
+}
+
 // recover replays the stored calls that correlation state after the
 // committed watermarks can depend on, judging them again in time order.
 // What they caused up to each partition's watermark was committed before
@@ -349,7 +364,7 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("cannot read the watermark: %w", err)
 	}
-	marks, freed, floor, saved, lost, run := readMarks(p.cfg.StateFile, p.log)
+	marks, freed, floor, saved, lost, run := readMarks(p.cfg.StateFile, p.now(), p.log)
 	clampAhead(marks, p.now(), p.dcfg.MaxClockSkew, p.log)
 	saved = savedBefore(saved, p.now(), p.dcfg.MaxClockSkew, p.cfg.StateFile, p.log)
 	if !lost && p.cfg.StateFile != "" && marks == nil && !wm.IsZero() {
@@ -506,19 +521,46 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	// during it) goes on: its sources hold the partition until its end,
 	// when that is later than what this downtime gives (carriedHold), and
 	// for the grace the outage their senders saw gives (carriedGrace).
+	p.trouble = run.trouble
+	var inFile, toOverflow, dropped, partsShort int
 	for k, m := range marks {
 		g := grace
 		if end := p.carriedHold(m); !end.IsZero() {
 			g = max(p.carriedGrace(m, grace), end.Sub(p.now())-p.dcfg.IdleTimeout)
 		}
+		short := false
 		for _, src := range m.Sources {
-			p.eng.RestoreSource(k, src, p.now(), g)
+			inFile++
+			if !p.eng.RestoreSource(k, src, p.now(), g) {
+				toOverflow++
+				short = true
+			}
 		}
 		// Quiet at the stop, still holding at a slow clock's lag: quiet
 		// still, they hold as they did.
 		for _, src := range m.Quiet {
-			p.eng.RestoreQuietSource(k, src, p.now())
+			inFile++
+			if !p.eng.RestoreQuietSource(k, src, p.now()) {
+				dropped++
+				short = true
+			}
 		}
+		if short {
+			partsShort++
+		}
+	}
+	if toOverflow+dropped > 0 {
+		// Said once, with the counts: the partitions go on, but the
+		// sources left out are no longer told apart (found by adv46: a
+		// file of 100,000 sources kept 1,000 and the overflow silently).
+		p.log.Warn("the state file keeps more sources per partition than detect.max_sources: the first of each partition's are restored, "+
+			"the delivering ones left out hold it through its overflow source for their grace, the quiet ones left out are dropped (docs/detection.md, Sources)",
+			"path", p.cfg.StateFile, "partitions", partsShort, "sources_in_file", inFile, "restored", inFile-toOverflow-dropped,
+			"to_overflow", toOverflow, "dropped", dropped, "max_sources", p.dcfg.MaxSources)
+		if p.trouble == nil {
+			p.trouble = &StateFileTrouble{}
+		}
+		p.trouble.SourcesInFile, p.trouble.SourcesToOverflow, p.trouble.SourcesDropped = inFile, toOverflow, dropped
 	}
 	start := p.now()
 	n, skipped, seeded, skippedLate, answers := 0, 0, 0, 0, 0

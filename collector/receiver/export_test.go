@@ -49,3 +49,6 @@ func HoldSalvageSlot() (release func()) {
 	salvageSlot <- struct{}{}
 	return func() { <-salvageSlot }
 }
+
+// StoreRefused is storeRefused, for the tests of package receiver_test.
+var StoreRefused = storeRefused

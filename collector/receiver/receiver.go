@@ -27,11 +27,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
@@ -335,8 +338,36 @@ func (rc *Receiver) ingest(ctx context.Context, src metrics.Source, recs []*audi
 	default:
 		rc.rejected(src, metrics.RejectStoreDown, len(recs))
 		rc.rlog.Warn("store_unavailable", "cannot store calls", "err", err, "calls", len(recs))
-		return 0, newRefusal(503, "cannot store calls now; retry later", metrics.RejectStoreDown)
+		return 0, newRefusal(503, storeRefused(err), metrics.RejectStoreDown)
 	}
+}
+
+// storeRefused is what a sender is told when the store cannot take its
+// calls now (a 503 to retry later): short, and safe to tell anyone who can
+// post (a file's base name, never a path or the store's own text), with
+// the cause an operator would look for when it is one the sender can
+// report: a full disk (found by adv46: the answer said "cannot store calls
+// now" alone, the reason in serve's log only).
+func storeRefused(err error) string {
+	if errors.Is(err, syscall.ENOSPC) {
+		return "store: disk full (ENOSPC) writing " + writing(err) + "; retry later"
+	}
+	return "cannot store calls now; retry later"
+}
+
+// writing names the file a write that failed with err was to: the store's
+// name for it (an error with a Writing method), or the base name of the
+// path of the *fs.PathError it wraps.
+func writing(err error) string {
+	var w interface{ Writing() string }
+	if errors.As(err, &w) {
+		return w.Writing()
+	}
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return filepath.Base(pe.Path)
+	}
+	return "its files"
 }
 
 func (rc *Receiver) rejected(src metrics.Source, reason metrics.RejectReason, n int) {

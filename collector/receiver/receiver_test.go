@@ -98,7 +98,13 @@ func newEnv(t testing.TB, mutate func(*receiver.Config, *pipeline.Config)) *env 
 // newEnvStore is newEnv with a store opened with so.
 func newEnvStore(t testing.TB, so sqlite.Options, mutate func(*receiver.Config, *pipeline.Config)) *env {
 	t.Helper()
-	st, err := sqlite.Open(filepath.Join(t.TempDir(), "mcpaudit.db"), so)
+	return newEnvAt(t, filepath.Join(t.TempDir(), "mcpaudit.db"), so, mutate)
+}
+
+// newEnvAt is newEnvStore with the store's file at path.
+func newEnvAt(t testing.TB, path string, so sqlite.Options, mutate func(*receiver.Config, *pipeline.Config)) *env {
+	t.Helper()
+	st, err := sqlite.Open(path, so)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	sqlite "modernc.org/sqlite"
@@ -644,6 +646,15 @@ func (e *diskFull) Error() string {
 }
 
 func (e *diskFull) Unwrap() error { return e.err }
+
+// Is makes SQLite's SQLITE_FULL read as the system's ENOSPC, which is what
+// it reports: callers tell a full disk by errors.Is(err, syscall.ENOSPC)
+// whichever file (the database, its log, the id index) ran out.
+func (e *diskFull) Is(target error) bool { return target == syscall.ENOSPC }
+
+// Writing names the file the failed write was to, for a sender's answer:
+// its base name, never the path.
+func (e *diskFull) Writing() string { return filepath.Base(e.path) }
 
 // wrap marks the SQLite errors that may pass with time as
 // audit.ErrUnavailable, once.
