@@ -46,6 +46,16 @@ if [ -z "$input" ]; then
 		"$dir/gen" -sessions "$sessions" -span "$span" -out "$input"
 	fi
 fi
+# Both builds run from fresh copies made the same way. Peak RSS counts the
+# binary's pages that are mapped, and the kernel maps a page-cache folio whole:
+# a binary as the Go linker wrote it may sit in 2 MiB folios, a copy in 64 KiB
+# ones, which moved analyze's peak RSS by 16-20 MiB with the same heap
+# (docs/benchmarks.md, "Peak RSS and the binary's page cache, anz46").
+rm -f "$dir/before.bin" "$dir/after.bin"
+cp "$before" "$dir/before.bin"
+cp "$after" "$dir/after.bin"
+before=$dir/before.bin
+after=$dir/after.bin
 echo "input: $input, $(stat -c %s "$input") bytes"
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); start $(date -u '+%Y-%m-%d %H:%M:%S') UTC"
 

@@ -36,10 +36,16 @@ done
 root=$(cd "$(dirname "$0")/../.." && pwd)
 mkdir -p "$dir"
 cd "$root"
+# The build measured is a fresh copy, not the linker's output: peak RSS counts
+# the binary's mapped pages, and the page-cache folios the linker's writes leave
+# (up to 2 MiB, each mapped whole) add up to 20 MiB that a copy's do not
+# (docs/benchmarks.md, "Peak RSS and the binary's page cache, anz46").
+rm -f "$dir/mcpaudit"
 if [ -n "$bin" ]; then
 	cp "$bin" "$dir/mcpaudit"
 else
-	go build -o "$dir/mcpaudit" ./cmd/mcpaudit
+	go build -o "$dir/mcpaudit.built" ./cmd/mcpaudit
+	cp "$dir/mcpaudit.built" "$dir/mcpaudit"
 fi
 go build -o "$dir/gen" ./bench/analyze/gen
 go build -o "$dir/parse" ./bench/analyze/parse
