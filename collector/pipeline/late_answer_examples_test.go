@@ -98,6 +98,11 @@ func TestLateAnswer_Examples(t *testing.T) {
 		"closed/commit/restart": {closed: true, ack: sqlite.AckCommit, restart: true},
 	}
 	names := sortedKeys(cases)
+	// Each case runs on a store, a clock and a recorder of its own, and
+	// only reads the example's lines: the cases run in parallel (go
+	// test's -parallel), as most of their time is the engine's commit
+	// ticker and the store's writes, not the CPU (flk46: 269 s in series
+	// at load 40).
 	// Several answers late, in every order (ur22): two modes, as the
 	// orders are many (56 across the examples).
 	orderCases := []string{"open/log", "closed/commit", "closed/commit/restart"}
@@ -109,6 +114,7 @@ func TestLateAnswer_Examples(t *testing.T) {
 			for _, name := range names {
 				tc := cases[name]
 				t.Run(fmt.Sprintf("%s/call%d/%s", ex, i+1, name), func(t *testing.T) {
+					t.Parallel()
 					lateAnswerOf(t, scen, tail, i, tc)
 				})
 			}
@@ -117,6 +123,7 @@ func TestLateAnswer_Examples(t *testing.T) {
 			for _, name := range orderCases {
 				tc := cases[name]
 				t.Run(fmt.Sprintf("%s/calls%s/%s", ex, callList(order), name), func(t *testing.T) {
+					t.Parallel()
 					lateAnswersOf(t, scen, tail, order, tc)
 				})
 			}

@@ -145,8 +145,13 @@ func eachLateOrder(t *testing.T, scen, tail [][]byte, check func(t *testing.T, r
 	dcfg.AllowedLateness = lateLateness(t, scen)
 	want := analyzed(t, append(slices.Clone(scen), tail...), dcfg)
 	names, orders := deliveryOrders(len(scen))
+	// Each order runs on a store, a clock and a recorder of its own and
+	// only reads scen, tail and want: the orders run in parallel (their
+	// time is the engine's commit ticker and the store, not the CPU), and
+	// check must be safe to call from several at once.
 	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			var rec *recorder
 			if check != nil {
 				rec = newRecorder()

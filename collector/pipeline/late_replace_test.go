@@ -100,6 +100,9 @@ func TestLateOrders_CopyUses(t *testing.T) {
 			}
 			for _, order := range permutations(len(scen)) {
 				t.Run(strings.Trim(strings.ReplaceAll(fmt.Sprint(order), " ", "_"), "[]"), func(t *testing.T) {
+					// Each order has its own registry, recorder and store
+					// and only reads scen, tail and want: in parallel.
+					t.Parallel()
 					// analyze of the lines in this order (one source,
 					// judged late within allowed_lateness) gives the same.
 					if got := analyzed(t, append(pick(scen, order), tail...), dcfg); fmt.Sprint(got.findings) != fmt.Sprint(want.findings) {

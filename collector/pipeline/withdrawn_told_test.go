@@ -4,6 +4,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -23,7 +24,8 @@ func TestLateOrders_WithdrawalsTold(t *testing.T) {
 	if len(files) == 0 {
 		t.Fatal("no examples under testdata/examples")
 	}
-	withdrawals := 0
+	// Counted by the orders, which run in parallel (eachLateOrder).
+	var withdrawals atomic.Int64
 	type capture struct {
 		name       string
 		scen, tail [][]byte
@@ -45,7 +47,7 @@ func TestLateOrders_WithdrawalsTold(t *testing.T) {
 				rec.mu.Lock()
 				defer rec.mu.Unlock()
 				for id, n := range rec.withdrawn {
-					withdrawals += n
+					withdrawals.Add(int64(n))
 					if rec.findings[id] == 0 {
 						t.Errorf("finding %s withdrawn %d times, never told", id, n)
 					}
@@ -63,7 +65,7 @@ func TestLateOrders_WithdrawalsTold(t *testing.T) {
 			})
 		})
 	}
-	if withdrawals == 0 {
+	if withdrawals.Load() == 0 {
 		t.Error("no withdrawal told in any order: the test shows nothing")
 	}
 }
