@@ -12,8 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
-	"runtime/metrics"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -21,6 +19,7 @@ import (
 
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/detect"
+	"github.com/mcpaudit/mcpaudit/internal/memlimit"
 	"github.com/mcpaudit/mcpaudit/internal/ratelog"
 )
 
@@ -1122,19 +1121,9 @@ func (p *Pipeline) Ingest(ctx context.Context, batches ...audit.Batch) (int, err
 
 // nearMemoryLimit reports whether the heap is within 10 % of the memory
 // limit (GOMEMLIMIT, or the configured one): new calls are refused before
-// the garbage collector has to fight for the last of it.
-func nearMemoryLimit() bool {
-	limit := debugMemoryLimit()
-	if limit <= 0 || limit == math.MaxInt64 {
-		return false
-	}
-	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-	metrics.Read(s)
-	if s[0].Value.Kind() != metrics.KindUint64 {
-		return false
-	}
-	return float64(s[0].Value.Uint64()) > 0.9*float64(limit)
-}
+// the garbage collector has to fight for the last of it. A heap that is
+// there with garbage has a collection started (memlimit.Over).
+func nearMemoryLimit() bool { return memlimit.Over(0.9) }
 
 // Close stops the engine goroutine after committing its output. Calls
 // still waiting for their watermark are in the store and are replayed at

@@ -3,9 +3,6 @@ package receiver
 import (
 	"bytes"
 	"fmt"
-	"math"
-	"runtime/debug"
-	"runtime/metrics"
 	"strings"
 	"sync"
 	"time"
@@ -14,6 +11,7 @@ import (
 
 	"github.com/mcpaudit/mcpaudit/audit"
 	mx "github.com/mcpaudit/mcpaudit/exporter/metrics"
+	"github.com/mcpaudit/mcpaudit/internal/memlimit"
 )
 
 // recordError rejects one record (a call record or a span) with its reason.
@@ -320,16 +318,7 @@ func (b *budget) Used() int64 {
 }
 
 // overMemory reports whether the heap is above share of the memory limit
-// (GOMEMLIMIT, or serve.memory_limit). Without a limit it is never.
-func overMemory(share float64) bool {
-	limit := debug.SetMemoryLimit(-1)
-	if limit <= 0 || limit == math.MaxInt64 {
-		return false
-	}
-	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-	metrics.Read(s)
-	if s[0].Value.Kind() != metrics.KindUint64 {
-		return false
-	}
-	return float64(s[0].Value.Uint64()) > share*float64(limit)
-}
+// (GOMEMLIMIT, or serve.memory_limit). Without a limit it is never. When it
+// is, a garbage collection starts in the background (memlimit.Over), so
+// that garbage alone does not keep every request refused.
+func overMemory(share float64) bool { return memlimit.Over(share) }

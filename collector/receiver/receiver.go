@@ -99,7 +99,10 @@ type Config struct {
 	BodyTimeout time.Duration `yaml:"body_timeout"`
 	// MemorySoftLimit is the share of the memory limit (GOMEMLIMIT or
 	// serve.memory_limit) above which the heap makes new requests be
-	// refused with 503 before they are read. Default 0.8.
+	// refused with 503 before they are read. The heap counts garbage not
+	// collected yet: a refusal starts a collection (at most one a second),
+	// so that garbage alone keeps requests refused for a second or so,
+	// not until the runtime's forced collection. Default 0.8.
 	MemorySoftLimit float64 `yaml:"memory_soft_limit"`
 	// MaxFuture is how far ahead of the collector's clock a call or span
 	// may be dated; a later one is rejected as a bad time, the others of
