@@ -31,19 +31,20 @@ const (
 	callsRead  = 20000
 )
 
-// callActions reports whether r failed with retry action a: its own
-// failure or one of its operations', as mcpaudit_call_failures_total counts
-// them (McpAuditUncertainOutcomes divides those by the calls).
-func callActions(r *audit.Record, a audit.RetryAction) bool {
+// failureWith returns r's failure of retry action a: its own, else the
+// first of its operations', as mcpaudit_call_failures_total counts them
+// (McpAuditUncertainOutcomes divides those by the calls); nil when none has
+// it.
+func failureWith(r *audit.Record, a audit.RetryAction) *audit.Failure {
 	if r.Failure != nil && r.Failure.Action == a {
-		return true
+		return r.Failure
 	}
 	for i := range r.Ops {
 		if f := r.Ops[i].Failure; f != nil && f.Action == a {
-			return true
+			return f
 		}
 	}
-	return false
+	return nil
 }
 
 // callList answers /calls/?server=&retry_action=&since=&until=: the calls
@@ -88,7 +89,7 @@ func (s *Server) callList(w http.ResponseWriter, r *http.Request) {
 		}
 		v.Read += len(page.Calls)
 		for i := range page.Calls {
-			if v.Action == "" || callActions(&page.Calls[i], v.Action) {
+			if v.Action == "" || failureWith(&page.Calls[i], v.Action) != nil {
 				v.Calls = append(v.Calls, rowOf(&page.Calls[i], v.Action))
 			}
 		}
@@ -121,18 +122,12 @@ type callRow struct {
 	Documents []string
 }
 
-// rowOf returns r's line, with the failure of retry action a (its own
-// first, then its operations'), or its own failure when a is empty.
+// rowOf returns r's line, with its failure of retry action a
+// (failureWith), or its own failure when a is empty.
 func rowOf(r *audit.Record, a audit.RetryAction) callRow {
 	row := callRow{Call: r.Call, Outcome: r.Outcome, Failure: r.Failure, Documents: r.Documents()}
-	if a == "" || r.Failure != nil && r.Failure.Action == a {
-		return row
-	}
-	for i := range r.Ops {
-		if f := r.Ops[i].Failure; f != nil && f.Action == a {
-			row.Failure = f
-			break
-		}
+	if a != "" {
+		row.Failure = failureWith(r, a)
 	}
 	return row
 }
