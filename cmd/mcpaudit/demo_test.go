@@ -142,6 +142,16 @@ func TestDemo_FaultsGiveTheExpectedFindings(t *testing.T) {
 				a.RefusedRetry(ctx, p)
 			}
 		}, []string{"wasted_retry"}},
+		// Each mistake the closing table counts is a finding: an agent that
+		// makes it twice on one document sends two refused requests, not
+		// one again, which the detector reports once (out47: 12 mistakes
+		// against 5 wasted_retry findings).
+		{"thegram/retry of fix_input, twice on one document", "thegram", demo.RetryFixInput, nil, func(ctx context.Context, a *demo.Agent) {
+			if p, ok := a.Create(ctx); ok {
+				a.RefusedRetry(ctx, p)
+				a.RefusedRetry(ctx, p)
+			}
+		}, []string{"wasted_retry", "wasted_retry"}},
 		{"oddlynew/correct/run timed out after the edit", "oddlynew", demo.Correct, []demo.Fault{none, after}, createThenEdit, nil},
 		{"oddlynew/correct/in_flight_unknown read back", "oddlynew", demo.Correct, []demo.Fault{none, uncertain}, createThenEdit, nil},
 		{"oddlynew/correct/lost response read back", "oddlynew", demo.Correct, []demo.Fault{none, lose}, createThenEdit, nil},
@@ -158,6 +168,12 @@ func TestDemo_FaultsGiveTheExpectedFindings(t *testing.T) {
 				a.RefusedRetry(ctx, id)
 			}
 		}, []string{"wasted_retry"}},
+		{"oddlynew/retry of fix_input, twice on one document", "oddlynew", demo.RetryFixInput, nil, func(ctx context.Context, a *demo.Agent) {
+			if id, ok := a.Create(ctx); ok {
+				a.RefusedRetry(ctx, id)
+				a.RefusedRetry(ctx, id)
+			}
+		}, []string{"wasted_retry", "wasted_retry"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -187,16 +187,21 @@ func (a *Agent) Edit(ctx context.Context, target string) {
 func (a *Agent) Copy(ctx context.Context) { a.oddCopy(ctx) }
 
 // RefusedRetry sends a request the server refuses as bad input, then sends
-// it again unchanged: the RetryFixInput mistake.
+// it again unchanged: the RetryFixInput mistake. Each time it invents a
+// new bad input, so that each mistake is a refused request of its own: the
+// detector reports an identical refused request once however often it is
+// re-sent (docs/detection.md), and the demo's closing table counts
+// mistakes (out47: 12 mistakes against 5 wasted_retry findings, when the
+// same refused request was made again on a document used before).
 func (a *Agent) RefusedRetry(ctx context.Context, target string) {
 	if a.Server == "thegram" {
-		args := map[string]any{"path": target, "mode": "fast"}
+		args := map[string]any{"path": target, "mode": "fast-" + a.hex(6)}
 		a.call(ctx, "gram_read", args)
 		a.call(ctx, "gram_read", args)
 		a.log(target, "read "+target+" with an unknown argument, was refused E_ARGUMENT, and sent it again unchanged", RetryFixInput, false)
 		return
 	}
-	code := fmt.Sprintf("async () => await documents.editDocument({ documentId: %q, writeBasis: \"basis-from-memory\", edits: [] })", target)
+	code := fmt.Sprintf("async () => await documents.editDocument({ documentId: %q, writeBasis: \"basis-from-memory-%s\", edits: [] })", target, a.hex(6))
 	a.runCode(ctx, code)
 	a.runCode(ctx, code)
 	a.log(target, "edited with an invented writeBasis, was refused invalid_write_basis, and sent it again unchanged", RetryFixInput, false)
