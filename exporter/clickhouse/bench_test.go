@@ -3,6 +3,7 @@ package clickhouse
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
@@ -105,12 +106,33 @@ func BenchmarkIngest(b *testing.B) {
 // serve would (appended, then the detector's output committed) and reports
 // the bytes on disk per call from system.parts, every table included, after
 // the parts are merged (OPTIMIZE ... FINAL).
+//
+// The generator gives every call a random trace id of its own
+// (trace_per_call). An instrumented client puts the spans of one turn, or
+// of a whole conversation, in one trace: trace_per_session gives every call
+// of a session one trace id, the most sharing real traffic can have, so the
+// two figures bound the trace id's cost. Only the trace ids differ.
 func BenchmarkBytesPerCall(b *testing.B) {
-	for range b.N {
-		perCall, report := storeTraffic(b, 200000)
-		b.Log(report)
-		b.ReportMetric(perCall, "B/call")
+	for _, v := range []struct {
+		name string
+		edit func(*audit.Record)
+	}{{"trace_per_call", nil}, {"trace_per_session", traceBySession}} {
+		b.Run(v.name, func(b *testing.B) {
+			for range b.N {
+				perCall, report := storeTraffic(b, 200000, v.edit)
+				b.Log(report)
+				b.ReportMetric(perCall, "B/call")
+			}
+		})
 	}
+}
+
+// traceBySession gives a call the trace id of its session: a hash of it.
+func traceBySession(r *audit.Record) {
+	c := *r.Call
+	sum := sha256.Sum256([]byte(c.Tenant + "\x00" + c.Server + "\x00" + c.Session))
+	c.TraceID = hex.EncodeToString(sum[:16])
+	r.Call = &c
 }
 
 // TestBytesPerCall guards the storage figure on a smaller sample: at most
@@ -122,7 +144,7 @@ func TestBytesPerCall(t *testing.T) {
 	if testing.Short() {
 		t.Skip("stores 30000 calls")
 	}
-	perCall, report := storeTraffic(t, 30000)
+	perCall, report := storeTraffic(t, 30000, nil)
 	t.Log(report)
 	if perCall > 125 {
 		t.Errorf("%.1f bytes per call, want at most 125", perCall)
@@ -178,14 +200,15 @@ func (it *interleaved) records(n int) []audit.Record {
 	return out
 }
 
-// storeTraffic stores n generated calls and returns the bytes per call on
-// disk and a report by table and column.
-func storeTraffic(tb testing.TB, n int) (float64, string) {
+// storeTraffic stores n generated calls, each changed by edit when it is
+// not nil, and returns the bytes per call on disk and a report by table and
+// column.
+func storeTraffic(tb testing.TB, n int, edit func(*audit.Record)) (float64, string) {
 	tb.Helper()
 	o := testOptions(tb)
 	o.BatchAge = 200 * time.Millisecond
 	s := openStore(tb, o)
-	storeMixed(tb, s, n)
+	storeMixedWith(tb, s, n, edit)
 	ctx := context.Background()
 	conn := rawConn(tb, o.DSN)
 	defer conn.Close()
@@ -250,6 +273,13 @@ func storeTraffic(tb testing.TB, n int) (float64, string) {
 // would: appended, then the detector's output committed.
 func storeMixed(tb testing.TB, s *Store, n int) {
 	tb.Helper()
+	storeMixedWith(tb, s, n, nil)
+}
+
+// storeMixedWith is storeMixed with each call changed by edit when it is not
+// nil, before it is stored and judged.
+func storeMixedWith(tb testing.TB, s *Store, n int, edit func(*audit.Record)) {
+	tb.Helper()
 	g := newInterleaved(tb, 128)
 	col := &storetest.Collector{}
 	e := detect.NewEngine(detect.NewDefaultConfig(), col)
@@ -257,6 +287,11 @@ func storeMixed(tb testing.TB, s *Store, n int) {
 	for done := 0; done < n; {
 		recs := g.records(min(5000, n-done))
 		done += len(recs)
+		if edit != nil {
+			for i := range recs {
+				edit(&recs[i])
+			}
+		}
 		if _, err := s.AppendCalls(ctx, recs); err != nil {
 			tb.Fatal(err)
 		}
