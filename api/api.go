@@ -574,6 +574,21 @@ type SLO struct {
 	// (error rate 75% against a budget of 0.1%)". Empty when no write
 	// counts.
 	ErrorBudgetLeft string `json:"error_budget_left,omitempty"`
+	// Stored, when the window holds no write, is where the stored writes
+	// of its tenant and server lie, with the until and window that cover
+	// them, as the report's stored_writes; absent when the window holds a
+	// write or none is stored.
+	Stored *Stored `json:"stored_writes,omitempty"`
+}
+
+// noWrite reports whether counts hold no write at all, in any state.
+func noWrite(counts map[audit.WriteState]int64) bool {
+	for _, n := range counts {
+		if n != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // ComputeSLO fills the SLI and the error budget from counts.
@@ -633,6 +648,12 @@ func (s *Server) slo(w http.ResponseWriter, r *http.Request) {
 		full[st] = counts[st]
 	}
 	out := SLO{Window: window, Since: since, Until: until, Server: p.str("server"), Target: target, Counts: full}
+	if noWrite(counts) {
+		if out.Stored, err = StoredWrites(r.Context(), s.store, tenant, p.str("server")); err != nil {
+			s.fail(w, err)
+			return
+		}
+	}
 	out.SLI, out.ErrorBudgetRemaining = ComputeSLO(counts, target)
 	if out.ErrorBudgetRemaining != nil && math.IsInf(*out.ErrorBudgetRemaining, 0) {
 		out.ErrorBudgetRemaining = nil

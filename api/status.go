@@ -1,9 +1,11 @@
 package api
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
+	"syscall"
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
@@ -183,6 +185,10 @@ type StoreStatus struct {
 	// the store says it (ClickHouse: "clickhouse unavailable ...; N
 	// batches (B bytes) wait in the spool"). Empty when ready.
 	Reason string `json:"reason,omitempty"`
+	// DiskFull is set while the store is not ready because its disk is
+	// full (a write failed for want of space, ENOSPC): calls it cannot
+	// write are refused (503) rather than kept for later.
+	DiskFull bool `json:"disk_full,omitempty"`
 }
 
 // storeStatus asks store whether it is ready: stores without a Ready
@@ -193,7 +199,7 @@ func storeStatus(store audit.Store) *StoreStatus {
 		return &StoreStatus{Ready: true}
 	}
 	if err := rd.Ready(); err != nil {
-		return &StoreStatus{Reason: err.Error()}
+		return &StoreStatus{Reason: err.Error(), DiskFull: errors.Is(err, syscall.ENOSPC)}
 	}
 	return &StoreStatus{Ready: true}
 }

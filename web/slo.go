@@ -41,6 +41,9 @@ type sloView struct {
 	// LatestLink anchors the page at the watermark when the window ending
 	// now holds no write (a replayed capture).
 	LatestLink string
+	// StoredLink ends the page at the last stored write when the 30 days
+	// shown hold no write (the report's Stored says where they lie).
+	StoredLink string
 	// DocServers is set when the top documents are of more than one
 	// server: each row then names its server (a document is a server's;
 	// two servers' documents of one path are two rows, op23's D2).
@@ -92,6 +95,13 @@ func (s *Server) slo(w http.ResponseWriter, r *http.Request) {
 	start := rep.Since
 	if len(rep.Days) > 0 {
 		start = rep.Days[0].Start
+	}
+	if st := rep.Stored; st != nil {
+		q := url.Values{"until": {st.Until}}
+		if server != "" {
+			q.Set("server", server)
+		}
+		v.StoredLink = "/slo?" + q.Encode()
 	}
 	v.BurnDown = report.BurnDownSVG(rep.BurnDown, start, rep.Until)
 	v.Days = report.DaysSVG(rep.Days)

@@ -630,7 +630,12 @@ func sloCommand(args []string, stdout, stderr io.Writer) error {
 		// last month, or an incident of last week, lies before a window
 		// that ends now (op25: the README's sample gave n/a, and slo had
 		// no way to end the window elsewhere, as /slo and report do).
-		if *until == "" {
+		if st := s.Stored; st != nil {
+			// Where they are, as report says it (op47: slo named no
+			// time, and the caller had to guess one).
+			fmt.Fprintf(stderr, "mcpaudit slo: no write is dated in the %s window ending %s; the stored writes run from %s to %s (a write counts at its call's event time): end the window there with --until %q --window %s\n",
+				s.Window, s.Until.UTC().Format("2006-01-02 15:04:05 MST"), st.First.Format("2006-01-02 15:04:05 MST"), st.Last.Format("2006-01-02 15:04:05 MST"), st.Until, st.Window)
+		} else if *until == "" {
 			fmt.Fprintf(stderr, "mcpaudit slo: no write counts over the %s back from now; writes count at their calls' event time, so for older traffic (a replayed capture, a past incident) end the window there with --until TIME (RFC 3339 or \"2026-12-04 14:02\" UTC)\n", s.Window)
 		}
 	} else {

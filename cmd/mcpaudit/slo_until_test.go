@@ -41,6 +41,18 @@ func TestSLOUntil(t *testing.T) {
 		if code != 0 || !strings.Contains(out, "SLI: n/a") || !strings.Contains(errs, "--until") {
 			t.Errorf("exit %d\n%s\nstderr %q: want SLI n/a and a pointer to --until", code, out, errs)
 		}
+		// Where the stored writes are, as report says it (op47: slo
+		// named no time).
+		stamp := at.Format("2006-01-02 15:04:05 MST")
+		want := "the stored writes run from " + stamp + " to " + stamp + " (a write counts at its call's event time): end the window there with --until \"" +
+			at.Truncate(time.Minute).Add(time.Minute).Format("2006-01-02 15:04") + "\" --window 1d"
+		if !strings.Contains(errs, want) {
+			t.Errorf("stderr %q, want %q", errs, want)
+		}
+		code, out, _ = cliRun("slo", "--data-dir", dir, "--format", "json")
+		if code != 0 || !strings.Contains(out, `"stored_writes":{"first":"`+at.Format(time.RFC3339)+`"`) {
+			t.Errorf("exit %d, JSON %s: want stored_writes from %s", code, out, at.Format(time.RFC3339))
+		}
 	})
 	t.Run("window_ending_at_until", func(t *testing.T) {
 		until := at.Add(time.Hour)

@@ -166,7 +166,10 @@ func printStatus(w io.Writer, st api.StatusResponse, waited bool) {
 	if line, ok := downtimesLine(st.Downtimes); ok {
 		fmt.Fprintln(w, line)
 	}
-	if st.Store != nil && !st.Store.Ready {
+	switch {
+	case st.Store != nil && !st.Store.Ready && st.Store.DiskFull:
+		fmt.Fprintf(w, "Store not ready: %s. Calls are refused (503) while the disk has no room for them, and taken again once it has, from senders that retry; nothing acknowledged is lost (/readyz answers 503; docs/runbooks.md#mcpauditstoreunavailable).\n", st.Store.Reason)
+	case st.Store != nil && !st.Store.Ready:
 		fmt.Fprintf(w, "Store not ready: %s. Calls are still acknowledged while the spool or call log has room, and stored once the store is back; queries may fail or miss them meanwhile (/readyz answers 503; for ClickHouse see docs/clickhouse.md#when-clickhouse-is-down).\n", st.Store.Reason)
 	}
 	if line, ok := api.OtherStoreLine(st); ok {

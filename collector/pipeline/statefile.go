@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -103,43 +104,31 @@ func decodeMarks(b []byte) (f markFile, good []string, err error) {
 			return fail("", off, err)
 		}
 		key, _ := tok.(string)
-		off = dec.InputOffset()
-		var dst any
-		switch key {
-		case "version":
-			dst = &f.Version
-		case "store":
-			dst = &f.Store
-		case "partitions":
+		if key == "partitions" {
+			// Line by line, so that a line at fault is named by its
+			// index.
 			if err := decodePartitions(dec, &f, b); err != nil {
 				return f, good, err
 			}
 			good = append(good, key)
 			continue
-		case "floor":
-			dst = &f.Floor
-		case "saved":
-			dst = &f.Saved
-		case "freed":
-			dst = &f.Freed
-		case "run":
-			dst = &f.Run
-		case "downtimes":
-			dst = &f.Downtimes
-		case "withdrawals":
-			dst = &f.Withdrawals
-		default:
-			dst = new(json.RawMessage) // a member of a later release
 		}
-		if err := dec.Decode(dst); err != nil {
-			var syn *json.SyntaxError
-			if errors.As(err, &syn) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-				return fail(key, off, err)
-			}
-			// The value was read whole and is wrong: the members after
-			// it can still be read.
+		off = dec.InputOffset()
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return fail(key, off, err)
+		}
+		if !markMembers[key] {
+			good = append(good, key) // a member of a later release
+			continue
+		}
+		// The value was read whole: if it is wrong, the members after it
+		// can still be read.
+		if err := decodeMember(&f, key, raw); err != nil {
 			if first == nil {
-				_, _, first = fail(key, off, err)
+				// Where the member's value begins: the error's own
+				// offset is in the object decodeMember made.
+				first = stateErrAt(b, key, dec.InputOffset()-int64(len(raw)), err)
 			}
 			continue
 		}
@@ -164,6 +153,35 @@ func decodeMarks(b []byte) (f markFile, good []string, err error) {
 		return f, good, stateErrAt(b, "version", 0, fmt.Errorf("no version: %w", errOtherVersion))
 	}
 	return f, good, nil
+}
+
+// markMembers are the names of markFile's members, from its json tags:
+// the tags alone say which member of a state file goes where
+// (decodeMember), and a name not among them is a later release's member,
+// passed over.
+var markMembers = func() map[string]bool {
+	m := make(map[string]bool)
+	t := reflect.TypeFor[markFile]()
+	for i := range t.NumField() {
+		if name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); name != "" && name != "-" {
+			m[name] = true
+		}
+	}
+	return m
+}()
+
+// decodeMember decodes raw, the value of the member key of a state file,
+// into f as encoding/json decodes the object {key: raw}: into the field
+// whose json tag is key. The caller checks key against markMembers:
+// encoding/json would also take a key that differs in case.
+func decodeMember(f *markFile, key string, raw json.RawMessage) error {
+	name, err := json.Marshal(key)
+	if err != nil {
+		return err
+	}
+	doc := make([]byte, 0, len(name)+len(raw)+3)
+	doc = append(append(append(append(doc, '{'), name...), ':'), raw...)
+	return json.Unmarshal(append(doc, '}'), f)
 }
 
 // decodePartitions decodes the partitions array of a state file into f,

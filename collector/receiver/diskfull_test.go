@@ -21,8 +21,21 @@ import (
 // reason in the answer, "store: disk full (ENOSPC) writing mcpaudit.db",
 // not the bare "cannot store calls now" that left the sender (and whoever
 // reads its log) without the cause, which only serve's log named (found
-// by adv46). Skipped, loudly, where a tmpfs cannot be mounted (not root).
+// by adv46). With ack "log" the call log's segment is the file named
+// (op47: its error had lost the path, and the answer said "writing its
+// files"). Skipped, loudly, where a tmpfs cannot be mounted (not root).
 func TestIngest_DiskFull(t *testing.T) {
+	t.Run("commit", func(t *testing.T) {
+		ingestDiskFull(t, sqlite.NewDefaultOptions(), "mcpaudit.db")
+	})
+	t.Run("log", func(t *testing.T) {
+		opts := sqlite.NewDefaultOptions()
+		opts.Ack = sqlite.AckLog
+		ingestDiskFull(t, opts, "00000000000000000001.log")
+	})
+}
+
+func ingestDiskFull(t *testing.T, opts sqlite.Options, file string) {
 	dir := filepath.Join(t.TempDir(), "full")
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		t.Fatal(err)
@@ -35,7 +48,7 @@ func TestIngest_DiskFull(t *testing.T) {
 			t.Errorf("umount %s: %v: %s", dir, err, out)
 		}
 	})
-	e := newEnvAt(t, filepath.Join(dir, "mcpaudit.db"), sqlite.NewDefaultOptions(), nil)
+	e := newEnvAt(t, filepath.Join(dir, "mcpaudit.db"), opts, nil)
 	// The disk filled by another file, as by another process.
 	junk, err := os.Create(filepath.Join(dir, "junk"))
 	if err != nil {
@@ -68,8 +81,8 @@ func TestIngest_DiskFull(t *testing.T) {
 	if last.status != 503 {
 		t.Fatalf("50 requests of 200 calls of 2 KB each taken on a 2 MiB disk already full: last answer %d %s", last.status, last.body)
 	}
-	if !strings.Contains(last.body, "store: disk full (ENOSPC) writing mcpaudit.db") || strings.Contains(last.body, dir) {
-		t.Errorf("answer %d %s, want the reason, store: disk full (ENOSPC) writing mcpaudit.db, and no path", last.status, last.body)
+	if want := "store: disk full (ENOSPC) writing " + file + ";"; !strings.Contains(last.body, want) || strings.Contains(last.body, dir) {
+		t.Errorf("answer %d %s, want the reason, %s, and no path", last.status, last.body, want)
 	}
 }
 

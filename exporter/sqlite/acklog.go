@@ -1058,18 +1058,20 @@ func (s *Store) SpoolFilesSetAside() (rejected, torn int, err error) {
 
 // Ready fails while the drain of the call log fails: what was
 // acknowledged is not committed, and queries wait for it (LogWait) and
-// then fail.
+// then fail. It fails too while the disk is full: since a write failed
+// for want of space (which the error reads as: syscall.ENOSPC), until a
+// write as large succeeds or the disk has room again.
 func (s *Store) Ready() error {
 	if s.closed.Load() {
 		return audit.ErrClosed
 	}
 	cl := s.clog
 	if cl == nil {
-		return nil
+		return s.fullReason()
 	}
 	_, failed := cl.nextProgress()
 	if failed == nil {
-		return nil
+		return s.fullReason()
 	}
 	frames, bytes := cl.l.Usage()
 	return fmt.Errorf("the call log cannot be committed (%d frames, %d bytes acknowledged wait): %w: %w", frames, bytes, audit.ErrUnavailable, failed)

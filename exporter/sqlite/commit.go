@@ -323,13 +323,18 @@ func (s *Store) appendCalls(ctx context.Context, calls []audit.Record, compare b
 			skipped = &idx
 		}
 		n, err := s.appendLog(ctx, rows, skipped)
-		return int(n), rows, idx, s.fail("append calls", err)
+		err = s.fail("append calls", err)
+		s.noteWrite(err, payload(rows))
+		return int(n), rows, idx, err
 	}
 	req := &request{calls: rows, watermark: zeroTime, compare: compare}
 	n, err := s.submit(ctx, req)
 	if err != nil {
-		return 0, nil, nil, s.fail("append calls", err)
+		err = s.fail("append calls", err)
+		s.noteWrite(err, payload(rows))
+		return 0, nil, nil, err
 	}
+	s.noteWrite(nil, payload(rows))
 	return int(n), rows, req.skipped, nil
 }
 

@@ -224,6 +224,9 @@ type Store struct {
 	// logDir is the call log's directory, whatever Ack says: a log left
 	// by a run with Ack "log" is applied at Open.
 	logDir string
+	// fullAt is the last write the disk had no room for, nil when none
+	// or cleared (diskfull.go).
+	fullAt atomic.Pointer[fullWrite]
 	// logRejected counts the call log frames set aside since Open, and
 	// logTailsCut the torn tails Open cut off its segments.
 	logRejected, logTailsCut atomic.Int64
@@ -620,7 +623,9 @@ func (s *Store) fail(op string, err error) error {
 	if s.closed.Load() && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 		return errClosed(op)
 	}
-	return fmt.Errorf("cannot %s: %w", op, wrap(s.full(err)))
+	err = fmt.Errorf("cannot %s: %w", op, wrap(s.full(err)))
+	s.noteWrite(err, 0)
+	return err
 }
 
 // full names the file and the setting to look at in SQLite's "database or

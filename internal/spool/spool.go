@@ -281,10 +281,28 @@ func (sp *Log[T]) ioError(op, path string, err error) error {
 		err = pe.Err
 	}
 	if errors.Is(err, syscall.ENOSPC) {
-		return fmt.Errorf("cannot %s %s: %w (the disk is full: free space on it; %s bounds the log, not the disk)", op, path, err, sp.limitKey)
+		return &diskFull{err: fmt.Errorf("cannot %s %s: %w (the disk is full: free space on it; %s bounds the log, not the disk)", op, path, err, sp.limitKey), path: path}
 	}
 	return fmt.Errorf("cannot %s %s: %w", op, path, err)
 }
+
+// diskFull is the error of a write or a sync of the spool file path that
+// the disk refused for want of space. It names the file, as the embedded
+// store's error does (Writing): the answer to a sender refused for it
+// says which file, its base name only; before (op47), the path was cut
+// from the *fs.PathError and the answer said "writing its files".
+type diskFull struct {
+	err  error
+	path string
+}
+
+func (e *diskFull) Error() string { return e.err.Error() }
+
+func (e *diskFull) Unwrap() error { return e.err }
+
+// Writing names the file the refused write was to: its base name, never
+// the path.
+func (e *diskFull) Writing() string { return filepath.Base(e.path) }
 
 // DefaultLimitKey is the setting errors name for a spool's limit until
 // LimitKey says otherwise: the ClickHouse store's.

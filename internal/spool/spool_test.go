@@ -2,6 +2,7 @@ package spool
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -260,6 +261,11 @@ func TestLog_DiskFullSaysItOnce(t *testing.T) {
 	want := "cannot write spool segment /dev/full: no space left on device (the disk is full: free space on it; serve.sqlite.log_max_bytes bounds the log, not the disk)"
 	if err.Error() != want || !errors.Is(err, syscall.ENOSPC) {
 		t.Errorf("write error %q, want %q matching ENOSPC", err, want)
+	}
+	// The file, for the answer to a refused sender: its base name.
+	var w interface{ Writing() string }
+	if !errors.As(fmt.Errorf("cannot append calls: %w", err), &w) || w.Writing() != "full" {
+		t.Errorf("write error %q does not name the file it was writing (full)", err)
 	}
 
 	defer func(s func(*os.File) error) { syncSegment = s }(syncSegment)
