@@ -425,6 +425,24 @@ var liveScenarios = []struct {
 	// less than join_wait (under a load of 30, 82 to 375 calls too late,
 	// 9 to 53 of 127 findings missing).
 	recent bool
+	// clockLagOff: detect.max_clock_lag is 0, so that a source whose
+	// calls are dated hours (or, in a capture 50 minutes old, minutes)
+	// behind their delivery holds its partition back as any source behind
+	// does (docs/config.md). With the default (15m), such a source beside
+	// a current one (a pod ahead) holds nothing back and its calls are
+	// counted too late (clock_behind), but only those that come after the
+	// partition's join_wait (3 s here), which holds every source of a new
+	// partition: how many are judged depends on how fast the replay runs,
+	// and analyze's findings came only when it took less than join_wait
+	// (flk47: paced over 8 s, 3 of 3 carriers failed, 39 of 119 findings
+	// missing, 246-249 calls too late; at full speed under a load of 26-39,
+	// 1 run of 6 took 5.0 s: 147 calls too late, 24 findings missing).
+	// Dated at the wall clock (recent) the pods two hours behind are
+	// still such sources, and within max_clock_lag a quiet slow pod holds
+	// its partition after the replay, so the scenario needs the rule off;
+	// the rule itself is tested in collector/detect and
+	// TestTooLateBehindTellsSlowClockFromBacklog.
+	clockLagOff bool
 }{
 	{"two_providers_at_full_speed", func(recs []map[string]any) []delivery {
 		var ds []delivery
@@ -432,14 +450,14 @@ var liveScenarios = []struct {
 			ds = append(ds, delivery{rec: r, server: r["server"].(string), pod: "0", at: recTime(r)})
 		}
 		return ds
-	}, 0, false, false, false},
+	}, 0, false, false, false, false},
 	{"timeouts_delivered_at_their_end", func(recs []map[string]any) []delivery {
 		var ds []delivery
 		for _, r := range recs {
 			ds = append(ds, delivery{rec: r, server: r["server"].(string), pod: "0", at: recEnd(r)})
 		}
 		return ds
-	}, 0, false, false, false},
+	}, 0, false, false, false, false},
 	{"one_source_lagging_10m", func(recs []map[string]any) []delivery {
 		var ds []delivery
 		for _, r := range recs {
@@ -450,7 +468,7 @@ var liveScenarios = []struct {
 			ds = append(ds, d)
 		}
 		return ds
-	}, 0, false, false, false},
+	}, 0, false, false, false, false},
 	{"one_poster_two_servers_one_behind", func(recs []map[string]any) []delivery {
 		// One poster of call records sends both servers, oddlynew's calls
 		// 40 s behind thegram's (its queue is behind); as exporters, two
@@ -470,7 +488,7 @@ var liveScenarios = []struct {
 			ds = append(ds, d)
 		}
 		return ds
-	}, 0, false, false, false},
+	}, 0, false, false, false, false},
 	{"pods_exporting_separately", func(recs []map[string]any) []delivery {
 		var ds []delivery
 		for _, r := range recs {
@@ -479,7 +497,7 @@ var liveScenarios = []struct {
 			ds = append(ds, delivery{rec: r, server: r["server"].(string), pod: pod, at: recEnd(r).Add(lag)})
 		}
 		return ds
-	}, 0, false, false, false},
+	}, 0, false, false, false, false},
 	{"source_clock_an_hour_ahead", func(recs []map[string]any) []delivery {
 		// One pod of each server runs an hour ahead: its calls are dated
 		// an hour later (ahead of the collector's clock), and delivered
@@ -494,7 +512,7 @@ var liveScenarios = []struct {
 			ds = append(ds, delivery{rec: r, server: r["server"].(string), pod: pod, at: recEnd(r)})
 		}
 		return ds
-	}, 70 * time.Minute, false, false, true},
+	}, 70 * time.Minute, false, false, true, false},
 	{"clocks_ahead_and_behind_one_exporter_lagging", func(recs []map[string]any) []delivery {
 		// Every pod exports at the real time its calls end (the existing
 		// skew scenario delivers the pod ahead after the others), while
@@ -502,10 +520,10 @@ var liveScenarios = []struct {
 		// hours behind, pod-3 right but exporting 10 min late; oddlynew's
 		// pod-1 two hours behind, pod-2 exporting 40 s late. The pods
 		// behind hold their partitions back (they deliver from the start,
-		// so they are not further behind than the allowance), the calls
-		// ahead are judged on arrival, and the rest are judged late
-		// against them: analyze's findings on the same calls in time
-		// order.
+		// so they are not further behind than the allowance, with
+		// max_clock_lag off: clockLagOff), the calls ahead are judged on
+		// arrival, and the rest are judged late against them: analyze's
+		// findings on the same calls in time order.
 		skew := map[string]time.Duration{"thegram/pod-1": time.Hour, "thegram/pod-2": -2 * time.Hour, "oddlynew/pod-1": -2 * time.Hour}
 		lag := map[string]time.Duration{"thegram/pod-3": 10 * time.Minute, "oddlynew/pod-2": 40 * time.Second}
 		var ds []delivery
@@ -518,7 +536,7 @@ var liveScenarios = []struct {
 			ds = append(ds, delivery{rec: r, server: server, pod: pod, at: at})
 		}
 		return ds
-	}, 70 * time.Minute, false, false, false},
+	}, 70 * time.Minute, false, false, false, true},
 	{"call_later_than_the_allowance", func(recs []map[string]any) []delivery {
 		// One timed-out write, early in the capture, is delivered after
 		// everything else, when its source has been quiet for longer than
@@ -543,7 +561,7 @@ var liveScenarios = []struct {
 			ds = append(ds, d)
 		}
 		return ds
-	}, 0, true, false, false},
+	}, 0, true, false, false, false},
 	{"source_idle_then_resuming", func(recs []map[string]any) []delivery {
 		// Paced at 100 times the speed of the capture: one pod of thegram
 		// stalls for 6 s of wall time a third of the way in (longer than
@@ -563,7 +581,7 @@ var liveScenarios = []struct {
 			ds = append(ds, d)
 		}
 		return ds
-	}, 0, false, false, false},
+	}, 0, false, false, false, false},
 	{"two_observers_one_stalling", func(recs []map[string]any) []delivery {
 		// Every exchange is observed twice: by the server's exporter and
 		// by a client-side observer whose clock reads 300 ms later (so
@@ -587,7 +605,7 @@ var liveScenarios = []struct {
 			ds = append(ds, d)
 		}
 		return ds
-	}, 0, false, true, false},
+	}, 0, false, true, false, false},
 }
 
 // shifted returns a copy of r dated d later, with its id-bearing fields
@@ -611,6 +629,9 @@ func TestServe_LiveDelivery(t *testing.T) {
 			t.Run(sc.name+"/"+carrier, func(t *testing.T) {
 				t.Parallel()
 				cfg := liveConfig(t)
+				if sc.clockLagOff {
+					cfg.Detect.MaxClockLag = 0
+				}
 				// The collector's clock: the real one, moved on by later
 				// once the delivery is done. The calls dated ahead of it
 				// are a fault of the sources' clocks; that the collector's

@@ -18,3 +18,13 @@ func SetMaxSeedCalls(n int) func() {
 // move its watermarks with the wall clock at each value sent on ticks, in
 // place of its CommitEvery ticker: a test sends one between two steps.
 func SetTicks(c *Config, ticks <-chan time.Time) { c.ticks = ticks }
+
+// StateCurrent returns the wall time the engine last found the state file
+// to hold its marks: written then, or unchanged since it was (the file is
+// not rewritten for that alone within stateRefresh, so StateSaved may stay
+// behind a test's clock that moved a second with nothing changed).
+func StateCurrent(p *Pipeline) time.Time {
+	p.floorMu.Lock()
+	defer p.floorMu.Unlock()
+	return p.marksCurrent
+}

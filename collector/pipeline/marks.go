@@ -490,8 +490,11 @@ func (p *Pipeline) saveMarks(marks map[detect.PartitionKey]mark, force bool) {
 	// between two readings.
 	now := p.now()
 	since := now.Sub(p.marksSaved)
-	if maps.EqualFunc(marks, p.savedMarks, mark.equal) && floor.Equal(p.floor) && !p.freedChanged && !p.withdrawalsChanged && since < stateRefresh ||
-		!force && !p.withdrawalsChanged && since < time.Second && !firstMark(marks, p.savedMarks) {
+	if maps.EqualFunc(marks, p.savedMarks, mark.equal) && floor.Equal(p.floor) && !p.freedChanged && !p.withdrawalsChanged && since < stateRefresh {
+		p.marksCurrent = now
+		return
+	}
+	if !force && !p.withdrawalsChanged && since < time.Second && !firstMark(marks, p.savedMarks) {
 		return
 	}
 	if err := writeMarks(p.cfg.StateFile, marks, p.freed, floor, now, p.runState()); err != nil {
@@ -502,6 +505,7 @@ func (p *Pipeline) saveMarks(marks map[detect.PartitionKey]mark, force bool) {
 	}
 	p.freedWritten()
 	p.savedMarks, p.marksSaved, p.floor, p.freedChanged, p.withdrawalsChanged = marks, now, floor, false, false
+	p.marksCurrent = now
 }
 
 // firstMark reports whether marks gives a partition its first watermark:

@@ -205,8 +205,14 @@ type Pipeline struct {
 	// these partitions is kept as freed for the rest of the run (free).
 	doubted    map[detect.PartitionKey]bool
 	marksSaved time.Time
-	floor      time.Time
-	queued     map[int64]int
+	// marksCurrent is the wall time saveMarks last found the file to hold
+	// the engine's marks: it wrote them then, or they had not changed
+	// since it last did (the file is not rewritten for that before
+	// stateRefresh). Tests read it (export_test.go) to know that a crash
+	// now leaves the marks of now.
+	marksCurrent time.Time
+	floor        time.Time
+	queued       map[int64]int
 	// stateWarned is when a failure to write the state file was last
 	// logged: at most once a minute.
 	stateWarned time.Time

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/collector/detect"
+	"github.com/mcpaudit/mcpaudit/collector/pipeline"
 )
 
 // TestRestart_KilledDuringHold is a kill -9 while the hold of an earlier
@@ -23,12 +24,64 @@ import (
 // too late, and the write's window closed without its read (a false
 // unverified_write).
 func TestRestart_KilledDuringHold(t *testing.T) {
-	p, queue, first := heldAfterOutage(t, 3*time.Minute)
+	p, queue, first := heldAfterOutage(t, 3*time.Minute, nil)
 	held, rest := queue[:10], queue[10:]
 	p.deliver(rest)
 	p.live(5)
 	p.r.saved()
+	killedDuringHold(t, p, first, held)
+}
+
+// TestRestart_KilledDuringHoldSavedBefore is TestRestart_KilledDuringHold
+// when the engine's ticker saved the state file after the last second's
+// calls and before the clock moved on (flk47). Nothing changes in the next
+// second (the partition is held, the pods' clocks are as saved): the file
+// is not rewritten for it (a second is within stateRefresh), and the kill
+// a second later leaves it saved a second before. The start counts 31 s of
+// downtime and must hold as well. The ticks are the test's
+// (pipeline.SetTicks) so that the save lands there on every run; with the
+// real ticker it did in 1 run in 30 at a load of 20, and the harness's wait
+// for a file saved at the kill's time (run.saved) then gave up after a
+// minute.
+func TestRestart_KilledDuringHoldSavedBefore(t *testing.T) {
+	ticks := make(chan time.Time)
+	p, queue, first := heldAfterOutage(t, 3*time.Minute, func(c *pipeline.Config) { pipeline.SetTicks(c, ticks) })
+	// The engine commits and saves at each tick, and at a status only
+	// what is pending: a tick after each second is the ticker of a fast
+	// machine, the status after it waits until the engine has done it.
+	tick := func() {
+		ticks <- p.clock.Now()
+		p.r.status()
+	}
+	held, rest := queue[:10], queue[10:]
+	p.deliver(rest)
+	tick()
+	// p.live(5), each second's calls saved before the clock moves on.
+	for range 5 {
+		now := p.clock.Now()
+		for _, pod := range []string{"pod-0", "pod-1"} {
+			p.ingest(pod, p.line(pod, now.Add(-time.Second)))
+		}
+		tick()
+		p.clock.Add(time.Second)
+	}
+	tick()
+	if saved, want := p.r.p.StateSaved(), p.clock.Now().Add(-time.Second); !saved.Equal(want) {
+		t.Fatalf("the state file was last written at %s, not at %s (the last second's calls): the test shows nothing", saved, want)
+	}
+	p.r.saved()
+	killedDuringHold(t, p, first, held)
+}
+
+// killedDuringHold kills the pods' run (its state file saved), keeps it
+// down for 30 s and starts it again (with the ticker of every run's own:
+// p.edit is dropped), checks that the hold of the first start is kept, then
+// has the held requests come a minute later, and checks that nothing was
+// too late or found.
+func killedDuringHold(t *testing.T, p *pods, first detect.PartitionStatus, held []podRequest) {
+	t.Helper()
 	p.r.crash()
+	p.edit = nil
 	p.clock.Add(30 * time.Second)
 	p.restart()
 	st := p.r.status()[thegramKey]
@@ -57,7 +110,7 @@ func TestRestart_KilledDuringHold(t *testing.T) {
 // backlog's oldest requests, coming after the first hold's end, are
 // judged.
 func TestRestart_KilledDuringHoldSendersAway(t *testing.T) {
-	p, queue, first := heldAfterOutage(t, 150*time.Second)
+	p, queue, first := heldAfterOutage(t, 150*time.Second, nil)
 	// Up for 40 s, nothing delivered; killed; down for 30 s.
 	p.clock.Add(40 * time.Second)
 	p.r.saved()
@@ -93,13 +146,15 @@ var thegramKey = detect.PartitionKey{Server: "thegram"}
 // heldAfterOutage runs the pods for 30 s, stops the run with a write
 // pending (stopWithWrite), keeps it down for down and starts it again. It
 // returns the pods, their senders' queue of the outage and thegram's status
-// after the start, which holds the partition for their backlog.
-func heldAfterOutage(t *testing.T, down time.Duration) (*pods, []podRequest, detect.PartitionStatus) {
+// after the start, which holds the partition for their backlog. edit, when
+// set, edits the pipeline's config of that start (pods.edit).
+func heldAfterOutage(t *testing.T, down time.Duration, edit func(*pipeline.Config)) (*pods, []podRequest, detect.PartitionStatus) {
 	t.Helper()
 	p := newPods(t)
 	p.live(30)
 	queue := p.stopWithWrite(down)
 	p.clock.Add(down)
+	p.edit = edit
 	p.restart()
 	first := p.r.status()[thegramKey]
 	if first.HeldUntil.IsZero() {

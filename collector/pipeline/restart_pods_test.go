@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/collector/detect"
+	"github.com/mcpaudit/mcpaudit/collector/pipeline"
 )
 
 // pods is the traffic of the restart tests that a sender's queue brings
@@ -17,6 +18,8 @@ type pods struct {
 	clock *testClock
 	r     *run
 	rpc   int
+	// edit, when set, edits the pipeline's config of each start (restart).
+	edit func(*pipeline.Config)
 }
 
 // newPods starts a run over a new data directory at wallStart.
@@ -28,7 +31,7 @@ func newPods(t *testing.T) *pods {
 
 // restart starts a run again over the data directory.
 func (p *pods) restart() {
-	p.r = openRun(p.t, p.dir, p.clock, nil, nil)
+	p.r = openRun(p.t, p.dir, p.clock, p.edit, nil)
 }
 
 // line is one harmless call of pod's session at at, under an RPC id of
