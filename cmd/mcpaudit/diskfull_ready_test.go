@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/mcpaudit/mcpaudit/api"
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
+	"github.com/mcpaudit/mcpaudit/internal/tmpfs"
 )
 
 // TestServe_DiskFullNotReady: on a real full disk (a 24 MiB tmpfs
@@ -34,18 +34,7 @@ func TestServe_DiskFullNotReady(t *testing.T) {
 }
 
 func diskFullNotReady(t *testing.T, ack string) {
-	dir := filepath.Join(t.TempDir(), "full")
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Skipf("SKIPPED: a real full disk needs a tmpfs, and mount -t tmpfs failed (run as root): %v: %s", err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", "-l", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", dir, err, out)
-		}
-	})
+	dir := tmpfs.Mount(t, "24m")
 	cfg := testConfig(t, filepath.Join(dir, "data"))
 	cfg.Serve.SQLite.Ack = ack
 	s := startTest(t, cfg)

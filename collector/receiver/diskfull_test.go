@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/mcpaudit/mcpaudit/collector/receiver"
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
+	"github.com/mcpaudit/mcpaudit/internal/tmpfs"
 )
 
 // TestIngest_DiskFull: on a real full disk (a 2 MiB tmpfs, filled), a
@@ -36,18 +36,7 @@ func TestIngest_DiskFull(t *testing.T) {
 }
 
 func ingestDiskFull(t *testing.T, opts sqlite.Options, file string) {
-	dir := filepath.Join(t.TempDir(), "full")
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Skipf("SKIPPED: a real full disk needs a tmpfs, and mount -t tmpfs failed (run as root): %v: %s", err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", "-l", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", dir, err, out)
-		}
-	})
+	dir := tmpfs.Mount(t, "2m")
 	e := newEnvAt(t, filepath.Join(dir, "mcpaudit.db"), opts, nil)
 	// The disk filled by another file, as by another process.
 	junk, err := os.Create(filepath.Join(dir, "junk"))
