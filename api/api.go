@@ -581,8 +581,9 @@ type SLO struct {
 	Stored *Stored `json:"stored_writes,omitempty"`
 }
 
-// noWrite reports whether counts hold no write at all, in any state.
-func noWrite(counts map[audit.WriteState]int64) bool {
+// NoWrite reports whether counts hold no write at all, in any state (then
+// /api/v1/slo and report say where the stored writes lie).
+func NoWrite(counts map[audit.WriteState]int64) bool {
 	for _, n := range counts {
 		if n != 0 {
 			return false
@@ -648,7 +649,7 @@ func (s *Server) slo(w http.ResponseWriter, r *http.Request) {
 		full[st] = counts[st]
 	}
 	out := SLO{Window: window, Since: since, Until: until, Server: p.str("server"), Target: target, Counts: full}
-	if noWrite(counts) {
+	if NoWrite(counts) {
 		if out.Stored, err = StoredWrites(r.Context(), s.store, tenant, p.str("server")); err != nil {
 			s.fail(w, err)
 			return

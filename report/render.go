@@ -11,6 +11,7 @@ import (
 	texttemplate "text/template"
 	"time"
 
+	"github.com/mcpaudit/mcpaudit/api"
 	"github.com/mcpaudit/mcpaudit/audit"
 )
 
@@ -65,7 +66,7 @@ func funcs() map[string]any {
 		"md":     markdownText,
 		// nowrite: the window holds no write at all (Report.Stored says
 		// where the stored ones are, if any).
-		"nowrite": func(r *Report) bool { return empty(r.Counts) },
+		"nowrite": func(r *Report) bool { return api.NoWrite(r.Counts) },
 		"stamp":   func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 MST") },
 	}
 }

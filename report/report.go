@@ -171,7 +171,7 @@ func Build(ctx context.Context, store audit.Store, q Query) (*Report, error) {
 		return nil, fmt.Errorf("cannot count writes: %w", err)
 	}
 	r.Counts = full(counts)
-	if empty(counts) {
+	if api.NoWrite(counts) {
 		if r.Stored, err = storedWrites(ctx, store, q); err != nil {
 			return nil, err
 		}

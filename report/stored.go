@@ -12,16 +12,6 @@ import (
 // /api/v1/slo tells too.
 type Stored = api.Stored
 
-// empty reports whether the window holds no write at all, in any state.
-func empty(counts map[audit.WriteState]int64) bool {
-	for _, n := range counts {
-		if n != 0 {
-			return false
-		}
-	}
-	return true
-}
-
 // storedWrites finds the first and last stored write of q's tenant and
 // server, or nil when none is stored (api.StoredWrites).
 func storedWrites(ctx context.Context, store audit.Store, q Query) (*Stored, error) {
