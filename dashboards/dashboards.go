@@ -365,7 +365,7 @@ func collector() *dashboard.DashboardBuilder {
 			query(fmt.Sprintf("max by (instance) (%s / %s)", sel(metrics.SpoolBytes, jobMatcher), sel(metrics.SpoolLimitBytes, jobMatcher)),
 				"{{instance}}"))).
 		WithPanel(graph("Store ready",
-			"1 while each instance's store is ready (GET /readyz answers 200), 0 while it is not: ClickHouse unreachable or its spool still draining, or the embedded store's call log not committed (ack log). Calls are still acknowledged while the log above has room; queries, the API and the page answer 503. Not ready for 5m, McpAuditStoreUnavailable warns; calls refused as store_unavailable for 5m, McpAuditStoreRefusingCalls pages.",
+			"1 while each instance's store is ready (GET /readyz answers 200), 0 while it is not: ClickHouse unreachable or its spool still draining, the embedded store's call log not committed (ack log), or the embedded store's disk full. Calls are still acknowledged while the log above has room (on a full disk, those the store cannot write are refused 503); queries, the API and the page answer 503. Not ready for 5m, McpAuditStoreUnavailable warns; calls refused as store_unavailable for 5m, McpAuditStoreRefusingCalls pages.",
 			units.Short,
 			query(fmt.Sprintf("min by (instance) (%s)", sel(metrics.StoreReady, jobMatcher)), "{{instance}}"))).
 		WithPanel(graph("Withdrawals waiting for the store",

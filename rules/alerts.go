@@ -507,9 +507,10 @@ func (b *builder) storeAlerts() []Rule {
 			severity: SeverityWarning,
 			summary:  "The store of a collector is not ready.",
 			description: "The store of collector {{ $labels.instance }} of job {{ $labels.job }} has not been ready for 5m " +
-				"(/readyz 503): ClickHouse unreachable or its spool still draining, or the embedded store's call log not " +
-				"committed. Calls are still acknowledged while the spool or call log has room; queries, the API and the " +
-				"page fail meanwhile, and findings wait. /readyz and mcpaudit status say why and how much waits.",
+				"(/readyz 503): ClickHouse unreachable or its spool still draining, the embedded store's call log not " +
+				"committed, or the embedded store's disk full. Calls are still acknowledged while the spool or call log has " +
+				"room (on a full disk those the store cannot write are refused 503 until it has room); queries, the API and " +
+				"the page fail meanwhile, and findings wait. /readyz and mcpaudit status say why and how much waits.",
 		}),
 		// Found by wd21: a withdrawal the store refuses as unavailable is
 		// retried at every commit, and nothing else tells it. Warning:
@@ -528,8 +529,8 @@ func (b *builder) storeAlerts() []Rule {
 		}),
 		// Critical: what the senders see. A refusal lasting under the
 		// rate window (one busy commit) does not page; a full spool, or
-		// commits failing on a full disk (ack commit, whose store is
-		// ready between requests), keep refusing every retry.
+		// commits failing on a full disk (the store not ready meanwhile:
+		// McpAuditStoreUnavailable), keep refusing every retry.
 		b.rule(alert{
 			name: "McpAuditStoreRefusingCalls",
 			expr: fmt.Sprintf(`sum by (%s) (rate(%s{%s="%s"}[2m])) > 0`, by, metrics.IngestRejectedTotal,

@@ -403,7 +403,7 @@ var Families = []Family{
 		nil},
 	{SpoolLimitBytes, "gauge", "The limit of the store's local log: past it, appends are refused (503) until the log drains.",
 		nil},
-	{StoreReady, "gauge", "1 while the store is ready (GET /readyz answers 200), 0 while it is not: ClickHouse unreachable or its spool draining, the embedded store's call log not committed (ack log).",
+	{StoreReady, "gauge", "1 while the store is ready (GET /readyz answers 200), 0 while it is not: ClickHouse unreachable or its spool draining, the embedded store's call log not committed (ack log), or the embedded store's disk full (until a write as large as the one refused succeeds or the disk has room).",
 		nil},
 	{ServeLastDowntimeSeconds, "gauge", "How long serve was down before this start, from the previous run's last save of its state file to this start, labelled with how that run ended: stop (a clean stop), crash (killed, crashed, or a commit that failed at its stop) or unknown.",
 		[]string{LabelEnd}},
