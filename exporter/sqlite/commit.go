@@ -324,17 +324,17 @@ func (s *Store) appendCalls(ctx context.Context, calls []audit.Record, compare b
 		}
 		n, err := s.appendLog(ctx, rows, skipped)
 		err = s.fail("append calls", err)
-		s.noteWrite(err, payload(rows))
+		s.noteCalls(err, rows)
 		return int(n), rows, idx, err
 	}
 	req := &request{calls: rows, watermark: zeroTime, compare: compare}
 	n, err := s.submit(ctx, req)
 	if err != nil {
 		err = s.fail("append calls", err)
-		s.noteWrite(err, payload(rows))
+		s.noteCalls(err, rows)
 		return 0, nil, nil, err
 	}
-	s.noteWrite(nil, payload(rows))
+	s.noteCalls(nil, rows)
 	return int(n), rows, req.skipped, nil
 }
 

@@ -92,6 +92,16 @@ func (e *notReadyFull) Error() string {
 
 func (e *notReadyFull) Unwrap() error { return e.w.err }
 
+// noteCalls is noteWrite for a write of the calls rows. Their size is
+// summed only when it can matter: the write failed, or the disk was found
+// full before; a commit on a disk with room pays one atomic load.
+func (s *Store) noteCalls(err error, rows []callRow) {
+	if err == nil && s.fullAt.Load() == nil {
+		return
+	}
+	s.noteWrite(err, payload(rows))
+}
+
 // payload is the size of the encoded calls of rows: what a write of them
 // needs at least.
 func payload(rows []callRow) int64 {
