@@ -1,0 +1,98 @@
+package main
+
+import (
+	"context"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/api"
+	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
+)
+
+// TestTimeline_FindingsOutsideTheRange: "what happened to this document at
+// 14:02?" A double-applied write's finding is dated by its first evidence
+// call (the patch that timed out at 14:01:41); the second application, at
+// 14:02:10, is evidence too. mcpaudit timeline --since 14:02 shows that
+// call and its write state; it names the finding the call is evidence of on
+// standard error and counts the other findings of the document that fall
+// outside the range, as the page's timeline does (nop48: the CLI showed
+// "state double_applied" and nothing of the finding). Without a range it
+// says nothing more. A real SQLite store, read directly and through the API.
+func TestTimeline_FindingsOutsideTheRange(t *testing.T) {
+	dir := t.TempDir()
+	st, err := sqlite.Open(filepath.Join(dir, "mcpaudit.db"), sqlite.NewDefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	const doc = "ops/notes-1d0459.gram"
+	day := time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)
+	at := func(hms string) time.Time {
+		d, err := time.ParseDuration(hms)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return day.Add(d)
+	}
+	call := func(id string, when time.Time, status audit.OpStatus) audit.Record {
+		c := &audit.Call{ID: id, Time: when, Server: "thegram", Session: "s-d7448f42d1", RPCID: "1", Method: "tools/call", Tool: "gram_patch",
+			Arguments: []byte(`{"path":"` + doc + `","base_revision":15,"request_id":"req-` + id + `"}`)}
+		outcome := audit.OutcomeOK
+		if status == audit.OpUncertain {
+			outcome = audit.OutcomeNoResponse
+		}
+		return audit.Record{Call: c, Dialect: "thegram", Outcome: outcome, Tool: c.Tool,
+			Ops: []audit.Op{{Tool: c.Tool, Kind: audit.OpWrite, Target: doc, Status: status}}}
+	}
+	const early, first, second = "c_00000000000000000001", "c_00000000000000000002", "c_00000000000000000003"
+	recs := []audit.Record{
+		call(early, at("13h40m"), audit.OpUncertain),
+		call(first, at("14h1m41.975s"), audit.OpUncertain),
+		call(second, at("14h2m10.562s"), audit.OpSucceeded),
+	}
+	if _, err := st.AppendCalls(ctx, recs); err != nil {
+		t.Fatal(err)
+	}
+	double := audit.Finding{Kind: audit.KindDoubleAppliedWrite, Severity: audit.KindDoubleAppliedWrite.Severity(), Server: "thegram",
+		Document: doc, Key: "req-" + second, Session: "s-d7448f42d1", Time: recs[1].Call.Time, Calls: []string{first, second}, Summary: "applied twice"}
+	unverified := audit.Finding{Kind: audit.KindUnverifiedWrite, Severity: audit.KindUnverifiedWrite.Severity(), Server: "thegram",
+		Document: doc, Key: "req-" + early, Session: "s-d7448f42d1", Time: recs[0].Call.Time, Calls: []string{early}, Summary: "no proof"}
+	if err := st.Commit(ctx, audit.Results{Findings: []audit.Finding{double, unverified}}); err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(api.New(st, 0.999).Handler())
+	defer hs.Close()
+	defer st.Close()
+	for _, where := range [][]string{{"--data-dir", dir}, {"--api-url", hs.URL}} {
+		for _, format := range []string{"text", "json"} {
+			args := append([]string{"timeline"}, where...)
+			args = append(args, "--format", format, "--since", "2026-12-06 14:02", "--until", "2026-12-06 14:03", doc)
+			code, out, errs := cliRun(args...)
+			if code != 0 {
+				t.Fatalf("%v: exit %d: %s", args, code, errs)
+			}
+			if !strings.Contains(out, second) || strings.Contains(out, first) {
+				t.Fatalf("%v: want the call of 14:02:10 alone in the range:\n%s", args, out)
+			}
+			want := "call " + second + " in the range is evidence of finding " + double.ID() + " (double_applied_write, open), dated 2026-12-06 14:01:41.975 UTC"
+			if !strings.Contains(errs, want) {
+				t.Errorf("%v: standard error does not name the finding the call shown is evidence of (%q):\n%s", args, want, errs)
+			}
+			if !strings.Contains(errs, "1 more finding on this document falls outside the range") {
+				t.Errorf("%v: standard error does not count the other finding outside the range:\n%s", args, errs)
+			}
+			if strings.Contains(errs, unverified.ID()) {
+				t.Errorf("%v: names a finding no call shown is evidence of:\n%s", args, errs)
+			}
+		}
+		args := append(append([]string{"timeline"}, where...), doc)
+		code, out, errs := cliRun(args...)
+		if code != 0 || !strings.Contains(out, double.ID()) || !strings.Contains(out, unverified.ID()) || errs != "" {
+			t.Errorf("%v: exit %d; want both findings in the table and nothing on standard error:\n%s\nstderr: %s", args, code, out, errs)
+		}
+	}
+}
