@@ -2,6 +2,7 @@ package web
 
 import (
 	"context"
+	"fmt"
 	"html"
 	"net/http"
 	"net/http/httptest"
@@ -262,6 +263,16 @@ func TestTimelineFindingsFollowRange(t *testing.T) {
 		if wantOutside > 0 && !strings.Contains(page, `show every time`) {
 			t.Errorf("%s?%s: no link to the findings outside the range", path, query)
 		}
+		// One finding falls outside, two fall (nop48: "1 more finding on
+		// this document fall outside the range").
+		kind := strings.TrimSuffix(strings.Split(path, "/")[1], "s")
+		sentence := fmt.Sprintf("%d more findings on this %s fall outside the range", wantOutside, kind)
+		if wantOutside == 1 {
+			sentence = "1 more finding on this " + kind + " falls outside the range"
+		}
+		if wantOutside > 0 && !strings.Contains(page, sentence) {
+			t.Errorf("%s?%s: the page does not say %q", path, query, sentence)
+		}
 	}
 	for _, path := range []string{"/documents/team%2Fnotes.gram", "/sessions/s-incident"} {
 		all := []string{"2026-12-04 14:00:00.000", "2026-12-04 14:01:00.000", "2026-12-04 14:02:00.000"}
@@ -272,6 +283,11 @@ func TestTimelineFindingsFollowRange(t *testing.T) {
 		f(path, "since=2026-12-04+14:00:30&until=2026-12-04+14:01:30", []string{"2026-12-04 14:01:00.000"}, 2)
 		f(path, "since=2026-12-04+14:05", nil, 3)
 		f(path, "until=2026-12-04+14:01", []string{"2026-12-04 14:00:00.000"}, 2)
+		late := all[1:]
+		if path == "/sessions/s-incident" {
+			late = all[:2]
+		}
+		f(path, "since=2026-12-04+14:00:30", late, 1)
 	}
 	// c_...11 (14:01:30) is the evidence of the double-applied write of
 	// 14:00, which is outside the range: the row still says so.
