@@ -336,3 +336,25 @@ func TestTimelineFindingsCapped(t *testing.T) {
 	f("since=2026-12-04+14:00:02", findingsListed+1, findingsListed, 2)
 	f("since=2026-12-04+14:00:02&until=2026-12-04+14:00:12", 10, 10, findingsListed-7)
 }
+
+// TestFindingsListRangeSaysHowFindingsAreDated: the findings list filtered
+// by time says that a finding is dated by its first evidence call (nop48:
+// "what happened at 14:02?" filtered 14:02 to 14:03 read "No findings
+// match." beside a double-applied write whose second application was at
+// 14:02:10, its finding dated 14:01:41), and points to the timelines, which
+// mark every evidence call; without a range it says nothing of it.
+func TestFindingsListRangeSaysHowFindingsAreDated(t *testing.T) {
+	hs := incidentServer(t)
+	c := client(t)
+	for _, q := range []string{"since=2026-12-04+14:02:30&until=2026-12-04+14:03", "until=2026-12-04+14:00:30", "since=1h"} {
+		code, page := body(t, c, "GET", hs.URL+"/?"+q, nil)
+		if code != 200 || !strings.Contains(page, `<p id="range-dated"`) || !strings.Contains(page, "dated by its first evidence call") {
+			t.Errorf("/?%s: %d, the list does not say how findings are dated:\n%s", q, code, page)
+		}
+	}
+	for _, q := range []string{"", "kind=double_applied_write", "document=team%2Fnotes.gram"} {
+		if code, page := body(t, c, "GET", hs.URL+"/?"+q, nil); code != 200 || strings.Contains(page, `id="range-dated"`) {
+			t.Errorf("/?%s: %d, the note is shown without a range", q, code)
+		}
+	}
+}
