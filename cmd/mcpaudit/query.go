@@ -296,6 +296,12 @@ func findingsCommand(args []string, stdout, stderr io.Writer) error {
 	if err := json.Unmarshal(b, &page); err != nil {
 		return &exitError{code: 2, err: err}
 	}
+	if len(page.Findings) == 0 && *filters["cursor"] == "" && (*filters["since"] != "" || *filters["until"] != "") {
+		// "What happened at 14:02?" asked of the findings: one dated
+		// before the range (by its first evidence call) whose later call
+		// is in it is not listed (nop48).
+		fmt.Fprintln(stderr, "mcpaudit findings: none dated in the range: a finding is dated by its first evidence call, so one that began before --since is not listed even when a later call of it is in the range; mcpaudit calls --since ... --until ... lists the range's calls, and mcpaudit timeline DOC --since ... --until ... names the findings they are evidence of")
+	}
 	if doc := *filters["document"]; doc != "" && len(page.Findings) == 0 {
 		q.hintUnknownDocument(stderr, "findings", doc)
 	}

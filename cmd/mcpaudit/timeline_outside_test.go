@@ -96,3 +96,43 @@ func TestTimeline_FindingsOutsideTheRange(t *testing.T) {
 		}
 	}
 }
+
+// TestFindings_EmptyRangeSaysHowFindingsAreDated: mcpaudit findings with
+// --since and --until that lists nothing says on standard error that a
+// finding is dated by its first evidence call and which commands show the
+// range's calls (nop48: 14:02 to 14:03 printed an empty table beside the
+// second application of a double-applied write dated 14:01:41); a range
+// with findings, or no range, says nothing of it. A real SQLite store.
+func TestFindings_EmptyRangeSaysHowFindingsAreDated(t *testing.T) {
+	dir := t.TempDir()
+	st, err := sqlite.Open(filepath.Join(dir, "mcpaudit.db"), sqlite.NewDefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	at := time.Date(2026, 12, 6, 14, 1, 41, 975e6, time.UTC)
+	f := audit.Finding{Kind: audit.KindDoubleAppliedWrite, Severity: audit.KindDoubleAppliedWrite.Severity(), Server: "thegram",
+		Document: "ops/n.gram", Key: "req-2", Time: at, Calls: []string{"c_00000000000000000001", "c_00000000000000000002"}, Summary: "applied twice"}
+	if err := st.Commit(ctx, audit.Results{Findings: []audit.Finding{f}}); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	const note = "a finding is dated by its first evidence call"
+	for _, tc := range []struct {
+		args []string
+		note bool
+	}{
+		{[]string{"--since", "2026-12-06 14:02", "--until", "2026-12-06 14:03"}, true},
+		{[]string{"--since", "2026-12-06 14:02"}, true},
+		{[]string{"--since", "2026-12-06 14:01", "--until", "2026-12-06 14:03"}, false},
+		{[]string{"--kind", "unsafe_retry"}, false},
+	} {
+		code, out, errs := cliRun(append([]string{"findings", "--data-dir", dir}, tc.args...)...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", tc.args, code, errs)
+		}
+		if strings.Contains(errs, note) != tc.note {
+			t.Errorf("%v: standard error says how findings are dated: %v, want %v\nstdout: %s\nstderr: %s", tc.args, !tc.note, tc.note, out, errs)
+		}
+	}
+}
