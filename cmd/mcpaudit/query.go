@@ -469,6 +469,11 @@ func (q *queryFlags) noteFindingsOutside(stderr io.Writer, doc string, timeline 
 		if shown[f.ID()] {
 			continue
 		}
+		if tl.Truncated && len(tl.Events) > 0 && !f.Time.Before(tl.Events[0].Time) {
+			// In the range, past the events this answer holds: the
+			// truncation note says how to read on.
+			continue
+		}
 		if i := slices.IndexFunc(f.Calls, func(c string) bool { return calls[c] }); i >= 0 {
 			fmt.Fprintf(out, "mcpaudit timeline: call %s in the range is evidence of finding %s (%s, %s), dated %s UTC by its first evidence call, outside the range: mcpaudit findings --document %s lists it\n",
 				f.Calls[i], f.ID(), f.Kind, f.StateOf(), f.Time.UTC().Format("2006-01-02 15:04:05.000"), shellWord(doc))
