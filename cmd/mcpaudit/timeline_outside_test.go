@@ -89,7 +89,14 @@ func TestTimeline_FindingsOutsideTheRange(t *testing.T) {
 				t.Errorf("%v: names a finding no call shown is evidence of:\n%s", args, errs)
 			}
 		}
-		args := append(append([]string{"timeline"}, where...), doc)
+		// A truncated answer: the first call alone of a range that holds
+		// its finding too; the finding is in the range, past the events
+		// returned, not "outside the range".
+		args := append(append([]string{"timeline"}, where...), "--since", "2026-12-06 14:00", "--limit", "1", doc)
+		if code, out, errs := cliRun(args...); code != 0 || !strings.Contains(out, first) || strings.Contains(errs, "evidence of finding") || !strings.Contains(errs, "stopped after 1 event") {
+			t.Errorf("%v: exit %d; want the first call, the truncation note and no finding called outside the range:\n%s\nstderr: %s", args, code, out, errs)
+		}
+		args = append(append([]string{"timeline"}, where...), doc)
 		code, out, errs := cliRun(args...)
 		if code != 0 || !strings.Contains(out, double.ID()) || !strings.Contains(out, unverified.ID()) || errs != "" {
 			t.Errorf("%v: exit %d; want both findings in the table and nothing on standard error:\n%s\nstderr: %s", args, code, out, errs)
