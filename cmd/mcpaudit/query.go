@@ -614,9 +614,13 @@ func beforeAfter(before, after string) string {
 // printed, and how to read the rest: from next_since, or with a larger
 // limit when one instant holds more events than the limit.
 func truncatedNote(stderr io.Writer, n, limit int, next time.Time) {
-	fmt.Fprintf(stderr, "mcpaudit timeline: stopped after %d events (--limit %d): the range holds more; "+
+	events := "events"
+	if n == 1 {
+		events = "event"
+	}
+	fmt.Fprintf(stderr, "mcpaudit timeline: stopped after %d %s (--limit %d): the range holds more; "+
 		"to see the rest, run it again with --since %s (events of that instant shown already come again)",
-		n, limit, next.UTC().Format(time.RFC3339Nano))
+		n, events, limit, next.UTC().Format(time.RFC3339Nano))
 	if limit < store.MaxTimeline {
 		fmt.Fprintf(stderr, " or a larger --limit (at most %d)", store.MaxTimeline)
 	}

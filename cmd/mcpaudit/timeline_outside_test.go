@@ -91,9 +91,10 @@ func TestTimeline_FindingsOutsideTheRange(t *testing.T) {
 		}
 		// A truncated answer: the first call alone of a range that holds
 		// its finding too; the finding is in the range, past the events
-		// returned, not "outside the range".
+		// returned, not "outside the range". The note counts one event
+		// (it said "1 events").
 		args := append(append([]string{"timeline"}, where...), "--since", "2026-12-06 14:00", "--limit", "1", doc)
-		if code, out, errs := cliRun(args...); code != 0 || !strings.Contains(out, first) || strings.Contains(errs, "evidence of finding") || !strings.Contains(errs, "stopped after 1 event") {
+		if code, out, errs := cliRun(args...); code != 0 || !strings.Contains(out, first) || strings.Contains(errs, "evidence of finding") || !strings.Contains(errs, "stopped after 1 event (--limit 1)") {
 			t.Errorf("%v: exit %d; want the first call, the truncation note and no finding called outside the range:\n%s\nstderr: %s", args, code, out, errs)
 		}
 		args = append(append([]string{"timeline"}, where...), doc)
