@@ -5,5 +5,7 @@
 // checked beside what they document: the configuration keys by
 // cmd/mcpaudit's TestConfigReference (docs/config.md is generated), the
 // metrics by exporter/metrics' TestDocs and TestRelayDocs, and the alerts'
-// runbook sections by rules' TestAlertsComplete.
+// runbook sections by rules' TestAlertsComplete. Every section of docs/ the code
+// names (docs/detection.md#time) exists (TestCodeDocLinks), and every relative
+// link of the README, docs/ and deploy/'s READMEs resolves (TestMarkdownLinks).
 package docs

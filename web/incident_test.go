@@ -2,6 +2,7 @@ package web
 
 import (
 	"context"
+	"fmt"
 	"html"
 	"net/http"
 	"net/http/httptest"
@@ -262,6 +263,16 @@ func TestTimelineFindingsFollowRange(t *testing.T) {
 		if wantOutside > 0 && !strings.Contains(page, `show every time`) {
 			t.Errorf("%s?%s: no link to the findings outside the range", path, query)
 		}
+		// One finding falls outside, two fall (nop48: "1 more finding on
+		// this document fall outside the range").
+		kind := strings.TrimSuffix(strings.Split(path, "/")[1], "s")
+		sentence := fmt.Sprintf("%d more findings on this %s fall outside the range", wantOutside, kind)
+		if wantOutside == 1 {
+			sentence = "1 more finding on this " + kind + " falls outside the range"
+		}
+		if wantOutside > 0 && !strings.Contains(page, sentence) {
+			t.Errorf("%s?%s: the page does not say %q", path, query, sentence)
+		}
 	}
 	for _, path := range []string{"/documents/team%2Fnotes.gram", "/sessions/s-incident"} {
 		all := []string{"2026-12-04 14:00:00.000", "2026-12-04 14:01:00.000", "2026-12-04 14:02:00.000"}
@@ -272,6 +283,11 @@ func TestTimelineFindingsFollowRange(t *testing.T) {
 		f(path, "since=2026-12-04+14:00:30&until=2026-12-04+14:01:30", []string{"2026-12-04 14:01:00.000"}, 2)
 		f(path, "since=2026-12-04+14:05", nil, 3)
 		f(path, "until=2026-12-04+14:01", []string{"2026-12-04 14:00:00.000"}, 2)
+		late := all[1:]
+		if path == "/sessions/s-incident" {
+			late = all[:2]
+		}
+		f(path, "since=2026-12-04+14:00:30", late, 1)
 	}
 	// c_...11 (14:01:30) is the evidence of the double-applied write of
 	// 14:00, which is outside the range: the row still says so.
@@ -319,4 +335,26 @@ func TestTimelineFindingsCapped(t *testing.T) {
 	f("", findingsListed+3, findingsListed, 0)
 	f("since=2026-12-04+14:00:02", findingsListed+1, findingsListed, 2)
 	f("since=2026-12-04+14:00:02&until=2026-12-04+14:00:12", 10, 10, findingsListed-7)
+}
+
+// TestFindingsListRangeSaysHowFindingsAreDated: the findings list filtered
+// by time says that a finding is dated by its first evidence call (nop48:
+// "what happened at 14:02?" filtered 14:02 to 14:03 read "No findings
+// match." beside a double-applied write whose second application was at
+// 14:02:10, its finding dated 14:01:41), and points to the timelines, which
+// mark every evidence call; without a range it says nothing of it.
+func TestFindingsListRangeSaysHowFindingsAreDated(t *testing.T) {
+	hs := incidentServer(t)
+	c := client(t)
+	for _, q := range []string{"since=2026-12-04+14:02:30&until=2026-12-04+14:03", "until=2026-12-04+14:00:30", "since=1h"} {
+		code, page := body(t, c, "GET", hs.URL+"/?"+q, nil)
+		if code != 200 || !strings.Contains(page, `<p id="range-dated"`) || !strings.Contains(page, "dated by its first evidence call") {
+			t.Errorf("/?%s: %d, the list does not say how findings are dated:\n%s", q, code, page)
+		}
+	}
+	for _, q := range []string{"", "kind=double_applied_write", "document=team%2Fnotes.gram"} {
+		if code, page := body(t, c, "GET", hs.URL+"/?"+q, nil); code != 200 || strings.Contains(page, `id="range-dated"`) {
+			t.Errorf("/?%s: %d, the note is shown without a range", q, code)
+		}
+	}
 }

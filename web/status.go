@@ -38,6 +38,12 @@ type Status struct {
 	// Watermark is the event time up to which every call is judged (the
 	// earliest partition's watermark); zero when not known.
 	Watermark time.Time
+	// WatermarkServer names the partition whose watermark Watermark is
+	// (tenant/server, or server), when the partitions are known: a quiet
+	// server whose last calls are old holds the earliest watermark far
+	// back while every other is on time (nop48). Empty otherwise (the
+	// store's watermark).
+	WatermarkServer string
 }
 
 // StatusFunc reports the collector's status. It must answer quickly; the
@@ -152,6 +158,7 @@ func WithPartitions(base StatusFunc, parts func() []detect.PartitionStatus, quie
 			ps = parts()
 		}
 		var wm time.Time
+		var wmServer string
 		for _, p := range ps {
 			if p.Watermark.IsZero() || sc.tenant != "" && p.Tenant != sc.tenant {
 				continue
@@ -169,11 +176,14 @@ func WithPartitions(base StatusFunc, parts func() []detect.PartitionStatus, quie
 				}
 			}
 			if wm.IsZero() || p.Watermark.Before(wm) {
-				wm = p.Watermark
+				wm, wmServer = p.Watermark, p.Server
+				if p.Tenant != "" {
+					wmServer = p.Tenant + "/" + p.Server
+				}
 			}
 		}
 		if !wm.IsZero() {
-			st.Watermark = wm
+			st.Watermark, st.WatermarkServer = wm, wmServer
 		}
 		return st
 	}

@@ -296,6 +296,12 @@ func findingsCommand(args []string, stdout, stderr io.Writer) error {
 	if err := json.Unmarshal(b, &page); err != nil {
 		return &exitError{code: 2, err: err}
 	}
+	if len(page.Findings) == 0 && *filters["cursor"] == "" && (*filters["since"] != "" || *filters["until"] != "") {
+		// "What happened at 14:02?" asked of the findings: one dated
+		// before the range (by its first evidence call) whose later call
+		// is in it is not listed (nop48).
+		fmt.Fprintln(stderr, "mcpaudit findings: none dated in the range: a finding is dated by its first evidence call, so one that began before --since is not listed even when a later call of it is in the range; mcpaudit calls --since ... --until ... lists the range's calls, and mcpaudit timeline DOC --since ... --until ... names the findings they are evidence of")
+	}
 	if doc := *filters["document"]; doc != "" && len(page.Findings) == 0 {
 		q.hintUnknownDocument(stderr, "findings", doc)
 	}
@@ -368,6 +374,9 @@ func timelineCommand(args []string, stdout, stderr io.Writer) error {
 	if tl.Truncated {
 		defer truncatedNote(stderr, len(tl.Events), *limit, tl.NextSince)
 	}
+	if *since != "" || *until != "" {
+		defer q.noteFindingsOutside(stderr, doc, params, tl)
+	}
 	if q.format == "json" {
 		stdout.Write(b)
 		return nil
@@ -418,6 +427,67 @@ func timelineCommand(args []string, stdout, stderr io.Writer) error {
 	}
 	down(time.Time{})
 	return tw.Flush()
+}
+
+// noteFindingsOutside tells stderr about the findings on doc that a
+// timeline narrowed by --since or --until leaves out, as the page's
+// "more findings fall outside the range" line does: a finding is dated by
+// its first evidence call, so a range around a later one (the second
+// application of a double-applied write) shows that call and its write
+// state without the finding (nop48: "what happened at 14:02?" showed
+// "state double_applied" and no finding). Each left-out finding a call
+// shown is evidence of is named with that call; the others are counted.
+// When the check itself fails it says nothing: the timeline is still right.
+func (q *queryFlags) noteFindingsOutside(stderr io.Writer, doc string, timeline url.Values, tl api.Timeline) {
+	params := url.Values{"document": {doc}, "limit": {strconv.Itoa(store.MaxPage)}}
+	for _, k := range []string{"server", "tenant"} {
+		if v := timeline.Get(k); v != "" {
+			params.Set(k, v)
+		}
+	}
+	b, err := q.get("/api/v1/findings", params)
+	if err != nil {
+		return
+	}
+	var page audit.FindingPage
+	if json.Unmarshal(b, &page) != nil {
+		return
+	}
+	shown, calls := map[string]bool{}, map[string]bool{}
+	for _, e := range tl.Events {
+		switch {
+		case e.Type == audit.EventFinding && e.Finding != nil:
+			shown[e.Finding.ID()] = true
+		case e.Type == audit.EventCall:
+			calls[e.CallID] = true
+		}
+	}
+	out := printable(stderr)
+	more := 0
+	for i := range page.Findings {
+		f := &page.Findings[i]
+		if shown[f.ID()] {
+			continue
+		}
+		if tl.Truncated && len(tl.Events) > 0 && !f.Time.Before(tl.Events[0].Time) {
+			// In the range, past the events this answer holds: the
+			// truncation note says how to read on.
+			continue
+		}
+		if i := slices.IndexFunc(f.Calls, func(c string) bool { return calls[c] }); i >= 0 {
+			fmt.Fprintf(out, "mcpaudit timeline: call %s in the range is evidence of finding %s (%s, %s), dated %s UTC by its first evidence call, outside the range: mcpaudit findings --document %s lists it\n",
+				f.Calls[i], f.ID(), f.Kind, f.StateOf(), f.Time.UTC().Format("2006-01-02 15:04:05.000"), shellWord(doc))
+			continue
+		}
+		more++
+	}
+	if more > 0 && !tl.Truncated {
+		s := "findings on this document fall"
+		if more == 1 {
+			s = "finding on this document falls"
+		}
+		fmt.Fprintf(out, "mcpaudit timeline: %d more %s outside the range: mcpaudit findings --document %s lists every one\n", more, s, shellWord(doc))
+	}
 }
 
 // timelineServers returns the servers the events name, sorted.
@@ -544,9 +614,13 @@ func beforeAfter(before, after string) string {
 // printed, and how to read the rest: from next_since, or with a larger
 // limit when one instant holds more events than the limit.
 func truncatedNote(stderr io.Writer, n, limit int, next time.Time) {
-	fmt.Fprintf(stderr, "mcpaudit timeline: stopped after %d events (--limit %d): the range holds more; "+
+	events := "events"
+	if n == 1 {
+		events = "event"
+	}
+	fmt.Fprintf(stderr, "mcpaudit timeline: stopped after %d %s (--limit %d): the range holds more; "+
 		"to see the rest, run it again with --since %s (events of that instant shown already come again)",
-		n, limit, next.UTC().Format(time.RFC3339Nano))
+		n, events, limit, next.UTC().Format(time.RFC3339Nano))
 	if limit < store.MaxTimeline {
 		fmt.Fprintf(stderr, " or a larger --limit (at most %d)", store.MaxTimeline)
 	}
