@@ -48,6 +48,19 @@ func FuzzSalvage(f *testing.F) {
 			if s, ok = salvageJSON(b); ok && req.UnmarshalJSON(s.b) != nil {
 				t.Fatal("salvaged JSON does not decode")
 			}
+			// The walk that bodies over 4 MiB take, on every input.
+			if ws, wok := salvageStreamJSON(b); wok {
+				if len(ws.bad) == 0 {
+					t.Fatal("walked and salvaged with no span to blame")
+				}
+				if err := ptraceotlp.NewExportRequest().UnmarshalJSON(ws.b); err != nil {
+					t.Fatalf("JSON salvaged by the walk does not decode: %v", err)
+				}
+				// Both empty spans in place, none taken out.
+				if n, m := ws.req.Traces().SpanCount(), s.req.Traces().SpanCount(); ok && n != m {
+					t.Fatalf("the walk salvaged %d spans, the tree %d", n, m)
+				}
+			}
 		} else {
 			if s, ok = salvageProto(b, true); ok && req.UnmarshalProto(s.b) != nil {
 				t.Fatal("salvaged protobuf does not decode")
