@@ -482,11 +482,19 @@ func (s *Store) appendLog(ctx context.Context, rows []callRow, skipped *[]int) (
 }
 
 // waitBacklog returns holding clog.mu once fewer than maxBacklog calls
-// wait for the drain; after LogWait it fails with audit.ErrUnavailable.
+// wait for the drain; after LogWait it fails: with audit.ErrOverloaded
+// when the drain committed meanwhile without failing (it is behind the
+// load: back-pressure, 429, as the ingest queue's with ack commit), else
+// with audit.ErrUnavailable (it failed, or committed nothing: a disk that
+// hangs or refuses, an outage, 503). Until adv48 both were unavailable: a
+// flood of 200 posters had 65,962 calls refused as store_unavailable,
+// the reason McpAuditStoreRefusingCalls pages on, while the drain
+// committed thousands of calls a second.
 func (s *Store) waitBacklog(ctx context.Context) error {
 	cl := s.clog
 	var timeout *time.Timer
 	defer stopTimer(&timeout)
+	woke, progressed := false, false
 	for {
 		cl.mu.Lock()
 		if cl.backlog < maxBacklog {
@@ -495,16 +503,36 @@ func (s *Store) waitBacklog(ctx context.Context) error {
 		// Taken under mu: the drain lowers the backlog under mu, then
 		// signals, so this wakeup is not missed.
 		ch, failed := cl.nextProgress()
+		if woke && failed == nil {
+			progressed = true
+		}
 		backlog := cl.backlog
 		cl.mu.Unlock()
 		cl.hurryDrain()
-		if err := s.awaitProgress(ctx, ch, &timeout); errors.Is(err, errLogWait) {
-			return fmt.Errorf("%d calls acknowledged from the call log are not committed after %s (the drain: %v): %w",
-				backlog, s.opts.LogWait, failed, audit.ErrUnavailable)
-		} else if err != nil {
+		err := s.awaitProgress(ctx, ch, &timeout)
+		switch {
+		case errors.Is(err, errLogWait):
+			return backlogError(backlog, s.opts.LogWait, failed, progressed)
+		case err != nil:
 			return err
 		}
+		woke = true
 	}
+}
+
+// backlogError is why an append that waited LogWait for the backlog is
+// refused (waitBacklog): failed is the drain's last error, progressed
+// whether it committed while the append waited.
+func backlogError(backlog int, wait time.Duration, failed error, progressed bool) error {
+	if failed == nil && progressed {
+		return fmt.Errorf("%d calls acknowledged from the call log are not committed after %s (serve.sqlite.log_wait): the drain into SQLite is behind the load: %w",
+			backlog, wait, audit.ErrOverloaded)
+	}
+	if failed == nil {
+		failed = errors.New("it committed nothing meanwhile")
+	}
+	return fmt.Errorf("%d calls acknowledged from the call log are not committed after %s (the drain: %v): %w",
+		backlog, wait, failed, audit.ErrUnavailable)
 }
 
 // hurryDrain ends the drain's wait for more frames, if it waits.

@@ -589,6 +589,49 @@ func TestAckLog_Backlog(t *testing.T) {
 	}
 }
 
+// TestAckLog_BacklogBehindLoadIsOverload: an append refused after log_wait
+// while the drain commits (more slowly than calls come) is back-pressure,
+// audit.ErrOverloaded (429, queue_full), not audit.ErrUnavailable (503,
+// store_unavailable, which McpAuditStoreRefusingCalls pages on): found by
+// adv48, a flood of 200 posters with ack log had 65,962 calls refused as
+// store_unavailable while the drain committed thousands a second. A drain
+// that commits nothing stays unavailable (TestAckLog_Backlog).
+func TestAckLog_BacklogBehindLoadIsOverload(t *testing.T) {
+	old := maxBacklog
+	maxBacklog = 100
+	defer func() { maxBacklog = old }()
+	s := openTemp(t, Options{Ack: AckLog, LogWait: 2 * time.Second})
+	defer s.Close()
+	recs := records(t, 200)
+	s.clog.gate.Lock()
+	defer s.clog.gate.Unlock()
+	if _, err := s.AppendCalls(t.Context(), recs[:100]); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.AppendCalls(t.Context(), recs[100:200])
+		done <- err
+	}()
+	// The drain's commits, which other senders' frames fill the backlog
+	// up after, as under a flood: signalled by hand, since a drain that
+	// commits while the backlog stays full cannot be timed from a test.
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			if !errors.Is(err, audit.ErrOverloaded) || errors.Is(err, audit.ErrUnavailable) ||
+				!strings.Contains(err.Error(), "100 calls acknowledged from the call log are not committed after 2s (serve.sqlite.log_wait): the drain into SQLite is behind the load") {
+				t.Fatalf("an append past the backlog with the drain committing: %v; want it overloaded, not unavailable", err)
+			}
+			return
+		case <-tick.C:
+			s.signalProgress(nil)
+		}
+	}
+}
+
 // TestAckLog_Gather: the drain waits for more frames before it commits,
 // so that the frames of one sequential sender share a transaction; a
 // query, and Close, do not wait for the gathering to end.
