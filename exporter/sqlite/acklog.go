@@ -483,18 +483,20 @@ func (s *Store) appendLog(ctx context.Context, rows []callRow, skipped *[]int) (
 
 // waitBacklog returns holding clog.mu once fewer than maxBacklog calls
 // wait for the drain; after LogWait it fails: with audit.ErrOverloaded
-// when the drain committed meanwhile without failing (it is behind the
-// load: back-pressure, 429, as the ingest queue's with ack commit), else
-// with audit.ErrUnavailable (it failed, or committed nothing: a disk that
-// hangs or refuses, an outage, 503). Until adv48 both were unavailable: a
-// flood of 200 posters had 65,962 calls refused as store_unavailable,
-// the reason McpAuditStoreRefusingCalls pages on, while the drain
-// committed thousands of calls a second.
+// while the drain has not failed (it is behind the load, one transaction
+// of 16,384 calls taking seconds on a loaded disk: back-pressure, 429, as
+// the ingest queue's with ack commit), with audit.ErrUnavailable when its
+// last commit failed (a full disk, an I/O error, a lock held by another
+// process past the busy timeout: the store down, 503). Until adv48 both
+// were unavailable: a flood of 200 posters had 65,962 calls refused as
+// store_unavailable, the reason McpAuditStoreRefusingCalls pages on, while
+// the drain committed thousands of calls a second. (Telling a slow drain
+// from a stuck one by whether it committed during the wait did not work:
+// under that flood one drain transaction took longer than log_wait.)
 func (s *Store) waitBacklog(ctx context.Context) error {
 	cl := s.clog
 	var timeout *time.Timer
 	defer stopTimer(&timeout)
-	woke, progressed := false, false
 	for {
 		cl.mu.Lock()
 		if cl.backlog < maxBacklog {
@@ -503,36 +505,20 @@ func (s *Store) waitBacklog(ctx context.Context) error {
 		// Taken under mu: the drain lowers the backlog under mu, then
 		// signals, so this wakeup is not missed.
 		ch, failed := cl.nextProgress()
-		if woke && failed == nil {
-			progressed = true
-		}
 		backlog := cl.backlog
 		cl.mu.Unlock()
 		cl.hurryDrain()
-		err := s.awaitProgress(ctx, ch, &timeout)
-		switch {
-		case errors.Is(err, errLogWait):
-			return backlogError(backlog, s.opts.LogWait, failed, progressed)
-		case err != nil:
+		if err := s.awaitProgress(ctx, ch, &timeout); errors.Is(err, errLogWait) {
+			if failed == nil {
+				return fmt.Errorf("%d calls acknowledged from the call log are not committed after %s (serve.sqlite.log_wait): the drain into SQLite is behind the load: %w",
+					backlog, s.opts.LogWait, audit.ErrOverloaded)
+			}
+			return fmt.Errorf("%d calls acknowledged from the call log are not committed after %s (the drain: %v): %w",
+				backlog, s.opts.LogWait, failed, audit.ErrUnavailable)
+		} else if err != nil {
 			return err
 		}
-		woke = true
 	}
-}
-
-// backlogError is why an append that waited LogWait for the backlog is
-// refused (waitBacklog): failed is the drain's last error, progressed
-// whether it committed while the append waited.
-func backlogError(backlog int, wait time.Duration, failed error, progressed bool) error {
-	if failed == nil && progressed {
-		return fmt.Errorf("%d calls acknowledged from the call log are not committed after %s (serve.sqlite.log_wait): the drain into SQLite is behind the load: %w",
-			backlog, wait, audit.ErrOverloaded)
-	}
-	if failed == nil {
-		failed = errors.New("it committed nothing meanwhile")
-	}
-	return fmt.Errorf("%d calls acknowledged from the call log are not committed after %s (the drain: %v): %w",
-		backlog, wait, failed, audit.ErrUnavailable)
 }
 
 // hurryDrain ends the drain's wait for more frames, if it waits.
