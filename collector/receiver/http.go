@@ -222,6 +222,12 @@ func (rc *Receiver) body(w http.ResponseWriter, r *http.Request) ([]byte, func()
 		if unzipped && isGzipDamage(err) {
 			return fail(newRefusal(400, fmt.Sprintf("cannot read the gzip body: the compressed stream is cut short or damaged (%v), by compressed byte %d; nothing of the request was taken: send it whole again", err, read.n), metrics.RejectDecodeError))
 		}
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			// The connection ended before the body did (the sender killed,
+			// a proxy cutting it): said with how far it came (adv48: the
+			// answer was "cannot read body: unexpected EOF" alone).
+			return fail(newRefusal(400, cutBody(body.n, r.ContentLength), metrics.RejectDecodeError))
+		}
 		return fail(newRefusal(400, "cannot read body: "+err.Error(), metrics.RejectDecodeError))
 	}
 	return b, held.release, nil
@@ -238,6 +244,18 @@ type waitReader struct {
 	r        io.Reader
 	deadline func(time.Time) error
 	left     time.Duration
+	// n counts the bytes read, as they came on the connection (before
+	// any decompression).
+	n int64
+}
+
+// cutBody is why a body that ended early (n bytes read, declared
+// by Content-Length, or -1 when chunked) was refused.
+func cutBody(n, declared int64) string {
+	if declared >= 0 {
+		return fmt.Sprintf("cannot read body: it ended after %d of the %d bytes declared (Content-Length): the sender stopped or was cut off; nothing of the request was taken: send it whole again", n, declared)
+	}
+	return fmt.Sprintf("cannot read body: it ended after %d bytes, before the last chunk of its chunked encoding: the sender stopped or was cut off; nothing of the request was taken: send it whole again", n)
 }
 
 func (w *waitReader) Read(p []byte) (int, error) {
@@ -247,6 +265,7 @@ func (w *waitReader) Read(p []byte) (int, error) {
 	start := time.Now()
 	w.deadline(start.Add(w.left))
 	n, err := w.r.Read(p)
+	w.n += int64(n)
 	w.left -= time.Since(start)
 	// Cleared between reads: over HTTP/2 a read deadline is a timer that
 	// runs while the handler works, and once fired it closes the body.

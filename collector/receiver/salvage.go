@@ -31,10 +31,12 @@ import (
 // refused whole, as pdata refuses it.
 const maxProbed = 10_000
 
-// maxSalvagedJSON is the largest OTLP JSON body salvaged. The salvage
-// parses it into a tree, which costs up to 45 times its bytes for tiny
-// spans (BenchmarkSalvageJSON); a larger broken body is refused whole.
-// Protobuf is walked where it lies, at about the cost of decoding it.
+// maxSalvagedJSON is the largest OTLP JSON body salvaged from one tree.
+// The salvage parses it into a tree, which costs up to 45 times its bytes
+// for tiny spans (BenchmarkSalvageJSON); a larger broken body is walked
+// where it lies and each span parsed on its own (salvageStreamJSON), and
+// a span larger than this has the request refused whole. Protobuf is
+// walked where it lies, at about the cost of decoding it.
 const maxSalvagedJSON = 4 << 20
 
 // salvageSlot lets one salvage run at a time: its memory comes on top of
@@ -390,7 +392,7 @@ func eachField(b []byte, fn func(num protowire.Number, typ protowire.Type, v, ra
 // salvageProto does.
 func salvageJSON(b []byte) (s salvaged, ok bool) {
 	if len(b) > maxSalvagedJSON {
-		return salvaged{}, false
+		return salvageStreamJSON(b)
 	}
 	var p fastjson.Parser
 	root, err := p.ParseBytes(b)

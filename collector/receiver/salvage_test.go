@@ -220,16 +220,6 @@ func TestOTLP_BrokenSpanBesideGoodOnes(t *testing.T) {
 			t.Fatalf("%d %.200s, %d stored; want the same fault in a request of 4 spans salvaged", a.status, a.body, stored("salvage-few"))
 		}
 	})
-	t.Run("json_too_large_to_salvage", func(t *testing.T) {
-		b, _ := traces("salvage-large", 10_001, nil).MarshalJSON()
-		if len(b) <= 4<<20 {
-			t.Fatalf("the request has %d bytes, not more than 4 MiB", len(b))
-		}
-		a := e.post(t, "/v1/traces", "application/json", tokAcme, breakSpansJSON(t, b))
-		if a.status != 400 || stored("salvage-large") != 0 {
-			t.Fatalf("%d %.200s, %d stored; want 400 and nothing stored", a.status, a.body, stored("salvage-large"))
-		}
-	})
 	t.Run("broken_resource_refused_whole", func(t *testing.T) {
 		b, _ := traces("salvage-resource", 2, nil).MarshalJSON()
 		bad := strings.Replace(string(b), `"resource":{`, `"resource":{"droppedAttributesCount":"many",`, 1)

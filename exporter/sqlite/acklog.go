@@ -482,7 +482,17 @@ func (s *Store) appendLog(ctx context.Context, rows []callRow, skipped *[]int) (
 }
 
 // waitBacklog returns holding clog.mu once fewer than maxBacklog calls
-// wait for the drain; after LogWait it fails with audit.ErrUnavailable.
+// wait for the drain; after LogWait it fails: with audit.ErrOverloaded
+// while the drain has not failed (it is behind the load, one transaction
+// of 16,384 calls taking seconds on a loaded disk: back-pressure, 429, as
+// the ingest queue's with ack commit), with audit.ErrUnavailable when its
+// last commit failed (a full disk, an I/O error, a lock held by another
+// process past the busy timeout: the store down, 503). Until adv48 both
+// were unavailable: a flood of 200 posters had 65,962 calls refused as
+// store_unavailable, the reason McpAuditStoreRefusingCalls pages on, while
+// the drain committed thousands of calls a second. (Telling a slow drain
+// from a stuck one by whether it committed during the wait did not work:
+// under that flood one drain transaction took longer than log_wait.)
 func (s *Store) waitBacklog(ctx context.Context) error {
 	cl := s.clog
 	var timeout *time.Timer
@@ -499,6 +509,10 @@ func (s *Store) waitBacklog(ctx context.Context) error {
 		cl.mu.Unlock()
 		cl.hurryDrain()
 		if err := s.awaitProgress(ctx, ch, &timeout); errors.Is(err, errLogWait) {
+			if failed == nil {
+				return fmt.Errorf("%d calls acknowledged from the call log are not committed after %s (serve.sqlite.log_wait): the drain into SQLite is behind the load: %w",
+					backlog, s.opts.LogWait, audit.ErrOverloaded)
+			}
 			return fmt.Errorf("%d calls acknowledged from the call log are not committed after %s (the drain: %v): %w",
 				backlog, s.opts.LogWait, failed, audit.ErrUnavailable)
 		} else if err != nil {

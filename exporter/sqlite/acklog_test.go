@@ -550,7 +550,10 @@ func TestAckLog_CommandWhileServed(t *testing.T) {
 
 // TestAckLog_Backlog: an append waits while maxBacklog calls are
 // acknowledged and not committed, and goes on once the drain commits
-// them; a drain held past log_wait refuses it, unavailable.
+// them; a drain held past log_wait, without failing, refuses it as
+// overloaded (back-pressure, 429: the drain is behind the load), not
+// unavailable (503, the store down, which pages; adv48 found a flood
+// counted so).
 func TestAckLog_Backlog(t *testing.T) {
 	old := maxBacklog
 	maxBacklog = 100
@@ -566,8 +569,9 @@ func TestAckLog_Backlog(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := s.AppendCalls(t.Context(), recs[100:200])
-	if !errors.Is(err, audit.ErrUnavailable) || !strings.Contains(err.Error(), "100 calls acknowledged from the call log are not committed after 3s") {
-		t.Errorf("an append past the backlog with the drain held: %v", err)
+	if !errors.Is(err, audit.ErrOverloaded) || errors.Is(err, audit.ErrUnavailable) ||
+		!strings.Contains(err.Error(), "100 calls acknowledged from the call log are not committed after 3s (serve.sqlite.log_wait): the drain into SQLite is behind the load") {
+		t.Errorf("an append past the backlog with the drain held: %v; want it overloaded, not unavailable", err)
 	}
 	done := make(chan error, 1)
 	go func() {
@@ -586,6 +590,32 @@ func TestAckLog_Backlog(t *testing.T) {
 	}
 	if n := count(t, s); n != 200 {
 		t.Errorf("%d calls stored, want the 200 acknowledged", n)
+	}
+}
+
+// TestAckLog_BacklogDrainFailingIsUnavailable: an append refused after
+// log_wait while the drain's last commit failed is the store down,
+// audit.ErrUnavailable (503, store_unavailable), the drain's error named;
+// a drain only behind the load is overloaded (TestAckLog_Backlog).
+func TestAckLog_BacklogDrainFailingIsUnavailable(t *testing.T) {
+	old := maxBacklog
+	maxBacklog = 100
+	defer func() { maxBacklog = old }()
+	s := openTemp(t, Options{Ack: AckLog, LogWait: 2 * time.Second})
+	defer s.Close()
+	recs := records(t, 200)
+	s.clog.gate.Lock()
+	defer s.clog.gate.Unlock()
+	if _, err := s.AppendCalls(t.Context(), recs[:100]); err != nil {
+		t.Fatal(err)
+	}
+	// The drain's failure, as drainOnce signals it: a real commit that
+	// fails while the gate holds the drain cannot be made from a test.
+	s.signalProgress(errors.New("disk I/O error"))
+	_, err := s.AppendCalls(t.Context(), recs[100:200])
+	if !errors.Is(err, audit.ErrUnavailable) || errors.Is(err, audit.ErrOverloaded) ||
+		!strings.Contains(err.Error(), "100 calls acknowledged from the call log are not committed after 2s (the drain: disk I/O error)") {
+		t.Fatalf("an append past the backlog with the drain failing: %v; want it unavailable, the drain's error named", err)
 	}
 }
 
