@@ -232,7 +232,11 @@ func checkCmd(args []string) error {
 		}
 	}
 	if do("alerts") && *prom != "" {
-		if err := checkAlerts(*prom, *since, findings); err != nil {
+		storedBy := map[string]int{}
+		for _, c := range calls {
+			storedBy[c.Server]++
+		}
+		if err := checkAlerts(*prom, *since, findings, storedBy); err != nil {
 			return err
 		}
 	}
@@ -415,7 +419,7 @@ var alertOf = map[string]string{
 	"request_id_reuse":     "",
 }
 
-func checkAlerts(prom, since string, findings []map[string]any) error {
+func checkAlerts(prom, since string, findings []map[string]any, storedBy map[string]int) error {
 	start, err := time.Parse(time.RFC3339, since)
 	if err != nil {
 		return fmt.Errorf("-since: %w", err)
@@ -465,6 +469,76 @@ func checkAlerts(prom, since string, findings []map[string]any) error {
 		fmt.Printf("    %-20s %-22s %3d findings  %-28s %s\n", server, kind, pairs[k], a, st)
 	}
 	fmt.Printf("  alerts: %d server and kind pairs with findings: fired %d, pending only %d, never %d, no alert %d\n", len(ks), fired, pending, never, none)
+	// The active alerts' values (the findings counted) against the
+	// findings served, for the alerts that count findings.
+	var active struct {
+		Data struct {
+			Alerts []struct {
+				Labels map[string]string `json:"labels"`
+				State  string            `json:"state"`
+				Value  string            `json:"value"`
+			} `json:"alerts"`
+		} `json:"data"`
+	}
+	if err := getJSON(prom+"/api/v1/alerts", &active); err == nil {
+		kindOf := map[string]string{}
+		for k, a := range alertOf {
+			if a != "" && a != "McpAuditWastedRetries" {
+				kindOf[a] = k
+			}
+		}
+		same, differ := 0, 0
+		for _, a := range active.Data.Alerts {
+			k, ok := kindOf[a.Labels["alertname"]]
+			if !ok {
+				continue
+			}
+			var v float64
+			fmt.Sscan(a.Value, &v)
+			if n := pairs[k+"|"+a.Labels["server"]]; float64(n) == v {
+				same++
+			} else {
+				differ++
+				fmt.Printf("    %s %s %s: value %s, findings served %d\n", a.Labels["alertname"], a.Labels["server"], a.State, a.Value, n)
+			}
+		}
+		fmt.Printf("  active alerts counting findings: value = findings served %d, differs %d\n", same, differ)
+	}
+	// McpAuditWastedRetries is a ratio: its two sides as Prometheus has
+	// them, beside the findings served and the calls stored.
+	side := func(q string) map[string]string {
+		var r struct {
+			Data struct {
+				Result []struct {
+					Metric map[string]string `json:"metric"`
+					Value  [2]any            `json:"value"`
+				} `json:"result"`
+			} `json:"data"`
+		}
+		out := map[string]string{}
+		if getJSON(prom+"/api/v1/query?query="+url.QueryEscape(q), &r) == nil {
+			for _, s := range r.Data.Result {
+				out[s.Metric["server"]] = fmt.Sprint(s.Value[1])
+			}
+		}
+		return out
+	}
+	num := side(`sum by (server) (increase(mcpaudit_findings_total{kind=~"wasted_retry|premature_retry"}[30m]))`)
+	den := side(`sum by (server) (increase(mcpaudit_tool_calls_total[30m]))`)
+	cnt := map[string]int{}
+	for _, f := range findings {
+		if k := fmt.Sprint(f["kind"]); k == "wasted_retry" || k == "premature_retry" {
+			cnt[fmt.Sprint(f["server"])]++
+		}
+	}
+	var ss []string
+	for s := range den {
+		ss = append(ss, s)
+	}
+	sort.Strings(ss)
+	for _, s := range ss {
+		fmt.Printf("    McpAuditWastedRetries %-20s increase(findings)[30m] %s / increase(tool_calls)[30m] %s; served wasted+premature findings %d, stored calls %d\n", s, num[s], den[s], cnt[s], storedBy[s])
+	}
 	return nil
 }
 

@@ -10,7 +10,11 @@
 # `mcpaudit analyze` of the stored calls, the alerts, the pages in
 # headless Chromium. Takes about 12 minutes.
 #
-#   bench/outside/run.sh [DIR] [ACK]   (DIR default /tmp/mcpaudit-outside; ACK commit (default) or log: serve.sqlite.ack)
+#   [HOLD=960] bench/outside/run.sh [DIR] [ACK]
+#
+# DIR default /tmp/mcpaudit-outside; ACK commit (default) or log
+# (serve.sqlite.ack); HOLD: seconds to keep serve and Prometheus up after
+# the checks, then check the alerts again (their for: elapsed).
 #
 # Uses ports 21317-21318, 21364 (serve), 21380-21383 (proxies, servers),
 # 21390 (Prometheus) on 127.0.0.1. Needs curl, jq, prometheus, chromium.
@@ -95,7 +99,11 @@ sleep 15  # two scrapes and evaluations after the last finding
 
 "$M" backup --data-dir "$W/data" --out "$W/backup.db" >/dev/null 2>&1
 "$O" export -db "$W/backup.db" -out "$W/out/calls.ndjson" 2>>"$W/events.log"
-"$M" analyze --format json "$W/out/calls.ndjson" >"$W/out/analyze.json" 2>"$W/out/analyze.txt"
+"$M" analyze --config "$W/mcpaudit.yaml" --format json "$W/out/calls.ndjson" >"$W/out/analyze.json" 2>"$W/out/analyze.txt"
 log "analyzed"
 "$O" check -dir "$W/out" -api $API -prom $PROM -since "$SINCE" | tee "$W/check.txt"
+if [ "${HOLD:-0}" -gt 0 ]; then  # the alerts with a for: (UnsafeRetries 5m, UnverifiedWrites 15m) once it has elapsed
+  log "holding ${HOLD}s"; sleep "$HOLD"
+  "$O" check -dir "$W/out" -api $API -prom $PROM -since "$SINCE" -what alerts | tee "$W/check-late.txt"
+fi
 log "done"
