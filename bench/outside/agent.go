@@ -197,6 +197,12 @@ var thegramScenarios = []struct {
 		time.Sleep(time.Second)
 		c.call("gram_read", map[string]any{"path": p})
 	}},
+	{"stale_cursor_refreshed", func(c *caller, u string) { // refresh_and_retry
+		p := "team/ok-c" + u + ".gram"
+		c.call("gram_create", map[string]any{"path": p, "content": "# c"})
+		c.call("gram_read", map[string]any{"path": p, "cursor": "cur-0"})
+		c.call("gram_read", map[string]any{"path": p})
+	}},
 	{"create_timeout_recreate", func(c *caller, u string) { // uncertain create, re-created blind
 		p := "team/tc-" + u + ".gram"
 		c.call("gram_create", map[string]any{"path": p, "content": "# tc"})

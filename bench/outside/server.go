@@ -42,6 +42,7 @@ import (
 //	sb  Oddlynew edit: writeConfirmed, saveState blocked (document_size_limit)
 //	ar  Oddlynew copy source archived: the plan is blocked
 //
+// A gram_read with a cursor other than "cur-<rev>" is answered STALE_CURSOR.
 // Paths under "gdrive/" answer sync.state pending to a patch and synced to a
 // later read.
 
@@ -180,6 +181,9 @@ func (f *fakeServer) gramRead(ctx context.Context, a map[string]any) (*mcp.CallT
 	d := f.gdocs[path]
 	if d == nil {
 		return gramError("E_ARGUMENT", "No document at "+path), nil
+	}
+	if c, ok := a["cursor"]; ok && c != fmt.Sprintf("cur-%d", d.rev) {
+		return gramError("STALE_CURSOR", "Cursor belongs to another document or revision"), nil
 	}
 	d.sync = "synced"
 	return textResult(false, map[string]any{"path": path, "rev": d.rev, "hash": d.hash, "sync": map[string]any{"state": "synced"}, "text": "..."}, fmt.Sprintf("%s at r%d", path, d.rev)), nil
