@@ -546,8 +546,13 @@ func checkAlerts(prom, since string, findings []map[string]any, storedBy map[str
 // them answers 200 and that every finding is listed on its kind's and
 // server's page (the alerts' investigation_url).
 func checkWeb(api, chromium string, findings []map[string]any) error {
+	profile, err := os.MkdirTemp("", "outside-chromium-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(profile)
 	opts := append([]chromedp.ExecAllocatorOption{chromedp.Headless, chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck, chromedp.Flag("disable-dev-shm-usage", true)}, chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.Flag("disable-background-networking", true), chromedp.UserDataDir(filepath.Join(os.TempDir(), fmt.Sprintf("outside-chromium-%d", os.Getpid()))))
+		chromedp.Flag("disable-background-networking", true), chromedp.UserDataDir(profile))
 	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
 	defer cancel()
 	ctx, cancel2 := chromedp.NewContext(actx)

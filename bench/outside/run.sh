@@ -23,6 +23,7 @@ W=${1:-/tmp/mcpaudit-outside}; ACK=${2:-commit}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 rm -rf "$W"; mkdir -p "$W/bin" "$W/data" "$W/prom" "$W/out"
 (cd "$ROOT" && go build -o "$W/bin/mcpaudit" ./cmd/mcpaudit && go build -o "$W/bin/outside" ./bench/outside) || exit 1
+export TMPDIR=$W  # Chromium's profile, the proxies' and wraps' scratch
 M=$W/bin/mcpaudit; O=$W/bin/outside; API=http://127.0.0.1:21364; PROM=http://127.0.0.1:21390
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done; [ -n "${SERVE:-}" ] && kill "$SERVE" 2>/dev/null; wait 2>/dev/null; }
