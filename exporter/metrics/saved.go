@@ -1,0 +1,204 @@
+package metrics
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+)
+
+// The findings counters (FindingsTotal, FindingsWithdrawnTotal) go on
+// across restarts of serve: their values are saved in the state file with
+// the partitions' marks (collector/pipeline) and a start begins each series
+// at its saved value. So that Prometheus never sees one go down after a
+// crash (it would read a reset, and increase() would count the whole value
+// again), a count is shown only once a save of the state file holds it:
+// what a scrape sees is at most what the next start begins at
+// (docs/metrics.md, "Findings counters across restarts").
+
+// savedCounts is what the state file keeps of the findings counters.
+type savedCounts struct {
+	Servers []savedServer `json:"servers"`
+}
+
+// savedServer is one server label's findings series. Held is set while its
+// first counts wait for the scrapers (Options.FirstScrapeWait): no scrape
+// showed them, and a start holds them again behind the series at zero.
+type savedServer struct {
+	Server    string        `json:"server"`
+	Held      bool          `json:"held,omitempty"`
+	Findings  []savedSeries `json:"findings,omitempty"`
+	Withdrawn []savedSeries `json:"withdrawn,omitempty"`
+}
+
+// savedSeries is one series' value: every count made on it, shown or not.
+type savedSeries struct {
+	Kind     string  `json:"kind"`
+	Severity string  `json:"severity"`
+	Value    float64 `json:"value"`
+}
+
+// GateOnSave has the findings counts shown only once SaveCounts saved
+// them (its publish function ran): from then on a count waits for the
+// next save of the state file. Call it before the first finding is
+// counted; serve's pipeline does, when it keeps a state file.
+func (m *Metrics) GateOnSave() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.gated = true
+	if m.unsaved == nil {
+		m.unsaved = map[prometheus.Counter]float64{}
+	}
+}
+
+// CountsPending reports whether findings counts were made (or released
+// by the scrapers) since the last SaveCounts: the state file must be
+// saved for them to be shown.
+func (m *Metrics) CountsPending() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.unsaved) > 0
+}
+
+// SaveCounts returns the findings counters' values to save in the state
+// file (every count made, shown, held or waiting for this save), and the
+// function that shows the counts waiting, to call once the file is
+// written. Counts made after it wait for the next save.
+func (m *Metrics) SaveCounts() (json.RawMessage, func()) {
+	m.mu.Lock()
+	taken := m.unsaved
+	if m.gated {
+		m.unsaved = map[prometheus.Counter]float64{}
+	}
+	labels := make([]string, 0, len(m.servers))
+	for l := range m.servers {
+		labels = append(labels, l)
+	}
+	sort.Strings(labels)
+	var sc savedCounts
+	for _, l := range labels {
+		s := m.servers[l]
+		ss := savedServer{Server: l, Held: s.findingsHeld != nil}
+		keys := make([]findingSeriesKey, 0, len(s.findingSeries))
+		for k := range s.findingSeries {
+			keys = append(keys, k)
+		}
+		sort.Slice(keys, func(i, j int) bool {
+			if keys[i].kind != keys[j].kind {
+				return keys[i].kind < keys[j].kind
+			}
+			return keys[i].severity < keys[j].severity
+		})
+		for _, k := range keys {
+			c := s.findingSeries[k]
+			v := counterValue(c) + taken[c]
+			if h := s.findingsHeld; h != nil {
+				v += h.counts[c]
+			}
+			if v <= 0 {
+				continue
+			}
+			se := savedSeries{Kind: k.kind, Severity: k.severity, Value: v}
+			if k.withdrawn {
+				ss.Withdrawn = append(ss.Withdrawn, se)
+			} else {
+				ss.Findings = append(ss.Findings, se)
+			}
+		}
+		sc.Servers = append(sc.Servers, ss)
+	}
+	m.mu.Unlock()
+	b, err := json.Marshal(sc)
+	if err != nil {
+		b = nil // not reached: plain strings and finite numbers
+	}
+	return b, func() {
+		for c, n := range taken {
+			c.Add(n)
+		}
+	}
+}
+
+// RestoreCounts begins the findings series at the values SaveCounts saved
+// (read from the state file at start, before any finding is counted; after
+// SeedLastFindings, which may have made the servers' series): each
+// server's series are made again, at their values, or, for a server whose
+// first counts no scrape had shown (Held), at zero with those counts held
+// for the scrapers as at its first event. A server takes its label again
+// under Options.MaxServers, before any traffic; past the cap, or with a
+// name that cannot be a label, its counts go under "other". Values that
+// are not positive finite numbers, and kinds or severities that are no
+// label values, are passed over. An error when b cannot be read: nothing
+// is restored then.
+func (m *Metrics) RestoreCounts(b json.RawMessage) error {
+	var sc savedCounts
+	if err := json.Unmarshal(b, &sc); err != nil {
+		return fmt.Errorf("cannot read the saved findings counters: %w", err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, ss := range sc.Servers {
+		label := ss.Server
+		if m.servers[label] == nil && label != Other {
+			if m.mayLabel(label) {
+				m.seen++
+			} else {
+				label = Other
+			}
+		}
+		s := m.newServer(label, ss.Held)
+		if h := s.findingsHeld; h != nil && !ss.Held {
+			// Made held by SeedLastFindings, before this: a scrape showed
+			// these series with their counts, which must not go back to
+			// zero.
+			m.release(h)
+		}
+		for _, list := range []struct {
+			withdrawn bool
+			series    []savedSeries
+		}{{false, ss.Findings}, {true, ss.Withdrawn}} {
+			for _, se := range list.series {
+				if !savedLabels(se) || se.Value <= 0 || math.IsInf(se.Value, 0) || math.IsNaN(se.Value) {
+					continue
+				}
+				c := m.findingCounter(label, s, list.withdrawn, se.Kind, se.Severity)
+				if h := s.findingsHeld; h != nil {
+					h.made[c] = true
+					h.counts[c] += se.Value
+					continue
+				}
+				c.Add(se.Value)
+			}
+		}
+	}
+	return nil
+}
+
+// savedLabels reports whether a saved series' kind and severity are label
+// values the findings counters use.
+func savedLabels(se savedSeries) bool {
+	kindOK := se.Kind == Other || slices.Contains(audit.Kinds, audit.Kind(se.Kind))
+	sevOK := slices.Contains([]audit.Severity{audit.SeverityInfo, audit.SeverityWarning, audit.SeverityCritical}, audit.Severity(se.Severity))
+	return kindOK && sevOK
+}
+
+// RecountFinding counts f in FindingsTotal, and nothing else: a finding
+// the store holds that the replay at a restart made again after the saved
+// marks, which the run before counted after its last save (lost with it in
+// a crash). As Finding counts it otherwise.
+func (m *Metrics) RecountFinding(f *audit.Finding) { m.Finding(f) }
+
+// counterValue returns c's value.
+func counterValue(c prometheus.Counter) float64 {
+	var d dto.Metric
+	if err := c.Write(&d); err != nil {
+		return 0
+	}
+	return d.GetCounter().GetValue()
+}
