@@ -115,6 +115,11 @@ type Metrics struct {
 	// since the last SaveCounts, not yet on their series.
 	gated   bool
 	unsaved map[prometheus.Counter]float64
+	// countsChanged is set when a findings count, a release of one or a
+	// server's series changed what SaveCounts saves since it last did;
+	// countsSaved is what it saved then.
+	countsChanged bool
+	countsSaved   []byte
 }
 
 // serverLabels remembers the label values already seen for one server.
@@ -324,6 +329,7 @@ func (m *Metrics) newServer(label string, hold bool) *serverLabels {
 	s := &serverLabels{tools: map[string]bool{}, callTools: map[string]*callSeries{}, writeTools: map[string]*writeSeries{},
 		findingSeries: map[findingSeriesKey]prometheus.Counter{}}
 	m.servers[label] = s
+	m.countsChanged = true
 	made := make([]prometheus.Counter, 0, 2*len(audit.Kinds))
 	for _, k := range audit.Kinds {
 		made = append(made, m.findingCounter(label, s, false, string(k), string(k.Severity())),
@@ -363,6 +369,7 @@ func (m *Metrics) findingCounter(label string, s *serverLabels, withdrawn bool, 
 // are gated (GateOnSave), until the state file keeps it. m.mu must be
 // held.
 func (m *Metrics) countFinding(s *serverLabels, c prometheus.Counter) {
+	m.countsChanged = true
 	if h := s.findingsHeld; h != nil {
 		m.add(h, c)
 		return
@@ -537,6 +544,9 @@ func (m *Metrics) release(h *heldCounts) {
 	delete(m.held, h)
 	h.timer.Stop()
 	h.clear()
+	if h.findings {
+		m.countsChanged = true // no longer saved as held
+	}
 	if h.findings && m.gated {
 		// Shown once the state file keeps them as shown (SaveCounts): a
 		// restart after a crash then makes the series again at zero and

@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -27,21 +28,16 @@ type savedCounts struct {
 	Servers []savedServer `json:"servers"`
 }
 
-// savedServer is one server label's findings series. Held is set while its
-// first counts wait for the scrapers (Options.FirstScrapeWait): no scrape
-// showed them, and a start holds them again behind the series at zero.
+// savedServer is one server label's findings series, each by
+// "kind/severity" with its value: every count made on it, shown or not;
+// series at zero are left out. Held is set while its first counts wait for
+// the scrapers (Options.FirstScrapeWait): no scrape showed them, and a
+// start holds them again behind the series at zero.
 type savedServer struct {
-	Server    string        `json:"server"`
-	Held      bool          `json:"held,omitempty"`
-	Findings  []savedSeries `json:"findings,omitempty"`
-	Withdrawn []savedSeries `json:"withdrawn,omitempty"`
-}
-
-// savedSeries is one series' value: every count made on it, shown or not.
-type savedSeries struct {
-	Kind     string  `json:"kind"`
-	Severity string  `json:"severity"`
-	Value    float64 `json:"value"`
+	Server    string             `json:"server"`
+	Held      bool               `json:"held,omitempty"`
+	Findings  map[string]float64 `json:"findings,omitempty"`
+	Withdrawn map[string]float64 `json:"withdrawn,omitempty"`
 }
 
 // GateOnSave has the findings counts shown only once SaveCounts saved
@@ -76,6 +72,13 @@ func (m *Metrics) SaveCounts() (json.RawMessage, func()) {
 	if m.gated {
 		m.unsaved = map[prometheus.Counter]float64{}
 	}
+	if !m.countsChanged && m.countsSaved != nil && len(taken) == 0 {
+		// Nothing counted, released or made since: the same values.
+		b := m.countsSaved
+		m.mu.Unlock()
+		return b, func() {}
+	}
+	m.countsChanged = false
 	labels := make([]string, 0, len(m.servers))
 	for l := range m.servers {
 		labels = append(labels, l)
@@ -85,18 +88,7 @@ func (m *Metrics) SaveCounts() (json.RawMessage, func()) {
 	for _, l := range labels {
 		s := m.servers[l]
 		ss := savedServer{Server: l, Held: s.findingsHeld != nil}
-		keys := make([]findingSeriesKey, 0, len(s.findingSeries))
-		for k := range s.findingSeries {
-			keys = append(keys, k)
-		}
-		sort.Slice(keys, func(i, j int) bool {
-			if keys[i].kind != keys[j].kind {
-				return keys[i].kind < keys[j].kind
-			}
-			return keys[i].severity < keys[j].severity
-		})
-		for _, k := range keys {
-			c := s.findingSeries[k]
+		for k, c := range s.findingSeries {
 			v := counterValue(c) + taken[c]
 			if h := s.findingsHeld; h != nil {
 				v += h.counts[c]
@@ -104,20 +96,24 @@ func (m *Metrics) SaveCounts() (json.RawMessage, func()) {
 			if v <= 0 {
 				continue
 			}
-			se := savedSeries{Kind: k.kind, Severity: k.severity, Value: v}
+			dst := &ss.Findings
 			if k.withdrawn {
-				ss.Withdrawn = append(ss.Withdrawn, se)
-			} else {
-				ss.Findings = append(ss.Findings, se)
+				dst = &ss.Withdrawn
 			}
+			if *dst == nil {
+				*dst = map[string]float64{}
+			}
+			(*dst)[k.kind+"/"+k.severity] = v
 		}
 		sc.Servers = append(sc.Servers, ss)
 	}
-	m.mu.Unlock()
-	b, err := json.Marshal(sc)
+	// Marshalled under the lock: the values and countsSaved agree.
+	b, err := json.Marshal(sc) // map keys sorted: the same values, the same bytes
 	if err != nil {
 		b = nil // not reached: plain strings and finite numbers
 	}
+	m.countsSaved = b
+	m.mu.Unlock()
 	return b, func() {
 		for c, n := range taken {
 			c.Add(n)
@@ -161,31 +157,35 @@ func (m *Metrics) RestoreCounts(b json.RawMessage) error {
 		}
 		for _, list := range []struct {
 			withdrawn bool
-			series    []savedSeries
+			series    map[string]float64
 		}{{false, ss.Findings}, {true, ss.Withdrawn}} {
-			for _, se := range list.series {
-				if !savedLabels(se) || se.Value <= 0 || math.IsInf(se.Value, 0) || math.IsNaN(se.Value) {
+			for name, v := range list.series {
+				kind, severity, ok := savedLabels(name)
+				if !ok || v <= 0 || math.IsInf(v, 0) || math.IsNaN(v) {
 					continue
 				}
-				c := m.findingCounter(label, s, list.withdrawn, se.Kind, se.Severity)
+				c := m.findingCounter(label, s, list.withdrawn, kind, severity)
 				if h := s.findingsHeld; h != nil {
 					h.made[c] = true
-					h.counts[c] += se.Value
+					h.counts[c] += v
 					continue
 				}
-				c.Add(se.Value)
+				c.Add(v)
 			}
 		}
 	}
+	m.countsChanged = true
 	return nil
 }
 
-// savedLabels reports whether a saved series' kind and severity are label
-// values the findings counters use.
-func savedLabels(se savedSeries) bool {
-	kindOK := se.Kind == Other || slices.Contains(audit.Kinds, audit.Kind(se.Kind))
-	sevOK := slices.Contains([]audit.Severity{audit.SeverityInfo, audit.SeverityWarning, audit.SeverityCritical}, audit.Severity(se.Severity))
-	return kindOK && sevOK
+// savedLabels returns the kind and severity of a saved series'
+// "kind/severity", and whether both are label values the findings
+// counters use.
+func savedLabels(name string) (kind, severity string, ok bool) {
+	kind, severity, _ = strings.Cut(name, "/")
+	kindOK := kind == Other || slices.Contains(audit.Kinds, audit.Kind(kind))
+	sevOK := slices.Contains([]audit.Severity{audit.SeverityInfo, audit.SeverityWarning, audit.SeverityCritical}, audit.Severity(severity))
+	return kind, severity, kindOK && sevOK
 }
 
 // RecountFinding counts f in FindingsTotal, and nothing else: a finding
