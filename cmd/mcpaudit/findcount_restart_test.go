@@ -20,12 +20,17 @@ import (
 )
 
 // findCountConfig writes the config file of the findings counter tests:
-// liveConfig's windows, commits every 50 ms, a short restart grace.
-func findCountConfig(t *testing.T, cfg Config) string {
+// liveConfig's windows, commits every 50 ms, a short restart grace; serve
+// adds keys under serve (the store).
+func findCountConfig(t *testing.T, cfg Config, serve ...string) string {
 	t.Helper()
 	config := filepath.Join(t.TempDir(), "mcpaudit.yaml")
-	if err := os.WriteFile(config, []byte(fmt.Sprintf("detect:\n  verify_window: %s\n  idle_timeout: %s\n  allowed_lateness: %s\nserve:\n  pipeline:\n    commit_every: 50ms\n    restart_grace: 1s\n",
-		cfg.Detect.VerifyWindow, cfg.Detect.IdleTimeout, cfg.Detect.AllowedLateness)), 0o644); err != nil {
+	more := ""
+	for _, l := range serve {
+		more += "  " + l + "\n"
+	}
+	if err := os.WriteFile(config, []byte(fmt.Sprintf("detect:\n  verify_window: %s\n  idle_timeout: %s\n  allowed_lateness: %s\nserve:\n  pipeline:\n    commit_every: 50ms\n    restart_grace: 1s\n%s",
+		cfg.Detect.VerifyWindow, cfg.Detect.IdleTimeout, cfg.Detect.AllowedLateness, more)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return config
@@ -122,10 +127,23 @@ func notBelow(t *testing.T, what string, before, after map[string]float64) {
 // counted them, no scrape saw it, and the restart, finding them stored,
 // counted them no more: out47 saw 9 of 79 server and kind pairs of the
 // immediate finding alerts never fire so.
-func TestServe_FindingCountedAcrossKill9(t *testing.T) {
+func TestServe_FindingCountedAcrossKill9(t *testing.T) { findingCountedAcrossKill9(t) }
+
+// TestServe_FindingCountedAcrossKill9ClickHouse is
+// TestServe_FindingCountedAcrossKill9 on the ClickHouse store, whose
+// state file is the same partitions.json.
+func TestServe_FindingCountedAcrossKill9ClickHouse(t *testing.T) {
+	dsn := clickhouseDSN(t)
+	findingCountedAcrossKill9(t, "store: clickhouse", "clickhouse:", "  dsn: "+dsn,
+		fmt.Sprintf("  database: mcpaudit_findcount_%d", time.Now().UnixNano()), "  batch_age: 50ms")
+}
+
+// findingCountedAcrossKill9 is TestServe_FindingCountedAcrossKill9 with
+// serve's config keys serve.
+func findingCountedAcrossKill9(t *testing.T, serve ...string) {
 	dir := t.TempDir()
 	cfg := liveConfig(t)
-	config := findCountConfig(t, cfg)
+	config := findCountConfig(t, cfg, serve...)
 	recs := liveCaptureOf(t, 48, 200)
 	want := analyzeFindings(t, cfg, ndjson(recs))
 	if len(want) < 10 {
