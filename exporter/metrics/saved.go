@@ -30,7 +30,7 @@ type savedCounts struct {
 
 // savedServer is one server label's findings series, each by
 // "kind/severity" with its value: every count made on it, shown or not;
-// series at zero are left out. Held is set while its first counts wait for
+// series at zero are left out, and a server with none. Held is set while its first counts wait for
 // the scrapers (Options.FirstScrapeWait): no scrape showed them, and a
 // start holds them again behind the series at zero.
 type savedServer struct {
@@ -104,6 +104,11 @@ func (m *Metrics) SaveCounts() (json.RawMessage, func()) {
 				*dst = map[string]float64{}
 			}
 			(*dst)[k.kind+"/"+k.severity] = v
+		}
+		if ss.Findings == nil && ss.Withdrawn == nil {
+			// Nothing to go on from: the server does not keep its label
+			// across the restart for series at zero.
+			continue
 		}
 		sc.Servers = append(sc.Servers, ss)
 	}
