@@ -87,10 +87,12 @@ func newFindings(kind audit.Kind, window time.Duration) string {
 // over window, counting a series absent one window ago with the largest
 // value it had in the window (see newFindings). The largest, not the
 // last: a collector restarted within the window starts the series again
-// at 0, and its events before the restart must still count until the
-// window has passed them (with the last value, an alert born that way
-// went silent at the restart: found by the incident walkthrough,
-// docs/incident.md).
+// at 0 (the findings counters only from a state file without their saved
+// values since alrt48: docs/metrics.md, "Findings counters across
+// restarts"; the store faults at every start), and its events before the
+// restart must still count until the window has passed them (with the
+// last value, an alert born that way went silent at the restart: found by
+// the incident walkthrough, docs/incident.md).
 func newEvents(sel, by string, window time.Duration) string {
 	w := Duration(window)
 	return fmt.Sprintf("sum by (%s) (\n  (max_over_time(%s[%s]) unless %s offset %s)\n  or\n  increase(%s[%s])\n)",
@@ -389,7 +391,8 @@ func (b *builder) collectorAlerts() []Rule {
 				"MCP writes are not being audited and no other mcpaudit alert can fire.",
 		}),
 		// A gauge, not a counter: each start is a new process whose
-		// counters begin at 0, so no increase() sees the restart. The
+		// counters begin at 0 (all but the findings counters, which go on
+		// from the state file), so no increase() sees the restart. The
 		// state file keeps the crash, so a clean restart within the hour
 		// leaves it firing; a clean stop never fires it.
 		b.rule(alert{

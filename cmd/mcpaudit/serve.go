@@ -426,6 +426,9 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	}
 	pcfg := cfg.Serve.Pipeline
 	pcfg.FindingLatency = s.metrics.ObserveFindingLatency
+	// The findings counters go on across restarts, a crash included: saved
+	// with the marks, shown once saved (docs/metrics.md).
+	pcfg.Counters = s.metrics
 	// Read once the store is ready: the pipeline waits for a ClickHouse
 	// down at start, or for the batches an earlier run left in its spool,
 	// and calls this before it takes any call. Read at Open, both failed

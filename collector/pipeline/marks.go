@@ -129,6 +129,14 @@ type markFile struct {
 	// withdrawal was lost in a crash). A release before them ignores the
 	// field and such a withdrawal is lost, as it was.
 	Withdrawals []audit.FindingChange `json:"withdrawals,omitempty"`
+	// Counters are the values of the counters that go on across restarts
+	// (Config.Counters: the findings counters), saved with the marks:
+	// they count the output committed up to the marks, and a start
+	// begins the counters at them and counts what its replay makes after
+	// the marks (gate.recount). A release before them ignores the field
+	// (its counters start at 0, as they did); a file without it starts
+	// them at 0, and its replay counts as before.
+	Counters json.RawMessage `json:"counters,omitempty"`
 	// Partitions come last, after the small members: a file cut short
 	// (or damaged in its partitions) still gives the downtimes and the
 	// withdrawals waiting, which a start keeps (readAside); a release
@@ -155,6 +163,8 @@ type runState struct {
 	downtimes []audit.Downtime
 	// withdrawals is markFile.Withdrawals.
 	withdrawals []audit.FindingChange
+	// counts is markFile.Counters.
+	counts json.RawMessage
 	// trouble, read at the start, says what was wrong with the file
 	// (nil when nothing was).
 	trouble *StateFileTrouble
@@ -163,7 +173,7 @@ type runState struct {
 // runState returns what the next save of the state file says of the runs:
 // the caller holds floorMu.
 func (p *Pipeline) runState() runState {
-	r := runState{store: p.cfg.Store, run: runRunning, downtimes: p.downtimes, withdrawals: p.unstoredWithdrawals}
+	r := runState{store: p.cfg.Store, run: runRunning, downtimes: p.downtimes, withdrawals: p.unstoredWithdrawals, counts: p.savedCounts}
 	if p.cleanStop {
 		r.run = runStopped
 	}
@@ -262,7 +272,7 @@ func readMarks(path string, now time.Time, log *slog.Logger) (marks map[detect.P
 		return nil, nil, time.Time{}, time.Time{}, true, run
 	}
 	saved = f.Saved
-	run = runState{run: f.Run, downtimes: f.Downtimes, withdrawals: f.Withdrawals}
+	run = runState{run: f.Run, downtimes: f.Downtimes, withdrawals: f.Withdrawals, counts: f.Counters}
 	later := func(t time.Time) {
 		if t.After(saved) {
 			saved = t
@@ -490,14 +500,29 @@ func (p *Pipeline) saveMarks(marks map[detect.PartitionKey]mark, force bool) {
 	// between two readings.
 	now := p.now()
 	since := now.Sub(p.marksSaved)
-	if maps.EqualFunc(marks, p.savedMarks, mark.equal) && floor.Equal(p.floor) && !p.freedChanged && !p.withdrawalsChanged && since < stateRefresh {
+	// Counts waiting to be shown change the file too: they are shown
+	// once it keeps them (Config.Counters).
+	counting := p.cfg.Counters != nil && p.cfg.Counters.CountsPending()
+	if maps.EqualFunc(marks, p.savedMarks, mark.equal) && floor.Equal(p.floor) && !p.freedChanged && !p.withdrawalsChanged && !counting && since < stateRefresh {
 		p.marksCurrent = now
 		return
 	}
 	if !force && !p.withdrawalsChanged && since < time.Second && !firstMark(marks, p.savedMarks) {
 		return
 	}
-	if err := writeMarks(p.cfg.StateFile, marks, p.freed, floor, now, p.runState()); err != nil {
+	run := p.runState()
+	if p.cfg.Counters != nil {
+		// Taken here, after the commit that stored the output they count
+		// (the engine goroutine: nothing was judged since), with the
+		// marks of that commit.
+		var publish func()
+		run.counts, publish = p.cfg.Counters.SaveCounts()
+		// Shown whether or not the file could be written: a full disk
+		// must not keep findings from the alerts. A crash before the next
+		// save may then show Prometheus a reset.
+		defer publish()
+	}
+	if err := writeMarks(p.cfg.StateFile, marks, p.freed, floor, now, run); err != nil {
 		p.warnStateLocked(err)
 		if !renamed(err) {
 			return
@@ -505,6 +530,7 @@ func (p *Pipeline) saveMarks(marks map[detect.PartitionKey]mark, force bool) {
 	}
 	p.freedWritten()
 	p.savedMarks, p.marksSaved, p.floor, p.freedChanged, p.withdrawalsChanged = marks, now, floor, false, false
+	p.savedCounts = run.counts
 	p.marksCurrent = now
 }
 
@@ -899,7 +925,8 @@ func writeMarks(path string, marks map[detect.PartitionKey]mark, freed map[detec
 			err = &stateWriteError{name: filepath.Base(path), err: err}
 		}
 	}()
-	f := markFile{Version: 2, Store: run.store, Floor: floor, Saved: saved, Run: run.run, Downtimes: run.downtimes, Withdrawals: run.withdrawals}
+	f := markFile{Version: 2, Store: run.store, Floor: floor, Saved: saved, Run: run.run, Downtimes: run.downtimes, Withdrawals: run.withdrawals,
+		Counters: run.counts}
 	for k, m := range marks {
 		f.Partitions = append(f.Partitions, markLine{Tenant: k.Tenant, Server: k.Server, mark: m})
 	}

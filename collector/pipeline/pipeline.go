@@ -9,6 +9,7 @@ package pipeline
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -93,6 +94,10 @@ type Config struct {
 	// the store at start is read then, not while it cannot answer yet
 	// (live23's D1).
 	StoreReady func(ctx context.Context) `yaml:"-"`
+	// Counters, if set with StateFile, keeps counters whose values the
+	// state file saves with the marks (exporter/metrics: the findings
+	// counters), so that they go on across a restart, a crash included.
+	Counters Counters `yaml:"-"`
 	// Now is the wall clock; tests set it. Default time.Now.
 	Now func() time.Time `yaml:"-"`
 	// ticks, when set (tests, export_test.go), replaces the CommitEvery
@@ -100,6 +105,31 @@ type Config struct {
 	// the wall clock at each value received, and only then, so that a
 	// test can put a tick between two of its steps.
 	ticks <-chan time.Time
+}
+
+// Counters keeps counters that go on across restarts: their values are
+// saved in the state file with the partitions' marks, and a count is shown
+// only once a save holds it, so that a start, which begins them at the
+// saved values, never shows less than a scrape saw before a crash
+// (docs/metrics.md, "Findings counters across restarts"). The pipeline
+// calls every method from the engine goroutine but GateOnSave, which New
+// calls before any.
+type Counters interface {
+	// GateOnSave has counts shown only once SaveCounts' publish ran.
+	GateOnSave()
+	// CountsPending reports whether counts wait for a save.
+	CountsPending() bool
+	// SaveCounts returns the values to save, and publish, called once the
+	// state file is written (or could not be: a count is not kept from
+	// view for a failing disk).
+	SaveCounts() (values json.RawMessage, publish func())
+	// RestoreCounts begins the counters at values saved by an earlier
+	// run, before the replay at start.
+	RestoreCounts(values json.RawMessage) error
+	// RecountFinding counts a finding the store holds that the replay
+	// made again after its partition's saved mark: the run before counted
+	// it after the values were saved, and its count was lost with it.
+	RecountFinding(f *audit.Finding)
 }
 
 // NewDefaultConfig returns the defaults.
@@ -219,6 +249,10 @@ type Pipeline struct {
 	// cleanStop is set for the save of the clean stop: the file says the
 	// run stopped (markFile.Run).
 	cleanStop bool
+	// savedCounts are the counters' values the state file keeps with
+	// savedMarks (Config.Counters; markFile.Counters): a write of the
+	// file that keeps savedMarks keeps them too, as a pair.
+	savedCounts json.RawMessage
 
 	admit admission
 	load  tenantLoad
@@ -238,6 +272,13 @@ func New(ctx context.Context, cfg Config, dcfg detect.Config, store audit.Store,
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.StateFile == "" {
+		// Nothing to save them in: counts are shown at once.
+		cfg.Counters = nil
+	}
+	if cfg.Counters != nil {
+		cfg.Counters.GateOnSave()
 	}
 	p := &Pipeline{
 		cfg: cfg, dcfg: dcfg, store: store, log: log, now: cfg.Now,
@@ -387,7 +428,20 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	}
 	// What the file keeps, written again as it is by a write before the
 	// first save (lowerFloor, comeback).
-	p.floor, p.savedMarks = floor, marks
+	p.floor, p.savedMarks, p.savedCounts = floor, marks, run.counts
+	// The counters go on from the values saved with the marks, before the
+	// replay counts anything; what it makes after the marks is counted
+	// again, stored or not (gate.recount): the run before counted it
+	// after those values were saved.
+	if p.cfg.Counters != nil && len(run.counts) > 0 {
+		if err := p.cfg.Counters.RestoreCounts(run.counts); err != nil {
+			p.log.Warn("the state file's counters cannot be read: the findings counters start at 0 (Prometheus reads a reset)",
+				"path", p.cfg.StateFile, "err", err)
+			p.savedCounts = nil
+		} else if !lost {
+			p.gate.recount = p.cfg.Counters.RecountFinding
+		}
+	}
 	committed, deferred := map[detect.PartitionKey]time.Time{}, map[detect.PartitionKey]time.Time{}
 	for k, m := range marks {
 		committed[k] = m.Watermark

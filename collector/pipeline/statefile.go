@@ -333,6 +333,12 @@ func readAside(path string, now time.Time, f markFile, good []string, rerr, derr
 			run.withdrawals = f.Withdrawals
 			tr.Kept = append(tr.Kept, "withdrawals")
 		}
+		// The counters' values: a scrape showed no more than them, so a
+		// start begins them there, marks lost or not.
+		if slices.Contains(good, "counters") && len(f.Counters) > 0 {
+			run.counts = f.Counters
+			tr.Kept = append(tr.Kept, "counters")
+		}
 	}
 	name, err := setAside(path, now)
 	tr.SetAside = name

@@ -27,6 +27,7 @@ func TestDecodeMarks_EveryMember(t *testing.T) {
 		Run:         runRunning,
 		Downtimes:   []audit.Downtime{{From: at.Add(-2 * time.Hour), To: at.Add(-time.Hour), End: audit.EndCrash}},
 		Withdrawals: []audit.FindingChange{{FindingID: "f1", Tenant: "acme", State: "withdrawn", By: "mcpaudit", Time: at}},
+		Counters:    json.RawMessage(`{"servers":[{"server":"thegram","findings":{"wasted_retry/info":3}}]}`),
 		Partitions:  []markLine{{Tenant: "acme", Server: "thegram", mark: mark{Watermark: at}}},
 	}
 	v := reflect.ValueOf(want)

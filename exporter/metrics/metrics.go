@@ -110,6 +110,16 @@ type Metrics struct {
 	// lastFinding is the latest event time set on findingLast, by server
 	// and kind.
 	lastFinding map[[2]string]time.Time
+	// gated is set once the findings counts are shown only after the
+	// state file keeps them (GateOnSave); unsaved holds the counts made
+	// since the last SaveCounts, not yet on their series.
+	gated   bool
+	unsaved map[prometheus.Counter]float64
+	// countsChanged is set when a findings count, a release of one or a
+	// server's series changed what SaveCounts saves since it last did;
+	// countsSaved is what it saved then.
+	countsChanged bool
+	countsSaved   []byte
 }
 
 // serverLabels remembers the label values already seen for one server.
@@ -123,6 +133,16 @@ type serverLabels struct {
 	// series at zero: they are made when its first calls are judged, and
 	// the findings of that batch come at once.
 	findingsHeld *heldCounts
+	// findingSeries are its FindingsTotal and FindingsWithdrawnTotal
+	// series, by family, kind and severity: what SaveCounts saves.
+	findingSeries map[findingSeriesKey]prometheus.Counter
+}
+
+// findingSeriesKey names one findings series of a server: withdrawn for
+// FindingsWithdrawnTotal, else FindingsTotal.
+type findingSeriesKey struct {
+	withdrawn      bool
+	kind, severity string
 }
 
 // callSeries are the series one call of a tool counts in, looked up once:
@@ -152,6 +172,9 @@ type heldCounts struct {
 	shown   map[string]bool             // the scrapers that have shown them all at zero
 	timer   *time.Timer
 	clear   func() // unlinks the group from its series
+	// findings is set on a server's findings group: released while the
+	// counts are gated (GateOnSave), they wait for the next save.
+	findings bool
 }
 
 // add holds one count on c. A series the group did not have yet (a failure
@@ -303,32 +326,58 @@ func (m *Metrics) newServer(label string, hold bool) *serverLabels {
 	if s := m.servers[label]; s != nil {
 		return s
 	}
-	s := &serverLabels{tools: map[string]bool{}, callTools: map[string]*callSeries{}, writeTools: map[string]*writeSeries{}}
+	s := &serverLabels{tools: map[string]bool{}, callTools: map[string]*callSeries{}, writeTools: map[string]*writeSeries{},
+		findingSeries: map[findingSeriesKey]prometheus.Counter{}}
 	m.servers[label] = s
+	m.countsChanged = true
 	made := make([]prometheus.Counter, 0, 2*len(audit.Kinds))
 	for _, k := range audit.Kinds {
-		made = append(made, m.findings.WithLabelValues(label, string(k), string(k.Severity())),
+		made = append(made, m.findingCounter(label, s, false, string(k), string(k.Severity())),
 			// At zero with it, so that findings_total - withdrawn_total
 			// has a right-hand side for every series.
-			m.withdrawn.WithLabelValues(label, string(k), string(k.Severity())))
+			m.findingCounter(label, s, true, string(k), string(k.Severity())))
 	}
 	if hold {
 		s.findingsHeld = m.hold(func() { s.findingsHeld = nil }, made...)
+		if s.findingsHeld != nil {
+			s.findingsHeld.findings = true
+		}
 	}
 	s.pending = m.pending.WithLabelValues(label)
 	return s
 }
 
+// findingCounter returns the findings (withdrawn: withdrawn) series of
+// the server s labelled label, of kind and severity, noting it among the
+// server's findings series. m.mu must be held.
+func (m *Metrics) findingCounter(label string, s *serverLabels, withdrawn bool, kind, severity string) prometheus.Counter {
+	k := findingSeriesKey{withdrawn: withdrawn, kind: kind, severity: severity}
+	if c := s.findingSeries[k]; c != nil {
+		return c
+	}
+	vec := m.findings
+	if withdrawn {
+		vec = m.withdrawn
+	}
+	c := vec.WithLabelValues(label, kind, severity)
+	s.findingSeries[k] = c
+	return c
+}
+
 // countFinding adds one to c, a findings or withdrawn series of s, or
-// holds it while s's first findings counts are held.
+// holds it while s's first findings counts are held, or, while the counts
+// are gated (GateOnSave), until the state file keeps it. m.mu must be
+// held.
 func (m *Metrics) countFinding(s *serverLabels, c prometheus.Counter) {
-	m.mu.Lock()
+	m.countsChanged = true
 	if h := s.findingsHeld; h != nil {
 		m.add(h, c)
-		m.mu.Unlock()
 		return
 	}
-	m.mu.Unlock()
+	if m.gated {
+		m.unsaved[c]++
+		return
+	}
 	c.Inc()
 }
 
@@ -495,6 +544,18 @@ func (m *Metrics) release(h *heldCounts) {
 	delete(m.held, h)
 	h.timer.Stop()
 	h.clear()
+	if h.findings {
+		m.countsChanged = true // no longer saved as held
+	}
+	if h.findings && m.gated {
+		// Shown once the state file keeps them as shown (SaveCounts): a
+		// restart after a crash then makes the series again at zero and
+		// holds them, and Prometheus never sees them go down.
+		for c, n := range h.counts {
+			m.unsaved[c] += n
+		}
+		return
+	}
 	for c, n := range h.counts {
 		c.Add(n)
 	}
@@ -769,9 +830,9 @@ func (m *Metrics) Finding(f *audit.Finding) {
 	}
 	kind := kindLabel(f.Kind)
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	server, s := m.lastFindingAt(f.Server, kind, f.Time)
-	m.mu.Unlock()
-	m.countFinding(s, m.findings.WithLabelValues(server, kind, severityLabel(f)))
+	m.countFinding(s, m.findingCounter(server, s, false, kind, severityLabel(f)))
 }
 
 // lastFindingAt moves the last finding time of a server and kind forward
@@ -812,9 +873,9 @@ func (m *Metrics) WithdrawFinding(f *audit.Finding, _ string, _ time.Time) {
 		return
 	}
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	server, s := m.server(f.Server)
-	m.mu.Unlock()
-	m.countFinding(s, m.withdrawn.WithLabelValues(server, kindLabel(f.Kind), severityLabel(f)))
+	m.countFinding(s, m.findingCounter(server, s, true, kindLabel(f.Kind), severityLabel(f)))
 }
 
 // source bounds an ingest source and, the first time, initializes all its
