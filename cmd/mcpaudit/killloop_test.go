@@ -137,7 +137,10 @@ func (c *child) kill() int64 {
 // MCPAUDIT_KILLS sets the number of kills (20, as issue 12 asks);
 // MCPAUDIT_KILL_SPAN spreads them over that long, with as many more
 // sessions (default: 100 sessions a kill, about as many seconds as kills).
-func TestServe_KillLoop(t *testing.T) { embeddedKillLoop(t, carrierCalls, 20, "") }
+func TestServe_KillLoop(t *testing.T) {
+	t.Parallel() // serve children on a data dir and ports of their own
+	embeddedKillLoop(t, carrierCalls, 20, "")
+}
 
 // logReplays counts the starts of serve that applied frames a kill left in
 // the call log (ack "log").
