@@ -151,6 +151,7 @@ var logReplays atomic.Int64
 // restart (and the store opened to count them afterwards) applies what the
 // kill left in it. 10 kills, over OTLP/gRPC and call records.
 func TestServe_KillLoopAckLog(t *testing.T) {
+	t.Parallel() // serve children on data dirs and ports of their own
 	for _, carrier := range []string{carrierCalls, carrierOTLPGRPC} {
 		t.Run(carrier, func(t *testing.T) {
 			t.Parallel()
@@ -165,6 +166,7 @@ func TestServe_KillLoopAckLog(t *testing.T) {
 // resource per server: the crash recovery of every transport. 8 kills each
 // (MCPAUDIT_KILLS sets them too).
 func TestServe_KillLoopOTLP(t *testing.T) {
+	t.Parallel() // serve children on data dirs and ports of their own
 	for _, carrier := range []string{carrierOTLPHTTP, carrierOTLPGRPC} {
 		t.Run(carrier, func(t *testing.T) {
 			t.Parallel()
