@@ -42,10 +42,24 @@ targets=(
 	api:FuzzParseWindow
 )
 cache=$(go env GOCACHE)/fuzz/$(go list -m)
+# Each package's instrumented test binary is built once (go test -c -fuzz)
+# and run for each of its targets in turn, with the flags go test -fuzz
+# gives it: the same instrumentation, corpus, fuzz cache and default
+# 10-minute timeout. go test -fuzz itself links the binary again for every
+# target (its link is not cached); 8 of the 17 targets share a package.
+bin=$(mktemp -d "${TMPDIR:-/tmp}/mcpaudit-fuzz.XXXXXX")
+trap 'rm -rf "$bin"' EXIT
+built=
 for target in "${targets[@]}"; do
 	pkg=${target%%:*}; fn=${target#*:}
+	if [ "$pkg" != "$built" ]; then
+		echo "== $pkg (build)"
+		go test -vet=off -c -fuzz . -o "$bin/fuzz.test" "./$pkg"
+		built=$pkg
+	fi
 	echo "== $pkg $fn"
-	go test -vet=off "./$pkg" -run '^$' -fuzz "^$fn\$" -fuzztime "$t" -fuzzminimizetime "$minimize"
+	(cd "$pkg" && "$bin/fuzz.test" -test.run '^$' -test.fuzz "^$fn\$" -test.fuzztime "$t" \
+		-test.fuzzminimizetime "$minimize" -test.fuzzcachedir "$cache/$pkg" -test.paniconexit0 -test.timeout 10m0s)
 	if [ -n "${MCPAUDIT_FUZZ_KEEP:-}" ] && [ -d "$cache/$pkg/$fn" ]; then
 		mkdir -p "$pkg/testdata/fuzz/$fn"
 		cp -n "$cache/$pkg/$fn"/* "$pkg/testdata/fuzz/$fn/" 2>/dev/null || true

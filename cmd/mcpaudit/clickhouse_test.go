@@ -31,6 +31,7 @@ func clickhouseDSN(t *testing.T) string {
 // serve into ClickHouse and into the embedded store: findings, timelines
 // and SLO answers are the same.
 func TestServe_ClickHouseMatchesEmbedded(t *testing.T) {
+	t.Parallel() // serves of its own, its own ClickHouse database
 	dsn := clickhouseDSN(t)
 	recs := mergedCapture(t)
 	body := ndjson(recs)

@@ -230,6 +230,7 @@ func TestDemo_FaultsShowOnASlowMachine(t *testing.T) {
 // data dir, and the command it gives reads there every finding the demo
 // printed.
 func TestDemo_AfterwordLeadsToTheFindings(t *testing.T) {
+	t.Parallel() // a demo on a data dir and ports of its own
 	if testing.Short() {
 		t.Skip("runs the demo for about 15 s")
 	}

@@ -127,6 +127,7 @@ func doneWhenScript(t *testing.T, cs *mcp.ClientSession, prefix string) (first s
 // around `demo server --stdio`; `serve` then reports exactly one
 // double_applied_write, on the first document, for each transport.
 func TestDoneWhen(t *testing.T) {
+	t.Parallel() // processes on data dirs and ports of their own
 	if testing.Short() {
 		t.Skip("starts processes")
 	}

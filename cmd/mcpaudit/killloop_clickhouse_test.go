@@ -71,6 +71,7 @@ func privateClickHouse(t *testing.T) (dsn string, ctl func(cmd string)) {
 // MCPAUDIT_CH_OUTAGE (default 5s; the figure is 60s) and the kills
 // are MCPAUDIT_KILLS (default 5).
 func TestServe_KillLoopClickHouse(t *testing.T) {
+	t.Parallel() // a serve child and a ClickHouse server of its own
 	dsn, ctl := privateClickHouse(t)
 	outage := 5 * time.Second
 	if d, err := time.ParseDuration(os.Getenv("MCPAUDIT_CH_OUTAGE")); err == nil && d > 0 {

@@ -137,7 +137,10 @@ func (c *child) kill() int64 {
 // MCPAUDIT_KILLS sets the number of kills (20, as issue 12 asks);
 // MCPAUDIT_KILL_SPAN spreads them over that long, with as many more
 // sessions (default: 100 sessions a kill, about as many seconds as kills).
-func TestServe_KillLoop(t *testing.T) { embeddedKillLoop(t, carrierCalls, 20, "") }
+func TestServe_KillLoop(t *testing.T) {
+	t.Parallel() // serve children on a data dir and ports of their own
+	embeddedKillLoop(t, carrierCalls, 20, "")
+}
 
 // logReplays counts the starts of serve that applied frames a kill left in
 // the call log (ack "log").
@@ -148,6 +151,7 @@ var logReplays atomic.Int64
 // restart (and the store opened to count them afterwards) applies what the
 // kill left in it. 10 kills, over OTLP/gRPC and call records.
 func TestServe_KillLoopAckLog(t *testing.T) {
+	t.Parallel() // serve children on data dirs and ports of their own
 	for _, carrier := range []string{carrierCalls, carrierOTLPGRPC} {
 		t.Run(carrier, func(t *testing.T) {
 			t.Parallel()
@@ -162,6 +166,7 @@ func TestServe_KillLoopAckLog(t *testing.T) {
 // resource per server: the crash recovery of every transport. 8 kills each
 // (MCPAUDIT_KILLS sets them too).
 func TestServe_KillLoopOTLP(t *testing.T) {
+	t.Parallel() // serve children on data dirs and ports of their own
 	for _, carrier := range []string{carrierOTLPHTTP, carrierOTLPGRPC} {
 		t.Run(carrier, func(t *testing.T) {
 			t.Parallel()

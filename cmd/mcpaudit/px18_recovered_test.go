@@ -25,6 +25,7 @@ import (
 // came, but serve and `mcpaudit calls` named the relay that never carried
 // it), and so the answered read left in A's open segment.
 func TestProxy_Kill9RecoveredCallJudgedUnderItsSource(t *testing.T) {
+	t.Parallel() // proxies and a serve of its own; waits for the journal scan
 	seen := make(chan string, 10)
 	release := make(chan struct{})
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -24,6 +24,7 @@ import (
 // real serve; the freeing comes after a minute of quiet (the pipeline frees
 // after max(idle_timeout, 1m)), so the test takes about 70 s.
 func TestStatus_TooLateKeptAfterPartitionFreed(t *testing.T) {
+	t.Parallel() // waits a minute of wall clock on a serve of its own
 	if testing.Short() {
 		t.Skip("waits a minute for the partition to be freed")
 	}

@@ -25,6 +25,7 @@ import (
 // (mcpaudit_writes_total) and start each partition's watermark where it
 // stood, not back at the partition's last call.
 func TestServe_RestartsWithoutCalls(t *testing.T) {
+	t.Parallel() // serve children on a data dir and ports of their own
 	dir := t.TempDir()
 	cfg := liveConfig(t)
 	cfg.Detect.AllowedLateness = 5 * time.Second

@@ -439,6 +439,7 @@ func TestServe_OTLP(t *testing.T) {
 // stream and starts it again on the same data: the findings equal an
 // uninterrupted run, none twice, none lost.
 func TestServe_Restart(t *testing.T) {
+	t.Parallel() // serves on data dirs of their own
 	recs := mergedCapture(t)
 	dir := t.TempDir()
 	cfg := testConfig(t, dir)

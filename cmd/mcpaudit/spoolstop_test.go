@@ -28,6 +28,7 @@ import (
 //     spool by an earlier run"), and were never read again: the gauge
 //     stayed empty.
 func TestServe_ClickHouseDownAtStopAndStart(t *testing.T) {
+	t.Parallel() // a ClickHouse server of its own
 	dsn, ctl := privateClickHouse(t)
 	cfg := testConfig(t, t.TempDir())
 	cfg.Serve.Store = "clickhouse"

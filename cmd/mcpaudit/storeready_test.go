@@ -15,6 +15,7 @@ import (
 // when it answers 200 again, both from one check. Before, /readyz was the
 // only place the outage showed (found from outside by live20).
 func TestServe_StoreReadyFollowsReadyz(t *testing.T) {
+	t.Parallel() // a ClickHouse server of its own
 	dsn, ctl := privateClickHouse(t)
 	cfg := testConfig(t, t.TempDir())
 	cfg.Serve.Store = "clickhouse"
