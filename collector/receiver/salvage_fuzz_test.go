@@ -56,9 +56,14 @@ func FuzzSalvage(f *testing.F) {
 				if err := ptraceotlp.NewExportRequest().UnmarshalJSON(ws.b); err != nil {
 					t.Fatalf("JSON salvaged by the walk does not decode: %v", err)
 				}
-				// Both empty spans in place, none taken out.
-				if n, m := ws.req.Traces().SpanCount(), s.req.Traces().SpanCount(); ok && n != m {
-					t.Fatalf("the walk salvaged %d spans, the tree %d", n, m)
+				// Both empty spans in place, none taken out. The walk may
+				// salvage what the tree cannot (a span that is not JSON,
+				// such as {{}}, walked over and replaced): compared only
+				// when both did.
+				if ok {
+					if n, m := ws.req.Traces().SpanCount(), s.req.Traces().SpanCount(); n != m {
+						t.Fatalf("the walk salvaged %d spans, the tree %d", n, m)
+					}
 				}
 			}
 		} else {
