@@ -541,139 +541,45 @@ func salvageDeepProto(b []byte, limit int) (out []byte, bad []otlp.RejectedSpan,
 // resource or scope holds no span, or the rebuilt body still nests too
 // deep (it is scanned again).
 func salvageDeepJSON(b []byte, limit int) (out []byte, bad []otlp.RejectedSpan, ok bool) {
-	// role of a container of the envelope, by its level (1 the request).
-	const (
-		jOther = iota
-		jRequest
-		jRSList
-		jRS
-		jResource
-		jSSList
-		jSS
-		jScope
-		jSpanList
-		jSpan
-	)
-	type frame struct {
-		role    int
-		wantKey bool
-		key     []byte
-		n       int // resource spans, scope spans or spans met (request, rs, ss)
-		idx     [3]int
-		start   int
-	}
 	type cut struct {
 		start, end int
 		idx        [3]int
 		role       int
-		at         int // where the nesting passes the limit, or -1
 	}
 	var (
-		brackets []byte // the open brackets, each level
-		env      []frame
-		cuts     []cut
-		deepAt   = map[[3]int]int{} // span, resource or scope (idx, -1 for the levels above) -> offset
-		rootEnd  = -1
+		cuts   []cut
+		deepAt = map[[3]int]int{} // span, resource or scope (idx, -1 for the levels above) -> offset
 	)
-	key := func(k []byte, names ...string) bool {
-		for _, n := range names {
-			if string(k) == n {
-				return true
-			}
+	rootEnd, whole := walkEnvelope(b, func(i, depth int, env []envFrame) bool {
+		if depth <= limit {
+			return true
 		}
-		return false
-	}
-	for i := 0; i < len(b) && rootEnd < 0; i++ {
-		c := b[i]
-		switch c {
-		case ' ', '\t', '\r', '\n':
-		case '"':
-			end := stringEnd(b, i+1)
-			if len(env) == len(brackets) && len(env) > 0 && env[len(env)-1].wantKey {
-				env[len(env)-1].key, env[len(env)-1].wantKey = b[i+1:min(end, len(b))], false
-			}
-			i = end
-		case ',':
-			if len(env) == len(brackets) && len(env) > 0 && brackets[len(brackets)-1] == '{' {
-				env[len(env)-1].wantKey = true
-			}
-		case '{', '[':
-			if len(brackets) == 0 && (c != '{' || i != bytesStart(b)) {
-				return nil, nil, false
-			}
-			brackets = append(brackets, c)
-			if len(brackets) > limit {
-				// Blame the innermost span, scope or resource open.
-				idx, found := [3]int{}, false
-				for l := len(env) - 1; l >= 0 && !found; l-- {
-					switch env[l].role {
-					case jSpan:
-						idx, found = env[l].idx, true
-					case jScope:
-						idx, found = [3]int{env[l].idx[0], env[l].idx[1], -1}, true
-					case jResource:
-						idx, found = [3]int{env[l].idx[0], -1, -1}, true
-					}
-				}
-				if !found {
-					return nil, nil, false
-				}
-				if _, seen := deepAt[idx]; !seen {
-					deepAt[idx] = i
-				}
-			}
-			if len(env) != len(brackets)-1 || len(env) >= 7 {
+		// Blame the innermost span, scope or resource open.
+		for l := len(env) - 1; l >= 0; l-- {
+			idx := env[l].idx
+			switch env[l].role {
+			case jSpan:
+			case jScope:
+				idx[2] = -1
+			case jResource:
+				idx[1], idx[2] = -1, -1
+			default:
 				continue
 			}
-			f := frame{role: jOther, start: i, wantKey: c == '{'}
-			if len(env) == 0 {
-				f.role = jRequest
-			} else {
-				p := &env[len(env)-1]
-				switch {
-				case p.role == jRequest && c == '[' && key(p.key, "resourceSpans", "resource_spans"):
-					f.role = jRSList
-				case p.role == jRSList && c == '{':
-					f.role, f.idx = jRS, [3]int{env[0].n, -1, -1}
-					env[0].n++
-				case p.role == jRS && c == '{' && key(p.key, "resource"):
-					f.role, f.idx = jResource, p.idx
-				case p.role == jRS && c == '[' && key(p.key, "scopeSpans", "scope_spans"):
-					f.role, f.idx = jSSList, p.idx
-				case p.role == jSSList && c == '{':
-					rs := &env[len(env)-2]
-					f.role, f.idx = jSS, [3]int{p.idx[0], rs.n, -1}
-					rs.n++
-				case p.role == jSS && c == '{' && key(p.key, "scope"):
-					f.role, f.idx = jScope, p.idx
-				case p.role == jSS && c == '[' && key(p.key, "spans"):
-					f.role, f.idx = jSpanList, p.idx
-				case p.role == jSpanList && c == '{':
-					ss := &env[len(env)-2]
-					f.role, f.idx = jSpan, [3]int{p.idx[0], p.idx[1], ss.n}
-					ss.n++
-				}
+			if _, seen := deepAt[idx]; !seen {
+				deepAt[idx] = i
 			}
-			env = append(env, f)
-		case '}', ']':
-			if len(brackets) == 0 || brackets[len(brackets)-1] != c-2 { // '{'+2 == '}', '['+2 == ']'
-				return nil, nil, false
-			}
-			brackets = brackets[:len(brackets)-1]
-			if len(env) == len(brackets)+1 {
-				f := env[len(env)-1]
-				env = env[:len(env)-1]
-				switch f.role {
-				case jSpan, jResource, jScope:
-					cuts = append(cuts, cut{start: f.start, end: i + 1, idx: f.idx, role: f.role})
-				}
-			}
-			if len(brackets) == 0 {
-				rootEnd = i + 1
-			}
+			return true
 		}
-	}
-	if rootEnd < 0 || len(bytes.TrimSpace(b[rootEnd:])) > 0 {
+		return false
+	}, func(f envFrame, end int) bool {
+		switch f.role {
+		case jSpan, jResource, jScope:
+			cuts = append(cuts, cut{start: f.start, end: end, idx: f.idx, role: f.role})
+		}
+		return true
+	})
+	if !whole || len(bytes.TrimSpace(b[rootEnd:])) > 0 {
 		return nil, nil, false
 	}
 	// The spans to empty: those deep themselves or under a deep resource

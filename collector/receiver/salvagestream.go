@@ -84,36 +84,59 @@ func rebuildStreamJSON(b []byte, p *fastjson.Parser, fault func(*fastjson.Value)
 
 // jsonSpans calls fn with the indexes (resource spans, scope spans, span)
 // and the byte range of each span object of the OTLP JSON request b, in
-// order, without decoding anything: it follows the brackets and the keys
-// of the envelope (resourceSpans, scopeSpans, spans, or their snake_case
-// names, spelt plainly), as salvageDeepJSON does. It stops when fn returns
+// order, without decoding anything (walkEnvelope). It stops when fn returns
 // false, and reports whether it walked b whole: one object of well-matched
 // brackets with nothing but white space after it, and fn never false.
 func jsonSpans(b []byte, fn func(idx [3]int, start, end int) bool) bool {
-	// role of a container of the envelope, by its level (1 the request).
-	const (
-		jOther = iota
-		jRequest
-		jRSList
-		jRS
-		jSSList
-		jSS
-		jSpanList
-		jSpan
-	)
-	type frame struct {
-		role    int
-		wantKey bool
-		key     []byte
-		n       int // resource spans, scope spans or spans met (request, rs, ss)
-		idx     [3]int
-		start   int
-	}
+	rootEnd, ok := walkEnvelope(b, nil, func(f envFrame, end int) bool {
+		return f.role != jSpan || fn(f.idx, f.start, end)
+	})
+	return ok && bytesStart(b[rootEnd:]) == len(b)-rootEnd
+}
+
+// The role of a container of an OTLP JSON request's envelope
+// (walkEnvelope), by its level (1 the request).
+const (
+	jOther = iota
+	jRequest
+	jRSList
+	jRS
+	jResource
+	jSSList
+	jSS
+	jScope
+	jSpanList
+	jSpan
+)
+
+// envFrame is a container of the envelope open in walkEnvelope.
+type envFrame struct {
+	role    int
+	wantKey bool
+	key     []byte
+	n       int    // resource spans, scope spans or spans met (request, rs, ss)
+	idx     [3]int // resource spans, scope spans, span; -1 for the levels below
+	start   int
+}
+
+// walkEnvelope follows the brackets of the OTLP JSON request b and the
+// keys of its envelope (resourceSpans, resource, scopeSpans, scope, spans,
+// or the snake_case names, spelt plainly) without decoding anything:
+// salvageDeepJSON and the span-by-span salvage (jsonSpans) walk a refused
+// body with it. open, when set, is called at each '{' or '[' (offset i)
+// with the nesting depth it opens and the envelope's containers open
+// around it, innermost last; closed at the end (offset end, past the
+// bracket) of each container of the envelope's levels. Either returning
+// false stops the walk. It returns the offset past the request's closing
+// bracket, and false when it stopped, b does not start with an object, or
+// its brackets do not match before b ends; what follows rootEnd is the
+// callers' to judge.
+func walkEnvelope(b []byte, open func(i, depth int, env []envFrame) bool, closed func(f envFrame, end int) bool) (rootEnd int, ok bool) {
 	var (
 		brackets []byte // the open brackets, each level
-		env      []frame
-		rootEnd  = -1
+		env      []envFrame
 	)
+	rootEnd = -1
 	key := func(k []byte, a, b string) bool { return string(k) == a || string(k) == b }
 	for i := 0; i < len(b) && rootEnd < 0; i++ {
 		c := b[i]
@@ -131,14 +154,17 @@ func jsonSpans(b []byte, fn func(idx [3]int, start, end int) bool) bool {
 			}
 		case '{', '[':
 			if len(brackets) == 0 && (c != '{' || i != bytesStart(b)) {
-				return false
+				return 0, false
 			}
 			brackets = append(brackets, c)
+			if open != nil && !open(i, len(brackets), env) {
+				return 0, false
+			}
 			// Below a span nothing is followed: its brackets are counted.
 			if len(env) != len(brackets)-1 || len(env) >= 7 {
 				continue
 			}
-			f := frame{role: jOther, start: i, wantKey: c == '{'}
+			f := envFrame{role: jOther, start: i, wantKey: c == '{'}
 			if len(env) == 0 {
 				f.role = jRequest
 			} else {
@@ -149,12 +175,16 @@ func jsonSpans(b []byte, fn func(idx [3]int, start, end int) bool) bool {
 				case p.role == jRSList && c == '{':
 					f.role, f.idx = jRS, [3]int{env[0].n, -1, -1}
 					env[0].n++
+				case p.role == jRS && c == '{' && key(p.key, "resource", "resource"):
+					f.role, f.idx = jResource, p.idx
 				case p.role == jRS && c == '[' && key(p.key, "scopeSpans", "scope_spans"):
 					f.role, f.idx = jSSList, p.idx
 				case p.role == jSSList && c == '{':
 					rs := &env[len(env)-2]
 					f.role, f.idx = jSS, [3]int{p.idx[0], rs.n, -1}
 					rs.n++
+				case p.role == jSS && c == '{' && key(p.key, "scope", "scope"):
+					f.role, f.idx = jScope, p.idx
 				case p.role == jSS && c == '[' && key(p.key, "spans", "spans"):
 					f.role, f.idx = jSpanList, p.idx
 				case p.role == jSpanList && c == '{':
@@ -166,14 +196,14 @@ func jsonSpans(b []byte, fn func(idx [3]int, start, end int) bool) bool {
 			env = append(env, f)
 		case '}', ']':
 			if len(brackets) == 0 || brackets[len(brackets)-1] != c-2 { // '{'+2 == '}', '['+2 == ']'
-				return false
+				return 0, false
 			}
 			brackets = brackets[:len(brackets)-1]
 			if len(env) == len(brackets)+1 {
 				f := env[len(env)-1]
 				env = env[:len(env)-1]
-				if f.role == jSpan && !fn(f.idx, f.start, i+1) {
-					return false
+				if !closed(f, i+1) {
+					return 0, false
 				}
 			}
 			if len(brackets) == 0 {
@@ -181,13 +211,5 @@ func jsonSpans(b []byte, fn func(idx [3]int, start, end int) bool) bool {
 			}
 		}
 	}
-	if rootEnd < 0 {
-		return false
-	}
-	for _, c := range b[rootEnd:] {
-		if c != ' ' && c != '\t' && c != '\r' && c != '\n' {
-			return false
-		}
-	}
-	return true
+	return rootEnd, rootEnd >= 0
 }
