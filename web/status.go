@@ -170,16 +170,10 @@ func WithPartitions(base StatusFunc, parts func() []detect.PartitionStatus, quie
 			case p.Buffered > 0 || p.Pending > 0:
 				st.MaxLag = max(st.MaxLag, p.Lag)
 			case p.Lag > quiet && p.Lag > st.QuietLag:
-				st.QuietLag, st.QuietServer = p.Lag, p.Server
-				if p.Tenant != "" {
-					st.QuietServer = p.Tenant + "/" + p.Server
-				}
+				st.QuietLag, st.QuietServer = p.Lag, partitionName(p)
 			}
 			if wm.IsZero() || p.Watermark.Before(wm) {
-				wm, wmServer = p.Watermark, p.Server
-				if p.Tenant != "" {
-					wmServer = p.Tenant + "/" + p.Server
-				}
+				wm, wmServer = p.Watermark, partitionName(p)
 			}
 		}
 		if !wm.IsZero() {
@@ -210,4 +204,13 @@ func acceptedRecords(g prometheus.Gatherer) (float64, bool) {
 		}
 	}
 	return sum, true
+}
+
+// partitionName names the partition p as the status bar does: its server,
+// after its tenant when it has one (api's status lines name it so too).
+func partitionName(p detect.PartitionStatus) string {
+	if p.Tenant != "" {
+		return p.Tenant + "/" + p.Server
+	}
+	return p.Server
 }
