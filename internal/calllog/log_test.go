@@ -1,11 +1,13 @@
 package calllog
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -491,5 +493,71 @@ func TestAppendRefuses(t *testing.T) {
 	l.Close()
 	if _, err := l.Append(context.Background(), recs[:1]); !errors.Is(err, ErrClosed) {
 		t.Fatalf("after Close: %v, want ErrClosed", err)
+	}
+}
+
+// TestCrashKill kills a process appending to a log with SIGKILL, at three
+// points, and reopens the log: every call acknowledged before the kill is
+// there, and the log takes appends again. A killed process leaves what it
+// wrote in the page cache, so this shows the recovery of a process crash
+// (a block cut by the kill, a segment sealed halfway); what a power loss
+// leaves of a block is TestTornTail's.
+func TestCrashKill(t *testing.T) {
+	const batch, batches = 50, 400
+	if dir := os.Getenv("CALLLOG_CHILD_DIR"); dir != "" {
+		// The child: append until killed, saying which batch was
+		// acknowledged.
+		recs := gen(t, 12, batch*batches)
+		l := open(t, dir, Options{SegmentBytes: 256 << 10})
+		for i := 0; i < batches; i++ {
+			appendAll(t, l, recs[i*batch:(i+1)*batch])
+			fmt.Fprintf(os.Stdout, "acked %d\n", i)
+		}
+		select {} // until killed
+	}
+	if testing.Short() {
+		t.Skip("starts three processes")
+	}
+	recs := gen(t, 12, batch*batches)
+	dir := t.TempDir()
+	acked := -1
+	for round, after := range []int{20, 60, 120} {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestCrashKill$", "-test.count=1")
+		cmd.Env = append(os.Environ(), "CALLLOG_CHILD_DIR="+dir)
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(out)
+		killed := false
+		for sc.Scan() {
+			var i int
+			if _, err := fmt.Sscanf(sc.Text(), "acked %d", &i); err != nil {
+				continue
+			}
+			acked = max(acked, i)
+			if i >= after && !killed {
+				cmd.Process.Kill() // SIGKILL: mid-append, the next batch's
+				killed = true
+			}
+		}
+		cmd.Wait()
+		if !killed {
+			t.Fatalf("round %d: the child ended before batch %d", round, after)
+		}
+		l := open(t, dir, Options{SegmentBytes: 256 << 10})
+		for i := range (acked + 1) * batch {
+			if _, ok, err := l.Get(context.Background(), recs[i].Call.ID); !ok || err != nil {
+				t.Fatalf("round %d: call %d of batch %d, acknowledged, not found after the kill (%v)", round, i, i/batch, err)
+			}
+		}
+		// The children start again from batch 0: what was stored is held.
+		if held := appendAll(t, l, recs[:batch]); len(held) != batch {
+			t.Fatalf("round %d: held %d of %d stored calls", round, len(held), batch)
+		}
+		l.Close()
 	}
 }
