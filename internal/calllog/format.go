@@ -64,6 +64,9 @@ var (
 	// ErrTenant is returned by Append when a call names another tenant
 	// than the log's.
 	ErrTenant = errors.New("call of another tenant")
+	// ErrTooLarge is returned by Append when the records of one append
+	// pass what one block may hold (512 MiB encoded).
+	ErrTooLarge = errors.New("calls too large for one block")
 	// ErrTime is returned by Append when a call's time cannot be stored
 	// (outside the years 1678-2262).
 	ErrTime = errors.New("call time out of range")

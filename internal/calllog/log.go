@@ -131,6 +131,7 @@ func (s *segment) add(h uint64, b uint32) {
 type request struct {
 	entries []entry
 	hashes  []uint64
+	bytes   int // of the encoded records
 	held    []int
 	err     error
 	done    chan struct{}
@@ -194,6 +195,10 @@ func (l *Log) Append(ctx context.Context, recs []audit.Record) (held []int, err 
 		req.entries[i] = entry{id: c.ID, time: t, rec: buf[start:len(buf):len(buf)]}
 		req.hashes[i] = idHash(c.ID)
 	}
+	if req.bytes = len(buf); req.bytes > maxAppendBytes {
+		return nil, fmt.Errorf("cannot append %d calls of %d bytes encoded: more than a block holds (%d): %w",
+			len(recs), req.bytes, maxAppendBytes, ErrTooLarge)
+	}
 	l.closeMu.Lock()
 	if l.closed {
 		l.closeMu.Unlock()
@@ -216,8 +221,16 @@ func (l *Log) Append(ctx context.Context, recs []audit.Record) (held []int, err 
 	}
 }
 
+// maxGroupBytes stops a group commit from taking more appends once their
+// records hold this many bytes, and maxAppendBytes refuses an append whose
+// records alone pass what a reader takes of a block (maxBlockRaw, with room
+// for the ids and times); a variable for tests.
+const maxGroupBytes = 64 << 20
+
+var maxAppendBytes = maxBlockRaw / 2
+
 // commit is the committer: it takes every append waiting, up to
-// MaxGroupCalls calls, writes them as one block and syncs it, then answers
+// MaxGroupCalls calls or maxGroupBytes, writes them as one block and syncs it, then answers
 // them all.
 func (l *Log) commit() {
 	defer close(l.done)
@@ -229,13 +242,14 @@ func (l *Log) commit() {
 		case <-l.stop:
 			return
 		}
-		n := len(group[0].entries)
+		n, size := len(group[0].entries), group[0].bytes
 	more:
-		for n < l.opts.MaxGroupCalls {
+		for n < l.opts.MaxGroupCalls && size < maxGroupBytes {
 			select {
 			case r := <-l.reqs:
 				group = append(group, r)
 				n += len(r.entries)
+				size += r.bytes
 			default:
 				break more
 			}

@@ -6,11 +6,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/mcpaudit/mcpaudit/internal/tmpfs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -490,6 +492,14 @@ func TestAppendRefuses(t *testing.T) {
 	if got := scanAll(t, l, time.Time{}, time.Time{}); len(got) != 0 {
 		t.Fatalf("a refused batch stored %d calls", len(got))
 	}
+	was := maxAppendBytes
+	maxAppendBytes = 1000
+	recs[1].Call.Time = recs[0].Call.Time
+	_, err := l.Append(context.Background(), recs)
+	maxAppendBytes = was
+	if !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("an append past a block's size: %v, want ErrTooLarge", err)
+	}
 	l.Close()
 	if _, err := l.Append(context.Background(), recs[:1]); !errors.Is(err, ErrClosed) {
 		t.Fatalf("after Close: %v, want ErrClosed", err)
@@ -559,5 +569,46 @@ func TestCrashKill(t *testing.T) {
 			t.Fatalf("round %d: held %d of %d stored calls", round, len(held), batch)
 		}
 		l.Close()
+	}
+}
+
+// TestDiskFull fills a real disk (a tmpfs of 1 MiB) with appends: the
+// append that meets ENOSPC fails, no acknowledged call is lost, neither
+// while the log stays open nor when its files are opened again elsewhere,
+// and nothing torn is left where the next open would refuse it.
+func TestDiskFull(t *testing.T) {
+	dir := filepath.Join(tmpfs.Mount(t, "1m"), "calls")
+	recs := gen(t, 13, 20000)
+	l := open(t, dir, Options{SegmentBytes: 256 << 10})
+	acked := 0
+	var err error
+	for ; acked < len(recs); acked += 100 {
+		if _, err = l.Append(context.Background(), recs[acked:acked+100]); err != nil {
+			break
+		}
+	}
+	if !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("after %d calls: %v, want ENOSPC", acked, err)
+	}
+	for i := range acked {
+		if _, ok, err := l.Get(context.Background(), recs[i].Call.ID); !ok || err != nil {
+			t.Fatalf("call %d, acknowledged, not found on the full disk: %v, %v", i, ok, err)
+		}
+	}
+	l.Close()
+	moved := t.TempDir()
+	if out, err := exec.Command("cp", "-a", dir+"/.", moved).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v: %s", err, out)
+	}
+	l = open(t, moved, Options{SegmentBytes: 256 << 10})
+	defer l.Close()
+	got := scanAll(t, l, time.Time{}, time.Time{})
+	if len(got) < acked {
+		t.Fatalf("%d calls after the disk filled, %d acknowledged", len(got), acked)
+	}
+	for i := range acked {
+		if _, ok, err := l.Get(context.Background(), recs[i].Call.ID); !ok || err != nil {
+			t.Fatalf("call %d, acknowledged, not found after reopening: %v, %v", i, ok, err)
+		}
 	}
 }

@@ -128,7 +128,8 @@ func (l *Log) Get(ctx context.Context, id string) (*audit.Record, bool, error) {
 // zero: no end), with its reading, in time order (calls of one time in no
 // set order). It reads only the blocks whose time range
 // meets [from, to), holding at a time the blocks whose ranges overlap.
-// Calls appended while it runs may or may not be seen.
+// Calls appended while it runs may or may not be seen; a segment that
+// DeleteBefore removes while it runs may end it with an error.
 func (l *Log) Scan(ctx context.Context, from, to time.Time, fn func(*audit.Record) error) error {
 	lo, ok := nanos(from)
 	if !ok {
