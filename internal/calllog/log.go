@@ -633,6 +633,8 @@ func (l *Log) closeFiles() error {
 			errs = append(errs, s.f.Close())
 		}
 	}
+	// Reads after Close see no segment and say ErrClosed.
+	l.sealed, l.live = nil, nil
 	return errors.Join(errs...)
 }
 

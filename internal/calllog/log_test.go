@@ -504,6 +504,9 @@ func TestAppendRefuses(t *testing.T) {
 	if _, err := l.Append(context.Background(), recs[:1]); !errors.Is(err, ErrClosed) {
 		t.Fatalf("after Close: %v, want ErrClosed", err)
 	}
+	if _, _, err := l.Get(context.Background(), recs[0].Call.ID); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Get after Close: %v, want ErrClosed", err)
+	}
 }
 
 // TestCrashKill kills a process appending to a log with SIGKILL, at three
