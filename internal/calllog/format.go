@@ -9,9 +9,11 @@ import (
 	"hash/crc32"
 	"hash/fnv"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
+	"github.com/mcpaudit/mcpaudit/audit"
 )
 
 // A segment file, NNNNNNNNNNNNNNNNNNNN.seg (its number, which orders the
@@ -91,6 +93,9 @@ type entry struct {
 	id   string
 	time int64
 	rec  []byte
+	// keys are the hashes of the call's documents and session
+	// (recordKeys), set when it is appended or recovered.
+	keys []uint64
 }
 
 // block is a decoded block: its calls in time order.
@@ -113,6 +118,35 @@ func idHash(id string) uint64 {
 	h := fnv.New64a()
 	h.Write([]byte(id))
 	return h.Sum64()
+}
+
+// Key kinds: a document's key and a session's are hashed apart, so that a
+// session named like a document is not found under it.
+const (
+	keyDocument = 'd'
+	keySession  = 's'
+)
+
+// keyHash is the 64-bit hash under which the calls of a document or
+// session are looked up; a match is checked against the calls' records.
+func keyHash(kind byte, name string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte{kind})
+	h.Write([]byte(name))
+	return h.Sum64()
+}
+
+// recordKeys returns the key hashes of r: its documents and its session.
+func recordKeys(r *audit.Record) []uint64 {
+	docs := r.Documents()
+	keys := make([]uint64, 0, len(docs)+1)
+	for _, d := range docs {
+		keys = append(keys, keyHash(keyDocument, d))
+	}
+	if r.Call.Session != "" {
+		keys = append(keys, keyHash(keySession, r.Call.Session))
+	}
+	return keys
 }
 
 // Times are unix nanoseconds; the zero time math.MinInt64 so that it sorts
@@ -357,11 +391,30 @@ func maxInt(a, b int64) int64 {
 //	             calls (4), earliest and latest time (8 + 8)
 //	then N × 12  the id table: each call's idHash (8) and block number
 //	             (4), sorted by hash then block
+//	then 4       number of keys K
+//	then K × 12  the document and session table: a keyHash (8) and a
+//	             block holding a call of it (4), once a block, sorted
 //	last 4       CRC-32C of everything before
 const idxMagic = "mcclidx1"
 
-func encodeIndex(blocks []blockRef, hashes []uint64, blockOf []uint32) []byte {
-	b := make([]byte, 0, 16+32*len(blocks)+12*len(hashes)+4)
+// table is a sorted table of hashes and the blocks they are in.
+type table struct {
+	hashes  []uint64
+	blockOf []uint32
+}
+
+// find appends the blocks of hash h to out.
+func (t *table) find(h uint64, out []uint32) []uint32 {
+	i, _ := slices.BinarySearch(t.hashes, h)
+	for ; i < len(t.hashes) && t.hashes[i] == h; i++ {
+		out = append(out, t.blockOf[i])
+	}
+	return out
+}
+
+func encodeIndex(blocks []blockRef, ids, keys table) []byte {
+	hashes, blockOf := ids.hashes, ids.blockOf
+	b := make([]byte, 0, 20+32*len(blocks)+12*(len(hashes)+len(keys.hashes))+4)
 	b = append(b, idxMagic...)
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(blocks)))
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(hashes)))
@@ -376,20 +429,30 @@ func encodeIndex(blocks []blockRef, hashes []uint64, blockOf []uint32) []byte {
 		b = binary.LittleEndian.AppendUint64(b, h)
 		b = binary.LittleEndian.AppendUint32(b, blockOf[i])
 	}
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(keys.hashes)))
+	for i, h := range keys.hashes {
+		b = binary.LittleEndian.AppendUint64(b, h)
+		b = binary.LittleEndian.AppendUint32(b, keys.blockOf[i])
+	}
 	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
 }
 
-func decodeIndex(b []byte) (blocks []blockRef, hashes []uint64, blockOf []uint32, why string) {
-	if len(b) < 20 || string(b[:8]) != idxMagic {
-		return nil, nil, nil, "not an index file"
+func decodeIndex(b []byte) (blocks []blockRef, ids, keys table, why string) {
+	if len(b) < 24 || string(b[:8]) != idxMagic {
+		return nil, ids, keys, "not an index file"
 	}
 	body := b[:len(b)-4]
 	if crc32.Checksum(body, castagnoli) != binary.LittleEndian.Uint32(b[len(b)-4:]) {
-		return nil, nil, nil, "checksum mismatch"
+		return nil, ids, keys, "checksum mismatch"
 	}
 	nb, nc := int64(binary.LittleEndian.Uint32(b[8:])), int64(binary.LittleEndian.Uint32(b[12:]))
-	if 16+32*nb+12*nc != int64(len(body)) {
-		return nil, nil, nil, fmt.Sprintf("%d blocks and %d calls do not fill %d bytes", nb, nc, len(body))
+	keysAt := 16 + 32*nb + 12*nc
+	if keysAt+4 > int64(len(body)) {
+		return nil, ids, keys, fmt.Sprintf("%d blocks and %d calls pass %d bytes", nb, nc, len(body))
+	}
+	nk := int64(binary.LittleEndian.Uint32(body[keysAt:]))
+	if keysAt+4+12*nk != int64(len(body)) {
+		return nil, ids, keys, fmt.Sprintf("%d blocks, %d calls and %d keys do not fill %d bytes", nb, nc, nk, len(body))
 	}
 	p := body[16:]
 	blocks = make([]blockRef, nb)
@@ -398,13 +461,23 @@ func decodeIndex(b []byte) (blocks []blockRef, hashes []uint64, blockOf []uint32
 			count: binary.LittleEndian.Uint32(p[12:]), min: int64(binary.LittleEndian.Uint64(p[16:])), max: int64(binary.LittleEndian.Uint64(p[24:]))}
 		p = p[32:]
 	}
-	hashes, blockOf = make([]uint64, nc), make([]uint32, nc)
-	for i := range hashes {
-		hashes[i], blockOf[i] = binary.LittleEndian.Uint64(p), binary.LittleEndian.Uint32(p[8:])
-		if blockOf[i] >= uint32(nb) {
-			return nil, nil, nil, fmt.Sprintf("call %d in block %d of %d", i, blockOf[i], nb)
+	read := func(n int64, what string) (table, string) {
+		t := table{make([]uint64, n), make([]uint32, n)}
+		for i := range t.hashes {
+			t.hashes[i], t.blockOf[i] = binary.LittleEndian.Uint64(p), binary.LittleEndian.Uint32(p[8:])
+			if t.blockOf[i] >= uint32(nb) {
+				return t, fmt.Sprintf("%s %d in block %d of %d", what, i, t.blockOf[i], nb)
+			}
+			p = p[12:]
 		}
-		p = p[12:]
+		return t, ""
 	}
-	return blocks, hashes, blockOf, ""
+	if ids, why = read(nc, "call"); why != "" {
+		return nil, ids, keys, why
+	}
+	p = p[4:]
+	if keys, why = read(nk, "key"); why != "" {
+		return nil, ids, keys, why
+	}
+	return blocks, ids, keys, ""
 }

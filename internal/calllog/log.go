@@ -90,18 +90,20 @@ type segment struct {
 	calls    int
 	size     int64
 	created  time.Time
-	// A sealed segment's id table, sorted by hash then block.
-	hashes  []uint64
-	blockOf []uint32
+	// A sealed segment's id table, and its table of the blocks of each
+	// document and session key, sorted by hash then block.
+	idTable, keyTable table
 	// The live segment's: the block of each id hash, and of the hashes
-	// met again (collisions, checked like any match).
+	// met again (collisions, checked like any match); the blocks of each
+	// key.
 	ids  map[uint64]uint32
 	more map[uint64][]uint32
+	keys map[uint64][]uint32
 }
 
 func newSegmentState(s *segment) {
 	s.min, s.max = math.MaxInt64, math.MinInt64
-	s.ids, s.more = map[uint64]uint32{}, map[uint64][]uint32{}
+	s.ids, s.more, s.keys = map[uint64]uint32{}, map[uint64][]uint32{}, map[uint64][]uint32{}
 }
 
 // candidates returns the blocks of s that may hold an id of hash h.
@@ -113,19 +115,30 @@ func (s *segment) candidates(h uint64, out []uint32) []uint32 {
 		}
 		return out
 	}
-	i, _ := slices.BinarySearch(s.hashes, h)
-	for ; i < len(s.hashes) && s.hashes[i] == h; i++ {
-		out = append(out, s.blockOf[i])
-	}
-	return out
+	return s.idTable.find(h, out)
 }
 
-func (s *segment) add(h uint64, b uint32) {
+// keyBlocks returns the blocks of s that may hold a call of key hash h.
+func (s *segment) keyBlocks(h uint64, out []uint32) []uint32 {
+	if s.keys != nil {
+		return append(out, s.keys[h]...)
+	}
+	return s.keyTable.find(h, out)
+}
+
+// add enters a call of block b, with its id hash h and key hashes, in the
+// live tables.
+func (s *segment) add(h uint64, keys []uint64, b uint32) {
 	if _, ok := s.ids[h]; ok {
 		s.more[h] = append(s.more[h], b)
-		return
+	} else {
+		s.ids[h] = b
 	}
-	s.ids[h] = b
+	for _, k := range keys {
+		if bs := s.keys[k]; len(bs) == 0 || bs[len(bs)-1] != b {
+			s.keys[k] = append(bs, b)
+		}
+	}
 }
 
 type request struct {
@@ -192,7 +205,7 @@ func (l *Log) Append(ctx context.Context, recs []audit.Record) (held []int, err 
 		}
 		start := len(buf)
 		buf = sqlite.AppendRecord(buf, &recs[i])
-		req.entries[i] = entry{id: c.ID, time: t, rec: buf[start:len(buf):len(buf)]}
+		req.entries[i] = entry{id: c.ID, time: t, rec: buf[start:len(buf):len(buf)], keys: recordKeys(&recs[i])}
 		req.hashes[i] = idHash(c.ID)
 	}
 	if req.bytes = len(buf); req.bytes > maxAppendBytes {
@@ -328,8 +341,8 @@ func (l *Log) commitGroup(group []*request) error {
 	live.size += int64(len(data))
 	live.calls += len(accept)
 	live.min, live.max = minInt(live.min, mn), maxInt(live.max, mx)
-	for _, h := range hashes {
-		live.add(h, bn)
+	for i, h := range hashes {
+		live.add(h, accept[i].keys, bn)
 	}
 	l.mu.Unlock()
 	if l.opts.OnCommit != nil {
@@ -418,7 +431,8 @@ func (l *Log) rotate() error {
 	return nil
 }
 
-// seal writes the index of s and turns its id table into the sorted one.
+// seal writes the index of s and turns its id and key tables into the
+// sorted ones.
 func (l *Log) seal(s *segment) error {
 	l.mu.RLock()
 	n := len(s.ids)
@@ -436,23 +450,33 @@ func (l *Log) seal(s *segment) error {
 			ps = append(ps, pair{h, b2})
 		}
 	}
+	var ks []pair
+	for k, bs := range s.keys {
+		for _, b := range bs {
+			ks = append(ks, pair{k, b})
+		}
+	}
 	blocks := slices.Clone(s.blocks)
 	l.mu.RUnlock()
-	slices.SortFunc(ps, func(a, b pair) int {
-		if c := cmpUint(a.h, b.h); c != 0 {
-			return c
+	sorted := func(ps []pair) table {
+		slices.SortFunc(ps, func(a, b pair) int {
+			if c := cmpUint(a.h, b.h); c != 0 {
+				return c
+			}
+			return cmpUint(uint64(a.b), uint64(b.b))
+		})
+		t := table{make([]uint64, len(ps)), make([]uint32, len(ps))}
+		for i, p := range ps {
+			t.hashes[i], t.blockOf[i] = p.h, p.b
 		}
-		return cmpUint(uint64(a.b), uint64(b.b))
-	})
-	hashes, blockOf := make([]uint64, len(ps)), make([]uint32, len(ps))
-	for i, p := range ps {
-		hashes[i], blockOf[i] = p.h, p.b
+		return t
 	}
-	if err := writeFileSynced(idxPath(s.path), encodeIndex(blocks, hashes, blockOf)); err != nil {
+	ids, keys := sorted(ps), sorted(ks)
+	if err := writeFileSynced(idxPath(s.path), encodeIndex(blocks, ids, keys)); err != nil {
 		return err
 	}
 	l.mu.Lock()
-	s.hashes, s.blockOf, s.ids, s.more = hashes, blockOf, nil, nil
+	s.idTable, s.keyTable, s.ids, s.more, s.keys = ids, keys, nil, nil, nil
 	l.mu.Unlock()
 	return nil
 }

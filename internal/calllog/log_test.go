@@ -81,6 +81,26 @@ func scanAll(t testing.TB, l *Log, from, to time.Time) []string {
 	return ids
 }
 
+// collect returns the ids a ByDocument or BySession gives, checking time
+// order.
+func collect(t testing.TB, by func(context.Context, string, time.Time, time.Time, func(*audit.Record) error) error,
+	key string, from, to time.Time) []string {
+	t.Helper()
+	var ids []string
+	var last time.Time
+	if err := by(context.Background(), key, from, to, func(r *audit.Record) error {
+		if r.Call.Time.Before(last) {
+			return fmt.Errorf("call %s at %s after one at %s", r.Call.ID, r.Call.Time, last)
+		}
+		last = r.Call.Time
+		ids = append(ids, r.Call.ID)
+		return nil
+	}); err != nil {
+		t.Fatalf("%q: %v", key, err)
+	}
+	return ids
+}
+
 func idsOf(recs []audit.Record) []string {
 	var ids []string
 	for _, r := range recs {
@@ -153,6 +173,34 @@ func TestRoundTrip(t *testing.T) {
 			}
 		}
 		sameSet(t, "Scan of a range", scanAll(t, l, from, to), idsOf(in))
+		// By document and by session: the calls that name it, no more,
+		// for a few of each, over everything and over the range.
+		for _, i := range []int{0, 777, 1500, 2999} {
+			doc, session := "", recs[i].Call.Session
+			if docs := recs[i].Documents(); len(docs) > 0 {
+				doc = docs[0]
+			}
+			for _, rng := range [][2]time.Time{{}, {from, to}} {
+				var byDoc, bySession []string
+				for _, r := range recs {
+					if rng[1].IsZero() || !r.Call.Time.Before(rng[0]) && r.Call.Time.Before(rng[1]) {
+						if slices.Contains(r.Documents(), doc) {
+							byDoc = append(byDoc, r.Call.ID)
+						}
+						if r.Call.Session == session {
+							bySession = append(bySession, r.Call.ID)
+						}
+					}
+				}
+				if doc != "" {
+					sameSet(t, "ByDocument "+doc, collect(t, l.ByDocument, doc, rng[0], rng[1]), byDoc)
+				}
+				if len(bySession) == 0 && rng[1].IsZero() {
+					t.Fatalf("call %d: its session has no call", i)
+				}
+				sameSet(t, "BySession "+session, collect(t, l.BySession, session, rng[0], rng[1]), bySession)
+			}
+		}
 	}
 	check(l)
 	st, err := l.Stats()
@@ -224,7 +272,7 @@ func TestDedupe(t *testing.T) {
 		recs := gen(t, 5, 2)
 		appendAll(t, l, recs[:1])
 		l.mu.Lock()
-		l.live.add(idHash(recs[1].Call.ID), 0)
+		l.live.add(idHash(recs[1].Call.ID), nil, 0)
 		l.mu.Unlock()
 		if held := appendAll(t, l, recs[1:]); len(held) != 0 {
 			t.Fatalf("a call whose hash matches another stored call was held")

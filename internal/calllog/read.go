@@ -126,11 +126,33 @@ func (l *Log) Get(ctx context.Context, id string) (*audit.Record, bool, error) {
 
 // Scan calls fn with every stored call whose Time is in [from, to) (to
 // zero: no end), with its reading, in time order (calls of one time in no
-// set order). It reads only the blocks whose time range
-// meets [from, to), holding at a time the blocks whose ranges overlap.
-// Calls appended while it runs may or may not be seen; a segment that
-// DeleteBefore removes while it runs may end it with an error.
+// set order). It reads only the blocks whose time range meets [from, to),
+// holding at a time the blocks whose ranges overlap. Calls appended while
+// it runs may or may not be seen; a segment that DeleteBefore removes while
+// it runs may end it with an error.
 func (l *Log) Scan(ctx context.Context, from, to time.Time, fn func(*audit.Record) error) error {
+	return l.scan(ctx, from, to, 0, nil, fn)
+}
+
+// ByDocument is Scan of the calls that name doc (audit.Record.Documents),
+// reading only the blocks the segments' document index names.
+func (l *Log) ByDocument(ctx context.Context, doc string, from, to time.Time, fn func(*audit.Record) error) error {
+	return l.scan(ctx, from, to, keyHash(keyDocument, doc), func(r *audit.Record) bool {
+		return slices.Contains(r.Documents(), doc)
+	}, fn)
+}
+
+// BySession is Scan of the calls of one session, reading only the blocks
+// the segments' session index names.
+func (l *Log) BySession(ctx context.Context, session string, from, to time.Time, fn func(*audit.Record) error) error {
+	return l.scan(ctx, from, to, keyHash(keySession, session), func(r *audit.Record) bool {
+		return r.Call.Session == session
+	}, fn)
+}
+
+// scan is Scan; with keep set, of the blocks of key hash key alone, and
+// of their calls that keep takes (a key matches on its hash).
+func (l *Log) scan(ctx context.Context, from, to time.Time, key uint64, keep func(*audit.Record) bool, fn func(*audit.Record) error) error {
 	lo, ok := nanos(from)
 	if !ok {
 		return fmt.Errorf("cannot scan calls from %s: %w", from, ErrTime)
@@ -152,13 +174,22 @@ func (l *Log) Scan(ctx context.Context, from, to time.Time, fn func(*audit.Recor
 		return ErrClosed
 	}
 	var refs []ref
+	var picked []uint32
 	for _, s := range append(slices.Clone(l.sealed), l.live) {
 		if s.calls == 0 || s.max < lo || s.min >= hi {
 			continue
 		}
-		for bn, r := range s.blocks {
-			if r.max >= lo && r.min < hi {
-				refs = append(refs, ref{s, uint32(bn), r})
+		if keep != nil {
+			picked = s.keyBlocks(key, picked[:0])
+		} else {
+			picked = picked[:0]
+			for bn := range s.blocks {
+				picked = append(picked, uint32(bn))
+			}
+		}
+		for _, bn := range picked {
+			if r := s.blocks[bn]; r.max >= lo && r.min < hi {
+				refs = append(refs, ref{s, bn, r})
 			}
 		}
 	}
@@ -193,17 +224,20 @@ func (l *Log) Scan(ctx context.Context, from, to time.Time, fn func(*audit.Recor
 		if err != nil {
 			return err
 		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if err := fn(r); err != nil {
-			return err
-		}
 		c.es = c.es[1:]
 		if len(c.es) == 0 {
 			heap.Pop(&h)
 		} else {
 			heap.Fix(&h, 0)
+		}
+		if keep != nil && !keep(r) {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := fn(r); err != nil {
+			return err
 		}
 	}
 	return nil

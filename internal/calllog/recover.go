@@ -94,9 +94,9 @@ func (l *Log) openSegment(num uint64, live bool) (*segment, error) {
 	if !live {
 		data, rerr := os.ReadFile(idxPath(path))
 		if rerr == nil {
-			blocks, hashes, blockOf, why := decodeIndex(data)
+			blocks, ids, keys, why := decodeIndex(data)
 			if why == "" {
-				s.blocks, s.hashes, s.blockOf, s.ids, s.more = blocks, hashes, blockOf, nil, nil
+				s.blocks, s.idTable, s.keyTable, s.ids, s.more, s.keys = blocks, ids, keys, nil, nil, nil
 				for _, r := range blocks {
 					s.calls += int(r.count)
 					s.min, s.max = minInt(s.min, r.min), maxInt(s.max, r.max)
@@ -189,7 +189,11 @@ func (l *Log) recover(s *segment, live bool) error {
 		s.calls += int(h.count)
 		s.min, s.max = minInt(s.min, h.min), maxInt(s.max, h.max)
 		for i := range b.entries {
-			s.add(idHash(b.entries[i].id), bn)
+			r, err := record(s, &b.entries[i])
+			if err != nil {
+				return corrupt(off, err.Error())
+			}
+			s.add(idHash(b.entries[i].id), recordKeys(r), bn)
 		}
 		off += size
 	}
