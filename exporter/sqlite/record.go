@@ -278,3 +278,14 @@ func recordClient(b []byte) (client []byte, ok bool) {
 	client = d.bytes(d.uvarint())
 	return client, !d.bad
 }
+
+// AppendRecord appends the encoding the store keeps of r (every field but
+// the call's ID and Time, which a row keeps in columns), uncompressed, so
+// that another log of calls (internal/calllog) stores calls exactly as
+// this store does rather than in an encoding of its own.
+func AppendRecord(b []byte, r *audit.Record) []byte { return appendRecord(b, r) }
+
+// ReadRecord decodes what AppendRecord wrote into r, whose Call must be set
+// with its ID and Time. It returns an error matching none of the store's
+// sentinels when b is not such an encoding.
+func ReadRecord(b []byte, r *audit.Record) error { return readRecord(b, r) }

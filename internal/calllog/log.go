@@ -1,0 +1,683 @@
+package calllog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
+)
+
+// Options configure a Log.
+type Options struct {
+	// Tenant is the tenant whose calls the log holds; Append refuses a
+	// call of another (ErrTenant). Default "".
+	Tenant string
+	// SegmentBytes seals the live segment once it holds this many bytes.
+	// Default 64 MiB.
+	SegmentBytes int64
+	// SegmentAge seals the live segment once it is this old (checked at
+	// each group commit). Default 1h.
+	SegmentAge time.Duration
+	// MaxGroupCalls bounds the calls of one group commit, one block.
+	// Default 8192.
+	MaxGroupCalls int
+	// Level is zstd's level for blocks. Default zstd.SpeedDefault.
+	Level zstd.EncoderLevel
+	// OnCommit, when set, is called by the committer after each block is
+	// synced with the number of calls it holds (benchmarks).
+	OnCommit func(calls int)
+}
+
+func (o *Options) defaults() {
+	if o.SegmentBytes <= 0 {
+		o.SegmentBytes = 64 << 20
+	}
+	if o.SegmentAge <= 0 {
+		o.SegmentAge = time.Hour
+	}
+	if o.MaxGroupCalls <= 0 {
+		o.MaxGroupCalls = 8192
+	}
+	if o.Level == 0 {
+		o.Level = zstd.SpeedDefault
+	}
+}
+
+// Log is one tenant's log of calls in a directory of its own. It is safe
+// for concurrent use: appends are group-committed by one committer, and
+// reads see every acknowledged call.
+type Log struct {
+	dir  string
+	opts Options
+	enc  *encoder
+
+	mu     sync.RWMutex
+	sealed []*segment // by number
+	live   *segment   // nil only while closed
+	failed error      // set when the log can no longer append
+
+	reqs chan *request
+	stop chan struct{}
+	done chan struct{}
+
+	// closeMu guards closed and the appends in flight, so that Close
+	// waits for them to be answered.
+	closeMu  sync.Mutex
+	closed   bool
+	inflight sync.WaitGroup
+
+	cache blockCache
+}
+
+// segment is one segment file with its time index and id table.
+type segment struct {
+	num  uint64
+	path string
+	f    *os.File // read handle; the live segment's is also written
+	// The fields below are guarded by the log's mu; the committer alone
+	// changes them.
+	blocks   []blockRef
+	min, max int64 // times of its calls; min > max while it has none
+	calls    int
+	size     int64
+	created  time.Time
+	// A sealed segment's id table, and its table of the blocks of each
+	// document and session key, sorted by hash then block.
+	idTable, keyTable table
+	// The live segment's: the block of each id hash, and of the hashes
+	// met again (collisions, checked like any match); the blocks of each
+	// key.
+	ids  map[uint64]uint32
+	more map[uint64][]uint32
+	keys map[uint64][]uint32
+}
+
+func newSegmentState(s *segment) {
+	s.min, s.max = math.MaxInt64, math.MinInt64
+	s.ids, s.more, s.keys = map[uint64]uint32{}, map[uint64][]uint32{}, map[uint64][]uint32{}
+}
+
+// candidates returns the blocks of s that may hold an id of hash h.
+func (s *segment) candidates(h uint64, out []uint32) []uint32 {
+	if s.ids != nil {
+		if b, ok := s.ids[h]; ok {
+			out = append(out, b)
+			out = append(out, s.more[h]...)
+		}
+		return out
+	}
+	return s.idTable.find(h, out)
+}
+
+// keyBlocks returns the blocks of s that may hold a call of key hash h.
+func (s *segment) keyBlocks(h uint64, out []uint32) []uint32 {
+	if s.keys != nil {
+		return append(out, s.keys[h]...)
+	}
+	return s.keyTable.find(h, out)
+}
+
+// add enters a call of block b, with its id hash h and key hashes, in the
+// live tables.
+func (s *segment) add(h uint64, keys []uint64, b uint32) {
+	if _, ok := s.ids[h]; ok {
+		s.more[h] = append(s.more[h], b)
+	} else {
+		s.ids[h] = b
+	}
+	for _, k := range keys {
+		if bs := s.keys[k]; len(bs) == 0 || bs[len(bs)-1] != b {
+			s.keys[k] = append(bs, b)
+		}
+	}
+}
+
+type request struct {
+	entries []entry
+	hashes  []uint64
+	bytes   int // of the encoded records
+	held    []int
+	err     error
+	done    chan struct{}
+}
+
+// Open opens the log in dir, creating it when missing. A live segment
+// whose last block is torn (a crash between the write and its sync) is cut
+// at the last whole, checksummed block: that block was never acknowledged.
+// Damage followed by a whole block, or in a sealed segment, is an error
+// matching ErrCorrupt: acknowledged calls follow it.
+func Open(dir string, opts Options) (*Log, error) {
+	opts.defaults()
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("cannot create call log %s: %w", dir, err)
+	}
+	l := &Log{dir: dir, opts: opts, enc: newEncoder(opts.Level),
+		reqs: make(chan *request, 64), stop: make(chan struct{}), done: make(chan struct{})}
+	l.cache.init(32)
+	if err := l.load(); err != nil {
+		l.closeFiles()
+		return nil, err
+	}
+	go l.commit()
+	return l, nil
+}
+
+func (l *Log) segPath(num uint64) string {
+	return filepath.Join(l.dir, fmt.Sprintf("%0*d%s", segNameDigits, num, segExt))
+}
+
+func idxPath(segPath string) string { return segPath[:len(segPath)-len(segExt)] + idxExt }
+
+// Append stores recs durably: when it returns nil, every call it did not
+// hold back is in a block synced to disk. A call whose id the log holds
+// already, or that an earlier call of the same group commit took, is held
+// back: held lists their indexes in recs, in order. On an error none of
+// recs is acknowledged (some may be stored, and held when sent again).
+func (l *Log) Append(ctx context.Context, recs []audit.Record) (held []int, err error) {
+	if len(recs) == 0 {
+		return nil, nil
+	}
+	req := &request{entries: make([]entry, len(recs)), hashes: make([]uint64, len(recs)), done: make(chan struct{})}
+	// Records are encoded by the appenders, in parallel; the committer
+	// only compresses and writes.
+	size := 0
+	for i := range recs {
+		size += 256 + len(recs[i].Call.Arguments) + len(recs[i].Call.Result)
+	}
+	buf := make([]byte, 0, size)
+	for i := range recs {
+		c := recs[i].Call
+		if c.Tenant != l.opts.Tenant {
+			return nil, fmt.Errorf("cannot append call %s of tenant %q to the log of %q: %w", c.ID, c.Tenant, l.opts.Tenant, ErrTenant)
+		}
+		t, ok := nanos(c.Time)
+		if !ok {
+			return nil, fmt.Errorf("cannot append call %s at %s: %w", c.ID, c.Time, ErrTime)
+		}
+		start := len(buf)
+		buf = sqlite.AppendRecord(buf, &recs[i])
+		req.entries[i] = entry{id: c.ID, time: t, rec: buf[start:len(buf):len(buf)], keys: recordKeys(&recs[i])}
+		req.hashes[i] = idHash(c.ID)
+	}
+	if req.bytes = len(buf); req.bytes > maxAppendBytes {
+		return nil, fmt.Errorf("cannot append %d calls of %d bytes encoded: more than a block holds (%d): %w",
+			len(recs), req.bytes, maxAppendBytes, ErrTooLarge)
+	}
+	l.closeMu.Lock()
+	if l.closed {
+		l.closeMu.Unlock()
+		return nil, ErrClosed
+	}
+	l.inflight.Add(1)
+	l.closeMu.Unlock()
+	defer l.inflight.Done()
+	select {
+	case l.reqs <- req:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("cannot append calls: %w", ctx.Err())
+	}
+	select {
+	case <-req.done:
+		return req.held, req.err
+	case <-ctx.Done():
+		// The committer answers into req, which nobody reads.
+		return nil, fmt.Errorf("cannot append calls: %w", ctx.Err())
+	}
+}
+
+// maxGroupBytes stops a group commit from taking more appends once their
+// records hold this many bytes, and maxAppendBytes refuses an append whose
+// records alone pass what a reader takes of a block (maxBlockRaw, with room
+// for the ids and times); a variable for tests.
+const maxGroupBytes = 64 << 20
+
+var maxAppendBytes = maxBlockRaw / 2
+
+// commit is the committer: it takes every append waiting, up to
+// MaxGroupCalls calls or maxGroupBytes, writes them as one block and syncs it, then answers
+// them all.
+func (l *Log) commit() {
+	defer close(l.done)
+	var group []*request
+	for {
+		select {
+		case r := <-l.reqs:
+			group = append(group[:0], r)
+		case <-l.stop:
+			return
+		}
+		n, size := len(group[0].entries), group[0].bytes
+	more:
+		for n < l.opts.MaxGroupCalls && size < maxGroupBytes {
+			select {
+			case r := <-l.reqs:
+				group = append(group, r)
+				n += len(r.entries)
+				size += r.bytes
+			default:
+				break more
+			}
+		}
+		err := l.commitGroup(group)
+		for _, r := range group {
+			if err != nil {
+				r.err, r.held = err, nil
+			}
+			close(r.done)
+		}
+	}
+}
+
+func (l *Log) commitGroup(group []*request) error {
+	if l.failed != nil {
+		return l.failed
+	}
+	var accept []entry
+	var hashes []uint64
+	inGroup := map[uint64][]int{} // hash → indexes in accept
+	var cand []uint32
+	l.mu.RLock()
+	for _, r := range group {
+		for i, e := range r.entries {
+			h := r.hashes[i]
+			dup := false
+			for _, j := range inGroup[h] {
+				if accept[j].id == e.id {
+					dup = true
+					break
+				}
+			}
+			if !dup {
+				var err error
+				if dup, err = l.storedLocked(h, e.id, e.time, &cand); err != nil {
+					l.mu.RUnlock()
+					return err
+				}
+			}
+			if dup {
+				r.held = append(r.held, i)
+				continue
+			}
+			inGroup[h] = append(inGroup[h], len(accept))
+			accept = append(accept, e)
+			hashes = append(hashes, h)
+		}
+	}
+	l.mu.RUnlock()
+	if len(accept) == 0 {
+		return nil
+	}
+	order := make([]int, len(accept))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		return cmpInt(accept[a].time, accept[b].time)
+	})
+	sorted := make([]entry, len(accept))
+	for i, j := range order {
+		sorted[i] = accept[j]
+	}
+	data, mn, mx := l.enc.encode(sorted)
+	live := l.live
+	if _, err := live.f.WriteAt(data, live.size); err != nil {
+		return l.writeFailed(fmt.Errorf("cannot write call log %s: %w", live.path, err))
+	}
+	if err := fdatasync(live.f); err != nil {
+		return l.writeFailed(fmt.Errorf("cannot sync call log %s: %w", live.path, err))
+	}
+	l.mu.Lock()
+	bn := uint32(len(live.blocks))
+	live.blocks = append(live.blocks, blockRef{off: live.size, size: uint32(len(data)), count: uint32(len(accept)), min: mn, max: mx})
+	live.size += int64(len(data))
+	live.calls += len(accept)
+	live.min, live.max = minInt(live.min, mn), maxInt(live.max, mx)
+	for i, h := range hashes {
+		live.add(h, accept[i].keys, bn)
+	}
+	l.mu.Unlock()
+	if l.opts.OnCommit != nil {
+		l.opts.OnCommit(len(accept))
+	}
+	if live.size >= l.opts.SegmentBytes || time.Since(live.created) >= l.opts.SegmentAge {
+		if err := l.rotate(); err != nil {
+			// The block is synced: this group is acknowledged; the next
+			// append fails.
+			l.failed = err
+		}
+	}
+	return nil
+}
+
+// writeFailed cuts the live segment back to its last synced block and
+// seals it, so that nothing is appended after bytes that may be torn; the
+// next group goes to a new segment.
+func (l *Log) writeFailed(err error) error {
+	live := l.live
+	if terr := live.f.Truncate(live.size); terr != nil {
+		l.failed = fmt.Errorf("%w (and cannot cut it back: %v)", err, terr)
+		return err
+	}
+	if rerr := l.rotate(); rerr != nil {
+		l.failed = rerr
+	}
+	return err
+}
+
+// storedLocked tells whether the log holds id (of hash h, at time t); the
+// caller holds mu. A duplicate can only be in the live segment or in a
+// sealed one whose time range covers t.
+func (l *Log) storedLocked(h uint64, id string, t int64, cand *[]uint32) (bool, error) {
+	check := func(s *segment) (bool, error) {
+		*cand = s.candidates(h, (*cand)[:0])
+		for _, bn := range *cand {
+			b, err := l.readBlock(s, bn)
+			if err != nil {
+				return false, err
+			}
+			for i := range b.entries {
+				if b.entries[i].id == id {
+					return true, nil
+				}
+			}
+		}
+		return false, nil
+	}
+	if ok, err := check(l.live); ok || err != nil {
+		return ok, err
+	}
+	for _, s := range l.sealed {
+		if s.min <= t && t <= s.max {
+			if ok, err := check(s); ok || err != nil {
+				return ok, err
+			}
+		}
+	}
+	return false, nil
+}
+
+// rotate seals the live segment (when it holds a block; else removes it)
+// and starts the next.
+func (l *Log) rotate() error {
+	live := l.live
+	next := live.num + 1
+	if len(live.blocks) > 0 {
+		if err := l.seal(live); err != nil {
+			return err
+		}
+	} else {
+		live.f.Close()
+		os.Remove(live.path)
+	}
+	s, err := l.createSegment(next)
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	if len(live.blocks) > 0 {
+		l.sealed = append(l.sealed, live)
+	}
+	l.live = s
+	l.mu.Unlock()
+	return nil
+}
+
+// seal writes the index of s and turns its id and key tables into the
+// sorted ones.
+func (l *Log) seal(s *segment) error {
+	l.mu.RLock()
+	n := len(s.ids)
+	for _, m := range s.more {
+		n += len(m)
+	}
+	type pair struct {
+		h uint64
+		b uint32
+	}
+	ps := make([]pair, 0, n)
+	for h, b := range s.ids {
+		ps = append(ps, pair{h, b})
+		for _, b2 := range s.more[h] {
+			ps = append(ps, pair{h, b2})
+		}
+	}
+	var ks []pair
+	for k, bs := range s.keys {
+		for _, b := range bs {
+			ks = append(ks, pair{k, b})
+		}
+	}
+	blocks := slices.Clone(s.blocks)
+	l.mu.RUnlock()
+	sorted := func(ps []pair) table {
+		slices.SortFunc(ps, func(a, b pair) int {
+			if c := cmpUint(a.h, b.h); c != 0 {
+				return c
+			}
+			return cmpUint(uint64(a.b), uint64(b.b))
+		})
+		t := table{make([]uint64, len(ps)), make([]uint32, len(ps))}
+		for i, p := range ps {
+			t.hashes[i], t.blockOf[i] = p.h, p.b
+		}
+		return t
+	}
+	ids, keys := sorted(ps), sorted(ks)
+	if err := writeFileSynced(idxPath(s.path), encodeIndex(blocks, ids, keys)); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	s.idTable, s.keyTable, s.ids, s.more, s.keys = ids, keys, nil, nil, nil
+	l.mu.Unlock()
+	return nil
+}
+
+// writeFileSynced writes path through a temporary file, synced, renamed
+// and its directory synced.
+func writeFileSynced(path string, data []byte) error {
+	tmp := path + tmpExt
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o640)
+	if err != nil {
+		return fmt.Errorf("cannot write %s: %w", path, err)
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err == nil {
+		err = syncDir(filepath.Dir(path))
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("cannot write %s: %w", path, err)
+	}
+	return nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// createSegment creates segment num with its header, synced with its
+// directory entry before any block goes in: a block's fdatasync then
+// suffices.
+func (l *Log) createSegment(num uint64) (*segment, error) {
+	path := l.segPath(num)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o640)
+	if err != nil {
+		return nil, fmt.Errorf("cannot create call log segment: %w", err)
+	}
+	if _, err := f.Write([]byte(segMagic)); err != nil {
+		f.Close()
+		os.Remove(path)
+		return nil, fmt.Errorf("cannot create call log segment %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		os.Remove(path)
+		return nil, fmt.Errorf("cannot create call log segment %s: %w", path, err)
+	}
+	if err := syncDir(l.dir); err != nil {
+		f.Close()
+		os.Remove(path)
+		return nil, fmt.Errorf("cannot create call log segment %s: %w", path, err)
+	}
+	s := &segment{num: num, path: path, f: f, size: int64(len(segMagic)), created: time.Now()}
+	newSegmentState(s)
+	return s, nil
+}
+
+// DeleteBefore removes every sealed segment whose calls are all before t,
+// and returns how many calls went. The live segment is never removed:
+// retention is by whole segments, so calls before t may stay until their
+// segment is sealed and wholly before t.
+func (l *Log) DeleteBefore(t time.Time) (int64, error) {
+	n, ok := nanos(t)
+	if !ok {
+		return 0, fmt.Errorf("cannot delete calls before %s: %w", t, ErrTime)
+	}
+	l.mu.Lock()
+	var gone []*segment
+	keep := l.sealed[:0:0]
+	for _, s := range l.sealed {
+		if s.max < n {
+			gone = append(gone, s)
+		} else {
+			keep = append(keep, s)
+		}
+	}
+	l.sealed = keep
+	l.mu.Unlock()
+	var calls int64
+	var errs []error
+	for _, s := range gone {
+		calls += int64(s.calls)
+		s.f.Close()
+		// The segment first: an index without its segment is removed
+		// at open, a segment without its index is indexed again.
+		if err := os.Remove(s.path); err != nil {
+			errs = append(errs, err)
+		}
+		if err := os.Remove(idxPath(s.path)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+		l.cache.drop(s.num)
+	}
+	if len(gone) > 0 {
+		if err := syncDir(l.dir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return calls, fmt.Errorf("cannot remove call log segments: %w", err)
+	}
+	return calls, nil
+}
+
+// Stats describes the log.
+type Stats struct {
+	Segments int   // files of calls, the live one included
+	Calls    int64 // calls stored
+	Blocks   int64
+	// Bytes is the size of the segments and their indexes.
+	Bytes int64
+}
+
+// Stats returns the log's counts and size.
+func (l *Log) Stats() (Stats, error) {
+	l.mu.RLock()
+	segs := append(slices.Clone(l.sealed), l.live)
+	var st Stats
+	for _, s := range segs {
+		if s == nil {
+			continue
+		}
+		st.Segments++
+		st.Calls += int64(s.calls)
+		st.Blocks += int64(len(s.blocks))
+	}
+	l.mu.RUnlock()
+	for _, s := range segs {
+		if s == nil {
+			continue
+		}
+		for _, p := range []string{s.path, idxPath(s.path)} {
+			if fi, err := os.Stat(p); err == nil {
+				st.Bytes += fi.Size()
+			} else if !errors.Is(err, os.ErrNotExist) {
+				return st, fmt.Errorf("cannot size call log: %w", err)
+			}
+		}
+	}
+	return st, nil
+}
+
+// Close waits for the appends in flight to be answered and releases the
+// files. The live segment stays unsealed: Open appends to it again.
+func (l *Log) Close() error {
+	l.closeMu.Lock()
+	if l.closed {
+		l.closeMu.Unlock()
+		return ErrClosed
+	}
+	l.closed = true
+	l.closeMu.Unlock()
+	l.inflight.Wait()
+	close(l.stop)
+	<-l.done
+	return l.closeFiles()
+}
+
+func (l *Log) closeFiles() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var errs []error
+	for _, s := range append(slices.Clone(l.sealed), l.live) {
+		if s != nil && s.f != nil {
+			errs = append(errs, s.f.Close())
+		}
+	}
+	// Reads after Close see no segment and say ErrClosed.
+	l.sealed, l.live = nil, nil
+	return errors.Join(errs...)
+}
+
+func cmpInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func cmpUint(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,665 @@
+package calllog
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"github.com/mcpaudit/mcpaudit/internal/tmpfs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
+	"github.com/mcpaudit/mcpaudit/exporter/storetest"
+)
+
+// gen returns n generated calls; calls of different seeds may share ids
+// (a call whose parts have no random run), so a test that wants other calls
+// uses genAt with another start.
+func gen(t testing.TB, seed uint64, n int) []audit.Record {
+	return genAt(t, seed, storetest.T0, n)
+}
+
+func genAt(t testing.TB, seed uint64, start time.Time, n int) []audit.Record {
+	t.Helper()
+	g, err := storetest.NewGenerator(seed, start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g.Records(n)
+}
+
+func open(t testing.TB, dir string, opts Options) *Log {
+	t.Helper()
+	l, err := Open(dir, opts)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	return l
+}
+
+func appendAll(t testing.TB, l *Log, recs []audit.Record) []int {
+	t.Helper()
+	held, err := l.Append(context.Background(), recs)
+	if err != nil {
+		t.Fatalf("Append: %v", err)
+	}
+	return held
+}
+
+// same tells whether got is want as the store keeps it: id, time and the
+// encoded record.
+func same(got, want *audit.Record) bool {
+	return got.Call.ID == want.Call.ID && got.Call.Time.Equal(want.Call.Time) &&
+		bytes.Equal(sqlite.AppendRecord(nil, got), sqlite.AppendRecord(nil, want))
+}
+
+// scanAll returns the ids Scan gives in [from, to), checking time order.
+func scanAll(t testing.TB, l *Log, from, to time.Time) []string {
+	t.Helper()
+	var ids []string
+	var last time.Time
+	err := l.Scan(context.Background(), from, to, func(r *audit.Record) error {
+		if r.Call.Time.Before(last) {
+			return fmt.Errorf("call %s at %s after one at %s", r.Call.ID, r.Call.Time, last)
+		}
+		last = r.Call.Time
+		ids = append(ids, r.Call.ID)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("Scan: %v", err)
+	}
+	return ids
+}
+
+// collect returns the ids a ByDocument or BySession gives, checking time
+// order.
+func collect(t testing.TB, by func(context.Context, string, time.Time, time.Time, func(*audit.Record) error) error,
+	key string, from, to time.Time) []string {
+	t.Helper()
+	var ids []string
+	var last time.Time
+	if err := by(context.Background(), key, from, to, func(r *audit.Record) error {
+		if r.Call.Time.Before(last) {
+			return fmt.Errorf("call %s at %s after one at %s", r.Call.ID, r.Call.Time, last)
+		}
+		last = r.Call.Time
+		ids = append(ids, r.Call.ID)
+		return nil
+	}); err != nil {
+		t.Fatalf("%q: %v", key, err)
+	}
+	return ids
+}
+
+func idsOf(recs []audit.Record) []string {
+	var ids []string
+	for _, r := range recs {
+		ids = append(ids, r.Call.ID)
+	}
+	return ids
+}
+
+// sortedIDs returns the ids of recs in time order (ties by id), each once.
+func sortedIDs(recs []audit.Record) []string {
+	rs := slices.Clone(recs)
+	slices.SortStableFunc(rs, func(a, b audit.Record) int { return a.Call.Time.Compare(b.Call.Time) })
+	seen := map[string]bool{}
+	var ids []string
+	for _, r := range rs {
+		if !seen[r.Call.ID] {
+			seen[r.Call.ID] = true
+			ids = append(ids, r.Call.ID)
+		}
+	}
+	return ids
+}
+
+// sameSet compares id lists as sets of equal length (Scan orders calls of
+// one time in no set order).
+func sameSet(t testing.TB, what string, got, want []string) {
+	t.Helper()
+	g, w := slices.Clone(got), slices.Clone(want)
+	slices.Sort(g)
+	slices.Sort(w)
+	if !slices.Equal(g, w) {
+		t.Fatalf("%s: %d calls, want %d", what, len(got), len(want))
+	}
+}
+
+func TestRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	recs := gen(t, 1, 3000)
+	// Small segments: the calls spread over sealed segments and the live one.
+	opts := Options{SegmentBytes: 64 << 10}
+	l := open(t, dir, opts)
+	for i := 0; i < len(recs); i += 250 {
+		if held := appendAll(t, l, recs[i:i+250]); len(held) != 0 {
+			t.Fatalf("batch %d: held %v of new calls", i/250, held)
+		}
+	}
+	check := func(l *Log) {
+		t.Helper()
+		for i := range recs {
+			got, ok, err := l.Get(context.Background(), recs[i].Call.ID)
+			if err != nil || !ok {
+				t.Fatalf("Get(%s) = %v, %v", recs[i].Call.ID, ok, err)
+			}
+			if !same(got, &recs[i]) {
+				t.Fatalf("Get(%s) differs from the call appended", recs[i].Call.ID)
+			}
+		}
+		if _, ok, err := l.Get(context.Background(), "c_00000000000000000000"); ok || err != nil {
+			t.Fatalf("Get of an id never stored = %v, %v", ok, err)
+		}
+		want := sortedIDs(recs)
+		got := scanAll(t, l, time.Time{}, time.Time{})
+		sameSet(t, "Scan of everything", got, want)
+		// A range: the calls of its times, no more.
+		from, to := recs[1000].Call.Time, recs[2000].Call.Time
+		var in []audit.Record
+		for _, r := range recs {
+			if !r.Call.Time.Before(from) && r.Call.Time.Before(to) {
+				in = append(in, r)
+			}
+		}
+		sameSet(t, "Scan of a range", scanAll(t, l, from, to), idsOf(in))
+		// By document and by session: the calls that name it, no more,
+		// for a few of each, over everything and over the range.
+		for _, i := range []int{0, 777, 1500, 2999} {
+			doc, session := "", recs[i].Call.Session
+			if docs := recs[i].Documents(); len(docs) > 0 {
+				doc = docs[0]
+			}
+			for _, rng := range [][2]time.Time{{}, {from, to}} {
+				var byDoc, bySession []string
+				for _, r := range recs {
+					if rng[1].IsZero() || !r.Call.Time.Before(rng[0]) && r.Call.Time.Before(rng[1]) {
+						if slices.Contains(r.Documents(), doc) {
+							byDoc = append(byDoc, r.Call.ID)
+						}
+						if r.Call.Session == session {
+							bySession = append(bySession, r.Call.ID)
+						}
+					}
+				}
+				if doc != "" {
+					sameSet(t, "ByDocument "+doc, collect(t, l.ByDocument, doc, rng[0], rng[1]), byDoc)
+				}
+				if len(bySession) == 0 && rng[1].IsZero() {
+					t.Fatalf("call %d: its session has no call", i)
+				}
+				sameSet(t, "BySession "+session, collect(t, l.BySession, session, rng[0], rng[1]), bySession)
+			}
+		}
+	}
+	check(l)
+	st, err := l.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Segments < 3 || st.Calls != int64(len(recs)) {
+		t.Fatalf("Stats = %+v: want several segments and %d calls", st, len(recs))
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l = open(t, dir, opts)
+	defer l.Close()
+	check(l)
+	// Appending goes on after a reopen, and still holds back what is stored.
+	if held := appendAll(t, l, recs[:10]); len(held) != 10 {
+		t.Fatalf("stored calls sent again after a reopen: held %v, want all 10", held)
+	}
+}
+
+func TestDedupe(t *testing.T) {
+	t.Run("within_a_batch", func(t *testing.T) {
+		l := open(t, t.TempDir(), Options{})
+		defer l.Close()
+		recs := gen(t, 2, 5)
+		batch := append(slices.Clone(recs), recs[1], recs[3])
+		if held := appendAll(t, l, batch); !slices.Equal(held, []int{5, 6}) {
+			t.Fatalf("held %v, want [5 6]", held)
+		}
+		if got := scanAll(t, l, time.Time{}, time.Time{}); len(got) != 5 {
+			t.Fatalf("stored %d calls, want 5", len(got))
+		}
+	})
+	t.Run("across_segments", func(t *testing.T) {
+		dir := t.TempDir()
+		// Every block is a segment of its own: each group seals.
+		opts := Options{SegmentBytes: 1}
+		l := open(t, dir, opts)
+		recs := gen(t, 3, 600)
+		for i := 0; i < 600; i += 100 {
+			appendAll(t, l, recs[i:i+100])
+		}
+		if st, _ := l.Stats(); st.Segments != 7 { // six sealed, one live and empty
+			t.Fatalf("%d segments, want 7", st.Segments)
+		}
+		l.Close()
+		l = open(t, dir, opts)
+		defer l.Close()
+		// Old calls sent again, mixed with new ones: the old are held
+		// whichever sealed segment has them.
+		more := genAt(t, 4, storetest.T0.Add(1000*time.Hour), 50)
+		batch := append(slices.Clone(more[:25]), recs[5], recs[550], recs[250])
+		batch = append(batch, more[25:]...)
+		batch = append(batch, recs[599])
+		if held := appendAll(t, l, batch); !slices.Equal(held, []int{25, 26, 27, 53}) {
+			t.Fatalf("held %v, want [25 26 27 53]", held)
+		}
+		got := scanAll(t, l, time.Time{}, time.Time{})
+		sameSet(t, "Scan", got, sortedIDs(append(slices.Clone(recs), more...)))
+	})
+	t.Run("hash_collision", func(t *testing.T) {
+		// Two ids of one hash are two calls: a match of the hash is checked
+		// against the stored ids. No two real ids of FNV-64 collide in a
+		// test's reach, so the live table is given a false entry for the
+		// second id's hash, as a collision would leave it.
+		l := open(t, t.TempDir(), Options{})
+		defer l.Close()
+		recs := gen(t, 5, 2)
+		appendAll(t, l, recs[:1])
+		l.mu.Lock()
+		l.live.add(idHash(recs[1].Call.ID), nil, 0)
+		l.mu.Unlock()
+		if held := appendAll(t, l, recs[1:]); len(held) != 0 {
+			t.Fatalf("a call whose hash matches another stored call was held")
+		}
+		if _, ok, err := l.Get(context.Background(), recs[1].Call.ID); !ok || err != nil {
+			t.Fatalf("Get = %v, %v", ok, err)
+		}
+	})
+}
+
+// lastBlock returns the live segment's path and the offsets of its last
+// block.
+func lastBlock(t *testing.T, l *Log) (path string, start, end int64) {
+	t.Helper()
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	s := l.live
+	r := s.blocks[len(s.blocks)-1]
+	return s.path, r.off, r.off + int64(r.size)
+}
+
+// TestTornTail cuts the live segment at every byte of its last block, and
+// flips every byte of it, as a crash between a write and its sync may leave
+// it: every open keeps the blocks before and cuts the file where the last
+// began; the next append and open work.
+func TestTornTail(t *testing.T) {
+	src := t.TempDir()
+	recs := gen(t, 6, 23)
+	l := open(t, src, Options{})
+	appendAll(t, l, recs[:20])
+	appendAll(t, l, recs[20:]) // the last block: 3 calls
+	path, start, end := lastBlock(t, l)
+	l.Close()
+	whole, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int64(len(whole)) != end {
+		t.Fatalf("segment of %d bytes, its last block ends at %d", len(whole), end)
+	}
+	want := sortedIDs(recs[:20])
+	try := func(name string, data []byte) {
+		t.Helper()
+		dir := t.TempDir()
+		p := filepath.Join(dir, filepath.Base(path))
+		if err := os.WriteFile(p, data, 0o640); err != nil {
+			t.Fatal(err)
+		}
+		l, err := Open(dir, Options{})
+		if err != nil {
+			t.Fatalf("%s: Open: %v", name, err)
+		}
+		defer l.Close()
+		if fi, err := os.Stat(p); err != nil || fi.Size() != start {
+			t.Fatalf("%s: segment not cut at %d: %v, %v", name, start, fi.Size(), err)
+		}
+		got := scanAll(t, l, time.Time{}, time.Time{})
+		sameSet(t, name, got, want)
+		if held := appendAll(t, l, recs[20:]); len(held) != 0 {
+			t.Fatalf("%s: calls of the torn block held: %v", name, held)
+		}
+		l.Close()
+		l2, err := Open(dir, Options{})
+		if err != nil {
+			t.Fatalf("%s: Open after the append: %v", name, err)
+		}
+		defer l2.Close()
+		sameSet(t, name+", appended again", scanAll(t, l2, time.Time{}, time.Time{}), sortedIDs(recs))
+	}
+	for cut := start; cut < end; cut++ {
+		try(fmt.Sprintf("cut at %d", cut), whole[:cut])
+	}
+	for at := start; at < end; at++ {
+		data := slices.Clone(whole)
+		data[at] ^= 0x40
+		try(fmt.Sprintf("byte %d flipped", at), data)
+	}
+}
+
+// TestCorruptMiddle: damage with a whole block after it is not a torn tail
+// (the block after it was acknowledged): Open refuses the log and says
+// where, and leaves the file as it was.
+func TestCorruptMiddle(t *testing.T) {
+	dir := t.TempDir()
+	recs := gen(t, 7, 30)
+	l := open(t, dir, Options{})
+	appendAll(t, l, recs[:10])
+	appendAll(t, l, recs[10:20])
+	appendAll(t, l, recs[20:])
+	l.mu.RLock()
+	path, second := l.live.path, l.live.blocks[1]
+	l.mu.RUnlock()
+	l.Close()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, at := range []int64{second.off, second.off + 20, second.off + int64(second.size) - 1} {
+		bad := slices.Clone(data)
+		bad[at] ^= 1
+		if err := os.WriteFile(path, bad, 0o640); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Open(dir, Options{})
+		var ce *CorruptError
+		if !errors.Is(err, ErrCorrupt) || !errors.As(err, &ce) || ce.Offset != second.off {
+			t.Fatalf("byte %d flipped: Open = %v, want a CorruptError at %d", at, err, second.off)
+		}
+		if got, _ := os.ReadFile(path); !bytes.Equal(got, bad) {
+			t.Fatalf("byte %d flipped: Open changed the file", at)
+		}
+	}
+}
+
+// TestSealedIndex: a sealed segment whose index is missing or damaged is
+// indexed again from its blocks; a damaged sealed segment is refused.
+func TestSealedIndex(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{SegmentBytes: 1}
+	recs := gen(t, 8, 40)
+	l := open(t, dir, opts)
+	appendAll(t, l, recs[:20])
+	appendAll(t, l, recs[20:])
+	l.mu.RLock()
+	first := l.sealed[0].path
+	l.mu.RUnlock()
+	l.Close()
+	idx := idxPath(first)
+	data, err := os.ReadFile(idx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(name string) {
+		t.Helper()
+		l := open(t, dir, opts)
+		defer l.Close()
+		sameSet(t, name, scanAll(t, l, time.Time{}, time.Time{}), sortedIDs(recs))
+		if held := appendAll(t, l, recs[:20]); len(held) != 20 {
+			t.Fatalf("%s: held %d of 20 stored calls", name, len(held))
+		}
+		if got, err := os.ReadFile(idx); err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("%s: the index written again differs (%v)", name, err)
+		}
+	}
+	os.Remove(idx)
+	check("index removed")
+	bad := slices.Clone(data)
+	bad[len(bad)/2] ^= 1
+	os.WriteFile(idx, bad, 0o640)
+	check("index damaged")
+	seg, _ := os.ReadFile(first)
+	os.Remove(idx)
+	os.WriteFile(first, seg[:len(seg)-1], 0o640)
+	if _, err := Open(dir, opts); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("a sealed segment cut short: Open = %v, want ErrCorrupt", err)
+	}
+}
+
+// TestRetention removes whole sealed segments wholly before the time, and
+// never the live one.
+func TestRetention(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{SegmentBytes: 1}
+	recs := gen(t, 9, 300)
+	l := open(t, dir, opts)
+	defer l.Close()
+	for i := 0; i < 300; i += 100 {
+		appendAll(t, l, recs[i:i+100])
+	}
+	// The second segment's earliest call: the first segment is wholly
+	// before it.
+	l.mu.RLock()
+	cut := fromNanos(l.sealed[1].min)
+	firstPath := l.sealed[0].path
+	l.mu.RUnlock()
+	n, err := l.DeleteBefore(cut)
+	if err != nil || n != 100 {
+		t.Fatalf("DeleteBefore = %d, %v; want 100", n, err)
+	}
+	for _, p := range []string{firstPath, idxPath(firstPath)} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("%s still there: %v", p, err)
+		}
+	}
+	sameSet(t, "after retention", scanAll(t, l, time.Time{}, time.Time{}), sortedIDs(recs[100:]))
+	if _, ok, _ := l.Get(context.Background(), recs[0].Call.ID); ok {
+		t.Fatal("a call of a removed segment is still found")
+	}
+	// Everything: the sealed segments go, the live one stays.
+	if n, err := l.DeleteBefore(storetest.T0.Add(1000 * time.Hour)); err != nil || n != 200 {
+		t.Fatalf("DeleteBefore = %d, %v; want 200", n, err)
+	}
+	if st, _ := l.Stats(); st.Segments != 1 || st.Calls != 0 {
+		t.Fatalf("Stats = %+v, want the live segment alone", st)
+	}
+}
+
+// TestConcurrentAppend: appenders sending overlapping calls at once store
+// each call once, and each is acknowledged to the one that stored it or
+// held for the others. Run it with -race.
+func TestConcurrentAppend(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{SegmentBytes: 32 << 10}
+	l := open(t, dir, opts)
+	recs := gen(t, 10, 2000)
+	const workers = 8
+	var wg sync.WaitGroup
+	stored := make([]int, workers)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Each worker sends its own quarter and half of its
+			// neighbour's, in batches of 50.
+			mine := recs[w*250 : (w+1)*250]
+			next := recs[((w+1)%workers)*250:][:125]
+			all := append(slices.Clone(mine), next...)
+			for i := 0; i < len(all); i += 50 {
+				batch := all[i:min(i+50, len(all))]
+				held, err := l.Append(context.Background(), batch)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				stored[w] += len(batch) - len(held)
+				if w%2 == 0 {
+					// Readers meanwhile.
+					if _, ok, err := l.Get(context.Background(), batch[0].Call.ID); !ok || err != nil {
+						t.Errorf("Get of an acknowledged call = %v, %v", ok, err)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	total := 0
+	for _, n := range stored {
+		total += n
+	}
+	if total != len(recs) {
+		t.Fatalf("appenders stored %d calls in all, want %d", total, len(recs))
+	}
+	sameSet(t, "Scan", scanAll(t, l, time.Time{}, time.Time{}), sortedIDs(recs))
+	l.Close()
+	l = open(t, dir, opts)
+	defer l.Close()
+	sameSet(t, "Scan after a reopen", scanAll(t, l, time.Time{}, time.Time{}), sortedIDs(recs))
+}
+
+func TestAppendRefuses(t *testing.T) {
+	l := open(t, t.TempDir(), Options{Tenant: "acme"})
+	recs := gen(t, 11, 2)
+	if _, err := l.Append(context.Background(), recs); !errors.Is(err, ErrTenant) {
+		t.Fatalf("a call of another tenant: %v, want ErrTenant", err)
+	}
+	for i := range recs {
+		c := *recs[i].Call
+		c.Tenant = "acme"
+		recs[i].Call = &c
+	}
+	recs[1].Call.Time = time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC)
+	if _, err := l.Append(context.Background(), recs); !errors.Is(err, ErrTime) {
+		t.Fatalf("a call in the year 3000: %v, want ErrTime", err)
+	}
+	if got := scanAll(t, l, time.Time{}, time.Time{}); len(got) != 0 {
+		t.Fatalf("a refused batch stored %d calls", len(got))
+	}
+	was := maxAppendBytes
+	maxAppendBytes = 1000
+	recs[1].Call.Time = recs[0].Call.Time
+	_, err := l.Append(context.Background(), recs)
+	maxAppendBytes = was
+	if !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("an append past a block's size: %v, want ErrTooLarge", err)
+	}
+	l.Close()
+	if _, err := l.Append(context.Background(), recs[:1]); !errors.Is(err, ErrClosed) {
+		t.Fatalf("after Close: %v, want ErrClosed", err)
+	}
+	if _, _, err := l.Get(context.Background(), recs[0].Call.ID); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Get after Close: %v, want ErrClosed", err)
+	}
+}
+
+// TestCrashKill kills a process appending to a log with SIGKILL, at three
+// points, and reopens the log: every call acknowledged before the kill is
+// there, and the log takes appends again. A killed process leaves what it
+// wrote in the page cache, so this shows the recovery of a process crash
+// (a block cut by the kill, a segment sealed halfway); what a power loss
+// leaves of a block is TestTornTail's.
+func TestCrashKill(t *testing.T) {
+	const batch, batches = 50, 400
+	if dir := os.Getenv("CALLLOG_CHILD_DIR"); dir != "" {
+		// The child: append until killed, saying which batch was
+		// acknowledged.
+		recs := gen(t, 12, batch*batches)
+		l := open(t, dir, Options{SegmentBytes: 256 << 10})
+		for i := 0; i < batches; i++ {
+			appendAll(t, l, recs[i*batch:(i+1)*batch])
+			fmt.Fprintf(os.Stdout, "acked %d\n", i)
+		}
+		select {} // until killed
+	}
+	if testing.Short() {
+		t.Skip("starts three processes")
+	}
+	recs := gen(t, 12, batch*batches)
+	dir := t.TempDir()
+	acked := -1
+	for round, after := range []int{20, 60, 120} {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestCrashKill$", "-test.count=1")
+		cmd.Env = append(os.Environ(), "CALLLOG_CHILD_DIR="+dir)
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(out)
+		killed := false
+		for sc.Scan() {
+			var i int
+			if _, err := fmt.Sscanf(sc.Text(), "acked %d", &i); err != nil {
+				continue
+			}
+			acked = max(acked, i)
+			if i >= after && !killed {
+				cmd.Process.Kill() // SIGKILL: mid-append, the next batch's
+				killed = true
+			}
+		}
+		cmd.Wait()
+		if !killed {
+			t.Fatalf("round %d: the child ended before batch %d", round, after)
+		}
+		l := open(t, dir, Options{SegmentBytes: 256 << 10})
+		for i := range (acked + 1) * batch {
+			if _, ok, err := l.Get(context.Background(), recs[i].Call.ID); !ok || err != nil {
+				t.Fatalf("round %d: call %d of batch %d, acknowledged, not found after the kill (%v)", round, i, i/batch, err)
+			}
+		}
+		// The children start again from batch 0: what was stored is held.
+		if held := appendAll(t, l, recs[:batch]); len(held) != batch {
+			t.Fatalf("round %d: held %d of %d stored calls", round, len(held), batch)
+		}
+		l.Close()
+	}
+}
+
+// TestDiskFull fills a real disk (a tmpfs of 1 MiB) with appends: the
+// append that meets ENOSPC fails, no acknowledged call is lost, neither
+// while the log stays open nor when its files are opened again elsewhere,
+// and nothing torn is left where the next open would refuse it.
+func TestDiskFull(t *testing.T) {
+	dir := filepath.Join(tmpfs.Mount(t, "1m"), "calls")
+	recs := gen(t, 13, 20000)
+	l := open(t, dir, Options{SegmentBytes: 256 << 10})
+	acked := 0
+	var err error
+	for ; acked < len(recs); acked += 100 {
+		if _, err = l.Append(context.Background(), recs[acked:acked+100]); err != nil {
+			break
+		}
+	}
+	if !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("after %d calls: %v, want ENOSPC", acked, err)
+	}
+	for i := range acked {
+		if _, ok, err := l.Get(context.Background(), recs[i].Call.ID); !ok || err != nil {
+			t.Fatalf("call %d, acknowledged, not found on the full disk: %v, %v", i, ok, err)
+		}
+	}
+	l.Close()
+	moved := t.TempDir()
+	if out, err := exec.Command("cp", "-a", dir+"/.", moved).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v: %s", err, out)
+	}
+	l = open(t, moved, Options{SegmentBytes: 256 << 10})
+	defer l.Close()
+	got := scanAll(t, l, time.Time{}, time.Time{})
+	if len(got) < acked {
+		t.Fatalf("%d calls after the disk filled, %d acknowledged", len(got), acked)
+	}
+	for i := range acked {
+		if _, ok, err := l.Get(context.Background(), recs[i].Call.ID); !ok || err != nil {
+			t.Fatalf("call %d, acknowledged, not found after reopening: %v, %v", i, ok, err)
+		}
+	}
+}

@@ -1,0 +1,271 @@
+package calllog
+
+import (
+	"container/heap"
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
+)
+
+// blockCache keeps the last blocks decoded: a batch sent again finds its
+// duplicates in one block, decoded once.
+type blockCache struct {
+	mu    sync.Mutex
+	max   int
+	m     map[[2]uint64]*block
+	order [][2]uint64
+}
+
+func (c *blockCache) init(n int) { c.max, c.m = n, map[[2]uint64]*block{} }
+
+func (c *blockCache) get(k [2]uint64) *block {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m[k]
+}
+
+func (c *blockCache) put(k [2]uint64, b *block) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.m[k]; ok {
+		return
+	}
+	if len(c.order) >= c.max {
+		delete(c.m, c.order[0])
+		c.order = c.order[1:]
+	}
+	c.m[k] = b
+	c.order = append(c.order, k)
+}
+
+func (c *blockCache) drop(seg uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.order = slices.DeleteFunc(c.order, func(k [2]uint64) bool {
+		if k[0] == seg {
+			delete(c.m, k)
+			return true
+		}
+		return false
+	})
+}
+
+// readBlock returns block bn of s, decoded. The caller holds mu (read or
+// write), so that s.blocks and s.f stay.
+func (l *Log) readBlock(s *segment, bn uint32) (*block, error) {
+	k := [2]uint64{s.num, uint64(bn)}
+	if b := l.cache.get(k); b != nil {
+		return b, nil
+	}
+	r := s.blocks[bn]
+	data := make([]byte, r.size)
+	if _, err := s.f.ReadAt(data, r.off); err != nil {
+		return nil, fmt.Errorf("cannot read call log %s at byte %d: %w", s.path, r.off, err)
+	}
+	h, why := checkBlock(data)
+	if why == "" && int64(h.bodyLen)+blockHeadLen != int64(r.size) {
+		why = fmt.Sprintf("the block has %d bytes, the index says %d", int64(h.bodyLen)+blockHeadLen, r.size)
+	}
+	if why != "" {
+		return nil, &CorruptError{Path: s.path, Offset: r.off, Reason: why}
+	}
+	b, err := decodeBlock(data, h)
+	if err != nil {
+		return nil, &CorruptError{Path: s.path, Offset: r.off, Reason: err.Error()}
+	}
+	l.cache.put(k, b)
+	return b, nil
+}
+
+// record decodes entry e into a new record.
+func record(s *segment, e *entry) (*audit.Record, error) {
+	r := &audit.Record{Call: &audit.Call{ID: e.id, Time: fromNanos(e.time)}}
+	if err := sqlite.ReadRecord(e.rec, r); err != nil {
+		return nil, &CorruptError{Path: s.path, Reason: fmt.Sprintf("call %s: %v", e.id, err)}
+	}
+	return r, nil
+}
+
+// Get returns the stored call of id with its reading, and false when the
+// log does not hold it. It looks in every segment's id table (a lookup by
+// id and time would look in the segments covering the time alone).
+func (l *Log) Get(ctx context.Context, id string) (*audit.Record, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, false, err
+	}
+	h := idHash(id)
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.live == nil {
+		return nil, false, ErrClosed
+	}
+	var cand []uint32
+	for _, s := range append([]*segment{l.live}, l.sealed...) {
+		cand = s.candidates(h, cand[:0])
+		for _, bn := range cand {
+			b, err := l.readBlock(s, bn)
+			if err != nil {
+				return nil, false, err
+			}
+			for i := range b.entries {
+				if b.entries[i].id == id {
+					r, err := record(s, &b.entries[i])
+					return r, err == nil, err
+				}
+			}
+		}
+	}
+	return nil, false, nil
+}
+
+// Scan calls fn with every stored call whose Time is in [from, to) (to
+// zero: no end), with its reading, in time order (calls of one time in no
+// set order). It reads only the blocks whose time range meets [from, to),
+// holding at a time the blocks whose ranges overlap. Calls appended while
+// it runs may or may not be seen; a segment that DeleteBefore removes while
+// it runs may end it with an error.
+func (l *Log) Scan(ctx context.Context, from, to time.Time, fn func(*audit.Record) error) error {
+	return l.scan(ctx, from, to, 0, nil, fn)
+}
+
+// ByDocument is Scan of the calls that name doc (audit.Record.Documents),
+// reading only the blocks the segments' document index names.
+func (l *Log) ByDocument(ctx context.Context, doc string, from, to time.Time, fn func(*audit.Record) error) error {
+	return l.scan(ctx, from, to, keyHash(keyDocument, doc), func(r *audit.Record) bool {
+		return slices.Contains(r.Documents(), doc)
+	}, fn)
+}
+
+// BySession is Scan of the calls of one session, reading only the blocks
+// the segments' session index names.
+func (l *Log) BySession(ctx context.Context, session string, from, to time.Time, fn func(*audit.Record) error) error {
+	return l.scan(ctx, from, to, keyHash(keySession, session), func(r *audit.Record) bool {
+		return r.Call.Session == session
+	}, fn)
+}
+
+// scan is Scan; with keep set, of the blocks of key hash key alone, and
+// of their calls that keep takes (a key matches on its hash).
+func (l *Log) scan(ctx context.Context, from, to time.Time, key uint64, keep func(*audit.Record) bool, fn func(*audit.Record) error) error {
+	lo, ok := nanos(from)
+	if !ok {
+		return fmt.Errorf("cannot scan calls from %s: %w", from, ErrTime)
+	}
+	hi := int64(math.MaxInt64)
+	if !to.IsZero() {
+		if hi, ok = nanos(to); !ok {
+			return fmt.Errorf("cannot scan calls to %s: %w", to, ErrTime)
+		}
+	}
+	type ref struct {
+		s  *segment
+		bn uint32
+		r  blockRef
+	}
+	l.mu.RLock()
+	if l.live == nil {
+		l.mu.RUnlock()
+		return ErrClosed
+	}
+	var refs []ref
+	var picked []uint32
+	for _, s := range append(slices.Clone(l.sealed), l.live) {
+		if s.calls == 0 || s.max < lo || s.min >= hi {
+			continue
+		}
+		if keep != nil {
+			picked = s.keyBlocks(key, picked[:0])
+		} else {
+			picked = picked[:0]
+			for bn := range s.blocks {
+				picked = append(picked, uint32(bn))
+			}
+		}
+		for _, bn := range picked {
+			if r := s.blocks[bn]; r.max >= lo && r.min < hi {
+				refs = append(refs, ref{s, bn, r})
+			}
+		}
+	}
+	l.mu.RUnlock()
+	// Blocks by their earliest call, then in the order they were stored.
+	slices.SortStableFunc(refs, func(a, b ref) int { return cmpInt(a.r.min, b.r.min) })
+	var h cursors
+	for next := 0; next < len(refs) || h.Len() > 0; {
+		// Open every block that may hold a call before the earliest
+		// one open.
+		for next < len(refs) && (h.Len() == 0 || refs[next].r.min <= h[0].time()) {
+			f := refs[next]
+			l.mu.RLock()
+			b, err := l.readBlock(f.s, f.bn)
+			l.mu.RUnlock()
+			if err != nil {
+				return err
+			}
+			es := b.entries
+			i, _ := slices.BinarySearchFunc(es, lo, func(e entry, t int64) int { return cmpInt(e.time, t) })
+			j, _ := slices.BinarySearchFunc(es, hi, func(e entry, t int64) int { return cmpInt(e.time, t) })
+			if i < j {
+				heap.Push(&h, &cursor{s: f.s, es: es[i:j], seq: next})
+			}
+			next++
+		}
+		if h.Len() == 0 {
+			continue
+		}
+		c := h[0]
+		r, err := record(c.s, &c.es[0])
+		if err != nil {
+			return err
+		}
+		c.es = c.es[1:]
+		if len(c.es) == 0 {
+			heap.Pop(&h)
+		} else {
+			heap.Fix(&h, 0)
+		}
+		if keep != nil && !keep(r) {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := fn(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// cursor walks one block's calls in a scan.
+type cursor struct {
+	s   *segment
+	es  []entry
+	seq int // the block's rank in the scan: ties go to the earlier
+}
+
+func (c *cursor) time() int64 { return c.es[0].time }
+
+type cursors []*cursor
+
+func (h cursors) Len() int { return len(h) }
+func (h cursors) Less(i, j int) bool {
+	if a, b := h[i].time(), h[j].time(); a != b {
+		return a < b
+	}
+	return h[i].seq < h[j].seq
+}
+func (h cursors) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *cursors) Push(x any)   { *h = append(*h, x.(*cursor)) }
+func (h *cursors) Pop() any {
+	old := *h
+	c := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return c
+}

@@ -1,0 +1,224 @@
+package calllog
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// load opens the segments of the directory: every one but the last is
+// sealed, and read from its index (indexed again when the index is missing
+// or damaged); the last is live unless it has an index, and is recovered:
+// its torn tail cut, its id table rebuilt from its blocks.
+func (l *Log) load() error {
+	names, err := os.ReadDir(l.dir)
+	if err != nil {
+		return fmt.Errorf("cannot open call log %s: %w", l.dir, err)
+	}
+	var nums []uint64
+	idx := map[uint64]bool{}
+	for _, e := range names {
+		name := e.Name()
+		switch {
+		case strings.HasSuffix(name, tmpExt):
+			// An index whose write did not complete.
+			os.Remove(filepath.Join(l.dir, name))
+		case strings.HasSuffix(name, segExt) || strings.HasSuffix(name, idxExt):
+			ext := filepath.Ext(name)
+			n, err := strconv.ParseUint(strings.TrimSuffix(name, ext), 10, 64)
+			if err != nil || len(name)-len(ext) != segNameDigits {
+				continue
+			}
+			if ext == segExt {
+				nums = append(nums, n)
+			} else {
+				idx[n] = true
+			}
+		}
+	}
+	slices.Sort(nums)
+	for n := range idx {
+		if _, ok := slices.BinarySearch(nums, n); !ok {
+			// Retention removed its segment before it.
+			os.Remove(idxPath(l.segPath(n)))
+		}
+	}
+	for i, n := range nums {
+		last := i == len(nums)-1
+		s, err := l.openSegment(n, last && !idx[n])
+		if err != nil {
+			return err
+		}
+		if s.ids != nil {
+			l.live = s
+		} else if s.calls > 0 {
+			l.sealed = append(l.sealed, s)
+		} else {
+			s.f.Close()
+		}
+	}
+	if l.live == nil {
+		next := uint64(1)
+		if len(nums) > 0 {
+			next = nums[len(nums)-1] + 1
+		}
+		s, err := l.createSegment(next)
+		if err != nil {
+			return err
+		}
+		l.live = s
+	}
+	return nil
+}
+
+// openSegment opens segment num: live, recovered as the segment appended
+// to next; or sealed, with its index.
+func (l *Log) openSegment(num uint64, live bool) (*segment, error) {
+	path := l.segPath(num)
+	flag := os.O_RDONLY
+	if live {
+		flag = os.O_RDWR
+	}
+	f, err := os.OpenFile(path, flag, 0)
+	if err != nil {
+		return nil, fmt.Errorf("cannot open call log segment: %w", err)
+	}
+	s := &segment{num: num, path: path, f: f}
+	newSegmentState(s)
+	if !live {
+		data, rerr := os.ReadFile(idxPath(path))
+		if rerr == nil {
+			blocks, ids, keys, why := decodeIndex(data)
+			if why == "" {
+				s.blocks, s.idTable, s.keyTable, s.ids, s.more, s.keys = blocks, ids, keys, nil, nil, nil
+				for _, r := range blocks {
+					s.calls += int(r.count)
+					s.min, s.max = minInt(s.min, r.min), maxInt(s.max, r.max)
+				}
+				if fi, err := f.Stat(); err == nil {
+					s.size = fi.Size()
+				}
+				return s, nil
+			}
+		} else if !errors.Is(rerr, os.ErrNotExist) {
+			f.Close()
+			return nil, fmt.Errorf("cannot open call log index: %w", rerr)
+		}
+		// Indexed again below, from the segment, which must be whole.
+	}
+	if err := l.recover(s, live); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if !live {
+		if err := l.seal(s); err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// recover reads s's blocks, and their ids into its live id table. In a
+// live segment a damaged block with no whole block after it is a torn tail
+// (a write whose sync never returned, so never acknowledged): the file is
+// cut before it. Any other damage is a *CorruptError.
+func (l *Log) recover(s *segment, live bool) error {
+	data, err := os.ReadFile(s.path)
+	if err != nil {
+		return fmt.Errorf("cannot read call log segment: %w", err)
+	}
+	corrupt := func(off int, why string) error {
+		return &CorruptError{Path: s.path, Offset: int64(off), Reason: why}
+	}
+	if len(data) < len(segMagic) {
+		if !live || !bytes.HasPrefix([]byte(segMagic), data) {
+			return corrupt(0, "the file ends inside its header")
+		}
+		// Created, its header never synced: write it again.
+		if err := s.f.Truncate(0); err == nil {
+			_, err = s.f.WriteAt([]byte(segMagic), 0)
+		}
+		if err == nil {
+			err = s.f.Sync()
+		}
+		if err != nil {
+			return fmt.Errorf("cannot repair call log segment %s: %w", s.path, err)
+		}
+		s.size, s.created = int64(len(segMagic)), time.Now()
+		return nil
+	}
+	if !bytes.Equal(data[:len(segMagic)], []byte(segMagic)) {
+		return corrupt(0, fmt.Sprintf("unknown header %q", data[:len(segMagic)]))
+	}
+	off := len(segMagic)
+	for off < len(data) {
+		var h head
+		why := fmt.Sprintf("the file ends inside a block header (%d of %d bytes)", len(data)-off, blockHeadLen)
+		if len(data)-off >= blockHeadLen {
+			h, why = checkBlock(data[off:])
+		}
+		if why != "" {
+			if at := wholeBlockAfter(data, off+1); at >= 0 {
+				return corrupt(off, fmt.Sprintf("%s, and a whole block follows at byte %d", why, at))
+			}
+			if !live {
+				return corrupt(off, why+" in a sealed segment")
+			}
+			if err := s.f.Truncate(int64(off)); err != nil {
+				return fmt.Errorf("cannot cut the torn tail of call log segment %s at byte %d: %w", s.path, off, err)
+			}
+			if err := fdatasync(s.f); err != nil {
+				return fmt.Errorf("cannot cut the torn tail of call log segment %s at byte %d: %w", s.path, off, err)
+			}
+			break
+		}
+		size := blockHeadLen + int(h.bodyLen)
+		b, err := decodeBlock(data[off:off+size], h)
+		if err != nil {
+			return corrupt(off, err.Error())
+		}
+		bn := uint32(len(s.blocks))
+		s.blocks = append(s.blocks, blockRef{off: int64(off), size: uint32(size), count: h.count, min: h.min, max: h.max})
+		s.calls += int(h.count)
+		s.min, s.max = minInt(s.min, h.min), maxInt(s.max, h.max)
+		for i := range b.entries {
+			r, err := record(s, &b.entries[i])
+			if err != nil {
+				return corrupt(off, err.Error())
+			}
+			s.add(idHash(b.entries[i].id), recordKeys(r), bn)
+		}
+		off += size
+	}
+	s.size = int64(off)
+	// The age of a recovered segment counts from its opening: its first
+	// block's wall time is not kept.
+	s.created = time.Now()
+	return nil
+}
+
+// wholeBlockAfter returns the offset of the first whole, checksummed block
+// at or after from, or -1.
+func wholeBlockAfter(data []byte, from int) int {
+	for from < len(data) {
+		i := bytes.Index(data[from:], []byte(blockMagic))
+		if i < 0 {
+			return -1
+		}
+		at := from + i
+		if len(data)-at >= blockHeadLen {
+			if _, why := checkBlock(data[at:]); why == "" {
+				return at
+			}
+		}
+		from = at + 1
+	}
+	return -1
+}
