@@ -88,7 +88,7 @@ func newFindings(kind audit.Kind, window time.Duration) string {
 // value it had in the window (see newFindings). The largest, not the
 // last: a collector restarted within the window starts the series again
 // at 0 (the findings counters only from a state file without their saved
-// values since alrt48: docs/metrics.md, "Findings counters across
+// values since alrt48: docs/metrics.md, "Counters across
 // restarts"; the store faults at every start), and its events before the
 // restart must still count until the window has passed them (with the
 // last value, an alert born that way went silent at the restart: found by
@@ -228,15 +228,18 @@ func (b *builder) clientAlerts() []Rule {
 			for_:     30 * time.Minute,
 			severity: SeverityWarning,
 			summary:  "Clients retry calls that cannot succeed.",
-			// The findings and the calls are counted apart: a finding the
-			// replay after a restart makes about a call counted before it,
-			// or one of a server whose calls stopped, counts with no call.
-			// Over no call the ratio is +Inf (and read "+Inf%"), over fewer
-			// calls than findings above 1: the description says so instead.
+			// The findings and the calls are counted apart: a finding
+			// about a call counted before the window, of a server whose
+			// calls stopped, counts with no call. Over no call the ratio
+			// is +Inf (and read "+Inf%"), over fewer calls than findings
+			// above 1: the description says so instead. Both counters go
+			// on across restarts, and a restart's replay counts neither
+			// again (docs/metrics.md, "Counters across restarts"): before
+			// rcn49 the replay counted the calls of its last 2m01s again
+			// and read the ratio low (out48).
 			description: "{{ if le $value 1.0 }}{{ $value | humanizePercentage }} of the calls to server {{ $labels.server }} " +
 				"in the last 30m were wasted or premature retries{{ else }}More wasted or premature retries than calls were " +
-				"counted for server {{ $labels.server }} in the last 30m (findings about calls counted before then, such as " +
-				"those a restart's replay makes){{ end }}: identical requests re-sent after a fix_input or reauthorize error, or " +
+				"counted for server {{ $labels.server }} in the last 30m (findings about calls counted before then){{ end }}: identical requests re-sent after a fix_input or reauthorize error, or " +
 				"before the receipt's retryAfter.",
 			view: findingsView(audit.KindWastedRetry),
 		}),

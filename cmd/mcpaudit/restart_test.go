@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -21,9 +22,10 @@ import (
 // SIGTERM and SIGKILL in turn, with no new call. Each serve must hold
 // the same findings (ids and bodies), announce none again
 // (mcpaudit_findings_total goes on at the findings stored: alrt48), count
-// no write state again
-// (mcpaudit_writes_total) and start each partition's watermark where it
-// stood, not back at the partition's last call.
+// no call or write state again (mcpaudit_tool_calls_total,
+// mcpaudit_writes_total go on at what they counted: rcn49; before, they
+// started at 0 and counted nothing again) and start each partition's
+// watermark where it stood, not back at the partition's last call.
 func TestServe_RestartsWithoutCalls(t *testing.T) {
 	t.Parallel() // serve children on a data dir and ports of their own
 	dir := t.TempDir()
@@ -70,6 +72,10 @@ func TestServe_RestartsWithoutCalls(t *testing.T) {
 	})
 	before := watermarks(t, s)
 	stored := findingBodies(t, s)
+	// The calls and write states go on from the values the state file
+	// saved (rcn49), as the findings do: what one run judging the
+	// capture counts.
+	counted := waitRatioCounts(t, apiAddr, analyzeRatioCounts(t, cfg, ndjson(recs)), "before the restarts")
 
 	for i, sig := range []os.Signal{syscall.SIGTERM, os.Kill, syscall.SIGTERM, os.Kill} {
 		if sig == os.Kill {
@@ -100,9 +106,8 @@ func TestServe_RestartsWithoutCalls(t *testing.T) {
 		if now := findingBodies(t, s); !equalBodies(now, stored) {
 			t.Errorf("restart %d (after %v): %d findings stored, %d before; the set or a body changed", i+1, sig, len(now), len(stored))
 		}
-		text := scrapeMetrics(t, s)
-		if n := counterSum(text, "mcpaudit_writes_total"); n != 0 {
-			t.Errorf("restart %d (after %v) with no new call: mcpaudit_writes_total counts %v", i+1, sig, n)
+		if now := scrapeRatioCounts(t, apiAddr); !maps.Equal(now, counted) {
+			t.Errorf("restart %d (after %v) with no new call: the calls and write states counted changed:\n%s", i+1, sig, ratioDiff(counted, now))
 		}
 		// The findings counters go on from the values the state file
 		// saved (alrt48): the findings stored, none announced again.

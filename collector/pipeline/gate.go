@@ -45,6 +45,16 @@ type gate struct {
 	// counters' values (Config.Counters), counts a stored finding the
 	// replay made after its partition's mark (recounted).
 	recount func(*audit.Finding)
+	// skipCounts, set with recount, has the sinks count nothing in the
+	// counters that go on across restarts while set (Counters.SkipCounts):
+	// the calls and writes the replay judges again that the run before
+	// judged before its last save (countedBefore).
+	skipCounts func(bool)
+	// countedAll, set with skipCounts when the state file's marks were
+	// lost but its counters' values read, takes every replayed call's
+	// output as counted before: the marks cannot tell, and the replay
+	// then judges every stored call again.
+	countedAll bool
 	// known holds the ids of findings stored before the restart, and of
 	// those made since, until no replayed call or window can make one
 	// again (see forget); nil then.
@@ -519,9 +529,55 @@ func (g *gate) Call(r *audit.Record) {
 		}
 		return
 	}
+	defer g.skipping(g.countedBefore(r.Call.Tenant, r.Call.Server, r.Call.Time))()
 	for _, s := range g.sinks {
 		s.Call(r)
 	}
+}
+
+// countedBefore reports whether the output being made now, by the call
+// being judged or (none) at t in the partition of (tenant, server), is
+// counted in the values of the counters that go on across restarts the
+// start restored (skipCounts set): made by a replayed call dated at or
+// before its partition's saved mark, or with no call judged, at t at or
+// before it. The run before judged it before the save that holds those
+// values (a call is judged once its partition's watermark passes it), or
+// judged it late after that save, dated before the mark, and died before
+// the next: that count was lost, and no scrape showed it (a count is
+// shown only once a save holds it), so it stays uncounted
+// (docs/metrics.md, "Counters across restarts"). Live output, output after
+// the mark and a partition without a saved mark (its output was never
+// saved: its first forces a save) are counted; with the marks lost
+// (countedAll), no replayed output is. The finding counters' own
+// test is recounted's, the same but for output stored before.
+func (g *gate) countedBefore(tenant, server string, t time.Time) bool {
+	if g.skipCounts == nil {
+		return false
+	}
+	r := g.eng.Current()
+	if r != nil {
+		if !r.Call.Received.IsZero() {
+			return false
+		}
+		tenant, server, t = r.Call.Tenant, r.Call.Server, r.Call.Time
+	}
+	if g.countedAll {
+		// A window closing with no call judged: of a replayed write
+		// while the replay's output can still come (known).
+		return r != nil || g.known != nil
+	}
+	mark, ok := g.marks[detect.PartitionKey{Tenant: tenant, Server: server}]
+	return ok && !mark.IsZero() && !t.After(mark)
+}
+
+// skipping sets skipCounts to skip, when set, and returns what sets it
+// back.
+func (g *gate) skipping(skip bool) func() {
+	if !skip {
+		return func() {}
+	}
+	g.skipCounts(true)
+	return func() { g.skipCounts(false) }
 }
 
 func (g *gate) Write(w *audit.Write, prev audit.WriteState) {
@@ -583,6 +639,16 @@ func (g *gate) Write(w *audit.Write, prev audit.WriteState) {
 		f := g.unverifiedOf(w)
 		if g.known[f.ID()] {
 			delete(g.announced, k)
+			if w.State == audit.StateUnverified && g.skipCounts != nil && !open && !g.countedBefore(w.Tenant, w.Server, w.StateTime) {
+				// Made unverified after the saved mark, committed, and
+				// counted by the run before after its last save, lost
+				// with it in a crash (the counters went on from that
+				// save's values): counted again, as recounted counts
+				// its finding.
+				for _, s := range g.sinks {
+					s.Write(w, "")
+				}
+			}
 			return
 		}
 	}
@@ -591,20 +657,27 @@ func (g *gate) Write(w *audit.Write, prev audit.WriteState) {
 	} else {
 		delete(g.announced, k)
 	}
+	// Counted by the run before in the values the start restored: told
+	// for the pending gauge, counted nowhere else (countedBefore).
+	skip := !open && g.countedBefore(w.Tenant, w.Server, w.StateTime)
 	switch {
 	case queued != "" && prev == "":
 		// The run that lost the withdrawal committed the write
 		// unverified, and counted it so: told as a move once the store
-		// answers the withdrawal (tellRestartWrite).
+		// answers the withdrawal (tellRestartWrite). Its move was never
+		// counted, as a move is counted once its commit went through.
 		if g.restartWrites == nil {
 			g.restartWrites = map[string]audit.Write{}
 		}
 		g.restartWrites[queued] = *w
 		return
 	case prev == audit.StateUnverified:
-		g.moves = append(g.moves, *w)
+		if !skip {
+			g.moves = append(g.moves, *w)
+		}
 		return
 	}
+	defer g.skipping(skip)()
 	for _, s := range g.sinks {
 		s.Write(w, prev)
 	}

@@ -130,10 +130,11 @@ type markFile struct {
 	// field and such a withdrawal is lost, as it was.
 	Withdrawals []audit.FindingChange `json:"withdrawals,omitempty"`
 	// Counters are the values of the counters that go on across restarts
-	// (Config.Counters: the findings counters), saved with the marks:
-	// they count the output committed up to the marks, and a start
-	// begins the counters at them and counts what its replay makes after
-	// the marks (gate.recount). A release before them ignores the field
+	// (Config.Counters: the findings counters; since rcn49 the calls,
+	// failures and write states too), saved with the marks: they count
+	// the output committed up to the marks, and a start begins the
+	// counters at them and counts what its replay makes after the marks
+	// (gate.recount, gate.countedBefore). A release before them ignores the field
 	// (its counters start at 0, as they did); a file without it starts
 	// them at 0, and its replay counts as before.
 	Counters json.RawMessage `json:"counters,omitempty"`

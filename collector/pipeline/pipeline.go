@@ -95,8 +95,9 @@ type Config struct {
 	// (live23's D1).
 	StoreReady func(ctx context.Context) `yaml:"-"`
 	// Counters, if set with StateFile, keeps counters whose values the
-	// state file saves with the marks (exporter/metrics: the findings
-	// counters), so that they go on across a restart, a crash included.
+	// state file saves with the marks (exporter/metrics: the findings,
+	// calls, failures and write states counters), so that they go on
+	// across a restart, a crash included.
 	Counters Counters `yaml:"-"`
 	// Now is the wall clock; tests set it. Default time.Now.
 	Now func() time.Time `yaml:"-"`
@@ -111,7 +112,7 @@ type Config struct {
 // saved in the state file with the partitions' marks, and a count is shown
 // only once a save holds it, so that a start, which begins them at the
 // saved values, never shows less than a scrape saw before a crash
-// (docs/metrics.md, "Findings counters across restarts"). The pipeline
+// (docs/metrics.md, "Counters across restarts"). The pipeline
 // calls every method from the engine goroutine but GateOnSave, which New
 // calls before any.
 type Counters interface {
@@ -130,6 +131,10 @@ type Counters interface {
 	// made again after its partition's saved mark: the run before counted
 	// it after the values were saved, and its count was lost with it.
 	RecountFinding(f *audit.Finding)
+	// SkipCounts, while set, has the calls and writes told to the sinks
+	// counted nowhere the values restored hold them: the replay judges
+	// again calls judged at or before their partition's saved mark.
+	SkipCounts(skip bool)
 }
 
 // NewDefaultConfig returns the defaults.
@@ -435,11 +440,18 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	// after those values were saved.
 	if p.cfg.Counters != nil && len(run.counts) > 0 {
 		if err := p.cfg.Counters.RestoreCounts(run.counts); err != nil {
-			p.log.Warn("the state file's counters cannot be read: the findings counters start at 0 (Prometheus reads a reset)",
+			p.log.Warn("the state file's counters cannot be read: the findings, calls and write states counters start at 0 (Prometheus reads a reset)",
 				"path", p.cfg.StateFile, "err", err)
 			p.savedCounts = nil
-		} else if !lost {
-			p.gate.recount = p.cfg.Counters.RecountFinding
+		} else {
+			// The calls and writes the replay judges again that the run
+			// before judged before its last save are not counted again;
+			// with the marks lost, none it replays.
+			p.gate.skipCounts = p.cfg.Counters.SkipCounts
+			p.gate.countedAll = lost
+			if !lost {
+				p.gate.recount = p.cfg.Counters.RecountFinding
+			}
 		}
 	}
 	committed, deferred := map[detect.PartitionKey]time.Time{}, map[detect.PartitionKey]time.Time{}

@@ -162,3 +162,80 @@ func findingsValue(t *testing.T, reg *prometheus.Registry, server string, kind a
 	}
 	return 0
 }
+
+// callsValue returns the sum of reg's ToolCallsTotal series of server.
+func callsValue(t *testing.T, reg *prometheus.Registry, server string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != metrics.ToolCallsTotal {
+			continue
+		}
+		for _, mt := range mf.GetMetric() {
+			for _, l := range mt.GetLabel() {
+				if l.GetName() == metrics.LabelServer && l.GetValue() == server {
+					sum += mt.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return sum
+}
+
+// TestRestart_CallsCountedOnceAcrossUnsavedCrash: the calls counter goes
+// on across a crash that came after calls were judged, committed and
+// counted past the last save of the state file (the file as that save
+// left it): the restart begins it at the saved value, counts again the
+// call judged after the saved mark, whose count died with the process,
+// and not the one before the mark that the replay judges again (within
+// allowed_lateness + lateness of it). Before rcn49 the counter started at
+// 0 and the replay counted the calls of that span again: 3 where 4 were
+// judged (the first, older than the span, lost); with the replay counting
+// every call it judges again on top of the saved value, 5.
+func TestRestart_CallsCountedOnceAcrossUnsavedCrash(t *testing.T) {
+	dir := t.TempDir()
+	clock := newClock(wallStart)
+	r, m := countedRun(t, dir, clock)
+	old1, old2 := wallStart.Add(-5*time.Minute), wallStart.Add(-20*time.Second)
+	if _, err := r.ingest(batch(t, "calls:a", callLine("thegram", "s-1", 1, old1), callLine("thegram", "s-1", 2, old2))); err != nil {
+		t.Fatal(err)
+	}
+	r.steps(1, nil)
+	r.saved()
+	mark := thegramMark(t, dir)
+	if mark.IsZero() || !mark.After(old2) {
+		t.Fatalf("mark %v, want one past the second call (%v)", mark, old2)
+	}
+	old, err := os.ReadFile(filepath.Join(dir, "partitions.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A call after the mark, judged (a later one moves the watermark past
+	// it), committed and counted; the crash comes before the save that
+	// holds its count.
+	if _, err := r.ingest(batch(t, "calls:a", callLine("thegram", "s-1", 3, mark.Add(time.Second)),
+		callLine("thegram", "s-1", 4, mark.Add(5*time.Second)))); err != nil {
+		t.Fatal(err)
+	}
+	r.steps(1, nil)
+	r.saved()
+	before := callsValue(t, m, "thegram")
+	if before < 3 {
+		t.Fatalf("before the crash the calls counter shows %v, want at least 3", before)
+	}
+	r.crash()
+	if err := os.WriteFile(filepath.Join(dir, "partitions.json"), old, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r2, m2 := countedRun(t, dir, clock)
+	r2.steps(1, nil)
+	r2.saved()
+	if got := callsValue(t, m2, "thegram"); got != before {
+		t.Errorf("after the restart the calls counter shows %v, want %v as before the crash", got, before)
+	}
+	r2.stop()
+}

@@ -110,16 +110,20 @@ type Metrics struct {
 	// lastFinding is the latest event time set on findingLast, by server
 	// and kind.
 	lastFinding map[[2]string]time.Time
-	// gated is set once the findings counts are shown only after the
-	// state file keeps them (GateOnSave); unsaved holds the counts made
-	// since the last SaveCounts, not yet on their series.
+	// gated is set once the counts that go on across restarts (the
+	// findings, calls, failures and write states: saved.go) are shown
+	// only after the state file keeps them (GateOnSave); unsaved holds
+	// the counts made since the last SaveCounts, not yet on their series.
 	gated   bool
 	unsaved map[prometheus.Counter]float64
-	// countsChanged is set when a findings count, a release of one or a
-	// server's series changed what SaveCounts saves since it last did;
-	// countsSaved is what it saved then.
+	// countsChanged is set when a count, a release of one or a server's
+	// series changed what SaveCounts saves since it last did; countsSaved
+	// is what it saved then.
 	countsChanged bool
 	countsSaved   []byte
+	// skip is set while the calls and writes told are ones whose counts
+	// the values restored at start already hold (SkipCounts).
+	skip bool
 }
 
 // serverLabels remembers the label values already seen for one server.
@@ -136,6 +140,11 @@ type serverLabels struct {
 	// findingSeries are its FindingsTotal and FindingsWithdrawnTotal
 	// series, by family, kind and severity: what SaveCounts saves.
 	findingSeries map[findingSeriesKey]prometheus.Counter
+	// dirty is set when a count of the server's (made, held or released)
+	// changed what SaveCounts saves of it; saved is what it saved then,
+	// nil for nothing (every series at zero).
+	dirty bool
+	saved []byte
 }
 
 // findingSeriesKey names one findings series of a server: withdrawn for
@@ -149,9 +158,11 @@ type findingSeriesKey struct {
 // WithLabelValues hashes its labels at every use, and the engine counts
 // every call.
 type callSeries struct {
-	outcomes map[string]prometheus.Counter // by outcome label
-	duration prometheus.Observer           // nil until the first call with a duration
-	held     *heldCounts                   // nil once the scrapers have shown the series
+	tool     string                           // the tool label
+	outcomes map[string]prometheus.Counter    // by outcome label
+	failures map[[2]string]prometheus.Counter // CallFailuresTotal, by code and retry_action label
+	duration prometheus.Observer              // nil until the first call with a duration
+	held     *heldCounts                      // nil once the scrapers have shown the series
 }
 
 // writeSeries are a tool's WritesTotal series, by terminal state, and its
@@ -172,9 +183,10 @@ type heldCounts struct {
 	shown   map[string]bool             // the scrapers that have shown them all at zero
 	timer   *time.Timer
 	clear   func() // unlinks the group from its series
-	// findings is set on a server's findings group: released while the
-	// counts are gated (GateOnSave), they wait for the next save.
+	// findings is set on a server's findings group.
 	findings bool
+	// owner is the server whose series the group holds.
+	owner *serverLabels
 }
 
 // add holds one count on c. A series the group did not have yet (a failure
@@ -330,6 +342,7 @@ func (m *Metrics) newServer(label string, hold bool) *serverLabels {
 		findingSeries: map[findingSeriesKey]prometheus.Counter{}}
 	m.servers[label] = s
 	m.countsChanged = true
+	s.dirty = true
 	made := make([]prometheus.Counter, 0, 2*len(audit.Kinds))
 	for _, k := range audit.Kinds {
 		made = append(made, m.findingCounter(label, s, false, string(k), string(k.Severity())),
@@ -338,7 +351,7 @@ func (m *Metrics) newServer(label string, hold bool) *serverLabels {
 			m.findingCounter(label, s, true, string(k), string(k.Severity())))
 	}
 	if hold {
-		s.findingsHeld = m.hold(func() { s.findingsHeld = nil }, made...)
+		s.findingsHeld = m.hold(s, func() { s.findingsHeld = nil }, made...)
 		if s.findingsHeld != nil {
 			s.findingsHeld.findings = true
 		}
@@ -364,13 +377,21 @@ func (m *Metrics) findingCounter(label string, s *serverLabels, withdrawn bool, 
 	return c
 }
 
-// countFinding adds one to c, a findings or withdrawn series of s, or
-// holds it while s's first findings counts are held, or, while the counts
-// are gated (GateOnSave), until the state file keeps it. m.mu must be
+// countFinding adds one to c, a findings or withdrawn series of s, as
+// count does, while s's first findings counts are held too. m.mu must be
 // held.
 func (m *Metrics) countFinding(s *serverLabels, c prometheus.Counter) {
+	m.count(s, s.findingsHeld, c)
+}
+
+// count adds one to c, a series of s whose counts go on across restarts
+// (saved.go), or holds it in h (not nil) while the group's first counts
+// wait for the scrapers, or, while the counts are gated (GateOnSave),
+// until the state file keeps it. m.mu must be held.
+func (m *Metrics) count(s *serverLabels, h *heldCounts, c prometheus.Counter) {
 	m.countsChanged = true
-	if h := s.findingsHeld; h != nil {
+	s.dirty = true
+	if h != nil {
 		m.add(h, c)
 		return
 	}
@@ -439,7 +460,8 @@ func (m *Metrics) code(code string) string {
 // tool initializes its outcome series and its COMMIT_UNKNOWN and
 // in_flight_unknown failure series at zero; with FirstScrapeWait, the
 // tool's first call and failure counts wait until the scrapers have shown
-// them at zero (its latencies do not).
+// them at zero (its latencies do not). While SkipCounts is set only the
+// latency is observed.
 func (m *Metrics) Call(r *audit.Record) {
 	if r == nil || r.Call == nil {
 		return
@@ -447,24 +469,7 @@ func (m *Metrics) Call(r *audit.Record) {
 	m.mu.Lock()
 	server, s := m.server(r.Call.Server)
 	tool := m.tool(s, r.Tool)
-	cs := s.callTools[tool]
-	if cs == nil {
-		cs = &callSeries{outcomes: map[string]prometheus.Counter{}}
-		s.callTools[tool] = cs
-		for _, o := range []audit.Outcome{audit.OutcomeOK, audit.OutcomeToolError, audit.OutcomeProtocolError, audit.OutcomeNoResponse} {
-			cs.outcomes[string(o)] = m.calls.WithLabelValues(server, tool, string(o))
-		}
-		made := []prometheus.Counter{}
-		for _, c := range cs.outcomes {
-			made = append(made, c)
-		}
-		for _, f := range uncertainFailures {
-			if m.knownCode(f.Code) {
-				made = append(made, m.failures.WithLabelValues(server, tool, f.Code, string(f.Action)))
-			}
-		}
-		cs.held = m.hold(func() { cs.held = nil }, made...)
-	}
+	cs := m.callSeriesOf(server, s, tool, true)
 	outcome := outcomeLabel(r.Outcome)
 	c := cs.outcomes[outcome]
 	if c == nil {
@@ -477,52 +482,83 @@ func (m *Metrics) Call(r *audit.Record) {
 		// shown before it has one.
 		cs.duration = m.duration.WithLabelValues(server, tool)
 	}
-	if h := cs.held; h != nil {
-		// The failures too: the tool's first failures are on series just
-		// made, and McpAuditUncertainOutcomes divides them by the calls.
-		m.add(h, c)
+	if !m.skip {
+		// The failures held with the calls: the tool's first failures are
+		// on series just made, and McpAuditUncertainOutcomes divides them
+		// by the calls.
+		m.count(s, cs.held, c)
 		if r.Failure != nil {
-			m.add(h, m.failure(server, tool, r.Failure))
+			m.count(s, cs.held, m.failure(server, cs, r.Failure))
 		}
 		for i := range r.Ops {
 			if f := r.Ops[i].Failure; f != nil && f != r.Failure {
-				m.add(h, m.failure(server, tool, f))
+				m.count(s, cs.held, m.failure(server, cs, f))
 			}
 		}
-		m.mu.Unlock()
-		if d > 0 {
-			cs.duration.Observe(d.Seconds())
-		}
-		return
 	}
 	m.mu.Unlock()
-
-	c.Inc()
 	if d > 0 {
 		cs.duration.Observe(d.Seconds())
 	}
-	if r.Failure != nil {
-		m.failure(server, tool, r.Failure).Inc()
-	}
-	for i := range r.Ops {
-		if f := r.Ops[i].Failure; f != nil && f != r.Failure {
-			m.failure(server, tool, f).Inc()
-		}
-	}
 }
 
-func (m *Metrics) failure(server, tool string, f *audit.Failure) prometheus.Counter {
-	return m.failures.WithLabelValues(server, tool, m.code(f.Code), actionLabel(f.Action))
+// callSeriesOf returns the call series of tool (its label) of the server
+// s labelled server, making them the first time at zero: its outcomes and
+// its uncertain failures, held for the scrapers when hold is set. m.mu
+// must be held.
+func (m *Metrics) callSeriesOf(server string, s *serverLabels, tool string, hold bool) *callSeries {
+	cs := s.callTools[tool]
+	if cs != nil {
+		return cs
+	}
+	cs = &callSeries{tool: tool, outcomes: map[string]prometheus.Counter{}, failures: map[[2]string]prometheus.Counter{}}
+	s.callTools[tool] = cs
+	for _, o := range []audit.Outcome{audit.OutcomeOK, audit.OutcomeToolError, audit.OutcomeProtocolError, audit.OutcomeNoResponse} {
+		cs.outcomes[string(o)] = m.calls.WithLabelValues(server, tool, string(o))
+	}
+	made := []prometheus.Counter{}
+	for _, c := range cs.outcomes {
+		made = append(made, c)
+	}
+	for _, f := range uncertainFailures {
+		if m.knownCode(f.Code) {
+			made = append(made, m.failureSeries(server, cs, f.Code, string(f.Action)))
+		}
+	}
+	if hold {
+		cs.held = m.hold(s, func() { cs.held = nil }, made...)
+	}
+	return cs
+}
+
+// failure returns the CallFailuresTotal series a failure of a tool's
+// calls (cs) counts in. m.mu must be held.
+func (m *Metrics) failure(server string, cs *callSeries, f *audit.Failure) prometheus.Counter {
+	return m.failureSeries(server, cs, m.code(f.Code), actionLabel(f.Action))
+}
+
+// failureSeries returns the CallFailuresTotal series of a tool's calls
+// (cs) under code and action (label values), noting it among the tool's
+// series. m.mu must be held.
+func (m *Metrics) failureSeries(server string, cs *callSeries, code, action string) prometheus.Counter {
+	k := [2]string{code, action}
+	if c := cs.failures[k]; c != nil {
+		return c
+	}
+	c := m.failures.WithLabelValues(server, cs.tool, code, action)
+	cs.failures[k] = c
+	return c
 }
 
 // hold returns the held counts of a group of series just made, or nil when
 // counts are not held (Options.FirstScrapeWait). clear unlinks the group
 // from its series when its counts are released. m.mu must be held.
-func (m *Metrics) hold(clear func(), made ...prometheus.Counter) *heldCounts {
+func (m *Metrics) hold(owner *serverLabels, clear func(), made ...prometheus.Counter) *heldCounts {
 	if m.firstScrapeWait <= 0 {
 		return nil
 	}
-	h := &heldCounts{scrapes: m.scrapes, counts: map[prometheus.Counter]float64{}, made: map[prometheus.Counter]bool{}, shown: map[string]bool{}, clear: clear}
+	h := &heldCounts{scrapes: m.scrapes, counts: map[prometheus.Counter]float64{}, made: map[prometheus.Counter]bool{}, shown: map[string]bool{},
+		clear: clear, owner: owner}
 	for _, c := range made {
 		h.made[c] = true
 	}
@@ -544,10 +580,9 @@ func (m *Metrics) release(h *heldCounts) {
 	delete(m.held, h)
 	h.timer.Stop()
 	h.clear()
-	if h.findings {
-		m.countsChanged = true // no longer saved as held
-	}
-	if h.findings && m.gated {
+	m.countsChanged = true // no longer saved as held
+	h.owner.dirty = true
+	if m.gated {
 		// Shown once the state file keeps them as shown (SaveCounts): a
 		// restart after a crash then makes the series again at zero and
 		// holds them, and Prometheus never sees them go down.
@@ -755,7 +790,9 @@ func (m *Metrics) forget(id string) {
 // not, as nothing was verified. Unknown states are not counted. With
 // FirstScrapeWait, a tool's first WritesTotal and WritesRejudgedTotal
 // counts wait until the scrapers have shown its series at zero;
-// WritesPending does not wait.
+// WritesPending does not wait. While SkipCounts is set WritesTotal and
+// WritesRejudgedTotal count nothing; the pending gauge and the
+// verification latency go on.
 func (m *Metrics) Write(w *audit.Write, prev audit.WriteState) {
 	if w == nil || w.State == prev {
 		return
@@ -763,37 +800,16 @@ func (m *Metrics) Write(w *audit.Write, prev audit.WriteState) {
 	m.mu.Lock()
 	server, s := m.server(w.Server)
 	tool := m.tool(s, w.Tool)
-	ws := s.writeTools[tool]
-	if ws == nil {
-		ws = &writeSeries{states: map[audit.WriteState]prometheus.Counter{}, moves: map[[2]audit.WriteState]prometheus.Counter{}}
-		s.writeTools[tool] = ws
-		made := make([]prometheus.Counter, 0, len(terminalStates)+len(Rejudgements))
-		for _, st := range terminalStates {
-			ws.states[st] = m.writes.WithLabelValues(server, tool, string(st))
-			made = append(made, ws.states[st])
-		}
-		for _, mv := range Rejudgements {
-			ws.moves[mv] = m.rejudged.WithLabelValues(server, tool, string(mv[0]), string(mv[1]))
-			made = append(made, ws.moves[mv])
-		}
-		ws.held = m.hold(func() { ws.held = nil }, made...)
-	}
+	ws := m.writeSeriesOf(server, s, tool, true)
 	// A move between two terminal states: both are bounded label values.
 	var move prometheus.Counter
 	if ws.states[prev] != nil && ws.states[w.State] != nil {
-		mv := [2]audit.WriteState{prev, w.State}
-		if move = ws.moves[mv]; move == nil {
-			move = m.rejudged.WithLabelValues(server, tool, string(prev), string(w.State))
-			ws.moves[mv] = move
-		}
+		move = m.moveSeries(server, tool, ws, prev, w.State)
 	}
-	held := ws.held != nil
-	if held {
-		if c := ws.states[w.State]; c != nil {
-			m.add(ws.held, c)
-		}
+	if c := ws.states[w.State]; c != nil && !m.skip { // terminal states only
+		m.count(s, ws.held, c)
 		if move != nil {
-			m.add(ws.held, move)
+			m.count(s, ws.held, move)
 		}
 	}
 	m.mu.Unlock()
@@ -805,21 +821,49 @@ func (m *Metrics) Write(w *audit.Write, prev audit.WriteState) {
 		s.pending.Inc()
 		return
 	}
-	c := ws.states[w.State] // terminal states only
-	if c == nil {
-		return
-	}
-	if !held {
-		c.Inc()
-		if move != nil {
-			move.Inc()
-		}
-	}
 	if prev == audit.StatePending && (w.State == audit.StateDurable || w.State == audit.StateResolved) {
 		if d := w.StateTime.Sub(w.Time); d >= 0 && !w.Time.IsZero() {
 			m.verification.WithLabelValues(server).Observe(d.Seconds())
 		}
 	}
+}
+
+// writeSeriesOf returns the write series of tool (its label) of the
+// server s labelled server, making them the first time at zero: its
+// terminal states and the moves the detector makes, held for the
+// scrapers when hold is set. m.mu must be held.
+func (m *Metrics) writeSeriesOf(server string, s *serverLabels, tool string, hold bool) *writeSeries {
+	ws := s.writeTools[tool]
+	if ws != nil {
+		return ws
+	}
+	ws = &writeSeries{states: map[audit.WriteState]prometheus.Counter{}, moves: map[[2]audit.WriteState]prometheus.Counter{}}
+	s.writeTools[tool] = ws
+	made := make([]prometheus.Counter, 0, len(terminalStates)+len(Rejudgements))
+	for _, st := range terminalStates {
+		ws.states[st] = m.writes.WithLabelValues(server, tool, string(st))
+		made = append(made, ws.states[st])
+	}
+	for _, mv := range Rejudgements {
+		made = append(made, m.moveSeries(server, tool, ws, mv[0], mv[1]))
+	}
+	if hold {
+		ws.held = m.hold(s, func() { ws.held = nil }, made...)
+	}
+	return ws
+}
+
+// moveSeries returns the WritesRejudgedTotal series of a tool's writes
+// (ws, tool its label) from one terminal state to another. m.mu must be
+// held.
+func (m *Metrics) moveSeries(server, tool string, ws *writeSeries, from, to audit.WriteState) prometheus.Counter {
+	mv := [2]audit.WriteState{from, to}
+	c := ws.moves[mv]
+	if c == nil {
+		c = m.rejudged.WithLabelValues(server, tool, string(from), string(to))
+		ws.moves[mv] = c
+	}
+	return c
 }
 
 // Finding counts one finding and moves the last finding time of its server

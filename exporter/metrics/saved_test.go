@@ -204,3 +204,174 @@ func BenchmarkSaveCounts(b *testing.B) {
 	}
 	b.ReportMetric(float64(size), "bytes")
 }
+
+// BenchmarkSaveCountsCalls measures what the state file's save costs
+// with the call and write counters saved too (rcn49): every server label
+// in use (101: the default max_servers and other), each with tools tools
+// whose every outcome, uncertain failure, terminal state and move was
+// counted, and every kind of finding counted and withdrawn. changed is
+// the number of servers with a new count before each save (the others'
+// bytes are reused): 1, or all of them (traffic to every server within
+// the second between two saves).
+func BenchmarkSaveCountsCalls(b *testing.B) {
+	for _, tc := range []struct{ tools, changed int }{{8, 1}, {8, 101}, {64, 1}, {64, 101}} {
+		b.Run(fmt.Sprintf("tools=%d/changed=%d", tc.tools, tc.changed), func(b *testing.B) {
+			m, err := New(prometheus.NewRegistry(), Options{KnownCode: func(string) bool { return true }})
+			if err != nil {
+				b.Fatal(err)
+			}
+			m.GateOnSave()
+			at := time.Date(2026, 12, 7, 14, 0, 0, 0, time.UTC)
+			for i := range 101 {
+				server := fmt.Sprintf("server-%03d", i)
+				for _, k := range audit.Kinds {
+					f := &audit.Finding{Kind: k, Server: server, Time: at}
+					m.Finding(f)
+					m.WithdrawFinding(f, "c", f.Time)
+				}
+				for j := range tc.tools {
+					tool := fmt.Sprintf("tool_%02d", j)
+					for _, o := range []audit.Outcome{audit.OutcomeOK, audit.OutcomeToolError, audit.OutcomeProtocolError, audit.OutcomeNoResponse} {
+						r := &audit.Record{Call: &audit.Call{Server: server}, Tool: tool, Outcome: o}
+						if o == audit.OutcomeToolError {
+							r.Failure = &uncertainFailures[j%2]
+						}
+						m.Call(r)
+					}
+					w := &audit.Write{Server: server, Tool: tool, Time: at, StateTime: at}
+					for _, st := range terminalStates {
+						w.State = st
+						m.Write(w, "")
+					}
+					for _, mv := range Rejudgements {
+						w.State = mv[1]
+						m.Write(w, mv[0])
+					}
+				}
+			}
+			_, publish := m.SaveCounts() // every server computed once
+			publish()
+			var size int
+			for b.Loop() {
+				for i := range tc.changed {
+					m.Call(&audit.Record{Call: &audit.Call{Server: fmt.Sprintf("server-%03d", i)}, Tool: "tool_00", Outcome: audit.OutcomeOK})
+				}
+				v, publish := m.SaveCounts()
+				publish()
+				size = len(v)
+			}
+			b.ReportMetric(float64(size), "bytes")
+		})
+	}
+}
+
+// TestSaveCounts_CallsAndWrites: the calls, failures and write states go
+// on across a restart as the findings do (rcn49): gated until a save
+// holds them, restored at their values by tool, a tool whose first counts
+// no scrape showed held again, and nothing counted while SkipCounts is
+// set (but the pending gauge). A file of the release before (findings
+// only) restores no call series.
+func TestSaveCounts_CallsAndWrites(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := New(reg, Options{FirstScrapeWait: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.GateOnSave()
+	at := time.Date(2026, 12, 7, 14, 0, 0, 0, time.UTC)
+	call := func(m *Metrics, tool string, o audit.Outcome, f *audit.Failure) {
+		m.Call(&audit.Record{Call: &audit.Call{Server: "thegram-s"}, Tool: tool, Outcome: o, Failure: f})
+	}
+	call(m, "gram_patch", audit.OutcomeOK, nil)
+	call(m, "gram_patch", audit.OutcomeToolError, &audit.Failure{Code: "COMMIT_UNKNOWN", Action: audit.ActionReplaySameRequest})
+	w := &audit.Write{Server: "thegram-s", Tool: "gram_patch", Time: at, StateTime: at, State: audit.StateUnverified}
+	m.Write(w, "")
+	w.State = audit.StateDurable
+	m.Write(w, audit.StateUnverified)
+	calls := func(m *Metrics, tool, outcome string) float64 {
+		return testutil.ToFloat64(m.calls.WithLabelValues("thegram-s", tool, outcome))
+	}
+	// Shown by a scrape at zero, then released: waiting for a save.
+	if _, err := m.Scraper(reg).Gather(); err != nil {
+		t.Fatal(err)
+	}
+	if got := calls(m, "gram_patch", "ok"); got != 0 || !m.CountsPending() {
+		t.Fatalf("released, before a save: %v shown, pending %v; want 0, true", got, m.CountsPending())
+	}
+	b, publish := m.SaveCounts()
+	publish()
+	if got := calls(m, "gram_patch", "ok"); got != 1 {
+		t.Fatalf("saved: %v shown, want 1", got)
+	}
+	// A second tool's first call, not shown by any scrape: saved held.
+	call(m, "gram_read", audit.OutcomeOK, nil)
+	b, publish = m.SaveCounts()
+	publish()
+	for _, want := range []string{`"gram_patch":{"calls":{"ok":1,"tool_error":1},"failures":{"COMMIT_UNKNOWN/replay_same_request":1},"writes":{"durable":1,"unverified":1},"rejudged":{"unverified/durable":1}}`,
+		`"gram_read":{"calls_held":true,"calls":{"ok":1}}`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("saved %s, want it to hold %s", b, want)
+		}
+	}
+
+	reg2 := prometheus.NewRegistry()
+	m2, err := New(reg2, Options{FirstScrapeWait: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m2.GateOnSave()
+	if err := m2.RestoreCounts(b); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		what string
+		got  float64
+		want float64
+	}{
+		{"gram_patch ok", calls(m2, "gram_patch", "ok"), 1},
+		{"gram_patch tool_error", calls(m2, "gram_patch", "tool_error"), 1},
+		{"gram_patch COMMIT_UNKNOWN", testutil.ToFloat64(m2.failures.WithLabelValues("thegram-s", "gram_patch", "COMMIT_UNKNOWN", "replay_same_request")), 1},
+		{"gram_patch durable", testutil.ToFloat64(m2.writes.WithLabelValues("thegram-s", "gram_patch", "durable")), 1},
+		{"gram_patch unverified to durable", testutil.ToFloat64(m2.rejudged.WithLabelValues("thegram-s", "gram_patch", "unverified", "durable")), 1},
+		{"gram_read ok (held)", calls(m2, "gram_read", "ok"), 0},
+	} {
+		if c.got != c.want {
+			t.Errorf("restored, %s: %v, want %v", c.what, c.got, c.want)
+		}
+	}
+	// The replay of a call the values hold: no count, the pending gauge
+	// goes on.
+	m2.SkipCounts(true)
+	call(m2, "gram_patch", audit.OutcomeOK, nil)
+	w.State = audit.StatePending
+	m2.Write(w, "")
+	w.State = audit.StateDurable
+	m2.Write(w, audit.StatePending)
+	w.State = audit.StatePending
+	m2.Write(w, "")
+	m2.SkipCounts(false)
+	if m2.CountsPending() {
+		t.Error("counts wait for a save after calls and writes told with SkipCounts")
+	}
+	if got := testutil.ToFloat64(m2.pending.WithLabelValues("thegram-s")); got != 1 {
+		t.Errorf("pending gauge %v with SkipCounts, want 1", got)
+	}
+	call(m2, "gram_patch", audit.OutcomeOK, nil)
+	_, publish = m2.SaveCounts()
+	publish()
+	if got := calls(m2, "gram_patch", "ok"); got != 2 {
+		t.Errorf("a call after SkipCounts: %v, want 2", got)
+	}
+
+	// A file of alrt48's release: the findings only.
+	m3, err := New(prometheus.NewRegistry(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m3.RestoreCounts(json.RawMessage(`{"servers":[{"server":"thegram-s","findings":{"wasted_retry/info":3}}]}`)); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(m3.calls); n != 0 {
+		t.Errorf("restored from a file without calls: %d call series, want 0", n)
+	}
+}
