@@ -175,28 +175,6 @@ func TestDecoder_NamedTwiceKeepsGoodLines(t *testing.T) {
 	}
 }
 
-// TestRead_OneReadingOfAPatch: the intent of a record's gram_patch is
-// that of its one path, whichever reader takes it (the record's fields, the
-// dialect, the canonical arguments): a record that could be read two ways
-// is not taken at all (TestParse_NamedTwice), so two reads never differ.
-func TestRead_OneReadingOfAPatch(t *testing.T) {
-	rd := dialect.NewReader(dialect.Config{})
-	var rp RecordParser
-	read := func(args string) *audit.Record {
-		t.Helper()
-		r, err := rp.Read([]byte(recordWith(`{"id":1,"method":"tools/call","params":{"name":"gram_patch","arguments":`+args+`}}`, ``)), "in", 1, rd, true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
-	a := read(`{"path":"a.gram","base_revision":1,"request_id":"r","operations":[{"op":"set"}]}`)
-	b := read(`{"request_id":"r","operations":[{"op":"set"}],"base_revision":1,"path":"a.gram"}`)
-	if len(a.Ops) != 1 || len(b.Ops) != 1 || a.Ops[0].Intent == "" || a.Ops[0].Intent != b.Ops[0].Intent || a.Ops[0].Target != "a.gram" {
-		t.Fatalf("operations %+v and %+v: want one write of a.gram with one intent", a.Ops, b.Ops)
-	}
-}
-
 // spanWith is a tools/call span of the minimal document whose attributes
 // are attrs (OTLP JSON KeyValues, joined).
 func spanWith(start int, attrs ...string) string {
