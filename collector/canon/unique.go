@@ -1,6 +1,7 @@
 package canon
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"slices"
 	"strconv"
@@ -35,55 +36,28 @@ func validOnce(m *valueMirror) bool {
 	switch m.t {
 	case fastjson.TypeObject:
 		kvs := m.o.kvs
+		escaped := false
 		for i := range kvs {
 			kv := &kvs[i]
-			if !m.o.keysUnescaped && StringFault(textOf(kv.k)) >= 0 {
-				return false
+			// Valid's check of a key, which also tells whether it holds an
+			// escape, as few do.
+			if !m.o.keysUnescaped && special(textOf(kv.k)) {
+				if StringFault(textOf(kv.k)) >= 0 {
+					return false
+				}
+				escaped = true
 			}
 			if !validOnce(asMirror(kv.v)) {
 				return false
 			}
 		}
-		if len(kvs) < 2 {
+		switch {
+		case len(kvs) < 2:
 			return true
+		case escaped || len(kvs) > 16:
+			return namesSorted(m)
 		}
-		escaped := false
-		if !m.o.keysUnescaped {
-			for i := range kvs {
-				if strings.IndexByte(kvs[i].k, '\\') >= 0 {
-					escaped = true
-					break
-				}
-			}
-		}
-		if !escaped && len(kvs) <= 16 {
-			// Most objects are small: each pair compared costs less than
-			// a sort, and allocates nothing.
-			for i := 1; i < len(kvs); i++ {
-				for j := range i {
-					if kvs[i].k == kvs[j].k {
-						return false
-					}
-				}
-			}
-			return true
-		}
-		names := namePool.Get().(*[]string)
-		defer namePool.Put(names)
-		*names = (*names)[:0]
-		for i := range kvs {
-			k := kvs[i].k
-			if escaped {
-				k = unescapeName(k)
-			}
-			*names = append(*names, k)
-		}
-		slices.Sort(*names)
-		for i := 1; i < len(*names); i++ {
-			if (*names)[i] == (*names)[i-1] {
-				return false
-			}
-		}
+		return namesMarked(kvs)
 	case fastjson.TypeArray:
 		for _, x := range m.a {
 			if !validOnce(asMirror(x)) {
@@ -94,6 +68,81 @@ func validOnce(m *valueMirror) bool {
 		return ValidNumber(textOf(m.s))
 	case typeRawString:
 		return StringFault(textOf(m.s)) < 0
+	}
+	return true
+}
+
+// special reports whether s holds a control byte or a backslash, as
+// StringFault's first look does: 8 bytes at a time.
+func special(s []byte) bool {
+	n := len(s)
+	switch {
+	case n >= 8:
+		for i := 0; i+8 <= n; i += 8 {
+			if wordSpecial(binary.LittleEndian.Uint64(s[i:])) {
+				return true
+			}
+		}
+		return wordSpecial(binary.LittleEndian.Uint64(s[n-8:]))
+	case n >= 4:
+		return halfSpecial(binary.LittleEndian.Uint32(s)) || halfSpecial(binary.LittleEndian.Uint32(s[n-4:]))
+	}
+	for _, c := range s {
+		if stringSpecial[c] {
+			return true
+		}
+	}
+	return false
+}
+
+// namesMarked reports whether no two of kvs, at most 16 names without an
+// escape, are one name. Most objects are small and their names differ in
+// length or in their first or last byte: a bit per such mark tells them
+// apart in one pass; only names whose marks meet are compared, pair by
+// pair, which costs less than a sort and allocates nothing.
+func namesMarked(kvs []struct {
+	k string
+	v *fastjson.Value
+}) bool {
+	var marks uint64
+	for i := range kvs {
+		k := kvs[i].k
+		h := uint(len(k))
+		if len(k) > 0 {
+			h = h*131 + uint(k[0])*31 + uint(k[len(k)-1])
+		}
+		bit := uint64(1) << (h & 63)
+		if marks&bit != 0 {
+			for j := range i {
+				if kvs[j].k == k {
+					return false
+				}
+			}
+		}
+		marks |= bit
+	}
+	return true
+}
+
+// namesSorted reports whether no two members of the object m have one
+// name, escapes read: the names sorted and compared with their neighbours.
+func namesSorted(m *valueMirror) bool {
+	kvs := m.o.kvs
+	names := namePool.Get().(*[]string)
+	defer namePool.Put(names)
+	*names = (*names)[:0]
+	for i := range kvs {
+		k := kvs[i].k
+		if !m.o.keysUnescaped {
+			k = unescapeName(k)
+		}
+		*names = append(*names, k)
+	}
+	slices.Sort(*names)
+	for i := 1; i < len(*names); i++ {
+		if (*names)[i] == (*names)[i-1] {
+			return false
+		}
 	}
 	return true
 }
