@@ -14,10 +14,10 @@ import (
 // ValidOnce reports Valid(v), and that no object of v names a member twice
 // (I-JSON, RFC 7493 §2.3). A name given twice has no one reading: the
 // readers of JSON disagree on which copy counts (JavaScript, Python and
-// Go's encoding/json take the last, Go's takes it merged into the first
-// when both are objects, fastjson's Get the first, Go's encoding/json/v2
-// refuses it), so a server may have acted on one copy while a reader here
-// took the other. Names are compared as their strings, escapes read: "a"
+// Go's encoding/json take the last, the Go ones merging two objects into
+// one struct; fastjson's Get takes the first; Go's encoding/json/v2
+// refuses the text), so a server may have acted on one copy while a
+// reader here took the other. Names are compared as their strings, escapes read: "a"
 // and "\u0061" are one name. v must be as Parse left it (see Valid).
 // Duplicate names where ValidOnce said no.
 func ValidOnce(v *fastjson.Value) bool {
