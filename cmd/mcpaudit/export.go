@@ -26,8 +26,9 @@ const exportUsage = `usage: mcpaudit export [--api-url URL | --data-dir DIR] [fl
 Writes the stored calls of a time range as call records (NDJSON, the capture
 format that analyze and POST /v1/calls read), in time order, one a line; the
 count on standard error. mcpaudit analyze reads the output as it reads a
-capture: the same calls, the same call ids, the same findings
-(docs/api.md, "GET /api/v1/calls/export", says what a record cannot carry).
+capture: the same calls, the same call ids, the same findings (where serve
+masked a secret, with analyze --redact: the record holds the mask);
+docs/api.md, "GET /api/v1/calls/export", says what a record cannot carry.
 
 From a running serve (--api-url, GET /api/v1/calls/export; with ClickHouse
 as its store, the only way), or from the data dir of the embedded store
