@@ -40,6 +40,13 @@ type Server struct {
 	Credentials map[string]Credential
 	// Now is the clock for relative times (tests set it).
 	Now func() time.Time
+	// PageTimeout bounds the writing of one page of a streamed answer
+	// (/api/v1/calls/export): each page moves the response's write
+	// deadline this far ahead, so that an export as long as the store is
+	// large is not cut by the listener's write timeout, while a reader
+	// that stalls still is. serve sets serve.connections.write_timeout.
+	// Default DefaultPageTimeout.
+	PageTimeout time.Duration
 	// Log receives rate-limited lines about refused requests (failed
 	// authentication). Nil logs nothing.
 	Log *ratelog.Logger
@@ -98,6 +105,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/v1/status", s.status)
 	mux.HandleFunc("GET /api/v1/calls", s.calls)
 	mux.HandleFunc("GET /api/v1/calls/{id}", s.call)
+	mux.HandleFunc("GET /api/v1/calls/export", s.callsExport)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, pattern := mux.Handler(r); pattern != "" {
 			mux.ServeHTTP(w, r)

@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/collector/capture"
 	"github.com/mcpaudit/mcpaudit/exporter/store"
 )
 
@@ -84,4 +86,65 @@ func (s *Server) call(w http.ResponseWriter, r *http.Request) {
 		docs = []string{}
 	}
 	writeJSON(w, http.StatusOK, CallDetail{Call: callEvent(c), Documents: docs})
+}
+
+// exportParams are the parameters of /api/v1/calls/export, besides tenant.
+var exportParams = []string{"server", "session", "since", "until"}
+
+// DefaultPageTimeout is Server.PageTimeout's default.
+const DefaultPageTimeout = 2 * time.Minute
+
+// callsExport answers GET /api/v1/calls/export: the stored calls that the
+// parameters select, in time order, as call records (capture-format.md §1,
+// NDJSON), one page of the store at a time, so that the answer streams in
+// bounded memory. A store that fails once the answer has begun aborts the
+// connection: the client reads a body that breaks off, never one that
+// looks complete.
+func (s *Server) callsExport(w http.ResponseWriter, r *http.Request) {
+	p, tenant, ok := s.newParams(w, r, exportParams...)
+	if !ok {
+		return
+	}
+	q := audit.CallQuery{Tenant: tenant, Server: p.str("server"), Session: p.str("session"),
+		Since: p.time("since"), Until: p.time("until"), Limit: store.MaxPage}
+	if p.err != nil {
+		s.fail(w, p.err)
+		return
+	}
+	rc := http.NewResponseController(w)
+	started := false
+	var line []byte
+	for {
+		page, err := s.store.Calls(r.Context(), q)
+		if err != nil {
+			if !started {
+				s.fail(w, err)
+				return
+			}
+			panic(http.ErrAbortHandler)
+		}
+		if !started {
+			w.Header().Set("Content-Type", "application/x-ndjson")
+			w.WriteHeader(http.StatusOK)
+			started = true
+		}
+		timeout := s.PageTimeout
+		if timeout <= 0 {
+			timeout = DefaultPageTimeout
+		}
+		rc.SetWriteDeadline(time.Now().Add(timeout))
+		for i := range page.Calls {
+			if line, err = capture.AppendRecord(line[:0], &page.Calls[i]); err != nil {
+				panic(http.ErrAbortHandler)
+			}
+			if _, err := w.Write(line); err != nil {
+				return // the client went away
+			}
+		}
+		if page.NextCursor == "" {
+			return
+		}
+		rc.Flush()
+		q.Cursor = page.NextCursor
+	}
 }

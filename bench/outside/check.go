@@ -18,104 +18,67 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
-
-	"github.com/mcpaudit/mcpaudit/audit"
-	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
 )
 
-// exportCmd writes every call of a store file (a copy made with `mcpaudit
-// backup` while serve runs) as call records, in time order, for `mcpaudit
-// analyze`.
-func exportCmd(args []string) error {
-	fs := flag.NewFlagSet("export", flag.ExitOnError)
-	db := fs.String("db", "", "store file (a backup)")
-	out := fs.String("out", "calls.ndjson", "call records written here")
-	tail := fs.Duration("tail", 10*time.Minute, "after each server's last call, one read this much later (session s-tail), so that analyze closes the windows serve closed by its clock; 0: none")
+// tailCmd writes, after each server's last call in the call records of
+// -in (what `mcpaudit export` wrote), one read this much later (session
+// s-tail), so that `mcpaudit analyze` of both files closes the windows
+// serve closed by its clock: analyze has only event time.
+func tailCmd(args []string) error {
+	fs := flag.NewFlagSet("tail", flag.ExitOnError)
+	in := fs.String("in", "calls.ndjson", "call records (mcpaudit export)")
+	out := fs.String("out", "tail.ndjson", "the reads are written here")
+	tail := fs.Duration("tail", 10*time.Minute, "after each server's last call, one read this much later")
 	fs.Parse(args)
-	st, err := sqlite.Open(*db, sqlite.Options{})
+	f, err := os.Open(*in)
 	if err != nil {
 		return err
 	}
-	defer st.Close()
-	f, err := os.Create(*out)
-	if err != nil {
-		return err
-	}
-	w := bufio.NewWriter(f)
-	n := 0
+	defer f.Close()
 	last := map[string]time.Time{}
-	err = st.ScanCalls(context.Background(), time.Time{}, func(r *audit.Record) error {
-		n++
-		if r.Call.Time.After(last[r.Call.Server]) {
-			last[r.Call.Server] = r.Call.Time
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<26)
+	n := 0
+	for sc.Scan() {
+		var r struct {
+			Time   time.Time `json:"time"`
+			Server string    `json:"server"`
 		}
-		return json.NewEncoder(w).Encode(toRecord(r.Call))
-	})
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			return fmt.Errorf("%s:%d: %w", *in, n+1, err)
+		}
+		n++
+		if r.Time.After(last[r.Server]) {
+			last[r.Server] = r.Time
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	var servers []string
+	for s := range last {
+		servers = append(servers, s)
+	}
+	sort.Strings(servers)
+	o, err := os.Create(*out)
 	if err != nil {
 		return err
 	}
-	if *tail > 0 {
-		var servers []string
-		for s := range last {
-			servers = append(servers, s)
+	w := bufio.NewWriter(o)
+	for i, s := range servers {
+		tool := "gram_projects"
+		if strings.HasPrefix(s, "oddlynew") {
+			tool = "guide"
 		}
-		sort.Strings(servers)
-		for i, s := range servers {
-			tool := "gram_projects"
-			if strings.HasPrefix(s, "oddlynew") {
-				tool = "guide"
-			}
-			json.NewEncoder(w).Encode(map[string]any{"time": last[s].Add(*tail).UTC().Format(time.RFC3339Nano), "server": s, "session": "s-tail",
-				"request":  map[string]any{"jsonrpc": "2.0", "id": i + 1, "method": "tools/call", "params": map[string]any{"name": tool, "arguments": map[string]any{}}},
-				"response": map[string]any{"jsonrpc": "2.0", "id": i + 1, "result": map[string]any{"content": []any{}}}})
-		}
+		json.NewEncoder(w).Encode(map[string]any{"time": last[s].Add(*tail).UTC().Format(time.RFC3339Nano), "server": s, "session": "s-tail",
+			"request":  map[string]any{"jsonrpc": "2.0", "id": i + 1, "method": "tools/call", "params": map[string]any{"name": tool, "arguments": map[string]any{}}},
+			"response": map[string]any{"jsonrpc": "2.0", "id": i + 1, "result": map[string]any{"content": []any{}}}})
 	}
 	if err := w.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "%d calls exported\n", n)
-	return f.Close()
-}
-
-func toRecord(c *audit.Call) map[string]any {
-	var id any = c.RPCID
-	if c.RPCID != "" {
-		var n json.Number
-		if json.Unmarshal([]byte(c.RPCID), &n) == nil {
-			id = n
-		}
-	}
-	params := map[string]any{"name": c.Tool}
-	if c.Arguments != nil {
-		params["arguments"] = json.RawMessage(c.Arguments)
-	}
-	r := map[string]any{"time": c.Time.UTC().Format(time.RFC3339Nano), "server": c.Server,
-		"request": map[string]any{"jsonrpc": "2.0", "id": id, "method": c.Method, "params": params}}
-	if c.Duration > 0 {
-		r["duration_ms"] = float64(c.Duration) / float64(time.Millisecond)
-	}
-	for k, v := range map[string]string{"session": c.Session, "client": c.Client, "tenant": c.Tenant, "trace_id": c.TraceID, "span_id": c.SpanID, "transport_error": c.TransportError} {
-		if v != "" {
-			r[k] = v
-		}
-	}
-	if c.Responded {
-		resp := map[string]any{"jsonrpc": "2.0", "id": id}
-		switch {
-		case c.Error != nil:
-			e := map[string]any{"code": c.Error.Code, "message": c.Error.Message}
-			if c.Error.Data != nil {
-				e["data"] = json.RawMessage(c.Error.Data)
-			}
-			resp["error"] = e
-		case c.Result != nil:
-			resp["result"] = json.RawMessage(c.Result)
-		default:
-			resp["result"] = map[string]any{}
-		}
-		r["response"] = resp
-	}
-	return r
+	fmt.Fprintf(os.Stderr, "%d calls read, %d tail reads written\n", n, len(servers))
+	return o.Close()
 }
 
 func getJSON(u string, v any) error {

@@ -9,7 +9,7 @@
 //
 //	outside server  -dialect thegram|oddlynew (-listen ADDR | -stdio)
 //	outside traffic -grpc ADDR -http ADDR [-proxy-thegram URL -proxy-oddlynew URL] [-wrap CMD] -out DIR
-//	outside export  -db FILE -out calls.ndjson
+//	outside tail    -in calls.ndjson -out tail.ndjson
 //	outside check   -dir DIR -api URL -prom URL
 package main
 
@@ -31,7 +31,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: outside server|traffic|export|check [flags]")
+		fmt.Fprintln(os.Stderr, "usage: outside server|traffic|tail|check [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -40,8 +40,8 @@ func main() {
 		err = serverCmd(os.Args[2:])
 	case "traffic":
 		err = trafficCmd(os.Args[2:])
-	case "export":
-		err = exportCmd(os.Args[2:])
+	case "tail":
+		err = tailCmd(os.Args[2:])
 	case "check":
 		err = checkCmd(os.Args[2:])
 	default:

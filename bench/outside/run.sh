@@ -17,14 +17,22 @@
 # the checks, then check the alerts again (their for: elapsed).
 #
 # Uses ports 21317-21318, 21364 (serve), 21380-21383 (proxies, servers),
-# 21390 (Prometheus) on 127.0.0.1. Needs curl, jq, prometheus, chromium.
+# 21390 (Prometheus) on 127.0.0.1; with PORT_BASE=P set, P to P+7 instead
+# (serve's gRPC, ingest and API, the Thegram proxy and server, the Oddlynew
+# proxy and server, Prometheus), so that two passes can run side by side.
+# Needs curl, jq, prometheus, chromium.
 set -u
 W=${1:-/tmp/mcpaudit-outside}; ACK=${2:-commit}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+if [ -n "${PORT_BASE:-}" ]; then
+  read -r P_GRPC P_INGEST P_API P_PROXY_T P_SERVER_T P_PROXY_O P_SERVER_O P_PROM <<<"$(seq -s ' ' "$PORT_BASE" $((PORT_BASE + 7)))"
+else
+  P_GRPC=21317 P_INGEST=21318 P_API=21364 P_PROXY_T=21380 P_SERVER_T=21381 P_PROXY_O=21382 P_SERVER_O=21383 P_PROM=21390
+fi
 rm -rf "$W"; mkdir -p "$W/bin" "$W/data" "$W/prom" "$W/out"
 (cd "$ROOT" && go build -o "$W/bin/mcpaudit" ./cmd/mcpaudit && go build -o "$W/bin/outside" ./bench/outside) || exit 1
 export TMPDIR=$W  # Chromium's profile, the proxies' and wraps' scratch
-M=$W/bin/mcpaudit; O=$W/bin/outside; API=http://127.0.0.1:21364; PROM=http://127.0.0.1:21390
+M=$W/bin/mcpaudit; O=$W/bin/outside; API=http://127.0.0.1:$P_API; PROM=http://127.0.0.1:$P_PROM
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done; [ -n "${SERVE:-}" ] && kill "$SERVE" 2>/dev/null; wait 2>/dev/null; }
 trap cleanup EXIT
@@ -35,9 +43,9 @@ detect:
   verify_window: 2m
 serve:
   data_dir: $W/data
-  ingest_listen: 127.0.0.1:21318
-  grpc_listen: 127.0.0.1:21317
-  api_listen: 127.0.0.1:21364
+  ingest_listen: 127.0.0.1:$P_INGEST
+  grpc_listen: 127.0.0.1:$P_GRPC
+  api_listen: 127.0.0.1:$P_API
   sqlite: {ack: $ACK}
 EOC
 start_serve() {
@@ -53,31 +61,31 @@ global: {scrape_interval: 5s, evaluation_interval: 5s}
 rule_files: [$ROOT/deploy/prometheus/rules.yaml]
 scrape_configs:
   - job_name: mcpaudit
-    static_configs: [{targets: ['127.0.0.1:21364']}]
+    static_configs: [{targets: ['127.0.0.1:$P_API']}]
 EOC
 prometheus --config.file="$W/prom/prometheus.yml" --storage.tsdb.path="$W/prom/data" \
-  --web.listen-address=127.0.0.1:21390 >"$W/prom/log" 2>&1 &
+  --web.listen-address=127.0.0.1:$P_PROM >"$W/prom/log" 2>&1 &
 PIDS+=($!)
 for i in $(seq 300); do
   [ "$(curl -s "$PROM/api/v1/query?query=up" | jq -r '.data.result[0].value[1] // empty')" = 1 ] && break; sleep 0.2
 done
 log "prometheus scraping"
 
-"$O" server -dialect thegram -listen 127.0.0.1:21381 -slow 8s & PIDS+=($!)
-"$O" server -dialect oddlynew -listen 127.0.0.1:21383 -slow 8s & PIDS+=($!)
-"$M" proxy --listen 127.0.0.1:21380 --upstream http://127.0.0.1:21381 --server thegram-proxy-r1 \
-  --collector http://127.0.0.1:21318 --response-timeout 4s --buffer-dir "$W/buf-pt" >"$W/proxy-t.log" 2>&1 &
+"$O" server -dialect thegram -listen 127.0.0.1:$P_SERVER_T -slow 8s & PIDS+=($!)
+"$O" server -dialect oddlynew -listen 127.0.0.1:$P_SERVER_O -slow 8s & PIDS+=($!)
+"$M" proxy --listen 127.0.0.1:$P_PROXY_T --upstream http://127.0.0.1:$P_SERVER_T --server thegram-proxy-r1 \
+  --collector http://127.0.0.1:$P_INGEST --response-timeout 4s --buffer-dir "$W/buf-pt" >"$W/proxy-t.log" 2>&1 &
 PROXY_T=$!
-"$M" proxy --listen 127.0.0.1:21382 --upstream http://127.0.0.1:21383 --server oddlynew-proxy-r1 \
-  --collector http://127.0.0.1:21318 --response-timeout 4s --buffer-dir "$W/buf-po" >"$W/proxy-o.log" 2>&1 &
+"$M" proxy --listen 127.0.0.1:$P_PROXY_O --upstream http://127.0.0.1:$P_SERVER_O --server oddlynew-proxy-r1 \
+  --collector http://127.0.0.1:$P_INGEST --response-timeout 4s --buffer-dir "$W/buf-po" >"$W/proxy-o.log" 2>&1 &
 PROXY_O=$!
 sleep 1
 
 SINCE=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 log "traffic starts"
-"$O" traffic -grpc 127.0.0.1:21317 -http 127.0.0.1:21318 \
-  -proxy-thegram http://127.0.0.1:21380/mcp -proxy-oddlynew http://127.0.0.1:21382/mcp \
-  -wrap "$M wrap --server SERVER --collector http://127.0.0.1:21318 --buffer-dir $W/buf-w-DIALECT -- $O server -dialect DIALECT -stdio -slow 8s" \
+"$O" traffic -grpc 127.0.0.1:$P_GRPC -http 127.0.0.1:$P_INGEST \
+  -proxy-thegram http://127.0.0.1:$P_PROXY_T/mcp -proxy-oddlynew http://127.0.0.1:$P_PROXY_O/mcp \
+  -wrap "$M wrap --server SERVER --collector http://127.0.0.1:$P_INGEST --buffer-dir $W/buf-w-DIALECT -- $O server -dialect DIALECT -stdio -slow 8s" \
   -rounds 4 -every 20s -lag-batch 25s -skew -15s -tag r1 -out "$W/out" 2>"$W/out/traffic.log" &
 TRAFFIC=$!
 sleep 30
@@ -98,9 +106,12 @@ done
 log "pending writes: $P"
 sleep 15  # two scrapes and evaluations after the last finding
 
-"$M" backup --data-dir "$W/data" --out "$W/backup.db" >/dev/null 2>&1
-"$O" export -db "$W/backup.db" -out "$W/out/calls.ndjson" 2>>"$W/events.log"
-"$M" analyze --config "$W/mcpaudit.yaml" --format json "$W/out/calls.ndjson" >"$W/out/analyze.json" 2>"$W/out/analyze.txt"
+# The stored calls as call records (mcpaudit export, through serve's API), and
+# one read per server 10 minutes after its last call, so that analyze closes
+# the windows serve closed by its clock.
+"$M" export --api-url $API --out "$W/out/calls.ndjson" 2>>"$W/events.log" || log "export failed"
+"$O" tail -in "$W/out/calls.ndjson" -out "$W/out/tail.ndjson" 2>>"$W/events.log"
+"$M" analyze --config "$W/mcpaudit.yaml" --format json "$W/out/calls.ndjson" "$W/out/tail.ndjson" >"$W/out/analyze.json" 2>"$W/out/analyze.txt"
 log "analyzed"
 "$O" check -dir "$W/out" -api $API -prom $PROM -since "$SINCE" | tee "$W/check.txt"
 if [ "${HOLD:-0}" -gt 0 ]; then  # the alerts with a for: (UnsafeRetries 5m, UnverifiedWrites 15m) once it has elapsed

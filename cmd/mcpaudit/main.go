@@ -25,6 +25,7 @@ commands:
             findings ack|resolve|reopen ID --note TEXT changes a finding's state
   timeline  show every call, write state and finding on one document
   calls     list stored calls (--mcp-server, --session, --source, --document, --since, --until, --limit)
+  export    write stored calls of a time range as call records (NDJSON) that analyze reads
   slo       show the write-durability SLI and the error budget
   report    the write-durability report (--window 30d --format html|md|json)
   status    show where event time stands per partition and which source holds it back
@@ -167,6 +168,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = timelineCommand(args[1:], stdout, stderr)
 	case "calls":
 		err = callsCommand(args[1:], stdout, stderr)
+	case "export":
+		err = exportCommand(ctx, args[1:], stdout, stderr)
 	case "status":
 		err = statusCommand(args[1:], stdout, stderr)
 	case "slo":

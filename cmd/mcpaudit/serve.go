@@ -580,6 +580,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	}
 	q.Credentials = cfg.Serve.Credentials
 	q.Access = s.access
+	q.PageTimeout = cc.WriteTimeout
 	mux := http.NewServeMux()
 	mux.Handle("/api/v1/", q.Handler())
 	// Ingest's paths, on the wrong listener: said so, rather than the

@@ -41,9 +41,9 @@ type ConnectionsConfig struct {
 	// IdleTimeout closes a keep-alive connection idle this long. Default
 	// 60s.
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
-	// WriteTimeout bounds the writing of an API response; the ingest
-	// listener's requests are bounded by serve.receiver.body_timeout.
-	// Default 2m.
+	// WriteTimeout bounds the writing of an API response (of each page of
+	// /api/v1/calls/export, which streams); the ingest listener's requests
+	// are bounded by serve.receiver.body_timeout. Default 2m.
 	WriteTimeout time.Duration `yaml:"write_timeout"`
 }
 
