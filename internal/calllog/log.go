@@ -14,6 +14,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
+	"github.com/mcpaudit/mcpaudit/internal/spool"
 )
 
 // Options configure a Log.
@@ -332,7 +333,7 @@ func (l *Log) commitGroup(group []*request) error {
 	if _, err := live.f.WriteAt(data, live.size); err != nil {
 		return l.writeFailed(fmt.Errorf("cannot write call log %s: %w", live.path, err))
 	}
-	if err := fdatasync(live.f); err != nil {
+	if err := spool.Fdatasync(live.f); err != nil {
 		return l.writeFailed(fmt.Errorf("cannot sync call log %s: %w", live.path, err))
 	}
 	l.mu.Lock()

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/mcpaudit/mcpaudit/internal/spool"
 )
 
 // load opens the segments of the directory: every one but the last is
@@ -174,7 +176,7 @@ func (l *Log) recover(s *segment, live bool) error {
 			if err := s.f.Truncate(int64(off)); err != nil {
 				return fmt.Errorf("cannot cut the torn tail of call log segment %s at byte %d: %w", s.path, off, err)
 			}
-			if err := fdatasync(s.f); err != nil {
+			if err := spool.Fdatasync(s.f); err != nil {
 				return fmt.Errorf("cannot cut the torn tail of call log segment %s at byte %d: %w", s.path, off, err)
 			}
 			break
