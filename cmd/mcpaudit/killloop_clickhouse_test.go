@@ -120,7 +120,6 @@ serve:
 	var down atomic.Bool
 	var killedDown atomic.Int64
 	res := runKillLoop(t, killLoop{dir: dir, config: config, cfg: cfg, kills: kills, sessions: sessions, span: span, killNow: killNow,
-		findingsWait: 60 * time.Second,
 		during: func() {
 			time.Sleep(time.Second)
 			start := time.Now()

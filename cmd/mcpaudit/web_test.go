@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"html"
 	"io"
@@ -20,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto"
 	"github.com/chromedp/chromedp"
 
 	"github.com/mcpaudit/mcpaudit/api"
@@ -151,6 +153,29 @@ func do(t *testing.T, ctx context.Context, steps ...chromedp.Action[chromedp.Voi
 	t.Helper()
 	if err := chromedp.Do(timed(t, ctx), steps...); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// click clicks the element sel, asking again while Chromium answers that
+// the node chromedp found is gone ("No node with given id found", "Node is
+// detached from document"): after a form's POST and its redirect, chromedp
+// may still hold the node ids of the page left, and the element found by
+// the selector is then one of it (TestWeb/ack_button_changes_the_state
+// failed so under load, flk49, clicking #btn-resolve right after the ack
+// button's redirect). Those errors come before any mouse event is sent
+// (chromedp's nodeCenter), so a click is never made twice.
+func click(t *testing.T, ctx context.Context, sel string) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		err := chromedp.Do(timed(t, ctx), chromedp.Click(css(sel)))
+		if err == nil {
+			return
+		}
+		var e *cdproto.Error
+		if !errors.As(err, &e) || (e.Message != "No node with given id found" && e.Message != "Node is detached from document") ||
+			time.Now().After(deadline) {
+			t.Fatalf("click %s: %v", sel, err)
+		}
 	}
 }
 
@@ -450,7 +475,8 @@ func TestWeb(t *testing.T) {
 		}
 		// Resolve with the button the page now shows; then only reopen is
 		// offered.
-		do(t, ctx, chromedp.Click(css("#btn-resolve")), chromedp.WaitVisible(css("#btn-reopen")))
+		click(t, ctx, "#btn-resolve")
+		do(t, ctx, chromedp.WaitVisible(css("#btn-reopen")))
 		state = get(t, ctx, chromedp.Text(css("#state")))
 		buttons := get(t, ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#lifecycle button")].map(b => b.id)`))
 		if !strings.HasPrefix(state, "resolved") || !slices.Equal(buttons, []string{"btn-reopen"}) {
