@@ -4,7 +4,6 @@
 package dialect
 
 import (
-	"fmt"
 	"strings"
 	"unsafe"
 
@@ -309,22 +308,4 @@ func outcome(c *audit.Call, isError bool) audit.Outcome {
 		return audit.OutcomeToolError
 	}
 	return audit.OutcomeOK
-}
-
-// BadResult says why r, a tools/call response's result (a call record's
-// response.result, a span's gen_ai.tool.call.result), is not one MCP
-// allows: an object whose isError, when given, is a boolean. "" when it
-// is.
-func BadResult(r *fastjson.Value) string {
-	if r.Type() != fastjson.TypeObject {
-		return fmt.Sprintf("must be an object (content, structuredContent, isError), not %s", r.Type())
-	}
-	if ie := r.Get("isError"); ie != nil {
-		switch ie.Type() {
-		case fastjson.TypeTrue, fastjson.TypeFalse, fastjson.TypeNull:
-		default:
-			return fmt.Sprintf("isError must be a boolean, not %s", ie.Type())
-		}
-	}
-	return ""
 }

@@ -307,24 +307,16 @@ func (cv *Converter) convert(res *Resource, source string, p path, rd *dialect.R
 		if args, err = cv.args.Parse(s); err != nil {
 			return nil, false, "gen_ai.tool.call.arguments is not JSON: " + canon.ParseError([]byte(s), err), ""
 		}
-		if !canon.ValidOnce(args) {
-			return nil, false, "gen_ai.tool.call.arguments " + notOnce(s), ""
-		}
-		if args.Type() != fastjson.TypeObject {
-			// As a call record's request.params.arguments.
-			return nil, false, "gen_ai.tool.call.arguments must be a JSON object (the tool's named arguments), not " + args.Type().String(), ""
+		if !canon.Valid(args) {
+			return nil, false, "gen_ai.tool.call.arguments is not JSON: " + canon.Fault(textBytes(s)), ""
 		}
 	}
 	if s := a[attrResult]; s != "" {
 		if result, err = cv.result.Parse(s); err != nil {
 			return nil, false, "gen_ai.tool.call.result is not JSON: " + canon.ParseError([]byte(s), err), ""
 		}
-		if !canon.ValidOnce(result) {
-			return nil, false, "gen_ai.tool.call.result " + notOnce(s), ""
-		}
-		if reason := dialect.BadResult(result); reason != "" {
-			// As a call record's response.result.
-			return nil, false, "gen_ai.tool.call.result: " + reason, ""
+		if !canon.Valid(result) {
+			return nil, false, "gen_ai.tool.call.result is not JSON: " + canon.Fault(textBytes(s)), ""
 		}
 	}
 
@@ -490,21 +482,6 @@ func (cv *Converter) convert(res *Resource, source string, p path, rd *dialect.R
 	rec = rd.ReadPayload(c, &cv.payload)
 	cv.payload = dialect.Payload{}
 	return rec, false, "", ""
-}
-
-// notOnce says why s, an attribute's JSON text that canon.ValidOnce said
-// no to, cannot be taken: not JSON, or a member named twice, which is
-// refused as in a call record (docs/api.md, "Ingest").
-func notOnce(s string) string {
-	b := textBytes(s)
-	if f := canon.Fault(b); f != "" {
-		return "is not JSON: " + f
-	}
-	if path, first, second, ok := canon.Duplicate(b); ok {
-		return "names " + path + " twice (at byte offsets " + strconv.Itoa(first) + " and " + strconv.Itoa(second) +
-			"): which copy the server acted on cannot be told, so the span is not taken"
-	}
-	return "is not JSON"
 }
 
 // canonical returns the canonical JSON of the arguments raw, parsed into

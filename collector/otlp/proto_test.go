@@ -113,22 +113,6 @@ func protoSeeds(t testing.TB) [][]byte {
 	ln.SetFlags(1)
 	sp.SetDroppedEventsCount(2)
 	seeds = append(seeds, marshal(t, td))
-	// Attribute keys given twice (the first copy is read), and arguments
-	// and results that name a member twice or are of the wrong type
-	// (rejected), made through pdata's JSON, which keeps every copy.
-	dup, err := (&ptrace.JSONUnmarshaler{}).UnmarshalTraces([]byte(`{"resourceSpans":[{"resource":{"attributes":[` +
-		`{"key":"service.name","value":{"stringValue":"thegram"}},{"key":"service.name","value":{"stringValue":"oddlynew"}}]},"scopeSpans":[{"spans":[` +
-		`{"startTimeUnixNano":"1800000000000000000","attributes":[{"key":"gen_ai.tool.name","value":{"stringValue":"gram_patch"}},{"key":"gen_ai.tool.name","value":{"stringValue":"gram_read"}},` +
-		`{"key":"jsonrpc.request.id","value":{"intValue":"7"}},{"key":"jsonrpc.request.id","value":{"stringValue":"8"}},` +
-		`{"key":"gen_ai.tool.call.arguments","value":{"stringValue":"{\"path\":\"a\",\"operations\":[]}"}},{"key":"gen_ai.tool.call.arguments","value":{"stringValue":"{\"path\":\"b\"}"}}]},` +
-		`{"startTimeUnixNano":"1800000001000000000","attributes":[{"key":"gen_ai.tool.name","value":{"stringValue":"gram_patch"}},` +
-		`{"key":"gen_ai.tool.call.arguments","value":{"stringValue":"{\"path\":\"a\",\"p\\u0061th\":\"b\"}"}}]},` +
-		`{"startTimeUnixNano":"1800000002000000000","attributes":[{"key":"gen_ai.tool.name","value":{"stringValue":"gram_read"}},` +
-		`{"key":"gen_ai.tool.call.arguments","value":{"stringValue":"[1]"}},{"key":"gen_ai.tool.call.result","value":{"stringValue":"{\"isError\":\"true\"}"}}]}]}]}]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	seeds = append(seeds, marshal(t, dup))
 	// The last seed is pdata's: a session id that is not a string.
 	sp.Attributes().PutBool("mcp.session.id", true)
 	seeds = append(seeds, marshal(t, td))

@@ -40,8 +40,6 @@ func FuzzSalvage(f *testing.F) {
 	f.Add(deepSeed(), false)
 	f.Add(deepSeedJSON(), true)
 	f.Add([]byte(`{"resourceSpans":[{"scopeSpans":[{"spans":[{"spanId":"ab"},{"traceId":"00"},{}]}]}]}`), true)
-	// Members named twice in the document, and in an attribute's JSON.
-	f.Add([]byte(`{"resourceSpans":[{"scopeSpans":[{"spans":[{"spanId":"ab","spanId":"0102030405060708"},{"attributes":[{"key":"a","key":"b","value":{"stringValue":"{\"x\":1,\"x\":2}"}}]}]}]}]}`), true)
 	f.Fuzz(func(t *testing.T, b []byte, asJSON bool) {
 		var s salvaged
 		var ok bool
