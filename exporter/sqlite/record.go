@@ -289,3 +289,11 @@ func AppendRecord(b []byte, r *audit.Record) []byte { return appendRecord(b, r) 
 // with its ID and Time. It returns an error matching none of the store's
 // sentinels when b is not such an encoding.
 func ReadRecord(b []byte, r *audit.Record) error { return readRecord(b, r) }
+
+// TimeNanos returns t as this store keeps a time (unix nanoseconds, the
+// zero time math.MinInt64 so that it sorts first and round-trips); ok is
+// false when t cannot be held. internal/calllog keeps its times so too.
+func TimeNanos(t time.Time) (n int64, ok bool) { return nanos(t) }
+
+// NanosTime is the inverse of TimeNanos; times come back in UTC.
+func NanosTime(n int64) time.Time { return fromNanos(n) }

@@ -8,9 +8,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"hash/fnv"
-	"math"
 	"slices"
-	"time"
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/mcpaudit/mcpaudit/audit"
@@ -147,32 +145,6 @@ func recordKeys(r *audit.Record) []uint64 {
 		keys = append(keys, keyHash(keySession, r.Call.Session))
 	}
 	return keys
-}
-
-// Times are unix nanoseconds; the zero time math.MinInt64 so that it sorts
-// first and round-trips (as exporter/sqlite stores them).
-const zeroTime = math.MinInt64
-
-var (
-	minTime = time.Unix(0, math.MinInt64+1)
-	maxTime = time.Unix(0, math.MaxInt64)
-)
-
-func nanos(t time.Time) (int64, bool) {
-	if t.IsZero() {
-		return zeroTime, true
-	}
-	if t.Before(minTime) || t.After(maxTime) {
-		return 0, false
-	}
-	return t.UnixNano(), true
-}
-
-func fromNanos(n int64) time.Time {
-	if n == zeroTime {
-		return time.Time{}
-	}
-	return time.Unix(0, n).UTC()
 }
 
 func isStableID(id string) bool {

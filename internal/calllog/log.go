@@ -200,7 +200,7 @@ func (l *Log) Append(ctx context.Context, recs []audit.Record) (held []int, err 
 		if c.Tenant != l.opts.Tenant {
 			return nil, fmt.Errorf("cannot append call %s of tenant %q to the log of %q: %w", c.ID, c.Tenant, l.opts.Tenant, ErrTenant)
 		}
-		t, ok := nanos(c.Time)
+		t, ok := sqlite.TimeNanos(c.Time)
 		if !ok {
 			return nil, fmt.Errorf("cannot append call %s at %s: %w", c.ID, c.Time, ErrTime)
 		}
@@ -553,7 +553,7 @@ func (l *Log) createSegment(num uint64) (*segment, error) {
 // retention is by whole segments, so calls before t may stay until their
 // segment is sealed and wholly before t.
 func (l *Log) DeleteBefore(t time.Time) (int64, error) {
-	n, ok := nanos(t)
+	n, ok := sqlite.TimeNanos(t)
 	if !ok {
 		return 0, fmt.Errorf("cannot delete calls before %s: %w", t, ErrTime)
 	}

@@ -445,7 +445,7 @@ func TestRetention(t *testing.T) {
 	// The second segment's earliest call: the first segment is wholly
 	// before it.
 	l.mu.RLock()
-	cut := fromNanos(l.sealed[1].min)
+	cut := sqlite.NanosTime(l.sealed[1].min)
 	firstPath := l.sealed[0].path
 	l.mu.RUnlock()
 	n, err := l.DeleteBefore(cut)

@@ -85,7 +85,7 @@ func (l *Log) readBlock(s *segment, bn uint32) (*block, error) {
 
 // record decodes entry e into a new record.
 func record(s *segment, e *entry) (*audit.Record, error) {
-	r := &audit.Record{Call: &audit.Call{ID: e.id, Time: fromNanos(e.time)}}
+	r := &audit.Record{Call: &audit.Call{ID: e.id, Time: sqlite.NanosTime(e.time)}}
 	if err := sqlite.ReadRecord(e.rec, r); err != nil {
 		return nil, &CorruptError{Path: s.path, Reason: fmt.Sprintf("call %s: %v", e.id, err)}
 	}
@@ -153,13 +153,13 @@ func (l *Log) BySession(ctx context.Context, session string, from, to time.Time,
 // scan is Scan; with keep set, of the blocks of key hash key alone, and
 // of their calls that keep takes (a key matches on its hash).
 func (l *Log) scan(ctx context.Context, from, to time.Time, key uint64, keep func(*audit.Record) bool, fn func(*audit.Record) error) error {
-	lo, ok := nanos(from)
+	lo, ok := sqlite.TimeNanos(from)
 	if !ok {
 		return fmt.Errorf("cannot scan calls from %s: %w", from, ErrTime)
 	}
 	hi := int64(math.MaxInt64)
 	if !to.IsZero() {
-		if hi, ok = nanos(to); !ok {
+		if hi, ok = sqlite.TimeNanos(to); !ok {
 			return fmt.Errorf("cannot scan calls to %s: %w", to, ErrTime)
 		}
 	}
