@@ -159,7 +159,7 @@ func (m *Metrics) SaveCounts(full bool) (json.RawMessage, func()) {
 		b = append(make([]byte, 0, n), `{"servers":[`...)
 		for _, l := range labels {
 			s := m.servers[l]
-			if len(s.saved.findings) == 0 && len(s.saved.tools) == 0 {
+			if !s.saved.counted && len(s.saved.tools) == 0 {
 				continue // every series at zero
 			}
 			if entries > 0 {
@@ -198,11 +198,12 @@ func savedSize(s *serverLabels) int {
 
 // serverSaved is what SaveCounts saved of a server's series, as JSON: its
 // findings (`,"held":true,"findings":{...},"withdrawn":{...}`, empty
-// when every findings series is at zero) and its tools, each
+// when its findings series are all at zero and not held) and its tools, each
 // `"name":{...}` (a savedTool; none for a tool whose series are all at
 // zero).
 type serverSaved struct {
 	findings []byte
+	counted  bool // a findings series is above zero
 	tools    map[string][]byte
 }
 
@@ -350,20 +351,21 @@ func (m *Metrics) saveServer(s *serverLabels, taken map[prometheus.Counter]float
 			put(dst, k.kind+"/"+k.severity, value(c, s.findingsHeld))
 		}
 		s.saved.findings = s.saved.findings[:0]
-		if ss.Findings != nil || ss.Withdrawn != nil {
-			if s.findingsHeld != nil {
-				s.saved.findings = append(s.saved.findings, `,"held":true`...)
+		if s.findingsHeld != nil {
+			// Kept with the tools' counts even without a finding's: a
+			// start holds the server's findings series again.
+			s.saved.findings = append(s.saved.findings, `,"held":true`...)
+		}
+		s.saved.counted = ss.Findings != nil || ss.Withdrawn != nil
+		for _, part := range []struct {
+			name   string
+			series map[string]float64
+		}{{"findings", ss.Findings}, {"withdrawn", ss.Withdrawn}} {
+			if part.series == nil {
+				continue
 			}
-			for _, part := range []struct {
-				name   string
-				series map[string]float64
-			}{{"findings", ss.Findings}, {"withdrawn", ss.Withdrawn}} {
-				if part.series == nil {
-					continue
-				}
-				b, _ := json.Marshal(part.series) // keys sorted; plain strings and finite numbers
-				s.saved.findings = append(append(append(append(s.saved.findings, `,"`...), part.name...), `":`...), b...)
-			}
+			b, _ := json.Marshal(part.series) // keys sorted; plain strings and finite numbers
+			s.saved.findings = append(append(append(append(s.saved.findings, `,"`...), part.name...), `":`...), b...)
 		}
 	}
 	if s.allDirty {

@@ -147,3 +147,23 @@ func TestAppendTool(t *testing.T) {
 	f("t\x01\"<&>é\\", savedTool{WritesHeld: true, Writes: map[string]float64{"durable": 1e21, "unverified": 123456789012}, Rejudged: map[string]float64{"a/b": 0.5}})
 	f("x", savedTool{Failures: map[string]float64{"E\x02/retry": 2}, Calls: map[string]float64{"ok": 1e-7}})
 }
+
+// TestSaveCounts_HeldWithoutFindings: a server whose findings series no
+// scrape has shown yet is saved held even when only its tools have
+// counts, as rcn49 saved it, so that a start holds its findings series
+// again (cnt50's first version left the flag out without a finding).
+func TestSaveCounts_HeldWithoutFindings(t *testing.T) {
+	m, err := New(prometheus.NewRegistry(), Options{FirstScrapeWait: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.GateOnSave()
+	m.Call(&audit.Record{Call: &audit.Call{Server: "thegram"}, Tool: "gram_read", Outcome: audit.OutcomeOK})
+	for _, full := range []bool{false, true} {
+		b, publish := m.SaveCounts(full)
+		publish()
+		if !strings.Contains(string(b), `{"server":"thegram","held":true,"tools":{"gram_read":`) {
+			t.Errorf("saved (full %v) %s, want thegram held with its tool", full, b)
+		}
+	}
+}
