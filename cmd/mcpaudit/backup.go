@@ -8,8 +8,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
+	"github.com/mcpaudit/mcpaudit/collector/pipeline"
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
 	"github.com/mcpaudit/mcpaudit/internal/conf"
 	"github.com/mcpaudit/mcpaudit/internal/datadir"
@@ -143,7 +145,9 @@ const stateFile = "partitions.json"
 // detector's watermarks, which speaks of the store it was written beside
 // (and the embedded store's own, kept aside while serve ran on another
 // store: switchStateFile).
-var restoreReplaces = []string{storeFile, storeFile + "-wal", storeFile + "-shm", storeFile + ".ids", storeFile + ".log", stateFile, "partitions.sqlite.json"}
+// The journals of the state files' counters go with them.
+var restoreReplaces = slices.Concat([]string{storeFile, storeFile + "-wal", storeFile + "-shm", storeFile + ".ids", storeFile + ".log", stateFile, "partitions.sqlite.json"},
+	pipeline.CountLogNames(stateFile), pipeline.CountLogNames("partitions.sqlite.json"))
 
 // moveAside moves the files of dir that a restore replaces into a new
 // directory beside them, and returns it with the names moved.

@@ -65,12 +65,18 @@ func switchStateFile(dir, id string, embeddedCalls int64, log *slog.Logger) erro
 	if err := os.Rename(cur, parked); err != nil {
 		return fmt.Errorf("cannot move aside the state file of store %s: %w", owner, err)
 	}
+	// The journal of its counters goes with it (one missing only costs
+	// the counters' values: they start at 0, with a warning).
+	moveCountLog(dir, stateFile, parkedStateFile(owner))
 	own := filepath.Join(dir, parkedStateFile(id))
 	back := true
 	if err := os.Rename(own, cur); errors.Is(err, fs.ErrNotExist) {
 		back = false
 	} else if err != nil {
 		return fmt.Errorf("cannot put back the state file of store %s: %w", id, err)
+	}
+	if back {
+		moveCountLog(dir, parkedStateFile(id), stateFile)
 	}
 	args := []any{"store", id, "state_file_of", owner, "moved_to", parked}
 	if guessed {
@@ -82,6 +88,16 @@ func switchStateFile(dir, id string, embeddedCalls int64, log *slog.Logger) erro
 		log.Warn("the state file was written for another store: its partitions' marks, downtimes and waiting withdrawals are not carried over (they describe what that store holds); this store starts without a state file", args...)
 	}
 	return nil
+}
+
+// moveCountLog renames the files of the counters' journal of the state
+// file named from in dir (pipeline.CountLogNames) to those of the state
+// file named to; a file missing is passed over.
+func moveCountLog(dir, from, to string) {
+	src, dst := pipeline.CountLogNames(from), pipeline.CountLogNames(to)
+	for i := range src {
+		os.Rename(filepath.Join(dir, src[i]), filepath.Join(dir, dst[i]))
+	}
 }
 
 // embeddedHistory returns what the embedded store in dir holds when serve

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -165,4 +166,38 @@ func TestSwitchStateFile(t *testing.T) {
 	f("unnamed, on the embedded store", map[string]string{"partitions.json": ""}, "sqlite", 5,
 		map[string]string{"partitions.json": ""})
 	f("none", nil, "clickhouse:m", 5, map[string]string{})
+}
+
+// TestSwitchStateFile_CountLog (cnt50): the journal of a state file's
+// counters (pipeline.CountLogNames) goes with it when a switch of
+// serve.store moves it aside, and comes back with it: the state file put
+// back names the journal by its own name, partitions.counts.a or .b.
+func TestSwitchStateFile_CountLog(t *testing.T) {
+	dir := t.TempDir()
+	for name, content := range map[string]string{
+		"partitions.json":            `{"version":2,"store":"clickhouse:m","partitions":[]}`,
+		"partitions.counts.a":        "clickhouse's journal",
+		"partitions.sqlite.json":     `{"version":2,"store":"sqlite","partitions":[]}`,
+		"partitions.sqlite.counts.b": "the embedded store's journal",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := switchStateFile(dir, "sqlite", 0, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{
+		"partitions.counts.b":              "the embedded store's journal",
+		"partitions.clickhouse-m.counts.a": "clickhouse's journal",
+	} {
+		if b, err := os.ReadFile(filepath.Join(dir, name)); err != nil || string(b) != want {
+			t.Errorf("%s holds %q (%v), want %q", name, b, err, want)
+		}
+	}
+	for _, gone := range []string{"partitions.counts.a", "partitions.sqlite.counts.b"} {
+		if _, err := os.Stat(filepath.Join(dir, gone)); err == nil {
+			t.Errorf("%s is still there", gone)
+		}
+	}
 }

@@ -136,8 +136,16 @@ type markFile struct {
 	// counters at them and counts what its replay makes after the marks
 	// (gate.recount, gate.countedBefore). A release before them ignores the field
 	// (its counters start at 0, as they did); a file without it starts
-	// them at 0, and its replay counts as before.
+	// them at 0, and its replay counts as before. Since cnt50 the values
+	// are saved in a journal beside the file (CountersLog; countlog.go)
+	// and this member is only read: from a file of rcn49's release.
 	Counters json.RawMessage `json:"counters,omitempty"`
+	// CountersLog names the journal that keeps the counters' values (since
+	// cnt50) and its last record that goes with the marks. A release
+	// before it ignores the member (its counters start at 0 and its
+	// replay counts as before alrt48: Prometheus reads one reset) and its
+	// next save drops it.
+	CountersLog *countsRef `json:"counters_log,omitempty"`
 	// Partitions come last, after the small members: a file cut short
 	// (or damaged in its partitions) still gives the downtimes and the
 	// withdrawals waiting, which a start keeps (readAside); a release
@@ -164,8 +172,10 @@ type runState struct {
 	downtimes []audit.Downtime
 	// withdrawals is markFile.Withdrawals.
 	withdrawals []audit.FindingChange
-	// counts is markFile.Counters.
+	// counts is markFile.Counters (read from a file of rcn49's release).
 	counts json.RawMessage
+	// countsLog is markFile.CountersLog.
+	countsLog *countsRef
 	// trouble, read at the start, says what was wrong with the file
 	// (nil when nothing was).
 	trouble *StateFileTrouble
@@ -174,7 +184,7 @@ type runState struct {
 // runState returns what the next save of the state file says of the runs:
 // the caller holds floorMu.
 func (p *Pipeline) runState() runState {
-	r := runState{store: p.cfg.Store, run: runRunning, downtimes: p.downtimes, withdrawals: p.unstoredWithdrawals, counts: p.savedCounts}
+	r := runState{store: p.cfg.Store, run: runRunning, downtimes: p.downtimes, withdrawals: p.unstoredWithdrawals, countsLog: p.savedCountsLog}
 	if p.cleanStop {
 		r.run = runStopped
 	}
@@ -273,7 +283,7 @@ func readMarks(path string, now time.Time, log *slog.Logger) (marks map[detect.P
 		return nil, nil, time.Time{}, time.Time{}, true, run
 	}
 	saved = f.Saved
-	run = runState{run: f.Run, downtimes: f.Downtimes, withdrawals: f.Withdrawals, counts: f.Counters}
+	run = runState{run: f.Run, downtimes: f.Downtimes, withdrawals: f.Withdrawals, counts: f.Counters, countsLog: f.CountersLog}
 	later := func(t time.Time) {
 		if t.After(saved) {
 			saved = t
@@ -516,12 +526,21 @@ func (p *Pipeline) saveMarks(marks map[detect.PartitionKey]mark, force bool) {
 		// Taken here, after the commit that stored the output they count
 		// (the engine goroutine: nothing was judged since), with the
 		// marks of that commit.
-		var publish func()
-		run.counts, publish = p.cfg.Counters.SaveCounts()
+		ref, publish, err := p.saveCounts()
 		// Shown whether or not the file could be written: a full disk
 		// must not keep findings from the alerts. A crash before the next
 		// save may then show Prometheus a reset.
 		defer publish()
+		if err != nil {
+			// Marks saved without the counts that go with them would have
+			// a start skip counting calls whose counts it does not have.
+			p.warnStateLocked(err)
+			return
+		}
+		run.countsLog = ref
+		if countsSaved != nil {
+			countsSaved()
+		}
 	}
 	if err := writeMarks(p.cfg.StateFile, marks, p.freed, floor, now, run); err != nil {
 		p.warnStateLocked(err)
@@ -531,8 +550,68 @@ func (p *Pipeline) saveMarks(marks map[detect.PartitionKey]mark, force bool) {
 	}
 	p.freedWritten()
 	p.savedMarks, p.marksSaved, p.floor, p.freedChanged, p.withdrawalsChanged = marks, now, floor, false, false
-	p.savedCounts = run.counts
+	p.savedCountsLog = run.countsLog
 	p.marksCurrent = now
+}
+
+// countsSaved, when set (tests), is called between the save of the
+// counters in their journal and the write of the state file: a test kills
+// the process there (kill -9), which no real part can be made to do at
+// that point.
+var countsSaved func()
+
+// saveCounts saves the counters' values in their journal (countlog.go)
+// and returns what the state file keeps of it, and the function that
+// shows the counts saved (Counters.SaveCounts). The first save of a run
+// writes a new journal with every value, and so does a save once the
+// deltas outgrow the snapshot or after an append failed; the others
+// append what changed, if anything did. On an error nothing may be
+// written that names the counts taken (publish still shows them). The
+// caller holds floorMu.
+func (p *Pipeline) saveCounts() (*countsRef, func(), error) {
+	l := p.counts
+	full := l == nil || l.broken || l.deltas > max(l.snapshot, compactAfter)
+	names := countLogNames(p.cfg.StateFile)
+	file := names[0]
+	if l != nil && l.file == names[0] || l == nil && p.savedCountsLog != nil && p.savedCountsLog.File == names[0] {
+		file = names[1]
+	}
+	if full && p.savedCountsLog != nil && p.savedCountsLog.File == file {
+		// The state file on disk still names that journal (its last
+		// write failed after a new journal was written): it is not
+		// written over.
+		if l == nil || l.broken {
+			return nil, func() {}, fmt.Errorf("cannot save the counters: the journal %s is the one the state file names, and %s could not be appended to", file, l.file)
+		}
+		full = false
+	}
+	v, publish := p.cfg.Counters.SaveCounts(full)
+	if !full {
+		if v != nil {
+			if err := l.append(v); err != nil {
+				return nil, publish, err
+			}
+		}
+		return l.ref(), publish, nil
+	}
+	var seq uint64 = 1
+	if l != nil {
+		seq = l.seq + 1
+	} else if p.savedCountsLog != nil {
+		seq = p.savedCountsLog.Seq + 1
+	}
+	nl, err := writeCountLog(filepath.Dir(p.cfg.StateFile), file, seq, v)
+	if err != nil {
+		if l != nil {
+			// The deltas since its last record were taken: only a new
+			// snapshot holds them now.
+			l.broken = true
+		}
+		return nil, publish, err
+	}
+	l.close()
+	p.counts = nl
+	return nl.ref(), publish, nil
 }
 
 // firstMark reports whether marks gives a partition its first watermark:
@@ -927,7 +1006,7 @@ func writeMarks(path string, marks map[detect.PartitionKey]mark, freed map[detec
 		}
 	}()
 	f := markFile{Version: 2, Store: run.store, Floor: floor, Saved: saved, Run: run.run, Downtimes: run.downtimes, Withdrawals: run.withdrawals,
-		Counters: run.counts}
+		CountersLog: run.countsLog}
 	for k, m := range marks {
 		f.Partitions = append(f.Partitions, markLine{Tenant: k.Tenant, Server: k.Server, mark: m})
 	}

@@ -122,11 +122,14 @@ type Counters interface {
 	CountsPending() bool
 	// SaveCounts returns the values to save, and publish, called once the
 	// state file is written (or could not be: a count is not kept from
-	// view for a failing disk).
-	SaveCounts() (values json.RawMessage, publish func())
+	// view for a failing disk). With full, every value; else only those
+	// changed since the last call (nil when none did), to apply on top
+	// of the values before.
+	SaveCounts(full bool) (values json.RawMessage, publish func())
 	// RestoreCounts begins the counters at values saved by an earlier
-	// run, before the replay at start.
-	RestoreCounts(values json.RawMessage) error
+	// run, before the replay at start: a full save's, and each save's
+	// after it in order.
+	RestoreCounts(values ...json.RawMessage) error
 	// RecountFinding counts a finding the store holds that the replay
 	// made again after its partition's saved mark: the run before counted
 	// it after the values were saved, and its count was lost with it.
@@ -254,10 +257,12 @@ type Pipeline struct {
 	// cleanStop is set for the save of the clean stop: the file says the
 	// run stopped (markFile.Run).
 	cleanStop bool
-	// savedCounts are the counters' values the state file keeps with
-	// savedMarks (Config.Counters; markFile.Counters): a write of the
-	// file that keeps savedMarks keeps them too, as a pair.
-	savedCounts json.RawMessage
+	// savedCountsLog names the counters' values the state file keeps
+	// with savedMarks (Config.Counters; markFile.CountersLog): a write of
+	// the file that keeps savedMarks keeps it too, as a pair. counts is
+	// the journal the saves write to (nil until the first).
+	savedCountsLog *countsRef
+	counts         *countLog
 
 	admit admission
 	load  tenantLoad
@@ -433,25 +438,36 @@ func (p *Pipeline) recover(ctx context.Context) error {
 	}
 	// What the file keeps, written again as it is by a write before the
 	// first save (lowerFloor, comeback).
-	p.floor, p.savedMarks, p.savedCounts = floor, marks, run.counts
+	p.floor, p.savedMarks, p.savedCountsLog = floor, marks, run.countsLog
 	// The counters go on from the values saved with the marks, before the
 	// replay counts anything; what it makes after the marks is counted
 	// again, stored or not (gate.recount): the run before counted it
 	// after those values were saved.
-	if p.cfg.Counters != nil && len(run.counts) > 0 {
-		if err := p.cfg.Counters.RestoreCounts(run.counts); err != nil {
-			p.log.Warn("the state file's counters cannot be read: the findings, calls and write states counters start at 0 (Prometheus reads a reset)",
-				"path", p.cfg.StateFile, "err", err)
-			p.savedCounts = nil
-		} else {
-			// The calls and writes the replay judges again that the run
-			// before judged before its last save are not counted again;
-			// with the marks lost, none it replays.
-			p.gate.skipCounts = p.cfg.Counters.SkipCounts
-			p.gate.countedAll = lost
-			if !lost {
-				p.gate.recount = p.cfg.Counters.RecountFinding
-			}
+	var counts []json.RawMessage
+	var countsErr error
+	switch {
+	case p.cfg.Counters == nil:
+	case run.countsLog != nil:
+		counts, countsErr = readCountLog(p.cfg.StateFile, run.countsLog)
+	case len(run.counts) > 0:
+		// A file of rcn49's release: the values in it.
+		counts = []json.RawMessage{run.counts}
+	}
+	if countsErr == nil && len(counts) > 0 {
+		countsErr = p.cfg.Counters.RestoreCounts(counts...)
+	}
+	if countsErr != nil {
+		p.log.Warn("the state file's counters cannot be read: the findings, calls and write states counters start at 0 (Prometheus reads a reset)",
+			"path", p.cfg.StateFile, "err", countsErr)
+	}
+	if countsErr == nil && len(counts) > 0 {
+		// The calls and writes the replay judges again that the run
+		// before judged before its last save are not counted again;
+		// with the marks lost, none it replays.
+		p.gate.skipCounts = p.cfg.Counters.SkipCounts
+		p.gate.countedAll = lost
+		if !lost {
+			p.gate.recount = p.cfg.Counters.RecountFinding
 		}
 	}
 	committed, deferred := map[detect.PartitionKey]time.Time{}, map[detect.PartitionKey]time.Time{}
@@ -1536,6 +1552,9 @@ func (p *Pipeline) run(ctx context.Context) {
 				p.floorMu.Unlock()
 				p.saveMarks(marksOf(p.eng, p.now()), true)
 			}
+			p.floorMu.Lock()
+			p.counts.close()
+			p.floorMu.Unlock()
 			cancel()
 			p.updateStatus()
 			return

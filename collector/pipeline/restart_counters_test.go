@@ -37,6 +37,26 @@ func countedRun(t *testing.T, dir string, clock *testClock) (*run, *prometheus.R
 	return r, reg
 }
 
+// savedFirst ingests lines into r (over dir), judges and saves them, and
+// returns thegram's saved mark and the state file then.
+func savedFirst(t *testing.T, r *run, dir string, lines ...[]byte) (mark time.Time, state []byte) {
+	t.Helper()
+	if _, err := r.ingest(batch(t, "calls:a", lines...)); err != nil {
+		t.Fatal(err)
+	}
+	r.steps(1, nil)
+	r.saved()
+	mark = thegramMark(t, dir)
+	if mark.IsZero() {
+		t.Fatal("no mark saved")
+	}
+	state, err := os.ReadFile(filepath.Join(dir, "partitions.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mark, state
+}
+
 // thegramMark returns the watermark of thegram's partition in the state file
 // of dir (zero when none).
 func thegramMark(t *testing.T, dir string) time.Time {
@@ -81,20 +101,7 @@ func TestRestart_FindingCountedAfterUnsavedCrash(t *testing.T) {
 			dir := t.TempDir()
 			clock := newClock(wallStart)
 			r, m := countedRun(t, dir, clock)
-			at := wallStart.Add(-20 * time.Second)
-			if _, err := r.ingest(batch(t, "calls:a", callLine("thegram", "s-1", 1, at))); err != nil {
-				t.Fatal(err)
-			}
-			r.steps(1, nil)
-			r.saved()
-			mark := thegramMark(t, dir)
-			if mark.IsZero() {
-				t.Fatal("no mark saved")
-			}
-			old, err := os.ReadFile(filepath.Join(dir, "partitions.json"))
-			if err != nil {
-				t.Fatal(err)
-			}
+			mark, old := savedFirst(t, r, dir, callLine("thegram", "s-1", 1, wallStart.Add(-20*time.Second)))
 			// The finding, after the mark: judged, committed, counted.
 			if _, err := r.ingest(batch(t, "calls:a", integrityLine("s-1", 2, mark.Add(time.Second), "eng/i.gram"),
 				callLine("thegram", "s-1", 3, mark.Add(5*time.Second)))); err != nil {
@@ -115,10 +122,10 @@ func TestRestart_FindingCountedAfterUnsavedCrash(t *testing.T) {
 				if err := json.Unmarshal(old, &f); err != nil {
 					t.Fatal(err)
 				}
-				if _, ok := f["counters"]; !ok {
-					t.Fatalf("the state file keeps no counters: %s", old)
+				if _, ok := f["counters_log"]; !ok {
+					t.Fatalf("the state file names no counters' journal: %s", old)
 				}
-				delete(f, "counters")
+				delete(f, "counters_log")
 				old, _ = json.Marshal(f)
 			}
 			if err := os.WriteFile(filepath.Join(dir, "partitions.json"), old, 0o644); err != nil {
@@ -201,18 +208,9 @@ func TestRestart_CallsCountedOnceAcrossUnsavedCrash(t *testing.T) {
 	clock := newClock(wallStart)
 	r, m := countedRun(t, dir, clock)
 	old1, old2 := wallStart.Add(-5*time.Minute), wallStart.Add(-20*time.Second)
-	if _, err := r.ingest(batch(t, "calls:a", callLine("thegram", "s-1", 1, old1), callLine("thegram", "s-1", 2, old2))); err != nil {
-		t.Fatal(err)
-	}
-	r.steps(1, nil)
-	r.saved()
-	mark := thegramMark(t, dir)
-	if mark.IsZero() || !mark.After(old2) {
+	mark, old := savedFirst(t, r, dir, callLine("thegram", "s-1", 1, old1), callLine("thegram", "s-1", 2, old2))
+	if !mark.After(old2) {
 		t.Fatalf("mark %v, want one past the second call (%v)", mark, old2)
-	}
-	old, err := os.ReadFile(filepath.Join(dir, "partitions.json"))
-	if err != nil {
-		t.Fatal(err)
 	}
 	// A call after the mark, judged (a later one moves the watermark past
 	// it), committed and counted; the crash comes before the save that

@@ -339,6 +339,10 @@ func readAside(path string, now time.Time, f markFile, good []string, rerr, derr
 			run.counts = f.Counters
 			tr.Kept = append(tr.Kept, "counters")
 		}
+		if slices.Contains(good, "counters_log") && f.CountersLog != nil {
+			run.countsLog = f.CountersLog
+			tr.Kept = append(tr.Kept, "counters_log")
+		}
 	}
 	name, err := setAside(path, now)
 	tr.SetAside = name

@@ -28,6 +28,7 @@ func TestDecodeMarks_EveryMember(t *testing.T) {
 		Downtimes:   []audit.Downtime{{From: at.Add(-2 * time.Hour), To: at.Add(-time.Hour), End: audit.EndCrash}},
 		Withdrawals: []audit.FindingChange{{FindingID: "f1", Tenant: "acme", State: "withdrawn", By: "mcpaudit", Time: at}},
 		Counters:    json.RawMessage(`{"servers":[{"server":"thegram","findings":{"wasted_retry/info":3}}]}`),
+		CountersLog: &countsRef{File: "partitions.counts.b", ID: "5eed", Seq: 42},
 		Partitions:  []markLine{{Tenant: "acme", Server: "thegram", mark: mark{Watermark: at}}},
 	}
 	v := reflect.ValueOf(want)

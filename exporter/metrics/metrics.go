@@ -141,10 +141,14 @@ type serverLabels struct {
 	// series, by family, kind and severity: what SaveCounts saves.
 	findingSeries map[findingSeriesKey]prometheus.Counter
 	// dirty is set when a count of the server's (made, held or released)
-	// changed what SaveCounts saves of it; saved is what it saved then,
-	// nil for nothing (every series at zero).
-	dirty bool
-	saved []byte
+	// changed what SaveCounts saves of it: in its findings (findingsDirty)
+	// or in the tools dirtyTools names, or, with allDirty, anywhere.
+	// saved is what SaveCounts saved of it then (saved.go).
+	dirty         bool
+	allDirty      bool
+	findingsDirty bool
+	dirtyTools    map[string]bool
+	saved         serverSaved
 }
 
 // findingSeriesKey names one findings series of a server: withdrawn for
@@ -183,8 +187,10 @@ type heldCounts struct {
 	shown   map[string]bool             // the scrapers that have shown them all at zero
 	timer   *time.Timer
 	clear   func() // unlinks the group from its series
-	// findings is set on a server's findings group.
+	// findings is set on a server's findings group; tool is the tool
+	// label of a call or write group.
 	findings bool
+	tool     string
 	// owner is the server whose series the group holds.
 	owner *serverLabels
 }
@@ -342,7 +348,7 @@ func (m *Metrics) newServer(label string, hold bool) *serverLabels {
 		findingSeries: map[findingSeriesKey]prometheus.Counter{}}
 	m.servers[label] = s
 	m.countsChanged = true
-	s.dirty = true
+	s.dirty, s.allDirty = true, true
 	made := make([]prometheus.Counter, 0, 2*len(audit.Kinds))
 	for _, k := range audit.Kinds {
 		made = append(made, m.findingCounter(label, s, false, string(k), string(k.Severity())),
@@ -381,16 +387,17 @@ func (m *Metrics) findingCounter(label string, s *serverLabels, withdrawn bool, 
 // count does, while s's first findings counts are held too. m.mu must be
 // held.
 func (m *Metrics) countFinding(s *serverLabels, c prometheus.Counter) {
-	m.count(s, s.findingsHeld, c)
+	m.count(s, "", s.findingsHeld, c)
 }
 
 // count adds one to c, a series of s whose counts go on across restarts
-// (saved.go), or holds it in h (not nil) while the group's first counts
-// wait for the scrapers, or, while the counts are gated (GateOnSave),
-// until the state file keeps it. m.mu must be held.
-func (m *Metrics) count(s *serverLabels, h *heldCounts, c prometheus.Counter) {
+// (saved.go) of the tool labelled tool (empty for a findings series), or
+// holds it in h (not nil) while the group's first counts wait for the
+// scrapers, or, while the counts are gated (GateOnSave), until the state
+// file keeps it. m.mu must be held.
+func (m *Metrics) count(s *serverLabels, tool string, h *heldCounts, c prometheus.Counter) {
 	m.countsChanged = true
-	s.dirty = true
+	s.changed(tool)
 	if h != nil {
 		m.add(h, c)
 		return
@@ -486,13 +493,13 @@ func (m *Metrics) Call(r *audit.Record) {
 		// The failures held with the calls: the tool's first failures are
 		// on series just made, and McpAuditUncertainOutcomes divides them
 		// by the calls.
-		m.count(s, cs.held, c)
+		m.count(s, tool, cs.held, c)
 		if r.Failure != nil {
-			m.count(s, cs.held, m.failure(server, cs, r.Failure))
+			m.count(s, tool, cs.held, m.failure(server, cs, r.Failure))
 		}
 		for i := range r.Ops {
 			if f := r.Ops[i].Failure; f != nil && f != r.Failure {
-				m.count(s, cs.held, m.failure(server, cs, f))
+				m.count(s, tool, cs.held, m.failure(server, cs, f))
 			}
 		}
 	}
@@ -527,6 +534,9 @@ func (m *Metrics) callSeriesOf(server string, s *serverLabels, tool string, hold
 	}
 	if hold {
 		cs.held = m.hold(s, func() { cs.held = nil }, made...)
+		if cs.held != nil {
+			cs.held.tool = tool
+		}
 	}
 	return cs
 }
@@ -581,7 +591,7 @@ func (m *Metrics) release(h *heldCounts) {
 	h.timer.Stop()
 	h.clear()
 	m.countsChanged = true // no longer saved as held
-	h.owner.dirty = true
+	h.owner.changed(h.tool)
 	if m.gated {
 		// Shown once the state file keeps them as shown (SaveCounts): a
 		// restart after a crash then makes the series again at zero and
@@ -807,9 +817,9 @@ func (m *Metrics) Write(w *audit.Write, prev audit.WriteState) {
 		move = m.moveSeries(server, tool, ws, prev, w.State)
 	}
 	if c := ws.states[w.State]; c != nil && !m.skip { // terminal states only
-		m.count(s, ws.held, c)
+		m.count(s, tool, ws.held, c)
 		if move != nil {
-			m.count(s, ws.held, move)
+			m.count(s, tool, ws.held, move)
 		}
 	}
 	m.mu.Unlock()
@@ -849,6 +859,9 @@ func (m *Metrics) writeSeriesOf(server string, s *serverLabels, tool string, hol
 	}
 	if hold {
 		ws.held = m.hold(s, func() { ws.held = nil }, made...)
+		if ws.held != nil {
+			ws.held.tool = tool
+		}
 	}
 	return ws
 }

@@ -6,7 +6,7 @@ import (
 	"maps"
 	"math"
 	"slices"
-	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -29,7 +29,10 @@ import (
 // holds it: what a scrape sees is at most what the next start begins at
 // (docs/metrics.md, "Counters across restarts").
 
-// savedCounts is what the state file keeps of the counters.
+// savedCounts is what the state file keeps of the counters: every
+// server's series (SaveCounts with full set), or those changed since the
+// save before (a delta, without full), which RestoreCounts applies on
+// top of the values before it.
 type savedCounts struct {
 	Servers []savedServer `json:"servers"`
 }
@@ -40,13 +43,16 @@ type savedCounts struct {
 // the scrapers (Options.FirstScrapeWait): no scrape showed them, and a
 // start holds them again behind the series at zero. Findings and
 // Withdrawn are by "kind/severity"; Tools by tool label (a release before
-// rcn49 saved none).
+// rcn49 saved none). In a delta, SameFindings says that Held, Findings and
+// Withdrawn did not change (they are left out), and Tools holds only the
+// tools whose series changed, each whole: the others are as before.
 type savedServer struct {
-	Server    string                `json:"server"`
-	Held      bool                  `json:"held,omitempty"`
-	Findings  map[string]float64    `json:"findings,omitempty"`
-	Withdrawn map[string]float64    `json:"withdrawn,omitempty"`
-	Tools     map[string]*savedTool `json:"tools,omitempty"`
+	Server       string                `json:"server"`
+	SameFindings bool                  `json:"same_findings,omitempty"`
+	Held         bool                  `json:"held,omitempty"`
+	Findings     map[string]float64    `json:"findings,omitempty"`
+	Withdrawn    map[string]float64    `json:"withdrawn,omitempty"`
+	Tools        map[string]*savedTool `json:"tools,omitempty"`
 }
 
 // savedTool is one tool label's call and write series of a server:
@@ -100,48 +106,79 @@ func (m *Metrics) CountsPending() bool {
 // SaveCounts returns the counters' values to save in the state file
 // (every count made, shown, held or waiting for this save), and the
 // function that shows the counts waiting, to call once the file is
-// written. Counts made after it wait for the next save. A server none of
-// whose counts changed since the last save is not computed again: its
-// bytes of then are reused.
-func (m *Metrics) SaveCounts() (json.RawMessage, func()) {
+// written. Counts made after it wait for the next save. With full, the
+// values of every series; else only what changed since the last call,
+// full or not (nil when nothing did): the servers, and of each its
+// findings and the tools, with a count made, held or released since
+// (savedServer), for RestoreCounts to apply on top of the values saved
+// before. Only a server's findings or tool with a change is computed
+// again: the others' bytes are reused.
+func (m *Metrics) SaveCounts(full bool) (json.RawMessage, func()) {
 	m.mu.Lock()
 	taken := m.unsaved
 	if m.gated {
 		m.unsaved = map[prometheus.Counter]float64{}
 	}
-	if !m.countsChanged && m.countsSaved != nil && len(taken) == 0 {
+	if !m.countsChanged && len(taken) == 0 && (!full || m.countsSaved != nil) {
 		// Nothing counted, released or made since: the same values.
 		b := m.countsSaved
+		if !full {
+			b = nil
+		}
 		m.mu.Unlock()
 		return b, func() {}
 	}
 	m.countsChanged = false
-	labels := make([]string, 0, len(m.servers))
-	for l, s := range m.servers {
-		if s.dirty {
-			s.saved = m.saveServer(l, s, taken)
-			s.dirty = false
-		}
-		if s.saved != nil {
-			labels = append(labels, l)
-		}
+	labels := slices.Sorted(maps.Keys(m.servers))
+	var b []byte
+	if !full {
+		b = append(b, `{"servers":[`...)
 	}
-	sort.Strings(labels)
-	// As json.Marshal of a savedCounts would write it, from the servers'
-	// own bytes.
-	n := len(`{"servers":[]}`)
+	entries := 0
 	for _, l := range labels {
-		n += len(m.servers[l].saved) + 1
-	}
-	b := append(make([]byte, 0, n), `{"servers":[`...)
-	for i, l := range labels {
-		if i > 0 {
+		s := m.servers[l]
+		if !s.dirty {
+			continue
+		}
+		findings, tools := m.saveServer(s, taken)
+		if full || (!findings && len(tools) == 0) {
+			continue
+		}
+		// The server's changes alone.
+		if entries > 0 {
 			b = append(b, ',')
 		}
-		b = append(b, m.servers[l].saved...)
+		entries++
+		b = appendServer(b, l, s, findings, tools)
+	}
+	if full {
+		n := len(`{"servers":[]}`)
+		for _, l := range labels {
+			n += savedSize(m.servers[l]) + len(l) + 32
+		}
+		b = append(make([]byte, 0, n), `{"servers":[`...)
+		for _, l := range labels {
+			s := m.servers[l]
+			if !s.saved.counted && len(s.saved.tools) == 0 {
+				continue // every series at zero
+			}
+			if entries > 0 {
+				b = append(b, ',')
+			}
+			entries++
+			b = appendServer(b, l, s, true, nil)
+		}
 	}
 	b = append(b, "]}"...)
-	m.countsSaved = b
+	if full {
+		m.countsSaved = b
+	} else {
+		// Assembled again at the next full save.
+		m.countsSaved = nil
+		if entries == 0 {
+			b = nil
+		}
+	}
 	m.mu.Unlock()
 	return b, func() {
 		for c, n := range taken {
@@ -150,12 +187,143 @@ func (m *Metrics) SaveCounts() (json.RawMessage, func()) {
 	}
 }
 
-// saveServer returns the JSON of the server s labelled label as
-// SaveCounts saves it, counting taken (the counts waiting for this save)
-// and its held counts; nil when every series is at zero: the server does
-// not keep its label across the restart for series at zero. m.mu must be
-// held.
-func (m *Metrics) saveServer(label string, s *serverLabels, taken map[prometheus.Counter]float64) []byte {
+// savedSize returns the bytes SaveCounts saved of s's series.
+func savedSize(s *serverLabels) int {
+	n := len(s.saved.findings)
+	for _, t := range s.saved.tools {
+		n += len(t) + 1
+	}
+	return n
+}
+
+// serverSaved is what SaveCounts saved of a server's series, as JSON: its
+// findings (`,"held":true,"findings":{...},"withdrawn":{...}`, empty
+// when its findings series are all at zero and not held) and its tools, each
+// `"name":{...}` (a savedTool; none for a tool whose series are all at
+// zero).
+type serverSaved struct {
+	findings []byte
+	counted  bool // a findings series is above zero
+	tools    map[string][]byte
+}
+
+// changed notes that a count of the tool labelled tool of s (a findings
+// series when empty) changed what SaveCounts saves of s.
+func (s *serverLabels) changed(tool string) {
+	s.dirty = true
+	if tool == "" {
+		s.findingsDirty = true
+		return
+	}
+	if s.dirtyTools == nil {
+		s.dirtyTools = map[string]bool{}
+	}
+	s.dirtyTools[tool] = true
+}
+
+// appendServer appends to b the JSON of the server s labelled label as
+// SaveCounts saves it (a savedServer): with findings, its findings, else
+// same_findings; its tools named in tools, or every one when tools is
+// nil.
+func appendServer(b []byte, label string, s *serverLabels, findings bool, tools []string) []byte {
+	b = append(b, `{"server":`...)
+	b = appendJSONString(b, label)
+	if findings {
+		b = append(b, s.saved.findings...)
+	} else {
+		b = append(b, `,"same_findings":true`...)
+	}
+	if tools == nil {
+		tools = slices.Sorted(maps.Keys(s.saved.tools))
+	}
+	n := 0
+	for _, t := range tools {
+		part := s.saved.tools[t]
+		if part == nil {
+			continue
+		}
+		if n == 0 {
+			b = append(b, `,"tools":{`...)
+		} else {
+			b = append(b, ',')
+		}
+		n++
+		b = append(b, part...)
+	}
+	if n > 0 {
+		b = append(b, '}')
+	}
+	return append(b, '}')
+}
+
+// appendJSONString appends s to b as a JSON string (as encoding/json
+// writes it: a label value may hold any valid UTF-8, control characters
+// included).
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s)
+			return append(b, q...)
+		}
+	}
+	return append(append(append(b, '"'), s...), '"')
+}
+
+// appendTool appends st to b as encoding/json writes it (keys sorted,
+// empty members left out), without its reflection and maps' copies: a
+// save at the caps writes thousands of them.
+func appendTool(b []byte, st *savedTool) []byte {
+	b = append(b, '{')
+	n := 0
+	sep := func() {
+		if n > 0 {
+			b = append(b, ',')
+		}
+		n++
+	}
+	if st.CallsHeld {
+		sep()
+		b = append(b, `"calls_held":true`...)
+	}
+	if st.WritesHeld {
+		sep()
+		b = append(b, `"writes_held":true`...)
+	}
+	for _, part := range []struct {
+		name   string
+		series map[string]float64
+	}{{"calls", st.Calls}, {"failures", st.Failures}, {"writes", st.Writes}, {"rejudged", st.Rejudged}} {
+		if len(part.series) == 0 {
+			continue
+		}
+		sep()
+		b = append(append(append(b, '"'), part.name...), `":{`...)
+		for i, k := range slices.Sorted(maps.Keys(part.series)) {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(appendJSONString(b, k), ':')
+			b = appendNumber(b, part.series[k])
+		}
+		b = append(b, '}')
+	}
+	return append(b, '}')
+}
+
+// appendNumber appends v, a finite value, as encoding/json writes it.
+func appendNumber(b []byte, v float64) []byte {
+	if a := math.Abs(v); a != 0 && (a < 1e-6 || a >= 1e21) {
+		q, _ := json.Marshal(v)
+		return append(b, q...)
+	}
+	return strconv.AppendFloat(b, v, 'f', -1, 64)
+}
+
+// saveServer computes again what SaveCounts saves of the parts of s
+// with a change (its findings, its tools), counting taken (the counts
+// waiting for this save) and its held counts, and returns whether its
+// findings changed and which tools did, in order. m.mu must be held.
+func (m *Metrics) saveServer(s *serverLabels, taken map[prometheus.Counter]float64) (findings bool, tools []string) {
 	value := func(c prometheus.Counter, h *heldCounts) float64 {
 		v := counterValue(c) + taken[c]
 		if h != nil {
@@ -172,57 +340,76 @@ func (m *Metrics) saveServer(label string, s *serverLabels, taken map[prometheus
 		}
 		(*dst)[key] = v
 	}
-	ss := savedServer{Server: label, Held: s.findingsHeld != nil}
-	for k, c := range s.findingSeries {
-		dst := &ss.Findings
-		if k.withdrawn {
-			dst = &ss.Withdrawn
+	findings = s.allDirty || s.findingsDirty
+	if findings {
+		var ss savedServer
+		for k, c := range s.findingSeries {
+			dst := &ss.Findings
+			if k.withdrawn {
+				dst = &ss.Withdrawn
+			}
+			put(dst, k.kind+"/"+k.severity, value(c, s.findingsHeld))
 		}
-		put(dst, k.kind+"/"+k.severity, value(c, s.findingsHeld))
+		s.saved.findings = s.saved.findings[:0]
+		if s.findingsHeld != nil {
+			// Kept with the tools' counts even without a finding's: a
+			// start holds the server's findings series again.
+			s.saved.findings = append(s.saved.findings, `,"held":true`...)
+		}
+		s.saved.counted = ss.Findings != nil || ss.Withdrawn != nil
+		for _, part := range []struct {
+			name   string
+			series map[string]float64
+		}{{"findings", ss.Findings}, {"withdrawn", ss.Withdrawn}} {
+			if part.series == nil {
+				continue
+			}
+			b, _ := json.Marshal(part.series) // keys sorted; plain strings and finite numbers
+			s.saved.findings = append(append(append(append(s.saved.findings, `,"`...), part.name...), `":`...), b...)
+		}
 	}
-	tool := func(name string) *savedTool {
-		if ss.Tools == nil {
-			ss.Tools = map[string]*savedTool{}
+	if s.allDirty {
+		for name := range s.callTools {
+			s.changed(name)
 		}
-		if ss.Tools[name] == nil {
-			ss.Tools[name] = &savedTool{}
+		for name := range s.writeTools {
+			s.changed(name)
 		}
-		return ss.Tools[name]
 	}
-	for name, cs := range s.callTools {
+	tools = slices.Sorted(maps.Keys(s.dirtyTools))
+	if s.saved.tools == nil {
+		s.saved.tools = map[string][]byte{}
+	}
+	for _, name := range tools {
 		var st savedTool
-		for o, c := range cs.outcomes {
-			put(&st.Calls, o, value(c, cs.held))
+		if cs := s.callTools[name]; cs != nil {
+			for o, c := range cs.outcomes {
+				put(&st.Calls, o, value(c, cs.held))
+			}
+			for k, c := range cs.failures {
+				put(&st.Failures, k[0]+"/"+k[1], value(c, cs.held))
+			}
+			st.CallsHeld = cs.held != nil && (st.Calls != nil || st.Failures != nil)
 		}
-		for k, c := range cs.failures {
-			put(&st.Failures, k[0]+"/"+k[1], value(c, cs.held))
+		if ws := s.writeTools[name]; ws != nil {
+			for state, c := range ws.states {
+				put(&st.Writes, string(state), value(c, ws.held))
+			}
+			for mv, c := range ws.moves {
+				put(&st.Rejudged, string(mv[0])+"/"+string(mv[1]), value(c, ws.held))
+			}
+			st.WritesHeld = ws.held != nil && (st.Writes != nil || st.Rejudged != nil)
 		}
-		if st.Calls != nil || st.Failures != nil {
-			t := tool(name)
-			t.Calls, t.Failures, t.CallsHeld = st.Calls, st.Failures, cs.held != nil
+		if st.Calls == nil && st.Failures == nil && st.Writes == nil && st.Rejudged == nil {
+			delete(s.saved.tools, name)
+			continue
 		}
+		part := append(appendJSONString(s.saved.tools[name][:0], name), ':')
+		s.saved.tools[name] = appendTool(part, &st)
 	}
-	for name, ws := range s.writeTools {
-		var st savedTool
-		for state, c := range ws.states {
-			put(&st.Writes, string(state), value(c, ws.held))
-		}
-		for mv, c := range ws.moves {
-			put(&st.Rejudged, string(mv[0])+"/"+string(mv[1]), value(c, ws.held))
-		}
-		if st.Writes != nil || st.Rejudged != nil {
-			t := tool(name)
-			t.Writes, t.Rejudged, t.WritesHeld = st.Writes, st.Rejudged, ws.held != nil
-		}
-	}
-	if ss.Findings == nil && ss.Withdrawn == nil && ss.Tools == nil {
-		return nil
-	}
-	b, err := json.Marshal(ss) // map keys sorted: the same values, the same bytes
-	if err != nil {
-		return nil // not reached: plain strings and finite numbers
-	}
-	return b
+	s.dirty, s.allDirty, s.findingsDirty = false, false, false
+	clear(s.dirtyTools)
+	return findings, tools
 }
 
 // RestoreCounts begins the counters at the values SaveCounts saved (read
@@ -237,12 +424,14 @@ func (m *Metrics) saveServer(label string, s *serverLabels, taken map[prometheus
 // Values that are not positive finite numbers, and kinds, severities,
 // outcomes, codes, retry actions, states and moves that are no label
 // values, are passed over. A file of a release before rcn49 has no tools:
-// the call and write series start at zero. An error when b cannot be
-// read: nothing is restored then.
-func (m *Metrics) RestoreCounts(b json.RawMessage) error {
-	var sc savedCounts
-	if err := json.Unmarshal(b, &sc); err != nil {
-		return fmt.Errorf("cannot read the saved counters: %w", err)
+// the call and write series start at zero. The values are saved, the
+// first by a full SaveCounts and each after it by the next SaveCounts
+// (full or not): each is applied on top of those before it. An error when
+// one cannot be read: nothing is restored then.
+func (m *Metrics) RestoreCounts(saved ...json.RawMessage) error {
+	sc, err := foldCounts(saved)
+	if err != nil {
+		return err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -256,7 +445,7 @@ func (m *Metrics) RestoreCounts(b json.RawMessage) error {
 			}
 		}
 		s := m.newServer(label, ss.Held)
-		s.dirty = true
+		s.dirty, s.allDirty = true, true
 		if h := s.findingsHeld; h != nil && !ss.Held {
 			// Made held by SeedLastFindings, before this: a scrape showed
 			// these series with their counts, which must not go back to
@@ -281,6 +470,37 @@ func (m *Metrics) RestoreCounts(b json.RawMessage) error {
 	}
 	m.countsChanged = true
 	return nil
+}
+
+// foldCounts returns the values of saved (RestoreCounts) with each
+// applied on top of those before it.
+func foldCounts(saved []json.RawMessage) (savedCounts, error) {
+	var sc savedCounts
+	at := map[string]int{}
+	for i, b := range saved {
+		var next savedCounts
+		if err := json.Unmarshal(b, &next); err != nil {
+			return savedCounts{}, fmt.Errorf("cannot read the saved counters (%d of %d): %w", i+1, len(saved), err)
+		}
+		for _, ss := range next.Servers {
+			j, ok := at[ss.Server]
+			if !ok {
+				at[ss.Server] = len(sc.Servers)
+				ss.SameFindings = false
+				sc.Servers = append(sc.Servers, ss)
+				continue
+			}
+			old := &sc.Servers[j]
+			if !ss.SameFindings {
+				old.Held, old.Findings, old.Withdrawn = ss.Held, ss.Findings, ss.Withdrawn
+			}
+			if len(ss.Tools) > 0 && old.Tools == nil {
+				old.Tools = map[string]*savedTool{}
+			}
+			maps.Copy(old.Tools, ss.Tools)
+		}
+	}
+	return sc, nil
 }
 
 // restoreTool begins the call and write series of the tool labelled tool

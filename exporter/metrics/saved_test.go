@@ -46,7 +46,7 @@ func TestSaveCounts_ShownOnceSaved(t *testing.T) {
 	if !m.CountsPending() {
 		t.Fatal("CountsPending is false with counts waiting")
 	}
-	b, publish := m.SaveCounts()
+	b, publish := m.SaveCounts(true)
 	if got := findingsOf(m, audit.KindDoubleAppliedWrite); got != 0 {
 		t.Fatalf("saved but not published, the series shows %v, want 0", got)
 	}
@@ -58,7 +58,7 @@ func TestSaveCounts_ShownOnceSaved(t *testing.T) {
 		t.Fatal("CountsPending is true after the save")
 	}
 	// A count made after the snapshot waits for the next one.
-	b2, publish2 := m.SaveCounts()
+	b2, publish2 := m.SaveCounts(true)
 	publish2()
 	if string(b2) != string(b) {
 		t.Errorf("a second save with no new count saved %s, the first %s", b2, b)
@@ -81,7 +81,7 @@ func TestSaveCounts_ShownOnceSaved(t *testing.T) {
 	}
 	// The restored server took its label; a later finding counts on it.
 	m2.Finding(f)
-	_, publish3 := m2.SaveCounts()
+	_, publish3 := m2.SaveCounts(true)
 	publish3()
 	if got := findingsOf(m2, audit.KindDoubleAppliedWrite); got != 3 {
 		t.Errorf("a finding after the restore: %v, want 3", got)
@@ -101,7 +101,7 @@ func TestRestoreCounts_HeldStaysHeld(t *testing.T) {
 	}
 	m.GateOnSave()
 	m.Finding(savedFinding(audit.KindWastedRetry))
-	b, publish := m.SaveCounts()
+	b, publish := m.SaveCounts(true)
 	publish()
 	if !strings.Contains(string(b), `"held":true`) || findingsOf(m, audit.KindWastedRetry) != 0 {
 		t.Fatalf("a new server's first count: saved %s, shown %v; want held, 0", b, findingsOf(m, audit.KindWastedRetry))
@@ -125,7 +125,7 @@ func TestRestoreCounts_HeldStaysHeld(t *testing.T) {
 	if got := findingsOf(m2, audit.KindWastedRetry); got != 0 || !m2.CountsPending() {
 		t.Fatalf("released by a scrape, before a save: shown %v, pending %v; want 0, true", got, m2.CountsPending())
 	}
-	b2, publish2 := m2.SaveCounts()
+	b2, publish2 := m2.SaveCounts(true)
 	publish2()
 	if got := findingsOf(m2, audit.KindWastedRetry); got != 1 || strings.Contains(string(b2), `"held":true`) {
 		t.Fatalf("released and saved: shown %v, saved %s; want 1, not held", got, b2)
@@ -198,7 +198,7 @@ func BenchmarkSaveCounts(b *testing.B) {
 	var size int
 	for b.Loop() {
 		m.Finding(&audit.Finding{Kind: audit.KindWastedRetry, Server: "server-000", Time: time.Now()})
-		v, publish := m.SaveCounts()
+		v, publish := m.SaveCounts(true)
 		publish()
 		size = len(v)
 	}
@@ -249,14 +249,14 @@ func BenchmarkSaveCountsCalls(b *testing.B) {
 					}
 				}
 			}
-			_, publish := m.SaveCounts() // every server computed once
+			_, publish := m.SaveCounts(true) // every server computed once
 			publish()
 			var size int
 			for b.Loop() {
 				for i := range tc.changed {
 					m.Call(&audit.Record{Call: &audit.Call{Server: fmt.Sprintf("server-%03d", i)}, Tool: "tool_00", Outcome: audit.OutcomeOK})
 				}
-				v, publish := m.SaveCounts()
+				v, publish := m.SaveCounts(true)
 				publish()
 				size = len(v)
 			}
@@ -298,14 +298,14 @@ func TestSaveCounts_CallsAndWrites(t *testing.T) {
 	if got := calls(m, "gram_patch", "ok"); got != 0 || !m.CountsPending() {
 		t.Fatalf("released, before a save: %v shown, pending %v; want 0, true", got, m.CountsPending())
 	}
-	b, publish := m.SaveCounts()
+	b, publish := m.SaveCounts(true)
 	publish()
 	if got := calls(m, "gram_patch", "ok"); got != 1 {
 		t.Fatalf("saved: %v shown, want 1", got)
 	}
 	// A second tool's first call, not shown by any scrape: saved held.
 	call(m, "gram_read", audit.OutcomeOK, nil)
-	b, publish = m.SaveCounts()
+	b, publish = m.SaveCounts(true)
 	publish()
 	for _, want := range []string{`"gram_patch":{"calls":{"ok":1,"tool_error":1},"failures":{"COMMIT_UNKNOWN/replay_same_request":1},"writes":{"durable":1,"unverified":1},"rejudged":{"unverified/durable":1}}`,
 		`"gram_read":{"calls_held":true,"calls":{"ok":1}}`} {
@@ -357,7 +357,7 @@ func TestSaveCounts_CallsAndWrites(t *testing.T) {
 		t.Errorf("pending gauge %v with SkipCounts, want 1", got)
 	}
 	call(m2, "gram_patch", audit.OutcomeOK, nil)
-	_, publish = m2.SaveCounts()
+	_, publish = m2.SaveCounts(true)
 	publish()
 	if got := calls(m2, "gram_patch", "ok"); got != 2 {
 		t.Errorf("a call after SkipCounts: %v, want 2", got)
