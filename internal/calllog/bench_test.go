@@ -305,3 +305,41 @@ func writtenBytes() int64 {
 	}
 	return 0
 }
+
+// BenchmarkGet looks stored calls up by id alone (Get: every segment's id
+// table) and by id and time (GetAt: the segments covering the time), in a
+// log of 20,000 calls in 400 sealed segments of 50 calls, and reports the
+// sealed segments' tables each looked in.
+//
+//	go test -run '^$' -bench Get -benchtime 20000x ./internal/calllog/
+func BenchmarkGet(b *testing.B) {
+	const calls, perSegment = 20000, 50
+	recs := gen(b, 1, calls)
+	l, err := Open(filepath.Join(b.TempDir(), "calls"), Options{SegmentBytes: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	for i := 0; i < calls; i += perSegment {
+		if _, err := l.Append(context.Background(), recs[i:i+perSegment]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, by := range []string{"Get", "GetAt"} {
+		b.Run(by, func(b *testing.B) {
+			for i := range b.N {
+				r := &recs[splitmix(uint64(i))%calls]
+				var ok bool
+				var err error
+				if by == "Get" {
+					_, ok, err = l.Get(context.Background(), r.Call.ID)
+				} else {
+					_, ok, err = l.GetAt(context.Background(), r.Call.ID, r.Call.Time)
+				}
+				if !ok || err != nil {
+					b.Fatalf("%s(%s) = %v, %v", by, r.Call.ID, ok, err)
+				}
+			}
+		})
+	}
+}

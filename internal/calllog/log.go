@@ -376,7 +376,8 @@ func (l *Log) writeFailed(err error) error {
 
 // storedLocked tells whether the log holds id (of hash h, at time t); the
 // caller holds mu. A duplicate can only be in the live segment or in a
-// sealed one whose time range covers t.
+// sealed one whose time range meets t's millisecond (idWindow): the same
+// call sent with its time in milliseconds, or in nanoseconds, has one id.
 func (l *Log) storedLocked(h uint64, id string, t int64, cand *[]uint32) (bool, error) {
 	check := func(s *segment) (bool, error) {
 		*cand = s.candidates(h, (*cand)[:0])
@@ -396,8 +397,9 @@ func (l *Log) storedLocked(h uint64, id string, t int64, cand *[]uint32) (bool, 
 	if ok, err := check(l.live); ok || err != nil {
 		return ok, err
 	}
+	lo, hi := idWindow(t)
 	for _, s := range l.sealed {
-		if s.min <= t && t <= s.max {
+		if s.min <= hi && lo <= s.max {
 			if ok, err := check(s); ok || err != nil {
 				return ok, err
 			}

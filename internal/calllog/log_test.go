@@ -262,6 +262,30 @@ func TestDedupe(t *testing.T) {
 		got := scanAll(t, l, time.Time{}, time.Time{})
 		sameSet(t, "Scan", got, sortedIDs(append(slices.Clone(recs), more...)))
 	})
+	t.Run("two_carriers", func(t *testing.T) {
+		// One call sent with its time in nanoseconds, then again with it
+		// rounded to the millisecond (an OTLP span, then a call record):
+		// one id. The first is alone in a sealed segment, whose time range
+		// the second time is outside of, by less than half a millisecond.
+		l := open(t, t.TempDir(), Options{SegmentBytes: 1})
+		defer l.Close()
+		recs := gen(t, 15, 2)
+		ns := recs[0]
+		c := *ns.Call
+		c.Time = c.Time.Round(time.Millisecond).Add(300 * time.Microsecond)
+		ns.Call = &c
+		ms := recs[0]
+		c2 := c
+		c2.Time = c.Time.Round(time.Millisecond)
+		ms.Call = &c2
+		appendAll(t, l, []audit.Record{ns})
+		if held := appendAll(t, l, []audit.Record{ms, recs[1]}); !slices.Equal(held, []int{0}) {
+			t.Fatalf("the call sent again in milliseconds: held %v, want [0]", held)
+		}
+		if got := scanAll(t, l, time.Time{}, time.Time{}); len(got) != 2 {
+			t.Fatalf("stored %d calls, want 2", len(got))
+		}
+	})
 	t.Run("hash_collision", func(t *testing.T) {
 		// Two ids of one hash are two calls: a match of the hash is checked
 		// against the stored ids. No two real ids of FNV-64 collide in a
@@ -661,5 +685,81 @@ func TestDiskFull(t *testing.T) {
 		if _, ok, err := l.Get(context.Background(), recs[i].Call.ID); !ok || err != nil {
 			t.Fatalf("call %d, acknowledged, not found after reopening: %v, %v", i, ok, err)
 		}
+	}
+}
+
+func TestIDWindow(t *testing.T) {
+	f := func(at time.Time) {
+		t.Helper()
+		n, _ := sqlite.TimeNanos(at)
+		lo, hi := idWindow(n)
+		m := at.Round(time.Millisecond)
+		// Every time rounding to at's millisecond is in the window, and
+		// the times just outside round elsewhere.
+		wlo, _ := sqlite.TimeNanos(m.Add(-500 * time.Microsecond))
+		whi, _ := sqlite.TimeNanos(m.Add(500*time.Microsecond - 1))
+		if lo != wlo || hi != whi {
+			t.Fatalf("idWindow(%s) = [%d, %d], want [%d, %d]", at, lo, hi, wlo, whi)
+		}
+		if sqlite.NanosTime(lo).Round(time.Millisecond) != m || sqlite.NanosTime(hi).Round(time.Millisecond) != m ||
+			sqlite.NanosTime(lo-1).Round(time.Millisecond) == m || sqlite.NanosTime(hi+1).Round(time.Millisecond) == m {
+			t.Fatalf("idWindow(%s) = [%d, %d] is not the times rounding to %s", at, lo, hi, m)
+		}
+	}
+	t0 := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
+	f(t0)
+	f(t0.Add(300 * time.Microsecond))
+	f(t0.Add(499_999))
+	f(t0.Add(500_000))
+	f(t0.Add(-1))
+	f(time.Date(1969, 12, 31, 23, 59, 59, 999_700_000, time.UTC))
+	f(time.Date(1900, 1, 1, 0, 0, 0, 400_000, time.UTC))
+}
+
+// TestGetAt: a lookup given the call's time finds every stored call in
+// whichever segment holds it, with its time in nanoseconds or rounded to
+// the millisecond, and looks in the segments covering that time alone: a
+// time of another millisecond finds nothing.
+func TestGetAt(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{SegmentBytes: 16 << 10}
+	recs := gen(t, 14, 2000)
+	l := open(t, dir, opts)
+	for i := 0; i < len(recs); i += 100 {
+		appendAll(t, l, recs[i:i+100])
+	}
+	check := func(l *Log) {
+		t.Helper()
+		for i := range recs {
+			at := recs[i].Call.Time
+			for _, tt := range []time.Time{at, at.Round(time.Millisecond)} {
+				got, ok, err := l.GetAt(context.Background(), recs[i].Call.ID, tt)
+				if err != nil || !ok || !same(got, &recs[i]) {
+					t.Fatalf("GetAt(%s, %s) = %v, %v", recs[i].Call.ID, tt, ok, err)
+				}
+			}
+		}
+		// Sealed segments hold calls of other times only: not looked in.
+		l.mu.RLock()
+		if len(l.sealed) < 3 {
+			t.Fatalf("%d sealed segments, want several", len(l.sealed))
+		}
+		first := l.sealed[0]
+		l.mu.RUnlock()
+		id := recs[0].Call.ID
+		if _, ok, err := l.GetAt(context.Background(), id, sqlite.NanosTime(first.max).Add(time.Hour)); ok || err != nil {
+			t.Fatalf("GetAt of a sealed call at a time its segment does not cover = %v, %v", ok, err)
+		}
+		if _, ok, err := l.Get(context.Background(), id); !ok || err != nil {
+			t.Fatalf("Get = %v, %v", ok, err)
+		}
+	}
+	check(l)
+	l.Close()
+	l = open(t, dir, opts)
+	defer l.Close()
+	check(l)
+	if _, _, err := l.GetAt(context.Background(), recs[0].Call.ID, time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC)); !errors.Is(err, ErrTime) {
+		t.Fatalf("GetAt in the year 3000: %v, want ErrTime", err)
 	}
 }
