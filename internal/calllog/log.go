@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
@@ -25,8 +26,9 @@ type Options struct {
 	// SegmentBytes seals the live segment once it holds this many bytes.
 	// Default 64 MiB.
 	SegmentBytes int64
-	// SegmentAge seals the live segment once it is this old (checked at
-	// each group commit). Default 1h.
+	// SegmentAge seals the live segment once its first block is this
+	// old, by a timer, so that an idle log seals its last segment too.
+	// Default 1h.
 	SegmentAge time.Duration
 	// MaxGroupCalls bounds the calls of one group commit, one block.
 	// Default 8192.
@@ -64,7 +66,11 @@ type Log struct {
 	mu     sync.RWMutex
 	sealed []*segment // by number
 	live   *segment   // nil only while closed
-	failed error      // set when the log can no longer append
+	// failed is set when the log can no longer append until it is opened
+	// again: a segment that cannot be cut back to its last synced block,
+	// or a next segment created for a seal that failed that cannot be
+	// removed. A seal that fails alone is tried again at the next commit.
+	failed error
 
 	reqs chan *request
 	stop chan struct{}
@@ -84,6 +90,10 @@ type segment struct {
 	num  uint64
 	path string
 	f    *os.File // read handle; the live segment's is also written
+	// refs counts the log's hold on the segment (one while it is listed)
+	// and the readers' (a scan): f is closed when the last lets go, so a
+	// scan goes on reading a segment that retention removed meanwhile.
+	refs atomic.Int32
 	// The fields below are guarded by the log's mu; the committer alone
 	// changes them.
 	blocks   []blockRef
@@ -103,8 +113,21 @@ type segment struct {
 }
 
 func newSegmentState(s *segment) {
+	s.refs.Store(1)
 	s.min, s.max = math.MaxInt64, math.MinInt64
 	s.ids, s.more, s.keys = map[uint64]uint32{}, map[uint64][]uint32{}, map[uint64][]uint32{}
+}
+
+// hold takes a reader's hold on s; the caller holds the log's mu, under
+// which s is listed.
+func (s *segment) hold() { s.refs.Add(1) }
+
+// release lets go of a hold on s, and closes its file after the last.
+func (s *segment) release() error {
+	if s.refs.Add(-1) == 0 {
+		return s.f.Close()
+	}
+	return nil
 }
 
 // candidates returns the blocks of s that may hold an id of hash h.
@@ -248,11 +271,41 @@ var maxAppendBytes = maxBlockRaw / 2
 // them all.
 func (l *Log) commit() {
 	defer close(l.done)
+	// The age timer runs while the live segment holds a block: it seals
+	// the segment once that block is SegmentAge old, with no commit to
+	// check it.
+	age := time.NewTimer(time.Hour)
+	age.Stop()
+	defer age.Stop()
+	var ageC <-chan time.Time
+	arm := func(d time.Duration) {
+		age.Reset(max(d, 0))
+		ageC = age.C
+	}
+	armAge := func() {
+		if live := l.live; len(live.blocks) > 0 && l.failed == nil {
+			arm(l.opts.SegmentAge - time.Since(live.created))
+		} else {
+			age.Stop()
+			ageC = nil
+		}
+	}
+	armAge()
 	var group []*request
 	for {
 		select {
 		case r := <-l.reqs:
 			group = append(group[:0], r)
+		case <-ageC:
+			ageC = nil
+			if live := l.live; l.failed == nil && len(live.blocks) > 0 && time.Since(live.created) >= l.opts.SegmentAge {
+				if err := l.rotate(); err != nil {
+					arm(min(l.opts.SegmentAge, sealRetry))
+					continue
+				}
+			}
+			armAge()
+			continue
 		case <-l.stop:
 			return
 		}
@@ -275,8 +328,13 @@ func (l *Log) commit() {
 			}
 			close(r.done)
 		}
+		armAge()
 	}
 }
+
+// sealRetry is how long the age timer waits to try again a seal that
+// failed (at most SegmentAge); a commit tries it too.
+const sealRetry = time.Second
 
 func (l *Log) commitGroup(group []*request) error {
 	if l.failed != nil {
@@ -337,6 +395,9 @@ func (l *Log) commitGroup(group []*request) error {
 		return l.writeFailed(fmt.Errorf("cannot sync call log %s: %w", live.path, err))
 	}
 	l.mu.Lock()
+	if len(live.blocks) == 0 {
+		live.created = time.Now()
+	}
 	bn := uint32(len(live.blocks))
 	live.blocks = append(live.blocks, blockRef{off: live.size, size: uint32(len(data)), count: uint32(len(accept)), min: mn, max: mx})
 	live.size += int64(len(data))
@@ -350,11 +411,10 @@ func (l *Log) commitGroup(group []*request) error {
 		l.opts.OnCommit(len(accept))
 	}
 	if live.size >= l.opts.SegmentBytes || time.Since(live.created) >= l.opts.SegmentAge {
-		if err := l.rotate(); err != nil {
-			// The block is synced: this group is acknowledged; the next
-			// append fails.
-			l.failed = err
-		}
+		// The block is synced: this group is acknowledged whatever the
+		// seal does. A seal that fails leaves the live segment live and
+		// whole: the next groups go on into it and try the seal again.
+		l.rotate()
 	}
 	return nil
 }
@@ -368,9 +428,9 @@ func (l *Log) writeFailed(err error) error {
 		l.failed = fmt.Errorf("%w (and cannot cut it back: %v)", err, terr)
 		return err
 	}
-	if rerr := l.rotate(); rerr != nil {
-		l.failed = rerr
-	}
+	// When the seal fails too, the live segment, cut back, takes the
+	// next group at its last synced block, and the seal is tried again.
+	l.rotate()
 	return err
 }
 
@@ -409,21 +469,30 @@ func (l *Log) storedLocked(h uint64, id string, t int64, cand *[]uint32) (bool, 
 }
 
 // rotate seals the live segment (when it holds a block; else removes it)
-// and starts the next.
+// and starts the next. The next segment is created first: on an error the
+// live segment stays live and whole, and the seal is tried again later.
+// Where what a failed seal left cannot be undone, rotate sets failed.
 func (l *Log) rotate() error {
 	live := l.live
-	next := live.num + 1
-	if len(live.blocks) > 0 {
-		if err := l.seal(live); err != nil {
-			return err
-		}
-	} else {
-		live.f.Close()
-		os.Remove(live.path)
-	}
-	s, err := l.createSegment(next)
+	s, err := l.createSegment(live.num + 1)
 	if err != nil {
 		return err
+	}
+	if len(live.blocks) > 0 {
+		if err := l.seal(live); err != nil {
+			// The next segment goes, durably, so that the live one stays
+			// the last: a crash recovers it as live, its torn tail cut,
+			// not as a sealed segment refused for that tail.
+			s.f.Close()
+			rerr := os.Remove(s.path)
+			if rerr == nil {
+				rerr = syncDir(l.dir)
+			}
+			if rerr != nil {
+				l.failed = fmt.Errorf("%w (and cannot remove the next segment %s: %v)", err, s.path, rerr)
+			}
+			return err
+		}
 	}
 	l.mu.Lock()
 	if len(live.blocks) > 0 {
@@ -431,6 +500,10 @@ func (l *Log) rotate() error {
 	}
 	l.live = s
 	l.mu.Unlock()
+	if len(live.blocks) == 0 {
+		live.release()
+		os.Remove(live.path)
+	}
 	return nil
 }
 
@@ -476,6 +549,12 @@ func (l *Log) seal(s *segment) error {
 	}
 	ids, keys := sorted(ps), sorted(ks)
 	if err := writeFileSynced(idxPath(s.path), encodeIndex(blocks, ids, keys)); err != nil {
+		// An index left by a failed seal (its directory not synced after
+		// the rename) would make the segment, still live, sealed at the
+		// next open without the blocks appended since.
+		if rerr := os.Remove(idxPath(s.path)); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+			l.failed = fmt.Errorf("%w (and cannot remove the index: %v)", err, rerr)
+		}
 		return err
 	}
 	l.mu.Lock()
@@ -575,7 +654,6 @@ func (l *Log) DeleteBefore(t time.Time) (int64, error) {
 	var errs []error
 	for _, s := range gone {
 		calls += int64(s.calls)
-		s.f.Close()
 		// The segment first: an index without its segment is removed
 		// at open, a segment without its index is indexed again.
 		if err := os.Remove(s.path); err != nil {
@@ -585,6 +663,8 @@ func (l *Log) DeleteBefore(t time.Time) (int64, error) {
 			errs = append(errs, err)
 		}
 		l.cache.drop(s.num)
+		// Its file stays open until the scans reading it end.
+		s.release()
 	}
 	if len(gone) > 0 {
 		if err := syncDir(l.dir); err != nil {
@@ -657,7 +737,7 @@ func (l *Log) closeFiles() error {
 	var errs []error
 	for _, s := range append(slices.Clone(l.sealed), l.live) {
 		if s != nil && s.f != nil {
-			errs = append(errs, s.f.Close())
+			errs = append(errs, s.release())
 		}
 	}
 	// Reads after Close see no segment and say ErrClosed.

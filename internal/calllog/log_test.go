@@ -763,3 +763,147 @@ func TestGetAt(t *testing.T) {
 		t.Fatalf("GetAt in the year 3000: %v, want ErrTime", err)
 	}
 }
+
+// TestScanDuringRetention: retention removing every sealed segment while
+// a scan reads them does not end the scan: it gives every call it began
+// with, and the files are gone as soon as DeleteBefore returns.
+func TestScanDuringRetention(t *testing.T) {
+	l := open(t, t.TempDir(), Options{SegmentBytes: 1})
+	defer l.Close()
+	recs := gen(t, 16, 500)
+	for i := 0; i < len(recs); i += 100 {
+		appendAll(t, l, recs[i:i+100])
+	}
+	l.mu.RLock()
+	var paths []string
+	for _, s := range l.sealed {
+		paths = append(paths, s.path, idxPath(s.path))
+	}
+	l.mu.RUnlock()
+	var ids []string
+	err := l.Scan(context.Background(), time.Time{}, time.Time{}, func(r *audit.Record) error {
+		if len(ids) == 0 {
+			if n, err := l.DeleteBefore(storetest.T0.Add(1000 * time.Hour)); err != nil || n != 500 {
+				return fmt.Errorf("DeleteBefore = %d, %v; want 500", n, err)
+			}
+			for _, p := range paths {
+				if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+					return fmt.Errorf("%s still there after DeleteBefore: %v", p, err)
+				}
+			}
+		}
+		ids = append(ids, r.Call.ID)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("Scan racing DeleteBefore: %v", err)
+	}
+	sameSet(t, "Scan racing DeleteBefore", ids, sortedIDs(recs))
+	if got := scanAll(t, l, time.Time{}, time.Time{}); len(got) != 0 {
+		t.Fatalf("a scan after retention gives %d calls", len(got))
+	}
+}
+
+// TestAgeSeal: an idle log seals its live segment once its first block is
+// SegmentAge old, by a timer, with no commit to check it; the index is
+// there after a reopen.
+func TestAgeSeal(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{SegmentAge: 50 * time.Millisecond}
+	l := open(t, dir, opts)
+	recs := gen(t, 17, 100)
+	appendAll(t, l, recs)
+	// Waits for the timer; on a log that seals at a commit alone it never
+	// comes, and the test fails after a minute.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		l.mu.RLock()
+		n := len(l.sealed)
+		l.mu.RUnlock()
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the live segment, idle, was not sealed after its age")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	l.mu.RLock()
+	idx := idxPath(l.sealed[0].path)
+	l.mu.RUnlock()
+	if _, err := os.Stat(idx); err != nil {
+		t.Fatalf("no index for the segment sealed by age: %v", err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l = open(t, dir, opts)
+	defer l.Close()
+	sameSet(t, "after a reopen", scanAll(t, l, time.Time{}, time.Time{}), sortedIDs(recs))
+	if held := appendAll(t, l, recs); len(held) != len(recs) {
+		t.Fatalf("held %d of %d stored calls", len(held), len(recs))
+	}
+}
+
+// TestSealFails: a seal that fails (no inode left on a real tmpfs for the
+// next segment or the index: appends to the live segment still fit) does
+// not refuse appends: they go on into the live segment, and the seal is
+// tried again at the next commit, which seals once inodes are freed.
+func TestSealFails(t *testing.T) {
+	// Mount passes its size to mount -o size=…: the inode limit rides
+	// along.
+	root := tmpfs.Mount(t, "8m,nr_inodes=64")
+	dir := filepath.Join(root, "calls")
+	opts := Options{SegmentBytes: 1}
+	l := open(t, dir, opts)
+	defer l.Close()
+	// Every inode left goes to ballast.
+	var ballast []string
+	for i := 0; ; i++ {
+		p := filepath.Join(root, fmt.Sprintf("ballast%d", i))
+		f, err := os.Create(p)
+		if err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatal(err)
+			}
+			break
+		}
+		f.Close()
+		ballast = append(ballast, p)
+	}
+	if len(ballast) < 2 {
+		t.Fatalf("%d inodes left for ballast", len(ballast))
+	}
+	recs := gen(t, 18, 500)
+	for i := 0; i < 300; i += 100 {
+		if _, err := l.Append(context.Background(), recs[i:i+100]); err != nil {
+			t.Fatalf("batch %d, its seal failing: %v", i/100, err)
+		}
+	}
+	if st, _ := l.Stats(); st.Segments != 1 || st.Calls != 300 {
+		t.Fatalf("Stats = %+v while seals fail, want one live segment of 300 calls", st)
+	}
+	for _, p := range ballast[:2] {
+		os.Remove(p)
+	}
+	appendAll(t, l, recs[300:400])
+	l.mu.RLock()
+	sealed := len(l.sealed)
+	l.mu.RUnlock()
+	if sealed != 1 {
+		t.Fatalf("%d sealed segments once inodes are freed, want 1", sealed)
+	}
+	for i := range 400 {
+		if _, ok, err := l.GetAt(context.Background(), recs[i].Call.ID, recs[i].Call.Time); !ok || err != nil {
+			t.Fatalf("call %d: %v, %v", i, ok, err)
+		}
+	}
+	l.Close()
+	for _, p := range ballast[2:] {
+		os.Remove(p)
+	}
+	l = open(t, dir, opts)
+	defer l.Close()
+	sameSet(t, "after a reopen", scanAll(t, l, time.Time{}, time.Time{}), sortedIDs(recs[:400]))
+	appendAll(t, l, recs[400:])
+}

@@ -166,8 +166,9 @@ func idWindow(t int64) (lo, hi int64) {
 // zero: no end), with its reading, in time order (calls of one time in no
 // set order). It reads only the blocks whose time range meets [from, to),
 // holding at a time the blocks whose ranges overlap. Calls appended while
-// it runs may or may not be seen; a segment that DeleteBefore removes while
-// it runs may end it with an error.
+// it runs may or may not be seen; the calls of a segment that DeleteBefore
+// removes while it runs are seen (the segment's file is closed when the
+// last scan reading it ends).
 func (l *Log) Scan(ctx context.Context, from, to time.Time, fn func(*audit.Record) error) error {
 	return l.scan(ctx, from, to, 0, nil, fn)
 }
@@ -213,10 +214,18 @@ func (l *Log) scan(ctx context.Context, from, to time.Time, key uint64, keep fun
 	}
 	var refs []ref
 	var picked []uint32
+	var held []*segment
+	defer func() {
+		for _, s := range held {
+			s.release()
+		}
+	}()
 	for _, s := range append(slices.Clone(l.sealed), l.live) {
 		if s.calls == 0 || s.max < lo || s.min >= hi {
 			continue
 		}
+		s.hold()
+		held = append(held, s)
 		if keep != nil {
 			picked = s.keyBlocks(key, picked[:0])
 		} else {
