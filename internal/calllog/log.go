@@ -2,6 +2,7 @@ package calllog
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"math"
@@ -38,6 +39,11 @@ type Options struct {
 	// OnCommit, when set, is called by the committer after each block is
 	// synced with the number of calls it holds (benchmarks).
 	OnCommit func(calls int)
+	// OnBlock, when set, is called by the committer after each block is
+	// synced, before the appends it holds return, with the block's place,
+	// calls and SHA-256 (the chain of tamper evidence records them). The
+	// committer waits for it: it must not call the log.
+	OnBlock func(BlockInfo)
 }
 
 func (o *Options) defaults() {
@@ -409,6 +415,10 @@ func (l *Log) commitGroup(group []*request) error {
 	l.mu.Unlock()
 	if l.opts.OnCommit != nil {
 		l.opts.OnCommit(len(accept))
+	}
+	if l.opts.OnBlock != nil {
+		r := live.blocks[bn]
+		l.opts.OnBlock(blockInfo(live.num, bn, r, sha256.Sum256(data)))
 	}
 	if live.size >= l.opts.SegmentBytes || time.Since(live.created) >= l.opts.SegmentAge {
 		// The block is synced: this group is acknowledged whatever the

@@ -4,9 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
-	"github.com/mcpaudit/mcpaudit/internal/tmpfs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +19,7 @@ import (
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
 	"github.com/mcpaudit/mcpaudit/exporter/storetest"
+	"github.com/mcpaudit/mcpaudit/internal/tmpfs"
 )
 
 // gen returns n generated calls; calls of different seeds may share ids
@@ -906,4 +907,85 @@ func TestSealFails(t *testing.T) {
 	defer l.Close()
 	sameSet(t, "after a reopen", scanAll(t, l, time.Time{}, time.Time{}), sortedIDs(recs[:400]))
 	appendAll(t, l, recs[400:])
+}
+
+// TestBlockHashes: the hashes OnBlock gives at commit are those of the
+// bytes in the file, BlockHashes reads the same back after a reopen, and a
+// byte flipped in a block changes that block's hash alone.
+func TestBlockHashes(t *testing.T) {
+	dir := t.TempDir()
+	var mu sync.Mutex
+	var given []BlockInfo
+	opts := Options{SegmentBytes: 16 << 10, OnBlock: func(b BlockInfo) {
+		mu.Lock()
+		given = append(given, b)
+		mu.Unlock()
+	}}
+	l := open(t, dir, opts)
+	recs := gen(t, 19, 1500)
+	for i := 0; i < len(recs); i += 100 {
+		appendAll(t, l, recs[i:i+100])
+	}
+	l.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	calls := 0
+	for _, b := range given {
+		data, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("%020d.seg", b.Segment)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sha256.Sum256(data[b.Offset:b.Offset+int64(b.Size)]) != b.SHA256 {
+			t.Fatalf("block %d of segment %d: OnBlock's hash is not the file's bytes'", b.Block, b.Segment)
+		}
+		calls += b.Calls
+	}
+	if calls != len(recs) || len(given) != 15 {
+		t.Fatalf("OnBlock gave %d blocks of %d calls, want 15 of %d", len(given), calls, len(recs))
+	}
+	read := func() []BlockInfo {
+		t.Helper()
+		l := open(t, dir, Options{SegmentBytes: 16 << 10})
+		defer l.Close()
+		segs, err := l.Segments()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []BlockInfo
+		for _, s := range segs {
+			if err := l.BlockHashes(context.Background(), s.Segment, func(b BlockInfo) error {
+				got = append(got, b)
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := l.BlockHashes(context.Background(), 999, func(BlockInfo) error { return nil }); !errors.Is(err, ErrNoSegment) {
+			t.Fatalf("BlockHashes of no segment: %v, want ErrNoSegment", err)
+		}
+		return got
+	}
+	got := read()
+	if len(got) != len(given) {
+		t.Fatalf("%d blocks read back, %d given", len(got), len(given))
+	}
+	for i := range got {
+		if got[i] != given[i] {
+			t.Fatalf("block %d read back after a reopen: %+v, given at commit %+v", i, got[i], given[i])
+		}
+	}
+	// A byte of a sealed segment's second block flipped.
+	b := given[1]
+	path := filepath.Join(dir, fmt.Sprintf("%020d.seg", b.Segment))
+	data, _ := os.ReadFile(path)
+	data[b.Offset+int64(b.Size)/2] ^= 1
+	if err := os.WriteFile(path, data, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	got = read()
+	for i := range got {
+		if changed := got[i].SHA256 != given[i].SHA256; changed != (i == 1) {
+			t.Fatalf("block %d, a byte of block 1 flipped: hash changed %v", i, changed)
+		}
+	}
 }
