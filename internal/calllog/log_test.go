@@ -989,3 +989,92 @@ func TestBlockHashes(t *testing.T) {
 		}
 	}
 }
+
+// TestSnapshot takes a snapshot while appenders go on (run it with -race):
+// the copy, opened, holds every call acknowledged before Snapshot began,
+// and its open cuts nothing from its live segment.
+func TestSnapshot(t *testing.T) {
+	src, dst := t.TempDir(), filepath.Join(t.TempDir(), "snap")
+	opts := Options{SegmentBytes: 32 << 10}
+	l := open(t, src, opts)
+	defer l.Close()
+	const workers, batch = 3, 50
+	recs := gen(t, 20, 9000)
+	per := len(recs) / workers
+	var mu sync.Mutex
+	acked := make([]int, workers) // batches acknowledged, each worker's
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			mine := recs[w*per : (w+1)*per]
+			for i := 0; (i+1)*batch <= len(mine); i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := l.Append(context.Background(), mine[i*batch:(i+1)*batch]); err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				acked[w] = i + 1
+				mu.Unlock()
+			}
+		}()
+	}
+	// Snapshot once a few segments are sealed and appends are running.
+	for {
+		mu.Lock()
+		n := acked[0] + acked[1] + acked[2]
+		mu.Unlock()
+		if n >= 60 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	mu.Lock()
+	before := slices.Clone(acked)
+	mu.Unlock()
+	if err := l.Snapshot(dst); err != nil {
+		t.Fatalf("Snapshot: %v", err)
+	}
+	close(stop)
+	wg.Wait()
+	if err := l.Snapshot(dst); err == nil {
+		t.Fatal("a snapshot into a directory holding one: no error")
+	}
+	names, _ := os.ReadDir(dst)
+	sizes := map[string]int64{}
+	for _, e := range names {
+		fi, _ := e.Info()
+		sizes[e.Name()] = fi.Size()
+	}
+	c := open(t, dst, opts)
+	defer c.Close()
+	for name, size := range sizes {
+		if fi, err := os.Stat(filepath.Join(dst, name)); err != nil || fi.Size() != size {
+			t.Fatalf("Open of the snapshot changed %s (%d bytes before): %v", name, size, err)
+		}
+	}
+	segs, err := c.Segments()
+	if err != nil || len(segs) < 3 {
+		t.Fatalf("the snapshot has %d segments (%v), want several", len(segs), err)
+	}
+	want := 0
+	for w := range workers {
+		mine := recs[w*per : (w+1)*per]
+		for i := range before[w] * batch {
+			if _, ok, err := c.GetAt(context.Background(), mine[i].Call.ID, mine[i].Call.Time); !ok || err != nil {
+				t.Fatalf("worker %d's call %d, acknowledged before the snapshot, not in it: %v, %v", w, i, ok, err)
+			}
+		}
+		want += before[w] * batch
+	}
+	if got := scanAll(t, c, time.Time{}, time.Time{}); len(got) < want {
+		t.Fatalf("the snapshot's scan gives %d calls, %d were acknowledged before it", len(got), want)
+	}
+}
