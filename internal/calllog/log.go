@@ -36,6 +36,12 @@ type Options struct {
 	MaxGroupCalls int
 	// Level is zstd's level for blocks. Default zstd.SpeedDefault.
 	Level zstd.EncoderLevel
+	// TableBytes bounds the memory of the sealed segments' id and
+	// document and session tables kept loaded (12 bytes a call and a
+	// key): a table is read from its index file when a lookup needs it,
+	// and those used least lately are let go past the bound. Default 64
+	// MiB (about five segments of 64 MiB).
+	TableBytes int64
 	// OnCommit, when set, is called by the committer after each block is
 	// synced with the number of calls it holds (benchmarks).
 	OnCommit func(calls int)
@@ -58,6 +64,9 @@ func (o *Options) defaults() {
 	}
 	if o.Level == 0 {
 		o.Level = zstd.SpeedDefault
+	}
+	if o.TableBytes <= 0 {
+		o.TableBytes = 64 << 20
 	}
 }
 
@@ -88,7 +97,8 @@ type Log struct {
 	closed   bool
 	inflight sync.WaitGroup
 
-	cache blockCache
+	cache  blockCache
+	tables tableCache
 }
 
 // segment is one segment file with its time index and id table.
@@ -107,12 +117,11 @@ type segment struct {
 	calls    int
 	size     int64
 	created  time.Time
-	// A sealed segment's id table, and its table of the blocks of each
-	// document and session key, sorted by hash then block.
-	idTable, keyTable table
-	// The live segment's: the block of each id hash, and of the hashes
-	// met again (collisions, checked like any match); the blocks of each
-	// key.
+	// A sealed segment's id table and table of the blocks of each
+	// document and session key are in its index file, read when a lookup
+	// needs them (Log.tables). The live segment's are these: the block of
+	// each id hash, and of the hashes met again (collisions, checked like
+	// any match); the blocks of each key. They are nil once it is sealed.
 	ids  map[uint64]uint32
 	more map[uint64][]uint32
 	keys map[uint64][]uint32
@@ -136,24 +145,34 @@ func (s *segment) release() error {
 	return nil
 }
 
-// candidates returns the blocks of s that may hold an id of hash h.
-func (s *segment) candidates(h uint64, out []uint32) []uint32 {
+// candidates returns the blocks of s that may hold an id of hash h; the
+// caller holds mu.
+func (l *Log) candidates(s *segment, h uint64, out []uint32) ([]uint32, error) {
 	if s.ids != nil {
 		if b, ok := s.ids[h]; ok {
 			out = append(out, b)
 			out = append(out, s.more[h]...)
 		}
-		return out
+		return out, nil
 	}
-	return s.idTable.find(h, out)
+	t, err := l.tables.get(s)
+	if err != nil {
+		return out, err
+	}
+	return t.ids.find(h, out), nil
 }
 
-// keyBlocks returns the blocks of s that may hold a call of key hash h.
-func (s *segment) keyBlocks(h uint64, out []uint32) []uint32 {
+// keyBlocks returns the blocks of s that may hold a call of key hash h;
+// the caller holds mu.
+func (l *Log) keyBlocks(s *segment, h uint64, out []uint32) ([]uint32, error) {
 	if s.keys != nil {
-		return append(out, s.keys[h]...)
+		return append(out, s.keys[h]...), nil
 	}
-	return s.keyTable.find(h, out)
+	t, err := l.tables.get(s)
+	if err != nil {
+		return out, err
+	}
+	return t.keys.find(h, out), nil
 }
 
 // add enters a call of block b, with its id hash h and key hashes, in the
@@ -193,6 +212,7 @@ func Open(dir string, opts Options) (*Log, error) {
 	l := &Log{dir: dir, opts: opts, enc: newEncoder(opts.Level),
 		reqs: make(chan *request, 64), stop: make(chan struct{}), done: make(chan struct{})}
 	l.cache.init(32)
+	l.tables.init(opts.TableBytes)
 	if err := l.load(); err != nil {
 		l.closeFiles()
 		return nil, err
@@ -450,7 +470,10 @@ func (l *Log) writeFailed(err error) error {
 // call sent with its time in milliseconds, or in nanoseconds, has one id.
 func (l *Log) storedLocked(h uint64, id string, t int64, cand *[]uint32) (bool, error) {
 	check := func(s *segment) (bool, error) {
-		*cand = s.candidates(h, (*cand)[:0])
+		var err error
+		if *cand, err = l.candidates(s, h, (*cand)[:0]); err != nil {
+			return false, err
+		}
 		for _, bn := range *cand {
 			b, err := l.readBlock(s, bn)
 			if err != nil {
@@ -568,7 +591,10 @@ func (l *Log) seal(s *segment) error {
 		return err
 	}
 	l.mu.Lock()
-	s.idTable, s.keyTable, s.ids, s.more, s.keys = ids, keys, nil, nil, nil
+	// Its tables are kept loaded while the bound allows: late calls and
+	// queries fall mostly into the segments sealed last.
+	l.tables.put(s.num, &sealedTables{ids: ids, keys: keys})
+	s.ids, s.more, s.keys = nil, nil, nil
 	l.mu.Unlock()
 	return nil
 }
@@ -673,6 +699,7 @@ func (l *Log) DeleteBefore(t time.Time) (int64, error) {
 			errs = append(errs, err)
 		}
 		l.cache.drop(s.num)
+		l.tables.drop(s.num)
 		// Its file stays open until the scans reading it end.
 		s.release()
 	}

@@ -1078,3 +1078,67 @@ func TestSnapshot(t *testing.T) {
 		t.Fatalf("the snapshot's scan gives %d calls, %d were acknowledged before it", len(got), want)
 	}
 }
+
+// TestTablesOnDemand: a reopened log holds no sealed segment's id or key
+// table; a lookup reads the tables of the segments it looks in alone, and
+// past TableBytes those used least lately are let go, every lookup still
+// answering.
+func TestTablesOnDemand(t *testing.T) {
+	dir := t.TempDir()
+	recs := gen(t, 21, 2000)
+	l := open(t, dir, Options{SegmentBytes: 1})
+	for i := 0; i < len(recs); i += 100 {
+		appendAll(t, l, recs[i:i+100])
+	}
+	l.Close()
+	// A bound below one segment's tables: one kept at a time.
+	l = open(t, dir, Options{SegmentBytes: 1, TableBytes: 1})
+	defer l.Close()
+	loaded := func() (n int, loads int64) {
+		l.tables.mu.Lock()
+		defer l.tables.mu.Unlock()
+		return len(l.tables.m), l.tables.loads
+	}
+	if n, loads := loaded(); n != 0 || loads != 0 {
+		t.Fatalf("after open: %d tables loaded (%d reads), want none", n, loads)
+	}
+	r := &recs[1234]
+	if _, ok, err := l.GetAt(context.Background(), r.Call.ID, r.Call.Time); !ok || err != nil {
+		t.Fatalf("GetAt = %v, %v", ok, err)
+	}
+	if n, loads := loaded(); n != 1 || loads != 1 {
+		t.Fatalf("after one GetAt: %d tables loaded (%d reads), want 1", n, loads)
+	}
+	for i := range recs {
+		if _, ok, err := l.Get(context.Background(), recs[i].Call.ID); !ok || err != nil {
+			t.Fatalf("Get(%d) = %v, %v", i, ok, err)
+		}
+	}
+	if n, loads := loaded(); n != 1 || loads < 20 {
+		t.Fatalf("after Get of every call: %d tables kept (%d reads), want 1 kept", n, loads)
+	}
+	doc := recs[0].Documents()
+	if len(doc) > 0 {
+		var want []string
+		for _, r := range recs {
+			if slices.Contains(r.Documents(), doc[0]) {
+				want = append(want, r.Call.ID)
+			}
+		}
+		sameSet(t, "ByDocument", collect(t, l.ByDocument, doc[0], time.Time{}, time.Time{}), want)
+	}
+	if held := appendAll(t, l, recs[:300]); len(held) != 300 {
+		t.Fatalf("held %d of 300 stored calls", len(held))
+	}
+	// An index damaged after the open is refused at the lookup that reads it.
+	l.mu.RLock()
+	s := l.sealed[5]
+	l.mu.RUnlock()
+	l.tables.drop(s.num)
+	data, _ := os.ReadFile(idxPath(s.path))
+	data[len(data)/2] ^= 1
+	os.WriteFile(idxPath(s.path), data, 0o640)
+	if _, _, err := l.Get(context.Background(), "c_00000000000000000000"); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Get with an index damaged after the open: %v, want ErrCorrupt", err)
+	}
+}

@@ -130,7 +130,10 @@ func (l *Log) get(ctx context.Context, id string, lo, hi int64) (*audit.Record, 
 		if s != l.live && (s.max < lo || s.min > hi) {
 			continue
 		}
-		cand = s.candidates(h, cand[:0])
+		var err error
+		if cand, err = l.candidates(s, h, cand[:0]); err != nil {
+			return nil, false, err
+		}
 		for _, bn := range cand {
 			b, err := l.readBlock(s, bn)
 			if err != nil {
@@ -227,7 +230,11 @@ func (l *Log) scan(ctx context.Context, from, to time.Time, key uint64, keep fun
 		s.hold()
 		held = append(held, s)
 		if keep != nil {
-			picked = s.keyBlocks(key, picked[:0])
+			var err error
+			if picked, err = l.keyBlocks(s, key, picked[:0]); err != nil {
+				l.mu.RUnlock()
+				return err
+			}
 		} else {
 			picked = picked[:0]
 			for bn := range s.blocks {

@@ -51,9 +51,10 @@ func (l *Log) load() error {
 			os.Remove(idxPath(l.segPath(n)))
 		}
 	}
+	buf := make([]byte, 1<<20) // reads the indexes
 	for i, n := range nums {
 		last := i == len(nums)-1
-		s, err := l.openSegment(n, last && !idx[n])
+		s, err := l.openSegment(n, last && !idx[n], buf)
 		if err != nil {
 			return err
 		}
@@ -80,8 +81,9 @@ func (l *Log) load() error {
 }
 
 // openSegment opens segment num: live, recovered as the segment appended
-// to next; or sealed, with its index.
-func (l *Log) openSegment(num uint64, live bool) (*segment, error) {
+// to next; or sealed, with the time index of its index file (its tables
+// are read when a lookup needs them), its checksum checked through buf.
+func (l *Log) openSegment(num uint64, live bool, buf []byte) (*segment, error) {
 	path := l.segPath(num)
 	flag := os.O_RDONLY
 	if live {
@@ -94,11 +96,10 @@ func (l *Log) openSegment(num uint64, live bool) (*segment, error) {
 	s := &segment{num: num, path: path, f: f}
 	newSegmentState(s)
 	if !live {
-		data, rerr := os.ReadFile(idxPath(path))
+		blocks, why, rerr := readIndexHead(idxPath(path), buf)
 		if rerr == nil {
-			blocks, ids, keys, why := decodeIndex(data)
 			if why == "" {
-				s.blocks, s.idTable, s.keyTable, s.ids, s.more, s.keys = blocks, ids, keys, nil, nil, nil
+				s.blocks, s.ids, s.more, s.keys = blocks, nil, nil, nil
 				for _, r := range blocks {
 					s.calls += int(r.count)
 					s.min, s.max = minInt(s.min, r.min), maxInt(s.max, r.max)
