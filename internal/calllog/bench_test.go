@@ -322,7 +322,7 @@ func procValue(file, prefix string) int64 {
 // the sealed tables' bound at its default (every table fits) and at 64 KiB
 // (about 35 of the 400 fit: Get reads most again at each lookup).
 //
-//	go test -run '^$' -bench Get -benchtime 20000x ./internal/calllog/
+//	go test -run '^$' -bench Get -benchtime 2000x ./internal/calllog/
 func BenchmarkGet(b *testing.B) {
 	const calls, perSegment = 20000, 50
 	recs := gen(b, 1, calls)
