@@ -454,7 +454,14 @@ func (l *Log) commitGroup(group []*request) error {
 // next group goes to a new segment.
 func (l *Log) writeFailed(err error) error {
 	live := l.live
-	if terr := live.f.Truncate(live.size); terr != nil {
+	// The cut is synced before the seal, which creates the next segment
+	// first: a crash then finds this segment, no longer the last, whole,
+	// not with a torn tail a sealed segment is refused for.
+	terr := live.f.Truncate(live.size)
+	if terr == nil {
+		terr = spool.Fdatasync(live.f)
+	}
+	if terr != nil {
 		l.failed = fmt.Errorf("%w (and cannot cut it back: %v)", err, terr)
 		return err
 	}

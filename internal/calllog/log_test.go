@@ -1142,3 +1142,32 @@ func TestTablesOnDemand(t *testing.T) {
 		t.Fatalf("Get with an index damaged after the open: %v, want ErrCorrupt", err)
 	}
 }
+
+// TestSealCrashWindow: a crash while a seal is under way leaves the next
+// segment created (the seal creates it first) and the live one whole,
+// without its index: the open indexes the live one as sealed and appends
+// to the next, every call there.
+func TestSealCrashWindow(t *testing.T) {
+	dir := t.TempDir()
+	recs := gen(t, 22, 300)
+	l := open(t, dir, Options{})
+	appendAll(t, l, recs[:200])
+	l.mu.RLock()
+	num := l.live.num
+	l.mu.RUnlock()
+	l.Close()
+	if err := os.WriteFile(l.segPath(num+1), []byte(segMagic), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	l = open(t, dir, Options{})
+	defer l.Close()
+	segs, err := l.Segments()
+	if err != nil || len(segs) != 2 || !segs[0].Sealed || segs[0].Calls != 200 || segs[1].Segment != num+1 {
+		t.Fatalf("Segments = %+v, %v; want segment %d sealed with 200 calls, %d live", segs, err, num, num+1)
+	}
+	if _, err := os.Stat(idxPath(l.segPath(num))); err != nil {
+		t.Fatalf("the segment left without its index was not indexed: %v", err)
+	}
+	appendAll(t, l, recs[200:])
+	sameSet(t, "after the crash", scanAll(t, l, time.Time{}, time.Time{}), sortedIDs(recs))
+}
