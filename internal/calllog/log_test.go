@@ -1171,3 +1171,39 @@ func TestSealCrashWindow(t *testing.T) {
 	appendAll(t, l, recs[200:])
 	sameSet(t, "after the crash", scanAll(t, l, time.Time{}, time.Time{}), sortedIDs(recs))
 }
+
+// TestStaleIndex: an index that a failed seal left on disk (its rename
+// durable, the error after it) while the segment stayed live and took more
+// blocks is not taken for the segment's: the open recovers the segment as
+// live, every call there.
+func TestStaleIndex(t *testing.T) {
+	recs := gen(t, 23, 200)
+	// The index of the segment's first block alone: the same calls
+	// appended alone and sealed (blocks are encoded the same).
+	sealed := t.TempDir()
+	l := open(t, sealed, Options{SegmentBytes: 1})
+	appendAll(t, l, recs[:100])
+	l.Close()
+	dir := t.TempDir()
+	l = open(t, dir, Options{})
+	appendAll(t, l, recs[:100])
+	appendAll(t, l, recs[100:])
+	seg := l.segPath(1)
+	l.Close()
+	idx, err := os.ReadFile(idxPath(filepath.Join(sealed, filepath.Base(seg))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(idxPath(seg), idx, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	l = open(t, dir, Options{})
+	defer l.Close()
+	sameSet(t, "with a stale index", scanAll(t, l, time.Time{}, time.Time{}), sortedIDs(recs))
+	if segs, _ := l.Segments(); len(segs) != 1 || segs[0].Sealed {
+		t.Fatalf("Segments = %+v, want segment 1 live", segs)
+	}
+	if _, err := os.Stat(idxPath(seg)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the stale index is still there: %v", err)
+	}
+}

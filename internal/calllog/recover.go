@@ -54,7 +54,16 @@ func (l *Log) load() error {
 	buf := make([]byte, 1<<20) // reads the indexes
 	for i, n := range nums {
 		last := i == len(nums)-1
-		s, err := l.openSegment(n, last && !idx[n], buf)
+		live := last && !idx[n]
+		if last && idx[n] && l.staleIndex(n, buf) {
+			// A seal that failed after its index reached the disk, the
+			// segment appended to since: it is live, the index goes.
+			if err := os.Remove(idxPath(l.segPath(n))); err != nil {
+				return fmt.Errorf("cannot open call log %s: %w", l.dir, err)
+			}
+			live = true
+		}
+		s, err := l.openSegment(n, live, buf)
 		if err != nil {
 			return err
 		}
@@ -80,6 +89,28 @@ func (l *Log) load() error {
 	return nil
 }
 
+// staleIndex tells whether segment num's index, whole, names fewer bytes
+// of blocks than the segment holds.
+func (l *Log) staleIndex(num uint64, buf []byte) bool {
+	path := l.segPath(num)
+	blocks, why, err := readIndexHead(idxPath(path), buf)
+	fi, serr := os.Stat(path)
+	if err != nil || why != "" || serr != nil {
+		return false
+	}
+	return fi.Size() > indexedEnd(blocks)
+}
+
+// indexedEnd is where the last of blocks ends: the size of a sealed
+// segment.
+func indexedEnd(blocks []blockRef) int64 {
+	if len(blocks) == 0 {
+		return int64(len(segMagic))
+	}
+	r := blocks[len(blocks)-1]
+	return r.off + int64(r.size)
+}
+
 // openSegment opens segment num: live, recovered as the segment appended
 // to next; or sealed, with the time index of its index file (its tables
 // are read when a lookup needs them), its checksum checked through buf.
@@ -98,6 +129,9 @@ func (l *Log) openSegment(num uint64, live bool, buf []byte) (*segment, error) {
 	if !live {
 		blocks, why, rerr := readIndexHead(idxPath(path), buf)
 		if rerr == nil {
+			if fi, err := f.Stat(); why == "" && err == nil && fi.Size() != indexedEnd(blocks) {
+				why = fmt.Sprintf("it names %d bytes of blocks, the segment holds %d", indexedEnd(blocks), fi.Size())
+			}
 			if why == "" {
 				s.blocks, s.ids, s.more, s.keys = blocks, nil, nil, nil
 				for _, r := range blocks {
