@@ -94,8 +94,9 @@ func (c *tableCache) putLocked(num uint64, t *sealedTables) {
 // size returns the bytes of the tables kept.
 func (c *tableCache) size() int64 {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.bytes
+	n := c.bytes
+	c.mu.Unlock()
+	return n
 }
 
 func (c *tableCache) drop(num uint64) {
