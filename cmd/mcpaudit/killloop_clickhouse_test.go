@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,8 +31,17 @@ func privateClickHouse(t *testing.T) (dsn string, ctl func(cmd string)) {
 		}
 		t.Skip("SKIPPED: MCPAUDIT_CLICKHOUSE_CTL is not set, so the test cannot start a server to stop; eval \"$(scripts/clickhouse.sh start)\" sets it")
 	}
+	// The script picks free ports (20000 up); in a run given a range of
+	// ports (MCPAUDIT_TEST_PORTS) they come from freePort.
+	port := func() string {
+		if os.Getenv("MCPAUDIT_TEST_PORTS") == "" {
+			return "auto"
+		}
+		_, p, _ := net.SplitHostPort(freePort(t))
+		return p
+	}
 	env := append(os.Environ(), "MCPAUDIT_CLICKHOUSE_DIR="+t.TempDir(),
-		"MCPAUDIT_CLICKHOUSE_TCP_PORT=auto", "MCPAUDIT_CLICKHOUSE_HTTP_PORT=auto")
+		"MCPAUDIT_CLICKHOUSE_TCP_PORT="+port(), "MCPAUDIT_CLICKHOUSE_HTTP_PORT="+port())
 	run := func(cmd string) string {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()

@@ -47,6 +47,8 @@ import (
 // scripts/clickhouse.sh picks (20000 up), which privateClickHouse's
 // servers leave free while they are stopped. When the ephemeral range
 // starts lower than that, it asks the kernel for a port, as before.
+// MCPAUDIT_TEST_PORTS ("25000-25999") gives another range, for runs that
+// share a machine with others each in a range of its own.
 func freePort(t *testing.T) string {
 	t.Helper()
 	givenPorts.Lock()
@@ -74,10 +76,19 @@ func freePort(t *testing.T) string {
 	return ""
 }
 
-// freePortRange is where freePort picks: [10000, 20000), cut at the start
-// of the kernel's ephemeral range; empty (hi <= lo) when that starts
-// below 10001.
+// freePortRange is where freePort picks: MCPAUDIT_TEST_PORTS when set
+// (both ends included), else [10000, 20000), cut at the start of the
+// kernel's ephemeral range; empty (hi <= lo) when that starts below 10001.
 func freePortRange() (lo, hi int) {
+	if r := os.Getenv("MCPAUDIT_TEST_PORTS"); r != "" {
+		a, b, _ := strings.Cut(r, "-")
+		lo, err1 := strconv.Atoi(a)
+		hi, err2 := strconv.Atoi(b)
+		if err1 != nil || err2 != nil || lo < 1 || hi < lo || hi > 65535 {
+			panic(fmt.Sprintf("MCPAUDIT_TEST_PORTS=%q: want FIRST-LAST, e.g. 25000-25999", r))
+		}
+		return lo, hi + 1
+	}
 	lo, hi = 10000, 20000
 	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
 		if f := strings.Fields(string(b)); len(f) == 2 {

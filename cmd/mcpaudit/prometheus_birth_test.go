@@ -36,7 +36,7 @@ func TestServe_PrometheusNewServer(t *testing.T) {
 	s := startTest(t, testConfig(t, t.TempDir()))
 
 	o := rules.DefaultOptions()
-	_, rulesPath := writeRules(t, o)
+	_, rulesPath := writeRules(t, o, nil)
 	const interval = 2 * time.Second
 	prom := promtest.Start(t, promtest.Config{
 		Target: "http://" + s.apiAddr + "/metrics", Job: o.Job, RuleFiles: []string{rulesPath}, Interval: interval,

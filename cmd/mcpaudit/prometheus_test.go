@@ -37,6 +37,10 @@ import (
 // anomaly and not for the others, every recording rule, alert expression
 // and dashboard query runs, and the panels show the capture. Last, stopping
 // the server fires McpAuditCollectorDown.
+// collectorDownFor is McpAuditCollectorDown's for: in TestServe_Prometheus:
+// 10 failed scrapes in a row at its 1s interval.
+const collectorDownFor = 10 * time.Second
+
 func TestServe_Prometheus(t *testing.T) {
 	promtest.Binary(t, "prometheus") // skip (or fail in CI) before any work
 	began := time.Now()
@@ -80,7 +84,15 @@ func TestServe_Prometheus(t *testing.T) {
 	// (rules/testdata/rules_test.yaml shows it). Replaying an old capture on
 	// purpose, this test moves the bound back past it.
 	o.FindingMaxAge = time.Since(time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)) + 24*time.Hour
-	rf, rulesPath := writeRules(t, o)
+	// Every for: is 1s, but McpAuditCollectorDown's: it is about scrapes
+	// failing, and Prometheus' scrape timeout here is the 1s interval. At
+	// 1s it fired on two or three scrapes in a row that a loaded box
+	// answered after more than 1s of wall clock (flk49's run at load
+	// 25-30: "unexpected alert McpAuditCollectorDown firing"), which the
+	// test took for every scrape answering within 1s. The rule's 5m at
+	// the README's 15s interval (10s timeout) is 20 failed scrapes in a
+	// row; here 10 in a row. Stopping serve still fires it (collector_down).
+	rf, rulesPath := writeRules(t, o, map[string]time.Duration{"McpAuditCollectorDown": collectorDownFor})
 	prom := promtest.Start(t, promtest.Config{
 		Target: "http://" + s.apiAddr + "/metrics", Job: o.Job, RuleFiles: []string{rulesPath}, Interval: time.Second,
 	})
@@ -307,6 +319,11 @@ func TestServe_Prometheus(t *testing.T) {
 			// Pending writes do not drain between the first scrapes, before
 			// any window closes; every other alert is unexpected.
 			t.Errorf("unexpected alert %s firing: %v", name, a.Labels)
+			if name == "McpAuditCollectorDown" {
+				failed, _ := prom.Query(ctx, fmt.Sprintf(`count_over_time(up{job=%q}[1h]) - sum_over_time(up{job=%q}[1h])`, o.Job, o.Job))
+				longest, _ := prom.Query(ctx, fmt.Sprintf(`max_over_time(scrape_duration_seconds{job=%q}[1h])`, o.Job))
+				t.Errorf("scrapes of serve failed: %v; the longest took %v s (the scrape timeout is 1s)", failed.Samples, longest.Samples)
+			}
 		}
 		if a.Labels["severity"] == "" || a.Annotations["summary"] == "" || a.Annotations["description"] == "" {
 			t.Errorf("%s: severity, summary or description missing: %+v", name, a)
@@ -571,12 +588,24 @@ func kindStrings(ks []audit.Kind) []string {
 }
 
 // writeRules writes the rules of o to a file for a Prometheus to load,
-// and returns them and its path.
-func writeRules(t *testing.T, o rules.Options) (*rules.File, string) {
+// with the for: of the alerts named in fors set to theirs, and returns
+// them and its path.
+func writeRules(t *testing.T, o rules.Options, fors map[string]time.Duration) (*rules.File, string) {
 	t.Helper()
 	rf, err := rules.Build(o)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, g := range rf.Groups {
+		for i, r := range g.Rules {
+			if d, ok := fors[r.Alert]; ok {
+				g.Rules[i].For = rules.Duration(d)
+				delete(fors, r.Alert)
+			}
+		}
+	}
+	if len(fors) > 0 {
+		t.Fatalf("no alerts %v in the rules", slices.Collect(maps.Keys(fors)))
 	}
 	rb, err := rf.Marshal()
 	if err != nil {

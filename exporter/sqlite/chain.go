@@ -617,7 +617,7 @@ func loadChanges(ctx context.Context, q rowsQueryer) (map[string][]rowHash, erro
 // millions, and this took a minute unsaid): the records of a group get
 // their entry in one statement, not one each.
 func upgradeChainRecords(ctx context.Context, db *sql.DB, log *slog.Logger) error {
-	tx, err := db.BeginTx(ctx, nil)
+	tx, err := beginOpen(ctx, db)
 	if err != nil {
 		return err
 	}
@@ -689,7 +689,7 @@ func upgradeChainRecords(ctx context.Context, db *sql.DB, log *slog.Logger) erro
 			return err
 		}
 	}
-	if err := tx.Commit(); err != nil {
+	if err := commitOpen(ctx, tx); err != nil {
 		return err
 	}
 	if records > 0 || answers > 0 {

@@ -320,7 +320,7 @@ func (s *Store) indexSessions(ctx context.Context, limit int) (int, error) {
 	if err := rows.Err(); err != nil || n == 0 {
 		return 0, err
 	}
-	tx, err := s.inv.db.BeginTx(ctx, nil)
+	tx, err := beginOpen(ctx, s.inv.db)
 	if err != nil {
 		return 0, err
 	}
@@ -337,7 +337,7 @@ func (s *Store) indexSessions(ctx context.Context, limit int) (int, error) {
 	if _, err := tx.ExecContext(ctx, sqlSetIndexed, last); err != nil {
 		return 0, err
 	}
-	return n, tx.Commit()
+	return n, commitOpen(ctx, tx)
 }
 
 // ChangeFinding records a state change of a finding; see audit.Investigator.

@@ -16,6 +16,29 @@ var (
 	migratePage3to4 = 100000
 )
 
+// beginOpen begins a transaction of Open's that ctx may break off. Its
+// statements take ctx (a long one is interrupted), but the transaction
+// does not: database/sql rolls back a transaction whose own context ends
+// on a goroutine of its own, and the caller's deferred Rollback then
+// returns at once (ErrTxDone) while that rollback, and the close of the
+// connection it gives back, are still under way. OpenContext returned with
+// that connection open, and on a loaded machine it was still closing the
+// file (an exclusive lock while it checkpoints the log) when the caller
+// read the file: SQLITE_BUSY (flk50). Here the caller's Rollback does the
+// rollback, before Open closes its connections.
+func beginOpen(ctx context.Context, db *sql.DB) (*sql.Tx, error) {
+	return db.BeginTx(context.WithoutCancel(ctx), nil)
+}
+
+// commitOpen commits a transaction begun by beginOpen unless ctx is done
+// (as Commit does for a transaction begun with ctx).
+func commitOpen(ctx context.Context, tx *sql.Tx) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
 // migrate2to3 rewrites a store of schema 2, whose calls and writes were
 // unique by call id alone, into schema 3, where they are unique by call id
 // and tenant. Calls keep their row ids, so the document and session
@@ -25,7 +48,7 @@ var (
 // transaction: a failure, or ctx cancelled, leaves the file at schema 2. p
 // hears how many calls were copied.
 func migrate2to3(ctx context.Context, db *sql.DB, p *progress) error {
-	tx, err := db.BeginTx(ctx, nil)
+	tx, err := beginOpen(ctx, db)
 	if err != nil {
 		return err
 	}
@@ -154,7 +177,7 @@ func migrate2to3(ctx context.Context, db *sql.DB, p *progress) error {
 	if _, err := tx.ExecContext(ctx, `PRAGMA user_version = 3`); err != nil {
 		return fmt.Errorf("cannot migrate schema 2 to 3: %w", err)
 	}
-	return tx.Commit()
+	return commitOpen(ctx, tx)
 }
 
 // migrate3to4 rewrites the calls table of a store of schema 3, whose
@@ -166,7 +189,7 @@ func migrate2to3(ctx context.Context, db *sql.DB, p *progress) error {
 // cancelled, leaves the file at schema 3. It copies the calls in pages of
 // rids, so that p hears how many were copied.
 func migrate3to4(ctx context.Context, db *sql.DB, p *progress) error {
-	tx, err := db.BeginTx(ctx, nil)
+	tx, err := beginOpen(ctx, db)
 	if err != nil {
 		return err
 	}
@@ -238,7 +261,7 @@ func migrate3to4(ctx context.Context, db *sql.DB, p *progress) error {
 	if _, err := tx.ExecContext(ctx, `PRAGMA user_version = 4`); err != nil {
 		return fmt.Errorf("cannot migrate schema 3 to 4: %w", err)
 	}
-	return tx.Commit()
+	return commitOpen(ctx, tx)
 }
 
 // migrate4to5 drops the document index of a store of schema 4
@@ -252,7 +275,7 @@ func migrate3to4(ctx context.Context, db *sql.DB, p *progress) error {
 // the documents (its epoch is forgotten). It runs in one transaction: a
 // failure, or ctx cancelled, leaves the file at schema 4.
 func migrate4to5(ctx context.Context, db *sql.DB, p *progress) error {
-	tx, err := db.BeginTx(ctx, nil)
+	tx, err := beginOpen(ctx, db)
 	if err != nil {
 		return err
 	}
@@ -298,7 +321,7 @@ func migrate4to5(ctx context.Context, db *sql.DB, p *progress) error {
 			}
 		}
 	}
-	return tx.Commit()
+	return commitOpen(ctx, tx)
 }
 
 // migrate5to6 adds the table of the calls counted too late to be judged
@@ -308,7 +331,7 @@ func migrate4to5(ctx context.Context, db *sql.DB, p *progress) error {
 // covers a write they settle). One transaction: a failure, or ctx
 // cancelled, leaves the file at schema 5.
 func migrate5to6(ctx context.Context, db *sql.DB, p *progress) error {
-	tx, err := db.BeginTx(ctx, nil)
+	tx, err := beginOpen(ctx, db)
 	if err != nil {
 		return err
 	}
@@ -318,5 +341,5 @@ func migrate5to6(ctx context.Context, db *sql.DB, p *progress) error {
 			return fmt.Errorf("cannot migrate schema 5 to 6: %w", err)
 		}
 	}
-	return tx.Commit()
+	return commitOpen(ctx, tx)
 }

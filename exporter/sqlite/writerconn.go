@@ -82,6 +82,33 @@ type stmtKey struct {
 	rows int
 }
 
+// rollbackHook, when set (tests only), is called before the driver rolls
+// back a transaction of the writer. It stands for a goroutine that a
+// loaded machine runs late, which no real part shows on demand.
+var rollbackHook func()
+
+// BeginTx begins a transaction on c; with rollbackHook set, its Rollback
+// calls the hook first.
+func (c *writerConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	tx, err := c.sqliteConn.BeginTx(ctx, opts)
+	if err != nil || rollbackHook == nil {
+		return tx, err
+	}
+	return hookedTx{Tx: tx, hook: rollbackHook}, nil
+}
+
+// hookedTx is a transaction whose Rollback calls hook first.
+type hookedTx struct {
+	driver.Tx
+	hook func()
+}
+
+// Rollback calls the hook, then rolls back.
+func (t hookedTx) Rollback() error {
+	t.hook()
+	return t.Tx.Rollback()
+}
+
 // Close finalizes the statements prepared on c, then closes it.
 func (c *writerConn) Close() error {
 	c.closeStmts()
