@@ -318,8 +318,11 @@ func (rp *RecordParser) parse(data []byte, source string, line int, keep bool) (
 		rp.canon = canon.Append(rp.canon[:0], args)
 		canonical = rp.canon
 	}
-	// The ids join the call's texts in their one allocation.
-	server, session, rpc, tool := tx.view(serverSpan), tx.view(optional[0].at), tx.view(rpcSpan), tx.view(toolSpan)
+	// The ids join the call's texts in their one allocation. A record
+	// without a JSON-RPC id that names its span is identified by its span,
+	// as the OTLP span of the same exchange is.
+	server, session, tool := tx.view(serverSpan), tx.view(optional[0].at), tx.view(toolSpan)
+	rpc := audit.IdentityRPC(tx.view(rpcSpan), tx.view(optional[3].at), tx.view(optional[4].at))
 	idSpan, fpSpan := span{start: len(tx.buf)}, span{}
 	tx.buf = audit.AppendStableID(tx.buf, server, session, rpc, c.Time, tool, canonical)
 	idSpan.end, fpSpan.start = len(tx.buf), len(tx.buf)
