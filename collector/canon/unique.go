@@ -62,12 +62,10 @@ func validOnce(m *valueMirror) bool {
 				return false
 			}
 		}
-	case fastjson.TypeNumber:
-		return ValidNumber(textOf(m.s))
-	case typeRawString:
-		return StringFault(textOf(m.s)) < 0
+		return true
 	}
-	return true
+	// A number, a string or a literal: Valid's check.
+	return valid(m)
 }
 
 // special reports whether s holds a control byte or a backslash, as
