@@ -7,6 +7,20 @@ import (
 	"time"
 )
 
+// IdentityRPC returns the JSON-RPC id a call's ids (StableID, Fingerprint)
+// are taken over: rpcID itself, or, for an exchange without one that was
+// traced (spanID set), "span:" and its trace and span ids. Spans of one
+// tool with equal arguments in one second are then told apart, and an OTLP
+// span and a call record of one exchange (the same trace_id and span_id,
+// neither with a JSON-RPC id) get one call id (docs/detection.md,
+// "Duplicates").
+func IdentityRPC(rpcID, traceID, spanID string) string {
+	if rpcID != "" || spanID == "" {
+		return rpcID
+	}
+	return "span:" + traceID + spanID
+}
+
 // idStack is how much input an id hashes from a stack buffer in one call;
 // longer arguments stream through a digest rather than being copied.
 const idStack = 512

@@ -246,6 +246,7 @@ func (in *input) advance(rejects *rejectLog) error {
 		if err == io.EOF {
 			in.done, in.head = true, nil
 			rejects.ignored += in.dec.Ignored
+			rejects.warned(in.dec)
 			return nil
 		}
 		if err != nil {
@@ -435,6 +436,28 @@ type rejectLog struct {
 	shown   []string
 	ignored int
 	reasons map[metrics.RejectReason]int
+	// warns counts the warnings about records kept (capture.Warning), by
+	// kind; warnShown holds the first of each kind for each field of each
+	// input, up to maxRejectsShown.
+	warns     map[string]int
+	nWarns    int
+	warnShown []string
+}
+
+// warned takes the warnings of an input read to its end.
+func (r *rejectLog) warned(dec *capture.Decoder) {
+	for kind, n := range dec.WarnCounts() {
+		if r.warns == nil {
+			r.warns = map[string]int{}
+		}
+		r.warns[kind] += n
+		r.nWarns += n
+	}
+	for i := range dec.Warnings() {
+		if len(r.warnShown) < maxRejectsShown {
+			r.warnShown = append(r.warnShown, dec.Warnings()[i].Error())
+		}
+	}
 }
 
 func (r *rejectLog) add(err error) {
@@ -520,6 +543,14 @@ func printSummary(w io.Writer, det *analyzer, rejects *rejectLog) {
 	}
 	if rejects.ignored > 0 {
 		fmt.Fprintf(w, "Records and spans of methods other than tools/call, ignored: %d\n", rejects.ignored)
+	}
+	if rejects.nWarns > 0 {
+		// Said only when there are some: the summary of clean input is
+		// as it was.
+		fmt.Fprintf(w, "Read leniently (records kept, docs/api.md \"Members read leniently\"): %d\n", rejects.nWarns)
+		for _, e := range rejects.warnShown {
+			fmt.Fprintf(w, "  %s\n", e)
+		}
 	}
 	fmt.Fprintf(w, "Rejected input: %d\n", rejects.n)
 	for _, e := range rejects.shown {

@@ -49,6 +49,12 @@ type analyzeSummary struct {
 	// first of them with their file, line and reason.
 	Rejected         int      `json:"rejected"`
 	RejectedExamples []string `json:"rejected_examples"`
+	// Warned counts the warnings about records kept but read leniently (a
+	// name given twice, a member of the wrong type); WarningExamples holds
+	// the first of each kind for each field of each input. Both are left
+	// out when there is none.
+	Warned          int      `json:"warned,omitempty"`
+	WarningExamples []string `json:"warning_examples,omitempty"`
 }
 
 func newSummary(det *analyzer, rejects *rejectLog, col *collector) analyzeSummary {
@@ -65,6 +71,8 @@ func newSummary(det *analyzer, rejects *rejectLog, col *collector) analyzeSummar
 		Ignored:            rejects.ignored,
 		Rejected:           rejects.n,
 		RejectedExamples:   append([]string{}, rejects.shown...),
+		Warned:             rejects.nWarns,
+		WarningExamples:    rejects.warnShown,
 	}
 	for _, o := range []audit.Outcome{audit.OutcomeOK, audit.OutcomeToolError, audit.OutcomeProtocolError, audit.OutcomeNoResponse} {
 		out.Outcomes[o] = s.Outcomes[o]
@@ -114,6 +122,9 @@ func (w *metricsWriter) ingest(det *analyzer, rejects *rejectLog) {
 	w.sink.IngestIgnored(metrics.SourceFile, rejects.ignored)
 	for r, n := range rejects.reasons {
 		w.sink.IngestRejected(metrics.SourceFile, r, n)
+	}
+	for r, n := range rejects.warns {
+		w.sink.IngestWarned(metrics.SourceFile, r, n)
 	}
 }
 

@@ -106,7 +106,19 @@ type Decoder struct {
 	gz *countReader
 	// Ignored counts records and spans of methods other than tools/call.
 	Ignored int
+	// warn keeps the warnings of the records taken.
+	warn warnings
 }
+
+// Warnings returns what the records taken so far held that was read
+// leniently (docs/api.md, "Members read leniently"): the first warning of
+// each kind for each field, up to MaxWarningsShown, in input order.
+func (d *Decoder) Warnings() []Warning { return d.warn.shown }
+
+// WarnCounts returns how many warnings the records taken so far gave, by
+// Kind (one of Warnings), every one counted. The caller must not change
+// the map.
+func (d *Decoder) WarnCounts() map[string]int { return d.warn.counts }
 
 // NewDecoder detects the format of r (gzip is unwrapped first) and returns a
 // decoder for it. name is used in error messages. An OTLP JSON input that
@@ -413,6 +425,9 @@ func (d *Decoder) parse(data []byte, rd *dialect.Reader) *audit.Record {
 		// otherwise ignored, as spans of other methods are.
 		d.Ignored++
 		return nil
+	}
+	for _, w := range d.rp.warns {
+		d.warn.add(w)
 	}
 	if rd == nil {
 		d.rp.payload = dialect.Payload{}

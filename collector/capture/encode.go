@@ -5,13 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
-	"github.com/mcpaudit/mcpaudit/collector/canon"
 	"github.com/mcpaudit/mcpaudit/collector/dialect"
-	"github.com/valyala/fastjson"
 )
 
 // record is a call record as capture-format.md §1 lays it out, in its
@@ -70,8 +67,8 @@ type rpcError struct {
 // OTLP span, what the span said outside its attributes. An OTLP call is
 // written as the record it is read as (docs/detection.md, "From calls to
 // operations"), with these choices where a span holds less than a record:
-//   - no jsonrpc.request.id: the id is "span:" and the trace and span ids,
-//     the text serve took its call id from;
+//   - no jsonrpc.request.id: no id; the trace_id and span_id, from which
+//     the span's call id was taken, give the record the same call id;
 //   - error.type a server code, or tool_error, with no recorded result: a
 //     result {"isError": true} whose structuredContent.error holds the code
 //     and the message the call's reading kept;
@@ -132,45 +129,19 @@ func AppendRecord(dst []byte, r *audit.Record) ([]byte, error) {
 
 // recordID returns the JSON-RPC id of c as JSON: a number when its text is
 // one (the text is what the decoders keep, and a number's text reads back
-// as itself), else a string; nil when c has none. A call of an OTLP span
-// without one gets the id its call id was made from.
+// as itself), else a string; nil when c has none. A call without one that
+// names its span (an OTLP span without jsonrpc.request.id) is written
+// without one too: its trace_id and span_id give it its call id again
+// (audit.IdentityRPC), as they gave the span's.
 func recordID(c *audit.Call) json.RawMessage {
-	id := c.RPCID
-	if id == "" {
-		if c.SpanID == "" || !spanIdentity(c) {
-			return nil
-		}
-		id = "span:" + c.TraceID + c.SpanID
+	if c.RPCID == "" {
+		return nil
 	}
-	if isNumber(id) {
-		return json.RawMessage(id)
+	if isNumber(c.RPCID) {
+		return json.RawMessage(c.RPCID)
 	}
-	b, _ := json.Marshal(id) // a string always marshals
+	b, _ := json.Marshal(c.RPCID) // a string always marshals
 	return b
-}
-
-// spanIdentity reports whether c, which has a span id but no JSON-RPC
-// id, took its call id from its span (an OTLP span does: spans of one
-// tool with equal arguments are told apart by it; a call record does not):
-// the id that matches c.ID, or, when neither does (masked arguments hash
-// with every mask alike), c's sender or place.
-func spanIdentity(c *audit.Call) bool {
-	var canonical []byte
-	if c.Arguments != nil {
-		var p fastjson.Parser
-		v, err := p.ParseBytes(c.Arguments)
-		if err != nil {
-			return false
-		}
-		canonical = canon.Append(nil, v)
-	}
-	switch c.ID {
-	case audit.StableID(c.Server, c.Session, "", c.Time, c.Tool, canonical):
-		return false
-	case audit.StableID(c.Server, c.Session, "span:"+c.TraceID+c.SpanID, c.Time, c.Tool, canonical):
-		return true
-	}
-	return strings.HasPrefix(c.Source, "otlp") || strings.Contains(c.Source, "resourceSpans[")
 }
 
 // isNumber reports whether s is a JSON number.

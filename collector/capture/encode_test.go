@@ -46,9 +46,6 @@ func reading(r *audit.Record) string {
 		e.Data = nil
 		c.Error = &e
 	}
-	if strings.HasPrefix(c.RPCID, "span:") {
-		c.RPCID = "" // the id a span without one is written with
-	}
 	rr := *r
 	rr.Call = &c
 	b, _ := json.Marshal(rr)
@@ -116,4 +113,39 @@ func TestAppendRecord_ReadsBack(t *testing.T) {
 	f("record_no_id_with_span", `{"time":"2026-11-02T09:00:00Z","server":"thegram","trace_id":"aa","span_id":"bb","request":{"method":"tools/call","params":{"name":"gram_read"}},"transport_error":"timeout"}`)
 	f("record_rpc_error_data", `{"time":"2026-11-02T09:00:00Z","duration_ms":12.5,"server":"thegram","client":"c/1","tenant":"acme","request":{"jsonrpc":"2.0","id":1.0,"method":"tools/call","params":{"name":"gram_patch","arguments":{"path":"a","request_id":"r"}}},"response":{"jsonrpc":"2.0","id":1.0,"error":{"code":-32000,"message":"m","data":{"code":"E_APP_NOT_RUNNING"}}}}`)
 	f("record_html", `{"time":"2026-11-02T09:00:00Z","server":"x","request":{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"t","arguments":{"q":"<a & b>"}}},"response":{"jsonrpc":"2.0","id":2,"result":{"content":[{"type":"text","text":"<\u2028>"}]}}}`)
+}
+
+// TestRecordWithoutRPCID_SpanIdentity: a call record without a JSON-RPC id
+// that names its trace and span takes the call id and fingerprint of the
+// OTLP span of the same exchange (audit.IdentityRPC); one with a JSON-RPC
+// id, or without a span id, keeps its own. Until rec50 the record's id was
+// taken over the empty JSON-RPC id.
+func TestRecordWithoutRPCID_SpanIdentity(t *testing.T) {
+	span := `{"resourceSpans":[{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"thegram"}}]},"scopeSpans":[{"spans":[` +
+		`{"traceId":"0102030405060708090a0b0c0d0e0f10","spanId":"0102030405060708","name":"tools/call","kind":2,` +
+		`"startTimeUnixNano":"1793610000123000000","endTimeUnixNano":"1793610001123000000","status":{"code":1},` +
+		`"attributes":[{"key":"gen_ai.tool.name","value":{"stringValue":"gram_read"}},{"key":"mcp.session.id","value":{"stringValue":"s-1"}},` +
+		`{"key":"gen_ai.tool.call.arguments","value":{"stringValue":"{\"path\":\"a.gram\"}"}}]}]}]}]}`
+	sp := readAll(t, []byte(span))[0].Call
+	f := func(name, ids string, same bool) {
+		t.Run(name, func(t *testing.T) {
+			rec := `{"time":"2026-11-02T09:00:00.123Z","server":"thegram","session":"s-1"` + ids +
+				`,"request":{"jsonrpc":"2.0"` + `,"method":"tools/call","params":{"name":"gram_read","arguments":{"path":"a.gram"}}},"response":{"result":{}}}`
+			if strings.Contains(ids, `"id"`) {
+				rec = strings.Replace(rec, `"jsonrpc":"2.0"`, `"jsonrpc":"2.0","id":7`, 1)
+				rec = strings.Replace(rec, `,"id":7,"x":0`, ``, 1)
+			}
+			c := readAll(t, []byte(rec))[0].Call
+			if got := c.ID == sp.ID && c.Fingerprint == sp.Fingerprint; got != same {
+				t.Errorf("record %s: id %s, span's %s: same %v, want %v", rec, c.ID, sp.ID, got, same)
+			}
+			if c.RPCID != "" && !strings.Contains(ids, `"id"`) {
+				t.Errorf("record %s: JSON-RPC id %q, want none", rec, c.RPCID)
+			}
+		})
+	}
+	f("trace_and_span", `,"trace_id":"0102030405060708090a0b0c0d0e0f10","span_id":"0102030405060708"`, true)
+	f("other_span", `,"trace_id":"0102030405060708090a0b0c0d0e0f10","span_id":"0102030405060709"`, false)
+	f("no_span", ``, false)
+	f("rpc_id", `,"trace_id":"0102030405060708090a0b0c0d0e0f10","span_id":"0102030405060708","id":7,"x":0`, false)
 }

@@ -24,13 +24,19 @@ func TestParse_RawText(t *testing.T) {
 	const head = `{"time":"2026-11-02T09:00:00Z","server":"s",`
 	f(head+`"request":{"params":{"name":"t","arguments":{ "a" : [1, "}\"]"] }}},"response":{"result":{"x":"{"} }}`,
 		`{ "a" : [1, "}\"]"] }`, `{"x":"{"}`)
-	// The first of two members wins, as with fastjson's Get.
+	// The last of two members wins, as with the MCP SDKs (until rec50 the
+	// first, as with fastjson's Get, while the canonical arguments took the
+	// last).
 	f(head+`"request":{"params":{"name":"t","arguments":{"a":1},"arguments":{"b":2}}},"response":{"result":1,"result":2}}`,
-		`{"a":1}`, `1`)
-	// An escaped key may spell the member: the values fastjson chose (here
-	// the one spelled plainly) stand in, serialized again.
+		`{"b":2}`, `2`)
+	// An escaped key may spell the member: the earlier copy is blanked,
+	// and the text of the last is found as sent.
 	f(head+`"request":{"params":{"name":"t","\u0061rguments":{ "a":1 },"arguments":[ 2 ]}},"response":{"result":[ 1 ]}}`,
-		`[2]`, `[1]`)
+		`[ 2 ]`, `[ 1 ]`)
+	// An escaped key that is the last copy: the values read, serialized
+	// again, stand in.
+	f(head+`"request":{"params":{"name":"t","arguments":[ 2 ],"\u0061rguments":{ "a":1 }}},"response":{"result":[ 1 ]}}`,
+		`{"a":1}`, `[1]`)
 	f(head+`"request":{"params":{"name":"t"}},"response":{"error":{"code":1,"data":{ "d": null }}}}`, ``, ``)
 	f(head+`"request":{"params":{"name":"t","arguments":null}},"response":{"result":null}}`, ``, ``)
 	f(head+`"request":{"params":{"name":"t","arguments":"x"}}, "response" : { "result" : -1.5e3 } }`, `"x"`, `-1.5e3`)

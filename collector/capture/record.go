@@ -73,7 +73,18 @@ type RecordParser struct {
 	// call is the last call parsed: a reader copies it into its record's
 	// one allocation (dialect.Reader.ReadCopy).
 	call audit.Call
+	// warns holds the warnings of the last record parsed (Warnings).
+	warns []Warning
+	// once holds a record that names a member twice, with the earlier
+	// copies blanked (canon.KeepLast), and repeats what KeepLast found.
+	once    []byte
+	repeats []canon.Repeat
 }
+
+// Warnings returns what the last record parsed held that was read
+// leniently (a name given twice, a member of the wrong type); the record
+// was kept. Valid until the next parse.
+func (rp *RecordParser) Warnings() []Warning { return rp.warns }
 
 // texts gathers the text fields of one call in one buffer, so that they
 // cost one string allocation together instead of one each: every field is
@@ -153,11 +164,21 @@ func (rp *RecordParser) parse(data []byte, source string, line int, keep bool) (
 	badTime := func(field, format string, args ...any) error {
 		return &RecordError{Source: source, Line: line, Field: field, Reason: fmt.Sprintf(format, args...), Kind: kindBadTime}
 	}
+	rp.warns = rp.warns[:0]
+	warn := func(kind, field string, offset int, format string, args ...any) {
+		if len(rp.warns) < maxWarningsPerRecord {
+			rp.warns = append(rp.warns, Warning{Source: source, Line: line, Field: field, Offset: offset, Kind: kind, Reason: fmt.Sprintf(format, args...)})
+		}
+	}
 	v, err := rp.p.ParseBytes(data)
 	if err != nil {
 		return nil, bad("", "not JSON: %s", canon.ParseError(data, err))
 	}
-	if !canon.Valid(v) {
+	// One walk checks that the record is JSON and that no object names a
+	// member twice: the second is rare, and only then is the text read
+	// again.
+	once := canon.ValidOnce(v)
+	if !once && !canon.Valid(v) {
 		// NaN, Infinity, 1.2.3, a control byte or \x in a string:
 		// fastjson takes them, JSON has none (capture-format.md §1: a line
 		// that is not JSON is rejected).
@@ -166,8 +187,25 @@ func (rp *RecordParser) parse(data []byte, source string, line int, keep bool) (
 	if v.Type() != fastjson.TypeObject {
 		return nil, bad("", "a call record must be a JSON object, not %s", v.Type())
 	}
+	if !once {
+		// A name given twice is read as the MCP SDKs (Go, JavaScript,
+		// Python) read it, the last copy, by every reader here: the
+		// record's members, the dialect's reading, the canonical arguments
+		// and the stored payloads. The earlier copies are blanked in a copy
+		// of the record, where every offset stays as sent.
+		rp.once = append(rp.once[:0], data...)
+		rp.repeats = canon.KeepLast(rp.once, rp.repeats[:0], maxWarningsPerRecord)
+		data = rp.once
+		if v, err = rp.p.ParseBytes(data); err != nil {
+			// Blanks in place of members leave JSON: not reached.
+			return nil, bad("", "not JSON: %s", canon.ParseError(data, err))
+		}
+		for _, r := range rp.repeats {
+			warn(WarnDuplicateName, r.Path, r.Second, "name given twice (byte offsets %d and %d): the last copy is read, as the MCP SDKs read it", r.First, r.Second)
+		}
+	}
 	// The record's members, found in one pass over them rather than one
-	// search each; the first of a repeated name wins, as Get has it.
+	// search each (no name is given twice by now).
 	var top [nMembers]*fastjson.Value
 	o, _ := v.Object()
 	o.Visit(func(k []byte, x *fastjson.Value) {
@@ -250,13 +288,26 @@ func (rp *RecordParser) parse(data []byte, source string, line int, keep bool) (
 	if req.Type() != fastjson.TypeObject {
 		return nil, bad("request", "must be a JSON-RPC request object")
 	}
-	rpcSpan = rpcID(tx, req.Get("id"))
+	// Members of the wrong type are read as they always were, and named in
+	// a warning (docs/api.md, "Members read leniently").
+	idv := req.Get("id")
+	if t := typeOf(idv); t != fastjson.TypeString && t != fastjson.TypeNumber && t != fastjson.TypeNull {
+		warn(WarnWrongTypeID, "request.id", offsetOf(data, "request", "id"), "%s, not a string, number or null: its JSON text is read as the id", typeName(t))
+	}
+	rpcSpan = rpcID(tx, idv)
+	if t := typeOf(req.Get("method")); t != fastjson.TypeString && t != fastjson.TypeNull {
+		warn(WarnWrongTypeMethod, "request.method", offsetOf(data, "request", "method"), "%s, not a string: read as absent (tools/call)", typeName(t))
+	}
 	methodSpan = tx.add(req.GetStringBytes("method"))
 	var args *fastjson.Value
 	if params := req.Get("params"); params != nil {
 		toolSpan = tx.add(params.GetStringBytes("name"))
 		if a := params.Get("arguments"); a != nil && a.Type() != fastjson.TypeNull {
 			args = a
+			if t := a.Type(); t != fastjson.TypeObject {
+				warn(WarnWrongTypeArguments, "request.params.arguments", offsetOf(data, "request", "params", "arguments"),
+					"%s, not an object: kept as sent and hashed into the call id; no target or key is read from it", typeName(t))
+			}
 		}
 	}
 	method := tx.buf[methodSpan.start:methodSpan.end]
@@ -294,6 +345,16 @@ func (rp *RecordParser) parse(data []byte, source string, line int, keep bool) (
 			c.Error = re
 		} else if r := resp.Get("result"); r != nil && r.Type() != fastjson.TypeNull {
 			result = r
+			switch t := r.Type(); t {
+			case fastjson.TypeObject:
+				if t := typeOf(r.Get("isError")); t != fastjson.TypeTrue && t != fastjson.TypeFalse && t != fastjson.TypeNull {
+					warn(WarnWrongTypeIsError, "response.result.isError", offsetOf(data, "response", "result", "isError"),
+						"%s, not a boolean: read as false (no tool error)", typeName(t))
+				}
+			default:
+				warn(WarnWrongTypeResult, "response.result", offsetOf(data, "response", "result"),
+					"%s, not an object: kept as sent; read as a success with no content", typeName(t))
+			}
 		}
 	}
 
@@ -318,8 +379,11 @@ func (rp *RecordParser) parse(data []byte, source string, line int, keep bool) (
 		rp.canon = canon.Append(rp.canon[:0], args)
 		canonical = rp.canon
 	}
-	// The ids join the call's texts in their one allocation.
-	server, session, rpc, tool := tx.view(serverSpan), tx.view(optional[0].at), tx.view(rpcSpan), tx.view(toolSpan)
+	// The ids join the call's texts in their one allocation. A record
+	// without a JSON-RPC id that names its span is identified by its span,
+	// as the OTLP span of the same exchange is.
+	server, session, tool := tx.view(serverSpan), tx.view(optional[0].at), tx.view(toolSpan)
+	rpc := audit.IdentityRPC(tx.view(rpcSpan), tx.view(optional[3].at), tx.view(optional[4].at))
 	idSpan, fpSpan := span{start: len(tx.buf)}, span{}
 	tx.buf = audit.AppendStableID(tx.buf, server, session, rpc, c.Time, tool, canonical)
 	idSpan.end, fpSpan.start = len(tx.buf), len(tx.buf)
@@ -482,6 +546,45 @@ func optString(tx *texts, f *fastjson.Value) (span, error) {
 		return span{}, fmt.Errorf("must be a string, not %s", f.Type())
 	}
 	return tx.add(b), nil
+}
+
+// typeNull is what typeOf says of an absent member: absent and null are
+// read alike.
+const typeNull = fastjson.TypeNull
+
+// typeOf returns the type of v, TypeNull when v is absent.
+func typeOf(v *fastjson.Value) fastjson.Type {
+	if v == nil {
+		return typeNull
+	}
+	return v.Type()
+}
+
+// typeName names a JSON type for a warning: "a string", "an object".
+func typeName(t fastjson.Type) string {
+	switch t {
+	case fastjson.TypeObject:
+		return "an object"
+	case fastjson.TypeArray:
+		return "an array"
+	case fastjson.TypeString:
+		return "a string"
+	case fastjson.TypeNumber:
+		return "a number"
+	case fastjson.TypeTrue, fastjson.TypeFalse:
+		return "a boolean"
+	}
+	return "null"
+}
+
+// offsetOf returns the byte offset in the record data of the value at
+// path, -1 when it cannot be found (an escaped name on the way).
+func offsetOf(data []byte, path ...string) int {
+	start, found := findPathStart(data, skipSpace(data, 0), path...)
+	if !found {
+		return -1
+	}
+	return start
 }
 
 // rpcID renders a JSON-RPC id as text: numbers by their text, strings as

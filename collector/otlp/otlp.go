@@ -436,10 +436,7 @@ func (cv *Converter) convert(res *Resource, source string, p path, rd *dialect.R
 	// spans of one tool with equal arguments in one second are not one
 	// exchange seen twice.
 	view := func(f field) string { return b2s(cv.text[f.start:f.end]) }
-	rpc := view(fRPC)
-	if rpc == "" && fSpan.end > fSpan.start {
-		rpc = "span:" + view(fTrace) + view(fSpan)
-	}
+	rpc := audit.IdentityRPC(view(fRPC), view(fTrace), view(fSpan))
 	server, session, tool := view(fServer), view(fSession), view(fTool)
 	fID := field{start: len(cv.text)}
 	cv.text = audit.AppendStableID(cv.text, server, session, rpc, c.Time, tool, canonical)

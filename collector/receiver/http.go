@@ -494,6 +494,13 @@ type CallsResponse struct {
 	Ignored int `json:"ignored"`
 	// Errors names each rejected record (the first 100) and why.
 	Errors []string `json:"errors,omitempty"`
+	// Warned counts the warnings about records taken all the same: a name
+	// given twice, a member of the wrong type (docs/api.md, "Members read
+	// leniently").
+	Warned int `json:"warned,omitempty"`
+	// Warnings names the first of each kind for each field (the first
+	// 100): the line, the field, its byte offset and what was read.
+	Warnings []string `json:"warnings,omitempty"`
 	// Source is the stream the records were taken on.
 	Source string `json:"source"`
 }
@@ -687,6 +694,19 @@ func (rc *Receiver) calls(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	resp.Accepted, resp.New = len(tk.recs), stored
+	// Warnings are told and counted once the records they are about are
+	// acknowledged: a request refused (and sent again) is not counted twice.
+	for kind, n := range dec.WarnCounts() {
+		resp.Warned += n
+		if rc.metrics != nil {
+			rc.metrics.IngestWarned(src, kind, n)
+		}
+	}
+	for i := range dec.Warnings() {
+		w := &dec.Warnings()[i]
+		rc.logWarned(src, tenant, w, "source", source)
+		resp.Warnings = append(resp.Warnings, w.Error())
+	}
 	writeJSON(w, http.StatusOK, resp)
 }
 

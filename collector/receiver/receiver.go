@@ -388,10 +388,22 @@ const maxLoggedDetail = 300
 // cut to maxLoggedDetail bytes of valid UTF-8, as a hostile sender chooses
 // its text.
 func (rc *Receiver) logRejected(kind string, src metrics.Source, tenant string, reason metrics.RejectReason, detail string, extra ...any) {
+	rc.logIngest(kind, "ingest rejected", src, tenant, string(reason), detail, extra...)
+}
+
+// logWarned writes a rate-limited line about a record kept with a warning
+// (capture.Warning: a name given twice, a member of the wrong type), as
+// logRejected writes one about a rejected record.
+func (rc *Receiver) logWarned(src metrics.Source, tenant string, w *capture.Warning, extra ...any) {
+	rc.logIngest("record_warning", "ingest warning: record kept", src, tenant, w.Kind, w.Error(), extra...)
+}
+
+// logIngest is logRejected and logWarned, with the message msg.
+func (rc *Receiver) logIngest(kind, msg string, src metrics.Source, tenant string, reason string, detail string, extra ...any) {
 	// The detail is cleaned only for the lines written: a body of millions
 	// of bad lines spent a third of its time cleaning details for lines the
 	// rate limit dropped.
-	rc.rlog.WarnFunc(kind, "ingest rejected", func() []any {
+	rc.rlog.WarnFunc(kind, msg, func() []any {
 		detail = unquoted(withoutQuotedInput(detail))
 		if rc.Redactor != nil {
 			detail, _ = rc.Redactor.Text(detail)
@@ -400,7 +412,7 @@ func (rc *Receiver) logRejected(kind string, src metrics.Source, tenant string, 
 			detail = detail[:maxLoggedDetail] + "..."
 		}
 		detail = strings.ToValidUTF8(detail, "\ufffd")
-		args := []any{"transport", string(src), "reason", string(reason), "error", detail}
+		args := []any{"transport", string(src), "reason", reason, "error", detail}
 		if tenant != "" {
 			args = append(args, "tenant", tenant)
 		}

@@ -463,10 +463,7 @@ func (r *Redactor) Call(c *audit.Call) int {
 		stable, _ := r.constant.JSON(c.Arguments)
 		stable = keyedMask.ReplaceAll(stable, []byte(constantMask))
 		canonical := canon.Bytes(stable)
-		rpc := c.RPCID
-		if rpc == "" && c.SpanID != "" {
-			rpc = "span:" + c.TraceID + c.SpanID
-		}
+		rpc := audit.IdentityRPC(c.RPCID, c.TraceID, c.SpanID)
 		c.ID = audit.StableID(c.Server, c.Session, rpc, c.Time, c.Tool, canonical)
 		c.Fingerprint = audit.Fingerprint(c.Server, c.Session, rpc, c.Tool, canonical)
 		c.Arguments = args

@@ -78,6 +78,7 @@ type Metrics struct {
 	withdrawn    *prometheus.CounterVec
 	ingest       *prometheus.CounterVec
 	rejected     *prometheus.CounterVec
+	warned       *prometheus.CounterVec
 	storeCommit  prometheus.Histogram
 	findingLat   *prometheus.HistogramVec
 	findingLast  *prometheus.GaugeVec
@@ -233,6 +234,7 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 		withdrawn:    counterVec(FindingsWithdrawnTotal),
 		ingest:       counterVec(IngestRecordsTotal),
 		rejected:     counterVec(IngestRejectedTotal),
+		warned:       counterVec(IngestWarningsTotal),
 		storeCommit: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: StoreCommitSeconds, Help: family(StoreCommitSeconds).Help, Buckets: StoreCommitBuckets,
 		}),
@@ -274,7 +276,7 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{
 		m.calls, m.duration, m.failures, m.writes, m.rejudged, m.pending, m.verification,
-		m.findings, m.withdrawn, m.ingest, m.rejected, m.storeCommit, m.findingLat, m.findingLast, m.buildInfo,
+		m.findings, m.withdrawn, m.ingest, m.rejected, m.warned, m.storeCommit, m.findingLat, m.findingLast, m.buildInfo,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("cannot register metrics: %w", err)
@@ -949,6 +951,9 @@ func (m *Metrics) source(src Source) string {
 		for _, r := range RejectReasons {
 			m.rejected.WithLabelValues(s, string(r))
 		}
+		for _, r := range WarnReasons {
+			m.warned.WithLabelValues(s, r)
+		}
 	}
 	return s
 }
@@ -993,6 +998,16 @@ func (m *Metrics) IngestRejected(source Source, reason RejectReason, n int) {
 	s := m.source(source)
 	m.ingest.WithLabelValues(s, ResultRejected).Add(float64(n))
 	m.rejected.WithLabelValues(s, reasonLabel(reason)).Add(float64(n))
+}
+
+// IngestWarned counts n warnings of reason (one of WarnReasons) about
+// records from source that were kept all the same: not a result of
+// IngestRecordsTotal, as the record counts there as it was taken.
+func (m *Metrics) IngestWarned(source Source, reason string, n int) {
+	if n <= 0 {
+		return
+	}
+	m.warned.WithLabelValues(m.source(source), warnLabel(reason)).Add(float64(n))
 }
 
 // ObserveFindingLatency records the wall time from when a finding could be

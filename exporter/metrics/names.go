@@ -46,6 +46,11 @@ const (
 	IngestRecordsTotal = "mcpaudit_ingest_records_total"
 	// IngestRejectedTotal counts rejected records by source and reason.
 	IngestRejectedTotal = "mcpaudit_ingest_rejected_total"
+	// IngestWarningsTotal counts what kept call records held that was read
+	// leniently (a name given twice, a member of the wrong type), by source
+	// and reason (WarnReasons). A record may count under several reasons,
+	// and it counts under IngestRecordsTotal as it was taken.
+	IngestWarningsTotal = "mcpaudit_ingest_warnings_total"
 	// StoreCommitSeconds is the latency of one commit to the embedded store.
 	// The serve command observes it through ObserveStoreCommit; analyze does not.
 	StoreCommitSeconds = "mcpaudit_store_commit_seconds"
@@ -298,6 +303,11 @@ var RejectReasons = []RejectReason{
 	RejectTenantShare, RejectStoreDown, RejectCanceled,
 }
 
+// WarnReasons lists every reason of IngestWarningsTotal: what a kept call
+// record held (collector/capture's Warnings). Any other value is counted
+// as Other.
+var WarnReasons = []string{"duplicate_name", "wrong_type_id", "wrong_type_method", "wrong_type_arguments", "wrong_type_result", "wrong_type_is_error"}
+
 // Ingest results. They are disjoint: a record counts under exactly one.
 const (
 	ResultAccepted  = "accepted"  // stored for the first time and handed to the detector
@@ -360,6 +370,8 @@ var Families = []Family{
 	{IngestRecordsTotal, "counter", "Ingested records (call records or spans) by source and result.",
 		[]string{LabelSource, LabelResult}},
 	{IngestRejectedTotal, "counter", "Rejected records by source and reason.",
+		[]string{LabelSource, LabelReason}},
+	{IngestWarningsTotal, "counter", "Members of kept call records read leniently (a name given twice, a member of the wrong type), by source and reason.",
 		[]string{LabelSource, LabelReason}},
 	{StoreCommitSeconds, "histogram", "Duration of commits to the embedded store.",
 		nil},
@@ -528,6 +540,13 @@ var Rejudgements = [][2]audit.WriteState{
 func sourceLabel(s Source) string {
 	if slices.Contains(Sources, s) {
 		return string(s)
+	}
+	return Other
+}
+
+func warnLabel(r string) string {
+	if slices.Contains(WarnReasons, r) {
+		return r
 	}
 	return Other
 }
