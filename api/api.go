@@ -83,6 +83,28 @@ type Server struct {
 
 	authOnce sync.Once
 	built    *access.Authenticator
+
+	// streamsOnce makes streamsStop, which StopStreams closes once
+	// (stopOnce).
+	streamsOnce, stopOnce sync.Once
+	streamsStop           chan struct{}
+}
+
+// stopStreams returns the channel StopStreams closes.
+func (s *Server) stopStreams() chan struct{} {
+	s.streamsOnce.Do(func() { s.streamsStop = make(chan struct{}) })
+	return s.streamsStop
+}
+
+// StopStreams breaks off every streamed answer (/api/v1/calls/export) under
+// way or to come, as a store failure does: the connection is aborted, so
+// that the client reads a body that breaks off. serve calls it as it stops:
+// an export is as long as the store is large, and its reader may read
+// slowly, so that http.Server.Shutdown would otherwise wait out its stop
+// budget for it, and the detector's last commit would not be made. Safe to
+// call more than once and from any goroutine.
+func (s *Server) StopStreams() {
+	s.stopOnce.Do(func() { close(s.stopStreams()) })
 }
 
 // New returns a query server over store.

@@ -1,9 +1,11 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
@@ -111,11 +113,24 @@ func (s *Server) callsExport(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, p.err)
 		return
 	}
-	rc := http.NewResponseController(w)
+	// StopStreams ends the export: its context ends the store's reads,
+	// and its deadline a write that waits for a slow reader.
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	d := &streamDeadline{rc: http.NewResponseController(w)}
+	defer d.end() // before cancel: the watcher sets no deadline after it
+	go func() {
+		select {
+		case <-s.stopStreams():
+			d.stop()
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	started := false
 	var line []byte
 	for {
-		page, err := s.store.Calls(r.Context(), q)
+		page, err := s.store.Calls(ctx, q)
 		if err != nil {
 			if !started {
 				s.fail(w, err)
@@ -132,19 +147,61 @@ func (s *Server) callsExport(w http.ResponseWriter, r *http.Request) {
 		if timeout <= 0 {
 			timeout = DefaultPageTimeout
 		}
-		rc.SetWriteDeadline(time.Now().Add(timeout))
+		if !d.extend(timeout) {
+			panic(http.ErrAbortHandler) // serve stops
+		}
 		for i := range page.Calls {
 			if line, err = capture.AppendRecord(line[:0], &page.Calls[i]); err != nil {
 				panic(http.ErrAbortHandler)
 			}
 			if _, err := w.Write(line); err != nil {
-				return // the client went away
+				return // the client went away, or serve stops
 			}
 		}
 		if page.NextCursor == "" {
 			return
 		}
-		rc.Flush()
+		d.rc.Flush()
 		q.Cursor = page.NextCursor
 	}
+}
+
+// streamDeadline is the write deadline of a streamed answer: moved ahead
+// page by page (extend) until stop sets it to now, so that a write blocked
+// on a reader that reads nothing returns at once. end marks the handler
+// done: the response's connection may then serve another request, whose
+// deadline stop must not touch.
+type streamDeadline struct {
+	rc *http.ResponseController
+
+	mu            sync.Mutex
+	stopped, over bool
+}
+
+// extend moves the deadline d ahead of now; false once stopped.
+func (s *streamDeadline) extend(d time.Duration) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return false
+	}
+	s.rc.SetWriteDeadline(time.Now().Add(d))
+	return true
+}
+
+// stop sets the deadline to now, unless the handler is done.
+func (s *streamDeadline) stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.over {
+		s.stopped = true
+		s.rc.SetWriteDeadline(time.Now())
+	}
+}
+
+// end marks the handler done.
+func (s *streamDeadline) end() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.over = true
 }

@@ -166,6 +166,8 @@ type server struct {
 	registry   *prometheus.Registry
 	http       []*http.Server
 	grpc       *grpc.Server
+	// api answers the query API; shutdown breaks off its exports.
+	api *api.Server
 	// Addresses actually listened on (ports chosen by the system for :0).
 	ingestAddr, grpcAddr, apiAddr string
 	stopRetention                 context.CancelFunc
@@ -581,6 +583,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	q.Credentials = cfg.Serve.Credentials
 	q.Access = s.access
 	q.PageTimeout = cc.WriteTimeout
+	s.api = q
 	mux := http.NewServeMux()
 	mux.Handle("/api/v1/", q.Handler())
 	// Ingest's paths, on the wrong listener: said so, rather than the
@@ -823,10 +826,18 @@ func (s *server) retained(tenant string, newest time.Time) (time.Time, string) {
 	return from.Add(-keep), fmt.Sprintf("%s %s, counted back from %s", setting, conf.FormatDuration(keep), since)
 }
 
-// shutdown stops accepting traffic, lets in-flight requests finish, commits
-// the detector's output and closes the store.
+// shutdown stops accepting traffic, lets in-flight requests finish (but
+// exports, which it breaks off), commits the detector's output and closes
+// the store.
 func (s *server) shutdown(ctx context.Context) error {
 	var errs []error
+	if s.api != nil {
+		// An export lasts as long as its range is large and its reader
+		// slow: waited for, it would spend the stop's budget, and the
+		// detector's output would not be committed (adv50). It is broken
+		// off; its client says so and keeps no file.
+		s.api.StopStreams()
+	}
 	for _, hs := range s.http {
 		if err := hs.Shutdown(ctx); err != nil {
 			errs = append(errs, err)
