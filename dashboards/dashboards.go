@@ -341,6 +341,11 @@ func collector() *dashboard.DashboardBuilder {
 			units.OpsPerSecond,
 			query(fmt.Sprintf("sum by (%s, %s) (rate(%s[%s]))", metrics.LabelSource, metrics.LabelReason,
 				sel(metrics.IngestRejectedTotal, jobMatcher), rate), "{{source}} {{reason}}"))).
+		WithPanel(graph("Records read leniently by reason",
+			"Call records kept though part of them was read leniently, per second by source and reason: a name given twice (read from its last copy, as the MCP SDKs do) or a member of the wrong type (read as documented in docs/api.md, \"Members read leniently\"). The senders' answers and serve's log name the line and field. A steady rate from one source is a client or exporter to fix; the records are judged either way.",
+			units.OpsPerSecond,
+			query(fmt.Sprintf("sum by (%s, %s) (rate(%s[%s]))", metrics.LabelSource, metrics.LabelReason,
+				sel(metrics.IngestWarningsTotal, jobMatcher), rate), "{{source}} {{reason}}"))).
 		WithPanel(graph("Pending writes by server",
 			"Writes inside their verification window. If it never falls, windows are not closing (McpAuditWritesPendingNotDraining).",
 			units.Short,
