@@ -3,18 +3,14 @@ package api_test
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/api"
-	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
-	"github.com/mcpaudit/mcpaudit/exporter/storetest"
 )
 
 // TestCallsExport_MaxExports: past MaxExports exports whose readers have
@@ -24,24 +20,8 @@ import (
 // a page of calls until its page deadline (adv50: 100 stalled exports
 // raised serve's heap in use from 104 to 344 MB).
 func TestCallsExport_MaxExports(t *testing.T) {
-	ctx := context.Background()
-	st, err := sqlite.Open(filepath.Join(t.TempDir(), "mcpaudit.db"), sqlite.NewDefaultOptions())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	g, err := storetest.NewGenerator(3, storetest.T0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// More than the loopback's socket buffers hold: an export whose
-	// reader reads only its head stays in its handler.
-	const n = 40000
-	for i := 0; i < n; i += 5000 {
-		if _, err := st.AppendCalls(ctx, g.Records(5000)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	st := bigStore(t)
+	const n = bigCalls
 	const max = 2
 	q := api.New(st, 0.999)
 	q.MaxExports = max
