@@ -47,6 +47,13 @@ type Server struct {
 	// that stalls still is. serve sets serve.connections.write_timeout.
 	// Default DefaultPageTimeout.
 	PageTimeout time.Duration
+	// MaxExports caps the exports (/api/v1/calls/export) streamed at
+	// once: each holds a page of the store (1000 decoded calls) for as
+	// long as its reader takes to read it, up to PageTimeout, so that
+	// stalled readers would otherwise hold serve's memory. An export past
+	// it is answered 429 with Retry-After. serve sets
+	// serve.connections.max_exports. Default DefaultMaxExports.
+	MaxExports int
 	// Log receives rate-limited lines about refused requests (failed
 	// authentication). Nil logs nothing.
 	Log *ratelog.Logger
@@ -88,6 +95,11 @@ type Server struct {
 	// (stopOnce).
 	streamsOnce, stopOnce sync.Once
 	streamsStop           chan struct{}
+
+	// exports holds a token per export under way (MaxExports), made
+	// once (exportsOnce).
+	exportsOnce sync.Once
+	exports     chan struct{}
 }
 
 // stopStreams returns the channel StopStreams closes.

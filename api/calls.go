@@ -96,6 +96,33 @@ var exportParams = []string{"server", "session", "since", "until"}
 // DefaultPageTimeout is Server.PageTimeout's default.
 const DefaultPageTimeout = 2 * time.Minute
 
+// DefaultMaxExports is Server.MaxExports's default.
+const DefaultMaxExports = 4
+
+// exportRetryAfter is the Retry-After, in seconds, of an export refused
+// at MaxExports.
+const exportRetryAfter = "10"
+
+// takeExport takes a slot of MaxExports; false when every slot is taken.
+// The caller gives it back with releaseExport.
+func (s *Server) takeExport() bool {
+	s.exportsOnce.Do(func() {
+		n := s.MaxExports
+		if n <= 0 {
+			n = DefaultMaxExports
+		}
+		s.exports = make(chan struct{}, n)
+	})
+	select {
+	case s.exports <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+func (s *Server) releaseExport() { <-s.exports }
+
 // callsExport answers GET /api/v1/calls/export: the stored calls that the
 // parameters select, in time order, as call records (capture-format.md §1,
 // NDJSON), one page of the store at a time, so that the answer streams in
@@ -113,6 +140,13 @@ func (s *Server) callsExport(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, p.err)
 		return
 	}
+	if !s.takeExport() {
+		w.Header().Set("Retry-After", exportRetryAfter)
+		writeJSON(w, http.StatusTooManyRequests, Error{fmt.Sprintf(
+			"too many exports under way: %d at once at most (serve.connections.max_exports); try again once one ends", cap(s.exports))})
+		return
+	}
+	defer s.releaseExport()
 	// StopStreams ends the export: its context ends the store's reads,
 	// and its deadline a write that waits for a slow reader.
 	ctx, cancel := context.WithCancel(r.Context())

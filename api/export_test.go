@@ -88,24 +88,7 @@ func TestCallsExport_Pages(t *testing.T) {
 // store is large and the reader is slow; the listener's write timeout
 // bounds each page, not the whole answer.
 func TestCallsExport_OutlastsWriteTimeout(t *testing.T) {
-	ctx := context.Background()
-	st, err := sqlite.Open(filepath.Join(t.TempDir(), "mcpaudit.db"), sqlite.NewDefaultOptions())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	g, err := storetest.NewGenerator(3, storetest.T0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// More than the loopback's socket buffers hold (about 25 MB): the
-	// handler is still writing when the reader pauses.
-	const n = 40000
-	for i := 0; i < n; i += 5000 {
-		if _, err := st.AppendCalls(ctx, g.Records(5000)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	st := bigStore(t)
 	q := api.New(st, 0.999)
 	q.PageTimeout = time.Minute
 	hs := httptest.NewUnstartedServer(q.Handler())
@@ -125,7 +108,31 @@ func TestCallsExport_OutlastsWriteTimeout(t *testing.T) {
 	// A reader slower than the write timeout.
 	time.Sleep(time.Second)
 	rest, err := io.ReadAll(r)
-	if got := bytes.Count(rest, []byte("\n")); err != nil || got != n-1 {
-		t.Fatalf("after a pause longer than the write timeout: %d more records, %v; want %d", got, err, n-1)
+	if got := bytes.Count(rest, []byte("\n")); err != nil || got != bigCalls-1 {
+		t.Fatalf("after a pause longer than the write timeout: %d more records, %v; want %d", got, err, bigCalls-1)
 	}
+}
+
+// bigCalls is the number of calls of bigStore: more than the loopback's
+// socket buffers hold (about 25 MB) as records, so that an export's
+// handler is still writing when its reader pauses.
+const bigCalls = 40000
+
+// bigStore returns an embedded store holding bigCalls calls.
+func bigStore(t *testing.T) *sqlite.Store {
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "mcpaudit.db"), sqlite.NewDefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	g, err := storetest.NewGenerator(3, storetest.T0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < bigCalls; i += 5000 {
+		if _, err := st.AppendCalls(context.Background(), g.Records(5000)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return st
 }

@@ -148,7 +148,11 @@ type Investigator interface {
 	// FindingCounts counts the findings that q selects (its Limit, Cursor
 	// and Newest ignored) by kind and lifecycle state.
 	FindingCounts(ctx context.Context, q FindingQuery) ([]FindingCount, error)
-	// Calls returns one page of stored calls with their payloads.
+	// Calls returns one page of stored calls with their payloads. The
+	// first page (no Cursor) sees every call acknowledged before it was
+	// asked for; a later page reads on from its cursor without waiting
+	// again for the calls acknowledged since, which may fall either side
+	// of it.
 	Calls(ctx context.Context, q CallQuery) (CallPage, error)
 	// FailureCounts counts the stored calls whose Time is in [Since,
 	// Until) and that failed, by the retry action of their failure.

@@ -583,6 +583,7 @@ func startServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, er
 	q.Credentials = cfg.Serve.Credentials
 	q.Access = s.access
 	q.PageTimeout = cc.WriteTimeout
+	q.MaxExports = cc.MaxExports
 	s.api = q
 	mux := http.NewServeMux()
 	mux.Handle("/api/v1/", q.Handler())

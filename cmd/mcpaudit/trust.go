@@ -45,6 +45,11 @@ type ConnectionsConfig struct {
 	// /api/v1/calls/export, which streams); the ingest listener's requests
 	// are bounded by serve.receiver.body_timeout. Default 2m.
 	WriteTimeout time.Duration `yaml:"write_timeout"`
+	// MaxExports caps the exports (GET /api/v1/calls/export) streamed at
+	// once; each holds a page of the store (1000 calls) in memory while
+	// its reader reads it. An export past it is answered 429 with
+	// Retry-After. Default 4.
+	MaxExports int `yaml:"max_exports"`
 }
 
 // MetricsConfig bounds the label values of the Prometheus metrics.
@@ -60,7 +65,8 @@ type MetricsConfig struct {
 
 // NewDefaultConnectionsConfig returns the defaults.
 func NewDefaultConnectionsConfig() ConnectionsConfig {
-	return ConnectionsConfig{MaxPerListener: 1024, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute, WriteTimeout: 2 * time.Minute}
+	return ConnectionsConfig{MaxPerListener: 1024, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute, WriteTimeout: 2 * time.Minute,
+		MaxExports: api.DefaultMaxExports}
 }
 
 // Validate checks the bounds.
@@ -68,6 +74,9 @@ func (c *ConnectionsConfig) Validate() error {
 	var errs []error
 	if c.MaxPerListener <= 0 {
 		errs = append(errs, errors.New("max_per_listener: must be positive"))
+	}
+	if c.MaxExports <= 0 {
+		errs = append(errs, errors.New("max_exports: must be positive"))
 	}
 	for _, d := range []struct {
 		key string

@@ -276,9 +276,18 @@ func (s *Store) FindingHistory(ctx context.Context, id, tenant string) ([]audit.
 // audit.Investigator.
 func (s *Store) Calls(ctx context.Context, q audit.CallQuery) (audit.CallPage, error) {
 	page := audit.CallPage{Calls: []audit.Record{}}
-	conn, err := s.settledReader(ctx)
+	conn, err := s.reader()
 	if err != nil {
 		return page, err
+	}
+	// Only the first page waits for the spool: the calls acknowledged
+	// before the read began. A later page's cursor holds its position,
+	// and the calls acknowledged since may fall either side of it; a wait
+	// per page would force an insert per page under ingest.
+	if q.Cursor == "" {
+		if err := s.settle(ctx); err != nil {
+			return page, err
+		}
 	}
 	var c conds
 	c.eq("tenant", q.Tenant)

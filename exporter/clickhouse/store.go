@@ -100,6 +100,9 @@ type Store struct {
 	progressMu sync.Mutex
 	progress   chan struct{}
 	urgent     chan struct{}
+	// settles counts the waits for the spool (settle) with Ack "log"
+	// since Open; tests read it.
+	settles atomic.Int64
 
 	sendMu sync.RWMutex // held for reading while a request is queued
 	closed bool
@@ -958,6 +961,7 @@ func (s *Store) settle(ctx context.Context) error {
 	if s.opts.Ack != AckLog {
 		return nil
 	}
+	s.settles.Add(1)
 	target := s.spool.lastAppended()
 	for {
 		s.progressMu.Lock()

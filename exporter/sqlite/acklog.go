@@ -993,6 +993,7 @@ func (s *Store) caughtUp(ctx context.Context, op string) error {
 	if cl == nil {
 		return nil
 	}
+	s.catchUps.Add(1)
 	target := cl.l.LastAppended()
 	if cl.l.DoneThrough() < target {
 		cl.hurryDrain()

@@ -230,6 +230,9 @@ type Store struct {
 	// logRejected counts the call log frames set aside since Open, and
 	// logTailsCut the torn tails Open cut off its segments.
 	logRejected, logTailsCut atomic.Int64
+	// catchUps counts the waits for the call log (caughtUp) since Open;
+	// tests read it.
+	catchUps atomic.Int64
 
 	// The checkpoint loop, when a signing key is set.
 	stopCheckpoints, checkpointsDone chan struct{}
