@@ -254,6 +254,24 @@ type missingCall struct{ id, tenant string }
 // there, to be looked up by id (lostClients) once tx is done with.
 func (s *Store) badWriteClients(ctx context.Context, tx *sql.Tx, bad string, args []any) (map[string]int64, []missingCall, error) {
 	by := map[string]int64{}
+	if s.opts.Calls == CallsLog {
+		// Every call is looked up by id (lostClients).
+		rows, err := tx.QueryContext(ctx, `SELECT w.call_id, `+str("w.tenant")+` FROM `+bad+` w`, args...)
+		if err != nil {
+			return nil, nil, err
+		}
+		defer rows.Close()
+		var lost []missingCall
+		for rows.Next() {
+			var id any
+			var tenant string
+			if err := rows.Scan(&id, &tenant); err != nil {
+				return nil, nil, err
+			}
+			lost = append(lost, missingCall{unpackID(callPrefix, id), tenant})
+		}
+		return by, lost, rows.Err()
+	}
 	// The call of a write is stored at the write's time: one step of the
 	// time index. A write whose call is elsewhere (or nowhere) is looked
 	// up by id below.

@@ -1,0 +1,217 @@
+package sqlite
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/audit"
+)
+
+// Where the store keeps calls (Options.Calls).
+const (
+	// CallsSQLite keeps calls in the calls table of the SQLite file.
+	CallsSQLite = "sqlite"
+	// CallsLog keeps calls in Options.CallLog (the segmented call logs
+	// of every tenant, exporter/sqlite/calllogs); everything else
+	// (writes, findings, the lifecycle, the watermark, the answers kept
+	// aside, the chain) stays in SQLite.
+	CallsLog = "log"
+)
+
+// ErrCallsInTable is returned by Open with Calls "log" when the calls
+// table holds calls: the store does not read two sources of calls, so the
+// switch waits until retention (with Calls "sqlite") has emptied it.
+var ErrCallsInTable = errors.New("the calls table holds calls")
+
+// CallLog holds the calls of every tenant in place of the calls table
+// (Calls "log"). It is an interface here because its implementation
+// (exporter/sqlite/calllogs, over internal/calllog) imports this package
+// for the calls' encoding. Every method is safe for concurrent use.
+type CallLog interface {
+	// Append stores recs durably and returns, in order, the indexes of
+	// the calls it held back: their id was stored for their tenant, or
+	// an earlier call of recs took it. On an error none is acknowledged.
+	Append(ctx context.Context, recs []audit.Record) (held []int, err error)
+	// Get returns the stored calls of id, one per tenant that holds it.
+	Get(ctx context.Context, id string) ([]audit.Record, error)
+	// Scan calls fn with every stored call of every tenant whose Time is
+	// in [from, to) (to zero: no end) in time order; with doc or session
+	// set, only the calls on that document or of that session.
+	Scan(ctx context.Context, q CallScan, fn func(*audit.Record) error) error
+	// DeleteBefore removes calls before t of every tenant but keep (or of
+	// tenant only, with only set); calls may stay until their segment is
+	// wholly before t. It returns how many went.
+	DeleteBefore(t time.Time, tenant string, only bool, keep []string) (int64, error)
+	// Newest returns the time of the latest stored call (zero: none).
+	Newest(ctx context.Context) (time.Time, error)
+	// Close releases the logs; the store closes its CallLog.
+	Close() error
+}
+
+// CallScan selects the calls of a CallLog.Scan.
+type CallScan struct {
+	From, To          time.Time
+	Document, Session string
+}
+
+// errStopScan ends a scan of the call log early.
+var errStopScan = errors.New("stop")
+
+// logRows reads from the call log the calls of q (a document's or a
+// session's, or all) that sp holds and keep takes (nil: all), in (time,
+// rid) order, where rid is a call's place, from 1, among the calls of its
+// time ordered by id: the log has no row ids, and this order is the same
+// at every read while no call of that time is added. It stops once more
+// than max rows are read and the time moves on (max 0: no bound) and
+// reports done when it read to the end.
+func (s *Store) logRows(ctx context.Context, q CallScan, sp *docSpan, keep func(*audit.Record) bool, max int) (rows []storedCall, done bool, err error) {
+	q.From = fromNanos(sp.time)
+	if !sp.unbounded {
+		q.To = fromNanos(sp.until)
+	}
+	var group []*audit.Record
+	flush := func() {
+		slices.SortFunc(group, func(a, b *audit.Record) int { return cmp.Compare(a.Call.ID, b.Call.ID) })
+		for i, r := range group {
+			t, _ := nanos(r.Call.Time)
+			rid := int64(i + 1)
+			if !sp.holds(t, rid) || keep != nil && !keep(r) {
+				continue
+			}
+			blob := append([]byte{codecRaw}, appendRecord(nil, r)...)
+			rows = append(rows, storedCall{rid: rid, time: t, id: packID(callPrefix, r.Call.ID), blob: blob})
+		}
+		group = group[:0]
+	}
+	err = s.opts.CallLog.Scan(ctx, q, func(r *audit.Record) error {
+		if len(group) > 0 && !r.Call.Time.Equal(group[0].Call.Time) {
+			flush()
+			if max > 0 && len(rows) > max {
+				return errStopScan
+			}
+		}
+		group = append(group, r)
+		return nil
+	})
+	if errors.Is(err, errStopScan) {
+		return rows, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	flush()
+	return rows, true, nil
+}
+
+// logBatch is docBatch from the call log: the next batch of the span's
+// calls (of document or session), moving sp past them.
+func (s *Store) logBatch(ctx context.Context, q CallScan, sp *docSpan, batch int) ([]storedCall, bool, error) {
+	rows, done, err := s.logRows(ctx, q, sp, nil, batch)
+	if err != nil || done || len(rows) == 0 {
+		return rows, true, err
+	}
+	last := rows[len(rows)-1]
+	sp.time, sp.rid = last.time, last.rid
+	return rows, false, nil
+}
+
+// readStoredLog is readStored from the call log: take is given the
+// stored calls of the packed ids, each blob the record uncompressed.
+func (s *Store) readStoredLog(ctx context.Context, packed []any, blobs bool, take func(id any, tenant string, t int64, blob []byte)) error {
+	for _, p := range packed {
+		recs, err := s.opts.CallLog.Get(ctx, unpackID(callPrefix, p))
+		if err != nil {
+			return err
+		}
+		for i := range recs {
+			t, _ := nanos(recs[i].Call.Time)
+			var blob []byte
+			if blobs {
+				blob = append([]byte{codecRaw}, appendRecord(nil, &recs[i])...)
+			}
+			take(packID(callPrefix, recs[i].Call.ID), recs[i].Call.Tenant, t, blob)
+		}
+	}
+	return nil
+}
+
+// appendLog is appendCalls with Calls "log": the calls go to the call log
+// alone (no row of them in SQLite). held is the indexes of the calls the
+// log held back.
+func (s *Store) appendCallLog(ctx context.Context, calls []audit.Record) (int, []int, error) {
+	if s.closed.Load() {
+		return 0, nil, errClosed("append calls")
+	}
+	held, err := s.opts.CallLog.Append(ctx, calls)
+	if err != nil {
+		return 0, nil, fmt.Errorf("cannot append calls: %w", err)
+	}
+	return len(calls) - len(held), held, nil
+}
+
+// appendLogged is appendCalls with Calls "log". The rows returned are
+// encoded for the held calls alone (at their indexes; the others are
+// zero): the comparison and the answers kept aside read only those.
+func (s *Store) appendLogged(ctx context.Context, calls []audit.Record, compare bool) (int, []callRow, []int, error) {
+	for i := range calls {
+		r := &calls[i]
+		if r.Call == nil {
+			return 0, nil, nil, fmt.Errorf("cannot append calls: call record %d has no call", i)
+		}
+		if r.Call.ID == "" {
+			return 0, nil, nil, fmt.Errorf("cannot append calls: call record %d has no id", i)
+		}
+		if _, ok := nanos(r.Call.Time); !ok {
+			return 0, nil, nil, fmt.Errorf("cannot append calls: call %s: time %s is out of range", r.Call.ID, r.Call.Time)
+		}
+	}
+	if len(calls) == 0 {
+		if s.closed.Load() {
+			return 0, nil, nil, errClosed("append calls")
+		}
+		return 0, nil, nil, nil
+	}
+	n, held, err := s.appendCallLog(ctx, calls)
+	if err != nil {
+		return 0, nil, nil, s.fail("append calls", err)
+	}
+	if !compare || len(held) == 0 {
+		return n, nil, nil, nil
+	}
+	sub := make([]audit.Record, len(held))
+	for j, i := range held {
+		sub[j] = calls[i]
+	}
+	enc, err := encodeCalls(sub)
+	if err != nil {
+		return 0, nil, nil, fmt.Errorf("cannot append calls: %w", err)
+	}
+	rows := make([]callRow, len(calls))
+	for j, i := range held {
+		rows[i] = enc[j]
+	}
+	return n, rows, held, nil
+}
+
+// scanLogged is ScanCalls from the call log.
+func (s *Store) scanLogged(ctx context.Context, since time.Time, fn func(*audit.Record) error) error {
+	var fnErr error
+	err := s.opts.CallLog.Scan(ctx, CallScan{From: since}, func(r *audit.Record) error {
+		if err := fn(r); err != nil {
+			fnErr = err
+			return errStopScan
+		}
+		return nil
+	})
+	if fnErr != nil {
+		return fnErr // as is
+	}
+	if err != nil {
+		return s.fail("scan calls", err)
+	}
+	return nil
+}
