@@ -3,9 +3,12 @@ package sqlite
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
@@ -214,4 +217,156 @@ func (s *Store) scanLogged(ctx context.Context, since time.Time, fn func(*audit.
 		return s.fail("scan calls", err)
 	}
 	return nil
+}
+
+// An answer that arrives after its call (kept aside in answers_late until
+// the engine takes it, complete.go) cannot take the logged call's place:
+// the log is written once. With Calls "log" the answer taken is kept in
+// calls_completed, and every call read from the log (Get, Scan) whose key
+// has one comes back as the answer, as the replaced row does in the calls
+// table. The answer stays in answers_late too (leaving it would prune a
+// chain entry; the replay hands it to the engine again, which finds the
+// call answered). calls_completed holds a row per answered-late call;
+// retention does not delete them yet (the call, cut from the log, is no
+// longer read, so its row is never shown).
+
+const sqlCreateCompleted = `CREATE TABLE IF NOT EXISTS calls_completed (
+	tenant TEXT NOT NULL, id NOT NULL, time INTEGER NOT NULL, rec BLOB NOT NULL,
+	PRIMARY KEY (tenant, id)) WITHOUT ROWID`
+
+// completedKey names a call of a tenant.
+type completedKey struct{ tenant, id string }
+
+// completedCalls is the answers of calls_completed, in memory, and those
+// of the commit under way (the committer's alone) until it ends.
+type completedCalls struct {
+	mu      sync.RWMutex
+	m       map[completedKey]*audit.Record
+	pending map[completedKey]*audit.Record
+}
+
+// of returns the answer that completed r's call, or r.
+func (c *completedCalls) of(r *audit.Record) *audit.Record {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if a, ok := c.m[completedKey{r.Call.Tenant, r.Call.ID}]; ok {
+		return a
+	}
+	return r
+}
+
+// settle makes the pending answers visible once their commit succeeded,
+// or drops them.
+func (c *completedCalls) settle(ok bool) {
+	if len(c.pending) == 0 {
+		return
+	}
+	if ok {
+		c.mu.Lock()
+		if c.m == nil {
+			c.m = map[completedKey]*audit.Record{}
+		}
+		maps.Copy(c.m, c.pending)
+		c.mu.Unlock()
+	}
+	clear(c.pending)
+}
+
+// loadCompleted creates calls_completed when missing, reads it into
+// s.completed and puts the completing layer over the call log.
+func (s *Store) loadCompleted(ctx context.Context) error {
+	if _, err := s.w.ExecContext(ctx, sqlCreateCompleted); err != nil {
+		return fmt.Errorf("cannot create calls_completed: %w", wrap(err))
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT id, time, rec FROM calls_completed`)
+	if err != nil {
+		return fmt.Errorf("cannot read calls_completed: %w", err)
+	}
+	defer rows.Close()
+	m := map[completedKey]*audit.Record{}
+	for rows.Next() {
+		var id any
+		var t int64
+		var blob []byte
+		if err := rows.Scan(&id, &t, &blob); err != nil {
+			return fmt.Errorf("cannot read calls_completed: %w", err)
+		}
+		rec := &audit.Record{}
+		if _, err := decodeCall(nil, id, t, blob, rec); err != nil {
+			return fmt.Errorf("cannot read calls_completed: %w", err)
+		}
+		m[completedKey{rec.Call.Tenant, rec.Call.ID}] = rec
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("cannot read calls_completed: %w", err)
+	}
+	s.completed.m = m
+	s.opts.CallLog = &completingLog{CallLog: s.opts.CallLog, c: &s.completed}
+	return nil
+}
+
+// completeLogged is completeAnswers with Calls "log": in tx, each call of
+// refs with an answer kept aside whose logged call (as read, completed
+// or not) has no response is completed by it (calls_completed).
+func (s *Store) completeLogged(ctx context.Context, tx *sql.Tx, refs []answerRef) error {
+	for _, ref := range refs {
+		var t int64
+		var blob []byte
+		err := tx.QueryRowContext(ctx, `SELECT time, rec FROM answers_late WHERE tenant = ? AND id = ?`, ref.tenant, ref.id).Scan(&t, &blob)
+		if errors.Is(err, sql.ErrNoRows) {
+			continue
+		}
+		if err != nil {
+			return wrap(err)
+		}
+		ans := &audit.Record{}
+		if _, err := decodeCall(nil, ref.id, t, blob, ans); err != nil {
+			return err
+		}
+		key := completedKey{ans.Call.Tenant, ans.Call.ID}
+		if _, ok := s.completed.pending[key]; ok {
+			continue
+		}
+		recs, err := s.opts.CallLog.Get(ctx, ans.Call.ID)
+		if err != nil {
+			return err
+		}
+		var old *audit.Record
+		for i := range recs {
+			if recs[i].Call.Tenant == ans.Call.Tenant {
+				old = &recs[i]
+			}
+		}
+		if old == nil || old.Call.Responded {
+			continue // deleted since (retention), or answered already
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO calls_completed (tenant, id, time, rec) VALUES (?, ?, ?, ?)`,
+			ans.Call.Tenant, ref.id, t, blob); err != nil {
+			return wrap(err)
+		}
+		if s.completed.pending == nil {
+			s.completed.pending = map[completedKey]*audit.Record{}
+		}
+		s.completed.pending[key] = ans
+	}
+	return nil
+}
+
+// completingLog is the store's CallLog with the answers of
+// calls_completed in their calls' place.
+type completingLog struct {
+	CallLog
+	c *completedCalls
+}
+
+func (l *completingLog) Get(ctx context.Context, id string) ([]audit.Record, error) {
+	recs, err := l.CallLog.Get(ctx, id)
+	for i := range recs {
+		recs[i] = *l.c.of(&recs[i])
+	}
+	return recs, err
+}
+
+func (l *completingLog) Scan(ctx context.Context, q CallScan, fn func(*audit.Record) error) error {
+	return l.CallLog.Scan(ctx, q, func(r *audit.Record) error { return fn(l.c.of(r)) })
 }

@@ -851,6 +851,7 @@ func (s *Store) commitBatch(batch []*request, calls int) error {
 	}
 	stored, err := s.commitOn(ctx, conn, batch, calls)
 	conn.Close()
+	s.completed.settle(err == nil)
 	if err != nil {
 		return err
 	}

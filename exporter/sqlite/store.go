@@ -244,6 +244,9 @@ type Store struct {
 	inv *investigation
 	// ids looks calls up by id (ids.go).
 	ids *idIndex
+	// completed holds the answers that completed logged calls (Calls
+	// "log", completeLogged).
+	completed completedCalls
 
 	// clog is the call log, with Ack "log" (acklog.go); nil otherwise.
 	clog *callLog
@@ -497,6 +500,10 @@ func open(ctx context.Context, path string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("cannot open store %s: %w", path, err)
 	}
 	if opts.Calls == CallsLog {
+		if err := s.loadCompleted(ctx); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("cannot open store %s: %w", path, err)
+		}
 		var n int64
 		if err := s.r.QueryRowContext(ctx, `SELECT count(*) FROM calls`).Scan(&n); err != nil {
 			s.Close()
