@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
+	"github.com/mcpaudit/mcpaudit/exporter/sqlite/calllogs"
 	"github.com/mcpaudit/mcpaudit/internal/conf"
 	"github.com/mcpaudit/mcpaudit/internal/datadir"
 )
@@ -40,6 +41,9 @@ func backupCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	if *dir == "" || *out == "" {
 		return &exitError{code: 2, err: errors.New("--data-dir and --out are required")}
+	}
+	if calllogs.InUse(*dir) {
+		fmt.Fprintf(stderr, "WARNING: the calls of %s are in its call logs (serve.sqlite.calls: log), which this backup does NOT copy: it holds no calls\n", *dir)
 	}
 	info, err := sqlite.Backup(ctx, filepath.Join(*dir, storeFile), *out)
 	if err != nil {

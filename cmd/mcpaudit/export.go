@@ -19,6 +19,7 @@ import (
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/capture"
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
+	"github.com/mcpaudit/mcpaudit/exporter/sqlite/calllogs"
 )
 
 const exportUsage = `usage: mcpaudit export [--api-url URL | --data-dir DIR] [flags] [--out FILE]
@@ -87,6 +88,9 @@ func exportCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 		path = filepath.Join(q.dataDir, storeFile)
 		if err := storeExists(q.dataDir, path); err != nil {
 			return &exitError{code: 2, err: err}
+		}
+		if calllogs.InUse(q.dataDir) {
+			return &exitError{code: 2, err: fmt.Errorf("export: the calls of %s are in its call logs (serve.sqlite.calls: log), which export cannot read from the files yet: export them through serve with --api-url", q.dataDir)}
 		}
 	}
 

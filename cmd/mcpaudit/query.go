@@ -25,6 +25,7 @@ import (
 	"github.com/mcpaudit/mcpaudit/collector/classify"
 	"github.com/mcpaudit/mcpaudit/collector/pipeline"
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
+	"github.com/mcpaudit/mcpaudit/exporter/sqlite/calllogs"
 	"github.com/mcpaudit/mcpaudit/exporter/store"
 	"github.com/mcpaudit/mcpaudit/report"
 )
@@ -52,6 +53,11 @@ func (q *queryFlags) keepOpen() (func(), error) {
 	path := filepath.Join(q.dataDir, storeFile)
 	if err := storeExists(q.dataDir, path); err != nil {
 		return nil, err
+	}
+	if calllogs.InUse(q.dataDir) && q.stderr != nil {
+		// Opening the logs beside a running serve could cut a block it is
+		// writing (the log's recovery): they are read through serve.
+		fmt.Fprintf(q.stderr, "WARNING: the calls of %s are in its call logs (serve.sqlite.calls: log), which --data-dir does not read: calls, and a timeline's calls, are missing here; ask serve with --api-url\n", q.dataDir)
 	}
 	st, err := sqlite.Open(path, sqlite.NewDefaultOptions())
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/mcpaudit/mcpaudit/exporter/chain"
 	"github.com/mcpaudit/mcpaudit/exporter/clickhouse"
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
+	"github.com/mcpaudit/mcpaudit/exporter/sqlite/calllogs"
 	"github.com/mcpaudit/mcpaudit/internal/datadir"
 )
 
@@ -67,6 +68,9 @@ func verifyCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 		path := filepath.Join(*dir, storeFile)
 		if _, err := os.Stat(path); err != nil {
 			return &exitError{code: 2, err: fmt.Errorf("cannot verify %s: %w", *dir, err)}
+		}
+		if calllogs.InUse(*dir) {
+			fmt.Fprintf(stderr, "WARNING: the calls of %s are in its call logs (serve.sqlite.calls: log): the chains do not cover them, and this verification does not read them\n", *dir)
 		}
 		r, err = sqlite.Verify(ctx, path, keys)
 	case "clickhouse":

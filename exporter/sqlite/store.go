@@ -105,12 +105,10 @@ type Options struct {
 	// data dir's calls/ (exporter/sqlite/calllogs), everything else
 	// staying in SQLite. With "log", calls are NOT covered by the
 	// tamper-evidence chain (mcpaudit verify), by mcpaudit backup, nor by
-	// mcpaudit export --data-dir (use --api-url); an answer that arrives
-	// after its call stays aside and does not complete the stored call;
-	// retention hides deleted calls at once and removes their segment
-	// once it is wholly before the cut; a store whose calls table holds
-	// calls is not opened with it. It cannot go with ack "log". Default
-	// "sqlite".
+	// mcpaudit export --data-dir (use --api-url); retention hides
+	// deleted calls at once and removes their segment once it is wholly
+	// before the cut; a store whose calls table holds calls is not opened
+	// with it. It cannot go with ack "log". Default "sqlite".
 	Calls string `yaml:"calls"`
 	// CallLog holds the calls with Calls "log"; the store closes it.
 	CallLog CallLog `yaml:"-"`
@@ -118,7 +116,7 @@ type Options struct {
 
 // NewDefaultOptions returns the documented defaults.
 func NewDefaultOptions() Options {
-	return Options{Synchronous: "full", Ack: AckCommit, LogMaxBytes: 1 << 30, LogWait: 10 * time.Second, MaxBatch: 2000, DeleteChunk: 2000, CacheMiB: 64, ReadConns: 4, ReadCacheMiB: 16, CheckpointEvery: time.Minute}
+	return Options{Synchronous: "full", Ack: AckCommit, Calls: CallsSQLite, LogMaxBytes: 1 << 30, LogWait: 10 * time.Second, MaxBatch: 2000, DeleteChunk: 2000, CacheMiB: 64, ReadConns: 4, ReadCacheMiB: 16, CheckpointEvery: time.Minute}
 }
 
 // Validate checks the options; zero fields are valid (they take defaults).

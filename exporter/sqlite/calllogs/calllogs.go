@@ -20,6 +20,7 @@ import (
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
 	"github.com/mcpaudit/mcpaudit/internal/calllog"
+	"github.com/mcpaudit/mcpaudit/internal/datadir"
 )
 
 // Dir is the directory of the call logs in a data dir.
@@ -450,13 +451,10 @@ func writeCuts(path string, cuts map[string]int64) error {
 		err = os.Rename(tmp, path)
 	}
 	if err == nil {
-		var d *os.File
-		if d, err = os.Open(filepath.Dir(path)); err == nil {
-			err = d.Sync()
-			d.Close()
-		}
+		err = datadir.SyncDir(filepath.Dir(path))
 	}
 	if err != nil {
+		os.Remove(tmp)
 		return fmt.Errorf("cannot save the call logs' cuts: %w", err)
 	}
 	return nil
@@ -515,26 +513,6 @@ func (l *Logs) Newest(ctx context.Context) (time.Time, error) {
 		return time.Time{}, nil
 	}
 	return sqlite.NanosTime(newest), nil
-}
-
-// Stats returns the sum of the tenants' logs' counts and sizes.
-func (l *Logs) Stats() (calllog.Stats, error) {
-	logs, err := l.all()
-	if err != nil {
-		return calllog.Stats{}, err
-	}
-	var st calllog.Stats
-	for _, lg := range logs {
-		s, err := lg.Stats()
-		if err != nil {
-			return st, err
-		}
-		st.Segments += s.Segments
-		st.Calls += s.Calls
-		st.Blocks += s.Blocks
-		st.Bytes += s.Bytes
-	}
-	return st, nil
 }
 
 // Close closes every tenant's log; a second Close does nothing.
