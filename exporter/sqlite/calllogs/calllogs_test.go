@@ -3,7 +3,9 @@ package calllogs_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -103,4 +105,117 @@ func gen(t *testing.T, seed uint64) *storetest.Generator {
 		t.Fatal(err)
 	}
 	return g
+}
+
+// TestDeleteBefore_CutKeptAcrossOpen: the calls retention deleted stay
+// out of reads after the logs are opened again (the cuts file), though
+// their live segment still holds them; another tenant's are kept.
+func TestDeleteBefore_CutKeptAcrossOpen(t *testing.T) {
+	dir := calllogs.Dir(t.TempDir())
+	ctx := context.Background()
+	recs := gen(t, 3).Records(60)
+	for i := range recs {
+		c := *recs[i].Call
+		c.Tenant = []string{"", "acme"}[i%2]
+		recs[i].Call = &c
+	}
+	slices.SortFunc(recs, func(a, b audit.Record) int { return a.Call.Time.Compare(b.Call.Time) })
+	cut := recs[30].Call.Time
+	want := map[string]int{}
+	for _, r := range recs {
+		if r.Call.Tenant == "acme" || !r.Call.Time.Before(cut) {
+			want[r.Call.Tenant+"/"+r.Call.ID]++
+		}
+	}
+	logs, err := calllogs.Open(dir, calllog.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := logs.Append(ctx, recs); err != nil {
+		t.Fatal(err)
+	}
+	n, err := logs.DeleteBefore(cut, "", true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int(n) != len(recs)-len(want) {
+		t.Errorf("DeleteBefore = %d calls, want %d", n, len(recs)-len(want))
+	}
+	if n, err := logs.DeleteBefore(cut, "", true, nil); err != nil || n != 0 {
+		t.Errorf("DeleteBefore again = %d, %v; want 0 (deleted already)", n, err)
+	}
+	if err := logs.Close(); err != nil {
+		t.Fatal(err)
+	}
+	logs, err = calllogs.Open(dir, calllog.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logs.Close()
+	got := map[string]int{}
+	if err := logs.Scan(ctx, sqlite.CallScan{}, func(r *audit.Record) error {
+		got[r.Call.Tenant+"/"+r.Call.ID]++
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("after reopening: %d calls read, want %d (the cut tenant's from %v on, all of acme's)", len(got), len(want), cut)
+	}
+	for _, r := range recs[:30] {
+		if r.Call.Tenant != "" {
+			continue
+		}
+		if got, err := logs.Get(ctx, r.Call.ID); err != nil || len(got) != 0 {
+			t.Errorf("Get(%s), cut: %d calls, %v; want none", r.Call.ID, len(got), err)
+		}
+	}
+}
+
+// TestAnswerCompletes_KeptAcrossOpen: an answer the engine took completes
+// its logged call in reads after the store is opened again
+// (calls_completed is read at open).
+func TestAnswerCompletes_KeptAcrossOpen(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	var answered audit.Record
+	for _, r := range gen(t, 4).Records(200) {
+		if r.Call.Responded {
+			answered = r
+			break
+		}
+	}
+	if answered.Call == nil {
+		t.Fatal("the generator gave no answered call")
+	}
+	c := *answered.Call
+	unanswered := answered
+	unanswered.Call = &c
+	c.Responded, c.Result, c.TransportError = false, nil, "timeout"
+	unanswered.Outcome = audit.OutcomeNoResponse
+	st := open(t, dir, calllog.Options{})
+	if _, _, _, _, err := st.AppendCallsAnswered(ctx, []audit.Record{unanswered}); err != nil {
+		t.Fatal(err)
+	}
+	if _, held, _, ans, err := st.AppendCallsAnswered(ctx, []audit.Record{answered}); err != nil || len(held) != 1 || len(ans) != 1 {
+		t.Fatalf("the answer sent after the call: held %v, answered %v, %v; want [0] [0]", held, ans, err)
+	}
+	if err := st.Commit(ctx, audit.Results{Answered: []audit.CallRef{{Tenant: c.Tenant, ID: c.ID, Time: c.Time}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	st = open(t, dir, calllog.Options{})
+	defer st.Close()
+	var got []*audit.Record
+	if err := st.ScanCalls(ctx, time.Time{}, func(r *audit.Record) error {
+		got = append(got, r)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || !got[0].Call.Responded {
+		t.Fatalf("after reopening: %d calls, the first answered: %v; want the one call, answered", len(got), len(got) > 0 && got[0].Call.Responded)
+	}
 }
