@@ -187,12 +187,7 @@ var logReplays atomic.Int64
 // kill left in it. 10 kills, over OTLP/gRPC and call records.
 func TestServe_KillLoopAckLog(t *testing.T) {
 	t.Parallel() // serve children on data dirs and ports of their own
-	for _, carrier := range []string{carrierCalls, carrierOTLPGRPC} {
-		t.Run(carrier, func(t *testing.T) {
-			t.Parallel()
-			embeddedKillLoop(t, carrier, 10, "  sqlite:\n    ack: log\n")
-		})
-	}
+	recordsAndGRPC(t, 10, "  sqlite:\n    ack: log\n")
 	t.Cleanup(func() { t.Logf("%d restarts applied frames a kill left in the call log", logReplays.Load()) })
 }
 
@@ -202,10 +197,16 @@ func TestServe_KillLoopAckLog(t *testing.T) {
 // kills, over call records and OTLP/gRPC.
 func TestServe_KillLoopCallsLog(t *testing.T) {
 	t.Parallel() // serve children on data dirs and ports of their own
+	recordsAndGRPC(t, 10, "  sqlite:\n    calls: log\n")
+}
+
+// recordsAndGRPC runs embeddedKillLoop over call records and OTLP/gRPC,
+// in parallel subtests.
+func recordsAndGRPC(t *testing.T, kills int, serveYAML string) {
 	for _, carrier := range []string{carrierCalls, carrierOTLPGRPC} {
 		t.Run(carrier, func(t *testing.T) {
 			t.Parallel()
-			embeddedKillLoop(t, carrier, 10, "  sqlite:\n    calls: log\n")
+			embeddedKillLoop(t, carrier, kills, serveYAML)
 		})
 	}
 }
