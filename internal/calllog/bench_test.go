@@ -7,6 +7,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -292,16 +294,154 @@ func cpuTime() time.Duration {
 
 // writtenBytes is what the process has written with write calls so far
 // (wchar of /proc/self/io), 0 where that is not available.
-func writtenBytes() int64 {
-	b, err := os.ReadFile("/proc/self/io")
+func writtenBytes() int64 { return procValue("/proc/self/io", "wchar:") }
+
+// residentBytes is the process's resident set (VmRSS of
+// /proc/self/status, in kB there), 0 where that is not available.
+func residentBytes() int64 { return procValue("/proc/self/status", "VmRSS:") << 10 }
+
+// procValue returns the number after prefix in a line of file, a /proc
+// file, its unit (" kB") dropped; 0 where there is none.
+func procValue(file, prefix string) int64 {
+	b, err := os.ReadFile(file)
 	if err != nil {
 		return 0
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "wchar: "); ok {
-			n, _ := strconv.ParseInt(v, 10, 64)
+		if v, ok := strings.CutPrefix(line, prefix); ok {
+			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
 			return n
 		}
 	}
 	return 0
+}
+
+// BenchmarkGet looks stored calls up by id alone (Get: every segment's id
+// table) and by id and time (GetAt: the segments covering the time), in a
+// log of 20,000 calls in 400 sealed segments of 50 calls, reopened, with
+// the sealed tables' bound at its default (every table fits) and at 64 KiB
+// (about 35 of the 400 fit: Get reads most again at each lookup).
+//
+//	go test -run '^$' -bench Get -benchtime 2000x ./internal/calllog/
+func BenchmarkGet(b *testing.B) {
+	const calls, perSegment = 20000, 50
+	recs := gen(b, 1, calls)
+	dir := filepath.Join(b.TempDir(), "calls")
+	l, err := Open(dir, Options{SegmentBytes: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := 0; i < calls; i += perSegment {
+		if _, err := l.Append(context.Background(), recs[i:i+perSegment]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	l.Close()
+	for _, bound := range []struct {
+		name  string
+		bytes int64
+	}{{"default", 0}, {"64KiB", 64 << 10}} {
+		l, err := Open(dir, Options{SegmentBytes: 1, TableBytes: bound.bytes})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, by := range []string{"Get", "GetAt"} {
+			b.Run(by+"/"+bound.name, func(b *testing.B) {
+				for i := range b.N {
+					r := &recs[splitmix(uint64(i))%calls]
+					var ok bool
+					var err error
+					if by == "Get" {
+						_, ok, err = l.Get(context.Background(), r.Call.ID)
+					} else {
+						_, ok, err = l.GetAt(context.Background(), r.Call.ID, r.Call.Time)
+					}
+					if !ok || err != nil {
+						b.Fatalf("%s(%s) = %v, %v", by, r.Call.ID, ok, err)
+					}
+				}
+			})
+		}
+		l.Close()
+	}
+}
+
+// BenchmarkOpenSealed opens a log of 1,000,000 calls in sealed segments of
+// about 24,000 (42 segments of 2 MiB) (written once, then opened b.N times) and reports the heap
+// in use after a collection per call, with the
+// log open (and the growth of the process's resident set, VmRSS, over the
+// open, the heap's garbage returned to the system before and after), after GetAt of 100 calls spread over every segment, and after
+// one Get (which looks in every sealed segment's table); the heap after
+// lookups holds the decoded blocks the log keeps (32), so the sealed
+// tables kept loaded are reported apart.
+//
+//	go test -run '^$' -bench OpenSealed -benchtime 3x ./internal/calllog/
+func BenchmarkOpenSealed(b *testing.B) {
+	const calls, batch = 1_000_000, 2000
+	dir := filepath.Join(b.TempDir(), "calls")
+	opts := Options{SegmentBytes: 2 << 20}
+	recs := gen(b, 1, 20000)
+	l, err := Open(dir, opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	buf := make([]audit.Record, batch)
+	for j := range calls / batch {
+		for i := range buf {
+			n := uint64(j*batch + i)
+			buf[i] = fresh(recs[n%uint64(len(recs))], n)
+		}
+		if _, err := l.Append(context.Background(), buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := l.Close(); err != nil {
+		b.Fatal(err)
+	}
+	heap := func() float64 {
+		runtime.GC()
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return float64(m.HeapInuse)
+	}
+	base := heap()
+	var open, afterGet, afterGetAt, rss, tablesGetAt, tablesGet float64
+	var segments int
+	for range b.N {
+		debug.FreeOSMemory()
+		rss0 := residentBytes()
+		l, err := Open(dir, opts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		open = heap() - base
+		debug.FreeOSMemory()
+		rss = float64(residentBytes() - rss0)
+		st, _ := l.Stats()
+		segments = st.Segments
+		for i := range 100 {
+			n := uint64(i) * (calls / 100)
+			r := fresh(recs[n%uint64(len(recs))], n)
+			if _, ok, err := l.GetAt(context.Background(), r.Call.ID, r.Call.Time); !ok || err != nil {
+				b.Fatalf("GetAt = %v, %v", ok, err)
+			}
+		}
+		afterGetAt = heap() - base
+		tablesGetAt = float64(l.tables.size())
+		r := fresh(recs[0], 0)
+		if _, ok, err := l.Get(context.Background(), r.Call.ID); !ok || err != nil {
+			b.Fatalf("Get = %v, %v", ok, err)
+		}
+		afterGet = heap() - base
+		tablesGet = float64(l.tables.size())
+		l.Close()
+	}
+	b.ReportMetric(float64(segments), "segments")
+	b.ReportMetric(open/calls, "heap-B/call")
+	b.ReportMetric(afterGetAt/calls, "heap-after-100-GetAt-B/call")
+	b.ReportMetric(afterGet/calls, "heap-after-Get-B/call")
+	b.ReportMetric(rss/calls, "rss-open-B/call")
+	b.ReportMetric(tablesGetAt/calls, "tables-after-100-GetAt-B/call")
+	b.ReportMetric(tablesGet/calls, "tables-after-Get-B/call")
 }

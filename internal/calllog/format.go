@@ -70,6 +70,9 @@ var (
 	// ErrTime is returned by Append when a call's time cannot be stored
 	// (outside the years 1678-2262).
 	ErrTime = errors.New("call time out of range")
+	// ErrNoSegment is returned by BlockHashes for a segment the log does
+	// not hold.
+	ErrNoSegment = errors.New("no such call log segment")
 )
 
 // CorruptError says where a segment or an index is damaged. It matches

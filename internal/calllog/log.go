@@ -2,6 +2,7 @@ package calllog
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"math"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
@@ -25,17 +27,29 @@ type Options struct {
 	// SegmentBytes seals the live segment once it holds this many bytes.
 	// Default 64 MiB.
 	SegmentBytes int64
-	// SegmentAge seals the live segment once it is this old (checked at
-	// each group commit). Default 1h.
+	// SegmentAge seals the live segment once its first block is this
+	// old, by a timer, so that an idle log seals its last segment too.
+	// Default 1h.
 	SegmentAge time.Duration
 	// MaxGroupCalls bounds the calls of one group commit, one block.
 	// Default 8192.
 	MaxGroupCalls int
 	// Level is zstd's level for blocks. Default zstd.SpeedDefault.
 	Level zstd.EncoderLevel
+	// TableBytes bounds the memory of the sealed segments' id and
+	// document and session tables kept loaded (12 bytes a call and a
+	// key): a table is read from its index file when a lookup needs it,
+	// and those used least lately are let go past the bound. Default 64
+	// MiB (about five segments of 64 MiB).
+	TableBytes int64
 	// OnCommit, when set, is called by the committer after each block is
 	// synced with the number of calls it holds (benchmarks).
 	OnCommit func(calls int)
+	// OnBlock, when set, is called by the committer after each block is
+	// synced, before the appends it holds return, with the block's place,
+	// calls and SHA-256 (the chain of tamper evidence records them). The
+	// committer waits for it: it must not call the log.
+	OnBlock func(BlockInfo)
 }
 
 func (o *Options) defaults() {
@@ -51,6 +65,9 @@ func (o *Options) defaults() {
 	if o.Level == 0 {
 		o.Level = zstd.SpeedDefault
 	}
+	if o.TableBytes <= 0 {
+		o.TableBytes = 64 << 20
+	}
 }
 
 // Log is one tenant's log of calls in a directory of its own. It is safe
@@ -64,7 +81,11 @@ type Log struct {
 	mu     sync.RWMutex
 	sealed []*segment // by number
 	live   *segment   // nil only while closed
-	failed error      // set when the log can no longer append
+	// failed is set when the log can no longer append until it is opened
+	// again: a segment that cannot be cut back to its last synced block,
+	// or a next segment created for a seal that failed that cannot be
+	// removed. A seal that fails alone is tried again at the next commit.
+	failed error
 
 	reqs chan *request
 	stop chan struct{}
@@ -76,7 +97,8 @@ type Log struct {
 	closed   bool
 	inflight sync.WaitGroup
 
-	cache blockCache
+	cache  blockCache
+	tables tableCache
 }
 
 // segment is one segment file with its time index and id table.
@@ -84,6 +106,10 @@ type segment struct {
 	num  uint64
 	path string
 	f    *os.File // read handle; the live segment's is also written
+	// refs counts the log's hold on the segment (one while it is listed)
+	// and the readers' (a scan): f is closed when the last lets go, so a
+	// scan goes on reading a segment that retention removed meanwhile.
+	refs atomic.Int32
 	// The fields below are guarded by the log's mu; the committer alone
 	// changes them.
 	blocks   []blockRef
@@ -91,40 +117,62 @@ type segment struct {
 	calls    int
 	size     int64
 	created  time.Time
-	// A sealed segment's id table, and its table of the blocks of each
-	// document and session key, sorted by hash then block.
-	idTable, keyTable table
-	// The live segment's: the block of each id hash, and of the hashes
-	// met again (collisions, checked like any match); the blocks of each
-	// key.
+	// A sealed segment's id table and table of the blocks of each
+	// document and session key are in its index file, read when a lookup
+	// needs them (Log.tables). The live segment's are these: the block of
+	// each id hash, and of the hashes met again (collisions, checked like
+	// any match); the blocks of each key. They are nil once it is sealed.
 	ids  map[uint64]uint32
 	more map[uint64][]uint32
 	keys map[uint64][]uint32
 }
 
 func newSegmentState(s *segment) {
+	s.refs.Store(1)
 	s.min, s.max = math.MaxInt64, math.MinInt64
 	s.ids, s.more, s.keys = map[uint64]uint32{}, map[uint64][]uint32{}, map[uint64][]uint32{}
 }
 
-// candidates returns the blocks of s that may hold an id of hash h.
-func (s *segment) candidates(h uint64, out []uint32) []uint32 {
+// hold takes a reader's hold on s; the caller holds the log's mu, under
+// which s is listed.
+func (s *segment) hold() { s.refs.Add(1) }
+
+// release lets go of a hold on s, and closes its file after the last.
+func (s *segment) release() error {
+	if s.refs.Add(-1) == 0 {
+		return s.f.Close()
+	}
+	return nil
+}
+
+// candidates returns the blocks of s that may hold an id of hash h; the
+// caller holds mu.
+func (l *Log) candidates(s *segment, h uint64, out []uint32) ([]uint32, error) {
 	if s.ids != nil {
 		if b, ok := s.ids[h]; ok {
 			out = append(out, b)
 			out = append(out, s.more[h]...)
 		}
-		return out
+		return out, nil
 	}
-	return s.idTable.find(h, out)
+	t, err := l.tables.get(s)
+	if err != nil {
+		return out, err
+	}
+	return t.ids.find(h, out), nil
 }
 
-// keyBlocks returns the blocks of s that may hold a call of key hash h.
-func (s *segment) keyBlocks(h uint64, out []uint32) []uint32 {
+// keyBlocks returns the blocks of s that may hold a call of key hash h;
+// the caller holds mu.
+func (l *Log) keyBlocks(s *segment, h uint64, out []uint32) ([]uint32, error) {
 	if s.keys != nil {
-		return append(out, s.keys[h]...)
+		return append(out, s.keys[h]...), nil
 	}
-	return s.keyTable.find(h, out)
+	t, err := l.tables.get(s)
+	if err != nil {
+		return out, err
+	}
+	return t.keys.find(h, out), nil
 }
 
 // add enters a call of block b, with its id hash h and key hashes, in the
@@ -164,6 +212,7 @@ func Open(dir string, opts Options) (*Log, error) {
 	l := &Log{dir: dir, opts: opts, enc: newEncoder(opts.Level),
 		reqs: make(chan *request, 64), stop: make(chan struct{}), done: make(chan struct{})}
 	l.cache.init(32)
+	l.tables.init(opts.TableBytes)
 	if err := l.load(); err != nil {
 		l.closeFiles()
 		return nil, err
@@ -248,11 +297,41 @@ var maxAppendBytes = maxBlockRaw / 2
 // them all.
 func (l *Log) commit() {
 	defer close(l.done)
+	// The age timer runs while the live segment holds a block: it seals
+	// the segment once that block is SegmentAge old, with no commit to
+	// check it.
+	age := time.NewTimer(time.Hour)
+	age.Stop()
+	defer age.Stop()
+	var ageC <-chan time.Time
+	arm := func(d time.Duration) {
+		age.Reset(max(d, 0))
+		ageC = age.C
+	}
+	armAge := func() {
+		if live := l.live; len(live.blocks) > 0 && l.failed == nil {
+			arm(l.opts.SegmentAge - time.Since(live.created))
+		} else {
+			age.Stop()
+			ageC = nil
+		}
+	}
+	armAge()
 	var group []*request
 	for {
 		select {
 		case r := <-l.reqs:
 			group = append(group[:0], r)
+		case <-ageC:
+			ageC = nil
+			if live := l.live; l.failed == nil && len(live.blocks) > 0 && time.Since(live.created) >= l.opts.SegmentAge {
+				if err := l.rotate(); err != nil {
+					arm(min(l.opts.SegmentAge, sealRetry))
+					continue
+				}
+			}
+			armAge()
+			continue
 		case <-l.stop:
 			return
 		}
@@ -275,8 +354,13 @@ func (l *Log) commit() {
 			}
 			close(r.done)
 		}
+		armAge()
 	}
 }
+
+// sealRetry is how long the age timer waits to try again a seal that
+// failed (at most SegmentAge); a commit tries it too.
+const sealRetry = time.Second
 
 func (l *Log) commitGroup(group []*request) error {
 	if l.failed != nil {
@@ -337,6 +421,9 @@ func (l *Log) commitGroup(group []*request) error {
 		return l.writeFailed(fmt.Errorf("cannot sync call log %s: %w", live.path, err))
 	}
 	l.mu.Lock()
+	if len(live.blocks) == 0 {
+		live.created = time.Now()
+	}
 	bn := uint32(len(live.blocks))
 	live.blocks = append(live.blocks, blockRef{off: live.size, size: uint32(len(data)), count: uint32(len(accept)), min: mn, max: mx})
 	live.size += int64(len(data))
@@ -349,12 +436,15 @@ func (l *Log) commitGroup(group []*request) error {
 	if l.opts.OnCommit != nil {
 		l.opts.OnCommit(len(accept))
 	}
+	if l.opts.OnBlock != nil {
+		r := live.blocks[bn]
+		l.opts.OnBlock(blockInfo(live.num, bn, r, sha256.Sum256(data)))
+	}
 	if live.size >= l.opts.SegmentBytes || time.Since(live.created) >= l.opts.SegmentAge {
-		if err := l.rotate(); err != nil {
-			// The block is synced: this group is acknowledged; the next
-			// append fails.
-			l.failed = err
-		}
+		// The block is synced: this group is acknowledged whatever the
+		// seal does. A seal that fails leaves the live segment live and
+		// whole: the next groups go on into it and try the seal again.
+		l.rotate()
 	}
 	return nil
 }
@@ -364,22 +454,33 @@ func (l *Log) commitGroup(group []*request) error {
 // next group goes to a new segment.
 func (l *Log) writeFailed(err error) error {
 	live := l.live
-	if terr := live.f.Truncate(live.size); terr != nil {
+	// The cut is synced before the seal, which creates the next segment
+	// first: a crash then finds this segment, no longer the last, whole,
+	// not with a torn tail a sealed segment is refused for.
+	terr := live.f.Truncate(live.size)
+	if terr == nil {
+		terr = spool.Fdatasync(live.f)
+	}
+	if terr != nil {
 		l.failed = fmt.Errorf("%w (and cannot cut it back: %v)", err, terr)
 		return err
 	}
-	if rerr := l.rotate(); rerr != nil {
-		l.failed = rerr
-	}
+	// When the seal fails too, the live segment, cut back, takes the
+	// next group at its last synced block, and the seal is tried again.
+	l.rotate()
 	return err
 }
 
 // storedLocked tells whether the log holds id (of hash h, at time t); the
 // caller holds mu. A duplicate can only be in the live segment or in a
-// sealed one whose time range covers t.
+// sealed one whose time range meets t's millisecond (idWindow): the same
+// call sent with its time in milliseconds, or in nanoseconds, has one id.
 func (l *Log) storedLocked(h uint64, id string, t int64, cand *[]uint32) (bool, error) {
 	check := func(s *segment) (bool, error) {
-		*cand = s.candidates(h, (*cand)[:0])
+		var err error
+		if *cand, err = l.candidates(s, h, (*cand)[:0]); err != nil {
+			return false, err
+		}
 		for _, bn := range *cand {
 			b, err := l.readBlock(s, bn)
 			if err != nil {
@@ -396,8 +497,9 @@ func (l *Log) storedLocked(h uint64, id string, t int64, cand *[]uint32) (bool, 
 	if ok, err := check(l.live); ok || err != nil {
 		return ok, err
 	}
+	lo, hi := idWindow(t)
 	for _, s := range l.sealed {
-		if s.min <= t && t <= s.max {
+		if s.min <= hi && lo <= s.max {
 			if ok, err := check(s); ok || err != nil {
 				return ok, err
 			}
@@ -407,21 +509,30 @@ func (l *Log) storedLocked(h uint64, id string, t int64, cand *[]uint32) (bool, 
 }
 
 // rotate seals the live segment (when it holds a block; else removes it)
-// and starts the next.
+// and starts the next. The next segment is created first: on an error the
+// live segment stays live and whole, and the seal is tried again later.
+// Where what a failed seal left cannot be undone, rotate sets failed.
 func (l *Log) rotate() error {
 	live := l.live
-	next := live.num + 1
-	if len(live.blocks) > 0 {
-		if err := l.seal(live); err != nil {
-			return err
-		}
-	} else {
-		live.f.Close()
-		os.Remove(live.path)
-	}
-	s, err := l.createSegment(next)
+	s, err := l.createSegment(live.num + 1)
 	if err != nil {
 		return err
+	}
+	if len(live.blocks) > 0 {
+		if err := l.seal(live); err != nil {
+			// The next segment goes, durably, so that the live one stays
+			// the last: a crash recovers it as live, its torn tail cut,
+			// not as a sealed segment refused for that tail.
+			s.f.Close()
+			rerr := os.Remove(s.path)
+			if rerr == nil {
+				rerr = syncDir(l.dir)
+			}
+			if rerr != nil {
+				l.failed = fmt.Errorf("%w (and cannot remove the next segment %s: %v)", err, s.path, rerr)
+			}
+			return err
+		}
 	}
 	l.mu.Lock()
 	if len(live.blocks) > 0 {
@@ -429,6 +540,10 @@ func (l *Log) rotate() error {
 	}
 	l.live = s
 	l.mu.Unlock()
+	if len(live.blocks) == 0 {
+		live.release()
+		os.Remove(live.path)
+	}
 	return nil
 }
 
@@ -474,10 +589,19 @@ func (l *Log) seal(s *segment) error {
 	}
 	ids, keys := sorted(ps), sorted(ks)
 	if err := writeFileSynced(idxPath(s.path), encodeIndex(blocks, ids, keys)); err != nil {
+		// An index left by a failed seal (its directory not synced after
+		// the rename) would make the segment, still live, sealed at the
+		// next open without the blocks appended since.
+		if rerr := os.Remove(idxPath(s.path)); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+			l.failed = fmt.Errorf("%w (and cannot remove the index: %v)", err, rerr)
+		}
 		return err
 	}
 	l.mu.Lock()
-	s.idTable, s.keyTable, s.ids, s.more, s.keys = ids, keys, nil, nil, nil
+	// Its tables are kept loaded while the bound allows: late calls and
+	// queries fall mostly into the segments sealed last.
+	l.tables.put(s.num, &sealedTables{ids: ids, keys: keys})
+	s.ids, s.more, s.keys = nil, nil, nil
 	l.mu.Unlock()
 	return nil
 }
@@ -573,7 +697,6 @@ func (l *Log) DeleteBefore(t time.Time) (int64, error) {
 	var errs []error
 	for _, s := range gone {
 		calls += int64(s.calls)
-		s.f.Close()
 		// The segment first: an index without its segment is removed
 		// at open, a segment without its index is indexed again.
 		if err := os.Remove(s.path); err != nil {
@@ -583,6 +706,9 @@ func (l *Log) DeleteBefore(t time.Time) (int64, error) {
 			errs = append(errs, err)
 		}
 		l.cache.drop(s.num)
+		l.tables.drop(s.num)
+		// Its file stays open until the scans reading it end.
+		s.release()
 	}
 	if len(gone) > 0 {
 		if err := syncDir(l.dir); err != nil {
@@ -655,7 +781,7 @@ func (l *Log) closeFiles() error {
 	var errs []error
 	for _, s := range append(slices.Clone(l.sealed), l.live) {
 		if s != nil && s.f != nil {
-			errs = append(errs, s.f.Close())
+			errs = append(errs, s.release())
 		}
 	}
 	// Reads after Close see no segment and say ErrClosed.

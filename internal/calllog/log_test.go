@@ -4,9 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
-	"github.com/mcpaudit/mcpaudit/internal/tmpfs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +19,7 @@ import (
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
 	"github.com/mcpaudit/mcpaudit/exporter/storetest"
+	"github.com/mcpaudit/mcpaudit/internal/tmpfs"
 )
 
 // gen returns n generated calls; calls of different seeds may share ids
@@ -261,6 +262,30 @@ func TestDedupe(t *testing.T) {
 		}
 		got := scanAll(t, l, time.Time{}, time.Time{})
 		sameSet(t, "Scan", got, sortedIDs(append(slices.Clone(recs), more...)))
+	})
+	t.Run("two_carriers", func(t *testing.T) {
+		// One call sent with its time in nanoseconds, then again with it
+		// rounded to the millisecond (an OTLP span, then a call record):
+		// one id. The first is alone in a sealed segment, whose time range
+		// the second time is outside of, by less than half a millisecond.
+		l := open(t, t.TempDir(), Options{SegmentBytes: 1})
+		defer l.Close()
+		recs := gen(t, 15, 2)
+		ns := recs[0]
+		c := *ns.Call
+		c.Time = c.Time.Round(time.Millisecond).Add(300 * time.Microsecond)
+		ns.Call = &c
+		ms := recs[0]
+		c2 := c
+		c2.Time = c.Time.Round(time.Millisecond)
+		ms.Call = &c2
+		appendAll(t, l, []audit.Record{ns})
+		if held := appendAll(t, l, []audit.Record{ms, recs[1]}); !slices.Equal(held, []int{0}) {
+			t.Fatalf("the call sent again in milliseconds: held %v, want [0]", held)
+		}
+		if got := scanAll(t, l, time.Time{}, time.Time{}); len(got) != 2 {
+			t.Fatalf("stored %d calls, want 2", len(got))
+		}
 	})
 	t.Run("hash_collision", func(t *testing.T) {
 		// Two ids of one hash are two calls: a match of the hash is checked
@@ -661,5 +686,524 @@ func TestDiskFull(t *testing.T) {
 		if _, ok, err := l.Get(context.Background(), recs[i].Call.ID); !ok || err != nil {
 			t.Fatalf("call %d, acknowledged, not found after reopening: %v, %v", i, ok, err)
 		}
+	}
+}
+
+func TestIDWindow(t *testing.T) {
+	f := func(at time.Time) {
+		t.Helper()
+		n, _ := sqlite.TimeNanos(at)
+		lo, hi := idWindow(n)
+		m := at.Round(time.Millisecond)
+		// Every time rounding to at's millisecond is in the window, and
+		// the times just outside round elsewhere.
+		wlo, _ := sqlite.TimeNanos(m.Add(-500 * time.Microsecond))
+		whi, _ := sqlite.TimeNanos(m.Add(500*time.Microsecond - 1))
+		if lo != wlo || hi != whi {
+			t.Fatalf("idWindow(%s) = [%d, %d], want [%d, %d]", at, lo, hi, wlo, whi)
+		}
+		if sqlite.NanosTime(lo).Round(time.Millisecond) != m || sqlite.NanosTime(hi).Round(time.Millisecond) != m ||
+			sqlite.NanosTime(lo-1).Round(time.Millisecond) == m || sqlite.NanosTime(hi+1).Round(time.Millisecond) == m {
+			t.Fatalf("idWindow(%s) = [%d, %d] is not the times rounding to %s", at, lo, hi, m)
+		}
+	}
+	t0 := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
+	f(t0)
+	f(t0.Add(300 * time.Microsecond))
+	f(t0.Add(499_999))
+	f(t0.Add(500_000))
+	f(t0.Add(-1))
+	f(time.Date(1969, 12, 31, 23, 59, 59, 999_700_000, time.UTC))
+	f(time.Date(1900, 1, 1, 0, 0, 0, 400_000, time.UTC))
+}
+
+// TestGetAt: a lookup given the call's time finds every stored call in
+// whichever segment holds it, with its time in nanoseconds or rounded to
+// the millisecond, and looks in the segments covering that time alone: a
+// time of another millisecond finds nothing.
+func TestGetAt(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{SegmentBytes: 16 << 10}
+	recs := gen(t, 14, 2000)
+	l := open(t, dir, opts)
+	for i := 0; i < len(recs); i += 100 {
+		appendAll(t, l, recs[i:i+100])
+	}
+	check := func(l *Log) {
+		t.Helper()
+		for i := range recs {
+			at := recs[i].Call.Time
+			for _, tt := range []time.Time{at, at.Round(time.Millisecond)} {
+				got, ok, err := l.GetAt(context.Background(), recs[i].Call.ID, tt)
+				if err != nil || !ok || !same(got, &recs[i]) {
+					t.Fatalf("GetAt(%s, %s) = %v, %v", recs[i].Call.ID, tt, ok, err)
+				}
+			}
+		}
+		// Sealed segments hold calls of other times only: not looked in.
+		l.mu.RLock()
+		if len(l.sealed) < 3 {
+			t.Fatalf("%d sealed segments, want several", len(l.sealed))
+		}
+		first := l.sealed[0]
+		l.mu.RUnlock()
+		id := recs[0].Call.ID
+		if _, ok, err := l.GetAt(context.Background(), id, sqlite.NanosTime(first.max).Add(time.Hour)); ok || err != nil {
+			t.Fatalf("GetAt of a sealed call at a time its segment does not cover = %v, %v", ok, err)
+		}
+		if _, ok, err := l.Get(context.Background(), id); !ok || err != nil {
+			t.Fatalf("Get = %v, %v", ok, err)
+		}
+	}
+	check(l)
+	l.Close()
+	l = open(t, dir, opts)
+	defer l.Close()
+	check(l)
+	if _, _, err := l.GetAt(context.Background(), recs[0].Call.ID, time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC)); !errors.Is(err, ErrTime) {
+		t.Fatalf("GetAt in the year 3000: %v, want ErrTime", err)
+	}
+}
+
+// TestScanDuringRetention: retention removing every sealed segment while
+// a scan reads them does not end the scan: it gives every call it began
+// with, and the files are gone as soon as DeleteBefore returns.
+func TestScanDuringRetention(t *testing.T) {
+	l := open(t, t.TempDir(), Options{SegmentBytes: 1})
+	defer l.Close()
+	recs := gen(t, 16, 500)
+	for i := 0; i < len(recs); i += 100 {
+		appendAll(t, l, recs[i:i+100])
+	}
+	l.mu.RLock()
+	var paths []string
+	for _, s := range l.sealed {
+		paths = append(paths, s.path, idxPath(s.path))
+	}
+	l.mu.RUnlock()
+	var ids []string
+	err := l.Scan(context.Background(), time.Time{}, time.Time{}, func(r *audit.Record) error {
+		if len(ids) == 0 {
+			if n, err := l.DeleteBefore(storetest.T0.Add(1000 * time.Hour)); err != nil || n != 500 {
+				return fmt.Errorf("DeleteBefore = %d, %v; want 500", n, err)
+			}
+			for _, p := range paths {
+				if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+					return fmt.Errorf("%s still there after DeleteBefore: %v", p, err)
+				}
+			}
+		}
+		ids = append(ids, r.Call.ID)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("Scan racing DeleteBefore: %v", err)
+	}
+	sameSet(t, "Scan racing DeleteBefore", ids, sortedIDs(recs))
+	if got := scanAll(t, l, time.Time{}, time.Time{}); len(got) != 0 {
+		t.Fatalf("a scan after retention gives %d calls", len(got))
+	}
+}
+
+// TestAgeSeal: an idle log seals its live segment once its first block is
+// SegmentAge old, by a timer, with no commit to check it; the index is
+// there after a reopen.
+func TestAgeSeal(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{SegmentAge: 50 * time.Millisecond}
+	l := open(t, dir, opts)
+	recs := gen(t, 17, 100)
+	appendAll(t, l, recs)
+	// Waits for the timer; on a log that seals at a commit alone it never
+	// comes, and the test fails after a minute.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		l.mu.RLock()
+		n := len(l.sealed)
+		l.mu.RUnlock()
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the live segment, idle, was not sealed after its age")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	l.mu.RLock()
+	idx := idxPath(l.sealed[0].path)
+	l.mu.RUnlock()
+	if _, err := os.Stat(idx); err != nil {
+		t.Fatalf("no index for the segment sealed by age: %v", err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l = open(t, dir, opts)
+	defer l.Close()
+	sameSet(t, "after a reopen", scanAll(t, l, time.Time{}, time.Time{}), sortedIDs(recs))
+	if held := appendAll(t, l, recs); len(held) != len(recs) {
+		t.Fatalf("held %d of %d stored calls", len(held), len(recs))
+	}
+}
+
+// TestSealFails: a seal that fails (no inode left on a real tmpfs for the
+// next segment or the index: appends to the live segment still fit) does
+// not refuse appends: they go on into the live segment, and the seal is
+// tried again at the next commit, which seals once inodes are freed.
+func TestSealFails(t *testing.T) {
+	// Mount passes its size to mount -o size=…: the inode limit rides
+	// along.
+	root := tmpfs.Mount(t, "8m,nr_inodes=64")
+	dir := filepath.Join(root, "calls")
+	opts := Options{SegmentBytes: 1}
+	l := open(t, dir, opts)
+	defer l.Close()
+	// Every inode left goes to ballast.
+	var ballast []string
+	for i := 0; ; i++ {
+		p := filepath.Join(root, fmt.Sprintf("ballast%d", i))
+		f, err := os.Create(p)
+		if err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatal(err)
+			}
+			break
+		}
+		f.Close()
+		ballast = append(ballast, p)
+	}
+	if len(ballast) < 2 {
+		t.Fatalf("%d inodes left for ballast", len(ballast))
+	}
+	recs := gen(t, 18, 500)
+	for i := 0; i < 300; i += 100 {
+		if _, err := l.Append(context.Background(), recs[i:i+100]); err != nil {
+			t.Fatalf("batch %d, its seal failing: %v", i/100, err)
+		}
+	}
+	if st, _ := l.Stats(); st.Segments != 1 || st.Calls != 300 {
+		t.Fatalf("Stats = %+v while seals fail, want one live segment of 300 calls", st)
+	}
+	for _, p := range ballast[:2] {
+		os.Remove(p)
+	}
+	appendAll(t, l, recs[300:400])
+	l.mu.RLock()
+	sealed := len(l.sealed)
+	l.mu.RUnlock()
+	if sealed != 1 {
+		t.Fatalf("%d sealed segments once inodes are freed, want 1", sealed)
+	}
+	for i := range 400 {
+		if _, ok, err := l.GetAt(context.Background(), recs[i].Call.ID, recs[i].Call.Time); !ok || err != nil {
+			t.Fatalf("call %d: %v, %v", i, ok, err)
+		}
+	}
+	l.Close()
+	for _, p := range ballast[2:] {
+		os.Remove(p)
+	}
+	l = open(t, dir, opts)
+	defer l.Close()
+	sameSet(t, "after a reopen", scanAll(t, l, time.Time{}, time.Time{}), sortedIDs(recs[:400]))
+	appendAll(t, l, recs[400:])
+}
+
+// TestBlockHashes: the hashes OnBlock gives at commit are those of the
+// bytes in the file, BlockHashes reads the same back after a reopen, and a
+// byte flipped in a block changes that block's hash alone.
+func TestBlockHashes(t *testing.T) {
+	dir := t.TempDir()
+	var mu sync.Mutex
+	var given []BlockInfo
+	opts := Options{SegmentBytes: 16 << 10, OnBlock: func(b BlockInfo) {
+		mu.Lock()
+		given = append(given, b)
+		mu.Unlock()
+	}}
+	l := open(t, dir, opts)
+	recs := gen(t, 19, 1500)
+	for i := 0; i < len(recs); i += 100 {
+		appendAll(t, l, recs[i:i+100])
+	}
+	l.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	calls := 0
+	for _, b := range given {
+		data, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("%020d.seg", b.Segment)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sha256.Sum256(data[b.Offset:b.Offset+int64(b.Size)]) != b.SHA256 {
+			t.Fatalf("block %d of segment %d: OnBlock's hash is not the file's bytes'", b.Block, b.Segment)
+		}
+		calls += b.Calls
+	}
+	if calls != len(recs) || len(given) != 15 {
+		t.Fatalf("OnBlock gave %d blocks of %d calls, want 15 of %d", len(given), calls, len(recs))
+	}
+	read := func() []BlockInfo {
+		t.Helper()
+		l := open(t, dir, Options{SegmentBytes: 16 << 10})
+		defer l.Close()
+		segs, err := l.Segments()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []BlockInfo
+		for _, s := range segs {
+			if err := l.BlockHashes(context.Background(), s.Segment, func(b BlockInfo) error {
+				got = append(got, b)
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := l.BlockHashes(context.Background(), 999, func(BlockInfo) error { return nil }); !errors.Is(err, ErrNoSegment) {
+			t.Fatalf("BlockHashes of no segment: %v, want ErrNoSegment", err)
+		}
+		return got
+	}
+	got := read()
+	if len(got) != len(given) {
+		t.Fatalf("%d blocks read back, %d given", len(got), len(given))
+	}
+	for i := range got {
+		if got[i] != given[i] {
+			t.Fatalf("block %d read back after a reopen: %+v, given at commit %+v", i, got[i], given[i])
+		}
+	}
+	// A byte of a sealed segment's second block flipped.
+	b := given[1]
+	path := filepath.Join(dir, fmt.Sprintf("%020d.seg", b.Segment))
+	data, _ := os.ReadFile(path)
+	data[b.Offset+int64(b.Size)/2] ^= 1
+	if err := os.WriteFile(path, data, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	got = read()
+	for i := range got {
+		if changed := got[i].SHA256 != given[i].SHA256; changed != (i == 1) {
+			t.Fatalf("block %d, a byte of block 1 flipped: hash changed %v", i, changed)
+		}
+	}
+}
+
+// TestSnapshot takes a snapshot while appenders go on (run it with -race):
+// the copy, opened, holds every call acknowledged before Snapshot began,
+// and its open cuts nothing from its live segment.
+func TestSnapshot(t *testing.T) {
+	src, dst := t.TempDir(), filepath.Join(t.TempDir(), "snap")
+	opts := Options{SegmentBytes: 32 << 10}
+	l := open(t, src, opts)
+	defer l.Close()
+	const workers, batch = 3, 50
+	recs := gen(t, 20, 9000)
+	per := len(recs) / workers
+	var mu sync.Mutex
+	acked := make([]int, workers) // batches acknowledged, each worker's
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			mine := recs[w*per : (w+1)*per]
+			for i := 0; (i+1)*batch <= len(mine); i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := l.Append(context.Background(), mine[i*batch:(i+1)*batch]); err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				acked[w] = i + 1
+				mu.Unlock()
+			}
+		}()
+	}
+	// Snapshot once a few segments are sealed and appends are running.
+	for {
+		mu.Lock()
+		n := acked[0] + acked[1] + acked[2]
+		mu.Unlock()
+		if n >= 60 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	mu.Lock()
+	before := slices.Clone(acked)
+	mu.Unlock()
+	if err := l.Snapshot(dst); err != nil {
+		t.Fatalf("Snapshot: %v", err)
+	}
+	close(stop)
+	wg.Wait()
+	if err := l.Snapshot(dst); err == nil {
+		t.Fatal("a snapshot into a directory holding one: no error")
+	}
+	names, _ := os.ReadDir(dst)
+	sizes := map[string]int64{}
+	for _, e := range names {
+		fi, _ := e.Info()
+		sizes[e.Name()] = fi.Size()
+	}
+	c := open(t, dst, opts)
+	defer c.Close()
+	for name, size := range sizes {
+		if fi, err := os.Stat(filepath.Join(dst, name)); err != nil || fi.Size() != size {
+			t.Fatalf("Open of the snapshot changed %s (%d bytes before): %v", name, size, err)
+		}
+	}
+	segs, err := c.Segments()
+	if err != nil || len(segs) < 3 {
+		t.Fatalf("the snapshot has %d segments (%v), want several", len(segs), err)
+	}
+	want := 0
+	for w := range workers {
+		mine := recs[w*per : (w+1)*per]
+		for i := range before[w] * batch {
+			if _, ok, err := c.GetAt(context.Background(), mine[i].Call.ID, mine[i].Call.Time); !ok || err != nil {
+				t.Fatalf("worker %d's call %d, acknowledged before the snapshot, not in it: %v, %v", w, i, ok, err)
+			}
+		}
+		want += before[w] * batch
+	}
+	if got := scanAll(t, c, time.Time{}, time.Time{}); len(got) < want {
+		t.Fatalf("the snapshot's scan gives %d calls, %d were acknowledged before it", len(got), want)
+	}
+}
+
+// TestTablesOnDemand: a reopened log holds no sealed segment's id or key
+// table; a lookup reads the tables of the segments it looks in alone, and
+// past TableBytes those used least lately are let go, every lookup still
+// answering.
+func TestTablesOnDemand(t *testing.T) {
+	dir := t.TempDir()
+	recs := gen(t, 21, 2000)
+	l := open(t, dir, Options{SegmentBytes: 1})
+	for i := 0; i < len(recs); i += 100 {
+		appendAll(t, l, recs[i:i+100])
+	}
+	l.Close()
+	// A bound below one segment's tables: one kept at a time.
+	l = open(t, dir, Options{SegmentBytes: 1, TableBytes: 1})
+	defer l.Close()
+	loaded := func() (n int, loads int64) {
+		l.tables.mu.Lock()
+		defer l.tables.mu.Unlock()
+		return len(l.tables.m), l.tables.loads
+	}
+	if n, loads := loaded(); n != 0 || loads != 0 {
+		t.Fatalf("after open: %d tables loaded (%d reads), want none", n, loads)
+	}
+	r := &recs[1234]
+	if _, ok, err := l.GetAt(context.Background(), r.Call.ID, r.Call.Time); !ok || err != nil {
+		t.Fatalf("GetAt = %v, %v", ok, err)
+	}
+	if n, loads := loaded(); n != 1 || loads != 1 {
+		t.Fatalf("after one GetAt: %d tables loaded (%d reads), want 1", n, loads)
+	}
+	for i := range recs {
+		if _, ok, err := l.Get(context.Background(), recs[i].Call.ID); !ok || err != nil {
+			t.Fatalf("Get(%d) = %v, %v", i, ok, err)
+		}
+	}
+	if n, loads := loaded(); n != 1 || loads < 20 {
+		t.Fatalf("after Get of every call: %d tables kept (%d reads), want 1 kept", n, loads)
+	}
+	doc := recs[0].Documents()
+	if len(doc) > 0 {
+		var want []string
+		for _, r := range recs {
+			if slices.Contains(r.Documents(), doc[0]) {
+				want = append(want, r.Call.ID)
+			}
+		}
+		sameSet(t, "ByDocument", collect(t, l.ByDocument, doc[0], time.Time{}, time.Time{}), want)
+	}
+	if held := appendAll(t, l, recs[:300]); len(held) != 300 {
+		t.Fatalf("held %d of 300 stored calls", len(held))
+	}
+	// An index damaged after the open is refused at the lookup that reads it.
+	l.mu.RLock()
+	s := l.sealed[5]
+	l.mu.RUnlock()
+	l.tables.drop(s.num)
+	data, _ := os.ReadFile(idxPath(s.path))
+	data[len(data)/2] ^= 1
+	os.WriteFile(idxPath(s.path), data, 0o640)
+	if _, _, err := l.Get(context.Background(), "c_00000000000000000000"); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Get with an index damaged after the open: %v, want ErrCorrupt", err)
+	}
+}
+
+// TestSealCrashWindow: a crash while a seal is under way leaves the next
+// segment created (the seal creates it first) and the live one whole,
+// without its index: the open indexes the live one as sealed and appends
+// to the next, every call there.
+func TestSealCrashWindow(t *testing.T) {
+	dir := t.TempDir()
+	recs := gen(t, 22, 300)
+	l := open(t, dir, Options{})
+	appendAll(t, l, recs[:200])
+	l.mu.RLock()
+	num := l.live.num
+	l.mu.RUnlock()
+	l.Close()
+	if err := os.WriteFile(l.segPath(num+1), []byte(segMagic), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	l = open(t, dir, Options{})
+	defer l.Close()
+	segs, err := l.Segments()
+	if err != nil || len(segs) != 2 || !segs[0].Sealed || segs[0].Calls != 200 || segs[1].Segment != num+1 {
+		t.Fatalf("Segments = %+v, %v; want segment %d sealed with 200 calls, %d live", segs, err, num, num+1)
+	}
+	if _, err := os.Stat(idxPath(l.segPath(num))); err != nil {
+		t.Fatalf("the segment left without its index was not indexed: %v", err)
+	}
+	appendAll(t, l, recs[200:])
+	sameSet(t, "after the crash", scanAll(t, l, time.Time{}, time.Time{}), sortedIDs(recs))
+}
+
+// TestStaleIndex: an index that a failed seal left on disk (its rename
+// durable, the error after it) while the segment stayed live and took more
+// blocks is not taken for the segment's: the open recovers the segment as
+// live, every call there.
+func TestStaleIndex(t *testing.T) {
+	recs := gen(t, 23, 200)
+	// The index of the segment's first block alone: the same calls
+	// appended alone and sealed (blocks are encoded the same).
+	sealed := t.TempDir()
+	l := open(t, sealed, Options{SegmentBytes: 1})
+	appendAll(t, l, recs[:100])
+	l.Close()
+	dir := t.TempDir()
+	l = open(t, dir, Options{})
+	appendAll(t, l, recs[:100])
+	appendAll(t, l, recs[100:])
+	seg := l.segPath(1)
+	l.Close()
+	idx, err := os.ReadFile(idxPath(filepath.Join(sealed, filepath.Base(seg))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(idxPath(seg), idx, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	l = open(t, dir, Options{})
+	defer l.Close()
+	sameSet(t, "with a stale index", scanAll(t, l, time.Time{}, time.Time{}), sortedIDs(recs))
+	if segs, _ := l.Segments(); len(segs) != 1 || segs[0].Sealed {
+		t.Fatalf("Segments = %+v, want segment 1 live", segs)
+	}
+	if _, err := os.Stat(idxPath(seg)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the stale index is still there: %v", err)
 	}
 }

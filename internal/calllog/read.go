@@ -93,9 +93,29 @@ func record(s *segment, e *entry) (*audit.Record, error) {
 }
 
 // Get returns the stored call of id with its reading, and false when the
-// log does not hold it. It looks in every segment's id table (a lookup by
-// id and time would look in the segments covering the time alone).
+// log does not hold it. It looks in every segment's id table; GetAt, given
+// the call's time, looks in the segments covering it alone.
 func (l *Log) Get(ctx context.Context, id string) (*audit.Record, bool, error) {
+	return l.get(ctx, id, math.MinInt64, math.MaxInt64)
+}
+
+// GetAt is Get of a call of time t: it looks only in the live segment and
+// in the sealed segments whose time range meets t's millisecond, since a
+// call id hashes its call's time rounded to the millisecond
+// (audit.StableID), so one lookup reads one segment's table, not all.
+// A call stored under id at a time of another millisecond is not found.
+func (l *Log) GetAt(ctx context.Context, id string, t time.Time) (*audit.Record, bool, error) {
+	n, ok := sqlite.TimeNanos(t)
+	if !ok {
+		return nil, false, fmt.Errorf("cannot look up call %s at %s: %w", id, t, ErrTime)
+	}
+	lo, hi := idWindow(n)
+	return l.get(ctx, id, lo, hi)
+}
+
+// get looks id up in the live segment and in the sealed segments whose
+// time range meets [lo, hi].
+func (l *Log) get(ctx context.Context, id string, lo, hi int64) (*audit.Record, bool, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, false, err
 	}
@@ -107,7 +127,13 @@ func (l *Log) Get(ctx context.Context, id string) (*audit.Record, bool, error) {
 	}
 	var cand []uint32
 	for _, s := range append([]*segment{l.live}, l.sealed...) {
-		cand = s.candidates(h, cand[:0])
+		if s != l.live && (s.max < lo || s.min > hi) {
+			continue
+		}
+		var err error
+		if cand, err = l.candidates(s, h, cand[:0]); err != nil {
+			return nil, false, err
+		}
 		for _, bn := range cand {
 			b, err := l.readBlock(s, bn)
 			if err != nil {
@@ -124,12 +150,28 @@ func (l *Log) Get(ctx context.Context, id string) (*audit.Record, bool, error) {
 	return nil, false, nil
 }
 
+// idWindow returns the first and last time, in unix nanoseconds, that a
+// call of time t may have been stored at under the same id: the
+// millisecond t rounds to, half a millisecond either side (time.Round
+// rounds halves up). Two carriers of one call (OTLP's nanoseconds, a
+// record's RFC 3339 milliseconds) give it two times in that window.
+func idWindow(t int64) (lo, hi int64) {
+	const ms, half = int64(time.Millisecond), int64(time.Millisecond / 2)
+	if t > math.MaxInt64-ms || t < math.MinInt64+ms {
+		return math.MinInt64, math.MaxInt64
+	}
+	m := t + half
+	m -= ((m % ms) + ms) % ms // floor to the millisecond, negative times too
+	return m - half, m + half - 1
+}
+
 // Scan calls fn with every stored call whose Time is in [from, to) (to
 // zero: no end), with its reading, in time order (calls of one time in no
 // set order). It reads only the blocks whose time range meets [from, to),
 // holding at a time the blocks whose ranges overlap. Calls appended while
-// it runs may or may not be seen; a segment that DeleteBefore removes while
-// it runs may end it with an error.
+// it runs may or may not be seen; the calls of a segment that DeleteBefore
+// removes while it runs are seen (the segment's file is closed when the
+// last scan reading it ends).
 func (l *Log) Scan(ctx context.Context, from, to time.Time, fn func(*audit.Record) error) error {
 	return l.scan(ctx, from, to, 0, nil, fn)
 }
@@ -175,12 +217,24 @@ func (l *Log) scan(ctx context.Context, from, to time.Time, key uint64, keep fun
 	}
 	var refs []ref
 	var picked []uint32
+	var held []*segment
+	defer func() {
+		for _, s := range held {
+			s.release()
+		}
+	}()
 	for _, s := range append(slices.Clone(l.sealed), l.live) {
 		if s.calls == 0 || s.max < lo || s.min >= hi {
 			continue
 		}
+		s.hold()
+		held = append(held, s)
 		if keep != nil {
-			picked = s.keyBlocks(key, picked[:0])
+			var err error
+			if picked, err = l.keyBlocks(s, key, picked[:0]); err != nil {
+				l.mu.RUnlock()
+				return err
+			}
 		} else {
 			picked = picked[:0]
 			for bn := range s.blocks {

@@ -51,9 +51,19 @@ func (l *Log) load() error {
 			os.Remove(idxPath(l.segPath(n)))
 		}
 	}
+	buf := make([]byte, 1<<20) // reads the indexes
 	for i, n := range nums {
 		last := i == len(nums)-1
-		s, err := l.openSegment(n, last && !idx[n])
+		live := last && !idx[n]
+		if last && idx[n] && l.staleIndex(n, buf) {
+			// A seal that failed after its index reached the disk, the
+			// segment appended to since: it is live, the index goes.
+			if err := os.Remove(idxPath(l.segPath(n))); err != nil {
+				return fmt.Errorf("cannot open call log %s: %w", l.dir, err)
+			}
+			live = true
+		}
+		s, err := l.openSegment(n, live, buf)
 		if err != nil {
 			return err
 		}
@@ -79,9 +89,32 @@ func (l *Log) load() error {
 	return nil
 }
 
+// staleIndex tells whether segment num's index, whole, names fewer bytes
+// of blocks than the segment holds.
+func (l *Log) staleIndex(num uint64, buf []byte) bool {
+	path := l.segPath(num)
+	blocks, why, err := readIndexHead(idxPath(path), buf)
+	fi, serr := os.Stat(path)
+	if err != nil || why != "" || serr != nil {
+		return false
+	}
+	return fi.Size() > indexedEnd(blocks)
+}
+
+// indexedEnd is where the last of blocks ends: the size of a sealed
+// segment.
+func indexedEnd(blocks []blockRef) int64 {
+	if len(blocks) == 0 {
+		return int64(len(segMagic))
+	}
+	r := blocks[len(blocks)-1]
+	return r.off + int64(r.size)
+}
+
 // openSegment opens segment num: live, recovered as the segment appended
-// to next; or sealed, with its index.
-func (l *Log) openSegment(num uint64, live bool) (*segment, error) {
+// to next; or sealed, with the time index of its index file (its tables
+// are read when a lookup needs them), its checksum checked through buf.
+func (l *Log) openSegment(num uint64, live bool, buf []byte) (*segment, error) {
 	path := l.segPath(num)
 	flag := os.O_RDONLY
 	if live {
@@ -94,11 +127,13 @@ func (l *Log) openSegment(num uint64, live bool) (*segment, error) {
 	s := &segment{num: num, path: path, f: f}
 	newSegmentState(s)
 	if !live {
-		data, rerr := os.ReadFile(idxPath(path))
+		blocks, why, rerr := readIndexHead(idxPath(path), buf)
 		if rerr == nil {
-			blocks, ids, keys, why := decodeIndex(data)
+			if fi, err := f.Stat(); why == "" && err == nil && fi.Size() != indexedEnd(blocks) {
+				why = fmt.Sprintf("it names %d bytes of blocks, the segment holds %d", indexedEnd(blocks), fi.Size())
+			}
 			if why == "" {
-				s.blocks, s.idTable, s.keyTable, s.ids, s.more, s.keys = blocks, ids, keys, nil, nil, nil
+				s.blocks, s.ids, s.more, s.keys = blocks, nil, nil, nil
 				for _, r := range blocks {
 					s.calls += int(r.count)
 					s.min, s.max = minInt(s.min, r.min), maxInt(s.max, r.max)
