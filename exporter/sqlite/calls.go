@@ -40,7 +40,10 @@ type CallLog interface {
 	// an earlier call of recs took it. On an error none is acknowledged.
 	Append(ctx context.Context, recs []audit.Record) (held []int, err error)
 	// Get returns the stored calls of id, one per tenant that holds it.
-	Get(ctx context.Context, id string) ([]audit.Record, error)
+	// With at set (the call's time, known to the caller) it may look only
+	// where a call of at's millisecond is kept, and miss a call of id
+	// stored at another time; with at zero it looks everywhere.
+	Get(ctx context.Context, id string, at time.Time) ([]audit.Record, error)
 	// Scan calls fn with every stored call of every tenant whose Time is
 	// in [from, to) (to zero: no end) in time order; with doc or session
 	// set, only the calls on that document or of that session.
@@ -123,10 +126,20 @@ func (s *Store) logBatch(ctx context.Context, q CallScan, sp *docSpan, batch int
 }
 
 // readStoredLog is readStored from the call log: take is given the
-// stored calls of the packed ids, each blob the record uncompressed.
-func (s *Store) readStoredLog(ctx context.Context, packed []any, blobs bool, take func(id any, tenant string, t int64, blob []byte)) error {
-	for _, p := range packed {
-		recs, err := s.opts.CallLog.Get(ctx, unpackID(callPrefix, p))
+// stored calls of keys, each looked up by id at its millisecond, each blob
+// the record uncompressed.
+func (s *Store) readStoredLog(ctx context.Context, keys []callKey, blobs bool, take func(id any, tenant string, t int64, blob []byte)) error {
+	type idAt struct {
+		id string
+		ms int64
+	}
+	seen := make(map[idAt]bool, len(keys))
+	for _, k := range keys {
+		if seen[idAt{k.id, k.ms}] {
+			continue // another tenant's call of the id: Get returns both
+		}
+		seen[idAt{k.id, k.ms}] = true
+		recs, err := s.opts.CallLog.Get(ctx, unpackID(callPrefix, packedOf(k.id)), time.UnixMilli(k.ms))
 		if err != nil {
 			return err
 		}
@@ -327,7 +340,7 @@ func (s *Store) completeLogged(ctx context.Context, tx *sql.Tx, refs []answerRef
 		if _, ok := s.completed.pending[key]; ok {
 			continue
 		}
-		recs, err := s.opts.CallLog.Get(ctx, ans.Call.ID)
+		recs, err := s.opts.CallLog.Get(ctx, ans.Call.ID, ans.Call.Time) // an answer carries its call's time
 		if err != nil {
 			return err
 		}
@@ -359,8 +372,8 @@ type completingLog struct {
 	c *completedCalls
 }
 
-func (l *completingLog) Get(ctx context.Context, id string) ([]audit.Record, error) {
-	recs, err := l.CallLog.Get(ctx, id)
+func (l *completingLog) Get(ctx context.Context, id string, at time.Time) ([]audit.Record, error) {
+	recs, err := l.CallLog.Get(ctx, id, at)
 	for i := range recs {
 		recs[i] = *l.c.of(&recs[i])
 	}

@@ -753,7 +753,10 @@ func (s *Store) callsByID(ctx context.Context, ids []string) ([]audit.Record, er
 	if s.opts.Calls == CallsLog {
 		var out []audit.Record
 		for _, id := range slices.Compact(slices.Sorted(slices.Values(ids))) {
-			recs, err := s.opts.CallLog.Get(ctx, id)
+			// No call time is known here (a query's ids carry none, nor
+			// a write whose call was not found at its time): every
+			// segment's table is read.
+			recs, err := s.opts.CallLog.Get(ctx, id, time.Time{})
 			if err != nil {
 				return nil, err
 			}

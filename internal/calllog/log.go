@@ -728,6 +728,9 @@ type Stats struct {
 	Blocks   int64
 	// Bytes is the size of the segments and their indexes.
 	Bytes int64
+	// TableLoads counts the sealed segments' tables read from their index
+	// files since the open (a lookup that needs a table not kept loaded).
+	TableLoads int64
 }
 
 // Stats returns the log's counts and size.
@@ -744,6 +747,9 @@ func (l *Log) Stats() (Stats, error) {
 		st.Blocks += int64(len(s.blocks))
 	}
 	l.mu.RUnlock()
+	l.tables.mu.Lock()
+	st.TableLoads = l.tables.loads
+	l.tables.mu.Unlock()
 	for _, s := range segs {
 		if s == nil {
 			continue

@@ -211,17 +211,27 @@ func (l *Logs) Append(ctx context.Context, recs []audit.Record) ([]int, error) {
 	return held, nil
 }
 
-// Get returns the stored calls of id, one per tenant that holds it. It
-// looks in every segment of every tenant's log (calllog.Log.Get has no
-// time to narrow them by yet).
-func (l *Logs) Get(ctx context.Context, id string) ([]audit.Record, error) {
+// Get returns the stored calls of id, one per tenant that holds it. With
+// at set it looks in the segments meeting at's millisecond alone
+// (calllog.Log.GetAt); with at zero, or out of the log's range, in every
+// segment of every tenant's log.
+func (l *Logs) Get(ctx context.Context, id string, at time.Time) ([]audit.Record, error) {
 	logs, err := l.all()
 	if err != nil {
 		return nil, err
 	}
+	_, timed := sqlite.TimeNanos(at)
+	timed = timed && !at.IsZero()
 	var out []audit.Record
 	for _, lg := range logs {
-		r, ok, err := lg.Get(ctx, id)
+		var r *audit.Record
+		var ok bool
+		var err error
+		if timed {
+			r, ok, err = lg.GetAt(ctx, id, at)
+		} else {
+			r, ok, err = lg.Get(ctx, id)
+		}
 		if err != nil {
 			return nil, wrap(err)
 		}
@@ -513,6 +523,27 @@ func (l *Logs) Newest(ctx context.Context) (time.Time, error) {
 		return time.Time{}, nil
 	}
 	return sqlite.NanosTime(newest), nil
+}
+
+// Stats returns the sum of every tenant's log's calllog.Stats.
+func (l *Logs) Stats() (calllog.Stats, error) {
+	logs, err := l.all()
+	if err != nil {
+		return calllog.Stats{}, err
+	}
+	var sum calllog.Stats
+	for _, lg := range logs {
+		st, err := lg.Stats()
+		if err != nil {
+			return sum, err
+		}
+		sum.Segments += st.Segments
+		sum.Calls += st.Calls
+		sum.Blocks += st.Blocks
+		sum.Bytes += st.Bytes
+		sum.TableLoads += st.TableLoads
+	}
+	return sum, nil
 }
 
 // Close closes every tenant's log; a second Close does nothing.

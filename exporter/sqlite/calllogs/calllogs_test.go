@@ -166,7 +166,7 @@ func TestDeleteBefore_CutKeptAcrossOpen(t *testing.T) {
 		if r.Call.Tenant != "" {
 			continue
 		}
-		if got, err := logs.Get(ctx, r.Call.ID); err != nil || len(got) != 0 {
+		if got, err := logs.Get(ctx, r.Call.ID, time.Time{}); err != nil || len(got) != 0 {
 			t.Errorf("Get(%s), cut: %d calls, %v; want none", r.Call.ID, len(got), err)
 		}
 	}
@@ -217,5 +217,71 @@ func TestAnswerCompletes_KeptAcrossOpen(t *testing.T) {
 	}
 	if len(got) != 1 || !got[0].Call.Responded {
 		t.Fatalf("after reopening: %d calls, the first answered: %v; want the one call, answered", len(got), len(got) > 0 && got[0].Call.Responded)
+	}
+}
+
+// TestLookupsByID_ReadOneSegment: the store looks a call up by id at its
+// time (calllog.Log.GetAt) where it knows it, the held call's comparison
+// and the completion of an answered call here, so that a lookup in a log
+// of many sealed segments reads the tables of the segment holding it
+// alone. With Get by id alone, every sealed segment's table was read
+// (fails so: checked).
+func TestLookupsByID_ReadOneSegment(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	recs := gen(t, 5).Records(400)
+	slices.SortFunc(recs, func(a, b audit.Record) int { return a.Call.Time.Compare(b.Call.Time) })
+	k := slices.IndexFunc(recs, func(r audit.Record) bool { return r.Call.Responded })
+	if k < 0 {
+		t.Fatal("the generator gave no answered call")
+	}
+	answered := recs[k]
+	c := *answered.Call
+	c.Responded, c.Result, c.TransportError = false, nil, "timeout"
+	recs[k].Call, recs[k].Outcome = &c, audit.OutcomeNoResponse
+	opts := calllog.Options{SegmentBytes: 4 << 10, MaxGroupCalls: 10}
+	st := open(t, dir, opts)
+	for i := 0; i < len(recs); i += 10 {
+		if _, err := st.AppendCalls(ctx, recs[i:i+10]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	logs, err := calllogs.Open(calllogs.Dir(dir), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err = sqlite.Open(filepath.Join(dir, "audit.db"), sqlite.Options{Calls: sqlite.CallsLog, CallLog: logs})
+	if err != nil {
+		logs.Close()
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if s, err := logs.Stats(); err != nil || s.Segments < 8 || s.TableLoads != 0 {
+		t.Fatalf("after the open: %+v, %v; want 8 segments or more, no table read", s, err)
+	}
+	// The answer of the stored unanswered call (compared with it, then
+	// completing it) and a call sent again (compared with it).
+	if _, held, _, ans, err := st.AppendCallsAnswered(ctx, []audit.Record{answered, recs[len(recs)-20]}); err != nil || len(held) != 2 || len(ans) != 1 {
+		t.Fatalf("the answer and a call sent again: held %v, answered %v, %v; want both held, the first answered", held, ans, err)
+	}
+	if err := st.Commit(ctx, audit.Results{Answered: []audit.CallRef{{Tenant: c.Tenant, ID: c.ID, Time: c.Time}}}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := logs.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The log's own dedupe reads each call's segment once; the store's
+	// lookups find them loaded. Two segments, one more if a call's
+	// millisecond meets the segment before or after it.
+	if s.TableLoads > 4 {
+		t.Errorf("two calls looked up by id: %d sealed tables read of %d segments; want the two calls' segments alone", s.TableLoads, s.Segments)
+	}
+	page, err := st.Calls(ctx, audit.CallQuery{IDs: []string{c.ID}})
+	if err != nil || len(page.Calls) != 1 || !page.Calls[0].Call.Responded {
+		t.Fatalf("Calls by id of the answered call: %d calls, %v; want it answered", len(page.Calls), err)
 	}
 }
