@@ -52,11 +52,21 @@ var _ sqlite.CallLog = (*Logs)(nil)
 
 // Open opens the logs of every tenant under dir (creating dir); a
 // tenant's log is created at its first call. opts.Tenant is set per log.
+// With opts.ReadOnly the logs are read beside the process that writes
+// them (calllog.Options.ReadOnly): nothing is created or written, each
+// tenant's log holds the calls synced when it was opened, a missing dir
+// is logs of no call, and Append and DeleteBefore return
+// calllog.ErrReadOnly.
 func Open(dir string, opts calllog.Options) (*Logs, error) {
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return nil, fmt.Errorf("cannot create call logs %s: %w", dir, err)
+	if !opts.ReadOnly {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return nil, fmt.Errorf("cannot create call logs %s: %w", dir, err)
+		}
 	}
 	ents, err := os.ReadDir(dir)
+	if opts.ReadOnly && errors.Is(err, os.ErrNotExist) {
+		ents, err = nil, nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("cannot read call logs %s: %w", dir, err)
 	}
@@ -119,6 +129,9 @@ func (l *Logs) log(tenant string, create bool) (*calllog.Log, error) {
 	}
 	if lg != nil || !create {
 		return lg, nil
+	}
+	if l.opts.ReadOnly {
+		return nil, fmt.Errorf("cannot append to the call logs %s: %w", l.dir, calllog.ErrReadOnly)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -339,6 +352,9 @@ func (l *Logs) Scan(ctx context.Context, q sqlite.CallScan, fn func(*audit.Recor
 // returns); the call log removes the sealed segments wholly before t, and
 // a segment holding calls on both sides of t stays until a later pass.
 func (l *Logs) DeleteBefore(t time.Time, tenant string, only bool, keep []string) (int64, error) {
+	if l.opts.ReadOnly {
+		return 0, fmt.Errorf("cannot delete calls from %s: %w", l.dir, calllog.ErrReadOnly)
+	}
 	cut, ok := sqlite.TimeNanos(t)
 	if t.IsZero() {
 		return 0, nil // nothing is before the zero time
@@ -523,6 +539,47 @@ func (l *Logs) Newest(ctx context.Context) (time.Time, error) {
 		return time.Time{}, nil
 	}
 	return sqlite.NanosTime(newest), nil
+}
+
+// Snapshot copies every tenant's log into dst, a directory it creates (it
+// must not exist), with calllog.Log.Snapshot, and the cuts, so that Open
+// of dst holds every call acknowledged before Snapshot began (of a
+// read-only Logs: every call it holds); it returns the calls copied. On
+// an error dst is removed.
+func (l *Logs) Snapshot(dst string) (calls int64, err error) {
+	l.mu.RLock()
+	logs, cuts, closed := maps.Clone(l.logs), maps.Clone(l.cuts), l.closed
+	l.mu.RUnlock()
+	if closed {
+		return 0, fmt.Errorf("cannot snapshot the call logs: %w", audit.ErrClosed)
+	}
+	if err := os.Mkdir(dst, 0o750); err != nil {
+		return 0, fmt.Errorf("cannot snapshot the call logs: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			os.RemoveAll(dst)
+		}
+	}()
+	for tenant, lg := range logs {
+		st, err := lg.Stats()
+		if err != nil {
+			return 0, err
+		}
+		if err := lg.Snapshot(filepath.Join(dst, DirName(tenant))); err != nil {
+			return 0, fmt.Errorf("cannot snapshot the call log of tenant %q: %w", tenant, err)
+		}
+		calls += st.Calls
+	}
+	if len(cuts) > 0 {
+		if err := writeCuts(filepath.Join(dst, cutsFile), cuts); err != nil {
+			return 0, err
+		}
+	}
+	if err := datadir.SyncDir(dst); err != nil {
+		return 0, fmt.Errorf("cannot snapshot the call logs: %w", err)
+	}
+	return calls, nil
 }
 
 // Stats returns the sum of every tenant's log's calllog.Stats.
