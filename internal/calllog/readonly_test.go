@@ -15,6 +15,35 @@ import (
 	"github.com/mcpaudit/mcpaudit/audit"
 )
 
+// appendUntilKilled is the child of a test that kills it: it appends recs
+// to the log in dir in batches, saying on stdout which batch was
+// acknowledged ("acked N"), and waits to be killed.
+func appendUntilKilled(t *testing.T, dir string, opts Options, recs []audit.Record, batch int) {
+	l := open(t, dir, opts)
+	for i := 0; i*batch < len(recs); i++ {
+		appendAll(t, l, recs[i*batch:(i+1)*batch])
+		fmt.Fprintf(os.Stdout, "acked %d\n", i)
+	}
+	select {} // until killed
+}
+
+// startAppender starts this test binary running test alone with env set
+// (its child, appendUntilKilled) and returns it with a scanner of its
+// stdout.
+func startAppender(t *testing.T, test, env string) (*exec.Cmd, *bufio.Scanner) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.count=1")
+	cmd.Env = append(os.Environ(), env)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd, bufio.NewScanner(out)
+}
+
 // dirSums returns the SHA-256 of every file of dir by name.
 func dirSums(t *testing.T, dir string) map[string][sha256.Size]byte {
 	t.Helper()
@@ -68,31 +97,17 @@ func readPrefix(t *testing.T, dir string, recs []audit.Record, acked int) int {
 // the tail and removes the temporary index: checked below).
 func TestReadOnly_BesideWriter(t *testing.T) {
 	const batch, batches = 20, 1000
+	opts := Options{SegmentBytes: 64 << 10}
 	if dir := os.Getenv("CALLLOG_RO_CHILD_DIR"); dir != "" {
-		recs := gen(t, 21, batch*batches)
-		l := open(t, dir, Options{SegmentBytes: 64 << 10})
-		for i := 0; i < batches; i++ {
-			appendAll(t, l, recs[i*batch:(i+1)*batch])
-			fmt.Fprintf(os.Stdout, "acked %d\n", i)
-		}
-		select {} // until killed
+		appendUntilKilled(t, dir, opts, gen(t, 21, batch*batches), batch)
 	}
 	if testing.Short() {
 		t.Skip("starts a process")
 	}
 	recs := gen(t, 21, batch*batches)
 	dir := t.TempDir()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestReadOnly_BesideWriter$", "-test.count=1")
-	cmd.Env = append(os.Environ(), "CALLLOG_RO_CHILD_DIR="+dir)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd, sc := startAppender(t, "TestReadOnly_BesideWriter", "CALLLOG_RO_CHILD_DIR="+dir)
 	defer cmd.Process.Kill()
-	sc := bufio.NewScanner(out)
 	acked, reads, last := -1, 0, 0
 	for sc.Scan() {
 		var i int
