@@ -13,6 +13,8 @@ import (
 
 	"github.com/mcpaudit/mcpaudit/collector/pipeline"
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
+	"github.com/mcpaudit/mcpaudit/exporter/sqlite/calllogs"
+	"github.com/mcpaudit/mcpaudit/internal/calllog"
 	"github.com/mcpaudit/mcpaudit/internal/conf"
 	"github.com/mcpaudit/mcpaudit/internal/datadir"
 )
@@ -24,8 +26,12 @@ not exist, while a collector keeps running on DIR: one read transaction
 copies the last commit before it (SQLite's VACUUM INTO, compacted), the copy
 is checked (integrity, schema, calls counted) and synced before it takes its
 name. The id index and the state file are not copied: both are rebuilt where
-the copy is restored (mcpaudit restore). The ClickHouse store is backed up
-with ClickHouse's own tools.
+the copy is restored (mcpaudit restore). With serve.sqlite.calls: log the
+calls are in call logs: they are copied after the store into FILE.calls/
+(which must not exist either), opened read-only beside serve, every call
+synced before that open (so every call acknowledged before the backup
+began) copied. The ClickHouse store is backed up with ClickHouse's own
+tools.
 
 flags:
 `
@@ -43,13 +49,47 @@ func backupCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if *dir == "" || *out == "" {
 		return &exitError{code: 2, err: errors.New("--data-dir and --out are required")}
 	}
+	logged := calllogs.InUse(*dir)
+	if logged {
+		// The call logs' copy goes beside FILE: it must not exist either,
+		// checked before the store is copied.
+		if _, err := os.Lstat(callsCopy(*out)); !errors.Is(err, os.ErrNotExist) {
+			return &exitError{code: 1, err: fmt.Errorf("cannot back the call logs up into %s: it exists", callsCopy(*out))}
+		}
+	}
 	info, err := sqlite.Backup(ctx, filepath.Join(*dir, storeFile), *out)
 	if err != nil {
 		return &exitError{code: 1, err: err}
 	}
 	fmt.Fprintf(stdout, "wrote %s: %d calls, schema %d, %s, in %s\n", info.Path, info.Calls, info.Schema,
 		formatBytes(info.Bytes), info.Took.Round(time.Millisecond))
+	if logged {
+		// After the store: every call its rows speak of was acknowledged,
+		// so synced in its log, before the logs are opened here.
+		start := time.Now()
+		n, err := snapshotLogs(calllogs.Dir(*dir), callsCopy(*out))
+		if err != nil {
+			return &exitError{code: 1, err: fmt.Errorf("%w (the store's copy %s is written; the call logs' is not)", err, *out)}
+		}
+		fmt.Fprintf(stdout, "wrote %s: %d calls of the call logs, in %s (restore takes both)\n", callsCopy(*out), n, time.Since(start).Round(time.Millisecond))
+	}
 	return nil
+}
+
+// callsCopy is where backup copies the call logs (serve.sqlite.calls: log)
+// of the backup written to file, and restore finds them.
+func callsCopy(file string) string { return file + ".calls" }
+
+// snapshotLogs copies the call logs of src, opened read-only beside a
+// running serve, into dst (calllogs.Logs.Snapshot): every call synced
+// before the open.
+func snapshotLogs(src, dst string) (int64, error) {
+	logs, err := calllogs.Open(src, calllog.Options{ReadOnly: true})
+	if err != nil {
+		return 0, err
+	}
+	defer logs.Close()
+	return logs.Snapshot(dst)
 }
 
 const restoreUsage = `usage: mcpaudit restore --data-dir DIR --from FILE
@@ -57,9 +97,10 @@ const restoreUsage = `usage: mcpaudit restore --data-dir DIR --from FILE
 Makes FILE, a copy written by mcpaudit backup, the embedded store of DIR.
 The collector must be stopped: restore takes the data dir's lock. FILE is
 checked first (integrity, schema); then the files it replaces (the store
-file and its write-ahead log, the id index, the state file partitions.json)
-are moved, not deleted, into DIR/before-restore-TIME/, and FILE is copied
-in. At its next start serve rebuilds the id index and, without a state
+file and its write-ahead log, the id index, the state file partitions.json,
+the call logs calls/) are moved, not deleted, into DIR/before-restore-TIME/,
+and FILE is copied in, with the call logs of FILE.calls/ when backup wrote
+it (their blocks checked as they are read). At its next start serve rebuilds the id index and, without a state
 file, judges every stored call again, so that the findings and write
 states are those of the restored calls (this takes longer than a normal
 start). Calls acknowledged after the backup are not in it: have their
@@ -103,6 +144,15 @@ func restoreCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err := copyInto(*from, filepath.Join(*dir, storeFile)); err != nil {
 		return &exitError{code: 1, err: fmt.Errorf("%w (the files it was to replace are in %s)", err, aside)}
 	}
+	if _, err := os.Stat(callsCopy(*from)); err == nil {
+		// The call logs' copy, checked by its read-only open (each live
+		// segment's blocks, each index's checksum), copied in whole.
+		n, err := snapshotLogs(callsCopy(*from), calllogs.Dir(*dir))
+		if err != nil {
+			return &exitError{code: 1, err: fmt.Errorf("the store is restored, its call logs not: %w (the files replaced are in %s)", err, aside)}
+		}
+		fmt.Fprintf(stdout, "restored %s into %s: %d calls of the call logs\n", callsCopy(*from), calllogs.Dir(*dir), n)
+	}
 	if len(moved) > 0 {
 		fmt.Fprintf(stdout, "moved %v to %s\n", moved, aside)
 	}
@@ -144,9 +194,10 @@ const stateFile = "partitions.json"
 // are not restored, as with ack "commit") and the state file of the
 // detector's watermarks, which speaks of the store it was written beside
 // (and the embedded store's own, kept aside while serve ran on another
-// store: switchStateFile).
+// store: switchStateFile), and the call logs (serve.sqlite.calls: log),
+// replaced by the backup's when it has them.
 // The journals of the state files' counters go with them.
-var restoreReplaces = slices.Concat([]string{storeFile, storeFile + "-wal", storeFile + "-shm", storeFile + ".ids", storeFile + ".log", stateFile, "partitions.sqlite.json"},
+var restoreReplaces = slices.Concat([]string{storeFile, storeFile + "-wal", storeFile + "-shm", storeFile + ".ids", storeFile + ".log", stateFile, "partitions.sqlite.json", "calls"},
 	pipeline.CountLogNames(stateFile), pipeline.CountLogNames("partitions.sqlite.json"))
 
 // moveAside moves the files of dir that a restore replaces into a new

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mcpaudit/mcpaudit/audit"
 )
 
 // TestBackupRestore: a backup taken while serve runs, restored into the
@@ -25,15 +27,7 @@ func TestBackupRestore(t *testing.T) {
 	cfg := testConfig(t, dir)
 	body := ndjson(mergedCapture(t))
 	want := analyzeFindings(t, cfg, body)
-	s := startTest(t, cfg)
-	resp := postCalls(t, s, body, false)
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Fatalf("post: %s", resp.Status)
-	}
-	waitFindings(t, s, want)
-	calls := apiCalls(t, s)
+	s, calls := serveCapture(t, cfg, body, want)
 
 	cli := func(args ...string) (int, string) {
 		var out, errb bytes.Buffer
@@ -88,6 +82,21 @@ func TestBackupRestore(t *testing.T) {
 	if got := apiCalls(t, s); !slices.Equal(got, calls) {
 		t.Errorf("the restored store's calls (%d) differ from those serve had (%d)", len(got), len(calls))
 	}
+}
+
+// serveCapture starts serve with cfg, posts body and waits for its
+// findings (want), and returns serve with every stored call (apiCalls).
+func serveCapture(t *testing.T, cfg Config, body []byte, want []audit.Finding) (*server, []string) {
+	t.Helper()
+	s := startTest(t, cfg)
+	resp := postCalls(t, s, body, false)
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("post: %s", resp.Status)
+	}
+	waitFindings(t, s, want)
+	return s, apiCalls(t, s)
 }
 
 // apiCalls returns every stored call as the API gives it, page by page.

@@ -19,6 +19,8 @@ import (
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/capture"
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
+	"github.com/mcpaudit/mcpaudit/exporter/sqlite/calllogs"
+	"github.com/mcpaudit/mcpaudit/exporter/store"
 )
 
 const exportUsage = `usage: mcpaudit export [--api-url URL | --data-dir DIR] [flags] [--out FILE]
@@ -95,9 +97,12 @@ func exportCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return &exitError{code: 2, err: err}
 	}
 	w := &lineCounter{w: dst}
-	if q.server != "" {
+	switch {
+	case q.server != "":
 		err = exportFromAPI(ctx, &q, cq, w)
-	} else {
+	case calllogs.InUse(q.dataDir):
+		err = exportFromLogs(ctx, q.dataDir, cq, w)
+	default:
 		err = exportFromFile(ctx, path, cq, w)
 	}
 	if err = done(err); err != nil {
@@ -127,6 +132,41 @@ func exportFromFile(ctx context.Context, path string, q audit.CallQuery, w io.Wr
 		_, err = w.Write(line)
 		return err
 	})
+}
+
+// exportFromLogs writes to w the calls q selects of a data dir whose calls
+// are in call logs, read beside a running serve (openReading), page by
+// page as serve's export reads them.
+func exportFromLogs(ctx context.Context, dataDir string, q audit.CallQuery, w io.Writer) (err error) {
+	st, err := openReading(dataDir)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := st.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	var line []byte
+	q.Limit = store.MaxPage
+	for {
+		page, err := st.Calls(ctx, q)
+		if err != nil {
+			return err
+		}
+		for i := range page.Calls {
+			if line, err = capture.AppendRecord(line[:0], &page.Calls[i]); err != nil {
+				return err
+			}
+			if _, err := w.Write(line); err != nil {
+				return err
+			}
+		}
+		if page.NextCursor == "" {
+			return nil
+		}
+		q.Cursor = page.NextCursor
+	}
 }
 
 // exportFromAPI copies serve's export of the calls q selects

@@ -33,6 +33,8 @@ import (
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/receiver"
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
+	"github.com/mcpaudit/mcpaudit/exporter/sqlite/calllogs"
+	"github.com/mcpaudit/mcpaudit/internal/calllog"
 )
 
 // freePort returns a loopback address nothing listens on now, for a server
@@ -196,13 +198,28 @@ var logReplays atomic.Int64
 // kill left in it. 10 kills, over OTLP/gRPC and call records.
 func TestServe_KillLoopAckLog(t *testing.T) {
 	t.Parallel() // serve children on data dirs and ports of their own
+	recordsAndGRPC(t, 10, "  sqlite:\n    ack: log\n")
+	t.Cleanup(func() { t.Logf("%d restarts applied frames a kill left in the call log", logReplays.Load()) })
+}
+
+// TestServe_KillLoopCallsLog is TestServe_KillLoop with serve.sqlite.calls
+// "log": the calls go to the segmented call logs under the data dir's
+// calls/, whose recovery each restart runs (a torn last block cut). 10
+// kills, over call records and OTLP/gRPC.
+func TestServe_KillLoopCallsLog(t *testing.T) {
+	t.Parallel() // serve children on data dirs and ports of their own
+	recordsAndGRPC(t, 10, "  sqlite:\n    calls: log\n")
+}
+
+// recordsAndGRPC runs embeddedKillLoop over call records and OTLP/gRPC,
+// in parallel subtests.
+func recordsAndGRPC(t *testing.T, kills int, serveYAML string) {
 	for _, carrier := range []string{carrierCalls, carrierOTLPGRPC} {
 		t.Run(carrier, func(t *testing.T) {
 			t.Parallel()
-			embeddedKillLoop(t, carrier, 10, "  sqlite:\n    ack: log\n")
+			embeddedKillLoop(t, carrier, kills, serveYAML)
 		})
 	}
-	t.Cleanup(func() { t.Logf("%d restarts applied frames a kill left in the call log", logReplays.Load()) })
 }
 
 // TestServe_KillLoopOTLP is TestServe_KillLoop with the posters sending
@@ -246,7 +263,17 @@ func embeddedKillLoop(t *testing.T, carrier string, kills int, serveYAML string)
 	}
 	res := runKillLoop(t, killLoop{dir: dir, config: config, cfg: cfg, kills: kills, sessions: sessions, span: span, carrier: carrier,
 		stored: func(t *testing.T) map[string]int {
-			st, err := sqlite.Open(filepath.Join(dir, "mcpaudit.db"), sqlite.NewDefaultOptions())
+			opts := sqlite.NewDefaultOptions()
+			if calllogs.InUse(dir) {
+				// serve.sqlite.calls: log: the calls are read from the logs.
+				logs, err := calllogs.Open(calllogs.Dir(dir), calllog.Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer logs.Close()
+				opts.Calls, opts.CallLog = sqlite.CallsLog, logs
+			}
+			st, err := sqlite.Open(filepath.Join(dir, "mcpaudit.db"), opts)
 			if err != nil {
 				t.Fatal(err)
 			}

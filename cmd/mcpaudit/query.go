@@ -25,7 +25,9 @@ import (
 	"github.com/mcpaudit/mcpaudit/collector/classify"
 	"github.com/mcpaudit/mcpaudit/collector/pipeline"
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
+	"github.com/mcpaudit/mcpaudit/exporter/sqlite/calllogs"
 	"github.com/mcpaudit/mcpaudit/exporter/store"
+	"github.com/mcpaudit/mcpaudit/internal/calllog"
 	"github.com/mcpaudit/mcpaudit/report"
 )
 
@@ -53,9 +55,9 @@ func (q *queryFlags) keepOpen() (func(), error) {
 	if err := storeExists(q.dataDir, path); err != nil {
 		return nil, err
 	}
-	st, err := sqlite.Open(path, sqlite.NewDefaultOptions())
+	st, err := openReading(q.dataDir)
 	if err != nil {
-		return nil, fmt.Errorf("cannot open the data dir %s: %w", q.dataDir, err)
+		return nil, err
 	}
 	srv := api.New(st, NewDefaultConfig().Serve.SLOTarget)
 	// The downtimes serve keeps are in its state file, beside the store:
@@ -64,6 +66,34 @@ func (q *queryFlags) keepOpen() (func(), error) {
 	srv.Downtimes = q.keptDowntimes
 	q.local = srv.Handler()
 	return func() { q.local = nil; st.Close() }, nil
+}
+
+// openReading opens the embedded store of dataDir to read it beside a
+// running serve: with its calls in call logs (serve.sqlite.calls: log),
+// the logs are opened read-only (calllog.Options.ReadOnly: nothing cut or
+// written, the calls synced before the open read, a block being written
+// left out).
+func openReading(dataDir string) (*sqlite.Store, error) {
+	path := filepath.Join(dataDir, storeFile)
+	o := sqlite.NewDefaultOptions()
+	if calllogs.InUse(dataDir) {
+		logs, err := calllogs.Open(calllogs.Dir(dataDir), calllog.Options{ReadOnly: true})
+		if err != nil {
+			return nil, fmt.Errorf("cannot open the data dir %s: %w", dataDir, err)
+		}
+		o.Calls, o.CallLog = sqlite.CallsLog, logs
+		st, err := sqlite.Open(path, o)
+		if err != nil {
+			logs.Close()
+			return nil, fmt.Errorf("cannot open the data dir %s: %w", dataDir, err)
+		}
+		return st, nil
+	}
+	st, err := sqlite.Open(path, o)
+	if err != nil {
+		return nil, fmt.Errorf("cannot open the data dir %s: %w", dataDir, err)
+	}
+	return st, nil
 }
 
 // keptDowntimes returns the downtimes the data dir's state file keeps

@@ -34,7 +34,9 @@ import (
 	"github.com/mcpaudit/mcpaudit/exporter/metrics"
 	"github.com/mcpaudit/mcpaudit/exporter/notify"
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
+	"github.com/mcpaudit/mcpaudit/exporter/sqlite/calllogs"
 	"github.com/mcpaudit/mcpaudit/internal/access"
+	"github.com/mcpaudit/mcpaudit/internal/calllog"
 	"github.com/mcpaudit/mcpaudit/internal/conf"
 	"github.com/mcpaudit/mcpaudit/internal/connlimit"
 	"github.com/mcpaudit/mcpaudit/internal/datadir"
@@ -255,7 +257,24 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger, progress func(
 		// the id index for its few seconds: wait for it rather than run
 		// without it until the next restart.
 		o.IDIndexWait = 30 * time.Second
-		return sqlite.OpenContext(ctx, filepath.Join(cfg.Serve.DataDir, storeFile), o)
+		if o.Calls != sqlite.CallsLog {
+			return sqlite.OpenContext(ctx, filepath.Join(cfg.Serve.DataDir, storeFile), o)
+		}
+		log.Warn("EXPERIMENTAL serve.sqlite.calls: log: calls are kept in call logs under the data dir's calls/; "+
+			"they are NOT covered by the tamper-evidence chain: mcpaudit verify checks their blocks' checksums only "+
+			"(mcpaudit backup/restore, export and findings|timeline|calls with --data-dir read them; docs/storage.md, \"Calls in the call log\")",
+			"dir", calllogs.Dir(cfg.Serve.DataDir))
+		logs, err := calllogs.Open(calllogs.Dir(cfg.Serve.DataDir), calllog.Options{})
+		if err != nil {
+			return nil, err
+		}
+		o.CallLog = logs
+		st, err := sqlite.OpenContext(ctx, filepath.Join(cfg.Serve.DataDir, storeFile), o)
+		if err != nil {
+			logs.Close()
+			return nil, err
+		}
+		return st, nil
 	case "clickhouse":
 		o := cfg.Serve.ClickHouse
 		o.Spool.Dir = spoolDir(cfg)

@@ -249,11 +249,45 @@ func (s *Store) badDocuments(ctx context.Context, tx *sql.Tx, bad string, args [
 // missingCall is a bad write's call not stored at the write's time.
 type missingCall struct{ id, tenant string }
 
+// loggedCall is a bad write's call with the write's time (its call's), to
+// look it up in the call log (Calls "log").
+type loggedCall struct {
+	missingCall
+	at int64
+}
+
 // badWriteClients counts the writes bad selects by the client of their
 // call stored at the write's time, and returns those whose call is not
 // there, to be looked up by id (lostClients) once tx is done with.
 func (s *Store) badWriteClients(ctx context.Context, tx *sql.Tx, bad string, args []any) (map[string]int64, []missingCall, error) {
 	by := map[string]int64{}
+	if s.opts.Calls == CallsLog {
+		// Every call is looked up in the call log by id at the write's
+		// time, its call's (loggedClients): the log takes no SQLite
+		// connection, so tx may be held meanwhile. The rows are read
+		// first, the lookups after.
+		rows, err := tx.QueryContext(ctx, `SELECT w.call_id, `+str("w.tenant")+`, w.time FROM `+bad+` w`, args...)
+		if err != nil {
+			return nil, nil, err
+		}
+		var logged []loggedCall
+		for rows.Next() {
+			var id any
+			var tenant string
+			var at int64
+			if err := rows.Scan(&id, &tenant, &at); err != nil {
+				rows.Close()
+				return nil, nil, err
+			}
+			logged = append(logged, loggedCall{missingCall{unpackID(callPrefix, id), tenant}, at})
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, nil, err
+		}
+		lost, err := s.loggedClients(ctx, by, logged)
+		return by, lost, err
+	}
 	// The call of a write is stored at the write's time: one step of the
 	// time index. A write whose call is elsewhere (or nowhere) is looked
 	// up by id below.
@@ -297,6 +331,28 @@ func (s *Store) badWriteClients(ctx context.Context, tx *sql.Tx, bad string, arg
 		return nil, nil, err
 	}
 	return by, lost, nil
+}
+
+// loggedClients counts in by the writes of logged by the client of their
+// call looked up in the call log at the write's time (one segment's table,
+// not every one's), and returns those whose call is not there, to be
+// looked up by id alone (lostClients), as the calls table's time index
+// does.
+func (s *Store) loggedClients(ctx context.Context, by map[string]int64, logged []loggedCall) ([]missingCall, error) {
+	var lost []missingCall
+	for _, c := range logged {
+		recs, err := s.opts.CallLog.Get(ctx, c.id, fromNanos(c.at))
+		if err != nil {
+			return nil, err
+		}
+		i := slices.IndexFunc(recs, func(r audit.Record) bool { return r.Call.Tenant == c.tenant })
+		if i < 0 {
+			lost = append(lost, c.missingCall)
+			continue
+		}
+		by[clientName(recs[i].Call.Client)]++
+	}
+	return lost, nil
 }
 
 // lostClients counts in by the writes of lost by the client of their call,

@@ -306,6 +306,9 @@ func (s *Store) AppendCalls(ctx context.Context, calls []audit.Record) (int, err
 // rows and the indexes of the calls it skipped as stored (or as earlier
 // in calls).
 func (s *Store) appendCalls(ctx context.Context, calls []audit.Record, compare bool) (int, []callRow, []int, error) {
+	if s.opts.Calls == CallsLog {
+		return s.appendLogged(ctx, calls, compare)
+	}
 	rows, err := encodeCalls(calls)
 	if err != nil {
 		return 0, nil, nil, fmt.Errorf("cannot append calls: %w", err)
@@ -401,6 +404,15 @@ func (s *Store) expire(ctx context.Context, d deleteRequest) (int64, error) {
 				break
 			}
 			d.from = chunk.next
+		}
+	}
+	if s.opts.Calls == CallsLog {
+		// Whole segments: calls before t stay until their segment is
+		// sealed and wholly before t.
+		n, err := s.opts.CallLog.DeleteBefore(fromNanos(d.before), d.tenant, d.only, d.keep)
+		total += n
+		if err != nil {
+			return total, s.fail("delete old calls", err)
 		}
 	}
 	// Entries whose rows all went leave the chains; the cut is signed at
@@ -839,6 +851,7 @@ func (s *Store) commitBatch(batch []*request, calls int) error {
 	}
 	stored, err := s.commitOn(ctx, conn, batch, calls)
 	conn.Close()
+	s.completed.settle(err == nil)
 	if err != nil {
 		return err
 	}

@@ -196,6 +196,9 @@ func (s *Store) answerAside(ctx context.Context, row *callRow) (_ *audit.Record,
 // added to chained, for their chain entries, and to stored, for the id
 // index; last is the largest new rid (0: none).
 func (s *Store) completeAnswers(ctx context.Context, tx *sql.Tx, refs []answerRef, chained map[string][]rowHash, stored []indexedCall) (_ []indexedCall, last int64, err error) {
+	if s.opts.Calls == CallsLog {
+		return stored, 0, s.completeLogged(ctx, tx, refs)
+	}
 	var buf []byte
 	pr := pruning{}
 	for _, ref := range refs {

@@ -30,6 +30,9 @@ type storedCall struct {
 // (time, rid) (rid -1: before every call at time), and before until
 // unless unbounded.
 type docSpan struct {
+	// name is the document (or session) itself, which the call log
+	// looks up (Calls "log").
+	name      string
 	dh        int32
 	time, rid int64
 	until     int64
@@ -55,6 +58,9 @@ type ctxQuerier interface {
 // included: the caller checks the record), and moves the span past them.
 // It returns done when no call is left.
 func (s *Store) docBatch(ctx context.Context, q ctxQuerier, sp *docSpan, batch int) (rows []storedCall, done bool, err error) {
+	if s.opts.Calls == CallsLog {
+		return s.logBatch(ctx, CallScan{Document: sp.name}, sp, batch)
+	}
 	var ents []docEntry
 	var mark int64
 	indexed := s.ids != nil

@@ -626,11 +626,11 @@ func (s *Store) Calls(ctx context.Context, q audit.CallQuery) (audit.CallPage, e
 	var err error
 	switch {
 	case q.Document != "":
-		err = s.docCalls(ctx, &docSpan{dh: docHash(q.Document), time: lastTime, rid: lastRID, until: until}, keep, limit, &page)
+		err = s.docCalls(ctx, &docSpan{name: q.Document, dh: docHash(q.Document), time: lastTime, rid: lastRID, until: until}, keep, limit, &page)
 	case q.Session != "":
 		sp := &sessSpan{docSpan: docSpan{dh: sessionHash(q.Session), time: lastTime, rid: lastRID, until: until},
 			name: q.Session, tenant: -1}
-		if q.Tenant != "" {
+		if q.Tenant != "" && s.opts.Calls != CallsLog {
 			var known bool
 			if sp.tenant, known, err = s.tenantStr(ctx, q.Tenant); err != nil || !known {
 				break // no call of the tenant is stored
@@ -640,6 +640,15 @@ func (s *Store) Calls(ctx context.Context, q audit.CallQuery) (audit.CallPage, e
 			// Without the index: every call of the session's minutes.
 			err = s.scanSession(ctx, q.Session, &lastTime, until, func(end int64) (bool, error) { return scan(byTime, nil, end) })
 		}
+	case s.opts.Calls == CallsLog:
+		sp := &docSpan{time: lastTime, rid: lastRID, until: until}
+		err = pageCalls(sp, func() ([]storedCall, bool, error) {
+			rows, done, err := s.logRows(ctx, CallScan{}, sp, keep, limit)
+			if err == nil && !done && len(rows) > 0 {
+				sp.time, sp.rid = rows[len(rows)-1].time, rows[len(rows)-1].rid
+			}
+			return rows, done, err
+		}, keep, limit, &page, &lastTime, &lastRID)
 	default:
 		// The key is NULL: its condition only keeps the arguments in line.
 		_, err = scan(byTime, nil, until)
@@ -747,6 +756,20 @@ const cursorCalls = 'c'
 // names their rows (each checked to hold the id: an entry may be stale),
 // and the calls past its mark are looked for among the rows past it.
 func (s *Store) callsByID(ctx context.Context, ids []string) ([]audit.Record, error) {
+	if s.opts.Calls == CallsLog {
+		var out []audit.Record
+		for _, id := range slices.Compact(slices.Sorted(slices.Values(ids))) {
+			// No call time is known here (a query's ids carry none, nor
+			// a write whose call was not found at its time): every
+			// segment's table is read.
+			recs, err := s.opts.CallLog.Get(ctx, id, time.Time{})
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, recs...)
+		}
+		return out, nil
+	}
 	var out []audit.Record
 	var buf []byte
 	seen := map[int64]bool{}
@@ -841,6 +864,19 @@ func (s *Store) FailureCounts(ctx context.Context, q audit.CountQuery) (map[audi
 		return nil, err
 	}
 	out := map[audit.RetryAction]int64{}
+	if s.opts.Calls == CallsLog {
+		err := s.opts.CallLog.Scan(ctx, CallScan{From: q.Since, To: q.Until}, func(rec *audit.Record) error {
+			c := rec.Call
+			if rec.Failure != nil && (q.Tenant == "" || c.Tenant == q.Tenant) && (q.Server == "" || c.Server == q.Server) {
+				out[rec.Failure.Action]++
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, s.fail(op, err)
+		}
+		return out, nil
+	}
 	lastTime, lastRID := clampNanos(q.Since), int64(-1)
 	until := clampNanos(q.Until)
 	if q.Until.IsZero() {

@@ -46,6 +46,13 @@ func (s *Store) NewestCall(ctx context.Context) (time.Time, error) {
 	if s.closed.Load() {
 		return time.Time{}, errClosed("read the newest call")
 	}
+	if s.opts.Calls == CallsLog {
+		t, err := s.opts.CallLog.Newest(ctx)
+		if err != nil {
+			return time.Time{}, s.fail("read the newest call", err)
+		}
+		return t, nil
+	}
 	var n sql.NullInt64
 	if err := s.r.QueryRowContext(ctx, `SELECT max(time) FROM calls`).Scan(&n); err != nil {
 		return time.Time{}, s.fail("read the newest call", err)
@@ -67,6 +74,9 @@ func (s *Store) ScanCalls(ctx context.Context, since time.Time, fn func(*audit.R
 	}
 	if err := s.caughtUp(ctx, "scan calls"); err != nil {
 		return err
+	}
+	if s.opts.Calls == CallsLog {
+		return s.scanLogged(ctx, since, fn)
 	}
 	lastTime, lastRID := clampNanos(since), int64(-1)
 	var buf []byte
@@ -609,7 +619,7 @@ func (s *Store) Timeline(ctx context.Context, q audit.TimelineQuery) (audit.Time
 // timelineCalls returns up to limit calls on the document, in time order,
 // and whether more were left out, with the time of the first of those.
 func (s *Store) timelineCalls(ctx context.Context, tx *sql.Tx, q audit.TimelineQuery, limit int) ([]audit.Record, time.Time, bool, error) {
-	sp := docSpan{dh: docHash(q.Document), time: zeroTime, rid: -1, unbounded: q.Until.IsZero()}
+	sp := docSpan{name: q.Document, dh: docHash(q.Document), time: zeroTime, rid: -1, unbounded: q.Until.IsZero()}
 	if !q.Since.IsZero() {
 		sp.time = clampNanos(q.Since)
 	}

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -244,6 +245,9 @@ func (s *Store) differing(ctx context.Context, calls []audit.Record, rows []call
 // take: an entry may be stale), and the rows past the mark are read by
 // rid; without the index each key is looked up in calls_key.
 func readStored[V any](ctx context.Context, s *Store, packed []any, want map[callKey]V, blobs bool, take func(id any, tenant string, t int64, blob []byte)) error {
+	if s.opts.Calls == CallsLog {
+		return s.readStoredLog(ctx, slices.Collect(maps.Keys(want)), blobs, take)
+	}
 	read := func(query string, args ...any) error {
 		r, err := s.r.QueryContext(ctx, query, args...)
 		if err != nil {

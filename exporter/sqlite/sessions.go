@@ -72,6 +72,11 @@ func (s *Store) tenantStr(ctx context.Context, tenant string) (int64, bool, erro
 // or between batches, when the index cannot serve the read: the caller
 // goes on through session_minutes from where it stopped.
 func (s *Store) sessionCalls(ctx context.Context, sp *sessSpan, keep func(*audit.Record) bool, limit int, page *audit.CallPage, lastTime, lastRID *int64) error {
+	if s.opts.Calls == CallsLog {
+		return pageCalls(&sp.docSpan, func() ([]storedCall, bool, error) {
+			return s.logBatch(ctx, CallScan{Session: sp.name}, &sp.docSpan, docBatchSize)
+		}, keep, limit, page, lastTime, lastRID)
+	}
 	return pageCalls(&sp.docSpan, func() ([]storedCall, bool, error) { return s.sessBatch(ctx, s.r, sp, docBatchSize) },
 		keep, limit, page, lastTime, lastRID)
 }

@@ -100,11 +100,23 @@ type Options struct {
 	// the store's whole life. Zero: it does not wait. serve waits 30 s;
 	// the commands that read a data dir do not.
 	IDIndexWait time.Duration `yaml:"-"`
+	// Calls is where calls are kept: "sqlite", in the calls table; or
+	// "log", EXPERIMENTAL, in one segmented call log per tenant under the
+	// data dir's calls/ (exporter/sqlite/calllogs), everything else
+	// staying in SQLite. With "log", calls are NOT covered by the
+	// tamper-evidence chain (mcpaudit verify), by mcpaudit backup, nor by
+	// mcpaudit export --data-dir (use --api-url); retention hides
+	// deleted calls at once and removes their segment once it is wholly
+	// before the cut; a store whose calls table holds calls is not opened
+	// with it. It cannot go with ack "log". Default "sqlite".
+	Calls string `yaml:"calls"`
+	// CallLog holds the calls with Calls "log"; the store closes it.
+	CallLog CallLog `yaml:"-"`
 }
 
 // NewDefaultOptions returns the documented defaults.
 func NewDefaultOptions() Options {
-	return Options{Synchronous: "full", Ack: AckCommit, LogMaxBytes: 1 << 30, LogWait: 10 * time.Second, MaxBatch: 2000, DeleteChunk: 2000, CacheMiB: 64, ReadConns: 4, ReadCacheMiB: 16, CheckpointEvery: time.Minute}
+	return Options{Synchronous: "full", Ack: AckCommit, Calls: CallsSQLite, LogMaxBytes: 1 << 30, LogWait: 10 * time.Second, MaxBatch: 2000, DeleteChunk: 2000, CacheMiB: 64, ReadConns: 4, ReadCacheMiB: 16, CheckpointEvery: time.Minute}
 }
 
 // Validate checks the options; zero fields are valid (they take defaults).
@@ -119,6 +131,15 @@ func (o *Options) Validate() error {
 	case "", AckCommit, AckLog:
 	default:
 		errs = append(errs, fmt.Errorf("ack: must be commit or log, not %q", o.Ack))
+	}
+	switch o.Calls {
+	case "", CallsSQLite:
+	case CallsLog:
+		if o.Ack == AckLog {
+			errs = append(errs, errors.New("calls: log cannot go with ack: log (the calls are acknowledged from their own log)"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("calls: must be sqlite or log, not %q", o.Calls))
 	}
 	if o.LogMaxBytes < 0 {
 		errs = append(errs, errors.New("log_max_bytes: must not be negative"))
@@ -151,6 +172,9 @@ func (o Options) withDefaults() Options {
 	o.Synchronous = strings.ToLower(o.Synchronous)
 	if o.Ack == "" {
 		o.Ack = d.Ack
+	}
+	if o.Calls == "" {
+		o.Calls = CallsSQLite
 	}
 	if o.LogMaxBytes == 0 {
 		o.LogMaxBytes = d.LogMaxBytes
@@ -218,6 +242,9 @@ type Store struct {
 	inv *investigation
 	// ids looks calls up by id (ids.go).
 	ids *idIndex
+	// completed holds the answers that completed logged calls (Calls
+	// "log", completeLogged).
+	completed completedCalls
 
 	// clog is the call log, with Ack "log" (acklog.go); nil otherwise.
 	clog *callLog
@@ -372,6 +399,9 @@ func open(ctx context.Context, path string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("cannot open store %s: %w", path, err)
 	}
 	opts = opts.withDefaults()
+	if opts.Calls == CallsLog && opts.CallLog == nil {
+		return nil, fmt.Errorf("cannot open store %s: calls: log without a call log", path)
+	}
 	// SQLite gives its log and shared-memory files the mode of the
 	// database file: create that one private, whatever the umask.
 	if err := datadir.CreatePrivate(path); err != nil {
@@ -469,6 +499,21 @@ func open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if err := s.openLog(s.logDir); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("cannot open store %s: %w", path, err)
+	}
+	if opts.Calls == CallsLog {
+		if err := s.loadCompleted(ctx); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("cannot open store %s: %w", path, err)
+		}
+		var n int64
+		if err := s.r.QueryRowContext(ctx, `SELECT count(*) FROM calls`).Scan(&n); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("cannot open store %s: %w", path, err)
+		}
+		if n > 0 {
+			s.Close()
+			return nil, fmt.Errorf("cannot open store %s with calls: log: %w (%d); keep calls: sqlite until retention has deleted them", path, ErrCallsInTable, n)
+		}
 	}
 	if opts.SigningKey != nil {
 		// Sign at once: the heads a crash left unsigned, or a new store's
@@ -600,6 +645,11 @@ func (s *Store) Close() error {
 	}
 	if err := s.r.Close(); err != nil {
 		errs = append(errs, err)
+	}
+	if s.opts.CallLog != nil {
+		if err := s.opts.CallLog.Close(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if err := s.w.Close(); err != nil {
 		errs = append(errs, err)

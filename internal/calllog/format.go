@@ -70,6 +70,9 @@ var (
 	// ErrTime is returned by Append when a call's time cannot be stored
 	// (outside the years 1678-2262).
 	ErrTime = errors.New("call time out of range")
+	// ErrReadOnly is returned by Append and DeleteBefore of a log opened
+	// with Options.ReadOnly.
+	ErrReadOnly = errors.New("call log opened read-only")
 	// ErrNoSegment is returned by BlockHashes for a segment the log does
 	// not hold.
 	ErrNoSegment = errors.New("no such call log segment")

@@ -50,6 +50,15 @@ type Options struct {
 	// calls and SHA-256 (the chain of tamper evidence records them). The
 	// committer waits for it: it must not call the log.
 	OnBlock func(BlockInfo)
+	// ReadOnly opens the log to read alone, beside the process that
+	// writes it: the open writes, cuts, seals and removes nothing (a
+	// segment it would index again is read from its blocks, kept in
+	// memory), and reads of the live segment stop before its first block
+	// that is not whole and checksummed (a block being written is not
+	// read). The reader sees the calls of the blocks synced when it
+	// opened the segment, no later one. Append and DeleteBefore return
+	// ErrReadOnly. Default false.
+	ReadOnly bool
 }
 
 func (o *Options) defaults() {
@@ -139,7 +148,7 @@ func (s *segment) hold() { s.refs.Add(1) }
 
 // release lets go of a hold on s, and closes its file after the last.
 func (s *segment) release() error {
-	if s.refs.Add(-1) == 0 {
+	if s.refs.Add(-1) == 0 && s.f != nil { // a read-only log's empty live segment has none
 		return s.f.Close()
 	}
 	return nil
@@ -206,7 +215,11 @@ type request struct {
 // matching ErrCorrupt: acknowledged calls follow it.
 func Open(dir string, opts Options) (*Log, error) {
 	opts.defaults()
-	if err := os.MkdirAll(dir, 0o750); err != nil {
+	if opts.ReadOnly {
+		if _, err := os.Stat(dir); err != nil {
+			return nil, fmt.Errorf("cannot open call log %s: %w", dir, err)
+		}
+	} else if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("cannot create call log %s: %w", dir, err)
 	}
 	l := &Log{dir: dir, opts: opts, enc: newEncoder(opts.Level),
@@ -217,7 +230,11 @@ func Open(dir string, opts Options) (*Log, error) {
 		l.closeFiles()
 		return nil, err
 	}
-	go l.commit()
+	if opts.ReadOnly {
+		close(l.done) // no committer
+	} else {
+		go l.commit()
+	}
 	return l, nil
 }
 
@@ -233,6 +250,9 @@ func idxPath(segPath string) string { return segPath[:len(segPath)-len(segExt)] 
 // back: held lists their indexes in recs, in order. On an error none of
 // recs is acknowledged (some may be stored, and held when sent again).
 func (l *Log) Append(ctx context.Context, recs []audit.Record) (held []int, err error) {
+	if l.opts.ReadOnly {
+		return nil, fmt.Errorf("cannot append to call log %s: %w", l.dir, ErrReadOnly)
+	}
 	if len(recs) == 0 {
 		return nil, nil
 	}
@@ -677,6 +697,9 @@ func (l *Log) createSegment(num uint64) (*segment, error) {
 // retention is by whole segments, so calls before t may stay until their
 // segment is sealed and wholly before t.
 func (l *Log) DeleteBefore(t time.Time) (int64, error) {
+	if l.opts.ReadOnly {
+		return 0, fmt.Errorf("cannot delete from call log %s: %w", l.dir, ErrReadOnly)
+	}
 	n, ok := sqlite.TimeNanos(t)
 	if !ok {
 		return 0, fmt.Errorf("cannot delete calls before %s: %w", t, ErrTime)
@@ -728,6 +751,9 @@ type Stats struct {
 	Blocks   int64
 	// Bytes is the size of the segments and their indexes.
 	Bytes int64
+	// TableLoads counts the sealed segments' tables read from their index
+	// files since the open (a lookup that needs a table not kept loaded).
+	TableLoads int64
 }
 
 // Stats returns the log's counts and size.
@@ -744,6 +770,9 @@ func (l *Log) Stats() (Stats, error) {
 		st.Blocks += int64(len(s.blocks))
 	}
 	l.mu.RUnlock()
+	l.tables.mu.Lock()
+	st.TableLoads = l.tables.loads
+	l.tables.mu.Unlock()
 	for _, s := range segs {
 		if s == nil {
 			continue

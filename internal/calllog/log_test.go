@@ -1,7 +1,6 @@
 package calllog
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -591,15 +590,7 @@ func TestAppendRefuses(t *testing.T) {
 func TestCrashKill(t *testing.T) {
 	const batch, batches = 50, 400
 	if dir := os.Getenv("CALLLOG_CHILD_DIR"); dir != "" {
-		// The child: append until killed, saying which batch was
-		// acknowledged.
-		recs := gen(t, 12, batch*batches)
-		l := open(t, dir, Options{SegmentBytes: 256 << 10})
-		for i := 0; i < batches; i++ {
-			appendAll(t, l, recs[i*batch:(i+1)*batch])
-			fmt.Fprintf(os.Stdout, "acked %d\n", i)
-		}
-		select {} // until killed
+		appendUntilKilled(t, dir, Options{SegmentBytes: 256 << 10}, gen(t, 12, batch*batches), batch)
 	}
 	if testing.Short() {
 		t.Skip("starts three processes")
@@ -608,16 +599,7 @@ func TestCrashKill(t *testing.T) {
 	dir := t.TempDir()
 	acked := -1
 	for round, after := range []int{20, 60, 120} {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestCrashKill$", "-test.count=1")
-		cmd.Env = append(os.Environ(), "CALLLOG_CHILD_DIR="+dir)
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		sc := bufio.NewScanner(out)
+		cmd, sc := startAppender(t, "TestCrashKill", "CALLLOG_CHILD_DIR="+dir)
 		killed := false
 		for sc.Scan() {
 			var i int

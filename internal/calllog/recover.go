@@ -29,8 +29,11 @@ func (l *Log) load() error {
 		name := e.Name()
 		switch {
 		case strings.HasSuffix(name, tmpExt):
-			// An index whose write did not complete.
-			os.Remove(filepath.Join(l.dir, name))
+			// An index whose write did not complete (or, read-only, is
+			// being written).
+			if !l.opts.ReadOnly {
+				os.Remove(filepath.Join(l.dir, name))
+			}
 		case strings.HasSuffix(name, segExt) || strings.HasSuffix(name, idxExt):
 			ext := filepath.Ext(name)
 			n, err := strconv.ParseUint(strings.TrimSuffix(name, ext), 10, 64)
@@ -46,7 +49,7 @@ func (l *Log) load() error {
 	}
 	slices.Sort(nums)
 	for n := range idx {
-		if _, ok := slices.BinarySearch(nums, n); !ok {
+		if _, ok := slices.BinarySearch(nums, n); !ok && !l.opts.ReadOnly {
 			// Retention removed its segment before it.
 			os.Remove(idxPath(l.segPath(n)))
 		}
@@ -58,14 +61,25 @@ func (l *Log) load() error {
 		if last && idx[n] && l.staleIndex(n, buf) {
 			// A seal that failed after its index reached the disk, the
 			// segment appended to since: it is live, the index goes.
-			if err := os.Remove(idxPath(l.segPath(n))); err != nil {
-				return fmt.Errorf("cannot open call log %s: %w", l.dir, err)
+			if !l.opts.ReadOnly {
+				if err := os.Remove(idxPath(l.segPath(n))); err != nil {
+					return fmt.Errorf("cannot open call log %s: %w", l.dir, err)
+				}
 			}
 			live = true
 		}
 		s, err := l.openSegment(n, live, buf)
+		if l.opts.ReadOnly && errors.Is(err, os.ErrNotExist) {
+			continue // retention removed it since the directory was read
+		}
 		if err != nil {
 			return err
+		}
+		if l.opts.ReadOnly && s.ids != nil && !last {
+			// Read from its blocks (its index not written yet, or
+			// damaged): sealed, its tables in memory.
+			l.sealed = append(l.sealed, s)
+			continue
 		}
 		if s.ids != nil {
 			l.live = s
@@ -79,6 +93,13 @@ func (l *Log) load() error {
 		next := uint64(1)
 		if len(nums) > 0 {
 			next = nums[len(nums)-1] + 1
+		}
+		if l.opts.ReadOnly {
+			// An empty live segment of no file: nothing to read.
+			s := &segment{num: next, path: l.segPath(next)}
+			newSegmentState(s)
+			l.live = s
+			return nil
 		}
 		s, err := l.createSegment(next)
 		if err != nil {
@@ -117,7 +138,7 @@ func indexedEnd(blocks []blockRef) int64 {
 func (l *Log) openSegment(num uint64, live bool, buf []byte) (*segment, error) {
 	path := l.segPath(num)
 	flag := os.O_RDONLY
-	if live {
+	if live && !l.opts.ReadOnly {
 		flag = os.O_RDWR
 	}
 	f, err := os.OpenFile(path, flag, 0)
@@ -153,7 +174,7 @@ func (l *Log) openSegment(num uint64, live bool, buf []byte) (*segment, error) {
 		f.Close()
 		return nil, err
 	}
-	if !live {
+	if !live && !l.opts.ReadOnly {
 		if err := l.seal(s); err != nil {
 			f.Close()
 			return nil, err
@@ -177,6 +198,11 @@ func (l *Log) recover(s *segment, live bool) error {
 	if len(data) < len(segMagic) {
 		if !live || !bytes.HasPrefix([]byte(segMagic), data) {
 			return corrupt(0, "the file ends inside its header")
+		}
+		if l.opts.ReadOnly {
+			// Being created: no call yet.
+			s.size, s.created = 0, time.Now()
+			return nil
 		}
 		// Created, its header never synced: write it again.
 		if err := s.f.Truncate(0); err == nil {
@@ -207,6 +233,9 @@ func (l *Log) recover(s *segment, live bool) error {
 			}
 			if !live {
 				return corrupt(off, why+" in a sealed segment")
+			}
+			if l.opts.ReadOnly {
+				break // being written, or torn: not read, not cut
 			}
 			if err := s.f.Truncate(int64(off)); err != nil {
 				return fmt.Errorf("cannot cut the torn tail of call log segment %s at byte %d: %w", s.path, off, err)

@@ -49,6 +49,13 @@ func (l *Log) Snapshot(dst string) (err error) {
 		return ErrClosed
 	}
 	for _, s := range l.sealed {
+		if s.ids != nil {
+			// Opened read-only, read from its blocks: no index to copy
+			// (the restored log indexes it again at its open).
+			s.hold()
+			parts = append(parts, part{s: s, size: s.size})
+			continue
+		}
 		// The index is opened under the lock, as the segment is held: a
 		// retention that removes both meanwhile leaves them readable.
 		f, err := os.Open(idxPath(s.path))
@@ -59,8 +66,10 @@ func (l *Log) Snapshot(dst string) (err error) {
 		s.hold()
 		parts = append(parts, part{s: s, size: s.size, idx: f})
 	}
-	l.live.hold()
-	parts = append(parts, part{s: l.live, size: l.live.size})
+	if l.live.f != nil { // a read-only log's empty live segment has no file
+		l.live.hold()
+		parts = append(parts, part{s: l.live, size: l.live.size})
+	}
 	l.mu.RUnlock()
 
 	var written []string
