@@ -38,6 +38,21 @@ func treeSums(t *testing.T, dir string) map[string][sha256.Size]byte {
 	return out
 }
 
+// unchanged fails t, naming who, when a file of dataDir's call logs is not
+// as treeSums found it before (before): added, removed or changed.
+func unchanged(t *testing.T, who, dataDir string, before map[string][sha256.Size]byte) {
+	t.Helper()
+	after := treeSums(t, calllogs.Dir(dataDir))
+	if len(after) != len(before) {
+		t.Errorf("%s left %d files of the call logs, were %d", who, len(after), len(before))
+	}
+	for p, sum := range before {
+		if after[p] != sum {
+			t.Errorf("%s changed %s", who, p)
+		}
+	}
+}
+
 // TestCallsLog_ReadAndBackupBesideServe: with serve.sqlite.calls: log and
 // serve running, export, calls and verify with --data-dir read the calls
 // from the call logs (opened read-only: no file of them changes, no
@@ -76,15 +91,7 @@ func TestCallsLog_ReadAndBackupBesideServe(t *testing.T) {
 	if code != 0 || !strings.Contains(out, fmt.Sprintf("call logs: %d calls read", len(calls))) {
 		t.Errorf("verify --data-dir beside serve: exit %d: %s%s", code, out, errs)
 	}
-	after := treeSums(t, calllogs.Dir(dir))
-	if len(after) != len(before) {
-		t.Errorf("the readers left %d files of the call logs, were %d", len(after), len(before))
-	}
-	for p, sum := range before {
-		if after[p] != sum {
-			t.Errorf("the readers changed %s", p)
-		}
-	}
+	unchanged(t, "the readers", dir, before)
 
 	// More calls, a day later each, posted while the backup is taken.
 	var wg sync.WaitGroup
@@ -281,13 +288,5 @@ func TestCallsLog_ReportBesideServe(t *testing.T) {
 			t.Errorf("with calls: log, the report %s differs from calls: sqlite's:\n%s", src.name, d)
 		}
 	}
-	after := treeSums(t, calllogs.Dir(dir))
-	if len(after) != len(before) {
-		t.Errorf("report left %d files of the call logs, were %d", len(after), len(before))
-	}
-	for p, sum := range before {
-		if after[p] != sum {
-			t.Errorf("report changed %s", p)
-		}
-	}
+	unchanged(t, "report", dir, before)
 }
