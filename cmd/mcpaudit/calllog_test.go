@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite/calllogs"
+	"github.com/mcpaudit/mcpaudit/report"
 )
 
 // treeSums returns the SHA-256 of every file under dir by path.
@@ -33,6 +36,21 @@ func treeSums(t *testing.T, dir string) map[string][sha256.Size]byte {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// unchanged fails t, naming who, when a file of dataDir's call logs is not
+// as treeSums found it before (before): added, removed or changed.
+func unchanged(t *testing.T, who, dataDir string, before map[string][sha256.Size]byte) {
+	t.Helper()
+	after := treeSums(t, calllogs.Dir(dataDir))
+	if len(after) != len(before) {
+		t.Errorf("%s left %d files of the call logs, were %d", who, len(after), len(before))
+	}
+	for p, sum := range before {
+		if after[p] != sum {
+			t.Errorf("%s changed %s", who, p)
+		}
+	}
 }
 
 // TestCallsLog_ReadAndBackupBesideServe: with serve.sqlite.calls: log and
@@ -73,15 +91,7 @@ func TestCallsLog_ReadAndBackupBesideServe(t *testing.T) {
 	if code != 0 || !strings.Contains(out, fmt.Sprintf("call logs: %d calls read", len(calls))) {
 		t.Errorf("verify --data-dir beside serve: exit %d: %s%s", code, out, errs)
 	}
-	after := treeSums(t, calllogs.Dir(dir))
-	if len(after) != len(before) {
-		t.Errorf("the readers left %d files of the call logs, were %d", len(after), len(before))
-	}
-	for p, sum := range before {
-		if after[p] != sum {
-			t.Errorf("the readers changed %s", p)
-		}
-	}
+	unchanged(t, "the readers", dir, before)
 
 	// More calls, a day later each, posted while the backup is taken.
 	var wg sync.WaitGroup
@@ -193,4 +203,90 @@ func TestCallsLog_VerifyFindsFlippedByte(t *testing.T) {
 	if code != 1 || !strings.Contains(out.String()+errb.String(), segs[0]) {
 		t.Errorf("verify after a byte of %s flipped: exit %d: %s%s", segs[0], code, out.String(), errb.String())
 	}
+}
+
+// TestCallsLog_ReportBesideServe: mcpaudit report --data-dir over a data
+// dir whose calls serve keeps in call logs, serve running, gives the
+// report serve's API gives, with the configuration (calls: log) or
+// without, and the report of the same capture stored with calls: sqlite;
+// it changes no byte of the logs. Before report opened the data dir as
+// the other readers do (openReading), it failed with the configuration
+// ("calls: log without a call log") and, without, read no call: its
+// failures (7) and retry mix came out empty.
+func TestCallsLog_ReportBesideServe(t *testing.T) {
+	body := ndjson(mergedCapture(t))
+	// The window ends at a fixed time (the capture is of 2026-11-02): a
+	// report ending now would have another window at each run.
+	args := []string{"report", "--window", "2d", "--until", "2026-11-03T00:00:00Z", "--format", "json"}
+	reportOf := func(name string, more ...string) map[string]string {
+		t.Helper()
+		code, out, errs := cliRun(append(append([]string{}, args...), more...)...)
+		if code != 0 {
+			t.Errorf("report %s: exit %d: %s", name, code, errs)
+			return nil
+		}
+		var r report.Report
+		if err := json.Unmarshal([]byte(out), &r); err != nil {
+			t.Fatalf("report %s: %v\n%s", name, err, out)
+		}
+		if r.BadEvents == 0 || r.Failures == 0 || len(r.ByClient) == 0 || r.FindingsTotal == 0 {
+			t.Errorf("report %s: %d bad events, %d failed calls, %d clients, %d findings: the capture has some of each", name, r.BadEvents, r.Failures, len(r.ByClient), r.FindingsTotal)
+		}
+		r.Generated = time.Time{}
+		b, _ := json.Marshal(r)
+		var fields map[string]json.RawMessage
+		if err := json.Unmarshal(b, &fields); err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]string{}
+		for k, v := range fields {
+			m[k] = string(v)
+		}
+		return m
+	}
+	// differ says the report's fields that differ from want's.
+	differ := func(got, want map[string]string) string {
+		var d []string
+		for k, v := range want {
+			if got[k] != v {
+				d = append(d, fmt.Sprintf("%s: %s, want %s", k, got[k], v))
+			}
+		}
+		slices.Sort(d)
+		return strings.Join(d, "\n")
+	}
+
+	plain := t.TempDir()
+	cfg := testConfig(t, plain)
+	s, _ := serveCapture(t, cfg, body, analyzeFindings(t, cfg, body))
+	want := reportOf("with calls: sqlite, through serve's API", "--api-url", "http://"+s.apiAddr)
+	if d := differ(reportOf("with calls: sqlite, from the data dir", "--data-dir", plain), want); d != "" {
+		t.Fatalf("with calls: sqlite, the data dir's report differs from the API's:\n%s", d)
+	}
+
+	dir := t.TempDir()
+	cfg = testConfig(t, dir)
+	cfg.Serve.SQLite.Calls = sqlite.CallsLog
+	s, _ = serveCapture(t, cfg, body, analyzeFindings(t, cfg, body))
+	if !calllogs.InUse(dir) {
+		t.Fatal("serve with calls: log keeps no call log")
+	}
+	cfgFile := filepath.Join(t.TempDir(), "mcpaudit.yaml")
+	if err := os.WriteFile(cfgFile, []byte(fmt.Sprintf("serve:\n  data_dir: %q\n  sqlite:\n    calls: log\n", dir)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before := treeSums(t, calllogs.Dir(dir))
+	for _, src := range []struct {
+		name string
+		args []string
+	}{
+		{"through serve's API", []string{"--api-url", "http://" + s.apiAddr}},
+		{"from the data dir", []string{"--data-dir", dir}},
+		{"from the data dir of the configuration", []string{"--config", cfgFile}},
+	} {
+		if d := differ(reportOf("with calls: log, "+src.name, src.args...), want); d != "" {
+			t.Errorf("with calls: log, the report %s differs from calls: sqlite's:\n%s", src.name, d)
+		}
+	}
+	unchanged(t, "report", dir, before)
 }

@@ -15,7 +15,6 @@ import (
 
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/exporter/clickhouse"
-	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
 	"github.com/mcpaudit/mcpaudit/report"
 )
 
@@ -115,15 +114,24 @@ func reportCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	return report.Render(w, rep, *format)
 }
 
-// openReportStore opens the configured store to read.
+// openReportStore opens the configured store to read. The embedded store
+// is opened as the other commands that read a data dir open it
+// (openReading): its call logs, when serve keeps the calls in them,
+// read-only beside a running serve. Whether the calls are in logs is the
+// data dir's to say, not the configuration's: a report without --config
+// over such a data dir read no call before (its failures and retry
+// actions were missing), and one with serve.sqlite.calls: log failed.
 func openReportStore(ctx context.Context, cfg Config) (audit.Store, error) {
 	switch cfg.Serve.Store {
 	case "sqlite", "":
-		path := filepath.Join(cfg.Serve.DataDir, storeFile)
-		if _, err := os.Stat(path); err != nil {
-			return nil, fmt.Errorf("cannot open the data dir %s: %w", cfg.Serve.DataDir, err)
+		if err := storeExists(cfg.Serve.DataDir, filepath.Join(cfg.Serve.DataDir, storeFile)); err != nil {
+			return nil, err
 		}
-		return sqlite.Open(path, cfg.Serve.SQLite)
+		st, err := openReading(cfg.Serve.DataDir)
+		if err != nil {
+			return nil, err
+		}
+		return st, nil
 	case "clickhouse":
 		o := cfg.Serve.ClickHouse
 		// The report writes nothing: its spool stays empty, in a
