@@ -104,8 +104,9 @@ type Options struct {
 	// "log", EXPERIMENTAL, in one segmented call log per tenant under the
 	// data dir's calls/ (exporter/sqlite/calllogs), everything else
 	// staying in SQLite. With "log", calls are NOT covered by the
-	// tamper-evidence chain (mcpaudit verify), by mcpaudit backup, nor by
-	// mcpaudit export --data-dir (use --api-url); retention hides
+	// tamper-evidence chain (mcpaudit verify checks only the blocks'
+	// checksums); backup copies the logs and the --data-dir readers
+	// open them read-only beside serve; retention hides
 	// deleted calls at once and removes their segment once it is wholly
 	// before the cut; a store whose calls table holds calls is not opened
 	// with it. It cannot go with ack "log". Default "sqlite".
