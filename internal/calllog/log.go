@@ -386,19 +386,28 @@ func (l *Log) commitGroup(group []*request) error {
 	if l.failed != nil {
 		return l.failed
 	}
-	var accept []entry
-	var hashes []uint64
-	inGroup := map[uint64][]int{} // hash → indexes in accept
+	n := 0
+	for _, r := range group {
+		n += len(r.entries)
+	}
+	accept := make([]entry, 0, n)
+	hashes := make([]uint64, 0, n)
+	// inGroup holds the index in accept of the first call of each id hash
+	// taken; calls whose hashes collide (another id) are looked for in
+	// hashes, which is rare enough not to need a list per hash.
+	inGroup := make(map[uint64]int, n)
 	var cand []uint32
 	l.mu.RLock()
 	for _, r := range group {
 		for i, e := range r.entries {
 			h := r.hashes[i]
 			dup := false
-			for _, j := range inGroup[h] {
-				if accept[j].id == e.id {
-					dup = true
-					break
+			if j, ok := inGroup[h]; ok {
+				for ; j < len(accept); j++ {
+					if hashes[j] == h && accept[j].id == e.id {
+						dup = true
+						break
+					}
 				}
 			}
 			if !dup {
@@ -412,7 +421,9 @@ func (l *Log) commitGroup(group []*request) error {
 				r.held = append(r.held, i)
 				continue
 			}
-			inGroup[h] = append(inGroup[h], len(accept))
+			if _, ok := inGroup[h]; !ok {
+				inGroup[h] = len(accept)
+			}
 			accept = append(accept, e)
 			hashes = append(hashes, h)
 		}
@@ -421,16 +432,21 @@ func (l *Log) commitGroup(group []*request) error {
 	if len(accept) == 0 {
 		return nil
 	}
-	order := make([]int, len(accept))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortStableFunc(order, func(a, b int) int {
-		return cmpInt(accept[a].time, accept[b].time)
-	})
-	sorted := make([]entry, len(accept))
-	for i, j := range order {
-		sorted[i] = accept[j]
+	// accept is in time order already when the group is one request whose
+	// calls came sorted (receivers sort each source's calls): most often.
+	sorted := accept
+	if !slices.IsSortedFunc(accept, func(a, b entry) int { return cmpInt(a.time, b.time) }) {
+		order := make([]int, len(accept))
+		for i := range order {
+			order[i] = i
+		}
+		slices.SortStableFunc(order, func(a, b int) int {
+			return cmpInt(accept[a].time, accept[b].time)
+		})
+		sorted = make([]entry, len(accept))
+		for i, j := range order {
+			sorted[i] = accept[j]
+		}
 	}
 	data, mn, mx := l.enc.encode(sorted)
 	live := l.live
