@@ -86,6 +86,9 @@ type Log struct {
 	dir  string
 	opts Options
 	enc  *encoder
+	// group is the committer's room for a group's dedupe, kept from one
+	// commit to the next (the committer alone uses it).
+	group groupScratch
 
 	mu     sync.RWMutex
 	sealed []*segment // by number
@@ -386,16 +389,11 @@ func (l *Log) commitGroup(group []*request) error {
 	if l.failed != nil {
 		return l.failed
 	}
-	n := 0
-	for _, r := range group {
-		n += len(r.entries)
-	}
-	accept := make([]entry, 0, n)
-	hashes := make([]uint64, 0, n)
 	// inGroup holds the index in accept of the first call of each id hash
 	// taken; calls whose hashes collide (another id) are looked for in
 	// hashes, which is rare enough not to need a list per hash.
-	inGroup := make(map[uint64]int, n)
+	accept, hashes, inGroup := l.group.take()
+	defer func() { l.group.put(accept, hashes) }()
 	var cand []uint32
 	l.mu.RLock()
 	for _, r := range group {
@@ -483,6 +481,33 @@ func (l *Log) commitGroup(group []*request) error {
 		l.rotate()
 	}
 	return nil
+}
+
+// groupScratch is the committer's room for the calls a group commit
+// accepts, their id hashes and the first index of each hash.
+type groupScratch struct {
+	accept  []entry
+	hashes  []uint64
+	inGroup map[uint64]int
+}
+
+func (g *groupScratch) take() ([]entry, []uint64, map[uint64]int) {
+	if g.inGroup == nil {
+		g.inGroup = map[uint64]int{}
+	}
+	return g.accept[:0], g.hashes[:0], g.inGroup
+}
+
+// put keeps the room of accept and hashes for the next group, emptied:
+// what the entries point to (the appenders' records) is let go.
+func (g *groupScratch) put(accept []entry, hashes []uint64) {
+	clear(accept)
+	clear(g.inGroup)
+	// A group far larger than the usual keeps no room past 64k calls.
+	if cap(accept) > 1<<16 {
+		accept, hashes, g.inGroup = nil, nil, nil
+	}
+	g.accept, g.hashes = accept[:0], hashes[:0]
 }
 
 // writeFailed cuts the live segment back to its last synced block and
