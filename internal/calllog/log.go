@@ -86,6 +86,9 @@ type Log struct {
 	dir  string
 	opts Options
 	enc  *encoder
+	// group is the committer's room for a group's dedupe, kept from one
+	// commit to the next (the committer alone uses it).
+	group groupScratch
 
 	mu     sync.RWMutex
 	sealed []*segment // by number
@@ -386,19 +389,23 @@ func (l *Log) commitGroup(group []*request) error {
 	if l.failed != nil {
 		return l.failed
 	}
-	var accept []entry
-	var hashes []uint64
-	inGroup := map[uint64][]int{} // hash → indexes in accept
+	// inGroup holds the index in accept of the first call of each id hash
+	// taken; calls whose hashes collide (another id) are looked for in
+	// hashes, which is rare enough not to need a list per hash.
+	accept, hashes, inGroup := l.group.take()
+	defer func() { l.group.put(accept, hashes) }()
 	var cand []uint32
 	l.mu.RLock()
 	for _, r := range group {
 		for i, e := range r.entries {
 			h := r.hashes[i]
 			dup := false
-			for _, j := range inGroup[h] {
-				if accept[j].id == e.id {
-					dup = true
-					break
+			if j, ok := inGroup[h]; ok {
+				for ; j < len(accept); j++ {
+					if hashes[j] == h && accept[j].id == e.id {
+						dup = true
+						break
+					}
 				}
 			}
 			if !dup {
@@ -412,7 +419,9 @@ func (l *Log) commitGroup(group []*request) error {
 				r.held = append(r.held, i)
 				continue
 			}
-			inGroup[h] = append(inGroup[h], len(accept))
+			if _, ok := inGroup[h]; !ok {
+				inGroup[h] = len(accept)
+			}
 			accept = append(accept, e)
 			hashes = append(hashes, h)
 		}
@@ -421,16 +430,21 @@ func (l *Log) commitGroup(group []*request) error {
 	if len(accept) == 0 {
 		return nil
 	}
-	order := make([]int, len(accept))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortStableFunc(order, func(a, b int) int {
-		return cmpInt(accept[a].time, accept[b].time)
-	})
-	sorted := make([]entry, len(accept))
-	for i, j := range order {
-		sorted[i] = accept[j]
+	// accept is in time order already when the group is one request whose
+	// calls came sorted (receivers sort each source's calls): most often.
+	sorted := accept
+	if !slices.IsSortedFunc(accept, func(a, b entry) int { return cmpInt(a.time, b.time) }) {
+		order := make([]int, len(accept))
+		for i := range order {
+			order[i] = i
+		}
+		slices.SortStableFunc(order, func(a, b int) int {
+			return cmpInt(accept[a].time, accept[b].time)
+		})
+		sorted = make([]entry, len(accept))
+		for i, j := range order {
+			sorted[i] = accept[j]
+		}
 	}
 	data, mn, mx := l.enc.encode(sorted)
 	live := l.live
@@ -467,6 +481,33 @@ func (l *Log) commitGroup(group []*request) error {
 		l.rotate()
 	}
 	return nil
+}
+
+// groupScratch is the committer's room for the calls a group commit
+// accepts, their id hashes and the first index of each hash.
+type groupScratch struct {
+	accept  []entry
+	hashes  []uint64
+	inGroup map[uint64]int
+}
+
+func (g *groupScratch) take() ([]entry, []uint64, map[uint64]int) {
+	if g.inGroup == nil {
+		g.inGroup = map[uint64]int{}
+	}
+	return g.accept[:0], g.hashes[:0], g.inGroup
+}
+
+// put keeps the room of accept and hashes for the next group, emptied:
+// what the entries point to (the appenders' records) is let go.
+func (g *groupScratch) put(accept []entry, hashes []uint64) {
+	clear(accept)
+	clear(g.inGroup)
+	// A group far larger than the usual keeps no room past 64k calls.
+	if cap(accept) > 1<<16 {
+		accept, hashes, g.inGroup = nil, nil, nil
+	}
+	g.accept, g.hashes = accept[:0], hashes[:0]
 }
 
 // writeFailed cuts the live segment back to its last synced block and
