@@ -361,7 +361,8 @@ func maxInt(a, b int64) int64 {
 }
 
 // An index file, NNNN.idx beside its sealed segment, is written once when
-// the segment is sealed (to NNNN.idx.tmp, synced, renamed):
+// the segment is sealed (datadir.WriteFileSynced: a temporary file
+// .NNNN.idx.RANDOM.tmp, synced, renamed, the directory synced):
 //
 //	bytes 0-7    idxMagic
 //	bytes 8-11   number of blocks B; bytes 12-15 number of calls N

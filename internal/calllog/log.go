@@ -16,6 +16,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
+	"github.com/mcpaudit/mcpaudit/internal/datadir"
 	"github.com/mcpaudit/mcpaudit/internal/spool"
 )
 
@@ -608,7 +609,7 @@ func (l *Log) seal(s *segment) error {
 		return t
 	}
 	ids, keys := sorted(ps), sorted(ks)
-	if err := writeFileSynced(idxPath(s.path), encodeIndex(blocks, ids, keys)); err != nil {
+	if err := datadir.WriteFileSynced(idxPath(s.path), encodeIndex(blocks, ids, keys), datadir.FileMode); err != nil {
 		// An index left by a failed seal (its directory not synced after
 		// the rename) would make the segment, still live, sealed at the
 		// next open without the blocks appended since.
@@ -623,34 +624,6 @@ func (l *Log) seal(s *segment) error {
 	l.tables.put(s.num, &sealedTables{ids: ids, keys: keys})
 	s.ids, s.more, s.keys = nil, nil, nil
 	l.mu.Unlock()
-	return nil
-}
-
-// writeFileSynced writes path through a temporary file, synced, renamed
-// and its directory synced.
-func writeFileSynced(path string, data []byte) error {
-	tmp := path + tmpExt
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o640)
-	if err != nil {
-		return fmt.Errorf("cannot write %s: %w", path, err)
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err == nil {
-		err = syncDir(filepath.Dir(path))
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("cannot write %s: %w", path, err)
-	}
 	return nil
 }
 

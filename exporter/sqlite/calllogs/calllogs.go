@@ -71,6 +71,13 @@ func Open(dir string, opts calllog.Options) (*Logs, error) {
 		return nil, fmt.Errorf("cannot read call logs %s: %w", dir, err)
 	}
 	l := &Logs{dir: dir, opts: opts, logs: map[string]*calllog.Log{}}
+	if !opts.ReadOnly {
+		// Those of a retention killed while it saved the cuts.
+		left, _ := filepath.Glob(datadir.TempGlob(filepath.Join(dir, cutsFile)))
+		for _, f := range left {
+			os.Remove(f)
+		}
+	}
 	if l.cuts, err = readCuts(filepath.Join(dir, cutsFile)); err != nil {
 		return nil, err
 	}
@@ -454,33 +461,13 @@ func readCuts(path string) (map[string]int64, error) {
 	return cuts, nil
 }
 
-// writeCuts replaces the cuts file at path through a synced temporary
-// file and a rename, and syncs the directory.
+// writeCuts replaces the cuts file at path, durably.
 func writeCuts(path string, cuts map[string]int64) error {
 	var b strings.Builder
 	for _, tenant := range slices.Sorted(maps.Keys(cuts)) {
 		fmt.Fprintf(&b, "%s %d\n", DirName(tenant), cuts[tenant])
 	}
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
-	if err != nil {
-		return fmt.Errorf("cannot save the call logs' cuts: %w", err)
-	}
-	_, err = f.WriteString(b.String())
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err == nil {
-		err = datadir.SyncDir(filepath.Dir(path))
-	}
-	if err != nil {
-		os.Remove(tmp)
+	if err := datadir.WriteFileSynced(path, []byte(b.String()), datadir.FileMode); err != nil {
 		return fmt.Errorf("cannot save the call logs' cuts: %w", err)
 	}
 	return nil
