@@ -729,6 +729,30 @@ type Stats struct {
 	TableLoads int64
 }
 
+// Newest returns the time of the latest call the log holds (zero when it
+// holds none, or only calls of zero time), from its segments' time index:
+// no block is read. A read-only log answers for the blocks it has read.
+func (l *Log) Newest() (time.Time, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.live == nil {
+		return time.Time{}, ErrClosed
+	}
+	newest := int64(math.MinInt64)
+	for _, s := range l.sealed {
+		if s.calls > 0 {
+			newest = max(newest, s.max)
+		}
+	}
+	if l.live.calls > 0 {
+		newest = max(newest, l.live.max)
+	}
+	if newest == math.MinInt64 {
+		return time.Time{}, nil
+	}
+	return sqlite.NanosTime(newest), nil
+}
+
 // Stats returns the log's counts and size.
 func (l *Log) Stats() (Stats, error) {
 	l.mu.RLock()

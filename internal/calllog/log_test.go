@@ -1189,3 +1189,37 @@ func TestStaleIndex(t *testing.T) {
 		t.Fatalf("the stale index is still there: %v", err)
 	}
 }
+
+// TestNewest: the latest call's time, from the segments' time index (no
+// block read), sealed segments and the live one, read-only too.
+func TestNewest(t *testing.T) {
+	dir := t.TempDir()
+	l := open(t, dir, Options{SegmentBytes: 1})
+	if n, err := l.Newest(); err != nil || !n.IsZero() {
+		t.Fatalf("Newest of an empty log = %v, %v; want zero", n, err)
+	}
+	recs := gen(t, 41, 300)
+	var want time.Time
+	for i := 0; i < len(recs); i += 50 {
+		appendAll(t, l, recs[i:i+50])
+	}
+	for _, r := range recs {
+		if r.Call.Time.After(want) {
+			want = r.Call.Time
+		}
+	}
+	l.Close()
+	for _, ro := range []bool{false, true} {
+		l := open(t, dir, Options{SegmentBytes: 1, ReadOnly: ro})
+		if n, err := l.Newest(); err != nil || !n.Equal(want) {
+			t.Errorf("Newest (read-only %v) = %v, %v; want %v", ro, n, err, want)
+		}
+		if len(l.cache.m) != 0 {
+			t.Errorf("Newest (read-only %v) read %d blocks, want none", ro, len(l.cache.m))
+		}
+		l.Close()
+		if _, err := l.Newest(); !errors.Is(err, ErrClosed) {
+			t.Errorf("Newest after Close = %v, want ErrClosed", err)
+		}
+	}
+}

@@ -436,6 +436,14 @@ func (l *Logs) cut(r *audit.Record) bool {
 	return n < c
 }
 
+// cutOr returns tenant's cut in cuts, math.MinInt64 when it has none.
+func cutOr(cuts map[string]int64, tenant string) int64 {
+	if c, ok := cuts[tenant]; ok {
+		return c
+	}
+	return math.MinInt64
+}
+
 // readCuts reads the cuts file at path (none: no cut).
 func readCuts(path string) (map[string]int64, error) {
 	cuts := map[string]int64{}
@@ -474,58 +482,31 @@ func writeCuts(path string, cuts map[string]int64) error {
 }
 
 // Newest returns the time of the latest stored call of any tenant (zero
-// when none). The call log keeps no such figure, so it is searched for:
-// a binary search over time, each probe a scan that stops at its first
-// call (it reads only the blocks past the probe's time).
+// when none), from each log's time index (calllog.Log.Newest): a tenant
+// whose calls are all before its retention cut has none.
 func (l *Logs) Newest(ctx context.Context) (time.Time, error) {
-	logs, err := l.all()
-	if err != nil {
-		return time.Time{}, err
+	l.mu.RLock()
+	logs, cuts, closed := maps.Clone(l.logs), maps.Clone(l.cuts), l.closed
+	l.mu.RUnlock()
+	if closed {
+		return time.Time{}, fmt.Errorf("cannot use the call logs: %w", audit.ErrClosed)
 	}
-	var newest int64 = math.MinInt64
-	found := false
-	for _, lg := range logs {
-		after := func(n int64) (bool, error) {
-			seen := false
-			err := lg.Scan(ctx, sqlite.NanosTime(n), time.Time{}, func(r *audit.Record) error {
-				if l.cut(r) {
-					return nil
-				}
-				seen = true
-				return errStop
-			})
-			if err != nil && !errors.Is(err, errStop) {
-				return false, wrap(err)
-			}
-			return seen, nil
+	var newest time.Time
+	for tenant, lg := range logs {
+		t, err := lg.Newest()
+		if err != nil {
+			return time.Time{}, wrap(err)
 		}
-		lo := int64(math.MinInt64 + 1) // has a call at or after lo, once checked
-		if ok, err := after(lo); err != nil {
-			return time.Time{}, err
-		} else if !ok {
+		// The cut hides the calls before it: the latest is then hidden
+		// with every other.
+		if n, _ := sqlite.TimeNanos(t); t.IsZero() || n < cutOr(cuts, tenant) {
 			continue
 		}
-		hi := int64(math.MaxInt64)      // no call at or after hi
-		for uint64(hi)-uint64(lo) > 1 { // hi-lo can pass the int64s
-			mid := int64(uint64(lo) + (uint64(hi)-uint64(lo))/2)
-			ok, err := after(mid)
-			if err != nil {
-				return time.Time{}, err
-			}
-			if ok {
-				lo = mid
-			} else {
-				hi = mid
-			}
-		}
-		if !found || lo > newest {
-			newest, found = lo, true
+		if t.After(newest) {
+			newest = t
 		}
 	}
-	if !found {
-		return time.Time{}, nil
-	}
-	return sqlite.NanosTime(newest), nil
+	return newest, nil
 }
 
 // Snapshot copies every tenant's log into dst, a directory it creates (it
