@@ -118,7 +118,7 @@ func TestNewest(t *testing.T) {
 	}
 }
 
-func gen(t *testing.T, seed uint64) *storetest.Generator {
+func gen(t testing.TB, seed uint64) *storetest.Generator {
 	t.Helper()
 	g, err := storetest.NewGenerator(seed, storetest.T0)
 	if err != nil {
@@ -315,10 +315,7 @@ func BenchmarkNewest(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer logs.Close()
-	g, err := storetest.NewGenerator(4, storetest.T0)
-	if err != nil {
-		b.Fatal(err)
-	}
+	g := gen(b, 4)
 	for range 40 {
 		if _, err := logs.Append(ctx, g.Records(500)); err != nil {
 			b.Fatal(err)
