@@ -43,6 +43,10 @@ type Options struct {
 	// and those used least lately are let go past the bound. Default 64
 	// MiB (about five segments of 64 MiB).
 	TableBytes int64
+	// BlockCacheBytes bounds the memory of the blocks decoded last, kept
+	// for the next reads (their body decoded and about 100 bytes a call):
+	// the block read last always stays, however large. Default 16 MiB.
+	BlockCacheBytes int64
 	// OnCommit, when set, is called by the committer after each block is
 	// synced with the number of calls it holds (benchmarks).
 	OnCommit func(calls int)
@@ -77,6 +81,9 @@ func (o *Options) defaults() {
 	}
 	if o.TableBytes <= 0 {
 		o.TableBytes = 64 << 20
+	}
+	if o.BlockCacheBytes <= 0 {
+		o.BlockCacheBytes = 16 << 20
 	}
 }
 
@@ -225,7 +232,7 @@ func Open(dir string, opts Options) (*Log, error) {
 	}
 	l := &Log{dir: dir, opts: opts, enc: newEncoder(opts.Level),
 		reqs: make(chan *request, 64), stop: make(chan struct{}), done: make(chan struct{})}
-	l.cache.init(32)
+	l.cache.init(opts.BlockCacheBytes)
 	l.tables.init(opts.TableBytes)
 	if err := l.load(); err != nil {
 		l.closeFiles()
