@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/mcpaudit/mcpaudit/internal/tmpfs"
 )
@@ -100,7 +101,10 @@ func TestOpen_CrashReleases(t *testing.T) {
 			os.Exit(1)
 		}
 		os.Stdout.WriteString("held\n")
-		select {}
+		// Not select{}: with nothing else to wake it, the runtime took that
+		// for a deadlock and ended the holder, releasing the lock before
+		// the parent tried it (the test failed about half the time).
+		time.Sleep(time.Hour)
 	}
 	dir := t.TempDir()
 	cmd := exec.Command(os.Args[0], "-test.run", "^TestOpen_CrashReleases$")
