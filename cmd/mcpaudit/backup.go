@@ -225,36 +225,22 @@ func moveAside(dir string) (string, []string, error) {
 	return aside, moved, datadir.SyncDir(dir)
 }
 
-// copyInto copies src to dst through a temporary file beside dst, synced
-// before it takes dst's name, readable by its owner only.
+// copyInto copies src to dst durably (datadir.CopyFileSynced), readable by
+// its owner only. The temporary files a restore killed while it copied
+// left go first: each is as large as a store (the data dir is locked: no
+// other restore writes one).
 func copyInto(src, dst string) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return err
 	}
 	defer in.Close()
-	tmp := dst + ".restore-tmp"
-	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, datadir.FileMode)
-	if err != nil {
-		return err
+	left, _ := filepath.Glob(datadir.TempGlob(dst))
+	for _, f := range left {
+		os.Remove(f)
 	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		os.Remove(tmp)
+	if err := datadir.CopyFileSynced(dst, in, datadir.FileMode); err != nil {
 		return fmt.Errorf("cannot copy %s: %w", src, err)
 	}
-	if err := out.Sync(); err != nil {
-		out.Close()
-		os.Remove(tmp)
-		return fmt.Errorf("cannot copy %s: %w", src, err)
-	}
-	if err := out.Close(); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	if err := os.Rename(tmp, dst); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return datadir.SyncDir(filepath.Dir(dst))
+	return nil
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/mcpaudit/mcpaudit/api"
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
+	"github.com/mcpaudit/mcpaudit/internal/datadir"
 	"github.com/mcpaudit/mcpaudit/internal/tmpfs"
 )
 
@@ -164,5 +165,45 @@ func TestStatus_StoreDiskFull(t *testing.T) {
 	out := b.String()
 	if !strings.Contains(out, "Store not ready: "+reason+". Calls are refused (503) while the disk has no room for them") || strings.Contains(out, "still acknowledged") {
 		t.Errorf("disk full, output:\n%s", out)
+	}
+}
+
+// TestRedactSecret_FullDisk: creating the redaction key in a data dir on a
+// full disk (a real tmpfs) fails and leaves no file behind; once there is
+// room it is created, private. Before datadir.WriteFileSynced a
+// redact.key.tmp stayed.
+func TestRedactSecret_FullDisk(t *testing.T) {
+	dir := tmpfs.Mount(t, "64k")
+	filler := filepath.Join(dir, "filler")
+	f, err := os.Create(filler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for err == nil {
+		_, err = f.Write(make([]byte, 4096))
+	}
+	f.Close()
+	if !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("filling the tmpfs: %v", err)
+	}
+	if _, err := redactSecret("", dir); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("redactSecret on a full disk = %v, want ENOSPC", err)
+	}
+	if names, _ := filepath.Glob(filepath.Join(dir, "*")); len(names) != 1 {
+		t.Errorf("the data dir holds %q, want the filler alone", names)
+	}
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	key, err := redactSecret("", dir)
+	if err != nil || len(key) != 32 {
+		t.Fatalf("redactSecret = %d bytes, %v; want 32", len(key), err)
+	}
+	info, err := os.Stat(filepath.Join(dir, "redact.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Mode().Perm() != datadir.FileMode {
+		t.Errorf("redact.key has mode %v, want %v", info.Mode().Perm(), datadir.FileMode)
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/mcpaudit/mcpaudit/collector/redact"
 	"github.com/mcpaudit/mcpaudit/internal/access"
 	"github.com/mcpaudit/mcpaudit/internal/connlimit"
+	"github.com/mcpaudit/mcpaudit/internal/datadir"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
@@ -153,11 +154,10 @@ func redactSecret(file, dataDir string) ([]byte, error) {
 		if _, err := os.Stat(file); errors.Is(err, fs.ErrNotExist) {
 			key := make([]byte, 32)
 			rand.Read(key)
-			tmp := file + ".tmp"
-			if err := os.WriteFile(tmp, key, 0o600); err != nil {
-				return nil, fmt.Errorf("cannot create the redaction key: %w", err)
-			}
-			if err := os.Rename(tmp, file); err != nil {
+			// Durably: a key lost to a power loss after calls were
+			// stored masked with it would give the same values other
+			// masks after the restart.
+			if err := datadir.WriteFileSynced(file, key, datadir.FileMode); err != nil {
 				return nil, fmt.Errorf("cannot create the redaction key: %w", err)
 			}
 		}

@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/mcpaudit/mcpaudit/internal/datadir"
 )
 
 // The counters that go on across restarts (Config.Counters) are saved in a
@@ -122,34 +124,15 @@ func appendRecord(b []byte, id, seq uint64, v []byte) []byte {
 
 // writeCountLog writes a new journal named file in dir, other than the
 // one the state file names, whose first record, seq, holds every value
-// (v): a temporary file, synced and renamed, the directory synced. It
+// (v), durably (datadir.WriteFileSynced). It
 // returns the journal open to append.
 func writeCountLog(dir, file string, seq uint64, v []byte) (*countLog, error) {
 	id := rand.Uint64()
 	b := appendRecord(append(make([]byte, 0, len(countLogMagic)+24+len(v)), countLogMagic...), id, seq, v)
-	tmp, err := os.CreateTemp(dir, tempPattern)
-	if err != nil {
-		return nil, fmt.Errorf("cannot create the counters' journal: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return nil, fmt.Errorf("cannot write the counters' journal: %w", err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return nil, fmt.Errorf("cannot write the counters' journal: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return nil, fmt.Errorf("cannot write the counters' journal: %w", err)
-	}
 	path := filepath.Join(dir, file)
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return nil, fmt.Errorf("cannot write the counters' journal: %w", err)
-	}
 	// The state file that names it must not find it gone after a power
-	// loss.
-	if err := syncDir(dir); err != nil {
+	// loss: the directory is synced.
+	if err := writeFileSynced(path, b, datadir.FileMode); err != nil {
 		return nil, fmt.Errorf("cannot write the counters' journal: %w", err)
 	}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)

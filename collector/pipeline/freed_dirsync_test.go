@@ -1,16 +1,18 @@
 package pipeline
 
 import (
-	"errors"
+	"fmt"
+	"io/fs"
 	"testing"
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/internal/datadir"
 )
 
 // TestFreed_DirSyncFailsAfterRename: a save whose rename succeeded but
-// whose directory sync failed (syncDir, made to fail: a fake, for a fault
-// this file system cannot be made to show) has put the file in place, with
+// whose directory sync failed (writeFileSynced, made to fail after the
+// rename: a fake, for a fault this file system cannot be made to show) has put the file in place, with
 // the partition freed since the last write. It counts as written: a late
 // call of that partition has comeback write the file without it. Taken as
 // not written, the entry stayed marked as not on disk, comeback wrote
@@ -20,9 +22,14 @@ func TestFreed_DirSyncFailsAfterRename(t *testing.T) {
 	r := newFreedRig(t)
 	first := r.batch(1, r.wall.Add(-time.Minute))
 	r.ack(first)
-	sync := syncDir
-	t.Cleanup(func() { syncDir = sync })
-	syncDir = func(string) error { return errors.New("injected: the directory cannot be synced") }
+	write := writeFileSynced
+	t.Cleanup(func() { writeFileSynced = write })
+	writeFileSynced = func(path string, data []byte, perm fs.FileMode) error {
+		if err := write(path, data, perm); err != nil {
+			return err
+		}
+		return fmt.Errorf("%s is in place, but %w: injected", path, datadir.ErrDirNotSynced)
+	}
 	wm := r.expire()
 	r.save()
 	if _, kept := r.restart(); !kept {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/detect"
+	"github.com/mcpaudit/mcpaudit/internal/datadir"
 )
 
 // mark is what the state file keeps of one partition.
@@ -1000,8 +1001,7 @@ func earliest(b audit.Batch) time.Time {
 // freed is read here: the caller holds floorMu.
 func writeMarks(path string, marks map[detect.PartitionKey]mark, freed map[detect.PartitionKey]freedMark, floor, saved time.Time, run runState) (err error) {
 	defer func() {
-		var d *dirSyncError
-		if err != nil && !errors.As(err, &d) {
+		if err != nil && !renamed(err) {
 			err = &stateWriteError{name: filepath.Base(path), err: err}
 		}
 	}()
@@ -1017,78 +1017,45 @@ func writeMarks(path string, marks map[detect.PartitionKey]mark, freed map[detec
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), tempPattern)
-	if err != nil {
-		return fmt.Errorf("cannot create the state file: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
 	// The rename itself is made durable: a call stored after a comeback's
 	// write must not find the old file back after a power loss.
-	if err := syncDir(filepath.Dir(path)); err != nil {
-		return &dirSyncError{err}
-	}
-	return nil
+	return writeFileSynced(path, b, datadir.FileMode)
 }
 
-// tempPattern names the temporary files writeMarks writes the state file
-// to before it renames one over it.
-const tempPattern = ".partitions-*"
+// writeFileSynced is datadir.WriteFileSynced; a variable so that a test
+// can make the directory sync after the rename fail, which a real file
+// system here cannot be made to do.
+var writeFileSynced = datadir.WriteFileSynced
 
-// removeTemps removes, at the start, the temporary files of state files
-// left in the directory of path by a run killed while it saved (kill -9,
-// a crash, a power loss between the write and the rename): the deferred
-// removal never ran, and each start after such a crash left one more, as
-// large as the state file (found by adv46). One serve per data directory
-// (its LOCK), so none of them is being written.
+// oldTempPattern names the temporary files the state file and its
+// counters' journals were written to before datadir.WriteFileSynced: a
+// version before it killed while it saved left them.
+const oldTempPattern = ".partitions-*"
+
+// removeTemps removes, at the start, the temporary files of the state file
+// at path and of its counters' journals left by a run killed while it
+// saved (kill -9, a crash, a power loss between the write and the rename):
+// the removal on failure never ran, and each start after such a crash left
+// one more, as large as the state file (found by adv46). One serve per
+// data directory (its LOCK), so none of them is being written.
 func removeTemps(path string, log *slog.Logger) {
-	left, _ := filepath.Glob(filepath.Join(filepath.Dir(path), tempPattern))
+	globs := []string{filepath.Join(filepath.Dir(path), oldTempPattern), datadir.TempGlob(path)}
+	for _, name := range countLogNames(path) {
+		globs = append(globs, datadir.TempGlob(filepath.Join(filepath.Dir(path), name)))
+	}
 	removed := 0
-	for _, f := range left {
-		if err := os.Remove(f); err == nil {
-			removed++
+	for _, g := range globs {
+		left, _ := filepath.Glob(g)
+		for _, f := range left {
+			if err := os.Remove(f); err == nil {
+				removed++
+			}
 		}
 	}
 	if removed > 0 {
 		log.Info("removed the temporary files of state files a run stopped while saving left behind", "dir", filepath.Dir(path), "files", removed)
 	}
 }
-
-// syncDir syncs a directory; a variable so that a test can make it fail,
-// which a real file system here cannot be made to do after a rename.
-var syncDir = func(path string) error {
-	dir, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer dir.Close()
-	return dir.Sync()
-}
-
-// dirSyncError is a state file written in place whose directory could not
-// be synced: the new file is what a process (and the next start) reads,
-// so its writer counts it as written; only a power loss could bring the
-// old one back.
-type dirSyncError struct{ err error }
-
-func (e *dirSyncError) Error() string {
-	return "the state file was replaced, but its directory could not be synced: " + e.err.Error()
-}
-
-func (e *dirSyncError) Unwrap() error { return e.err }
 
 // stateWriteError is a state file that could not be written: a sender
 // refused for it (lowerFloor, comeback) is told the file's name
@@ -1108,8 +1075,7 @@ func (e *stateWriteError) Writing() string { return e.name + " (the state file)"
 // renamed reports whether err, from writeMarks, left the new file in
 // place.
 func renamed(err error) bool {
-	var d *dirSyncError
-	return errors.As(err, &d)
+	return errors.Is(err, datadir.ErrDirNotSynced)
 }
 
 // debugMemoryLimit returns the runtime's memory limit (GOMEMLIMIT or

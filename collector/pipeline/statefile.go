@@ -13,6 +13,8 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+
+	"github.com/mcpaudit/mcpaudit/internal/datadir"
 	"time"
 )
 
@@ -265,8 +267,8 @@ func setAside(path string, now time.Time) (string, error) {
 	if err := os.Rename(path, name); err != nil {
 		return "", fmt.Errorf("cannot set aside the state file: %w", err)
 	}
-	if err := syncDir(filepath.Dir(path)); err != nil {
-		return name, fmt.Errorf("cannot set aside the state file: %w", &dirSyncError{err})
+	if err := datadir.SyncDir(filepath.Dir(path)); err != nil {
+		return name, fmt.Errorf("cannot set aside the state file: %s is in place, but %w: %w", name, datadir.ErrDirNotSynced, err)
 	}
 	old, err := filepath.Glob(filepath.Join(filepath.Dir(path), filepath.Base(path)+".bad-*"))
 	if err != nil || len(old) <= keptAside {

@@ -112,17 +112,24 @@ func TestRestart_RemovesTempsOfKilledSave(t *testing.T) {
 	savedRunning(t, dir)
 	r.crash()
 	// What kill -9 leaves mid-save: a temporary file written in part.
-	left := filepath.Join(dir, ".partitions-1234567")
-	if err := os.WriteFile(left, []byte(`{"version":2,"sav`), 0o600); err != nil {
-		t.Fatal(err)
+	// Those of the state file and of a counters' journal
+	// (datadir.WriteFileSynced's), and one of a version before it.
+	lefts := []string{filepath.Join(dir, ".partitions.json.1234567.tmp"), filepath.Join(dir, ".partitions.counts.b.7654321.tmp"),
+		filepath.Join(dir, ".partitions-1234567")}
+	for _, left := range lefts {
+		if err := os.WriteFile(left, []byte(`{"version":2,"sav`), 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 	clock.Add(time.Minute)
 	r = openRun(t, dir, clock, nil, nil)
-	if _, err := os.Stat(left); err == nil {
-		t.Errorf("the temporary file %s of a killed save is still there", left)
+	for _, left := range lefts {
+		if _, err := os.Stat(left); err == nil {
+			t.Errorf("the temporary file %s of a killed save is still there", left)
+		}
 	}
-	if !strings.Contains(r.logs.String(), "files=1") {
-		t.Errorf("the start does not say it removed one file:\n%s", r.logs.String())
+	if !strings.Contains(r.logs.String(), "files=3") {
+		t.Errorf("the start does not say it removed three files:\n%s", r.logs.String())
 	}
 	if aside, _ := filepath.Glob(filepath.Join(dir, "partitions.json.bad-*")); len(aside) != 0 {
 		t.Errorf("the state file was set aside (%v): it was whole", aside)

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/internal/conf"
+	"github.com/mcpaudit/mcpaudit/internal/datadir"
 )
 
 // Formats of a notification.
@@ -466,14 +468,15 @@ func openJournal(dir string) (*journal, []queued, error) {
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return nil, nil, fmt.Errorf("cannot open the notify journal: %w", err)
 	}
-	// Rewrite it compacted, then append to it.
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return nil, nil, fmt.Errorf("cannot write the notify journal: %w", err)
+	// Rewrite it compacted, then append to it. The temporary files a
+	// process killed while it compacted left go first (path.tmp: a
+	// version before datadir.WriteFileSynced).
+	left, _ := filepath.Glob(datadir.TempGlob(path))
+	for _, f := range append(left, path+".tmp") {
+		os.Remove(f)
 	}
-	w := bufio.NewWriter(f)
-	enc := json.NewEncoder(w)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
 	now := time.Now()
 	for id, at := range j.settled {
 		if now.Sub(at) > keepSettled {
@@ -491,18 +494,12 @@ func openJournal(dir string) (*journal, []queued, error) {
 		enc.Encode(entry{Op: "pending", Q: &q, At: now})
 		out = append(out, q)
 	}
-	if err := w.Flush(); err != nil {
-		f.Close()
+	// A directory not synced after the rename leaves the new journal in
+	// place: it is appended to, as before the directory was synced at all.
+	if err := datadir.WriteFileSynced(path, buf.Bytes(), 0o600); err != nil && !errors.Is(err, datadir.ErrDirNotSynced) {
 		return nil, nil, fmt.Errorf("cannot write the notify journal: %w", err)
 	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return nil, nil, fmt.Errorf("cannot write the notify journal: %w", err)
-	}
-	f.Close()
-	if err := os.Rename(tmp, path); err != nil {
-		return nil, nil, fmt.Errorf("cannot write the notify journal: %w", err)
-	}
+	var err error
 	if j.f, err = os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o600); err != nil {
 		return nil, nil, fmt.Errorf("cannot open the notify journal: %w", err)
 	}

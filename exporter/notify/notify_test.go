@@ -1,8 +1,10 @@
 package notify
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,10 +16,12 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/internal/tmpfs"
 )
 
 var t0 = time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)
@@ -348,4 +352,32 @@ func TestConfigValidate(t *testing.T) {
 	f(func(c *Config) { c.MinSeverity = "high" }, "min_severity")
 	f(func(c *Config) { c.QueueSize = 0 }, "queue_size")
 	f(func(c *Config) { c.Timeout = 0 }, "timeout")
+}
+
+// TestJournal_FullDiskLeavesNoTemp: the compaction at the start, on a
+// full disk (a real tmpfs), fails and leaves the old journal as it was,
+// and no temporary file. Before datadir.WriteFileSynced the partial
+// notify-journal.ndjson.tmp stayed, holding the space the next start
+// needed.
+func TestJournal_FullDiskLeavesNoTemp(t *testing.T) {
+	dir := tmpfs.Mount(t, "256k")
+	path := filepath.Join(dir, "notify-journal.ndjson")
+	var b bytes.Buffer
+	at := time.Now().UTC().Format(time.RFC3339Nano)
+	for i := 0; b.Len() < 160<<10; i++ {
+		fmt.Fprintf(&b, `{"op":"sent","id":"finding-%08d","at":%q}`+"\n", i, at)
+	}
+	if err := os.WriteFile(path, b.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := openJournal(dir)
+	if !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("openJournal on a full disk = %v, want ENOSPC", err)
+	}
+	if names, _ := filepath.Glob(filepath.Join(dir, "*")); len(names) != 1 || names[0] != path {
+		t.Errorf("the directory holds %q, want the journal alone", names)
+	}
+	if got, err := os.ReadFile(path); err != nil || !bytes.Equal(got, b.Bytes()) {
+		t.Errorf("the journal changed (%d bytes, %v), want it as it was (%d bytes)", len(got), err, b.Len())
+	}
 }

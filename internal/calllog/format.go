@@ -105,7 +105,14 @@ type entry struct {
 // block is a decoded block: its calls in time order.
 type block struct {
 	entries []entry
+	// size is the memory it holds: the body decoded (each call's record
+	// points into it) and entryBytes a call.
+	size int64
 }
+
+// entryBytes is what an entry of a decoded block holds besides its
+// record: the entry and its id.
+const entryBytes = 96
 
 // blockRef places a block in its segment: what the time index holds.
 type blockRef struct {
@@ -343,7 +350,7 @@ func decodeBlock(b []byte, h head) (*block, error) {
 	if len(p) != 0 {
 		return nil, fmt.Errorf("%d bytes after the block's last call", len(p))
 	}
-	return &block{entries: es}, nil
+	return &block{entries: es, size: int64(cap(raw)) + entryBytes*int64(len(es))}, nil
 }
 
 func minInt(a, b int64) int64 {
@@ -361,7 +368,8 @@ func maxInt(a, b int64) int64 {
 }
 
 // An index file, NNNN.idx beside its sealed segment, is written once when
-// the segment is sealed (to NNNN.idx.tmp, synced, renamed):
+// the segment is sealed (datadir.WriteFileSynced: a temporary file
+// .NNNN.idx.RANDOM.tmp, synced, renamed, the directory synced):
 //
 //	bytes 0-7    idxMagic
 //	bytes 8-11   number of blocks B; bytes 12-15 number of calls N

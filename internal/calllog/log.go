@@ -16,6 +16,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
+	"github.com/mcpaudit/mcpaudit/internal/datadir"
 	"github.com/mcpaudit/mcpaudit/internal/spool"
 )
 
@@ -42,6 +43,10 @@ type Options struct {
 	// and those used least lately are let go past the bound. Default 64
 	// MiB (about five segments of 64 MiB).
 	TableBytes int64
+	// BlockCacheBytes bounds the memory of the blocks decoded last, kept
+	// for the next reads (their body decoded and about 100 bytes a call):
+	// the block read last always stays, however large. Default 16 MiB.
+	BlockCacheBytes int64
 	// OnCommit, when set, is called by the committer after each block is
 	// synced with the number of calls it holds (benchmarks).
 	OnCommit func(calls int)
@@ -76,6 +81,9 @@ func (o *Options) defaults() {
 	}
 	if o.TableBytes <= 0 {
 		o.TableBytes = 64 << 20
+	}
+	if o.BlockCacheBytes <= 0 {
+		o.BlockCacheBytes = 16 << 20
 	}
 }
 
@@ -227,7 +235,7 @@ func Open(dir string, opts Options) (*Log, error) {
 	}
 	l := &Log{dir: dir, opts: opts, enc: newEncoder(opts.Level),
 		reqs: make(chan *request, 64), stop: make(chan struct{}), done: make(chan struct{})}
-	l.cache.init(32)
+	l.cache.init(opts.BlockCacheBytes)
 	l.tables.init(opts.TableBytes)
 	if err := l.load(); err != nil {
 		l.closeFiles()
@@ -649,7 +657,7 @@ func (l *Log) seal(s *segment) error {
 		return t
 	}
 	ids, keys := sorted(ps), sorted(ks)
-	if err := writeFileSynced(idxPath(s.path), encodeIndex(blocks, ids, keys)); err != nil {
+	if err := datadir.WriteFileSynced(idxPath(s.path), encodeIndex(blocks, ids, keys), datadir.FileMode); err != nil {
 		// An index left by a failed seal (its directory not synced after
 		// the rename) would make the segment, still live, sealed at the
 		// next open without the blocks appended since.
@@ -664,34 +672,6 @@ func (l *Log) seal(s *segment) error {
 	l.tables.put(s.num, &sealedTables{ids: ids, keys: keys})
 	s.ids, s.more, s.keys = nil, nil, nil
 	l.mu.Unlock()
-	return nil
-}
-
-// writeFileSynced writes path through a temporary file, synced, renamed
-// and its directory synced.
-func writeFileSynced(path string, data []byte) error {
-	tmp := path + tmpExt
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o640)
-	if err != nil {
-		return fmt.Errorf("cannot write %s: %w", path, err)
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err == nil {
-		err = syncDir(filepath.Dir(path))
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("cannot write %s: %w", path, err)
-	}
 	return nil
 }
 
@@ -795,6 +775,30 @@ type Stats struct {
 	// TableLoads counts the sealed segments' tables read from their index
 	// files since the open (a lookup that needs a table not kept loaded).
 	TableLoads int64
+}
+
+// Newest returns the time of the latest call the log holds (zero when it
+// holds none, or only calls of zero time), from its segments' time index:
+// no block is read. A read-only log answers for the blocks it has read.
+func (l *Log) Newest() (time.Time, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.live == nil {
+		return time.Time{}, ErrClosed
+	}
+	newest := int64(math.MinInt64)
+	for _, s := range l.sealed {
+		if s.calls > 0 {
+			newest = max(newest, s.max)
+		}
+	}
+	if l.live.calls > 0 {
+		newest = max(newest, l.live.max)
+	}
+	if newest == math.MinInt64 {
+		return time.Time{}, nil
+	}
+	return sqlite.NanosTime(newest), nil
 }
 
 // Stats returns the log's counts and size.

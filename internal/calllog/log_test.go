@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sync"
 	"syscall"
@@ -1187,5 +1188,150 @@ func TestStaleIndex(t *testing.T) {
 	}
 	if _, err := os.Stat(idxPath(seg)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the stale index is still there: %v", err)
+	}
+}
+
+// TestNewest: the latest call's time, from the segments' time index (no
+// block read), sealed segments and the live one, read-only too.
+func TestNewest(t *testing.T) {
+	dir := t.TempDir()
+	l := open(t, dir, Options{SegmentBytes: 1})
+	if n, err := l.Newest(); err != nil || !n.IsZero() {
+		t.Fatalf("Newest of an empty log = %v, %v; want zero", n, err)
+	}
+	recs := gen(t, 41, 300)
+	var want time.Time
+	for i := 0; i < len(recs); i += 50 {
+		appendAll(t, l, recs[i:i+50])
+	}
+	for _, r := range recs {
+		if r.Call.Time.After(want) {
+			want = r.Call.Time
+		}
+	}
+	l.Close()
+	for _, ro := range []bool{false, true} {
+		l := open(t, dir, Options{SegmentBytes: 1, ReadOnly: ro})
+		if n, err := l.Newest(); err != nil || !n.Equal(want) {
+			t.Errorf("Newest (read-only %v) = %v, %v; want %v", ro, n, err, want)
+		}
+		if len(l.cache.m) != 0 {
+			t.Errorf("Newest (read-only %v) read %d blocks, want none", ro, len(l.cache.m))
+		}
+		l.Close()
+		if _, err := l.Newest(); !errors.Is(err, ErrClosed) {
+			t.Errorf("Newest after Close = %v, want ErrClosed", err)
+		}
+	}
+}
+
+// bigCalls returns n calls of about 1 MiB each (their result), one
+// second apart from start.
+func bigCalls(t testing.TB, n int) []audit.Record {
+	recs := genAt(t, 31, storetest.T0, n)
+	for i := range recs {
+		c := *recs[i].Call
+		c.Result = append([]byte(`{"text":"`), append(bytes.Repeat([]byte{'a' + byte(i%26)}, 1<<20), `"}`...)...)
+		c.Time = storetest.T0.Add(time.Duration(i) * time.Second)
+		recs[i].Call = &c
+	}
+	return recs
+}
+
+// retainedAfter returns how many bytes more the heap holds after fn, once
+// collected.
+func retainedAfter(fn func()) int64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	fn()
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	return int64(after.HeapAlloc) - int64(before.HeapAlloc)
+}
+
+// TestBlockCache_BoundedByBytes: reading 48 blocks of one 1 MiB call
+// each leaves at most the cache's bound (16 MiB by default) of decoded
+// blocks resident, not 32 blocks of any size: before dbt51 it held the
+// last 32, 32 MiB here and 32 times the block size whatever it was.
+func TestBlockCache_BoundedByBytes(t *testing.T) {
+	l := open(t, t.TempDir(), Options{})
+	defer l.Close()
+	recs := bigCalls(t, 48)
+	for i := range recs {
+		appendAll(t, l, recs[i:i+1]) // one block each
+	}
+	n := 0
+	kept := retainedAfter(func() {
+		if err := l.Scan(context.Background(), time.Time{}, time.Time{}, func(*audit.Record) error { n++; return nil }); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if n != len(recs) {
+		t.Fatalf("Scan read %d calls, want %d", n, len(recs))
+	}
+	if kept > 24<<20 {
+		t.Errorf("the heap holds %.1f MiB more after reading 48 blocks of 1 MiB, want at most the cache's 16 MiB and change", float64(kept)/(1<<20))
+	}
+	runtime.KeepAlive(l)
+}
+
+// TestTables_ReadWithoutCacheLock: while a lookup reads a sealed
+// segment's index (a FIFO in its place, so that the read waits for the
+// test: a real file's read cannot be held), the table cache's lock is
+// free, so lookups whose tables are loaded go on. Before dbt51 the read
+// held it.
+func TestTables_ReadWithoutCacheLock(t *testing.T) {
+	dir := t.TempDir()
+	recs := gen(t, 51, 400)
+	l := open(t, dir, Options{SegmentBytes: 1})
+	defer l.Close()
+	for i := 0; i < len(recs); i += 100 {
+		appendAll(t, l, recs[i:i+100])
+	}
+	l.mu.RLock()
+	s := l.sealed[0]
+	l.mu.RUnlock()
+	l.tables.drop(s.num)
+	idx := idxPath(s.path)
+	data, err := os.ReadFile(idx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(fifo, idx); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, ok, err := l.Get(context.Background(), recs[0].Call.ID)
+		if err == nil && !ok {
+			err = errors.New("not found")
+		}
+		done <- err
+	}()
+	// The open returns once the lookup has opened the index: it is in its
+	// read, which waits for what is written below.
+	w, err := os.OpenFile(idx, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.tables.mu.TryLock() {
+		l.tables.mu.Unlock()
+	} else {
+		t.Error("the table cache is locked while a lookup reads an index: every lookup waits for that read")
+	}
+	if _, err := w.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	if err := <-done; err != nil {
+		t.Fatalf("Get of a call of the segment whose index was read: %v", err)
+	}
+	if loads := l.tables.loads; loads != 1 {
+		t.Errorf("%d index reads, want 1", loads)
 	}
 }

@@ -13,16 +13,19 @@ import (
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
 )
 
-// blockCache keeps the last blocks decoded: a batch sent again finds its
-// duplicates in one block, decoded once.
+// blockCache keeps the last blocks decoded, up to max bytes of them
+// (block.size; the block put last always stays, however large): a batch
+// sent again finds its duplicates in one block, decoded once. Bounded by
+// count, 32 blocks of large calls held 32 times a block (dbt51).
 type blockCache struct {
 	mu    sync.Mutex
-	max   int
+	max   int64
+	bytes int64
 	m     map[[2]uint64]*block
 	order [][2]uint64
 }
 
-func (c *blockCache) init(n int) { c.max, c.m = n, map[[2]uint64]*block{} }
+func (c *blockCache) init(max int64) { c.max, c.m = max, map[[2]uint64]*block{} }
 
 func (c *blockCache) get(k [2]uint64) *block {
 	c.mu.Lock()
@@ -36,12 +39,14 @@ func (c *blockCache) put(k [2]uint64, b *block) {
 	if _, ok := c.m[k]; ok {
 		return
 	}
-	if len(c.order) >= c.max {
+	c.m[k] = b
+	c.order = append(c.order, k)
+	c.bytes += b.size
+	for c.bytes > c.max && len(c.order) > 1 {
+		c.bytes -= c.m[c.order[0]].size
 		delete(c.m, c.order[0])
 		c.order = c.order[1:]
 	}
-	c.m[k] = b
-	c.order = append(c.order, k)
 }
 
 func (c *blockCache) drop(seg uint64) {
@@ -49,6 +54,7 @@ func (c *blockCache) drop(seg uint64) {
 	defer c.mu.Unlock()
 	c.order = slices.DeleteFunc(c.order, func(k [2]uint64) bool {
 		if k[0] == seg {
+			c.bytes -= c.m[k].size
 			delete(c.m, k)
 			return true
 		}

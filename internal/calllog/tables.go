@@ -37,15 +37,19 @@ type tableEntry struct {
 func (c *tableCache) init(max int64) { c.max, c.m = max, map[uint64]*tableEntry{} }
 
 // get returns the tables of sealed segment s, read from its index file
-// when they are not loaded.
+// when they are not loaded. The file is read without the cache's lock, so
+// that the lookups finding their tables loaded do not wait for it; two
+// lookups missing the same tables at once both read them, and the later
+// takes the earlier's. The caller holds the log's mu, so that s stays.
 func (c *tableCache) get(s *segment) (*sealedTables, error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.tick++
 	if e, ok := c.m[s.num]; ok {
 		e.used = c.tick
+		c.mu.Unlock()
 		return e.t, nil
 	}
+	c.mu.Unlock()
 	path := idxPath(s.path)
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -58,7 +62,14 @@ func (c *tableCache) get(s *segment) (*sealedTables, error) {
 	if why != "" {
 		return nil, &CorruptError{Path: path, Reason: why}
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.loads++
+	c.tick++
+	if e, ok := c.m[s.num]; ok {
+		e.used = c.tick
+		return e.t, nil
+	}
 	t := &sealedTables{ids: ids, keys: keys}
 	c.putLocked(s.num, t)
 	return t, nil

@@ -1,8 +1,10 @@
 package datadir
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -195,4 +197,83 @@ func Check(dir string) error {
 		return fmt.Errorf("readable by group or others: %s", strings.Join(bad, ", "))
 	}
 	return nil
+}
+
+// TempSuffix ends the name of every temporary file WriteFileSynced and
+// CopyFileSynced write: a start that cleans up after a crash removes the
+// names TempGlob matches.
+const TempSuffix = ".tmp"
+
+// ErrDirNotSynced is wrapped by the error of WriteFileSynced and
+// CopyFileSynced when the new file took its name but the directory could
+// not be synced: every process (and the next start) reads the new
+// content; only a power loss could bring the old one back.
+var ErrDirNotSynced = errors.New("the directory could not be synced")
+
+// WriteFileSynced replaces the file at path with data, durably: data goes
+// to a new temporary file of a unique name in path's directory, which is
+// synced, given mode perm (exactly, whatever the umask), renamed to path,
+// and the directory synced. On a failure before the rename the temporary
+// file is removed and path keeps its old content (or stays absent). A
+// failure of the last directory sync wraps ErrDirNotSynced: path has the
+// new content. Writers of one path must not run concurrently.
+func WriteFileSynced(path string, data []byte, perm fs.FileMode) error {
+	return CopyFileSynced(path, bytes.NewReader(data), perm)
+}
+
+// CopyFileSynced is WriteFileSynced with the content read from r to its
+// end, for content too large to hold in memory (a store file).
+func CopyFileSynced(path string, r io.Reader, perm fs.FileMode) error {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, tempPattern(path))
+	if err != nil {
+		return fmt.Errorf("cannot write %s: %w", path, err)
+	}
+	tmp := f.Name()
+	_, err = io.Copy(f, r)
+	if err == nil {
+		err = f.Chmod(perm)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("cannot write %s: %w", path, err)
+	}
+	if err := SyncDir(dir); err != nil {
+		return fmt.Errorf("%s is in place, but %w: %w", path, ErrDirNotSynced, err)
+	}
+	return nil
+}
+
+// tempPattern is the os.CreateTemp pattern of path's temporary files:
+// hidden, named after path, ending in TempSuffix.
+func tempPattern(path string) string {
+	return "." + filepath.Base(path) + ".*" + TempSuffix
+}
+
+// TempGlob returns the filepath.Glob pattern that matches the temporary
+// files WriteFileSynced and CopyFileSynced write for path: those a process
+// killed between their creation and the rename left behind.
+func TempGlob(path string) string {
+	return filepath.Join(filepath.Dir(path), escapeGlob("."+filepath.Base(path)+".")+"*"+escapeGlob(TempSuffix))
+}
+
+// escapeGlob escapes the meta characters of a file name for filepath.Glob.
+func escapeGlob(name string) string {
+	var b strings.Builder
+	for _, c := range name {
+		if strings.ContainsRune(`*?[\`, c) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
 }

@@ -1,6 +1,7 @@
 package datadir
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"os/exec"
@@ -9,6 +10,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/internal/tmpfs"
 )
 
 func TestOpen_PrivateWhateverTheUmask(t *testing.T) {
@@ -97,7 +101,10 @@ func TestOpen_CrashReleases(t *testing.T) {
 			os.Exit(1)
 		}
 		os.Stdout.WriteString("held\n")
-		select {}
+		// Not select{}: with nothing else to wake it, the runtime took that
+		// for a deadlock and ended the holder, releasing the lock before
+		// the parent tried it (the test failed about half the time).
+		time.Sleep(time.Hour)
 	}
 	dir := t.TempDir()
 	cmd := exec.Command(os.Args[0], "-test.run", "^TestOpen_CrashReleases$")
@@ -169,4 +176,131 @@ func TestCreatePrivate_ExistingNotWritable(t *testing.T) {
 	if err := CreatePrivate(filepath.Join(dir, "none", "x.db")); err == nil || !strings.Contains(err.Error(), "cannot create") {
 		t.Errorf("missing directory: %v, want cannot create", err)
 	}
+}
+
+// wantOnly fails t unless dir holds path alone, with content want.
+func wantOnly(t *testing.T, path string, want []byte) {
+	t.Helper()
+	if names, _ := filepath.Glob(filepath.Join(filepath.Dir(path), "*")); len(names) != 1 || names[0] != path {
+		t.Errorf("the directory holds %q, want %s alone (no temporary file left)", names, path)
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s holds %q, want %q (its old content)", path, got, want)
+	}
+}
+
+func TestWriteFileSynced_Replaces(t *testing.T) {
+	old := syscall.Umask(0o077)
+	defer syscall.Umask(old)
+	path := filepath.Join(t.TempDir(), "state[1].json")
+	if err := os.WriteFile(path, []byte("old"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteFileSynced(path, []byte("new"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	wantOnly(t, path, []byte("new"))
+	if info, err := os.Stat(path); err != nil || info.Mode().Perm() != 0o640 {
+		t.Errorf("mode %v (%v), want 0640 whatever the umask", info.Mode().Perm(), err)
+	}
+}
+
+// TestTempGlob: the pattern matches the temporary files of path, whose
+// name has glob meta characters, and not path itself nor another file's.
+func TestTempGlob(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "a[1]*.json")
+	f, err := os.CreateTemp(dir, tempPattern(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	other, err := os.CreateTemp(dir, tempPattern(filepath.Join(dir, "b.json")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other.Close()
+	for _, name := range []string{path, path + TempSuffix, filepath.Join(dir, ".a[1]*.json")} {
+		if err := os.WriteFile(name, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := filepath.Glob(TempGlob(path))
+	if err != nil || len(got) != 1 || got[0] != f.Name() {
+		t.Fatalf("Glob(TempGlob) = %q, %v; want [%s]", got, err, f.Name())
+	}
+}
+
+// TestWriteFileSynced_RenameFails: a rename refused (path is a directory)
+// removes the temporary file.
+func TestWriteFileSynced_RenameFails(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "state.json")
+	if err := os.Mkdir(path, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(path, "in"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteFileSynced(path, []byte("new"), FileMode); err == nil {
+		t.Fatal("WriteFileSynced over a directory succeeded")
+	}
+	if names, _ := filepath.Glob(filepath.Join(dir, "*")); len(names) != 1 {
+		t.Errorf("the directory holds %q, want state.json alone", names)
+	}
+}
+
+// TestWriteFileSynced_ReadOnly: on a file system mounted read-only (a
+// real one: root writes even in a directory of mode 0500) the write fails,
+// the old file is left as it was and nothing else is there.
+func TestWriteFileSynced_ReadOnly(t *testing.T) {
+	dir := tmpfs.Mount(t, "1m")
+	path := filepath.Join(dir, "state.json")
+	if err := os.WriteFile(path, []byte("old"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-o", "remount,ro", dir).CombinedOutput(); err != nil {
+		t.Fatalf("remount read-only: %v: %s", err, out)
+	}
+	err := WriteFileSynced(path, []byte("new"), FileMode)
+	if !errors.Is(err, syscall.EROFS) {
+		t.Fatalf("WriteFileSynced on a read-only file system = %v, want EROFS", err)
+	}
+	wantOnly(t, path, []byte("old"))
+}
+
+// TestWriteFileSynced_Full: on a full file system (a real tmpfs) the
+// write fails with ENOSPC, the old file is left as it was, and the
+// temporary file is gone with the space it took.
+func TestWriteFileSynced_Full(t *testing.T) {
+	dir := tmpfs.Mount(t, "256k")
+	path := filepath.Join(dir, "state.json")
+	if err := os.WriteFile(path, []byte("old"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var fs0 syscall.Statfs_t
+	if err := syscall.Statfs(dir, &fs0); err != nil {
+		t.Fatal(err)
+	}
+	err := WriteFileSynced(path, make([]byte, 1<<20), FileMode)
+	if !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("WriteFileSynced of 1 MiB on a 256 KiB file system = %v, want ENOSPC", err)
+	}
+	wantOnly(t, path, []byte("old"))
+	var fs1 syscall.Statfs_t
+	if err := syscall.Statfs(dir, &fs1); err != nil {
+		t.Fatal(err)
+	}
+	if fs1.Bfree != fs0.Bfree {
+		t.Errorf("%d blocks free after the failed write, %d before: the space of the temporary file was not given back", fs1.Bfree, fs0.Bfree)
+	}
+	// With the space there, the same call replaces it.
+	if err := WriteFileSynced(path, []byte("new"), FileMode); err != nil {
+		t.Fatal(err)
+	}
+	wantOnly(t, path, []byte("new"))
 }

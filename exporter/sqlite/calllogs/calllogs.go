@@ -71,6 +71,13 @@ func Open(dir string, opts calllog.Options) (*Logs, error) {
 		return nil, fmt.Errorf("cannot read call logs %s: %w", dir, err)
 	}
 	l := &Logs{dir: dir, opts: opts, logs: map[string]*calllog.Log{}}
+	if !opts.ReadOnly {
+		// Those of a retention killed while it saved the cuts.
+		left, _ := filepath.Glob(datadir.TempGlob(filepath.Join(dir, cutsFile)))
+		for _, f := range left {
+			os.Remove(f)
+		}
+	}
 	if l.cuts, err = readCuts(filepath.Join(dir, cutsFile)); err != nil {
 		return nil, err
 	}
@@ -429,6 +436,14 @@ func (l *Logs) cut(r *audit.Record) bool {
 	return n < c
 }
 
+// cutOr returns tenant's cut in cuts, math.MinInt64 when it has none.
+func cutOr(cuts map[string]int64, tenant string) int64 {
+	if c, ok := cuts[tenant]; ok {
+		return c
+	}
+	return math.MinInt64
+}
+
 // readCuts reads the cuts file at path (none: no cut).
 func readCuts(path string) (map[string]int64, error) {
 	cuts := map[string]int64{}
@@ -454,91 +469,44 @@ func readCuts(path string) (map[string]int64, error) {
 	return cuts, nil
 }
 
-// writeCuts replaces the cuts file at path through a synced temporary
-// file and a rename, and syncs the directory.
+// writeCuts replaces the cuts file at path, durably.
 func writeCuts(path string, cuts map[string]int64) error {
 	var b strings.Builder
 	for _, tenant := range slices.Sorted(maps.Keys(cuts)) {
 		fmt.Fprintf(&b, "%s %d\n", DirName(tenant), cuts[tenant])
 	}
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
-	if err != nil {
-		return fmt.Errorf("cannot save the call logs' cuts: %w", err)
-	}
-	_, err = f.WriteString(b.String())
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err == nil {
-		err = datadir.SyncDir(filepath.Dir(path))
-	}
-	if err != nil {
-		os.Remove(tmp)
+	if err := datadir.WriteFileSynced(path, []byte(b.String()), datadir.FileMode); err != nil {
 		return fmt.Errorf("cannot save the call logs' cuts: %w", err)
 	}
 	return nil
 }
 
 // Newest returns the time of the latest stored call of any tenant (zero
-// when none). The call log keeps no such figure, so it is searched for:
-// a binary search over time, each probe a scan that stops at its first
-// call (it reads only the blocks past the probe's time).
+// when none), from each log's time index (calllog.Log.Newest): a tenant
+// whose calls are all before its retention cut has none.
 func (l *Logs) Newest(ctx context.Context) (time.Time, error) {
-	logs, err := l.all()
-	if err != nil {
-		return time.Time{}, err
+	l.mu.RLock()
+	logs, cuts, closed := maps.Clone(l.logs), maps.Clone(l.cuts), l.closed
+	l.mu.RUnlock()
+	if closed {
+		return time.Time{}, fmt.Errorf("cannot use the call logs: %w", audit.ErrClosed)
 	}
-	var newest int64 = math.MinInt64
-	found := false
-	for _, lg := range logs {
-		after := func(n int64) (bool, error) {
-			seen := false
-			err := lg.Scan(ctx, sqlite.NanosTime(n), time.Time{}, func(r *audit.Record) error {
-				if l.cut(r) {
-					return nil
-				}
-				seen = true
-				return errStop
-			})
-			if err != nil && !errors.Is(err, errStop) {
-				return false, wrap(err)
-			}
-			return seen, nil
+	var newest time.Time
+	for tenant, lg := range logs {
+		t, err := lg.Newest()
+		if err != nil {
+			return time.Time{}, wrap(err)
 		}
-		lo := int64(math.MinInt64 + 1) // has a call at or after lo, once checked
-		if ok, err := after(lo); err != nil {
-			return time.Time{}, err
-		} else if !ok {
+		// The cut hides the calls before it: the latest is then hidden
+		// with every other.
+		if n, _ := sqlite.TimeNanos(t); t.IsZero() || n < cutOr(cuts, tenant) {
 			continue
 		}
-		hi := int64(math.MaxInt64)      // no call at or after hi
-		for uint64(hi)-uint64(lo) > 1 { // hi-lo can pass the int64s
-			mid := int64(uint64(lo) + (uint64(hi)-uint64(lo))/2)
-			ok, err := after(mid)
-			if err != nil {
-				return time.Time{}, err
-			}
-			if ok {
-				lo = mid
-			} else {
-				hi = mid
-			}
-		}
-		if !found || lo > newest {
-			newest, found = lo, true
+		if t.After(newest) {
+			newest = t
 		}
 	}
-	if !found {
-		return time.Time{}, nil
-	}
-	return sqlite.NanosTime(newest), nil
+	return newest, nil
 }
 
 // Snapshot copies every tenant's log into dst, a directory it creates (it
