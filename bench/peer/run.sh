@@ -38,7 +38,8 @@
 #              SQLITE_CALLS (sqlite, or log), OTELCOL_VERSION (v0.161.0), MCPAUDIT_PEER_CACHE,
 #              PORT_BASE (unset: ports 25017, 25018, 25064, 25117, 25119 on 127.0.0.1; set to P:
 #              P to P+4, mcpaudit's gRPC, HTTP and API, the Collector's gRPC and internal
-#              receiver), KEEP=1 to keep the work directory.
+#              receiver), KEEP=1 to keep the work directory ($TMPDIR/mcpaudit-peer.*, /tmp without
+#              TMPDIR).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PATH="$PATH:/usr/local/go/bin"
@@ -170,7 +171,7 @@ if [ "${1:-}" = "--configs-only" ]; then
 	exit 0
 fi
 
-WORK=$(mktemp -d /tmp/mcpaudit-peer.XXXXXX)
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/mcpaudit-peer.XXXXXX")
 PIDS=()
 cleanup() {
 	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
