@@ -291,7 +291,11 @@ run_one() {
 	printf '%s\t%s\t%s\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f\t%s\n' "$name" "$round" "$acc" "$secs" "$rate" "$written" "$cpu" \
 		"$(awk -v c="$cpu" -v s="$secs" 'BEGIN {printf "%.2f", c / s}')" "$((hwm / 1024))" \
 		"$(awk -v d="$disk" 'BEGIN {printf "%.1f", d / 1048576}')" "${judged:--}" "$lgcpu" "$cpustop" >>"$WORK/rows"
-	log "$name round $round: $acc acknowledged in ${secs}s ($rate/s)"
+	# Errors in the server's log (mcpaudit's JSON lines at ERROR; the Collector's "error" lines),
+	# so that a run without KEEP=1 still tells them.
+	local errs
+	errs=$(grep -c -E '"level":"ERROR"|	error	' "$data.log" || true)
+	log "$name round $round: $acc acknowledged in ${secs}s ($rate/s), $written written, $errs error lines in its log ($data.log)"
 }
 
 log "mcpaudit with serve.sqlite.calls: $SQLITE_CALLS; load: OTLP/gRPC, $CLIENTS clients x $BATCH spans a request, $DURATION per run, $ROUNDS rounds; $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
