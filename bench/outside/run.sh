@@ -10,11 +10,13 @@
 # `mcpaudit analyze` of the stored calls, the alerts, the pages in
 # headless Chromium. Takes about 8 minutes (24 with HOLD=960).
 #
-#   [HOLD=960] bench/outside/run.sh [DIR] [ACK]
+#   [HOLD=960] [SQLITE_CALLS=log] bench/outside/run.sh [DIR] [ACK]
 #
 # DIR default /tmp/mcpaudit-outside; ACK commit (default) or log
-# (serve.sqlite.ack); HOLD: seconds to keep serve and Prometheus up after
-# the checks, then check the alerts again (their for: elapsed).
+# (serve.sqlite.ack); SQLITE_CALLS sqlite (default) or log
+# (serve.sqlite.calls: the calls in the segmented call logs; not with ACK
+# log, which serve refuses); HOLD: seconds to keep serve and Prometheus up
+# after the checks, then check the alerts again (their for: elapsed).
 #
 # Uses ports 21317-21318, 21364 (serve), 21380-21383 (proxies, servers),
 # 21390 (Prometheus) on 127.0.0.1; with PORT_BASE=P set, P to P+7 instead
@@ -22,7 +24,11 @@
 # proxy and server, Prometheus), so that two passes can run side by side.
 # Needs curl, jq, prometheus, chromium.
 set -u
-W=${1:-/tmp/mcpaudit-outside}; ACK=${2:-commit}
+W=${1:-/tmp/mcpaudit-outside}; ACK=${2:-commit}; CALLS=${SQLITE_CALLS:-sqlite}
+case $ACK/$CALLS in
+commit/sqlite | log/sqlite | commit/log) ;;
+*) echo "outside: ACK commit|log and SQLITE_CALLS sqlite|log, not both log: $ACK/$CALLS" >&2; exit 2 ;;
+esac
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 if [ -n "${PORT_BASE:-}" ]; then
   read -r P_GRPC P_INGEST P_API P_PROXY_T P_SERVER_T P_PROXY_O P_SERVER_O P_PROM <<<"$(seq -s ' ' "$PORT_BASE" $((PORT_BASE + 7)))"
@@ -46,7 +52,7 @@ serve:
   ingest_listen: 127.0.0.1:$P_INGEST
   grpc_listen: 127.0.0.1:$P_GRPC
   api_listen: 127.0.0.1:$P_API
-  sqlite: {ack: $ACK}
+  sqlite: {ack: $ACK, calls: $CALLS}
 EOC
 start_serve() {
   "$M" serve --config "$W/mcpaudit.yaml" >>"$W/serve.log" 2>&1 &

@@ -9,8 +9,11 @@
 # $MCPAUDIT_PEER_CACHE (default ~/.cache/mcpaudit-peer); nothing it builds is in the repository.
 #
 # Three servers, each run ROUNDS times, alternating:
-#   mcpaudit           mcpaudit serve with its defaults: each request acknowledged after its
-#                      calls are committed (fsync) to the embedded store; every call also judged.
+#   mcpaudit           mcpaudit serve with its defaults but serve.sqlite.calls, which is
+#                      $SQLITE_CALLS: "sqlite" (the default), each request acknowledged after its
+#                      calls are committed to the embedded store (synchronous=full: the WAL synced);
+#                      "log", after they are synced (fdatasync) to the segmented call log
+#                      (docs/storage.md, "Calls in the call log"). Every call also judged.
 #   collector-default  otlp receiver -> batch processor -> file exporter, the Collector's defaults:
 #                      acknowledged once the batch processor holds the spans in memory.
 #   collector-durable  otlp receiver -> otlp exporter with a persistent sending queue
@@ -21,17 +24,22 @@
 #
 # For each run it records acknowledged spans (calls) per second, the server's CPU seconds and
 # cores used, its peak RSS and its bytes on disk; for mcpaudit also how long after the load it
-# had judged every call. The last line is
+# had judged every call, and the calls it had stored (counted after it stopped, by `mcpaudit
+# calls --data-dir`). The last line is
 #   ratio default=R1 durable=R2
 # where R is mcpaudit's acknowledged calls/s over the Collector's acknowledged spans/s (means
 # over the rounds).
 #
 # Usage: bench/peer/run.sh                 (from anywhere; about 20 minutes the first time,
 #                                           of which the Collector build is about 3)
+#        SQLITE_CALLS=log bench/peer/run.sh     mcpaudit with serve.sqlite.calls: log
 #        bench/peer/run.sh --configs-only DIR   write the configuration files to DIR and exit
 # Environment: ROUNDS (3), DURATION (20s), CLIENTS (8), BATCH (512), CALLS (5000000),
-#              OTELCOL_VERSION (v0.161.0), MCPAUDIT_PEER_CACHE, PORT_BASE (25000), KEEP=1 to keep
-#              the work directory.
+#              SQLITE_CALLS (sqlite, or log), OTELCOL_VERSION (v0.161.0), MCPAUDIT_PEER_CACHE,
+#              PORT_BASE (unset: ports 25017, 25018, 25064, 25117, 25119 on 127.0.0.1; set to P:
+#              P to P+4, mcpaudit's gRPC, HTTP and API, the Collector's gRPC and internal
+#              receiver), KEEP=1 to keep the work directory ($TMPDIR/mcpaudit-peer.*, /tmp without
+#              TMPDIR).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PATH="$PATH:/usr/local/go/bin"
@@ -41,19 +49,34 @@ DURATION=${DURATION:-20s}
 CLIENTS=${CLIENTS:-8}
 BATCH=${BATCH:-512}
 CALLS=${CALLS:-5000000}
+SQLITE_CALLS=${SQLITE_CALLS:-sqlite}
+case $SQLITE_CALLS in
+sqlite | log) ;;
+*) echo "peer: SQLITE_CALLS is sqlite or log (serve.sqlite.calls), not \"$SQLITE_CALLS\"" >&2; exit 2 ;;
+esac
 # One release for every Collector module: the file exporter passes at v0.161.0 (later ones were
 # not tried), and core v0.161.0 goes with the v1.67.0 modules.
 OTELCOL_VERSION=${OTELCOL_VERSION:-v0.161.0}
 CACHE=${MCPAUDIT_PEER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mcpaudit-peer}
-PORT_BASE=${PORT_BASE:-25000}
-MCP_GRPC=$((PORT_BASE + 17)) MCP_HTTP=$((PORT_BASE + 18)) MCP_API=$((PORT_BASE + 64))
-COL_GRPC=$((PORT_BASE + 117)) COL_INTERNAL=$((PORT_BASE + 119))
+if [ -n "${PORT_BASE:-}" ]; then
+	MCP_GRPC=$PORT_BASE MCP_HTTP=$((PORT_BASE + 1)) MCP_API=$((PORT_BASE + 2))
+	COL_GRPC=$((PORT_BASE + 3)) COL_INTERNAL=$((PORT_BASE + 4))
+else
+	MCP_GRPC=25017 MCP_HTTP=25018 MCP_API=25064 COL_GRPC=25117 COL_INTERNAL=25119
+fi
 
-# write_configs DIR: the builder manifest and the two Collector configurations. The data paths
-# and ports come from the environment when the Collector starts (${env:...}).
+# write_configs DIR: the builder manifest, the two Collector configurations and mcpaudit's. The
+# Collector's data paths and ports come from the environment when it starts (${env:...}),
+# mcpaudit's from flags.
 write_configs() {
 	local dir=$1
 	mkdir -p "$dir"
+	cat >"$dir/mcpaudit.yaml" <<EOF
+# mcpaudit serve's defaults but where the embedded store keeps calls (SQLITE_CALLS).
+serve:
+  sqlite:
+    calls: $SQLITE_CALLS
+EOF
 	cat >"$dir/builder.yaml" <<EOF
 dist:
   name: otelcol-peer
@@ -148,7 +171,7 @@ if [ "${1:-}" = "--configs-only" ]; then
 	exit 0
 fi
 
-WORK=$(mktemp -d /tmp/mcpaudit-peer.XXXXXX)
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/mcpaudit-peer.XXXXXX")
 PIDS=()
 cleanup() {
 	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -180,6 +203,7 @@ done
 
 log "building mcpaudit"
 go build -o "$WORK/mcpaudit" ./cmd/mcpaudit
+"$WORK/mcpaudit" config validate "$WORK/mcpaudit.yaml" >/dev/null
 
 # port_free PORT: nothing listens on 127.0.0.1:PORT yet (another run, another service).
 port_free() {
@@ -213,7 +237,7 @@ run_one() {
 	for p in $MCP_GRPC $MCP_HTTP $MCP_API $COL_GRPC $COL_INTERNAL; do port_free "$p"; done
 	case $name in
 	mcpaudit)
-		"$WORK/mcpaudit" serve --data-dir "$data" --grpc-listen "127.0.0.1:$MCP_GRPC" \
+		"$WORK/mcpaudit" serve --config "$WORK/mcpaudit.yaml" --data-dir "$data" --grpc-listen "127.0.0.1:$MCP_GRPC" \
 			--ingest-listen "127.0.0.1:$MCP_HTTP" --api-listen "127.0.0.1:$MCP_API" --log-level warn \
 			>"$data.log" 2>&1 &
 		pid=$! port=$MCP_GRPC
@@ -231,9 +255,8 @@ run_one() {
 	"$WORK/mcpaudit" loadgen --protocol otlp-grpc --target "127.0.0.1:$port" --api "" --live=false \
 		--duration "$DURATION" --clients "$CLIENTS" --batch "$BATCH" --calls "$CALLS" --seed "$round" \
 		--format json >"$data.load.json"
-	local t1 hwm
+	local t1 t2 hwm
 	t1=$(cpu_ticks "$pid")
-	hwm=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
 	if [ "$name" = mcpaudit ]; then
 		# Every acknowledged call judged: nothing queued, nothing waiting for a watermark.
 		local w0=$SECONDS
@@ -242,26 +265,40 @@ run_one() {
 			judged="$((SECONDS - w0))s"
 		fi
 	fi
+	# The CPU and the peak RSS up to the stop: for mcpaudit they include judging the calls
+	# still queued when the load ended (before stop 51 the peak was read at the load's end).
+	t2=$(cpu_ticks "$pid")
+	hwm=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
 	kill "$pid"
 	wait "$pid" 2>/dev/null || true
-	local disk acc secs rate cpu lgcpu written
+	local disk acc secs rate cpu cpustop lgcpu written
 	disk=$(du -sb "$data" | awk '{print $1}')
 	acc=$(json_field accepted <"$data.load.json")
-	# What reached the end of the pipeline by the time the server stopped: mcpaudit acknowledges
-	# after its store's commit; the Collector's file holds one "spanId" per span.
-	written=$acc
-	if [ -f "$data/traces.json" ]; then written=$(grep -o '"spanId":"' "$data/traces.json" | wc -l); fi
+	# What reached the end of the pipeline by the time the server stopped: the calls mcpaudit's
+	# store holds, read back from the stopped server's data dir; the Collector's file holds one
+	# "spanId" per span.
+	if [ "$name" = mcpaudit ]; then
+		written=$("$WORK/mcpaudit" calls --data-dir "$data" --format json 2>&1 >/dev/null | awk '/^[0-9]+ calls?$/ {print $1}')
+	else
+		written=0
+		if [ -f "$data/traces.json" ]; then written=$(grep -o '"spanId":"' "$data/traces.json" | wc -l); fi
+	fi
 	secs=$(json_field seconds <"$data.load.json")
 	lgcpu=$(json_field loadgen_cpu_seconds <"$data.load.json")
 	rate=$(awk -v a="$acc" -v s="$secs" 'BEGIN {printf "%.0f", a / s}')
 	cpu=$(awk -v t=$((t1 - t0)) -v k="$TICK" 'BEGIN {printf "%.1f", t / k}')
-	printf '%s\t%s\t%s\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f\n' "$name" "$round" "$acc" "$secs" "$rate" "$written" "$cpu" \
+	cpustop=$(awk -v t=$((t2 - t0)) -v k="$TICK" 'BEGIN {printf "%.1f", t / k}')
+	printf '%s\t%s\t%s\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f\t%s\n' "$name" "$round" "$acc" "$secs" "$rate" "$written" "$cpu" \
 		"$(awk -v c="$cpu" -v s="$secs" 'BEGIN {printf "%.2f", c / s}')" "$((hwm / 1024))" \
-		"$(awk -v d="$disk" 'BEGIN {printf "%.1f", d / 1048576}')" "${judged:--}" "$lgcpu" >>"$WORK/rows"
-	log "$name round $round: $acc acknowledged in ${secs}s ($rate/s)"
+		"$(awk -v d="$disk" 'BEGIN {printf "%.1f", d / 1048576}')" "${judged:--}" "$lgcpu" "$cpustop" >>"$WORK/rows"
+	# Errors in the server's log (mcpaudit's JSON lines at ERROR; the Collector's "error" lines),
+	# so that a run without KEEP=1 still tells them.
+	local errs
+	errs=$(grep -c -E '"level":"ERROR"|	error	' "$data.log" || true)
+	log "$name round $round: $acc acknowledged in ${secs}s ($rate/s), $written written, $errs error lines in its log ($data.log)"
 }
 
-log "load: OTLP/gRPC, $CLIENTS clients x $BATCH spans a request, $DURATION per run, $ROUNDS rounds; $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+log "mcpaudit with serve.sqlite.calls: $SQLITE_CALLS; load: OTLP/gRPC, $CLIENTS clients x $BATCH spans a request, $DURATION per run, $ROUNDS rounds; $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 order=(mcpaudit collector-default collector-durable)
 for round in $(seq "$ROUNDS"); do
 	for name in "${order[@]}"; do run_one "$name" "$round"; done
@@ -270,11 +307,11 @@ for round in $(seq "$ROUNDS"); do
 done
 
 echo
-echo "Collector $OTELCOL_VERSION and mcpaudit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), OTLP/gRPC from mcpaudit loadgen ($CLIENTS clients x $BATCH spans, --live=false), $DURATION a run; $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) at the end"
+echo "Collector $OTELCOL_VERSION and mcpaudit $(git rev-parse --short HEAD 2>/dev/null || echo '?') (serve.sqlite.calls: $SQLITE_CALLS), OTLP/gRPC from mcpaudit loadgen ($CLIENTS clients x $BATCH spans, --live=false), $DURATION a run; $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) at the end"
 echo
-printf '| server | round | acknowledged | seconds | acknowledged/s | written | CPU s | cores | CPU µs/call | peak RSS MiB | disk MiB | disk B/call | judged all after | loadgen CPU s |\n'
-printf '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n'
-awk -F'\t' '{printf "| %s | %s | %s | %s | %s | %s | %s | %s | %.1f | %s | %s | %.0f | %s | %s |\n", $1, $2, $3, $4, $5, $6, $7, $8, $7 * 1e6 / $3, $9, $10, $10 * 1048576 / $3, $11, $12}' "$WORK/rows"
+printf '| server | round | acknowledged | seconds | acknowledged/s | written | CPU s | cores | CPU µs/call | CPU µs/call to the stop | peak RSS MiB | disk MiB | disk B/call | judged all after | loadgen CPU s |\n'
+printf '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n'
+awk -F'\t' '{printf "| %s | %s | %s | %s | %s | %s | %s | %s | %.1f | %.1f | %s | %s | %.0f | %s | %s |\n", $1, $2, $3, $4, $5, $6, $7, $8, $7 * 1e6 / $3, $13 * 1e6 / $3, $9, $10, $10 * 1048576 / $3, $11, $12}' "$WORK/rows"
 echo
 mean() { awk -F'\t' -v n="$1" '$1 == n {s += $5; c++} END {printf "%.0f", c ? s / c : 0}' "$WORK/rows"; }
 m=$(mean mcpaudit) d=$(mean collector-default) u=$(mean collector-durable)

@@ -142,3 +142,39 @@ func decode(t *testing.T, path string, v any) {
 		t.Fatalf("%s: %v", path, err)
 	}
 }
+
+// TestRunScript_StoreCalls: SQLITE_CALLS chooses where mcpaudit's store
+// keeps calls (serve.sqlite.calls), sqlite when unset, and a value serve
+// does not know stops the script before it builds anything.
+func TestRunScript_StoreCalls(t *testing.T) {
+	f := func(env, want string) {
+		t.Helper()
+		dir := t.TempDir()
+		cmd := exec.Command("bash", "run.sh", "--configs-only", dir)
+		cmd.Env = append(os.Environ(), "SQLITE_CALLS="+env)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("SQLITE_CALLS=%s run.sh --configs-only: %v\n%s", env, err, out)
+		}
+		var cfg struct {
+			Serve struct {
+				SQLite struct {
+					Calls string `yaml:"calls"`
+				} `yaml:"sqlite"`
+			} `yaml:"serve"`
+		}
+		decode(t, filepath.Join(dir, "mcpaudit.yaml"), &cfg)
+		if cfg.Serve.SQLite.Calls != want {
+			t.Errorf("SQLITE_CALLS=%q: serve.sqlite.calls %q, want %q", env, cfg.Serve.SQLite.Calls, want)
+		}
+	}
+	f("", "sqlite")
+	f("sqlite", "sqlite")
+	f("log", "log")
+
+	cmd := exec.Command("bash", "run.sh", "--configs-only", t.TempDir())
+	cmd.Env = append(os.Environ(), "SQLITE_CALLS=logs")
+	out, err := cmd.CombinedOutput()
+	if code := cmd.ProcessState.ExitCode(); err == nil || code != 2 || !strings.Contains(string(out), "SQLITE_CALLS") {
+		t.Errorf("SQLITE_CALLS=logs: exit %d, %s; want exit 2 naming SQLITE_CALLS", code, out)
+	}
+}
