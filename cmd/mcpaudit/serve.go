@@ -258,6 +258,12 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger, progress func(
 		// without it until the next restart.
 		o.IDIndexWait = 30 * time.Second
 		if o.Calls != sqlite.CallsLog {
+			// A switch back from calls: log would hide every call in the
+			// logs (adv51): refused, as calls: log refuses a calls table
+			// that holds calls.
+			if err := calllogs.Check(cfg.Serve.DataDir); err != nil {
+				return nil, fmt.Errorf("cannot open the embedded store: %w", err)
+			}
 			return sqlite.OpenContext(ctx, filepath.Join(cfg.Serve.DataDir, storeFile), o)
 		}
 		log.Warn("EXPERIMENTAL serve.sqlite.calls: log: calls are kept in call logs under the data dir's calls/; "+
