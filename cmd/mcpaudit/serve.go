@@ -270,7 +270,15 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger, progress func(
 			"they are NOT covered by the tamper-evidence chain: mcpaudit verify checks their blocks' checksums only "+
 			"(mcpaudit backup/restore, export and findings|timeline|calls with --data-dir read them; docs/storage.md, \"Calls in the call log\")",
 			"dir", calllogs.Dir(cfg.Serve.DataDir))
-		logs, err := calllogs.Open(calllogs.Dir(cfg.Serve.DataDir), calllog.Options{})
+		logs, err := calllogs.Open(calllogs.Dir(cfg.Serve.DataDir), calllog.Options{OnSeal: func(err error) {
+			// Appends go on meanwhile; the live segment grows past its
+			// size and retention cannot remove it (adv51: it was silent).
+			if err != nil {
+				log.Warn("cannot seal a call log segment: appends go on into it, and it is tried again at each commit", "err", err)
+			} else {
+				log.Info("call log segment sealed again")
+			}
+		}})
 		if err != nil {
 			return nil, err
 		}
