@@ -165,13 +165,20 @@ func TestCallsLog_ReadAndBackupBesideServe(t *testing.T) {
 	}
 }
 
+// callsLogConfig returns a new data dir and a test config of serve on it
+// with serve.sqlite.calls: log.
+func callsLogConfig(t *testing.T) (string, Config) {
+	dir := t.TempDir()
+	cfg := testConfig(t, dir)
+	cfg.Serve.SQLite.Calls = sqlite.CallsLog
+	return dir, cfg
+}
+
 // TestCallsLog_VerifyFindsFlippedByte: a byte flipped in a block of a call
 // log with a whole block after it fails verify, which names the file (the
 // block's checksum; the chains do not cover the log yet).
 func TestCallsLog_VerifyFindsFlippedByte(t *testing.T) {
-	dir := t.TempDir()
-	cfg := testConfig(t, dir)
-	cfg.Serve.SQLite.Calls = sqlite.CallsLog
+	dir, cfg := callsLogConfig(t)
 	recs := mergedCapture(t)
 	s := startTest(t, cfg)
 	// Two posts: two blocks at least.
@@ -303,9 +310,7 @@ func TestCallsLog_ReportBesideServe(t *testing.T) {
 // there), and stored new calls in the calls table, where the --data-dir
 // readers, who go by the logs, do not look.
 func TestCallsLog_SwitchBackRefused(t *testing.T) {
-	dir := t.TempDir()
-	cfg := testConfig(t, dir)
-	cfg.Serve.SQLite.Calls = sqlite.CallsLog
+	dir, cfg := callsLogConfig(t)
 	recs := mergedCapture(t)
 	s := startTest(t, cfg)
 	if err := postCallsAs(s.ingestAddr, "p", ndjson(recs)); err != nil {
