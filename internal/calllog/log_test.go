@@ -844,19 +844,7 @@ func TestSealFails(t *testing.T) {
 	l := open(t, dir, opts)
 	defer l.Close()
 	// Every inode left goes to ballast.
-	var ballast []string
-	for i := 0; ; i++ {
-		p := filepath.Join(root, fmt.Sprintf("ballast%d", i))
-		f, err := os.Create(p)
-		if err != nil {
-			if !errors.Is(err, syscall.ENOSPC) {
-				t.Fatal(err)
-			}
-			break
-		}
-		f.Close()
-		ballast = append(ballast, p)
-	}
+	ballast := tmpfs.FillInodes(t, root)
 	if len(ballast) < 2 {
 		t.Fatalf("%d inodes left for ballast", len(ballast))
 	}

@@ -3,7 +3,6 @@ package calllogs_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -299,21 +298,9 @@ func TestReady_OutOfInodes(t *testing.T) {
 	root := tmpfs.Mount(t, "16m,nr_inodes=64")
 	st := open(t, root, calllog.Options{})
 	defer st.Close()
-	var ballast []string
-	for i := 0; ; i++ {
-		p := filepath.Join(root, fmt.Sprintf("ballast%d", i))
-		f, err := os.Create(p)
-		if err != nil {
-			if !errors.Is(err, syscall.ENOSPC) {
-				t.Fatal(err)
-			}
-			break
-		}
-		f.Close()
-		ballast = append(ballast, p)
-	}
-	if len(ballast) == 0 {
-		t.Fatal("no inode left for ballast")
+	ballast := tmpfs.FillInodes(t, root)
+	if len(ballast) < 2 {
+		t.Fatalf("%d inodes left for ballast", len(ballast))
 	}
 	if err := st.Ready(); err != nil {
 		t.Fatalf("Ready before any write failed: %v", err)
