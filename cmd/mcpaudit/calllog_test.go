@@ -5,8 +5,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite/calllogs"
 	"github.com/mcpaudit/mcpaudit/report"
@@ -161,13 +165,20 @@ func TestCallsLog_ReadAndBackupBesideServe(t *testing.T) {
 	}
 }
 
+// callsLogConfig returns a new data dir and a test config of serve on it
+// with serve.sqlite.calls: log.
+func callsLogConfig(t *testing.T) (string, Config) {
+	dir := t.TempDir()
+	cfg := testConfig(t, dir)
+	cfg.Serve.SQLite.Calls = sqlite.CallsLog
+	return dir, cfg
+}
+
 // TestCallsLog_VerifyFindsFlippedByte: a byte flipped in a block of a call
 // log with a whole block after it fails verify, which names the file (the
 // block's checksum; the chains do not cover the log yet).
 func TestCallsLog_VerifyFindsFlippedByte(t *testing.T) {
-	dir := t.TempDir()
-	cfg := testConfig(t, dir)
-	cfg.Serve.SQLite.Calls = sqlite.CallsLog
+	dir, cfg := callsLogConfig(t)
 	recs := mergedCapture(t)
 	s := startTest(t, cfg)
 	// Two posts: two blocks at least.
@@ -289,4 +300,51 @@ func TestCallsLog_ReportBesideServe(t *testing.T) {
 		}
 	}
 	unchanged(t, "report", dir, before)
+}
+
+// TestCallsLog_SwitchBackRefused: serve with serve.sqlite.calls: sqlite on
+// a data dir whose calls serve kept in call logs is refused, naming the
+// logs and their calls, as calls: log refuses a calls table that holds
+// calls. Before adv51 it started, answered every query with none of the
+// logs' calls (0 calls where the logs held them all; findings still
+// there), and stored new calls in the calls table, where the --data-dir
+// readers, who go by the logs, do not look.
+func TestCallsLog_SwitchBackRefused(t *testing.T) {
+	dir, cfg := callsLogConfig(t)
+	recs := mergedCapture(t)
+	s := startTest(t, cfg)
+	if err := postCallsAs(s.ingestAddr, "p", ndjson(recs)); err != nil {
+		t.Fatal(err)
+	}
+	count := func(s *server) int {
+		n := 0
+		if err := s.store.ScanCalls(context.Background(), time.Time{}, func(*audit.Record) error { n++; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	stored := count(s)
+	if stored == 0 {
+		t.Fatal("no call stored")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Serve.SQLite.Calls = sqlite.CallsSQLite
+	s2, err := startServer(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err == nil {
+		s2.shutdown(ctx)
+		t.Fatal("serve with calls: sqlite opened a data dir whose calls are in call logs")
+	}
+	want := fmt.Sprintf("%s holds %d calls", calllogs.Dir(dir), stored)
+	if !errors.Is(err, calllogs.ErrInUse) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("serve with calls: sqlite: %v; want %v saying %q", err, calllogs.ErrInUse, want)
+	}
+	// Back to calls: log, every call is there.
+	cfg.Serve.SQLite.Calls = sqlite.CallsLog
+	if n := count(startTest(t, cfg)); n != stored {
+		t.Fatalf("calls: log again: %d calls, want %d", n, stored)
+	}
 }

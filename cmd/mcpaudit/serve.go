@@ -258,13 +258,27 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger, progress func(
 		// without it until the next restart.
 		o.IDIndexWait = 30 * time.Second
 		if o.Calls != sqlite.CallsLog {
+			// A switch back from calls: log would hide every call in the
+			// logs (adv51): refused, as calls: log refuses a calls table
+			// that holds calls.
+			if err := calllogs.Check(cfg.Serve.DataDir); err != nil {
+				return nil, fmt.Errorf("cannot open the embedded store: %w", err)
+			}
 			return sqlite.OpenContext(ctx, filepath.Join(cfg.Serve.DataDir, storeFile), o)
 		}
 		log.Warn("EXPERIMENTAL serve.sqlite.calls: log: calls are kept in call logs under the data dir's calls/; "+
 			"they are NOT covered by the tamper-evidence chain: mcpaudit verify checks their blocks' checksums only "+
 			"(mcpaudit backup/restore, export and findings|timeline|calls with --data-dir read them; docs/storage.md, \"Calls in the call log\")",
 			"dir", calllogs.Dir(cfg.Serve.DataDir))
-		logs, err := calllogs.Open(calllogs.Dir(cfg.Serve.DataDir), calllog.Options{})
+		logs, err := calllogs.Open(calllogs.Dir(cfg.Serve.DataDir), calllog.Options{OnSeal: func(err error) {
+			// Appends go on meanwhile; the live segment grows past its
+			// size and retention cannot remove it (adv51: it was silent).
+			if err != nil {
+				log.Warn("cannot seal a call log segment: appends go on into it, and it is tried again at each commit", "err", err)
+			} else {
+				log.Info("call log segment sealed again")
+			}
+		}})
 		if err != nil {
 			return nil, err
 		}

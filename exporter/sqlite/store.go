@@ -109,7 +109,8 @@ type Options struct {
 	// open them read-only beside serve; retention hides
 	// deleted calls at once and removes their segment once it is wholly
 	// before the cut; a store whose calls table holds calls is not opened
-	// with it. It cannot go with ack "log". Default "sqlite".
+	// with it, nor (by serve) a data dir with call logs (calls/) with
+	// "sqlite". It cannot go with ack "log". Default "sqlite".
 	Calls string `yaml:"calls"`
 	// CallLog holds the calls with Calls "log"; the store closes it.
 	CallLog CallLog `yaml:"-"`

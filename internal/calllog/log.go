@@ -55,6 +55,13 @@ type Options struct {
 	// calls and SHA-256 (the chain of tamper evidence records them). The
 	// committer waits for it: it must not call the log.
 	OnBlock func(BlockInfo)
+	// OnSeal, when set, is called by the committer when a seal fails
+	// after the last one succeeded, with its error, and with nil when a
+	// seal succeeds after failures: while seals fail (no inode, no room
+	// for the index) appends go on into the live segment, past
+	// SegmentBytes, its tables in memory, and retention cannot remove it.
+	// It must not call the log.
+	OnSeal func(error)
 	// ReadOnly opens the log to read alone, beside the process that
 	// writes it: the open writes, cuts, seals and removes nothing (a
 	// segment it would index again is read from its blocks, kept in
@@ -106,6 +113,9 @@ type Log struct {
 	// or a next segment created for a seal that failed that cannot be
 	// removed. A seal that fails alone is tried again at the next commit.
 	failed error
+	// sealFailing is set while seals fail (OnSeal); the committer alone
+	// uses it.
+	sealFailing bool
 
 	reqs chan *request
 	stop chan struct{}
@@ -581,7 +591,19 @@ func (l *Log) storedLocked(h uint64, id string, t int64, cand *[]uint32) (bool, 
 // and starts the next. The next segment is created first: on an error the
 // live segment stays live and whole, and the seal is tried again later.
 // Where what a failed seal left cannot be undone, rotate sets failed.
+// OnSeal hears of the first failure and of the recovery.
 func (l *Log) rotate() error {
+	err := l.rotateOnce()
+	if (err != nil) != l.sealFailing {
+		l.sealFailing = err != nil
+		if l.opts.OnSeal != nil {
+			l.opts.OnSeal(err)
+		}
+	}
+	return err
+}
+
+func (l *Log) rotateOnce() error {
 	live := l.live
 	s, err := l.createSegment(live.num + 1)
 	if err != nil {

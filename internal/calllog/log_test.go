@@ -838,23 +838,14 @@ func TestSealFails(t *testing.T) {
 	// along.
 	root := tmpfs.Mount(t, "8m,nr_inodes=64")
 	dir := filepath.Join(root, "calls")
-	opts := Options{SegmentBytes: 1}
+	// OnSeal is called from the committer alone; the test reads it
+	// between appends, which wait for the committer.
+	var heard []error
+	opts := Options{SegmentBytes: 1, OnSeal: func(err error) { heard = append(heard, err) }}
 	l := open(t, dir, opts)
 	defer l.Close()
 	// Every inode left goes to ballast.
-	var ballast []string
-	for i := 0; ; i++ {
-		p := filepath.Join(root, fmt.Sprintf("ballast%d", i))
-		f, err := os.Create(p)
-		if err != nil {
-			if !errors.Is(err, syscall.ENOSPC) {
-				t.Fatal(err)
-			}
-			break
-		}
-		f.Close()
-		ballast = append(ballast, p)
-	}
+	ballast := tmpfs.FillInodes(t, root)
 	if len(ballast) < 2 {
 		t.Fatalf("%d inodes left for ballast", len(ballast))
 	}
@@ -867,6 +858,11 @@ func TestSealFails(t *testing.T) {
 	if st, _ := l.Stats(); st.Segments != 1 || st.Calls != 300 {
 		t.Fatalf("Stats = %+v while seals fail, want one live segment of 300 calls", st)
 	}
+	// Three seals failed: OnSeal heard the first (adv51: before, nothing
+	// said so, and serve logged nothing while its live segment grew).
+	if len(heard) != 1 || !errors.Is(heard[0], syscall.ENOSPC) {
+		t.Fatalf("OnSeal heard %v while seals fail, want one ENOSPC", heard)
+	}
 	for _, p := range ballast[:2] {
 		os.Remove(p)
 	}
@@ -876,6 +872,9 @@ func TestSealFails(t *testing.T) {
 	l.mu.RUnlock()
 	if sealed != 1 {
 		t.Fatalf("%d sealed segments once inodes are freed, want 1", sealed)
+	}
+	if len(heard) != 2 || heard[1] != nil {
+		t.Fatalf("OnSeal heard %v once inodes are freed, want the failure, then nil", heard)
 	}
 	for i := range 400 {
 		if _, ok, err := l.GetAt(context.Background(), recs[i].Call.ID, recs[i].Call.Time); !ok || err != nil {

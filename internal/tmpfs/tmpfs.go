@@ -3,9 +3,12 @@
 package tmpfs
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 )
 
@@ -28,4 +31,24 @@ func Mount(t testing.TB, size string) string {
 		}
 	})
 	return dir
+}
+
+// FillInodes creates empty files in dir until the file system has no
+// inode left (ENOSPC), and returns their paths: removing one frees an
+// inode.
+func FillInodes(t testing.TB, dir string) []string {
+	t.Helper()
+	var ballast []string
+	for i := 0; ; i++ {
+		p := filepath.Join(dir, fmt.Sprintf("ballast%d", i))
+		f, err := os.Create(p)
+		if err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatal(err)
+			}
+			return ballast
+		}
+		f.Close()
+		ballast = append(ballast, p)
+	}
 }

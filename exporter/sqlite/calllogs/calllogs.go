@@ -44,6 +44,31 @@ type Logs struct {
 	cutMu sync.Mutex
 }
 
+// ErrInUse is returned by Check when a data dir's calls are in call
+// logs: a store opened with its calls in the calls table
+// (serve.sqlite.calls: sqlite) would not read them.
+var ErrInUse = errors.New("the data dir's calls are in its call logs")
+
+// Check returns an error matching ErrInUse, with the calls the logs hold,
+// when dataDir keeps calls in call logs (InUse), for an open that would
+// keep them in the calls table: it would answer every query without the
+// logs' calls and store new ones where the logs' readers (the --data-dir
+// commands) do not look. It reads the logs read-only.
+func Check(dataDir string) error {
+	if !InUse(dataDir) {
+		return nil
+	}
+	held := "calls"
+	if l, err := Open(Dir(dataDir), calllog.Options{ReadOnly: true}); err == nil {
+		if st, err := l.Stats(); err == nil {
+			held = fmt.Sprintf("%d calls", st.Calls)
+		}
+		l.Close()
+	}
+	return fmt.Errorf("%w: %s holds %s, which serve.sqlite.calls: sqlite would not read; set serve.sqlite.calls: log (move %s aside only if none of them is needed)",
+		ErrInUse, Dir(dataDir), held, Dir(dataDir))
+}
+
 // cutsFile is the file of Logs.cuts in the logs' directory: one line per
 // tenant, its directory name and the cut in unix nanoseconds.
 const cutsFile = "cuts"

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"os"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite/calllogs"
 	"github.com/mcpaudit/mcpaudit/exporter/storetest"
 	"github.com/mcpaudit/mcpaudit/internal/calllog"
+	"github.com/mcpaudit/mcpaudit/internal/tmpfs"
 )
 
 // open opens a store in a new directory with its calls in call logs of
@@ -331,4 +334,37 @@ func BenchmarkNewest(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(st.Segments), "segments")
+}
+
+// TestReady_OutOfInodes: on a disk out of inodes, where a new tenant's
+// call log cannot be created, the append fails with ENOSPC and Ready
+// says the store is not ready, though bytes are free, until an inode is
+// freed. Before adv51 Ready counted free bytes alone: /readyz answered
+// ready while every call was refused. A real tmpfs out of inodes.
+func TestReady_OutOfInodes(t *testing.T) {
+	root := tmpfs.Mount(t, "16m,nr_inodes=64")
+	st := open(t, root, calllog.Options{})
+	defer st.Close()
+	ballast := tmpfs.FillInodes(t, root)
+	if len(ballast) < 2 {
+		t.Fatalf("%d inodes left for ballast", len(ballast))
+	}
+	if err := st.Ready(); err != nil {
+		t.Fatalf("Ready before any write failed: %v", err)
+	}
+	recs := gen(t, 5).Records(10)
+	if _, err := st.AppendCalls(context.Background(), recs); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("AppendCalls of a new tenant's log out of inodes: %v, want ENOSPC", err)
+	}
+	if err := st.Ready(); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("Ready out of inodes after a refused append: %v, want ENOSPC", err)
+	}
+	os.Remove(ballast[0])
+	os.Remove(ballast[1])
+	if err := st.Ready(); err != nil {
+		t.Fatalf("Ready once inodes are freed: %v", err)
+	}
+	if _, err := st.AppendCalls(context.Background(), recs); err != nil {
+		t.Fatalf("AppendCalls once inodes are freed: %v", err)
+	}
 }
