@@ -119,6 +119,10 @@ type blockChain struct {
 	// moved by each commit): a block at or before it is not chained
 	// again (the recovery at open and the hook may both see one).
 	chained map[string]LogBlock
+	// taken and inTx are the blocks the committer's transaction holds
+	// (take), all of them and by tenant without those chained already.
+	taken []LogBlock
+	inTx  map[string][]LogBlock
 }
 
 // synced is the log's hook: it queues b and wakes the chainer.
@@ -224,20 +228,43 @@ func (s *Store) recoverBlocks(ctx context.Context) error {
 	return nil
 }
 
-// blockLoop asks the committer to chain the pending blocks whenever the
-// hook queues some, until stopBlocks.
+// blocksWait is how long blockLoop leaves the blocks synced to the next
+// commit of results (serve's pipeline commits every 100 ms under load),
+// which chains them in its transaction, before it asks for a transaction
+// of their own: a transaction a block, each with its sync, cut what
+// serve acknowledged by half under load (docs/benchmarks.md, "The chain
+// over the call logs").
+const blocksWait = 250 * time.Millisecond
+
+// blockLoop asks the committer to chain the blocks still pending
+// blocksWait after the hook queued some, until stopBlocks.
 func (s *Store) blockLoop() {
 	bc := s.blocks
 	defer close(bc.done)
+	t := time.NewTimer(blocksWait)
+	t.Stop()
 	for {
 		select {
 		case <-bc.stop:
+			t.Stop()
 			return
 		case <-bc.kick:
+			t.Reset(blocksWait)
+			select {
+			case <-bc.stop:
+				t.Stop()
+				return
+			case <-t.C:
+			}
 		}
-		// An error is kept: the blocks stay pending for the next try, and
-		// the next open chains them in any case.
-		s.submit(context.Background(), &request{blocks: true})
+		bc.mu.Lock()
+		pending := len(bc.pending)
+		bc.mu.Unlock()
+		if pending > 0 {
+			// An error is kept: the blocks stay pending for the next try,
+			// and the next open chains them in any case.
+			s.submit(context.Background(), &request{blocks: true})
+		}
 	}
 }
 
@@ -250,67 +277,92 @@ func (s *Store) stopBlocks() {
 	<-s.blocks.done
 }
 
-// chainBlocksStep chains the pending blocks in one transaction: their
-// records, and per tenant one blocks entry. On an error they stay pending.
-// It returns how many it chained.
+// chainBlocksStep chains the pending blocks in a transaction of their
+// own and returns how many it chained; the committer runs it when no
+// commit of results came to take them (blockLoop). On an error they stay
+// pending.
 func (s *Store) chainBlocksStep() (int64, error) {
 	bc := s.blocks
 	if bc == nil {
 		return 0, nil
 	}
-	bc.mu.Lock()
-	taken := bc.pending
-	bc.pending = nil
-	bc.mu.Unlock()
-	if len(taken) == 0 {
+	by, n := bc.take()
+	if n == 0 {
 		return 0, nil
 	}
-	byTenant := map[string][]LogBlock{}
-	for _, b := range taken {
-		if last, ok := bc.chained[b.Tenant]; ok && !b.after(last.Segment, last.Block) {
-			continue
-		}
-		byTenant[b.Tenant] = append(byTenant[b.Tenant], b)
-	}
-	n, err := s.chainBlocks(byTenant)
+	ctx := context.Background()
+	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
-		bc.mu.Lock()
-		bc.pending = append(taken, bc.pending...)
-		bc.mu.Unlock()
+		bc.settle(false)
+		return 0, wrap(err)
+	}
+	defer tx.Rollback()
+	if err := writeBlocks(ctx, tx, by, time.Now()); err != nil {
+		bc.settle(false)
 		return 0, err
 	}
-	for tenant, bs := range byTenant {
-		bc.chained[tenant] = bs[len(bs)-1]
+	err = wrap(tx.Commit())
+	bc.settle(err == nil)
+	if err != nil {
+		return 0, err
 	}
 	return n, nil
 }
 
-// chainBlocks writes the records of blocks and one entry per tenant.
-func (s *Store) chainBlocks(byTenant map[string][]LogBlock) (int64, error) {
-	ctx := context.Background()
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return 0, wrap(err)
-	}
-	defer tx.Rollback()
-	now := time.Now()
+// take moves the pending blocks to the committer's transaction, by
+// tenant, leaving out those chained already; settle says how it ended.
+// Only the committer calls them.
+func (bc *blockChain) take() (map[string][]LogBlock, int64) {
+	bc.mu.Lock()
+	bc.taken = bc.pending
+	bc.pending = nil
+	bc.mu.Unlock()
+	by := map[string][]LogBlock{}
 	var n int64
+	for _, b := range bc.taken {
+		if last, ok := bc.chained[b.Tenant]; ok && !b.after(last.Segment, last.Block) {
+			continue
+		}
+		by[b.Tenant] = append(by[b.Tenant], b)
+		n++
+	}
+	bc.inTx = by
+	return by, n
+}
+
+// settle ends a take: committed, the tenants' last chained blocks move;
+// else the blocks taken are pending again, before those queued since.
+func (bc *blockChain) settle(committed bool) {
+	if committed {
+		for tenant, bs := range bc.inTx {
+			bc.chained[tenant] = bs[len(bs)-1]
+		}
+	} else if len(bc.taken) > 0 {
+		bc.mu.Lock()
+		bc.pending = append(bc.taken, bc.pending...)
+		bc.mu.Unlock()
+	}
+	bc.taken, bc.inTx = nil, nil
+}
+
+// writeBlocks writes, in tx, the records of the blocks of each tenant (in
+// log order) and one blocks entry per tenant covering them.
+func writeBlocks(ctx context.Context, tx queryer, byTenant map[string][]LogBlock, now time.Time) error {
 	for _, tenant := range sortedKeys(byTenant) {
 		bs := byTenant[tenant]
 		d := blocksDigest(bs)
 		seq, err := appendEntry(ctx, tx, chain.Entry{Tenant: tenant, Kind: chain.KindBlocks, First: int64(bs[0].Segment),
 			Last: int64(bs[len(bs)-1].Segment), N: int64(len(bs)), Digest: d, Time: now})
 		if err != nil {
-			return 0, wrap(fmt.Errorf("cannot chain blocks: %w", err))
+			return wrap(fmt.Errorf("cannot chain blocks: %w", err))
 		}
 		for _, b := range bs {
 			if _, err := tx.ExecContext(ctx, sqlInsertBlock, b.Tenant, int64(b.Segment), b.Block, b.Calls, b.First, b.Last, b.SHA256[:], seq); err != nil {
-				return 0, wrap(fmt.Errorf("cannot record a block: %w", err))
+				return wrap(fmt.Errorf("cannot record a block: %w", err))
 			}
 		}
-		n += int64(len(bs))
 	}
-	return n, wrap(tx.Commit())
+	return nil
 }
 
 // logCutRequest chains the cut retention makes of the call logs before

@@ -872,6 +872,9 @@ func (s *Store) commitBatch(batch []*request, calls int) error {
 	stored, err := s.commitOn(ctx, conn, batch, calls)
 	conn.Close()
 	s.completed.settle(err == nil)
+	if s.blocks != nil {
+		s.blocks.settle(err == nil)
+	}
 	if err != nil {
 		return err
 	}
@@ -1089,6 +1092,14 @@ func (s *Store) commitOn(ctx context.Context, conn *sql.Conn, batch []*request, 
 	now := time.Now()
 	if err := chainCalls(ctx, tx, chained, now); err != nil {
 		return nil, wrap(err)
+	}
+	if s.blocks != nil {
+		// The call log's blocks synced since the last commit, chained
+		// with it (settled by commitBatch): no transaction of their own.
+		by, _ := s.blocks.take()
+		if err := writeBlocks(ctx, tx, by, now); err != nil {
+			return nil, err
+		}
 	}
 	// Findings carry the seq of their tenant's entry, which follows the
 	// calls entry just made.

@@ -348,6 +348,11 @@ func TestChain_KilledBeforeChain(t *testing.T) {
 			if _, err := st.AppendCalls(context.Background(), recs[i:i+10]); err != nil {
 				t.Fatal(err)
 			}
+			// A commit of results chains the blocks synced before it, as
+			// serve's pipeline's do.
+			if err := st.Commit(context.Background(), audit.Results{}); err != nil {
+				t.Fatal(err)
+			}
 		}
 		t.Fatal("the hook did not hold the fourth block")
 	}
