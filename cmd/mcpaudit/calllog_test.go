@@ -90,8 +90,9 @@ func TestCallsLog_ReadAndBackupBesideServe(t *testing.T) {
 	if code != 0 || strings.Contains(errs, "WARNING") || !strings.Contains(out, "oddlynew") {
 		t.Errorf("calls --data-dir beside serve: exit %d: %s%s", code, out, errs)
 	}
+	// Beside serve: the blocks synced and not chained yet are a note.
 	code, out, errs = cli("verify", "--data-dir", dir)
-	if code != 0 || !strings.Contains(out, fmt.Sprintf("call logs: %d calls read", len(calls))) {
+	if code != 0 || !strings.Contains(out, "hashed again and matched the chain") {
 		t.Errorf("verify --data-dir beside serve: exit %d: %s%s", code, out, errs)
 	}
 	unchanged(t, "the readers", dir, before)
