@@ -172,19 +172,7 @@ func TestCallsLog_VerifyFindsFlippedByte(t *testing.T) {
 	dir := t.TempDir()
 	cfg := testConfig(t, dir)
 	cfg.Serve.SQLite.Calls = sqlite.CallsLog
-	recs := mergedCapture(t)
-	s := startTest(t, cfg)
-	// Two posts: two blocks at least.
-	for _, part := range [][]map[string]any{recs[:len(recs)/2], recs[len(recs)/2:]} {
-		if err := postCallsAs(s.ingestAddr, "p", ndjson(part)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := s.shutdown(ctx); err != nil {
-		t.Fatal(err)
-	}
+	postAndStop(t, cfg, 2) // two posts: two blocks at least
 	var out, errb bytes.Buffer
 	if code := run(context.Background(), []string{"verify", "--data-dir", dir}, nil, &out, &errb); code != 0 {
 		t.Fatalf("verify before the flip: exit %d: %s%s", code, out.String(), errb.String())
@@ -303,29 +291,12 @@ func TestCallsLog_ReportBesideServe(t *testing.T) {
 // from the chain. Fails on main: verify passed the rewritten block and
 // the deleted record (checksums only), and named no block.
 func TestCallsLog_VerifyChain(t *testing.T) {
-	keys := t.TempDir()
-	priv, pub := filepath.Join(keys, "signing.pem"), filepath.Join(keys, "verify.pem")
-	var out, errb bytes.Buffer
-	if code := run(context.Background(), []string{"keygen", "--private-key", priv, "--public-key", pub}, nil, &out, &errb); code != 0 {
-		t.Fatalf("keygen: exit %d: %s", code, errb.String())
-	}
+	priv, pub := keyPair(t)
 	dir := t.TempDir()
 	cfg := testConfig(t, dir)
 	cfg.Serve.SQLite.Calls = sqlite.CallsLog
 	cfg.Serve.SigningKeyFile = priv
-	recs := mergedCapture(t)
-	s := startTest(t, cfg)
-	third := len(recs) / 3
-	for _, part := range [][]map[string]any{recs[:third], recs[third : 2*third], recs[2*third:]} {
-		if err := postCallsAs(s.ingestAddr, "p", ndjson(part)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := s.shutdown(ctx); err != nil {
-		t.Fatal(err)
-	}
+	postAndStop(t, cfg, 3)
 	verify := func(dir string) (int, string) {
 		var out, errb bytes.Buffer
 		code := run(context.Background(), []string{"verify", "--data-dir", dir, "--public-key", pub}, nil, &out, &errb)
@@ -415,5 +386,37 @@ func TestCallsLog_VerifyChain(t *testing.T) {
 				t.Errorf("verify: exit %d, want 1 with TAMPERED at %q:\n%s", code, where, out)
 			}
 		})
+	}
+}
+
+// keyPair writes a signing key and its public key with mcpaudit keygen
+// and returns their files.
+func keyPair(t *testing.T) (priv, pub string) {
+	t.Helper()
+	keys := t.TempDir()
+	priv, pub = filepath.Join(keys, "signing.pem"), filepath.Join(keys, "verify.pem")
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"keygen", "--private-key", priv, "--public-key", pub}, nil, &out, &errb); code != 0 {
+		t.Fatalf("keygen: exit %d: %s", code, errb.String())
+	}
+	return priv, pub
+}
+
+// postAndStop starts serve with cfg, posts the merged capture in parts
+// posts (a block each at least) and stops it.
+func postAndStop(t *testing.T, cfg Config, parts int) {
+	t.Helper()
+	recs := mergedCapture(t)
+	s := startTest(t, cfg)
+	for i := range parts {
+		part := recs[i*len(recs)/parts : (i+1)*len(recs)/parts]
+		if err := postCallsAs(s.ingestAddr, "p", ndjson(part)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.shutdown(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
