@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"database/sql"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -91,8 +94,9 @@ func TestCallsLog_ReadAndBackupBesideServe(t *testing.T) {
 	if code != 0 || strings.Contains(errs, "WARNING") || !strings.Contains(out, "oddlynew") {
 		t.Errorf("calls --data-dir beside serve: exit %d: %s%s", code, out, errs)
 	}
+	// Beside serve: the blocks synced and not chained yet are a note.
 	code, out, errs = cli("verify", "--data-dir", dir)
-	if code != 0 || !strings.Contains(out, fmt.Sprintf("call logs: %d calls read", len(calls))) {
+	if code != 0 || !strings.Contains(out, "hashed again and matched the chain") {
 		t.Errorf("verify --data-dir beside serve: exit %d: %s%s", code, out, errs)
 	}
 	unchanged(t, "the readers", dir, before)
@@ -176,22 +180,10 @@ func callsLogConfig(t *testing.T) (string, Config) {
 
 // TestCallsLog_VerifyFindsFlippedByte: a byte flipped in a block of a call
 // log with a whole block after it fails verify, which names the file (the
-// block's checksum; the chains do not cover the log yet).
+// blocks the chain records are not read past the damaged one).
 func TestCallsLog_VerifyFindsFlippedByte(t *testing.T) {
 	dir, cfg := callsLogConfig(t)
-	recs := mergedCapture(t)
-	s := startTest(t, cfg)
-	// Two posts: two blocks at least.
-	for _, part := range [][]map[string]any{recs[:len(recs)/2], recs[len(recs)/2:]} {
-		if err := postCallsAs(s.ingestAddr, "p", ndjson(part)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := s.shutdown(ctx); err != nil {
-		t.Fatal(err)
-	}
+	postAndStop(t, cfg, 2) // two posts: two blocks at least
 	var out, errb bytes.Buffer
 	if code := run(context.Background(), []string{"verify", "--data-dir", dir}, nil, &out, &errb); code != 0 {
 		t.Fatalf("verify before the flip: exit %d: %s%s", code, out.String(), errb.String())
@@ -346,5 +338,143 @@ func TestCallsLog_SwitchBackRefused(t *testing.T) {
 	cfg.Serve.SQLite.Calls = sqlite.CallsLog
 	if n := count(startTest(t, cfg)); n != stored {
 		t.Fatalf("calls: log again: %d calls, want %d", n, stored)
+	}
+}
+
+// TestCallsLog_VerifyChain: the blocks serve syncs to the call logs are
+// chained and signed; mcpaudit verify --public-key passes on the data dir
+// as serve left it, and fails (exit 1, TAMPERED naming the tenant, file
+// and block) on a block rewritten with a checksum of its own, a truncated
+// segment, a deleted segment file and a block whose record was deleted
+// from the chain. Fails on main: verify passed the rewritten block and
+// the deleted record (checksums only), and named no block.
+func TestCallsLog_VerifyChain(t *testing.T) {
+	priv, pub := keyPair(t)
+	dir := t.TempDir()
+	cfg := testConfig(t, dir)
+	cfg.Serve.SQLite.Calls = sqlite.CallsLog
+	cfg.Serve.SigningKeyFile = priv
+	postAndStop(t, cfg, 3)
+	verify := func(dir string) (int, string) {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), []string{"verify", "--data-dir", dir, "--public-key", pub}, nil, &out, &errb)
+		return code, out.String() + errb.String()
+	}
+	if code, out := verify(dir); code != 0 || !strings.Contains(out, "blocks hashed again and matched the chain") || strings.Contains(out, "WARNING") {
+		t.Fatalf("verify of the data dir serve left: exit %d:\n%s", code, out)
+	}
+	seg := func(dir string) string {
+		segs, _ := filepath.Glob(filepath.Join(calllogs.Dir(dir), "*", "*.seg"))
+		if len(segs) != 1 {
+			t.Fatalf("want one segment, got %v", segs)
+		}
+		return segs[0]
+	}
+	// The blocks of a segment: offset and size (a block's header is 37
+	// bytes, its body's length at bytes 4-7; the segment's header 8).
+	blocks := func(b []byte) (offs, sizes []int) {
+		for off := 8; off+37 <= len(b); {
+			n := 37 + int(binary.LittleEndian.Uint32(b[off+4:]))
+			offs, sizes = append(offs, off), append(sizes, n)
+			off += n
+		}
+		return offs, sizes
+	}
+	cases := []struct {
+		name   string
+		tamper func(t *testing.T, dir string) string // the place verify must name
+	}{
+		{"block_rewritten_with_its_checksum", func(t *testing.T, dir string) string {
+			path := seg(dir)
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			offs, sizes := blocks(b)
+			blk := b[offs[1] : offs[1]+sizes[1]]
+			blk[24] ^= 1 // its latest call time, and its CRC-32C made again
+			tab := crc32.MakeTable(crc32.Castagnoli)
+			binary.LittleEndian.PutUint32(blk[33:], crc32.Update(crc32.Checksum(blk[:33], tab), tab, blk[37:]))
+			if err := os.WriteFile(path, b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			return path + " block 1: its bytes differ"
+		}},
+		{"segment_truncated", func(t *testing.T, dir string) string {
+			path := seg(dir)
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			offs, _ := blocks(b)
+			if err := os.Truncate(path, int64(offs[len(offs)-1])); err != nil {
+				t.Fatal(err)
+			}
+			return fmt.Sprintf("%s block %d: chained from entry", path, len(offs)-1)
+		}},
+		{"segment_deleted", func(t *testing.T, dir string) string {
+			path := seg(dir)
+			if err := os.Remove(path); err != nil {
+				t.Fatal(err)
+			}
+			return path + ": the segment file is gone"
+		}},
+		{"block_record_deleted", func(t *testing.T, dir string) string {
+			path := seg(dir)
+			db, err := sql.Open("sqlite", filepath.Join(dir, storeFile))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			if _, err := db.Exec(`DELETE FROM chain_blocks WHERE block = 0`); err != nil {
+				t.Fatal(err)
+			}
+			return path + " block 0: is in no chain entry"
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cp := t.TempDir()
+			if err := os.CopyFS(cp, os.DirFS(dir)); err != nil {
+				t.Fatal(err)
+			}
+			where := tc.tamper(t, cp)
+			code, out := verify(cp)
+			if code != 1 || !strings.Contains(out, "TAMPERED: tenant \"\": call log "+where) {
+				t.Errorf("verify: exit %d, want 1 with TAMPERED at %q:\n%s", code, where, out)
+			}
+		})
+	}
+}
+
+// keyPair writes a signing key and its public key with mcpaudit keygen
+// and returns their files.
+func keyPair(t *testing.T) (priv, pub string) {
+	t.Helper()
+	keys := t.TempDir()
+	priv, pub = filepath.Join(keys, "signing.pem"), filepath.Join(keys, "verify.pem")
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"keygen", "--private-key", priv, "--public-key", pub}, nil, &out, &errb); code != 0 {
+		t.Fatalf("keygen: exit %d: %s", code, errb.String())
+	}
+	return priv, pub
+}
+
+// postAndStop starts serve with cfg, posts the merged capture in parts
+// posts (a block each at least) and stops it.
+func postAndStop(t *testing.T, cfg Config, parts int) {
+	t.Helper()
+	recs := mergedCapture(t)
+	s := startTest(t, cfg)
+	for i := range parts {
+		part := recs[i*len(recs)/parts : (i+1)*len(recs)/parts]
+		if err := postCallsAs(s.ingestAddr, "p", ndjson(part)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.shutdown(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -266,9 +266,8 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger, progress func(
 			}
 			return sqlite.OpenContext(ctx, filepath.Join(cfg.Serve.DataDir, storeFile), o)
 		}
-		log.Warn("EXPERIMENTAL serve.sqlite.calls: log: calls are kept in call logs under the data dir's calls/; "+
-			"they are NOT covered by the tamper-evidence chain: mcpaudit verify checks their blocks' checksums only "+
-			"(mcpaudit backup/restore, export and findings|timeline|calls with --data-dir read them; docs/storage.md, \"Calls in the call log\")",
+		log.Warn("EXPERIMENTAL serve.sqlite.calls: log: calls are kept in call logs under the data dir's calls/, "+
+			"each block chained as it is synced (docs/storage.md, \"Calls in the call log\")",
 			"dir", calllogs.Dir(cfg.Serve.DataDir))
 		logs, err := calllogs.Open(calllogs.Dir(cfg.Serve.DataDir), calllog.Options{OnSeal: func(err error) {
 			// Appends go on meanwhile; the live segment grows past its

@@ -146,12 +146,7 @@ func chConn(t *testing.T, dsn string) driver.Conn {
 // observer that timed out, then the server's); the store keeps the answer
 // in the unanswered row's place, and mcpaudit verify passes on the data dir.
 func TestVerifyCommand_AnswerCompletes(t *testing.T) {
-	keys := t.TempDir()
-	priv, pub := filepath.Join(keys, "signing.pem"), filepath.Join(keys, "verify.pem")
-	var out, errb bytes.Buffer
-	if code := run(context.Background(), []string{"keygen", "--private-key", priv, "--public-key", pub}, nil, &out, &errb); code != 0 {
-		t.Fatalf("keygen: exit %d: %s", code, errb.String())
-	}
+	priv, pub := keyPair(t)
 	dir := t.TempDir()
 	cfg := testConfig(t, dir)
 	cfg.Serve.SigningKeyFile = priv

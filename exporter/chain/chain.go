@@ -29,6 +29,13 @@ const (
 	// = Last) in the chain itself, so that the order of the cut and of the
 	// checkpoints is on record.
 	KindCut = "cut"
+	// KindBlocks covers blocks of the tenant's call log (the embedded
+	// store's chain_blocks records, which carry the entry's Seq): First
+	// and Last are the segments of its first and last block.
+	KindBlocks = "blocks"
+	// KindLogCut records a retention cut of the tenant's call log, made
+	// before any segment goes: First = Last = the cutoff, unix ns.
+	KindLogCut = "logcut"
 )
 
 // Hash is a SHA-256 sum.

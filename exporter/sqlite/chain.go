@@ -402,6 +402,11 @@ func cutChains(ctx context.Context, tx *sql.Tx, before int64) (int, error) {
 		return 0, err
 	}
 	gone := func(e ent) bool {
+		if e.kind == chain.KindBlocks || e.kind == chain.KindLogCut {
+			// Their records stay (chain_blocks), and so does the cut
+			// that lets a segment go.
+			return false
+		}
 		return e.kind == chain.KindPruned || e.kind == chain.KindCut || e.p == e.n
 	}
 	now := time.Now()

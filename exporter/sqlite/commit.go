@@ -72,6 +72,10 @@ type request struct {
 	watermark int64 // zeroTime: unchanged
 	del       *deleteRequest
 	chainOp   *chainRequest
+	// blocks asks for the call log's pending blocks to be chained
+	// (chainBlocksStep); logCut for a cut of the call logs (chainLogCuts).
+	blocks bool
+	logCut *logCutRequest
 	// keep holds answered copies of stored unanswered calls, to keep
 	// aside until the engine takes them (keepAnswersStep); keepDiffer is
 	// set by the step: the indexes in keep of those that met another
@@ -407,6 +411,12 @@ func (s *Store) expire(ctx context.Context, d deleteRequest) (int64, error) {
 		}
 	}
 	if s.opts.Calls == CallsLog {
+		// The cut is chained before any segment goes: verify takes a
+		// segment missing for retention's only when the chain records a
+		// cut past it.
+		if _, err := s.submit(ctx, &request{logCut: &logCutRequest{before: d.before, tenant: d.tenant, only: d.only, keep: d.keep}}); err != nil {
+			return total, s.fail("chain the cut of the call logs", err)
+		}
 		// Whole segments: calls before t stay until their segment is
 		// sealed and wholly before t.
 		n, err := s.opts.CallLog.DeleteBefore(fromNanos(d.before), d.tenant, d.only, d.keep)
@@ -570,6 +580,16 @@ func (s *Store) commitLoop() {
 			req.done <- reply{n: n, err: err}
 			continue
 		}
+		if req.blocks {
+			n, err := s.chainBlocksStep()
+			req.done <- reply{n: n, err: err}
+			continue
+		}
+		if req.logCut != nil {
+			n, err := s.chainLogCuts(req.logCut)
+			req.done <- reply{n: n, err: err}
+			continue
+		}
 		if req.keep != nil {
 			var err error
 			req.keepDiffer, err = s.keepAnswersStep(req.keep)
@@ -603,7 +623,7 @@ func (s *Store) commitLoop() {
 			switch {
 			case !ok:
 				break gather
-			case r.del != nil || r.chainOp != nil || r.keep != nil:
+			case r.del != nil || r.chainOp != nil || r.keep != nil || r.blocks || r.logCut != nil:
 				next = r
 				break gather
 			}
@@ -852,6 +872,9 @@ func (s *Store) commitBatch(batch []*request, calls int) error {
 	stored, err := s.commitOn(ctx, conn, batch, calls)
 	conn.Close()
 	s.completed.settle(err == nil)
+	if s.blocks != nil {
+		s.blocks.settle(err == nil)
+	}
 	if err != nil {
 		return err
 	}
@@ -1069,6 +1092,14 @@ func (s *Store) commitOn(ctx context.Context, conn *sql.Conn, batch []*request, 
 	now := time.Now()
 	if err := chainCalls(ctx, tx, chained, now); err != nil {
 		return nil, wrap(err)
+	}
+	if s.blocks != nil {
+		// The call log's blocks synced since the last commit, chained
+		// with it (settled by commitBatch): no transaction of their own.
+		by, _ := s.blocks.take()
+		if err := writeBlocks(ctx, tx, by, now); err != nil {
+			return nil, err
+		}
 	}
 	// Findings carry the seq of their tenant's entry, which follows the
 	// calls entry just made.

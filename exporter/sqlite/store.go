@@ -103,10 +103,10 @@ type Options struct {
 	// Calls is where calls are kept: "sqlite", in the calls table; or
 	// "log", EXPERIMENTAL, in one segmented call log per tenant under the
 	// data dir's calls/ (exporter/sqlite/calllogs), everything else
-	// staying in SQLite. With "log", calls are NOT covered by the
-	// tamper-evidence chain (mcpaudit verify checks only the blocks'
-	// checksums); backup copies the logs and the --data-dir readers
-	// open them read-only beside serve; retention hides
+	// staying in SQLite. With "log", the chain covers the logs' blocks
+	// (each block's SHA-256 as synced; mcpaudit verify hashes them
+	// again); backup copies the logs and the --data-dir readers open
+	// them read-only beside serve; retention hides
 	// deleted calls at once and removes their segment once it is wholly
 	// before the cut; a store whose calls table holds calls is not opened
 	// with it, nor (by serve) a data dir with call logs (calls/) with
@@ -250,6 +250,8 @@ type Store struct {
 
 	// clog is the call log, with Ack "log" (acklog.go); nil otherwise.
 	clog *callLog
+	// blocks chains the call log's blocks (Calls "log"); nil otherwise.
+	blocks *blockChain
 	// logDir is the call log's directory, whatever Ack says: a log left
 	// by a run with Ack "log" is applied at Open.
 	logDir string
@@ -503,6 +505,10 @@ func open(ctx context.Context, path string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("cannot open store %s: %w", path, err)
 	}
 	if opts.Calls == CallsLog {
+		if err := s.openBlocks(ctx, opts.CallLog); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("cannot open store %s: %w", path, err)
+		}
 		if err := s.loadCompleted(ctx); err != nil {
 			s.Close()
 			return nil, fmt.Errorf("cannot open store %s: %w", path, err)
@@ -624,6 +630,7 @@ func (s *Store) Close() error {
 	}
 	// Appends refused now; the call log drains through the committer.
 	s.stopLog()
+	s.stopBlocks()
 	s.mu.Lock()
 	close(s.reqs)
 	s.mu.Unlock()
@@ -637,6 +644,11 @@ func (s *Store) Close() error {
 	}
 	if err := s.ids.close(); err != nil {
 		errs = append(errs, fmt.Errorf("cannot close the call id index: %w", err))
+	}
+	// The blocks synced so far are chained (those synced later, by
+	// appends racing Close, are at the next open), and signed below.
+	if _, err := s.chainBlocksStep(); err != nil {
+		errs = append(errs, fmt.Errorf("cannot chain the call log's blocks: %w", err))
 	}
 	// The last heads are signed: a stop leaves no unsigned tail.
 	if _, err := s.chainStep(&chainRequest{}); err != nil {

@@ -19,6 +19,16 @@ import (
 // state changes is reported with its tenant, chain entry and rows. An
 // error means the check could not run.
 func Verify(ctx context.Context, path string, keys chain.Keys) (*chain.Report, error) {
+	return VerifyLogged(ctx, path, keys, nil)
+}
+
+// VerifyLogged is Verify of a store that keeps its calls in call logs
+// (Calls "log"): openLogs opens them (read alone, beside a running serve),
+// once the store's snapshot is taken, and every block on disk is hashed
+// again and compared with the blocks the chain records (checkBlocks).
+// With openLogs nil the block records are checked against the chain
+// alone.
+func VerifyLogged(ctx context.Context, path string, keys chain.Keys, openLogs func() (BlockLog, error)) (*chain.Report, error) {
 	if err := applyLog(path); err != nil {
 		return nil, fmt.Errorf("cannot verify store %s: %w", path, err)
 	}
@@ -39,7 +49,7 @@ func Verify(ctx context.Context, path string, keys chain.Keys) (*chain.Report, e
 	if version != schemaVersion {
 		return nil, fmt.Errorf("cannot verify store %s: schema version %d, want %d (open it with serve once to migrate it)", path, version, schemaVersion)
 	}
-	v := verifier{ctx: ctx, tx: tx, r: &chain.Report{}}
+	v := verifier{ctx: ctx, tx: tx, r: &chain.Report{}, openLogs: openLogs}
 	if err := v.run(keys); err != nil {
 		return nil, fmt.Errorf("cannot verify store %s: %w", path, err)
 	}
@@ -61,6 +71,9 @@ type verifier struct {
 	records        []vRecord
 	recordsChained bool
 	cutBefore      map[string]int64 // the cuts' cutoffs as stored
+	// openLogs opens the call logs whose blocks the chain records (nil:
+	// none to read).
+	openLogs func() (BlockLog, error)
 }
 
 // vRecord is a row of chain_pruned: a removed row of entry seq, covered
@@ -92,6 +105,12 @@ func (e *vEntry) where() string {
 		return fmt.Sprintf("chain entry %d (the records of %s removed from entry %d, committed %s)", e.Seq, chain.Count(e.N, "row", "rows"), e.First, committed)
 	case chain.KindCut:
 		return fmt.Sprintf("chain entry %d (a retention cut before entry %d, committed %s)", e.Seq, e.First, committed)
+	case chain.KindBlocks:
+		return fmt.Sprintf("chain entry %d (%s of the call log, %s, committed %s)", e.Seq, chain.Count(e.N, "block", "blocks"),
+			chain.Span("segment", "segments", e.First, e.Last), committed)
+	case chain.KindLogCut:
+		return fmt.Sprintf("chain entry %d (a retention cut of the call log before %s, committed %s)", e.Seq,
+			fromNanos(e.First).UTC().Format(time.RFC3339Nano), committed)
 	case chain.KindFindings:
 		return fmt.Sprintf("chain entry %d (%s, committed %s)", e.Seq, chain.Count(e.N, "finding", "findings"), e.Time.UTC().Format(time.RFC3339Nano))
 	}
@@ -127,6 +146,9 @@ func (v *verifier) run(keys chain.Keys) error {
 	}
 	v.checkDigests()
 	v.checkRecords()
+	if err := v.checkBlocks(); err != nil {
+		return err
+	}
 	return v.checkCheckpoints(keys)
 }
 
@@ -477,8 +499,8 @@ func recordRow(row any) string {
 func (v *verifier) checkDigests() {
 	for tenant, es := range v.entries {
 		for _, e := range es {
-			if e.Kind == chain.KindPruned || e.Kind == chain.KindCut {
-				continue // checkRecords, checkCheckpoints
+			if e.Kind == chain.KindPruned || e.Kind == chain.KindCut || e.Kind == chain.KindBlocks || e.Kind == chain.KindLogCut {
+				continue // checkRecords, checkCheckpoints, checkBlocks
 			}
 			byID := e.Kind == chain.KindFindings || e.Kind == chain.KindAnswers
 			pruned := v.pruned[entryKey{tenant, e.Seq}]

@@ -57,6 +57,9 @@ func (l *Log) Segments() ([]SegmentInfo, error) {
 	return out, nil
 }
 
+// SegmentPath returns the path of segment seg's file.
+func (l *Log) SegmentPath(seg uint64) string { return l.segPath(seg) }
+
 // BlockHashes calls fn with each block of segment seg in order, its
 // SHA-256 computed from the bytes the file holds now (what `verify`
 // compares with the hashes OnBlock gave at commit: a changed byte changes

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
@@ -42,6 +43,8 @@ type Logs struct {
 	cuts map[string]int64
 	// cutMu orders DeleteBefore's counting, cutting and saving.
 	cutMu sync.Mutex
+	// onBlock is the hook ChainBlocks sets, given every block synced.
+	onBlock atomic.Pointer[func(sqlite.LogBlock)]
 }
 
 // ErrInUse is returned by Check when a data dir's calls are in call
@@ -73,7 +76,7 @@ func Check(dataDir string) error {
 // tenant, its directory name and the cut in unix nanoseconds.
 const cutsFile = "cuts"
 
-var _ sqlite.CallLog = (*Logs)(nil)
+var _ sqlite.BlockLog = (*Logs)(nil)
 
 // Open opens the logs of every tenant under dir (creating dir); a
 // tenant's log is created at its first call. opts.Tenant is set per log.
@@ -143,6 +146,13 @@ func tenantOf(name string) (string, bool) {
 func (l *Logs) open(tenant string) (*calllog.Log, error) {
 	o := l.opts
 	o.Tenant = tenant
+	if !o.ReadOnly {
+		o.OnBlock = func(b calllog.BlockInfo) {
+			if fn := l.onBlock.Load(); fn != nil {
+				(*fn)(logBlock(tenant, b))
+			}
+		}
+	}
 	lg, err := calllog.Open(filepath.Join(l.dir, DirName(tenant)), o)
 	if err != nil {
 		return nil, fmt.Errorf("cannot open the call log of tenant %q: %w", tenant, err)
@@ -632,4 +642,75 @@ func InUse(dataDir string) bool {
 		}
 	}
 	return false
+}
+
+// logBlock is b of tenant's log as the store's chain records it.
+func logBlock(tenant string, b calllog.BlockInfo) sqlite.LogBlock {
+	first, _ := sqlite.TimeNanos(b.First)
+	last, _ := sqlite.TimeNanos(b.Last)
+	return sqlite.LogBlock{Tenant: tenant, Segment: b.Segment, Block: b.Block, Calls: b.Calls, First: first, Last: last, SHA256: b.SHA256}
+}
+
+// ChainBlocks has fn called with every block any tenant's log syncs from
+// now on; see sqlite.BlockLog. Logs opened read-only sync none: it
+// reports false.
+func (l *Logs) ChainBlocks(fn func(sqlite.LogBlock)) bool {
+	if l.opts.ReadOnly {
+		return false
+	}
+	l.onBlock.Store(&fn)
+	return true
+}
+
+// Tenants returns the tenants that have a log, in order.
+func (l *Logs) Tenants() []string {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return slices.Sorted(maps.Keys(l.logs))
+}
+
+// Segments returns the segments of tenant's log, in order (none when it
+// has no log).
+func (l *Logs) Segments(tenant string) ([]uint64, error) {
+	lg, err := l.log(tenant, false)
+	if err != nil || lg == nil {
+		return nil, err
+	}
+	segs, err := lg.Segments()
+	if err != nil {
+		return nil, wrap(err)
+	}
+	out := make([]uint64, len(segs))
+	for i := range segs {
+		out[i] = segs[i].Segment
+	}
+	return out, nil
+}
+
+// SegmentFile returns the path of segment seg of tenant's log.
+func (l *Logs) SegmentFile(tenant string, seg uint64) string {
+	if lg, _ := l.log(tenant, false); lg != nil {
+		return lg.SegmentPath(seg)
+	}
+	return filepath.Join(l.dir, DirName(tenant), fmt.Sprintf("segment %d", seg))
+}
+
+// Blocks calls fn with each block of segment seg of tenant's log
+// (calllog.Log.BlockHashes): its SHA-256 is that of the bytes on disk now.
+func (l *Logs) Blocks(ctx context.Context, tenant string, seg uint64, fn func(sqlite.LogBlock) error) error {
+	lg, err := l.log(tenant, false)
+	if err != nil {
+		return err
+	}
+	if lg == nil {
+		return fmt.Errorf("cannot hash the blocks of tenant %q: %w", tenant, calllog.ErrNoSegment)
+	}
+	return wrap(lg.BlockHashes(ctx, seg, func(b calllog.BlockInfo) error { return fn(logBlock(tenant, b)) }))
+}
+
+// Cuts returns each tenant's cut, unix ns (see Logs.cuts).
+func (l *Logs) Cuts() map[string]int64 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return maps.Clone(l.cuts)
 }

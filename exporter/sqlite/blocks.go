@@ -1,0 +1,433 @@
+package sqlite
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/mcpaudit/mcpaudit/exporter/chain"
+)
+
+// Calls in the call log (Calls "log") are chained by their blocks: each
+// block a tenant's log syncs is recorded in chain_blocks (its place, calls,
+// time span and SHA-256 as synced) and covered by a blocks entry of the
+// tenant's chain, which digests the records it covers. The blocks synced
+// while one transaction runs are chained together by the next, one entry
+// per tenant: the commit of calls never waits for SQLite (the log acks a
+// block once synced), and a crash between the sync and the chain's commit
+// is made good at the next open (recoverBlocks). Retention's cuts of the
+// logs are chained (logcut entries) before any segment goes, so that verify
+// tells a segment retention removed from one deleted.
+const (
+	chainBlocksTable = `CREATE TABLE IF NOT EXISTS chain_blocks (
+		tenant TEXT    NOT NULL,
+		seg    INTEGER NOT NULL,
+		block  INTEGER NOT NULL,
+		calls  INTEGER NOT NULL,
+		first  INTEGER NOT NULL, -- the earliest call time, unix ns
+		last   INTEGER NOT NULL, -- the latest
+		hash   BLOB    NOT NULL, -- SHA-256 of the block's bytes as synced
+		entry  INTEGER NOT NULL, -- the blocks entry that covers it
+		PRIMARY KEY (tenant, seg, block)
+	) WITHOUT ROWID, STRICT`
+	sqlInsertBlock = `INSERT OR IGNORE INTO chain_blocks (tenant, seg, block, calls, first, last, hash, entry)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
+)
+
+// LogBlock is one block of a tenant's call log as the chain records it.
+type LogBlock struct {
+	Tenant  string
+	Segment uint64 // the segment's number, which orders the segments
+	Block   int    // the block's rank in its segment, from 0
+	Calls   int
+	// First and Last are the earliest and latest call times it holds,
+	// in unix nanoseconds.
+	First, Last int64
+	SHA256      [sha256.Size]byte
+}
+
+// after reports whether b comes after segment seg's block blk.
+func (b *LogBlock) after(seg uint64, blk int) bool {
+	return b.Segment > seg || b.Segment == seg && b.Block > blk
+}
+
+// blockHash is the hash of a chain_blocks record.
+func blockHash(b *LogBlock) chain.Hash {
+	return chain.RowHash([]byte("block"), []byte(b.Tenant), chain.Int(int64(b.Segment)), chain.Int(int64(b.Block)),
+		chain.Int(int64(b.Calls)), chain.Int(b.First), chain.Int(b.Last), b.SHA256[:])
+}
+
+// blocksDigest is the digest of a blocks entry: its records in log order.
+func blocksDigest(bs []LogBlock) chain.Hash {
+	slices.SortFunc(bs, cmpBlocks)
+	hs := make([]chain.Hash, len(bs))
+	for i := range bs {
+		hs[i] = blockHash(&bs[i])
+	}
+	return chain.Digest(hs)
+}
+
+func cmpBlocks(a, b LogBlock) int {
+	return cmp.Or(cmp.Compare(a.Segment, b.Segment), cmp.Compare(a.Block, b.Block))
+}
+
+// logCutDigest is the digest of a logcut entry: the cut, unix ns.
+func logCutDigest(cut int64) chain.Hash { return chain.RowHash([]byte("logcut"), chain.Int(cut)) }
+
+// BlockLog is a CallLog whose blocks the chain records: the store chains
+// each block it syncs, and verify compares the blocks on disk with the
+// chain. Every method is safe for concurrent use.
+type BlockLog interface {
+	CallLog
+	// ChainBlocks has fn called with each block synced from now on,
+	// before the appends it holds return, by the goroutine that synced
+	// it (blocks of one tenant in order); fn must not call the log. It
+	// reports false, and does nothing, for a log opened to read alone.
+	ChainBlocks(fn func(LogBlock)) bool
+	// Tenants returns the tenants that have a log.
+	Tenants() []string
+	// Segments returns the numbers of the segments tenant's log holds on
+	// disk, in order.
+	Segments(tenant string) ([]uint64, error)
+	// SegmentFile returns the path of segment seg of tenant's log.
+	SegmentFile(tenant string, seg uint64) string
+	// Blocks calls fn with each block of segment seg of tenant's log, in
+	// order, its SHA-256 computed from the bytes the file holds now.
+	Blocks(ctx context.Context, tenant string, seg uint64, fn func(LogBlock) error) error
+	// Cuts returns the time, unix ns, before which retention deleted
+	// each tenant's calls, as the logs keep it.
+	Cuts() map[string]int64
+}
+
+// blockChain is the store's side of the chaining of the call logs'
+// blocks: the blocks synced and not chained yet, and where each tenant's
+// chain of blocks stands.
+type blockChain struct {
+	log BlockLog
+
+	mu      sync.Mutex
+	pending []LogBlock
+	kick    chan struct{} // one request queued at most
+	stop    chan struct{}
+	done    chan struct{}
+	// chained is, by tenant, the last block chained (read at open,
+	// moved by each commit): a block at or before it is not chained
+	// again (the recovery at open and the hook may both see one).
+	chained map[string]LogBlock
+	// taken and inTx are the blocks the committer's transaction holds
+	// (take), all of them and by tenant without those chained already.
+	taken []LogBlock
+	inTx  map[string][]LogBlock
+}
+
+// synced is the log's hook: it queues b and wakes the chainer.
+func (bc *blockChain) synced(b LogBlock) {
+	bc.mu.Lock()
+	bc.pending = append(bc.pending, b)
+	bc.mu.Unlock()
+	select {
+	case bc.kick <- struct{}{}:
+	default:
+	}
+}
+
+// openBlocks starts the chaining of the call log's blocks when the log is
+// one (BlockLog) that syncs blocks: it chains the blocks synced and not
+// chained yet (recoverBlocks) and then every block as it is synced.
+func (s *Store) openBlocks(ctx context.Context, log CallLog) error {
+	bl, ok := log.(BlockLog)
+	if !ok {
+		return nil
+	}
+	if _, err := s.w.ExecContext(ctx, chainBlocksTable); err != nil {
+		return wrap(err)
+	}
+	bc := &blockChain{log: bl, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+		chained: map[string]LogBlock{}}
+	if !bl.ChainBlocks(bc.synced) {
+		return nil // read alone: nothing is synced
+	}
+	rows, err := s.w.QueryContext(ctx, `SELECT tenant, seg, block FROM chain_blocks c
+		WHERE (seg, block) = (SELECT seg, block FROM chain_blocks WHERE tenant = c.tenant ORDER BY seg DESC, block DESC LIMIT 1)`)
+	if err != nil {
+		return wrap(err)
+	}
+	for rows.Next() {
+		var b LogBlock
+		if err := rows.Scan(&b.Tenant, &b.Segment, &b.Block); err != nil {
+			rows.Close()
+			return wrap(err)
+		}
+		bc.chained[b.Tenant] = b
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return wrap(err)
+	}
+	s.blocks = bc
+	if err := s.recoverBlocks(ctx); err != nil {
+		return err
+	}
+	go s.blockLoop()
+	return nil
+}
+
+// recoverBlocks chains the blocks of every tenant's log after the last
+// one chained: those a crash left synced but not chained (the log acks a
+// block at its sync, the chain commits it later), and, at the first open
+// of a data dir written before the chain covered the logs, every block.
+// Appending them is not hiding anything: a block is chained with the
+// bytes it holds now, and verify checks every later change against that.
+// What this does not cover: a change made to such a block between its
+// sync and this open, while no entry covered it (docs/storage.md).
+func (s *Store) recoverBlocks(ctx context.Context) error {
+	bc := s.blocks
+	start := time.Now()
+	var found []LogBlock
+	for _, tenant := range bc.log.Tenants() {
+		segs, err := bc.log.Segments(tenant)
+		if err != nil {
+			return err
+		}
+		last, had := bc.chained[tenant]
+		for _, seg := range segs {
+			if had && seg < last.Segment {
+				continue
+			}
+			err := bc.log.Blocks(ctx, tenant, seg, func(b LogBlock) error {
+				if !had || b.after(last.Segment, last.Block) {
+					found = append(found, b)
+				}
+				return nil
+			})
+			if err != nil {
+				return fmt.Errorf("cannot chain the blocks of the call log of tenant %q: %w", tenant, err)
+			}
+		}
+	}
+	if len(found) == 0 {
+		return nil
+	}
+	bc.mu.Lock()
+	bc.pending = append(found, bc.pending...)
+	bc.mu.Unlock()
+	n, err := s.submit(ctx, &request{blocks: true})
+	if err != nil {
+		return fmt.Errorf("cannot chain the blocks of the call logs: %w", err)
+	}
+	if s.opts.Logger != nil {
+		s.opts.Logger.Info("chained the blocks of the call logs synced but not chained: "+
+			"those of a crash between a block's sync and its chain entry, or every block of logs written before the chain covered them",
+			"blocks", n, "elapsed", time.Since(start).Round(time.Millisecond))
+	}
+	return nil
+}
+
+// blocksWait is how long blockLoop leaves the blocks synced to the next
+// commit of results (serve's pipeline commits every 100 ms under load),
+// which chains them in its transaction, before it asks for a transaction
+// of their own: a transaction a block, each with its sync, cut what
+// serve acknowledged by half under load (docs/benchmarks.md, "The chain
+// over the call logs").
+const blocksWait = 250 * time.Millisecond
+
+// blockLoop asks the committer to chain the blocks still pending
+// blocksWait after the hook queued some, until stopBlocks.
+func (s *Store) blockLoop() {
+	bc := s.blocks
+	defer close(bc.done)
+	t := time.NewTimer(blocksWait)
+	t.Stop()
+	for {
+		select {
+		case <-bc.stop:
+			t.Stop()
+			return
+		case <-bc.kick:
+			t.Reset(blocksWait)
+			select {
+			case <-bc.stop:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+		bc.mu.Lock()
+		pending := len(bc.pending)
+		bc.mu.Unlock()
+		if pending > 0 {
+			// An error is kept: the blocks stay pending for the next try,
+			// and the next open chains them in any case.
+			s.submit(context.Background(), &request{blocks: true})
+		}
+	}
+}
+
+// stopBlocks stops blockLoop; the committer chains what is left at Close.
+func (s *Store) stopBlocks() {
+	if s.blocks == nil {
+		return
+	}
+	close(s.blocks.stop)
+	<-s.blocks.done
+}
+
+// chainBlocksStep chains the pending blocks in a transaction of their
+// own and returns how many it chained; the committer runs it when no
+// commit of results came to take them (blockLoop). On an error they stay
+// pending.
+func (s *Store) chainBlocksStep() (int64, error) {
+	bc := s.blocks
+	if bc == nil {
+		return 0, nil
+	}
+	by, n := bc.take()
+	if n == 0 {
+		return 0, nil
+	}
+	ctx := context.Background()
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		bc.settle(false)
+		return 0, wrap(err)
+	}
+	defer tx.Rollback()
+	if err := writeBlocks(ctx, tx, by, time.Now()); err != nil {
+		bc.settle(false)
+		return 0, err
+	}
+	err = wrap(tx.Commit())
+	bc.settle(err == nil)
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// take moves the pending blocks to the committer's transaction, by
+// tenant, leaving out those chained already; settle says how it ended.
+// Only the committer calls them.
+func (bc *blockChain) take() (map[string][]LogBlock, int64) {
+	bc.mu.Lock()
+	bc.taken = bc.pending
+	bc.pending = nil
+	bc.mu.Unlock()
+	by := map[string][]LogBlock{}
+	var n int64
+	for _, b := range bc.taken {
+		if last, ok := bc.chained[b.Tenant]; ok && !b.after(last.Segment, last.Block) {
+			continue
+		}
+		by[b.Tenant] = append(by[b.Tenant], b)
+		n++
+	}
+	bc.inTx = by
+	return by, n
+}
+
+// settle ends a take: committed, the tenants' last chained blocks move;
+// else the blocks taken are pending again, before those queued since.
+func (bc *blockChain) settle(committed bool) {
+	if committed {
+		for tenant, bs := range bc.inTx {
+			bc.chained[tenant] = bs[len(bs)-1]
+		}
+	} else if len(bc.taken) > 0 {
+		bc.mu.Lock()
+		bc.pending = append(bc.taken, bc.pending...)
+		bc.mu.Unlock()
+	}
+	bc.taken, bc.inTx = nil, nil
+}
+
+// writeBlocks writes, in tx, the records of the blocks of each tenant (in
+// log order) and one blocks entry per tenant covering them.
+func writeBlocks(ctx context.Context, tx queryer, byTenant map[string][]LogBlock, now time.Time) error {
+	for _, tenant := range sortedKeys(byTenant) {
+		bs := byTenant[tenant]
+		d := blocksDigest(bs)
+		seq, err := appendEntry(ctx, tx, chain.Entry{Tenant: tenant, Kind: chain.KindBlocks, First: int64(bs[0].Segment),
+			Last: int64(bs[len(bs)-1].Segment), N: int64(len(bs)), Digest: d, Time: now})
+		if err != nil {
+			return wrap(fmt.Errorf("cannot chain blocks: %w", err))
+		}
+		for _, b := range bs {
+			if _, err := tx.ExecContext(ctx, sqlInsertBlock, b.Tenant, int64(b.Segment), b.Block, b.Calls, b.First, b.Last, b.SHA256[:], seq); err != nil {
+				return wrap(fmt.Errorf("cannot record a block: %w", err))
+			}
+		}
+	}
+	return nil
+}
+
+// logCutRequest chains the cut retention makes of the call logs before
+// the segments go.
+type logCutRequest struct {
+	before int64
+	tenant string
+	only   bool
+	keep   []string
+}
+
+// chainLogCuts appends, for every tenant of the log that c applies to, a
+// logcut entry moving its cut to c.before, unless it is there already.
+func (s *Store) chainLogCuts(c *logCutRequest) (int64, error) {
+	if s.blocks == nil {
+		return 0, nil
+	}
+	ctx := context.Background()
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, wrap(err)
+	}
+	defer tx.Rollback()
+	var n int64
+	for _, tenant := range s.blocks.log.Tenants() {
+		if c.only && tenant != c.tenant || !c.only && slices.Contains(c.keep, tenant) {
+			continue
+		}
+		cut, err := chainedLogCut(ctx, tx, tenant)
+		if err != nil {
+			return 0, wrap(err)
+		}
+		if cut >= c.before {
+			continue
+		}
+		if _, err := appendEntry(ctx, tx, chain.Entry{Tenant: tenant, Kind: chain.KindLogCut, First: c.before, Last: c.before,
+			Digest: logCutDigest(c.before)}); err != nil {
+			return 0, wrap(fmt.Errorf("cannot chain a cut of the call logs: %w", err))
+		}
+		n++
+	}
+	return n, wrap(tx.Commit())
+}
+
+// chainedLogCut returns the latest cut of tenant's call log the chain
+// records (math.MinInt64 when none).
+func chainedLogCut(ctx context.Context, q queryer, tenant string) (int64, error) {
+	var cut int64
+	err := q.QueryRowContext(ctx, `SELECT max(first) FROM chain WHERE tenant = ? AND kind = ?`, tenant, chain.KindLogCut).Scan(&sqlNullInt{&cut})
+	return cut, err
+}
+
+// sqlNullInt scans an integer that may be NULL (as math.MinInt64).
+type sqlNullInt struct{ v *int64 }
+
+func (n *sqlNullInt) Scan(src any) error {
+	var x sql.NullInt64
+	if err := x.Scan(src); err != nil {
+		return err
+	}
+	*n.v = minNanos
+	if x.Valid {
+		*n.v = x.Int64
+	}
+	return nil
+}
+
+const minNanos = -1 << 63
