@@ -257,22 +257,42 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger, progress func(
 		// the id index for its few seconds: wait for it rather than run
 		// without it until the next restart.
 		o.IDIndexWait = 30 * time.Second
-		if o.Calls != sqlite.CallsLog {
-			return sqlite.OpenContext(ctx, filepath.Join(cfg.Serve.DataDir, storeFile), o)
+		path := filepath.Join(cfg.Serve.DataDir, storeFile)
+		if o.Calls != sqlite.CallsLog && o.Calls != sqlite.CallsAuto {
+			return sqlite.OpenContext(ctx, path, o)
 		}
-		log.Warn("EXPERIMENTAL serve.sqlite.calls: log: calls are kept in call logs under the data dir's calls/; "+
-			"they are NOT covered by the tamper-evidence chain: mcpaudit verify checks their blocks' checksums only "+
-			"(mcpaudit backup/restore, export and findings|timeline|calls with --data-dir read them; docs/storage.md, \"Calls in the call log\")",
-			"dir", calllogs.Dir(cfg.Serve.DataDir))
-		logs, err := calllogs.Open(calllogs.Dir(cfg.Serve.DataDir), calllog.Options{})
+		// With calls: auto the store chooses by what the data dir holds,
+		// and closes the logs when it chooses the calls table; the calls/
+		// that opening them made is then removed again.
+		dir := calllogs.Dir(cfg.Serve.DataDir)
+		_, statErr := os.Stat(dir)
+		logs, err := calllogs.Open(dir, calllog.Options{})
 		if err != nil {
 			return nil, err
 		}
 		o.CallLog = logs
-		st, err := sqlite.OpenContext(ctx, filepath.Join(cfg.Serve.DataDir, storeFile), o)
+		made := errors.Is(statErr, os.ErrNotExist)
+		st, err := sqlite.OpenContext(ctx, path, o)
 		if err != nil {
 			logs.Close()
+			if made {
+				os.Remove(dir)
+			}
 			return nil, err
+		}
+		where, why := st.CallsKept()
+		if where == sqlite.CallsSQLite && made {
+			os.Remove(dir) // empty: a tenant's log is made at its first call
+		}
+		if o.Calls == sqlite.CallsAuto {
+			log.Info("the embedded store keeps calls in "+map[string]string{sqlite.CallsLog: "call logs", sqlite.CallsSQLite: "its calls table"}[where]+" (serve.sqlite.calls: auto)",
+				"calls", where, "reason", why, "dir", map[string]string{sqlite.CallsLog: dir, sqlite.CallsSQLite: path}[where])
+		}
+		if where == sqlite.CallsLog {
+			log.Warn("EXPERIMENTAL serve.sqlite.calls: log: calls are kept in call logs under the data dir's calls/; "+
+				"they are NOT covered by the tamper-evidence chain: mcpaudit verify checks their blocks' checksums only "+
+				"(mcpaudit backup/restore, export and findings|timeline|calls with --data-dir read them; docs/storage.md, \"Calls in the call log\")",
+				"dir", dir)
 		}
 		return st, nil
 	case "clickhouse":
