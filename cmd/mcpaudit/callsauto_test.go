@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -198,5 +199,15 @@ func TestCallsAuto_ServeAndReaders(t *testing.T) {
 	}
 	if code, _, errs := cliRun("export", "--data-dir", both); code == 0 || !strings.Contains(errs, "both the calls table and the call logs hold calls") {
 		t.Errorf("export --data-dir on both: exit %d: %s", code, errs)
+	}
+	// migrate-calls moves the table's calls into the logs, which hold
+	// them all already: none twice.
+	if code, out, errs := cliRun("migrate-calls", "--data-dir", both); code != 0 || !strings.Contains(out, "moved 0 calls") || !strings.Contains(out, fmt.Sprintf("%d more were in the logs already", len(calls))) {
+		t.Fatalf("migrate-calls on both: exit %d: %s%s", code, out, errs)
+	}
+	s, log = startLogged(t, autoConfig(t, both, sqlite.CallsAuto))
+	choseCalls(t, log, sqlite.CallsLog, "the call logs hold calls")
+	if got := apiCalls(t, s); len(got) != len(calls) {
+		t.Errorf("after migrate-calls on both: %d calls, want %d", len(got), len(calls))
 	}
 }
