@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite/calllogs"
@@ -35,12 +34,7 @@ func TestMigrateCalls_ServeWritten(t *testing.T) {
 	s, _ := serveCapture(t, cfg, body, want)
 	// An exchange first without its answer, then with it: the answer
 	// replaces the row.
-	at := time.Now().UTC().Add(-time.Minute).Format(time.RFC3339Nano)
-	const request = `"request":{"id":1,"jsonrpc":"2.0","method":"tools/call","params":{"name":"gram_patch","arguments":{"path":"team/x.gram","base_revision":3,"expected_hash":"aa","request_id":"req-1","operations":[{"op":"append_block","target":"h1","text":"x"}]}}}`
-	for _, line := range []string{
-		fmt.Sprintf(`{"time":%q,"server":"thegram","session":"s0",%s}`, at, request),
-		fmt.Sprintf(`{"time":%q,"server":"thegram","session":"s0",%s,"response":{"id":1,"jsonrpc":"2.0","result":{"isError":false,"structuredContent":{"path":"team/x.gram","rev":4,"hash":"bb","replayed":false,"request_id":"req-1"}}}}`, at, request),
-	} {
+	for _, line := range answerCompleting() {
 		postAs(t, s.ingestAddr, "answers", []byte(line+"\n"))
 	}
 	if code, out, errs := cliRun("findings", "ack", "--api-url", "http://"+s.apiAddr, want[0].ID(), "--note", "seen"); code != 0 {
