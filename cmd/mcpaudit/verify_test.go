@@ -12,7 +12,6 @@ import (
 
 	ch "github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
-	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
 	_ "modernc.org/sqlite"
 )
 
@@ -30,10 +29,7 @@ func TestVerifyCommand(t *testing.T) {
 		t.Fatalf("keygen over existing files: exit %d, want 2", code)
 	}
 	dir := t.TempDir()
-	// The calls in the table, which the chain covers: a row deleted from
-	// it is what verify must find (the call logs, the default since
-	// dflt51 for a new data dir, are not chained yet).
-	cfg := autoConfig(t, dir, sqlite.CallsSQLite)
+	cfg := testConfig(t, dir)
 	cfg.Serve.SigningKeyFile = priv
 	s := startTest(t, cfg)
 	resp := postCalls(t, s, ndjson(mergedCapture(t)), false)
@@ -169,9 +165,7 @@ func TestVerifyCommand_AnswerCompletes(t *testing.T) {
 		t.Fatalf("keygen: exit %d: %s", code, errb.String())
 	}
 	dir := t.TempDir()
-	// The answer replaces the call's row in the table and records the
-	// row replaced (in the call logs an answer goes to calls_completed).
-	cfg := autoConfig(t, dir, sqlite.CallsSQLite)
+	cfg := testConfig(t, dir)
 	cfg.Serve.SigningKeyFile = priv
 	s := startTest(t, cfg)
 	for _, line := range answerCompleting() {

@@ -114,8 +114,7 @@ type Options struct {
 	// beside serve; retention hides deleted calls at once and removes
 	// their segment once it is wholly before the cut; a store whose calls
 	// table holds calls is not opened with it. It cannot go with ack
-	// "log". Default "auto": a new data dir keeps its calls in the logs,
-	// one written before keeps them in its table.
+	// "log". Default "sqlite".
 	Calls string `yaml:"calls"`
 	// CallLog holds the calls with Calls "log", and with "auto" when it
 	// chooses the log; the store closes it (at once when "auto" chooses
@@ -125,7 +124,7 @@ type Options struct {
 
 // NewDefaultOptions returns the documented defaults.
 func NewDefaultOptions() Options {
-	return Options{Synchronous: "full", Ack: AckCommit, Calls: CallsAuto, LogMaxBytes: 1 << 30, LogWait: 10 * time.Second, MaxBatch: 2000, DeleteChunk: 2000, CacheMiB: 64, ReadConns: 4, ReadCacheMiB: 16, CheckpointEvery: time.Minute}
+	return Options{Synchronous: "full", Ack: AckCommit, Calls: CallsSQLite, LogMaxBytes: 1 << 30, LogWait: 10 * time.Second, MaxBatch: 2000, DeleteChunk: 2000, CacheMiB: 64, ReadConns: 4, ReadCacheMiB: 16, CheckpointEvery: time.Minute}
 }
 
 // Validate checks the options; zero fields are valid (they take defaults).
@@ -183,7 +182,7 @@ func (o Options) withDefaults() Options {
 		o.Ack = d.Ack
 	}
 	if o.Calls == "" {
-		o.Calls = d.Calls
+		o.Calls = CallsSQLite
 	}
 	if o.LogMaxBytes == 0 {
 		o.LogMaxBytes = d.LogMaxBytes
