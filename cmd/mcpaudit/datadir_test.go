@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
 	"github.com/mcpaudit/mcpaudit/internal/datadir"
 )
 
@@ -39,25 +40,33 @@ func TestServe_DataDirLocked(t *testing.T) {
 }
 
 // TestServe_FilesPrivate: under umask 022, everything serve writes in its
-// data dir is readable by its owner only.
+// data dir is readable by its owner only, with the calls in the table and
+// in call logs (whose directories and segments were group-readable,
+// 0750 and 0640, until dflt51).
 func TestServe_FilesPrivate(t *testing.T) {
 	old := syscall.Umask(0o022)
 	defer syscall.Umask(old)
-	dir := filepath.Join(t.TempDir(), "data")
-	s := startTest(t, testConfig(t, dir))
-	resp := postCalls(t, s, ndjson(mergedCapture(t)), false)
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Fatalf("status %d", resp.StatusCode)
-	}
-	if err := s.shutdown(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	entries, err := os.ReadDir(dir)
-	if err != nil || len(entries) < 3 {
-		t.Fatalf("data dir holds %d entries (%v); want the store, the lock and the partitions file", len(entries), err)
-	}
-	if err := datadir.Check(dir); err != nil {
-		t.Fatal(err)
+	for _, calls := range []string{sqlite.CallsSQLite, sqlite.CallsLog} {
+		t.Run(calls, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "data")
+			cfg := testConfig(t, dir)
+			cfg.Serve.SQLite.Calls = calls
+			s := startTest(t, cfg)
+			resp := postCalls(t, s, ndjson(mergedCapture(t)), false)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				t.Fatalf("status %d", resp.StatusCode)
+			}
+			if err := s.shutdown(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			entries, err := os.ReadDir(dir)
+			if err != nil || len(entries) < 3 {
+				t.Fatalf("data dir holds %d entries (%v); want the store, the lock and the partitions file", len(entries), err)
+			}
+			if err := datadir.Check(dir); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }

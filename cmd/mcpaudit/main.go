@@ -40,6 +40,7 @@ commands:
   verify    check a data dir's stored history against its tamper-evidence chains and signed checkpoints
   backup    backup --data-dir DIR --out FILE: a consistent copy of the embedded store, while serve runs
   restore   restore --data-dir DIR --from FILE: make a backup the embedded store (serve stopped)
+  migrate-calls  migrate-calls --data-dir DIR: move the calls table's calls into call logs (serve stopped)
   keygen    write an Ed25519 key pair for signing checkpoints (serve) and checking them (verify)
   version   print the version, commit and Go version (also --version)
 
@@ -192,6 +193,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = backupCommand(ctx, args[1:], stdout, stderr)
 	case "restore":
 		err = restoreCommand(ctx, args[1:], stdout, stderr)
+	case "migrate-calls":
+		err = migrateCallsCommand(ctx, args[1:], stdout, stderr)
 	case "keygen":
 		err = keygenCommand(args[1:], stdout, stderr)
 	case "proxy":

@@ -69,28 +69,23 @@ func (q *queryFlags) keepOpen() (func(), error) {
 }
 
 // openReading opens the embedded store of dataDir to read it beside a
-// running serve: with its calls in call logs (serve.sqlite.calls: log),
-// the logs are opened read-only (calllog.Options.ReadOnly: nothing cut or
+// running serve, with its calls where the data dir has them
+// (serve.sqlite.calls: auto, whatever serve's config says): in its call
+// logs, opened read-only (calllog.Options.ReadOnly: nothing cut or
 // written, the calls synced before the open read, a block being written
-// left out).
+// left out), or in its calls table. A data dir whose table and logs both
+// hold calls is refused (sqlite.ErrCallsInBoth), as serve refuses it.
 func openReading(dataDir string) (*sqlite.Store, error) {
 	path := filepath.Join(dataDir, storeFile)
 	o := sqlite.NewDefaultOptions()
-	if calllogs.InUse(dataDir) {
-		logs, err := calllogs.Open(calllogs.Dir(dataDir), calllog.Options{ReadOnly: true})
-		if err != nil {
-			return nil, fmt.Errorf("cannot open the data dir %s: %w", dataDir, err)
-		}
-		o.Calls, o.CallLog = sqlite.CallsLog, logs
-		st, err := sqlite.Open(path, o)
-		if err != nil {
-			logs.Close()
-			return nil, fmt.Errorf("cannot open the data dir %s: %w", dataDir, err)
-		}
-		return st, nil
+	logs, err := calllogs.Open(calllogs.Dir(dataDir), calllog.Options{ReadOnly: true})
+	if err != nil {
+		return nil, fmt.Errorf("cannot open the data dir %s: %w", dataDir, err)
 	}
+	o.Calls, o.CallLog = sqlite.CallsAuto, logs
 	st, err := sqlite.Open(path, o)
 	if err != nil {
+		logs.Close()
 		return nil, fmt.Errorf("cannot open the data dir %s: %w", dataDir, err)
 	}
 	return st, nil

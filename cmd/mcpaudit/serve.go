@@ -257,19 +257,22 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger, progress func(
 		// the id index for its few seconds: wait for it rather than run
 		// without it until the next restart.
 		o.IDIndexWait = 30 * time.Second
-		if o.Calls != sqlite.CallsLog {
+		path := filepath.Join(cfg.Serve.DataDir, storeFile)
+		if o.Calls != sqlite.CallsLog && o.Calls != sqlite.CallsAuto {
 			// A switch back from calls: log would hide every call in the
 			// logs (adv51): refused, as calls: log refuses a calls table
 			// that holds calls.
 			if err := calllogs.Check(cfg.Serve.DataDir); err != nil {
 				return nil, fmt.Errorf("cannot open the embedded store: %w", err)
 			}
-			return sqlite.OpenContext(ctx, filepath.Join(cfg.Serve.DataDir, storeFile), o)
+			return sqlite.OpenContext(ctx, path, o)
 		}
-		log.Warn("EXPERIMENTAL serve.sqlite.calls: log: calls are kept in call logs under the data dir's calls/, "+
-			"each block chained as it is synced (docs/storage.md, \"Calls in the call log\")",
-			"dir", calllogs.Dir(cfg.Serve.DataDir))
-		logs, err := calllogs.Open(calllogs.Dir(cfg.Serve.DataDir), calllog.Options{OnSeal: func(err error) {
+		// With calls: auto the store chooses by what the data dir holds,
+		// and closes the logs when it chooses the calls table; the calls/
+		// that opening them made is then removed again.
+		dir := calllogs.Dir(cfg.Serve.DataDir)
+		_, statErr := os.Stat(dir)
+		logs, err := calllogs.Open(dir, calllog.Options{OnSeal: func(err error) {
 			// Appends go on meanwhile; the live segment grows past its
 			// size and retention cannot remove it (adv51: it was silent).
 			if err != nil {
@@ -282,10 +285,27 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger, progress func(
 			return nil, err
 		}
 		o.CallLog = logs
-		st, err := sqlite.OpenContext(ctx, filepath.Join(cfg.Serve.DataDir, storeFile), o)
+		made := errors.Is(statErr, os.ErrNotExist)
+		st, err := sqlite.OpenContext(ctx, path, o)
 		if err != nil {
 			logs.Close()
+			if made {
+				os.Remove(dir)
+			}
 			return nil, err
+		}
+		where, why := st.CallsKept()
+		if where == sqlite.CallsSQLite && made {
+			os.Remove(dir) // empty: a tenant's log is made at its first call
+		}
+		if o.Calls == sqlite.CallsAuto {
+			log.Info("the embedded store keeps calls in "+map[string]string{sqlite.CallsLog: "call logs", sqlite.CallsSQLite: "its calls table"}[where]+" (serve.sqlite.calls: auto)",
+				"calls", where, "reason", why, "dir", map[string]string{sqlite.CallsLog: dir, sqlite.CallsSQLite: path}[where])
+		}
+		if where == sqlite.CallsLog {
+			log.Warn("EXPERIMENTAL serve.sqlite.calls: log: calls are kept in call logs under the data dir's calls/, "+
+				"each block chained as it is synced (docs/storage.md, \"Calls in the call log\")",
+				"dir", dir)
 		}
 		return st, nil
 	case "clickhouse":

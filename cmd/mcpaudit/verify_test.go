@@ -141,6 +141,18 @@ func chConn(t *testing.T, dsn string) driver.Conn {
 	return conn
 }
 
+// answerCompleting returns one exchange of a minute ago as two call
+// records: without its answer (a client observer that timed out), then
+// with it (the server's), which completes the stored call.
+func answerCompleting() []string {
+	at := time.Now().UTC().Add(-time.Minute).Format(time.RFC3339Nano)
+	const request = `"request":{"id":1,"jsonrpc":"2.0","method":"tools/call","params":{"name":"gram_patch","arguments":{"path":"team/x.gram","base_revision":3,"expected_hash":"aa","request_id":"req-1","operations":[{"op":"append_block","target":"h1","text":"x"}]}}}`
+	return []string{
+		fmt.Sprintf(`{"time":%q,"server":"thegram","session":"s0",%s}`, at, request),
+		fmt.Sprintf(`{"time":%q,"server":"thegram","session":"s0",%s,"response":{"id":1,"jsonrpc":"2.0","result":{"isError":false,"structuredContent":{"path":"team/x.gram","rev":4,"hash":"bb","replayed":false,"request_id":"req-1"}}}}`, at, request),
+	}
+}
+
 // TestVerifyCommand_AnswerCompletes: serve with a signing key takes one
 // exchange twice, first without its answer and then with it (a client
 // observer that timed out, then the server's); the store keeps the answer
@@ -151,12 +163,7 @@ func TestVerifyCommand_AnswerCompletes(t *testing.T) {
 	cfg := testConfig(t, dir)
 	cfg.Serve.SigningKeyFile = priv
 	s := startTest(t, cfg)
-	at := time.Now().UTC().Add(-time.Minute).Format(time.RFC3339Nano)
-	const request = `"request":{"id":1,"jsonrpc":"2.0","method":"tools/call","params":{"name":"gram_patch","arguments":{"path":"team/x.gram","base_revision":3,"expected_hash":"aa","request_id":"req-1","operations":[{"op":"append_block","target":"h1","text":"x"}]}}}`
-	for _, line := range []string{
-		fmt.Sprintf(`{"time":%q,"server":"thegram","session":"s0",%s}`, at, request),
-		fmt.Sprintf(`{"time":%q,"server":"thegram","session":"s0",%s,"response":{"id":1,"jsonrpc":"2.0","result":{"isError":false,"structuredContent":{"path":"team/x.gram","rev":4,"hash":"bb","replayed":false,"request_id":"req-1"}}}}`, at, request),
-	} {
+	for _, line := range answerCompleting() {
 		resp := postCalls(t, s, []byte(line+"\n"), false)
 		resp.Body.Close()
 		if resp.StatusCode/100 != 2 {

@@ -7,11 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/internal/spool"
 )
 
 // Where the store keeps calls (Options.Calls).
@@ -23,12 +26,73 @@ const (
 	// (writes, findings, the lifecycle, the watermark, the answers kept
 	// aside, the chain) stays in SQLite.
 	CallsLog = "log"
+	// CallsAuto chooses at Open, by what the data dir holds (chooseCalls):
+	// "log" for a store with no call in its calls table, "sqlite" for one
+	// whose table holds calls or with Ack "log".
+	CallsAuto = "auto"
 )
 
-// ErrCallsInTable is returned by Open with Calls "log" when the calls
-// table holds calls: the store does not read two sources of calls, so the
-// switch waits until retention (with Calls "sqlite") has emptied it.
-var ErrCallsInTable = errors.New("the calls table holds calls")
+// Open's refusals of a place for calls:
+var (
+	// ErrCallsInTable is returned by Open with Calls "log" when the calls
+	// table holds calls: the store does not read two sources of calls, so
+	// the switch waits until retention (with Calls "sqlite") has emptied
+	// it, or mcpaudit migrate-calls has moved them into the call log.
+	ErrCallsInTable = errors.New("the calls table holds calls")
+	// ErrCallsInBoth is returned by Open with Calls "auto" when both the
+	// calls table and the call log hold calls: it cannot tell which one is
+	// the store's, and reads one source only.
+	ErrCallsInBoth = errors.New("both the calls table and the call logs hold calls")
+)
+
+// ackLogHolds reports whether the call log of Ack "log" in dir holds a
+// segment that is not empty: calls that Open applies to the calls table
+// (a drained segment is removed).
+func ackLogHolds(dir string) bool {
+	segs, _ := filepath.Glob(filepath.Join(dir, "*"+spool.SegExt))
+	for _, seg := range segs {
+		if fi, err := os.Stat(seg); err == nil && fi.Size() > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// chooseCalls is Open's choice with Calls "auto", made before the store
+// takes its first request, once the file is migrated: where the calls are
+// kept (CallsLog or CallsSQLite) and why, in words for the log. n is the
+// count of the calls table. An error wraps ErrCallsInBoth, or is the call
+// log's.
+func chooseCalls(ctx context.Context, path string, opts Options, n int64) (calls, reason string, err error) {
+	var newest time.Time
+	if opts.CallLog != nil {
+		if newest, err = opts.CallLog.Newest(ctx); err != nil {
+			return "", "", fmt.Errorf("cannot tell where the calls are kept (calls: auto): %w", err)
+		}
+	}
+	ackLog := ackLogHolds(LogDir(path))
+	switch {
+	case n > 0 && !newest.IsZero():
+		return "", "", fmt.Errorf("calls: auto: %w: the calls table holds %d, the call logs hold calls up to %s; "+
+			"move the table's into the logs (mcpaudit migrate-calls), or set calls: sqlite (the logs' calls are then not read) "+
+			"or calls: log (refused while the table holds calls)", ErrCallsInBoth, n, newest.UTC().Format(time.RFC3339Nano))
+	case !newest.IsZero():
+		if opts.Ack == AckLog {
+			return "", "", fmt.Errorf("calls: auto: the call logs hold calls (up to %s) and ack: log keeps calls in the calls table; "+
+				"set ack: commit to read them", newest.UTC().Format(time.RFC3339Nano))
+		}
+		return CallsLog, "the call logs hold calls", nil
+	case n > 0:
+		return CallsSQLite, fmt.Sprintf("the calls table holds %d calls (mcpaudit migrate-calls moves them into call logs)", n), nil
+	case opts.Ack == AckLog:
+		return CallsSQLite, "ack: log keeps calls in the calls table", nil
+	case ackLog:
+		return CallsSQLite, "the call log of ack: log (" + filepath.Base(LogDir(path)) + ") holds calls not yet applied, which go to the calls table", nil
+	case opts.CallLog == nil:
+		return CallsSQLite, "no call log was given", nil
+	}
+	return CallsLog, "no call is stored yet", nil
+}
 
 // CallLog holds the calls of every tenant in place of the calls table
 // (Calls "log"). It is an interface here because its implementation

@@ -103,16 +103,23 @@ type Options struct {
 	// Calls is where calls are kept: "sqlite", in the calls table; or
 	// "log", EXPERIMENTAL, in one segmented call log per tenant under the
 	// data dir's calls/ (exporter/sqlite/calllogs), everything else
-	// staying in SQLite. With "log", the chain covers the logs' blocks
-	// (each block's SHA-256 as synced; mcpaudit verify hashes them
-	// again); backup copies the logs and the --data-dir readers open
-	// them read-only beside serve; retention hides
-	// deleted calls at once and removes their segment once it is wholly
-	// before the cut; a store whose calls table holds calls is not opened
-	// with it, nor (by serve) a data dir with call logs (calls/) with
-	// "sqlite". It cannot go with ack "log". Default "sqlite".
+	// staying in SQLite; or "auto", chosen at every start by what the data
+	// dir holds: "log" when its call logs hold calls or no call is stored
+	// yet (a new data dir), "sqlite" when its calls table holds calls or
+	// with ack "log"; refused when both hold calls (mcpaudit migrate-calls
+	// moves the table's into the logs). serve logs the choice and its
+	// reason. With "log", the chain covers the logs' blocks (each block's
+	// SHA-256 as synced; mcpaudit verify hashes them again); backup
+	// copies the logs and the --data-dir readers open them read-only
+	// beside serve; retention hides deleted calls at once and removes
+	// their segment once it is wholly before the cut; a store whose calls
+	// table holds calls is not opened with it, nor (by serve) a data dir
+	// with call logs (calls/) with "sqlite". It cannot go with ack "log".
+	// Default "sqlite".
 	Calls string `yaml:"calls"`
-	// CallLog holds the calls with Calls "log"; the store closes it.
+	// CallLog holds the calls with Calls "log", and with "auto" when it
+	// chooses the log; the store closes it (at once when "auto" chooses
+	// "sqlite"). "auto" without one chooses "sqlite".
 	CallLog CallLog `yaml:"-"`
 }
 
@@ -135,13 +142,13 @@ func (o *Options) Validate() error {
 		errs = append(errs, fmt.Errorf("ack: must be commit or log, not %q", o.Ack))
 	}
 	switch o.Calls {
-	case "", CallsSQLite:
+	case "", CallsSQLite, CallsAuto:
 	case CallsLog:
 		if o.Ack == AckLog {
 			errs = append(errs, errors.New("calls: log cannot go with ack: log (the calls are acknowledged from their own log)"))
 		}
 	default:
-		errs = append(errs, fmt.Errorf("calls: must be sqlite or log, not %q", o.Calls))
+		errs = append(errs, fmt.Errorf("calls: must be auto, sqlite or log, not %q", o.Calls))
 	}
 	if o.LogMaxBytes < 0 {
 		errs = append(errs, errors.New("log_max_bytes: must not be negative"))
@@ -214,6 +221,9 @@ func (o Options) withDefaults() Options {
 // WAL lets run beside it. It is safe for concurrent use.
 type Store struct {
 	opts Options
+	// callsWhy says why the calls are kept where opts.Calls says (Calls
+	// "auto" chose it, or it was configured).
+	callsWhy string
 	// path is the database file, named by the errors of a full disk.
 	path string
 	w    *sql.DB // one connection, used by the committer only
@@ -460,6 +470,25 @@ func open(ctx context.Context, path string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("cannot open store %s: cannot chain the answers aside and the records of removed rows: %w", path, wrap(err))
 	}
 
+	why := "calls: " + opts.Calls
+	if opts.Calls == CallsAuto {
+		// Chosen before the committer starts, which reads opts.Calls.
+		var n int64
+		if err := w.QueryRowContext(ctx, `SELECT count(*) FROM calls`).Scan(&n); err != nil {
+			w.Close()
+			return nil, fmt.Errorf("cannot open store %s: %w", path, wrap(err))
+		}
+		if opts.Calls, why, err = chooseCalls(ctx, path, opts, n); err != nil {
+			w.Close()
+			return nil, fmt.Errorf("cannot open store %s: %w", path, err)
+		}
+		why = "calls: auto: " + why
+		if opts.Calls == CallsSQLite && opts.CallLog != nil {
+			opts.CallLog.Close()
+			opts.CallLog = nil
+		}
+	}
+
 	rq := url.Values{}
 	rq.Set("_busy_timeout", "10000")
 	rq.Set("_query_only", "1")
@@ -486,6 +515,7 @@ func open(ctx context.Context, path string, opts Options) (*Store, error) {
 		strs:     map[string]int64{},
 		sessions: map[sessionMinute]struct{}{},
 		rows:     newRowStatements(),
+		callsWhy: why,
 	}
 	if err := s.openSide(ctx, base+"?"+q.Encode()); err != nil {
 		w.Close()
@@ -536,6 +566,10 @@ func open(ctx context.Context, path string, opts Options) (*Store, error) {
 	}
 	return s, nil
 }
+
+// CallsKept returns where the store keeps its calls, CallsSQLite or
+// CallsLog, and why: with Calls "auto", the reason of Open's choice.
+func (s *Store) CallsKept() (calls, why string) { return s.opts.Calls, s.callsWhy }
 
 // callsKeyIndex dedupes calls. A call is unique by (id, tenant): ids are
 // tenant-agnostic (findings name them, and they equal analyze's), so two

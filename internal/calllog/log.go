@@ -240,7 +240,7 @@ func Open(dir string, opts Options) (*Log, error) {
 		if _, err := os.Stat(dir); err != nil {
 			return nil, fmt.Errorf("cannot open call log %s: %w", dir, err)
 		}
-	} else if err := os.MkdirAll(dir, 0o750); err != nil {
+	} else if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("cannot create call log %s: %w", dir, err)
 	}
 	l := &Log{dir: dir, opts: opts, enc: newEncoder(opts.Level),
@@ -711,7 +711,7 @@ func syncDir(dir string) error {
 // suffices.
 func (l *Log) createSegment(num uint64) (*segment, error) {
 	path := l.segPath(num)
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o640)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("cannot create call log segment: %w", err)
 	}

@@ -17,7 +17,7 @@ import (
 // whole, its file held open). Every file is synced, then dst. On an error
 // the files it wrote are removed.
 func (l *Log) Snapshot(dst string) (err error) {
-	if err := os.MkdirAll(dst, 0o750); err != nil {
+	if err := os.MkdirAll(dst, 0o700); err != nil {
 		return fmt.Errorf("cannot snapshot the call log: %w", err)
 	}
 	names, err := os.ReadDir(dst)
@@ -82,7 +82,7 @@ func (l *Log) Snapshot(dst string) (err error) {
 	}()
 	copyTo := func(name string, src io.Reader) error {
 		path := filepath.Join(dst, name)
-		f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o640)
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 		if err != nil {
 			return fmt.Errorf("cannot snapshot the call log: %w", err)
 		}

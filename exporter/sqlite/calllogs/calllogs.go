@@ -87,7 +87,7 @@ var _ sqlite.BlockLog = (*Logs)(nil)
 // calllog.ErrReadOnly.
 func Open(dir string, opts calllog.Options) (*Logs, error) {
 	if !opts.ReadOnly {
-		if err := os.MkdirAll(dir, 0o750); err != nil {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, fmt.Errorf("cannot create call logs %s: %w", dir, err)
 		}
 	}
@@ -556,7 +556,7 @@ func (l *Logs) Snapshot(dst string) (calls int64, err error) {
 	if closed {
 		return 0, fmt.Errorf("cannot snapshot the call logs: %w", audit.ErrClosed)
 	}
-	if err := os.Mkdir(dst, 0o750); err != nil {
+	if err := os.Mkdir(dst, 0o700); err != nil {
 		return 0, fmt.Errorf("cannot snapshot the call logs: %w", err)
 	}
 	defer func() {
