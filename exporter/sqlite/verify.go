@@ -49,7 +49,7 @@ func VerifyLogged(ctx context.Context, path string, keys chain.Keys, openLogs fu
 	if version != schemaVersion {
 		return nil, fmt.Errorf("cannot verify store %s: schema version %d, want %d (open it with serve once to migrate it)", path, version, schemaVersion)
 	}
-	v := verifier{ctx: ctx, tx: tx, r: &chain.Report{}, openLogs: openLogs}
+	v := verifier{ctx: ctx, path: path, tx: tx, r: &chain.Report{}, openLogs: openLogs}
 	if err := v.run(keys); err != nil {
 		return nil, fmt.Errorf("cannot verify store %s: %w", path, err)
 	}
@@ -57,9 +57,10 @@ func VerifyLogged(ctx context.Context, path string, keys chain.Keys, openLogs fu
 }
 
 type verifier struct {
-	ctx context.Context
-	tx  *sql.Tx
-	r   *chain.Report
+	ctx  context.Context
+	path string // the store's file: laterLogCuts reads it again
+	tx   *sql.Tx
+	r    *chain.Report
 
 	entries map[string][]*vEntry // by tenant, in seq order
 	bySeq   map[string]map[int64]*vEntry
