@@ -692,7 +692,7 @@ func (l *Logs) SegmentFile(tenant string, seg uint64) string {
 	if lg, _ := l.log(tenant, false); lg != nil {
 		return lg.SegmentPath(seg)
 	}
-	return filepath.Join(l.dir, DirName(tenant), fmt.Sprintf("segment %d", seg))
+	return filepath.Join(l.dir, DirName(tenant), calllog.SegmentName(seg))
 }
 
 // Blocks calls fn with each block of segment seg of tenant's log
