@@ -25,9 +25,11 @@ func Verify(ctx context.Context, path string, keys chain.Keys) (*chain.Report, e
 // VerifyLogged is Verify of a store that keeps its calls in call logs
 // (Calls "log"): openLogs opens them (read alone, beside a running serve),
 // once the store's snapshot is taken, and every block on disk is hashed
-// again and compared with the blocks the chain records (checkBlocks).
-// With openLogs nil the block records are checked against the chain
-// alone.
+// again and compared with the blocks the chain records (checkBlocks); the
+// chained cuts of the logs are read again once they are open, so that a
+// retention pass run in between is no tampering. Logs that openLogs finds
+// empty, while the chain records blocks, are every block missing. With
+// openLogs nil the block records are checked against the chain alone.
 func VerifyLogged(ctx context.Context, path string, keys chain.Keys, openLogs func() (BlockLog, error)) (*chain.Report, error) {
 	if err := applyLog(path); err != nil {
 		return nil, fmt.Errorf("cannot verify store %s: %w", path, err)
