@@ -74,16 +74,14 @@ func verifyCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 		if _, err := os.Stat(path); err != nil {
 			return &exitError{code: 2, err: fmt.Errorf("cannot verify %s: %w", *dir, err)}
 		}
-		if calllogs.InUse(*dir) {
-			// The logs are opened once the store's snapshot is taken: a
-			// block synced later is one the chain may not cover yet (a
-			// note), never one the chain has and the logs lack.
-			r, err = sqlite.VerifyLogged(ctx, path, keys, func() (sqlite.BlockLog, error) {
-				return calllogs.Open(calllogs.Dir(*dir), calllog.Options{ReadOnly: true})
-			})
-		} else {
-			r, err = sqlite.Verify(ctx, path, keys)
-		}
+		// The logs are opened once the store's snapshot is taken: a block
+		// synced later is one the chain may not cover yet (a note), never
+		// one the chain has and the logs lack. They are opened whether or
+		// not calls/ holds a log: with calls/ gone, every block the chain
+		// records is missing, not unchecked.
+		r, err = sqlite.VerifyLogged(ctx, path, keys, func() (sqlite.BlockLog, error) {
+			return calllogs.Open(calllogs.Dir(*dir), calllog.Options{ReadOnly: true})
+		})
 	case "clickhouse":
 		if *chDSN == "" {
 			return &exitError{code: 2, err: errors.New("--clickhouse-dsn is required with --store clickhouse")}

@@ -91,6 +91,10 @@ type BlockLog interface {
 	ChainBlocks(fn func(LogBlock)) bool
 	// Tenants returns the tenants that have a log.
 	Tenants() []string
+	// DeleteTenantsBefore is DeleteBefore of the logs of tenants alone:
+	// the store passes the tenants whose cut it has chained, so that a
+	// log created since it listed them is not cut without a chained cut.
+	DeleteTenantsBefore(t time.Time, tenants []string) (int64, error)
 	// Segments returns the numbers of the segments tenant's log holds on
 	// disk, in order.
 	Segments(tenant string) ([]uint64, error)
@@ -372,6 +376,9 @@ type logCutRequest struct {
 	tenant string
 	only   bool
 	keep   []string
+	// chained is set by chainLogCuts: the tenants whose chained cut is
+	// at before or past it, the only ones the logs may cut.
+	chained []string
 }
 
 // chainLogCuts appends, for every tenant of the log that c applies to, a
@@ -387,6 +394,7 @@ func (s *Store) chainLogCuts(c *logCutRequest) (int64, error) {
 	}
 	defer tx.Rollback()
 	var n int64
+	var chained []string
 	for _, tenant := range s.blocks.log.Tenants() {
 		if c.only && tenant != c.tenant || !c.only && slices.Contains(c.keep, tenant) {
 			continue
@@ -395,6 +403,7 @@ func (s *Store) chainLogCuts(c *logCutRequest) (int64, error) {
 		if err != nil {
 			return 0, wrap(err)
 		}
+		chained = append(chained, tenant)
 		if cut >= c.before {
 			continue
 		}
@@ -404,7 +413,11 @@ func (s *Store) chainLogCuts(c *logCutRequest) (int64, error) {
 		}
 		n++
 	}
-	return n, wrap(tx.Commit())
+	if err := tx.Commit(); err != nil {
+		return 0, wrap(err)
+	}
+	c.chained = chained
+	return n, nil
 }
 
 // chainedLogCut returns the latest cut of tenant's call log the chain

@@ -414,12 +414,21 @@ func (s *Store) expire(ctx context.Context, d deleteRequest) (int64, error) {
 		// The cut is chained before any segment goes: verify takes a
 		// segment missing for retention's only when the chain records a
 		// cut past it.
-		if _, err := s.submit(ctx, &request{logCut: &logCutRequest{before: d.before, tenant: d.tenant, only: d.only, keep: d.keep}}); err != nil {
+		lc := &logCutRequest{before: d.before, tenant: d.tenant, only: d.only, keep: d.keep}
+		if _, err := s.submit(ctx, &request{logCut: lc}); err != nil {
 			return total, s.fail("chain the cut of the call logs", err)
 		}
 		// Whole segments: calls before t stay until their segment is
-		// sealed and wholly before t.
-		n, err := s.opts.CallLog.DeleteBefore(fromNanos(d.before), d.tenant, d.only, d.keep)
+		// sealed and wholly before t. With the blocks chained, only the
+		// tenants whose cut is chained are cut: a log created since
+		// they were listed waits for the next pass.
+		var n int64
+		var err error
+		if s.blocks != nil {
+			n, err = s.blocks.log.DeleteTenantsBefore(fromNanos(d.before), lc.chained)
+		} else {
+			n, err = s.opts.CallLog.DeleteBefore(fromNanos(d.before), d.tenant, d.only, d.keep)
+		}
 		total += n
 		if err != nil {
 			return total, s.fail("delete old calls", err)

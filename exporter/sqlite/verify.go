@@ -25,9 +25,11 @@ func Verify(ctx context.Context, path string, keys chain.Keys) (*chain.Report, e
 // VerifyLogged is Verify of a store that keeps its calls in call logs
 // (Calls "log"): openLogs opens them (read alone, beside a running serve),
 // once the store's snapshot is taken, and every block on disk is hashed
-// again and compared with the blocks the chain records (checkBlocks).
-// With openLogs nil the block records are checked against the chain
-// alone.
+// again and compared with the blocks the chain records (checkBlocks); the
+// chained cuts of the logs are read again once they are open, so that a
+// retention pass run in between is no tampering. Logs that openLogs finds
+// empty, while the chain records blocks, are every block missing. With
+// openLogs nil the block records are checked against the chain alone.
 func VerifyLogged(ctx context.Context, path string, keys chain.Keys, openLogs func() (BlockLog, error)) (*chain.Report, error) {
 	if err := applyLog(path); err != nil {
 		return nil, fmt.Errorf("cannot verify store %s: %w", path, err)
@@ -49,7 +51,7 @@ func VerifyLogged(ctx context.Context, path string, keys chain.Keys, openLogs fu
 	if version != schemaVersion {
 		return nil, fmt.Errorf("cannot verify store %s: schema version %d, want %d (open it with serve once to migrate it)", path, version, schemaVersion)
 	}
-	v := verifier{ctx: ctx, tx: tx, r: &chain.Report{}, openLogs: openLogs}
+	v := verifier{ctx: ctx, path: path, tx: tx, r: &chain.Report{}, openLogs: openLogs}
 	if err := v.run(keys); err != nil {
 		return nil, fmt.Errorf("cannot verify store %s: %w", path, err)
 	}
@@ -57,9 +59,10 @@ func VerifyLogged(ctx context.Context, path string, keys chain.Keys, openLogs fu
 }
 
 type verifier struct {
-	ctx context.Context
-	tx  *sql.Tx
-	r   *chain.Report
+	ctx  context.Context
+	path string // the store's file: laterLogCuts reads it again
+	tx   *sql.Tx
+	r    *chain.Report
 
 	entries map[string][]*vEntry // by tenant, in seq order
 	bySeq   map[string]map[int64]*vEntry

@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"slices"
@@ -66,6 +67,23 @@ func (v *verifier) checkBlocks() error {
 		return nil
 	}
 	defer logs.Close()
+	if len(recs) == 0 && !v.hasKind(chain.KindBlocks) && len(logs.Tenants()) == 0 {
+		return nil // calls kept in SQLite: no log, none chained
+	}
+	// Retention chains a cut of the logs before it writes the cuts file
+	// and removes segments: one that ran between the snapshot and the
+	// opening of the logs has its cut committed by now.
+	later, err := v.laterLogCuts()
+	if err != nil {
+		return err
+	}
+	for tenant, c := range later {
+		if old, ok := cuts[tenant]; !ok || c > old {
+			cuts[tenant] = c
+			v.r.Note("call logs: tenant %q: retention cut its log at %s after the store's snapshot was taken (chained then); the log is checked against that cut",
+				tenant, fromNanos(c).UTC().Format(time.RFC3339Nano))
+		}
+	}
 	tenants := logs.Tenants()
 	for t := range recs {
 		if !slices.Contains(tenants, t) {
@@ -157,6 +175,43 @@ func (v *verifier) logCuts() map[string]int64 {
 		}
 	}
 	return out
+}
+
+// laterLogCuts returns, by tenant, the latest cut of its call log the
+// chain holds now, read in a transaction of its own begun after the logs
+// were opened: it sees every cut that could have changed the files. Only
+// logcut entries whose digest matches their cut count; the chain
+// checked is still the snapshot's.
+func (v *verifier) laterLogCuts() (map[string]int64, error) {
+	db, err := openReadOnly(v.path)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	rows, err := db.QueryContext(v.ctx, `SELECT tenant, first, last, digest FROM chain WHERE kind = ?`, chain.KindLogCut)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read the cuts of the call logs again: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var tenant string
+		var first, last int64
+		var d []byte
+		if err := rows.Scan(&tenant, &first, &last, &d); err != nil {
+			return nil, fmt.Errorf("cannot read the cuts of the call logs again: %w", err)
+		}
+		if want := logCutDigest(first); first != last || !bytes.Equal(d, want[:]) {
+			continue
+		}
+		if c, ok := out[tenant]; !ok || first > c {
+			out[tenant] = first
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("cannot read the cuts of the call logs again: %w", err)
+	}
+	return out, nil
 }
 
 // checkTenantBlocks compares the blocks of tenant's log on disk with its

@@ -260,8 +260,11 @@ func Open(dir string, opts Options) (*Log, error) {
 }
 
 func (l *Log) segPath(num uint64) string {
-	return filepath.Join(l.dir, fmt.Sprintf("%0*d%s", segNameDigits, num, segExt))
+	return filepath.Join(l.dir, SegmentName(num))
 }
+
+// SegmentName is the file name of segment num in a log's directory.
+func SegmentName(num uint64) string { return fmt.Sprintf("%0*d%s", segNameDigits, num, segExt) }
 
 func idxPath(segPath string) string { return segPath[:len(segPath)-len(segExt)] + idxExt }
 

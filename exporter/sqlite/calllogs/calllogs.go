@@ -394,6 +394,19 @@ func (l *Logs) Scan(ctx context.Context, q sqlite.CallScan, fn func(*audit.Recor
 // returns); the call log removes the sealed segments wholly before t, and
 // a segment holding calls on both sides of t stays until a later pass.
 func (l *Logs) DeleteBefore(t time.Time, tenant string, only bool, keep []string) (int64, error) {
+	return l.deleteBefore(t, func(name string) bool {
+		return only && name == tenant || !only && !slices.Contains(keep, name)
+	})
+}
+
+// DeleteTenantsBefore is DeleteBefore of the logs of tenants alone (one
+// without a log is skipped); see sqlite.BlockLog.
+func (l *Logs) DeleteTenantsBefore(t time.Time, tenants []string) (int64, error) {
+	return l.deleteBefore(t, func(name string) bool { return slices.Contains(tenants, name) })
+}
+
+// deleteBefore is DeleteBefore of the logs of the tenants pick accepts.
+func (l *Logs) deleteBefore(t time.Time, pick func(tenant string) bool) (int64, error) {
 	if l.opts.ReadOnly {
 		return 0, fmt.Errorf("cannot delete calls from %s: %w", l.dir, calllog.ErrReadOnly)
 	}
@@ -409,7 +422,7 @@ func (l *Logs) DeleteBefore(t time.Time, tenant string, only bool, keep []string
 	l.mu.RLock()
 	logs := map[string]*calllog.Log{}
 	for name, lg := range l.logs {
-		if only && name != tenant || !only && slices.Contains(keep, name) {
+		if !pick(name) {
 			continue
 		}
 		logs[name] = lg
@@ -692,7 +705,7 @@ func (l *Logs) SegmentFile(tenant string, seg uint64) string {
 	if lg, _ := l.log(tenant, false); lg != nil {
 		return lg.SegmentPath(seg)
 	}
-	return filepath.Join(l.dir, DirName(tenant), fmt.Sprintf("segment %d", seg))
+	return filepath.Join(l.dir, DirName(tenant), calllog.SegmentName(seg))
 }
 
 // Blocks calls fn with each block of segment seg of tenant's log
