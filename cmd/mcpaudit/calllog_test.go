@@ -69,9 +69,7 @@ func unchanged(t *testing.T, who, dataDir string, before map[string][sha256.Size
 // read-only open, export refused (exit 2), calls warned and read none,
 // and the backup held no call.
 func TestCallsLog_ReadAndBackupBesideServe(t *testing.T) {
-	dir := t.TempDir()
-	cfg := testConfig(t, dir)
-	cfg.Serve.SQLite.Calls = sqlite.CallsLog
+	dir, cfg := callsLogConfig(t)
 	recs := mergedCapture(t)
 	body := ndjson(recs)
 	want := analyzeFindings(t, cfg, body)
@@ -267,9 +265,7 @@ func TestCallsLog_ReportBesideServe(t *testing.T) {
 		t.Fatalf("with calls: sqlite, the data dir's report differs from the API's:\n%s", d)
 	}
 
-	dir := t.TempDir()
-	cfg = testConfig(t, dir)
-	cfg.Serve.SQLite.Calls = sqlite.CallsLog
+	dir, cfg := callsLogConfig(t)
 	s, _ = serveCapture(t, cfg, body, analyzeFindings(t, cfg, body))
 	if !calllogs.InUse(dir) {
 		t.Fatal("serve with calls: log keeps no call log")
@@ -349,12 +345,7 @@ func TestCallsLog_SwitchBackRefused(t *testing.T) {
 // from the chain. Fails on main: verify passed the rewritten block and
 // the deleted record (checksums only), and named no block.
 func TestCallsLog_VerifyChain(t *testing.T) {
-	priv, pub := keyPair(t)
-	dir := t.TempDir()
-	cfg := testConfig(t, dir)
-	cfg.Serve.SQLite.Calls = sqlite.CallsLog
-	cfg.Serve.SigningKeyFile = priv
-	postAndStop(t, cfg, 3)
+	dir, pub := signedCallsLog(t)
 	verify := func(dir string) (int, string) {
 		var out, errb bytes.Buffer
 		code := run(context.Background(), []string{"verify", "--data-dir", dir, "--public-key", pub}, nil, &out, &errb)
@@ -458,6 +449,17 @@ func keyPair(t *testing.T) (priv, pub string) {
 		t.Fatalf("keygen: exit %d: %s", code, errb.String())
 	}
 	return priv, pub
+}
+
+// signedCallsLog runs serve with calls: log and a signing key over three
+// posts of the merged capture, stops it, and returns its data dir and the
+// public key that verifies its checkpoints.
+func signedCallsLog(t *testing.T) (dir, pub string) {
+	priv, pub := keyPair(t)
+	dir, cfg := callsLogConfig(t)
+	cfg.Serve.SigningKeyFile = priv
+	postAndStop(t, cfg, 3)
+	return dir, pub
 }
 
 // postAndStop starts serve with cfg, posts the merged capture in parts

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite/calllogs"
 	"github.com/mcpaudit/mcpaudit/internal/calllog"
 )
@@ -18,12 +17,7 @@ import (
 // blocks the chain records. Fails before verify opened the logs whether
 // or not calls/ held one: it ran without them and was green.
 func TestVerifyCommand_CallLogsRemoved(t *testing.T) {
-	priv, pub := keyPair(t)
-	dir := t.TempDir()
-	cfg := testConfig(t, dir)
-	cfg.Serve.SQLite.Calls = sqlite.CallsLog
-	cfg.Serve.SigningKeyFile = priv
-	postAndStop(t, cfg, 3)
+	dir, pub := signedCallsLog(t)
 	if err := os.RemoveAll(calllogs.Dir(dir)); err != nil {
 		t.Fatal(err)
 	}
