@@ -22,6 +22,7 @@ import (
 	"github.com/mcpaudit/mcpaudit/collector/receiver"
 	"github.com/mcpaudit/mcpaudit/exporter/metrics"
 	"github.com/mcpaudit/mcpaudit/internal/capgen"
+	"github.com/mcpaudit/mcpaudit/internal/procstat"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -416,7 +417,7 @@ func runLoad(ctx context.Context, o loadOptions) (*loadReport, error) {
 		defer t.Stop()
 		pace = t.C
 	}
-	begin, cpu0 := time.Now(), processCPU()
+	begin, cpu0 := time.Now(), procstat.CPU()
 	var shift time.Duration
 	if o.Live {
 		shift = begin.Sub(start.Add(liveWarm))
@@ -618,7 +619,7 @@ func runLoad(ctx context.Context, o loadOptions) (*loadReport, error) {
 	}
 	wg.Wait()
 	elapsed := time.Since(begin)
-	rep.Seconds, rep.CPUSeconds = elapsed.Seconds(), (processCPU() - cpu0).Seconds()
+	rep.Seconds, rep.CPUSeconds = elapsed.Seconds(), (procstat.CPU() - cpu0).Seconds()
 	rep.Requests, rep.Sent, rep.Accepted, rep.Rejected = requests.Load(), sent.Load(), accepted.Load(), rejected.Load()
 	rep.Generated = generatedN.Load()
 	rep.Unsent = rep.Generated - rep.Sent

@@ -3,12 +3,12 @@ package capture
 import (
 	"bytes"
 	"io"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/collector/dialect"
 	"github.com/mcpaudit/mcpaudit/internal/capgen"
+	"github.com/mcpaudit/mcpaudit/internal/procstat"
 	"github.com/valyala/fastjson"
 )
 
@@ -27,7 +27,7 @@ func BenchmarkDecode(b *testing.B) {
 	b.Run("fastjson", func(b *testing.B) {
 		b.SetBytes(int64(len(data)))
 		var p fastjson.Parser
-		cpu0 := cpuTime()
+		cpu0 := procstat.CPU()
 		for range b.N {
 			for rest := data; len(rest) > 0; {
 				line := rest
@@ -40,7 +40,7 @@ func BenchmarkDecode(b *testing.B) {
 			}
 		}
 		b.ReportMetric(float64(c.Calls)*float64(b.N)/b.Elapsed().Seconds(), "calls/s")
-		b.ReportMetric(float64(c.Calls)*float64(b.N)/(cpuTime()-cpu0).Seconds(), "calls/cpu-s")
+		b.ReportMetric(float64(c.Calls)*float64(b.N)/(procstat.CPU()-cpu0).Seconds(), "calls/cpu-s")
 	})
 	for _, in := range []struct {
 		name string
@@ -49,7 +49,7 @@ func BenchmarkDecode(b *testing.B) {
 		b.Run(in.name, func(b *testing.B) {
 			b.SetBytes(int64(len(in.data)))
 			rd := dialect.NewReader(dialect.Config{})
-			cpu0 := cpuTime()
+			cpu0 := procstat.CPU()
 			for range b.N {
 				d, err := NewDecoder(bytes.NewReader(in.data), "bench")
 				if err != nil {
@@ -64,15 +64,7 @@ func BenchmarkDecode(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(c.Calls)*float64(b.N)/b.Elapsed().Seconds(), "calls/s")
-			b.ReportMetric(float64(c.Calls)*float64(b.N)/(cpuTime()-cpu0).Seconds(), "calls/cpu-s")
+			b.ReportMetric(float64(c.Calls)*float64(b.N)/(procstat.CPU()-cpu0).Seconds(), "calls/cpu-s")
 		})
 	}
-}
-
-// cpuTime returns the CPU time the process has used: on a shared machine
-// it moves less than the wall clock with what else runs.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/mcpaudit/mcpaudit/collector/capture"
 	"github.com/mcpaudit/mcpaudit/collector/detect"
 	"github.com/mcpaudit/mcpaudit/internal/capgen"
+	"github.com/mcpaudit/mcpaudit/internal/procstat"
 )
 
 // BenchmarkEngine times the engine alone (Engine.Add and Flush) on a
@@ -51,12 +52,12 @@ func BenchmarkEngine(b *testing.B) {
 		}
 		calls += len(recs)
 		b.StartTimer()
-		cpu0 := cpuTime()
+		cpu0 := procstat.CPU()
 		for _, r := range recs {
 			d.e.Add("input", r, time.Time{})
 		}
 		d.e.Flush()
-		cpu += cpuTime() - cpu0
+		cpu += procstat.CPU() - cpu0
 	}
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(calls), "cpu-ns/call")
 	b.ReportMetric(float64(calls)/float64(b.N), "calls/op")

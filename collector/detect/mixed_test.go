@@ -7,7 +7,6 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/mcpaudit/mcpaudit/collector/capture"
 	"github.com/mcpaudit/mcpaudit/collector/detect"
 	"github.com/mcpaudit/mcpaudit/internal/capgen"
+	"github.com/mcpaudit/mcpaudit/internal/procstat"
 )
 
 // TestMixedCapture runs generated captures with thousands of interleaved
@@ -120,7 +120,7 @@ func BenchmarkAnalyze(b *testing.B) {
 	c.Lines = nil
 	b.SetBytes(int64(len(data)))
 	b.ResetTimer()
-	cpu0 := cpuTime()
+	cpu0 := procstat.CPU()
 	for i := 0; i < b.N; i++ {
 		d := newRunner(detect.NewDefaultConfig(), &discard{})
 		d.drop = true // as analyze reads
@@ -130,15 +130,8 @@ func BenchmarkAnalyze(b *testing.B) {
 	b.ReportMetric(float64(c.Calls)*float64(b.N)/b.Elapsed().Seconds(), "calls/s")
 	// CPU time moves less than the wall clock with what else runs on a
 	// shared machine.
-	b.ReportMetric(float64(c.Calls)*float64(b.N)/(cpuTime()-cpu0).Seconds(), "calls/cpu-s")
+	b.ReportMetric(float64(c.Calls)*float64(b.N)/(procstat.CPU()-cpu0).Seconds(), "calls/cpu-s")
 	b.ReportMetric(float64(c.Calls), "calls/op")
-}
-
-// cpuTime returns the CPU time the process has used.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // benchSessions gives about one million calls.

@@ -4,9 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -15,6 +13,7 @@ import (
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/detect"
 	"github.com/mcpaudit/mcpaudit/exporter/metrics"
+	"github.com/mcpaudit/mcpaudit/internal/procstat"
 )
 
 // benchTool is what the state file keeps of one tool whose every outcome,
@@ -70,35 +69,6 @@ func benchCounters(b *testing.B, tools int) *metrics.Metrics {
 	return m
 }
 
-// cpuTime returns the CPU time (user and system) the process used so far.
-func cpuTime(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// written returns the bytes the process passed to write(2) so far
-// (/proc/self/io's wchar).
-func written(b *testing.B) int64 {
-	io, err := os.ReadFile("/proc/self/io")
-	if err != nil {
-		b.Skip("no /proc/self/io:", err)
-	}
-	for _, l := range strings.Split(string(io), "\n") {
-		if v, ok := strings.CutPrefix(l, "wchar: "); ok {
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				b.Fatal(err)
-			}
-			return n
-		}
-	}
-	b.Fatal("no wchar in /proc/self/io")
-	return 0
-}
-
 // BenchmarkSaveState measures the whole save of the state file with the
 // counters that go on across restarts (cnt50): what the engine goroutine
 // does once a second while counts wait (saveMarks after a commit), from
@@ -136,7 +106,7 @@ func BenchmarkSaveState(b *testing.B) {
 					toolsChanged = 1
 				}
 				var cpu time.Duration
-				w0 := written(b)
+				w0 := procstat.Written()
 				b.ResetTimer()
 				for b.Loop() {
 					b.StopTimer()
@@ -148,13 +118,13 @@ func BenchmarkSaveState(b *testing.B) {
 					t = t.Add(time.Second)
 					next := marks()
 					b.StartTimer()
-					cpu0 := cpuTime(b)
+					cpu0 := procstat.CPU()
 					p.saveMarks(next, false)
-					cpu += cpuTime(b) - cpu0
+					cpu += procstat.CPU() - cpu0
 				}
 				b.StopTimer()
 				b.ReportMetric(float64(cpu)/float64(b.N)/1e6, "cpu-ms/op")
-				b.ReportMetric(float64(written(b)-w0)/float64(b.N), "wchar-B/op")
+				b.ReportMetric(float64(procstat.Written()-w0)/float64(b.N), "wchar-B/op")
 				fi, err := os.Stat(path)
 				if err != nil {
 					b.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/internal/procstat"
 )
 
 // BenchmarkAppendGrown measures one sequential client with batches of 512
@@ -65,7 +66,7 @@ func BenchmarkAppendGrown(b *testing.B) {
 	const batch = 512
 	lat := make([]time.Duration, b.N)
 	buf := make([]audit.Record, batch)
-	cpu0, io0 := cpuTime(), writtenBytes()
+	cpu0, io0 := procstat.CPU(), procstat.Written()
 	b.ResetTimer()
 	for j := range b.N {
 		for i := range buf {
@@ -81,8 +82,8 @@ func BenchmarkAppendGrown(b *testing.B) {
 	b.StopTimer()
 	calls := float64(b.N * batch)
 	b.ReportMetric(float64(stored)/prefill.Seconds(), "prefill-calls/s")
-	b.ReportMetric(float64(cpuTime()-cpu0)/1e3/calls, "cpu-µs/call")
-	b.ReportMetric(float64(writtenBytes()-io0)/calls, "written-B/call")
+	b.ReportMetric(float64(procstat.CPU()-cpu0)/1e3/calls, "cpu-µs/call")
+	b.ReportMetric(float64(procstat.Written()-io0)/calls, "written-B/call")
 	b.ReportMetric(calls/b.Elapsed().Seconds(), "calls/s")
 	slices.Sort(lat)
 	b.ReportMetric(float64(lat[len(lat)/2])/1e6, "ack-p50-ms")

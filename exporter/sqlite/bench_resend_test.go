@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/mcpaudit/mcpaudit/audit"
+	"github.com/mcpaudit/mcpaudit/internal/procstat"
 )
 
 // BenchmarkResendStored measures the path of a batch of 512 calls that
@@ -64,7 +65,7 @@ func BenchmarkResendStored(b *testing.B) {
 						next[i] = fresh(recs[n%uint64(len(recs))], n)
 					}
 				}
-				cpu0 := cpuTime()
+				cpu0 := procstat.CPU()
 				b.ResetTimer()
 				for j := range b.N {
 					if bc.new {
@@ -75,7 +76,7 @@ func BenchmarkResendStored(b *testing.B) {
 				}
 				b.StopTimer()
 				calls := float64(b.N * batch)
-				b.ReportMetric(float64(cpuTime()-cpu0)/1e3/calls, "cpu-µs/call")
+				b.ReportMetric(float64(procstat.CPU()-cpu0)/1e3/calls, "cpu-µs/call")
 				b.ReportMetric(b.Elapsed().Seconds()*1e6/calls, "µs/call")
 			})
 		}

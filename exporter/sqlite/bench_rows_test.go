@@ -9,6 +9,7 @@ import (
 
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/exporter/storetest"
+	"github.com/mcpaudit/mcpaudit/internal/procstat"
 )
 
 // rowsPerTx is how many rows one transaction of the row benchmarks holds:
@@ -113,7 +114,7 @@ func benchRows(b *testing.B, s *Store, chunk int, query string, cols int, args f
 			rows[i] = args()
 		}
 		b.StartTimer()
-		cpu0 := cpuTime()
+		cpu0 := procstat.CPU()
 		tx, err := s.w.BeginTx(ctx, nil)
 		if err != nil {
 			b.Fatal(err)
@@ -155,7 +156,7 @@ func benchRows(b *testing.B, s *Store, chunk int, query string, cols int, args f
 				b.Fatal(err)
 			}
 		}
-		cpu += cpuTime() - cpu0
+		cpu += procstat.CPU() - cpu0
 		b.StopTimer()
 		if err := tx.Commit(); err != nil {
 			b.Fatal(err)
@@ -177,7 +178,7 @@ func BenchmarkCommitWrites(b *testing.B) {
 	ctx := context.Background()
 	var prev []audit.Write
 	next := 0
-	cpu0 := cpuTime()
+	cpu0 := procstat.CPU()
 	b.ResetTimer()
 	for range b.N {
 		ws := make([]audit.Write, 0, rowsPerTx)
@@ -198,7 +199,7 @@ func BenchmarkCommitWrites(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	b.ReportMetric(float64(cpuTime()-cpu0)/1e3/float64(b.N*rowsPerTx), "cpu-µs/write")
+	b.ReportMetric(float64(procstat.CPU()-cpu0)/1e3/float64(b.N*rowsPerTx), "cpu-µs/write")
 	b.ReportMetric(float64(b.N*rowsPerTx)/b.Elapsed().Seconds(), "writes/s")
 }
 

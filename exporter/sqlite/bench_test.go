@@ -12,17 +12,16 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/detect"
 	"github.com/mcpaudit/mcpaudit/exporter/storetest"
+	"github.com/mcpaudit/mcpaudit/internal/procstat"
 )
 
 // pool returns n generated call records to draw benchmark batches from.
@@ -98,7 +97,7 @@ func benchAppend(b *testing.B, opts Options, workers, batch int) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	lat := make([]time.Duration, b.N) // of each AppendCalls, by batch
-	cpu0, io0 := cpuTime(), writtenBytes()
+	cpu0, io0 := procstat.CPU(), procstat.Written()
 	b.ResetTimer()
 	for range workers {
 		wg.Add(1)
@@ -128,8 +127,8 @@ func benchAppend(b *testing.B, opts Options, workers, batch int) {
 	calls := float64(b.N * batch)
 	// On a shared machine the rate follows the neighbours' load; the CPU
 	// and the bytes written per call do not.
-	b.ReportMetric(float64(cpuTime()-cpu0)/1e3/calls, "cpu-µs/call")
-	b.ReportMetric(float64(writtenBytes()-io0)/calls, "written-B/call")
+	b.ReportMetric(float64(procstat.CPU()-cpu0)/1e3/calls, "cpu-µs/call")
+	b.ReportMetric(float64(procstat.Written()-io0)/calls, "written-B/call")
 	sec := b.Elapsed().Seconds()
 	b.ReportMetric(float64(b.N*batch)/sec, "calls/s")
 	b.ReportMetric(float64(commits.Load())/sec, "commits/s")
@@ -137,31 +136,6 @@ func benchAppend(b *testing.B, opts Options, workers, batch int) {
 	slices.Sort(lat)
 	b.ReportMetric(float64(lat[len(lat)/2])/1e6, "ack-p50-ms")
 	b.ReportMetric(float64(lat[len(lat)*99/100])/1e6, "ack-p99-ms")
-}
-
-// cpuTime is the process's user and system CPU time so far.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// writtenBytes is what the process has written with write calls so far
-// (wchar of /proc/self/io), 0 where that is not available.
-func writtenBytes() int64 {
-	b, err := os.ReadFile("/proc/self/io")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "wchar: "); ok {
-			n, _ := strconv.ParseInt(v, 10, 64)
-			return n
-		}
-	}
-	return 0
 }
 
 // Traffic mixes for size measurements: the captures a generator replays.
@@ -217,7 +191,7 @@ func storeTraffic(tb testing.TB, n int, captures []string, source ...func(i int)
 	col := &storetest.Collector{}
 	e := detect.NewEngine(detect.NewDefaultConfig(), col)
 	ctx := context.Background()
-	cpu0, io0 := cpuTime(), writtenBytes()
+	cpu0, io0 := procstat.CPU(), procstat.Written()
 	for done := 0; done < n; {
 		recs := g.Records(min(500, n-done))
 		for _, f := range source {
@@ -239,7 +213,7 @@ func storeTraffic(tb testing.TB, n int, captures []string, source ...func(i int)
 		*col = storetest.Collector{}
 	}
 	tr := traffic{calls: n, tables: map[string]int64{},
-		written: float64(writtenBytes()-io0) / float64(n), cpu: float64(cpuTime()-cpu0) / 1e3 / float64(n)}
+		written: float64(procstat.Written()-io0) / float64(n), cpu: float64(procstat.CPU()-cpu0) / 1e3 / float64(n)}
 	counts, err := s.WriteCounts(ctx, audit.CountQuery{})
 	if err != nil {
 		tb.Fatal(err)

@@ -5,16 +5,12 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -22,6 +18,7 @@ import (
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
 	"github.com/mcpaudit/mcpaudit/exporter/storetest"
+	"github.com/mcpaudit/mcpaudit/internal/procstat"
 )
 
 // The benchmarks here put the log beside the embedded SQLite store on the
@@ -128,7 +125,7 @@ func benchAppend(b *testing.B, open func(onCommit func(int)) appender, workers, 
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	lat := make([]time.Duration, batches)
-	cpu0, io0 := cpuTime(), writtenBytes()
+	cpu0, io0 := procstat.CPU(), procstat.Written()
 	b.ResetTimer()
 	for range workers {
 		wg.Add(1)
@@ -156,8 +153,8 @@ func benchAppend(b *testing.B, open func(onCommit func(int)) appender, workers, 
 	wg.Wait()
 	b.StopTimer()
 	calls := float64(batches * batch)
-	b.ReportMetric(float64(cpuTime()-cpu0)/1e3/calls, "cpu-µs/call")
-	b.ReportMetric(float64(writtenBytes()-io0)/calls, "written-B/call")
+	b.ReportMetric(float64(procstat.CPU()-cpu0)/1e3/calls, "cpu-µs/call")
+	b.ReportMetric(float64(procstat.Written()-io0)/calls, "written-B/call")
 	sec := b.Elapsed().Seconds()
 	b.ReportMetric(calls/sec, "calls/s")
 	b.ReportMetric(float64(committed.Load())/float64(max(commits.Load(), 1)), "calls/commit")
@@ -220,7 +217,7 @@ func BenchmarkBytesPerCall(b *testing.B) {
 				var cpu, written float64
 				for range b.N {
 					s := st.open(b)
-					cpu0, io0 := cpuTime(), writtenBytes()
+					cpu0, io0 := procstat.CPU(), procstat.Written()
 					for i := 0; i < n; i += st.batch {
 						if err := s.append(context.Background(), recs[i:min(i+st.batch, n)]); err != nil {
 							b.Fatal(err)
@@ -229,8 +226,8 @@ func BenchmarkBytesPerCall(b *testing.B) {
 					if err := s.close(); err != nil {
 						b.Fatal(err)
 					}
-					cpu = float64(cpuTime()-cpu0) / 1e3 / n
-					written = float64(writtenBytes()-io0) / n
+					cpu = float64(procstat.CPU()-cpu0) / 1e3 / n
+					written = float64(procstat.Written()-io0) / n
 					size = s.size()
 				}
 				b.ReportMetric(float64(size)/n, "B/call")
@@ -281,39 +278,6 @@ func splitmix(x uint64) uint64 {
 	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
 	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
 	return x ^ (x >> 31)
-}
-
-// cpuTime is the process's user and system CPU time so far.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// writtenBytes is what the process has written with write calls so far
-// (wchar of /proc/self/io), 0 where that is not available.
-func writtenBytes() int64 { return procValue("/proc/self/io", "wchar:") }
-
-// residentBytes is the process's resident set (VmRSS of
-// /proc/self/status, in kB there), 0 where that is not available.
-func residentBytes() int64 { return procValue("/proc/self/status", "VmRSS:") << 10 }
-
-// procValue returns the number after prefix in a line of file, a /proc
-// file, its unit (" kB") dropped; 0 where there is none.
-func procValue(file, prefix string) int64 {
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, prefix); ok {
-			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return n
-		}
-	}
-	return 0
 }
 
 // BenchmarkGet looks stored calls up by id alone (Get: every segment's id
@@ -410,14 +374,14 @@ func BenchmarkOpenSealed(b *testing.B) {
 	var segments int
 	for range b.N {
 		debug.FreeOSMemory()
-		rss0 := residentBytes()
+		rss0 := procstat.Resident()
 		l, err := Open(dir, opts)
 		if err != nil {
 			b.Fatal(err)
 		}
 		open = heap() - base
 		debug.FreeOSMemory()
-		rss = float64(residentBytes() - rss0)
+		rss = float64(procstat.Resident() - rss0)
 		st, _ := l.Stats()
 		segments = st.Segments
 		for i := range 100 {

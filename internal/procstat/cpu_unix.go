@@ -1,15 +1,15 @@
 //go:build unix
 
-package main
+package procstat
 
 import (
 	"syscall"
 	"time"
 )
 
-// processCPU returns the CPU time this process used so far, user and
-// system; zero where it cannot tell.
-func processCPU() time.Duration {
+// CPU returns the CPU time this process used so far, user and system;
+// zero where it cannot tell.
+func CPU() time.Duration {
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
 		return 0
