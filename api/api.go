@@ -20,6 +20,7 @@ import (
 
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/detect"
+	"github.com/mcpaudit/mcpaudit/exporter/store"
 	"github.com/mcpaudit/mcpaudit/internal/access"
 	"github.com/mcpaudit/mcpaudit/internal/ratelog"
 )
@@ -434,6 +435,7 @@ func (s *Server) findings(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, p.err)
 		return
 	}
+	sayClamped(w, q.Limit, store.MaxPage)
 	page, err := s.store.Findings(r.Context(), q)
 	if err != nil {
 		s.fail(w, err)
@@ -478,6 +480,7 @@ func (s *Server) writes(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, p.err)
 		return
 	}
+	sayClamped(w, q.Limit, store.MaxPage)
 	page, err := s.store.Writes(r.Context(), q)
 	if err != nil {
 		s.fail(w, err)
@@ -581,6 +584,7 @@ func (s *Server) serveTimeline(w http.ResponseWriter, r *http.Request, doc strin
 		s.fail(w, p.err)
 		return
 	}
+	sayClamped(w, q.Limit, store.MaxTimeline)
 	page, err := s.store.Timeline(r.Context(), q)
 	if err != nil {
 		s.fail(w, err)

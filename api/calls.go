@@ -48,6 +48,7 @@ func (s *Server) calls(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, p.err)
 		return
 	}
+	sayClamped(w, q.Limit, store.MaxPage)
 	page, err := s.store.Calls(r.Context(), q)
 	if errors.Is(err, audit.ErrBadCursor) {
 		// Name the parameter, as for every other bad one.

@@ -25,8 +25,15 @@ Writes a consistent copy of the embedded store of DIR to FILE, which must
 not exist, while a collector keeps running on DIR: one read transaction
 copies the last commit before it (SQLite's VACUUM INTO, compacted), the copy
 is checked (integrity, schema, calls counted) and synced before it takes its
-name. The id index and the state file are not copied: both are rebuilt where
-the copy is restored (mcpaudit restore). With serve.sqlite.calls: log the
+name. Before the store, what serve resumes from is copied into FILE.state/
+(which must not exist either): the state file partitions.json with the
+journal of its counters, the notify journal, and with serve.sqlite.ack: log
+the call log's calls acknowledged and not yet committed; a serve restored
+from the backup goes on from them as after a crash at the time of the
+backup (its counters from the values saved, no finding notified twice).
+The id index is not copied: it is rebuilt where the copy is restored
+(mcpaudit restore); nor is redact.key (keep it with the collector, as the
+signing key: docs/storage.md, "Backup and restore"). With serve.sqlite.calls: log the
 calls are in call logs: they are copied after the store into FILE.calls/
 (which must not exist either), opened read-only beside serve, every call
 synced before that open (so every call acknowledged before the backup
@@ -50,16 +57,36 @@ func backupCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return &exitError{code: 2, err: errors.New("--data-dir and --out are required")}
 	}
 	logged := calllogs.InUse(*dir)
+	// The copies that go beside FILE must not exist either, checked
+	// before anything is copied.
+	beside := []string{*out, stateCopy(*out)}
 	if logged {
-		// The call logs' copy goes beside FILE: it must not exist either,
-		// checked before the store is copied.
-		if _, err := os.Lstat(callsCopy(*out)); !errors.Is(err, os.ErrNotExist) {
-			return &exitError{code: 1, err: fmt.Errorf("cannot back the call logs up into %s: it exists", callsCopy(*out))}
+		beside = append(beside, callsCopy(*out))
+	}
+	for _, p := range beside {
+		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
+			return &exitError{code: 1, err: fmt.Errorf("cannot back up into %s: it exists", p)}
 		}
+	}
+	if _, err := os.Lstat(filepath.Join(*dir, storeFile)); err != nil {
+		return &exitError{code: 1, err: fmt.Errorf("cannot back up %s: %w", *dir, err)}
+	}
+	// Before the store: what the state file's marks cover was committed
+	// before it was written, and every call of the call log (ack "log")
+	// not in the copy of its segments was committed before the store's
+	// copy begins.
+	start := time.Now()
+	st, err := backupState(*dir, stateCopy(*out))
+	if err != nil {
+		return &exitError{code: 1, err: err}
 	}
 	info, err := sqlite.Backup(ctx, filepath.Join(*dir, storeFile), *out)
 	if err != nil {
-		return &exitError{code: 1, err: err}
+		return &exitError{code: 1, err: fmt.Errorf("%w (%s is written)", err, stateCopy(*out))}
+	}
+	fmt.Fprintf(stdout, "wrote %s: %s, in %s\n", stateCopy(*out), st, time.Since(start).Round(time.Millisecond))
+	if st.Counters != nil {
+		fmt.Fprintf(stdout, "warning: %v: a serve restored from it starts its findings, calls and write states counters at 0 (Prometheus reads a reset), as the collector backed up would at its next start\n", st.Counters)
 	}
 	fmt.Fprintf(stdout, "wrote %s: %d calls, schema %d, %s, in %s\n", info.Path, info.Calls, info.Schema,
 		formatBytes(info.Bytes), info.Took.Round(time.Millisecond))
@@ -100,10 +127,16 @@ checked first (integrity, schema); then the files it replaces (the store
 file and its write-ahead log, the id index, the state file partitions.json,
 the call logs calls/) are moved, not deleted, into DIR/before-restore-TIME/,
 and FILE is copied in, with the call logs of FILE.calls/ when backup wrote
-it (their blocks checked as they are read). At its next start serve rebuilds the id index and, without a state
-file, judges every stored call again, so that the findings and write
-states are those of the restored calls (this takes longer than a normal
-start). Calls acknowledged after the backup are not in it: have their
+it (their blocks checked as they are read), and the files of FILE.state/
+(the state file, its counters' journal, the notify journal, which is then
+moved aside too, and the call log of ack "log") when backup wrote it. At its
+next start serve rebuilds the id index and goes on from the backup's state
+file, as after a crash at the time of the backup: its counters go on from
+the values saved and it judges again only the calls after its marks.
+From a backup without FILE.state/ (written before debt52) serve judges
+every stored call again, so that the findings and write states are those of
+the restored calls (this takes longer than a normal start), and its
+counters start at 0. Calls acknowledged after the backup are not in it: have their
 senders post them again (a call already stored is not stored twice).
 serve's retention counts back from the newest stored call (by default,
 serve.retention_from): an old backup is kept until newer calls are
@@ -137,12 +170,26 @@ func restoreCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 		return &exitError{code: 1, err: fmt.Errorf("not restored: %w", err)}
 	}
 	defer d.Close()
-	aside, moved, err := moveAside(*dir)
+	replaces := restoreReplaces
+	_, err = os.Stat(stateCopy(*from))
+	withState := err == nil
+	if withState {
+		// The backup's notify journal replaces the data dir's: it
+		// speaks of the findings of the restored store.
+		replaces = append(slices.Clone(replaces), notifyJournal)
+	}
+	aside, moved, err := moveAside(*dir, replaces)
 	if err != nil {
 		return &exitError{code: 1, err: err}
 	}
 	if err := copyInto(*from, filepath.Join(*dir, storeFile)); err != nil {
 		return &exitError{code: 1, err: fmt.Errorf("%w (the files it was to replace are in %s)", err, aside)}
+	}
+	if withState {
+		if err := restoreState(stateCopy(*from), *dir); err != nil {
+			return &exitError{code: 1, err: fmt.Errorf("the store is restored, its state not: %w (the files replaced are in %s)", err, aside)}
+		}
+		fmt.Fprintf(stdout, "restored %s into %s\n", stateCopy(*from), *dir)
 	}
 	if _, err := os.Stat(callsCopy(*from)); err == nil {
 		// The call logs' copy, checked by its read-only open (each live
@@ -156,8 +203,12 @@ func restoreCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	if len(moved) > 0 {
 		fmt.Fprintf(stdout, "moved %v to %s\n", moved, aside)
 	}
-	fmt.Fprintf(stdout, "restored %s into %s: %d calls, schema %d. At its next start serve rebuilds the id index and judges every stored call again.\n",
-		*from, *dir, info.Calls, info.Schema)
+	next := "At its next start serve rebuilds the id index and judges every stored call again."
+	if _, err := os.Stat(filepath.Join(*dir, stateFile)); err == nil {
+		next = "At its next start serve rebuilds the id index and goes on from the backup's state file, as after a crash at the time of the backup: " +
+			"its counters from the values saved, judging again only the calls after its marks."
+	}
+	fmt.Fprintf(stdout, "restored %s into %s: %d calls, schema %d. %s\n", *from, *dir, info.Calls, info.Schema, next)
 	if !info.Oldest.IsZero() {
 		fmt.Fprintf(stdout, "its calls run from %s to %s\n", info.Oldest.Format(time.RFC3339), info.Newest.Format(time.RFC3339))
 		// serve's retention counts back from the newest stored call by
@@ -194,18 +245,20 @@ const stateFile = "partitions.json"
 // are not restored, as with ack "commit") and the state file of the
 // detector's watermarks, which speaks of the store it was written beside
 // (and the embedded store's own, kept aside while serve ran on another
-// store: switchStateFile), and the call logs (serve.sqlite.calls: log),
-// replaced by the backup's when it has them.
-// The journals of the state files' counters go with them.
+// store: switchStateFile), and the call logs (serve.sqlite.calls: log).
+// The journals of the state files' counters go with them. The backup's
+// call logs (FILE.calls/), state file, journal and call log (FILE.state/)
+// replace them when it has them; with FILE.state/ the notify journal is
+// replaced too.
 var restoreReplaces = slices.Concat([]string{storeFile, storeFile + "-wal", storeFile + "-shm", storeFile + ".ids", storeFile + ".log", stateFile, "partitions.sqlite.json", "calls"},
 	pipeline.CountLogNames(stateFile), pipeline.CountLogNames("partitions.sqlite.json"))
 
-// moveAside moves the files of dir that a restore replaces into a new
-// directory beside them, and returns it with the names moved.
-func moveAside(dir string) (string, []string, error) {
+// moveAside moves the files of dir named in replaces (restoreReplaces)
+// into a new directory beside them, and returns it with the names moved.
+func moveAside(dir string, replaces []string) (string, []string, error) {
 	aside := filepath.Join(dir, "before-restore-"+time.Now().UTC().Format("20060102T150405Z"))
 	var moved []string
-	for _, name := range restoreReplaces {
+	for _, name := range replaces {
 		p := filepath.Join(dir, name)
 		if _, err := os.Lstat(p); errors.Is(err, os.ErrNotExist) {
 			continue

@@ -173,31 +173,39 @@ var (
 
 // readCountLog returns the values of the counters' journal ref names
 // (from the state file at path), its records from the first up to ref.Seq,
-// in order, for Counters.RestoreCounts; and the bytes of the records read.
-// Records after ref.Seq (saved before a crash kept the state file from
-// being written) are passed over, and so is a record cut short or damaged
-// (CRC-32C) after ref.Seq: the end of a save a crash cut off. An error
-// when the journal cannot be read, is another (its id), or ends before
-// ref.Seq.
+// in order, for Counters.RestoreCounts (scanCountLog). An error when the
+// journal cannot be read, is another (its id), or ends before ref.Seq.
 func readCountLog(path string, ref *countsRef) ([]json.RawMessage, error) {
 	names := countLogNames(path)
 	if ref.File != names[0] && ref.File != names[1] {
 		return nil, fmt.Errorf("cannot read the counters' journal %q: %w", ref.File, errCountLogName)
 	}
-	id, err := strconv.ParseUint(ref.ID, 16, 64)
-	if err != nil {
-		return nil, fmt.Errorf("cannot read the counters' journal %s: its id %q: %w", ref.File, ref.ID, err)
-	}
 	b, err := os.ReadFile(filepath.Join(filepath.Dir(path), ref.File))
 	if err != nil {
 		return nil, fmt.Errorf("cannot read the counters' journal: %w", err)
 	}
+	out, _, err := scanCountLog(b, ref)
+	return out, err
+}
+
+// scanCountLog returns the values of the journal b up to the record
+// ref.Seq names, and the length of b that ends with that record. Records
+// after ref.Seq (saved before a crash kept the state file from being
+// written) are passed over, and so is a record cut short or damaged
+// (CRC-32C) after ref.Seq: the end of a save a crash cut off. An error
+// when b is not a journal, is another (its id), or ends before ref.Seq.
+func scanCountLog(b []byte, ref *countsRef) ([]json.RawMessage, int, error) {
+	id, err := strconv.ParseUint(ref.ID, 16, 64)
+	if err != nil {
+		return nil, 0, fmt.Errorf("cannot read the counters' journal %s: its id %q: %w", ref.File, ref.ID, err)
+	}
 	if !bytes.HasPrefix(b, []byte(countLogMagic)) {
-		return nil, fmt.Errorf("cannot read the counters' journal %s: not a journal of the counters", ref.File)
+		return nil, 0, fmt.Errorf("cannot read the counters' journal %s: not a journal of the counters", ref.File)
 	}
 	var out []json.RawMessage
 	var seq uint64
-	rest := b[len(countLogMagic):]
+	end := len(countLogMagic)
+	rest := b[end:]
 	for len(rest) >= 8 {
 		n := binary.LittleEndian.Uint32(rest[0:])
 		if n < 16 || n > maxCountRecord || int64(n) > int64(len(rest)-8) {
@@ -208,7 +216,7 @@ func readCountLog(path string, ref *countsRef) ([]json.RawMessage, error) {
 			break
 		}
 		if got := binary.LittleEndian.Uint64(payload[0:]); got != id {
-			return nil, fmt.Errorf("cannot read the counters' journal %s: its id is %x, the state file's %s (a journal of another state file, or of an earlier run)", ref.File, got, ref.ID)
+			return nil, 0, fmt.Errorf("cannot read the counters' journal %s: its id is %x, the state file's %s (a journal of another state file, or of an earlier run)", ref.File, got, ref.ID)
 		}
 		s := binary.LittleEndian.Uint64(payload[8:])
 		if len(out) > 0 && s != seq+1 {
@@ -220,9 +228,10 @@ func readCountLog(path string, ref *countsRef) ([]json.RawMessage, error) {
 		seq = s
 		out = append(out, json.RawMessage(payload[16:]))
 		rest = rest[8+n:]
+		end += 8 + int(n)
 	}
 	if len(out) == 0 || seq != ref.Seq {
-		return nil, fmt.Errorf("cannot read the counters' journal %s: %w (record %d of %d read)", ref.File, errCountLogShort, seq, ref.Seq)
+		return nil, 0, fmt.Errorf("cannot read the counters' journal %s: %w (record %d of %d read)", ref.File, errCountLogShort, seq, ref.Seq)
 	}
-	return out, nil
+	return out, end, nil
 }

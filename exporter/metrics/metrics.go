@@ -469,8 +469,8 @@ func (m *Metrics) code(code string) string {
 // tool initializes its outcome series and its COMMIT_UNKNOWN and
 // in_flight_unknown failure series at zero; with FirstScrapeWait, the
 // tool's first call and failure counts wait until the scrapers have shown
-// them at zero (its latencies do not). While SkipCounts is set only the
-// latency is observed.
+// them at zero (its latencies do not). While SkipCounts is set nothing is
+// counted, the latency included (before debt52 it was observed).
 func (m *Metrics) Call(r *audit.Record) {
 	if r == nil || r.Call == nil {
 		return
@@ -491,6 +491,10 @@ func (m *Metrics) Call(r *audit.Record) {
 		// shown before it has one.
 		cs.duration = m.duration.WithLabelValues(server, tool)
 	}
+	// The replay at start judges again calls the run before observed
+	// (SkipCounts): the histogram, which starts at 0 with the process, is
+	// read by rate() as a reset followed by them, counted twice (debt52).
+	observe := d > 0 && !m.skip
 	if !m.skip {
 		// The failures held with the calls: the tool's first failures are
 		// on series just made, and McpAuditUncertainOutcomes divides them
@@ -506,7 +510,7 @@ func (m *Metrics) Call(r *audit.Record) {
 		}
 	}
 	m.mu.Unlock()
-	if d > 0 {
+	if observe {
 		cs.duration.Observe(d.Seconds())
 	}
 }
@@ -802,9 +806,9 @@ func (m *Metrics) forget(id string) {
 // not, as nothing was verified. Unknown states are not counted. With
 // FirstScrapeWait, a tool's first WritesTotal and WritesRejudgedTotal
 // counts wait until the scrapers have shown its series at zero;
-// WritesPending does not wait. While SkipCounts is set WritesTotal and
-// WritesRejudgedTotal count nothing; the pending gauge and the
-// verification latency go on.
+// WritesPending does not wait. While SkipCounts is set WritesTotal,
+// WritesRejudgedTotal and the verification latency count nothing; the
+// pending gauge goes on.
 func (m *Metrics) Write(w *audit.Write, prev audit.WriteState) {
 	if w == nil || w.State == prev {
 		return
@@ -824,6 +828,8 @@ func (m *Metrics) Write(w *audit.Write, prev audit.WriteState) {
 			m.count(s, tool, ws.held, move)
 		}
 	}
+	// A write the run before saw verified is not observed again (Call).
+	skip := m.skip
 	m.mu.Unlock()
 
 	if prev == audit.StatePending {
@@ -833,7 +839,7 @@ func (m *Metrics) Write(w *audit.Write, prev audit.WriteState) {
 		s.pending.Inc()
 		return
 	}
-	if prev == audit.StatePending && (w.State == audit.StateDurable || w.State == audit.StateResolved) {
+	if prev == audit.StatePending && (w.State == audit.StateDurable || w.State == audit.StateResolved) && !skip {
 		if d := w.StateTime.Sub(w.Time); d >= 0 && !w.Time.IsZero() {
 			m.verification.WithLabelValues(server).Observe(d.Seconds())
 		}

@@ -83,7 +83,8 @@ func (m *Metrics) GateOnSave() {
 }
 
 // SkipCounts, while set, has Call and Write count nothing in the counters
-// that go on across restarts (the latencies and the pending gauge go on):
+// that go on across restarts, nor the latencies (the pending gauge goes
+// on):
 // the replay at start judges again calls whose counts the values
 // RestoreCounts began at hold, those judged at or before their
 // partition's saved mark. The pipeline sets it around telling the sinks
