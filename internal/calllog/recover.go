@@ -86,7 +86,7 @@ func (l *Log) load() error {
 		} else if s.calls > 0 {
 			l.sealed = append(l.sealed, s)
 		} else {
-			s.f.Close()
+			s.release()
 		}
 	}
 	if l.live == nil {
@@ -133,25 +133,37 @@ func indexedEnd(blocks []blockRef) int64 {
 }
 
 // openSegment opens segment num: live, recovered as the segment appended
-// to next; or sealed, with the time index of its index file (its tables
-// are read when a lookup needs them), its checksum checked through buf.
+// to next, its file kept open (it is written, and read through it); or
+// sealed, with the time index of its index file (its tables are read when
+// a lookup needs them), its checksum checked through buf, its file opened
+// when a read needs it (Files).
 func (l *Log) openSegment(num uint64, live bool, buf []byte) (*segment, error) {
 	path := l.segPath(num)
-	flag := os.O_RDONLY
-	if live && !l.opts.ReadOnly {
-		flag = os.O_RDWR
-	}
-	f, err := os.OpenFile(path, flag, 0)
-	if err != nil {
-		return nil, fmt.Errorf("cannot open call log segment: %w", err)
-	}
-	s := &segment{num: num, path: path, f: f}
+	s := &segment{num: num, path: path, files: l.opts.Files}
 	newSegmentState(s)
-	if !live {
+	if live {
+		flag := os.O_RDONLY
+		if !l.opts.ReadOnly {
+			flag = os.O_RDWR
+		}
+		f, err := os.OpenFile(path, flag, 0)
+		if err != nil {
+			return nil, fmt.Errorf("cannot open call log segment: %w", err)
+		}
+		s.f = f
+		l.opts.Files.own(s, f)
+	} else {
+		fi, err := os.Stat(path)
+		if err == nil && !fi.Mode().IsRegular() {
+			err = fmt.Errorf("%s is not a file", path)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("cannot open call log segment: %w", err)
+		}
 		blocks, why, rerr := readIndexHead(idxPath(path), buf)
 		if rerr == nil {
-			if fi, err := f.Stat(); why == "" && err == nil && fi.Size() != indexedEnd(blocks) {
-				why = fmt.Sprintf("it names %d bytes of blocks, the segment holds %d", indexedEnd(blocks), fi.Size())
+			if end := indexedEnd(blocks); why == "" && fi.Size() != end {
+				why = fmt.Sprintf("it names %d bytes of blocks, the segment holds %d", end, fi.Size())
 			}
 			if why == "" {
 				s.blocks, s.ids, s.more, s.keys = blocks, nil, nil, nil
@@ -159,24 +171,21 @@ func (l *Log) openSegment(num uint64, live bool, buf []byte) (*segment, error) {
 					s.calls += int(r.count)
 					s.min, s.max = minInt(s.min, r.min), maxInt(s.max, r.max)
 				}
-				if fi, err := f.Stat(); err == nil {
-					s.size = fi.Size()
-				}
+				s.size = fi.Size()
 				return s, nil
 			}
 		} else if !errors.Is(rerr, os.ErrNotExist) {
-			f.Close()
 			return nil, fmt.Errorf("cannot open call log index: %w", rerr)
 		}
 		// Indexed again below, from the segment, which must be whole.
 	}
 	if err := l.recover(s, live); err != nil {
-		f.Close()
+		s.release()
 		return nil, err
 	}
 	if !live && !l.opts.ReadOnly {
 		if err := l.seal(s); err != nil {
-			f.Close()
+			s.release()
 			return nil, err
 		}
 	}

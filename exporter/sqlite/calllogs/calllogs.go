@@ -80,6 +80,9 @@ var _ sqlite.BlockLog = (*Logs)(nil)
 
 // Open opens the logs of every tenant under dir (creating dir); a
 // tenant's log is created at its first call. opts.Tenant is set per log.
+// Every log shares opts.Files (one of opts.OpenFiles made when nil), so
+// that the sealed segments' files open at once are bounded across the
+// tenants: each log holds its live segment's file besides.
 // With opts.ReadOnly the logs are read beside the process that writes
 // them (calllog.Options.ReadOnly): nothing is created or written, each
 // tenant's log holds the calls synced when it was opened, a missing dir
@@ -97,6 +100,9 @@ func Open(dir string, opts calllog.Options) (*Logs, error) {
 	}
 	if err != nil {
 		return nil, fmt.Errorf("cannot read call logs %s: %w", dir, err)
+	}
+	if opts.Files == nil {
+		opts.Files = calllog.NewFiles(opts.OpenFiles)
 	}
 	l := &Logs{dir: dir, opts: opts, logs: map[string]*calllog.Log{}}
 	if !opts.ReadOnly {
@@ -597,6 +603,10 @@ func (l *Logs) Snapshot(dst string) (calls int64, err error) {
 	}
 	return calls, nil
 }
+
+// Files returns the state of the sealed segments' files the logs keep
+// open.
+func (l *Logs) Files() calllog.FilesStats { return l.opts.Files.Stats() }
 
 // Stats returns the sum of every tenant's log's calllog.Stats.
 func (l *Logs) Stats() (calllog.Stats, error) {
