@@ -70,6 +70,13 @@ type Options struct {
 	// OpenFiles bounds the Files the log makes when Files is nil.
 	// Default DefaultOpenFiles (256).
 	OpenFiles int
+	// OnTornTail, when set, is called by Open when it cuts the torn tail
+	// of the live segment (a block written whose sync never returned,
+	// never acknowledged: a crash mid-write), with the file, the offset
+	// it is cut at and the bytes cut. Blocks synced and lost besides
+	// (the file shorter than what was acknowledged) cannot be told from
+	// it here: the chain of the blocks tells them (exporter/sqlite).
+	OnTornTail func(path string, at, cut int64)
 	// ReadOnly opens the log to read alone, beside the process that
 	// writes it: the open writes, cuts, seals and removes nothing (a
 	// segment it would index again is read from its blocks, kept in

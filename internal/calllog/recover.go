@@ -162,7 +162,16 @@ func (l *Log) openSegment(num uint64, live bool, buf []byte) (*segment, error) {
 		}
 		blocks, why, rerr := readIndexHead(idxPath(path), buf)
 		if rerr == nil {
-			if end := indexedEnd(blocks); why == "" && fi.Size() != end {
+			if end := indexedEnd(blocks); why == "" && fi.Size() < end {
+				// Whole (checksummed) and naming more bytes than the
+				// segment holds: synced blocks are gone, not a torn
+				// write (a sealed segment's last block was synced
+				// before its index was written). Indexing it again
+				// would hide the loss.
+				return nil, &CorruptError{Path: path, Offset: fi.Size(), Reason: fmt.Sprintf(
+					"the segment holds %d bytes, its index %s names %d: blocks synced and indexed are missing (%s)",
+					fi.Size(), filepath.Base(idxPath(path)), end, lostBlocks(blocks, fi.Size()))}
+			} else if why == "" && fi.Size() != end {
 				why = fmt.Sprintf("it names %d bytes of blocks, the segment holds %d", end, fi.Size())
 			}
 			if why == "" {
@@ -190,6 +199,19 @@ func (l *Log) openSegment(num uint64, live bool, buf []byte) (*segment, error) {
 		}
 	}
 	return s, nil
+}
+
+// lostBlocks says which of blocks a segment of size bytes lacks: how many
+// and their calls.
+func lostBlocks(blocks []blockRef, size int64) string {
+	n, calls := 0, 0
+	for _, r := range blocks {
+		if r.off+int64(r.size) > size {
+			n++
+			calls += int(r.count)
+		}
+	}
+	return fmt.Sprintf("%d of its %d blocks, %d calls", n, len(blocks), calls)
 }
 
 // recover reads s's blocks, and their ids into its live id table. In a
@@ -251,6 +273,9 @@ func (l *Log) recover(s *segment, live bool) error {
 			}
 			if err := spool.Fdatasync(s.f); err != nil {
 				return fmt.Errorf("cannot cut the torn tail of call log segment %s at byte %d: %w", s.path, off, err)
+			}
+			if l.opts.OnTornTail != nil {
+				l.opts.OnTornTail(s.path, int64(off), int64(len(data)-off))
 			}
 			break
 		}
