@@ -113,4 +113,3 @@ func BenchmarkGetAtSegments(b *testing.B) {
 		})
 	}
 }
-

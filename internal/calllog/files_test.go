@@ -10,42 +10,7 @@ import (
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
-	"github.com/mcpaudit/mcpaudit/exporter/storetest"
 )
-
-// TestFiles_ScanDuringRetentionUncached: a scan holds segments whose files
-// the cache has closed (a bound of one) when retention removes them:
-// retention opens them for the scan before the unlink, and the scan reads
-// every call it began with; the files are closed once it ends.
-func TestFiles_ScanDuringRetentionUncached(t *testing.T) {
-	files := NewFiles(1)
-	l := open(t, t.TempDir(), Options{SegmentBytes: 1, Files: files})
-	defer l.Close()
-	recs := gen(t, 52, 500)
-	for i := 0; i < len(recs); i += 50 {
-		appendAll(t, l, recs[i:i+50])
-	}
-	if st := files.Stats(); st.Open > 1 {
-		t.Fatalf("%d sealed files open under a bound of 1", st.Open)
-	}
-	var ids []string
-	err := l.Scan(context.Background(), time.Time{}, time.Time{}, func(r *audit.Record) error {
-		if len(ids) == 0 {
-			if n, err := l.DeleteBefore(storetest.T0.Add(1000 * time.Hour)); err != nil || n != 500 {
-				return fmt.Errorf("DeleteBefore = %d, %v; want 500", n, err)
-			}
-		}
-		ids = append(ids, r.Call.ID)
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("Scan racing DeleteBefore, its segments' files closed by the cache: %v", err)
-	}
-	sameSet(t, "Scan racing DeleteBefore", ids, sortedIDs(recs))
-	if st := files.Stats(); st.Open != 0 {
-		t.Errorf("%d sealed files open after the scan of the segments retention removed, want 0", st.Open)
-	}
-}
 
 // TestFiles_ReadersAndRetention (run it with -race): readers scan and look
 // calls up by id while retention removes segments and appends seal new
