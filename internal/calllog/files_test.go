@@ -132,3 +132,13 @@ func TestFiles_ReadOnlyGone(t *testing.T) {
 	}
 	t.Logf("the reader's error: %v", err)
 }
+
+// TestFiles_ReadOnlyNoLiveSegment: a reader's log whose directory holds no
+// segment (or sealed ones alone) has an empty live segment of no file; it
+// closes without a file to let go.
+func TestFiles_ReadOnlyNoLiveSegment(t *testing.T) {
+	l := open(t, t.TempDir(), Options{ReadOnly: true})
+	if err := l.Close(); err != nil {
+		t.Fatalf("Close of a reader's log with no segment: %v", err)
+	}
+}

@@ -96,7 +96,7 @@ func (l *Log) load() error {
 		}
 		if l.opts.ReadOnly {
 			// An empty live segment of no file: nothing to read.
-			s := &segment{num: next, path: l.segPath(next)}
+			s := &segment{num: next, path: l.segPath(next), files: l.opts.Files}
 			newSegmentState(s)
 			l.live = s
 			return nil
