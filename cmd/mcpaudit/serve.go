@@ -272,7 +272,12 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger, progress func(
 		// that opening them made is then removed again.
 		dir := calllogs.Dir(cfg.Serve.DataDir)
 		_, statErr := os.Stat(dir)
-		logs, err := calllogs.Open(dir, calllog.Options{OnSeal: func(err error) {
+		logs, err := calllogs.Open(dir, calllog.Options{OpenFiles: o.CallLogOpenFiles, OnTornTail: func(path string, at, n int64) {
+			// Normal after a crash mid-write; synced blocks missing
+			// besides refuse the store's open (sqlite.ErrCallsLost).
+			log.Warn("cut the torn tail of a call log segment: a block written whose sync never returned (a crash mid-write), never acknowledged",
+				"file", path, "at", at, "bytes", n)
+		}, OnSeal: func(err error) {
 			// Appends go on meanwhile; the live segment grows past its
 			// size and retention cannot remove it (adv51: it was silent).
 			if err != nil {
@@ -303,6 +308,7 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger, progress func(
 				"calls", where, "reason", why, "dir", map[string]string{sqlite.CallsLog: dir, sqlite.CallsSQLite: path}[where])
 		}
 		if where == sqlite.CallsLog {
+			checkOpenFiles(log, callLogFilesNeed(cfg, logs.Tenants()))
 			log.Warn("EXPERIMENTAL serve.sqlite.calls: log: calls are kept in call logs under the data dir's calls/, "+
 				"each block chained as it is synced (docs/storage.md, \"Calls in the call log\")",
 				"dir", dir)

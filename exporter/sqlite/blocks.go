@@ -7,6 +7,7 @@ import (
 	"database/sql"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -175,6 +176,8 @@ func (s *Store) openBlocks(ctx context.Context, log CallLog) error {
 	}
 	s.blocks = bc
 	if err := s.recoverBlocks(ctx); err != nil {
+		// The store is closed next, with no chaining loop to stop.
+		s.blocks = nil
 		return err
 	}
 	go s.blockLoop()
@@ -193,17 +196,20 @@ func (s *Store) recoverBlocks(ctx context.Context) error {
 	bc := s.blocks
 	start := time.Now()
 	var found []LogBlock
+	lost := LostBlocksError{Files: bc.log.SegmentFile}
 	for _, tenant := range bc.log.Tenants() {
 		segs, err := bc.log.Segments(tenant)
 		if err != nil {
 			return err
 		}
 		last, had := bc.chained[tenant]
+		held := map[uint64]int{} // blocks of the segments from the last chained one's
 		for _, seg := range segs {
 			if had && seg < last.Segment {
 				continue
 			}
 			err := bc.log.Blocks(ctx, tenant, seg, func(b LogBlock) error {
+				held[seg]++
 				if !had || b.after(last.Segment, last.Block) {
 					found = append(found, b)
 				}
@@ -213,6 +219,23 @@ func (s *Store) recoverBlocks(ctx context.Context) error {
 				return fmt.Errorf("cannot chain the blocks of the call log of tenant %q: %w", tenant, err)
 			}
 		}
+		if had {
+			if err := s.checkLost(ctx, tenant, last, segs, held, &lost); err != nil {
+				return err
+			}
+		}
+	}
+	// A tenant whose whole log is gone (its directory) has chained blocks
+	// and no log.
+	for tenant, last := range bc.chained {
+		if !slices.Contains(bc.log.Tenants(), tenant) {
+			if err := s.checkLost(ctx, tenant, last, nil, nil, &lost); err != nil {
+				return err
+			}
+		}
+	}
+	if len(lost.Segments) > 0 {
+		return &lost
 	}
 	if len(found) == 0 {
 		return nil
@@ -444,3 +467,111 @@ func (n *sqlNullInt) Scan(src any) error {
 }
 
 const minNanos = -1 << 63
+
+// LostBlocksError is Open's error when blocks the chain records as synced
+// are missing from the call logs on disk (ErrCallsLost): by segment, the
+// blocks and calls missing.
+type LostBlocksError struct {
+	Segments []LostSegment
+	// Files names a segment's file (BlockLog.SegmentFile).
+	Files func(tenant string, seg uint64) string
+}
+
+// LostSegment is the blocks of one segment the chain records and the log
+// lacks: ranks First to Last, Blocks of them, holding Calls calls.
+type LostSegment struct {
+	Tenant              string
+	Segment             uint64
+	First, Last, Blocks int
+	Calls               int64
+	Gone                bool // the segment's file is not in the log at all
+}
+
+func (e *LostBlocksError) Error() string {
+	var b strings.Builder
+	b.WriteString(ErrCallsLost.Error() + ":")
+	var blocks int
+	var calls int64
+	for _, g := range e.Segments {
+		what := "cut short, or removed and made again empty by this open"
+		if g.Gone {
+			what = "gone"
+		}
+		fmt.Fprintf(&b, " tenant %q, %s (%s): blocks %d-%d of it the chain records as synced are missing (%d blocks, %d calls);",
+			g.Tenant, e.Files(g.Tenant, g.Segment), what, g.First, g.Last, g.Blocks, g.Calls)
+		blocks += g.Blocks
+		calls += g.Calls
+	}
+	fmt.Fprintf(&b, " %d blocks, %d calls in all. Serve does not start on them: put the segment files back (from a copy, or "+
+		"mcpaudit restore of a backup taken before), or move the data dir aside and start on a new one (mcpaudit verify, "+
+		"export --data-dir and the other readers still read it); new blocks would take the places the chain records for the lost ones "+
+		"(docs/storage.md, \"A call log that lost synced blocks\")", blocks, calls)
+	return b.String()
+}
+
+func (e *LostBlocksError) Unwrap() error { return ErrCallsLost }
+
+// checkLost adds to lost the blocks of tenant's log the chain records and
+// the log lacks, last being the tenant's last chained block, segs the
+// log's segments and held the blocks it holds of those from last's on.
+// Only the segments after the log's last one before last's are looked at:
+// the sealed segments before are whole (their index, checked at the
+// log's open, names their blocks). A segment gone whose chained blocks are
+// all before the tenant's chained cut is retention's.
+func (s *Store) checkLost(ctx context.Context, tenant string, last LogBlock, segs []uint64, held map[uint64]int, lost *LostBlocksError) error {
+	if slices.Contains(segs, last.Segment) && held[last.Segment] > last.Block {
+		return nil // the log holds the last chained block: nothing before it is lost
+	}
+	from := uint64(0)
+	for _, seg := range segs {
+		if seg < last.Segment {
+			from = seg + 1
+		}
+	}
+	if slices.Contains(segs, last.Segment) {
+		from = last.Segment
+	}
+	cut, err := chainedLogCut(ctx, s.w, tenant)
+	if err != nil {
+		return wrap(err)
+	}
+	rows, err := s.w.QueryContext(ctx, `SELECT seg, block, calls, last FROM chain_blocks WHERE tenant = ? AND seg >= ? ORDER BY seg, block`,
+		tenant, int64(from))
+	if err != nil {
+		return wrap(err)
+	}
+	defer rows.Close()
+	var segsLost []LostSegment
+	var maxLast []int64
+	for rows.Next() {
+		var seg int64
+		var block int
+		var calls, lastT int64
+		if err := rows.Scan(&seg, &block, &calls, &lastT); err != nil {
+			return wrap(err)
+		}
+		present := slices.Contains(segs, uint64(seg))
+		if present && block < held[uint64(seg)] {
+			continue
+		}
+		n := len(segsLost)
+		if n == 0 || segsLost[n-1].Segment != uint64(seg) {
+			segsLost = append(segsLost, LostSegment{Tenant: tenant, Segment: uint64(seg), First: block, Gone: !present})
+			maxLast = append(maxLast, lastT)
+			n++
+		}
+		g := &segsLost[n-1]
+		g.Last, g.Blocks, g.Calls = block, g.Blocks+1, g.Calls+calls
+		maxLast[n-1] = max(maxLast[n-1], lastT)
+	}
+	if err := rows.Err(); err != nil {
+		return wrap(err)
+	}
+	for i, g := range segsLost {
+		if g.Gone && maxLast[i] < cut {
+			continue // retention's: wholly before the chained cut
+		}
+		lost.Segments = append(lost.Segments, g)
+	}
+	return nil
+}

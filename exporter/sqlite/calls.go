@@ -43,6 +43,12 @@ var (
 	// calls table and the call log hold calls: it cannot tell which one is
 	// the store's, and reads one source only.
 	ErrCallsInBoth = errors.New("both the calls table and the call logs hold calls")
+	// ErrCallsLost is returned by Open with the calls in call logs when
+	// blocks the chain records as synced (acknowledged calls) are not in
+	// the logs on disk, and not retention's: a live segment cut short or
+	// removed, a segment file gone. The error (*LostBlocksError) names
+	// the tenant, the segment file, the blocks and the calls.
+	ErrCallsLost = errors.New("acknowledged calls are missing from the call logs")
 )
 
 // ackLogHolds reports whether the call log of Ack "log" in dir holds a

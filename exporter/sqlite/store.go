@@ -117,15 +117,25 @@ type Options struct {
 	// with call logs (calls/) with "sqlite". It cannot go with ack "log".
 	// Default "sqlite".
 	Calls string `yaml:"calls"`
+	// CallLogOpenFiles bounds the sealed segment files of the call logs
+	// (Calls "log") kept open at once, across every tenant: the least
+	// recently read is closed past it and opened again when read. Each
+	// tenant's log keeps its live segment's file open besides. Default
+	// 256.
+	CallLogOpenFiles int `yaml:"call_log_open_files"`
 	// CallLog holds the calls with Calls "log", and with "auto" when it
 	// chooses the log; the store closes it (at once when "auto" chooses
 	// "sqlite"). "auto" without one chooses "sqlite".
 	CallLog CallLog `yaml:"-"`
 }
 
+// calllogOpenFiles is calllog.DefaultOpenFiles, which this package cannot
+// import (calllog imports it); calllogs' tests check that they agree.
+const calllogOpenFiles = 256
+
 // NewDefaultOptions returns the documented defaults.
 func NewDefaultOptions() Options {
-	return Options{Synchronous: "full", Ack: AckCommit, Calls: CallsSQLite, LogMaxBytes: 1 << 30, LogWait: 10 * time.Second, MaxBatch: 2000, DeleteChunk: 2000, CacheMiB: 64, ReadConns: 4, ReadCacheMiB: 16, CheckpointEvery: time.Minute}
+	return Options{Synchronous: "full", Ack: AckCommit, Calls: CallsSQLite, LogMaxBytes: 1 << 30, LogWait: 10 * time.Second, MaxBatch: 2000, DeleteChunk: 2000, CacheMiB: 64, ReadConns: 4, ReadCacheMiB: 16, CheckpointEvery: time.Minute, CallLogOpenFiles: calllogOpenFiles}
 }
 
 // Validate checks the options; zero fields are valid (they take defaults).
@@ -159,7 +169,7 @@ func (o *Options) Validate() error {
 	for _, f := range []struct {
 		name string
 		v    int
-	}{{"max_batch", o.MaxBatch}, {"delete_chunk", o.DeleteChunk}, {"cache_mib", o.CacheMiB}, {"read_conns", o.ReadConns}, {"read_cache_mib", o.ReadCacheMiB}} {
+	}{{"max_batch", o.MaxBatch}, {"delete_chunk", o.DeleteChunk}, {"cache_mib", o.CacheMiB}, {"read_conns", o.ReadConns}, {"read_cache_mib", o.ReadCacheMiB}, {"call_log_open_files", o.CallLogOpenFiles}} {
 		if f.v < 0 {
 			errs = append(errs, fmt.Errorf("%s: must not be negative", f.name))
 		}

@@ -87,13 +87,21 @@ func (l *Log) BlockHashes(ctx context.Context, seg uint64, fn func(BlockInfo) er
 	blocks := slices.Clone(s.blocks)
 	l.mu.RUnlock()
 	defer s.release()
+	if len(blocks) == 0 {
+		return nil // a read-only log's empty live segment may have no file
+	}
+	h, err := s.files.acquire(s)
+	if err != nil {
+		return err
+	}
+	defer s.files.release(h)
 	var buf []byte
 	for bn, r := range blocks {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		buf = slices.Grow(buf[:0], int(r.size))[:r.size]
-		if _, err := s.f.ReadAt(buf, r.off); err != nil {
+		if _, err := h.f.ReadAt(buf, r.off); err != nil {
 			return fmt.Errorf("cannot read call log %s at byte %d: %w", s.path, r.off, err)
 		}
 		if err := fn(blockInfo(s.num, uint32(bn), r, sha256.Sum256(buf))); err != nil {

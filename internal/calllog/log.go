@@ -62,6 +62,21 @@ type Options struct {
 	// SegmentBytes, its tables in memory, and retention cannot remove it.
 	// It must not call the log.
 	OnSeal func(error)
+	// Files keeps the sealed segments' files open for reads, up to its
+	// bound, least recently used closed past it; logs may share one, so
+	// that the bound holds across them (calllogs shares one between every
+	// tenant's log). Default: a Files of its own of OpenFiles.
+	Files *Files
+	// OpenFiles bounds the Files the log makes when Files is nil.
+	// Default DefaultOpenFiles (256).
+	OpenFiles int
+	// OnTornTail, when set, is called by Open when it cuts the torn tail
+	// of the live segment (a block written whose sync never returned,
+	// never acknowledged: a crash mid-write), with the file, the offset
+	// it is cut at and the bytes cut. Blocks synced and lost besides
+	// (the file shorter than what was acknowledged) cannot be told from
+	// it here: the chain of the blocks tells them (exporter/sqlite).
+	OnTornTail func(path string, at, cut int64)
 	// ReadOnly opens the log to read alone, beside the process that
 	// writes it: the open writes, cuts, seals and removes nothing (a
 	// segment it would index again is read from its blocks, kept in
@@ -91,6 +106,9 @@ func (o *Options) defaults() {
 	}
 	if o.BlockCacheBytes <= 0 {
 		o.BlockCacheBytes = 16 << 20
+	}
+	if o.Files == nil {
+		o.Files = NewFiles(o.OpenFiles)
 	}
 }
 
@@ -135,10 +153,23 @@ type Log struct {
 type segment struct {
 	num  uint64
 	path string
-	f    *os.File // read handle; the live segment's is also written
+	// f is the live segment's file, which the committer writes (and the
+	// open recovers); reads go through files (Files.acquire), which holds
+	// it as the segment's own while it is live, and a sealed segment's
+	// file in its cache.
+	f     *os.File
+	files *Files
+	// own, cached and gone are guarded by files' mu: the segment's own
+	// file (the live segment's, or one retention kept open for the
+	// segment's holds), the cache's handle of it, and whether the log
+	// let it go (the cache keeps its file no longer).
+	own, cached *handle
+	gone        bool
 	// refs counts the log's hold on the segment (one while it is listed)
-	// and the readers' (a scan): f is closed when the last lets go, so a
-	// scan goes on reading a segment that retention removed meanwhile.
+	// and the readers' (a scan): the files are let go when the last lets
+	// go, and retention keeps the file open while holds remain
+	// (Files.keep), so a scan goes on reading a segment that retention
+	// removed meanwhile.
 	refs atomic.Int32
 	// The fields below are guarded by the log's mu; the committer alone
 	// changes them.
@@ -167,10 +198,10 @@ func newSegmentState(s *segment) {
 // which s is listed.
 func (s *segment) hold() { s.refs.Add(1) }
 
-// release lets go of a hold on s, and closes its file after the last.
+// release lets go of a hold on s, and of its files after the last.
 func (s *segment) release() error {
-	if s.refs.Add(-1) == 0 && s.f != nil { // a read-only log's empty live segment has none
-		return s.f.Close()
+	if s.refs.Add(-1) == 0 {
+		return s.files.drop(s)
 	}
 	return nil
 }
@@ -634,7 +665,11 @@ func (l *Log) rotateOnce() error {
 	}
 	l.live = s
 	l.mu.Unlock()
-	if len(live.blocks) == 0 {
+	if len(live.blocks) > 0 {
+		// Sealed: its file goes to the cache of open files, within
+		// its bound, like every sealed segment's.
+		l.opts.Files.disown(live)
+	} else {
 		live.release()
 		os.Remove(live.path)
 	}
@@ -733,8 +768,9 @@ func (l *Log) createSegment(num uint64) (*segment, error) {
 		os.Remove(path)
 		return nil, fmt.Errorf("cannot create call log segment %s: %w", path, err)
 	}
-	s := &segment{num: num, path: path, f: f, size: int64(len(segMagic)), created: time.Now()}
+	s := &segment{num: num, path: path, f: f, files: l.opts.Files, size: int64(len(segMagic)), created: time.Now()}
 	newSegmentState(s)
+	l.opts.Files.own(s, f)
 	return s, nil
 }
 
@@ -766,6 +802,14 @@ func (l *Log) DeleteBefore(t time.Time) (int64, error) {
 	var errs []error
 	for _, s := range gone {
 		calls += int64(s.calls)
+		if s.refs.Load() > 1 {
+			// Scans or a snapshot hold it: its file stays open for
+			// them, past the cache's bound, until the last lets go
+			// (no hold can be taken any more: it is not listed).
+			if err := s.files.keep(s); err != nil {
+				errs = append(errs, err)
+			}
+		}
 		// The segment first: an index without its segment is removed
 		// at open, a segment without its index is indexed again.
 		if err := os.Remove(s.path); err != nil {
@@ -776,7 +820,7 @@ func (l *Log) DeleteBefore(t time.Time) (int64, error) {
 		}
 		l.cache.drop(s.num)
 		l.tables.drop(s.num)
-		// Its file stays open until the scans reading it end.
+		// Its file stays open until the scans reading it end (keep).
 		s.release()
 	}
 	if len(gone) > 0 {
@@ -879,7 +923,7 @@ func (l *Log) closeFiles() error {
 	defer l.mu.Unlock()
 	var errs []error
 	for _, s := range append(slices.Clone(l.sealed), l.live) {
-		if s != nil && s.f != nil {
+		if s != nil {
 			errs = append(errs, s.release())
 		}
 	}

@@ -63,7 +63,7 @@ func (c *blockCache) drop(seg uint64) {
 }
 
 // readBlock returns block bn of s, decoded. The caller holds mu (read or
-// write), so that s.blocks and s.f stay.
+// write), so that s.blocks stay, and s is listed or held.
 func (l *Log) readBlock(s *segment, bn uint32) (*block, error) {
 	k := [2]uint64{s.num, uint64(bn)}
 	if b := l.cache.get(k); b != nil {
@@ -71,7 +71,13 @@ func (l *Log) readBlock(s *segment, bn uint32) (*block, error) {
 	}
 	r := s.blocks[bn]
 	data := make([]byte, r.size)
-	if _, err := s.f.ReadAt(data, r.off); err != nil {
+	fh, err := s.files.acquire(s)
+	if err != nil {
+		return nil, err
+	}
+	_, err = fh.f.ReadAt(data, r.off)
+	s.files.release(fh)
+	if err != nil {
 		return nil, fmt.Errorf("cannot read call log %s at byte %d: %w", s.path, r.off, err)
 	}
 	h, why := checkBlock(data)

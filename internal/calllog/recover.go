@@ -86,7 +86,7 @@ func (l *Log) load() error {
 		} else if s.calls > 0 {
 			l.sealed = append(l.sealed, s)
 		} else {
-			s.f.Close()
+			s.release()
 		}
 	}
 	if l.live == nil {
@@ -96,7 +96,7 @@ func (l *Log) load() error {
 		}
 		if l.opts.ReadOnly {
 			// An empty live segment of no file: nothing to read.
-			s := &segment{num: next, path: l.segPath(next)}
+			s := &segment{num: next, path: l.segPath(next), files: l.opts.Files}
 			newSegmentState(s)
 			l.live = s
 			return nil
@@ -133,25 +133,46 @@ func indexedEnd(blocks []blockRef) int64 {
 }
 
 // openSegment opens segment num: live, recovered as the segment appended
-// to next; or sealed, with the time index of its index file (its tables
-// are read when a lookup needs them), its checksum checked through buf.
+// to next, its file kept open (it is written, and read through it); or
+// sealed, with the time index of its index file (its tables are read when
+// a lookup needs them), its checksum checked through buf, its file opened
+// when a read needs it (Files).
 func (l *Log) openSegment(num uint64, live bool, buf []byte) (*segment, error) {
 	path := l.segPath(num)
-	flag := os.O_RDONLY
-	if live && !l.opts.ReadOnly {
-		flag = os.O_RDWR
-	}
-	f, err := os.OpenFile(path, flag, 0)
-	if err != nil {
-		return nil, fmt.Errorf("cannot open call log segment: %w", err)
-	}
-	s := &segment{num: num, path: path, f: f}
+	s := &segment{num: num, path: path, files: l.opts.Files}
 	newSegmentState(s)
-	if !live {
+	if live {
+		flag := os.O_RDONLY
+		if !l.opts.ReadOnly {
+			flag = os.O_RDWR
+		}
+		f, err := os.OpenFile(path, flag, 0)
+		if err != nil {
+			return nil, fmt.Errorf("cannot open call log segment: %w", err)
+		}
+		s.f = f
+		l.opts.Files.own(s, f)
+	} else {
+		fi, err := os.Stat(path)
+		if err == nil && !fi.Mode().IsRegular() {
+			err = fmt.Errorf("%s is not a file", path)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("cannot open call log segment: %w", err)
+		}
 		blocks, why, rerr := readIndexHead(idxPath(path), buf)
 		if rerr == nil {
-			if fi, err := f.Stat(); why == "" && err == nil && fi.Size() != indexedEnd(blocks) {
-				why = fmt.Sprintf("it names %d bytes of blocks, the segment holds %d", indexedEnd(blocks), fi.Size())
+			if end := indexedEnd(blocks); why == "" && fi.Size() < end {
+				// Whole (checksummed) and naming more bytes than the
+				// segment holds: synced blocks are gone, not a torn
+				// write (a sealed segment's last block was synced
+				// before its index was written). Indexing it again
+				// would hide the loss.
+				return nil, &CorruptError{Path: path, Offset: fi.Size(), Reason: fmt.Sprintf(
+					"the segment holds %d bytes, its index %s names %d: blocks synced and indexed are missing (%s)",
+					fi.Size(), filepath.Base(idxPath(path)), end, lostBlocks(blocks, fi.Size()))}
+			} else if why == "" && fi.Size() != end {
+				why = fmt.Sprintf("it names %d bytes of blocks, the segment holds %d", end, fi.Size())
 			}
 			if why == "" {
 				s.blocks, s.ids, s.more, s.keys = blocks, nil, nil, nil
@@ -159,28 +180,38 @@ func (l *Log) openSegment(num uint64, live bool, buf []byte) (*segment, error) {
 					s.calls += int(r.count)
 					s.min, s.max = minInt(s.min, r.min), maxInt(s.max, r.max)
 				}
-				if fi, err := f.Stat(); err == nil {
-					s.size = fi.Size()
-				}
+				s.size = fi.Size()
 				return s, nil
 			}
 		} else if !errors.Is(rerr, os.ErrNotExist) {
-			f.Close()
 			return nil, fmt.Errorf("cannot open call log index: %w", rerr)
 		}
 		// Indexed again below, from the segment, which must be whole.
 	}
 	if err := l.recover(s, live); err != nil {
-		f.Close()
+		s.release()
 		return nil, err
 	}
 	if !live && !l.opts.ReadOnly {
 		if err := l.seal(s); err != nil {
-			f.Close()
+			s.release()
 			return nil, err
 		}
 	}
 	return s, nil
+}
+
+// lostBlocks says which of blocks a segment of size bytes lacks: how many
+// and their calls.
+func lostBlocks(blocks []blockRef, size int64) string {
+	n, calls := 0, 0
+	for _, r := range blocks {
+		if r.off+int64(r.size) > size {
+			n++
+			calls += int(r.count)
+		}
+	}
+	return fmt.Sprintf("%d of its %d blocks, %d calls", n, len(blocks), calls)
 }
 
 // recover reads s's blocks, and their ids into its live id table. In a
@@ -242,6 +273,9 @@ func (l *Log) recover(s *segment, live bool) error {
 			}
 			if err := spool.Fdatasync(s.f); err != nil {
 				return fmt.Errorf("cannot cut the torn tail of call log segment %s at byte %d: %w", s.path, off, err)
+			}
+			if l.opts.OnTornTail != nil {
+				l.opts.OnTornTail(s.path, int64(off), int64(len(data)-off))
 			}
 			break
 		}

@@ -101,7 +101,13 @@ func (l *Log) Snapshot(dst string) (err error) {
 	}
 	for _, p := range parts {
 		name := filepath.Base(p.s.path)
-		if err := copyTo(name, io.NewSectionReader(p.s.f, 0, p.size)); err != nil {
+		h, err := p.s.files.acquire(p.s)
+		if err != nil {
+			return fmt.Errorf("cannot snapshot the call log: %w", err)
+		}
+		err = copyTo(name, io.NewSectionReader(h.f, 0, p.size))
+		p.s.files.release(h)
+		if err != nil {
 			return err
 		}
 		if p.idx != nil {

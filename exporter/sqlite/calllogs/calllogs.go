@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"iter"
 	"maps"
 	"math"
@@ -80,6 +81,9 @@ var _ sqlite.BlockLog = (*Logs)(nil)
 
 // Open opens the logs of every tenant under dir (creating dir); a
 // tenant's log is created at its first call. opts.Tenant is set per log.
+// Every log shares opts.Files (one of opts.OpenFiles made when nil), so
+// that the sealed segments' files open at once are bounded across the
+// tenants: each log holds its live segment's file besides.
 // With opts.ReadOnly the logs are read beside the process that writes
 // them (calllog.Options.ReadOnly): nothing is created or written, each
 // tenant's log holds the calls synced when it was opened, a missing dir
@@ -97,6 +101,9 @@ func Open(dir string, opts calllog.Options) (*Logs, error) {
 	}
 	if err != nil {
 		return nil, fmt.Errorf("cannot read call logs %s: %w", dir, err)
+	}
+	if opts.Files == nil {
+		opts.Files = calllog.NewFiles(opts.OpenFiles)
 	}
 	l := &Logs{dir: dir, opts: opts, logs: map[string]*calllog.Log{}}
 	if !opts.ReadOnly {
@@ -229,10 +236,10 @@ func (l *Logs) Append(ctx context.Context, recs []audit.Record) ([]int, error) {
 	if one {
 		lg, err := l.log(tenant, true)
 		if err != nil {
-			return nil, err
+			return nil, l.named(err)
 		}
 		held, err := lg.Append(ctx, recs)
-		return held, wrap(err)
+		return held, wrap(l.named(err))
 	}
 	by := map[string][]int{}
 	var order []string
@@ -252,11 +259,11 @@ func (l *Logs) Append(ctx context.Context, recs []audit.Record) ([]int, error) {
 		}
 		lg, err := l.log(t, true)
 		if err != nil {
-			return nil, err
+			return nil, l.named(err)
 		}
 		h, err := lg.Append(ctx, sub)
 		if err != nil {
-			return nil, wrap(err)
+			return nil, wrap(l.named(err))
 		}
 		for _, j := range h {
 			held = append(held, idx[j])
@@ -295,6 +302,46 @@ func (l *Logs) Get(ctx context.Context, id string, at time.Time) ([]audit.Record
 		}
 	}
 	return out, nil
+}
+
+// writeError is an error of a write to the call logs that names, for a
+// sender's answer (a full disk: "writing NAME"), the file or directory it
+// was to by its path under the data dir, never the whole path: until
+// fd52 the answer named a tenant's directory by its base name alone,
+// "writing -" for the default tenant's.
+type writeError struct {
+	name string
+	err  error
+}
+
+func (e *writeError) Error() string { return e.err.Error() }
+func (e *writeError) Unwrap() error { return e.err }
+
+// Writing names what the failed write was to: calls/<tenant's dir>/<file>,
+// or calls/<tenant's dir> with whose directory it is.
+func (e *writeError) Writing() string { return e.name }
+
+// named wraps err, when it carries the path of a file or directory under
+// the logs' directory, so that it names it (writeError).
+func (l *Logs) named(err error) error {
+	var pe *fs.PathError
+	var we *writeError
+	if err == nil || !errors.As(err, &pe) || errors.As(err, &we) {
+		return err
+	}
+	rel, rerr := filepath.Rel(filepath.Dir(l.dir), pe.Path)
+	if rerr != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return err
+	}
+	name := filepath.ToSlash(rel)
+	if parts := strings.Split(name, "/"); len(parts) == 2 {
+		if tenant, ok := tenantOf(parts[1]); ok && tenant == "" {
+			name += " (the call log directory of the default tenant)"
+		} else if ok {
+			name += fmt.Sprintf(" (the call log directory of tenant %q)", tenant)
+		}
+	}
+	return &writeError{name: name, err: err}
 }
 
 // errStop ends a tenant's scan early.
@@ -597,6 +644,10 @@ func (l *Logs) Snapshot(dst string) (calls int64, err error) {
 	}
 	return calls, nil
 }
+
+// Files returns the state of the sealed segments' files the logs keep
+// open.
+func (l *Logs) Files() calllog.FilesStats { return l.opts.Files.Stats() }
 
 // Stats returns the sum of every tenant's log's calllog.Stats.
 func (l *Logs) Stats() (calllog.Stats, error) {

@@ -353,8 +353,20 @@ func TestReady_OutOfInodes(t *testing.T) {
 		t.Fatalf("Ready before any write failed: %v", err)
 	}
 	recs := gen(t, 5).Records(10)
-	if _, err := st.AppendCalls(context.Background(), recs); !errors.Is(err, syscall.ENOSPC) {
+	_, err := st.AppendCalls(context.Background(), recs)
+	if !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("AppendCalls of a new tenant's log out of inodes: %v, want ENOSPC", err)
+	}
+	// The sender's 503 names what could not be written (the receiver
+	// takes the error's Writing): until fd52 the tenant's directory by its
+	// base name, "-" for the default tenant's.
+	var w interface{ Writing() string }
+	if want := "calls/- (the call log directory of the default tenant)"; !errors.As(err, &w) || w.Writing() != want {
+		got := "no Writing"
+		if w != nil {
+			got = w.Writing()
+		}
+		t.Errorf("AppendCalls out of inodes names %q as the file it was writing, want %q", got, want)
 	}
 	if err := st.Ready(); !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("Ready out of inodes after a refused append: %v, want ENOSPC", err)
