@@ -44,18 +44,35 @@ func TestReadingRoundTrip(t *testing.T) {
 				t.Fatal(err)
 			}
 			rec := r.Read(c)
+			enc := audit.AppendReading(nil, rec)
 			var back audit.Record
-			if err := audit.ReadReading(audit.AppendReading(nil, rec), &back); err != nil {
+			if err := audit.ReadReading(enc, &back); err != nil {
 				t.Fatalf("%s: %v", path, err)
 			}
-			back.Call = rec.Call
-			if !reflect.DeepEqual(&back, rec) {
-				t.Fatalf("%s: reading changed:\n%+v\n%+v", path, &back, rec)
+			// The views form, into room for one operation (as a
+			// waiting call is unpacked) and into none.
+			var viewed, roomless audit.Record
+			var one [1]audit.Op
+			one[0].Key = "left from before"
+			if err := audit.ReadReadingViews(enc, &viewed, one[:0]); err != nil {
+				t.Fatalf("%s: views: %v", path, err)
 			}
-			for i := range back.Ops {
-				if rec.Ops[i].Failure == rec.Failure && rec.Failure != nil && back.Ops[i].Failure != back.Failure {
-					t.Fatalf("%s: op %d no longer shares the call's failure", path, i)
+			if err := audit.ReadReadingViews(enc, &roomless, nil); err != nil {
+				t.Fatalf("%s: views: %v", path, err)
+			}
+			for _, back := range []*audit.Record{&back, &viewed, &roomless} {
+				back.Call = rec.Call
+				if !reflect.DeepEqual(back, rec) {
+					t.Fatalf("%s: reading changed:\n%+v\n%+v", path, back, rec)
 				}
+				for i := range back.Ops {
+					if rec.Ops[i].Failure == rec.Failure && rec.Failure != nil && back.Ops[i].Failure != back.Failure {
+						t.Fatalf("%s: op %d no longer shares the call's failure", path, i)
+					}
+				}
+			}
+			if len(rec.Ops) == 1 && &viewed.Ops[0] != &one[0] {
+				t.Fatalf("%s: one operation not decoded into the room given", path)
 			}
 			n++
 		}
@@ -66,5 +83,8 @@ func TestReadingRoundTrip(t *testing.T) {
 	}
 	if err := audit.ReadReading([]byte{1, 3, 'a'}, &audit.Record{}); err == nil {
 		t.Fatal("a truncated reading decoded")
+	}
+	if err := audit.ReadReadingViews([]byte{1, 3, 'a'}, &audit.Record{}, nil); err == nil {
+		t.Fatal("a truncated reading decoded into views")
 	}
 }
