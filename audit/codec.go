@@ -93,18 +93,18 @@ func AppendReading(b []byte, r *Record) []byte {
 
 // ReadReading decodes what AppendReading wrote into r, leaving r.Call as
 // it is.
-func ReadReading(b []byte, r *Record) error { return readReading(reader{b: b}, r, nil) }
+func ReadReading(b []byte, r *Record) error { return readReading(reader{b: b}, r) }
 
 // ReadReadingViews is ReadReading into views: r's strings are views of b,
-// but for the fingerprints stored packed, and its operations go into ops
-// (emptied) when they fit. b must not change while r or its strings are
-// used, so it is for a reading held in a string, such as a waiting call's
-// packing (collector/detect): decoding it then copies no text.
-func ReadReadingViews(b []byte, r *Record, ops []Op) error {
-	return readReading(reader{b: b, view: true}, r, ops)
+// but for the fingerprints stored packed. b must not change while r or its
+// strings are used, so it is for a reading held in a string, such as a
+// waiting call's packing (collector/detect): decoding it then copies no
+// text.
+func ReadReadingViews(b []byte, r *Record) error {
+	return readReading(reader{b: b, view: true}, r)
 }
 
-func readReading(d reader, r *Record, ops []Op) error {
+func readReading(d reader, r *Record) error {
 	if d.byte() != readingV1 {
 		return ErrCorruptReading
 	}
@@ -118,12 +118,7 @@ func readReading(d reader, r *Record, ops []Op) error {
 		return ErrCorruptReading
 	}
 	r.Ops = nil
-	switch {
-	case n == 0:
-	case n <= uint64(cap(ops)):
-		r.Ops = ops[:n]
-		clear(r.Ops)
-	default:
+	if n > 0 {
 		r.Ops = make([]Op, n)
 	}
 	for i := range r.Ops {

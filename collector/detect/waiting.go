@@ -64,14 +64,13 @@ func packRecord(b []byte, r *audit.Record) []byte {
 }
 
 // unpackRecord returns the record packRecord packed in p. Its texts are
-// views of p (but for the fingerprints the reading stores packed), and a
-// call of one operation is one allocation: unpacking is on the live
-// service's path of every call (prof51, eng52 in docs/benchmarks.md).
+// views of p, but for the fingerprints the reading stores packed:
+// unpacking is on the live service's path of every call (prof51, eng52 in
+// docs/benchmarks.md).
 func unpackRecord(p string) (*audit.Record, error) {
 	l := &struct {
-		r  audit.Record
-		c  audit.Call
-		op [1]audit.Op
+		r audit.Record
+		c audit.Call
 	}{}
 	c := &l.c
 	rest := p
@@ -118,7 +117,7 @@ func unpackRecord(p string) (*audit.Record, error) {
 	if bad {
 		return nil, fmt.Errorf("cannot unpack a waiting call: truncated")
 	}
-	if err := audit.ReadReadingViews(unsafe.Slice(unsafe.StringData(rest), len(rest)), &l.r, l.op[:0]); err != nil {
+	if err := audit.ReadReadingViews(unsafe.Slice(unsafe.StringData(rest), len(rest)), &l.r); err != nil {
 		return nil, fmt.Errorf("cannot unpack a waiting call: %w", err)
 	}
 	l.r.Call = c
