@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"time"
+	"unsafe"
 )
 
 // The reading of a call (its Record without the Call) is stored beside the
@@ -92,8 +93,18 @@ func AppendReading(b []byte, r *Record) []byte {
 
 // ReadReading decodes what AppendReading wrote into r, leaving r.Call as
 // it is.
-func ReadReading(b []byte, r *Record) error {
-	d := reader{b: b}
+func ReadReading(b []byte, r *Record) error { return readReading(reader{b: b}, r) }
+
+// ReadReadingViews is ReadReading into views: r's strings are views of b,
+// but for the fingerprints stored packed. b must not change while r or its
+// strings are used, so it is for a reading held in a string, such as a
+// waiting call's packing (collector/detect): decoding it then copies no
+// text.
+func ReadReadingViews(b []byte, r *Record) error {
+	return readReading(reader{b: b, view: true}, r)
+}
+
+func readReading(d reader, r *Record) error {
 	if d.byte() != readingV1 {
 		return ErrCorruptReading
 	}
@@ -200,9 +211,11 @@ func appendTime(b []byte, t time.Time) []byte {
 }
 
 // reader decodes; a short or malformed input sets bad and yields zeros.
+// With view set its strings are views of b, not copies.
 type reader struct {
-	b   []byte
-	bad bool
+	b    []byte
+	bad  bool
+	view bool
 }
 
 func (d *reader) byte() byte {
@@ -244,9 +257,17 @@ func (d *reader) str() string {
 		d.b = nil
 		return ""
 	}
-	s := string(d.b[:n])
+	s := d.text(d.b[:n])
 	d.b = d.b[n:]
 	return s
+}
+
+// text returns b as a string: a view of it with view set, else a copy.
+func (d *reader) text(b []byte) string {
+	if d.view {
+		return unsafe.String(unsafe.SliceData(b), len(b))
+	}
+	return string(b)
 }
 
 func (d *reader) packed() string {
@@ -260,7 +281,7 @@ func (d *reader) packed() string {
 	raw := d.b[:size]
 	d.b = d.b[size:]
 	if n&1 == 0 {
-		return string(raw)
+		return d.text(raw)
 	}
 	return hex.EncodeToString(raw)
 }

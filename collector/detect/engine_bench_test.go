@@ -62,3 +62,60 @@ func BenchmarkEngine(b *testing.B) {
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(calls), "cpu-ns/call")
 	b.ReportMetric(float64(calls)/float64(b.N), "calls/op")
 }
+
+// BenchmarkEngine_Waiting times Add and Flush of lean records, as serve
+// keeps them, where every call waits for its partition's watermark (the
+// first call of each partition comes from a source that sends nothing
+// more, as in BenchmarkWaiting): "packed" as serve keeps waiting calls
+// (Engine.PackWaiting: each is packed when it waits and unpacked to be
+// judged), "lean" unpacked. Reports CPU and allocations per call:
+//
+//	GOMAXPROCS=1 go test ./collector/detect -run '^$' -bench 'Engine_Waiting' -benchmem -benchtime 3x
+func BenchmarkEngine_Waiting(b *testing.B) {
+	b.Run("lean", func(b *testing.B) { benchmarkEngineWaiting(b, false) })
+	b.Run("packed", func(b *testing.B) { benchmarkEngineWaiting(b, true) })
+}
+
+func benchmarkEngineWaiting(b *testing.B, packed bool) {
+	recs := leanTraffic(b, 10)
+	var posters [16]string
+	for i := range posters {
+		posters[i] = "poster-" + string(rune('a'+i))
+	}
+	var cpu time.Duration
+	calls := 0
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		// Add changes a record (its call's fingerprint when it has none):
+		// each round gets copies.
+		held := make([]*audit.Record, len(recs))
+		for i, r := range recs {
+			c := *r.Call
+			l := *r
+			l.Call = &c
+			held[i] = &l
+		}
+		e := detect.NewEngine(detect.NewDefaultConfig(), discardSink{})
+		e.ClockPerPartition()
+		if packed {
+			e.PackWaiting()
+		}
+		stuck := map[detect.PartitionKey]bool{}
+		b.StartTimer()
+		cpu0 := cpuTime()
+		for i, r := range held {
+			k := detect.PartitionKey{Tenant: r.Call.Tenant, Server: r.Call.Server}
+			if !stuck[k] {
+				stuck[k] = true
+				e.Add("stuck", r, time.Time{})
+				continue
+			}
+			e.Add(posters[i%16], r, time.Time{})
+		}
+		e.Flush()
+		cpu += cpuTime() - cpu0
+		calls += len(held)
+	}
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(calls), "cpu-ns/call")
+}

@@ -117,25 +117,40 @@ func fp(s string) uint64 {
 }
 
 // hex64 reads 16 hex digits, either case, as strconv.ParseUint(s, 16, 64)
-// does, without its generality: every write and key passes here.
+// does, without its generality: every write and key passes here. A table
+// gives each byte's value, or bad, and the bits of bad are looked at once
+// after the loop: no branch a digit.
 func hex64(s string) (uint64, bool) {
 	var v uint64
+	var bad byte
 	for i := 0; i < 16; i++ {
-		c := s[i]
-		switch {
-		case '0' <= c && c <= '9':
-			c -= '0'
-		case 'a' <= c && c <= 'f':
-			c -= 'a' - 10
-		case 'A' <= c && c <= 'F':
-			c -= 'A' - 10
-		default:
-			return 0, false
-		}
-		v = v<<4 | uint64(c)
+		d := hexDigits[s[i]]
+		bad |= d
+		v = v<<4 | uint64(d&0xf)
 	}
-	return v, true
+	return v, bad&hexBad == 0
 }
+
+// hexBad marks a byte that is no hex digit in hexDigits.
+const hexBad = 0x80
+
+// hexDigits holds the value of each hex digit, either case, and hexBad
+// for every other byte.
+var hexDigits = func() (t [256]byte) {
+	for i := range t {
+		switch c := byte(i); {
+		case '0' <= c && c <= '9':
+			t[i] = c - '0'
+		case 'a' <= c && c <= 'f':
+			t[i] = c - 'a' + 10
+		case 'A' <= c && c <= 'F':
+			t[i] = c - 'A' + 10
+		default:
+			t[i] = hexBad
+		}
+	}
+	return t
+}()
 
 // writeRec is one write attempt in the ledger, kept compact (112 bytes):
 // the ledger holds one for every write of the correlation window. Its

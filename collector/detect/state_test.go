@@ -31,6 +31,24 @@ func TestHex64(t *testing.T) {
 	f("0123456789abcd:f")
 	f("0123456789abcd@f")
 	f("0123456789abcd`f")
+	f("0123456789abcd\x80f")
+	f("0123456789abcd\xfff")
+	f("\x8a123456789abcdef")
+}
+
+// BenchmarkHex64 reads a write's fingerprint:
+//
+//	go test ./collector/detect -run '^$' -bench Hex64 -count 5
+func BenchmarkHex64(b *testing.B) {
+	ss := []string{"0123456789abcdef", "9f86d081884c7d65", "FEDCBA9876543210", "5994471abb01112a"}
+	var sum uint64
+	for i := 0; b.Loop(); i++ {
+		v, _ := hex64(ss[i&3])
+		sum += v
+	}
+	if sum == 1 {
+		b.Log(sum)
+	}
 }
 
 // TestObservedListAndMap: a second's observations are found alike whether

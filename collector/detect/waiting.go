@@ -63,8 +63,10 @@ func packRecord(b []byte, r *audit.Record) []byte {
 	return audit.AppendReading(b, r)
 }
 
-// unpackRecord returns the record packRecord packed in p. The call's texts
-// are views of p.
+// unpackRecord returns the record packRecord packed in p. Its texts are
+// views of p, but for the fingerprints the reading stores packed:
+// unpacking is on the live service's path of every call (prof51, eng52 in
+// docs/benchmarks.md).
 func unpackRecord(p string) (*audit.Record, error) {
 	l := &struct {
 		r audit.Record
@@ -115,7 +117,7 @@ func unpackRecord(p string) (*audit.Record, error) {
 	if bad {
 		return nil, fmt.Errorf("cannot unpack a waiting call: truncated")
 	}
-	if err := audit.ReadReading(unsafe.Slice(unsafe.StringData(rest), len(rest)), &l.r); err != nil {
+	if err := audit.ReadReadingViews(unsafe.Slice(unsafe.StringData(rest), len(rest)), &l.r); err != nil {
 		return nil, fmt.Errorf("cannot unpack a waiting call: %w", err)
 	}
 	l.r.Call = c

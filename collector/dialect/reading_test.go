@@ -44,17 +44,25 @@ func TestReadingRoundTrip(t *testing.T) {
 				t.Fatal(err)
 			}
 			rec := r.Read(c)
+			enc := audit.AppendReading(nil, rec)
 			var back audit.Record
-			if err := audit.ReadReading(audit.AppendReading(nil, rec), &back); err != nil {
+			if err := audit.ReadReading(enc, &back); err != nil {
 				t.Fatalf("%s: %v", path, err)
 			}
-			back.Call = rec.Call
-			if !reflect.DeepEqual(&back, rec) {
-				t.Fatalf("%s: reading changed:\n%+v\n%+v", path, &back, rec)
+			// The views form, as a waiting call is unpacked.
+			var viewed audit.Record
+			if err := audit.ReadReadingViews(enc, &viewed); err != nil {
+				t.Fatalf("%s: views: %v", path, err)
 			}
-			for i := range back.Ops {
-				if rec.Ops[i].Failure == rec.Failure && rec.Failure != nil && back.Ops[i].Failure != back.Failure {
-					t.Fatalf("%s: op %d no longer shares the call's failure", path, i)
+			for _, back := range []*audit.Record{&back, &viewed} {
+				back.Call = rec.Call
+				if !reflect.DeepEqual(back, rec) {
+					t.Fatalf("%s: reading changed:\n%+v\n%+v", path, back, rec)
+				}
+				for i := range back.Ops {
+					if rec.Ops[i].Failure == rec.Failure && rec.Failure != nil && back.Ops[i].Failure != back.Failure {
+						t.Fatalf("%s: op %d no longer shares the call's failure", path, i)
+					}
 				}
 			}
 			n++
@@ -66,5 +74,8 @@ func TestReadingRoundTrip(t *testing.T) {
 	}
 	if err := audit.ReadReading([]byte{1, 3, 'a'}, &audit.Record{}); err == nil {
 		t.Fatal("a truncated reading decoded")
+	}
+	if err := audit.ReadReadingViews([]byte{1, 3, 'a'}, &audit.Record{}); err == nil {
+		t.Fatal("a truncated reading decoded into views")
 	}
 }
