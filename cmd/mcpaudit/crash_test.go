@@ -141,7 +141,10 @@ func TestServe_Kill9(t *testing.T) {
 		t.Fatal("nothing was acknowledged before the kill")
 	}
 
-	st, err := sqlite.Open(dir+"/mcpaudit.db", sqlite.NewDefaultOptions())
+	// Read where the data dir keeps the calls, as the --data-dir readers
+	// do: the call logs of a new data dir since dflt51 (the table alone,
+	// read before, held none of them).
+	st, err := openReading(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,7 +33,9 @@ import (
 // the early listener, /healthz is refused there.
 func TestServe_AnswersWhileTheIndexIsRebuilt(t *testing.T) {
 	dir := t.TempDir()
-	cfg := testConfig(t, dir)
+	// The calls in the table, from which the id index is built (in call
+	// logs, the default since dflt51 for a new data dir, there is none).
+	cfg := autoConfig(t, dir, sqlite.CallsSQLite)
 	cfg.Serve.GRPCListen = ""
 	cfg.Serve.IngestListen, cfg.Serve.APIListen = freePort(t), freePort(t)
 	s, err := startServer(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
@@ -167,7 +169,10 @@ func TestServe_AnswersWhileTheIndexIsRebuilt(t *testing.T) {
 func storedWithoutIndex(t *testing.T) (string, Config) {
 	t.Helper()
 	dir := t.TempDir()
-	cfg := testConfig(t, dir)
+	// The calls in the table: the id index is built from it (calls in
+	// call logs, the default since dflt51 for a new data dir, have no id
+	// index to build, and a stop waiting for its build waited forever).
+	cfg := autoConfig(t, dir, sqlite.CallsSQLite)
 	s, err := startServer(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)

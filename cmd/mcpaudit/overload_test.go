@@ -18,7 +18,6 @@ import (
 
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/receiver"
-	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
 	"github.com/mcpaudit/mcpaudit/internal/capgen"
 )
 
@@ -162,7 +161,7 @@ func TestServe_Overload(t *testing.T) {
 
 	// Every acknowledged call is stored.
 	c.kill()
-	st, err := sqlite.Open(filepath.Join(dir, "mcpaudit.db"), sqlite.NewDefaultOptions())
+	st, err := openReading(dir) // the calls table or the call logs, as serve kept them
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
-	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
 )
 
 // TestServe_PooledBodies posts distinct calls from eight clients at once to
@@ -111,8 +110,8 @@ func TestServe_PooledBodies(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	c.kill() // acknowledged calls are stored: SIGKILL loses none
-	st, err := sqlite.Open(filepath.Join(dir, "mcpaudit.db"), sqlite.NewDefaultOptions())
+	c.kill()                    // acknowledged calls are stored: SIGKILL loses none
+	st, err := openReading(dir) // the calls table or the call logs, as serve kept them
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,7 +23,6 @@ import (
 
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/collector/tap"
-	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
 )
 
 // lockedBuffer is a log sink safe for the server's goroutines.
@@ -264,7 +263,7 @@ func TestRelayDataDirRedaction(t *testing.T) {
 		}
 		return nil
 	})
-	st, err := sqlite.Open(filepath.Join(dir, "mcpaudit.db"), sqlite.NewDefaultOptions())
+	st, err := openReading(dir) // the calls table or the call logs, as serve kept them
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -322,7 +321,7 @@ func tapRecords(t *testing.T, recs []map[string]any) []*tap.Record {
 // storedIDs returns the ids of the calls a data dir holds.
 func storedIDs(t *testing.T, dir string) []string {
 	t.Helper()
-	st, err := sqlite.Open(filepath.Join(dir, "mcpaudit.db"), sqlite.NewDefaultOptions())
+	st, err := openReading(dir) // the calls table or the call logs, as serve kept them
 	if err != nil {
 		t.Fatal(err)
 	}

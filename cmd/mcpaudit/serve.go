@@ -303,16 +303,14 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger, progress func(
 		if where == sqlite.CallsSQLite && made {
 			os.Remove(dir) // empty: a tenant's log is made at its first call
 		}
-		if o.Calls == sqlite.CallsAuto {
-			log.Info("the embedded store keeps calls in "+map[string]string{sqlite.CallsLog: "call logs", sqlite.CallsSQLite: "its calls table"}[where]+" (serve.sqlite.calls: auto)",
-				"calls", where, "reason", why, "dir", map[string]string{sqlite.CallsLog: dir, sqlite.CallsSQLite: path}[where])
+		if o.Calls != sqlite.CallsAuto {
+			why = "serve.sqlite.calls: " + o.Calls
 		}
 		if where == sqlite.CallsLog {
 			checkOpenFiles(log, callLogFilesNeed(cfg, logs.Tenants()))
-			log.Warn("EXPERIMENTAL serve.sqlite.calls: log: calls are kept in call logs under the data dir's calls/, "+
-				"each block chained as it is synced (docs/storage.md, \"Calls in the call log\")",
-				"dir", dir)
 		}
+		log.Info("the embedded store keeps calls in "+map[string]string{sqlite.CallsLog: "call logs, each block chained as it is synced", sqlite.CallsSQLite: "its calls table"}[where]+" (serve.sqlite.calls: "+o.Calls+")",
+			"calls", where, "reason", why, "dir", map[string]string{sqlite.CallsLog: dir, sqlite.CallsSQLite: path}[where])
 		return st, nil
 	case "clickhouse":
 		o := cfg.Serve.ClickHouse

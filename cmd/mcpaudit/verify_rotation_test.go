@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
 )
 
 // TestVerifyCommand_KeyRotation (op23's D1): serve signs with one key,
@@ -23,7 +25,11 @@ import (
 // keys could pass.
 func TestVerifyCommand_KeyRotation(t *testing.T) {
 	dir := t.TempDir()
-	testKeyRotation(t, func(t *testing.T) Config { return testConfig(t, dir) }, "--data-dir", dir)
+	// The calls in the table: the chain covers them, and each start's
+	// call moves the heads that the new key signs (in call logs, the
+	// default since dflt51 for a new data dir, the chain holds nothing
+	// and no checkpoint is signed by the second key).
+	testKeyRotation(t, func(t *testing.T) Config { return autoConfig(t, dir, sqlite.CallsSQLite) }, "--data-dir", dir)
 }
 
 // TestVerifyCommand_KeyRotationClickHouse: the same on the ClickHouse

@@ -12,6 +12,7 @@ import (
 
 	ch "github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
 	_ "modernc.org/sqlite"
 )
 
@@ -29,7 +30,10 @@ func TestVerifyCommand(t *testing.T) {
 		t.Fatalf("keygen over existing files: exit %d, want 2", code)
 	}
 	dir := t.TempDir()
-	cfg := testConfig(t, dir)
+	// The calls in the table, which the chain covers: a row deleted from
+	// it is what verify must find (the call logs, the default since
+	// dflt51 for a new data dir, are not chained yet).
+	cfg := autoConfig(t, dir, sqlite.CallsSQLite)
 	cfg.Serve.SigningKeyFile = priv
 	s := startTest(t, cfg)
 	resp := postCalls(t, s, ndjson(mergedCapture(t)), false)
@@ -160,7 +164,9 @@ func answerCompleting() []string {
 func TestVerifyCommand_AnswerCompletes(t *testing.T) {
 	priv, pub := keyPair(t)
 	dir := t.TempDir()
-	cfg := testConfig(t, dir)
+	// The answer replaces the call's row in the table and records the
+	// row replaced (in the call logs an answer goes to calls_completed).
+	cfg := autoConfig(t, dir, sqlite.CallsSQLite)
 	cfg.Serve.SigningKeyFile = priv
 	s := startTest(t, cfg)
 	for _, line := range answerCompleting() {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"database/sql"
+	"encoding/binary"
 	"fmt"
 	"slices"
 	"strings"
@@ -23,7 +24,10 @@ import (
 // block once synced), and a crash between the sync and the chain's commit
 // is made good at the next open (recoverBlocks). Retention's cuts of the
 // logs are chained (logcut entries) before any segment goes, so that verify
-// tells a segment retention removed from one deleted.
+// tells a segment retention removed from one deleted; once they went, the
+// records of their blocks go too, and the chain's cut passes the entries
+// they emptied and the logcut entries a later one supersedes
+// (pruneBlocks, cutChains).
 const (
 	chainBlocksTable = `CREATE TABLE IF NOT EXISTS chain_blocks (
 		tenant TEXT    NOT NULL,
@@ -574,4 +578,112 @@ func (s *Store) checkLost(ctx context.Context, tenant string, last LogBlock, seg
 		lost.Segments = append(lost.Segments, g)
 	}
 	return nil
+}
+
+// keepChainRecords, set by a test alone, makes retention do what the
+// releases before chainret52 did: no record of a block is removed, and no
+// blocks or logcut entry is cut. The data dir it writes is one such a
+// release left, which this one's first retention pass prunes
+// (TestRetention_PrunesAStoreOfTheReleaseBefore); no binary fixture of an
+// older release is kept.
+var keepChainRecords bool
+
+// logFloor is where a tenant's call log starts on disk after retention
+// removed segments: its first segment (none: it holds none).
+type logFloor struct {
+	first uint64
+	none  bool
+}
+
+// logFloors returns, by tenant of the log, its first segment on disk.
+func (bc *blockChain) logFloors() (map[string]logFloor, error) {
+	out := map[string]logFloor{}
+	for _, tenant := range bc.log.Tenants() {
+		segs, err := bc.log.Segments(tenant)
+		if err != nil {
+			return nil, err
+		}
+		f := logFloor{none: len(segs) == 0}
+		if len(segs) > 0 {
+			f.first = segs[0]
+		}
+		out[tenant] = f
+	}
+	return out, nil
+}
+
+// pruneBlocks deletes, in tx, the records of the blocks retention removed
+// with their segments: those of each tenant of floors in segments before
+// its first one on disk (floors were read after the logs cut, and
+// retention alone removes segments, oldest first) and wholly before the
+// cut of its log the chain records, the blocks verify counts as
+// retention's. A segment gone past the chained cut keeps its records:
+// verify reports it. It returns the records removed, by blocks entry, for
+// the entries the cut does not pass to keep as chain_pruned records
+// (verify needs their hashes to check the entry's digest).
+func pruneBlocks(ctx context.Context, tx *sql.Tx, floors map[string]logFloor) (pruning, error) {
+	pr := pruning{}
+	for _, tenant := range sortedKeys(floors) {
+		f := floors[tenant]
+		cut, err := chainedLogCut(ctx, tx, tenant)
+		if err != nil {
+			return nil, err
+		}
+		if cut == minNanos {
+			continue // no cut chained: retention removed nothing
+		}
+		where := ` WHERE tenant = ? AND last < ?`
+		args := []any{tenant, cut}
+		if !f.none {
+			where += ` AND seg < ?`
+			args = append(args, int64(f.first))
+		}
+		rows, err := tx.QueryContext(ctx, `SELECT seg, block, calls, first, last, hash, entry FROM chain_blocks`+where, args...)
+		if err != nil {
+			return nil, err
+		}
+		n := 0
+		for rows.Next() {
+			b := LogBlock{Tenant: tenant}
+			var seg, entry int64
+			var h []byte
+			if err := rows.Scan(&seg, &b.Block, &b.Calls, &b.First, &b.Last, &h, &entry); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			b.Segment = uint64(seg)
+			copy(b.SHA256[:], h)
+			pr.add(tenant, entry, blockRow(b.Segment, b.Block), blockHash(&b))
+			n++
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+		if n == 0 {
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM chain_blocks`+where, args...); err != nil {
+			return nil, err
+		}
+	}
+	return pr, nil
+}
+
+// blockRow is the row of a chain_pruned record of a block: 'k', then its
+// segment and rank, big-endian, so that records sort in log order.
+func blockRow(seg uint64, blk int) []byte {
+	b := make([]byte, 17)
+	b[0] = 'k'
+	binary.BigEndian.PutUint64(b[1:], seg)
+	binary.BigEndian.PutUint64(b[9:], uint64(blk))
+	return b
+}
+
+// parseBlockRow is blockRow's inverse; ok is false for another row.
+func parseBlockRow(row []byte) (seg uint64, blk int, ok bool) {
+	if len(row) != 17 || row[0] != 'k' {
+		return 0, 0, false
+	}
+	return binary.BigEndian.Uint64(row[1:]), int(binary.BigEndian.Uint64(row[9:])), true
 }

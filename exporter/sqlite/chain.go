@@ -376,12 +376,18 @@ func loadCuts(ctx context.Context, q interface {
 // retention cuts at before. A pruned entry is cut when the cut reaches it:
 // the entry it recorded rows of came before it, and went first. A prefix
 // of pruned and cut entries alone is left, so that a tenant whose rows
-// all went does not get a new cut at every sweep.
-func cutChains(ctx context.Context, tx *sql.Tx, before int64) (int, error) {
+// all went does not get a new cut at every sweep. A blocks entry is gone
+// when the records of all its blocks went, those recorded in chain_pruned
+// and those in blocks (the records this transaction removes, not written
+// yet); a logcut entry when a later logcut entry of its tenant supersedes
+// it: the latest stays, so that verify always has the tenant's cut of its
+// log. It returns the entries cut and, by tenant cut, the seq its chain
+// now starts at.
+func cutChains(ctx context.Context, tx *sql.Tx, before int64, blocks pruning) (int, map[string]int64, error) {
 	rows, err := tx.QueryContext(ctx, `SELECT c.tenant, c.seq, c.kind, c.n, c.prev, (SELECT count(*) FROM chain_pruned p
 		WHERE p.tenant = c.tenant AND p.seq = c.seq) FROM chain c ORDER BY c.tenant, c.seq`)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	type ent struct {
 		tenant, kind string
@@ -393,22 +399,33 @@ func cutChains(ctx context.Context, tx *sql.Tx, before int64) (int, error) {
 		var e ent
 		if err := rows.Scan(&e.tenant, &e.seq, &e.kind, &e.n, &e.prev, &e.p); err != nil {
 			rows.Close()
-			return 0, err
+			return 0, nil, err
 		}
 		all = append(all, e)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return 0, err
+		return 0, nil, err
+	}
+	lastLogCut := map[string]int64{}
+	for _, e := range all {
+		if e.kind == chain.KindLogCut {
+			lastLogCut[e.tenant] = e.seq
+		}
 	}
 	gone := func(e ent) bool {
-		if e.kind == chain.KindBlocks || e.kind == chain.KindLogCut {
-			// Their records stay (chain_blocks), and so does the cut
-			// that lets a segment go.
+		if keepChainRecords && (e.kind == chain.KindBlocks || e.kind == chain.KindLogCut) {
 			return false
+		}
+		switch e.kind {
+		case chain.KindBlocks:
+			return e.p+int64(len(blocks[entryKey{e.tenant, e.seq}])) == e.n
+		case chain.KindLogCut:
+			return e.seq < lastLogCut[e.tenant]
 		}
 		return e.kind == chain.KindPruned || e.kind == chain.KindCut || e.p == e.n
 	}
+	starts := map[string]int64{}
 	now := time.Now()
 	cut := 0
 	for i := 0; i < len(all); {
@@ -427,23 +444,24 @@ func cutChains(ctx context.Context, tx *sql.Tx, before int64) (int, error) {
 			} else {
 				var h []byte
 				if err := tx.QueryRowContext(ctx, `SELECT hash FROM chain WHERE tenant = ? AND seq = ?`, all[j-1].tenant, all[j-1].seq).Scan(&h); err != nil {
-					return 0, err
+					return 0, nil, err
 				}
 				startPrev = h
 			}
 			for _, e := range all[i:j] {
 				if _, err := tx.ExecContext(ctx, `DELETE FROM chain WHERE tenant = ? AND seq = ?`, e.tenant, e.seq); err != nil {
-					return 0, err
+					return 0, nil, err
 				}
 				if _, err := tx.ExecContext(ctx, `DELETE FROM chain_pruned WHERE tenant = ? AND seq = ?`, e.tenant, e.seq); err != nil {
-					return 0, err
+					return 0, nil, err
 				}
 				cut++
 			}
+			starts[all[i].tenant] = startSeq
 			if _, err := tx.ExecContext(ctx, `INSERT INTO chain_cuts (tenant, seq, prev, before) VALUES (?, ?, ?, ?)
 				ON CONFLICT (tenant) DO UPDATE SET seq = excluded.seq, prev = excluded.prev, before = excluded.before`,
 				all[i].tenant, startSeq, startPrev, before); err != nil {
-				return 0, err
+				return 0, nil, err
 			}
 			// The cut on record in the chain, after every entry a checkpoint
 			// signed before it: verify tells a cut no checkpoint has been
@@ -451,7 +469,7 @@ func cutChains(ctx context.Context, tx *sql.Tx, before int64) (int, error) {
 			// checkpoint left out (review rev17c).
 			if _, err := appendEntry(ctx, tx, chain.Entry{Tenant: all[i].tenant, Kind: chain.KindCut, First: startSeq, Last: startSeq,
 				Digest: chain.CutDigest(startSeq, startPrev, before), Time: now}); err != nil {
-				return 0, err
+				return 0, nil, err
 			}
 		}
 		// Skip the rest of this tenant: only a prefix can be cut.
@@ -460,7 +478,7 @@ func cutChains(ctx context.Context, tx *sql.Tx, before int64) (int, error) {
 			i++
 		}
 	}
-	return cut, nil
+	return cut, starts, nil
 }
 
 // entryOf returns the seq of tenant's entry of kind that covers row (a

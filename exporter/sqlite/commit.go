@@ -115,6 +115,10 @@ type chainRequest struct {
 	cut    bool
 	before int64
 	force  bool
+	// floors, with cut, are where the tenants' call logs start on disk
+	// after retention removed segments: the records of the blocks before
+	// them go (pruneBlocks). Nil with no chained call log.
+	floors map[string]logFloor
 }
 
 type reply struct {
@@ -434,9 +438,18 @@ func (s *Store) expire(ctx context.Context, d deleteRequest) (int64, error) {
 			return total, s.fail("delete old calls", err)
 		}
 	}
-	// Entries whose rows all went leave the chains; the cut is signed at
-	// once, so that the removal is on record.
-	if _, err := s.submit(ctx, &request{chainOp: &chainRequest{cut: true, before: d.before, force: true}}); err != nil {
+	// Entries whose rows all went leave the chains, and the records of
+	// the blocks of the segments removed go; the cut is signed at once,
+	// so that the removal is on record.
+	c := &chainRequest{cut: true, before: d.before, force: true}
+	if s.blocks != nil {
+		floors, err := s.blocks.logFloors()
+		if err != nil {
+			return total, s.fail("cut the chains", err)
+		}
+		c.floors = floors
+	}
+	if _, err := s.submit(ctx, &request{chainOp: c}); err != nil {
 		return total, s.fail("cut the chains", err)
 	}
 	return total, nil
@@ -464,14 +477,34 @@ func (s *Store) chainStep(c *chainRequest) (int64, error) {
 		}
 	}
 	var n int
+	moved := !c.cut
 	if c.cut {
 		was, err := loadCuts(ctx, tx)
 		if err != nil {
 			return 0, wrap(err)
 		}
-		if n, err = cutChains(ctx, tx, c.before); err != nil {
+		var blocks pruning
+		if c.floors != nil && !keepChainRecords {
+			if blocks, err = pruneBlocks(ctx, tx, c.floors); err != nil {
+				return 0, wrap(fmt.Errorf("cannot remove the records of the blocks retention removed: %w", err))
+			}
+		}
+		var starts map[string]int64
+		if n, starts, err = cutChains(ctx, tx, c.before, blocks); err != nil {
 			return 0, wrap(err)
 		}
+		// The records of blocks of entries the cut did not pass are kept
+		// as removed rows' are: verify needs their hashes.
+		for k := range blocks {
+			if k.seq < starts[k.tenant] {
+				delete(blocks, k)
+			}
+		}
+		kept := len(blocks)
+		if err := blocks.store(ctx, tx, time.Now()); err != nil {
+			return 0, wrap(err)
+		}
+		moved = n > 0 || kept > 0
 		now, err := loadCuts(ctx, tx)
 		if err != nil {
 			return 0, wrap(err)
@@ -496,7 +529,7 @@ func (s *Store) chainStep(c *chainRequest) (int64, error) {
 		}
 		return false
 	}
-	if err := checkpoint(ctx, tx, s.opts.SigningKey, time.Now(), c.force && (n > 0 || !c.cut), signable); err != nil {
+	if err := checkpoint(ctx, tx, s.opts.SigningKey, time.Now(), c.force && moved, signable); err != nil {
 		return 0, wrap(err)
 	}
 	return int64(n), wrap(tx.Commit())

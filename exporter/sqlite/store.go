@@ -101,7 +101,7 @@ type Options struct {
 	// the commands that read a data dir do not.
 	IDIndexWait time.Duration `yaml:"-"`
 	// Calls is where calls are kept: "sqlite", in the calls table; or
-	// "log", EXPERIMENTAL, in one segmented call log per tenant under the
+	// "log", in one segmented call log per tenant under the
 	// data dir's calls/ (exporter/sqlite/calllogs), everything else
 	// staying in SQLite; or "auto", chosen at every start by what the data
 	// dir holds: "log" when its call logs hold calls or no call is stored
@@ -115,7 +115,8 @@ type Options struct {
 	// their segment once it is wholly before the cut; a store whose calls
 	// table holds calls is not opened with it, nor (by serve) a data dir
 	// with call logs (calls/) with "sqlite". It cannot go with ack "log".
-	// Default "sqlite".
+	// Default "auto": a new data dir keeps its calls in the logs, one
+	// written before keeps them in its table.
 	Calls string `yaml:"calls"`
 	// CallLogOpenFiles bounds the sealed segment files of the call logs
 	// (Calls "log") kept open at once, across every tenant: the least
@@ -135,7 +136,7 @@ const calllogOpenFiles = 256
 
 // NewDefaultOptions returns the documented defaults.
 func NewDefaultOptions() Options {
-	return Options{Synchronous: "full", Ack: AckCommit, Calls: CallsSQLite, LogMaxBytes: 1 << 30, LogWait: 10 * time.Second, MaxBatch: 2000, DeleteChunk: 2000, CacheMiB: 64, ReadConns: 4, ReadCacheMiB: 16, CheckpointEvery: time.Minute, CallLogOpenFiles: calllogOpenFiles}
+	return Options{Synchronous: "full", Ack: AckCommit, Calls: CallsAuto, LogMaxBytes: 1 << 30, LogWait: 10 * time.Second, MaxBatch: 2000, DeleteChunk: 2000, CacheMiB: 64, ReadConns: 4, ReadCacheMiB: 16, CheckpointEvery: time.Minute, CallLogOpenFiles: calllogOpenFiles}
 }
 
 // Validate checks the options; zero fields are valid (they take defaults).
@@ -193,7 +194,7 @@ func (o Options) withDefaults() Options {
 		o.Ack = d.Ack
 	}
 	if o.Calls == "" {
-		o.Calls = CallsSQLite
+		o.Calls = d.Calls
 	}
 	if o.LogMaxBytes == 0 {
 		o.LogMaxBytes = d.LogMaxBytes

@@ -487,6 +487,9 @@ func recordRow(row any) string {
 		return fmt.Sprintf("row %d", rid)
 	}
 	if b, ok := row.([]byte); ok && len(b) > 1 {
+		if seg, blk, ok := parseBlockRow(b); ok {
+			return fmt.Sprintf("block %d of call log segment %d", blk, seg)
+		}
 		switch b[0] {
 		case 'b':
 			return "packed id " + unpackID("", b[1:])

@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"os"
 	"slices"
@@ -112,6 +113,17 @@ func (v *verifier) checkBlocks() error {
 	if retained > 0 {
 		v.r.Note("call logs: %s chained are in segments retention removed (wholly before their tenant's chained cut)", chain.Count(retained, "block", "blocks"))
 	}
+	if len(cuts) > 0 {
+		var removed int
+		for k, rs := range v.pruned {
+			if e := v.bySeq[k.tenant][k.seq]; e != nil && e.Kind == chain.KindBlocks {
+				removed += len(rs)
+			}
+		}
+		v.r.Note("call logs: %s a chained retention cut of its log: the records of blocks in segments retention removed before it go with the segments, "+
+			"%s kept as hashes until the chain's cut passes the entries that hold them", chain.Count(len(cuts), "tenant has", "tenants have"),
+			chain.Count(removed, "record", "records"))
+	}
 	if unchained > 0 {
 		verb := "are"
 		if unchained == 1 {
@@ -147,13 +159,16 @@ func (v *verifier) checkBlockRecords(recs map[string][]vBlock) {
 					v.r.Add(tenant, e.where(), "its digest does not match its cut: the entry was edited")
 				}
 			case chain.KindBlocks:
-				bs := groups[entryKey{tenant, e.Seq}]
+				k := entryKey{tenant, e.Seq}
+				bs, removed := groups[k], v.pruned[k]
+				found := len(bs) + len(removed)
 				switch {
-				case int64(len(bs)) < e.N:
-					v.r.Add(tenant, e.where(), "%s recorded, %d found: records of blocks deleted", chain.Count(e.N, "block", "blocks"), len(bs))
-				case int64(len(bs)) > e.N:
-					v.r.Add(tenant, e.where(), "%s recorded, %d found: records of blocks inserted", chain.Count(e.N, "block", "blocks"), len(bs))
-				case blocksDigest(bs) != e.Digest:
+				case int64(found) < e.N:
+					v.r.Add(tenant, e.where(), "%s recorded, %d found (%d of them removed by retention with their segments): records of blocks deleted",
+						chain.Count(e.N, "block", "blocks"), found, len(removed))
+				case int64(found) > e.N:
+					v.r.Add(tenant, e.where(), "%s recorded, %d found: records of blocks inserted", chain.Count(e.N, "block", "blocks"), found)
+				case blocksDigestWith(bs, removed) != e.Digest:
 					v.r.Add(tenant, e.where(), "its blocks' records differ from what was chained: a record was edited")
 				}
 			}
@@ -344,4 +359,35 @@ func spanList(bs []int) string {
 		fmt.Fprint(&b, n)
 	}
 	return "blocks " + b.String()
+}
+
+// blocksDigestWith is blocksDigest of the records bs and of the blocks
+// retention removed whose hashes chain_pruned keeps (removed, by row key).
+// A row that names no block makes the digest differ.
+func blocksDigestWith(bs []LogBlock, removed map[string]chain.Hash) chain.Hash {
+	if len(removed) == 0 {
+		return blocksDigest(bs)
+	}
+	type pos struct {
+		seg uint64
+		blk int
+		h   chain.Hash
+	}
+	all := make([]pos, 0, len(bs)+len(removed))
+	for i := range bs {
+		all = append(all, pos{bs[i].Segment, bs[i].Block, blockHash(&bs[i])})
+	}
+	for k, h := range removed {
+		seg, blk, ok := parseBlockRow([]byte(k))
+		if !ok {
+			return chain.Hash{}
+		}
+		all = append(all, pos{seg, blk, h})
+	}
+	slices.SortFunc(all, func(a, b pos) int { return cmp.Or(cmp.Compare(a.seg, b.seg), cmp.Compare(a.blk, b.blk)) })
+	hs := make([]chain.Hash, len(all))
+	for i := range all {
+		hs[i] = all[i].h
+	}
+	return chain.Digest(hs)
 }
