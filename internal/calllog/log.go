@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -280,29 +281,36 @@ func (l *Log) Append(ctx context.Context, recs []audit.Record) (held []int, err 
 	if len(recs) == 0 {
 		return nil, nil
 	}
-	req := &request{entries: make([]entry, len(recs)), hashes: make([]uint64, len(recs)), done: make(chan struct{})}
-	// Records are encoded by the appenders, in parallel; the committer
-	// only compresses and writes.
-	size := 0
-	for i := range recs {
-		size += 256 + len(recs[i].Call.Arguments) + len(recs[i].Call.Result)
-	}
-	buf := make([]byte, 0, size)
 	for i := range recs {
 		c := recs[i].Call
 		if c.Tenant != l.opts.Tenant {
 			return nil, fmt.Errorf("cannot append call %s of tenant %q to the log of %q: %w", c.ID, c.Tenant, l.opts.Tenant, ErrTenant)
 		}
-		t, ok := sqlite.TimeNanos(c.Time)
-		if !ok {
+		if _, ok := sqlite.TimeNanos(c.Time); !ok {
 			return nil, fmt.Errorf("cannot append call %s at %s: %w", c.ID, c.Time, ErrTime)
 		}
-		start := len(buf)
-		buf = sqlite.AppendRecord(buf, &recs[i])
-		req.entries[i] = entry{id: c.ID, time: t, rec: buf[start:len(buf):len(buf)], keys: recordKeys(&recs[i])}
-		req.hashes[i] = idHash(c.ID)
 	}
-	if req.bytes = len(buf); req.bytes > maxAppendBytes {
+	req := &request{entries: make([]entry, len(recs)), hashes: make([]uint64, len(recs)), done: make(chan struct{})}
+	// Records are encoded by the appenders, in parallel; the committer
+	// only compresses and writes. An append waits for its block, so a
+	// large one is encoded in shares on the cores there are.
+	n := max(1, min(runtime.GOMAXPROCS(0), maxEncodeShares, len(recs)/minEncodeShare))
+	var wg sync.WaitGroup
+	sizes := make([]int, n)
+	for k := 1; k < n; k++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lo, hi := k*len(recs)/n, (k+1)*len(recs)/n
+			sizes[k] = encodeEntries(recs[lo:hi], req.entries[lo:hi], req.hashes[lo:hi])
+		}()
+	}
+	sizes[0] = encodeEntries(recs[:len(recs)/n], req.entries[:len(recs)/n], req.hashes[:len(recs)/n])
+	wg.Wait()
+	for _, sz := range sizes {
+		req.bytes += sz
+	}
+	if req.bytes > maxAppendBytes {
 		return nil, fmt.Errorf("cannot append %d calls of %d bytes encoded: more than a block holds (%d): %w",
 			len(recs), req.bytes, maxAppendBytes, ErrTooLarge)
 	}
@@ -326,6 +334,32 @@ func (l *Log) Append(ctx context.Context, recs []audit.Record) (held []int, err 
 		// The committer answers into req, which nobody reads.
 		return nil, fmt.Errorf("cannot append calls: %w", ctx.Err())
 	}
+}
+
+// An append of at least 2*minEncodeShare calls has its records encoded
+// in up to maxEncodeShares shares at once.
+const (
+	minEncodeShare  = 64
+	maxEncodeShares = 4
+)
+
+// encodeEntries encodes recs, checked, into es and their id hashes into
+// hashes, and returns the bytes of the records encoded.
+func encodeEntries(recs []audit.Record, es []entry, hashes []uint64) int {
+	size := 0
+	for i := range recs {
+		size += 256 + len(recs[i].Call.Arguments) + len(recs[i].Call.Result)
+	}
+	buf := make([]byte, 0, size)
+	for i := range recs {
+		c := recs[i].Call
+		t, _ := sqlite.TimeNanos(c.Time)
+		start := len(buf)
+		buf = sqlite.AppendRecord(buf, &recs[i])
+		es[i] = entry{id: c.ID, time: t, rec: buf[start:len(buf):len(buf)], keys: recordKeys(&recs[i])}
+		hashes[i] = idHash(c.ID)
+	}
+	return len(buf)
 }
 
 // maxGroupBytes stops a group commit from taking more appends once their
