@@ -296,19 +296,22 @@ func (l *Log) Append(ctx context.Context, recs []audit.Record) (held []int, err 
 	// large one is encoded in shares on the cores there are.
 	n := max(1, min(runtime.GOMAXPROCS(0), maxEncodeShares, len(recs)/minEncodeShare))
 	var wg sync.WaitGroup
-	sizes := make([]int, n)
+	var scratch [maxEncodeShares]*appendScratch
+	for k := range n {
+		scratch[k] = appendScratches.Get().(*appendScratch)
+	}
 	for k := 1; k < n; k++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			lo, hi := k*len(recs)/n, (k+1)*len(recs)/n
-			sizes[k] = encodeEntries(recs[lo:hi], req.entries[lo:hi], req.hashes[lo:hi])
+			scratch[k].encode(recs[lo:hi], req.entries[lo:hi], req.hashes[lo:hi])
 		}()
 	}
-	sizes[0] = encodeEntries(recs[:len(recs)/n], req.entries[:len(recs)/n], req.hashes[:len(recs)/n])
+	scratch[0].encode(recs[:len(recs)/n], req.entries[:len(recs)/n], req.hashes[:len(recs)/n])
 	wg.Wait()
-	for _, sz := range sizes {
-		req.bytes += sz
+	for _, sc := range scratch[:n] {
+		req.bytes += len(sc.buf)
 	}
 	if req.bytes > maxAppendBytes {
 		return nil, fmt.Errorf("cannot append %d calls of %d bytes encoded: more than a block holds (%d): %w",
@@ -329,6 +332,11 @@ func (l *Log) Append(ctx context.Context, recs []audit.Record) (held []int, err 
 	}
 	select {
 	case <-req.done:
+		// The committer is done with the entries (it cleared its own
+		// references): their room serves the next append.
+		for _, sc := range scratch[:n] {
+			sc.put()
+		}
 		return req.held, req.err
 	case <-ctx.Done():
 		// The committer answers into req, which nobody reads.
@@ -343,23 +351,51 @@ const (
 	maxEncodeShares = 4
 )
 
-// encodeEntries encodes recs, checked, into es and their id hashes into
-// hashes, and returns the bytes of the records encoded.
-func encodeEntries(recs []audit.Record, es []entry, hashes []uint64) int {
+// appendScratch is one share of an append's room for its records encoded
+// and their key hashes, which the entries point into; it is reused once
+// the committer has answered the append (appendScratches), never while an
+// append that gave up on its context may still be committed.
+type appendScratch struct {
+	buf  []byte
+	keys []uint64
+}
+
+var appendScratches = sync.Pool{New: func() any { return new(appendScratch) }}
+
+// maxScratchBytes is the most room an appendScratch keeps for the next
+// append: a larger one is let go.
+const maxScratchBytes = 4 << 20
+
+// encode encodes recs, checked, into es and their id hashes into hashes;
+// sc.buf then holds the records encoded.
+func (sc *appendScratch) encode(recs []audit.Record, es []entry, hashes []uint64) {
 	size := 0
 	for i := range recs {
 		size += 256 + len(recs[i].Call.Arguments) + len(recs[i].Call.Result)
 	}
-	buf := make([]byte, 0, size)
+	// Growing buf or keys mid-way leaves the entries before on the
+	// room before, which they keep alive.
+	buf := slices.Grow(sc.buf[:0], size)
+	keys := slices.Grow(sc.keys[:0], 2*len(recs))
 	for i := range recs {
 		c := recs[i].Call
 		t, _ := sqlite.TimeNanos(c.Time)
-		start := len(buf)
+		start, kstart := len(buf), len(keys)
 		buf = sqlite.AppendRecord(buf, &recs[i])
-		es[i] = entry{id: c.ID, time: t, rec: buf[start:len(buf):len(buf)], keys: recordKeys(&recs[i])}
+		keys = appendRecordKeys(keys, &recs[i])
+		es[i] = entry{id: c.ID, time: t, rec: buf[start:len(buf):len(buf)], keys: keys[kstart:len(keys):len(keys)]}
 		hashes[i] = idHash(c.ID)
 	}
-	return len(buf)
+	sc.buf, sc.keys = buf, keys
+}
+
+// put gives sc back for the next append.
+func (sc *appendScratch) put() {
+	if cap(sc.buf) > maxScratchBytes || cap(sc.keys)*8 > maxScratchBytes {
+		return
+	}
+	sc.buf, sc.keys = sc.buf[:0], sc.keys[:0]
+	appendScratches.Put(sc)
 }
 
 // maxGroupBytes stops a group commit from taking more appends once their
