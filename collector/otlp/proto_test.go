@@ -55,24 +55,19 @@ func marshal(t testing.TB, td ptrace.Traces) []byte {
 	return b
 }
 
-// generated returns an Export request of the next n calls of s.
-func generated(t testing.TB, s *capgen.Stream, n int) []byte {
-	var calls []*capgen.Call
-	for range n {
-		c, _ := s.Next()
-		calls = append(calls, c)
-	}
-	td := ptrace.NewTraces()
-	capgen.AppendTraces(td, "gen", calls)
-	return marshal(t, td)
-}
-
 // protoSeeds are messages ReadProto reads and messages it leaves to pdata.
 func protoSeeds(t testing.TB) [][]byte {
 	var seeds [][]byte
 	s := capgen.NewStream(capgen.Config{Seed: 3, Sessions: 1 << 40, AnomalyRate: 0.2, NoiseRate: 0.01, Span: 1 << 62})
 	for range 4 {
-		seeds = append(seeds, generated(t, s, 4))
+		var calls []*capgen.Call
+		for range 4 {
+			c, _ := s.Next()
+			calls = append(calls, c)
+		}
+		td := ptrace.NewTraces()
+		capgen.AppendTraces(td, "seed", calls)
+		seeds = append(seeds, marshal(t, td))
 	}
 	files, _ := filepath.Glob("../../testdata/examples/*.otlp.json")
 	for _, f := range files {
@@ -264,7 +259,14 @@ func TestReadProto_ConverterReused(t *testing.T) {
 // request (protobuf concatenates repeated fields).
 func TestReadProtoSplit_SameAsReadProto(t *testing.T) {
 	s := capgen.NewStream(capgen.Config{Seed: 5, Sessions: 1 << 40, AnomalyRate: 0.2, NoiseRate: 0.2, Span: 1 << 62})
-	msgs := map[string][]byte{"generated": generated(t, s, 700)}
+	var calls []*capgen.Call
+	for range 700 {
+		c, _ := s.Next()
+		calls = append(calls, c)
+	}
+	td := ptrace.NewTraces()
+	capgen.AppendTraces(td, "split", calls)
+	msgs := map[string][]byte{"generated": marshal(t, td)}
 	seeds := protoSeeds(t)
 	var all []byte
 	for range 40 {
@@ -316,7 +318,14 @@ func BenchmarkReadProtoSplit(b *testing.B) {
 	s := capgen.NewStream(capgen.Config{Seed: 1, Sessions: 1 << 40, AnomalyRate: 0.1, NoiseRate: 0.001, Span: 1 << 62})
 	var msgs []otlp.Message
 	for range 16 {
-		m, ok := otlp.CheckProto(generated(b, s, 512), 64)
+		var calls []*capgen.Call
+		for range 512 {
+			c, _ := s.Next()
+			calls = append(calls, c)
+		}
+		td := ptrace.NewTraces()
+		capgen.AppendTraces(td, "bench", calls)
+		m, ok := otlp.CheckProto(marshal(b, td), 64)
 		if !ok {
 			b.Fatal("CheckProto left a generated request to pdata")
 		}
