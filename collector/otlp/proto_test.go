@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"strconv"
 	"testing"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
@@ -247,104 +246,5 @@ func TestReadProto_ConverterReused(t *testing.T) {
 		if !reflect.DeepEqual(got[i], want) {
 			t.Errorf("seed %d: what a reused converter read changed once it read the next requests", i)
 		}
-	}
-}
-
-// TestReadProtoSplit_SameAsReadProto: a request read by two or three
-// converters at once gives what one converter gives, in the same order:
-// records, their sources and what their spans knew, rejected spans with
-// their paths, the ignored count; and nothing of it points into the
-// message. The messages are generated requests of several servers with
-// bad spans among them, and every seed ReadProto reads, repeated, in one
-// request (protobuf concatenates repeated fields).
-func TestReadProtoSplit_SameAsReadProto(t *testing.T) {
-	s := capgen.NewStream(capgen.Config{Seed: 5, Sessions: 1 << 40, AnomalyRate: 0.2, NoiseRate: 0.2, Span: 1 << 62})
-	var calls []*capgen.Call
-	for range 700 {
-		c, _ := s.Next()
-		calls = append(calls, c)
-	}
-	td := ptrace.NewTraces()
-	capgen.AppendTraces(td, "split", calls)
-	msgs := map[string][]byte{"generated": marshal(t, td)}
-	seeds := protoSeeds(t)
-	var all []byte
-	for range 40 {
-		for _, b := range seeds[:len(seeds)-1] { // the last is pdata's
-			all = append(all, b...)
-		}
-	}
-	msgs["seeds"] = all
-	for name, b := range msgs {
-		t.Run(name, func(t *testing.T) {
-			m, ok := otlp.CheckProto(b, 64)
-			if !ok {
-				t.Fatal("CheckProto left the message to pdata")
-			}
-			want := otlp.NewConverter().ReadProto(m, "otlp:", dialect.NewReader(dialect.Config{}))
-			if len(want.Records) < 2*otlp.MinSplitSpans || name == "generated" && len(want.Rejected) == 0 {
-				t.Fatalf("%d records and %d rejected spans: the message does not test the split", len(want.Records), len(want.Rejected))
-			}
-			for _, n := range []int{1, 2, 3} {
-				var cvs []*otlp.Converter
-				var rds []*dialect.Reader
-				for range n {
-					cvs = append(cvs, otlp.NewConverter())
-					rds = append(rds, dialect.NewReader(dialect.Config{}))
-				}
-				orig := bytes.Clone(b)
-				got := otlp.ReadProtoSplit(m, "otlp:", cvs, rds)
-				for i := range b {
-					b[i] = 0xa5
-				}
-				if !reflect.DeepEqual(got, want) {
-					t.Errorf("%d converters: the result differs from ReadProto's (%d records, %d rejected, %d ignored; want %d, %d, %d)",
-						n, len(got.Records), len(got.Rejected), got.Ignored, len(want.Records), len(want.Rejected), want.Ignored)
-				}
-				copy(b, orig)
-			}
-		})
-	}
-}
-
-// BenchmarkReadProtoSplit reads requests of 512 generated spans (one
-// exporter's batch, as loadgen sends them) with one converter ("1") and
-// shared among two ("2"); ns/op is one request's wall time, which a
-// sequential exporter waits for. The second share gains only when a core
-// is free: compare with -cpu 1,2.
-//
-//	go test ./collector/otlp -run '^$' -bench ReadProtoSplit -benchmem -cpu 1,2
-func BenchmarkReadProtoSplit(b *testing.B) {
-	s := capgen.NewStream(capgen.Config{Seed: 1, Sessions: 1 << 40, AnomalyRate: 0.1, NoiseRate: 0.001, Span: 1 << 62})
-	var msgs []otlp.Message
-	for range 16 {
-		var calls []*capgen.Call
-		for range 512 {
-			c, _ := s.Next()
-			calls = append(calls, c)
-		}
-		td := ptrace.NewTraces()
-		capgen.AppendTraces(td, "bench", calls)
-		m, ok := otlp.CheckProto(marshal(b, td), 64)
-		if !ok {
-			b.Fatal("CheckProto left a generated request to pdata")
-		}
-		msgs = append(msgs, m)
-	}
-	for _, n := range []int{1, 2} {
-		b.Run(strconv.Itoa(n), func(b *testing.B) {
-			var cvs []*otlp.Converter
-			var rds []*dialect.Reader
-			for range n {
-				cvs = append(cvs, otlp.NewConverter())
-				rds = append(rds, dialect.NewReader(dialect.Config{}))
-			}
-			b.ReportAllocs()
-			i := 0
-			for b.Loop() {
-				otlp.ReadProtoSplit(msgs[i%len(msgs)], "otlp:", cvs, rds)
-				i++
-			}
-		})
 	}
 }

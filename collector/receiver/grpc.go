@@ -5,12 +5,10 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"runtime"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/mcpaudit/mcpaudit/collector/dialect"
 	"github.com/mcpaudit/mcpaudit/collector/otlp"
 	"github.com/mcpaudit/mcpaudit/exporter/metrics"
 	"github.com/mcpaudit/mcpaudit/internal/access"
@@ -59,40 +57,12 @@ func (rc *Receiver) exportWire(ctx context.Context, src metrics.Source, tenant s
 	prefix := string(src) + ":"
 	tk := rc.newTaker(src, tenant)
 	defer tk.done()
-	res := withRejected(rc.readProto(m, prefix, tk.reader), pre)
+	// The converter's parsers and buffers keep their room from one
+	// request to the next; the records share nothing with it.
+	cv := rc.convs.Get().(*otlp.Converter)
+	res := withRejected(cv.ReadProto(m, prefix, tk.reader), pre)
+	rc.convs.Put(cv)
 	return rc.exportRead(ctx, src, tenant, tk, prefix, res, nil)
-}
-
-// maxReadShares bounds the goroutines that read one request's spans.
-const maxReadShares = 4
-
-// readProto reads the spans of m with rd, and with as many more
-// converters and readers as there are cores beside (up to maxReadShares
-// in all): one sequential exporter waits for its request's answer, so
-// its spans are read on every core (otlp.ReadProtoSplit, which reads a
-// request of few spans alone). The converters' parsers and buffers keep
-// their room from one request to the next; the records share nothing
-// with them.
-func (rc *Receiver) readProto(m otlp.Message, prefix string, rd *dialect.Reader) otlp.Result {
-	var cvs [maxReadShares]*otlp.Converter
-	var rds [maxReadShares]*dialect.Reader
-	n := min(runtime.GOMAXPROCS(0), maxReadShares, m.Spans()/otlp.MinSplitSpans)
-	n = max(n, 1)
-	rds[0] = rd
-	for i := range n {
-		cvs[i] = rc.convs.Get().(*otlp.Converter)
-		if i > 0 {
-			rds[i] = rc.readers.Get().(*dialect.Reader)
-		}
-	}
-	res := otlp.ReadProtoSplit(m, prefix, cvs[:n], rds[:n])
-	for i := range n {
-		rc.convs.Put(cvs[i])
-		if i > 0 {
-			rc.readers.Put(rds[i])
-		}
-	}
-	return res
 }
 
 // spanReason is the reason a rejected span is counted under: its Kind,
