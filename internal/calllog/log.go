@@ -8,7 +8,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -292,27 +291,10 @@ func (l *Log) Append(ctx context.Context, recs []audit.Record) (held []int, err 
 	}
 	req := &request{entries: make([]entry, len(recs)), hashes: make([]uint64, len(recs)), done: make(chan struct{})}
 	// Records are encoded by the appenders, in parallel; the committer
-	// only compresses and writes. An append waits for its block, so a
-	// large one is encoded in shares on the cores there are.
-	n := max(1, min(runtime.GOMAXPROCS(0), maxEncodeShares, len(recs)/minEncodeShare))
-	var wg sync.WaitGroup
-	var scratch [maxEncodeShares]*appendScratch
-	for k := range n {
-		scratch[k] = appendScratches.Get().(*appendScratch)
-	}
-	for k := 1; k < n; k++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			lo, hi := k*len(recs)/n, (k+1)*len(recs)/n
-			scratch[k].encode(recs[lo:hi], req.entries[lo:hi], req.hashes[lo:hi])
-		}()
-	}
-	scratch[0].encode(recs[:len(recs)/n], req.entries[:len(recs)/n], req.hashes[:len(recs)/n])
-	wg.Wait()
-	for _, sc := range scratch[:n] {
-		req.bytes += len(sc.buf)
-	}
+	// only compresses and writes.
+	scratch := appendScratches.Get().(*appendScratch)
+	scratch.encode(recs, req.entries, req.hashes)
+	req.bytes = len(scratch.buf)
 	if req.bytes > maxAppendBytes {
 		return nil, fmt.Errorf("cannot append %d calls of %d bytes encoded: more than a block holds (%d): %w",
 			len(recs), req.bytes, maxAppendBytes, ErrTooLarge)
@@ -334,9 +316,7 @@ func (l *Log) Append(ctx context.Context, recs []audit.Record) (held []int, err 
 	case <-req.done:
 		// The committer is done with the entries (it cleared its own
 		// references): their room serves the next append.
-		for _, sc := range scratch[:n] {
-			sc.put()
-		}
+		scratch.put()
 		return req.held, req.err
 	case <-ctx.Done():
 		// The committer answers into req, which nobody reads.
@@ -344,17 +324,10 @@ func (l *Log) Append(ctx context.Context, recs []audit.Record) (held []int, err 
 	}
 }
 
-// An append of at least 2*minEncodeShare calls has its records encoded
-// in up to maxEncodeShares shares at once.
-const (
-	minEncodeShare  = 64
-	maxEncodeShares = 4
-)
-
-// appendScratch is one share of an append's room for its records encoded
-// and their key hashes, which the entries point into; it is reused once
-// the committer has answered the append (appendScratches), never while an
-// append that gave up on its context may still be committed.
+// appendScratch is an append's room for its records encoded and their key
+// hashes, which its entries point into. It is reused (appendScratches)
+// once the committer has answered the append, never after an append that
+// gave up on its context, which the committer may still be reading.
 type appendScratch struct {
 	buf  []byte
 	keys []uint64
