@@ -149,9 +149,12 @@ func keyHash(kind byte, name string) uint64 {
 
 // recordKeys returns the key hashes of r: its documents and its session.
 func recordKeys(r *audit.Record) []uint64 {
-	docs := r.Documents()
-	keys := make([]uint64, 0, len(docs)+1)
-	for _, d := range docs {
+	return appendRecordKeys(make([]uint64, 0, len(r.Documents())+1), r)
+}
+
+// appendRecordKeys appends the key hashes of r to keys.
+func appendRecordKeys(keys []uint64, r *audit.Record) []uint64 {
+	for _, d := range r.Documents() {
 		keys = append(keys, keyHash(keyDocument, d))
 	}
 	if r.Call.Session != "" {

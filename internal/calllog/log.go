@@ -311,29 +311,22 @@ func (l *Log) Append(ctx context.Context, recs []audit.Record) (held []int, err 
 	if len(recs) == 0 {
 		return nil, nil
 	}
-	req := &request{entries: make([]entry, len(recs)), hashes: make([]uint64, len(recs)), done: make(chan struct{})}
-	// Records are encoded by the appenders, in parallel; the committer
-	// only compresses and writes.
-	size := 0
-	for i := range recs {
-		size += 256 + len(recs[i].Call.Arguments) + len(recs[i].Call.Result)
-	}
-	buf := make([]byte, 0, size)
 	for i := range recs {
 		c := recs[i].Call
 		if c.Tenant != l.opts.Tenant {
 			return nil, fmt.Errorf("cannot append call %s of tenant %q to the log of %q: %w", c.ID, c.Tenant, l.opts.Tenant, ErrTenant)
 		}
-		t, ok := sqlite.TimeNanos(c.Time)
-		if !ok {
+		if _, ok := sqlite.TimeNanos(c.Time); !ok {
 			return nil, fmt.Errorf("cannot append call %s at %s: %w", c.ID, c.Time, ErrTime)
 		}
-		start := len(buf)
-		buf = sqlite.AppendRecord(buf, &recs[i])
-		req.entries[i] = entry{id: c.ID, time: t, rec: buf[start:len(buf):len(buf)], keys: recordKeys(&recs[i])}
-		req.hashes[i] = idHash(c.ID)
 	}
-	if req.bytes = len(buf); req.bytes > maxAppendBytes {
+	req := &request{entries: make([]entry, len(recs)), hashes: make([]uint64, len(recs)), done: make(chan struct{})}
+	// Records are encoded by the appenders, in parallel; the committer
+	// only compresses and writes.
+	scratch := appendScratches.Get().(*appendScratch)
+	scratch.encode(recs, req.entries, req.hashes)
+	req.bytes = len(scratch.buf)
+	if req.bytes > maxAppendBytes {
 		return nil, fmt.Errorf("cannot append %d calls of %d bytes encoded: more than a block holds (%d): %w",
 			len(recs), req.bytes, maxAppendBytes, ErrTooLarge)
 	}
@@ -352,11 +345,61 @@ func (l *Log) Append(ctx context.Context, recs []audit.Record) (held []int, err 
 	}
 	select {
 	case <-req.done:
+		// The committer is done with the entries (it cleared its own
+		// references): their room serves the next append.
+		scratch.put()
 		return req.held, req.err
 	case <-ctx.Done():
 		// The committer answers into req, which nobody reads.
 		return nil, fmt.Errorf("cannot append calls: %w", ctx.Err())
 	}
+}
+
+// appendScratch is an append's room for its records encoded and their key
+// hashes, which its entries point into. It is reused (appendScratches)
+// once the committer has answered the append, never after an append that
+// gave up on its context, which the committer may still be reading.
+type appendScratch struct {
+	buf  []byte
+	keys []uint64
+}
+
+var appendScratches = sync.Pool{New: func() any { return new(appendScratch) }}
+
+// maxScratchBytes is the most room an appendScratch keeps for the next
+// append: a larger one is let go.
+const maxScratchBytes = 4 << 20
+
+// encode encodes recs, checked, into es and their id hashes into hashes;
+// sc.buf then holds the records encoded.
+func (sc *appendScratch) encode(recs []audit.Record, es []entry, hashes []uint64) {
+	size := 0
+	for i := range recs {
+		size += 256 + len(recs[i].Call.Arguments) + len(recs[i].Call.Result)
+	}
+	// Growing buf or keys mid-way leaves the entries before on the
+	// room before, which they keep alive.
+	buf := slices.Grow(sc.buf[:0], size)
+	keys := slices.Grow(sc.keys[:0], 2*len(recs))
+	for i := range recs {
+		c := recs[i].Call
+		t, _ := sqlite.TimeNanos(c.Time)
+		start, kstart := len(buf), len(keys)
+		buf = sqlite.AppendRecord(buf, &recs[i])
+		keys = appendRecordKeys(keys, &recs[i])
+		es[i] = entry{id: c.ID, time: t, rec: buf[start:len(buf):len(buf)], keys: keys[kstart:len(keys):len(keys)]}
+		hashes[i] = idHash(c.ID)
+	}
+	sc.buf, sc.keys = buf, keys
+}
+
+// put gives sc back for the next append.
+func (sc *appendScratch) put() {
+	if cap(sc.buf) > maxScratchBytes || cap(sc.keys)*8 > maxScratchBytes {
+		return
+	}
+	sc.buf, sc.keys = sc.buf[:0], sc.keys[:0]
+	appendScratches.Put(sc)
 }
 
 // maxGroupBytes stops a group commit from taking more appends once their
