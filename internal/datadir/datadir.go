@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // Modes of the data directory and of every file in it: readable by their
@@ -68,7 +69,7 @@ func Open(dir string) (*Dir, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot open lock file: %w", err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	if err := lock(f); err != nil {
 		defer f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
 			return nil, &LockedError{Dir: dir, PID: readPID(f)}
@@ -85,6 +86,30 @@ func Open(dir string) (*Dir, error) {
 		return nil, err
 	}
 	return &Dir{path: dir, lock: f}, nil
+}
+
+// ownRelease bounds how long Open waits for a lock this process released
+// and a child of it still holds (see lock).
+const ownRelease = 2 * time.Second
+
+// lock takes f's flock without waiting for another process. A lock the
+// file names this process as holder was released by this process (its
+// Close) and is held on by a child forked in between: a fork copies the
+// descriptor, which shares the lock, and the child's exec closes it
+// (close-on-exec) a moment later. A process that starts children while
+// it reopens its data dir (serve restarted in one process, the tests of
+// cmd/mcpaudit, run beside tests that start children) would otherwise
+// see its own pid refused (CI, 2026-12-08: TestServe_Restart). That lock
+// is waited for, up to ownRelease; another process's is refused at once.
+func lock(f *os.File) error {
+	deadline := time.Now().Add(ownRelease)
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if !errors.Is(err, syscall.EWOULDBLOCK) || readPID(f) != os.Getpid() || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // Path returns the directory.

@@ -94,6 +94,39 @@ func TestOpen_SecondProcessRefused(t *testing.T) {
 	}
 }
 
+// TestOpen_ReleasedHeldByChild: a data dir this process closed and opens
+// again while a child it started holds a copy of the lock's descriptor (a
+// fork between the Close and the Open, whose exec has not closed it yet:
+// here a child given the descriptor on purpose, which holds it for
+// 300 ms). The Open waits for it instead of refusing this process's own
+// pid; a lock of another process is still refused at once
+// (TestOpen_SecondProcessRefused). Failed in CI before the wait.
+func TestOpen_ReleasedHeldByChild(t *testing.T) {
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Skip("no sleep command:", err)
+	}
+	dir := t.TempDir()
+	d, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(sleep, "0.3")
+	cmd.ExtraFiles = []*os.File{d.lock} // the child's fd 3: the lock's description
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	d, err = Open(dir)
+	if err != nil {
+		t.Fatalf("reopened while a child holds the released lock: %v", err)
+	}
+	d.Close()
+}
+
 // TestOpen_CrashReleases kills a holder with SIGKILL: the lock goes with it.
 func TestOpen_CrashReleases(t *testing.T) {
 	if dir := os.Getenv("DATADIR_HOLD"); dir != "" {
