@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -209,5 +210,29 @@ func TestCallsAuto_ServeAndReaders(t *testing.T) {
 	choseCalls(t, log, sqlite.CallsLog, "the call logs hold calls")
 	if got := apiCalls(t, s); len(got) != len(calls) {
 		t.Errorf("after migrate-calls on both: %d calls, want %d", len(got), len(calls))
+	}
+}
+
+// TestOpenStore_CallsEmptyIsAuto: serve.sqlite.calls given empty (`calls:`
+// with no value, or "" from a template's unset variable) takes the
+// default, auto, as every other zero key of serve.sqlite does: a new data
+// dir keeps its calls in call logs and serve says where. Until adv52 an
+// empty value kept them in the calls table, the default before stop 52,
+// with no word in the log (config validate said the file was valid).
+func TestOpenStore_CallsEmptyIsAuto(t *testing.T) {
+	cfg := NewDefaultConfig()
+	cfg.Serve.DataDir = t.TempDir()
+	cfg.Serve.SQLite.Calls = ""
+	var buf bytes.Buffer
+	st, err := openStore(context.Background(), cfg, slog.New(slog.NewJSONHandler(&buf, nil)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if where, why := st.(*sqlite.Store).CallsKept(); where != sqlite.CallsLog {
+		t.Errorf("calls: \"\" on a new data dir kept calls in %q (%s), want %q (auto's choice)", where, why, sqlite.CallsLog)
+	}
+	if !strings.Contains(buf.String(), `"calls":"log"`) || !strings.Contains(buf.String(), "serve.sqlite.calls: auto") {
+		t.Errorf("serve's log does not say the calls are kept in call logs under auto:\n%s", buf.String())
 	}
 }

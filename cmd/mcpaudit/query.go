@@ -363,7 +363,7 @@ func timelineCommand(args []string, stdout, stderr io.Writer) error {
 	if *limit < 1 || *limit > store.MaxTimeline {
 		return &exitError{code: 2, err: fmt.Errorf("timeline: --limit %d: want 1 to %d", *limit, store.MaxTimeline)}
 	}
-	if len(q.positional) != 1 {
+	if len(q.positional) != 1 || q.positional[0] == "" {
 		return &exitError{code: 2, err: errors.New("timeline: name one document")}
 	}
 	doc := q.positional[0]

@@ -509,3 +509,22 @@ func TestTimelineCommand_Truncated(t *testing.T) {
 func firstLine(s string) string { first, _, _ := strings.Cut(s, "\n"); return first }
 
 func firstWord(s string) string { first, _, _ := strings.Cut(s, " "); return first }
+
+// TestTimelineCommand_EmptyName: an empty document name ("" from a
+// script's unset variable) is a usage error naming what is wanted. Until
+// adv52 it made the path /api/v1/documents//timeline, which the API's mux
+// redirects, and timeline --data-dir printed the redirect's HTML as its
+// error ("<a href=...>Temporary Redirect</a>.").
+func TestTimelineCommand_EmptyName(t *testing.T) {
+	dir := t.TempDir()
+	st, err := sqlite.Open(filepath.Join(dir, "mcpaudit.db"), sqlite.NewDefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	var out, errb bytes.Buffer
+	code := run(context.Background(), []string{"timeline", "--data-dir", dir, ""}, nil, &out, &errb)
+	if code != 2 || !strings.Contains(errb.String(), "timeline: name one document") || strings.Contains(errb.String(), "<a href") {
+		t.Errorf("timeline \"\": exit %d, stderr %q; want exit 2 and \"timeline: name one document\"", code, errb.String())
+	}
+}

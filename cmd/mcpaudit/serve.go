@@ -242,6 +242,10 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger, progress func(
 		}
 		d := sqlite.NewDefaultOptions()
 		o.CacheMiB, o.ReadConns, o.ReadCacheMiB = cmp.Or(o.CacheMiB, d.CacheMiB), cmp.Or(o.ReadConns, d.ReadConns), cmp.Or(o.ReadCacheMiB, d.ReadCacheMiB)
+		// An empty calls (`calls:` with no value) takes the default, auto,
+		// as the zero keys above do: until adv52 it opened no call log and
+		// kept a new data dir's calls in the table, saying nothing.
+		o.Calls = cmp.Or(o.Calls, d.Calls)
 		if w, r := cachesWithin(o.CacheMiB, o.ReadCacheMiB, o.ReadConns, int64(cfg.Serve.MemoryLimit)); w != o.CacheMiB || r != o.ReadCacheMiB {
 			log.Info("the store's page caches are held to an eighth of serve.memory_limit, less the id index's buffers",
 				"cache_mib", w, "read_cache_mib", r, "read_conns", o.ReadConns,
