@@ -167,14 +167,9 @@ func TestOpen_LostLastSegmentBeforeCut(t *testing.T) {
 	recs := gen(t, 521).Records(405)
 	slices.SortFunc(recs, func(a, b audit.Record) int { return a.Call.Time.Compare(b.Call.Time) })
 	c.write(t, recs)
-	st := c.open(t, nil)
-	cut := recs[len(recs)-1].Call.Time.Add(time.Hour)
-	if _, err := st.DeleteBefore(context.Background(), cut); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Close(); err != nil {
-		t.Fatal(err)
-	}
+	// Retention at an hour past the last call: every sealed segment goes,
+	// the live one stays, its calls all before the chained cut.
+	c.retain(t, recs[len(recs)-1].Call.Time.Add(time.Hour))
 	left, err := filepath.Glob(filepath.Join(calllogs.Dir(c.dir), "*", "*.seg"))
 	if err != nil || len(left) != 1 {
 		t.Fatalf("after retention: segments %v (%v); want the live one alone", left, err)
@@ -214,5 +209,15 @@ func TestOpen_LostLastSegmentBeforeCut(t *testing.T) {
 			}
 			t.Logf("refused: %v", err)
 		})
+	}
+}
+
+// retain runs one retention pass of c's store at cut.
+func (c *chained) retain(t *testing.T, cut time.Time) {
+	t.Helper()
+	st := c.open(t, nil)
+	defer st.Close()
+	if _, err := st.DeleteBefore(context.Background(), cut); err != nil {
+		t.Fatal(err)
 	}
 }
