@@ -521,7 +521,8 @@ func (e *LostBlocksError) Unwrap() error { return ErrCallsLost }
 // Only the segments after the log's last one before last's are looked at:
 // the sealed segments before are whole (their index, checked at the
 // log's open, names their blocks). A segment gone whose chained blocks are
-// all before the tenant's chained cut is retention's.
+// all before the tenant's chained cut, numbered below a segment on disk,
+// is retention's.
 func (s *Store) checkLost(ctx context.Context, tenant string, last LogBlock, segs []uint64, held map[uint64]int, lost *LostBlocksError) error {
 	if slices.Contains(segs, last.Segment) && held[last.Segment] > last.Block {
 		return nil // the log holds the last chained block: nothing before it is lost
@@ -571,8 +572,18 @@ func (s *Store) checkLost(ctx context.Context, tenant string, last LogBlock, seg
 	if err := rows.Err(); err != nil {
 		return wrap(err)
 	}
+	// Retention removes sealed segments alone, never the log's last (its
+	// live segment), and the log numbers new segments past those on disk:
+	// a segment gone with none on disk numbered past it is not
+	// retention's, whatever its calls' times (review52: a quiet tenant's
+	// live segment, all before the cut, removed; the log then started
+	// again at segment 1).
+	var top uint64
+	if len(segs) > 0 {
+		top = slices.Max(segs)
+	}
 	for i, g := range segsLost {
-		if g.Gone && maxLast[i] < cut {
+		if g.Gone && maxLast[i] < cut && len(segs) > 0 && g.Segment < top {
 			continue // retention's: wholly before the chained cut
 		}
 		lost.Segments = append(lost.Segments, g)

@@ -277,6 +277,13 @@ func (v *verifier) checkTenantBlocks(logs BlockLog, tenant string, recs []vBlock
 	recorded := map[pos]bool{}
 	var lastRec *vBlock
 	cut, hasCut := cuts[tenant]
+	// Retention never removes the log's last segment (the live one), and
+	// new segments are numbered past those on disk: a segment gone with
+	// none on disk numbered past it is not retention's (review52).
+	var top uint64
+	for seg := range onDisk {
+		top = max(top, seg)
+	}
 	for i := range recs {
 		b := &recs[i]
 		p := pos{b.Segment, b.Block}
@@ -293,7 +300,7 @@ func (v *verifier) checkTenantBlocks(logs BlockLog, tenant string, recs []vBlock
 			v.r.Calls += int64(b.Calls)
 			continue
 		}
-		if !onDisk[b.Segment] && hasCut && b.Last < cut {
+		if !onDisk[b.Segment] && hasCut && b.Last < cut && b.Segment < top {
 			retained++
 			continue
 		}

@@ -2,12 +2,14 @@ package calllogs_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mcpaudit/mcpaudit/audit"
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
@@ -148,4 +150,74 @@ func TestOpen_LiveSegmentDamage(t *testing.T) {
 		}
 		t.Logf("refused: %v", err)
 	})
+}
+
+// TestOpen_LostLastSegmentBeforeCut (review52): a tenant whose sealed
+// segments retention removed keeps its calls in its live segment, calls
+// all before the chained cut (a quiet tenant: its live segment is sealed
+// SegmentAge after the open; or calls sent late, with old times).
+// Retention never removes a live segment, so that segment's file gone
+// (removed, or the tenant's directory lost) is a loss of acknowledged
+// calls: the open must refuse it. checkLost took it for retention's
+// because its blocks are all before the cut, the log started again at
+// segment 1, and the store opened; the chain still records the lost
+// segment's blocks, whose places the new segments would take.
+func TestOpen_LostLastSegmentBeforeCut(t *testing.T) {
+	c := newChained(t)
+	recs := gen(t, 521).Records(405)
+	slices.SortFunc(recs, func(a, b audit.Record) int { return a.Call.Time.Compare(b.Call.Time) })
+	c.write(t, recs)
+	// Retention at an hour past the last call: every sealed segment goes,
+	// the live one stays, its calls all before the chained cut.
+	c.retain(t, recs[len(recs)-1].Call.Time.Add(time.Hour))
+	left, err := filepath.Glob(filepath.Join(calllogs.Dir(c.dir), "*", "*.seg"))
+	if err != nil || len(left) != 1 {
+		t.Fatalf("after retention: segments %v (%v); want the live one alone", left, err)
+	}
+	if fi, err := os.Stat(left[0]); err != nil || fi.Size() < 1000 {
+		t.Fatalf("the live segment %s holds no block (%v)", left[0], err)
+	}
+	for _, tc := range []struct {
+		name string
+		lose func(dir, seg string) error
+	}{
+		{"live_segment_removed", func(dir, seg string) error { return os.Remove(seg) }},
+		{"tenant_directory_removed", func(dir, seg string) error { return os.RemoveAll(filepath.Dir(seg)) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := c.copyDir(t)
+			seg := filepath.Join(dir, strings.TrimPrefix(left[0], c.dir))
+			if err := tc.lose(dir, seg); err != nil {
+				t.Fatal(err)
+			}
+			// verify, before any open writes a new segment.
+			if ok, out := c.verify(t, dir); ok {
+				t.Errorf("verify with the live segment %s, chained, gone: want TAMPERED:\n%s", filepath.Base(seg), out)
+			}
+			logs, err := calllogs.Open(calllogs.Dir(dir), c.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, err := sqlite.Open(filepath.Join(dir, "audit.db"), sqlite.Options{Calls: sqlite.CallsLog, CallLog: logs, SigningKey: c.key})
+			if err == nil {
+				st.Close()
+				t.Fatalf("the store opened on a call log whose live segment %s, chained, is gone", filepath.Base(seg))
+			}
+			logs.Close()
+			if !errors.Is(err, sqlite.ErrCallsLost) || !strings.Contains(err.Error(), filepath.Base(seg)) {
+				t.Fatalf("open with the live segment gone: %v; want ErrCallsLost naming %s", err, filepath.Base(seg))
+			}
+			t.Logf("refused: %v", err)
+		})
+	}
+}
+
+// retain runs one retention pass of c's store at cut.
+func (c *chained) retain(t *testing.T, cut time.Time) {
+	t.Helper()
+	st := c.open(t, nil)
+	defer st.Close()
+	if _, err := st.DeleteBefore(context.Background(), cut); err != nil {
+		t.Fatal(err)
+	}
 }
