@@ -362,9 +362,14 @@ func TestCallsLog_VerifyChain(t *testing.T) {
 		return segs[0]
 	}
 	// The blocks of a segment: offset and size (a block's header is 37
-	// bytes, its body's length at bytes 4-7; the segment's header 8).
+	// bytes, its body's length at bytes 4-7; the segment's header 16,
+	// 8 before seal52).
 	blocks := func(b []byte) (offs, sizes []int) {
-		for off := 8; off+37 <= len(b); {
+		off := 8
+		if bytes.HasPrefix(b, []byte("\x00mccl2")) {
+			off = 16
+		}
+		for off+37 <= len(b) {
 			n := 37 + int(binary.LittleEndian.Uint32(b[off+4:]))
 			offs, sizes = append(offs, off), append(sizes, n)
 			off += n

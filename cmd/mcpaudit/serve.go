@@ -276,7 +276,10 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger, progress func(
 		// that opening them made is then removed again.
 		dir := calllogs.Dir(cfg.Serve.DataDir)
 		_, statErr := os.Stat(dir)
-		logs, err := calllogs.Open(dir, calllog.Options{OpenFiles: o.CallLogOpenFiles, OnTornTail: func(path string, at, n int64) {
+		// Defer: the logs change no file until the store's check of them
+		// has passed (a refused open, sqlite.ErrCallsLost, leaves the data
+		// dir as it found it); the store starts them.
+		logs, err := calllogs.Open(dir, calllog.Options{Defer: true, OpenFiles: o.CallLogOpenFiles, OnTornTail: func(path string, at, n int64) {
 			// Normal after a crash mid-write; synced blocks missing
 			// besides refuse the store's open (sqlite.ErrCallsLost).
 			log.Warn("cut the torn tail of a call log segment: a block written whose sync never returned (a crash mid-write), never acknowledged",

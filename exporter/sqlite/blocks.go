@@ -184,6 +184,16 @@ func (s *Store) openBlocks(ctx context.Context, log CallLog) error {
 		s.blocks = nil
 		return err
 	}
+	// A log opened without changing its files until the store's check
+	// has passed (calllogs' Defer: a refused open leaves the data dir as
+	// it found it) is repaired and started now: its torn tails cut, its
+	// live segments created.
+	if st, ok := bl.(interface{ Start() error }); ok {
+		if err := st.Start(); err != nil {
+			s.blocks = nil
+			return err
+		}
+	}
 	go s.blockLoop()
 	return nil
 }
@@ -497,7 +507,7 @@ func (e *LostBlocksError) Error() string {
 	var blocks int
 	var calls int64
 	for _, g := range e.Segments {
-		what := "cut short, or removed and made again empty by this open"
+		what := "cut short, or removed"
 		if g.Gone {
 			what = "gone"
 		}

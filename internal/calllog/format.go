@@ -15,7 +15,11 @@ import (
 )
 
 // A segment file, NNNNNNNNNNNNNNNNNNNN.seg (its number, which orders the
-// segments), is segMagic and then blocks, one a group commit:
+// segments), is a header and then blocks, one a group commit. The header is
+// segMagic2 and the segment's creation time, unix nanoseconds, little
+// endian (segHeadLen bytes, written and synced before any block): the
+// segment's age counts from it, across opens. A segment written before
+// seal52 has segMagic alone (8 bytes), no time. A block is:
 //
 //	bytes 0-3    blockMagic
 //	bytes 4-7    length of the compressed body, little endian
@@ -37,6 +41,8 @@ import (
 // decoded length is bounded (maxBlockRaw) before it is allocated.
 const (
 	segMagic      = "\x00mccl1\n\x00"
+	segMagic2     = "\x00mccl2\n\x00"
+	segHeadLen    = 16 // segMagic2 and the creation time
 	blockMagic    = "CLB1"
 	blockHeadLen  = 37
 	blockSumAt    = 33
@@ -73,6 +79,9 @@ var (
 	// ErrReadOnly is returned by Append and DeleteBefore of a log opened
 	// with Options.ReadOnly.
 	ErrReadOnly = errors.New("call log opened read-only")
+	// ErrNotStarted is returned by Append and DeleteBefore of a log
+	// opened with Options.Defer before its Start.
+	ErrNotStarted = errors.New("call log not started")
 	// ErrNoSegment is returned by BlockHashes for a segment the log does
 	// not hold.
 	ErrNoSegment = errors.New("no such call log segment")

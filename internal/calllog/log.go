@@ -28,9 +28,13 @@ type Options struct {
 	// SegmentBytes seals the live segment once it holds this many bytes.
 	// Default 64 MiB.
 	SegmentBytes int64
-	// SegmentAge seals the live segment once its first block is this
-	// old, by a timer, so that an idle log seals its last segment too.
-	// Default 1h.
+	// SegmentAge seals the live segment once it is this old, counted
+	// from the creation time its header records (so across opens: a
+	// process restarted more often than this still seals), by a timer
+	// when it holds a block, so that an idle log seals its last segment
+	// too; a recovered segment past it is sealed as soon as the committer
+	// starts. A segment of a release before seal52 records no time: when
+	// it holds a block it is sealed then too. Default 1h.
 	SegmentAge time.Duration
 	// MaxGroupCalls bounds the calls of one group commit, one block.
 	// Default 8192.
@@ -86,6 +90,19 @@ type Options struct {
 	// opened the segment, no later one. Append and DeleteBefore return
 	// ErrReadOnly. Default false.
 	ReadOnly bool
+	// Defer opens the log without changing a file: what the open would
+	// repair (cut a torn tail, write a torn header again, index a sealed
+	// segment again, remove a stale or lone index or a temporary file,
+	// create the live segment) is held until Start, which does it and
+	// starts the committer; until then the log reads as it will after
+	// Start, and Append and DeleteBefore return ErrNotStarted. So a
+	// caller that may refuse the log once open (the store, whose chain
+	// finds synced blocks lost) leaves the files as it found them.
+	// Default false: Open repairs and starts.
+	Defer bool
+	// Now, when set, is the clock of segment ages (tests). Default
+	// time.Now.
+	Now func() time.Time
 }
 
 func (o *Options) defaults() {
@@ -109,6 +126,12 @@ func (o *Options) defaults() {
 	}
 	if o.Files == nil {
 		o.Files = NewFiles(o.OpenFiles)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.ReadOnly {
+		o.Defer = false
 	}
 }
 
@@ -144,6 +167,11 @@ type Log struct {
 	closeMu  sync.Mutex
 	closed   bool
 	inflight sync.WaitGroup
+	// deferring is set from an Open with Options.Defer until Start, and
+	// pending holds the repairs the open left to Start, in order; both
+	// are guarded by closeMu once Open has returned.
+	deferring bool
+	pending   []func() error
 
 	cache  blockCache
 	tables tableCache
@@ -177,7 +205,10 @@ type segment struct {
 	min, max int64 // times of its calls; min > max while it has none
 	calls    int
 	size     int64
-	created  time.Time
+	// created is when the segment was created, as its header records
+	// it; zero when unknown (a segment of a release before seal52 holding
+	// blocks): its age is then past any bound.
+	created time.Time
 	// A sealed segment's id table and table of the blocks of each
 	// document and session key are in its index file, read when a lookup
 	// needs them (Log.tables). The live segment's are these: the block of
@@ -274,7 +305,7 @@ func Open(dir string, opts Options) (*Log, error) {
 	} else if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("cannot create call log %s: %w", dir, err)
 	}
-	l := &Log{dir: dir, opts: opts, enc: newEncoder(opts.Level),
+	l := &Log{dir: dir, opts: opts, enc: newEncoder(opts.Level), deferring: opts.Defer,
 		reqs: make(chan *request, 64), stop: make(chan struct{}), done: make(chan struct{})}
 	l.cache.init(opts.BlockCacheBytes)
 	l.tables.init(opts.TableBytes)
@@ -284,10 +315,53 @@ func Open(dir string, opts Options) (*Log, error) {
 	}
 	if opts.ReadOnly {
 		close(l.done) // no committer
-	} else {
+	} else if !l.deferring {
 		go l.commit()
 	}
 	return l, nil
+}
+
+// Start makes the repairs an Open with Options.Defer held (a torn tail
+// cut, OnTornTail called, the live segment created...) and starts the
+// committer: appends are taken from then on. It does nothing on a log
+// started already or opened without Defer. When a repair fails it
+// returns its error, and a later Start tries again from that repair.
+func (l *Log) Start() error {
+	l.closeMu.Lock()
+	defer l.closeMu.Unlock()
+	if l.closed {
+		return ErrClosed
+	}
+	if !l.deferring {
+		return nil
+	}
+	for len(l.pending) > 0 {
+		if err := l.pending[0](); err != nil {
+			return err
+		}
+		l.pending = l.pending[1:]
+	}
+	l.deferring = false
+	go l.commit()
+	return nil
+}
+
+// change makes a repair of the open now, or holds it for Start when the
+// open is deferred.
+func (l *Log) change(fn func() error) error {
+	if l.deferring {
+		l.pending = append(l.pending, fn)
+		return nil
+	}
+	return fn()
+}
+
+// age is how old segment s is.
+func (l *Log) age(s *segment) time.Duration {
+	if s.created.IsZero() {
+		return math.MaxInt64
+	}
+	return l.opts.Now().Sub(s.created)
 }
 
 func (l *Log) segPath(num uint64) string {
@@ -334,6 +408,10 @@ func (l *Log) Append(ctx context.Context, recs []audit.Record) (held []int, err 
 	if l.closed {
 		l.closeMu.Unlock()
 		return nil, ErrClosed
+	}
+	if l.deferring {
+		l.closeMu.Unlock()
+		return nil, fmt.Errorf("cannot append to call log %s: %w", l.dir, ErrNotStarted)
 	}
 	l.inflight.Add(1)
 	l.closeMu.Unlock()
@@ -416,7 +494,7 @@ var maxAppendBytes = maxBlockRaw / 2
 func (l *Log) commit() {
 	defer close(l.done)
 	// The age timer runs while the live segment holds a block: it seals
-	// the segment once that block is SegmentAge old, with no commit to
+	// the segment once it is SegmentAge old (from its creation), with no commit to
 	// check it.
 	age := time.NewTimer(time.Hour)
 	age.Stop()
@@ -428,7 +506,7 @@ func (l *Log) commit() {
 	}
 	armAge := func() {
 		if live := l.live; len(live.blocks) > 0 && l.failed == nil {
-			arm(l.opts.SegmentAge - time.Since(live.created))
+			arm(l.opts.SegmentAge - l.age(live))
 		} else {
 			age.Stop()
 			ageC = nil
@@ -442,7 +520,7 @@ func (l *Log) commit() {
 			group = append(group[:0], r)
 		case <-ageC:
 			ageC = nil
-			if live := l.live; l.failed == nil && len(live.blocks) > 0 && time.Since(live.created) >= l.opts.SegmentAge {
+			if live := l.live; l.failed == nil && len(live.blocks) > 0 && l.age(live) >= l.opts.SegmentAge {
 				if err := l.rotate(); err != nil {
 					arm(min(l.opts.SegmentAge, sealRetry))
 					continue
@@ -550,9 +628,6 @@ func (l *Log) commitGroup(group []*request) error {
 		return l.writeFailed(fmt.Errorf("cannot sync call log %s: %w", live.path, err))
 	}
 	l.mu.Lock()
-	if len(live.blocks) == 0 {
-		live.created = time.Now()
-	}
 	bn := uint32(len(live.blocks))
 	live.blocks = append(live.blocks, blockRef{off: live.size, size: uint32(len(data)), count: uint32(len(accept)), min: mn, max: mx})
 	live.size += int64(len(data))
@@ -569,7 +644,7 @@ func (l *Log) commitGroup(group []*request) error {
 		r := live.blocks[bn]
 		l.opts.OnBlock(blockInfo(live.num, bn, r, sha256.Sum256(data)))
 	}
-	if live.size >= l.opts.SegmentBytes || time.Since(live.created) >= l.opts.SegmentAge {
+	if live.size >= l.opts.SegmentBytes || l.age(live) >= l.opts.SegmentAge {
 		// The block is synced: this group is acknowledged whatever the
 		// seal does. A seal that fails leaves the live segment live and
 		// whole: the next groups go on into it and try the seal again.
@@ -796,7 +871,8 @@ func (l *Log) createSegment(num uint64) (*segment, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot create call log segment: %w", err)
 	}
-	if _, err := f.Write([]byte(segMagic)); err != nil {
+	created := l.opts.Now()
+	if _, err := f.Write(segHeader(created)); err != nil {
 		f.Close()
 		os.Remove(path)
 		return nil, fmt.Errorf("cannot create call log segment %s: %w", path, err)
@@ -811,7 +887,7 @@ func (l *Log) createSegment(num uint64) (*segment, error) {
 		os.Remove(path)
 		return nil, fmt.Errorf("cannot create call log segment %s: %w", path, err)
 	}
-	s := &segment{num: num, path: path, f: f, files: l.opts.Files, size: int64(len(segMagic)), created: time.Now()}
+	s := &segment{num: num, path: path, f: f, files: l.opts.Files, size: segHeadLen, created: created}
 	newSegmentState(s)
 	l.opts.Files.own(s, f)
 	return s, nil
@@ -824,6 +900,12 @@ func (l *Log) createSegment(num uint64) (*segment, error) {
 func (l *Log) DeleteBefore(t time.Time) (int64, error) {
 	if l.opts.ReadOnly {
 		return 0, fmt.Errorf("cannot delete from call log %s: %w", l.dir, ErrReadOnly)
+	}
+	l.closeMu.Lock()
+	deferring := l.deferring
+	l.closeMu.Unlock()
+	if deferring {
+		return 0, fmt.Errorf("cannot delete from call log %s: %w", l.dir, ErrNotStarted)
 	}
 	n, ok := sqlite.TimeNanos(t)
 	if !ok {
@@ -957,6 +1039,9 @@ func (l *Log) Close() error {
 	l.closeMu.Unlock()
 	l.inflight.Wait()
 	close(l.stop)
+	if l.deferring {
+		close(l.done) // never started: no committer
+	}
 	<-l.done
 	return l.closeFiles()
 }

@@ -2,6 +2,7 @@ package calllog
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -32,7 +33,8 @@ func (l *Log) load() error {
 			// An index whose write did not complete (or, read-only, is
 			// being written).
 			if !l.opts.ReadOnly {
-				os.Remove(filepath.Join(l.dir, name))
+				path := filepath.Join(l.dir, name)
+				l.change(func() error { os.Remove(path); return nil })
 			}
 		case strings.HasSuffix(name, segExt) || strings.HasSuffix(name, idxExt):
 			ext := filepath.Ext(name)
@@ -51,7 +53,8 @@ func (l *Log) load() error {
 	for n := range idx {
 		if _, ok := slices.BinarySearch(nums, n); !ok && !l.opts.ReadOnly {
 			// Retention removed its segment before it.
-			os.Remove(idxPath(l.segPath(n)))
+			path := idxPath(l.segPath(n))
+			l.change(func() error { os.Remove(path); return nil })
 		}
 	}
 	buf := make([]byte, 1<<20) // reads the indexes
@@ -62,8 +65,15 @@ func (l *Log) load() error {
 			// A seal that failed after its index reached the disk, the
 			// segment appended to since: it is live, the index goes.
 			if !l.opts.ReadOnly {
-				if err := os.Remove(idxPath(l.segPath(n))); err != nil {
-					return fmt.Errorf("cannot open call log %s: %w", l.dir, err)
+				path := idxPath(l.segPath(n))
+				err := l.change(func() error {
+					if err := os.Remove(path); err != nil {
+						return fmt.Errorf("cannot open call log %s: %w", l.dir, err)
+					}
+					return nil
+				})
+				if err != nil {
+					return err
 				}
 			}
 			live = true
@@ -75,10 +85,16 @@ func (l *Log) load() error {
 		if err != nil {
 			return err
 		}
-		if l.opts.ReadOnly && s.ids != nil && !last {
+		if s.ids != nil && (l.opts.ReadOnly && !last || l.deferring && !live) {
 			// Read from its blocks (its index not written yet, or
-			// damaged): sealed, its tables in memory.
-			l.sealed = append(l.sealed, s)
+			// damaged): sealed, its tables in memory (until Start
+			// writes its index, deferred; one of no call is let go,
+			// as below).
+			if l.opts.ReadOnly || s.calls > 0 {
+				l.sealed = append(l.sealed, s)
+			} else {
+				s.release()
+			}
 			continue
 		}
 		if s.ids != nil {
@@ -94,18 +110,30 @@ func (l *Log) load() error {
 		if len(nums) > 0 {
 			next = nums[len(nums)-1] + 1
 		}
-		if l.opts.ReadOnly {
-			// An empty live segment of no file: nothing to read.
+		if l.opts.ReadOnly || l.deferring {
+			// An empty live segment of no file: nothing to read (until
+			// Start creates it, deferred).
 			s := &segment{num: next, path: l.segPath(next), files: l.opts.Files}
 			newSegmentState(s)
 			l.live = s
+			if l.opts.ReadOnly {
+				return nil
+			}
+		}
+		return l.change(func() error {
+			s, err := l.createSegment(next)
+			if err != nil {
+				return err
+			}
+			l.mu.Lock()
+			old := l.live
+			l.live = s
+			l.mu.Unlock()
+			if old != nil {
+				old.release()
+			}
 			return nil
-		}
-		s, err := l.createSegment(next)
-		if err != nil {
-			return err
-		}
-		l.live = s
+		})
 	}
 	return nil
 }
@@ -123,10 +151,11 @@ func (l *Log) staleIndex(num uint64, buf []byte) bool {
 }
 
 // indexedEnd is where the last of blocks ends: the size of a sealed
-// segment.
+// segment (of one with no block, whose header is 8 bytes before seal52 and
+// segHeadLen since, the longer).
 func indexedEnd(blocks []blockRef) int64 {
 	if len(blocks) == 0 {
-		return int64(len(segMagic))
+		return segHeadLen
 	}
 	r := blocks[len(blocks)-1]
 	return r.off + int64(r.size)
@@ -171,7 +200,7 @@ func (l *Log) openSegment(num uint64, live bool, buf []byte) (*segment, error) {
 				return nil, &CorruptError{Path: path, Offset: fi.Size(), Reason: fmt.Sprintf(
 					"the segment holds %d bytes, its index %s names %d: blocks synced and indexed are missing (%s)",
 					fi.Size(), filepath.Base(idxPath(path)), end, lostBlocks(blocks, fi.Size()))}
-			} else if why == "" && fi.Size() != end {
+			} else if why == "" && fi.Size() != end && !(len(blocks) == 0 && fi.Size() == int64(len(segMagic))) {
 				why = fmt.Sprintf("it names %d bytes of blocks, the segment holds %d", end, fi.Size())
 			}
 			if why == "" {
@@ -193,7 +222,10 @@ func (l *Log) openSegment(num uint64, live bool, buf []byte) (*segment, error) {
 		return nil, err
 	}
 	if !live && !l.opts.ReadOnly {
-		if err := l.seal(s); err != nil {
+		if l.deferring {
+			// Sealed by Start: its tables stay in memory until then.
+			l.change(func() error { return l.seal(s) })
+		} else if err := l.seal(s); err != nil {
 			s.release()
 			return nil, err
 		}
@@ -226,32 +258,36 @@ func (l *Log) recover(s *segment, live bool) error {
 	corrupt := func(off int, why string) error {
 		return &CorruptError{Path: s.path, Offset: int64(off), Reason: why}
 	}
-	if len(data) < len(segMagic) {
-		if !live || !bytes.HasPrefix([]byte(segMagic), data) {
+	off, created, torn := readSegHead(data)
+	if off == 0 {
+		if !torn {
+			return corrupt(0, fmt.Sprintf("unknown header %q", data[:min(len(data), len(segMagic))]))
+		}
+		if !live {
 			return corrupt(0, "the file ends inside its header")
 		}
 		if l.opts.ReadOnly {
 			// Being created: no call yet.
-			s.size, s.created = 0, time.Now()
+			s.size, s.created = 0, l.opts.Now()
 			return nil
 		}
 		// Created, its header never synced: write it again.
-		if err := s.f.Truncate(0); err == nil {
-			_, err = s.f.WriteAt([]byte(segMagic), 0)
-		}
-		if err == nil {
-			err = s.f.Sync()
-		}
-		if err != nil {
-			return fmt.Errorf("cannot repair call log segment %s: %w", s.path, err)
-		}
-		s.size, s.created = int64(len(segMagic)), time.Now()
-		return nil
+		now := l.opts.Now()
+		s.size, s.created = segHeadLen, now
+		return l.change(func() error {
+			err := s.f.Truncate(0)
+			if err == nil {
+				_, err = s.f.WriteAt(segHeader(now), 0)
+			}
+			if err == nil {
+				err = s.f.Sync()
+			}
+			if err != nil {
+				return fmt.Errorf("cannot repair call log segment %s: %w", s.path, err)
+			}
+			return nil
+		})
 	}
-	if !bytes.Equal(data[:len(segMagic)], []byte(segMagic)) {
-		return corrupt(0, fmt.Sprintf("unknown header %q", data[:len(segMagic)]))
-	}
-	off := len(segMagic)
 	for off < len(data) {
 		var h head
 		why := fmt.Sprintf("the file ends inside a block header (%d of %d bytes)", len(data)-off, blockHeadLen)
@@ -268,14 +304,21 @@ func (l *Log) recover(s *segment, live bool) error {
 			if l.opts.ReadOnly {
 				break // being written, or torn: not read, not cut
 			}
-			if err := s.f.Truncate(int64(off)); err != nil {
-				return fmt.Errorf("cannot cut the torn tail of call log segment %s at byte %d: %w", s.path, off, err)
-			}
-			if err := spool.Fdatasync(s.f); err != nil {
-				return fmt.Errorf("cannot cut the torn tail of call log segment %s at byte %d: %w", s.path, off, err)
-			}
-			if l.opts.OnTornTail != nil {
-				l.opts.OnTornTail(s.path, int64(off), int64(len(data)-off))
+			at, cut := int64(off), int64(len(data)-off)
+			err := l.change(func() error {
+				if err := s.f.Truncate(at); err != nil {
+					return fmt.Errorf("cannot cut the torn tail of call log segment %s at byte %d: %w", s.path, at, err)
+				}
+				if err := spool.Fdatasync(s.f); err != nil {
+					return fmt.Errorf("cannot cut the torn tail of call log segment %s at byte %d: %w", s.path, at, err)
+				}
+				if l.opts.OnTornTail != nil {
+					l.opts.OnTornTail(s.path, at, cut)
+				}
+				return nil
+			})
+			if err != nil {
+				return err
 			}
 			break
 		}
@@ -298,10 +341,45 @@ func (l *Log) recover(s *segment, live bool) error {
 		off += size
 	}
 	s.size = int64(off)
-	// The age of a recovered segment counts from its opening: its first
-	// block's wall time is not kept.
-	s.created = time.Now()
+	// The age of a recovered segment counts from its creation, as its
+	// header records it. A segment of a release before seal52 records
+	// none: its age is unknown, past any bound when it holds a block (it
+	// is sealed once the committer starts), and counted from this open
+	// when it holds none. A time ahead of the clock (a clock set back)
+	// is taken as unknown too, so that it cannot hold the seal off.
+	switch {
+	case created.IsZero() && len(s.blocks) == 0, created.After(l.opts.Now()) && len(s.blocks) == 0:
+		s.created = l.opts.Now()
+	case created.After(l.opts.Now()):
+		s.created = time.Time{}
+	default:
+		s.created = created
+	}
 	return nil
+}
+
+// segHeader returns the header of a segment created at t.
+func segHeader(t time.Time) []byte {
+	b := make([]byte, segHeadLen)
+	copy(b, segMagic2)
+	binary.LittleEndian.PutUint64(b[len(segMagic2):], uint64(t.UnixNano()))
+	return b
+}
+
+// readSegHead reads the header at the start of a segment's data: its
+// length and the creation time it records (zero for a header of a release
+// before seal52, segMagic alone). off is 0 when data holds no whole
+// header: torn says whether data is the start of one (a header whose
+// write never completed) rather than another file's.
+func readSegHead(data []byte) (off int, created time.Time, torn bool) {
+	switch {
+	case bytes.HasPrefix(data, []byte(segMagic)):
+		return len(segMagic), time.Time{}, false
+	case len(data) >= segHeadLen && bytes.HasPrefix(data, []byte(segMagic2)):
+		return segHeadLen, time.Unix(0, int64(binary.LittleEndian.Uint64(data[len(segMagic2):]))), false
+	}
+	return 0, time.Time{}, bytes.HasPrefix([]byte(segMagic), data) || bytes.HasPrefix([]byte(segMagic2), data) ||
+		bytes.HasPrefix(data, []byte(segMagic2))
 }
 
 // wholeBlockAfter returns the offset of the first whole, checksummed block

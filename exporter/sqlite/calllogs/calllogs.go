@@ -37,6 +37,9 @@ type Logs struct {
 	mu     sync.RWMutex
 	logs   map[string]*calllog.Log // by tenant
 	closed bool
+	// deferred is set from an Open with opts.Defer until Start: the logs
+	// were opened without changing a file, and no tenant's log is created.
+	deferred bool
 	// cuts holds, by tenant, the time before which retention deleted the
 	// tenant's calls: reads leave them out at once, while the segments
 	// holding them stay until they are wholly before it (the call log
@@ -89,14 +92,20 @@ var _ sqlite.BlockLog = (*Logs)(nil)
 // tenant's log holds the calls synced when it was opened, a missing dir
 // is logs of no call, and Append and DeleteBefore return
 // calllog.ErrReadOnly.
+// With opts.Defer (calllog.Options.Defer) no file is changed, dir not
+// created, until Start: a caller that refuses the logs once open (the
+// store, sqlite.ErrCallsLost) leaves them as it found them.
 func Open(dir string, opts calllog.Options) (*Logs, error) {
-	if !opts.ReadOnly {
+	if opts.ReadOnly {
+		opts.Defer = false
+	}
+	if !opts.ReadOnly && !opts.Defer {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, fmt.Errorf("cannot create call logs %s: %w", dir, err)
 		}
 	}
 	ents, err := os.ReadDir(dir)
-	if opts.ReadOnly && errors.Is(err, os.ErrNotExist) {
+	if (opts.ReadOnly || opts.Defer) && errors.Is(err, os.ErrNotExist) {
 		ents, err = nil, nil
 	}
 	if err != nil {
@@ -105,13 +114,9 @@ func Open(dir string, opts calllog.Options) (*Logs, error) {
 	if opts.Files == nil {
 		opts.Files = calllog.NewFiles(opts.OpenFiles)
 	}
-	l := &Logs{dir: dir, opts: opts, logs: map[string]*calllog.Log{}}
-	if !opts.ReadOnly {
-		// Those of a retention killed while it saved the cuts.
-		left, _ := filepath.Glob(datadir.TempGlob(filepath.Join(dir, cutsFile)))
-		for _, f := range left {
-			os.Remove(f)
-		}
+	l := &Logs{dir: dir, opts: opts, logs: map[string]*calllog.Log{}, deferred: opts.Defer}
+	if !opts.ReadOnly && !opts.Defer {
+		l.removeTemps()
 	}
 	if l.cuts, err = readCuts(filepath.Join(dir, cutsFile)); err != nil {
 		return nil, err
@@ -131,6 +136,40 @@ func Open(dir string, opts calllog.Options) (*Logs, error) {
 		}
 	}
 	return l, nil
+}
+
+// removeTemps removes the cuts files of a retention killed while it saved
+// them.
+func (l *Logs) removeTemps() {
+	left, _ := filepath.Glob(datadir.TempGlob(filepath.Join(l.dir, cutsFile)))
+	for _, f := range left {
+		os.Remove(f)
+	}
+}
+
+// Start makes the changes an Open with opts.Defer held (dir created, each
+// tenant's log repaired, calllog.Log.Start) and takes appends from then
+// on. It does nothing on logs started already or opened without Defer.
+func (l *Logs) Start() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return fmt.Errorf("cannot start the call logs: %w", audit.ErrClosed)
+	}
+	if !l.deferred {
+		return nil
+	}
+	if err := os.MkdirAll(l.dir, 0o700); err != nil {
+		return fmt.Errorf("cannot create call logs %s: %w", l.dir, err)
+	}
+	l.removeTemps()
+	for tenant, lg := range l.logs {
+		if err := lg.Start(); err != nil {
+			return fmt.Errorf("cannot start the call log of tenant %q: %w", tenant, err)
+		}
+	}
+	l.deferred = false
+	return nil
 }
 
 // DirName is the name of tenant's log directory.
@@ -153,6 +192,7 @@ func tenantOf(name string) (string, bool) {
 func (l *Logs) open(tenant string) (*calllog.Log, error) {
 	o := l.opts
 	o.Tenant = tenant
+	o.Defer = l.deferred
 	if !o.ReadOnly {
 		o.OnBlock = func(b calllog.BlockInfo) {
 			if fn := l.onBlock.Load(); fn != nil {
@@ -186,6 +226,10 @@ func (l *Logs) log(tenant string, create bool) (*calllog.Log, error) {
 	defer l.mu.Unlock()
 	if l.closed {
 		return nil, fmt.Errorf("cannot use the call logs: %w", audit.ErrClosed)
+	}
+	if l.deferred {
+		// No tenant's directory is made before Start.
+		return nil, fmt.Errorf("cannot append to the call logs %s: %w", l.dir, calllog.ErrNotStarted)
 	}
 	if lg = l.logs[tenant]; lg != nil {
 		return lg, nil
@@ -467,6 +511,10 @@ func (l *Logs) deleteBefore(t time.Time, pick func(tenant string) bool) (int64, 
 	l.cutMu.Lock()
 	defer l.cutMu.Unlock()
 	l.mu.RLock()
+	if l.deferred {
+		l.mu.RUnlock()
+		return 0, fmt.Errorf("cannot delete calls from %s: %w", l.dir, calllog.ErrNotStarted)
+	}
 	logs := map[string]*calllog.Log{}
 	for name, lg := range l.logs {
 		if !pick(name) {
