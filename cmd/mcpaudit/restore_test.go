@@ -65,7 +65,9 @@ func TestRestore_OlderThanRetention(t *testing.T) {
 // refused before restore moves anything: exit 1, naming the segment file,
 // the blocks and the calls, and the data dir byte for byte as it was. A
 // good backup of the same data dir is restored, and restore's line gives
-// one total of its calls, those of the call logs. Before rst52 the
+// one total of its calls, those of the call logs. A backup without its
+// FILE.calls/, and one with a byte flipped in a segment, are refused the
+// same way. Before rst52 the
 // damaged backup was restored (exit 0, the data dir's files moved aside)
 // and serve's next start refused it; the line said "0 calls" first.
 func TestRestore_DamagedBackupRefused(t *testing.T) {
@@ -82,8 +84,8 @@ func TestRestore_DamagedBackupRefused(t *testing.T) {
 		t.Fatalf("export --data-dir: exit %d, %d calls: %s", code, calls, errs)
 	}
 	bk := t.TempDir()
-	good, bad := filepath.Join(bk, "good.db"), filepath.Join(bk, "bad.db")
-	for _, f := range []string{good, bad} {
+	good, bad, flipped := filepath.Join(bk, "good.db"), filepath.Join(bk, "bad.db"), filepath.Join(bk, "flipped.db")
+	for _, f := range []string{good, bad, flipped} {
 		if code, out, errs := cliRun("backup", "--data-dir", dir, "--out", f); code != 0 {
 			t.Fatalf("backup: exit %d: %s%s", code, out, errs)
 		}
@@ -138,6 +140,27 @@ func TestRestore_DamagedBackupRefused(t *testing.T) {
 		t.Errorf("restore of a backup without its call logs' copy: exit %d, want 1 naming it: %s%s", code, out, errs)
 	}
 	leftAlone("the restore refused for want of FILE.calls")
+
+	// A byte flipped in the first block, a whole block after it: the
+	// read-only open of the copy refuses it; before rst52 it did so after
+	// the data dir's files were moved aside.
+	segs, _ = filepath.Glob(filepath.Join(callsCopy(flipped), "*", "*.seg"))
+	if len(segs) == 0 {
+		t.Fatalf("no segment in %s", callsCopy(flipped))
+	}
+	b, err := os.ReadFile(segs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[40] ^= 0x40 // inside the first block (a header of 8 bytes, a block's of 32 or more)
+	if err := os.WriteFile(segs[0], b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs = cliRun("restore", "--data-dir", dir, "--from", flipped)
+	if code != 1 || !strings.Contains(errs, segs[0]) || !strings.Contains(errs, "left as it was") {
+		t.Errorf("restore of a backup with a byte flipped in a segment: exit %d, want 1 naming it: %s%s", code, out, errs)
+	}
+	leftAlone("the restore refused for a flipped byte")
 
 	code, out, errs = cliRun("restore", "--data-dir", dir, "--from", good)
 	if code != 0 {

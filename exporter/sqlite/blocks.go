@@ -263,7 +263,11 @@ func walkBlocks(ctx context.Context, q blocksQueryer, log BlockLog, chained map[
 				return nil
 			})
 			if err != nil {
-				return nil, fmt.Errorf("cannot chain the blocks of the call log of tenant %q: %w", tenant, err)
+				verb := "chain"
+				if readAlone {
+					verb = "check"
+				}
+				return nil, fmt.Errorf("cannot %s the blocks of the call log of tenant %q: %w", verb, tenant, err)
 			}
 		}
 		if had {
