@@ -144,18 +144,7 @@ func TestRestore_DamagedBackupRefused(t *testing.T) {
 	// A byte flipped in the first block, a whole block after it: the
 	// read-only open of the copy refuses it; before rst52 it did so after
 	// the data dir's files were moved aside.
-	segs, _ = filepath.Glob(filepath.Join(callsCopy(flipped), "*", "*.seg"))
-	if len(segs) == 0 {
-		t.Fatalf("no segment in %s", callsCopy(flipped))
-	}
-	b, err := os.ReadFile(segs[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	b[40] ^= 0x40 // inside the first block (a header of 8 bytes, a block's of 32 or more)
-	if err := os.WriteFile(segs[0], b, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	segs = flipFirstBlock(t, callsCopy(flipped))
 	code, out, errs = cliRun("restore", "--data-dir", dir, "--from", flipped)
 	if code != 1 || !strings.Contains(errs, segs[0]) || !strings.Contains(errs, "left as it was") {
 		t.Errorf("restore of a backup with a byte flipped in a segment: exit %d, want 1 naming it: %s%s", code, out, errs)
