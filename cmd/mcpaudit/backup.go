@@ -123,7 +123,9 @@ const restoreUsage = `usage: mcpaudit restore --data-dir DIR --from FILE
 
 Makes FILE, a copy written by mcpaudit backup, the embedded store of DIR.
 The collector must be stopped: restore takes the data dir's lock. FILE is
-checked first (integrity, schema); then the files it replaces (the store
+checked first (integrity, schema, and the blocks of call logs its store
+records against FILE.calls/, as serve's open checks them: a backup whose
+call logs lack some is refused, exit 1, DIR left as it was); then the files it replaces (the store
 file and its write-ahead log, the id index, the state file partitions.json,
 the call logs calls/) are moved, not deleted, into DIR/before-restore-TIME/,
 and FILE is copied in, with the call logs of FILE.calls/ when backup wrote
@@ -165,6 +167,16 @@ func restoreCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return &exitError{code: 1, err: fmt.Errorf("not restored: %w", err)}
 	}
+	_, err = os.Stat(callsCopy(*from))
+	logged := err == nil
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return &exitError{code: 1, err: fmt.Errorf("not restored: %w", err)}
+	}
+	// Before anything is moved: a backup whose call logs lack blocks its
+	// store records would be refused by serve's next start (adv52).
+	if err := checkBackupLogs(ctx, *from, logged); err != nil {
+		return &exitError{code: 1, err: fmt.Errorf("not restored, %s is left as it was (nothing moved or copied): %w", *dir, err)}
+	}
 	d, err := datadir.Open(*dir)
 	if err != nil {
 		return &exitError{code: 1, err: fmt.Errorf("not restored: %w", err)}
@@ -191,14 +203,15 @@ func restoreCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 		}
 		fmt.Fprintf(stdout, "restored %s into %s\n", stateCopy(*from), *dir)
 	}
-	if _, err := os.Stat(callsCopy(*from)); err == nil {
+	var logCalls int64
+	if logged {
 		// The call logs' copy, checked by its read-only open (each live
 		// segment's blocks, each index's checksum), copied in whole.
-		n, err := snapshotLogs(callsCopy(*from), calllogs.Dir(*dir))
+		logCalls, err = snapshotLogs(callsCopy(*from), calllogs.Dir(*dir))
 		if err != nil {
 			return &exitError{code: 1, err: fmt.Errorf("the store is restored, its call logs not: %w (the files replaced are in %s)", err, aside)}
 		}
-		fmt.Fprintf(stdout, "restored %s into %s: %d calls of the call logs\n", callsCopy(*from), calllogs.Dir(*dir), n)
+		fmt.Fprintf(stdout, "restored %s into %s\n", callsCopy(*from), calllogs.Dir(*dir))
 	}
 	if len(moved) > 0 {
 		fmt.Fprintf(stdout, "moved %v to %s\n", moved, aside)
@@ -208,7 +221,15 @@ func restoreCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 		next = "At its next start serve rebuilds the id index and goes on from the backup's state file, as after a crash at the time of the backup: " +
 			"its counters from the values saved, judging again only the calls after its marks."
 	}
-	fmt.Fprintf(stdout, "restored %s into %s: %d calls, schema %d. %s\n", *from, *dir, info.Calls, info.Schema, next)
+	// One total: with call logs the store's calls table holds none, or
+	// those not moved into the logs yet (adv52: "0 calls" read as an
+	// empty backup).
+	calls := fmt.Sprintf("%d calls", info.Calls)
+	if logged {
+		calls = fmt.Sprintf("%d calls (%d calls of the call logs, in %s; %d in the store's calls table)",
+			info.Calls+logCalls, logCalls, calllogs.Dir(*dir), info.Calls)
+	}
+	fmt.Fprintf(stdout, "restored %s into %s: %s, schema %d. %s\n", *from, *dir, calls, info.Schema, next)
 	if !info.Oldest.IsZero() {
 		fmt.Fprintf(stdout, "its calls run from %s to %s\n", info.Oldest.Format(time.RFC3339), info.Newest.Format(time.RFC3339))
 		// serve's retention counts back from the newest stored call by
@@ -228,6 +249,35 @@ func restoreCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	if _, err := os.Stat(filepath.Join(*dir, "redact.key")); errors.Is(err, os.ErrNotExist) {
 		fmt.Fprintf(stdout, "warning: %s has no redact.key: copy in the one of the collector that wrote the backup (unless redact.secret_file names it), "+
 			"or serve creates a new key, and a secret masked from then on gets another mask than in the restored calls (docs/security.md)\n", *dir)
+	}
+	return nil
+}
+
+// checkBackupLogs checks the backup at from as serve's open checks a data
+// dir's call logs (sqlite.CheckCallLogs): the blocks its store records as
+// synced must all be in its call logs' copy, FILE.calls/ (logged: it
+// exists), opened to read alone. Nothing is written.
+func checkBackupLogs(ctx context.Context, from string, logged bool) error {
+	var log sqlite.BlockLog
+	if logged {
+		logs, err := calllogs.Open(callsCopy(from), calllog.Options{ReadOnly: true})
+		if err != nil {
+			return fmt.Errorf("the backup's call logs %s: %w", callsCopy(from), err)
+		}
+		defer logs.Close()
+		log = logs
+	}
+	err := sqlite.CheckCallLogs(ctx, from, log)
+	var lost *sqlite.LostBlocksError
+	switch {
+	case errors.As(err, &lost):
+		return fmt.Errorf("the backup %s is damaged: its call logs' copy %s lacks blocks its store records as synced: %s; "+
+			"restore another backup (serve would refuse to start on this one)", from, callsCopy(from), lost.Missing())
+	case errors.Is(err, sqlite.ErrCallsLost):
+		return fmt.Errorf("the backup %s is damaged (%s is missing): %w; restore another backup (serve would refuse to start on this one)",
+			from, callsCopy(from), err)
+	case err != nil:
+		return fmt.Errorf("cannot check the backup %s against its call logs: %w", from, err)
 	}
 	return nil
 }

@@ -167,6 +167,25 @@ func TestCallsLog_ReadAndBackupBesideServe(t *testing.T) {
 	}
 }
 
+// flipFirstBlock flips a byte inside the first block of the first segment
+// of the call logs in dir, and returns the segments found there.
+func flipFirstBlock(t *testing.T, dir string) []string {
+	t.Helper()
+	segs, _ := filepath.Glob(filepath.Join(dir, "*", "*.seg"))
+	if len(segs) == 0 {
+		t.Fatalf("no segment of calls in %s", dir)
+	}
+	b, err := os.ReadFile(segs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[40] ^= 0x40 // inside the first block (a header of 8 bytes, a block's of 32 or more)
+	if err := os.WriteFile(segs[0], b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return segs
+}
+
 // callsLogConfig returns a new data dir and a test config of serve on it
 // with serve.sqlite.calls: log.
 func callsLogConfig(t *testing.T) (string, Config) {
@@ -186,18 +205,7 @@ func TestCallsLog_VerifyFindsFlippedByte(t *testing.T) {
 	if code := run(context.Background(), []string{"verify", "--data-dir", dir}, nil, &out, &errb); code != 0 {
 		t.Fatalf("verify before the flip: exit %d: %s%s", code, out.String(), errb.String())
 	}
-	segs, _ := filepath.Glob(filepath.Join(calllogs.Dir(dir), "*", "*.seg"))
-	if len(segs) == 0 {
-		t.Fatal("no segment of calls")
-	}
-	b, err := os.ReadFile(segs[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	b[40] ^= 0x40 // inside the first block (a header of 8 bytes, a block's of 32 or more)
-	if err := os.WriteFile(segs[0], b, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	segs := flipFirstBlock(t, calllogs.Dir(dir))
 	out.Reset()
 	errb.Reset()
 	code := run(context.Background(), []string{"verify", "--data-dir", dir}, nil, &out, &errb)

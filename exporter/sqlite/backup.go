@@ -177,6 +177,44 @@ func checkCopy(ctx context.Context, path string) (BackupInfo, error) {
 	return info, nil
 }
 
+// CheckCallLogs checks the call logs log, opened to read alone, against
+// the store file at path, as Open checks a store's call logs before it
+// takes them: it returns a *LostBlocksError (ErrCallsLost) when blocks the
+// file's chain_blocks records as synced are missing from log, and an
+// error wrapping ErrCallsLost when it records blocks and log is nil (no
+// call log). Neither file is written. mcpaudit restore checks a backup
+// with it before it moves anything.
+func CheckCallLogs(ctx context.Context, path string, log BlockLog) error {
+	db, err := openReadOnly(path)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	var tables int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE name = 'chain_blocks'`).Scan(&tables); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if tables == 0 {
+		return nil // no call log was ever chained in it
+	}
+	if log == nil {
+		var blocks, calls int64
+		if err := db.QueryRowContext(ctx, `SELECT count(*), coalesce(sum(calls), 0) FROM chain_blocks`).Scan(&blocks, &calls); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		if blocks > 0 {
+			return fmt.Errorf("%w: %s records %d blocks (%d calls) of call logs, and there is no call log", ErrCallsLost, path, blocks, calls)
+		}
+		return nil
+	}
+	chained, err := lastChained(ctx, db)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	_, err = walkBlocks(ctx, db, log, chained, true)
+	return err
+}
+
 // openReadOnly opens a store file for reading only, one connection.
 func openReadOnly(path string) (*sql.DB, error) {
 	q := url.Values{}

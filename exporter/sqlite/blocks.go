@@ -161,23 +161,11 @@ func (s *Store) openBlocks(ctx context.Context, log CallLog) error {
 	if !bl.ChainBlocks(bc.synced) {
 		return nil // read alone: nothing is synced
 	}
-	rows, err := s.w.QueryContext(ctx, `SELECT tenant, seg, block FROM chain_blocks c
-		WHERE (seg, block) = (SELECT seg, block FROM chain_blocks WHERE tenant = c.tenant ORDER BY seg DESC, block DESC LIMIT 1)`)
+	chained, err := lastChained(ctx, s.w)
 	if err != nil {
-		return wrap(err)
+		return err
 	}
-	for rows.Next() {
-		var b LogBlock
-		if err := rows.Scan(&b.Tenant, &b.Segment, &b.Block); err != nil {
-			rows.Close()
-			return wrap(err)
-		}
-		bc.chained[b.Tenant] = b
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return wrap(err)
-	}
+	bc.chained = chained
 	s.blocks = bc
 	if err := s.recoverBlocks(ctx); err != nil {
 		// The store is closed next, with no chaining loop to stop.
@@ -198,6 +186,31 @@ func (s *Store) openBlocks(ctx context.Context, log CallLog) error {
 	return nil
 }
 
+// lastChained returns, by tenant, the last block chain_blocks records.
+func lastChained(ctx context.Context, q blocksQueryer) (map[string]LogBlock, error) {
+	rows, err := q.QueryContext(ctx, `SELECT tenant, seg, block FROM chain_blocks c
+		WHERE (seg, block) = (SELECT seg, block FROM chain_blocks WHERE tenant = c.tenant ORDER BY seg DESC, block DESC LIMIT 1)`)
+	if err != nil {
+		return nil, wrap(err)
+	}
+	defer rows.Close()
+	out := map[string]LogBlock{}
+	for rows.Next() {
+		var b LogBlock
+		if err := rows.Scan(&b.Tenant, &b.Segment, &b.Block); err != nil {
+			return nil, wrap(err)
+		}
+		out[b.Tenant] = b
+	}
+	return out, wrap(rows.Err())
+}
+
+// blocksQueryer reads chain_blocks and the chain (*sql.DB, *sql.Tx).
+type blocksQueryer interface {
+	queryer
+	rowsQueryer
+}
+
 // recoverBlocks chains the blocks of every tenant's log after the last
 // one chained: those a crash left synced but not chained (the log acks a
 // block at its sync, the chain commits it later), and, at the first open
@@ -209,47 +222,9 @@ func (s *Store) openBlocks(ctx context.Context, log CallLog) error {
 func (s *Store) recoverBlocks(ctx context.Context) error {
 	bc := s.blocks
 	start := time.Now()
-	var found []LogBlock
-	lost := LostBlocksError{Files: bc.log.SegmentFile}
-	for _, tenant := range bc.log.Tenants() {
-		segs, err := bc.log.Segments(tenant)
-		if err != nil {
-			return err
-		}
-		last, had := bc.chained[tenant]
-		held := map[uint64]int{} // blocks of the segments from the last chained one's
-		for _, seg := range segs {
-			if had && seg < last.Segment {
-				continue
-			}
-			err := bc.log.Blocks(ctx, tenant, seg, func(b LogBlock) error {
-				held[seg]++
-				if !had || b.after(last.Segment, last.Block) {
-					found = append(found, b)
-				}
-				return nil
-			})
-			if err != nil {
-				return fmt.Errorf("cannot chain the blocks of the call log of tenant %q: %w", tenant, err)
-			}
-		}
-		if had {
-			if err := s.checkLost(ctx, tenant, last, segs, held, &lost); err != nil {
-				return err
-			}
-		}
-	}
-	// A tenant whose whole log is gone (its directory) has chained blocks
-	// and no log.
-	for tenant, last := range bc.chained {
-		if !slices.Contains(bc.log.Tenants(), tenant) {
-			if err := s.checkLost(ctx, tenant, last, nil, nil, &lost); err != nil {
-				return err
-			}
-		}
-	}
-	if len(lost.Segments) > 0 {
-		return &lost
+	found, err := walkBlocks(ctx, s.w, bc.log, bc.chained, false)
+	if err != nil {
+		return err
 	}
 	if len(found) == 0 {
 		return nil
@@ -267,6 +242,63 @@ func (s *Store) recoverBlocks(ctx context.Context) error {
 			"blocks", n, "elapsed", time.Since(start).Round(time.Millisecond))
 	}
 	return nil
+}
+
+// walkBlocks reads the blocks of every tenant's log of log from the
+// segment of its last chained block (chained, by tenant) on, and returns
+// those after it, not chained yet; a *LostBlocksError (ErrCallsLost) when
+// blocks the chain records (chain_blocks, read through q) are missing from
+// the log. readAlone says the log was opened to read alone (nothing made
+// again by the open, for the error's words).
+func walkBlocks(ctx context.Context, q blocksQueryer, log BlockLog, chained map[string]LogBlock, readAlone bool) ([]LogBlock, error) {
+	var found []LogBlock
+	lost := LostBlocksError{Files: log.SegmentFile, ReadAlone: readAlone}
+	tenants := log.Tenants()
+	for _, tenant := range tenants {
+		segs, err := log.Segments(tenant)
+		if err != nil {
+			return nil, err
+		}
+		last, had := chained[tenant]
+		held := map[uint64]int{} // blocks of the segments from the last chained one's
+		for _, seg := range segs {
+			if had && seg < last.Segment {
+				continue
+			}
+			err := log.Blocks(ctx, tenant, seg, func(b LogBlock) error {
+				held[seg]++
+				if !had || b.after(last.Segment, last.Block) {
+					found = append(found, b)
+				}
+				return nil
+			})
+			if err != nil {
+				verb := "chain"
+				if readAlone {
+					verb = "check"
+				}
+				return nil, fmt.Errorf("cannot %s the blocks of the call log of tenant %q: %w", verb, tenant, err)
+			}
+		}
+		if had {
+			if err := checkLost(ctx, q, tenant, last, segs, held, &lost); err != nil {
+				return nil, err
+			}
+		}
+	}
+	// A tenant whose whole log is gone (its directory) has chained blocks
+	// and no log.
+	for tenant, last := range chained {
+		if !slices.Contains(tenants, tenant) {
+			if err := checkLost(ctx, q, tenant, last, nil, nil, &lost); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if len(lost.Segments) > 0 {
+		return nil, &lost
+	}
+	return found, nil
 }
 
 // blocksWait is how long blockLoop leaves the blocks synced to the next
@@ -489,6 +521,9 @@ type LostBlocksError struct {
 	Segments []LostSegment
 	// Files names a segment's file (BlockLog.SegmentFile).
 	Files func(tenant string, seg uint64) string
+	// ReadAlone is set when the log was opened to read alone
+	// (CheckCallLogs): its open made no segment again.
+	ReadAlone bool
 }
 
 // LostSegment is the blocks of one segment the chain records and the log
@@ -501,26 +536,35 @@ type LostSegment struct {
 	Gone                bool // the segment's file is not in the log at all
 }
 
-func (e *LostBlocksError) Error() string {
+// Missing says which blocks and calls are missing, by segment file, and
+// how many in all, without what to do about it.
+func (e *LostBlocksError) Missing() string {
 	var b strings.Builder
 	b.WriteString(ErrCallsLost.Error() + ":")
 	var blocks int
 	var calls int64
 	for _, g := range e.Segments {
 		what := "cut short, or removed"
-		if g.Gone {
+		switch {
+		case g.Gone:
 			what = "gone"
+		case e.ReadAlone:
+			what = "cut short or emptied"
 		}
 		fmt.Fprintf(&b, " tenant %q, %s (%s): blocks %d-%d of it the chain records as synced are missing (%d blocks, %d calls);",
 			g.Tenant, e.Files(g.Tenant, g.Segment), what, g.First, g.Last, g.Blocks, g.Calls)
 		blocks += g.Blocks
 		calls += g.Calls
 	}
-	fmt.Fprintf(&b, " %d blocks, %d calls in all. Serve does not start on them: put the segment files back (from a copy, or "+
-		"mcpaudit restore of a backup taken before), or move the data dir aside and start on a new one (mcpaudit verify, "+
-		"export --data-dir and the other readers still read it); new blocks would take the places the chain records for the lost ones "+
-		"(docs/storage.md, \"A call log that lost synced blocks\")", blocks, calls)
+	fmt.Fprintf(&b, " %d blocks, %d calls in all", blocks, calls)
 	return b.String()
+}
+
+func (e *LostBlocksError) Error() string {
+	return e.Missing() + ". Serve does not start on them: put the segment files back (from a copy, or " +
+		"mcpaudit restore of a backup taken before), or move the data dir aside and start on a new one (mcpaudit verify, " +
+		"export --data-dir and the other readers still read it); new blocks would take the places the chain records for the lost ones " +
+		"(docs/storage.md, \"A call log that lost synced blocks\")"
 }
 
 func (e *LostBlocksError) Unwrap() error { return ErrCallsLost }
@@ -533,7 +577,7 @@ func (e *LostBlocksError) Unwrap() error { return ErrCallsLost }
 // log's open, names their blocks). A segment gone whose chained blocks are
 // all before the tenant's chained cut, numbered below a segment on disk,
 // is retention's.
-func (s *Store) checkLost(ctx context.Context, tenant string, last LogBlock, segs []uint64, held map[uint64]int, lost *LostBlocksError) error {
+func checkLost(ctx context.Context, q blocksQueryer, tenant string, last LogBlock, segs []uint64, held map[uint64]int, lost *LostBlocksError) error {
 	if slices.Contains(segs, last.Segment) && held[last.Segment] > last.Block {
 		return nil // the log holds the last chained block: nothing before it is lost
 	}
@@ -546,11 +590,11 @@ func (s *Store) checkLost(ctx context.Context, tenant string, last LogBlock, seg
 	if slices.Contains(segs, last.Segment) {
 		from = last.Segment
 	}
-	cut, err := chainedLogCut(ctx, s.w, tenant)
+	cut, err := chainedLogCut(ctx, q, tenant)
 	if err != nil {
 		return wrap(err)
 	}
-	rows, err := s.w.QueryContext(ctx, `SELECT seg, block, calls, last FROM chain_blocks WHERE tenant = ? AND seg >= ? ORDER BY seg, block`,
+	rows, err := q.QueryContext(ctx, `SELECT seg, block, calls, last FROM chain_blocks WHERE tenant = ? AND seg >= ? ORDER BY seg, block`,
 		tenant, int64(from))
 	if err != nil {
 		return wrap(err)
