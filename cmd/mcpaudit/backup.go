@@ -88,8 +88,15 @@ func backupCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if st.Counters != nil {
 		fmt.Fprintf(stdout, "warning: %v: a serve restored from it starts its findings, calls and write states counters at 0 (Prometheus reads a reset), as the collector backed up would at its next start\n", st.Counters)
 	}
-	fmt.Fprintf(stdout, "wrote %s: %d calls, schema %d, %s, in %s\n", info.Path, info.Calls, info.Schema,
-		formatBytes(info.Bytes), info.Took.Round(time.Millisecond))
+	if !logged {
+		fmt.Fprintf(stdout, "wrote %s: %d calls, schema %d, %s, in %s\n", info.Path, info.Calls, info.Schema,
+			formatBytes(info.Bytes), info.Took.Round(time.Millisecond))
+	} else {
+		// The calls are in the call logs, copied next: the table's count
+		// alone ("0 calls") read as an empty backup (adv52).
+		fmt.Fprintf(stdout, "wrote %s: the store, %d calls in its calls table (the call logs' follow), schema %d, %s, in %s\n", info.Path, info.Calls, info.Schema,
+			formatBytes(info.Bytes), info.Took.Round(time.Millisecond))
+	}
 	if logged {
 		// After the store: every call its rows speak of was acknowledged,
 		// so synced in its log, before the logs are opened here.
@@ -99,6 +106,7 @@ func backupCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 			return &exitError{code: 1, err: fmt.Errorf("%w (the store's copy %s is written; the call logs' is not)", err, *out)}
 		}
 		fmt.Fprintf(stdout, "wrote %s: %d calls of the call logs, in %s (restore takes both)\n", callsCopy(*out), n, time.Since(start).Round(time.Millisecond))
+		fmt.Fprintf(stdout, "backup %s holds %d calls (%d in the call logs, %d in the store's calls table)\n", *out, n+info.Calls, n, info.Calls)
 	}
 	return nil
 }

@@ -144,6 +144,10 @@ func TestCallsAuto_ServeAndReaders(t *testing.T) {
 	logCopy := filepath.Join(t.TempDir(), "log.db")
 	if code, out, errs := cliRun("backup", "--data-dir", logDir, "--out", logCopy); code != 0 || !strings.Contains(out, callsCopy(logCopy)) {
 		t.Fatalf("backup: exit %d: %s%s", code, out, errs)
+	} else if total := fmt.Sprintf("backup %s holds %d calls (%d in the call logs, 0 in the store's calls table)", logCopy, len(calls), len(calls)); !strings.Contains(out, total) {
+		// Its line for the store said "0 calls" alone, which read as an
+		// empty backup (adv52).
+		t.Errorf("backup of a data dir in call logs does not say %q:\n%s", total, out)
 	}
 	stopServe(t, s)
 
