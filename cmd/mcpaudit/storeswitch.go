@@ -14,7 +14,6 @@ import (
 	"github.com/mcpaudit/mcpaudit/collector/pipeline"
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite"
 	"github.com/mcpaudit/mcpaudit/exporter/sqlite/calllogs"
-	"github.com/mcpaudit/mcpaudit/internal/calllog"
 )
 
 // A data dir outlives a switch of serve.store (op23's D3): the embedded
@@ -119,7 +118,7 @@ func embeddedHistory(ctx context.Context, cfg Config, log *slog.Logger) *api.Oth
 		// new data dir's default since stop 52) are in its call logs: the
 		// table alone said 0 of them.
 		var logged int64
-		logged, err = loggedCalls(cfg.Serve.DataDir)
+		logged, err = calllogs.Count(cfg.Serve.DataDir)
 		calls += logged
 	}
 	if err != nil {
@@ -133,16 +132,4 @@ func embeddedHistory(ctx context.Context, cfg Config, log *slog.Logger) *api.Oth
 	log.Warn("the data dir holds an embedded store whose history the chosen store does not hold: serve neither reads nor copies it; it stays in the file, read with mcpaudit findings|timeline|calls --data-dir or verify --data-dir (docs/clickhouse.md#switching-from-the-embedded-store)",
 		"store", cfg.Serve.Store, "path", path, "calls", calls, "findings", findings)
 	return &api.OtherStore{Store: "sqlite", Path: path, Calls: calls, Findings: findings}
-}
-
-// loggedCalls returns the calls the data dir's call logs hold, read
-// read-only beside whatever writes them.
-func loggedCalls(dataDir string) (int64, error) {
-	logs, err := calllogs.Open(calllogs.Dir(dataDir), calllog.Options{ReadOnly: true})
-	if err != nil {
-		return 0, err
-	}
-	defer logs.Close()
-	st, err := logs.Stats()
-	return st.Calls, err
 }

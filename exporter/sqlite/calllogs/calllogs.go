@@ -66,14 +66,23 @@ func Check(dataDir string) error {
 		return nil
 	}
 	held := "calls"
-	if l, err := Open(Dir(dataDir), calllog.Options{ReadOnly: true}); err == nil {
-		if st, err := l.Stats(); err == nil {
-			held = fmt.Sprintf("%d calls", st.Calls)
-		}
-		l.Close()
+	if n, err := Count(dataDir); err == nil {
+		held = fmt.Sprintf("%d calls", n)
 	}
 	return fmt.Errorf("%w: %s holds %s, which serve.sqlite.calls: sqlite would not read; set serve.sqlite.calls: log (move %s aside only if none of them is needed)",
 		ErrInUse, Dir(dataDir), held, Dir(dataDir))
+}
+
+// Count returns the calls dataDir's call logs hold, read read-only beside
+// whatever writes them.
+func Count(dataDir string) (int64, error) {
+	l, err := Open(Dir(dataDir), calllog.Options{ReadOnly: true})
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	st, err := l.Stats()
+	return st.Calls, err
 }
 
 // cutsFile is the file of Logs.cuts in the logs' directory: one line per
